@@ -1,0 +1,278 @@
+"""The backend seam: every device question hyport asks is answered here.
+
+Nothing else in hyport imports ``torch_npu`` or calls ``torch.cuda`` directly. Each
+backend is a small class with the same methods, so stage code asks
+``backend.device(i)`` or ``backend.memory_stats()`` and never branches on the kind.
+
+Detection order is npu, then cuda, then cpu. CUDA is only believed when the CUDA
+runtime itself reports devices: ``torch_npu.contrib.transfer_to_npu`` rewrites
+``torch.cuda.is_available`` so that it answers for the NPU, and a host that imported
+it must not be mistaken for a GPU host.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import sys
+from dataclasses import asdict, dataclass
+from typing import Optional
+
+from hyport_lib.utils.imports import torch_npu_import_error, try_import
+
+BACKEND_KINDS = ("npu", "cuda", "cpu")
+DEFAULT_CPU_CARDS = 2
+
+
+@dataclass(frozen=True)
+class MemoryStats:
+    """Device memory of one card in bytes. On CPU: process RSS (peak = max RSS)."""
+
+    allocated: int
+    reserved: int
+    peak: int
+    source: str  # "device" or "process-rss"
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+class Backend:
+    """Common interface; one subclass per device kind."""
+
+    kind: str = "cpu"
+    dist_backend: str = "gloo"
+    visible_devices_var: Optional[str] = None
+    #: True when this backend's numbers come from a real accelerator.
+    is_accelerator: bool = False
+
+    def __init__(self, num_cards: Optional[int] = None):
+        self._requested_cards = num_cards
+
+    # --- identity -----------------------------------------------------------------
+    def device(self, index: int = 0) -> str:
+        return f"{self.kind}:{index}"
+
+    def torch_device(self, index: int = 0):
+        import torch
+
+        return torch.device(self.device(index))
+
+    def describe(self) -> dict:
+        return {
+            "kind": self.kind,
+            "dist_backend": self.dist_backend,
+            "visible_devices_var": self.visible_devices_var,
+            "num_cards": self.num_cards(),
+            "bf16": self.supports_bf16(),
+            "is_accelerator": self.is_accelerator,
+        }
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(kind={self.kind!r}, num_cards={self.num_cards()})"
+
+    # --- per-card operations (overridden) ------------------------------------------
+    def num_cards(self) -> int:
+        raise NotImplementedError
+
+    def set_device(self, index: int) -> None:
+        """Make card ``index`` current for this process (no-op on CPU)."""
+
+    def synchronize(self, index: Optional[int] = None) -> None:
+        """Wait for queued device work (no-op on CPU)."""
+
+    def supports_bf16(self) -> bool:
+        raise NotImplementedError
+
+    def memory_stats(self, index: int = 0) -> MemoryStats:
+        raise NotImplementedError
+
+    def reset_peak_memory(self, index: int = 0) -> None:
+        """Start a new peak-memory window (not possible for RSS on CPU)."""
+
+    def visible_devices_env(self, indices: list[int]) -> dict[str, str]:
+        """Environment that pins a fresh child process to ``indices``.
+
+        Comma-separated without spaces: on Ascend a space silently truncates the list.
+        """
+        if self.visible_devices_var is None:
+            return {}
+        return {self.visible_devices_var: ",".join(str(int(i)) for i in indices)}
+
+
+class CpuBackend(Backend):
+    """CPU: "cards" are worker processes; their number is a parameter (default 2)."""
+
+    kind = "cpu"
+    dist_backend = "gloo"
+
+    def device(self, index: int = 0) -> str:
+        return "cpu"
+
+    def num_cards(self) -> int:
+        return int(self._requested_cards or DEFAULT_CPU_CARDS)
+
+    def supports_bf16(self) -> bool:
+        return True  # emulated in software by torch; slow but correct
+
+    def memory_stats(self, index: int = 0) -> MemoryStats:
+        rss = _current_rss_bytes()
+        # ru_maxrss is KiB on Linux, bytes on macOS.
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        peak = peak if sys.platform == "darwin" else peak * 1024
+        return MemoryStats(allocated=rss, reserved=rss, peak=max(peak, rss), source="process-rss")
+
+
+class _DeviceModuleBackend(Backend):
+    """Shared body of the CUDA and NPU backends: both expose a torch.cuda-style module."""
+
+    is_accelerator = True
+
+    def _module(self):
+        raise NotImplementedError
+
+    def num_cards(self) -> int:
+        available = int(self._module().device_count())
+        if self._requested_cards:
+            return min(int(self._requested_cards), available)
+        return available
+
+    def set_device(self, index: int) -> None:
+        self._module().set_device(index)
+
+    def synchronize(self, index: Optional[int] = None) -> None:
+        if index is None:
+            self._module().synchronize()
+        else:
+            self._module().synchronize(index)
+
+    def memory_stats(self, index: int = 0) -> MemoryStats:
+        mod = self._module()
+        return MemoryStats(
+            allocated=int(mod.memory_allocated(index)),
+            reserved=int(mod.memory_reserved(index)),
+            peak=int(mod.max_memory_allocated(index)),
+            source="device",
+        )
+
+    def reset_peak_memory(self, index: int = 0) -> None:
+        self._module().reset_peak_memory_stats(index)
+
+
+class CudaBackend(_DeviceModuleBackend):
+    kind = "cuda"
+    dist_backend = "nccl"
+    visible_devices_var = "CUDA_VISIBLE_DEVICES"
+
+    def _module(self):
+        import torch
+
+        return torch.cuda
+
+    def supports_bf16(self) -> bool:
+        return bool(self._module().is_bf16_supported())
+
+
+class NpuBackend(_DeviceModuleBackend):
+    kind = "npu"
+    dist_backend = "hccl"
+    visible_devices_var = "ASCEND_RT_VISIBLE_DEVICES"
+
+    def _module(self):
+        torch_npu, error = try_import("torch_npu")
+        if torch_npu is None:
+            raise RuntimeError(f"torch_npu is not usable: {error or 'not installed'}")
+        return torch_npu.npu
+
+    def supports_bf16(self) -> bool:
+        mod = self._module()
+        check = getattr(mod, "is_bf16_supported", None)
+        # Every Atlas training card (910 family) has bf16; 310P inference cards do not.
+        return bool(check()) if check is not None else True
+
+
+_BACKENDS = {"npu": NpuBackend, "cuda": CudaBackend, "cpu": CpuBackend}
+
+
+def npu_available() -> bool:
+    """An NPU is present and torch_npu works."""
+    torch_npu, _ = try_import("torch_npu")
+    if torch_npu is None:
+        return False
+    try:
+        return bool(torch_npu.npu.is_available())
+    except RuntimeError:
+        return False
+
+
+def cuda_available() -> bool:
+    """A real CUDA (or ROCm) device is present.
+
+    Deliberately not ``torch.cuda.is_available()`` alone, which ``transfer_to_npu``
+    redirects to the NPU: the build must carry CUDA/HIP and ``torch.cuda`` must not be
+    patched by torch_npu.
+    """
+    torch, _ = try_import("torch")
+    if torch is None:
+        return False
+    if not (getattr(torch.version, "cuda", None) or getattr(torch.version, "hip", None)):
+        return False
+    if transfer_to_npu_active():
+        return False
+    try:
+        return bool(torch.cuda.is_available()) and torch.cuda.device_count() > 0
+    except RuntimeError:
+        return False
+
+
+def transfer_to_npu_active() -> bool:
+    """True when ``torch.cuda`` has been rewritten by torch_npu's transfer_to_npu."""
+    if "torch_npu.contrib.transfer_to_npu" in sys.modules:
+        return True
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return False
+    fn = getattr(torch.cuda, "is_available", None)
+    module = getattr(fn, "__module__", "") or ""
+    return module.startswith("torch_npu")
+
+
+def detect_kind() -> str:
+    """The best backend kind on this host: npu, cuda or cpu."""
+    if npu_available():
+        return "npu"
+    if cuda_available():
+        return "cuda"
+    return "cpu"
+
+
+def get_backend(device: str = "auto", num_cards: Optional[int] = None) -> Backend:
+    """Backend for ``device`` (``auto``, ``npu``, ``cuda`` or ``cpu``).
+
+    Args:
+        device: ``auto`` detects; an explicit kind is honoured, and fails with a clear
+            error when that kind is not usable here.
+        num_cards: cards to use. On accelerators it caps the visible count; on CPU it
+            is the number of worker processes (default 2).
+    """
+    device = (device or "auto").lower().strip()
+    if device.split(":")[0] not in (*BACKEND_KINDS, "auto"):
+        raise ValueError(f"device={device!r}: expected one of auto, npu, cuda, cpu")
+    kind = detect_kind() if device == "auto" else device.split(":")[0]
+    if kind == "npu" and not npu_available():
+        reason = torch_npu_import_error() or "torch_npu is not installed or no NPU is visible"
+        raise RuntimeError(f"device='npu' requested but NPU is not usable: {reason}")
+    if kind == "cuda" and not cuda_available():
+        hint = " (torch.cuda is redirected by transfer_to_npu)" if transfer_to_npu_active() else ""
+        raise RuntimeError(f"device='cuda' requested but no CUDA device is usable{hint}")
+    return _BACKENDS[kind](num_cards=num_cards)
+
+
+def _current_rss_bytes() -> int:
+    try:
+        with open("/proc/self/statm") as fh:
+            pages = int(fh.read().split()[1])
+        return pages * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        return peak if sys.platform == "darwin" else peak * 1024

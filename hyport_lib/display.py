@@ -1,0 +1,88 @@
+"""Display helpers shared by the notebooks: verdict colouring and live, rate-limited output.
+
+Compute and display stay apart: library functions return dataclasses or DataFrames,
+and the ``show_*`` functions of each stage render them with what is here.
+
+The live pattern is the one of transformers' ``NotebookProgressCallback``: a single
+``display(..., display_id=True)`` handle, updated at most every ``min_interval_s``
+seconds. In JupyterLab it stays live; under papermill the last update is the one
+image (or table) left in the saved notebook.
+"""
+
+from __future__ import annotations
+
+import io
+import time
+from typing import Any, Optional
+
+#: Background colours per verdict / status, shared by every table in the workbook.
+VERDICT_COLOURS = {
+    "PASS": "#c8e6c9", "OK": "#c8e6c9",
+    "WARN": "#fff3c4", "SKIP": "#e0e0e0", "SKIPPED-BUSY": "#e0e0e0", "SKIPPED": "#e0e0e0",
+    "FAIL": "#ffcdd2", "FAILED": "#ffcdd2", "TIMEOUT": "#ffcdd2", "ERROR": "#ffcdd2",
+}
+
+
+def verdict_colour(value: Any) -> str:
+    colour = VERDICT_COLOURS.get(str(value).upper())
+    return f"background-color: {colour}" if colour else ""
+
+
+def style_verdicts(df, columns=("verdict", "status")):
+    """pandas Styler with verdict/status cells coloured; other cells untouched."""
+    present = [c for c in columns if c in df.columns]
+    styler = df.style
+    if present:
+        styler = styler.map(verdict_colour, subset=present)
+    return styler.hide(axis="index")
+
+
+def figure_png(fig, dpi: int = 100):
+    """Render a matplotlib figure to an IPython PNG image and close the figure."""
+    import matplotlib.pyplot as plt
+    from IPython.display import Image
+
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=dpi, bbox_inches="tight")
+    plt.close(fig)
+    return Image(data=buf.getvalue(), format="png")
+
+
+class LiveDisplay:
+    """One display handle, updated at most every ``min_interval_s`` seconds.
+
+    Example:
+        live = LiveDisplay()
+        for step in ...:
+            live.update(make_png())      # rate-limited
+        live.update(make_png(), force=True)   # always leave the final state
+    """
+
+    def __init__(self, min_interval_s: float = 1.0):
+        self.min_interval_s = min_interval_s
+        self._handle = None
+        self._last = 0.0
+
+    def update(self, obj: Any, force: bool = False) -> bool:
+        """Show ``obj``; returns True when the display was actually refreshed."""
+        from IPython.display import display
+
+        now = time.monotonic()
+        if not force and self._handle is not None and now - self._last < self.min_interval_s:
+            return False
+        if self._handle is None:
+            self._handle = display(obj, display_id=True)
+        else:
+            self._handle.update(obj)
+        self._last = now
+        return True
+
+
+def in_notebook() -> bool:
+    """True inside a Jupyter kernel (papermill included)."""
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return False
+    shell: Optional[Any] = get_ipython()
+    return shell is not None and type(shell).__name__ == "ZMQInteractiveShell"

@@ -1,0 +1,106 @@
+"""Stage results: the one helper every notebook and CLI command records through.
+
+A result is written to ``$HYPORT_RESULTS_DIR/<stage>.json`` (the report runner sets
+the variable for each notebook's kernel). Outside a report run it goes to
+``outputs/interactive/results/`` so exploring in JupyterLab also leaves a record.
+
+Every result carries its provenance (device kind, real or emulated) so that a figure
+from the CPU or from the NPU emulation is never shown as an NPU figure.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+from hyport_lib.utils.files import atomic_write_json
+from hyport_lib.utils.redact import scrub_text
+
+VERDICTS = ("PASS", "WARN", "FAIL", "SKIP")
+RESULTS_DIR_ENV = "HYPORT_RESULTS_DIR"
+
+
+@dataclass
+class Provenance:
+    """Where a figure came from."""
+
+    device: str  # npu | cuda | cpu
+    emulated: bool = False  # computed by hyport's NPU emulation, not by an NPU
+
+    @property
+    def label(self) -> str:
+        if self.emulated:
+            return f"NPU-emulated on {self.device.upper()} (not an NPU measurement)"
+        if self.device == "npu":
+            return "NPU"
+        if self.device == "cuda":
+            return "CUDA GPU"
+        return "CPU (not an NPU measurement)"
+
+    def to_dict(self) -> dict:
+        return {**asdict(self), "label": self.label}
+
+
+@dataclass
+class StageResult:
+    stage: str
+    verdict: str
+    summary: str = ""
+    headline: dict[str, Any] = field(default_factory=dict)
+    provenance: Optional[dict] = None
+    data: dict[str, Any] = field(default_factory=dict)
+    recorded_at: str = ""
+
+    def __post_init__(self):
+        self.verdict = self.verdict.upper()
+        if self.verdict not in VERDICTS:
+            raise ValueError(f"verdict={self.verdict!r}: expected one of {', '.join(VERDICTS)}")
+        if not self.stage:
+            raise ValueError("stage must be a non-empty name such as '01_environment'")
+
+
+def results_dir() -> Path:
+    env = os.environ.get(RESULTS_DIR_ENV)
+    if env:
+        return Path(env)
+    return Path("outputs") / "interactive" / "results"
+
+
+def record_result(stage: str, verdict: str, *, summary: str = "",
+                  headline: Optional[dict] = None, data: Optional[dict] = None,
+                  provenance: Optional[Provenance] = None,
+                  directory: Optional[os.PathLike] = None) -> Path:
+    """Write one stage's result atomically and return its path.
+
+    Args:
+        stage: stage id as in the notebook name, e.g. ``"01_environment"``.
+        verdict: PASS, WARN, FAIL or SKIP.
+        summary: one line for the report index.
+        headline: a few figures for the index table (name -> value).
+        data: anything JSON-serialisable the stage wants to keep.
+        provenance: where the figures came from; labelled in the report.
+        directory: override the destination folder.
+    """
+    result = StageResult(
+        stage=stage, verdict=verdict, summary=summary, headline=dict(headline or {}),
+        provenance=provenance.to_dict() if provenance else None, data=dict(data or {}),
+        recorded_at=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+    )
+    # Round-trip through text so that no secret value can survive in any field.
+    text = scrub_text(json.dumps(asdict(result), default=str))
+    path = Path(directory) if directory else results_dir()
+    return atomic_write_json(path / f"{stage}.json", json.loads(text))
+
+
+def load_result(path: os.PathLike) -> StageResult:
+    """Read a result file back; errors name the file."""
+    path = Path(path)
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+        return StageResult(**raw)
+    except (OSError, json.JSONDecodeError, TypeError, ValueError) as exc:
+        raise ValueError(f"{path}: not a valid hyport result ({exc})") from exc

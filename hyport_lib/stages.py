@@ -1,0 +1,57 @@
+"""Stages are discovered from the notebooks folder: ``NN_name.ipynb``.
+
+Adding a stage means adding a notebook; no list elsewhere needs editing.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable, Optional
+
+import hyport_lib
+
+_STAGE_RE = re.compile(r"^(\d{2})_([a-z0-9_]+)\.ipynb$")
+
+
+@dataclass(frozen=True)
+class Stage:
+    number: str  # "01"
+    name: str  # "environment"
+    path: Path
+
+    @property
+    def id(self) -> str:
+        return f"{self.number}_{self.name}"
+
+
+def default_notebooks_dir() -> Path:
+    """``notebooks/`` beside the package (source checkout / editable install)."""
+    return Path(hyport_lib.__file__).resolve().parents[1] / "notebooks"
+
+
+def discover_stages(notebooks_dir: Optional[Path] = None) -> list[Stage]:
+    folder = Path(notebooks_dir) if notebooks_dir else default_notebooks_dir()
+    if not folder.is_dir():
+        raise FileNotFoundError(f"notebooks folder not found: {folder}")
+    stages = []
+    for path in sorted(folder.iterdir()):
+        match = _STAGE_RE.match(path.name)
+        if match:
+            stages.append(Stage(match.group(1), match.group(2), path))
+    return stages
+
+
+def select_stages(stages: list[Stage], only: Optional[Iterable[str]]) -> list[Stage]:
+    """Pick stages by number (``01``), name (``environment``) or id; keeps order."""
+    if not only:
+        return list(stages)
+    wanted = [w.strip() for w in only if w.strip()]
+    known = {s.number: s for s in stages} | {s.name: s for s in stages} | {s.id: s for s in stages}
+    unknown = [w for w in wanted if w.zfill(2) not in known and w not in known]
+    if unknown:
+        names = ", ".join(s.id for s in stages)
+        raise ValueError(f"--only: unknown stage(s) {', '.join(unknown)}; available: {names}")
+    picked = {known.get(w) or known[w.zfill(2)] for w in wanted}
+    return [s for s in stages if s in picked]

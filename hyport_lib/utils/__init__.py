@@ -1,0 +1,1 @@
+"""Small helpers shared by every stage (imports, redaction, atomic files)."""

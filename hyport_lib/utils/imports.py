@@ -1,0 +1,67 @@
+"""Cached availability checks for optional packages.
+
+The pattern follows accelerate's ``utils/imports.py``: every check is cached, and the
+optional import happens inside the check so that a broken install is *reported*
+instead of crashing whoever asked. ``torch_npu`` is the important case: on a host
+without CANN an installed ``torch_npu`` fails on import (``libhccl.so`` missing), and
+torch's device-backend autoloading may make ``import torch`` itself fail.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import importlib.metadata
+import importlib.util
+from typing import Optional
+
+
+@functools.lru_cache(maxsize=None)
+def package_version(dist_name: str) -> Optional[str]:
+    """Installed version of a distribution, or None when it is not installed."""
+    try:
+        return importlib.metadata.version(dist_name)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+@functools.lru_cache(maxsize=None)
+def try_import(module_name: str) -> tuple[object | None, Optional[str]]:
+    """Import ``module_name`` if it can be found.
+
+    Returns:
+        ``(module, None)`` on success, ``(None, None)`` when the module is not
+        installed, ``(None, "<ExcType>: message")`` when it is installed but broken.
+    """
+    try:
+        if importlib.util.find_spec(module_name) is None:
+            return None, None
+    except (ImportError, ValueError) as exc:  # a parent package that fails to import
+        return None, f"{type(exc).__name__}: {exc}"
+    try:
+        return importlib.import_module(module_name), None
+    except (ImportError, RuntimeError, OSError) as exc:
+        return None, f"{type(exc).__name__}: {exc}"
+
+
+def is_torch_npu_available() -> bool:
+    """True when ``torch_npu`` imports cleanly (not whether a card is present)."""
+    module, _ = try_import("torch_npu")
+    return module is not None
+
+
+def torch_npu_import_error() -> Optional[str]:
+    """The error raised by ``import torch_npu`` when it is installed but broken."""
+    return try_import("torch_npu")[1]
+
+
+def is_flash_attn_available() -> bool:
+    """True when a *real* ``flash_attn`` imports (hyport's shim does not count)."""
+    module, _ = try_import("flash_attn")
+    return module is not None and not getattr(module, "__hyport_shim__", False)
+
+
+def clear_import_caches() -> None:
+    """Forget cached answers (tests swap modules in and out of ``sys.modules``)."""
+    package_version.cache_clear()
+    try_import.cache_clear()
