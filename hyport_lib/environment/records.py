@@ -1,0 +1,139 @@
+"""Dataclasses shared by the environment modules: a check's verdict, a card, a process.
+
+Kept apart from the modules that fill them so that the parsers (``npu_smi``), the
+device listing (``devices``) and the checks (``checks``, ``compat``) can all use them
+without importing one another.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Iterable, Optional
+
+VERDICTS = ("PASS", "WARN", "FAIL", "SKIP")
+#: Severity used to take the worst verdict; SKIP does not count.
+SEVERITY = {"PASS": 0, "WARN": 1, "FAIL": 2}
+
+
+@dataclass(frozen=True)
+class Check:
+    """One judged fact about the host.
+
+    Attributes:
+        name: stable identifier, e.g. ``"torch_npu_compat"``.
+        verdict: PASS, WARN, FAIL or SKIP.
+        reason: one line a user can act on.
+    """
+
+    name: str
+    verdict: str
+    reason: str
+
+    def __post_init__(self):
+        verdict = str(self.verdict).upper()
+        if verdict not in VERDICTS:
+            raise ValueError(f"Check {self.name!r}: verdict={self.verdict!r}, "
+                             f"expected one of {', '.join(VERDICTS)}")
+        object.__setattr__(self, "verdict", verdict)
+        if "\n" in self.reason:
+            object.__setattr__(self, "reason", " ".join(self.reason.split()))
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def worst_verdict(verdicts: Iterable[str]) -> str:
+    """FAIL > WARN > PASS; SKIP is ignored. Only SKIPs (or nothing) gives SKIP."""
+    judged = [v for v in verdicts if v in SEVERITY]
+    if not judged:
+        return "SKIP"
+    return max(judged, key=SEVERITY.__getitem__)
+
+
+def count_verdicts(checks: Iterable[Check]) -> dict[str, int]:
+    counts = {v: 0 for v in VERDICTS}
+    for check in checks:
+        counts[check.verdict] += 1
+    return counts
+
+
+@dataclass(frozen=True)
+class DeviceProcess:
+    """A process holding memory on a card.
+
+    Attributes:
+        pid: the id as seen from this host or container (``Process id in container``
+            when npu-smi prints it, otherwise the host pid).
+        name: process name; empty when the tool printed none.
+        memory_mb: device memory held, None when unknown.
+        host_pid: the host's pid when it differs from ``pid`` (inside a container).
+    """
+
+    pid: int
+    name: str
+    memory_mb: Optional[int] = None
+    host_pid: Optional[int] = None
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    def describe(self) -> str:
+        name = self.name or "?"
+        mem = f" {self.memory_mb} MB" if self.memory_mb is not None else ""
+        return f"pid {self.pid} {name}{mem}"
+
+
+@dataclass
+class DeviceInfo:
+    """One card (on Ascend: one chip, the unit a visible-devices index selects).
+
+    Attributes:
+        index: logical card index, as used with the visible-devices variable: the
+            position of the chip in ``npu-smi info`` (or ``nvidia-smi``) order.
+        npu_id: the NPU number npu-smi prints (GPU index on CUDA); None on CPU.
+        chip_id: chip number within the NPU (0, or 0/1 on Atlas A3 and 310P Duo).
+        name: product name as the tool prints it (``910B3``, ``Ascend910``, ...).
+        health: ``OK``, ``Warning``, ``Alarm``, ``Critical``...; None when unknown.
+        hbm_used_mb / hbm_total_mb: HBM use; None where the card has no HBM (310P).
+        processes: processes holding memory on this card.
+        memory_used_mb / memory_total_mb: the "Memory-Usage" column (DDR); on 310P
+            this is the card's device memory.
+        phy_id: physical id (``Chip Phy-ID``, 25.x/A3) or device id (``Chip Device``,
+            310P) when printed.
+        source: where the facts came from: npu-smi, nvidia-smi, torch, cpu.
+    """
+
+    index: int
+    npu_id: Optional[int]
+    chip_id: Optional[int]
+    name: str
+    health: Optional[str]
+    hbm_used_mb: Optional[int]
+    hbm_total_mb: Optional[int]
+    processes: list[DeviceProcess] = field(default_factory=list)
+    memory_used_mb: Optional[int] = None
+    memory_total_mb: Optional[int] = None
+    phy_id: Optional[int] = None
+    bus_id: Optional[str] = None
+    power_w: Optional[float] = None
+    temp_c: Optional[int] = None
+    aicore_pct: Optional[int] = None
+    source: str = ""
+
+    @property
+    def busy(self) -> bool:
+        return bool(self.processes)
+
+    @property
+    def used_mb(self) -> Optional[int]:
+        """Device memory in use: HBM where there is HBM, otherwise Memory-Usage."""
+        return self.hbm_used_mb if self.hbm_total_mb is not None else self.memory_used_mb
+
+    @property
+    def total_mb(self) -> Optional[int]:
+        return self.hbm_total_mb if self.hbm_total_mb is not None else self.memory_total_mb
+
+    def to_dict(self) -> dict:
+        data = asdict(self)
+        data["busy"] = self.busy
+        return data

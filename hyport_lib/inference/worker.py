@@ -1,0 +1,178 @@
+"""One inference worker of the grid: one fresh process pinned to one card.
+
+Run by :func:`hyport_lib.inference.grid.run_grid`, never imported by it::
+
+    python -m hyport_lib.inference.worker --config CONFIG --result PATH
+
+``CONFIG`` is a JSON object or the path of a file holding one::
+
+    {"card": 3, "device_kind": "npu", "num_threads": null,
+     "inference": {...InferenceConfig fields...}}
+
+The launcher has already pinned the process to its card through the backend's
+visible-devices variable (``ASCEND_RT_VISIBLE_DEVICES`` / ``CUDA_VISIBLE_DEVICES``), so
+inside the worker the card is always device index 0. The worker runs
+:func:`~hyport_lib.inference.generate.run_inference`, measures peak device memory
+through the backend seam (process RSS on CPU) and writes the result file atomically:
+the launcher either finds a whole result or none. A worker that raises still writes a
+result (status ``failed``, exception type and message) and prints the traceback to its
+log; a worker that dies writes nothing, and the launcher reports why from the exit
+status.
+
+Test-only fault switch
+----------------------
+``HYPORT_TEST_FAULT="<card>:<mode>[,<card>:<mode>...]"`` makes the worker of that card
+misbehave before it loads the model, so the grid's isolation can be tested without a
+broken model. Modes: ``raise`` (a RuntimeError), ``signal`` (SIGKILL to itself, as the
+out-of-memory killer would), ``exit`` (``os._exit(3)`` without a result), ``hang``
+(starts a sleeping child process in its group, prints the child's pid, and sleeps
+forever). It exists for the test suite only; nothing in hyport sets it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Optional, Sequence
+
+from hyport_lib.utils.files import atomic_write_json
+from hyport_lib.utils.redact import scrub_text
+
+#: Test-only: ``"<card>:<mode>,..."`` (see the module docstring).
+FAULT_ENV = "HYPORT_TEST_FAULT"
+#: The grid card this worker serves (set by the launcher; informative inside the worker).
+CARD_ENV = "HYPORT_CARD_INDEX"
+FAULT_MODES = ("raise", "signal", "exit", "hang")
+#: Exit status of the ``exit`` fault, distinct from Python's own 1 (uncaught exception).
+FAULT_EXIT_CODE = 3
+
+
+def parse_faults(text: Optional[str]) -> dict[int, str]:
+    """``"1:raise,2:hang"`` -> ``{1: "raise", 2: "hang"}``; errors name the variable."""
+    faults: dict[int, str] = {}
+    for item in (text or "").split(","):
+        item = item.strip()
+        if not item:
+            continue
+        card, sep, mode = item.partition(":")
+        mode = mode.strip().lower()
+        if not sep or not card.strip().isdigit() or mode not in FAULT_MODES:
+            raise ValueError(
+                f"{FAULT_ENV}={text!r}: expected '<card>:<mode>' items with mode one of "
+                f"{', '.join(FAULT_MODES)}; got {item!r}")
+        faults[int(card)] = mode
+    return faults
+
+
+def inject_fault(card: int, environ=None) -> None:
+    """Misbehave as ``HYPORT_TEST_FAULT`` asks for this card (test-only)."""
+    environ = os.environ if environ is None else environ
+    mode = parse_faults(environ.get(FAULT_ENV)).get(int(card))
+    if mode is None:
+        return
+    print(f"[hyport worker] test fault {mode!r} injected on card {card} ({FAULT_ENV})", flush=True)
+    if mode == "raise":
+        raise RuntimeError(f"injected test fault on card {card} ({FAULT_ENV})")
+    if mode == "signal":
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.kill(os.getpid(), signal.SIGKILL)
+    if mode == "exit":
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(FAULT_EXIT_CODE)
+    if mode == "hang":
+        # A child in the same process group: the launcher must kill the whole group.
+        child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(3600)"])
+        print(f"[hyport worker] hang: child pid {child.pid}", flush=True)
+        while True:
+            time.sleep(3600)
+
+
+def load_spec(text: str) -> dict:
+    """The worker spec from inline JSON or a JSON file; errors name the argument."""
+    source = text.strip()
+    try:
+        if not source.startswith("{"):
+            source = Path(text).read_text(encoding="utf-8")
+        spec = json.loads(source)
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ValueError(f"--config {text!r}: not a JSON object or a readable JSON file ({exc})") from exc
+    if not isinstance(spec, dict) or "card" not in spec or "inference" not in spec:
+        raise ValueError(f"--config {text!r}: expected an object with 'card' and 'inference'")
+    return spec
+
+
+def run_worker(spec: dict) -> dict:
+    """Set the device, run the inference, measure memory; returns the result payload."""
+    from hyport_lib.backend import get_backend
+
+    card = int(spec["card"])
+    kind = spec.get("device_kind", "cpu")
+    backend = get_backend(kind)
+    backend.set_device(0)  # pinned: the card is index 0 in this process
+    threads = spec.get("num_threads")
+    if threads:
+        import torch
+
+        torch.set_num_threads(int(threads))
+    from hyport_lib.inference.generate import InferenceConfig, run_inference
+
+    config = InferenceConfig(**{**spec["inference"], "device": backend.device(0)})
+    backend.reset_peak_memory(0)
+    outcome = run_inference(config)
+    backend.synchronize(0)
+    memory = backend.memory_stats(0)
+    return {
+        "card": card,
+        "status": "ok",
+        "device": backend.device(0),
+        "device_kind": backend.kind,
+        "outcome": outcome.to_dict(),
+        "peak_memory_bytes": memory.peak,
+        "memory_source": memory.source,
+    }
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m hyport_lib.inference.worker",
+                                     description="One card of the hyport inference grid.")
+    parser.add_argument("--config", required=True, help="worker spec: JSON object or file")
+    parser.add_argument("--result", required=True, help="where to write the result JSON")
+    args = parser.parse_args(argv)
+    started = time.monotonic()
+    spec = load_spec(args.config)
+    card = int(spec["card"])
+    visible = {k: v for k, v in os.environ.items() if k.endswith("VISIBLE_DEVICES")}
+    print(f"[hyport worker] card {card} pid {os.getpid()} kind {spec.get('device_kind')} "
+          f"visible {visible or '-'}", flush=True)
+    try:
+        inject_fault(card)
+        payload = run_worker(spec)
+        code = 0
+    except Exception as exc:  # the process boundary: record any failure, then exit non-zero
+        traceback.print_exc()
+        sys.stderr.flush()
+        payload = {
+            "card": card,
+            "status": "failed",
+            "error_type": type(exc).__name__,
+            "error": scrub_text(str(exc))[:2000],
+        }
+        code = 1
+    payload["pid"] = os.getpid()
+    payload["wall_s"] = round(time.monotonic() - started, 3)
+    atomic_write_json(args.result, payload)
+    print(f"[hyport worker] card {card} {payload['status']} in {payload['wall_s']:.1f}s", flush=True)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,305 @@
+"""The embedded default model (``model_path: tiny``).
+
+A tiny but real image-text-to-text checkpoint: a LLaVA model (CLIP vision tower,
+two-layer projector, Llama text model) with random weights drawn from a fixed seed,
+a byte-level BPE tokenizer trained offline, a CLIP image processor and a LLaVA
+processor whose chat template accepts ``enable_thinking``. It is written with
+``save_pretrained`` and read back through ``AutoProcessor`` /
+``AutoModelForImageTextToText`` exactly like a downloaded checkpoint, so every stage
+runs end to end on a laptop without network.
+
+LLaVA rather than Qwen2-VL: Qwen2-VL's processor needs torchvision, which does not
+work beside the CPU build of torch that CI uses.
+
+The checkpoint is cached in ``<cache root>/tiny-vlm-v{TINY_MODEL_VERSION}``; bump the
+version whenever anything below changes the saved files, and old caches are simply
+left behind. Several processes may ask for it at once (a grid starts one worker per
+card together): the first builds in a private temporary folder under a file lock
+and renames it into place; the others wait and reuse it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import tempfile
+import time
+from pathlib import Path
+from typing import Optional, Union
+
+from hyport_lib.models.sample_image import sample_image
+from hyport_lib.models.tiny_tokenizer import (
+    CHAT_TEMPLATE,
+    IMAGE_TOKEN,
+    build_tokenizer,
+    invisible_token_ids,
+)
+
+#: Bump when the architecture, tokenizer, template or weights change: the cache
+#: folder name carries it, so a new version regenerates the checkpoint.
+TINY_MODEL_VERSION = 1
+#: Seed of the random weights.
+TINY_SEED = 0
+#: The name users write in parameters to get this model.
+TINY_MODEL_NAME = "tiny"
+#: Written last into a finished checkpoint folder; its presence means "complete".
+MARKER_FILE = "hyport_tiny.json"
+CACHE_ENV_VAR = "HYPORT_CACHE"
+
+_IMAGE_SIZE = 32
+_PATCH_SIZE = 8
+
+ShardSize = Union[int, str]
+
+
+def default_cache_root() -> Path:
+    """``$HYPORT_CACHE`` when set, else ``~/.cache/hyport``."""
+    root = os.environ.get(CACHE_ENV_VAR)
+    return Path(root).expanduser() if root else Path.home() / ".cache" / "hyport"
+
+
+def tiny_model_dir(cache_dir: Optional[Union[str, os.PathLike]] = None,
+                   *, max_shard_size: Optional[ShardSize] = None) -> Path:
+    """The folder the checkpoint lives in (whether or not it exists yet).
+
+    Args:
+        cache_dir: cache root; None means :func:`default_cache_root`.
+        max_shard_size: when given, a separate sharded copy is kept in its own folder.
+    """
+    root = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_root()
+    name = f"tiny-vlm-v{TINY_MODEL_VERSION}"
+    if max_shard_size is not None:
+        name += f"-shards-{_shard_tag(max_shard_size)}"
+    return root / name
+
+
+def ensure_tiny_model(cache_dir: Optional[Union[str, os.PathLike]] = None,
+                      *, max_shard_size: Optional[ShardSize] = None) -> Path:
+    """Return the tiny checkpoint's folder, building it first if it is not cached.
+
+    Safe to call from several processes at once: building happens in a temporary
+    folder under an exclusive lock, and the finished folder is renamed into place
+    (a rename is atomic), so no process ever sees half a checkpoint.
+
+    Args:
+        cache_dir: cache root (default ``$HYPORT_CACHE`` or ``~/.cache/hyport``).
+        max_shard_size: save the weights in shards of at most this size (e.g.
+            ``"100KB"`` or an int in bytes), with a ``model.safetensors.index.json``;
+            used by the weights stage to exercise sharded checkpoints.
+
+    Returns:
+        The folder, loadable with ``AutoProcessor.from_pretrained`` and
+        ``AutoModelForImageTextToText.from_pretrained``.
+    """
+    folder = tiny_model_dir(cache_dir, max_shard_size=max_shard_size)
+    if _is_complete(folder):
+        return folder
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    with _exclusive_lock(folder.parent / f".{folder.name}.lock"):
+        if _is_complete(folder):  # another process built it while we waited
+            return folder
+        if folder.exists():  # left by something other than this function: rebuild
+            _discard(folder)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.build-", dir=folder.parent))
+        os.chmod(tmp, 0o755)  # mkdtemp makes it private; the cache is meant to be shared
+        try:
+            _build(tmp, max_shard_size=max_shard_size)
+            try:
+                os.rename(tmp, folder)
+            except OSError:
+                # Without a working lock (e.g. a filesystem lacking flock) another
+                # process may have won the race: its folder is as good as ours.
+                if not _is_complete(folder):
+                    raise
+        finally:
+            if tmp.exists():
+                shutil.rmtree(tmp, ignore_errors=True)
+    return folder
+
+
+def resolve_model_path(model_path: str) -> str:
+    """``"tiny"`` becomes the embedded checkpoint's folder; anything else (a local
+    folder or a hub id) is returned unchanged."""
+    if not isinstance(model_path, (str, os.PathLike)) or not str(model_path).strip():
+        raise ValueError(f"model_path={model_path!r}: expected 'tiny', a folder or a hub id")
+    if str(model_path).strip() == TINY_MODEL_NAME:
+        return str(ensure_tiny_model())
+    return str(model_path)
+
+
+def read_marker(folder: Union[str, os.PathLike]) -> dict:
+    """What was recorded when the checkpoint in ``folder`` was built."""
+    return json.loads((Path(folder) / MARKER_FILE).read_text(encoding="utf-8"))
+
+
+# --- building ------------------------------------------------------------------------
+
+
+def build_tiny_model(out_dir: Union[str, os.PathLike], *,
+                     max_shard_size: Optional[ShardSize] = None) -> Path:
+    """Build the checkpoint straight into ``out_dir`` (no caching, no locking).
+
+    Prefer :func:`ensure_tiny_model`; this is for callers that want a private copy
+    (e.g. to corrupt it on purpose in a test of the weights checker).
+    """
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    _build(out_dir, max_shard_size=max_shard_size)
+    return out_dir
+
+
+def _build(out_dir: Path, *, max_shard_size: Optional[ShardSize]) -> None:
+    import torch
+    import transformers
+    from transformers import GenerationConfig, LlavaForConditionalGeneration, LlavaProcessor
+
+    started = time.perf_counter()
+    tokenizer = build_tokenizer()
+    processor = LlavaProcessor(
+        image_processor=_image_processor(),
+        tokenizer=tokenizer,
+        patch_size=_PATCH_SIZE,
+        vision_feature_select_strategy="default",
+        num_additional_image_tokens=1,  # the CLS token, dropped by "default"
+        image_token=IMAGE_TOKEN,
+        chat_template=CHAT_TEMPLATE,
+    )
+    config = _model_config(tokenizer)
+    # A private RNG state: building must not disturb the caller's random stream.
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(TINY_SEED)
+        model = LlavaForConditionalGeneration(config).eval()
+    model.generation_config = GenerationConfig(
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        # Random weights would often pick eos or an unprintable byte first; hiding
+        # those makes every run produce max_new_tokens of visible text.
+        suppress_tokens=invisible_token_ids(tokenizer),
+    )
+    save_kwargs = {"safe_serialization": True}
+    if max_shard_size is not None:
+        save_kwargs["max_shard_size"] = max_shard_size
+    model.save_pretrained(out_dir, **save_kwargs)
+    processor.save_pretrained(out_dir)
+    marker = {
+        "name": TINY_MODEL_NAME,
+        "version": TINY_MODEL_VERSION,
+        "seed": TINY_SEED,
+        "architecture": type(model).__name__,
+        "num_parameters": int(model.num_parameters()),
+        "vocab_size": len(tokenizer),
+        "max_shard_size": max_shard_size,
+        "transformers": transformers.__version__,
+        "torch": torch.__version__,
+        "build_s": round(time.perf_counter() - started, 3),
+        "pid": os.getpid(),
+    }
+    # Last file written: its presence is what marks the folder complete.
+    (out_dir / MARKER_FILE).write_text(json.dumps(marker, indent=2) + "\n", encoding="utf-8")
+
+
+def _model_config(tokenizer):
+    from transformers import CLIPVisionConfig, LlamaConfig, LlavaConfig
+
+    vision = CLIPVisionConfig(
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        image_size=_IMAGE_SIZE,
+        patch_size=_PATCH_SIZE,
+        projection_dim=32,
+    )
+    text = LlamaConfig(
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,  # grouped-query attention, like current LLMs
+        vocab_size=len(tokenizer),
+        max_position_embeddings=1024,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        tie_word_embeddings=False,
+    )
+    return LlavaConfig(
+        vision_config=vision,
+        text_config=text,
+        image_token_index=tokenizer.convert_tokens_to_ids(IMAGE_TOKEN),
+        vision_feature_select_strategy="default",
+        vision_feature_layer=-1,
+        projector_hidden_act="gelu",
+    )
+
+
+def _image_processor():
+    # transformers 5 names the PIL/numpy implementation ...Pil (the plain name wants
+    # torchvision); 4.x's plain CLIPImageProcessor is that implementation.
+    try:
+        from transformers import CLIPImageProcessorPil as ImageProcessor
+    except ImportError:
+        from transformers import CLIPImageProcessor as ImageProcessor
+    return ImageProcessor(
+        size={"shortest_edge": _IMAGE_SIZE},
+        crop_size={"height": _IMAGE_SIZE, "width": _IMAGE_SIZE},
+    )
+
+
+# --- cache plumbing ------------------------------------------------------------------
+
+
+def _is_complete(folder: Path) -> bool:
+    return (folder / MARKER_FILE).is_file()
+
+
+def _discard(folder: Path) -> None:
+    # Rename first so a half-deleted folder is never mistaken for the checkpoint.
+    trash = folder.with_name(f".{folder.name}.discard-{os.getpid()}-{time.monotonic_ns()}")
+    os.rename(folder, trash)
+    shutil.rmtree(trash, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def _exclusive_lock(path: Path):
+    """An flock on ``path``; where flock is unavailable, rely on the atomic rename."""
+    try:
+        import fcntl
+    except ImportError:  # Windows: no flock; the rename race is still safe
+        yield
+        return
+    with open(path, "a+") as handle:
+        fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+
+
+def _shard_tag(max_shard_size: ShardSize) -> str:
+    if isinstance(max_shard_size, bool) or not isinstance(max_shard_size, (int, str)):
+        raise ValueError(f"max_shard_size={max_shard_size!r}: expected an int (bytes) or e.g. '100KB'")
+    if isinstance(max_shard_size, int):
+        if max_shard_size <= 0:
+            raise ValueError(f"max_shard_size={max_shard_size!r}: must be positive")
+        return f"{max_shard_size}B"
+    tag = max_shard_size.strip().upper().replace(" ", "")
+    if not tag or not tag[0].isdigit() or not tag.isalnum():
+        raise ValueError(f"max_shard_size={max_shard_size!r}: expected e.g. '100KB' or '2MB'")
+    return tag
+
+
+__all__ = [
+    "TINY_MODEL_VERSION",
+    "TINY_MODEL_NAME",
+    "build_tiny_model",
+    "default_cache_root",
+    "ensure_tiny_model",
+    "read_marker",
+    "resolve_model_path",
+    "sample_image",
+    "tiny_model_dir",
+]

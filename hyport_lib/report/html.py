@@ -1,0 +1,57 @@
+"""Executed notebook -> self-contained HTML that makes no network request.
+
+Decision (see README): widgets are rendered *statically*. nbconvert's widget support
+loads its renderer from a CDN, which air-gapped clusters cannot reach, and bundling
+it would still leave interactive state that the report does not need: every notebook
+shows a static rendering next to each widget. So widget-view outputs are replaced by a
+short note, the saved widget state is dropped, and a template without the
+require.js / MathJax / mermaid / widget script tags is used. Images are already
+embedded as data URIs by nbconvert; its CSS is inlined.
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import nbformat
+
+from hyport_lib.utils.files import atomic_write_text
+from hyport_lib.utils.redact import scrub_text
+
+TEMPLATE_DIR = Path(__file__).parent / "templates"
+WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
+WIDGET_NOTE = ("[interactive widget: live in JupyterLab only; "
+               "its static rendering is shown next to it]")
+
+
+def staticize_widgets(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
+    """Copy of ``nb`` without widget state and with widget views as plain notes."""
+    nb = copy.deepcopy(nb)
+    nb.metadata.pop("widgets", None)
+    for cell in nb.cells:
+        if cell.get("cell_type") != "code":
+            continue
+        for output in cell.get("outputs", []):
+            data = output.get("data")
+            if data and WIDGET_MIME in data:
+                output["data"] = {"text/plain": WIDGET_NOTE}
+    return nb
+
+
+def notebook_to_html(notebook_path: Path, html_path: Path, *, show_inputs: bool = True,
+                     title: str | None = None) -> Path:
+    """Export ``notebook_path`` to an offline HTML file written atomically."""
+    from nbconvert import HTMLExporter
+
+    nb = nbformat.read(str(notebook_path), as_version=4)
+    nb = staticize_widgets(nb)
+    exporter = HTMLExporter(
+        template_name="hyport_offline",
+        extra_template_basedirs=[str(TEMPLATE_DIR)],
+        exclude_input=not show_inputs,
+        exclude_input_prompt=not show_inputs,
+    )
+    resources = {"metadata": {"name": title or Path(notebook_path).stem}}
+    body, _ = exporter.from_notebook_node(nb, resources=resources)
+    return atomic_write_text(html_path, scrub_text(body))

@@ -1,0 +1,128 @@
+"""``index.html`` and ``blog.md`` of a run: summary first, details one click away.
+
+Both are plain text assembled here: no script, no external style or font, so the
+index opens offline. Every figure keeps its provenance label (CPU / emulated / NPU).
+"""
+
+from __future__ import annotations
+
+import html
+import json
+from collections import Counter
+from typing import TYPE_CHECKING
+
+from hyport_lib.display import VERDICT_COLOURS
+from hyport_lib.utils.files import atomic_write_text
+from hyport_lib.utils.redact import scrub_text
+
+if TYPE_CHECKING:  # pragma: no cover
+    from hyport_lib.report.runner import ReportRun
+
+_CSS = """
+body{font-family:system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:2em auto;max-width:1200px;
+color:#222;padding:0 1em}
+h1{margin-bottom:.2em} .sub{color:#666;margin-top:0}
+table{border-collapse:collapse;margin:1em 0;width:100%} th,td{border:1px solid #ccc;padding:.35em .6em;
+text-align:left;vertical-align:top;font-size:.92em} th{background:#f3f3f3}
+.verdict{font-weight:bold;text-align:center} .err{color:#b00020;font-family:monospace;white-space:pre-wrap}
+.prov{color:#555;font-size:.85em} code{background:#f5f5f5;padding:0 .2em}
+.summary span{display:inline-block;margin-right:1em;padding:.2em .6em;border-radius:4px}
+"""
+
+
+def _esc(value) -> str:
+    return html.escape(scrub_text(str(value)))
+
+
+def _verdict_cell(verdict: str) -> str:
+    colour = VERDICT_COLOURS.get(verdict.upper(), "#ffffff")
+    return f'<td class="verdict" style="background:{colour}">{_esc(verdict)}</td>'
+
+
+def _headline(headline: dict) -> str:
+    if not headline:
+        return ""
+    return "<br>".join(f"{_esc(k)}: <b>{_esc(v)}</b>" for k, v in headline.items())
+
+
+def _link(path, label) -> str:
+    return f'<a href="{html.escape(path)}">{html.escape(label)}</a>' if path else ""
+
+
+def render_index(run: "ReportRun") -> str:
+    counts = Counter(s.verdict for s in run.stages)
+    summary = "".join(
+        f'<span style="background:{VERDICT_COLOURS[v]}">{v}: {counts.get(v, 0)}</span>'
+        for v in ("PASS", "WARN", "FAIL", "SKIP"))
+    rows = []
+    for s in run.stages:
+        prov = (s.provenance or {}).get("label", "")
+        error = f'<div class="err">{_esc(s.error)}</div>' if s.error else ""
+        rows.append(
+            "<tr>"
+            f"<td>{_esc(s.stage)}</td>{_verdict_cell(s.verdict)}"
+            f"<td>{_esc(s.summary)}{error}</td>"
+            f"<td>{s.duration_s:.1f} s</td>"
+            f"<td>{_headline(s.headline)}</td>"
+            f'<td class="prov">{_esc(prov)}</td>'
+            f"<td>{_link(s.html, 'report')} {_link(s.notebook, 'notebook')} {_link(s.log, 'log')}</td>"
+            "</tr>")
+    trust = run.parameters.get("trust_remote_code", False)
+    trust_line = ("<b>trust_remote_code is ON</b> (remote model code was allowed to run)"
+                  if trust else "trust_remote_code: off")
+    params = "".join(f"<tr><td><code>{_esc(k)}</code></td><td><code>{_esc(json.dumps(v, default=str))}</code></td></tr>"
+                     for k, v in sorted(run.parameters.items()))
+    unused = (f"<p>Parameters no stage declares (ignored): {_esc(', '.join(run.unused_parameters))}</p>"
+              if run.unused_parameters else "")
+    versions = "".join(f"<tr><td>{_esc(k)}</td><td>{_esc(v if v is not None else 'not installed')}</td></tr>"
+                       for k, v in run.versions.items())
+    return f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"><title>hyport report {_esc(run.run_id)}</title>
+<style>{_CSS}</style></head>
+<body>
+<h1>hyport report</h1>
+<p class="sub">run <code>{_esc(run.run_id)}</code> · started {_esc(run.started)} · finished {_esc(run.finished)}
+ · profile {_esc(run.profile or '(none: notebook defaults)')}</p>
+<p class="summary">{summary}</p>
+<p>{trust_line}. Figures measured on CPU or computed by hyport's NPU emulation are labelled
+as such in the <i>source</i> column and are not NPU measurements.</p>
+<table id="stages"><thead><tr><th>stage</th><th>verdict</th><th>summary</th><th>duration</th>
+<th>headline figures</th><th>source</th><th>details</th></tr></thead>
+<tbody>{''.join(rows)}</tbody></table>
+<h2>Parameters</h2>{unused}
+<table id="parameters"><tbody>{params or '<tr><td>(none)</td></tr>'}</tbody></table>
+<h2>Versions</h2>
+<table id="versions"><tbody>{versions}</tbody></table>
+</body></html>
+"""
+
+
+def write_index(run: "ReportRun"):
+    return atomic_write_text(run.run_dir / "index.html", render_index(run))
+
+
+def render_blog(run: "ReportRun") -> str:
+    """A Markdown draft in the shape of the seed's write-up: context, one section per stage."""
+    lines = [f"# Porting notes: hyport run {run.run_id}", "",
+             "## Context", "",
+             f"- Profile: `{run.profile or 'notebook defaults'}`",
+             f"- Device: `{run.parameters.get('device', 'auto')}`, model: `{run.parameters.get('model_path', 'tiny')}`",
+             "- Software: " + ", ".join(f"{k} {v}" for k, v in run.versions.items() if v),
+             ""]
+    for s in run.stages:
+        lines += [f"## {s.stage} — {s.verdict}", ""]
+        if s.summary:
+            lines += [s.summary, ""]
+        if s.provenance:
+            lines += [f"_Source of figures: {s.provenance.get('label')}_", ""]
+        if s.headline:
+            lines += ["| figure | value |", "|---|---|"]
+            lines += [f"| {k} | {v} |" for k, v in s.headline.items()]
+            lines.append("")
+        if s.error:
+            lines += ["```", s.error, "```", ""]
+    return scrub_text("\n".join(lines))
+
+
+def write_blog_draft(run: "ReportRun"):
+    return atomic_write_text(run.run_dir / "blog.md", render_blog(run))

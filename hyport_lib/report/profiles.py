@@ -1,0 +1,61 @@
+"""Parameter profiles (YAML) and ``-p key=value`` overrides."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Iterable, Optional
+
+import yaml
+
+import hyport_lib
+
+
+def default_profiles_dir() -> Path:
+    return Path(hyport_lib.__file__).resolve().parents[1] / "parameters"
+
+
+def resolve_profile(name_or_path: Optional[str]) -> Optional[Path]:
+    """``default`` / ``ascend-910b-8card`` (a file in parameters/) or a path; None = no profile."""
+    if not name_or_path:
+        return None
+    path = Path(name_or_path)
+    if path.suffix in (".yaml", ".yml") and path.exists():
+        return path
+    candidate = default_profiles_dir() / f"{name_or_path}.yaml"
+    if candidate.exists():
+        return candidate
+    known = ", ".join(sorted(p.stem for p in default_profiles_dir().glob("*.yaml")))
+    raise FileNotFoundError(f"profile {name_or_path!r} not found (as a file or in parameters/: {known})")
+
+
+def load_profile(path: Optional[Path]) -> dict:
+    """Read a profile; errors name the file."""
+    if path is None:
+        return {}
+    try:
+        data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError) as exc:
+        raise ValueError(f"{path}: cannot read profile ({exc})") from exc
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: a profile must be a mapping of parameter: value, got {type(data).__name__}")
+    bad = [k for k in data if not isinstance(k, str) or not k.isidentifier()]
+    if bad:
+        raise ValueError(f"{path}: parameter names must be identifiers, got {bad}")
+    return data
+
+
+def parse_overrides(items: Iterable[str]) -> dict:
+    """``["max_steps=20", "device=cpu"]`` -> dict, values parsed as YAML scalars."""
+    result = {}
+    for item in items or ():
+        key, sep, raw = item.partition("=")
+        key = key.strip()
+        if not sep or not key.isidentifier():
+            raise ValueError(f"-p {item!r}: expected key=value with an identifier key")
+        try:
+            result[key] = yaml.safe_load(raw) if raw.strip() else ""
+        except yaml.YAMLError as exc:
+            raise ValueError(f"-p {item!r}: value is not valid YAML ({exc})") from exc
+    return result

@@ -1,0 +1,273 @@
+"""Run the stage notebooks with papermill and assemble ``outputs/<run-id>/``.
+
+Layout of a run folder::
+
+    outputs/<run-id>/
+      index.html            summary table, parameters, versions (self-contained)
+      run.json              the same, machine-readable
+      blog.md               a blog-post draft built from the results
+      notebooks/NN_x.ipynb  executed notebooks (secrets scrubbed)
+      html/NN_x.html        offline HTML of each
+      results/NN_x.json     what each notebook recorded (hyport_lib.results)
+      logs/NN_x.log         cell outputs streamed by papermill
+
+A stage that fails still leaves its notebook, HTML and log; the next stages run; the
+index shows FAIL with the exception; the command exits non-zero.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as _dt
+import logging
+import os
+import secrets
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable, Iterable, Optional
+
+from hyport_lib.results import RESULTS_DIR_ENV, load_result
+from hyport_lib.stages import Stage, discover_stages, select_stages
+from hyport_lib.utils.files import atomic_write_json, atomic_write_text
+from hyport_lib.utils.redact import is_secret_name, scrub_text
+
+#: Per-cell limit; papermill would otherwise wait forever on a hung cell.
+DEFAULT_CELL_TIMEOUT_S = 1800
+RUN_DIR_ENV = "HYPORT_RUN_DIR"
+# Parameters whose string values are paths: made absolute against the caller's cwd,
+# because the notebooks run with their own folder as working directory.
+_PATH_SUFFIXES = ("_path", "_dir", "_file")
+
+
+@dataclass
+class StageOutcome:
+    stage: str
+    verdict: str
+    summary: str = ""
+    duration_s: float = 0.0
+    notebook: Optional[str] = None  # relative to the run folder
+    html: Optional[str] = None
+    log: Optional[str] = None
+    error: Optional[str] = None
+    headline: dict = field(default_factory=dict)
+    provenance: Optional[dict] = None
+    parameters: dict = field(default_factory=dict)
+
+
+@dataclass
+class ReportRun:
+    run_id: str
+    run_dir: Path
+    profile: Optional[str]
+    parameters: dict
+    stages: list[StageOutcome]
+    versions: dict
+    started: str
+    finished: str = ""
+    unused_parameters: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return all(s.verdict != "FAIL" for s in self.stages)
+
+    def to_dict(self) -> dict:
+        data = asdict(self)
+        data["run_dir"] = str(self.run_dir)
+        data["ok"] = self.ok
+        return data
+
+
+def new_run_dir(output_root: Path) -> tuple[str, Path]:
+    """A fresh ``<timestamp>-<random>`` folder; two concurrent runs never share one."""
+    output_root.mkdir(parents=True, exist_ok=True)
+    while True:
+        stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+        run_id = f"{stamp}-{secrets.token_hex(3)}"
+        run_dir = output_root / run_id
+        try:
+            run_dir.mkdir()
+            return run_id, run_dir
+        except FileExistsError:
+            continue
+
+
+def notebook_parameters(stage: Stage) -> dict:
+    """Names and defaults declared in the notebook's ``parameters`` cell."""
+    import papermill
+
+    return {name: spec.get("default") for name, spec in papermill.inspect_notebook(str(stage.path)).items()}
+
+
+def absolutize_paths(params: dict, base: Path) -> dict:
+    out = {}
+    for key, value in params.items():
+        if (isinstance(value, str) and value and key.endswith(_PATH_SUFFIXES)
+                and not os.path.isabs(value) and (base / value).exists()):
+            value = str((base / value).resolve())
+        out[key] = value
+    return out
+
+
+def safe_parameters(params: dict) -> dict:
+    """Parameters fit to print: secret-named keys dropped, values scrubbed."""
+    return {k: (scrub_text(v) if isinstance(v, str) else v)
+            for k, v in params.items() if not is_secret_name(k)}
+
+
+class _ScrubFilter(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        record.msg = scrub_text(str(record.getMessage()))
+        record.args = ()
+        return True
+
+
+@contextlib.contextmanager
+def _stage_logging(log_path: Path):
+    handler = logging.FileHandler(log_path, encoding="utf-8")
+    handler.setFormatter(logging.Formatter("%(asctime)s %(message)s"))
+    handler.addFilter(_ScrubFilter())
+    logger = logging.getLogger("papermill")
+    old_level = logger.level
+    logger.setLevel(logging.INFO)
+    logger.addHandler(handler)
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(old_level)
+        handler.close()
+
+
+@contextlib.contextmanager
+def _environ(extra: dict):
+    saved = {k: os.environ.get(k) for k in extra}
+    os.environ.update(extra)
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+def _describe_error(exc: BaseException) -> str:
+    ename = getattr(exc, "ename", None)
+    evalue = getattr(exc, "evalue", None)
+    text = f"{ename}: {evalue}" if ename else f"{type(exc).__name__}: {exc}"
+    return scrub_text(text.strip())
+
+
+def _scrub_file(path: Path) -> None:
+    if path.exists():
+        text = path.read_text(encoding="utf-8")
+        clean = scrub_text(text)
+        if clean != text:
+            atomic_write_text(path, clean)
+
+
+def run_stage(stage: Stage, run_dir: Path, params: dict, *, cell_timeout_s: int,
+              kernel_name: Optional[str], show_inputs: bool, progress_bar: bool) -> StageOutcome:
+    """Execute one notebook and collect everything it left; never raises for the notebook's errors."""
+    import papermill
+
+    from hyport_lib.report.html import notebook_to_html
+
+    nb_out = run_dir / "notebooks" / stage.path.name
+    html_out = run_dir / "html" / f"{stage.id}.html"
+    log_out = run_dir / "logs" / f"{stage.id}.log"
+    for folder in (nb_out.parent, html_out.parent, log_out.parent, run_dir / "results"):
+        folder.mkdir(parents=True, exist_ok=True)
+    outcome = StageOutcome(stage=stage.id, verdict="FAIL", parameters=safe_parameters(params),
+                           notebook=str(nb_out.relative_to(run_dir)),
+                           log=str(log_out.relative_to(run_dir)))
+    env = {RESULTS_DIR_ENV: str(run_dir / "results"), RUN_DIR_ENV: str(run_dir),
+           "HYPORT_STAGE": stage.id}
+    started = time.monotonic()
+    error = None
+    with _stage_logging(log_out), _environ(env):
+        try:
+            papermill.execute_notebook(
+                str(stage.path), str(nb_out), parameters=params, kernel_name=kernel_name,
+                cwd=str(stage.path.parent), execution_timeout=cell_timeout_s,
+                progress_bar=progress_bar, log_output=True, request_save_on_cell_execute=True,
+            )
+        except Exception as exc:  # noqa: BLE001 — any notebook failure becomes a FAIL row
+            error = _describe_error(exc)
+    outcome.duration_s = round(time.monotonic() - started, 2)
+    _scrub_file(nb_out)
+    if nb_out.exists():
+        try:
+            notebook_to_html(nb_out, html_out, show_inputs=show_inputs, title=stage.id)
+            outcome.html = str(html_out.relative_to(run_dir))
+        except Exception as exc:  # noqa: BLE001 — keep the stage row even if export fails
+            error = (error + "; " if error else "") + f"HTML export failed: {_describe_error(exc)}"
+    else:
+        outcome.notebook = None
+    result_path = run_dir / "results" / f"{stage.id}.json"
+    if result_path.exists():
+        try:
+            result = load_result(result_path)
+            outcome.verdict, outcome.summary = result.verdict, result.summary
+            outcome.headline, outcome.provenance = result.headline, result.provenance
+        except ValueError as exc:
+            error = (error + "; " if error else "") + str(exc)
+    elif error is None:
+        outcome.verdict, outcome.summary = "WARN", "the notebook ran but recorded no result"
+    if error:
+        outcome.verdict, outcome.error = "FAIL", error
+        outcome.summary = outcome.summary or "stage failed"
+    return outcome
+
+
+def run_report(*, profile: Optional[str] = None, overrides: Optional[dict] = None,
+               only: Optional[Iterable[str]] = None, output_root: Optional[Path] = None,
+               notebooks_dir: Optional[Path] = None, cell_timeout_s: int = DEFAULT_CELL_TIMEOUT_S,
+               kernel_name: Optional[str] = None, show_inputs: bool = True,
+               progress: Optional[Callable[[str], None]] = None,
+               progress_bar: bool = False) -> ReportRun:
+    """Run the selected stages and write the run folder. See the module docstring."""
+    from hyport_lib.report.index import write_blog_draft, write_index
+    from hyport_lib.report.profiles import load_profile, resolve_profile
+    from hyport_lib.report.versions import collect_versions_safely
+
+    say = progress or (lambda msg: print(msg, file=sys.stderr, flush=True))
+    profile_path = resolve_profile(profile)
+    merged = {**load_profile(profile_path), **(overrides or {})}
+    all_stages = discover_stages(notebooks_dir)
+    stages = select_stages(all_stages, only)
+    declared = {s.id: notebook_parameters(s) for s in all_stages}
+    known = set().union(*declared.values()) if declared else set()
+    unknown = sorted(k for k in (overrides or {}) if k not in known)
+    if unknown:
+        raise ValueError(f"-p {', '.join(unknown)}: no notebook declares such a parameter "
+                         f"(known: {', '.join(sorted(known))})")
+    merged = absolutize_paths(merged, Path.cwd())
+    output_root = Path(output_root) if output_root else Path.cwd() / "outputs"
+    run_id, run_dir = new_run_dir(output_root)
+    run = ReportRun(
+        run_id=run_id, run_dir=run_dir, profile=str(profile_path) if profile_path else None,
+        parameters=safe_parameters(merged), stages=[], versions=collect_versions_safely(),
+        started=_dt.datetime.now().isoformat(timespec="seconds"),
+        unused_parameters=sorted(k for k in merged if k not in known),
+    )
+    say(f"hyport report {run_id}: {len(stages)} stage(s) -> {run_dir}")
+    for i, stage in enumerate(stages, 1):
+        params = {k: v for k, v in merged.items() if k in declared[stage.id]}
+        say(f"[{i}/{len(stages)}] {stage.id} ...")
+        outcome = run_stage(stage, run_dir, params, cell_timeout_s=cell_timeout_s,
+                            kernel_name=kernel_name, show_inputs=show_inputs,
+                            progress_bar=progress_bar)
+        run.stages.append(outcome)
+        detail = f" - {outcome.error}" if outcome.error else (f" - {outcome.summary}" if outcome.summary else "")
+        say(f"[{i}/{len(stages)}] {stage.id} {outcome.verdict} ({outcome.duration_s:.1f}s){detail}")
+        # Rewrite the index after every stage: an interrupted run still has one.
+        run.finished = _dt.datetime.now().isoformat(timespec="seconds")
+        write_index(run)
+    atomic_write_json(run_dir / "run.json", run.to_dict())
+    write_blog_draft(run)
+    say(f"index: {run_dir / 'index.html'}")
+    return run

@@ -1,0 +1,149 @@
+"""The report runner: profiles, overrides, stage selection, failing stages, offline HTML."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from hyport_lib.report import html as report_html
+from hyport_lib.report.profiles import load_profile, parse_overrides, resolve_profile
+from hyport_lib.report.runner import absolutize_paths, new_run_dir, run_report
+from hyport_lib.stages import discover_stages, select_stages
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def make_notebook(path: Path, params: str, body: str) -> Path:
+    nb = nbformat.v4.new_notebook()
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    cell = nbformat.v4.new_code_cell(params)
+    cell.metadata["tags"] = ["parameters"]
+    nb.cells = [nbformat.v4.new_markdown_cell("# test stage"), cell, nbformat.v4.new_code_cell(body)]
+    nbformat.write(nb, str(path))
+    return path
+
+
+@pytest.fixture
+def stage_dir(tmp_path):
+    folder = tmp_path / "nbs"
+    folder.mkdir()
+    make_notebook(folder / "01_good.ipynb", "device = 'auto'\nlevel = 1",
+                  "from hyport_lib.results import record_result, Provenance\n"
+                  "import os\nprint('cwd', os.getcwd())\n"
+                  "record_result('01_good', 'PASS', summary=f'level {level}', "
+                  "headline={'level': level}, provenance=Provenance(device='cpu'))")
+    make_notebook(folder / "02_boom.ipynb", "device = 'auto'",
+                  "raise RuntimeError('planted failure in stage 02')")
+    make_notebook(folder / "03_after.ipynb", "device = 'auto'",
+                  "from hyport_lib.results import record_result\n"
+                  "record_result('03_after', 'WARN', summary='still ran after a failure')")
+    return folder
+
+
+def test_overrides_are_parsed_as_yaml():
+    assert parse_overrides(["max_steps=20", "device=cpu", "flag=true", "x=null", "l=[1, 2]"]) == {
+        "max_steps": 20, "device": "cpu", "flag": True, "x": None, "l": [1, 2]}
+    with pytest.raises(ValueError, match="'oops'"):
+        parse_overrides(["oops"])
+    with pytest.raises(ValueError, match="'1x=2'"):
+        parse_overrides(["1x=2"])
+
+
+def test_profiles_resolve_by_name_and_errors_name_the_file(tmp_path):
+    assert resolve_profile("default").name == "default.yaml"
+    assert load_profile(resolve_profile("ascend-910b-8card"))["num_cards"] == 8
+    with pytest.raises(FileNotFoundError, match="nosuch"):
+        resolve_profile("nosuch")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("- just\n- a list\n")
+    with pytest.raises(ValueError, match="bad.yaml"):
+        load_profile(bad)
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("a: [unclosed\n")
+    with pytest.raises(ValueError, match="broken.yaml"):
+        load_profile(broken)
+
+
+def test_seed_profile_matches_the_seed_case():
+    seed = load_profile(resolve_profile("ascend-910b-8card"))
+    assert seed["device"] == "npu" and seed["model_path"] == "/data/models/HY-Embodied-0.5"
+    assert seed["max_steps"] is None and seed["save_steps"] == 100000
+    assert seed["deepspeed"] == "zero2" and seed["bf16"] is True
+
+
+def test_stage_selection(stage_dir):
+    stages = discover_stages(stage_dir)
+    assert [s.id for s in stages] == ["01_good", "02_boom", "03_after"]
+    assert [s.id for s in select_stages(stages, ["1", "03"])] == ["01_good", "03_after"]
+    assert [s.id for s in select_stages(stages, ["boom"])] == ["02_boom"]
+    with pytest.raises(ValueError, match="07"):
+        select_stages(stages, ["07"])
+
+
+def test_run_dirs_are_unique(tmp_path):
+    ids = {new_run_dir(tmp_path)[0] for _ in range(20)}
+    assert len(ids) == 20
+
+
+def test_relative_paths_are_made_absolute(tmp_path):
+    (tmp_path / "code").mkdir()
+    out = absolutize_paths({"code_path": "code", "model_path": "tiny", "n": 3}, tmp_path)
+    assert out == {"code_path": str((tmp_path / "code").resolve()), "model_path": "tiny", "n": 3}
+
+
+def test_widgets_are_made_static():
+    nb = nbformat.v4.new_notebook()
+    nb.metadata["widgets"] = {"application/vnd.jupyter.widget-state+json": {"state": {}}}
+    cell = nbformat.v4.new_code_cell("w")
+    cell.outputs = [nbformat.v4.new_output("display_data", data={
+        report_html.WIDGET_MIME: {"model_id": "abc"}, "text/plain": "HBox()"})]
+    nb.cells = [cell]
+    out = report_html.staticize_widgets(nb)
+    assert "widgets" not in out.metadata
+    assert out.cells[0].outputs[0]["data"] == {"text/plain": report_html.WIDGET_NOTE}
+    assert "widgets" in nb.metadata  # the input is not modified
+
+
+@pytest.mark.slow
+def test_failing_stage_is_reported_and_later_stages_run(stage_dir, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    run = run_report(profile=None, overrides={"level": 7}, notebooks_dir=stage_dir,
+                     output_root=tmp_path / "out", cell_timeout_s=120, progress=lambda m: None)
+    verdicts = {s.stage: s.verdict for s in run.stages}
+    assert verdicts == {"01_good": "PASS", "02_boom": "FAIL", "03_after": "WARN"}
+    assert not run.ok
+    boom = run.stages[1]
+    assert "RuntimeError" in boom.error and "planted failure in stage 02" in boom.error
+    for s in run.stages:  # the failed stage still has its notebook, HTML and log
+        assert (run.run_dir / s.notebook).exists() and (run.run_dir / s.html).exists()
+        assert (run.run_dir / s.log).exists()
+    assert "planted failure" in (run.run_dir / boom.html).read_text()
+    index = (run.run_dir / "index.html").read_text()
+    assert "planted failure in stage 02" in index and ">FAIL<" in index
+    assert "level: <b>7</b>" in index
+    good = json.loads((run.run_dir / "results" / "01_good.json").read_text())
+    assert good["summary"] == "level 7" and good["provenance"]["device"] == "cpu"
+    # notebooks run in their own folder, wherever the command was started
+    assert f"cwd {stage_dir}" in (run.run_dir / run.stages[0].notebook).read_text()
+    assert json.loads((run.run_dir / "run.json").read_text())["ok"] is False
+    assert "02_boom — FAIL" in (run.run_dir / "blog.md").read_text()
+
+
+@pytest.mark.slow
+def test_cli_exit_codes_and_unknown_parameters(stage_dir, tmp_path):
+    base = [sys.executable, "-m", "hyport_lib.commands", "report", "--profile", "none",
+            "--notebooks", str(stage_dir), "--output-dir", str(tmp_path / "o")]
+    bad = subprocess.run(base + ["-p", "nosuch=1"], capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and "nosuch" in bad.stderr
+    ok = subprocess.run(base + ["--only", "01,03"], capture_output=True, text=True, timeout=300)
+    assert ok.returncode == 0, ok.stderr
+    assert "[1/2] 01_good PASS" in ok.stderr and "[2/2] 03_after WARN" in ok.stderr
+    index = Path(ok.stdout.strip().splitlines()[-1])
+    assert index.name == "index.html" and index.exists()
+    failed = subprocess.run(base + ["--only", "02"], capture_output=True, text=True, timeout=300)
+    assert failed.returncode == 1
