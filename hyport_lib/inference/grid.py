@@ -613,3 +613,13 @@ def run_grid(config: Any = None, *, device: str = "auto", num_cards: Optional[in
         wall_s=time.monotonic() - t0, provenance=Provenance(device=backend.kind), plan=plan,
         config=inference, timeout_s=float(timeout_s),
         cards=[raws[c] for c in order if c in raws])
+
+
+def record_grid(result: GridResult, stage: str = "03_inference", **kwargs) -> Path:
+    """Record the grid through the shared results helper (notebook and CLI alike)."""
+    from hyport_lib.results import record_result
+
+    return record_result(
+        stage, grid_verdict(result), summary=result.consistency_line,
+        headline=grid_headline(result), data=result.to_dict(), provenance=result.provenance,
+        **kwargs)

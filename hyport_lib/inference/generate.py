@@ -1,0 +1,414 @@
+"""Inference as a library: the HY-Embodied reference script's behaviour, as functions.
+
+The reference ``inference.py`` loads the checkpoint with ``attn_implementation=eager``
+straight onto the card, answers one image + text prompt ("Result: ...") and then a
+left-padded batch that mixes an image+text sample with a text-only one ("Batch
+Sample 1: ..."). Here the same steps are :func:`load_model`, :func:`run_single` and
+:func:`run_batch`; :func:`run_inference` does all three and times them. A grid
+worker (one process per card) calls :func:`run_inference` and compares
+``output_hash`` across cards: greedy decoding of the same checkpoint must give the
+same text on every card.
+
+torch and transformers are imported inside the functions, so a parent process can
+build an :class:`InferenceConfig` without touching any device library.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any, Optional, Sequence
+
+DTYPES = ("auto", "float32", "bfloat16", "float16")
+
+DEFAULT_BATCH_PROMPTS: tuple[tuple[str, bool], ...] = (
+    ("Describe the image.", True),
+    ("How do I open a fridge?", False),
+)
+
+
+@dataclass
+class InferenceConfig:
+    """What to run and how.
+
+    Attributes:
+        model_path: ``"tiny"`` (the embedded model), a local folder or a hub id.
+        device: torch device string: ``"cpu"``, ``"cuda:0"``, ``"npu:0"``.
+        dtype: ``"auto"`` (the checkpoint's), ``"float32"``, ``"bfloat16"`` or ``"float16"``.
+        attn_implementation: passed to ``from_pretrained``; the reference uses ``eager``.
+        max_new_tokens: tokens generated per answer.
+        temperature: 0 means greedy (deterministic); above 0 samples with ``seed``.
+        seed: seeds torch before each generate call.
+        trust_remote_code: allow the checkpoint's own Python code (off by default; it
+            runs arbitrary code from the model folder).
+        single_prompt: the text of the single image + text inference.
+        batch_prompts: ``(text, uses_image)`` pairs of the batch inference.
+        image: picture file for every image prompt; None draws the sample image.
+        enable_thinking: passed to the chat template.
+    """
+
+    model_path: str = "tiny"
+    device: str = "cpu"
+    dtype: str = "float32"
+    attn_implementation: str = "eager"
+    max_new_tokens: int = 16
+    temperature: float = 0.0
+    seed: int = 0
+    trust_remote_code: bool = False
+    single_prompt: str = "Describe the image."
+    batch_prompts: Sequence[tuple[str, bool]] = DEFAULT_BATCH_PROMPTS
+    image: Optional[str] = None
+    enable_thinking: bool = False
+
+    def __post_init__(self) -> None:
+        if not str(self.model_path or "").strip():
+            raise ValueError("model_path: must not be empty (use 'tiny' for the embedded model)")
+        if not str(self.device or "").strip():
+            raise ValueError("device: must not be empty (e.g. 'cpu', 'cuda:0', 'npu:0')")
+        self.dtype = str(self.dtype).replace("torch.", "")
+        if self.dtype not in DTYPES:
+            raise ValueError(f"dtype={self.dtype!r}: expected one of {', '.join(DTYPES)}")
+        if int(self.max_new_tokens) < 1:
+            raise ValueError(f"max_new_tokens={self.max_new_tokens!r}: must be at least 1")
+        self.max_new_tokens = int(self.max_new_tokens)
+        if float(self.temperature) < 0:
+            raise ValueError(f"temperature={self.temperature!r}: must be >= 0 (0 = greedy)")
+        self.temperature = float(self.temperature)
+        self.seed = int(self.seed)
+        self.trust_remote_code = bool(self.trust_remote_code)
+        self.enable_thinking = bool(self.enable_thinking)
+        self.batch_prompts = _normalise_batch_prompts(self.batch_prompts)
+        if self.image is not None:
+            self.image = str(self.image)
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0.0
+
+    def to_dict(self) -> dict:
+        data = asdict(self)
+        data["batch_prompts"] = [[text, uses_image] for text, uses_image in self.batch_prompts]
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "InferenceConfig":
+        """Inverse of :meth:`to_dict`; unknown keys are an error (a typo, not a no-op)."""
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ValueError(f"InferenceConfig: unknown key(s) {unknown}; known: {sorted(known)}")
+        return cls(**data)
+
+
+@dataclass
+class InferenceOutcome:
+    """Timings and texts of one :func:`run_inference` call.
+
+    ``new_tokens``, ``first_token_s``, ``generate_s`` and ``tokens_per_s`` describe the
+    single inference; ``batch_s`` the batch. ``output_hash`` is the sha256 of the
+    single output and the batch outputs joined by newlines: equal hashes mean equal
+    texts. ``memory`` is the backend's memory reading after generation.
+    """
+
+    load_s: float
+    first_token_s: float
+    generate_s: float
+    new_tokens: int
+    tokens_per_s: float
+    single_output: str
+    batch_outputs: list[str]
+    output_hash: str
+    model_type: str
+    num_parameters: int
+    dtype: str
+    device: str
+    attn_implementation: str
+    trust_remote_code: bool
+    prompt_tokens: int = 0
+    batch_s: float = 0.0
+    memory: Optional[dict] = None
+    model_path: str = ""
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def load_model(config: InferenceConfig):
+    """Load processor and model the way a real checkpoint is loaded.
+
+    ``"tiny"`` is first resolved to the embedded checkpoint's folder. Local folders
+    are loaded with ``local_files_only=True`` so a missing file fails at once
+    instead of trying the network.
+
+    Returns:
+        ``(model, processor)``; the model is in eval mode on ``config.device`` and
+        the processor's tokenizer pads on the left.
+    """
+    import torch
+    from transformers import AutoModelForImageTextToText, AutoProcessor
+
+    from hyport_lib.models.tiny import resolve_model_path
+
+    backend, index = _backend_for(config.device)
+    path = resolve_model_path(config.model_path)
+    common: dict[str, Any] = {"trust_remote_code": config.trust_remote_code}
+    if Path(path).is_dir():
+        common["local_files_only"] = True
+    processor = AutoProcessor.from_pretrained(path, **common)
+    _tokenizer(processor).padding_side = "left"
+
+    dtype = "auto" if config.dtype == "auto" else getattr(torch, config.dtype)
+    model = AutoModelForImageTextToText.from_pretrained(
+        path,
+        attn_implementation=config.attn_implementation,
+        **{_dtype_kwarg(): dtype},
+        **common,
+    )
+    if backend.is_accelerator:
+        backend.set_device(index)
+    model = model.to(config.device).eval()
+    backend.synchronize()
+    return model, processor
+
+
+def run_single(model, processor, config: InferenceConfig) -> tuple[str, dict]:
+    """One image + text prompt (the reference's "Result: ...").
+
+    Returns:
+        ``(text, stats)`` where stats holds ``prompt_tokens``, ``new_tokens``,
+        ``first_token_s`` (time to the first generated token), ``generate_s`` and
+        ``tokens_per_s``.
+    """
+    image = _load_image(config)
+    text = _chat_text(processor, config.single_prompt, uses_image=True, config=config)
+    inputs = _to_device(processor(text=[text], images=[image], return_tensors="pt"), model)
+    prompt_tokens = int(inputs["input_ids"].shape[1])
+
+    backend, _ = _backend_for(config.device)
+    streamer = _FirstTokenTimer()
+    backend.synchronize()
+    streamer.start()
+    output = model.generate(**inputs, **_generate_kwargs(config), streamer=streamer)
+    backend.synchronize()
+    generate_s = time.perf_counter() - streamer.started
+    new_ids = output[:, prompt_tokens:]
+    new_tokens = int(new_ids.shape[1])
+    stats = {
+        "prompt_tokens": prompt_tokens,
+        "new_tokens": new_tokens,
+        "first_token_s": streamer.first_token_s if streamer.first_token_s is not None else generate_s,
+        "generate_s": generate_s,
+        "tokens_per_s": new_tokens / generate_s if generate_s > 0 else 0.0,
+    }
+    return _decode(processor, new_ids)[0], stats
+
+
+def run_batch(model, processor, config: InferenceConfig) -> list[str]:
+    """The left-padded batch (the reference's "Batch Sample i: ...").
+
+    Image prompts and text-only prompts share one batch; each image prompt gets the
+    configured image.
+    """
+    texts, images = [], []
+    for prompt, uses_image in config.batch_prompts:
+        texts.append(_chat_text(processor, prompt, uses_image=uses_image, config=config))
+        if uses_image:
+            images.append(_load_image(config))
+    # Left padding: generation appends on the right, so every row's prompt must end
+    # at the same column. Set here too in case the caller loaded the processor.
+    _tokenizer(processor).padding_side = "left"
+    call: dict[str, Any] = {"text": texts, "padding": True, "return_tensors": "pt"}
+    if images:
+        call["images"] = images
+    inputs = _to_device(processor(**call), model)
+    output = model.generate(**inputs, **_generate_kwargs(config))
+    return _decode(processor, output[:, inputs["input_ids"].shape[1]:])
+
+
+def run_inference(config: InferenceConfig) -> InferenceOutcome:
+    """Load, answer the single prompt, answer the batch, and time it all."""
+    backend, index = _backend_for(config.device)
+    started = time.perf_counter()
+    model, processor = load_model(config)
+    load_s = time.perf_counter() - started
+
+    single, stats = run_single(model, processor, config)
+    started = time.perf_counter()
+    batch = run_batch(model, processor, config)
+    backend.synchronize()
+    batch_s = time.perf_counter() - started
+
+    return InferenceOutcome(
+        load_s=load_s,
+        first_token_s=stats["first_token_s"],
+        generate_s=stats["generate_s"],
+        new_tokens=stats["new_tokens"],
+        tokens_per_s=stats["tokens_per_s"],
+        single_output=single,
+        batch_outputs=batch,
+        output_hash=output_hash(single, batch),
+        model_type=str(getattr(model.config, "model_type", type(model).__name__)),
+        num_parameters=int(model.num_parameters()),
+        dtype=str(model.dtype).replace("torch.", ""),
+        device=str(model.device),
+        attn_implementation=str(getattr(model.config, "_attn_implementation", None)
+                                or config.attn_implementation),
+        trust_remote_code=config.trust_remote_code,
+        prompt_tokens=stats["prompt_tokens"],
+        batch_s=batch_s,
+        memory=backend.memory_stats(index).to_dict(),
+        model_path=config.model_path,
+    )
+
+
+def output_hash(single: str, batch: Sequence[str]) -> str:
+    """sha256 hex of the single output and the batch outputs joined by newlines."""
+    return hashlib.sha256("\n".join([single, *batch]).encode("utf-8")).hexdigest()
+
+
+# --- helpers -------------------------------------------------------------------------
+
+
+def _normalise_batch_prompts(prompts) -> tuple[tuple[str, bool], ...]:
+    """Accept pairs, or dicts ``{"text": ..., "image": bool}`` as YAML writes them."""
+    if isinstance(prompts, (str, bytes)) or not isinstance(prompts, Sequence):
+        raise ValueError(f"batch_prompts={prompts!r}: expected a list of [text, uses_image] pairs")
+    result = []
+    for i, item in enumerate(prompts):
+        if isinstance(item, dict):
+            text, uses_image = item.get("text"), item.get("image", False)
+        elif isinstance(item, Sequence) and not isinstance(item, str) and len(item) == 2:
+            text, uses_image = item
+        else:
+            raise ValueError(f"batch_prompts[{i}]={item!r}: expected [text, uses_image]")
+        if not isinstance(text, str) or not text.strip():
+            raise ValueError(f"batch_prompts[{i}]: text must be a non-empty string, got {text!r}")
+        result.append((text, bool(uses_image)))
+    if not result:
+        raise ValueError("batch_prompts: must hold at least one prompt")
+    return tuple(result)
+
+
+def _dtype_kwarg() -> str:
+    # transformers 5 renamed from_pretrained's torch_dtype to dtype; 4.57 only has the old name.
+    import transformers
+
+    major = int(transformers.__version__.split(".")[0])
+    return "dtype" if major >= 5 else "torch_dtype"
+
+
+def _backend_for(device: str):
+    from hyport_lib.backend import get_backend
+
+    kind, _, index = str(device).partition(":")
+    try:
+        card = int(index) if index else 0
+    except ValueError:
+        raise ValueError(f"device={device!r}: expected e.g. 'cpu', 'cuda:0' or 'npu:0'") from None
+    return get_backend(kind), card
+
+
+def _tokenizer(processor):
+    return getattr(processor, "tokenizer", processor)
+
+
+def _load_image(config: InferenceConfig):
+    from hyport_lib.models.sample_image import sample_image
+
+    if config.image is None:
+        return sample_image()
+    from PIL import Image
+
+    path = Path(config.image).expanduser()
+    if not path.is_file():
+        raise FileNotFoundError(f"image={config.image!r}: no such file")
+    with Image.open(path) as img:
+        return img.convert("RGB")
+
+
+def _chat_text(processor, prompt: str, *, uses_image: bool, config: InferenceConfig) -> str:
+    content = ([{"type": "image"}] if uses_image else []) + [{"type": "text", "text": prompt}]
+    messages = [{"role": "user", "content": content}]
+    return processor.apply_chat_template(
+        messages,
+        tokenize=False,
+        add_generation_prompt=True,
+        enable_thinking=config.enable_thinking,
+    )
+
+
+def _to_device(inputs, model):
+    """Move every tensor to the model's device; floating ones also to its dtype
+    (pixel values come out of the image processor as float32)."""
+    import torch
+
+    moved = {}
+    for key, value in inputs.items():
+        if isinstance(value, torch.Tensor):
+            if torch.is_floating_point(value):
+                value = value.to(device=model.device, dtype=model.dtype)
+            else:
+                value = value.to(model.device)
+        moved[key] = value
+    return moved
+
+
+def _generate_kwargs(config: InferenceConfig) -> dict:
+    import torch
+
+    # Seeding before every call makes sampling repeatable; greedy ignores it.
+    torch.manual_seed(config.seed)
+    kwargs: dict[str, Any] = {"max_new_tokens": config.max_new_tokens}
+    if config.greedy:
+        kwargs["do_sample"] = False
+    else:
+        kwargs.update(do_sample=True, temperature=config.temperature)
+    return kwargs
+
+
+def _decode(processor, token_ids) -> list[str]:
+    texts = _tokenizer(processor).batch_decode(token_ids, skip_special_tokens=True)
+    return [text.strip() for text in texts]
+
+
+class _FirstTokenTimer:
+    """A generate() streamer that only notes when the first new token arrives.
+
+    generate() first puts the prompt, then each new token; the second put is
+    therefore the first generated token. Its ``.cpu()`` waits for the device, so the
+    time is real even on asynchronous backends.
+    """
+
+    def __init__(self) -> None:
+        self.started = 0.0
+        self.first_token_s: Optional[float] = None
+        self._puts = 0
+
+    def start(self) -> None:
+        self.started = time.perf_counter()
+        self.first_token_s = None
+        self._puts = 0
+
+    def put(self, value) -> None:
+        self._puts += 1
+        if self._puts == 2 and self.first_token_s is None:
+            value.cpu()
+            self.first_token_s = time.perf_counter() - self.started
+
+    def end(self) -> None:
+        if self.first_token_s is None:  # ended without a second put
+            self.first_token_s = time.perf_counter() - self.started
+
+
+__all__ = [
+    "DTYPES",
+    "InferenceConfig",
+    "InferenceOutcome",
+    "load_model",
+    "output_hash",
+    "run_batch",
+    "run_inference",
+    "run_single",
+]

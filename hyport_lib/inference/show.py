@@ -1,0 +1,114 @@
+"""Rendering of the inference grid for notebooks: table, consistency line, log tails.
+
+Compute lives in :mod:`hyport_lib.inference.grid`; everything here only displays a
+:class:`~hyport_lib.inference.grid.GridResult`. Whatever is shown with a widget (the
+card picker) also has a static rendering (:func:`show_log_tails`), because the
+report's HTML is static and widget views are stripped from it.
+"""
+
+from __future__ import annotations
+
+import html
+from typing import Callable
+
+import pandas as pd
+
+from hyport_lib.display import LiveDisplay, style_verdicts
+from hyport_lib.inference.grid import GridProgress, GridResult, consistency
+
+#: Columns of the table shown in notebooks (the full frame has more).
+DISPLAY_COLUMNS = [
+    "card", "device", "status", "load_s", "first_token_s", "tokens_per_s", "peak_memory_mb",
+    "single_output", "batch_outputs", "output_hash", "same_output", "cpu_fallback_warnings", "fallback_ops",
+    "error",
+]
+
+
+def compact_frame(frame: pd.DataFrame) -> pd.DataFrame:
+    """The grid table for reading: short hashes, joined previews, first error line,
+    and ``same_output`` (does this card agree with the majority of ok cards)."""
+    out = frame.copy()
+    _, differing, reference = consistency(frame)
+    out["same_output"] = [
+        ("yes" if card not in differing else "NO") if status == "ok" else ""
+        for card, status in zip(frame["card"], frame["status"])]
+    out["batch_outputs"] = [" | ".join(v) if isinstance(v, list) else (v or "")
+                            for v in out["batch_outputs"]]
+    out["output_hash"] = [str(h)[:12] if h else "" for h in out["output_hash"]]
+    out["error"] = [str(e).splitlines()[0] if e else "" for e in out["error"]]
+    for col in ("single_output", "fallback_ops"):
+        out[col] = out[col].fillna("")
+    return out[[c for c in DISPLAY_COLUMNS if c in out.columns]]
+
+
+def grid_styler(frame: pd.DataFrame):
+    """Styler of the compact table, status cells coloured, disagreeing cards marked."""
+    compact = compact_frame(frame)
+    styler = style_verdicts(compact, columns=("status",))
+    styler = styler.map(lambda v: "background-color: #ffcdd2" if v == "NO" else "",
+                        subset=["same_output"])
+    return styler.format(precision=3, na_rep="")
+
+
+def show_grid(result: GridResult) -> None:
+    """Display the coloured grid table, the consistency line and the preflight notes."""
+    from IPython.display import Markdown, display
+
+    display(grid_styler(result.frame))
+    counts = ", ".join(f"{n} {s}" for s, n in result.counts.items() if n)
+    mark = "✅" if result.consistent else "⚠️"
+    lines = [f"{mark} **{result.consistency_line}**",
+             f"Cards: {counts}. Wall time {result.wall_s:.1f} s (timeout {result.timeout_s:g} s per card). "
+             f"Logs: `{result.log_dir}`. Figures: {result.provenance.label}."]
+    if result.plan and result.plan.preflight_error:
+        lines.append(f"⚠️ Preflight: {result.plan.preflight_error}; cards were not checked for other processes.")
+    display(Markdown("\n\n".join(lines)))
+
+
+def log_tails_html(result: GridResult, lines: int = 20) -> str:
+    """Every card's log tail as static HTML (also what the report keeps)."""
+    parts = []
+    for card, status in zip(result.frame["card"], result.frame["status"]):
+        tail = result.log_tail(int(card), lines)
+        parts.append(f"<h4>card {int(card)} — {html.escape(str(status))}</h4>"
+                     f"<pre style='max-height:20em;overflow:auto'>{html.escape(tail or '(empty log)')}</pre>")
+    return "\n".join(parts)
+
+
+def show_log_tails(result: GridResult, lines: int = 20) -> None:
+    """Static rendering of every card's log tail."""
+    from IPython.display import HTML, display
+
+    display(HTML(log_tails_html(result, lines)))
+
+
+def card_log_picker(result: GridResult, lines: int = 40):
+    """A Dropdown of cards and an Output showing the chosen card's log tail.
+
+    Returns the widget (a VBox); :func:`show_log_tails` is its static counterpart.
+    """
+    import ipywidgets as widgets
+
+    options = [(f"card {int(c)} ({s})", int(c)) for c, s in zip(result.frame["card"], result.frame["status"])]
+    picker = widgets.Dropdown(options=options, description="Card")
+    out = widgets.Output()
+
+    def render(card: int) -> None:
+        out.clear_output()
+        with out:
+            print(result.log_tail(card, lines) or "(empty log)")
+
+    picker.observe(lambda change: render(change["new"]), names="value")
+    if options:
+        render(options[0][1])
+    return widgets.VBox([picker, out])
+
+
+def live_grid_display(min_interval_s: float = 0.5) -> Callable[[GridProgress], None]:
+    """An ``on_update`` callback for ``run_grid``: one table, updated as cards finish."""
+    live = LiveDisplay(min_interval_s=min_interval_s)
+
+    def update(progress: GridProgress) -> None:
+        live.update(grid_styler(progress.frame), force=progress.done == progress.total)
+
+    return update

@@ -1,0 +1,96 @@
+"""The scan's results: one ``Hit`` per finding, gathered in a ``ScanReport``."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from typing import Iterable, Optional
+
+FRAME_COLUMNS = ("file", "line", "category", "snippet", "suggestion")
+SNIPPET_MAX = 200
+
+
+def make_snippet(source_line: str) -> str:
+    """The source line, stripped and cut to ``SNIPPET_MAX`` characters."""
+    text = source_line.strip()
+    return text if len(text) <= SNIPPET_MAX else text[:SNIPPET_MAX - 1] + "…"
+
+
+@dataclass(frozen=True, order=True)
+class Hit:
+    """One finding.
+
+    Attributes:
+        file: path relative to the scanned root, with ``/`` separators.
+        line: 1-based line number.
+        col: 0-based column of the finding on that line.
+        category: one of ``hyport_lib.scan.rules.CATEGORIES``.
+        snippet: the source line, stripped.
+        suggestion: what to write instead on Ascend.
+    """
+
+    file: str
+    line: int
+    col: int
+    category: str
+    snippet: str
+    suggestion: str
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class ScanReport:
+    """Everything one ``scan_path`` call found.
+
+    Attributes:
+        root: the scanned path as given (a folder or one file).
+        hits: findings sorted by file, line, column.
+        unparsable: ``(file, error)`` for files that could not be parsed; they are also
+            listed as hits of category ``unparsable`` and scanned line by line instead.
+        files_scanned: how many files were read.
+    """
+
+    root: str
+    hits: list[Hit] = field(default_factory=list)
+    unparsable: list[tuple[str, str]] = field(default_factory=list)
+    files_scanned: int = 0
+
+    @property
+    def clean(self) -> bool:
+        """True when nothing was found (a file that does not parse is a finding)."""
+        return not self.hits and not self.unparsable
+
+    def counts(self) -> dict[str, int]:
+        """Hits per category, categories sorted by name."""
+        return dict(sorted(Counter(h.category for h in self.hits).items()))
+
+    def frame(self):
+        """Hits as a pandas DataFrame with columns file, line, category, snippet, suggestion."""
+        import pandas as pd
+
+        return pd.DataFrame([[getattr(h, c) for c in FRAME_COLUMNS] for h in self.hits],
+                            columns=list(FRAME_COLUMNS))
+
+    def only(self, categories: Optional[Iterable[str]]) -> "ScanReport":
+        """A copy keeping only hits (and unparsable files) of ``categories``; None keeps all."""
+        if categories is None:
+            return self
+        keep = set(categories)
+        return ScanReport(
+            root=self.root,
+            hits=[h for h in self.hits if h.category in keep],
+            unparsable=list(self.unparsable) if "unparsable" in keep else [],
+            files_scanned=self.files_scanned,
+        )
+
+    def to_dict(self) -> dict:
+        return {
+            "root": self.root,
+            "files_scanned": self.files_scanned,
+            "clean": self.clean,
+            "counts": self.counts(),
+            "hits": [h.to_dict() for h in self.hits],
+            "unparsable": [{"file": f, "error": e} for f, e in self.unparsable],
+        }

@@ -1,0 +1,259 @@
+"""What the port scan looks for, and what it suggests in its place.
+
+One table per kind of finding, so that a new rule is one line. Suggestions name
+hyport's own seam where it has one (``hyport_lib.backend.get_backend()`` answers
+every device question; ``hyport_lib.attention`` replaces flash-attn) and the
+``torch_npu`` call an Ascend port uses otherwise.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Optional
+
+# --- categories (short, stable: they appear in JSON output and tests) ---------------
+FLASH_ATTN = "flash_attn"
+CUDA_CALL = "cuda_call"
+CUDA_DEVICE = "cuda_device"
+CUDA_EXT = "cuda_ext"
+NCCL = "nccl"
+APEX = "apex"
+XFORMERS = "xformers"
+TRITON = "triton"
+BITSANDBYTES = "bitsandbytes"
+REQUIREMENT = "requirement"
+UNPARSABLE = "unparsable"
+
+CATEGORIES = (FLASH_ATTN, CUDA_CALL, CUDA_DEVICE, CUDA_EXT, NCCL, APEX, XFORMERS, TRITON,
+              BITSANDBYTES, REQUIREMENT, UNPARSABLE)
+
+_SHIM = ("hyport_lib.attention.install_flash_attn_shim(backend) before the model's import, "
+         "or attn_implementation=hyport_lib.attention.register_hyport_attention(...)")
+_NFA_VARLEN = (f"{_SHIM}; on NPU torch_npu.npu_fusion_attention(q, k, v, head_num, 'TND', "
+               "actual_seq_qlen=cu_seqlens_q[1:] (host list, no leading 0), actual_seq_kvlen="
+               "cu_seqlens_k[1:], scale=softmax_scale or 1/sqrt(d) (NFA defaults to 1.0); "
+               "causal -> sparse_mode=3 + 2048x2048 triu(1) mask")
+_NFA_DENSE = (f"{_SHIM}; on NPU torch_npu.npu_fusion_attention(q, k, v, head_num, 'BSND' "
+              "(or 'BNSD'), scale=softmax_scale or 1/sqrt(d) (NFA defaults to 1.0)); causal -> "
+              "sparse_mode=3 + 2048x2048 triu(1) mask")
+_BACKEND = "hyport_lib.backend.get_backend()"
+
+#: Top-level module -> category. Imports (static or by name) of these are findings.
+MODULE_CATEGORIES = {
+    "flash_attn": FLASH_ATTN, "flash_attn_2_cuda": FLASH_ATTN, "flash_attn_interface": FLASH_ATTN,
+    "apex": APEX, "amp_C": APEX,
+    "xformers": XFORMERS,
+    "triton": TRITON,
+    "bitsandbytes": BITSANDBYTES,
+}
+
+#: Qualified-name prefix -> category, for names that live inside other packages.
+QUALIFIED_CATEGORIES = {
+    "torch.cuda": CUDA_CALL,
+    "torch.backends.cuda": CUDA_CALL,
+    "torch.utils.cpp_extension.CUDAExtension": CUDA_EXT,
+    "torch.utils.cpp_extension.CUDA_HOME": CUDA_EXT,
+    "torch.distributed.Backend.NCCL": NCCL,
+    "transformers.modeling_flash_attention_utils": FLASH_ATTN,
+}
+
+#: Qualified-name prefix -> suggestion; the longest matching prefix wins.
+SUGGESTIONS = {
+    "flash_attn": _SHIM + "; on NPU torch_npu.npu_fusion_attention",
+    "flash_attn.flash_attn_varlen_func": _NFA_VARLEN,
+    "flash_attn.flash_attn_varlen_qkvpacked_func": _NFA_VARLEN,
+    "flash_attn.flash_attn_varlen_kvpacked_func": _NFA_VARLEN,
+    "flash_attn.flash_attn_interface.flash_attn_varlen_func": _NFA_VARLEN,
+    "flash_attn.flash_attn_func": _NFA_DENSE,
+    "flash_attn.flash_attn_qkvpacked_func": _NFA_DENSE,
+    "flash_attn.flash_attn_kvpacked_func": _NFA_DENSE,
+    "flash_attn.flash_attn_interface.flash_attn_func": _NFA_DENSE,
+    "flash_attn.bert_padding": ("pure-PyTorch (un)padding helpers: keep a copy (a few lines of "
+                                "torch index ops) or rely on install_flash_attn_shim if it "
+                                "provides flash_attn.bert_padding"),
+    "flash_attn.layers.rotary": "torch_npu.npu_rotary_mul on NPU, or the model's rotate_half path",
+    "flash_attn.ops": "torch_npu.npu_rms_norm / torch.nn.RMSNorm / torch.nn.LayerNorm",
+    "flash_attn.losses": "torch.nn.functional.cross_entropy",
+    "flash_attn_2_cuda": "flash-attn's CUDA extension: no Ascend build; " + _SHIM,
+    "flash_attn_interface": "flash-attn 3 (Hopper only): " + _SHIM,
+    "transformers.modeling_flash_attention_utils": (
+        "transformers' flash-attn wrapper; on Ascend use "
+        "attn_implementation=hyport_lib.attention.register_hyport_attention(...) or 'sdpa'"),
+    "torch.cuda": f"go through {_BACKEND} (the same call exists as torch.npu.* on NPU)",
+    "torch.cuda.synchronize": "backend.synchronize()",
+    "torch.cuda.is_available": ("backend.is_accelerator / backend.kind (after transfer_to_npu "
+                                "torch.cuda.is_available() answers for the NPU)"),
+    "torch.cuda.device_count": "backend.num_cards()",
+    "torch.cuda.set_device": "backend.set_device(i)",
+    "torch.cuda.current_device": "the local rank; backend.device(local_rank)",
+    "torch.cuda.device": "backend.set_device(i) / backend.device(i)",
+    "torch.cuda.memory_allocated": "backend.memory_stats(i).allocated",
+    "torch.cuda.max_memory_allocated": "backend.memory_stats(i).peak",
+    "torch.cuda.memory_reserved": "backend.memory_stats(i).reserved",
+    "torch.cuda.max_memory_reserved": "backend.memory_stats(i).reserved",
+    "torch.cuda.memory_stats": "backend.memory_stats(i)",
+    "torch.cuda.reset_peak_memory_stats": "backend.reset_peak_memory(i)",
+    "torch.cuda.reset_max_memory_allocated": "backend.reset_peak_memory(i)",
+    "torch.cuda.empty_cache": "torch.npu.empty_cache() on NPU; keep it behind backend.kind",
+    "torch.cuda.is_bf16_supported": "backend.supports_bf16()",
+    "torch.cuda.get_device_name": "backend.describe()",
+    "torch.cuda.get_device_properties": "backend.describe()",
+    "torch.cuda.manual_seed": "torch.manual_seed(seed) (seeds every device)",
+    "torch.cuda.manual_seed_all": "torch.manual_seed(seed) (seeds every device)",
+    "torch.cuda.amp": "torch.autocast(device_type=backend.kind, dtype=torch.bfloat16)",
+    "torch.cuda.amp.GradScaler": ("torch.amp.GradScaler(backend.kind) (torch >= 2.3); "
+                                  "not needed with bf16"),
+    "torch.cuda.amp.custom_fwd": "torch.amp.custom_fwd(device_type=backend.kind)",
+    "torch.cuda.amp.custom_bwd": "torch.amp.custom_bwd(device_type=backend.kind)",
+    "torch.cuda.Stream": "torch.npu.Stream on NPU; keep it behind backend.kind",
+    "torch.cuda.Event": "torch.npu.Event on NPU; keep it behind backend.kind",
+    "torch.cuda.nvtx": "CUDA-only profiler markers: drop, or guard with backend.kind == 'cuda'",
+    "torch.backends.cuda": ("CUDA-only switch: guard with backend.kind == 'cuda' (TF32 has no "
+                            "effect on NPU; torch_npu's counterpart is torch.npu.matmul.allow_hf32)"),
+    "torch.backends.cuda.sdp_kernel": "torch.nn.attention.sdpa_kernel, CUDA only: guard with backend.kind",
+    "torch.utils.cpp_extension": ("custom CUDA kernels: no Ascend build (port to an Ascend C "
+                                  "custom op or fall back to the PyTorch reference)"),
+    "torch.distributed.Backend.NCCL": "backend.dist_backend ('hccl' on Ascend)",
+    "apex": ("torch.optim.AdamW(fused=True) / torch_npu's fused optimizers (torch_npu.optim); "
+             "torch.autocast instead of apex.amp; torch.nn.LayerNorm/RMSNorm instead of apex.normalization"),
+    "amp_C": "apex's CUDA extension: drop with apex (torch.optim fused=True)",
+    "xformers": ("torch.nn.functional.scaled_dot_product_attention, or torch_npu.npu_fusion_attention "
+                 "on NPU (see hyport_lib.attention)"),
+    "triton": ("no Ascend equivalent in this stack (triton-ascend is a separate project): "
+               "use the PyTorch reference path"),
+    "bitsandbytes": ("not supported on Ascend: load in bf16/fp16 (or use an Ascend "
+                     "quantisation tool such as msModelSlim)"),
+}
+
+#: Attribute / function names that are findings wherever they appear.
+NAME_RULES = {
+    re.compile(r"^is_flash_attn\w*$"): (FLASH_ATTN, (
+        "False on Ascend, so the code takes its non-flash path; to keep the flash path "
+        "install_flash_attn_shim(backend) or use register_hyport_attention")),
+    re.compile(r"^is_xformers\w*_available$"): (XFORMERS, "False on Ascend: the fallback path runs"),
+    re.compile(r"^is_triton\w*_available$"): (TRITON, "False on Ascend: the fallback path runs"),
+    re.compile(r"^is_bitsandbytes\w*_available$"): (BITSANDBYTES, "False on Ascend: the fallback path runs"),
+    re.compile(r"^is_apex\w*_available$"): (APEX, "False on Ascend: the fallback path runs"),
+    re.compile(r"^enable_xformers_memory_efficient_attention$"): (XFORMERS, (
+        "drop it: SDPA (the default) is used instead; NPU attention via hyport_lib.attention")),
+    re.compile(r"^is_nccl_available$"): (NCCL, "check backend.dist_backend instead"),
+    re.compile(r"^is_cuda$"): (CUDA_DEVICE, "tensor.device.type == backend.kind"),
+}
+
+# --- string literals -----------------------------------------------------------------
+CUDA_DEVICE_RE = re.compile(r"^cuda(:(\d+|%d|\{\w*\}))?$")
+FLASH_IMPL_RE = re.compile(r"^flash_attention_[23]$")
+NCCL_STRING_RE = re.compile(r"^nccl$|\bcuda:nccl\b")
+PACKAGE_NAME_RE = re.compile(
+    r"^(flash[_-]attn(_2_cuda|_interface)?|apex|amp_C|xformers|triton|bitsandbytes)(\.[\w.]+)?$")
+#: CUDA / NCCL environment variables, alone or as a shell assignment ``NAME=value``.
+ENV_VAR_RE = re.compile(
+    r"(?:^|[\s;&])(CUDA_VISIBLE_DEVICES|CUDA_LAUNCH_BLOCKING|PYTORCH_CUDA_ALLOC_CONF|"
+    r"NCCL_[A-Z0-9_]+)(?:=|$)")
+
+ENV_SUGGESTIONS = {
+    "CUDA_VISIBLE_DEVICES": ("backend.visible_devices_var / backend.visible_devices_env(ids) "
+                             "(ASCEND_RT_VISIBLE_DEVICES on Ascend; no spaces in the list)"),
+    "CUDA_LAUNCH_BLOCKING": "ASCEND_LAUNCH_BLOCKING=1 on Ascend",
+    "PYTORCH_CUDA_ALLOC_CONF": "PYTORCH_NPU_ALLOC_CONF on Ascend (e.g. expandable_segments:True)",
+    "NCCL_SOCKET_IFNAME": "HCCL_SOCKET_IFNAME on Ascend",
+    "NCCL_TIMEOUT": "HCCL_CONNECT_TIMEOUT / HCCL_EXEC_TIMEOUT on Ascend",
+    "NCCL_BLOCKING_WAIT": "HCCL_CONNECT_TIMEOUT / HCCL_EXEC_TIMEOUT on Ascend",
+    "NCCL_ASYNC_ERROR_HANDLING": "HCCL_CONNECT_TIMEOUT / HCCL_EXEC_TIMEOUT on Ascend",
+    "NCCL_DEBUG": "ASCEND_GLOBAL_LOG_LEVEL / ASCEND_SLOG_PRINT_TO_STDOUT on Ascend",
+}
+NCCL_ENV_DEFAULT = ("no effect under HCCL; see HCCL_IF_BASE_PORT, HCCL_SOCKET_IFNAME, "
+                    "HCCL_CONNECT_TIMEOUT, HCCL_EXEC_TIMEOUT")
+
+DEVICE_SUGGESTION = f"backend.device(i) from {_BACKEND}"
+DEVICE_CONTEXT_SUGGESTIONS = {
+    "to": ".to(backend.device(i))",
+    "device": "backend.device(i) / backend.torch_device(i)",
+    "device_map": "device_map=backend.device(i) (or 'auto')",
+    "device_type": "device_type=backend.kind",
+    "autocast": "device_type=backend.kind",
+    "GradScaler": "torch.amp.GradScaler(backend.kind)",
+    "compare": "compare with backend.kind ('npu' on Ascend)",
+}
+NCCL_SUGGESTION = "backend.dist_backend ('hccl' on Ascend)"
+FLASH_IMPL_SUGGESTION = ("attn_implementation=hyport_lib.attention.register_hyport_attention(...) "
+                         "(or 'sdpa'); transformers' own NPU flash path as a baseline")
+CUDA_METHOD_SUGGESTION = ".to(backend.device(i)) (device from hyport_lib.backend.get_backend())"
+GUARDED_PREFIX = "guarded import (optional, the code has a fallback): "
+
+# --- dependency declarations ---------------------------------------------------------
+_PACKAGE_SUGGESTIONS = {
+    "flash-attn": "remove: " + _SHIM + "; torch_npu provides npu_fusion_attention",
+    "apex": "remove: " + SUGGESTIONS["apex"],
+    "xformers": "remove: " + SUGGESTIONS["xformers"],
+    "triton": "remove: " + SUGGESTIONS["triton"],
+    "pytorch-triton": "remove: " + SUGGESTIONS["triton"],
+    "bitsandbytes": "remove: " + SUGGESTIONS["bitsandbytes"],
+    "vllm": "vllm-ascend on Ascend (matching the installed vllm and torch_npu)",
+    "cupy": "no Ascend build: replace with torch / numpy",
+    "pynvml": "npu-smi info (hyport env reads it)",
+    "nvidia-ml-py": "npu-smi info (hyport env reads it)",
+    "mamba-ssm": "CUDA-only kernels: use the model's pure-PyTorch path",
+    "causal-conv1d": "CUDA-only kernels: use the model's pure-PyTorch path",
+    "liger-kernel": "Triton kernels, no Ascend build: drop (use the PyTorch modules)",
+    "cudatoolkit": "CUDA runtime: not needed on Ascend (CANN provides the runtime)",
+    "pytorch-cuda": "CUDA runtime: not needed on Ascend (CANN provides the runtime)",
+    "cudnn": "CUDA runtime: not needed on Ascend (CANN provides the runtime)",
+    "nccl": "CUDA collectives: not needed on Ascend (HCCL ships with CANN)",
+}
+_PREFIX_SUGGESTIONS = (
+    ("flash-attn", _PACKAGE_SUGGESTIONS["flash-attn"]),
+    ("nvidia-", "CUDA runtime wheel: not needed on Ascend (CANN provides the runtime)"),
+    ("cupy-cuda", _PACKAGE_SUGGESTIONS["cupy"]),
+    ("cuda-", "CUDA toolkit package: not needed on Ascend (CANN provides the runtime)"),
+)
+CUDA_WHEEL_SUGGESTION = ("CUDA build of torch: on Ascend install the plain torch matching "
+                         "torch_npu (torch X.Y <-> torch_npu X.Y.*), then torch_npu")
+_CUDA_WHEEL_RE = re.compile(r"\+cu\d{2,3}\b|download\.pytorch\.org/whl/cu\d{2,3}")
+
+
+def normalize_dist_name(name: str) -> str:
+    """PEP 503 normal form: lower case, runs of ``-_.`` become one ``-``."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def package_suggestion(name: str) -> Optional[str]:
+    """Suggestion for a dependency named ``name``, or None when it ports as it is."""
+    norm = normalize_dist_name(name)
+    if norm in _PACKAGE_SUGGESTIONS:
+        return _PACKAGE_SUGGESTIONS[norm]
+    for prefix, text in _PREFIX_SUGGESTIONS:
+        if norm.startswith(prefix):
+            return text
+    return None
+
+
+def cuda_wheel_in(text: str) -> bool:
+    """True when a requirement line pins a CUDA build of torch (``+cu121``, a cu index)."""
+    return bool(_CUDA_WHEEL_RE.search(text))
+
+
+def suggestion_for(qualified: str) -> str:
+    """Suggestion for a dotted name: the longest prefix of it found in ``SUGGESTIONS``."""
+    parts = qualified.split(".")
+    for end in range(len(parts), 0, -1):
+        text = SUGGESTIONS.get(".".join(parts[:end]))
+        if text is not None:
+            return text
+    return f"no direct Ascend equivalent known for {qualified}"
+
+
+def category_for(qualified: str) -> Optional[str]:
+    """Category of a dotted name, or None when it is not a finding."""
+    if qualified.split(".", 1)[0] in MODULE_CATEGORIES:
+        return MODULE_CATEGORIES[qualified.split(".", 1)[0]]
+    for prefix, category in QUALIFIED_CATEGORIES.items():
+        if qualified == prefix or qualified.startswith(prefix + "."):
+            return category
+    return None
+
+
+def module_category(module: str) -> Optional[str]:
+    """Category of a module named in a string (``"flash_attn"``, ``"flash-attn"``)."""
+    top = module.split(".", 1)[0].replace("-", "_")
+    return MODULE_CATEGORIES.get(top)
