@@ -1,3 +1,4 @@
+# hyport-scan: ignore-file  (the backend seam is where torch.cuda and "nccl" belong)
 """The backend seam: every device question hyport asks is answered here.
 
 Nothing else in hyport imports ``torch_npu`` or calls ``torch.cuda`` directly. Each

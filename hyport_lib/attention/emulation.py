@@ -36,8 +36,6 @@ value, ``padding_mask`` (reserved by torch_npu) and ``pse`` in TND.
 from __future__ import annotations
 
 import warnings
-from typing import Optional, Sequence
-
 import torch
 
 from hyport_lib.attention.reference import (
@@ -212,6 +210,11 @@ def _attend(q, k, v, masked, scale, pse, keep, keep_prob):
     Returns (out fp32 [B, Nq, Sq, D], row_max [B, Nq, Sq], row_sum [B, Nq, Sq]).
     """
     nq, nkv = q.shape[1], k.shape[1]
+    if k.shape[2] == 0:  # nothing to attend (an empty packed kv sample): the 0-row rule
+        b, _, sq, _ = q.shape
+        return (q.new_zeros(b, nq, sq, v.shape[-1], dtype=torch.float32),
+                torch.full((b, nq, sq), float("-inf"), device=q.device),
+                torch.zeros(b, nq, sq, device=q.device))
     qf, kf, vf = q.float(), k.float(), v.float()
     if nq != nkv:
         kf = kf.repeat_interleave(nq // nkv, dim=1)
@@ -418,16 +421,7 @@ def _tnd(query, key, value, nq, nkv, atten_mask, scale, keep_prob, seed, pre, nx
     return (out, _stats(row_max), _stats(row_sum), query.new_empty(0), seed, 0, numels)
 
 
-def npu_inputs_from_keep_mask(keep: torch.Tensor) -> torch.Tensor:
-    """Keep mask (True = attend) -> ``atten_mask`` for sparse_mode 0 / 1 (True = masked)."""
-    return ~keep.bool()
-
-
 __all__ = [
     "npu_fusion_attention", "compressed_causal_mask", "dropout_keep_mask",
-    "SUPPORTED_SPARSE_MODES", "npu_inputs_from_keep_mask",
+    "SUPPORTED_SPARSE_MODES",
 ]
-
-
-def _sequence_hint(values: Optional[Sequence[int]]) -> str:  # pragma: no cover - debug aid
-    return "" if values is None else f" ({list(values)})"

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
+import math
 import os
 import re
 import signal
@@ -83,6 +84,14 @@ class GridPlan:
     def to_run(self) -> list[int]:
         return [c.card for c in self.cards if c.run]
 
+    def frame(self) -> pd.DataFrame:
+        """One row per card: what the preflight decided and why."""
+        return pd.DataFrame([{
+            "card": c.card,
+            "status": ("run (busy, allowed)" if c.busy_processes else "run") if c.run else "skipped-busy",
+            "processes": c.busy_reason.removeprefix("card busy: ") or "none",
+        } for c in self.cards], columns=["card", "status", "processes"])
+
     def to_dict(self) -> dict:
         return {"kind": self.kind, "allow_busy_cards": self.allow_busy_cards,
                 "preflight_error": self.preflight_error,
@@ -123,6 +132,23 @@ def _as_dict(process: Any) -> dict:
     return {k: getattr(process, k, None) for k in ("pid", "name", "memory_mb")}
 
 
+def _busy_from_environment(backend: Backend) -> tuple[dict, Optional[str]]:
+    """Ask the environment check which cards hold processes; unknown is not busy."""
+    from hyport_lib.environment.devices import probe_devices
+
+    try:
+        listing = probe_devices(backend)
+    except (OSError, RuntimeError, ValueError, subprocess.SubprocessError) as exc:
+        return {}, f"busy-card check failed: {type(exc).__name__}: {exc}"
+    busy = {d.index: list(d.processes) for d in listing.devices if d.processes}
+    note = None
+    if not listing.processes_known:
+        note = f"busy-card check could not list processes ({listing.error or listing.source})"
+    elif listing.error:
+        note = f"busy-card check: {listing.error}"
+    return busy, note
+
+
 def plan_grid(backend: Backend, num_cards: Optional[int] = None, allow_busy_cards: bool = False,
               cards: Optional[list[int]] = None, busy: Optional[dict] = None) -> GridPlan:
     """Preflight: which cards run, which are skipped because another process holds them.
@@ -132,20 +158,14 @@ def plan_grid(backend: Backend, num_cards: Optional[int] = None, allow_busy_card
         num_cards: how many cards (None: all available; CPU default 2).
         allow_busy_cards: run on busy cards anyway (nothing is ever killed).
         cards: explicit card ids instead of the first ``num_cards``.
-        busy: ``{card: [process, ...]}``; by default asked from
-            ``hyport_lib.environment.busy_cards(backend)``.
+        busy: ``{card: [process, ...]}``; by default asked from the environment
+            check (``hyport_lib.environment.devices.probe_devices``: npu-smi on
+            Ascend, nvidia-smi on CUDA, nothing is busy on CPU).
     """
     ids = [int(c) for c in cards] if cards is not None else available_cards(backend, num_cards)
     preflight_error = None
     if busy is None:
-        try:
-            from hyport_lib.environment import busy_cards
-
-            busy = busy_cards(backend)
-        except (ImportError, OSError, RuntimeError, ValueError, subprocess.SubprocessError) as exc:
-            # Unknown is not busy: run, and say in the result that the check failed.
-            preflight_error = f"busy-card check failed: {type(exc).__name__}: {exc}"
-            busy = {}
+        busy, preflight_error = _busy_from_environment(backend)
     plans = []
     for card in ids:
         procs = [_as_dict(p) for p in (busy.get(card) or [])]
@@ -194,7 +214,7 @@ class GridResult:
         if row.empty:
             raise KeyError(f"card={card}: not in this grid (cards {list(self.frame['card'])})")
         path = row.iloc[0]["log_path"]
-        return read_log_tail(path, lines) if path else "(not launched: no log)"
+        return read_log_tail(path, lines) if given(path) else "(not launched: no log)"
 
     def to_dict(self) -> dict:
         frame = self.frame.astype(object).where(self.frame.notna(), None)
@@ -211,6 +231,11 @@ class GridResult:
             "plan": self.plan.to_dict() if self.plan else None,
             "config": self.config,
         }
+
+
+def given(value: Any) -> bool:
+    """A table cell holds a value (pandas turns a missing one into None or NaN)."""
+    return value is not None and not (isinstance(value, float) and math.isnan(value))
 
 
 def read_log_tail(path: os.PathLike | str, lines: int = LOG_TAIL_LINES) -> str:
@@ -278,6 +303,7 @@ def consistency_line(result: GridResult) -> str:
     if ok.empty:
         return "No card finished, so there is nothing to compare."
     _, differing, reference = consistency(result.frame)
+    reference = (reference or "")[:12]
     sampling = float(result.config.get("temperature") or 0.0) > 0
     note = " (sampling is on, so differences may be legitimate)" if sampling else ""
     if not differing:
@@ -305,7 +331,7 @@ def grid_headline(result: GridResult) -> dict:
     launched = len(result.frame) - result.counts["skipped-busy"]
 
     def median(col):
-        values = [float(v) for v in ok[col] if v is not None and pd.notna(v)]
+        values = [float(v) for v in ok[col] if given(v)]
         return round(statistics.median(values), 3) if values else None
 
     return {
@@ -315,7 +341,7 @@ def grid_headline(result: GridResult) -> dict:
         "tokens/s (median)": median("tokens_per_s"),
         "load s (median)": median("load_s"),
         "first token s (median)": median("first_token_s"),
-        "CPU fallback warnings": int(sum(int(v or 0) for v in result.frame["cpu_fallback_warnings"])),
+        "CPU fallback warnings": int(sum(int(v) for v in result.frame["cpu_fallback_warnings"] if given(v))),
     }
 
 
@@ -530,13 +556,12 @@ def run_grid(config: Any = None, *, device: str = "auto", num_cards: Optional[in
     t0 = time.monotonic()
     backend = backend or get_backend(device)
     inference = _config_dict(config)
-    model_path = inference.get("model_path") or "tiny"
-    if model_path == "tiny":
-        # Build the tiny model once here, so the workers do not race to create it.
+    plan = plan_grid(backend, num_cards=num_cards, allow_busy_cards=allow_busy_cards, cards=cards)
+    if plan.to_run and (inference.get("model_path") or "tiny") == "tiny":
+        # Build the tiny model once here rather than in every worker at once.
         from hyport_lib.models.tiny import ensure_tiny_model
 
         inference["model_path"] = str(ensure_tiny_model())
-    plan = plan_grid(backend, num_cards=num_cards, allow_busy_cards=allow_busy_cards, cards=cards)
     order = [c.card for c in plan.cards]
     log_dir = Path(log_dir).resolve() if log_dir else default_log_dir()
     log_dir.mkdir(parents=True, exist_ok=True)

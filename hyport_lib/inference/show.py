@@ -14,7 +14,7 @@ from typing import Callable
 import pandas as pd
 
 from hyport_lib.display import LiveDisplay, style_verdicts
-from hyport_lib.inference.grid import GridProgress, GridResult, consistency
+from hyport_lib.inference.grid import GridPlan, GridProgress, GridResult, consistency, given
 
 #: Columns of the table shown in notebooks (the full frame has more).
 DISPLAY_COLUMNS = [
@@ -32,12 +32,11 @@ def compact_frame(frame: pd.DataFrame) -> pd.DataFrame:
     out["same_output"] = [
         ("yes" if card not in differing else "NO") if status == "ok" else ""
         for card, status in zip(frame["card"], frame["status"])]
-    out["batch_outputs"] = [" | ".join(v) if isinstance(v, list) else (v or "")
-                            for v in out["batch_outputs"]]
-    out["output_hash"] = [str(h)[:12] if h else "" for h in out["output_hash"]]
-    out["error"] = [str(e).splitlines()[0] if e else "" for e in out["error"]]
+    out["batch_outputs"] = [" | ".join(v) if isinstance(v, list) else "" for v in out["batch_outputs"]]
+    out["output_hash"] = [str(h)[:12] if given(h) else "" for h in out["output_hash"]]
+    out["error"] = [str(e).splitlines()[0] if given(e) and e else "" for e in out["error"]]
     for col in ("single_output", "fallback_ops"):
-        out[col] = out[col].fillna("")
+        out[col] = [v if given(v) else "" for v in out[col]]
     return out[[c for c in DISPLAY_COLUMNS if c in out.columns]]
 
 
@@ -50,11 +49,27 @@ def grid_styler(frame: pd.DataFrame):
     return styler.format(precision=3, na_rep="")
 
 
-def show_grid(result: GridResult) -> None:
-    """Display the coloured grid table, the consistency line and the preflight notes."""
+def show_plan(plan: GridPlan) -> None:
+    """Display the preflight: which cards run, which are skipped and who holds them."""
     from IPython.display import Markdown, display
 
+    display(style_verdicts(plan.frame(), columns=("status",)))
+    if plan.preflight_error:
+        display(Markdown(f"⚠️ {plan.preflight_error}: the cards were not checked for other processes."))
+
+
+def show_grid(result: GridResult) -> None:
+    """Display the coloured grid table, then :func:`show_summary`."""
+    from IPython.display import display
+
     display(grid_styler(result.frame))
+    show_summary(result)
+
+
+def show_summary(result: GridResult) -> None:
+    """The consistency line, status counts, wall time, log folder and provenance."""
+    from IPython.display import Markdown, display
+
     counts = ", ".join(f"{n} {s}" for s, n in result.counts.items() if n)
     mark = "✅" if result.consistent else "⚠️"
     lines = [f"{mark} **{result.consistency_line}**",
@@ -62,6 +77,25 @@ def show_grid(result: GridResult) -> None:
              f"Logs: `{result.log_dir}`. Figures: {result.provenance.label}."]
     if result.plan and result.plan.preflight_error:
         lines.append(f"⚠️ Preflight: {result.plan.preflight_error}; cards were not checked for other processes.")
+    display(Markdown("\n\n".join(lines)))
+
+
+def show_outputs(result: GridResult) -> None:
+    """The full texts of the first finished card (all agreeing cards said the same)."""
+    from IPython.display import Markdown, display
+
+    ok = [c for c in result.cards if c.get("status") == "ok"]
+    if not ok:
+        display(Markdown("No card finished, so there is no output to show."))
+        return
+    first = ok[0]
+    out = first.get("outcome") or {}
+    prompts = result.config.get("batch_prompts") or []
+    lines = [f"**Card {first['card']}**, single prompt *{html.escape(str(result.config.get('single_prompt')))}*:",
+             f"```text\n{out.get('single_output', '')}\n```"]
+    for i, text in enumerate(out.get("batch_outputs") or []):
+        prompt = prompts[i][0] if i < len(prompts) else f"sample {i + 1}"
+        lines += [f"Batch sample {i + 1}, *{html.escape(str(prompt))}*:", f"```text\n{text}\n```"]
     display(Markdown("\n\n".join(lines)))
 
 
@@ -94,9 +128,9 @@ def card_log_picker(result: GridResult, lines: int = 40):
     out = widgets.Output()
 
     def render(card: int) -> None:
-        out.clear_output()
-        with out:
-            print(result.log_tail(card, lines) or "(empty log)")
+        # Set the outputs directly: works in a kernel and without one (tests).
+        out.outputs = ()
+        out.append_stdout((result.log_tail(card, lines) or "(empty log)") + "\n")
 
     picker.observe(lambda change: render(change["new"]), names="value")
     if options:

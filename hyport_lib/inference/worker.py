@@ -125,7 +125,7 @@ def run_worker(spec: dict) -> dict:
         torch.set_num_threads(int(threads))
     from hyport_lib.inference.generate import InferenceConfig, run_inference
 
-    config = InferenceConfig(**{**spec["inference"], "device": backend.device(0)})
+    config = InferenceConfig.from_dict({**spec["inference"], "device": backend.device(0)})
     backend.reset_peak_memory(0)
     outcome = run_inference(config)
     backend.synchronize(0)

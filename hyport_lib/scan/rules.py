@@ -1,3 +1,4 @@
+# hyport-scan: ignore-file (this module is the table of names the scan looks for)
 """What the port scan looks for, and what it suggests in its place.
 
 One table per kind of finding, so that a new rule is one line. Suggestions name
@@ -15,6 +16,7 @@ from typing import Optional
 FLASH_ATTN = "flash_attn"
 CUDA_CALL = "cuda_call"
 CUDA_DEVICE = "cuda_device"
+CUDA_ENV = "cuda_env"
 CUDA_EXT = "cuda_ext"
 NCCL = "nccl"
 APEX = "apex"
@@ -24,8 +26,8 @@ BITSANDBYTES = "bitsandbytes"
 REQUIREMENT = "requirement"
 UNPARSABLE = "unparsable"
 
-CATEGORIES = (FLASH_ATTN, CUDA_CALL, CUDA_DEVICE, CUDA_EXT, NCCL, APEX, XFORMERS, TRITON,
-              BITSANDBYTES, REQUIREMENT, UNPARSABLE)
+CATEGORIES = (FLASH_ATTN, CUDA_CALL, CUDA_DEVICE, CUDA_ENV, CUDA_EXT, NCCL, APEX, XFORMERS,
+              TRITON, BITSANDBYTES, REQUIREMENT, UNPARSABLE)
 
 _SHIM = ("hyport_lib.attention.install_flash_attn_shim(backend) before the model's import, "
          "or attn_implementation=hyport_lib.attention.register_hyport_attention(...)")
@@ -109,39 +111,49 @@ SUGGESTIONS = {
     "torch.cuda.Event": "torch.npu.Event on NPU; keep it behind backend.kind",
     "torch.cuda.nvtx": "CUDA-only profiler markers: drop, or guard with backend.kind == 'cuda'",
     "torch.backends.cuda": ("CUDA-only switch: guard with backend.kind == 'cuda' (TF32 has no "
-                            "effect on NPU; torch_npu's counterpart is torch.npu.matmul.allow_hf32)"),
-    "torch.backends.cuda.sdp_kernel": "torch.nn.attention.sdpa_kernel, CUDA only: guard with backend.kind",
+                            "effect on NPU; torch_npu's counterpart is "
+                            "torch.npu.matmul.allow_hf32)"),
+    "torch.backends.cuda.sdp_kernel": ("torch.nn.attention.sdpa_kernel, CUDA only: guard with "
+                                       "backend.kind"),
     "torch.utils.cpp_extension": ("custom CUDA kernels: no Ascend build (port to an Ascend C "
                                   "custom op or fall back to the PyTorch reference)"),
     "torch.distributed.Backend.NCCL": "backend.dist_backend ('hccl' on Ascend)",
     "apex": ("torch.optim.AdamW(fused=True) / torch_npu's fused optimizers (torch_npu.optim); "
-             "torch.autocast instead of apex.amp; torch.nn.LayerNorm/RMSNorm instead of apex.normalization"),
+             "torch.autocast instead of apex.amp; torch.nn.LayerNorm/RMSNorm instead of "
+             "apex.normalization"),
     "amp_C": "apex's CUDA extension: drop with apex (torch.optim fused=True)",
-    "xformers": ("torch.nn.functional.scaled_dot_product_attention, or torch_npu.npu_fusion_attention "
-                 "on NPU (see hyport_lib.attention)"),
+    "xformers": ("torch.nn.functional.scaled_dot_product_attention, or "
+                 "torch_npu.npu_fusion_attention on NPU (see hyport_lib.attention)"),
     "triton": ("no Ascend equivalent in this stack (triton-ascend is a separate project): "
                "use the PyTorch reference path"),
     "bitsandbytes": ("not supported on Ascend: load in bf16/fp16 (or use an Ascend "
                      "quantisation tool such as msModelSlim)"),
 }
 
+_FALLBACK_RUNS = "False on Ascend: the fallback path runs"
+
 #: Attribute / function names that are findings wherever they appear.
 NAME_RULES = {
     re.compile(r"^is_flash_attn\w*$"): (FLASH_ATTN, (
         "False on Ascend, so the code takes its non-flash path; to keep the flash path "
         "install_flash_attn_shim(backend) or use register_hyport_attention")),
-    re.compile(r"^is_xformers\w*_available$"): (XFORMERS, "False on Ascend: the fallback path runs"),
-    re.compile(r"^is_triton\w*_available$"): (TRITON, "False on Ascend: the fallback path runs"),
-    re.compile(r"^is_bitsandbytes\w*_available$"): (BITSANDBYTES, "False on Ascend: the fallback path runs"),
-    re.compile(r"^is_apex\w*_available$"): (APEX, "False on Ascend: the fallback path runs"),
+    re.compile(r"^is_xformers\w*_available$"): (XFORMERS, _FALLBACK_RUNS),
+    re.compile(r"^is_triton\w*_available$"): (TRITON, _FALLBACK_RUNS),
+    re.compile(r"^is_bitsandbytes\w*_available$"): (BITSANDBYTES, _FALLBACK_RUNS),
+    re.compile(r"^is_apex\w*_available$"): (APEX, _FALLBACK_RUNS),
     re.compile(r"^enable_xformers_memory_efficient_attention$"): (XFORMERS, (
         "drop it: SDPA (the default) is used instead; NPU attention via hyport_lib.attention")),
     re.compile(r"^is_nccl_available$"): (NCCL, "check backend.dist_backend instead"),
+}
+#: Like ``NAME_RULES``, but only as an attribute (``x.is_cuda``; a local ``is_cuda`` is fine).
+ATTRIBUTE_RULES = {
     re.compile(r"^is_cuda$"): (CUDA_DEVICE, "tensor.device.type == backend.kind"),
 }
 
 # --- string literals -----------------------------------------------------------------
-CUDA_DEVICE_RE = re.compile(r"^cuda(:(\d+|%d|\{\w*\}))?$")
+#: "cuda", "cuda:0", and the first part of built names: "cuda:" + str(i), f"cuda:{i}",
+#: "cuda:%d" % i, "cuda:{}".format(i).
+CUDA_DEVICE_RE = re.compile(r"^cuda(:(\d+|%d|%s|\{\w*\})?)?$")
 FLASH_IMPL_RE = re.compile(r"^flash_attention_[23]$")
 NCCL_STRING_RE = re.compile(r"^nccl$|\bcuda:nccl\b")
 PACKAGE_NAME_RE = re.compile(
@@ -184,6 +196,7 @@ GUARDED_PREFIX = "guarded import (optional, the code has a fallback): "
 # --- dependency declarations ---------------------------------------------------------
 _PACKAGE_SUGGESTIONS = {
     "flash-attn": "remove: " + _SHIM + "; torch_npu provides npu_fusion_attention",
+    "flash-attention": "remove: " + _SHIM + "; torch_npu provides npu_fusion_attention",
     "apex": "remove: " + SUGGESTIONS["apex"],
     "xformers": "remove: " + SUGGESTIONS["xformers"],
     "triton": "remove: " + SUGGESTIONS["triton"],
@@ -202,14 +215,14 @@ _PACKAGE_SUGGESTIONS = {
     "nccl": "CUDA collectives: not needed on Ascend (HCCL ships with CANN)",
 }
 _PREFIX_SUGGESTIONS = (
-    ("flash-attn", _PACKAGE_SUGGESTIONS["flash-attn"]),
     ("nvidia-", "CUDA runtime wheel: not needed on Ascend (CANN provides the runtime)"),
     ("cupy-cuda", _PACKAGE_SUGGESTIONS["cupy"]),
     ("cuda-", "CUDA toolkit package: not needed on Ascend (CANN provides the runtime)"),
 )
 CUDA_WHEEL_SUGGESTION = ("CUDA build of torch: on Ascend install the plain torch matching "
                          "torch_npu (torch X.Y <-> torch_npu X.Y.*), then torch_npu")
-_CUDA_WHEEL_RE = re.compile(r"\+cu\d{2,3}\b|download\.pytorch\.org/whl/cu\d{2,3}")
+#: ``torch==2.1.0+cu121``, a cu index URL, a conda build string ``=py3.10_cuda11.8_...``.
+_CUDA_WHEEL_RE = re.compile(r"\+cu\d{2,3}\b|download\.pytorch\.org/whl/cu\d{2,3}|=\S*cuda\d")
 
 
 def normalize_dist_name(name: str) -> str:
@@ -251,6 +264,13 @@ def category_for(qualified: str) -> Optional[str]:
         if qualified == prefix or qualified.startswith(prefix + "."):
             return category
     return None
+
+
+def env_var_rule(var: str) -> tuple[str, str]:
+    """Category and suggestion for a CUDA / NCCL environment variable name."""
+    if var.startswith("NCCL_"):
+        return NCCL, ENV_SUGGESTIONS.get(var, NCCL_ENV_DEFAULT)
+    return CUDA_ENV, ENV_SUGGESTIONS[var]
 
 
 def module_category(module: str) -> Optional[str]:

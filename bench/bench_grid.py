@@ -1,0 +1,110 @@
+"""Benchmark the inference grid's overhead and its scaling (prints ratios; not a test).
+
+Measured in one run on this machine:
+
+1. ``grid(1 card) / bare script``: the grid with one card against a bare script doing
+   the same import, load and generate in one fresh process. Both pay the interpreter
+   start and the torch/transformers import; the grid adds its launcher, the preflight,
+   the log and result files and the polling. Target: at most 1.10.
+2. ``grid(2 cards) / grid(1 card)``: two workers at once against one. On a 2-core CPU
+   host each worker gets one thread, so this shows how well two cards share the host
+   (1.0 would be perfect overlap).
+
+Runs are interleaved (bare, 1 card, 2 cards, bare, ...) so that load from other
+processes hits all three alike; medians are reported.
+
+    .venv/bin/python bench/bench_grid.py [--repeats 3] [--max-new-tokens 16] [--device cpu]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+BARE_SCRIPT = """
+import json, sys
+from hyport_lib.inference.generate import InferenceConfig, run_inference
+outcome = run_inference(InferenceConfig.from_dict(json.loads(sys.argv[1])))
+print(outcome.output_hash)
+"""
+
+
+def bare_run(config: dict) -> tuple[float, str]:
+    """Wall seconds of one fresh process doing import, load and generate."""
+    started = time.monotonic()
+    done = subprocess.run([sys.executable, "-c", BARE_SCRIPT, json.dumps(config)],
+                          capture_output=True, text=True, check=False)
+    wall = time.monotonic() - started
+    if done.returncode != 0:
+        raise RuntimeError(f"bare script failed ({done.returncode}):\n{done.stderr[-2000:]}")
+    return wall, done.stdout.strip().splitlines()[-1]
+
+
+def grid_run(config: dict, device: str, cards: int, log_root: Path) -> tuple[float, list[str]]:
+    from hyport_lib.inference.grid import run_grid
+
+    started = time.monotonic()
+    result = run_grid(config, device=device, num_cards=cards, timeout_s=600,
+                      log_dir=tempfile.mkdtemp(prefix=f"grid{cards}-", dir=log_root))
+    wall = time.monotonic() - started
+    bad = result.frame[result.frame["status"] != "ok"]
+    if not bad.empty:
+        raise RuntimeError(f"grid with {cards} card(s) had failures:\n{bad[['card', 'status', 'error']]}")
+    return wall, list(result.frame["output_hash"])
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--max-new-tokens", type=int, default=16)
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--model-path", default="tiny")
+    args = parser.parse_args()
+
+    from hyport_lib.inference.generate import InferenceConfig
+    from hyport_lib.models.tiny import ensure_tiny_model
+
+    model_path = str(ensure_tiny_model()) if args.model_path == "tiny" else args.model_path
+    device = "cpu" if args.device == "cpu" else f"{args.device}:0"
+    config = InferenceConfig(model_path=model_path, max_new_tokens=args.max_new_tokens).to_dict()
+    bare_config = {**config, "device": device}
+    log_root = Path(tempfile.mkdtemp(prefix="hyport-bench-grid-"))
+
+    bare_run(bare_config)  # warm the file cache; not counted
+    times: dict[str, list[float]] = {"bare": [], "grid1": [], "grid2": []}
+    hashes = set()
+    for i in range(args.repeats):
+        wall, h = bare_run(bare_config)
+        times["bare"].append(wall)
+        hashes.add(h)
+        wall, hs = grid_run(config, args.device, 1, log_root)
+        times["grid1"].append(wall)
+        hashes.update(hs)
+        wall, hs = grid_run(config, args.device, 2, log_root)
+        times["grid2"].append(wall)
+        hashes.update(hs)
+        print(f"run {i + 1}: bare {times['bare'][-1]:.2f}s  grid(1) {times['grid1'][-1]:.2f}s  "
+              f"grid(2) {times['grid2'][-1]:.2f}s", flush=True)
+
+    med = {k: statistics.median(v) for k, v in times.items()}
+    overhead = med["grid1"] / med["bare"]
+    scaling = med["grid2"] / med["grid1"]
+    print()
+    print(f"device {args.device}, max_new_tokens {args.max_new_tokens}, {args.repeats} repeats (medians)")
+    print(f"bare script (import + load + generate, one process): {med['bare']:.2f}s")
+    print(f"grid, 1 card:  {med['grid1']:.2f}s")
+    print(f"grid, 2 cards: {med['grid2']:.2f}s")
+    print(f"ratio grid(1)/bare    = {overhead:.3f}  (target <= 1.10: {'met' if overhead <= 1.10 else 'NOT met'})")
+    print(f"ratio grid(2)/grid(1) = {scaling:.3f}  (1.0 = the two cards overlap perfectly)")
+    print(f"identical outputs across all runs: {len(hashes) == 1}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

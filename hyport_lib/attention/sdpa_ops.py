@@ -1,0 +1,141 @@
+"""flash-attn semantics on top of ``torch.nn.functional.scaled_dot_product_attention``.
+
+Used by the drop-in on CUDA and CPU. Three flash-attn rules that SDPA does not share:
+
+* ``causal`` with ``seqlen_q != seqlen_k`` is aligned bottom-right (flash-attn >= 2.1);
+  SDPA's ``is_causal`` is top-left. ``is_causal=True`` is used only when the two agree
+  (equal lengths); otherwise a small ``Sq x Sk`` band mask is built.
+* ``window_size=(left, right)`` (-1 = unbounded) is a band around that same diagonal.
+* Rows that see no key at all (``causal`` with ``Sq > Sk``) are 0, as in flash-attn.
+
+Variable-length batches are computed without a ``T x T`` mask: sequences are grouped
+by ``(len_q, len_k)`` and each group is one batched SDPA call (a free view when the
+group is a contiguous run, as in packed training data). ``bench/bench_varlen.py``
+compares this with one SDPA call per sequence and with nested tensors (which reject
+``is_causal`` on CPU in torch 2.13).
+"""
+
+from __future__ import annotations
+
+from typing import Optional, Sequence
+
+import torch
+import torch.nn.functional as F
+
+Window = tuple[Optional[int], Optional[int]]
+
+
+def resolve_window(causal: bool, window_size, name: str = "window_size") -> Window:
+    """flash-attn ``(causal, window_size)`` -> ``(left, right)`` with ``None`` = unbounded."""
+    try:
+        left, right = (int(w) for w in window_size)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name} must be a pair of ints like (-1, -1), got {window_size!r}") from None
+    left_b = None if left < 0 else left
+    right_b = None if right < 0 else right
+    if causal:
+        right_b = 0
+    return left_b, right_b
+
+
+def band_attend_mask(sq: int, sk: int, window: Window, device=None) -> torch.Tensor:
+    """``(sq, sk)`` bool mask, True = attend, band around the bottom-right diagonal."""
+    left, right = window
+    rows = torch.arange(sq, device=device).unsqueeze(1) + (sk - sq)
+    cols = torch.arange(sk, device=device).unsqueeze(0)
+    offset = cols - rows
+    mask = torch.ones(sq, sk, dtype=torch.bool, device=device)
+    if right is not None:
+        mask &= offset <= right
+    if left is not None:
+        mask &= offset >= -left
+    return mask
+
+
+def leading_empty_rows(sq: int, sk: int, window: Window) -> int:
+    """How many first query rows see no key (only ``right`` can empty rows, from the top)."""
+    right = window[1]
+    if right is None:
+        return 0 if sk > 0 else sq
+    return max(0, min(sq, -((sk - sq) + right))) if sk > 0 else sq
+
+
+def _repeat_kv(x: torch.Tensor, groups: int, head_dim_index: int) -> torch.Tensor:
+    # flash-attn GQA: query head h uses kv head h // groups, i.e. repeat_interleave.
+    return x if groups == 1 else x.repeat_interleave(groups, dim=head_dim_index)
+
+
+def sdpa_bsnd(q, k, v, scale: float, dropout_p: float, window: Window) -> torch.Tensor:
+    """flash_attn_func semantics. q: (B, Sq, N, D); k, v: (B, Sk, Nkv, D) -> (B, Sq, N, D)."""
+    sq, sk = q.shape[1], k.shape[1]
+    groups = q.shape[2] // k.shape[2]
+    qt = q.transpose(1, 2)
+    kt = _repeat_kv(k, groups, 2).transpose(1, 2)
+    vt = _repeat_kv(v, groups, 2).transpose(1, 2)
+    left, right = window
+    mask, is_causal = None, False
+    if left is None and right is None:
+        pass
+    elif left is None and right == 0 and sq == sk:
+        is_causal = True
+    else:
+        mask = band_attend_mask(sq, sk, window, device=q.device)
+    out = F.scaled_dot_product_attention(
+        qt, kt, vt, attn_mask=mask, dropout_p=dropout_p, is_causal=is_causal, scale=scale
+    ).transpose(1, 2)
+    empty = leading_empty_rows(sq, sk, window)
+    if empty:
+        keep = torch.ones(sq, 1, 1, dtype=out.dtype, device=out.device)
+        keep[:empty] = 0
+        out = out * keep
+    return out
+
+
+def _groups(lens_q: Sequence[int], lens_k: Sequence[int]) -> dict[tuple[int, int], list[int]]:
+    groups: dict[tuple[int, int], list[int]] = {}
+    for i, key in enumerate(zip(lens_q, lens_k)):
+        groups.setdefault(key, []).append(i)
+    return groups
+
+
+def _gather(x: torch.Tensor, cu: Sequence[int], members: list[int], length: int) -> torch.Tensor:
+    """Stack sequences ``members`` of packed ``x`` (T, N, D) into (n, length, N, D)."""
+    first = cu[members[0]]
+    contiguous = all(cu[m] == first + j * length for j, m in enumerate(members))
+    if contiguous:
+        return x[first:first + len(members) * length].view(len(members), length, *x.shape[1:])
+    return torch.stack([x[cu[m]:cu[m] + length] for m in members])
+
+
+def sdpa_varlen(q, k, v, cu_q: Sequence[int], cu_k: Sequence[int], scale: float,
+                dropout_p: float, window: Window) -> torch.Tensor:
+    """flash_attn_varlen_func semantics on packed (T, N, D) tensors with host ``cu_*``."""
+    batch = len(cu_q) - 1
+    if len(cu_k) - 1 != batch:
+        raise ValueError(f"cu_seqlens_q has {batch} sequences but cu_seqlens_k has {len(cu_k) - 1}")
+    if cu_q[-1] != q.shape[0]:
+        raise ValueError(f"cu_seqlens_q ends at {cu_q[-1]} but q has {q.shape[0]} tokens")
+    if cu_k[-1] != k.shape[0]:
+        raise ValueError(f"cu_seqlens_k ends at {cu_k[-1]} but k has {k.shape[0]} tokens")
+    lens_q = [b - a for a, b in zip(cu_q, cu_q[1:])]
+    lens_k = [b - a for a, b in zip(cu_k, cu_k[1:])]
+    groups = _groups(lens_q, lens_k)
+    if len(groups) == 1:
+        (lq, lk), members = next(iter(groups.items()))
+        if lq > 0 and lk > 0:
+            res = sdpa_bsnd(_gather(q, cu_q, members, lq), _gather(k, cu_k, members, lk),
+                            _gather(v, cu_k, members, lk), scale, dropout_p, window)
+            return res.reshape(q.shape[0], q.shape[1], v.shape[-1])
+    out = q.new_zeros(q.shape[0], q.shape[1], v.shape[-1])
+    for (lq, lk), members in groups.items():
+        if lq == 0 or lk == 0:
+            continue  # nothing to attend to: flash-attn leaves these rows at 0
+        res = sdpa_bsnd(_gather(q, cu_q, members, lq), _gather(k, cu_k, members, lk),
+                        _gather(v, cu_k, members, lk), scale, dropout_p, window)
+        first = cu_q[members[0]]
+        if all(cu_q[m] == first + j * lq for j, m in enumerate(members)):
+            out[first:first + len(members) * lq] = res.reshape(-1, *res.shape[2:])
+        else:
+            for j, m in enumerate(members):
+                out[cu_q[m]:cu_q[m] + lq] = res[j]
+    return out

@@ -1,0 +1,215 @@
+"""Rendering of the attention stage's results (tables and the error heatmap).
+
+Compute lives in :mod:`hyport_lib.attention.compare`; these functions only turn its
+results into DataFrames, Stylers and figures, and display them in a notebook.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Optional
+
+TABLE_COLUMNS = ("case", "backend", "source", "max_abs", "bound", "cosine", "max_rel",
+                 "rel_gt_1e-3", "rel_gt_5e-3", "rmse", "empty_rows", "empty_rows_out",
+                 "verdict", "rule")
+#: Heatmap columns: (label, frame column, transform). Errors on a log10 scale.
+HEATMAP_METRICS = (
+    ("log10 max abs", "max_abs", "log"),
+    ("log10 RMSE", "rmse", "log"),
+    ("log10 max rel", "max_rel", "log"),
+    ("share rel > 1e-3", "rel_gt_1e-3", "share"),
+    ("share rel > 5e-3", "rel_gt_5e-3", "share"),
+    ("1 - cosine (log10)", "cosine", "cos"),
+    ("err / bound", "ratio", "ratio"),
+)
+
+
+def comparison_table(result, columns=TABLE_COLUMNS):
+    """The comparison as a DataFrame with the display columns only."""
+    df = result.frame()
+    return df[[c for c in columns if c in df.columns]]
+
+
+def _fmt(value, digits=2):
+    """Errors in scientific notation; blanks for a missing value."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return ""
+    return f"{float(value):.{digits}e}"
+
+
+def styled_comparison(result, columns=TABLE_COLUMNS):
+    """pandas Styler of the comparison with coloured verdicts and compact numbers."""
+    from hyport_lib.display import style_verdicts
+
+    df = comparison_table(result, columns)
+    numeric = [c for c in ("max_abs", "bound", "max_rel", "rmse") if c in df.columns]
+    styler = style_verdicts(df)
+    fmt = {c: _fmt for c in numeric}
+    for c in ("rel_gt_1e-3", "rel_gt_5e-3"):
+        if c in df.columns:
+            fmt[c] = lambda v: "" if v is None else f"{100 * v:.1f}%"
+    if "cosine" in df.columns:
+        fmt["cosine"] = lambda v: "" if v is None else f"{v:.6f}"
+    return styler.format(fmt)
+
+
+def provenance_note(result) -> str:
+    """A one-paragraph Markdown note saying where the NPU figures come from."""
+    from hyport_lib.attention.compare import provenance
+
+    label = provenance(result).label
+    backends = ", ".join(b["source"] for b in result.backends)
+    text = (f"**Provenance:** {label}. Backends: {backends}. {result.cases} cases in "
+            f"{result.seconds:.1f} s.")
+    for note in result.notes:
+        text += f" {note}"
+    return text
+
+
+def _heatmap_values(df):
+    import numpy as np
+
+    values, annotations = [], []
+    for _, row in df.iterrows():
+        vals, notes = [], []
+        for _, col, kind in HEATMAP_METRICS:
+            if kind == "ratio":
+                raw = (row["max_abs"] / row["bound"]) if row.get("bound") else float("nan")
+            else:
+                raw = row.get(col)
+            raw = float("nan") if raw is None else float(raw)
+            if kind == "log":
+                val = math.log10(max(raw, 1e-12)) if not math.isnan(raw) else float("nan")
+                note = f"{raw:.1e}"
+            elif kind == "cos":
+                gap = 1.0 - raw if not math.isnan(raw) else float("nan")
+                val = math.log10(max(gap, 1e-12)) if not math.isnan(gap) else float("nan")
+                note = f"{gap:.1e}"
+            elif kind == "share":
+                val, note = raw, f"{100 * raw:.0f}%"
+            else:
+                val, note = raw, f"{raw:.2f}"
+            vals.append(val)
+            notes.append(note)
+        values.append(vals)
+        annotations.append(notes)
+    return np.array(values, dtype=float), annotations
+
+
+def heatmap_figure(result, backend: Optional[str] = None):
+    """Cases x metrics heatmap of one backend (default: the real NPU, else its emulation).
+
+    Each column is coloured on its own scale (darker = larger error); cells carry the
+    raw value. The title names the source, so an emulated figure is never read as an
+    NPU one.
+    """
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    df = result.frame()
+    df = df[df["max_abs"].notna()] if "max_abs" in df.columns else df
+    names = set(df["backend"]) if len(df) else set()
+    backend = backend or ("npu" if "npu" in names else "npu-emulated")
+    sub = df[df["backend"] == backend]
+    if sub.empty:
+        raise ValueError(f"backend={backend!r}: no rows (have: {sorted(names)})")
+    values, notes = _heatmap_values(sub)
+    norm = np.full_like(values, np.nan)
+    for j in range(values.shape[1]):
+        col = values[:, j]
+        ok = ~np.isnan(col)
+        if ok.any():
+            lo, hi = np.nanmin(col), np.nanmax(col)
+            norm[:, j] = (col - lo) / (hi - lo) if hi > lo else 0.0  # constant: no contrast
+    height = max(3.0, 0.28 * len(sub) + 1.5)
+    fig, ax = plt.subplots(figsize=(11, height))
+    ax.imshow(np.ma.masked_invalid(norm), aspect="auto", cmap="magma_r", vmin=0, vmax=1)
+    ax.set_xticks(range(len(HEATMAP_METRICS)))
+    ax.set_xticklabels([m[0] for m in HEATMAP_METRICS], rotation=30, ha="right", fontsize=8)
+    ax.set_yticks(range(len(sub)))
+    ax.set_yticklabels(list(sub["case"]), fontsize=7)
+    for i, row in enumerate(notes):
+        for j, text in enumerate(row):
+            colour = "white" if (not np.isnan(norm[i, j]) and norm[i, j] > 0.6) else "black"
+            ax.text(j, i, text, ha="center", va="center", fontsize=6, color=colour)
+    source = sub["source"].iloc[0]
+    tag = "" if backend == "npu" else " — emulated, not an NPU measurement"
+    ax.set_title(f"Error vs float64 reference: {source}{tag}\n"
+                 "(each column on its own scale; darker = larger)", fontsize=9)
+    fig.tight_layout()
+    return fig
+
+
+def model_table(model):
+    """The model-level comparison as a one-row DataFrame for display."""
+    import pandas as pd
+
+    keys = ("model_path", "source", "attn_implementation", "dtype", "max_abs_logits",
+            "top1_agreement", "kl_divergence", "greedy_identical", "new_tokens", "positions",
+            "verdict", "detail")
+    data = model.to_dict()
+    return pd.DataFrame([{k: data.get(k) for k in keys}])
+
+
+# --- notebook display -------------------------------------------------------------------
+def _display(obj):
+    from IPython.display import display
+
+    display(obj)
+
+
+def _markdown(text: str):
+    from IPython.display import Markdown
+
+    _display(Markdown(text))
+
+
+def show_comparison(result):
+    """Provenance note, then the comparison table with coloured verdicts."""
+    _markdown(provenance_note(result))
+    _display(styled_comparison(result))
+
+
+def show_heatmap(result, backend: Optional[str] = None):
+    """The error heatmap as a static PNG (kept in the HTML report)."""
+    from hyport_lib.display import figure_png
+
+    _display(figure_png(heatmap_figure(result, backend)))
+
+
+def show_model_comparison(model):
+    from hyport_lib.display import style_verdicts
+
+    _display(style_verdicts(model_table(model)))
+
+
+def show_scan_result(report, path: str):
+    """H3's scan table (``hyport_lib.scan.show_scan`` when present)."""
+    if report is None:
+        _markdown(f"The static scan (`hyport_lib.scan`) is not installed here; `{path}` was "
+                  "not scanned.")
+        return
+    try:
+        from hyport_lib.scan import show_scan
+    except ImportError:
+        show_scan = None
+    if show_scan is not None:
+        show_scan(report)
+        return
+    _markdown(f"Scan of `{path}`: {report.files_scanned} files, {len(report.hits)} findings.")
+    _display(report.frame())
+
+
+def show_summary(summary: dict, result=None):
+    """The stage verdict and headline figures as a short Markdown block."""
+    lines = [f"**{summary['verdict']}** — {summary['summary']}", ""]
+    lines += [f"- {k}: {v}" for k, v in summary["headline"].items()]
+    if result is not None:
+        lines.append(f"- provenance: {provenance_label(result)}")
+    _markdown("\n".join(lines))
+
+
+def provenance_label(result) -> str:
+    from hyport_lib.attention.compare import provenance
+
+    return provenance(result).label

@@ -1,0 +1,68 @@
+"""``hyport attention``: the attention numerics comparison from the command line.
+
+Prints the case x backend table against the float64 reference, the model-level check
+(eager vs swapped attention on the model) and the static scan's counts; records the
+stage result; exits 1 when any row or the model check FAILs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+NAME = "attention"
+HELP = "Compare attention backends (NPU / emulated / sdpa / eager) with a float64 reference."
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--full", action="store_true", help="run the bigger grid")
+    parser.add_argument("--json", metavar="OUT", help="also write all rows as JSON to OUT")
+    parser.add_argument("--code-path", default="", metavar="P",
+                        help="folder or file to scan for CUDA / flash-attn code "
+                             "(default: a small planted example)")
+    parser.add_argument("--device", default="auto", help="auto, cpu, cuda or npu")
+    parser.add_argument("--dtypes", default="float16,bfloat16,float32",
+                        help="comma-separated dtypes of the grid")
+    parser.add_argument("--model-path", default="tiny",
+                        help="model for the eager-vs-swapped check ('tiny', a folder, or "
+                             "'none' to skip it)")
+    parser.add_argument("--seed", type=int, default=0)
+
+
+def run(args: argparse.Namespace) -> int:
+    import pandas as pd
+
+    from hyport_lib.attention import compare
+    from hyport_lib.attention.show import comparison_table, model_table
+    from hyport_lib.utils.files import atomic_write_text
+
+    dtypes = [d.strip() for d in str(args.dtypes).split(",") if d.strip()]
+    result = compare.run_comparison(device=args.device, seed=args.seed, full=args.full,
+                                    dtypes=dtypes)
+    with pd.option_context("display.width", 250, "display.max_rows", None,
+                           "display.max_columns", None, "display.max_colwidth", 90):
+        print(comparison_table(result).drop(columns=["source"]).to_string(index=False))
+        print()
+        for b in result.backends:
+            print(f"backend {b['name']}: {b['source']}")
+        for note in result.notes:
+            print(f"note: {note}")
+        model = None
+        if str(args.model_path).lower() != "none":
+            backend, device = compare.swapped_backend(result.device)
+            model = compare.compare_model(args.model_path, backend=backend, device=device,
+                                          seed=args.seed)
+            print()
+            print(model_table(model).to_string(index=False))
+    report, path = compare.run_scan(args.code_path)
+    if report is not None:
+        print(f"\nscan of {path}: {report.files_scanned} files, {len(report.hits)} findings "
+              f"{report.counts()}")
+    summary = compare.record_stage(result, model, report, path)
+    if args.json:
+        payload = {"verdict": summary["verdict"], "summary": summary["summary"],
+                   "rows": result.rows, "backends": result.backends, "notes": result.notes,
+                   "model": model.to_dict() if model else None}
+        atomic_write_text(args.json, json.dumps(payload, indent=1, default=str))
+    print(f"\n{summary['verdict']}: {summary['summary']}")
+    return 1 if summary["verdict"] == "FAIL" else 0

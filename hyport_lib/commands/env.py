@@ -1,0 +1,33 @@
+"""``hyport env``: the environment check from the command line (stage 01's other client)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from hyport_lib.utils.redact import scrub_text
+
+NAME = "env"
+HELP = "Collect and judge this host's environment (paste the output into a bug report)."
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--device", default="auto", choices=("auto", "npu", "cuda", "cpu"),
+                        help="backend to check (default: auto-detect)")
+    parser.add_argument("--num-cards", type=int, default=None, metavar="N",
+                        help="cards the next stages will use (default: all; 2 on CPU)")
+    parser.add_argument("--json", action="store_true", help="print the report as JSON")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Print the report; exit status 1 when any check FAILs, else 0."""
+    from hyport_lib.environment import collect_environment
+
+    if args.num_cards is not None and args.num_cards < 1:
+        raise SystemExit(f"hyport env: --num-cards must be at least 1, got {args.num_cards}")
+    report = collect_environment(device=args.device, num_cards=args.num_cards)
+    if args.json:
+        print(scrub_text(json.dumps(report.to_dict(), indent=2, default=str)))
+    else:
+        print(report.to_text(), end="")
+    return 1 if report.verdict == "FAIL" else 0

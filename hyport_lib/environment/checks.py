@@ -1,0 +1,354 @@
+"""The judgements: each function looks at collected facts and returns a :class:`Check`.
+
+They take plain values (versions, a device listing, a dict of system facts, an
+environment mapping) rather than probing themselves, so each can be tested with
+made-up input. :func:`hyport_lib.environment.collect.collect_environment` gathers
+the facts and calls them.
+"""
+
+from __future__ import annotations
+
+import re
+import socket
+from typing import Iterable, Mapping, Optional
+
+from hyport_lib.environment.records import Check
+
+#: Packages every stage needs; a missing one FAILs the environment check.
+REQUIRED_PACKAGES = ("torch", "transformers", "accelerate", "safetensors", "tokenizers",
+                     "deepspeed", "papermill", "nbconvert", "ipywidgets", "pandas")
+#: Needed only to work interactively; missing is a WARN.
+OPTIONAL_PACKAGES = ("jupyterlab",)
+TRANSFORMERS_RANGE = ((4, 57), (6, 0))  # [low, high)
+
+HCCL_BASE_PORT = 60000  # host side; HCCL_IF_BASE_PORT moves it
+HCCL_DEVICE_PORT = 16666
+HCCL_CONNECT_TIMEOUT_RANGE = (120, 7200)
+
+#: GB per card, by backend kind, when the caller gives no requirement. Accelerator
+#: ranks each load the model on the host before moving it; CPU workers run tiny models.
+DEFAULT_RAM_GB_PER_CARD = {"npu": 16.0, "cuda": 16.0, "cpu": 1.0}
+DEFAULT_SHM_GB_PER_CARD = {"npu": 1.0, "cuda": 1.0, "cpu": 0.25}
+
+
+# --- visible devices ---------------------------------------------------------------------
+def _is_ascend_var(var_name: str) -> bool:
+    return var_name.upper().startswith("ASCEND")
+
+
+def parse_visible_devices(value: str, var_name: str = "ASCEND_RT_VISIBLE_DEVICES") -> list[int]:
+    """The card indices the runtime will actually see for ``value``.
+
+    Ascend stops reading at the first space (``"1, 2,3"`` -> ``[1]``). CUDA (as torch
+    parses it) strips each entry, stops at the first entry that is not a number and
+    shows no card at all when one is listed twice. GPU UUIDs give ``[]`` here.
+    """
+    text = value.strip()
+    if _is_ascend_var(var_name):
+        text = text.split()[0] if text else ""
+    seen: list[int] = []
+    for entry in text.split(","):
+        entry = entry.strip()
+        if not entry.isdigit():
+            break
+        index = int(entry)
+        if index in seen:
+            return [] if not _is_ascend_var(var_name) else seen
+        seen.append(index)
+    return seen
+
+
+def check_visible_devices(value: Optional[str], var_name: str,
+                          available: Optional[int] = None) -> Check:
+    """Validate a visible-devices variable's syntax (and range, given ``available``).
+
+    Args:
+        value: the variable's value; None when it is not set.
+        var_name: ``ASCEND_RT_VISIBLE_DEVICES`` or ``CUDA_VISIBLE_DEVICES``.
+        available: cards on the host, to catch indices that do not exist.
+    """
+    name = "visible_devices"
+    if value is None:
+        return Check(name, "SKIP", f"{var_name} not set: every card is visible")
+    raw = value
+    if not raw.strip():
+        return Check(name, "FAIL", f"{var_name} is set but empty: no card will be visible")
+    entries = [e.strip() for e in raw.strip().split(",")]
+    fixed = ",".join(e for e in entries if e)
+    seen = parse_visible_devices(raw, var_name)
+    ascend = _is_ascend_var(var_name)
+    if ascend and re.search(r"\s", raw.strip()):
+        return Check(name, "FAIL", f"{var_name}={raw!r} contains a space: the Ascend runtime stops "
+                                   f"reading there and sees only cards {seen}; write {fixed!r}")
+    for position, entry in enumerate(entries):
+        if not entry:
+            if position == len(entries) - 1:
+                continue  # trailing comma: harmless, reported below
+            return Check(name, "FAIL", f"{var_name}={raw!r} has an empty entry: the runtime stops "
+                                       f"there and sees only cards {seen}; write {fixed!r}")
+        if not entry.isdigit() and not (not ascend and entry.upper().startswith(("GPU-", "MIG-"))):
+            return Check(name, "FAIL", f"{var_name}={raw!r}: {entry!r} is not a card number; the "
+                                       f"runtime stops there and sees only cards {seen}")
+    numbers = [int(e) for e in entries if e.isdigit()]
+    duplicates = sorted({n for n in numbers if numbers.count(n) > 1})
+    if duplicates:
+        return Check(name, "FAIL", f"{var_name}={raw!r} lists card {duplicates[0]} twice "
+                                   f"(CUDA then shows no card; Ascend rejects it)")
+    if available is not None:
+        missing = [n for n in numbers if n >= available]
+        if missing:
+            return Check(name, "FAIL", f"{var_name}={raw!r}: card {missing[0]} does not exist "
+                                       f"(this host has {available}, numbered 0-{available - 1})")
+    if not entries[-1]:
+        return Check(name, "WARN", f"{var_name}={raw!r} ends with a comma; write {fixed!r}")
+    if re.search(r"\s", raw.strip()):
+        return Check(name, "WARN", f"{var_name}={raw!r} contains spaces; CUDA tolerates them, "
+                                   f"Ascend does not: write {fixed!r}")
+    if len(numbers) < len(entries):
+        return Check(name, "PASS", f"{var_name}={raw}: selected by GPU UUID")
+    return Check(name, "PASS", f"{var_name}={raw}: cards {seen} visible")
+
+
+# --- ports --------------------------------------------------------------------------------
+def port_taken(port: int, hosts: Iterable[str] = ("0.0.0.0", "127.0.0.1")) -> bool:
+    """True when binding ``port`` fails on any of ``hosts``; the socket closes at once."""
+    for host in hosts:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            # SO_REUSEADDR: a port in TIME_WAIT is usable by the next job, so not "taken".
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                sock.bind((host, port))
+            except OSError:
+                return True
+    return False
+
+
+def hccl_ports(num_cards: int, environ: Mapping[str, str]) -> list[int]:
+    """Host ports HCCL binds for ``num_cards`` ranks on this host, plus the device port."""
+    base_text = environ.get("HCCL_IF_BASE_PORT", "")
+    base = int(base_text) if base_text.strip().isdigit() else HCCL_BASE_PORT
+    return [base + i for i in range(max(int(num_cards), 1))] + [HCCL_DEVICE_PORT]
+
+
+def check_hccl_ports(kind: str, num_cards: int, environ: Mapping[str, str],
+                     probe=port_taken) -> Check:
+    """Are the ports HCCL will bind free? Judged on NPU; reported (SKIP) elsewhere."""
+    ports = hccl_ports(num_cards, environ)
+    taken = [p for p in ports if probe(p)]
+    span = f"{ports[0]}-{ports[-2]}" if len(ports) > 2 else str(ports[0])
+    where = f"ports {span} and {HCCL_DEVICE_PORT}"
+    if kind != "npu":
+        state = f"taken: {taken}" if taken else "free"
+        return Check("hccl_ports", "SKIP", f"HCCL is not used by the {kind} backend ({where} {state})")
+    if not taken:
+        return Check("hccl_ports", "PASS", f"{where} free for {num_cards} ranks")
+    return Check("hccl_ports", "FAIL", f"ports {taken} already taken (another job?): HCCL will fail "
+                                       f"with EJ0003 'Failed to bind the IP port'; stop that job or "
+                                       f"set HCCL_IF_BASE_PORT to a free range")
+
+
+# --- cards ---------------------------------------------------------------------------------
+def check_busy_cards(kind: str, listing, num_cards: Optional[int] = None) -> Check:
+    """Cards held by some process; FAIL when fewer free cards than requested remain."""
+    name = "busy_cards"
+    if kind == "cpu":
+        return Check(name, "SKIP", "CPU backend: the cards are worker processes hyport starts")
+    if not listing.processes_known:
+        return Check(name, "WARN", f"cannot see which processes hold the cards: {listing.error}")
+    devices = listing.devices
+    busy = [d for d in devices if d.processes]
+    if not busy:
+        return Check(name, "PASS", f"no process holds any of the {len(devices)} cards")
+    detail = "; ".join(f"card {d.index}: " + ", ".join(p.describe() for p in d.processes)
+                       for d in busy)
+    free = len(devices) - len(busy)
+    if num_cards and free < num_cards:
+        return Check(name, "FAIL", f"only {free} of {len(devices)} cards free, {num_cards} requested "
+                                   f"({detail})")
+    return Check(name, "WARN", f"{len(busy)} of {len(devices)} cards busy ({detail}); hyport skips "
+                               f"them and never stops a process it did not start")
+
+
+def check_card_health(kind: str, listing) -> Check:
+    name = "card_health"
+    if kind == "cpu":
+        return Check(name, "SKIP", "CPU backend")
+    known = [d for d in listing.devices if d.health]
+    if not known:
+        return Check(name, "SKIP", f"health not reported ({listing.source})")
+    bad = [d for d in known if d.health.upper() != "OK"]
+    if not bad:
+        return Check(name, "PASS", f"all {len(known)} cards report OK")
+    worst = "FAIL" if any(d.health.upper() in ("CRITICAL", "ALARM") for d in bad) else "WARN"
+    detail = ", ".join(f"card {d.index} {d.health}" for d in bad)
+    return Check(name, worst, f"{detail} (see `npu-smi info -t health -i <npu>`)")
+
+
+def check_bf16(backend) -> Check:
+    try:
+        supported = bool(backend.supports_bf16())
+    except RuntimeError as exc:
+        return Check("bf16", "WARN", f"could not ask the device: {exc}")
+    if backend.kind == "cpu":
+        return Check("bf16", "PASS", "CPU: bf16 is computed in software (correct, slow)")
+    if supported:
+        return Check("bf16", "PASS", f"{backend.kind} supports bf16")
+    return Check("bf16", "WARN", f"{backend.kind} has no bf16 (310P?): use fp16, with loss scaling "
+                                 f"for training")
+
+
+def check_flash_attn(kind: str, importable: bool, version: Optional[str]) -> Check:
+    """On NPU flash_attn must be absent: model code that finds it takes the CUDA path."""
+    name = "flash_attn"
+    label = f"flash_attn {version}" if version else "flash_attn"
+    if kind == "npu":
+        if importable:
+            return Check(name, "WARN", f"{label} imports on an NPU host: remote model code that "
+                                       f"checks for it takes the CUDA kernel path; uninstall it")
+        if version:
+            return Check(name, "WARN", f"{label} is installed but does not import; uninstall it")
+        return Check(name, "PASS", "flash_attn absent, as it should be on NPU")
+    if kind == "cuda":
+        if importable:
+            return Check(name, "PASS", f"{label} imports")
+        return Check(name, "PASS", "flash_attn not installed: attention uses sdpa")
+    state = "imports" if importable else ("installed, does not import" if version else "not installed")
+    return Check(name, "SKIP", f"not relevant on CPU ({label} {state})")
+
+
+# --- packages --------------------------------------------------------------------------------
+def check_packages(versions: Mapping[str, Optional[str]]) -> Check:
+    missing = [p for p in REQUIRED_PACKAGES if not versions.get(p)]
+    if missing:
+        return Check("packages", "FAIL", f"missing: {', '.join(missing)} "
+                                         f"(pip install -e . -c constraints/cpu.txt)")
+    notes = []
+    tf = versions.get("transformers")
+    try:
+        from packaging.version import Version
+
+        release = Version(tf).release[:2] if tf else None
+    except ValueError:
+        release = None
+    low, high = TRANSFORMERS_RANGE
+    if release is not None and not (low <= release < high):
+        notes.append(f"transformers {tf} is outside the tested range "
+                     f">={low[0]}.{low[1]},<{high[0]}")
+    optional = [p for p in OPTIONAL_PACKAGES if not versions.get(p)]
+    if optional:
+        notes.append(f"{', '.join(optional)} missing (needed only to open notebooks interactively)")
+    if notes:
+        return Check("packages", "WARN", "; ".join(notes))
+    return Check("packages", "PASS", f"all {len(REQUIRED_PACKAGES)} required packages installed")
+
+
+def check_torch_npu_import(kind: str, version: Optional[str], error: Optional[str],
+                           requested: str = "auto") -> Check:
+    name = "torch_npu_import"
+    if error:
+        hint = ""
+        if "lib" in error and ".so" in error:
+            hint = "; source the CANN set_env.sh before starting Python"
+        verdict = "FAIL" if requested == "npu" or kind == "npu" else "WARN"
+        return Check(name, verdict, f"torch_npu is installed but `import torch_npu` fails: "
+                                    f"{error}{hint}")
+    if not version:
+        if requested == "npu":
+            return Check(name, "FAIL", "torch_npu is not installed (pip install -e .[npu])")
+        return Check(name, "SKIP", f"torch_npu not installed (not needed on {kind})")
+    return Check(name, "PASS", f"torch_npu {version} imports")
+
+
+def check_cann_env(kind: str, cann: Mapping, environ: Mapping[str, str]) -> Check:
+    """Is a CANN installed, and is its environment sourced in this process?"""
+    name = "cann_env"
+    set_env = cann.get("set_env")
+    home = environ.get("ASCEND_HOME_PATH") or environ.get("ASCEND_TOOLKIT_HOME")
+    version = cann.get("version")
+    if not set_env and not home:
+        if kind == "npu":
+            return Check(name, "WARN", "no set_env.sh under /usr/local/Ascend or ~/Ascend and "
+                                       "ASCEND_HOME_PATH unset: CANN is in an unusual place")
+        return Check(name, "SKIP", "no CANN installation found (not an Ascend host)")
+    label = f"CANN {version}" if version else "CANN (version unknown)"
+    if set_env and not home:
+        return Check(name, "WARN",
+                     f"{label} found but its environment is not sourced (ASCEND_HOME_PATH unset): "
+                     f"run `source {set_env}` (ImportError libhccl.so otherwise)")
+    return Check(name, "PASS", f"{label}, environment sourced (ASCEND_HOME_PATH={home})")
+
+
+def check_hccl_env(kind: str, environ: Mapping[str, str]) -> Check:
+    """Sanity of the HCCL / Ascend variables that change behaviour."""
+    name = "hccl_env"
+    problems = []
+    timeout = environ.get("HCCL_CONNECT_TIMEOUT")
+    low, high = HCCL_CONNECT_TIMEOUT_RANGE
+    if timeout is not None and not (timeout.strip().isdigit() and low <= int(timeout) <= high):
+        problems.append(f"HCCL_CONNECT_TIMEOUT={timeout!r} outside {low}-{high} s")
+    exec_timeout = environ.get("HCCL_EXEC_TIMEOUT")
+    if exec_timeout is not None and not exec_timeout.strip().isdigit():
+        problems.append(f"HCCL_EXEC_TIMEOUT={exec_timeout!r} is not a number of seconds")
+    base = environ.get("HCCL_IF_BASE_PORT")
+    if base is not None and not (base.strip().isdigit() and 1024 <= int(base) <= 65520):
+        problems.append(f"HCCL_IF_BASE_PORT={base!r} is not a port in 1024-65520")
+    if environ.get("ASCEND_LAUNCH_BLOCKING") == "1":
+        problems.append("ASCEND_LAUNCH_BLOCKING=1 makes every launch synchronous: good for "
+                        "locating errors, wrong for timing")
+    if problems:
+        return Check(name, "WARN", "; ".join(problems))
+    shown = {k: environ[k] for k in ("HCCL_CONNECT_TIMEOUT", "HCCL_EXEC_TIMEOUT") if k in environ}
+    if not shown and kind != "npu":
+        return Check(name, "SKIP", "no HCCL variables set")
+    connect = shown.get("HCCL_CONNECT_TIMEOUT", "120 (default)")
+    execute = shown.get("HCCL_EXEC_TIMEOUT", "1836 (default on CANN 8.x)")
+    return Check(name, "PASS", f"HCCL_CONNECT_TIMEOUT={connect} s, HCCL_EXEC_TIMEOUT={execute} s")
+
+
+# --- host memory -------------------------------------------------------------------------------
+def check_host_memory(kind: str, num_cards: int, system: Mapping,
+                      ram_gb_per_card: Optional[float] = None,
+                      shm_gb_per_card: Optional[float] = None) -> list[Check]:
+    """Host RAM and /dev/shm against what ``num_cards`` ranks need."""
+    ram_per = DEFAULT_RAM_GB_PER_CARD.get(kind, 1.0) if ram_gb_per_card is None else ram_gb_per_card
+    shm_per = DEFAULT_SHM_GB_PER_CARD.get(kind, 0.25) if shm_gb_per_card is None else shm_gb_per_card
+    checks = []
+    need = ram_per * num_cards
+    total, avail = system.get("ram_total_gb"), system.get("ram_available_gb")
+    if total is None:
+        checks.append(Check("host_ram", "SKIP", "host RAM unknown"))
+    elif total < need:
+        checks.append(Check("host_ram", "FAIL", f"{total:.1f} GB RAM < {need:.1f} GB needed for "
+                                                f"{num_cards} cards ({ram_per:g} GB each)"))
+    elif avail is not None and avail < need:
+        checks.append(Check("host_ram", "WARN", f"only {avail:.1f} of {total:.1f} GB RAM available, "
+                                                f"{need:.1f} GB needed for {num_cards} cards"))
+    else:
+        checks.append(Check("host_ram", "PASS", f"{avail:.1f} of {total:.1f} GB RAM available, "
+                                                f"{need:.1f} GB needed for {num_cards} cards"))
+    need = shm_per * num_cards
+    total, free = system.get("shm_total_gb"), system.get("shm_free_gb")
+    if total is None:
+        checks.append(Check("dev_shm", "SKIP", "/dev/shm not present"))
+    elif total < need:
+        checks.append(Check("dev_shm", "WARN", f"/dev/shm is {total:.2f} GB < {need:.2f} GB for "
+                                               f"{num_cards} cards: DataLoader workers and "
+                                               f"collectives crash with 'Bus error'; start the "
+                                               f"container with --shm-size={max(1, round(need))}g or more"))
+    elif free is not None and free < need:
+        checks.append(Check("dev_shm", "WARN", f"/dev/shm has {free:.2f} of {total:.2f} GB free, "
+                                               f"{need:.2f} GB wanted"))
+    else:
+        checks.append(Check("dev_shm", "PASS", f"/dev/shm {free:.1f} of {total:.1f} GB free, "
+                                               f"{need:.2f} GB wanted for {num_cards} cards"))
+    return checks
+
+
+def check_backend(requested: str, kind: str, num_cards: int, error: Optional[str]) -> Check:
+    if error:
+        return Check("backend", "FAIL", f"{error}; the facts below were collected on CPU")
+    if kind == "cpu":
+        why = "no NPU or CUDA device found" if requested == "auto" else "CPU requested"
+        return Check("backend", "PASS", f"{why}: cpu backend with {num_cards} worker processes; "
+                                        f"figures are labelled CPU, never NPU")
+    return Check("backend", "PASS", f"{kind} backend, {num_cards} cards")

@@ -1,0 +1,460 @@
+"""Collect the facts about this host and judge them: :func:`collect_environment`.
+
+It gathers at least what ``accelerate env``, ``transformers env``, ``ds_report`` and
+vllm-ascend's ``collect_env`` print (OS, CPU, RAM, ``/dev/shm``, Python, library
+versions, torch build, CANN install info, driver, cards and their processes,
+relevant environment variables), then runs the checks in
+:mod:`hyport_lib.environment.checks`, which none of those tools do.
+
+Cheap on purpose (well under 3 s on CPU): DeepSpeed's version and path come from
+package metadata, never from importing it.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import importlib.util
+import os
+import platform
+import re
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Mapping, Optional
+
+from hyport_lib.environment import checks as C
+from hyport_lib.environment.compat import check_cann_compat, check_torch_npu_compat, normalise_cann
+from hyport_lib.environment.devices import DeviceListing, probe_devices
+from hyport_lib.environment.records import Check, DeviceInfo, count_verdicts, worst_verdict
+from hyport_lib.utils.imports import is_flash_attn_available, package_version, try_import
+from hyport_lib.utils.redact import filter_environ, is_secret_name, scrub_text
+
+#: Variables collected by prefix, and by name (ascend_field_notes.md).
+ENV_PREFIXES = ("ASCEND_", "HCCL_", "PYTORCH_NPU_", "TORCH_", "NPU_", "CUDA_", "NCCL_", "DS_",
+                "MASTER_")
+ENV_NAMES = ("TASK_QUEUE_ENABLE", "CPU_AFFINITY_CONF", "PYTORCH_CUDA_ALLOC_CONF", "WORLD_SIZE",
+             "RANK", "LOCAL_RANK", "OMP_NUM_THREADS", "LD_LIBRARY_PATH", "HF_ENDPOINT",
+             "HF_HOME", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
+
+#: Report key -> distribution name, for :func:`collect_versions`.
+VERSION_PACKAGES = {
+    "torch": "torch", "torch_npu": "torch_npu", "transformers": "transformers",
+    "deepspeed": "deepspeed", "accelerate": "accelerate", "safetensors": "safetensors",
+    "tokenizers": "tokenizers", "huggingface_hub": "huggingface_hub", "papermill": "papermill",
+    "nbconvert": "nbconvert", "jupyterlab": "jupyterlab", "ipywidgets": "ipywidgets",
+    "pandas": "pandas", "numpy": "numpy", "flash_attn": "flash_attn", "hyport": "hyport",
+}
+
+DEFAULT_ASCEND_ROOT = Path("/usr/local/Ascend")
+
+
+@dataclass
+class EnvironmentReport:
+    """Everything :func:`collect_environment` found, and its judgement.
+
+    Attributes:
+        system: OS, CPU, RAM, /dev/shm, Python.
+        versions: package -> version (None when not installed).
+        cann: CANN install info, set_env.sh found, driver version.
+        devices: the cards (see :class:`DeviceInfo`).
+        env_vars: relevant environment variables, secret-named ones dropped.
+        checks: the verdicts, in display order.
+        build: torch build facts (CUDA/HIP/CANN), install paths, accelerate config.
+    """
+
+    system: dict
+    versions: dict
+    cann: dict
+    devices: list[DeviceInfo]
+    env_vars: dict
+    checks: list[Check]
+    build: dict = field(default_factory=dict)
+    device: str = "cpu"
+    requested_device: str = "auto"
+    num_cards: int = 0
+    device_source: str = ""
+    device_error: Optional[str] = None
+    collected_at: str = ""
+    elapsed_s: float = 0.0
+
+    @property
+    def verdict(self) -> str:
+        """Worst verdict of the checks (FAIL > WARN > PASS; SKIP ignored)."""
+        return worst_verdict(c.verdict for c in self.checks)
+
+    def summary(self) -> dict[str, int]:
+        """Number of checks per verdict: ``{"PASS": 9, "WARN": 1, "FAIL": 0, "SKIP": 3}``."""
+        return count_verdicts(self.checks)
+
+    def summary_line(self, skip: bool = True) -> str:
+        counts = self.summary()
+        keys = ("PASS", "WARN", "FAIL", "SKIP") if skip else ("PASS", "WARN", "FAIL")
+        return " / ".join(f"{counts[k]} {k}" for k in keys)
+
+    def check(self, name: str) -> Optional[Check]:
+        """The first check called ``name``, or None."""
+        return next((c for c in self.checks if c.name == name), None)
+
+    def to_dict(self) -> dict:
+        data = asdict(self)
+        data["devices"] = [d.to_dict() for d in self.devices]
+        data["verdict"] = self.verdict
+        data["summary"] = self.summary()
+        return data
+
+    def to_text(self) -> str:
+        """``- key: value`` lines, pasteable into a bug report (secrets already out)."""
+        return format_report(self)
+
+
+# --- facts ---------------------------------------------------------------------------------
+def collect_versions() -> dict[str, Optional[str]]:
+    """Installed versions from package metadata (imports nothing heavy)."""
+    versions: dict[str, Optional[str]] = {"python": platform.python_version()}
+    for key, dist in VERSION_PACKAGES.items():
+        versions[key] = package_version(dist)
+    npu = sys.modules.get("torch_npu")
+    if versions["torch_npu"] is None and npu is not None:
+        versions["torch_npu"] = getattr(npu, "__version__", None)  # e.g. a source build
+    return versions
+
+
+def collect_system() -> dict:
+    """OS, CPU, RAM, /dev/shm and Python facts."""
+    uname = platform.uname()
+    facts = {
+        "os": _os_release() or f"{uname.system} {uname.release}",
+        "kernel": uname.release,
+        "arch": uname.machine,
+        "platform": platform.platform(),
+        "libc": "-".join(p for p in platform.libc_ver() if p) or None,
+        "cpu_model": _cpu_model(),
+        "cpu_count": os.cpu_count(),
+        "cpu_affinity": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
+        "numa_nodes": len(list(Path("/sys/devices/system/node").glob("node[0-9]*"))) or None,
+        "python": sys.version.split()[0],
+        "python_executable": sys.executable,
+        "in_container": _in_container(),
+    }
+    facts.update(_memory())
+    facts.update(_shm())
+    return facts
+
+
+def collect_cann(ascend_root: Optional[os.PathLike] = None, environ: Optional[Mapping[str, str]] = None,
+                 arch: Optional[str] = None) -> dict:
+    """CANN install info file, the set_env.sh scripts present, and the driver version.
+
+    Args:
+        ascend_root: where Ascend software is installed (default ``/usr/local/Ascend``).
+        environ: environment to read ``ASCEND_HOME_PATH`` from (default ``os.environ``).
+        arch: ``aarch64`` / ``x86_64`` (default: this machine).
+    """
+    root = Path(ascend_root) if ascend_root else DEFAULT_ASCEND_ROOT
+    environ = os.environ if environ is None else environ
+    arch = arch or platform.machine()
+    home = Path.home() / "Ascend"
+    toolkit_roots = [Path(environ[k]) for k in ("ASCEND_HOME_PATH", "ASCEND_TOOLKIT_HOME") if environ.get(k)]
+    # CANN >= 8.5 installs under cann/; older releases under ascend-toolkit/latest/.
+    toolkit_roots += [root / "cann", root / "ascend-toolkit" / "latest",
+                      home / "cann", home / "ascend-toolkit" / "latest"]
+    info_file = _first_file(p for r in toolkit_roots for p in (
+        r / f"{arch}-linux" / "ascend_toolkit_install.info", r / "ascend_toolkit_install.info"))
+    info = _key_values(info_file) if info_file else {}
+    set_envs = [p for p in (root / "cann" / "set_env.sh", root / "ascend-toolkit" / "set_env.sh",
+                            home / "cann" / "set_env.sh", home / "ascend-toolkit" / "set_env.sh")
+                if p.is_file()]
+    driver = _key_values(root / "driver" / "version.info")
+    nnal = root / "nnal" / "atb" / "set_env.sh"
+    return {
+        "version": normalise_cann(info.get("version")),
+        "info_file": str(info_file) if info_file else None,
+        "info": info,
+        "set_env": str(set_envs[0]) if set_envs else None,
+        "set_env_found": [str(p) for p in set_envs],
+        "nnal_set_env": str(nnal) if nnal.is_file() else None,
+        "home_path": environ.get("ASCEND_HOME_PATH"),
+        "driver_version": driver.get("Version") or driver.get("version"),
+    }
+
+
+def collect_env_vars(environ: Optional[Mapping[str, str]] = None) -> dict[str, str]:
+    """Relevant variables; any whose name looks secret is dropped entirely."""
+    return filter_environ(ENV_PREFIXES, ENV_NAMES, environ)
+
+
+def collect_build(versions: Mapping[str, Optional[str]]) -> dict:
+    """torch build facts and install paths (ds_report), accelerate config (accelerate env)."""
+    build: dict = {}
+    torch, error = try_import("torch")
+    if torch is not None:
+        version = getattr(torch, "version", None)
+        build.update({
+            "torch_path": str(Path(torch.__file__).parent),
+            "torch_cuda": getattr(version, "cuda", None),
+            "torch_hip": getattr(version, "hip", None),
+            "torch_cann": getattr(version, "cann", None),
+            "torch_debug": getattr(version, "debug", None),
+        })
+    elif error:
+        build["torch_error"] = error
+    spec = importlib.util.find_spec("deepspeed") if versions.get("deepspeed") else None
+    build["deepspeed_path"] = str(Path(spec.origin).parent) if spec and spec.origin else None
+    build["accelerate_config"] = _accelerate_config()
+    return build
+
+
+# --- the whole report ----------------------------------------------------------------------
+def collect_environment(device: str = "auto", num_cards: Optional[int] = None, *,
+                        ram_gb_per_card: Optional[float] = None,
+                        shm_gb_per_card: Optional[float] = None,
+                        environ: Optional[Mapping[str, str]] = None,
+                        ascend_root: Optional[os.PathLike] = None,
+                        check_ports: bool = True) -> EnvironmentReport:
+    """Collect this host's facts and judge them.
+
+    Args:
+        device: ``auto``, ``npu``, ``cuda`` or ``cpu``. An explicit kind that is not
+            usable here does not raise: the report FAILs its ``backend`` check and
+            collects the rest on CPU (this is the tool that must explain why).
+        num_cards: cards the next stages will use (None: all on accelerators, 2 on CPU).
+        ram_gb_per_card / shm_gb_per_card: host RAM and /dev/shm needed per card
+            (defaults in :mod:`hyport_lib.environment.checks`).
+        environ: environment to judge (default ``os.environ``).
+        ascend_root: Ascend install folder (default ``/usr/local/Ascend``).
+        check_ports: bind-test the HCCL ports (tests turn it off).
+    """
+    from hyport_lib.backend import get_backend
+
+    started = time.perf_counter()
+    environ = dict(os.environ if environ is None else environ)
+    requested = (device or "auto").lower().strip()
+    backend_error = None
+    try:
+        backend = get_backend(requested, num_cards)
+    except RuntimeError as exc:  # requested kind not usable here; ValueError (bad name) propagates
+        backend_error = str(exc)
+        backend = get_backend("cpu", num_cards)
+    kind = backend.kind
+    cards = _num_cards(backend)
+
+    versions = collect_versions()
+    torch_npu, torch_npu_error = try_import("torch_npu")
+    if versions["torch_npu"] is None and torch_npu is not None:
+        versions["torch_npu"] = getattr(torch_npu, "__version__", None)
+    listing = probe_devices(backend)
+    cann = collect_cann(ascend_root, environ)
+    if not cann["driver_version"] and listing.driver_version:
+        cann["driver_version"] = listing.driver_version
+    build = collect_build(versions)
+    if not cann["version"] and build.get("torch_cann"):
+        cann["version"] = normalise_cann(build["torch_cann"])
+    system = collect_system()
+
+    wanted = int(num_cards) if num_cards else cards
+    checks = [
+        C.check_backend(requested, kind, cards, backend_error),
+        C.check_packages(versions),
+        C.check_torch_npu_import(kind, versions["torch_npu"], torch_npu_error, requested),
+        check_torch_npu_compat(versions["torch"], versions["torch_npu"]),
+        C.check_cann_env(kind, cann, environ),
+        check_cann_compat(versions["torch_npu"], cann["version"]),
+        *_visible_device_checks(backend, listing, environ),
+        C.check_busy_cards(kind, listing, num_cards),
+        C.check_card_health(kind, listing),
+    ]
+    if check_ports:
+        checks.append(C.check_hccl_ports(kind, wanted, environ))
+    checks += [
+        C.check_hccl_env(kind, environ),
+        C.check_flash_attn(kind, is_flash_attn_available(), versions["flash_attn"]),
+        C.check_bf16(backend),
+        *C.check_host_memory(kind, wanted, system, ram_gb_per_card, shm_gb_per_card),
+    ]
+    return EnvironmentReport(
+        system=system, versions=versions, cann=cann, devices=listing.devices,
+        env_vars=collect_env_vars(environ), checks=checks, build=build, device=kind,
+        requested_device=requested, num_cards=cards, device_source=listing.source,
+        device_error=listing.error,
+        collected_at=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        elapsed_s=round(time.perf_counter() - started, 3))
+
+
+def _visible_device_checks(backend, listing: DeviceListing, environ: Mapping[str, str]) -> list[Check]:
+    names = [v for v in ("ASCEND_RT_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES")
+             if v in environ or v == backend.visible_devices_var]
+    if not names:
+        return [Check("visible_devices", "SKIP", "no visible-devices variable set")]
+    host_cards = len(listing.devices) if listing.source in ("npu-smi", "nvidia-smi") else None
+    return [C.check_visible_devices(environ.get(v), v,
+                                    host_cards if v == backend.visible_devices_var else None)
+            for v in names]
+
+
+def _num_cards(backend) -> int:
+    try:
+        return int(backend.num_cards())
+    except RuntimeError:
+        return 0
+
+
+# --- text ----------------------------------------------------------------------------------------
+def format_report(report: EnvironmentReport) -> str:
+    """The report as ``- key: value`` lines under a few headings."""
+    s, c = report.system, report.cann
+    lines = ["hyport environment report (paste into a bug report; "
+             "variables whose names look secret are left out)", ""]
+
+    def add(key, value):
+        lines.append(f"- {key}: {'not found' if value is None else value}")
+
+    add("verdict", f"{report.verdict} ({report.summary_line()})")
+    add("backend", f"{report.device} ({report.num_cards} cards; requested {report.requested_device})")
+    for key in ("os", "kernel", "arch", "libc", "cpu_model", "cpu_count", "cpu_affinity",
+                "numa_nodes", "ram_total_gb", "ram_available_gb", "shm_total_gb", "shm_free_gb",
+                "python", "python_executable", "in_container"):
+        add(key, s.get(key))
+    lines += ["", "Versions"]
+    for key, value in report.versions.items():
+        add(key, value)
+    for key in ("torch_cuda", "torch_hip", "torch_cann", "torch_path", "deepspeed_path"):
+        if key in report.build:
+            add(key, report.build[key])
+    lines += ["", "CANN"]
+    for key in ("version", "info_file", "set_env", "nnal_set_env", "home_path", "driver_version"):
+        add(key, c.get(key))
+    lines += ["", f"Devices (source: {report.device_source or '?'})"]
+    if report.device_error:
+        add("note", report.device_error)
+    for d in report.devices:
+        add(f"card {d.index}", describe_device(d))
+    lines += ["", "Environment variables"]
+    if not report.env_vars:
+        add("variables", "none of the relevant ones is set")
+    for key, value in report.env_vars.items():
+        add(key, value)
+    lines += ["", "Checks"]
+    for check in report.checks:
+        lines.append(f"- [{check.verdict}] {check.name}: {check.reason}")
+    return scrub_text("\n".join(lines)) + "\n"
+
+
+def describe_device(d: DeviceInfo) -> str:
+    parts = [d.name]
+    if d.npu_id is not None:
+        parts.append(f"npu {d.npu_id} chip {d.chip_id}" if d.chip_id is not None else f"gpu {d.npu_id}")
+    if d.health:
+        parts.append(f"health {d.health}")
+    if d.hbm_total_mb is not None:
+        parts.append(f"HBM {d.hbm_used_mb} / {d.hbm_total_mb} MB")
+    elif d.memory_total_mb:
+        parts.append(f"memory {d.memory_used_mb} / {d.memory_total_mb} MB")
+    if d.processes:
+        parts.append("processes: " + ", ".join(p.describe() for p in d.processes))
+    return ", ".join(str(p) for p in parts)
+
+
+# --- small readers ---------------------------------------------------------------------------------
+def _os_release() -> Optional[str]:
+    try:
+        text = Path("/etc/os-release").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return None
+    match = re.search(r'^PRETTY_NAME="?([^"\n]*)"?', text, re.MULTILINE)
+    return match.group(1) if match else None
+
+
+def _cpu_model() -> Optional[str]:
+    try:
+        text = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        text = ""
+    match = re.search(r"^model name\s*:\s*(.+)$", text, re.MULTILINE)
+    if match:
+        return match.group(1).strip()
+    # aarch64 (Kunpeng) /proc/cpuinfo has no model name; lscpu decodes the part id.
+    lscpu = shutil.which("lscpu")
+    if lscpu:
+        try:
+            out = subprocess.run([lscpu], capture_output=True, text=True, timeout=5).stdout
+        except subprocess.TimeoutExpired:
+            out = ""
+        match = re.search(r"^Model name:\s*(.+)$", out, re.MULTILINE)
+        if match:
+            return match.group(1).strip()
+    return platform.processor() or None
+
+
+def _memory() -> dict:
+    try:
+        import psutil
+
+        vm = psutil.virtual_memory()
+        return {"ram_total_gb": round(vm.total / 2**30, 2),
+                "ram_available_gb": round(vm.available / 2**30, 2)}
+    except ImportError:
+        info = _key_values(Path("/proc/meminfo"), sep=":")
+        kib = {k: int(v.split()[0]) for k, v in info.items() if v.split() and v.split()[0].isdigit()}
+        if "MemTotal" not in kib:
+            return {"ram_total_gb": None, "ram_available_gb": None}
+        return {"ram_total_gb": round(kib["MemTotal"] / 2**20, 2),
+                "ram_available_gb": round(kib.get("MemAvailable", 0) / 2**20, 2)}
+
+
+def _shm() -> dict:
+    try:
+        usage = shutil.disk_usage("/dev/shm")
+    except OSError:
+        return {"shm_total_gb": None, "shm_free_gb": None}
+    return {"shm_total_gb": round(usage.total / 2**30, 3), "shm_free_gb": round(usage.free / 2**30, 3)}
+
+
+def _in_container() -> bool:
+    if Path("/.dockerenv").exists() or Path("/run/.containerenv").exists():
+        return True
+    try:
+        cgroup = Path("/proc/1/cgroup").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return False
+    return any(word in cgroup for word in ("docker", "kubepods", "containerd", "lxc"))
+
+
+def _first_file(paths) -> Optional[Path]:
+    return next((p for p in paths if p.is_file()), None)
+
+
+def _key_values(path: Path, sep: str = "=") -> dict[str, str]:
+    """``key=value`` lines (install.info, version.info); secret-looking keys dropped."""
+    out = {}
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return out
+    for line in text.splitlines():
+        if sep in line:
+            key, value = line.split(sep, 1)
+            key = key.strip()
+            if key and not is_secret_name(key):
+                out[key] = value.strip()
+    return out
+
+
+def _accelerate_config() -> Optional[dict]:
+    base = os.environ.get("HF_HOME") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "huggingface")
+    default = Path(base) / "accelerate" / "default_config.yaml"
+    path = Path(os.environ.get("ACCELERATE_CONFIG_FILE") or default)
+    if not path.is_file():
+        return None
+    import yaml
+
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError) as exc:
+        return {"path": str(path), "error": f"{type(exc).__name__}: {exc}"}
+    if not isinstance(data, dict):
+        return {"path": str(path)}
+    return {"path": str(path), **{k: v for k, v in data.items() if not is_secret_name(str(k))}}

@@ -1,0 +1,109 @@
+"""Render an :class:`EnvironmentReport` in a notebook: summary line, coloured tables.
+
+Everything is displayed as static HTML first (the report's HTML keeps it);
+:func:`environment_widget` adds an ipywidgets button that re-probes in JupyterLab.
+"""
+
+from __future__ import annotations
+
+import html
+from typing import Callable, Optional
+
+from hyport_lib.display import VERDICT_COLOURS, style_verdicts
+from hyport_lib.environment.collect import EnvironmentReport
+from hyport_lib.environment.frames import (checks_frame, devices_frame, env_vars_frame,
+                                           system_frame, versions_frame)
+
+
+def summary_html(report: EnvironmentReport) -> str:
+    """One coloured line: overall verdict and counts per verdict."""
+    colour = VERDICT_COLOURS.get(report.verdict, "#ffffff")
+    counts = report.summary()
+    badges = " ".join(
+        f'<span style="background:{VERDICT_COLOURS[k]};padding:1px 6px;border-radius:3px">'
+        f"{counts[k]} {k}</span>" for k in ("PASS", "WARN", "FAIL", "SKIP"))
+    return (f'<div style="padding:6px;border-left:6px solid {colour}">'
+            f"<b>Environment: {report.verdict}</b> &nbsp; {badges} &nbsp; "
+            f"backend <code>{html.escape(report.device)}</code>, {report.num_cards} cards, "
+            f"collected in {report.elapsed_s:.2f} s</div>")
+
+
+#: Device-table cells -> the verdict whose colour they take.
+_DEVICE_CELL_VERDICT = {"FREE": "PASS", "BUSY": "WARN", "OK": "PASS", "WARNING": "WARN",
+                        "ALARM": "FAIL", "CRITICAL": "FAIL"}
+
+
+def _device_colour(value) -> str:
+    verdict = _DEVICE_CELL_VERDICT.get(str(value).upper())
+    return f"background-color: {VERDICT_COLOURS[verdict]}" if verdict else ""
+
+
+def style_devices(df):
+    """Devices table with status (FREE/BUSY) and health coloured like verdicts."""
+    present = [c for c in ("health", "status") if c in df.columns]
+    return df.style.map(_device_colour, subset=present).hide(axis="index")
+
+
+def show_environment(report: EnvironmentReport, *, system: bool = True) -> None:
+    """Display the summary line, checks (coloured), devices, versions and variables."""
+    from IPython.display import HTML, Markdown, display
+
+    display(HTML(summary_html(report)))
+    display(Markdown("**Checks**"))
+    display(style_verdicts(checks_frame(report)))
+    display(Markdown(f"**Devices** (source: {report.device_source}"
+                     + (f"; note: {report.device_error}" if report.device_error else "") + ")"))
+    display(style_devices(devices_frame(report)))
+    display(Markdown("**Versions**"))
+    display(versions_frame(report).style.hide(axis="index"))
+    display(Markdown("**Environment variables** (names that look secret are never shown)"))
+    display(env_vars_frame(report).style.hide(axis="index"))
+    if system:
+        display(Markdown("**System**"))
+        display(system_frame(report).style.hide(axis="index"))
+
+
+def environment_widget(probe: Optional[Callable[[], EnvironmentReport]] = None,
+                       report: Optional[EnvironmentReport] = None):
+    """A "Re-probe" button above an output area that shows the latest report.
+
+    Args:
+        probe: callable returning a fresh report (default: ``collect_environment()``).
+        report: shown first, so opening the notebook shows something before a click.
+
+    Returns:
+        The ipywidgets ``VBox``; display it after the static rendering, which stays
+        for the HTML report (widget views are stripped there).
+    """
+    import ipywidgets as widgets
+
+    if probe is None:
+        from hyport_lib.environment.collect import collect_environment
+
+        probe = collect_environment
+    button = widgets.Button(description="Re-probe", icon="refresh",
+                            tooltip="collect the environment again and re-run the checks")
+    status = widgets.HTML(value="")
+    output = widgets.Output()
+
+    def render(current: EnvironmentReport) -> None:
+        output.clear_output(wait=True)
+        with output:
+            show_environment(current, system=False)
+        status.value = summary_html(current)
+
+    def on_click(_):
+        button.disabled = True
+        status.value = "probing..."
+        try:
+            render(probe())
+        finally:
+            button.disabled = False
+
+    button.on_click(on_click)
+    if report is not None:
+        status.value = summary_html(report)
+    box = widgets.VBox([widgets.HBox([button, status]), output])
+    box.reprobe = lambda: on_click(button)  # what a click does, callable from code and tests
+    box.status = status
+    return box

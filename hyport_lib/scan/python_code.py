@@ -1,0 +1,307 @@
+"""Python files: CUDA-isms found through the AST (a line scan for files that do not parse).
+
+What counts (see ``rules.py`` for the tables):
+
+- imports of flash_attn, apex, xformers, triton, bitsandbytes, ``torch.cuda`` (one hit
+  per statement and category; ``guarded`` when inside ``try/except ImportError`` or an
+  ``if is_..._available():``);
+- uses of names that resolve, through the file's imports, into those modules
+  (``flash_attn_varlen_func(...)``, ``torch.cuda.synchronize()``,
+  ``xops.memory_efficient_attention``); inside triton kernels the ``triton.language``
+  calls are not repeated;
+- ``x.cuda()``, ``x.is_cuda``, ``is_flash_attn_2_available()`` and similar names;
+- string literals whose *whole value* is a device, backend, implementation or package
+  name: ``"cuda"``, ``"cuda:1"``, ``f"cuda:{rank}"``, ``"nccl"``, ``"flash_attention_2"``,
+  ``"flash_attn"`` (dynamic imports), and ``CUDA_VISIBLE_DEVICES`` / ``NCCL_*`` names.
+
+Comments are not in the AST and prose strings never equal such a value, so a docstring
+that says "we removed flash_attn" is not a finding.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from typing import Optional
+
+from hyport_lib.scan import rules
+from hyport_lib.scan.model import Hit
+from hyport_lib.scan.source import decode_source, hit_at, line_scan, split_lines
+
+_ATTR_BUILTINS = {"getattr", "hasattr", "setattr", "delattr"}
+_IMPORT_ERRORS = {"ImportError", "ModuleNotFoundError", "Exception", "BaseException"}
+_GUARD_NAME_RE = re.compile(r"available|^TYPE_CHECKING$|^_?(has|HAS|use|USE)_")
+def scan_python(data: bytes, rel: str, *,
+                package_strings: bool = True) -> tuple[list[Hit], Optional[str]]:
+    """Scan one Python file.
+
+    Args:
+        data: the file's bytes.
+        rel: its path relative to the scanned root (used in the hits).
+        package_strings: report string literals naming a package (off for ``setup.py``,
+            whose requirement strings the dependency scan reports).
+
+    Returns:
+        ``(hits, error)``; ``error`` is None when the file parsed. When it did not, the
+        hits hold one ``unparsable`` hit and what a line-by-line scan found.
+    """
+    text, error = decode_source(data)
+    lines = split_lines(text)
+    tree, line, col = None, 1, 0
+    if error is None:
+        try:
+            tree = ast.parse(text, filename=rel)
+        except (SyntaxError, ValueError, RecursionError) as exc:
+            error = _describe_parse_error(exc)
+            line = getattr(exc, "lineno", None) or 1
+            col = max((getattr(exc, "offset", None) or 1) - 1, 0)
+    if tree is not None:
+        scanner = _Scanner(rel, lines, package_strings=package_strings)
+        try:
+            scanner.prepare(tree)
+            scanner.visit(tree)
+            return scanner.hits(), None
+        except RecursionError:  # parsed, but nested deeper than the visitor can recurse
+            error = "RecursionError: expression nested too deeply for the AST scan"
+    hits = [hit_at(rel, lines, line, col, rules.UNPARSABLE,
+                   f"{error}; scanned line by line instead: fix the file or port it by hand")]
+    return hits + line_scan(rel, lines), error
+
+
+def _describe_parse_error(exc: BaseException) -> str:
+    if isinstance(exc, SyntaxError):
+        where = f" (line {exc.lineno})" if exc.lineno else ""
+        return f"{type(exc).__name__}: {exc.msg}{where}"
+    return f"{type(exc).__name__}: {exc}"
+
+
+class _Scanner(ast.NodeVisitor):
+    """One pass over a module's AST; ``prepare`` first learns its imports."""
+
+    def __init__(self, rel: str, lines: list[str], *, package_strings: bool):
+        self.rel = rel
+        self.lines = lines
+        self.package_strings = package_strings
+        self.aliases: dict[str, str] = {}  # local name -> qualified name
+        self.guarded: set[int] = set()  # id() of guarded import statements
+        self.handled: set[int] = set()  # id() of string constants already reported
+        self._hits: dict[tuple, Hit] = {}
+
+    # --- bookkeeping --------------------------------------------------------------
+    def hits(self) -> list[Hit]:
+        return sorted(self._hits.values())
+
+    def add(self, line: int, col: int, category: str, suggestion: str) -> None:
+        hit = hit_at(self.rel, self.lines, line, col, category, suggestion)
+        self._hits.setdefault((line, col, category), hit)
+
+    def prepare(self, tree: ast.AST) -> None:
+        """Record every import binding (scopes are flattened: names rarely clash) and guards."""
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                for alias in node.names:
+                    if alias.asname:
+                        self.aliases[alias.asname] = alias.name
+                    else:
+                        top = alias.name.split(".", 1)[0]
+                        self.aliases[top] = top
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                for alias in node.names:
+                    if alias.name != "*":
+                        self.aliases[alias.asname or alias.name] = f"{node.module}.{alias.name}"
+            elif isinstance(node, ast.Try) and any(_catches_import_error(h) for h in node.handlers):
+                self._mark_guarded(node.body)
+            elif isinstance(node, ast.If) and _is_availability_test(node.test):
+                self._mark_guarded(node.body)
+
+    def _mark_guarded(self, body: list[ast.stmt]) -> None:
+        for stmt in body:
+            for node in ast.walk(stmt):
+                if isinstance(node, (ast.Import, ast.ImportFrom)):
+                    self.guarded.add(id(node))
+
+    def qualify(self, node: ast.AST) -> Optional[str]:
+        """Dotted name an expression resolves to through the imports, or None."""
+        parts = []
+        while isinstance(node, ast.Attribute):
+            parts.append(node.attr)
+            node = node.value
+        if not isinstance(node, ast.Name):
+            return None
+        base = self.aliases.get(node.id, "torch" if node.id == "torch" else None)
+        if base is None:
+            return None
+        return ".".join([base, *reversed(parts)])
+
+    # --- imports --------------------------------------------------------------------
+    def visit_Import(self, node: ast.Import) -> None:
+        self._report_import(node, [a.name for a in node.names])
+
+    def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
+        if node.level or not node.module:
+            return  # relative imports name the project's own modules
+        self._report_import(
+            node, [node.module if a.name == "*" else f"{node.module}.{a.name}" for a in node.names])
+
+    def _report_import(self, node: ast.stmt, qualified: list[str]) -> None:
+        found: dict[str, list[str]] = {}
+        for name in qualified:
+            category = rules.category_for(name)
+            if category:
+                text = rules.suggestion_for(name)
+                found.setdefault(category, [])
+                if text not in found[category]:
+                    found[category].append(text)
+        for category, texts in found.items():
+            suggestion = " | ".join(texts)
+            if id(node) in self.guarded:
+                suggestion = rules.GUARDED_PREFIX + suggestion
+            self.add(node.lineno, node.col_offset, category, suggestion)
+
+    # --- names and attributes -----------------------------------------------------------
+    def visit_Name(self, node: ast.Name) -> None:
+        if not isinstance(node.ctx, ast.Load):
+            return
+        qualified = self.aliases.get(node.id)
+        if qualified and self._report_qualified(node, qualified):
+            return
+        self._report_name_rule(rules.NAME_RULES, node.id, node.lineno, node.col_offset)
+
+    def visit_Attribute(self, node: ast.Attribute) -> None:
+        qualified = self.qualify(node)
+        if qualified and self._report_qualified(node, qualified):
+            return  # the inner part of the chain is the same finding
+        if isinstance(node.ctx, ast.Load):
+            line, col = _attr_position(node)
+            table = {**rules.NAME_RULES, **rules.ATTRIBUTE_RULES}
+            self._report_name_rule(table, node.attr, line, col)
+        self.generic_visit(node)
+
+    def _report_qualified(self, node: ast.expr, qualified: str) -> bool:
+        category = rules.category_for(qualified)
+        if category is None:
+            return False
+        # Kernels are written in triton.language; their import already says it all.
+        kernel_body = qualified.startswith("triton.language")  # hyport-scan: ignore
+        if category != rules.TRITON or not kernel_body:
+            self.add(node.lineno, node.col_offset, category, rules.suggestion_for(qualified))
+        return True
+
+    def _report_name_rule(self, table: dict, name: str, line: int, col: int) -> None:
+        for pattern, (category, suggestion) in table.items():
+            if pattern.match(name):
+                self.add(line, col, category, suggestion)
+                return
+
+    # --- calls, comparisons, strings ------------------------------------------------------
+    def visit_Call(self, node: ast.Call) -> None:
+        func = node.func
+        is_method = isinstance(func, ast.Attribute) and func.attr == "cuda"  # hyport-scan: ignore
+        if is_method and self.qualify(func) != "torch.cuda":
+            line, col = _attr_position(func)
+            self.add(line, col, rules.CUDA_CALL, rules.CUDA_METHOD_SUGGESTION)
+        if isinstance(func, ast.Name) and func.id in _ATTR_BUILTINS and len(node.args) >= 2:
+            self._dynamic_attribute(node)
+        context = _call_context(func)
+        for arg in node.args:
+            self._device_argument(arg, context)
+        for keyword in node.keywords:
+            device_keyword = keyword.arg in ("device", "device_map", "device_type")
+            self._device_argument(keyword.value, keyword.arg if device_keyword else context)
+        self.generic_visit(node)
+
+    def _dynamic_attribute(self, node: ast.Call) -> None:
+        """``getattr(torch, "cuda")`` is ``torch.cuda``; ``getattr(x, "cuda")`` names no device."""
+        name = node.args[1]
+        if not (isinstance(name, ast.Constant) and isinstance(name.value, str)):
+            return
+        self.handled.add(id(name))
+        base = self.qualify(node.args[0])
+        if base and rules.category_for(base) is None:
+            qualified = f"{base}.{name.value}"
+            category = rules.category_for(qualified)
+            if category:
+                self.add(node.lineno, node.col_offset, category, rules.suggestion_for(qualified))
+
+    def _device_argument(self, value: ast.expr, context: Optional[str]) -> None:
+        literal = _cuda_literal(value)
+        if literal is not None and context is not None:
+            self.handled.add(id(literal))
+            self.add(literal.lineno, literal.col_offset, rules.CUDA_DEVICE,
+                     rules.DEVICE_CONTEXT_SUGGESTIONS[context])
+
+    def visit_Compare(self, node: ast.Compare) -> None:
+        operands = [node.left, *node.comparators]
+        operands += [e for o in operands if isinstance(o, (ast.Tuple, ast.List, ast.Set))
+                     for e in o.elts]
+        for operand in operands:
+            literal = _cuda_literal(operand)
+            if literal is not None:
+                self.handled.add(id(literal))
+                self.add(literal.lineno, literal.col_offset, rules.CUDA_DEVICE,
+                         rules.DEVICE_CONTEXT_SUGGESTIONS["compare"])
+        self.generic_visit(node)
+
+    def visit_Constant(self, node: ast.Constant) -> None:
+        if not isinstance(node.value, str) or id(node) in self.handled:
+            return
+        value = node.value
+        where = (node.lineno, node.col_offset)
+        if rules.CUDA_DEVICE_RE.match(value):
+            self.add(*where, rules.CUDA_DEVICE, rules.DEVICE_SUGGESTION)
+        elif rules.FLASH_IMPL_RE.match(value):
+            self.add(*where, rules.FLASH_ATTN, rules.FLASH_IMPL_SUGGESTION)
+        elif rules.NCCL_STRING_RE.search(value):
+            self.add(*where, rules.NCCL, rules.NCCL_SUGGESTION)
+        elif self.package_strings and rules.PACKAGE_NAME_RE.match(value):
+            self.add(*where, rules.module_category(value),
+                     "names the package (dynamic import or availability probe): "
+                     + rules.suggestion_for(value.replace("-", "_")))
+        else:
+            for match in rules.ENV_VAR_RE.finditer(value):
+                self.add(*where, *rules.env_var_rule(match.group(1)))
+
+
+def _attr_position(node: ast.Attribute) -> tuple[int, int]:
+    """Line and column of the ``.attr`` part (chains may span lines)."""
+    if node.end_lineno is not None and node.end_col_offset is not None:
+        return node.end_lineno, max(node.end_col_offset - len(node.attr), 0)
+    return node.lineno, node.col_offset
+
+
+def _call_context(func: ast.expr) -> Optional[str]:
+    """Which device-argument suggestion fits a call: ``.to``, ``torch.device``, autocast."""
+    name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
+    if name in ("to", "device", "autocast", "GradScaler"):
+        return name
+    return None
+
+
+def _cuda_literal(node: ast.expr) -> Optional[ast.Constant]:
+    """The string constant that makes ``node`` a CUDA device name, or None."""
+    if isinstance(node, ast.Constant):
+        is_device = isinstance(node.value, str) and rules.CUDA_DEVICE_RE.match(node.value)
+        return node if is_device else None
+    if isinstance(node, ast.JoinedStr) and node.values:
+        return _cuda_literal(node.values[0])
+    if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Add, ast.Mod)):
+        return _cuda_literal(node.left)
+    is_format = isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+    if is_format and node.func.attr == "format":
+        return _cuda_literal(node.func.value)
+    return None
+
+
+def _catches_import_error(handler: ast.ExceptHandler) -> bool:
+    if handler.type is None:
+        return True
+    types = handler.type.elts if isinstance(handler.type, ast.Tuple) else [handler.type]
+    return any(isinstance(t, ast.Name) and t.id in _IMPORT_ERRORS for t in types)
+
+
+def _is_availability_test(test: ast.expr) -> bool:
+    for node in ast.walk(test):
+        name = node.id if isinstance(node, ast.Name) else getattr(node, "attr", None)
+        if isinstance(name, str) and _GUARD_NAME_RE.search(name):
+            return True
+    return False

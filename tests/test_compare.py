@@ -1,0 +1,339 @@
+"""The attention numerics comparison: grid coverage, metrics, verdicts, bug detection, CLI."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+
+import pytest
+import torch
+
+from hyport_lib.attention import compare as C
+from hyport_lib.attention import reference as R
+from hyport_lib.attention.emulation import npu_fusion_attention as emulated
+
+
+def _case(**kw):
+    base = dict(layout="BNSD", dtype="float16", mask="causal", batch="dense", lengths_q=(5,),
+                lengths_kv=(11,), nq=4, nkv=2, head_dim=64)
+    base.update(kw)
+    return C.AttentionCase(**base)
+
+
+def _backend(name, fn):
+    return C.Backend(name, f"{name} (test)", "cpu", fn)
+
+
+def _nfa_backend(name, mutate):
+    """An NFA backend whose call arguments are altered by ``mutate(call, case, data)``:
+    the porting bugs the comparison exists to catch."""
+
+    def run(case, data, device):
+        calls = C.nfa_mapping(case, data, device, C_compressed())
+        out = None
+        for call in calls:
+            rows = call.pop("rows")
+            mutate(call, case, data)
+            res = emulated(**call)[0]
+            out = res if rows is None else out.index_copy(0, rows, res)
+        return R.to_bnsd(out, case.layout, case.nq)
+
+    return _backend(name, run)
+
+
+def C_compressed():
+    from hyport_lib.attention.emulation import compressed_causal_mask
+
+    return compressed_causal_mask()
+
+
+# --------------------------------------------------------------------------------------
+# Grid
+# --------------------------------------------------------------------------------------
+def test_default_grid_covers_every_dimension():
+    grid = C.build_grid()
+    assert {c.layout for c in grid} == set(R.LAYOUTS)
+    assert {c.dtype for c in grid} == {"float16", "bfloat16", "float32"}
+    assert {c.mask for c in grid} == set(C.MASK_KINDS)
+    assert {c.batch for c in grid} == set(C.BATCH_KINDS)
+    assert {c.head_dim for c in grid} == {64, 128}
+    assert any(c.nq != c.nkv for c in grid) and any(c.nq == c.nkv for c in grid)
+    assert any(c.lengths_q != c.lengths_kv for c in grid)  # Sq != Skv
+    assert any(1 in c.lengths_q for c in grid)
+    assert any(n % 2 for c in grid for n in c.lengths_q + c.lengths_kv)  # odd lengths
+    assert {c.npu_sparse_mode for c in grid} >= {0, 2, None}
+    assert len(C.build_grid(full=True)) > 3 * len(grid)
+    assert {c.dtype for c in C.build_grid(dtypes=["bfloat16"])} == {"bfloat16"}
+    with pytest.raises(ValueError, match="dtypes"):
+        C.build_grid(dtypes=["float64"])
+
+
+@pytest.mark.parametrize("kw, pattern", [
+    (dict(layout="TND"), "TND is packed-only"),
+    (dict(layout="XYZ"), "layout"),
+    (dict(dtype="int8"), "dtype"),
+    (dict(mask="sliding"), "mask"),
+    (dict(nq=3, nkv=2), "multiple"),
+    (dict(mask="spans", spans=()), "spans"),
+    (dict(batch="dense", lengths_q=(3, 4), lengths_kv=(3, 4)), "dense"),
+])
+def test_case_validation(kw, pattern):
+    with pytest.raises(ValueError, match=pattern):
+        _case(**kw)
+
+
+def test_case_keep_masks():
+    # packed spans: block-diagonal causal + the span (1, 3) of sample 0 both ways
+    case = _case(layout="TND", batch="packed", mask="spans", lengths_q=(4, 2),
+                 lengths_kv=(4, 2), spans=(((1, 3),), ()))
+    keep = C.case_keep_mask(case)[0, 0]
+    want = R.block_diagonal_mask([4, 2], causal=True)
+    want[1:3, 1:3] = True
+    assert torch.equal(keep, want)
+    # padded: per-sample bottom-right causal, padding rows fully masked
+    keep = C.case_keep_mask(_case(batch="padded", lengths_q=(2, 1), lengths_kv=(3, 2)))
+    assert keep[1, 0].tolist() == [[True, True, False], [False, False, False]]
+
+
+# --------------------------------------------------------------------------------------
+# Metrics and verdicts
+# --------------------------------------------------------------------------------------
+def test_metrics_on_a_known_perturbation():
+    case = _case(dtype="float32", batch="padded", lengths_q=(5, 3), lengths_kv=(11, 4))
+    data = C.make_case_data(case, seed=3)
+    out = data.ref.clone()
+    valid = data.valid_rows.unsqueeze(-1).expand_as(out)
+    n = int(valid.sum())
+    idx = valid.nonzero()[0].tolist()
+    out[tuple(idx)] += 0.01
+    m = C.compute_metrics(out, data, data.ref, torch.float32)
+    assert m.max_abs == pytest.approx(0.01, rel=1e-9)
+    assert m.rmse == pytest.approx(math.sqrt(0.01 ** 2 / n), rel=1e-9)
+    assert m.rel_gt_1e3 == pytest.approx(1 / n) or m.rel_gt_1e3 == 0  # one element at most
+    assert m.eager_max_abs == 0 and m.bound == pytest.approx(m.atol)
+    assert m.empty_rows == int(data.empty_rows.sum()) > 0 and m.empty_rows_out == "0"
+    assert C.decide(m)[0] == "FAIL"  # 0.01 is far above fp32's rounding noise
+    out[~valid] = float("nan")  # NaN only where nothing is attended: a WARN
+    m = C.compute_metrics(out, data, data.ref, torch.float32)
+    assert m.finite and m.empty_rows_out == "NaN"
+
+
+def test_decide_order():
+    ok = C.Metrics(max_abs=1e-3, eager_max_abs=1e-3, atol=1e-4, bound=2.1e-3, cosine=0.9999,
+                   max_rel=1.0, rel_gt_1e3=0.1, rel_gt_5e3=0.0, rmse=1e-4, finite=True,
+                   empty_rows=0, empty_rows_out="-")
+    assert C.decide(ok)[0] == "PASS"
+    assert C.decide(ok, baseline=True)[1].startswith("baseline")
+    assert C.decide(dataclasses.replace(ok, finite=False)) == ("FAIL", "non-finite output on rows that attend keys")
+    verdict, rule = C.decide(dataclasses.replace(ok, max_abs=3e-3))
+    assert verdict == "FAIL" and rule.startswith("flash-attn rule")
+    verdict, rule = C.decide(dataclasses.replace(ok, cosine=0.98))
+    assert verdict == "FAIL" and rule.startswith("cosine")
+    verdict, rule = C.decide(dataclasses.replace(ok, empty_rows=3, empty_rows_out="NaN"))
+    assert verdict == "WARN" and "NaN" in rule
+
+
+# --------------------------------------------------------------------------------------
+# The comparison catches the classic porting bugs
+# --------------------------------------------------------------------------------------
+def _verdicts(case, backends, seed=0):
+    return {r["backend"]: (r["verdict"], r["rule"]) for r in C.compare_case(case, backends, seed)}
+
+
+def test_porting_bugs_fail():
+    def no_scale(call, case, data):
+        call.pop("scale")  # NFA's default 1.0 instead of 1/sqrt(d)
+
+    def top_left(call, case, data):
+        call["sparse_mode"] = 2  # flash-attn 2.0 alignment for Sq != Skv
+
+    def keep_mask_passed(call, case, data):
+        call["atten_mask"] = R.from_npu_mask(call["atten_mask"])  # True = attend to the NPU
+
+    def lengths_not_cumulative(call, case, data):
+        call["actual_seq_qlen"] = list(case.lengths_q)  # [3, 5, 4] instead of [3, 8, 12]
+        call["actual_seq_kvlen"] = list(case.lengths_kv)
+
+    backends = [_nfa_backend("right", lambda *a: None), _nfa_backend("no_scale", no_scale),
+                _nfa_backend("top_left", top_left)]
+    got = _verdicts(_case(), backends)
+    assert got["right"][0] == "PASS"
+    assert got["no_scale"][0] == "FAIL" and got["top_left"][0] == "FAIL"
+
+    padded = _case(layout="BSH", batch="padded", lengths_q=(6, 3), lengths_kv=(6, 3))
+    got = _verdicts(padded, [_nfa_backend("right", lambda *a: None),
+                             _nfa_backend("flipped", keep_mask_passed)])
+    assert got["right"][0] == "PASS" and got["flipped"][0] == "FAIL"
+
+    packed = _case(layout="TND", batch="packed", lengths_q=(3, 5, 4), lengths_kv=(3, 5, 4))
+    rows = C.compare_case(packed, [_nfa_backend("right", lambda *a: None),
+                                   _nfa_backend("lengths", lengths_not_cumulative)])
+    got = {r["backend"]: (r["verdict"], r["rule"]) for r in rows}
+    assert got["right"][0] == "PASS" and got["lengths"][0] == "FAIL"
+    assert "actual_seq_qlen" in got["lengths"][1]
+
+
+def test_backend_errors_nan_rows_and_inexpressible_cases():
+    case = _case(batch="padded", lengths_q=(5, 2), lengths_kv=(11, 3))
+
+    def raises(case, data, device):
+        raise RuntimeError("kernel not found\nsecond line")
+
+    def nan_rows(case, data, device):
+        out = C.eager_attention(data.q, data.k, data.v, data.keep, case.scale)
+        return out.masked_fill(data.empty_rows.unsqueeze(-1), float("nan"))
+
+    rows = C.compare_case(case, [_backend("raises", raises), _backend("nan", nan_rows),
+                                 _backend("none", lambda *a: None)])
+    by = {r["backend"]: r for r in rows}
+    assert set(by) == {"raises", "nan"}
+    assert by["raises"]["verdict"] == "FAIL" and "kernel not found" in by["raises"]["rule"]
+    assert "second line" not in by["raises"]["rule"]
+    assert by["nan"]["verdict"] == "WARN" and by["nan"]["empty_rows_out"] == "NaN"
+
+
+def test_fake_npu_runs_through_the_same_mapping(fake_npu):
+    case = _case(layout="TND", batch="packed", mask="band", window=(2, 0),
+                 lengths_q=(4, 7), lengths_kv=(4, 7))
+    data = C.make_case_data(case)
+    got = C.run_nfa(fake_npu.npu_fusion_attention, case, data, "cpu")
+    want = C.run_nfa(emulated, case, data, "cpu")
+    assert torch.equal(got, want)
+
+
+# --------------------------------------------------------------------------------------
+# The default grid on this host, and its rendering
+# --------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def default_result():
+    return C.run_comparison(device="cpu")
+
+
+def test_default_grid_passes_and_is_labelled(default_result):
+    res = default_result
+    df = res.frame()
+    assert res.verdict == "PASS", df[df.verdict != "PASS"][["case", "backend", "rule"]]
+    names = {b["name"] for b in res.backends}
+    assert {"eager", "sdpa", "npu-emulated"} <= names and "npu" not in names
+    assert res.emulated and C.provenance(res).emulated and C.provenance(res).device == "cpu"
+    emu = df[df.backend == "npu-emulated"]
+    assert len(emu) == res.cases and set(emu.source) == {"npu-emulated (CPU)"}
+    assert df.source.notna().all()
+    for col in ("max_abs", "cosine", "max_rel", "rel_gt_1e-3", "rel_gt_5e-3", "rmse", "rule"):
+        assert df[col].notna().all(), col
+    assert (df[df.dtype == "float32"].max_abs < 1e-5).all()
+    assert (df.cosine > 0.99).all()
+    assert res.seconds < 60
+
+
+def test_show_renders_table_and_heatmap(default_result):
+    from hyport_lib.attention import show
+
+    html = show.styled_comparison(default_result).to_html()
+    assert "PASS" in html and "npu-emulated (CPU)" in html
+    fig = show.heatmap_figure(default_result)
+    ax = fig.axes[0]
+    assert len(ax.get_yticklabels()) == default_result.cases
+    assert "emulated" in ax.get_title()
+    import matplotlib.pyplot as plt
+
+    plt.close(fig)
+    with pytest.raises(ValueError, match="backend='npu'"):
+        show.heatmap_figure(default_result, backend="npu")
+    assert "not an NPU measurement" in show.provenance_note(default_result)
+
+
+def test_summary_and_record(default_result, tmp_path, monkeypatch):
+    monkeypatch.setenv("HYPORT_RESULTS_DIR", str(tmp_path))
+    summary = C.record_stage(default_result)
+    saved = json.loads((tmp_path / "02_attention.json").read_text())
+    assert saved["verdict"] == summary["verdict"] == "PASS"
+    assert saved["provenance"]["emulated"] is True
+    assert len(saved["data"]["rows"]) == len(default_result.rows)
+    assert 0 < summary["headline"]["worst npu-emulated err/bound"] <= 1
+
+
+def test_planted_scan():
+    report, path = C.run_scan("")
+    assert path.endswith("hyport-planted-example")
+    if report is None:
+        pytest.skip("hyport_lib.scan is not installed")
+    assert report.counts().get("flash_attn", 0) >= 1
+
+
+# --------------------------------------------------------------------------------------
+# CLI
+# --------------------------------------------------------------------------------------
+def test_cli_writes_json_and_exit_code(tmp_path, monkeypatch, capsys):
+    from hyport_lib.commands import main
+
+    monkeypatch.setenv("HYPORT_RESULTS_DIR", str(tmp_path / "results"))
+    out = tmp_path / "rows.json"
+    rc = main(["attention", "--dtypes", "float32", "--model-path", "none", "--json", str(out),
+               "--code-path", str(C.planted_example(tmp_path / "code"))])
+    text = capsys.readouterr().out
+    assert rc == 0 and "npu-emulated" in text and "PASS:" in text
+    payload = json.loads(out.read_text())
+    assert payload["verdict"] == "PASS" and {r["dtype"] for r in payload["rows"]} == {"float32"}
+    assert (tmp_path / "results" / "02_attention.json").exists()
+
+    real = C.available_backends
+
+    def with_bug(device="auto"):
+        def no_scale(case, data, device):
+            calls = C.nfa_mapping(case, data, device, C_compressed())
+            call = calls[0]
+            call.pop("rows")
+            call.pop("scale")
+            return R.to_bnsd(emulated(**call)[0], case.layout, case.nq)
+
+        return real(device) + [_backend("buggy", no_scale)]
+
+    monkeypatch.setattr(C, "available_backends", with_bug)
+    rc = main(["attention", "--dtypes", "float32", "--model-path", "none"])
+    assert rc == 1 and "FAIL" in capsys.readouterr().out
+
+
+# --------------------------------------------------------------------------------------
+# Model level
+# --------------------------------------------------------------------------------------
+def test_model_level_tiny_model_pass(monkeypatch):
+    from hyport_lib.attention import emulation
+
+    calls = []
+    real = emulation.npu_fusion_attention
+
+    def counting(*args, **kwargs):
+        calls.append(kwargs.get("input_layout", args[4] if len(args) > 4 else None))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(emulation, "npu_fusion_attention", counting)
+    m = C.compare_model("tiny", backend="npu-emulated", device="cpu", max_new_tokens=4)
+    assert calls, "the swapped model never reached the NPU emulation"
+    assert m.verdict == "PASS", m.detail
+    assert m.attn_implementation and m.source == "npu-emulated (CPU)"
+    assert m.top1_agreement == 1.0 and m.greedy_identical and m.new_tokens == 4
+    assert m.max_abs_logits < 1e-3 and 0 <= m.kl_divergence < 1e-6
+    assert m.positions > 0
+
+
+def test_model_level_catches_a_broken_attention(monkeypatch):
+    from transformers import AttentionInterface
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+    from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+
+    from hyport_lib.attention import hf_integration
+
+    def broken(module, query, key, value, attention_mask, scaling=None, **kwargs):
+        scaling = (scaling or query.shape[-1] ** -0.5) * 4  # a wrong softmax scale
+        return sdpa_attention_forward(module, query, key, value, attention_mask,
+                                      scaling=scaling, **kwargs)
+
+    AttentionInterface.register("hyport_test_broken", broken)
+    AttentionMaskInterface.register("hyport_test_broken", sdpa_mask)
+    monkeypatch.setattr(hf_integration, "register_hyport_attention",
+                        lambda backend="auto": "hyport_test_broken")
+    m = C.compare_model("tiny", backend="npu-emulated", device="cpu", max_new_tokens=4)
+    assert m.verdict in ("FAIL", "WARN") and m.max_abs_logits > 1e-3
+    assert m.kl_divergence > 0

@@ -1,0 +1,371 @@
+"""Environment check: compatibility table, visible devices, devices via the torch_npu double,
+redaction, CANN discovery, checks, report, CLI and notebook."""
+
+from __future__ import annotations
+
+import json
+import socket
+import sys
+from pathlib import Path
+
+import pytest
+
+from hyport_lib.backend import get_backend
+from hyport_lib.environment import (TORCH_NPU_COMPAT, Check, DeviceProcess, EnvironmentReport,
+                                    busy_cards, check_cann_compat, check_torch_npu_compat,
+                                    check_visible_devices, checks_frame, collect_cann,
+                                    collect_env_vars, collect_environment, collect_versions,
+                                    list_devices, parse_visible_devices, probe_devices)
+from hyport_lib.environment import checks as C
+from hyport_lib.environment.compat import releases_for_torch
+from hyport_lib.environment.devices import parse_nvidia_smi_apps, parse_nvidia_smi_gpus
+from hyport_lib.environment.frames import devices_frame
+from hyport_lib.environment.records import DeviceInfo, worst_verdict
+
+REPO = Path(__file__).resolve().parents[1]
+SAMPLES = Path(__file__).parent / "data" / "npu_smi"
+
+
+# --- compatibility table ----------------------------------------------------------------------
+@pytest.mark.parametrize("torch_v, npu_v, verdict, words", [
+    ("2.8.0", "2.8.0", "PASS", ["CANN 8.3.RC1"]),
+    ("2.8.0+cpu", "2.8.0.post1", "PASS", ["not in hyport's table"]),  # the seed host
+    ("2.5.0", "2.5.1", "WARN", ["torch==2.5.1"]),
+    ("2.13.0+cpu", "2.8.0.post1", "FAIL", ["torch 2.8", "torch==2.8.0"]),
+    ("2.1.0", "2.4.0.post4", "FAIL", ["torch_npu 2.4.*", "2.1.0.post17"]),
+    ("2.8.0", None, "SKIP", ["not installed"]),
+    (None, "2.8.0", "FAIL", ["torch is not"]),
+])
+def test_torch_npu_compat(torch_v, npu_v, verdict, words):
+    check = check_torch_npu_compat(torch_v, npu_v)
+    assert check.name == "torch_npu_compat"
+    assert check.verdict == verdict, check.reason
+    for word in words:
+        assert word in check.reason
+
+
+def test_compat_table_rows_are_consistent():
+    from packaging.version import Version
+
+    for npu_v, pairing in TORCH_NPU_COMPAT.items():
+        assert Version(npu_v).release[:2] == Version(pairing.torch).release[:2], npu_v
+        assert check_torch_npu_compat(pairing.torch, npu_v).verdict == "PASS", npu_v
+        assert check_cann_compat(npu_v, pairing.cann).verdict == "PASS", npu_v
+    assert [k for k, _ in releases_for_torch("2.8.0")] == ["2.8.0.post4", "2.8.0.post2", "2.8.0"]
+
+
+def test_compat_names_the_bad_argument():
+    with pytest.raises(ValueError, match="torch_npu_version"):
+        check_torch_npu_compat("2.8.0", "not-a-version")
+
+
+@pytest.mark.parametrize("npu_v, cann, verdict", [
+    ("2.8.0", "8.3.RC1", "PASS"), ("2.8.0", "CANN-8.3.rc1", "PASS"), ("2.8.0", "8.5.0", "WARN"),
+    ("2.8.0", None, "SKIP"), ("2.8.0.post1", "8.3.RC1", "SKIP"), (None, "8.3.RC1", "SKIP"),
+])
+def test_cann_compat(npu_v, cann, verdict):
+    assert check_cann_compat(npu_v, cann).verdict == verdict
+
+
+# --- visible devices ---------------------------------------------------------------------------
+def test_space_truncates_the_ascend_list():
+    assert parse_visible_devices("1, 2,3", "ASCEND_RT_VISIBLE_DEVICES") == [1]
+    check = check_visible_devices("1, 2,3", "ASCEND_RT_VISIBLE_DEVICES")
+    assert check.verdict == "FAIL"
+    assert "only cards [1]" in check.reason and "'1,2,3'" in check.reason
+
+
+def test_cuda_strips_spaces_but_we_still_warn():
+    assert parse_visible_devices("1, 2,3", "CUDA_VISIBLE_DEVICES") == [1, 2, 3]
+    assert check_visible_devices("1, 2,3", "CUDA_VISIBLE_DEVICES").verdict == "WARN"
+
+
+@pytest.mark.parametrize("value, available, verdict, words", [
+    (None, None, "SKIP", ["not set"]),
+    ("", None, "FAIL", ["empty"]),
+    ("0,1,2,3", 8, "PASS", ["[0, 1, 2, 3]"]),
+    ("3", None, "PASS", ["[3]"]),
+    ("0,0", None, "FAIL", ["twice"]),
+    ("0,a,2", None, "FAIL", ["'a'", "[0]"]),
+    ("0,-1", None, "FAIL", ["'-1'"]),
+    ("0,,1", None, "FAIL", ["empty entry", "[0]"]),
+    ("0,1,", None, "WARN", ["comma", "'0,1'"]),
+    ("6,8", 8, "FAIL", ["card 8 does not exist"]),
+])
+def test_visible_devices_syntax(value, available, verdict, words):
+    check = check_visible_devices(value, "ASCEND_RT_VISIBLE_DEVICES", available)
+    assert check.verdict == verdict, check.reason
+    for word in words:
+        assert word in check.reason
+
+
+def test_cuda_uuid_and_duplicates():
+    assert check_visible_devices("GPU-5e4c1f,GPU-77aa", "CUDA_VISIBLE_DEVICES").verdict == "PASS"
+    assert parse_visible_devices("1,1", "CUDA_VISIBLE_DEVICES") == []  # torch shows none
+
+
+# --- devices through the torch_npu double ----------------------------------------------------
+def test_list_devices_with_fake_npu(fake_npu, npu_smi_sample):
+    npu_smi_sample((SAMPLES / "910b_24x_classic.txt").read_text(encoding="utf-8"))
+    backend = get_backend("npu")
+    assert backend.kind == "npu"
+    devices = list_devices(backend)
+    assert [(d.index, d.npu_id, d.name, d.hbm_used_mb) for d in devices] == [
+        (0, 0, "910B3", 3318), (1, 1, "910B3", 64021), (2, 2, "910B3", 3320)]
+    assert busy_cards(backend) == {1: [DeviceProcess(pid=576489, name="python", memory_mb=60703)]}
+    listing = probe_devices(backend)
+    assert (listing.source, listing.error, listing.driver_version) == ("npu-smi", None, "24.1.rc1")
+
+
+def test_a3_busy_card_is_the_logical_index(fake_npu, npu_smi_sample):
+    npu_smi_sample((SAMPLES / "a3_two_chips.txt").read_text(encoding="utf-8"))
+    assert list(busy_cards(get_backend("npu"))) == [3]
+
+
+def test_npu_smi_failure_falls_back_to_torch(fake_npu, monkeypatch):
+    monkeypatch.delenv("HYPORT_FAKE_NPU_SMI_FILE", raising=False)  # the double then exits 2
+    monkeypatch.setenv("HYPORT_FAKE_NPU_COUNT", "2")
+    listing = probe_devices(get_backend("npu"))
+    assert listing.source == "torch" and not listing.processes_known
+    assert "exited 2" in listing.error
+    assert [(d.index, d.name) for d in listing.devices] == [(0, "Ascend910B3"), (1, "Ascend910B3")]
+    assert C.check_busy_cards("npu", listing).verdict == "WARN"
+
+
+def test_collect_environment_on_fake_npu(fake_npu, npu_smi_sample, monkeypatch):
+    monkeypatch.setenv("ASCEND_RT_VISIBLE_DEVICES", "0, 1")
+    npu_smi_sample((SAMPLES / "910b_24x_classic.txt").read_text(encoding="utf-8"))
+    report = collect_environment(device="npu", num_cards=2, check_ports=False)
+    assert report.device == "npu" and report.device_source == "npu-smi"
+    assert report.versions["torch_npu"] == fake_npu.__version__
+    got = {c.name: c.verdict for c in report.checks}
+    assert got["torch_npu_import"] == "PASS"
+    assert got["busy_cards"] == "WARN"  # card 1 busy, 2 of 3 free for 2 requested
+    assert got["card_health"] == "WARN"  # card 2 reports Warning
+    assert got["visible_devices"] == "FAIL"  # "0, 1" -> the runtime sees card 0 only
+    torch_minor = ".".join(report.versions["torch"].split(".")[:2])
+    assert got["torch_npu_compat"] == ("PASS" if torch_minor == "2.8" else "FAIL")
+    assert report.verdict == "FAIL"
+    assert report.cann["driver_version"] == "24.1.rc1"
+    assert "pid 576489 python 60703 MB" in report.to_text()
+    report3 = collect_environment(device="npu", num_cards=3, check_ports=False)
+    assert report3.check("busy_cards").verdict == "FAIL"
+
+
+def test_cpu_pseudo_cards():
+    backend = get_backend("cpu", num_cards=3)
+    devices = list_devices(backend)
+    assert [d.index for d in devices] == [0, 1, 2]
+    assert all(d.processes == [] and d.source == "cpu" for d in devices)
+    assert busy_cards(backend) == {}
+
+
+def test_nvidia_smi_parsers():
+    gpus = parse_nvidia_smi_gpus("0, GPU-aaa, NVIDIA H100 80GB HBM3, 1024, 81559\n"
+                                 "1, GPU-bbb, NVIDIA H100 80GB HBM3, [N/A], 81559\n")
+    assert [(d.index, d.name, d.hbm_used_mb, d.hbm_total_mb) for d in gpus.values()] == [
+        (0, "NVIDIA H100 80GB HBM3", 1024, 81559), (1, "NVIDIA H100 80GB HBM3", None, 81559)]
+    apps = parse_nvidia_smi_apps("GPU-bbb, 4242, /usr/bin/python3, 30000\n")
+    assert apps == {"GPU-bbb": [DeviceProcess(pid=4242, name="/usr/bin/python3", memory_mb=30000)]}
+
+
+# --- redaction -----------------------------------------------------------------------------------
+SECRETS = {"HCCL_AUTH_TOKEN": "tok-1234567", "ASCEND_ACCESS_KEY": "ak-7654321",
+           "NCCL_PASSWORD": "pw-abcdefg", "DS_SECRET": "sec-9999999", "MASTER_CREDENTIAL": "cred-8888"}
+
+
+def test_collect_env_vars_drops_secret_names():
+    env = {**SECRETS, "HCCL_CONNECT_TIMEOUT": "600", "HOME": "/root", "TASK_QUEUE_ENABLE": "2",
+           "PYTORCH_NPU_ALLOC_CONF": "expandable_segments:True", "HF_TOKEN": "hf_xyz"}
+    assert collect_env_vars(env) == {"HCCL_CONNECT_TIMEOUT": "600", "PYTORCH_NPU_ALLOC_CONF":
+                                     "expandable_segments:True", "TASK_QUEUE_ENABLE": "2"}
+
+
+def test_report_never_contains_secrets(monkeypatch):
+    for key, value in SECRETS.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setenv("HCCL_CONNECT_TIMEOUT", "600")
+    report = collect_environment(device="cpu", check_ports=False)
+    assert report.env_vars["HCCL_CONNECT_TIMEOUT"] == "600"
+    outputs = [report.to_text(), json.dumps(report.to_dict(), default=str)]
+    for text in outputs:
+        for key, value in SECRETS.items():
+            assert key not in text and value not in text
+
+
+# --- CANN discovery ----------------------------------------------------------------------------------
+def _write(path: Path, text: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def test_collect_cann_toolkit_layout(tmp_path):
+    info = _write(tmp_path / "ascend-toolkit/latest/aarch64-linux/ascend_toolkit_install.info",
+                  "package_name=Ascend-cann-toolkit\nversion=8.2.RC1\narch=aarch64\n")
+    set_env = _write(tmp_path / "ascend-toolkit/set_env.sh", "export ASCEND_HOME_PATH=...\n")
+    _write(tmp_path / "driver/version.info", "Version=24.1.rc2\nascendhal_version=7.35.23\n")
+    cann = collect_cann(tmp_path, environ={}, arch="aarch64")
+    assert cann["version"] == "8.2.RC1" and cann["info_file"] == str(info)
+    assert cann["set_env"] == str(set_env) and cann["driver_version"] == "24.1.rc2"
+    check = C.check_cann_env("npu", cann, environ={})
+    assert check.verdict == "WARN" and f"source {set_env}" in check.reason
+    sourced = C.check_cann_env("npu", cann, environ={"ASCEND_HOME_PATH": str(info.parent.parent)})
+    assert sourced.verdict == "PASS"
+
+
+def test_collect_cann_85_layout(tmp_path):
+    _write(tmp_path / "cann/x86_64-linux/ascend_toolkit_install.info", "version=8.5.0\n")
+    _write(tmp_path / "cann/set_env.sh", "")
+    cann = collect_cann(tmp_path, environ={}, arch="x86_64")
+    assert cann["version"] == "8.5.0" and cann["set_env"].endswith("cann/set_env.sh")
+
+
+def test_no_cann_is_skip_on_cpu(tmp_path):
+    cann = collect_cann(tmp_path, environ={}, arch="x86_64")
+    assert cann["version"] is None and cann["set_env"] is None
+    assert C.check_cann_env("cpu", cann, {}).verdict == "SKIP"
+
+
+# --- other checks ------------------------------------------------------------------------------------
+def test_port_check_sees_a_listening_socket():
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        port = server.getsockname()[1]
+        assert C.port_taken(port)
+        env = {"HCCL_IF_BASE_PORT": str(port)}
+        assert C.hccl_ports(2, env) == [port, port + 1, 16666]
+        check = C.check_hccl_ports("npu", 1, env, probe=lambda p: p == port)
+        assert check.verdict == "FAIL" and str(port) in check.reason
+    assert C.check_hccl_ports("npu", 2, {}, probe=lambda p: False).verdict == "PASS"
+    assert C.check_hccl_ports("cpu", 2, {}, probe=lambda p: p == 16666).reason.endswith("taken: [16666])")
+
+
+def test_flash_attn_on_npu_is_a_warning():
+    assert C.check_flash_attn("npu", True, "2.7.4").verdict == "WARN"
+    assert C.check_flash_attn("npu", False, None).verdict == "PASS"
+    assert C.check_flash_attn("cuda", True, "2.7.4").verdict == "PASS"
+    assert C.check_flash_attn("cpu", False, None).verdict == "SKIP"
+
+
+def test_host_memory_and_shm():
+    docker_default = {"ram_total_gb": 1500.0, "ram_available_gb": 1400.0,
+                      "shm_total_gb": 0.0625, "shm_free_gb": 0.0625}
+    ram, shm = C.check_host_memory("npu", 8, docker_default)
+    assert ram.verdict == "PASS" and shm.verdict == "WARN" and "--shm-size=8g" in shm.reason
+    small = {"ram_total_gb": 64.0, "ram_available_gb": 60.0, "shm_total_gb": 64.0, "shm_free_gb": 64.0}
+    ram, shm = C.check_host_memory("npu", 8, small)
+    assert ram.verdict == "FAIL" and "128.0 GB needed" in ram.reason and shm.verdict == "PASS"
+    ram, _ = C.check_host_memory("npu", 8, small, ram_gb_per_card=4)
+    assert ram.verdict == "PASS"
+
+
+def test_hccl_env():
+    assert C.check_hccl_env("npu", {"HCCL_CONNECT_TIMEOUT": "60"}).verdict == "WARN"
+    assert C.check_hccl_env("npu", {"ASCEND_LAUNCH_BLOCKING": "1"}).verdict == "WARN"
+    ok = C.check_hccl_env("npu", {"HCCL_CONNECT_TIMEOUT": "1200"})
+    assert ok.verdict == "PASS" and "1200" in ok.reason and "1836" in ok.reason
+    assert C.check_hccl_env("cpu", {}).verdict == "SKIP"
+
+
+def test_packages_check():
+    versions = {p: "1.0" for p in C.REQUIRED_PACKAGES + C.OPTIONAL_PACKAGES}
+    versions["transformers"] = "4.57.0"
+    assert C.check_packages(versions).verdict == "PASS"
+    assert C.check_packages({**versions, "transformers": "4.40.0"}).verdict == "WARN"
+    missing = C.check_packages({**versions, "deepspeed": None})
+    assert missing.verdict == "FAIL" and "deepspeed" in missing.reason
+
+
+# --- report ------------------------------------------------------------------------------------------
+def _report(*verdicts):
+    checks = [Check(f"c{i}", v, "why") for i, v in enumerate(verdicts)]
+    return EnvironmentReport(system={}, versions={}, cann={}, devices=[], env_vars={}, checks=checks)
+
+
+def test_verdict_is_the_worst_ignoring_skip():
+    assert _report("PASS", "SKIP", "WARN").verdict == "WARN"
+    assert _report("PASS", "FAIL", "WARN").verdict == "FAIL"
+    assert _report("SKIP", "PASS").verdict == "PASS"
+    assert _report("SKIP").verdict == "SKIP" and worst_verdict([]) == "SKIP"
+    assert _report("PASS", "PASS", "WARN", "SKIP").summary() == {"PASS": 2, "WARN": 1, "FAIL": 0, "SKIP": 1}
+    assert _report("PASS", "WARN").summary_line(skip=False) == "1 PASS / 1 WARN / 0 FAIL"
+    with pytest.raises(ValueError, match="verdict"):
+        Check("x", "MAYBE", "why")
+
+
+def test_frames():
+    report = _report("PASS", "WARN")
+    report.devices = [DeviceInfo(0, 0, 0, "910B3", "OK", 10, 100,
+                                 processes=[DeviceProcess(7, "python", 5)])]
+    report.device = "npu"
+    df = checks_frame(report)
+    assert list(df.columns) == ["name", "verdict", "reason"] and list(df.verdict) == ["PASS", "WARN"]
+    dev = devices_frame(report)
+    assert dev.loc[0, "status"] == "BUSY" and dev.loc[0, "processes"] == "pid 7 python 5 MB"
+
+
+def test_collect_on_cpu_is_fast_and_complete():
+    import torch  # noqa: F401  (the import itself is not the check's cost)
+
+    had_deepspeed = "deepspeed" in sys.modules
+    report = collect_environment(device="cpu", num_cards=2)
+    assert report.elapsed_s < 3.0
+    assert report.device == "cpu" and len(report.devices) == 2
+    assert had_deepspeed or "deepspeed" not in sys.modules
+    for key in ("os", "cpu_model", "ram_total_gb", "shm_total_gb", "python"):
+        assert key in report.system
+    for key in ("torch", "torch_npu", "transformers", "deepspeed", "accelerate", "safetensors",
+                "papermill", "jupyterlab", "ipywidgets"):
+        assert key in report.versions
+    assert collect_versions()["torch"] == report.versions["torch"]
+    names = [c.name for c in report.checks]
+    for name in ("torch_npu_compat", "torch_npu_import", "packages", "visible_devices", "busy_cards",
+                 "hccl_ports", "flash_attn", "bf16", "host_ram", "dev_shm"):
+        assert name in names
+    lines = report.to_text().splitlines()
+    headings = {"Versions", "CANN", "Environment variables", "Checks"}
+    body = [l for l in lines[1:] if l and l not in headings and not l.startswith("Devices (")]
+    assert body and all(l.startswith("- ") and ": " in l for l in body)
+    json.dumps(report.to_dict())  # serialisable as is
+
+
+def test_widget_reprobes():
+    from hyport_lib.environment.show import environment_widget, summary_html
+
+    first, second = _report("PASS"), _report("PASS", "FAIL")
+    calls = []
+    widget = environment_widget(probe=lambda: calls.append(1) or second, report=first)
+    assert "Environment: PASS" in widget.status.value
+    widget.reprobe()
+    assert calls == [1] and widget.status.value == summary_html(second)
+    assert "1 FAIL" in widget.status.value
+
+
+# --- CLI and notebook ---------------------------------------------------------------------------------
+def test_cli_json_and_exit_code(capsys):
+    from hyport_lib.commands import main
+
+    assert main(["env", "--device", "cpu", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["device"] == "cpu" and data["verdict"] in ("PASS", "WARN")
+    assert main(["env", "--device", "npu"]) == 1  # no NPU here: the backend check FAILs
+    assert "[FAIL] backend" in capsys.readouterr().out
+
+
+@pytest.mark.slow
+def test_notebook_runs_with_papermill(tmp_path, monkeypatch):
+    import papermill as pm
+
+    out = tmp_path / "01.ipynb"
+    results = tmp_path / "results"
+    monkeypatch.setenv("HYPORT_RESULTS_DIR", str(results))
+    pm.execute_notebook(str(REPO / "notebooks" / "01_environment.ipynb"), str(out),
+                        cwd=str(tmp_path), kernel_name="python3", progress_bar=False)
+    result = json.loads((results / "01_environment.json").read_text())
+    assert result["stage"] == "01_environment"
+    assert result["provenance"]["device"] == "cpu"
+    assert set(result["headline"]) >= {"checks", "device", "cards"}
+    html = out.read_text()
+    assert "Environment:" in html and "torch_npu_compat" in html

@@ -1,0 +1,283 @@
+"""The flash-attn drop-in: NPU branch (through the torch_npu double) vs SDPA vs float64."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from hyport_lib.attention.flash_api import FlashAttnAPI, FlashAttnUnsupported
+from hyport_lib.attention.seqlens import HOST_CACHE, host_sync_count
+
+
+def reference(q, k, v, scale, causal=False, window=(-1, -1), align="bottom_right"):
+    """One sequence, float64: q (Sq, N, D), k/v (Sk, Nkv, D) -> (Sq, N, D)."""
+    q, k, v = q.double(), k.double(), v.double()
+    sq, sk = q.shape[0], k.shape[0]
+    groups = q.shape[1] // k.shape[1]
+    k, v = k.repeat_interleave(groups, 1), v.repeat_interleave(groups, 1)
+    scores = torch.einsum("qnd,knd->nqk", q, k) * scale
+    shift = sk - sq if align == "bottom_right" else 0
+    offset = torch.arange(sk)[None, :] - (torch.arange(sq)[:, None] + shift)
+    keep = torch.ones(sq, sk, dtype=torch.bool)
+    right = 0 if causal else (None if window[1] < 0 else window[1])
+    if right is not None:
+        keep &= offset <= right
+    if window[0] >= 0:
+        keep &= offset >= -window[0]
+    probs = torch.softmax(scores.masked_fill(~keep, float("-inf")), -1).nan_to_num(0.0)
+    return torch.einsum("nqk,knd->qnd", probs, v)
+
+
+def cu(lengths):
+    out = [0]
+    for n in lengths:
+        out.append(out[-1] + n)
+    return torch.tensor(out, dtype=torch.int32)
+
+
+def assert_flash_criterion(out, ref, low_precision):
+    """flash-attn's rule: error <= 2 x the error of plain PyTorch in the same dtype (+ slack)."""
+    err = (out.double() - ref).abs().max().item()
+    floor = (low_precision.double() - ref).abs().max().item()
+    assert err <= 2 * floor + 1e-6, (err, floor)
+
+
+TOL = {torch.float32: dict(rtol=1e-5, atol=1e-5), torch.bfloat16: dict(rtol=1.6e-2, atol=1e-2)}
+
+
+@pytest.fixture
+def apis(fake_npu):
+    HOST_CACHE.clear()
+    return FlashAttnAPI("npu"), FlashAttnAPI("sdpa")
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("sq,sk", [(6, 6), (5, 9), (11, 4)])
+def test_func_npu_matches_sdpa_and_reference(apis, dtype, causal, sq, sk):
+    npu, sdpa = apis
+    torch.manual_seed(sq * 31 + sk)
+    q = torch.randn(2, sq, 4, 32, dtype=dtype)
+    k = torch.randn(2, sk, 2, 32, dtype=dtype)  # GQA 4:2
+    v = torch.randn(2, sk, 2, 32, dtype=dtype)
+    out_npu = npu.flash_attn_func(q, k, v, causal=causal)
+    out_sdpa = sdpa.flash_attn_func(q, k, v, causal=causal)
+    torch.testing.assert_close(out_npu, out_sdpa, **TOL[dtype])
+    scale = 1 / math.sqrt(32)
+    ref = torch.stack([reference(q[b], k[b], v[b], scale, causal) for b in range(2)])
+    low = torch.stack([reference(q[b], k[b], v[b], scale, causal) for b in range(2)]).to(dtype)
+    for out in (out_npu, out_sdpa):
+        assert out.shape == q.shape and out.dtype == dtype
+        assert_flash_criterion(out, ref, low)
+    if causal and sq > sk:  # bottom-right: the first sq - sk rows see nothing -> 0
+        assert out_npu[:, : sq - sk].abs().max() == 0
+        assert out_sdpa[:, : sq - sk].abs().max() == 0
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("causal", [False, True])
+def test_varlen_npu_matches_sdpa_and_reference(apis, dtype, causal):
+    npu, sdpa = apis
+    torch.manual_seed(7)
+    lq, lk = [3, 8, 1, 5, 5], [6, 2, 4, 5, 5]  # Sq != Skv per sequence, one equal pair
+    q = torch.randn(sum(lq), 4, 16, dtype=dtype)
+    k = torch.randn(sum(lk), 1, 16, dtype=dtype)  # MQA
+    v = torch.randn(sum(lk), 1, 16, dtype=dtype)
+    cq, ck = cu(lq), cu(lk)
+    out_npu = npu.flash_attn_varlen_func(q, k, v, cq, ck, max(lq), max(lk), causal=causal)
+    out_sdpa = sdpa.flash_attn_varlen_func(q, k, v, cq, ck, max(lq), max(lk), causal=causal)
+    torch.testing.assert_close(out_npu, out_sdpa, **TOL[dtype])
+    pieces = [reference(q[cq[i]:cq[i + 1]], k[ck[i]:ck[i + 1]], v[ck[i]:ck[i + 1]], 0.25, causal)
+              for i in range(len(lq))]
+    ref = torch.cat(pieces)
+    for out in (out_npu, out_sdpa):
+        assert_flash_criterion(out, ref, ref.to(dtype))
+
+
+@pytest.mark.parametrize("window,causal", [((2, 1), False), ((3, -1), True), ((-1, 2), False)])
+def test_window_size_band(apis, window, causal):
+    npu, sdpa = apis
+    torch.manual_seed(3)
+    q, k, v = torch.randn(1, 7, 2, 8), torch.randn(1, 10, 2, 8), torch.randn(1, 10, 2, 8)
+    ref = reference(q[0], k[0], v[0], 8 ** -0.5, causal, window)[None]
+    for api in (npu, sdpa):
+        out = api.flash_attn_func(q, k, v, causal=causal, window_size=window)
+        torch.testing.assert_close(out.double(), ref, rtol=1e-5, atol=1e-5)
+    lens = [4, 7]
+    qv, kv = torch.randn(11, 2, 8), torch.randn(11, 2, 8)
+    ref = torch.cat([reference(qv[a:b], kv[a:b], kv[a:b], 8 ** -0.5, causal, window)
+                     for a, b in ((0, 4), (4, 11))])
+    for api in (npu, sdpa):
+        out = api.flash_attn_varlen_func(qv, kv, kv, cu(lens), cu(lens), 7, 7, causal=causal,
+                                         window_size=window)
+        torch.testing.assert_close(out.double(), ref, rtol=1e-5, atol=1e-5)
+
+
+def test_npu_arguments_are_the_documented_ones(apis, fake_npu, monkeypatch):
+    npu, _ = apis
+    calls = []
+    real = fake_npu.npu_fusion_attention
+
+    def spy(*args, **kwargs):
+        calls.append(kwargs)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(fake_npu, "npu_fusion_attention", spy)
+    q = torch.randn(2, 5, 4, 64)
+    npu.flash_attn_func(q, q, q, dropout_p=0.0, causal=True)
+    call = calls[-1]
+    assert call["input_layout"] == "BSND" and call["head_num"] == 4
+    assert call["scale"] == pytest.approx(1 / 8)  # softmax_scale=None -> 1/sqrt(d), never 1.0
+    assert call["keep_prob"] == 1.0 and call["sparse_mode"] == 3
+    mask = call["atten_mask"]
+    assert mask.dtype == torch.bool and mask.shape == (2048, 2048)
+    assert torch.equal(mask, torch.ones(2048, 2048, dtype=torch.bool).triu(1))
+    npu.flash_attn_func(q, q, q, softmax_scale=0.3)
+    assert calls[-1]["scale"] == pytest.approx(0.3) and calls[-1]["atten_mask"] is None
+    qt = torch.randn(9, 4, 64)
+    npu.flash_attn_varlen_func(qt, qt, qt, cu([2, 3, 4]), cu([2, 3, 4]), 4, 4, causal=True)
+    call = calls[-1]
+    assert call["input_layout"] == "TND"
+    assert call["actual_seq_qlen"] == [2, 5, 9] == call["actual_seq_kvlen"]
+    assert all(type(x) is int for x in call["actual_seq_qlen"])
+    npu.flash_attn_varlen_func(qt, qt, qt, cu([9]), cu([9]), 9, 9, window_size=(2, 0))
+    assert calls[-1]["sparse_mode"] == 4
+    assert (calls[-1]["pre_tockens"], calls[-1]["next_tockens"]) == (2, 0)
+
+
+def test_dropout_maps_to_keep_prob(apis, fake_npu, monkeypatch):
+    npu, sdpa = apis
+    seen = []
+    real = fake_npu.npu_fusion_attention
+    monkeypatch.setattr(fake_npu, "npu_fusion_attention",
+                        lambda *a, **kw: seen.append(kw["keep_prob"]) or real(*a, **kw))
+    q = torch.randn(1, 16, 2, 8)
+    torch.manual_seed(0)
+    dropped = npu.flash_attn_func(q, q, q, dropout_p=0.25)
+    assert seen[-1] == pytest.approx(0.75)
+    assert not torch.allclose(dropped, npu.flash_attn_func(q, q, q))
+    torch.manual_seed(0)
+    assert not torch.allclose(sdpa.flash_attn_func(q, q, q, dropout_p=0.5), sdpa.flash_attn_func(q, q, q))
+    with pytest.raises(ValueError, match="dropout_p"):
+        sdpa.flash_attn_func(q, q, q, dropout_p=1.5)
+
+
+@pytest.mark.parametrize("backend", ["npu", "sdpa"])
+def test_cu_seqlens_reach_the_host_once_per_batch(apis, backend):
+    api = apis[0] if backend == "npu" else apis[1]
+    q = torch.randn(12, 2, 8)
+    cu_seqlens = cu([5, 7])
+    before = host_sync_count()
+    for _layer in range(24):
+        api.flash_attn_varlen_func(q, q, q, cu_seqlens, cu_seqlens, 7, 7, causal=True)
+    assert host_sync_count() - before == 1
+    cu_seqlens.copy_(cu([6, 6]))  # edited in place: the cached host copy is stale
+    api.flash_attn_varlen_func(q, q, q, cu_seqlens, cu_seqlens, 6, 6, causal=True)
+    assert host_sync_count() - before == 2
+    api.flash_attn_varlen_func(q, q, q, cu([6, 6]), cu([6, 6]), 6, 6)  # new batch, new tensors
+    assert host_sync_count() - before == 4
+
+
+def test_packed_variants_equal_unpacked(apis):
+    for api in apis:
+        torch.manual_seed(1)
+        qkv = torch.randn(2, 6, 3, 2, 8)
+        base = api.flash_attn_func(qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2], causal=True)
+        torch.testing.assert_close(api.flash_attn_qkvpacked_func(qkv, causal=True), base)
+        torch.testing.assert_close(api.flash_attn_kvpacked_func(qkv[:, :, 0], qkv[:, :, 1:], causal=True), base)
+        flat = qkv.reshape(12, 3, 2, 8)
+        c = cu([6, 6])
+        var = api.flash_attn_varlen_qkvpacked_func(flat, c, 6, causal=True)
+        torch.testing.assert_close(var, base.reshape(12, 2, 8))
+        var_kv = api.flash_attn_varlen_kvpacked_func(flat[:, 0], flat[:, 1:], c, c, 6, 6, causal=True)
+        torch.testing.assert_close(var_kv, base.reshape(12, 2, 8))
+
+
+def test_varlen_equals_per_sample_padded_func(apis):
+    for api in apis:
+        torch.manual_seed(2)
+        lens = [3, 6, 2]
+        q = torch.randn(sum(lens), 2, 8)
+        out = api.flash_attn_varlen_func(q, q, q, cu(lens), cu(lens), 6, 6, causal=True)
+        start = 0
+        for n in lens:
+            single = api.flash_attn_func(q[None, start:start + n], q[None, start:start + n],
+                                         q[None, start:start + n], causal=True)[0]
+            torch.testing.assert_close(out[start:start + n], single)
+            start += n
+
+
+def test_flash_attn_unpadded_func_is_top_left_causal(apis):
+    for api in apis:
+        torch.manual_seed(4)
+        lq, lk = [3, 5], [6, 2]
+        q, k = torch.randn(8, 2, 8), torch.randn(8, 2, 8)
+        out = api.flash_attn_unpadded_func(q, k, k, cu(lq), cu(lk), 5, 6, 0.0, causal=True)
+        ref = torch.cat([reference(q[0:3], k[0:6], k[0:6], 8 ** -0.5, True, align="top_left"),
+                         reference(q[3:8], k[6:8], k[6:8], 8 ** -0.5, True, align="top_left")])
+        torch.testing.assert_close(out.double(), ref, rtol=1e-5, atol=1e-5)
+
+
+def test_with_kvcache_appends_and_attends(apis):
+    for api in apis:
+        torch.manual_seed(5)
+        k_cache, v_cache = torch.zeros(2, 8, 2, 8), torch.zeros(2, 8, 2, 8)
+        past_k, past_v = torch.randn(2, 4, 2, 8), torch.randn(2, 4, 2, 8)
+        k_cache[:, :4], v_cache[:, :4] = past_k, past_v
+        lens = torch.tensor([4, 2], dtype=torch.int32)  # sample 1 holds only 2 cached tokens
+        q, k_new, v_new = torch.randn(2, 1, 2, 8), torch.randn(2, 1, 2, 8), torch.randn(2, 1, 2, 8)
+        out = api.flash_attn_with_kvcache(q, k_cache, v_cache, k_new, v_new, cache_seqlens=lens,
+                                          causal=True)
+        assert torch.equal(k_cache[0, 4], k_new[0, 0]) and torch.equal(k_cache[1, 2], k_new[1, 0])
+        for b, n in enumerate([5, 3]):
+            ref = reference(q[b], k_cache[b, :n], v_cache[b, :n], 8 ** -0.5, True)
+            torch.testing.assert_close(out[b].double(), ref, rtol=1e-5, atol=1e-5)
+        with pytest.raises(FlashAttnUnsupported, match="rotary_cos.*apply_rotary_emb"):
+            api.flash_attn_with_kvcache(q, k_cache, v_cache, rotary_cos=torch.ones(8, 4),
+                                        rotary_sin=torch.zeros(8, 4))
+
+
+@pytest.mark.parametrize("option,value", [("return_attn_probs", True), ("softcap", 30.0),
+                                          ("alibi_slopes", torch.ones(2))])
+def test_unsupported_options_name_the_option(option, value):
+    api = FlashAttnAPI("sdpa")
+    q = torch.randn(1, 4, 2, 8)
+    with pytest.raises(FlashAttnUnsupported, match=option):
+        api.flash_attn_func(q, q, q, **{option: value})
+    qt = torch.randn(4, 2, 8)
+    with pytest.raises(FlashAttnUnsupported, match=option):
+        api.flash_attn_varlen_func(qt, qt, qt, cu([4]), cu([4]), 4, 4, **{option: value})
+    with pytest.raises(FlashAttnUnsupported, match="block_table"):
+        api.flash_attn_varlen_func(qt, qt, qt, cu([4]), cu([4]), 4, 4, block_table=torch.zeros(1))
+
+
+def test_bad_inputs_name_the_argument():
+    api = FlashAttnAPI("sdpa")
+    q = torch.randn(1, 4, 3, 8)
+    with pytest.raises(ValueError, match="multiple"):
+        api.flash_attn_func(q, torch.randn(1, 4, 2, 8), torch.randn(1, 4, 2, 8))
+    with pytest.raises(ValueError, match="cu_seqlens_q"):
+        api.flash_attn_varlen_func(q[0], q[0], q[0], cu([3]), cu([4]), 3, 4)
+    with pytest.raises(ValueError, match="backend"):
+        FlashAttnAPI("tpu")
+
+
+def test_backend_resolution(fake_npu):
+    assert FlashAttnAPI("cpu").backend == "sdpa" and FlashAttnAPI("cuda").backend == "sdpa"
+    assert FlashAttnAPI("auto").backend == "npu"  # the double reports NPUs
+    assert FlashAttnAPI("npu-emulated").backend == "npu-emulated"
+
+
+def test_npu_backend_without_torch_npu_says_what_to_use():
+    api = FlashAttnAPI("npu")  # no double here: torch_npu is absent on this host
+    q = torch.randn(1, 4, 2, 8)
+    with pytest.raises(RuntimeError, match="npu-emulated"):
+        api.flash_attn_func(q, q, q)
+
+
+def test_npu_emulated_backend_runs_without_the_double():
+    q = torch.randn(1, 5, 2, 8)
+    out = FlashAttnAPI("npu-emulated").flash_attn_func(q, q, q, causal=True)
+    torch.testing.assert_close(out, FlashAttnAPI("sdpa").flash_attn_func(q, q, q, causal=True))

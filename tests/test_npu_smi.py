@@ -1,0 +1,173 @@
+"""npu-smi parsing: one sample per layout variant (tests/data/npu_smi/), exact values."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from hyport_lib.environment.npu_smi import parse_npu_smi_info, parse_proc_mem
+from hyport_lib.environment.records import DeviceProcess
+
+DATA = Path(__file__).parent / "data" / "npu_smi"
+
+
+def parse(name: str):
+    return parse_npu_smi_info((DATA / name).read_text(encoding="utf-8"))
+
+
+def rows(info):
+    """(index, npu, chip, phy, name, health, hbm used, hbm total, mem used, mem total)."""
+    return [(d.index, d.npu_id, d.chip_id, d.phy_id, d.name, d.health, d.hbm_used_mb,
+             d.hbm_total_mb, d.memory_used_mb, d.memory_total_mb) for d in info.devices]
+
+
+def test_24x_910b_classic():
+    info = parse("910b_24x_classic.txt")
+    assert (info.tool_version, info.driver_version) == ("24.1.rc1", "24.1.rc1")
+    assert rows(info) == [
+        (0, 0, 0, None, "910B3", "OK", 3318, 65536, 0, 0),
+        (1, 1, 0, None, "910B3", "OK", 64021, 65536, 0, 0),
+        (2, 2, 0, None, "910B3", "Warning", 3320, 65536, 0, 0),
+    ]
+    assert [d.bus_id for d in info.devices] == ["0000:C1:00.0", "0000:01:00.0", "0000:C2:00.0"]
+    assert [d.power_w for d in info.devices] == [101.8, 94.6, 92.1]
+    assert [d.temp_c for d in info.devices] == [43, 41, 40]
+    assert [d.aicore_pct for d in info.devices] == [0, 12, 0]
+    assert info.devices[0].processes == []
+    assert info.devices[1].processes == [DeviceProcess(pid=576489, name="python", memory_mb=60703)]
+    assert info.idle_npus == [0, 2]
+    assert info.unmatched_processes == []
+
+
+def test_25x_chip_phy_id_header():
+    info = parse("910b_25x_phy_id.txt")
+    assert info.driver_version == "25.2.0"
+    assert rows(info) == [
+        (0, 4, 0, 4, "910B2", "OK", 41842, 65536, 0, 0),
+        (1, 5, 0, 5, "910B2", "OK", 3402, 65536, 0, 0),
+    ]
+    # Logical index 0 is NPU 4: the index is the listing position, not the NPU number.
+    assert info.devices[0].processes == [
+        DeviceProcess(pid=1732754, name="python3", memory_mb=19200),
+        DeviceProcess(pid=1732755, name="python3", memory_mb=19240),
+    ]
+    assert info.devices[1].processes == []
+    assert info.idle_npus == [5]
+
+
+def test_a3_two_chips_per_npu_second_power_dash():
+    info = parse("a3_two_chips.txt")
+    assert info.driver_version == "25.3.rc1"
+    assert rows(info) == [
+        (0, 0, 0, 0, "Ascend910", "OK", 3143, 65536, 0, 0),
+        (1, 0, 1, 1, "Ascend910", "OK", 2887, 65536, 0, 0),
+        (2, 1, 0, 2, "Ascend910", "OK", 3141, 65536, 0, 0),
+        (3, 1, 1, 3, "Ascend910", "Alarm", 62498, 65536, 0, 0),
+    ]
+    assert [d.power_w for d in info.devices] == [166.9, None, 162.1, None]
+    assert [d.temp_c for d in info.devices] == [38, 37, 37, 36]
+    assert [d.aicore_pct for d in info.devices] == [0, 0, 0, 55]
+    # "NPU 1 chip 1" is the fourth card, not the second.
+    assert [len(d.processes) for d in info.devices] == [0, 0, 0, 1]
+    assert info.devices[3].processes == [DeviceProcess(pid=845053, name="VLLMWorker_TP", memory_mb=59656)]
+    assert info.idle_npus == [0]
+
+
+def test_310p_without_hbm():
+    info = parse("310p_no_hbm.txt")
+    assert info.driver_version == "23.0.0"
+    assert rows(info) == [
+        (0, 0, 0, 0, "310P3", "OK", None, None, 1074, 21534),
+        (1, 1, 0, 1, "310P3", "OK", None, None, 15210, 21534),
+    ]
+    assert [d.used_mb for d in info.devices] == [1074, 15210]  # falls back to device memory
+    assert [d.total_mb for d in info.devices] == [21534, 21534]
+    assert [d.aicore_pct for d in info.devices] == [0, 87]
+    assert info.devices[1].processes == [DeviceProcess(pid=30211, name="mindie_llm_back", memory_mb=14102)]
+    assert info.idle_npus == [0]
+
+
+def test_process_id_in_container_column():
+    info = parse("container_pid_column.txt")
+    assert info.driver_version == "25.5.0"
+    assert rows(info) == [
+        (0, 0, 0, None, "910B4", "OK", 27915, 32768, 0, 0),
+        (1, 1, 0, None, "910B4", "OK", 2871, 32768, 0, 0),
+    ]
+    # The container pid is the one visible here; the host pid is kept beside it.
+    # "NA" (not in a container) keeps the host pid as pid.
+    assert info.devices[0].processes == [
+        DeviceProcess(pid=1187, name="python", memory_mb=24576, host_pid=2849113),
+        DeviceProcess(pid=2851002, name="torchrun", memory_mb=512, host_pid=None),
+    ]
+    assert info.devices[1].processes == []
+    assert info.idle_npus == [1]
+
+
+def test_empty_process_name():
+    info = parse("empty_process_name.txt")
+    assert rows(info) == [
+        (0, 6, 0, None, "910B3", "OK", 33890, 65536, 0, 0),
+        (1, 7, 0, None, "910B3", "OK", 3403, 65536, 0, 0),
+    ]
+    assert info.devices[0].processes == [DeviceProcess(pid=3902211, name="", memory_mb=30480)]
+    assert info.devices[0].processes[0].describe() == "pid 3902211 ? 30480 MB"
+    assert info.idle_npus == [7]
+
+
+def test_no_running_processes_found():
+    info = parse("no_running_processes.txt")
+    assert rows(info) == [
+        (0, 0, 0, None, "910B1", "OK", 3356, 65536, 0, 0),
+        (1, 1, 0, None, "910B1", "OK", 3358, 65536, 0, 0),
+    ]
+    assert all(not d.processes and not d.busy for d in info.devices)
+    assert info.idle_npus == [0, 1]
+
+
+def test_ascend950_one_cell_per_field():
+    info = parse("ascend950_per_field.txt")
+    assert info.driver_version == "26.0.rc1"
+    assert rows(info) == [
+        (0, 0, 0, None, "Ascend950DT", "OK", 1024, 8192, 0, 0),
+        (1, 3, 0, None, "Ascend950DT", "Alarm", 2048, 8192, 0, 0),
+    ]
+    assert [d.bus_id for d in info.devices] == ["0000:9D:00.0", None]
+    assert info.devices[0].processes == [
+        DeviceProcess(pid=1001, name="python", memory_mb=256),
+        DeviceProcess(pid=101, name="python", memory_mb=512, host_pid=1002),
+    ]
+    assert info.idle_npus == [3]
+
+
+def test_process_on_a_chip_missing_from_the_table_is_reported():
+    text = (DATA / "no_running_processes.txt").read_text(encoding="utf-8").replace(
+        "| No running processes found in NPU 1 ",
+        "| 9       0                 | 4242          | ghost                    | 100 ")
+    info = parse_npu_smi_info(text)
+    assert [len(d.processes) for d in info.devices] == [0, 0]
+    assert info.unmatched_processes == [(9, 0, DeviceProcess(pid=4242, name="ghost", memory_mb=100))]
+
+
+def test_garbage_gives_no_devices():
+    info = parse_npu_smi_info("dcmi module initialize failed. ret is -8005\n")
+    assert info.devices == [] and info.driver_version is None
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("Process id:576489 Process name:python Process memory(MB):60703\n",
+     [DeviceProcess(pid=576489, name="python", memory_mb=60703)]),
+    ("    NPU ID : 0\n    Chip ID : 0\nProcess id:12 Process name:VLLMWorker_TP Process memory(MB):512\n"
+     "Process id:13 Process name: Process memory(MB):64\n",
+     [DeviceProcess(pid=12, name="VLLMWorker_TP", memory_mb=512),
+      DeviceProcess(pid=13, name="", memory_mb=64)]),
+    ("No process in device.\n", []),
+])
+def test_proc_mem(text, expected):
+    assert parse_proc_mem(text) == expected
+
+
+def test_proc_mem_rejects_unknown_text():
+    with pytest.raises(ValueError, match="proc-mem"):
+        parse_proc_mem("Error: permission denied")

@@ -1,0 +1,256 @@
+"""The static port scan: planted findings in tests/data/scan_tree at exact lines."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from hyport_lib.commands import main as hyport_main
+from hyport_lib.scan import CATEGORIES, DEFAULT_EXCLUDE, ScanReport, scan_path, show_scan
+from hyport_lib.scan.show import scan_tables
+
+TREE = Path(__file__).parent / "data" / "scan_tree"
+REPO = Path(__file__).resolve().parents[1]
+
+#: (file, line, category) of every planted finding; see tests/data/scan_tree/README.md.
+EXPECTED = {
+    # flash_attn imports and call, CUDA devices and calls, nccl, attn_implementation
+    *{("model/modeling_vlm.py", line, cat) for line, cat in [
+        (9, "flash_attn"), (10, "flash_attn"), (17, "flash_attn"), (22, "cuda_env"), (23, "nccl"),
+        (24, "cuda_call"), (25, "cuda_call"), (26, "cuda_device"), (27, "cuda_device"),
+        (28, "cuda_device"), (29, "cuda_device"), (30, "cuda_call"), (38, "flash_attn"),
+        (38, "cuda_device")]},
+    *{("model/guarded.py", line, cat) for line, cat in [
+        (5, "flash_attn"), (10, "xformers"), (18, "flash_attn"), (19, "flash_attn"),
+        (20, "xformers"), (21, "xformers"), (22, "cuda_call")]},
+    *{("model/kernels.py", line, cat) for line, cat in [
+        (2, "bitsandbytes"), (3, "triton"), (4, "triton"), (5, "apex"), (8, "triton"),
+        (15, "apex"), (19, "bitsandbytes")]},
+    *{("model/dynamic.py", line, cat) for line, cat in [
+        (5, "flash_attn"), (9, "xformers"), (14, "cuda_call"), (18, "cuda_device"), (20, "nccl")]},
+    # does not parse: reported, then scanned line by line
+    *{("legacy/broken_py2.py", line, cat) for line, cat in [
+        (3, "flash_attn"), (5, "unparsable"), (5, "cuda_call"), (6, "cuda_call")]},
+    ("scripts/train.sh", 3, "requirement"), ("scripts/train.sh", 4, "nccl"),
+    ("scripts/train.sh", 5, "cuda_env"),
+    *{("requirements.txt", line, "requirement") for line in (2, 4, 6, 8)},
+    ("requirements-extra.txt", 1, "requirement"),
+    *{("pyproject.toml", line, "requirement") for line in (10, 15, 17)},
+    *{("setup.py", line, "requirement") for line in (5, 11, 12)},
+    *{("setup.cfg", line, "requirement") for line in (9, 12)},
+    *{("environment.yml", line, "requirement") for line in (7, 10)},
+}
+
+#: Lines that only mention the names in prose, comments or metadata.
+PROSE = {
+    ("model/modeling_vlm.py", 3), ("model/modeling_vlm.py", 12), ("model/modeling_vlm.py", 13),
+    ("requirements.txt", 1), ("pyproject.toml", 7), ("setup.py", 9), ("setup.py", 10),
+    ("setup.cfg", 3), ("scripts/train.sh", 2), ("environment.yml", 3),
+}
+
+
+@pytest.fixture(scope="module")
+def report() -> ScanReport:
+    return scan_path(TREE)
+
+
+def _triples(report: ScanReport) -> set:
+    return {(h.file, h.line, h.category) for h in report.hits}
+
+
+def test_fixture_tree_hits_are_exactly_the_planted_ones(report):
+    found = _triples(report)
+    assert found - EXPECTED == set(), "unexpected findings"
+    assert EXPECTED - found == set(), "planted findings missed"
+    assert report.files_scanned == 13  # README.md and node_modules/ are not read
+    assert not report.clean
+
+
+def test_snippet_is_the_source_line_the_hit_names(report):
+    for hit in report.hits:
+        lines = (TREE / hit.file).read_text(encoding="utf-8").splitlines()
+        assert hit.snippet == lines[hit.line - 1].strip(), hit
+        assert 0 <= hit.col <= len(lines[hit.line - 1]), hit
+        assert hit.category in CATEGORIES
+        assert hit.suggestion
+
+
+def test_prose_comments_and_the_clean_file_are_not_findings(report):
+    lines = {(h.file, h.line) for h in report.hits}
+    assert PROSE & lines == set()
+    assert not [h for h in report.hits if h.file == "model/clean_module.py"]
+    assert not scan_path(TREE / "model" / "clean_module.py").hits
+
+
+def test_guarded_imports_say_so(report):
+    by_line = {(h.file, h.line, h.category): h.suggestion for h in report.hits}
+    assert by_line[("model/guarded.py", 5, "flash_attn")].startswith("guarded import")
+    assert by_line[("model/guarded.py", 10, "xformers")].startswith("guarded import")
+    assert "guarded" not in by_line[("model/modeling_vlm.py", 9, "flash_attn")]
+
+
+def test_suggestions_are_the_ascend_replacements(report):
+    by_line = {(h.file, h.line, h.category): h.suggestion for h in report.hits}
+    varlen = by_line[("model/modeling_vlm.py", 17, "flash_attn")]
+    assert "'TND'" in varlen and "actual_seq_qlen=cu_seqlens_q[1:]" in varlen
+    assert "install_flash_attn_shim" in varlen
+    assert "backend.device(i)" in by_line[("model/modeling_vlm.py", 25, "cuda_call")]
+    assert by_line[("model/modeling_vlm.py", 30, "cuda_call")] == "backend.synchronize()"
+    assert "hccl" in by_line[("model/modeling_vlm.py", 23, "nccl")]
+    assert "ASCEND_RT_VISIBLE_DEVICES" in by_line[("model/modeling_vlm.py", 22, "cuda_env")]
+    autocast = by_line[("model/guarded.py", 22, "cuda_call")]
+    assert "torch.autocast(device_type=backend.kind" in autocast
+    assert "register_hyport_attention" in by_line[("model/modeling_vlm.py", 38, "flash_attn")]
+    assert "not supported on Ascend" in by_line[("requirements-extra.txt", 1, "requirement")]
+    assert "torch_npu" in by_line[("requirements.txt", 2, "requirement")]
+
+
+def test_syntax_error_is_reported_and_not_fatal(report):
+    assert [f for f, _ in report.unparsable] == ["legacy/broken_py2.py"]
+    error = dict(report.unparsable)["legacy/broken_py2.py"]
+    assert error.startswith("SyntaxError") and "line 5" in error
+    fallback = [h for h in report.hits
+                if h.file == "legacy/broken_py2.py" and h.category != "unparsable"]
+    assert fallback and all("line scan" in h.suggestion for h in fallback)
+
+
+def test_excluded_folders_are_not_scanned(report):
+    assert "node_modules" in DEFAULT_EXCLUDE
+    assert not [h for h in report.hits if h.file.startswith("node_modules/")]
+    trimmed = scan_path(TREE, exclude=DEFAULT_EXCLUDE + ("legacy", "model/*.py"))
+    assert trimmed.unparsable == []
+    assert {h.file for h in trimmed.hits}.isdisjoint({"legacy/broken_py2.py", "model/guarded.py"})
+    assert _triples(trimmed) < EXPECTED
+
+
+def test_a_single_file_can_be_scanned():
+    single = scan_path(TREE / "model" / "modeling_vlm.py")
+    assert single.files_scanned == 1
+    expected = {("modeling_vlm.py", line, cat)
+                for f, line, cat in EXPECTED if f == "model/modeling_vlm.py"}
+    assert _triples(single) == expected
+
+
+def test_frame_and_counts(report):
+    frame = report.frame()
+    assert list(frame.columns) == ["file", "line", "category", "snippet", "suggestion"]
+    assert len(frame) == len(report.hits)
+    assert report.counts() == dict(sorted(Counter(h.category for h in report.hits).items()))
+    assert report.counts()["requirement"] == sum(1 for t in EXPECTED if t[2] == "requirement")
+    assert report.only(["nccl"]).counts() == {"nccl": report.counts()["nccl"]}
+
+
+def test_bad_input_names_the_argument(tmp_path):
+    with pytest.raises(FileNotFoundError, match="does-not-exist"):
+        scan_path(tmp_path / "does-not-exist")
+    (tmp_path / "notes.md").write_text("import flash_attn\n")
+    with pytest.raises(ValueError, match="notes.md"):
+        scan_path(tmp_path / "notes.md")
+
+
+def test_pragmas_silence_deliberate_lines(tmp_path):
+    (tmp_path / "seam.py").write_text(
+        "import torch\n"
+        "torch.cuda.synchronize()  # hyport-scan: ignore (the seam's job)\n"
+        "x = torch.ones(1).cuda()\n")
+    (tmp_path / "table.py").write_text("# hyport-scan: ignore-file\nNAMES = ['nccl', 'cuda']\n")
+    (tmp_path / "prose.py").write_text('"""Mark it hyport-scan: ignore-file."""\nB = "nccl"\n')
+    found = scan_path(tmp_path)
+    assert _triples(found) == {("seam.py", 3, "cuda_call"), ("prose.py", 2, "nccl")}
+
+
+def test_pyproject_poetry_groups_and_odd_tables(tmp_path):
+    (tmp_path / "pyproject.toml").write_text(
+        '[project]\nname = "x"\noptional-dependencies = "not a table"\n'
+        '[dependency-groups]\ndev = [{include-group = "test"}, "xformers"]\n'
+        '[tool.poetry.dependencies]\npython = "^3.10"\nflash-attn = "^2.5"\n'
+        '[tool.poetry.group.gpu.dependencies]\nbitsandbytes = "*"\n')
+    found = scan_path(tmp_path / "pyproject.toml")
+    assert _triples(found) == {("pyproject.toml", line, "requirement") for line in (5, 8, 10)}
+
+
+def test_pyproject_without_a_toml_reader_finds_the_same_lines(monkeypatch):
+    """Python 3.10 without tomli: quoted requirement strings are checked line by line."""
+    from hyport_lib.scan import dependencies
+
+    with_toml = _triples(scan_path(TREE / "pyproject.toml"))
+    monkeypatch.setattr(dependencies, "tomllib", None)
+    assert _triples(scan_path(TREE / "pyproject.toml")) == with_toml
+    assert with_toml == {("pyproject.toml", t[1], t[2]) for t in EXPECTED if t[0] == "pyproject.toml"}
+
+
+def test_broken_pyproject_is_reported_and_still_checked(tmp_path):
+    (tmp_path / "pyproject.toml").write_text(
+        '[project]\nname = "x"\ndependencies = [\n    "flash-attn>=2",\n  oops\n]\n')
+    found = scan_path(tmp_path)
+    assert [f for f, _ in found.unparsable] == ["pyproject.toml"]
+    assert ("pyproject.toml", 4, "requirement") in _triples(found)
+    assert any(h.category == "unparsable" for h in found.hits)
+
+
+def test_unreadable_and_binary_files_are_reported_not_fatal(tmp_path):
+    (tmp_path / "dangling.py").symlink_to(tmp_path / "missing" / "target.py")
+    (tmp_path / "nul.py").write_bytes(b"x = 1\x00\nimport flash_attn\n")
+    (tmp_path / "deep.py").write_text("x = " + "(" * 300 + "1" + ")" * 300 + "\n")
+    # parses, but deeper than the visitor may recurse
+    (tmp_path / "long.py").write_text("x = " + "+".join(["1"] * 900) + "\nx.cuda()\n")
+    found = scan_path(tmp_path)
+    assert {f for f, _ in found.unparsable} == {"dangling.py", "nul.py", "deep.py", "long.py"}
+    assert ("long.py", 2, "cuda_call") in _triples(found)
+    assert ("nul.py", 2, "flash_attn") in _triples(found)  # found by the line scan
+
+
+def test_hyport_lib_itself_scans_without_crashing():
+    own = scan_path(REPO / "hyport_lib")
+    assert own.files_scanned > 0
+    assert own.unparsable == []
+
+
+def test_show_scan_renders(report, monkeypatch):
+    import IPython.display
+
+    counts, styler = scan_tables(report)
+    assert dict(zip(counts["category"], counts["hits"])) == report.counts()
+    assert "flash_attn_varlen_func" in styler.to_html()
+    shown = []
+    monkeypatch.setattr(IPython.display, "display", lambda obj, **kw: shown.append(obj))
+    assert show_scan(report) is None
+    assert "13 files scanned" in shown[0].data and "legacy/broken_py2.py" in shown[0].data
+    assert "backend.synchronize()" in shown[-1].to_html()
+    shown.clear()
+    show_scan(scan_path(TREE / "model" / "clean_module.py"))
+    assert len(shown) == 1 and "clean" in shown[0].data
+
+
+# --- the command line ------------------------------------------------------------------
+def test_cli_exits_1_with_hits_and_0_on_a_clean_tree(tmp_path, capsys):
+    assert hyport_main(["scan", str(TREE)]) == 1
+    out = capsys.readouterr().out
+    assert "model/modeling_vlm.py:17" in out and "== flash_attn (" in out
+    assert "unparsable: legacy/broken_py2.py: SyntaxError" in out
+    assert hyport_main(["scan", str(TREE), "--exit-zero"]) == 0
+    capsys.readouterr()
+    shutil.copy(TREE / "model" / "clean_module.py", tmp_path / "clean_module.py")
+    assert hyport_main(["scan", str(tmp_path)]) == 0
+    assert "clean" in capsys.readouterr().out
+
+
+def test_cli_json_parses_and_filters(report, capsys):
+    assert hyport_main(["scan", str(TREE), "--json"]) == 1
+    data = json.loads(capsys.readouterr().out)
+    assert data["files_scanned"] == report.files_scanned
+    assert {(h["file"], h["line"], h["category"]) for h in data["hits"]} == EXPECTED
+    assert data["counts"] == report.counts()
+    assert hyport_main(["scan", str(TREE), "--json", "--category", "nccl,cuda_env"]) == 1
+    data = json.loads(capsys.readouterr().out)
+    assert set(data["counts"]) == {"nccl", "cuda_env"} and data["unparsable"] == []
+
+
+def test_cli_rejects_bad_arguments(capsys):
+    assert hyport_main(["scan", str(TREE), "--category", "gpu"]) == 2
+    assert "--category" in capsys.readouterr().err
+    assert hyport_main(["scan", str(TREE / "nope")]) == 2
