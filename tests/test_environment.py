@@ -169,6 +169,40 @@ def test_nvidia_smi_parsers():
     assert apps == {"GPU-bbb": [DeviceProcess(pid=4242, name="/usr/bin/python3", memory_mb=30000)]}
 
 
+FAKE_NVIDIA_SMI = """#!/bin/sh
+case "$1" in
+  --query-gpu=index,uuid,name,memory.used,memory.total)
+    echo "0, GPU-aaa, NVIDIA H200, 1200, 143771"; echo "1, GPU-bbb, NVIDIA H200, 70000, 143771";;
+  --query-compute-apps=*) echo "GPU-bbb, 31337, python, 69000";;
+  --query-gpu=driver_version) echo "570.86.15"; echo "570.86.15";;
+  *) exit 3;;
+esac
+"""
+
+
+def test_cuda_listing_through_a_fake_nvidia_smi(tmp_path, monkeypatch):
+    from hyport_lib.backend import CudaBackend
+
+    exe = tmp_path / "nvidia-smi"
+    exe.write_text(FAKE_NVIDIA_SMI)
+    exe.chmod(0o755)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    listing = probe_devices(CudaBackend())
+    assert (listing.source, listing.driver_version, listing.error) == ("nvidia-smi", "570.86.15", None)
+    assert [(d.index, d.name, d.hbm_used_mb) for d in listing.devices] == [
+        (0, "NVIDIA H200", 1200), (1, "NVIDIA H200", 70000)]
+    assert busy_cards(CudaBackend()) == {1: [DeviceProcess(pid=31337, name="python", memory_mb=69000)]}
+
+
+def test_cuda_listing_without_nvidia_smi(tmp_path, monkeypatch):
+    from hyport_lib.backend import CudaBackend
+
+    monkeypatch.setenv("PATH", str(tmp_path))  # empty folder: no nvidia-smi
+    listing = probe_devices(CudaBackend(num_cards=None))
+    assert listing.source == "torch" and "nvidia-smi not found" in listing.error
+    assert not listing.processes_known
+
+
 # --- redaction -----------------------------------------------------------------------------------
 SECRETS = {"HCCL_AUTH_TOKEN": "tok-1234567", "ASCEND_ACCESS_KEY": "ak-7654321",
            "NCCL_PASSWORD": "pw-abcdefg", "DS_SECRET": "sec-9999999", "MASTER_CREDENTIAL": "cred-8888"}

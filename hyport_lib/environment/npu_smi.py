@@ -109,7 +109,6 @@ class _Parser:
     def __init__(self):
         self.info = NpuSmiInfo()
         self.section: Optional[str] = None  # "chips" | "procs"
-        self.second_column: Optional[str] = None  # "Phy-ID" | "Device" | None
         self.per_field_layout = False  # Ascend 950: "| NPU ID | Name | Health | ..."
         self.pending: Optional[dict] = None
         self.proc_columns: dict[str, int] = {}
@@ -135,8 +134,7 @@ class _Parser:
             self.per_field_layout = cells[0].replace(" ", "") == "NPUID"
         elif self.section == "chips" and (cells[0].startswith("Chip") or (
                 "Bus-Id" in joined and not any(c[:1].isdigit() for c in cells))):
-            tokens = cells[0].split()
-            self.second_column = tokens[1] if len(tokens) > 1 else None
+            return  # second header line ("Chip", "Chip  Phy-ID", "Chip  Device"): no data
         elif self.section == "chips":
             self._chip_row(cells)
         elif self.section == "procs":

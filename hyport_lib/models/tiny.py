@@ -11,7 +11,7 @@ runs end to end on a laptop without network.
 LLaVA rather than Qwen2-VL: Qwen2-VL's processor needs torchvision, which does not
 work beside the CPU build of torch that CI uses.
 
-The checkpoint is cached in ``<cache root>/tiny-vlm-v{TINY_MODEL_VERSION}``; bump the
+The checkpoint is cached in ``<cache root>/tiny-vlm-v{TINY_MODEL_VERSION}-tf{transformers major}``; bump the
 version whenever anything below changes the saved files, and old caches are simply
 left behind. Several processes may ask for it at once (a grid starts one worker per
 card together): the first builds in a private temporary folder under a file lock
@@ -60,6 +60,12 @@ def default_cache_root() -> Path:
     return Path(root).expanduser() if root else Path.home() / ".cache" / "hyport"
 
 
+def _transformers_major() -> str:
+    from hyport_lib.utils.imports import package_version
+
+    return (package_version("transformers") or "0").split(".")[0]
+
+
 def tiny_model_dir(cache_dir: Optional[Union[str, os.PathLike]] = None,
                    *, max_shard_size: Optional[ShardSize] = None) -> Path:
     """The folder the checkpoint lives in (whether or not it exists yet).
@@ -69,7 +75,9 @@ def tiny_model_dir(cache_dir: Optional[Union[str, os.PathLike]] = None,
         max_shard_size: when given, a separate sharded copy is kept in its own folder.
     """
     root = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_root()
-    name = f"tiny-vlm-v{TINY_MODEL_VERSION}"
+    # transformers 4.x and 5.x save processors and tokenizers differently: keep their
+    # caches apart so switching stacks never loads the other one's files.
+    name = f"tiny-vlm-v{TINY_MODEL_VERSION}-tf{_transformers_major()}"
     if max_shard_size is not None:
         name += f"-shards-{_shard_tag(max_shard_size)}"
     return root / name
