@@ -119,7 +119,7 @@ def test_version_change_regenerates(tiny_dir, cache_root, monkeypatch):
     calls = _count_builds(monkeypatch)
     monkeypatch.setattr(tiny, "TINY_MODEL_VERSION", tiny.TINY_MODEL_VERSION + 100)
     new_dir = ensure_tiny_model(cache_root)
-    assert new_dir != tiny_dir and new_dir.name.endswith(f"v{tiny.TINY_MODEL_VERSION}")
+    assert new_dir != tiny_dir and f"v{tiny.TINY_MODEL_VERSION}-tf" in new_dir.name
     assert len(calls) == 1
     assert read_marker(new_dir)["version"] == tiny.TINY_MODEL_VERSION
     assert tiny_dir.is_dir(), "the old version's cache is left alone"

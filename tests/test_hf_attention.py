@@ -1,0 +1,204 @@
+"""hyport attention registered with transformers: same logits as eager on tiny models."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from hyport_lib.attention import register_hyport_attention
+from hyport_lib.attention import hf_integration
+from hyport_lib.attention.flash_api import FlashAttnAPI, FlashAttnUnsupported
+from hyport_lib.attention.spans import (bidirectional_span_mask, bidirectional_spans,
+                                        span_ids_from_token_type)
+
+transformers = pytest.importorskip("transformers")
+
+
+def _tiny_llama():
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)
+    return LlamaForCausalLM(config).eval()
+
+
+def _logits(model, impl, **inputs):
+    model.set_attn_implementation(impl)
+    with torch.no_grad():
+        return model(**inputs).logits
+
+
+@pytest.fixture(scope="module")
+def llama():
+    return _tiny_llama()
+
+
+@pytest.fixture(params=["sdpa", "npu"])
+def impl(request):
+    """Registered name for each backend; the npu one runs through the torch_npu double."""
+    if request.param == "npu":
+        request.getfixturevalue("fake_npu")
+    return register_hyport_attention(request.param)
+
+
+@pytest.fixture
+def varlen_calls(monkeypatch):
+    calls = []
+    real = hf_integration._varlen_forward
+
+    def spy(*args, **kwargs):
+        calls.append(args[4])  # segments
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(hf_integration, "_varlen_forward", spy)
+    return calls
+
+
+def test_registered_names_avoid_flash():
+    assert register_hyport_attention("sdpa") == "hyport_sdpa"
+    assert register_hyport_attention("npu-emulated") == "hyport_npu_emulated"
+    assert "flash" not in register_hyport_attention("cpu", name="hyport_custom")
+    with pytest.raises(ValueError, match="flash"):
+        register_hyport_attention("sdpa", name="my_flash_attention")
+
+
+def test_left_padded_batch_matches_eager(llama, impl):
+    ids = torch.randint(0, 64, (3, 9), generator=torch.Generator().manual_seed(1))
+    mask = torch.ones(3, 9, dtype=torch.long)
+    mask[1, :4] = 0
+    mask[2, :1] = 0
+    eager = _logits(llama, "eager", input_ids=ids, attention_mask=mask)
+    ours = _logits(llama, impl, input_ids=ids, attention_mask=mask)
+    real = mask.bool()
+    torch.testing.assert_close(ours[real], eager[real], rtol=1e-4, atol=1e-5)
+    assert torch.isfinite(ours).all()
+
+
+def test_packed_batch_matches_eager_and_separate_samples(llama, impl, varlen_calls):
+    ids = torch.randint(0, 64, (1, 10), generator=torch.Generator().manual_seed(2))
+    position_ids = torch.tensor([[0, 1, 2, 3, 0, 1, 2, 0, 1, 2]])
+    eager = _logits(llama, "eager", input_ids=ids, position_ids=position_ids, use_cache=False)
+    ours = _logits(llama, impl, input_ids=ids, position_ids=position_ids, use_cache=False)
+    torch.testing.assert_close(ours, eager, rtol=1e-4, atol=1e-5)
+    assert varlen_calls and all(seg == (4, 3, 3) for seg in varlen_calls)  # the mask was verified
+    separate = torch.cat([_logits(llama, "eager", input_ids=ids[:, a:b])
+                          for a, b in ((0, 4), (4, 7), (7, 10))], dim=1)
+    varlen_calls.clear()
+    # with the default use_cache=True transformers' masks ignore packing; like FlashAttention-2,
+    # hyport honours the restarting position_ids anyway
+    ours_cached = _logits(llama, impl, input_ids=ids, position_ids=position_ids)
+    torch.testing.assert_close(ours_cached, separate, rtol=1e-4, atol=1e-5)
+    assert varlen_calls
+
+
+def test_mask_that_is_not_packing_is_used_densely(llama, impl, varlen_calls):
+    # restarting position_ids *and* a padding mask: transformers builds a padded causal
+    # mask without packing (as FlashAttention-2 does, which unpads by the mask); the 4-D
+    # mask fails hyport's "is this packing?" check, so the mask wins over the positions
+    ids = torch.randint(0, 64, (1, 8), generator=torch.Generator().manual_seed(3))
+    position_ids = torch.tensor([[0, 1, 2, 0, 1, 2, 3, 4]])
+    mask = torch.ones(1, 8, dtype=torch.long)
+    mask[0, -1] = 0
+    eager = _logits(llama, "eager", input_ids=ids, attention_mask=mask, position_ids=position_ids,
+                    use_cache=False)
+    ours = _logits(llama, impl, input_ids=ids, attention_mask=mask, position_ids=position_ids,
+                   use_cache=False)
+    torch.testing.assert_close(ours[:, :-1], eager[:, :-1], rtol=1e-4, atol=1e-5)
+    assert not varlen_calls
+
+
+def _additive(keep: torch.Tensor) -> torch.Tensor:
+    return torch.zeros(keep.shape).masked_fill(~keep, torch.finfo(torch.float32).min)
+
+
+def test_bidirectional_span_mask_equals_hand_built():
+    token_type = torch.tensor([[0, 1, 1, 1, 0, 0, 1, 1, 0], [1, 1, 0, 0, 0, 0, 1, 1, 1]])
+    spans = span_ids_from_token_type(token_type)
+    assert spans.tolist() == [[0, 1, 1, 1, 0, 0, 2, 2, 0], [1, 1, 0, 0, 0, 0, 2, 2, 2]]
+    attention_mask = torch.ones(2, 9, dtype=torch.long)
+    attention_mask[1, 8] = 0
+    position_ids = torch.tensor([[0, 1, 2, 3, 4, 0, 1, 2, 3], list(range(9))])
+    built = bidirectional_span_mask(spans, attention_mask, position_ids)
+    segment = [[0, 0, 0, 0, 0, 1, 1, 1, 1], [0] * 9]
+    hand = torch.zeros(2, 1, 9, 9, dtype=torch.bool)
+    for b in range(2):
+        for i in range(9):
+            for j in range(9):
+                same_seg = segment[b][i] == segment[b][j]
+                same_span = spans[b, i] != 0 and spans[b, i] == spans[b, j]
+                hand[b, 0, i, j] = bool(same_seg and attention_mask[b, j] and (j <= i or same_span))
+    assert torch.equal(built, hand)
+    assert hand[0, 0, 1, 3] and not hand[0, 0, 4, 5]  # image looks ahead; text stays causal
+
+
+def test_span_kwarg_and_context_match_eager_with_hand_mask(llama, impl):
+    ids = torch.randint(0, 64, (2, 8), generator=torch.Generator().manual_seed(4))
+    token_type = torch.tensor([[0, 1, 1, 1, 0, 0, 0, 0], [0, 0, 1, 1, 0, 1, 1, 0]])
+    spans = span_ids_from_token_type(token_type)
+    attention_mask = torch.ones(2, 8, dtype=torch.long)
+    keep = bidirectional_span_mask(spans, attention_mask)
+    eager = _logits(llama, "eager", input_ids=ids, attention_mask=_additive(keep))
+    plain = _logits(llama, impl, input_ids=ids, attention_mask=attention_mask)
+    ours = _logits(llama, impl, input_ids=ids, attention_mask=attention_mask, hyport_span_ids=spans)
+    torch.testing.assert_close(ours, eager, rtol=1e-4, atol=1e-5)
+    assert (plain - eager).abs().max() > 1e-3  # the spans do change the result
+    with bidirectional_spans(spans):
+        in_context = _logits(llama, impl, input_ids=ids)
+    torch.testing.assert_close(in_context, eager, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("family", ["clip", "siglip"])
+def test_vision_tower_matches_eager(impl, family):
+    if family == "clip":
+        from transformers import CLIPVisionConfig as Config, CLIPVisionModel as Model
+    else:
+        from transformers import SiglipVisionConfig as Config, SiglipVisionModel as Model
+    torch.manual_seed(5)
+    config = Config(hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                    num_attention_heads=4, image_size=32, patch_size=8)
+    model = Model(config).eval()
+    pixels = torch.randn(2, 3, 32, 32)
+    outs = {}
+    for name in ("eager", impl):
+        model.set_attn_implementation(name)
+        with torch.no_grad():
+            outs[name] = model(pixel_values=pixels).last_hidden_state
+    torch.testing.assert_close(outs[impl], outs["eager"], rtol=1e-4, atol=1e-5)
+
+
+def test_attention_mask_by_keyword_like_qwen2_vl_vision(fake_npu):
+    # Qwen2-VL's vision blocks call attention_interface(..., attention_mask=None, is_causal=False)
+    fn = hf_integration.make_attention_forward(FlashAttnAPI("npu"))
+    module = torch.nn.Module()
+    q = torch.randn(1, 2, 6, 8)
+    out, weights = fn(module, q, q, q, attention_mask=None, scaling=0.5, dropout=0.0,
+                      is_causal=False, cu_seqlens=torch.tensor([0, 6]))
+    ref = torch.nn.functional.scaled_dot_product_attention(q, q, q, scale=0.5).transpose(1, 2)
+    assert weights is None and out.shape == (1, 6, 2, 8)
+    torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
+
+
+def test_npu_mask_conversion(fake_npu, monkeypatch):
+    calls = []
+    real = fake_npu.npu_fusion_attention
+    monkeypatch.setattr(fake_npu, "npu_fusion_attention",
+                        lambda *a, **kw: calls.append(kw) or real(*a, **kw))
+    fn = hf_integration.make_attention_forward(FlashAttnAPI("npu"))
+    module = torch.nn.Module()
+    module.is_causal = True
+    q = torch.randn(2, 2, 4, 8)
+    keep = torch.ones(2, 1, 4, 4, dtype=torch.bool).tril()
+    keep[1, :, :, 0] = False  # sample 1: first token is padding
+    fn(module, q, q, q, keep)
+    sent = calls[-1]["atten_mask"]
+    assert calls[-1]["input_layout"] == "BNSD" and sent.dtype == torch.bool
+    expected = ~keep
+    expected[1, 0, 0] = False  # a row that sees nothing is opened up (no NaN on device)
+    assert torch.equal(sent, expected)
+    float_mask = _additive(keep).clone()
+    fn(module, q, q, q, float_mask)
+    assert torch.equal(calls[-1]["atten_mask"], expected)
+    float_mask[0, 0, 3, 0] = -1.5  # a bias, not a pattern
+    with pytest.raises(FlashAttnUnsupported, match="bias"):
+        fn(module, q, q, q, float_mask)
