@@ -30,7 +30,7 @@ def _nfa_backend(name, mutate):
     the porting bugs the comparison exists to catch."""
 
     def run(case, data, device):
-        calls = C.nfa_mapping(case, data, device, C_compressed())
+        calls = C.nfa_mapping(case, data, device, _compressed())
         out = None
         for call in calls:
             rows = call.pop("rows")
@@ -42,7 +42,7 @@ def _nfa_backend(name, mutate):
     return _backend(name, run)
 
 
-def C_compressed():
+def _compressed():
     from hyport_lib.attention.emulation import compressed_causal_mask
 
     return compressed_causal_mask()
@@ -184,10 +184,12 @@ def test_backend_errors_nan_rows_and_inexpressible_cases():
         out = C.eager_attention(data.q, data.k, data.v, data.keep, case.scale)
         return out.masked_fill(data.empty_rows.unsqueeze(-1), float("nan"))
 
+    optional = C.Backend("optional", "optional (test)", "cpu", raises, optional_dtypes=("float16",))
     rows = C.compare_case(case, [_backend("raises", raises), _backend("nan", nan_rows),
-                                 _backend("none", lambda *a: None)])
+                                 _backend("none", lambda *a: None), optional])
     by = {r["backend"]: r for r in rows}
-    assert set(by) == {"raises", "nan"}
+    assert set(by) == {"raises", "nan", "optional"}
+    assert by["optional"]["verdict"] == "SKIP" and "float16 not supported" in by["optional"]["rule"]
     assert by["raises"]["verdict"] == "FAIL" and "kernel not found" in by["raises"]["rule"]
     assert "second line" not in by["raises"]["rule"]
     assert by["nan"]["verdict"] == "WARN" and by["nan"]["empty_rows_out"] == "NaN"
@@ -282,7 +284,7 @@ def test_cli_writes_json_and_exit_code(tmp_path, monkeypatch, capsys):
 
     def with_bug(device="auto"):
         def no_scale(case, data, device):
-            calls = C.nfa_mapping(case, data, device, C_compressed())
+            calls = C.nfa_mapping(case, data, device, _compressed())
             call = calls[0]
             call.pop("rows")
             call.pop("scale")
@@ -337,3 +339,17 @@ def test_model_level_catches_a_broken_attention(monkeypatch):
     m = C.compare_model("tiny", backend="npu-emulated", device="cpu", max_new_tokens=4)
     assert m.verdict in ("FAIL", "WARN") and m.max_abs_logits > 1e-3
     assert m.kl_divergence > 0
+
+
+def test_model_level_skips_without_the_integration(monkeypatch):
+    import sys
+
+    from hyport_lib.attention import show
+
+    monkeypatch.setitem(sys.modules, "hyport_lib.attention.hf_integration", None)
+    m = C.compare_model("tiny")
+    assert m.verdict == "SKIP" and "hf_integration" in m.detail and m.max_abs_logits is None
+    html = show.styled_model(m).to_html()  # blanks for the missing figures, no "nan%"
+    assert "SKIP" in html and "nan" not in html.lower()
+    text = show.summary_markdown({"verdict": "SKIP", "summary": "no model", "headline": {"a": 1}})
+    assert text.startswith("**SKIP** — no model") and "- a: 1" in text

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
 import random
 
@@ -254,7 +255,7 @@ def test_random_tnd_vs_reference(mode, dtype):
         else:
             atten_mask = None if mode is None else CMASK
         cum_q, cum_kv = R.cumulative_lengths(lens_q), R.cumulative_lengths(lens_kv)
-        with pytest.warns(UserWarning) if cum_q[0] == cum_kv[0] == 0 else _nullcontext():
+        with pytest.warns(UserWarning) if cum_q[0] == cum_kv[0] == 0 else contextlib.nullcontext():
             out, mx, sm = nfa(q, k, v, nq, "TND", atten_mask=atten_mask, scale=0.25,
                               pre_tockens=pre, next_tockens=nxt, sparse_mode=mode or 0,
                               actual_seq_qlen=cum_q, actual_seq_kvlen=cum_kv)[:3]
@@ -267,18 +268,10 @@ def test_random_tnd_vs_reference(mode, dtype):
         assert torch.allclose(sm[..., 0].double(), ref.row_sum[0].T, rtol=TOL[dtype] * 5, atol=1e-5)
 
 
-class _nullcontext:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return False
-
-
 # --------------------------------------------------------------------------------------
 # Dropout
 # --------------------------------------------------------------------------------------
-def _qkv(seed=0, layout="BSND"):
+def _qkv(seed=0):
     g = torch.Generator().manual_seed(seed)
     q, k, v = (torch.randn(2, 4, 2, 8, generator=g) for _ in range(3))
     return q, k, v

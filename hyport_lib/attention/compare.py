@@ -198,7 +198,7 @@ def _base_cases(full: bool) -> list[dict]:
     for mask, lens, (nq, nkv), d in itertools.product(
             ("causal", "bidirectional", "band", "spans"), ((1, 17, 64), (33, 2, 100, 7)),
             heads, (64, 128)):
-        spans = tuple(((0, n // 2),) for n in lens) if mask == "spans" else ()
+        spans = tuple(((n // 3, n // 3 + max(n // 2, 1)),) for n in lens) if mask == "spans" else ()
         cases.append(dict(layout="TND", mask=mask, batch="packed", lengths_q=lens,
                           lengths_kv=lens, nq=nq, nkv=nkv, head_dim=d, spans=spans,
                           window=(16, 0) if mask == "band" else (-1, -1)))
@@ -209,8 +209,14 @@ def _base_cases(full: bool) -> list[dict]:
 
 
 def build_grid(full: bool = False, dtypes: Sequence[str] = DTYPES) -> list[AttentionCase]:
-    """The comparison grid: every base case in every requested dtype."""
-    dtypes = [str(d).replace("torch.", "") for d in dtypes]
+    """The comparison grid: every base case in every requested dtype.
+
+    ``dtypes`` may also be one comma-separated string (``"float16,float32"``), as a
+    command-line override gives it.
+    """
+    if isinstance(dtypes, str):
+        dtypes = [d for d in dtypes.split(",") if d.strip()]
+    dtypes = [str(d).strip().replace("torch.", "") for d in dtypes]
     for d in dtypes:
         if d not in DTYPES:
             raise ValueError(f"dtypes: {d!r} is not one of {', '.join(DTYPES)}")
@@ -292,7 +298,9 @@ class Backend:
     device: str
     run: Callable
     emulated: bool = False
-    note: str = ""
+    #: dtypes the contract leaves optional here: an error on them is a SKIP, not a FAIL
+    #: (NFA takes float32 only in newer CANN releases).
+    optional_dtypes: tuple = ()
 
 
 def eager_attention(q, k, v, keep, scale):
@@ -349,7 +357,7 @@ def nfa_mapping(case: AttentionCase, data: CaseData, device, compressed: torch.T
                         pre_tockens=NFA_UNBOUNDED if left < 0 else left,
                         next_tockens=NFA_UNBOUNDED if right < 0 else right)
         calls = [dict(call, rows=None)]
-        if case.mask == "spans":
+        if case.mask == "spans" and any(e > s for spans in case.spans for s, e in spans):
             calls.append(_span_writeback(case, qt, kt, vt, base))
         return calls
     args = dict(query=R.from_bnsd(q, case.layout), key=R.from_bnsd(k, case.layout),
@@ -380,6 +388,8 @@ def _span_writeback(case, qt, kt, vt, base) -> dict:
     offset = 0
     for n, spans in zip(case.lengths_q, case.spans):
         for s, e in spans:
+            if e <= s:
+                continue
             q_rows += list(range(offset + s, offset + e))
             kv_rows += list(range(offset, offset + e))
             lq.append(e - s)
@@ -478,7 +488,8 @@ def available_backends(device: str = "auto") -> list[Backend]:
     if kind == "npu":
         torch_npu, _ = try_import("torch_npu")
         backends.append(Backend("npu", "npu (NPU)", dev,
-                                lambda c, d, x: run_nfa(torch_npu.npu_fusion_attention, c, d, x)))
+                                lambda c, d, x: run_nfa(torch_npu.npu_fusion_attention, c, d, x),
+                                optional_dtypes=("float32",)))
     flash_api = _flash_api_backend(kind, dev)
     if flash_api is not None:
         backends.append(flash_api)
@@ -502,7 +513,8 @@ def _flash_api_backend(kind: str, dev: str) -> Optional[Backend]:
     where = dev if which == "npu" else "cpu"
     label = "NPU" if which == "npu" else "CPU"
     return Backend(f"flash-api ({which})", f"flash-api → {which} ({label})", where,
-                   lambda c, d, x: run_flash_style(api, c, d, x), emulated=which != "npu")
+                   lambda c, d, x: run_flash_style(api, c, d, x), emulated=which != "npu",
+                   optional_dtypes=("float32",) if which == "npu" else ())
 
 
 # --------------------------------------------------------------------------------------
@@ -632,8 +644,11 @@ def compare_case(case: AttentionCase, backends: Sequence[Backend], seed: int = 0
         try:
             out = be.run(case, data, be.device)
         except Exception as exc:  # a backend that raises on a valid case fails that case
-            row.update({c: None for c in METRIC_COLUMNS}, verdict="FAIL",
-                       rule=f"error: {type(exc).__name__}: {str(exc).splitlines()[0][:160]}",
+            message = (str(exc).splitlines() or [""])[0][:160]
+            optional = case.dtype in be.optional_dtypes
+            row.update({c: None for c in METRIC_COLUMNS}, verdict="SKIP" if optional else "FAIL",
+                       rule=(f"{case.dtype} not supported here: " if optional else "error: ")
+                       + f"{type(exc).__name__}: {message}",
                        empty_rows=int(data.empty_rows.sum()), empty_rows_out="-", ms=None)
             rows.append(row)
             continue

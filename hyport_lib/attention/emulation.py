@@ -181,7 +181,8 @@ def _check_compressed(atten_mask, sparse_mode):
     if shape != (COMPRESSED_SIZE, COMPRESSED_SIZE):
         raise ValueError(f"atten_mask shape {shape}: sparse_mode={sparse_mode} takes the "
                          "compressed 2048x2048 triu(ones, 1) mask")
-    if not torch.equal(atten_mask.bool(), compressed_causal_mask(atten_mask.device)):
+    expected = compressed_causal_mask(atten_mask.device)
+    if atten_mask is not expected and not torch.equal(atten_mask.bool(), expected):
         raise ValueError(f"atten_mask: sparse_mode={sparse_mode} takes the compressed mask "
                          "triu(ones(2048, 2048), 1) with True = masked; this one differs "
                          "(a keep mask with True = attend?)")

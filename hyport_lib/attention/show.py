@@ -30,11 +30,17 @@ def comparison_table(result, columns=TABLE_COLUMNS):
     return df[[c for c in columns if c in df.columns]]
 
 
+def _missing(value) -> bool:
+    return value is None or (isinstance(value, float) and math.isnan(value))
+
+
 def _fmt(value, digits=2):
     """Errors in scientific notation; blanks for a missing value."""
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return ""
-    return f"{float(value):.{digits}e}"
+    return "" if _missing(value) else f"{float(value):.{digits}e}"
+
+
+def _pct(value):
+    return "" if _missing(value) else f"{100 * float(value):.1f}%"
 
 
 def styled_comparison(result, columns=TABLE_COLUMNS):
@@ -47,9 +53,9 @@ def styled_comparison(result, columns=TABLE_COLUMNS):
     fmt = {c: _fmt for c in numeric}
     for c in ("rel_gt_1e-3", "rel_gt_5e-3"):
         if c in df.columns:
-            fmt[c] = lambda v: "" if v is None else f"{100 * v:.1f}%"
+            fmt[c] = _pct
     if "cosine" in df.columns:
-        fmt["cosine"] = lambda v: "" if v is None else f"{v:.6f}"
+        fmt["cosine"] = lambda v: "" if _missing(v) else f"{v:.6f}"
     return styler.format(fmt)
 
 
@@ -177,10 +183,16 @@ def show_heatmap(result, backend: Optional[str] = None):
     _display(figure_png(heatmap_figure(result, backend)))
 
 
-def show_model_comparison(model):
+def styled_model(model):
+    """pandas Styler of the model-level comparison."""
     from hyport_lib.display import style_verdicts
 
-    _display(style_verdicts(model_table(model)))
+    styler = style_verdicts(model_table(model))
+    return styler.format({"max_abs_logits": _fmt, "kl_divergence": _fmt, "top1_agreement": _pct})
+
+
+def show_model_comparison(model):
+    _display(styled_model(model))
 
 
 def show_scan_result(report, path: str):
@@ -200,13 +212,17 @@ def show_scan_result(report, path: str):
     _display(report.frame())
 
 
-def show_summary(summary: dict, result=None):
+def summary_markdown(summary: dict, result=None) -> str:
     """The stage verdict and headline figures as a short Markdown block."""
     lines = [f"**{summary['verdict']}** — {summary['summary']}", ""]
     lines += [f"- {k}: {v}" for k, v in summary["headline"].items()]
     if result is not None:
         lines.append(f"- provenance: {provenance_label(result)}")
-    _markdown("\n".join(lines))
+    return "\n".join(lines)
+
+
+def show_summary(summary: dict, result=None):
+    _markdown(summary_markdown(summary, result))
 
 
 def provenance_label(result) -> str:

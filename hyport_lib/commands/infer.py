@@ -22,9 +22,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--num-cards", type=int, default=None,
                         help="cards to use (default: all available; CPU: 2 worker processes)")
     parser.add_argument("--prompt", default=None, help="the single prompt (default: the library's)")
-    parser.add_argument("--batch-prompt", action="append", default=None, metavar="PROMPT",
-                        help="a prompt of the batch (repeatable; default: the library's)")
-    parser.add_argument("--image", default=None, help="image file for the single prompt")
+    parser.add_argument("--batch-prompt", dest="batch_prompts", action="append", default=None,
+                        metavar="PROMPT", type=lambda text: (text, False),
+                        help="a text-only prompt of the batch (repeatable, keeps order with "
+                             "--batch-image-prompt; default: the library's batch)")
+    parser.add_argument("--batch-image-prompt", dest="batch_prompts", action="append",
+                        metavar="PROMPT", type=lambda text: (text, True),
+                        help="a prompt of the batch that comes with the image (repeatable)")
+    parser.add_argument("--image", default=None,
+                        help="image file for every image prompt (default: the built-in sample)")
     parser.add_argument("--max-new-tokens", type=int, default=16)
     parser.add_argument("--dtype", default="float32", help="float32, bfloat16 or float16")
     parser.add_argument("--attn-implementation", default="eager")
@@ -48,8 +54,8 @@ def _config(args: argparse.Namespace):
                   trust_remote_code=args.trust_remote_code, enable_thinking=args.enable_thinking)
     if args.prompt is not None:
         fields["single_prompt"] = args.prompt
-    if args.batch_prompt:
-        fields["batch_prompts"] = list(args.batch_prompt)
+    if args.batch_prompts:
+        fields["batch_prompts"] = list(args.batch_prompts)
     return InferenceConfig(**fields)
 
 
@@ -65,10 +71,10 @@ class _ProgressBar:
         if self.bar is None:
             self.bar = tqdm(total=progress.total, file=sys.stderr, desc="cards", unit="card",
                             initial=progress.done)
-        else:
-            self.bar.update(progress.done - self.bar.n)
         counts = progress.frame["status"].value_counts().to_dict()
-        self.bar.set_postfix_str(", ".join(f"{n} {s}" for s, n in sorted(counts.items())))
+        self.bar.set_postfix_str(", ".join(f"{n} {s}" for s, n in sorted(counts.items())), refresh=False)
+        self.bar.update(progress.done - self.bar.n)
+        self.bar.refresh()
 
     def close(self) -> None:
         if self.bar is not None:
@@ -92,7 +98,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(result.to_dict(), indent=2, default=str))
     else:
-        print(compact_frame(result.frame).to_string(index=False))
+        print(compact_frame(result.frame).round(3).to_string(index=False, na_rep=""))
         print()
         print(result.consistency_line)
         print(f"logs: {result.log_dir}   wall {result.wall_s:.1f}s   ({result.provenance.label})")

@@ -30,6 +30,7 @@ import statistics
 import subprocess
 import sys
 import time
+import warnings
 from dataclasses import asdict, dataclass, field, is_dataclass
 from pathlib import Path
 from typing import Any, Callable, Optional
@@ -230,6 +231,10 @@ class GridResult:
             "provenance": self.provenance.to_dict(),
             "plan": self.plan.to_dict() if self.plan else None,
             "config": self.config,
+            # Full texts, not previews: what each card said, for the report.
+            "outputs": {str(c["card"]): {"single": (c.get("outcome") or {}).get("single_output"),
+                                         "batch": (c.get("outcome") or {}).get("batch_outputs")}
+                        for c in self.cards if c.get("outcome")},
         }
 
 
@@ -354,7 +359,6 @@ class _Worker:
     deadline: float
     log_path: Path
     result_path: Path
-    log_handle: Any
 
 
 def default_log_dir() -> Path:
@@ -395,24 +399,26 @@ def _launch(backend: Backend, card: int, spec: dict, log_dir: Path, timeout_s: f
     config_path = log_dir / f"card{card}.config.json"
     result_path.unlink(missing_ok=True)  # never read a previous run's result
     config_path.write_text(json.dumps(spec, indent=2, default=str), encoding="utf-8")
-    log = open(log_path, "wb")
     cmd = [sys.executable, "-m", "hyport_lib.inference.worker",
            "--config", str(config_path), "--result", str(result_path)]
     started = time.monotonic()
-    try:
+    with open(log_path, "wb") as log:  # the child keeps its own copy of the descriptor
         proc = subprocess.Popen(
             cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             env=_worker_env(backend, card, spec.get("num_threads"), extra_env),
             start_new_session=True,  # its own process group: killable as a whole
             close_fds=True)
-    except BaseException:
-        log.close()
-        raise
-    return _Worker(card, proc, started, started + timeout_s, log_path, result_path, log)
+    return _Worker(card, proc, started, started + timeout_s, log_path, result_path)
 
 
 def _exited(proc: subprocess.Popen) -> bool:
     """Has the worker exited? Does not reap it, so its pid (= its group id) stays ours."""
+    if proc.returncode is not None:
+        return True
+    if not hasattr(os, "waitid"):
+        # macOS before Python 3.13: poll() reaps, so a later killpg of this group is
+        # only as safe as the pid not being reused in the moments in between.
+        return proc.poll() is not None
     try:
         info = os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
     except ChildProcessError:
@@ -442,6 +448,8 @@ def _kill_group(worker: _Worker, grace_s: float) -> None:
 
 def _reap_leftovers(worker: _Worker) -> None:
     """After the leader exited (not yet reaped): kill any child it left in its group."""
+    if worker.proc.returncode is not None:
+        return  # already reaped: its pid may be reused, so its group is no longer ours
     try:
         os.killpg(worker.proc.pid, signal.SIGKILL)
     except ProcessLookupError:
@@ -467,6 +475,8 @@ def _row_for(worker: _Worker, timed_out: bool, timeout_s: float, device: str) ->
                fallback_ops=", ".join(fallback_ops))
     if timed_out:
         status, reason = "timeout", f"timeout after {timeout_s:g}s; process group killed"
+        if raw.get("status") == "ok":
+            reason += " (the result was written, but the process did not exit)"
     elif raw.get("status") == "ok":
         status = "ok"
         reason = None if rc == 0 else f"note: exit code {rc} after the result was written"
@@ -480,7 +490,7 @@ def _row_for(worker: _Worker, timed_out: bool, timeout_s: float, device: str) ->
         exc_line = last_exception(tail)
         status = "failed"
         reason = f"exit code {rc} without result" + (f"; {exc_line}" if exc_line else "")
-    if status == "ok":
+    if raw.get("status") == "ok":
         out = raw.get("outcome") or {}
         peak = raw.get("peak_memory_bytes")
         row.update(
@@ -598,9 +608,14 @@ def run_grid(config: Any = None, *, device: str = "auto", num_cards: Optional[in
     raws: dict[int, dict] = {}
 
     def notify(card=None, status=None):
-        if on_update is not None:
-            done = sum(1 for r in rows.values() if r["status"] != "running")
+        if on_update is None:
+            return
+        done = sum(1 for r in rows.values() if r["status"] != "running")
+        try:
             on_update(GridProgress(_frame(rows, order), done, total, card, status))
+        except Exception as exc:  # a broken display must not abandon running workers
+            warnings.warn(f"run_grid: on_update failed ({type(exc).__name__}: {exc}); "
+                          "the grid goes on", RuntimeWarning, stacklevel=2)
 
     notify()
     pending = list(workers)
@@ -617,7 +632,6 @@ def run_grid(config: Any = None, *, device: str = "auto", num_cards: Optional[in
                 else:
                     continue
                 worker.proc.wait()
-                worker.log_handle.close()
                 pending.remove(worker)
                 rows[worker.card], raws[worker.card] = _row_for(
                     worker, timed_out, float(timeout_s), label(worker.card))
@@ -629,7 +643,6 @@ def run_grid(config: Any = None, *, device: str = "auto", num_cards: Optional[in
         for worker in pending:
             _kill_group(worker, 0.0)
             worker.proc.wait()
-            worker.log_handle.close()
 
     frame = _frame(rows, order)
     consistent, differing, _ = consistency(frame)

@@ -14,7 +14,9 @@ from typing import Callable
 import pandas as pd
 
 from hyport_lib.display import LiveDisplay, style_verdicts
-from hyport_lib.inference.grid import GridPlan, GridProgress, GridResult, consistency, given
+from hyport_lib.inference.grid import (
+    GridPlan, GridProgress, GridResult, consistency, given, grid_verdict,
+)
 
 #: Columns of the table shown in notebooks (the full frame has more).
 DISPLAY_COLUMNS = [
@@ -71,8 +73,9 @@ def show_summary(result: GridResult) -> None:
     from IPython.display import Markdown, display
 
     counts = ", ".join(f"{n} {s}" for s, n in result.counts.items() if n)
-    mark = "✅" if result.consistent else "⚠️"
-    lines = [f"{mark} **{result.consistency_line}**",
+    verdict = grid_verdict(result)
+    mark = {"PASS": "✅", "WARN": "⚠️"}.get(verdict, "❌")
+    lines = [f"{mark} **{verdict}.** {result.consistency_line}",
              f"Cards: {counts}. Wall time {result.wall_s:.1f} s (timeout {result.timeout_s:g} s per card). "
              f"Logs: `{result.log_dir}`. Figures: {result.provenance.label}."]
     if result.plan and result.plan.preflight_error:
@@ -138,11 +141,15 @@ def card_log_picker(result: GridResult, lines: int = 40):
     return widgets.VBox([picker, out])
 
 
-def live_grid_display(min_interval_s: float = 0.5) -> Callable[[GridProgress], None]:
-    """An ``on_update`` callback for ``run_grid``: one table, updated as cards finish."""
-    live = LiveDisplay(min_interval_s=min_interval_s)
+def live_grid_display() -> Callable[[GridProgress], None]:
+    """An ``on_update`` callback for ``run_grid``: one table, updated as cards finish.
+
+    Every update is drawn (at most one per card): a rate limit could hide the cards
+    that finished just before a long wait for a slow one.
+    """
+    live = LiveDisplay(min_interval_s=0.0)
 
     def update(progress: GridProgress) -> None:
-        live.update(grid_styler(progress.frame), force=progress.done == progress.total)
+        live.update(grid_styler(progress.frame), force=True)
 
     return update
