@@ -5,7 +5,10 @@ Measured in one run on this machine:
 1. ``grid(1 card) / bare script``: the grid with one card against a bare script doing
    the same import, load and generate in one fresh process. Both pay the interpreter
    start and the torch/transformers import; the grid adds its launcher, the preflight,
-   the log and result files and the polling. Target: at most 1.10.
+   the log and result files and the polling, and saves the interpreter teardown (a CPU
+   worker leaves with ``os._exit`` once its result is on disk; about a second with
+   torch loaded). Target: at most 1.10. Also printed: the launcher's own overhead, the
+   grid's wall time minus the worker's own measurement of its run.
 2. ``grid(2 cards) / grid(1 card)``: two workers at once against one. On a 2-core CPU
    host each worker gets one thread, so this shows how well two cards share the host
    (1.0 would be perfect overlap).
@@ -54,6 +57,9 @@ def bare_run(config: dict) -> tuple[float, str]:
     return wall, done.stdout.strip().splitlines()[-1]
 
 
+LAUNCHER_OVERHEAD: list[float] = []
+
+
 def grid_run(config: dict, device: str, cards: int, log_root: Path) -> tuple[float, list[str]]:
     from hyport_lib.inference.grid import run_grid
 
@@ -64,6 +70,8 @@ def grid_run(config: dict, device: str, cards: int, log_root: Path) -> tuple[flo
     bad = result.frame[result.frame["status"] != "ok"]
     if not bad.empty:
         raise RuntimeError(f"grid with {cards} card(s) had failures:\n{bad[['card', 'status', 'error']]}")
+    if cards == 1:
+        LAUNCHER_OVERHEAD.append(wall - result.cards[0]["wall_s"])
     return wall, list(result.frame["output_hash"])
 
 
@@ -118,6 +126,8 @@ def main() -> int:
     print(f"ratio grid(2)/grid(1) = {med['grid2'] / med['grid1']:.3f} median wall, "
           f"{low['grid2'] / low['grid1']:.3f} min wall, {cpu['grid2'] / cpu['grid1']:.3f} CPU  "
           f"(wall 1.0 = the two cards overlap perfectly; CPU 2.0 = no shared work)")
+    print(f"launcher overhead, 1 card (grid wall - worker's own wall): "
+          f"{statistics.median(LAUNCHER_OVERHEAD):.2f}s median")
     print(f"identical outputs across all runs: {len(hashes) == 1}")
     return 0
 

@@ -64,10 +64,17 @@ class StageResult:
 
 
 def results_dir() -> Path:
+    """``$HYPORT_RESULTS_DIR``, else ``outputs/interactive/results`` of the checkout.
+
+    Anchored to the project (not the working directory) so a notebook opened from
+    ``notebooks/`` in JupyterLab writes into the git-ignored ``outputs/``.
+    """
     env = os.environ.get(RESULTS_DIR_ENV)
     if env:
         return Path(env)
-    return Path("outputs") / "interactive" / "results"
+    project = Path(__file__).resolve().parents[1]
+    base = project if (project / "pyproject.toml").exists() else Path.cwd()
+    return base / "outputs" / "interactive" / "results"
 
 
 def record_result(stage: str, verdict: str, *, summary: str = "",

@@ -130,6 +130,17 @@ def test_last_exception_finds_the_traceback_line():
     assert last_exception("all fine\n") is None
 
 
+def test_cli_batch_prompts_keep_order_and_image_flags():
+    from hyport_lib.commands import build_parser
+    from hyport_lib.commands.infer import _config
+
+    args = build_parser().parse_args(["infer", "--batch-prompt", "a", "--batch-image-prompt", "b",
+                                      "--batch-prompt", "c", "--max-new-tokens", "3"])
+    config = _config(args)
+    assert config.batch_prompts == (("a", False), ("b", True), ("c", False))
+    assert config.max_new_tokens == 3 and config.model_path == "tiny"
+
+
 def test_bad_timeout_is_refused():
     with pytest.raises(ValueError, match="timeout_s"):
         run_grid(device="cpu", timeout_s=0)
@@ -142,8 +153,12 @@ def test_busy_cards_are_skipped_and_workers_pinned_on_the_npu_double(
     monkeypatch.setenv("HYPORT_FAKE_NPU_COUNT", "3")
     npu_smi_sample((DATA / "npu_smi" / "910b_24x_classic.txt").read_text())
     # The double cannot run a model: the free cards fail on purpose, before loading.
-    result = run_grid(_config(), device="npu", timeout_s=60, log_dir=tmp_path,
-                      extra_env={FAULT_ENV: "0:raise,2:exit"})
+    def broken_display(progress):
+        raise ZeroDivisionError("display broke")
+
+    with pytest.warns(RuntimeWarning, match="on_update failed"):  # a broken display abandons nothing
+        result = run_grid(_config(), device="npu", timeout_s=60, log_dir=tmp_path,
+                          extra_env={FAULT_ENV: "0:raise,2:exit"}, on_update=broken_display)
     assert _status(result) == {0: "failed", 1: "skipped-busy", 2: "failed"}
     busy = _row(result, 1)
     assert "pid 576489" in busy["error"] and pd.isna(busy["log_path"])
@@ -252,3 +267,14 @@ def test_cli_reports_failures_with_nonzero_exit(monkeypatch, tmp_path, capsys):
     assert recorded["verdict"] == "FAIL" and recorded["headline"]["cards ok"] == "0/2"
     assert recorded["provenance"]["device"] == "cpu"
     assert os.path.isfile(tmp_path / "logs" / "card0.log")
+
+
+@pytest.mark.slow
+def test_grid_returns_when_every_worker_hangs(tmp_path):
+    started = time.monotonic()
+    result = run_grid(_config(), device="cpu", num_cards=2, timeout_s=3, log_dir=tmp_path,
+                      extra_env={FAULT_ENV: "0:hang,1:hang"}, kill_grace_s=1.0)
+    assert _status(result) == {0: "timeout", 1: "timeout"}
+    assert time.monotonic() - started < 3 + 1 + 5
+    assert consistency(result.frame)[0] is False
+    assert "No card finished" in result.consistency_line

@@ -164,6 +164,8 @@ def plan_grid(backend: Backend, num_cards: Optional[int] = None, allow_busy_card
             Ascend, nvidia-smi on CUDA, nothing is busy on CPU).
     """
     ids = [int(c) for c in cards] if cards is not None else available_cards(backend, num_cards)
+    if len(set(ids)) != len(ids):
+        raise ValueError(f"cards={cards!r}: each card may appear once")
     preflight_error = None
     if busy is None:
         busy, preflight_error = _busy_from_environment(backend)
@@ -313,7 +315,8 @@ def consistency_line(result: GridResult) -> str:
     note = " (sampling is on, so differences may be legitimate)" if sampling else ""
     if not differing:
         if len(ok) == 1:
-            return f"Only card {int(ok.iloc[0]['card'])} finished (output hash {reference}); nothing to compare."
+            card = int(ok.iloc[0]["card"])
+            return f"Only card {card} finished (output hash {reference}); nothing to compare."
         return f"All {len(ok)} finished cards produced identical outputs (hash {reference}){note}."
     return (f"Cards {', '.join(map(str, differing))} differ from the majority output "
             f"(hash {reference}, {len(ok) - len(differing)} of {len(ok)} cards){note}.")
@@ -426,24 +429,26 @@ def _exited(proc: subprocess.Popen) -> bool:
     return info is not None
 
 
-def _kill_group(worker: _Worker, grace_s: float) -> None:
-    """SIGTERM then SIGKILL the worker's process group (a group this module started).
+def _kill_groups(workers: list[_Worker], grace_s: float) -> None:
+    """SIGTERM, then after ``grace_s`` SIGKILL, the process groups of ``workers``.
 
-    The leader is never reaped before the SIGKILL, so the group id cannot have been
-    reused by an unrelated process.
+    Only groups this module started: each group id is a worker's pid, and the worker
+    is never reaped before the SIGKILL, so the id cannot have passed to an unrelated
+    process. All groups share one grace period, so eight hung workers cost one wait.
     """
-    pgid = worker.proc.pid
-    try:
-        os.killpg(pgid, signal.SIGTERM)
-    except ProcessLookupError:
-        return
+    for worker in workers:
+        try:
+            os.killpg(worker.proc.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            continue  # the whole group is gone already
     end = time.monotonic() + grace_s
-    while time.monotonic() < end and not _exited(worker.proc):
+    while time.monotonic() < end and not all(_exited(w.proc) for w in workers):
         time.sleep(0.05)
-    try:
-        os.killpg(pgid, signal.SIGKILL)  # also the children the leader left behind
-    except ProcessLookupError:
-        pass  # every member already gone: nothing left to kill
+    for worker in workers:
+        try:
+            os.killpg(worker.proc.pid, signal.SIGKILL)  # also children the leader left behind
+        except ProcessLookupError:
+            continue  # every member already gone
 
 
 def _reap_leftovers(worker: _Worker) -> None:
@@ -484,7 +489,8 @@ def _row_for(worker: _Worker, timed_out: bool, timeout_s: float, device: str) ->
         status, reason = "failed", f"{raw.get('error_type', 'Error')}: {raw.get('error', '')}"
     elif rc is not None and rc < 0:
         name = _signal_name(-rc)
-        hint = " (SIGKILL is also how the out-of-memory killer ends a process)" if -rc == signal.SIGKILL else ""
+        hint = (" (SIGKILL is also how the out-of-memory killer ends a process)"
+                if -rc == signal.SIGKILL else "")
         status, reason = "failed", f"killed by signal {name} ({rc}){hint}"
     else:
         exc_line = last_exception(tail)
@@ -583,27 +589,10 @@ def run_grid(config: Any = None, *, device: str = "auto", num_cards: Optional[in
 
     rows: dict[int, dict] = {}
     for p in plan.cards:
-        if not p.run:
-            rows[p.card] = _skipped_row(p, label(p.card))
-    workers: list[_Worker] = []
-    for p in plan.cards:
-        if not p.run:
-            continue
-        spec = {"card": p.card, "device_kind": backend.kind, "num_threads": threads,
-                "inference": inference}
-        try:
-            workers.append(_launch(backend, p.card, spec, log_dir, float(timeout_s), extra_env))
-        except OSError as exc:
-            row = {c: None for c in COLUMNS}
-            row.update(card=p.card, device=label(p.card), status="failed", cpu_fallback_warnings=0,
-                       error=f"could not start the worker: {type(exc).__name__}: {exc}")
-            rows[p.card] = row
-        else:
-            row = {c: None for c in COLUMNS}
-            row.update(card=p.card, device=label(p.card), status="running",
-                       log_path=str(log_dir / f"card{p.card}.log"))
-            rows[p.card] = row
-
+        row = _skipped_row(p, label(p.card)) if not p.run else {
+            **{c: None for c in COLUMNS}, "card": p.card, "device": label(p.card), "status": "running",
+            "log_path": str(log_dir / f"card{p.card}.log")}
+        rows[p.card] = row
     total = len(order)
     raws: dict[int, dict] = {}
 
@@ -617,32 +606,44 @@ def run_grid(config: Any = None, *, device: str = "auto", num_cards: Optional[in
             warnings.warn(f"run_grid: on_update failed ({type(exc).__name__}: {exc}); "
                           "the grid goes on", RuntimeWarning, stacklevel=2)
 
-    notify()
-    pending = list(workers)
+    def finish(worker: _Worker, timed_out: bool) -> None:
+        worker.proc.wait()
+        pending.remove(worker)
+        rows[worker.card], raws[worker.card] = _row_for(
+            worker, timed_out, float(timeout_s), label(worker.card))
+        notify(worker.card, rows[worker.card]["status"])
+
+    pending: list[_Worker] = []
     try:
+        for p in plan.cards:
+            if not p.run:
+                continue
+            spec = {"card": p.card, "device_kind": backend.kind, "num_threads": threads,
+                    "inference": inference}
+            try:
+                pending.append(_launch(backend, p.card, spec, log_dir, float(timeout_s), extra_env))
+            except OSError as exc:
+                rows[p.card].update(status="failed", cpu_fallback_warnings=0,
+                                    error=f"could not start the worker: {type(exc).__name__}: {exc}")
+        notify()
         while pending:
             now = time.monotonic()
-            for worker in list(pending):
-                timed_out = False
-                if _exited(worker.proc):
-                    _reap_leftovers(worker)
-                elif now >= worker.deadline:
-                    _kill_group(worker, kill_grace_s)
-                    timed_out = True
-                else:
-                    continue
-                worker.proc.wait()
-                pending.remove(worker)
-                rows[worker.card], raws[worker.card] = _row_for(
-                    worker, timed_out, float(timeout_s), label(worker.card))
-                notify(worker.card, rows[worker.card]["status"])
+            for worker in [w for w in pending if _exited(w.proc)]:
+                _reap_leftovers(worker)
+                finish(worker, timed_out=False)
+            expired = [w for w in pending if now >= w.deadline]
+            if expired:
+                _kill_groups(expired, kill_grace_s)
+                for worker in expired:
+                    finish(worker, timed_out=True)
             if pending:
                 time.sleep(poll_interval_s)
     finally:
         # Interrupted (KeyboardInterrupt in the notebook): leave no worker behind.
-        for worker in pending:
-            _kill_group(worker, 0.0)
-            worker.proc.wait()
+        if pending:
+            _kill_groups(pending, 0.0)
+            for worker in pending:
+                worker.proc.wait()
 
     frame = _frame(rows, order)
     consistent, differing, _ = consistency(frame)

@@ -21,8 +21,8 @@ from hyport_lib.inference.grid import (
 #: Columns of the table shown in notebooks (the full frame has more).
 DISPLAY_COLUMNS = [
     "card", "device", "status", "load_s", "first_token_s", "tokens_per_s", "peak_memory_mb",
-    "single_output", "batch_outputs", "output_hash", "same_output", "cpu_fallback_warnings", "fallback_ops",
-    "error",
+    "single_output", "batch_outputs", "output_hash", "same_output", "cpu_fallback_warnings",
+    "fallback_ops", "error",
 ]
 
 
@@ -30,7 +30,7 @@ def compact_frame(frame: pd.DataFrame) -> pd.DataFrame:
     """The grid table for reading: short hashes, joined previews, first error line,
     and ``same_output`` (does this card agree with the majority of ok cards)."""
     out = frame.copy()
-    _, differing, reference = consistency(frame)
+    _, differing, _ = consistency(frame)
     out["same_output"] = [
         ("yes" if card not in differing else "NO") if status == "ok" else ""
         for card, status in zip(frame["card"], frame["status"])]
@@ -57,7 +57,8 @@ def show_plan(plan: GridPlan) -> None:
 
     display(style_verdicts(plan.frame(), columns=("status",)))
     if plan.preflight_error:
-        display(Markdown(f"⚠️ {plan.preflight_error}: the cards were not checked for other processes."))
+        display(Markdown(f"⚠️ {plan.preflight_error}: the cards were not checked for other "
+                         "processes."))
 
 
 def show_grid(result: GridResult) -> None:
@@ -79,7 +80,8 @@ def show_summary(result: GridResult) -> None:
              f"Cards: {counts}. Wall time {result.wall_s:.1f} s (timeout {result.timeout_s:g} s per card). "
              f"Logs: `{result.log_dir}`. Figures: {result.provenance.label}."]
     if result.plan and result.plan.preflight_error:
-        lines.append(f"⚠️ Preflight: {result.plan.preflight_error}; cards were not checked for other processes.")
+        lines.append(f"⚠️ Preflight: {result.plan.preflight_error}; "
+                     "cards were not checked for other processes.")
     display(Markdown("\n\n".join(lines)))
 
 
@@ -94,7 +96,8 @@ def show_outputs(result: GridResult) -> None:
     first = ok[0]
     out = first.get("outcome") or {}
     prompts = result.config.get("batch_prompts") or []
-    lines = [f"**Card {first['card']}**, single prompt *{html.escape(str(result.config.get('single_prompt')))}*:",
+    prompt = html.escape(str(result.config.get("single_prompt")))
+    lines = [f"**Card {first['card']}**, single prompt *{prompt}*:",
              f"```text\n{out.get('single_output', '')}\n```"]
     for i, text in enumerate(out.get("batch_outputs") or []):
         prompt = prompts[i][0] if i < len(prompts) else f"sample {i + 1}"
