@@ -147,3 +147,20 @@ def test_cli_exit_codes_and_unknown_parameters(stage_dir, tmp_path):
     assert index.name == "index.html" and index.exists()
     failed = subprocess.run(base + ["--only", "02"], capture_output=True, text=True, timeout=300)
     assert failed.returncode == 1
+
+
+def test_blog_and_index_escape_what_they_show(tmp_path):
+    from hyport_lib.report.index import render_blog, render_index
+    from hyport_lib.report.runner import ReportRun, StageOutcome
+
+    stage = StageOutcome(stage="02_attention", verdict="PASS", summary="<b>x</b>",
+                         headline={"max |Δ logits|": 1e-7},
+                         provenance={"label": "NPU-emulated on CPU (not an NPU measurement)"})
+    run = ReportRun(run_id="r1", run_dir=tmp_path, profile=None,
+                    parameters={"trust_remote_code": True}, stages=[stage], versions={}, started="t")
+    blog = render_blog(run)
+    assert "| max \\|Δ logits\\| | 1e-07 |" in blog
+    assert "NPU-emulated on CPU" in blog
+    index = render_index(run)
+    assert "&lt;b&gt;x&lt;/b&gt;" in index and "<b>x</b>" not in index
+    assert "trust_remote_code is ON" in index

@@ -101,6 +101,10 @@ def write_index(run: "ReportRun"):
     return atomic_write_text(run.run_dir / "index.html", render_index(run))
 
 
+def _md_cell(value) -> str:
+    return str(value).replace("|", "\\|").replace("\n", " ")
+
+
 def render_blog(run: "ReportRun") -> str:
     """A Markdown draft in the shape of the seed's write-up: context, one section per stage."""
     lines = [f"# Porting notes: hyport run {run.run_id}", "",
@@ -117,7 +121,7 @@ def render_blog(run: "ReportRun") -> str:
             lines += [f"_Source of figures: {s.provenance.get('label')}_", ""]
         if s.headline:
             lines += ["| figure | value |", "|---|---|"]
-            lines += [f"| {k} | {v} |" for k, v in s.headline.items()]
+            lines += [f"| {_md_cell(k)} | {_md_cell(v)} |" for k, v in s.headline.items()]
             lines.append("")
         if s.error:
             lines += ["```", s.error, "```", ""]
