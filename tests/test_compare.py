@@ -11,18 +11,26 @@ import torch
 
 from hyport_lib.attention import compare as C
 from hyport_lib.attention import reference as R
+from hyport_lib.attention.backends_under_test import Backend, eager_attention
+from hyport_lib.attention.case_data import case_keep_mask, make_case_data
+from hyport_lib.attention.cases import BATCH_KINDS, MASK_KINDS, AttentionCase, build_grid
+from hyport_lib.attention.emulation import compressed_causal_mask
 from hyport_lib.attention.emulation import npu_fusion_attention as emulated
+from hyport_lib.attention.metrics import Metrics, compute_metrics, decide
+from hyport_lib.attention.model_check import compare_model
+from hyport_lib.attention.nfa_calls import nfa_mapping, run_nfa
+from hyport_lib.attention.port_scan import planted_example, run_scan
 
 
 def _case(**kw):
     base = dict(layout="BNSD", dtype="float16", mask="causal", batch="dense", lengths_q=(5,),
                 lengths_kv=(11,), nq=4, nkv=2, head_dim=64)
     base.update(kw)
-    return C.AttentionCase(**base)
+    return AttentionCase(**base)
 
 
 def _backend(name, fn):
-    return C.Backend(name, f"{name} (test)", "cpu", fn)
+    return Backend(name, f"{name} (test)", "cpu", fn)
 
 
 def _nfa_backend(name, mutate):
@@ -30,7 +38,7 @@ def _nfa_backend(name, mutate):
     the porting bugs the comparison exists to catch."""
 
     def run(case, data, device):
-        calls = C.nfa_mapping(case, data, device, _compressed())
+        calls = nfa_mapping(case, data, device, compressed_causal_mask())
         out = None
         for call in calls:
             rows = call.pop("rows")
@@ -42,31 +50,25 @@ def _nfa_backend(name, mutate):
     return _backend(name, run)
 
 
-def _compressed():
-    from hyport_lib.attention.emulation import compressed_causal_mask
-
-    return compressed_causal_mask()
-
-
 # --------------------------------------------------------------------------------------
 # Grid
 # --------------------------------------------------------------------------------------
 def test_default_grid_covers_every_dimension():
-    grid = C.build_grid()
+    grid = build_grid()
     assert {c.layout for c in grid} == set(R.LAYOUTS)
     assert {c.dtype for c in grid} == {"float16", "bfloat16", "float32"}
-    assert {c.mask for c in grid} == set(C.MASK_KINDS)
-    assert {c.batch for c in grid} == set(C.BATCH_KINDS)
+    assert {c.mask for c in grid} == set(MASK_KINDS)
+    assert {c.batch for c in grid} == set(BATCH_KINDS)
     assert {c.head_dim for c in grid} == {64, 128}
     assert any(c.nq != c.nkv for c in grid) and any(c.nq == c.nkv for c in grid)
     assert any(c.lengths_q != c.lengths_kv for c in grid)  # Sq != Skv
     assert any(1 in c.lengths_q for c in grid)
     assert any(n % 2 for c in grid for n in c.lengths_q + c.lengths_kv)  # odd lengths
     assert {c.npu_sparse_mode for c in grid} >= {0, 2, None}
-    assert len(C.build_grid(full=True)) > 3 * len(grid)
-    assert {c.dtype for c in C.build_grid(dtypes=["bfloat16"])} == {"bfloat16"}
+    assert len(build_grid(full=True)) > 3 * len(grid)
+    assert {c.dtype for c in build_grid(dtypes=["bfloat16"])} == {"bfloat16"}
     with pytest.raises(ValueError, match="dtypes"):
-        C.build_grid(dtypes=["float64"])
+        build_grid(dtypes=["float64"])
 
 
 @pytest.mark.parametrize("kw, pattern", [
@@ -87,13 +89,44 @@ def test_case_keep_masks():
     # packed spans: block-diagonal causal + the span (1, 3) of sample 0 both ways
     case = _case(layout="TND", batch="packed", mask="spans", lengths_q=(4, 2),
                  lengths_kv=(4, 2), spans=(((1, 3),), ()))
-    keep = C.case_keep_mask(case)[0, 0]
+    keep = case_keep_mask(case)[0, 0]
     want = R.block_diagonal_mask([4, 2], causal=True)
     want[1:3, 1:3] = True
     assert torch.equal(keep, want)
     # padded: per-sample bottom-right causal, padding rows fully masked
-    keep = C.case_keep_mask(_case(batch="padded", lengths_q=(2, 1), lengths_kv=(3, 2)))
+    keep = case_keep_mask(_case(batch="padded", lengths_q=(2, 1), lengths_kv=(3, 2)))
     assert keep[1, 0].tolist() == [[True, True, False], [False, False, False]]
+
+
+def test_nfa_mapping_per_case():
+    """The sparse arguments a port passes: compressed mask + mode 3 / 4, full masks
+    (True = masked) for padded batches, the forced modes 2 and 0, TND lengths without 0."""
+    compressed = compressed_causal_mask()
+
+    def call(**kw):
+        case = _case(**kw)
+        calls = nfa_mapping(case, make_case_data(case), "cpu", compressed)
+        return case, calls
+
+    _, (c,) = call()  # causal, Sq != Skv: bottom-right
+    assert c["sparse_mode"] == 3 and c["atten_mask"] is compressed and c["scale"] == 0.125
+    _, (c,) = call(lengths_q=(6,), lengths_kv=(6,), npu_sparse_mode=2)
+    assert c["sparse_mode"] == 2 and c["atten_mask"] is compressed
+    _, (c,) = call(mask="band", window=(4, 2))
+    assert (c["sparse_mode"], c["pre_tockens"], c["next_tockens"]) == (4, 4, 2)
+    case, (c,) = call(mask="band", window=(3, 0), lengths_q=(9,), lengths_kv=(9,),
+                      npu_sparse_mode=0)
+    assert c["sparse_mode"] == 0 and tuple(c["atten_mask"].shape) == (9, 9)
+    assert torch.equal(c["atten_mask"], ~R.window_mask(9, 9, (3, 0)))
+    case, (c,) = call(batch="padded", lengths_q=(5, 2), lengths_kv=(11, 3))
+    assert c["sparse_mode"] == 1 and torch.equal(c["atten_mask"], ~case_keep_mask(case))
+    _, (c,) = call(mask="bidirectional")
+    assert c.get("atten_mask") is None and c.get("sparse_mode", 0) == 0
+    _, calls = call(layout="TND", batch="packed", mask="spans", lengths_q=(4, 3),
+                    lengths_kv=(4, 3), spans=(((1, 3),), ()))
+    assert len(calls) == 2 and calls[0]["sparse_mode"] == 3
+    assert calls[0]["actual_seq_qlen"] == [4, 7] and calls[1]["actual_seq_qlen"] == [2]
+    assert calls[1]["rows"].tolist() == [1, 2] and "atten_mask" not in calls[1]
 
 
 # --------------------------------------------------------------------------------------
@@ -101,36 +134,36 @@ def test_case_keep_masks():
 # --------------------------------------------------------------------------------------
 def test_metrics_on_a_known_perturbation():
     case = _case(dtype="float32", batch="padded", lengths_q=(5, 3), lengths_kv=(11, 4))
-    data = C.make_case_data(case, seed=3)
+    data = make_case_data(case, seed=3)
     out = data.ref.clone()
     valid = data.valid_rows.unsqueeze(-1).expand_as(out)
     n = int(valid.sum())
     idx = valid.nonzero()[0].tolist()
     out[tuple(idx)] += 0.01
-    m = C.compute_metrics(out, data, data.ref, torch.float32)
+    m = compute_metrics(out, data, data.ref, torch.float32)
     assert m.max_abs == pytest.approx(0.01, rel=1e-9)
     assert m.rmse == pytest.approx(math.sqrt(0.01 ** 2 / n), rel=1e-9)
     assert m.rel_gt_1e3 == pytest.approx(1 / n) or m.rel_gt_1e3 == 0  # one element at most
     assert m.eager_max_abs == 0 and m.bound == pytest.approx(m.atol)
     assert m.empty_rows == int(data.empty_rows.sum()) > 0 and m.empty_rows_out == "0"
-    assert C.decide(m)[0] == "FAIL"  # 0.01 is far above fp32's rounding noise
+    assert decide(m)[0] == "FAIL"  # 0.01 is far above fp32's rounding noise
     out[~valid] = float("nan")  # NaN only where nothing is attended: a WARN
-    m = C.compute_metrics(out, data, data.ref, torch.float32)
+    m = compute_metrics(out, data, data.ref, torch.float32)
     assert m.finite and m.empty_rows_out == "NaN"
 
 
 def test_decide_order():
-    ok = C.Metrics(max_abs=1e-3, eager_max_abs=1e-3, atol=1e-4, bound=2.1e-3, cosine=0.9999,
+    ok = Metrics(max_abs=1e-3, eager_max_abs=1e-3, atol=1e-4, bound=2.1e-3, cosine=0.9999,
                    max_rel=1.0, rel_gt_1e3=0.1, rel_gt_5e3=0.0, rmse=1e-4, finite=True,
                    empty_rows=0, empty_rows_out="-")
-    assert C.decide(ok)[0] == "PASS"
-    assert C.decide(ok, baseline=True)[1].startswith("baseline")
-    assert C.decide(dataclasses.replace(ok, finite=False)) == ("FAIL", "non-finite output on rows that attend keys")
-    verdict, rule = C.decide(dataclasses.replace(ok, max_abs=3e-3))
+    assert decide(ok)[0] == "PASS"
+    assert decide(ok, baseline=True)[1].startswith("baseline")
+    assert decide(dataclasses.replace(ok, finite=False)) == ("FAIL", "non-finite output on rows that attend keys")
+    verdict, rule = decide(dataclasses.replace(ok, max_abs=3e-3))
     assert verdict == "FAIL" and rule.startswith("flash-attn rule")
-    verdict, rule = C.decide(dataclasses.replace(ok, cosine=0.98))
+    verdict, rule = decide(dataclasses.replace(ok, cosine=0.98))
     assert verdict == "FAIL" and rule.startswith("cosine")
-    verdict, rule = C.decide(dataclasses.replace(ok, empty_rows=3, empty_rows_out="NaN"))
+    verdict, rule = decide(dataclasses.replace(ok, empty_rows=3, empty_rows_out="NaN"))
     assert verdict == "WARN" and "NaN" in rule
 
 
@@ -181,10 +214,10 @@ def test_backend_errors_nan_rows_and_inexpressible_cases():
         raise RuntimeError("kernel not found\nsecond line")
 
     def nan_rows(case, data, device):
-        out = C.eager_attention(data.q, data.k, data.v, data.keep, case.scale)
+        out = eager_attention(data.q, data.k, data.v, data.keep, case.scale)
         return out.masked_fill(data.empty_rows.unsqueeze(-1), float("nan"))
 
-    optional = C.Backend("optional", "optional (test)", "cpu", raises, optional_dtypes=("float16",))
+    optional = Backend("optional", "optional (test)", "cpu", raises, optional_dtypes=("float16",))
     rows = C.compare_case(case, [_backend("raises", raises), _backend("nan", nan_rows),
                                  _backend("none", lambda *a: None), optional])
     by = {r["backend"]: r for r in rows}
@@ -198,9 +231,9 @@ def test_backend_errors_nan_rows_and_inexpressible_cases():
 def test_fake_npu_runs_through_the_same_mapping(fake_npu):
     case = _case(layout="TND", batch="packed", mask="band", window=(2, 0),
                  lengths_q=(4, 7), lengths_kv=(4, 7))
-    data = C.make_case_data(case)
-    got = C.run_nfa(fake_npu.npu_fusion_attention, case, data, "cpu")
-    want = C.run_nfa(emulated, case, data, "cpu")
+    data = make_case_data(case)
+    got = run_nfa(fake_npu.npu_fusion_attention, case, data, "cpu")
+    want = run_nfa(emulated, case, data, "cpu")
     assert torch.equal(got, want)
 
 
@@ -257,11 +290,29 @@ def test_summary_and_record(default_result, tmp_path, monkeypatch):
 
 
 def test_planted_scan():
-    report, path = C.run_scan("")
+    report, path = run_scan("")
     assert path.endswith("hyport-planted-example")
     if report is None:
         pytest.skip("hyport_lib.scan is not installed")
     assert report.counts().get("flash_attn", 0) >= 1
+
+
+def test_compare_still_exports_every_public_name():
+    """The notebook and older callers use ``compare.<name>`` for the split-out modules."""
+    import importlib
+
+    for name in C.__all__:
+        assert hasattr(C, name), name
+    for module, names in {
+        "cases": ("AttentionCase", "build_grid"), "case_data": ("make_case_data",),
+        "backends_under_test": ("available_backends", "eager_attention", "Backend"),
+        "nfa_calls": ("nfa_mapping", "run_nfa"), "metrics": ("compute_metrics", "decide"),
+        "model_check": ("compare_model", "swapped_backend", "ModelComparison"),
+        "port_scan": ("run_scan", "planted_example"),
+    }.items():
+        mod = importlib.import_module(f"hyport_lib.attention.{module}")
+        for name in names:
+            assert getattr(C, name) is getattr(mod, name), f"{module}.{name}"
 
 
 # --------------------------------------------------------------------------------------
@@ -273,7 +324,7 @@ def test_cli_writes_json_and_exit_code(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("HYPORT_RESULTS_DIR", str(tmp_path / "results"))
     out = tmp_path / "rows.json"
     rc = main(["attention", "--dtypes", "float32", "--model-path", "none", "--json", str(out),
-               "--code-path", str(C.planted_example(tmp_path / "code"))])
+               "--code-path", str(planted_example(tmp_path / "code"))])
     text = capsys.readouterr().out
     assert rc == 0 and "npu-emulated" in text and "PASS:" in text
     payload = json.loads(out.read_text())
@@ -284,7 +335,7 @@ def test_cli_writes_json_and_exit_code(tmp_path, monkeypatch, capsys):
 
     def with_bug(device="auto"):
         def no_scale(case, data, device):
-            calls = C.nfa_mapping(case, data, device, _compressed())
+            calls = nfa_mapping(case, data, device, compressed_causal_mask())
             call = calls[0]
             call.pop("rows")
             call.pop("scale")
@@ -311,7 +362,7 @@ def test_model_level_tiny_model_pass(monkeypatch):
         return real(*args, **kwargs)
 
     monkeypatch.setattr(emulation, "npu_fusion_attention", counting)
-    m = C.compare_model("tiny", backend="npu-emulated", device="cpu", max_new_tokens=4)
+    m = compare_model("tiny", backend="npu-emulated", device="cpu", max_new_tokens=4)
     assert calls, "the swapped model never reached the NPU emulation"
     assert m.verdict == "PASS", m.detail
     assert m.attn_implementation and m.source == "npu-emulated (CPU)"
@@ -336,7 +387,7 @@ def test_model_level_catches_a_broken_attention(monkeypatch):
     AttentionMaskInterface.register("hyport_test_broken", sdpa_mask)
     monkeypatch.setattr(hf_integration, "register_hyport_attention",
                         lambda backend="auto": "hyport_test_broken")
-    m = C.compare_model("tiny", backend="npu-emulated", device="cpu", max_new_tokens=4)
+    m = compare_model("tiny", backend="npu-emulated", device="cpu", max_new_tokens=4)
     assert m.verdict in ("FAIL", "WARN") and m.max_abs_logits > 1e-3
     assert m.kl_divergence > 0
 
@@ -347,7 +398,7 @@ def test_model_level_skips_without_the_integration(monkeypatch):
     from hyport_lib.attention import show
 
     monkeypatch.setitem(sys.modules, "hyport_lib.attention.hf_integration", None)
-    m = C.compare_model("tiny")
+    m = compare_model("tiny")
     assert m.verdict == "SKIP" and "hf_integration" in m.detail and m.max_abs_logits is None
     html = show.styled_model(m).to_html()  # blanks for the missing figures, no "nan%"
     assert "SKIP" in html and "nan" not in html.lower()

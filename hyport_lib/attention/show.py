@@ -1,6 +1,7 @@
 """Rendering of the attention stage's results (tables and the error heatmap).
 
-Compute lives in :mod:`hyport_lib.attention.compare`; these functions only turn its
+Compute lives in :mod:`hyport_lib.attention.compare` (the grid) and
+:mod:`hyport_lib.attention.model_check` (the model); these functions only turn their
 results into DataFrames, Stylers and figures, and display them in a notebook.
 """
 
@@ -61,12 +62,9 @@ def styled_comparison(result, columns=TABLE_COLUMNS):
 
 def provenance_note(result) -> str:
     """A one-paragraph Markdown note saying where the NPU figures come from."""
-    from hyport_lib.attention.compare import provenance
-
-    label = provenance(result).label
     backends = ", ".join(b["source"] for b in result.backends)
-    text = (f"**Provenance:** {label}. Backends: {backends}. {result.cases} cases in "
-            f"{result.seconds:.1f} s.")
+    text = (f"**Provenance:** {provenance_label(result)}. Backends: {backends}. "
+            f"{result.cases} cases in {result.seconds:.1f} s.")
     for note in result.notes:
         text += f" {note}"
     return text
@@ -226,6 +224,7 @@ def show_summary(summary: dict, result=None):
 
 
 def provenance_label(result) -> str:
+    """The label of a comparison's provenance (says "emulated" when no NPU took part)."""
     from hyport_lib.attention.compare import provenance
 
     return provenance(result).label

@@ -32,13 +32,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     import pandas as pd
 
-    from hyport_lib.attention import compare
+    from hyport_lib.attention.compare import record_stage, run_comparison
+    from hyport_lib.attention.model_check import compare_model, swapped_backend
+    from hyport_lib.attention.port_scan import run_scan
     from hyport_lib.attention.show import comparison_table, model_table
     from hyport_lib.utils.files import atomic_write_text
 
     dtypes = [d.strip() for d in str(args.dtypes).split(",") if d.strip()]
-    result = compare.run_comparison(device=args.device, seed=args.seed, full=args.full,
-                                    dtypes=dtypes)
+    result = run_comparison(device=args.device, seed=args.seed, full=args.full, dtypes=dtypes)
     with pd.option_context("display.width", 250, "display.max_rows", None,
                            "display.max_columns", None, "display.max_colwidth", 90):
         print(comparison_table(result).drop(columns=["source"]).to_string(index=False))
@@ -49,16 +50,15 @@ def run(args: argparse.Namespace) -> int:
             print(f"note: {note}")
         model = None
         if str(args.model_path).lower() != "none":
-            backend, device = compare.swapped_backend(result.device)
-            model = compare.compare_model(args.model_path, backend=backend, device=device,
-                                          seed=args.seed)
+            backend, device = swapped_backend(result.device)
+            model = compare_model(args.model_path, backend=backend, device=device, seed=args.seed)
             print()
             print(model_table(model).to_string(index=False))
-    report, path = compare.run_scan(args.code_path)
+    report, path = run_scan(args.code_path)
     if report is not None:
         print(f"\nscan of {path}: {report.files_scanned} files, {len(report.hits)} findings "
               f"{report.counts()}")
-    summary = compare.record_stage(result, model, report, path)
+    summary = record_stage(result, model, report, path)
     if args.json:
         payload = {"verdict": summary["verdict"], "summary": summary["summary"],
                    "rows": result.rows, "backends": result.backends, "notes": result.notes,

@@ -1,0 +1,163 @@
+"""The attention implementations the comparison runs, and which of them this host has.
+
+- ``eager``: plain PyTorch attention in the case's dtype, the ``out_pt`` of flash-attn's
+  rule (scale folded into q first, softmax in the dtype, fully masked rows set to 0,
+  as flash-attn's ``attention_ref(upcast=False, reorder_ops=True)``).
+- ``sdpa``: ``torch.nn.functional.scaled_dot_product_attention`` with a bool mask.
+- ``npu-emulated``: hyport's CPU emulation of ``npu_fusion_attention``, called in the
+  case's NPU layout with the NPU mask convention and sparse mode (the mapping a port
+  writes by hand, :mod:`hyport_lib.attention.nfa_calls`); ``npu``: the same call to the
+  real ``torch_npu`` on an NPU.
+- ``flash-api (<backend>)``: hyport's flash-attn drop-in (``FlashAttnAPI``), for the
+  cases flash-attn can express (no bidirectional spans).
+- ``flash_attn``: the real flash-attn package on a CUDA GPU, when installed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Optional
+
+import torch
+
+from hyport_lib.attention import reference as R
+from hyport_lib.attention.bert_padding import pad_input, unpad_input
+from hyport_lib.attention.case_data import CaseData
+from hyport_lib.attention.cases import AttentionCase
+from hyport_lib.attention.nfa_calls import run_nfa
+
+
+@dataclass
+class Backend:
+    """One attention implementation under test.
+
+    ``run(case, data, device)`` returns the output in canonical BNSD form; it returns
+    None when the backend cannot express the case (no row is produced).
+    """
+
+    name: str
+    source: str  # e.g. "npu-emulated (CPU)"
+    device: str
+    run: Callable
+    emulated: bool = False
+    #: dtypes the contract leaves optional here: an error on them is a SKIP, not a FAIL
+    #: (NFA takes float32 only in newer CANN releases).
+    optional_dtypes: tuple = ()
+
+
+def device_label(device: str) -> str:
+    """``cpu`` -> ``CPU``, ``npu:0`` -> ``NPU``: how a device is named in a row's source."""
+    kind = str(device).split(":")[0]
+    return {"cpu": "CPU", "cuda": "CUDA", "npu": "NPU"}.get(kind, kind.upper())
+
+
+def _repeat_kv(k, v, groups: int):
+    # GQA by repeating kv heads (query head h uses kv head h // groups); SDPA's
+    # enable_gqa needs torch >= 2.5, repeating works everywhere.
+    if groups <= 1:
+        return k, v
+    return k.repeat_interleave(groups, 1), v.repeat_interleave(groups, 1)
+
+
+def eager_attention(q, k, v, keep, scale):
+    """Plain PyTorch attention in the inputs' dtype: flash-attn's ``out_pt``."""
+    k, v = _repeat_kv(k, v, q.shape[1] // k.shape[1])
+    scores = torch.matmul(q * scale, k.transpose(-1, -2))
+    keep = keep.expand_as(scores)
+    scores = scores.masked_fill(~keep, float("-inf"))
+    probs = torch.softmax(scores, dim=-1)
+    probs = probs.masked_fill(~keep.any(-1, keepdim=True), 0.0)  # no NaN for empty rows
+    return torch.matmul(probs.to(v.dtype), v)
+
+
+def _inputs_on(data: CaseData, device):
+    dev = torch.device(device)
+    return dev, data.q.to(dev), data.k.to(dev), data.v.to(dev)
+
+
+def _run_eager(case, data, device):
+    dev, q, k, v = _inputs_on(data, device)
+    return eager_attention(q, k, v, data.keep.to(dev), case.scale)
+
+
+def _run_sdpa(case, data, device):
+    import torch.nn.functional as F
+
+    dev, q, k, v = _inputs_on(data, device)
+    k, v = _repeat_kv(k, v, case.nq // case.nkv)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=data.keep.to(dev), scale=case.scale)
+
+
+def run_flash_style(api, case: AttentionCase, data: CaseData, device) -> Optional[torch.Tensor]:
+    """Run ``case`` through flash-attn's two functions (``api.flash_attn_func`` /
+    ``api.flash_attn_varlen_func``); padded batches go through unpad -> varlen -> pad."""
+    if not case.flash_expressible:
+        return None
+    dev, q, k, v = _inputs_on(data, device)
+    kw = dict(softmax_scale=case.scale, causal=case.mask == "causal", window_size=case.window_size)
+    if case.batch == "dense":
+        out = api.flash_attn_func(*(R.from_bnsd(x, "BSND") for x in (q, k, v)), **kw)
+        return R.to_bnsd(_first(out), "BSND")
+    if case.batch == "packed":
+        qt, kt, vt = (R.from_bnsd(x, "TND") for x in (q, k, v))
+        cu_q, cu_k = (torch.tensor(R.cumulative_lengths(n, True), dtype=torch.int32, device=dev)
+                      for n in (case.lengths_q, case.lengths_kv))
+    else:  # padded: flash-attn's bert_padding, as a port of padded code calls it
+        real_q = R.padding_mask(case.lengths_q, case.sq, device=dev)
+        real_k = R.padding_mask(case.lengths_kv, case.skv, device=dev)
+        qt, rows_q, cu_q, _, _ = unpad_input(R.from_bnsd(q, "BSND"), real_q)
+        kt, _, cu_k, _, _ = unpad_input(R.from_bnsd(k, "BSND"), real_k)
+        vt = unpad_input(R.from_bnsd(v, "BSND"), real_k)[0]
+    out = _first(api.flash_attn_varlen_func(qt, kt, vt, cu_q, cu_k, case.sq, case.skv, **kw))
+    if case.batch == "packed":
+        return R.to_bnsd(out, "TND")
+    return R.to_bnsd(pad_input(out, rows_q, len(case.lengths_q), case.sq), "BSND")
+
+
+def _first(out):
+    return out[0] if isinstance(out, (tuple, list)) else out
+
+
+def available_backends(device: str = "auto") -> list[Backend]:
+    """Backends usable on this host. ``device`` picks where eager / sdpa run."""
+    from hyport_lib.attention.emulation import npu_fusion_attention as emulated
+    from hyport_lib.backend import get_backend
+    from hyport_lib.utils.imports import is_flash_attn_available, try_import
+
+    host = get_backend(device)
+    kind, dev = host.kind, host.device(0)
+    backends = [
+        Backend("eager", f"eager ({device_label(kind)})", dev, _run_eager),
+        Backend("sdpa", f"sdpa ({device_label(kind)})", dev, _run_sdpa),
+        Backend("npu-emulated", "npu-emulated (CPU)", "cpu",
+                lambda c, d, x: run_nfa(emulated, c, d, x), emulated=True),
+    ]
+    if kind == "npu":
+        torch_npu, _ = try_import("torch_npu")
+        backends.append(Backend("npu", "npu (NPU)", dev,
+                                lambda c, d, x: run_nfa(torch_npu.npu_fusion_attention, c, d, x),
+                                optional_dtypes=("float32",)))
+    flash_api = _flash_api_backend(kind, dev)
+    if flash_api is not None:
+        backends.append(flash_api)
+    if kind == "cuda" and is_flash_attn_available():
+        import flash_attn
+
+        backends.append(Backend("flash_attn", "flash_attn (CUDA)", dev,
+                                lambda c, d, x: (None if c.dtype == "float32"
+                                                 else run_flash_style(flash_attn, c, d, x))))
+    return backends
+
+
+def _flash_api_backend(kind: str, dev: str) -> Optional[Backend]:
+    """hyport's flash-attn drop-in, when its module is present (imported lazily)."""
+    try:
+        from hyport_lib.attention.flash_api import FlashAttnAPI
+    except ImportError:
+        return None
+    which = "npu" if kind == "npu" else "npu-emulated"
+    api = FlashAttnAPI(which)
+    where = dev if which == "npu" else "cpu"
+    return Backend(f"flash-api ({which})", f"flash-api → {which} ({device_label(where)})", where,
+                   lambda c, d, x: run_flash_style(api, c, d, x), emulated=which != "npu",
+                   optional_dtypes=("float32",) if which == "npu" else ())

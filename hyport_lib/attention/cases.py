@@ -1,0 +1,197 @@
+"""The cases of the attention numerics comparison and the grid they form.
+
+An :class:`AttentionCase` only describes a case (layout, dtype, mask, batch kind,
+lengths, heads); :mod:`hyport_lib.attention.case_data` draws its tensors.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass
+from typing import Optional, Sequence
+
+import torch
+
+from hyport_lib.attention.reference import LAYOUTS
+
+DTYPES = ("float16", "bfloat16", "float32")
+MASK_KINDS = ("causal", "bidirectional", "band", "spans")
+BATCH_KINDS = ("dense", "padded", "packed")
+
+
+@dataclass(frozen=True)
+class AttentionCase:
+    """One comparison case.
+
+    Attributes:
+        layout: NPU input layout the npu backends are called with (BSH, SBH, BSND,
+            BNSD, TND). ``packed`` batches are always TND.
+        dtype: ``float16``, ``bfloat16`` or ``float32``.
+        mask: ``causal`` (bottom-right when Sq != Skv, flash-attn >= 2.1), ``bidirectional``,
+            ``band`` (``window``) or ``spans`` (causal + bidirectional ``spans``).
+        batch: ``dense`` (every sample ``lengths_q[0] x lengths_kv[0]``), ``padded``
+            (right-padded to the longest) or ``packed`` (TND, no padding).
+        lengths_q / lengths_kv: per-sample lengths.
+        window: flash-attn ``window_size`` (left, right) of a ``band`` case.
+        spans: per-sample half-open ``(start, end)`` bidirectional spans (``spans``).
+        npu_sparse_mode: force the NPU mapping's sparse mode (2 for a top-left causal,
+            0 for a full band mask with pre/next); None derives it from the mask.
+    """
+
+    layout: str
+    dtype: str
+    mask: str
+    batch: str
+    lengths_q: tuple
+    lengths_kv: tuple
+    nq: int
+    nkv: int
+    head_dim: int
+    window: tuple = (-1, -1)
+    spans: tuple = ()
+    npu_sparse_mode: Optional[int] = None
+
+    def __post_init__(self):
+        if self.layout not in LAYOUTS:
+            raise ValueError(f"layout={self.layout!r}: expected one of {LAYOUTS}")
+        if self.dtype not in DTYPES:
+            raise ValueError(f"dtype={self.dtype!r}: expected one of {DTYPES}")
+        if self.mask not in MASK_KINDS:
+            raise ValueError(f"mask={self.mask!r}: expected one of {MASK_KINDS}")
+        if self.batch not in BATCH_KINDS:
+            raise ValueError(f"batch={self.batch!r}: expected one of {BATCH_KINDS}")
+        if (self.batch == "packed") != (self.layout == "TND"):
+            raise ValueError(f"layout={self.layout}, batch={self.batch}: TND is packed-only")
+        if len(self.lengths_q) != len(self.lengths_kv):
+            raise ValueError("lengths_q and lengths_kv must have one entry per sample")
+        if self.batch == "dense" and (len(set(self.lengths_q)) > 1 or len(set(self.lengths_kv)) > 1):
+            raise ValueError("dense cases have equal lengths in every sample")
+        if self.nkv <= 0 or self.nq % self.nkv:
+            raise ValueError(f"nq={self.nq} must be a multiple of nkv={self.nkv}")
+        if self.mask == "spans" and len(self.spans) != len(self.lengths_q):
+            raise ValueError("spans: one tuple of spans per sample")
+        if self.mask == "spans" and self.lengths_q != self.lengths_kv:
+            raise ValueError("spans cases are self-attention (lengths_q == lengths_kv)")
+
+    @property
+    def name(self) -> str:
+        lq = "/".join(map(str, self.lengths_q))
+        lk = "/".join(map(str, self.lengths_kv))
+        shape = lq if lq == lk else f"{lq}x{lk}"
+        extra = f" w{self.window[0]},{self.window[1]}" if self.mask == "band" else ""
+        return (f"{self.layout} {self.batch} {self.mask}{extra} S={shape} "
+                f"N={self.nq}/{self.nkv} D={self.head_dim} {self.dtype}")
+
+    @property
+    def torch_dtype(self) -> torch.dtype:
+        return getattr(torch, self.dtype)
+
+    @property
+    def scale(self) -> float:
+        return 1.0 / math.sqrt(self.head_dim)
+
+    @property
+    def sq(self) -> int:
+        return max(self.lengths_q)
+
+    @property
+    def skv(self) -> int:
+        return max(self.lengths_kv)
+
+    @property
+    def causal(self) -> bool:
+        """Causal base pattern (``spans`` cases are causal outside their spans)."""
+        return self.mask in ("causal", "spans")
+
+    @property
+    def window_size(self) -> tuple:
+        """flash-attn's ``window_size``: the band's window, else unbounded ``(-1, -1)``."""
+        return tuple(self.window) if self.mask == "band" else (-1, -1)
+
+    @property
+    def flash_expressible(self) -> bool:
+        """flash-attn's API has no bidirectional spans."""
+        return self.mask != "spans"
+
+    def describe(self) -> dict:
+        return {"case": self.name, "layout": self.layout, "dtype": self.dtype,
+                "mask": self.mask, "batch": self.batch, "sq": self.sq, "skv": self.skv,
+                "nq": self.nq, "nkv": self.nkv, "head_dim": self.head_dim}
+
+
+def _base_cases(full: bool) -> list[dict]:
+    """Case shapes without dtype. The default list touches every dimension once or more."""
+    cases = [
+        # dense, every NPU layout
+        dict(layout="BSND", mask="causal", batch="dense", lengths_q=(16,) * 2, lengths_kv=(16,) * 2,
+             nq=4, nkv=4, head_dim=64, npu_sparse_mode=2),
+        dict(layout="BNSD", mask="causal", batch="dense", lengths_q=(5,), lengths_kv=(17,),
+             nq=4, nkv=2, head_dim=64),
+        dict(layout="BSH", mask="bidirectional", batch="dense", lengths_q=(1,) * 2,
+             lengths_kv=(1,) * 2, nq=2, nkv=1, head_dim=128),
+        dict(layout="SBH", mask="band", batch="dense", lengths_q=(13,), lengths_kv=(13,),
+             nq=4, nkv=2, head_dim=64, window=(3, 0), npu_sparse_mode=0),
+        dict(layout="BSND", mask="band", batch="dense", lengths_q=(7,), lengths_kv=(19,),
+             nq=2, nkv=2, head_dim=64, window=(4, 2)),
+        dict(layout="BSND", mask="spans", batch="dense", lengths_q=(12,), lengths_kv=(12,),
+             nq=2, nkv=2, head_dim=128, spans=(((2, 7),),)),
+        dict(layout="BSND", mask="causal", batch="dense", lengths_q=(1,), lengths_kv=(33,),
+             nq=8, nkv=2, head_dim=128),
+        # padded
+        dict(layout="BNSD", mask="causal", batch="padded", lengths_q=(7, 3), lengths_kv=(7, 3),
+             nq=4, nkv=1, head_dim=64),
+        dict(layout="BSND", mask="bidirectional", batch="padded", lengths_q=(1, 9),
+             lengths_kv=(1, 9), nq=2, nkv=2, head_dim=128),
+        dict(layout="BSH", mask="spans", batch="padded", lengths_q=(9, 5), lengths_kv=(9, 5),
+             nq=2, nkv=1, head_dim=64, spans=(((1, 4),), ((0, 3),))),
+        # packed (TND)
+        dict(layout="TND", mask="causal", batch="packed", lengths_q=(5, 1, 9),
+             lengths_kv=(5, 1, 9), nq=4, nkv=2, head_dim=64),
+        dict(layout="TND", mask="bidirectional", batch="packed", lengths_q=(3, 8),
+             lengths_kv=(3, 8), nq=2, nkv=2, head_dim=128),
+        dict(layout="TND", mask="band", batch="packed", lengths_q=(6, 11), lengths_kv=(6, 11),
+             nq=4, nkv=4, head_dim=64, window=(2, 0)),
+        dict(layout="TND", mask="spans", batch="packed", lengths_q=(10, 6), lengths_kv=(10, 6),
+             nq=4, nkv=2, head_dim=64, spans=(((2, 6),), ((1, 4),))),
+        dict(layout="TND", mask="causal", batch="packed", lengths_q=(1, 3), lengths_kv=(7, 5),
+             nq=2, nkv=1, head_dim=128),
+    ]
+    return cases + _full_grid() if full else cases
+
+
+def _full_grid() -> list[dict]:
+    """The ``full`` grid's extra cases: a cartesian product on top of the curated list."""
+    cases = []
+    shapes = [((1,), (1,)), ((17,), (17,)), ((31,), (65,)), ((128,), (128,))]
+    heads = [(4, 4), (8, 2)]
+    for layout, mask, (lq, lk), (nq, nkv), d in itertools.product(
+            ("BSH", "SBH", "BSND", "BNSD"), ("causal", "bidirectional", "band"), shapes,
+            heads, (64, 128)):
+        cases.append(dict(layout=layout, mask=mask, batch="dense", lengths_q=lq * 2,
+                          lengths_kv=lk * 2, nq=nq, nkv=nkv, head_dim=d,
+                          window=(8, 0) if mask == "band" else (-1, -1)))
+    for mask, lens, (nq, nkv), d in itertools.product(
+            ("causal", "bidirectional", "band", "spans"), ((1, 17, 64), (33, 2, 100, 7)),
+            heads, (64, 128)):
+        spans = tuple(((n // 3, n // 3 + max(n // 2, 1)),) for n in lens) if mask == "spans" else ()
+        for layout, batch in (("TND", "packed"), ("BNSD", "padded")):
+            cases.append(dict(layout=layout, mask=mask, batch=batch, lengths_q=lens,
+                              lengths_kv=lens, nq=nq, nkv=nkv, head_dim=d, spans=spans,
+                              window=(16, 0) if mask == "band" else (-1, -1)))
+    return cases
+
+
+def build_grid(full: bool = False, dtypes: Sequence[str] = DTYPES) -> list[AttentionCase]:
+    """The comparison grid: every base case in every requested dtype.
+
+    ``dtypes`` may also be one comma-separated string (``"float16,float32"``), as a
+    command-line override gives it.
+    """
+    if isinstance(dtypes, str):
+        dtypes = [d for d in dtypes.split(",") if d.strip()]
+    dtypes = [str(d).strip().replace("torch.", "") for d in dtypes]
+    for d in dtypes:
+        if d not in DTYPES:
+            raise ValueError(f"dtypes: {d!r} is not one of {', '.join(DTYPES)}")
+    return [AttentionCase(dtype=d, **base) for base in _base_cases(full) for d in dtypes]

@@ -1,0 +1,143 @@
+"""Model level: one model with eager attention vs hyport's swapped attention.
+
+The model is loaded twice and run on a left-padded batch (an image + text sample next
+to a text-only one); logits are compared on real tokens and greedy generation must
+give the same tokens.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import asdict, dataclass
+from typing import Optional
+
+import torch
+
+from hyport_lib.attention.backends_under_test import device_label
+
+#: max |Δ logits| allowed per dtype before the model check warns (fp32 is exact math).
+LOGIT_TOLERANCE = {"float32": 1e-3, "bfloat16": 0.25, "float16": 0.05}
+
+
+@dataclass
+class ModelComparison:
+    """Eager vs swapped attention on one model (logits and greedy generation)."""
+
+    model_path: str
+    attn_implementation: str
+    backend: str
+    dtype: str
+    device: str
+    max_abs_logits: Optional[float] = None
+    top1_agreement: Optional[float] = None
+    kl_divergence: Optional[float] = None  # mean KL(eager || swapped) over real tokens
+    greedy_identical: Optional[bool] = None
+    new_tokens: int = 0
+    positions: int = 0
+    verdict: str = "SKIP"
+    detail: str = ""
+    source: str = ""
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    def frame(self):
+        import pandas as pd
+
+        return pd.DataFrame([self.to_dict()])
+
+
+def swapped_backend(kind: str) -> tuple[str, str]:
+    """(attention backend, torch device) of the model-level check on a host of ``kind``."""
+    return ("npu", "npu:0") if kind == "npu" else ("npu-emulated", "cpu")
+
+
+def _model_inputs(processor, device):
+    from hyport_lib.models.sample_image import sample_image
+
+    tok = getattr(processor, "tokenizer", processor)
+    tok.padding_side = "left"  # a left-padded batch: padding rows are fully masked
+    texts = ["How do I open a fridge?", "Hi"]
+    call = {"text": texts, "padding": True, "return_tensors": "pt"}
+    image_token = getattr(processor, "image_token", None)
+    if image_token and hasattr(processor, "image_processor"):
+        # One image + text sample next to a text-only one, as the reference batch does.
+        call["text"] = [f"{image_token}\n{texts[0]}", texts[1]]
+        call["images"] = [sample_image()]
+    inputs = processor(**call)
+    return {k: (v.to(device) if hasattr(v, "to") else v) for k, v in inputs.items()}
+
+
+@contextlib.contextmanager
+def _quiet_loading():
+    """No "Loading weights" progress bars in notebook output (restored afterwards)."""
+    from transformers.utils import logging as hf_logging
+
+    was_enabled = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            hf_logging.enable_progress_bar()
+
+
+def compare_model(model_path: str = "tiny", backend: str = "npu-emulated",
+                  dtype: str = "float32", device: str = "cpu", max_new_tokens: int = 8,
+                  seed: int = 0) -> ModelComparison:
+    """Load ``model_path`` twice (eager, and hyport's swapped attention) and compare.
+
+    Args:
+        backend: the swapped attention's backend (``npu-emulated`` on a host without an
+            NPU, ``npu`` on one), passed to ``register_hyport_attention``.
+        dtype: model dtype; ``device``: where both models run.
+    """
+    result = ModelComparison(model_path=model_path, attn_implementation="", backend=backend,
+                             dtype=dtype, device=device,
+                             source=f"{backend} ({device_label(device)})")
+    try:
+        from hyport_lib.attention.hf_integration import register_hyport_attention
+    except ImportError as exc:
+        result.detail = f"hyport_lib.attention.hf_integration is not available ({exc})"
+        return result
+    from hyport_lib.inference.generate import InferenceConfig, load_model
+
+    name = register_hyport_attention(backend=backend)
+    result.attn_implementation = name
+    torch.manual_seed(seed)
+    with _quiet_loading():
+        eager, processor = load_model(InferenceConfig(model_path=model_path, device=device,
+                                                      dtype=dtype, attn_implementation="eager"))
+        swapped, _ = load_model(InferenceConfig(model_path=model_path, device=device,
+                                                dtype=dtype, attn_implementation=name))
+    active = str(getattr(swapped.config, "_attn_implementation", "") or "")
+    inputs = _model_inputs(processor, eager.device)
+    with torch.no_grad():
+        le = eager(**inputs).logits.double().cpu()
+        ls = swapped(**inputs).logits.double().cpu()
+        gen = dict(max_new_tokens=max_new_tokens, do_sample=False)
+        ge = eager.generate(**inputs, **gen).cpu()
+        gs = swapped.generate(**inputs, **gen).cpu()
+    real = inputs["attention_mask"].bool().cpu()
+    le, ls = le[real], ls[real]
+    pe, ps = torch.log_softmax(le, -1), torch.log_softmax(ls, -1)
+    result.max_abs_logits = float((le - ls).abs().max())
+    result.top1_agreement = float((le.argmax(-1) == ls.argmax(-1)).double().mean())
+    result.kl_divergence = float((pe.exp() * (pe - ps)).sum(-1).mean())
+    result.greedy_identical = bool(torch.equal(ge, gs))
+    result.new_tokens = int(ge.shape[1] - inputs["input_ids"].shape[1])
+    result.positions = int(real.sum())
+    result.verdict, result.detail = _model_verdict(result, active, name)
+    return result
+
+
+def _model_verdict(result: ModelComparison, active: str, name: str) -> tuple[str, str]:
+    """(verdict, detail): the swap must be active and change no token; logits within tolerance."""
+    tol = LOGIT_TOLERANCE.get(result.dtype, 1e-3)
+    if active != name:
+        return "FAIL", f"swapped model reports attn_implementation={active!r}, not {name!r}"
+    if result.top1_agreement < 1.0 or not result.greedy_identical:
+        return "FAIL", "top-1 or greedy generation differs between eager and swapped attention"
+    if result.max_abs_logits > tol:
+        return "WARN", f"max |Δ logits| above {tol:g} for {result.dtype}"
+    return "PASS", f"same top-1 and greedy tokens; max |Δ logits| ≤ {tol:g}"
