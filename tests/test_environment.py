@@ -378,14 +378,27 @@ def test_widget_reprobes():
 
 
 # --- CLI and notebook ---------------------------------------------------------------------------------
-def test_cli_json_and_exit_code(capsys):
+def test_cli_json_and_exit_code(capsys, tmp_path, monkeypatch):
     from hyport_lib.commands import main
 
+    monkeypatch.setenv("HYPORT_RESULTS_DIR", str(tmp_path))
     assert main(["env", "--device", "cpu", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["device"] == "cpu" and data["verdict"] in ("PASS", "WARN")
-    assert main(["env", "--device", "npu"]) == 1  # no NPU here: the backend check FAILs
-    assert "[FAIL] backend" in capsys.readouterr().out
+    recorded = json.loads((tmp_path / "01_environment.json").read_text())
+    assert recorded["verdict"] == data["verdict"] and recorded["provenance"]["device"] == "cpu"
+    assert main(["env", "--device", "npu", "--no-record"]) == 1  # no NPU here: backend FAILs
+    out = capsys.readouterr().out
+    assert "[FAIL] backend" in out
+    assert json.loads((tmp_path / "01_environment.json").read_text())["verdict"] == data["verdict"]
+
+
+def test_summary_names_the_first_fail_before_warns():
+    from hyport_lib.environment import environment_summary
+
+    report = _report("PASS", "WARN", "FAIL")
+    text = environment_summary(report)
+    assert text.endswith(f"first FAIL: {report.checks[2].name}")
 
 
 @pytest.mark.slow

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 
 from hyport_lib.utils.redact import scrub_text
 
@@ -17,11 +18,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--num-cards", type=int, default=None, metavar="N",
                         help="cards the next stages will use (default: all; 2 on CPU)")
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
+    parser.add_argument("--no-record", action="store_true",
+                        help="do not write results/01_environment.json (see hyport_lib.results)")
 
 
 def run(args: argparse.Namespace) -> int:
     """Print the report; exit status 1 when any check FAILs, else 0."""
-    from hyport_lib.environment import collect_environment
+    from hyport_lib.environment import collect_environment, record_environment
 
     if args.num_cards is not None and args.num_cards < 1:
         raise SystemExit(f"hyport env: --num-cards must be at least 1, got {args.num_cards}")
@@ -30,4 +33,6 @@ def run(args: argparse.Namespace) -> int:
         print(scrub_text(json.dumps(report.to_dict(), indent=2, default=str)))
     else:
         print(report.to_text(), end="")
+    if not args.no_record:
+        print(f"recorded {record_environment(report)}", file=sys.stderr)
     return 1 if report.verdict == "FAIL" else 0

@@ -19,13 +19,15 @@ from hyport_lib.environment.devices import DeviceListing, busy_cards, list_devic
 from hyport_lib.environment.frames import (checks_frame, devices_frame, env_vars_frame,
                                            versions_frame)
 from hyport_lib.environment.npu_smi import parse_npu_smi_info, parse_proc_mem
+from hyport_lib.environment.record import environment_summary, record_environment
 from hyport_lib.environment.records import Check, DeviceInfo, DeviceProcess
 
 __all__ = [
     "Check", "DeviceInfo", "DeviceListing", "DeviceProcess", "EnvironmentReport", "TORCH_NPU_COMPAT",
     "busy_cards", "check_cann_compat", "check_torch_npu_compat", "check_visible_devices",
     "checks_frame", "collect_cann", "collect_env_vars", "collect_environment", "collect_system",
-    "collect_versions", "devices_frame", "env_vars_frame", "format_report", "list_devices",
+    "collect_versions", "devices_frame", "env_vars_frame", "environment_summary", "format_report",
+    "list_devices", "record_environment",
     "parse_npu_smi_info", "parse_proc_mem", "parse_visible_devices", "probe_devices",
     "versions_frame",
 ]
