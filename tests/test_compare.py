@@ -404,3 +404,26 @@ def test_model_level_skips_without_the_integration(monkeypatch):
     assert "SKIP" in html and "nan" not in html.lower()
     text = show.summary_markdown({"verdict": "SKIP", "summary": "no model", "headline": {"a": 1}})
     assert text.startswith("**SKIP** — no model") and "- a: 1" in text
+
+
+def test_backend_summary_counts_and_folds_the_full_table(monkeypatch):
+    """The stage shows a per-backend summary, failing rows up front, every row folded."""
+    from hyport_lib.attention import show
+
+    result = C.run_comparison(device="cpu", dtypes=["float32"])
+    frame = result.frame()
+    frame.loc[frame.index[-1], "verdict"] = "FAIL"
+    monkeypatch.setattr(result, "frame", lambda: frame)
+    summary = show.backend_summary(result)
+    assert summary["cases"].sum() == len(frame)
+    failing = summary[summary["FAIL"] > 0]
+    assert len(failing) == 1 and failing.iloc[0]["verdict"] == "FAIL"
+    assert failing.iloc[0]["backend"] == frame.iloc[-1]["backend"]
+    shown = []
+    monkeypatch.setattr(show, "_display", shown.append)
+    monkeypatch.setattr(show, "_markdown", shown.append)
+    show.show_comparison(result)
+    assert "1 row(s) not passing" in shown[2]
+    assert shown[3].to_html().count("<tr") == 2  # header + the one failing row
+    folded = shown[4].data
+    assert folded.startswith("<details>") and folded.count("<tr") == len(frame) + 1

@@ -168,10 +168,47 @@ def _markdown(text: str):
     _display(Markdown(text))
 
 
+def backend_summary(result):
+    """One row per backend × dtype: verdict counts, worst error/bound and cosine."""
+    import pandas as pd
+
+    df = result.frame()
+    df = df.assign(ratio=df["max_abs"] / df["bound"])
+    rows = []
+    for (backend, source, dtype), group in df.groupby(["backend", "source", "dtype"], sort=False):
+        counts = group["verdict"].value_counts()
+        worst = "FAIL" if counts.get("FAIL") else "WARN" if counts.get("WARN") else (
+            "PASS" if counts.get("PASS") else "SKIP")
+        rows.append({"backend": backend, "source": source, "dtype": dtype, "cases": len(group),
+                     "PASS": int(counts.get("PASS", 0)), "WARN": int(counts.get("WARN", 0)),
+                     "FAIL": int(counts.get("FAIL", 0)), "worst err/bound": group["ratio"].max(),
+                     "min cosine": group["cosine"].min(), "verdict": worst})
+    return pd.DataFrame(rows)
+
+
 def show_comparison(result):
-    """Provenance note, then the comparison table with coloured verdicts."""
+    """Provenance note, a per-backend summary, the failing rows, then every row folded.
+
+    The full grid has one row per case and backend (hundreds with ``full=True``); the
+    summary and the failures are what a reader needs first, so the rest sits in a
+    collapsed ``<details>`` block that still travels with the static HTML report.
+    """
+    from IPython.display import HTML
+
+    from hyport_lib.display import style_verdicts
+
     _markdown(provenance_note(result))
-    _display(styled_comparison(result))
+    summary = style_verdicts(backend_summary(result)).format(
+        {"worst err/bound": lambda v: "" if _missing(v) else f"{v:.3f}",
+         "min cosine": lambda v: "" if _missing(v) else f"{v:.6f}"})
+    _display(summary)
+    table = comparison_table(result)
+    bad = table[table["verdict"].isin(["FAIL", "WARN"])]
+    if len(bad):
+        _markdown(f"**{len(bad)} row(s) not passing:**")
+        _display(styled_comparison(result).hide(table.index[~table["verdict"].isin(["FAIL", "WARN"])]))
+    rows = styled_comparison(result).to_html()
+    _display(HTML(f"<details><summary>All {len(table)} rows (case × backend)</summary>{rows}</details>"))
 
 
 def show_heatmap(result, backend: Optional[str] = None):
