@@ -281,3 +281,57 @@ def test_npu_emulated_backend_runs_without_the_double():
     q = torch.randn(1, 5, 2, 8)
     out = FlashAttnAPI("npu-emulated").flash_attn_func(q, q, q, causal=True)
     torch.testing.assert_close(out, FlashAttnAPI("sdpa").flash_attn_func(q, q, q, causal=True))
+
+
+def test_identity_cache_eviction_does_not_deadlock():
+    """Evicting an entry can free a tensor that keys another entry (its weakref callback
+    then runs while the cache holds its lock)."""
+    import threading
+
+    from hyport_lib.attention.seqlens import IdentityCache
+
+    def scenario():
+        cache = IdentityCache(maxsize=2)
+        key_a, key_c = torch.zeros(1), torch.zeros(1)
+        value = torch.ones(1)
+        cache.get("a", (key_a,), lambda: value)
+        cache.get("b", (value,), lambda: 1)
+        del_value = [value]
+        del value
+        del_value.clear()
+        cache.get("c", (key_c,), lambda: 2)  # evicts "a": the last reference to value
+        assert len(cache) == 1 and cache.get("c", (key_c,), lambda: 3) == 2
+
+    worker = threading.Thread(target=scenario, daemon=True)
+    worker.start()
+    worker.join(timeout=10)
+    assert not worker.is_alive(), "IdentityCache deadlocked on eviction"
+
+
+@pytest.mark.parametrize("backend", ["npu", "sdpa"])
+def test_varlen_gradients_match_per_sequence(apis, backend):
+    api = apis[0] if backend == "npu" else apis[1]
+    torch.manual_seed(8)
+    lens = [3, 3, 5, 2]  # a run of two equal lengths, then singletons
+    q, k, v = (torch.randn(13, n, 8, requires_grad=True) for n in (2, 1, 1))
+    out = api.flash_attn_varlen_func(q, k, v, cu(lens), cu(lens), 5, 5, causal=True)
+    weight = torch.randn_like(out)
+    grads = torch.autograd.grad((out * weight).sum(), (q, k, v))
+    pieces, start = [], 0
+    for n in lens:
+        sl = slice(start, start + n)
+        pieces.append(FlashAttnAPI("sdpa").flash_attn_func(q[None, sl], k[None, sl], v[None, sl],
+                                                           causal=True)[0])
+        start += n
+    expected = torch.autograd.grad((torch.cat(pieces) * weight).sum(), (q, k, v))
+    for got, want in zip(grads, expected):
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_sequence_without_keys_gives_zero_rows():
+    api = FlashAttnAPI("sdpa")
+    q, k = torch.randn(5, 2, 8), torch.randn(3, 2, 8)
+    out = api.flash_attn_varlen_func(q, k, k, cu([2, 3]), cu([0, 3]), 3, 3)
+    assert out[:2].abs().max() == 0
+    torch.testing.assert_close(out[2:].double(), reference(q[2:], k, k, 8 ** -0.5), rtol=1e-5,
+                               atol=1e-5)

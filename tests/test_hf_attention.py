@@ -92,6 +92,20 @@ def test_packed_batch_matches_eager_and_separate_samples(llama, impl, varlen_cal
     assert varlen_calls
 
 
+def test_packed_training_gradients_match_eager(impl):
+    model = _tiny_llama().train()
+    ids = torch.randint(0, 64, (1, 9), generator=torch.Generator().manual_seed(7))
+    position_ids = torch.tensor([[0, 1, 2, 3, 4, 0, 1, 2, 3]])
+    grads = {}
+    for name in ("eager", impl):
+        model.set_attn_implementation(name)
+        model.zero_grad()
+        out = model(input_ids=ids, position_ids=position_ids, labels=ids, use_cache=False)
+        out.loss.backward()
+        grads[name] = model.model.layers[0].self_attn.q_proj.weight.grad.clone()
+    torch.testing.assert_close(grads[impl], grads["eager"], rtol=1e-4, atol=1e-6)
+
+
 def test_mask_that_is_not_packing_is_used_densely(llama, impl, varlen_calls):
     # restarting position_ids *and* a padding mask: transformers builds a padded causal
     # mask without packing (as FlashAttention-2 does, which unpads by the mask); the 4-D
@@ -164,6 +178,27 @@ def test_vision_tower_matches_eager(impl, family):
         model.set_attn_implementation(name)
         with torch.no_grad():
             outs[name] = model(pixel_values=pixels).last_hidden_state
+    torch.testing.assert_close(outs[impl], outs["eager"], rtol=1e-4, atol=1e-5)
+
+
+def test_qwen2_vl_vision_tower_matches_eager(impl):
+    # its attention passes attention_mask by keyword and splits images by cu_seqlens
+    from transformers.models.qwen2_vl.configuration_qwen2_vl import Qwen2VLVisionConfig
+    from transformers.models.qwen2_vl.modeling_qwen2_vl import Qwen2VisionTransformerPretrainedModel
+
+    torch.manual_seed(6)
+    config = Qwen2VLVisionConfig(depth=2, embed_dim=32, num_heads=4, hidden_size=32, mlp_ratio=2,
+                                 patch_size=2, temporal_patch_size=2, in_channels=3,
+                                 spatial_merge_size=2)
+    model = Qwen2VisionTransformerPretrainedModel(config).eval()
+    grid = torch.tensor([[1, 4, 4], [1, 2, 4]])  # two images of different sizes
+    patches = torch.randn(int(grid.prod(-1).sum()), 3 * 2 * 2 * 2)
+    outs = {}
+    for name in ("eager", impl):
+        model.set_attn_implementation(name)
+        with torch.no_grad():
+            out = model(patches, grid_thw=grid)
+        outs[name] = out if torch.is_tensor(out) else out[0]
     torch.testing.assert_close(outs[impl], outs["eager"], rtol=1e-4, atol=1e-5)
 
 

@@ -93,6 +93,20 @@ def test_unmodified_import_works_after_install_and_fails_after_uninstall(
         _import_remote(tmp_path, monkeypatch)
 
 
+@pytest.mark.skipif(importlib.util.find_spec("flash_attn") is not None,
+                    reason="a real flash_attn is installed here")
+def test_transformers_remote_code_import_check_passes_with_shim(tmp_path, clean_modules):
+    # trust_remote_code: transformers refuses a modeling file whose imports are missing
+    from transformers.dynamic_module_utils import check_imports
+
+    path = tmp_path / "modeling_remote.py"
+    path.write_text(REMOTE_CODE, encoding="utf-8")
+    with pytest.raises(ImportError, match="flash_attn"):
+        check_imports(path)
+    install_flash_attn_shim("sdpa")
+    assert check_imports(path) == []
+
+
 def test_shim_modules_look_like_flash_attn(clean_modules):
     info = install_flash_attn_shim("sdpa")
     import flash_attn

@@ -16,15 +16,27 @@ What it handles:
 * padded batches: the 4-D mask (bool True = attend, or additive float) is used as is;
   for the NPU it becomes NFA's ``atten_mask`` (True = masked) in BNSD;
 * packed batches (``position_ids`` restarting at 0, or flash-style ``cu_seq_lens_q``
-  kwargs): computed as varlen (NPU: TND with ``actual_seq_qlen``; SDPA: grouped
-  per-sequence calls), after checking once per batch that the model's 4-D mask says
-  exactly "causal within each packed sequence" (otherwise the mask is used densely);
+  kwargs): computed as varlen (NPU: TND with ``actual_seq_qlen``; SDPA: batched calls
+  per run of equal lengths), after checking once per batch that the model's 4-D mask
+  says exactly "causal within each packed sequence" (otherwise the mask is used
+  densely). When transformers hands over no mask at all (it skips the mask when the
+  2-D mask has no padding, and ignores packing when a cache is in use), restarting
+  ``position_ids`` still mean packing, as with FlashAttention-2;
 * bidirectional spans (``hyport_span_ids=`` kwarg or
   :func:`~hyport_lib.attention.spans.bidirectional_spans`): same-span tokens attend
   both ways on top of whatever mask the model built.
 
 Works with transformers 4.57 and 5.x (both have ``AttentionInterface`` and
-``AttentionMaskInterface``).
+``AttentionMaskInterface``). Usage::
+
+    name = register_hyport_attention("auto")          # "hyport_npu_fused" on an NPU host
+    model = AutoModelForCausalLM.from_pretrained(path, attn_implementation=name)
+    # composite VLMs: one name for every sub-model, or per sub-config
+    model = AutoModelForImageTextToText.from_pretrained(
+        path, attn_implementation={"text_config": name, "vision_config": name})
+    # Mixture-of-Transformers style image spans (see hyport_lib.attention.spans)
+    logits = model(input_ids, attention_mask=mask,
+                   hyport_span_ids=span_ids_from_token_type(token_type_ids)).logits
 """
 
 from __future__ import annotations
@@ -176,7 +188,7 @@ def _as_attend(mask: torch.Tensor) -> torch.Tensor:
 
 def _mask_is_segment_causal(mask, segments, batch, seqlen, window, position_ids, kwargs) -> bool:
     """True when ``mask`` equals "within each packed sequence, the window/causal band"."""
-    if mask.dim() != 4:
+    if mask.dim() != 4 or mask.shape[-2:] != (seqlen, seqlen) or mask.shape[0] not in (1, batch):
         return False
     ids_source = kwargs.get("cu_seq_lens_q")
     ids_source = ids_source if ids_source is not None else position_ids
@@ -186,7 +198,7 @@ def _mask_is_segment_causal(mask, segments, batch, seqlen, window, position_ids,
         got = _as_attend(mask)
         if mask.dtype != torch.bool and bool(((mask != 0) & got).any()):
             return False  # carries a bias, not just a pattern
-        return bool(torch.equal(got.expand(batch, 1, seqlen, seqlen), expected))
+        return bool((got == expected).all())  # broadcasts over (B|1, H|1, S, S)
 
     return HOST_CACHE.get(("segment-causal", window), (mask, ids_source), compute)
 

@@ -8,11 +8,14 @@ Used by the drop-in on CUDA and CPU. Three flash-attn rules that SDPA does not s
 * ``window_size=(left, right)`` (-1 = unbounded) is a band around that same diagonal.
 * Rows that see no key at all (``causal`` with ``Sq > Sk``) are 0, as in flash-attn.
 
-Variable-length batches are computed without a ``T x T`` mask: sequences are grouped
-by ``(len_q, len_k)`` and each group is one batched SDPA call (a free view when the
-group is a contiguous run, as in packed training data). ``bench/bench_varlen.py``
-compares this with one SDPA call per sequence and with nested tensors (which reject
-``is_causal`` on CPU in torch 2.13).
+Variable-length batches are computed without a ``T x T`` mask: each run of consecutive
+sequences with equal ``(len_q, len_k)`` is one batched SDPA call on a view of the
+packed tensors (one call for a batch of equal lengths, one per sequence at worst).
+Measured on CPU (torch 2.13, ``bench/bench_varlen.py`` and side experiments): within
+~5-10% of per-sequence SDPA calls on inputs already laid out (1, N, L, D), the gap being
+the strided (T, N, D) layout; copying q/k/v into that layout first, or stacking
+non-adjacent equal-length sequences into one call, cost more than it saved; nested
+(jagged) tensors reject ``is_causal`` and, without it, fall back to a kernel ~15x slower.
 """
 
 from __future__ import annotations
@@ -91,25 +94,23 @@ def sdpa_bsnd(q, k, v, scale: float, dropout_p: float, window: Window) -> torch.
     return out
 
 
-def _groups(lens_q: Sequence[int], lens_k: Sequence[int]) -> dict[tuple[int, int], list[int]]:
-    groups: dict[tuple[int, int], list[int]] = {}
-    for i, key in enumerate(zip(lens_q, lens_k)):
-        groups.setdefault(key, []).append(i)
-    return groups
-
-
-def _gather(x: torch.Tensor, cu: Sequence[int], members: list[int], length: int) -> torch.Tensor:
-    """Stack sequences ``members`` of packed ``x`` (T, N, D) into (n, length, N, D)."""
-    first = cu[members[0]]
-    contiguous = all(cu[m] == first + j * length for j, m in enumerate(members))
-    if contiguous:
-        return x[first:first + len(members) * length].view(len(members), length, *x.shape[1:])
-    return torch.stack([x[cu[m]:cu[m] + length] for m in members])
+def _runs(lens_q: Sequence[int], lens_k: Sequence[int]) -> list[tuple[int, int]]:
+    """Maximal runs ``[first, stop)`` of consecutive sequences with equal (len_q, len_k)."""
+    runs, first = [], 0
+    for i in range(1, len(lens_q) + 1):
+        if i == len(lens_q) or (lens_q[i], lens_k[i]) != (lens_q[first], lens_k[first]):
+            runs.append((first, i))
+            first = i
+    return runs
 
 
 def sdpa_varlen(q, k, v, cu_q: Sequence[int], cu_k: Sequence[int], scale: float,
                 dropout_p: float, window: Window) -> torch.Tensor:
-    """flash_attn_varlen_func semantics on packed (T, N, D) tensors with host ``cu_*``."""
+    """flash_attn_varlen_func semantics on packed (T, N, D) tensors with host ``cu_*``.
+
+    Each run of consecutive equal-length sequences is one batched SDPA call on a view of
+    the packed tensors (no copies in, one copy out; none when the whole batch is one run).
+    """
     batch = len(cu_q) - 1
     if len(cu_k) - 1 != batch:
         raise ValueError(f"cu_seqlens_q has {batch} sequences but cu_seqlens_k has {len(cu_k) - 1}")
@@ -119,23 +120,23 @@ def sdpa_varlen(q, k, v, cu_q: Sequence[int], cu_k: Sequence[int], scale: float,
         raise ValueError(f"cu_seqlens_k ends at {cu_k[-1]} but k has {k.shape[0]} tokens")
     lens_q = [b - a for a, b in zip(cu_q, cu_q[1:])]
     lens_k = [b - a for a, b in zip(cu_k, cu_k[1:])]
-    groups = _groups(lens_q, lens_k)
-    if len(groups) == 1:
-        (lq, lk), members = next(iter(groups.items()))
-        if lq > 0 and lk > 0:
-            res = sdpa_bsnd(_gather(q, cu_q, members, lq), _gather(k, cu_k, members, lk),
-                            _gather(v, cu_k, members, lk), scale, dropout_p, window)
-            return res.reshape(q.shape[0], q.shape[1], v.shape[-1])
-    out = q.new_zeros(q.shape[0], q.shape[1], v.shape[-1])
-    for (lq, lk), members in groups.items():
-        if lq == 0 or lk == 0:
-            continue  # nothing to attend to: flash-attn leaves these rows at 0
-        res = sdpa_bsnd(_gather(q, cu_q, members, lq), _gather(k, cu_k, members, lk),
-                        _gather(v, cu_k, members, lk), scale, dropout_p, window)
-        first = cu_q[members[0]]
-        if all(cu_q[m] == first + j * lq for j, m in enumerate(members)):
-            out[first:first + len(members) * lq] = res.reshape(-1, *res.shape[2:])
+    runs = _runs(lens_q, lens_k)
+    out = None
+    for first, stop in runs:
+        lq, lk, n = lens_q[first], lens_k[first], stop - first
+        q0, k0 = cu_q[first], cu_k[first]
+        if lq == 0:
+            continue
+        if lk == 0:  # nothing to attend to: flash-attn leaves these rows at 0
+            res = q.new_zeros(n, lq, q.shape[1], v.shape[-1])
         else:
-            for j, m in enumerate(members):
-                out[cu_q[m]:cu_q[m] + lq] = res[j]
-    return out
+            res = sdpa_bsnd(q[q0:q0 + n * lq].view(n, lq, *q.shape[1:]),
+                            k[k0:k0 + n * lk].view(n, lk, *k.shape[1:]),
+                            v[k0:k0 + n * lk].view(n, lk, *v.shape[1:]), scale, dropout_p, window)
+        res = res.reshape(n * lq, q.shape[1], v.shape[-1])
+        if len(runs) == 1:
+            return res
+        if out is None:
+            out = q.new_empty(q.shape[0], q.shape[1], v.shape[-1])
+        out[q0:q0 + n * lq] = res
+    return out if out is not None else q.new_zeros(q.shape[0], q.shape[1], v.shape[-1])

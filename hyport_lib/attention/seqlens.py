@@ -41,7 +41,7 @@ class IdentityCache:
         self.misses = 0
         self.hits = 0
         self._entries: "OrderedDict[tuple, tuple]" = OrderedDict()
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # weakref callbacks may fire while it is held
 
     def get(self, tag: Hashable, tensors: Sequence, compute: Callable[[], object]):
         """Value for ``(tag, tensors)``; ``compute()`` runs on a miss. ``None`` items allowed."""

@@ -25,9 +25,13 @@ Every shim module carries ``__hyport_shim__ = True`` and a ``ModuleSpec``, so th
 ``importlib.util.find_spec("flash_attn")`` answers. transformers is *not* made to
 believe that FlashAttention-2 is installed: its ``is_flash_attn_2_available`` also
 requires a ``flash-attn`` distribution (package metadata) and a CUDA device, which the
-shim does not fake, so ``attn_implementation="flash_attention_2"`` keeps failing with
-transformers' own message. Use :func:`hyport_lib.attention.register_hyport_attention`
+shim does not fake, so ``attn_implementation="flash_attention_2"`` behaves as without
+the shim (transformers' own error on CPU, transformers' own NPU integration on an NPU). Use :func:`hyport_lib.attention.register_hyport_attention`
 for transformers models; the shim is for remote code that imports flash_attn itself.
+
+The shim lives in one process's ``sys.modules``: every process that imports the model
+code (each torchrun worker, spawned data-loader workers that unpickle it) must call
+:func:`install_flash_attn_shim` itself, before that import.
 """
 
 from __future__ import annotations
