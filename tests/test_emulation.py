@@ -11,7 +11,7 @@ import torch
 
 from hyport_lib.attention import reference as R
 from hyport_lib.attention.emulation import (
-    COMPRESSED_SIZE, SUPPORTED_SPARSE_MODES, compressed_causal_mask, dropout_keep_mask,
+    COMPRESSED_MASK_SIZE, SUPPORTED_SPARSE_MODES, compressed_causal_mask, dropout_keep_mask,
     npu_fusion_attention as nfa,
 )
 
@@ -392,7 +392,7 @@ def test_uint8_mask_and_supported_modes_listed():
     mask = torch.tensor([[0, 1, 1, 1], [0, 0, 1, 1]], dtype=torch.uint8)
     assert _rows(nfa(q, k, v, 1, "BNSD", atten_mask=mask, sparse_mode=1)[0]) == [1.0, 1.5]
     assert SUPPORTED_SPARSE_MODES == (0, 1, 2, 3, 4, 7, 8)
-    assert CMASK.shape == (COMPRESSED_SIZE, COMPRESSED_SIZE)
+    assert CMASK.shape == (COMPRESSED_MASK_SIZE, COMPRESSED_MASK_SIZE)
 
 
 def test_gradients_flow_and_stay_finite_with_masked_rows():

@@ -36,8 +36,11 @@ value, ``padding_mask`` (reserved by torch_npu) and ``pse`` in TND.
 from __future__ import annotations
 
 import warnings
+
 import torch
 
+from hyport_lib.attention.nfa_constants import (COMPRESSED_MASK_SIZE, NFA_MAX_TOKENS,
+                                               compressed_causal_mask)
 from hyport_lib.attention.reference import (
     LAYOUTS, band_mask, causal_mask, from_bnsd, lengths_from_cumulative, to_bnsd,
 )
@@ -50,23 +53,8 @@ SPARSE_MODE_NAMES = {
     5: "prefix uncompressed", 6: "prefix compressed", 7: "varlen split rightDownCausal",
     8: "varlen split leftUpCausal", 9: "treeMask",
 }
-COMPRESSED_SIZE = 2048
 SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 STATS_WIDTH = 8  # softmax_max / softmax_sum repeat each value over a last axis of 8
-
-_COMPRESSED_CACHE: dict = {}
-
-
-def compressed_causal_mask(device=None) -> torch.Tensor:
-    """The 2048 x 2048 ``triu(ones, 1)`` mask (True = masked) that modes 2-4, 7, 8 take."""
-    key = str(torch.device(device) if device is not None else torch.device("cpu"))
-    mask = _COMPRESSED_CACHE.get(key)
-    if mask is None:
-        mask = torch.ones(COMPRESSED_SIZE, COMPRESSED_SIZE, dtype=torch.bool,
-                          device=device).triu(1)
-        _COMPRESSED_CACHE[key] = mask
-    return mask
-
 
 def dropout_keep_mask(seed: int, numels: int, keep_prob: float, device=None) -> torch.Tensor:
     """Flat bool keep pattern of one call: ``numels`` draws of a generator seeded ``seed``.
@@ -178,7 +166,7 @@ def _check_mask_dtype(atten_mask):
 
 def _check_compressed(atten_mask, sparse_mode):
     shape = tuple(atten_mask.shape)
-    if shape != (COMPRESSED_SIZE, COMPRESSED_SIZE):
+    if shape != (COMPRESSED_MASK_SIZE, COMPRESSED_MASK_SIZE):
         raise ValueError(f"atten_mask shape {shape}: sparse_mode={sparse_mode} takes the "
                          "compressed 2048x2048 triu(ones, 1) mask")
     expected = compressed_causal_mask(atten_mask.device)
@@ -253,7 +241,7 @@ def _warn_ignored_mode(sparse_mode):
 
 def npu_fusion_attention(query, key, value, head_num, input_layout, pse=None,
                          padding_mask=None, atten_mask=None, scale=1.0, keep_prob=1.0,
-                         pre_tockens=2147483647, next_tockens=2147483647, inner_precise=0,
+                         pre_tockens=NFA_MAX_TOKENS, next_tockens=NFA_MAX_TOKENS, inner_precise=0,
                          prefix=None, actual_seq_qlen=None, actual_seq_kvlen=None,
                          sparse_mode=0, gen_mask_parallel=True, sync=False):
     """Emulate ``torch_npu.npu_fusion_attention`` (same signature, same return tuple).

@@ -19,31 +19,13 @@ The op itself comes from ``torch_npu`` (through ``try_import``) or, for the
 
 from __future__ import annotations
 
-import threading
 from typing import Callable, Optional, Sequence
 
 import torch
 
+from hyport_lib.attention.nfa_constants import (COMPRESSED_MASK_SIZE, NFA_MAX_TOKENS,  # noqa: F401
+                                               compressed_causal_mask)
 from hyport_lib.attention.sdpa_ops import Window, leading_empty_rows
-
-NFA_MAX_TOKENS = 2147483647
-COMPRESSED_MASK_SIZE = 2048
-
-_mask_lock = threading.Lock()
-_compressed_masks: dict[str, torch.Tensor] = {}
-
-
-def compressed_causal_mask(device) -> torch.Tensor:
-    """The 2048x2048 ``triu(ones, 1)`` bool mask NFA's sparse modes 2-4 expect (cached)."""
-    key = str(torch.device(device))
-    with _mask_lock:
-        mask = _compressed_masks.get(key)
-        if mask is None:
-            mask = torch.triu(torch.ones(COMPRESSED_MASK_SIZE, COMPRESSED_MASK_SIZE,
-                                         dtype=torch.bool, device=device), diagonal=1)
-            _compressed_masks[key] = mask
-    return mask
-
 
 def sparse_arguments(window: Window, device) -> dict:
     """NFA ``atten_mask``/``sparse_mode``/``pre_tockens``/``next_tockens`` for a window."""

@@ -28,9 +28,11 @@ from typing import NamedTuple, Optional, Sequence
 
 import torch
 
+from hyport_lib.attention.nfa_constants import NFA_MAX_TOKENS
+
 ALIGNS = ("top_left", "bottom_right")
 LAYOUTS = ("BSH", "SBH", "BSND", "BNSD", "TND")
-UNBOUNDED = 2147483647  # NPU's "no limit" for pre_tockens / next_tockens
+UNBOUNDED = NFA_MAX_TOKENS  # NPU's "no limit" for pre_tockens / next_tockens
 
 
 # --------------------------------------------------------------------------------------
