@@ -127,7 +127,10 @@ def test_load_passes_local_files_only_dtype_and_remote_code(tiny_cache, monkeypa
     assert model.dtype == torch.float16
     for kwargs in seen.values():
         assert kwargs["local_files_only"] is True and kwargs["trust_remote_code"] is False
-    assert seen["AutoModelForImageTextToText"]["dtype"] == torch.float16
+    import transformers
+
+    dtype_key = "dtype" if int(transformers.__version__.split(".")[0]) >= 5 else "torch_dtype"
+    assert seen["AutoModelForImageTextToText"][dtype_key] == torch.float16
     assert seen["AutoModelForImageTextToText"]["attn_implementation"] == "eager"
 
 
@@ -191,7 +194,8 @@ def test_greedy_output_is_identical_in_a_fresh_process(outcome, tiny_cache):
         "from hyport_lib.inference import InferenceConfig, run_inference\n"
         "print(run_inference(InferenceConfig()).output_hash)\n"
     )
-    env = {**os.environ, "PYTHONPATH": str(REPO), "HYPORT_CACHE": str(tiny_cache),
+    pythonpath = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p)
+    env = {**os.environ, "PYTHONPATH": pythonpath, "HYPORT_CACHE": str(tiny_cache),
            "OMP_NUM_THREADS": "1"}
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           env=env, timeout=120)

@@ -39,7 +39,7 @@ from hyport_lib.models.tiny_tokenizer import (
 
 #: Bump when the architecture, tokenizer, template or weights change: the cache
 #: folder name carries it, so a new version regenerates the checkpoint.
-TINY_MODEL_VERSION = 1
+TINY_MODEL_VERSION = 2
 #: Seed of the random weights.
 TINY_SEED = 0
 #: The name users write in parameters to get this model.

@@ -97,6 +97,9 @@ def build_tokenizer(vocab_size: int = VOCAB_SIZE):
         pad_token=PAD_TOKEN,
         padding_side="left",
         model_max_length=1024,
+        # Llama's inputs: without this, transformers 4.57 also returns token_type_ids,
+        # which generate() then rejects as an unused model kwarg.
+        model_input_names=["input_ids", "attention_mask"],
     )
     fast.chat_template = CHAT_TEMPLATE
     return fast

@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# The seed host's transformers (4.57.0) against the same torch: the tests of every module
+# whose code differs between transformers 4.x and 5.x (torch_dtype vs dtype, the image
+# processor class, AttentionInterface, the masks handed to attention functions).
+# transformers 4.57 and its hub/tokenizers pins go into an overlay folder on PYTHONPATH,
+# so .venv itself stays on the CPU pins.
+#   bash scripts/test_transformers457.sh [pytest args]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+overlay=.overlay-transformers457
+if [ ! -f "$overlay/.complete" ]; then
+  rm -rf "$overlay"
+  .venv/bin/python -m pip install -q --disable-pip-version-check --no-deps --target "$overlay" \
+    transformers==4.57.0 huggingface_hub==0.36.0 tokenizers==0.22.1
+  touch "$overlay/.complete"
+fi
+export PYTHONPATH="$PWD/$overlay${PYTHONPATH:+:$PYTHONPATH}"
+export HYPORT_CACHE="$PWD/$overlay/hyport-cache"
+.venv/bin/python -c "import transformers; assert transformers.__version__ == '4.57.0', transformers.__version__; print('transformers', transformers.__version__)"
+exec .venv/bin/python -m pytest tests/test_tiny_model.py tests/test_generate.py \
+  tests/test_hf_attention.py tests/test_shim.py tests/test_flash_api.py tests/test_compare.py "$@"

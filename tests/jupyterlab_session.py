@@ -1,0 +1,233 @@
+"""Start a throw-away JupyterLab server and drive a notebook in it with Playwright.
+
+The server runs from the test's own interpreter (``sys.executable -m jupyter lab``) on a
+free 127.0.0.1 port with a random token. Every per-user Jupyter folder points into a
+temporary directory, so nothing is read from or written to ``~/.jupyter`` or the repo;
+the environment's own ``share/jupyter`` (kernelspec, ipywidgets' lab extension) stays
+on the data path because jupyter_core always lists ``sys.prefix/share/jupyter``.
+
+Selectors and the readiness sequence follow /work/shared/spec/offline_html_and_browser.md
+(JupyterLab 4.6).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import psutil
+
+#: Seconds allowed for the server to answer, a kernel to start, a run-all to finish.
+SERVER_START_S = 120
+KERNEL_START_S = 120
+RUN_ALL_S = 240
+
+#: Settings that keep JupyterLab quiet and offline: no news or update fetch, no toasts.
+LAB_SETTINGS = {
+    "@jupyterlab/apputils-extension/notification.jupyterlab-settings":
+        {"fetchNews": "false", "checkForUpdates": False, "doNotDisturbMode": True},
+}
+
+LOCAL_HOSTS = ("127.0.0.1",)
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@dataclass
+class LabServer:
+    """A running ``jupyter lab`` process started by :func:`start_lab`."""
+
+    proc: subprocess.Popen
+    port: int
+    token: str
+    root_dir: Path
+    log_path: Path
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def notebook_url(self, relative: str) -> str:
+        """The URL opening ``relative`` (under root_dir) in a fresh workspace."""
+        return f"{self.base_url}/lab/tree/{relative}?reset&token={self.token}"
+
+    def log_tail(self, chars: int = 4000) -> str:
+        return self.log_path.read_text(errors="replace")[-chars:] if self.log_path.exists() else ""
+
+
+def jupyter_env(base: Path, extra: dict[str, str] | None = None) -> dict[str, str]:
+    """The server's environment: every per-user Jupyter/IPython folder under ``base``."""
+    dirs = {"JUPYTER_CONFIG_DIR": "config", "JUPYTER_DATA_DIR": "data",
+            "JUPYTER_RUNTIME_DIR": "runtime", "JUPYTERLAB_SETTINGS_DIR": "lab-settings",
+            "JUPYTERLAB_WORKSPACES_DIR": "lab-workspaces", "IPYTHONDIR": "ipython"}
+    env = dict(os.environ)
+    for var, name in dirs.items():
+        folder = base / name
+        folder.mkdir(parents=True, exist_ok=True)
+        env[var] = str(folder)
+    # keep the environment's own share/jupyter (kernelspec, lab extensions) first
+    env["JUPYTER_PREFER_ENV_PATH"] = "1"
+    env.update(extra or {})
+    for rel, values in LAB_SETTINGS.items():
+        path = Path(env["JUPYTERLAB_SETTINGS_DIR"]) / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(values))
+    return env
+
+
+def start_lab(root_dir: Path, base: Path, extra_env: dict[str, str] | None = None) -> LabServer:
+    """Start ``jupyter lab`` serving ``root_dir``; return once its API answers.
+
+    Args:
+        root_dir: the folder the server shows (``--ServerApp.root_dir``).
+        base: a scratch folder for the Jupyter folders and the server log.
+        extra_env: variables added to the server's (and so the kernels') environment.
+
+    Raises:
+        RuntimeError: the server exited or did not answer within ``SERVER_START_S``;
+            the message ends with its log. The process is stopped before raising.
+    """
+    env = jupyter_env(base, extra_env)
+    port, token = free_port(), secrets.token_hex(24)
+    log_path = base / "jupyter-lab.log"
+    cmd = [sys.executable, "-m", "jupyter", "lab", "--no-browser", "--allow-root",
+           "--ip=127.0.0.1", f"--port={port}", "--ServerApp.port_retries=0",
+           f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={root_dir}"]
+    with open(log_path, "wb") as log:
+        # own session: the process group can be killed without touching the test runner
+        proc = subprocess.Popen(cmd, env=env, cwd=str(root_dir), stdout=log,
+                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                start_new_session=True)
+    server = LabServer(proc, port, token, root_dir, log_path)
+    try:
+        _wait_for_api(server)
+    except BaseException:
+        stop_lab(server)
+        raise
+    return server
+
+
+def _wait_for_api(server: LabServer) -> None:
+    url = f"{server.base_url}/api/status?token={server.token}"
+    deadline = time.monotonic() + SERVER_START_S
+    while time.monotonic() < deadline:
+        if server.proc.poll() is not None:
+            raise RuntimeError(f"jupyter lab exited with {server.proc.returncode}:\n"
+                               f"{server.log_tail()}")
+        try:
+            with urllib.request.urlopen(url, timeout=5) as response:
+                if response.status == 200:
+                    return
+        except (urllib.error.URLError, ConnectionError, TimeoutError):
+            pass  # not listening yet
+        time.sleep(0.25)
+    raise RuntimeError(f"jupyter lab did not answer on port {server.port} within "
+                       f"{SERVER_START_S} s:\n{server.log_tail()}")
+
+
+def stop_lab(server: LabServer, timeout: float = 30) -> None:
+    """Stop the server by its own PID; kill its group and kernels only if they linger.
+
+    Kernels run in sessions of their own, so they are found as the server's children
+    before it is stopped; a clean SIGTERM shuts them down, and any still alive after
+    the server exited is killed by its PID (each was started by this server).
+    """
+    proc = server.proc
+    if proc.poll() is not None:
+        return
+    try:
+        children = psutil.Process(proc.pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        children = []
+    proc.terminate()
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)  # the group exists: proc is its leader and alive
+        proc.wait(timeout=timeout)
+    _, alive = psutil.wait_procs(children, timeout=15)
+    for child in alive:
+        try:
+            child.kill()
+        except psutil.NoSuchProcess:
+            pass  # exited between the wait and the kill
+
+
+@dataclass
+class NetworkLog:
+    """What the page asked for: everything, and what was aborted for leaving 127.0.0.1."""
+
+    requests: list[str] = field(default_factory=list)
+    websockets: list[str] = field(default_factory=list)
+    blocked: list[str] = field(default_factory=list)
+    page_errors: list[str] = field(default_factory=list)
+
+    def off_host(self) -> list[str]:
+        """Every request or websocket URL whose host is not local."""
+        return [u for u in self.requests + self.websockets if not is_local(u)]
+
+
+def is_local(url: str) -> bool:
+    parts = urlsplit(url)
+    return parts.scheme in ("data", "blob") or parts.hostname in LOCAL_HOSTS
+
+
+def guard_network(context, page) -> NetworkLog:
+    """Abort and record any request not for 127.0.0.1; record all requests and sockets."""
+    log = NetworkLog()
+
+    def route(r):
+        if is_local(r.request.url):
+            r.continue_()
+        else:
+            log.blocked.append(r.request.url)
+            r.abort()
+
+    context.route("**/*", route)
+    context.on("request", lambda r: log.requests.append(r.url))
+    page.on("websocket", lambda ws: log.websockets.append(ws.url))
+    page.on("pageerror", lambda e: log.page_errors.append(str(e)))
+    return log
+
+
+def open_notebook(page, server: LabServer, relative: str) -> None:
+    """Open the notebook and return once its kernel has started and is idle."""
+    page.goto(server.notebook_url(relative), wait_until="domcontentloaded",
+              timeout=SERVER_START_S * 1000)
+    page.wait_for_selector(".jp-NotebookPanel .jp-Notebook .jp-Cell", timeout=SERVER_START_S * 1000)
+    # the indicator reads idle before any kernel exists: first wait for a kernel name
+    page.wait_for_function(
+        """() => { const el = document.querySelector('.jp-NotebookPanel .jp-Toolbar-kernelName');
+                   return el && el.textContent.trim() && !/No Kernel/i.test(el.textContent); }""",
+        timeout=KERNEL_START_S * 1000)
+    page.wait_for_selector('.jp-Notebook-ExecutionIndicator[data-status="idle"]',
+                           timeout=KERNEL_START_S * 1000)
+
+
+def run_all_cells(page) -> None:
+    """Run → Run All Cells; return once every code cell has an execution count."""
+    page.click('.lm-MenuBar-itemLabel:text-is("Run")')
+    page.click('.lm-Menu-item[data-command="runmenu:run-all"]')
+    page.wait_for_function(
+        """() => { const prompts = [...document.querySelectorAll(
+                       '.jp-NotebookPanel .jp-CodeCell .jp-InputArea-prompt')];
+                   return prompts.length > 0 && prompts.every(p => /^\\[\\d+\\]:$/.test(p.textContent.trim())); }""",
+        timeout=RUN_ALL_S * 1000)
+    page.wait_for_selector('.jp-Notebook-ExecutionIndicator[data-status="idle"]',
+                           timeout=RUN_ALL_S * 1000)

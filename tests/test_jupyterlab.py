@@ -1,0 +1,171 @@
+"""Real browser, real JupyterLab: the environment notebook runs and its widget is live.
+
+A throw-away ``jupyter lab`` serves a temporary copy of ``notebooks/01_environment.ipynb``
+(nothing is written into the repo; results go to a temporary ``HYPORT_RESULTS_DIR``).
+Debian's Chromium, driven by Playwright, runs all cells from the Run menu, checks that
+no cell failed and the checks table rendered, then clicks the "Re-probe" button and
+watches the kernel answer through the widget. Every request must stay on 127.0.0.1.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+
+from browser import CHROMIUM_ARGS, chromium_path
+from jupyterlab_session import (RUN_ALL_S, guard_network, open_notebook, run_all_cells,
+                                start_lab, stop_lab)
+
+pytestmark = pytest.mark.slow
+
+REPO = Path(__file__).resolve().parents[1]
+NOTEBOOK = REPO / "notebooks" / "01_environment.ipynb"
+STAGE = "01_environment"
+VERDICTS = {"PASS", "WARN", "FAIL", "SKIP"}
+
+# JupyterLab 4.6 renders error outputs with the stderr mime type, like warnings; the
+# error mime type is checked too in case a later version tells them apart.
+ERROR_OUTPUT = ('.jp-OutputArea-output[data-mime-type="application/vnd.jupyter.error"], '
+                '.jp-RenderedText[data-mime-type="application/vnd.jupyter.error"]')
+WIDGET = '.widget-vbox:has(button.widget-button:has-text("Re-probe"))'
+
+# Records every text the status widget shows, so a transient "probing..." is seen even
+# if it is replaced before Playwright polls.
+WATCH_STATUS = """el => {
+    window.__hyportStatus = [el.textContent];
+    new MutationObserver(() => window.__hyportStatus.push(el.textContent))
+        .observe(el, {childList: true, subtree: true, characterData: true});
+}"""
+
+
+def _skip_without_chromium():
+    if chromium_path() is None and not os.environ.get("CI"):
+        pytest.skip("no Chromium (install it with scripts/setup.sh --browser)")
+
+
+def _checks_table(page) -> list[dict]:
+    """Rows of the first rendered table whose header is name | verdict | reason."""
+    return page.evaluate("""() => {
+        for (const t of document.querySelectorAll('.jp-NotebookPanel .jp-OutputArea-output table')) {
+            const head = [...t.querySelectorAll('thead th')].map(th => th.textContent.trim());
+            if (head.join('|') !== 'name|verdict|reason') continue;
+            return [...t.querySelectorAll('tbody tr')].map(tr => {
+                const c = [...tr.querySelectorAll('td')].map(td => td.textContent.trim());
+                return {name: c[0], verdict: c[1], reason: c[2]};
+            });
+        }
+        return [];
+    }""")
+
+
+def _wait_for_saved_outputs(path: Path, timeout: float = 60) -> dict:
+    """The saved notebook once every code cell in it has an execution count."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            nb = json.loads(path.read_text())
+            code = [c for c in nb["cells"] if c["cell_type"] == "code"]
+            if code and all(c.get("execution_count") for c in code):
+                return nb
+        except (json.JSONDecodeError, OSError):
+            pass  # caught mid-write: the server writes the file in place
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{path} was not saved with outputs within {timeout} s")
+        time.sleep(0.25)
+
+
+def test_environment_notebook_runs_in_jupyterlab_and_reprobe_is_live(tmp_path):
+    _skip_without_chromium()
+    from playwright.sync_api import sync_playwright
+
+    repo_digest = hashlib.sha256(NOTEBOOK.read_bytes()).hexdigest()
+    root = tmp_path / "root"
+    root.mkdir()
+    shutil.copy2(NOTEBOOK, root / NOTEBOOK.name)
+    results = tmp_path / "results"
+    started = time.time()
+
+    server = start_lab(root, tmp_path / "jupyter", {"HYPORT_RESULTS_DIR": str(results)})
+    try:
+        with sync_playwright() as pw:
+            browser = pw.chromium.launch(executable_path=chromium_path(), args=CHROMIUM_ARGS)
+            try:
+                context = browser.new_context(viewport={"width": 1400, "height": 1000})
+                page = context.new_page()
+                page.set_default_timeout(60_000)
+                network = guard_network(context, page)
+
+                open_notebook(page, server, NOTEBOOK.name)
+                run_all_cells(page)
+
+                # no cell failed: nothing rendered as an error, and no error in the saved file
+                assert page.locator(ERROR_OUTPUT).count() == 0
+                tracebacks = page.locator(".jp-NotebookPanel .jp-OutputArea-output",
+                                          has_text="Traceback (most recent call last)")
+                assert tracebacks.count() == 0, tracebacks.first.inner_text()
+                page.click('.lm-MenuBar-itemLabel:text-is("File")')
+                page.click('.lm-Menu-item[data-command="docmanager:save"]')
+                saved = _wait_for_saved_outputs(root / NOTEBOOK.name)
+                errors = [o for c in saved["cells"] for o in c.get("outputs", [])
+                          if o["output_type"] == "error"]
+                assert not errors, [f"{e['ename']}: {e['evalue']}" for e in errors]
+
+                # the results file went to the temporary results dir, written by this run
+                result_path = results / f"{STAGE}.json"
+                assert result_path.exists(), sorted(p.name for p in results.glob("*"))
+                assert result_path.stat().st_mtime >= started - 1
+                result = json.loads(result_path.read_text())
+                assert result["stage"] == STAGE and result["verdict"] in VERDICTS
+
+                # the checks table rendered, one row per recorded check
+                rows = _checks_table(page)
+                assert rows, "no name | verdict | reason table in the outputs"
+                assert {r["verdict"] for r in rows} <= VERDICTS
+                assert [r["name"] for r in rows] == [c["name"] for c in result["data"]["checks"]]
+
+                # the widget is live: a click makes the kernel probe again and update it
+                widget = page.locator(WIDGET)
+                widget.wait_for(state="visible", timeout=60_000)
+                assert widget.count() == 1
+                button = widget.locator("button.widget-button")
+                status = widget.locator(".widget-html-content")
+                output = widget.locator(".widget-output")
+                assert "Environment:" in status.inner_text()
+                assert output.locator(".jp-OutputArea-output").count() == 0  # nothing until a click
+                status.evaluate(WATCH_STATUS)
+                button.scroll_into_view_if_needed()
+                button.click()
+                output.locator("table").first.wait_for(state="visible", timeout=RUN_ALL_S * 1000)
+                page.wait_for_function(
+                    """() => { const h = window.__hyportStatus || [];
+                               return h.length > 1 && h[h.length - 1].includes('Environment:'); }""",
+                    timeout=RUN_ALL_S * 1000)
+                history = page.evaluate("window.__hyportStatus")
+                assert "probing..." in history, history
+                assert history.index("probing...") < len(history) - 1
+                assert button.is_enabled()
+                reprobed = output.locator("table", has=page.locator("thead th", has_text="verdict"))
+                assert reprobed.count() >= 1
+                assert reprobed.first.locator("tbody tr").count() == len(rows)
+
+                assert network.requests, "the page made no request at all"
+                assert any("/api/kernels/" in u for u in network.websockets), network.websockets
+                assert network.blocked == [], network.blocked
+                assert network.off_host() == [], network.off_host()
+                assert network.page_errors == [], network.page_errors
+            finally:
+                browser.close()
+    except BaseException:
+        print(server.log_tail())  # shown by pytest only when the test fails
+        raise
+    finally:
+        stop_lab(server)
+
+    assert server.proc.returncode is not None
+    assert hashlib.sha256(NOTEBOOK.read_bytes()).hexdigest() == repo_digest
