@@ -164,3 +164,16 @@ def test_blog_and_index_escape_what_they_show(tmp_path):
     index = render_index(run)
     assert "&lt;b&gt;x&lt;/b&gt;" in index and "<b>x</b>" not in index
     assert "trust_remote_code is ON" in index
+
+
+@pytest.mark.slow
+def test_a_hung_cell_is_stopped_by_the_cell_timeout(tmp_path):
+    folder = tmp_path / "nbs"
+    folder.mkdir()
+    make_notebook(folder / "01_hang.ipynb", "device = 'auto'", "import time\ntime.sleep(600)")
+    run = run_report(profile=None, notebooks_dir=folder, output_root=tmp_path / "out",
+                     cell_timeout_s=3, progress=lambda m: None)
+    stage = run.stages[0]
+    assert stage.verdict == "FAIL" and "timed out" in stage.error.lower()
+    assert stage.duration_s < 60
+    assert (run.run_dir / stage.html).exists()
