@@ -24,16 +24,37 @@ SECRETS = {"HF_TOKEN": MARKER + "-hf", "WANDB_API_KEY": MARKER + "-wandb",
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture(scope="module")
-def env_run(tmp_path_factory):
+def _report(tmp_path_factory, *args):
     out = tmp_path_factory.mktemp("reports")
     env = {**os.environ, **SECRETS, "HCCL_CONNECT_TIMEOUT": "240"}
     proc = subprocess.run(
-        [sys.executable, "-m", "hyport_lib", "report", "--profile", "default", "--only", "01",
+        [sys.executable, "-m", "hyport_lib", "report", "--profile", "default", *args,
          "--output-dir", str(out)],
-        capture_output=True, text=True, env=env, timeout=600, cwd=str(out))
+        capture_output=True, text=True, env=env, timeout=900, cwd=str(out))
     runs = [p for p in out.iterdir() if p.is_dir()]
     return proc, (runs[0] if len(runs) == 1 else None)
+
+
+@pytest.fixture(scope="module")
+def env_run(tmp_path_factory):
+    return _report(tmp_path_factory, "--only", "01")
+
+
+@pytest.fixture(scope="module")
+def full_run(tmp_path_factory):
+    """The main job: every stage on the embedded default."""
+    return _report(tmp_path_factory)
+
+
+def _leaks(run_dir: Path) -> list[str]:
+    leaks = []
+    for path in (p for p in run_dir.rglob("*") if p.is_file()):
+        data = path.read_bytes()
+        if MARKER.encode() in data:
+            leaks.append(str(path.relative_to(run_dir)))
+        leaks += [f"{path.relative_to(run_dir)} (names {name})" for name in SECRETS
+                  if name.encode() in data]
+    return leaks
 
 
 def test_report_only_01_succeeds_and_leaves_its_files(env_run):
@@ -52,17 +73,25 @@ def test_report_only_01_succeeds_and_leaves_its_files(env_run):
 
 def test_no_secret_reaches_any_file(env_run):
     _, run_dir = env_run
-    files = [p for p in run_dir.rglob("*") if p.is_file()]
-    assert len(files) >= 6
-    leaks = []
-    for path in files:
-        data = path.read_bytes()
-        if MARKER.encode() in data:
-            leaks.append(str(path.relative_to(run_dir)))
-        for name in SECRETS:
-            if name.encode() in data:
-                leaks.append(f"{path.relative_to(run_dir)} (names {name})")
-    assert not leaks, leaks
+    assert len([p for p in run_dir.rglob("*") if p.is_file()]) >= 6
+    assert _leaks(run_dir) == []
+
+
+def test_full_report_on_the_default_profile(full_run):
+    """Every stage passes on CPU, each labelled as not an NPU figure, and no secret leaks."""
+    from hyport_lib.stages import discover_stages
+
+    proc, run_dir = full_run
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    run = json.loads((run_dir / "run.json").read_text())
+    stages = [s.id for s in discover_stages()]
+    assert [s["stage"] for s in run["stages"]] == stages
+    for stage in run["stages"]:
+        assert stage["verdict"] in ("PASS", "WARN"), stage
+        assert "not an NPU measurement" in stage["provenance"]["label"]
+        assert (run_dir / stage["html"]).exists()
+    assert "not an NPU measurement" in (run_dir / "blog.md").read_text()
+    assert _leaks(run_dir) == []
 
 
 @pytest.mark.skipif(chromium_path() is None and not os.environ.get("CI"),
@@ -73,14 +102,32 @@ def test_no_secret_reaches_any_file(env_run):
 ])
 def test_html_opens_offline_in_chromium(env_run, page, selectors, tmp_path):
     _, run_dir = env_run
+    _check_offline_page(run_dir, page, selectors, tmp_path, expected_rows=1)
+
+
+@pytest.mark.skipif(chromium_path() is None and not os.environ.get("CI"),
+                    reason="Debian chromium not installed (scripts/setup.sh --browser installs it)")
+def test_every_stage_page_opens_offline(full_run, tmp_path):
+    _, run_dir = full_run
+    pages = sorted(p.relative_to(run_dir).as_posix() for p in (run_dir / "html").glob("*.html"))
+    assert len(pages) >= 3
+    _check_offline_page(run_dir, "index.html",
+                        {"rows": "#stages tbody tr", "verdict": "#stages td.verdict", "title": "h1"},
+                        tmp_path, expected_rows=len(pages))
+    for page in pages:
+        _check_offline_page(run_dir, page, {"cells": ".jp-Cell", "tables": "table", "title": "h1"},
+                            tmp_path)
+
+
+def _check_offline_page(run_dir, page, selectors, tmp_path, expected_rows=None):
     shot = tmp_path / "page.png"
     seen = visit(run_dir / page, selectors, screenshot=shot)
-    assert seen.blocked == [], f"network requests attempted: {seen.blocked}"
-    assert seen.failed == []
-    assert seen.console_errors == [] and seen.page_errors == []
+    assert seen.blocked == [], f"{page}: network requests attempted: {seen.blocked}"
+    assert seen.failed == [], page
+    assert seen.console_errors == [] and seen.page_errors == [], (page, seen)
     assert seen.counts["title"] >= 1 and seen.texts["title"].strip()
     if page == "index.html":
-        assert seen.counts["rows"] == 1
+        assert seen.counts["rows"] == expected_rows
         assert seen.texts["verdict"].strip() in ("PASS", "WARN")
     else:
         assert seen.counts["cells"] >= 3 and seen.counts["tables"] >= 1
