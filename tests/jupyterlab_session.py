@@ -104,8 +104,21 @@ def start_lab(root_dir: Path, base: Path, extra_env: dict[str, str] | None = Non
             the message ends with its log. The process is stopped before raising.
     """
     env = jupyter_env(base, extra_env)
-    port, token = free_port(), secrets.token_hex(24)
     log_path = base / "jupyter-lab.log"
+    for attempt in range(3):  # free_port() can race with another process taking the port
+        server = _launch(root_dir, env, log_path)
+        try:
+            _wait_for_api(server)
+            return server
+        except BaseException:
+            stop_lab(server)
+            if attempt == 2 or "already in use" not in server.log_tail():
+                raise
+    raise AssertionError("unreachable")
+
+
+def _launch(root_dir: Path, env: dict[str, str], log_path: Path) -> LabServer:
+    port, token = free_port(), secrets.token_hex(24)
     cmd = [sys.executable, "-m", "jupyter", "lab", "--no-browser", "--allow-root",
            "--ip=127.0.0.1", f"--port={port}", "--ServerApp.port_retries=0",
            f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={root_dir}"]
@@ -114,13 +127,7 @@ def start_lab(root_dir: Path, base: Path, extra_env: dict[str, str] | None = Non
         proc = subprocess.Popen(cmd, env=env, cwd=str(root_dir), stdout=log,
                                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 start_new_session=True)
-    server = LabServer(proc, port, token, root_dir, log_path)
-    try:
-        _wait_for_api(server)
-    except BaseException:
-        stop_lab(server)
-        raise
-    return server
+    return LabServer(proc, port, token, root_dir, log_path)
 
 
 def _wait_for_api(server: LabServer) -> None:
@@ -189,7 +196,12 @@ def is_local(url: str) -> bool:
 
 
 def guard_network(context, page) -> NetworkLog:
-    """Abort and record any request not for 127.0.0.1; record all requests and sockets."""
+    """Abort and record any request not for 127.0.0.1; record all requests and sockets.
+
+    The route handler runs in this Python process, only while a Playwright call is in
+    progress: wait with Playwright (``page.wait_for_*``), never ``time.sleep``, or the
+    page's requests stall meanwhile.
+    """
     log = NetworkLog()
 
     def route(r):
@@ -220,14 +232,30 @@ def open_notebook(page, server: LabServer, relative: str) -> None:
                            timeout=KERNEL_START_S * 1000)
 
 
-def run_all_cells(page) -> None:
-    """Run → Run All Cells; return once every code cell has an execution count."""
+def run_all_cells(page) -> list[str]:
+    """Run → Run All Cells; return the code cells' prompts once the run has ended.
+
+    Run All marks every code cell ``[*]`` at once; the run has ended when none is left
+    so and at least one has a count. A cell that raises stops the run early (the
+    kernel drops the rest, whose prompts go back to ``[ ]``), so a failing notebook
+    ends quickly rather than at the timeout; callers check the outputs and prompts.
+    """
+    prompts = "[...document.querySelectorAll('.jp-NotebookPanel .jp-CodeCell .jp-InputArea-prompt')]"
     page.click('.lm-MenuBar-itemLabel:text-is("Run")')
     page.click('.lm-Menu-item[data-command="runmenu:run-all"]')
     page.wait_for_function(
-        """() => { const prompts = [...document.querySelectorAll(
-                       '.jp-NotebookPanel .jp-CodeCell .jp-InputArea-prompt')];
-                   return prompts.length > 0 && prompts.every(p => /^\\[\\d+\\]:$/.test(p.textContent.trim())); }""",
+        f"""() => {{ const p = {prompts}.map(e => e.textContent.trim());
+                    return !p.includes('[*]:') && p.some(t => /^\\[\\d+\\]:$/.test(t)); }}""",
         timeout=RUN_ALL_S * 1000)
     page.wait_for_selector('.jp-Notebook-ExecutionIndicator[data-status="idle"]',
                            timeout=RUN_ALL_S * 1000)
+    return page.evaluate(f"() => {prompts}.map(e => e.textContent.trim())")
+
+
+def save_notebook(page) -> None:
+    """File → Save Notebook; return once the server has the file (tab no longer dirty)."""
+    page.click('.lm-MenuBar-itemLabel:text-is("File")')
+    page.click('.lm-Menu-item[data-command="docmanager:save"]')
+    page.wait_for_function(
+        "() => !document.querySelector('.lm-DockPanel-tabBar .lm-TabBar-tab.jp-mod-dirty')",
+        timeout=SERVER_START_S * 1000)

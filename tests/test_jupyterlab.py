@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import time
 from pathlib import Path
@@ -19,8 +20,8 @@ from pathlib import Path
 import pytest
 
 from browser import CHROMIUM_ARGS, chromium_path
-from jupyterlab_session import (RUN_ALL_S, guard_network, open_notebook, run_all_cells,
-                                start_lab, stop_lab)
+from jupyterlab_session import (guard_network, open_notebook, run_all_cells,
+                                save_notebook, start_lab, stop_lab)
 
 pytestmark = pytest.mark.slow
 
@@ -28,6 +29,7 @@ REPO = Path(__file__).resolve().parents[1]
 NOTEBOOK = REPO / "notebooks" / "01_environment.ipynb"
 STAGE = "01_environment"
 VERDICTS = {"PASS", "WARN", "FAIL", "SKIP"}
+REPROBE_S = 120  # one collect_environment() in the kernel takes ~1-2 s
 
 # JupyterLab 4.6 renders error outputs with the stderr mime type, like warnings; the
 # error mime type is checked too in case a later version tells them apart.
@@ -44,9 +46,13 @@ WATCH_STATUS = """el => {
 }"""
 
 
-def _skip_without_chromium():
-    if chromium_path() is None and not os.environ.get("CI"):
+def _require_chromium() -> str:
+    """Chromium's path; skipped without one, except in CI where it must be installed."""
+    path = chromium_path()
+    if path is None and not os.environ.get("CI"):
         pytest.skip("no Chromium (install it with scripts/setup.sh --browser)")
+    assert path, "CI is set but Chromium is missing: run scripts/setup.sh --browser"
+    return path
 
 
 def _checks_table(page) -> list[dict]:
@@ -64,37 +70,21 @@ def _checks_table(page) -> list[dict]:
     }""")
 
 
-def _wait_for_saved_outputs(path: Path, timeout: float = 60) -> dict:
-    """The saved notebook once every code cell in it has an execution count."""
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            nb = json.loads(path.read_text())
-            code = [c for c in nb["cells"] if c["cell_type"] == "code"]
-            if code and all(c.get("execution_count") for c in code):
-                return nb
-        except (json.JSONDecodeError, OSError):
-            pass  # caught mid-write: the server writes the file in place
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{path} was not saved with outputs within {timeout} s")
-        time.sleep(0.25)
-
-
 def test_environment_notebook_runs_in_jupyterlab_and_reprobe_is_live(tmp_path):
-    _skip_without_chromium()
-    from playwright.sync_api import sync_playwright
+    chromium = _require_chromium()
+    from playwright.sync_api import expect, sync_playwright
 
     repo_digest = hashlib.sha256(NOTEBOOK.read_bytes()).hexdigest()
     root = tmp_path / "root"
     root.mkdir()
-    shutil.copy2(NOTEBOOK, root / NOTEBOOK.name)
+    shutil.copy(NOTEBOOK, root / NOTEBOOK.name)
     results = tmp_path / "results"
     started = time.time()
 
     server = start_lab(root, tmp_path / "jupyter", {"HYPORT_RESULTS_DIR": str(results)})
     try:
         with sync_playwright() as pw:
-            browser = pw.chromium.launch(executable_path=chromium_path(), args=CHROMIUM_ARGS)
+            browser = pw.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS)
             try:
                 context = browser.new_context(viewport={"width": 1400, "height": 1000})
                 page = context.new_page()
@@ -102,19 +92,22 @@ def test_environment_notebook_runs_in_jupyterlab_and_reprobe_is_live(tmp_path):
                 network = guard_network(context, page)
 
                 open_notebook(page, server, NOTEBOOK.name)
-                run_all_cells(page)
+                prompts = run_all_cells(page)
 
                 # no cell failed: nothing rendered as an error, and no error in the saved file
                 assert page.locator(ERROR_OUTPUT).count() == 0
                 tracebacks = page.locator(".jp-NotebookPanel .jp-OutputArea-output",
                                           has_text="Traceback (most recent call last)")
                 assert tracebacks.count() == 0, tracebacks.first.inner_text()
-                page.click('.lm-MenuBar-itemLabel:text-is("File")')
-                page.click('.lm-Menu-item[data-command="docmanager:save"]')
-                saved = _wait_for_saved_outputs(root / NOTEBOOK.name)
+                save_notebook(page)
+                saved = json.loads((root / NOTEBOOK.name).read_text())
                 errors = [o for c in saved["cells"] for o in c.get("outputs", [])
                           if o["output_type"] == "error"]
                 assert not errors, [f"{e['ename']}: {e['evalue']}" for e in errors]
+                # every code cell ran, and the file on disk is the executed notebook
+                assert all(re.fullmatch(r"\[\d+\]:", p) for p in prompts), prompts
+                code = [c for c in saved["cells"] if c["cell_type"] == "code"]
+                assert len(code) == len(prompts) and all(c["execution_count"] for c in code)
 
                 # the results file went to the temporary results dir, written by this run
                 result_path = results / f"{STAGE}.json"
@@ -141,15 +134,15 @@ def test_environment_notebook_runs_in_jupyterlab_and_reprobe_is_live(tmp_path):
                 status.evaluate(WATCH_STATUS)
                 button.scroll_into_view_if_needed()
                 button.click()
-                output.locator("table").first.wait_for(state="visible", timeout=RUN_ALL_S * 1000)
+                output.locator("table").first.wait_for(state="visible", timeout=REPROBE_S * 1000)
                 page.wait_for_function(
                     """() => { const h = window.__hyportStatus || [];
                                return h.length > 1 && h[h.length - 1].includes('Environment:'); }""",
-                    timeout=RUN_ALL_S * 1000)
+                    timeout=REPROBE_S * 1000)
                 history = page.evaluate("window.__hyportStatus")
                 assert "probing..." in history, history
                 assert history.index("probing...") < len(history) - 1
-                assert button.is_enabled()
+                expect(button).to_be_enabled()  # re-enabled once the probe returned
                 reprobed = output.locator("table", has=page.locator("thead th", has_text="verdict"))
                 assert reprobed.count() >= 1
                 assert reprobed.first.locator("tbody tr").count() == len(rows)
