@@ -1,21 +1,8 @@
-"""Inference stage: load a checkpoint, answer one image prompt and a mixed batch."""
+"""Inference stage: load a checkpoint, answer one image prompt and a mixed batch.
 
-from hyport_lib.inference.generate import (
-    InferenceConfig,
-    InferenceOutcome,
-    load_model,
-    output_hash,
-    run_batch,
-    run_inference,
-    run_single,
-)
+``generate`` holds the single-process library; ``grid`` runs it once per card in fresh
+worker processes (``worker``); ``show`` renders the results.
+"""
 
-__all__ = [
-    "InferenceConfig",
-    "InferenceOutcome",
-    "load_model",
-    "output_hash",
-    "run_batch",
-    "run_inference",
-    "run_single",
-]
+from hyport_lib.inference.generate import *  # noqa: F401,F403  (its __all__ is the API)
+from hyport_lib.inference.generate import __all__  # noqa: F401
