@@ -91,6 +91,7 @@ def test_full_report_on_the_default_profile(full_run):
         assert "not an NPU measurement" in stage["provenance"]["label"]
         assert (run_dir / stage["html"]).exists()
     assert "not an NPU measurement" in (run_dir / "blog.md").read_text()
+    assert "并非在 NPU 上测得" in (run_dir / "blog.zh.md").read_text(encoding="utf-8")
     assert _leaks(run_dir) == []
 
 

@@ -131,7 +131,8 @@ def test_failing_stage_is_reported_and_later_stages_run(stage_dir, tmp_path, mon
     # notebooks run in their own folder, wherever the command was started
     assert f"cwd {stage_dir}" in (run.run_dir / run.stages[0].notebook).read_text()
     assert json.loads((run.run_dir / "run.json").read_text())["ok"] is False
-    assert "02_boom — FAIL" in (run.run_dir / "blog.md").read_text()
+    assert "02 boom — FAIL" in (run.run_dir / "blog.md").read_text()
+    assert "失败的阶段：02_boom" in (run.run_dir / "blog.zh.md").read_text()
 
 
 @pytest.mark.slow
@@ -150,7 +151,8 @@ def test_cli_exit_codes_and_unknown_parameters(stage_dir, tmp_path):
 
 
 def test_blog_and_index_escape_what_they_show(tmp_path):
-    from hyport_lib.report.index import render_blog, render_index
+    from hyport_lib.report.blog import render_blog
+    from hyport_lib.report.index import render_index
     from hyport_lib.report.runner import ReportRun, StageOutcome
 
     stage = StageOutcome(stage="02_attention", verdict="PASS", summary="<b>x</b>",
@@ -160,7 +162,12 @@ def test_blog_and_index_escape_what_they_show(tmp_path):
                     parameters={"trust_remote_code": True}, stages=[stage], versions={}, started="t")
     blog = render_blog(run)
     assert "| max \\|Δ logits\\| | 1e-07 |" in blog
-    assert "NPU-emulated on CPU" in blog
+    assert "NPU-emulated on CPU" in blog and "trust_remote_code was ON" in blog
+    zh = render_blog(run, "zh")
+    assert "## 02 注意力替换 — PASS" in zh and "trust_remote_code 已开启" in zh
+    assert "| 指标 | 数值 |" in zh
+    with pytest.raises(ValueError, match="lang='fr'"):
+        render_blog(run, "fr")
     index = render_index(run)
     assert "&lt;b&gt;x&lt;/b&gt;" in index and "<b>x</b>" not in index
     assert "trust_remote_code is ON" in index

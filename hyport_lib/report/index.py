@@ -1,6 +1,6 @@
-"""``index.html`` and ``blog.md`` of a run: summary first, details one click away.
+"""``index.html`` of a run: summary first, details one click away.
 
-Both are plain text assembled here: no script, no external style or font, so the
+It is plain text assembled here: no script, no external style or font, so the
 index opens offline. Every figure keeps its provenance label (CPU / emulated / NPU).
 """
 
@@ -99,34 +99,3 @@ as such in the <i>source</i> column and are not NPU measurements.</p>
 
 def write_index(run: "ReportRun"):
     return atomic_write_text(run.run_dir / "index.html", render_index(run))
-
-
-def _md_cell(value) -> str:
-    return str(value).replace("|", "\\|").replace("\n", " ")
-
-
-def render_blog(run: "ReportRun") -> str:
-    """A Markdown draft in the shape of the seed's write-up: context, one section per stage."""
-    lines = [f"# Porting notes: hyport run {run.run_id}", "",
-             "## Context", "",
-             f"- Profile: `{run.profile or 'notebook defaults'}`",
-             f"- Device: `{run.parameters.get('device', 'auto')}`, model: `{run.parameters.get('model_path', 'tiny')}`",
-             "- Software: " + ", ".join(f"{k} {v}" for k, v in run.versions.items() if v),
-             ""]
-    for s in run.stages:
-        lines += [f"## {s.stage} — {s.verdict}", ""]
-        if s.summary:
-            lines += [s.summary, ""]
-        if s.provenance:
-            lines += [f"_Source of figures: {s.provenance.get('label')}_", ""]
-        if s.headline:
-            lines += ["| figure | value |", "|---|---|"]
-            lines += [f"| {_md_cell(k)} | {_md_cell(v)} |" for k, v in s.headline.items()]
-            lines.append("")
-        if s.error:
-            lines += ["```", s.error, "```", ""]
-    return scrub_text("\n".join(lines))
-
-
-def write_blog_draft(run: "ReportRun"):
-    return atomic_write_text(run.run_dir / "blog.md", render_blog(run))

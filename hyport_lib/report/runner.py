@@ -5,7 +5,7 @@ Layout of a run folder::
     outputs/<run-id>/
       index.html            summary table, parameters, versions (self-contained)
       run.json              the same, machine-readable
-      blog.md               a blog-post draft built from the results
+      blog.md, blog.zh.md   blog-post drafts (English, Chinese) built from the results
       notebooks/NN_x.ipynb  executed notebooks (secrets scrubbed)
       html/NN_x.html        offline HTML of each
       results/NN_x.json     what each notebook recorded (hyport_lib.results)
@@ -230,7 +230,8 @@ def run_report(*, profile: Optional[str] = None, overrides: Optional[dict] = Non
                progress: Optional[Callable[[str], None]] = None,
                progress_bar: bool = False) -> ReportRun:
     """Run the selected stages and write the run folder. See the module docstring."""
-    from hyport_lib.report.index import write_blog_draft, write_index
+    from hyport_lib.report.blog import write_blog_drafts
+    from hyport_lib.report.index import write_index
     from hyport_lib.report.profiles import load_profile, resolve_profile
     from hyport_lib.report.versions import collect_versions_safely
 
@@ -268,6 +269,6 @@ def run_report(*, profile: Optional[str] = None, overrides: Optional[dict] = Non
         run.finished = _dt.datetime.now().isoformat(timespec="seconds")
         write_index(run)
     atomic_write_json(run_dir / "run.json", run.to_dict())
-    write_blog_draft(run)
+    write_blog_drafts(run)
     say(f"index: {run_dir / 'index.html'}")
     return run
