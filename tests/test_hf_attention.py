@@ -56,11 +56,36 @@ def varlen_calls(monkeypatch):
 
 
 def test_registered_names_avoid_flash():
-    assert register_hyport_attention("sdpa") == "hyport_sdpa"
+    assert register_hyport_attention("sdpa") == "hyport_torch"
     assert register_hyport_attention("npu-emulated") == "hyport_npu_emulated"
     assert "flash" not in register_hyport_attention("cpu", name="hyport_custom")
     with pytest.raises(ValueError, match="flash"):
         register_hyport_attention("sdpa", name="my_flash_attention")
+    for reserved in ("my_sdpa", "flex_attention_x", "paged_thing"):
+        with pytest.raises(ValueError, match="specially"):
+            register_hyport_attention("sdpa", name=reserved)
+
+
+def test_a_model_without_sdpa_support_accepts_the_cpu_name():
+    """transformers checks SDPA support for any name containing 'sdpa'; ours avoids it."""
+    from transformers import LlamaForCausalLM
+
+    class NoSdpaLlama(LlamaForCausalLM):
+        _supports_sdpa = False
+
+    model = NoSdpaLlama._from_config(_tiny_llama().config, attn_implementation="eager").eval()
+    with pytest.raises(ValueError, match="scaled_dot_product_attention"):
+        model.set_attn_implementation("sdpa")  # the check a name with "sdpa" would trigger
+    name = register_hyport_attention("sdpa")
+    model.set_attn_implementation(name)
+    assert model.config._attn_implementation == name
+
+
+def test_attention_sinks_are_refused_not_dropped():
+    api = FlashAttnAPI("sdpa")
+    q = torch.randn(1, 2, 4, 8)
+    with pytest.raises(FlashAttnUnsupported, match="s_aux"):
+        hf_integration.attention_forward(api, None, q, q, q, s_aux=torch.zeros(2))
 
 
 def test_left_padded_batch_matches_eager(llama, impl):

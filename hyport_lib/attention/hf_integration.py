@@ -56,7 +56,11 @@ logger = logging.getLogger(__name__)
 #: Per-batch derived masks (span overlays, NFA bool masks); tiny, entries die with their inputs.
 MASK_CACHE = IdentityCache(maxsize=8)
 
-_NAMES = {"npu": "hyport_npu_fused", "npu-emulated": "hyport_npu_emulated", "sdpa": "hyport_sdpa"}
+# No "sdpa" in a name: transformers then runs its SDPA-support check on the model
+# (``_supports_sdpa``), which remote-code models fail although hyport needs no support.
+_NAMES = {"npu": "hyport_npu_fused", "npu-emulated": "hyport_npu_emulated", "sdpa": "hyport_torch"}
+#: Substrings transformers gives a meaning of its own inside attn_implementation names.
+_RESERVED = ("flash", "sdpa", "flex_attention", "paged")
 
 
 def register_hyport_attention(backend: str = "auto", name: Optional[str] = None) -> str:
@@ -66,16 +70,19 @@ def register_hyport_attention(backend: str = "auto", name: Optional[str] = None)
         backend: FlashAttnAPI backend: ``auto``, ``npu``, ``npu-emulated``, ``sdpa``,
             ``cpu`` or ``cuda``.
         name: registered name; default ``hyport_npu_fused``, ``hyport_npu_emulated`` or
-            ``hyport_sdpa`` by backend. Must not contain "flash".
+            ``hyport_torch`` by backend. Must not contain "flash", "sdpa",
+            "flex_attention" or "paged", which transformers treats specially.
 
     Returns:
         The name to use as ``attn_implementation=`` (or ``model.set_attn_implementation``).
     """
     api = FlashAttnAPI(backend)
     name = name or _NAMES[api.backend]
-    if "flash" in name.lower():
-        raise ValueError(f"name={name!r}: transformers treats names containing 'flash' as "
-                         "FlashAttention and rejects them; choose another name")
+    reserved = [word for word in _RESERVED if word in name.lower()]
+    if reserved:
+        raise ValueError(f"name={name!r}: transformers treats names containing "
+                         f"{reserved[0]!r} specially (support checks or rejection); "
+                         "choose another name")
     from transformers import AttentionInterface
     from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, AttentionMaskInterface
 
@@ -101,6 +108,11 @@ def attention_forward(api: FlashAttnAPI, module, query, key, value, attention_ma
     """See the module docstring. q/k/v (B, N, S, D) -> ((B, Sq, N, Dv), None)."""
     if kwargs.get("softcap"):
         raise FlashAttnUnsupported("hyport attention: softcap is not supported; use eager")
+    if kwargs.get("s_aux") is not None:
+        # Attention sinks (GPT-OSS and others) add a per-head logit column; NFA has no
+        # such input, and dropping it silently would change every output.
+        raise FlashAttnUnsupported("hyport attention: attention sinks (s_aux) are not "
+                                   "supported; use attn_implementation='eager'")
     if query.dim() != 4 or key.dim() != 4 or value.dim() != 4:
         raise ValueError(f"hyport attention expects (batch, heads, seq, dim) q/k/v, got "
                          f"{tuple(query.shape)}, {tuple(key.shape)}, {tuple(value.shape)}")

@@ -27,6 +27,10 @@ class IdentityCache:
     """Memo keyed by the identity (and in-place version) of tensors.
 
     A hit requires the very same tensor objects, alive, with unchanged ``_version``.
+    Tensors without a version (created under ``torch.inference_mode``) are never cached.
+    Writes that bypass autograd's version counter (through ``.data`` or a NumPy array
+    sharing the memory) are invisible to it: refill such buffers with ordinary
+    in-place ops, or pass a new tensor per batch.
     Keys hold weak references only, and an entry is dropped as soon as one of its
     tensors is freed, so a new tensor that reuses a freed address never sees a stale
     value and cached device masks do not outlive their batch.
@@ -47,6 +51,12 @@ class IdentityCache:
         """Value for ``(tag, tensors)``; ``compute()`` runs on a miss. ``None`` items allowed."""
         key = (tag, *(id(t) for t in tensors))
         versions = tuple(None if t is None else _version(t) for t in tensors)
+        if any(v is None and t is not None for v, t in zip(versions, tensors)):
+            # Inference-mode tensors track no version, so an in-place refill of a reused
+            # buffer would look unchanged: compute every time rather than risk stale lengths.
+            with self._lock:
+                self.misses += 1
+            return compute()
         with self._lock:
             entry = self._entries.get(key)
             if entry is not None:
