@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from hyport_lib.utils.files import atomic_write_json
-from hyport_lib.utils.redact import scrub_text
+from hyport_lib.utils.redact import scrub_obj
 
 VERDICTS = ("PASS", "WARN", "FAIL", "SKIP")
 RESULTS_DIR_ENV = "HYPORT_RESULTS_DIR"
@@ -97,10 +97,11 @@ def record_result(stage: str, verdict: str, *, summary: str = "",
         provenance=provenance.to_dict() if provenance else None, data=dict(data or {}),
         recorded_at=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
     )
-    # Round-trip through text so that no secret value can survive in any field.
-    text = scrub_text(json.dumps(asdict(result), default=str))
+    # Through JSON first (default=str turns any object into text), then scrub every
+    # string: no secret value survives in any field, escaped or not.
+    data = scrub_obj(json.loads(json.dumps(asdict(result), default=str)))
     path = Path(directory) if directory else results_dir()
-    return atomic_write_json(path / f"{stage}.json", json.loads(text))
+    return atomic_write_json(path / f"{stage}.json", data)
 
 
 def load_result(path: os.PathLike) -> StageResult:

@@ -35,6 +35,24 @@ def test_committed_notebook_is_clean(path):
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_papermill_sees_every_parameter(path):
+    """papermill skips a parameter line it cannot parse (e.g. a comment holding '='),
+    and then neither `-p` nor a profile can ever set it."""
+    import ast
+
+    import papermill
+
+    nb = json.loads(path.read_text(encoding="utf-8"))
+    cell = next(c for c in nb["cells"] if "parameters" in c.get("metadata", {}).get("tags", []))
+    tree = ast.parse("".join(cell["source"]))
+    assigned = [t.id for node in tree.body if isinstance(node, ast.Assign) for t in node.targets]
+    assert assigned, f"{path.name}: the parameters cell assigns nothing"
+    assert all(isinstance(node, ast.Assign) and isinstance(node.value, (ast.Constant, ast.List, ast.Dict, ast.Tuple))
+               for node in tree.body), f"{path.name}: only literal assignments belong in the parameters cell"
+    assert sorted(papermill.inspect_notebook(str(path))) == sorted(assigned)
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
 def test_notebook_name_is_a_stage(path):
     assert re.match(r"^\d{2}_[a-z0-9_]+\.ipynb$", path.name)
 

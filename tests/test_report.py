@@ -12,7 +12,7 @@ import pytest
 
 from hyport_lib.report import html as report_html
 from hyport_lib.report.profiles import load_profile, parse_overrides, resolve_profile
-from hyport_lib.report.runner import absolutize_paths, new_run_dir, run_report
+from hyport_lib.report.runner import absolutize_paths, coerce_overrides, new_run_dir, run_report
 from hyport_lib.stages import discover_stages, select_stages
 
 REPO = Path(__file__).resolve().parents[1]
@@ -45,9 +45,17 @@ def stage_dir(tmp_path):
     return folder
 
 
-def test_overrides_are_parsed_as_yaml():
-    assert parse_overrides(["max_steps=20", "device=cpu", "flag=true", "x=null", "l=[1, 2]"]) == {
-        "max_steps": 20, "device": "cpu", "flag": True, "x": None, "l": [1, 2]}
+def test_overrides_are_typed_by_the_notebooks_declared_types():
+    raw = parse_overrides(["max_steps=20", "device=cpu", "flag=true", "x=", "l=[1, 2]",
+                           "single_prompt=Translate: hello", "answer=yes", "model_path=0755"])
+    assert raw["single_prompt"] == "Translate: hello"
+    types = {"max_steps": "None", "device": "str", "flag": "bool", "x": "None", "l": "list",
+             "single_prompt": "str", "answer": "str", "model_path": "str"}
+    assert coerce_overrides(raw, types) == {
+        "max_steps": 20, "device": "cpu", "flag": True, "x": None, "l": [1, 2],
+        "single_prompt": "Translate: hello", "answer": "yes", "model_path": "0755"}
+    with pytest.raises(ValueError, match="max_steps"):
+        coerce_overrides({"max_steps": "[unclosed"}, {"max_steps": "int"})
     with pytest.raises(ValueError, match="'oops'"):
         parse_overrides(["oops"])
     with pytest.raises(ValueError, match="'1x=2'"):
@@ -92,8 +100,12 @@ def test_run_dirs_are_unique(tmp_path):
 
 def test_relative_paths_are_made_absolute(tmp_path):
     (tmp_path / "code").mkdir()
-    out = absolutize_paths({"code_path": "code", "model_path": "tiny", "n": 3}, tmp_path)
-    assert out == {"code_path": str((tmp_path / "code").resolve()), "model_path": "tiny", "n": 3}
+    (tmp_path / "cat.png").write_bytes(b"png")
+    out = absolutize_paths({"code_path": "code", "model_path": "tiny", "n": 3, "image": "cat.png",
+                            "log_dir": "not/yet", "other": "code"}, tmp_path)
+    assert out == {"code_path": str((tmp_path / "code").resolve()), "model_path": "tiny", "n": 3,
+                   "image": str((tmp_path / "cat.png").resolve()),
+                   "log_dir": str((tmp_path / "not/yet").resolve()), "other": "code"}
 
 
 def test_widgets_are_made_static():
@@ -184,3 +196,57 @@ def test_a_hung_cell_is_stopped_by_the_cell_timeout(tmp_path):
     assert stage.verdict == "FAIL" and "timed out" in stage.error.lower()
     assert stage.duration_s < 60
     assert (run.run_dir / stage.html).exists()
+
+
+@pytest.mark.slow
+def test_relative_output_dir_and_awkward_secrets(stage_dir, tmp_path, monkeypatch):
+    """A relative --output-dir still collects results; a secret with quotes, a backslash
+    and non-ASCII characters is scrubbed from every file; files are shareable (0644)."""
+    secret = 'pa"ss\\wörd-7c1f'
+    monkeypatch.setenv("DB_PASSWORD", secret)
+    folder = tmp_path / "nbs"
+    make_notebook(folder / "04_leaky.ipynb", "device = 'auto'",
+                  "import os\nfrom hyport_lib.results import record_result\n"
+                  "print(os.environ['DB_PASSWORD'])\n"
+                  "record_result('04_leaky', 'PASS', summary=os.environ['DB_PASSWORD'])")
+    monkeypatch.chdir(tmp_path)
+    run = run_report(profile=None, notebooks_dir=folder, only=["01", "04"],
+                     output_root=Path("relative-out"), progress=lambda m: None)
+    assert run.run_dir.is_absolute() and run.run_dir.parent == tmp_path / "relative-out"
+    assert [s.verdict for s in run.stages] == ["PASS", "PASS"]
+    for path in (p for p in run.run_dir.rglob("*") if p.is_file()):
+        data = path.read_bytes()
+        for form in (secret, json.dumps(secret)[1:-1], json.dumps(secret, ensure_ascii=False)[1:-1]):
+            assert form.encode() not in data, path
+        assert path.stat().st_mode & 0o044 == 0o044, path  # group/other may read
+    assert run.stages[1].summary == "[redacted]"
+
+
+def test_profile_keys_may_be_overridden_before_their_stage_exists(stage_dir, tmp_path):
+    profile = tmp_path / "p.yaml"
+    profile.write_text("# hyport report --profile p.yaml\nmax_steps: null\nlevel: 2\n")
+    run = run_report(profile=str(profile), overrides={"max_steps": "20", "level": "5"},
+                     notebooks_dir=stage_dir, only=["01"], output_root=tmp_path / "o",
+                     progress=lambda m: None)
+    assert run.unused_parameters == ["max_steps"]
+    assert run.parameters["max_steps"] == 20 and run.stages[0].summary == "level 5"
+    with pytest.raises(ValueError, match="nosuch"):
+        run_report(profile=str(profile), overrides={"nosuch": "1"}, notebooks_dir=stage_dir,
+                   output_root=tmp_path / "o", progress=lambda m: None)
+
+
+def test_an_interrupted_run_still_leaves_its_index(stage_dir, tmp_path, monkeypatch):
+    import papermill
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(papermill, "execute_notebook", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        run_report(profile=None, notebooks_dir=stage_dir, output_root=tmp_path / "o",
+                   progress=lambda m: None)
+    (run_dir,) = (tmp_path / "o").iterdir()
+    data = json.loads((run_dir / "run.json").read_text())
+    assert [s["stage"] for s in data["stages"]] == ["01_good"]  # stopped after the first
+    assert "interrupted" in data["stages"][0]["error"]
+    assert "interrupted" in (run_dir / "index.html").read_text()

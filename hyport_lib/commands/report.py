@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 from pathlib import Path
 
@@ -27,8 +28,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--hide-inputs", action="store_true", help="HTML without code cells")
 
 
+def _interrupt(signum, frame):
+    # SIGTERM / SIGHUP (a closed ssh session, `timeout`, a scheduler) end the run the
+    # way Ctrl-C does: the partial report is written, the kernel and its workers stop.
+    raise KeyboardInterrupt
+
+
 def run(args: argparse.Namespace) -> int:
     profile = None if args.profile in ("", "none") else args.profile
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, _interrupt)
     try:
         report = run_report(
             profile=profile, overrides=parse_overrides(args.param),
@@ -40,5 +49,8 @@ def run(args: argparse.Namespace) -> int:
     except (ValueError, FileNotFoundError) as exc:
         print(f"hyport report: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print("hyport report: interrupted", file=sys.stderr)
+        return 130
     print(report.run_dir / "index.html")
     return 0 if report.ok else 1

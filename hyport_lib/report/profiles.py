@@ -46,16 +46,27 @@ def load_profile(path: Optional[Path]) -> dict:
     return data
 
 
-def parse_overrides(items: Iterable[str]) -> dict:
-    """``["max_steps=20", "device=cpu"]`` -> dict, values parsed as YAML scalars."""
+def parse_overrides(items: Iterable[str]) -> dict[str, str]:
+    """``["max_steps=20", "device=cpu"]`` -> ``{"max_steps": "20", ...}``, values as text.
+
+    Typing happens later (``runner.coerce_overrides``), once the notebooks say which
+    parameters are strings.
+    """
     result = {}
     for item in items or ():
         key, sep, raw = item.partition("=")
         key = key.strip()
         if not sep or not key.isidentifier():
             raise ValueError(f"-p {item!r}: expected key=value with an identifier key")
-        try:
-            result[key] = yaml.safe_load(raw) if raw.strip() else ""
-        except yaml.YAMLError as exc:
-            raise ValueError(f"-p {item!r}: value is not valid YAML ({exc})") from exc
+        result[key] = raw
     return result
+
+
+def parse_yaml_value(key: str, raw: str):
+    """A ``-p`` value for a non-string parameter, parsed as YAML (``20``, ``true``, ``[1, 2]``)."""
+    if not raw.strip():
+        return None
+    try:
+        return yaml.safe_load(raw)
+    except yaml.YAMLError as exc:
+        raise ValueError(f"-p {key}={raw!r}: value is not valid YAML ({exc})") from exc

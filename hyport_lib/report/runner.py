@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as _dt
+import json
 import logging
 import os
 import secrets
@@ -31,7 +32,7 @@ from typing import Callable, Iterable, Optional
 from hyport_lib.results import RESULTS_DIR_ENV, load_result
 from hyport_lib.stages import Stage, discover_stages, select_stages
 from hyport_lib.utils.files import atomic_write_json, atomic_write_text
-from hyport_lib.utils.redact import is_secret_name, scrub_text
+from hyport_lib.utils.redact import is_secret_name, scrub_obj, scrub_text
 
 #: Per-cell limit; papermill would otherwise wait forever on a hung cell.
 DEFAULT_CELL_TIMEOUT_S = 1800
@@ -39,6 +40,7 @@ RUN_DIR_ENV = "HYPORT_RUN_DIR"
 # Parameters whose string values are paths: made absolute against the caller's cwd,
 # because the notebooks run with their own folder as working directory.
 _PATH_SUFFIXES = ("_path", "_dir", "_file")
+_PATH_KEYS = ("image",)
 
 
 @dataclass
@@ -54,6 +56,7 @@ class StageOutcome:
     headline: dict = field(default_factory=dict)
     provenance: Optional[dict] = None
     parameters: dict = field(default_factory=dict)
+    interrupted: bool = False
 
 
 @dataclass
@@ -93,19 +96,43 @@ def new_run_dir(output_root: Path) -> tuple[str, Path]:
             continue
 
 
-def notebook_parameters(stage: Stage) -> dict:
-    """Names and defaults declared in the notebook's ``parameters`` cell."""
+def notebook_parameters(stage: Stage) -> dict[str, str]:
+    """Parameter names of the notebook's ``parameters`` cell -> inferred type name.
+
+    papermill's own inspection is used (the same parser that injects values), so a
+    name it cannot see is caught by the notebook-hygiene test, not here.
+    """
     import papermill
 
-    return {name: spec.get("default") for name, spec in papermill.inspect_notebook(str(stage.path)).items()}
+    specs = papermill.inspect_notebook(str(stage.path))
+    return {name: spec.get("inferred_type_name") or "None" for name, spec in specs.items()}
+
+
+def coerce_overrides(raw: dict, types: dict[str, str]) -> dict:
+    """``-p`` values: kept as typed text for string parameters, parsed as YAML otherwise.
+
+    A prompt such as ``Translate: hello`` or ``yes`` must reach a string parameter as
+    written, while ``num_cards=4`` or ``allow_busy_cards=true`` need their YAML types.
+    """
+    from hyport_lib.report.profiles import parse_yaml_value
+
+    return {key: value if types.get(key) == "str" or not isinstance(value, str)
+            else parse_yaml_value(key, value) for key, value in raw.items()}
 
 
 def absolutize_paths(params: dict, base: Path) -> dict:
+    """Relative paths made absolute against ``base`` (the caller's working directory).
+
+    ``*_dir`` parameters are output folders: always resolved, they may not exist yet.
+    ``*_path`` / ``*_file`` / ``image`` are resolved when they exist there, so names
+    such as ``tiny`` or a hub id pass unchanged.
+    """
     out = {}
     for key, value in params.items():
-        if (isinstance(value, str) and value and key.endswith(_PATH_SUFFIXES)
-                and not os.path.isabs(value) and (base / value).exists()):
-            value = str((base / value).resolve())
+        if isinstance(value, str) and value and not os.path.isabs(value):
+            if key.endswith("_dir") or (
+                    (key.endswith(_PATH_SUFFIXES) or key in _PATH_KEYS) and (base / value).exists()):
+                value = str((base / value).resolve())
         out[key] = value
     return out
 
@@ -161,12 +188,20 @@ def _describe_error(exc: BaseException) -> str:
     return scrub_text(text.strip())
 
 
-def _scrub_file(path: Path) -> None:
-    if path.exists():
-        text = path.read_text(encoding="utf-8")
-        clean = scrub_text(text)
-        if clean != text:
-            atomic_write_text(path, clean)
+def _scrub_notebook(path: Path) -> None:
+    """Scrub secrets from every string of an executed notebook (structure, not text:
+    a value with quotes or non-ASCII characters is escaped in the JSON text)."""
+    if not path.exists():
+        return
+    text = path.read_text(encoding="utf-8")
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError:
+        clean = scrub_text(text)  # half-written by a dying kernel: scrub what is there
+    else:
+        clean = json.dumps(scrub_obj(data), indent=1, ensure_ascii=False) + "\n"
+    if clean != text:
+        atomic_write_text(path, clean)
 
 
 def run_stage(stage: Stage, run_dir: Path, params: dict, *, cell_timeout_s: int,
@@ -195,10 +230,14 @@ def run_stage(stage: Stage, run_dir: Path, params: dict, *, cell_timeout_s: int,
                 cwd=str(stage.path.parent), execution_timeout=cell_timeout_s,
                 progress_bar=progress_bar, log_output=True, request_save_on_cell_execute=True,
             )
+        except KeyboardInterrupt:
+            # Keep what the stage left (scrubbed, with its HTML); the caller stops the run.
+            error = "KeyboardInterrupt: the run was interrupted during this stage"
+            outcome.interrupted = True
         except Exception as exc:  # noqa: BLE001 — any notebook failure becomes a FAIL row
             error = _describe_error(exc)
     outcome.duration_s = round(time.monotonic() - started, 2)
-    _scrub_file(nb_out)
+    _scrub_notebook(nb_out)
     if nb_out.exists():
         try:
             notebook_to_html(nb_out, html_out, show_inputs=show_inputs, title=stage.id)
@@ -230,30 +269,34 @@ def run_report(*, profile: Optional[str] = None, overrides: Optional[dict] = Non
                progress: Optional[Callable[[str], None]] = None,
                progress_bar: bool = False) -> ReportRun:
     """Run the selected stages and write the run folder. See the module docstring."""
-    from hyport_lib.report.blog import write_blog_drafts
-    from hyport_lib.report.index import write_index
     from hyport_lib.report.profiles import load_profile, resolve_profile
     from hyport_lib.report.versions import collect_versions_safely
 
     say = progress or (lambda msg: print(msg, file=sys.stderr, flush=True))
     profile_path = resolve_profile(profile)
-    merged = {**load_profile(profile_path), **(overrides or {})}
+    from_profile = load_profile(profile_path)
     all_stages = discover_stages(notebooks_dir)
     stages = select_stages(all_stages, only)
     declared = {s.id: notebook_parameters(s) for s in all_stages}
-    known = set().union(*declared.values()) if declared else set()
-    unknown = sorted(k for k in (overrides or {}) if k not in known)
+    types: dict[str, str] = {}
+    for stage_types in declared.values():
+        for key, kind in stage_types.items():
+            types.setdefault(key, kind)
+    # A key is known when a notebook declares it or the profile names it (a profile may
+    # carry settings of a stage that is not there yet: they are listed as unused).
+    unknown = sorted(k for k in (overrides or {}) if k not in types and k not in from_profile)
     if unknown:
         raise ValueError(f"-p {', '.join(unknown)}: no notebook declares such a parameter "
-                         f"(known: {', '.join(sorted(known))})")
+                         f"and the profile does not name it (known: {', '.join(sorted(types))})")
+    merged = {**from_profile, **coerce_overrides(overrides or {}, types)}
     merged = absolutize_paths(merged, Path.cwd())
-    output_root = Path(output_root) if output_root else Path.cwd() / "outputs"
+    output_root = (Path(output_root) if output_root else Path.cwd() / "outputs").resolve()
     run_id, run_dir = new_run_dir(output_root)
     run = ReportRun(
         run_id=run_id, run_dir=run_dir, profile=str(profile_path) if profile_path else None,
         parameters=safe_parameters(merged), stages=[], versions=collect_versions_safely(),
         started=_dt.datetime.now().isoformat(timespec="seconds"),
-        unused_parameters=sorted(k for k in merged if k not in known),
+        unused_parameters=sorted(k for k in merged if k not in types),
     )
     say(f"hyport report {run_id}: {len(stages)} stage(s) -> {run_dir}")
     for i, stage in enumerate(stages, 1):
@@ -265,10 +308,20 @@ def run_report(*, profile: Optional[str] = None, overrides: Optional[dict] = Non
         run.stages.append(outcome)
         detail = f" - {outcome.error}" if outcome.error else (f" - {outcome.summary}" if outcome.summary else "")
         say(f"[{i}/{len(stages)}] {stage.id} {outcome.verdict} ({outcome.duration_s:.1f}s){detail}")
-        # Rewrite the index after every stage: an interrupted run still has one.
-        run.finished = _dt.datetime.now().isoformat(timespec="seconds")
-        write_index(run)
-    atomic_write_json(run_dir / "run.json", run.to_dict())
-    write_blog_drafts(run)
+        # Everything is rewritten after every stage: an interrupted run still has it all.
+        _write_run_files(run)
+        if outcome.interrupted:
+            say(f"interrupted; partial report: {run_dir / 'index.html'}")
+            raise KeyboardInterrupt
     say(f"index: {run_dir / 'index.html'}")
     return run
+
+
+def _write_run_files(run: ReportRun) -> None:
+    from hyport_lib.report.blog import write_blog_drafts
+    from hyport_lib.report.index import write_index
+
+    run.finished = _dt.datetime.now().isoformat(timespec="seconds")
+    write_index(run)
+    atomic_write_json(run.run_dir / "run.json", scrub_obj(run.to_dict()))
+    write_blog_drafts(run)

@@ -9,11 +9,23 @@ from pathlib import Path
 from typing import Any
 
 
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
 def atomic_write_text(path: str | os.PathLike, text: str, encoding: str = "utf-8") -> Path:
+    """Write ``text`` to ``path`` through a temporary file and a rename.
+
+    The file gets the permissions an ordinary ``open(path, "w")`` would give
+    (0666 less the umask), not mkstemp's 0600: reports are meant to be shared.
+    """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        os.fchmod(fd, 0o666 & ~_umask())
         with os.fdopen(fd, "w", encoding=encoding) as fh:
             fh.write(text)
             fh.flush()

@@ -50,6 +50,30 @@ def scrub_text(text: str, environ: Mapping[str, str] | None = None) -> str:
     return text
 
 
+def scrub_obj(obj, environ: Mapping[str, str] | None = None):
+    """``obj`` with :func:`scrub_text` applied to every string in it (keys included).
+
+    Scrub *before* serialising: in JSON text a value with quotes, backslashes or
+    non-ASCII characters is escaped and would no longer match.
+    """
+    values = secret_values(environ)
+    if not values:
+        return obj
+
+    def walk(item):
+        if isinstance(item, str):
+            for value in values:
+                item = item.replace(value, "[redacted]")
+            return item
+        if isinstance(item, dict):
+            return {walk(k): walk(v) for k, v in item.items()}
+        if isinstance(item, (list, tuple)):
+            return type(item)(walk(v) for v in item)
+        return item
+
+    return walk(obj)
+
+
 def child_environ(extra: Mapping[str, str] | None = None) -> dict[str, str]:
     """Environment for processes hyport starts: the parent's, plus ``extra``.
 
