@@ -18,7 +18,8 @@ from hyport_lib.environment import (TORCH_NPU_COMPAT, Check, DeviceProcess, Envi
                                     list_devices, parse_visible_devices, probe_devices)
 from hyport_lib.environment import checks as C
 from hyport_lib.environment.compat import releases_for_torch
-from hyport_lib.environment.devices import parse_nvidia_smi_apps, parse_nvidia_smi_gpus
+from hyport_lib.environment.devices import (DeviceListing, parse_nvidia_smi_apps,
+                                           parse_nvidia_smi_gpus)
 from hyport_lib.environment.frames import devices_frame
 from hyport_lib.environment.records import DeviceInfo, worst_verdict
 
@@ -104,6 +105,87 @@ def test_cuda_uuid_and_duplicates():
     assert parse_visible_devices("1,1", "CUDA_VISIBLE_DEVICES") == []  # torch shows none
 
 
+@pytest.mark.parametrize("value", ["", "-1", " -1 "])
+def test_hidden_gpus_are_judged_by_the_backend(value):
+    var = "CUDA_VISIBLE_DEVICES"
+    on_cpu = check_visible_devices(value, var, kind="cpu")
+    assert on_cpu.verdict == "PASS" and "GPUs hidden" in on_cpu.reason, on_cpu.reason
+    on_npu = check_visible_devices(value, var, available=8, kind="npu")
+    assert on_npu.verdict == "SKIP" and "npu backend does not read it" in on_npu.reason
+    for kind in ("cuda", None):  # None: judged for the backend that reads it
+        strict = check_visible_devices(value, var, kind=kind)
+        assert strict.verdict == "FAIL", strict.reason
+        assert "no card will be visible to the cuda backend" in strict.reason
+
+
+@pytest.mark.parametrize("value", ["", "-1", "1, 2,3", "0,,1", "0,0", "0,a", "6,8", "0,1,", "0,1"])
+@pytest.mark.parametrize("var", ["ASCEND_RT_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES"])
+def test_another_backends_variable_never_fails(var, value):
+    own = "npu" if var.startswith("ASCEND") else "cuda"
+    for kind in {"npu", "cuda", "cpu"} - {own}:
+        check = check_visible_devices(value, var, available=2, kind=kind)
+        assert check.verdict != "FAIL", (kind, check.reason)
+        assert var in check.reason
+        strict = check_visible_devices(value, var)  # the host count is not this backend's
+        if strict.verdict == "FAIL" and not C.hides_all_cards(value, var):
+            assert check.verdict == "WARN" and f"the {kind} backend does not read it" in check.reason
+
+
+def test_ascend_space_still_fails_on_npu_only():
+    var = "ASCEND_RT_VISIBLE_DEVICES"
+    on_npu = check_visible_devices("1, 2,3", var, available=8, kind="npu")
+    assert on_npu.verdict == "FAIL" and "only cards [1]" in on_npu.reason
+    on_cuda = check_visible_devices("1, 2,3", var, kind="cuda")
+    assert on_cuda.verdict == "WARN" and "only cards [1]" in on_cuda.reason
+    assert check_visible_devices("", var, kind="npu").verdict == "FAIL"  # every NPU hidden
+    assert check_visible_devices("", var, kind="cpu").verdict == "PASS"
+
+
+@pytest.mark.parametrize("value, var, ids", [
+    (None, "ASCEND_RT_VISIBLE_DEVICES", None),
+    ("4,5", "ASCEND_RT_VISIBLE_DEVICES", [4, 5]),
+    ("4, 5", "ASCEND_RT_VISIBLE_DEVICES", [4]),  # what the Ascend runtime reads
+    ("", "ASCEND_RT_VISIBLE_DEVICES", []),
+    ("-1", "CUDA_VISIBLE_DEVICES", []),
+    ("2, 0", "CUDA_VISIBLE_DEVICES", [2, 0]),
+    ("1,1", "CUDA_VISIBLE_DEVICES", []),
+    ("GPU-5e4c1f,GPU-77aa", "CUDA_VISIBLE_DEVICES", None),  # not mappable to indices
+])
+def test_visible_card_ids(value, var, ids):
+    assert C.visible_card_ids(value, var) == ids
+
+
+def test_env_cli_passes_with_gpus_hidden_on_cpu(capsys, monkeypatch):
+    from hyport_lib.commands import main
+
+    for value in ("", "-1"):
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", value)
+        code = main(["env", "--device", "cpu", "--no-record"])
+        out = capsys.readouterr().out
+        assert f"[PASS] visible_devices: CUDA_VISIBLE_DEVICES={value!r}: GPUs hidden" in out
+        assert "[FAIL]" not in out and code == 0, out
+
+
+def test_hidden_gpus_on_an_npu_host(fake_npu, npu_smi_sample, monkeypatch):
+    npu_smi_sample(_npu_smi_table(4, busy={}))
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "-1")
+    monkeypatch.setenv("ASCEND_RT_VISIBLE_DEVICES", "0,1")
+    report = collect_environment(device="npu", num_cards=2, check_ports=False)
+    visible = [c for c in report.checks if c.name == "visible_devices"]
+    assert [c.verdict for c in visible] == ["PASS", "SKIP"]  # the NPU variable first
+    assert "ASCEND_RT_VISIBLE_DEVICES=0,1" in visible[0].reason
+    assert "GPUs hidden" in visible[1].reason
+    assert report.check("busy_cards").verdict == "PASS"
+
+
+def test_requested_cuda_names_the_hidden_gpus(monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    report = collect_environment(device="cuda", check_ports=False)  # no CUDA here: falls back
+    assert report.check("backend").verdict == "FAIL"
+    check = report.check("visible_devices")
+    assert check.verdict == "FAIL" and check.reason.startswith("CUDA_VISIBLE_DEVICES is set but empty")
+
+
 # --- devices through the torch_npu double ----------------------------------------------------
 def test_list_devices_with_fake_npu(fake_npu, npu_smi_sample):
     npu_smi_sample((SAMPLES / "910b_24x_classic.txt").read_text(encoding="utf-8"))
@@ -120,6 +202,86 @@ def test_list_devices_with_fake_npu(fake_npu, npu_smi_sample):
 def test_a3_busy_card_is_the_logical_index(fake_npu, npu_smi_sample):
     npu_smi_sample((SAMPLES / "a3_two_chips.txt").read_text(encoding="utf-8"))
     assert list(busy_cards(get_backend("npu"))) == [3]
+
+
+def _npu_smi_table(cards: int, busy: dict[int, int]) -> str:
+    """An ``npu-smi info`` text (24.x layout) for ``cards`` 910B3 chips; ``busy``: card -> pid."""
+    rule = "+" + "=" * 27 + "+" + "=" * 15 + "+" + "=" * 52 + "+"
+    lines = ["+" + "-" * 96 + "+", "| npu-smi 24.1.rc1                 Version: 24.1.rc1" + " " * 45 + "|",
+             "| NPU   Name                | Health        | Power(W)    Temp(C)           "
+             "Hugepages-Usage(page)|",
+             "| Chip                      | Bus-Id        | AICore(%)   Memory-Usage(MB)  "
+             "HBM-Usage(MB)        |", rule]
+    for i in range(cards):
+        used = 60000 if i in busy else 3300
+        lines += [f"| {i:<5} 910B3               | OK            | 95.0        40                "
+                  f"0    / 0             |",
+                  f"| 0                         | 0000:{i:02X}:00.0  | 0           0    / 0          "
+                  f"{used:<5}/ 65536         |", rule]
+    lines += ["| NPU     Chip              | Process id    | Process name             | "
+              "Process memory(MB)      |", rule]
+    for i in range(cards):
+        if i in busy:
+            lines.append(f"| {i:<7} 0                 | {busy[i]:<13} | python                   | "
+                         f"56000                   |")
+        else:
+            lines.append(f"| No running processes found in NPU {i}" + " " * 60 + "|")
+        lines.append(rule)
+    return "\n".join(lines) + "\n"
+
+
+def test_busy_cards_judged_among_the_visible_cards(fake_npu, npu_smi_sample, monkeypatch, capsys):
+    from hyport_lib.commands import main
+    from hyport_lib.inference.grid import plan_grid
+
+    npu_smi_sample(_npu_smi_table(8, busy={4: 4444, 5: 5555}))
+    assert busy_cards(get_backend("npu")) == {4: [DeviceProcess(4444, "python", 56000)],
+                                             5: [DeviceProcess(5555, "python", 56000)]}
+    monkeypatch.setenv("ASCEND_RT_VISIBLE_DEVICES", "4,5")
+    code = main(["env", "--device", "npu", "--num-cards", "2", "--no-record"])
+    out = capsys.readouterr().out
+    assert code == 1
+    assert ("[FAIL] busy_cards: both visible cards (4, 5) are busy (ASCEND_RT_VISIBLE_DEVICES=4,5): "
+            "0 free, 2 requested") in out
+    # The grid agrees: under that variable it would skip both cards.
+    monkeypatch.setenv("HYPORT_FAKE_NPU_COUNT", "2")  # what the runtime shows under it
+    assert plan_grid(get_backend("npu"), num_cards=2).to_run == []
+
+
+@pytest.mark.parametrize("visible, num_cards, verdict, words", [
+    ("4,5", 2, "FAIL", ["both visible cards (4, 5) are busy", "0 free, 2 requested"]),
+    ("4,5", None, "FAIL", ["both visible cards (4, 5) are busy", "nothing can run"]),
+    ("5", 1, "FAIL", ["the only visible card (5) is busy"]),
+    ("3,4,5,6", 2, "WARN", ["2 of 4 visible cards (3, 4, 5, 6) busy", "pid 4444", "skips them"]),
+    ("3,4,5,6", 3, "FAIL", ["2 of 4 visible cards (3, 4, 5, 6) busy", "2 free, 3 requested"]),
+    ("5,6", 2, "FAIL", ["1 of 2 visible cards (5, 6) busy", "1 free, 2 requested",
+                        "not visible, so not used: card 4"]),
+    ("0,1", 2, "PASS", ["2 visible cards (0, 1)", "not visible, so not used: cards 4, 5"]),
+    ("0,1", 3, "FAIL", ["only 2 visible cards (0, 1)", "3 requested"]),
+    (None, 2, "WARN", ["2 of 8 cards busy", "pid 5555"]),
+    (None, 7, "FAIL", ["6 free, 7 requested"]),
+])
+def test_busy_cards_check_with_a_visible_variable(fake_npu, npu_smi_sample, monkeypatch,
+                                                  visible, num_cards, verdict, words):
+    npu_smi_sample(_npu_smi_table(8, busy={4: 4444, 5: 5555}))
+    if visible is None:
+        monkeypatch.delenv("ASCEND_RT_VISIBLE_DEVICES", raising=False)
+    else:
+        monkeypatch.setenv("ASCEND_RT_VISIBLE_DEVICES", visible)
+    check = collect_environment(device="npu", num_cards=num_cards, check_ports=False).check("busy_cards")
+    assert check.verdict == verdict, check.reason
+    for word in words:
+        assert word in check.reason, check.reason
+    assert (f"(ASCEND_RT_VISIBLE_DEVICES={visible})" in check.reason) == (visible is not None)
+
+
+def test_busy_cards_when_nothing_visible_maps():
+    devices = [DeviceInfo(i, i, 0, "910B3", "OK", 1, 2) for i in range(2)]
+    listing = DeviceListing(devices=devices, source="npu-smi")
+    assert C.check_busy_cards("npu", listing, 1, visible=[], visible_var="X=").verdict == "SKIP"
+    hidden = C.check_busy_cards("npu", listing, 1, visible=[7], visible_var="X=7")
+    assert hidden.verdict == "SKIP" and "no card of this host is visible (X=7)" in hidden.reason
+    assert C.check_busy_cards("npu", listing, 2, visible=None).verdict == "PASS"
 
 
 def test_npu_smi_failure_falls_back_to_torch(fake_npu, monkeypatch):
@@ -140,7 +302,10 @@ def test_collect_environment_on_fake_npu(fake_npu, npu_smi_sample, monkeypatch):
     assert report.versions["torch_npu"] == fake_npu.__version__
     got = {c.name: c.verdict for c in report.checks}
     assert got["torch_npu_import"] == "PASS"
-    assert got["busy_cards"] == "WARN"  # card 1 busy, 2 of 3 free for 2 requested
+    # "0, 1": the runtime sees card 0 only, so 2 requested cannot be met (busy card 1 unused)
+    assert got["busy_cards"] == "FAIL"
+    assert "only 1 visible card (0)" in report.check("busy_cards").reason
+    assert "not visible, so not used: card 1" in report.check("busy_cards").reason
     assert got["card_health"] == "WARN"  # card 2 reports Warning
     assert got["visible_devices"] == "FAIL"  # "0, 1" -> the runtime sees card 0 only
     torch_minor = ".".join(report.versions["torch"].split(".")[:2])
@@ -148,8 +313,13 @@ def test_collect_environment_on_fake_npu(fake_npu, npu_smi_sample, monkeypatch):
     assert report.verdict == "FAIL"
     assert report.cann["driver_version"] == "24.1.rc1"
     assert "pid 576489 python 60703 MB" in report.to_text()
+    monkeypatch.delenv("ASCEND_RT_VISIBLE_DEVICES")
+    report2 = collect_environment(device="npu", num_cards=2, check_ports=False)
+    busy2 = report2.check("busy_cards")
+    assert busy2.verdict == "WARN" and busy2.reason.startswith("1 of 3 cards busy")
     report3 = collect_environment(device="npu", num_cards=3, check_ports=False)
     assert report3.check("busy_cards").verdict == "FAIL"
+    assert "2 free, 3 requested" in report3.check("busy_cards").reason
 
 
 def test_cpu_pseudo_cards():

@@ -58,21 +58,93 @@ def parse_visible_devices(value: str, var_name: str = "ASCEND_RT_VISIBLE_DEVICES
     return seen
 
 
+def visible_devices_owner(var_name: str) -> str:
+    """The backend kind that reads ``var_name``: ``npu`` for Ascend's, ``cuda`` otherwise."""
+    return "npu" if _is_ascend_var(var_name) else "cuda"
+
+
+def hides_all_cards(value: Optional[str], var_name: str) -> bool:
+    """True for the usual ways of hiding every card: empty, or ``-1`` for CUDA."""
+    if value is None:
+        return False
+    text = value.strip()
+    return not text or (not _is_ascend_var(var_name) and text == "-1")
+
+
+def visible_card_ids(value: Optional[str], var_name: str) -> Optional[list[int]]:
+    """Host card ids (as npu-smi / nvidia-smi number them) that ``value`` leaves visible.
+
+    These are the ids :func:`hyport_lib.inference.grid.available_cards` pins children
+    to, in the runtime's order. None when the variable is unset or selects by GPU UUID
+    (nothing to map: every listed card is judged); ``[]`` when it hides every card.
+    """
+    if value is None:
+        return None
+    if hides_all_cards(value, var_name):
+        return []
+    first = value.strip().split(",")[0].strip()
+    if not _is_ascend_var(var_name) and first.upper().startswith(("GPU-", "MIG-")):
+        return None
+    return parse_visible_devices(value, var_name)
+
+
 def check_visible_devices(value: Optional[str], var_name: str,
-                          available: Optional[int] = None) -> Check:
+                          available: Optional[int] = None, kind: Optional[str] = None) -> Check:
     """Validate a visible-devices variable's syntax (and range, given ``available``).
+
+    Only the backend that reads the variable is judged strictly: a CI box that hides its
+    GPUs with ``CUDA_VISIBLE_DEVICES=`` or ``=-1`` is fine on cpu and npu.
 
     Args:
         value: the variable's value; None when it is not set.
         var_name: ``ASCEND_RT_VISIBLE_DEVICES`` or ``CUDA_VISIBLE_DEVICES``.
         available: cards on the host, to catch indices that do not exist.
+        kind: the active backend kind; None judges the variable for the backend that
+            reads it (npu for Ascend's, cuda for CUDA's). For any other kind the verdict
+            is at most WARN, never FAIL.
     """
+    owner = visible_devices_owner(var_name)
+    kind = kind or owner
+    if kind != owner:
+        return _foreign_visible_devices(value, var_name, kind)
+    return _judge_visible_devices(value, var_name, available)
+
+
+def _foreign_visible_devices(value: Optional[str], var_name: str, kind: str) -> Check:
+    """A variable the active backend does not read: report it, never FAIL on it."""
+    name = "visible_devices"
+    owner = visible_devices_owner(var_name)
+    not_read = f"the {kind} backend does not read it"
+    if value is None:
+        return Check(name, "SKIP", f"{var_name} not set ({not_read})")
+    if hides_all_cards(value, var_name):
+        cards = "GPUs" if owner == "cuda" else "NPUs"
+        if kind == "cpu":
+            return Check(name, "PASS", f"{var_name}={value!r}: {cards} hidden, as wanted for the "
+                                       f"cpu backend")
+        return Check(name, "SKIP", f"{var_name}={value!r}: {cards} hidden ({not_read})")
+    strict = _judge_visible_devices(value, var_name, None)
+    if strict.verdict == "FAIL":
+        return Check(name, "WARN", f"{strict.reason} ({not_read}; only {owner} processes are "
+                                   f"affected)")
+    return Check(name, "SKIP", f"{not_read}: {strict.reason}")
+
+
+def _judge_visible_devices(value: Optional[str], var_name: str,
+                           available: Optional[int]) -> Check:
+    """Strict judgement, for the backend that reads ``var_name``."""
     name = "visible_devices"
     if value is None:
         return Check(name, "SKIP", f"{var_name} not set: every card is visible")
     raw = value
+    owner = visible_devices_owner(var_name)
     if not raw.strip():
-        return Check(name, "FAIL", f"{var_name} is set but empty: no card will be visible")
+        return Check(name, "FAIL", f"{var_name} is set but empty: no card will be visible to the "
+                                   f"{owner} backend; unset it or list the cards (e.g. 0,1)")
+    if hides_all_cards(raw, var_name):
+        return Check(name, "FAIL", f"{var_name}={raw.strip()} hides every GPU: no card will be "
+                                   f"visible to the {owner} backend; unset it or list the cards "
+                                   f"(e.g. 0,1)")
     entries = [e.strip() for e in raw.strip().split(",")]
     fixed = ",".join(e for e in entries if e)
     seen = parse_visible_devices(raw, var_name)
@@ -148,25 +220,63 @@ def check_hccl_ports(kind: str, num_cards: int, environ: Mapping[str, str],
 
 
 # --- cards ---------------------------------------------------------------------------------
-def check_busy_cards(kind: str, listing, num_cards: Optional[int] = None) -> Check:
-    """Cards held by some process; FAIL when fewer free cards than requested remain."""
+def check_busy_cards(kind: str, listing, num_cards: Optional[int] = None,
+                     visible: Optional[list[int]] = None,
+                     visible_var: Optional[str] = None) -> Check:
+    """Cards held by some process, among the cards this process may use.
+
+    FAIL when fewer free cards remain than ``num_cards`` requests, or none at all;
+    WARN when some are busy but enough are free (hyport skips busy cards).
+
+    Args:
+        kind: the backend kind.
+        listing: a :class:`hyport_lib.environment.devices.DeviceListing`.
+        num_cards: cards the next stages will use (None: all of them).
+        visible: host card ids a visible-devices variable leaves visible (see
+            :func:`visible_card_ids`); None when every card is visible. Busy cards
+            outside it are named but do not count, as the grid never uses them.
+        visible_var: the variable that set ``visible``, to name it in the reason.
+    """
     name = "busy_cards"
     if kind == "cpu":
         return Check(name, "SKIP", "CPU backend: the cards are worker processes hyport starts")
     if not listing.processes_known:
         return Check(name, "WARN", f"cannot see which processes hold the cards: {listing.error}")
-    devices = listing.devices
+    devices, ignored, via = listing.devices, [], ""
+    if visible is not None:
+        # Same mapping as the grid: the variable's entries are the listing's indices.
+        by_index = {d.index: d for d in listing.devices}
+        devices = [by_index[i] for i in dict.fromkeys(visible) if i in by_index]
+        ignored = [d.index for d in listing.devices if d.processes and d.index not in visible]
+        via = f" ({visible_var})" if visible_var else ""
+        if not devices:
+            return Check(name, "SKIP", f"no card of this host is visible{via}: see visible_devices")
     busy = [d for d in devices if d.processes]
+    total, free = len(devices), len(devices) - len(busy)
+    label = "card" if total == 1 else "cards"
+    if visible is not None:
+        label = f"visible {label} ({', '.join(str(d.index) for d in devices)})"
+    unseen = ""
+    if ignored:
+        cards = "card" if len(ignored) == 1 else "cards"
+        unseen = f"; busy but not visible, so not used: {cards} {', '.join(map(str, ignored))}"
     if not busy:
-        return Check(name, "PASS", f"no process holds any of the {len(devices)} cards")
+        if num_cards and total < num_cards:
+            return Check(name, "FAIL", f"only {total} {label}{via}, {num_cards} requested{unseen}")
+        return Check(name, "PASS", f"no process holds any of the {total} {label}{via}{unseen}")
+    if free:
+        head = f"{len(busy)} of {total} {label} busy"
+    elif total == 1:
+        head = f"the only {label} is busy"
+    else:
+        head = f"{'both' if total == 2 else f'all {total}'} {label} are busy"
     detail = "; ".join(f"card {d.index}: " + ", ".join(p.describe() for p in d.processes)
-                       for d in busy)
-    free = len(devices) - len(busy)
-    if num_cards and free < num_cards:
-        return Check(name, "FAIL", f"only {free} of {len(devices)} cards free, {num_cards} requested "
-                                   f"({detail})")
-    return Check(name, "WARN", f"{len(busy)} of {len(devices)} cards busy ({detail}); hyport skips "
-                               f"them and never stops a process it did not start")
+                       for d in busy) + unseen
+    if not free or (num_cards and free < num_cards):
+        wanted = f"{num_cards} requested" if num_cards else "nothing can run"
+        return Check(name, "FAIL", f"{head}{via}: {free} free, {wanted} ({detail})")
+    return Check(name, "WARN", f"{head}{via} ({detail}); hyport skips them and never stops a "
+                               f"process it did not start")
 
 
 def check_card_health(kind: str, listing) -> Check:

@@ -25,6 +25,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Mapping, Optional
 
+from hyport_lib.backend import CudaBackend, NpuBackend
 from hyport_lib.environment import checks as C
 from hyport_lib.environment.compat import check_cann_compat, check_torch_npu_compat, normalise_cann
 from hyport_lib.environment.devices import DeviceListing, probe_devices
@@ -49,6 +50,9 @@ VERSION_PACKAGES = {
 }
 
 DEFAULT_ASCEND_ROOT = Path("/usr/local/Ascend")
+
+#: Visible-devices variable of each accelerator kind, as the backend seam names them.
+VISIBLE_DEVICES_VARS = {b.kind: b.visible_devices_var for b in (NpuBackend, CudaBackend)}
 
 
 @dataclass
@@ -255,6 +259,9 @@ def collect_environment(device: str = "auto", num_cards: Optional[int] = None, *
     system = collect_system()
 
     wanted = int(num_cards) if num_cards else cards
+    # An explicit kind that fell back to CPU keeps its variable judged strictly: an empty
+    # CUDA_VISIBLE_DEVICES is then the explanation of the backend FAIL.
+    judged_kind = requested.split(":")[0] if backend_error else kind
     checks = [
         C.check_backend(requested, kind, cards, backend_error),
         C.check_packages(versions),
@@ -262,8 +269,8 @@ def collect_environment(device: str = "auto", num_cards: Optional[int] = None, *
         check_torch_npu_compat(versions["torch"], versions["torch_npu"]),
         C.check_cann_env(kind, cann, environ),
         check_cann_compat(versions["torch_npu"], cann["version"]),
-        *_visible_device_checks(backend, listing, environ),
-        C.check_busy_cards(kind, listing, num_cards),
+        *_visible_device_checks(judged_kind, listing, environ),
+        C.check_busy_cards(kind, listing, num_cards, *_visible_cards(kind, environ)),
         C.check_card_health(kind, listing),
     ]
     if check_ports:
@@ -283,15 +290,26 @@ def collect_environment(device: str = "auto", num_cards: Optional[int] = None, *
         elapsed_s=round(time.perf_counter() - started, 3))
 
 
-def _visible_device_checks(backend, listing: DeviceListing, environ: Mapping[str, str]) -> list[Check]:
-    names = [v for v in ("ASCEND_RT_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES")
-             if v in environ or v == backend.visible_devices_var]
+def _visible_device_checks(kind: str, listing: DeviceListing,
+                           environ: Mapping[str, str]) -> list[Check]:
+    """One check per visible-devices variable: strict for ``kind``'s own, lenient for others."""
+    own = VISIBLE_DEVICES_VARS.get(kind)
+    names = [v for v in VISIBLE_DEVICES_VARS.values() if v in environ or v == own]
     if not names:
         return [Check("visible_devices", "SKIP", "no visible-devices variable set")]
+    names.sort(key=lambda v: v != own)  # the variable that matters first
     host_cards = len(listing.devices) if listing.source in ("npu-smi", "nvidia-smi") else None
-    return [C.check_visible_devices(environ.get(v), v,
-                                    host_cards if v == backend.visible_devices_var else None)
+    return [C.check_visible_devices(environ.get(v), v, host_cards if v == own else None, kind)
             for v in names]
+
+
+def _visible_cards(kind: str,
+                   environ: Mapping[str, str]) -> tuple[Optional[list[int]], Optional[str]]:
+    """Host card ids the backend's variable leaves visible (None: all), and ``VAR=value``."""
+    var = VISIBLE_DEVICES_VARS.get(kind)
+    if var is None or var not in environ:
+        return None, None
+    return C.visible_card_ids(environ[var], var), f"{var}={environ[var]}"
 
 
 def _num_cards(backend) -> int:
