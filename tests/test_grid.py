@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -16,17 +19,19 @@ import pandas as pd
 import psutil
 import pytest
 
-from hyport_lib.backend import CpuBackend, get_backend
+from hyport_lib.backend import Backend, CpuBackend, get_backend
 from hyport_lib.inference import grid as grid_mod
 from hyport_lib.inference.grid import (
     COLUMNS,
     FALLBACK_MARKER,
     available_cards,
     consistency,
+    inherited_card_ids,
     last_exception,
     plan_grid,
     run_grid,
     scan_fallbacks,
+    scrub_log,
 )
 from hyport_lib.inference.worker import FAULT_ENV, parse_faults
 
@@ -91,6 +96,74 @@ def test_available_cards_follow_inherited_visible_devices(fake_npu, monkeypatch)
         available_cards(backend)
     with pytest.raises(ValueError, match="num_cards=0"):
         available_cards(CpuBackend(), 0)
+
+
+class _FakeCuda(Backend):
+    kind = "cuda"
+    visible_devices_var = "CUDA_VISIBLE_DEVICES"
+
+    def num_cards(self):
+        return 2
+
+
+@pytest.mark.parametrize("value, expected", [
+    ("2,3", [2, 3]), ("2,3,", [2, 3]), (" 1, 0 ", [1, 0]), ("5", [5]),
+])
+def test_cuda_visible_devices_that_map_to_indices(monkeypatch, value, expected):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", value)
+    assert available_cards(_FakeCuda()) == expected
+
+
+@pytest.mark.parametrize("var, value, says", [
+    ("CUDA_VISIBLE_DEVICES", "GPU-1a2b3c4d-0000-1111-2222-333344445555,GPU-99", "UUID"),
+    ("CUDA_VISIBLE_DEVICES", "MIG-5f2c", "indices"),
+    ("CUDA_VISIBLE_DEVICES", "0-1", "ranges"),
+    ("CUDA_VISIBLE_DEVICES", "3,3", "card 3 more than once"),
+    ("CUDA_VISIBLE_DEVICES", "0,GPU-1a2b", "UUID"),
+    ("CUDA_VISIBLE_DEVICES", "-1", "hides every card"),
+    ("CUDA_VISIBLE_DEVICES", "", "hides every card"),
+    ("CUDA_VISIBLE_DEVICES", "0,,1", "empty entry"),
+    ("CUDA_VISIBLE_DEVICES", "0,one", "'one' is not a card index"),
+    ("ASCEND_RT_VISIBLE_DEVICES", "4-5", "ranges"),
+    ("ASCEND_RT_VISIBLE_DEVICES", "4,4", "card 4 more than once"),
+    ("ASCEND_RT_VISIBLE_DEVICES", "4,\t5", "spaces"),
+])
+def test_unmappable_visible_devices_name_the_variable(var, value, says):
+    with pytest.raises(ValueError) as info:
+        inherited_card_ids(var, value)
+    message = str(info.value)
+    assert f"{var}={value!r}" in message and says in message
+
+
+def test_grid_refuses_uuid_visible_devices_before_launching(monkeypatch, tmp_path):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "GPU-1a2b3c4d-0000-1111-2222-333344445555")
+    with pytest.raises(ValueError, match="CUDA_VISIBLE_DEVICES=.*UUID"):
+        run_grid(_config(model_path="never-loaded"), backend=_FakeCuda(), log_dir=tmp_path)
+    assert not list(tmp_path.iterdir())  # nothing was started
+
+
+def test_scrub_log_rewrites_only_secret_values(tmp_path):
+    environ = {"MY_API_TOKEN": "tok-4f9e1c2d", "PLAIN": "harmless-value"}
+    log = tmp_path / "card0.log"
+    log.write_bytes(b"loading /models/tok-4f9e1c2d/ckpt\nharmless-value \xff\n")
+    assert scrub_log(log, environ) is True
+    text = log.read_text(encoding="utf-8")
+    assert "tok-4f9e1c2d" not in text and "/models/[redacted]/ckpt" in text
+    assert "harmless-value" in text
+    assert scrub_log(log, environ) is False  # nothing left to scrub: untouched
+    assert scrub_log(tmp_path / "missing.log", environ) is False
+
+
+def test_cli_turns_stop_signals_into_system_exit():
+    from hyport_lib.commands.infer import exit_on_stop_signals
+
+    before = signal.getsignal(signal.SIGHUP)
+    with pytest.raises(SystemExit) as info:
+        with exit_on_stop_signals():
+            os.kill(os.getpid(), signal.SIGHUP)
+            time.sleep(5)  # the handler runs at the next bytecode, long before this ends
+    assert info.value.code == 128 + signal.SIGHUP
+    assert signal.getsignal(signal.SIGHUP) == before  # restored on the way out
 
 
 def _frame(rows):
@@ -278,3 +351,131 @@ def test_grid_returns_when_every_worker_hangs(tmp_path):
     assert time.monotonic() - started < 3 + 1 + 5
     assert consistency(result.frame)[0] is False
     assert "No card finished" in result.consistency_line
+
+
+# --------------------------------------------------------------------------- launcher death
+_HANGING_GRID = """
+import sys
+from hyport_lib.inference.generate import InferenceConfig
+from hyport_lib.inference.grid import run_grid
+run_grid(InferenceConfig(max_new_tokens=2), device="cpu", num_cards=2, timeout_s=600,
+         log_dir=sys.argv[1])
+"""
+
+
+def _wait_for_hung_workers(parent: subprocess.Popen, log_dir: Path) -> list[psutil.Process]:
+    """Once both workers hang: the worker, guard and hang-child processes, from the logs."""
+    pids: list[int] = []
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline and parent.poll() is None:
+        logs = [log_dir / f"card{c}.log" for c in (0, 1)]
+        texts = [p.read_text() if p.is_file() else "" for p in logs]
+        if all("hang: child pid" in t for t in texts):
+            for text in texts:
+                pids.append(int(text.split("[hyport worker] card ")[1].split(" pid ")[1].split()[0]))
+                pids.append(int(text.split(" guard pid ")[1].split()[0]))
+                pids.append(int(text.split("hang: child pid")[1].split()[0]))
+            break
+        time.sleep(0.2)
+    assert len(pids) == 6, f"workers did not reach the hang (rc {parent.poll()})"
+    procs = [psutil.Process(pid) for pid in pids]
+    # All of them descend from the launcher we started: only those are ever killed here.
+    ours = {p.pid for p in psutil.Process(parent.pid).children(recursive=True)}
+    assert set(pids) <= ours
+    return procs
+
+
+def _alive(procs: list[psutil.Process]) -> list[int]:
+    alive = []
+    for proc in procs:
+        try:
+            if proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE:
+                alive.append(proc.pid)
+        except psutil.NoSuchProcess:
+            continue
+    return alive
+
+
+def _kill_leftovers(parent: subprocess.Popen, procs: list[psutil.Process]) -> None:
+    """Test hygiene after a failure: kill what this test started and is still running."""
+    for proc in [*procs, psutil.Process(parent.pid) if parent.poll() is None else None]:
+        if proc is None:
+            continue
+        try:
+            if proc.is_running():  # same pid *and* start time: still the process we started
+                proc.kill()
+        except psutil.NoSuchProcess:
+            continue
+    parent.wait(timeout=10)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("how", ["cli-sigterm", "launcher-sigkill"])
+def test_workers_do_not_outlive_the_launcher(tmp_path, how):
+    """SIGTERM to `hyport infer` runs the grid's cleanup; even SIGKILL of the launcher
+    (no cleanup at all) takes the workers and their children along, via the guard."""
+    log_dir = tmp_path / "logs"
+    env = {**os.environ, FAULT_ENV: "0:hang,1:hang", "HYPORT_RESULTS_DIR": str(tmp_path / "results")}
+    if how == "cli-sigterm":
+        cmd = [sys.executable, "-m", "hyport_lib.commands", "infer", "--device", "cpu",
+               "--num-cards", "2", "--timeout-s", "600", "--log-dir", str(log_dir), "--no-record"]
+        sig, expected_rc = signal.SIGTERM, 128 + signal.SIGTERM
+    else:
+        cmd = [sys.executable, "-c", _HANGING_GRID, str(log_dir)]
+        sig, expected_rc = signal.SIGKILL, -signal.SIGKILL
+    parent = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.PIPE, text=True)
+    procs: list[psutil.Process] = []
+    try:
+        procs = _wait_for_hung_workers(parent, log_dir)
+        parent.send_signal(sig)
+        _, err = parent.communicate(timeout=30)
+        assert parent.returncode == expected_rc, err[-2000:]
+        deadline = time.monotonic() + 5
+        while _alive(procs) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert _alive(procs) == [], f"still running after the launcher died: {_alive(procs)}"
+    finally:
+        _kill_leftovers(parent, procs)
+
+
+# --------------------------------------------------------------------------- secrets
+SECRET_NAME = "HYPORT_GRID_TEST_SECRET_TOKEN"
+SECRET = "s3cr3t-9c41d7aa"
+
+
+def _files_with_secret(folder: Path) -> list[str]:
+    return [p.name for p in folder.iterdir() if SECRET.encode() in p.read_bytes()]
+
+
+@pytest.mark.slow
+def test_secret_values_stay_out_of_logs_configs_and_results(tmp_path, monkeypatch):
+    from hyport_lib.models.tiny import ensure_tiny_model
+
+    # The checkpoint only loads under its real (secret-bearing) path: an ok card proves
+    # the worker got the real configuration, not the scrubbed copy on disk.
+    model = tmp_path / f"ckpt-{SECRET}"
+    model.symlink_to(ensure_tiny_model(), target_is_directory=True)
+    prompt = f"Say hello to {SECRET}."
+    ok_dir = tmp_path / "ok"
+    result = run_grid(_config(model_path=str(model), single_prompt=prompt, max_new_tokens=2),
+                      device="cpu", num_cards=1, timeout_s=120, log_dir=ok_dir,
+                      extra_env={SECRET_NAME: SECRET})  # a secret only the workers have
+    assert _status(result) == {0: "ok"}, result.frame[["status", "error"]].to_dict()
+    assert _files_with_secret(ok_dir) == []
+    record = json.loads((ok_dir / "card0.config.json").read_text())
+    assert record["inference"]["model_path"].endswith("ckpt-[redacted]")
+    assert record["inference"]["single_prompt"] == "Say hello to [redacted]."
+    assert SECRET not in json.dumps(result.to_dict(), default=str)
+    assert SECRET not in json.dumps(result.cards, default=str)
+
+    # A failing load: the traceback quotes the path; the log and the row show it scrubbed.
+    monkeypatch.setenv(SECRET_NAME, SECRET)
+    failed_dir = tmp_path / "failed"
+    result = run_grid(_config(model_path=str(tmp_path / SECRET / "missing")), device="cpu",
+                      num_cards=1, timeout_s=120, log_dir=failed_dir)
+    assert _status(result) == {0: "failed"}
+    assert _files_with_secret(failed_dir) == []
+    log = (failed_dir / "card0.log").read_text()
+    assert "Traceback" in log and "[redacted]" in log
+    assert "[redacted]" in _row(result, 0)["error"] and SECRET not in _row(result, 0)["error"]

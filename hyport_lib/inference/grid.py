@@ -7,6 +7,23 @@ worker is pinned to its card through the backend seam's visible-devices variable
 writes ``card<N>.log`` (stdout and stderr) and ``card<N>.json`` (its result) in the
 log folder, and runs in its own session, hence its own process group.
 
+Workers never outlive the launcher. The worker's stdin is a pipe whose write end only
+the launcher holds: the worker reads its configuration from it (so secret values never
+touch the disk; ``card<N>.config.json`` is a scrubbed copy for the record), then starts
+a tiny ``sh`` guard in its process group that waits for end-of-file on that pipe and
+then SIGKILLs the group. The kernel closes the pipe however the launcher ends, even by
+SIGKILL or by ipykernel's ``os._exit`` when papermill goes away, so the worker and
+every child it started die with it. Linux's ``PR_SET_PDEATHSIG`` is not used: it would
+SIGKILL the worker alone and orphan the worker's own children, it fires when the
+spawning *thread* exits rather than the process, and it does not exist on macOS. A
+watchdog thread inside the worker is not used either: it needs the GIL, which a worker
+stuck in a C call may hold. ``hyport infer`` also turns SIGTERM and SIGHUP into
+``SystemExit`` so that the orderly cleanup below runs.
+
+Whatever the workers write is scrubbed of secret values (variables whose names look
+secret, see :mod:`hyport_lib.utils.redact`) once they exit: the log is rewritten in
+place, and the result and the grid's own record never hold them.
+
 The launcher only watches: it never imports torch for the workers' sake and never
 touches the device. A worker that raises, dies (signal, ``os._exit``, out-of-memory
 kill) or runs past ``timeout_s`` becomes a row with its reason; the others finish; a
@@ -40,7 +57,8 @@ import pandas as pd
 import hyport_lib
 from hyport_lib.backend import Backend, get_backend
 from hyport_lib.results import Provenance, results_dir
-from hyport_lib.utils.redact import child_environ, scrub_text
+from hyport_lib.utils.files import atomic_write_json, atomic_write_text
+from hyport_lib.utils.redact import child_environ, scrub_obj, scrub_text, secret_values
 
 STATUSES = ("ok", "failed", "timeout", "skipped-busy")
 #: What torch_npu prints when an operator has no NPU kernel.
@@ -113,15 +131,58 @@ def available_cards(backend: Backend, num_cards: Optional[int] = None) -> list[i
         return list(range(int(num_cards) if num_cards else backend.num_cards()))
     ids = list(range(backend.num_cards()))
     var = backend.visible_devices_var
-    inherited = os.environ.get(var, "") if var else ""
-    if inherited.strip():
-        if " " in inherited:
-            raise ValueError(f"{var}={inherited!r}: remove the spaces (the runtime stops reading at one)")
-        ids = [int(x) for x in inherited.split(",") if x.strip()][:len(ids)]
+    inherited = os.environ.get(var) if var else None
+    if inherited is not None:
+        ids = inherited_card_ids(var, inherited)[:len(ids)]
     if num_cards is not None:
         if int(num_cards) > len(ids):
             raise ValueError(f"num_cards={num_cards}: only {len(ids)} {backend.kind} card(s) are visible")
         ids = ids[:int(num_cards)]
+    return ids
+
+
+def inherited_card_ids(var: str, value: str) -> list[int]:
+    """Host card ids listed by an inherited visible-devices variable, in order.
+
+    The grid pins each worker with ``var=<id>``, so it must know the host index
+    behind every card this process sees. Anything it cannot map that way is an error
+    naming the variable, rather than a crash or a worker pinned to the wrong card.
+
+    Raises:
+        ValueError: the value hides every card, selects cards by UUID, holds a range
+            (``0-1``), a non-number, an empty entry, a duplicate, or (Ascend) a space.
+    """
+    from hyport_lib.environment.checks import parse_visible_devices
+
+    ascend = var.upper().startswith("ASCEND")
+    shown = f"{var}={value!r}"
+    text = value.strip()
+    if not text or (not ascend and text == "-1"):
+        raise ValueError(f"{shown} hides every card: unset it, or list the card indices to use (e.g. 0,1)")
+    if ascend and re.search(r"\s", text):
+        raise ValueError(f"{shown}: remove the spaces (the Ascend runtime stops reading at one)")
+    entries = [e.strip() for e in text.split(",")]
+    if len(entries) > 1 and not entries[-1]:
+        entries.pop()  # a trailing comma: the runtimes ignore it
+    for entry in entries:
+        if not ascend and entry.upper().startswith(("GPU-", "MIG-")):
+            raise ValueError(
+                f"{shown} selects cards by UUID; the grid pins each worker by card index, so set "
+                f"it to indices instead (nvidia-smi -L lists each GPU's index and UUID)")
+        if not entry:
+            raise ValueError(f"{shown} has an empty entry; list the card indices, e.g. 0,1")
+        if not entry.isdigit():
+            hint = " (ranges are not understood: list each card, e.g. 0,1)" if "-" in entry else ""
+            raise ValueError(f"{shown}: {entry!r} is not a card index{hint}")
+    ids = [int(e) for e in entries]
+    duplicates = sorted({i for i in ids if ids.count(i) > 1})
+    if duplicates:
+        raise ValueError(f"{shown} lists card {duplicates[0]} more than once; list each card once")
+    # What the runtime itself reads must be what the grid maps (e.g. CUDA strips spaces).
+    seen = parse_visible_devices(value, var)
+    if seen != ids:
+        raise ValueError(f"{shown}: the runtime reads cards {seen} from it, the grid {ids}; "
+                         f"write it as {','.join(map(str, ids))}")
     return ids
 
 
@@ -362,6 +423,8 @@ class _Worker:
     deadline: float
     log_path: Path
     result_path: Path
+    lifeline: Optional[int] = None  # write end of the worker's stdin; closing it ends the worker
+    unsent: bytes = b""  # the part of the worker's configuration not yet in the pipe
 
 
 def default_log_dir() -> Path:
@@ -396,22 +459,74 @@ def _threads_per_worker(backend: Backend, workers: int) -> Optional[int]:
 
 
 def _launch(backend: Backend, card: int, spec: dict, log_dir: Path, timeout_s: float,
-            extra_env: Optional[dict]) -> _Worker:
+            extra_env: Optional[dict], secrets_env: dict) -> _Worker:
     log_path = log_dir / f"card{card}.log"
     result_path = log_dir / f"card{card}.json"
     config_path = log_dir / f"card{card}.config.json"
     result_path.unlink(missing_ok=True)  # never read a previous run's result
-    config_path.write_text(json.dumps(spec, indent=2, default=str), encoding="utf-8")
+    # The file is a record for people; the worker gets the real values on its stdin.
+    atomic_write_json(config_path, scrub_obj(spec, secrets_env))
     cmd = [sys.executable, "-m", "hyport_lib.inference.worker",
-           "--config", str(config_path), "--result", str(result_path)]
+           "--config", "-", "--result", str(result_path), "--die-with-stdin"]
+    read_end, lifeline = os.pipe()  # both non-inheritable: no other child gets the write end
     started = time.monotonic()
-    with open(log_path, "wb") as log:  # the child keeps its own copy of the descriptor
-        proc = subprocess.Popen(
-            cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            env=_worker_env(backend, card, spec.get("num_threads"), extra_env),
-            start_new_session=True,  # its own process group: killable as a whole
-            close_fds=True)
-    return _Worker(card, proc, started, started + timeout_s, log_path, result_path)
+    try:
+        with open(log_path, "wb") as log:  # the child keeps its own copy of the descriptor
+            proc = subprocess.Popen(
+                cmd, stdout=log, stderr=subprocess.STDOUT, stdin=read_end,
+                env=_worker_env(backend, card, spec.get("num_threads"), extra_env),
+                start_new_session=True,  # its own process group: killable as a whole
+                close_fds=True)
+    except BaseException:
+        os.close(lifeline)
+        raise
+    finally:
+        os.close(read_end)
+    # Non-blocking: a worker that never reads must not stall the launcher (see _feed).
+    os.set_blocking(lifeline, False)
+    worker = _Worker(card, proc, started, started + timeout_s, log_path, result_path,
+                     lifeline=lifeline, unsent=json.dumps(spec, default=str).encode() + b"\n")
+    _feed(worker)
+    return worker
+
+
+def _feed(worker: _Worker) -> None:
+    """Write what the pipe takes of the worker's configuration; the rest on a later poll."""
+    if not worker.unsent or worker.lifeline is None:
+        return
+    try:
+        written = os.write(worker.lifeline, worker.unsent)
+    except BlockingIOError:
+        return  # pipe full: the worker has not read yet
+    except BrokenPipeError:
+        worker.unsent = b""  # it exited before reading; its exit status will say why
+        return
+    worker.unsent = worker.unsent[written:]
+
+
+def _cut_lifeline(worker: _Worker) -> None:
+    """Close the worker's stdin; its guard then kills whatever is left of its group."""
+    if worker.lifeline is not None:
+        os.close(worker.lifeline)
+        worker.lifeline = None
+
+
+def scrub_log(path: os.PathLike | str, environ: Optional[dict] = None) -> bool:
+    """Rewrite a log without secret values (atomically); True when it changed.
+
+    Args:
+        path: the log file; a missing one is left alone.
+        environ: where the secret variables are looked up (default ``os.environ``).
+    """
+    path = Path(path)
+    if not secret_values(environ) or not path.is_file():
+        return False
+    text = path.read_bytes().decode("utf-8", errors="replace")
+    scrubbed = scrub_text(text, environ)
+    if scrubbed == text:
+        return False
+    atomic_write_text(path, scrubbed)
+    return True
 
 
 def _exited(proc: subprocess.Popen) -> bool:
@@ -461,8 +576,9 @@ def _reap_leftovers(worker: _Worker) -> None:
         pass  # the group held only the (exited) leader
 
 
-def _row_for(worker: _Worker, timed_out: bool, timeout_s: float, device: str) -> tuple[dict, dict]:
-    """Build the table row of a finished worker; returns (row, raw result)."""
+def _row_for(worker: _Worker, timed_out: bool, timeout_s: float, device: str,
+             secrets_env: Optional[dict] = None) -> tuple[dict, dict]:
+    """Build the table row of a finished worker; returns (row, raw result), both scrubbed."""
     rc = worker.proc.returncode
     wall = time.monotonic() - worker.started
     raw: dict = {}
@@ -472,7 +588,8 @@ def _row_for(worker: _Worker, timed_out: bool, timeout_s: float, device: str) ->
         except (OSError, json.JSONDecodeError) as exc:
             raw = {"status": "failed", "error_type": type(exc).__name__,
                    "error": f"unreadable result file {worker.result_path}: {exc}"}
-    tail = read_log_tail(worker.log_path)
+    raw = scrub_obj(raw, secrets_env)
+    tail = scrub_text(read_log_tail(worker.log_path), secrets_env)
     fallbacks, fallback_ops = scan_fallbacks(worker.log_path)
     row = {c: None for c in COLUMNS}
     row.update(card=worker.card, device=device, wall_s=round(wall, 3),
@@ -509,7 +626,7 @@ def _row_for(worker: _Worker, timed_out: bool, timeout_s: float, device: str) ->
             output_hash=out.get("output_hash"))
     row["status"] = status
     if reason:
-        row["error"] = scrub_text(reason) + (f"\n{tail}" if tail and status != "ok" else "")
+        row["error"] = scrub_text(reason, secrets_env) + (f"\n{tail}" if tail and status != "ok" else "")
     raw.setdefault("card", worker.card)
     raw["returncode"] = rc
     return row, raw
@@ -559,13 +676,15 @@ def run_grid(config: Any = None, *, device: str = "auto", num_cards: Optional[in
             beside the results).
         on_update: called with a :class:`GridProgress` at the start and whenever a card
             finishes (a live table in the notebook, a progress bar in the CLI).
-        extra_env: extra variables for the workers.
+        extra_env: extra variables for the workers (secret-looking ones among them
+            are scrubbed from the logs and results like those of this process).
         poll_interval_s: how often the workers are checked.
         kill_grace_s: between SIGTERM and SIGKILL of a timed-out worker's group.
         backend: an already built backend (else ``get_backend(device)``).
 
     Returns:
-        GridResult with one row per card (see :data:`COLUMNS`).
+        GridResult with one row per card (see :data:`COLUMNS`). Its ``config`` and
+        ``cards`` and the files in ``log_dir`` hold no secret values.
     """
     if timeout_s is None or float(timeout_s) <= 0:
         raise ValueError(f"timeout_s={timeout_s!r}: expected a positive number of seconds")
@@ -579,6 +698,7 @@ def run_grid(config: Any = None, *, device: str = "auto", num_cards: Optional[in
 
         inference["model_path"] = str(ensure_tiny_model())
     order = [c.card for c in plan.cards]
+    secrets_env = {**os.environ, **(extra_env or {})}
     log_dir = Path(log_dir).resolve() if log_dir else default_log_dir()
     log_dir.mkdir(parents=True, exist_ok=True)
 
@@ -608,9 +728,11 @@ def run_grid(config: Any = None, *, device: str = "auto", num_cards: Optional[in
 
     def finish(worker: _Worker, timed_out: bool) -> None:
         worker.proc.wait()
+        _cut_lifeline(worker)
         pending.remove(worker)
+        scrub_log(worker.log_path, secrets_env)
         rows[worker.card], raws[worker.card] = _row_for(
-            worker, timed_out, float(timeout_s), label(worker.card))
+            worker, timed_out, float(timeout_s), label(worker.card), secrets_env)
         notify(worker.card, rows[worker.card]["status"])
 
     pending: list[_Worker] = []
@@ -621,12 +743,15 @@ def run_grid(config: Any = None, *, device: str = "auto", num_cards: Optional[in
             spec = {"card": p.card, "device_kind": backend.kind, "num_threads": threads,
                     "inference": inference}
             try:
-                pending.append(_launch(backend, p.card, spec, log_dir, float(timeout_s), extra_env))
+                pending.append(_launch(backend, p.card, spec, log_dir, float(timeout_s), extra_env,
+                                       secrets_env))
             except OSError as exc:
                 rows[p.card].update(status="failed", cpu_fallback_warnings=0,
                                     error=f"could not start the worker: {type(exc).__name__}: {exc}")
         notify()
         while pending:
+            for worker in pending:
+                _feed(worker)
             now = time.monotonic()
             for worker in [w for w in pending if _exited(w.proc)]:
                 _reap_leftovers(worker)
@@ -639,18 +764,21 @@ def run_grid(config: Any = None, *, device: str = "auto", num_cards: Optional[in
             if pending:
                 time.sleep(poll_interval_s)
     finally:
-        # Interrupted (KeyboardInterrupt in the notebook): leave no worker behind.
+        # Interrupted (KeyboardInterrupt in the notebook, SIGTERM in the CLI): leave no
+        # worker behind, and no secret in what they wrote.
         if pending:
             _kill_groups(pending, 0.0)
             for worker in pending:
                 worker.proc.wait()
+                _cut_lifeline(worker)
+                scrub_log(worker.log_path, secrets_env)
 
     frame = _frame(rows, order)
     consistent, differing, _ = consistency(frame)
     return GridResult(
         frame=frame, consistent=consistent, differing_cards=differing, log_dir=log_dir,
         wall_s=time.monotonic() - t0, provenance=Provenance(device=backend.kind), plan=plan,
-        config=inference, timeout_s=float(timeout_s),
+        config=scrub_obj(inference, secrets_env), timeout_s=float(timeout_s),
         cards=[raws[c] for c in order if c in raws])
 
 

@@ -2,12 +2,23 @@
 
 Run by :func:`hyport_lib.inference.grid.run_grid`, never imported by it::
 
-    python -m hyport_lib.inference.worker --config CONFIG --result PATH
+    python -m hyport_lib.inference.worker --config - --result PATH --die-with-stdin
 
-``CONFIG`` is a JSON object or the path of a file holding one::
+``--config`` is a JSON object, the path of a file holding one, or ``-``: one line of
+JSON on stdin (how the grid passes it, so that secret values in it never touch the
+disk)::
 
     {"card": 3, "device_kind": "npu", "num_threads": null,
      "inference": {...InferenceConfig fields...}}
+
+With ``--die-with-stdin`` the worker, once it has read its configuration, starts a
+guard (``/bin/sh``, in the worker's own process group) that waits for end-of-file on
+the worker's stdin and then SIGKILLs the whole group. The grid holds the only write end
+of that pipe, so when the launcher ends in any way (SIGKILL included) the worker and
+every child it started end too. The guard is an external process rather than a thread
+so that it works even while the worker holds the GIL in a stuck C call. It is only
+started when the worker leads its own process group (the grid starts it in a new
+session), so it can never kill a group the worker did not create.
 
 The launcher has already pinned the process to its card through the backend's
 visible-devices variable (``ASCEND_RT_VISIBLE_DEVICES`` / ``CUDA_VISIBLE_DEVICES``), so
@@ -43,7 +54,7 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 from hyport_lib.utils.files import atomic_write_json
-from hyport_lib.utils.redact import scrub_text
+from hyport_lib.utils.redact import scrub_obj, scrub_text
 
 #: Test-only: ``"<card>:<mode>,..."`` (see the module docstring).
 FAULT_ENV = "HYPORT_TEST_FAULT"
@@ -96,11 +107,35 @@ def inject_fault(card: int, environ=None) -> None:
             time.sleep(3600)
 
 
+#: The guard: wait for end-of-file on stdin, then SIGKILL its own process group (the
+#: worker's). ``read`` fails at end-of-file; nothing else is ever written to the pipe.
+GUARD_SCRIPT = "while read -r line; do :; done; kill -s KILL 0"
+
+
+def start_guard() -> Optional[int]:
+    """Start the stdin guard (see the module docstring); returns its pid, or None.
+
+    None (and a note in the log) when this process does not lead its own process
+    group: then its group is someone else's and must not be killed.
+    """
+    if not hasattr(os, "getpgrp") or os.getpgrp() != os.getpid():
+        print("[hyport worker] not a process-group leader: no guard, the worker will not "
+              "follow its launcher's exit", flush=True)
+        return None
+    guard = subprocess.Popen(["/bin/sh", "-c", GUARD_SCRIPT], stdin=sys.stdin.fileno(),
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, close_fds=True)
+    return guard.pid
+
+
 def load_spec(text: str) -> dict:
-    """The worker spec from inline JSON or a JSON file; errors name the argument."""
+    """The worker spec from inline JSON, a JSON file or ``-`` (a line on stdin);
+    errors name the argument."""
     source = text.strip()
     try:
-        if not source.startswith("{"):
+        if source == "-":
+            # One line only: whatever follows belongs to the guard (end-of-file).
+            source = sys.stdin.buffer.readline().decode("utf-8")
+        elif not source.startswith("{"):
             source = Path(text).read_text(encoding="utf-8")
         spec = json.loads(source)
     except (OSError, json.JSONDecodeError) as exc:
@@ -144,21 +179,27 @@ def run_worker(spec: dict) -> dict:
 def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m hyport_lib.inference.worker",
                                      description="One card of the hyport inference grid.")
-    parser.add_argument("--config", required=True, help="worker spec: JSON object or file")
+    parser.add_argument("--config", required=True,
+                        help="worker spec: JSON object, JSON file, or - for one line on stdin")
     parser.add_argument("--result", required=True, help="where to write the result JSON")
+    parser.add_argument("--die-with-stdin", action="store_true",
+                        help="kill this process group when stdin reaches end-of-file "
+                             "(the launcher is gone)")
     args = parser.parse_args(argv)
     started = time.monotonic()
     spec = load_spec(args.config)
+    guard = start_guard() if args.die_with_stdin else None
     card = int(spec["card"])
     visible = {k: v for k, v in os.environ.items() if k.endswith("VISIBLE_DEVICES")}
     print(f"[hyport worker] card {card} pid {os.getpid()} kind {spec.get('device_kind')} "
-          f"visible {visible or '-'}", flush=True)
+          f"visible {visible or '-'}" + (f" guard pid {guard}" if guard else ""), flush=True)
     try:
         inject_fault(card)
         payload = run_worker(spec)
         code = 0
     except Exception as exc:  # the process boundary: record any failure, then exit non-zero
-        traceback.print_exc()
+        # The traceback may quote the configuration (a model path, a prompt).
+        sys.stderr.write(scrub_text(traceback.format_exc()))
         sys.stderr.flush()
         payload = {
             "card": card,
@@ -169,7 +210,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         code = 1
     payload["pid"] = os.getpid()
     payload["wall_s"] = round(time.monotonic() - started, 3)
-    atomic_write_json(args.result, payload)
+    atomic_write_json(args.result, scrub_obj(payload))
     print(f"[hyport worker] card {card} {payload['status']} in {payload['wall_s']:.1f}s", flush=True)
     if spec.get("device_kind", "cpu") == "cpu":
         _fast_exit(code)
