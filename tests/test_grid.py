@@ -298,6 +298,15 @@ def test_faults_are_isolated_and_reported(eight_cards, tmp_path):
     # The hung worker's child was in its process group and died with it.
     log6 = (tmp_path / "card6.log").read_text()
     child = int(log6.split("hang: child pid")[1].split()[0])
+    # SIGKILL is delivered asynchronously: give the kernel a moment to finish it off.
+    deadline = time.monotonic() + 10
+    while psutil.pid_exists(child) and time.monotonic() < deadline:
+        try:
+            if psutil.Process(child).status() == psutil.STATUS_ZOMBIE:
+                break
+        except psutil.NoSuchProcess:
+            break
+        time.sleep(0.05)
     if psutil.pid_exists(child):
         assert psutil.Process(child).status() == psutil.STATUS_ZOMBIE
     assert grid_mod.grid_verdict(result) == "FAIL"
