@@ -169,6 +169,67 @@ def test_config_rejects_bad_values(kwargs, field):
         InferenceConfig(**kwargs)
 
 
+@pytest.mark.parametrize(
+    "kwargs,field",
+    [
+        ({"max_new_tokens": "abc"}, "max_new_tokens"),
+        ({"max_new_tokens": 2.9}, "max_new_tokens"),
+        ({"max_new_tokens": "2.5"}, "max_new_tokens"),
+        ({"max_new_tokens": True}, "max_new_tokens"),
+        ({"max_new_tokens": None}, "max_new_tokens"),
+        ({"temperature": "hot"}, "temperature"),
+        ({"temperature": float("nan")}, "temperature"),
+        ({"temperature": [1.0]}, "temperature"),
+        ({"seed": None}, "seed"),
+        ({"seed": "x1"}, "seed"),
+        ({"trust_remote_code": "sure"}, "trust_remote_code"),
+        ({"enable_thinking": 2}, "enable_thinking"),
+        ({"batch_prompts": [["a", True], ["b", "maybe"]]}, "batch_prompts[1]"),
+        ({"batch_prompts": [{"text": "a", "image": None}]}, "batch_prompts[0]"),
+    ],
+)
+def test_config_errors_name_the_argument_and_value(kwargs, field):
+    with pytest.raises(ValueError) as err:
+        InferenceConfig(**kwargs)
+    value = next(iter(kwargs.values()))
+    if field.startswith("batch_prompts["):
+        value = value[-1][1] if isinstance(value[-1], list) else value[-1]["image"]
+    # "name=value: expected ...", not int()'s or float()'s own message.
+    assert str(err.value).startswith(f"{field}={value!r}: expected"), str(err.value)
+
+
+def test_config_coerces_numeric_text_and_flag_words():
+    config = InferenceConfig(max_new_tokens=" 16 ", temperature="0.5", seed="7",
+                             trust_remote_code="false", enable_thinking="YES")
+    assert (config.max_new_tokens, config.temperature, config.seed) == (16, 0.5, 7)
+    assert (config.trust_remote_code, config.enable_thinking) == (False, True)
+    assert InferenceConfig(max_new_tokens=4.0, seed=-3).max_new_tokens == 4
+    assert isinstance(InferenceConfig(max_new_tokens=4.0).max_new_tokens, int)
+    prompts = InferenceConfig(batch_prompts=[["a", "false"], ["b", "True"], ["c", 1], ["d", 0],
+                                             ["e", "no"], {"text": "f", "image": "yes"}])
+    assert prompts.batch_prompts == (("a", False), ("b", True), ("c", True), ("d", False),
+                                     ("e", False), ("f", True))
+
+
+def test_decode_rate_excludes_the_first_token():
+    assert generate.decode_rate(5, 2.0, 1.0) == pytest.approx(4.0)
+    assert generate.decode_rate(1, 2.0, 1.0) is None, "one token: nothing after the first"
+    assert generate.decode_rate(5, 2.0, None) is None
+    assert generate.decode_rate(5, 1.0, 1.0) is None
+
+
+def test_outcome_reports_decode_speed_beside_end_to_end_speed(outcome, loaded):
+    expected = (outcome.new_tokens - 1) / (outcome.generate_s - outcome.first_token_s)
+    assert outcome.decode_tokens_per_s == pytest.approx(expected)
+    assert outcome.to_dict()["decode_tokens_per_s"] == outcome.decode_tokens_per_s
+    # tokens_per_s keeps its meaning: everything, prefill included.
+    assert outcome.tokens_per_s == pytest.approx(outcome.new_tokens / outcome.generate_s)
+    model, processor = loaded
+    _, stats = run_single(model, processor, InferenceConfig(max_new_tokens=1))
+    assert stats["new_tokens"] == 1 and stats["decode_tokens_per_s"] is None
+    assert stats["tokens_per_s"] > 0
+
+
 def test_config_round_trips_and_rejects_unknown_keys():
     config = InferenceConfig(dtype="torch.bfloat16", trust_remote_code=True)
     assert config.dtype == "bfloat16"

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -150,6 +152,46 @@ def test_sharded_save_has_index_and_same_weights(tiny_dir, cache_root):
     assert merged.keys() == whole.keys()
     # Fixed seed: an independent build has bit-identical weights.
     assert all((merged[k] == whole[k]).all() for k in whole)
+
+
+@contextlib.contextmanager
+def _umask(mask):
+    old = os.umask(mask)
+    try:
+        yield
+    finally:
+        os.umask(old)
+
+
+def _modes(folder: Path) -> dict:
+    return {p.name: stat.S_IMODE(p.stat().st_mode) for p in [folder, *folder.iterdir()]}
+
+
+@pytest.mark.parametrize("shards", [None, "100KB"])
+def test_cached_checkpoint_is_readable_by_everyone(tmp_path, shards):
+    # transformers writes weights -rw-------; a shared cache needs them 0o644.
+    with _umask(0o022):
+        folder = ensure_tiny_model(tmp_path, max_shard_size=shards)
+    modes = _modes(folder)
+    weights = [n for n in modes if n.endswith(".safetensors")]
+    assert weights and (len(weights) > 1) == (shards is not None)
+    assert modes.pop(folder.name) == 0o755
+    assert modes and set(modes.values()) == {0o644}, modes
+
+
+def test_shared_modes_follow_the_umask(tmp_path):
+    (tmp_path / "sub").mkdir(mode=0o700)
+    for name in ("model.safetensors", "sub/shard.bin"):
+        (tmp_path / name).write_bytes(b"x")
+        os.chmod(tmp_path / name, 0o600)
+    with _umask(0o002):
+        assert tiny._current_umask() == 0o002
+        tiny._share_modes(tmp_path)
+        assert os.umask(0o002) == 0o002, "reading the umask must not change it"
+    assert stat.S_IMODE(tmp_path.stat().st_mode) == 0o775
+    assert stat.S_IMODE((tmp_path / "sub").stat().st_mode) == 0o775
+    assert stat.S_IMODE((tmp_path / "model.safetensors").stat().st_mode) == 0o664
+    assert stat.S_IMODE((tmp_path / "sub" / "shard.bin").stat().st_mode) == 0o664
 
 
 @pytest.mark.parametrize("bad", ["", "lots", "-5KB", 0, 1.5])

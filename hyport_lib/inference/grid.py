@@ -69,7 +69,8 @@ PREVIEW_CHARS = 60
 LOG_TAIL_LINES = 8
 
 COLUMNS = [
-    "card", "device", "status", "load_s", "first_token_s", "tokens_per_s", "new_tokens",
+    "card", "device", "status", "load_s", "first_token_s", "tokens_per_s", "decode_tokens_per_s",
+    "new_tokens",
     "peak_memory_mb", "memory_source", "single_output", "batch_outputs", "output_hash",
     "cpu_fallback_warnings", "fallback_ops", "wall_s", "log_path", "error",
 ]
@@ -407,7 +408,8 @@ def grid_headline(result: GridResult) -> dict:
         "cards ok": f"{len(ok)}/{launched}",
         "skipped busy": result.counts["skipped-busy"],
         "consistent": bool(result.consistent),
-        "tokens/s (median)": median("tokens_per_s"),
+        "tokens/s incl. prefill (median)": median("tokens_per_s"),
+        "decode tokens/s (median)": median("decode_tokens_per_s"),
         "load s (median)": median("load_s"),
         "first token s (median)": median("first_token_s"),
         "CPU fallback warnings": int(sum(int(v) for v in result.frame["cpu_fallback_warnings"] if given(v))),
@@ -618,7 +620,8 @@ def _row_for(worker: _Worker, timed_out: bool, timeout_s: float, device: str,
         peak = raw.get("peak_memory_bytes")
         row.update(
             load_s=out.get("load_s"), first_token_s=out.get("first_token_s"),
-            tokens_per_s=out.get("tokens_per_s"), new_tokens=out.get("new_tokens"),
+            tokens_per_s=out.get("tokens_per_s"), decode_tokens_per_s=out.get("decode_tokens_per_s"),
+            new_tokens=out.get("new_tokens"),
             peak_memory_mb=round(peak / 2**20, 1) if peak else None,
             memory_source=raw.get("memory_source"),
             single_output=preview(out.get("single_output")),

@@ -37,9 +37,10 @@ from hyport_lib.models.tiny_tokenizer import (
     invisible_token_ids,
 )
 
-#: Bump when the architecture, tokenizer, template or weights change: the cache
-#: folder name carries it, so a new version regenerates the checkpoint.
-TINY_MODEL_VERSION = 2
+#: Bump when the architecture, tokenizer, template, weights or saved files change: the
+#: cache folder name carries it, so a new version regenerates the checkpoint.
+#: v3: files are world-readable (v2 caches left model.safetensors -rw-------).
+TINY_MODEL_VERSION = 3
 #: Seed of the random weights.
 TINY_SEED = 0
 #: The name users write in parameters to get this model.
@@ -111,9 +112,12 @@ def ensure_tiny_model(cache_dir: Optional[Union[str, os.PathLike]] = None,
         if folder.exists():  # left by something other than this function: rebuild
             _discard(folder)
         tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.build-", dir=folder.parent))
-        os.chmod(tmp, 0o755)  # mkdtemp makes it private; the cache is meant to be shared
         try:
             _build(tmp, max_shard_size=max_shard_size)
+            # mkdtemp makes the folder private and transformers writes the weights
+            # -rw-------; the cache is meant to be shared, so give everything the
+            # modes a plain mkdir/open would (before the rename: never seen private).
+            _share_modes(tmp)
             try:
                 os.rename(tmp, folder)
             except OSError:
@@ -262,6 +266,30 @@ def _image_processor():
 
 def _is_complete(folder: Path) -> bool:
     return (folder / MARKER_FILE).is_file()
+
+
+def _current_umask() -> int:
+    """The process umask, read without changing it where Linux allows."""
+    try:
+        status = Path("/proc/self/status").read_text()
+    except OSError:  # not Linux: fall back to setting and restoring it below
+        status = ""
+    for line in status.splitlines():
+        if line.startswith("Umask:"):  # Linux 4.7+
+            return int(line.split()[1], 8)
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def _share_modes(folder: Path) -> None:
+    """chmod ``folder``, its sub-folders (0o777) and files (0o666) minus the umask."""
+    mask = _current_umask()
+    os.chmod(folder, 0o777 & ~mask)
+    for path in folder.rglob("*"):
+        if path.is_symlink():
+            continue
+        os.chmod(path, (0o777 if path.is_dir() else 0o666) & ~mask)
 
 
 def _discard(folder: Path) -> None:
