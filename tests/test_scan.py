@@ -32,11 +32,12 @@ EXPECTED = {
         (15, "apex"), (19, "bitsandbytes")]},
     *{("model/dynamic.py", line, cat) for line, cat in [
         (5, "flash_attn"), (9, "xformers"), (14, "cuda_call"), (18, "cuda_device"), (20, "nccl")]},
-    # does not parse: reported, then scanned line by line
+    # does not parse: reported, then scanned line by line (`!pip install`, f"cuda:{rank}")
     *{("legacy/broken_py2.py", line, cat) for line, cat in [
-        (3, "flash_attn"), (5, "unparsable"), (5, "cuda_call"), (6, "cuda_call")]},
+        (3, "flash_attn"), (5, "unparsable"), (5, "cuda_call"), (6, "cuda_call"),
+        (7, "requirement"), (8, "cuda_device"), (9, "cuda_device")]},
     ("scripts/train.sh", 3, "requirement"), ("scripts/train.sh", 4, "nccl"),
-    ("scripts/train.sh", 5, "cuda_env"),
+    ("scripts/train.sh", 5, "cuda_env"), ("scripts/train.sh", 6, "requirement"),
     *{("requirements.txt", line, "requirement") for line in (2, 4, 6, 8)},
     ("requirements-extra.txt", 1, "requirement"),
     *{("pyproject.toml", line, "requirement") for line in (10, 15, 17)},
@@ -140,8 +141,11 @@ def test_frame_and_counts(report):
     assert list(frame.columns) == ["file", "line", "category", "snippet", "suggestion"]
     assert len(frame) == len(report.hits)
     assert report.counts() == dict(sorted(Counter(h.category for h in report.hits).items()))
-    assert report.counts()["requirement"] == sum(1 for t in EXPECTED if t[2] == "requirement")
-    assert report.only(["nccl"]).counts() == {"nccl": report.counts()["nccl"]}
+    requirement_lines = {(h.file, h.line) for h in report.hits if h.category == "requirement"}
+    assert len(requirement_lines) == sum(1 for t in EXPECTED if t[2] == "requirement")
+    assert report.counts()["requirement"] == len(requirement_lines) + 1  # train.sh:6 has two
+    # files that do not parse stay in any filtered view: they are never "clean"
+    assert report.only(["nccl"]).counts() == {"nccl": report.counts()["nccl"], "unparsable": 1}
 
 
 def test_bad_input_names_the_argument(tmp_path):
@@ -247,10 +251,112 @@ def test_cli_json_parses_and_filters(report, capsys):
     assert data["counts"] == report.counts()
     assert hyport_main(["scan", str(TREE), "--json", "--category", "nccl,cuda_env"]) == 1
     data = json.loads(capsys.readouterr().out)
-    assert set(data["counts"]) == {"nccl", "cuda_env"} and data["unparsable"] == []
+    assert set(data["counts"]) == {"nccl", "cuda_env", "unparsable"}
+    assert [u["file"] for u in data["unparsable"]] == ["legacy/broken_py2.py"]
 
 
 def test_cli_rejects_bad_arguments(capsys):
     assert hyport_main(["scan", str(TREE), "--category", "gpu"]) == 2
     assert "--category" in capsys.readouterr().err
     assert hyport_main(["scan", str(TREE / "nope")]) == 2
+
+
+# --- review fixes: install commands in code, the line scan, code that follows the advice ----
+def _scan_text(tmp_path, name: str, text: str) -> ScanReport:
+    (tmp_path / name).write_text(text)
+    return scan_path(tmp_path / name)
+
+
+def test_every_package_of_every_install_command_on_a_shell_line(report):
+    line6 = [h for h in report.hits if (h.file, h.line) == ("scripts/train.sh", 6)]
+    assert [h.snippet[h.col:].split()[0] for h in line6] == ["xformers", "flash-attn"]
+    assert "scaled_dot_product_attention" in line6[0].suggestion
+    assert "npu_fusion_attention" in line6[1].suggestion
+
+
+def test_index_url_of_a_cuda_torch_install_is_one_finding(tmp_path):
+    found = _scan_text(tmp_path, "setup.sh",
+                       "pip install torch==2.1.0+cu121 --index-url "
+                       "https://download.pytorch.org/whl/cu121 && pip install numpy\n")
+    assert [(h.line, h.category) for h in found.hits] == [(1, "requirement")]
+    assert "CUDA build of torch" in found.hits[0].suggestion
+
+
+def test_install_commands_in_python_strings(tmp_path):
+    found = _scan_text(tmp_path, "app.py", (
+        "import os, subprocess\n"
+        "subprocess.run('pip install flash-attn --no-build-isolation',\n"
+        "               env={'FLASH_ATTENTION_SKIP_CUDA_BUILD': 'TRUE'}, shell=True)\n"
+        'os.system("pip install xformers && python -m pip install numpy bitsandbytes")\n'
+        'os.system("pip install numpy")\n'
+        '"""Docs: pip install flash-attn is no longer needed."""\n'
+        'NOTE = "we dropped: pip install flash-attn"\n'))
+    assert _triples(found) == {("app.py", 2, "requirement"), ("app.py", 3, "flash_attn"),
+                               ("app.py", 4, "requirement")}
+    by_line = {h.line: h.suggestion for h in found.hits}
+    assert "flash_attn_shim" in by_line[2] and "drop it with the install" in by_line[3]
+    assert by_line[4].startswith("xformers: remove: torch.nn.functional.scaled_dot_product")
+    assert " | bitsandbytes: remove: not supported on Ascend" in by_line[4]
+
+
+def test_line_scan_of_an_unparsable_notebook_export(tmp_path):
+    found = _scan_text(tmp_path, "nb_export.py", (
+        "import torch\n"
+        "%pip install flash-attn\n"
+        "# !pip install xformers (a comment)\n"
+        "x = t.to(f'cuda:{rank}')\n"
+        "y = t.to('cuda:' + str(rank))\n"
+        "if t.is_cuda: pass\n"
+        "dev = 'cudagraph'\n"))
+    assert _triples(found) == {("nb_export.py", line, cat) for line, cat in [
+        (2, "unparsable"), (2, "requirement"), (4, "cuda_device"), (5, "cuda_device"),
+        (6, "cuda_device")]}
+    assert all("line scan" in h.suggestion for h in found.hits if h.category != "unparsable")
+
+
+def test_a_filtered_report_of_an_unparsable_file_is_not_clean(tmp_path, capsys):
+    (tmp_path / "b2.py").write_text('import os\nprint "x"\n')
+    filtered = scan_path(tmp_path).only(["flash_attn", "requirement"])
+    assert not filtered.clean and [f for f, _ in filtered.unparsable] == ["b2.py"]
+    assert hyport_main(["scan", str(tmp_path), "--category", "flash_attn,requirement"]) == 1
+    assert "unparsable: b2.py: SyntaxError" in capsys.readouterr().out
+
+
+def test_code_that_follows_the_advice_is_not_flagged(tmp_path):
+    found = _scan_text(tmp_path, "ported.py", (
+        "import torch\n"
+        "from hyport_lib.backend import get_backend\n"
+        "backend = get_backend()\n"
+        "if backend.kind == 'cuda':\n"
+        "    torch.backends.cuda.matmul.allow_tf32 = True\n"
+        "elif backend.kind == 'npu' and x.device.type == 'cuda':\n"
+        "    pass\n"
+        "if backend.kind != 'cuda':\n"
+        "    torch.cuda.synchronize()\n"
+        "else:\n"
+        "    torch.cuda.synchronize()\n"
+        "CHOICES = ('auto', 'npu', 'cuda', 'cpu')\n"
+        "NAMES = {'cpu': 'CPU', 'cuda': 'CUDA', 'npu': 'NPU'}\n"
+        "owner = 'npu' if ascend else 'cuda'\n"
+        "if name in ['npu', 'cuda']: pass\n"
+        "if kind == 'cuda' and torch.cuda.is_available():\n"
+        "    x = x.cuda()\n"
+        "if self.device == 'cuda': pass\n"
+        "GPU_ONLY = ('cuda', 'cpu')\n"))
+    # still findings: the NotEq branch itself, a compare with a plain attribute, a
+    # tuple without "npu"
+    assert _triples(found) == {("ported.py", 9, "cuda_call"), ("ported.py", 18, "cuda_device"),
+                               ("ported.py", 19, "cuda_device")}
+
+
+def test_hyport_lib_backend_enumerations_are_not_findings():
+    own = scan_path(REPO / "hyport_lib").only(["cuda_device"])
+    enumerations = [h for h in own.hits if '"npu",' in h.snippet or '"npu":' in h.snippet]
+    assert enumerations == []
+    assert not [h for h in own.hits if h.file.startswith("scan/")]
+
+
+def test_cli_says_how_many_files_were_not_parsed(capsys):
+    assert hyport_main(["scan", str(TREE / "legacy" / "broken_py2.py"), "--category", "flash_attn"]) == 1
+    out = capsys.readouterr().out
+    assert "1 file(s) not parsed" in out and "unparsable: broken_py2.py" in out

@@ -68,6 +68,9 @@ def format_text(report: ScanReport) -> str:
         counts = ", ".join(f"{c} {n}" for c, n in report.counts().items())
         out.append(f"{len(report.hits)} findings in {files_hit} of {report.files_scanned} files "
                    f"scanned ({report.root}): {counts}")
+    if report.unparsable:
+        out.append(f"{len(report.unparsable)} file(s) not parsed: their lines were scanned "
+                   "by pattern only, so something may be missed there")
     for file, error in report.unparsable:
         out.append(f"unparsable: {file}: {error}")
     return "\n".join(out)

@@ -31,7 +31,15 @@ _REQUIREMENT_RE = re.compile(
     r"\s*(;.*)?$")
 _ARCHIVE_RE = re.compile(r"([^/\s]+?)(\.whl|\.tar\.gz|\.zip|\.git)(#.*)?$")
 _TORCH_FAMILY = {"torch", "torchvision", "torchaudio", "pytorch"}
-_INSTALL_RE = re.compile(r"\b(?:pip3?|uv pip|conda|mamba)\s+install\b(.*)")
+#: One install command in a shell line; its arguments end at the next ``&&``, ``;``, ``|``.
+_INSTALL_RE = re.compile(r"\b(?:pip3?|uv pip|conda|mamba)\s+install\b([^;&|\n]*)")
+#: The same, but only where a command starts (start of the string or after a shell
+#: separator, then env assignments, ``sudo``, ``python -m``, a notebook ``!`` / ``%``):
+#: Python strings are prose too, and "we dropped pip install flash-attn" is no command.
+_COMMAND_INSTALL_RE = re.compile(
+    r"(?:^|&&|\|\||[;|\n])\s*[!%]?\s*(?:[A-Za-z_]\w*=\S*\s+)*(?:sudo\s+)?"
+    r"(?:(?:\S+\s+)?-m\s+)?(?:pip3?|uv\s+pip|conda|mamba)\s+install\b([^;&|\n]*)")
+_INDEX_OPTIONS = {"-i", "--index-url", "--extra-index-url", "-f", "--find-links"}
 _CONDA_CHANNEL_RE = re.compile(r"^[\w.-]+::")
 _SETUP_CFG_KEYS = {"install_requires", "setup_requires", "tests_require"}
 
@@ -283,6 +291,45 @@ def scan_environment_yml(text: str, rel: str) -> list[Hit]:
 
 
 # --- shell scripts and Dockerfiles ---------------------------------------------------
+def install_suggestions(text: str, *, commands_only: bool = False) -> list[tuple[str, str]]:
+    """``(package token, suggestion)`` for each package of an install command in ``text``
+    that does not port as it is; every install command in ``text`` is read.
+
+    Args:
+        text: a shell line, a notebook ``!pip install`` line or a Python string.
+        commands_only: only count ``pip install`` where a command starts (for Python
+            strings, which may be prose).
+    """
+    found: list[tuple[str, str]] = []
+    pattern = _COMMAND_INSTALL_RE if commands_only else _INSTALL_RE
+    for install in pattern.finditer(text):
+        seen = set()  # `torch+cu121 --index-url .../cu121` is one finding, not two
+        previous = ""
+        for token in install.group(1).split():
+            option, previous = previous, token
+            if token.startswith("-") and "://" not in token:
+                continue
+            token = token.strip("'\"")
+            # an index URL is read with its option, as in requirements files
+            spec = f"{option} {token}" if option in _INDEX_OPTIONS else token
+            suggestion = requirement_suggestion(spec) if token else None
+            if suggestion and suggestion not in seen:
+                seen.add(suggestion)
+                found.append((token, suggestion))
+    return found
+
+
+def install_hits(rel: str, lines: list[str], number: int, *, note: str = "") -> list[Hit]:
+    """Requirement hits for the install commands of line ``number`` (1-based), one per
+    package, each at the column of its package; ``note`` is appended to the suggestions."""
+    raw = lines[number - 1]
+    hits = []
+    for token, suggestion in install_suggestions(raw):
+        col = max(raw.find(token), 0)
+        hits.append(_hit(rel, lines, number, col, suggestion + note))
+    return hits
+
+
 def scan_shell(text: str, rel: str) -> list[Hit]:
     """``pip install`` / ``conda install`` arguments, and CUDA / NCCL variables set in scripts."""
     lines = split_lines(text)
@@ -290,14 +337,7 @@ def scan_shell(text: str, rel: str) -> list[Hit]:
     for number, raw in enumerate(lines, start=1):
         if raw.lstrip().startswith("#"):
             continue
-        install = _INSTALL_RE.search(raw)
-        for token in install.group(1).split() if install else []:
-            if token.startswith("-") and "://" not in token:
-                continue
-            hit = _line_hit(rel, lines, number, token.strip("'\""))
-            if hit:
-                hits.append(hit)
-                break
+        hits += install_hits(rel, lines, number)
         for match in rules.ENV_VAR_RE.finditer(raw):
             category, suggestion = rules.env_var_rule(match.group(1))
             hits.append(hit_at(rel, lines, number, match.start(1), category, suggestion))

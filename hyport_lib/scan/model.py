@@ -74,14 +74,19 @@ class ScanReport:
                             columns=list(FRAME_COLUMNS))
 
     def only(self, categories: Optional[Iterable[str]]) -> "ScanReport":
-        """A copy keeping only hits (and unparsable files) of ``categories``; None keeps all."""
+        """A copy keeping only hits of ``categories``; None keeps all.
+
+        Files that could not be parsed (their ``unparsable`` hits and entries) are kept
+        whatever the filter: what such a file holds is only partly known, so a filtered
+        report of it must not read as clean.
+        """
         if categories is None:
             return self
-        keep = set(categories)
+        keep = set(categories) | {"unparsable"}
         return ScanReport(
             root=self.root,
             hits=[h for h in self.hits if h.category in keep],
-            unparsable=list(self.unparsable) if "unparsable" in keep else [],
+            unparsable=list(self.unparsable),
             files_scanned=self.files_scanned,
         )
 

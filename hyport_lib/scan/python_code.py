@@ -12,10 +12,18 @@ What counts (see ``rules.py`` for the tables):
 - ``x.cuda()``, ``x.is_cuda``, ``is_flash_attn_2_available()`` and similar names;
 - string literals whose *whole value* is a device, backend, implementation or package
   name: ``"cuda"``, ``"cuda:1"``, ``f"cuda:{rank}"``, ``"nccl"``, ``"flash_attention_2"``,
-  ``"flash_attn"`` (dynamic imports), and ``CUDA_VISIBLE_DEVICES`` / ``NCCL_*`` names.
+  ``"flash_attn"`` (dynamic imports), and ``CUDA_VISIBLE_DEVICES`` / ``NCCL_*`` names;
+- strings that are install commands (``os.system("pip install flash-attn")``, the HF
+  Spaces idiom): each package that does not port is a ``requirement`` finding.
 
-Comments are not in the AST and prose strings never equal such a value, so a docstring
-that says "we removed flash_attn" is not a finding.
+Comments are not in the AST and prose strings never equal such a value (an install
+command must start the string or follow a shell separator; docstrings are not read for
+it), so a docstring that says "we removed flash_attn" is not a finding.
+
+Code that already follows the advice is left alone: ``"cuda"`` compared with
+``backend.kind`` / ``kind`` / ``device.type``, ``"cuda"`` in an enumeration of backends
+that also names ``"npu"`` (``choices=("auto", "npu", "cuda")``), and CUDA calls and
+devices inside ``if backend.kind == "cuda":`` (or the ``else`` of ``!= "cuda"``).
 """
 
 from __future__ import annotations
@@ -24,13 +32,22 @@ import ast
 import re
 from typing import Optional
 
-from hyport_lib.scan import rules
+from hyport_lib.scan import dependencies, rules
 from hyport_lib.scan.model import Hit
 from hyport_lib.scan.source import decode_source, hit_at, line_scan, split_lines
 
 _ATTR_BUILTINS = {"getattr", "hasattr", "setattr", "delattr"}
 _IMPORT_ERRORS = {"ImportError", "ModuleNotFoundError", "Exception", "BaseException"}
 _GUARD_NAME_RE = re.compile(r"available|^TYPE_CHECKING$|^_?(has|HAS|use|USE)_")
+#: ``backend.kind``, ``kind``, ``device.type``: a comparison of these with "cuda" is the
+#: seam's own idiom, not a hard-coded device.
+_KIND_ATTRS = {"kind", "type"}
+_KIND_NAMES = {"kind"}
+#: Categories that a ``backend.kind == "cuda"`` guard makes deliberate.
+_KIND_GUARDED = {rules.CUDA_CALL, rules.CUDA_DEVICE}
+_FALLBACK_NOTE = " (line scan: the file does not parse)"
+
+
 def scan_python(data: bytes, rel: str, *,
                 package_strings: bool = True) -> tuple[list[Hit], Optional[str]]:
     """Scan one Python file.
@@ -65,6 +82,9 @@ def scan_python(data: bytes, rel: str, *,
             error = "RecursionError: expression nested too deeply for the AST scan"
     hits = [hit_at(rel, lines, line, col, rules.UNPARSABLE,
                    f"{error}; scanned line by line instead: fix the file or port it by hand")]
+    for number, code in enumerate(lines, start=1):
+        if not code.lstrip().startswith("#"):  # `!pip install ...` of a notebook export
+            hits += dependencies.install_hits(rel, lines, number, note=_FALLBACK_NOTE)
     return hits + line_scan(rel, lines), error
 
 
@@ -85,6 +105,8 @@ class _Scanner(ast.NodeVisitor):
         self.aliases: dict[str, str] = {}  # local name -> qualified name
         self.guarded: set[int] = set()  # id() of guarded import statements
         self.handled: set[int] = set()  # id() of string constants already reported
+        self.docstrings: set[int] = set()  # id() of docstring constants (prose)
+        self.kind_guarded: set[int] = set()  # lines inside `if backend.kind == "cuda":`
         self._hits: dict[tuple, Hit] = {}
 
     # --- bookkeeping --------------------------------------------------------------
@@ -92,6 +114,8 @@ class _Scanner(ast.NodeVisitor):
         return sorted(self._hits.values())
 
     def add(self, line: int, col: int, category: str, suggestion: str) -> None:
+        if category in _KIND_GUARDED and line in self.kind_guarded:
+            return  # behind `backend.kind == "cuda"`: exactly what the suggestions ask for
         hit = hit_at(self.rel, self.lines, line, col, category, suggestion)
         self._hits.setdefault((line, col, category), hit)
 
@@ -113,6 +137,18 @@ class _Scanner(ast.NodeVisitor):
                 self._mark_guarded(node.body)
             elif isinstance(node, ast.If) and _is_availability_test(node.test):
                 self._mark_guarded(node.body)
+            if isinstance(node, ast.If):
+                branch = _cuda_kind_branch(node.test)
+                guarded = node.body if branch else node.orelse if branch is False else []
+                if branch and isinstance(node.test, ast.BoolOp):
+                    guarded = [node.test, *guarded]  # `kind == "cuda" and torch.cuda.x()`
+                for part in guarded:
+                    last = part.end_lineno or part.lineno
+                    self.kind_guarded.update(range(part.lineno, last + 1))
+            is_scope = isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef,
+                                         ast.AsyncFunctionDef))
+            if is_scope and node.body and isinstance(node.body[0], ast.Expr):
+                self.docstrings.add(id(node.body[0].value))
 
     def _mark_guarded(self, body: list[ast.stmt]) -> None:
         for stmt in body:
@@ -232,14 +268,35 @@ class _Scanner(ast.NodeVisitor):
 
     def visit_Compare(self, node: ast.Compare) -> None:
         operands = [node.left, *node.comparators]
+        seam_idiom = any(_is_kind(o) for o in operands)  # backend.kind == "cuda"
         operands += [e for o in operands if isinstance(o, (ast.Tuple, ast.List, ast.Set))
-                     for e in o.elts]
+                     and not _names_npu(o.elts) for e in o.elts]
         for operand in operands:
             literal = _cuda_literal(operand)
             if literal is not None:
                 self.handled.add(id(literal))
-                self.add(literal.lineno, literal.col_offset, rules.CUDA_DEVICE,
-                         rules.DEVICE_CONTEXT_SUGGESTIONS["compare"])
+                if not seam_idiom:
+                    self.add(literal.lineno, literal.col_offset, rules.CUDA_DEVICE,
+                             rules.DEVICE_CONTEXT_SUGGESTIONS["compare"])
+        self.generic_visit(node)
+
+    # --- enumerations of backends: ("auto", "npu", "cuda", "cpu") names no device --------
+    def _enumeration(self, elts: list) -> None:
+        if _names_npu(elts):
+            self.handled.update(id(e) for e in elts if e is not None)
+
+    def visit_Tuple(self, node: ast.Tuple) -> None:
+        self._enumeration(node.elts)
+        self.generic_visit(node)
+
+    visit_List = visit_Set = visit_Tuple
+
+    def visit_Dict(self, node: ast.Dict) -> None:
+        self._enumeration(node.keys)
+        self.generic_visit(node)
+
+    def visit_IfExp(self, node: ast.IfExp) -> None:
+        self._enumeration([node.body, node.orelse])  # "npu" if ascend else "cuda"
         self.generic_visit(node)
 
     def visit_Constant(self, node: ast.Constant) -> None:
@@ -260,6 +317,12 @@ class _Scanner(ast.NodeVisitor):
         else:
             for match in rules.ENV_VAR_RE.finditer(value):
                 self.add(*where, *rules.env_var_rule(match.group(1)))
+            if "install" in value and id(node) not in self.docstrings:
+                # one hit per string, so each suggestion names its package
+                found = dependencies.install_suggestions(value, commands_only=True)
+                if found:
+                    self.add(*where, rules.REQUIREMENT,
+                             " | ".join(f"{token}: {text}" for token, text in found))
 
 
 def _attr_position(node: ast.Attribute) -> tuple[int, int]:
@@ -290,6 +353,40 @@ def _cuda_literal(node: ast.expr) -> Optional[ast.Constant]:
     if is_format and node.func.attr == "format":
         return _cuda_literal(node.func.value)
     return None
+
+
+def _is_kind(node: ast.expr) -> bool:
+    """``backend.kind``, ``kind``, ``x.device.type``: the seam's way to name a backend."""
+    if isinstance(node, ast.Attribute):
+        return node.attr in _KIND_ATTRS
+    return isinstance(node, ast.Name) and node.id in _KIND_NAMES
+
+
+def _names_npu(elts: list) -> bool:
+    """True when an enumeration names the NPU backend too (so it lists backends)."""
+    return any(isinstance(e, ast.Constant) and isinstance(e.value, str)
+               and re.match(r"^npu(\b|_)", e.value) for e in elts)
+
+
+def _cuda_kind_branch(test: ast.expr) -> Optional[bool]:
+    """True when ``test`` holds only on CUDA (``backend.kind == "cuda"``, also as a term
+    of an ``and``), False when only off CUDA (``!= "cuda"``: the ``else`` is CUDA's)."""
+    if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And):
+        return True if any(_cuda_kind_branch(v) for v in test.values) else None
+    if not (isinstance(test, ast.Compare) and len(test.ops) == 1):
+        return None
+    left, right = test.left, test.comparators[0]
+    is_cuda = (_is_kind(left) and _is_cuda_constant(right)) or (
+        _is_kind(right) and _is_cuda_constant(left))
+    if is_cuda and isinstance(test.ops[0], (ast.Eq, ast.Is)):
+        return True
+    if is_cuda and isinstance(test.ops[0], (ast.NotEq, ast.IsNot)):
+        return False
+    return None
+
+
+def _is_cuda_constant(node: ast.expr) -> bool:
+    return isinstance(node, ast.Constant) and node.value == "cuda"  # hyport-scan: ignore
 
 
 def _catches_import_error(handler: ast.ExceptHandler) -> bool:

@@ -146,8 +146,9 @@ NAME_RULES = {
     re.compile(r"^is_nccl_available$"): (NCCL, "check backend.dist_backend instead"),
 }
 #: Like ``NAME_RULES``, but only as an attribute (``x.is_cuda``; a local ``is_cuda`` is fine).
+IS_CUDA_RE = re.compile(r"^is_cuda$")
 ATTRIBUTE_RULES = {
-    re.compile(r"^is_cuda$"): (CUDA_DEVICE, "tensor.device.type == backend.kind"),
+    IS_CUDA_RE: (CUDA_DEVICE, "tensor.device.type == backend.kind"),
 }
 
 # --- string literals -----------------------------------------------------------------
@@ -158,10 +159,12 @@ FLASH_IMPL_RE = re.compile(r"^flash_attention_[23]$")
 NCCL_STRING_RE = re.compile(r"^nccl$|\bcuda:nccl\b")
 PACKAGE_NAME_RE = re.compile(
     r"^(flash[_-]attn(_2_cuda|_interface)?|apex|amp_C|xformers|triton|bitsandbytes)(\.[\w.]+)?$")
-#: CUDA / NCCL environment variables, alone or as a shell assignment ``NAME=value``.
-ENV_VAR_RE = re.compile(
-    r"(?:^|[\s;&])(CUDA_VISIBLE_DEVICES|CUDA_LAUNCH_BLOCKING|PYTORCH_CUDA_ALLOC_CONF|"
-    r"NCCL_[A-Z0-9_]+)(?:=|$)")
+#: Names of the CUDA / NCCL / flash-attn build environment variables (a regex fragment,
+#: shared with the line scan of unparsable files).
+ENV_VAR_NAMES = (r"CUDA_VISIBLE_DEVICES|CUDA_LAUNCH_BLOCKING|PYTORCH_CUDA_ALLOC_CONF|"
+                 r"FLASH_ATTENTION_SKIP_CUDA_BUILD|NCCL_[A-Z0-9_]+")
+#: Those variables, alone or as a shell assignment ``NAME=value``.
+ENV_VAR_RE = re.compile(rf"(?:^|[\s;&])({ENV_VAR_NAMES})(?:=|$)")
 
 ENV_SUGGESTIONS = {
     "CUDA_VISIBLE_DEVICES": ("backend.visible_devices_var / backend.visible_devices_env(ids) "
@@ -173,7 +176,12 @@ ENV_SUGGESTIONS = {
     "NCCL_BLOCKING_WAIT": "HCCL_CONNECT_TIMEOUT / HCCL_EXEC_TIMEOUT on Ascend",
     "NCCL_ASYNC_ERROR_HANDLING": "HCCL_CONNECT_TIMEOUT / HCCL_EXEC_TIMEOUT on Ascend",
     "NCCL_DEBUG": "ASCEND_GLOBAL_LOG_LEVEL / ASCEND_SLOG_PRINT_TO_STDOUT on Ascend",
+    # The HF Spaces idiom for installing flash-attn without compiling it: goes with the install.
+    "FLASH_ATTENTION_SKIP_CUDA_BUILD": ("part of a flash-attn install: drop it with the install; "
+                                        + _SHIM),
 }
+#: Variables whose category is not ``cuda_env`` (NCCL_* are ``nccl``).
+_ENV_CATEGORIES = {"FLASH_ATTENTION_SKIP_CUDA_BUILD": FLASH_ATTN}
 NCCL_ENV_DEFAULT = ("no effect under HCCL; see HCCL_IF_BASE_PORT, HCCL_SOCKET_IFNAME, "
                     "HCCL_CONNECT_TIMEOUT, HCCL_EXEC_TIMEOUT")
 
@@ -270,7 +278,7 @@ def env_var_rule(var: str) -> tuple[str, str]:
     """Category and suggestion for a CUDA / NCCL environment variable name."""
     if var.startswith("NCCL_"):
         return NCCL, ENV_SUGGESTIONS.get(var, NCCL_ENV_DEFAULT)
-    return CUDA_ENV, ENV_SUGGESTIONS[var]
+    return _ENV_CATEGORIES.get(var, CUDA_ENV), ENV_SUGGESTIONS[var]
 
 
 def module_category(module: str) -> Optional[str]:

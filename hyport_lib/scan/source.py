@@ -42,14 +42,15 @@ _FALLBACK_RULES = (
     (re.compile(r"\.cuda\("), lambda m: (rules.CUDA_CALL, rules.CUDA_METHOD_SUGGESTION)),
     (re.compile(r"\btorch\.(?:backends\.)?cuda(?:\.\w+)*"),
      lambda m: (rules.CUDA_CALL, rules.suggestion_for(m.group(0)))),
-    (re.compile(r"""["']cuda(?::\d*)?["']"""),
+    # "cuda", 'cuda:0', f"cuda:{rank}", "cuda:%d" % i, "cuda:" + str(i)
+    (re.compile(r"""(?<!\w)[fF]?["']cuda(?::(?:\d*|\{[^}"']*\}|%[ds]))?["']"""),
      lambda m: (rules.CUDA_DEVICE, rules.DEVICE_SUGGESTION)),
+    (re.compile(r"\.is_cuda\b"),
+     lambda m: (rules.CUDA_DEVICE, rules.ATTRIBUTE_RULES[rules.IS_CUDA_RE][1])),
     (re.compile(r"""["']nccl["']"""), lambda m: (rules.NCCL, rules.NCCL_SUGGESTION)),
     (re.compile(r"""["']flash_attention_[23]["']"""),
      lambda m: (rules.FLASH_ATTN, rules.FLASH_IMPL_SUGGESTION)),
-    (re.compile(r"\b(CUDA_VISIBLE_DEVICES|CUDA_LAUNCH_BLOCKING|PYTORCH_CUDA_ALLOC_CONF"
-                r"|NCCL_[A-Z0-9_]+)\b"),
-     lambda m: rules.env_var_rule(m.group(1))),
+    (re.compile(rf"\b({rules.ENV_VAR_NAMES})\b"), lambda m: rules.env_var_rule(m.group(1))),
 )
 
 

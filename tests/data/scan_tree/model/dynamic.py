@@ -14,7 +14,7 @@ def cuda_count():
     return getattr(torch, "cuda").device_count()
 
 
-def pick(kind):
-    if kind == "cuda":
+def pick(device):
+    if device == "cuda":
         return "gloo"
     return "cpu:gloo,cuda:nccl"
