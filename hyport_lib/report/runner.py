@@ -270,7 +270,7 @@ def run_report(*, profile: Optional[str] = None, overrides: Optional[dict] = Non
                progress_bar: bool = False) -> ReportRun:
     """Run the selected stages and write the run folder. See the module docstring."""
     from hyport_lib.report.profiles import load_profile, resolve_profile
-    from hyport_lib.report.versions import collect_versions_safely
+    from hyport_lib.environment import collect_versions
 
     say = progress or (lambda msg: print(msg, file=sys.stderr, flush=True))
     profile_path = resolve_profile(profile)
@@ -294,7 +294,7 @@ def run_report(*, profile: Optional[str] = None, overrides: Optional[dict] = Non
     run_id, run_dir = new_run_dir(output_root)
     run = ReportRun(
         run_id=run_id, run_dir=run_dir, profile=str(profile_path) if profile_path else None,
-        parameters=safe_parameters(merged), stages=[], versions=collect_versions_safely(),
+        parameters=safe_parameters(merged), stages=[], versions=collect_versions(),
         started=_dt.datetime.now().isoformat(timespec="seconds"),
         unused_parameters=sorted(k for k in merged if k not in types),
     )
