@@ -63,6 +63,18 @@ class StageResult:
             raise ValueError("stage must be a non-empty name such as '01_environment'")
 
 
+@dataclass
+class StageSummary:
+    """What a stage's ``summarize(result)`` returns: the verdict, one line, a few figures."""
+
+    verdict: str
+    summary: str
+    headline: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
 def results_dir() -> Path:
     """``$HYPORT_RESULTS_DIR``, else ``outputs/interactive/results`` of the checkout.
 
@@ -112,3 +124,12 @@ def load_result(path: os.PathLike) -> StageResult:
         return StageResult(**raw)
     except (OSError, json.JSONDecodeError, TypeError, ValueError) as exc:
         raise ValueError(f"{path}: not a valid hyport result ({exc})") from exc
+
+
+def record_summary(stage: str, summary: StageSummary, *, data: Optional[dict] = None,
+                   provenance: Optional[Provenance] = None,
+                   directory: Optional[os.PathLike] = None) -> Path:
+    """:func:`record_result` for a :class:`StageSummary`: what every stage's ``record`` calls."""
+    return record_result(stage, summary.verdict, summary=summary.summary,
+                         headline=summary.headline, data=data, provenance=provenance,
+                         directory=directory)

@@ -11,7 +11,7 @@ import torch
 
 from hyport_lib.attention import compare as C
 from hyport_lib.attention import reference as R
-from hyport_lib.attention.backends_under_test import Backend, eager_attention
+from hyport_lib.attention.implementations import Implementation, eager_attention
 from hyport_lib.attention.case_data import case_keep_mask, make_case_data
 from hyport_lib.attention.cases import BATCH_KINDS, MASK_KINDS, AttentionCase, build_grid
 from hyport_lib.attention.emulation import compressed_causal_mask
@@ -30,7 +30,7 @@ def _case(**kw):
 
 
 def _backend(name, fn):
-    return Backend(name, f"{name} (test)", "cpu", fn)
+    return Implementation(name, f"{name} (test)", "cpu", fn)
 
 
 def _nfa_backend(name, mutate):
@@ -217,7 +217,7 @@ def test_backend_errors_nan_rows_and_inexpressible_cases():
         out = eager_attention(data.q, data.k, data.v, data.keep, case.scale)
         return out.masked_fill(data.empty_rows.unsqueeze(-1), float("nan"))
 
-    optional = Backend("optional", "optional (test)", "cpu", raises, optional_dtypes=("float16",))
+    optional = Implementation("optional", "optional (test)", "cpu", raises, optional_dtypes=("float16",))
     rows = C.compare_case(case, [_backend("raises", raises), _backend("nan", nan_rows),
                                  _backend("none", lambda *a: None), optional])
     by = {r["backend"]: r for r in rows}
@@ -305,7 +305,8 @@ def test_compare_still_exports_every_public_name():
         assert hasattr(C, name), name
     for module, names in {
         "cases": ("AttentionCase", "build_grid"), "case_data": ("make_case_data",),
-        "backends_under_test": ("available_backends", "eager_attention", "Backend"),
+        "implementations": ("available_implementations", "available_backends", "eager_attention",
+                            "Implementation"),
         "nfa_calls": ("nfa_mapping", "run_nfa"), "metrics": ("compute_metrics", "decide"),
         "model_check": ("compare_model", "swapped_backend", "ModelComparison"),
         "port_scan": ("run_scan", "planted_example"),
@@ -331,7 +332,7 @@ def test_cli_writes_json_and_exit_code(tmp_path, monkeypatch, capsys):
     assert payload["verdict"] == "PASS" and {r["dtype"] for r in payload["rows"]} == {"float32"}
     assert (tmp_path / "results" / "02_attention.json").exists()
 
-    real = C.available_backends
+    real = C.available_implementations
 
     def with_bug(device="auto"):
         def no_scale(case, data, device):
@@ -343,7 +344,7 @@ def test_cli_writes_json_and_exit_code(tmp_path, monkeypatch, capsys):
 
         return real(device) + [_backend("buggy", no_scale)]
 
-    monkeypatch.setattr(C, "available_backends", with_bug)
+    monkeypatch.setattr(C, "available_implementations", with_bug)
     rc = main(["attention", "--dtypes", "float32", "--model-path", "none"])
     assert rc == 1 and "FAIL" in capsys.readouterr().out
 

@@ -154,15 +154,15 @@ def test_scrub_log_rewrites_only_secret_values(tmp_path):
     assert scrub_log(tmp_path / "missing.log", environ) is False
 
 
-def test_cli_turns_stop_signals_into_system_exit():
-    from hyport_lib.commands.infer import exit_on_stop_signals
+def test_cli_turns_stop_signals_into_stopped():
+    from hyport_lib.commands._cli import Stopped, stop_signals_raise
 
     before = signal.getsignal(signal.SIGHUP)
-    with pytest.raises(SystemExit) as info:
-        with exit_on_stop_signals():
+    with pytest.raises(Stopped) as info:
+        with stop_signals_raise():
             os.kill(os.getpid(), signal.SIGHUP)
             time.sleep(5)  # the handler runs at the next bytecode, long before this ends
-    assert info.value.code == 128 + signal.SIGHUP
+    assert info.value.signum == signal.SIGHUP
     assert signal.getsignal(signal.SIGHUP) == before  # restored on the way out
 
 
@@ -428,7 +428,7 @@ def test_workers_do_not_outlive_the_launcher(tmp_path, how):
     if how == "cli-sigterm":
         cmd = [sys.executable, "-m", "hyport_lib.commands", "infer", "--device", "cpu",
                "--num-cards", "2", "--timeout-s", "600", "--log-dir", str(log_dir), "--no-record"]
-        sig, expected_rc = signal.SIGTERM, 128 + signal.SIGTERM
+        sig, expected_rc = signal.SIGTERM, 130
     else:
         cmd = [sys.executable, "-c", _HANGING_GRID, str(log_dir)]
         sig, expected_rc = signal.SIGKILL, -signal.SIGKILL

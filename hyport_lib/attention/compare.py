@@ -2,7 +2,7 @@
 
 A grid of cases (:mod:`~hyport_lib.attention.cases`: layout, dtype, mask kind, GQA,
 dense / padded / packed batches, Sq != Skv, odd lengths, head dims 64 and 128) is run
-through each available backend (:mod:`~hyport_lib.attention.backends_under_test`) and
+through each available backend (:mod:`~hyport_lib.attention.implementations`) and
 compared with :func:`~hyport_lib.attention.reference.attention_reference` computed in
 float64 from the very same low-precision inputs (:mod:`~hyport_lib.attention.case_data`).
 Each row's metrics and verdict follow :mod:`~hyport_lib.attention.metrics`.
@@ -20,8 +20,9 @@ from dataclasses import asdict, dataclass, field
 from typing import Callable, Optional, Sequence
 
 # The public names of each concern's module are re-exported (see __all__).
-from hyport_lib.attention.backends_under_test import (
-    Backend, available_backends, eager_attention, run_flash_style,
+from hyport_lib.attention.implementations import (
+    Implementation, available_backends, available_implementations, eager_attention,
+    run_flash_style,
 )
 from hyport_lib.attention.case_data import CaseData, case_keep_mask, make_case_data
 from hyport_lib.attention.cases import (
@@ -38,16 +39,16 @@ from hyport_lib.attention.port_scan import (
     PLANTED_EXAMPLE, PLANTED_REQUIREMENTS, planted_example, run_scan,
 )
 
-STAGE = "02_attention"
 
 __all__ = [
     # this module
-    "STAGE", "ComparisonResult", "compare_case", "run_comparison", "provenance", "summarize",
+    "ComparisonResult", "compare_case", "run_comparison", "provenance", "summarize",
     "record_stage",
     # re-exported from the modules of each concern
     "AttentionCase", "build_grid", "DTYPES", "MASK_KINDS", "BATCH_KINDS",
     "CaseData", "case_keep_mask", "make_case_data",
-    "Backend", "available_backends", "eager_attention", "run_flash_style", "nfa_mapping",
+    "Implementation", "available_implementations", "available_backends", "eager_attention",
+    "run_flash_style", "nfa_mapping",
     "run_nfa",
     "Metrics", "compute_metrics", "decide", "METRIC_COLUMNS", "REL_FLOOR", "COSINE_MIN",
     "ModelComparison", "compare_model", "swapped_backend", "LOGIT_TOLERANCE",
@@ -94,7 +95,7 @@ class ComparisonResult:
         return asdict(self)
 
 
-def _error_row(case: AttentionCase, be: Backend, exc: Exception, data: CaseData) -> dict:
+def _error_row(case: AttentionCase, be: Implementation, exc: Exception, data: CaseData) -> dict:
     """A backend that raises on a valid case fails it (SKIP for a dtype it may lack)."""
     message = (str(exc).splitlines() or [""])[0][:160]
     optional = case.dtype in be.optional_dtypes
@@ -104,7 +105,7 @@ def _error_row(case: AttentionCase, be: Backend, exc: Exception, data: CaseData)
                 empty_rows=int(data.empty_rows.sum()), empty_rows_out="-", ms=None)
 
 
-def compare_case(case: AttentionCase, backends: Sequence[Backend], seed: int = 0) -> list[dict]:
+def compare_case(case: AttentionCase, backends: Sequence[Implementation], seed: int = 0) -> list[dict]:
     """Rows of one case, one per backend that can express it."""
     data = make_case_data(case, seed)
     eager_out = eager_attention(data.q, data.k, data.v, data.keep, case.scale)
@@ -128,7 +129,7 @@ def compare_case(case: AttentionCase, backends: Sequence[Backend], seed: int = 0
 
 def run_comparison(cases: Optional[Sequence[AttentionCase]] = None, device: str = "auto",
                    seed: int = 0, full: bool = False, dtypes: Sequence[str] = DTYPES,
-                   backends: Optional[Sequence[Backend]] = None,
+                   backends: Optional[Sequence[Implementation]] = None,
                    progress: Optional[Callable[[int, int], None]] = None) -> ComparisonResult:
     """Run the grid (``cases`` or :func:`build_grid` ``(full, dtypes)``) on every backend.
 
@@ -136,14 +137,15 @@ def run_comparison(cases: Optional[Sequence[AttentionCase]] = None, device: str 
         device: where eager and sdpa run (``auto``, ``cpu``, ``cuda``, ``npu``); the
             emulation always runs on the CPU.
         seed: seeds each case's inputs (case ``i`` uses ``seed + i``).
-        backends: the backends to run; None takes this module's :func:`available_backends`
+        backends: the implementations to run; None takes this module's
+            :func:`available_implementations`
             (looked up here at call time, so a test can patch it).
         progress: called as ``progress(done, total)`` after each case.
     """
     from hyport_lib.backend import get_backend
 
     cases = list(cases) if cases is not None else build_grid(full, dtypes)
-    backends = list(backends) if backends is not None else available_backends(device)
+    backends = list(backends) if backends is not None else available_implementations(device)
     started = time.perf_counter()
     rows: list[dict] = []
     for i, case in enumerate(cases):
@@ -163,53 +165,26 @@ def run_comparison(cases: Optional[Sequence[AttentionCase]] = None, device: str 
 
 
 def provenance(result: ComparisonResult):
-    """The :class:`~hyport_lib.results.Provenance` of a comparison's NPU figures."""
+    """The :class:`~hyport_lib.results.Provenance` of a comparison's NPU figures
+    (emulated on the CPU when no NPU took part)."""
     from hyport_lib.results import Provenance
 
     return Provenance(device="npu" if not result.emulated else "cpu", emulated=result.emulated)
 
 
 def summarize(result: ComparisonResult, model: Optional[ModelComparison] = None) -> dict:
-    """Stage verdict, one-line summary and headline figures for ``record_result``."""
-    counts = result.counts
-    npu_rows = [r for r in result.rows
-                if r.get("max_abs") is not None and r["backend"] in ("npu", "npu-emulated")]
-    primary = "npu" if any(r["backend"] == "npu" for r in npu_rows) else "npu-emulated"
-    worst = max((r["max_abs"] / r["bound"] for r in npu_rows
-                 if r["backend"] == primary and r["bound"]), default=None)
-    verdict = result.verdict
-    if model is not None and model.verdict == "FAIL":
-        verdict = "FAIL"
-    elif model is not None and model.verdict == "WARN" and verdict == "PASS":
-        verdict = "WARN"
-    headline = {
-        "cases": result.cases,
-        "rows PASS/WARN/FAIL": f"{counts.get('PASS', 0)}/{counts.get('WARN', 0)}/{counts.get('FAIL', 0)}",
-        f"worst {primary} err/bound": None if worst is None else round(worst, 3),
-    }
-    if model is not None and model.max_abs_logits is not None:
-        headline["model max |Δ logits|"] = float(f"{model.max_abs_logits:.3g}")
-        headline["greedy identical"] = model.greedy_identical
-    where = "NPU" if not result.emulated else "npu-emulated on CPU"
-    summary = (f"{result.cases} cases × {len(result.backends)} backends vs float64 "
-               f"({where}): {counts.get('FAIL', 0)} FAIL, {counts.get('WARN', 0)} WARN")
-    if model is not None:
-        summary += f"; model {model.verdict}"
-    return {"verdict": verdict, "summary": summary, "headline": headline}
+    """Deprecated: :func:`hyport_lib.attention.stage.summarize` (one release)."""
+    from hyport_lib.attention.stage import AttentionStageResult, summarize as stage_summarize
+
+    return stage_summarize(AttentionStageResult(result, model)).to_dict()
 
 
 def record_stage(result: ComparisonResult, model: Optional[ModelComparison] = None,
                  scan=None, scanned_path: str = "") -> dict:
-    """Record the stage result (``record_result``) and return the summary dict."""
-    from hyport_lib.results import record_result
+    """Deprecated: :func:`hyport_lib.attention.stage.record` (one release); returns the
+    summary as a dict."""
+    from hyport_lib.attention import stage
 
-    summary = summarize(result, model)
-    if scan is not None:
-        summary["headline"]["scan findings"] = len(scan.hits)
-    data = {"rows": result.rows, "backends": result.backends, "notes": result.notes,
-            "seconds": result.seconds, "full": result.full,
-            "model": model.to_dict() if model is not None else None,
-            "scan": ({"path": scanned_path, **scan.to_dict()} if scan is not None else None)}
-    record_result(STAGE, summary["verdict"], summary=summary["summary"],
-                  headline=summary["headline"], data=data, provenance=provenance(result))
-    return summary
+    staged = stage.AttentionStageResult(result, model, scan, scanned_path)
+    stage.record(staged)
+    return stage.summarize(staged).to_dict()

@@ -13,7 +13,7 @@ from typing import Optional
 
 import torch
 
-from hyport_lib.attention.backends_under_test import device_label
+from hyport_lib.attention.implementations import device_label
 
 #: max |Δ logits| allowed per dtype before the model check warns (fp32 is exact math).
 LOGIT_TOLERANCE = {"float32": 1e-3, "bfloat16": 0.25, "float16": 0.05}

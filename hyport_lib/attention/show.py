@@ -227,6 +227,9 @@ def styled_model(model):
 
 
 def show_model_comparison(model):
+    if model is None:
+        _markdown("The model-level check was skipped (`model_path` is `none`).")
+        return
     _display(styled_model(model))
 
 
@@ -247,8 +250,10 @@ def show_scan_result(report, path: str):
     _display(report.frame())
 
 
-def summary_markdown(summary: dict, result=None) -> str:
-    """The stage verdict and headline figures as a short Markdown block."""
+def summary_markdown(summary, result=None) -> str:
+    """The stage verdict and headline figures (a ``StageSummary`` or its dict) as Markdown."""
+    if hasattr(summary, "to_dict"):
+        summary = summary.to_dict()
     lines = [f"**{summary['verdict']}** — {summary['summary']}", ""]
     lines += [f"- {k}: {v}" for k, v in summary["headline"].items()]
     if result is not None:
@@ -256,7 +261,7 @@ def summary_markdown(summary: dict, result=None) -> str:
     return "\n".join(lines)
 
 
-def show_summary(summary: dict, result=None):
+def show_summary(summary, result=None):
     _markdown(summary_markdown(summary, result))
 
 

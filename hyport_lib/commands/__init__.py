@@ -2,7 +2,8 @@
 
 Each subcommand is a module in this package defining ``NAME``, ``HELP``,
 ``add_arguments(parser)`` and ``run(args) -> int``. Modules are discovered, so a new
-stage adds its command by adding a module.
+stage adds its command by adding a module. Usage errors (exit 2) and stop signals
+(exit 130) are handled for every command in one place, :mod:`._cli`.
 """
 
 from __future__ import annotations
@@ -36,8 +37,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
+    from hyport_lib.commands._cli import invoke
+
     args = build_parser().parse_args(argv)
-    return int(args._run(args) or 0)
+    return invoke(args.command, args._run, args)
 
 
 if __name__ == "__main__":

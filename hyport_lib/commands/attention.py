@@ -32,37 +32,34 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     import pandas as pd
 
-    from hyport_lib.attention.compare import record_stage, run_comparison
-    from hyport_lib.attention.model_check import compare_model, swapped_backend
-    from hyport_lib.attention.port_scan import run_scan
+    from hyport_lib.attention import stage
     from hyport_lib.attention.show import comparison_table, model_table
     from hyport_lib.utils.files import atomic_write_text
 
     dtypes = [d.strip() for d in str(args.dtypes).split(",") if d.strip()]
-    result = run_comparison(device=args.device, seed=args.seed, full=args.full, dtypes=dtypes)
+    result = stage.run(device=args.device, seed=args.seed, full=args.full, dtypes=dtypes,
+                       code_path=args.code_path, model_path=args.model_path)
+    comparison, model, scan = result.comparison, result.model, result.scan
     with pd.option_context("display.width", 250, "display.max_rows", None,
                            "display.max_columns", None, "display.max_colwidth", 90):
-        print(comparison_table(result).drop(columns=["source"]).to_string(index=False))
+        print(comparison_table(comparison).drop(columns=["source"]).to_string(index=False))
         print()
-        for b in result.backends:
+        for b in comparison.backends:
             print(f"backend {b['name']}: {b['source']}")
-        for note in result.notes:
+        for note in comparison.notes:
             print(f"note: {note}")
-        model = None
-        if str(args.model_path).lower() != "none":
-            backend, device = swapped_backend(result.device)
-            model = compare_model(args.model_path, backend=backend, device=device, seed=args.seed)
+        if model is not None:
             print()
             print(model_table(model).to_string(index=False))
-    report, path = run_scan(args.code_path)
-    if report is not None:
-        print(f"\nscan of {path}: {report.files_scanned} files, {len(report.hits)} findings "
-              f"{report.counts()}")
-    summary = record_stage(result, model, report, path)
+    if scan is not None:
+        print(f"\nscan of {result.scanned_path}: {scan.files_scanned} files, {len(scan.hits)} "
+              f"findings {scan.counts()}")
+    stage.record(result)
+    summary = stage.summarize(result)
     if args.json:
-        payload = {"verdict": summary["verdict"], "summary": summary["summary"],
-                   "rows": result.rows, "backends": result.backends, "notes": result.notes,
-                   "model": model.to_dict() if model else None}
+        payload = {"verdict": summary.verdict, "summary": summary.summary,
+                   "rows": comparison.rows, "backends": comparison.backends,
+                   "notes": comparison.notes, "model": model.to_dict() if model else None}
         atomic_write_text(args.json, json.dumps(payload, indent=1, default=str))
-    print(f"\n{summary['verdict']}: {summary['summary']}")
-    return 1 if summary["verdict"] == "FAIL" else 0
+    print(f"\n{summary.verdict}: {summary.summary}")
+    return 1 if summary.verdict == "FAIL" else 0

@@ -24,15 +24,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Print the report; exit status 1 when any check FAILs, else 0."""
-    from hyport_lib.environment import collect_environment, record_environment
+    from hyport_lib.environment import stage
 
     if args.num_cards is not None and args.num_cards < 1:
-        raise SystemExit(f"hyport env: --num-cards must be at least 1, got {args.num_cards}")
-    report = collect_environment(device=args.device, num_cards=args.num_cards)
+        raise ValueError(f"--num-cards must be at least 1, got {args.num_cards}")
+    report = stage.run(device=args.device, num_cards=args.num_cards)
     if args.json:
         print(scrub_text(json.dumps(report.to_dict(), indent=2, default=str)))
     else:
         print(report.to_text(), end="")
     if not args.no_record:
-        print(f"recorded {record_environment(report)}", file=sys.stderr)
+        print(f"recorded {stage.record(report)}", file=sys.stderr)
     return 1 if report.verdict == "FAIL" else 0

@@ -1,25 +1,19 @@
 """``hyport infer``: the N-card inference grid from the command line.
 
-The same :func:`hyport_lib.inference.grid.run_grid` as notebook 03, with a progress
-bar on stderr instead of the live table. Exit status: 0 when every launched card
-finished (busy cards skipped are not failures), 1 when a card failed or timed out or
-none ran, 2 on bad arguments, 128 + the signal number when stopped by SIGTERM or SIGHUP
-(``timeout``, ``kill``, a closed terminal, a service stop).
-
-SIGTERM and SIGHUP would otherwise end the process on the spot, skipping the grid's
-cleanup; they are turned into ``SystemExit`` so that the workers' process groups are
-killed and their logs scrubbed before hyport exits. (Even without that, the workers
-follow the launcher's exit: see :mod:`hyport_lib.inference.grid`.)
+The same stage functions as notebook 03 (:mod:`hyport_lib.inference.stage`: plan, then
+run that plan), with a progress bar on stderr instead of the live table. Exit status:
+0 when every launched card finished (busy cards skipped are not failures), 1 when a
+card failed or timed out or none ran, 2 on bad arguments, 130 when stopped (Ctrl-C,
+SIGTERM, SIGHUP: see :mod:`hyport_lib.commands._cli`); the grid's cleanup kills the
+workers' process groups and scrubs their logs first. (Even without that, the workers
+follow the launcher's exit: see :mod:`hyport_lib.processes`.)
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
-import signal
 import sys
-import threading
 
 NAME = "infer"
 HELP = "run the same generation on every card, one fresh process per card, and compare"
@@ -90,50 +84,18 @@ class _ProgressBar:
             self.bar.close()
 
 
-#: Signals that stop ``hyport infer`` through the grid's cleanup.
-STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGHUP") if hasattr(signal, name))
-
-
-@contextlib.contextmanager
-def exit_on_stop_signals():
-    """Within the block, SIGTERM/SIGHUP raise ``SystemExit(128 + signum)``.
-
-    The first one raises; after it the default actions are back, so a second signal
-    still ends a cleanup that hangs. Outside the main thread (where Python cannot set
-    handlers) nothing changes. The previous handlers are restored on the way out.
-    """
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    previous = {sig: signal.getsignal(sig) for sig in STOP_SIGNALS}
-
-    def stop(signum, frame):
-        for sig in STOP_SIGNALS:
-            signal.signal(sig, signal.SIG_DFL)
-        raise SystemExit(128 + signum)
-
-    for sig in STOP_SIGNALS:
-        signal.signal(sig, stop)
-    try:
-        yield
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
-
-
 def run(args: argparse.Namespace) -> int:
-    from hyport_lib.inference.grid import grid_verdict, record_grid, run_grid
+    from hyport_lib.backend import get_backend
+    from hyport_lib.inference import stage
     from hyport_lib.inference.show import compact_frame
 
+    backend = get_backend(args.device, num_cards=args.num_cards)
+    config = _config(args)
+    plan = stage.plan(backend, num_cards=args.num_cards, allow_busy_cards=args.allow_busy_cards)
     bar = _ProgressBar()
     try:
-        with exit_on_stop_signals():
-            result = run_grid(_config(args), device=args.device, num_cards=args.num_cards,
-                              timeout_s=args.timeout_s, allow_busy_cards=args.allow_busy_cards,
-                              log_dir=args.log_dir, on_update=bar)
-    except (ValueError, RuntimeError, TypeError, FileNotFoundError) as exc:
-        print(f"hyport infer: {exc}", file=sys.stderr)
-        return 2
+        result = stage.run(config, backend=backend, plan=plan, timeout_s=args.timeout_s,
+                           log_dir=args.log_dir, on_update=bar)
     finally:
         bar.close()
     if args.json:
@@ -144,8 +106,7 @@ def run(args: argparse.Namespace) -> int:
         print(result.consistency_line)
         print(f"logs: {result.log_dir}   wall {result.wall_s:.1f}s   ({result.provenance.label})")
     if not args.no_record:
-        path = record_grid(result)
-        print(f"result: {path}", file=sys.stderr)
+        print(f"result: {stage.record(result)}", file=sys.stderr)
     counts = result.counts
-    verdict = grid_verdict(result)
+    verdict = stage.summarize(result).verdict
     return 1 if verdict == "FAIL" or counts["failed"] or counts["timeout"] else 0

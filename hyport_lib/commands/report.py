@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import signal
 import sys
 from pathlib import Path
 
@@ -28,29 +27,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--hide-inputs", action="store_true", help="HTML without code cells")
 
 
-def _interrupt(signum, frame):
-    # SIGTERM / SIGHUP (a closed ssh session, `timeout`, a scheduler) end the run the
-    # way Ctrl-C does: the partial report is written, the kernel and its workers stop.
-    raise KeyboardInterrupt
-
-
 def run(args: argparse.Namespace) -> int:
+    # Stop signals (Ctrl-C, SIGTERM, SIGHUP) end the run through commands._cli: the
+    # runner writes the partial report, the kernel and its workers stop, exit 130.
     profile = None if args.profile in ("", "none") else args.profile
-    for sig in (signal.SIGTERM, signal.SIGHUP):
-        signal.signal(sig, _interrupt)
-    try:
-        report = run_report(
-            profile=profile, overrides=parse_overrides(args.param),
-            only=[s for s in args.only.split(",") if s.strip()] or None,
-            output_root=args.output_dir, notebooks_dir=args.notebooks,
-            cell_timeout_s=args.cell_timeout, kernel_name=args.kernel,
-            show_inputs=not args.hide_inputs, progress_bar=sys.stderr.isatty(),
-        )
-    except (ValueError, FileNotFoundError) as exc:
-        print(f"hyport report: {exc}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("hyport report: interrupted", file=sys.stderr)
-        return 130
+    report = run_report(
+        profile=profile, overrides=parse_overrides(args.param),
+        only=[s for s in args.only.split(",") if s.strip()] or None,
+        output_root=args.output_dir, notebooks_dir=args.notebooks,
+        cell_timeout_s=args.cell_timeout, kernel_name=args.kernel,
+        show_inputs=not args.hide_inputs, progress_bar=sys.stderr.isatty(),
+    )
     print(report.run_dir / "index.html")
     return 0 if report.ok else 1

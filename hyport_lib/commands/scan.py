@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from itertools import groupby
 
 from hyport_lib.scan import CATEGORIES, DEFAULT_EXCLUDE, ScanReport, scan_path
@@ -77,12 +76,8 @@ def format_text(report: ScanReport) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    try:
-        categories = _categories(args.category)
-        report = scan_path(args.path, exclude=DEFAULT_EXCLUDE + tuple(args.exclude))
-    except (FileNotFoundError, ValueError) as exc:
-        print(f"hyport scan: {exc}", file=sys.stderr)
-        return 2
+    categories = _categories(args.category)
+    report = scan_path(args.path, exclude=DEFAULT_EXCLUDE + tuple(args.exclude))
     report = report.only(categories)
     if args.json:
         print(json.dumps(report.to_dict(), indent=2, ensure_ascii=False))

@@ -19,7 +19,7 @@ from hyport_lib.environment.devices import DeviceListing, busy_cards, list_devic
 from hyport_lib.environment.frames import (checks_frame, devices_frame, env_vars_frame,
                                            versions_frame)
 from hyport_lib.environment.npu_smi import parse_npu_smi_info, parse_proc_mem
-from hyport_lib.environment.record import environment_summary, record_environment
+from hyport_lib.environment.stage import environment_summary, record_environment
 from hyport_lib.environment.records import Check, DeviceInfo, DeviceProcess
 
 __all__ = [

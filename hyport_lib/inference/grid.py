@@ -7,22 +7,15 @@ worker is pinned to its card through the backend seam's visible-devices variable
 writes ``card<N>.log`` (stdout and stderr) and ``card<N>.json`` (its result) in the
 log folder, and runs in its own session, hence its own process group.
 
-Workers never outlive the launcher. The worker's stdin is a pipe whose write end only
-the launcher holds: the worker reads its configuration from it (so secret values never
-touch the disk; ``card<N>.config.json`` is a scrubbed copy for the record), then starts
-a tiny ``sh`` guard in its process group that waits for end-of-file on that pipe and
-then SIGKILLs the group. The kernel closes the pipe however the launcher ends, even by
-SIGKILL or by ipykernel's ``os._exit`` when papermill goes away, so the worker and
-every child it started die with it. Linux's ``PR_SET_PDEATHSIG`` is not used: it would
-SIGKILL the worker alone and orphan the worker's own children, it fires when the
-spawning *thread* exits rather than the process, and it does not exist on macOS. A
-watchdog thread inside the worker is not used either: it needs the GIL, which a worker
-stuck in a C call may hold. ``hyport infer`` also turns SIGTERM and SIGHUP into
-``SystemExit`` so that the orderly cleanup below runs.
+Workers never outlive the launcher, and what they write is scrubbed of secret values
+once they exit: see :mod:`hyport_lib.processes` (own process group, a lifeline on
+stdin that carries the configuration, so secret values never touch the disk;
+``card<N>.config.json`` is a scrubbed copy for the record). ``hyport infer`` turns
+SIGTERM and SIGHUP into an orderly stop so that the cleanup below runs.
 
-Whatever the workers write is scrubbed of secret values (variables whose names look
-secret, see :mod:`hyport_lib.utils.redact`) once they exit: the log is rewritten in
-place, and the result and the grid's own record never hold them.
+The preflight (:mod:`hyport_lib.inference.plan`) and the result table
+(:mod:`hyport_lib.inference.table`) live in their own modules; their names stay
+importable from here.
 
 The launcher only watches: it never imports torch for the workers' sake and never
 touches the device. A worker that raises, dies (signal, ``os._exit``, out-of-memory
@@ -39,16 +32,11 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
-import math
 import os
-import re
-import signal
-import statistics
-import subprocess
 import sys
 import time
 import warnings
-from dataclasses import asdict, dataclass, field, is_dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Optional
 
@@ -56,377 +44,33 @@ import pandas as pd
 
 import hyport_lib
 from hyport_lib.backend import Backend, get_backend
+from hyport_lib.inference.plan import (  # noqa: F401  (re-exported: the grid's public API)
+    CardPlan, GridPlan, available_cards, inherited_card_ids, plan_grid,
+)
+from hyport_lib.inference.table import (  # noqa: F401  (re-exported)
+    COLUMNS, FALLBACK_MARKER, PREVIEW_CHARS, STATUSES, GridProgress, GridResult, consistency,
+    consistency_line, given, grid_headline, grid_verdict, preview, scan_fallbacks,
+)
+from hyport_lib.processes import (  # noqa: F401  (read_log_tail, last_exception, scrub_log re-exported)
+    Child, describe_exit, feed, finish, has_exited, kill_groups, last_exception, read_log_tail,
+    reap_leftovers, scrub_log, start_child, stop_all,
+)
 from hyport_lib.results import Provenance, results_dir
-from hyport_lib.utils.files import atomic_write_json, atomic_write_text
-from hyport_lib.utils.redact import child_environ, scrub_obj, scrub_text, secret_values
-
-STATUSES = ("ok", "failed", "timeout", "skipped-busy")
-#: What torch_npu prints when an operator has no NPU kernel.
-FALLBACK_MARKER = "will fall back to run on the CPU"
-_FALLBACK_OP_RE = re.compile(r"operator '([^']+)'[^\n]*?" + re.escape(FALLBACK_MARKER))
-_EXC_LINE_RE = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Exit|Fault))(?::\s?(.*))?$")
-PREVIEW_CHARS = 60
-LOG_TAIL_LINES = 8
-
-COLUMNS = [
-    "card", "device", "status", "load_s", "first_token_s", "tokens_per_s", "decode_tokens_per_s",
-    "new_tokens",
-    "peak_memory_mb", "memory_source", "single_output", "batch_outputs", "output_hash",
-    "cpu_fallback_warnings", "fallback_ops", "wall_s", "log_path", "error",
-]
+from hyport_lib.utils.files import atomic_write_json
+from hyport_lib.utils.redact import child_environ, scrub_obj, scrub_text
 
 
-# --------------------------------------------------------------------------- preflight
-@dataclass
-class CardPlan:
-    """What the preflight decided for one card."""
-
-    card: int
-    run: bool
-    busy_processes: list[dict] = field(default_factory=list)
-
-    @property
-    def busy_reason(self) -> str:
-        procs = ", ".join(
-            f"pid {p.get('pid')} ({p.get('name') or '?'}, {p.get('memory_mb', '?')} MB)"
-            for p in self.busy_processes)
-        return f"card busy: {procs}" if procs else ""
-
-
-@dataclass
-class GridPlan:
-    kind: str
-    cards: list[CardPlan]
-    allow_busy_cards: bool
-    preflight_error: Optional[str] = None
-
-    @property
-    def to_run(self) -> list[int]:
-        return [c.card for c in self.cards if c.run]
-
-    def frame(self) -> pd.DataFrame:
-        """One row per card: what the preflight decided and why."""
-        return pd.DataFrame([{
-            "card": c.card,
-            "status": ("run (busy, allowed)" if c.busy_processes else "run") if c.run else "skipped-busy",
-            "processes": c.busy_reason.removeprefix("card busy: ") or "none",
-        } for c in self.cards], columns=["card", "status", "processes"])
-
-    def to_dict(self) -> dict:
-        return {"kind": self.kind, "allow_busy_cards": self.allow_busy_cards,
-                "preflight_error": self.preflight_error,
-                "cards": [{**asdict(c), "busy_reason": c.busy_reason} for c in self.cards]}
-
-
-def available_cards(backend: Backend, num_cards: Optional[int] = None) -> list[int]:
-    """Card ids the grid may use, as the device tools number them.
-
-    On CPU "cards" are worker processes ``0..num_cards-1`` (default: the backend's
-    count, 2). On an accelerator they are the visible cards; when this process already
-    runs under a visible-devices variable (e.g. ``ASCEND_RT_VISIBLE_DEVICES=4,5``),
-    its entries are the ids a child must be pinned to.
-    """
-    if num_cards is not None and int(num_cards) < 1:
-        raise ValueError(f"num_cards={num_cards!r}: expected a positive number or None (all cards)")
-    if backend.kind == "cpu":
-        return list(range(int(num_cards) if num_cards else backend.num_cards()))
-    ids = list(range(backend.num_cards()))
-    var = backend.visible_devices_var
-    inherited = os.environ.get(var) if var else None
-    if inherited is not None:
-        ids = inherited_card_ids(var, inherited)[:len(ids)]
-    if num_cards is not None:
-        if int(num_cards) > len(ids):
-            raise ValueError(f"num_cards={num_cards}: only {len(ids)} {backend.kind} card(s) are visible")
-        ids = ids[:int(num_cards)]
-    return ids
-
-
-def inherited_card_ids(var: str, value: str) -> list[int]:
-    """Host card ids listed by an inherited visible-devices variable, in order.
-
-    The grid pins each worker with ``var=<id>``, so it must know the host index
-    behind every card this process sees. Anything it cannot map that way is an error
-    naming the variable, rather than a crash or a worker pinned to the wrong card.
-
-    Raises:
-        ValueError: the value hides every card, selects cards by UUID, holds a range
-            (``0-1``), a non-number, an empty entry, a duplicate, or (Ascend) a space.
-    """
-    from hyport_lib.environment.checks import parse_visible_devices
-
-    ascend = var.upper().startswith("ASCEND")
-    shown = f"{var}={value!r}"
-    text = value.strip()
-    if not text or (not ascend and text == "-1"):
-        raise ValueError(f"{shown} hides every card: unset it, or list the card indices to use (e.g. 0,1)")
-    if ascend and re.search(r"\s", text):
-        raise ValueError(f"{shown}: remove the spaces (the Ascend runtime stops reading at one)")
-    entries = [e.strip() for e in text.split(",")]
-    if len(entries) > 1 and not entries[-1]:
-        entries.pop()  # a trailing comma: the runtimes ignore it
-    for entry in entries:
-        if not ascend and entry.upper().startswith(("GPU-", "MIG-")):
-            raise ValueError(
-                f"{shown} selects cards by UUID; the grid pins each worker by card index, so set "
-                f"it to indices instead (nvidia-smi -L lists each GPU's index and UUID)")
-        if not entry:
-            raise ValueError(f"{shown} has an empty entry; list the card indices, e.g. 0,1")
-        if not entry.isdigit():
-            hint = " (ranges are not understood: list each card, e.g. 0,1)" if "-" in entry else ""
-            raise ValueError(f"{shown}: {entry!r} is not a card index{hint}")
-    ids = [int(e) for e in entries]
-    duplicates = sorted({i for i in ids if ids.count(i) > 1})
-    if duplicates:
-        raise ValueError(f"{shown} lists card {duplicates[0]} more than once; list each card once")
-    # What the runtime itself reads must be what the grid maps (e.g. CUDA strips spaces).
-    seen = parse_visible_devices(value, var)
-    if seen != ids:
-        raise ValueError(f"{shown}: the runtime reads cards {seen} from it, the grid {ids}; "
-                         f"write it as {','.join(map(str, ids))}")
-    return ids
-
-
-def _as_dict(process: Any) -> dict:
-    if is_dataclass(process):
-        return asdict(process)
-    if isinstance(process, dict):
-        return dict(process)
-    return {k: getattr(process, k, None) for k in ("pid", "name", "memory_mb")}
-
-
-def _busy_from_environment(backend: Backend) -> tuple[dict, Optional[str]]:
-    """Ask the environment check which cards hold processes; unknown is not busy."""
-    from hyport_lib.environment.devices import probe_devices
-
-    try:
-        listing = probe_devices(backend)
-    except (OSError, RuntimeError, ValueError, subprocess.SubprocessError) as exc:
-        return {}, f"busy-card check failed: {type(exc).__name__}: {exc}"
-    busy = {d.index: list(d.processes) for d in listing.devices if d.processes}
-    note = None
-    if not listing.processes_known:
-        note = f"busy-card check could not list processes ({listing.error or listing.source})"
-    elif listing.error:
-        note = f"busy-card check: {listing.error}"
-    return busy, note
-
-
-def plan_grid(backend: Backend, num_cards: Optional[int] = None, allow_busy_cards: bool = False,
-              cards: Optional[list[int]] = None, busy: Optional[dict] = None) -> GridPlan:
-    """Preflight: which cards run, which are skipped because another process holds them.
-
-    Args:
-        backend: the backend seam for the device kind.
-        num_cards: how many cards (None: all available; CPU default 2).
-        allow_busy_cards: run on busy cards anyway (nothing is ever killed).
-        cards: explicit card ids instead of the first ``num_cards``.
-        busy: ``{card: [process, ...]}``; by default asked from the environment
-            check (``hyport_lib.environment.devices.probe_devices``: npu-smi on
-            Ascend, nvidia-smi on CUDA, nothing is busy on CPU).
-    """
-    ids = [int(c) for c in cards] if cards is not None else available_cards(backend, num_cards)
-    if len(set(ids)) != len(ids):
-        raise ValueError(f"cards={cards!r}: each card may appear once")
-    preflight_error = None
-    if busy is None:
-        busy, preflight_error = _busy_from_environment(backend)
-    plans = []
-    for card in ids:
-        procs = [_as_dict(p) for p in (busy.get(card) or [])]
-        plans.append(CardPlan(card=card, run=allow_busy_cards or not procs, busy_processes=procs))
-    return GridPlan(kind=backend.kind, cards=plans, allow_busy_cards=allow_busy_cards,
-                    preflight_error=preflight_error)
-
-
-# --------------------------------------------------------------------------- results
-@dataclass
-class GridProgress:
-    """Passed to ``on_update``: the table so far (unfinished cards say ``running``)."""
-
-    frame: pd.DataFrame
-    done: int
-    total: int
-    card: Optional[int] = None  # the card that just finished; None for the first call
-    status: Optional[str] = None
-
-
-@dataclass
-class GridResult:
-    """The grid's answer: one row per card plus the cross-card comparison."""
-
-    frame: pd.DataFrame
-    consistent: bool
-    differing_cards: list[int]
-    log_dir: Path
-    wall_s: float
-    provenance: Provenance
-    plan: Optional[GridPlan] = None
-    config: dict = field(default_factory=dict)
-    timeout_s: float = 0.0
-    cards: list[dict] = field(default_factory=list)  # raw worker results, full outputs
-
-    @property
-    def counts(self) -> dict[str, int]:
-        return {s: int((self.frame["status"] == s).sum()) for s in STATUSES}
-
-    @property
-    def consistency_line(self) -> str:
-        return consistency_line(self)
-
-    def log_tail(self, card: int, lines: int = 40) -> str:
-        row = self.frame.loc[self.frame["card"] == card]
-        if row.empty:
-            raise KeyError(f"card={card}: not in this grid (cards {list(self.frame['card'])})")
-        path = row.iloc[0]["log_path"]
-        return read_log_tail(path, lines) if given(path) else "(not launched: no log)"
-
-    def to_dict(self) -> dict:
-        frame = self.frame.astype(object).where(self.frame.notna(), None)
-        return {
-            "rows": frame.to_dict(orient="records"),
-            "consistent": self.consistent,
-            "differing_cards": list(self.differing_cards),
-            "consistency": self.consistency_line,
-            "counts": self.counts,
-            "log_dir": str(self.log_dir),
-            "wall_s": round(self.wall_s, 3),
-            "timeout_s": self.timeout_s,
-            "provenance": self.provenance.to_dict(),
-            "plan": self.plan.to_dict() if self.plan else None,
-            "config": self.config,
-            # Full texts, not previews: what each card said, for the report.
-            "outputs": {str(c["card"]): {"single": (c.get("outcome") or {}).get("single_output"),
-                                         "batch": (c.get("outcome") or {}).get("batch_outputs")}
-                        for c in self.cards if c.get("outcome")},
-        }
-
-
-def given(value: Any) -> bool:
-    """A table cell holds a value (pandas turns a missing one into None or NaN)."""
-    return value is not None and not (isinstance(value, float) and math.isnan(value))
-
-
-def read_log_tail(path: os.PathLike | str, lines: int = LOG_TAIL_LINES) -> str:
-    """Last ``lines`` lines of a log, secrets scrubbed; empty when there is no log."""
-    path = Path(path)
-    if not path.is_file():
-        return ""
-    with open(path, "rb") as fh:
-        fh.seek(0, os.SEEK_END)
-        fh.seek(max(0, fh.tell() - 64 * 1024))
-        text = fh.read().decode("utf-8", errors="replace")
-    return scrub_text("\n".join(text.splitlines()[-lines:]))
-
-
-def scan_fallbacks(path: os.PathLike | str) -> tuple[int, list[str]]:
-    """Count torch_npu's CPU-fallback warnings in a log; the operators they name."""
-    path = Path(path)
-    if not path.is_file():
-        return 0, []
-    text = path.read_text(encoding="utf-8", errors="replace")
-    ops = sorted(set(_FALLBACK_OP_RE.findall(text)))
-    return text.count(FALLBACK_MARKER), ops
-
-
-def last_exception(log_text: str) -> Optional[str]:
-    """The last ``SomeError: message`` line of a log (a Python traceback's last line)."""
-    for line in reversed(log_text.splitlines()):
-        match = _EXC_LINE_RE.match(line.strip())
-        if match:
-            return line.strip()
-    return None
-
-
-def preview(text: Any, chars: int = PREVIEW_CHARS) -> str:
-    text = " ".join(str(text or "").split())
-    return text if len(text) <= chars else text[: chars - 1] + "…"
-
-
-def _signal_name(number: int) -> str:
-    try:
-        return signal.Signals(number).name
-    except ValueError:
-        return f"signal {number}"
-
-
-def consistency(frame: pd.DataFrame) -> tuple[bool, list[int], Optional[str]]:
-    """Compare the ok cards' output hashes.
-
-    Returns ``(consistent, differing cards, reference hash)``: the reference is the
-    most common hash (ties: the lowest card's); no ok card means not consistent.
-    """
-    ok = frame[frame["status"] == "ok"].sort_values("card")
-    if ok.empty:
-        return False, [], None
-    counts = ok["output_hash"].value_counts()
-    top = counts.max()
-    reference = next(h for h in ok["output_hash"] if counts[h] == top)
-    differing = [int(c) for c, h in zip(ok["card"], ok["output_hash"]) if h != reference]
-    return not differing, differing, reference
-
-
-def consistency_line(result: GridResult) -> str:
-    """One sentence on whether the cards agree."""
-    ok = result.frame[result.frame["status"] == "ok"]
-    if ok.empty:
-        return "No card finished, so there is nothing to compare."
-    _, differing, reference = consistency(result.frame)
-    reference = (reference or "")[:12]
-    sampling = float(result.config.get("temperature") or 0.0) > 0
-    note = " (sampling is on, so differences may be legitimate)" if sampling else ""
-    if not differing:
-        if len(ok) == 1:
-            card = int(ok.iloc[0]["card"])
-            return f"Only card {card} finished (output hash {reference}); nothing to compare."
-        return f"All {len(ok)} finished cards produced identical outputs (hash {reference}){note}."
-    return (f"Cards {', '.join(map(str, differing))} differ from the majority output "
-            f"(hash {reference}, {len(ok) - len(differing)} of {len(ok)} cards){note}.")
-
-
-def grid_verdict(result: GridResult) -> str:
-    """PASS: every launched card ok and all agree; WARN: ok but busy cards skipped or
-    outputs differ; FAIL: a card failed or timed out, or none ran."""
-    counts = result.counts
-    if counts["failed"] or counts["timeout"] or counts["ok"] == 0:
-        return "FAIL"
-    if counts["skipped-busy"] or not result.consistent:
-        return "WARN"
-    return "PASS"
-
-
-def grid_headline(result: GridResult) -> dict:
-    """A few figures for the report's index table."""
-    ok = result.frame[result.frame["status"] == "ok"]
-    launched = len(result.frame) - result.counts["skipped-busy"]
-
-    def median(col):
-        values = [float(v) for v in ok[col] if given(v)]
-        return round(statistics.median(values), 3) if values else None
-
-    return {
-        "cards ok": f"{len(ok)}/{launched}",
-        "skipped busy": result.counts["skipped-busy"],
-        "consistent": bool(result.consistent),
-        "tokens/s incl. prefill (median)": median("tokens_per_s"),
-        "decode tokens/s (median)": median("decode_tokens_per_s"),
-        "load s (median)": median("load_s"),
-        "first token s (median)": median("first_token_s"),
-        "CPU fallback warnings": int(sum(int(v) for v in result.frame["cpu_fallback_warnings"] if given(v))),
-    }
-
-
-# --------------------------------------------------------------------------- launching
 @dataclass
 class _Worker:
+    """One card's worker: the started child plus where it writes its result."""
+
     card: int
-    proc: subprocess.Popen
-    started: float
-    deadline: float
-    log_path: Path
+    child: Child
     result_path: Path
-    lifeline: Optional[int] = None  # write end of the worker's stdin; closing it ends the worker
-    unsent: bytes = b""  # the part of the worker's configuration not yet in the pipe
+
+    @property
+    def proc(self):
+        return self.child.proc
 
 
 def default_log_dir() -> Path:
@@ -460,6 +104,7 @@ def _threads_per_worker(backend: Backend, workers: int) -> Optional[int]:
     return max(1, cores // workers)
 
 
+
 def _launch(backend: Backend, card: int, spec: dict, log_dir: Path, timeout_s: float,
             extra_env: Optional[dict], secrets_env: dict) -> _Worker:
     log_path = log_dir / f"card{card}.log"
@@ -470,119 +115,18 @@ def _launch(backend: Backend, card: int, spec: dict, log_dir: Path, timeout_s: f
     atomic_write_json(config_path, scrub_obj(spec, secrets_env))
     cmd = [sys.executable, "-m", "hyport_lib.inference.worker",
            "--config", "-", "--result", str(result_path), "--die-with-stdin"]
-    read_end, lifeline = os.pipe()  # both non-inheritable: no other child gets the write end
-    started = time.monotonic()
-    try:
-        with open(log_path, "wb") as log:  # the child keeps its own copy of the descriptor
-            proc = subprocess.Popen(
-                cmd, stdout=log, stderr=subprocess.STDOUT, stdin=read_end,
-                env=_worker_env(backend, card, spec.get("num_threads"), extra_env),
-                start_new_session=True,  # its own process group: killable as a whole
-                close_fds=True)
-    except BaseException:
-        os.close(lifeline)
-        raise
-    finally:
-        os.close(read_end)
-    # Non-blocking: a worker that never reads must not stall the launcher (see _feed).
-    os.set_blocking(lifeline, False)
-    worker = _Worker(card, proc, started, started + timeout_s, log_path, result_path,
-                     lifeline=lifeline, unsent=json.dumps(spec, default=str).encode() + b"\n")
-    _feed(worker)
-    return worker
-
-
-def _feed(worker: _Worker) -> None:
-    """Write what the pipe takes of the worker's configuration; the rest on a later poll."""
-    if not worker.unsent or worker.lifeline is None:
-        return
-    try:
-        written = os.write(worker.lifeline, worker.unsent)
-    except BlockingIOError:
-        return  # pipe full: the worker has not read yet
-    except BrokenPipeError:
-        worker.unsent = b""  # it exited before reading; its exit status will say why
-        return
-    worker.unsent = worker.unsent[written:]
-
-
-def _cut_lifeline(worker: _Worker) -> None:
-    """Close the worker's stdin; its guard then kills whatever is left of its group."""
-    if worker.lifeline is not None:
-        os.close(worker.lifeline)
-        worker.lifeline = None
-
-
-def scrub_log(path: os.PathLike | str, environ: Optional[dict] = None) -> bool:
-    """Rewrite a log without secret values (atomically); True when it changed.
-
-    Args:
-        path: the log file; a missing one is left alone.
-        environ: where the secret variables are looked up (default ``os.environ``).
-    """
-    path = Path(path)
-    if not secret_values(environ) or not path.is_file():
-        return False
-    text = path.read_bytes().decode("utf-8", errors="replace")
-    scrubbed = scrub_text(text, environ)
-    if scrubbed == text:
-        return False
-    atomic_write_text(path, scrubbed)
-    return True
-
-
-def _exited(proc: subprocess.Popen) -> bool:
-    """Has the worker exited? Does not reap it, so its pid (= its group id) stays ours."""
-    if proc.returncode is not None:
-        return True
-    if not hasattr(os, "waitid"):
-        # macOS before Python 3.13: poll() reaps, so a later killpg of this group is
-        # only as safe as the pid not being reused in the moments in between.
-        return proc.poll() is not None
-    try:
-        info = os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
-    except ChildProcessError:
-        return True  # already reaped
-    return info is not None
-
-
-def _kill_groups(workers: list[_Worker], grace_s: float) -> None:
-    """SIGTERM, then after ``grace_s`` SIGKILL, the process groups of ``workers``.
-
-    Only groups this module started: each group id is a worker's pid, and the worker
-    is never reaped before the SIGKILL, so the id cannot have passed to an unrelated
-    process. All groups share one grace period, so eight hung workers cost one wait.
-    """
-    for worker in workers:
-        try:
-            os.killpg(worker.proc.pid, signal.SIGTERM)
-        except ProcessLookupError:
-            continue  # the whole group is gone already
-    end = time.monotonic() + grace_s
-    while time.monotonic() < end and not all(_exited(w.proc) for w in workers):
-        time.sleep(0.05)
-    for worker in workers:
-        try:
-            os.killpg(worker.proc.pid, signal.SIGKILL)  # also children the leader left behind
-        except ProcessLookupError:
-            continue  # every member already gone
-
-
-def _reap_leftovers(worker: _Worker) -> None:
-    """After the leader exited (not yet reaped): kill any child it left in its group."""
-    if worker.proc.returncode is not None:
-        return  # already reaped: its pid may be reused, so its group is no longer ours
-    try:
-        os.killpg(worker.proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass  # the group held only the (exited) leader
+    child = start_child(
+        cmd, env=_worker_env(backend, card, spec.get("num_threads"), extra_env),
+        log_path=log_path, payload=json.dumps(spec, default=str).encode() + b"\n",
+        timeout_s=timeout_s, name=f"card {card}")
+    return _Worker(card, child, result_path)
 
 
 def _row_for(worker: _Worker, timed_out: bool, timeout_s: float, device: str,
              secrets_env: Optional[dict] = None) -> tuple[dict, dict]:
     """Build the table row of a finished worker; returns (row, raw result), both scrubbed."""
     rc = worker.proc.returncode
-    wall = time.monotonic() - worker.started
+    wall = time.monotonic() - worker.child.started
     raw: dict = {}
     if worker.result_path.is_file():
         try:
@@ -591,11 +135,11 @@ def _row_for(worker: _Worker, timed_out: bool, timeout_s: float, device: str,
             raw = {"status": "failed", "error_type": type(exc).__name__,
                    "error": f"unreadable result file {worker.result_path}: {exc}"}
     raw = scrub_obj(raw, secrets_env)
-    tail = scrub_text(read_log_tail(worker.log_path), secrets_env)
-    fallbacks, fallback_ops = scan_fallbacks(worker.log_path)
+    tail = scrub_text(read_log_tail(worker.child.log_path), secrets_env)
+    fallbacks, fallback_ops = scan_fallbacks(worker.child.log_path)
     row = {c: None for c in COLUMNS}
     row.update(card=worker.card, device=device, wall_s=round(wall, 3),
-               log_path=str(worker.log_path), cpu_fallback_warnings=fallbacks,
+               log_path=str(worker.child.log_path), cpu_fallback_warnings=fallbacks,
                fallback_ops=", ".join(fallback_ops))
     if timed_out:
         status, reason = "timeout", f"timeout after {timeout_s:g}s; process group killed"
@@ -607,10 +151,7 @@ def _row_for(worker: _Worker, timed_out: bool, timeout_s: float, device: str,
     elif raw.get("status") == "failed":
         status, reason = "failed", f"{raw.get('error_type', 'Error')}: {raw.get('error', '')}"
     elif rc is not None and rc < 0:
-        name = _signal_name(-rc)
-        hint = (" (SIGKILL is also how the out-of-memory killer ends a process)"
-                if -rc == signal.SIGKILL else "")
-        status, reason = "failed", f"killed by signal {name} ({rc}){hint}"
+        status, reason = "failed", describe_exit(rc)
     else:
         exc_line = last_exception(tail)
         status = "failed"
@@ -663,7 +204,8 @@ def run_grid(config: Any = None, *, device: str = "auto", num_cards: Optional[in
              allow_busy_cards: bool = False, log_dir: Optional[os.PathLike] = None,
              on_update: Optional[Callable[[GridProgress], None]] = None,
              extra_env: Optional[dict] = None, poll_interval_s: float = 0.1,
-             kill_grace_s: float = 2.0, backend: Optional[Backend] = None) -> GridResult:
+             kill_grace_s: float = 2.0, backend: Optional[Backend] = None,
+             plan: Optional[GridPlan] = None) -> GridResult:
     """Run the same inference on every card, one fresh process each.
 
     Args:
@@ -684,6 +226,10 @@ def run_grid(config: Any = None, *, device: str = "auto", num_cards: Optional[in
         poll_interval_s: how often the workers are checked.
         kill_grace_s: between SIGTERM and SIGKILL of a timed-out worker's group.
         backend: an already built backend (else ``get_backend(device)``).
+        plan: the preflight's plan (:func:`plan_grid`) to run as it is, so that the
+            table a notebook showed is what runs; None plans here (``num_cards``,
+            ``cards`` and ``allow_busy_cards`` are then used). A plan made for another
+            device kind is an error.
 
     Returns:
         GridResult with one row per card (see :data:`COLUMNS`). Its ``config`` and
@@ -694,7 +240,11 @@ def run_grid(config: Any = None, *, device: str = "auto", num_cards: Optional[in
     t0 = time.monotonic()
     backend = backend or get_backend(device)
     inference = _config_dict(config)
-    plan = plan_grid(backend, num_cards=num_cards, allow_busy_cards=allow_busy_cards, cards=cards)
+    if plan is None:
+        plan = plan_grid(backend, num_cards=num_cards, allow_busy_cards=allow_busy_cards, cards=cards)
+    elif plan.kind != backend.kind:
+        raise ValueError(f"plan={plan.kind!r} cards: this grid runs on {backend.kind!r}; "
+                         f"plan with the same backend")
     if plan.to_run and (inference.get("model_path") or "tiny") == "tiny":
         # Build the tiny model once here rather than in every worker at once.
         from hyport_lib.models.tiny import ensure_tiny_model
@@ -729,11 +279,9 @@ def run_grid(config: Any = None, *, device: str = "auto", num_cards: Optional[in
             warnings.warn(f"run_grid: on_update failed ({type(exc).__name__}: {exc}); "
                           "the grid goes on", RuntimeWarning, stacklevel=2)
 
-    def finish(worker: _Worker, timed_out: bool) -> None:
-        worker.proc.wait()
-        _cut_lifeline(worker)
+    def done(worker: _Worker, timed_out: bool) -> None:
+        finish(worker.child, secrets_env)
         pending.remove(worker)
-        scrub_log(worker.log_path, secrets_env)
         rows[worker.card], raws[worker.card] = _row_for(
             worker, timed_out, float(timeout_s), label(worker.card), secrets_env)
         notify(worker.card, rows[worker.card]["status"])
@@ -754,27 +302,22 @@ def run_grid(config: Any = None, *, device: str = "auto", num_cards: Optional[in
         notify()
         while pending:
             for worker in pending:
-                _feed(worker)
+                feed(worker.child)
             now = time.monotonic()
-            for worker in [w for w in pending if _exited(w.proc)]:
-                _reap_leftovers(worker)
-                finish(worker, timed_out=False)
-            expired = [w for w in pending if now >= w.deadline]
+            for worker in [w for w in pending if has_exited(w.proc)]:
+                reap_leftovers(worker.child)
+                done(worker, timed_out=False)
+            expired = [w for w in pending if now >= w.child.deadline]
             if expired:
-                _kill_groups(expired, kill_grace_s)
+                kill_groups([w.child for w in expired], kill_grace_s)
                 for worker in expired:
-                    finish(worker, timed_out=True)
+                    done(worker, timed_out=True)
             if pending:
                 time.sleep(poll_interval_s)
     finally:
         # Interrupted (KeyboardInterrupt in the notebook, SIGTERM in the CLI): leave no
         # worker behind, and no secret in what they wrote.
-        if pending:
-            _kill_groups(pending, 0.0)
-            for worker in pending:
-                worker.proc.wait()
-                _cut_lifeline(worker)
-                scrub_log(worker.log_path, secrets_env)
+        stop_all([w.child for w in pending], 0.0, secrets_env)
 
     frame = _frame(rows, order)
     consistent, differing, _ = consistency(frame)
@@ -785,11 +328,8 @@ def run_grid(config: Any = None, *, device: str = "auto", num_cards: Optional[in
         cards=[raws[c] for c in order if c in raws])
 
 
-def record_grid(result: GridResult, stage: str = "03_inference", **kwargs) -> Path:
-    """Record the grid through the shared results helper (notebook and CLI alike)."""
-    from hyport_lib.results import record_result
+def record_grid(result: GridResult, stage: Optional[str] = None, **kwargs) -> Path:
+    """Deprecated alias of :func:`hyport_lib.inference.stage.record` (kept for one release)."""
+    from hyport_lib.inference import stage as inference_stage
 
-    return record_result(
-        stage, grid_verdict(result), summary=result.consistency_line,
-        headline=grid_headline(result), data=result.to_dict(), provenance=result.provenance,
-        **kwargs)
+    return inference_stage.record(result, stage=stage, **kwargs)

@@ -14,8 +14,9 @@ from typing import Callable
 import pandas as pd
 
 from hyport_lib.display import LiveDisplay, style_verdicts
-from hyport_lib.inference.grid import (
-    GridPlan, GridProgress, GridResult, consistency, given, grid_verdict,
+from hyport_lib.inference.plan import GridPlan
+from hyport_lib.inference.table import (
+    GridProgress, GridResult, consistency, given, grid_verdict,
 )
 
 #: Columns of the table shown in notebooks (the full frame has more).

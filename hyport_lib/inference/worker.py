@@ -11,14 +11,11 @@ disk)::
     {"card": 3, "device_kind": "npu", "num_threads": null,
      "inference": {...InferenceConfig fields...}}
 
-With ``--die-with-stdin`` the worker, once it has read its configuration, starts a
-guard (``/bin/sh``, in the worker's own process group) that waits for end-of-file on
-the worker's stdin and then SIGKILLs the whole group. The grid holds the only write end
-of that pipe, so when the launcher ends in any way (SIGKILL included) the worker and
-every child it started end too. The guard is an external process rather than a thread
-so that it works even while the worker holds the GIL in a stuck C call. It is only
-started when the worker leads its own process group (the grid starts it in a new
-session), so it can never kill a group the worker did not create.
+With ``--die-with-stdin`` the worker, once it has read its configuration, starts the
+guard of :func:`hyport_lib.processes.start_guard`: when the launcher ends in any way
+(SIGKILL included) the worker and every child it started end too. It is only started
+when the worker leads its own process group (the grid starts it in a new session), so
+it can never kill a group the worker did not create.
 
 The launcher has already pinned the process to its card through the backend's
 visible-devices variable (``ASCEND_RT_VISIBLE_DEVICES`` / ``CUDA_VISIBLE_DEVICES``), so
@@ -53,6 +50,7 @@ import traceback
 from pathlib import Path
 from typing import Optional, Sequence
 
+from hyport_lib.processes import start_guard
 from hyport_lib.utils.files import atomic_write_json
 from hyport_lib.utils.redact import scrub_obj, scrub_text
 
@@ -105,26 +103,6 @@ def inject_fault(card: int, environ=None) -> None:
         print(f"[hyport worker] hang: child pid {child.pid}", flush=True)
         while True:
             time.sleep(3600)
-
-
-#: The guard: wait for end-of-file on stdin, then SIGKILL its own process group (the
-#: worker's). ``read`` fails at end-of-file; nothing else is ever written to the pipe.
-GUARD_SCRIPT = "while read -r line; do :; done; kill -s KILL 0"
-
-
-def start_guard() -> Optional[int]:
-    """Start the stdin guard (see the module docstring); returns its pid, or None.
-
-    None (and a note in the log) when this process does not lead its own process
-    group: then its group is someone else's and must not be killed.
-    """
-    if not hasattr(os, "getpgrp") or os.getpgrp() != os.getpid():
-        print("[hyport worker] not a process-group leader: no guard, the worker will not "
-              "follow its launcher's exit", flush=True)
-        return None
-    guard = subprocess.Popen(["/bin/sh", "-c", GUARD_SCRIPT], stdin=sys.stdin.fileno(),
-                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, close_fds=True)
-    return guard.pid
 
 
 def load_spec(text: str) -> dict:

@@ -9,13 +9,9 @@ NPU one.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
+from hyport_lib.report.run import ReportRun
 from hyport_lib.utils.files import atomic_write_text
 from hyport_lib.utils.redact import scrub_text
-
-if TYPE_CHECKING:  # pragma: no cover
-    from hyport_lib.report.runner import ReportRun
 
 PHRASES = {
     "en": {
@@ -57,7 +53,7 @@ def _stage_title(stage_id: str, phrases: dict) -> str:
     return f"{number} {phrases['stages'].get(name, name)}"
 
 
-def render_blog(run: "ReportRun", lang: str = "en") -> str:
+def render_blog(run: ReportRun, lang: str = "en") -> str:
     """The draft as Markdown; ``lang`` is ``en`` or ``zh``."""
     if lang not in PHRASES:
         raise ValueError(f"lang={lang!r}: expected one of {', '.join(PHRASES)}")
@@ -88,7 +84,7 @@ def render_blog(run: "ReportRun", lang: str = "en") -> str:
     return scrub_text("\n".join(lines) + "\n")
 
 
-def write_blog_drafts(run: "ReportRun") -> list:
+def write_blog_drafts(run: ReportRun) -> list:
     """``blog.md`` and ``blog.zh.md`` in the run folder."""
     return [atomic_write_text(run.run_dir / name, render_blog(run, lang))
             for name, lang in (("blog.md", "en"), ("blog.zh.md", "zh"))]

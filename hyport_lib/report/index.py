@@ -9,14 +9,11 @@ from __future__ import annotations
 import html
 import json
 from collections import Counter
-from typing import TYPE_CHECKING
 
 from hyport_lib.display import VERDICT_COLOURS
+from hyport_lib.report.run import ReportRun
 from hyport_lib.utils.files import atomic_write_text
 from hyport_lib.utils.redact import scrub_text
-
-if TYPE_CHECKING:  # pragma: no cover
-    from hyport_lib.report.runner import ReportRun
 
 _CSS = """
 body{font-family:system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:2em auto;max-width:1200px;
@@ -49,7 +46,7 @@ def _link(path, label) -> str:
     return f'<a href="{html.escape(path)}">{html.escape(label)}</a>' if path else ""
 
 
-def render_index(run: "ReportRun") -> str:
+def render_index(run: ReportRun) -> str:
     counts = Counter(s.verdict for s in run.stages)
     summary = "".join(
         f'<span style="background:{VERDICT_COLOURS[v]}">{v}: {counts.get(v, 0)}</span>'
@@ -97,5 +94,5 @@ as such in the <i>source</i> column and are not NPU measurements.</p>
 """
 
 
-def write_index(run: "ReportRun"):
+def write_index(run: ReportRun):
     return atomic_write_text(run.run_dir / "index.html", render_index(run))

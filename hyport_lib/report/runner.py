@@ -22,13 +22,13 @@ import datetime as _dt
 import json
 import logging
 import os
-import secrets
 import sys
 import time
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable, Optional
 
+from hyport_lib.parameters import rename_keys
+from hyport_lib.report.run import ReportRun, StageOutcome, new_run_dir  # noqa: F401 (re-exported)
 from hyport_lib.results import RESULTS_DIR_ENV, load_result
 from hyport_lib.stages import Stage, discover_stages, select_stages
 from hyport_lib.utils.files import atomic_write_json, atomic_write_text
@@ -41,59 +41,6 @@ RUN_DIR_ENV = "HYPORT_RUN_DIR"
 # because the notebooks run with their own folder as working directory.
 _PATH_SUFFIXES = ("_path", "_dir", "_file")
 _PATH_KEYS = ("image",)
-
-
-@dataclass
-class StageOutcome:
-    stage: str
-    verdict: str
-    summary: str = ""
-    duration_s: float = 0.0
-    notebook: Optional[str] = None  # relative to the run folder
-    html: Optional[str] = None
-    log: Optional[str] = None
-    error: Optional[str] = None
-    headline: dict = field(default_factory=dict)
-    provenance: Optional[dict] = None
-    parameters: dict = field(default_factory=dict)
-    interrupted: bool = False
-
-
-@dataclass
-class ReportRun:
-    run_id: str
-    run_dir: Path
-    profile: Optional[str]
-    parameters: dict
-    stages: list[StageOutcome]
-    versions: dict
-    started: str
-    finished: str = ""
-    unused_parameters: list[str] = field(default_factory=list)
-
-    @property
-    def ok(self) -> bool:
-        return all(s.verdict != "FAIL" for s in self.stages)
-
-    def to_dict(self) -> dict:
-        data = asdict(self)
-        data["run_dir"] = str(self.run_dir)
-        data["ok"] = self.ok
-        return data
-
-
-def new_run_dir(output_root: Path) -> tuple[str, Path]:
-    """A fresh ``<timestamp>-<random>`` folder; two concurrent runs never share one."""
-    output_root.mkdir(parents=True, exist_ok=True)
-    while True:
-        stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-        run_id = f"{stamp}-{secrets.token_hex(3)}"
-        run_dir = output_root / run_id
-        try:
-            run_dir.mkdir()
-            return run_id, run_dir
-        except FileExistsError:
-            continue
 
 
 def notebook_parameters(stage: Stage) -> dict[str, str]:
@@ -274,7 +221,8 @@ def run_report(*, profile: Optional[str] = None, overrides: Optional[dict] = Non
 
     say = progress or (lambda msg: print(msg, file=sys.stderr, flush=True))
     profile_path = resolve_profile(profile)
-    from_profile = load_profile(profile_path)
+    from_profile = rename_keys(load_profile(profile_path), say)
+    overrides = rename_keys(overrides or {}, say)
     all_stages = discover_stages(notebooks_dir)
     stages = select_stages(all_stages, only)
     declared = {s.id: notebook_parameters(s) for s in all_stages}

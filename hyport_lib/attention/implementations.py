@@ -1,4 +1,4 @@
-"""The attention implementations the comparison runs, and which of them this host has.
+"""The attention implementations under comparison, and which of them this host has.
 
 - ``eager``: plain PyTorch attention in the case's dtype, the ``out_pt`` of flash-attn's
   rule (scale folded into q first, softmax in the dtype, fully masked rows set to 0,
@@ -28,8 +28,9 @@ from hyport_lib.attention.nfa_calls import run_nfa
 
 
 @dataclass
-class Backend:
-    """One attention implementation under test.
+class Implementation:
+    """One attention implementation under comparison (not a device backend: those are
+    :mod:`hyport_lib.backend`'s).
 
     ``run(case, data, device)`` returns the output in canonical BNSD form; it returns
     None when the backend cannot express the case (no row is produced).
@@ -118,8 +119,8 @@ def _first(out):
     return out[0] if isinstance(out, (tuple, list)) else out
 
 
-def available_backends(device: str = "auto") -> list[Backend]:
-    """Backends usable on this host. ``device`` picks where eager / sdpa run."""
+def available_implementations(device: str = "auto") -> list[Implementation]:
+    """Implementations usable on this host. ``device`` picks where eager / sdpa run."""
     from hyport_lib.attention.emulation import npu_fusion_attention as emulated
     from hyport_lib.backend import get_backend
     from hyport_lib.utils.imports import is_flash_attn_available, try_import
@@ -127,14 +128,14 @@ def available_backends(device: str = "auto") -> list[Backend]:
     host = get_backend(device)
     kind, dev = host.kind, host.device(0)
     backends = [
-        Backend("eager", f"eager ({device_label(kind)})", dev, _run_eager),
-        Backend("sdpa", f"sdpa ({device_label(kind)})", dev, _run_sdpa),
-        Backend("npu-emulated", "npu-emulated (CPU)", "cpu",
+        Implementation("eager", f"eager ({device_label(kind)})", dev, _run_eager),
+        Implementation("sdpa", f"sdpa ({device_label(kind)})", dev, _run_sdpa),
+        Implementation("npu-emulated", "npu-emulated (CPU)", "cpu",
                 lambda c, d, x: run_nfa(emulated, c, d, x), emulated=True),
     ]
     if kind == "npu":
         torch_npu, _ = try_import("torch_npu")
-        backends.append(Backend("npu", "npu (NPU)", dev,
+        backends.append(Implementation("npu", "npu (NPU)", dev,
                                 lambda c, d, x: run_nfa(torch_npu.npu_fusion_attention, c, d, x),
                                 optional_dtypes=("float32",)))
     flash_api = _flash_api_backend(kind, dev)
@@ -143,13 +144,13 @@ def available_backends(device: str = "auto") -> list[Backend]:
     if kind == "cuda" and is_flash_attn_available():
         import flash_attn
 
-        backends.append(Backend("flash_attn", "flash_attn (CUDA)", dev,
+        backends.append(Implementation("flash_attn", "flash_attn (CUDA)", dev,
                                 lambda c, d, x: (None if c.dtype == "float32"
                                                  else run_flash_style(flash_attn, c, d, x))))
     return backends
 
 
-def _flash_api_backend(kind: str, dev: str) -> Optional[Backend]:
+def _flash_api_backend(kind: str, dev: str) -> Optional[Implementation]:
     """hyport's flash-attn drop-in, when its module is present (imported lazily)."""
     try:
         from hyport_lib.attention.flash_api import FlashAttnAPI
@@ -158,6 +159,10 @@ def _flash_api_backend(kind: str, dev: str) -> Optional[Backend]:
     which = "npu" if kind == "npu" else "npu-emulated"
     api = FlashAttnAPI(which)
     where = dev if which == "npu" else "cpu"
-    return Backend(f"flash-api ({which})", f"flash-api → {which} ({device_label(where)})", where,
+    return Implementation(f"flash-api ({which})", f"flash-api → {which} ({device_label(where)})", where,
                    lambda c, d, x: run_flash_style(api, c, d, x), emulated=which != "npu",
                    optional_dtypes=("float32",) if which == "npu" else ())
+
+
+#: The name stage 02 used before (kept for one release).
+available_backends = available_implementations

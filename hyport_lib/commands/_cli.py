@@ -1,0 +1,116 @@
+"""How every ``hyport`` command ends: one place for usage errors and stop signals.
+
+* A usage error (a bad argument, a missing file, a device that is not there: the
+  exceptions in :data:`USAGE_ERRORS`) prints one line, ``hyport <command>: <message>``,
+  on stderr and exits 2. ``HYPORT_DEBUG=1`` shows the traceback instead.
+* Ctrl-C (SIGINT), SIGTERM (``timeout``, ``kill``, a scheduler) and SIGHUP (a closed
+  terminal or ssh session) raise :class:`Stopped` (a ``KeyboardInterrupt``) inside the
+  command, so its ``finally`` blocks stop the processes it started and keep the
+  partial result; the command then exits 130.
+* While a command writes its partial result inside :func:`shielded`, a further stop
+  signal is noted but does not abort the write; it is honoured (raised) when the
+  block ends.
+
+Commands never catch these themselves: :func:`invoke` does, around ``run(args)``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import sys
+import threading
+from typing import Callable, Optional
+
+#: Exceptions that mean "the user asked for something that cannot be done as asked".
+USAGE_ERRORS = (ValueError, TypeError, FileNotFoundError, NotADirectoryError,
+                IsADirectoryError, PermissionError, RuntimeError)
+#: Exit status of a stopped command (as a shell reports Ctrl-C).
+STOPPED_EXIT = 130
+USAGE_EXIT = 2
+STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGHUP") if hasattr(signal, name))
+
+
+class Stopped(KeyboardInterrupt):
+    """A stop signal arrived; ``signum`` says which."""
+
+    def __init__(self, signum: int = signal.SIGINT):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+class _State:
+    shield_depth = 0
+    pending: Optional[int] = None
+
+
+def _handler(signum, frame):
+    if _State.shield_depth:
+        _State.pending = signum  # honoured when the shielded block ends
+        return
+    raise Stopped(signum)
+
+
+@contextlib.contextmanager
+def shielded():
+    """Within the block, stop signals are held back (not lost) so a write completes."""
+    _State.shield_depth += 1
+    try:
+        yield
+    finally:
+        _State.shield_depth -= 1
+        if not _State.shield_depth and _State.pending is not None:
+            signum, _State.pending = _State.pending, None
+            raise Stopped(signum)
+
+
+@contextlib.contextmanager
+def stop_signals_raise():
+    """SIGINT, SIGTERM and SIGHUP raise :class:`Stopped` within the block.
+
+    Outside the main thread (where Python cannot set handlers) nothing changes. The
+    previous handlers are restored on the way out.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    signals = (signal.SIGINT, *STOP_SIGNALS)
+    previous = {sig: signal.getsignal(sig) for sig in signals}
+    for sig in signals:
+        signal.signal(sig, _handler)
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
+
+
+def one_line(exc: BaseException) -> str:
+    """The first line of an exception's message (its type when it has none)."""
+    text = str(exc).strip()
+    if isinstance(exc, (FileNotFoundError, PermissionError, NotADirectoryError, IsADirectoryError)) \
+            and exc.filename and exc.strerror:
+        text = f"{exc.strerror}: {exc.filename}"
+    return (text.splitlines() or [type(exc).__name__])[0]
+
+
+def invoke(name: str, run: Callable, args) -> int:
+    """Run one command's ``run(args)`` with the rules of the module docstring."""
+    from hyport_lib.utils.redact import scrub_text
+
+    try:
+        with stop_signals_raise():
+            return int(run(args) or 0)
+    except Stopped as exc:
+        print(f"hyport {name}: stopped by {signal.Signals(exc.signum).name}; "
+              f"what was finished is kept", file=sys.stderr)
+        return STOPPED_EXIT
+    except KeyboardInterrupt:
+        print(f"hyport {name}: interrupted; what was finished is kept", file=sys.stderr)
+        return STOPPED_EXIT
+    except USAGE_ERRORS as exc:
+        if os.environ.get("HYPORT_DEBUG"):
+            raise
+        print(scrub_text(f"hyport {name}: {one_line(exc)}"), file=sys.stderr)
+        return USAGE_EXIT

@@ -1,0 +1,30 @@
+"""Stage 03: inference on every card — the stage id, the stage function and its record.
+
+The notebook and ``hyport infer`` both plan with :func:`plan` and run that plan with
+:func:`run`; :func:`record` writes the result through :mod:`hyport_lib.results`.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Optional
+
+from hyport_lib.inference.grid import run_grid as run  # noqa: F401  (the stage function)
+from hyport_lib.inference.plan import plan_grid as plan  # noqa: F401
+from hyport_lib.inference.table import GridResult, grid_headline, grid_verdict
+from hyport_lib.results import StageSummary, record_summary
+
+STAGE = "03_inference"
+
+
+def summarize(result: GridResult) -> StageSummary:
+    """Verdict (see :func:`~hyport_lib.inference.table.grid_verdict`), line and figures."""
+    return StageSummary(grid_verdict(result), result.consistency_line, grid_headline(result))
+
+
+def record(result: GridResult, *, directory: Optional[os.PathLike] = None,
+           stage: Optional[str] = None) -> Path:
+    """Write the grid as the stage result; returns the file written."""
+    return record_summary(stage or STAGE, summarize(result), data=result.to_dict(),
+                          provenance=result.provenance, directory=directory)

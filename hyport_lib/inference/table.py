@@ -1,0 +1,183 @@
+"""The inference grid's result: one row per card, the cross-card comparison, the verdict.
+
+Rows are built by :mod:`hyport_lib.inference.grid` from each worker's result file and
+log; everything here only reads them. Statuses: ``ok``, ``failed``, ``timeout``,
+``skipped-busy`` (and ``running`` while the grid is live).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import statistics
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+import pandas as pd
+
+from hyport_lib.inference.plan import GridPlan
+from hyport_lib.processes import read_log_tail
+from hyport_lib.results import Provenance
+
+STATUSES = ("ok", "failed", "timeout", "skipped-busy")
+#: What torch_npu prints when an operator has no NPU kernel.
+FALLBACK_MARKER = "will fall back to run on the CPU"
+_FALLBACK_OP_RE = re.compile(r"operator '([^']+)'[^\n]*?" + re.escape(FALLBACK_MARKER))
+PREVIEW_CHARS = 60
+
+COLUMNS = [
+    "card", "device", "status", "load_s", "first_token_s", "tokens_per_s", "decode_tokens_per_s",
+    "new_tokens",
+    "peak_memory_mb", "memory_source", "single_output", "batch_outputs", "output_hash",
+    "cpu_fallback_warnings", "fallback_ops", "wall_s", "log_path", "error",
+]
+
+
+@dataclass
+class GridProgress:
+    """Passed to ``on_update``: the table so far (unfinished cards say ``running``)."""
+
+    frame: pd.DataFrame
+    done: int
+    total: int
+    card: Optional[int] = None  # the card that just finished; None for the first call
+    status: Optional[str] = None
+
+
+@dataclass
+class GridResult:
+    """The grid's answer: one row per card plus the cross-card comparison."""
+
+    frame: pd.DataFrame
+    consistent: bool
+    differing_cards: list[int]
+    log_dir: Path
+    wall_s: float
+    provenance: Provenance
+    plan: Optional[GridPlan] = None
+    config: dict = field(default_factory=dict)
+    timeout_s: float = 0.0
+    cards: list[dict] = field(default_factory=list)  # raw worker results, full outputs
+
+    @property
+    def counts(self) -> dict[str, int]:
+        return {s: int((self.frame["status"] == s).sum()) for s in STATUSES}
+
+    @property
+    def consistency_line(self) -> str:
+        return consistency_line(self)
+
+    def log_tail(self, card: int, lines: int = 40) -> str:
+        row = self.frame.loc[self.frame["card"] == card]
+        if row.empty:
+            raise KeyError(f"card={card}: not in this grid (cards {list(self.frame['card'])})")
+        path = row.iloc[0]["log_path"]
+        return read_log_tail(path, lines) if given(path) else "(not launched: no log)"
+
+    def to_dict(self) -> dict:
+        frame = self.frame.astype(object).where(self.frame.notna(), None)
+        return {
+            "rows": frame.to_dict(orient="records"),
+            "consistent": self.consistent,
+            "differing_cards": list(self.differing_cards),
+            "consistency": self.consistency_line,
+            "counts": self.counts,
+            "log_dir": str(self.log_dir),
+            "wall_s": round(self.wall_s, 3),
+            "timeout_s": self.timeout_s,
+            "provenance": self.provenance.to_dict(),
+            "plan": self.plan.to_dict() if self.plan else None,
+            "config": self.config,
+            # Full texts, not previews: what each card said, for the report.
+            "outputs": {str(c["card"]): {"single": (c.get("outcome") or {}).get("single_output"),
+                                         "batch": (c.get("outcome") or {}).get("batch_outputs")}
+                        for c in self.cards if c.get("outcome")},
+        }
+
+
+def given(value: Any) -> bool:
+    """A table cell holds a value (pandas turns a missing one into None or NaN)."""
+    return value is not None and not (isinstance(value, float) and math.isnan(value))
+
+
+def scan_fallbacks(path: os.PathLike | str) -> tuple[int, list[str]]:
+    """Count torch_npu's CPU-fallback warnings in a log; the operators they name."""
+    path = Path(path)
+    if not path.is_file():
+        return 0, []
+    text = path.read_text(encoding="utf-8", errors="replace")
+    ops = sorted(set(_FALLBACK_OP_RE.findall(text)))
+    return text.count(FALLBACK_MARKER), ops
+
+
+def preview(text: Any, chars: int = PREVIEW_CHARS) -> str:
+    text = " ".join(str(text or "").split())
+    return text if len(text) <= chars else text[: chars - 1] + "…"
+
+
+def consistency(frame: pd.DataFrame) -> tuple[bool, list[int], Optional[str]]:
+    """Compare the ok cards' output hashes.
+
+    Returns ``(consistent, differing cards, reference hash)``: the reference is the
+    most common hash (ties: the lowest card's); no ok card means not consistent.
+    """
+    ok = frame[frame["status"] == "ok"].sort_values("card")
+    if ok.empty:
+        return False, [], None
+    counts = ok["output_hash"].value_counts()
+    top = counts.max()
+    reference = next(h for h in ok["output_hash"] if counts[h] == top)
+    differing = [int(c) for c, h in zip(ok["card"], ok["output_hash"]) if h != reference]
+    return not differing, differing, reference
+
+
+def consistency_line(result: GridResult) -> str:
+    """One sentence on whether the cards agree."""
+    ok = result.frame[result.frame["status"] == "ok"]
+    if ok.empty:
+        return "No card finished, so there is nothing to compare."
+    _, differing, reference = consistency(result.frame)
+    reference = (reference or "")[:12]
+    sampling = float(result.config.get("temperature") or 0.0) > 0
+    note = " (sampling is on, so differences may be legitimate)" if sampling else ""
+    if not differing:
+        if len(ok) == 1:
+            card = int(ok.iloc[0]["card"])
+            return f"Only card {card} finished (output hash {reference}); nothing to compare."
+        return f"All {len(ok)} finished cards produced identical outputs (hash {reference}){note}."
+    return (f"Cards {', '.join(map(str, differing))} differ from the majority output "
+            f"(hash {reference}, {len(ok) - len(differing)} of {len(ok)} cards){note}.")
+
+
+def grid_verdict(result: GridResult) -> str:
+    """PASS: every launched card ok and all agree; WARN: ok but busy cards skipped or
+    outputs differ; FAIL: a card failed or timed out, or none ran."""
+    counts = result.counts
+    if counts["failed"] or counts["timeout"] or counts["ok"] == 0:
+        return "FAIL"
+    if counts["skipped-busy"] or not result.consistent:
+        return "WARN"
+    return "PASS"
+
+
+def grid_headline(result: GridResult) -> dict:
+    """A few figures for the report's index table."""
+    ok = result.frame[result.frame["status"] == "ok"]
+    launched = len(result.frame) - result.counts["skipped-busy"]
+
+    def median(col):
+        values = [float(v) for v in ok[col] if given(v)]
+        return round(statistics.median(values), 3) if values else None
+
+    return {
+        "cards ok": f"{len(ok)}/{launched}",
+        "skipped busy": result.counts["skipped-busy"],
+        "consistent": bool(result.consistent),
+        "tokens/s incl. prefill (median)": median("tokens_per_s"),
+        "decode tokens/s (median)": median("decode_tokens_per_s"),
+        "load s (median)": median("load_s"),
+        "first token s (median)": median("first_token_s"),
+        "CPU fallback warnings": int(sum(int(v) for v in result.frame["cpu_fallback_warnings"] if given(v))),
+    }

@@ -1,0 +1,280 @@
+"""Child processes hyport starts, watches and stops: the inference workers, torchrun.
+
+Long work runs in fresh processes (``subprocess.Popen``: fork + exec, never a fork of a
+process that touched the device; accelerate refuses one with "Cannot re-initialize NPU
+in forked subprocess"). This module holds what every such launch needs, whatever runs
+inside:
+
+* **Own process group.** Each child starts a new session, so it and every process it
+  starts can be stopped as a whole (:func:`kill_groups`), and only groups hyport
+  started are ever signalled.
+* **Lifeline.** The child's stdin is a pipe whose write end only the launcher holds.
+  The launcher may first write a payload on it (a JSON line: the configuration, so that
+  secret values never touch the disk); the child then starts a tiny ``sh`` guard in its
+  own group (:func:`start_guard`) that waits for end-of-file on that pipe and SIGKILLs
+  the group. The kernel closes the pipe however the launcher ends, even by SIGKILL or by
+  ipykernel's ``os._exit`` when papermill goes away, so children never outlive it. Every
+  descendant that inherits the stdin (torchrun's workers do) can start its own guard.
+  Linux's ``PR_SET_PDEATHSIG`` is not used: it would SIGKILL the child alone and orphan
+  its own children, it fires when the spawning *thread* exits, and macOS lacks it. A
+  watchdog thread inside the child is not used either: a child stuck in a C call may
+  hold the GIL.
+* **Never reaped early.** :func:`has_exited` looks without reaping, so a child's pid
+  (= its group id) cannot pass to an unrelated process before hyport is done with the
+  group: a SIGKILL to it after exit reaches only leftovers of that child
+  (:func:`reap_leftovers`).
+* **Logs without secrets.** A child's log is rewritten without secret values once the
+  child exits (:func:`scrub_log`); :func:`read_log_tail` and :func:`last_exception` read
+  it back for the tables.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable, Mapping, Optional, Sequence
+
+from hyport_lib.utils.files import atomic_write_text
+from hyport_lib.utils.redact import scrub_text, secret_values
+
+#: The guard: wait for end-of-file on stdin, then SIGKILL its own process group (the
+#: child's). ``read`` fails at end-of-file; nothing but the payload is ever written.
+GUARD_SCRIPT = "while read -r line; do :; done; kill -s KILL 0"
+LOG_TAIL_LINES = 8
+_EXC_LINE_RE = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Exit|Fault))(?::\s?(.*))?$")
+
+
+@dataclass
+class Child:
+    """A process this module started, in its own process group.
+
+    Attributes:
+        name: what it is, for messages (``"card 3"``, ``"torchrun"``).
+        proc: the ``Popen`` object; its pid is also its process-group id.
+        started: ``time.monotonic()`` at start.
+        deadline: monotonic time after which the launcher stops it (None: no limit).
+        log_path: where its stdout and stderr go.
+        lifeline: write end of its stdin; closing it ends the child (see the module
+            docstring). None once cut.
+        unsent: the part of the stdin payload the pipe has not taken yet.
+    """
+
+    name: str
+    proc: subprocess.Popen
+    started: float
+    deadline: Optional[float]
+    log_path: Path
+    lifeline: Optional[int] = None
+    unsent: bytes = b""
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+
+def start_child(cmd: Sequence[str], *, env: Mapping[str, str], log_path: os.PathLike,
+                payload: bytes = b"", timeout_s: Optional[float] = None,
+                cwd: Optional[os.PathLike] = None, name: str = "") -> Child:
+    """Start ``cmd`` in a new session with a lifeline on its stdin.
+
+    Args:
+        cmd: the command line (e.g. ``[sys.executable, "-m", ...]``).
+        env: its whole environment.
+        log_path: file for its stdout and stderr (truncated).
+        payload: bytes written to its stdin before anything else (the pipe is
+            non-blocking: what does not fit now is written by later :func:`feed` calls).
+        timeout_s: sets ``deadline``; the caller enforces it.
+        cwd: working directory.
+        name: label for messages.
+    """
+    log_path = Path(log_path)
+    read_end, lifeline = os.pipe()  # both non-inheritable: no other child gets the write end
+    started = time.monotonic()
+    try:
+        with open(log_path, "wb") as log:  # the child keeps its own copy of the descriptor
+            proc = subprocess.Popen(
+                list(cmd), stdout=log, stderr=subprocess.STDOUT, stdin=read_end, env=dict(env),
+                cwd=str(cwd) if cwd else None,
+                start_new_session=True,  # its own process group: killable as a whole
+                close_fds=True)
+    except BaseException:
+        os.close(lifeline)
+        raise
+    finally:
+        os.close(read_end)
+    # Non-blocking: a child that never reads must not stall the launcher.
+    os.set_blocking(lifeline, False)
+    child = Child(name or Path(cmd[0]).name, proc, started,
+                  started + float(timeout_s) if timeout_s else None, log_path,
+                  lifeline=lifeline, unsent=payload)
+    feed(child)
+    return child
+
+
+def feed(child: Child) -> None:
+    """Write what the pipe takes of the child's payload; the rest on a later call."""
+    if not child.unsent or child.lifeline is None:
+        return
+    try:
+        written = os.write(child.lifeline, child.unsent)
+    except BlockingIOError:
+        return  # pipe full: the child has not read yet
+    except BrokenPipeError:
+        child.unsent = b""  # it exited before reading; its exit status will say why
+        return
+    child.unsent = child.unsent[written:]
+
+
+def cut_lifeline(child: Child) -> None:
+    """Close the child's stdin; its guard then kills whatever is left of its group."""
+    if child.lifeline is not None:
+        os.close(child.lifeline)
+        child.lifeline = None
+
+
+def has_exited(proc: subprocess.Popen) -> bool:
+    """Has the process exited? Does not reap it, so its pid (= its group id) stays ours."""
+    if proc.returncode is not None:
+        return True
+    if not hasattr(os, "waitid"):
+        # macOS before Python 3.13: poll() reaps, so a later killpg of this group is
+        # only as safe as the pid not being reused in the moments in between.
+        return proc.poll() is not None
+    try:
+        info = os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+    except ChildProcessError:
+        return True  # already reaped
+    return info is not None
+
+
+def kill_groups(children: Iterable[Child], grace_s: float) -> None:
+    """SIGTERM, then after ``grace_s`` SIGKILL, the process groups of ``children``.
+
+    Only groups this module started: each group id is a child's pid, and the child is
+    never reaped before the SIGKILL, so the id cannot have passed to an unrelated
+    process. All groups share one grace period, so eight hung workers cost one wait.
+    """
+    children = list(children)
+    for child in children:
+        try:
+            os.killpg(child.proc.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            continue  # the whole group is gone already
+    end = time.monotonic() + grace_s
+    while time.monotonic() < end and not all(has_exited(c.proc) for c in children):
+        time.sleep(0.05)
+    for child in children:
+        try:
+            os.killpg(child.proc.pid, signal.SIGKILL)  # also children the leader left behind
+        except ProcessLookupError:
+            continue  # every member already gone
+
+
+def reap_leftovers(child: Child) -> None:
+    """After the leader exited (not yet reaped): kill any process it left in its group."""
+    if child.proc.returncode is not None:
+        return  # already reaped: its pid may be reused, so its group is no longer ours
+    try:
+        os.killpg(child.proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass  # the group held only the (exited) leader
+
+
+def finish(child: Child, environ: Optional[Mapping[str, str]] = None) -> int:
+    """Reap an exited (or killed) child, cut its lifeline, scrub its log; its exit status."""
+    code = child.proc.wait()
+    cut_lifeline(child)
+    scrub_log(child.log_path, environ)
+    return code
+
+
+def stop_all(children: Iterable[Child], grace_s: float = 0.0,
+             environ: Optional[Mapping[str, str]] = None) -> None:
+    """Stop whatever is still running of ``children`` (an interrupted launcher's cleanup)."""
+    children = list(children)
+    if not children:
+        return
+    kill_groups(children, grace_s)
+    for child in children:
+        finish(child, environ)
+
+
+def scrub_log(path: os.PathLike | str, environ: Optional[Mapping[str, str]] = None) -> bool:
+    """Rewrite a log without secret values (atomically); True when it changed.
+
+    Args:
+        path: the log file; a missing one is left alone.
+        environ: where the secret variables are looked up (default ``os.environ``).
+    """
+    path = Path(path)
+    if not secret_values(environ) or not path.is_file():
+        return False
+    text = path.read_bytes().decode("utf-8", errors="replace")
+    scrubbed = scrub_text(text, environ)
+    if scrubbed == text:
+        return False
+    atomic_write_text(path, scrubbed)
+    return True
+
+
+def read_log_tail(path: os.PathLike | str, lines: int = LOG_TAIL_LINES) -> str:
+    """Last ``lines`` lines of a log, secrets scrubbed; empty when there is no log."""
+    path = Path(path)
+    if not path.is_file():
+        return ""
+    with open(path, "rb") as fh:
+        fh.seek(0, os.SEEK_END)
+        fh.seek(max(0, fh.tell() - 64 * 1024))
+        text = fh.read().decode("utf-8", errors="replace")
+    return scrub_text("\n".join(text.splitlines()[-lines:]))
+
+
+def last_exception(log_text: str) -> Optional[str]:
+    """The last ``SomeError: message`` line of a log (a Python traceback's last line)."""
+    for line in reversed(log_text.splitlines()):
+        match = _EXC_LINE_RE.match(line.strip())
+        if match:
+            return line.strip()
+    return None
+
+
+def signal_name(number: int) -> str:
+    """``9`` -> ``"SIGKILL"``."""
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+
+
+def describe_exit(code: Optional[int]) -> str:
+    """An exit status in words: ``exit code 1`` or ``killed by signal SIGKILL (-9)``."""
+    if code is None:
+        return "still running"
+    if code < 0:
+        hint = (" (SIGKILL is also how the out-of-memory killer ends a process)"
+                if -code == signal.SIGKILL else "")
+        return f"killed by signal {signal_name(-code)} ({code}){hint}"
+    return f"exit code {code}"
+
+
+# --------------------------------------------------------------------------- child side
+def start_guard(log=None) -> Optional[int]:
+    """In a child: start the stdin guard (see the module docstring); its pid, or None.
+
+    None (and a note on ``log``, default stdout) when this process does not lead its
+    own process group: then its group is someone else's and must not be killed.
+    """
+    out = log or sys.stdout
+    if not hasattr(os, "getpgrp") or os.getpgrp() != os.getpid():
+        print("[hyport] not a process-group leader: no guard, this process will not "
+              "follow its launcher's exit", file=out, flush=True)
+        return None
+    guard = subprocess.Popen(["/bin/sh", "-c", GUARD_SCRIPT], stdin=sys.stdin.fileno(),
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, close_fds=True)
+    return guard.pid
