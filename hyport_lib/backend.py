@@ -1,9 +1,11 @@
 # hyport-scan: ignore-file  (the backend seam is where torch.cuda and "nccl" belong)
 """The backend seam: every device question hyport asks is answered here.
 
-Nothing else in hyport imports ``torch_npu`` or calls ``torch.cuda`` directly. Each
-backend is a small class with the same methods, so stage code asks
-``backend.device(i)`` or ``backend.memory_stats()`` and never branches on the kind.
+Nothing else in hyport imports ``torch_npu`` or calls ``torch.cuda`` directly (a test
+checks it): the torch_npu module and its ``npu_fusion_attention`` op come from
+:func:`import_torch_npu` and :func:`npu_fusion_attention_op`. Each backend is a small
+class with the same methods, so stage code asks ``backend.device(i)`` or
+``backend.memory_stats()`` and never branches on the kind.
 
 Detection order is npu, then cuda, then cpu. CUDA is only believed when the CUDA
 runtime itself reports devices: ``torch_npu.contrib.transfer_to_npu`` rewrites
@@ -19,7 +21,7 @@ import sys
 from dataclasses import asdict, dataclass
 from typing import Optional
 
-from hyport_lib.utils.imports import torch_npu_import_error, try_import
+from hyport_lib.utils.imports import try_import
 
 BACKEND_KINDS = ("npu", "cuda", "cpu")
 DEFAULT_CPU_CARDS = 2
@@ -84,6 +86,10 @@ class Backend:
 
     def supports_bf16(self) -> bool:
         raise NotImplementedError
+
+    def device_name(self, index: int = 0) -> Optional[str]:
+        """The card's product name as the runtime reports it; None when unknown."""
+        return None
 
     def memory_stats(self, index: int = 0) -> MemoryStats:
         raise NotImplementedError
@@ -159,6 +165,10 @@ class _DeviceModuleBackend(Backend):
     def reset_peak_memory(self, index: int = 0) -> None:
         self._module().reset_peak_memory_stats(index)
 
+    def device_name(self, index: int = 0) -> Optional[str]:
+        getter = getattr(self._module(), "get_device_name", None)
+        return str(getter(index)) if getter is not None else None
+
 
 class CudaBackend(_DeviceModuleBackend):
     kind = "cuda"
@@ -180,7 +190,7 @@ class NpuBackend(_DeviceModuleBackend):
     visible_devices_var = "ASCEND_RT_VISIBLE_DEVICES"
 
     def _module(self):
-        torch_npu, error = try_import("torch_npu")
+        torch_npu, error = import_torch_npu()
         if torch_npu is None:
             raise RuntimeError(f"torch_npu is not usable: {error or 'not installed'}")
         return torch_npu.npu
@@ -195,9 +205,32 @@ class NpuBackend(_DeviceModuleBackend):
 _BACKENDS = {"npu": NpuBackend, "cuda": CudaBackend, "cpu": CpuBackend}
 
 
+def import_torch_npu():
+    """``(torch_npu, None)``, ``(None, None)`` when not installed, or ``(None, error)``
+    when installed but broken (e.g. CANN not sourced: ``libhccl.so`` missing). Cached.
+
+    The one place hyport imports torch_npu: a broken install is reported, not raised.
+    """
+    return try_import("torch_npu")
+
+
+def torch_npu_import_error() -> Optional[str]:
+    """Why ``import torch_npu`` fails when it is installed but broken; else None."""
+    return import_torch_npu()[1]
+
+
+def npu_fusion_attention_op():
+    """``torch_npu.npu_fusion_attention``; RuntimeError naming the reason when unusable."""
+    torch_npu, error = import_torch_npu()
+    if torch_npu is None:
+        raise RuntimeError(f"torch_npu.npu_fusion_attention is not available here: "
+                           f"{error or 'torch_npu is not installed'}")
+    return torch_npu.npu_fusion_attention
+
+
 def npu_available() -> bool:
     """An NPU is present and torch_npu works."""
-    torch_npu, _ = try_import("torch_npu")
+    torch_npu, _ = import_torch_npu()
     if torch_npu is None:
         return False
     try:

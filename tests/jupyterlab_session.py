@@ -6,7 +6,7 @@ temporary directory, so nothing is read from or written to ``~/.jupyter`` or the
 the environment's own ``share/jupyter`` (kernelspec, ipywidgets' lab extension) stays
 on the data path because jupyter_core always lists ``sys.prefix/share/jupyter``.
 
-Selectors and the readiness sequence follow /work/shared/spec/offline_html_and_browser.md
+Selectors and the readiness sequence follow docs/browser_checks.md
 (JupyterLab 4.6).
 """
 

@@ -460,7 +460,7 @@ def test_host_memory_and_shm():
     assert ram.verdict == "PASS" and shm.verdict == "WARN" and "--shm-size=8g" in shm.reason
     small = {"ram_total_gb": 64.0, "ram_available_gb": 60.0, "shm_total_gb": 64.0, "shm_free_gb": 64.0}
     ram, shm = C.check_host_memory("npu", 8, small)
-    assert ram.verdict == "FAIL" and "128.0 GB needed" in ram.reason and shm.verdict == "PASS"
+    assert ram.verdict == "FAIL" and "128.00 GB needed" in ram.reason and shm.verdict == "PASS"
     ram, _ = C.check_host_memory("npu", 8, small, ram_gb_per_card=4)
     assert ram.verdict == "PASS"
 

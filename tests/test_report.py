@@ -250,3 +250,22 @@ def test_an_interrupted_run_still_leaves_its_index(stage_dir, tmp_path, monkeypa
     assert [s["stage"] for s in data["stages"]] == ["01_good"]  # stopped after the first
     assert "interrupted" in data["stages"][0]["error"]
     assert "interrupted" in (run_dir / "index.html").read_text()
+
+
+@pytest.mark.slow
+def test_a_renamed_parameter_still_works_with_a_message(tmp_path):
+    folder = tmp_path / "nbs"
+    folder.mkdir()
+    make_notebook(folder / "01_limit.ipynb", "infer_timeout_s = 300",
+                  "from hyport_lib.results import record_result\n"
+                  "record_result('01_limit', 'PASS', summary=f'limit {infer_timeout_s}')")
+    profile = tmp_path / "old.yaml"
+    profile.write_text("# hyport report --profile old.yaml\ntimeout_s: 42\n")
+    said = []
+    run = run_report(profile=str(profile), notebooks_dir=folder, output_root=tmp_path / "o",
+                     progress=said.append)
+    assert run.stages[0].summary == "limit 42"
+    assert any("'timeout_s' is deprecated" in m and "infer_timeout_s" in m for m in said)
+    run = run_report(profile=None, overrides={"timeout_s": "7"}, notebooks_dir=folder,
+                     output_root=tmp_path / "o", progress=said.append)
+    assert run.stages[0].summary == "limit 7"

@@ -1,6 +1,6 @@
 """A CPU (any torch device) emulation of ``torch_npu.npu_fusion_attention``.
 
-It follows the documented contract (see /work/shared/spec/npu_fusion_attention.md),
+It follows the documented contract (see docs/npu_fusion_attention.md),
 so that hyport's NPU code path can be run and checked on a host without an NPU. It is
 used by the torch_npu test double and by the numerics comparison; it is never a
 runtime fallback that pretends to be an NPU.

@@ -77,9 +77,9 @@ class FlashAttnAPI:
             from hyport_lib.attention.emulation import npu_fusion_attention
 
             return npu_fusion_attention
-        from hyport_lib.utils.imports import try_import
+        from hyport_lib.backend import import_torch_npu
 
-        torch_npu, error = try_import("torch_npu")
+        torch_npu, error = import_torch_npu()
         if torch_npu is None:
             raise RuntimeError(
                 "FlashAttnAPI(backend='npu') needs torch_npu: "

@@ -25,6 +25,7 @@ from hyport_lib.attention.bert_padding import pad_input, unpad_input
 from hyport_lib.attention.case_data import CaseData
 from hyport_lib.attention.cases import AttentionCase
 from hyport_lib.attention.nfa_calls import run_nfa
+from hyport_lib.attention.sdpa_ops import repeat_kv
 
 
 @dataclass
@@ -52,17 +53,10 @@ def device_label(device: str) -> str:
     return {"cpu": "CPU", "cuda": "CUDA", "npu": "NPU"}.get(kind, kind.upper())
 
 
-def _repeat_kv(k, v, groups: int):
-    # GQA by repeating kv heads (query head h uses kv head h // groups); SDPA's
-    # enable_gqa needs torch >= 2.5, repeating works everywhere.
-    if groups <= 1:
-        return k, v
-    return k.repeat_interleave(groups, 1), v.repeat_interleave(groups, 1)
-
-
 def eager_attention(q, k, v, keep, scale):
     """Plain PyTorch attention in the inputs' dtype: flash-attn's ``out_pt``."""
-    k, v = _repeat_kv(k, v, q.shape[1] // k.shape[1])
+    groups = q.shape[1] // k.shape[1]
+    k, v = repeat_kv(k, groups, 1), repeat_kv(v, groups, 1)
     scores = torch.matmul(q * scale, k.transpose(-1, -2))
     keep = keep.expand_as(scores)
     scores = scores.masked_fill(~keep, float("-inf"))
@@ -85,7 +79,7 @@ def _run_sdpa(case, data, device):
     import torch.nn.functional as F
 
     dev, q, k, v = _inputs_on(data, device)
-    k, v = _repeat_kv(k, v, case.nq // case.nkv)
+    k, v = repeat_kv(k, case.nq // case.nkv, 1), repeat_kv(v, case.nq // case.nkv, 1)
     return F.scaled_dot_product_attention(q, k, v, attn_mask=data.keep.to(dev), scale=case.scale)
 
 
@@ -122,8 +116,8 @@ def _first(out):
 def available_implementations(device: str = "auto") -> list[Implementation]:
     """Implementations usable on this host. ``device`` picks where eager / sdpa run."""
     from hyport_lib.attention.emulation import npu_fusion_attention as emulated
-    from hyport_lib.backend import get_backend
-    from hyport_lib.utils.imports import is_flash_attn_available, try_import
+    from hyport_lib.backend import get_backend, npu_fusion_attention_op
+    from hyport_lib.utils.imports import is_flash_attn_available
 
     host = get_backend(device)
     kind, dev = host.kind, host.device(0)
@@ -131,13 +125,12 @@ def available_implementations(device: str = "auto") -> list[Implementation]:
         Implementation("eager", f"eager ({device_label(kind)})", dev, _run_eager),
         Implementation("sdpa", f"sdpa ({device_label(kind)})", dev, _run_sdpa),
         Implementation("npu-emulated", "npu-emulated (CPU)", "cpu",
-                lambda c, d, x: run_nfa(emulated, c, d, x), emulated=True),
+                       lambda c, d, x: run_nfa(emulated, c, d, x), emulated=True),
     ]
     if kind == "npu":
-        torch_npu, _ = try_import("torch_npu")
-        backends.append(Implementation("npu", "npu (NPU)", dev,
-                                lambda c, d, x: run_nfa(torch_npu.npu_fusion_attention, c, d, x),
-                                optional_dtypes=("float32",)))
+        op = npu_fusion_attention_op()
+        backends.append(Implementation("npu", "npu (NPU)", dev, lambda c, d, x: run_nfa(op, c, d, x),
+                                       optional_dtypes=("float32",)))
     flash_api = _flash_api_backend(kind, dev)
     if flash_api is not None:
         backends.append(flash_api)
@@ -145,8 +138,8 @@ def available_implementations(device: str = "auto") -> list[Implementation]:
         import flash_attn
 
         backends.append(Implementation("flash_attn", "flash_attn (CUDA)", dev,
-                                lambda c, d, x: (None if c.dtype == "float32"
-                                                 else run_flash_style(flash_attn, c, d, x))))
+                                       lambda c, d, x: (None if c.dtype == "float32"
+                                                        else run_flash_style(flash_attn, c, d, x))))
     return backends
 
 
@@ -159,9 +152,10 @@ def _flash_api_backend(kind: str, dev: str) -> Optional[Implementation]:
     which = "npu" if kind == "npu" else "npu-emulated"
     api = FlashAttnAPI(which)
     where = dev if which == "npu" else "cpu"
-    return Implementation(f"flash-api ({which})", f"flash-api → {which} ({device_label(where)})", where,
-                   lambda c, d, x: run_flash_style(api, c, d, x), emulated=which != "npu",
-                   optional_dtypes=("float32",) if which == "npu" else ())
+    return Implementation(f"flash-api ({which})", f"flash-api → {which} ({device_label(where)})",
+                          where, lambda c, d, x: run_flash_style(api, c, d, x),
+                          emulated=which != "npu",
+                          optional_dtypes=("float32",) if which == "npu" else ())
 
 
 #: The name stage 02 used before (kept for one release).

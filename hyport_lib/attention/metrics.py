@@ -1,6 +1,6 @@
 """Error metrics of one attention output against float64, and the verdict they give.
 
-The numerics policy of /work/shared/spec/npu_fusion_attention.md §4. Verdict per row,
+The numerics policy of docs/npu_fusion_attention.md (last section). Verdict per row,
 in order (the column ``rule`` says which decided):
 
 1. non-finite values on rows that attend something -> FAIL;

@@ -1,6 +1,6 @@
 """flash-attn semantics mapped onto ``torch_npu.npu_fusion_attention`` (NFA).
 
-The mapping (see /work/shared/spec/npu_fusion_attention.md):
+The mapping (see docs/npu_fusion_attention.md):
 
 * ``softmax_scale`` -> ``scale`` (NFA's default is 1.0, never 1/sqrt(d): always passed).
 * ``dropout_p`` -> ``keep_prob = 1 - dropout_p``.

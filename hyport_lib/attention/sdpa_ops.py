@@ -63,9 +63,11 @@ def leading_empty_rows(sq: int, sk: int, window: Window) -> int:
     return max(0, min(sq, -((sk - sq) + right))) if sk > 0 else sq
 
 
-def _repeat_kv(x: torch.Tensor, groups: int, head_dim_index: int) -> torch.Tensor:
-    # flash-attn GQA: query head h uses kv head h // groups, i.e. repeat_interleave.
-    return x if groups == 1 else x.repeat_interleave(groups, dim=head_dim_index)
+def repeat_kv(x: torch.Tensor, groups: int, head_dim_index: int) -> torch.Tensor:
+    """GQA by repeating key/value heads: query head ``h`` uses kv head ``h // groups``
+    (flash-attn's and NFA's rule). Works on every torch; SDPA's ``enable_gqa`` needs
+    torch >= 2.5."""
+    return x if groups <= 1 else x.repeat_interleave(groups, dim=head_dim_index)
 
 
 def sdpa_bsnd(q, k, v, scale: float, dropout_p: float, window: Window) -> torch.Tensor:
@@ -73,8 +75,8 @@ def sdpa_bsnd(q, k, v, scale: float, dropout_p: float, window: Window) -> torch.
     sq, sk = q.shape[1], k.shape[1]
     groups = q.shape[2] // k.shape[2]
     qt = q.transpose(1, 2)
-    kt = _repeat_kv(k, groups, 2).transpose(1, 2)
-    vt = _repeat_kv(v, groups, 2).transpose(1, 2)
+    kt = repeat_kv(k, groups, 2).transpose(1, 2)
+    vt = repeat_kv(v, groups, 2).transpose(1, 2)
     left, right = window
     mask, is_causal = None, False
     if left is None and right is None:

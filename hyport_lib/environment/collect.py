@@ -1,55 +1,30 @@
 """Collect the facts about this host and judge them: :func:`collect_environment`.
 
-It gathers at least what ``accelerate env``, ``transformers env``, ``ds_report`` and
-vllm-ascend's ``collect_env`` print (OS, CPU, RAM, ``/dev/shm``, Python, library
-versions, torch build, CANN install info, driver, cards and their processes,
-relevant environment variables), then runs the checks in
-:mod:`hyport_lib.environment.checks`, which none of those tools do.
-
-Cheap on purpose (well under 3 s on CPU): DeepSpeed's version and path come from
-package metadata, never from importing it.
+The facts come from :mod:`hyport_lib.environment.facts` and
+:mod:`hyport_lib.environment.devices` (cards and their processes); the checks of
+:mod:`hyport_lib.environment.checks` then judge them, which the usual ``env``
+commands do not. Cheap on purpose: well under 3 s on CPU.
 """
 
 from __future__ import annotations
 
 import datetime as _dt
-import importlib.util
 import os
-import platform
-import re
-import shutil
-import subprocess
-import sys
 import time
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Mapping, Optional
 
-from hyport_lib.backend import CudaBackend, NpuBackend
+from hyport_lib.backend import CudaBackend, NpuBackend, import_torch_npu
 from hyport_lib.environment import checks as C
 from hyport_lib.environment.compat import check_cann_compat, check_torch_npu_compat, normalise_cann
 from hyport_lib.environment.devices import DeviceListing, probe_devices
+from hyport_lib.environment.facts import (  # noqa: F401  (re-exported)
+    DEFAULT_ASCEND_ROOT, ENV_NAMES, ENV_PREFIXES, VERSION_PACKAGES, collect_build, collect_cann,
+    collect_env_vars, collect_system, collect_versions,
+)
 from hyport_lib.environment.records import Check, DeviceInfo, count_verdicts, worst_verdict
-from hyport_lib.utils.imports import is_flash_attn_available, package_version, try_import
-from hyport_lib.utils.redact import filter_environ, is_secret_name, scrub_text
-
-#: Variables collected by prefix, and by name (ascend_field_notes.md).
-ENV_PREFIXES = ("ASCEND_", "HCCL_", "PYTORCH_NPU_", "TORCH_", "NPU_", "CUDA_", "NCCL_", "DS_",
-                "MASTER_")
-ENV_NAMES = ("TASK_QUEUE_ENABLE", "CPU_AFFINITY_CONF", "PYTORCH_CUDA_ALLOC_CONF", "WORLD_SIZE",
-             "RANK", "LOCAL_RANK", "OMP_NUM_THREADS", "LD_LIBRARY_PATH", "HF_ENDPOINT",
-             "HF_HOME", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
-
-#: Report key -> distribution name, for :func:`collect_versions`.
-VERSION_PACKAGES = {
-    "torch": "torch", "torch_npu": "torch_npu", "transformers": "transformers",
-    "deepspeed": "deepspeed", "accelerate": "accelerate", "safetensors": "safetensors",
-    "tokenizers": "tokenizers", "huggingface_hub": "huggingface_hub", "papermill": "papermill",
-    "nbconvert": "nbconvert", "jupyterlab": "jupyterlab", "ipywidgets": "ipywidgets",
-    "pandas": "pandas", "numpy": "numpy", "flash_attn": "flash_attn", "hyport": "hyport",
-}
-
-DEFAULT_ASCEND_ROOT = Path("/usr/local/Ascend")
+from hyport_lib.utils.imports import is_flash_attn_available
+from hyport_lib.utils.redact import scrub_text
 
 #: Visible-devices variable of each accelerator kind, as the backend seam names them.
 VISIBLE_DEVICES_VARS = {b.kind: b.visible_devices_var for b in (NpuBackend, CudaBackend)}
@@ -114,103 +89,6 @@ class EnvironmentReport:
         return format_report(self)
 
 
-# --- facts ---------------------------------------------------------------------------------
-def collect_versions() -> dict[str, Optional[str]]:
-    """Installed versions from package metadata (imports nothing heavy)."""
-    versions: dict[str, Optional[str]] = {"python": platform.python_version()}
-    for key, dist in VERSION_PACKAGES.items():
-        versions[key] = package_version(dist)
-    npu = sys.modules.get("torch_npu")
-    if versions["torch_npu"] is None and npu is not None:
-        versions["torch_npu"] = getattr(npu, "__version__", None)  # e.g. a source build
-    return versions
-
-
-def collect_system() -> dict:
-    """OS, CPU, RAM, /dev/shm and Python facts."""
-    uname = platform.uname()
-    facts = {
-        "os": _os_release() or f"{uname.system} {uname.release}",
-        "kernel": uname.release,
-        "arch": uname.machine,
-        "platform": platform.platform(),
-        "libc": "-".join(p for p in platform.libc_ver() if p) or None,
-        "cpu_model": _cpu_model(),
-        "cpu_count": os.cpu_count(),
-        "cpu_affinity": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
-        "numa_nodes": len(list(Path("/sys/devices/system/node").glob("node[0-9]*"))) or None,
-        "python": sys.version.split()[0],
-        "python_executable": sys.executable,
-        "in_container": _in_container(),
-    }
-    facts.update(_memory())
-    facts.update(_shm())
-    return facts
-
-
-def collect_cann(ascend_root: Optional[os.PathLike] = None, environ: Optional[Mapping[str, str]] = None,
-                 arch: Optional[str] = None) -> dict:
-    """CANN install info file, the set_env.sh scripts present, and the driver version.
-
-    Args:
-        ascend_root: where Ascend software is installed (default ``/usr/local/Ascend``).
-        environ: environment to read ``ASCEND_HOME_PATH`` from (default ``os.environ``).
-        arch: ``aarch64`` / ``x86_64`` (default: this machine).
-    """
-    root = Path(ascend_root) if ascend_root else DEFAULT_ASCEND_ROOT
-    environ = os.environ if environ is None else environ
-    arch = arch or platform.machine()
-    home = Path.home() / "Ascend"
-    toolkit_roots = [Path(environ[k]) for k in ("ASCEND_HOME_PATH", "ASCEND_TOOLKIT_HOME") if environ.get(k)]
-    # CANN >= 8.5 installs under cann/; older releases under ascend-toolkit/latest/.
-    toolkit_roots += [root / "cann", root / "ascend-toolkit" / "latest",
-                      home / "cann", home / "ascend-toolkit" / "latest"]
-    info_file = _first_file(p for r in toolkit_roots for p in (
-        r / f"{arch}-linux" / "ascend_toolkit_install.info", r / "ascend_toolkit_install.info"))
-    info = _key_values(info_file) if info_file else {}
-    set_envs = [p for p in (root / "cann" / "set_env.sh", root / "ascend-toolkit" / "set_env.sh",
-                            home / "cann" / "set_env.sh", home / "ascend-toolkit" / "set_env.sh")
-                if p.is_file()]
-    driver = _key_values(root / "driver" / "version.info")
-    nnal = root / "nnal" / "atb" / "set_env.sh"
-    return {
-        "version": normalise_cann(info.get("version")),
-        "info_file": str(info_file) if info_file else None,
-        "info": info,
-        "set_env": str(set_envs[0]) if set_envs else None,
-        "set_env_found": [str(p) for p in set_envs],
-        "nnal_set_env": str(nnal) if nnal.is_file() else None,
-        "home_path": environ.get("ASCEND_HOME_PATH"),
-        "driver_version": driver.get("Version") or driver.get("version"),
-    }
-
-
-def collect_env_vars(environ: Optional[Mapping[str, str]] = None) -> dict[str, str]:
-    """Relevant variables; any whose name looks secret is dropped entirely."""
-    return filter_environ(ENV_PREFIXES, ENV_NAMES, environ)
-
-
-def collect_build(versions: Mapping[str, Optional[str]]) -> dict:
-    """torch build facts and install paths (ds_report), accelerate config (accelerate env)."""
-    build: dict = {}
-    torch, error = try_import("torch")
-    if torch is not None:
-        version = getattr(torch, "version", None)
-        build.update({
-            "torch_path": str(Path(torch.__file__).parent),
-            "torch_cuda": getattr(version, "cuda", None),
-            "torch_hip": getattr(version, "hip", None),
-            "torch_cann": getattr(version, "cann", None),
-            "torch_debug": getattr(version, "debug", None),
-        })
-    elif error:
-        build["torch_error"] = error
-    spec = importlib.util.find_spec("deepspeed") if versions.get("deepspeed") else None
-    build["deepspeed_path"] = str(Path(spec.origin).parent) if spec and spec.origin else None
-    build["accelerate_config"] = _accelerate_config()
-    return build
-
-
 # --- the whole report ----------------------------------------------------------------------
 def collect_environment(device: str = "auto", num_cards: Optional[int] = None, *,
                         ram_gb_per_card: Optional[float] = None,
@@ -246,7 +124,7 @@ def collect_environment(device: str = "auto", num_cards: Optional[int] = None, *
     cards = _num_cards(backend)
 
     versions = collect_versions()
-    torch_npu, torch_npu_error = try_import("torch_npu")
+    torch_npu, torch_npu_error = import_torch_npu()
     if versions["torch_npu"] is None and torch_npu is not None:
         versions["torch_npu"] = getattr(torch_npu, "__version__", None)
     listing = probe_devices(backend)
@@ -376,103 +254,3 @@ def describe_device(d: DeviceInfo) -> str:
 
 
 # --- small readers ---------------------------------------------------------------------------------
-def _os_release() -> Optional[str]:
-    try:
-        text = Path("/etc/os-release").read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return None
-    match = re.search(r'^PRETTY_NAME="?([^"\n]*)"?', text, re.MULTILINE)
-    return match.group(1) if match else None
-
-
-def _cpu_model() -> Optional[str]:
-    try:
-        text = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        text = ""
-    match = re.search(r"^model name\s*:\s*(.+)$", text, re.MULTILINE)
-    if match:
-        return match.group(1).strip()
-    # aarch64 (Kunpeng) /proc/cpuinfo has no model name; lscpu decodes the part id.
-    lscpu = shutil.which("lscpu")
-    if lscpu:
-        try:
-            out = subprocess.run([lscpu], capture_output=True, text=True, timeout=5).stdout
-        except subprocess.TimeoutExpired:
-            out = ""
-        match = re.search(r"^Model name:\s*(.+)$", out, re.MULTILINE)
-        if match:
-            return match.group(1).strip()
-    return platform.processor() or None
-
-
-def _memory() -> dict:
-    try:
-        import psutil
-
-        vm = psutil.virtual_memory()
-        return {"ram_total_gb": round(vm.total / 2**30, 2),
-                "ram_available_gb": round(vm.available / 2**30, 2)}
-    except ImportError:
-        info = _key_values(Path("/proc/meminfo"), sep=":")
-        kib = {k: int(v.split()[0]) for k, v in info.items() if v.split() and v.split()[0].isdigit()}
-        if "MemTotal" not in kib:
-            return {"ram_total_gb": None, "ram_available_gb": None}
-        return {"ram_total_gb": round(kib["MemTotal"] / 2**20, 2),
-                "ram_available_gb": round(kib.get("MemAvailable", 0) / 2**20, 2)}
-
-
-def _shm() -> dict:
-    try:
-        usage = shutil.disk_usage("/dev/shm")
-    except OSError:
-        return {"shm_total_gb": None, "shm_free_gb": None}
-    return {"shm_total_gb": round(usage.total / 2**30, 3), "shm_free_gb": round(usage.free / 2**30, 3)}
-
-
-def _in_container() -> bool:
-    if Path("/.dockerenv").exists() or Path("/run/.containerenv").exists():
-        return True
-    try:
-        cgroup = Path("/proc/1/cgroup").read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return False
-    return any(word in cgroup for word in ("docker", "kubepods", "containerd", "lxc"))
-
-
-def _first_file(paths) -> Optional[Path]:
-    return next((p for p in paths if p.is_file()), None)
-
-
-def _key_values(path: Path, sep: str = "=") -> dict[str, str]:
-    """``key=value`` lines (install.info, version.info); secret-looking keys dropped."""
-    out = {}
-    try:
-        text = path.read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return out
-    for line in text.splitlines():
-        if sep in line:
-            key, value = line.split(sep, 1)
-            key = key.strip()
-            if key and not is_secret_name(key):
-                out[key] = value.strip()
-    return out
-
-
-def _accelerate_config() -> Optional[dict]:
-    base = os.environ.get("HF_HOME") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "huggingface")
-    default = Path(base) / "accelerate" / "default_config.yaml"
-    path = Path(os.environ.get("ACCELERATE_CONFIG_FILE") or default)
-    if not path.is_file():
-        return None
-    import yaml
-
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError) as exc:
-        return {"path": str(path), "error": f"{type(exc).__name__}: {exc}"}
-    if not isinstance(data, dict):
-        return {"path": str(path)}
-    return {"path": str(path), **{k: v for k, v in data.items() if not is_secret_name(str(k))}}

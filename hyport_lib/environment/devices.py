@@ -22,7 +22,6 @@ from typing import Optional
 
 from hyport_lib.environment.npu_smi import NpuSmiError, parse_npu_smi_info, run_npu_smi
 from hyport_lib.environment.records import DeviceInfo, DeviceProcess
-from hyport_lib.utils.imports import try_import
 
 NVIDIA_GPU_QUERY = ("--query-gpu=index,uuid,name,memory.used,memory.total",
                     "--format=csv,noheader,nounits")
@@ -165,16 +164,7 @@ def _fallback(backend, error: str) -> DeviceListing:
 
 
 def _device_name(backend, index: int) -> str:
-    # This function's whole job is a device API call, so it asks the device module.
-    if backend.kind == "npu":
-        module, _ = try_import("torch_npu")
-        getter = getattr(getattr(module, "npu", None), "get_device_name", None)
-    else:
-        torch, _ = try_import("torch")
-        getter = getattr(getattr(torch, "cuda", None), "get_device_name", None)
-    if getter is None:
-        return backend.kind
     try:
-        return str(getter(index))
+        return backend.device_name(index) or backend.kind
     except (RuntimeError, AssertionError) as exc:
         return f"{backend.kind} (name unavailable: {type(exc).__name__})"

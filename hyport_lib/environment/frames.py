@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from hyport_lib.environment.collect import EnvironmentReport
 
-#: Variables worth showing even when unset, with their default (ascend_field_notes.md).
+#: Variables worth showing even when unset, with their default (docs/ascend_field_notes.md).
 NOTABLE_VARIABLES = {
     "ASCEND_RT_VISIBLE_DEVICES": "all cards; comma-separated, no spaces",
     "HCCL_CONNECT_TIMEOUT": "120 s (range 120-7200)",

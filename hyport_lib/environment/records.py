@@ -10,7 +10,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Iterable, Optional
 
-VERDICTS = ("PASS", "WARN", "FAIL", "SKIP")
+from hyport_lib.results import VERDICTS
+
 #: Severity used to take the worst verdict; SKIP does not count.
 SEVERITY = {"PASS": 0, "WARN": 1, "FAIL": 2}
 

@@ -4,7 +4,8 @@ The pattern follows accelerate's ``utils/imports.py``: every check is cached, an
 optional import happens inside the check so that a broken install is *reported*
 instead of crashing whoever asked. ``torch_npu`` is the important case: on a host
 without CANN an installed ``torch_npu`` fails on import (``libhccl.so`` missing), and
-torch's device-backend autoloading may make ``import torch`` itself fail.
+torch's device-backend autoloading may make ``import torch`` itself fail; only the
+backend seam (:func:`hyport_lib.backend.import_torch_npu`) asks for it.
 """
 
 from __future__ import annotations
@@ -42,17 +43,6 @@ def try_import(module_name: str) -> tuple[object | None, Optional[str]]:
         return importlib.import_module(module_name), None
     except (ImportError, RuntimeError, OSError) as exc:
         return None, f"{type(exc).__name__}: {exc}"
-
-
-def is_torch_npu_available() -> bool:
-    """True when ``torch_npu`` imports cleanly (not whether a card is present)."""
-    module, _ = try_import("torch_npu")
-    return module is not None
-
-
-def torch_npu_import_error() -> Optional[str]:
-    """The error raised by ``import torch_npu`` when it is installed but broken."""
-    return try_import("torch_npu")[1]
 
 
 def is_flash_attn_available() -> bool:

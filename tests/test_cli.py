@@ -1,0 +1,122 @@
+"""One path for every command's usage errors (exit 2, one line) and stop signals (exit 130)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import warnings
+
+import pytest
+
+from hyport_lib.commands import _cli, build_parser, main
+
+
+def test_every_command_is_discovered():
+    parser = build_parser()
+    commands = parser._subparsers._group_actions[0].choices
+    assert {"env", "attention", "infer", "report", "scan"} <= set(commands)
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["scan", "/no/such/folder"], "/no/such/folder"),
+    (["env", "--num-cards", "0", "--no-record"], "--num-cards"),
+    (["infer", "--device", "tpu"], "device='tpu'"),
+    (["report", "--profile", "no-such-profile"], "no-such-profile"),
+    (["report", "-p", "not a key"], "key=value"),
+    (["attention", "--device", "npu", "--model-path", "none"], "npu"),
+])
+def test_usage_errors_are_one_line_and_exit_2(argv, words, capsys, tmp_path, monkeypatch):
+    monkeypatch.setenv("HYPORT_RESULTS_DIR", str(tmp_path))
+    monkeypatch.delenv("HYPORT_DEBUG", raising=False)
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"hyport {argv[0]}: ") and words in err, err
+    assert "\n" not in err and "Traceback" not in err
+
+
+def test_debug_shows_the_traceback(monkeypatch):
+    monkeypatch.setenv("HYPORT_DEBUG", "1")
+    with pytest.raises(FileNotFoundError):
+        main(["scan", "/no/such/folder"])
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
+def test_stop_signals_end_a_command_with_130_after_its_cleanup(signum, capsys):
+    cleaned = []
+
+    def run(args):
+        try:
+            os.kill(os.getpid(), signum)
+            time.sleep(5)
+            return 0
+        finally:
+            cleaned.append(True)
+
+    before = signal.getsignal(signal.SIGTERM)
+    assert _cli.invoke("demo", run, None) == 130
+    assert cleaned == [True]
+    assert signal.Signals(signum).name in capsys.readouterr().err
+    assert signal.getsignal(signal.SIGTERM) == before
+
+
+def test_a_second_signal_does_not_abort_a_shielded_write():
+    written = []
+
+    def run(args):
+        try:
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(5)
+        finally:
+            with _cli.shielded():
+                os.kill(os.getpid(), signal.SIGTERM)  # arrives during the write
+                time.sleep(0.2)
+                written.append("partial result")
+        return 0
+
+    assert _cli.invoke("demo", run, None) == 130
+    assert written == ["partial result"]
+
+
+def test_a_signal_held_back_by_the_shield_is_raised_after_it():
+    with pytest.raises(_cli.Stopped):
+        with _cli.stop_signals_raise():
+            with _cli.shielded():
+                os.kill(os.getpid(), signal.SIGTERM)
+                time.sleep(0.2)
+            time.sleep(5)  # never reached: raised as the block ends
+
+
+def test_sigterm_to_a_real_command_process_exits_130(tmp_path):
+    env = {**os.environ, "HYPORT_RESULTS_DIR": str(tmp_path)}
+    code = ("import time, hyport_lib.commands as c\n"
+            "from hyport_lib.commands import _cli\n"
+            "def run(a):\n    print('ready', flush=True); time.sleep(60)\n"
+            "raise SystemExit(_cli.invoke('demo', run, None))\n")
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env)
+    assert proc.stdout.readline().strip() == "ready"
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 130 and "stopped by SIGTERM" in err
+
+
+# --------------------------------------------------------------------------- parameter names
+def test_renamed_parameters_move_with_a_message():
+    from hyport_lib.parameters import rename_keys, renamed
+
+    said = []
+    assert rename_keys({"timeout_s": 5, "device": "cpu"}, said.append) == {
+        "device": "cpu", "infer_timeout_s": 5}
+    assert "infer_timeout_s" in said[0] and "deprecated" in said[0]
+    assert rename_keys({"timeout_s": 5, "infer_timeout_s": 5}, said.append) == {"infer_timeout_s": 5}
+    with pytest.raises(ValueError, match="give only 'infer_timeout_s'"):
+        rename_keys({"timeout_s": 5, "infer_timeout_s": 9})
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert renamed("timeout_s", None, "infer_timeout_s", 300) == 300
+        assert not caught
+        assert renamed("timeout_s", 7, "infer_timeout_s", 300) == 7
+        assert "deprecated" in str(caught[0].message)

@@ -1,0 +1,130 @@
+"""hyport_lib.processes: children in their own group, fed over a lifeline, never outliving
+the launcher, stopped as a whole, their logs scrubbed."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import psutil
+import pytest
+
+from hyport_lib import processes as P
+
+CHILD = textwrap.dedent("""
+    import subprocess, sys, time
+    from hyport_lib.processes import start_guard
+    line = sys.stdin.readline()
+    print("got", line.strip(), flush=True)
+    guard = start_guard()
+    grandchild = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    print("grandchild", grandchild.pid, "guard", guard, flush=True)
+    time.sleep(600)
+""")
+
+
+def _env():
+    return {**os.environ, "PYTHONUNBUFFERED": "1"}
+
+
+def _wait_for(predicate, timeout=20.0):
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if predicate():
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def _pids(log):
+    for line in log.read_text().splitlines():
+        if line.startswith("grandchild"):
+            parts = line.split()
+            return int(parts[1])
+    return None
+
+
+def test_payload_reaches_the_child_and_cutting_the_lifeline_ends_its_group(tmp_path):
+    log = tmp_path / "child.log"
+    child = P.start_child([sys.executable, "-c", CHILD], env=_env(), log_path=log,
+                          payload=b'{"hello": 1}\n', timeout_s=60, name="test")
+    try:
+        assert os.getpgid(child.pid) == child.pid  # its own group
+        assert _wait_for(lambda: _pids(log) is not None), log.read_text()
+        grandchild = _pids(log)
+        assert 'got {"hello": 1}' in log.read_text()
+        assert not P.has_exited(child.proc)
+        P.cut_lifeline(child)  # as if the launcher died: the guard kills the whole group
+        assert _wait_for(lambda: P.has_exited(child.proc))
+        assert _wait_for(lambda: not psutil.pid_exists(grandchild) or
+                         psutil.Process(grandchild).status() == psutil.STATUS_ZOMBIE)
+        assert P.finish(child) == -signal.SIGKILL
+        assert "SIGKILL" in P.describe_exit(child.proc.returncode)
+    finally:
+        P.stop_all([child] if child.proc.returncode is None else [])
+
+
+def test_kill_groups_stops_the_child_and_what_it_started(tmp_path):
+    log = tmp_path / "child.log"
+    child = P.start_child([sys.executable, "-c", CHILD], env=_env(), log_path=log,
+                          payload=b"x\n", name="test")
+    assert _wait_for(lambda: _pids(log) is not None), log.read_text()
+    grandchild = psutil.Process(_pids(log))
+    P.kill_groups([child], grace_s=0.5)
+    assert _wait_for(lambda: P.has_exited(child.proc))
+    P.finish(child)
+    assert _wait_for(lambda: not grandchild.is_running() or grandchild.status() == psutil.STATUS_ZOMBIE)
+
+
+def test_reap_leftovers_kills_what_an_exited_leader_left_behind(tmp_path):
+    log = tmp_path / "child.log"
+    code = ("import subprocess, sys; "
+            "p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)']); "
+            "print('grandchild', p.pid, flush=True)")
+    child = P.start_child([sys.executable, "-c", code], env=_env(), log_path=log, name="leader")
+    assert _wait_for(lambda: P.has_exited(child.proc))
+    grandchild = psutil.Process(_pids(log))
+    assert grandchild.is_running()
+    P.reap_leftovers(child)
+    assert _wait_for(lambda: not grandchild.is_running() or grandchild.status() == psutil.STATUS_ZOMBIE)
+    assert P.finish(child) == 0
+
+
+def test_a_child_that_never_reads_does_not_block_the_launcher(tmp_path):
+    big = b"x" * (4 * 1024 * 1024)  # far more than a pipe holds
+    started = time.monotonic()
+    child = P.start_child([sys.executable, "-c", "import time; time.sleep(0.2)"], env=_env(),
+                          log_path=tmp_path / "c.log", payload=big)
+    assert time.monotonic() - started < 5 and child.unsent  # not all of it was taken
+    assert _wait_for(lambda: P.has_exited(child.proc))
+    P.feed(child)  # the reader is gone: the rest is dropped, no exception
+    assert child.unsent == b""
+    assert P.finish(child) == 0
+
+
+def test_guard_refuses_when_not_a_group_leader(tmp_path):
+    code = "from hyport_lib.processes import start_guard; print('guard', start_guard())"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         env=_env(), timeout=60)
+    assert "guard None" in out.stdout and "not a process-group leader" in out.stdout
+
+
+def test_logs_are_scrubbed_and_read_back(tmp_path, monkeypatch):
+    monkeypatch.setenv("HYPORT_TEST_API_TOKEN", "tok-secret-123")
+    log = tmp_path / "x.log"
+    log.write_text("line 1\nuses tok-secret-123\nValueError: bad tok-secret-123\n")
+    assert P.scrub_log(log) is True
+    assert "tok-secret-123" not in log.read_text()
+    assert P.read_log_tail(log, 1) == "ValueError: bad [redacted]"
+    assert P.last_exception(log.read_text()) == "ValueError: bad [redacted]"
+    assert P.read_log_tail(tmp_path / "missing.log") == ""
+
+
+@pytest.mark.parametrize("code, words", [(0, "exit code 0"), (3, "exit code 3"),
+                                         (-9, "SIGKILL"), (-15, "SIGTERM"), (None, "running")])
+def test_describe_exit(code, words):
+    assert words in P.describe_exit(code)
