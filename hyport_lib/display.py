@@ -63,6 +63,10 @@ class LiveDisplay:
         self._handle = None
         self._last = 0.0
 
+    def due(self) -> bool:
+        """Would :meth:`update` refresh now (nothing shown yet, or the interval passed)?"""
+        return self._handle is None or time.monotonic() - self._last >= self.min_interval_s
+
     def update(self, obj: Any, force: bool = False) -> bool:
         """Show ``obj``; returns True when the display was actually refreshed."""
         from IPython.display import display

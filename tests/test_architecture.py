@@ -179,7 +179,7 @@ def test_notebook_records_through_its_stage_module(path):
 
     code = "\n".join("".join(c["source"]) for c in json.loads(path.read_text())["cells"]
                      if c["cell_type"] == "code")
-    assert re.search(r"from hyport_lib\.\w+ import stage\b", code), path.name
+    assert re.search(r"from hyport_lib\.\w+ import (\w+, )*stage\b", code), path.name
     assert "stage.record(" in code and "stage.run" in code, path.name
 
 

@@ -81,7 +81,9 @@ def test_seed_profile_matches_the_seed_case():
     seed = load_profile(resolve_profile("ascend-910b-8card"))
     assert seed["device"] == "npu" and seed["model_path"] == "/data/models/HY-Embodied-0.5"
     assert seed["max_steps"] is None and seed["save_steps"] == 100000
-    assert seed["deepspeed"] == "zero2" and seed["bf16"] is True
+    assert seed["zero_stage"] == 2 and seed["precision"] == "bf16"
+    assert seed["per_device_train_batch_size"] == 1 and seed["gradient_accumulation_steps"] == 1
+    assert seed["gradient_checkpointing"] is True and seed["num_cards"] == 8
 
 
 def test_stage_selection(stage_dir):

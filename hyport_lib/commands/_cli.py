@@ -2,7 +2,8 @@
 
 * A usage error (a bad argument, a missing file, a device that is not there: the
   exceptions in :data:`USAGE_ERRORS`) prints one line, ``hyport <command>: <message>``,
-  on stderr and exits 2. ``HYPORT_DEBUG=1`` shows the traceback instead.
+  on stderr and exits 2; an error that carries ``details`` (every bad record of a
+  dataset) lists them below it. ``HYPORT_DEBUG=1`` shows the traceback instead.
 * Ctrl-C (SIGINT), SIGTERM (``timeout``, ``kill``, a scheduler) and SIGHUP (a closed
   terminal or ssh session) raise :class:`Stopped` (a ``KeyboardInterrupt``) inside the
   command, so its ``finally`` blocks stop the processes it started and keep the
@@ -113,4 +114,6 @@ def invoke(name: str, run: Callable, args) -> int:
         if os.environ.get("HYPORT_DEBUG"):
             raise
         print(scrub_text(f"hyport {name}: {one_line(exc)}"), file=sys.stderr)
+        for line in getattr(exc, "details", None) or ():  # e.g. every bad dataset record
+            print(scrub_text(f"  {line}"), file=sys.stderr)
         return USAGE_EXIT

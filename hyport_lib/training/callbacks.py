@@ -1,0 +1,186 @@
+"""Inside the training processes: the Trainer pieces hyport adds (imports transformers).
+
+* :class:`CountingTrainer` — a ``transformers.Trainer`` that takes the batch's token
+  counts (real and padded, put there by the collator) out of the inputs before the
+  model sees them, and counts them for the current step; a test-only switch makes a
+  step's loss NaN.
+* :class:`MetricsCallback` — after every optimizer step, on every rank: sums the step's
+  token counts over the ranks, takes the largest peak memory, reads DeepSpeed's skipped
+  (overflow) steps; rank 0 appends the step's line to the metrics file
+  (:mod:`hyport_lib.training.metrics`) once the Trainer logged the loss. When a
+  checkpoint has been saved, rank 0 marks it complete
+  (:mod:`hyport_lib.training.checkpoints`).
+
+The loss is logged unfiltered (``logging_nan_inf_filter=False``): the Trainer would
+otherwise replace a NaN loss by the running mean and hide exactly what a smoke run
+is for.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from pathlib import Path
+from typing import Optional
+
+from transformers import Trainer, TrainerCallback
+
+from hyport_lib.training.checkpoints import write_marker
+from hyport_lib.training.packing import COUNT_KEYS
+
+#: Test-only: ``"<step>"`` makes that step's loss NaN (on every rank).
+NAN_FAULT_ENV = "HYPORT_TEST_NAN_AT_STEP"
+
+
+class StepCounts:
+    """Token counts of the micro-batches of the step under way (this rank only)."""
+
+    def __init__(self):
+        self.real = 0
+        self.total = 0
+
+    def add(self, real: int, total: int) -> None:
+        self.real += int(real)
+        self.total += int(total)
+
+    def take(self) -> tuple[int, int]:
+        counts = (self.real, self.total)
+        self.real = self.total = 0
+        return counts
+
+
+class CountingTrainer(Trainer):
+    """``Trainer`` that removes hyport's count keys from each batch and counts them."""
+
+    def __init__(self, *args, step_counts: Optional[StepCounts] = None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.step_counts = step_counts or StepCounts()
+        raw = os.environ.get(NAN_FAULT_ENV, "").strip()
+        self._nan_step = int(raw) if raw.isdigit() else None
+
+    def compute_loss(self, model, inputs, *args, **kwargs):
+        counts = [inputs.pop(key, 0) for key in COUNT_KEYS]
+        if model.training:
+            self.step_counts.add(int(counts[0]), int(counts[1]))
+        result = super().compute_loss(model, inputs, *args, **kwargs)
+        if self._nan_step is not None and self.state.global_step + 1 == self._nan_step:
+            print(f"[hyport train] test fault: NaN loss at step {self._nan_step} ({NAN_FAULT_ENV})",
+                  flush=True)
+            if isinstance(result, tuple):
+                return (result[0] * float("nan"), *result[1:])
+            return result * float("nan")
+        return result
+
+
+class MetricsCallback(TrainerCallback):
+    """See the module docstring.
+
+    Args:
+        metrics_path: the JSON Lines file rank 0 appends to.
+        backend: the device seam (peak memory).
+        step_counts: shared with :class:`CountingTrainer`.
+        marker: fields for each checkpoint's completeness marker (world size, ZeRO
+            stage, finetuning type).
+    """
+
+    def __init__(self, metrics_path: os.PathLike, backend, step_counts: StepCounts, marker: dict):
+        self.metrics_path = Path(metrics_path)
+        self.backend = backend
+        self.step_counts = step_counts
+        self.marker = dict(marker)
+        self.trainer: Optional[Trainer] = None  # set after the Trainer is built
+        self._started = 0.0
+        self._pending: dict = {}
+        self._process_steps = 0
+        self._skipped_before = 0
+        self.restart = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") or 0)
+        #: This rank's card (torchrun's LOCAL_RANK; every card of the node is visible).
+        self.backend_index = int(os.environ.get("LOCAL_RANK", "0") or 0)
+
+    # -- per step ---------------------------------------------------------------------
+    def on_step_begin(self, args, state, control, **kwargs):
+        self.backend.synchronize(self.backend_index)
+        self._started = time.perf_counter()
+
+    def on_step_end(self, args, state, control, **kwargs):
+        self.backend.synchronize(self.backend_index)
+        step_s = time.perf_counter() - self._started
+        real, total = self.step_counts.take()
+        memory = self.backend.memory_stats(self.backend_index)
+        real, total, peak = _reduce(real, total, memory.peak / 2**20, self.backend,
+                                    self.backend_index)
+        skipped_total = self._skipped_total()
+        self._process_steps += 1
+        world = _world_size()
+        self._pending = {
+            "step": int(state.global_step), "real_tokens": real, "tokens": total,
+            "step_s": round(step_s, 6), "world_size": world,
+            "tokens_per_s_per_card": total / (world * step_s) if step_s > 0 else None,
+            "real_tokens_per_s_per_card": real / (world * step_s) if step_s > 0 else None,
+            "skipped": skipped_total > self._skipped_before, "skipped_total": skipped_total,
+            "peak_memory_mb": round(peak, 1), "memory_source": memory.source,
+            "epoch": state.epoch, "restart": self.restart, "process_step": self._process_steps,
+        }
+        self._skipped_before = skipped_total
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if not self._pending or logs is None or "loss" not in logs:
+            return
+        record, self._pending = self._pending, {}
+        loss, grad_norm = _number(logs.get("loss")), _number(logs.get("grad_norm"))
+        record.update(loss=loss, learning_rate=_number(logs.get("learning_rate")),
+                      grad_norm=grad_norm, nonfinite_loss=not _finite(loss),
+                      nonfinite_grad_norm=grad_norm is not None and not _finite(grad_norm),
+                      time=time.time())
+        if state.is_world_process_zero:
+            with open(self.metrics_path, "a", encoding="utf-8") as fh:
+                fh.write(json.dumps(record, allow_nan=True) + "\n")
+                fh.flush()
+
+    def on_save(self, args, state, control, **kwargs):
+        if not state.is_world_process_zero:
+            return
+        folder = Path(args.output_dir) / f"checkpoint-{state.global_step}"
+        if folder.is_dir():
+            write_marker(folder, step=state.global_step, **self.marker)
+
+    # -- helpers ----------------------------------------------------------------------
+    def _skipped_total(self) -> int:
+        engine = getattr(self.trainer, "model_wrapped", None) if self.trainer else None
+        return int(getattr(engine, "skipped_steps", 0) or 0)
+
+
+def _world_size() -> int:
+    import torch.distributed as dist
+
+    return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
+
+
+def _reduce(real: int, total: int, peak_mb: float, backend, index: int) -> tuple[int, int, float]:
+    """Sum the token counts and take the largest peak over the ranks (every rank calls it)."""
+    import torch
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+        return real, total, peak_mb
+    device = backend.torch_device(index) if backend.is_accelerator else torch.device("cpu")
+    sums = torch.tensor([real, total], dtype=torch.float64, device=device)
+    peak = torch.tensor([peak_mb], dtype=torch.float64, device=device)
+    dist.all_reduce(sums, op=dist.ReduceOp.SUM)
+    dist.all_reduce(peak, op=dist.ReduceOp.MAX)
+    return int(sums[0].item()), int(sums[1].item()), float(peak[0].item())
+
+
+def _number(value) -> Optional[float]:
+    if value is None:
+        return None
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def _finite(value) -> bool:
+    return value is not None and math.isfinite(value)

@@ -1,0 +1,129 @@
+"""Checkpoints a run can safely resume from.
+
+The Trainer writes ``checkpoint-N/`` piece by piece (weights, the DeepSpeed ZeRO states
+of every rank under ``global_stepN/``, ``trainer_state.json``, RNG states); a process
+killed in the middle leaves a folder that looks like a checkpoint and is not one.
+transformers' ``get_last_checkpoint`` would take it anyway. So once the Trainer reports
+a checkpoint saved (``on_save``, after every rank's part is written), rank 0 adds
+``hyport_checkpoint.json``: the step, the world size, the ZeRO stage and the library
+versions. Only a folder with that file (and its ``trainer_state.json``) is complete,
+and resuming compares what it recorded with the run about to start: a different world
+size or library version is an error that says which, instead of a DeepSpeed
+traceback in the middle of loading.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Mapping, Optional
+
+from hyport_lib.utils.files import atomic_write_json
+
+MARKER = "hyport_checkpoint.json"
+_CHECKPOINT_RE = re.compile(r"^checkpoint-(\d+)$")
+#: Libraries whose versions must match between the run that saved and the one resuming.
+VERSIONED = ("torch", "torch_npu", "transformers", "deepspeed", "accelerate", "peft")
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    path: Path
+    step: int
+    complete: bool
+    why_incomplete: str = ""
+
+    def record(self) -> dict:
+        """What the run that saved it recorded (empty when incomplete)."""
+        try:
+            return json.loads((self.path / MARKER).read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError):
+            return {}
+
+
+def library_versions() -> dict[str, Optional[str]]:
+    from hyport_lib.utils.imports import package_version
+
+    return {name: package_version(name.replace("_", "-")) or package_version(name)
+            for name in VERSIONED}
+
+
+def write_marker(checkpoint_dir: os.PathLike, *, step: int, world_size: int, zero_stage: int,
+                 finetuning_type: str, extra: Optional[Mapping] = None) -> Path:
+    """Mark a checkpoint complete (rank 0, after the Trainer saved it)."""
+    data = {"step": int(step), "world_size": int(world_size), "zero_stage": int(zero_stage),
+            "finetuning_type": finetuning_type, "versions": library_versions(),
+            **dict(extra or {})}
+    return atomic_write_json(Path(checkpoint_dir) / MARKER, data)
+
+
+def list_checkpoints(output_dir: os.PathLike) -> list[Checkpoint]:
+    """Every ``checkpoint-N`` folder of ``output_dir``, oldest first, with completeness."""
+    folder = Path(output_dir)
+    if not folder.is_dir():
+        return []
+    found = []
+    for child in folder.iterdir():
+        match = _CHECKPOINT_RE.match(child.name)
+        if not match or not child.is_dir():
+            continue
+        why = ""
+        if not (child / MARKER).is_file():
+            why = f"no {MARKER} (the save did not finish)"
+        elif not (child / "trainer_state.json").is_file():
+            why = "no trainer_state.json"
+        found.append(Checkpoint(child, int(match.group(1)), not why, why))
+    return sorted(found, key=lambda c: c.step)
+
+
+def newest_complete(output_dir: os.PathLike) -> Optional[Checkpoint]:
+    complete = [c for c in list_checkpoints(output_dir) if c.complete]
+    return complete[-1] if complete else None
+
+
+def resolve_resume(resume_from: str, output_dir: os.PathLike) -> Optional[Checkpoint]:
+    """The checkpoint to resume from: ``auto`` (newest complete), ``none`` or a folder.
+
+    Raises:
+        ValueError: a given folder is not a complete checkpoint (names what is missing).
+    """
+    value = str(resume_from).strip()
+    if value.lower() == "none":
+        return None
+    if value.lower() == "auto":
+        return newest_complete(output_dir)
+    path = Path(value).expanduser()
+    match = _CHECKPOINT_RE.match(path.name)
+    if not path.is_dir() or not match:
+        raise ValueError(f"resume_from={value!r}: not a checkpoint-N folder")
+    checkpoint = next((c for c in list_checkpoints(path.parent) if c.path.name == path.name), None)
+    if checkpoint is None or not checkpoint.complete:
+        reason = checkpoint.why_incomplete if checkpoint else "not found"
+        raise ValueError(f"resume_from={value!r}: incomplete checkpoint ({reason}); use "
+                         "resume_from='auto' to take the newest complete one")
+    return checkpoint
+
+
+def check_compatible(checkpoint: Checkpoint, *, world_size: int, zero_stage: int,
+                     finetuning_type: str) -> None:
+    """Raise ValueError naming every difference between the checkpoint and this run."""
+    saved = checkpoint.record()
+    problems = []
+    if saved.get("world_size") != world_size:
+        problems.append(f"world size {saved.get('world_size')} when saved, {world_size} now "
+                        "(DeepSpeed's ZeRO states are split per rank: resume with the same "
+                        "number of processes)")
+    if saved.get("zero_stage") != zero_stage:
+        problems.append(f"ZeRO stage {saved.get('zero_stage')} when saved, {zero_stage} now")
+    if saved.get("finetuning_type") != finetuning_type:
+        problems.append(f"finetuning_type {saved.get('finetuning_type')!r} when saved, "
+                        f"{finetuning_type!r} now")
+    now = library_versions()
+    for name, then in (saved.get("versions") or {}).items():
+        if then != now.get(name):
+            problems.append(f"{name} {then} when saved, {now.get(name)} now")
+    if problems:
+        raise ValueError(f"cannot resume from {checkpoint.path}: " + "; ".join(problems))

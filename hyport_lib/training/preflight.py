@@ -1,0 +1,252 @@
+"""Everything checked before a training process starts, and the plan it produces.
+
+:func:`prepare` turns a :class:`~hyport_lib.training.config.TrainConfig` into a
+:class:`LaunchPlan` or raises an error that names the parameter, the file or the record:
+the model folder, the dataset (every malformed record, see
+:mod:`hyport_lib.training.dataset`; too-long samples after tokenisation), the output
+folder (writable), the cards (none busy), the rendezvous port (free, or a free one
+picked), the resume point (complete, same world size and versions). Only then does
+:mod:`hyport_lib.training.launch` start torchrun.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Optional
+
+from hyport_lib.training.config import TrainConfig
+
+
+@dataclass
+class LaunchPlan:
+    """What will run (all paths absolute); :meth:`to_dict` is what the record keeps."""
+
+    config: TrainConfig
+    device_kind: str
+    nproc_per_node: int
+    world_size: int
+    model_path: str
+    dataset_path: str
+    image_root: Optional[str]
+    output_dir: str
+    metrics_path: str
+    log_path: str
+    precision: str
+    attn_implementation: str
+    attention_backend: str
+    deepspeed: dict
+    deepspeed_config_path: str
+    master_addr: str
+    master_port: int
+    dataset: dict = field(default_factory=dict)
+    skip_records: list[int] = field(default_factory=list)
+    resume_checkpoint: Optional[str] = None
+    notes: list[str] = field(default_factory=list)
+    max_shard_size: Optional[str] = None
+
+    def to_dict(self) -> dict:
+        data = asdict(self)
+        data["config"] = self.config.to_dict()
+        return data
+
+    def worker_spec(self) -> dict:
+        """What every rank reads from ``HYPORT_TRAIN_SPEC``."""
+        keys = ("model_path", "dataset_path", "image_root", "output_dir", "metrics_path",
+                "precision", "attn_implementation", "attention_backend", "deepspeed_config_path",
+                "skip_records", "device_kind", "max_shard_size")
+        return {"config": self.config.to_dict(), **{k: getattr(self, k) for k in keys}}
+
+
+def default_output_dir(run_name: str) -> Path:
+    """``<run folder>/train/<run_name>`` in a report run; elsewhere a new
+    ``<run_name>-<timestamp>`` folder beside the interactive results, so that running the
+    notebook again trains again (give ``output_dir`` to resume a run)."""
+    import datetime as _dt
+
+    from hyport_lib.results import results_dir
+
+    run_dir = os.environ.get("HYPORT_RUN_DIR")
+    if run_dir:
+        return Path(run_dir) / "train" / run_name
+    stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    return results_dir().parent / "train" / f"{run_name}-{stamp}-{os.getpid()}"
+
+
+def prepare(config: TrainConfig, backend=None, *, max_shard_size: Optional[str] = None,
+            check_port: bool = True) -> LaunchPlan:
+    """Check everything and plan the launch (see the module docstring)."""
+    from hyport_lib.backend import get_backend
+    from hyport_lib.training import deepspeed_config as ds
+    from hyport_lib.training.checkpoints import check_compatible, resolve_resume
+    from hyport_lib.training.metrics import METRICS_FILE
+
+    config = config.with_env_overrides()
+    backend = backend or get_backend(config.device, num_cards=config.num_cards)
+    nproc = _cards(backend, config.num_cards)
+    world = nproc * config.nnodes
+    notes = [f"{var}={value} from the environment overrides the parameter"
+             for var, value in config.env_overrides.items()]
+    model_path = _model_path(config)
+    output_dir = _output_dir(config)
+    dataset_path, image_root = _dataset_path(config, output_dir)
+    precision = ds.resolve_precision(config.precision, backend)
+    deepspeed = ds.build_deepspeed_config(config, backend, precision)
+    report, skip = _check_dataset(config, dataset_path, image_root, model_path)
+    if skip:
+        notes.append(f"{len(skip)} bad record(s) skipped (skip_bad_records=True)")
+    checkpoint = resolve_resume(config.resume_from, output_dir)
+    if checkpoint is not None:
+        check_compatible(checkpoint, world_size=world, zero_stage=config.zero_stage,
+                         finetuning_type=config.finetuning_type)
+        notes.append(f"resumes from {checkpoint.path.name} (step {checkpoint.step})")
+    port = _port(config, check_port)
+    attn, attention_backend = _attention(config, backend)
+    if config.packing:
+        notes.append(f"packing: attention {attn} (per sample; transformers' eager and sdpa "
+                     "would attend across the packed samples)")
+    _check_cards(backend, nproc)
+    ds_path = ds.write_deepspeed_config(deepspeed, output_dir)
+    return LaunchPlan(
+        config=config, device_kind=backend.kind, nproc_per_node=nproc, world_size=world,
+        model_path=model_path, dataset_path=str(dataset_path), image_root=image_root,
+        output_dir=str(output_dir), metrics_path=str(output_dir / METRICS_FILE),
+        log_path=str(output_dir / "logs" / f"node{config.node_rank}.log"), precision=precision,
+        attn_implementation=attn, attention_backend=attention_backend,
+        deepspeed=ds.describe(deepspeed), deepspeed_config_path=str(ds_path),
+        master_addr=config.master_addr, master_port=port, dataset=report, skip_records=skip,
+        resume_checkpoint=str(checkpoint.path) if checkpoint else None, notes=notes,
+        max_shard_size=max_shard_size or None)
+
+
+def _cards(backend, num_cards: Optional[int]) -> int:
+    if backend.kind == "cpu":
+        return int(num_cards or backend.num_cards())
+    visible = backend.num_cards()
+    if num_cards is not None and num_cards > visible:
+        raise ValueError(f"num_cards={num_cards}: only {visible} {backend.kind} card(s) are visible")
+    if visible < 1:
+        raise RuntimeError(f"no {backend.kind} card is visible")
+    return int(num_cards or visible)
+
+
+def _model_path(config: TrainConfig) -> str:
+    from hyport_lib.models.tiny import TINY_MODEL_NAME, ensure_tiny_model
+
+    if config.model_path == TINY_MODEL_NAME:
+        return str(ensure_tiny_model())
+    path = Path(config.model_path).expanduser()
+    if not path.is_dir():
+        raise FileNotFoundError(f"model_path={config.model_path!r}: no such folder "
+                                f"(resolved to {path.resolve()})")
+    if not (path / "config.json").is_file():
+        raise ValueError(f"model_path={config.model_path!r}: not a model folder (no config.json)")
+    return str(path.resolve())
+
+
+def _output_dir(config: TrainConfig) -> Path:
+    folder = Path(config.output_dir).expanduser() if config.output_dir else default_output_dir(config.run_name)
+    folder = folder.resolve()
+    try:
+        (folder / "logs").mkdir(parents=True, exist_ok=True)
+        probe = folder / f".hyport-write-test-{os.getpid()}"
+        probe.write_text("ok")
+        probe.unlink()
+    except OSError as exc:
+        raise PermissionError(exc.errno, f"output_dir={str(folder)!r} is not writable ({exc.strerror})",
+                              str(folder)) from exc
+    return folder
+
+
+def _dataset_path(config: TrainConfig, output_dir: Path) -> tuple[Path, Optional[str]]:
+    if not config.dataset_path:
+        from hyport_lib.training.smoke_data import write_smoke_dataset
+
+        return write_smoke_dataset(output_dir / "smoke_data"), None
+    path = Path(config.dataset_path).expanduser().resolve()
+    root = str(Path(config.image_root).expanduser().resolve()) if config.image_root else None
+    return path, root
+
+
+def _check_dataset(config: TrainConfig, path: Path, image_root: Optional[str],
+                   model_path: str) -> tuple[dict, list[int]]:
+    from transformers import AutoProcessor
+
+    from hyport_lib.training.dataset import DatasetError, DatasetReport, load_dataset
+    from hyport_lib.training.samples import encode_records
+
+    report = load_dataset(path, image_root)
+    processor = AutoProcessor.from_pretrained(model_path, local_files_only=True,
+                                              trust_remote_code=config.trust_remote_code)
+    samples, too_long = encode_records(report.records, processor, config.max_seq_len, config.overflow)
+    problems = sorted(report.problems + too_long, key=lambda p: p.index)
+    full = DatasetReport(report.path, report.records, problems, report.total)
+    if problems and not config.skip_bad_records:
+        raise DatasetError(full)
+    if not samples:
+        raise ValueError(f"dataset {path}: no usable record left ({full.summary()})")
+    summary = full.to_dict()
+    summary.update(samples=len(samples), tokens=sum(len(s) for s in samples),
+                   label_tokens=sum(s.label_tokens for s in samples),
+                   truncated=sum(1 for s in samples if s.truncated), skipped=len(full.bad_indices))
+    return summary, sorted(full.bad_indices)
+
+
+def _attention(config: TrainConfig, backend) -> tuple[str, str]:
+    """``(attn_implementation, FlashAttnAPI backend)``; packing needs hyport's attention."""
+    api_backend = "npu" if backend.kind == "npu" else "sdpa"
+    if not config.packing:
+        return config.attn_implementation, api_backend
+    return {"npu": "hyport_npu_fused", "sdpa": "hyport_torch"}[api_backend], api_backend
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+def _port(config: TrainConfig, check: bool) -> int:
+    if config.master_port == 0:
+        if config.nnodes > 1:
+            raise ValueError("master_port=0: with nnodes > 1 give the same master_port to every "
+                             "node (e.g. 29500)")
+        return free_port(_bind_host(config.master_addr))
+    if check and config.node_rank == 0 and _is_local(config.master_addr):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            try:
+                sock.bind((_bind_host(config.master_addr), config.master_port))
+            except OSError:
+                raise ValueError(f"master_port={config.master_port} is already taken on "
+                                 f"{config.master_addr} (another job?); choose another port or "
+                                 "master_port=0 for a free one") from None
+    return config.master_port
+
+
+def _bind_host(addr: str) -> str:
+    return "127.0.0.1" if addr in ("localhost", "127.0.0.1") else "0.0.0.0"
+
+
+def _is_local(addr: str) -> bool:
+    if addr in ("localhost", "127.0.0.1", socket.gethostname()):
+        return True
+    try:
+        return socket.gethostbyname(addr).startswith("127.")
+    except OSError:
+        return False
+
+
+def _check_cards(backend, nproc: int) -> None:
+    """Refuse cards another process holds (nothing is ever killed)."""
+    if backend.kind == "cpu":
+        return
+    from hyport_lib.inference.plan import plan_grid
+
+    plan = plan_grid(backend, num_cards=nproc)
+    busy = [c for c in plan.cards if not c.run]
+    if busy:
+        detail = "; ".join(f"card {c.card}: {c.busy_reason}" for c in busy)
+        raise RuntimeError(f"busy cards, training not started: {detail} (free them first; "
+                           "hyport never stops a process it did not start)")

@@ -1,0 +1,125 @@
+"""What a training launch leaves behind, and its verdict.
+
+:class:`TrainResult` holds the exit, the metrics (one record per step), their summary,
+what rank 0 reported at the end (``train_result.json``: the Trainer's ``train_loss``
+and runtime, the final folder), the checkpoints found and the plan that ran. The
+verdict: PASS when torchrun exited 0, every step from 1 to the last was logged exactly
+once, no loss or gradient norm was non-finite, no step was skipped and the final
+weights exist; WARN when it finished but with non-finite values or skipped steps;
+FAIL otherwise.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional
+
+from hyport_lib.results import Provenance
+from hyport_lib.training.metrics import MetricsSummary
+
+
+@dataclass
+class TrainProgress:
+    """Passed to ``on_update`` while the run goes on."""
+
+    records: list[dict]
+    total_steps: Optional[int]
+    elapsed_s: float
+    running: bool = True
+
+    @property
+    def done_steps(self) -> int:
+        return max((r["step"] for r in self.records), default=0)
+
+
+@dataclass
+class TrainResult:
+    status: str  # ok | failed | timeout
+    exit_code: Optional[int]
+    wall_s: float
+    plan: dict
+    metrics: list[dict]
+    summary: MetricsSummary
+    worker: dict = field(default_factory=dict)
+    checkpoints: list[dict] = field(default_factory=list)
+    reason: Optional[str] = None
+    log_tail: str = ""
+    provenance: Optional[Provenance] = None
+
+    @property
+    def final_dir(self) -> Optional[str]:
+        final = self.worker.get("final_dir")
+        if final and _has_weights(Path(final)):
+            return final
+        return None
+
+    @property
+    def last_checkpoint(self) -> Optional[str]:
+        complete = [c for c in self.checkpoints if c["complete"]]
+        return complete[-1]["path"] if complete else None
+
+    @property
+    def expected_steps(self) -> Optional[int]:
+        return self.worker.get("global_step") or self.plan["config"].get("max_steps")
+
+    def verdict(self) -> tuple[str, str]:
+        """``(PASS|WARN|FAIL, why)`` as described in the module docstring."""
+        s = self.summary
+        if self.status != "ok":
+            return "FAIL", self.reason or self.status
+        if not self.final_dir:
+            return "FAIL", "torchrun exited 0 but no final weights were written"
+        expected = self.expected_steps
+        if s.repeated_steps or s.missing_steps or (expected and s.last_step != expected) \
+                or (s.first_step not in (None, 1)):
+            return "FAIL", (f"metrics are not steps 1..{expected} exactly once "
+                            f"(repeated {s.repeated_steps}, missing {s.missing_steps}, "
+                            f"first {s.first_step}, last {s.last_step})")
+        problems = []
+        if s.nonfinite_loss_steps:
+            problems.append(f"non-finite loss at steps {s.nonfinite_loss_steps}")
+        if s.nonfinite_grad_norm_steps:
+            problems.append(f"non-finite grad norm at steps {s.nonfinite_grad_norm_steps}")
+        if s.skipped_steps:
+            problems.append(f"{s.skipped_steps} step(s) skipped by the optimizer (overflow)")
+        if problems:
+            return "WARN", "; ".join(problems)
+        return "PASS", f"{s.steps} steps, exit code 0, final weights written"
+
+    def headline(self) -> dict:
+        s = self.summary
+        train_loss = (self.worker.get("train_metrics") or {}).get("train_loss")
+        return {
+            "exit code": self.exit_code,
+            "steps": s.steps,
+            "loss first → last": (f"{s.first_loss:.4f} → {s.last_loss:.4f}"
+                                  if s.first_loss is not None and s.last_loss is not None else None),
+            "train_loss": round(float(train_loss), 4) if train_loss is not None else None,
+            "tokens/s/p": round(s.tokens_per_s_per_card, 1) if s.tokens_per_s_per_card else None,
+            "real tokens/s/p": (round(s.real_tokens_per_s_per_card, 1)
+                                if s.real_tokens_per_s_per_card else None),
+            "mean step s": round(s.mean_step_s, 3) if s.mean_step_s else None,
+            "total s": round(self.wall_s, 1),
+            "skipped steps": s.skipped_steps,
+            "cards": self.plan.get("world_size"),
+            "ZeRO": self.plan.get("deepspeed", {}).get("zero_stage"),
+            "precision": self.plan.get("precision"),
+        }
+
+    def to_dict(self) -> dict:
+        verdict, why = self.verdict()
+        return {
+            "status": self.status, "exit_code": self.exit_code, "wall_s": round(self.wall_s, 3),
+            "verdict": verdict, "why": why, "reason": self.reason, "plan": self.plan,
+            "summary": self.summary.to_dict(), "worker": self.worker,
+            "checkpoints": self.checkpoints, "final_dir": self.final_dir,
+            "last_checkpoint": self.last_checkpoint, "metrics": self.metrics,
+            "log_tail": self.log_tail,
+            "provenance": self.provenance.to_dict() if self.provenance else None,
+        }
+
+
+def _has_weights(folder: Path) -> bool:
+    return folder.is_dir() and (any(folder.glob("*.safetensors"))
+                                or (folder / "model.safetensors.index.json").is_file())

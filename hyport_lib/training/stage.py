@@ -1,0 +1,52 @@
+"""Stage 04: smoke training — the stage id, the stage function and its record.
+
+The notebook and ``hyport train`` both check and plan with :func:`plan` (nothing starts
+when the dataset, the model or the resume point is wrong), run that plan with
+:func:`run` (torchrun + DeepSpeed, watched from here) and record with :func:`record`.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Callable, Optional
+
+from hyport_lib.results import StageSummary, record_summary
+from hyport_lib.training.config import TrainConfig
+from hyport_lib.training.launch import launch
+from hyport_lib.training.preflight import LaunchPlan, prepare
+from hyport_lib.training.result import TrainProgress, TrainResult
+
+STAGE = "04_train"
+
+
+def plan(config: Optional[TrainConfig] = None, *, backend=None, max_shard_size: Optional[str] = None,
+         **params) -> LaunchPlan:
+    """Check everything and plan the launch; ``params`` are :class:`TrainConfig` fields."""
+    config = config if config is not None else TrainConfig(**params)
+    return prepare(config, backend, max_shard_size=max_shard_size)
+
+
+def run(launch_plan: Optional[LaunchPlan] = None, *,
+        on_update: Optional[Callable[[TrainProgress], None]] = None, **params) -> TrainResult:
+    """The stage function: run ``launch_plan`` (or plan from ``params`` first)."""
+    launch_plan = launch_plan if launch_plan is not None else plan(**params)
+    return launch(launch_plan, on_update=on_update)
+
+
+def summarize(result: TrainResult) -> StageSummary:
+    verdict, why = result.verdict()
+    s = result.summary
+    loss = (f"loss {s.first_loss:.4f} → {s.last_loss:.4f}"
+            if s.first_loss is not None and s.last_loss is not None else "no loss logged")
+    line = (f"{s.steps} steps on {result.plan.get('world_size')} {result.plan.get('device_kind')} "
+            f"process(es), ZeRO-{result.plan.get('deepspeed', {}).get('zero_stage')}, "
+            f"{result.plan.get('precision')}: exit {result.exit_code}, {loss}; {why}")
+    return StageSummary(verdict, line, result.headline())
+
+
+def record(result: TrainResult, *, directory: Optional[os.PathLike] = None,
+           stage: Optional[str] = None) -> Path:
+    """Write the stage result (it names the last checkpoint and the final weights for 05)."""
+    return record_summary(stage or STAGE, summarize(result), data=result.to_dict(),
+                          provenance=result.provenance, directory=directory)

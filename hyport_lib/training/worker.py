@@ -1,0 +1,269 @@
+"""One training process: what ``torchrun`` starts on every card (``-m hyport_lib.training.worker``).
+
+The launcher (:mod:`hyport_lib.training.launch`) has already checked the parameters,
+the dataset and the resume point; it hands the plan over in the environment variable
+``HYPORT_TRAIN_SPEC`` (JSON; every rank, and every restarted rank, reads the same).
+Each rank then:
+
+1. starts the stdin guard (:func:`hyport_lib.processes.start_guard`): torchrun puts
+   every worker in its own session, and the guard ends it when the launcher goes away;
+2. finds the newest complete checkpoint again (after a torchrun restart it is newer
+   than at launch) and checks it against this run (world size, versions);
+3. loads the model (LoRA through peft when asked), the processor, the dataset
+   (bad records skipped as the launcher listed them), and trains with the
+   Trainer under DeepSpeed, logging one metrics line per step (rank 0);
+4. saves the final weights (safetensors, with the processor files) in ``output_dir``,
+   the seed's layout, and rank 0 writes ``train_result.json``.
+
+Test-only switches: ``HYPORT_TEST_NAN_AT_STEP=<step>`` (see
+:mod:`hyport_lib.training.callbacks`), ``HYPORT_TEST_KILL_AT_STEP=<step>:<rank>``
+(that rank SIGKILLs itself at the end of that step, once per output folder).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+SPEC_ENV = "HYPORT_TRAIN_SPEC"
+KILL_FAULT_ENV = "HYPORT_TEST_KILL_AT_STEP"
+RESULT_FILE = "train_result.json"
+
+
+def _rank() -> int:
+    return int(os.environ.get("RANK", "0") or 0)
+
+
+def _say(message: str) -> None:
+    print(f"[hyport train rank {_rank()}] {message}", flush=True)
+
+
+def load_spec() -> dict:
+    raw = os.environ.get(SPEC_ENV)
+    if not raw:
+        raise ValueError(f"{SPEC_ENV} is not set: this module is started by hyport's launcher")
+    return json.loads(raw)
+
+
+def _quiet_deepspeed_cpu(backend) -> None:
+    """On CPU, skip DeepSpeed's shared-memory allreduce op.
+
+    DeepSpeed's CPU accelerator compiles that C++ op at start-up (a compiler and about
+    70 s on a cold cache) only to speed up allreduce between CPU ranks; gloo does the
+    same job. Accelerator backends never build it.
+    """
+    if backend.kind != "cpu":
+        return
+    import importlib
+
+    module = importlib.import_module("deepspeed.comm.torch")
+    if hasattr(module, "build_shm_op"):
+        module.build_shm_op = lambda: None
+
+
+def _fault_callback():
+    from transformers import TrainerCallback
+
+    raw = os.environ.get(KILL_FAULT_ENV, "").strip()
+    if not raw:
+        return None
+    step, _, rank = raw.partition(":")
+
+    class KillOnce(TrainerCallback):
+        def on_step_end(self, args, state, control, **kwargs):
+            marker = Path(args.output_dir) / ".hyport_test_killed"
+            if state.global_step == int(step) and _rank() == int(rank or 0) and not marker.exists():
+                marker.write_text(str(state.global_step))
+                _say(f"test fault: SIGKILL at step {state.global_step} ({KILL_FAULT_ENV})")
+                os.kill(os.getpid(), signal.SIGKILL)
+
+    return KillOnce()
+
+
+def _load_model(spec: dict, config, backend):
+    from transformers import AutoModelForImageTextToText, AutoProcessor
+
+    common = {"trust_remote_code": config.trust_remote_code}
+    if Path(spec["model_path"]).is_dir():
+        common["local_files_only"] = True
+    processor = AutoProcessor.from_pretrained(spec["model_path"], **common)
+    model = AutoModelForImageTextToText.from_pretrained(
+        spec["model_path"], attn_implementation=spec["attn_implementation"], **common)
+    if config.gradient_checkpointing:
+        # A frozen embedding (LoRA) under checkpointing otherwise gives "element 0 of
+        # tensors does not require grad".
+        model.enable_input_require_grads()
+    if config.finetuning_type == "lora":
+        from peft import LoraConfig, get_peft_model
+
+        targets = config.lora_targets
+        lora = LoraConfig(r=config.lora_rank, lora_alpha=config.lora_alpha, lora_dropout=0.0,
+                          target_modules=_lora_targets(targets))
+        model = get_peft_model(model, lora)
+    return model, processor
+
+
+def _lora_targets(targets: list[str]):
+    """peft target_modules: the language model's linear layers named in ``targets``."""
+    if targets == ["all"]:
+        return r".*language_model.*\.(q_proj|k_proj|v_proj|o_proj|gate_proj|up_proj|down_proj)"
+    names = "|".join(targets)
+    return rf".*language_model.*\.({names})"
+
+
+def _dataset(spec: dict, config, processor):
+    from hyport_lib.training.dataset import load_dataset
+    from hyport_lib.training.packing import make_collator, training_rows
+    from hyport_lib.training.samples import Encoder
+
+    report = load_dataset(spec["dataset_path"], spec.get("image_root"), check_images=False)
+    skip = set(spec.get("skip_records") or [])
+    encoder = Encoder(processor, config.max_seq_len, config.overflow)
+    samples = []
+    for record in report.records:
+        if record.index in skip:
+            continue
+        sample, problem = encoder.encode(record)
+        if sample is not None:
+            samples.append(sample)
+    rows = training_rows(samples, config.max_seq_len, config.packing)
+    return rows, make_collator(encoder.pad_id, config.max_seq_len, config.packing), len(samples)
+
+
+def _training_args(spec: dict, config, backend):
+    from transformers import TrainingArguments
+
+    precision = spec["precision"]
+    return TrainingArguments(
+        output_dir=spec["output_dir"], run_name=config.run_name,
+        use_cpu=backend.kind == "cpu", deepspeed=spec["deepspeed_config_path"],
+        bf16=precision == "bf16", fp16=precision == "fp16",
+        per_device_train_batch_size=config.per_device_train_batch_size,
+        gradient_accumulation_steps=config.gradient_accumulation_steps,
+        max_steps=config.max_steps if config.max_steps is not None else -1,
+        num_train_epochs=config.num_train_epochs, learning_rate=config.learning_rate,
+        lr_scheduler_type=config.lr_scheduler_type, warmup_steps=config.warmup_steps,
+        logging_steps=1, logging_nan_inf_filter=False, save_strategy="steps",
+        save_steps=config.save_steps, gradient_checkpointing=config.gradient_checkpointing,
+        report_to="none", dataloader_num_workers=0, remove_unused_columns=False,
+        disable_tqdm=True, seed=config.seed)
+
+
+def save_final(trainer, processor, spec: dict, config) -> str:
+    """Final weights in ``output_dir`` (the seed's layout); LoRA: merged, adapter beside."""
+    out = Path(spec["output_dir"])
+    state_dict = trainer.accelerator.get_state_dict(trainer.deepspeed or trainer.model)  # ZeRO-3: gathers
+    shard = spec.get("max_shard_size") or None
+    if not trainer.is_world_process_zero():
+        return str(out)
+    model = trainer.accelerator.unwrap_model(trainer.model)
+    kwargs = {"state_dict": state_dict, "safe_serialization": True}
+    if shard:
+        kwargs["max_shard_size"] = shard
+    if config.finetuning_type == "lora":
+        model.save_pretrained(str(out / "adapter"), state_dict=state_dict)
+        merged = _merged_lora(spec, config, state_dict)
+        merged.save_pretrained(str(out), **({"max_shard_size": shard} if shard else {}))
+    else:
+        model.save_pretrained(str(out), **kwargs)
+    processor.save_pretrained(str(out))
+    return str(out)
+
+
+def _merged_lora(spec: dict, config, state_dict: dict):
+    """A fresh base model on the CPU with the trained LoRA weights merged in."""
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForImageTextToText
+
+    base = AutoModelForImageTextToText.from_pretrained(
+        spec["model_path"], trust_remote_code=config.trust_remote_code)
+    lora = LoraConfig(r=config.lora_rank, lora_alpha=config.lora_alpha, lora_dropout=0.0,
+                      target_modules=_lora_targets(config.lora_targets))
+    wrapped = get_peft_model(base, lora)
+    missing, unexpected = wrapped.load_state_dict(
+        {k: v.float() for k, v in state_dict.items()}, strict=False)
+    lora_missing = [k for k in missing if "lora_" in k]
+    if lora_missing or unexpected:
+        raise RuntimeError(f"merging LoRA: {len(lora_missing)} LoRA weights missing, "
+                           f"{len(unexpected)} unexpected keys (e.g. {(lora_missing + unexpected)[:2]})")
+    return wrapped.merge_and_unload()
+
+
+def run(spec: dict) -> dict:
+    """Train as the spec says; returns rank 0's result (other ranks: a short dict)."""
+    from hyport_lib.backend import get_backend
+    from hyport_lib.training.callbacks import CountingTrainer, MetricsCallback, StepCounts
+    from hyport_lib.training.checkpoints import check_compatible, resolve_resume
+    from hyport_lib.training.config import TrainConfig
+    from hyport_lib.training.metrics import truncate_metrics
+
+    started = time.monotonic()
+    config = TrainConfig.from_dict(spec["config"])
+    backend = get_backend(spec["device_kind"])
+    _quiet_deepspeed_cpu(backend)
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    checkpoint = resolve_resume(config.resume_from, spec["output_dir"])
+    if checkpoint is not None:
+        check_compatible(checkpoint, world_size=world, zero_stage=config.zero_stage,
+                         finetuning_type=config.finetuning_type)
+    if _rank() == 0:
+        kept = truncate_metrics(spec["metrics_path"], checkpoint.step if checkpoint else 0)
+        _say(f"world {world}, restart {os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}, "
+             f"resume from {checkpoint.path if checkpoint else 'scratch'} ({kept} metric lines kept)")
+    if spec["attn_implementation"].startswith("hyport"):
+        from hyport_lib.attention.hf_integration import register_hyport_attention
+
+        register_hyport_attention(spec["attention_backend"], spec["attn_implementation"])
+    model, processor = _load_model(spec, config, backend)
+    rows, collator, samples = _dataset(spec, config, processor)
+    counts = StepCounts()
+    metrics = MetricsCallback(spec["metrics_path"], backend, counts, marker={
+        "world_size": world, "zero_stage": config.zero_stage,
+        "finetuning_type": config.finetuning_type})
+    callbacks = [metrics] + [c for c in (_fault_callback(),) if c is not None]
+    trainer = CountingTrainer(model=model, args=_training_args(spec, config, backend),
+                              train_dataset=rows, data_collator=collator,
+                              processing_class=processor, callbacks=callbacks, step_counts=counts)
+    metrics.trainer = trainer
+    output = trainer.train(resume_from_checkpoint=str(checkpoint.path) if checkpoint else None)
+    final = save_final(trainer, processor, spec, config)
+    trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    result = {
+        "status": "ok", "train_metrics": dict(output.metrics), "global_step": trainer.state.global_step,
+        "final_dir": final, "resumed_from": str(checkpoint.path) if checkpoint else None,
+        "resumed_step": checkpoint.step if checkpoint else 0, "world_size": world,
+        "samples": samples, "rows": len(rows), "trainable_parameters": int(trainable),
+        "restart": int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") or 0),
+        "worker_s": round(time.monotonic() - started, 3),
+    }
+    return result
+
+
+def main() -> int:
+    from hyport_lib.processes import start_guard
+    from hyport_lib.utils.files import atomic_write_json
+    from hyport_lib.utils.redact import scrub_obj
+
+    guard = start_guard()
+    spec = load_spec()
+    _say(f"pid {os.getpid()} local rank {os.environ.get('LOCAL_RANK')} guard {guard}")
+    result = run(spec)
+    if _rank() == 0:
+        atomic_write_json(Path(spec["output_dir"]) / RESULT_FILE, scrub_obj(result))
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        # Without it rank 0 sometimes aborts at exit ("terminate called without an
+        # active exception") after a good run, and torchrun reports a failure.
+        dist.barrier()
+        dist.destroy_process_group()
+    _say("done")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
