@@ -33,7 +33,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         else:
             parser.add_argument(flag, dest=f.name, default=default, metavar=f.name.upper(),
                                 help=f"default {default!r}")
-    parser.add_argument("--max-shard-size", default=None, help="shard the final weights, e.g. 500KB")
     parser.add_argument("--json", action="store_true", help="print the full result as JSON")
     parser.add_argument("--no-record", action="store_true", help="do not write the 04_train result")
 
@@ -53,7 +52,7 @@ def _config(args: argparse.Namespace):
             continue
         value = getattr(args, f.name)
         if isinstance(value, str) and value.strip().lower() in ("none", "null") and f.name in (
-                "max_steps", "num_cards", "image_root", "deepspeed_config"):
+                "max_steps", "num_cards", "image_root", "deepspeed_config", "max_shard_size"):
             value = None
         values[f.name] = value
     return TrainConfig(**values)
@@ -83,7 +82,7 @@ def run(args: argparse.Namespace) -> int:
     from hyport_lib.training import stage
     from hyport_lib.training.show import summary_frame
 
-    plan = stage.plan(_config(args), max_shard_size=args.max_shard_size)
+    plan = stage.plan(_config(args))
     for note in plan.notes:
         print(f"note: {note}", file=sys.stderr)
     print(f"training: {plan.world_size} {plan.device_kind} process(es) -> {plan.output_dir}",

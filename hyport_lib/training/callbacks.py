@@ -2,18 +2,20 @@
 
 * :class:`CountingTrainer` — a ``transformers.Trainer`` that takes the batch's token
   counts (real and padded, put there by the collator) out of the inputs before the
-  model sees them, and counts them for the current step; a test-only switch makes a
-  step's loss NaN.
+  model sees them, and notes each micro-step's token counts and loss for the current
+  step; a test-only switch makes a step's loss NaN.
 * :class:`MetricsCallback` — after every optimizer step, on every rank: sums the step's
-  token counts over the ranks, takes the largest peak memory, reads DeepSpeed's skipped
-  (overflow) steps; rank 0 appends the step's line to the metrics file
-  (:mod:`hyport_lib.training.metrics`) once the Trainer logged the loss. When a
-  checkpoint has been saved, rank 0 marks it complete
+  loss and token counts over the ranks, takes the largest peak memory, reads
+  DeepSpeed's skipped (overflow) steps; rank 0 appends the step's line to the metrics
+  file (:mod:`hyport_lib.training.metrics`) once the Trainer logged the learning rate
+  and gradient norm. When a checkpoint has been saved, rank 0 marks it complete
   (:mod:`hyport_lib.training.checkpoints`).
 
-The loss is logged unfiltered (``logging_nan_inf_filter=False``): the Trainer would
-otherwise replace a NaN loss by the running mean and hide exactly what a smoke run
-is for.
+The loss in the metrics is the step's own (the sum of its micro-steps' losses, the mean
+over ranks: what the Trainer logs with ``logging_steps=1``), measured here rather than
+taken from the Trainer's log: the Trainer replaces a non-finite loss by the running mean
+(``logging_nan_inf_filter``, which it needs, since its running sum would stay NaN
+forever), and a smoke run exists to show exactly that step.
 """
 
 from __future__ import annotations
@@ -35,19 +37,28 @@ NAN_FAULT_ENV = "HYPORT_TEST_NAN_AT_STEP"
 
 
 class StepCounts:
-    """Token counts of the micro-batches of the step under way (this rank only)."""
+    """Token counts and losses of the micro-batches of the step under way (this rank)."""
 
     def __init__(self):
         self.real = 0
         self.total = 0
+        self.loss = 0.0
+        self.nonfinite = 0
 
     def add(self, real: int, total: int) -> None:
         self.real += int(real)
         self.total += int(total)
 
-    def take(self) -> tuple[int, int]:
-        counts = (self.real, self.total)
-        self.real = self.total = 0
+    def add_loss(self, value: float) -> None:
+        if math.isfinite(value):
+            self.loss += value
+        else:
+            self.nonfinite += 1
+
+    def take(self) -> tuple[int, int, float, int]:
+        counts = (self.real, self.total, self.loss, self.nonfinite)
+        self.real = self.total = self.nonfinite = 0
+        self.loss = 0.0
         return counts
 
 
@@ -59,6 +70,11 @@ class CountingTrainer(Trainer):
         self.step_counts = step_counts or StepCounts()
         raw = os.environ.get(NAN_FAULT_ENV, "").strip()
         self._nan_step = int(raw) if raw.isdigit() else None
+
+    def training_step(self, model, inputs, *args, **kwargs):
+        loss = super().training_step(model, inputs, *args, **kwargs)
+        self.step_counts.add_loss(float(loss.detach().float().item()))
+        return loss
 
     def compute_loss(self, model, inputs, *args, **kwargs):
         counts = [inputs.pop(key, 0) for key in COUNT_KEYS]
@@ -107,15 +123,16 @@ class MetricsCallback(TrainerCallback):
     def on_step_end(self, args, state, control, **kwargs):
         self.backend.synchronize(self.backend_index)
         step_s = time.perf_counter() - self._started
-        real, total = self.step_counts.take()
+        real, total, loss, nonfinite = self.step_counts.take()
         memory = self.backend.memory_stats(self.backend_index)
-        real, total, peak = _reduce(real, total, memory.peak / 2**20, self.backend,
-                                    self.backend_index)
+        real, total, loss, nonfinite, peak = _reduce(
+            [real, total, loss, nonfinite], memory.peak / 2**20, self.backend, self.backend_index)
         skipped_total = self._skipped_total()
         self._process_steps += 1
         world = _world_size()
         self._pending = {
-            "step": int(state.global_step), "real_tokens": real, "tokens": total,
+            "step": int(state.global_step), "loss": loss / world if not nonfinite else float("nan"),
+            "nonfinite_loss": bool(nonfinite), "real_tokens": int(real), "tokens": int(total),
             "step_s": round(step_s, 6), "world_size": world,
             "tokens_per_s_per_card": total / (world * step_s) if step_s > 0 else None,
             "real_tokens_per_s_per_card": real / (world * step_s) if step_s > 0 else None,
@@ -129,11 +146,10 @@ class MetricsCallback(TrainerCallback):
         if not self._pending or logs is None or "loss" not in logs:
             return
         record, self._pending = self._pending, {}
-        loss, grad_norm = _number(logs.get("loss")), _number(logs.get("grad_norm"))
-        record.update(loss=loss, learning_rate=_number(logs.get("learning_rate")),
-                      grad_norm=grad_norm, nonfinite_loss=not _finite(loss),
+        grad_norm = _number(logs.get("grad_norm"))
+        record.update(learning_rate=_number(logs.get("learning_rate")), grad_norm=grad_norm,
                       nonfinite_grad_norm=grad_norm is not None and not _finite(grad_norm),
-                      time=time.time())
+                      logged_loss=_number(logs.get("loss")), time=time.time())
         if state.is_world_process_zero:
             with open(self.metrics_path, "a", encoding="utf-8") as fh:
                 fh.write(json.dumps(record, allow_nan=True) + "\n")
@@ -158,19 +174,19 @@ def _world_size() -> int:
     return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
 
 
-def _reduce(real: int, total: int, peak_mb: float, backend, index: int) -> tuple[int, int, float]:
-    """Sum the token counts and take the largest peak over the ranks (every rank calls it)."""
+def _reduce(sums: list[float], peak_mb: float, backend, index: int) -> list[float]:
+    """``sums`` summed and ``peak_mb`` maxed over the ranks (every rank calls it)."""
     import torch
     import torch.distributed as dist
 
     if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
-        return real, total, peak_mb
+        return [*sums, peak_mb]
     device = backend.torch_device(index) if backend.is_accelerator else torch.device("cpu")
-    sums = torch.tensor([real, total], dtype=torch.float64, device=device)
+    summed = torch.tensor(sums, dtype=torch.float64, device=device)
     peak = torch.tensor([peak_mb], dtype=torch.float64, device=device)
-    dist.all_reduce(sums, op=dist.ReduceOp.SUM)
+    dist.all_reduce(summed, op=dist.ReduceOp.SUM)
     dist.all_reduce(peak, op=dist.ReduceOp.MAX)
-    return int(sums[0].item()), int(sums[1].item()), float(peak[0].item())
+    return [*summed.tolist(), float(peak[0].item())]
 
 
 def _number(value) -> Optional[float]:

@@ -66,8 +66,9 @@ class TrainConfig:
         loss_scale: fp16's static loss scale; 0 = dynamic (DeepSpeed's default).
         gradient_checkpointing: recompute activations in the backward pass.
         attn_implementation: the attention of a padded (``packing=False``) run;
-            packed runs always use hyport's registered attention, because transformers'
-            eager and sdpa attend across the packed samples.
+            packed runs always use hyport's registered attention: it keeps the samples
+            apart in every case (transformers' eager and sdpa only while no KV cache is
+            in use) and runs them as TND ``npu_fusion_attention`` on an NPU.
         device: ``auto``, ``npu``, ``cuda`` or ``cpu``.
         num_cards: processes per node (``nproc_per_node``); None: every visible card
             (2 processes on CPU).
@@ -82,6 +83,8 @@ class TrainConfig:
         train_timeout_s: wall-clock limit of the whole launch.
         seed: seeds data order and initialisation of new (LoRA) weights.
         trust_remote_code: allow the checkpoint's own Python code.
+        max_shard_size: shard the final weights (e.g. ``"5GB"``, the seed's two shards;
+            ``"500KB"`` for the tiny model); None: the library's default.
     """
 
     model_path: str = "tiny"
@@ -124,6 +127,7 @@ class TrainConfig:
     train_timeout_s: float = 3600.0
     seed: int = 0
     trust_remote_code: bool = False
+    max_shard_size: Optional[str] = None
     env_overrides: dict = field(default_factory=dict)  # filled by with_env_overrides
 
     def __post_init__(self) -> None:

@@ -128,8 +128,8 @@ def collect(plan: LaunchPlan, code: Optional[int], wall_s: float, timed_out: boo
     tail = read_log_tail(plan.log_path, 30)
     if timed_out:
         status, reason = "timeout", f"stopped after train_timeout_s={plan.config.train_timeout_s:g}"
-    elif code == 0 and worker.get("status") == "ok":
-        status, reason = "ok", None
+    elif code == 0 and (worker.get("status") == "ok" or plan.config.node_rank > 0):
+        status, reason = "ok", None  # node rank > 0: rank 0 (elsewhere) writes the result
     else:
         status = "failed"
         reason = f"torchrun: {describe_exit(code)}"
@@ -146,26 +146,50 @@ def collect(plan: LaunchPlan, code: Optional[int], wall_s: float, timed_out: boo
 
 
 _RANK_LINE = re.compile(r"^\[(?:default)?(\d+)\]:(.*)$")
+_ROOT_RANK = re.compile(r"^\s*rank\s*:\s*(\d+)")
+_ROOT_EXIT = re.compile(r"^\s*exitcode\s*:\s*(-?\d+)(?:.*\((SIG\w+)\))?")
 
 
 def first_failure(log_path: os.PathLike) -> Optional[str]:
-    """``rank R: SomeError: message`` of the first rank whose output ends in an exception.
+    """Which rank failed first, and why: ``rank R: SomeError: message`` or ``rank R:
+    killed by SIGKILL``.
 
-    torchrun (``--tee``) prefixes every line of rank R with ``[defaultR]:``; the first
-    exception line in the log is the first failure seen, which on a cluster is usually
-    the cause and the others its echo (a peer's "Connection reset by peer").
+    torchrun prints a "Root Cause (first observed failure)" block naming the rank and its
+    exit code; that rank's own last exception line (torchrun's ``--tee`` prefixes each
+    of its lines with ``[defaultR]:``) says why. Other ranks usually fail as an echo of
+    it (a peer's "Connection closed by peer"). Without the block, the first exception of
+    any rank is taken.
     """
     try:
-        text = Path(log_path).read_text(encoding="utf-8", errors="replace")
+        lines = Path(log_path).read_text(encoding="utf-8", errors="replace").splitlines()
     except OSError:
         return None
-    for line in text.splitlines():
+    by_rank: dict[str, list[str]] = {}
+    for line in lines:
         match = _RANK_LINE.match(line)
         if match:
-            found = last_exception(match.group(2))
+            by_rank.setdefault(match.group(1), []).append(match.group(2))
+    root_rank = root_exit = None
+    if "Root Cause (first observed failure):" in "\n".join(lines):
+        tail = lines[max(i for i, l in enumerate(lines) if "Root Cause (first observed failure)" in l):]
+        for line in tail:
+            rank, code = _ROOT_RANK.match(line), _ROOT_EXIT.match(line)
+            if rank and root_rank is None:
+                root_rank = rank.group(1)
+            if code and root_exit is None:
+                root_exit = (int(code.group(1)), code.group(2))
+    if root_rank is not None:
+        found = last_exception("\n".join(by_rank.get(root_rank, [])))
+        if found and (root_exit is None or root_exit[0] >= 0):
+            return f"rank {root_rank}: {found}"
+        if root_exit is not None:
+            return f"rank {root_rank}: {describe_exit(root_exit[0])}"
+    for rank, rank_lines in by_rank.items():
+        for line in rank_lines:
+            found = last_exception(line)
             if found:
-                return f"rank {match.group(1)}: {found}"
-    found = last_exception(text)
+                return f"rank {rank}: {found}"
+    found = last_exception("\n".join(lines))
     return f"torchrun: {found}" if found else None
 
 

@@ -45,7 +45,6 @@ class LaunchPlan:
     skip_records: list[int] = field(default_factory=list)
     resume_checkpoint: Optional[str] = None
     notes: list[str] = field(default_factory=list)
-    max_shard_size: Optional[str] = None
 
     def to_dict(self) -> dict:
         data = asdict(self)
@@ -56,7 +55,7 @@ class LaunchPlan:
         """What every rank reads from ``HYPORT_TRAIN_SPEC``."""
         keys = ("model_path", "dataset_path", "image_root", "output_dir", "metrics_path",
                 "precision", "attn_implementation", "attention_backend", "deepspeed_config_path",
-                "skip_records", "device_kind", "max_shard_size")
+                "skip_records", "device_kind")
         return {"config": self.config.to_dict(), **{k: getattr(self, k) for k in keys}}
 
 
@@ -75,8 +74,7 @@ def default_output_dir(run_name: str) -> Path:
     return results_dir().parent / "train" / f"{run_name}-{stamp}-{os.getpid()}"
 
 
-def prepare(config: TrainConfig, backend=None, *, max_shard_size: Optional[str] = None,
-            check_port: bool = True) -> LaunchPlan:
+def prepare(config: TrainConfig, backend=None, *, check_port: bool = True) -> LaunchPlan:
     """Check everything and plan the launch (see the module docstring)."""
     from hyport_lib.backend import get_backend
     from hyport_lib.training import deepspeed_config as ds
@@ -105,8 +103,8 @@ def prepare(config: TrainConfig, backend=None, *, max_shard_size: Optional[str] 
     port = _port(config, check_port)
     attn, attention_backend = _attention(config, backend)
     if config.packing:
-        notes.append(f"packing: attention {attn} (per sample; transformers' eager and sdpa "
-                     "would attend across the packed samples)")
+        notes.append(f"packing: attention {attn} (per sample in every case; transformers' "
+                     "eager and sdpa keep packed samples apart only while no KV cache is used)")
     _check_cards(backend, nproc)
     ds_path = ds.write_deepspeed_config(deepspeed, output_dir)
     return LaunchPlan(
@@ -117,8 +115,7 @@ def prepare(config: TrainConfig, backend=None, *, max_shard_size: Optional[str] 
         attn_implementation=attn, attention_backend=attention_backend,
         deepspeed=ds.describe(deepspeed), deepspeed_config_path=str(ds_path),
         master_addr=config.master_addr, master_port=port, dataset=report, skip_records=skip,
-        resume_checkpoint=str(checkpoint.path) if checkpoint else None, notes=notes,
-        max_shard_size=max_shard_size or None)
+        resume_checkpoint=str(checkpoint.path) if checkpoint else None, notes=notes)
 
 
 def _cards(backend, num_cards: Optional[int]) -> int:

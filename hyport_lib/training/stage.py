@@ -20,11 +20,10 @@ from hyport_lib.training.result import TrainProgress, TrainResult
 STAGE = "04_train"
 
 
-def plan(config: Optional[TrainConfig] = None, *, backend=None, max_shard_size: Optional[str] = None,
-         **params) -> LaunchPlan:
+def plan(config: Optional[TrainConfig] = None, *, backend=None, **params) -> LaunchPlan:
     """Check everything and plan the launch; ``params`` are :class:`TrainConfig` fields."""
     config = config if config is not None else TrainConfig(**params)
-    return prepare(config, backend, max_shard_size=max_shard_size)
+    return prepare(config, backend)
 
 
 def run(launch_plan: Optional[LaunchPlan] = None, *,

@@ -65,6 +65,28 @@ def _quiet_deepspeed_cpu(backend) -> None:
         module.build_shm_op = lambda: None
 
 
+def init_distributed(backend) -> None:
+    """The default process group, under a key prefix per torchrun attempt.
+
+    torchrun keeps one key-value store across ``--max-restarts`` attempts, and the
+    address keys the communication backend writes there are not per attempt: restarted
+    workers can read the dead workers' addresses and fail ("Gloo connectFullMesh failed
+    ... Connection refused") or hang. Prefixing the store with the restart count keeps
+    the attempts apart; accelerate and DeepSpeed then use this group.
+    """
+    import torch.distributed as dist
+
+    if "RANK" not in os.environ or dist.is_initialized():
+        return
+    local = int(os.environ.get("LOCAL_RANK", "0") or 0)
+    if backend.is_accelerator:
+        backend.set_device(local)
+    store, rank, world = next(dist.rendezvous("env://"))
+    attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+    dist.init_process_group(backend.dist_backend, store=dist.PrefixStore(f"attempt_{attempt}", store),
+                            rank=rank, world_size=world)
+
+
 def _fault_callback():
     from transformers import TrainerCallback
 
@@ -99,7 +121,9 @@ def _load_model(spec: dict, config, backend):
         model.enable_input_require_grads()
     if config.finetuning_type == "lora":
         from peft import LoraConfig, get_peft_model
+        from transformers import set_seed
 
+        set_seed(config.seed)  # the LoRA weights are drawn here, before the Trainer seeds
         targets = config.lora_targets
         lora = LoraConfig(r=config.lora_rank, lora_alpha=config.lora_alpha, lora_dropout=0.0,
                           target_modules=_lora_targets(targets))
@@ -147,7 +171,7 @@ def _training_args(spec: dict, config, backend):
         max_steps=config.max_steps if config.max_steps is not None else -1,
         num_train_epochs=config.num_train_epochs, learning_rate=config.learning_rate,
         lr_scheduler_type=config.lr_scheduler_type, warmup_steps=config.warmup_steps,
-        logging_steps=1, logging_nan_inf_filter=False, save_strategy="steps",
+        logging_steps=1, save_strategy="steps",
         save_steps=config.save_steps, gradient_checkpointing=config.gradient_checkpointing,
         report_to="none", dataloader_num_workers=0, remove_unused_columns=False,
         disable_tqdm=True, seed=config.seed)
@@ -157,7 +181,7 @@ def save_final(trainer, processor, spec: dict, config) -> str:
     """Final weights in ``output_dir`` (the seed's layout); LoRA: merged, adapter beside."""
     out = Path(spec["output_dir"])
     state_dict = trainer.accelerator.get_state_dict(trainer.deepspeed or trainer.model)  # ZeRO-3: gathers
-    shard = spec.get("max_shard_size") or None
+    shard = config.max_shard_size or None
     if not trainer.is_world_process_zero():
         return str(out)
     model = trainer.accelerator.unwrap_model(trainer.model)
@@ -184,12 +208,14 @@ def _merged_lora(spec: dict, config, state_dict: dict):
     lora = LoraConfig(r=config.lora_rank, lora_alpha=config.lora_alpha, lora_dropout=0.0,
                       target_modules=_lora_targets(config.lora_targets))
     wrapped = get_peft_model(base, lora)
-    missing, unexpected = wrapped.load_state_dict(
-        {k: v.float() for k, v in state_dict.items()}, strict=False)
+    # Only the trained LoRA weights: the frozen base stays as it was loaded, not as the
+    # (possibly bf16) copy DeepSpeed trained with.
+    trained = {k: v.float() for k, v in state_dict.items() if "lora_" in k}
+    missing, unexpected = wrapped.load_state_dict(trained, strict=False)
     lora_missing = [k for k in missing if "lora_" in k]
-    if lora_missing or unexpected:
-        raise RuntimeError(f"merging LoRA: {len(lora_missing)} LoRA weights missing, "
-                           f"{len(unexpected)} unexpected keys (e.g. {(lora_missing + unexpected)[:2]})")
+    if lora_missing or unexpected or not trained:
+        raise RuntimeError(f"merging LoRA: {len(trained)} LoRA weights saved, {len(lora_missing)} "
+                           f"missing, {len(unexpected)} unexpected (e.g. {(lora_missing + unexpected)[:2]})")
     return wrapped.merge_and_unload()
 
 
@@ -205,6 +231,7 @@ def run(spec: dict) -> dict:
     config = TrainConfig.from_dict(spec["config"])
     backend = get_backend(spec["device_kind"])
     _quiet_deepspeed_cpu(backend)
+    init_distributed(backend)
     world = int(os.environ.get("WORLD_SIZE", "1"))
     checkpoint = resolve_resume(config.resume_from, spec["output_dir"])
     if checkpoint is not None:
@@ -257,12 +284,15 @@ def main() -> int:
     import torch.distributed as dist
 
     if dist.is_available() and dist.is_initialized():
-        # Without it rank 0 sometimes aborts at exit ("terminate called without an
-        # active exception") after a good run, and torchrun reports a failure.
         dist.barrier()
         dist.destroy_process_group()
     _say("done")
-    return 0
+    # About 1 run in 12 aborted in the interpreter's teardown after a good run
+    # ("terminate called without an active exception"), and torchrun then reports the
+    # job failed: everything is written, so leave without the teardown.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,224 @@
+"""Stage 04's data path: validation of every malformed record, encoding, packing, collation."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from hyport_lib.training.dataset import DatasetError, load_dataset
+from hyport_lib.training.packing import (COUNT_KEYS, PackedCollator, PaddedCollator,
+                                         pack_samples)
+from hyport_lib.training.samples import IGNORE_INDEX, Encoder, encode_records
+from hyport_lib.training.smoke_data import smoke_record_count, write_smoke_dataset
+
+
+@pytest.fixture(scope="module")
+def processor():
+    from transformers import AutoProcessor
+
+    from hyport_lib.models.tiny import ensure_tiny_model
+
+    return AutoProcessor.from_pretrained(ensure_tiny_model())
+
+
+@pytest.fixture(scope="module")
+def smoke(tmp_path_factory):
+    return write_smoke_dataset(tmp_path_factory.mktemp("smoke"))
+
+
+def _turns(*pairs):
+    return [{"from": who, "value": text} for who, text in pairs]
+
+
+GOOD = _turns(("human", "<image>\nDescribe the image."), ("gpt", "A red circle."))
+
+
+def _write(folder: Path, records) -> Path:
+    (folder / "images").mkdir(exist_ok=True)
+    from PIL import Image
+
+    Image.new("RGB", (32, 32), (200, 10, 10)).save(folder / "images" / "ok.png")
+    (folder / "images" / "broken.png").write_bytes(b"not a png at all")
+    path = folder / "data.json"
+    path.write_text(json.dumps(records), encoding="utf-8")
+    return path
+
+
+BAD_RECORDS = {
+    "missing_id": {"image": "images/ok.png", "conversations": GOOD},
+    "duplicate_id": {"id": "r-good", "image": "images/ok.png", "conversations": GOOD},
+    "missing_conversations": {"id": "r-noconv", "image": "images/ok.png"},
+    "empty_conversations": {"id": "r-empty", "conversations": []},
+    "unknown_role": {"id": "r-role", "conversations": _turns(("human", "hi"), ("robot", "hello"))},
+    "first_turn_not_human": {"id": "r-first", "conversations": _turns(("gpt", "hi"), ("human", "yo"),
+                                                                      ("gpt", "ok"))},
+    "roles_not_alternating": {"id": "r-alt", "conversations": _turns(("human", "a"), ("human", "b"),
+                                                                     ("gpt", "c"))},
+    "empty_value": {"id": "r-value", "conversations": _turns(("human", "question"), ("gpt", "  "))},
+    "image_count": {"id": "r-count", "image": ["images/ok.png", "images/ok.png"],
+                    "conversations": GOOD},
+    "image_missing": {"id": "r-missing", "image": "images/nope.png", "conversations": GOOD},
+    "image_unreadable": {"id": "r-broken", "image": "images/broken.png", "conversations": GOOD},
+    "not_object": ["just", "a", "list"],
+}
+
+
+def test_every_malformed_record_kind_is_named_with_its_record(tmp_path):
+    records = [{"id": "r-good", "image": "images/ok.png", "conversations": GOOD}]
+    records += list(BAD_RECORDS.values())
+    report = load_dataset(_write(tmp_path, records))
+    kinds = {p.kind for p in report.problems}
+    assert set(BAD_RECORDS) <= kinds, set(BAD_RECORDS) - kinds
+    assert [r.record_id for r in report.records] == ["r-good"]
+    by_kind = {p.kind: p for p in report.problems}
+    for kind, record in BAD_RECORDS.items():
+        problem = by_kind[kind]
+        assert problem.index == next(i for i, r in enumerate(records) if r is record), kind
+        expected_id = record.get("id") if isinstance(record, dict) else None
+        assert problem.record_id == expected_id, kind
+        text = str(problem)
+        assert f"record {problem.index}" in text and problem.field in text
+        if expected_id:
+            assert expected_id in text
+    assert by_kind["unknown_role"].field == "conversations[1].from"
+    assert by_kind["duplicate_id"].message.endswith("record 0")
+    assert "2 image(s)" in by_kind["image_count"].message
+
+
+def test_json_lines_with_a_line_that_is_not_json(tmp_path):
+    path = tmp_path / "data.jsonl"
+    path.write_text(json.dumps({"id": "a", "conversations": _turns(("human", "q"), ("gpt", "a"))})
+                    + "\n{broken json\n\n"
+                    + json.dumps({"id": "b", "conversations": _turns(("human", "q"), ("gpt", "a"))})
+                    + "\n", encoding="utf-8")
+    report = load_dataset(path)
+    assert [r.record_id for r in report.records] == ["a", "b"]
+    (problem,) = report.problems
+    assert problem.kind == "not_json" and problem.index == 1 and problem.field == "line 2"
+
+
+def test_a_file_that_is_not_json_at_all_names_the_file(tmp_path):
+    path = tmp_path / "data.json"
+    path.write_text("[{\"id\": 1,,]")
+    with pytest.raises(ValueError, match="data.json: not valid JSON at line 1"):
+        load_dataset(path)
+    with pytest.raises(FileNotFoundError, match="dataset_path"):
+        load_dataset(tmp_path / "missing.json")
+
+
+def test_too_long_samples_are_truncated_or_dropped(tmp_path, processor):
+    long_answer = " ".join(["The circle is red."] * 40)
+    records = [{"id": "long", "conversations": _turns(("human", "Describe it."), ("gpt", long_answer))},
+               {"id": "image-late", "image": "images/ok.png",
+                "conversations": _turns(("human", "word " * 60 + "<image>"), ("gpt", "ok"))}]
+    report = load_dataset(_write(tmp_path, records))
+    samples, problems = encode_records(report.records, processor, 64, "drop")
+    assert samples == [] and {p.record_id for p in problems} == {"long", "image-late"}
+    assert all(p.kind == "too_long" and "max_seq_len=64" in p.message for p in problems)
+    samples, problems = encode_records(report.records, processor, 64, "truncate")
+    assert [s.record_id for s in samples] == ["long"] and len(samples[0]) == 64 and samples[0].truncated
+    assert [p.record_id for p in problems] == ["image-late"]
+    assert "cut an image" in problems[0].message
+
+
+def test_the_bundled_smoke_set(smoke, processor):
+    report = load_dataset(smoke)
+    assert report.total == smoke_record_count() == 14 and not report.problems
+    assert any(len(r.images) == 2 for r in report.records)  # multi-image
+    assert any(len(r.turns) == 4 for r in report.records)  # multi-turn
+    assert any(not r.images for r in report.records)  # text-only
+    samples, problems = encode_records(report.records, processor, 512)
+    assert len(samples) == 14 and not problems
+
+
+def test_labels_cover_exactly_the_answers(smoke, processor):
+    report = load_dataset(smoke)
+    record = next(r for r in report.records if len(r.turns) == 4)
+    sample, _ = Encoder(processor, 512).encode(record)
+    tok = processor.tokenizer
+    labelled = tok.decode([t for t, l in zip(sample.input_ids, sample.labels) if l != IGNORE_INDEX])
+    answers = [text for role, text in record.turns if role == "assistant"]
+    assert labelled == "".join(f"{a}<|im_end|>\n" for a in answers)
+    # every label that is set equals its token; the questions and headers are masked
+    assert all(l in (IGNORE_INDEX, t) for t, l in zip(sample.input_ids, sample.labels))
+    assert "What colour" not in labelled and "assistant" not in labelled
+
+
+def test_packing_positions_cumulative_lengths_and_label_mask(smoke, processor):
+    samples, _ = encode_records(load_dataset(smoke).records, processor, 256)
+    rows = pack_samples(samples, 256)
+    assert sum(len(r) for r in rows) == 14 and all(sum(map(len, r)) <= 256 for r in rows)
+    assert [s.record_id for r in rows for s in r] == [s.record_id for s in samples]  # order kept
+    collator = PackedCollator(processor.tokenizer.pad_token_id, 256)
+    batch = collator(rows[:2])
+    assert batch["input_ids"].shape == (2, 256)
+    lengths = [len(s) for s in rows[0]] + [256 - sum(map(len, rows[0]))] + \
+              [len(s) for s in rows[1]] + [256 - sum(map(len, rows[1]))]
+    lengths = [n for n in lengths if n]
+    expected_cu = [0]
+    for n in lengths:
+        expected_cu.append(expected_cu[-1] + n)
+    assert batch["cu_seq_lens_q"].tolist() == expected_cu and batch["max_length_q"] == max(lengths)
+    positions = batch["position_ids"][0].tolist()
+    start = 0
+    for sample in rows[0]:
+        assert positions[start:start + len(sample)] == list(range(len(sample)))
+        assert batch["labels"][0, start:start + len(sample)].tolist() == sample.labels
+        start += len(sample)
+    assert (batch["labels"][0, start:] == IGNORE_INDEX).all()  # padding is masked
+    assert (batch["input_ids"][0, start:] == processor.tokenizer.pad_token_id).all()
+    images = sum(1 for r in rows[:2] for s in r for _ in range(s.pixel_values.shape[0] if s.pixel_values is not None else 0))
+    assert batch["pixel_values"].shape[0] == images
+    assert batch["hyport_real_tokens"] == sum(len(s) for r in rows[:2] for s in r)
+    assert batch["hyport_tokens"] == 512 and "attention_mask" not in batch
+
+
+def test_a_packed_batch_has_the_loss_of_the_unpacked_batch(smoke, processor):
+    """Per-sample attention through hyport's registered attention: packing changes nothing,
+    with or without a KV cache. (transformers' eager attention keeps packed samples apart
+    only when no cache is in use: with one it attends across them.)"""
+    from transformers import AutoModelForImageTextToText
+
+    from hyport_lib.attention.hf_integration import register_hyport_attention
+    from hyport_lib.models.tiny import ensure_tiny_model
+
+    samples, _ = encode_records(load_dataset(smoke).records, processor, 256)
+    row = pack_samples(samples, 256)[1]  # images and several samples
+    assert len(row) >= 3
+    name = register_hyport_attention("sdpa")
+    model = AutoModelForImageTextToText.from_pretrained(ensure_tiny_model(), attn_implementation=name).eval()
+
+    def loss(batch):
+        for key in COUNT_KEYS:
+            batch.pop(key)
+        with torch.no_grad():
+            return model(**batch).loss.item()
+
+    packed = loss(PackedCollator(processor.tokenizer.pad_token_id, 256)([row]))
+    padded = loss(PaddedCollator(processor.tokenizer.pad_token_id)(row))
+    assert packed == pytest.approx(padded, rel=1e-5, abs=1e-6)
+    batch = PackedCollator(processor.tokenizer.pad_token_id, 256)([row])
+    batch.pop("cu_seq_lens_q"), batch.pop("cu_seq_lens_k")  # from position_ids alone
+    assert loss(batch) == pytest.approx(padded, rel=1e-5, abs=1e-6)
+    eager = AutoModelForImageTextToText.from_pretrained(ensure_tiny_model(), attn_implementation="eager").eval()
+    results = {}
+    for use_cache in (False, True):
+        batch = PackedCollator(processor.tokenizer.pad_token_id, 256)([row])
+        for key in COUNT_KEYS:
+            batch.pop(key)
+        with torch.no_grad():
+            results[use_cache] = eager(**batch, use_cache=use_cache).loss.item()
+    assert results[False] == pytest.approx(padded, rel=1e-4)
+    assert abs(results[True] - padded) > 1e-4  # with a cache, eager attends across samples
+
+
+def test_dataset_error_lists_every_problem(tmp_path):
+    records = [{"id": f"r{i}", "conversations": []} for i in range(3)]
+    report = load_dataset(_write(tmp_path, records))
+    error = DatasetError(report)
+    assert len(error.details) == 3 and all("empty_conversations" not in d for d in error.details)
+    assert all(f"'r{i}'" in error.details[i] for i in range(3))
+    assert "skip_bad_records=True" in str(error)

@@ -1,0 +1,224 @@
+"""Stage 04's parts without a training process: config, DeepSpeed JSON, checkpoints,
+metrics, the pre-launch checks and the CLI's refusal of a bad dataset."""
+
+from __future__ import annotations
+
+import json
+import socket
+from pathlib import Path
+
+import pytest
+
+from hyport_lib.backend import get_backend
+from hyport_lib.training import checkpoints as ck
+from hyport_lib.training.config import TrainConfig
+from hyport_lib.training.deepspeed_config import build_deepspeed_config, resolve_precision
+from hyport_lib.training.metrics import ema, spikes, summarize_metrics, truncate_metrics
+
+
+# --------------------------------------------------------------------------- config
+@pytest.mark.parametrize("field, value, words", [
+    ("max_steps", 0, "max_steps=0"), ("zero_stage", 1, "zero_stage=1"),
+    ("finetuning_type", "qlora", "finetuning_type='qlora'"), ("precision", "fp8", "precision"),
+    ("packing", "maybe", "packing='maybe'"), ("learning_rate", "-1", "learning_rate"),
+    ("max_seq_len", 4, "max_seq_len"), ("node_rank", 1, "node_rank=1"),
+    ("train_timeout_s", "nan", "train_timeout_s"), ("run_name", "a/b", "run_name"),
+])
+def test_bad_config_names_the_parameter(field, value, words):
+    with pytest.raises(ValueError, match=words.replace("(", r"\(").replace("[", r"\[")):
+        TrainConfig(**{field: value})
+
+
+def test_values_from_text_are_parsed():
+    config = TrainConfig(max_steps="20", packing="false", learning_rate="1e-3", zero_stage="3")
+    assert (config.max_steps, config.packing, config.learning_rate, config.zero_stage) == (20, False, 1e-3, 3)
+    assert TrainConfig(offload_optimizer=True, zero_stage=2).offload_optimizer
+    with pytest.raises(ValueError, match="offload_optimizer"):
+        TrainConfig(offload_optimizer=True, zero_stage=0)
+
+
+def test_max_steps_and_save_steps_environment_overrides_as_in_the_seed():
+    config = TrainConfig(max_steps=None, save_steps=100000)
+    applied = config.with_env_overrides({"MAX_STEPS": "20", "SAVE_STEPS": "20"})
+    assert (applied.max_steps, applied.save_steps) == (20, 20)
+    assert applied.env_overrides == {"MAX_STEPS": 20, "SAVE_STEPS": 20}
+    assert config.with_env_overrides({}).max_steps is None
+    with pytest.raises(ValueError, match="MAX_STEPS"):
+        config.with_env_overrides({"MAX_STEPS": "twenty"})
+
+
+# --------------------------------------------------------------------------- DeepSpeed JSON
+def test_deepspeed_config_follows_precision_and_host():
+    cpu = get_backend("cpu")
+    assert resolve_precision("auto", cpu) == "bf16"
+    data = build_deepspeed_config(TrainConfig(zero_stage=3), cpu, "bf16")
+    assert data["zero_optimization"]["stage"] == 3 and data["bf16"]["enabled"] is True
+    assert data["fp16"]["enabled"] is False and data["optimizer"]["params"]["torch_adam"] is True
+    assert data["zero_optimization"]["stage3_gather_16bit_weights_on_model_save"] is True
+    fp16 = build_deepspeed_config(TrainConfig(loss_scale=4096), cpu, "fp16")
+    assert fp16["fp16"] == {**fp16["fp16"], "enabled": True, "loss_scale": 4096.0}
+    offload = build_deepspeed_config(TrainConfig(offload_optimizer=True), cpu, "bf16")
+    assert offload["zero_optimization"]["offload_optimizer"]["device"] == "cpu"
+    assert "torch_adam" not in offload["optimizer"]["params"]  # offload needs DeepSpeed's CPU Adam
+
+
+def test_own_deepspeed_file_must_agree_with_zero_stage(tmp_path):
+    own = tmp_path / "ds.json"
+    own.write_text(json.dumps({"zero_optimization": {"stage": 3}}))
+    with pytest.raises(ValueError, match="sets ZeRO stage 3 but zero_stage=2"):
+        build_deepspeed_config(TrainConfig(deepspeed_config=str(own)), get_backend("cpu"), "bf16")
+    own.write_text("{not json")
+    with pytest.raises(ValueError, match="ds.json"):
+        build_deepspeed_config(TrainConfig(deepspeed_config=str(own)), get_backend("cpu"), "bf16")
+
+
+# --------------------------------------------------------------------------- checkpoints
+def _checkpoint(folder: Path, step: int, complete: bool = True, world: int = 2, **versions) -> Path:
+    path = folder / f"checkpoint-{step}"
+    path.mkdir(parents=True)
+    (path / "trainer_state.json").write_text("{}")
+    if complete:
+        ck.write_marker(path, step=step, world_size=world, zero_stage=2, finetuning_type="full")
+        if versions:
+            data = json.loads((path / ck.MARKER).read_text())
+            data["versions"].update(versions)
+            (path / ck.MARKER).write_text(json.dumps(data))
+    return path
+
+
+def test_a_checkpoint_written_partly_is_never_taken(tmp_path):
+    _checkpoint(tmp_path, 10)
+    _checkpoint(tmp_path, 20, complete=False)  # killed mid-save: no marker
+    (tmp_path / "checkpoint-30").mkdir()  # an empty folder
+    found = ck.list_checkpoints(tmp_path)
+    assert [(c.step, c.complete) for c in found] == [(10, True), (20, False), (30, False)]
+    assert ck.resolve_resume("auto", tmp_path).step == 10
+    assert ck.resolve_resume("none", tmp_path) is None
+    with pytest.raises(ValueError, match="incomplete checkpoint"):
+        ck.resolve_resume(str(tmp_path / "checkpoint-20"), tmp_path)
+    assert ck.resolve_resume("auto", tmp_path / "nothing-here") is None
+
+
+def test_resume_refuses_another_world_size_or_library_version(tmp_path):
+    same = ck.Checkpoint(_checkpoint(tmp_path / "a", 5), 5, True)
+    ck.check_compatible(same, world_size=2, zero_stage=2, finetuning_type="full")
+    with pytest.raises(ValueError, match="world size 2 when saved, 4 now"):
+        ck.check_compatible(same, world_size=4, zero_stage=2, finetuning_type="full")
+    old = ck.Checkpoint(_checkpoint(tmp_path / "b", 5, deepspeed="0.15.0"), 5, True)
+    with pytest.raises(ValueError, match="deepspeed 0.15.0 when saved"):
+        ck.check_compatible(old, world_size=2, zero_stage=2, finetuning_type="full")
+
+
+# --------------------------------------------------------------------------- metrics
+def _records(steps, **extra):
+    return [{"step": s, "loss": 5.0 - 0.1 * s, "step_s": 0.5 if s > 2 else 3.0, "tokens": 1000,
+             "real_tokens": 600, "world_size": 2, "process_step": s, **extra} for s in steps]
+
+
+def test_summary_leaves_warmup_out_and_finds_gaps_and_repeats():
+    summary = summarize_metrics(_records(range(1, 11)), warmup_steps=2)
+    assert summary.steps == 10 and summary.measured_steps == 8 and summary.mean_step_s == 0.5
+    assert summary.tokens_per_s_per_card == pytest.approx(1000 / (2 * 0.5))
+    assert summary.real_tokens_per_s_per_card == pytest.approx(600 / (2 * 0.5))
+    assert "first 2 step(s)" in summary.throughput_definition
+    broken = summarize_metrics(_records([1, 2, 3, 3, 5]), warmup_steps=0)
+    assert broken.repeated_steps == [3] and broken.missing_steps == [4]
+    flagged = summarize_metrics(_records([1, 2], nonfinite_loss=True, skipped=True))
+    assert flagged.nonfinite_loss_steps == [1, 2] and flagged.skipped_steps == 2
+
+
+def test_truncate_keeps_steps_up_to_the_checkpoint(tmp_path):
+    path = tmp_path / "metrics.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in _records(range(1, 8))) + '{"step": 8, "lo')
+    assert truncate_metrics(path, 4) == 4
+    assert [json.loads(line)["step"] for line in path.read_text().splitlines()] == [1, 2, 3, 4]
+    assert truncate_metrics(tmp_path / "none.jsonl", 0) == 0
+
+
+def test_ema_and_spikes():
+    values = [1.0, 1.0, 1.0, 5.0, 1.0, float("nan"), 1.0]
+    assert spikes(values) == [3]
+    smooth = ema(values)
+    assert smooth[0] == 1.0 and smooth[3] == pytest.approx(2.2) and smooth[5] == smooth[4]
+
+
+# --------------------------------------------------------------------------- preflight
+def test_taken_port_and_multi_node_without_port_are_refused(tmp_path):
+    from hyport_lib.training.preflight import _port
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen()
+        taken = sock.getsockname()[1]
+        with pytest.raises(ValueError, match=f"master_port={taken} is already taken"):
+            _port(TrainConfig(master_port=taken), check=True)
+    with pytest.raises(ValueError, match="nnodes > 1"):
+        _port(TrainConfig(nnodes=2, master_port=0), check=True)
+    assert _port(TrainConfig(), check=True) > 0
+
+
+def test_a_bad_dataset_stops_before_any_process_starts(tmp_path, monkeypatch, capsys):
+    from hyport_lib import processes
+    from hyport_lib.commands import main
+
+    started = []
+    monkeypatch.setattr(processes, "start_child", lambda *a, **k: started.append(a))
+    data = tmp_path / "bad.json"
+    data.write_text(json.dumps([{"id": "x1", "conversations": []},
+                                {"id": "x2", "conversations": [{"from": "gpt", "value": "hi"}]}]))
+    rc = main(["train", "--dataset-path", str(data), "--output-dir", str(tmp_path / "out"),
+               "--no-record"])
+    err = capsys.readouterr().err
+    assert rc == 2 and not started
+    assert "2 with problems" in err and "'x1'" in err and "'x2'" in err
+    assert "conversations[0].from" in err
+    assert not (tmp_path / "out" / "metrics.jsonl").exists()
+
+
+def test_skip_bad_records_plans_without_them(tmp_path):
+    from hyport_lib.training.preflight import prepare
+    from hyport_lib.training.smoke_data import write_smoke_dataset
+
+    smoke = write_smoke_dataset(tmp_path / "data")
+    records = json.loads(smoke.read_text())
+    records[3]["conversations"] = []
+    smoke.write_text(json.dumps(records))
+    plan = prepare(TrainConfig(dataset_path=str(smoke), output_dir=str(tmp_path / "out"),
+                               skip_bad_records=True), get_backend("cpu"))
+    assert plan.skip_records == [3] and plan.dataset["samples"] == 13
+    assert any("1 bad record(s) skipped" in note for note in plan.notes)
+    assert json.loads(Path(plan.deepspeed_config_path).read_text())["zero_optimization"]["stage"] == 2
+    assert plan.worker_spec()["skip_records"] == [3]
+
+
+def test_unwritable_output_dir_and_missing_model_are_named(tmp_path):
+    from hyport_lib.training.preflight import prepare
+
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    with pytest.raises(PermissionError, match="output_dir="):
+        prepare(TrainConfig(output_dir=str(blocker / "sub")), get_backend("cpu"))
+    with pytest.raises(FileNotFoundError, match="model_path='/no/such/model'"):
+        prepare(TrainConfig(model_path="/no/such/model", output_dir=str(tmp_path / "o")),
+                get_backend("cpu"))
+
+
+def test_first_failure_names_the_root_cause_rank(tmp_path):
+    from hyport_lib.training.launch import first_failure
+
+    log = tmp_path / "node0.log"
+    log.write_text(
+        "[default1]:[hyport train rank 1] test fault: SIGKILL at step 3\n"
+        "[default0]:[rank0]: RuntimeError: Connection closed by peer [127.0.0.1]:5010.\n"
+        "Failures:\n[1]:\n  rank      : 0 (local_rank: 0)\n  exitcode  : 1 (pid: 2)\n"
+        "Root Cause (first observed failure):\n[0]:\n  rank      : 1 (local_rank: 1)\n"
+        "  exitcode  : -9 (pid: 1)  (SIGKILL)\n")
+    assert first_failure(log).startswith("rank 1: killed by signal SIGKILL")
+    log.write_text("[default0]:Traceback (most recent call last):\n"
+                   "[default0]:ValueError: dataset is empty\n"
+                   "Root Cause (first observed failure):\n[0]:\n  rank      : 0 (local_rank: 0)\n"
+                   "  exitcode  : 1 (pid: 1)\n")
+    assert first_failure(log) == "rank 0: ValueError: dataset is empty"
+    log.write_text("[default1]:TypeError: bad argument\n")
+    assert first_failure(log) == "rank 1: TypeError: bad argument"
+    assert first_failure(tmp_path / "missing.log") is None
