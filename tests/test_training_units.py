@@ -51,6 +51,8 @@ def test_max_steps_and_save_steps_environment_overrides_as_in_the_seed():
 def test_deepspeed_config_follows_precision_and_host():
     cpu = get_backend("cpu")
     assert resolve_precision("auto", cpu) == "bf16"
+    with pytest.raises(ValueError, match="no fp16 on the CPU"):
+        resolve_precision("fp16", cpu)
     data = build_deepspeed_config(TrainConfig(zero_stage=3), cpu, "bf16")
     assert data["zero_optimization"]["stage"] == 3 and data["bf16"]["enabled"] is True
     assert data["fp16"]["enabled"] is False and data["optimizer"]["params"]["torch_adam"] is True
@@ -222,3 +224,26 @@ def test_first_failure_names_the_root_cause_rank(tmp_path):
     log.write_text("[default1]:TypeError: bad argument\n")
     assert first_failure(log) == "rank 1: TypeError: bad argument"
     assert first_failure(tmp_path / "missing.log") is None
+
+
+def test_the_npu_branch_plans_hccl_tnd_attention_and_refuses_busy_cards(
+        fake_npu, npu_smi_sample, monkeypatch, tmp_path):
+    """On an Ascend host (the torch_npu double): packed runs use the fused NPU attention,
+    bf16 is chosen, the workers init hccl, and a card another process holds stops the
+    launch before anything starts."""
+    from hyport_lib.training.preflight import prepare
+    from hyport_lib.training.worker import init_distributed  # noqa: F401 (imports on the double)
+
+    data = Path(__file__).parent / "data" / "npu_smi"
+    npu = get_backend("npu")
+    assert npu.dist_backend == "hccl"
+    npu_smi_sample((data / "no_running_processes.txt").read_text())
+    plan = prepare(TrainConfig(output_dir=str(tmp_path / "out"), num_cards=2), npu)
+    assert (plan.attn_implementation, plan.attention_backend) == ("hyport_npu_fused", "npu")
+    assert plan.precision == "bf16" and plan.nproc_per_node == 2
+    assert "torch_adam" not in json.loads(Path(plan.deepspeed_config_path).read_text())["optimizer"]["params"]
+    npu_smi_sample((data / "910b_24x_classic.txt").read_text())
+    with pytest.raises(RuntimeError, match="busy cards, training not started: card 1: card busy: pid 576489"):
+        prepare(TrainConfig(output_dir=str(tmp_path / "out2"), num_cards=2), npu)
+    with pytest.raises(ValueError, match="num_cards=9: only 8"):
+        prepare(TrainConfig(output_dir=str(tmp_path / "out3"), num_cards=9), npu)

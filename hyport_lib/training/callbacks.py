@@ -117,12 +117,16 @@ class MetricsCallback(TrainerCallback):
 
     # -- per step ---------------------------------------------------------------------
     def on_step_begin(self, args, state, control, **kwargs):
-        self.backend.synchronize(self.backend_index)
-        self._started = time.perf_counter()
+        if not self._started:  # the first step of this process
+            self.backend.synchronize(self.backend_index)
+            self._started = time.perf_counter()
 
     def on_step_end(self, args, state, control, **kwargs):
+        # A step lasts from the end of the one before: the data loading, the logging, a
+        # checkpoint saved and this callback's own all-reduces are all part of it.
         self.backend.synchronize(self.backend_index)
-        step_s = time.perf_counter() - self._started
+        now = time.perf_counter()
+        step_s, self._started = now - self._started, now
         real, total, loss, nonfinite = self.step_counts.take()
         memory = self.backend.memory_stats(self.backend_index)
         real, total, loss, nonfinite, peak = _reduce(

@@ -26,6 +26,9 @@ def resolve_precision(precision: str, backend) -> str:
     """``bf16``, ``fp16`` or ``fp32`` for this backend (``auto``: bf16 where supported)."""
     if precision == "auto":
         return "bf16" if backend.supports_bf16() else "fp32"
+    if precision == "fp16" and backend.kind == "cpu":
+        raise ValueError("precision='fp16': DeepSpeed has no fp16 on the CPU ('Type fp16 is not "
+                         "supported on your device'); use bf16 or fp32 there")
     if precision == "bf16" and not backend.supports_bf16():
         raise ValueError(f"precision='bf16': the {backend.kind} backend here has no bf16; "
                          "use precision='fp32' or 'fp16'")

@@ -11,8 +11,10 @@ run goes on. A line::
      "skipped_total": 0, "peak_memory_mb": 812.4, "memory_source": "process-rss",
      "epoch": 0.5, "restart": 0, "process_step": 7, "time": 1764535000.1}
 
-``process_step`` counts the steps of the process that wrote the line (1 = its first):
-after a restart or a resume the new processes warm up again.
+``step_s`` runs from the end of the step before (the first step of a process: from its
+start), so data loading, logging, checkpoint saving and hyport's own bookkeeping are all
+inside it. ``process_step`` counts the steps of the process that wrote the line (1 = its
+first): after a restart or a resume the new processes warm up again.
 
 **Throughput** follows the usual definition: tokens/s/p = global batch × sequence
 length / (cards × seconds per step), i.e. every token the step processed (padding
