@@ -67,3 +67,134 @@ def _say(message: str, say: Optional[Callable[[str], None]]) -> None:
         say(message)
     else:
         warnings.warn(message, DeprecationWarning, stacklevel=3)
+
+
+# --------------------------------------------------------------------------- validation
+class ParameterError(ValueError):
+    """One or more parameters are wrong; ``details`` has a line per problem."""
+
+    def __init__(self, problems: list[str]):
+        self.details = list(problems)
+        first = problems[0] if len(problems) == 1 else f"{len(problems)} parameters are wrong: {problems[0]}"
+        super().__init__(first)
+
+
+#: What the shared (and a few stage) parameters accept, where the notebooks' default
+#: (often None) says too little. kind: int, float, bool, str, choice, list.
+SCHEMA: dict[str, dict] = {
+    "device": {"kind": "choice", "choices": ("auto", "npu", "cuda", "cpu")},
+    "num_cards": {"kind": "int", "min": 1, "optional": True},
+    "model_path": {"kind": "str", "nonempty": True},
+    "dtype": {"kind": "choice", "choices": ("auto", "float32", "bfloat16", "float16")},
+    "attn_implementation": {"kind": "str", "nonempty": True},
+    "trust_remote_code": {"kind": "bool"},
+    "infer_timeout_s": {"kind": "float", "min_exclusive": 0},
+    "train_timeout_s": {"kind": "float", "min_exclusive": 0},
+    "max_new_tokens": {"kind": "int", "min": 1},
+    "max_steps": {"kind": "int", "min": 1, "optional": True},
+    "save_steps": {"kind": "int", "min": 1},
+    "zero_stage": {"kind": "choice", "choices": (0, 2, 3)},
+    "precision": {"kind": "choice", "choices": ("auto", "bf16", "fp16", "fp32")},
+    "finetuning_type": {"kind": "choice", "choices": ("full", "lora")},
+    "ram_gb_per_card": {"kind": "float", "min_exclusive": 0, "optional": True},
+    "shm_gb_per_card": {"kind": "float", "min_exclusive": 0, "optional": True},
+    "max_shard_size": {"kind": "str", "optional": True},
+}
+
+
+def kind_of_default(value: Any) -> Optional[str]:
+    """The kind a notebook's default implies (None: it says nothing, e.g. a None default)."""
+    if isinstance(value, bool):
+        return "bool"
+    for kind, types in (("int", int), ("float", float), ("str", str), ("list", (list, tuple)),
+                        ("dict", dict)):
+        if isinstance(value, types):
+            return kind
+    return None
+
+
+def check_value(key: str, value: Any, spec: dict) -> tuple[Any, Optional[str]]:
+    """``(value as the stage wants it, None)`` or ``(value, why it is wrong)``."""
+    import math
+
+    from hyport_lib.utils.values import as_flag, as_float, as_int
+
+    kind = spec.get("kind")
+    if value is None:
+        ok = spec.get("optional", kind is None)
+        return value, None if ok else f"{key}=None: a value is required ({_accepted(spec)})"
+    try:
+        if kind == "int":
+            value = as_int(key, value)
+        elif kind == "float":
+            value = as_float(key, value)
+        elif kind == "bool":
+            value = as_flag(key, value)
+        elif kind == "choice":
+            if value not in spec["choices"] and str(value) not in map(str, spec["choices"]):
+                raise ValueError(f"{key}={value!r}")
+            value = next(c for c in spec["choices"] if str(c) == str(value))
+        elif kind == "str":
+            if not isinstance(value, str):
+                raise ValueError(f"{key}={value!r}")
+            if spec.get("nonempty") and not value.strip():
+                raise ValueError(f"{key}={value!r}")
+        elif kind == "list" and not isinstance(value, (list, tuple)):
+            raise ValueError(f"{key}={value!r}")
+    except ValueError:
+        return value, f"{key}={value!r}: expected {_accepted(spec)}"
+    if kind in ("int", "float"):
+        if kind == "float" and not math.isfinite(value):
+            return value, f"{key}={value!r}: expected a finite number"
+        if "min" in spec and value < spec["min"]:
+            return value, f"{key}={value!r}: expected {_accepted(spec)}"
+        if "min_exclusive" in spec and value <= spec["min_exclusive"]:
+            return value, f"{key}={value!r}: expected {_accepted(spec)}"
+    return value, None
+
+
+def _accepted(spec: dict) -> str:
+    kind = spec.get("kind")
+    if kind == "choice":
+        text = "one of " + ", ".join(map(repr, spec["choices"]))
+    elif kind == "int":
+        text = "an integer" + (f" >= {spec['min']}" if "min" in spec else "")
+    elif kind == "float":
+        text = "a number" + (f" > {spec['min_exclusive']}" if "min_exclusive" in spec else "")
+    elif kind == "bool":
+        text = "true or false"
+    elif kind == "str":
+        text = "a non-empty text" if spec.get("nonempty") else "a text"
+    else:
+        text = f"a {kind}"
+    return text + (" (or null)" if spec.get("optional") else "")
+
+
+def validate_parameters(params: dict, defaults: dict[str, Any]) -> dict:
+    """Every parameter checked against :data:`SCHEMA` or the kind of its notebook default.
+
+    Args:
+        params: name -> value (from a profile and ``-p``).
+        defaults: name -> a notebook's default value, for the names no schema covers.
+
+    Returns:
+        The values as the stages want them (``"4"`` -> 4 for an integer parameter).
+
+    Raises:
+        ParameterError: naming each key, its value and what it accepts.
+    """
+    out, problems = {}, []
+    for key, value in params.items():
+        spec = SCHEMA.get(key) or {"kind": kind_of_default(defaults.get(key)),
+                                   "optional": defaults.get(key) is None}
+        if spec["kind"] == "float" and isinstance(value, int) and not isinstance(value, bool):
+            value = float(value)
+        if spec["kind"] is None:
+            out[key] = value
+            continue
+        out[key], problem = check_value(key, value, spec)
+        if problem:
+            problems.append(problem)
+    if problems:
+        raise ParameterError(problems)
+    return out

@@ -89,6 +89,26 @@ def results_dir() -> Path:
     return base / "outputs" / "interactive" / "results"
 
 
+def ensure_results_dir(directory: Optional[os.PathLike] = None) -> Path:
+    """The results folder, created and writable; checked by commands before any work, so
+    that an hour's run never ends in a traceback about where to write its result.
+
+    Raises:
+        PermissionError: naming the folder (and ``HYPORT_RESULTS_DIR`` when it set it).
+    """
+    folder = Path(directory) if directory else results_dir()
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        probe = folder / f".hyport-write-test-{os.getpid()}"
+        probe.write_text("ok")
+        probe.unlink()
+    except OSError as exc:
+        via = f" (${RESULTS_DIR_ENV})" if os.environ.get(RESULTS_DIR_ENV) and not directory else ""
+        raise PermissionError(exc.errno, f"the results folder {folder}{via} is not writable "
+                                         f"({exc.strerror}); pass --no-record or fix it", str(folder)) from None
+    return folder
+
+
 def record_result(stage: str, verdict: str, *, summary: str = "",
                   headline: Optional[dict] = None, data: Optional[dict] = None,
                   provenance: Optional[Provenance] = None,

@@ -314,6 +314,7 @@ def test_collect_environment_on_fake_npu(fake_npu, npu_smi_sample, monkeypatch):
     assert report.cann["driver_version"] == "24.1.rc1"
     assert "pid 576489 python 60703 MB" in report.to_text()
     monkeypatch.delenv("ASCEND_RT_VISIBLE_DEVICES")
+    monkeypatch.setenv("HYPORT_FAKE_NPU_COUNT", "3")  # the sample's host: 3 cards
     report2 = collect_environment(device="npu", num_cards=2, check_ports=False)
     busy2 = report2.check("busy_cards")
     assert busy2.verdict == "WARN" and busy2.reason.startswith("1 of 3 cards busy")

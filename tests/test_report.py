@@ -224,17 +224,26 @@ def test_relative_output_dir_and_awkward_secrets(stage_dir, tmp_path, monkeypatc
     assert run.stages[1].summary == "[redacted]"
 
 
-def test_profile_keys_may_be_overridden_before_their_stage_exists(stage_dir, tmp_path):
+def test_unknown_profile_keys_are_refused_unless_allowed(stage_dir, tmp_path):
+    from hyport_lib.parameters import ParameterError
+
     profile = tmp_path / "p.yaml"
-    profile.write_text("# hyport report --profile p.yaml\nmax_steps: null\nlevel: 2\n")
+    profile.write_text("# hyport report --profile p.yaml\nmax_steps: null\nlevel: 2\nlevl: 3\n")
+    with pytest.raises(ParameterError) as info:
+        run_report(profile=str(profile), notebooks_dir=stage_dir, only=["01"],
+                   output_root=tmp_path / "o", progress=lambda m: None)
+    assert "did you mean 'level'" in " ".join(info.value.details)
+    assert any("'max_steps'" in d for d in info.value.details)
+    assert not (tmp_path / "o").exists()  # nothing ran, nothing was written
     run = run_report(profile=str(profile), overrides={"max_steps": "20", "level": "5"},
                      notebooks_dir=stage_dir, only=["01"], output_root=tmp_path / "o",
-                     progress=lambda m: None)
-    assert run.unused_parameters == ["max_steps"]
+                     progress=lambda m: None, allow_unknown_parameters=True)
+    assert run.unused_parameters == ["levl", "max_steps"]
     assert run.parameters["max_steps"] == 20 and run.stages[0].summary == "level 5"
     with pytest.raises(ValueError, match="nosuch"):
         run_report(profile=str(profile), overrides={"nosuch": "1"}, notebooks_dir=stage_dir,
-                   output_root=tmp_path / "o", progress=lambda m: None)
+                   output_root=tmp_path / "o", progress=lambda m: None,
+                   allow_unknown_parameters=True)
 
 
 def test_an_interrupted_run_still_leaves_its_index(stage_dir, tmp_path, monkeypatch):
@@ -249,9 +258,12 @@ def test_an_interrupted_run_still_leaves_its_index(stage_dir, tmp_path, monkeypa
                    progress=lambda m: None)
     (run_dir,) = (tmp_path / "o").iterdir()
     data = json.loads((run_dir / "run.json").read_text())
-    assert [s["stage"] for s in data["stages"]] == ["01_good"]  # stopped after the first
+    verdicts = {s["stage"]: s["verdict"] for s in data["stages"]}
+    assert verdicts == {"01_good": "INTERRUPTED", "02_boom": "NOT RUN", "03_after": "NOT RUN"}
     assert "interrupted" in data["stages"][0]["error"]
-    assert "interrupted" in (run_dir / "index.html").read_text()
+    assert data["status"] == "interrupted" and data["ok"] is False and data["finished"]
+    index = (run_dir / "index.html").read_text()
+    assert "INTERRUPTED" in index and "NOT RUN" in index and "interrupted</b> by a stop signal" in index
 
 
 @pytest.mark.slow
@@ -266,8 +278,8 @@ def test_a_renamed_parameter_still_works_with_a_message(tmp_path):
     said = []
     run = run_report(profile=str(profile), notebooks_dir=folder, output_root=tmp_path / "o",
                      progress=said.append)
-    assert run.stages[0].summary == "limit 42"
+    assert float(run.stages[0].summary.split()[1]) == 42
     assert any("'timeout_s' is deprecated" in m and "infer_timeout_s" in m for m in said)
     run = run_report(profile=None, overrides={"timeout_s": "7"}, notebooks_dir=folder,
                      output_root=tmp_path / "o", progress=said.append)
-    assert run.stages[0].summary == "limit 7"
+    assert float(run.stages[0].summary.split()[1]) == 7

@@ -203,7 +203,8 @@ def test_unreadable_and_binary_files_are_reported_not_fatal(tmp_path):
     # parses, but deeper than the visitor may recurse
     (tmp_path / "long.py").write_text("x = " + "+".join(["1"] * 900) + "\nx.cuda()\n")
     found = scan_path(tmp_path)
-    assert {f for f, _ in found.unparsable} == {"dangling.py", "nul.py", "deep.py", "long.py"}
+    assert {f for f, _ in found.unparsable} == {"nul.py", "deep.py", "long.py"}
+    assert [(f, why.split(" (")[0]) for f, why in found.skipped] == [("dangling.py", "dangling symlink")]
     assert ("long.py", 2, "cuda_call") in _triples(found)
     assert ("nul.py", 2, "flash_attn") in _triples(found)  # found by the line scan
 

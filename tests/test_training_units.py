@@ -200,7 +200,7 @@ def test_unwritable_output_dir_and_missing_model_are_named(tmp_path):
     blocker.write_text("x")
     with pytest.raises(PermissionError, match="output_dir="):
         prepare(TrainConfig(output_dir=str(blocker / "sub")), get_backend("cpu"))
-    with pytest.raises(FileNotFoundError, match="model_path='/no/such/model'"):
+    with pytest.raises(ValueError, match="model_path=./no/such/model.: no such folder"):
         prepare(TrainConfig(model_path="/no/such/model", output_dir=str(tmp_path / "o")),
                 get_backend("cpu"))
 

@@ -64,10 +64,15 @@ def run(device: str = "auto", *, seed: int = 0, full: bool = False,
             None or ``"none"`` skips it.
         progress: ``progress(done, total)`` after each grid case.
     """
+    from hyport_lib.models.preflight import check_model_path
+
+    wanted = model_path is not None and str(model_path).strip().lower() not in ("", "none")
+    if wanted:  # before the grid's minutes: a wrong path is named at once
+        model_path = check_model_path(model_path)
     comparison = run_comparison(device=device, seed=seed, full=full, dtypes=list(dtypes),
                                 progress=progress)
     model = None
-    if model_path is not None and str(model_path).strip().lower() not in ("", "none"):
+    if wanted:
         backend, where = swapped_backend(comparison.device)
         model = compare_model(model_path, backend=backend, device=where, seed=seed)
     scan, scanned = run_scan(code_path)

@@ -17,12 +17,12 @@ Commands never catch these themselves: :func:`invoke` does, around ``run(args)``
 
 from __future__ import annotations
 
-import contextlib
 import os
 import signal
 import sys
-import threading
-from typing import Callable, Optional
+from typing import Callable
+
+from hyport_lib.utils.signals import STOP_SIGNALS, Stopped, shielded, stop_signals_raise  # noqa: F401
 
 #: Exceptions that mean "the user asked for something that cannot be done as asked".
 USAGE_ERRORS = (ValueError, TypeError, FileNotFoundError, NotADirectoryError,
@@ -30,63 +30,6 @@ USAGE_ERRORS = (ValueError, TypeError, FileNotFoundError, NotADirectoryError,
 #: Exit status of a stopped command (as a shell reports Ctrl-C).
 STOPPED_EXIT = 130
 USAGE_EXIT = 2
-STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGHUP") if hasattr(signal, name))
-
-
-class Stopped(KeyboardInterrupt):
-    """A stop signal arrived; ``signum`` says which."""
-
-    def __init__(self, signum: int = signal.SIGINT):
-        super().__init__(signal.Signals(signum).name)
-        self.signum = signum
-
-
-class _State:
-    shield_depth = 0
-    pending: Optional[int] = None
-
-
-def _handler(signum, frame):
-    if _State.shield_depth:
-        _State.pending = signum  # honoured when the shielded block ends
-        return
-    raise Stopped(signum)
-
-
-@contextlib.contextmanager
-def shielded():
-    """Within the block, stop signals are held back (not lost) so a write completes."""
-    _State.shield_depth += 1
-    try:
-        yield
-    finally:
-        _State.shield_depth -= 1
-        if not _State.shield_depth and _State.pending is not None:
-            signum, _State.pending = _State.pending, None
-            raise Stopped(signum)
-
-
-@contextlib.contextmanager
-def stop_signals_raise():
-    """SIGINT, SIGTERM and SIGHUP raise :class:`Stopped` within the block.
-
-    Outside the main thread (where Python cannot set handlers) nothing changes. The
-    previous handlers are restored on the way out.
-    """
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    signals = (signal.SIGINT, *STOP_SIGNALS)
-    previous = {sig: signal.getsignal(sig) for sig in signals}
-    for sig in signals:
-        signal.signal(sig, _handler)
-    try:
-        yield
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
-
-
 def one_line(exc: BaseException) -> str:
     """The first line of an exception's message (its type when it has none)."""
     text = str(exc).strip()

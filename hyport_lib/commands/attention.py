@@ -36,6 +36,9 @@ def run(args: argparse.Namespace) -> int:
     from hyport_lib.attention.show import comparison_table, model_table
     from hyport_lib.utils.files import atomic_write_text
 
+    from hyport_lib.results import ensure_results_dir
+
+    ensure_results_dir()
     dtypes = [d.strip() for d in str(args.dtypes).split(",") if d.strip()]
     result = stage.run(device=args.device, seed=args.seed, full=args.full, dtypes=dtypes,
                        code_path=args.code_path, model_path=args.model_path)

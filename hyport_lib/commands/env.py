@@ -28,6 +28,10 @@ def run(args: argparse.Namespace) -> int:
 
     if args.num_cards is not None and args.num_cards < 1:
         raise ValueError(f"--num-cards must be at least 1, got {args.num_cards}")
+    if not args.no_record:
+        from hyport_lib.results import ensure_results_dir
+
+        ensure_results_dir()
     report = stage.run(device=args.device, num_cards=args.num_cards)
     if args.json:
         print(scrub_text(json.dumps(report.to_dict(), indent=2, default=str)))

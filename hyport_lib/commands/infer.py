@@ -41,6 +41,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--allow-busy-cards", action="store_true",
                         help="also use cards another process holds (nothing is ever killed)")
     parser.add_argument("--trust-remote-code", action="store_true")
+    parser.add_argument("--allow-download", action="store_true",
+                        help="a --model-path that is no folder may be a hub id to download "
+                             "(off: offline, a typo is an error)")
     parser.add_argument("--enable-thinking", action="store_true")
     parser.add_argument("--log-dir", default=None, help="folder for card<N>.log/.json")
     parser.add_argument("--json", action="store_true", help="print the full result as JSON")
@@ -54,7 +57,8 @@ def _config(args: argparse.Namespace):
     fields = dict(model_path=args.model_path, dtype=args.dtype,
                   attn_implementation=args.attn_implementation,
                   max_new_tokens=args.max_new_tokens, image=args.image,
-                  trust_remote_code=args.trust_remote_code, enable_thinking=args.enable_thinking)
+                  trust_remote_code=args.trust_remote_code, enable_thinking=args.enable_thinking,
+                  allow_download=args.allow_download)
     if args.prompt is not None:
         fields["single_prompt"] = args.prompt
     if args.batch_prompts:
@@ -89,6 +93,10 @@ def run(args: argparse.Namespace) -> int:
     from hyport_lib.inference import stage
     from hyport_lib.inference.show import compact_frame
 
+    if not args.no_record:
+        from hyport_lib.results import ensure_results_dir
+
+        ensure_results_dir()
     backend = get_backend(args.device, num_cards=args.num_cards)
     config = _config(args)
     plan = stage.plan(backend, num_cards=args.num_cards, allow_busy_cards=args.allow_busy_cards)

@@ -1,4 +1,10 @@
-"""``hyport report``: run the stage notebooks into one offline HTML report."""
+"""``hyport report``: run the stage notebooks into one offline HTML report.
+
+Exit status: 0 when every stage PASSed or WARNed, 1 when one FAILed, 2 when nothing ran
+(bad parameters, profile, ``--only`` or output folder: checked before any stage starts),
+130 when stopped (the partial report is written first: see
+:mod:`hyport_lib.report.runner`).
+"""
 
 from __future__ import annotations
 
@@ -7,7 +13,7 @@ import sys
 from pathlib import Path
 
 from hyport_lib.report.profiles import parse_overrides
-from hyport_lib.report.runner import DEFAULT_CELL_TIMEOUT_S, run_report
+from hyport_lib.report.runner import DEFAULT_CELL_TIMEOUT_S, check_output_root, run_report
 
 NAME = "report"
 HELP = "Run the notebooks with papermill into outputs/<run-id>/ (index.html, per-stage HTML, results)."
@@ -18,25 +24,46 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="profile name in parameters/ or a YAML path; 'none' for notebook defaults")
     parser.add_argument("-p", "--param", action="append", default=[], metavar="KEY=VALUE",
                         help="override one parameter (repeatable); VALUE is parsed as YAML")
-    parser.add_argument("--only", default="", help="comma-separated stages, e.g. 01,04 or environment")
+    parser.add_argument("--only", default=None, help="comma-separated stages, e.g. 01,04 or environment")
     parser.add_argument("--output-dir", type=Path, default=None, help="root folder for runs (default ./outputs)")
     parser.add_argument("--notebooks", type=Path, default=None, help="notebooks folder (default: the repo's)")
     parser.add_argument("--cell-timeout", type=int, default=DEFAULT_CELL_TIMEOUT_S,
                         help="seconds one notebook cell may run before the stage fails")
     parser.add_argument("--kernel", default=None, help="Jupyter kernel name (default: the notebook's, python3)")
     parser.add_argument("--hide-inputs", action="store_true", help="HTML without code cells")
+    parser.add_argument("--allow-unknown-parameters", action="store_true",
+                        help="accept profile keys no notebook declares (listed as ignored)")
+    parser.add_argument("--clean", action="store_true",
+                        help="only clean runs that were killed (remove their partial notebooks, "
+                             "scrub their files, mark them INTERRUPTED), then exit")
+
+
+def _only(text):
+    if text is None:
+        return None
+    wanted = [s.strip() for s in text.split(",") if s.strip()]
+    if not wanted:
+        raise ValueError(f"--only {text!r}: name at least one stage, e.g. --only 01,03")
+    return wanted
 
 
 def run(args: argparse.Namespace) -> int:
     # Stop signals (Ctrl-C, SIGTERM, SIGHUP) end the run through commands._cli: the
     # runner writes the partial report, the kernel and its workers stop, exit 130.
+    if args.clean:
+        from hyport_lib.report.cleanup import clean_runs
+
+        root = check_output_root(args.output_dir or Path.cwd() / "outputs")
+        cleaned = clean_runs(root, lambda m: print(m, file=sys.stderr))
+        print(f"{len(cleaned)} killed run(s) cleaned under {root}")
+        return 0
     profile = None if args.profile in ("", "none") else args.profile
     report = run_report(
-        profile=profile, overrides=parse_overrides(args.param),
-        only=[s for s in args.only.split(",") if s.strip()] or None,
+        profile=profile, overrides=parse_overrides(args.param), only=_only(args.only),
         output_root=args.output_dir, notebooks_dir=args.notebooks,
         cell_timeout_s=args.cell_timeout, kernel_name=args.kernel,
         show_inputs=not args.hide_inputs, progress_bar=sys.stderr.isatty(),
+        allow_unknown_parameters=args.allow_unknown_parameters,
     )
     print(report.run_dir / "index.html")
     return 0 if report.ok else 1

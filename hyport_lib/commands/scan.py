@@ -72,6 +72,8 @@ def format_text(report: ScanReport) -> str:
                    "by pattern only, so something may be missed there")
     for file, error in report.unparsable:
         out.append(f"unparsable: {file}: {error}")
+    for file, why in report.skipped:
+        out.append(f"skipped: {file}: {why}")
     return "\n".join(out)
 
 

@@ -82,6 +82,10 @@ def run(args: argparse.Namespace) -> int:
     from hyport_lib.training import stage
     from hyport_lib.training.show import summary_frame
 
+    if not args.no_record:
+        from hyport_lib.results import ensure_results_dir
+
+        ensure_results_dir()
     plan = stage.plan(_config(args))
     for note in plan.notes:
         print(f"note: {note}", file=sys.stderr)

@@ -95,6 +95,8 @@ def check_busy_cards(kind: str, listing, num_cards: Optional[int] = None,
         return Check(name, "SKIP", "CPU backend: the cards are worker processes hyport starts")
     if not listing.processes_known:
         return Check(name, "WARN", f"cannot see which processes hold the cards: {listing.error}")
+    if getattr(listing, "distrust", None):
+        return Check(name, "WARN", f"not judged: {listing.distrust}")
     devices, ignored, via = listing.devices, [], ""
     if visible is not None:
         # Same mapping as the grid: the variable's entries are the listing's indices.
@@ -136,6 +138,8 @@ def check_card_health(kind: str, listing) -> Check:
     name = "card_health"
     if kind == "cpu":
         return Check(name, "SKIP", "CPU backend")
+    if getattr(listing, "distrust", None):
+        return Check(name, "WARN", f"not judged: {listing.distrust}")
     known = [d for d in listing.devices if d.health]
     if not known:
         return Check(name, "SKIP", f"health not reported ({listing.source})")
@@ -205,8 +209,21 @@ def check_packages(versions: Mapping[str, Optional[str]]) -> Check:
     return Check("packages", "PASS", f"all {len(REQUIRED_PACKAGES)} required packages installed")
 
 
+def torch_npu_install_command(torch_version: Optional[str]) -> str:
+    """The pip command that adds torch-npu for the *installed* torch and keeps that torch.
+
+    An open ``pip install torch-npu`` takes the newest release, which needs its own torch
+    and replaces the host's; torch-npu X.Y.Z.* goes with torch X.Y.Z.
+    """
+    base = (torch_version or "").split("+")[0].strip()
+    if not base:
+        return "pip install torch torch-npu  # no torch installed: pick the pair CANN supports"
+    return f'pip install "torch-npu=={base}.*" "torch=={base}"'
+
+
 def check_torch_npu_import(kind: str, version: Optional[str], error: Optional[str],
-                           requested: str = "auto") -> Check:
+                           requested: str = "auto", *, cann_found: bool = False,
+                           torch_version: Optional[str] = None) -> Check:
     name = "torch_npu_import"
     if error:
         hint = ""
@@ -216,8 +233,12 @@ def check_torch_npu_import(kind: str, version: Optional[str], error: Optional[st
         return Check(name, verdict, f"torch_npu is installed but `import torch_npu` fails: "
                                     f"{error}{hint}")
     if not version:
+        command = torch_npu_install_command(torch_version)
         if requested == "npu":
-            return Check(name, "FAIL", "torch_npu is not installed (pip install -e .[npu])")
+            return Check(name, "FAIL", f"torch_npu is not installed; with CANN sourced: {command}")
+        if cann_found:
+            return Check(name, "WARN", f"CANN is installed but torch_npu is not; to add it without "
+                                       f"replacing torch {torch_version}: {command}")
         return Check(name, "SKIP", f"torch_npu not installed (not needed on {kind})")
     return Check(name, "PASS", f"torch_npu {version} imports")
 
@@ -284,6 +305,19 @@ def check_host_memory(kind: str, num_cards: int, system: Mapping,
                     hint=(": DataLoader workers and collectives crash with 'Bus error'; start "
                           f"the container with --shm-size={max(1, round(shm_need))}g or more")),
     ]
+
+
+def require_host_ram(kind: str, num_cards: int, what: str = "workers") -> None:
+    """Refuse ``num_cards`` ranks the host's RAM cannot hold (the ``host_ram`` check's figure).
+
+    Raises:
+        ValueError: naming the count, the RAM it needs and what the host has.
+    """
+    from hyport_lib.environment.facts import host_memory
+
+    check = check_host_memory(kind, num_cards, host_memory())[0]
+    if check.verdict == "FAIL":
+        raise ValueError(f"num_cards={num_cards}: too many {kind} {what} for this host: {check.reason}")
 
 
 def _room_check(name: str, label: str, total: Optional[float], free: Optional[float],

@@ -56,6 +56,7 @@ class EnvironmentReport:
     num_cards: int = 0
     device_source: str = ""
     device_error: Optional[str] = None
+    device_tool_output: Optional[str] = None  # the raw npu-smi / nvidia-smi output
     collected_at: str = ""
     elapsed_s: float = 0.0
 
@@ -111,6 +112,11 @@ def collect_environment(device: str = "auto", num_cards: Optional[int] = None, *
     """
     from hyport_lib.backend import get_backend
 
+    from hyport_lib.utils.values import as_int
+
+    if num_cards is not None and as_int("num_cards", num_cards) < 1:
+        raise ValueError(f"num_cards={num_cards!r}: expected a positive number of cards, or None "
+                         "for all of them")
     started = time.perf_counter()
     environ = dict(os.environ if environ is None else environ)
     requested = (device or "auto").lower().strip()
@@ -143,7 +149,9 @@ def collect_environment(device: str = "auto", num_cards: Optional[int] = None, *
     checks = [
         C.check_backend(requested, kind, cards, backend_error),
         C.check_packages(versions),
-        C.check_torch_npu_import(kind, versions["torch_npu"], torch_npu_error, requested),
+        C.check_torch_npu_import(kind, versions["torch_npu"], torch_npu_error, requested,
+                                 cann_found=bool(cann.get("info_file") or cann.get("set_env")),
+                                 torch_version=versions["torch"]),
         check_torch_npu_compat(versions["torch"], versions["torch_npu"]),
         C.check_cann_env(kind, cann, environ),
         check_cann_compat(versions["torch_npu"], cann["version"]),
@@ -163,7 +171,8 @@ def collect_environment(device: str = "auto", num_cards: Optional[int] = None, *
         system=system, versions=versions, cann=cann, devices=listing.devices,
         env_vars=collect_env_vars(environ), checks=checks, build=build, device=kind,
         requested_device=requested, num_cards=cards, device_source=listing.source,
-        device_error=listing.error,
+        device_error=listing.error or listing.distrust,
+        device_tool_output=scrub_text(listing.raw) if listing.raw else None,
         collected_at=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         elapsed_s=round(time.perf_counter() - started, 3))
 
@@ -235,6 +244,9 @@ def format_report(report: EnvironmentReport) -> str:
     lines += ["", "Checks"]
     for check in report.checks:
         lines.append(f"- [{check.verdict}] {check.name}: {check.reason}")
+    if report.device_tool_output and report.device_error:
+        # The listing could not be trusted or read: its raw output belongs in the report.
+        lines += ["", f"{report.device_source} output, as printed", report.device_tool_output.rstrip()]
     return scrub_text("\n".join(lines)) + "\n"
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import csv
 import io
+import os
 import shutil
 import subprocess
 from dataclasses import dataclass, field
@@ -39,6 +40,9 @@ class DeviceListing:
         error: why the preferred tool could not be used; None when it was.
         driver_version: as the tool printed it, when it did.
         processes_known: False when no tool could list processes (fallback listing).
+        raw: the tool's own output, kept for a bug report.
+        distrust: why the listing cannot be trusted (it disagrees with the runtime's
+            card count); None when it can.
     """
 
     devices: list[DeviceInfo] = field(default_factory=list)
@@ -46,6 +50,8 @@ class DeviceListing:
     error: Optional[str] = None
     driver_version: Optional[str] = None
     processes_known: bool = True
+    raw: Optional[str] = None
+    distrust: Optional[str] = None
 
 
 def probe_devices(backend) -> DeviceListing:
@@ -81,13 +87,23 @@ def _probe_npu(backend) -> DeviceListing:
                                   "-v /usr/local/sbin/npu-smi:/usr/local/sbin/npu-smi)")
     info = parse_npu_smi_info(text)
     if not info.devices:
-        return _fallback(backend, "npu-smi info printed no chip table that hyport recognises")
+        listing = _fallback(backend, "npu-smi info printed no chip table that hyport recognises")
+        listing.raw = text  # what it did print, for the bug report
+        return listing
     error = None
     if info.unmatched_processes:
         pids = ", ".join(f"{p.pid} (NPU {n} chip {c})" for n, c, p in info.unmatched_processes)
         error = f"processes on chips missing from the table: {pids}"
-    return DeviceListing(devices=info.devices, source="npu-smi", error=error,
-                         driver_version=info.driver_version)
+    listing = DeviceListing(devices=info.devices, source="npu-smi", error=error,
+                            driver_version=info.driver_version, raw=text)
+    runtime = _runtime_cards(backend)
+    # Compared only with every card visible: a visible-devices list shows the runtime fewer.
+    if runtime is not None and not os.environ.get(backend.visible_devices_var or "") \
+            and runtime != len(info.devices):
+        listing.distrust = (f"npu-smi lists {len(info.devices)} card(s) but torch_npu sees "
+                            f"{runtime}: the listing cannot be trusted (its raw output is kept "
+                            "in the report)")
+    return listing
 
 
 # --- CUDA -----------------------------------------------------------------------------
@@ -161,6 +177,14 @@ def _fallback(backend, error: str) -> DeviceListing:
         devices.append(DeviceInfo(index=i, npu_id=None, chip_id=None, name=_device_name(backend, i),
                                   health=None, hbm_used_mb=None, hbm_total_mb=None, source="torch"))
     return DeviceListing(devices=devices, source="torch", error=error, processes_known=False)
+
+
+def _runtime_cards(backend) -> Optional[int]:
+    """Every card the runtime sees (not capped by a requested card count)."""
+    try:
+        return int(type(backend)().num_cards())
+    except (RuntimeError, ValueError):
+        return None
 
 
 def _device_name(backend, index: int) -> str:

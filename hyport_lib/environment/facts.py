@@ -166,6 +166,11 @@ def _cpu_model() -> Optional[str]:
     return platform.processor() or None
 
 
+def host_memory() -> dict:
+    """``ram_total_gb`` and ``ram_available_gb`` of this host (None when unknown)."""
+    return _memory()
+
+
 def _memory() -> dict:
     try:
         import psutil

@@ -274,11 +274,13 @@ def run_npu_smi(args: Sequence[str] = ("info",), timeout_s: float = 15.0) -> Opt
     if exe is None:
         return None
     try:
-        proc = subprocess.run([exe, *args], capture_output=True, text=True, timeout=timeout_s)
+        proc = subprocess.run([exe, *args], capture_output=True, timeout=timeout_s)
     except subprocess.TimeoutExpired as exc:
         raise NpuSmiError(f"npu-smi {' '.join(args)} did not answer within {timeout_s:.0f} s") from exc
+    # A driver in trouble prints stray bytes: decode what can be, never crash on it.
+    stdout = proc.stdout.decode("utf-8", errors="replace")
     if proc.returncode != 0:
-        detail = (proc.stderr or proc.stdout).strip().splitlines()
+        detail = (proc.stderr.decode("utf-8", errors="replace") or stdout).strip().splitlines()
         raise NpuSmiError(f"npu-smi {' '.join(args)} exited {proc.returncode}: "
                           f"{detail[-1] if detail else 'no output'}")
-    return proc.stdout
+    return stdout

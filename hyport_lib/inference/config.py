@@ -39,6 +39,8 @@ class InferenceConfig:
             string is a text-only prompt).
         image: picture file for every image prompt; None draws the sample image.
         enable_thinking: passed to the chat template.
+        allow_download: a ``model_path`` that is no folder may be a hub id to download;
+            off by default (offline: a typo is an error, not a download attempt).
 
     Flags (``trust_remote_code``, ``enable_thinking``, ``uses_image``) take a bool,
     0/1 or ``"true"``/``"false"``/``"yes"``/``"no"`` (any case), since papermill and
@@ -58,6 +60,7 @@ class InferenceConfig:
     batch_prompts: Sequence[tuple[str, bool]] = DEFAULT_BATCH_PROMPTS
     image: Optional[str] = None
     enable_thinking: bool = False
+    allow_download: bool = False
 
     def __post_init__(self) -> None:
         if not str(self.model_path or "").strip():
@@ -78,6 +81,7 @@ class InferenceConfig:
         self.seed = as_int("seed", self.seed)
         self.trust_remote_code = as_flag("trust_remote_code", self.trust_remote_code)
         self.enable_thinking = as_flag("enable_thinking", self.enable_thinking)
+        self.allow_download = as_flag("allow_download", self.allow_download)
         self.batch_prompts = _normalise_batch_prompts(self.batch_prompts)
         if self.image is not None:
             self.image = str(self.image)

@@ -235,7 +235,10 @@ def run_grid(config: Any = None, *, device: str = "auto", num_cards: Optional[in
         GridResult with one row per card (see :data:`COLUMNS`). Its ``config`` and
         ``cards`` and the files in ``log_dir`` hold no secret values.
     """
-    if timeout_s is None or float(timeout_s) <= 0:
+    from hyport_lib.models.preflight import check_model_path
+    from hyport_lib.utils.values import as_float
+
+    if timeout_s is None or as_float("timeout_s", timeout_s) <= 0:
         raise ValueError(f"timeout_s={timeout_s!r}: expected a positive number of seconds")
     t0 = time.monotonic()
     backend = backend or get_backend(device)
@@ -245,11 +248,12 @@ def run_grid(config: Any = None, *, device: str = "auto", num_cards: Optional[in
     elif plan.kind != backend.kind:
         raise ValueError(f"plan={plan.kind!r} cards: this grid runs on {backend.kind!r}; "
                          f"plan with the same backend")
-    if plan.to_run and (inference.get("model_path") or "tiny") == "tiny":
-        # Build the tiny model once here rather than in every worker at once.
-        from hyport_lib.models.tiny import ensure_tiny_model
-
-        inference["model_path"] = str(ensure_tiny_model())
+    # Named here, before any worker starts: a typo is one clear error, not a download
+    # attempt (or a traceback) per card. "tiny" is built once here, not in every worker.
+    inference["model_path"] = check_model_path(inference.get("model_path") or "tiny",
+                                               allow_download=bool(inference.get("allow_download")))
+    if Path(inference["model_path"]).is_dir() and "HF_HUB_OFFLINE" not in os.environ:
+        extra_env = {"HF_HUB_OFFLINE": "1", **(extra_env or {})}  # nothing fetched on the side
     order = [c.card for c in plan.cards]
     secrets_env = {**os.environ, **(extra_env or {})}
     log_dir = Path(log_dir).resolve() if log_dir else default_log_dir()

@@ -71,7 +71,11 @@ def available_cards(backend: Backend, num_cards: Optional[int] = None) -> list[i
     if num_cards is not None and int(num_cards) < 1:
         raise ValueError(f"num_cards={num_cards!r}: expected a positive number or None (all cards)")
     if backend.kind == "cpu":
-        return list(range(int(num_cards) if num_cards else backend.num_cards()))
+        from hyport_lib.environment.checks import require_host_ram
+
+        count = int(num_cards) if num_cards else backend.num_cards()
+        require_host_ram("cpu", count)  # 64 "cards" on a laptop would all start at once
+        return list(range(count))
     ids = list(range(backend.num_cards()))
     var = backend.visible_devices_var
     inherited = os.environ.get(var) if var else None

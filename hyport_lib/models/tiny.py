@@ -105,7 +105,16 @@ def ensure_tiny_model(cache_dir: Optional[Union[str, os.PathLike]] = None,
     folder = tiny_model_dir(cache_dir, max_shard_size=max_shard_size)
     if _is_complete(folder):
         return folder
-    folder.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        probe = Path(tempfile.mkdtemp(prefix=".write-test-", dir=folder.parent))
+        probe.rmdir()
+    except OSError as exc:
+        where = f"${CACHE_ENV_VAR}={os.environ[CACHE_ENV_VAR]}" if os.environ.get(CACHE_ENV_VAR) \
+            else f"the default cache {folder.parent}"
+        raise PermissionError(exc.errno, f"cannot build the tiny model: {where} is not writable "
+                                         f"({exc.strerror}); set {CACHE_ENV_VAR} to a writable folder",
+                              str(folder.parent)) from None
     with _exclusive_lock(folder.parent / f".{folder.name}.lock"):
         if _is_complete(folder):  # another process built it while we waited
             return folder

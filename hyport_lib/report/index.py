@@ -48,9 +48,16 @@ def _link(path, label) -> str:
 
 def render_index(run: ReportRun) -> str:
     counts = Counter(s.verdict for s in run.stages)
+    shown = ["PASS", "WARN", "FAIL", "SKIP"] + [v for v in ("RUNNING", "INTERRUPTED", "PENDING", "NOT RUN")
+                                                if counts.get(v)]
     summary = "".join(
         f'<span style="background:{VERDICT_COLOURS[v]}">{v}: {counts.get(v, 0)}</span>'
-        for v in ("PASS", "WARN", "FAIL", "SKIP"))
+        for v in shown)
+    status = {"running": "<b>running</b> (this page is rewritten as stages start and end)",
+              "finished": "finished", "interrupted": "<b>interrupted</b> by a stop signal",
+              "killed": "<b>killed</b>: the runner died without finishing"}.get(run.status, run.status)
+    notes = "".join(f"<li>{_esc(n)}</li>" for n in run.notes)
+    notes = f"<ul>{notes}</ul>" if notes else ""
     rows = []
     for s in run.stages:
         prov = (s.provenance or {}).get("label", "")
@@ -69,7 +76,8 @@ def render_index(run: ReportRun) -> str:
                   if trust else "trust_remote_code: off")
     params = "".join(f"<tr><td><code>{_esc(k)}</code></td><td><code>{_esc(json.dumps(v, default=str))}</code></td></tr>"
                      for k, v in sorted(run.parameters.items()))
-    unused = (f"<p>Parameters no stage declares (ignored): {_esc(', '.join(run.unused_parameters))}</p>"
+    unused = (f"<p>Parameters no stage declares (ignored, accepted with "
+              f"--allow-unknown-parameters): {_esc(', '.join(run.unused_parameters))}</p>"
               if run.unused_parameters else "")
     versions = "".join(f"<tr><td>{_esc(k)}</td><td>{_esc(v if v is not None else 'not installed')}</td></tr>"
                        for k, v in run.versions.items())
@@ -78,9 +86,9 @@ def render_index(run: ReportRun) -> str:
 <style>{_CSS}</style></head>
 <body>
 <h1>hyport report</h1>
-<p class="sub">run <code>{_esc(run.run_id)}</code> · started {_esc(run.started)} · finished {_esc(run.finished)}
- · profile {_esc(run.profile or '(none: notebook defaults)')}</p>
-<p class="summary">{summary}</p>
+<p class="sub">run <code>{_esc(run.run_id)}</code> · started {_esc(run.started)} · ended {_esc(run.finished or '-')}
+ · status {status} · profile {_esc(run.profile or '(none: notebook defaults)')}</p>
+<p class="summary">{summary}</p>{notes}
 <p>{trust_line}. Figures measured on CPU or computed by hyport's NPU emulation are labelled
 as such in the <i>source</i> column and are not NPU measurements.</p>
 <table id="stages"><thead><tr><th>stage</th><th>verdict</th><th>summary</th><th>duration</th>

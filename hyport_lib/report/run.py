@@ -2,6 +2,12 @@
 per stage. The runner fills it; the index, the blog drafts and ``run.json`` read it.
 Kept apart from the runner so that the modules that render a run do not import the
 module that executes one.
+
+``run.json`` and the index are written when the run starts, with every planned stage
+``PENDING``, and again whenever a stage starts (``RUNNING``) and ends (its verdict), so
+that whatever ends the run, they tell the truth: a run killed with SIGKILL shows the
+stage it was in as ``RUNNING`` and the run as not finished; the next run marks it
+``INTERRUPTED`` (see :mod:`hyport_lib.report.cleanup`).
 """
 
 from __future__ import annotations
@@ -11,6 +17,11 @@ import secrets
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Optional
+
+
+#: Statuses of a stage that has no verdict (yet).
+PENDING, RUNNING, INTERRUPTED, NOT_RUN = "PENDING", "RUNNING", "INTERRUPTED", "NOT RUN"
+UNFINISHED = (PENDING, RUNNING, INTERRUPTED, NOT_RUN)
 
 
 @dataclass
@@ -40,16 +51,32 @@ class ReportRun:
     started: str
     finished: str = ""
     unused_parameters: list[str] = field(default_factory=list)
+    #: ``running``, ``finished``, ``interrupted`` (a stop signal) or ``killed`` (found dead).
+    status: str = "running"
+    pid: int = 0
+    pid_started: float = 0.0  # the runner's process start time: a reused pid is not it
+    notes: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
-        return all(s.verdict != "FAIL" for s in self.stages)
+        return self.status == "finished" and all(
+            s.verdict not in ("FAIL", *UNFINISHED) for s in self.stages)
 
     def to_dict(self) -> dict:
         data = asdict(self)
         data["run_dir"] = str(self.run_dir)
         data["ok"] = self.ok
         return data
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "ReportRun":
+        known = {f for f in cls.__dataclass_fields__}
+        values = {k: v for k, v in data.items() if k in known}
+        values["run_dir"] = Path(values["run_dir"])
+        stage_fields = set(StageOutcome.__dataclass_fields__)
+        values["stages"] = [StageOutcome(**{k: v for k, v in s.items() if k in stage_fields})
+                            for s in data.get("stages", [])]
+        return cls(**values)
 
 
 def new_run_dir(output_root: Path) -> tuple[str, Path]:

@@ -50,12 +50,15 @@ class ScanReport:
         unparsable: ``(file, error)`` for files that could not be parsed; they are also
             listed as hits of category ``unparsable`` and scanned line by line instead.
         files_scanned: how many files were read.
+        skipped: ``(file, why)`` for names that are not regular files (a FIFO, a device,
+            a symlink loop or a dangling link): never opened.
     """
 
     root: str
     hits: list[Hit] = field(default_factory=list)
     unparsable: list[tuple[str, str]] = field(default_factory=list)
     files_scanned: int = 0
+    skipped: list[tuple[str, str]] = field(default_factory=list)
 
     @property
     def clean(self) -> bool:
@@ -88,6 +91,7 @@ class ScanReport:
             hits=[h for h in self.hits if h.category in keep],
             unparsable=list(self.unparsable),
             files_scanned=self.files_scanned,
+            skipped=list(self.skipped),
         )
 
     def to_dict(self) -> dict:
@@ -98,4 +102,5 @@ class ScanReport:
             "counts": self.counts(),
             "hits": [h.to_dict() for h in self.hits],
             "unparsable": [{"file": f, "error": e} for f, e in self.unparsable],
+            "skipped": [{"file": f, "why": w} for f, w in self.skipped],
         }

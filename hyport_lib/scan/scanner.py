@@ -67,7 +67,8 @@ def scan_path(path: str | os.PathLike, *, exclude: Iterable[str] = DEFAULT_EXCLU
     """
     root = Path(path)
     if not root.exists():
-        raise FileNotFoundError(f"scan_path: path {str(path)!r} does not exist")
+        link = not_regular(root) if root.is_symlink() else None
+        raise FileNotFoundError(f"scan_path: path {str(path)!r} {link or 'does not exist'}")
     exclude = tuple(exclude)
     if root.is_file():
         kind = file_kind(root, explicit=True)
@@ -82,6 +83,10 @@ def scan_path(path: str | os.PathLike, *, exclude: Iterable[str] = DEFAULT_EXCLU
         if kind is None:
             continue
         rel = file.relative_to(base).as_posix()
+        why = not_regular(file)
+        if why:  # a FIFO named *.py would block the read forever
+            report.skipped.append((rel, why))
+            continue
         report.files_scanned += 1
         hits, error = _scan_file(file, rel, kind)
         report.hits.extend(_apply_pragmas(file, hits))
@@ -89,6 +94,23 @@ def scan_path(path: str | os.PathLike, *, exclude: Iterable[str] = DEFAULT_EXCLU
             report.unparsable.append((rel, error))
     report.hits.sort()
     return report
+
+
+def not_regular(path: Path) -> Optional[str]:
+    """Why ``path`` is not a regular file to read, or None when it is one."""
+    import stat
+
+    try:
+        mode = path.stat().st_mode
+    except OSError as exc:
+        if path.is_symlink():
+            return "symlink loop" if exc.errno == 40 else f"dangling symlink ({exc.strerror})"
+        return f"unreadable ({exc.strerror})"
+    if stat.S_ISREG(mode):
+        return None
+    kind = "FIFO" if stat.S_ISFIFO(mode) else "socket" if stat.S_ISSOCK(mode) else \
+        "device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "not a regular file"
+    return f"{kind}: not read"
 
 
 def _walk(root: Path, exclude: tuple[str, ...]) -> Iterator[Path]:

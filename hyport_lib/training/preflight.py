@@ -120,7 +120,11 @@ def prepare(config: TrainConfig, backend=None, *, check_port: bool = True) -> La
 
 def _cards(backend, num_cards: Optional[int]) -> int:
     if backend.kind == "cpu":
-        return int(num_cards or backend.num_cards())
+        from hyport_lib.environment.checks import require_host_ram
+
+        count = int(num_cards or backend.num_cards())
+        require_host_ram("cpu", count, "training processes")
+        return count
     visible = backend.num_cards()
     if num_cards is not None and num_cards > visible:
         raise ValueError(f"num_cards={num_cards}: only {visible} {backend.kind} card(s) are visible")
@@ -130,17 +134,9 @@ def _cards(backend, num_cards: Optional[int]) -> int:
 
 
 def _model_path(config: TrainConfig) -> str:
-    from hyport_lib.models.tiny import TINY_MODEL_NAME, ensure_tiny_model
+    from hyport_lib.models.preflight import check_model_path
 
-    if config.model_path == TINY_MODEL_NAME:
-        return str(ensure_tiny_model())
-    path = Path(config.model_path).expanduser()
-    if not path.is_dir():
-        raise FileNotFoundError(f"model_path={config.model_path!r}: no such folder "
-                                f"(resolved to {path.resolve()})")
-    if not (path / "config.json").is_file():
-        raise ValueError(f"model_path={config.model_path!r}: not a model folder (no config.json)")
-    return str(path.resolve())
+    return check_model_path(config.model_path)
 
 
 def _output_dir(config: TrainConfig) -> Path:

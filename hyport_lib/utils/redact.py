@@ -3,14 +3,30 @@
 A variable is secret when its *name* contains one of :data:`SECRET_MARKERS`
 (case-insensitive). Such variables are dropped entirely, not masked, so that neither
 their value nor the fact that a particular token exists leaks into a shared report.
+
+Their *values* are scrubbed from free text (logs, notebooks, HTML) in every encoded form
+hyport or the tools it drives write: as is, as a JSON string (ASCII-only and not, and
+JSON inside JSON, as a notebook stores an injected parameter), as a Python literal
+(``repr`` / ``ascii``), HTML-escaped (also with numeric character references) and
+URL-encoded. Credentials inside URLs (``scheme://user:password@host``) are redacted
+wherever they appear, whatever the variable is called.
 """
 
 from __future__ import annotations
 
+import functools
+import html
+import json
 import os
+import re
+import urllib.parse
 from typing import Iterable, Mapping
 
 SECRET_MARKERS = ("SECRET", "TOKEN", "KEY", "PASSWORD", "CREDENTIAL", "AUTH", "ACCESS")
+REDACTED = "[redacted]"
+#: ``scheme://user:password@`` or ``scheme://token@``: the part before ``@`` goes.
+_URL_CREDENTIALS = re.compile(r"(?P<scheme>\b[a-zA-Z][a-zA-Z0-9+.\-]*://)(?P<userinfo>[^/@\s\"'<>]+)@")
+_MIN_SECRET_LEN = 4
 
 
 def is_secret_name(name: str) -> bool:
@@ -21,50 +37,76 @@ def is_secret_name(name: str) -> bool:
 def secret_values(environ: Mapping[str, str] | None = None) -> list[str]:
     """Values of secret variables, longest first (for scrubbing free text)."""
     environ = os.environ if environ is None else environ
-    values = {v for k, v in environ.items() if is_secret_name(k) and len(v) >= 4}
+    values = {v for k, v in environ.items() if is_secret_name(k) and len(v) >= _MIN_SECRET_LEN}
     return sorted(values, key=len, reverse=True)
+
+
+@functools.lru_cache(maxsize=256)
+def encoded_forms(value: str) -> tuple[str, ...]:
+    """``value`` as it appears once written in JSON, Python, HTML or a URL (longest first)."""
+    forms = {value}
+    for text in (json.dumps(value)[1:-1], json.dumps(value, ensure_ascii=False)[1:-1],
+                 repr(value)[1:-1], ascii(value)[1:-1]):
+        forms.add(text)
+    for text in list(forms):  # a notebook is JSON holding code that holds the literal
+        forms.add(json.dumps(text)[1:-1])
+        forms.add(json.dumps(text, ensure_ascii=False)[1:-1])
+    for text in list(forms):
+        forms.add(html.escape(text))
+        forms.add(html.escape(text, quote=False))
+        forms.add(html.escape(text).encode("ascii", "xmlcharrefreplace").decode("ascii"))
+    forms.add(urllib.parse.quote(value, safe=""))
+    forms.add(urllib.parse.quote_plus(value))
+    return tuple(sorted((f for f in forms if len(f) >= _MIN_SECRET_LEN), key=len, reverse=True))
+
+
+def redact_url_credentials(text: str) -> str:
+    """``https://user:pw@host`` -> ``https://[redacted]@host``."""
+    return _URL_CREDENTIALS.sub(lambda m: f"{m.group('scheme')}{REDACTED}@", text)
 
 
 def filter_environ(prefixes: Iterable[str], names: Iterable[str] = (),
                    environ: Mapping[str, str] | None = None) -> dict[str, str]:
-    """Variables whose name starts with one of ``prefixes`` or is in ``names``,
-    with every secret-looking name removed."""
+    """Variables whose name starts with one of ``prefixes`` or is in ``names``, with every
+    secret-looking name removed and credentials inside URL values redacted."""
     environ = os.environ if environ is None else environ
     prefixes = tuple(prefixes)
     wanted = set(names)
     return {
-        k: v
+        k: redact_url_credentials(v)
         for k, v in sorted(environ.items())
         if (k.startswith(prefixes) or k in wanted) and not is_secret_name(k)
     }
 
 
-def scrub_text(text: str, environ: Mapping[str, str] | None = None) -> str:
-    """Replace any secret value that appears verbatim in ``text``.
+def _scrubber(environ: Mapping[str, str] | None):
+    forms = sorted({f for v in secret_values(environ) for f in encoded_forms(v)}, key=len, reverse=True)
 
-    Used on logs and exception messages before they are written, because a failing
-    command can echo its environment.
+    def scrub(text: str) -> str:
+        for form in forms:
+            if form in text:
+                text = text.replace(form, REDACTED)
+        return redact_url_credentials(text) if "://" in text else text
+
+    return scrub
+
+
+def scrub_text(text: str, environ: Mapping[str, str] | None = None) -> str:
+    """Replace every secret value, in every encoded form, and URL credentials in ``text``.
+
+    Used on logs, notebooks, HTML and exception messages before they are written,
+    because a failing command can echo its environment.
     """
-    for value in secret_values(environ):
-        text = text.replace(value, "[redacted]")
-    return text
+    return _scrubber(environ)(text)
 
 
 def scrub_obj(obj, environ: Mapping[str, str] | None = None):
-    """``obj`` with :func:`scrub_text` applied to every string in it (keys included).
-
-    Scrub *before* serialising: in JSON text a value with quotes, backslashes or
-    non-ASCII characters is escaped and would no longer match.
-    """
-    values = secret_values(environ)
-    if not values:
-        return obj
+    """``obj`` with :func:`scrub_text` applied to every string in it (keys included)."""
+    scrub = _scrubber(environ)
 
     def walk(item):
         if isinstance(item, str):
-            for value in values:
-                item = item.replace(value, "[redacted]")
-            return item
+            return scrub(item)
         if isinstance(item, dict):
             return {walk(k): walk(v) for k, v in item.items()}
         if isinstance(item, (list, tuple)):

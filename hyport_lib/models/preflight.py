@@ -1,0 +1,103 @@
+"""Is ``model_path`` a model hyport can load? Checked before any process starts.
+
+Every stage and command that loads a model calls :func:`check_model_path` first, so
+that a typo never becomes a minutes-long hub download attempt in every worker, and a
+broken checkpoint is named with its file instead of surfacing as a transformers
+traceback per card. The checks, cheapest first: the folder exists; ``config.json`` is
+there and is JSON (its error names the line and column); the weights are there (an
+index and the shards it names, or single files) and each safetensors header reads
+(8-byte length + JSON, no tensor data). Offline by default: a hub id is only passed
+through when the caller allows downloads.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+
+_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.\-]*/[\w.\-]+$")
+
+
+class ModelPathError(ValueError):
+    """``model_path`` cannot be loaded; the message names the parameter, path and reason."""
+
+
+def check_model_path(model_path: str, *, param: str = "model_path", allow_download: bool = False,
+                     base: os.PathLike | None = None) -> str:
+    """The folder to load (absolute), ``model_path`` itself for an allowed hub id, or an error.
+
+    Args:
+        model_path: ``tiny``, a folder, or (with ``allow_download``) a hub id.
+        param: the parameter's name, for messages.
+        allow_download: pass a hub id through instead of refusing it.
+        base: where a relative folder is looked up (default: the working directory).
+
+    Raises:
+        ModelPathError: the folder is missing or not a loadable model (see the module
+            docstring); PermissionError: the tiny model's cache (``HYPORT_CACHE``) cannot
+            be written.
+    """
+    from hyport_lib.models.tiny import TINY_MODEL_NAME, ensure_tiny_model
+
+    text = str(model_path or "").strip()
+    if not text:
+        raise ModelPathError(f"{param}: empty; give a model folder or 'tiny'")
+    if text == TINY_MODEL_NAME:
+        return str(ensure_tiny_model())
+    path = Path(text).expanduser()
+    if not path.is_absolute():
+        path = Path(base or Path.cwd()) / path
+    if not path.exists():
+        if allow_download and _HUB_ID.match(text):
+            return text
+        hint = (" (it looks like a hub id: downloads are off; download the model first, or "
+                "allow downloads)" if _HUB_ID.match(text) else "")
+        raise ModelPathError(f"{param}={text!r}: no such folder ({path.resolve()}){hint}")
+    if not path.is_dir():
+        raise ModelPathError(f"{param}={text!r}: {path.resolve()} is a file, not a model folder")
+    _check_config(path, param, text)
+    _check_weights(path, param, text)
+    return str(path.resolve())
+
+
+def _check_config(path: Path, param: str, text: str) -> None:
+    config = path / "config.json"
+    if not config.is_file():
+        raise ModelPathError(f"{param}={text!r}: not a model folder: no config.json in {path.resolve()}")
+    try:
+        json.loads(config.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise ModelPathError(f"{param}={text!r}: {config.resolve()} is not valid JSON (line "
+                             f"{exc.lineno}, column {exc.colno}: {exc.msg})") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ModelPathError(f"{param}={text!r}: cannot read {config.resolve()} ({exc})") from None
+
+
+def _check_weights(path: Path, param: str, text: str) -> None:
+    from hyport_lib.weights.format import read_header
+
+    index = path / "model.safetensors.index.json"
+    if index.is_file():
+        try:
+            weight_map = json.loads(index.read_text(encoding="utf-8")).get("weight_map") or {}
+        except (OSError, json.JSONDecodeError, AttributeError) as exc:
+            raise ModelPathError(f"{param}={text!r}: {index.resolve()} is not a readable index "
+                                 f"({exc})") from None
+        shards = sorted({path / name for name in weight_map.values()})
+        missing = [s.name for s in shards if not s.is_file()]
+        if missing:
+            raise ModelPathError(f"{param}={text!r}: {index.name} names shard(s) that are not "
+                                 f"there: {', '.join(missing)}")
+    else:
+        shards = sorted(path.glob("*.safetensors"))
+    if not shards and not any(path.glob("pytorch_model*.bin")):
+        raise ModelPathError(f"{param}={text!r}: no weights in {path.resolve()} (no *.safetensors, "
+                             "no pytorch_model*.bin)")
+    for shard in shards:
+        header = read_header(shard, validate=False)
+        errors = [f for f in header.findings if f.severity == "error"]
+        if errors:
+            raise ModelPathError(f"{param}={text!r}: bad safetensors file {shard.resolve()}: "
+                                 f"{errors[0].message}")

@@ -1,0 +1,111 @@
+"""Runs that were killed: found, made truthful and cleaned, by the next run or ``--clean``.
+
+A run killed with SIGKILL (or by a second Ctrl-C at the wrong moment, or a lost machine)
+never finishes its own bookkeeping: its ``run.json`` still says a stage is ``RUNNING``,
+and the stage's executed notebook sits unscrubbed in ``.partial/`` (papermill saves it
+after every cell). At the start of every ``hyport report`` and with
+``hyport report --clean``, each run folder under the output root whose runner is no
+longer alive (its recorded pid is gone, or belongs to a newer process) is cleaned:
+
+* the partial notebooks are removed (they may hold values that were never scrubbed);
+* every text file of the run is scrubbed of the secret values set now;
+* ``RUNNING`` becomes ``INTERRUPTED`` and ``PENDING`` becomes ``NOT RUN``, the run's status
+  ``killed``, and ``run.json`` and ``index.html`` are rewritten to say so.
+
+A run whose runner is still alive (two runs at once) is never touched.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Callable, Optional
+
+from hyport_lib.report.run import INTERRUPTED, NOT_RUN, PENDING, RUNNING, ReportRun
+from hyport_lib.utils.files import atomic_write_json, atomic_write_text
+from hyport_lib.utils.redact import scrub_obj, scrub_text
+
+PARTIAL_DIR = ".partial"
+_TEXT_SUFFIXES = {".ipynb", ".html", ".json", ".jsonl", ".log", ".md", ".txt", ".yaml"}
+
+
+def process_start_time(pid: int) -> Optional[float]:
+    """When process ``pid`` started (None when there is no such process)."""
+    import psutil
+
+    try:
+        return psutil.Process(pid).create_time()
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        return None
+
+
+def runner_alive(data: dict) -> bool:
+    pid, started = int(data.get("pid") or 0), float(data.get("pid_started") or 0)
+    if pid <= 0:
+        return False
+    now_started = process_start_time(pid)
+    return now_started is not None and abs(now_started - started) < 1.0
+
+
+def needs_cleaning(data: dict) -> bool:
+    """The run says it is still running (if its runner is dead, it was killed)."""
+    return data.get("status") == "running"
+
+
+def clean_runs(output_root: Path, say: Optional[Callable[[str], None]] = None) -> list[Path]:
+    """Clean every dead, unfinished run under ``output_root``; returns their folders."""
+    cleaned = []
+    if not Path(output_root).is_dir():
+        return cleaned
+    for run_json in sorted(Path(output_root).glob("*/run.json")):
+        try:
+            data = json.loads(run_json.read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError):
+            continue
+        if not needs_cleaning(data) or runner_alive(data):
+            continue
+        clean_run(run_json.parent, data)
+        cleaned.append(run_json.parent)
+        if say:
+            say(f"cleaned a run that was killed: {run_json.parent.name}")
+    return cleaned
+
+
+def clean_run(run_dir: Path, data: dict) -> None:
+    """See the module docstring."""
+    shutil.rmtree(run_dir / PARTIAL_DIR, ignore_errors=True)
+    for path in run_dir.rglob("*"):
+        if path.is_file() and path.suffix in _TEXT_SUFFIXES and path.name != "run.json":
+            text = path.read_text(encoding="utf-8", errors="replace")
+            clean = scrub_text(text)
+            if clean != text:
+                atomic_write_text(path, clean)
+    when = _dt.datetime.now().isoformat(timespec="seconds")
+    run = ReportRun.from_dict({**data, "run_dir": str(run_dir)})
+    for stage in run.stages:
+        if stage.verdict == RUNNING:
+            stage.verdict = INTERRUPTED
+            stage.error = (f"the run was killed during this stage (found at {when}); its "
+                           "partial notebook was removed")
+        elif stage.verdict == PENDING:
+            stage.verdict = NOT_RUN
+    run.status = "killed"
+    run.notes.append(f"the runner died without finishing (found and cleaned at {when})")
+    write_run_files(run, blog=False)
+
+
+def write_run_files(run: ReportRun, blog: bool = True) -> None:
+    """``index.html``, ``run.json`` (and the blog drafts) of a run, from its state now."""
+    from hyport_lib.report.blog import write_blog_drafts
+    from hyport_lib.report.index import write_index
+
+    write_index(run)
+    atomic_write_json(run.run_dir / "run.json", scrub_obj(run.to_dict()))
+    if blog:
+        write_blog_drafts(run)
+
+
+__all__ = ["clean_run", "clean_runs", "process_start_time", "runner_alive", "write_run_files"]

@@ -1,0 +1,133 @@
+"""The parameters of a report run: profile + ``-p``, checked once before anything runs.
+
+Every key must be one that some notebook declares (a typo such as ``num_card`` is an
+error naming the closest known key; ``allow_unknown=True`` accepts it and the index
+lists it as ignored), every value must be what the parameter accepts
+(:func:`hyport_lib.parameters.validate_parameters`), and renamed keys are moved to their
+new names with a deprecation message. ``-p`` values stay text for text parameters and
+are parsed as YAML otherwise; relative paths are made absolute against the caller's
+working directory, because each notebook runs in its own folder.
+"""
+
+from __future__ import annotations
+
+import ast
+import difflib
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+from hyport_lib.parameters import ParameterError, kind_of_default, rename_keys, validate_parameters
+from hyport_lib.stages import Stage
+from hyport_lib.utils.redact import is_secret_name, scrub_text
+
+# Parameters whose string values are paths: made absolute against the caller's cwd,
+# because the notebooks run with their own folder as working directory.
+_PATH_SUFFIXES = ("_path", "_dir", "_file")
+_PATH_KEYS = ("image",)
+
+
+def notebook_defaults(stage: Stage) -> dict[str, Any]:
+    """Parameter names of the notebook's ``parameters`` cell -> their default values.
+
+    papermill's own inspection finds the names (the same parser that injects values);
+    the defaults are the literals written there.
+    """
+    import papermill
+
+    specs = papermill.inspect_notebook(str(stage.path))
+    defaults = {}
+    for name, spec in specs.items():
+        try:
+            defaults[name] = ast.literal_eval(spec.get("default") or "None")
+        except (ValueError, SyntaxError):
+            defaults[name] = None
+    return defaults
+
+
+def notebook_parameters(stage: Stage) -> dict[str, str]:
+    """Parameter names -> the kind of their default (``str``, ``int``, ``None``, ...)."""
+    return {name: kind_of_default(value) or "None" for name, value in notebook_defaults(stage).items()}
+
+
+def coerce_overrides(raw: dict, types: dict[str, str]) -> dict:
+    """``-p`` values: kept as typed text for string parameters, parsed as YAML otherwise.
+
+    A prompt such as ``Translate: hello`` or ``yes`` must reach a string parameter as
+    written, while ``num_cards=4`` or ``allow_busy_cards=true`` need their YAML types.
+    """
+    from hyport_lib.report.profiles import parse_yaml_value
+
+    return {key: value if types.get(key) == "str" or not isinstance(value, str)
+            else parse_yaml_value(key, value) for key, value in raw.items()}
+
+
+def absolutize_paths(params: dict, base: Path) -> dict:
+    """Relative paths made absolute against ``base`` (the caller's working directory).
+
+    ``*_dir`` parameters are output folders: always resolved, they may not exist yet.
+    ``*_path`` / ``*_file`` / ``image`` are resolved when they exist there, so names
+    such as ``tiny`` or a hub id pass unchanged.
+    """
+    out = {}
+    for key, value in params.items():
+        if isinstance(value, str) and value and not os.path.isabs(value):
+            if key.endswith("_dir") or (
+                    (key.endswith(_PATH_SUFFIXES) or key in _PATH_KEYS) and (base / value).exists()):
+                value = str((base / value).resolve())
+        out[key] = value
+    return out
+
+
+def safe_parameters(params: dict) -> dict:
+    """Parameters fit to print: secret-named keys dropped, values scrubbed."""
+    return {k: (scrub_text(v) if isinstance(v, str) else v)
+            for k, v in params.items() if not is_secret_name(k)}
+
+
+@dataclass
+class RunParameters:
+    merged: dict  # every parameter of the run, checked and typed
+    declared: dict[str, dict[str, Any]]  # stage id -> its notebook's defaults
+    unused: list[str]  # keys no notebook declares (only with allow_unknown)
+
+    def for_stage(self, stage: Stage) -> dict:
+        return {k: v for k, v in self.merged.items() if k in self.declared[stage.id]}
+
+
+def resolve_parameters(from_profile: dict, overrides: dict, stages: list[Stage], *,
+                       profile_name: str = "the profile", allow_unknown: bool = False,
+                       say: Optional[Callable[[str], None]] = None, base: Optional[Path] = None
+                       ) -> RunParameters:
+    """Merge, rename, type, check and absolutize (see the module docstring).
+
+    Raises:
+        ParameterError: unknown keys (with the closest known ones) or bad values.
+    """
+    from_profile = rename_keys(from_profile, say)
+    overrides = rename_keys(overrides, say)
+    declared = {s.id: notebook_defaults(s) for s in stages}
+    defaults: dict[str, Any] = {}
+    for stage_defaults in declared.values():
+        for key, value in stage_defaults.items():
+            defaults.setdefault(key, value)
+    types = {k: kind_of_default(v) or "None" for k, v in defaults.items()}
+    problems = []
+    for source, keys in ((profile_name, from_profile), ("-p", overrides)):
+        for key in sorted(k for k in keys if k not in defaults):
+            if allow_unknown and (source != "-p" or key in from_profile):
+                continue
+            near = difflib.get_close_matches(key, list(defaults), n=1)
+            hint = f"; did you mean {near[0]!r}?" if near else ""
+            problems.append(f"{source}: unknown parameter {key!r} (no notebook declares it){hint}")
+    if problems:
+        raise ParameterError(problems)
+    merged = {**from_profile, **coerce_overrides(overrides, types)}
+    merged = validate_parameters(merged, defaults)
+    merged = absolutize_paths(merged, base or Path.cwd())
+    return RunParameters(merged, declared, sorted(k for k in merged if k not in defaults))
+
+
+__all__ = ["ParameterError", "RunParameters", "absolutize_paths", "coerce_overrides",
+           "notebook_defaults", "notebook_parameters", "resolve_parameters", "safe_parameters"]

@@ -1,0 +1,193 @@
+"""Running one stage's notebook with papermill, and collecting what it left.
+
+The executed notebook is written to ``<run>/.partial/`` while it runs (papermill saves
+after every cell) and only its scrubbed copy reaches ``notebooks/``: a run killed in the
+middle of a stage leaves the unscrubbed file in ``.partial/``, where the next run (or
+``hyport report --clean``) finds and removes it (:mod:`hyport_lib.report.cleanup`).
+While the stage runs, everything the kernel writes to the terminal (its start-up
+warnings, the tracebacks of a kernel stopped by Ctrl-C) goes to the stage's log instead,
+scrubbed of secret values like the rest.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Optional
+
+from hyport_lib.report.params import safe_parameters
+from hyport_lib.report.run import StageOutcome
+from hyport_lib.results import RESULTS_DIR_ENV, load_result
+from hyport_lib.stages import Stage
+from hyport_lib.utils.files import atomic_write_text
+from hyport_lib.utils.redact import scrub_obj, scrub_text
+from hyport_lib.utils.signals import shielded
+
+RUN_DIR_ENV = "HYPORT_RUN_DIR"
+PARTIAL_DIR = ".partial"
+
+
+class _ScrubFilter(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        record.msg = scrub_text(str(record.getMessage()))
+        record.args = ()
+        return True
+
+
+@contextlib.contextmanager
+def _stage_logging(log_path: Path):
+    handler = logging.FileHandler(log_path, encoding="utf-8")
+    handler.setFormatter(logging.Formatter("%(asctime)s %(message)s"))
+    handler.addFilter(_ScrubFilter())
+    logger = logging.getLogger("papermill")
+    old_level = logger.level
+    logger.setLevel(logging.INFO)
+    logger.addHandler(handler)
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(old_level)
+        handler.close()
+
+
+@contextlib.contextmanager
+def _environ(extra: dict):
+    saved = {k: os.environ.get(k) for k in extra}
+    os.environ.update(extra)
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+def _describe_error(exc: BaseException) -> str:
+    ename = getattr(exc, "ename", None)
+    evalue = getattr(exc, "evalue", None)
+    text = f"{ename}: {evalue}" if ename else f"{type(exc).__name__}: {exc}"
+    return scrub_text(text.strip())
+
+
+def scrub_notebook(source: Path, target: Path) -> bool:
+    """Write ``source`` (an executed notebook) scrubbed to ``target``; False when absent.
+
+    Scrubbed by structure (every string of the JSON) and then as text, so that values
+    in any encoding are caught; a file half-written by a dying kernel is scrubbed as text.
+    """
+    if not source.exists():
+        return False
+    text = source.read_text(encoding="utf-8", errors="replace")
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError:
+        clean = scrub_text(text)
+    else:
+        clean = scrub_text(json.dumps(scrub_obj(data), indent=1, ensure_ascii=False) + "\n")
+    atomic_write_text(target, clean)
+    return True
+
+
+@contextlib.contextmanager
+def _terminal_to_log(log_path: Path):
+    """Send this process's stderr (file descriptor 2, which the kernel inherits) to the log.
+
+    The kernel's own messages ("Kernel is running over TCP without encryption", the
+    ZMQError and KeyboardInterrupt tracebacks of a kernel stopped by a signal) then land
+    in the stage log, not on the user's terminal. The log is scrubbed afterwards.
+    """
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with open(log_path, "ab") as log:
+        os.dup2(log.fileno(), 2)
+    try:
+        yield
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
+def _scrub_file(path: Path) -> None:
+    if path.is_file():
+        text = path.read_text(encoding="utf-8", errors="replace")
+        clean = scrub_text(text)
+        if clean != text:
+            atomic_write_text(path, clean)
+
+
+def run_stage(stage: Stage, run_dir: Path, params: dict, *, cell_timeout_s: int,
+              kernel_name: Optional[str], show_inputs: bool, progress_bar: bool) -> StageOutcome:
+    """Execute one notebook and collect everything it left; never raises for the notebook's errors."""
+    import papermill
+
+    nb_out = run_dir / "notebooks" / stage.path.name
+    nb_partial = run_dir / PARTIAL_DIR / stage.path.name
+    html_out = run_dir / "html" / f"{stage.id}.html"
+    log_out = run_dir / "logs" / f"{stage.id}.log"
+    for folder in (nb_out.parent, nb_partial.parent, html_out.parent, log_out.parent,
+                   run_dir / "results"):
+        folder.mkdir(parents=True, exist_ok=True)
+    outcome = StageOutcome(stage=stage.id, verdict="FAIL", parameters=safe_parameters(params),
+                           notebook=str(nb_out.relative_to(run_dir)),
+                           log=str(log_out.relative_to(run_dir)))
+    env = {RESULTS_DIR_ENV: str(run_dir / "results"), RUN_DIR_ENV: str(run_dir),
+           "HYPORT_STAGE": stage.id}
+    started = time.monotonic()
+    error = None
+    with _stage_logging(log_out), _environ(env), _terminal_to_log(log_out):
+        try:
+            papermill.execute_notebook(
+                str(stage.path), str(nb_partial), parameters=params, kernel_name=kernel_name,
+                cwd=str(stage.path.parent), execution_timeout=cell_timeout_s,
+                progress_bar=progress_bar, log_output=True, request_save_on_cell_execute=True,
+            )
+        except KeyboardInterrupt:
+            # Keep what the stage left (scrubbed, with its HTML); the caller stops the run.
+            error = "KeyboardInterrupt: the run was interrupted during this stage"
+            outcome.interrupted = True
+        except Exception as exc:  # noqa: BLE001 — any notebook failure becomes a FAIL row
+            error = _describe_error(exc)
+    outcome.duration_s = round(time.monotonic() - started, 2)
+    with shielded():  # a second Ctrl-C does not leave the stage's files half-made
+        return _collect(stage, run_dir, outcome, error, nb_partial, nb_out, html_out, log_out,
+                        show_inputs)
+
+
+def _collect(stage: Stage, run_dir: Path, outcome: StageOutcome, error: Optional[str],
+             nb_partial: Path, nb_out: Path, html_out: Path, log_out: Path,
+             show_inputs: bool) -> StageOutcome:
+    from hyport_lib.report.html import notebook_to_html
+
+    _scrub_file(log_out)
+    if scrub_notebook(nb_partial, nb_out):
+        nb_partial.unlink()
+        try:
+            notebook_to_html(nb_out, html_out, show_inputs=show_inputs, title=stage.id)
+            outcome.html = str(html_out.relative_to(run_dir))
+        except Exception as exc:  # noqa: BLE001 — keep the stage row even if export fails
+            error = (error + "; " if error else "") + f"HTML export failed: {_describe_error(exc)}"
+    else:
+        outcome.notebook = None
+    result_path = run_dir / "results" / f"{stage.id}.json"
+    if result_path.exists():
+        try:
+            result = load_result(result_path)
+            outcome.verdict, outcome.summary = result.verdict, result.summary
+            outcome.headline, outcome.provenance = result.headline, result.provenance
+        except ValueError as exc:
+            error = (error + "; " if error else "") + str(exc)
+    elif error is None:
+        outcome.verdict, outcome.summary = "WARN", "the notebook ran but recorded no result"
+    if error:
+        outcome.verdict, outcome.error = "FAIL", error
+        outcome.summary = outcome.summary or "stage failed"
+    return outcome

@@ -1,0 +1,231 @@
+"""Regression tests of the hardening round: each defect a new user found, reproduced.
+
+Secrets in escaped forms and URL credentials; model paths checked before any process
+starts; configuration refused before the run; a garbled npu-smi; one-line errors instead
+of tracebacks; the torch-npu install hint that keeps the host's torch.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from hyport_lib.commands import main
+
+REPO = Path(__file__).resolve().parents[1]
+DATA = Path(__file__).parent / "data"
+
+
+# --------------------------------------------------------------------------- 1. secrets
+@pytest.mark.parametrize("secret", ['pa"ss\\word-1', "密码-秘密-42", "it's <b>&amp;</b> x"])
+def test_every_encoded_form_of_a_secret_is_scrubbed(secret):
+    import html
+
+    from hyport_lib.utils.redact import scrub_obj, scrub_text
+
+    env = {"MY_SERVICE_TOKEN": secret}
+    forms = [secret, json.dumps(secret), json.dumps(secret, ensure_ascii=False),
+             json.dumps(json.dumps(secret)), json.dumps(f"prompt = {json.dumps(secret)}"),
+             repr(secret), ascii(secret), html.escape(secret), html.escape(json.dumps(secret)),
+             html.escape(secret).encode("ascii", "xmlcharrefreplace").decode(),
+             json.dumps(f"prompt = {secret!r}")]
+    for form in forms:
+        out = scrub_text(f"before {form} after", env)
+        assert "[redacted]" in out, form
+        for leak in (secret, json.dumps(secret)[1:-1], ascii(secret)[1:-1]):
+            assert leak not in out, (form, out)
+    assert scrub_obj({"k": [f"x{json.dumps(secret)}"]}, env) == {"k": ["x\"[redacted]\""]}
+
+
+def test_url_credentials_are_redacted_wherever_environment_values_are_shown():
+    from hyport_lib.environment.facts import collect_env_vars
+    from hyport_lib.utils.redact import scrub_text
+
+    env = {"MASTER_ADDR": "http://admin:hunter2@10.0.0.1:29500", "HF_ENDPOINT": "https://hf-mirror.com",
+           "NCCL_X": "ssh://deploy@host/x"}
+    shown = collect_env_vars(env)
+    assert shown["MASTER_ADDR"] == "http://[redacted]@10.0.0.1:29500"
+    assert shown["HF_ENDPOINT"] == "https://hf-mirror.com"
+    assert "hunter2" not in scrub_text("connect to https://u:hunter2@x/y failed", {})
+
+
+# --------------------------------------------------------------------------- 3. model_path
+def _tiny_copy(tmp_path, shards="300KB"):
+    from hyport_lib.models.tiny import ensure_tiny_model
+    import shutil
+
+    target = tmp_path / "model"
+    shutil.copytree(ensure_tiny_model(max_shard_size=shards), target)
+    return target
+
+
+def test_model_path_problems_are_named_before_any_worker_starts(tmp_path, monkeypatch):
+    from hyport_lib import processes
+    from hyport_lib.models.preflight import ModelPathError, check_model_path
+
+    started = []
+    monkeypatch.setattr(processes, "start_child", lambda *a, **k: started.append(a))
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ModelPathError, match=r"model_path='ckpt-typo': no such folder \(.*ckpt-typo\)"):
+        check_model_path("ckpt-typo")
+    with pytest.raises(ModelPathError, match="looks like a hub id: downloads are off"):
+        check_model_path("some-org/some-model")
+    assert check_model_path("some-org/some-model", allow_download=True) == "some-org/some-model"
+    model = _tiny_copy(tmp_path)
+    assert check_model_path(str(model)) == str(model.resolve())
+    (model / "config.json").write_text('{"model_type": "llava",\n  "oops"\n}')
+    with pytest.raises(ModelPathError, match=r"config.json is not valid JSON \(line 3, column 1"):
+        check_model_path(str(model))
+    model = _tiny_copy(tmp_path / "b")
+    shard = sorted(model.glob("*.safetensors"))[1]
+    shard.write_bytes(shard.read_bytes()[:100])
+    with pytest.raises(ModelPathError, match=f"bad safetensors file .*{shard.name}"):
+        check_model_path(str(model))
+    (model / "config.json").unlink()
+    with pytest.raises(ModelPathError, match="not a model folder: no config.json"):
+        check_model_path(str(model))
+    rc = main(["infer", "--model-path", "ckpt-typo", "--no-record", "--num-cards", "1"])
+    assert rc == 2 and not started  # no worker, no download attempt
+
+
+def test_a_readonly_cache_is_named(tmp_path, monkeypatch, capsys):
+    blocker = tmp_path / "cache-is-a-file"
+    blocker.write_text("x")
+    monkeypatch.setenv("HYPORT_CACHE", str(blocker))
+    assert main(["infer", "--no-record", "--num-cards", "1"]) == 2
+    err = capsys.readouterr().err
+    assert "HYPORT_CACHE" in err and "not writable" in err and "Traceback" not in err
+
+
+# --------------------------------------------------------------------------- 4. configuration
+def test_stage_01_refuses_a_card_count_below_one():
+    from hyport_lib.environment import collect_environment
+
+    for bad in (-1, 0):
+        with pytest.raises(ValueError, match=f"num_cards={bad}"):
+            collect_environment(device="cpu", num_cards=bad, check_ports=False)
+
+
+def test_too_many_cpu_workers_are_refused_with_the_figure(capsys):
+    assert main(["infer", "--num-cards", "4096", "--no-record"]) == 2
+    err = capsys.readouterr().err
+    assert "num_cards=4096: too many cpu workers" in err and "GB needed for 4096 cards" in err
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["infer", "--timeout-s", "nan", "--no-record"], "timeout_s=nan"),
+    (["report", "--only", ","], "--only ','"),
+    (["report", "-p", "num_cards=abc"], "num_cards='abc': expected an integer >= 1"),
+    (["report", "-p", "device=tpu"], "device='tpu': expected one of"),
+    (["report", "-p", "infer_timeout_s=nan"], "infer_timeout_s"),
+    (["report", "-p", "max_steps=-3"], "max_steps=-3"),
+])
+def test_bad_values_are_refused_before_the_run(argv, words, capsys, tmp_path):
+    if argv[0] == "report":
+        argv = argv + ["--output-dir", str(tmp_path / "out")]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert words in err, err
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
+
+
+def test_a_typo_in_a_profile_stops_the_run_and_names_the_key(tmp_path, capsys):
+    profile = tmp_path / "typo.yaml"
+    profile.write_text("# hyport report --profile typo.yaml\nnum_card: 1\n")
+    assert main(["report", "--profile", str(profile), "--output-dir", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert "unknown parameter 'num_card'" in err and "did you mean 'num_cards'" in err
+
+
+# --------------------------------------------------------------------------- 5. npu-smi
+def test_env_survives_a_garbled_npu_smi_and_warns(fake_npu, npu_smi_sample, monkeypatch, capsys,
+                                                   tmp_path):
+    monkeypatch.setenv("HYPORT_RESULTS_DIR", str(tmp_path))
+    path = npu_smi_sample("")
+    path.write_bytes((DATA / "npu_smi" / "910b_24x_classic.txt").read_bytes().replace(b"OK", b"O\xff\xfeK", 1))
+    assert main(["env", "--device", "npu", "--json", "--no-record"]) in (0, 1)
+    capsys.readouterr()
+    # A listing cut short by a wedged driver: one card shown on an 8-card host.
+    cut = b"".join((DATA / "npu_smi" / "910b_24x_classic.txt").read_bytes().splitlines(True)[:9])
+    path.write_bytes(cut + b"\xff\xfe stray bytes\n")
+    rc = main(["env", "--device", "npu", "--no-record"])
+    out = capsys.readouterr().out
+    assert rc in (0, 1)
+    lines = {line.split("]")[1].split(":")[0].strip(): line for line in out.splitlines()
+             if line.startswith("- [")}
+    assert lines["busy_cards"].startswith("- [WARN]") and "lists 1 card(s) but torch_npu sees 8" \
+        in lines["busy_cards"]
+    assert lines["card_health"].startswith("- [WARN]") and "cannot be trusted" in lines["card_health"]
+    assert "npu-smi output, as printed" in out and "stray bytes" in out
+    path.write_bytes(b"garbage only\n\xff\n")  # nothing recognisable at all
+    main(["env", "--device", "npu", "--no-record"])
+    out = capsys.readouterr().out
+    assert "no chip table" in out and "garbage only" in out
+
+
+# --------------------------------------------------------------------------- 6. sentences
+def test_output_dir_that_is_a_file_or_readonly_is_one_line(tmp_path, capsys):
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    assert main(["report", "--only", "01", "--output-dir", str(afile)]) == 2
+    err = capsys.readouterr().err
+    assert "is a file, not a folder" in err and "Traceback" not in err
+    if os.geteuid() != 0:  # root writes anywhere
+        readonly = tmp_path / "ro"
+        readonly.mkdir(mode=0o500)
+        assert main(["report", "--only", "01", "--output-dir", str(readonly)]) == 2
+
+
+def test_an_empty_notebooks_folder_is_an_error(tmp_path, capsys):
+    (tmp_path / "nbs").mkdir()
+    assert main(["report", "--notebooks", str(tmp_path / "nbs"), "--output-dir", str(tmp_path / "o")]) == 2
+    assert "no stage notebooks" in capsys.readouterr().err
+
+
+def test_scan_skips_fifos_and_names_symlink_loops(tmp_path, capsys):
+    (tmp_path / "ok.py").write_text("import torch\ntorch.cuda.synchronize()\n")
+    os.mkfifo(tmp_path / "pipe.py")
+    (tmp_path / "loop.py").symlink_to(tmp_path / "loop.py")
+    out = subprocess.run([sys.executable, "-m", "hyport_lib", "scan", str(tmp_path)],
+                         capture_output=True, text=True, timeout=60)  # would hang on the FIFO
+    assert out.returncode == 1 and "ok.py" in out.stdout
+    assert "symlink loop" in out.stdout + out.stderr and "does not exist" not in out.stdout
+
+
+# --------------------------------------------------------------------------- 7. torch-npu install
+def test_the_printed_torch_npu_command_keeps_the_installed_torch(monkeypatch):
+    import tomllib
+
+    from hyport_lib.environment.checks import torch_npu_install_command
+
+    command = torch_npu_install_command("2.8.0")
+    assert '"torch-npu==2.8.0.*"' in command and '"torch==2.8.0"' in command
+    assert torch_npu_install_command("2.13.0+cpu").count("2.13.0") == 2
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    assert "npu" not in project.get("optional-dependencies", {})  # no open-ended extra
+    readme = (REPO / "README.md").read_text()
+    assert ".[npu]" not in readme
+
+
+def test_env_prints_the_command_when_torch_npu_is_missing_on_a_cann_host(tmp_path):
+    from hyport_lib.environment.checks import check_torch_npu_import
+
+    check = check_torch_npu_import("cpu", None, None, "auto", cann_found=True, torch_version="2.8.0")
+    assert check.verdict == "WARN"
+    assert 'pip install "torch-npu==2.8.0.*" "torch==2.8.0"' in check.reason
+
+
+def test_an_unwritable_results_folder_is_named_before_any_work(tmp_path, monkeypatch, capsys):
+    blocker = tmp_path / "results-is-a-file"
+    blocker.write_text("x")
+    monkeypatch.setenv("HYPORT_RESULTS_DIR", str(blocker / "sub"))
+    for argv in (["env"], ["infer", "--num-cards", "1"], ["attention", "--model-path", "none"],
+                 ["train", "--max-steps", "1"]):
+        assert main(argv) == 2, argv
+        err = capsys.readouterr().err
+        assert "results folder" in err and "HYPORT_RESULTS_DIR" in err and "Traceback" not in err
