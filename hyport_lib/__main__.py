@@ -1,7 +1,5 @@
 """``python -m hyport_lib`` == ``hyport``."""
 
-import sys
+from hyport_lib.commands import cli
 
-from hyport_lib.commands import main
-
-sys.exit(main())
+cli()

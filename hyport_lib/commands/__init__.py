@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import pkgutil
+import signal
 import sys
 from typing import Optional, Sequence
 
@@ -43,5 +44,21 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     return invoke(args.command, args._run, args)
 
 
+def cli() -> None:
+    """The ``hyport`` executable: :func:`main`, then exit with its status.
+
+    A command that was stopped has already written what it keeps; a further Ctrl-C
+    while the interpreter shuts down must not turn exit 130 into death by SIGINT.
+    """
+    from hyport_lib.commands._cli import STOPPED_EXIT
+    from hyport_lib.utils.signals import STOP_SIGNALS
+
+    code = main()
+    if code == STOPPED_EXIT:
+        for sig in (signal.SIGINT, *STOP_SIGNALS):
+            signal.signal(sig, signal.SIG_IGN)
+    sys.exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    cli()
