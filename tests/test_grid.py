@@ -478,10 +478,18 @@ def test_secret_values_stay_out_of_logs_configs_and_results(tmp_path, monkeypatc
     assert SECRET not in json.dumps(result.to_dict(), default=str)
     assert SECRET not in json.dumps(result.cards, default=str)
 
-    # A failing load: the traceback quotes the path; the log and the row show it scrubbed.
+    # A load that fails in the worker (the folder passes the preflight, its model type is
+    # unknown to transformers): the error quotes the secret-bearing model type; the log and
+    # the row show it scrubbed.
+    import shutil
+
     monkeypatch.setenv(SECRET_NAME, SECRET)
+    broken = tmp_path / SECRET / "model"
+    shutil.copytree(ensure_tiny_model(), broken)
+    config = json.loads((broken / "config.json").read_text())
+    (broken / "config.json").write_text(json.dumps({**config, "model_type": f"arch-{SECRET}"}))
     failed_dir = tmp_path / "failed"
-    result = run_grid(_config(model_path=str(tmp_path / SECRET / "missing")), device="cpu",
+    result = run_grid(_config(model_path=str(broken)), device="cpu",
                       num_cards=1, timeout_s=120, log_dir=failed_dir)
     assert _status(result) == {0: "failed"}
     assert _files_with_secret(failed_dir) == []

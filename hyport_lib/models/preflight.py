@@ -59,7 +59,8 @@ def check_model_path(model_path: str, *, param: str = "model_path", allow_downlo
         raise ModelPathError(f"{param}={text!r}: {path.resolve()} is a file, not a model folder")
     _check_config(path, param, text)
     _check_weights(path, param, text)
-    return str(path.resolve())
+    # Absolute, but through the user's own links: the path they gave is the one loaded.
+    return os.path.normpath(str(path.absolute()))
 
 
 def _check_config(path: Path, param: str, text: str) -> None:
