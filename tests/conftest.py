@@ -62,3 +62,30 @@ def npu_smi_sample(monkeypatch, tmp_path):
         return path
 
     return use
+
+
+def _host_kind() -> str:
+    from hyport_lib.backend import detect_kind
+
+    try:
+        return detect_kind()
+    except Exception:  # noqa: BLE001 — a broken accelerator stack is "not a CPU host" too
+        return "unknown"
+
+
+#: What this host is: tests about a CPU-only host skip elsewhere (as accelerate's
+#: ``require_*`` decorators do), so the suite also runs on a GPU or NPU machine.
+HOST_KIND = _host_kind()
+requires_cpu_host = pytest.mark.skipif(
+    HOST_KIND != "cpu", reason=f"about a CPU-only host; this host has {HOST_KIND}")
+
+
+def _missing_packages() -> list[str]:
+    from hyport_lib.environment.checks import REQUIRED_PACKAGES
+    from hyport_lib.utils.imports import package_version
+
+    return [p for p in REQUIRED_PACKAGES if not package_version(p)]
+
+
+requires_full_stack = pytest.mark.skipif(
+    bool(_missing_packages()), reason=f"needs every required package ({', '.join(_missing_packages())} missing)")

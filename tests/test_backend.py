@@ -10,7 +10,10 @@ import torch
 
 from hyport_lib import backend as B
 
+from conftest import requires_cpu_host
 
+
+@requires_cpu_host
 def test_cpu_is_detected_on_this_host():
     be = B.get_backend("auto")
     assert be.kind == "cpu"
@@ -37,6 +40,7 @@ def test_explicit_npu_without_torch_npu_is_a_clear_error():
         B.get_backend("npu")
 
 
+@requires_cpu_host
 def test_explicit_cuda_on_cpu_build_is_a_clear_error():
     with pytest.raises(RuntimeError, match="device='cuda' requested"):
         B.get_backend("cuda")
@@ -63,11 +67,13 @@ def test_npu_detected_through_the_double(fake_npu, monkeypatch):
     assert be.supports_bf16() is False
 
 
+@requires_cpu_host
 def test_npu_with_no_cards_falls_back_to_cpu(fake_npu, monkeypatch):
     monkeypatch.setenv("HYPORT_FAKE_NPU_COUNT", "0")
     assert B.get_backend("auto").kind == "cpu"
 
 
+@requires_cpu_host
 def test_transfer_to_npu_trap(fake_npu, monkeypatch):
     """After transfer_to_npu, torch.cuda answers for the NPU: must not look like CUDA."""
     import torch_npu.contrib.transfer_to_npu  # noqa: F401  (patches torch.cuda)
@@ -97,6 +103,7 @@ def test_cuda_detected_when_the_runtime_reports_devices(monkeypatch):
     assert be.num_cards() == 2
 
 
+@requires_cpu_host
 def test_broken_torch_npu_is_reported_not_fatal(tmp_path, monkeypatch):
     """An installed torch_npu that fails on import (no CANN) must not crash detection."""
     pkg = tmp_path / "torch_npu"

@@ -428,3 +428,35 @@ def test_backend_summary_counts_and_folds_the_full_table(monkeypatch):
     assert shown[3].to_html().count("<tr") == 2  # header + the one failing row
     folded = shown[4].data
     assert folded.startswith("<details>") and folded.count("<tr") == len(frame) + 1
+
+
+def test_tolerance_scales_with_the_magnitude_of_the_reference():
+    """One float32 ulp at |v| = 4 (4.77e-07) against an exact eager result used to FAIL
+    with a constant atol of 2.4e-07; two ulps at max|ref| let it pass, while a missing
+    scale (a gross error) still fails."""
+    import torch
+
+    from hyport_lib.attention.metrics import Metrics, decide, ulp_atol
+
+    one_ulp = float(torch.finfo(torch.float32).eps * 4)
+    assert one_ulp == pytest.approx(4.77e-07, rel=1e-2)
+    atol = ulp_atol(4.0, torch.float32)
+    assert atol == pytest.approx(2 * one_ulp)
+
+    def metrics(max_abs):
+        return Metrics(max_abs=max_abs, eager_max_abs=0.0, atol=atol, bound=atol, cosine=1.0,
+                       max_rel=0.0, rel_gt_1e3=0.0, rel_gt_5e3=0.0, rmse=max_abs, finite=True,
+                       empty_rows=0, empty_rows_out="-")
+
+    assert decide(metrics(one_ulp))[0] == "PASS"
+    assert decide(metrics(0.5))[0] == "FAIL"  # e.g. the softmax without its 1/sqrt(d)
+    assert ulp_atol(0.0, torch.float32) == 0.0
+    assert ulp_atol(4.0, torch.bfloat16) > ulp_atol(4.0, torch.float16) > atol
+
+
+def test_the_summary_names_the_device_of_each_implementation():
+    from hyport_lib.attention.stage import where_each_ran
+
+    backends = [{"name": "eager", "device": "cuda:0"}, {"name": "sdpa", "device": "cuda:0"},
+                {"name": "npu-emulated", "device": "cpu"}, {"name": "flash-api (npu-emulated)", "device": "cpu"}]
+    assert where_each_ran(backends) == "eager, sdpa on CUDA; npu-emulated, flash-api (npu-emulated) on CPU"

@@ -262,3 +262,26 @@ def test_greedy_output_is_identical_in_a_fresh_process(outcome, tiny_cache):
                           env=env, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.strip().splitlines()[-1] == outcome.output_hash
+
+
+def test_the_timed_run_is_not_the_first_call(monkeypatch):
+    """The first generate of a process measures start-up (device context, kernels, on an
+    NPU operator compilation): it is a warm-up, reported apart as cold_s."""
+    from hyport_lib.inference import generate
+
+    calls = []
+    real = generate.run_single
+
+    def recording(model, processor, config):
+        calls.append("call")
+        return real(model, processor, config)
+
+    monkeypatch.setattr(generate, "run_single", recording)
+    outcome = generate.run_inference(InferenceConfig(max_new_tokens=2))
+    assert calls == ["call", "call"]  # warm-up, then the timed one
+    assert outcome.cold_s is not None and outcome.cold_s > 0 and outcome.warmup_runs == 1
+    calls.clear()
+    outcome = generate.run_inference(InferenceConfig(max_new_tokens=2, warmup_runs=0))
+    assert calls == ["call"] and outcome.cold_s is None
+    with pytest.raises(ValueError, match="warmup_runs"):
+        InferenceConfig(warmup_runs=-1)

@@ -229,3 +229,16 @@ def test_an_unwritable_results_folder_is_named_before_any_work(tmp_path, monkeyp
         assert main(argv) == 2, argv
         err = capsys.readouterr().err
         assert "results folder" in err and "HYPORT_RESULTS_DIR" in err and "Traceback" not in err
+
+
+def test_install_hints_follow_the_backend():
+    """On a GPU host the packages check once said `pip install -e . -c constraints/cpu.txt`,
+    which would replace its CUDA torch with the CPU one."""
+    from hyport_lib.environment.checks import check_packages
+
+    versions = {"torch": "2.11.0", "transformers": "5.17.0"}
+    assert "constraints/cpu.txt" in check_packages(versions, "cpu").reason
+    for kind in ("cuda", "npu"):
+        reason = check_packages(versions, kind).reason
+        assert "pip install deepspeed" in reason.replace("accelerate ", "") or "deepspeed" in reason
+        assert "-c constraints/cpu.txt" not in reason and "never with constraints/cpu.txt" in reason

@@ -22,8 +22,11 @@ def test_notebook_runs_without_parameters(path, tmp_path, monkeypatch):
     monkeypatch.setenv("HYPORT_RESULTS_DIR", str(results))
     monkeypatch.chdir(tmp_path)  # as a user would: papermill from some other folder
     out = tmp_path / path.name
+    # Defaults, but on the CPU backend wherever this runs (a GPU host's "auto" is cuda):
+    # the assertions below are about CPU provenance.
+    pinned = {"device": "cpu"} if "device" in papermill.inspect_notebook(str(path)) else {}
     papermill.execute_notebook(str(path), str(out), execution_timeout=600, progress_bar=False,
-                               cwd=str(path.parent))
+                               cwd=str(path.parent), parameters=pinned)
     nb = json.loads(out.read_text())
     errors = [o for c in nb["cells"] for o in c.get("outputs", []) if o.get("output_type") == "error"]
     assert not errors

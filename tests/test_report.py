@@ -283,3 +283,26 @@ def test_a_renamed_parameter_still_works_with_a_message(tmp_path):
     run = run_report(profile=None, overrides={"timeout_s": "7"}, notebooks_dir=folder,
                      output_root=tmp_path / "o", progress=said.append)
     assert float(run.stages[0].summary.split()[1]) == 7
+
+
+def test_nbconvert_templates_are_found_wherever_pip_put_them(tmp_path, monkeypatch):
+    """pip install --target DIR leaves the templates in DIR/share/jupyter, off the data path."""
+    import shutil
+
+    import nbconvert
+    from jupyter_core import paths
+
+    from hyport_lib.report.html import nbconvert_template_dirs
+
+    target = tmp_path / "target"
+    fake_pkg = target / "nbconvert"
+    fake_pkg.mkdir(parents=True)
+    (fake_pkg / "__init__.py").write_text("")
+    real = Path(nbconvert_template_dirs()[0])
+    shutil.copytree(real / "lab", target / "share" / "jupyter" / "nbconvert" / "templates" / "lab")
+    monkeypatch.setattr(nbconvert, "__file__", str(fake_pkg / "__init__.py"))
+    monkeypatch.setattr(paths, "jupyter_path", lambda *parts: [str(tmp_path / "nowhere")])
+    assert nbconvert_template_dirs() == [str(target / "share" / "jupyter" / "nbconvert" / "templates")]
+    shutil.rmtree(target / "share")
+    with pytest.raises(RuntimeError, match="JUPYTER_PATH"):
+        nbconvert_template_dirs()

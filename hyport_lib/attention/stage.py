@@ -79,6 +79,16 @@ def run(device: str = "auto", *, seed: int = 0, full: bool = False,
     return AttentionStageResult(comparison, model, scan, scanned)
 
 
+def where_each_ran(backends: list[dict]) -> str:
+    """``"eager, sdpa on CUDA; npu-emulated on CPU"``: every implementation's device."""
+    from hyport_lib.attention.implementations import device_label
+
+    by_device: dict[str, list[str]] = {}
+    for b in backends:
+        by_device.setdefault(device_label(b.get("device", "cpu")), []).append(b["name"])
+    return "; ".join(f"{', '.join(names)} on {device}" for device, names in by_device.items())
+
+
 def summarize(result: AttentionStageResult) -> StageSummary:
     """Stage verdict (the grid's, made worse by the model check), line and figures."""
     comparison, model = result.comparison, result.model
@@ -103,9 +113,9 @@ def summarize(result: AttentionStageResult) -> StageSummary:
         headline["greedy identical"] = model.greedy_identical
     if result.scan is not None:
         headline["scan findings"] = len(result.scan.hits)
-    where = "NPU" if not comparison.emulated else "npu-emulated on CPU"
     line = (f"{comparison.cases} cases × {len(comparison.backends)} backends vs float64 "
-            f"({where}): {counts.get('FAIL', 0)} FAIL, {counts.get('WARN', 0)} WARN")
+            f"({where_each_ran(comparison.backends)}): {counts.get('FAIL', 0)} FAIL, "
+            f"{counts.get('WARN', 0)} WARN")
     if model is not None:
         line += f"; model {model.verdict}"
     return StageSummary(verdict, line, headline)

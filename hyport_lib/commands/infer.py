@@ -35,6 +35,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--image", default=None,
                         help="image file for every image prompt (default: the built-in sample)")
     parser.add_argument("--max-new-tokens", type=int, default=16)
+    parser.add_argument("--warmup-runs", type=int, default=1,
+                        help="untimed generate calls first (their cost is start-up, reported "
+                             "as cold_s); default 1")
     parser.add_argument("--dtype", default="float32", help="float32, bfloat16 or float16")
     parser.add_argument("--attn-implementation", default="eager")
     parser.add_argument("--timeout-s", type=float, default=300.0, help="per-card limit in seconds")
@@ -58,7 +61,7 @@ def _config(args: argparse.Namespace):
                   attn_implementation=args.attn_implementation,
                   max_new_tokens=args.max_new_tokens, image=args.image,
                   trust_remote_code=args.trust_remote_code, enable_thinking=args.enable_thinking,
-                  allow_download=args.allow_download)
+                  allow_download=args.allow_download, warmup_runs=args.warmup_runs)
     if args.prompt is not None:
         fields["single_prompt"] = args.prompt
     if args.batch_prompts:

@@ -184,11 +184,19 @@ def check_flash_attn(kind: str, importable: bool, version: Optional[str]) -> Che
 
 
 # --- packages --------------------------------------------------------------------------------
-def check_packages(versions: Mapping[str, Optional[str]]) -> Check:
+def install_hint(kind: str, missing: list[str]) -> str:
+    """How to add ``missing`` on a ``kind`` host. The CPU constraints pin a CPU torch: on an
+    NPU or GPU host they would replace the host's torch, so they are offered on CPU only."""
+    if kind == "cpu":
+        return "pip install -e . -c constraints/cpu.txt"
+    return f"pip install {' '.join(missing)} (into the environment that has this host's torch; " \
+           f"never with constraints/cpu.txt)"
+
+
+def check_packages(versions: Mapping[str, Optional[str]], kind: str = "cpu") -> Check:
     missing = [p for p in REQUIRED_PACKAGES if not versions.get(p)]
     if missing:
-        return Check("packages", "FAIL", f"missing: {', '.join(missing)} "
-                                         f"(pip install -e . -c constraints/cpu.txt)")
+        return Check("packages", "FAIL", f"missing: {', '.join(missing)} ({install_hint(kind, missing)})")
     notes = []
     tf = versions.get("transformers")
     try:

@@ -148,7 +148,7 @@ def collect_environment(device: str = "auto", num_cards: Optional[int] = None, *
     judged_kind = requested.split(":")[0] if backend_error else kind
     checks = [
         C.check_backend(requested, kind, cards, backend_error),
-        C.check_packages(versions),
+        C.check_packages(versions, kind),
         C.check_torch_npu_import(kind, versions["torch_npu"], torch_npu_error, requested,
                                  cann_found=bool(cann.get("info_file") or cann.get("set_env")),
                                  torch_version=versions["torch"]),

@@ -41,6 +41,10 @@ class InferenceConfig:
         enable_thinking: passed to the chat template.
         allow_download: a ``model_path`` that is no folder may be a hub id to download;
             off by default (offline: a typo is an error, not a download attempt).
+        warmup_runs: untimed generate calls before the timed ones. The first call of a
+            process pays for the device context, library and kernel loading (and, on an
+            NPU, operator compilation): timing it measures start-up, not speed. Its
+            time is reported apart (``cold_s``).
 
     Flags (``trust_remote_code``, ``enable_thinking``, ``uses_image``) take a bool,
     0/1 or ``"true"``/``"false"``/``"yes"``/``"no"`` (any case), since papermill and
@@ -61,6 +65,7 @@ class InferenceConfig:
     image: Optional[str] = None
     enable_thinking: bool = False
     allow_download: bool = False
+    warmup_runs: int = 1
 
     def __post_init__(self) -> None:
         if not str(self.model_path or "").strip():
@@ -82,6 +87,9 @@ class InferenceConfig:
         self.trust_remote_code = as_flag("trust_remote_code", self.trust_remote_code)
         self.enable_thinking = as_flag("enable_thinking", self.enable_thinking)
         self.allow_download = as_flag("allow_download", self.allow_download)
+        self.warmup_runs = as_int("warmup_runs", self.warmup_runs)
+        if self.warmup_runs < 0:
+            raise ValueError(f"warmup_runs={self.warmup_runs!r}: must be >= 0")
         self.batch_prompts = _normalise_batch_prompts(self.batch_prompts)
         if self.image is not None:
             self.image = str(self.image)
@@ -154,6 +162,8 @@ class InferenceOutcome:
     memory: Optional[dict] = None
     model_path: str = ""
     decode_tokens_per_s: Optional[float] = None
+    cold_s: Optional[float] = None
+    warmup_runs: int = 0
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -136,6 +136,7 @@ def run_inference(config: InferenceConfig) -> InferenceOutcome:
     model, processor = load_model(config)
     load_s = time.perf_counter() - started
 
+    cold_s = warm_up(model, processor, config)
     single, stats = run_single(model, processor, config)
     started = time.perf_counter()
     batch = run_batch(model, processor, config)
@@ -163,7 +164,23 @@ def run_inference(config: InferenceConfig) -> InferenceOutcome:
         memory=backend.memory_stats(index).to_dict(),
         model_path=config.model_path,
         decode_tokens_per_s=stats["decode_tokens_per_s"],
+        cold_s=cold_s,
+        warmup_runs=config.warmup_runs,
     )
+
+
+def warm_up(model, processor, config: InferenceConfig) -> Optional[float]:
+    """``config.warmup_runs`` untimed single inferences; the first one's seconds (the cold
+    call: start-up costs), or None when there is none."""
+    backend, _, _ = _backend_for(config.device)
+    cold = None
+    for i in range(config.warmup_runs):
+        started = time.perf_counter()
+        run_single(model, processor, config)
+        backend.synchronize()
+        if i == 0:
+            cold = time.perf_counter() - started
+    return cold
 
 
 def output_hash(single: str, batch: Sequence[str]) -> str:
@@ -316,4 +333,5 @@ __all__ = [
     "run_batch",
     "run_inference",
     "run_single",
+    "warm_up",
 ]

@@ -160,7 +160,7 @@ def _row_for(worker: _Worker, timed_out: bool, timeout_s: float, device: str,
         out = raw.get("outcome") or {}
         peak = raw.get("peak_memory_bytes")
         row.update(
-            load_s=out.get("load_s"), first_token_s=out.get("first_token_s"),
+            load_s=out.get("load_s"), cold_s=out.get("cold_s"), first_token_s=out.get("first_token_s"),
             tokens_per_s=out.get("tokens_per_s"), decode_tokens_per_s=out.get("decode_tokens_per_s"),
             new_tokens=out.get("new_tokens"),
             peak_memory_mb=round(peak / 2**20, 1) if peak else None,

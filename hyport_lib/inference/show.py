@@ -21,7 +21,8 @@ from hyport_lib.inference.table import (
 
 #: Columns of the table shown in notebooks (the full frame has more).
 DISPLAY_COLUMNS = [
-    "card", "device", "status", "load_s", "first_token_s", "tokens_per_s", "decode_tokens_per_s",
+    "card", "device", "status", "load_s", "cold_s", "first_token_s", "tokens_per_s",
+    "decode_tokens_per_s",
     "peak_memory_mb",
     "single_output", "batch_outputs", "output_hash", "same_output", "cpu_fallback_warnings",
     "fallback_ops", "error",

@@ -28,7 +28,8 @@ _FALLBACK_OP_RE = re.compile(r"operator '([^']+)'[^\n]*?" + re.escape(FALLBACK_M
 PREVIEW_CHARS = 60
 
 COLUMNS = [
-    "card", "device", "status", "load_s", "first_token_s", "tokens_per_s", "decode_tokens_per_s",
+    "card", "device", "status", "load_s", "cold_s", "first_token_s", "tokens_per_s",
+    "decode_tokens_per_s",
     "new_tokens",
     "peak_memory_mb", "memory_source", "single_output", "batch_outputs", "output_hash",
     "cpu_fallback_warnings", "fallback_ops", "wall_s", "log_path", "error",
@@ -178,6 +179,7 @@ def grid_headline(result: GridResult) -> dict:
         "tokens/s incl. prefill (median)": median("tokens_per_s"),
         "decode tokens/s (median)": median("decode_tokens_per_s"),
         "load s (median)": median("load_s"),
+        "cold first call s (median)": median("cold_s"),
         "first token s (median)": median("first_token_s"),
         "CPU fallback warnings": int(sum(int(v) for v in result.frame["cpu_fallback_warnings"] if given(v))),
     }

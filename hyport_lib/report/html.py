@@ -39,6 +39,32 @@ def staticize_widgets(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
     return nb
 
 
+def nbconvert_template_dirs() -> list[str]:
+    """Folders holding nbconvert's own templates (``lab``, ``base``...), wherever pip put them.
+
+    jupyter looks under ``sys.prefix/share/jupyter`` and the user's folders; an install
+    with ``pip install --target DIR`` (seen on a GPU host) puts them in ``DIR/share/jupyter``,
+    next to the nbconvert package, where nobody looks: every page then fails with "No
+    template sub-directory with name 'lab' found".
+
+    Raises:
+        RuntimeError: no ``lab`` template anywhere; names ``JUPYTER_PATH``.
+    """
+    import nbconvert
+    from jupyter_core.paths import jupyter_path
+
+    candidates = [Path(p) for p in jupyter_path("nbconvert", "templates")]
+    package = Path(nbconvert.__file__).resolve().parent
+    for up in (package.parent, *package.parents[:4]):  # site-packages, lib, prefix, ...
+        candidates.append(up / "share" / "jupyter" / "nbconvert" / "templates")
+    found = list(dict.fromkeys(str(c) for c in candidates if (c / "lab").is_dir()))
+    if not found:
+        raise RuntimeError("nbconvert's 'lab' template was not found next to nbconvert "
+                           f"({package}) nor on the Jupyter data path; set JUPYTER_PATH to the "
+                           "folder that holds nbconvert/templates/lab (e.g. <prefix>/share/jupyter)")
+    return found
+
+
 def notebook_to_html(notebook_path: Path, html_path: Path, *, show_inputs: bool = True,
                      title: str | None = None) -> Path:
     """Export ``notebook_path`` to an offline HTML file written atomically."""
@@ -48,7 +74,7 @@ def notebook_to_html(notebook_path: Path, html_path: Path, *, show_inputs: bool 
     nb = staticize_widgets(nb)
     exporter = HTMLExporter(
         template_name="hyport_offline",
-        extra_template_basedirs=[str(TEMPLATE_DIR)],
+        extra_template_basedirs=[str(TEMPLATE_DIR), *nbconvert_template_dirs()],
         exclude_input=not show_inputs,
         exclude_input_prompt=not show_inputs,
     )
