@@ -334,7 +334,7 @@ def test_cli_writes_json_and_exit_code(tmp_path, monkeypatch, capsys):
 
     real = C.available_implementations
 
-    def with_bug(device="auto"):
+    def with_bug(device="auto", flash_attn_version=None):
         def no_scale(case, data, device):
             calls = nfa_mapping(case, data, device, compressed_causal_mask())
             call = calls[0]
@@ -342,7 +342,7 @@ def test_cli_writes_json_and_exit_code(tmp_path, monkeypatch, capsys):
             call.pop("scale")
             return R.to_bnsd(emulated(**call)[0], case.layout, case.nq)
 
-        return real(device) + [_backend("buggy", no_scale)]
+        return real(device, flash_attn_version) + [_backend("buggy", no_scale)]
 
     monkeypatch.setattr(C, "available_implementations", with_bug)
     rc = main(["attention", "--dtypes", "float32", "--model-path", "none"])
@@ -460,3 +460,40 @@ def test_the_summary_names_the_device_of_each_implementation():
     backends = [{"name": "eager", "device": "cuda:0"}, {"name": "sdpa", "device": "cuda:0"},
                 {"name": "npu-emulated", "device": "cpu"}, {"name": "flash-api (npu-emulated)", "device": "cpu"}]
     assert where_each_ran(backends) == "eager, sdpa on CUDA; npu-emulated, flash-api (npu-emulated) on CPU"
+
+
+def test_a_forward_that_never_reaches_the_swapped_attention_is_a_warn(monkeypatch):
+    """A "ported" model whose code bypasses attn_implementation (remote code running its
+    flash path only `if q.is_cuda:`) makes no swapped-attention call: WARN, naming why."""
+    from transformers import AttentionInterface
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    from hyport_lib.attention import hf_integration
+
+    real = hf_integration.register_hyport_attention
+
+    def bypassed(backend="auto", name=None):
+        registered = real(backend, "hyport_test_bypassed")
+        AttentionInterface.register(registered, sdpa_attention_forward)  # never calls hyport
+        return registered
+
+    monkeypatch.setattr(hf_integration, "register_hyport_attention", bypassed)
+    m = compare_model("tiny", backend="npu-emulated", device="cpu", max_new_tokens=2)
+    assert m.swapped_calls == 0 and m.verdict == "WARN" and "is_cuda" in m.detail
+    monkeypatch.undo()
+    ok = compare_model("tiny", backend="npu-emulated", device="cpu", max_new_tokens=2)
+    assert ok.swapped_calls >= 4  # vision tower and text model layers, one forward
+
+
+def test_the_drop_in_serves_the_pinned_flash_attn_version():
+    """Code pinned to flash-attn < 2.7 unpacks 4 values from unpad_input: the padded cases
+    run that way under the 2.5.8 API, and the stage says which API it served."""
+    from hyport_lib.attention import stage
+
+    cases = [c for c in C.build_grid(False, ["float32"]) if c.batch == "padded"][:2]
+    legacy = C.run_comparison(cases=cases, dtypes=["float32"], flash_attn_version="2.5.8")
+    rows = [r for r in legacy.rows if r["backend"].startswith("flash-api")]
+    assert rows and all(r["verdict"] == "PASS" for r in rows)
+    assert any("flash-api 2.5.8" in b["source"] for b in legacy.backends)
+    result = stage.run(device="cpu", dtypes=["float32"], model_path="none", flash_attn_version="2.5.8")
+    assert stage.summarize(result).headline["flash-attn API served"] == "2.5.8"

@@ -361,3 +361,47 @@ def test_cli_says_how_many_files_were_not_parsed(capsys):
     assert hyport_main(["scan", str(TREE / "legacy" / "broken_py2.py"), "--category", "flash_attn"]) == 1
     out = capsys.readouterr().out
     assert "1 file(s) not parsed" in out and "unparsable: broken_py2.py" in out
+
+
+GUARDED_MODEL = '''
+import torch
+from flash_attn import flash_attn_func, flash_attn_varlen_func, flash_attn_qkvpacked_func
+
+
+class VisionAttention(torch.nn.Module):
+    def forward(self, qkv):
+        assert qkv.is_cuda, "flash path needs CUDA"
+        return flash_attn_qkvpacked_func(qkv)
+
+
+class TextAttention(torch.nn.Module):
+    def forward(self, q, k, v):
+        if q.is_cuda:
+            return flash_attn_func(q, k, v, causal=True)
+        return self.eager(q, k, v)
+
+
+def to_device(x):
+    return x if x.is_cuda else x.cuda()
+'''
+
+
+def test_is_cuda_guards_around_attention_are_named_with_what_they_do(tmp_path):
+    from hyport_lib.commands.scan import format_text
+
+    (tmp_path / "modeling_guarded.py").write_text(GUARDED_MODEL)
+    (tmp_path / "requirements.txt").write_text("torch\nflash-attn==2.5.8\n")
+    report = scan_path(tmp_path)
+    guards = {h.line: h.suggestion for h in report.hits if h.category == "is_cuda_guard"}
+    assert sorted(guards) == [8, 14]
+    assert guards[8].startswith("stops the flash path") and guards[14].startswith("silently falls back")
+    # an is_cuda test that guards no attention code stays a plain device finding
+    assert [h.category for h in report.hits if h.line == 21 and "is_cuda" in h.snippet] != ["is_cuda_guard"]
+    assert report.pinned == {"flash-attn": "==2.5.8 (requirements.txt:2)"}
+    text = format_text(report)
+    import_line = "modeling_guarded.py:3"
+    assert sum(1 for line in text.splitlines() if line.startswith(import_line + " ")) == 1
+    # each suggestion once per kind, with the lines it covers
+    dense = [line for line in text.splitlines() if "'BSND'" in line]
+    assert len(dense) == 1 and "modeling_guarded.py:9" in dense[0] and "modeling_guarded.py:15" in dense[0]
+    assert "flash-attn pinned: ==2.5.8" in text

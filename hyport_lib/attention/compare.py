@@ -130,6 +130,7 @@ def compare_case(case: AttentionCase, backends: Sequence[Implementation], seed: 
 def run_comparison(cases: Optional[Sequence[AttentionCase]] = None, device: str = "auto",
                    seed: int = 0, full: bool = False, dtypes: Sequence[str] = DTYPES,
                    backends: Optional[Sequence[Implementation]] = None,
+                   flash_attn_version: Optional[str] = None,
                    progress: Optional[Callable[[int, int], None]] = None) -> ComparisonResult:
     """Run the grid (``cases`` or :func:`build_grid` ``(full, dtypes)``) on every backend.
 
@@ -145,7 +146,8 @@ def run_comparison(cases: Optional[Sequence[AttentionCase]] = None, device: str 
     from hyport_lib.backend import get_backend
 
     cases = list(cases) if cases is not None else build_grid(full, dtypes)
-    backends = list(backends) if backends is not None else available_implementations(device)
+    backends = list(backends) if backends is not None else available_implementations(
+        device, flash_attn_version)
     started = time.perf_counter()
     rows: list[dict] = []
     for i, case in enumerate(cases):

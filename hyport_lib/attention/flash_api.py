@@ -61,11 +61,15 @@ class FlashAttnAPI:
     Attributes:
         backend: the resolved backend (``npu``, ``npu-emulated`` or ``sdpa``).
         requested: the backend string as given.
+        calls: attention calls served so far. A "ported" model whose forward adds none
+            never reached the swapped attention (e.g. remote code that runs its flash path
+            only ``if q.is_cuda``): the model-level check reports it.
     """
 
     def __init__(self, backend: str = "auto"):
         self.requested = backend
         self.backend = resolve_backend(backend)
+        self.calls = 0
 
     def __repr__(self) -> str:
         return f"FlashAttnAPI(backend={self.backend!r})"
@@ -128,6 +132,7 @@ class FlashAttnAPI:
     def _dense(self, q, k, v, dropout_p, softmax_scale, causal, window_size):
         from hyport_lib.attention.sdpa_ops import resolve_window, sdpa_bsnd
 
+        self.calls += 1
         window = resolve_window(causal, window_size)
         scale = self._scale(softmax_scale, q)
         if self.backend == "sdpa":
@@ -141,6 +146,7 @@ class FlashAttnAPI:
         from hyport_lib.attention.sdpa_ops import resolve_window, sdpa_varlen
         from hyport_lib.attention.seqlens import host_cu_seqlens
 
+        self.calls += 1
         window = resolve_window(causal, window_size)
         scale = self._scale(softmax_scale, q)
         cu_q = host_cu_seqlens(cu_seqlens_q, "cu_seqlens_q")

@@ -53,6 +53,8 @@ from hyport_lib.attention.spans import active_span_ids, overlay_spans
 
 logger = logging.getLogger(__name__)
 
+#: name -> the FlashAttnAPI behind it (its ``calls`` count what the models used).
+REGISTERED: dict[str, FlashAttnAPI] = {}
 #: Per-batch derived masks (span overlays, NFA bool masks); tiny, entries die with their inputs.
 MASK_CACHE = IdentityCache(maxsize=8)
 
@@ -88,6 +90,7 @@ def register_hyport_attention(backend: str = "auto", name: Optional[str] = None)
 
     AttentionInterface.register(name, make_attention_forward(api))
     AttentionMaskInterface.register(name, ALL_MASK_ATTENTION_FUNCTIONS["sdpa"])
+    REGISTERED[name] = api
     return name
 
 
@@ -106,6 +109,7 @@ def make_attention_forward(api: FlashAttnAPI):
 def attention_forward(api: FlashAttnAPI, module, query, key, value, attention_mask=None,
                       dropout=0.0, scaling=None, is_causal=None, **kwargs):
     """See the module docstring. q/k/v (B, N, S, D) -> ((B, Sq, N, Dv), None)."""
+    api.calls += 1
     if kwargs.get("softcap"):
         raise FlashAttnUnsupported("hyport attention: softcap is not supported; use eager")
     if kwargs.get("s_aux") is not None:

@@ -21,7 +21,7 @@ from typing import Callable, Optional
 import torch
 
 from hyport_lib.attention import reference as R
-from hyport_lib.attention.bert_padding import pad_input, unpad_input
+from hyport_lib.attention.bert_padding import make_unpad_input, pad_input, unpad_input
 from hyport_lib.attention.case_data import CaseData
 from hyport_lib.attention.cases import AttentionCase
 from hyport_lib.attention.nfa_calls import run_nfa
@@ -83,9 +83,12 @@ def _run_sdpa(case, data, device):
     return F.scaled_dot_product_attention(q, k, v, attn_mask=data.keep.to(dev), scale=case.scale)
 
 
-def run_flash_style(api, case: AttentionCase, data: CaseData, device) -> Optional[torch.Tensor]:
+def run_flash_style(api, case: AttentionCase, data: CaseData, device,
+                    unpad=unpad_input) -> Optional[torch.Tensor]:
     """Run ``case`` through flash-attn's two functions (``api.flash_attn_func`` /
-    ``api.flash_attn_varlen_func``); padded batches go through unpad -> varlen -> pad."""
+    ``api.flash_attn_varlen_func``); padded batches go through unpad -> varlen -> pad, as
+    code written for the served flash-attn version calls them (``unpad`` returns 4 values
+    before 2.7, 5 from 2.7 on)."""
     if not case.flash_expressible:
         return None
     dev, q, k, v = _inputs_on(data, device)
@@ -100,9 +103,9 @@ def run_flash_style(api, case: AttentionCase, data: CaseData, device) -> Optiona
     else:  # padded: flash-attn's bert_padding, as a port of padded code calls it
         real_q = R.padding_mask(case.lengths_q, case.sq, device=dev)
         real_k = R.padding_mask(case.lengths_kv, case.skv, device=dev)
-        qt, rows_q, cu_q, _, _ = unpad_input(R.from_bnsd(q, "BSND"), real_q)
-        kt, _, cu_k, _, _ = unpad_input(R.from_bnsd(k, "BSND"), real_k)
-        vt = unpad_input(R.from_bnsd(v, "BSND"), real_k)[0]
+        qt, rows_q, cu_q = unpad(R.from_bnsd(q, "BSND"), real_q)[:3]
+        kt, _, cu_k = unpad(R.from_bnsd(k, "BSND"), real_k)[:3]
+        vt = unpad(R.from_bnsd(v, "BSND"), real_k)[0]
     out = _first(api.flash_attn_varlen_func(qt, kt, vt, cu_q, cu_k, case.sq, case.skv, **kw))
     if case.batch == "packed":
         return R.to_bnsd(out, "TND")
@@ -113,8 +116,11 @@ def _first(out):
     return out[0] if isinstance(out, (tuple, list)) else out
 
 
-def available_implementations(device: str = "auto") -> list[Implementation]:
-    """Implementations usable on this host. ``device`` picks where eager / sdpa run."""
+def available_implementations(device: str = "auto",
+                              flash_attn_version: Optional[str] = None) -> list[Implementation]:
+    """Implementations usable on this host. ``device`` picks where eager / sdpa run;
+    ``flash_attn_version`` is the flash-attn API the drop-in serves (label and
+    ``unpad_input``'s arity)."""
     from hyport_lib.attention.emulation import npu_fusion_attention as emulated
     from hyport_lib.backend import get_backend, npu_fusion_attention_op
     from hyport_lib.utils.imports import is_flash_attn_available
@@ -131,7 +137,7 @@ def available_implementations(device: str = "auto") -> list[Implementation]:
         op = npu_fusion_attention_op()
         backends.append(Implementation("npu", "npu (NPU)", dev, lambda c, d, x: run_nfa(op, c, d, x),
                                        optional_dtypes=("float32",)))
-    flash_api = _flash_api_backend(kind, dev)
+    flash_api = _flash_api_backend(kind, dev, flash_attn_version)
     if flash_api is not None:
         backends.append(flash_api)
     if kind == "cuda" and is_flash_attn_available():
@@ -143,17 +149,22 @@ def available_implementations(device: str = "auto") -> list[Implementation]:
     return backends
 
 
-def _flash_api_backend(kind: str, dev: str) -> Optional[Implementation]:
+def _flash_api_backend(kind: str, dev: str,
+                       version: Optional[str] = None) -> Optional[Implementation]:
     """hyport's flash-attn drop-in, when its module is present (imported lazily)."""
     try:
         from hyport_lib.attention.flash_api import FlashAttnAPI
+        from hyport_lib.attention.shim import DEFAULT_VERSION, legacy_unpad
     except ImportError:
         return None
     which = "npu" if kind == "npu" else "npu-emulated"
     api = FlashAttnAPI(which)
     where = dev if which == "npu" else "cpu"
-    return Implementation(f"flash-api ({which})", f"flash-api → {which} ({device_label(where)})",
-                          where, lambda c, d, x: run_flash_style(api, c, d, x),
+    version = version or DEFAULT_VERSION
+    unpad = make_unpad_input(legacy_unpad(version))
+    return Implementation(f"flash-api ({which})",
+                          f"flash-api {version} → {which} ({device_label(where)})",
+                          where, lambda c, d, x: run_flash_style(api, c, d, x, unpad),
                           emulated=which != "npu",
                           optional_dtypes=("float32",) if which == "npu" else ())
 

@@ -37,6 +37,7 @@ class ModelComparison:
     verdict: str = "SKIP"
     detail: str = ""
     source: str = ""
+    swapped_calls: Optional[int] = None  # swapped-attention calls one forward made
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -96,7 +97,7 @@ def compare_model(model_path: str = "tiny", backend: str = "npu-emulated",
                              dtype=dtype, device=device,
                              source=f"{backend} ({device_label(device)})")
     try:
-        from hyport_lib.attention.hf_integration import register_hyport_attention
+        from hyport_lib.attention.hf_integration import REGISTERED, register_hyport_attention
     except ImportError as exc:
         result.detail = f"hyport_lib.attention.hf_integration is not available ({exc})"
         return result
@@ -112,9 +113,12 @@ def compare_model(model_path: str = "tiny", backend: str = "npu-emulated",
                                                 dtype=dtype, attn_implementation=name))
     active = str(getattr(swapped.config, "_attn_implementation", "") or "")
     inputs = _model_inputs(processor, eager.device)
+    api = REGISTERED.get(name)  # None: an attention function that is not hyport's
     with torch.no_grad():
         le = eager(**inputs).logits.double().cpu()
+        before = api.calls if api is not None else 0
         ls = swapped(**inputs).logits.double().cpu()
+        result.swapped_calls = api.calls - before if api is not None else None
         gen = dict(max_new_tokens=max_new_tokens, do_sample=False)
         ge = eager.generate(**inputs, **gen).cpu()
         gs = swapped.generate(**inputs, **gen).cpu()
@@ -136,6 +140,11 @@ def _model_verdict(result: ModelComparison, active: str, name: str) -> tuple[str
     tol = LOGIT_TOLERANCE.get(result.dtype, 1e-3)
     if active != name:
         return "FAIL", f"swapped model reports attn_implementation={active!r}, not {name!r}"
+    if result.swapped_calls == 0:
+        return "WARN", ("a forward pass made no call to the swapped attention: the model's code "
+                        "bypasses it (often a flash path guarded by `if q.is_cuda:`, which "
+                        "silently runs the eager path on an NPU; run `hyport scan` on the model "
+                        "code)")
     if result.top1_agreement < 1.0 or not result.greedy_identical:
         return "FAIL", "top-1 or greedy generation differs between eager and swapped attention"
     if result.max_abs_logits > tol:

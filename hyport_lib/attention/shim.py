@@ -93,6 +93,11 @@ def real_flash_attn_present() -> bool:
         return False
 
 
+def legacy_unpad(version: str) -> bool:
+    """flash-attn before 2.7: ``bert_padding.unpad_input`` returns 4 values, not 5."""
+    return _version_tuple(version) < (2, 7)
+
+
 def _version_tuple(version: str) -> tuple[int, ...]:
     parts = []
     for piece in version.split("+")[0].split("."):
@@ -131,13 +136,13 @@ def build_shim_modules(backend: str = "auto", version: str = DEFAULT_VERSION) ->
     v1 = {name: getattr(api, name) for name in _V1_NAMES}
     common = {"__version__": version, "__hyport_backend__": api.backend,
               "FlashAttnUnsupported": FlashAttnUnsupported}
-    legacy_unpad = _version_tuple(version) < (2, 7)
+    legacy = legacy_unpad(version)
     padding_names = {
         "IndexFirstAxis": bert_padding.IndexFirstAxis,
         "index_first_axis": bert_padding.index_first_axis,
         "IndexPutFirstAxis": bert_padding.IndexPutFirstAxis,
         "index_put_first_axis": bert_padding.index_put_first_axis,
-        "unpad_input": bert_padding.make_unpad_input(legacy_unpad),
+        "unpad_input": bert_padding.make_unpad_input(legacy),
         "unpad_input_for_concatenated_sequences":
             bert_padding.unpad_input_for_concatenated_sequences,
         "pad_input": bert_padding.pad_input,

@@ -150,7 +150,7 @@ def model_table(model):
 
     keys = ("model_path", "source", "attn_implementation", "dtype", "max_abs_logits",
             "top1_agreement", "kl_divergence", "greedy_identical", "new_tokens", "positions",
-            "verdict", "detail")
+            "swapped_calls", "verdict", "detail")
     data = model.to_dict()
     return pd.DataFrame([{k: data.get(k) for k in keys}])
 

@@ -39,18 +39,21 @@ class AttentionStageResult:
     model: Optional[ModelComparison] = None
     scan: Any = None
     scanned_path: str = ""
+    flash_attn_version: str = ""  # whose API the flash-attn drop-in served
 
     def to_dict(self) -> dict:
         c = self.comparison
         return {"rows": c.rows, "backends": c.backends, "notes": c.notes,
                 "seconds": c.seconds, "full": c.full,
                 "model": self.model.to_dict() if self.model is not None else None,
+                "flash_attn_version": self.flash_attn_version,
                 "scan": ({"path": self.scanned_path, **self.scan.to_dict()}
                          if self.scan is not None else None)}
 
 
 def run(device: str = "auto", *, seed: int = 0, full: bool = False,
         dtypes: Sequence[str] = DTYPES, code_path: str = "", model_path: Optional[str] = "tiny",
+        flash_attn_version: Optional[str] = None,
         progress: Optional[Callable[[int, int], None]] = None) -> AttentionStageResult:
     """The whole stage: the grid, the model-level check, the scan.
 
@@ -62,21 +65,27 @@ def run(device: str = "auto", *, seed: int = 0, full: bool = False,
         code_path: folder or file to scan; empty: a small planted example.
         model_path: model for the eager-vs-swapped check (``tiny``, a folder);
             None or ``"none"`` skips it.
+        flash_attn_version: the flash-attn version whose API the drop-in serves (the
+            version the model code pins; ``unpad_input`` returns 4 values before 2.7);
+            None: the shim's default. The scan names the pinned one.
         progress: ``progress(done, total)`` after each grid case.
     """
+    from hyport_lib.attention.shim import DEFAULT_VERSION
+
     from hyport_lib.models.preflight import check_model_path
 
     wanted = model_path is not None and str(model_path).strip().lower() not in ("", "none")
     if wanted:  # before the grid's minutes: a wrong path is named at once
         model_path = check_model_path(model_path)
+    version = flash_attn_version or DEFAULT_VERSION
     comparison = run_comparison(device=device, seed=seed, full=full, dtypes=list(dtypes),
-                                progress=progress)
+                                progress=progress, flash_attn_version=version)
     model = None
     if wanted:
         backend, where = swapped_backend(comparison.device)
         model = compare_model(model_path, backend=backend, device=where, seed=seed)
     scan, scanned = run_scan(code_path)
-    return AttentionStageResult(comparison, model, scan, scanned)
+    return AttentionStageResult(comparison, model, scan, scanned, version)
 
 
 def where_each_ran(backends: list[dict]) -> str:
@@ -111,8 +120,11 @@ def summarize(result: AttentionStageResult) -> StageSummary:
     if model is not None and model.max_abs_logits is not None:
         headline["model max |Δ logits|"] = float(f"{model.max_abs_logits:.3g}")
         headline["greedy identical"] = model.greedy_identical
+        headline["swapped-attention calls per forward"] = model.swapped_calls
     if result.scan is not None:
         headline["scan findings"] = len(result.scan.hits)
+    if result.flash_attn_version:
+        headline["flash-attn API served"] = result.flash_attn_version
     line = (f"{comparison.cases} cases × {len(comparison.backends)} backends vs float64 "
             f"({where_each_ran(comparison.backends)}): {counts.get('FAIL', 0)} FAIL, "
             f"{counts.get('WARN', 0)} WARN")

@@ -45,19 +45,30 @@ def _categories(values):
 
 
 def format_text(report: ScanReport) -> str:
-    """The human-readable report: hits grouped by category, then the counts."""
+    """The human-readable report, by kind then file: one row per source line, and each
+    suggestion once, with the lines it covers (a line importing three helpers is one row,
+    a long suggestion is not repeated on every line)."""
     out = []
     by_category = sorted(report.hits, key=lambda h: (h.category, h.file, h.line, h.col))
     for category, group in groupby(by_category, key=lambda h: h.category):
         hits = list(group)
-        out.append(f"== {category} ({len(hits)}) ==")
-        width = max(len(f"{h.file}:{h.line}") for h in hits)
-        for hit in hits:
+        rows = {(h.file, h.line): h for h in hits}
+        out.append(f"== {category} ({len(rows)} line{'s' if len(rows) != 1 else ''}) ==")
+        width = max(len(f"{f}:{n}") for f, n in rows)
+        suggestions: dict[str, list[str]] = {}
+        for (file, line), hit in rows.items():
             snippet = hit.snippet
             if len(snippet) > SNIPPET_WIDTH:
                 snippet = snippet[:SNIPPET_WIDTH - 1] + "…"
-            where = f"{hit.file}:{hit.line}".ljust(width)
-            out.append(f"{where}  {category}  {snippet}  → {hit.suggestion}")
+            out.append(f"{f'{file}:{line}'.ljust(width)}  {snippet}")
+        for hit in hits:
+            for text in hit.suggestion.split(" | "):
+                where = f"{hit.file}:{hit.line}"
+                lines = suggestions.setdefault(text, [])
+                if where not in lines:
+                    lines.append(where)
+        for text, lines in suggestions.items():
+            out.append(f"  → {text}  [{', '.join(lines)}]")
         out.append("")
     files_hit = len({h.file for h in report.hits})
     if report.clean:
@@ -74,6 +85,10 @@ def format_text(report: ScanReport) -> str:
         out.append(f"unparsable: {file}: {error}")
     for file, why in report.skipped:
         out.append(f"skipped: {file}: {why}")
+    for package, spec in report.pinned.items():
+        out.append(f"{package} pinned: {spec}; serve that version's API with "
+                   f"install_flash_attn_shim(version=...) (or flash_attn_version=... in the "
+                   f"stages): unpad_input returns 4 values before 2.7, 5 from 2.7 on")
     return "\n".join(out)
 
 

@@ -59,6 +59,10 @@ class ScanReport:
     unparsable: list[tuple[str, str]] = field(default_factory=list)
     files_scanned: int = 0
     skipped: list[tuple[str, str]] = field(default_factory=list)
+    #: ``{"flash-attn": "==2.6.3 (requirements.txt:2)"}``: the flash-attn version the
+    #: project pins, so the shim can serve that version's API (``unpad_input`` returns 4
+    #: values before 2.7, 5 from 2.7 on).
+    pinned: dict[str, str] = field(default_factory=dict)
 
     @property
     def clean(self) -> bool:
@@ -92,6 +96,7 @@ class ScanReport:
             unparsable=list(self.unparsable),
             files_scanned=self.files_scanned,
             skipped=list(self.skipped),
+            pinned=dict(self.pinned),
         )
 
     def to_dict(self) -> dict:
@@ -103,4 +108,5 @@ class ScanReport:
             "hits": [h.to_dict() for h in self.hits],
             "unparsable": [{"file": f, "error": e} for f, e in self.unparsable],
             "skipped": [{"file": f, "why": w} for f, w in self.skipped],
+            "pinned": dict(self.pinned),
         }

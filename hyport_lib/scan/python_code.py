@@ -33,6 +33,7 @@ import re
 from typing import Optional
 
 from hyport_lib.scan import dependencies, rules
+from hyport_lib.scan.guards import IS_CUDA_GUARD, is_cuda_guards
 from hyport_lib.scan.model import Hit
 from hyport_lib.scan.source import decode_source, hit_at, line_scan, split_lines
 
@@ -107,6 +108,7 @@ class _Scanner(ast.NodeVisitor):
         self.handled: set[int] = set()  # id() of string constants already reported
         self.docstrings: set[int] = set()  # id() of docstring constants (prose)
         self.kind_guarded: set[int] = set()  # lines inside `if backend.kind == "cuda":`
+        self.cuda_guards: dict[int, str] = {}  # id() of `.is_cuda` guarding attention code
         self._hits: dict[tuple, Hit] = {}
 
     # --- bookkeeping --------------------------------------------------------------
@@ -121,6 +123,7 @@ class _Scanner(ast.NodeVisitor):
 
     def prepare(self, tree: ast.AST) -> None:
         """Record every import binding (scopes are flattened: names rarely clash) and guards."""
+        self.cuda_guards = is_cuda_guards(tree)
         for node in ast.walk(tree):
             if isinstance(node, ast.Import):
                 for alias in node.names:
@@ -209,6 +212,9 @@ class _Scanner(ast.NodeVisitor):
             return  # the inner part of the chain is the same finding
         if isinstance(node.ctx, ast.Load):
             line, col = _attr_position(node)
+            if id(node) in self.cuda_guards:
+                self.add(line, col, IS_CUDA_GUARD, self.cuda_guards[id(node)])
+                return self.generic_visit(node)
             table = {**rules.NAME_RULES, **rules.ATTRIBUTE_RULES}
             self._report_name_rule(table, node.attr, line, col)
         self.generic_visit(node)

@@ -25,9 +25,10 @@ TRITON = "triton"
 BITSANDBYTES = "bitsandbytes"
 REQUIREMENT = "requirement"
 UNPARSABLE = "unparsable"
+IS_CUDA_GUARD = "is_cuda_guard"  # an `is_cuda` test deciding whether attention code runs
 
 CATEGORIES = (FLASH_ATTN, CUDA_CALL, CUDA_DEVICE, CUDA_ENV, CUDA_EXT, NCCL, APEX, XFORMERS,
-              TRITON, BITSANDBYTES, REQUIREMENT, UNPARSABLE)
+              TRITON, BITSANDBYTES, REQUIREMENT, UNPARSABLE, IS_CUDA_GUARD)
 
 _SHIM = ("hyport_lib.attention.install_flash_attn_shim(backend) before the model's import, "
          "or attn_implementation=hyport_lib.attention.register_hyport_attention(...)")

@@ -93,7 +93,22 @@ def scan_path(path: str | os.PathLike, *, exclude: Iterable[str] = DEFAULT_EXCLU
         if error is not None:
             report.unparsable.append((rel, error))
     report.hits.sort()
+    report.pinned = pinned_flash_attn(report.hits)
     return report
+
+
+_FLASH_PIN_RE = re.compile(r"flash[-_]attn\s*((?:[=<>!~]=?|===)\s*[\w.*+]+(?:\s*,\s*(?:[=<>!~]=?)\s*[\w.*+]+)*)")
+
+
+def pinned_flash_attn(hits) -> dict[str, str]:
+    """The flash-attn version specifier the project's requirements pin (first one found)."""
+    for hit in hits:
+        if hit.category == rules.REQUIREMENT:
+            match = _FLASH_PIN_RE.search(hit.snippet)
+            if match:
+                spec = re.sub(r"\s+", "", match.group(1))
+                return {"flash-attn": f"{spec} ({hit.file}:{hit.line})"}
+    return {}
 
 
 def not_regular(path: Path) -> Optional[str]:

@@ -1,0 +1,67 @@
+"""``is_cuda`` guards around attention code: what they do to a port.
+
+Remote model code often runs its flash-attention path only for CUDA tensors. On an NPU
+that either *stops* the port (``assert qkv.is_cuda`` raises before the swapped attention
+is reached) or, worse, *silently falls back* (``if q.is_cuda: flash_attn_func(...) else:
+eager(...)`` runs the eager branch: the model works, slowly, and the swapped attention
+is never called). Seen in an InternViT-style vision tower and a Qwen-style language
+model. A guard counts when the code it decides (the assert's function, the ``if``'s
+branches) mentions flash-attention or attention.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+
+IS_CUDA_GUARD = "is_cuda_guard"
+_ATTENTION_WORDS = re.compile(r"flash|attn|attention|qkv", re.IGNORECASE)
+
+STOPS = ("stops the flash path: on an NPU tensor this assert fails before the swapped attention "
+         "is reached; drop it or test `tensor.device.type in ('cuda', 'npu')`")
+FALLS_BACK = ("silently falls back: on an NPU the other branch (eager) runs and the swapped "
+              "attention is never called; test `tensor.device.type in ('cuda', 'npu')` (or "
+              "backend.kind) instead, and check that a forward makes swapped-attention calls "
+              "(hyport attention's model check counts them)")
+
+
+def _words(node: ast.AST) -> set[str]:
+    found = set()
+    for sub in ast.walk(node):
+        if isinstance(sub, ast.Name):
+            found.add(sub.id)
+        elif isinstance(sub, ast.Attribute):
+            found.add(sub.attr)
+        elif isinstance(sub, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            found.add(sub.name)
+        elif isinstance(sub, ast.Constant) and isinstance(sub.value, str):
+            found.add(sub.value)
+    return found
+
+
+def _about_attention(*nodes: ast.AST, name: str = "") -> bool:
+    words = set().union(*(_words(n) for n in nodes)) | {name}
+    return any(_ATTENTION_WORDS.search(w) for w in words if w)
+
+
+def _is_cuda_attributes(test: ast.AST) -> list[ast.Attribute]:
+    return [n for n in ast.walk(test) if isinstance(n, ast.Attribute) and n.attr == "is_cuda"]
+
+
+def is_cuda_guards(tree: ast.AST) -> dict[int, str]:
+    """``id`` of each ``.is_cuda`` attribute that guards attention code -> what it does."""
+    guards: dict[int, str] = {}
+    functions = [n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
+    for function in [tree, *functions]:
+        name = getattr(function, "name", "")
+        for node in ast.walk(function):
+            if isinstance(node, ast.Assert) and _about_attention(function, name=name):
+                for attr in _is_cuda_attributes(node.test):
+                    guards[id(attr)] = STOPS
+            elif isinstance(node, (ast.If, ast.IfExp)):
+                body = node.body if isinstance(node.body, list) else [node.body]
+                orelse = node.orelse if isinstance(node.orelse, list) else [node.orelse]
+                if _about_attention(*body, *orelse, node.test, name=name):
+                    for attr in _is_cuda_attributes(node.test):
+                        guards.setdefault(id(attr), FALLS_BACK)
+    return guards
