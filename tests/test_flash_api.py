@@ -352,3 +352,60 @@ def test_sequence_without_keys_gives_zero_rows():
     assert out[:2].abs().max() == 0
     torch.testing.assert_close(out[2:].double(), reference(q[2:], k, k, 8 ** -0.5), rtol=1e-5,
                                atol=1e-5)
+
+
+def test_varlen_dispatch_rule():
+    """Grouped SDPA while few runs of equal lengths remain, the fused kernel from 9 runs
+    on (measured on an H200), and only where the fused kernel can serve the call."""
+    from hyport_lib.attention.varlen_dispatch import FUSED_MIN_RUNS, choose_path
+
+    def path(runs, device="cuda", dtype=torch.bfloat16, head_dim=128, dropout=0.0, empty=False,
+             available=True):
+        return choose_path(device, dtype, head_dim, dropout, runs, empty, available)
+
+    assert FUSED_MIN_RUNS == 9
+    assert path(1) == path(8) == "grouped"  # 8 x 2048, 64 x 256, 8 mixed lengths
+    assert path(16) == "fused"  # 16 distinct lengths: grouped was 8.1x slower
+    for kwargs in ({"device": "cpu"}, {"dtype": torch.float32}, {"dropout": 0.1},
+                   {"head_dim": 100}, {"head_dim": 512}, {"empty": True}, {"available": False}):
+        assert path(16, **kwargs) == "grouped", kwargs
+
+
+def test_many_lengths_on_a_gpu_go_to_the_fused_kernel(monkeypatch):
+    """The dispatch inside sdpa_varlen, with the device and the fused kernel stood in for:
+    16 distinct lengths call the fused op (with host lengths turned into device tensors
+    once), 4 runs do not; the results equal the grouped path's."""
+    from hyport_lib.attention import sdpa_ops, varlen_dispatch
+
+    calls = []
+
+    def fake_fused(q, k, v, cq, ck, max_q, max_k, scale=None, window_size=(-1, -1), enable_gqa=False):
+        calls.append((cq.tolist(), max_q, window_size, enable_gqa))
+        cu = cq.tolist()
+        parts = [sdpa_ops.sdpa_bsnd(q[a:b][None], k[a:b][None], v[a:b][None], scale, 0.0, (None, 0))[0]
+                 for a, b in zip(cu, cu[1:])]  # one sequence at a time: the same math
+        return torch.cat(parts)
+
+    real_choose = varlen_dispatch.choose_path
+    monkeypatch.setattr(varlen_dispatch, "fused_varlen_op", lambda: fake_fused)
+    monkeypatch.setattr(varlen_dispatch, "choose_path",
+                        lambda device_type, *a: real_choose("cuda", *a[:-1], True))
+    for lengths, fused in (([1, 2, 3, 5, 8, 13, 21, 34, 55, 89, 144, 3, 7, 11, 17, 19], True),
+                           ([16, 16, 8, 8], False)):
+        calls.clear()
+        cu = [0]
+        for n in lengths:
+            cu.append(cu[-1] + n)
+        q = torch.randn(cu[-1], 4, 16, dtype=torch.bfloat16)
+        k = torch.randn(cu[-1], 2, 16, dtype=torch.bfloat16)
+        v = torch.randn(cu[-1], 2, 16, dtype=torch.bfloat16)
+        monkeypatch.setattr(varlen_dispatch, "choose_path", real_choose)
+        grouped = sdpa_ops.sdpa_varlen(q, k, v, cu, cu, 0.25, 0.0, (None, 0))
+        monkeypatch.setattr(varlen_dispatch, "choose_path",
+                            lambda device_type, *a: real_choose("cuda", *a[:-1], True))
+        got = sdpa_ops.sdpa_varlen(q, k, v, cu, cu, 0.25, 0.0, (None, 0))
+        assert bool(calls) == fused
+        if fused:
+            assert calls[0][0] == cu and calls[0][1] == max(lengths)
+            assert calls[0][2] == (-1, 0) and calls[0][3] is True
+        torch.testing.assert_close(got, grouped)

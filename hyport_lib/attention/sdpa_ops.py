@@ -112,6 +112,8 @@ def sdpa_varlen(q, k, v, cu_q: Sequence[int], cu_k: Sequence[int], scale: float,
 
     Each run of consecutive equal-length sequences is one batched SDPA call on a view of
     the packed tensors (no copies in, one copy out; none when the whole batch is one run).
+    On a GPU, a batch of many different lengths goes to torch's fused varlen kernel
+    instead (the rule and its measurements: :mod:`hyport_lib.attention.varlen_dispatch`).
     """
     batch = len(cu_q) - 1
     if len(cu_k) - 1 != batch:
@@ -123,6 +125,13 @@ def sdpa_varlen(q, k, v, cu_q: Sequence[int], cu_k: Sequence[int], scale: float,
     lens_q = [b - a for a, b in zip(cu_q, cu_q[1:])]
     lens_k = [b - a for a, b in zip(cu_k, cu_k[1:])]
     runs = _runs(lens_q, lens_k)
+    from hyport_lib.attention import varlen_dispatch as vd
+
+    op = vd.fused_varlen_op() if q.device.type == "cuda" else None
+    path = vd.choose_path(q.device.type, q.dtype, q.shape[-1], dropout_p, len(runs),
+                          0 in lens_q or 0 in lens_k, op is not None)
+    if path == "fused":
+        return vd.fused_varlen(q, k, v, cu_q, cu_k, scale, window, op)
     out = None
     for first, stop in runs:
         lq, lk, n = lens_q[first], lens_k[first], stop - first
