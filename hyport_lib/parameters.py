@@ -16,6 +16,7 @@ the old name (papermill ``-p``) resolves it with :func:`renamed`.
 
 from __future__ import annotations
 
+import os
 import warnings
 from typing import Any, Callable, Optional
 
@@ -99,6 +100,17 @@ SCHEMA: dict[str, dict] = {
     "ram_gb_per_card": {"kind": "float", "min_exclusive": 0, "optional": True},
     "shm_gb_per_card": {"kind": "float", "min_exclusive": 0, "optional": True},
     "max_shard_size": {"kind": "str", "optional": True},
+    "per_device_train_batch_size": {"kind": "int", "min": 1},
+    "gradient_accumulation_steps": {"kind": "int", "min": 1},
+    "nnodes": {"kind": "int", "min": 1},
+    "node_rank": {"kind": "int", "min": 0},
+    "master_port": {"kind": "int", "min": 0, "max": 65535},
+    "max_restarts": {"kind": "int", "min": 0},
+    "seed": {"kind": "int", "min": 0},
+    "max_seq_len": {"kind": "int", "min": 16},
+    "learning_rate": {"kind": "float", "min_exclusive": 0},
+    "image": {"kind": "file", "optional": True},
+    "warmup_runs": {"kind": "int", "min": 0},
 }
 
 
@@ -131,9 +143,10 @@ def check_value(key: str, value: Any, spec: dict) -> tuple[Any, Optional[str]]:
         elif kind == "bool":
             value = as_flag(key, value)
         elif kind == "choice":
-            if value not in spec["choices"] and str(value) not in map(str, spec["choices"]):
+            matches = [c for c in spec["choices"] if c == value or str(c) == str(value)]
+            if not matches or isinstance(value, bool):
                 raise ValueError(f"{key}={value!r}")
-            value = next(c for c in spec["choices"] if str(c) == str(value))
+            value = matches[0]
         elif kind == "str":
             if not isinstance(value, str):
                 raise ValueError(f"{key}={value!r}")
@@ -141,12 +154,15 @@ def check_value(key: str, value: Any, spec: dict) -> tuple[Any, Optional[str]]:
                 raise ValueError(f"{key}={value!r}")
         elif kind == "list" and not isinstance(value, (list, tuple)):
             raise ValueError(f"{key}={value!r}")
+        elif kind == "file":
+            if not isinstance(value, str) or not os.path.isfile(os.path.expanduser(value)):
+                return value, f"{key}={value!r}: no such file"
     except ValueError:
         return value, f"{key}={value!r}: expected {_accepted(spec)}"
     if kind in ("int", "float"):
         if kind == "float" and not math.isfinite(value):
             return value, f"{key}={value!r}: expected a finite number"
-        if "min" in spec and value < spec["min"]:
+        if "min" in spec and value < spec["min"] or "max" in spec and value > spec["max"]:
             return value, f"{key}={value!r}: expected {_accepted(spec)}"
         if "min_exclusive" in spec and value <= spec["min_exclusive"]:
             return value, f"{key}={value!r}: expected {_accepted(spec)}"
@@ -158,7 +174,8 @@ def _accepted(spec: dict) -> str:
     if kind == "choice":
         text = "one of " + ", ".join(map(repr, spec["choices"]))
     elif kind == "int":
-        text = "an integer" + (f" >= {spec['min']}" if "min" in spec else "")
+        text = "an integer" + (f" >= {spec['min']}" if "min" in spec else "") + (
+            f" and <= {spec['max']}" if "max" in spec else "")
     elif kind == "float":
         text = "a number" + (f" > {spec['min_exclusive']}" if "min_exclusive" in spec else "")
     elif kind == "bool":

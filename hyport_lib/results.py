@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-from hyport_lib.utils.files import atomic_write_json
+from hyport_lib.utils.files import atomic_write_json, ensure_writable
 from hyport_lib.utils.redact import scrub_obj
 
 VERDICTS = ("PASS", "WARN", "FAIL", "SKIP")
@@ -98,10 +98,7 @@ def ensure_results_dir(directory: Optional[os.PathLike] = None) -> Path:
     """
     folder = Path(directory) if directory else results_dir()
     try:
-        folder.mkdir(parents=True, exist_ok=True)
-        probe = folder / f".hyport-write-test-{os.getpid()}"
-        probe.write_text("ok")
-        probe.unlink()
+        ensure_writable(folder)
     except OSError as exc:
         via = f" (${RESULTS_DIR_ENV})" if os.environ.get(RESULTS_DIR_ENV) and not directory else ""
         raise PermissionError(exc.errno, f"the results folder {folder}{via} is not writable "

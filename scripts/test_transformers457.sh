@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The seed host's transformers (4.57.0) against the same torch: the tests of every module
 # whose code differs between transformers 4.x and 5.x (torch_dtype vs dtype, the image
-# processor class, AttentionInterface, the masks handed to attention functions).
+# processor class, AttentionInterface, the masks handed to attention functions, the
+# on-disk weight names, the Trainer), and one real torchrun + DeepSpeed training run.
 # transformers 4.57 and its hub/tokenizers pins go into an overlay folder on PYTHONPATH,
 # so .venv itself stays on the CPU pins.
 #   bash scripts/test_transformers457.sh [pytest args]
@@ -18,4 +19,7 @@ export PYTHONPATH="$PWD/$overlay${PYTHONPATH:+:$PYTHONPATH}"
 export HYPORT_CACHE="$PWD/$overlay/hyport-cache"
 .venv/bin/python -c "import transformers; assert transformers.__version__ == '4.57.0', transformers.__version__; print('transformers', transformers.__version__)"
 exec .venv/bin/python -m pytest tests/test_tiny_model.py tests/test_generate.py \
-  tests/test_hf_attention.py tests/test_shim.py tests/test_flash_api.py tests/test_compare.py "$@"
+  tests/test_hf_attention.py tests/test_shim.py tests/test_flash_api.py tests/test_compare.py \
+  tests/test_weights_findings.py tests/test_weights_scan.py tests/test_weights_reload.py \
+  tests/test_training_data.py \
+  "tests/test_training_run.py::test_zero2_run_exits_0_and_its_weights_reload" "$@"

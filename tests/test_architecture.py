@@ -192,8 +192,11 @@ def _device_calls(path: Path) -> list[str]:
             hits.append(f"{node.lineno}: import torch_npu")
         elif isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "torch_npu":
             hits.append(f"{node.lineno}: from torch_npu import")
+        elif isinstance(node, ast.ImportFrom) and node.module == "torch" and any(
+                a.name == "cuda" for a in node.names):
+            hits.append(f"{node.lineno}: from torch import cuda")
         elif isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", "")) in (
-                "try_import", "import_module") and node.args and isinstance(node.args[0], ast.Constant) \
+                "try_import", "import_module", "__import__") and node.args and isinstance(node.args[0], ast.Constant) \
                 and str(node.args[0].value).startswith("torch_npu"):
             hits.append(f"{node.lineno}: {ast.unparse(node)}")
         elif isinstance(node, ast.Attribute) and ast.unparse(node).startswith("torch.cuda."):

@@ -242,3 +242,59 @@ def test_install_hints_follow_the_backend():
         reason = check_packages(versions, kind).reason
         assert "pip install deepspeed" in reason.replace("accelerate ", "") or "deepspeed" in reason
         assert "-c constraints/cpu.txt" not in reason and "never with constraints/cpu.txt" in reason
+
+
+def test_review_round_regressions(tmp_path, capsys):
+    """Found by the review of the hardening round, each reproduced first."""
+    from hyport_lib.environment.checks import torch_npu_install_command
+    from hyport_lib.parameters import ParameterError, validate_parameters
+    from hyport_lib.scan import scan_path
+    from hyport_lib.utils.redact import redact_url_credentials, scrub_json_text, scrub_text
+
+    # a setting in a secret-named variable is not a secret, and JSON stays JSON
+    assert scrub_text("x false y", {"TOKENIZERS_PARALLELISM": "false"}) == "x false y"
+    doc = json.dumps({"flag": False, "text": "code says 12345678 here", "n": 12345678})
+    clean = json.loads(scrub_json_text(doc, environ={"MY_KEY": "12345678"}))
+    assert clean == {"flag": False, "text": "code says [redacted] here", "n": 12345678}
+    # a password holding "@" or a quote
+    assert redact_url_credentials("https://alice:p@ssw0rd@hf-mirror.internal/x") == \
+        "https://[redacted]@hf-mirror.internal/x"
+    assert "pa" not in redact_url_credentials('http://bob:pa"ss@10.0.0.1')
+    # 2.0 is the ZeRO stage 2; 2.5 and True are not stages
+    assert validate_parameters({"zero_stage": 2.0}, {})["zero_stage"] == 2
+    for bad in (2.5, True):
+        with pytest.raises(ParameterError):
+            validate_parameters({"zero_stage": bad}, {})
+    for key, value in (("per_device_train_batch_size", 0), ("nnodes", 0), ("master_port", 99999),
+                       ("seed", -1), ("image", "/nonexistent.png")):
+        with pytest.raises(ParameterError, match=key):
+            validate_parameters({key: value}, {})
+    # pre- and post-releases of torch pair with the release
+    assert torch_npu_install_command("2.6.0a0+git1234") == 'pip install "torch-npu==2.6.0.*" "torch==2.6.0"'
+    # a link out of the scanned folder is named, never read; a FIFO named directly is refused
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "bashrc").write_text("export HF_TOKEN=hf_FAKEsecret123456\nimport flash_attn\n")
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "modeling_helpers.py").symlink_to(outside / "bashrc")
+    report = scan_path(model)
+    assert report.files_scanned == 0 and not report.hits
+    assert report.skipped == [("modeling_helpers.py", "symlink out of the scanned folder: not read")]
+    os.mkfifo(tmp_path / "fifo.py")
+    assert main(["scan", str(tmp_path / "fifo.py")]) == 2
+    assert "not a regular file" in capsys.readouterr().err
+    assert main(["report", "--cell-timeout", "0", "--output-dir", str(tmp_path / "o")]) == 2
+
+
+def test_the_ram_check_follows_the_container_limit(tmp_path):
+    from hyport_lib.environment.facts import cgroup_memory_limit_gb
+
+    (tmp_path / "memory.max").write_text("536870912\n")  # 512 MiB, cgroup v2
+    assert cgroup_memory_limit_gb(tmp_path) == 0.5
+    (tmp_path / "memory.max").write_text("max\n")
+    assert cgroup_memory_limit_gb(tmp_path) is None
+    (tmp_path / "memory.max").unlink()
+    (tmp_path / "memory").mkdir()
+    (tmp_path / "memory" / "memory.limit_in_bytes").write_text(str(2 ** 63 - 4096))  # v1: none
+    assert cgroup_memory_limit_gb(tmp_path) is None

@@ -247,3 +247,56 @@ def test_the_npu_branch_plans_hccl_tnd_attention_and_refuses_busy_cards(
         prepare(TrainConfig(output_dir=str(tmp_path / "out2"), num_cards=2), npu)
     with pytest.raises(ValueError, match="num_cards=9: only 8"):
         prepare(TrainConfig(output_dir=str(tmp_path / "out3"), num_cards=9), npu)
+
+
+def test_training_review_regressions(tmp_path):
+    """Found by the review of stage 04, each reproduced first."""
+    from PIL import Image
+
+    from hyport_lib.training.checkpoints import drop_checkpoints_after, list_checkpoints
+    from hyport_lib.training.dataset import load_dataset
+    from hyport_lib.training.launch import first_failure
+    from hyport_lib.training.preflight import prepare
+
+    # a worker's exception, as torch prints it: "[rank0]: " after torchrun's "[default0]:"
+    log = tmp_path / "node0.log"
+    log.write_text("[default0]:[rank0]: peft.utils.error.NoMatchingPeftModuleError: Target modules "
+                   "{'qkv_proj'} not found\nRoot Cause (first observed failure):\n[0]:\n"
+                   "  rank      : 0 (local_rank: 0)\n  exitcode  : 1 (pid: 1)\n")
+    assert first_failure(log).startswith("rank 0: peft.utils.error.NoMatchingPeftModuleError")
+    # images: a truncated JPEG, a turn that is no object, an image in an answer, a BOM
+    img = tmp_path / "img"
+    img.mkdir()
+    Image.new("RGB", (64, 64), (1, 2, 3)).save(img / "ok.jpg", quality=95)
+    data = (img / "ok.jpg").read_bytes()
+    (img / "cut.jpg").write_bytes(data[: len(data) // 2])
+    records = [{"id": "cut", "image": "img/cut.jpg",
+                "conversations": [{"from": "human", "value": "<image> what?"}, {"from": "gpt", "value": "x"}]},
+               {"id": "str-turn", "conversations": ["hello", {"from": "gpt", "value": "a"}]},
+               {"id": "img-answer", "image": "img/ok.jpg",
+                "conversations": [{"from": "human", "value": "hi"}, {"from": "gpt", "value": "<image>"}]}]
+    path = tmp_path / "data.json"
+    path.write_text(json.dumps(records), encoding="utf-8-sig")  # with a BOM
+    report = load_dataset(path)
+    kinds = {(p.record_id, p.kind) for p in report.problems}
+    assert ("cut", "image_unreadable") in kinds and ("img-answer", "image_in_answer") in kinds
+    assert ("str-turn", "unknown_role") in kinds and report.total == 3
+    # checkpoints beyond the starting point are dropped
+    for step in (2, 4, 6):
+        (tmp_path / "run" / f"checkpoint-{step}").mkdir(parents=True)
+    assert drop_checkpoints_after(tmp_path / "run", 2) == ["checkpoint-4", "checkpoint-6"]
+    assert [c.step for c in list_checkpoints(tmp_path / "run")] == [2]
+    # LoRA targets that name no layer are refused before launch
+    with pytest.raises(ValueError, match="lora_target='qkv_proj': no layer"):
+        prepare(TrainConfig(finetuning_type="lora", lora_target="qkv_proj",
+                            output_dir=str(tmp_path / "lora")), get_backend("cpu"))
+    # every problem of a big bad dataset is written out
+    many = tmp_path / "many.json"
+    many.write_text(json.dumps([{"id": f"r{i}", "conversations": []} for i in range(60)]))
+    from hyport_lib.training.dataset import DatasetError
+
+    with pytest.raises(DatasetError) as info:
+        prepare(TrainConfig(dataset_path=str(many), output_dir=str(tmp_path / "many-out")),
+                get_backend("cpu"))
+    listing = Path(info.value.problems_file)
+    assert len(listing.read_text().splitlines()) == 60

@@ -57,6 +57,8 @@ def run(args: argparse.Namespace) -> int:
         cleaned = clean_runs(root, lambda m: print(m, file=sys.stderr))
         print(f"{len(cleaned)} killed run(s) cleaned under {root}")
         return 0
+    if args.cell_timeout <= 0:
+        raise ValueError(f"--cell-timeout {args.cell_timeout}: expected a positive number of seconds")
     profile = None if args.profile in ("", "none") else args.profile
     report = run_report(
         profile=profile, overrides=parse_overrides(args.param), only=_only(args.only),

@@ -217,13 +217,23 @@ def check_packages(versions: Mapping[str, Optional[str]], kind: str = "cpu") -> 
     return Check("packages", "PASS", f"all {len(REQUIRED_PACKAGES)} required packages installed")
 
 
+def _release(version: str) -> str:
+    """``2.6.0a0`` / ``2.4.0rc1`` / ``2.1.0.post3`` -> the release torch-npu pairs with."""
+    from packaging.version import InvalidVersion, Version
+
+    try:
+        return Version(version).base_version if version else version
+    except InvalidVersion:
+        return version  # not PEP 440: shown as written
+
+
 def torch_npu_install_command(torch_version: Optional[str]) -> str:
     """The pip command that adds torch-npu for the *installed* torch and keeps that torch.
 
     An open ``pip install torch-npu`` takes the newest release, which needs its own torch
     and replaces the host's; torch-npu X.Y.Z.* goes with torch X.Y.Z.
     """
-    base = (torch_version or "").split("+")[0].strip()
+    base = _release((torch_version or "").split("+")[0].strip())
     if not base:
         return "pip install torch torch-npu  # no torch installed: pick the pair CANN supports"
     return f'pip install "torch-npu=={base}.*" "torch=={base}"'

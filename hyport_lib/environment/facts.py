@@ -68,7 +68,7 @@ def collect_system() -> dict:
         "python_executable": sys.executable,
         "in_container": _in_container(),
     }
-    facts.update(_memory())
+    facts.update(host_memory())
     facts.update(_shm())
     return facts
 
@@ -167,8 +167,41 @@ def _cpu_model() -> Optional[str]:
 
 
 def host_memory() -> dict:
-    """``ram_total_gb`` and ``ram_available_gb`` of this host (None when unknown)."""
-    return _memory()
+    """``ram_total_gb`` and ``ram_available_gb`` this process may use (None when unknown):
+    the host's, capped by the container's memory limit (cgroup v2 or v1) when lower."""
+    memory = _memory()
+    limit = cgroup_memory_limit_gb()
+    if limit is not None and memory.get("ram_total_gb") is not None and limit < memory["ram_total_gb"]:
+        used = cgroup_memory_used_gb() or 0.0
+        memory = {"ram_total_gb": round(limit, 2),
+                  "ram_available_gb": round(max(0.0, min(memory["ram_available_gb"] or limit, limit - used)), 2),
+                  "ram_limit": "cgroup"}
+    return memory
+
+
+def _read_number(path: Path) -> Optional[int]:
+    try:
+        text = path.read_text().strip()
+    except OSError:
+        return None
+    return int(text) if text.isdigit() else None
+
+
+def cgroup_memory_limit_gb(root: Path = Path("/sys/fs/cgroup")) -> Optional[float]:
+    """The memory limit of this process's cgroup in GB, or None when unlimited/unknown."""
+    for path in (root / "memory.max", root / "memory" / "memory.limit_in_bytes"):
+        value = _read_number(path)
+        if value is not None and value < 2 ** 60:  # v1 writes a huge number for "no limit"
+            return value / 2 ** 30
+    return None
+
+
+def cgroup_memory_used_gb(root: Path = Path("/sys/fs/cgroup")) -> Optional[float]:
+    for path in (root / "memory.current", root / "memory" / "memory.usage_in_bytes"):
+        value = _read_number(path)
+        if value is not None:
+            return value / 2 ** 30
+    return None
 
 
 def _memory() -> dict:

@@ -52,7 +52,7 @@ def load_model(config: InferenceConfig):
     model = AutoModelForImageTextToText.from_pretrained(
         path,
         attn_implementation=config.attn_implementation,
-        **{_dtype_kwarg(): dtype},
+        **{dtype_kwarg(): dtype},
         **common,
     )
     if backend.is_accelerator:
@@ -204,7 +204,8 @@ def decode_rate(new_tokens: int, generate_s: float,
 
 # --- helpers -------------------------------------------------------------------------
 
-def _dtype_kwarg() -> str:
+def dtype_kwarg() -> str:
+    """``from_pretrained``'s keyword for the dtype: ``dtype`` on transformers 5, ``torch_dtype`` on 4.x."""
     # transformers 5 renamed from_pretrained's torch_dtype to dtype; 4.57 only has the old name.
     import transformers
 
@@ -334,4 +335,9 @@ __all__ = [
     "run_inference",
     "run_single",
     "warm_up",
+    "dtype_kwarg",
 ]
+
+
+#: The private name this module used before (other modules import the public one).
+_dtype_kwarg = dtype_kwarg

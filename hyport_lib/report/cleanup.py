@@ -12,21 +12,22 @@ longer alive (its recorded pid is gone, or belongs to a newer process) is cleane
 * ``RUNNING`` becomes ``INTERRUPTED`` and ``PENDING`` becomes ``NOT RUN``, the run's status
   ``killed``, and ``run.json`` and ``index.html`` are rewritten to say so.
 
-A run whose runner is still alive (two runs at once) is never touched.
+A run whose runner may still be alive is never touched: the runner holds a lock on a
+file in its folder for its whole life (valid across containers sharing the volume), and
+runs recorded by another host are left alone.
 """
 
 from __future__ import annotations
 
 import datetime as _dt
 import json
-import os
 import shutil
 from pathlib import Path
 from typing import Callable, Optional
 
 from hyport_lib.report.run import INTERRUPTED, NOT_RUN, PENDING, RUNNING, ReportRun
 from hyport_lib.utils.files import atomic_write_json, atomic_write_text
-from hyport_lib.utils.redact import scrub_obj, scrub_text
+from hyport_lib.utils.redact import scrub_json_text, scrub_obj, scrub_text
 
 PARTIAL_DIR = ".partial"
 _TEXT_SUFFIXES = {".ipynb", ".html", ".json", ".jsonl", ".log", ".md", ".txt", ".yaml"}
@@ -42,7 +43,38 @@ def process_start_time(pid: int) -> Optional[float]:
         return None
 
 
-def runner_alive(data: dict) -> bool:
+LOCK_FILE = ".runner.lock"
+
+
+def hold_run_lock(run_dir: Path):
+    """Lock the run folder for as long as the returned file stays open (the runner's life).
+
+    A pid alone proves nothing across containers (another pid namespace sharing the
+    output volume): a runner that holds this lock is alive, wherever it runs.
+    """
+    import fcntl
+
+    handle = open(Path(run_dir) / LOCK_FILE, "w")
+    fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    return handle
+
+
+def runner_alive(run_dir: Path, data: dict) -> bool:
+    """Could the run's runner still be running? Only a run proven dead is cleaned: its lock
+    is free, it ran on this host, and its pid is gone or belongs to a newer process."""
+    import fcntl
+    import socket
+
+    if data.get("host") and data.get("host") != socket.gethostname():
+        return True  # another machine: its lock may not be visible from here
+    lock = Path(run_dir) / LOCK_FILE
+    if lock.exists():
+        with open(lock, "a") as handle:
+            try:
+                fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                return True  # held: alive (in this namespace or another)
+            fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
     pid, started = int(data.get("pid") or 0), float(data.get("pid_started") or 0)
     if pid <= 0:
         return False
@@ -50,9 +82,11 @@ def runner_alive(data: dict) -> bool:
     return now_started is not None and abs(now_started - started) < 1.0
 
 
-def needs_cleaning(data: dict) -> bool:
-    """The run says it is still running (if its runner is dead, it was killed)."""
-    return data.get("status") == "running"
+def needs_cleaning(run_dir: Path, data: dict) -> bool:
+    """The run says it is still running (if its runner is dead, it was killed), or it left
+    a partial notebook behind (stopped in the instant before it could scrub it)."""
+    partial = Path(run_dir) / PARTIAL_DIR
+    return data.get("status") == "running" or (partial.is_dir() and any(partial.iterdir()))
 
 
 def clean_runs(output_root: Path, say: Optional[Callable[[str], None]] = None) -> list[Path]:
@@ -65,7 +99,7 @@ def clean_runs(output_root: Path, say: Optional[Callable[[str], None]] = None) -
             data = json.loads(run_json.read_text(encoding="utf-8"))
         except (OSError, json.JSONDecodeError):
             continue
-        if not needs_cleaning(data) or runner_alive(data):
+        if not needs_cleaning(run_json.parent, data) or runner_alive(run_json.parent, data):
             continue
         clean_run(run_json.parent, data)
         cleaned.append(run_json.parent)
@@ -80,11 +114,16 @@ def clean_run(run_dir: Path, data: dict) -> None:
     for path in run_dir.rglob("*"):
         if path.is_file() and path.suffix in _TEXT_SUFFIXES and path.name != "run.json":
             text = path.read_text(encoding="utf-8", errors="replace")
-            clean = scrub_text(text)
+            clean = (scrub_json_text(text, indent=1 if path.suffix == ".ipynb" else 2)
+                     if path.suffix in (".json", ".ipynb") else scrub_text(text))
             if clean != text:
                 atomic_write_text(path, clean)
     when = _dt.datetime.now().isoformat(timespec="seconds")
     run = ReportRun.from_dict({**data, "run_dir": str(run_dir)})
+    if run.status != "running":  # stopped, not killed: only its partial notebook was left
+        run.notes.append(f"a partial notebook was removed and the files scrubbed at {when}")
+        write_run_files(run, blog=False)
+        return
     for stage in run.stages:
         if stage.verdict == RUNNING:
             stage.verdict = INTERRUPTED

@@ -55,6 +55,7 @@ class ReportRun:
     status: str = "running"
     pid: int = 0
     pid_started: float = 0.0  # the runner's process start time: a reused pid is not it
+    host: str = ""
     notes: list[str] = field(default_factory=list)
 
     @property

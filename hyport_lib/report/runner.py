@@ -25,11 +25,12 @@ from __future__ import annotations
 
 import datetime as _dt
 import os
+import socket
 import sys
 from pathlib import Path
 from typing import Callable, Iterable, Optional
 
-from hyport_lib.report.cleanup import clean_runs, process_start_time, write_run_files
+from hyport_lib.report.cleanup import clean_runs, hold_run_lock, process_start_time, write_run_files
 from hyport_lib.report.params import (  # noqa: F401  (re-exported: the runner's API)
     absolutize_paths, coerce_overrides, notebook_parameters, resolve_parameters, safe_parameters,
 )
@@ -38,6 +39,7 @@ from hyport_lib.report.run import (  # noqa: F401  (re-exported)
 )
 from hyport_lib.report.stage_run import RUN_DIR_ENV, run_stage  # noqa: F401  (re-exported)
 from hyport_lib.stages import discover_stages, select_stages
+from hyport_lib.utils.files import ensure_writable
 from hyport_lib.utils.signals import shielded
 
 #: Per-cell limit; papermill would otherwise wait forever on a hung cell.
@@ -51,10 +53,7 @@ def check_output_root(output_root: Path) -> Path:
         raise NotADirectoryError(20, f"--output-dir {str(output_root)!r} is a file, not a folder",
                                  str(output_root))
     try:
-        output_root.mkdir(parents=True, exist_ok=True)
-        probe = output_root / f".hyport-write-test-{os.getpid()}"
-        probe.write_text("ok")
-        probe.unlink()
+        ensure_writable(output_root)
     except OSError as exc:
         raise PermissionError(exc.errno, f"--output-dir {str(output_root)!r} is not writable "
                                          f"({exc.strerror})", str(output_root)) from None
@@ -71,7 +70,7 @@ def run_report(*, profile: Optional[str] = None, overrides: Optional[dict] = Non
     from hyport_lib.environment import collect_versions
     from hyport_lib.report.profiles import load_profile, resolve_profile
 
-    say = progress or (lambda msg: print(msg, file=sys.stderr, flush=True))
+    say = progress or _say
     profile_path = resolve_profile(profile)
     all_stages = discover_stages(notebooks_dir)
     if not all_stages:
@@ -84,14 +83,26 @@ def run_report(*, profile: Optional[str] = None, overrides: Optional[dict] = Non
     output_root = check_output_root(Path(output_root) if output_root else Path.cwd() / "outputs")
     clean_runs(output_root, say)
     run_id, run_dir = new_run_dir(output_root)
+    lock = hold_run_lock(run_dir)  # held until this function returns: the run is alive
     run = ReportRun(
         run_id=run_id, run_dir=run_dir, profile=str(profile_path) if profile_path else None,
         parameters=safe_parameters(params.merged),
         stages=[StageOutcome(stage=s.id, verdict=PENDING) for s in stages],
         versions=collect_versions(), started=_now(), unused_parameters=params.unused,
-        pid=os.getpid(), pid_started=process_start_time(os.getpid()) or 0.0)
+        pid=os.getpid(), pid_started=process_start_time(os.getpid()) or 0.0,
+        host=socket.gethostname())
+    try:
+        return _run_stages(run, stages, params, say, cell_timeout_s=cell_timeout_s,
+                           kernel_name=kernel_name, show_inputs=show_inputs,
+                           progress_bar=progress_bar)
+    finally:
+        lock.close()
+
+
+def _run_stages(run: ReportRun, stages, params, say, **stage_options) -> ReportRun:
+    run_dir = run.run_dir
     write_run_files(run)
-    say(f"hyport report {run_id}: {len(stages)} stage(s) -> {run_dir}")
+    say(f"hyport report {run.run_id}: {len(stages)} stage(s) -> {run_dir}")
     current = None
     try:
         for i, stage in enumerate(stages, 1):
@@ -100,9 +111,8 @@ def run_report(*, profile: Optional[str] = None, overrides: Optional[dict] = Non
             with shielded():
                 write_run_files(run, blog=False)
             say(f"[{i}/{len(stages)}] {stage.id} ...")
-            outcome = run_stage(stage, run_dir, params.for_stage(stage), cell_timeout_s=cell_timeout_s,
-                                kernel_name=kernel_name, show_inputs=show_inputs,
-                                progress_bar=progress_bar)
+            outcome = run_stage(stage, run_dir, params.for_stage(stage), outcome=run.stages[current],
+                                **stage_options)
             if outcome.interrupted:
                 outcome.verdict = INTERRUPTED
             run.stages[current] = outcome
@@ -132,6 +142,20 @@ def run_report(*, profile: Optional[str] = None, overrides: Optional[dict] = Non
         write_run_files(run)
     say(f"index: {run_dir / 'index.html'}")
     return run
+
+
+_TERMINAL = {"gone": False}
+
+
+def _say(message: str) -> None:
+    # A terminal that went away (`| head`, a closed ssh session) must not stop the run:
+    # the files say everything the terminal would have.
+    if _TERMINAL["gone"]:
+        return
+    try:
+        print(message, file=sys.stderr, flush=True)
+    except (OSError, ValueError):
+        _TERMINAL["gone"] = True
 
 
 def _now() -> str:

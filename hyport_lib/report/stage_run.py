@@ -12,7 +12,7 @@ scrubbed of secret values like the rest.
 from __future__ import annotations
 
 import contextlib
-import json
+import gc
 import logging
 import os
 import sys
@@ -25,7 +25,7 @@ from hyport_lib.report.run import StageOutcome
 from hyport_lib.results import RESULTS_DIR_ENV, load_result
 from hyport_lib.stages import Stage
 from hyport_lib.utils.files import atomic_write_text
-from hyport_lib.utils.redact import scrub_obj, scrub_text
+from hyport_lib.utils.redact import scrub_json_text, scrub_text
 from hyport_lib.utils.signals import shielded
 
 RUN_DIR_ENV = "HYPORT_RUN_DIR"
@@ -80,19 +80,13 @@ def _describe_error(exc: BaseException) -> str:
 def scrub_notebook(source: Path, target: Path) -> bool:
     """Write ``source`` (an executed notebook) scrubbed to ``target``; False when absent.
 
-    Scrubbed by structure (every string of the JSON) and then as text, so that values
-    in any encoding are caught; a file half-written by a dying kernel is scrubbed as text.
+    Scrubbed by structure (every string of the JSON, each in every encoded form, so the
+    file stays valid JSON); a file half-written by a dying kernel is scrubbed as text.
     """
     if not source.exists():
         return False
     text = source.read_text(encoding="utf-8", errors="replace")
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError:
-        clean = scrub_text(text)
-    else:
-        clean = scrub_text(json.dumps(scrub_obj(data), indent=1, ensure_ascii=False) + "\n")
-    atomic_write_text(target, clean)
+    atomic_write_text(target, scrub_json_text(text, indent=1))
     return True
 
 
@@ -111,6 +105,9 @@ def _terminal_to_log(log_path: Path):
     try:
         yield
     finally:
+        # A stopped kernel leaves asyncio tasks whose "exception was never retrieved"
+        # is printed when they are collected: collect them while stderr is the log.
+        gc.collect()
         sys.stderr.flush()
         os.dup2(saved, 2)
         os.close(saved)
@@ -125,8 +122,13 @@ def _scrub_file(path: Path) -> None:
 
 
 def run_stage(stage: Stage, run_dir: Path, params: dict, *, cell_timeout_s: int,
-              kernel_name: Optional[str], show_inputs: bool, progress_bar: bool) -> StageOutcome:
-    """Execute one notebook and collect everything it left; never raises for the notebook's errors."""
+              kernel_name: Optional[str], show_inputs: bool, progress_bar: bool,
+              outcome: Optional[StageOutcome] = None) -> StageOutcome:
+    """Execute one notebook and collect everything it left; never raises for the notebook's errors.
+
+    ``outcome`` (the run's row for this stage) is filled in place, so that the caller
+    keeps the links to the stage's files even when a further stop signal ends this call.
+    """
     import papermill
 
     nb_out = run_dir / "notebooks" / stage.path.name
@@ -136,9 +138,10 @@ def run_stage(stage: Stage, run_dir: Path, params: dict, *, cell_timeout_s: int,
     for folder in (nb_out.parent, nb_partial.parent, html_out.parent, log_out.parent,
                    run_dir / "results"):
         folder.mkdir(parents=True, exist_ok=True)
-    outcome = StageOutcome(stage=stage.id, verdict="FAIL", parameters=safe_parameters(params),
-                           notebook=str(nb_out.relative_to(run_dir)),
-                           log=str(log_out.relative_to(run_dir)))
+    outcome = outcome if outcome is not None else StageOutcome(stage=stage.id, verdict="FAIL")
+    outcome.verdict, outcome.parameters = "FAIL", safe_parameters(params)
+    outcome.notebook = str(nb_out.relative_to(run_dir))
+    outcome.log = str(log_out.relative_to(run_dir))
     env = {RESULTS_DIR_ENV: str(run_dir / "results"), RUN_DIR_ENV: str(run_dir),
            "HYPORT_STAGE": stage.id}
     started = time.monotonic()

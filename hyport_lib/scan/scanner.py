@@ -70,6 +70,9 @@ def scan_path(path: str | os.PathLike, *, exclude: Iterable[str] = DEFAULT_EXCLU
         link = not_regular(root) if root.is_symlink() else None
         raise FileNotFoundError(f"scan_path: path {str(path)!r} {link or 'does not exist'}")
     exclude = tuple(exclude)
+    why = not_regular(root) if not root.is_dir() else None
+    if why:  # a FIFO named on the command line would block the read forever
+        raise ValueError(f"scan_path: {str(path)!r} is not a regular file ({why})")
     if root.is_file():
         kind = file_kind(root, explicit=True)
         if kind is None:
@@ -83,7 +86,7 @@ def scan_path(path: str | os.PathLike, *, exclude: Iterable[str] = DEFAULT_EXCLU
         if kind is None:
             continue
         rel = file.relative_to(base).as_posix()
-        why = not_regular(file)
+        why = not_regular(file) or _outside(file, base)
         if why:  # a FIFO named *.py would block the read forever
             report.skipped.append((rel, why))
             continue
@@ -109,6 +112,16 @@ def pinned_flash_attn(hits) -> dict[str, str]:
                 spec = re.sub(r"\s+", "", match.group(1))
                 return {"flash-attn": f"{spec} ({hit.file}:{hit.line})"}
     return {}
+
+
+def _outside(file: Path, base: Path) -> Optional[str]:
+    """A link out of the scanned folder is named, never read: what it points at (a
+    ``~/.bashrc`` with a token, say) must not reach a shareable report."""
+    try:
+        file.resolve().relative_to(base.resolve())
+    except ValueError:
+        return "symlink out of the scanned folder: not read"
+    return None
 
 
 def not_regular(path: Path) -> Optional[str]:

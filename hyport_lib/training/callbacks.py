@@ -76,6 +76,16 @@ class CountingTrainer(Trainer):
         self.step_counts.add_loss(float(loss.detach().float().item()))
         return loss
 
+    def _save_checkpoint(self, model, trial, *args, **kwargs):
+        # The folder may exist from an earlier run or attempt: until this save has
+        # finished it must not look complete (on_save marks it again).
+        if self.is_world_process_zero():
+            from hyport_lib.training.checkpoints import MARKER
+
+            folder = Path(self.args.output_dir) / f"checkpoint-{self.state.global_step}"
+            (folder / MARKER).unlink(missing_ok=True)
+        return super()._save_checkpoint(model, trial, *args, **kwargs)
+
     def compute_loss(self, model, inputs, *args, **kwargs):
         counts = [inputs.pop(key, 0) for key in COUNT_KEYS]
         if model.training:
@@ -114,6 +124,13 @@ class MetricsCallback(TrainerCallback):
         self.restart = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") or 0)
         #: This rank's card (torchrun's LOCAL_RANK; every card of the node is visible).
         self.backend_index = int(os.environ.get("LOCAL_RANK", "0") or 0)
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        # A resumed Trainer takes save_steps from the checkpoint's trainer_state.json (it
+        # only warns): this run's value (and SAVE_STEPS) must win.
+        state.save_steps = args.save_steps
+        # DeepSpeed restores its skipped-step count with the checkpoint: count from there.
+        self._skipped_before = self._skipped_total()
 
     # -- per step ---------------------------------------------------------------------
     def on_step_begin(self, args, state, control, **kwargs):
@@ -160,6 +177,10 @@ class MetricsCallback(TrainerCallback):
                 fh.flush()
 
     def on_save(self, args, state, control, **kwargs):
+        import torch.distributed as dist
+
+        if dist.is_available() and dist.is_initialized():
+            dist.barrier()  # every rank's part (its RNG state too) is on disk first
         if not state.is_world_process_zero:
             return
         folder = Path(args.output_dir) / f"checkpoint-{state.global_step}"
@@ -179,18 +200,27 @@ def _world_size() -> int:
 
 
 def _reduce(sums: list[float], peak_mb: float, backend, index: int) -> list[float]:
-    """``sums`` summed and ``peak_mb`` maxed over the ranks (every rank calls it)."""
+    """``sums`` (real tokens, tokens, loss, non-finite count) summed and ``peak_mb`` maxed
+    over the ranks (every rank calls it).
+
+    Counts go as int64 and the rest as float32: HCCL on Atlas A2/A3 (910B) reduces no
+    float64, and float32 sums token counts exactly only up to 2**24.
+    """
     import torch
     import torch.distributed as dist
 
     if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
         return [*sums, peak_mb]
     device = backend.torch_device(index) if backend.is_accelerator else torch.device("cpu")
-    summed = torch.tensor(sums, dtype=torch.float64, device=device)
-    peak = torch.tensor([peak_mb], dtype=torch.float64, device=device)
-    dist.all_reduce(summed, op=dist.ReduceOp.SUM)
+    real, total, loss, nonfinite = sums
+    counts = torch.tensor([int(real), int(total), int(nonfinite)], dtype=torch.int64, device=device)
+    values = torch.tensor([float(loss)], dtype=torch.float32, device=device)
+    peak = torch.tensor([float(peak_mb)], dtype=torch.float32, device=device)
+    dist.all_reduce(counts, op=dist.ReduceOp.SUM)
+    dist.all_reduce(values, op=dist.ReduceOp.SUM)
     dist.all_reduce(peak, op=dist.ReduceOp.MAX)
-    return [*summed.tolist(), float(peak[0].item())]
+    real, total, nonfinite = counts.tolist()
+    return [real, total, float(values[0].item()), nonfinite, float(peak[0].item())]
 
 
 def _number(value) -> Optional[float]:

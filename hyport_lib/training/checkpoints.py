@@ -107,6 +107,24 @@ def resolve_resume(resume_from: str, output_dir: os.PathLike) -> Optional[Checkp
     return checkpoint
 
 
+def drop_checkpoints_after(output_dir: os.PathLike, step: int) -> list[str]:
+    """Remove ``checkpoint-N`` folders of ``output_dir`` with ``N > step``; their names.
+
+    They come from an earlier run (or attempt) that went further than the point this one
+    starts from: left in place, the Trainer would write into them piece by piece (with
+    the old files still there) and ``resume_from=auto`` or stage 05 would take them for
+    this run's.
+    """
+    import shutil
+
+    dropped = []
+    for checkpoint in list_checkpoints(output_dir):
+        if checkpoint.step > step:
+            shutil.rmtree(checkpoint.path, ignore_errors=True)
+            dropped.append(checkpoint.path.name)
+    return dropped
+
+
 def check_compatible(checkpoint: Checkpoint, *, world_size: int, zero_stage: int,
                      finetuning_type: str) -> None:
     """Raise ValueError naming every difference between the checkpoint and this run."""

@@ -83,8 +83,9 @@ class TrainConfig:
         train_timeout_s: wall-clock limit of the whole launch.
         seed: seeds data order and initialisation of new (LoRA) weights.
         trust_remote_code: allow the checkpoint's own Python code.
-        max_shard_size: shard the final weights (e.g. ``"5GB"``, the seed's two shards;
-            ``"500KB"`` for the tiny model); None: the library's default.
+        max_shard_size: shard the final weights; ``"5GB"`` (transformers 4.x's default,
+            which gave the seed its two shards and an index); ``"300KB"`` shards the tiny
+            model; None: the installed transformers' default.
     """
 
     model_path: str = "tiny"
@@ -127,7 +128,7 @@ class TrainConfig:
     train_timeout_s: float = 3600.0
     seed: int = 0
     trust_remote_code: bool = False
-    max_shard_size: Optional[str] = None
+    max_shard_size: Optional[str] = "5GB"
     env_overrides: dict = field(default_factory=dict)  # filled by with_env_overrides
 
     def __post_init__(self) -> None:

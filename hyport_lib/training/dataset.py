@@ -40,8 +40,8 @@ class Problem:
         kind: a stable name: ``not_json``, ``not_object``, ``missing_id``, ``duplicate_id``,
             ``missing_conversations``, ``empty_conversations``, ``unknown_role``,
             ``first_turn_not_human``, ``roles_not_alternating``, ``empty_value``,
-            ``no_answer``, ``image_count``, ``image_missing``, ``image_unreadable``,
-            ``too_long``.
+            ``no_answer``, ``image_in_answer``, ``image_count``, ``image_missing``,
+            ``image_unreadable``, ``too_long``, ``encode_failed``.
         message: one line a user can act on.
     """
 
@@ -93,15 +93,19 @@ class DatasetReport:
 
 
 class DatasetError(ValueError):
-    """The dataset has problems and ``skip_bad_records`` is off: every problem is listed."""
+    """The dataset has problems and ``skip_bad_records`` is off: every problem is listed
+    (the first ``limit`` in the message; all of them in ``problems_file`` when given)."""
 
-    def __init__(self, report: DatasetReport, limit: int = 50):
+    def __init__(self, report: DatasetReport, limit: int = 50, problems_file: Optional[str] = None):
         self.report = report
+        self.problems_file = problems_file
         #: One line per problem (the command line prints them under the message).
         self.details = [f"- {p}" for p in report.problems[:limit]]
         more = len(report.problems) - limit
         if more > 0:
             self.details.append(f"... and {more} more")
+        if problems_file:
+            self.details.append(f"every problem, one per line: {problems_file}")
         super().__init__(f"{report.summary()}; fix them or set skip_bad_records=True:\n"
                          + "\n".join(f"  {line}" for line in self.details))
 
@@ -114,7 +118,7 @@ def read_raw(path: os.PathLike) -> tuple[list[Any], list[Problem]]:
     """
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        text = path.read_text(encoding="utf-8-sig")  # a BOM (Windows editors) is not data
     except (OSError, UnicodeDecodeError) as exc:
         raise ValueError(f"dataset {path}: cannot read it ({exc})") from exc
     if text.lstrip().startswith("["):
@@ -208,10 +212,12 @@ def _check_turns(value: dict, problem) -> list[tuple[str, str]]:
         return []
     turns = []
     expected = "human"
+    previous = None
     for i, turn in enumerate(conversations):
         where = f"conversations[{i}]"
         if not isinstance(turn, dict):
             problem(where, "unknown_role", f"expected {{'from': ..., 'value': ...}}, got {turn!r:.60}")
+            previous = None
             continue
         role, text = turn.get("from"), turn.get("value")
         if role not in ROLES:
@@ -221,11 +227,14 @@ def _check_turns(value: dict, problem) -> list[tuple[str, str]]:
                                                              "it must be 'human'")
         elif role != expected:
             problem(f"{where}.from", "roles_not_alternating",
-                    f"{role!r} follows {conversations[i - 1].get('from')!r}; human and gpt "
-                    "turns must alternate")
+                    f"{role!r} follows {previous!r}; human and gpt turns must alternate")
+        previous = role
         if not isinstance(text, str) or not text.strip():
             problem(f"{where}.value", "empty_value", "empty or missing text")
             text = ""
+        elif role == "gpt" and IMAGE_PLACEHOLDER in text:
+            problem(f"{where}.value", "image_in_answer",
+                    f"{IMAGE_PLACEHOLDER} in a gpt turn: images belong to the human turns")
         if role in ROLES:
             turns.append((ROLES[role], text))
             expected = "gpt" if role == "human" else "human"
@@ -264,7 +273,9 @@ def _unreadable(path: Path) -> Optional[str]:
 
     try:
         with Image.open(path) as img:
-            img.verify()
+            img.verify()  # the structure
+        with Image.open(path) as img:
+            img.load()  # the pixels: verify() does not read a JPEG's image data
     except (OSError, UnidentifiedImageError, SyntaxError, ValueError) as exc:
         return f"{type(exc).__name__}: {str(exc)[:80]}"
     return None

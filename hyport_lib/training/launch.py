@@ -145,7 +145,7 @@ def collect(plan: LaunchPlan, code: Optional[int], wall_s: float, timed_out: boo
         provenance=Provenance(device=plan.device_kind))
 
 
-_RANK_LINE = re.compile(r"^\[(?:default)?(\d+)\]:(.*)$")
+_RANK_LINE = re.compile(r"^\[(?:default)?(\d+)\]:(?:\[rank\d+\]:\s?)?(.*)$")
 _ROOT_RANK = re.compile(r"^\s*rank\s*:\s*(\d+)")
 _ROOT_EXIT = re.compile(r"^\s*exitcode\s*:\s*(-?\d+)(?:.*\((SIG\w+)\))?")
 

@@ -11,6 +11,7 @@ picked), the resume point (complete, same world size and versions). Only then do
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 from dataclasses import asdict, dataclass, field
@@ -18,6 +19,7 @@ from pathlib import Path
 from typing import Optional
 
 from hyport_lib.training.config import TrainConfig
+from hyport_lib.utils.files import ensure_writable
 
 
 @dataclass
@@ -92,7 +94,7 @@ def prepare(config: TrainConfig, backend=None, *, check_port: bool = True) -> La
     dataset_path, image_root = _dataset_path(config, output_dir)
     precision = ds.resolve_precision(config.precision, backend)
     deepspeed = ds.build_deepspeed_config(config, backend, precision)
-    report, skip = _check_dataset(config, dataset_path, image_root, model_path)
+    report, skip = _check_dataset(config, dataset_path, image_root, model_path, output_dir)
     if skip:
         notes.append(f"{len(skip)} bad record(s) skipped (skip_bad_records=True)")
     checkpoint = resolve_resume(config.resume_from, output_dir)
@@ -106,6 +108,8 @@ def prepare(config: TrainConfig, backend=None, *, check_port: bool = True) -> La
         notes.append(f"packing: attention {attn} (per sample in every case; transformers' "
                      "eager and sdpa keep packed samples apart only while no KV cache is used)")
     _check_cards(backend, nproc)
+    if config.finetuning_type == "lora":
+        _check_lora_targets(config, model_path)
     ds_path = ds.write_deepspeed_config(deepspeed, output_dir)
     return LaunchPlan(
         config=config, device_kind=backend.kind, nproc_per_node=nproc, world_size=world,
@@ -143,10 +147,8 @@ def _output_dir(config: TrainConfig) -> Path:
     folder = Path(config.output_dir).expanduser() if config.output_dir else default_output_dir(config.run_name)
     folder = folder.resolve()
     try:
-        (folder / "logs").mkdir(parents=True, exist_ok=True)
-        probe = folder / f".hyport-write-test-{os.getpid()}"
-        probe.write_text("ok")
-        probe.unlink()
+        ensure_writable(folder / "logs")
+        ensure_writable(folder)
     except OSError as exc:
         raise PermissionError(exc.errno, f"output_dir={str(folder)!r} is not writable ({exc.strerror})",
                               str(folder)) from exc
@@ -164,7 +166,7 @@ def _dataset_path(config: TrainConfig, output_dir: Path) -> tuple[Path, Optional
 
 
 def _check_dataset(config: TrainConfig, path: Path, image_root: Optional[str],
-                   model_path: str) -> tuple[dict, list[int]]:
+                   model_path: str, output_dir: Path) -> tuple[dict, list[int]]:
     from transformers import AutoProcessor
 
     from hyport_lib.training.dataset import DatasetError, DatasetReport, load_dataset
@@ -176,8 +178,15 @@ def _check_dataset(config: TrainConfig, path: Path, image_root: Optional[str],
     samples, too_long = encode_records(report.records, processor, config.max_seq_len, config.overflow)
     problems = sorted(report.problems + too_long, key=lambda p: p.index)
     full = DatasetReport(report.path, report.records, problems, report.total)
+    if problems:
+        # Every problem, however many: the message shows the first ones.
+        from hyport_lib.utils.files import atomic_write_text
+
+        listing = atomic_write_text(output_dir / "dataset_problems.jsonl",
+                                    "".join(json.dumps(p.to_dict(), ensure_ascii=False) + "\n"
+                                            for p in problems))
     if problems and not config.skip_bad_records:
-        raise DatasetError(full)
+        raise DatasetError(full, problems_file=str(listing))
     if not samples:
         raise ValueError(f"dataset {path}: no usable record left ({full.summary()})")
     summary = full.to_dict()
@@ -219,16 +228,49 @@ def _port(config: TrainConfig, check: bool) -> int:
 
 
 def _bind_host(addr: str) -> str:
-    return "127.0.0.1" if addr in ("localhost", "127.0.0.1") else "0.0.0.0"
+    if addr in ("localhost", "127.0.0.1"):
+        return "127.0.0.1"
+    try:
+        return socket.gethostbyname(addr)  # the master binds that address
+    except OSError:
+        return "0.0.0.0"
 
 
 def _is_local(addr: str) -> bool:
+    """Is ``addr`` this machine (loopback, its name, or one of its interfaces' addresses)?"""
     if addr in ("localhost", "127.0.0.1", socket.gethostname()):
         return True
     try:
-        return socket.gethostbyname(addr).startswith("127.")
+        resolved = socket.gethostbyname(addr)
     except OSError:
         return False
+    if resolved.startswith("127."):
+        return True
+    import psutil
+
+    return any(a.address == resolved for addrs in psutil.net_if_addrs().values() for a in addrs)
+
+
+def _check_lora_targets(config: TrainConfig, model_path: str) -> None:
+    """The LoRA targets must name layers of the model: checked on an empty (meta) model,
+    before an 8-card job loads the weights only to fail in peft."""
+    import re
+
+    from accelerate import init_empty_weights
+    from transformers import AutoConfig, AutoModelForImageTextToText
+
+    from hyport_lib.training.lora import lora_target_pattern
+
+    model_config = AutoConfig.from_pretrained(model_path, trust_remote_code=config.trust_remote_code)
+    with init_empty_weights():
+        model = AutoModelForImageTextToText.from_config(model_config,
+                                                        trust_remote_code=config.trust_remote_code)
+    pattern = re.compile(lora_target_pattern(config.lora_targets))
+    if not any(pattern.fullmatch(name) for name, _ in model.named_modules()):
+        leaves = sorted({name.rsplit(".", 1)[-1] for name, module in model.named_modules()
+                         if "language_model" in name and not list(module.children())})
+        raise ValueError(f"lora_target={config.lora_target!r}: no layer of the language model has "
+                         f"that name (its layers: {', '.join(leaves[:20])})")
 
 
 def _check_cards(backend, nproc: int) -> None:

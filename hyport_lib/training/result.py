@@ -68,12 +68,18 @@ class TrainResult:
         s = self.summary
         if self.status != "ok":
             return "FAIL", self.reason or self.status
+        node = int(self.plan.get("config", {}).get("node_rank") or 0)
+        if node > 0:  # global rank 0, on node 0, writes the metrics and the weights
+            nodes = self.plan.get("config", {}).get("nnodes")
+            return "PASS", f"node {node} of {nodes}: its ranks exited 0 (metrics and weights are on node 0)"
         if not self.final_dir:
             return "FAIL", "torchrun exited 0 but no final weights were written"
         expected = self.expected_steps
+        # Resumed from a checkpoint of another folder, the metrics start after it.
+        first_ok = (None, 1, int(self.worker.get("resumed_step") or 0) + 1)
         if s.repeated_steps or s.missing_steps or (expected and s.last_step != expected) \
-                or (s.first_step not in (None, 1)):
-            return "FAIL", (f"metrics are not steps 1..{expected} exactly once "
+                or (s.first_step not in first_ok):
+            return "FAIL", (f"metrics are not steps {first_ok[-1] if s.first_step != 1 else 1}..{expected} exactly once "
                             f"(repeated {s.repeated_steps}, missing {s.missing_steps}, "
                             f"first {s.first_step}, last {s.last_step})")
         problems = []

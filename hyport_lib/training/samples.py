@@ -167,7 +167,11 @@ def encode_records(records: list[Record], processor, max_seq_len: int,
     encoder = Encoder(processor, max_seq_len, overflow)
     samples, problems = [], []
     for record in records:
-        sample, problem = encoder.encode(record)
+        try:
+            sample, problem = encoder.encode(record)
+        except (ValueError, OSError, RuntimeError) as exc:  # the processor refused the record
+            sample, problem = None, Problem(record.index, record.record_id, "conversations",
+                                            "encode_failed", f"{type(exc).__name__}: {exc}"[:300])
         if problem is not None:
             problems.append(problem)
         else:

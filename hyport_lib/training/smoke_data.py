@@ -75,8 +75,12 @@ def _draw(name: str, path: Path) -> None:
         draw.polygon([(_SIZE // 2, 4), (_SIZE - 5, _SIZE - 5), (4, _SIZE - 5)], fill=colour)
     else:
         getattr(draw, kind)(box, fill=colour)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    img.save(tmp, format="PNG")
+    import tempfile
+
+    # A private temporary name: several launches (threads or processes) may draw at once.
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    with os.fdopen(fd, "wb") as fh:
+        img.save(fh, format="PNG")
     os.replace(tmp, path)
 
 

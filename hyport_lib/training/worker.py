@@ -87,6 +87,13 @@ def init_distributed(backend) -> None:
                             rank=rank, world_size=world)
 
 
+def _barrier() -> None:
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier()
+
+
 def _fault_callback():
     from transformers import TrainerCallback
 
@@ -109,6 +116,8 @@ def _fault_callback():
 def _load_model(spec: dict, config, backend):
     from transformers import AutoModelForImageTextToText, AutoProcessor
 
+    from hyport_lib.training.lora import lora_target_pattern
+
     common = {"trust_remote_code": config.trust_remote_code}
     if Path(spec["model_path"]).is_dir():
         common["local_files_only"] = True
@@ -126,17 +135,9 @@ def _load_model(spec: dict, config, backend):
         set_seed(config.seed)  # the LoRA weights are drawn here, before the Trainer seeds
         targets = config.lora_targets
         lora = LoraConfig(r=config.lora_rank, lora_alpha=config.lora_alpha, lora_dropout=0.0,
-                          target_modules=_lora_targets(targets))
+                          target_modules=lora_target_pattern(targets))
         model = get_peft_model(model, lora)
     return model, processor
-
-
-def _lora_targets(targets: list[str]):
-    """peft target_modules: the language model's linear layers named in ``targets``."""
-    if targets == ["all"]:
-        return r".*language_model.*\.(q_proj|k_proj|v_proj|o_proj|gate_proj|up_proj|down_proj)"
-    names = "|".join(targets)
-    return rf".*language_model.*\.({names})"
 
 
 def _dataset(spec: dict, config, processor):
@@ -203,10 +204,12 @@ def _merged_lora(spec: dict, config, state_dict: dict):
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForImageTextToText
 
+    from hyport_lib.training.lora import lora_target_pattern
+
     base = AutoModelForImageTextToText.from_pretrained(
         spec["model_path"], trust_remote_code=config.trust_remote_code)
     lora = LoraConfig(r=config.lora_rank, lora_alpha=config.lora_alpha, lora_dropout=0.0,
-                      target_modules=_lora_targets(config.lora_targets))
+                      target_modules=lora_target_pattern(config.lora_targets))
     wrapped = get_peft_model(base, lora)
     # Only the trained LoRA weights: the frozen base stays as it was loaded, not as the
     # (possibly bf16) copy DeepSpeed trained with.
@@ -223,7 +226,8 @@ def run(spec: dict) -> dict:
     """Train as the spec says; returns rank 0's result (other ranks: a short dict)."""
     from hyport_lib.backend import get_backend
     from hyport_lib.training.callbacks import CountingTrainer, MetricsCallback, StepCounts
-    from hyport_lib.training.checkpoints import check_compatible, resolve_resume
+    from hyport_lib.training.checkpoints import (check_compatible, drop_checkpoints_after,
+                                                 newest_complete, resolve_resume)
     from hyport_lib.training.config import TrainConfig
     from hyport_lib.training.metrics import truncate_metrics
 
@@ -233,14 +237,23 @@ def run(spec: dict) -> dict:
     _quiet_deepspeed_cpu(backend)
     init_distributed(backend)
     world = int(os.environ.get("WORLD_SIZE", "1"))
-    checkpoint = resolve_resume(config.resume_from, spec["output_dir"])
+    restart = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") or 0)
+    # After a fault, torchrun's restart resumes this launch's newest complete checkpoint,
+    # whatever resume_from said for the first attempt.
+    resume_from = "auto" if restart and newest_complete(spec["output_dir"]) else config.resume_from
+    checkpoint = resolve_resume(resume_from, spec["output_dir"])
     if checkpoint is not None:
         check_compatible(checkpoint, world_size=world, zero_stage=config.zero_stage,
                          finetuning_type=config.finetuning_type)
+    step = checkpoint.step if checkpoint else 0
     if _rank() == 0:
-        kept = truncate_metrics(spec["metrics_path"], checkpoint.step if checkpoint else 0)
-        _say(f"world {world}, restart {os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}, "
-             f"resume from {checkpoint.path if checkpoint else 'scratch'} ({kept} metric lines kept)")
+        kept = truncate_metrics(spec["metrics_path"], step)
+        dropped = drop_checkpoints_after(spec["output_dir"], step)
+        _say(f"world {world}, restart {restart}, resume from "
+             f"{checkpoint.path if checkpoint else 'scratch'} ({kept} metric lines kept"
+             + (f"; removed {', '.join(dropped)}: later than the resume point" if dropped else "")
+             + ")")
+    _barrier()
     if spec["attn_implementation"].startswith("hyport"):
         from hyport_lib.attention.hf_integration import register_hyport_attention
 
@@ -262,9 +275,9 @@ def run(spec: dict) -> dict:
     result = {
         "status": "ok", "train_metrics": dict(output.metrics), "global_step": trainer.state.global_step,
         "final_dir": final, "resumed_from": str(checkpoint.path) if checkpoint else None,
-        "resumed_step": checkpoint.step if checkpoint else 0, "world_size": world,
+        "resumed_step": step, "world_size": world,
         "samples": samples, "rows": len(rows), "trainable_parameters": int(trainable),
-        "restart": int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") or 0),
+        "restart": restart,
         "worker_s": round(time.monotonic() - started, 3),
     }
     return result

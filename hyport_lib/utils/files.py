@@ -39,3 +39,14 @@ def atomic_write_text(path: str | os.PathLike, text: str, encoding: str = "utf-8
 
 def atomic_write_json(path: str | os.PathLike, data: Any) -> Path:
     return atomic_write_text(path, json.dumps(data, indent=2, sort_keys=False, default=str) + "\n")
+
+
+def ensure_writable(folder: str | os.PathLike) -> Path:
+    """Create ``folder`` and prove it writable with a private temporary file (safe when
+    several launches check the same folder at once). Raises the OSError otherwise."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    fd, probe = tempfile.mkstemp(prefix=".hyport-write-test-", dir=folder)
+    os.close(fd)
+    os.unlink(probe)
+    return folder

@@ -19,14 +19,19 @@ import html
 import json
 import os
 import re
+import shlex
 import urllib.parse
 from typing import Iterable, Mapping
 
 SECRET_MARKERS = ("SECRET", "TOKEN", "KEY", "PASSWORD", "CREDENTIAL", "AUTH", "ACCESS")
 REDACTED = "[redacted]"
-#: ``scheme://user:password@`` or ``scheme://token@``: the part before ``@`` goes.
-_URL_CREDENTIALS = re.compile(r"(?P<scheme>\b[a-zA-Z][a-zA-Z0-9+.\-]*://)(?P<userinfo>[^/@\s\"'<>]+)@")
+#: ``scheme://user:password@`` or ``scheme://token@``: everything up to the *last* ``@``
+#: before the host goes (a password may hold ``@``, quotes or ``:``).
+_URL_CREDENTIALS = re.compile(r"(?P<scheme>\b[a-zA-Z][a-zA-Z0-9+.\-]*://)(?P<userinfo>[^/\s]+)@")
 _MIN_SECRET_LEN = 4
+#: Values of secret-named variables that are settings, not secrets
+#: (``TOKENIZERS_PARALLELISM=false``): scrubbing them would rewrite every "false".
+_NOT_SECRET_VALUES = {"true", "false", "none", "null", "yes", "no", "on", "off", "auto", "default"}
 
 
 def is_secret_name(name: str) -> bool:
@@ -37,7 +42,8 @@ def is_secret_name(name: str) -> bool:
 def secret_values(environ: Mapping[str, str] | None = None) -> list[str]:
     """Values of secret variables, longest first (for scrubbing free text)."""
     environ = os.environ if environ is None else environ
-    values = {v for k, v in environ.items() if is_secret_name(k) and len(v) >= _MIN_SECRET_LEN}
+    values = {v for k, v in environ.items() if is_secret_name(k) and len(v) >= _MIN_SECRET_LEN
+              and v.strip().lower() not in _NOT_SECRET_VALUES}
     return sorted(values, key=len, reverse=True)
 
 
@@ -56,7 +62,10 @@ def encoded_forms(value: str) -> tuple[str, ...]:
         forms.add(html.escape(text, quote=False))
         forms.add(html.escape(text).encode("ascii", "xmlcharrefreplace").decode("ascii"))
     forms.add(urllib.parse.quote(value, safe=""))
+    forms.add(urllib.parse.quote(value))  # the default keeps "/"
     forms.add(urllib.parse.quote_plus(value))
+    forms.add(repr(value.encode("utf-8"))[2:-1])  # a bytes literal
+    forms.add(shlex.quote(value))
     return tuple(sorted((f for f in forms if len(f) >= _MIN_SECRET_LEN), key=len, reverse=True))
 
 
@@ -114,6 +123,17 @@ def scrub_obj(obj, environ: Mapping[str, str] | None = None):
         return item
 
     return walk(obj)
+
+
+def scrub_json_text(text: str, indent: int = 2, environ: Mapping[str, str] | None = None) -> str:
+    """A JSON document scrubbed *by structure*: every string value (every encoded form
+    inside it included) is scrubbed, and the result is still valid JSON. Text that does
+    not parse (half-written by a dying process) is scrubbed as text."""
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError:
+        return scrub_text(text, environ)
+    return json.dumps(scrub_obj(data, environ), indent=indent, ensure_ascii=False) + "\n"
 
 
 def child_environ(extra: Mapping[str, str] | None = None) -> dict[str, str]:

@@ -1,0 +1,85 @@
+"""Which folders the stage checks when none is given.
+
+In a report run stage 04 has just trained: its result (``<results>/04_train.json``)
+names the final weights (``data.final_dir``), the last complete checkpoint
+(``data.last_checkpoint``) and the model it started from (``data.plan.model_path``). The
+stage then checks the final weights, against that checkpoint (same model expected)
+and against the starting model (training must have changed it).
+
+Without a stage-04 result (the notebook run on its own) it checks the embedded tiny
+model saved in two shards, against the same model saved as one file: two folders that
+hold the same weights, so every comparison must find them equal.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+from hyport_lib.results import load_result, results_dir
+
+TRAIN_STAGE = "04_train"
+#: The tiny model is about 850 KB in float32: this gives two shards.
+TINY_SHARD_SIZE = "500KB"
+
+
+@dataclass
+class Sources:
+    """The folders to check and where they came from (``note``, for the notebook)."""
+
+    weights: str
+    base: Optional[str]
+    checkpoint: Optional[str]
+    note: str
+
+
+def _existing(path) -> Optional[str]:
+    return str(path) if path and Path(path).exists() else None
+
+
+def stage04_paths(directory: Optional[os.PathLike] = None) -> Optional[dict]:
+    """``final_dir``, ``last_checkpoint``, ``model_path`` and the file they came from, or
+    None when stage 04 recorded no final weights that still exist."""
+    path = Path(directory or results_dir()) / f"{TRAIN_STAGE}.json"
+    if not path.is_file():
+        return None
+    try:
+        data = load_result(path).data
+    except ValueError:
+        return None  # an unreadable record is no record: the tiny default is used
+    final = _existing(data.get("final_dir"))
+    if not final:
+        return None
+    return {"final_dir": final, "last_checkpoint": _existing(data.get("last_checkpoint")),
+            "model_path": _existing((data.get("plan") or {}).get("model_path")), "file": str(path)}
+
+
+def resolve_paths(weights_path: Optional[os.PathLike] = None, base_path: Optional[os.PathLike] = None,
+                  checkpoint_path: Optional[os.PathLike] = None, *,
+                  results: Optional[os.PathLike] = None) -> Sources:
+    """The folders to check: those given, else stage 04's, else the tiny model's.
+
+    A path given always wins; with ``weights_path`` given nothing else is guessed.
+    """
+    if weights_path:
+        return Sources(str(weights_path), _str(base_path), _str(checkpoint_path), "as given")
+    trained = stage04_paths(results)
+    if trained:
+        base = _str(base_path) or trained["model_path"]
+        if base and Path(base).resolve() == Path(trained["final_dir"]).resolve():
+            base = None
+        return Sources(trained["final_dir"], base, _str(checkpoint_path) or trained["last_checkpoint"],
+                       f"stage 04 of this run ({trained['file']}): its final weights, last "
+                       f"checkpoint and starting model")
+    from hyport_lib.models.tiny import ensure_tiny_model
+
+    sharded = ensure_tiny_model(max_shard_size=TINY_SHARD_SIZE)
+    return Sources(str(sharded), _str(base_path), _str(checkpoint_path) or str(ensure_tiny_model()),
+                   f"no stage 04 result in {Path(results or results_dir())}: the embedded tiny model "
+                   f"saved in shards of {TINY_SHARD_SIZE}, checked against the same model saved as one file")
+
+
+def _str(path) -> Optional[str]:
+    return str(path) if path else None

@@ -1,0 +1,369 @@
+"""A checkpoint folder from its headers: shards, index, config and parameter totals.
+
+:func:`inspect_checkpoint` reads every weight file's header (:mod:`.format`), the index
+and ``config.json`` and cross-checks them, without reading any tensor data:
+
+* sharded (``model.safetensors.index.json`` + ``model-0000i-of-0000n.safetensors``):
+  every index key is in the shard it names, every shard key is in the index, no key is
+  in two shards, no shard named by the index is missing and no other shard file lies
+  beside them, ``metadata.total_size`` equals the sum of the tensor byte sizes (and
+  ``total_parameters``, which transformers 5 writes, the sum of their elements);
+* single file (``model.safetensors``, no index), or one ``.safetensors`` file given
+  directly;
+* ``config.json``: model type, architectures, dtype; the model class built from it on
+  the meta device (:mod:`.names`) gives the expected shapes (ZeRO-3 placeholders) and
+  the tied weights (the parameter total without tied duplicates).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional
+
+from hyport_lib.weights.findings import Finding, finding, name_some
+from hyport_lib.weights.format import ShardHeader, TensorEntry, read_header
+from hyport_lib.weights.names import ModelNames, identity_names, model_names
+
+INDEX_FILE = "model.safetensors.index.json"
+SINGLE_FILE = "model.safetensors"
+_SHARD_RE = re.compile(r"^(?P<prefix>.+)-\d{5}-of-\d{5}\.safetensors$")
+
+
+@dataclass
+class ConfigInfo:
+    present: bool = False
+    model_type: Optional[str] = None
+    architectures: list[str] = field(default_factory=list)
+    dtype: Optional[str] = None
+    tie_word_embeddings: Optional[bool] = None
+    error: Optional[str] = None
+
+
+@dataclass
+class IndexInfo:
+    file: str
+    tensors: int = 0
+    shards: list[str] = field(default_factory=list)
+    weight_map: dict[str, str] = field(default_factory=dict)
+    total_size: Optional[int] = None
+    total_parameters: Optional[int] = None
+
+
+@dataclass
+class Inspection:
+    """What the headers say about one checkpoint.
+
+    Attributes:
+        path: the folder (or the single file given).
+        kind: ``sharded``, ``single``, ``file`` (one file given) or ``none``.
+        shards: the weight files read, in index order.
+        index: the index, when there is one.
+        config: what ``config.json`` says.
+        names: the model's view of the names (identity when no class could be built).
+        findings: every problem found in the headers, index and config.
+        seconds: how long reading and checking the headers, index and config took.
+        model_seconds: how long building the model class on the meta device took (the
+            first time in a process, mostly importing its transformers module).
+    """
+
+    path: str
+    kind: str
+    shards: list[ShardHeader] = field(default_factory=list)
+    index: Optional[IndexInfo] = None
+    config: ConfigInfo = field(default_factory=ConfigInfo)
+    names: ModelNames = field(default_factory=identity_names)
+    findings: list[Finding] = field(default_factory=list)
+    seconds: float = 0.0
+    model_seconds: float = 0.0
+
+    @property
+    def folder(self) -> Path:
+        path = Path(self.path)
+        return path.parent if self.kind == "file" else path
+
+    @property
+    def tensors(self) -> dict[str, tuple[ShardHeader, TensorEntry]]:
+        """Every tensor key -> (its file, its entry); the first file wins for a duplicate."""
+        out: dict[str, tuple[ShardHeader, TensorEntry]] = {}
+        for shard in self.shards:
+            for name, entry in shard.tensors.items():
+                out.setdefault(name, (shard, entry))
+        return out
+
+    @property
+    def parameters(self) -> int:
+        return sum(e.numel for _, e in self.tensors.values())
+
+    @property
+    def tied_duplicates(self) -> list[str]:
+        """Keys saved for a tied target whose source is saved too."""
+        present = {self.names.to_model(k) for k in self.tensors}
+        tied = self.names.tied
+        return [k for k in self.tensors
+                if (m := self.names.to_model(k)) in tied and tied[m] in present]
+
+    @property
+    def unique_parameters(self) -> int:
+        tensors = self.tensors
+        return self.parameters - sum(tensors[k][1].numel for k in self.tied_duplicates)
+
+    @property
+    def tensor_bytes(self) -> int:
+        return sum(e.nbytes for _, e in self.tensors.values())
+
+
+def inspect_checkpoint(path: os.PathLike, *, trust_remote_code: bool = False,
+                       with_model: bool = True, validate: bool = True) -> Inspection:
+    """Inspect the headers of the checkpoint at ``path`` (a folder or one file).
+
+    Args:
+        path: a checkpoint folder, or one ``.safetensors`` file.
+        trust_remote_code: allow remote code when building the model class from the
+            config (for the names; nothing is loaded).
+        with_model: build the model class on the meta device (names, tied weights,
+            expected shapes); False skips it (headers only).
+        validate: also let safetensors open every file the checks pass.
+
+    Raises:
+        FileNotFoundError: ``path`` does not exist (every other problem is a finding).
+    """
+    started = time.perf_counter()
+    path = Path(path).expanduser()
+    if not path.exists():
+        raise FileNotFoundError(f"weights path {str(path)!r}: no such file or folder")
+    if path.is_file():
+        result = Inspection(str(path), "file", shards=[read_header(path, validate=validate)])
+    else:
+        result = _inspect_folder(path, validate)
+        _read_config(result)
+    for shard in result.shards:
+        result.findings.extend(shard.findings)
+    result.seconds = time.perf_counter() - started
+    if result.config.present and not result.config.error and with_model:
+        started = time.perf_counter()
+        result.names = model_names(result.folder, trust_remote_code=trust_remote_code)
+        result.model_seconds = time.perf_counter() - started
+        if result.names.error:
+            result.findings.append(finding("model_class_unknown", "config.json",
+                                           f"names are used as they are: {result.names.error}"))
+    _placeholders(result)
+    _tied_note(result)
+    return result
+
+
+def _inspect_folder(folder: Path, validate: bool) -> Inspection:
+    indexes = sorted(folder.glob("*.safetensors.index.json"),
+                     key=lambda p: (p.name != INDEX_FILE, p.name))
+    if indexes:
+        return _inspect_sharded(folder, indexes[0], validate)
+    single = folder / SINGLE_FILE
+    if single.is_file():
+        return Inspection(str(folder), "single", shards=[read_header(single, validate=validate)])
+    files = sorted(folder.glob("*.safetensors"))
+    shards = [p for p in files if _SHARD_RE.match(p.name)]
+    if shards:
+        result = Inspection(str(folder), "sharded", shards=[read_header(p, validate=validate) for p in shards])
+        result.findings.append(finding(
+            "index_missing", INDEX_FILE,
+            f"{len(shards)} shard file(s) ({name_some([p.name for p in shards])}) but no index: "
+            f"from_pretrained fails with 'no file named model.safetensors'"))
+        return result
+    others = [p.name for p in files] + [p.name for p in sorted(folder.glob("*.bin"))]
+    found = f"; found only {name_some(others)}" if others else ""
+    result = Inspection(str(folder), "none")
+    result.findings.append(finding("no_weights", folder.name or str(folder),
+                                   f"no {SINGLE_FILE} and no {INDEX_FILE} in {folder}{found}"))
+    return result
+
+
+def _inspect_sharded(folder: Path, index_path: Path, validate: bool) -> Inspection:
+    result = Inspection(str(folder), "sharded")
+    index = _read_index(index_path, result)
+    if index is None:
+        return result
+    result.index = index
+    for name in index.shards:
+        shard_path = folder / name
+        keys = [k for k, v in index.weight_map.items() if v == name]
+        if not shard_path.is_file():
+            result.findings.append(finding(
+                "shard_missing", name, f"{index.file} names {name} for {len(keys)} tensor(s) "
+                f"({name_some(keys)}) but the file is not in the folder", tensors=keys))
+            continue
+        result.shards.append(read_header(shard_path, validate=validate))
+    prefix = index_path.name[: -len(".safetensors.index.json")]
+    named = set(index.shards)
+    for extra in sorted(folder.glob(f"{prefix}*.safetensors")):
+        if extra.name not in named:
+            result.findings.append(finding(
+                "extra_shard", extra.name, f"a weight file that {index.file} does not name: "
+                f"its tensors are never loaded (left over from an earlier save?)"))
+    _cross_check(result, index)
+    return result
+
+
+def _read_index(path: Path, result: Inspection) -> Optional[IndexInfo]:
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+        weight_map = raw["weight_map"]
+        if not isinstance(weight_map, dict) or not all(
+                isinstance(k, str) and isinstance(v, str) for k, v in weight_map.items()):
+            raise ValueError("weight_map is not an object of names to file names")
+        outside = sorted({v for v in weight_map.values() if Path(v).name != v or v in ("", ".", "..")})
+        if outside:
+            raise ValueError(f"weight_map names files outside the folder: {', '.join(outside[:3])}")
+        meta = raw.get("metadata") or {}
+        if not isinstance(meta, dict):
+            raise ValueError("metadata is not an object")
+    except (OSError, UnicodeDecodeError, KeyError, TypeError, ValueError, RecursionError) as exc:
+        why = f"missing {exc}" if isinstance(exc, KeyError) else str(exc) or type(exc).__name__
+        result.findings.append(finding("index_unreadable", path.name, f"cannot use the index: {why}"))
+        return None
+    shards = list(dict.fromkeys(weight_map.values()))
+    return IndexInfo(path.name, len(weight_map), shards, dict(weight_map),
+                     _int_or_none(meta.get("total_size")), _int_or_none(meta.get("total_parameters")))
+
+
+def _int_or_none(value) -> Optional[int]:
+    try:
+        return int(value) if value is not None else None
+    except (TypeError, ValueError):
+        return None
+
+
+def _cross_check(result: Inspection, index: IndexInfo) -> None:
+    add = result.findings.append
+    holders: dict[str, list[str]] = {}
+    for shard in result.shards:
+        for key in [*shard.tensors, *shard.invalid]:  # a malformed entry is still there
+            holders.setdefault(key, []).append(shard.label)
+    readable = {s.label for s in result.shards if s.readable}
+    missing: dict[str, list[str]] = {}
+    for key, shard in index.weight_map.items():
+        if shard in readable and shard not in holders.get(key, []):
+            missing.setdefault(shard, []).append(key)
+    for shard, keys in missing.items():
+        elsewhere = [k for k in keys if holders.get(k)]
+        note = f" ({len(elsewhere)} of them are in another shard)" if elsewhere else ""
+        add(finding("key_missing_from_shard", shard,
+                    f"{len(keys)} key(s) the index places in {shard} are not in it{note}: "
+                    f"{name_some(keys)}", tensors=keys))
+    for shard in result.shards:
+        extra = [k for k in shard.tensors if k not in index.weight_map]
+        if extra:
+            add(finding("key_not_in_index", shard.label,
+                        f"{len(extra)} key(s) of {shard.label} are not in {index.file} "
+                        f"(from_pretrained would not load them): {name_some(extra)}", tensors=extra))
+    # A key in two shards is blamed on the copy the index does not point to.
+    by_file: dict[str, list[str]] = {}
+    for key, files in holders.items():
+        if len(files) > 1:
+            named = index.weight_map.get(key)
+            for stray in [f for f in files if f != named] if named in files else files[1:]:
+                by_file.setdefault(stray, []).append(key)
+    for shard, keys in by_file.items():
+        others = sorted({f for k in keys for f in holders[k]} - {shard})
+        add(finding("key_in_two_shards", shard,
+                    f"{len(keys)} key(s) also stored in {', '.join(others)}: {name_some(keys)}",
+                    tensors=keys))
+    if all(s.readable and not s.invalid for s in result.shards) and len(result.shards) == len(index.shards):
+        tensors = result.tensors
+        indexed = [tensors[k][1] for k in index.weight_map if k in tensors]
+        size = sum(e.nbytes for e in indexed)
+        params = sum(e.numel for e in indexed)
+        problems = []
+        if index.total_size is not None and index.total_size != size:
+            problems.append(f"metadata.total_size is {index.total_size:,} but the indexed tensors "
+                            f"hold {size:,} bytes")
+        if index.total_parameters is not None and index.total_parameters != params:
+            problems.append(f"metadata.total_parameters is {index.total_parameters:,} but the "
+                            f"indexed tensors hold {params:,} elements")
+        if problems:
+            add(finding("total_size_mismatch", index.file, "; ".join(problems)))
+
+
+def _read_config(result: Inspection) -> None:
+    path = result.folder / "config.json"
+    info = result.config
+    if not path.is_file():
+        if result.kind != "none":
+            result.findings.append(finding("config_missing", "config.json",
+                                           f"no config.json in {result.folder}: from_pretrained "
+                                           f"cannot build the model"))
+        return
+    info.present = True
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+        if not isinstance(raw, dict):
+            raise ValueError(f"a JSON {type(raw).__name__}, not an object")
+        if not raw.get("model_type"):
+            raise ValueError("no model_type")
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
+        info.error = (str(exc).splitlines() or [type(exc).__name__])[0]
+        result.findings.append(finding("config_unreadable", "config.json",
+                                       f"config.json cannot be used: {info.error}"))
+        return
+    text = raw.get("text_config") if isinstance(raw.get("text_config"), dict) else {}
+    info.model_type = str(raw["model_type"])
+    info.architectures = [str(a) for a in raw.get("architectures") or []]
+    # transformers 5 writes "dtype", 4.x "torch_dtype"; composite models keep it per part.
+    info.dtype = raw.get("dtype") or raw.get("torch_dtype") or text.get("dtype") or text.get("torch_dtype")
+    info.tie_word_embeddings = raw.get("tie_word_embeddings", text.get("tie_word_embeddings"))
+
+
+def _placeholders(result: Inspection) -> None:
+    expected = result.names.expected
+    for shard in result.shards:
+        found = []
+        for key, entry in shard.tensors.items():
+            if not entry.is_float or entry.numel:
+                continue
+            want = expected.get(result.names.to_model(key))
+            if want is not None and _numel(want) == 0:
+                continue  # the model itself has an empty tensor here
+            found.append((key, entry, want))
+        if found:
+            key, entry, want = found[0]
+            hint = f" where the model expects {list(want)}" if want else ""
+            result.findings.append(finding(
+                "zero3_placeholder", shard.label,
+                f"{len(found)} floating tensor(s) with no elements, e.g. `{key}` "
+                f"{entry.dtype} {list(entry.shape)}{hint}: ZeRO-3 placeholders saved instead of the "
+                f"weights (save with stage3_gather_16bit_weights_on_model_save, or consolidate "
+                f"with zero_to_fp32)", tensors=[k for k, _, _ in found]))
+
+
+def _numel(shape) -> int:
+    n = 1
+    for d in shape:
+        n *= d
+    return n
+
+
+def _tied_note(result: Inspection) -> None:
+    dups = result.tied_duplicates
+    if dups:
+        tensors = result.tensors
+        result.findings.append(finding(
+            "tied_duplicate", tensors[dups[0]][0].label,
+            f"{len(dups)} tied weight(s) saved under both names ({name_some(dups)}); the "
+            f"parameter total without them is {result.unique_parameters:,}", tensors=dups))
+
+
+def shard_rows(result: Inspection) -> list[dict]:
+    """One row per weight file: bytes, tensors, dtypes, parameters."""
+    rows = []
+    for shard in result.shards:
+        dtypes = Counter(e.dtype for e in shard.tensors.values())
+        rows.append({
+            "file": shard.label, "bytes": shard.size, "tensors": len(shard.tensors),
+            "dtypes": ", ".join(f"{d}×{n}" for d, n in dtypes.most_common()),
+            "parameters": shard.parameters, "header bytes": shard.header_len,
+            "ok": shard.ok})
+    return rows

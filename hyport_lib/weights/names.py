@@ -1,0 +1,189 @@
+"""On-disk tensor names against the model's own names, through transformers itself.
+
+transformers 5 renames weights when it loads them and reverts the renaming when it
+saves, so a LLaVA folder holds ``language_model.model.embed_tokens.weight`` while the
+model (and DeepSpeed, which sees the model) calls it
+``model.language_model.embed_tokens.weight``. A hand-written regex gets this wrong
+(``model.language_model.model.*``); the mapping transformers uses is exact, so it is
+what is used here: the model class is built from ``config.json`` on the ``meta``
+device (no memory, no weights read) and its conversion mapping renames each key
+(docs/weights.md, "Names").
+
+The same meta model gives the shapes the model expects (a ``[0]`` tensor where it
+expects ``[128, 64]`` is a ZeRO-3 placeholder) and which parameters are tied (one
+tensor under two names), so the parameter total can leave tied duplicates out.
+
+On transformers 4.57 (the seed host) the model class carries the regexes itself
+(``_checkpoint_conversion_mapping``), applied the way its loader applies them. When the
+class cannot be built (remote code that is not trusted, an unknown architecture) the
+names are used as they are and :attr:`ModelNames.error` says why.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Optional
+
+
+@dataclass
+class ModelNames:
+    """The model's view of a checkpoint's names.
+
+    Attributes:
+        class_name: the model class built from the config (None when it could not be).
+        expected: model name -> shape, for every entry of the model's state dict.
+        tied: tied target -> its source (``lm_head.weight`` -> ``...embed_tokens.weight``).
+        parameters: the model's parameter count, tied weights counted once.
+        error: why the class could not be built (then names map to themselves).
+    """
+
+    class_name: Optional[str] = None
+    expected: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    tied: dict[str, str] = field(default_factory=dict)
+    parameters: Optional[int] = None
+    error: Optional[str] = None
+    _rename: Optional[Callable[[str], tuple[str, bool]]] = field(default=None, repr=False)
+
+    def to_model(self, key: str) -> str:
+        """The model's name for an on-disk key (the key itself when nothing maps it)."""
+        return self._rename(key)[0] if self._rename else key
+
+    def converted(self, key: str) -> bool:
+        """True when a converter (several keys into one tensor, e.g. fused experts) maps it."""
+        return self._rename(key)[1] if self._rename else False
+
+    def mapping(self, keys) -> dict[str, str]:
+        """On-disk key -> model name for every key."""
+        return {k: self.to_model(k) for k in keys}
+
+
+def identity_names(error: Optional[str] = None) -> ModelNames:
+    """Names used as they are (no config, or a class that cannot be built)."""
+    return ModelNames(error=error)
+
+
+def model_names(folder: os.PathLike, *, trust_remote_code: bool = False) -> ModelNames:
+    """Build the model class of ``folder/config.json`` on the meta device; its names.
+
+    Never raises: a failure is kept in :attr:`ModelNames.error`.
+    """
+    try:
+        return _model_names(Path(folder), trust_remote_code)
+    except Exception as exc:  # any failure of a third-party model class: names as they are
+        return identity_names(f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
+
+
+def model_class(config, *, trust_remote_code: bool = False):
+    """The class to load ``config`` with: its architecture, else an Auto class.
+
+    ``architectures[0]`` when transformers has it (imported here, so that loading
+    timers do not count the import); remote code through the Auto classes when trusted;
+    else ``AutoModelForImageTextToText`` when it knows the model type, else ``AutoModel``.
+    """
+    import transformers
+
+    arch = (getattr(config, "architectures", None) or [None])[0]
+    if arch and hasattr(transformers, arch):
+        return getattr(transformers, arch)
+    from transformers import (AutoModel, AutoModelForCausalLM, AutoModelForImageTextToText)
+
+    auto_map = getattr(config, "auto_map", None) or {}
+    if trust_remote_code and auto_map:
+        for auto in (AutoModelForImageTextToText, AutoModelForCausalLM, AutoModel):
+            if auto.__name__ in auto_map:
+                return auto
+    for auto in (AutoModelForImageTextToText, AutoModelForCausalLM):
+        if type(config) in auto._model_mapping:
+            return auto
+    return AutoModel
+
+
+@contextlib.contextmanager
+def quiet_transformers():
+    """transformers' warnings about random initialisation mean nothing on the meta device."""
+    from transformers.utils import logging
+
+    level = logging.get_verbosity()
+    logging.set_verbosity_error()
+    try:
+        yield
+    finally:
+        logging.set_verbosity(level)
+
+
+def _model_names(folder: Path, trust_remote_code: bool) -> ModelNames:
+    import torch
+    from transformers import AutoConfig
+
+    with quiet_transformers():
+        config = AutoConfig.from_pretrained(str(folder), local_files_only=True,
+                                            trust_remote_code=trust_remote_code)
+        cls = model_class(config, trust_remote_code=trust_remote_code)
+        with torch.device("meta"):
+            if cls.__name__.startswith("Auto"):
+                model = cls.from_config(config, trust_remote_code=trust_remote_code)
+            else:
+                model = cls._from_config(config)
+    state = model.state_dict()
+    return ModelNames(
+        class_name=type(model).__name__,
+        expected={k: tuple(v.shape) for k, v in state.items()},
+        tied=_tied(model),
+        parameters=sum(p.numel() for p in model.parameters()),
+        _rename=_renamer(model, state))
+
+
+def _tied(model) -> dict[str, str]:
+    """Tied target -> source: transformers 5's own table, else parameters sharing an object."""
+    table = getattr(model, "all_tied_weights_keys", None)
+    if isinstance(table, dict):
+        return {str(k): str(v) for k, v in table.items()}
+    groups: dict[int, list[str]] = {}
+    for name, param in model.named_parameters(remove_duplicate=False):
+        groups.setdefault(id(param), []).append(name)
+    return {target: names[0] for names in groups.values() for target in names[1:]}
+
+
+def _renamer(model, state: dict) -> Callable[[str], tuple[str, bool]]:
+    cache: dict[str, tuple[str, bool]] = {}
+    try:
+        from transformers.conversion_mapping import get_model_conversion_mapping
+        from transformers.core_model_loading import (WeightConverter, WeightRenaming,
+                                                     rename_source_key)
+    except ImportError:  # transformers 4.x: the class's own regexes
+        return _legacy_renamer(model, cache)
+    transforms = get_model_conversion_mapping(model)
+    renamings = [t for t in transforms if isinstance(t, WeightRenaming)]
+    converters = [t for t in transforms if isinstance(t, WeightConverter)]
+    prefix = model.base_model_prefix
+
+    def rename(key: str) -> tuple[str, bool]:
+        if key not in cache:
+            new, pattern = rename_source_key(key, renamings, converters,
+                                             base_model_prefix=prefix, meta_state_dict=state)
+            cache[key] = (new, pattern is not None)
+        return cache[key]
+
+    return rename
+
+
+def _legacy_renamer(model, cache: dict) -> Callable[[str], tuple[str, bool]]:
+    """transformers 4.57: the first matching ``_checkpoint_conversion_mapping`` regex."""
+    patterns = [(re.compile(p), r) for p, r in
+                (getattr(model, "_checkpoint_conversion_mapping", None) or {}).items()]
+
+    def rename(key: str) -> tuple[str, bool]:
+        if key not in cache:
+            new = key
+            for pattern, replacement in patterns:
+                new, hits = pattern.subn(replacement, key)
+                if hits:
+                    break
+            cache[key] = (new, False)
+        return cache[key]
+
+    return rename

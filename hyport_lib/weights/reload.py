@@ -1,0 +1,175 @@
+"""The seed's reload check, in a fresh process: ``LOAD_OK <model_type> <parameters>``.
+
+The seed proved its saved weights by loading them in a new Python process with
+``AutoModelForImageTextToText.from_pretrained(out, torch_dtype=torch.bfloat16,
+attn_implementation="eager")`` and ``AutoProcessor.from_pretrained(out)`` and printing
+``LOAD_OK``, the model type and the parameter count. :func:`reload` does the same through
+:mod:`.runner` (a child that dies with its launcher) and records more:
+
+* the class from ``config.json`` (its architecture, else the Auto classes), loaded with
+  ``local_files_only=True`` and ``trust_remote_code`` only when asked (the result says
+  which), in the requested dtype and attention implementation;
+* ``output_loading_info=True``: a *missing* key loads without any error and leaves that
+  weight randomly initialised, so missing, unexpected and mismatched keys are findings;
+* the processor (or the tokenizer) where the folder has its files;
+* seconds and peak memory, measured inside the child (``RUSAGE_SELF``);
+* on failure, one line (the exception) and the log's tail (transformers logs its
+  "LOAD REPORT" table there before raising).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Optional
+
+from hyport_lib.weights.findings import Finding, finding, name_some
+from hyport_lib.weights.runner import run_task
+
+DTYPES = ("auto", "float32", "bfloat16", "float16")
+PROCESSOR_FILES = ("processor_config.json", "preprocessor_config.json")
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
+
+
+@dataclass
+class ReloadResult:
+    """The reload of one folder (see the module docstring)."""
+
+    path: str
+    status: str  # LOAD_OK | failed | timeout
+    dtype: str
+    attn_implementation: str
+    trust_remote_code: bool
+    local_files_only: bool = True
+    model_type: Optional[str] = None
+    model_class: Optional[str] = None
+    parameters: Optional[int] = None
+    loaded_dtype: Optional[str] = None
+    load_s: Optional[float] = None
+    peak_rss_bytes: Optional[int] = None
+    missing_keys: list[str] = field(default_factory=list)
+    unexpected_keys: list[str] = field(default_factory=list)
+    mismatched_keys: list[str] = field(default_factory=list)
+    processor: Optional[str] = None
+    processor_error: Optional[str] = None
+    reason: Optional[str] = None
+    log_path: Optional[str] = None
+    log_tail: str = ""
+    wall_s: Optional[float] = None
+
+    @property
+    def load_ok(self) -> bool:
+        return self.status == "LOAD_OK"
+
+    @property
+    def line(self) -> str:
+        """The seed's line: ``LOAD_OK llava 210752``, or why not."""
+        if self.load_ok:
+            return f"LOAD_OK {self.model_type} {self.parameters}"
+        return f"{self.status.upper()}: {self.reason}"
+
+    def to_dict(self) -> dict:
+        return {**asdict(self), "load_ok": self.load_ok, "line": self.line}
+
+
+def check_dtype(dtype: str) -> str:
+    if dtype not in DTYPES:
+        raise ValueError(f"dtype={dtype!r}: expected one of {', '.join(DTYPES)}")
+    return dtype
+
+
+def reload(path: os.PathLike, *, dtype: str = "bfloat16", attn_implementation: str = "eager",
+           trust_remote_code: bool = False, timeout_s: float = 600.0,
+           log_dir: Optional[os.PathLike] = None) -> ReloadResult:
+    """Load ``path`` in a fresh process as the seed did; never raises for the model's sake.
+
+    Raises:
+        ValueError: a bad ``dtype`` or timeout. FileNotFoundError: ``path`` is not a folder.
+    """
+    check_dtype(dtype)
+    folder = Path(path).expanduser().resolve()
+    if not folder.is_dir():
+        raise FileNotFoundError(f"reload path {str(path)!r}: not a folder (from_pretrained needs one)")
+    spec = {"path": str(folder), "dtype": dtype, "attn_implementation": attn_implementation,
+            "trust_remote_code": bool(trust_remote_code)}
+    out = run_task("reload", spec, timeout_s=timeout_s, log_dir=log_dir, name="reload")
+    res = out.result
+    result = ReloadResult(
+        str(folder), "LOAD_OK" if out.status == "ok" else out.status, dtype, attn_implementation,
+        bool(trust_remote_code), reason=out.reason, log_path=out.log_path, log_tail=out.log_tail,
+        wall_s=out.wall_s, peak_rss_bytes=res.get("peak_rss_bytes"))
+    if out.status == "ok":
+        for key in ("model_type", "model_class", "parameters", "loaded_dtype", "load_s",
+                    "missing_keys", "unexpected_keys", "mismatched_keys", "processor",
+                    "processor_error"):
+            setattr(result, key, res.get(key, getattr(result, key)))
+    return result
+
+
+def reload_findings(result: ReloadResult) -> list[Finding]:
+    """What a reload says about the checkpoint."""
+    here = Path(result.path).name
+    out = []
+    if not result.load_ok:
+        out.append(finding("reload_failed", here, f"from_pretrained in a fresh process: {result.reason}"))
+        return out
+    for cls, keys, why in (
+            ("reload_missing_keys", result.missing_keys, "are missing: the model initialised them randomly"),
+            ("reload_mismatched_keys", result.mismatched_keys, "have another shape than the model expects"),
+            ("reload_unexpected_keys", result.unexpected_keys, "are not used by the model")):
+        if keys:
+            out.append(finding(cls, here, f"{len(keys)} weight(s) {why}: {name_some(keys)}", tensors=keys))
+    if result.processor_error:
+        out.append(finding("processor_failed", here, f"the processor/tokenizer files do not load: "
+                                                     f"{result.processor_error}"))
+    return out
+
+
+# --------------------------------------------------------------------------- child side
+def reload_in_child(spec: dict) -> dict:
+    """In the worker: load the model and its processor; the result fields."""
+    import torch
+    from transformers import AutoConfig
+
+    from hyport_lib.inference.generate import dtype_kwarg  # torch_dtype on 4.x, dtype on 5.x
+    from hyport_lib.weights.names import model_class
+
+    path, trust = spec["path"], bool(spec.get("trust_remote_code"))
+    common = {"local_files_only": True, "trust_remote_code": trust}
+    config = AutoConfig.from_pretrained(path, **common)
+    cls = model_class(config, trust_remote_code=trust)  # imported before the timer starts
+    dtype = "auto" if spec["dtype"] == "auto" else getattr(torch, spec["dtype"])
+    started = time.perf_counter()
+    model, info = cls.from_pretrained(path, attn_implementation=spec["attn_implementation"],
+                                      output_loading_info=True, **{dtype_kwarg(): dtype}, **common)
+    load_s = time.perf_counter() - started
+    parameters = sum(p.numel() for p in model.parameters())
+    print("LOAD_OK", model.config.model_type, parameters, flush=True)
+    processor, processor_error = _processor(Path(path), common)
+    return {
+        "model_type": model.config.model_type, "model_class": type(model).__name__,
+        "parameters": int(parameters), "loaded_dtype": str(next(model.parameters()).dtype),
+        "load_s": round(load_s, 3),
+        "missing_keys": sorted(map(str, info.get("missing_keys") or ())),
+        "unexpected_keys": sorted(map(str, info.get("unexpected_keys") or ())),
+        "mismatched_keys": sorted(map(str, info.get("mismatched_keys") or ())),
+        "processor": processor, "processor_error": processor_error,
+    }
+
+
+def _processor(folder: Path, common: dict) -> tuple[Optional[str], Optional[str]]:
+    """Load the processor (or tokenizer) where the folder has its files."""
+    from transformers import AutoProcessor, AutoTokenizer
+
+    if any((folder / f).is_file() for f in PROCESSOR_FILES):
+        loader = AutoProcessor
+    elif any((folder / f).is_file() for f in TOKENIZER_FILES):
+        loader = AutoTokenizer
+    else:
+        return None, None
+    try:
+        return type(loader.from_pretrained(str(folder), **common)).__name__, None
+    except Exception as exc:  # reported as a finding, the model's result stands
+        return None, f"{type(exc).__name__}: {(str(exc).splitlines() or [''])[0][:300]}"

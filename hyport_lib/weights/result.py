@@ -1,0 +1,146 @@
+"""What the weights stage leaves behind, its verdict and its line in the seed's shape.
+
+The seed summed its proof up as: 2 shards, 978 tensors in the index, shards of
+5,000,007,256 and 3,065,167,368 bytes holding 472 and 506 keys, model type
+hunyuan_vl_mot, 3,785,086,960 parameters, ``LOAD_OK``. :meth:`WeightsResult.seed_line`
+says the same of any checkpoint. Verdict: FAIL on any error-severity finding, WARN on
+any warning, PASS otherwise.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+from hyport_lib.results import Provenance
+from hyport_lib.weights.compare import Comparison
+from hyport_lib.weights.findings import Finding, counts
+from hyport_lib.weights.layout import Inspection, shard_rows
+from hyport_lib.weights.parity import ParityResult
+from hyport_lib.weights.reload import ReloadResult
+from hyport_lib.weights.scan import ScanResult
+from hyport_lib.weights.zero import ZeroListing
+from hyport_lib.weights.zero_consolidate import ZeroComparison
+
+
+@dataclass
+class WeightsResult:
+    """Everything one verification found (each part None when not asked for)."""
+
+    inspection: Inspection
+    options: dict
+    findings: list[Finding] = field(default_factory=list)
+    scan: Optional[ScanResult] = None
+    reload: Optional[ReloadResult] = None
+    comparisons: list[Comparison] = field(default_factory=list)
+    parity: Optional[ParityResult] = None
+    zero: Optional[ZeroListing] = None
+    zero_compare: Optional[ZeroComparison] = None
+    source: str = ""
+    wall_s: float = 0.0
+    provenance: Provenance = field(default_factory=lambda: Provenance(device="cpu"))
+
+    @property
+    def counts(self) -> dict[str, int]:
+        return counts(self.findings)
+
+    def comparison(self, role: str) -> Optional[Comparison]:
+        return next((c for c in self.comparisons if c.role == role), None)
+
+    def verdict(self) -> tuple[str, str]:
+        """``(PASS|WARN|FAIL, why)``: see the module docstring."""
+        n = self.counts
+        errors = [f for f in self.findings if f.severity == "error"]
+        if errors:
+            more = f" (+{len(errors) - 1} more error(s))" if len(errors) > 1 else ""
+            return "FAIL", f"{errors[0].cls} in {errors[0].file}: {errors[0].message}{more}"
+        if n["warning"]:
+            first = next(f for f in self.findings if f.severity == "warning")
+            return "WARN", f"{n['warning']} warning(s), first: {first.cls} in {first.file}"
+        return "PASS", "no error or warning"
+
+    def seed_line(self) -> str:
+        """The seed's summary: shards, index tensors, bytes and keys per shard, type, parameters."""
+        insp = self.inspection
+        shards = insp.shards
+        if insp.index is not None:
+            head = f"{len(insp.index.shards)} shards, {insp.index.tensors:,} tensors in the index"
+        elif len(shards) == 1:
+            head = f"one file ({shards[0].label}), {len(insp.tensors):,} tensors, {shards[0].size:,} bytes"
+        elif shards:
+            head = f"{len(shards)} files without an index, {len(insp.tensors):,} tensors"
+        else:
+            head = "no weights"
+        if shards and (insp.index is not None or len(shards) > 1):
+            head += (f", {'shards' if len(shards) > 1 else 'file'} of "
+                     f"{_join(f'{s.size:,}' for s in shards)} bytes holding "
+                     f"{_join(str(len(s.tensors)) for s in shards)} keys")
+        line = f"{head}, model type {insp.config.model_type or '?'}, {insp.parameters:,} parameters"
+        if insp.tied_duplicates:
+            line += f" ({insp.unique_parameters:,} without tied duplicates)"
+        if self.reload is not None:
+            line += f"; {self.reload.line}"
+        return line
+
+    def headline(self) -> dict:
+        insp, n = self.inspection, self.counts
+        out = {
+            "shards": len(insp.shards),
+            "tensors": len(insp.tensors),
+            "parameters": insp.parameters,
+            "parameters without tied duplicates": insp.unique_parameters,
+            "model type": insp.config.model_type,
+            "errors": n["error"], "warnings": n["warning"],
+            "LOAD_OK": self.reload.load_ok if self.reload else None,
+        }
+        if self.scan is not None:
+            out["non-finite tensors"] = len(self.scan.nonfinite_tensors)
+        base = self.comparison("base")
+        if base is not None:
+            out["tensors changed vs base"] = f"{base.changed}/{base.compared}"
+        checkpoint = self.comparison("checkpoint")
+        if checkpoint is not None:
+            out["checkpoint tensors identical"] = f"{checkpoint.count('same')}/{len(checkpoint.rows)}"
+        if self.parity is not None and self.parity.status == "ok":
+            out["checkpoint max |Δ logits|"] = self.parity.max_abs_diff
+        if self.zero_compare is not None and self.zero_compare.status == "ok":
+            out["ZeRO fp32→saved max |Δ|"] = max((t["max_abs_cast"] for t in self.zero_compare.targets),
+                                                 default=None)
+        return out
+
+    def to_dict(self) -> dict:
+        insp = self.inspection
+        verdict, why = self.verdict()
+        return {
+            "verdict": verdict, "why": why, "summary": self.seed_line(), "source": self.source,
+            "path": insp.path, "kind": insp.kind, "options": self.options,
+            "shards": shard_rows(insp),
+            "index": None if insp.index is None else {
+                "file": insp.index.file, "tensors": insp.index.tensors, "shards": insp.index.shards,
+                "total_size": insp.index.total_size, "total_parameters": insp.index.total_parameters},
+            "tensor_count": len(insp.tensors), "tensor_bytes": insp.tensor_bytes,
+            "parameters": insp.parameters, "parameters_without_tied": insp.unique_parameters,
+            "tied_duplicates": insp.tied_duplicates,
+            "config": vars(insp.config),
+            "model_class": insp.names.class_name, "model_class_error": insp.names.error,
+            "inspect_s": round(insp.seconds, 4), "model_class_s": round(insp.model_seconds, 3),
+            "counts": self.counts, "findings": [f.to_dict() for f in self.findings],
+            "scan": None if self.scan is None else {
+                "checksum": self.scan.checksum, "bytes_read": self.scan.bytes_read,
+                "seconds": round(self.scan.seconds, 3), "skipped": self.scan.skipped,
+                "nonfinite_tensors": self.scan.nonfinite_tensors,
+                "tensors": {k: {"file": t.file, "checksum": t.checksum, "nan": t.nan, "inf": t.inf}
+                            for k, t in self.scan.tensors.items()}},
+            "reload": self.reload.to_dict() if self.reload else None,
+            "comparisons": [c.to_dict() for c in self.comparisons],
+            "parity": self.parity.to_dict() if self.parity else None,
+            "zero": self.zero.to_dict() if self.zero else None,
+            "zero_compare": self.zero_compare.to_dict() if self.zero_compare else None,
+            "wall_s": round(self.wall_s, 3),
+            "provenance": self.provenance.to_dict(),
+        }
+
+
+def _join(items) -> str:
+    items = list(items)
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]

@@ -1,0 +1,147 @@
+"""The stage's child processes: reload, logits parity, ZeRO consolidation.
+
+Loading a model (or DeepSpeed's optimizer states) in the process that verifies would
+prove little (modules already imported, memory already used) and could take the
+notebook's kernel down with it, so each such task runs in a fresh interpreter started
+through :mod:`hyport_lib.processes`: its own process group, the configuration as one
+JSON line on a stdin lifeline (it dies with its launcher, even one killed by
+SIGKILL), its log scrubbed of secrets, its result a JSON file written atomically.
+A task that runs past its timeout, or a launcher interrupted, kills the child's whole
+group, and only that group.
+
+The child side is :mod:`hyport_lib.weights.worker`.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+import hyport_lib
+from hyport_lib.processes import (describe_exit, feed, finish, has_exited, kill_groups,
+                                  last_exception, read_log_tail, reap_leftovers, start_child,
+                                  stop_all)
+from hyport_lib.results import results_dir
+from hyport_lib.utils.redact import child_environ, scrub_obj, scrub_text
+
+TASKS = ("reload", "parity", "zero")
+KILL_GRACE_S = 2.0
+
+
+@dataclass
+class ChildOutcome:
+    """How one child task ended.
+
+    Attributes:
+        status: ``ok`` (the task wrote a result saying so), ``failed`` or ``timeout``.
+        result: what the child wrote (scrubbed); empty when it wrote nothing.
+        reason: one line when not ``ok``.
+        log_path: its log; ``log_tail`` its last lines (scrubbed).
+    """
+
+    task: str
+    status: str
+    result: dict
+    reason: Optional[str]
+    log_path: str
+    log_tail: str
+    exit_code: Optional[int]
+    wall_s: float
+
+
+def default_log_dir() -> Path:
+    """A fresh folder beside the results: ``<results>/../weights_logs/<stamp>-<pid>``."""
+    stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    return (results_dir().parent / "weights_logs" / f"{stamp}-{os.getpid()}").resolve()
+
+
+def child_env(task: str) -> dict[str, str]:
+    """The child's environment: this one, hyport importable, DeepSpeed on the CPU here."""
+    from hyport_lib.backend import detect_kind
+
+    extra = {
+        "PYTHONUNBUFFERED": "1",
+        "TOKENIZERS_PARALLELISM": "false",
+        "PYTHONPATH": os.pathsep.join(p for p in (
+            str(Path(hyport_lib.__file__).resolve().parents[1]), os.environ.get("PYTHONPATH", "")) if p),
+    }
+    if task == "zero" and detect_kind() == "cpu" and "DS_ACCELERATOR" not in os.environ:
+        # DeepSpeed otherwise probes for an accelerator it does not find and warns; the
+        # consolidation itself only needs the CPU.
+        extra["DS_ACCELERATOR"] = "cpu"
+    return child_environ(extra)
+
+
+def run_task(task: str, spec: dict, *, timeout_s: float, log_dir: Optional[os.PathLike] = None,
+             name: Optional[str] = None, poll_s: float = 0.05) -> ChildOutcome:
+    """Run one task in a fresh child process and wait for it (at most ``timeout_s``).
+
+    Args:
+        task: one of :data:`TASKS`.
+        spec: the task's configuration (JSON-serialisable; sent on stdin, never written).
+        timeout_s: wall-clock limit; past it the child's process group is killed.
+        log_dir: where ``<name>.log`` and ``<name>.json`` go (default
+            :func:`default_log_dir`).
+        name: file stem (default: the task).
+    """
+    if task not in TASKS:
+        raise ValueError(f"task={task!r}: expected one of {', '.join(TASKS)}")
+    if timeout_s is None or float(timeout_s) <= 0:
+        raise ValueError(f"reload_timeout_s={timeout_s!r}: expected a positive number of seconds")
+    log_dir = Path(log_dir) if log_dir else default_log_dir()
+    log_dir.mkdir(parents=True, exist_ok=True)
+    name = name or task
+    log_path, result_path = log_dir / f"{name}.log", log_dir / f"{name}.json"
+    result_path.unlink(missing_ok=True)  # never read an earlier run's result
+    cmd = [sys.executable, "-m", "hyport_lib.weights.worker", "--result", str(result_path),
+           "--die-with-stdin"]
+    payload = json.dumps({"task": task, **spec}, default=str).encode() + b"\n"
+    child = start_child(cmd, env=child_env(task), log_path=log_path, payload=payload,
+                        timeout_s=float(timeout_s), name=name)
+    timed_out = False
+    try:
+        while not has_exited(child.proc):
+            feed(child)
+            if time.monotonic() >= child.deadline:
+                kill_groups([child], KILL_GRACE_S)
+                timed_out = True
+                break
+            time.sleep(poll_s)
+        if not timed_out:
+            reap_leftovers(child)  # anything it left in its group
+        code = finish(child)
+    finally:
+        if child.proc.returncode is None:  # interrupted: leave nothing behind
+            stop_all([child], 0.0)
+    return _outcome(task, child.log_path, result_path, code, timed_out, float(timeout_s),
+                    time.monotonic() - child.started)
+
+
+def _outcome(task: str, log_path: Path, result_path: Path, code: Optional[int], timed_out: bool,
+             timeout_s: float, wall_s: float) -> ChildOutcome:
+    result: dict = {}
+    if result_path.is_file():
+        try:
+            result = json.loads(result_path.read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError) as exc:
+            result = {"status": "failed", "error_type": type(exc).__name__,
+                      "error": f"unreadable result file {result_path}: {exc}"}
+    result = scrub_obj(result)
+    tail = read_log_tail(log_path, 12)
+    if timed_out:
+        status, reason = "timeout", f"no result after {timeout_s:g}s: the process group was killed"
+    elif result.get("status") == "ok":
+        status, reason = "ok", None
+    elif result.get("status") == "failed":
+        status, reason = "failed", f"{result.get('error_type', 'Error')}: {result.get('error', '')}"
+    else:
+        line = last_exception(tail)
+        status, reason = "failed", f"{describe_exit(code)} without a result" + (f"; {line}" if line else "")
+    reason = scrub_text(reason.splitlines()[0]) if reason else None
+    return ChildOutcome(task, status, result, reason, str(log_path), tail, code, round(wall_s, 3))

@@ -1,0 +1,250 @@
+"""Rendering of stage 05 for notebooks (and the frames ``hyport verify`` prints).
+
+The ``*_frame`` functions turn a :class:`~hyport_lib.weights.result.WeightsResult` into
+DataFrames; the ``show_*`` functions display them (pandas Styler, a matplotlib PNG
+through :func:`hyport_lib.display.figure_png`). :class:`LiveScanDisplay` is the scan's
+progress line, rate-limited through :class:`hyport_lib.display.LiveDisplay`.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import pandas as pd
+
+from hyport_lib.display import LiveDisplay, figure_png, verdict_colour
+from hyport_lib.weights.compare import DIFF_COLUMNS, Comparison
+from hyport_lib.weights.defaults import Sources
+from hyport_lib.weights.findings import findings_frame
+from hyport_lib.weights.layout import shard_rows
+from hyport_lib.weights.result import WeightsResult
+from hyport_lib.weights.scan import ScanProgress
+
+#: Severity -> the verdict whose colour it takes in tables.
+_SEVERITY_AS = {"error": "FAIL", "warning": "WARN", "info": "SKIP"}
+
+
+def progress_line(p: ScanProgress) -> str:
+    rate = p.done_bytes / p.elapsed_s / 1e6 if p.elapsed_s > 0 else 0.0
+    return (f"{p.phase}: {p.fraction:6.1%}  {p.done_bytes / 1e6:,.1f} / {p.total_bytes / 1e6:,.1f} MB, "
+            f"{p.tensors_done}/{p.tensors_total} tensors, {rate:,.0f} MB/s  ({p.file})")
+
+
+class LiveScanDisplay:
+    """``on_progress`` for the notebook: one line per phase (the scan, each comparison),
+    refreshed at most every ``min_interval_s``; each phase's last state stays."""
+
+    def __init__(self, min_interval_s: float = 0.5):
+        self.min_interval_s = min_interval_s
+        self.lines: dict[str, LiveDisplay] = {}
+
+    def __call__(self, progress: ScanProgress) -> None:
+        from IPython.display import Markdown
+
+        live = self.lines.setdefault(progress.phase, LiveDisplay(self.min_interval_s))
+        done = progress.done_bytes >= progress.total_bytes
+        live.update(Markdown(f"`{progress_line(progress)}`"), force=done)
+
+
+def summary_frame(result: WeightsResult) -> pd.DataFrame:
+    """The seed's proof, one row per figure: shards, index tensors, bytes and keys per
+    shard, model type, parameters, LOAD_OK."""
+    insp = result.inspection
+    rows = [("folder", insp.path), ("layout", insp.kind)]
+    if insp.index is not None:
+        rows += [("shards (index)", len(insp.index.shards)), ("tensors in the index", f"{insp.index.tensors:,}"),
+                 ("index total_size", _num(insp.index.total_size))]
+    for shard in insp.shards:
+        rows.append((f"  {shard.label}", f"{shard.size:,} bytes, {len(shard.tensors)} keys"))
+    rows += [("tensors (headers)", f"{len(insp.tensors):,}"), ("tensor bytes", f"{insp.tensor_bytes:,}"),
+             ("model type", insp.config.model_type), ("architectures", ", ".join(insp.config.architectures)),
+             ("config dtype", insp.config.dtype), ("parameters", f"{insp.parameters:,}"),
+             ("parameters without tied duplicates", f"{insp.unique_parameters:,}")]
+    if insp.names.class_name:
+        rows.append(("model class (meta device)", f"{insp.names.class_name}: {insp.names.parameters:,} parameters"))
+    if result.reload is not None:
+        rows.append(("reload", result.reload.line))
+    verdict, why = result.verdict()
+    rows += [("headers, index and config read and checked", f"{insp.seconds * 1000:.1f} ms"),
+             ("model class built on the meta device", f"{insp.model_seconds:.2f} s"),
+             ("verdict", verdict), ("why", why)]
+    return _text_frame(rows)
+
+
+def _text_frame(rows) -> pd.DataFrame:
+    """A what/value table whose values are text: no float formatting of mixed columns."""
+    return pd.DataFrame([(k, "—" if v is None else str(v)) for k, v in rows], columns=["what", "value"])
+
+
+def _num(value) -> Optional[str]:
+    return f"{value:,}" if isinstance(value, int) else value
+
+
+def shards_frame(result: WeightsResult) -> pd.DataFrame:
+    return pd.DataFrame(shard_rows(result.inspection),
+                        columns=["file", "bytes", "tensors", "dtypes", "parameters", "header bytes", "ok"])
+
+
+def reload_frame(result: WeightsResult) -> pd.DataFrame:
+    r = result.reload
+    if r is None:
+        return pd.DataFrame(columns=["what", "value"])
+    peak = f"{r.peak_rss_bytes / 2**20:,.0f} MiB (RUSAGE_SELF of the child)" if r.peak_rss_bytes else None
+    rows = [("status", r.status), ("line", r.line), ("class", r.model_class), ("model type", r.model_type),
+            ("parameters", _num(r.parameters)), ("dtype asked / loaded", f"{r.dtype} / {r.loaded_dtype}"),
+            ("attn_implementation", r.attn_implementation), ("from_pretrained s", r.load_s),
+            ("child wall s", r.wall_s), ("peak memory", peak),
+            ("missing / unexpected / mismatched keys",
+             f"{len(r.missing_keys)} / {len(r.unexpected_keys)} / {len(r.mismatched_keys)}"),
+            ("processor", r.processor or r.processor_error or "no processor files"),
+            ("local_files_only", r.local_files_only), ("trust_remote_code", r.trust_remote_code),
+            ("log", r.log_path)]
+    return _text_frame(rows)
+
+
+def comparison_frame(comparison: Comparison, limit: Optional[int] = 15) -> pd.DataFrame:
+    """The tensors that differ most first (then the others), at most ``limit`` rows."""
+    def order(row):
+        rel, top = row.get("relative change"), row.get("max |Δ|")
+        return (row["status"] == "same", rel is None, -(rel or 0.0), -(top or 0.0))
+
+    rows = sorted(comparison.rows, key=order)
+    return pd.DataFrame(rows[:limit] if limit else rows, columns=list(DIFF_COLUMNS))
+
+
+def zero_frame(result: WeightsResult) -> pd.DataFrame:
+    z = result.zero
+    if z is None or not z.present:
+        return pd.DataFrame(columns=["file", "kind", "rank", "bytes"])
+    return pd.DataFrame([{**vars(f), "rank": "—" if f.rank is None else str(f.rank)} for f in z.files],
+                        columns=["file", "kind", "rank", "bytes"])
+
+
+def _severity_styler(frame: pd.DataFrame):
+    return frame.style.map(lambda v: verdict_colour(_SEVERITY_AS.get(v, v)),
+                           subset=["severity"]).hide(axis="index")
+
+
+def change_figure(comparison: Comparison):
+    """Relative change per tensor against the base, sorted (log scale)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    values = sorted((r["relative change"] for r in comparison.rows
+                     if r.get("relative change") is not None), reverse=True)
+    fig, ax = plt.subplots(figsize=(8, 2.8))
+    shown = [v if v > 0 else float("nan") for v in values]
+    ax.bar(range(len(shown)), shown, color="#1f77b4", width=1.0)
+    if any(v > 0 for v in values):
+        ax.set_yscale("log")
+    ax.set_xlabel("tensor (sorted)")
+    ax.set_ylabel("‖Δ‖ / ‖base‖")
+    unset = comparison.changed - sum(1 for v in values if v > 0)
+    note = f" ({unset} from a base of zeros: not shown)" if unset > 0 else ""
+    ax.set_title(f"{comparison.changed} of {comparison.compared} tensors changed against the "
+                 f"{comparison.role}{note}", fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def show_sources(sources: Sources) -> None:
+    from IPython.display import Markdown, display
+
+    lines = [f"- **weights**: `{sources.weights}`",
+             f"- **checkpoint** (same model expected): `{sources.checkpoint}`" if sources.checkpoint
+             else "- **checkpoint**: none",
+             f"- **base** (training must have changed it): `{sources.base}`" if sources.base
+             else "- **base**: none", f"\nFrom: {sources.note}."]
+    display(Markdown("\n".join(lines)))
+
+
+def show_summary(result: WeightsResult) -> None:
+    from IPython.display import Markdown, display
+
+    display(Markdown(f"**{result.seed_line()}**"))
+    display(summary_frame(result).style.hide(axis="index").map(verdict_colour, subset=["value"]))
+    display(shards_frame(result).style.hide(axis="index"))
+
+
+def show_findings(result: WeightsResult) -> None:
+    from IPython.display import Markdown, display
+
+    n = result.counts
+    display(Markdown(f"{n['error']} error(s), {n['warning']} warning(s), {n['info']} note(s)."))
+    if result.findings:
+        display(_severity_styler(findings_frame(result.findings)))
+
+
+def show_scan(result: WeightsResult) -> None:
+    from IPython.display import Markdown, display
+
+    s = result.scan
+    if s is None:
+        display(Markdown("Full scan not run (`full_scan=False`): headers only."))
+        return
+    rate = f", {s.throughput_gb_s:.2f} GB/s" if s.throughput_gb_s else ""
+    display(Markdown(f"Read {len(s.tensors)} tensors, {s.bytes_read:,} bytes in {s.seconds:.2f} s{rate}; "
+                     f"checksum {s.checksum}; {len(s.nonfinite_tensors)} tensor(s) with NaN/Inf; "
+                     f"{len(s.skipped)} tensor(s) not readable from their file."))
+
+
+def show_reload(result: WeightsResult) -> None:
+    from IPython.display import Markdown, display
+
+    if result.reload is None:
+        display(Markdown("Reload not run (`reload=False`)."))
+        return
+    display(reload_frame(result).style.hide(axis="index").map(verdict_colour, subset=["value"]))
+    if not result.reload.load_ok and result.reload.log_tail:
+        display(Markdown("Last lines of the reload log:\n\n```\n" + result.reload.log_tail + "\n```"))
+
+
+def show_comparisons(result: WeightsResult) -> None:
+    from IPython.display import Markdown, display
+
+    if not result.comparisons:
+        display(Markdown("No base and no checkpoint to compare with."))
+    for c in result.comparisons:
+        statuses = ", ".join(f"{k} {v}" for k, v in c.to_dict()["statuses"].items())
+        display(Markdown(f"**Against the {c.role}** `{c.other_path}`: {statuses} "
+                         f"({c.bytes_read:,} bytes read in {c.seconds:.2f} s)."))
+        limit = 15 if c.count("same") < len(c.rows) else 5  # all equal: a few rows say it
+        display(comparison_frame(c, limit).style.hide(axis="index").format(precision=4, na_rep="—"))
+        if c.role == "base" and c.compared:
+            display(figure_png(change_figure(c)))
+    p = result.parity
+    if p is not None:
+        text = (f"max |Δ logits| {p.max_abs_diff:.3g}, top-1 agreement {p.top1_agreement:.3f}, max KL "
+                f"{p.max_kl:.3g} over {p.tokens} tokens (float32, CPU; tokenizer from `{p.tokenizer_path}`)"
+                if p.status == "ok" else f"{p.status}: {p.reason}")
+        display(Markdown(f"**Logits parity** with `{p.other_path}`: {text}."))
+
+
+def show_zero(result: WeightsResult) -> None:
+    from IPython.display import Markdown, display
+
+    z = result.zero
+    if z is None or not z.present:
+        display(Markdown("No DeepSpeed ZeRO states to check (no checkpoint, or no `global_stepN/` in it)."))
+        return
+    display(Markdown(f"`{z.tag}/` of `{z.checkpoint}`: ZeRO-{z.zero_stage}, written by DeepSpeed "
+                     f"{z.ds_version} for {z.dp_world_size} data-parallel rank(s) "
+                     f"({z.world_size} optimizer-state file(s), precision {z.precision or 'fp32'}); "
+                     f"{_num(z.parameters)} trainable parameters in `param_shapes`."))
+    display(zero_frame(result).style.hide(axis="index"))
+    zc = result.zero_compare
+    if zc is None:
+        display(Markdown("Consolidation not run (`consolidate_zero=False`)."))
+        return
+    if zc.status != "ok":
+        display(Markdown(f"**zero_to_fp32 failed**: {zc.reason}\n\n```\n{zc.log_tail}\n```"))
+        return
+    rows = [{"compared with": t["folder"], "role": t["role"], "tensors": t["compared"],
+             "identical after cast": t["matching"], "differing": t["differing"],
+             "max |fp32→saved − saved|": t["max_abs_cast"], "max |fp32 − saved|": t["max_abs_fp32"],
+             "only in ZeRO": len(t["only_in_zero"]), "only in files": len(t["only_in_file"])}
+            for t in zc.targets]
+    display(Markdown("DeepSpeed says: " + "; ".join(zc.deepspeed_says)))
+    display(pd.DataFrame(rows).style.hide(axis="index").format(precision=6))

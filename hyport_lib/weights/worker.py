@@ -1,0 +1,104 @@
+"""The child side of :mod:`hyport_lib.weights.runner`: one task in a fresh process.
+
+Run by the runner, never imported by it::
+
+    python -m hyport_lib.weights.worker --result PATH --die-with-stdin
+
+The task's configuration is one JSON line on stdin (``{"task": "reload", ...}``). With
+``--die-with-stdin`` the worker starts the guard of
+:func:`hyport_lib.processes.start_guard`, so it and anything it started end when the
+launcher does. The task function's return value is written, with ``status: ok``, to
+``--result`` atomically; an exception is written as ``status: failed`` with its type
+and first line, its traceback goes to the log. The peak memory of the process
+(``ru_maxrss`` of this process alone: ``RUSAGE_CHILDREN`` would be the maximum over
+every child the launcher ever reaped) is added to every result.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import os
+import resource
+import sys
+import time
+import traceback
+from typing import Optional, Sequence
+
+from hyport_lib.processes import start_guard
+from hyport_lib.utils.files import atomic_write_json
+from hyport_lib.utils.redact import scrub_obj, scrub_text
+
+#: task -> "module:function" (imported only in the child that runs it).
+TASK_FUNCTIONS = {
+    "reload": "hyport_lib.weights.reload:reload_in_child",
+    "parity": "hyport_lib.weights.parity:parity_in_child",
+    "zero": "hyport_lib.weights.zero_consolidate:consolidate_in_child",
+}
+
+
+def peak_rss_bytes() -> int:
+    """This process's peak resident memory (Linux reports KiB, macOS bytes)."""
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return int(peak if sys.platform == "darwin" else peak * 1024)
+
+
+def run(spec: dict) -> dict:
+    task = spec.get("task")
+    if task not in TASK_FUNCTIONS:
+        raise ValueError(f"task={task!r}: expected one of {', '.join(TASK_FUNCTIONS)}")
+    module, _, function = TASK_FUNCTIONS[task].partition(":")
+    return getattr(importlib.import_module(module), function)(spec)
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m hyport_lib.weights.worker",
+                                     description="One task of hyport's weight verification.")
+    parser.add_argument("--result", required=True, help="where to write the result JSON")
+    parser.add_argument("--die-with-stdin", action="store_true",
+                        help="kill this process group when stdin reaches end-of-file")
+    args = parser.parse_args(argv)
+    started = time.monotonic()
+    try:
+        # One line only: whatever follows belongs to the guard (end-of-file).
+        spec = json.loads(sys.stdin.buffer.readline().decode("utf-8"))
+    except (ValueError, UnicodeDecodeError) as exc:
+        spec, error = {}, exc
+    else:
+        error = None
+    guard = start_guard() if args.die_with_stdin else None
+    print(f"[hyport weights] task {spec.get('task')} pid {os.getpid()}"
+          + (f" guard pid {guard}" if guard else ""), flush=True)
+    try:
+        if error is not None:
+            raise ValueError(f"the task configuration on stdin is not JSON ({error})")
+        payload = {"status": "ok", **run(spec)}
+        code = 0
+    except Exception as exc:  # the process boundary: every failure becomes a result
+        sys.stderr.write(scrub_text(traceback.format_exc()))
+        sys.stderr.flush()
+        text = scrub_text(str(exc)).strip()
+        payload = {"status": "failed", "error_type": type(exc).__name__,
+                   "error": (text.splitlines() or [""])[0][:1000]}
+        code = 1
+    payload.update(pid=os.getpid(), peak_rss_bytes=peak_rss_bytes(),
+                   wall_s=round(time.monotonic() - started, 3))
+    atomic_write_json(args.result, scrub_obj(payload))
+    print(f"[hyport weights] {spec.get('task')} {payload['status']} in {payload['wall_s']:.1f}s", flush=True)
+    _fast_exit(code)
+    return code
+
+
+def _fast_exit(code: int) -> None:
+    """Skip the interpreter's teardown: with a model loaded it costs a second for nothing."""
+    import logging
+
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,384 @@
+"""Stage 05's header checks: every finding class planted into a real checkpoint of the
+tiny model (two shards with an index, and one file), reported with its class and its
+file through ``hyport verify --json``, never as a traceback; a clean checkpoint has no
+finding and the counts safetensors itself reports."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import struct
+from pathlib import Path
+
+import pytest
+
+from hyport_lib.commands import main as hyport
+from hyport_lib.models.tiny import MARKER_FILE, ensure_tiny_model
+
+INDEX = "model.safetensors.index.json"
+SHARD1, SHARD2 = "model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"
+
+
+# --------------------------------------------------------------------------- fixtures
+@pytest.fixture(scope="module")
+def sources():
+    return {"sharded": ensure_tiny_model(max_shard_size="500KB"), "single": ensure_tiny_model()}
+
+
+def copy_of(sources, layout, tmp_path) -> Path:
+    """A private copy of the tiny checkpoint in the requested layout."""
+    folder = tmp_path / layout
+    shutil.copytree(sources[layout], folder)
+    return folder
+
+
+def weight_file(folder: Path, which: int = -1) -> Path:
+    """A weight file of the checkpoint: the single file, or shard ``which``."""
+    files = sorted(folder.glob("model*.safetensors"))
+    return files[which]
+
+
+# --------------------------------------------------------------------------- planting
+def read_raw(path: Path) -> tuple[dict, bytes]:
+    raw = path.read_bytes()
+    (n,) = struct.unpack("<Q", raw[:8])
+    return json.loads(raw[8:8 + n]), raw[8 + n:]
+
+
+def write_raw(path: Path, header: dict, data: bytes, pad_to: int | None = None) -> None:
+    text = json.dumps(header, separators=(",", ":")).encode()
+    size = pad_to if pad_to is not None else len(text) + (-len(text)) % 8
+    text = text.ljust(size, b" ")
+    path.write_bytes(struct.pack("<Q", len(text)) + text + data)
+
+
+def tensors_of(header: dict) -> list[tuple[str, dict]]:
+    """Tensor entries in offset order."""
+    return sorted(((k, v) for k, v in header.items() if k != "__metadata__"),
+                  key=lambda kv: kv[1]["data_offsets"][0])
+
+
+def biggest(header: dict) -> str:
+    return max(tensors_of(header), key=lambda kv: kv[1]["data_offsets"][1] - kv[1]["data_offsets"][0])[0]
+
+
+def rewrite(path: Path, change) -> str:
+    """Apply ``change(header, data) -> data`` to a file's header; returns the file name."""
+    header, data = read_raw(path)
+    data = change(header, data) or data
+    write_raw(path, header, data)
+    return path.name
+
+
+def rewrite_tensors(path: Path, change) -> str:
+    """Re-save a file through safetensors after ``change(tensors)`` (a dict of torch tensors)."""
+    from safetensors import safe_open
+    from safetensors.torch import save_file
+
+    with safe_open(str(path), "pt") as fh:
+        tensors = {k: fh.get_tensor(k) for k in fh.keys()}
+        meta = fh.metadata()
+    change(tensors)
+    save_file(tensors, str(path), metadata=meta)
+    return path.name
+
+
+def edit_index(folder: Path, change) -> None:
+    index = json.loads((folder / INDEX).read_text())
+    change(index)
+    (folder / INDEX).write_text(json.dumps(index))
+
+
+def plant_truncated(folder):
+    path = weight_file(folder)
+    data = path.read_bytes()
+    path.write_bytes(data[:-100])
+    return path.name
+
+
+def plant_header_length(folder):
+    path = weight_file(folder)
+    raw = bytearray(path.read_bytes())
+    raw[:8] = struct.pack("<Q", len(raw) * 2)
+    path.write_bytes(bytes(raw))
+    return path.name
+
+
+def plant_not_json(folder):
+    path = weight_file(folder)
+    raw = path.read_bytes()
+    (n,) = struct.unpack("<Q", raw[:8])
+    path.write_bytes(raw[:8] + b"{not json".ljust(n, b" ") + raw[8 + n:])
+    return path.name
+
+
+def plant_bad_entry(folder):
+    def change(header, data):
+        header[biggest(header)]["dtype"] = "F33"
+    return rewrite(weight_file(folder), change)
+
+
+def plant_overlap(folder):
+    def change(header, data):
+        (_, a), (_, b) = tensors_of(header)[:2]
+        b["data_offsets"] = [b["data_offsets"][0] - 4, b["data_offsets"][1] - 4]
+    return rewrite(weight_file(folder), change)
+
+
+def plant_out_of_bounds(folder):
+    def change(header, data):
+        name, entry = tensors_of(header)[0]
+        begin, end = entry["data_offsets"]
+        entry["data_offsets"] = [len(data) + 64, len(data) + 64 + end - begin]
+    return rewrite(weight_file(folder), change)
+
+
+def plant_not_covering(folder):
+    path = weight_file(folder)
+    path.write_bytes(path.read_bytes() + b"\0" * 16)  # trailing bytes no tensor owns
+    return path.name
+
+
+def plant_size_mismatch(folder):
+    def change(header, data):
+        entry = header[biggest(header)]
+        entry["shape"] = [entry["shape"][0] - 1] + entry["shape"][1:]
+    return rewrite(weight_file(folder), change)
+
+
+def plant_placeholder(folder):
+    import torch
+
+    def change(tensors):
+        name = max(tensors, key=lambda k: tensors[k].numel())
+        tensors[name] = torch.empty(0, dtype=tensors[name].dtype)
+    return rewrite_tensors(weight_file(folder), change)
+
+
+def plant_config_missing(folder):
+    (folder / "config.json").unlink()
+    return "config.json"
+
+
+def plant_config_unreadable(folder):
+    (folder / "config.json").write_text("{ not json")
+    return "config.json"
+
+
+def plant_no_weights(folder):
+    for path in folder.glob("*.safetensors*"):
+        path.unlink()
+    return folder.name
+
+
+def plant_shard_missing(folder):
+    (folder / SHARD1).unlink()
+    return SHARD1
+
+
+def plant_key_missing_from_shard(folder):
+    # The index sends a key of shard 2 to shard 1 (the key is where it was).
+    def change(index):
+        key = next(k for k, v in index["weight_map"].items() if v == SHARD2)
+        index["weight_map"][key] = SHARD1
+    edit_index(folder, change)
+    return SHARD1
+
+
+def plant_key_not_in_index(folder):
+    def change(index):
+        key = next(k for k, v in index["weight_map"].items() if v == SHARD2)
+        del index["weight_map"][key]
+    edit_index(folder, change)
+    return SHARD2
+
+
+def plant_key_in_two_shards(folder):
+    from safetensors import safe_open
+
+    with safe_open(str(folder / SHARD2), "pt") as fh:
+        key = next(iter(fh.keys()))
+        tensor = fh.get_tensor(key)
+    rewrite_tensors(folder / SHARD1, lambda t: t.__setitem__(key, tensor.clone()))
+    return SHARD1
+
+
+def plant_total_size(folder):
+    edit_index(folder, lambda index: index["metadata"].__setitem__(
+        "total_size", index["metadata"]["total_size"] + 8))
+    return INDEX
+
+
+def plant_extra_shard(folder):
+    shutil.copy(folder / SHARD2, folder / "model-00003-of-00003.safetensors")
+    return "model-00003-of-00003.safetensors"
+
+
+def plant_index_missing(folder):
+    (folder / INDEX).unlink()
+    return INDEX
+
+
+def plant_index_unreadable(folder):
+    (folder / INDEX).write_text("[1, 2]")
+    return INDEX
+
+
+def plant_non_finite(folder):
+    path = weight_file(folder)
+    header, data = read_raw(path)
+    name, entry = next((k, v) for k, v in tensors_of(header) if v["dtype"] == "F32" and
+                       v["data_offsets"][1] - v["data_offsets"][0] >= 64)
+    begin = entry["data_offsets"][0]
+    data = bytearray(data)
+    data[begin + 8:begin + 12] = struct.pack("<f", float("nan"))
+    data[begin + 16:begin + 20] = struct.pack("<f", float("-inf"))
+    write_raw(path, header, bytes(data), pad_to=len(json.dumps(header, separators=(",", ":"))) + 100)
+    return path.name
+
+
+BOTH = ("sharded", "single")
+PLANTS = {
+    # class: (plant, layouts, extra CLI flags)
+    "truncated_shard": (plant_truncated, BOTH, []),
+    "header_length_beyond_file": (plant_header_length, BOTH, []),
+    "header_not_json": (plant_not_json, BOTH, []),
+    "header_bad_entry": (plant_bad_entry, BOTH, []),
+    "offsets_overlap": (plant_overlap, BOTH, []),
+    "offsets_out_of_bounds": (plant_out_of_bounds, BOTH, []),
+    "offsets_not_covering": (plant_not_covering, BOTH, []),
+    "size_mismatch": (plant_size_mismatch, BOTH, []),
+    "zero3_placeholder": (plant_placeholder, BOTH, []),
+    "non_finite": (plant_non_finite, BOTH, ["--full-scan"]),
+    "config_missing": (plant_config_missing, BOTH, []),
+    "config_unreadable": (plant_config_unreadable, BOTH, []),
+    "no_weights": (plant_no_weights, BOTH, []),
+    "shard_missing": (plant_shard_missing, ("sharded",), []),
+    "key_missing_from_shard": (plant_key_missing_from_shard, ("sharded",), []),
+    "key_not_in_index": (plant_key_not_in_index, ("sharded",), []),
+    "key_in_two_shards": (plant_key_in_two_shards, ("sharded",), []),
+    "total_size_mismatch": (plant_total_size, ("sharded",), []),
+    "extra_shard": (plant_extra_shard, ("sharded",), []),
+    "index_missing": (plant_index_missing, ("sharded",), []),
+    "index_unreadable": (plant_index_unreadable, ("sharded",), []),
+}
+
+
+def verify_json(folder: Path, capsys, *flags) -> tuple[int, dict, str]:
+    rc = hyport(["verify", str(folder), "--json", "--no-record", *flags])
+    out, err = capsys.readouterr()
+    return rc, json.loads(out), err
+
+
+# --------------------------------------------------------------------------- tests
+@pytest.mark.parametrize("cls,layout", [(c, lay) for c in sorted(PLANTS) for lay in PLANTS[c][1]])
+def test_planted_defect_is_reported_with_its_class_and_file(cls, layout, sources, tmp_path, capsys):
+    from hyport_lib.weights.findings import CLASSES
+
+    plant, _, flags = PLANTS[cls]
+    ckpt = copy_of(sources, layout, tmp_path)
+    file = plant(ckpt)
+    rc, result, err = verify_json(ckpt, capsys, *flags)
+    hits = [f for f in result["findings"] if f["class"] == cls]
+    assert hits, f"{cls} not reported; got {[(f['class'], f['file']) for f in result['findings']]}"
+    assert any(f["file"] == file for f in hits), [f["file"] for f in hits]
+    assert all(f["severity"] == CLASSES[cls][0] and f["message"] for f in hits)
+    assert "Traceback" not in err
+    # any error finding (planted or consequential) fails the command
+    assert rc == (1 if result["counts"]["error"] else 0)
+    assert rc == 1 or CLASSES[cls][0] != "error"
+    assert result["verdict"] == ("FAIL" if rc else "WARN")
+
+
+@pytest.mark.parametrize("layout", BOTH)
+def test_clean_checkpoint_has_no_finding_and_safetensors_counts(layout, sources, capsys):
+    from safetensors import safe_open
+
+    folder = sources[layout]
+    rc, result, err = verify_json(folder, capsys, "--full-scan")
+    assert rc == 0 and result["verdict"] == "PASS", result["findings"]
+    assert result["findings"] == []
+    keys, numel, files = 0, 0, sorted(folder.glob("model*.safetensors"))
+    for path in files:
+        with safe_open(str(path), "pt") as fh:
+            for key in fh.keys():
+                keys += 1
+                shape = fh.get_slice(key).get_shape()
+                n = 1
+                for d in shape:
+                    n *= d
+                numel += n
+        row = next(r for r in result["shards"] if r["file"] == path.name)
+        with safe_open(str(path), "pt") as fh:
+            assert row["tensors"] == len(list(fh.keys()))
+        assert row["bytes"] == path.stat().st_size
+    assert len(result["shards"]) == len(files) == (2 if layout == "sharded" else 1)
+    assert result["tensor_count"] == keys
+    assert result["parameters"] == numel == result["parameters_without_tied"]
+    marker = json.loads((folder / MARKER_FILE).read_text())
+    assert result["parameters"] == marker["num_parameters"]
+    assert len(result["scan"]["tensors"]) == keys and not result["scan"]["nonfinite_tensors"]
+    if layout == "sharded":
+        index = json.loads((folder / INDEX).read_text())
+        assert result["index"]["tensors"] == len(index["weight_map"]) == keys
+
+
+def test_text_output_names_tensor_and_parameter_counts(sources, capsys):
+    folder = sources["sharded"]
+    index = json.loads((folder / INDEX).read_text())
+    marker = json.loads((folder / MARKER_FILE).read_text())
+    rc = hyport(["verify", str(folder), "--no-record"])
+    out, err = capsys.readouterr()
+    assert rc == 0
+    first = out.splitlines()[0]
+    assert first.startswith(f"2 shards, {len(index['weight_map'])} tensors in the index, shards of "
+                            f"{(folder / SHARD1).stat().st_size:,} and {(folder / SHARD2).stat().st_size:,} bytes")
+    assert f"{marker['num_parameters']:,} parameters" in first and "model type llava" in first
+    assert out.splitlines()[-1].startswith("PASS")
+
+
+@pytest.mark.parametrize("args,words", [
+    (["{missing}"], "weights path"),
+    (["{single}", "--base", "{missing}"], "base path"),
+    (["{single}", "--checkpoint", "{missing}"], "checkpoint path"),
+    (["{single}/model.safetensors", "--reload"], "needs the model folder"),
+    (["{single}", "--reload-timeout-s", "0"], "reload_timeout_s"),
+])
+def test_usage_errors_exit_2_with_one_line(args, words, sources, tmp_path, capsys):
+    argv = [a.format(missing=tmp_path / "nowhere", single=sources["single"]) for a in args]
+    rc = hyport(["verify", *argv, "--no-record"])
+    out, err = capsys.readouterr()
+    assert rc == 2 and out == ""
+    assert err.startswith("hyport verify: ") and words in err
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_one_file_given_directly(sources, tmp_path, capsys):
+    path = tmp_path / "lone.safetensors"
+    shutil.copy(sources["single"] / "model.safetensors", path)
+    rc, result, err = verify_json(path, capsys)
+    assert rc == 0 and result["kind"] == "file" and result["tensor_count"] == 64
+    path.write_bytes(path.read_bytes()[:-1])
+    rc, result, err = verify_json(path, capsys)
+    assert rc == 1 and [f["class"] for f in result["findings"]] == ["truncated_shard"]
+
+
+def test_tied_duplicate_is_counted_once(sources, tmp_path):
+    """A tied model saved the DeepSpeed way (both names) counts its parameters once."""
+    from hyport_lib.weights.layout import inspect_checkpoint
+
+    folder = tmp_path / "tied"
+    shutil.copytree(sources["single"], folder)
+    config = json.loads((folder / "config.json").read_text())
+    # transformers 5 ties LLaVA through the top-level flag only, 4.57 through the text
+    # config's: the model class decides, so set both.
+    config["tie_word_embeddings"] = True
+    config.setdefault("text_config", {})["tie_word_embeddings"] = True
+    (folder / "config.json").write_text(json.dumps(config))
+    untied = inspect_checkpoint(sources["single"])
+    tied = inspect_checkpoint(folder)
+    embed = tied.tensors["language_model.model.embed_tokens.weight"][1].numel
+    assert tied.tied_duplicates == ["language_model.lm_head.weight"]
+    assert tied.parameters == untied.parameters
+    assert tied.unique_parameters == untied.parameters - embed == tied.names.parameters
+    assert any(f.cls == "tied_duplicate" for f in tied.findings)

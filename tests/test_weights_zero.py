@@ -1,0 +1,85 @@
+"""Stage 05 against a real stage-04 run (torchrun + DeepSpeed ZeRO-2 on 2 CPU processes):
+the ZeRO states listed with their world size, consolidated by DeepSpeed's zero_to_fp32
+to exactly the exported weights, the whole stage on the run's folders, and a missing
+rank's optimizer states reported."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from hyport_lib.weights import stage
+from hyport_lib.weights.layout import inspect_checkpoint
+from hyport_lib.weights.zero import list_zero
+from hyport_lib.weights.zero_consolidate import consolidate, zero_findings
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """One real two-step ZeRO-2 run, shared by every test here."""
+    from hyport_lib.training import stage as train
+
+    out = tmp_path_factory.mktemp("train")
+    result = train.run(train.plan(output_dir=str(out / "run"), max_steps=2, save_steps=2, resume_from="none"))
+    assert result.final_dir and result.last_checkpoint, (result.reason, result.log_tail)
+    return result
+
+
+def test_zero_states_are_listed_with_their_world_size(trained):
+    listing, found = list_zero(trained.last_checkpoint)
+    assert found == []
+    assert listing.tag == "global_step2" and listing.zero_stage == 2
+    assert listing.world_size == listing.dp_world_size == trained.plan["world_size"] == 2
+    optim = [f for f in listing.files if f.kind == "optim_states"]
+    assert [f.rank for f in optim] == [0, 1]
+    assert all(f.file == f"bf16_zero_pp_rank_{f.rank}_mp_rank_00_optim_states.pt" for f in optim)
+    assert listing.parameters == inspect_checkpoint(trained.final_dir).parameters
+
+
+def test_zero_to_fp32_consolidates_to_the_exported_weights(trained, tmp_path):
+    ck, final = trained.last_checkpoint, trained.final_dir
+    result = consolidate(ck, [("checkpoint", ck), ("weights", final)], log_dir=tmp_path)
+    assert result.status == "ok", (result.reason, result.log_tail)
+    tensors = len(inspect_checkpoint(final).tensors)
+    assert result.zero_tensors == tensors
+    assert any("world_size: 2" in line for line in result.deepspeed_says)
+    for target in result.targets:
+        assert target["compared"] == target["matching"] == tensors, target["role"]
+        assert target["max_abs_cast"] == 0.0 and target["max_abs_fp32"] > 0  # bf16 rounding only
+        assert not target["only_in_zero"] and not target["only_in_file"]
+    assert zero_findings(result) == []
+
+
+def test_the_stage_on_a_training_run(trained, tmp_path):
+    """As notebook 05 runs after 04: everything on, every proof passes."""
+    from hyport_lib.results import load_result
+
+    r = stage.run(trained.final_dir, base_path=trained.plan["model_path"],
+                  checkpoint_path=trained.last_checkpoint, full_scan=True, reload=True,
+                  logits_parity=True, consolidate_zero=True, log_dir=tmp_path)
+    stage.record(r, directory=tmp_path)
+    assert not [f for f in r.findings if f.severity != "info"], [f.message for f in r.findings]
+    assert r.reload.load_ok and r.parity.identical
+    base = r.comparison("base")
+    assert base.changed > 0  # training changed the weights
+    assert r.comparison("checkpoint").count("same") == len(r.inspection.tensors)
+    recorded = load_result(tmp_path / "05_weights.json")
+    assert recorded.verdict == "PASS" and recorded.provenance["device"] == "cpu"
+    assert recorded.headline["LOAD_OK"] is True
+    assert recorded.headline["tensors changed vs base"] == f"{base.changed}/{base.compared}"
+
+
+def test_a_missing_rank_is_reported(trained, tmp_path):
+    ck = tmp_path / Path(trained.last_checkpoint).name
+    shutil.copytree(trained.last_checkpoint, ck)
+    (ck / "global_step2" / "bf16_zero_pp_rank_1_mp_rank_00_optim_states.pt").unlink()
+    result = stage.run(trained.final_dir, checkpoint_path=ck, consolidate_zero=True, log_dir=tmp_path)
+    classes = {f.cls: f for f in result.findings}
+    assert {"zero_incomplete", "zero_failed"} <= set(classes)
+    assert "missing [1]" in classes["zero_incomplete"].message
+    assert "Expected 2" in classes["zero_failed"].message  # DeepSpeed's own words, one line
+    assert stage.summarize(result).verdict == "FAIL"
