@@ -42,8 +42,8 @@ def env_run(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def full_run(tmp_path_factory):
-    """The main job: every stage on the embedded default."""
-    return _report(tmp_path_factory)
+    """The main job: every stage on the embedded default (and the zip to send)."""
+    return _report(tmp_path_factory, "--zip")
 
 
 def _leaks(run_dir: Path) -> list[str]:
@@ -91,6 +91,7 @@ def test_full_report_on_the_default_profile(full_run):
         assert "not an NPU measurement" in stage["provenance"]["label"]
         assert (run_dir / stage["html"]).exists()
     assert "not an NPU measurement" in (run_dir / "blog.md").read_text()
+    assert len(stages) == 5 and all(s["verdict"] == "PASS" for s in run["stages"]), run["stages"]
     assert "并非在 NPU 上测得" in (run_dir / "blog.zh.md").read_text(encoding="utf-8")
     assert _leaks(run_dir) == []
 
@@ -133,3 +134,46 @@ def _check_offline_page(run_dir, page, selectors, tmp_path, expected_rows=None):
     else:
         assert seen.counts["cells"] >= 3 and seen.counts["tables"] >= 1
     assert shot.stat().st_size > 5000
+
+
+def test_the_index_shows_each_stage_at_a_glance(full_run):
+    """Each stage's key figures, taken from what it recorded, link to its page."""
+    import re
+
+    _, run_dir = full_run
+    index = (run_dir / "index.html").read_text()
+    results = {p.stem: json.loads(p.read_text()) for p in (run_dir / "results").glob("*.json")}
+    cards = dict(re.findall(r'<div class="card" id="glance-([^"]+)">(.*?)</div></div>', index, re.S))
+    assert sorted(cards) == sorted(results)
+    train = results["04_train"]["headline"]
+    assert f"<dd>{train['loss first → last']}</dd>" in cards["04_train"] and "<svg" in cards["04_train"]
+    assert f"<dd>{results['03_inference']['headline']['cards ok']}</dd>" in cards["03_inference"]
+    rows = results["02_attention"]["data"]["rows"]
+    passed = sum(1 for r in rows if r["verdict"] == "PASS")
+    assert f"<dd>{passed} / {len(rows)}</dd>" in cards["02_attention"]
+    assert "LOAD_OK" in cards["05_weights"] or "load" in cards["05_weights"].lower()
+    for stage in results:
+        assert f'href="html/{stage}.html"' in cards[stage]
+    assert "Where the figures come from" in index and "NPU-emulated on CPU" in index
+
+
+@pytest.mark.skipif(chromium_path() is None and not os.environ.get("CI"),
+                    reason="Debian chromium not installed (scripts/setup.sh --browser installs it)")
+def test_one_file_to_send_and_the_zip(full_run, tmp_path):
+    """report.html holds the index and every stage page, opens offline with no request and
+    no console error; the zip holds the whole run folder."""
+    import zipfile
+
+    _, run_dir = full_run
+    bundle = run_dir / "report.html"
+    text = bundle.read_text()
+    assert text.count("<iframe") == 5 and 'href="#page-04_train"' in text
+    assert 'href="html/' not in text  # every stage link stays inside the file
+    seen = visit(bundle, {"frames": "iframe", "cards": ".card", "title": "h1"}, screenshot=tmp_path / "b.png")
+    assert seen.blocked == [] and seen.failed == [], seen.blocked
+    assert seen.console_errors == [] and seen.page_errors == [], seen
+    assert seen.counts["frames"] == 5 and seen.counts["cards"] == 5
+    archive = run_dir.parent / f"{run_dir.name}.zip"
+    names = zipfile.ZipFile(archive).namelist()
+    assert f"{run_dir.name}/index.html" in names and f"{run_dir.name}/report.html" in names
+    assert any(n.startswith(f"{run_dir.name}/train/") for n in names)

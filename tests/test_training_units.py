@@ -290,6 +290,16 @@ def test_training_review_regressions(tmp_path):
     with pytest.raises(ValueError, match="lora_target='qkv_proj': no layer"):
         prepare(TrainConfig(finetuning_type="lora", lora_target="qkv_proj",
                             output_dir=str(tmp_path / "lora")), get_backend("cpu"))
+    # ... and LoRA without peft installed is named as such, not a ModuleNotFoundError in a rank
+    import importlib.util
+
+    real_find_spec = importlib.util.find_spec
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(importlib.util, "find_spec",
+                   lambda name, *a: None if name == "peft" else real_find_spec(name, *a))
+        with pytest.raises(ValueError, match="finetuning_type='lora' needs peft"):
+            prepare(TrainConfig(finetuning_type="lora", output_dir=str(tmp_path / "lora2")),
+                    get_backend("cpu"))
     # every problem of a big bad dataset is written out
     many = tmp_path / "many.json"
     many.write_text(json.dumps([{"id": f"r{i}", "conversations": []} for i in range(60)]))

@@ -33,6 +33,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--hide-inputs", action="store_true", help="HTML without code cells")
     parser.add_argument("--allow-unknown-parameters", action="store_true",
                         help="accept profile keys no notebook declares (listed as ignored)")
+    parser.add_argument("--zip", action="store_true",
+                        help="also write outputs/<run-id>.zip: the whole run folder, to send")
     parser.add_argument("--clean", action="store_true",
                         help="only clean runs that were killed (remove their partial notebooks, "
                              "scrub their files, mark them INTERRUPTED), then exit")
@@ -67,5 +69,20 @@ def run(args: argparse.Namespace) -> int:
         show_inputs=not args.hide_inputs, progress_bar=sys.stderr.isatty(),
         allow_unknown_parameters=args.allow_unknown_parameters,
     )
+    if args.zip:
+        print(f"zip: {zip_run(report.run_dir)}", file=sys.stderr)
     print(report.run_dir / "index.html")
     return 0 if report.ok else 1
+
+
+def zip_run(run_dir: Path) -> Path:
+    """``<run-id>.zip`` beside the run folder (written to a temporary name, then renamed)."""
+    import os
+    import shutil
+    import tempfile
+
+    target = run_dir.parent / f"{run_dir.name}.zip"
+    with tempfile.TemporaryDirectory(dir=run_dir.parent, prefix=".zip-") as tmp:
+        made = shutil.make_archive(str(Path(tmp) / run_dir.name), "zip", run_dir.parent, run_dir.name)
+        os.replace(made, target)
+    return target

@@ -144,7 +144,10 @@ def write_run_files(run: ReportRun, blog: bool = True) -> None:
     write_index(run)
     atomic_write_json(run.run_dir / "run.json", scrub_obj(run.to_dict()))
     if blog:
+        from hyport_lib.report.bundle import write_bundle
+
         write_blog_drafts(run)
+        write_bundle(run)
 
 
 __all__ = ["clean_run", "clean_runs", "process_start_time", "runner_alive", "write_run_files"]

@@ -24,6 +24,11 @@ text-align:left;vertical-align:top;font-size:.92em} th{background:#f3f3f3}
 .verdict{font-weight:bold;text-align:center} .err{color:#b00020;font-family:monospace;white-space:pre-wrap}
 .prov{color:#555;font-size:.85em} code{background:#f5f5f5;padding:0 .2em}
 .summary span{display:inline-block;margin-right:1em;padding:.2em .6em;border-radius:4px}
+.glance{display:flex;flex-wrap:wrap;gap:.8em;margin:1em 0}
+.card{border:1px solid #ccc;border-radius:6px;padding:.6em .8em;width:260px;font-size:.9em}
+.card h3{margin:.1em 0 .4em 0;font-size:1em} .card dl{margin:0;display:grid;
+grid-template-columns:auto 1fr;gap:.1em .6em} .card dt{color:#555} .card dd{margin:0}
+.card .prov{margin-top:.4em} .verdict-tag{padding:0 .4em;border-radius:3px;font-weight:bold}
 """
 
 
@@ -44,6 +49,28 @@ def _headline(headline: dict) -> str:
 
 def _link(path, label) -> str:
     return f'<a href="{html.escape(path)}">{html.escape(label)}</a>' if path else ""
+
+
+def _glance(run: ReportRun) -> str:
+    """One card per stage: verdict, the stage's key figures, where they came from, links."""
+    from hyport_lib.report import glance
+
+    cards = []
+    for s in run.stages:
+        result = glance.load_data(run.run_dir, s.stage)
+        rows = glance.figure_rows(s.stage, result)
+        colour = VERDICT_COLOURS.get(s.verdict.upper(), "#ffffff")
+        body = f"<dl>{rows}</dl>" if rows else f"<p>{_esc(s.error or 'nothing recorded')}</p>"
+        spark = glance.loss_svg(result) if s.stage.endswith("_train") else ""
+        prov = (s.provenance or {}).get("label", "")
+        cards.append(
+            f'<div class="card" id="glance-{_esc(s.stage)}"><h3>{_link(s.html, s.stage) or _esc(s.stage)} '
+            f'<span class="verdict-tag" style="background:{colour}">{_esc(s.verdict)}</span></h3>'
+            f'{body}{spark}<div class="prov">{_esc(prov)}</div></div>')
+    found = glance.sources(run.run_dir, [s.stage for s in run.stages])
+    legend = "; ".join(f"{_esc(label)}: stages {', '.join(stages)}" for label, stages in found.items())
+    legend = f"<p class=\"prov\">Where the figures come from — {legend}.</p>" if legend else ""
+    return f'<h2>At a glance</h2><div class="glance">{"".join(cards)}</div>{legend}'
 
 
 def render_index(run: ReportRun) -> str:
@@ -91,6 +118,8 @@ def render_index(run: ReportRun) -> str:
 <p class="summary">{summary}</p>{notes}
 <p>{trust_line}. Figures measured on CPU or computed by hyport's NPU emulation are labelled
 as such in the <i>source</i> column and are not NPU measurements.</p>
+{_glance(run)}
+<h2>Stages</h2>
 <table id="stages"><thead><tr><th>stage</th><th>verdict</th><th>summary</th><th>duration</th>
 <th>headline figures</th><th>source</th><th>details</th></tr></thead>
 <tbody>{''.join(rows)}</tbody></table>

@@ -110,7 +110,6 @@ def _run_stages(run: ReportRun, stages, params, say, **stage_options) -> ReportR
             run.stages[current].verdict = RUNNING
             with shielded():
                 write_run_files(run, blog=False)
-            say(f"[{i}/{len(stages)}] {stage.id} ...")
             outcome = run_stage(stage, run_dir, params.for_stage(stage), outcome=run.stages[current],
                                 **stage_options)
             if outcome.interrupted:

@@ -254,7 +254,12 @@ def _is_local(addr: str) -> bool:
 def _check_lora_targets(config: TrainConfig, model_path: str) -> None:
     """The LoRA targets must name layers of the model: checked on an empty (meta) model,
     before an 8-card job loads the weights only to fail in peft."""
+    import importlib.util
     import re
+
+    if importlib.util.find_spec("peft") is None:
+        raise ValueError("finetuning_type='lora' needs peft, which is not installed here "
+                         "(pip install 'peft>=0.10'; it leaves torch as it is)")
 
     from accelerate import init_empty_weights
     from transformers import AutoConfig, AutoModelForImageTextToText
