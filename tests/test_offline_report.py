@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -94,6 +95,13 @@ def test_full_report_on_the_default_profile(full_run):
     assert len(stages) == 5 and all(s["verdict"] == "PASS" for s in run["stages"]), run["stages"]
     assert "并非在 NPU 上测得" in (run_dir / "blog.zh.md").read_text(encoding="utf-8")
     assert _leaks(run_dir) == []
+    # a quiet terminal: one line per stage, kernel start-up noise only in the stage logs
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    stage_lines = [line for line in lines if re.match(r"\[\d+/\d+\] ", line)]
+    assert [line.split()[1] for line in stage_lines] == stages, lines
+    assert len(lines) <= len(stages) + 5, lines
+    noisy = [line for line in lines if re.search(r"(?i)kernel|encryption|warning|traceback", line)]
+    assert noisy == [], noisy
 
 
 @pytest.mark.skipif(chromium_path() is None and not os.environ.get("CI"),

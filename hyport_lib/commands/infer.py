@@ -15,6 +15,8 @@ import argparse
 import json
 import sys
 
+from hyport_lib.commands._progress import TerminalBar
+
 NAME = "infer"
 HELP = "run the same generation on every card, one fresh process per card, and compare"
 
@@ -69,26 +71,9 @@ def _config(args: argparse.Namespace):
     return InferenceConfig(**fields)
 
 
-class _ProgressBar:
-    """``on_update`` callback drawing a tqdm bar on stderr."""
-
-    def __init__(self):
-        self.bar = None
-
-    def __call__(self, progress) -> None:
-        from tqdm import tqdm
-
-        if self.bar is None:
-            self.bar = tqdm(total=progress.total, file=sys.stderr, desc="cards", unit="card",
-                            initial=progress.done)
-        counts = progress.frame["status"].value_counts().to_dict()
-        self.bar.set_postfix_str(", ".join(f"{n} {s}" for s, n in sorted(counts.items())), refresh=False)
-        self.bar.update(progress.done - self.bar.n)
-        self.bar.refresh()
-
-    def close(self) -> None:
-        if self.bar is not None:
-            self.bar.close()
+def _status_counts(progress) -> str:
+    counts = progress.frame["status"].value_counts().to_dict()
+    return ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
 
 
 def run(args: argparse.Namespace) -> int:
@@ -103,7 +88,8 @@ def run(args: argparse.Namespace) -> int:
     backend = get_backend(args.device, num_cards=args.num_cards)
     config = _config(args)
     plan = stage.plan(backend, num_cards=args.num_cards, allow_busy_cards=args.allow_busy_cards)
-    bar = _ProgressBar()
+    bar = TerminalBar("cards", "card", total=lambda p: p.total, done=lambda p: p.done,
+                      postfix=_status_counts)
     try:
         result = stage.run(config, backend=backend, plan=plan, timeout_s=args.timeout_s,
                            log_dir=args.log_dir, on_update=bar)

@@ -14,6 +14,8 @@ import json
 import sys
 from dataclasses import fields
 
+from hyport_lib.commands._progress import TerminalBar
+
 NAME = "train"
 HELP = "smoke-train with torchrun + DeepSpeed (ZeRO 0/2/3, full or LoRA), checked and resumable"
 
@@ -58,24 +60,9 @@ def _config(args: argparse.Namespace):
     return TrainConfig(**values)
 
 
-class _ProgressBar:
-    def __init__(self):
-        self.bar = None
-
-    def __call__(self, progress) -> None:
-        from tqdm import tqdm
-
-        if self.bar is None:
-            self.bar = tqdm(total=progress.total_steps, file=sys.stderr, desc="train", unit="step")
-        last = progress.records[-1] if progress.records else {}
-        if last.get("loss") is not None:
-            self.bar.set_postfix_str(f"loss {last['loss']:.4f}", refresh=False)
-        self.bar.update(progress.done_steps - self.bar.n)
-        self.bar.refresh()
-
-    def close(self) -> None:
-        if self.bar is not None:
-            self.bar.close()
+def _last_loss(progress) -> str:
+    last = progress.records[-1] if progress.records else {}
+    return f"loss {last['loss']:.4f}" if last.get("loss") is not None else ""
 
 
 def run(args: argparse.Namespace) -> int:
@@ -91,7 +78,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"note: {note}", file=sys.stderr)
     print(f"training: {plan.world_size} {plan.device_kind} process(es) -> {plan.output_dir}",
           file=sys.stderr)
-    bar = _ProgressBar()
+    bar = TerminalBar("train", "step", total=lambda p: p.total_steps, done=lambda p: p.done_steps,
+                      postfix=_last_loss)
     try:
         result = stage.run(plan, on_update=bar)
     finally:

@@ -16,6 +16,8 @@ import argparse
 import json
 import sys
 
+from hyport_lib.commands._progress import TerminalBar
+
 NAME = "verify"
 HELP = ("verify saved safetensors weights: headers, index, NaN/Inf, reload, comparison with a "
         "base or a checkpoint, DeepSpeed ZeRO states")
@@ -47,27 +49,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--log-dir", default=None, help="where the child processes' logs go")
     parser.add_argument("--json", action="store_true", help="print the full result as JSON")
     parser.add_argument("--no-record", action="store_true", help="do not write the 05_weights result")
-
-
-class _ProgressBar:
-    def __init__(self):
-        self.bar = None
-        self.phase = None
-
-    def __call__(self, progress) -> None:
-        from tqdm import tqdm
-
-        if self.bar is None or progress.phase != self.phase:
-            self.close()
-            self.phase = progress.phase
-            self.bar = tqdm(total=progress.total_bytes, file=sys.stderr, desc=progress.phase,
-                            unit="B", unit_scale=True)
-        self.bar.update(progress.done_bytes - self.bar.n)
-
-    def close(self) -> None:
-        if self.bar is not None:
-            self.bar.close()
-            self.bar = None
 
 
 def _text(result) -> str:
@@ -115,7 +96,8 @@ def run(args: argparse.Namespace) -> int:
     from hyport_lib.utils.redact import scrub_obj, scrub_text
     from hyport_lib.weights import stage
 
-    bar = _ProgressBar()
+    bar = TerminalBar("weights", "B", total=lambda p: p.total_bytes, done=lambda p: p.done_bytes,
+                      phase=lambda p: p.phase, unit_scale=True)
     try:
         result = stage.run(
             args.path, base_path=args.base, checkpoint_path=args.checkpoint,

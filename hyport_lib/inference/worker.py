@@ -50,7 +50,7 @@ import traceback
 from pathlib import Path
 from typing import Optional, Sequence
 
-from hyport_lib.processes import start_guard
+from hyport_lib.processes import exit_without_teardown, start_guard
 from hyport_lib.utils.files import atomic_write_json
 from hyport_lib.utils.redact import scrub_obj, scrub_text
 
@@ -191,24 +191,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     atomic_write_json(args.result, scrub_obj(payload))
     print(f"[hyport worker] card {card} {payload['status']} in {payload['wall_s']:.1f}s", flush=True)
     if spec.get("device_kind", "cpu") == "cpu":
-        _fast_exit(code)
+        exit_without_teardown(code)
     return code
-
-
-def _fast_exit(code: int) -> None:
-    """Exit without the interpreter's teardown (CPU workers only).
-
-    With torch and a model loaded, the orderly teardown (freeing every module and
-    object) takes about a second of pure waste once the result is on disk. On an
-    accelerator the normal exit is kept, so the device runtime's own exit handlers
-    release the card in order.
-    """
-    import logging
-
-    logging.shutdown()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)
 
 
 if __name__ == "__main__":

@@ -26,7 +26,7 @@ import time
 import traceback
 from typing import Optional, Sequence
 
-from hyport_lib.processes import start_guard
+from hyport_lib.processes import exit_without_teardown, start_guard
 from hyport_lib.utils.files import atomic_write_json
 from hyport_lib.utils.redact import scrub_obj, scrub_text
 
@@ -86,18 +86,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                    wall_s=round(time.monotonic() - started, 3))
     atomic_write_json(args.result, scrub_obj(payload))
     print(f"[hyport weights] {spec.get('task')} {payload['status']} in {payload['wall_s']:.1f}s", flush=True)
-    _fast_exit(code)
+    exit_without_teardown(code)
     return code
-
-
-def _fast_exit(code: int) -> None:
-    """Skip the interpreter's teardown: with a model loaded it costs a second for nothing."""
-    import logging
-
-    logging.shutdown()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)
 
 
 if __name__ == "__main__":
