@@ -1,90 +1,90 @@
-"""Blog-post drafts of a run, in English (``blog.md``) and Chinese (``blog.zh.md``).
+"""Blog-post drafts of a run: ``blog.en.md`` (also as ``blog.md``) and ``blog.zh.md``.
 
-The shape follows a bring-up write-up: context, one section per stage with its
-verdict, summary and headline figures, then caveats. Recorded texts (summaries,
-figures, errors) are kept as the stages wrote them; only the frame is translated.
-Every figure keeps its provenance, so a CPU or emulated number is never shown as an
-NPU one.
+The drafts take the shape of the seed's write-up of a bring-up: the porting problem and
+the host (an environment table), what was removed and what replaced it (the scan's
+findings as before / after, the numerics in a sentence and a table), the inference
+table with a sample answer, the training parameters and results with the loss figure,
+the weight table with the reload command, dataset notes, caveats and the commands that
+reproduce the run. Figures are PNG files in ``figures/`` beside the drafts, linked
+relatively.
+
+Every number comes from the run's recorded files (``results/NN_stage.json`` and
+``run.json``), written as recorded or with the rounding of
+:mod:`hyport_lib.report.blog_format`; every figure keeps its provenance, so a CPU or
+emulated number is never shown as an NPU one. A stage that did not run or failed says
+so in its section, with its recorded error quoted. The frame is translated
+(:mod:`hyport_lib.report.blog_text`); recorded texts stay as recorded, marked as code or
+quotations.
+
+:func:`write_blog_drafts` runs at the start of a run (every stage ``PENDING``), after
+every stage and when the run is stopped: it reads whatever is there, never raises on a
+partial run, and draws a figure only once its data exists.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Optional
+
+from hyport_lib.report.blog_data import Ctx, StageView, load_views
+from hyport_lib.report.blog_format import quote
+from hyport_lib.report.blog_figures import draw_figures
+from hyport_lib.report.blog_sections import (
+    background, caveats, commands, dataset, intro, stage_section, title,
+)
+from hyport_lib.report.blog_text import LANGS, phrases
 from hyport_lib.report.run import ReportRun
 from hyport_lib.utils.files import atomic_write_text
 from hyport_lib.utils.redact import scrub_text
 
-PHRASES = {
-    "en": {
-        "title": "Porting notes: hyport run {run_id}",
-        "context": "Context", "profile": "Profile", "defaults": "notebook defaults",
-        "device": "Device", "model": "model", "software": "Software",
-        "remote_on": "trust_remote_code was ON: remote model code was allowed to run.",
-        "remote_off": "trust_remote_code was off.",
-        "source": "Source of figures", "figure": "figure", "value": "value",
-        "caveats": "Caveats",
-        "not_npu": "Figures marked as CPU or NPU-emulated were not measured on an NPU.",
-        "failed": "Stages that failed: {stages}. Their notebooks and logs are in the run folder.",
-        "stages": {"environment": "Environment", "attention": "Attention swap",
-                   "inference": "Inference on every card", "train": "Smoke training",
-                   "weights": "Saved weights"},
-    },
-    "zh": {
-        "title": "移植记录：hyport 运行 {run_id}",
-        "context": "背景", "profile": "参数配置", "defaults": "笔记本默认参数",
-        "device": "设备", "model": "模型", "software": "软件版本",
-        "remote_on": "trust_remote_code 已开启：允许运行模型仓库中的远程代码。",
-        "remote_off": "trust_remote_code 未开启。",
-        "source": "数据来源", "figure": "指标", "value": "数值",
-        "caveats": "注意事项",
-        "not_npu": "标注为 CPU 或 NPU 仿真（emulated）的数据并非在 NPU 上测得。",
-        "failed": "失败的阶段：{stages}。对应的笔记本和日志保存在本次运行目录中。",
-        "stages": {"environment": "环境检查", "attention": "注意力替换",
-                   "inference": "逐卡推理", "train": "冒烟训练", "weights": "权重校验"},
-    },
-}
+#: File name -> language. ``blog.md`` is the English draft under its historical name.
+DRAFTS = {"blog.md": "en", "blog.en.md": "en", "blog.zh.md": "zh"}
 
 
-def _md_cell(value) -> str:
-    return str(value).replace("|", "\\|").replace("\n", " ")
+def render_blog(run: ReportRun, lang: str = "en", *, figures: Optional[dict] = None,
+                notes: Optional[list] = None, views: Optional[list[StageView]] = None) -> str:
+    """The draft as Markdown, scrubbed of secret values.
 
+    Args:
+        run: the run as it stands (any stage may be unfinished).
+        lang: ``en`` or ``zh``.
+        figures: name -> relative path of the figures drawn (see
+            :func:`hyport_lib.report.blog_figures.draw_figures`); none when not given.
+        notes: problems met while drawing figures, listed among the caveats.
+        views: the stages as :func:`~hyport_lib.report.blog_data.load_views` reads them
+            (read here when not given).
 
-def _stage_title(stage_id: str, phrases: dict) -> str:
-    number, _, name = stage_id.partition("_")
-    return f"{number} {phrases['stages'].get(name, name)}"
-
-
-def render_blog(run: ReportRun, lang: str = "en") -> str:
-    """The draft as Markdown; ``lang`` is ``en`` or ``zh``."""
-    if lang not in PHRASES:
-        raise ValueError(f"lang={lang!r}: expected one of {', '.join(PHRASES)}")
-    p = PHRASES[lang]
-    params = run.parameters
-    lines = [f"# {p['title'].format(run_id=run.run_id)}", "", f"## {p['context']}", "",
-             f"- {p['profile']}: `{run.profile or p['defaults']}`",
-             f"- {p['device']}: `{params.get('device', 'auto')}`, {p['model']}: "
-             f"`{params.get('model_path', 'tiny')}`",
-             f"- {p['software']}: " + ", ".join(f"{k} {v}" for k, v in run.versions.items() if v),
-             f"- {p['remote_on'] if params.get('trust_remote_code') else p['remote_off']}", ""]
-    for s in run.stages:
-        lines += [f"## {_stage_title(s.stage, p)} — {s.verdict}", ""]
-        if s.summary:
-            lines += [s.summary, ""]
-        if s.provenance:
-            lines += [f"_{p['source']}: {s.provenance.get('label')}_", ""]
-        if s.headline:
-            lines += [f"| {p['figure']} | {p['value']} |", "|---|---|"]
-            lines += [f"| {_md_cell(k)} | {_md_cell(v)} |" for k, v in s.headline.items()]
-            lines.append("")
-        if s.error:
-            lines += ["```", s.error, "```", ""]
-    lines += [f"## {p['caveats']}", "", f"- {p['not_npu']}"]
-    failed = [s.stage for s in run.stages if s.verdict == "FAIL"]
-    if failed:
-        lines.append(f"- {p['failed'].format(stages=', '.join(failed))}")
+    Raises:
+        ValueError: for a language there is no text for.
+    """
+    t = phrases(lang)
+    ctx = Ctx(run=run, views=load_views(run) if views is None else views, t=t, lang=lang,
+              figures=dict(figures or {}), notes=list(notes or []))
+    parts = [title, intro, background]
+    parts += [lambda c, v=view: stage_section(v, c) for view in ctx.views]
+    parts += [dataset, caveats, commands]
+    lines: list[str] = []
+    for part in parts:
+        try:
+            lines += part(ctx)
+        except Exception as exc:  # noqa: BLE001 — a partial or odd run must still get its drafts
+            lines += [t["section_error"], ""] + quote(f"{type(exc).__name__}: {exc}")
+    while lines and not lines[-1]:
+        lines.pop()
     return scrub_text("\n".join(lines) + "\n")
 
 
-def write_blog_drafts(run: ReportRun) -> list:
-    """``blog.md`` and ``blog.zh.md`` in the run folder."""
-    return [atomic_write_text(run.run_dir / name, render_blog(run, lang))
-            for name, lang in (("blog.md", "en"), ("blog.zh.md", "zh"))]
+def write_blog_drafts(run: ReportRun) -> list[Path]:
+    """Write ``blog.md``, ``blog.en.md`` and ``blog.zh.md`` (and the figures) atomically.
+
+    Returns:
+        the drafts written, in the order of :data:`DRAFTS`.
+    """
+    views = load_views(run)
+    figures, problems = draw_figures(Path(run.run_dir), views)
+    texts = {lang: render_blog(run, lang, figures=figures, notes=problems, views=views)
+             for lang in LANGS}
+    return [atomic_write_text(Path(run.run_dir) / name, texts[lang]) for name, lang in DRAFTS.items()]
+
+
+__all__ = ["DRAFTS", "render_blog", "write_blog_drafts"]

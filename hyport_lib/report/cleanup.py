@@ -122,7 +122,7 @@ def clean_run(run_dir: Path, data: dict) -> None:
     run = ReportRun.from_dict({**data, "run_dir": str(run_dir)})
     if run.status != "running":  # stopped, not killed: only its partial notebook was left
         run.notes.append(f"a partial notebook was removed and the files scrubbed at {when}")
-        write_run_files(run, blog=False)
+        write_run_files(run)
         return
     for stage in run.stages:
         if stage.verdict == RUNNING:
@@ -133,7 +133,7 @@ def clean_run(run_dir: Path, data: dict) -> None:
             stage.verdict = NOT_RUN
     run.status = "killed"
     run.notes.append(f"the runner died without finishing (found and cleaned at {when})")
-    write_run_files(run, blog=False)
+    write_run_files(run)
 
 
 def write_run_files(run: ReportRun, blog: bool = True) -> None:

@@ -5,7 +5,9 @@ Layout of a run folder::
     outputs/<run-id>/
       index.html            summary table, parameters, versions (self-contained)
       run.json              the same, machine-readable
-      blog.md, blog.zh.md   blog-post drafts (English, Chinese) built from the results
+      report.html           index and every stage page in one offline file, to send
+      blog.md, blog.en.md, blog.zh.md   blog-post drafts (English twice, Chinese) from the results
+      figures/*.png         the drafts' figures (loss curve, attention heatmap)
       notebooks/NN_x.ipynb  executed notebooks (secrets scrubbed)
       html/NN_x.html        offline HTML of each
       results/NN_x.json     what each notebook recorded (hyport_lib.results)

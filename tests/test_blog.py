@@ -1,0 +1,351 @@
+"""The blog drafts: every number sourced, failures said, Chinese prose in Chinese, figures.
+
+Fast tests build synthetic runs (a :class:`ReportRun` and result files written by hand);
+the slow ones share one real ``run_report`` of the default profile.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+from hyport_lib.report.blog import DRAFTS, render_blog, write_blog_drafts
+from hyport_lib.report.blog_text import TEXT
+from hyport_lib.report.run import NOT_RUN, PENDING, ReportRun, StageOutcome
+
+STAGES = ["01_environment", "02_attention", "03_inference", "04_train", "05_weights"]
+
+# --------------------------------------------------------------------------- checkers
+#: A number as the drafts and the recorded files write it: thousands separators allowed,
+#: not part of a word or identifier (``BF16``, hashes), so both sides tokenise alike.
+NUMBER = re.compile(r"(?<![A-Za-z0-9_.])(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:[eE][-+]?\d+)?(?![A-Za-z0-9_])")
+
+
+def numbers_in(text: str) -> list[str]:
+    return [m.group(0).replace(",", "") for m in NUMBER.finditer(text)]
+
+
+def _variants(value) -> set[str]:
+    """The forms blog_format.num documents: as recorded, and floats to 4 significant digits."""
+    out = {str(value)}
+    if isinstance(value, float) and math.isfinite(value):
+        out.add(f"{value:.4g}")
+    return out
+
+
+def recorded_numbers(run_dir: Path) -> set[str]:
+    """Every number the recorded files hold (leaves, numbers inside texts and keys, list
+    lengths) plus the derivations the drafts document: the stage numbers of the stage ids;
+    per attention implementation, its
+    row count per verdict and its worst max_abs / bound to 3 significant digits."""
+    allowed: set[str] = set()
+
+    def walk(value):
+        if isinstance(value, dict):
+            allowed.add(str(len(value)))
+            for key, item in value.items():
+                allowed.update(numbers_in(str(key)))
+                walk(item)
+        elif isinstance(value, list):
+            allowed.add(str(len(value)))
+            for item in value:
+                walk(item)
+        elif isinstance(value, str):
+            allowed.update(numbers_in(value))
+        elif isinstance(value, (int, float)) and not isinstance(value, bool):
+            allowed.update(_variants(value))
+
+    files = [run_dir / "run.json", *sorted((run_dir / "results").glob("*.json"))]
+    for path in files:
+        if path.is_file():
+            try:
+                walk(json.loads(path.read_text(encoding="utf-8")))
+            except json.JSONDecodeError:
+                allowed.update(numbers_in(path.read_text(encoding="utf-8")))  # an odd file: its text
+    run_json = run_dir / "run.json"
+    if run_json.is_file():  # section headings number the stages as their ids do ("02_attention")
+        allowed.update(s["stage"].partition("_")[0] for s in json.loads(run_json.read_text())["stages"])
+    attention = run_dir / "results" / "02_attention.json"
+    if attention.is_file():
+        rows = json.loads(attention.read_text(encoding="utf-8")).get("data", {}).get("rows", [])
+        counts, ratios = defaultdict(int), defaultdict(list)
+        for r in rows:
+            counts[(r["backend"], r["verdict"])] += 1
+            if r.get("max_abs") is not None and r.get("bound"):
+                ratios[r["backend"]].append(r["max_abs"] / r["bound"])
+        allowed.update(str(n) for n in counts.values())
+        allowed.update(f"{max(v):.3g}" for v in ratios.values())
+    return {a.replace(",", "") for a in allowed}
+
+
+def unsourced(draft: str, run_dir: Path) -> list[str]:
+    allowed = recorded_numbers(run_dir)
+    return sorted({n for n in numbers_in(draft) if n not in allowed})
+
+
+_FENCED = re.compile(r"^(`{3,}).*?^\1[ \t]*$", re.S | re.M)
+_CODE = re.compile(r"(`+)(?!`).*?(?<!`)\1(?!`)")
+_TARGET = re.compile(r"\]\([^)]*\)")
+ENGLISH_RUN = re.compile(r"[A-Za-z][A-Za-z'’-]*(?:[ \t]+[A-Za-z][A-Za-z'’-]*){2,}")
+
+
+def english_runs(markdown: str) -> list[str]:
+    """Runs of three or more English words left once recorded text is taken out: fenced
+    blocks, quotations, code spans (recorded values, paths, names) and link targets."""
+    text = _FENCED.sub("", markdown)
+    text = "\n".join(line for line in text.splitlines() if not line.lstrip().startswith(">"))
+    text = _TARGET.sub("]", _CODE.sub("", text))
+    return ENGLISH_RUN.findall(text)
+
+
+def figure_links(markdown: str) -> list[str]:
+    return re.findall(r"!\[[^\]]*\]\(([^)]+)\)", markdown)
+
+
+# --------------------------------------------------------------------------- synthetic runs
+def make_run(tmp_path: Path, verdicts: dict, errors: dict | None = None, status: str = "finished",
+             parameters: dict | None = None) -> ReportRun:
+    stages = [StageOutcome(stage=s, verdict=verdicts.get(s, PENDING), error=(errors or {}).get(s))
+              for s in STAGES]
+    return ReportRun(run_id="20300101-000000-abcdef", run_dir=tmp_path, profile=None,
+                     parameters=parameters if parameters is not None else {"device": "cpu", "num_cards": 2},
+                     stages=stages, versions={"python": "3.11.7"}, started="2030-01-01T00:00:00",
+                     status=status, host="testhost")
+
+
+def write_result(run: ReportRun, stage: str, verdict: str, data: dict, headline: dict | None = None,
+                 summary: str = "", provenance: dict | None = None) -> Path:
+    path = Path(run.run_dir) / "results" / f"{stage}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    provenance = provenance or {"device": "cpu", "emulated": False, "label": "CPU (not an NPU measurement)"}
+    path.write_text(json.dumps({"stage": stage, "verdict": verdict, "summary": summary,
+                                "headline": headline or {}, "provenance": provenance, "data": data}))
+    (Path(run.run_dir) / "run.json").write_text(json.dumps(run.to_dict(), default=str))
+    return path
+
+
+def train_data(steps: int = 5) -> dict:
+    metrics = [{"step": i, "loss": 3.0 - 0.25 * i, "learning_rate": 1e-4, "tokens_per_s_per_card": 100.0 + i,
+                "real_tokens_per_s_per_card": 80.0 + i} for i in range(1, steps + 1)]
+    return {"status": "ok", "exit_code": 0, "wall_s": 12.5, "why": f"{steps} steps, exit code 0",
+            "plan": {"world_size": 2, "precision": "bf16", "attn_implementation": "hyport_torch",
+                     "deepspeed": {"zero_stage": 2},
+                     "config": {"max_steps": steps, "per_device_train_batch_size": 1,
+                                "gradient_accumulation_steps": 1, "gradient_checkpointing": True,
+                                "save_steps": steps, "dataset_path": "", "packing": True, "max_seq_len": 512},
+                     "dataset": {"path": "/data/smoke.json", "total": 14, "good": 14, "samples": 14,
+                                 "skipped": 0, "truncated": 0, "tokens": 763, "label_tokens": 194}},
+            "summary": {"steps": steps, "first_loss": 2.75, "last_loss": 1.75, "mean_step_s": 0.2211207,
+                        "tokens_per_s_per_card": 2315.476660065615, "skipped_steps": 0},
+            "worker": {"train_metrics": {"train_loss": 2.2513147473}},
+            "final_dir": "/out/smoke", "last_checkpoint": f"/out/smoke/checkpoint-{steps}",
+            "metrics": metrics}
+
+
+# --------------------------------------------------------------------------- fast tests
+def test_fixed_sentences_hold_no_digit_and_both_languages_say_the_same_things():
+    def flat(d, prefix=""):
+        for key, value in d.items():
+            if isinstance(value, dict):
+                yield from flat(value, f"{prefix}{key}.")
+            else:
+                yield f"{prefix}{key}", value
+
+    en, zh = dict(flat(TEXT["en"])), dict(flat(TEXT["zh"]))
+    assert set(en) == set(zh)
+    # Names such as float64 are words, not figures; a free-standing number would be one.
+    with_digits = {k: v for k, v in {**en, **{f"zh:{k}": v for k, v in zh.items()}}.items()
+                   if numbers_in(v)}
+    assert not with_digits, with_digits
+    for key in en:  # the same placeholders, so every figure appears in both drafts
+        assert set(re.findall(r"{(\w+)}", en[key])) == set(re.findall(r"{(\w+)}", zh[key])), key
+
+
+def test_the_checkers_can_fail(tmp_path):
+    run = make_run(tmp_path, {"04_train": "PASS"})
+    write_result(run, "04_train", "PASS", train_data())
+    draft = render_blog(run)
+    assert not unsourced(draft, tmp_path)
+    assert unsourced(draft + "\nA made-up figure: 424242.77 and 31,337.\n", tmp_path) == ["31337", "424242.77"]
+    assert english_runs("这是中文。 But this is an English sentence.") == ["But this is an English sentence"]
+    assert english_runs("中文 `code with many words` 中文\n> a quoted English message here\n") == []
+
+
+def test_a_failed_and_a_skipped_stage_are_said_plainly(tmp_path):
+    error = "RuntimeError: planted training failure at step 7"
+    run = make_run(tmp_path, {"01_environment": "PASS", "02_attention": "PASS", "03_inference": "WARN",
+                              "04_train": "FAIL", "05_weights": NOT_RUN},
+                   errors={"04_train": error}, status="interrupted")
+    (tmp_path / "results").mkdir()
+    (tmp_path / "results" / "03_inference.json").write_text("{ half a file")
+    write_result(run, "01_environment", "PASS", {"device": "cpu", "num_cards": 2,
+                                                 "summary": {"PASS": 1, "WARN": 0, "FAIL": 0, "SKIP": 0}})
+    paths = write_blog_drafts(run)
+    assert [p.name for p in paths] == list(DRAFTS)
+    en, zh = (tmp_path / "blog.en.md").read_text(), (tmp_path / "blog.zh.md").read_text()
+    assert "## 04 Smoke training — FAIL" in en and "The stage failed. Its recorded error:" in en
+    assert f"> {error}" in en and f"> {error}" in zh
+    assert "## 05 Saved weights — NOT RUN" in en and "The stage did not run" in en
+    assert "## 05 权重校验 — NOT RUN" in zh and "该阶段没有运行" in zh and "该阶段失败" in zh
+    assert "Stages that failed: 04_train." in en and "失败的阶段：04_train" in zh
+    assert "Stages that did not finish: 05_weights." in en and "没有完成的阶段：05_weights" in zh
+    assert "03_inference.json: Expecting property name" in en  # the odd file, named
+    assert "No result file was recorded" in en  # 02 PASS without a file
+    assert "There are no dataset figures" in en and "没有数据集的数值" in zh
+    assert "The run was stopped before it finished" in en
+    assert not (tmp_path / "figures").exists()  # nothing to draw
+    for draft in (en, zh):
+        assert not unsourced(draft, tmp_path)
+    assert not english_runs(zh)
+    assert (tmp_path / "blog.md").read_text() == en
+
+
+def test_a_run_that_has_not_started_is_drafted_without_figures(tmp_path):
+    run = make_run(tmp_path, {}, status="running")
+    write_blog_drafts(run)
+    en, zh = (tmp_path / "blog.md").read_text(), (tmp_path / "blog.zh.md").read_text()
+    assert en.count("The stage has not run yet.") == len(STAGES)
+    assert zh.count("该阶段尚未运行。") == len(STAGES)
+    assert "Source of figures" not in en  # no provenance claimed for what has no figure
+    assert not (tmp_path / "figures").exists()
+    assert not list(tmp_path.glob(".blog*.tmp"))  # atomic writes leave no temporary file
+
+
+@pytest.mark.parametrize("stage", STAGES)
+def test_odd_recorded_data_never_stops_the_drafts(tmp_path, stage):
+    run = make_run(tmp_path, {s: "PASS" for s in STAGES})
+    odd = {"rows": "oops", "plan": 5, "metrics": [1, "x", {"step": "one"}], "scan": {"hits": [3]},
+           "shards": [None], "reload": {"path": None}, "counts": [], "system": 7, "checks": {"a": 1},
+           "outputs": {"0": {"single": None}}, "model": {"verdict": None}, "summary": "weird"}
+    write_result(run, stage, "PASS", odd, headline={"cases": "many"})
+    for lang in ("en", "zh"):
+        draft = render_blog(run, lang)
+        assert "## 05" in draft and ("## Commands to reproduce" in draft or "## 复现命令" in draft)
+    write_blog_drafts(run)
+    assert (tmp_path / "blog.zh.md").is_file()
+
+
+def test_the_loss_figure_is_drawn_once_and_linked_relatively(tmp_path):
+    run = make_run(tmp_path, {"04_train": "PASS"})
+    write_result(run, "04_train", "PASS", train_data())
+    write_blog_drafts(run)
+    png = tmp_path / "figures" / "loss.png"
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    for name in DRAFTS:
+        draft = (tmp_path / name).read_text()
+        assert figure_links(draft) == ["figures/loss.png"]
+        assert (tmp_path / figure_links(draft)[0]).is_file()
+    stamp = png.stat().st_mtime_ns
+    write_blog_drafts(run)
+    assert png.stat().st_mtime_ns == stamp  # not redrawn: its result did not change
+    en = (tmp_path / "blog.md").read_text()
+    assert "| train_loss (Trainer) | 2.251 |" in en and "| Loss, first → last | 2.75 → 1.75 |" in en
+    assert "| Tokens/s per card | 2315 |" in en and "Samples were packed to max_seq_len 512." in en
+    assert not unsourced(en, tmp_path)
+
+
+def test_no_loss_figure_without_metrics(tmp_path):
+    run = make_run(tmp_path, {"04_train": "FAIL"}, errors={"04_train": "torchrun exited 1"})
+    data = train_data()
+    data["metrics"] = []
+    write_result(run, "04_train", "FAIL", data)
+    write_blog_drafts(run)
+    en = (tmp_path / "blog.md").read_text()
+    assert not (tmp_path / "figures" / "loss.png").exists() and not figure_links(en)
+    assert "No step was logged" in en and "What the stage recorded before it failed:" in en
+
+
+def test_emulated_figures_are_never_called_npu_figures(tmp_path):
+    run = make_run(tmp_path, {"02_attention": "PASS"})
+    write_result(run, "02_attention", "PASS", {"rows": [], "notes": []},
+                 headline={"cases": 3, "rows PASS/WARN/FAIL": "9/0/0", "worst npu-emulated err/bound": 0.5},
+                 provenance={"device": "cpu", "emulated": True,
+                             "label": "NPU-emulated on CPU (not an NPU measurement)"})
+    en, zh = render_blog(run), render_blog(run, "zh")
+    assert "computed by hyport's emulation of the NPU operator on CPU, not measured on an NPU" in en
+    assert "measured on an NPU." not in en.replace("not measured on an NPU", "")
+    assert "由 hyport 在 CPU 上仿真 NPU 算子计算得到，并非 NPU 实测" in zh
+    assert "在 NPU 上实测" not in zh
+
+
+def test_secret_values_are_scrubbed(tmp_path, monkeypatch):
+    monkeypatch.setenv("HYPORT_TEST_SECRET_TOKEN", "s3cr3t-value-xyz")
+    run = make_run(tmp_path, {"04_train": "FAIL"}, errors={"04_train": "failed with s3cr3t-value-xyz in argv"})
+    write_blog_drafts(run)
+    for name in DRAFTS:
+        text = (tmp_path / name).read_text()
+        assert "s3cr3t-value-xyz" not in text and "[redacted]" in text
+
+
+def test_the_reproduce_command_names_the_profile_and_what_differs(tmp_path):
+    from hyport_lib.report.profiles import resolve_profile
+
+    run = make_run(tmp_path, {}, parameters={"device": "cpu", "num_cards": 2, "max_steps": 7})
+    run.profile = str(resolve_profile("default"))
+    en = render_blog(run)
+    assert "hyport report --profile default -p max_steps=7" in en
+
+
+# --------------------------------------------------------------------------- one real run
+@pytest.fixture(scope="module")
+def real_run(tmp_path_factory):
+    from hyport_lib.report.runner import run_report
+
+    return run_report(profile="default", output_root=tmp_path_factory.mktemp("blog-run"),
+                      progress=lambda m: None)
+
+
+@pytest.mark.slow
+def test_real_run_every_number_has_a_recorded_source(real_run):
+    run_dir = real_run.run_dir
+    assert [s.verdict for s in real_run.stages] == ["PASS"] * len(STAGES), real_run.stages
+    for name in DRAFTS:
+        draft = (run_dir / name).read_text(encoding="utf-8")
+        assert len(numbers_in(draft)) > 100  # the tables are there
+        assert not unsourced(draft, run_dir), name
+    assert (run_dir / "blog.md").read_text() == (run_dir / "blog.en.md").read_text()
+
+
+@pytest.mark.slow
+def test_real_run_tables_carry_the_recorded_values(real_run):
+    run_dir = real_run.run_dir
+    results = {s: json.loads((run_dir / "results" / f"{s}.json").read_text()) for s in STAGES}
+    en, zh = (run_dir / "blog.en.md").read_text(), (run_dir / "blog.zh.md").read_text()
+    train = results["04_train"]["data"]
+    loss = train["worker"]["train_metrics"]["train_loss"]
+    assert f"| train_loss (Trainer) | {loss:.4g} |" in en and f"| train_loss（Trainer 给出） | {loss:.4g} |" in zh
+    assert f"| Exit code | {train['exit_code']} |" in en and f"| 退出码 | {train['exit_code']} |" in zh
+    weights = results["05_weights"]["data"]
+    for shard in weights["shards"]:
+        assert f"{shard['bytes']:,} / {shard['tensors']}" in en
+    assert f"```text\n{weights['reload']['line']}\n```" in zh and weights["reload"]["line"].startswith("LOAD_OK")
+    assert f"hyport verify {weights['path']} --reload" in en
+    inference = results["03_inference"]["data"]
+    assert inference["outputs"]["0"]["single"] in en
+    assert "hyport report --profile default" in en and "hyport report --profile default" in zh
+    for view in results.values():  # CPU and emulated figures are named as such
+        assert view["provenance"]["label"] in en
+
+
+@pytest.mark.slow
+def test_real_run_chinese_draft_is_chinese(real_run):
+    zh = (real_run.run_dir / "blog.zh.md").read_text(encoding="utf-8")
+    assert not english_runs(zh), english_runs(zh)
+    assert english_runs((real_run.run_dir / "blog.en.md").read_text(encoding="utf-8"))
+    assert len(re.findall(r"[\u4e00-\u9fff]", zh)) > 500
+
+
+@pytest.mark.slow
+def test_real_run_figures_exist_and_both_drafts_link_them(real_run):
+    run_dir = real_run.run_dir
+    for name in DRAFTS:
+        links = figure_links((run_dir / name).read_text(encoding="utf-8"))
+        assert "figures/loss.png" in links, name
+        for link in links:
+            assert not Path(link).is_absolute() and ".." not in link
+            assert (run_dir / link).read_bytes()[:4] == b"\x89PNG"
