@@ -2,19 +2,33 @@
 
 Playwright drives ``/usr/bin/chromium`` (never a downloaded browser). Every request
 that is not ``file://`` is aborted and recorded; console errors and page errors are
-collected. Used by the offline-report tests.
+collected. Used by the offline-report and JupyterLab tests, which also write the
+README's pictures with ``HYPORT_UPDATE_SCREENSHOTS=1``::
+
+    HYPORT_UPDATE_SCREENSHOTS=1 .venv/bin/python -m pytest -q tests/test_jupyterlab.py \
+        tests/test_offline_report.py
 """
 
 from __future__ import annotations
 
+import io
 import os
 import shutil
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Iterator
 
 CHROMIUM_ARGS = ["--no-sandbox", "--headless", "--disable-gpu", "--disable-dev-shm-usage",
                  "--disable-background-networking", "--disable-component-update",
                  "--disable-sync", "--no-first-run", "--disable-quic"]
+
+
+REPO = Path(__file__).resolve().parents[1]
+DOC_IMAGES = REPO / "docs" / "images"
+UPDATE_SCREENSHOTS = "HYPORT_UPDATE_SCREENSHOTS"
+SCREENSHOT_MAX_WIDTH = 1200
+SCREENSHOT_MAX_BYTES = 200_000
 
 
 def chromium_path() -> str | None:
@@ -34,15 +48,17 @@ class PageVisit:
     counts: dict[str, int] = field(default_factory=dict)
 
 
-def visit(path: Path, selectors: dict[str, str], screenshot: Path | None = None) -> PageVisit:
-    """Load ``path``; for each name -> CSS selector record the count and the first text."""
+@contextmanager
+def open_offline(path: Path, viewport: dict | None = None) -> Iterator[tuple[object, PageVisit]]:
+    """A Playwright page showing ``path`` with every request but ``file://`` and
+    ``data:`` aborted; the yielded :class:`PageVisit` keeps collecting while it is used."""
     from playwright.sync_api import sync_playwright
 
     result = PageVisit()
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=chromium_path(), args=CHROMIUM_ARGS)
         try:
-            context = browser.new_context()
+            context = browser.new_context(viewport=viewport)
 
             def route(r):
                 if r.request.url.startswith(("file://", "data:")):
@@ -58,12 +74,58 @@ def visit(path: Path, selectors: dict[str, str], screenshot: Path | None = None)
             page.on("requestfailed", lambda r: result.failed.append(r.url))
             page.goto(path.resolve().as_uri(), wait_until="load")
             page.wait_for_timeout(300)
-            for name, selector in selectors.items():
-                loc = page.locator(selector)
-                result.counts[name] = loc.count()
-                result.texts[name] = loc.first.inner_text() if result.counts[name] else ""
-            if screenshot:
-                page.screenshot(path=str(screenshot), full_page=True)
+            yield page, result
         finally:
             browser.close()
+
+
+def visit(path: Path, selectors: dict[str, str], screenshot: Path | None = None,
+          clip_below: str | None = None) -> PageVisit:
+    """Load ``path``; for each name -> CSS selector record the count and the first text.
+
+    With ``screenshot``, the whole page is saved there; with ``clip_below`` as well, only
+    the part from the top to the bottom of that selector's element, as a README picture
+    (see :func:`save_readme_picture`).
+    """
+    viewport = {"width": SCREENSHOT_MAX_WIDTH, "height": 900} if clip_below else None
+    with open_offline(path, viewport) as (page, result):
+        for name, selector in selectors.items():
+            loc = page.locator(selector)
+            result.counts[name] = loc.count()
+            # innerText for HTML, textContent for SVG (which has no innerText)
+            result.texts[name] = (loc.first.evaluate("e => e.innerText ?? e.textContent ?? ''")
+                                  if result.counts[name] else "")
+        if screenshot and clip_below:
+            box = page.locator(clip_below).bounding_box()
+            clip = {"x": 0, "y": 0, "width": SCREENSHOT_MAX_WIDTH, "height": box["y"] + box["height"] + 16}
+            save_readme_picture(page.screenshot(clip=clip, full_page=True), screenshot)
+        elif screenshot:
+            page.screenshot(path=str(screenshot), full_page=True)
     return result
+
+
+def readme_picture_path(tmp_path: Path, name: str) -> Path:
+    """``docs/images/<name>`` with HYPORT_UPDATE_SCREENSHOTS=1, else the test's tmp."""
+    if os.environ.get(UPDATE_SCREENSHOTS) == "1":
+        DOC_IMAGES.mkdir(exist_ok=True)
+        return DOC_IMAGES / name
+    return tmp_path / name
+
+
+def save_readme_picture(raw: bytes, target: Path) -> Path:
+    """A README-sized copy of a screenshot: at most 1200 px wide, 256 colours (flat UI
+    colours stay exact: no dithering), optimised; asserted under 200 KB."""
+    from PIL import Image
+
+    image = Image.open(io.BytesIO(raw)).convert("RGB")
+    if image.width > SCREENSHOT_MAX_WIDTH:
+        height = round(image.height * SCREENSHOT_MAX_WIDTH / image.width)
+        image = image.resize((SCREENSHOT_MAX_WIDTH, height), Image.Resampling.LANCZOS)
+    colours = len(image.getcolors(maxcolors=1 << 24))
+    assert colours > 50, f"the screenshot is nearly blank ({colours} colours)"
+    small = image.quantize(colors=256, method=Image.Quantize.MEDIANCUT, dither=Image.Dither.NONE)
+    partial = target.with_name(target.name + ".partial")
+    small.save(partial, format="PNG", optimize=True)
+    partial.replace(target)
+    assert target.stat().st_size <= SCREENSHOT_MAX_BYTES, (target, target.stat().st_size)
+    return target

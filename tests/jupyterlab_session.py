@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import secrets
 import signal
 import socket
@@ -28,10 +29,12 @@ from urllib.parse import urlsplit
 
 import psutil
 
-#: Seconds allowed for the server to answer, a kernel to start, a run-all to finish.
+#: Seconds allowed for the server to answer, a kernel to start, a run-all to finish,
+#: the kernels to stop.
 SERVER_START_S = 120
 KERNEL_START_S = 120
 RUN_ALL_S = 240
+KERNEL_STOP_S = 60
 
 #: Settings that keep JupyterLab quiet and offline: no news or update fetch, no toasts.
 LAB_SETTINGS = {
@@ -195,27 +198,42 @@ def is_local(url: str) -> bool:
     return parts.scheme in ("data", "blob") or parts.hostname in LOCAL_HOSTS
 
 
-def guard_network(context, page) -> NetworkLog:
-    """Abort and record any request not for 127.0.0.1; record all requests and sockets.
+class NetworkGuard:
+    """Aborts and records any request of a browser context not for 127.0.0.1.
+
+    Installed once per context; :meth:`watch` starts a fresh :class:`NetworkLog` for a
+    page (its websockets and page errors, and from then on every request of the
+    context), so that pages opened one after another in one context, sharing its HTTP
+    cache, are each checked on their own.
 
     The route handler runs in this Python process, only while a Playwright call is in
     progress: wait with Playwright (``page.wait_for_*``), never ``time.sleep``, or the
     page's requests stall meanwhile.
     """
-    log = NetworkLog()
 
-    def route(r):
+    def __init__(self, context):
+        self.log = NetworkLog()
+        context.route("**/*", self._route)
+        context.on("request", lambda r: self.log.requests.append(r.url))
+
+    def _route(self, r) -> None:
         if is_local(r.request.url):
             r.continue_()
         else:
-            log.blocked.append(r.request.url)
+            self.log.blocked.append(r.request.url)
             r.abort()
 
-    context.route("**/*", route)
-    context.on("request", lambda r: log.requests.append(r.url))
-    page.on("websocket", lambda ws: log.websockets.append(ws.url))
-    page.on("pageerror", lambda e: log.page_errors.append(str(e)))
-    return log
+    def watch(self, page) -> NetworkLog:
+        self.log = log = NetworkLog()
+        page.on("websocket", lambda ws: log.websockets.append(ws.url))
+        page.on("pageerror", lambda e: log.page_errors.append(str(e)))
+        return log
+
+
+def guard_network(context, page) -> NetworkLog:
+    """Abort and record any request not for 127.0.0.1; record all requests and sockets
+    (one page in its own context; see :class:`NetworkGuard`)."""
+    return NetworkGuard(context).watch(page)
 
 
 def open_notebook(page, server: LabServer, relative: str) -> None:
@@ -259,3 +277,91 @@ def save_notebook(page) -> None:
     page.wait_for_function(
         "() => !document.querySelector('.lm-DockPanel-tabBar .lm-TabBar-tab.jp-mod-dirty')",
         timeout=SERVER_START_S * 1000)
+
+
+def api(server: LabServer, method: str, path: str, timeout: float = 10):
+    """One call to the server's REST API (``path`` under ``/api/``); the decoded JSON body,
+    or None for an empty one."""
+    request = urllib.request.Request(f"{server.base_url}/api/{path}", method=method,
+                                     headers={"Authorization": f"token {server.token}"})
+    with urllib.request.urlopen(request, timeout=timeout) as response:
+        body = response.read()
+    return json.loads(body) if body else None
+
+
+def shutdown_kernels(server: LabServer, timeout: float = KERNEL_STOP_S) -> None:
+    """End every session (and so its kernel) of the server; return once none is left.
+
+    A module that shares one server between tests calls this after each notebook, so
+    that an idle kernel holding torch does not stay in memory for the next one.
+
+    Raises:
+        TimeoutError: kernels were still listed after ``timeout`` seconds.
+    """
+    for session in api(server, "GET", "sessions"):
+        api(server, "DELETE", f"sessions/{session['id']}")
+    deadline = time.monotonic() + timeout
+    while (kernels := api(server, "GET", "kernels")):
+        if time.monotonic() >= deadline:
+            raise TimeoutError(f"kernels still running {timeout:g} s after their sessions "
+                               f"ended: {[k['id'] for k in kernels]}")
+        time.sleep(0.25)
+
+
+def copy_notebook(source: Path, folder: Path, parameters: dict | None = None,
+                  replace: dict[str, str] | None = None) -> Path:
+    """Copy ``source`` into ``folder`` with outputs untouched (a committed notebook has
+    none) and, in the copy only, some parameters and code changed.
+
+    Args:
+        parameters: name -> value; the line ``name = ...`` of the cell tagged
+            ``parameters`` becomes ``name = <repr(value)>``.
+        replace: old -> new text in the code cells; each ``old`` must occur exactly once,
+            so a changed notebook fails here rather than running unedited.
+
+    Raises:
+        ValueError: a parameter is not assigned in the parameters cell, or a replaced
+            text does not occur exactly once.
+    """
+    nb = json.loads(source.read_text(encoding="utf-8"))
+    code = [c for c in nb["cells"] if c["cell_type"] == "code"]
+    for name, value in (parameters or {}).items():
+        cell = next(c for c in code if "parameters" in c.get("metadata", {}).get("tags", []))
+        text = "".join(cell["source"])
+        pattern = re.compile(rf"^{re.escape(name)} = .*$", re.MULTILINE)
+        if len(pattern.findall(text)) != 1:
+            raise ValueError(f"{source.name}: no single line '{name} = ...' in its parameters cell")
+        text = pattern.sub(lambda _: f"{name} = {value!r}  # set by the browser test", text)
+        cell["source"] = text.splitlines(keepends=True)
+    for old, new in (replace or {}).items():
+        found = sum("".join(c["source"]).count(old) for c in code)
+        if found != 1:
+            raise ValueError(f"{source.name}: {old!r} occurs {found} times in its code cells, not once")
+        for cell in code:
+            text = "".join(cell["source"])
+            if old in text:
+                cell["source"] = text.replace(old, new).splitlines(keepends=True)
+    folder.mkdir(parents=True, exist_ok=True)
+    target = folder / source.name
+    target.write_text(json.dumps(nb, indent=1) + "\n", encoding="utf-8")
+    return target
+
+
+#: JupyterLab 4.6 renders error outputs with the stderr mime type, like warnings; the
+#: error mime type is checked too in case a later version tells them apart.
+ERROR_OUTPUT = ('.jp-OutputArea-output[data-mime-type="application/vnd.jupyter.error"], '
+                '.jp-RenderedText[data-mime-type="application/vnd.jupyter.error"]')
+
+
+def page_errors(page) -> list[str]:
+    """Error outputs and tracebacks rendered in the open notebook (their first lines)."""
+    found = page.locator(ERROR_OUTPUT).all_inner_texts()
+    found += page.locator(".jp-NotebookPanel .jp-OutputArea-output",
+                          has_text="Traceback (most recent call last)").all_inner_texts()
+    return [text.strip()[:500] for text in found]
+
+
+def saved_errors(notebook: dict) -> list[str]:
+    """``ename: evalue`` of every error output in a saved notebook."""
+    return [f"{o['ename']}: {o['evalue']}" for c in notebook["cells"] for o in c.get("outputs", [])
+            if o["output_type"] == "error"]

@@ -210,3 +210,17 @@ def test_only_the_backend_seam_touches_torch_npu_and_torch_cuda():
     offenders = {k: v for k, v in offenders.items() if v}
     assert not offenders, offenders
     assert _device_calls(PACKAGE / "backend.py"), "the seam itself must be where they are"
+
+
+def test_figures_never_switch_the_kernels_matplotlib_backend():
+    """Figures are bare ``matplotlib.figure.Figure`` objects: ``matplotlib.use`` in a
+    library function would move a user's whole kernel off the inline backend, and
+    pyplot figures stay open (and show twice) in a notebook."""
+    offenders = []
+    for path in MODULES:
+        for node in ast.walk(ast.parse(path.read_text())):
+            text = ast.unparse(node) if isinstance(node, (ast.Call, ast.Import, ast.ImportFrom)) else ""
+            if text.startswith(("matplotlib.use(", "plt.subplots(", "plt.figure(")) or (
+                    "matplotlib.pyplot" in text and path != PACKAGE / "display.py"):
+                offenders.append(f"{path.relative_to(REPO)}:{node.lineno}: {text}")
+    assert offenders == []

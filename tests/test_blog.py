@@ -110,7 +110,8 @@ def figure_links(markdown: str) -> list[str]:
 # --------------------------------------------------------------------------- synthetic runs
 def make_run(tmp_path: Path, verdicts: dict, errors: dict | None = None, status: str = "finished",
              parameters: dict | None = None) -> ReportRun:
-    stages = [StageOutcome(stage=s, verdict=verdicts.get(s, PENDING), error=(errors or {}).get(s))
+    stages = [StageOutcome(stage=s, verdict=verdicts.get(s, PENDING), error=(errors or {}).get(s),
+                           summary="stage failed" if (errors or {}).get(s) else "")  # as the runner
               for s in STAGES]
     return ReportRun(run_id="20300101-000000-abcdef", run_dir=tmp_path, profile=None,
                      parameters=parameters if parameters is not None else {"device": "cpu", "num_cards": 2},
@@ -195,9 +196,12 @@ def test_a_failed_and_a_skipped_stage_are_said_plainly(tmp_path):
     assert "Stages that failed: 04_train." in en and "失败的阶段：04_train" in zh
     assert "Stages that did not finish: 05_weights." in en and "没有完成的阶段：05_weights" in zh
     assert "03_inference.json: Expecting property name" in en  # the odd file, named
-    assert "No result file was recorded" in en  # 02 PASS without a file
+    assert "No result file and no figures were recorded" in en.split("## 02 ")[1].split("\n## ")[0]  # 02 PASS without a file
     assert "There are no dataset figures" in en and "没有数据集的数值" in zh
     assert "The run was stopped before it finished" in en
+    section_04 = en.split("## 04 ")[1].split("\n## ")[0]
+    assert "own summary" not in section_04  # the runner's placeholder is not the stage's words
+    assert "No result file and no figures were recorded" in section_04  # and no promise of any
     assert not (tmp_path / "figures").exists()  # nothing to draw
     for draft in (en, zh):
         assert not unsourced(draft, tmp_path)
@@ -349,3 +353,11 @@ def test_real_run_figures_exist_and_both_drafts_link_them(real_run):
         for link in links:
             assert not Path(link).is_absolute() and ".." not in link
             assert (run_dir / link).read_bytes()[:4] == b"\x89PNG"
+
+
+def test_a_run_without_the_training_stage_says_so_in_the_dataset_notes(tmp_path):
+    run = make_run(tmp_path, {"01_environment": "PASS"})
+    run.stages = run.stages[:1]
+    write_result(run, "01_environment", "PASS", {"device": "cpu", "num_cards": 2})
+    en, zh = render_blog(run, "en"), render_blog(run, "zh")
+    assert "The training stage was not part of this run" in en and "本次运行不包含训练阶段" in zh

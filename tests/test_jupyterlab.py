@@ -1,10 +1,21 @@
-"""Real browser, real JupyterLab: the environment notebook runs and its widget is live.
+"""Real browser, real JupyterLab: every notebook runs there, and its widgets are live.
 
-A throw-away ``jupyter lab`` serves a temporary copy of ``notebooks/01_environment.ipynb``
-(nothing is written into the repo; results go to a temporary ``HYPORT_RESULTS_DIR``).
-Debian's Chromium, driven by Playwright, runs all cells from the Run menu, checks that
-no cell failed and the checks table rendered, then clicks the "Re-probe" button and
-watches the kernel answer through the widget. Every request must stay on 127.0.0.1.
+One throw-away ``jupyter lab`` (module fixture) serves temporary copies of the stage
+notebooks (nothing is written into the repo; results go to a temporary
+``HYPORT_RESULTS_DIR``, training into a temporary ``output_dir``). Debian's Chromium,
+driven by Playwright, runs all cells of each from the Run menu and checks that no cell
+failed; then, per notebook:
+
+- 01: the checks table rendered; the "Re-probe" button makes the kernel probe again;
+- 03: the card picker, switched to another card, shows that card's log tail;
+- 04: the live loss plot (one display handle) was redrawn while torchrun trained, and
+  the progress line ends "(finished)" at step N/N;
+- 02, 05: they run without an error.
+
+A last test renders the index of a real report run offline. Every request must stay on
+127.0.0.1 (``file://`` for the report). The screenshot of 04's live plot is taken every
+time, into the test's temporary folder, or into ``docs/images/`` (a README picture, PNG,
+at most 1200 px wide and 200 KB) when ``HYPORT_UPDATE_SCREENSHOTS=1`` (see browser.py).
 """
 
 from __future__ import annotations
@@ -13,29 +24,37 @@ import hashlib
 import json
 import os
 import re
-import shutil
 import time
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from browser import CHROMIUM_ARGS, chromium_path
-from jupyterlab_session import (guard_network, open_notebook, run_all_cells,
-                                save_notebook, start_lab, stop_lab)
+from browser import (CHROMIUM_ARGS, SCREENSHOT_MAX_WIDTH, chromium_path, readme_picture_path,
+                     save_readme_picture)
+from jupyterlab_session import (LabServer, NetworkGuard, copy_notebook, open_notebook,
+                                page_errors, run_all_cells, save_notebook, saved_errors,
+                                shutdown_kernels, start_lab, stop_lab)
 
 pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parents[1]
-NOTEBOOK = REPO / "notebooks" / "01_environment.ipynb"
-STAGE = "01_environment"
+NOTEBOOKS = REPO / "notebooks"
 VERDICTS = {"PASS", "WARN", "FAIL", "SKIP"}
 REPROBE_S = 120  # one collect_environment() in the kernel takes ~1-2 s
+PICK_S = 60  # a Dropdown change, answered by the kernel through the Output widget
+VIEWPORT = {"width": 1400, "height": 1000}
+SCREENSHOT_VIEWPORT = {"width": SCREENSHOT_MAX_WIDTH, "height": 800}
 
-# JupyterLab 4.6 renders error outputs with the stderr mime type, like warnings; the
-# error mime type is checked too in case a later version tells them apart.
-ERROR_OUTPUT = ('.jp-OutputArea-output[data-mime-type="application/vnd.jupyter.error"], '
-                '.jp-RenderedText[data-mime-type="application/vnd.jupyter.error"]')
-WIDGET = '.widget-vbox:has(button.widget-button:has-text("Re-probe"))'
+#: Stage 04 in the browser: 2 CPU processes and the notebook's own code, whose display
+#: redraws the plot at most every 2 s. Steps take 0.1-0.3 s each on a loaded 2-core
+#: machine, so 60 steps keep torchrun training for 6 s or more after the first metrics
+#: line: the first plot and at least two redraws (one 2 s later, one by the end).
+TRAIN_STEPS = 60
+
+WIDGET_01 = '.widget-vbox:has(button.widget-button:has-text("Re-probe"))'
+WIDGET_03 = ".widget-vbox:has(.widget-dropdown select)"
 
 # Records every text the status widget shows, so a transient "probing..." is seen even
 # if it is replaced before Playwright polls.
@@ -45,6 +64,43 @@ WATCH_STATUS = """el => {
         .observe(el, {childList: true, subtree: true, characterData: true});
 }"""
 
+# Installed on the training cell before Run All: every distinct state of its outputs
+# (the images' sources, hashed, and the progress line), so that each redraw of the one
+# display handle is seen even though Playwright polls far less often than it changes.
+WATCH_LIVE = """cell => {
+    const hash = s => {  // FNV-1a over the data URI, and its length
+        let h = 0x811c9dc5;
+        for (let i = 0; i < s.length; i++) { h ^= s.charCodeAt(i); h = Math.imul(h, 0x01000193); }
+        return (h >>> 0).toString(16) + ':' + s.length;
+    };
+    window.__hyportHash = hash;
+    window.__hyportLive = [];
+    const record = () => {
+        const outputs = cell.querySelectorAll('.jp-OutputArea-output');
+        const images = [...cell.querySelectorAll('.jp-OutputArea-output img')]
+            .map(i => hash(i.getAttribute('src') || ''));
+        const lines = [...cell.querySelectorAll('.jp-OutputArea-output code')].map(c => c.textContent);
+        const state = {images, line: lines.join(' | '), outputs: outputs.length};
+        const last = window.__hyportLive[window.__hyportLive.length - 1];
+        if (!last || JSON.stringify(last) !== JSON.stringify(state)) window.__hyportLive.push(state);
+    };
+    new MutationObserver(record).observe(cell, {childList: true, subtree: true, characterData: true,
+                                                attributes: true, attributeFilter: ['src']});
+}"""
+
+
+@dataclass
+class Lab:
+    """The module's JupyterLab server, browser and folders."""
+
+    server: LabServer
+    browser: object
+    context: object  # one for the notebooks: JupyterLab's scripts are loaded once
+    guard: NetworkGuard
+    root: Path
+    results: Path
+    scratch: Path
+
 
 def _require_chromium() -> str:
     """Chromium's path; skipped without one, except in CI where it must be installed."""
@@ -53,6 +109,86 @@ def _require_chromium() -> str:
         pytest.skip("no Chromium (install it with scripts/setup.sh --browser)")
     assert path, "CI is set but Chromium is missing: run scripts/setup.sh --browser"
     return path
+
+
+def _digests() -> dict[str, str]:
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(NOTEBOOKS.glob("*.ipynb"))}
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory):
+    chromium = _require_chromium()
+    from playwright.sync_api import sync_playwright
+
+    before = _digests()
+    base = tmp_path_factory.mktemp("jupyterlab")
+    root, results = base / "root", base / "results"
+    root.mkdir()
+    server = start_lab(root, base / "jupyter", {"HYPORT_RESULTS_DIR": str(results)})
+    try:
+        with sync_playwright() as pw:
+            browser = pw.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS)
+            try:
+                context = browser.new_context(viewport=VIEWPORT)
+                yield Lab(server, browser, context, NetworkGuard(context), root, results, base)
+            finally:
+                browser.close()
+    finally:
+        stop_lab(server)
+    assert server.proc.returncode is not None
+    assert _digests() == before, "a notebook of the repo changed"
+
+
+@contextmanager
+def notebook_page(lab: Lab, viewport=VIEWPORT):
+    """A new page on the lab, its network guarded; on the way out the page is closed and
+    every kernel of the server stopped (the next test starts clean). The server's log
+    is printed when the body fails (pytest shows it then)."""
+    page = lab.context.new_page()
+    try:
+        page.set_viewport_size(viewport)
+        page.set_default_timeout(60_000)
+        network = lab.guard.watch(page)
+        yield page, network
+    except BaseException:
+        print(lab.server.log_tail())
+        raise
+    finally:
+        page.close()
+        shutdown_kernels(lab.server)
+
+
+def _run_all(page, lab: Lab, path: Path) -> tuple[list[str], dict]:
+    """Run all cells of the open notebook, save it; assert that no cell failed and that
+    every code cell ran. Returns the prompts and the saved notebook."""
+    prompts = run_all_cells(page)
+    assert page_errors(page) == []
+    save_notebook(page)
+    saved = json.loads(path.read_text())
+    assert saved_errors(saved) == []
+    assert all(re.fullmatch(r"\[\d+\]:", p) for p in prompts), prompts
+    code = [c for c in saved["cells"] if c["cell_type"] == "code"]
+    assert len(code) == len(prompts) and all(c["execution_count"] for c in code)
+    return prompts, saved
+
+
+def _assert_stayed_local(network) -> None:
+    assert network.requests, "the page made no request at all"
+    assert any("/api/kernels/" in u for u in network.websockets), network.websockets
+    assert network.blocked == [], network.blocked
+    assert network.off_host() == [], network.off_host()
+    assert network.page_errors == [], network.page_errors
+
+
+def _recorded(lab: Lab, stage: str, started: float) -> dict:
+    """The stage's result, written to the temporary results dir by this run."""
+    path = lab.results / f"{stage}.json"
+    assert path.exists(), sorted(p.name for p in lab.results.glob("*"))
+    assert path.stat().st_mtime >= started - 1
+    result = json.loads(path.read_text())
+    assert result["stage"] == stage and result["verdict"] in VERDICTS
+    assert result["provenance"]["device"] == "cpu"
+    return result
 
 
 def _checks_table(page) -> list[dict]:
@@ -70,95 +206,235 @@ def _checks_table(page) -> list[dict]:
     }""")
 
 
-def test_environment_notebook_runs_in_jupyterlab_and_reprobe_is_live(tmp_path):
-    chromium = _require_chromium()
-    from playwright.sync_api import expect, sync_playwright
-
-    repo_digest = hashlib.sha256(NOTEBOOK.read_bytes()).hexdigest()
-    root = tmp_path / "root"
-    root.mkdir()
-    shutil.copy(NOTEBOOK, root / NOTEBOOK.name)
-    results = tmp_path / "results"
+def test_01_environment_runs_and_reprobe_is_live(lab):
+    path = copy_notebook(NOTEBOOKS / "01_environment.ipynb", lab.root, {"device": "cpu"})
     started = time.time()
+    with notebook_page(lab) as (page, network):
+        open_notebook(page, lab.server, path.name)
+        _run_all(page, lab, path)
+        result = _recorded(lab, "01_environment", started)
 
-    server = start_lab(root, tmp_path / "jupyter", {"HYPORT_RESULTS_DIR": str(results)})
+        # the checks table rendered, one row per recorded check
+        rows = _checks_table(page)
+        assert rows, "no name | verdict | reason table in the outputs"
+        assert {r["verdict"] for r in rows} <= VERDICTS
+        assert [r["name"] for r in rows] == [c["name"] for c in result["data"]["checks"]]
+
+        # the widget is live: a click makes the kernel probe again and update it
+        from playwright.sync_api import expect
+
+        widget = page.locator(WIDGET_01)
+        widget.wait_for(state="visible", timeout=60_000)
+        assert widget.count() == 1
+        button = widget.locator("button.widget-button")
+        status = widget.locator(".widget-html-content")
+        output = widget.locator(".widget-output")
+        assert "Environment:" in status.inner_text()
+        assert output.locator(".jp-OutputArea-output").count() == 0  # nothing until a click
+        status.evaluate(WATCH_STATUS)
+        button.scroll_into_view_if_needed()
+        button.click()
+        output.locator("table").first.wait_for(state="visible", timeout=REPROBE_S * 1000)
+        page.wait_for_function(
+            """() => { const h = window.__hyportStatus || [];
+                       return h.length > 1 && h[h.length - 1].includes('Environment:'); }""",
+            timeout=REPROBE_S * 1000)
+        history = page.evaluate("window.__hyportStatus")
+        assert "probing..." in history, history
+        assert history.index("probing...") < len(history) - 1
+        expect(button).to_be_enabled()  # re-enabled once the probe returned
+        reprobed = output.locator("table", has=page.locator("thead th", has_text="verdict"))
+        assert reprobed.count() >= 1
+        assert reprobed.first.locator("tbody tr").count() == len(rows)
+        _assert_stayed_local(network)
+
+
+def test_02_attention_runs(lab):
+    path = copy_notebook(NOTEBOOKS / "02_attention.ipynb", lab.root, {"device": "cpu"})
+    started = time.time()
+    with notebook_page(lab) as (page, network):
+        open_notebook(page, lab.server, path.name)
+        _run_all(page, lab, path)
+        result = _recorded(lab, "02_attention", started)
+        assert result["verdict"] in ("PASS", "WARN")
+        # the comparison grid and the heatmap rendered
+        assert page.locator(".jp-NotebookPanel .jp-OutputArea-output table").count() >= 2
+        assert page.locator(".jp-NotebookPanel .jp-OutputArea-output img").count() >= 1
+        _assert_stayed_local(network)
+
+
+def test_03_inference_runs_and_card_picker_is_live(lab):
+    from hyport_lib.processes import read_log_tail
+
+    path = copy_notebook(NOTEBOOKS / "03_inference.ipynb", lab.root, {"device": "cpu"})
+    started = time.time()
+    with notebook_page(lab) as (page, network):
+        open_notebook(page, lab.server, path.name)
+        _run_all(page, lab, path)
+        result = _recorded(lab, "03_inference", started)
+        assert result["verdict"] in ("PASS", "WARN")
+        logs = {int(r["card"]): r["log_path"] for r in result["data"]["rows"]}
+        assert sorted(logs) == [0, 1], logs  # the CPU default: two worker processes
+
+        widget = page.locator(WIDGET_03)
+        widget.wait_for(state="visible", timeout=60_000)
+        assert widget.count() == 1
+        select = widget.locator(".widget-dropdown select")
+        output = widget.locator(".widget-output")
+        # ipywidgets writes the labels with no-break spaces
+        labels = [t.replace("\xa0", " ").strip() for t in select.locator("option").all_inner_texts()]
+        assert [lbl.split(" (")[0] for lbl in labels] == ["card 0", "card 1"], labels
+
+        def shown() -> list[str]:
+            return [line.rstrip() for line in output.inner_text().strip().splitlines()]
+
+        def tail(card: int) -> list[str]:
+            return [line.rstrip() for line in read_log_tail(logs[card], 40).strip().splitlines()]
+
+        # card 0 first: its worker's log, which names card 0 and never card 1
+        assert shown() == tail(0)
+        assert "card 0" in output.inner_text() and "card 1" not in output.inner_text()
+
+        select.scroll_into_view_if_needed()
+        select.select_option(index=1)
+        page.wait_for_function(
+            """el => el.textContent.includes('card 1') && !el.textContent.includes('card 0')""",
+            arg=output.element_handle(), timeout=PICK_S * 1000)
+        assert shown() == tail(1)
+        assert select.evaluate("el => el.selectedIndex") == 1
+        _assert_stayed_local(network)
+
+
+def test_05_weights_runs_by_itself(lab):
+    # Before 04 in this module: with no stage-04 result the notebook checks the tiny
+    # model saved in two shards against the same model saved as one file.
+    assert not (lab.results / "04_train.json").exists(), "05 runs before 04 in this module"
+    path = copy_notebook(NOTEBOOKS / "05_weights.ipynb", lab.root)
+    started = time.time()
+    with notebook_page(lab) as (page, network):
+        open_notebook(page, lab.server, path.name)
+        _run_all(page, lab, path)
+        result = _recorded(lab, "05_weights", started)
+        assert result["verdict"] == "PASS", result["summary"]
+        assert page.locator(".jp-NotebookPanel .jp-OutputArea-output",
+                            has_text="no stage 04 result").count() >= 1
+        assert page.locator(".jp-NotebookPanel .jp-OutputArea-output",
+                            has_text="LOAD_OK").count() >= 1
+        _assert_stayed_local(network)
+
+
+def _train_cell_index(notebook: dict) -> int:
+    """Index among all cells of the one code cell that runs the training."""
+    found = [i for i, c in enumerate(notebook["cells"])
+             if c["cell_type"] == "code" and "LiveTrainingDisplay(" in "".join(c["source"])
+             and "stage.run(" in "".join(c["source"])]
+    assert len(found) == 1, found
+    return found[0]
+
+
+def test_04_train_live_plot_and_progress_line(lab, tmp_path):
+    out = lab.scratch / "train"
+    path = copy_notebook(NOTEBOOKS / "04_train.ipynb", lab.root,
+                         {"device": "cpu", "max_steps": TRAIN_STEPS, "output_dir": str(out)})
+    index = _train_cell_index(json.loads(path.read_text()))
+    started = time.time()
+    with notebook_page(lab, SCREENSHOT_VIEWPORT) as (page, network):
+        open_notebook(page, lab.server, path.name)
+        cell = page.locator(".jp-NotebookPanel .jp-Notebook .jp-Cell").nth(index)
+        cell.scroll_into_view_if_needed()  # off-screen cells are not laid out
+        assert "LiveTrainingDisplay(" in cell.locator(".jp-InputArea").text_content()
+        cell.evaluate(WATCH_LIVE)
+        _, saved = _run_all(page, lab, path)
+        result = _recorded(lab, "04_train", started)
+        assert result["verdict"] == "PASS", result["summary"]
+        assert len(result["data"]["metrics"]) == TRAIN_STEPS
+        assert Path(result["data"]["final_dir"]).is_relative_to(out)
+
+        history = page.evaluate("window.__hyportLive")
+        # one display handle: never two plots (or two progress lines) at once
+        assert max(len(s["images"]) for s in history) == 1, history
+        assert all(s["line"].count("step ") <= 1 for s in history), history
+        shown = [s["images"][0] for s in history if s["images"]]
+        changes = [b for a, b in zip(shown, shown[1:]) if a != b]
+        live = {s["images"][0] for s in history if s["images"] and s["line"].endswith("(running)")}
+        timing = [(m["step"], m.get("step_s")) for m in result["data"]["metrics"]]
+        assert len(changes) >= 2, (f"the plot changed {len(changes)} time(s); steps: {timing}", history)
+        assert len(live) >= 2, (f"{len(live)} plot(s) while running; steps: {timing}", history)
+        assert len(set(shown)) == len(changes) + 1  # each redraw was a new image
+
+        # the progress line rendered and ended at N/N, finished
+        lines = [s["line"] for s in history if s["line"]]
+        assert any(line.endswith("(running)") for line in lines), lines
+        final = cell.locator(".jp-OutputArea-output code").inner_text()
+        assert final == lines[-1]
+        match = re.search(r"step (\d+)/(\d+)\s.*\(finished\)$", final)
+        assert match and match.groups() == (str(TRAIN_STEPS), str(TRAIN_STEPS)), final
+        assert final.startswith("[" + "#" * 20 + "]"), final
+
+        # what the page shows last is the image the saved notebook holds
+        image = cell.locator(".jp-OutputArea-output img")
+        assert image.count() == 1
+        src = image.get_attribute("src")
+        assert page.evaluate("s => window.__hyportHash(s)", src) == shown[-1]
+        pngs = [o["data"]["image/png"] for o in saved["cells"][index]["outputs"]
+                if "image/png" in o.get("data", {})]
+        assert len(pngs) == 1 and src == "data:image/png;base64," + "".join(pngs[0]).replace("\n", "")
+
+        # README picture: the heading, the cell, its progress line and the plot
+        _hide_left_sidebar(page)
+        page.locator(".jp-NotebookPanel .jp-Notebook .jp-Cell").nth(index - 1).evaluate(
+            "el => el.scrollIntoView({block: 'start'})")
+        page.wait_for_function(
+            """el => { const r = el.getBoundingClientRect();
+                       return el.complete && r.width > 400 && r.top >= 0 && r.bottom <= window.innerHeight; }""",
+            arg=image.element_handle(), timeout=10_000)
+        shot = save_readme_picture(page.screenshot(), readme_picture_path(tmp_path, "jupyterlab_04_live_plot.png"))
+        assert shot.exists()
+        _assert_stayed_local(network)
+
+
+def _hide_left_sidebar(page) -> None:
+    """Collapse the left sidebar (the file browser), so the notebook takes the width: a
+    click on its current tab, as a user would."""
+    if page.locator("#jp-left-stack").is_hidden():
+        return
+    page.click(".jp-SideBar.jp-mod-left .lm-TabBar-tab.lm-mod-current", timeout=10_000)
+    page.locator("#jp-left-stack").wait_for(state="hidden", timeout=10_000)
+
+
+def test_report_index_renders_offline(lab, tmp_path):
+    """A real run (01 and 04 of the default profile), its index.html opened from disk
+    with every request but file:// aborted: nothing asked for, no console error."""
+    from hyport_lib.report.runner import run_report
+
+    run = run_report(profile="default", only=["01", "04"], output_root=tmp_path / "outputs",
+                     progress=lambda message: None)
+    assert [s.stage for s in run.stages] == ["01_environment", "04_train"]
+    assert all(s.verdict in ("PASS", "WARN") for s in run.stages), [(s.stage, s.verdict, s.error)
+                                                                    for s in run.stages]
+    index = run.run_dir / "index.html"
+
+    blocked, console = [], []
+    context = lab.browser.new_context(viewport={"width": SCREENSHOT_MAX_WIDTH, "height": 900})
     try:
-        with sync_playwright() as pw:
-            browser = pw.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS)
-            try:
-                context = browser.new_context(viewport={"width": 1400, "height": 1000})
-                page = context.new_page()
-                page.set_default_timeout(60_000)
-                network = guard_network(context, page)
+        def route(r):
+            if r.request.url.startswith(("file://", "data:")):
+                r.continue_()
+            else:
+                blocked.append(r.request.url)
+                r.abort()
 
-                open_notebook(page, server, NOTEBOOK.name)
-                prompts = run_all_cells(page)
-
-                # no cell failed: nothing rendered as an error, and no error in the saved file
-                assert page.locator(ERROR_OUTPUT).count() == 0
-                tracebacks = page.locator(".jp-NotebookPanel .jp-OutputArea-output",
-                                          has_text="Traceback (most recent call last)")
-                assert tracebacks.count() == 0, tracebacks.first.inner_text()
-                save_notebook(page)
-                saved = json.loads((root / NOTEBOOK.name).read_text())
-                errors = [o for c in saved["cells"] for o in c.get("outputs", [])
-                          if o["output_type"] == "error"]
-                assert not errors, [f"{e['ename']}: {e['evalue']}" for e in errors]
-                # every code cell ran, and the file on disk is the executed notebook
-                assert all(re.fullmatch(r"\[\d+\]:", p) for p in prompts), prompts
-                code = [c for c in saved["cells"] if c["cell_type"] == "code"]
-                assert len(code) == len(prompts) and all(c["execution_count"] for c in code)
-
-                # the results file went to the temporary results dir, written by this run
-                result_path = results / f"{STAGE}.json"
-                assert result_path.exists(), sorted(p.name for p in results.glob("*"))
-                assert result_path.stat().st_mtime >= started - 1
-                result = json.loads(result_path.read_text())
-                assert result["stage"] == STAGE and result["verdict"] in VERDICTS
-
-                # the checks table rendered, one row per recorded check
-                rows = _checks_table(page)
-                assert rows, "no name | verdict | reason table in the outputs"
-                assert {r["verdict"] for r in rows} <= VERDICTS
-                assert [r["name"] for r in rows] == [c["name"] for c in result["data"]["checks"]]
-
-                # the widget is live: a click makes the kernel probe again and update it
-                widget = page.locator(WIDGET)
-                widget.wait_for(state="visible", timeout=60_000)
-                assert widget.count() == 1
-                button = widget.locator("button.widget-button")
-                status = widget.locator(".widget-html-content")
-                output = widget.locator(".widget-output")
-                assert "Environment:" in status.inner_text()
-                assert output.locator(".jp-OutputArea-output").count() == 0  # nothing until a click
-                status.evaluate(WATCH_STATUS)
-                button.scroll_into_view_if_needed()
-                button.click()
-                output.locator("table").first.wait_for(state="visible", timeout=REPROBE_S * 1000)
-                page.wait_for_function(
-                    """() => { const h = window.__hyportStatus || [];
-                               return h.length > 1 && h[h.length - 1].includes('Environment:'); }""",
-                    timeout=REPROBE_S * 1000)
-                history = page.evaluate("window.__hyportStatus")
-                assert "probing..." in history, history
-                assert history.index("probing...") < len(history) - 1
-                expect(button).to_be_enabled()  # re-enabled once the probe returned
-                reprobed = output.locator("table", has=page.locator("thead th", has_text="verdict"))
-                assert reprobed.count() >= 1
-                assert reprobed.first.locator("tbody tr").count() == len(rows)
-
-                assert network.requests, "the page made no request at all"
-                assert any("/api/kernels/" in u for u in network.websockets), network.websockets
-                assert network.blocked == [], network.blocked
-                assert network.off_host() == [], network.off_host()
-                assert network.page_errors == [], network.page_errors
-            finally:
-                browser.close()
-    except BaseException:
-        print(server.log_tail())  # shown by pytest only when the test fails
-        raise
+        context.route("**/*", route)
+        page = context.new_page()
+        page.on("console", lambda m: console.append(m.text) if m.type == "error" else None)
+        page.on("pageerror", lambda e: console.append(str(e)))
+        page.goto(index.as_uri(), wait_until="load", timeout=60_000)
+        assert page.locator("#stages tbody tr").count() == 2
+        assert page.locator("#glance-04_train svg").count() == 1  # the loss sparkline
+        verdicts = [t.strip() for t in page.locator("#stages td.verdict").all_inner_texts()]
+        assert verdicts == [s.verdict for s in run.stages], verdicts
+        # (the README's picture of an index comes from the five-stage run in
+        # test_offline_report.py)
     finally:
-        stop_lab(server)
-
-    assert server.proc.returncode is not None
-    assert hashlib.sha256(NOTEBOOK.read_bytes()).hexdigest() == repo_digest
+        context.close()
+    assert blocked == [] and console == [], (blocked, console)

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from browser import chromium_path, visit
+from browser import chromium_path, open_offline, readme_picture_path, visit
 
 MARKER = "hyport-marker-9f3c1e7a"
 SECRETS = {"HF_TOKEN": MARKER + "-hf", "WANDB_API_KEY": MARKER + "-wandb",
@@ -128,6 +128,12 @@ def test_every_stage_page_opens_offline(full_run, tmp_path):
     for page in pages:
         _check_offline_page(run_dir, page, {"cells": ".jp-Cell", "tables": "table", "title": "h1"},
                             tmp_path)
+    # the README's picture of an index: the five stages at a glance and the stages table
+    picture = readme_picture_path(tmp_path, "report_index.png")
+    seen = visit(run_dir / "index.html", {"cards": ".glance .card", "svg": ".glance svg.spark"},
+                 screenshot=picture, clip_below=".glance + p.prov")
+    assert seen.counts["cards"] == len(pages) and seen.counts["svg"] == 1, seen.counts
+    assert picture.exists() and seen.blocked == [] and seen.console_errors == []
 
 
 def _check_offline_page(run_dir, page, selectors, tmp_path, expected_rows=None):
@@ -158,9 +164,12 @@ def test_the_index_shows_each_stage_at_a_glance(full_run):
     assert f"<dd>{train['loss first → last']}</dd>" in cards["04_train"] and "<svg" in cards["04_train"]
     assert f"<dd>{results['03_inference']['headline']['cards ok']}</dd>" in cards["03_inference"]
     rows = results["02_attention"]["data"]["rows"]
-    passed = sum(1 for r in rows if r["verdict"] == "PASS")
-    assert f"<dd>{passed} / {len(rows)}</dd>" in cards["02_attention"]
-    assert "LOAD_OK" in cards["05_weights"] or "load" in cards["05_weights"].lower()
+    cases = {r["case"] for r in rows}
+    passed = len(cases - {r["case"] for r in rows if r["verdict"] != "PASS"})
+    assert f"<dd>{passed} / {len(cases)} ({len(rows)} results)</dd>" in cards["02_attention"]
+    assert "<dt>LOAD_OK</dt><dd>yes</dd>" in cards["05_weights"]
+    assert "<dd>stage 04&#x27;s final weights</dd>" in cards["05_weights"]  # what was checked
+    assert "None" not in "".join(cards.values())
     for stage in results:
         assert f'href="html/{stage}.html"' in cards[stage]
     assert "Where the figures come from" in index and "NPU-emulated on CPU" in index
@@ -186,3 +195,18 @@ def test_one_file_to_send_and_the_zip(full_run, tmp_path):
     names = zipfile.ZipFile(archive).namelist()
     assert f"{run_dir.name}/index.html" in names and f"{run_dir.name}/report.html" in names
     assert any(n.startswith(f"{run_dir.name}/train/") for n in names)
+    assert not [n for n in names if ".runner.lock" in n or "/.partial" in n or n.endswith(".tmp")]
+    packed = {n for n in names if not n.endswith("/")}
+    on_disk = {f"{run_dir.name}/{p.relative_to(run_dir).as_posix()}" for p in run_dir.rglob("*")
+               if p.is_file() and p.name != ".runner.lock" and ".partial" not in p.parts}
+    assert packed == on_disk
+    # inside the file, a stage page's own anchors stay in its frame and "(top)" goes to the top
+    with open_offline(bundle) as (page, _):
+        frame = page.frames[1]
+        # the pilcrow links show on hover only: a script click follows them as a user's would
+        frame.locator('a.anchor-link').first.evaluate("a => a.click()")
+        page.wait_for_timeout(300)
+        assert page.frames[1].url.startswith("about:srcdoc") and len(page.frames) == 6
+        page.locator('#page-05_weights a[href="#top"]').click()
+        page.wait_for_timeout(300)
+        assert page.evaluate("window.scrollY") < 50

@@ -107,8 +107,9 @@ def heatmap_figure(result, backend: Optional[str] = None):
     raw value. The title names the source, so an emulated figure is never read as an
     NPU one.
     """
-    import matplotlib.pyplot as plt
     import numpy as np
+    # A bare Figure, not pyplot: no backend switch and no figure left open in a kernel.
+    from matplotlib.figure import Figure
 
     df = result.frame()
     df = df[df["max_abs"].notna()] if "max_abs" in df.columns else df
@@ -126,7 +127,8 @@ def heatmap_figure(result, backend: Optional[str] = None):
             lo, hi = np.nanmin(col), np.nanmax(col)
             norm[:, j] = (col - lo) / (hi - lo) if hi > lo else 0.0  # constant: no contrast
     height = max(3.0, 0.28 * len(sub) + 1.5)
-    fig, ax = plt.subplots(figsize=(11, height))
+    fig = Figure(figsize=(11, height))
+    ax = fig.subplots()
     ax.imshow(np.ma.masked_invalid(norm), aspect="auto", cmap="magma_r", vmin=0, vmax=1)
     ax.set_xticks(range(len(HEATMAP_METRICS)))
     ax.set_xticklabels([m[0] for m in HEATMAP_METRICS], rotation=30, ha="right", fontsize=8)

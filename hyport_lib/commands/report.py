@@ -70,19 +70,9 @@ def run(args: argparse.Namespace) -> int:
         allow_unknown_parameters=args.allow_unknown_parameters,
     )
     if args.zip:
-        print(f"zip: {zip_run(report.run_dir)}", file=sys.stderr)
+        from hyport_lib.report.bundle import zip_run
+
+        packed = zip_run(report.run_dir)
+        print(f"zip: {packed} ({packed.stat().st_size / 1e6:.1f} MB)", file=sys.stderr)
     print(report.run_dir / "index.html")
     return 0 if report.ok else 1
-
-
-def zip_run(run_dir: Path) -> Path:
-    """``<run-id>.zip`` beside the run folder (written to a temporary name, then renamed)."""
-    import os
-    import shutil
-    import tempfile
-
-    target = run_dir.parent / f"{run_dir.name}.zip"
-    with tempfile.TemporaryDirectory(dir=run_dir.parent, prefix=".zip-") as tmp:
-        made = shutil.make_archive(str(Path(tmp) / run_dir.name), "zip", run_dir.parent, run_dir.name)
-        os.replace(made, target)
-    return target

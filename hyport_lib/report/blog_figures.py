@@ -79,9 +79,6 @@ def _heatmap_figure(view: StageView):
     if not any(r.get("backend") in ("npu", "npu-emulated") and r.get("max_abs") is not None
                for r in rows):
         return None
-    import matplotlib
-
-    matplotlib.use("Agg")  # no display: the figure only goes to a file
     from hyport_lib.attention.compare import ComparisonResult
     from hyport_lib.attention.show import heatmap_figure
 
@@ -97,13 +94,8 @@ def _heatmap_figure(view: StageView):
 
 def _write_png(fig, target: Path) -> None:
     """Save ``fig`` as a PNG atomically (a reader never sees half an image) and close it."""
-    import matplotlib.pyplot as plt
-
-    buffer = io.BytesIO()
-    try:
-        fig.savefig(buffer, format="png", dpi=100, bbox_inches="tight")
-    finally:
-        plt.close(fig)
+    buffer = io.BytesIO()  # the figures are bare matplotlib Figures: nothing to close
+    fig.savefig(buffer, format="png", dpi=100, bbox_inches="tight")
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
     try:

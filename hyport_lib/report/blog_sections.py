@@ -80,8 +80,11 @@ def stage_section(view: StageView, ctx: Ctx) -> list[str]:
         lines += [t["bad_result"], ""] + quote(view.problem)
     if verdict in _NO_DATA_YET:
         return lines
-    if view.summary:
-        lines += [t["summary_is"], ""] + quote(view.summary)
+    # Only a summary the stage recorded itself: the runner's placeholder for a stage that
+    # died early ("stage failed") would read as the stage's own words.
+    recorded_summary = (view.result or {}).get("summary")
+    if recorded_summary:
+        lines += [t["summary_is"], ""] + quote(str(recorded_summary))
     renderer = RENDERERS.get(view.name)
     if view.has_data and renderer is not None:
         if verdict == "FAIL":
@@ -92,9 +95,10 @@ def stage_section(view: StageView, ctx: Ctx) -> list[str]:
             lines += [t["section_error"], ""] + quote(f"{type(exc).__name__}: {exc}")
         return lines
     if view.finished:
+        figures = headline_table(view.headline, ctx)
         if view.result is None:
-            lines += [t["no_result"], ""]
-        lines += headline_table(view.headline, ctx)
+            lines += [t["no_result"] if figures else t["no_figures"], ""]
+        lines += figures
     return lines
 
 
@@ -110,7 +114,9 @@ def dataset(ctx: Ctx) -> list[str]:
     """The seed's dataset notes, from what the training stage recorded."""
     lines = [f"## {ctx.t['dataset']}", ""]
     train = find(ctx.views, "train")
-    if train is None or not train.has_data:
+    if train is None:
+        return lines + [ctx.t["ds_not_in_run"], ""]
+    if not train.has_data:
         return lines + [ctx.t["ds_none"], ""]
     try:
         return lines + dataset_body(train, ctx)

@@ -29,6 +29,10 @@ def load_data(run_dir: Path, stage: str) -> dict:
 
 
 def _fmt(value, digits: int = 4) -> str:
+    if value is None:
+        return "—"  # not recorded (a failed run): never Python's "None"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
     if isinstance(value, float):
         return f"{value:.{digits}g}"
     return str(value)
@@ -37,45 +41,60 @@ def _fmt(value, digits: int = 4) -> str:
 def environment(result: dict) -> Figures:
     data, head = result.get("data") or {}, result.get("headline") or {}
     failing = [c["name"] for c in data.get("checks", []) if c.get("verdict") in ("FAIL", "WARN")]
-    return [("verdict", result.get("verdict", "?")), ("checks", head.get("checks", "?")),
-            ("device", f"{head.get('device', '?')} × {head.get('cards', '?')}"),
+    return [("verdict", _fmt(result.get("verdict"))), ("checks", _fmt(head.get("checks"))),
+            ("device", f"{_fmt(head.get('device'))} × {_fmt(head.get('cards'))}"),
             ("to look at", ", ".join(failing) or "nothing")]
 
 
 def attention(result: dict) -> Figures:
-    rows = (result.get("data") or {}).get("rows") or []
-    passed = sum(1 for r in rows if r.get("verdict") == "PASS")
+    """Cases (a case passes when every implementation passed it), then the worst one."""
+    rows = [r for r in (result.get("data") or {}).get("rows") or [] if isinstance(r, dict)]
+    by_case: dict[str, list[dict]] = {}
+    for r in rows:
+        by_case.setdefault(str(r.get("case")), []).append(r)
+    passed = sum(1 for case in by_case.values() if all(r.get("verdict") == "PASS" for r in case))
     judged = [r for r in rows if r.get("bound") and r.get("max_abs") is not None]
     worst = max(judged, key=lambda r: r["max_abs"] / r["bound"], default=None)
-    out = [("rows passed", f"{passed} / {len(rows)}")]
+    out = [("cases passed", f"{passed} / {len(by_case)} ({len(rows)} results)")]
     if worst:
-        out.append(("worst case", f"{worst.get('backend')} {worst.get('layout')} {worst.get('dtype')} "
-                                  f"{worst.get('mask')}: error {worst['max_abs'] / worst['bound']:.3g} of the bound"))
+        out.append(("worst case", f"{worst.get('case')} on {worst.get('backend')}: error "
+                                  f"{worst['max_abs'] / worst['bound']:.3g} of the bound"))
     model = (result.get("data") or {}).get("model") or {}
     if model:
-        out.append(("model", f"{model.get('verdict')}, max |Δ logits| {_fmt(model.get('max_abs_logits'), 3)}"))
+        out.append(("model", f"{_fmt(model.get('verdict'))}, max |Δ logits| "
+                             f"{_fmt(model.get('max_abs_logits'), 3)}"))
     return out
 
 
 def inference(result: dict) -> Figures:
-    head, data = result.get("headline") or {}, result.get("data") or {}
-    return [("cards ok", str(head.get("cards ok", "?"))),
-            ("consistent", "yes" if head.get("consistent") else "no"),
+    head = result.get("headline") or {}
+    consistent = head.get("consistent")
+    return [("cards ok", _fmt(head.get("cards ok"))),
+            ("consistent", _fmt(consistent) if consistent is not None else "—"),
             ("warm tokens/s (median)", _fmt(head.get("tokens/s incl. prefill (median)"))),
-            ("cold first call s (median)", _fmt(head.get("cold first call s (median)"))),
-            ("consistency", str(data.get("consistency", "")))]
+            ("cold first call s (median)", _fmt(head.get("cold first call s (median)")))]
 
 
 def training(result: dict) -> Figures:
     head = result.get("headline") or {}
-    return [("exit code", str(head.get("exit code"))), ("steps", str(head.get("steps"))),
-            ("loss first → last", str(head.get("loss first → last"))),
+    return [("exit code", _fmt(head.get("exit code"))), ("steps", _fmt(head.get("steps"))),
+            ("loss first → last", _fmt(head.get("loss first → last"))),
             ("tokens/s/p", _fmt(head.get("tokens/s/p"))), ("total s", _fmt(head.get("total s")))]
 
 
 def weights(result: dict) -> Figures:
-    head = result.get("headline") or {}
-    return [(k, _fmt(v)) for k, v in head.items()]
+    head, data = result.get("headline") or {}, result.get("data") or {}
+    from hyport_lib.weights.defaults import checked_label
+
+    out = [("checked", checked_label(str(data.get("source") or "")))]
+    out += [(k, _fmt(head.get(k))) for k in ("shards", "tensors", "parameters")]
+    out.append(("findings", f"{_fmt(head.get('errors'))} error(s), {_fmt(head.get('warnings'))} warning(s)"))
+    out.append(("LOAD_OK", _fmt(head.get("LOAD_OK")) if "LOAD_OK" in head else "not reloaded"))
+    if "tensors changed vs base" in head:
+        out.append(("vs base", f"{_fmt(head['tensors changed vs base'])} tensors changed"))
+    if "checkpoint tensors identical" in head:
+        out.append(("vs checkpoint", f"{_fmt(head['checkpoint tensors identical'])} tensors identical"))
+    return out
 
 
 #: Stage name (the part after ``NN_``) -> its figures.

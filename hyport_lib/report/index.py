@@ -11,7 +11,7 @@ import json
 from collections import Counter
 
 from hyport_lib.display import VERDICT_COLOURS
-from hyport_lib.report.run import ReportRun
+from hyport_lib.report.run import NOT_RUN, PENDING, RUNNING, ReportRun
 from hyport_lib.utils.files import atomic_write_text
 from hyport_lib.utils.redact import scrub_text
 
@@ -25,7 +25,7 @@ text-align:left;vertical-align:top;font-size:.92em} th{background:#f3f3f3}
 .prov{color:#555;font-size:.85em} code{background:#f5f5f5;padding:0 .2em}
 .summary span{display:inline-block;margin-right:1em;padding:.2em .6em;border-radius:4px}
 .glance{display:flex;flex-wrap:wrap;gap:.8em;margin:1em 0}
-.card{border:1px solid #ccc;border-radius:6px;padding:.6em .8em;width:260px;font-size:.9em}
+.card{border:1px solid #ccc;border-radius:6px;padding:.6em .8em;width:300px;font-size:.9em}
 .card h3{margin:.1em 0 .4em 0;font-size:1em} .card dl{margin:0;display:grid;
 grid-template-columns:auto 1fr;gap:.1em .6em} .card dt{color:#555} .card dd{margin:0}
 .card .prov{margin-top:.4em} .verdict-tag{padding:0 .4em;border-radius:3px;font-weight:bold}
@@ -51,6 +51,11 @@ def _link(path, label) -> str:
     return f'<a href="{html.escape(path)}">{html.escape(label)}</a>' if path else ""
 
 
+#: What a card without figures says, by the stage's state.
+_NO_FIGURES = {NOT_RUN: "did not run: the run stopped before this stage",
+               PENDING: "not started yet", RUNNING: "running now"}
+
+
 def _glance(run: ReportRun) -> str:
     """One card per stage: verdict, the stage's key figures, where they came from, links."""
     from hyport_lib.report import glance
@@ -60,7 +65,7 @@ def _glance(run: ReportRun) -> str:
         result = glance.load_data(run.run_dir, s.stage)
         rows = glance.figure_rows(s.stage, result)
         colour = VERDICT_COLOURS.get(s.verdict.upper(), "#ffffff")
-        body = f"<dl>{rows}</dl>" if rows else f"<p>{_esc(s.error or 'nothing recorded')}</p>"
+        body = f"<dl>{rows}</dl>" if rows else f"<p>{_esc(s.error or _NO_FIGURES.get(s.verdict, 'no figures recorded'))}</p>"
         spark = glance.loss_svg(result) if s.stage.endswith("_train") else ""
         prov = (s.provenance or {}).get("label", "")
         cards.append(

@@ -39,7 +39,7 @@ from hyport_lib.report.params import (  # noqa: F401  (re-exported: the runner's
 from hyport_lib.report.run import (  # noqa: F401  (re-exported)
     INTERRUPTED, NOT_RUN, PENDING, RUNNING, ReportRun, StageOutcome, new_run_dir,
 )
-from hyport_lib.report.stage_run import RUN_DIR_ENV, run_stage  # noqa: F401  (re-exported)
+from hyport_lib.report.stage_run import FAILED_SUMMARY, RUN_DIR_ENV, run_stage  # noqa: F401  (re-exported)
 from hyport_lib.stages import discover_stages, select_stages
 from hyport_lib.utils.files import ensure_writable
 from hyport_lib.utils.signals import shielded
@@ -116,6 +116,8 @@ def _run_stages(run: ReportRun, stages, params, say, **stage_options) -> ReportR
                                 **stage_options)
             if outcome.interrupted:
                 outcome.verdict = INTERRUPTED
+                if outcome.summary == FAILED_SUMMARY:
+                    outcome.summary = "stage interrupted"
             run.stages[current] = outcome
             current = None
             detail = f" - {outcome.error}" if outcome.error else (f" - {outcome.summary}" if outcome.summary else "")

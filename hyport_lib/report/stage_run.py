@@ -30,6 +30,8 @@ from hyport_lib.utils.signals import shielded
 
 RUN_DIR_ENV = "HYPORT_RUN_DIR"
 PARTIAL_DIR = ".partial"
+#: The summary of a stage that failed without recording one (the runner's words, not the stage's).
+FAILED_SUMMARY = "stage failed"
 
 
 class _ScrubFilter(logging.Filter):
@@ -192,5 +194,5 @@ def _collect(stage: Stage, run_dir: Path, outcome: StageOutcome, error: Optional
         outcome.verdict, outcome.summary = "WARN", "the notebook ran but recorded no result"
     if error:
         outcome.verdict, outcome.error = "FAIL", error
-        outcome.summary = outcome.summary or "stage failed"
+        outcome.summary = outcome.summary or FAILED_SUMMARY
     return outcome

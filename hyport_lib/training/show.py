@@ -23,14 +23,15 @@ from hyport_lib.training.result import TrainProgress, TrainResult
 def loss_figure(records: list[dict], total_steps: Optional[int] = None, title: str = ""):
     """Loss (with an EMA line and marked spikes / non-finite steps), learning rate and
     tokens/s/p against the step."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    # A bare Figure, not pyplot: nothing is registered with (or switches) the kernel's
+    # backend, so the inline plots of the user's own cells keep working in JupyterLab,
+    # and a redraw from the polling loop leaves no open figure behind.
+    from matplotlib.figure import Figure
 
     steps = [r["step"] for r in records]
     loss = [r.get("loss") if finite(r.get("loss")) else float("nan") for r in records]
-    fig, (ax_loss, ax_lr, ax_tps) = plt.subplots(1, 3, figsize=(12, 3.2))
+    fig = Figure(figsize=(12, 3.2))
+    ax_loss, ax_lr, ax_tps = fig.subplots(1, 3)
     ax_loss.plot(steps, loss, ".-", color="#1f77b4", label="loss", alpha=0.6)
     ax_loss.plot(steps, ema(loss), "-", color="#d62728", label="EMA (α=0.3)")
     for i in spikes(loss):

@@ -40,7 +40,9 @@ def summarize(result: TrainResult) -> StageSummary:
             if s.first_loss is not None and s.last_loss is not None else "no loss logged")
     line = (f"{s.steps} steps on {result.plan.get('world_size')} {result.plan.get('device_kind')} "
             f"process(es), ZeRO-{result.plan.get('deepspeed', {}).get('zero_stage')}, "
-            f"{result.plan.get('precision')}: exit {result.exit_code}, {loss}; {why}")
+            f"{result.plan.get('precision')}: exit {result.exit_code}, {loss}"
+            # the PASS reason only repeats the steps and exit code said just before
+            + ("; final weights written" if verdict == "PASS" else f"; {why}"))
     return StageSummary(verdict, line, result.headline())
 
 

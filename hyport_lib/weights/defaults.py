@@ -81,5 +81,15 @@ def resolve_paths(weights_path: Optional[os.PathLike] = None, base_path: Optiona
                    f"saved in shards of {TINY_SHARD_SIZE}, checked against the same model saved as one file")
 
 
+def checked_label(note: str) -> str:
+    """A few words on what was checked, from a :class:`Sources` ``note``: a reader of a
+    report must see at once when it was not this run's trained weights."""
+    if note.startswith("stage 04"):
+        return "stage 04's final weights"
+    if note.startswith("no stage 04"):
+        return "the embedded tiny model (stage 04 left no weights)"
+    return "the folder given" if note else "the folder given (no note)"
+
+
 def _str(path) -> Optional[str]:
     return str(path) if path else None

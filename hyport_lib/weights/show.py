@@ -127,14 +127,14 @@ def _severity_styler(frame: pd.DataFrame):
 
 def change_figure(comparison: Comparison):
     """Relative change per tensor against the base, sorted (log scale)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    # A bare Figure, not pyplot: matplotlib.use("Agg") here switched a user's whole kernel
+    # off the inline backend, and pyplot would keep the figure open.
+    from matplotlib.figure import Figure
 
     values = sorted((r["relative change"] for r in comparison.rows
                      if r.get("relative change") is not None), reverse=True)
-    fig, ax = plt.subplots(figsize=(8, 2.8))
+    fig = Figure(figsize=(8, 2.8))
+    ax = fig.subplots()
     shown = [v if v > 0 else float("nan") for v in values]
     ax.bar(range(len(shown)), shown, color="#1f77b4", width=1.0)
     if any(v > 0 for v in values):

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from hyport_lib.results import StageSummary, record_summary
-from hyport_lib.weights.defaults import resolve_paths  # noqa: F401  (part of the stage API)
+from hyport_lib.weights.defaults import checked_label, resolve_paths  # noqa: F401  (resolve_paths: stage API)
 from hyport_lib.weights.result import WeightsResult
 from hyport_lib.weights.scan import ScanProgress
 from hyport_lib.weights.verify import verify_checkpoint
@@ -63,6 +63,8 @@ def summarize(result: WeightsResult) -> StageSummary:
     verdict, why = result.verdict()
     n = result.counts
     line = f"{result.seed_line()}; {n['error']} error(s), {n['warning']} warning(s)"
+    if result.source.startswith("no stage 04"):  # never let the fallback read as the trained weights
+        line = f"{checked_label(result.source)}: {line}"
     if verdict != "PASS":
         line += f": {why}"
     return StageSummary(verdict, line, result.headline())

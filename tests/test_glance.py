@@ -1,0 +1,85 @@
+"""The index's at-a-glance cards and the one-file bundle, on planted runs (fast)."""
+
+from __future__ import annotations
+
+import json
+import re
+import zipfile
+from pathlib import Path
+
+from hyport_lib.report import glance
+from hyport_lib.report.bundle import render_bundle, zip_run
+from hyport_lib.report.index import render_index
+from hyport_lib.report.run import NOT_RUN, ReportRun, StageOutcome
+
+
+def _run(tmp_path: Path, verdicts: dict) -> ReportRun:
+    stages = [StageOutcome(stage=s, verdict=v) for s, v in verdicts.items()]
+    return ReportRun(run_id="20300101-000000-abcdef", run_dir=tmp_path, profile=None, parameters={},
+                     stages=stages, versions={}, started="2030-01-01T00:00:00", status="finished",
+                     host="testhost")
+
+
+def _card(index: str, stage: str) -> str:
+    return dict(re.findall(r'<div class="card" id="glance-([^"]+)">(.*?)</div></div>', index, re.S))[stage]
+
+
+def test_a_failed_training_shows_dashes_not_none():
+    found = dict(glance.figures("04_train", {"headline": {"exit code": 1, "steps": 0,
+                                                          "loss first → last": None, "tokens/s/p": None,
+                                                          "total s": 12.3}, "data": {}}))
+    assert found["loss first → last"] == "—" and found["tokens/s/p"] == "—" and found["exit code"] == "1"
+
+
+def test_attention_counts_cases_not_rows():
+    rows = [{"case": "a", "backend": b, "verdict": "PASS", "max_abs": 0.1, "bound": 1.0} for b in "xyz"]
+    rows += [{"case": "b", "backend": "x", "verdict": "PASS", "max_abs": 0.5, "bound": 1.0},
+             {"case": "b", "backend": "y", "verdict": "FAIL", "max_abs": 2.0, "bound": 1.0}]
+    found = dict(glance.attention({"data": {"rows": rows}}))
+    assert found["cases passed"] == "1 / 2 (5 results)"
+    assert found["worst case"] == "b on y: error 2 of the bound"
+
+
+def test_the_weights_card_says_when_the_trained_weights_were_not_checked():
+    fallback = {"headline": {"shards": 2, "LOAD_OK": True, "errors": 0, "warnings": 0},
+                "data": {"source": "no stage 04 result in /x/results: the embedded tiny model ..."}}
+    found = dict(glance.weights(fallback))
+    assert found["checked"] == "the embedded tiny model (stage 04 left no weights)"
+    assert found["LOAD_OK"] == "yes" and found["findings"] == "0 error(s), 0 warning(s)"
+    trained = {"headline": {}, "data": {"source": "stage 04 of this run (/r/04_train.json): ..."}}
+    assert dict(glance.weights(trained))["checked"] == "stage 04's final weights"
+    assert dict(glance.weights(trained))["LOAD_OK"] == "not reloaded"
+
+
+def test_a_stage_that_did_not_run_says_so_on_its_card(tmp_path):
+    run = _run(tmp_path, {"01_environment": "FAIL", "02_attention": NOT_RUN})
+    run.stages[0].error = "RuntimeError: planted"
+    index = render_index(run)
+    assert "RuntimeError: planted" in _card(index, "01_environment")
+    assert "did not run: the run stopped before this stage" in _card(index, "02_attention")
+
+
+def test_the_bundle_keeps_a_pages_own_anchors_inside_its_frame(tmp_path):
+    run = _run(tmp_path, {"01_environment": "PASS"})
+    (tmp_path / "html").mkdir()
+    (tmp_path / "html" / "01_environment.html").write_text(
+        '<html><body><h1 id="A">A</h1><a href="#A">¶</a><a href="https://x.org/#y">out</a></body></html>')
+    run.stages[0].html = "html/01_environment.html"
+    text = render_bundle(run)
+    assert "href=&quot;about:srcdoc#A&quot;" in text and "https://x.org/#y" in text
+    assert re.search(r'<body[^>]*><a id="top"></a>', text)  # "(top)" goes to the top of the file
+
+
+def test_the_zip_leaves_out_the_lock_partial_notebooks_and_temporary_files(tmp_path):
+    run_dir = tmp_path / "20300101-000000-abcdef"
+    for name in ("index.html", "results/01.json", ".runner.lock", ".partial/01.ipynb",
+                 "results/.01.json.abc.tmp", "train/model.safetensors"):
+        (run_dir / name).parent.mkdir(parents=True, exist_ok=True)
+        (run_dir / name).write_text(json.dumps({"name": name}))
+    archive = zip_run(run_dir)
+    with zipfile.ZipFile(archive) as packed:
+        names = sorted(packed.namelist())
+        assert names == [f"{run_dir.name}/{n}" for n in ("index.html", "results/01.json",
+                                                         "train/model.safetensors")]
+        assert packed.getinfo(f"{run_dir.name}/train/model.safetensors").compress_type == zipfile.ZIP_STORED
+    assert not list(tmp_path.glob(".*.tmp"))
