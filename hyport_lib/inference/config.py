@@ -5,10 +5,10 @@ importing torch or touching a device.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 from typing import Optional, Sequence
 
-from hyport_lib.utils.values import as_flag, as_float, as_int
+from hyport_lib.utils.values import as_flag, as_float, as_int, from_known_keys
 
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 
@@ -106,11 +106,7 @@ class InferenceConfig:
     @classmethod
     def from_dict(cls, data: dict) -> "InferenceConfig":
         """Inverse of :meth:`to_dict`; unknown keys are an error (a typo, not a no-op)."""
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise ValueError(f"InferenceConfig: unknown key(s) {unknown}; known: {sorted(known)}")
-        return cls(**data)
+        return from_known_keys(cls, data)
 
 
 @dataclass

@@ -12,10 +12,10 @@ check), and the result records that they did.
 from __future__ import annotations
 
 import os
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field
 from typing import Mapping, Optional
 
-from hyport_lib.utils.values import as_flag, as_float, as_int
+from hyport_lib.utils.values import as_flag, as_float, as_int, from_known_keys
 
 ZERO_STAGES = (0, 2, 3)
 FINETUNING_TYPES = ("full", "lora")
@@ -196,11 +196,7 @@ class TrainConfig:
 
     @classmethod
     def from_dict(cls, data: Mapping) -> "TrainConfig":
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise ValueError(f"TrainConfig: unknown key(s) {unknown}")
-        return cls(**dict(data))
+        return from_known_keys(cls, data)
 
 
 def _positive(name: str, value) -> int:

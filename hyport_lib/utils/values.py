@@ -62,3 +62,15 @@ def as_flag(name: str, value) -> bool:
         if text in _FALSE:
             return False
     raise ValueError(f"{name}={value!r}: expected true/false (or yes/no, 1/0)")
+
+
+def from_known_keys(cls, data):
+    """``cls(**data)`` for a dataclass, refusing keys it does not have: a misspelt key in a
+    saved config is an error naming it, never silently dropped."""
+    from dataclasses import fields
+
+    known = {f.name for f in fields(cls)}
+    unknown = sorted(set(data) - known)
+    if unknown:
+        raise ValueError(f"{cls.__name__}: unknown key(s) {unknown}; known: {sorted(known)}")
+    return cls(**dict(data))
