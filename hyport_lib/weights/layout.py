@@ -62,7 +62,7 @@ class Inspection:
     Attributes:
         path: the folder (or the single file given).
         kind: ``sharded``, ``single``, ``file`` (one file given) or ``none``.
-        shards: the weight files read, in index order.
+        shards: the weight files read, in file-name order.
         index: the index, when there is one.
         config: what ``config.json`` says.
         names: the model's view of the names (identity when no class could be built).
@@ -225,7 +225,9 @@ def _read_index(path: Path, result: Inspection) -> Optional[IndexInfo]:
         why = f"missing {exc}" if isinstance(exc, KeyError) else str(exc) or type(exc).__name__
         result.findings.append(finding("index_unreadable", path.name, f"cannot use the index: {why}"))
         return None
-    shards = list(dict.fromkeys(weight_map.values()))
+    # File-name order (model-00001-of-N first), as the files sit on disk; the order of
+    # first appearance in weight_map depends on how the saving library sorted the keys.
+    shards = sorted(set(weight_map.values()))
     return IndexInfo(path.name, len(weight_map), shards, dict(weight_map),
                      _int_or_none(meta.get("total_size")), _int_or_none(meta.get("total_parameters")))
 
