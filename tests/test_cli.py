@@ -1,4 +1,5 @@
-"""One path for every command's usage errors (exit 2, one line) and stop signals (exit 130)."""
+"""One path for every command's usage errors (exit 2, one line), internal errors (exit 3)
+and stop signals (exit 130)."""
 
 from __future__ import annotations
 
@@ -41,6 +42,23 @@ def test_debug_shows_the_traceback(monkeypatch):
     monkeypatch.setenv("HYPORT_DEBUG", "1")
     with pytest.raises(FileNotFoundError):
         main(["scan", "/no/such/folder"])
+
+
+def test_an_internal_error_exits_3_with_its_traceback_and_no_secret(capsys, monkeypatch):
+    monkeypatch.delenv("HYPORT_DEBUG", raising=False)
+    monkeypatch.setenv("DEMO_TOKEN", "tok-4242-secret")
+
+    def run(args):
+        return {}["tok-4242-secret"]  # a defect (KeyError) whose message holds a secret
+
+    assert _cli.invoke("demo", run, None) == _cli.INTERNAL_EXIT == 3
+    err = capsys.readouterr().err
+    assert "Traceback" in err and "KeyError" in err
+    assert err.strip().splitlines()[-1].startswith("hyport demo: internal error (KeyError")
+    assert "tok-4242-secret" not in err
+    monkeypatch.setenv("HYPORT_DEBUG", "1")
+    with pytest.raises(KeyError):
+        _cli.invoke("demo", run, None)
 
 
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])

@@ -237,6 +237,30 @@ def plant_non_finite(folder):
     return path.name
 
 
+def plant_weight_missing(folder):
+    # A weight dropped from its file and from the index alike: every cross-check agrees,
+    # only the model class knows it is missing.
+    path = next(p for p in sorted(folder.glob("model*.safetensors")) if _dropped_key(p))
+    key = _dropped_key(path)
+    rewrite_tensors(path, lambda tensors: tensors.pop(key))
+    if (folder / INDEX).exists():
+        edit_index(folder, lambda index: index["weight_map"].pop(key))
+    return INDEX if (folder / INDEX).exists() else path.name
+
+
+def _dropped_key(path: Path):
+    from safetensors import safe_open
+
+    with safe_open(str(path), "pt") as fh:
+        return next((k for k in fh.keys() if "layers.0." in k and "proj.weight" in k), None)
+
+
+def plant_index_ignored(folder):
+    # model.safetensors beside the index and shards: transformers loads the single file.
+    shutil.copy(ensure_tiny_model() / "model.safetensors", folder / "model.safetensors")
+    return INDEX
+
+
 BOTH = ("sharded", "single")
 PLANTS = {
     # class: (plant, layouts, extra CLI flags)
@@ -261,6 +285,8 @@ PLANTS = {
     "extra_shard": (plant_extra_shard, ("sharded",), []),
     "index_missing": (plant_index_missing, ("sharded",), []),
     "index_unreadable": (plant_index_unreadable, ("sharded",), []),
+    "index_ignored": (plant_index_ignored, ("sharded",), []),
+    "weight_missing": (plant_weight_missing, BOTH, []),
 }
 
 
@@ -341,7 +367,6 @@ def test_text_output_names_tensor_and_parameter_counts(sources, capsys):
     (["{missing}"], "weights path"),
     (["{single}", "--base", "{missing}"], "base path"),
     (["{single}", "--checkpoint", "{missing}"], "checkpoint path"),
-    (["{single}/model.safetensors", "--reload"], "needs the model folder"),
     (["{single}", "--reload-timeout-s", "0"], "reload_timeout_s"),
 ])
 def test_usage_errors_exit_2_with_one_line(args, words, sources, tmp_path, capsys):
@@ -361,6 +386,90 @@ def test_one_file_given_directly(sources, tmp_path, capsys):
     path.write_bytes(path.read_bytes()[:-1])
     rc, result, err = verify_json(path, capsys)
     assert rc == 1 and [f["class"] for f in result["findings"]] == ["truncated_shard"]
+
+
+def test_one_file_with_reload_is_checked_and_the_reload_skipped_with_a_note(sources, capsys):
+    # The notebook's defaults ask for a reload; given one file, the headers are still checked.
+    rc, result, err = verify_json(sources["single"] / "model.safetensors", capsys, "--reload")
+    assert rc == 0 and result["verdict"] == "PASS" and result["tensor_count"] == 64
+    [note] = result["findings"]
+    assert note["class"] == "reload_skipped" and note["severity"] == "info"
+    assert "needs the model folder" in note["message"]
+    assert result["reload"] is None
+
+
+def _odd_length(folder):
+    # The last tensor one byte short of dtype x shape, and the file one byte shorter.
+    path = weight_file(folder)
+    header, data = read_raw(path)
+    name, entry = tensors_of(header)[-1]
+    entry["data_offsets"][1] -= 1
+    write_raw(path, header, data[:-1])
+    return path.name, "size_mismatch"
+
+
+def _dtype_list(folder):
+    return rewrite(weight_file(folder), lambda h, d: h[biggest(h)].__setitem__("dtype", ["BF16"])), \
+        "header_bad_entry"
+
+
+def _total_size(value):
+    def plant(folder):
+        edit_index(folder, lambda index: index["metadata"].__setitem__("total_size", value))
+        return INDEX, "total_size_mismatch"
+    return plant
+
+
+def _empty_weight_map(folder):
+    edit_index(folder, lambda index: index.__setitem__("weight_map", {}))
+    return INDEX, "index_unreadable"
+
+
+def _zero_states(states):
+    def plant(folder):
+        import torch
+
+        (folder / "global_step1").mkdir()
+        torch.save(states, folder / "global_step1" / "mp_rank_00_model_states.pt")
+        return "global_step1/", "zero_unreadable"
+    return plant
+
+
+@pytest.mark.parametrize("plant", [
+    _odd_length, _dtype_list, _total_size(float("inf")), _total_size("abc"), _total_size([1]),
+    _empty_weight_map, _zero_states([1, 2, 3]), _zero_states({"dp_world_size": 10 ** 12}),
+], ids=["odd-length-full-scan", "dtype-list", "total-size-inf", "total-size-text", "total-size-list",
+        "empty-weight-map", "zero-states-list", "zero-states-huge-world"])
+def test_malformed_input_is_a_finding_never_a_crash(plant, sources, tmp_path, capsys):
+    """Types and values a well-formed writer never produces: each one a finding, no traceback."""
+    ckpt = copy_of(sources, "sharded", tmp_path)
+    file, cls = plant(ckpt)
+    rc, result, err = verify_json(ckpt, capsys, "--full-scan")
+    assert "Traceback" not in err and "internal error" not in err, err
+    hits = [f for f in result["findings"] if f["class"] == cls]
+    assert hits and any(f["file"] == file for f in hits), result["findings"]
+    assert rc == (1 if result["counts"]["error"] else 0)
+    if cls == "size_mismatch":  # read neither short nor into its neighbour: left out of the scan
+        assert result["scan"]["skipped"] and len(result["scan"]["tensors"]) == 63
+
+
+def test_json_output_and_record_are_strict_json_with_nan_weights(sources, tmp_path, capsys, monkeypatch):
+    """NaN weights compared with the base give NaN differences: written as null, never NaN."""
+    monkeypatch.setenv("HYPORT_RESULTS_DIR", str(tmp_path / "results"))
+    ckpt = copy_of(sources, "single", tmp_path)
+    plant_non_finite(ckpt)
+    rc = hyport(["verify", str(ckpt), "--json", "--full-scan", "--base", str(sources["single"])])
+    out, err = capsys.readouterr()
+
+    def refuse(constant):
+        raise ValueError(f"not JSON: {constant}")
+
+    result = json.loads(out, parse_constant=refuse)
+    assert rc == 1 and any(f["class"] == "non_finite" for f in result["findings"])
+    changed = [r for c in result["comparisons"] for r in c["rows"] if r["status"] == "changed"]
+    assert changed and any(r["max |Δ|"] is None for r in changed), changed
+    record = tmp_path / "results" / "05_weights.json"
+    json.loads(record.read_text(), parse_constant=refuse)
 
 
 def test_tied_duplicate_is_counted_once(sources, tmp_path):

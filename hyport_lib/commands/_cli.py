@@ -4,6 +4,9 @@
   exceptions in :data:`USAGE_ERRORS`) prints one line, ``hyport <command>: <message>``,
   on stderr and exits 2; an error that carries ``details`` (every bad record of a
   dataset) lists them below it. ``HYPORT_DEBUG=1`` shows the traceback instead.
+* Any other exception is a defect of hyport, not of the input: its traceback is
+  printed (it is what a bug report needs), then one line, and the command exits 3,
+  so that scripts can tell it from a command's own "failed" (1) and a usage error (2).
 * Ctrl-C (SIGINT), SIGTERM (``timeout``, ``kill``, a scheduler) and SIGHUP (a closed
   terminal or ssh session) raise :class:`Stopped` (a ``KeyboardInterrupt``) inside the
   command, so its ``finally`` blocks stop the processes it started and keep the
@@ -30,6 +33,7 @@ USAGE_ERRORS = (ValueError, TypeError, FileNotFoundError, NotADirectoryError,
 #: Exit status of a stopped command (as a shell reports Ctrl-C).
 STOPPED_EXIT = 130
 USAGE_EXIT = 2
+INTERNAL_EXIT = 3
 def one_line(exc: BaseException) -> str:
     """The first line of an exception's message (its type when it has none)."""
     text = str(exc).strip()
@@ -60,3 +64,12 @@ def invoke(name: str, run: Callable, args) -> int:
         for line in getattr(exc, "details", None) or ():  # e.g. every bad dataset record
             print(scrub_text(f"  {line}"), file=sys.stderr)
         return USAGE_EXIT
+    except Exception as exc:  # a defect: keep the traceback, but say what it is and exit apart
+        import traceback
+
+        if os.environ.get("HYPORT_DEBUG"):
+            raise
+        print(scrub_text(traceback.format_exc()), file=sys.stderr, end="")
+        print(scrub_text(f"hyport {name}: internal error ({type(exc).__name__}: {one_line(exc)}); "
+                         f"please report it with the traceback above"), file=sys.stderr)
+        return INTERNAL_EXIT

@@ -8,7 +8,6 @@ stage result; exits 1 when any row or the model check FAILs.
 from __future__ import annotations
 
 import argparse
-import json
 
 NAME = "attention"
 HELP = "Compare attention backends (NPU / emulated / sdpa / eager) with a float64 reference."
@@ -34,7 +33,7 @@ def run(args: argparse.Namespace) -> int:
 
     from hyport_lib.attention import stage
     from hyport_lib.attention.show import comparison_table, model_table
-    from hyport_lib.utils.files import atomic_write_text
+    from hyport_lib.utils.files import atomic_write_text, dumps_json
 
     from hyport_lib.results import ensure_results_dir
 
@@ -63,6 +62,6 @@ def run(args: argparse.Namespace) -> int:
         payload = {"verdict": summary.verdict, "summary": summary.summary,
                    "rows": comparison.rows, "backends": comparison.backends,
                    "notes": comparison.notes, "model": model.to_dict() if model else None}
-        atomic_write_text(args.json, json.dumps(payload, indent=1, default=str))
+        atomic_write_text(args.json, dumps_json(payload, indent=1))
     print(f"\n{summary.verdict}: {summary.summary}")
     return 1 if summary.verdict == "FAIL" else 0

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 
+from hyport_lib.utils.files import dumps_json
 from hyport_lib.utils.redact import scrub_text
 
 NAME = "env"
@@ -34,7 +34,7 @@ def run(args: argparse.Namespace) -> int:
         ensure_results_dir()
     report = stage.run(device=args.device, num_cards=args.num_cards)
     if args.json:
-        print(scrub_text(json.dumps(report.to_dict(), indent=2, default=str)))
+        print(scrub_text(dumps_json(report.to_dict(), indent=2)))
     else:
         print(report.to_text(), end="")
     if not args.no_record:

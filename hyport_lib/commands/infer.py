@@ -12,10 +12,10 @@ follow the launcher's exit: see :mod:`hyport_lib.processes`.)
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 
 from hyport_lib.commands._progress import TerminalBar
+from hyport_lib.utils.files import dumps_json
 
 NAME = "infer"
 HELP = "run the same generation on every card, one fresh process per card, and compare"
@@ -96,7 +96,7 @@ def run(args: argparse.Namespace) -> int:
     finally:
         bar.close()
     if args.json:
-        print(json.dumps(result.to_dict(), indent=2, default=str))
+        print(dumps_json(result.to_dict(), indent=2))
     else:
         print(compact_frame(result.frame).round(3).to_string(index=False, na_rep=""))
         print()

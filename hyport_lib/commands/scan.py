@@ -8,10 +8,10 @@ something was, 2 when PATH cannot be scanned.
 from __future__ import annotations
 
 import argparse
-import json
 from itertools import groupby
 
 from hyport_lib.scan import CATEGORIES, DEFAULT_EXCLUDE, ScanReport, scan_path
+from hyport_lib.utils.files import dumps_json
 
 NAME = "scan"
 HELP = ("Static port scan: flash_attn, .cuda(), torch.cuda, cuda devices, nccl, apex, xformers, "
@@ -97,7 +97,7 @@ def run(args: argparse.Namespace) -> int:
     report = scan_path(args.path, exclude=DEFAULT_EXCLUDE + tuple(args.exclude))
     report = report.only(categories)
     if args.json:
-        print(json.dumps(report.to_dict(), indent=2, ensure_ascii=False))
+        print(dumps_json(report.to_dict(), indent=2, ensure_ascii=False))
     else:
         print(format_text(report))
     return 0 if report.clean or args.exit_zero else 1

@@ -10,11 +10,11 @@ steps named in the output), 1 when it FAILs, 2 on bad arguments or a bad dataset
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from dataclasses import fields
 
 from hyport_lib.commands._progress import TerminalBar
+from hyport_lib.utils.files import dumps_json
 
 NAME = "train"
 HELP = "smoke-train with torchrun + DeepSpeed (ZeRO 0/2/3, full or LoRA), checked and resumable"
@@ -85,7 +85,7 @@ def run(args: argparse.Namespace) -> int:
     finally:
         bar.close()
     if args.json:
-        print(json.dumps(result.to_dict(), indent=2, default=str))
+        print(dumps_json(result.to_dict(), indent=2))
     else:
         print(summary_frame(result).to_string(index=False))
     if not args.no_record:

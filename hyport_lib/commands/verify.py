@@ -13,10 +13,10 @@ path that does not exist), 130 when stopped (a child process is stopped first).
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 
 from hyport_lib.commands._progress import TerminalBar
+from hyport_lib.utils.files import dumps_json
 
 NAME = "verify"
 HELP = ("verify saved safetensors weights: headers, index, NaN/Inf, reload, comparison with a "
@@ -109,7 +109,7 @@ def run(args: argparse.Namespace) -> int:
     finally:
         bar.close()
     if args.json:
-        print(json.dumps(scrub_obj(result.to_dict()), indent=2, default=str))
+        print(dumps_json(scrub_obj(result.to_dict()), indent=2))
     else:
         print(scrub_text(_text(result)))
     if not args.no_record:

@@ -1,8 +1,14 @@
-"""Atomic file writes: a reader never sees half a file, a crash never leaves one."""
+"""Atomic file writes: a reader never sees half a file, a crash never leaves one.
+
+JSON is written strictly: Python's ``json`` would write NaN and Infinity, which are not
+JSON (jq, JavaScript and most parsers refuse them), so non-finite floats become
+``null`` (:func:`json_ready`), as pandas' ``to_json`` does.
+"""
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import tempfile
 from pathlib import Path
@@ -37,8 +43,24 @@ def atomic_write_text(path: str | os.PathLike, text: str, encoding: str = "utf-8
     return path
 
 
+def json_ready(data: Any) -> Any:
+    """``data`` with every non-finite float (NaN, ±Inf) replaced by None, recursively."""
+    if isinstance(data, float):
+        return data if math.isfinite(data) else None
+    if isinstance(data, dict):
+        return {k: json_ready(v) for k, v in data.items()}
+    if isinstance(data, (list, tuple)):
+        return [json_ready(v) for v in data]
+    return data
+
+
+def dumps_json(data: Any, **kwargs) -> str:
+    """Strict JSON text of ``data`` (non-finite floats as null, other objects as text)."""
+    return json.dumps(json_ready(data), allow_nan=False, default=str, **kwargs)
+
+
 def atomic_write_json(path: str | os.PathLike, data: Any) -> Path:
-    return atomic_write_text(path, json.dumps(data, indent=2, sort_keys=False, default=str) + "\n")
+    return atomic_write_text(path, dumps_json(data, indent=2) + "\n")
 
 
 def ensure_writable(folder: str | os.PathLike) -> Path:

@@ -115,7 +115,7 @@ def compare_weights(weights: Inspection, other: Inspection, *, role: str = "base
             row["status"] = "added"
         elif a[1].shape != b[1].shape:
             row["status"] = "shape"
-        elif not (a[0].in_bounds(a[1]) and b[0].in_bounds(b[1]) and a[0].readable and b[0].readable):
+        elif not (a[0].can_read(a[1]) and b[0].can_read(b[1]) and a[0].readable and b[0].readable):
             row["status"] = "unreadable"
         else:
             pairs.append((row, a, b))

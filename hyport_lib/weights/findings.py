@@ -46,7 +46,9 @@ CLASSES: dict[str, tuple[str, str]] = {
     "key_missing_from_shard": ("error", "a key of the index is not in the shard the index names"),
     "key_not_in_index": ("error", "a key of a shard is not in the index (it would not be loaded)"),
     "key_in_two_shards": ("error", "a key is stored in two shards"),
+    "weight_missing": ("error", "a weight of the model class is in no file (it would load at random)"),
     "extra_shard": ("warning", "a weight file in the folder that the index does not name"),
+    "index_ignored": ("warning", "an index beside model.safetensors: from_pretrained loads only model.safetensors"),
     "total_size_mismatch": ("warning", "metadata.total_size (or total_parameters) differs from the headers"),
     # contents
     "zero3_placeholder": ("error", "a floating tensor with no elements: a ZeRO-3 placeholder saved as a weight"),
@@ -57,6 +59,7 @@ CLASSES: dict[str, tuple[str, str]] = {
     "config_unreadable": ("error", "config.json is not JSON, or names no model_type"),
     "model_class_unknown": ("info", "the model class could not be built from config.json (names not mapped)"),
     # reload
+    "reload_skipped": ("info", "a reload or logits check was asked for one file, not a model folder"),
     "reload_failed": ("error", "from_pretrained failed in a fresh process"),
     "reload_missing_keys": ("error", "weights the model expects are missing (they would be random)"),
     "reload_mismatched_keys": ("error", "weights whose shape differs from what the model expects"),

@@ -113,9 +113,13 @@ class ShardHeader:
     def parameters(self) -> int:
         return sum(t.numel for t in self.tensors.values())
 
-    def in_bounds(self, entry: TensorEntry) -> bool:
-        """Can the tensor's bytes be read from this file as it is?"""
-        return 0 <= entry.begin <= entry.end <= self.data_len
+    def can_read(self, entry: TensorEntry) -> bool:
+        """Can the tensor's bytes be read from this file as the tensor its header describes?
+
+        Inside the data section and exactly dtype x shape long: a tensor of the wrong
+        length (a ``size_mismatch`` finding) would be read short or into its neighbour.
+        """
+        return 0 <= entry.begin <= entry.end <= self.data_len and entry.expected_nbytes == entry.nbytes
 
 
 def read_header(path: os.PathLike, label: Optional[str] = None, *, validate: bool = True) -> ShardHeader:
@@ -215,7 +219,7 @@ def _entry_problem(info) -> Optional[str]:
     missing = [k for k in ("dtype", "shape", "data_offsets") if k not in info]
     if missing:
         return "missing " + ", ".join(missing)
-    if info["dtype"] not in DTYPE_BITS:
+    if not isinstance(info["dtype"], str) or info["dtype"] not in DTYPE_BITS:
         return f"unknown dtype {info['dtype']!r}"
     shape = info["shape"]
     if not isinstance(shape, list) or not all(_is_count(d) for d in shape):

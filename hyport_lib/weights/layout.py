@@ -89,11 +89,17 @@ class Inspection:
 
     @property
     def tensors(self) -> dict[str, tuple[ShardHeader, TensorEntry]]:
-        """Every tensor key -> (its file, its entry); the first file wins for a duplicate."""
+        """Every tensor key -> (its file, its entry).
+
+        A key stored in two files is the copy the index names (the one from_pretrained
+        loads), else the copy in the first file.
+        """
+        named = self.index.weight_map if self.index else {}
         out: dict[str, tuple[ShardHeader, TensorEntry]] = {}
         for shard in self.shards:
             for name, entry in shard.tensors.items():
-                out.setdefault(name, (shard, entry))
+                if name not in out or named.get(name) == shard.label:
+                    out[name] = (shard, entry)
         return out
 
     @property
@@ -153,6 +159,7 @@ def inspect_checkpoint(path: os.PathLike, *, trust_remote_code: bool = False,
             result.findings.append(finding("model_class_unknown", "config.json",
                                            f"names are used as they are: {result.names.error}"))
     _placeholders(result)
+    _absent(result)
     _tied_note(result)
     return result
 
@@ -160,11 +167,19 @@ def inspect_checkpoint(path: os.PathLike, *, trust_remote_code: bool = False,
 def _inspect_folder(folder: Path, validate: bool) -> Inspection:
     indexes = sorted(folder.glob("*.safetensors.index.json"),
                      key=lambda p: (p.name != INDEX_FILE, p.name))
+    single = folder / SINGLE_FILE
+    # transformers looks for model.safetensors before the index, so that is what loads.
+    if single.is_file():
+        result = Inspection(str(folder), "single", shards=[read_header(single, validate=validate)])
+        if indexes:
+            result.findings.append(finding(
+                "index_ignored", indexes[0].name,
+                f"{SINGLE_FILE} and {indexes[0].name} in one folder: from_pretrained loads "
+                f"{SINGLE_FILE} and never reads the index or its shards (left over from an "
+                f"earlier save?); only {SINGLE_FILE} is checked"))
+        return result
     if indexes:
         return _inspect_sharded(folder, indexes[0], validate)
-    single = folder / SINGLE_FILE
-    if single.is_file():
-        return Inspection(str(folder), "single", shards=[read_header(single, validate=validate)])
     files = sorted(folder.glob("*.safetensors"))
     shards = [p for p in files if _SHARD_RE.match(p.name)]
     if shards:
@@ -221,6 +236,8 @@ def _read_index(path: Path, result: Inspection) -> Optional[IndexInfo]:
         meta = raw.get("metadata") or {}
         if not isinstance(meta, dict):
             raise ValueError("metadata is not an object")
+        if not weight_map:
+            raise ValueError("weight_map names no tensor (from_pretrained cannot load it)")
     except (OSError, UnicodeDecodeError, KeyError, TypeError, ValueError, RecursionError) as exc:
         why = f"missing {exc}" if isinstance(exc, KeyError) else str(exc) or type(exc).__name__
         result.findings.append(finding("index_unreadable", path.name, f"cannot use the index: {why}"))
@@ -228,15 +245,24 @@ def _read_index(path: Path, result: Inspection) -> Optional[IndexInfo]:
     # File-name order (model-00001-of-N first), as the files sit on disk; the order of
     # first appearance in weight_map depends on how the saving library sorted the keys.
     shards = sorted(set(weight_map.values()))
+    totals = {}
+    for name in ("total_size", "total_parameters"):
+        value = meta.get(name)
+        totals[name] = _count_or_none(value)
+        if value is not None and totals[name] is None:
+            result.findings.append(finding(
+                "total_size_mismatch", path.name, f"metadata.{name} is {str(value)[:40]!r}, not a count"))
     return IndexInfo(path.name, len(weight_map), shards, dict(weight_map),
-                     _int_or_none(meta.get("total_size")), _int_or_none(meta.get("total_parameters")))
+                     totals["total_size"], totals["total_parameters"])
 
 
-def _int_or_none(value) -> Optional[int]:
-    try:
-        return int(value) if value is not None else None
-    except (TypeError, ValueError):
+def _count_or_none(value) -> Optional[int]:
+    """A non-negative whole number (an integral float too), else None."""
+    if isinstance(value, bool):
         return None
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    return value if isinstance(value, int) and value >= 0 else None
 
 
 def _cross_check(result: Inspection, index: IndexInfo) -> None:
@@ -346,6 +372,25 @@ def _numel(shape) -> int:
     for d in shape:
         n *= d
     return n
+
+
+def _absent(result: Inspection) -> None:
+    """Weights the model class has that no file (and no index entry) holds."""
+    names = result.names
+    if not names.class_name or not result.shards or result.kind == "file":
+        return
+    keys = [*result.tensors, *(result.index.weight_map if result.index else ())]
+    keys += [k for s in result.shards for k in s.invalid]
+    present = {names.to_model(k) for k in keys}
+    tied = {**names.tied, **{v: k for k, v in names.tied.items()}}
+    optional = [re.compile(p) for p in names.optional]
+    absent = [m for m in names.expected if m not in present and tied.get(m) not in present
+              and not any(p.search(m) for p in optional)]
+    if absent:
+        result.findings.append(finding(
+            "weight_missing", result.index.file if result.index else result.shards[0].label,
+            f"{len(absent)} weight(s) of {names.class_name} are in no file: {name_some(absent)} "
+            f"(from_pretrained would initialise them at random)", tensors=absent))
 
 
 def _tied_note(result: Inspection) -> None:

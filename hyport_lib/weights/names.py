@@ -38,6 +38,8 @@ class ModelNames:
         expected: model name -> shape, for every entry of the model's state dict.
         tied: tied target -> its source (``lm_head.weight`` -> ``...embed_tokens.weight``).
         parameters: the model's parameter count, tied weights counted once.
+        optional: patterns of names the class may lack on disk
+            (``_keys_to_ignore_on_load_missing``).
         error: why the class could not be built (then names map to themselves).
     """
 
@@ -45,6 +47,7 @@ class ModelNames:
     expected: dict[str, tuple[int, ...]] = field(default_factory=dict)
     tied: dict[str, str] = field(default_factory=dict)
     parameters: Optional[int] = None
+    optional: list[str] = field(default_factory=list)
     error: Optional[str] = None
     _rename: Optional[Callable[[str], tuple[str, bool]]] = field(default=None, repr=False)
 
@@ -134,6 +137,7 @@ def _model_names(folder: Path, trust_remote_code: bool) -> ModelNames:
         expected={k: tuple(v.shape) for k, v in state.items()},
         tied=_tied(model),
         parameters=sum(p.numel() for p in model.parameters()),
+        optional=[str(p) for p in getattr(model, "_keys_to_ignore_on_load_missing", None) or []],
         _rename=_renamer(model, state))
 
 

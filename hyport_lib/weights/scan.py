@@ -135,8 +135,8 @@ def plan_reads(shards: list[ShardHeader]) -> tuple[list[tuple[ShardHeader, list[
             skipped.extend(shard.tensors)
             continue
         entries = sorted(shard.tensors.values(), key=lambda e: (e.begin, e.end))
-        ok = [e for e in entries if shard.in_bounds(e)]
-        skipped.extend(e.name for e in entries if not shard.in_bounds(e))
+        ok = [e for e in entries if shard.can_read(e)]
+        skipped.extend(e.name for e in entries if not shard.can_read(e))
         plan.append((shard, ok))
     return plan, skipped
 
@@ -223,7 +223,8 @@ def full_scan(shards: list[ShardHeader], *, checksum: str = "crc32", chunk_bytes
 
     Returns:
         A :class:`ScanResult`; a file that cannot be read is a ``file_unreadable``
-        finding, tensors outside their file are listed in ``skipped``.
+        finding; tensors outside their file or of the wrong byte
+        length (header findings already) are listed in ``skipped``.
     """
     if checksum not in CHECKSUMS:
         raise ValueError(f"checksum={checksum!r}: expected one of {', '.join(CHECKSUMS)}")

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from hyport_lib.weights.compare import compare_weights
-from hyport_lib.weights.findings import Finding
+from hyport_lib.weights.findings import Finding, finding
 from hyport_lib.weights.layout import Inspection, inspect_checkpoint
 from hyport_lib.weights.parity import logits_parity as compare_logits, parity_findings
 from hyport_lib.weights.reload import check_dtype, reload as reload_folder, reload_findings
@@ -52,8 +52,6 @@ def verify_checkpoint(weights_path: os.PathLike, *, base_path: Optional[os.PathL
         if value and not Path(value).expanduser().exists():
             raise FileNotFoundError(f"{name} {str(value)!r}: no such file or folder")
     insp = inspect_checkpoint(weights_path, trust_remote_code=trust_remote_code)
-    if (reload or logits_parity) and insp.kind == "file":
-        raise ValueError(f"weights path {str(weights_path)!r}: a reload needs the model folder, not one file")
     options = {"full_scan": full_scan, "reload": reload, "logits_parity": logits_parity,
                "consolidate_zero": consolidate_zero, "dtype": dtype,
                "attn_implementation": attn_implementation, "trust_remote_code": bool(trust_remote_code),
@@ -61,6 +59,18 @@ def verify_checkpoint(weights_path: os.PathLike, *, base_path: Optional[os.PathL
                "base_path": str(base_path) if base_path else None,
                "checkpoint_path": str(checkpoint_path) if checkpoint_path else None}
     result = WeightsResult(insp, options, findings=list(insp.findings), source=source)
+    if (reload or logits_parity) and insp.kind == "file":
+        # One file has no config.json beside it that is sure to belong to it: nothing to
+        # load a model from. Said as a finding, so the header checks still count.
+        asked = [n for n, on in (("reload", reload), ("logits check", logits_parity and checkpoint_path)) if on]
+        if asked:
+            two = len(asked) > 1
+            result.findings.append(finding(
+                "reload_skipped", insp.shards[0].label if insp.shards else str(weights_path),
+                f"the {' and the '.join(asked)} need{'' if two else 's'} the model folder (config.json "
+                f"beside the weights), not one file: skipped; give the folder to run "
+                f"{'them' if two else 'it'}"))
+        reload = logits_parity = False
     # One log folder for every child of this verification.
     log_dir = log_dir or (default_log_dir() if reload or checkpoint_path else None)
     child = {"trust_remote_code": trust_remote_code, "timeout_s": reload_timeout_s, "log_dir": log_dir}

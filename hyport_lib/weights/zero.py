@@ -25,6 +25,8 @@ from hyport_lib.weights.findings import Finding, finding
 _OPTIM_RE = re.compile(r"^(?:(?P<prec>bf16|fp16)_)?zero_pp_rank_(?P<rank>\d+)_mp_rank_(?P<mp>\d+)_optim_states\.pt$")
 _MODEL_RE = re.compile(r"^(?:zero_pp_rank_(?P<rank>\d+)_)?mp_rank_(?P<mp>\d+)_model_states\.pt$")
 _STEP_RE = re.compile(r"^global_step(\d+)$")
+#: More ranks than any job has: a larger dp_world_size is a corrupt file, not a count.
+_MAX_RANKS = 1 << 20
 
 
 @dataclass
@@ -116,12 +118,13 @@ def list_zero(checkpoint: os.PathLike) -> tuple[ZeroListing, list[Finding]]:
         findings.append(finding("zero_unreadable", f"{tag}/", f"the model states could not be read: "
                                                              f"{listing.error}"))
     expected = listing.dp_world_size or listing.world_size
-    missing = sorted(set(range(expected or 0)) - set(ranks))
+    present = set(ranks)
+    missing = [r for r in range(min(expected or 0, _MAX_RANKS)) if r not in present]
     if missing or (expected and listing.world_size and listing.world_size > expected):
         findings.append(finding(
             "zero_incomplete", f"{tag}/",
             f"written for {expected} rank(s) but optimizer states exist for rank(s) {sorted(ranks)}"
-            + (f": missing {missing}" if missing else "") + " (a rank did not finish saving?)"))
+            + (f": missing {missing[:8]}{' and more' if len(missing) > 8 else ''}" if missing else "") + " (a rank did not finish saving?)"))
     return listing, findings
 
 
@@ -133,12 +136,20 @@ def _read_model_states(path: Path, listing: ZeroListing) -> None:
     except Exception as exc:  # a pickle torch refuses, a truncated zip: reported, not raised
         listing.error = f"{path.name}: {type(exc).__name__}: {(str(exc).splitlines() or [''])[0][:200]}"
         return
+    if not isinstance(states, dict):
+        listing.error = f"{path.name}: holds a {type(states).__name__}, not DeepSpeed's dict of model states"
+        return
     listing.dp_world_size = _int(states.get("dp_world_size"))
+    if listing.dp_world_size is not None and not 0 < listing.dp_world_size <= _MAX_RANKS:
+        listing.error = f"{path.name}: dp_world_size {listing.dp_world_size} is not a rank count"
+        listing.dp_world_size = None
+        return
     listing.mp_world_size = _int(states.get("mp_world_size"))
-    listing.ds_version = states.get("ds_version")
+    listing.ds_version = states.get("ds_version") if isinstance(states.get("ds_version"), str) else None
     listing.global_steps = _int(states.get("global_steps"))
-    config = states.get("ds_config") or {}
-    listing.zero_stage = _int((config.get("zero_optimization") or {}).get("stage"))
+    config = states.get("ds_config")
+    zero = config.get("zero_optimization") if isinstance(config, dict) else None
+    listing.zero_stage = _int(zero.get("stage")) if isinstance(zero, dict) else None
     listing.parameters = _numel(states.get("param_shapes"))
     listing.frozen_parameters = _numel(states.get("frozen_param_shapes"))
 
@@ -146,7 +157,7 @@ def _read_model_states(path: Path, listing: ZeroListing) -> None:
 def _int(value) -> Optional[int]:
     try:
         return int(value) if value is not None else None
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         return None
 
 
@@ -157,10 +168,13 @@ def _numel(groups) -> Optional[int]:
     if isinstance(groups, dict):
         groups = [groups]
     total = 0
-    for group in groups:
-        for shape in dict(group).values():
-            n = 1
-            for d in shape:
-                n *= int(d)
-            total += n
+    try:
+        for group in groups:
+            for shape in dict(group).values():
+                n = 1
+                for d in shape:
+                    n *= int(d)
+                total += n
+    except (TypeError, ValueError, OverflowError):  # not DeepSpeed's layout: no count, not a crash
+        return None
     return total
