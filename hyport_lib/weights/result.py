@@ -75,7 +75,12 @@ class WeightsResult:
             head += (f", {'shards' if len(shards) > 1 else 'file'} of "
                      f"{_join(f'{s.size:,}' for s in shards)} bytes holding "
                      f"{_join(str(len(s.tensors)) for s in shards)} keys")
-        line = f"{head}, model type {insp.config.model_type or '?'}, {insp.parameters:,} parameters"
+        if insp.config.model_type:
+            kind = f"model type {insp.config.model_type}"
+        else:
+            kind = ("no model type (one file given: config.json not read)" if insp.kind == "file"
+                    else "no model type (config.json missing or unusable)")
+        line = f"{head}, {kind}, {insp.parameters:,} parameters"
         if insp.tied_duplicates:
             line += f" ({insp.unique_parameters:,} without tied duplicates)"
         if self.reload is not None:
