@@ -31,10 +31,11 @@ def numbers_in(text: str) -> list[str]:
 
 
 def _variants(value) -> set[str]:
-    """The forms blog_format.num documents: as recorded, and floats to 4 significant digits."""
+    """The forms blog_format.num documents: as recorded, floats to 4 significant digits
+    (one decimal from 1,000 on)."""
     out = {str(value)}
     if isinstance(value, float) and math.isfinite(value):
-        out.add(f"{value:.4g}")
+        out.add(f"{value:.4g}" if abs(value) < 1000 else f"{value:.1f}")
     return out
 
 
@@ -249,7 +250,7 @@ def test_the_loss_figure_is_drawn_once_and_linked_relatively(tmp_path):
     assert png.stat().st_mtime_ns == stamp  # not redrawn: its result did not change
     en = (tmp_path / "blog.md").read_text()
     assert "| train_loss (Trainer) | 2.251 |" in en and "| Loss, first → last | 2.75 → 1.75 |" in en
-    assert "| Tokens/s per card | 2315 |" in en and "Samples were packed to max_seq_len 512." in en
+    assert "| Tokens/s per card | 2,315.5 |" in en and "Samples were packed to max_seq_len 512." in en
     assert not unsourced(en, tmp_path)
 
 
@@ -293,6 +294,37 @@ def test_the_reproduce_command_names_the_profile_and_what_differs(tmp_path):
     run.profile = str(resolve_profile("default"))
     en = render_blog(run)
     assert "hyport report --profile default -p max_steps=7" in en
+
+
+def test_without_a_profile_the_command_says_profile_none(tmp_path):
+    # Leaving --profile out would apply parameters/default.yaml: not what ran.
+    run = make_run(tmp_path, {}, parameters={"device": "cpu", "max_steps": 7})
+    assert "hyport report --profile none -p device=cpu -p max_steps=7" in render_blog(run)
+
+
+def test_a_stage_that_judged_its_result_a_fail_is_not_told_as_a_crash(tmp_path):
+    run = make_run(tmp_path, {"01_environment": "FAIL"})
+    write_result(run, "01_environment", "FAIL", {"device": "cpu", "num_cards": 2,
+                                                 "summary": {"PASS": 4, "WARN": 0, "FAIL": 1, "SKIP": 0}},
+                 summary="4 PASS / 0 WARN / 1 FAIL / 10 SKIP on cpu; first FAIL: host_ram")
+    en, zh = render_blog(run, "en"), render_blog(run, "zh")
+    section = en.split("## 01 ")[1].split("\n## ")[0]
+    assert "ran to its end and judged the result a FAIL" in section and "first FAIL: host_ram" in section
+    assert "no error was recorded" not in section and "before it failed" not in section
+    assert "What the stage recorded:" in section
+    assert "判定结果为 FAIL" in zh and "没有记录错误信息" not in zh and not english_runs(zh)
+
+
+@pytest.mark.parametrize("reload,shards", [(True, True), (False, True), (False, False)])
+def test_the_weights_section_says_what_was_done_and_never_leaves_a_gap(tmp_path, reload, shards):
+    run = make_run(tmp_path, {"05_weights": "PASS"})
+    data = {"path": "/w", "reload": {"load_ok": True} if reload else None,
+            "shards": [{"file": "model.safetensors", "bytes": 10, "tensors": 1}] if shards else []}
+    write_result(run, "05_weights", "PASS", data)
+    en, zh = render_blog(run, "en"), render_blog(run, "zh")
+    assert ("then reloaded" in en) == reload and ("再重新加载" in zh) == reload
+    assert ("Its files:" in en) == shards and ("No weight file was found in it." in en) != shards
+    assert ("目录中的文件" in zh) == shards and not english_runs(zh)
 
 
 # --------------------------------------------------------------------------- one real run

@@ -31,6 +31,23 @@ def test_a_failed_training_shows_dashes_not_none():
     assert found["loss first → last"] == "—" and found["tokens/s/p"] == "—" and found["exit code"] == "1"
 
 
+def test_the_stages_table_shows_dashes_and_large_figures_in_full(tmp_path):
+    """The table under the cards formats a failed run's headline as the cards do."""
+    from hyport_lib.report.blog_format import num
+
+    headline = {"exit code": 1, "train_loss": None, "total s": 12345.678}
+    run = _run(tmp_path, {"04_train": "FAIL"})
+    run.stages[0].headline = headline  # what the runner copies from the stage's result
+    (tmp_path / "results").mkdir()
+    (tmp_path / "results" / "04_train.json").write_text(json.dumps({
+        "stage": "04_train", "verdict": "FAIL", "summary": "stopped", "headline": headline, "data": {}}))
+    index = render_index(run)
+    assert "None" not in index and "e+0" not in index
+    assert "train_loss: <b>—</b>" in index and "total s: <b>12,345.7</b>" in index
+    assert glance.fmt_value(23456.789) == "23,456.8" == num(23456.789)  # cards and drafts alike
+    assert glance.fmt_value(0.123456) == "0.1235" == num(0.123456)
+
+
 def test_attention_counts_cases_not_rows():
     rows = [{"case": "a", "backend": b, "verdict": "PASS", "max_abs": 0.1, "bound": 1.0} for b in "xyz"]
     rows += [{"case": "b", "backend": "x", "verdict": "PASS", "max_abs": 0.5, "bound": 1.0},

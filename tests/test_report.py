@@ -75,6 +75,13 @@ def test_profiles_resolve_by_name_and_errors_name_the_file(tmp_path):
     broken.write_text("a: [unclosed\n")
     with pytest.raises(ValueError, match="broken.yaml"):
         load_profile(broken)
+    twice = tmp_path / "twice.yaml"
+    twice.write_text("device: cpu\ndevice: npu\n")
+    with pytest.raises(ValueError, match="twice.yaml.*'device' given twice"):
+        load_profile(twice)
+    other = tmp_path / "profile.txt"  # another suffix: found and read, not "not found"
+    other.write_text("num_cards: 3\n")
+    assert load_profile(resolve_profile(str(other))) == {"num_cards": 3}
 
 
 def test_seed_profile_matches_the_seed_case():

@@ -25,7 +25,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-p", "--param", action="append", default=[], metavar="KEY=VALUE",
                         help="override one parameter (repeatable); VALUE is parsed as YAML")
     parser.add_argument("--only", default=None, help="comma-separated stages, e.g. 01,04 or environment")
-    parser.add_argument("--output-dir", type=Path, default=None, help="root folder for runs (default ./outputs)")
+    parser.add_argument("--output-dir", type=_folder, default=None, help="root folder for runs (default ./outputs)")
     parser.add_argument("--notebooks", type=Path, default=None, help="notebooks folder (default: the repo's)")
     parser.add_argument("--cell-timeout", type=int, default=DEFAULT_CELL_TIMEOUT_S,
                         help="seconds one notebook cell may run before the stage fails")
@@ -38,6 +38,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--clean", action="store_true",
                         help="only clean runs that were killed (remove their partial notebooks, "
                              "scrub their files, mark them INTERRUPTED), then exit")
+
+
+def _folder(text: str) -> Path:
+    # Path("") is ".": an empty value would scatter the run into the current folder.
+    if not text.strip():
+        raise argparse.ArgumentTypeError("expected a folder, got an empty value")
+    return Path(text)
 
 
 def _only(text):
@@ -66,7 +73,10 @@ def run(args: argparse.Namespace) -> int:
         profile=profile, overrides=parse_overrides(args.param), only=_only(args.only),
         output_root=args.output_dir, notebooks_dir=args.notebooks,
         cell_timeout_s=args.cell_timeout, kernel_name=args.kernel,
-        show_inputs=not args.hide_inputs, progress_bar=sys.stderr.isatty(),
+        show_inputs=not args.hide_inputs,
+        # No papermill bar: the terminal shows one line per stage, and while a stage runs
+        # its stderr goes to the stage log, where a bar would only leave \r lines.
+        progress_bar=False,
         allow_unknown_parameters=args.allow_unknown_parameters,
     )
     if args.zip:

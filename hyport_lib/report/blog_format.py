@@ -6,7 +6,9 @@ few and fixed (the tests re-derive each number with them):
 * an integer is written as recorded, with thousands separators from 10,000 on
   (``288536`` -> ``288,536``, as the seed wrote byte counts);
 * a float is written as recorded (``str``) when that takes at most
-  :data:`FLOAT_CHARS` characters, else rounded to 4 significant digits (``.4g``);
+  :data:`FLOAT_CHARS` characters, else rounded to 4 significant digits (``.4g``) below
+  1,000 and to one decimal with separators from 1,000 on (``12,345.7``, never
+  ``1.235e+04``);
 * a ratio the drafts derive themselves (the worst error over its bound, per attention
   implementation) is rounded to 3 significant digits (``.3g``), as the stage's headline;
 * a recorded text is never cut short: cutting ``2048x2048`` could leave a number that
@@ -38,7 +40,9 @@ def num(value: Any) -> str:
         if math.isnan(value) or math.isinf(value):
             return str(value)
         text = str(value)
-        return text if len(text) <= FLOAT_CHARS else f"{value:.4g}"
+        if len(text) <= FLOAT_CHARS:
+            return text
+        return f"{value:,.1f}" if abs(value) >= 1000 else f"{value:.4g}"
     return str(value)
 
 

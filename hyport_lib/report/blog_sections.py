@@ -72,9 +72,13 @@ def stage_section(view: StageView, ctx: Ctx) -> list[str]:
         label = view.provenance.get("label")
         shown = f" ({code(label)})" if label and ctx.lang == "en" else (f"（{code(label)}）" if label else "")
         lines += [f"*{t['source']}{t['colon']}{ctx.prov(view.provenance)}{shown}*", ""]
-    says = t["verdict_says"].get(verdict) or t["unknown_status"].format(verdict=code(verdict))
+    # A stage that ran to its end and judged its own result a FAIL has no error to quote:
+    # its summary says why.
+    judged = verdict == "FAIL" and not view.outcome.error and view.result is not None
+    says = t["fail_judged"] if judged else (
+        t["verdict_says"].get(verdict) or t["unknown_status"].format(verdict=code(verdict)))
     lines += [says, ""]
-    if verdict in ("FAIL", INTERRUPTED) or (view.outcome.error and verdict not in _NO_DATA_YET):
+    if (verdict in ("FAIL", INTERRUPTED) and not judged) or (view.outcome.error and verdict not in _NO_DATA_YET):
         lines += quote(view.outcome.error) or [t["no_error"], ""]
     if view.problem:
         lines += [t["bad_result"], ""] + quote(view.problem)
@@ -88,7 +92,7 @@ def stage_section(view: StageView, ctx: Ctx) -> list[str]:
     renderer = RENDERERS.get(view.name)
     if view.has_data and renderer is not None:
         if verdict == "FAIL":
-            lines += [t["partial_data"], ""]
+            lines += [t["judged_data"] if judged else t["partial_data"], ""]
         try:
             lines += renderer(view, ctx)
         except Exception as exc:  # noqa: BLE001 — odd recorded data must not stop the draft
@@ -185,7 +189,9 @@ def commands(ctx: Ctx) -> list[str]:
     words = ["hyport", "report"]
     lines = [f"## {t['commands']}", "", t["cmd_intro"], ""]
     base: dict = {}
-    if run.profile:
+    if not run.profile:  # the notebooks' own defaults: say so, or the default profile would apply
+        words += ["--profile", "none"]
+    else:
         words += ["--profile", profile_name(run.profile)]
         try:
             base = load_profile(Path(run.profile))

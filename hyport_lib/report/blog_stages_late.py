@@ -98,9 +98,11 @@ def weights_body(view: StageView, ctx: Ctx) -> list[str]:
     shards = [s for s in as_list(d.get("shards")) if isinstance(s, dict)]
     index = dig(d, "index", default={})
     path = d.get("path")
-    lines = [t["w_intro"].format(path=code(path)), ""]
     files = ([index["file"]] if isinstance(index, dict) and index.get("file") else []) + [
         str(s.get("file")) for s in shards]
+    intro = t["w_intro_reload" if d.get("reload") else "w_intro"].format(path=code(path))
+    sep = " " if ctx.lang == "en" else ""  # Chinese sentences follow each other without a space
+    lines = [f"{intro}{sep}{t['w_files'] if files else t['w_no_files']}", ""]
     if files:
         lines += fenced("\n".join([f"{path}/"] + [f"  {f}" for f in files]), "text")
     if d.get("source"):

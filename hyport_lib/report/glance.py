@@ -28,21 +28,25 @@ def load_data(run_dir: Path, stage: str) -> dict:
     return raw if isinstance(raw, dict) else {}
 
 
-def _fmt(value, digits: int = 4) -> str:
+def fmt_value(value, digits: int = 4) -> str:
+    """A recorded value on a card or in the stages table: ``—`` when not recorded (a
+    failed run: never Python's ``None``), bools as yes / no, floats rounded to ``digits``
+    significant digits below 1,000 and to one decimal with separators above
+    (``12,345.7`` s, not ``1.235e+04``)."""
     if value is None:
-        return "—"  # not recorded (a failed run): never Python's "None"
+        return "—"
     if isinstance(value, bool):
         return "yes" if value else "no"
     if isinstance(value, float):
-        return f"{value:.{digits}g}"
+        return f"{value:,.1f}" if math.isfinite(value) and abs(value) >= 1000 else f"{value:.{digits}g}"
     return str(value)
 
 
 def environment(result: dict) -> Figures:
     data, head = result.get("data") or {}, result.get("headline") or {}
     failing = [c["name"] for c in data.get("checks", []) if c.get("verdict") in ("FAIL", "WARN")]
-    return [("verdict", _fmt(result.get("verdict"))), ("checks", _fmt(head.get("checks"))),
-            ("device", f"{_fmt(head.get('device'))} × {_fmt(head.get('cards'))}"),
+    return [("verdict", fmt_value(result.get("verdict"))), ("checks", fmt_value(head.get("checks"))),
+            ("device", f"{fmt_value(head.get('device'))} × {fmt_value(head.get('cards'))}"),
             ("to look at", ", ".join(failing) or "nothing")]
 
 
@@ -61,25 +65,25 @@ def attention(result: dict) -> Figures:
                                   f"{worst['max_abs'] / worst['bound']:.3g} of the bound"))
     model = (result.get("data") or {}).get("model") or {}
     if model:
-        out.append(("model", f"{_fmt(model.get('verdict'))}, max |Δ logits| "
-                             f"{_fmt(model.get('max_abs_logits'), 3)}"))
+        out.append(("model", f"{fmt_value(model.get('verdict'))}, max |Δ logits| "
+                             f"{fmt_value(model.get('max_abs_logits'), 3)}"))
     return out
 
 
 def inference(result: dict) -> Figures:
     head = result.get("headline") or {}
     consistent = head.get("consistent")
-    return [("cards ok", _fmt(head.get("cards ok"))),
-            ("consistent", _fmt(consistent) if consistent is not None else "—"),
-            ("warm tokens/s (median)", _fmt(head.get("tokens/s incl. prefill (median)"))),
-            ("cold first call s (median)", _fmt(head.get("cold first call s (median)")))]
+    return [("cards ok", fmt_value(head.get("cards ok"))),
+            ("consistent", fmt_value(consistent) if consistent is not None else "—"),
+            ("warm tokens/s (median)", fmt_value(head.get("tokens/s incl. prefill (median)"))),
+            ("cold first call s (median)", fmt_value(head.get("cold first call s (median)")))]
 
 
 def training(result: dict) -> Figures:
     head = result.get("headline") or {}
-    return [("exit code", _fmt(head.get("exit code"))), ("steps", _fmt(head.get("steps"))),
-            ("loss first → last", _fmt(head.get("loss first → last"))),
-            ("tokens/s/p", _fmt(head.get("tokens/s/p"))), ("total s", _fmt(head.get("total s")))]
+    return [("exit code", fmt_value(head.get("exit code"))), ("steps", fmt_value(head.get("steps"))),
+            ("loss first → last", fmt_value(head.get("loss first → last"))),
+            ("tokens/s/p", fmt_value(head.get("tokens/s/p"))), ("total s", fmt_value(head.get("total s")))]
 
 
 def weights(result: dict) -> Figures:
@@ -87,13 +91,13 @@ def weights(result: dict) -> Figures:
     from hyport_lib.weights.defaults import checked_label
 
     out = [("checked", checked_label(str(data.get("source") or "")))]
-    out += [(k, _fmt(head.get(k))) for k in ("shards", "tensors", "parameters")]
-    out.append(("findings", f"{_fmt(head.get('errors'))} error(s), {_fmt(head.get('warnings'))} warning(s)"))
-    out.append(("LOAD_OK", _fmt(head.get("LOAD_OK")) if "LOAD_OK" in head else "not reloaded"))
+    out += [(k, fmt_value(head.get(k))) for k in ("shards", "tensors", "parameters")]
+    out.append(("findings", f"{fmt_value(head.get('errors'))} error(s), {fmt_value(head.get('warnings'))} warning(s)"))
+    out.append(("LOAD_OK", fmt_value(head.get("LOAD_OK")) if "LOAD_OK" in head else "not reloaded"))
     if "tensors changed vs base" in head:
-        out.append(("vs base", f"{_fmt(head['tensors changed vs base'])} tensors changed"))
+        out.append(("vs base", f"{fmt_value(head['tensors changed vs base'])} tensors changed"))
     if "checkpoint tensors identical" in head:
-        out.append(("vs checkpoint", f"{_fmt(head['checkpoint tensors identical'])} tensors identical"))
+        out.append(("vs checkpoint", f"{fmt_value(head['checkpoint tensors identical'])} tensors identical"))
     return out
 
 
@@ -110,7 +114,7 @@ def figures(stage_id: str, result: dict) -> Figures:
         return []
     name = stage_id.partition("_")[2]
     try:
-        return GLANCES.get(name, lambda r: [(k, _fmt(v)) for k, v in (r.get("headline") or {}).items()])(result)
+        return GLANCES.get(name, lambda r: [(k, fmt_value(v)) for k, v in (r.get("headline") or {}).items()])(result)
     except (TypeError, ValueError, KeyError, ZeroDivisionError) as exc:  # an odd record: say so
         return [("(figures unreadable)", f"{type(exc).__name__}: {exc}")]
 

@@ -42,9 +42,11 @@ def _verdict_cell(verdict: str) -> str:
 
 
 def _headline(headline: dict) -> str:
+    from hyport_lib.report.glance import fmt_value
+
     if not headline:
         return ""
-    return "<br>".join(f"{_esc(k)}: <b>{_esc(v)}</b>" for k, v in headline.items())
+    return "<br>".join(f"{_esc(k)}: <b>{_esc(fmt_value(v))}</b>" for k, v in headline.items())
 
 
 def _link(path, label) -> str:

@@ -24,8 +24,28 @@ def resolve_profile(name_or_path: Optional[str]) -> Optional[Path]:
     candidate = default_profiles_dir() / f"{name_or_path}.yaml"
     if candidate.exists():
         return candidate
+    if path.is_file():  # a profile under another suffix: read as YAML, errors name the file
+        return path
     known = ", ".join(sorted(p.stem for p in default_profiles_dir().glob("*.yaml")))
     raise FileNotFoundError(f"profile {name_or_path!r} not found (as a file or in parameters/: {known})")
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """YAML's safe loader, refusing a key given twice (YAML would keep the last silently:
+    ``device: cpu`` then ``device: npu`` must not quietly mean npu)."""
+
+    def construct_mapping(self, node, deep=False):
+        seen = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"key {key!r} given twice", key_node.start_mark)
+            try:
+                seen.add(key)
+            except TypeError:  # an unhashable key: the base class reports it
+                pass
+        return super().construct_mapping(node, deep=deep)
 
 
 def load_profile(path: Optional[Path]) -> dict:
@@ -33,8 +53,8 @@ def load_profile(path: Optional[Path]) -> dict:
     if path is None:
         return {}
     try:
-        data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError) as exc:
+        data = yaml.load(Path(path).read_text(encoding="utf-8"), Loader=_StrictLoader)
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
         raise ValueError(f"{path}: cannot read profile ({exc})") from exc
     if data is None:
         return {}
