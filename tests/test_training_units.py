@@ -23,6 +23,8 @@ from hyport_lib.training.metrics import ema, spikes, summarize_metrics, truncate
     ("packing", "maybe", "packing='maybe'"), ("learning_rate", "-1", "learning_rate"),
     ("max_seq_len", 4, "max_seq_len"), ("node_rank", 1, "node_rank=1"),
     ("train_timeout_s", "nan", "train_timeout_s"), ("run_name", "a/b", "run_name"),
+    ("num_train_epochs", 0, "num_train_epochs=0"), ("lr_scheduler_type", "bogus", "lr_scheduler_type='bogus'"),
+    ("max_shard_size", "5XB", "max_shard_size='5XB'"),
 ])
 def test_bad_config_names_the_parameter(field, value, words):
     with pytest.raises(ValueError, match=words.replace("(", r"\(").replace("[", r"\[")):
@@ -310,3 +312,61 @@ def test_training_review_regressions(tmp_path):
                 get_backend("cpu"))
     listing = Path(info.value.problems_file)
     assert len(listing.read_text().splitlines()) == 60
+
+
+def test_second_training_review_regressions(tmp_path, monkeypatch):
+    """Found by the second review of stage 04, each reproduced first."""
+    from PIL import Image
+
+    from hyport_lib.training.dataset import load_dataset
+    from hyport_lib.training.metrics import MetricsSummary
+    from hyport_lib.training.preflight import prepare
+    from hyport_lib.training.result import TrainResult
+
+    cpu = get_backend("cpu")
+    turns = [{"from": "human", "value": "<image> what?"}, {"from": "gpt", "value": "x"}]
+    (tmp_path / "img").mkdir()
+    Image.new("RGB", (32, 32)).save(tmp_path / "img" / "ok.png")
+    bomb = Image.new("1", (1, 1))
+    bomb.save(tmp_path / "img" / "bomb.png")
+    raw = bytearray((tmp_path / "img" / "bomb.png").read_bytes())
+    raw[16:24] = (20000).to_bytes(4, "big") * 2  # the IHDR claims 20000 x 20000 pixels
+    (tmp_path / "img" / "bomb.png").write_bytes(bytes(raw))
+    records = [{"id": "list-role", "conversations": [{"from": ["human"], "value": "q"}, turns[1]]},
+               {"id": "long-path", "image": "a" * 5000 + ".png", "conversations": turns},
+               {"id": "bomb", "image": "img/bomb.png", "conversations": turns}]
+    path = tmp_path / "data.json"
+    path.write_text(json.dumps(records))
+    kinds = {(p.record_id, p.kind) for p in load_dataset(path).problems}
+    assert kinds >= {("list-role", "unknown_role"), ("long-path", "image_missing"), ("bomb", "image_unreadable")}
+    # one JSON object over several lines is named as such, not as 5 lines that are not JSON
+    wrapped = tmp_path / "wrapped.json"
+    wrapped.write_text(json.dumps({"data": records[:1]}, indent=2))
+    with pytest.raises(ValueError, match="wrapped.json: one JSON object .*expected a JSON list"):
+        load_dataset(wrapped)
+    # a DeepSpeed file with "stage": "auto" names the file and the field
+    own = tmp_path / "ds.json"
+    own.write_text(json.dumps({"zero_optimization": {"stage": "auto"}}))
+    with pytest.raises(ValueError, match="ds.json.*zero_optimization.stage is 'auto'"):
+        build_deepspeed_config(TrainConfig(deepspeed_config=str(own)), cpu, "bf16")
+    # an address that does not resolve would make torchrun retry for ever
+    with pytest.raises(ValueError, match="master_addr='no.such.host.invalid' does not resolve"):
+        prepare(TrainConfig(master_addr="no.such.host.invalid", output_dir=str(tmp_path / "a")), cpu)
+    # ZeRO-3 on two processes with text-only and image records would abort in DeepSpeed
+    with pytest.raises(ValueError, match="training rows hold no image.*zero_stage=3"):
+        prepare(TrainConfig(zero_stage=3, num_cards=2, packing=False, output_dir=str(tmp_path / "z3")), cpu)
+    prepare(TrainConfig(zero_stage=3, num_cards=2, output_dir=str(tmp_path / "z3p")), cpu)  # packed: all rows have images
+    # resuming at or past max_steps trains nothing: refused; a relative folder becomes absolute
+    out = tmp_path / "run"
+    _checkpoint(out, 4)
+    with pytest.raises(ValueError, match="step 4.*max_steps=3: nothing is left to train"):
+        prepare(TrainConfig(resume_from="auto", max_steps=3, num_cards=2, output_dir=str(out)), cpu)
+    monkeypatch.chdir(tmp_path)
+    plan = prepare(TrainConfig(resume_from="run/checkpoint-4", max_steps=6, num_cards=2,
+                               output_dir=str(tmp_path / "other")), cpu)
+    assert plan.config.resume_from == str(out / "checkpoint-4")
+    # a run that logged no step is no PASS, even with weights written
+    (out / "model.safetensors").write_bytes(b"")
+    empty = TrainResult(status="ok", exit_code=0, wall_s=1.0, plan={"config": {"max_steps": None}},
+                        metrics=[], summary=MetricsSummary(), worker={"final_dir": str(out)})
+    assert empty.verdict() == ("FAIL", "no step was trained (no step in the metrics)")

@@ -65,9 +65,10 @@ class StepCounts:
 class CountingTrainer(Trainer):
     """``Trainer`` that removes hyport's count keys from each batch and counts them."""
 
-    def __init__(self, *args, step_counts: Optional[StepCounts] = None, **kwargs):
+    def __init__(self, *args, step_counts: Optional[StepCounts] = None, dummy_pixel_values=None, **kwargs):
         super().__init__(*args, **kwargs)
         self.step_counts = step_counts or StepCounts()
+        self.dummy_pixel_values = dummy_pixel_values
         raw = os.environ.get(NAN_FAULT_ENV, "").strip()
         self._nan_step = int(raw) if raw.isdigit() else None
 
@@ -75,6 +76,38 @@ class CountingTrainer(Trainer):
         loss = super().training_step(model, inputs, *args, **kwargs)
         self.step_counts.add_loss(float(loss.detach().float().item()))
         return loss
+
+    def _run_image_path_after_embeddings(self, model, holder: dict):
+        """Run the image path on a blank image where a real image's runs; ``holder["zero"]``
+        gets 0 x its features. Returns the hook to remove (None when the model has no
+        ``get_image_features`` or input embeddings).
+
+        A text-only batch never runs the image path, so on that rank its parameters are
+        neither gathered (ZeRO-3) nor given a gradient, while a rank with images does
+        both; DeepSpeed's collectives then differ between ranks and abort ("Received
+        data size doesn't match expected size"). LLaMA-Factory feeds a placeholder image
+        for the same reason. The blank image runs right after the token embeddings, the
+        point where LLaVA-style forwards run the image path, so every rank gathers and
+        reduces the same parameters in the same order; times zero, it changes no loss.
+        """
+        net = self.accelerator.unwrap_model(model)
+        get = getattr(net, "get_image_features", None)
+        embeddings = net.get_input_embeddings() if hasattr(net, "get_input_embeddings") else None
+        if get is None or embeddings is None:
+            return None
+
+        def after_embeddings(module, args, output):
+            if "zero" in holder:
+                return  # once per forward
+            pixels = self.dummy_pixel_values.to(output.device, self._vision_dtype(net))
+            parts = [t.float().sum() for t in _tensors(get(pixel_values=pixels)) if t.requires_grad]
+            holder["zero"] = sum(parts) * 0.0 if parts else None
+
+        return embeddings.register_forward_hook(after_embeddings)
+
+    @staticmethod
+    def _vision_dtype(net):
+        return next((p.dtype for p in net.parameters() if p.is_floating_point()), None)
 
     def _save_checkpoint(self, model, trial, *args, **kwargs):
         # The folder may exist from an earlier run or attempt: until this save has
@@ -90,7 +123,17 @@ class CountingTrainer(Trainer):
         counts = [inputs.pop(key, 0) for key in COUNT_KEYS]
         if model.training:
             self.step_counts.add(int(counts[0]), int(counts[1]))
-        result = super().compute_loss(model, inputs, *args, **kwargs)
+        image_path: dict = {}
+        hook = None
+        if model.training and inputs.get("pixel_values") is None and self.dummy_pixel_values is not None:
+            hook = self._run_image_path_after_embeddings(model, image_path)
+        try:
+            result = super().compute_loss(model, inputs, *args, **kwargs)
+        finally:
+            if hook is not None:
+                hook.remove()
+        if image_path.get("zero") is not None:
+            result = add_to_loss(result, image_path["zero"])
         if self._nan_step is not None and self.state.global_step + 1 == self._nan_step:
             print(f"[hyport train] test fault: NaN loss at step {self._nan_step} ({NAN_FAULT_ENV})",
                   flush=True)
@@ -98,6 +141,27 @@ class CountingTrainer(Trainer):
                 return (result[0] * float("nan"), *result[1:])
             return result * float("nan")
         return result
+
+
+def add_to_loss(result, extra):
+    """``compute_loss``'s result (a loss, or ``(loss, outputs)``) with ``extra`` added."""
+    if isinstance(result, tuple):
+        return (result[0] + extra, *result[1:])
+    return result + extra
+
+
+def _tensors(value):
+    """Every tensor in a model output (a tensor, a ModelOutput, nested tuples or lists)."""
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        yield value
+    elif isinstance(value, dict):  # ModelOutput is an OrderedDict
+        for item in value.values():
+            yield from _tensors(item)
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            yield from _tensors(item)
 
 
 class MetricsCallback(TrainerCallback):

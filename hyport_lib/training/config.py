@@ -136,6 +136,8 @@ class TrainConfig:
             self.max_steps = _positive("max_steps", self.max_steps)
         self.save_steps = _positive("save_steps", self.save_steps)
         self.num_train_epochs = as_float("num_train_epochs", self.num_train_epochs)
+        if self.num_train_epochs <= 0:
+            raise ValueError(f"num_train_epochs={self.num_train_epochs!r}: must be > 0")
         for name in ("per_device_train_batch_size", "gradient_accumulation_steps", "lora_rank",
                      "lora_alpha", "nnodes"):
             setattr(self, name, _positive(name, getattr(self, name)))
@@ -173,6 +175,9 @@ class TrainConfig:
             raise ValueError(f"run_name={self.run_name!r}: a non-empty name without '/'")
         if not str(self.resume_from).strip():
             raise ValueError("resume_from: 'auto', 'none' or a checkpoint folder")
+        _check_scheduler(self.lr_scheduler_type)
+        if self.max_shard_size not in (None, ""):
+            _check_shard_size(self.max_shard_size)
 
     def with_env_overrides(self, environ: Optional[Mapping[str, str]] = None) -> "TrainConfig":
         """A copy with ``MAX_STEPS`` / ``SAVE_STEPS`` applied (as the seed's script does)."""
@@ -209,3 +214,25 @@ def _positive(name: str, value) -> int:
 def _choice(name: str, value, allowed) -> None:
     if value not in allowed:
         raise ValueError(f"{name}={value!r}: expected one of {', '.join(map(str, allowed))}")
+
+
+def _check_scheduler(name) -> None:
+    # Checked here, not after torchrun has started and every rank has loaded the model.
+    from transformers.trainer_utils import SchedulerType
+
+    allowed = [t.value for t in SchedulerType]
+    if name not in allowed:
+        raise ValueError(f"lr_scheduler_type={name!r}: expected one of {', '.join(allowed)}")
+
+
+def _check_shard_size(value) -> None:
+    # The final save would fail only after the last step: check the size before launching.
+    from transformers.utils.hub import convert_file_size_to_int
+
+    try:
+        size = convert_file_size_to_int(value)
+    except (ValueError, TypeError) as exc:
+        raise ValueError(f"max_shard_size={value!r}: expected a size such as 5GB or 500MB "
+                         f"({exc})") from None
+    if size <= 0:
+        raise ValueError(f"max_shard_size={value!r}: must be a positive size")

@@ -121,6 +121,17 @@ def read_raw(path: os.PathLike) -> tuple[list[Any], list[Problem]]:
         text = path.read_text(encoding="utf-8-sig")  # a BOM (Windows editors) is not data
     except (OSError, UnicodeDecodeError) as exc:
         raise ValueError(f"dataset {path}: cannot read it ({exc})") from exc
+    if text.lstrip().startswith("{"):
+        # One object over many lines, e.g. {"data": [...]}: say so, rather than report
+        # every line of it as a record that is not JSON.
+        try:
+            whole = json.loads(text)
+        except json.JSONDecodeError:
+            whole = None
+        if isinstance(whole, dict) and text.strip().count("\n"):
+            keys = ", ".join(repr(k) for k in list(whole)[:3])
+            raise ValueError(f"dataset {path}: one JSON object (keys {keys}); expected a JSON list "
+                             f"of records, or one record per line (JSON Lines)")
     if text.lstrip().startswith("["):
         try:
             data = json.loads(text)
@@ -220,7 +231,7 @@ def _check_turns(value: dict, problem) -> list[tuple[str, str]]:
             previous = None
             continue
         role, text = turn.get("from"), turn.get("value")
-        if role not in ROLES:
+        if not isinstance(role, str) or role not in ROLES:
             problem(f"{where}.from", "unknown_role", f"role {role!r}: expected 'human' or 'gpt'")
         elif i == 0 and role != "human":
             problem(f"{where}.from", "first_turn_not_human", f"the first turn is {role!r}; "
@@ -235,7 +246,7 @@ def _check_turns(value: dict, problem) -> list[tuple[str, str]]:
         elif role == "gpt" and IMAGE_PLACEHOLDER in text:
             problem(f"{where}.value", "image_in_answer",
                     f"{IMAGE_PLACEHOLDER} in a gpt turn: images belong to the human turns")
-        if role in ROLES:
+        if isinstance(role, str) and role in ROLES:
             turns.append((ROLES[role], text))
             expected = "gpt" if role == "human" else "human"
     if turns and turns[-1][0] != "assistant":
@@ -256,8 +267,13 @@ def _check_images(value: dict, image_root: Path, problem, check: bool) -> Option
             problem(where, "image_missing", f"expected a file path, got {entry!r}")
             continue
         path = (image_root / entry).expanduser()
-        if not path.is_file():
-            problem(where, "image_missing", f"{entry!r}: no such file under {image_root}")
+        try:
+            found = path.is_file()
+        except (OSError, ValueError) as exc:  # a name too long, a NUL byte: not a file either
+            problem(where, "image_missing", f"{entry!r:.80}: not a usable path ({exc})")
+            continue
+        if not found:
+            problem(where, "image_missing", f"{entry!r:.200}: no such file under {image_root}")
             continue
         if check:
             reason = _unreadable(path)
@@ -271,11 +287,12 @@ def _check_images(value: dict, image_root: Path, problem, check: bool) -> Option
 def _unreadable(path: Path) -> Optional[str]:
     from PIL import Image, UnidentifiedImageError
 
-    try:
+    try:  # DecompressionBombError: an image so large that opening it would exhaust memory
         with Image.open(path) as img:
             img.verify()  # the structure
         with Image.open(path) as img:
             img.load()  # the pixels: verify() does not read a JPEG's image data
-    except (OSError, UnidentifiedImageError, SyntaxError, ValueError) as exc:
+    except (OSError, UnidentifiedImageError, SyntaxError, ValueError,
+            Image.DecompressionBombError) as exc:
         return f"{type(exc).__name__}: {str(exc)[:80]}"
     return None

@@ -15,6 +15,7 @@ from typing import Optional
 
 import hyport_lib
 from hyport_lib.training.config import TrainConfig
+from hyport_lib.utils.values import as_int
 
 
 def bundled_config_path(zero_stage: int) -> Path:
@@ -52,7 +53,14 @@ def build_deepspeed_config(config: TrainConfig, backend, precision: str) -> dict
     """The DeepSpeed configuration the run uses (a new dict)."""
     if config.deepspeed_config:
         data = load_json(config.deepspeed_config, "deepspeed_config")
-        stage = int((data.get("zero_optimization") or {}).get("stage", 0))
+        zero = data.get("zero_optimization") or {}
+        raw = zero.get("stage", 0) if isinstance(zero, dict) else zero
+        try:
+            stage = as_int("zero_optimization.stage", raw)
+        except ValueError:
+            raise ValueError(f"deepspeed_config={config.deepspeed_config!r}: zero_optimization.stage is "
+                             f"{raw!r}; hyport needs the number (0, 1, 2 or 3), the same as zero_stage, "
+                             f"to check the run") from None
         if stage != config.zero_stage:
             raise ValueError(f"deepspeed_config={config.deepspeed_config!r} sets ZeRO stage "
                              f"{stage} but zero_stage={config.zero_stage}; make them agree")

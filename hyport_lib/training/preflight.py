@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import os
 import socket
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Optional
 
@@ -94,14 +94,22 @@ def prepare(config: TrainConfig, backend=None, *, check_port: bool = True) -> La
     dataset_path, image_root = _dataset_path(config, output_dir)
     precision = ds.resolve_precision(config.precision, backend)
     deepspeed = ds.build_deepspeed_config(config, backend, precision)
-    report, skip = _check_dataset(config, dataset_path, image_root, model_path, output_dir)
+    report, skip = _check_dataset(config, dataset_path, image_root, model_path, output_dir, world)
     if skip:
         notes.append(f"{len(skip)} bad record(s) skipped (skip_bad_records=True)")
     checkpoint = resolve_resume(config.resume_from, output_dir)
     if checkpoint is not None:
         check_compatible(checkpoint, world_size=world, zero_stage=config.zero_stage,
                          finetuning_type=config.finetuning_type)
+        if config.max_steps is not None and checkpoint.step >= config.max_steps:
+            raise ValueError(f"resume_from={config.resume_from!r} resumes {checkpoint.path.name} (step "
+                             f"{checkpoint.step}), but max_steps={config.max_steps}: nothing is left to "
+                             f"train; raise max_steps, or resume_from='none' to start again")
         notes.append(f"resumes from {checkpoint.path.name} (step {checkpoint.step})")
+        if config.resume_from.lower() not in ("auto", "none"):
+            # The workers start inside output_dir: a relative folder would point elsewhere there.
+            config = replace(config, resume_from=str(checkpoint.path.resolve()))
+    _check_master_addr(config)
     port = _port(config, check_port)
     attn, attention_backend = _attention(config, backend)
     if config.packing:
@@ -166,7 +174,7 @@ def _dataset_path(config: TrainConfig, output_dir: Path) -> tuple[Path, Optional
 
 
 def _check_dataset(config: TrainConfig, path: Path, image_root: Optional[str],
-                   model_path: str, output_dir: Path) -> tuple[dict, list[int]]:
+                   model_path: str, output_dir: Path, world: int) -> tuple[dict, list[int]]:
     from transformers import AutoProcessor
 
     from hyport_lib.training.dataset import DatasetError, DatasetReport, load_dataset
@@ -189,11 +197,47 @@ def _check_dataset(config: TrainConfig, path: Path, image_root: Optional[str],
         raise DatasetError(full, problems_file=str(listing))
     if not samples:
         raise ValueError(f"dataset {path}: no usable record left ({full.summary()})")
+    _check_mixed_images(config, world, path, samples)
     summary = full.to_dict()
     summary.update(samples=len(samples), tokens=sum(len(s) for s in samples),
                    label_tokens=sum(s.label_tokens for s in samples),
                    truncated=sum(1 for s in samples if s.truncated), skipped=len(full.bad_indices))
     return summary, sorted(full.bad_indices)
+
+
+def _check_mixed_images(config: TrainConfig, world: int, path: Path, samples) -> None:
+    """ZeRO-3 on several processes cannot mix text-only and image batches.
+
+    A text-only batch does not run the vision tower, so that rank gathers other
+    parameters than a rank with images and DeepSpeed's collectives abort or hang. ZeRO 0
+    to 2 run a blank image on text-only batches instead (see the Trainer in
+    ``callbacks``); under ZeRO-3 that hangs too, so rows (packed or not) without an image
+    beside rows with one are refused here.
+    """
+    if config.zero_stage != 3 or world < 2:
+        return
+    from hyport_lib.training.packing import training_rows
+
+    rows = training_rows(samples, config.max_seq_len, config.packing)
+    text_only = [row for row in rows if all(s.pixel_values is None for s in row)]
+    if text_only and len(text_only) < len(rows):
+        raise ValueError(
+            f"dataset {path}: {len(text_only)} of {len(rows)} training rows hold no image (e.g. record "
+            f"{text_only[0][0].record_id!r}): under zero_stage=3 on {world} processes a text-only batch "
+            f"leaves the vision tower out on one rank and DeepSpeed's collectives abort; use "
+            f"zero_stage=2, packing, one process, or records of one kind")
+
+
+def _check_master_addr(config: TrainConfig) -> None:
+    """An address that does not resolve makes torchrun retry for ever: say so now."""
+    try:
+        socket.getaddrinfo(config.master_addr, None)
+    except (OSError, UnicodeError) as exc:
+        raise ValueError(f"master_addr={config.master_addr!r} does not resolve ({exc}); give the "
+                         f"master node's address or name") from None
+    if config.nnodes == 1 and not _is_local(config.master_addr):
+        raise ValueError(f"master_addr={config.master_addr!r} is not this machine, but nnodes=1: "
+                         f"a single-node run is its own master (e.g. 127.0.0.1)")
 
 
 def _attention(config: TrainConfig, backend) -> tuple[str, str]:

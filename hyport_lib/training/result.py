@@ -61,7 +61,8 @@ class TrainResult:
 
     @property
     def expected_steps(self) -> Optional[int]:
-        return self.worker.get("global_step") or self.plan["config"].get("max_steps")
+        # max_steps when given: the worker's own global_step cannot disagree with itself.
+        return self.plan["config"].get("max_steps") or self.worker.get("global_step")
 
     def verdict(self) -> tuple[str, str]:
         """``(PASS|WARN|FAIL, why)`` as described in the module docstring."""
@@ -74,6 +75,8 @@ class TrainResult:
             return "PASS", f"node {node} of {nodes}: its ranks exited 0 (metrics and weights are on node 0)"
         if not self.final_dir:
             return "FAIL", "torchrun exited 0 but no final weights were written"
+        if not s.steps:
+            return "FAIL", "no step was trained (no step in the metrics)"
         expected = self.expected_steps
         # Resumed from a checkpoint of another folder, the metrics start after it.
         first_ok = (None, 1, int(self.worker.get("resumed_step") or 0) + 1)
@@ -95,13 +98,14 @@ class TrainResult:
 
     def headline(self) -> dict:
         s = self.summary
-        train_loss = (self.worker.get("train_metrics") or {}).get("train_loss")
         return {
             "exit code": self.exit_code,
             "steps": s.steps,
             "loss first → last": (f"{s.first_loss:.4f} → {s.last_loss:.4f}"
                                   if s.first_loss is not None and s.last_loss is not None else None),
-            "train_loss": round(float(train_loss), 4) if train_loss is not None else None,
+            # The mean of the logged step losses: the Trainer's own train_loss covers only the
+            # steps of its process (not those before a resume) and counts a NaN step as 0.
+            "train_loss": round(s.mean_loss, 4) if s.mean_loss is not None else None,
             "tokens/s/p": round(s.tokens_per_s_per_card, 1) if s.tokens_per_s_per_card else None,
             "real tokens/s/p": (round(s.real_tokens_per_s_per_card, 1)
                                 if s.real_tokens_per_s_per_card else None),

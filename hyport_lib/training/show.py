@@ -137,6 +137,17 @@ def _deepspeed(d: dict) -> str:
     return ", ".join(p for p in parts if p)
 
 
+def _train_loss(s, trainer_loss) -> str:
+    if s.mean_loss is None:
+        return "—"
+    finite = s.steps - len(s.nonfinite_loss_steps)
+    text = f"{s.mean_loss:.4f} (mean of the {finite} finite step losses logged)"
+    if trainer_loss is not None and abs(float(trainer_loss) - s.mean_loss) > 5e-5:
+        text += (f"; the Trainer reports {float(trainer_loss):.4f}, over the steps of its own "
+                 f"process only and with non-finite losses as 0")
+    return text
+
+
 def summary_frame(result: TrainResult) -> pd.DataFrame:
     """The seed's results table: exit code, total time, train_loss, step time, ..."""
     s = result.summary
@@ -145,7 +156,7 @@ def summary_frame(result: TrainResult) -> pd.DataFrame:
     rows = [
         ("verdict", verdict), ("why", why), ("exit code", result.exit_code),
         ("total time", f"{result.wall_s:.2f} s (launch to exit, torchrun start-up included)"),
-        ("train_loss", f"{train_loss:.4f} (the Trainer's mean over the run)" if train_loss is not None else "—"),
+        ("train_loss", _train_loss(s, train_loss)),
         ("loss first → last", f"{s.first_loss:.4f} → {s.last_loss:.4f}" if s.first_loss is not None else "—"),
         ("steps logged", f"{s.steps} ({s.first_step}..{s.last_step}); repeated {s.repeated_steps or 'none'}, "
                          f"missing {s.missing_steps or 'none'}"),

@@ -159,6 +159,19 @@ def _dataset(spec: dict, config, processor):
     return rows, make_collator(encoder.pad_id, config.max_seq_len, config.packing), len(samples)
 
 
+def _blank_image_pixels(processor):
+    """``pixel_values`` of one blank image (see ``CountingTrainer._image_path_at_zero``);
+    None when the processor has no image processor or needs more than pixels."""
+    image_processor = getattr(processor, "image_processor", None)
+    if image_processor is None:
+        return None
+    from PIL import Image
+
+    out = image_processor(images=[Image.new("RGB", (32, 32))], return_tensors="pt")
+    # Models whose image path needs more than pixels (grid sizes, image sizes) are left alone.
+    return out["pixel_values"] if set(out.keys()) == {"pixel_values"} else None
+
+
 def _training_args(spec: dict, config, backend):
     from transformers import TrainingArguments
 
@@ -267,7 +280,9 @@ def run(spec: dict) -> dict:
     callbacks = [metrics] + [c for c in (_fault_callback(),) if c is not None]
     trainer = CountingTrainer(model=model, args=_training_args(spec, config, backend),
                               train_dataset=rows, data_collator=collator,
-                              processing_class=processor, callbacks=callbacks, step_counts=counts)
+                              processing_class=processor, callbacks=callbacks, step_counts=counts,
+                              # ZeRO-3 hangs on the blank image: preflight refuses mixed data there.
+                              dummy_pixel_values=_blank_image_pixels(processor) if config.zero_stage < 3 else None)
     metrics.trainer = trainer
     output = trainer.train(resume_from_checkpoint=str(checkpoint.path) if checkpoint else None)
     final = save_final(trainer, processor, spec, config)
