@@ -176,6 +176,35 @@ def test_packing_positions_cumulative_lengths_and_label_mask(smoke, processor):
     assert batch["hyport_tokens"] == 512 and "attention_mask" not in batch
 
 
+class _GridProcessor:
+    """The tiny processor, also returning a per-image ``image_grid_thw`` as Qwen2-VL's does."""
+
+    def __init__(self, inner):
+        self._inner = inner
+
+    def __getattr__(self, name):
+        return getattr(self._inner, name)
+
+    def __call__(self, **kwargs):
+        out = self._inner(**kwargs)
+        if "pixel_values" in out:
+            out["image_grid_thw"] = torch.tensor([[1, 2, 3]] * out["pixel_values"].shape[0])
+        return out
+
+
+def test_the_processors_other_image_tensors_reach_the_batch(smoke, processor):
+    samples, _ = encode_records(load_dataset(smoke).records, _GridProcessor(processor), 256)
+    with_images = [s for s in samples if s.pixel_values is not None]
+    assert with_images and all(s.image_extras["image_grid_thw"].shape[0] == s.pixel_values.shape[0]
+                               for s in with_images)
+    assert all(not s.image_extras for s in samples if s.pixel_values is None)
+    for collate, rows in ((PackedCollator(processor.tokenizer.pad_token_id, 256), pack_samples(samples, 256)[:2]),
+                          (PaddedCollator(processor.tokenizer.pad_token_id), [[s] for s in samples[:4]])):
+        batch = collate(rows)
+        images = sum(s.pixel_values.shape[0] for r in rows for s in r if s.pixel_values is not None)
+        assert batch["pixel_values"].shape[0] == batch["image_grid_thw"].shape[0] == images
+
+
 def test_a_packed_batch_has_the_loss_of_the_unpacked_batch(smoke, processor):
     """Per-sample attention through hyport's registered attention: packing changes nothing,
     with or without a KV cache. (transformers' eager attention keeps packed samples apart

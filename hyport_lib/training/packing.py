@@ -55,7 +55,7 @@ class PackedCollator:
     def __call__(self, rows: Sequence[Sequence[Sample]]) -> dict:
         import torch
 
-        ids, labels, positions, lengths, pixels = [], [], [], [], []
+        ids, labels, positions, lengths = [], [], [], []
         real = 0
         for row in rows:
             row_ids, row_labels, row_pos = [], [], []
@@ -64,8 +64,6 @@ class PackedCollator:
                 row_labels += sample.labels
                 row_pos += list(range(len(sample)))
                 lengths.append(len(sample))
-                if sample.pixel_values is not None:
-                    pixels.append(sample.pixel_values)
             real += len(row_ids)
             pad = self.max_seq_len - len(row_ids)
             if pad < 0:
@@ -88,8 +86,7 @@ class PackedCollator:
             "max_length_q": max(lengths), "max_length_k": max(lengths),
             "hyport_real_tokens": real, "hyport_tokens": len(rows) * self.max_seq_len,
         }
-        if pixels:
-            batch["pixel_values"] = torch.cat(pixels, dim=0)
+        batch.update(image_batch([sample for row in rows for sample in row]))
         return batch
 
 
@@ -104,14 +101,12 @@ class PaddedCollator:
 
         samples = [s[0] if isinstance(s, (list, tuple)) else s for s in samples]
         width = max(len(s) for s in samples)
-        ids, labels, mask, pixels = [], [], [], []
+        ids, labels, mask = [], [], []
         for sample in samples:
             pad = width - len(sample)
             ids.append(sample.input_ids + [self.pad_id] * pad)
             labels.append(sample.labels + [IGNORE_INDEX] * pad)
             mask.append([1] * len(sample) + [0] * pad)
-            if sample.pixel_values is not None:
-                pixels.append(sample.pixel_values)
         batch: dict[str, Any] = {
             "input_ids": torch.tensor(ids, dtype=torch.long),
             "labels": torch.tensor(labels, dtype=torch.long),
@@ -119,9 +114,24 @@ class PaddedCollator:
             "hyport_real_tokens": sum(len(s) for s in samples),
             "hyport_tokens": len(samples) * width,
         }
-        if pixels:
-            batch["pixel_values"] = torch.cat(pixels, dim=0)
+        batch.update(image_batch(samples))
         return batch
+
+
+def image_batch(samples: Sequence[Sample]) -> dict:
+    """``pixel_values`` and the other per-image tensors of ``samples``, images in order
+    (one row per image: concatenated, as the processors batch them); {} without images."""
+    import torch
+
+    with_images = [s for s in samples if s.pixel_values is not None]
+    if not with_images:
+        return {}
+    batch = {"pixel_values": torch.cat([s.pixel_values for s in with_images], dim=0)}
+    for key in dict.fromkeys(k for s in with_images for k in s.image_extras):
+        parts = [s.image_extras[key] for s in with_images if key in s.image_extras]
+        if len(parts) == len(with_images):  # a key only some samples have cannot be lined up
+            batch[key] = torch.cat(parts, dim=0)
+    return batch
 
 
 def _running_sum(values: Sequence[int]) -> list[int]:

@@ -16,7 +16,7 @@ that does not is reported, rather than producing wrong labels.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from hyport_lib.training.dataset import IMAGE_PLACEHOLDER, Problem, Record
@@ -36,6 +36,8 @@ class Sample:
         pixel_values: the processor's pixel tensor of the record's images (one row per
             image, in order), or None for a text-only record.
         truncated: the sample was cut to ``max_seq_len``.
+        image_extras: the processor's other per-image tensors (``image_grid_thw``,
+            ``image_sizes``, ...), one row per image, batched like ``pixel_values``.
     """
 
     record_id: str
@@ -43,6 +45,7 @@ class Sample:
     labels: list[int]
     pixel_values: Any = None
     truncated: bool = False
+    image_extras: dict = field(default_factory=dict)
 
     def __len__(self) -> int:
         return len(self.input_ids)
@@ -96,18 +99,24 @@ class Encoder:
         return self.processor.apply_chat_template(messages, tokenize=False,
                                                   add_generation_prompt=generation_prompt)
 
-    def _ids(self, text: str, images: list) -> tuple[list[int], Any]:
+    def _ids(self, text: str, images: list) -> tuple[list[int], dict]:
+        """Token ids, and the image tensors (``pixel_values`` and whatever else the
+        processor returns per image: Qwen2-VL-style models need ``image_grid_thw``)."""
+        import torch
+
         call: dict[str, Any] = {"text": [text], "return_tensors": "pt"}
         if images:
             call["images"] = images
         out = self.processor(**call)
-        return out["input_ids"][0].tolist(), out.get("pixel_values")
+        image = {k: v for k, v in out.items() if k not in _TEXT_KEYS and isinstance(v, torch.Tensor)}
+        return out["input_ids"][0].tolist(), image
 
     def encode(self, record: Record) -> tuple[Optional[Sample], Optional[Problem]]:
         """One record -> a :class:`Sample`, or None and the problem (too long)."""
         messages = messages_of(record)
         images = [_open_image(p) for p in record.images]
-        ids, pixels = self._ids(self._render(messages), images)
+        ids, image = self._ids(self._render(messages), images)
+        pixels = image.pop("pixel_values", None)
         labels = [IGNORE_INDEX] * len(ids)
         seen_images = 0
         for k, message in enumerate(messages):
@@ -122,7 +131,7 @@ class Encoder:
                     "does not render a prefix of the conversation as a prefix of the text, so "
                     "the answer tokens cannot be located for the labels")
             labels[len(header):len(upto)] = ids[len(header):len(upto)]
-        sample = Sample(record.record_id, ids, labels, pixels)
+        sample = Sample(record.record_id, ids, labels, pixels, image_extras=image if pixels is not None else {})
         return self._fit(record, sample)
 
     def _fit(self, record: Record, sample: Sample) -> tuple[Optional[Sample], Optional[Problem]]:
@@ -142,7 +151,12 @@ class Encoder:
         if all(x == IGNORE_INDEX for x in labels):
             return too_long(": truncated, no answer token would be left")
         return Sample(sample.record_id, sample.input_ids[:limit], labels, sample.pixel_values,
-                      truncated=True), None
+                      truncated=True, image_extras=sample.image_extras), None
+
+
+#: Processor outputs that belong to the text (rebuilt by the collators), not to the images.
+_TEXT_KEYS = frozenset({"input_ids", "attention_mask", "token_type_ids", "mm_token_type_ids",
+                        "position_ids"})
 
 
 def _image_token_id(processor) -> Optional[int]:
