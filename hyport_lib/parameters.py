@@ -75,7 +75,8 @@ class ParameterError(ValueError):
     """One or more parameters are wrong; ``details`` has a line per problem."""
 
     def __init__(self, problems: list[str]):
-        self.details = list(problems)
+        # One problem is said in the message alone; several are listed under it.
+        self.details = list(problems) if len(problems) > 1 else []
         first = problems[0] if len(problems) == 1 else f"{len(problems)} parameters are wrong: {problems[0]}"
         super().__init__(first)
 

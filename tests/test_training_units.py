@@ -365,6 +365,8 @@ def test_second_training_review_regressions(tmp_path, monkeypatch):
     plan = prepare(TrainConfig(resume_from="run/checkpoint-4", max_steps=6, num_cards=2,
                                output_dir=str(tmp_path / "other")), cpu)
     assert plan.config.resume_from == str(out / "checkpoint-4")
+    fresh = prepare(TrainConfig(resume_from="none", max_steps=6, num_cards=2, output_dir=str(out)), cpu)
+    assert any("1 earlier checkpoint(s) (checkpoint-4): they will be removed" in n for n in fresh.notes)
     # a run that logged no step is no PASS, even with weights written
     (out / "model.safetensors").write_bytes(b"")
     empty = TrainResult(status="ok", exit_code=0, wall_s=1.0, plan={"config": {"max_steps": None}},

@@ -59,6 +59,8 @@ def _only(text):
 def run(args: argparse.Namespace) -> int:
     # Stop signals (Ctrl-C, SIGTERM, SIGHUP) end the run through commands._cli: the
     # runner writes the partial report, the kernel and its workers stop, exit 130.
+    if args.clean and args.zip:
+        raise ValueError("--clean only cleans killed runs and runs nothing: leave --zip out")
     if args.clean:
         from hyport_lib.report.cleanup import clean_runs
 

@@ -80,7 +80,7 @@ def prepare(config: TrainConfig, backend=None, *, check_port: bool = True) -> La
     """Check everything and plan the launch (see the module docstring)."""
     from hyport_lib.backend import get_backend
     from hyport_lib.training import deepspeed_config as ds
-    from hyport_lib.training.checkpoints import check_compatible, resolve_resume
+    from hyport_lib.training.checkpoints import check_compatible, list_checkpoints, resolve_resume
     from hyport_lib.training.metrics import METRICS_FILE
 
     config = config.with_env_overrides()
@@ -98,6 +98,12 @@ def prepare(config: TrainConfig, backend=None, *, check_port: bool = True) -> La
     if skip:
         notes.append(f"{len(skip)} bad record(s) skipped (skip_bad_records=True)")
     checkpoint = resolve_resume(config.resume_from, output_dir)
+    if checkpoint is None:
+        earlier = [c.path.name for c in list_checkpoints(output_dir)]
+        if earlier:  # the workers remove them (drop_checkpoints_after): say so before they do
+            notes.append(f"starts from scratch in a folder with {len(earlier)} earlier checkpoint(s) "
+                         f"({', '.join(earlier[:3])}{', ...' if len(earlier) > 3 else ''}): they "
+                         f"will be removed; resume_from='auto' resumes the newest instead")
     if checkpoint is not None:
         check_compatible(checkpoint, world_size=world, zero_stage=config.zero_stage,
                          finetuning_type=config.finetuning_type)
