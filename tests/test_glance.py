@@ -57,6 +57,21 @@ def test_attention_counts_cases_not_rows():
     assert found["worst case"] == "b on y: error 2 of the bound"
 
 
+def test_a_non_finite_attention_output_is_the_worst_case_even_as_json_null():
+    from hyport_lib.report.blog_stages import backend_rows
+    from hyport_lib.utils.files import dumps_json
+
+    rows = [{"case": "c1", "backend": "npu", "max_abs": float("inf"), "bound": 1e-3, "verdict": "FAIL",
+             "finite": False},
+            {"case": "c2", "backend": "npu", "max_abs": 5e-4, "bound": 1e-3, "verdict": "PASS", "finite": True}]
+    written = json.loads(dumps_json({"data": {"rows": rows}}))
+    assert written["data"]["rows"][0]["max_abs"] is None  # strict JSON: no Infinity
+    found = dict(glance.attention(written))
+    assert found["worst case"] == "c1 on npu: non-finite output"
+    [npu] = backend_rows(written["data"]["rows"])
+    assert npu["ratio"] == float("inf") and npu["FAIL"] == 1
+
+
 def test_the_weights_card_says_when_the_trained_weights_were_not_checked():
     fallback = {"headline": {"shards": 2, "LOAD_OK": True, "errors": 0, "warnings": 0},
                 "data": {"source": "no stage 04 result in /x/results: the embedded tiny model ..."}}

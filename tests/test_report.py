@@ -79,6 +79,9 @@ def test_profiles_resolve_by_name_and_errors_name_the_file(tmp_path):
     twice.write_text("device: cpu\ndevice: npu\n")
     with pytest.raises(ValueError, match="twice.yaml.*'device' given twice"):
         load_profile(twice)
+    merged = tmp_path / "merged.yaml"  # YAML merge keys still work; overriding a merged key is no duplicate
+    merged.write_text("base: &base {device: cpu, max_steps: 5}\ntrain:\n  <<: *base\n  device: npu\n")
+    assert load_profile(merged)["train"] == {"device": "npu", "max_steps": 5}
     other = tmp_path / "profile.txt"  # another suffix: found and read, not "not found"
     other.write_text("num_cards: 3\n")
     assert load_profile(resolve_profile(str(other))) == {"num_cards": 3}

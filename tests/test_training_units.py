@@ -25,6 +25,7 @@ from hyport_lib.training.metrics import ema, spikes, summarize_metrics, truncate
     ("train_timeout_s", "nan", "train_timeout_s"), ("run_name", "a/b", "run_name"),
     ("num_train_epochs", 0, "num_train_epochs=0"), ("lr_scheduler_type", "bogus", "lr_scheduler_type='bogus'"),
     ("max_shard_size", "5XB", "max_shard_size='5XB'"),
+    ("lr_scheduler_type", "cosine_with_min_lr", "lr_scheduler_type='cosine_with_min_lr'"),
 ])
 def test_bad_config_names_the_parameter(field, value, words):
     with pytest.raises(ValueError, match=words.replace("(", r"\(").replace("[", r"\[")):
@@ -352,6 +353,10 @@ def test_second_training_review_regressions(tmp_path, monkeypatch):
     # an address that does not resolve would make torchrun retry for ever
     with pytest.raises(ValueError, match="master_addr='no.such.host.invalid' does not resolve"):
         prepare(TrainConfig(master_addr="no.such.host.invalid", output_dir=str(tmp_path / "a")), cpu)
+    # loopback and unspecified addresses, IPv6 included, are this machine
+    from hyport_lib.training.preflight import _is_local
+
+    assert all(_is_local(a) for a in ("::1", "0.0.0.0", "127.0.0.1", socket.gethostname()))
     # ZeRO-3 on two processes with text-only and image records would abort in DeepSpeed
     with pytest.raises(ValueError, match="training rows hold no image.*zero_stage=3"):
         prepare(TrainConfig(zero_stage=3, num_cards=2, packing=False, output_dir=str(tmp_path / "z3")), cpu)

@@ -472,6 +472,21 @@ def test_json_output_and_record_are_strict_json_with_nan_weights(sources, tmp_pa
     json.loads(record.read_text(), parse_constant=refuse)
 
 
+def test_nan_logits_are_reported_not_a_crash(sources, tmp_path, capsys):
+    """The logits check exists for NaN weights: its NaN figures come back from the child
+    as JSON null and must still read as NaN."""
+    import torch
+
+    ckpt = copy_of(sources, "single", tmp_path)
+    rewrite_tensors(ckpt / "model.safetensors",
+                    lambda t: t.__setitem__("language_model.lm_head.weight",
+                                            torch.full_like(t["language_model.lm_head.weight"], float("nan"))))
+    rc, result, err = verify_json(sources["single"], capsys, "--checkpoint", str(ckpt), "--logits")
+    assert "internal error" not in err and "Traceback" not in err, err
+    [hit] = [f for f in result["findings"] if f["class"] == "logits_differ"]
+    assert "max |Δ| nan" in hit["message"] and rc == (1 if result["counts"]["error"] else 0)
+
+
 def test_tied_duplicate_is_counted_once(sources, tmp_path):
     """A tied model saved the DeepSpeed way (both names) counts its parameters once."""
     from hyport_lib.weights.layout import inspect_checkpoint

@@ -53,7 +53,9 @@ class Metrics:
                 "bound": self.bound, "rmse": self.rmse, "max_rel": self.max_rel,
                 "rel_gt_1e-3": self.rel_gt_1e3, "rel_gt_5e-3": self.rel_gt_5e3,
                 "cosine": self.cosine, "empty_rows": self.empty_rows,
-                "empty_rows_out": self.empty_rows_out}
+                "empty_rows_out": self.empty_rows_out,
+                # Said outright: written as JSON, an infinite max_abs becomes null.
+                "finite": self.finite}
 
 
 def _max(x: torch.Tensor) -> float:

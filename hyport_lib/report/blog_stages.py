@@ -11,6 +11,8 @@ recorded rows (see :mod:`hyport_lib.report.blog_format` for the rounding).
 
 from __future__ import annotations
 
+import math
+
 from hyport_lib.report.blog_data import Ctx, StageView, as_list, dig, find
 from hyport_lib.report.blog_format import code, fenced, is_number, num, quote, ratio, recorded, table
 
@@ -115,6 +117,8 @@ def backend_rows(rows: list[dict]) -> list[dict]:
         if r.get("verdict") in _VERDICTS:
             entry[r["verdict"]] += 1
         value, bound = r.get("max_abs"), r.get("bound")
+        if r.get("finite") is False:  # NaN / Inf in the output (its max_abs was recorded as null)
+            value = math.inf
         if is_number(value):
             entry["max_abs"] = value if entry["max_abs"] is None else max(entry["max_abs"], value)
             if is_number(bound) and bound:

@@ -60,7 +60,11 @@ def attention(result: dict) -> Figures:
     judged = [r for r in rows if r.get("bound") and r.get("max_abs") is not None]
     worst = max(judged, key=lambda r: r["max_abs"] / r["bound"], default=None)
     out = [("cases passed", f"{passed} / {len(by_case)} ({len(rows)} results)")]
-    if worst:
+    nonfinite = next((r for r in rows if r.get("finite") is False), None)
+    if nonfinite:  # NaN / Inf in an output: worse than any finite error
+        out.append(("worst case", f"{nonfinite.get('case')} on {nonfinite.get('backend')}: "
+                                  f"non-finite output"))
+    elif worst:
         out.append(("worst case", f"{worst.get('case')} on {worst.get('backend')}: error "
                                   f"{worst['max_abs'] / worst['bound']:.3g} of the bound"))
     model = (result.get("data") or {}).get("model") or {}

@@ -218,9 +218,10 @@ def _choice(name: str, value, allowed) -> None:
 
 def _check_scheduler(name) -> None:
     # Checked here, not after torchrun has started and every rank has loaded the model.
-    from transformers.trainer_utils import SchedulerType
-
-    allowed = [t.value for t in SchedulerType]
+    # The schedules that need no lr_scheduler_kwargs (cosine_with_min_lr, warmup_stable_decay
+    # need some) and no evaluation loop (reduce_lr_on_plateau): TrainConfig passes neither.
+    allowed = ["linear", "cosine", "cosine_with_restarts", "polynomial", "constant",
+               "constant_with_warmup", "inverse_sqrt"]
     if name not in allowed:
         raise ValueError(f"lr_scheduler_type={name!r}: expected one of {', '.join(allowed)}")
 

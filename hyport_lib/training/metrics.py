@@ -84,6 +84,7 @@ class MetricsSummary:
     first_loss: Optional[float] = None
     last_loss: Optional[float] = None
     mean_loss: Optional[float] = None
+    finite_losses: int = 0
     mean_step_s: Optional[float] = None
     tokens_per_s_per_card: Optional[float] = None
     real_tokens_per_s_per_card: Optional[float] = None
@@ -119,6 +120,7 @@ def summarize_metrics(records: list[dict], warmup_steps: int = 2) -> MetricsSumm
     out.first_loss = finite_losses[0] if finite_losses else None
     out.last_loss = finite_losses[-1] if finite_losses else None
     out.mean_loss = statistics.fmean(finite_losses) if finite_losses else None
+    out.finite_losses = len(finite_losses)
     out.nonfinite_loss_steps = [r["step"] for r in records if r.get("nonfinite_loss")]
     out.nonfinite_grad_norm_steps = [r["step"] for r in records if r.get("nonfinite_grad_norm")]
     out.skipped_steps = sum(1 for r in records if r.get("skipped"))

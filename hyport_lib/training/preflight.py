@@ -101,9 +101,11 @@ def prepare(config: TrainConfig, backend=None, *, check_port: bool = True) -> La
     if checkpoint is None:
         earlier = [c.path.name for c in list_checkpoints(output_dir)]
         if earlier:  # the workers remove them (drop_checkpoints_after): say so before they do
+            named = f"{', '.join(earlier[:3])}{', ...' if len(earlier) > 3 else ''}"
+            why = ("none of them is complete" if config.resume_from.lower() == "auto"
+                   else "resume_from='auto' would resume the newest complete one instead")
             notes.append(f"starts from scratch in a folder with {len(earlier)} earlier checkpoint(s) "
-                         f"({', '.join(earlier[:3])}{', ...' if len(earlier) > 3 else ''}): they "
-                         f"will be removed; resume_from='auto' resumes the newest instead")
+                         f"({named}): they will be removed; {why}")
     if checkpoint is not None:
         check_compatible(checkpoint, world_size=world, zero_stage=config.zero_stage,
                          finetuning_type=config.finetuning_type)
@@ -287,18 +289,27 @@ def _bind_host(addr: str) -> str:
 
 
 def _is_local(addr: str) -> bool:
-    """Is ``addr`` this machine (loopback, its name, or one of its interfaces' addresses)?"""
-    if addr in ("localhost", "127.0.0.1", socket.gethostname()):
+    """Is ``addr`` this machine (loopback or unspecified, its name, or one of its
+    interfaces' addresses, IPv4 or IPv6)?"""
+    import ipaddress
+
+    if addr in ("localhost", socket.gethostname()):
         return True
     try:
-        resolved = socket.gethostbyname(addr)
-    except OSError:
+        resolved = {info[4][0].split("%")[0] for info in socket.getaddrinfo(addr, None)}
+    except (OSError, UnicodeError):
         return False
-    if resolved.startswith("127."):
-        return True
     import psutil
 
-    return any(a.address == resolved for addrs in psutil.net_if_addrs().values() for a in addrs)
+    mine = {a.address.split("%")[0] for addrs in psutil.net_if_addrs().values() for a in addrs}
+    for address in resolved:
+        try:
+            ip = ipaddress.ip_address(address)
+        except ValueError:
+            continue
+        if ip.is_loopback or ip.is_unspecified or address in mine:
+            return True
+    return False
 
 
 def _check_lora_targets(config: TrainConfig, model_path: str) -> None:

@@ -140,8 +140,7 @@ def _deepspeed(d: dict) -> str:
 def _train_loss(s, trainer_loss) -> str:
     if s.mean_loss is None:
         return "—"
-    finite = s.steps - len(s.nonfinite_loss_steps)
-    text = f"{s.mean_loss:.4f} (mean of the {finite} finite step losses logged)"
+    text = f"{s.mean_loss:.4f} (mean of the {s.finite_losses} finite step losses logged)"
     if trainer_loss is not None and abs(float(trainer_loss) - s.mean_loss) > 5e-5:
         text += (f"; the Trainer reports {float(trainer_loss):.4f}, over the steps of its own "
                  f"process only and with non-finite losses as 0")

@@ -80,6 +80,9 @@ def logits_parity(path: os.PathLike, other_path: os.PathLike, *, prompt: str = P
     if out.status == "ok":
         for key in ("tokens", "max_abs_diff", "mean_abs_diff", "top1_agreement", "max_kl", "identical"):
             setattr(result, key, out.result.get(key))
+        for key in ("max_abs_diff", "mean_abs_diff", "max_kl"):
+            if getattr(result, key) is None:  # JSON carries NaN / Inf as null: NaN logits, say so
+                setattr(result, key, float("nan"))
     return result
 
 
