@@ -28,6 +28,7 @@ from typing import Optional
 
 from hyport_lib.weights.findings import Finding, finding, name_some
 from hyport_lib.weights.format import ShardHeader, TensorEntry, read_header
+from hyport_lib.weights.model_checks import model_checks
 from hyport_lib.weights.names import ModelNames, identity_names, model_names
 
 INDEX_FILE = "model.safetensors.index.json"
@@ -158,9 +159,7 @@ def inspect_checkpoint(path: os.PathLike, *, trust_remote_code: bool = False,
         if result.names.error:
             result.findings.append(finding("model_class_unknown", "config.json",
                                            f"names are used as they are: {result.names.error}"))
-    _placeholders(result)
-    _absent(result)
-    _tied_note(result)
+    model_checks(result)
     return result
 
 
@@ -343,64 +342,6 @@ def _read_config(result: Inspection) -> None:
     # transformers 5 writes "dtype", 4.x "torch_dtype"; composite models keep it per part.
     info.dtype = raw.get("dtype") or raw.get("torch_dtype") or text.get("dtype") or text.get("torch_dtype")
     info.tie_word_embeddings = raw.get("tie_word_embeddings", text.get("tie_word_embeddings"))
-
-
-def _placeholders(result: Inspection) -> None:
-    expected = result.names.expected
-    for shard in result.shards:
-        found = []
-        for key, entry in shard.tensors.items():
-            if not entry.is_float or entry.numel:
-                continue
-            want = expected.get(result.names.to_model(key))
-            if want is not None and _numel(want) == 0:
-                continue  # the model itself has an empty tensor here
-            found.append((key, entry, want))
-        if found:
-            key, entry, want = found[0]
-            hint = f" where the model expects {list(want)}" if want else ""
-            result.findings.append(finding(
-                "zero3_placeholder", shard.label,
-                f"{len(found)} floating tensor(s) with no elements, e.g. `{key}` "
-                f"{entry.dtype} {list(entry.shape)}{hint}: ZeRO-3 placeholders saved instead of the "
-                f"weights (save with stage3_gather_16bit_weights_on_model_save, or consolidate "
-                f"with zero_to_fp32)", tensors=[k for k, _, _ in found]))
-
-
-def _numel(shape) -> int:
-    n = 1
-    for d in shape:
-        n *= d
-    return n
-
-
-def _absent(result: Inspection) -> None:
-    """Weights the model class has that no file (and no index entry) holds."""
-    names = result.names
-    if not names.class_name or not result.shards or result.kind == "file":
-        return
-    keys = [*result.tensors, *(result.index.weight_map if result.index else ())]
-    keys += [k for s in result.shards for k in s.invalid]
-    present = {names.to_model(k) for k in keys}
-    tied = {**names.tied, **{v: k for k, v in names.tied.items()}}
-    optional = [re.compile(p) for p in names.optional]
-    absent = [m for m in names.expected if m not in present and tied.get(m) not in present
-              and not any(p.search(m) for p in optional)]
-    if absent:
-        result.findings.append(finding(
-            "weight_missing", result.index.file if result.index else result.shards[0].label,
-            f"{len(absent)} weight(s) of {names.class_name} are in no file: {name_some(absent)} "
-            f"(from_pretrained would initialise them at random)", tensors=absent))
-
-
-def _tied_note(result: Inspection) -> None:
-    dups = result.tied_duplicates
-    if dups:
-        tensors = result.tensors
-        result.findings.append(finding(
-            "tied_duplicate", tensors[dups[0]][0].label,
-            f"{len(dups)} tied weight(s) saved under both names ({name_some(dups)}); the "
-            f"parameter total without them is {result.unique_parameters:,}", tensors=dups))
 
 
 def shard_rows(result: Inspection) -> list[dict]:
