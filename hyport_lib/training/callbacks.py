@@ -87,8 +87,10 @@ class CountingTrainer(Trainer):
         both; DeepSpeed's collectives then differ between ranks and abort ("Received
         data size doesn't match expected size"). LLaMA-Factory feeds a placeholder image
         for the same reason. The blank image runs right after the token embeddings, the
-        point where LLaVA-style forwards run the image path, so every rank gathers and
-        reduces the same parameters in the same order; times zero, it changes no loss.
+        point where LLaVA-style forwards run the image path, so every rank reduces the
+        same gradients in the same order; times zero, it changes no loss. Under ZeRO-3
+        the job still hangs this way, so the worker leaves it off there and preflight
+        refuses text-only rows beside image rows.
         """
         net = self.accelerator.unwrap_model(model)
         get = getattr(net, "get_image_features", None)
