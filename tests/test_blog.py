@@ -142,7 +142,8 @@ def train_data(steps: int = 5) -> dict:
                                 "save_steps": steps, "dataset_path": "", "packing": True, "max_seq_len": 512},
                      "dataset": {"path": "/data/smoke.json", "total": 14, "good": 14, "samples": 14,
                                  "skipped": 0, "truncated": 0, "tokens": 763, "label_tokens": 194}},
-            "summary": {"steps": steps, "first_loss": 2.75, "last_loss": 1.75, "mean_step_s": 0.2211207,
+            "summary": {"steps": steps, "first_loss": 2.75, "last_loss": 1.75, "mean_loss": 2.2513147473,
+                        "last_step": steps, "last_loss_step": steps, "mean_step_s": 0.2211207,
                         "tokens_per_s_per_card": 2315.476660065615, "skipped_steps": 0},
             "worker": {"train_metrics": {"train_loss": 2.2513147473}},
             "final_dir": "/out/smoke", "last_checkpoint": f"/out/smoke/checkpoint-{steps}",
@@ -249,7 +250,9 @@ def test_the_loss_figure_is_drawn_once_and_linked_relatively(tmp_path):
     write_blog_drafts(run)
     assert png.stat().st_mtime_ns == stamp  # not redrawn: its result did not change
     en = (tmp_path / "blog.md").read_text()
-    assert "| train_loss (Trainer) | 2.251 |" in en and "| Loss, first → last | 2.75 → 1.75 |" in en
+    assert "| train_loss (mean of the finite step losses) | 2.251 |" in en
+    assert "| Loss, first → last | 2.75 → 1.75 |" in en
+    assert "as the Trainer reports it" not in en  # the same figure: not said twice
     assert "| Tokens/s per card | 2,315.5 |" in en and "Samples were packed to max_seq_len 512." in en
     assert not unsourced(en, tmp_path)
 
@@ -353,8 +356,9 @@ def test_real_run_tables_carry_the_recorded_values(real_run):
     results = {s: json.loads((run_dir / "results" / f"{s}.json").read_text()) for s in STAGES}
     en, zh = (run_dir / "blog.en.md").read_text(), (run_dir / "blog.zh.md").read_text()
     train = results["04_train"]["data"]
-    loss = train["worker"]["train_metrics"]["train_loss"]
-    assert f"| train_loss (Trainer) | {loss:.4g} |" in en and f"| train_loss（Trainer 给出） | {loss:.4g} |" in zh
+    loss = train["summary"]["mean_loss"]
+    assert f"| train_loss (mean of the finite step losses) | {loss:.4g} |" in en
+    assert f"| train_loss（各步有限损失的均值） | {loss:.4g} |" in zh
     assert f"| Exit code | {train['exit_code']} |" in en and f"| 退出码 | {train['exit_code']} |" in zh
     weights = results["05_weights"]["data"]
     for shard in weights["shards"]:
@@ -393,3 +397,19 @@ def test_a_run_without_the_training_stage_says_so_in_the_dataset_notes(tmp_path)
     write_result(run, "01_environment", "PASS", {"device": "cpu", "num_cards": 2})
     en, zh = render_blog(run, "en"), render_blog(run, "zh")
     assert "The training stage was not part of this run" in en and "本次运行不包含训练阶段" in zh
+
+
+def test_a_run_ending_on_nan_losses_says_which_loss_is_last_and_gives_both_train_losses(tmp_path):
+    run = make_run(tmp_path, {"04_train": "WARN"})
+    data = train_data(6)
+    data["summary"].update({"first_loss": 6.7093, "last_loss": 6.7093, "mean_loss": 6.7093,
+                            "last_step": 6, "last_loss_step": 1})
+    data["worker"]["train_metrics"]["train_loss"] = 1.1182  # the Trainer: NaN steps as 0
+    write_result(run, "04_train", "WARN", data)
+    write_blog_drafts(run)
+    en, zh = (tmp_path / "blog.en.md").read_text(), (tmp_path / "blog.zh.md").read_text()
+    assert "| Loss, first → last | 6.7093 → 6.7093 (last finite: step 1 of 6) |" in en
+    assert "| train_loss (mean of the finite step losses) | 6.7093 |" in en
+    assert "| train_loss as the Trainer reports it (its own process's steps, a NaN step as zero) | 1.1182 |" in en
+    assert "（最后一个有限值在第 1 步，共 6 步）" in zh and "| Trainer 自报的 train_loss" in zh
+    assert not unsourced(en, tmp_path) and not unsourced(zh, tmp_path)

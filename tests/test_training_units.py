@@ -13,7 +13,7 @@ from hyport_lib.backend import get_backend
 from hyport_lib.training import checkpoints as ck
 from hyport_lib.training.config import TrainConfig
 from hyport_lib.training.deepspeed_config import build_deepspeed_config, resolve_precision
-from hyport_lib.training.metrics import ema, spikes, summarize_metrics, truncate_metrics
+from hyport_lib.training.metrics import ema, loss_span, spikes, summarize_metrics, truncate_metrics
 
 
 # --------------------------------------------------------------------------- config
@@ -130,6 +130,18 @@ def test_summary_leaves_warmup_out_and_finds_gaps_and_repeats():
     assert broken.repeated_steps == [3] and broken.missing_steps == [4]
     flagged = summarize_metrics(_records([1, 2], nonfinite_loss=True, skipped=True))
     assert flagged.nonfinite_loss_steps == [1, 2] and flagged.skipped_steps == 2
+
+
+def test_loss_span_says_when_the_last_steps_had_no_finite_loss():
+    records = _records(range(1, 5))
+    assert loss_span(summarize_metrics(records)) == "4.9000 → 4.6000"
+    for r in records[1:]:
+        r["loss"] = float("nan")
+    summary = summarize_metrics(records)
+    assert summary.last_loss == summary.first_loss and summary.last_loss_step == 1
+    assert loss_span(summary) == "4.9000 → 4.9000 (last finite: step 1 of 4)"
+    assert loss_span(summary.to_dict()) == loss_span(summary)
+    assert loss_span(summarize_metrics([{"step": 1, "loss": None}])) is None
 
 
 def test_truncate_keeps_steps_up_to_the_checkpoint(tmp_path):

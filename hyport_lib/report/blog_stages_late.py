@@ -38,13 +38,24 @@ def train_body(view: StageView, ctx: Ctx) -> list[str]:
               (names["attention"], ctx.value(plan.get("attn_implementation")))]
     lines = [t["train_intro"], ""] + table([t["param"], t["value"]], params)
     results = t["res_rows"]
-    train_loss = dig(d, "worker", "train_metrics", "train_loss")
+    # The headline's train_loss (mean of the finite step losses); the Trainer's own figure
+    # beside it only where it differs (it covers only a resumed run's last attempt and
+    # counts a NaN step as 0).
+    mean_loss = summary.get("mean_loss")
+    trainer_loss = dig(d, "worker", "train_metrics", "train_loss")
     first, last = summary.get("first_loss"), summary.get("last_loss")
+    span = f"{num(first)} → {num(last)}"
+    at, end = summary.get("last_loss_step"), summary.get("last_step")
+    if last is not None and at is not None and end is not None and at != end:
+        span += " " + t["loss_last_finite"].format(at=at, end=end)
     rows = [(results["exit"], ctx.value(d.get("exit_code"))),
             (results["total"], ctx.value(d.get("wall_s"))),
             (results["steps"], ctx.value(summary.get("steps"))),
-            (results["train_loss"], ctx.value(train_loss)),
-            (results["loss"], f"{num(first)} → {num(last)}"),
+            (results["train_loss"], ctx.value(mean_loss))]
+    if isinstance(trainer_loss, (int, float)) and (mean_loss is None
+                                                   or abs(float(trainer_loss) - mean_loss) > 5e-5):
+        rows.append((results["trainer_loss"], ctx.value(trainer_loss)))
+    rows += [(results["loss"], span),
             (results["step_s"], ctx.value(summary.get("mean_step_s"))),
             (results["tps"], ctx.value(summary.get("tokens_per_s_per_card"))),
             (results["real_tps"], ctx.value(summary.get("real_tokens_per_s_per_card"))),

@@ -83,6 +83,9 @@ class MetricsSummary:
     last_step: Optional[int] = None
     first_loss: Optional[float] = None
     last_loss: Optional[float] = None
+    #: The step of ``last_loss`` (the last finite loss): before ``last_step`` when the
+    #: run ended on non-finite losses.
+    last_loss_step: Optional[int] = None
     mean_loss: Optional[float] = None
     finite_losses: int = 0
     mean_step_s: Optional[float] = None
@@ -115,10 +118,11 @@ def summarize_metrics(records: list[dict], warmup_steps: int = 2) -> MetricsSumm
     out.first_step, out.last_step = min(steps), max(steps)
     out.repeated_steps = sorted({s for s in steps if steps.count(s) > 1})
     out.missing_steps = sorted(set(range(out.first_step, out.last_step + 1)) - set(steps))
-    losses = [r.get("loss") for r in records]
-    finite_losses = [x for x in losses if finite(x)]
+    finite_rows = [r for r in records if finite(r.get("loss"))]
+    finite_losses = [r["loss"] for r in finite_rows]
     out.first_loss = finite_losses[0] if finite_losses else None
     out.last_loss = finite_losses[-1] if finite_losses else None
+    out.last_loss_step = finite_rows[-1]["step"] if finite_rows else None
     out.mean_loss = statistics.fmean(finite_losses) if finite_losses else None
     out.finite_losses = len(finite_losses)
     out.nonfinite_loss_steps = [r["step"] for r in records if r.get("nonfinite_loss")]
@@ -146,6 +150,28 @@ def summarize_metrics(records: list[dict], warmup_steps: int = 2) -> MetricsSumm
         out.tokens_per_s_per_card = tokens / card_seconds if card_seconds else None
         out.real_tokens_per_s_per_card = real / card_seconds if card_seconds else None
     return out
+
+
+def loss_span(summary, digits: int = 4) -> Optional[str]:
+    """``first → last`` finite loss, saying so when the run's last steps had no finite loss.
+
+    Args:
+        summary: a :class:`MetricsSummary` or its ``to_dict()``.
+        digits: decimals of the losses.
+
+    Returns:
+        e.g. ``"6.7093 → 6.4344"`` or ``"6.7093 → 6.7093 (last finite: step 1 of 6)"``;
+        None when no finite loss was logged.
+    """
+    get = summary.get if isinstance(summary, dict) else lambda k: getattr(summary, k, None)
+    first, last = get("first_loss"), get("last_loss")
+    if first is None or last is None:
+        return None
+    text = f"{first:.{digits}f} → {last:.{digits}f}"
+    at, end = get("last_loss_step"), get("last_step")
+    if at is not None and end is not None and at != end:
+        text += f" (last finite: step {at} of {end})"
+    return text
 
 
 def ema(values: list[float], alpha: float = 0.3) -> list[float]:

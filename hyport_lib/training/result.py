@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Optional
 
 from hyport_lib.results import Provenance
-from hyport_lib.training.metrics import MetricsSummary
+from hyport_lib.training.metrics import MetricsSummary, loss_span
 
 
 @dataclass
@@ -101,8 +101,7 @@ class TrainResult:
         return {
             "exit code": self.exit_code,
             "steps": s.steps,
-            "loss first → last": (f"{s.first_loss:.4f} → {s.last_loss:.4f}"
-                                  if s.first_loss is not None and s.last_loss is not None else None),
+            "loss first → last": loss_span(s),
             # The mean of the logged step losses: the Trainer's own train_loss covers only the
             # steps of its process (not those before a resume) and counts a NaN step as 0.
             "train_loss": round(s.mean_loss, 4) if s.mean_loss is not None else None,

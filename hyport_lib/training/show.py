@@ -15,7 +15,7 @@ from typing import Optional
 import pandas as pd
 
 from hyport_lib.display import VERDICT_COLOURS, LiveDisplay, figure_png
-from hyport_lib.training.metrics import ema, finite, spikes
+from hyport_lib.training.metrics import ema, finite, loss_span, spikes
 from hyport_lib.training.preflight import LaunchPlan
 from hyport_lib.training.result import TrainProgress, TrainResult
 
@@ -156,7 +156,7 @@ def summary_frame(result: TrainResult) -> pd.DataFrame:
         ("verdict", verdict), ("why", why), ("exit code", result.exit_code),
         ("total time", f"{result.wall_s:.2f} s (launch to exit, torchrun start-up included)"),
         ("train_loss", _train_loss(s, train_loss)),
-        ("loss first → last", f"{s.first_loss:.4f} → {s.last_loss:.4f}" if s.first_loss is not None else "—"),
+        ("loss first → last", loss_span(s) or "—"),
         ("steps logged", f"{s.steps} ({s.first_step}..{s.last_step}); repeated {s.repeated_steps or 'none'}, "
                          f"missing {s.missing_steps or 'none'}"),
         ("mean step time", f"{s.mean_step_s:.3f} s over {s.measured_steps} step(s)" if s.mean_step_s else "—"),

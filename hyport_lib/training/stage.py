@@ -14,6 +14,7 @@ from typing import Callable, Optional
 from hyport_lib.results import StageSummary, record_summary
 from hyport_lib.training.config import TrainConfig
 from hyport_lib.training.launch import launch
+from hyport_lib.training.metrics import loss_span
 from hyport_lib.training.preflight import LaunchPlan, prepare
 from hyport_lib.training.result import TrainProgress, TrainResult
 
@@ -36,8 +37,8 @@ def run(launch_plan: Optional[LaunchPlan] = None, *,
 def summarize(result: TrainResult) -> StageSummary:
     verdict, why = result.verdict()
     s = result.summary
-    loss = (f"loss {s.first_loss:.4f} → {s.last_loss:.4f}"
-            if s.first_loss is not None and s.last_loss is not None else "no loss logged")
+    span = loss_span(s)
+    loss = f"loss {span}" if span else "no loss logged"
     line = (f"{s.steps} steps on {result.plan.get('world_size')} {result.plan.get('device_kind')} "
             f"process(es), ZeRO-{result.plan.get('deepspeed', {}).get('zero_stage')}, "
             f"{result.plan.get('precision')}: exit {result.exit_code}, {loss}"
