@@ -383,6 +383,17 @@ class TextAttention(torch.nn.Module):
 
 def to_device(x):
     return x if x.is_cuda else x.cuda()
+
+
+def to_device_checked(batch):
+    assert batch.is_cuda, "dataloader must pin to gpu"
+    return batch
+
+
+class FlashAttention2(torch.nn.Module):
+    def forward(self, x):
+        assert x.is_cuda
+        return self.kernel(x)
 '''
 
 
@@ -393,10 +404,12 @@ def test_is_cuda_guards_around_attention_are_named_with_what_they_do(tmp_path):
     (tmp_path / "requirements.txt").write_text("torch\nflash-attn==2.5.8\n")
     report = scan_path(tmp_path)
     guards = {h.line: h.suggestion for h in report.hits if h.category == "is_cuda_guard"}
-    assert sorted(guards) == [8, 14]
+    # the data helper's assert (line 24) guards no attention, though the file has some;
+    # the assert in a method of a class named for attention does (line 30)
+    assert sorted(guards) == [8, 14, 30]
     assert guards[8].startswith("stops the flash path") and guards[14].startswith("silently falls back")
     # an is_cuda test that guards no attention code stays a plain device finding
-    assert [h.category for h in report.hits if h.line == 21 and "is_cuda" in h.snippet] != ["is_cuda_guard"]
+    assert [h.category for h in report.hits if h.line == 20] == ["cuda_device", "cuda_call"]
     assert report.pinned == {"flash-attn": "==2.5.8 (requirements.txt:2)"}
     text = format_text(report)
     import_line = "modeling_guarded.py:3"
@@ -405,3 +418,15 @@ def test_is_cuda_guards_around_attention_are_named_with_what_they_do(tmp_path):
     dense = [line for line in text.splitlines() if "'BSND'" in line]
     assert len(dense) == 1 and "modeling_guarded.py:9" in dense[0] and "modeling_guarded.py:15" in dense[0]
     assert "flash-attn pinned: ==2.5.8" in text
+
+
+@pytest.mark.parametrize("line,version", [
+    ("flash_attn @ https://github.com/Dao-AILab/flash-attention/releases/download/v2.5.8/"
+     "flash_attn-2.5.8+cu122torch2.3cxx11abiFALSE-cp310-cp310-linux_x86_64.whl", "2.5.8"),
+    ("https://github.com/Dao-AILab/flash-attention/releases/download/v2.6.3/"
+     "flash_attn-2.6.3+cu123torch2.4cxx11abiFALSE-cp311-cp311-linux_x86_64.whl", "2.6.3"),
+    ("flash-attn @ git+https://github.com/Dao-AILab/flash-attention.git@v2.4.2", "2.4.2"),
+])
+def test_a_flash_attn_pinned_by_wheel_or_git_tag_is_reported_as_pinned(tmp_path, line, version):
+    (tmp_path / "requirements.txt").write_text(f"torch\n{line}\n")
+    assert scan_path(tmp_path).pinned == {"flash-attn": f"=={version} (requirements.txt:2)"}

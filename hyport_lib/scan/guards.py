@@ -48,20 +48,34 @@ def _is_cuda_attributes(test: ast.AST) -> list[ast.Attribute]:
     return [n for n in ast.walk(test) if isinstance(n, ast.Attribute) and n.attr == "is_cuda"]
 
 
+def _with_function(node: ast.AST, function=None, owner: str = ""):
+    """Every node below ``node`` with its innermost enclosing function (None at module
+    or class level) and the name of the innermost class around that."""
+    for child in ast.iter_child_nodes(node):
+        yield child, function, owner
+        inner = child if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)) else function
+        yield from _with_function(child, inner, child.name if isinstance(child, ast.ClassDef) else owner)
+
+
 def is_cuda_guards(tree: ast.AST) -> dict[int, str]:
-    """``id`` of each ``.is_cuda`` attribute that guards attention code -> what it does."""
+    """``id`` of each ``.is_cuda`` attribute that guards attention code -> what it does.
+
+    An assert counts when its own function (the innermost one) is about attention, or,
+    outside any function, when the assert itself is: a data-loading helper that asserts
+    ``batch.is_cuda`` is no attention guard because the same file defines attention.
+    """
     guards: dict[int, str] = {}
-    functions = [n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
-    for function in [tree, *functions]:
-        name = getattr(function, "name", "")
-        for node in ast.walk(function):
-            if isinstance(node, ast.Assert) and _about_attention(function, name=name):
+    for node, function, owner in _with_function(tree):
+        name = f"{owner} {getattr(function, 'name', '')}".strip()
+        if isinstance(node, ast.Assert):
+            # a method of a class named for attention counts (FlashAttention2.forward)
+            if _about_attention(function if function is not None else node, name=name):
                 for attr in _is_cuda_attributes(node.test):
                     guards[id(attr)] = STOPS
-            elif isinstance(node, (ast.If, ast.IfExp)):
-                body = node.body if isinstance(node.body, list) else [node.body]
-                orelse = node.orelse if isinstance(node.orelse, list) else [node.orelse]
-                if _about_attention(*body, *orelse, node.test, name=name):
-                    for attr in _is_cuda_attributes(node.test):
-                        guards.setdefault(id(attr), FALLS_BACK)
+        elif isinstance(node, (ast.If, ast.IfExp)):
+            body = node.body if isinstance(node.body, list) else [node.body]
+            orelse = node.orelse if isinstance(node.orelse, list) else [node.orelse]
+            if _about_attention(*body, *orelse, node.test, name=name):
+                for attr in _is_cuda_attributes(node.test):
+                    guards.setdefault(id(attr), FALLS_BACK)
     return guards

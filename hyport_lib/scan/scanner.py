@@ -103,14 +103,24 @@ def scan_path(path: str | os.PathLike, *, exclude: Iterable[str] = DEFAULT_EXCLU
 _FLASH_PIN_RE = re.compile(r"flash[-_]attn\s*((?:[=<>!~]=?|===)\s*[\w.*+]+(?:\s*,\s*(?:[=<>!~]=?)\s*[\w.*+]+)*)")
 
 
+#: A wheel or sdist file name (``flash_attn-2.5.8+cu122torch2.3...whl``), the usual way
+#: flash-attn gets pinned, or a git tag of its repository (``flash-attention.git@v2.5.8``).
+_FLASH_ARCHIVE_RE = re.compile(r"flash[-_]attn-(\d+(?:\.\d+)+(?:\.post\d+)?)[^/\s]*\.(?:whl|tar\.gz|zip)\b")
+_FLASH_GIT_RE = re.compile(r"flash-attention(?:\.git)?@v?(\d+(?:\.\d+)+(?:\.post\d+)?)\b")
+
+
 def pinned_flash_attn(hits) -> dict[str, str]:
-    """The flash-attn version specifier the project's requirements pin (first one found)."""
+    """The flash-attn version specifier the project's requirements pin (first one found):
+    a specifier (``==2.6.3``, ``<2.7``), or ``==X`` for a wheel file or git tag."""
     for hit in hits:
         if hit.category == rules.REQUIREMENT:
             match = _FLASH_PIN_RE.search(hit.snippet)
             if match:
                 spec = re.sub(r"\s+", "", match.group(1))
                 return {"flash-attn": f"{spec} ({hit.file}:{hit.line})"}
+            match = _FLASH_ARCHIVE_RE.search(hit.snippet) or _FLASH_GIT_RE.search(hit.snippet)
+            if match:
+                return {"flash-attn": f"=={match.group(1)} ({hit.file}:{hit.line})"}
     return {}
 
 
