@@ -497,3 +497,61 @@ def test_the_drop_in_serves_the_pinned_flash_attn_version():
     assert any("flash-api 2.5.8" in b["source"] for b in legacy.backends)
     result = stage.run(device="cpu", dtypes=["float32"], model_path="none", flash_attn_version="2.5.8")
     assert stage.summarize(result).headline["flash-attn API served"] == "2.5.8"
+
+
+REMOTE_MODEL = '''
+import torch
+from flash_attn import flash_attn_func  # remote code imports flash_attn at module level
+from transformers import LlavaForConditionalGeneration
+
+LOADED = []
+
+
+class GatedLlava(LlavaForConditionalGeneration):
+    def __init__(self, config):
+        super().__init__(config)
+        LOADED.append(flash_attn_func.__module__)
+'''
+
+
+def test_the_model_check_loads_remote_code_only_when_asked_with_the_shim_in_place(tmp_path):
+    """trust_remote_code reaches the model check: the checkpoint's own class is loaded
+    (its module-level `from flash_attn import ...` served by the shim), the record says
+    so, and the shim is gone afterwards; off, the library's class is loaded."""
+    import shutil
+    import sys
+
+    from hyport_lib.attention.shim import current_shim
+    from hyport_lib.models.tiny import ensure_tiny_model
+
+    folder = tmp_path / "remote"
+    shutil.copytree(ensure_tiny_model(), folder)
+    (folder / "modeling_gated.py").write_text(REMOTE_MODEL)
+    # Weights under the class's own names: transformers renames a legacy checkpoint's keys
+    # for its own classes, not for remote ones.
+    from safetensors.torch import save_file
+    from transformers import AutoModelForImageTextToText
+
+    state = AutoModelForImageTextToText.from_pretrained(folder).state_dict()
+    for old in list(folder.glob("model*.safetensors*")):
+        old.unlink()
+    save_file({k: v.contiguous() for k, v in state.items()}, str(folder / "model.safetensors"),
+              metadata={"format": "pt"})
+    config = json.loads((folder / "config.json").read_text())
+    config["auto_map"] = {"AutoModelForImageTextToText": "modeling_gated.GatedLlava"}
+    (folder / "config.json").write_text(json.dumps(config))
+
+    plain = compare_model(str(folder), max_new_tokens=2)
+    assert plain.trust_remote_code is False and "modeling_gated" not in plain.model_class
+    assert plain.verdict == "PASS", plain.detail
+    remote = compare_model(str(folder), max_new_tokens=2, trust_remote_code=True,
+                           flash_attn_version="2.5.8")
+    assert remote.trust_remote_code is True and remote.model_class.endswith("modeling_gated.GatedLlava")
+    module = sys.modules[type_module(remote.model_class)]
+    assert module.LOADED and module.LOADED[0].startswith("hyport_lib.attention")  # the shim's function
+    assert remote.verdict == "PASS" and remote.swapped_calls > 0, remote.detail
+    assert current_shim() is None and "flash_attn" not in sys.modules
+
+
+def type_module(qualified: str) -> str:
+    return qualified.rsplit(".", 1)[0]

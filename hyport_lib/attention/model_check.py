@@ -8,6 +8,7 @@ give the same tokens.
 from __future__ import annotations
 
 import contextlib
+import sys
 from dataclasses import asdict, dataclass
 from typing import Optional
 
@@ -38,6 +39,8 @@ class ModelComparison:
     detail: str = ""
     source: str = ""
     swapped_calls: Optional[int] = None  # swapped-attention calls one forward made
+    trust_remote_code: bool = False  # the checkpoint's own model code was loaded
+    model_class: str = ""  # the class that was loaded (a remote one shows its module)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -83,15 +86,38 @@ def _quiet_loading():
             hf_logging.enable_progress_bar()
 
 
+@contextlib.contextmanager
+def _remote_code_shim(trust_remote_code: bool, backend: str, version: Optional[str]):
+    """With remote code on, the flash_attn shim is in place while the model code is
+    imported and run (as a user porting that model would have it); yields the shim's
+    FlashAttnAPI (None without one: remote code off, or a real flash_attn present)."""
+    if not trust_remote_code:
+        yield None
+        return
+    from hyport_lib.attention.shim import (DEFAULT_VERSION, install_flash_attn_shim,
+                                           uninstall_flash_attn_shim)
+
+    shim = install_flash_attn_shim(backend, version=version or DEFAULT_VERSION)
+    try:
+        yield sys.modules["flash_attn"].__hyport_api__ if shim.installed else None
+    finally:
+        if shim.installed:
+            uninstall_flash_attn_shim()
+
+
 def compare_model(model_path: str = "tiny", backend: str = "npu-emulated",
                   dtype: str = "float32", device: str = "cpu", max_new_tokens: int = 8,
-                  seed: int = 0) -> ModelComparison:
+                  seed: int = 0, *, trust_remote_code: bool = False,
+                  flash_attn_version: Optional[str] = None) -> ModelComparison:
     """Load ``model_path`` twice (eager, and hyport's swapped attention) and compare.
 
     Args:
         backend: the swapped attention's backend (``npu-emulated`` on a host without an
             NPU, ``npu`` on one), passed to ``register_hyport_attention``.
         dtype: model dtype; ``device``: where both models run.
+        trust_remote_code: load the checkpoint's own model code; the flash_attn shim
+            (serving ``flash_attn_version``'s API) is installed for it, and the calls it
+            serves count as swapped-attention calls.
     """
     result = ModelComparison(model_path=model_path, attn_implementation="", backend=backend,
                              dtype=dtype, device=device,
@@ -101,24 +127,34 @@ def compare_model(model_path: str = "tiny", backend: str = "npu-emulated",
     except ImportError as exc:
         result.detail = f"hyport_lib.attention.hf_integration is not available ({exc})"
         return result
+    with _remote_code_shim(trust_remote_code, backend, flash_attn_version) as shim_api:
+        return _compare(result, model_path, REGISTERED, register_hyport_attention(backend=backend),
+                        shim_api, trust_remote_code, max_new_tokens, seed)
+
+
+def _compare(result: ModelComparison, model_path: str, registered: dict, name: str, shim_api,
+             trust_remote_code: bool, max_new_tokens: int, seed: int) -> ModelComparison:
     from hyport_lib.inference.generate import InferenceConfig, load_model
 
-    name = register_hyport_attention(backend=backend)
+    dtype, device = result.dtype, result.device
     result.attn_implementation = name
+    result.trust_remote_code = trust_remote_code
     torch.manual_seed(seed)
+    common = dict(model_path=model_path, device=device, dtype=dtype, trust_remote_code=trust_remote_code)
     with _quiet_loading():
-        eager, processor = load_model(InferenceConfig(model_path=model_path, device=device,
-                                                      dtype=dtype, attn_implementation="eager"))
-        swapped, _ = load_model(InferenceConfig(model_path=model_path, device=device,
-                                                dtype=dtype, attn_implementation=name))
+        eager, processor = load_model(InferenceConfig(**common, attn_implementation="eager"))
+        swapped, _ = load_model(InferenceConfig(**common, attn_implementation=name))
+    result.model_class = f"{type(swapped).__module__}.{type(swapped).__qualname__}"
     active = str(getattr(swapped.config, "_attn_implementation", "") or "")
     inputs = _model_inputs(processor, eager.device)
-    api = REGISTERED.get(name)  # None: an attention function that is not hyport's
+    # Swapped attention reached through transformers (the registered function) or through
+    # remote code importing flash_attn (the shim); None: neither is hyport's.
+    apis = [a for a in (registered.get(name), shim_api) if a is not None]
     with torch.no_grad():
         le = eager(**inputs).logits.double().cpu()
-        before = api.calls if api is not None else 0
+        before = sum(a.calls for a in apis)
         ls = swapped(**inputs).logits.double().cpu()
-        result.swapped_calls = api.calls - before if api is not None else None
+        result.swapped_calls = sum(a.calls for a in apis) - before if apis else None
         gen = dict(max_new_tokens=max_new_tokens, do_sample=False)
         ge = eager.generate(**inputs, **gen).cpu()
         gs = swapped.generate(**inputs, **gen).cpu()

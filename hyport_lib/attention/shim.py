@@ -134,7 +134,8 @@ def build_shim_modules(backend: str = "auto", version: str = DEFAULT_VERSION) ->
     api = FlashAttnAPI(backend)
     funcs = {name: getattr(api, name) for name in _API_NAMES}
     v1 = {name: getattr(api, name) for name in _V1_NAMES}
-    common = {"__version__": version, "__hyport_backend__": api.backend,
+    # __hyport_api__: whoever must know how many calls the shim served (the model check)
+    common = {"__version__": version, "__hyport_backend__": api.backend, "__hyport_api__": api,
               "FlashAttnUnsupported": FlashAttnUnsupported}
     legacy = legacy_unpad(version)
     padding_names = {

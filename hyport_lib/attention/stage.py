@@ -53,7 +53,7 @@ class AttentionStageResult:
 
 def run(device: str = "auto", *, seed: int = 0, full: bool = False,
         dtypes: Sequence[str] = DTYPES, code_path: str = "", model_path: Optional[str] = "tiny",
-        flash_attn_version: Optional[str] = None,
+        flash_attn_version: Optional[str] = None, trust_remote_code: bool = False,
         progress: Optional[Callable[[int, int], None]] = None) -> AttentionStageResult:
     """The whole stage: the grid, the model-level check, the scan.
 
@@ -68,10 +68,13 @@ def run(device: str = "auto", *, seed: int = 0, full: bool = False,
         flash_attn_version: the flash-attn version whose API the drop-in serves (the
             version the model code pins; ``unpad_input`` returns 4 values before 2.7);
             None: the shim's default. The scan names the pinned one.
+        trust_remote_code: the model check loads the checkpoint's own model code, with
+            the flash_attn shim in place for it (off by default).
         progress: ``progress(done, total)`` after each grid case.
     """
     from hyport_lib.attention.shim import DEFAULT_VERSION
 
+    from hyport_lib.utils.values import as_flag
     from hyport_lib.models.preflight import check_model_path
 
     wanted = model_path is not None and str(model_path).strip().lower() not in ("", "none")
@@ -83,7 +86,9 @@ def run(device: str = "auto", *, seed: int = 0, full: bool = False,
     model = None
     if wanted:
         backend, where = swapped_backend(comparison.device)
-        model = compare_model(model_path, backend=backend, device=where, seed=seed)
+        model = compare_model(model_path, backend=backend, device=where, seed=seed,
+                              trust_remote_code=as_flag("trust_remote_code", trust_remote_code),
+                              flash_attn_version=version)
     scan, scanned = run_scan(code_path)
     return AttentionStageResult(comparison, model, scan, scanned, version)
 

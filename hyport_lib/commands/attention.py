@@ -26,6 +26,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="model for the eager-vs-swapped check ('tiny', a folder, or "
                              "'none' to skip it)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--flash-attn-version", default=None, metavar="V",
+                        help="the flash-attn version whose API the drop-in and shim serve (the "
+                             "version the model code pins; unpad_input returns 4 values before "
+                             "2.7); default: the shim's")
+    parser.add_argument("--trust-remote-code", action="store_true",
+                        help="the model check loads the checkpoint's own model code, with the "
+                             "flash_attn shim in place for it (off by default)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -40,7 +47,9 @@ def run(args: argparse.Namespace) -> int:
     ensure_results_dir()
     dtypes = [d.strip() for d in str(args.dtypes).split(",") if d.strip()]
     result = stage.run(device=args.device, seed=args.seed, full=args.full, dtypes=dtypes,
-                       code_path=args.code_path, model_path=args.model_path)
+                       code_path=args.code_path, model_path=args.model_path,
+                       flash_attn_version=args.flash_attn_version,
+                       trust_remote_code=args.trust_remote_code)
     comparison, model, scan = result.comparison, result.model, result.scan
     with pd.option_context("display.width", 250, "display.max_rows", None,
                            "display.max_columns", None, "display.max_colwidth", 90):
