@@ -116,11 +116,14 @@ TEXT = {
         "heatmap_alt": "Attention error heatmap",
         "heatmap_caption": "Errors of each case against float64 ({label}).",
         # -- inference
-        "inf_intro": ("Each card ran in a fresh process: load the model, one single prompt, "
-                      "one batch. {ok} card(s) finished, {failed} failed, {timeout} timed out "
+        "inf_intro": ("Each card ran in a fresh process: load the model, untimed warm-up "
+                      "calls (the cold first call, which measures start-up, is its own column), "
+                      "then one single prompt and one batch, timed. {ok} card(s) finished, {failed} failed, {timeout} timed out "
                       "and {busy} were skipped as busy. The cards' own comparison:"),
         "card": "Card", "card_status": "Status", "load_s": "Load (s)",
-        "first_token_s": "First token (s)", "tps": "Tokens/s", "decode_tps": "Decode tokens/s",
+        "cold_s": "Cold first call (s)",
+        "first_token_s": "First token, warm (s)", "tps": "Tokens/s, warm",
+        "decode_tps": "Decode tokens/s, warm",
         "memory": "Peak memory (MB)", "error": "Error",
         "sample": "The answer of card {card} to the prompt {prompt}:",
         "logs": "The workers' logs are under {log_dir}.",
@@ -273,10 +276,13 @@ TEXT = {
         "att_model_verdict": "模型层面检查的结论：",
         "heatmap_alt": "注意力误差热力图",
         "heatmap_caption": "各用例相对 float64 的误差（{label}）。",
-        "inf_intro": ("每张卡在独立的新进程中运行：加载模型、单条提问、一批提问。完成 {ok} 张，失败 "
+        "inf_intro": ("每张卡在独立的新进程中运行：加载模型，先做不计时的预热调用（冷启动的首次调用衡量的是启动开销，单列一栏），"
+                      "再计时运行单条提问和一批提问。完成 {ok} 张，失败 "
                       "{failed} 张，超时 {timeout} 张，因被占用而跳过 {busy} 张。各卡输出的比对结果："),
         "card": "卡", "card_status": "状态", "load_s": "加载耗时（秒）",
-        "first_token_s": "首词耗时（秒）", "tps": "每秒词元数", "decode_tps": "解码每秒词元数",
+        "cold_s": "冷启动首次调用（秒）",
+        "first_token_s": "首词耗时，预热后（秒）", "tps": "每秒词元数（预热后）",
+        "decode_tps": "解码每秒词元数（预热后）",
         "memory": "峰值内存（MB）", "error": "错误",
         "sample": "第 {card} 号卡对提问 {prompt} 的回答：",
         "logs": "各工作进程的日志位于 {log_dir}。",
