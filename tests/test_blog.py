@@ -413,3 +413,20 @@ def test_a_run_ending_on_nan_losses_says_which_loss_is_last_and_gives_both_train
     assert "| train_loss as the Trainer reports it (its own process's steps, a NaN step as zero) | 1.1182 |" in en
     assert "（最后一个有限值在第 1 步，共 6 步）" in zh and "| Trainer 自报的 train_loss" in zh
     assert not unsourced(en, tmp_path) and not unsourced(zh, tmp_path)
+
+
+def test_stages_left_out_with_only_are_named_in_the_drafts_and_the_index(tmp_path):
+    from hyport_lib.report.index import render_index
+
+    run = make_run(tmp_path, {"01_environment": "PASS", "05_weights": "PASS"})
+    run.stages = [s for s in run.stages if s.stage in ("01_environment", "05_weights")]
+    run.left_out = ["02_attention", "03_inference", "04_train"]
+    write_result(run, "01_environment", "PASS", {"device": "cpu", "num_cards": 2})
+    en, zh = render_blog(run, "en"), render_blog(run, "zh")
+    assert "the stages 02 Attention swap, 03" in en and "left out of it (`--only`)" in en
+    assert "- Not part of this run (left out with `--only`): 02 Attention swap" in en
+    assert "未包含在内（`--only`）" in zh and "推理与训练" not in zh.splitlines()[0]
+    assert not english_runs(zh), english_runs(zh)
+    assert "Not part of this run (left out with --only): 02_attention, 03_inference, 04_train" in render_index(run)
+    full = make_run(tmp_path / "full", {})
+    assert "left out" not in render_blog(full, "en") and "Not part of this run" not in render_index(full)

@@ -249,6 +249,9 @@ def test_unknown_profile_keys_are_refused_unless_allowed(stage_dir, tmp_path):
                      notebooks_dir=stage_dir, only=["01"], output_root=tmp_path / "o",
                      progress=lambda m: None, allow_unknown_parameters=True)
     assert run.unused_parameters == ["levl", "max_steps"]
+    stages_here = sorted(p.stem for p in stage_dir.glob("[0-9][0-9]_*.ipynb"))
+    assert run.left_out == [s for s in stages_here if not s.startswith("01_")] and run.left_out
+    assert json.loads((run.run_dir / "run.json").read_text())["left_out"] == run.left_out
     assert run.parameters["max_steps"] == 20 and run.stages[0].summary == "level 5"
     with pytest.raises(ValueError, match="nosuch"):
         run_report(profile=str(profile), overrides={"nosuch": "1"}, notebooks_dir=stage_dir,

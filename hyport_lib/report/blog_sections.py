@@ -56,7 +56,18 @@ def background(ctx: Ctx) -> list[str]:
              t["run_context"].format(profile=profile, host=code(run.host or "?"),
                                      started=code(run.started or "?")), "",
              t["remote_on"] if params.get("trust_remote_code") else t["remote_off"], ""]
+    if ctx.run.left_out:
+        lines[4:4] = [t["left_out"].format(stages=_stage_list(ctx)), ""]
     return lines
+
+
+def _stage_list(ctx: Ctx) -> str:
+    """The stages ``--only`` left out, by name (``02 Attention swap``), as one phrase."""
+    names = []
+    for stage in ctx.run.left_out:
+        number, _, name = str(stage).partition("_")
+        names.append(f"{number} {ctx.t['stages'].get(name, name.replace('_', ' '))}")
+    return ctx.t["list_sep"].join(names)
 
 
 def stage_title(view: StageView, ctx: Ctx) -> str:
@@ -138,6 +149,8 @@ def caveats(ctx: Ctx) -> list[str]:
     failed = [v.stage for v in ctx.views if v.verdict == "FAIL"]
     if failed:
         lines.append(f"- {t['failed'].format(stages=', '.join(failed))}")
+    if ctx.run.left_out:
+        lines.append(f"- {t['left_out_caveat'].format(stages=_stage_list(ctx))}")
     unfinished = [v.stage for v in ctx.views if not v.finished]
     if unfinished:
         lines.append(f"- {t['unfinished'].format(stages=', '.join(unfinished))}")

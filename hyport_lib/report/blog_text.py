@@ -40,6 +40,9 @@ TEXT = {
             "and the check of the saved weights."),
         "run_context": "The run used the profile {profile} on the host {host}; it started at {started}.",
         "defaults": "of the notebooks' defaults",
+        "left_out": ("This run covered only part of that path: the stages {stages} were left "
+                     "out of it (`--only`), so they have no section below."),
+        "left_out_caveat": "Not part of this run (left out with `--only`): {stages}.",
         "remote_on": "trust_remote_code was ON: remote model code was allowed to run.",
         "remote_off": "trust_remote_code was off: no code from the model folder was run.",
         "stages": {"environment": "Environment and host", "attention": "Attention swap",
@@ -47,7 +50,7 @@ TEXT = {
                    "weights": "Saved weights"},
         # -- stage status
         "source": "Source of figures",
-        "colon": ": ", "space": " ",
+        "colon": ": ", "space": " ", "list_sep": ", ",
         "prov": {"npu": "measured on an NPU",
                  "cuda": "measured on a CUDA GPU, not on an NPU",
                  "cpu": "measured on the CPU, not on an NPU",
@@ -192,7 +195,7 @@ TEXT = {
     },
     "zh": {
         "title": "{model} 在 {device} 上的移植简记（hyport 运行 {run_id}）",
-        "title_cards": "{model} 在 {cards} 张 {device} 卡上的推理与训练简记（hyport 运行 {run_id}）",
+        "title_cards": "{model} 在 {cards} 张 {device} 卡上的移植简记（hyport 运行 {run_id}）",
         "intro": ("本文由 hyport 根据运行 {run_id} 的记录结果自动起草。文中所有数值都直接取自本次运行的"
                   "文件（`results/NN_stage.json` 与 `run.json`）；凡是在 CPU 上测得、或由 hyport "
                   "对 NPU 算子的仿真计算得到的数值，所在章节都会注明。"),
@@ -212,12 +215,14 @@ TEXT = {
             "冒烟训练以及权重校验。"),
         "run_context": "本次运行使用参数配置 {profile}，主机为 {host}，开始时间 {started}。",
         "defaults": "（笔记本默认参数）",
+        "left_out": "本次运行只走了其中一部分：阶段 {stages} 未包含在内（`--only`），下文没有它们的章节。",
+        "left_out_caveat": "未包含在本次运行中的阶段（用 `--only` 排除）：{stages}。",
         "remote_on": "trust_remote_code 已开启：允许运行模型仓库中的远程代码。",
         "remote_off": "trust_remote_code 未开启：没有运行模型目录中的任何代码。",
         "stages": {"environment": "环境检查", "attention": "注意力替换",
                    "inference": "逐卡推理", "train": "冒烟训练", "weights": "权重校验"},
         "source": "数据来源",
-        "colon": "：", "space": "",
+        "colon": "：", "space": "", "list_sep": "、",
         "prov": {"npu": "在 NPU 上实测",
                  "cuda": "在 CUDA GPU 上测得，并非 NPU 实测",
                  "cpu": "在 CPU 上测得，并非 NPU 实测",

@@ -90,7 +90,9 @@ def render_index(run: ReportRun) -> str:
     status = {"running": "<b>running</b> (this page is rewritten as stages start and end)",
               "finished": "finished", "interrupted": "<b>interrupted</b> by a stop signal",
               "killed": "<b>killed</b>: the runner died without finishing"}.get(run.status, run.status)
-    notes = "".join(f"<li>{_esc(n)}</li>" for n in run.notes)
+    left_out = ([f"Not part of this run (left out with --only): {', '.join(run.left_out)}"]
+                if run.left_out else [])
+    notes = "".join(f"<li>{_esc(n)}</li>" for n in left_out + list(run.notes))
     notes = f"<ul>{notes}</ul>" if notes else ""
     rows = []
     for s in run.stages:

@@ -57,6 +57,8 @@ class ReportRun:
     pid_started: float = 0.0  # the runner's process start time: a reused pid is not it
     host: str = ""
     notes: list[str] = field(default_factory=list)
+    #: Stages of the notebooks folder that ``--only`` left out of this run.
+    left_out: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:

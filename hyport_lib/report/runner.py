@@ -92,7 +92,7 @@ def run_report(*, profile: Optional[str] = None, overrides: Optional[dict] = Non
         stages=[StageOutcome(stage=s.id, verdict=PENDING) for s in stages],
         versions=collect_versions(), started=_now(), unused_parameters=params.unused,
         pid=os.getpid(), pid_started=process_start_time(os.getpid()) or 0.0,
-        host=socket.gethostname())
+        host=socket.gethostname(), left_out=[s.id for s in all_stages if s not in stages])
     try:
         return _run_stages(run, stages, params, say, cell_timeout_s=cell_timeout_s,
                            kernel_name=kernel_name, show_inputs=show_inputs,

@@ -87,7 +87,7 @@ def checked_label(note: str) -> str:
     if note.startswith("stage 04"):
         return "stage 04's final weights"
     if note.startswith("no stage 04"):
-        return "the embedded tiny model (stage 04 left no weights)"
+        return "the embedded tiny model (no weights from stage 04 in this run)"
     return "the folder given" if note else "the folder given (no note)"
 
 
