@@ -76,7 +76,7 @@ def test_the_weights_card_says_when_the_trained_weights_were_not_checked():
     fallback = {"headline": {"shards": 2, "LOAD_OK": True, "errors": 0, "warnings": 0},
                 "data": {"source": "no stage 04 result in /x/results: the embedded tiny model ..."}}
     found = dict(glance.weights(fallback))
-    assert found["checked"] == "the embedded tiny model (stage 04 left no weights)"
+    assert found["checked"] == "the embedded tiny model (no weights from stage 04 in this run)"
     assert found["LOAD_OK"] == "yes" and found["findings"] == "0 error(s), 0 warning(s)"
     trained = {"headline": {}, "data": {"source": "stage 04 of this run (/r/04_train.json): ..."}}
     assert dict(glance.weights(trained))["checked"] == "stage 04's final weights"
