@@ -430,3 +430,28 @@ def test_stages_left_out_with_only_are_named_in_the_drafts_and_the_index(tmp_pat
     assert "Not part of this run (left out with --only): 02_attention, 03_inference, 04_train" in render_index(run)
     full = make_run(tmp_path / "full", {})
     assert "left out" not in render_blog(full, "en") and "Not part of this run" not in render_index(full)
+
+
+def test_the_scan_is_told_by_kind_one_line_per_source_line_and_a_mismatched_pin_is_named(tmp_path):
+    run = make_run(tmp_path, {"02_attention": "PASS"})
+    long = "hyport_lib.attention.install_flash_attn_shim(backend) before the model's import"
+    hits = [{"file": "m.py", "line": 3, "category": "flash_attn", "snippet": "from flash_attn import a, b, c",
+             "suggestion": long} for _ in range(3)]
+    hits += [{"file": "m.py", "line": 9, "category": "flash_attn", "snippet": "a(q, k, v)", "suggestion": long},
+             {"file": "m.py", "line": 12, "category": "is_cuda_guard", "snippet": "if q.is_cuda:",
+              "suggestion": "silently falls back"}]
+    data = {"rows": [], "backends": [], "flash_attn_version": "2.7.4.post1",
+            "scan": {"path": "/code", "files_scanned": 1, "hits": hits,
+                     "pinned": {"flash-attn": "==2.6.3 (requirements.txt:2)"}}}
+    write_result(run, "02_attention", "PASS", data)
+    en, zh = render_blog(run, "en"), render_blog(run, "zh")
+    assert en.count(long) == 1 and zh.count(long) == 1  # each suggestion once
+    assert en.count("`m.py:3`") == 1  # a line importing three names is one place
+    assert "- flash-attn code (`flash_attn`), 2 line(s); write instead: " in en
+    assert "- is_cuda guards around attention (`is_cuda_guard`), 1 line(s)" in en
+    assert "The drop-in served the flash-attn `2.7.4.post1` API" in en and "to `2.6.3`." in en
+    assert "flash-attn 代码（`flash_attn`），共 2 行；改法（扫描器给出的英文原文）：" in zh
+    assert "请把 `flash_attn_version` 设为 `2.6.3`" in zh and not english_runs(zh)
+    data["flash_attn_version"] = "2.6.3"
+    write_result(run, "02_attention", "PASS", data)
+    assert "The drop-in served" not in render_blog(run, "en")

@@ -218,9 +218,13 @@ def test_hyport_lib_itself_scans_without_crashing():
 def test_show_scan_renders(report, monkeypatch):
     import IPython.display
 
-    counts, styler = scan_tables(report)
+    counts, by_line, suggestions = scan_tables(report)
     assert dict(zip(counts["category"], counts["hits"])) == report.counts()
-    assert "flash_attn_varlen_func" in styler.to_html()
+    assert "flash_attn_varlen_func" in by_line.to_html()
+    # one row per source line; each suggestion once per kind
+    lines = by_line.data
+    assert len(lines) == len({(h.file, h.line) for h in report.hits})
+    assert len(suggestions.data) == len(set(zip(suggestions.data["kind"], suggestions.data["suggestion"])))
     shown = []
     monkeypatch.setattr(IPython.display, "display", lambda obj, **kw: shown.append(obj))
     assert show_scan(report) is None
@@ -430,3 +434,21 @@ def test_is_cuda_guards_around_attention_are_named_with_what_they_do(tmp_path):
 def test_a_flash_attn_pinned_by_wheel_or_git_tag_is_reported_as_pinned(tmp_path, line, version):
     (tmp_path / "requirements.txt").write_text(f"torch\n{line}\n")
     assert scan_path(tmp_path).pinned == {"flash-attn": f"=={version} (requirements.txt:2)"}
+
+
+def test_the_notebook_scan_names_a_pin_whose_unpad_input_differs_from_the_served_api(tmp_path, monkeypatch):
+    import IPython.display
+
+    (tmp_path / "requirements.txt").write_text("flash-attn==2.6.3\n")
+    (tmp_path / "m.py").write_text("from flash_attn.bert_padding import unpad_input\n")
+    report = scan_path(tmp_path)
+    shown = []
+    monkeypatch.setattr(IPython.display, "display", lambda obj, **kw: shown.append(obj))
+    show_scan(report, served="2.7.4.post1")
+    text = shown[0].data
+    assert "`flash-attn` pinned by the project: `==2.6.3 (requirements.txt:1)`" in text
+    assert "returns 5 values; code written for 2.6.3 expects 4" in text
+    assert 'flash_attn_version = "2.6.3"' in text
+    shown.clear()
+    show_scan(report, served="2.6.3")
+    assert "pinned by the project" in shown[0].data and "expects" not in shown[0].data

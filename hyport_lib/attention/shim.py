@@ -44,6 +44,8 @@ import types
 from dataclasses import dataclass, field
 from typing import Optional
 
+from hyport_lib.utils.versions import legacy_unpad
+
 DEFAULT_VERSION = "2.7.4.post1"
 _API_NAMES = (
     "flash_attn_func", "flash_attn_varlen_func", "flash_attn_qkvpacked_func",
@@ -57,6 +59,9 @@ _V1_NAMES = (
 _PACKAGES = ("flash_attn", "flash_attn.layers")
 
 _lock = threading.Lock()
+__all__ = ["DEFAULT_VERSION", "ShimInstall", "build_shim_modules", "current_shim",
+           "install_flash_attn_shim", "legacy_unpad", "real_flash_attn_present",
+           "uninstall_flash_attn_shim"]
 
 
 @dataclass
@@ -91,21 +96,6 @@ def real_flash_attn_present() -> bool:
         return importlib.util.find_spec("flash_attn") is not None
     except (ImportError, ValueError):
         return False
-
-
-def legacy_unpad(version: str) -> bool:
-    """flash-attn before 2.7: ``bert_padding.unpad_input`` returns 4 values, not 5."""
-    return _version_tuple(version) < (2, 7)
-
-
-def _version_tuple(version: str) -> tuple[int, ...]:
-    parts = []
-    for piece in version.split("+")[0].split("."):
-        digits = "".join(ch for ch in piece if ch.isdigit())
-        if not digits:
-            break
-        parts.append(int(digits))
-    return tuple(parts)
 
 
 def _module(name: str, doc: str, names: dict, is_package: bool) -> types.ModuleType:

@@ -235,8 +235,9 @@ def show_model_comparison(model):
     _display(styled_model(model))
 
 
-def show_scan_result(report, path: str):
-    """H3's scan table (``hyport_lib.scan.show_scan`` when present)."""
+def show_scan_result(report, path: str, served: Optional[str] = None):
+    """H3's scan table (``hyport_lib.scan.show_scan`` when present); ``served``: the
+    flash-attn version whose API the drop-in served, checked against the project's pin."""
     if report is None:
         _markdown(f"The static scan (`hyport_lib.scan`) is not installed here; `{path}` was "
                   "not scanned.")
@@ -246,7 +247,7 @@ def show_scan_result(report, path: str):
     except ImportError:
         show_scan = None
     if show_scan is not None:
-        show_scan(report)
+        show_scan(report, served)
         return
     _markdown(f"Scan of `{path}`: {report.files_scanned} files, {len(report.hits)} findings.")
     _display(report.frame())

@@ -15,6 +15,8 @@ import math
 
 from hyport_lib.report.blog_data import Ctx, StageView, as_list, dig, find
 from hyport_lib.report.blog_format import code, fenced, is_number, num, quote, ratio, recorded, table
+from hyport_lib.scan.grouping import group_hits
+from hyport_lib.utils.versions import pinned_version, unpad_input_values
 
 _VERDICTS = ("PASS", "WARN", "FAIL", "SKIP")
 
@@ -88,18 +90,24 @@ def scan_lines(view: StageView, ctx: Ctx) -> list[str]:
         lines = [t["att_clean"].format(**where), ""]
     else:
         lines = [t["att_intro"].format(hits=num(len(hits)), **where), ""]
-        sep = "; " if ctx.lang == "en" else "；"
         colon = ": " if ctx.lang == "en" else "："
-        for h in hits:
-            after = str(h.get("suggestion") or "").split(" | ")[0]  # both alternatives say the same
-            place = code(f"{h.get('file')}:{h.get('line')}")
-            lines.append(f"- {place} {t['before']}{colon}{code(h.get('snippet'))}{sep}"
-                         f"{t['after']}{colon}{code(after)}")
+        # By kind, one line per source line, each suggestion once (the scan's own grouping).
+        for group in group_hits(hits):
+            kind = t["scan_kinds"].get(group.category, group.category)
+            lines.append("- " + t["scan_group"].format(
+                kind=kind, category=code(group.category), count=num(len(group.places)),
+                colon=colon, suggestion=code(group.suggestion)))
+            for file, line, snippet in group.places:
+                lines.append(f"  - {code(f'{file}:{line}')} {code(snippet)}")
         lines.append("")
     pinned = dig(scan, "pinned", default={})
+    served = view.data.get("flash_attn_version")
     if isinstance(pinned, dict):
         for name, spec in pinned.items():
             lines += [t["att_pinned"].format(name=code(name), spec=code(spec)), ""]
+            version = pinned_version(spec)
+            if served and version and unpad_input_values(version) != unpad_input_values(str(served)):
+                lines += [t["att_pin_mismatch"].format(served=code(served), pinned=code(version)), ""]
     return lines
 
 

@@ -103,6 +103,17 @@ TEXT = {
         "att_clean": "The static scan read {files} file(s) under {path} and found nothing to change.",
         "att_no_scan": "The static scan did not run in this stage.",
         "before": "before", "after": "after",
+        "scan_group": "{kind} ({category}), {count} line(s); write instead{colon}{suggestion}",
+        "scan_kinds": {
+            "flash_attn": "flash-attn code", "cuda_call": "CUDA calls", "cuda_device": "CUDA devices",
+            "cuda_env": "CUDA environment variables", "cuda_ext": "CUDA extensions to build",
+            "nccl": "NCCL communication", "apex": "NVIDIA Apex", "xformers": "xFormers",
+            "triton": "Triton kernels", "bitsandbytes": "bitsandbytes", "requirement": "dependencies",
+            "unparsable": "files that could not be parsed",
+            "is_cuda_guard": "is_cuda guards around attention"},
+        "att_pin_mismatch": ("The drop-in served the flash-attn {served} API, whose `unpad_input` "
+                             "returns a different number of values than code written for the "
+                             "pinned {pinned} expects: set `flash_attn_version` to {pinned}."),
         "att_numerics": ("Then the numerics: against a float64 reference, {cases} attention "
                          "cases gave {rows} result rows as PASS/WARN/FAIL; the worst NPU error "
                          "came to {worst} of its allowed bound. These figures were {prov}."),
@@ -262,13 +273,23 @@ TEXT = {
                      "model_resolved": "实际使用的模型目录", "profile": "参数配置"},
         "checks_intro": ("环境检查结果：通过 {PASS} 项、警告 {WARN} 项、失败 {FAIL} 项、跳过 {SKIP} 项"
                          "（跳过的检查不适用于这台主机）。适用的检查如下："),
-        "check": "检查项", "verdict": "结论", "reason": "原因",
+        "check": "检查项", "verdict": "结论", "reason": "原因（工具记录的英文原文）",
         "att_intro": ("移植的第一步是找出所有只能在 CUDA 上运行的写法。静态扫描读取了 {path} 下的 "
                       "{files} 个文件，找到 {hits} 处需要修改："),
         "att_pinned": "项目锁定了 {name} 的版本 {spec}。",
         "att_clean": "静态扫描读取了 {path} 下的 {files} 个文件，没有发现需要修改的地方。",
         "att_no_scan": "本阶段没有运行静态扫描。",
         "before": "原写法", "after": "替换为",
+        "scan_group": "{kind}（{category}），共 {count} 行；改法（扫描器给出的英文原文）{colon}{suggestion}",
+        "scan_kinds": {
+            "flash_attn": "flash-attn 代码", "cuda_call": "CUDA 调用", "cuda_device": "CUDA 设备",
+            "cuda_env": "CUDA 环境变量", "cuda_ext": "需编译的 CUDA 扩展",
+            "nccl": "NCCL 通信", "apex": "NVIDIA Apex", "xformers": "xFormers",
+            "triton": "Triton 内核", "bitsandbytes": "bitsandbytes", "requirement": "依赖声明",
+            "unparsable": "无法解析的文件",
+            "is_cuda_guard": "注意力代码外的 is_cuda 判断"},
+        "att_pin_mismatch": ("替换实现提供的是 flash-attn {served} 的接口，其 `unpad_input` 的返回值个数与按所锁定的 "
+                             "{pinned} 编写的代码不一致：请把 `flash_attn_version` 设为 {pinned}。"),
         "att_numerics": ("接着是数值验证：以 float64 为参照，{cases} 个注意力用例共得到 {rows} 行结果"
                          "（通过/警告/失败）；NPU 路径的最大误差为允许上限的 {worst} 倍。这些数值{prov}。"),
         "att_numerics_no_worst": ("接着是数值验证：以 float64 为参照，{cases} 个注意力用例共得到 {rows} "
@@ -278,7 +299,7 @@ TEXT = {
         "att_model": ("在模型层面，把 eager 注意力与替换后的注意力（{impl}）对比：logits 最大相差 "
                       "{dlogits}，首选词一致的比例为 {top1}，贪心解码输出完全一致：{greedy}；每次前向"
                       "中替换后的注意力被调用 {calls} 次。"),
-        "att_model_verdict": "模型层面检查的结论：",
+        "att_model_verdict": "模型层面检查的结论（工具记录的英文原文）：",
         "heatmap_alt": "注意力误差热力图",
         "heatmap_caption": "各用例相对 float64 的误差（{label}）。",
         "inf_intro": ("每张卡在独立的新进程中运行：加载模型，先做不计时的预热调用（冷启动的首次调用衡量的是启动开销，单列一栏），"
@@ -288,7 +309,7 @@ TEXT = {
         "cold_s": "冷启动首次调用（秒）",
         "first_token_s": "首词耗时，预热后（秒）", "tps": "每秒词元数（预热后）",
         "decode_tps": "解码每秒词元数（预热后）",
-        "memory": "峰值内存（MB）", "error": "错误",
+        "memory": "峰值内存（MB）", "error": "错误（记录原文）",
         "sample": "第 {card} 号卡对提问 {prompt} 的回答：",
         "logs": "各工作进程的日志位于 {log_dir}。",
         "train_intro": ("冒烟训练用 torchrun 在每张卡上启动 DeepSpeed 下的 Hugging Face `Trainer`，"
@@ -343,7 +364,7 @@ TEXT = {
         "failed": "失败的阶段：{stages}。对应的笔记本和日志保存在本次运行目录中。",
         "unfinished": "没有完成的阶段：{stages}。",
         "unused": "没有任何笔记本声明、因而未被使用的参数：{names}。",
-        "notes": "本次运行记录的说明：",
+        "notes": "本次运行记录的说明（英文原文）：",
         "figure_failed": "有一张图未能生成：",
         "commands": "复现命令",
         "cmd_intro": "在项目目录下，用相同的参数配置和参数运行：",

@@ -1,9 +1,14 @@
-"""Notebook rendering of a ``ScanReport``: a one-line verdict, counts per category, the hits."""
+"""Notebook rendering of a ``ScanReport``: a one-line verdict, the flash-attn pin, counts per
+category, the lines found and each suggestion once per kind."""
 
 from __future__ import annotations
 
+from typing import Optional
+
 from hyport_lib.scan import rules
+from hyport_lib.scan.grouping import lines_frame, suggestions_frame
 from hyport_lib.scan.model import ScanReport
+from hyport_lib.utils.versions import pinned_version, unpad_input_values
 
 #: Red: blocks the port outright; yellow: a one-line change through the backend seam;
 #: grey: could not be checked; orange (default): a package to replace.
@@ -20,21 +25,44 @@ def _category_colour(value) -> str:
 
 
 def scan_tables(report: ScanReport):
-    """``(counts_frame, hits_styler)``: what ``show_scan`` displays, for reuse in reports."""
+    """``(counts_frame, lines_styler, suggestions_styler)``: what ``show_scan`` displays,
+    for reuse in reports. One row per source line, then each suggestion once per kind
+    with the lines it covers (:mod:`~hyport_lib.scan.grouping`)."""
     import pandas as pd
 
     counts = pd.DataFrame(sorted(report.counts().items()), columns=["category", "hits"])
-    hits = report.frame()
-    styler = hits.style.hide(axis="index").set_properties(
+    lines = lines_frame(report.hits).style.hide(axis="index").set_properties(
         subset=["snippet"], **{"font-family": "monospace", "text-align": "left"})
-    styler = styler.set_properties(subset=["suggestion"], **{"text-align": "left"})
-    if len(hits):
-        styler = styler.map(_category_colour, subset=["category"])
-    return counts, styler
+    suggestions = suggestions_frame(report.hits).style.hide(axis="index").set_properties(
+        subset=["suggestion", "lines"], **{"text-align": "left"})
+    if report.hits:
+        suggestions = suggestions.map(_category_colour, subset=["kind"])
+    return counts, lines, suggestions
 
 
-def show_scan(report: ScanReport) -> None:
-    """Display the verdict line, the counts per category and the table of hits."""
+def pinned_lines(report: ScanReport, served: Optional[str] = None) -> list[str]:
+    """What the project pins of flash-attn and, given the version whose API the drop-in
+    served, whether the two differ in what ``unpad_input`` returns."""
+    out = []
+    for package, spec in report.pinned.items():
+        out.append(f"`{package}` pinned by the project: `{spec}`.")
+        pinned = pinned_version(spec)
+        if served and pinned and unpad_input_values(pinned) != unpad_input_values(served):
+            out.append(f"**The drop-in served the flash-attn {served} API**, whose `unpad_input` returns "
+                       f"{unpad_input_values(served)} values; code written for {pinned} expects "
+                       f"{unpad_input_values(pinned)}: set `flash_attn_version = \"{pinned}\"`.")
+    return out
+
+
+def show_scan(report: ScanReport, served: Optional[str] = None) -> None:
+    """Display the verdict line, the counts per category, the lines found and what to
+    write instead (each suggestion once per kind).
+
+    Args:
+        report: the scan.
+        served: the flash-attn version whose API hyport's drop-in served (stage 02), to
+            say when the project pins one whose API differs.
+    """
     from IPython.display import Markdown, display
 
     verdict = "clean: nothing CUDA-only found" if report.clean else f"{len(report.hits)} findings"
@@ -42,8 +70,10 @@ def show_scan(report: ScanReport) -> None:
     if report.unparsable:
         lines.append("Files that could not be parsed (Python ones were scanned line by line): "
                      + ", ".join(f"`{f}` ({e})" for f, e in report.unparsable))
+    lines += pinned_lines(report, served)
     display(Markdown("\n\n".join(lines)))
     if report.hits:
-        counts, styler = scan_tables(report)
+        counts, by_line, suggestions = scan_tables(report)
         display(counts.style.hide(axis="index"))
-        display(styler)
+        display(by_line)
+        display(suggestions)
