@@ -218,3 +218,16 @@ def test_zero_states_compare_with_a_lora_adapter_file(tmp_path):
     target = _compare("adapter", str(path), state, False)
     assert (target["compared"], target["matching"], target["differing_keys"]) == (2, 1, ["m.q_proj.lora_B.weight"])
     assert target["max_abs_cast"] == pytest.approx(1.0, abs=0.02) and not target["only_in_zero"]
+
+
+def test_a_lone_safetensors_file_compares_by_the_other_sides_names(tiny, tmp_path):
+    """A file given on its own (no config, so no model class) against its folder: the
+    folder's name mapping serves both sides, so every tensor is compared, not 64 added
+    and 64 removed."""
+    name = _key(tiny, "layers.1.mlp.up_proj.weight")
+    trained = _copy_with(tiny, tmp_path / "trained", lambda t: t.update({name: t[name] * 1.5}))
+    lone = trained / "model.safetensors"
+    for a, b in ((lone, tiny), (tiny, lone)):
+        result = compare_weights(inspect_checkpoint(a), inspect_checkpoint(b), role="base")
+        assert result.compared == 64 and result.changed == 1, [f.cls for f in result.findings]
+        assert not {f.cls for f in result.findings} & {"key_added", "key_removed"}

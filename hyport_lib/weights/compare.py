@@ -81,14 +81,28 @@ class Comparison:
                 "rows": self.rows, "findings": [f.to_dict() for f in self.findings]}
 
 
-def _ids(insp: Inspection) -> dict[str, str]:
-    """Model name -> on-disk key; the on-disk key where two keys share a model name."""
-    names = Counter(insp.names.to_model(k) for k in insp.tensors)
+def _ids(insp: Inspection, names=None) -> dict[str, str]:
+    """Model name -> on-disk key; the on-disk key where two keys share a model name.
+
+    Args:
+        names: the :class:`~hyport_lib.weights.names.ModelNames` to map with (default:
+            the inspection's own).
+    """
+    names = names or insp.names
+    counts = Counter(names.to_model(k) for k in insp.tensors)
     out = {}
     for key in insp.tensors:
-        model = insp.names.to_model(key)
-        out[model if names[model] == 1 else key] = key
+        model = names.to_model(key)
+        out[model if counts[model] == 1 else key] = key
     return out
+
+
+def _namers(weights: Inspection, other: Inspection):
+    """The name mapping of each side; a side without one (a lone ``.safetensors`` file, a
+    config whose class cannot be built) borrows the other's, so that a legacy key on one
+    side and the model's name on the other still meet."""
+    a, b = weights.names, other.names
+    return (a if a._rename else b), (b if b._rename else a)
 
 
 def compare_weights(weights: Inspection, other: Inspection, *, role: str = "base",
@@ -100,7 +114,8 @@ def compare_weights(weights: Inspection, other: Inspection, *, role: str = "base
         raise ValueError(f"role={role!r}: expected one of {', '.join(ROLES)}")
     started = time.perf_counter()
     result = Comparison(role, weights.path, other.path)
-    mine, theirs = _ids(weights), _ids(other)
+    namer_mine, namer_theirs = _namers(weights, other)
+    mine, theirs = _ids(weights, namer_mine), _ids(other, namer_theirs)
     wt, ot = weights.tensors, other.tensors
     pairs = []
     for ident in list(mine) + [i for i in theirs if i not in mine]:
