@@ -112,6 +112,11 @@ SCHEMA: dict[str, dict] = {
     "learning_rate": {"kind": "float", "min_exclusive": 0},
     "image": {"kind": "file", "optional": True},
     "warmup_runs": {"kind": "int", "min": 0},
+    "checksum": {"kind": "choice", "choices": ("crc32", "sha256")},
+    "reload_timeout_s": {"kind": "float", "min_exclusive": 0},
+    "weights_path": {"kind": "str", "nonempty": True, "optional": True},
+    "base_path": {"kind": "str", "nonempty": True, "optional": True},
+    "checkpoint_path": {"kind": "str", "nonempty": True, "optional": True},
 }
 
 

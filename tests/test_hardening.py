@@ -124,6 +124,11 @@ def test_too_many_cpu_workers_are_refused_with_the_figure(capsys):
     (["report", "-p", "device=tpu"], "device='tpu': expected one of"),
     (["report", "-p", "infer_timeout_s=nan"], "infer_timeout_s"),
     (["report", "-p", "max_steps=-3"], "max_steps=-3"),
+    (["report", "--only", "05", "-p", "checksum=md5"], "checksum='md5': expected one of 'crc32', 'sha256'"),
+    (["report", "--only", "05", "-p", "reload_timeout_s=-5"], "reload_timeout_s=-5.0: expected a number > 0"),
+    (["report", "--only", "05", "-p", "weights_path=/nonexistent/x"], "weights_path='/nonexistent/x': no such"),
+    (["report", "--only", "05", "-p", "base_path=/nope"], "base_path='/nope': no such file or folder"),
+    (["verify", "/nonexistent", "--reload-timeout-s", "nan"], "reload_timeout_s=nan"),
 ])
 def test_bad_values_are_refused_before_the_run(argv, words, capsys, tmp_path):
     if argv[0] == "report":
@@ -166,6 +171,8 @@ def test_env_survives_a_garbled_npu_smi_and_warns(fake_npu, npu_smi_sample, monk
     main(["env", "--device", "npu", "--no-record"])
     out = capsys.readouterr().out
     assert "no chip table" in out and "garbage only" in out
+    health = next(line for line in out.splitlines() if line.startswith("- [") and "card_health" in line)
+    assert health.startswith("- [WARN]") and "health not reported by npu-smi" in health
 
 
 # --------------------------------------------------------------------------- 6. sentences
@@ -226,7 +233,7 @@ def test_an_unwritable_results_folder_is_named_before_any_work(tmp_path, monkeyp
     blocker.write_text("x")
     monkeypatch.setenv("HYPORT_RESULTS_DIR", str(blocker / "sub"))
     for argv in (["env"], ["infer", "--num-cards", "1"], ["attention", "--model-path", "none"],
-                 ["train", "--max-steps", "1"]):
+                 ["train", "--max-steps", "1"], ["verify", str(tmp_path)]):
         assert main(argv) == 2, argv
         err = capsys.readouterr().err
         assert "results folder" in err and "HYPORT_RESULTS_DIR" in err and "Traceback" not in err
@@ -299,3 +306,18 @@ def test_the_ram_check_follows_the_container_limit(tmp_path):
     (tmp_path / "memory").mkdir()
     (tmp_path / "memory" / "memory.limit_in_bytes").write_text(str(2 ** 63 - 4096))  # v1: none
     assert cgroup_memory_limit_gb(tmp_path) is None
+
+
+def test_stage_05_paths_may_be_written_by_the_training_stage_of_the_same_run(tmp_path):
+    """A weights_path that does not exist yet is fine when stage 04 runs first (it may be
+    its output_dir); a fractional reload_timeout_s is a number, not a type error."""
+    from hyport_lib.report.params import check_input_paths, resolve_parameters
+    from hyport_lib.stages import discover_stages, select_stages
+
+    stages = discover_stages()
+    params = resolve_parameters({}, {"weights_path": str(tmp_path / "later"), "reload_timeout_s": "0.5"},
+                                stages)
+    assert params.merged["reload_timeout_s"] == 0.5
+    check_input_paths(params, select_stages(stages, ["04", "05"]))  # no error
+    with pytest.raises(ValueError, match="weights_path=.*no such file or folder"):
+        check_input_paths(params, select_stages(stages, ["05"]))

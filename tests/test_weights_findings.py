@@ -165,6 +165,20 @@ def plant_config_unreadable(folder):
     return "config.json"
 
 
+def plant_model_class_unknown(folder):
+    config = json.loads((folder / "config.json").read_text())
+    config["model_type"] = "nosuchmodel"
+    (folder / "config.json").write_text(json.dumps(config))
+    return "config.json"
+
+
+def plant_config_suspect(folder):
+    config = json.loads((folder / "config.json").read_text())
+    config["architectures"] = config["architectures"][0]  # one string, not a list
+    (folder / "config.json").write_text(json.dumps(config))
+    return "config.json"
+
+
 def plant_no_weights(folder):
     for path in folder.glob("*.safetensors*"):
         path.unlink()
@@ -287,6 +301,8 @@ PLANTS = {
     "index_unreadable": (plant_index_unreadable, ("sharded",), []),
     "index_ignored": (plant_index_ignored, ("sharded",), []),
     "weight_missing": (plant_weight_missing, BOTH, []),
+    "model_class_unknown": (plant_model_class_unknown, BOTH, []),
+    "config_suspect": (plant_config_suspect, ("single",), []),
 }
 
 
@@ -506,3 +522,29 @@ def test_tied_duplicate_is_counted_once(sources, tmp_path):
     assert tied.parameters == untied.parameters
     assert tied.unique_parameters == untied.parameters - embed == tied.names.parameters
     assert any(f.cls == "tied_duplicate" for f in tied.findings)
+
+
+def test_a_fifo_among_the_weights_is_named_not_opened(sources, tmp_path, capsys):
+    """A FIFO named like a shard (no index): reported as unreadable at once, never opened
+    (open() on a FIFO waits for a writer forever)."""
+    import os
+
+    folder = tmp_path / "fifo"
+    folder.mkdir()
+    shutil.copy(sources["single"] / "config.json", folder / "config.json")
+    os.mkfifo(folder / "model-00001-of-00001.safetensors")
+    rc, result, err = verify_json(folder, capsys)
+    hits = [f for f in result["findings"] if f["class"] == "file_unreadable"]
+    assert rc == 1 and hits and "not a regular file" in hits[0]["message"]
+
+
+def test_reversed_offsets_count_the_tensors_size_not_a_negative_span(sources, tmp_path, capsys):
+    ckpt = copy_of(sources, "sharded", tmp_path)
+
+    def change(header, data):
+        name, entry = tensors_of(header)[0]
+        entry["data_offsets"] = entry["data_offsets"][::-1]
+    rewrite(weight_file(ckpt), change)
+    rc, result, err = verify_json(ckpt, capsys)
+    classes = {f["class"] for f in result["findings"]}
+    assert "offsets_out_of_bounds" in classes and "total_size_mismatch" not in classes, classes

@@ -96,6 +96,20 @@ def run(args: argparse.Namespace) -> int:
     from hyport_lib.utils.redact import scrub_obj, scrub_text
     from hyport_lib.weights import stage
 
+    # Where it will write, before minutes of scanning and reloading: a results folder or
+    # --log-dir that cannot take files is one line and exit 2, not a traceback at the end.
+    if not args.no_record:
+        from hyport_lib.results import ensure_results_dir
+
+        ensure_results_dir()
+    if args.log_dir:
+        from hyport_lib.utils.files import ensure_writable
+
+        try:
+            ensure_writable(args.log_dir)
+        except OSError as exc:
+            raise PermissionError(exc.errno, f"--log-dir {str(args.log_dir)!r} is not a writable "
+                                             f"folder ({exc.strerror})", str(args.log_dir)) from None
     bar = TerminalBar("weights", "B", total=lambda p: p.total_bytes, done=lambda p: p.done_bytes,
                       phase=lambda p: p.phase, unit_scale=True)
     try:

@@ -142,6 +142,10 @@ def check_card_health(kind: str, listing) -> Check:
         return Check(name, "WARN", f"not judged: {listing.distrust}")
     known = [d for d in listing.devices if d.health]
     if not known:
+        if kind == "npu":  # npu-smi always reports Health: without it the listing was not read
+            why = getattr(listing, "error", None) or "the listing has no Health column"
+            return Check(name, "WARN", f"not judged: health not reported by npu-smi ({why}; "
+                                       f"source {listing.source})")
         return Check(name, "SKIP", f"health not reported ({listing.source})")
     bad = [d for d in known if d.health.upper() != "OK"]
     if not bad:

@@ -129,5 +129,28 @@ def resolve_parameters(from_profile: dict, overrides: dict, stages: list[Stage],
     return RunParameters(merged, declared, sorted(k for k in merged if k not in defaults))
 
 
-__all__ = ["ParameterError", "RunParameters", "absolutize_paths", "coerce_overrides",
+#: Folders stage 05 reads: they must exist before the run starts, unless a training
+#: stage of the same run may write them (its output_dir is where they usually point).
+INPUT_PATHS = ("weights_path", "base_path", "checkpoint_path")
+
+
+def check_input_paths(params: RunParameters, selected: list[Stage]) -> None:
+    """Refuse, before any stage runs, a path parameter that names nothing.
+
+    Raises:
+        ParameterError: each such key with its (absolute) value.
+    """
+    if any(s.name == "train" for s in selected):
+        return
+    wanted = {k for s in selected for k in params.declared.get(s.id, {})}
+    problems = [f"{key}={value!r}: no such file or folder"
+                for key in INPUT_PATHS if key in wanted
+                for value in [params.merged.get(key)]
+                if isinstance(value, str) and value and not Path(value).expanduser().exists()]
+    if problems:
+        raise ParameterError(problems)
+
+
+__all__ = ["INPUT_PATHS", "ParameterError", "RunParameters", "absolutize_paths", "check_input_paths",
+           "coerce_overrides",
            "notebook_defaults", "notebook_parameters", "resolve_parameters", "safe_parameters"]

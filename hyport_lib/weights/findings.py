@@ -57,7 +57,9 @@ CLASSES: dict[str, tuple[str, str]] = {
     # config.json
     "config_missing": ("error", "no config.json: the folder cannot be loaded as a model"),
     "config_unreadable": ("error", "config.json is not JSON, or names no model_type"),
-    "model_class_unknown": ("info", "the model class could not be built from config.json (names not mapped)"),
+    "model_class_unknown": ("warning", "the model class could not be built from config.json (names not "
+                                       "mapped; from_pretrained will likely fail the same way)"),
+    "config_suspect": ("warning", "a config.json field has a type transformers does not expect"),
     # reload
     "reload_skipped": ("info", "a reload or logits check was asked for one file, not a model folder"),
     "reload_failed": ("error", "from_pretrained failed in a fresh process"),

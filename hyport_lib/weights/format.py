@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import struct
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -59,6 +60,13 @@ class TensorEntry:
     @property
     def nbytes(self) -> int:
         return self.end - self.begin
+
+    @property
+    def size_bytes(self) -> int:
+        """The tensor's size as the saver counts it (dtype x shape, as ``total_size`` is
+        written), else its offsets' span; never negative, even for reversed offsets."""
+        expected = self.expected_nbytes
+        return expected if expected is not None else max(0, self.nbytes)
 
     @property
     def expected_nbytes(self) -> Optional[int]:
@@ -134,7 +142,12 @@ def read_header(path: os.PathLike, label: Optional[str] = None, *, validate: boo
     shard = ShardHeader(path, label or path.name)
     add = shard.findings.append
     try:
-        shard.size = path.stat().st_size
+        st = path.stat()
+        shard.size = st.st_size
+        if not stat.S_ISREG(st.st_mode):  # a FIFO would block open() forever
+            add(finding("file_unreadable", shard.label,
+                        "not a regular file (a FIFO, socket or device): not read"))
+            return shard
         with open(path, "rb") as fh:
             head = fh.read(8)
             if len(head) < 8:

@@ -122,7 +122,7 @@ class Inspection:
 
     @property
     def tensor_bytes(self) -> int:
-        return sum(e.nbytes for _, e in self.tensors.values())
+        return sum(e.size_bytes for _, e in self.tensors.values())
 
 
 def inspect_checkpoint(path: os.PathLike, *, trust_remote_code: bool = False,
@@ -302,7 +302,7 @@ def _cross_check(result: Inspection, index: IndexInfo) -> None:
     if all(s.readable and not s.invalid for s in result.shards) and len(result.shards) == len(index.shards):
         tensors = result.tensors
         indexed = [tensors[k][1] for k in index.weight_map if k in tensors]
-        size = sum(e.nbytes for e in indexed)
+        size = sum(e.size_bytes for e in indexed)
         params = sum(e.numel for e in indexed)
         problems = []
         if index.total_size is not None and index.total_size != size:
@@ -338,7 +338,14 @@ def _read_config(result: Inspection) -> None:
         return
     text = raw.get("text_config") if isinstance(raw.get("text_config"), dict) else {}
     info.model_type = str(raw["model_type"])
-    info.architectures = [str(a) for a in raw.get("architectures") or []]
+    architectures = raw.get("architectures") or []
+    if not isinstance(architectures, list):
+        # a bare string would be read letter by letter as class names
+        result.findings.append(finding("config_suspect", "config.json",
+                                       f"architectures is a {type(architectures).__name__} "
+                                       f"({architectures!r}), not a list of class names"))
+        architectures = [architectures]
+    info.architectures = [str(a) for a in architectures]
     # transformers 5 writes "dtype", 4.x "torch_dtype"; composite models keep it per part.
     info.dtype = raw.get("dtype") or raw.get("torch_dtype") or text.get("dtype") or text.get("torch_dtype")
     info.tie_word_embeddings = raw.get("tie_word_embeddings", text.get("tie_word_embeddings"))

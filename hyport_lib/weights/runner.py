@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
+import math
 import os
 import sys
 import time
@@ -92,7 +93,7 @@ def run_task(task: str, spec: dict, *, timeout_s: float, log_dir: Optional[os.Pa
     """
     if task not in TASKS:
         raise ValueError(f"task={task!r}: expected one of {', '.join(TASKS)}")
-    if timeout_s is None or float(timeout_s) <= 0:
+    if timeout_s is None or not math.isfinite(float(timeout_s)) or float(timeout_s) <= 0:
         raise ValueError(f"reload_timeout_s={timeout_s!r}: expected a positive number of seconds")
     log_dir = Path(log_dir) if log_dir else default_log_dir()
     log_dir.mkdir(parents=True, exist_ok=True)

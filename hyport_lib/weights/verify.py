@@ -16,6 +16,7 @@ Every problem becomes a finding; only bad arguments raise (``ValueError``,
 
 from __future__ import annotations
 
+import math
 import os
 import time
 from pathlib import Path
@@ -46,7 +47,7 @@ def verify_checkpoint(weights_path: os.PathLike, *, base_path: Optional[os.PathL
     check_dtype(dtype)
     if checksum not in CHECKSUMS:
         raise ValueError(f"checksum={checksum!r}: expected one of {', '.join(CHECKSUMS)}")
-    if float(reload_timeout_s) <= 0:
+    if not math.isfinite(float(reload_timeout_s)) or float(reload_timeout_s) <= 0:
         raise ValueError(f"reload_timeout_s={reload_timeout_s!r}: expected a positive number of seconds")
     for name, value in (("base path", base_path), ("checkpoint path", checkpoint_path)):
         if value and not Path(value).expanduser().exists():
