@@ -55,3 +55,18 @@ def select_stages(stages: list[Stage], only: Optional[Iterable[str]]) -> list[St
         raise ValueError(f"--only: unknown stage(s) {', '.join(unknown)}; available: {names}")
     picked = {known.get(w) or known[w.zfill(2)] for w in wanted}
     return [s for s in stages if s in picked]
+
+
+def stage_module(stage_id: str):
+    """The ``hyport_lib.<package>.stage`` module whose ``STAGE`` is ``stage_id``, or None.
+
+    Found by reading each ``*/stage.py`` for its ``STAGE = "..."`` line, so that only the
+    one asked for is imported (the others may pull in heavy libraries).
+    """
+    import importlib
+
+    wanted = re.compile(r'^STAGE\s*=\s*["\']' + re.escape(stage_id) + r'["\']', re.MULTILINE)
+    for path in sorted(Path(hyport_lib.__file__).parent.glob("*/stage.py")):
+        if wanted.search(path.read_text(encoding="utf-8")):
+            return importlib.import_module(f"hyport_lib.{path.parent.name}.stage")
+    return None

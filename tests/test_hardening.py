@@ -129,6 +129,18 @@ def test_too_many_cpu_workers_are_refused_with_the_figure(capsys):
     (["report", "--only", "05", "-p", "weights_path=/nonexistent/x"], "weights_path='/nonexistent/x': no such"),
     (["report", "--only", "05", "-p", "base_path=/nope"], "base_path='/nope': no such file or folder"),
     (["verify", "/nonexistent", "--reload-timeout-s", "nan"], "reload_timeout_s=nan"),
+    (["report", "--only", "04", "-p", "lora_rank=0"], "04_train: lora_rank=0: must be at least 1"),
+    (["report", "--only", "04", "-p", "overflow=cut"], "04_train: overflow='cut': expected one of"),
+    (["report", "--only", "04", "-p", "lr_scheduler_type=foo"], "lr_scheduler_type='foo'"),
+    (["report", "--only", "04", "-p", "run_name=a/b"], "run_name='a/b'"),
+    (["report", "--only", "04", "-p", "warmup_steps=-1"], "warmup_steps=-1: must be >= 0"),
+    (["report", "--only", "04", "-p", "loss_scale=-1"], "loss_scale=-1.0: a finite number >= 0"),
+    (["report", "--only", "04", "-p", "master_port=70000"], "master_port=70000: expected an integer"),
+    (["report", "--only", "04", "-p", "packing=false", "-p", "attn_implementation=foo"],
+     "attn_implementation='foo': not an attention transformers knows"),
+    (["train", "--max-steps", "1", "--master-port", "70000", "--no-record"], "master_port=70000"),
+    (["train", "--max-steps", "1", "--packing", "false", "--attn-implementation", "foo", "--no-record"],
+     "attn_implementation='foo'"),
 ])
 def test_bad_values_are_refused_before_the_run(argv, words, capsys, tmp_path):
     if argv[0] == "report":

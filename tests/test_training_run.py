@@ -77,6 +77,19 @@ def test_zero3_run_saves_real_weights_that_reload(tmp_path):
     model = _reload(result.final_dir)
     assert sum(p.numel() for p in model.parameters()) == _tiny_parameters()
     assert all(p.numel() > 0 for p in model.parameters())  # no ZeRO-3 placeholders
+    # the index counts the gathered model, not rank 0's ZeRO-3 partitions
+    if "total_parameters" in index.get("metadata", {}):
+        assert index["metadata"]["total_parameters"] == _tiny_parameters()
+
+
+def test_lora_under_zero3_finishes_and_merges(tmp_path):
+    """The merge builds a plain model on rank 0 alone: under ZeRO-3 it used to wait for
+    the other rank for ever after the last step."""
+    result = _train(tmp_path, zero_stage=3, finetuning_type="lora", lora_rank=4, lora_alpha=8,
+                    max_steps=2, save_steps=2, train_timeout_s=240)
+    assert result.status == "ok", result.reason
+    assert (Path(result.final_dir) / "adapter" / "adapter_config.json").is_file()
+    assert sum(p.numel() for p in _reload(result.final_dir).parameters()) == _tiny_parameters()
 
 
 def test_lora_run_saves_an_adapter_and_merged_weights(tmp_path):

@@ -389,3 +389,42 @@ def test_second_training_review_regressions(tmp_path, monkeypatch):
     empty = TrainResult(status="ok", exit_code=0, wall_s=1.0, plan={"config": {"max_steps": None}},
                         metrics=[], summary=MetricsSummary(), worker={"final_dir": str(out)})
     assert empty.verdict() == ("FAIL", "no step was trained (no step in the metrics)")
+
+
+def test_third_training_review_regressions(tmp_path):
+    import shutil
+
+    from hyport_lib.backend import get_backend
+    from hyport_lib.models.tiny import ensure_tiny_model
+    from hyport_lib.training.preflight import prepare
+
+    cpu = get_backend("cpu")
+    # a model folder without tokenizer / processor files: named before launch, no traceback
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    for name in ("config.json", "model.safetensors"):
+        shutil.copy(ensure_tiny_model() / name, bare / name)
+    with pytest.raises(ValueError, match="model_path=.*bare.*processor / tokenizer does not load"):
+        prepare(TrainConfig(model_path=str(bare), output_dir=str(tmp_path / "o1"), num_cards=2), cpu)
+    # the final weights would overwrite the model being trained
+    model = tmp_path / "model"
+    shutil.copytree(ensure_tiny_model(), model)
+    with pytest.raises(ValueError, match="output_dir=.* is the model folder"):
+        prepare(TrainConfig(model_path=str(model), output_dir=str(model), num_cards=2), cpu)
+    # ports past 65535 and negative loss scales never reach a socket or DeepSpeed
+    with pytest.raises(ValueError, match="master_port=70000: a TCP port is 0..65535"):
+        TrainConfig(master_port=70000)
+    with pytest.raises(ValueError, match="loss_scale=-1.0"):
+        TrainConfig(loss_scale=-1)
+    # an attention no rank could load is refused before torchrun
+    with pytest.raises(ValueError, match="attn_implementation='foo'"):
+        prepare(TrainConfig(packing=False, attn_implementation="foo", output_dir=str(tmp_path / "o2"),
+                            num_cards=2), cpu)
+    # resuming an older checkpoint says that the later ones will go
+    out = tmp_path / "run"
+    for step in (4, 6, 8):
+        _checkpoint(out, step)
+    plan = prepare(TrainConfig(resume_from=str(out / "checkpoint-4"), max_steps=6, num_cards=2,
+                               output_dir=str(out)), cpu)
+    assert any("2 later checkpoint(s) in output_dir (checkpoint-6, checkpoint-8) will be removed" in n
+               for n in plan.notes), plan.notes

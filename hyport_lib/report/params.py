@@ -134,6 +134,30 @@ def resolve_parameters(from_profile: dict, overrides: dict, stages: list[Stage],
 INPUT_PATHS = ("weights_path", "base_path", "checkpoint_path")
 
 
+def check_stage_parameters(params: RunParameters, selected: list[Stage]) -> None:
+    """Each selected stage's own check of its parameters (``check_parameters(params)`` in
+    its ``stage.py``, where it has one: the same checks its stage function makes first),
+    so that a value the stage would refuse stops the run before anything is written.
+
+    Raises:
+        ParameterError: each stage's complaint, naming the stage.
+    """
+    from hyport_lib.stages import stage_module
+
+    problems = []
+    for stage in selected:
+        module = stage_module(stage.id)
+        check = getattr(module, "check_parameters", None)
+        if check is None:
+            continue
+        try:
+            check(params.for_stage(stage))
+        except ValueError as exc:
+            problems.append(f"{stage.id}: {exc}")
+    if problems:
+        raise ParameterError(problems)
+
+
 def check_input_paths(params: RunParameters, selected: list[Stage]) -> None:
     """Refuse, before any stage runs, a path parameter that names nothing.
 
@@ -152,5 +176,6 @@ def check_input_paths(params: RunParameters, selected: list[Stage]) -> None:
 
 
 __all__ = ["INPUT_PATHS", "ParameterError", "RunParameters", "absolutize_paths", "check_input_paths",
+           "check_stage_parameters",
            "coerce_overrides",
            "notebook_defaults", "notebook_parameters", "resolve_parameters", "safe_parameters"]

@@ -34,7 +34,7 @@ from typing import Callable, Iterable, Optional
 
 from hyport_lib.report.cleanup import clean_runs, hold_run_lock, process_start_time, write_run_files
 from hyport_lib.report.params import (  # noqa: F401  (re-exported: the runner's API)
-    absolutize_paths, check_input_paths, coerce_overrides, notebook_parameters, resolve_parameters,
+    absolutize_paths, check_input_paths, check_stage_parameters, coerce_overrides, notebook_parameters, resolve_parameters,
     safe_parameters,
 )
 from hyport_lib.report.run import (  # noqa: F401  (re-exported)
@@ -84,6 +84,7 @@ def run_report(*, profile: Optional[str] = None, overrides: Optional[dict] = Non
         profile_name=f"profile {profile_path.name}" if profile_path else "profile",
         allow_unknown=allow_unknown_parameters, say=say)
     check_input_paths(params, stages)
+    check_stage_parameters(params, stages)
     output_root = check_output_root(Path(output_root) if output_root else Path.cwd() / "outputs")
     clean_runs(output_root, say)
     run_id, run_dir = new_run_dir(output_root)

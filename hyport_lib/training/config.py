@@ -160,7 +160,11 @@ class TrainConfig:
         self.learning_rate = as_float("learning_rate", self.learning_rate)
         if self.learning_rate <= 0:
             raise ValueError(f"learning_rate={self.learning_rate!r}: must be > 0")
+        if self.master_port > 65535:
+            raise ValueError(f"master_port={self.master_port!r}: a TCP port is 0..65535 (0: a free one)")
         self.loss_scale = as_float("loss_scale", self.loss_scale)
+        if not self.loss_scale >= 0 or self.loss_scale == float("inf"):
+            raise ValueError(f"loss_scale={self.loss_scale!r}: a finite number >= 0 (0: dynamic)")
         self.train_timeout_s = as_float("train_timeout_s", self.train_timeout_s)
         if self.train_timeout_s <= 0:
             raise ValueError(f"train_timeout_s={self.train_timeout_s!r}: must be > 0 seconds")

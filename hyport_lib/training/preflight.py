@@ -90,6 +90,7 @@ def prepare(config: TrainConfig, backend=None, *, check_port: bool = True) -> La
     notes = [f"{var}={value} from the environment overrides the parameter"
              for var, value in config.env_overrides.items()]
     model_path = _model_path(config)
+    _check_not_the_model(config, model_path)
     output_dir = _output_dir(config)
     dataset_path, image_root = _dataset_path(config, output_dir)
     precision = ds.resolve_precision(config.precision, backend)
@@ -114,6 +115,11 @@ def prepare(config: TrainConfig, backend=None, *, check_port: bool = True) -> La
                              f"{checkpoint.step}), but max_steps={config.max_steps}: nothing is left to "
                              f"train; raise max_steps, or resume_from='none' to start again")
         notes.append(f"resumes from {checkpoint.path.name} (step {checkpoint.step})")
+        later = [c.path.name for c in list_checkpoints(output_dir) if c.step > checkpoint.step]
+        if later:  # the workers remove them (drop_checkpoints_after): say so before they do
+            notes.append(f"{len(later)} later checkpoint(s) in output_dir ({', '.join(later[:3])}"
+                         f"{', ...' if len(later) > 3 else ''}) will be removed: the run continues "
+                         f"from step {checkpoint.step} and writes its own")
         if config.resume_from.lower() not in ("auto", "none"):
             # The workers start inside output_dir: a relative folder would point elsewhere there.
             config = replace(config, resume_from=str(checkpoint.path.resolve()))
@@ -159,6 +165,16 @@ def _model_path(config: TrainConfig) -> str:
     return check_model_path(config.model_path)
 
 
+def _check_not_the_model(config: TrainConfig, model_path: str) -> None:
+    """The final weights go into output_dir: there they would replace the model trained."""
+    if not config.output_dir or not Path(model_path).is_dir():
+        return
+    if Path(config.output_dir).expanduser().resolve() == Path(model_path).resolve():
+        raise ValueError(f"output_dir={config.output_dir!r} is the model folder (model_path="
+                         f"{config.model_path!r}): the final weights would overwrite the model "
+                         f"being trained; choose another output_dir")
+
+
 def _output_dir(config: TrainConfig) -> Path:
     folder = Path(config.output_dir).expanduser() if config.output_dir else default_output_dir(config.run_name)
     folder = folder.resolve()
@@ -189,8 +205,15 @@ def _check_dataset(config: TrainConfig, path: Path, image_root: Optional[str],
     from hyport_lib.training.samples import encode_records
 
     report = load_dataset(path, image_root)
-    processor = AutoProcessor.from_pretrained(model_path, local_files_only=True,
-                                              trust_remote_code=config.trust_remote_code)
+    try:
+        processor = AutoProcessor.from_pretrained(model_path, local_files_only=True,
+                                                  trust_remote_code=config.trust_remote_code)
+    except Exception as exc:  # noqa: BLE001 — any loader failure: name the folder and the files
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise ValueError(f"model_path={model_path!r}: its processor / tokenizer does not load "
+                         f"(training needs the tokenizer files, e.g. tokenizer.json or "
+                         f"tokenizer_config.json, and for images preprocessor_config.json): "
+                         f"{type(exc).__name__}: {first[:300]}") from None
     samples, too_long = encode_records(report.records, processor, config.max_seq_len, config.overflow)
     problems = sorted(report.problems + too_long, key=lambda p: p.index)
     full = DatasetReport(report.path, report.records, problems, report.total)
@@ -252,8 +275,23 @@ def _attention(config: TrainConfig, backend) -> tuple[str, str]:
     """``(attn_implementation, FlashAttnAPI backend)``; packing needs hyport's attention."""
     api_backend = "npu" if backend.kind == "npu" else "sdpa"
     if not config.packing:
+        check_attn_implementation(config.attn_implementation)
         return config.attn_implementation, api_backend
     return {"npu": "hyport_npu_fused", "sdpa": "hyport_torch"}[api_backend], api_backend
+
+
+def check_attn_implementation(name: str) -> None:
+    """Refuse, before torchrun starts, an attention name no rank could load: transformers'
+    own, one registered with its AttentionInterface, hyport's (registered in each worker)
+    or a hub kernel (``org/repo``)."""
+    from transformers import AttentionInterface
+
+    known = {"eager", "sdpa", "flash_attention_2", "flash_attention_3", "flex_attention"}
+    registered = set(getattr(AttentionInterface, "_global_mapping", {}) or {})
+    if name in known | registered or str(name).startswith("hyport") or "/" in str(name):
+        return
+    raise ValueError(f"attn_implementation={name!r}: not an attention transformers knows; expected "
+                     f"one of {', '.join(sorted(known | registered))}, a hyport_* name or a hub kernel")
 
 
 def free_port(host: str = "127.0.0.1") -> int:

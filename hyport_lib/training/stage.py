@@ -27,6 +27,26 @@ def plan(config: Optional[TrainConfig] = None, *, backend=None, **params) -> Lau
     return prepare(config, backend)
 
 
+def check_parameters(params: dict) -> None:
+    """The checks :class:`TrainConfig` makes, on a run's parameters for this stage (those
+    of notebook 04 that are config fields), before any stage of the run starts.
+
+    Raises:
+        ValueError: naming the parameter, its value and what it accepts.
+    """
+    from dataclasses import fields
+
+    from hyport_lib.training.preflight import check_attn_implementation
+
+    known = {f.name for f in fields(TrainConfig)}
+    given = {k: v for k, v in params.items() if k in known}
+    if given.get("output_dir") is None:  # the notebook's None: a new folder per run
+        given.pop("output_dir", None)
+    config = TrainConfig(**given)
+    if not config.packing:
+        check_attn_implementation(config.attn_implementation)
+
+
 def run(launch_plan: Optional[LaunchPlan] = None, *,
         on_update: Optional[Callable[[TrainProgress], None]] = None, **params) -> TrainResult:
     """The stage function: run ``launch_plan`` (or plan from ``params`` first)."""

@@ -22,6 +22,7 @@ Test-only switches: ``HYPORT_TEST_NAN_AT_STEP=<step>`` (see
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -204,12 +205,47 @@ def save_final(trainer, processor, spec: dict, config) -> str:
         kwargs["max_shard_size"] = shard
     if config.finetuning_type == "lora":
         model.save_pretrained(str(out / "adapter"), state_dict=state_dict)
-        merged = _merged_lora(spec, config, state_dict)
+        with _zero3_set_aside():  # a plain model on rank 0 alone: no ZeRO-3 gathering
+            merged = _merged_lora(spec, config, state_dict)
         merged.save_pretrained(str(out), **({"max_shard_size": shard} if shard else {}))
     else:
         model.save_pretrained(str(out), **kwargs)
+        if config.zero_stage == 3:
+            _count_saved_parameters(out)
     processor.save_pretrained(str(out))
     return str(out)
+
+
+@contextlib.contextmanager
+def _zero3_set_aside():
+    """transformers believes ZeRO-3 is on for as long as the Trainer's DeepSpeed config
+    lives: a ``from_pretrained`` on rank 0 alone would then partition the model and wait
+    for the other ranks for ever. Set it aside for a model built on one rank."""
+    import transformers.integrations.deepspeed as hf_deepspeed
+
+    saved = hf_deepspeed._hf_deepspeed_config_weak_ref
+    hf_deepspeed._hf_deepspeed_config_weak_ref = None
+    try:
+        yield
+    finally:
+        hf_deepspeed._hf_deepspeed_config_weak_ref = saved
+
+
+def _count_saved_parameters(out: Path) -> None:
+    """Under ZeRO-3 ``save_pretrained`` counts the rank's partitions (almost nothing) into
+    the index's ``metadata.total_parameters``; count what the shards hold instead."""
+    from hyport_lib.utils.files import atomic_write_json
+    from hyport_lib.weights.format import read_header
+
+    index_path = out / "model.safetensors.index.json"
+    if not index_path.is_file():
+        return
+    index = json.loads(index_path.read_text(encoding="utf-8"))
+    if "total_parameters" not in (index.get("metadata") or {}):
+        return
+    shards = [read_header(out / name, validate=False) for name in sorted(set(index["weight_map"].values()))]
+    index["metadata"]["total_parameters"] = sum(e.numel for s in shards for e in s.tensors.values())
+    atomic_write_json(index_path, index)
 
 
 def _merged_lora(spec: dict, config, state_dict: dict):
