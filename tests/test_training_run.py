@@ -157,6 +157,10 @@ def test_injected_nan_shows_in_the_flags(tmp_path, monkeypatch):
     result = _train(tmp_path, max_steps=3, save_steps=100000)
     assert result.status == "ok", result.reason
     flagged = {r["step"]: r["nonfinite_loss"] for r in result.metrics}
+    # the metrics file is strict JSON: the NaN is a null beside its flag
+    lines = Path(result.plan["metrics_path"]).read_text().splitlines()
+    assert all(json.loads(line, parse_constant=lambda c: pytest.fail(f"bare {c}")) for line in lines)
+    assert result.metrics[1]["loss"] is None
     assert flagged[2] is True and flagged[1] is False and flagged[3] is False
     verdict, why = result.verdict()
     assert verdict == "WARN" and "non-finite loss at steps [2]" in why

@@ -132,6 +132,16 @@ def test_summary_leaves_warmup_out_and_finds_gaps_and_repeats():
     assert flagged.nonfinite_loss_steps == [1, 2] and flagged.skipped_steps == 2
 
 
+def test_checkpoint_seconds_are_left_out_of_step_time_and_throughput():
+    records = _records(range(1, 7))
+    records[3]["save_s"] = 0.4  # step 4 came after a checkpoint save: 0.5 s wall, 0.1 s training
+    summary = summarize_metrics(records, warmup_steps=2)
+    assert summary.checkpoint_s == pytest.approx(0.4)
+    assert summary.mean_step_s == pytest.approx((0.5 * 3 + 0.1) / 4)
+    assert summary.tokens_per_s_per_card == pytest.approx(4000 / (2 * (0.5 * 3 + 0.1)))
+    assert "seconds spent writing checkpoints" in summary.throughput_definition
+
+
 def test_loss_span_says_when_the_last_steps_had_no_finite_loss():
     records = _records(range(1, 5))
     assert loss_span(summarize_metrics(records)) == "4.9000 → 4.6000"

@@ -62,7 +62,9 @@ def _config(args: argparse.Namespace):
 
 def _last_loss(progress) -> str:
     last = progress.records[-1] if progress.records else {}
-    return f"loss {last['loss']:.4f}" if last.get("loss") is not None else ""
+    if last.get("loss") is not None:
+        return f"loss {last['loss']:.4f}"
+    return "loss nan" if last.get("nonfinite_loss") else ""
 
 
 def run(args: argparse.Namespace) -> int:

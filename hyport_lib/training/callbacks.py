@@ -20,7 +20,6 @@ forever), and a smoke run exists to show exactly that step.
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import time
@@ -31,6 +30,7 @@ from transformers import Trainer, TrainerCallback
 
 from hyport_lib.training.checkpoints import write_marker
 from hyport_lib.training.packing import COUNT_KEYS
+from hyport_lib.utils.files import dumps_json
 
 #: Test-only: ``"<step>"`` makes that step's loss NaN (on every rank).
 NAN_FAULT_ENV = "HYPORT_TEST_NAN_AT_STEP"
@@ -69,6 +69,8 @@ class CountingTrainer(Trainer):
         super().__init__(*args, **kwargs)
         self.step_counts = step_counts or StepCounts()
         self.dummy_pixel_values = dummy_pixel_values
+        #: seconds spent writing checkpoints so far (left out of the throughput)
+        self.save_seconds = 0.0
         raw = os.environ.get(NAN_FAULT_ENV, "").strip()
         self._nan_step = int(raw) if raw.isdigit() else None
 
@@ -119,7 +121,11 @@ class CountingTrainer(Trainer):
 
             folder = Path(self.args.output_dir) / f"checkpoint-{self.state.global_step}"
             (folder / MARKER).unlink(missing_ok=True)
-        return super()._save_checkpoint(model, trial, *args, **kwargs)
+        started = time.perf_counter()
+        try:
+            return super()._save_checkpoint(model, trial, *args, **kwargs)
+        finally:
+            self.save_seconds += time.perf_counter() - started
 
     def compute_loss(self, model, inputs, *args, **kwargs):
         counts = [inputs.pop(key, 0) for key in COUNT_KEYS]
@@ -187,6 +193,7 @@ class MetricsCallback(TrainerCallback):
         self._pending: dict = {}
         self._process_steps = 0
         self._skipped_before = 0
+        self._save_seen = 0.0
         self.restart = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") or 0)
         #: This rank's card (torchrun's LOCAL_RANK; every card of the node is visible).
         self.backend_index = int(os.environ.get("LOCAL_RANK", "0") or 0)
@@ -210,6 +217,11 @@ class MetricsCallback(TrainerCallback):
         self.backend.synchronize(self.backend_index)
         now = time.perf_counter()
         step_s, self._started = now - self._started, now
+        # A checkpoint written after the previous step falls into this one: recorded apart
+        # (save_s), and left out of the throughput, which is about training.
+        saved = float(getattr(self.trainer, "save_seconds", 0.0) or 0.0)
+        save_s, self._save_seen = max(0.0, saved - self._save_seen), saved
+        busy_s = max(step_s - save_s, 1e-9)
         real, total, loss, nonfinite = self.step_counts.take()
         memory = self.backend.memory_stats(self.backend_index)
         real, total, loss, nonfinite, peak = _reduce(
@@ -220,9 +232,9 @@ class MetricsCallback(TrainerCallback):
         self._pending = {
             "step": int(state.global_step), "loss": loss / world if not nonfinite else float("nan"),
             "nonfinite_loss": bool(nonfinite), "real_tokens": int(real), "tokens": int(total),
-            "step_s": round(step_s, 6), "world_size": world,
-            "tokens_per_s_per_card": total / (world * step_s) if step_s > 0 else None,
-            "real_tokens_per_s_per_card": real / (world * step_s) if step_s > 0 else None,
+            "step_s": round(step_s, 6), "save_s": round(save_s, 6), "world_size": world,
+            "tokens_per_s_per_card": total / (world * busy_s) if step_s > 0 else None,
+            "real_tokens_per_s_per_card": real / (world * busy_s) if step_s > 0 else None,
             "skipped": skipped_total > self._skipped_before, "skipped_total": skipped_total,
             "peak_memory_mb": round(peak, 1), "memory_source": memory.source,
             "epoch": state.epoch, "restart": self.restart, "process_step": self._process_steps,
@@ -239,7 +251,8 @@ class MetricsCallback(TrainerCallback):
                       logged_loss=_number(logs.get("loss")), time=time.time())
         if state.is_world_process_zero:
             with open(self.metrics_path, "a", encoding="utf-8") as fh:
-                fh.write(json.dumps(record, allow_nan=True) + "\n")
+                # strict JSON: a NaN / Inf is null, its flag (nonfinite_loss, ...) says which
+                fh.write(dumps_json(record) + "\n")
                 fh.flush()
 
     def on_save(self, args, state, control, **kwargs):

@@ -36,7 +36,8 @@ from typing import Optional
 METRICS_FILE = "metrics.jsonl"
 THROUGHPUT_DEFINITION = ("tokens/s/p = global batch × sequence length / (cards × seconds per step); "
                          "the first {warmup} step(s) of each process are left out (warm-up: "
-                         "operator compilation on an NPU)")
+                         "operator compilation on an NPU), and so are the seconds spent writing "
+                         "checkpoints")
 
 
 def read_metrics(path: os.PathLike) -> list[dict]:
@@ -89,6 +90,8 @@ class MetricsSummary:
     mean_loss: Optional[float] = None
     finite_losses: int = 0
     mean_step_s: Optional[float] = None
+    #: seconds of the measured steps spent writing checkpoints (left out of the figures)
+    checkpoint_s: float = 0.0
     tokens_per_s_per_card: Optional[float] = None
     real_tokens_per_s_per_card: Optional[float] = None
     warmup_steps: int = 0
@@ -141,10 +144,13 @@ def summarize_metrics(records: list[dict], warmup_steps: int = 2) -> MetricsSumm
             " (too few steps to leave any out)"
     out.measured_steps = len(measured)
     if measured:
-        seconds = sum(r["step_s"] for r in measured)
-        out.mean_step_s = seconds / len(measured)
+        # Training seconds: a checkpoint written between two steps is not training.
+        busy = [max(r["step_s"] - (r.get("save_s") if finite(r.get("save_s")) else 0.0), 1e-9)
+                for r in measured]
+        out.checkpoint_s = round(sum(r["step_s"] for r in measured) - sum(busy), 6)
+        out.mean_step_s = sum(busy) / len(measured)
         cards = [r.get("world_size") or 1 for r in measured]
-        card_seconds = sum(r["step_s"] * c for r, c in zip(measured, cards))
+        card_seconds = sum(b * c for b, c in zip(busy, cards))
         tokens = sum(r.get("tokens") or 0 for r in measured)
         real = sum(r.get("real_tokens") or 0 for r in measured)
         out.tokens_per_s_per_card = tokens / card_seconds if card_seconds else None

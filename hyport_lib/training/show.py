@@ -61,7 +61,7 @@ def progress_line(progress: TrainProgress) -> str:
     total = progress.total_steps or "?"
     last = progress.records[-1] if progress.records else {}
     loss = last.get("loss")
-    shown = f"{loss:.4f}" if finite(loss) else ("—" if loss is None else str(loss))
+    shown = f"{loss:.4f}" if finite(loss) else ("nan" if last.get("nonfinite_loss") or loss is not None else "—")
     bar = ""
     if progress.total_steps:
         done = int(20 * progress.done_steps / progress.total_steps)
@@ -159,7 +159,9 @@ def summary_frame(result: TrainResult) -> pd.DataFrame:
         ("loss first → last", loss_span(s) or "—"),
         ("steps logged", f"{s.steps} ({s.first_step}..{s.last_step}); repeated {s.repeated_steps or 'none'}, "
                          f"missing {s.missing_steps or 'none'}"),
-        ("mean step time", f"{s.mean_step_s:.3f} s over {s.measured_steps} step(s)" if s.mean_step_s else "—"),
+        ("mean step time", (f"{s.mean_step_s:.3f} s over {s.measured_steps} step(s)"
+                            + (f"; {s.checkpoint_s:.2f} s of checkpoint saves left out" if s.checkpoint_s else ""))
+         if s.mean_step_s else "—"),
         ("tokens/s/p", _rate(s.tokens_per_s_per_card)), ("real tokens/s/p", _rate(s.real_tokens_per_s_per_card)),
         ("throughput definition", s.throughput_definition),
         ("non-finite loss steps", s.nonfinite_loss_steps or "none"),
