@@ -84,6 +84,8 @@ def test_every_malformed_record_kind_is_named_with_its_record(tmp_path):
         if expected_id:
             assert expected_id in text
     assert by_kind["unknown_role"].field == "conversations[1].from"
+    # the unknown last role is that problem only, not also "no answer"
+    assert [p.kind for p in report.problems if p.record_id == "r-role"] == ["unknown_role"]
     assert by_kind["duplicate_id"].message.endswith("record 0")
     assert "2 image(s)" in by_kind["image_count"].message
 
@@ -251,3 +253,8 @@ def test_dataset_error_lists_every_problem(tmp_path):
     assert len(error.details) == 3 and all("empty_conversations" not in d for d in error.details)
     assert all(f"'r{i}'" in error.details[i] for i in range(3))
     assert "skip_bad_records=True" in str(error)
+
+
+def test_a_folder_given_as_the_dataset_is_named_as_a_folder(tmp_path):
+    with pytest.raises(IsADirectoryError, match="dataset_path=.* is a folder"):
+        load_dataset(tmp_path)

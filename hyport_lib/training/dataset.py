@@ -165,6 +165,9 @@ def load_dataset(path: os.PathLike, image_root: Optional[os.PathLike] = None,
         check_images: open every image (PIL ``verify``) to find unreadable ones.
     """
     path = Path(path).expanduser()
+    if path.is_dir():
+        raise IsADirectoryError(f"dataset_path={str(path)!r} is a folder: give the JSON / JSON Lines "
+                                f"file itself")
     if not path.is_file():
         raise FileNotFoundError(f"dataset_path={str(path)!r}: no such file")
     root = Path(image_root).expanduser() if image_root else path.parent
@@ -249,7 +252,8 @@ def _check_turns(value: dict, problem) -> list[tuple[str, str]]:
         if isinstance(role, str) and role in ROLES:
             turns.append((ROLES[role], text))
             expected = "gpt" if role == "human" else "human"
-    if turns and turns[-1][0] != "assistant":
+    # (a last turn of an unknown role is that problem already, not a missing answer)
+    if turns and turns[-1][0] != "assistant" and previous == "human":
         problem(f"conversations[{len(conversations) - 1}]", "no_answer",
                 "the last turn is 'human': there is no answer to learn")
     return turns

@@ -214,7 +214,16 @@ def _check_dataset(config: TrainConfig, path: Path, image_root: Optional[str],
                          f"(training needs the tokenizer files, e.g. tokenizer.json or "
                          f"tokenizer_config.json, and for images preprocessor_config.json): "
                          f"{type(exc).__name__}: {first[:300]}") from None
-    samples, too_long = encode_records(report.records, processor, config.max_seq_len, config.overflow)
+    from transformers.utils import logging as hf_logging
+
+    # Long samples are this check's own finding (too_long): not also transformers' warning
+    # "Token indices sequence length is longer than ..." above the listing.
+    level = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()
+    try:
+        samples, too_long = encode_records(report.records, processor, config.max_seq_len, config.overflow)
+    finally:
+        hf_logging.set_verbosity(level)
     problems = sorted(report.problems + too_long, key=lambda p: p.index)
     full = DatasetReport(report.path, report.records, problems, report.total)
     if problems:
