@@ -455,3 +455,18 @@ def test_the_scan_is_told_by_kind_one_line_per_source_line_and_a_mismatched_pin_
     data["flash_attn_version"] = "2.6.3"
     write_result(run, "02_attention", "PASS", data)
     assert "The drop-in served" not in render_blog(run, "en")
+
+
+@pytest.mark.parametrize("warmup,cold,warm", [(1, 0.9, True), (0, None, False), (None, None, False)])
+def test_inference_figures_are_called_warm_only_after_a_warm_up(tmp_path, warmup, cold, warm):
+    run = make_run(tmp_path, {"03_inference": "PASS"})
+    row = {"card": 0, "status": "ok", "load_s": 1.5, "cold_s": cold, "first_token_s": 0.02,
+           "tokens_per_s": 600.5, "decode_tokens_per_s": 700.25, "peak_memory_mb": 512.0}
+    config = {} if warmup is None else {"warmup_runs": warmup}
+    write_result(run, "03_inference", "PASS", {"rows": [row], "counts": {"ok": 1}, "config": config})
+    for lang, word in (("en", "warm"), ("zh", "预热后")):
+        draft = render_blog(run, lang)
+        table = [line for line in draft.splitlines() if line.startswith("|")][:1]
+        assert table and (word in table[0]) == warm, table
+        assert ("Cold first call" in draft or "冷启动首次调用" in draft) == warm
+    assert not unsourced(render_blog(run, "en"), tmp_path)

@@ -511,6 +511,11 @@ class GatedLlava(LlavaForConditionalGeneration):
     def __init__(self, config):
         super().__init__(config)
         LOADED.append(flash_attn_func.__module__)
+
+        def own_flash_call(module, args):  # the remote code's own flash-attn call, once a forward
+            q = torch.randn(1, 4, 2, 8)
+            flash_attn_func(q, q, q)
+        self.register_forward_pre_hook(own_flash_call)
 '''
 
 
@@ -551,6 +556,20 @@ def test_the_model_check_loads_remote_code_only_when_asked_with_the_shim_in_plac
     assert module.LOADED and module.LOADED[0].startswith("hyport_lib.attention")  # the shim's function
     assert remote.verdict == "PASS" and remote.swapped_calls > 0, remote.detail
     assert current_shim() is None and "flash_attn" not in sys.modules
+    # again in the same process (a notebook cell re-run): the model code imports this check's
+    # shim, not the first one's, so its flash-attn call is counted again
+    again = compare_model(str(folder), max_new_tokens=2, trust_remote_code=True)
+    assert again.swapped_calls == remote.swapped_calls
+    # a shim the user installed is back afterwards, as it was
+    from hyport_lib.attention.shim import install_flash_attn_shim, uninstall_flash_attn_shim
+
+    install_flash_attn_shim("sdpa", version="2.5.8")
+    try:
+        compare_model(str(folder), max_new_tokens=2, trust_remote_code=True)
+        assert current_shim() is not None and current_shim().version == "2.5.8"
+        assert current_shim().backend == "sdpa"
+    finally:
+        uninstall_flash_attn_shim()
 
 
 def type_module(qualified: str) -> str:

@@ -327,9 +327,20 @@ def test_stage_05_paths_may_be_written_by_the_training_stage_of_the_same_run(tmp
     from hyport_lib.stages import discover_stages, select_stages
 
     stages = discover_stages()
-    params = resolve_parameters({}, {"weights_path": str(tmp_path / "later"), "reload_timeout_s": "0.5"},
-                                stages)
+    out = tmp_path / "train-out"
+    params = resolve_parameters({}, {"weights_path": str(out), "checkpoint_path": str(out / "checkpoint-20"),
+                                     "output_dir": str(out), "reload_timeout_s": "0.5"}, stages)
     assert params.merged["reload_timeout_s"] == 0.5
-    check_input_paths(params, select_stages(stages, ["04", "05"]))  # no error
+    check_input_paths(params, select_stages(stages, ["04", "05"]))  # stage 04 writes them: no error
     with pytest.raises(ValueError, match="weights_path=.*no such file or folder"):
         check_input_paths(params, select_stages(stages, ["05"]))
+    # the model before fine-tuning is never written by stage 04; nor is a folder outside its output_dir
+    typo = resolve_parameters({}, {"base_path": str(tmp_path / "bsae"), "weights_path": str(tmp_path / "elsewhere"),
+                                   "output_dir": str(out)}, stages)
+    with pytest.raises(ValueError) as info:
+        check_input_paths(typo, stages)
+    assert "base_path=" in str(info.value.details) and "weights_path=" in str(info.value.details)
+    # without an output_dir, stage 04 writes into the new run's folder: no given path can be it
+    default_out = resolve_parameters({}, {"weights_path": str(tmp_path / "later")}, stages)
+    with pytest.raises(ValueError, match="weights_path"):
+        check_input_paths(default_out, stages)

@@ -452,3 +452,25 @@ def test_the_notebook_scan_names_a_pin_whose_unpad_input_differs_from_the_served
     shown.clear()
     show_scan(report, served="2.6.3")
     assert "pinned by the project" in shown[0].data and "expects" not in shown[0].data
+
+
+@pytest.mark.parametrize("spec,version", [
+    ("==2.6.3 (requirements.txt:2)", "2.6.3"), ("<2.7", "2.6.3"), ("<2.7 (setup.py:3)", "2.6.3"),
+    (">=2.5,<2.6", "2.5.9"), (">=2.7", "2.8.3"), ("==2", "2"),
+    ("~=2.6", None),  # 2.6 and 2.7 both qualify: the pin does not tell which unpad_input
+    ("nonsense", None),
+])
+def test_the_api_a_pin_expects(spec, version):
+    from hyport_lib.utils.versions import pinned_version
+
+    assert pinned_version(spec) == version
+
+
+def test_a_range_below_2_7_is_told_it_gets_the_five_value_unpad_input(tmp_path, monkeypatch):
+    import IPython.display
+
+    (tmp_path / "requirements.txt").write_text("flash-attn<2.7\n")
+    shown = []
+    monkeypatch.setattr(IPython.display, "display", lambda obj, **kw: shown.append(obj))
+    show_scan(scan_path(tmp_path), served="2.7.4.post1")
+    assert "code written for 2.6.3 expects 4" in shown[0].data

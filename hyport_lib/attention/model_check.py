@@ -90,19 +90,31 @@ def _quiet_loading():
 def _remote_code_shim(trust_remote_code: bool, backend: str, version: Optional[str]):
     """With remote code on, the flash_attn shim is in place while the model code is
     imported and run (as a user porting that model would have it); yields the shim's
-    FlashAttnAPI (None without one: remote code off, or a real flash_attn present)."""
+    FlashAttnAPI (None without one: remote code off, or a real flash_attn present).
+
+    transformers keeps remote model modules in ``sys.modules``: one imported under an
+    earlier shim still holds that shim's functions (its call counter, its version's
+    ``unpad_input``). They are dropped first, so the model code imports this shim. A shim
+    the caller had installed is put back afterwards, as it was.
+    """
     if not trust_remote_code:
         yield None
         return
-    from hyport_lib.attention.shim import (DEFAULT_VERSION, install_flash_attn_shim,
+    from hyport_lib.attention.shim import (DEFAULT_VERSION, current_shim, install_flash_attn_shim,
                                            uninstall_flash_attn_shim)
 
+    before = current_shim()
+    for name in [n for n in sys.modules if n == "transformers_modules" or n.startswith("transformers_modules.")]:
+        del sys.modules[name]
     shim = install_flash_attn_shim(backend, version=version or DEFAULT_VERSION)
     try:
         yield sys.modules["flash_attn"].__hyport_api__ if shim.installed else None
     finally:
         if shim.installed:
             uninstall_flash_attn_shim()
+        if before is not None and before.installed:
+            install_flash_attn_shim(before.backend, version=before.version,
+                                    force=bool(before._replaced))
 
 
 def compare_model(model_path: str = "tiny", backend: str = "npu-emulated",

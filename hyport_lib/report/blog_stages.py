@@ -94,7 +94,8 @@ def scan_lines(view: StageView, ctx: Ctx) -> list[str]:
         # By kind, one line per source line, each suggestion once (the scan's own grouping).
         for group in group_hits(hits):
             kind = t["scan_kinds"].get(group.category, group.category)
-            lines.append("- " + t["scan_group"].format(
+            label = "scan_group_guard" if group.category == "is_cuda_guard" else "scan_group"
+            lines.append("- " + t[label].format(
                 kind=kind, category=code(group.category), count=num(len(group.places)),
                 colon=colon, suggestion=code(group.suggestion)))
             for file, line, snippet in group.places:
@@ -182,20 +183,24 @@ def inference_body(view: StageView, ctx: Ctx) -> list[str]:
     """The per-card table (the seed's NPU | result), one answer, where the logs are."""
     t, d = ctx.t, view.data
     counts = dig(d, "counts", default={})
-    lines = [t["inf_intro"].format(ok=num(counts.get("ok")), failed=num(counts.get("failed")),
-                                   timeout=num(counts.get("timeout")),
-                                   busy=num(counts.get("skipped-busy"))), ""]
-    lines += quote(d.get("consistency"))
     rows = [r for r in as_list(d.get("rows")) if isinstance(r, dict)]
+    # "warm" only where the run made untimed warm-up calls and recorded the cold one apart
+    # (runs from before warmup_runs existed, or with warmup_runs=0, timed the first call).
+    warmup = dig(d, "config", "warmup_runs")
+    warm = is_number(warmup) and warmup > 0 and any(r.get("cold_s") is not None for r in rows)
+    intro = t["inf_intro_warm"] if warm else t["inf_intro"]
+    lines = [intro.format(ok=num(counts.get("ok")), failed=num(counts.get("failed")),
+                          timeout=num(counts.get("timeout")), busy=num(counts.get("skipped-busy"))), ""]
+    lines += quote(d.get("consistency"))
     if rows:
-        # Warm figures (after the untimed warm-up generate) beside the cold first call,
-        # which measures start-up (context, kernel loading, operator compilation).
-        lines += table([t["card"], t["card_status"], t["load_s"], t["cold_s"], t["first_token_s"],
-                        t["tps"], t["decode_tps"], t["memory"], t["error"]],
+        suffix = "_warm" if warm else ""
+        cold = [t["cold_s"]] if warm else []
+        lines += table([t["card"], t["card_status"], t["load_s"], *cold, t["first_token_s" + suffix],
+                        t["tps" + suffix], t["decode_tps" + suffix], t["memory"], t["error"]],
                        [(num(r.get("card")), recorded(r.get("status"), ctx.lang), num(r.get("load_s")),
-                         num(r.get("cold_s")), num(r.get("first_token_s")), num(r.get("tokens_per_s")),
-                         num(r.get("decode_tokens_per_s")), num(r.get("peak_memory_mb")),
-                         recorded(r.get("error"), ctx.lang)) for r in rows])
+                         *([num(r.get("cold_s"))] if warm else []), num(r.get("first_token_s")),
+                         num(r.get("tokens_per_s")), num(r.get("decode_tokens_per_s")),
+                         num(r.get("peak_memory_mb")), recorded(r.get("error"), ctx.lang)) for r in rows])
     sample = sample_answer(d)
     if sample is not None:
         card, answer = sample

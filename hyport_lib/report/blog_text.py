@@ -104,6 +104,7 @@ TEXT = {
         "att_no_scan": "The static scan did not run in this stage.",
         "before": "before", "after": "after",
         "scan_group": "{kind} ({category}), {count} line(s); write instead{colon}{suggestion}",
+        "scan_group_guard": "{kind} ({category}), {count} line(s); what it does{colon}{suggestion}",
         "scan_kinds": {
             "flash_attn": "flash-attn code", "cuda_call": "CUDA calls", "cuda_device": "CUDA devices",
             "cuda_env": "CUDA environment variables", "cuda_ext": "CUDA extensions to build",
@@ -130,14 +131,19 @@ TEXT = {
         "heatmap_alt": "Attention error heatmap",
         "heatmap_caption": "Errors of each case against float64 ({label}).",
         # -- inference
-        "inf_intro": ("Each card ran in a fresh process: load the model, untimed warm-up "
+        "inf_intro": ("Each card ran in a fresh process: load the model, then one single prompt "
+                      "and one batch, timed; with no warm-up call the first of them includes "
+                      "start-up. {ok} card(s) finished, {failed} failed, {timeout} timed out "
+                      "and {busy} were skipped as busy. The cards' own comparison:"),
+        "inf_intro_warm": ("Each card ran in a fresh process: load the model, untimed warm-up "
                       "calls (the cold first call, which measures start-up, is its own column), "
                       "then one single prompt and one batch, timed. {ok} card(s) finished, {failed} failed, {timeout} timed out "
                       "and {busy} were skipped as busy. The cards' own comparison:"),
         "card": "Card", "card_status": "Status", "load_s": "Load (s)",
         "cold_s": "Cold first call (s)",
-        "first_token_s": "First token, warm (s)", "tps": "Tokens/s, warm",
-        "decode_tps": "Decode tokens/s, warm",
+        "first_token_s": "First token (s)", "tps": "Tokens/s", "decode_tps": "Decode tokens/s",
+        "first_token_s_warm": "First token, warm (s)", "tps_warm": "Tokens/s, warm",
+        "decode_tps_warm": "Decode tokens/s, warm",
         "memory": "Peak memory (MB)", "error": "Error",
         "sample": "The answer of card {card} to the prompt {prompt}:",
         "logs": "The workers' logs are under {log_dir}.",
@@ -281,13 +287,14 @@ TEXT = {
         "att_no_scan": "本阶段没有运行静态扫描。",
         "before": "原写法", "after": "替换为",
         "scan_group": "{kind}（{category}），共 {count} 行；改法（扫描器给出的英文原文）{colon}{suggestion}",
+        "scan_group_guard": "{kind}（{category}），共 {count} 行；其后果（扫描器给出的英文原文）{colon}{suggestion}",
         "scan_kinds": {
             "flash_attn": "flash-attn 代码", "cuda_call": "CUDA 调用", "cuda_device": "CUDA 设备",
             "cuda_env": "CUDA 环境变量", "cuda_ext": "需编译的 CUDA 扩展",
             "nccl": "NCCL 通信", "apex": "NVIDIA Apex", "xformers": "xFormers",
             "triton": "Triton 内核", "bitsandbytes": "bitsandbytes", "requirement": "依赖声明",
             "unparsable": "无法解析的文件",
-            "is_cuda_guard": "注意力代码外的 is_cuda 判断"},
+            "is_cuda_guard": "守护注意力代码的 is_cuda 判断"},
         "att_pin_mismatch": ("替换实现提供的是 flash-attn {served} 的接口，其 `unpad_input` 的返回值个数与按所锁定的 "
                              "{pinned} 编写的代码不一致：请把 `flash_attn_version` 设为 {pinned}。"),
         "att_numerics": ("接着是数值验证：以 float64 为参照，{cases} 个注意力用例共得到 {rows} 行结果"
@@ -302,13 +309,17 @@ TEXT = {
         "att_model_verdict": "模型层面检查的结论（工具记录的英文原文）：",
         "heatmap_alt": "注意力误差热力图",
         "heatmap_caption": "各用例相对 float64 的误差（{label}）。",
-        "inf_intro": ("每张卡在独立的新进程中运行：加载模型，先做不计时的预热调用（冷启动的首次调用衡量的是启动开销，单列一栏），"
+        "inf_intro": ("每张卡在独立的新进程中运行：加载模型，再计时运行单条提问和一批提问；没有预热调用，"
+                      "其中第一次调用包含启动开销。完成 {ok} 张，失败 "
+                      "{failed} 张，超时 {timeout} 张，因被占用而跳过 {busy} 张。各卡输出的比对结果："),
+        "inf_intro_warm": ("每张卡在独立的新进程中运行：加载模型，先做不计时的预热调用（冷启动的首次调用衡量的是启动开销，单列一栏），"
                       "再计时运行单条提问和一批提问。完成 {ok} 张，失败 "
                       "{failed} 张，超时 {timeout} 张，因被占用而跳过 {busy} 张。各卡输出的比对结果："),
         "card": "卡", "card_status": "状态", "load_s": "加载耗时（秒）",
         "cold_s": "冷启动首次调用（秒）",
-        "first_token_s": "首词耗时，预热后（秒）", "tps": "每秒词元数（预热后）",
-        "decode_tps": "解码每秒词元数（预热后）",
+        "first_token_s": "首词耗时（秒）", "tps": "每秒词元数", "decode_tps": "解码每秒词元数",
+        "first_token_s_warm": "首词耗时，预热后（秒）", "tps_warm": "每秒词元数（预热后）",
+        "decode_tps_warm": "解码每秒词元数（预热后）",
         "memory": "峰值内存（MB）", "error": "错误（记录原文）",
         "sample": "第 {card} 号卡对提问 {prompt} 的回答：",
         "logs": "各工作进程的日志位于 {log_dir}。",

@@ -129,9 +129,39 @@ def resolve_parameters(from_profile: dict, overrides: dict, stages: list[Stage],
     return RunParameters(merged, declared, sorted(k for k in merged if k not in defaults))
 
 
-#: Folders stage 05 reads: they must exist before the run starts, unless a training
-#: stage of the same run may write them (its output_dir is where they usually point).
+#: Folders stage 05 reads: they must exist before the run starts, unless the training
+#: stage of the same run writes them (its output_dir holds the final weights and the
+#: checkpoint-N folders; the model before fine-tuning, base_path, it never writes).
 INPUT_PATHS = ("weights_path", "base_path", "checkpoint_path")
+_WRITTEN_BY_TRAINING = ("weights_path", "checkpoint_path")
+
+
+def check_input_paths(params: RunParameters, selected: list[Stage]) -> None:
+    """Refuse, before any stage runs, a path parameter that names nothing.
+
+    Raises:
+        ParameterError: each such key with its (absolute) value.
+    """
+    wanted = {k for s in selected for k in params.declared.get(s.id, {})}
+    trains = any(s.name == "train" for s in selected)
+    # Without an output_dir the training stage writes into a folder of the new run, which
+    # no path given now can name.
+    out = params.merged.get("output_dir") if trains else None
+    problems = []
+    for key in INPUT_PATHS:
+        value = params.merged.get(key)
+        if key not in wanted or not isinstance(value, str) or not value:
+            continue
+        path = Path(value).expanduser()
+        if path.exists():
+            continue
+        if out and key in _WRITTEN_BY_TRAINING and _inside(path, Path(out).expanduser()):
+            continue
+        problems.append(f"{key}={value!r}: no such file or folder"
+                        + (f" (and not inside output_dir={out!r}, which stage 04 writes)"
+                           if out and key in _WRITTEN_BY_TRAINING else ""))
+    if problems:
+        raise ParameterError(problems)
 
 
 def check_stage_parameters(params: RunParameters, selected: list[Stage]) -> None:
@@ -158,21 +188,12 @@ def check_stage_parameters(params: RunParameters, selected: list[Stage]) -> None
         raise ParameterError(problems)
 
 
-def check_input_paths(params: RunParameters, selected: list[Stage]) -> None:
-    """Refuse, before any stage runs, a path parameter that names nothing.
-
-    Raises:
-        ParameterError: each such key with its (absolute) value.
-    """
-    if any(s.name == "train" for s in selected):
-        return
-    wanted = {k for s in selected for k in params.declared.get(s.id, {})}
-    problems = [f"{key}={value!r}: no such file or folder"
-                for key in INPUT_PATHS if key in wanted
-                for value in [params.merged.get(key)]
-                if isinstance(value, str) and value and not Path(value).expanduser().exists()]
-    if problems:
-        raise ParameterError(problems)
+def _inside(path: Path, folder: Path) -> bool:
+    try:
+        path.resolve().relative_to(folder.resolve())
+        return True
+    except ValueError:
+        return False
 
 
 __all__ = ["INPUT_PATHS", "ParameterError", "RunParameters", "absolutize_paths", "check_input_paths",

@@ -35,8 +35,29 @@ def unpad_input_values(version: str) -> int:
     return 4 if legacy_unpad(version) else 5
 
 
+#: flash-attn releases a pin is tried against, oldest first (one per minor version,
+#: its last patch): enough to tell which ``unpad_input`` a range of versions gives.
+FLASH_ATTN_RELEASES = ("1.0.9", "2.0.9", "2.1.2", "2.2.5", "2.3.6", "2.4.3", "2.5.9", "2.6.3",
+                       "2.7.4.post1", "2.8.3")
+
+
 def pinned_version(spec: str) -> Optional[str]:
-    """The first version a pin names (``"==2.6.3 (requirements.txt:2)"`` -> ``"2.6.3"``;
-    ``<2.7`` -> ``"2.7"``); None when it names none."""
-    match = re.search(r"(\d+(?:\.\d+)+(?:\.post\d+)?)", str(spec or ""))
-    return match.group(1) if match else None
+    """The flash-attn version whose API code pinned by ``spec`` expects, or None when the
+    pin does not tell (it allows versions on both sides of 2.7, or none that exist).
+
+    ``"==2.6.3 (requirements.txt:2)"`` -> ``"2.6.3"``; ``"<2.7"`` -> ``"2.6.3"`` (the newest
+    release it allows); ``"~=2.6"`` -> None (2.6 and 2.7 both qualify).
+    """
+    text = re.sub(r"\s*\(.*\)\s*$", "", str(spec or "")).strip()
+    exact = re.fullmatch(r"===?\s*(\d+(?:\.\d+)*(?:\.post\d+)?)", text)
+    if exact:
+        return exact.group(1)
+    try:
+        from packaging.specifiers import SpecifierSet
+
+        allowed = [v for v in FLASH_ATTN_RELEASES if SpecifierSet(text).contains(v, prereleases=True)]
+    except (ImportError, ValueError):
+        return None
+    if not allowed or len({unpad_input_values(v) for v in allowed}) > 1:
+        return None
+    return allowed[-1]
