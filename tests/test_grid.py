@@ -360,6 +360,7 @@ def test_grid_returns_when_every_worker_hangs(tmp_path):
     assert time.monotonic() - started < 3 + 1 + 5
     assert consistency(result.frame)[0] is False
     assert "No card finished" in result.consistency_line
+    assert "Card 0: " in result.consistency_line  # says why, not only that nothing finished
 
 
 # --------------------------------------------------------------------------- launcher death
@@ -446,6 +447,44 @@ def test_workers_do_not_outlive_the_launcher(tmp_path, how):
         assert _alive(procs) == [], f"still running after the launcher died: {_alive(procs)}"
     finally:
         _kill_leftovers(parent, procs)
+
+
+@pytest.mark.slow
+def test_a_stopped_infer_keeps_and_records_the_cards_that_finished(tmp_path):
+    """Ctrl-C after card 0 finished and while card 1 hangs: the table shows card 0 ok and
+    card 1 interrupted, the result is recorded, and the command exits 130."""
+    log_dir, results = tmp_path / "logs", tmp_path / "results"
+    env = {**os.environ, FAULT_ENV: "1:hang", "HYPORT_RESULTS_DIR": str(results)}
+    cmd = [sys.executable, "-m", "hyport_lib.commands", "infer", "--device", "cpu", "--num-cards", "2",
+           "--max-new-tokens", "2", "--timeout-s", "600", "--log-dir", str(log_dir)]
+    parent = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not (log_dir / "card0.json").is_file() and time.monotonic() < deadline and parent.poll() is None:
+            time.sleep(0.2)
+        assert (log_dir / "card0.json").is_file(), parent.poll()
+        time.sleep(1.0)  # the grid's next poll has seen card 0 finish
+        parent.send_signal(signal.SIGINT)
+        out, err = parent.communicate(timeout=60)
+    finally:
+        if parent.poll() is None:
+            parent.kill()
+            parent.wait(timeout=10)
+    assert parent.returncode == 130, err[-2000:]
+    assert "interrupted" in out and "logs: " in out, out
+    saved = json.loads((results / "03_inference.json").read_text())
+    statuses = {row["card"]: row["status"] for row in saved["data"]["rows"]}
+    assert statuses == {0: "ok", 1: "interrupted"} and saved["verdict"] == "FAIL"
+
+
+def test_a_log_dir_that_is_a_file_is_one_line(tmp_path, capsys):
+    from hyport_lib.commands import main
+
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    assert main(["infer", "--num-cards", "1", "--no-record", "--log-dir", str(afile)]) == 2
+    err = capsys.readouterr().err
+    assert "log_dir=" in err and "not a writable folder" in err and "Traceback" not in err
 
 
 # --------------------------------------------------------------------------- secrets

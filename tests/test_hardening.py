@@ -344,3 +344,51 @@ def test_stage_05_paths_may_be_written_by_the_training_stage_of_the_same_run(tmp
     default_out = resolve_parameters({}, {"weights_path": str(tmp_path / "later")}, stages)
     with pytest.raises(ValueError, match="weights_path"):
         check_input_paths(default_out, stages)
+
+
+def test_inference_inputs_are_refused_before_any_worker_starts(tmp_path, capsys):
+    """Found by the second review: each used to start every worker, load the model and fail
+    per card; now one line and exit 2 before anything starts."""
+    import shutil
+
+    from hyport_lib.models.tiny import ensure_tiny_model
+
+    listed = tmp_path / "listed"
+    shutil.copytree(ensure_tiny_model(), listed)
+    (listed / "config.json").write_text("[]")
+    untyped = tmp_path / "untyped"
+    shutil.copytree(ensure_tiny_model(), untyped)
+    config = json.loads((untyped / "config.json").read_text())
+    config.pop("model_type")
+    (untyped / "config.json").write_text(json.dumps(config))
+    for extra, words in ((["--attn-implementation", "bogus"], "attn_implementation='bogus'"),
+                         (["--image", str(tmp_path / "none.png")], "none.png"),
+                         (["--model-path", str(listed)], "holds a JSON list, not an object"),
+                         (["--model-path", str(untyped)], "names no model_type")):
+        assert main(["infer", "--num-cards", "1", "--no-record", *extra]) == 2, extra
+        err = capsys.readouterr().err
+        assert words in err and "Traceback" not in err, err
+    # hyport report: a model_path that stage 03 (or 04) would refuse stops the run at once
+    assert main(["report", "--only", "01,03", "-p", f"model_path={tmp_path / 'nope'}",
+                 "--output-dir", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert "03_inference: model_path=" in err and not (tmp_path / "out").exists()
+
+
+def test_a_broken_torch_npu_of_any_kind_is_reported_not_raised(tmp_path, monkeypatch, capsys):
+    """A torch_npu built for another torch raises AttributeError from its import."""
+    from hyport_lib.utils.imports import clear_import_caches
+
+    (tmp_path / "torch_npu").mkdir()
+    (tmp_path / "torch_npu" / "__init__.py").write_text(
+        'raise AttributeError("module torch_npu.dynamo.torchair has no attribute get_npu_backend")\n')
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "torch_npu", raising=False)
+    clear_import_caches()
+    try:
+        rc = main(["env", "--device", "cpu", "--no-record", "--json"])
+        out = capsys.readouterr().out
+        assert rc in (0, 1) and "get_npu_backend" in out
+    finally:
+        sys.modules.pop("torch_npu", None)
+        clear_import_caches()

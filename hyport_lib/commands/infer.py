@@ -16,6 +16,7 @@ import sys
 
 from hyport_lib.commands._progress import TerminalBar
 from hyport_lib.utils.files import dumps_json
+from hyport_lib.utils.signals import shielded
 
 NAME = "infer"
 HELP = "run the same generation on every card, one fresh process per card, and compare"
@@ -79,7 +80,6 @@ def _status_counts(progress) -> str:
 def run(args: argparse.Namespace) -> int:
     from hyport_lib.backend import get_backend
     from hyport_lib.inference import stage
-    from hyport_lib.inference.show import compact_frame
 
     if not args.no_record:
         from hyport_lib.results import ensure_results_dir
@@ -93,8 +93,22 @@ def run(args: argparse.Namespace) -> int:
     try:
         result = stage.run(config, backend=backend, plan=plan, timeout_s=args.timeout_s,
                            log_dir=args.log_dir, on_update=bar)
+    except KeyboardInterrupt as exc:  # Ctrl-C / SIGTERM: show and record the cards that finished
+        bar.close()
+        partial = getattr(exc, "partial", None)
+        if partial is not None:
+            with shielded():
+                _show(partial, args)
+        raise
     finally:
         bar.close()
+    return _show(result, args)
+
+
+def _show(result, args) -> int:
+    from hyport_lib.inference import stage
+    from hyport_lib.inference.show import compact_frame
+
     if args.json:
         print(dumps_json(result.to_dict(), indent=2))
     else:

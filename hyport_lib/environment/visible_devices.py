@@ -30,7 +30,7 @@ def parse_visible_devices(value: str, var_name: str = "ASCEND_RT_VISIBLE_DEVICES
     seen: list[int] = []
     for entry in text.split(","):
         entry = entry.strip()
-        if not entry.isdigit():
+        if not (entry.isascii() and entry.isdigit()):
             break
         index = int(entry)
         if index in seen:
@@ -139,10 +139,10 @@ def _judge_visible_devices(value: Optional[str], var_name: str,
                 continue  # trailing comma: harmless, reported below
             return Check(name, "FAIL", f"{var_name}={raw!r} has an empty entry: the runtime stops "
                                        f"there and sees only cards {seen}; write {fixed!r}")
-        if not entry.isdigit() and not (not ascend and entry.upper().startswith(("GPU-", "MIG-"))):
+        if not (entry.isascii() and entry.isdigit()) and not (not ascend and entry.upper().startswith(("GPU-", "MIG-"))):
             return Check(name, "FAIL", f"{var_name}={raw!r}: {entry!r} is not a card number; the "
                                        f"runtime stops there and sees only cards {seen}")
-    numbers = [int(e) for e in entries if e.isdigit()]
+    numbers = [int(e) for e in entries if e.isascii() and e.isdigit()]
     duplicates = sorted({n for n in numbers if numbers.count(n) > 1})
     if duplicates:
         return Check(name, "FAIL", f"{var_name}={raw!r} lists card {duplicates[0]} twice "

@@ -56,7 +56,7 @@ from hyport_lib.processes import (  # noqa: F401  (read_log_tail, last_exception
     reap_leftovers, scrub_log, start_child, stop_all,
 )
 from hyport_lib.results import Provenance, results_dir
-from hyport_lib.utils.files import atomic_write_json
+from hyport_lib.utils.files import atomic_write_json, ensure_writable
 from hyport_lib.utils.redact import child_environ, scrub_obj, scrub_text
 
 
@@ -235,7 +235,7 @@ def run_grid(config: Any = None, *, device: str = "auto", num_cards: Optional[in
         GridResult with one row per card (see :data:`COLUMNS`). Its ``config`` and
         ``cards`` and the files in ``log_dir`` hold no secret values.
     """
-    from hyport_lib.models.preflight import check_model_path
+    from hyport_lib.models.preflight import check_attn_implementation, check_model_path
     from hyport_lib.utils.values import as_float
 
     if timeout_s is None or as_float("timeout_s", timeout_s) <= 0:
@@ -252,12 +252,20 @@ def run_grid(config: Any = None, *, device: str = "auto", num_cards: Optional[in
     # attempt (or a traceback) per card. "tiny" is built once here, not in every worker.
     inference["model_path"] = check_model_path(inference.get("model_path") or "tiny",
                                                allow_download=bool(inference.get("allow_download")))
+    check_attn_implementation(inference.get("attn_implementation") or "eager")
+    image = inference.get("image")
+    if image and not Path(image).expanduser().is_file():
+        raise FileNotFoundError(f"image={image!r}: no such file")
     if Path(inference["model_path"]).is_dir() and "HF_HUB_OFFLINE" not in os.environ:
         extra_env = {"HF_HUB_OFFLINE": "1", **(extra_env or {})}  # nothing fetched on the side
     order = [c.card for c in plan.cards]
     secrets_env = {**os.environ, **(extra_env or {})}
     log_dir = Path(log_dir).resolve() if log_dir else default_log_dir()
-    log_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        ensure_writable(log_dir)
+    except OSError as exc:
+        raise PermissionError(exc.errno, f"log_dir={str(log_dir)!r} is not a writable folder "
+                                         f"({exc.strerror})", str(log_dir)) from None
 
     def label(card: int) -> str:  # the card as the device tools number it
         return "cpu" if backend.kind == "cpu" else f"{backend.kind}:{card}"
@@ -318,11 +326,22 @@ def run_grid(config: Any = None, *, device: str = "auto", num_cards: Optional[in
                     done(worker, timed_out=True)
             if pending:
                 time.sleep(poll_interval_s)
+    except KeyboardInterrupt as exc:
+        # Stopped: the cards that finished are kept; the caller finds them on the exception.
+        for worker in pending:
+            rows[worker.card].update(status="interrupted", error="stopped before this card finished")
+        exc.partial = _grid_result(rows, order, raws, log_dir, t0, backend, plan, inference,
+                                   secrets_env, timeout_s)
+        raise
     finally:
         # Interrupted (KeyboardInterrupt in the notebook, SIGTERM in the CLI): leave no
         # worker behind, and no secret in what they wrote.
         stop_all([w.child for w in pending], 0.0, secrets_env)
 
+    return _grid_result(rows, order, raws, log_dir, t0, backend, plan, inference, secrets_env, timeout_s)
+
+
+def _grid_result(rows, order, raws, log_dir, t0, backend, plan, inference, secrets_env, timeout_s) -> GridResult:
     frame = _frame(rows, order)
     consistent, differing, _ = consistency(frame)
     return GridResult(

@@ -118,7 +118,7 @@ def inherited_card_ids(var: str, value: str) -> list[int]:
                 f"it to indices instead (nvidia-smi -L lists each GPU's index and UUID)")
         if not entry:
             raise ValueError(f"{shown} has an empty entry; list the card indices, e.g. 0,1")
-        if not entry.isdigit():
+        if not (entry.isascii() and entry.isdigit()):  # not a full-width ３
             hint = " (ranges are not understood: list each card, e.g. 0,1)" if "-" in entry else ""
             raise ValueError(f"{shown}: {entry!r} is not a card index{hint}")
     ids = [int(e) for e in entries]

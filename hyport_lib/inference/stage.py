@@ -18,6 +18,22 @@ from hyport_lib.results import StageSummary, record_summary
 STAGE = "03_inference"
 
 
+def check_parameters(params: dict) -> None:
+    """Before a report runs anything: the model folder and the attention name this stage
+    would load on every card (each error names the parameter).
+
+    Raises:
+        ValueError: naming the parameter, its value and why.
+    """
+    from hyport_lib.models.preflight import check_attn_implementation, check_model_path
+    from hyport_lib.utils.values import as_flag
+
+    check_model_path(params.get("model_path") or "tiny",
+                     allow_download=as_flag("allow_download", params.get("allow_download", False)))
+    if params.get("attn_implementation"):
+        check_attn_implementation(params["attn_implementation"])
+
+
 def summarize(result: GridResult) -> StageSummary:
     """Verdict (see :func:`~hyport_lib.inference.table.grid_verdict`), line and figures."""
     return StageSummary(grid_verdict(result), result.consistency_line, grid_headline(result))

@@ -21,7 +21,7 @@ from hyport_lib.inference.plan import GridPlan
 from hyport_lib.processes import read_log_tail
 from hyport_lib.results import Provenance
 
-STATUSES = ("ok", "failed", "timeout", "skipped-busy")
+STATUSES = ("ok", "failed", "timeout", "skipped-busy", "interrupted")
 #: What torch_npu prints when an operator has no NPU kernel.
 FALLBACK_MARKER = "will fall back to run on the CPU"
 _FALLBACK_OP_RE = re.compile(r"operator '([^']+)'[^\n]*?" + re.escape(FALLBACK_MARKER))
@@ -138,7 +138,11 @@ def consistency_line(result: GridResult) -> str:
     """One sentence on whether the cards agree."""
     ok = result.frame[result.frame["status"] == "ok"]
     if ok.empty:
-        return "No card finished, so there is nothing to compare."
+        # Say why: the first card's error is usually every card's (a bad argument).
+        errors = [str(e) for e in result.frame.get("error", []) if isinstance(e, str) and e.strip()]
+        why = f" Card {int(result.frame.iloc[0]['card'])}: {errors[0].strip().splitlines()[0][:300]}" \
+            if errors and len(result.frame) else ""
+        return f"No card finished, so there is nothing to compare.{why}"
     _, differing, reference = consistency(result.frame)
     reference = (reference or "")[:12]
     sampling = float(result.config.get("temperature") or 0.0) > 0
@@ -154,9 +158,9 @@ def consistency_line(result: GridResult) -> str:
 
 def grid_verdict(result: GridResult) -> str:
     """PASS: every launched card ok and all agree; WARN: ok but busy cards skipped or
-    outputs differ; FAIL: a card failed or timed out, or none ran."""
+    outputs differ; FAIL: a card failed, timed out or was interrupted, or none ran."""
     counts = result.counts
-    if counts["failed"] or counts["timeout"] or counts["ok"] == 0:
+    if counts["failed"] or counts["timeout"] or counts["interrupted"] or counts["ok"] == 0:
         return "FAIL"
     if counts["skipped-busy"] or not result.consistent:
         return "WARN"

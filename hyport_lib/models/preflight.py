@@ -53,7 +53,8 @@ def check_model_path(model_path: str, *, param: str = "model_path", allow_downlo
         if allow_download and _HUB_ID.match(text):
             return text
         hint = (" (it looks like a hub id: downloads are off; download the model first, or "
-                "allow downloads)" if _HUB_ID.match(text) else "")
+                "allow downloads: allow_download=True, hyport infer --allow-download)"
+                if _HUB_ID.match(text) else "")
         raise ModelPathError(f"{param}={text!r}: no such folder ({path.resolve()}){hint}")
     if not path.is_dir():
         raise ModelPathError(f"{param}={text!r}: {path.resolve()} is a file, not a model folder")
@@ -68,12 +69,34 @@ def _check_config(path: Path, param: str, text: str) -> None:
     if not config.is_file():
         raise ModelPathError(f"{param}={text!r}: not a model folder: no config.json in {path.resolve()}")
     try:
-        json.loads(config.read_text(encoding="utf-8"))
+        data = json.loads(config.read_text(encoding="utf-8"))
     except json.JSONDecodeError as exc:
         raise ModelPathError(f"{param}={text!r}: {config.resolve()} is not valid JSON (line "
                              f"{exc.lineno}, column {exc.colno}: {exc.msg})") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise ModelPathError(f"{param}={text!r}: cannot read {config.resolve()} ({exc})") from None
+    if not isinstance(data, dict):
+        raise ModelPathError(f"{param}={text!r}: {config.resolve()} holds a JSON "
+                             f"{type(data).__name__}, not an object")
+    if not isinstance(data.get("model_type"), str) or not data["model_type"]:
+        raise ModelPathError(f"{param}={text!r}: {config.resolve()} names no model_type "
+                             f"(transformers cannot tell which model class to build)")
+
+
+def check_attn_implementation(name: str, param: str = "attn_implementation") -> None:
+    """Refuse, before any process starts, an attention name no process could load:
+    transformers' own, one registered with its AttentionInterface, hyport's (registered
+    in each worker), a hub kernel (``org/repo``) or a ``paged|...`` variant of these."""
+    from transformers import AttentionInterface
+
+    known = {"eager", "sdpa", "flash_attention_2", "flash_attention_3", "flex_attention"}
+    registered = set(getattr(AttentionInterface, "_global_mapping", {}) or {})
+    text = str(name or "")
+    base = text.split("|", 1)[1] if text.startswith("paged|") else text
+    if base in known | registered or base.startswith("hyport") or "/" in base:
+        return
+    raise ValueError(f"{param}={name!r}: not an attention transformers knows; expected one of "
+                     f"{', '.join(sorted(known | registered))}, a hyport_* name or a hub kernel")
 
 
 def _check_weights(path: Path, param: str, text: str) -> None:

@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Optional
 
+from hyport_lib.models.preflight import check_attn_implementation
 from hyport_lib.training.config import TrainConfig
 from hyport_lib.utils.files import ensure_writable
 
@@ -287,20 +288,6 @@ def _attention(config: TrainConfig, backend) -> tuple[str, str]:
         check_attn_implementation(config.attn_implementation)
         return config.attn_implementation, api_backend
     return {"npu": "hyport_npu_fused", "sdpa": "hyport_torch"}[api_backend], api_backend
-
-
-def check_attn_implementation(name: str) -> None:
-    """Refuse, before torchrun starts, an attention name no rank could load: transformers'
-    own, one registered with its AttentionInterface, hyport's (registered in each worker)
-    or a hub kernel (``org/repo``)."""
-    from transformers import AttentionInterface
-
-    known = {"eager", "sdpa", "flash_attention_2", "flash_attention_3", "flex_attention"}
-    registered = set(getattr(AttentionInterface, "_global_mapping", {}) or {})
-    if name in known | registered or str(name).startswith("hyport") or "/" in str(name):
-        return
-    raise ValueError(f"attn_implementation={name!r}: not an attention transformers knows; expected "
-                     f"one of {', '.join(sorted(known | registered))}, a hyport_* name or a hub kernel")
 
 
 def free_port(host: str = "127.0.0.1") -> int:

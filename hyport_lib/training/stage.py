@@ -36,13 +36,14 @@ def check_parameters(params: dict) -> None:
     """
     from dataclasses import fields
 
-    from hyport_lib.training.preflight import check_attn_implementation
+    from hyport_lib.models.preflight import check_attn_implementation, check_model_path
 
     known = {f.name for f in fields(TrainConfig)}
     given = {k: v for k, v in params.items() if k in known}
     if given.get("output_dir") is None:  # the notebook's None: a new folder per run
         given.pop("output_dir", None)
     config = TrainConfig(**given)
+    check_model_path(config.model_path)
     if not config.packing:
         check_attn_implementation(config.attn_implementation)
 

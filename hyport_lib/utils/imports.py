@@ -41,7 +41,9 @@ def try_import(module_name: str) -> tuple[object | None, Optional[str]]:
         return None, f"{type(exc).__name__}: {exc}"
     try:
         return importlib.import_module(module_name), None
-    except (ImportError, RuntimeError, OSError) as exc:
+    except Exception as exc:  # noqa: BLE001 — an installed package whose import raises
+        # anything (a torch_npu built for another torch raises AttributeError from its
+        # dynamo glue) is broken, and saying so is the environment check's whole point.
         return None, f"{type(exc).__name__}: {exc}"
 
 
