@@ -194,7 +194,7 @@ def test_a_failed_and_a_skipped_stage_are_said_plainly(tmp_path):
     assert "## 04 Smoke training — FAIL" in en and "The stage failed. Its recorded error:" in en
     assert f"> {error}" in en and f"> {error}" in zh
     assert "## 05 Saved weights — NOT RUN" in en and "The stage did not run" in en
-    assert "## 05 权重校验 — NOT RUN" in zh and "该阶段没有运行" in zh and "该阶段失败" in zh
+    assert "## 05 权重校验 — 未运行" in zh and "该阶段没有运行" in zh and "该阶段失败" in zh
     assert "Stages that failed: 04_train." in en and "失败的阶段：04_train" in zh
     assert "Stages that did not finish: 05_weights." in en and "没有完成的阶段：05_weights" in zh
     assert "03_inference.json: Expecting property name" in en  # the odd file, named

@@ -118,6 +118,15 @@ def test_relative_paths_are_made_absolute(tmp_path):
     assert out == {"code_path": str((tmp_path / "code").resolve()), "model_path": "tiny", "n": 3,
                    "image": str((tmp_path / "cat.png").resolve()),
                    "log_dir": str((tmp_path / "not/yet").resolve()), "other": "code"}
+    # missing files are resolved where the user is (and named there when refused); names
+    # that are no files stay; path values are never parsed as numbers
+    more = absolutize_paths({"dataset_path": "mydata/train.json", "deepspeed_config": "ds.json",
+                             "resume_from": "auto", "model_path": "org/model", "image_root": "imgs"},
+                            tmp_path)
+    assert more == {"dataset_path": str(tmp_path / "mydata/train.json"), "deepspeed_config": str(tmp_path / "ds.json"),
+                    "resume_from": "auto", "model_path": "org/model", "image_root": str(tmp_path / "imgs")}
+    assert coerce_overrides({"weights_path": "2024", "max_steps": "20"},
+                            {"weights_path": "None", "max_steps": "int"}) == {"weights_path": "2024", "max_steps": 20}
 
 
 def test_widgets_are_made_static():
@@ -188,7 +197,7 @@ def test_blog_and_index_escape_what_they_show(tmp_path):
     assert "| max \\|Δ logits\\| | 1e-07 |" in blog
     assert "NPU-emulated on CPU" in blog and "trust_remote_code was ON" in blog
     zh = render_blog(run, "zh")
-    assert "## 02 注意力替换 — PASS" in zh and "trust_remote_code 已开启" in zh
+    assert "## 02 注意力替换 — 通过" in zh and "trust_remote_code 已开启" in zh
     assert "| 指标 | 数值 |" in zh
     with pytest.raises(ValueError, match="lang='fr'"):
         render_blog(run, "fr")
@@ -202,10 +211,13 @@ def test_a_hung_cell_is_stopped_by_the_cell_timeout(tmp_path):
     folder = tmp_path / "nbs"
     folder.mkdir()
     make_notebook(folder / "01_hang.ipynb", "device = 'auto'", "import time\ntime.sleep(600)")
+    said = []
     run = run_report(profile=None, notebooks_dir=folder, output_root=tmp_path / "out",
-                     cell_timeout_s=3, progress=lambda m: None)
+                     cell_timeout_s=3, progress=said.append)
     stage = run.stages[0]
     assert stage.verdict == "FAIL" and "timed out" in stage.error.lower()
+    line = next(m for m in said if m.startswith("[1/1]"))
+    assert "\n" not in line and "timed out" in line.lower()  # one line per stage on the terminal
     assert stage.duration_s < 60
     assert (run.run_dir / stage.html).exists()
 
@@ -319,3 +331,11 @@ def test_nbconvert_templates_are_found_wherever_pip_put_them(tmp_path, monkeypat
     shutil.rmtree(target / "share")
     with pytest.raises(RuntimeError, match="JUPYTER_PATH"):
         nbconvert_template_dirs()
+
+
+def test_parameters_named_for_tokens_are_kept_and_secret_ones_dropped():
+    from hyport_lib.report.params import safe_parameters
+
+    kept = safe_parameters({"max_new_tokens": 8, "hf_token": "x", "api_key": "y", "db_password": "z",
+                            "OPENAI_APIKEY": "w", "tokenizer_path": "/t", "num_cards": 2})
+    assert kept == {"max_new_tokens": 8, "tokenizer_path": "/t", "num_cards": 2}

@@ -201,8 +201,14 @@ def test_default_folders(tmp_path, monkeypatch):
     data["final_dir"] = str(tmp_path / "gone")  # a record whose folder was deleted: tiny again
     record_result("04_train", "PASS", data=data, directory=results)
     assert resolve_paths(results=results).checkpoint == str(ensure_tiny_model())
+    assert "no usable stage 04 weights" in resolve_paths(results=results).note  # and says why
     (results / "04_train.json").write_text(json.dumps([1]))  # unreadable: tiny again
-    assert "no stage 04 result" in resolve_paths(results=results).note
+    assert "no usable stage 04 weights" in resolve_paths(results=results).note
+    # stage 04 failed without weights: an error, never a PASS on the tiny model in its place
+    record_result("04_train", "FAIL", summary="torchrun exited 1", data={"final_dir": None}, directory=results)
+    with pytest.raises(ValueError, match="stage 04 trained no weights to check .*FAIL: torchrun exited 1"):
+        resolve_paths(results=results)
+    assert resolve_paths("/x", None, None, results=results).weights == "/x"  # a path given still wins
 
 
 def test_zero_states_compare_with_a_lora_adapter_file(tmp_path):

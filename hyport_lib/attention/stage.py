@@ -24,6 +24,31 @@ from hyport_lib.results import StageSummary, record_summary
 STAGE = "02_attention"
 
 
+def check_parameters(params: dict) -> None:
+    """Before a report runs anything: the grid's dtypes, the folder to scan and the model
+    of the model check (each error names the parameter).
+
+    Raises:
+        ValueError: naming the parameter, its value and what it accepts.
+    """
+    from hyport_lib.models.preflight import check_model_path
+
+    dtypes = params.get("dtypes")
+    if dtypes is not None:
+        if isinstance(dtypes, str) or not isinstance(dtypes, (list, tuple)) or not dtypes:
+            raise ValueError(f"dtypes={dtypes!r}: a non-empty list of {', '.join(DTYPES)}")
+        unknown = [d for d in dtypes if d not in DTYPES]
+        if unknown:
+            raise ValueError(f"dtypes={list(dtypes)!r}: {', '.join(map(repr, unknown))} not among "
+                             f"{', '.join(DTYPES)}")
+    code_path = str(params.get("code_path") or "").strip()
+    if code_path and not Path(code_path).expanduser().exists():
+        raise ValueError(f"code_path={code_path!r}: no such file or folder to scan")
+    model_path = params.get("model_path")
+    if model_path is not None and str(model_path).strip().lower() not in ("", "none"):
+        check_model_path(model_path)
+
+
 @dataclass
 class AttentionStageResult:
     """Everything stage 02 found.

@@ -78,7 +78,7 @@ def stage_title(view: StageView, ctx: Ctx) -> str:
 def stage_section(view: StageView, ctx: Ctx) -> list[str]:
     """See the module docstring."""
     t, verdict = ctx.t, view.verdict
-    lines = [f"## {stage_title(view, ctx)} — {verdict}", ""]
+    lines = [f"## {stage_title(view, ctx)} — {t['verdict_names'].get(verdict, verdict)}", ""]
     if view.provenance and verdict not in _NO_DATA_YET:
         label = view.provenance.get("label")
         shown = f" ({code(label)})" if label and ctx.lang == "en" else (f"（{code(label)}）" if label else "")

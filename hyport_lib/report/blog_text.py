@@ -57,6 +57,8 @@ TEXT = {
                  "emulated": "computed by hyport's emulation of the NPU operator on {device}, "
                              "not measured on an NPU",
                  "unknown": "not recorded"},
+        "verdict_names": {v: v for v in ("PASS", "WARN", "FAIL", "SKIP", "NOT RUN", "INTERRUPTED",
+                                         "RUNNING", "PENDING")},  # the status words as they are
         "verdict_says": {
             "PASS": "The stage passed.",
             "WARN": "The stage finished with warnings.",
@@ -245,6 +247,9 @@ TEXT = {
                  "cpu": "在 CPU 上测得，并非 NPU 实测",
                  "emulated": "由 hyport 在 {device} 上仿真 NPU 算子计算得到，并非 NPU 实测",
                  "unknown": "未记录"},
+        "verdict_names": {"PASS": "通过", "WARN": "警告", "FAIL": "失败", "SKIP": "跳过",
+                          "NOT RUN": "未运行", "INTERRUPTED": "已中断", "RUNNING": "运行中",
+                          "PENDING": "等待中"},
         "verdict_says": {
             "PASS": "该阶段通过。",
             "WARN": "该阶段完成，但有警告。",

@@ -18,14 +18,22 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Optional
 
+from hyport_lib.models.preflight import _HUB_ID
 from hyport_lib.parameters import ParameterError, kind_of_default, rename_keys, validate_parameters
 from hyport_lib.stages import Stage
-from hyport_lib.utils.redact import is_secret_name, scrub_text
+from hyport_lib.utils.redact import is_secret_parameter, scrub_text
 
 # Parameters whose string values are paths: made absolute against the caller's cwd,
 # because the notebooks run with their own folder as working directory.
 _PATH_SUFFIXES = ("_path", "_dir", "_file")
-_PATH_KEYS = ("image",)
+_PATH_KEYS = ("image", "image_root", "deepspeed_config", "resume_from")
+#: Values that name something other than a file where a path may stand.
+_NOT_PATHS = {"model_path": ("tiny",), "resume_from": ("auto", "none")}
+
+
+def is_path_key(key: str) -> bool:
+    """A parameter whose text values are file or folder paths."""
+    return key.endswith(_PATH_SUFFIXES) or key in _PATH_KEYS
 
 
 def notebook_defaults(stage: Stage) -> dict[str, Any]:
@@ -59,23 +67,25 @@ def coerce_overrides(raw: dict, types: dict[str, str]) -> dict:
     """
     from hyport_lib.report.profiles import parse_yaml_value
 
-    return {key: value if types.get(key) == "str" or not isinstance(value, str)
+    # Paths stay text too: a folder named 2024 is no number.
+    return {key: value if types.get(key) == "str" or is_path_key(key) or not isinstance(value, str)
             else parse_yaml_value(key, value) for key, value in raw.items()}
 
 
 def absolutize_paths(params: dict, base: Path) -> dict:
     """Relative paths made absolute against ``base`` (the caller's working directory).
 
-    ``*_dir`` parameters are output folders: always resolved, they may not exist yet.
-    ``*_path`` / ``*_file`` / ``image`` are resolved when they exist there, so names
-    such as ``tiny`` or a hub id pass unchanged.
+    Every path parameter (:func:`is_path_key`) is resolved there, existing or not, so
+    that a missing file is named where the user looked for it, not in the notebook's
+    folder; only what names no file stays as written: ``model_path`` ``tiny`` or a hub
+    id that is no folder here, ``resume_from`` ``auto`` / ``none``.
     """
     out = {}
     for key, value in params.items():
-        if isinstance(value, str) and value and not os.path.isabs(value):
-            if key.endswith("_dir") or (
-                    (key.endswith(_PATH_SUFFIXES) or key in _PATH_KEYS) and (base / value).exists()):
-                value = str((base / value).resolve())
+        if isinstance(value, str) and value and not os.path.isabs(value) and is_path_key(key) \
+                and value.strip().lower() not in _NOT_PATHS.get(key, ()) \
+                and not (key == "model_path" and _HUB_ID.match(value) and not (base / value).exists()):
+            value = str((base / value).resolve())
         out[key] = value
     return out
 
@@ -83,7 +93,7 @@ def absolutize_paths(params: dict, base: Path) -> dict:
 def safe_parameters(params: dict) -> dict:
     """Parameters fit to print: secret-named keys dropped, values scrubbed."""
     return {k: (scrub_text(v) if isinstance(v, str) else v)
-            for k, v in params.items() if not is_secret_name(k)}
+            for k, v in params.items() if not is_secret_parameter(k)}
 
 
 @dataclass

@@ -63,6 +63,20 @@ def check_output_root(output_root: Path) -> Path:
     return output_root
 
 
+def check_kernel(name: Optional[str]) -> None:
+    """``--kernel``: a Jupyter kernel that is installed, checked before any stage runs."""
+    if not name:
+        return
+    from jupyter_client.kernelspec import KernelSpecManager, NoSuchKernel
+
+    manager = KernelSpecManager()
+    try:
+        manager.get_kernel_spec(name)
+    except NoSuchKernel:
+        installed = ", ".join(sorted(manager.find_kernel_specs())) or "none"
+        raise ValueError(f"--kernel {name!r}: no such Jupyter kernel (installed: {installed})") from None
+
+
 def run_report(*, profile: Optional[str] = None, overrides: Optional[dict] = None,
                only: Optional[Iterable[str]] = None, output_root: Optional[Path] = None,
                notebooks_dir: Optional[Path] = None, cell_timeout_s: int = DEFAULT_CELL_TIMEOUT_S,
@@ -85,6 +99,7 @@ def run_report(*, profile: Optional[str] = None, overrides: Optional[dict] = Non
         allow_unknown=allow_unknown_parameters, say=say)
     check_input_paths(params, stages)
     check_stage_parameters(params, stages)
+    check_kernel(kernel_name)
     output_root = check_output_root(Path(output_root) if output_root else Path.cwd() / "outputs")
     clean_runs(output_root, say)
     run_id, run_dir = new_run_dir(output_root)
@@ -123,7 +138,10 @@ def _run_stages(run: ReportRun, stages, params, say, **stage_options) -> ReportR
                     outcome.summary = "stage interrupted"
             run.stages[current] = outcome
             current = None
-            detail = f" - {outcome.error}" if outcome.error else (f" - {outcome.summary}" if outcome.summary else "")
+            # One line per stage: a long error (a cell timeout quotes the cell) is in the
+            # stage's log and the index; the terminal gets its first line.
+            said = outcome.error or outcome.summary
+            detail = f" - {(said.strip().splitlines() or [''])[0][:300]}" if said else ""
             say(f"[{i}/{len(stages)}] {stage.id} {outcome.verdict} ({outcome.duration_s:.1f}s){detail}")
             if outcome.interrupted:
                 raise KeyboardInterrupt

@@ -44,6 +44,10 @@ def check_parameters(params: dict) -> None:
         given.pop("output_dir", None)
     config = TrainConfig(**given)
     check_model_path(config.model_path)
+    for key in ("dataset_path", "deepspeed_config"):
+        value = str(getattr(config, key) or "").strip()
+        if value and not Path(value).expanduser().is_file():
+            raise ValueError(f"{key}={value!r}: no such file")
     if not config.packing:
         check_attn_implementation(config.attn_implementation)
 

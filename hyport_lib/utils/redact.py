@@ -39,6 +39,15 @@ def is_secret_name(name: str) -> bool:
     return any(marker in upper for marker in SECRET_MARKERS)
 
 
+def is_secret_parameter(name: str) -> bool:
+    """A notebook parameter that holds a secret: one word of its name is a secret marker
+    (``hf_token``, ``api_key``, ``db_password``). Unlike environment variables, whose names
+    are matched anywhere (``MYTOKENX``), parameter names are words: ``max_new_tokens``
+    counts tokens and must reach the report (it is part of the command to reproduce)."""
+    words = [w for w in re.split(r"[^A-Za-z0-9]+", name.upper()) if w]
+    return any(w in SECRET_MARKERS or w in ("APIKEY", "PASSWD", "PWD") for w in words)
+
+
 def secret_values(environ: Mapping[str, str] | None = None) -> list[str]:
     """Values of secret variables, longest first (for scrubbing free text)."""
     environ = os.environ if environ is None else environ

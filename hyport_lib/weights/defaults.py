@@ -8,7 +8,9 @@ and against the starting model (training must have changed it).
 
 Without a stage-04 result (the notebook run on its own) it checks the embedded tiny
 model saved in two shards, against the same model saved as one file: two folders that
-hold the same weights, so every comparison must find them equal.
+hold the same weights, so every comparison must find them equal. A stage-04 result that
+names no weights (the training failed) is an error, not a reason to check the tiny
+model instead: a PASS there would read as the trained weights' PASS.
 """
 
 from __future__ import annotations
@@ -56,6 +58,25 @@ def stage04_paths(directory: Optional[os.PathLike] = None) -> Optional[dict]:
             "model_path": _existing((data.get("plan") or {}).get("model_path")), "file": str(path)}
 
 
+def stage04_failure(directory: Optional[os.PathLike] = None) -> Optional[str]:
+    """Why stage 04 trained no weights to check, when its record says it failed without
+    final weights; None otherwise (no record, an unreadable one, or one whose weights
+    exist or were deleted since: those fall back to the tiny model, and the note says
+    which)."""
+    path = Path(directory or results_dir()) / f"{TRAIN_STAGE}.json"
+    if not path.is_file() or stage04_paths(directory):
+        return None
+    try:
+        record = load_result(path)
+    except ValueError:
+        return None
+    if record.data.get("final_dir"):
+        return None
+    return (f"stage 04 trained no weights to check ({path}: {record.verdict}: "
+            f"{record.summary or 'no final weights'}); stage 05 does not check the embedded model "
+            f"instead, which would read as the trained weights' result: set weights_path to check a folder")
+
+
 def resolve_paths(weights_path: Optional[os.PathLike] = None, base_path: Optional[os.PathLike] = None,
                   checkpoint_path: Optional[os.PathLike] = None, *,
                   results: Optional[os.PathLike] = None) -> Sources:
@@ -66,6 +87,9 @@ def resolve_paths(weights_path: Optional[os.PathLike] = None, base_path: Optiona
     if weights_path:
         return Sources(str(weights_path), _str(base_path), _str(checkpoint_path), "as given")
     trained = stage04_paths(results)
+    failed = None if trained else stage04_failure(results)
+    if failed:
+        raise ValueError(failed)
     if trained:
         base = _str(base_path) or trained["model_path"]
         if base and Path(base).resolve() == Path(trained["final_dir"]).resolve():
@@ -76,9 +100,12 @@ def resolve_paths(weights_path: Optional[os.PathLike] = None, base_path: Optiona
     from hyport_lib.models.tiny import ensure_tiny_model
 
     sharded = ensure_tiny_model(max_shard_size=TINY_SHARD_SIZE)
+    record = Path(results or results_dir()) / f"{TRAIN_STAGE}.json"
+    why = (f"no usable stage 04 weights ({record} names none that still exist, or cannot be read)"
+           if record.is_file() else f"no stage 04 result in {record.parent}")
     return Sources(str(sharded), _str(base_path), _str(checkpoint_path) or str(ensure_tiny_model()),
-                   f"no stage 04 result in {Path(results or results_dir())}: the embedded tiny model "
-                   f"saved in shards of {TINY_SHARD_SIZE}, checked against the same model saved as one file")
+                   f"{why}: the embedded tiny model saved in shards of {TINY_SHARD_SIZE}, checked "
+                   f"against the same model saved as one file")
 
 
 def checked_label(note: str) -> str:
@@ -86,7 +113,7 @@ def checked_label(note: str) -> str:
     report must see at once when it was not this run's trained weights."""
     if note.startswith("stage 04"):
         return "stage 04's final weights"
-    if note.startswith("no stage 04"):
+    if note.startswith(("no stage 04", "no usable stage 04")):
         return "the embedded tiny model (no weights from stage 04 in this run)"
     return "the folder given" if note else "the folder given (no note)"
 
