@@ -78,7 +78,8 @@ def _check_config(path: Path, param: str, text: str) -> None:
     if not isinstance(data, dict):
         raise ModelPathError(f"{param}={text!r}: {config.resolve()} holds a JSON "
                              f"{type(data).__name__}, not an object")
-    if not isinstance(data.get("model_type"), str) or not data["model_type"]:
+    # Remote code names its config class in auto_map instead (AutoConfig then needs no model_type).
+    if (not isinstance(data.get("model_type"), str) or not data["model_type"]) and "auto_map" not in data:
         raise ModelPathError(f"{param}={text!r}: {config.resolve()} names no model_type "
                              f"(transformers cannot tell which model class to build)")
 
