@@ -397,3 +397,29 @@ def test_a_broken_torch_npu_of_any_kind_is_reported_not_raised(tmp_path, monkeyp
     finally:
         sys.modules.pop("torch_npu", None)
         clear_import_caches()
+
+
+def test_third_review_regressions(tmp_path, monkeypatch):
+    """Found by the third review of the pre-run checks, each reproduced first."""
+    from hyport_lib.models.preflight import check_model_path
+    from hyport_lib.report.params import absolutize_paths, coerce_overrides, safe_parameters
+    from hyport_lib.utils.versions import pinned_version
+
+    # secret parameter names in any spelling are dropped; counting tokens is no secret
+    assert safe_parameters({"hfToken": "a", "wandbApiKey": "b", "secretKey": "c", "max_new_tokens": 8}) \
+        == {"max_new_tokens": 8}
+    # ~ is the home folder, not a folder under the working directory
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert absolutize_paths({"model_path": "~/mymodel"}, tmp_path / "cwd") == \
+        {"model_path": str(tmp_path / "home" / "mymodel")}
+    # -p key=null still means None for a path (the way to undo a profile's output_dir)
+    assert coerce_overrides({"output_dir": "null", "weights_path": "~", "log_dir": "2024"},
+                            {"output_dir": "None", "weights_path": "None", "log_dir": "None"}) == \
+        {"output_dir": None, "weights_path": None, "log_dir": "2024"}
+    # conda's =X and local build tags pin X
+    assert pinned_version("=2.6.3 (environment.yml:3)") == "2.6.3"
+    assert pinned_version("==2.6.3+cu122 (requirements.txt:1)") == "2.6.3"
+    # a hub id where a stage loads local folders only says so, not "allow downloads"
+    with pytest.raises(ValueError, match="stage 04 .training. loads local folders only") as info:
+        check_model_path("Qwen/Qwen2-0.5B", allow_download=True, local_only="stage 04 (training)")
+    assert "allow_download" not in str(info.value)

@@ -46,7 +46,7 @@ def check_parameters(params: dict) -> None:
         raise ValueError(f"code_path={code_path!r}: no such file or folder to scan")
     model_path = params.get("model_path")
     if model_path is not None and str(model_path).strip().lower() not in ("", "none"):
-        check_model_path(model_path)
+        check_model_path(model_path, local_only="stage 02 (the model check)")
 
 
 @dataclass

@@ -25,7 +25,7 @@ class ModelPathError(ValueError):
 
 
 def check_model_path(model_path: str, *, param: str = "model_path", allow_download: bool = False,
-                     base: os.PathLike | None = None) -> str:
+                     base: os.PathLike | None = None, local_only: str = "") -> str:
     """The folder to load (absolute), ``model_path`` itself for an allowed hub id, or an error.
 
     Args:
@@ -33,6 +33,8 @@ def check_model_path(model_path: str, *, param: str = "model_path", allow_downlo
         param: the parameter's name, for messages.
         allow_download: pass a hub id through instead of refusing it.
         base: where a relative folder is looked up (default: the working directory).
+        local_only: who loads local folders only (e.g. ``"stage 02"``): a hub id is then
+            refused with that said, whatever ``allow_download``.
 
     Raises:
         ModelPathError: the folder is missing or not a loadable model (see the module
@@ -50,11 +52,15 @@ def check_model_path(model_path: str, *, param: str = "model_path", allow_downlo
     if not path.is_absolute():
         path = Path(base or Path.cwd()) / path
     if not path.exists():
-        if allow_download and _HUB_ID.match(text):
+        if allow_download and not local_only and _HUB_ID.match(text):
             return text
-        hint = (" (it looks like a hub id: downloads are off; download the model first, or "
-                "allow downloads: allow_download=True, hyport infer --allow-download)"
-                if _HUB_ID.match(text) else "")
+        if local_only and _HUB_ID.match(text):
+            hint = (f" (it looks like a hub id: {local_only} loads local folders only; download "
+                    f"the model first, e.g. huggingface-cli download {text} --local-dir <folder>)")
+        else:
+            hint = (" (it looks like a hub id: downloads are off; download the model first, or "
+                    "allow downloads: allow_download=True, hyport infer --allow-download)"
+                    if _HUB_ID.match(text) else "")
         raise ModelPathError(f"{param}={text!r}: no such folder ({path.resolve()}){hint}")
     if not path.is_dir():
         raise ModelPathError(f"{param}={text!r}: {path.resolve()} is a file, not a model folder")

@@ -67,8 +67,13 @@ def coerce_overrides(raw: dict, types: dict[str, str]) -> dict:
     """
     from hyport_lib.report.profiles import parse_yaml_value
 
-    # Paths stay text too: a folder named 2024 is no number.
-    return {key: value if types.get(key) == "str" or is_path_key(key) or not isinstance(value, str)
+    # Paths stay text too (a folder named 2024 is no number), but YAML's null still
+    # means None: the way to undo a profile's output_dir.
+    def path_value(value):
+        return None if isinstance(value, str) and value.strip() in ("null", "~", "Null", "NULL") else value
+
+    return {key: path_value(value) if is_path_key(key)
+            else value if types.get(key) == "str" or not isinstance(value, str)
             else parse_yaml_value(key, value) for key, value in raw.items()}
 
 
@@ -82,6 +87,8 @@ def absolutize_paths(params: dict, base: Path) -> dict:
     """
     out = {}
     for key, value in params.items():
+        if isinstance(value, str) and value.startswith("~") and is_path_key(key):
+            value = os.path.expanduser(value)
         if isinstance(value, str) and value and not os.path.isabs(value) and is_path_key(key) \
                 and value.strip().lower() not in _NOT_PATHS.get(key, ()) \
                 and not (key == "model_path" and _HUB_ID.match(value) and not (base / value).exists()):

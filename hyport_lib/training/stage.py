@@ -43,7 +43,7 @@ def check_parameters(params: dict) -> None:
     if given.get("output_dir") is None:  # the notebook's None: a new folder per run
         given.pop("output_dir", None)
     config = TrainConfig(**given)
-    check_model_path(config.model_path)
+    check_model_path(config.model_path, local_only="stage 04 (training)")
     for key in ("dataset_path", "deepspeed_config"):
         value = str(getattr(config, key) or "").strip()
         if value and not Path(value).expanduser().is_file():

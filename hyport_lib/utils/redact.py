@@ -40,12 +40,13 @@ def is_secret_name(name: str) -> bool:
 
 
 def is_secret_parameter(name: str) -> bool:
-    """A notebook parameter that holds a secret: one word of its name is a secret marker
-    (``hf_token``, ``api_key``, ``db_password``). Unlike environment variables, whose names
-    are matched anywhere (``MYTOKENX``), parameter names are words: ``max_new_tokens``
-    counts tokens and must reach the report (it is part of the command to reproduce)."""
-    words = [w for w in re.split(r"[^A-Za-z0-9]+", name.upper()) if w]
-    return any(w in SECRET_MARKERS or w in ("APIKEY", "PASSWD", "PWD") for w in words)
+    """A notebook parameter that holds a secret: a secret marker anywhere in its name
+    (``hf_token``, ``hfToken``, ``wandbapikey``), as for environment variables, except
+    inside the words that only count or name tokens (``max_new_tokens``,
+    ``tokenizer_path``): those must reach the report, they are part of the command to
+    reproduce."""
+    upper = re.sub(r"TOKENS|TOKENIZER", "", name.upper())
+    return any(marker in upper for marker in SECRET_MARKERS + ("PASSWD",))
 
 
 def secret_values(environ: Mapping[str, str] | None = None) -> list[str]:

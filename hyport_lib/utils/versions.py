@@ -49,7 +49,8 @@ def pinned_version(spec: str) -> Optional[str]:
     release it allows); ``"~=2.6"`` -> None (2.6 and 2.7 both qualify).
     """
     text = re.sub(r"\s*\(.*\)\s*$", "", str(spec or "")).strip()
-    exact = re.fullmatch(r"===?\s*(\d+(?:\.\d+)*(?:\.post\d+)?)", text)
+    # ==X, ===X, conda's =X, and a local build tag (==2.6.3+cu122) pin X itself
+    exact = re.fullmatch(r"(?:===?|=)\s*(\d+(?:\.\d+)*(?:\.post\d+)?)(?:\+[\w.]+)?", text)
     if exact:
         return exact.group(1)
     try:
