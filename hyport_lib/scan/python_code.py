@@ -29,21 +29,18 @@ devices inside ``if backend.kind == "cuda":`` (or the ``else`` of ``!= "cuda"``)
 from __future__ import annotations
 
 import ast
-import re
 from typing import Optional
 
 from hyport_lib.scan import dependencies, rules
+from hyport_lib.scan.ast_tests import (
+    attr_position, call_context, catches_import_error, cuda_kind_branch, cuda_literal,
+    is_availability_test, is_kind, names_npu,
+)
 from hyport_lib.scan.guards import IS_CUDA_GUARD, is_cuda_guards
 from hyport_lib.scan.model import Hit
 from hyport_lib.scan.source import decode_source, hit_at, line_scan, split_lines
 
 _ATTR_BUILTINS = {"getattr", "hasattr", "setattr", "delattr"}
-_IMPORT_ERRORS = {"ImportError", "ModuleNotFoundError", "Exception", "BaseException"}
-_GUARD_NAME_RE = re.compile(r"available|^TYPE_CHECKING$|^_?(has|HAS|use|USE)_")
-#: ``backend.kind``, ``kind``, ``device.type``: a comparison of these with "cuda" is the
-#: seam's own idiom, not a hard-coded device.
-_KIND_ATTRS = {"kind", "type"}
-_KIND_NAMES = {"kind"}
 #: Categories that a ``backend.kind == "cuda"`` guard makes deliberate.
 _KIND_GUARDED = {rules.CUDA_CALL, rules.CUDA_DEVICE}
 _FALLBACK_NOTE = " (line scan: the file does not parse)"
@@ -136,12 +133,12 @@ class _Scanner(ast.NodeVisitor):
                 for alias in node.names:
                     if alias.name != "*":
                         self.aliases[alias.asname or alias.name] = f"{node.module}.{alias.name}"
-            elif isinstance(node, ast.Try) and any(_catches_import_error(h) for h in node.handlers):
+            elif isinstance(node, ast.Try) and any(catches_import_error(h) for h in node.handlers):
                 self._mark_guarded(node.body)
-            elif isinstance(node, ast.If) and _is_availability_test(node.test):
+            elif isinstance(node, ast.If) and is_availability_test(node.test):
                 self._mark_guarded(node.body)
             if isinstance(node, ast.If):
-                branch = _cuda_kind_branch(node.test)
+                branch = cuda_kind_branch(node.test)
                 guarded = node.body if branch else node.orelse if branch is False else []
                 if branch and isinstance(node.test, ast.BoolOp):
                     guarded = [node.test, *guarded]  # `kind == "cuda" and torch.cuda.x()`
@@ -211,7 +208,7 @@ class _Scanner(ast.NodeVisitor):
         if qualified and self._report_qualified(node, qualified):
             return  # the inner part of the chain is the same finding
         if isinstance(node.ctx, ast.Load):
-            line, col = _attr_position(node)
+            line, col = attr_position(node)
             if id(node) in self.cuda_guards:
                 self.add(line, col, IS_CUDA_GUARD, self.cuda_guards[id(node)])
                 return self.generic_visit(node)
@@ -240,11 +237,11 @@ class _Scanner(ast.NodeVisitor):
         func = node.func
         is_method = isinstance(func, ast.Attribute) and func.attr == "cuda"  # hyport-scan: ignore
         if is_method and self.qualify(func) != "torch.cuda":
-            line, col = _attr_position(func)
+            line, col = attr_position(func)
             self.add(line, col, rules.CUDA_CALL, rules.CUDA_METHOD_SUGGESTION)
         if isinstance(func, ast.Name) and func.id in _ATTR_BUILTINS and len(node.args) >= 2:
             self._dynamic_attribute(node)
-        context = _call_context(func)
+        context = call_context(func)
         for arg in node.args:
             self._device_argument(arg, context)
         for keyword in node.keywords:
@@ -266,7 +263,7 @@ class _Scanner(ast.NodeVisitor):
                 self.add(node.lineno, node.col_offset, category, rules.suggestion_for(qualified))
 
     def _device_argument(self, value: ast.expr, context: Optional[str]) -> None:
-        literal = _cuda_literal(value)
+        literal = cuda_literal(value)
         if literal is not None and context is not None:
             self.handled.add(id(literal))
             self.add(literal.lineno, literal.col_offset, rules.CUDA_DEVICE,
@@ -274,11 +271,11 @@ class _Scanner(ast.NodeVisitor):
 
     def visit_Compare(self, node: ast.Compare) -> None:
         operands = [node.left, *node.comparators]
-        seam_idiom = any(_is_kind(o) for o in operands)  # backend.kind == "cuda"
+        seam_idiom = any(is_kind(o) for o in operands)  # backend.kind == "cuda"
         operands += [e for o in operands if isinstance(o, (ast.Tuple, ast.List, ast.Set))
-                     and not _names_npu(o.elts) for e in o.elts]
+                     and not names_npu(o.elts) for e in o.elts]
         for operand in operands:
-            literal = _cuda_literal(operand)
+            literal = cuda_literal(operand)
             if literal is not None:
                 self.handled.add(id(literal))
                 if not seam_idiom:
@@ -288,7 +285,7 @@ class _Scanner(ast.NodeVisitor):
 
     # --- enumerations of backends: ("auto", "npu", "cuda", "cpu") names no device --------
     def _enumeration(self, elts: list) -> None:
-        if _names_npu(elts):
+        if names_npu(elts):
             self.handled.update(id(e) for e in elts if e is not None)
 
     def visit_Tuple(self, node: ast.Tuple) -> None:
@@ -329,82 +326,3 @@ class _Scanner(ast.NodeVisitor):
                 if found:
                     self.add(*where, rules.REQUIREMENT,
                              " | ".join(f"{token}: {text}" for token, text in found))
-
-
-def _attr_position(node: ast.Attribute) -> tuple[int, int]:
-    """Line and column of the ``.attr`` part (chains may span lines)."""
-    if node.end_lineno is not None and node.end_col_offset is not None:
-        return node.end_lineno, max(node.end_col_offset - len(node.attr), 0)
-    return node.lineno, node.col_offset
-
-
-def _call_context(func: ast.expr) -> Optional[str]:
-    """Which device-argument suggestion fits a call: ``.to``, ``torch.device``, autocast."""
-    name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
-    if name in ("to", "device", "autocast", "GradScaler"):
-        return name
-    return None
-
-
-def _cuda_literal(node: ast.expr) -> Optional[ast.Constant]:
-    """The string constant that makes ``node`` a CUDA device name, or None."""
-    if isinstance(node, ast.Constant):
-        is_device = isinstance(node.value, str) and rules.CUDA_DEVICE_RE.match(node.value)
-        return node if is_device else None
-    if isinstance(node, ast.JoinedStr) and node.values:
-        return _cuda_literal(node.values[0])
-    if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Add, ast.Mod)):
-        return _cuda_literal(node.left)
-    is_format = isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
-    if is_format and node.func.attr == "format":
-        return _cuda_literal(node.func.value)
-    return None
-
-
-def _is_kind(node: ast.expr) -> bool:
-    """``backend.kind``, ``kind``, ``x.device.type``: the seam's way to name a backend."""
-    if isinstance(node, ast.Attribute):
-        return node.attr in _KIND_ATTRS
-    return isinstance(node, ast.Name) and node.id in _KIND_NAMES
-
-
-def _names_npu(elts: list) -> bool:
-    """True when an enumeration names the NPU backend too (so it lists backends)."""
-    return any(isinstance(e, ast.Constant) and isinstance(e.value, str)
-               and re.match(r"^npu(\b|_)", e.value) for e in elts)
-
-
-def _cuda_kind_branch(test: ast.expr) -> Optional[bool]:
-    """True when ``test`` holds only on CUDA (``backend.kind == "cuda"``, also as a term
-    of an ``and``), False when only off CUDA (``!= "cuda"``: the ``else`` is CUDA's)."""
-    if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And):
-        return True if any(_cuda_kind_branch(v) for v in test.values) else None
-    if not (isinstance(test, ast.Compare) and len(test.ops) == 1):
-        return None
-    left, right = test.left, test.comparators[0]
-    is_cuda = (_is_kind(left) and _is_cuda_constant(right)) or (
-        _is_kind(right) and _is_cuda_constant(left))
-    if is_cuda and isinstance(test.ops[0], (ast.Eq, ast.Is)):
-        return True
-    if is_cuda and isinstance(test.ops[0], (ast.NotEq, ast.IsNot)):
-        return False
-    return None
-
-
-def _is_cuda_constant(node: ast.expr) -> bool:
-    return isinstance(node, ast.Constant) and node.value == "cuda"  # hyport-scan: ignore
-
-
-def _catches_import_error(handler: ast.ExceptHandler) -> bool:
-    if handler.type is None:
-        return True
-    types = handler.type.elts if isinstance(handler.type, ast.Tuple) else [handler.type]
-    return any(isinstance(t, ast.Name) and t.id in _IMPORT_ERRORS for t in types)
-
-
-def _is_availability_test(test: ast.expr) -> bool:
-    for node in ast.walk(test):
-        name = node.id if isinstance(node, ast.Name) else getattr(node, "attr", None)
-        if isinstance(name, str) and _GUARD_NAME_RE.search(name):
-            return True
-    return False

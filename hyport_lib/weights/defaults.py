@@ -64,7 +64,7 @@ def stage04_failure(directory: Optional[os.PathLike] = None) -> Optional[str]:
     exist or were deleted since: those fall back to the tiny model, and the note says
     which)."""
     path = Path(directory or results_dir()) / f"{TRAIN_STAGE}.json"
-    if not path.is_file() or stage04_paths(directory):
+    if not path.is_file():
         return None
     try:
         record = load_result(path)

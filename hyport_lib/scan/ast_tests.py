@@ -1,0 +1,101 @@
+"""What single AST nodes mean for a port: the questions the Python scan asks of them.
+
+Is this string a CUDA device name (``"cuda:0"``, ``f"cuda:{i}"``)? Is this comparison the
+backend seam's own idiom (``backend.kind == "cuda"``), and which branch is CUDA's? Does
+this ``try`` / ``if`` guard an optional import? Where does the ``.attr`` of a chain sit?
+Kept apart from :mod:`hyport_lib.scan.python_code`, which walks a file and records hits.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from typing import Optional
+
+from hyport_lib.scan import rules
+
+_IMPORT_ERRORS = {"ImportError", "ModuleNotFoundError", "Exception", "BaseException"}
+_GUARD_NAME_RE = re.compile(r"available|^TYPE_CHECKING$|^_?(has|HAS|use|USE)_")
+#: ``backend.kind``, ``kind``, ``device.type``: a comparison of these with "cuda" is the
+#: seam's own idiom, not a hard-coded device.
+_KIND_ATTRS = {"kind", "type"}
+_KIND_NAMES = {"kind"}
+
+
+def attr_position(node: ast.Attribute) -> tuple[int, int]:
+    """Line and column of the ``.attr`` part (chains may span lines)."""
+    if node.end_lineno is not None and node.end_col_offset is not None:
+        return node.end_lineno, max(node.end_col_offset - len(node.attr), 0)
+    return node.lineno, node.col_offset
+
+
+def call_context(func: ast.expr) -> Optional[str]:
+    """Which device-argument suggestion fits a call: ``.to``, ``torch.device``, autocast."""
+    name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
+    if name in ("to", "device", "autocast", "GradScaler"):
+        return name
+    return None
+
+
+def cuda_literal(node: ast.expr) -> Optional[ast.Constant]:
+    """The string constant that makes ``node`` a CUDA device name, or None."""
+    if isinstance(node, ast.Constant):
+        is_device = isinstance(node.value, str) and rules.CUDA_DEVICE_RE.match(node.value)
+        return node if is_device else None
+    if isinstance(node, ast.JoinedStr) and node.values:
+        return cuda_literal(node.values[0])
+    if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Add, ast.Mod)):
+        return cuda_literal(node.left)
+    is_format = isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+    if is_format and node.func.attr == "format":
+        return cuda_literal(node.func.value)
+    return None
+
+
+def is_kind(node: ast.expr) -> bool:
+    """``backend.kind``, ``kind``, ``x.device.type``: the seam's way to name a backend."""
+    if isinstance(node, ast.Attribute):
+        return node.attr in _KIND_ATTRS
+    return isinstance(node, ast.Name) and node.id in _KIND_NAMES
+
+
+def names_npu(elts: list) -> bool:
+    """True when an enumeration names the NPU backend too (so it lists backends)."""
+    return any(isinstance(e, ast.Constant) and isinstance(e.value, str)
+               and re.match(r"^npu(\b|_)", e.value) for e in elts)
+
+
+def cuda_kind_branch(test: ast.expr) -> Optional[bool]:
+    """True when ``test`` holds only on CUDA (``backend.kind == "cuda"``, also as a term
+    of an ``and``), False when only off CUDA (``!= "cuda"``: the ``else`` is CUDA's)."""
+    if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And):
+        return True if any(cuda_kind_branch(v) for v in test.values) else None
+    if not (isinstance(test, ast.Compare) and len(test.ops) == 1):
+        return None
+    left, right = test.left, test.comparators[0]
+    is_cuda = (is_kind(left) and is_cuda_constant(right)) or (
+        is_kind(right) and is_cuda_constant(left))
+    if is_cuda and isinstance(test.ops[0], (ast.Eq, ast.Is)):
+        return True
+    if is_cuda and isinstance(test.ops[0], (ast.NotEq, ast.IsNot)):
+        return False
+    return None
+
+
+def is_cuda_constant(node: ast.expr) -> bool:
+    return isinstance(node, ast.Constant) and node.value == "cuda"  # hyport-scan: ignore
+
+
+def catches_import_error(handler: ast.ExceptHandler) -> bool:
+    if handler.type is None:
+        return True
+    types = handler.type.elts if isinstance(handler.type, ast.Tuple) else [handler.type]
+    return any(isinstance(t, ast.Name) and t.id in _IMPORT_ERRORS for t in types)
+
+
+def is_availability_test(test: ast.expr) -> bool:
+    for node in ast.walk(test):
+        name = node.id if isinstance(node, ast.Name) else getattr(node, "attr", None)
+        if isinstance(name, str) and _GUARD_NAME_RE.search(name):
+            return True
+    return False
