@@ -19,13 +19,20 @@ import sys
 import time
 from pathlib import Path
 
+def _random_lengths(count: int, low: int, high: int, seed: int = 0) -> list[int]:
+    """``count`` lengths drawn from one seeded generator (a new generator per length
+    would give the same length every time)."""
+    rng = random.Random(seed)
+    return [rng.randint(low, high) for _ in range(count)]
+
+
 MIXES = {
     "8 x 2048": [2048] * 8,
     "8 x 4096": [4096] * 8,
     "64 x 256": [256] * 64,
     "8 mixed (64..4000)": [64, 4000, 512, 1500, 3000, 128, 2048, 900],
     "16 distinct (1..1597)": [1, 2, 3, 5, 8, 13, 21, 34, 55, 89, 144, 233, 377, 610, 987, 1597],
-    "32 random (128..1024)": [random.Random(0).randint(128, 1024) for _ in range(32)],
+    "32 random (128..1024)": _random_lengths(32, 128, 1024),
 }
 
 

@@ -89,3 +89,11 @@ def _missing_packages() -> list[str]:
 
 requires_full_stack = pytest.mark.skipif(
     bool(_missing_packages()), reason=f"needs every required package ({', '.join(_missing_packages())} missing)")
+
+
+@pytest.fixture(scope="session")
+def zoo(tmp_path_factory):
+    """The zoo of tiny real-architecture checkpoints (tests/zoo.py), built once per session."""
+    from zoo import build_zoo
+
+    return build_zoo(tmp_path_factory.mktemp("zoo"))

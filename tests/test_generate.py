@@ -13,6 +13,8 @@ import pytest
 
 from hyport_lib.inference import InferenceConfig, InferenceOutcome, load_model, run_batch, run_single
 from hyport_lib.inference import generate, run_inference
+from hyport_lib.models.loading import dtype_kwarg
+from hyport_lib.models.prompts import encode_prompts
 from hyport_lib.models.tiny import ensure_tiny_model, sample_image
 
 REPO = Path(__file__).resolve().parents[1]
@@ -60,8 +62,7 @@ def test_left_padded_batch_matches_unpadded_single(outcome, loaded):
     long_question = ("How do I open a fridge? Please list every step in detail, from standing in "
                      "front of it to closing the door again so the food stays cold.")
     config = InferenceConfig(batch_prompts=[(long_question, False), ("Describe the image.", True)])
-    texts = [generate._chat_text(processor, p, uses_image=u, config=config) for p, u in config.batch_prompts]
-    enc = processor(text=texts, images=[sample_image()], padding=True, return_tensors="pt")
+    enc = encode_prompts(processor, generate.batch_prompts(processor, config)[0])
     mask = enc["attention_mask"]
     assert mask[1, 0] == 0 and mask[1, -1] == 1, "the image row is the shorter one, padded on the left"
     # With correct left padding (mask + positions) the padded row's greedy answer is
@@ -139,7 +140,7 @@ def test_dtype_keyword_follows_transformers_version(version, name, monkeypatch):
     import transformers
 
     monkeypatch.setattr(transformers, "__version__", version)
-    assert generate._dtype_kwarg() == name
+    assert dtype_kwarg() == name
 
 
 def test_image_file_and_missing_image(loaded, tmp_path):

@@ -17,11 +17,10 @@ from hyport_lib.training.smoke_data import smoke_record_count, write_smoke_datas
 
 @pytest.fixture(scope="module")
 def processor():
-    from transformers import AutoProcessor
-
+    from hyport_lib.models.loading import load_processor
     from hyport_lib.models.tiny import ensure_tiny_model
 
-    return AutoProcessor.from_pretrained(ensure_tiny_model())
+    return load_processor(ensure_tiny_model())
 
 
 @pytest.fixture(scope="module")
@@ -195,7 +194,10 @@ class _GridProcessor:
 
 
 def test_the_processors_other_image_tensors_reach_the_batch(smoke, processor):
-    samples, _ = encode_records(load_dataset(smoke).records, _GridProcessor(processor), 256)
+    from dataclasses import replace
+
+    grid = replace(processor, processor=_GridProcessor(processor.processor))
+    samples, _ = encode_records(load_dataset(smoke).records, grid, 256)
     with_images = [s for s in samples if s.pixel_values is not None]
     assert with_images and all(s.image_extras["image_grid_thw"].shape[0] == s.pixel_values.shape[0]
                                for s in with_images)

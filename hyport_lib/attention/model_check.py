@@ -15,6 +15,8 @@ from typing import Optional
 import torch
 
 from hyport_lib.attention.implementations import device_label
+from hyport_lib.models.prompts import Prompt, encode_prompts, needs_image
+from hyport_lib.models.sample_image import sample_image
 
 #: max |Δ logits| allowed per dtype before the model check warns (fp32 is exact math).
 LOGIT_TOLERANCE = {"float32": 1e-3, "bfloat16": 0.25, "float16": 0.05}
@@ -41,6 +43,8 @@ class ModelComparison:
     swapped_calls: Optional[int] = None  # swapped-attention calls one forward made
     trust_remote_code: bool = False  # the checkpoint's own model code was loaded
     model_class: str = ""  # the class that was loaded (a remote one shows its module)
+    model_kind: str = ""  # image-text-to-text or text-only
+    batch: str = ""  # what the compared batch holds (and which image parts do not apply)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -56,20 +60,21 @@ def swapped_backend(kind: str) -> tuple[str, str]:
     return ("npu", "npu:0") if kind == "npu" else ("npu-emulated", "cpu")
 
 
-def _model_inputs(processor, device):
-    from hyport_lib.models.sample_image import sample_image
-
-    tok = getattr(processor, "tokenizer", processor)
-    tok.padding_side = "left"  # a left-padded batch: padding rows are fully masked
+def _model_inputs(loaded, device) -> tuple[dict, str]:
+    """A left-padded batch (padding rows are fully masked) through the processor's own
+    conventions: one image + text prompt next to a text-only one, as the reference batch
+    does; two text prompts for a text-only model, two image prompts for a processor that
+    needs an image with each. Returns the inputs and what the batch holds, in words."""
     texts = ["How do I open a fridge?", "Hi"]
-    call = {"text": texts, "padding": True, "return_tensors": "pt"}
-    image_token = getattr(processor, "image_token", None)
-    if image_token and hasattr(processor, "image_processor"):
-        # One image + text sample next to a text-only one, as the reference batch does.
-        call["text"] = [f"{image_token}\n{texts[0]}", texts[1]]
-        call["images"] = [sample_image()]
-    inputs = processor(**call)
-    return {k: (v.to(device) if hasattr(v, "to") else v) for k, v in inputs.items()}
+    if not loaded.traits.multimodal:
+        prompts, held = [Prompt(t) for t in texts], "two text prompts (images not applicable: text-only model)"
+    elif needs_image(loaded):
+        prompts = [Prompt(t, [sample_image()]) for t in texts]
+        held = "two image + text prompts (text-only prompts not applicable: its processor needs an image)"
+    else:
+        prompts, held = [Prompt(texts[0], [sample_image()]), Prompt(texts[1])], "image + text beside text only"
+    inputs = encode_prompts(loaded, prompts)
+    return {k: (v.to(device) if hasattr(v, "to") else v) for k, v in inputs.items()}, held
 
 
 @contextlib.contextmanager
@@ -154,11 +159,12 @@ def _compare(result: ModelComparison, model_path: str, registered: dict, name: s
     torch.manual_seed(seed)
     common = dict(model_path=model_path, device=device, dtype=dtype, trust_remote_code=trust_remote_code)
     with _quiet_loading():
-        eager, processor = load_model(InferenceConfig(**common, attn_implementation="eager"))
+        eager, loaded = load_model(InferenceConfig(**common, attn_implementation="eager"))
         swapped, _ = load_model(InferenceConfig(**common, attn_implementation=name))
     result.model_class = f"{type(swapped).__module__}.{type(swapped).__qualname__}"
+    result.model_kind = loaded.traits.kind
     active = str(getattr(swapped.config, "_attn_implementation", "") or "")
-    inputs = _model_inputs(processor, eager.device)
+    inputs, result.batch = _model_inputs(loaded, eager.device)
     # Swapped attention reached through transformers (the registered function) or through
     # remote code importing flash_attn (the shim); None: neither is hyport's.
     apis = [a for a in (registered.get(name), shim_api) if a is not None]

@@ -5,7 +5,7 @@ importing torch or touching a device.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Optional, Sequence
 
 from hyport_lib.utils.values import as_flag, as_float, as_int, from_known_keys
@@ -160,6 +160,12 @@ class InferenceOutcome:
     decode_tokens_per_s: Optional[float] = None
     cold_s: Optional[float] = None
     warmup_runs: int = 0
+    #: ``image-text-to-text`` or ``text-only``
+    model_kind: str = ""
+    #: prompt parts this model cannot take, each named with why (skipped, not run)
+    not_applicable: list = field(default_factory=list)
+    #: processor parts that could not be loaded, with why (e.g. video without torchvision)
+    processor_unavailable: list = field(default_factory=list)
 
     def to_dict(self) -> dict:
         return asdict(self)

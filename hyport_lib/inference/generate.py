@@ -20,50 +20,86 @@ import time
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
-from hyport_lib.inference.config import (  # noqa: F401  (re-exported: part of this API)
-    DEFAULT_BATCH_PROMPTS, DTYPES, InferenceConfig, InferenceOutcome,
-)
+from hyport_lib.inference.config import DTYPES, InferenceConfig, InferenceOutcome
+from hyport_lib.models.loading import LoadedProcessor, tokenizer_of
+from hyport_lib.models.prompts import Prompt, PromptNotApplicable, check_applicable, encode_prompts
+
 
 def load_model(config: InferenceConfig):
-    """Load processor and model the way a real checkpoint is loaded.
+    """Load processor and model the way a real checkpoint is loaded, through the
+    family's auto class (:mod:`hyport_lib.models.loading`).
 
     ``"tiny"`` is first resolved to the embedded checkpoint's folder. Local folders
     are loaded with ``local_files_only=True`` so a missing file fails at once
     instead of trying the network.
 
     Returns:
-        ``(model, processor)``; the model is in eval mode on ``config.device`` and
-        the processor's tokenizer pads on the left.
+        ``(model, loaded)``: the model in eval mode on ``config.device``, and the
+        :class:`~hyport_lib.models.loading.LoadedProcessor` (its tokenizer pads on the left).
     """
     import torch
-    from transformers import AutoModelForImageTextToText, AutoProcessor
 
+    from hyport_lib.models.loading import load_model as load_checkpoint
+    from hyport_lib.models.loading import load_processor
     from hyport_lib.models.tiny import resolve_model_path
 
     backend, index, device = _backend_for(config.device)
     path = resolve_model_path(config.model_path)
-    common: dict[str, Any] = {"trust_remote_code": config.trust_remote_code}
-    if Path(path).is_dir():
-        common["local_files_only"] = True
-    processor = AutoProcessor.from_pretrained(path, **common)
-    _tokenizer(processor).padding_side = "left"
-
+    loaded = load_processor(path, trust_remote_code=config.trust_remote_code)
+    tokenizer_of(loaded.processor).padding_side = "left"
     dtype = "auto" if config.dtype == "auto" else getattr(torch, config.dtype)
-    model = AutoModelForImageTextToText.from_pretrained(
-        path,
-        attn_implementation=config.attn_implementation,
-        **{dtype_kwarg(): dtype},
-        **common,
-    )
+    model = load_checkpoint(path, attn_implementation=config.attn_implementation, dtype=dtype,
+                            trust_remote_code=config.trust_remote_code, traits=loaded.traits)
     if backend.is_accelerator:
         backend.set_device(index)
     model = model.to(device).eval()
     backend.synchronize()
-    return model, processor
+    return model, loaded
 
 
-def run_single(model, processor, config: InferenceConfig) -> tuple[str, dict]:
-    """One image + text prompt (the reference's "Result: ...").
+def single_prompt(loaded: LoadedProcessor, config: InferenceConfig) -> Prompt:
+    """The single inference's prompt: with the image, or text only for a text-only model.
+
+    Raises:
+        PromptNotApplicable: ``image`` was given for a text-only model.
+    """
+    if not loaded.traits.multimodal:
+        if config.image is not None:
+            raise PromptNotApplicable(f"image={config.image!r}: {loaded.traits.model_type or 'the model'} "
+                                      "is a text-only model; leave image unset")
+        return Prompt(config.single_prompt)
+    return Prompt(config.single_prompt, [_load_image(config)])
+
+
+def batch_prompts(loaded: LoadedProcessor, config: InferenceConfig) -> tuple[list[Prompt], list[str]]:
+    """The batch's prompts this model can take, and each one it cannot, named with why."""
+    prompts, skipped = [], []
+    for i, (text, uses_image) in enumerate(config.batch_prompts):
+        prompt = Prompt(text, [_load_image(config)] if uses_image and loaded.traits.multimodal else [])
+        if uses_image and not loaded.traits.multimodal:
+            skipped.append(f"batch_prompts[{i}] {text!r}: an image prompt; "
+                           f"{loaded.traits.model_type or 'the model'} is a text-only model")
+            continue
+        try:
+            check_applicable(loaded, prompt, f"batch_prompts[{i}] {text!r}")
+        except PromptNotApplicable as exc:
+            skipped.append(str(exc))
+            continue
+        prompts.append(prompt)
+    return prompts, skipped
+
+
+def not_applicable_parts(loaded: LoadedProcessor, config: InferenceConfig) -> list[str]:
+    """What of the configured inference this model cannot run, each with why."""
+    parts = []
+    if not loaded.traits.multimodal:
+        parts.append(f"single prompt runs without its image: {loaded.traits.model_type or 'the model'} "
+                     "is a text-only model")
+    return parts + batch_prompts(loaded, config)[1]
+
+
+def run_single(model, loaded: LoadedProcessor, config: InferenceConfig) -> tuple[str, dict]:
+    """One image + text prompt (the reference's "Result: ..."); text only for a text-only model.
 
     Returns:
         ``(text, stats)`` where stats holds ``prompt_tokens``, ``new_tokens``,
@@ -71,9 +107,8 @@ def run_single(model, processor, config: InferenceConfig) -> tuple[str, dict]:
         ``tokens_per_s`` (prefill included) and ``decode_tokens_per_s`` (prefill
         excluded, or None); see :class:`InferenceOutcome`.
     """
-    image = _load_image(config)
-    text = _chat_text(processor, config.single_prompt, uses_image=True, config=config)
-    inputs = _to_device(processor(text=[text], images=[image], return_tensors="pt"), model)
+    inputs = _to_device(encode_prompts(loaded, [single_prompt(loaded, config)],
+                                       enable_thinking=config.enable_thinking), model)
     prompt_tokens = int(inputs["input_ids"].shape[1])
 
     backend, _, _ = _backend_for(config.device)
@@ -93,29 +128,23 @@ def run_single(model, processor, config: InferenceConfig) -> tuple[str, dict]:
         "tokens_per_s": new_tokens / generate_s if generate_s > 0 else 0.0,
         "decode_tokens_per_s": decode_rate(new_tokens, generate_s, streamer.first_token_s),
     }
-    return _decode(processor, new_ids)[0], stats
+    return _decode(loaded, new_ids)[0], stats
 
 
-def run_batch(model, processor, config: InferenceConfig) -> list[str]:
+def run_batch(model, loaded: LoadedProcessor, config: InferenceConfig) -> list[str]:
     """The left-padded batch (the reference's "Batch Sample i: ...").
 
-    Image prompts and text-only prompts share one batch; each image prompt gets the
-    configured image.
+    Image prompts and text-only prompts share one batch, the images nested per prompt
+    as the processor expects; prompts this model cannot take are left out (see
+    :func:`batch_prompts`). Left padding: generation appends on the right, so every
+    row's prompt must end at the same column.
     """
-    texts, images = [], []
-    for prompt, uses_image in config.batch_prompts:
-        texts.append(_chat_text(processor, prompt, uses_image=uses_image, config=config))
-        if uses_image:
-            images.append(_load_image(config))
-    # Left padding: generation appends on the right, so every row's prompt must end
-    # at the same column. Set here too in case the caller loaded the processor.
-    _tokenizer(processor).padding_side = "left"
-    call: dict[str, Any] = {"text": texts, "padding": True, "return_tensors": "pt"}
-    if images:
-        call["images"] = images
-    inputs = _to_device(processor(**call), model)
+    prompts, _ = batch_prompts(loaded, config)
+    if not prompts:
+        return []
+    inputs = _to_device(encode_prompts(loaded, prompts, enable_thinking=config.enable_thinking), model)
     output = model.generate(**inputs, **_generate_kwargs(config))
-    return _decode(processor, output[:, inputs["input_ids"].shape[1]:])
+    return _decode(loaded, output[:, inputs["input_ids"].shape[1]:])
 
 
 def run_inference(config: InferenceConfig) -> InferenceOutcome:
@@ -126,20 +155,20 @@ def run_inference(config: InferenceConfig) -> InferenceOutcome:
     model's cache on first use.
     """
     # Done before the clock starts: one-off costs, not loading.
-    from transformers import AutoModelForImageTextToText, AutoProcessor  # noqa: F401
+    import transformers  # noqa: F401
 
     from hyport_lib.models.tiny import resolve_model_path
 
     resolve_model_path(config.model_path)
     backend, index, _ = _backend_for(config.device)
     started = time.perf_counter()
-    model, processor = load_model(config)
+    model, loaded = load_model(config)
     load_s = time.perf_counter() - started
 
-    cold_s = warm_up(model, processor, config)
-    single, stats = run_single(model, processor, config)
+    cold_s = warm_up(model, loaded, config)
+    single, stats = run_single(model, loaded, config)
     started = time.perf_counter()
-    batch = run_batch(model, processor, config)
+    batch = run_batch(model, loaded, config)
     backend.synchronize()
     batch_s = time.perf_counter() - started
 
@@ -166,17 +195,20 @@ def run_inference(config: InferenceConfig) -> InferenceOutcome:
         decode_tokens_per_s=stats["decode_tokens_per_s"],
         cold_s=cold_s,
         warmup_runs=config.warmup_runs,
+        model_kind=loaded.traits.kind,
+        not_applicable=not_applicable_parts(loaded, config),
+        processor_unavailable=list(loaded.unavailable),
     )
 
 
-def warm_up(model, processor, config: InferenceConfig) -> Optional[float]:
+def warm_up(model, loaded: LoadedProcessor, config: InferenceConfig) -> Optional[float]:
     """``config.warmup_runs`` untimed single inferences; the first one's seconds (the cold
     call: start-up costs), or None when there is none."""
     backend, _, _ = _backend_for(config.device)
     cold = None
     for i in range(config.warmup_runs):
         started = time.perf_counter()
-        run_single(model, processor, config)
+        run_single(model, loaded, config)
         backend.synchronize()
         if i == 0:
             cold = time.perf_counter() - started
@@ -204,15 +236,6 @@ def decode_rate(new_tokens: int, generate_s: float,
 
 # --- helpers -------------------------------------------------------------------------
 
-def dtype_kwarg() -> str:
-    """``from_pretrained``'s keyword for the dtype: ``dtype`` on transformers 5, ``torch_dtype`` on 4.x."""
-    # transformers 5 renamed from_pretrained's torch_dtype to dtype; 4.57 only has the old name.
-    import transformers
-
-    major = int(transformers.__version__.split(".")[0])
-    return "dtype" if major >= 5 else "torch_dtype"
-
-
 def _backend_for(device: str):
     """``(backend, card index, torch device string)`` for a device string.
 
@@ -232,10 +255,6 @@ def _backend_for(device: str):
     return get_backend(kind), card, device
 
 
-def _tokenizer(processor):
-    return getattr(processor, "tokenizer", processor)
-
-
 def _load_image(config: InferenceConfig):
     from hyport_lib.models.sample_image import sample_image
 
@@ -248,17 +267,6 @@ def _load_image(config: InferenceConfig):
         raise FileNotFoundError(f"image={config.image!r}: no such file")
     with Image.open(path) as img:
         return img.convert("RGB")
-
-
-def _chat_text(processor, prompt: str, *, uses_image: bool, config: InferenceConfig) -> str:
-    content = ([{"type": "image"}] if uses_image else []) + [{"type": "text", "text": prompt}]
-    messages = [{"role": "user", "content": content}]
-    return processor.apply_chat_template(
-        messages,
-        tokenize=False,
-        add_generation_prompt=True,
-        enable_thinking=config.enable_thinking,
-    )
 
 
 def _to_device(inputs, model):
@@ -290,8 +298,8 @@ def _generate_kwargs(config: InferenceConfig) -> dict:
     return kwargs
 
 
-def _decode(processor, token_ids) -> list[str]:
-    texts = _tokenizer(processor).batch_decode(token_ids, skip_special_tokens=True)
+def _decode(loaded: LoadedProcessor, token_ids) -> list[str]:
+    texts = tokenizer_of(loaded.processor).batch_decode(token_ids, skip_special_tokens=True)
     return [text.strip() for text in texts]
 
 
@@ -328,16 +336,14 @@ __all__ = [
     "DTYPES",
     "InferenceConfig",
     "InferenceOutcome",
+    "batch_prompts",
     "load_model",
     "decode_rate",
+    "not_applicable_parts",
     "output_hash",
     "run_batch",
     "run_inference",
     "run_single",
+    "single_prompt",
     "warm_up",
-    "dtype_kwarg",
 ]
-
-
-#: The private name this module used before (other modules import the public one).
-_dtype_kwarg = dtype_kwarg

@@ -65,10 +65,12 @@ class StepCounts:
 class CountingTrainer(Trainer):
     """``Trainer`` that removes hyport's count keys from each batch and counts them."""
 
-    def __init__(self, *args, step_counts: Optional[StepCounts] = None, dummy_pixel_values=None, **kwargs):
+    def __init__(self, *args, step_counts: Optional[StepCounts] = None, dummy_image_inputs=None, **kwargs):
         super().__init__(*args, **kwargs)
         self.step_counts = step_counts or StepCounts()
-        self.dummy_pixel_values = dummy_pixel_values
+        #: the image processor's tensors for one blank image (pixel values and grid or
+        #: sizes), or None: no image path to run on text-only batches
+        self.dummy_image_inputs = dummy_image_inputs
         #: seconds spent writing checkpoints so far (left out of the throughput)
         self.save_seconds = 0.0
         raw = os.environ.get(NAN_FAULT_ENV, "").strip()
@@ -100,11 +102,15 @@ class CountingTrainer(Trainer):
         if get is None or embeddings is None:
             return None
 
+        accepted = _accepted_arguments(get)
+
         def after_embeddings(module, args, output):
             if "zero" in holder:
                 return  # once per forward
-            pixels = self.dummy_pixel_values.to(output.device, self._vision_dtype(net))
-            parts = [t.float().sum() for t in _tensors(get(pixel_values=pixels)) if t.requires_grad]
+            dtype = self._vision_dtype(net)
+            inputs = {k: (v.to(output.device, dtype) if v.is_floating_point() else v.to(output.device))
+                      for k, v in self.dummy_image_inputs.items() if k in accepted}
+            parts = [t.float().sum() for t in _tensors(get(**inputs)) if t.requires_grad]
             holder["zero"] = sum(parts) * 0.0 if parts else None
 
         return embeddings.register_forward_hook(after_embeddings)
@@ -133,7 +139,7 @@ class CountingTrainer(Trainer):
             self.step_counts.add(int(counts[0]), int(counts[1]))
         image_path: dict = {}
         hook = None
-        if model.training and inputs.get("pixel_values") is None and self.dummy_pixel_values is not None:
+        if model.training and inputs.get("pixel_values") is None and self.dummy_image_inputs is not None:
             hook = self._run_image_path_after_embeddings(model, image_path)
         try:
             result = super().compute_loss(model, inputs, *args, **kwargs)
@@ -149,6 +155,15 @@ class CountingTrainer(Trainer):
                 return (result[0] * float("nan"), *result[1:])
             return result * float("nan")
         return result
+
+
+def _accepted_arguments(function) -> set:
+    """The parameter names ``function`` declares (a ``**kwargs`` would take any key and
+    ignore it, or pass it where it does not belong: only named ones are given)."""
+    import inspect
+
+    parameters = inspect.signature(function).parameters
+    return {name for name, p in parameters.items() if p.kind is not inspect.Parameter.VAR_KEYWORD}
 
 
 def add_to_loss(result, extra):

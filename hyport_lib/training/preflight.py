@@ -97,6 +97,7 @@ def prepare(config: TrainConfig, backend=None, *, check_port: bool = True) -> La
     precision = ds.resolve_precision(config.precision, backend)
     deepspeed = ds.build_deepspeed_config(config, backend, precision)
     report, skip = _check_dataset(config, dataset_path, image_root, model_path, output_dir, world)
+    notes.extend(report.get("notes", []))
     if skip:
         notes.append(f"{len(skip)} bad record(s) skipped (skip_bad_records=True)")
     checkpoint = resolve_resume(config.resume_from, output_dir)
@@ -200,21 +201,21 @@ def _dataset_path(config: TrainConfig, output_dir: Path) -> tuple[Path, Optional
 
 def _check_dataset(config: TrainConfig, path: Path, image_root: Optional[str],
                    model_path: str, output_dir: Path, world: int) -> tuple[dict, list[int]]:
-    from transformers import AutoProcessor
-
+    from hyport_lib.models.loading import load_processor
     from hyport_lib.training.dataset import DatasetError, DatasetReport, load_dataset
     from hyport_lib.training.samples import encode_records
 
     report = load_dataset(path, image_root)
     try:
-        processor = AutoProcessor.from_pretrained(model_path, local_files_only=True,
-                                                  trust_remote_code=config.trust_remote_code)
+        loaded = load_processor(model_path, trust_remote_code=config.trust_remote_code)
     except Exception as exc:  # noqa: BLE001 — any loader failure: name the folder and the files
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         raise ValueError(f"model_path={model_path!r}: its processor / tokenizer does not load "
                          f"(training needs the tokenizer files, e.g. tokenizer.json or "
                          f"tokenizer_config.json, and for images preprocessor_config.json): "
                          f"{type(exc).__name__}: {first[:300]}") from None
+    if config.packing and loaded.traits.packing_refusal:
+        raise ValueError(f"packing=True: {loaded.traits.packing_refusal}")
     from transformers.utils import logging as hf_logging
 
     # Long samples are this check's own finding (too_long): not also transformers' warning
@@ -222,9 +223,18 @@ def _check_dataset(config: TrainConfig, path: Path, image_root: Optional[str],
     level = hf_logging.get_verbosity()
     hf_logging.set_verbosity_error()
     try:
-        samples, too_long = encode_records(report.records, processor, config.max_seq_len, config.overflow)
+        samples, too_long = encode_records(report.records, loaded, config.max_seq_len, config.overflow)
     finally:
         hf_logging.set_verbosity(level)
+    notes: list[str] = []
+    if not config.dataset_path:
+        # The bundled smoke set was not the user's choice: records this model cannot take
+        # (images for a text-only model) are left out and said so, not refused.
+        left = [p for p in too_long if p.kind == "not_applicable"]
+        too_long = [p for p in too_long if p.kind != "not_applicable"]
+        if left:
+            notes.append(f"bundled smoke set: {len(left)} record(s) not applicable to this "
+                         f"{loaded.traits.kind} model left out ({left[0].message})")
     problems = sorted(report.problems + too_long, key=lambda p: p.index)
     full = DatasetReport(report.path, report.records, problems, report.total)
     if problems:
@@ -242,7 +252,10 @@ def _check_dataset(config: TrainConfig, path: Path, image_root: Optional[str],
     summary = full.to_dict()
     summary.update(samples=len(samples), tokens=sum(len(s) for s in samples),
                    label_tokens=sum(s.label_tokens for s in samples),
-                   truncated=sum(1 for s in samples if s.truncated), skipped=len(full.bad_indices))
+                   truncated=sum(1 for s in samples if s.truncated), skipped=len(full.bad_indices),
+                   model_kind=loaded.traits.kind, prompt_format=loaded.prompt_format,
+                   image_samples=sum(1 for s in samples if s.pixel_values is not None),
+                   processor_unavailable=list(loaded.unavailable), notes=notes)
     return summary, sorted(full.bad_indices)
 
 
@@ -350,27 +363,21 @@ def _check_lora_targets(config: TrainConfig, model_path: str) -> None:
     """The LoRA targets must name layers of the model: checked on an empty (meta) model,
     before an 8-card job loads the weights only to fail in peft."""
     import importlib.util
-    import re
 
     if importlib.util.find_spec("peft") is None:
         raise ValueError("finetuning_type='lora' needs peft, which is not installed here "
                          "(pip install 'peft>=0.10'; it leaves torch as it is)")
 
-    from accelerate import init_empty_weights
-    from transformers import AutoConfig, AutoModelForImageTextToText
+    from hyport_lib.models.loading import build_empty_model
+    from hyport_lib.models.lora_targets import (language_model_path, leaf_names, lora_target_pattern,
+                                                matched_layers)
 
-    from hyport_lib.training.lora import lora_target_pattern
-
-    model_config = AutoConfig.from_pretrained(model_path, trust_remote_code=config.trust_remote_code)
-    with init_empty_weights():
-        model = AutoModelForImageTextToText.from_config(model_config,
-                                                        trust_remote_code=config.trust_remote_code)
-    pattern = re.compile(lora_target_pattern(config.lora_targets))
-    if not any(pattern.fullmatch(name) for name, _ in model.named_modules()):
-        leaves = sorted({name.rsplit(".", 1)[-1] for name, module in model.named_modules()
-                         if "language_model" in name and not list(module.children())})
-        raise ValueError(f"lora_target={config.lora_target!r}: no layer of the language model has "
-                         f"that name (its layers: {', '.join(leaves[:20])})")
+    model = build_empty_model(model_path, trust_remote_code=config.trust_remote_code)
+    prefix = language_model_path(model)
+    if not matched_layers(model, lora_target_pattern(prefix, config.lora_targets)):
+        raise ValueError(f"lora_target={config.lora_target!r}: no layer of the language model "
+                         f"({prefix or type(model).__name__}) has that name (its layers: "
+                         f"{', '.join(leaf_names(model, prefix))})")
 
 
 def _check_cards(backend, nproc: int) -> None:

@@ -1,4 +1,4 @@
-"""Records -> token sequences with their labels, through the model's own chat template.
+"""Records -> token sequences with their labels, through the model's own conventions.
 
 A record's turns become chat messages (``human`` -> ``user``, ``gpt`` -> ``assistant``;
 each ``<image>`` becomes an image item) and the whole conversation is rendered with the
@@ -12,6 +12,19 @@ by the same template: the tokens of "everything up to this answer's header" and 
 "everything up to and including this answer". This works for any template that
 renders a prefix of the messages as a prefix of the text (the usual case); a template
 that does not is reported, rather than producing wrong labels.
+
+A processor without a chat template (PaliGemma: ``prefix`` format) takes the
+conversation up to the last question as its prefix and the last answer as its suffix;
+the processor itself builds the labels (the answer) and ``token_type_ids``.
+
+What the processor returns besides the ids is kept with the sample
+(:mod:`hyport_lib.models.training_inputs`): per-token keys (``mm_token_type_ids``,
+``token_type_ids``) and image tensors. Given a positions function (packing an M-RoPE
+model), each sample also gets the multimodal positions the model computes for it alone.
+
+Records the model cannot take are problems of kind ``not_applicable``: a record with
+images for a text-only model, a record without one for a model whose processor needs
+an image with every prompt.
 """
 
 from __future__ import annotations
@@ -19,6 +32,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
+from hyport_lib.models.loading import LoadedProcessor
+from hyport_lib.models.prompts import needs_image, prefix_text, render_messages
+from hyport_lib.models.training_inputs import PositionsFunction, split_processor_output
 from hyport_lib.training.dataset import IMAGE_PLACEHOLDER, Problem, Record
 
 IGNORE_INDEX = -100
@@ -33,11 +49,15 @@ class Sample:
         record_id: the record's id.
         input_ids: token ids (images expanded).
         labels: ``input_ids`` on answer tokens, ``-100`` elsewhere.
-        pixel_values: the processor's pixel tensor of the record's images (one row per
-            image, in order), or None for a text-only record.
+        pixel_values: the processor's pixel tensor of the record's images, or None for a
+            text-only record.
         truncated: the sample was cut to ``max_seq_len``.
-        image_extras: the processor's other per-image tensors (``image_grid_thw``,
-            ``image_sizes``, ...), one row per image, batched like ``pixel_values``.
+        image_extras: the processor's other image tensors (``image_grid_thw``,
+            ``image_sizes``, ``pixel_attention_mask``, ...).
+        token_extras: per-token keys (``mm_token_type_ids``, ``token_type_ids``), one
+            value per token.
+        rope_positions: ``(axes, length)`` multimodal positions the model computes for
+            this sample alone (M-RoPE models, when packing), or None.
     """
 
     record_id: str
@@ -46,6 +66,8 @@ class Sample:
     pixel_values: Any = None
     truncated: bool = False
     image_extras: dict = field(default_factory=dict)
+    token_extras: dict = field(default_factory=dict)
+    rope_positions: Any = None
 
     def __len__(self) -> int:
         return len(self.input_ids)
@@ -53,6 +75,12 @@ class Sample:
     @property
     def label_tokens(self) -> int:
         return sum(1 for x in self.labels if x != IGNORE_INDEX)
+
+    def image_tensors(self) -> dict:
+        """``pixel_values`` and the other image tensors ({} for a text-only sample)."""
+        if self.pixel_values is None:
+            return {}
+        return {"pixel_values": self.pixel_values, **self.image_extras}
 
 
 def messages_of(record: Record) -> list[dict]:
@@ -70,69 +98,103 @@ def messages_of(record: Record) -> list[dict]:
     return messages
 
 
-def _tokenizer(processor):
-    return getattr(processor, "tokenizer", processor)
+def not_applicable(loaded: LoadedProcessor, record: Record) -> Optional[Problem]:
+    """A ``not_applicable`` problem when the model cannot take ``record``, else None."""
+    if record.images and not loaded.traits.multimodal:
+        return Problem(record.index, record.record_id, "image", "not_applicable",
+                       f"{len(record.images)} image(s), but {loaded.traits.model_type or 'the model'} "
+                       "is a text-only model")
+    if not record.images and needs_image(loaded):
+        return Problem(record.index, record.record_id, "image", "not_applicable",
+                       f"no image, but {loaded.traits.model_type}'s processor needs an image "
+                       "with every prompt")
+    return None
 
 
 class Encoder:
-    """Encodes records for one processor; caches opened images.
+    """Encodes records for one processor.
 
     Args:
-        processor: the model's processor (tokenizer + image processor + chat template).
+        loaded: the model's processor (:func:`hyport_lib.models.loading.load_processor`).
         max_seq_len: the longest sample allowed.
         overflow: ``truncate`` (cut the sample, keeping every image token) or ``drop``.
+        positions: multimodal positions of one sample
+            (:func:`hyport_lib.models.training_inputs.rope_positions_function`), or None.
     """
 
-    def __init__(self, processor, max_seq_len: int, overflow: str = "truncate"):
+    def __init__(self, loaded: LoadedProcessor, max_seq_len: int, overflow: str = "truncate",
+                 positions: Optional[PositionsFunction] = None):
         if overflow not in OVERFLOW_MODES:
             raise ValueError(f"overflow={overflow!r}: expected one of {', '.join(OVERFLOW_MODES)}")
         if int(max_seq_len) < 8:
             raise ValueError(f"max_seq_len={max_seq_len!r}: expected at least 8 tokens")
-        self.processor = processor
+        self.loaded = loaded
+        self.processor = loaded.processor
         self.max_seq_len = int(max_seq_len)
         self.overflow = overflow
-        tokenizer = _tokenizer(processor)
+        self.positions = positions
+        tokenizer = loaded.tokenizer
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-        self.image_token_id = _image_token_id(processor)
+        self.image_token_id = _image_token_id(self.processor)
 
     def _render(self, messages: list[dict], generation_prompt: bool = False) -> str:
-        return self.processor.apply_chat_template(messages, tokenize=False,
-                                                  add_generation_prompt=generation_prompt)
+        return render_messages(self.loaded, messages, generation_prompt=generation_prompt)
 
-    def _ids(self, text: str, images: list) -> tuple[list[int], dict]:
-        """Token ids, and the image tensors (``pixel_values`` and whatever else the
-        processor returns per image: Qwen2-VL-style models need ``image_grid_thw``)."""
-        import torch
-
-        call: dict[str, Any] = {"text": [text], "return_tensors": "pt"}
+    def _call(self, text: str, images: list, **extra):
+        call: dict[str, Any] = {"text": [text], "return_tensors": "pt", **extra}
         if images:
-            call["images"] = images
-        out = self.processor(**call)
-        image = {k: v for k, v in out.items() if k not in _TEXT_KEYS and isinstance(v, torch.Tensor)}
-        return out["input_ids"][0].tolist(), image
+            call["images"] = [images]
+        return self.processor(**call)
+
+    def _ids(self, text: str, images: list) -> list[int]:
+        return self._call(text, images)["input_ids"][0].tolist()
 
     def encode(self, record: Record) -> tuple[Optional[Sample], Optional[Problem]]:
-        """One record -> a :class:`Sample`, or None and the problem (too long)."""
-        messages = messages_of(record)
+        """One record -> a :class:`Sample`, or None and the problem (not applicable, too long)."""
+        problem = not_applicable(self.loaded, record)
+        if problem is not None:
+            return None, problem
         images = [_open_image(p) for p in record.images]
-        ids, image = self._ids(self._render(messages), images)
-        pixels = image.pop("pixel_values", None)
+        if self.loaded.prompt_format == "prefix":
+            sample = self._encode_prefix(record, images)
+        else:
+            sample = self._encode_chat(record, images)
+        sample, problem = self._fit(record, sample)
+        if sample is not None and self.positions is not None:
+            sample.rope_positions = self.positions(sample.input_ids, sample.token_extras,
+                                                   sample.image_tensors())
+        return sample, problem
+
+    def _encode_chat(self, record: Record, images: list) -> Sample:
+        messages = messages_of(record)
+        ids, per_token, image = split_processor_output(self._call(self._render(messages), images))
+        if not self.loaded.traits.multimodal:
+            per_token = {}  # a text tokenizer's token_type_ids are no model input of a causal LM
         labels = [IGNORE_INDEX] * len(ids)
         seen_images = 0
         for k, message in enumerate(messages):
             seen_images += sum(1 for c in message["content"] if c["type"] == "image")
             if message["role"] != "assistant":
                 continue
-            header, _ = self._ids(self._render(messages[:k], True), images[:seen_images])
-            upto, _ = self._ids(self._render(messages[:k + 1]), images[:seen_images])
+            header = self._ids(self._render(messages[:k], True), images[:seen_images])
+            upto = self._ids(self._render(messages[:k + 1]), images[:seen_images])
             if ids[:len(header)] != header or ids[:len(upto)] != upto:
                 raise ValueError(
                     f"record {record.index} (id {record.record_id!r}): this model's chat template "
                     "does not render a prefix of the conversation as a prefix of the text, so "
                     "the answer tokens cannot be located for the labels")
             labels[len(header):len(upto)] = ids[len(header):len(upto)]
-        sample = Sample(record.record_id, ids, labels, pixels, image_extras=image if pixels is not None else {})
-        return self._fit(record, sample)
+        return _sample(record, ids, labels, per_token, image)
+
+    def _encode_prefix(self, record: Record, images: list) -> Sample:
+        """Prefix format: everything before the last answer is the prefix, the last
+        answer the suffix (the processor labels the suffix)."""
+        *before, (_, answer) = record.turns
+        prefix = "\n".join(text.replace(IMAGE_PLACEHOLDER, "").strip() for _, text in before)
+        out = self._call(prefix_text(self.loaded, prefix, len(images)), images, suffix=[answer])
+        labels = out["labels"][0].tolist()
+        ids, per_token, image = split_processor_output(out)
+        return _sample(record, ids, labels, per_token, image)
 
     def _fit(self, record: Record, sample: Sample) -> tuple[Optional[Sample], Optional[Problem]]:
         limit = self.max_seq_len
@@ -151,17 +213,19 @@ class Encoder:
         if all(x == IGNORE_INDEX for x in labels):
             return too_long(": truncated, no answer token would be left")
         return Sample(sample.record_id, sample.input_ids[:limit], labels, sample.pixel_values,
-                      truncated=True, image_extras=sample.image_extras), None
+                      truncated=True, image_extras=sample.image_extras,
+                      token_extras={k: v[:limit] for k, v in sample.token_extras.items()}), None
 
 
-#: Processor outputs that belong to the text (rebuilt by the collators), not to the images.
-_TEXT_KEYS = frozenset({"input_ids", "attention_mask", "token_type_ids", "mm_token_type_ids",
-                        "position_ids"})
+def _sample(record: Record, ids: list[int], labels: list[int], per_token: dict, image: dict) -> Sample:
+    pixels = image.pop("pixel_values", None)
+    return Sample(record.record_id, ids, labels, pixels,
+                  image_extras=image if pixels is not None else {}, token_extras=per_token)
 
 
 def _image_token_id(processor) -> Optional[int]:
     token = getattr(processor, "image_token", None)
-    tokenizer = _tokenizer(processor)
+    tokenizer = getattr(processor, "tokenizer", processor)
     if token is None:
         return getattr(processor, "image_token_id", None)
     token_id = tokenizer.convert_tokens_to_ids(token)
@@ -175,10 +239,11 @@ def _open_image(path: str):
         return img.convert("RGB")
 
 
-def encode_records(records: list[Record], processor, max_seq_len: int,
+def encode_records(records: list[Record], loaded: LoadedProcessor, max_seq_len: int,
                    overflow: str = "truncate") -> tuple[list[Sample], list[Problem]]:
-    """Encode every record; the too-long ones come back as problems."""
-    encoder = Encoder(processor, max_seq_len, overflow)
+    """Encode every record; the ones the model cannot take or that are too long come
+    back as problems."""
+    encoder = Encoder(loaded, max_seq_len, overflow)
     samples, problems = [], []
     for record in records:
         try:

@@ -29,6 +29,7 @@ import signal
 import sys
 import time
 from pathlib import Path
+from typing import Optional
 
 SPEC_ENV = "HYPORT_TRAIN_SPEC"
 KILL_FAULT_ENV = "HYPORT_TEST_KILL_AT_STEP"
@@ -115,16 +116,14 @@ def _fault_callback():
 
 
 def _load_model(spec: dict, config, backend):
-    from transformers import AutoModelForImageTextToText, AutoProcessor
+    from hyport_lib.models.loading import load_model, load_processor
+    from hyport_lib.models.lora_targets import language_model_path, lora_target_pattern
 
-    from hyport_lib.training.lora import lora_target_pattern
-
-    common = {"trust_remote_code": config.trust_remote_code}
-    if Path(spec["model_path"]).is_dir():
-        common["local_files_only"] = True
-    processor = AutoProcessor.from_pretrained(spec["model_path"], **common)
-    model = AutoModelForImageTextToText.from_pretrained(
-        spec["model_path"], attn_implementation=spec["attn_implementation"], **common)
+    loaded = load_processor(spec["model_path"], trust_remote_code=config.trust_remote_code)
+    for part in loaded.unavailable:
+        _say(f"processor: {part}")
+    model = load_model(spec["model_path"], attn_implementation=spec["attn_implementation"],
+                       trust_remote_code=config.trust_remote_code, traits=loaded.traits)
     if config.gradient_checkpointing:
         # A frozen embedding (LoRA) under checkpointing otherwise gives "element 0 of
         # tensors does not require grad".
@@ -134,21 +133,23 @@ def _load_model(spec: dict, config, backend):
         from transformers import set_seed
 
         set_seed(config.seed)  # the LoRA weights are drawn here, before the Trainer seeds
-        targets = config.lora_targets
         lora = LoraConfig(r=config.lora_rank, lora_alpha=config.lora_alpha, lora_dropout=0.0,
-                          target_modules=lora_target_pattern(targets))
+                          target_modules=lora_target_pattern(language_model_path(model), config.lora_targets))
         model = get_peft_model(model, lora)
-    return model, processor
+    return model, loaded
 
 
-def _dataset(spec: dict, config, processor):
+def _dataset(spec: dict, config, loaded, model):
+    from hyport_lib.models.training_inputs import rope_positions_function
     from hyport_lib.training.dataset import load_dataset
     from hyport_lib.training.packing import make_collator, training_rows
     from hyport_lib.training.samples import Encoder
 
     report = load_dataset(spec["dataset_path"], spec.get("image_root"), check_images=False)
     skip = set(spec.get("skip_records") or [])
-    encoder = Encoder(processor, config.max_seq_len, config.overflow)
+    # Packed rows of an M-RoPE model carry each sample's own multimodal positions.
+    positions = rope_positions_function(model) if config.packing else None
+    encoder = Encoder(loaded, config.max_seq_len, config.overflow, positions=positions)
     samples = []
     for record in report.records:
         if record.index in skip:
@@ -157,20 +158,23 @@ def _dataset(spec: dict, config, processor):
         if sample is not None:
             samples.append(sample)
     rows = training_rows(samples, config.max_seq_len, config.packing)
-    return rows, make_collator(encoder.pad_id, config.max_seq_len, config.packing), len(samples)
+    collator = make_collator(encoder.pad_id, config.max_seq_len, config.packing,
+                             mrope_text_row=loaded.traits.mrope_text_row)
+    return rows, collator, len(samples)
 
 
-def _blank_image_pixels(processor):
-    """``pixel_values`` of one blank image (see ``CountingTrainer._image_path_at_zero``);
-    None when the processor has no image processor or needs more than pixels."""
-    image_processor = getattr(processor, "image_processor", None)
-    if image_processor is None:
+def _blank_image_inputs(loaded) -> Optional[dict]:
+    """The image processor's tensors for one blank image (see
+    ``CountingTrainer._run_image_path_after_embeddings``): ``pixel_values`` and whatever
+    the model's image path needs beside them (grid or image sizes, pixel masks); None
+    for a text-only model."""
+    image_processor = getattr(loaded.processor, "image_processor", None)
+    if not loaded.traits.multimodal or image_processor is None:
         return None
     from PIL import Image
 
-    out = image_processor(images=[Image.new("RGB", (32, 32))], return_tensors="pt")
-    # Models whose image path needs more than pixels (grid sizes, image sizes) are left alone.
-    return out["pixel_values"] if set(out.keys()) == {"pixel_values"} else None
+    out = image_processor(images=[Image.new("RGB", (64, 64))], return_tensors="pt")
+    return {k: v for k, v in out.items() if hasattr(v, "shape")}
 
 
 def _training_args(spec: dict, config, backend):
@@ -251,14 +255,13 @@ def _count_saved_parameters(out: Path) -> None:
 def _merged_lora(spec: dict, config, state_dict: dict):
     """A fresh base model on the CPU with the trained LoRA weights merged in."""
     from peft import LoraConfig, get_peft_model
-    from transformers import AutoModelForImageTextToText
 
-    from hyport_lib.training.lora import lora_target_pattern
+    from hyport_lib.models.loading import load_model
+    from hyport_lib.models.lora_targets import language_model_path, lora_target_pattern
 
-    base = AutoModelForImageTextToText.from_pretrained(
-        spec["model_path"], trust_remote_code=config.trust_remote_code)
+    base = load_model(spec["model_path"], trust_remote_code=config.trust_remote_code)
     lora = LoraConfig(r=config.lora_rank, lora_alpha=config.lora_alpha, lora_dropout=0.0,
-                      target_modules=lora_target_pattern(config.lora_targets))
+                      target_modules=lora_target_pattern(language_model_path(base), config.lora_targets))
     wrapped = get_peft_model(base, lora)
     # Only the trained LoRA weights: the frozen base stays as it was loaded, not as the
     # (possibly bf16) copy DeepSpeed trained with.
@@ -307,8 +310,9 @@ def run(spec: dict) -> dict:
         from hyport_lib.attention.hf_integration import register_hyport_attention
 
         register_hyport_attention(spec["attention_backend"], spec["attn_implementation"])
-    model, processor = _load_model(spec, config, backend)
-    rows, collator, samples = _dataset(spec, config, processor)
+    model, loaded = _load_model(spec, config, backend)
+    processor = loaded.processor
+    rows, collator, samples = _dataset(spec, config, loaded, model)
     counts = StepCounts()
     metrics = MetricsCallback(spec["metrics_path"], backend, counts, marker={
         "world_size": world, "zero_stage": config.zero_stage,
@@ -318,7 +322,7 @@ def run(spec: dict) -> dict:
                               train_dataset=rows, data_collator=collator,
                               processing_class=processor, callbacks=callbacks, step_counts=counts,
                               # ZeRO-3 hangs on the blank image: preflight refuses mixed data there.
-                              dummy_pixel_values=_blank_image_pixels(processor) if config.zero_stage < 3 else None)
+                              dummy_image_inputs=_blank_image_inputs(loaded) if config.zero_stage < 3 else None)
     metrics.trainer = trainer
     output = trainer.train(resume_from_checkpoint=str(checkpoint.path) if checkpoint else None)
     final = save_final(trainer, processor, spec, config)

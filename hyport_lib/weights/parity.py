@@ -105,7 +105,7 @@ def parity_in_child(spec: dict) -> dict:
     import torch
     from transformers import AutoConfig, AutoTokenizer
 
-    from hyport_lib.inference.generate import dtype_kwarg
+    from hyport_lib.models.loading import dtype_kwarg
     from hyport_lib.weights.names import model_class
 
     common = {"local_files_only": True, "trust_remote_code": bool(spec.get("trust_remote_code"))}

@@ -133,7 +133,7 @@ def reload_in_child(spec: dict) -> dict:
     import torch
     from transformers import AutoConfig
 
-    from hyport_lib.inference.generate import dtype_kwarg  # torch_dtype on 4.x, dtype on 5.x
+    from hyport_lib.models.loading import dtype_kwarg  # torch_dtype on 4.x, dtype on 5.x
     from hyport_lib.weights.names import model_class
 
     path, trust = spec["path"], bool(spec.get("trust_remote_code"))

@@ -1,0 +1,142 @@
+"""What a checkpoint is, read from its config: the one place that knows model families.
+
+Stages never assume LLaVA. They ask :func:`describe_config` (or :func:`describe_model`)
+what they hold:
+
+* **multimodal or text-only** — an image-text-to-text model (its class is in
+  transformers' ``AutoModelForImageTextToText`` mapping, or its remote code names such
+  a class in ``auto_map``) or a causal LM (Qwen3, Llama, HunYuan dense / MoE, ...);
+* **the auto class** that loads it;
+* **multimodal rotary positions** (M-RoPE: Qwen2-VL, Qwen2.5-VL, Qwen3-VL, HunYuan-VL):
+  the text model takes one position per rotary axis, computed by the model's own
+  ``get_rope_index`` from the image grids; packed training rows must carry those,
+  per sample (:mod:`hyport_lib.models.training_inputs`);
+* **why packing cannot keep the model's meaning**, where it cannot: Gemma3 and
+  PaliGemma attend both ways within image tokens (PaliGemma over its whole prefix),
+  a mask they build from ``token_type_ids``; hyport's packed rows attend causally per
+  sample, so packing would train another model.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Optional
+
+IMAGE_TEXT_TO_TEXT = "AutoModelForImageTextToText"
+CAUSAL_LM = "AutoModelForCausalLM"
+#: auto_map keys of remote code that mean "a model that reads images".
+_REMOTE_MULTIMODAL = ("AutoModelForImageTextToText", "AutoModelForVision2Seq")
+
+#: M-RoPE families whose text model reads every row of ``position_ids`` as a rotary axis
+#: (no leading row of text positions for the mask): their first axis already holds the
+#: plain sequence positions, and packed rows are told apart by the cumulative lengths.
+_MROPE_WITHOUT_TEXT_ROW = frozenset({"hunyuan_vl"})
+
+#: model_type -> why packed rows would change what the model computes.
+_PACKING_REFUSED = {
+    "gemma3": ("gemma3 attends both ways within each image's tokens (a mask it builds from "
+               "token_type_ids), and packed rows attend causally per sample; use packing=false"),
+    "paligemma": ("paligemma attends both ways over its image and prompt prefix (a mask it "
+                  "builds from token_type_ids), and packed rows attend causally per sample; "
+                  "use packing=false"),
+}
+
+
+@dataclass(frozen=True)
+class ModelTraits:
+    """What hyport needs to know about a checkpoint before loading it.
+
+    Attributes:
+        model_type: the config's ``model_type`` (``""`` for remote code without one).
+        multimodal: the model reads images.
+        auto_class: the transformers auto class that loads it.
+        mrope: its text model takes multimodal rotary positions (one row per axis).
+        packing_refusal: why packing is refused for it, or None.
+        remote_code: the config names its own classes (``auto_map``).
+        mrope_text_row: packed M-RoPE positions start with a row of per-sample text
+            positions (the ``(axes + 1, batch, length)`` layout of the Qwen-VL family).
+    """
+
+    model_type: str
+    multimodal: bool
+    auto_class: str
+    mrope: bool = False
+    packing_refusal: Optional[str] = None
+    remote_code: bool = False
+    mrope_text_row: bool = True
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @property
+    def kind(self) -> str:
+        """``image-text-to-text`` or ``text-only``: how plans and records name it."""
+        return "image-text-to-text" if self.multimodal else "text-only"
+
+
+def describe_config(data: dict) -> ModelTraits:
+    """Traits of a checkpoint from its ``config.json`` contents (no import of the model code).
+
+    Raises:
+        ValueError: the config names a model type transformers cannot load as a causal
+            or image-text-to-text model, and no remote code either.
+    """
+    from transformers.models.auto.modeling_auto import (
+        MODEL_FOR_CAUSAL_LM_MAPPING_NAMES,
+        MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES,
+    )
+
+    model_type = str(data.get("model_type") or "")
+    auto_map = data.get("auto_map") if isinstance(data.get("auto_map"), dict) else {}
+    mrope = _uses_mrope(data)
+    refusal = _PACKING_REFUSED.get(model_type)
+    text_row = model_type not in _MROPE_WITHOUT_TEXT_ROW
+    if auto_map:
+        multimodal = any(key in auto_map for key in _REMOTE_MULTIMODAL) or (
+            "AutoModelForCausalLM" not in auto_map and "vision_config" in data)
+        return ModelTraits(model_type, multimodal, IMAGE_TEXT_TO_TEXT if multimodal else CAUSAL_LM,
+                           mrope, refusal, remote_code=True, mrope_text_row=text_row)
+    if model_type in MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES:
+        return ModelTraits(model_type, True, IMAGE_TEXT_TO_TEXT, mrope, refusal, mrope_text_row=text_row)
+    if model_type in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES:
+        return ModelTraits(model_type, False, CAUSAL_LM, mrope, refusal, mrope_text_row=text_row)
+    raise ValueError(f"model_type={model_type!r}: transformers has no image-text-to-text or "
+                     f"causal language model class for it (and the config has no auto_map for "
+                     f"remote code)")
+
+
+def read_config(model_dir: str | Path) -> dict:
+    """``config.json`` of a local checkpoint folder, as a dict."""
+    return json.loads((Path(model_dir) / "config.json").read_text(encoding="utf-8"))
+
+
+def describe_model(model_dir: str | Path) -> ModelTraits:
+    """Traits of the checkpoint in ``model_dir`` (a local folder)."""
+    return describe_config(read_config(model_dir))
+
+
+def _uses_mrope(data: dict) -> bool:
+    """Does any (sub-)config ask for multimodal rotary sections (``mrope_section``)?"""
+    def walk(value: Any) -> bool:
+        if isinstance(value, dict):
+            if value.get("mrope_section"):
+                return True
+            return any(walk(v) for v in value.values())
+        return False
+
+    return walk(data)
+
+
+def rope_index_function(model):
+    """The model's own multimodal rotary position function (``get_rope_index``), or None.
+
+    Looked up on the model and its sub-modules (the VLM's inner model holds it), so a
+    peft- or DeepSpeed-wrapped model is found too.
+    """
+    for module in model.modules():
+        function = getattr(type(module), "get_rope_index", None)
+        if callable(function):
+            return getattr(module, "get_rope_index")
+    return None

@@ -1,0 +1,67 @@
+"""Which layers LoRA adapts, found in the model's real module tree.
+
+The language model sits at a different path in every family
+(``model.language_model`` in LLaVA and the Qwen-VL family, ``model.text_model`` in
+Idefics3, ``model`` in a causal LM); it is found from the model itself (transformers'
+``get_decoder``, else the sub-module holding the token embeddings and the layers), and
+the LoRA pattern names the layers under that path only, so the vision tower stays
+frozen and untouched.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Optional
+
+#: ``lora_target="all"``: the usual linear layers of a decoder's attention and MLP.
+ALL_LINEAR = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+
+
+def language_model_path(model) -> str:
+    """Dotted path of the language model (decoder) inside ``model`` (``""``: the model itself).
+
+    Raises:
+        ValueError: no sub-module looks like a decoder (token embeddings and layers).
+    """
+    decoder = _decoder(model)
+    for name, module in model.named_modules():
+        if module is decoder:
+            return name
+    raise ValueError(f"{type(model).__name__}: no language model (token embeddings and "
+                     "decoder layers) found in its module tree")
+
+
+def _decoder(model):
+    get = getattr(model, "get_decoder", None)
+    if callable(get):
+        try:
+            decoder = get()
+        except (AttributeError, NotImplementedError):
+            decoder = None
+        if decoder is not None and hasattr(decoder, "layers"):
+            return decoder
+    for _, module in model.named_modules():
+        if hasattr(module, "embed_tokens") and hasattr(module, "layers"):
+            return module
+    return None
+
+
+def lora_target_pattern(prefix: str, targets: list[str]) -> str:
+    """peft's ``target_modules`` regex for the layers named in ``targets`` under ``prefix``."""
+    names = ALL_LINEAR if targets == ["all"] else targets
+    under = rf"{re.escape(prefix)}\..*" if prefix else r".*"
+    return rf"(.*\.)?{under}\.({'|'.join(re.escape(n) for n in names)})"
+
+
+def matched_layers(model, pattern: str) -> list[str]:
+    """Names of the modules ``pattern`` selects (as peft matches them: the full name)."""
+    compiled = re.compile(pattern)
+    return [name for name, _ in model.named_modules() if name and compiled.fullmatch(name)]
+
+
+def leaf_names(model, prefix: str, limit: Optional[int] = 20) -> list[str]:
+    """Distinct last names of the leaf modules under ``prefix`` (for messages)."""
+    start = f"{prefix}." if prefix else ""
+    leaves = sorted({name.rsplit(".", 1)[-1] for name, module in model.named_modules()
+                     if name.startswith(start) and not list(module.children())})
+    return leaves[:limit] if limit else leaves

@@ -1,0 +1,103 @@
+"""Prompts through the processor's own conventions, for any family.
+
+Image tokens are never placed by hand: each prompt becomes chat messages whose
+content has ``{"type": "image"}`` parts, rendered by the processor's chat template (it
+knows Gemma3's ``<start_of_image>``, HunYuan-VL's image span, Qwen's vision
+markers), and the images go to the processor nested per prompt (``[[img], []]``), so a
+batch that mixes image and text-only prompts is lined up by the processor, not by
+hyport. A processor without a chat template (PaliGemma) takes the prompt text as a
+prefix and adds its image tokens itself (``prefix`` format); such processors need an
+image with every prompt.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Optional, Sequence
+
+from hyport_lib.models.loading import LoadedProcessor, tokenizer_of
+
+
+@dataclass
+class Prompt:
+    """One prompt: its text and the images that go with it (PIL images, in order)."""
+
+    text: str
+    images: list = field(default_factory=list)
+
+
+class PromptNotApplicable(ValueError):
+    """The prompt cannot be given to this model (an image to a text-only model, a
+    text-only prompt to a model that needs an image with each prompt)."""
+
+
+def check_applicable(loaded: LoadedProcessor, prompt: Prompt, what: str) -> None:
+    """Raise :class:`PromptNotApplicable`, naming ``what``, when ``prompt`` cannot go to the model."""
+    if prompt.images and not loaded.traits.multimodal:
+        raise PromptNotApplicable(f"{what}: has an image, but {loaded.traits.model_type or 'the model'} "
+                                  "is a text-only model")
+    if not prompt.images and needs_image(loaded):
+        raise PromptNotApplicable(f"{what}: has no image, but {loaded.traits.model_type}'s processor "
+                                  "needs an image with every prompt")
+
+
+def needs_image(loaded: LoadedProcessor) -> bool:
+    """Prefix-format processors (PaliGemma) refuse a prompt without an image."""
+    return loaded.traits.multimodal and loaded.prompt_format == "prefix"
+
+
+def chat_text(loaded: LoadedProcessor, prompt: Prompt, *, enable_thinking: Optional[bool] = None,
+              generation_prompt: bool = True) -> str:
+    """The text the model sees for ``prompt`` (chat template, or the prefix as is)."""
+    if loaded.prompt_format == "prefix":
+        return prefix_text(loaded, prompt.text, len(prompt.images))
+    content = [{"type": "image"} for _ in prompt.images] + [{"type": "text", "text": prompt.text}]
+    return render_messages(loaded, [{"role": "user", "content": content}],
+                           generation_prompt=generation_prompt, enable_thinking=enable_thinking)
+
+
+def prefix_text(loaded: LoadedProcessor, text: str, images: int) -> str:
+    """A prefix-format prompt: one image token per image in front (where the processor
+    names one; it expands each into the image's tokens), then the text."""
+    token = getattr(loaded.processor, "image_token", None) if images else None
+    return f"{token * images}{text}" if token else text
+
+
+def render_messages(loaded: LoadedProcessor, messages: list[dict], *, generation_prompt: bool = False,
+                    enable_thinking: Optional[bool] = None) -> str:
+    """Chat messages (content parts) rendered by the processor's (or tokenizer's) template.
+
+    A text-only model's tokenizer gets string contents (many text templates do not read
+    content parts).
+    """
+    if not loaded.traits.multimodal:
+        messages = [{"role": m["role"], "content": _text_of(m["content"])} for m in messages]
+    extra: dict[str, Any] = {}
+    # Only a template that reads the switch gets it: transformers hands any other keyword
+    # to the processor call (with a warning).
+    if enable_thinking is not None and "enable_thinking" in str(_template(loaded)):
+        extra["enable_thinking"] = enable_thinking
+    return loaded.processor.apply_chat_template(messages, tokenize=False,
+                                                add_generation_prompt=generation_prompt, **extra)
+
+
+def _template(loaded: LoadedProcessor):
+    return (getattr(loaded.processor, "chat_template", None)
+            or getattr(tokenizer_of(loaded.processor), "chat_template", None) or "")
+
+
+def _text_of(content) -> str:
+    if isinstance(content, str):
+        return content
+    return "".join(part.get("text", "") for part in content if part.get("type") == "text")
+
+
+def encode_prompts(loaded: LoadedProcessor, prompts: Sequence[Prompt], *,
+                   enable_thinking: Optional[bool] = None, padding_side: str = "left") -> dict:
+    """The processor's tensors for a batch of prompts (padded on ``padding_side``)."""
+    texts = [chat_text(loaded, p, enable_thinking=enable_thinking) for p in prompts]
+    tokenizer_of(loaded.processor).padding_side = padding_side
+    call: dict[str, Any] = {"text": texts, "padding": True, "return_tensors": "pt"}
+    if any(p.images for p in prompts):
+        call["images"] = [list(p.images) for p in prompts]
+    return dict(loaded.processor(**call))

@@ -1,0 +1,210 @@
+"""The zoo of tiny checkpoints (tests/zoo.py) is valid for plain transformers.
+
+Only transformers' own API is used here (no hyport code): each folder loads through
+the Auto classes, renders its chat template, generates with and without an image,
+and trains (finite loss, gradients).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+import zoo as zoo_module
+from zoo import ZOO_NAMES, build_zoo, load_processor, sample_image, zoo_entry
+
+PROMPT = "What is this?"
+PALIGEMMA_PREFIX = "answer en What is this?"
+
+
+def _processor(entry, folder):
+    """AutoProcessor where it loads; otherwise (the video processor needs torchvision)
+    the family's processor from AutoImageProcessor + AutoTokenizer, without video."""
+    import transformers
+    from transformers import AutoImageProcessor, AutoProcessor, AutoTokenizer
+
+    try:
+        return AutoProcessor.from_pretrained(folder, local_files_only=True)
+    except (OSError, ImportError, ValueError, TypeError) as exc:
+        assert entry.video_processor, f"{entry.name}: AutoProcessor failed: {exc!r}"
+        assert "video" in str(exc).lower(), exc
+    processor_class = getattr(transformers, entry.processor_class)
+    kwargs = json.loads((folder / "processor_config.json").read_text(encoding="utf-8"))
+    kwargs = {k: v for k, v in kwargs.items() if k not in ("processor_class", "image_processor")}
+    tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True)
+    return zoo_module.without_video_processor(processor_class)(
+        image_processor=AutoImageProcessor.from_pretrained(folder, local_files_only=True),
+        tokenizer=tokenizer, chat_template=tokenizer.chat_template, **kwargs)
+
+
+def _conversation(image):
+    return [
+        {"role": "system", "content": "You are a helpful assistant."},
+        {"role": "user", "content": [{"type": "image", "image": image}, {"type": "text", "text": PROMPT}]},
+        {"role": "assistant", "content": [{"type": "text", "text": "A red circle."}]},
+        {"role": "user", "content": "And the square?"},
+        {"role": "assistant", "content": "It is blue."},
+    ]
+
+
+def _assert_prefixes(render, messages):
+    """Every prefix of the conversation renders as a prefix of the whole."""
+    full = render(messages, add_generation_prompt=False)
+    for k in range(1, len(messages)):
+        part = render(messages[:k], add_generation_prompt=False)
+        assert full.startswith(part), (k, part, full)
+        if messages[k]["role"] == "assistant":
+            prompt = render(messages[:k], add_generation_prompt=True)
+            assert full.startswith(prompt), (k, prompt, full)
+
+
+def _train_step(model, inputs):
+    import torch
+
+    model.train()
+    batch = {k: v for k, v in inputs.items() if k != "labels"}
+    out = model(**batch, labels=batch["input_ids"])
+    assert torch.isfinite(out.loss), out.loss
+    out.loss.backward()
+    params = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+    with_grad = [(n, p.grad) for n, p in params if p.grad is not None]
+    assert len(with_grad) >= 0.8 * len(params), [n for n, p in params if p.grad is None]
+    assert all(torch.isfinite(g).all() for _, g in with_grad)
+    assert any(g.abs().sum() > 0 for _, g in with_grad)
+    model.zero_grad(set_to_none=True)
+    model.eval()
+    return out.loss.item(), with_grad
+
+
+def _generate(model, inputs):
+    import torch
+
+    with torch.no_grad():
+        out = model.generate(**inputs, max_new_tokens=3, do_sample=False)
+    assert out.shape[0] == inputs["input_ids"].shape[0]
+    assert inputs["input_ids"].shape[1] < out.shape[1] <= inputs["input_ids"].shape[1] + 3
+    return out
+
+
+def test_names_and_entries():
+    assert len(ZOO_NAMES) == 14 and len(set(ZOO_NAMES)) == 14
+    for name in ZOO_NAMES:
+        entry = zoo_entry(name)
+        assert entry.name == name and entry.architecture and entry.notes
+        assert entry.multimodal == (entry.processor_class is not None)
+    assert {n for n in ZOO_NAMES if zoo_entry(n).mrope} == {"qwen2_vl", "qwen2_5_vl", "qwen3_vl", "hunyuan_vl"}
+    with pytest.raises(KeyError):
+        zoo_entry("gpt5")
+
+
+def test_build_zoo_skips_complete_folders(zoo, tmp_path):
+    marker = zoo["qwen3"] / "zoo.json"
+    before = marker.stat().st_mtime_ns
+    again = build_zoo(zoo["qwen3"].parent, names=["qwen3"])
+    assert again == {"qwen3": zoo["qwen3"]}
+    assert marker.stat().st_mtime_ns == before
+    # An interrupted build (no marker) is rebuilt from scratch.
+    partial = tmp_path / "llama"
+    partial.mkdir()
+    (partial / "leftover.txt").write_text("x")
+    built = build_zoo(tmp_path, names=["llama"])
+    assert (built["llama"] / "zoo.json").is_file() and not (partial / "leftover.txt").exists()
+
+
+@pytest.mark.parametrize("name", ZOO_NAMES)
+def test_checkpoint_works_with_plain_transformers(zoo, name):
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForImageTextToText, AutoTokenizer
+
+    entry = zoo_entry(name)
+    folder = zoo[name]
+    marker = json.loads((folder / "zoo.json").read_text(encoding="utf-8"))
+    assert {k: marker[k] for k in ("name", "architecture", "multimodal")} == {
+        "name": name, "architecture": entry.architecture, "multimodal": entry.multimodal}
+    assert 0 < marker["num_parameters"] < 2_000_000 and marker["build_s"] >= 0
+    size = sum(p.stat().st_size for p in folder.iterdir())
+    assert size < 10 * 2**20, size
+    config = AutoConfig.from_pretrained(folder, local_files_only=True)
+    assert config.architectures == [entry.architecture] and config.model_type == entry.model_type
+
+    if not entry.multimodal:
+        tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True)
+        model = AutoModelForCausalLM.from_pretrained(folder, local_files_only=True).eval()
+        assert type(model).__name__ == entry.architecture
+        assert model.get_input_embeddings().num_embeddings == len(tokenizer)
+        messages = [{"role": "user", "content": PROMPT}, {"role": "assistant", "content": "A test."},
+                    {"role": "user", "content": "Again?"}, {"role": "assistant", "content": "Yes."}]
+        _assert_prefixes(lambda m, **kw: tokenizer.apply_chat_template(m, tokenize=False, **kw), messages)
+        inputs = tokenizer.apply_chat_template(messages[:1], add_generation_prompt=True, return_dict=True,
+                                               return_tensors="pt")
+        ids = inputs["input_ids"][0].tolist()
+        if tokenizer.bos_token_id is not None and ids[0] == tokenizer.bos_token_id:
+            assert ids[1] != tokenizer.bos_token_id  # bos written once
+        _generate(model, inputs)
+        _train_step(model, inputs)
+        return
+
+    processor = _processor(entry, folder)
+    assert type(processor).__name__ == entry.processor_class
+    assert getattr(processor, "video_processor", None) is None
+    tokenizer = processor.tokenizer
+    model = AutoModelForImageTextToText.from_pretrained(folder, local_files_only=True).eval()
+    assert type(model).__name__ == entry.architecture
+    assert model.get_input_embeddings().num_embeddings == len(tokenizer)
+    image_token_id = getattr(model.config, "image_token_id", None)
+    if image_token_id is None:
+        image_token_id = model.config.image_token_index
+    image = sample_image()
+
+    if name == "paligemma":
+        assert not processor.chat_template and not tokenizer.chat_template
+        inputs = processor(images=[image], text=[PALIGEMMA_PREFIX], return_tensors="pt")
+        text_inputs = tokenizer([f"{tokenizer.bos_token}{PALIGEMMA_PREFIX}\n"], return_tensors="pt")
+    else:
+        messages = _conversation(image)
+        _assert_prefixes(lambda m, **kw: processor.apply_chat_template(m, tokenize=False, **kw), messages)
+        question = messages[1:2]
+        prompt = processor.apply_chat_template(question, add_generation_prompt=True, tokenize=False)
+        assert PROMPT in prompt
+        inputs = processor.apply_chat_template(question, add_generation_prompt=True, tokenize=True,
+                                               return_dict=True, return_tensors="pt")
+        # The same ids from the rendered text through the processor's __call__ (the
+        # template already wrote bos where the family has one).
+        again = processor(images=[image], text=[prompt], return_tensors="pt", add_special_tokens=False)
+        assert again["input_ids"].tolist() == inputs["input_ids"].tolist()
+        text_only = [{"role": "user", "content": "Hello there"}]
+        text_inputs = processor.apply_chat_template(text_only, add_generation_prompt=True, tokenize=True,
+                                                    return_dict=True, return_tensors="pt")
+        assert image_token_id not in text_inputs["input_ids"][0].tolist()
+
+    n_image_tokens = int((inputs["input_ids"] == image_token_id).sum())
+    assert 4 <= n_image_tokens <= 64, n_image_tokens
+    assert inputs["input_ids"].shape[1] < 128
+    assert "pixel_values" in inputs
+    _generate(model, inputs)
+    _generate(model, text_inputs)
+    loss, grads = _train_step(model, inputs)
+    assert math.isfinite(loss)
+    vision = [n for n, _ in grads if any(k in n for k in ("visual", "vision", "multi_modal_projector",
+                                                           "connector", "mlp1"))]
+    assert vision, "no gradient reached the vision side"
+
+
+def test_load_processor_falls_back_without_video(zoo):
+    from transformers import AutoProcessor
+
+    for name in ZOO_NAMES:
+        entry = zoo_entry(name)
+        processor = load_processor(zoo[name])
+        if not entry.multimodal:
+            assert processor.chat_template and processor.eos_token
+            continue
+        assert type(processor).__name__ == entry.processor_class
+        assert getattr(processor, "video_processor", None) is None
+        if entry.video_processor:  # AutoProcessor wants a torchvision video processor
+            try:
+                AutoProcessor.from_pretrained(zoo[name], local_files_only=True)
+            except OSError as exc:
+                assert "video processor" in str(exc)

@@ -1,0 +1,283 @@
+"""Every stage's model-facing code on the zoo of tiny real architectures, in-process.
+
+For each of the 14 families (tests/zoo.py): hyport's model knowledge (auto class,
+processor with or without its video part, M-RoPE, packing refusals, LoRA targets),
+inference with the processor's own prompt conventions, stage 02's model check, and the
+training inputs — the tensors the model receives, one forward and backward step,
+packed rows whose M-RoPE positions equal those the model computes for each sample alone,
+Gemma3's bidirectional image mask. The torchrun runs are in test_zoo_training.py.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+import torch
+
+from hyport_lib.attention.hf_integration import register_hyport_attention
+from hyport_lib.attention.model_check import compare_model
+from hyport_lib.inference.generate import InferenceConfig, run_inference
+from hyport_lib.models.families import describe_model
+from hyport_lib.models.loading import has_torchvision, load_model, load_processor
+from hyport_lib.models.lora_targets import language_model_path, lora_target_pattern, matched_layers
+from hyport_lib.models.training_inputs import rope_positions_function
+from hyport_lib.training.dataset import load_dataset
+from hyport_lib.training.packing import COUNT_KEYS, PackedCollator, PaddedCollator
+from hyport_lib.training.samples import Encoder
+from hyport_lib.training.smoke_data import write_smoke_dataset
+from zoo import ZOO_NAMES, zoo_entry
+
+VLMS = [n for n in ZOO_NAMES if zoo_entry(n).multimodal]
+TEXT_ONLY = [n for n in ZOO_NAMES if not zoo_entry(n).multimodal]
+MROPE = [n for n in ZOO_NAMES if zoo_entry(n).mrope]
+PACKING_REFUSED = {"gemma3", "paligemma"}
+
+
+@pytest.fixture(scope="module")
+def records(tmp_path_factory):
+    return load_dataset(write_smoke_dataset(tmp_path_factory.mktemp("smoke"))).records
+
+
+def _by_id(records, *ids):
+    index = {r.record_id: r for r in records}
+    return [index[i] for i in ids]
+
+
+@pytest.mark.parametrize("name", ZOO_NAMES)
+def test_traits_and_processor(zoo, name):
+    entry = zoo_entry(name)
+    traits = describe_model(zoo[name])
+    assert traits.multimodal is entry.multimodal and traits.mrope is entry.mrope
+    assert traits.auto_class == entry.auto_model
+    assert (traits.packing_refusal is not None) is (name in PACKING_REFUSED)
+    loaded = load_processor(str(zoo[name]))
+    assert loaded.prompt_format == ("chat" if entry.chat_template else "prefix")
+    if entry.video_processor and not has_torchvision():
+        assert loaded.unavailable and "torchvision" in loaded.unavailable[0]
+        assert hasattr(loaded.processor, "image_processor") and loaded.processor.chat_template
+    else:
+        assert loaded.unavailable == []
+    if not entry.multimodal:
+        assert not hasattr(loaded.processor, "image_processor")
+
+
+@pytest.mark.parametrize("name", ZOO_NAMES)
+def test_inference_through_the_processors_conventions(zoo, name):
+    outcome = run_inference(InferenceConfig(model_path=str(zoo[name]), max_new_tokens=2, warmup_runs=0))
+    entry = zoo_entry(name)
+    assert outcome.new_tokens == 2 and outcome.model_kind == ("image-text-to-text" if entry.multimodal
+                                                              else "text-only")
+    if not entry.multimodal:
+        # the image parts are named as not applicable; the text prompt still runs
+        assert any("text-only model" in part for part in outcome.not_applicable)
+        assert len(outcome.batch_outputs) == 1
+    elif name == "paligemma":
+        assert len(outcome.batch_outputs) == 1 and "needs an image" in outcome.not_applicable[0]
+    else:
+        assert outcome.not_applicable == [] and len(outcome.batch_outputs) == 2
+    assert outcome.prompt_tokens > (10 if entry.multimodal else 3)
+
+
+def test_an_image_for_a_text_only_model_is_refused_in_one_line(zoo, tmp_path):
+    from hyport_lib.models.prompts import PromptNotApplicable
+
+    image = tmp_path / "a.png"
+    from hyport_lib.models.sample_image import sample_image
+
+    sample_image().save(image)
+    with pytest.raises(PromptNotApplicable, match=r"image=.*qwen3 is a text-only model"):
+        run_inference(InferenceConfig(model_path=str(zoo["qwen3"]), image=str(image), warmup_runs=0))
+
+
+@pytest.mark.parametrize("name", ZOO_NAMES)
+def test_model_check_swaps_attention_on_every_family(zoo, name):
+    result = compare_model(str(zoo[name]), max_new_tokens=2)
+    assert result.verdict == "PASS", result.detail
+    assert result.swapped_calls and result.swapped_calls > 0
+    assert result.model_kind == ("image-text-to-text" if zoo_entry(name).multimodal else "text-only")
+    if not zoo_entry(name).multimodal:
+        assert "not applicable" in result.batch
+
+
+@pytest.mark.parametrize("name", ZOO_NAMES)
+def test_lora_targets_are_the_language_models_layers(zoo, name):
+    model = load_model(str(zoo[name]))
+    prefix = language_model_path(model)
+    matched = matched_layers(model, lora_target_pattern(prefix, ["all"]))
+    assert matched and all(n.startswith(f"{prefix}.") if prefix else True for n in matched)
+    assert all(isinstance(model.get_submodule(n), torch.nn.Linear) for n in matched)
+    assert not any("vision" in n or "visual" in n for n in matched)
+
+
+def _forward_backward(model, batch):
+    batch = {k: v for k, v in batch.items() if k not in COUNT_KEYS}
+    model.zero_grad()
+    out = model(**batch)
+    out.loss.backward()
+    grads = [p.grad for p in model.parameters() if p.grad is not None]
+    assert math.isfinite(float(out.loss)) and grads and all(torch.isfinite(g).all() for g in grads)
+    return out
+
+
+@pytest.mark.parametrize("name", ZOO_NAMES)
+def test_training_batches_keep_the_models_inputs(zoo, records, name):
+    """Padded and packed batches carry every per-token key and image tensor the
+    processor returned; one forward and backward step on each."""
+    loaded = load_processor(str(zoo[name]))
+    model = load_model(str(zoo[name]), attn_implementation=register_hyport_attention("sdpa"))
+    picked = _by_id(records, "smoke-single-0", "smoke-pair-0", "smoke-multiturn-0", "smoke-text-0")
+    encoder = Encoder(loaded, 1024, positions=rope_positions_function(model))
+    samples = [s for s in (encoder.encode(r)[0] for r in picked) if s is not None]
+    entry = zoo_entry(name)
+    assert len(samples) == (3 if name == "paligemma" else 4 if entry.multimodal else 1)
+    keys = set(samples[0].token_extras)
+    if entry.mrope:
+        assert "mm_token_type_ids" in keys
+    if name in ("gemma3", "paligemma"):
+        assert "token_type_ids" in keys
+    padded = PaddedCollator(encoder.pad_id)(samples)
+    assert keys <= set(padded) and padded["input_ids"].shape == padded["attention_mask"].shape
+    images = [s for s in samples if s.pixel_values is not None]
+    if images:
+        assert "pixel_values" in padded
+    _forward_backward(model, padded)
+    if name in PACKING_REFUSED:
+        return
+    packed = PackedCollator(encoder.pad_id, 1024, loaded.traits.mrope_text_row)([samples])
+    assert keys <= set(packed)
+    for key in keys:
+        assert packed[key][0, :sum(len(s) for s in samples)].tolist() == sum(
+            (s.token_extras[key] for s in samples), [])
+    _forward_backward(model, packed)
+
+
+def _capture_positions(model, batch):
+    """The positions the language model rotates with (what its rotary embedding
+    receives, one row per axis), and the logits."""
+    rotary = model.get_submodule(language_model_path(model)).rotary_emb
+    seen = {}
+
+    def hook(module, args, kwargs):
+        seen["position_ids"] = kwargs.get("position_ids", args[1] if len(args) > 1 else None)
+
+    handle = rotary.register_forward_pre_hook(hook, with_kwargs=True)
+    try:
+        with torch.no_grad():
+            logits = model(**{k: v for k, v in batch.items() if k not in COUNT_KEYS}).logits
+    finally:
+        handle.remove()
+    return seen["position_ids"], logits
+
+
+@pytest.mark.parametrize("name", MROPE)
+def test_packed_mrope_positions_are_each_samples_own(zoo, records, name):
+    """In one packed row, every sample's position ids (on every rope axis) and logits
+    equal those the model computes for the sample alone."""
+    loaded = load_processor(str(zoo[name]))
+    model = load_model(str(zoo[name]), attn_implementation=register_hyport_attention("sdpa")).eval()
+    picked = _by_id(records, "smoke-single-0", "smoke-text-0", "smoke-pair-1", "smoke-multiturn-1")
+    samples = [Encoder(loaded, 1024, positions=rope_positions_function(model)).encode(r)[0] for r in picked]
+    packed_ids, packed_logits = _capture_positions(
+        model, PackedCollator(0, 1024, loaded.traits.mrope_text_row)([samples]))
+    axes = samples[0].rope_positions.shape[0]
+    assert packed_ids.shape[0] == axes
+    rope_rows = packed_ids[:, 0]
+    start = 0
+    moved = 0
+    for sample in samples:
+        alone = PaddedCollator(0)([sample])
+        alone.pop("attention_mask")
+        alone_ids, alone_logits = _capture_positions(model, alone)
+        end = start + len(sample)
+        assert alone_ids.shape[:2] == (axes, 1)  # the model computed them itself
+        assert torch.equal(rope_rows[:, start:end], alone_ids[:, 0]), sample.record_id
+        moved += int((alone_ids[:, 0] != torch.arange(len(sample))).any(0).sum())
+        assert torch.allclose(packed_logits[0, start:end], alone_logits[0], atol=2e-4), sample.record_id
+        start = end
+    assert moved > 0  # image tokens really sit on grid positions, not on 0..n-1
+
+
+def test_gemma3_image_tokens_attend_both_ways_in_training(zoo, records):
+    """The padded training batch keeps token_type_ids, so Gemma3 builds its mask with
+    bidirectional attention inside each image; without them it would be causal."""
+    loaded = load_processor(str(zoo["gemma3"]))
+    model = load_model(str(zoo["gemma3"]), attn_implementation="eager").train()
+    sample = Encoder(loaded, 1024).encode(_by_id(records, "smoke-single-1")[0])[0]
+    batch = PaddedCollator(0)([sample])
+    image = [i for i, t in enumerate(sample.token_extras["token_type_ids"]) if t == 1]
+    assert len(image) > 1
+    seen = {}
+    handle = model.model.language_model.register_forward_pre_hook(
+        lambda module, args, kwargs: seen.update(mask=kwargs["attention_mask"]), with_kwargs=True)
+    try:
+        model(**{k: v for k, v in batch.items() if k not in COUNT_KEYS})
+        masks_with = dict(seen["mask"])
+        batch.pop("token_type_ids")
+        model(**{k: v for k, v in batch.items() if k not in COUNT_KEYS})
+        masks_without = dict(seen["mask"])
+    finally:
+        handle.remove()
+    first, last = image[0], image[-1]
+
+    def attends(mask, query, key):
+        value = mask[0, 0, query, key]
+        return bool(value) if value.dtype == torch.bool else bool(value == 0)
+
+    full = masks_with["full_attention"]
+    assert attends(full, first, last)  # the first image token sees the last one
+    assert not attends(masks_without["full_attention"], first, last)
+    text_after = last + 1
+    assert not attends(full, first, text_after)  # still causal towards the text after it
+
+
+@pytest.mark.parametrize("name", sorted(PACKING_REFUSED))
+def test_packing_is_refused_in_one_line_where_it_would_change_the_model(zoo, tmp_path, name):
+    from hyport_lib.training.config import TrainConfig
+    from hyport_lib.training.preflight import prepare
+
+    with pytest.raises(ValueError, match=rf"^packing=True: {name} attends both ways.*use packing=false$"):
+        prepare(TrainConfig(model_path=str(zoo[name]), output_dir=str(tmp_path / "out"), packing=True))
+
+
+def test_a_text_only_model_names_image_records_or_leaves_the_bundled_ones_out(zoo, tmp_path):
+    import json
+
+    from hyport_lib.training.config import TrainConfig
+    from hyport_lib.training.dataset import DatasetError
+    from hyport_lib.training.preflight import prepare
+
+    plan = prepare(TrainConfig(model_path=str(zoo["qwen3"]), output_dir=str(tmp_path / "a")))
+    assert plan.dataset["samples"] == 3 and plan.dataset["model_kind"] == "text-only"
+    assert any("11 record(s) not applicable to this text-only model" in n for n in plan.notes)
+    data = write_smoke_dataset(tmp_path / "data")
+    with pytest.raises(DatasetError) as caught:
+        prepare(TrainConfig(model_path=str(zoo["qwen3"]), output_dir=str(tmp_path / "b"),
+                            dataset_path=str(data)))
+    text = str(caught.value)
+    assert "smoke-single-0" in text and "text-only model" in text
+    listing = [json.loads(line) for line in (tmp_path / "b" / "dataset_problems.jsonl").read_text().splitlines()]
+    assert len(listing) == 11 and {p["kind"] for p in listing} == {"not_applicable"}
+    plan = prepare(TrainConfig(model_path=str(zoo["qwen3"]), output_dir=str(tmp_path / "c"),
+                               dataset_path=str(data), skip_bad_records=True))
+    assert plan.dataset["samples"] == 3 and len(plan.skip_records) == 11
+
+
+def test_the_worker_builds_the_blank_image_of_any_vlm(zoo):
+    from hyport_lib.training.worker import _blank_image_inputs
+
+    for name in VLMS:
+        loaded = load_processor(str(zoo[name]))
+        inputs = _blank_image_inputs(loaded)
+        assert "pixel_values" in inputs, name
+        if zoo_entry(name).mrope:
+            assert "image_grid_thw" in inputs, name
+    assert _blank_image_inputs(load_processor(str(zoo["qwen3"]))) is None
+
+
+def test_zoo_folders_are_checkpoints_hyport_accepts(zoo):
+    from hyport_lib.models.preflight import check_model_path
+
+    for name in ZOO_NAMES:
+        assert Path(check_model_path(str(zoo[name]))) == Path(zoo[name])
