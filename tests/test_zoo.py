@@ -12,7 +12,7 @@ import math
 
 import pytest
 
-import zoo as zoo_module
+from hyport_lib.models.loading import without_video
 from zoo import ZOO_NAMES, build_zoo, load_processor, sample_image, zoo_entry
 
 PROMPT = "What is this?"
@@ -34,7 +34,7 @@ def _processor(entry, folder):
     kwargs = json.loads((folder / "processor_config.json").read_text(encoding="utf-8"))
     kwargs = {k: v for k, v in kwargs.items() if k not in ("processor_class", "image_processor")}
     tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True)
-    return zoo_module.without_video_processor(processor_class)(
+    return without_video(processor_class)(
         image_processor=AutoImageProcessor.from_pretrained(folder, local_files_only=True),
         tokenizer=tokenizer, chat_template=tokenizer.chat_template, **kwargs)
 
@@ -115,7 +115,6 @@ def test_build_zoo_skips_complete_folders(zoo, tmp_path):
 
 @pytest.mark.parametrize("name", ZOO_NAMES)
 def test_checkpoint_works_with_plain_transformers(zoo, name):
-    import torch
     from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForImageTextToText, AutoTokenizer
 
     entry = zoo_entry(name)

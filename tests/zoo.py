@@ -30,7 +30,6 @@ falls back to the video-less processor.
 
 from __future__ import annotations
 
-import inspect
 import json
 import os
 import shutil
@@ -38,6 +37,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable, Optional
+
+from hyport_lib.models.loading import without_video
 
 try:  # imported as ``tests.zoo`` or, with tests/ on sys.path, as ``zoo``
     from . import zoo_templates as templates
@@ -337,39 +338,6 @@ def _ids(tokenizer, *tokens: str) -> list[int]:
 # processors without a video processor
 # ---------------------------------------------------------------------------------------
 
-_NO_VIDEO_CLASSES: dict[str, type] = {}
-
-
-def without_video_processor(processor_class: type) -> type:
-    """A subclass of ``processor_class``, with the same name, that takes no video
-    processor (its ``__init__`` signature omits it, so ``ProcessorMixin`` neither
-    checks, saves nor loads one). Saved folders record the real class name."""
-    key = f"{processor_class.__module__}.{processor_class.__qualname__}"
-    if key in _NO_VIDEO_CLASSES:
-        return _NO_VIDEO_CLASSES[key]
-
-    # ProcessorMixin reads the parameters of ``__init__`` (its signature and its code
-    # object's argument names) to know what to save and load: give it the real ones,
-    # less the video processor.
-    signature = inspect.signature(processor_class.__init__)
-    params = [p for n, p in signature.parameters.items() if n not in ("self", "video_processor")]
-    named = [p for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
-    header = ", ".join(["self"] + [f"{p.name}=_defaults[{p.name!r}]" for p in named] + ["**kwargs"])
-    forward = ", ".join([f"{p.name}={p.name}" for p in named] + ["video_processor=None", "**kwargs"])
-    source = f"def __init__({header}):\n    _real_init(self, {forward})\n"
-    namespace = {"_defaults": {p.name: (None if p.default is p.empty else p.default) for p in named},
-                 "_real_init": processor_class.__init__}
-    exec(source, namespace)  # noqa: S102 — a generated forwarding __init__
-    __init__ = namespace["__init__"]
-    cls = type(processor_class.__name__, (processor_class,), {
-        "__init__": __init__,
-        "__module__": processor_class.__module__,
-        "__doc__": f"{processor_class.__name__} without its video processor (no torchvision).",
-    })
-    _NO_VIDEO_CLASSES[key] = cls
-    return cls
-
-
 def load_processor(folder: os.PathLike, **kwargs):
     """The folder's processor: ``AutoProcessor.from_pretrained`` where it loads,
     else (a family whose processor wants a torchvision video processor) the
@@ -393,7 +361,7 @@ def load_processor(folder: os.PathLike, **kwargs):
         if not class_name:
             raise
         processor_class = getattr(transformers, class_name)
-        return without_video_processor(processor_class).from_pretrained(folder, **kwargs)
+        return without_video(processor_class).from_pretrained(folder, **kwargs)
 
 
 def _read_json(path: Path):
@@ -464,7 +432,7 @@ def _recipe_qwen2_vl():
                   patch_size=14, spatial_merge_size=2, temporal_patch_size=2, hidden_act="quick_gelu")
     config = Qwen2VLConfig(text_config=text, vision_config=vision, tie_word_embeddings=False,
                            **_qwen_vl_ids(tokenizer))
-    processor = without_video_processor(Qwen2VLProcessor)(
+    processor = without_video(Qwen2VLProcessor)(
         image_processor=_qwen_image_processor(14), tokenizer=tokenizer, chat_template=templates.QWEN2_VL)
     return config, processor, Qwen2VLForConditionalGeneration
 
@@ -482,7 +450,7 @@ def _recipe_qwen2_5_vl():
                   fullatt_block_indexes=[1], tokens_per_second=2, hidden_act="silu")
     config = Qwen2_5_VLConfig(text_config=text, vision_config=vision, tie_word_embeddings=False,
                               **_qwen_vl_ids(tokenizer))
-    processor = without_video_processor(Qwen2_5_VLProcessor)(
+    processor = without_video(Qwen2_5_VLProcessor)(
         image_processor=_qwen_image_processor(14), tokenizer=tokenizer, chat_template=templates.QWEN2_VL)
     return config, processor, Qwen2_5_VLForConditionalGeneration
 
@@ -502,7 +470,7 @@ def _recipe_qwen3_vl():
                            **_qwen_vl_ids(tokenizer))
     config.text_config.bos_token_id = tokenizer.bos_token_id
     config.text_config.eos_token_id = tokenizer.eos_token_id
-    processor = without_video_processor(Qwen3VLProcessor)(
+    processor = without_video(Qwen3VLProcessor)(
         image_processor=_qwen_image_processor(16, mean_std=[0.5, 0.5, 0.5]), tokenizer=tokenizer,
         chat_template=templates.QWEN3_VL)
     return config, processor, Qwen3VLForConditionalGeneration
@@ -532,7 +500,7 @@ def _recipe_llava_onevision():
                                   video_token_index=video_id, image_grid_pinpoints=pinpoints,
                                   vision_feature_select_strategy="full", vision_feature_layer=-1,
                                   vision_aspect_ratio="anyres_max_9", tie_word_embeddings=False)
-    processor = without_video_processor(LlavaOnevisionProcessor)(
+    processor = without_video(LlavaOnevisionProcessor)(
         image_processor=image_processor, tokenizer=tokenizer, chat_template=templates.LLAVA_ONEVISION,
         num_image_tokens=(image_size // patch) ** 2, vision_feature_select_strategy="full",
         vision_aspect_ratio="anyres_max_9")
@@ -562,7 +530,7 @@ def _recipe_internvl():
                             image_token_id=_ids(tokenizer, "<IMG_CONTEXT>")[0],
                             image_seq_length=image_seq_length, downsample_ratio=ratio,
                             tie_word_embeddings=False)
-    processor = without_video_processor(InternVLProcessor)(
+    processor = without_video(InternVLProcessor)(
         image_processor=image_processor, tokenizer=tokenizer, chat_template=templates.INTERNVL,
         image_seq_length=image_seq_length)
     return config, processor, InternVLForConditionalGeneration
@@ -654,7 +622,6 @@ def _recipe_gemma3():
     config = Gemma3Config(text_config=text, vision_config=vision, mm_tokens_per_image=tokens,
                           boi_token_index=boi, eoi_token_index=eoi, image_token_index=image,
                           tie_word_embeddings=True)
-    # The eos of a chat turn is <end_of_turn>, as gemma-3-it's generation config says.
     processor = Gemma3Processor(image_processor=image_processor, tokenizer=tokenizer,
                                 chat_template=templates.GEMMA3, image_seq_length=tokens)
     return config, processor, Gemma3ForConditionalGeneration
@@ -903,6 +870,5 @@ __all__ = [
     "load_processor",
     "read_marker",
     "sample_image",
-    "without_video_processor",
     "zoo_entry",
 ]

@@ -98,6 +98,11 @@ def encode_prompts(loaded: LoadedProcessor, prompts: Sequence[Prompt], *,
     texts = [chat_text(loaded, p, enable_thinking=enable_thinking) for p in prompts]
     tokenizer_of(loaded.processor).padding_side = padding_side
     call: dict[str, Any] = {"text": texts, "padding": True, "return_tensors": "pt"}
+    if loaded.prompt_format == "chat":
+        # The template wrote the special tokens (bos included) already: adding them again
+        # would give Gemma3 and Llama 3 two bos tokens (transformers' own
+        # apply_chat_template(tokenize=True) tokenises the same way).
+        call["add_special_tokens"] = False
     if any(p.images for p in prompts):
         call["images"] = [list(p.images) for p in prompts]
     return dict(loaded.processor(**call))

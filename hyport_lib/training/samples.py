@@ -142,6 +142,8 @@ class Encoder:
 
     def _call(self, text: str, images: list, **extra):
         call: dict[str, Any] = {"text": [text], "return_tensors": "pt", **extra}
+        if self.loaded.prompt_format == "chat":
+            call["add_special_tokens"] = False  # the template wrote them (see models.prompts)
         if images:
             call["images"] = [images]
         return self.processor(**call)
