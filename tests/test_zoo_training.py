@@ -5,14 +5,11 @@ bench/zoo_matrix.py.)"""
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 import pytest
 
 from hyport_lib.training import stage
 from hyport_lib.training.config import TrainConfig
-from hyport_lib.training.smoke_data import write_smoke_dataset
+from zoo import mixed_dataset
 
 pytestmark = pytest.mark.slow
 
@@ -27,16 +24,6 @@ def _train(zoo, tmp_path, name, **params):
     assert [r["step"] for r in result.metrics] == list(range(1, params["max_steps"] + 1))
     assert all(r["world_size"] == 2 for r in result.metrics)
     return result
-
-
-def mixed_dataset(folder: Path) -> Path:
-    """Two records, one with an image and one without: with 2 ranks and one row each,
-    every step gives one rank a text-only batch."""
-    smoke = write_smoke_dataset(folder)
-    records = {r["id"]: r for r in json.loads(smoke.read_text(encoding="utf-8"))}
-    path = folder / "mixed.json"
-    path.write_text(json.dumps([records["smoke-single-0"], records["smoke-text-0"]]), encoding="utf-8")
-    return path
 
 
 def test_an_mrope_vlm_trains_packed(zoo, tmp_path):

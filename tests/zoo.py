@@ -855,6 +855,18 @@ def build_zoo(root: os.PathLike, names: Iterable[str] = ZOO_NAMES) -> dict[str, 
     return built
 
 
+def mixed_dataset(folder: os.PathLike) -> Path:
+    """A training set of two records from the bundled smoke set, one with an image and one
+    without: with 2 ranks and one row each, every step gives one rank a text-only batch."""
+    from hyport_lib.training.smoke_data import write_smoke_dataset
+
+    smoke = write_smoke_dataset(folder)
+    records = {r["id"]: r for r in json.loads(smoke.read_text(encoding="utf-8"))}
+    path = Path(folder) / "mixed.json"
+    path.write_text(json.dumps([records["smoke-single-0"], records["smoke-text-0"]]), encoding="utf-8")
+    return path
+
+
 def read_marker(folder: os.PathLike) -> dict:
     """The ``zoo.json`` written when ``folder`` was built."""
     return json.loads((Path(folder) / MARKER_FILE).read_text(encoding="utf-8"))
@@ -868,6 +880,7 @@ __all__ = [
     "build_zoo",
     "is_complete",
     "load_processor",
+    "mixed_dataset",
     "read_marker",
     "sample_image",
     "zoo_entry",

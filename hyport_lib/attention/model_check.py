@@ -186,6 +186,8 @@ def _compare(result: ModelComparison, model_path: str, registered: dict, name: s
     result.new_tokens = int(ge.shape[1] - inputs["input_ids"].shape[1])
     result.positions = int(real.sum())
     result.verdict, result.detail = _model_verdict(result, active, name)
+    if "not applicable" in result.batch:
+        result.detail += f"; compared {result.batch}"
     return result
 
 

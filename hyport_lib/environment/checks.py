@@ -188,6 +188,20 @@ def check_flash_attn(kind: str, importable: bool, version: Optional[str]) -> Che
 
 
 # --- packages --------------------------------------------------------------------------------
+def check_video_processors(transformers_version: Optional[str], torchvision_problem: Optional[str]) -> Check:
+    """Processors whose video part needs torchvision (transformers 5: the Qwen-VL family,
+    LLaVA-OneVision, InternVL) load whole only where torchvision imports; elsewhere hyport
+    loads their image side alone."""
+    name = "video_processors"
+    if torchvision_problem is None:
+        return Check(name, "PASS", "torchvision imports: processors load whole, video part included")
+    return Check(name, "WARN", f"{torchvision_problem}: the video processors of Qwen2-VL / Qwen2.5-VL / "
+                               f"Qwen3-VL, LLaVA-OneVision and InternVL (transformers "
+                               f"{transformers_version or '?'}) cannot be built; hyport loads their "
+                               "image processor and tokenizer alone (images work, videos do not). "
+                               "For videos, install the torchvision built for this torch")
+
+
 def install_hint(kind: str, missing: list[str]) -> str:
     """How to add ``missing`` on a ``kind`` host. The CPU constraints pin a CPU torch: on an
     NPU or GPU host they would replace the host's torch, so they are offered on CPU only."""

@@ -23,6 +23,7 @@ from hyport_lib.environment.facts import (  # noqa: F401  (re-exported)
     collect_env_vars, collect_system, collect_versions,
 )
 from hyport_lib.environment.records import Check, DeviceInfo, count_verdicts, worst_verdict
+from hyport_lib.models.loading import torchvision_problem
 from hyport_lib.utils.imports import is_flash_attn_available
 from hyport_lib.utils.redact import scrub_text
 
@@ -164,6 +165,7 @@ def collect_environment(device: str = "auto", num_cards: Optional[int] = None, *
     checks += [
         C.check_hccl_env(kind, environ),
         C.check_flash_attn(kind, is_flash_attn_available(), versions["flash_attn"]),
+        C.check_video_processors(versions.get("transformers"), torchvision_problem()),
         C.check_bf16(backend),
         *C.check_host_memory(kind, wanted, system, ram_gb_per_card, shm_gb_per_card),
     ]

@@ -167,7 +167,8 @@ def _row_for(worker: _Worker, timed_out: bool, timeout_s: float, device: str,
             memory_source=raw.get("memory_source"),
             single_output=preview(out.get("single_output")),
             batch_outputs=[preview(t) for t in (out.get("batch_outputs") or [])],
-            output_hash=out.get("output_hash"))
+            output_hash=out.get("output_hash"),
+            not_applicable=list(out.get("not_applicable") or []) + list(out.get("processor_unavailable") or []))
     row["status"] = status
     if reason:
         row["error"] = scrub_text(reason, secrets_env) + (f"\n{tail}" if tail and status != "ok" else "")

@@ -32,7 +32,7 @@ COLUMNS = [
     "decode_tokens_per_s",
     "new_tokens",
     "peak_memory_mb", "memory_source", "single_output", "batch_outputs", "output_hash",
-    "cpu_fallback_warnings", "fallback_ops", "wall_s", "log_path", "error",
+    "cpu_fallback_warnings", "fallback_ops", "wall_s", "log_path", "error", "not_applicable",
 ]
 
 
@@ -145,6 +145,16 @@ def consistency_line(result: GridResult) -> str:
         return f"No card finished, so there is nothing to compare.{why}"
     _, differing, reference = consistency(result.frame)
     reference = (reference or "")[:12]
+    return _agreement(result, ok, differing, reference) + _not_applicable(ok)
+
+
+def _not_applicable(ok: pd.DataFrame) -> str:
+    """What of the configured inference this model could not run (the same on every card)."""
+    parts = next((list(v) for v in ok.get("not_applicable", []) if isinstance(v, list) and v), [])
+    return f" Not applicable to this model: {'; '.join(parts)}." if parts else ""
+
+
+def _agreement(result: GridResult, ok: pd.DataFrame, differing: list[int], reference: str) -> str:
     sampling = float(result.config.get("temperature") or 0.0) > 0
     note = " (sampling is on, so differences may be legitimate)" if sampling else ""
     if not differing:

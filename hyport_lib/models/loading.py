@@ -16,6 +16,7 @@ without importing either.
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -52,8 +53,22 @@ def tokenizer_of(processor):
     return getattr(processor, "tokenizer", processor)
 
 
+@functools.lru_cache(maxsize=None)
+def torchvision_problem() -> Optional[str]:
+    """Why torchvision cannot serve the video processors (None: it imports). A
+    torchvision built for another torch is installed but fails to import, which is as
+    good as none."""
+    if importlib.util.find_spec("torchvision") is None:
+        return "torchvision is not installed"
+    try:
+        import torchvision  # noqa: F401
+    except Exception as exc:  # noqa: BLE001 — any import failure means no video processors
+        return f"torchvision does not import ({type(exc).__name__}: {str(exc).splitlines()[0][:120]})"
+    return None
+
+
 def has_torchvision() -> bool:
-    return importlib.util.find_spec("torchvision") is not None
+    return torchvision_problem() is None
 
 
 def _common(path: str, trust_remote_code: bool) -> dict:
@@ -95,8 +110,8 @@ def load_processor(path: str, *, trust_remote_code: bool = False) -> LoadedProce
             if has_torchvision() or not _needs_torchvision(exc):
                 raise
             processor = _image_side_processor(path, traits, common)
-            unavailable.append("video processor: needs torchvision, which is not installed "
-                               "(images are processed, videos are not)")
+            unavailable.append(f"video processor: needs torchvision ({torchvision_problem()}); "
+                               "images are processed, videos are not")
         else:
             if getattr(processor, "video_processor", "absent") is None:
                 unavailable.append("video processor: not in this checkpoint")
