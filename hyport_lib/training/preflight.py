@@ -226,7 +226,7 @@ def _check_dataset(config: TrainConfig, path: Path, image_root: Optional[str],
         samples, too_long = encode_records(report.records, loaded, config.max_seq_len, config.overflow)
     finally:
         hf_logging.set_verbosity(level)
-    notes: list[str] = []
+    notes: list[str] = [f"processor: {part}" for part in loaded.unavailable]
     if not config.dataset_path:
         # The bundled smoke set was not the user's choice: records this model cannot take
         # (images for a text-only model) are left out and said so, not refused.
