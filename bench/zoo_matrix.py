@@ -73,9 +73,11 @@ def model_cell(stage: str, name: str, model: Path, out: Path, device: str) -> tu
         code, text, seconds = hyport("infer", "--device", device, "--model-path", str(model),
                                      "--num-cards", "1", "--max-new-tokens", "4", "--no-record")
         state, why = verdict(code, text)
-        if state == "PASS" and "Not applicable" in text:
-            why = "image parts n/a" if not zoo_entry(name).multimodal else "text-only prompt n/a"
-    return state, why, seconds
+        marker = "Not applicable to this model: "
+        if state == "PASS" and marker in text:
+            why = "n/a: " + text.split(marker, 1)[1].splitlines()[0][:110]
+        return state, why, seconds
+    raise ValueError(f"not a model stage: {stage!r}")
 
 
 def main() -> int:

@@ -160,16 +160,16 @@ def reload_in_child(spec: dict) -> dict:
 
 
 def _processor(folder: Path, common: dict) -> tuple[Optional[str], Optional[str]]:
-    """Load the processor (or tokenizer) where the folder has its files."""
-    from transformers import AutoProcessor, AutoTokenizer
+    """Load the processor (or tokenizer) where the folder has its files, the way the
+    stages load it (:func:`hyport_lib.models.loading.load_processor`: a VLM's processor
+    without its video part where torchvision is missing, and that said)."""
+    from hyport_lib.models.loading import load_processor
 
-    if any((folder / f).is_file() for f in PROCESSOR_FILES):
-        loader = AutoProcessor
-    elif any((folder / f).is_file() for f in TOKENIZER_FILES):
-        loader = AutoTokenizer
-    else:
+    if not any((folder / f).is_file() for f in PROCESSOR_FILES + TOKENIZER_FILES):
         return None, None
     try:
-        return type(loader.from_pretrained(str(folder), **common)).__name__, None
+        loaded = load_processor(str(folder), trust_remote_code=common["trust_remote_code"])
     except Exception as exc:  # reported as a finding, the model's result stands
         return None, f"{type(exc).__name__}: {(str(exc).splitlines() or [''])[0][:300]}"
+    name = type(loaded.processor).__name__
+    return (f"{name} ({'; '.join(loaded.unavailable)})" if loaded.unavailable else name), None
