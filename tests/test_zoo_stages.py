@@ -145,7 +145,8 @@ def test_training_batches_keep_the_models_inputs(zoo, records, name):
     _forward_backward(model, padded)
     if name in PACKING_REFUSED:
         return
-    packed = PackedCollator(encoder.pad_id, 1024, loaded.traits.mrope_text_row)([samples])
+    width = sum(len(s) for s in samples) + 8  # a short padding segment, as in real rows
+    packed = PackedCollator(encoder.pad_id, width, loaded.traits.mrope_text_row)([samples])
     assert keys <= set(packed)
     for key in keys:
         assert packed[key][0, :sum(len(s) for s in samples)].tolist() == sum(
@@ -179,8 +180,9 @@ def test_packed_mrope_positions_are_each_samples_own(zoo, records, name):
     model = load_model(str(zoo[name]), attn_implementation=register_hyport_attention("sdpa")).eval()
     picked = _by_id(records, "smoke-single-0", "smoke-text-0", "smoke-pair-1", "smoke-multiturn-1")
     samples = [Encoder(loaded, 1024, positions=rope_positions_function(model)).encode(r)[0] for r in picked]
+    width = sum(len(s) for s in samples) + 8
     packed_ids, packed_logits = _capture_positions(
-        model, PackedCollator(0, 1024, loaded.traits.mrope_text_row)([samples]))
+        model, PackedCollator(0, width, loaded.traits.mrope_text_row)([samples]))
     axes = samples[0].rope_positions.shape[0]
     assert packed_ids.shape[0] == axes
     rope_rows = packed_ids[:, 0]

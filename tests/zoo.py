@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Callable, Iterable, Optional
 
 from hyport_lib.models.loading import without_video
+from hyport_lib.models.tiny_tokenizer import train_byte_bpe
 
 try:  # imported as ``tests.zoo`` or, with tests/ on sys.path, as ``zoo``
     from . import zoo_templates as templates
@@ -248,19 +249,7 @@ The model should answer politely, admit when it does not know, and avoid making 
 
 def _train_bpe(special_tokens: list[str], vocab_size: int):
     """A byte-level BPE whose first ids are ``special_tokens`` (in order)."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-
-    tokenizer = Tokenizer(models.BPE())
-    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tokenizer.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=vocab_size,
-        special_tokens=list(special_tokens),
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=False,
-    )
-    tokenizer.train_from_iterator(_CORPUS.splitlines(), trainer)
-    return tokenizer
+    return train_byte_bpe(_CORPUS.splitlines(), special_tokens, vocab_size)
 
 
 def _build_tokenizer(

@@ -67,6 +67,25 @@ Please describe what you see in this picture in one or two sentences.
 """
 
 
+def train_byte_bpe(lines, special_tokens, vocab_size: int):
+    """A byte-level BPE (``tokenizers``) trained on ``lines``, its first ids being
+    ``special_tokens`` in order."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    tokenizer = Tokenizer(models.BPE())
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=list(special_tokens),
+        # The full byte alphabet: every input encodes, whatever its script.
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tokenizer.train_from_iterator(list(lines), trainer)
+    return tokenizer
+
+
 def build_tokenizer(vocab_size: int = VOCAB_SIZE):
     """Train the byte-level BPE and wrap it as a transformers fast tokenizer.
 
@@ -74,20 +93,9 @@ def build_tokenizer(vocab_size: int = VOCAB_SIZE):
         A ``PreTrainedTokenizerFast`` with bos/eos/pad set, left padding and the
         chat template attached.
     """
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
-    tokenizer = Tokenizer(models.BPE())
-    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tokenizer.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=vocab_size,
-        special_tokens=list(SPECIAL_TOKENS),
-        # The full byte alphabet: every input encodes, whatever its script.
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=False,
-    )
-    tokenizer.train_from_iterator(_CORPUS.splitlines(), trainer)
+    tokenizer = train_byte_bpe(_CORPUS.splitlines(), SPECIAL_TOKENS, vocab_size)
     tokenizer.add_tokens(list(THINK_TOKENS))
 
     fast = PreTrainedTokenizerFast(
