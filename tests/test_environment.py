@@ -591,3 +591,18 @@ def test_notebook_runs_with_papermill(tmp_path, monkeypatch):
     assert set(result["headline"]) >= {"checks", "device", "cards"}
     html = out.read_text()
     assert "Environment:" in html and "torch_npu_compat" in html
+
+
+def test_video_processors_check_warns_without_torchvision():
+    warn = C.check_video_processors("5.24.0", "torchvision is not installed")
+    assert warn.verdict == "WARN" and "image processor and tokenizer alone" in warn.reason
+    assert "Qwen2-VL" in warn.reason and "5.24.0" in warn.reason
+    assert C.check_video_processors("5.24.0", None).verdict == "PASS"
+
+
+def test_the_environment_report_holds_the_video_processors_check():
+    from hyport_lib.models.loading import torchvision_problem
+
+    report = collect_environment(check_ports=False)
+    check = report.check("video_processors")
+    assert check.verdict == ("PASS" if torchvision_problem() is None else "WARN")
