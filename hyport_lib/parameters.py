@@ -112,6 +112,7 @@ SCHEMA: dict[str, dict] = {
     "learning_rate": {"kind": "float", "min_exclusive": 0},
     "image": {"kind": "file", "optional": True},
     "warmup_runs": {"kind": "int", "min": 0},
+    "skip_not_applicable": {"kind": "bool"},
     "checksum": {"kind": "choice", "choices": ("crc32", "sha256")},
     "reload_timeout_s": {"kind": "float", "min_exclusive": 0},
     "weights_path": {"kind": "str", "nonempty": True, "optional": True},

@@ -283,3 +283,62 @@ def test_zoo_folders_are_checkpoints_hyport_accepts(zoo):
 
     for name in ZOO_NAMES:
         assert Path(check_model_path(str(zoo[name]))) == Path(zoo[name])
+
+
+def test_a_cut_inside_gemma3s_image_is_refused_not_trained(zoo, tmp_path):
+    """Gemma3's processor names <start_of_image> as its image token, the model counts
+    the soft tokens: a truncation inside them must be refused (it would crash the forward)."""
+    from hyport_lib.models.sample_image import sample_image
+    from hyport_lib.training.dataset import Record
+    from hyport_lib.training.samples import encode_records
+
+    image = tmp_path / "a.png"
+    sample_image((64, 32)).save(image)
+    loaded = load_processor(str(zoo["gemma3"]))
+    record = Record(0, "late-image", [("user", "Hi."), ("assistant", "Hello there, how are you today?"),
+                                      ("user", "<image>\nWhat is it?"), ("assistant", "A wide picture.")],
+                    [str(image)])
+    full, _ = Encoder(loaded, 4096).encode(record)
+    soft = [i for i, t in enumerate(full.token_extras["token_type_ids"]) if t]
+    for limit in (soft[0], soft[len(soft) // 2]):
+        samples, problems = encode_records([record], loaded, limit)
+        assert not samples and "would cut an image's tokens" in problems[0].message, limit
+
+
+def test_remote_code_vlms_loaded_as_causal_lms_are_still_vlms():
+    from hyport_lib.models.families import describe_config
+
+    phi3v = describe_config({"model_type": "phi3_v", "img_processor": {},
+                             "auto_map": {"AutoConfig": "c.C", "AutoModelForCausalLM": "m.M"}})
+    assert phi3v.multimodal and phi3v.auto_class == "AutoModelForCausalLM"
+    minicpm = describe_config({"model_type": "minicpmv", "vision_config": {},
+                               "auto_map": {"AutoConfig": "c.C", "AutoModel": "m.M"}})
+    assert minicpm.multimodal and minicpm.auto_class == "AutoModel"
+    plain = describe_config({"model_type": "x", "auto_map": {"AutoModelForCausalLM": "m.M"}})
+    assert not plain.multimodal
+    with pytest.raises(ValueError, match="auto_map names no model class"):
+        describe_config({"model_type": "x", "auto_map": {"AutoTokenizer": "t.T"}})
+
+
+def test_image_prompts_the_user_chose_are_refused_for_a_text_only_model(zoo):
+    from hyport_lib.inference.generate import check_prompts
+    from hyport_lib.models.prompts import PromptNotApplicable
+
+    chosen = InferenceConfig(model_path=str(zoo["qwen3"]), batch_prompts=[("What is it?", True), ("Hi", False)])
+    with pytest.raises(PromptNotApplicable, match=r"batch_prompts\[0\] 'What is it\?'.*skip_not_applicable=True"):
+        check_prompts(chosen, str(zoo["qwen3"]))
+    check_prompts(InferenceConfig(model_path=str(zoo["qwen3"])), str(zoo["qwen3"]))  # defaults: fitted
+    skipped = InferenceConfig(model_path=str(zoo["qwen3"]), batch_prompts=chosen.batch_prompts,
+                              skip_not_applicable=True, max_new_tokens=2, warmup_runs=0)
+    check_prompts(skipped, str(zoo["qwen3"]))
+    outcome = run_inference(skipped)
+    assert len(outcome.batch_outputs) == 1 and "'What is it?'" in outcome.not_applicable[1]
+
+
+def test_lora_all_on_an_moe_says_the_fused_experts_stay_frozen(zoo, tmp_path):
+    from hyport_lib.training.config import TrainConfig
+    from hyport_lib.training.preflight import prepare
+
+    plan = prepare(TrainConfig(model_path=str(zoo["qwen3_moe"]), output_dir=str(tmp_path / "o"),
+                               finetuning_type="lora", lora_target="all"))
+    assert any("MoE experts" in note and "stay frozen" in note for note in plan.notes)

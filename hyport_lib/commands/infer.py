@@ -51,6 +51,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="a --model-path that is no folder may be a hub id to download "
                              "(off: offline, a typo is an error)")
     parser.add_argument("--enable-thinking", action="store_true")
+    parser.add_argument("--skip-not-applicable", action="store_true",
+                        help="leave out prompts this model cannot take (image prompts for a "
+                             "text-only model) instead of refusing them")
     parser.add_argument("--log-dir", default=None, help="folder for card<N>.log/.json")
     parser.add_argument("--json", action="store_true", help="print the full result as JSON")
     parser.add_argument("--no-record", action="store_true",
@@ -64,7 +67,8 @@ def _config(args: argparse.Namespace):
                   attn_implementation=args.attn_implementation,
                   max_new_tokens=args.max_new_tokens, image=args.image,
                   trust_remote_code=args.trust_remote_code, enable_thinking=args.enable_thinking,
-                  allow_download=args.allow_download, warmup_runs=args.warmup_runs)
+                  allow_download=args.allow_download, warmup_runs=args.warmup_runs,
+                  skip_not_applicable=args.skip_not_applicable)
     if args.prompt is not None:
         fields["single_prompt"] = args.prompt
     if args.batch_prompts:

@@ -41,6 +41,10 @@ class InferenceConfig:
         enable_thinking: passed to the chat template.
         allow_download: a ``model_path`` that is no folder may be a hub id to download;
             off by default (offline: a typo is an error, not a download attempt).
+        skip_not_applicable: leave out the prompts this model cannot take (image prompts
+            for a text-only model, text-only prompts for a processor that needs an image)
+            instead of refusing them; each is named in the outcome. The default prompts
+            are always fitted to the model this way (the user did not choose them).
         warmup_runs: untimed generate calls before the timed ones. The first call of a
             process pays for the device context, library and kernel loading (and, on an
             NPU, operator compilation): timing it measures start-up, not speed. Its
@@ -66,6 +70,7 @@ class InferenceConfig:
     enable_thinking: bool = False
     allow_download: bool = False
     warmup_runs: int = 1
+    skip_not_applicable: bool = False
 
     def __post_init__(self) -> None:
         if not str(self.model_path or "").strip():
@@ -87,6 +92,7 @@ class InferenceConfig:
         self.trust_remote_code = as_flag("trust_remote_code", self.trust_remote_code)
         self.enable_thinking = as_flag("enable_thinking", self.enable_thinking)
         self.allow_download = as_flag("allow_download", self.allow_download)
+        self.skip_not_applicable = as_flag("skip_not_applicable", self.skip_not_applicable)
         self.warmup_runs = as_int("warmup_runs", self.warmup_runs)
         if self.warmup_runs < 0:
             raise ValueError(f"warmup_runs={self.warmup_runs!r}: must be >= 0")

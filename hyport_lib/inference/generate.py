@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
-from hyport_lib.inference.config import DTYPES, InferenceConfig, InferenceOutcome
+from hyport_lib.inference.config import DEFAULT_BATCH_PROMPTS, DTYPES, InferenceConfig, InferenceOutcome
 from hyport_lib.models.loading import LoadedProcessor, tokenizer_of
 from hyport_lib.models.prompts import Prompt, PromptNotApplicable, check_applicable, encode_prompts
 
@@ -72,21 +72,45 @@ def single_prompt(loaded: LoadedProcessor, config: InferenceConfig) -> Prompt:
 
 
 def batch_prompts(loaded: LoadedProcessor, config: InferenceConfig) -> tuple[list[Prompt], list[str]]:
-    """The batch's prompts this model can take, and each one it cannot, named with why."""
+    """The batch's prompts this model can take, and each one it cannot, named with why.
+
+    Raises:
+        PromptNotApplicable: a prompt the user chose cannot go to this model and
+            ``skip_not_applicable`` is off (the default prompts are always fitted).
+    """
+    fit = config.skip_not_applicable or tuple(config.batch_prompts) == DEFAULT_BATCH_PROMPTS
     prompts, skipped = [], []
     for i, (text, uses_image) in enumerate(config.batch_prompts):
         prompt = Prompt(text, [_load_image(config)] if uses_image and loaded.traits.multimodal else [])
-        if uses_image and not loaded.traits.multimodal:
-            skipped.append(f"batch_prompts[{i}] {text!r}: an image prompt; "
-                           f"{loaded.traits.model_type or 'the model'} is a text-only model")
-            continue
+        what = f"batch_prompts[{i}] {text!r}"
         try:
-            check_applicable(loaded, prompt, f"batch_prompts[{i}] {text!r}")
+            if uses_image and not loaded.traits.multimodal:
+                raise PromptNotApplicable(f"{what}: an image prompt, but {loaded.traits.model_type or 'the model'} "
+                                          "is a text-only model")
+            check_applicable(loaded, prompt, what)
         except PromptNotApplicable as exc:
+            if not fit:
+                raise PromptNotApplicable(f"{exc}; leave it out, or skip_not_applicable=True") from None
             skipped.append(str(exc))
             continue
         prompts.append(prompt)
     return prompts, skipped
+
+
+def check_prompts(config: InferenceConfig, model_dir: str) -> None:
+    """Before any worker starts: refuse, in one line, what the model in ``model_dir``
+    cannot take (an image for a text-only model, image prompts the user chose) — the
+    same rules the workers apply, from the config alone (no processor is loaded).
+
+    Raises:
+        PromptNotApplicable: naming the parameter and why.
+    """
+    from hyport_lib.models.loading import traits_of
+
+    loaded = LoadedProcessor(None, traits_of(model_dir, config.trust_remote_code))
+    if not loaded.traits.multimodal:
+        single_prompt(loaded, config)
+        batch_prompts(loaded, config)
 
 
 def not_applicable_parts(loaded: LoadedProcessor, config: InferenceConfig) -> list[str]:

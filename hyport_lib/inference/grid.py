@@ -44,6 +44,7 @@ import pandas as pd
 
 import hyport_lib
 from hyport_lib.backend import Backend, get_backend
+from hyport_lib.inference.generate import InferenceConfig, check_prompts
 from hyport_lib.inference.plan import (  # noqa: F401  (re-exported: the grid's public API)
     CardPlan, GridPlan, available_cards, inherited_card_ids, plan_grid,
 )
@@ -190,8 +191,6 @@ def _frame(rows: dict[int, dict], order: list[int]) -> pd.DataFrame:
 
 def _config_dict(config: Any) -> dict:
     if config is None:
-        from hyport_lib.inference.generate import InferenceConfig
-
         config = InferenceConfig()
     if hasattr(config, "to_dict"):
         return dict(config.to_dict())
@@ -257,6 +256,8 @@ def run_grid(config: Any = None, *, device: str = "auto", num_cards: Optional[in
     image = inference.get("image")
     if image and not Path(image).expanduser().is_file():
         raise FileNotFoundError(f"image={image!r}: no such file")
+    if Path(inference["model_path"]).is_dir():
+        check_prompts(InferenceConfig.from_dict(inference), inference["model_path"])
     if Path(inference["model_path"]).is_dir() and "HF_HUB_OFFLINE" not in os.environ:
         extra_env = {"HF_HUB_OFFLINE": "1", **(extra_env or {})}  # nothing fetched on the side
     order = [c.card for c in plan.cards]

@@ -10,6 +10,7 @@ import os
 from pathlib import Path
 from typing import Optional
 
+from hyport_lib.inference.generate import InferenceConfig, check_prompts
 from hyport_lib.inference.grid import run_grid as run  # noqa: F401  (the stage function)
 from hyport_lib.inference.plan import plan_grid as plan  # noqa: F401
 from hyport_lib.inference.table import GridResult, grid_headline, grid_verdict
@@ -28,10 +29,14 @@ def check_parameters(params: dict) -> None:
     from hyport_lib.models.preflight import check_attn_implementation, check_model_path
     from hyport_lib.utils.values import as_flag
 
-    check_model_path(params.get("model_path") or "tiny",
-                     allow_download=as_flag("allow_download", params.get("allow_download", False)))
+    model_dir = check_model_path(params.get("model_path") or "tiny",
+                                 allow_download=as_flag("allow_download", params.get("allow_download", False)))
     if params.get("attn_implementation"):
         check_attn_implementation(params["attn_implementation"])
+    if Path(model_dir).is_dir():
+        known = {k: params[k] for k in ("single_prompt", "batch_prompts", "image", "trust_remote_code",
+                                        "skip_not_applicable") if params.get(k) is not None}
+        check_prompts(InferenceConfig(model_path=model_dir, **known), model_dir)
 
 
 def summarize(result: GridResult) -> StageSummary:

@@ -28,6 +28,12 @@ IMAGE_TEXT_TO_TEXT = "AutoModelForImageTextToText"
 CAUSAL_LM = "AutoModelForCausalLM"
 #: auto_map keys of remote code that mean "a model that reads images".
 _REMOTE_MULTIMODAL = ("AutoModelForImageTextToText", "AutoModelForVision2Seq")
+#: auto_map keys, in the order hyport loads remote code through them.
+_REMOTE_LOADERS = ("AutoModelForImageTextToText", "AutoModelForVision2Seq", "AutoModelForCausalLM", "AutoModel")
+#: Config keys that say a model has a vision side whatever class loads it (Phi-3-vision
+#: and InternVL2's remote code load through AutoModelForCausalLM).
+_VISION_KEYS = ("vision_config", "vision_tower", "img_processor", "mm_vision_tower", "image_token_id",
+                "image_token_index")
 
 #: M-RoPE families whose text model reads every row of ``position_ids`` as a rotary axis
 #: (no leading row of text positions for the mask): their first axis already holds the
@@ -94,10 +100,13 @@ def describe_config(data: dict) -> ModelTraits:
     refusal = _PACKING_REFUSED.get(model_type)
     text_row = model_type not in _MROPE_WITHOUT_TEXT_ROW
     if auto_map:
-        multimodal = any(key in auto_map for key in _REMOTE_MULTIMODAL) or (
-            "AutoModelForCausalLM" not in auto_map and "vision_config" in data)
-        return ModelTraits(model_type, multimodal, IMAGE_TEXT_TO_TEXT if multimodal else CAUSAL_LM,
-                           mrope, refusal, remote_code=True, mrope_text_row=text_row)
+        loader = next((key for key in _REMOTE_LOADERS if key in auto_map), None)
+        if loader is None:
+            raise ValueError(f"auto_map names no model class hyport can load ({', '.join(sorted(auto_map))}; "
+                             f"expected one of {', '.join(_REMOTE_LOADERS)})")
+        multimodal = loader in _REMOTE_MULTIMODAL or any(key in data for key in _VISION_KEYS)
+        return ModelTraits(model_type, multimodal, loader, mrope, refusal, remote_code=True,
+                           mrope_text_row=text_row)
     if model_type in MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES:
         return ModelTraits(model_type, True, IMAGE_TEXT_TO_TEXT, mrope, refusal, mrope_text_row=text_row)
     if model_type in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES:

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-from hyport_lib.models.families import CAUSAL_LM, ModelTraits, describe_config, read_config
+from hyport_lib.models.families import ModelTraits, describe_config, read_config
 
 
 @dataclass
@@ -195,10 +195,19 @@ def dtype_kwarg() -> str:
 
 
 def auto_model_class(traits: ModelTraits):
-    """The transformers auto class for ``traits``."""
+    """The transformers auto class for ``traits``.
+
+    Raises:
+        ValueError: this transformers has no such auto class (``AutoModelForVision2Seq``
+            left transformers 5: remote code naming only it needs transformers 4.x).
+    """
     import transformers
 
-    return getattr(transformers, traits.auto_class)
+    cls = getattr(transformers, traits.auto_class, None)
+    if cls is None:
+        raise ValueError(f"transformers {transformers.__version__} has no {traits.auto_class}, which "
+                         "the model's auto_map names")
+    return cls
 
 
 def load_model(path: str, *, attn_implementation: Optional[str] = None, dtype: Any = None,
@@ -228,5 +237,3 @@ def build_empty_model(path: str, *, trust_remote_code: bool = False):
         return auto_model_class(traits).from_config(config, trust_remote_code=trust_remote_code)
 
 
-def is_causal_lm(traits: ModelTraits) -> bool:
-    return traits.auto_class == CAUSAL_LM

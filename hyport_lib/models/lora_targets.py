@@ -65,3 +65,16 @@ def leaf_names(model, prefix: str, limit: Optional[int] = 20) -> list[str]:
     leaves = sorted({name.rsplit(".", 1)[-1] for name, module in model.named_modules()
                      if name.startswith(start) and not list(module.children())})
     return leaves[:limit] if limit else leaves
+
+
+def fused_experts(model, prefix: str) -> list[str]:
+    """MoE expert blocks under ``prefix`` that hold their weights as fused parameters
+    (transformers 5: one 3-D tensor per projection, no ``nn.Linear`` per expert): LoRA
+    on named linear layers does not reach them."""
+    import torch
+
+    start = f"{prefix}." if prefix else ""
+    return [name for name, module in model.named_modules()
+            if name.startswith(start) and name.rsplit(".", 1)[-1] == "experts"
+            and any(p.dim() >= 3 for p in module.parameters(recurse=False))
+            and not any(isinstance(m, torch.nn.Linear) for m in module.modules())]

@@ -133,7 +133,7 @@ def prepare(config: TrainConfig, backend=None, *, check_port: bool = True) -> La
                      "eager and sdpa keep packed samples apart only while no KV cache is used)")
     _check_cards(backend, nproc)
     if config.finetuning_type == "lora":
-        _check_lora_targets(config, model_path)
+        notes.extend(_check_lora_targets(config, model_path))
     ds_path = ds.write_deepspeed_config(deepspeed, output_dir)
     return LaunchPlan(
         config=config, device_kind=backend.kind, nproc_per_node=nproc, world_size=world,
@@ -359,9 +359,10 @@ def _is_local(addr: str) -> bool:
     return False
 
 
-def _check_lora_targets(config: TrainConfig, model_path: str) -> None:
+def _check_lora_targets(config: TrainConfig, model_path: str) -> list[str]:
     """The LoRA targets must name layers of the model: checked on an empty (meta) model,
-    before an 8-card job loads the weights only to fail in peft."""
+    before an 8-card job loads the weights only to fail in peft. Returns notes for the
+    plan (MoE experts LoRA does not reach)."""
     import importlib.util
 
     if importlib.util.find_spec("peft") is None:
@@ -369,8 +370,8 @@ def _check_lora_targets(config: TrainConfig, model_path: str) -> None:
                          "(pip install 'peft>=0.10'; it leaves torch as it is)")
 
     from hyport_lib.models.loading import build_empty_model
-    from hyport_lib.models.lora_targets import (language_model_path, leaf_names, lora_target_pattern,
-                                                matched_layers)
+    from hyport_lib.models.lora_targets import (fused_experts, language_model_path, leaf_names,
+                                                lora_target_pattern, matched_layers)
 
     model = build_empty_model(model_path, trust_remote_code=config.trust_remote_code)
     prefix = language_model_path(model)
@@ -378,6 +379,13 @@ def _check_lora_targets(config: TrainConfig, model_path: str) -> None:
         raise ValueError(f"lora_target={config.lora_target!r}: no layer of the language model "
                          f"({prefix or type(model).__name__}) has that name (its layers: "
                          f"{', '.join(leaf_names(model, prefix))})")
+    experts = fused_experts(model, prefix)
+    wants_mlp = config.lora_targets == ["all"] or {"gate_proj", "up_proj", "down_proj"} & set(config.lora_targets)
+    if not experts or not wants_mlp:
+        return []
+    return [f"lora_target={config.lora_target!r}: the MoE experts ({len(experts)} blocks such as "
+            f"{experts[0]}) hold fused weights, not linear layers: no LoRA target reaches them and "
+            "they stay frozen (a shared MLP, where there is one, is adapted)"]
 
 
 def _check_cards(backend, nproc: int) -> None:

@@ -135,7 +135,17 @@ class Encoder:
         self.positions = positions
         tokenizer = loaded.tokenizer
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-        self.image_token_id = _image_token_id(self.processor)
+        self.image_token_ids = _image_token_ids(self.processor)
+
+    def _image_positions(self, sample: Sample) -> list[int]:
+        """Where the sample holds image tokens: the processor's image token ids, and any
+        token a per-token type key marks as not text (Gemma3's soft tokens sit between
+        ``<start_of_image>`` and ``<end_of_image>``; the Qwen-VL family's between vision
+        markers). PaliGemma's ``token_type_ids`` mark its answer, not images: a prefix-format
+        processor's are left out."""
+        keys = ["mm_token_type_ids"] + (["token_type_ids"] if self.loaded.prompt_format == "chat" else [])
+        marked = {i for key in keys for i, v in enumerate(sample.token_extras.get(key, ())) if v}
+        return sorted(marked | {i for i, t in enumerate(sample.input_ids) if t in self.image_token_ids})
 
     def _render(self, messages: list[dict], generation_prompt: bool = False) -> str:
         return render_messages(self.loaded, messages, generation_prompt=generation_prompt)
@@ -209,7 +219,7 @@ class Encoder:
 
         if self.overflow == "drop":
             return too_long(" (overflow='drop')")
-        if self.image_token_id is not None and self.image_token_id in sample.input_ids[limit:]:
+        if self._image_positions(sample) and max(self._image_positions(sample)) >= limit:
             return too_long(": truncating would cut an image's tokens; raise max_seq_len")
         labels = sample.labels[:limit]
         if all(x == IGNORE_INDEX for x in labels):
@@ -225,13 +235,19 @@ def _sample(record: Record, ids: list[int], labels: list[int], per_token: dict, 
                   image_extras=image if pixels is not None else {}, token_extras=per_token)
 
 
-def _image_token_id(processor) -> Optional[int]:
-    token = getattr(processor, "image_token", None)
+def _image_token_ids(processor) -> set[int]:
+    """Ids of the image placeholder tokens: the processor's ``image_token_id`` (Gemma3's
+    soft token) and its ``image_token`` (the token each image expands into elsewhere)."""
     tokenizer = getattr(processor, "tokenizer", processor)
-    if token is None:
-        return getattr(processor, "image_token_id", None)
-    token_id = tokenizer.convert_tokens_to_ids(token)
-    return token_id if isinstance(token_id, int) and token_id != tokenizer.unk_token_id else None
+    ids = set()
+    if isinstance(getattr(processor, "image_token_id", None), int):
+        ids.add(processor.image_token_id)
+    token = getattr(processor, "image_token", None)
+    if token is not None:
+        token_id = tokenizer.convert_tokens_to_ids(token)
+        if isinstance(token_id, int) and token_id != tokenizer.unk_token_id:
+            ids.add(token_id)
+    return ids
 
 
 def _open_image(path: str):
