@@ -306,11 +306,14 @@ def test_training_review_regressions(tmp_path):
     kinds = {(p.record_id, p.kind) for p in report.problems}
     assert ("cut", "image_unreadable") in kinds and ("img-answer", "image_in_answer") in kinds
     assert ("str-turn", "unknown_role") in kinds and report.total == 3
-    # checkpoints beyond the starting point are dropped
+    # hyport's checkpoints beyond the starting point are dropped; another tool's stays
     for step in (2, 4, 6):
         (tmp_path / "run" / f"checkpoint-{step}").mkdir(parents=True)
+        (tmp_path / "run" / f"checkpoint-{step}" / "hyport_saving.json").write_text("{}")
+    (tmp_path / "run" / "checkpoint-500").mkdir()
     assert drop_checkpoints_after(tmp_path / "run", 2) == ["checkpoint-4", "checkpoint-6"]
-    assert [c.step for c in list_checkpoints(tmp_path / "run")] == [2]
+    assert [c.step for c in list_checkpoints(tmp_path / "run")] == [2, 500]
+    (tmp_path / "run" / "checkpoint-500").rmdir()
     # LoRA targets that name no layer are refused before launch
     with pytest.raises(ValueError, match="lora_target='qkv_proj': no layer"):
         prepare(TrainConfig(finetuning_type="lora", lora_target="qkv_proj",
@@ -430,11 +433,15 @@ def test_third_training_review_regressions(tmp_path):
     with pytest.raises(ValueError, match="attn_implementation='foo'"):
         prepare(TrainConfig(packing=False, attn_implementation="foo", output_dir=str(tmp_path / "o2"),
                             num_cards=2), cpu)
-    # resuming an older checkpoint says that the later ones will go
+    # resuming an older checkpoint removes the later ones: only when allowed, and said
     out = tmp_path / "run"
     for step in (4, 6, 8):
         _checkpoint(out, step)
+    with pytest.raises(ValueError, match=r"2 later checkpoint\(s\) \(checkpoint-6, checkpoint-8\).*"
+                                         r"overwrite_output_dir=True"):
+        prepare(TrainConfig(resume_from=str(out / "checkpoint-4"), max_steps=6, num_cards=2,
+                            output_dir=str(out)), cpu)
     plan = prepare(TrainConfig(resume_from=str(out / "checkpoint-4"), max_steps=6, num_cards=2,
-                               output_dir=str(out)), cpu)
+                               output_dir=str(out), overwrite_output_dir=True), cpu)
     assert any("2 later checkpoint(s) in output_dir (checkpoint-6, checkpoint-8) will be removed" in n
                for n in plan.notes), plan.notes

@@ -123,10 +123,15 @@ class CountingTrainer(Trainer):
         # The folder may exist from an earlier run or attempt: until this save has
         # finished it must not look complete (on_save marks it again).
         if self.is_world_process_zero():
-            from hyport_lib.training.checkpoints import MARKER
+            from hyport_lib.training.checkpoints import MARKER, SAVING_MARKER
 
             folder = Path(self.args.output_dir) / f"checkpoint-{self.state.global_step}"
             (folder / MARKER).unlink(missing_ok=True)
+            # hyport's before the Trainer writes anything: a save killed half-way is still
+            # known as ours (only hyport's checkpoints are ever removed).
+            folder.mkdir(parents=True, exist_ok=True)
+            (folder / SAVING_MARKER).write_text(dumps_json({"step": self.state.global_step}) + "\n",
+                                                encoding="utf-8")
         started = time.perf_counter()
         try:
             return super()._save_checkpoint(model, trial, *args, **kwargs)

@@ -24,6 +24,9 @@ from typing import Mapping, Optional
 from hyport_lib.utils.files import atomic_write_json
 
 MARKER = "hyport_checkpoint.json"
+#: Written into ``checkpoint-N/`` before the Trainer saves there: the folder is hyport's
+#: even when the save is killed before :data:`MARKER` is written.
+SAVING_MARKER = "hyport_saving.json"
 _CHECKPOINT_RE = re.compile(r"^checkpoint-(\d+)$")
 #: Libraries whose versions must match between the run that saved and the one resuming.
 VERSIONED = ("torch", "torch_npu", "transformers", "deepspeed", "accelerate", "peft")
@@ -107,8 +110,15 @@ def resolve_resume(resume_from: str, output_dir: os.PathLike) -> Optional[Checkp
     return checkpoint
 
 
+def is_hyport_checkpoint(folder: os.PathLike) -> bool:
+    """Did hyport write this checkpoint folder (either of its markers is there)?"""
+    return (Path(folder) / MARKER).is_file() or (Path(folder) / SAVING_MARKER).is_file()
+
+
 def drop_checkpoints_after(output_dir: os.PathLike, step: int) -> list[str]:
-    """Remove ``checkpoint-N`` folders of ``output_dir`` with ``N > step``; their names.
+    """Remove hyport's ``checkpoint-N`` folders of ``output_dir`` with ``N > step``; their
+    names. A folder without hyport's markers is never removed (the pre-launch check has
+    refused it already, unless ``overwrite_output_dir``; even then it is left as it is).
 
     They come from an earlier run (or attempt) that went further than the point this one
     starts from: left in place, the Trainer would write into them piece by piece (with
@@ -119,7 +129,7 @@ def drop_checkpoints_after(output_dir: os.PathLike, step: int) -> list[str]:
 
     dropped = []
     for checkpoint in list_checkpoints(output_dir):
-        if checkpoint.step > step:
+        if checkpoint.step > step and is_hyport_checkpoint(checkpoint.path):
             shutil.rmtree(checkpoint.path, ignore_errors=True)
             dropped.append(checkpoint.path.name)
     return dropped

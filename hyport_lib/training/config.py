@@ -78,6 +78,9 @@ class TrainConfig:
             resume from the newest complete checkpoint.
         resume_from: ``auto`` (newest complete checkpoint in ``output_dir``), ``none``
             or a checkpoint folder.
+        overwrite_output_dir: allow a run into a folder holding entries hyport did not
+            write, and dropping the checkpoints after an older ``resume_from``; off, both
+            stop the run before launch, named (see :mod:`hyport_lib.training.ownership`).
         throughput_warmup_steps: first steps left out of the throughput figures (the
             first steps compile operators on an NPU).
         train_timeout_s: wall-clock limit of the whole launch.
@@ -124,6 +127,7 @@ class TrainConfig:
     master_port: int = 0
     max_restarts: int = 0
     resume_from: str = "auto"
+    overwrite_output_dir: bool = False
     throughput_warmup_steps: int = 2
     train_timeout_s: float = 3600.0
     seed: int = 0
@@ -168,7 +172,7 @@ class TrainConfig:
         self.train_timeout_s = as_float("train_timeout_s", self.train_timeout_s)
         if self.train_timeout_s <= 0:
             raise ValueError(f"train_timeout_s={self.train_timeout_s!r}: must be > 0 seconds")
-        for name in ("packing", "skip_bad_records", "offload_optimizer", "gradient_checkpointing",
+        for name in ("packing", "skip_bad_records", "overwrite_output_dir", "offload_optimizer", "gradient_checkpointing",
                      "trust_remote_code"):
             setattr(self, name, as_flag(name, getattr(self, name)))
         if self.node_rank >= self.nnodes:

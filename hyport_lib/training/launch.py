@@ -31,6 +31,7 @@ from hyport_lib.processes import (describe_exit, feed, finish, has_exited, kill_
 from hyport_lib.results import Provenance
 from hyport_lib.training.checkpoints import list_checkpoints
 from hyport_lib.training.metrics import read_metrics, summarize_metrics
+from hyport_lib.training.ownership import lock_output_dir, release_output_dir
 from hyport_lib.training.preflight import LaunchPlan
 from hyport_lib.training.result import TrainProgress, TrainResult
 from hyport_lib.training.worker import RESULT_FILE, SPEC_ENV
@@ -74,7 +75,19 @@ def _environment(plan: LaunchPlan) -> dict[str, str]:
 
 def launch(plan: LaunchPlan, on_update: Optional[Callable[[TrainProgress], None]] = None,
            poll_interval_s: float = 0.5, kill_grace_s: float = 15.0) -> TrainResult:
-    """Run the plan to the end (or the timeout); see the module docstring."""
+    """Run the plan to the end (or the timeout); see the module docstring. The output
+    folder stays locked for this process until the run has ended (taken here if the
+    plan's check did not take it)."""
+    out = Path(plan.output_dir)
+    lock_output_dir(out)
+    try:
+        return _launch(plan, on_update, poll_interval_s, kill_grace_s)
+    finally:
+        release_output_dir(out)
+
+
+def _launch(plan: LaunchPlan, on_update: Optional[Callable[[TrainProgress], None]],
+            poll_interval_s: float, kill_grace_s: float) -> TrainResult:
     config = plan.config
     out = Path(plan.output_dir)
     (out / RESULT_FILE).unlink(missing_ok=True)  # never read an earlier run's result

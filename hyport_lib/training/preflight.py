@@ -20,6 +20,7 @@ from typing import Optional
 
 from hyport_lib.models.preflight import check_attn_implementation
 from hyport_lib.training.config import TrainConfig
+from hyport_lib.training.ownership import check_foreign, lock_output_dir, release_output_dir
 from hyport_lib.utils.files import ensure_writable
 
 
@@ -78,11 +79,10 @@ def default_output_dir(run_name: str) -> Path:
 
 
 def prepare(config: TrainConfig, backend=None, *, check_port: bool = True) -> LaunchPlan:
-    """Check everything and plan the launch (see the module docstring)."""
+    """Check everything and plan the launch (see the module docstring). The output folder
+    is locked for this process from here to the end of :func:`launch`
+    (:mod:`hyport_lib.training.ownership`)."""
     from hyport_lib.backend import get_backend
-    from hyport_lib.training import deepspeed_config as ds
-    from hyport_lib.training.checkpoints import check_compatible, list_checkpoints, resolve_resume
-    from hyport_lib.training.metrics import METRICS_FILE
 
     config = config.with_env_overrides()
     backend = backend or get_backend(config.device, num_cards=config.num_cards)
@@ -93,6 +93,21 @@ def prepare(config: TrainConfig, backend=None, *, check_port: bool = True) -> La
     model_path = _model_path(config)
     _check_not_the_model(config, model_path)
     output_dir = _output_dir(config)
+    lock_output_dir(output_dir)  # held until launch ends (or released below on a refusal)
+    try:
+        return _prepare(config, backend, check_port, nproc, world, notes, model_path, output_dir)
+    except BaseException:
+        release_output_dir(output_dir)
+        raise
+
+
+def _prepare(config: TrainConfig, backend, check_port: bool, nproc: int, world: int, notes: list[str],
+             model_path: str, output_dir: Path) -> LaunchPlan:
+    from hyport_lib.training import deepspeed_config as ds
+    from hyport_lib.training.checkpoints import check_compatible, list_checkpoints, resolve_resume
+    from hyport_lib.training.metrics import METRICS_FILE
+
+    notes.extend(check_foreign(output_dir, config.overwrite_output_dir))
     dataset_path, image_root = _dataset_path(config, output_dir)
     precision = ds.resolve_precision(config.precision, backend)
     deepspeed = ds.build_deepspeed_config(config, backend, precision)
@@ -118,6 +133,11 @@ def prepare(config: TrainConfig, backend=None, *, check_port: bool = True) -> La
                              f"train; raise max_steps, or resume_from='none' to start again")
         notes.append(f"resumes from {checkpoint.path.name} (step {checkpoint.step})")
         later = [c.path.name for c in list_checkpoints(output_dir) if c.step > checkpoint.step]
+        if later and not config.overwrite_output_dir:
+            raise ValueError(f"resume_from={config.resume_from!r} resumes {checkpoint.path.name}, but "
+                             f"output_dir holds {len(later)} later checkpoint(s) ({', '.join(later[:3])}"
+                             f"{', ...' if len(later) > 3 else ''}) that the run would remove; resume "
+                             "the newest (resume_from='auto') or allow it with overwrite_output_dir=True")
         if later:  # the workers remove them (drop_checkpoints_after): say so before they do
             notes.append(f"{len(later)} later checkpoint(s) in output_dir ({', '.join(later[:3])}"
                          f"{', ...' if len(later) > 3 else ''}) will be removed: the run continues "

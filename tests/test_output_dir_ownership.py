@@ -1,0 +1,92 @@
+"""output_dir under real ``hyport train`` commands (torchrun on 2 CPU processes): another
+tool's files are never removed or overwritten without overwrite_output_dir, and two runs
+into one folder cannot interleave (an exclusive lock; the second is refused naming the
+first)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from hyport_lib.training.ownership import LOCK_FILE, RUN_MARKER, foreign_entries
+
+pytestmark = pytest.mark.slow
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _train(out: Path, *args: str, wait: bool = True):
+    cmd = [sys.executable, "-m", "hyport_lib", "train", "--output-dir", str(out), "--max-steps", "2",
+           "--num-cards", "2", "--device", "cpu", "--no-record", *args]
+    if not wait:
+        return subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    return subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=600)
+
+
+def test_another_tools_files_stop_the_run_and_survive_an_allowed_one(tmp_path):
+    out = tmp_path / "out"
+    foreign = out / "checkpoint-500"
+    foreign.mkdir(parents=True)
+    (foreign / "weights.bin").write_bytes(b"not hyport's")
+    (out / "model.safetensors").write_bytes(b"someone's model")
+    refused = _train(out)
+    assert refused.returncode == 2, refused.stdout + refused.stderr
+    line = refused.stderr.strip()
+    assert "\n" not in line and "checkpoint-500, model.safetensors" in line and "overwrite_output_dir" in line
+    assert not (out / "metrics.jsonl").exists()  # nothing ran
+    allowed = _train(out, "--overwrite-output-dir", "true")
+    assert allowed.returncode == 0, allowed.stdout[-2000:] + allowed.stderr[-2000:]
+    assert (foreign / "weights.bin").read_bytes() == b"not hyport's"  # never removed
+    owned = json.loads((out / RUN_MARKER).read_text())["files"]
+    assert "model.safetensors" in owned and "config.json" in owned
+    # the next run into the folder: what hyport wrote is its own; the other tool's still stops it
+    assert foreign_entries(out) == ["checkpoint-500"]
+    (foreign / "weights.bin").unlink()
+    foreign.rmdir()
+    again = _train(out, "--resume-from", "none")
+    assert again.returncode == 0, again.stderr[-2000:]
+
+
+def test_a_second_run_into_the_same_folder_is_refused_naming_the_first(tmp_path):
+    out = tmp_path / "out"
+    first = _train(out, "--max-steps", "6", wait=False)
+    try:
+        lock = out / LOCK_FILE
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not (lock.is_file() and lock.read_text().startswith("pid")):
+            time.sleep(0.2)
+        holder = lock.read_text().strip()
+        second = _train(out)
+        assert second.returncode == 2, second.stderr
+        assert "another hyport train is running into it" in second.stderr and holder in second.stderr
+        assert f"pid {first.pid}" in holder
+    finally:
+        output, _ = first.communicate(timeout=600)
+    assert first.returncode == 0, output[-3000:]
+    steps = [json.loads(line)["step"] for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert steps == [1, 2, 3, 4, 5, 6]
+    # the kernel released the lock with the process: a later run starts
+    assert _train(out, "--resume-from", "none").returncode == 0
+
+
+def test_the_lock_dies_with_a_killed_launcher(tmp_path):
+    out = tmp_path / "out"
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys, time; from pathlib import Path; "
+         "from hyport_lib.training.ownership import lock_output_dir; "
+         f"lock_output_dir(Path({str(out)!r})); print('held', flush=True); time.sleep(600)"],
+        cwd=REPO, stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert holder.stdout.readline().strip() == "held"
+    from hyport_lib.training.ownership import OutputDirBusy, lock_output_dir, release_output_dir
+
+    with pytest.raises(OutputDirBusy, match=rf"pid {holder.pid}, started"):
+        lock_output_dir(out)
+    holder.kill()
+    holder.wait()
+    lock_output_dir(out)  # no stale lock after SIGKILL
+    release_output_dir(out)
