@@ -342,3 +342,30 @@ def test_lora_all_on_an_moe_says_the_fused_experts_stay_frozen(zoo, tmp_path):
     plan = prepare(TrainConfig(model_path=str(zoo["qwen3_moe"]), output_dir=str(tmp_path / "o"),
                                finetuning_type="lora", lora_target="all"))
     assert any("MoE experts" in note and "stay frozen" in note for note in plan.notes)
+
+
+@pytest.mark.parametrize("name", [n for n in VLMS if zoo_entry(n).chat_template])
+def test_a_text_only_batch_with_the_blank_image_gives_the_same_parameters_gradients(zoo, records, name):
+    """Under DeepSpeed every rank reduces the gradients of the same parameters: a rank
+    whose batch has no image runs the blank image (as the Trainer does) and must give a
+    gradient to exactly the parameters a real image does — no more, no fewer."""
+    from hyport_lib.training.callbacks import _accepted_arguments, _image_features, _tensors
+    from hyport_lib.training.worker import _blank_image_inputs
+
+    loaded = load_processor(str(zoo[name]))
+    model = load_model(str(zoo[name])).train()
+    encoder = Encoder(loaded, 1024)
+
+    def with_gradients(record_id, blank):
+        model.zero_grad(set_to_none=True)
+        batch = PaddedCollator(encoder.pad_id)([encoder.encode(_by_id(records, record_id)[0])[0]])
+        loss = model(**{k: v for k, v in batch.items() if k not in COUNT_KEYS}).loss
+        if blank:
+            get = model.get_image_features
+            inputs = {k: v for k, v in _blank_image_inputs(loaded).items() if k in _accepted_arguments(get)}
+            loss = loss + sum(t.float().sum() for t in _tensors(_image_features(get(**inputs)))
+                              if t.requires_grad) * 0.0
+        loss.backward()
+        return {n for n, p in model.named_parameters() if p.grad is not None}
+
+    assert with_gradients("smoke-text-0", blank=True) == with_gradients("smoke-single-0", blank=False)

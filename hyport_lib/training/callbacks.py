@@ -110,7 +110,7 @@ class CountingTrainer(Trainer):
             dtype = self._vision_dtype(net)
             inputs = {k: (v.to(output.device, dtype) if v.is_floating_point() else v.to(output.device))
                       for k, v in self.dummy_image_inputs.items() if k in accepted}
-            parts = [t.float().sum() for t in _tensors(get(**inputs)) if t.requires_grad]
+            parts = [t.float().sum() for t in _tensors(_image_features(get(**inputs))) if t.requires_grad]
             holder["zero"] = sum(parts) * 0.0 if parts else None
 
         return embeddings.register_forward_hook(after_embeddings)
@@ -160,6 +160,23 @@ class CountingTrainer(Trainer):
                 return (result[0] * float("nan"), *result[1:])
             return result * float("nan")
         return result
+
+
+#: Parts of a vision model output that hold the tower's own states, not what the model
+#: feeds on.
+_TOWER_STATES = ("last_hidden_state", "hidden_states", "attentions")
+
+
+def _image_features(output):
+    """What of ``get_image_features``' output the model feeds on. transformers 5 returns a
+    model output: ``pooler_output`` holds the projected features, and extra features
+    (Qwen3-VL's deepstack features) sit beside the vision tower's own last hidden state,
+    which some models never use (LLaVA-OneVision takes an earlier layer): a blank image
+    touching it would give parameters a gradient that a real image does not, and the
+    ranks' reductions would differ again. transformers 4.x returns the features themselves."""
+    if isinstance(output, dict) and output.get("pooler_output") is not None:
+        return [value for key, value in output.items() if key not in _TOWER_STATES]
+    return output
 
 
 def _accepted_arguments(function) -> set:
