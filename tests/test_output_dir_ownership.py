@@ -90,3 +90,20 @@ def test_the_lock_dies_with_a_killed_launcher(tmp_path):
     holder.wait()
     lock_output_dir(out)  # no stale lock after SIGKILL
     release_output_dir(out)
+
+
+def test_the_report_after_a_refused_stage_04_shows_no_pass_for_05(tmp_path):
+    """Stage 04 refused before launch (a bad record) leaves no record: stage 05 of that
+    run fails with stage 04's reason instead of PASSing on the embedded model."""
+    data = tmp_path / "bad.json"
+    data.write_text(json.dumps([{"id": "a", "conversations": [{"from": "human", "value": "hi"}]}]))
+    done = subprocess.run([sys.executable, "-m", "hyport_lib", "report", "--profile", "default",
+                           "--only", "04,05", "-p", f"dataset_path={data}", "--output-dir",
+                           str(tmp_path / "out"), "--cell-timeout", "600"],
+                          cwd=REPO, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 1, done.stdout + done.stderr
+    run = json.loads(next((tmp_path / "out").glob("*/run.json")).read_text())
+    verdicts = {s["stage"]: s for s in run["stages"]}
+    assert verdicts["04_train"]["verdict"] == "FAIL"
+    assert verdicts["05_weights"]["verdict"] == "FAIL"
+    assert "stage 04 of this run trained no weights" in (verdicts["05_weights"]["error"] or "")

@@ -211,6 +211,26 @@ def test_default_folders(tmp_path, monkeypatch):
     assert resolve_paths("/x", None, None, results=results).weights == "/x"  # a path given still wins
 
 
+
+def test_stage05_in_a_run_whose_stage04_wrote_no_record_checks_no_stand_in(tmp_path, monkeypatch):
+    """Stage 04 refused before launch (a bad dataset) writes no record: in that report run
+    stage 05 errors with stage 04's verdict instead of PASSing on the tiny model."""
+    from hyport_lib.weights.defaults import resolve_paths
+
+    run_dir = tmp_path / "run"
+    (run_dir / "results").mkdir(parents=True)
+    (run_dir / "run.json").write_text(json.dumps({"stages": [
+        {"stage": "04_train", "verdict": "FAIL", "error": "DatasetError: 2 of 14 records have problems"},
+        {"stage": "05_weights", "verdict": "RUNNING"}]}))
+    monkeypatch.setenv("HYPORT_RUN_DIR", str(run_dir))
+    with pytest.raises(ValueError, match=r"stage 04 of this run trained no weights to check \(FAIL: "
+                                         r"DatasetError: 2 of 14 records"):
+        resolve_paths(results=run_dir / "results")
+    assert resolve_paths("/x", None, None, results=run_dir / "results").weights == "/x"
+    (run_dir / "run.json").write_text(json.dumps({"stages": [{"stage": "05_weights", "verdict": "RUNNING"}]}))
+    assert "no stage 04 result" in resolve_paths(results=run_dir / "results").note  # 04 not in the run
+
+
 def test_zero_states_compare_with_a_lora_adapter_file(tmp_path):
     """DeepSpeed names LoRA weights with the adapter name, PEFT's file without it."""
     from hyport_lib.weights.zero_consolidate import ADAPTER_FILE, _compare

@@ -10,7 +10,10 @@ Without a stage-04 result (the notebook run on its own) it checks the embedded t
 model saved in two shards, against the same model saved as one file: two folders that
 hold the same weights, so every comparison must find them equal. A stage-04 result that
 names no weights (the training failed) is an error, not a reason to check the tiny
-model instead: a PASS there would read as the trained weights' PASS.
+model instead: a PASS there would read as the trained weights' PASS. So is a report run
+(``HYPORT_RUN_DIR``) whose ``run.json`` lists stage 04 when stage 04 left no usable
+weights, whatever its record says (it writes none when its pre-launch checks refuse
+the run).
 """
 
 from __future__ import annotations
@@ -77,6 +80,25 @@ def stage04_failure(directory: Optional[os.PathLike] = None) -> Optional[str]:
             f"instead, which would read as the trained weights' result: set weights_path to check a folder")
 
 
+def stage04_of_this_run(environ: Optional[dict] = None) -> Optional[str]:
+    """In a report run that includes stage 04, its verdict and summary as the run file
+    has them (e.g. ``FAIL: dataset: 2 bad records``); None outside such a run."""
+    import json
+
+    run_dir = (environ if environ is not None else os.environ).get("HYPORT_RUN_DIR")
+    if not run_dir:
+        return None
+    try:
+        stages = json.loads((Path(run_dir) / "run.json").read_text(encoding="utf-8")).get("stages") or []
+    except (OSError, ValueError, AttributeError):
+        return None
+    for stage in stages:
+        if isinstance(stage, dict) and stage.get("stage") == TRAIN_STAGE:
+            summary = str(stage.get("error") or stage.get("summary") or "").strip().splitlines()
+            return f"{stage.get('verdict')}" + (f": {summary[0][:200]}" if summary else "")
+    return None
+
+
 def resolve_paths(weights_path: Optional[os.PathLike] = None, base_path: Optional[os.PathLike] = None,
                   checkpoint_path: Optional[os.PathLike] = None, *,
                   results: Optional[os.PathLike] = None) -> Sources:
@@ -90,6 +112,11 @@ def resolve_paths(weights_path: Optional[os.PathLike] = None, base_path: Optiona
     failed = None if trained else stage04_failure(results)
     if failed:
         raise ValueError(failed)
+    in_run = None if trained else stage04_of_this_run()
+    if in_run is not None:
+        raise ValueError(f"stage 04 of this run trained no weights to check ({in_run}); stage 05 does "
+                         "not check the embedded model instead, which would read as the trained "
+                         "weights' result: set weights_path to check a folder")
     if trained:
         base = _str(base_path) or trained["model_path"]
         if base and Path(base).resolve() == Path(trained["final_dir"]).resolve():
