@@ -96,6 +96,11 @@ def run(args: argparse.Namespace) -> int:
     from hyport_lib.utils.redact import scrub_obj, scrub_text
     from hyport_lib.weights import stage
 
+    # A flag that cannot apply is a usage error, not a silent PASS.
+    for flag, given in (("--logits", args.logits), ("--consolidate", args.consolidate)):
+        if given and not args.checkpoint:
+            raise ValueError(f"{flag} compares with a checkpoint: give --checkpoint PATH")
+
     # Where it will write, before minutes of scanning and reloading: a results folder or
     # --log-dir that cannot take files is one line and exit 2, not a traceback at the end.
     if not args.no_record:

@@ -273,6 +273,12 @@ def _findings(result: Comparison, weights: Inspection, other: Inspection) -> Non
                         f"{name_some(r['tensor'] for r in differ)}",
                         tensors=[r["tensor"] for r in differ]))
         return
+    shared = len(rows) - len(by["removed"]) - len(by["added"])
+    base_tensors = len(rows) - len(by["added"])
+    if base_tensors and shared * 2 < base_tensors:
+        add(finding("base_mismatch", other_label,
+                    f"only {shared} of the base's {base_tensors} tensors are in the weights: the base "
+                    "is another model (or another layout); give the model training started from"))
     if by["removed"]:
         add(finding("key_removed", other_label, f"{len(by['removed'])} tensor(s) of the base are not in "
                     f"the weights: {name_some(r['tensor'] for r in by['removed'])}",

@@ -66,9 +66,12 @@ CLASSES: dict[str, tuple[str, str]] = {
     "reload_missing_keys": ("error", "weights the model expects are missing (they would be random)"),
     "reload_mismatched_keys": ("error", "weights whose shape differs from what the model expects"),
     "reload_unexpected_keys": ("warning", "weights the model does not use"),
+    "reload_class_fallback": ("warning", "config.json's architectures names a class this transformers "
+                                         "lacks: the model was loaded from model_type instead"),
     "processor_failed": ("error", "the processor or tokenizer files do not load"),
     # comparisons
     "key_removed": ("warning", "a tensor of the base is not in the weights"),
+    "base_mismatch": ("error", "the base shares under half of its tensors with the weights: another model"),
     "key_added": ("info", "a tensor of the weights is not in the base"),
     "shape_changed": ("warning", "a tensor's shape differs from the base"),
     "dtype_changed": ("info", "a tensor's dtype differs from the base (compared after rounding)"),

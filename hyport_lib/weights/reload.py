@@ -54,6 +54,8 @@ class ReloadResult:
     mismatched_keys: list[str] = field(default_factory=list)
     processor: Optional[str] = None
     processor_error: Optional[str] = None
+    #: how the class was chosen when architectures names none this transformers has
+    class_fallback: Optional[str] = None
     reason: Optional[str] = None
     log_path: Optional[str] = None
     log_tail: str = ""
@@ -103,7 +105,7 @@ def reload(path: os.PathLike, *, dtype: str = "bfloat16", attn_implementation: s
     if out.status == "ok":
         for key in ("model_type", "model_class", "parameters", "loaded_dtype", "load_s",
                     "missing_keys", "unexpected_keys", "mismatched_keys", "processor",
-                    "processor_error"):
+                    "processor_error", "class_fallback"):
             setattr(result, key, res.get(key, getattr(result, key)))
     return result
 
@@ -121,6 +123,8 @@ def reload_findings(result: ReloadResult) -> list[Finding]:
             ("reload_unexpected_keys", result.unexpected_keys, "are not used by the model")):
         if keys:
             out.append(finding(cls, here, f"{len(keys)} weight(s) {why}: {name_some(keys)}", tensors=keys))
+    if result.class_fallback:
+        out.append(finding("reload_class_fallback", here, result.class_fallback))
     if result.processor_error:
         out.append(finding("processor_failed", here, f"the processor/tokenizer files do not load: "
                                                      f"{result.processor_error}"))
@@ -148,7 +152,15 @@ def reload_in_child(spec: dict) -> dict:
     parameters = sum(p.numel() for p in model.parameters())
     print("LOAD_OK", model.config.model_type, parameters, flush=True)
     processor, processor_error = _processor(Path(path), common)
+    import transformers
+
+    arch = (getattr(config, "architectures", None) or [None])[0]
+    fallback = (f"config.json names {arch}, which transformers {transformers.__version__} does "
+                f"not have: loaded {type(model).__name__} through {cls.__name__} from model_type "
+                f"{config.model_type!r} instead" if arch and arch != type(model).__name__
+                and not getattr(config, "auto_map", None) else None)
     return {
+        "class_fallback": fallback,
         "model_type": model.config.model_type, "model_class": type(model).__name__,
         "parameters": int(parameters), "loaded_dtype": str(next(model.parameters()).dtype),
         "load_s": round(load_s, 3),
