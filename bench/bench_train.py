@@ -119,7 +119,7 @@ def run_bare(folder: Path, plan: dict, steps: int, cards: int, warmup: int) -> d
 
 
 def _free_port() -> int:
-    from hyport_lib.training.preflight import free_port
+    from hyport_lib.training.rendezvous import free_port
 
     return free_port()
 

@@ -14,7 +14,7 @@ import pytest
 
 from hyport_lib.training import stage
 from hyport_lib.training.config import TrainConfig
-from hyport_lib.training.preflight import free_port
+from hyport_lib.training.rendezvous import free_port
 
 pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[1]

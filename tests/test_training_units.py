@@ -171,17 +171,17 @@ def test_ema_and_spikes():
 
 # --------------------------------------------------------------------------- preflight
 def test_taken_port_and_multi_node_without_port_are_refused(tmp_path):
-    from hyport_lib.training.preflight import _port
+    from hyport_lib.training.rendezvous import rendezvous_port
 
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         sock.listen()
         taken = sock.getsockname()[1]
         with pytest.raises(ValueError, match=f"master_port={taken} is already taken"):
-            _port(TrainConfig(master_port=taken), check=True)
+            rendezvous_port(TrainConfig(master_port=taken), check=True)
     with pytest.raises(ValueError, match="nnodes > 1"):
-        _port(TrainConfig(nnodes=2, master_port=0), check=True)
-    assert _port(TrainConfig(), check=True) > 0
+        rendezvous_port(TrainConfig(nnodes=2, master_port=0), check=True)
+    assert rendezvous_port(TrainConfig(), check=True) > 0
 
 
 def test_a_bad_dataset_stops_before_any_process_starts(tmp_path, monkeypatch, capsys):
@@ -379,9 +379,9 @@ def test_second_training_review_regressions(tmp_path, monkeypatch):
     with pytest.raises(ValueError, match="master_addr='no.such.host.invalid' does not resolve"):
         prepare(TrainConfig(master_addr="no.such.host.invalid", output_dir=str(tmp_path / "a")), cpu)
     # loopback and unspecified addresses, IPv6 included, are this machine
-    from hyport_lib.training.preflight import _is_local
+    from hyport_lib.training.rendezvous import is_local
 
-    assert all(_is_local(a) for a in ("::1", "0.0.0.0", "127.0.0.1", socket.gethostname()))
+    assert all(is_local(a) for a in ("::1", "0.0.0.0", "127.0.0.1", socket.gethostname()))
     # ZeRO-3 on two processes with text-only and image records would abort in DeepSpeed
     with pytest.raises(ValueError, match="training rows hold no image.*zero_stage=3"):
         prepare(TrainConfig(zero_stage=3, num_cards=2, packing=False, output_dir=str(tmp_path / "z3")), cpu)

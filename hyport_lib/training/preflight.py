@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Optional
@@ -21,6 +20,7 @@ from typing import Optional
 from hyport_lib.models.preflight import check_attn_implementation
 from hyport_lib.training.config import TrainConfig
 from hyport_lib.training.ownership import check_foreign, lock_output_dir, release_output_dir
+from hyport_lib.training.rendezvous import check_master_addr, rendezvous_port
 from hyport_lib.utils.files import ensure_writable
 
 
@@ -145,8 +145,8 @@ def _prepare(config: TrainConfig, backend, check_port: bool, nproc: int, world: 
         if config.resume_from.lower() not in ("auto", "none"):
             # The workers start inside output_dir: a relative folder would point elsewhere there.
             config = replace(config, resume_from=str(checkpoint.path.resolve()))
-    _check_master_addr(config)
-    port = _port(config, check_port)
+    check_master_addr(config)
+    port = rendezvous_port(config, check_port)
     attn, attention_backend = _attention(config, backend)
     if config.packing:
         notes.append(f"packing: attention {attn} (per sample in every case; transformers' "
@@ -302,18 +302,6 @@ def _check_mixed_images(config: TrainConfig, world: int, path: Path, samples) ->
             f"zero_stage=2, packing, one process, or records of one kind")
 
 
-def _check_master_addr(config: TrainConfig) -> None:
-    """An address that does not resolve makes torchrun retry for ever: say so now."""
-    try:
-        socket.getaddrinfo(config.master_addr, None)
-    except (OSError, UnicodeError) as exc:
-        raise ValueError(f"master_addr={config.master_addr!r} does not resolve ({exc}); give the "
-                         f"master node's address or name") from None
-    if config.nnodes == 1 and not _is_local(config.master_addr):
-        raise ValueError(f"master_addr={config.master_addr!r} is not this machine, but nnodes=1: "
-                         f"a single-node run is its own master (e.g. 127.0.0.1)")
-
-
 def _attention(config: TrainConfig, backend) -> tuple[str, str]:
     """``(attn_implementation, FlashAttnAPI backend)``; packing needs hyport's attention."""
     api_backend = "npu" if backend.kind == "npu" else "sdpa"
@@ -321,62 +309,6 @@ def _attention(config: TrainConfig, backend) -> tuple[str, str]:
         check_attn_implementation(config.attn_implementation)
         return config.attn_implementation, api_backend
     return {"npu": "hyport_npu_fused", "sdpa": "hyport_torch"}[api_backend], api_backend
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
-
-
-def _port(config: TrainConfig, check: bool) -> int:
-    if config.master_port == 0:
-        if config.nnodes > 1:
-            raise ValueError("master_port=0: with nnodes > 1 give the same master_port to every "
-                             "node (e.g. 29500)")
-        return free_port(_bind_host(config.master_addr))
-    if check and config.node_rank == 0 and _is_local(config.master_addr):
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-            try:
-                sock.bind((_bind_host(config.master_addr), config.master_port))
-            except OSError:
-                raise ValueError(f"master_port={config.master_port} is already taken on "
-                                 f"{config.master_addr} (another job?); choose another port or "
-                                 "master_port=0 for a free one") from None
-    return config.master_port
-
-
-def _bind_host(addr: str) -> str:
-    if addr in ("localhost", "127.0.0.1"):
-        return "127.0.0.1"
-    try:
-        return socket.gethostbyname(addr)  # the master binds that address
-    except OSError:
-        return "0.0.0.0"
-
-
-def _is_local(addr: str) -> bool:
-    """Is ``addr`` this machine (loopback or unspecified, its name, or one of its
-    interfaces' addresses, IPv4 or IPv6)?"""
-    import ipaddress
-
-    if addr in ("localhost", socket.gethostname()):
-        return True
-    try:
-        resolved = {info[4][0].split("%")[0] for info in socket.getaddrinfo(addr, None)}
-    except (OSError, UnicodeError):
-        return False
-    import psutil
-
-    mine = {a.address.split("%")[0] for addrs in psutil.net_if_addrs().values() for a in addrs}
-    for address in resolved:
-        try:
-            ip = ipaddress.ip_address(address)
-        except ValueError:
-            continue
-        if ip.is_loopback or ip.is_unspecified or address in mine:
-            return True
-    return False
 
 
 def _check_lora_targets(config: TrainConfig, model_path: str) -> list[str]:
