@@ -260,3 +260,24 @@ def test_dataset_error_lists_every_problem(tmp_path):
 def test_a_folder_given_as_the_dataset_is_named_as_a_folder(tmp_path):
     with pytest.raises(IsADirectoryError, match="dataset_path=.* is a folder"):
         load_dataset(tmp_path)
+
+
+def test_non_json_constants_deep_nesting_and_odd_image_paths_are_named(tmp_path):
+    import os
+
+    (tmp_path / "nan.json").write_text('[{"id": NaN, "conversations": []}]')
+    with pytest.raises(ValueError, match=r"nan.json: NaN is not JSON"):
+        load_dataset(tmp_path / "nan.json")
+    (tmp_path / "inf.jsonl").write_text('{"id": Infinity}\n')
+    assert "Infinity is not JSON" in load_dataset(tmp_path / "inf.jsonl").problems[0].message
+    (tmp_path / "deep.json").write_text("[" * 100000 + "]" * 100000)
+    with pytest.raises(ValueError, match=r"deep.json: nested too deeply"):
+        load_dataset(tmp_path / "deep.json")
+    (tmp_path / "pictures").mkdir()
+    os.mkfifo(tmp_path / "pipe.png")
+    record = {"id": "x", "image": ["pictures", "pipe.png"],
+              "conversations": [{"from": "human", "value": "<image><image>hi"}, {"from": "gpt", "value": "y"}]}
+    (tmp_path / "odd.json").write_text(json.dumps([record]))
+    messages = [p.message for p in load_dataset(tmp_path / "odd.json").problems]
+    assert messages == ["'pictures': a folder, not an image file",
+                        "'pipe.png': not a regular file (a pipe, device or socket)"]

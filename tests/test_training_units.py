@@ -445,3 +445,31 @@ def test_third_training_review_regressions(tmp_path):
                                output_dir=str(out), overwrite_output_dir=True), cpu)
     assert any("2 later checkpoint(s) in output_dir (checkpoint-6, checkpoint-8) will be removed" in n
                for n in plan.notes), plan.notes
+
+
+def test_an_unreadable_marker_state_or_missing_rank_file_is_named_before_launch(tmp_path):
+    out = tmp_path / "run"
+    corrupt = _checkpoint(out, 2)
+    (corrupt / ck.MARKER).write_text("{not json")
+    state = _checkpoint(out, 4)
+    (state / "trainer_state.json").write_text("[1, 2")
+    ranks = _checkpoint(out, 6)
+    (ranks / "global_step6").mkdir()
+    (ranks / "global_step6" / "bf16_zero_pp_rank_0_mp_rank_00_optim_states.pt").write_bytes(b"x")
+    reasons = {c.step: c.why_incomplete for c in ck.list_checkpoints(out)}
+    assert reasons[2].startswith("hyport_checkpoint.json is unreadable (JSONDecodeError")
+    assert reasons[4].startswith("trainer_state.json is unreadable (JSONDecodeError")
+    assert reasons[6] == "1 of 2 ranks' ZeRO optimizer states in global_step6/ (a rank's file is missing)"
+    with pytest.raises(ValueError, match=r"resume_from=.*checkpoint-6.*incomplete checkpoint \(1 of 2 ranks'"):
+        ck.resolve_resume(str(ranks), out)
+    (ranks / "global_step6" / "bf16_zero_pp_rank_1_mp_rank_00_optim_states.pt").write_bytes(b"x")
+    assert ck.newest_complete(out).step == 6
+
+
+def test_overflow_drop_drops_too_long_records_and_counts_them(tmp_path):
+    from hyport_lib.training.preflight import prepare
+
+    plan = prepare(TrainConfig(output_dir=str(tmp_path / "o"), overflow="drop", max_seq_len=40, num_cards=2),
+                   get_backend("cpu", num_cards=2))
+    assert plan.dataset["samples"] == 3
+    assert any(n.startswith("overflow='drop': 11 record(s) longer than max_seq_len=40 dropped") for n in plan.notes)

@@ -548,3 +548,23 @@ def test_reversed_offsets_count_the_tensors_size_not_a_negative_span(sources, tm
     rc, result, err = verify_json(ckpt, capsys)
     classes = {f["class"] for f in result["findings"]}
     assert "offsets_out_of_bounds" in classes and "total_size_mismatch" not in classes, classes
+
+
+@pytest.mark.parametrize("kind", ["folder", "fifo", "device link"])
+def test_a_model_safetensors_that_is_no_file_is_named_for_what_it_is(tmp_path, kind):
+    import os
+
+    from hyport_lib.models.preflight import ModelPathError, check_model_path
+    from hyport_lib.weights.layout import inspect_checkpoint
+
+    folder = tmp_path / "m"
+    folder.mkdir()
+    (folder / "config.json").write_text('{"model_type": "llama"}')
+    target = folder / "model.safetensors"
+    {"folder": target.mkdir, "fifo": lambda: os.mkfifo(target),
+     "device link": lambda: target.symlink_to("/dev/zero")}[kind]()
+    expected = {"folder": "a folder", "fifo": "a named pipe (FIFO)", "device link": "a device (through a link)"}
+    messages = [f.message for f in inspect_checkpoint(folder).findings if f.cls == "no_weights"]
+    assert messages == [f"{target} is {expected[kind]}, not a safetensors file"]
+    with pytest.raises(ModelPathError, match="model.safetensors is not a regular file"):
+        check_model_path(str(folder))

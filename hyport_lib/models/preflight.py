@@ -127,6 +127,9 @@ def _check_weights(path: Path, param: str, text: str) -> None:
         raise ModelPathError(f"{param}={text!r}: no weights in {path.resolve()} (no *.safetensors, "
                              "no pytorch_model*.bin)")
     for shard in shards:
+        if not shard.is_file():
+            raise ModelPathError(f"{param}={text!r}: {shard} is not a regular file (a folder, "
+                                 "pipe or device where the weights should be)")
         header = read_header(shard, validate=False)
         errors = [f for f in header.findings if f.severity == "error"]
         if errors:

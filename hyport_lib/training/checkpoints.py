@@ -73,13 +73,41 @@ def list_checkpoints(output_dir: os.PathLike) -> list[Checkpoint]:
         match = _CHECKPOINT_RE.match(child.name)
         if not match or not child.is_dir():
             continue
-        why = ""
-        if not (child / MARKER).is_file():
-            why = f"no {MARKER} (the save did not finish)"
-        elif not (child / "trainer_state.json").is_file():
-            why = "no trainer_state.json"
+        why = _why_incomplete(child, int(match.group(1)))
         found.append(Checkpoint(child, int(match.group(1)), not why, why))
     return sorted(found, key=lambda c: c.step)
+
+
+def _read_json_file(path: Path) -> tuple[Optional[dict], str]:
+    """``(object, "")`` or ``(None, why it is unreadable)``."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        return None, f"{type(exc).__name__}: {str(exc)[:120]}"
+    return (data, "") if isinstance(data, dict) else (None, f"a JSON {type(data).__name__}, not an object")
+
+
+def _why_incomplete(folder: Path, step: int) -> str:
+    """Why ``folder`` cannot be resumed from ("" when it can): its marker, the Trainer's
+    state and every rank's ZeRO optimizer states, checked before any process starts."""
+    if not (folder / MARKER).is_file():
+        return f"no {MARKER} (the save did not finish)"
+    marker, why = _read_json_file(folder / MARKER)
+    if marker is None:
+        return f"{MARKER} is unreadable ({why})"
+    if not (folder / "trainer_state.json").is_file():
+        return "no trainer_state.json"
+    state, why = _read_json_file(folder / "trainer_state.json")
+    if state is None:
+        return f"trainer_state.json is unreadable ({why})"
+    world, stage = marker.get("world_size"), marker.get("zero_stage")
+    states = folder / f"global_step{step}"
+    if isinstance(world, int) and isinstance(stage, int) and stage >= 1 and states.is_dir():
+        ranks = list(states.glob("*zero_pp_rank_*_optim_states.pt"))
+        if len(ranks) < world:
+            return (f"{len(ranks)} of {world} ranks' ZeRO optimizer states in {states.name}/ "
+                    "(a rank's file is missing)")
+    return ""
 
 
 def newest_complete(output_dir: os.PathLike) -> Optional[Checkpoint]:

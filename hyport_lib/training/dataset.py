@@ -110,6 +110,19 @@ class DatasetError(ValueError):
                          + "\n".join(f"  {line}" for line in self.details))
 
 
+class _NotJsonConstant(ValueError):
+    """``NaN`` / ``Infinity`` / ``-Infinity``: Python's json module reads them, JSON has none."""
+
+
+def _refuse_constant(name: str):
+    raise _NotJsonConstant(f"{name} is not JSON (a number there must be finite; strings need quotes)")
+
+
+def _loads(text: str):
+    """Strict JSON: the non-standard constants are refused, not read as floats."""
+    return json.loads(text, parse_constant=_refuse_constant)
+
+
 def read_raw(path: os.PathLike) -> tuple[list[Any], list[Problem]]:
     """The file's records as parsed JSON values, and the lines that are not JSON.
 
@@ -125,8 +138,8 @@ def read_raw(path: os.PathLike) -> tuple[list[Any], list[Problem]]:
         # One object over many lines, e.g. {"data": [...]}: say so, rather than report
         # every line of it as a record that is not JSON.
         try:
-            whole = json.loads(text)
-        except json.JSONDecodeError:
+            whole = _loads(text)
+        except (json.JSONDecodeError, _NotJsonConstant, RecursionError):
             whole = None
         if isinstance(whole, dict) and text.strip().count("\n"):
             keys = ", ".join(repr(k) for k in list(whole)[:3])
@@ -134,10 +147,15 @@ def read_raw(path: os.PathLike) -> tuple[list[Any], list[Problem]]:
                              f"of records, or one record per line (JSON Lines)")
     if text.lstrip().startswith("["):
         try:
-            data = json.loads(text)
+            data = _loads(text)
         except json.JSONDecodeError as exc:
             raise ValueError(f"dataset {path}: not valid JSON at line {exc.lineno}, column "
-                             f"{exc.colno} ({exc.msg})") from exc
+                             f"{exc.colno} ({exc.msg})") from None
+        except _NotJsonConstant as exc:
+            raise ValueError(f"dataset {path}: {exc}") from None
+        except RecursionError:
+            raise ValueError(f"dataset {path}: nested too deeply to read (arrays or objects inside "
+                             f"each other beyond Python's recursion limit); a record is a flat object") from None
         return list(data), []
     values: list[Any] = []
     problems = []
@@ -145,7 +163,11 @@ def read_raw(path: os.PathLike) -> tuple[list[Any], list[Problem]]:
         if not line.strip():
             continue
         try:
-            values.append(json.loads(line))
+            values.append(_loads(line))
+        except (_NotJsonConstant, RecursionError) as exc:
+            values.append(None)
+            why = str(exc) if isinstance(exc, _NotJsonConstant) else "nested too deeply to read"
+            problems.append(Problem(len(values) - 1, None, f"line {number}", "not_json", f"not JSON ({why})"))
         except json.JSONDecodeError as exc:
             values.append(None)
             problems.append(Problem(len(values) - 1, None, f"line {number}", "not_json",
@@ -272,12 +294,15 @@ def _check_images(value: dict, image_root: Path, problem, check: bool) -> Option
             continue
         path = (image_root / entry).expanduser()
         try:
-            found = path.is_file()
+            found, exists = path.is_file(), path.exists()
         except (OSError, ValueError) as exc:  # a name too long, a NUL byte: not a file either
             problem(where, "image_missing", f"{entry!r:.80}: not a usable path ({exc})")
             continue
         if not found:
-            problem(where, "image_missing", f"{entry!r:.200}: no such file under {image_root}")
+            what = ("a folder, not an image file" if path.is_dir() else
+                    "not a regular file (a pipe, device or socket)" if exists else
+                    f"no such file under {image_root}")
+            problem(where, "image_missing", f"{entry!r:.200}: {what}")
             continue
         if check:
             reason = _unreadable(path)

@@ -132,7 +132,8 @@ def _prepare(config: TrainConfig, backend, check_port: bool, nproc: int, world: 
                              f"{checkpoint.step}), but max_steps={config.max_steps}: nothing is left to "
                              f"train; raise max_steps, or resume_from='none' to start again")
         notes.append(f"resumes from {checkpoint.path.name} (step {checkpoint.step})")
-        later = [c.path.name for c in list_checkpoints(output_dir) if c.step > checkpoint.step]
+        later_checkpoints = [c for c in list_checkpoints(output_dir) if c.step > checkpoint.step]
+        later = [c.path.name + (f" ({c.why_incomplete})" if c.why_incomplete else "") for c in later_checkpoints]
         if later and not config.overwrite_output_dir:
             raise ValueError(f"resume_from={config.resume_from!r} resumes {checkpoint.path.name}, but "
                              f"output_dir holds {len(later)} later checkpoint(s) ({', '.join(later[:3])}"
@@ -255,6 +256,14 @@ def _check_dataset(config: TrainConfig, path: Path, image_root: Optional[str],
         if left:
             notes.append(f"bundled smoke set: {len(left)} record(s) not applicable to this "
                          f"{loaded.traits.kind} model left out ({left[0].message})")
+    if config.overflow == "drop":
+        # Asked for: too-long samples are dropped (the workers drop them the same way), and counted.
+        dropped = [p for p in too_long if p.kind == "too_long"]
+        too_long = [p for p in too_long if p.kind != "too_long"]
+        if dropped:
+            notes.append(f"overflow='drop': {len(dropped)} record(s) longer than max_seq_len="
+                         f"{config.max_seq_len} dropped (first: record {dropped[0].index}, id "
+                         f"{dropped[0].record_id!r}, {dropped[0].message.split(' >')[0]})")
     problems = sorted(report.problems + too_long, key=lambda p: p.index)
     full = DatasetReport(report.path, report.records, problems, report.total)
     if problems:

@@ -188,12 +188,33 @@ def _inspect_folder(folder: Path, validate: bool) -> Inspection:
             f"{len(shards)} shard file(s) ({name_some([p.name for p in shards])}) but no index: "
             f"from_pretrained fails with 'no file named model.safetensors'"))
         return result
+    result = Inspection(str(folder), "none")
+    if single.exists() or single.is_symlink():  # there, but no regular file: say what it is
+        result.findings.append(finding("no_weights", SINGLE_FILE,
+                                       f"{single} is {_not_a_file(single)}, not a safetensors file"))
+        return result
     others = [p.name for p in files] + [p.name for p in sorted(folder.glob("*.bin"))]
     found = f"; found only {name_some(others)}" if others else ""
-    result = Inspection(str(folder), "none")
     result.findings.append(finding("no_weights", folder.name or str(folder),
                                    f"no {SINGLE_FILE} and no {INDEX_FILE} in {folder}{found}"))
     return result
+
+
+def _not_a_file(path: Path) -> str:
+    """What a path that is not a regular file is, in a few words."""
+    import stat
+
+    try:
+        mode = path.stat().st_mode
+    except OSError:
+        return "a broken link"
+    if stat.S_ISDIR(mode):
+        return "a folder"
+    if stat.S_ISFIFO(mode):
+        return "a named pipe (FIFO)"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return f"a device{' (through a link)' if path.is_symlink() else ''}"
+    return "not a regular file"
 
 
 def _inspect_sharded(folder: Path, index_path: Path, validate: bool) -> Inspection:
