@@ -136,6 +136,9 @@ class Encoder:
         tokenizer = loaded.tokenizer
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
         self.image_token_ids = _image_token_ids(self.processor)
+        #: Text longer than this is more than max_seq_len tokens whatever it says: no
+        #: token of this tokenizer spells more characters than its longest vocabulary entry.
+        self.max_chars = self.max_seq_len * _longest_token_chars(tokenizer) + 256
 
     def _image_positions(self, sample: Sample) -> list[int]:
         """Where the sample holds image tokens: the processor's image token ids, and any
@@ -166,6 +169,14 @@ class Encoder:
         problem = not_applicable(self.loaded, record)
         if problem is not None:
             return None, problem
+        size = sum(len(text) for _, text in record.turns)
+        if size > self.max_chars:
+            # Never tokenise a huge record whole: its memory would grow with its size.
+            if self.overflow == "drop":
+                return None, Problem(record.index, record.record_id, "conversations", "too_long",
+                                     f"{size:,} characters > max_seq_len={self.max_seq_len} tokens of "
+                                     f"this tokenizer (at most {self.max_chars:,} characters) (overflow='drop')")
+            record = _clipped(record, self.max_chars)
         images = [_open_image(p) for p in record.images]
         if self.loaded.prompt_format == "prefix":
             sample = self._encode_prefix(record, images)
@@ -233,6 +244,28 @@ def _sample(record: Record, ids: list[int], labels: list[int], per_token: dict, 
     pixels = image.pop("pixel_values", None)
     return Sample(record.record_id, ids, labels, pixels,
                   image_extras=image if pixels is not None else {}, token_extras=per_token)
+
+
+def _longest_token_chars(tokenizer) -> int:
+    """Characters of the tokenizer's longest vocabulary entry (byte-level and sentencepiece
+    entries spell at least as many characters as the text they stand for)."""
+    try:
+        return max(1, max((len(token) for token in tokenizer.get_vocab()), default=1))
+    except (AttributeError, NotImplementedError, TypeError):
+        return 64
+
+
+def _clipped(record: Record, budget: int) -> Record:
+    """The record's first ``budget`` characters of text: turns after the cut are left out,
+    and the images whose placeholders are cut with them (truncation then fits the rest)."""
+    turns: list[tuple[str, str]] = []
+    for role, text in record.turns:
+        if budget <= 0:
+            break
+        turns.append((role, text[:budget]))
+        budget -= len(text)
+    kept = sum(text.count(IMAGE_PLACEHOLDER) for _, text in turns)
+    return Record(record.index, record.record_id, turns, list(record.images[:kept]))
 
 
 def _image_token_ids(processor) -> set[int]:

@@ -1,0 +1,69 @@
+"""Bad input to the commands, as a user gives it: ``hyport verify`` refuses what cannot
+apply and says when it is not the model it seems (flags without their checkpoint: exit
+2; a base that is another model: an error; a reload that fell back from
+``architectures`` to ``model_type``: a WARN); ``hyport train`` judges a 100 MB record
+within a fixed memory budget."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slow
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _verify(*args: str):
+    return subprocess.run([sys.executable, "-m", "hyport_lib", "verify", *args, "--no-record"], cwd=REPO,
+                          capture_output=True, text=True, timeout=600)
+
+
+@pytest.mark.parametrize("flag", ["--logits", "--consolidate"])
+def test_a_checkpoint_flag_without_a_checkpoint_is_a_usage_error(flag):
+    from hyport_lib.models.tiny import ensure_tiny_model
+
+    done = _verify(str(ensure_tiny_model()), flag)
+    assert done.returncode == 2 and done.stderr.strip() == (
+        f"hyport verify: {flag} compares with a checkpoint: give --checkpoint PATH")
+
+
+def test_a_base_that_is_another_model_is_an_error_and_a_class_fallback_a_warning(zoo, tmp_path):
+    done = _verify(str(zoo["qwen3"]), "--base", str(zoo["gemma3"]))
+    assert done.returncode == 1 and "FAIL: base_mismatch" in done.stdout, done.stdout[-1500:]
+    renamed = shutil.copytree(zoo["qwen3"], tmp_path / "renamed")
+    config = json.loads((renamed / "config.json").read_text())
+    config["architectures"] = ["Qwen3ForFancyLM"]
+    (renamed / "config.json").write_text(json.dumps(config))
+    done = _verify(str(renamed), "--reload")
+    assert done.returncode == 0 and "reload_class_fallback" in done.stdout, done.stdout[-1500:]
+    assert "WARN" in done.stdout.splitlines()[-1] and "Qwen3ForFancyLM" in done.stdout
+
+
+def test_a_100_mb_record_is_judged_within_a_fixed_memory_budget(tmp_path):
+    """One huge record: hyport train reads no more than a bounded prefix of its text into
+    the tokenizer, whatever the record's size, and answers in seconds."""
+    import resource
+    import time
+
+    big = "word " * 20_000_000  # 100 MB of text in one turn
+    data = tmp_path / "big.json"
+    data.write_text(json.dumps([{"id": "big", "conversations": [{"from": "human", "value": big},
+                                                                 {"from": "gpt", "value": "ok"}]}]))
+    del big
+    for overflow, expected in (("drop", "no usable record left"), ("truncate", "no answer token would be left")):
+        started = time.monotonic()
+        done = subprocess.run([sys.executable, "-m", "hyport_lib", "train", "--dataset-path", str(data),
+                               "--output-dir", str(tmp_path / overflow), "--overflow", overflow,
+                               "--max-seq-len", "512", "--no-record"],
+                              cwd=REPO, capture_output=True, text=True, timeout=600)
+        seconds = time.monotonic() - started
+        peak_mb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+        print(f"overflow={overflow}: exit {done.returncode} in {seconds:.1f} s, peak RSS of a child so far "
+              f"{peak_mb:.0f} MB")
+        assert done.returncode == 2 and expected in done.stderr, done.stderr[-1500:]
+        assert peak_mb < 1500 and seconds < 120
