@@ -67,3 +67,28 @@ def test_a_100_mb_record_is_judged_within_a_fixed_memory_budget(tmp_path):
               f"{peak_mb:.0f} MB")
         assert done.returncode == 2 and expected in done.stderr, done.stderr[-1500:]
         assert peak_mb < 1500 and seconds < 120
+
+
+def test_a_full_disk_during_a_checkpoint_save_is_said_with_the_free_space(tmp_path):
+    """On a 3 MB tmpfs the first checkpoint (about 3 MB) does not fit."""
+    import os
+
+    mount = tmp_path / "small"
+    mount.mkdir()
+    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=3m", "tmpfs", str(mount)],
+                                           capture_output=True).returncode != 0:
+        pytest.skip("cannot mount a small tmpfs here (needs root and mount)")
+    try:
+        done = subprocess.run([sys.executable, "-m", "hyport_lib", "train", "--output-dir", str(mount / "out"),
+                               "--max-steps", "2", "--save-steps", "1", "--no-record", "--json"],
+                              cwd=REPO, capture_output=True, text=True, timeout=600)
+        assert done.returncode == 1, done.stderr[-2000:]
+        reason = json.loads(done.stdout)["reason"]
+        assert reason.startswith(f"no space left on tmpfs ({mount})") and "0 B free" in reason, reason
+        assert "the checkpoint needs about 3." in reason and "MB" in reason
+        again = subprocess.run([sys.executable, "-m", "hyport_lib", "train", "--output-dir", str(mount / "more"),
+                                "--no-record"], cwd=REPO, capture_output=True, text=True, timeout=600)
+        assert again.returncode == 2 and again.stderr.strip().startswith("hyport train: No space left on device")
+        assert "Traceback" not in again.stderr
+    finally:
+        subprocess.run(["umount", str(mount)], check=False)

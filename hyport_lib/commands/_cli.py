@@ -20,6 +20,7 @@ Commands never catch these themselves: :func:`invoke` does, around ``run(args)``
 
 from __future__ import annotations
 
+import errno
 import os
 import signal
 import sys
@@ -64,12 +65,30 @@ def invoke(name: str, run: Callable, args) -> int:
         for line in getattr(exc, "details", None) or ():  # e.g. every bad dataset record
             print(scrub_text(f"  {line}"), file=sys.stderr)
         return USAGE_EXIT
+    except OSError as exc:
+        if exc.errno not in _FULL_DISK:
+            return _internal(name, exc)
+        where = f" ({exc.filename})" if exc.filename else ""
+        print(scrub_text(f"hyport {name}: {exc.strerror or one_line(exc)}{where}"), file=sys.stderr)
+        return USAGE_EXIT
     except Exception as exc:  # a defect: keep the traceback, but say what it is and exit apart
-        import traceback
+        return _internal(name, exc)
 
-        if os.environ.get("HYPORT_DEBUG"):
-            raise
-        print(scrub_text(traceback.format_exc()), file=sys.stderr, end="")
-        print(scrub_text(f"hyport {name}: internal error ({type(exc).__name__}: {one_line(exc)}); "
-                         f"please report it with the traceback above"), file=sys.stderr)
-        return INTERNAL_EXIT
+
+#: A full disk or quota is the machine's state, not a defect: one line, not a traceback.
+_FULL_DISK = (errno.ENOSPC, errno.EDQUOT)
+
+
+def _internal(name: str, exc: BaseException) -> int:
+    """A defect: the traceback, a line saying what it is, and exit 3 (called from within
+    the ``except`` clause, so the traceback is the exception's)."""
+    import traceback
+
+    from hyport_lib.utils.redact import scrub_text
+
+    if os.environ.get("HYPORT_DEBUG"):
+        raise exc
+    print(scrub_text(traceback.format_exc()), file=sys.stderr, end="")
+    print(scrub_text(f"hyport {name}: internal error ({type(exc).__name__}: {one_line(exc)}); "
+                     f"please report it with the traceback above"), file=sys.stderr)
+    return INTERNAL_EXIT

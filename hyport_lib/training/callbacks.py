@@ -29,6 +29,7 @@ from typing import Optional
 from transformers import Trainer, TrainerCallback
 
 from hyport_lib.training.checkpoints import write_marker
+from hyport_lib.utils.disk import disk_full_error
 from hyport_lib.training.packing import COUNT_KEYS
 from hyport_lib.utils.files import dumps_json
 
@@ -135,8 +136,22 @@ class CountingTrainer(Trainer):
         started = time.perf_counter()
         try:
             return super()._save_checkpoint(model, trial, *args, **kwargs)
+        except Exception as exc:
+            full = disk_full_error(exc, Path(self.args.output_dir), self._checkpoint_bytes())
+            if full is None:
+                raise
+            raise full from exc
         finally:
             self.save_seconds += time.perf_counter() - started
+
+    def _checkpoint_bytes(self) -> int:
+        """About what a checkpoint takes: the weights in their dtype, plus DeepSpeed's fp32
+        master copy and two Adam moments of every trained parameter (12 bytes each)."""
+        total = 0
+        for parameter in self.model.parameters():
+            count = int(getattr(parameter, "ds_numel", 0) or parameter.numel())
+            total += count * parameter.element_size() + (12 * count if parameter.requires_grad else 0)
+        return total
 
     def compute_loss(self, model, inputs, *args, **kwargs):
         counts = [inputs.pop(key, 0) for key in COUNT_KEYS]

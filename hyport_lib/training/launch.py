@@ -35,6 +35,7 @@ from hyport_lib.training.ownership import lock_output_dir, release_output_dir
 from hyport_lib.training.preflight import LaunchPlan
 from hyport_lib.training.result import TrainProgress, TrainResult
 from hyport_lib.training.worker import RESULT_FILE, SPEC_ENV
+from hyport_lib.utils.disk import disk_full_error
 from hyport_lib.utils.redact import child_environ, scrub_obj
 
 
@@ -133,6 +134,19 @@ def _launch(plan: LaunchPlan, on_update: Optional[Callable[[TrainProgress], None
     return collect(plan, code, time.monotonic() - started, timed_out)
 
 
+def _checkpoint_estimate(plan: LaunchPlan) -> int:
+    """About what one checkpoint of this run takes: every parameter of the model in its
+    saved dtype, plus DeepSpeed's fp32 master copy and two Adam moments (12 bytes each;
+    LoRA: far less, so this is an upper bound)."""
+    from hyport_lib.weights.format import read_header
+
+    total = 0
+    for shard in Path(plan.model_path).glob("*.safetensors"):
+        header = read_header(shard, validate=False)
+        total += sum(entry.numel * (12 + entry.nbytes // max(entry.numel, 1)) for entry in header.tensors.values())
+    return total
+
+
 def collect(plan: LaunchPlan, code: Optional[int], wall_s: float, timed_out: bool) -> TrainResult:
     """Read what the run left into a :class:`TrainResult`."""
     out = Path(plan.output_dir)
@@ -149,6 +163,9 @@ def collect(plan: LaunchPlan, code: Optional[int], wall_s: float, timed_out: boo
         cause = first_failure(plan.log_path)
         if cause:
             reason += f"; first failure: {cause}"
+        full = disk_full_error(RuntimeError(cause or ""), out, _checkpoint_estimate(plan))
+        if full is not None:  # the rank logs on that disk may not even hold the error
+            reason = f"{full.strerror}; torchrun: {describe_exit(code)}"
     checkpoints = [{"path": str(c.path), "step": c.step, "complete": c.complete,
                     "why_incomplete": c.why_incomplete} for c in list_checkpoints(out)]
     return TrainResult(
