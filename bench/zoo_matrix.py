@@ -75,7 +75,10 @@ def model_cell(stage: str, name: str, model: Path, out: Path, device: str) -> tu
         state, why = verdict(code, text)
         marker = "Not applicable to this model: "
         if state == "PASS" and marker in text:
-            why = "n/a: " + text.split(marker, 1)[1].splitlines()[0][:110]
+            parts = text.split(marker, 1)[1].splitlines()[0]
+            why = ", ".join(label for test, label in (
+                ("text-only model", "images n/a (text-only)"), ("needs an image", "text-only prompt n/a"),
+                ("video processor", "video n/a (no torchvision)")) if test in parts)
         return state, why, seconds
     raise ValueError(f"not a model stage: {stage!r}")
 
