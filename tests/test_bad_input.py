@@ -92,3 +92,28 @@ def test_a_full_disk_during_a_checkpoint_save_is_said_with_the_free_space(tmp_pa
         assert "Traceback" not in again.stderr
     finally:
         subprocess.run(["umount", str(mount)], check=False)
+
+
+def test_a_stopped_train_records_the_steps_that_finished(tmp_path):
+    import os
+    import signal
+    import time
+
+    results = tmp_path / "results"
+    out = tmp_path / "out"
+    child = subprocess.Popen([sys.executable, "-m", "hyport_lib", "train", "--output-dir", str(out),
+                              "--max-steps", "40", "--num-cards", "2"], cwd=REPO, text=True,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             env={**os.environ, "HYPORT_RESULTS_DIR": str(results)})
+    metrics = out / "metrics.jsonl"
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and not (metrics.is_file() and len(metrics.read_text().splitlines()) >= 2):
+        time.sleep(0.3)
+    child.send_signal(signal.SIGTERM)
+    _, err = child.communicate(timeout=120)
+    assert child.returncode == 130, err[-2000:]
+    record = json.loads((results / "04_train.json").read_text())
+    assert record["verdict"] == "FAIL" and record["data"]["status"] == "interrupted"
+    steps = [m["step"] for m in record["data"]["metrics"]]
+    assert steps and steps == list(range(1, len(steps) + 1))
+    assert record["data"]["reason"].startswith(f"stopped by a signal after step {steps[-1]}")

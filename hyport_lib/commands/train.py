@@ -15,6 +15,7 @@ from dataclasses import fields
 
 from hyport_lib.commands._progress import TerminalBar
 from hyport_lib.utils.files import dumps_json
+from hyport_lib.utils.signals import shielded
 
 NAME = "train"
 HELP = "smoke-train with torchrun + DeepSpeed (ZeRO 0/2/3, full or LoRA), checked and resumable"
@@ -69,7 +70,6 @@ def _last_loss(progress) -> str:
 
 def run(args: argparse.Namespace) -> int:
     from hyport_lib.training import stage
-    from hyport_lib.training.show import summary_frame
 
     if not args.no_record:
         from hyport_lib.results import ensure_results_dir
@@ -84,8 +84,22 @@ def run(args: argparse.Namespace) -> int:
                       postfix=_last_loss)
     try:
         result = stage.run(plan, on_update=bar)
+    except KeyboardInterrupt as exc:  # Ctrl-C / SIGTERM: show and record what finished
+        bar.close()
+        partial = getattr(exc, "partial", None)
+        if partial is not None:
+            with shielded():
+                _show(partial, args)
+        raise
     finally:
         bar.close()
+    return _show(result, args)
+
+
+def _show(result, args) -> int:
+    from hyport_lib.training import stage
+    from hyport_lib.training.show import summary_frame
+
     if args.json:
         print(dumps_json(result.to_dict(), indent=2))
     else:

@@ -17,6 +17,7 @@ import sys
 
 from hyport_lib.commands._progress import TerminalBar
 from hyport_lib.utils.files import dumps_json
+from hyport_lib.utils.signals import shielded
 
 NAME = "verify"
 HELP = ("verify saved safetensors weights: headers, index, NaN/Inf, reload, comparison with a "
@@ -93,7 +94,6 @@ def _text(result) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from hyport_lib.utils.redact import scrub_obj, scrub_text
     from hyport_lib.weights import stage
 
     # A flag that cannot apply is a usage error, not a silent PASS.
@@ -125,8 +125,22 @@ def run(args: argparse.Namespace) -> int:
             attn_implementation=args.attn_implementation, trust_remote_code=args.trust_remote_code,
             reload_timeout_s=args.reload_timeout_s, checksum=args.checksum, on_progress=bar,
             log_dir=args.log_dir, source="hyport verify")
+    except KeyboardInterrupt as exc:  # Ctrl-C / SIGTERM: show and record the checks that finished
+        bar.close()
+        partial = getattr(exc, "partial", None)
+        if partial is not None:
+            with shielded():
+                _show(partial, args)
+        raise
     finally:
         bar.close()
+    return _show(result, args)
+
+
+def _show(result, args) -> int:
+    from hyport_lib.utils.redact import scrub_obj, scrub_text
+    from hyport_lib.weights import stage
+
     if args.json:
         print(dumps_json(scrub_obj(result.to_dict()), indent=2))
     else:

@@ -125,9 +125,13 @@ def _launch(plan: LaunchPlan, on_update: Optional[Callable[[TrainProgress], None
             time.sleep(poll_interval_s)
         reap_leftovers(child)
         code = finish(child, env)
-    except BaseException:
+    except BaseException as exc:
         stop_all([child], kill_grace_s, env)
         _scrub_rank_logs(out, env)
+        if isinstance(exc, KeyboardInterrupt):
+            # Stopped: what finished (metrics, complete checkpoints) is kept, and the caller
+            # finds it on the exception to show and record.
+            exc.partial = collect(plan, None, time.monotonic() - started, False, stopped=True)
         raise
     _scrub_rank_logs(out, env)
     notify(False)
@@ -147,13 +151,19 @@ def _checkpoint_estimate(plan: LaunchPlan) -> int:
     return total
 
 
-def collect(plan: LaunchPlan, code: Optional[int], wall_s: float, timed_out: bool) -> TrainResult:
-    """Read what the run left into a :class:`TrainResult`."""
+def collect(plan: LaunchPlan, code: Optional[int], wall_s: float, timed_out: bool,
+            stopped: bool = False) -> TrainResult:
+    """Read what the run left into a :class:`TrainResult` (``stopped``: by a stop signal)."""
     out = Path(plan.output_dir)
     records = read_metrics(plan.metrics_path)
     worker = _read_json(out / RESULT_FILE)
     tail = read_log_tail(plan.log_path, 30)
-    if timed_out:
+    if stopped:
+        steps = [r.get("step") for r in records]
+        status, reason = "interrupted", (f"stopped by a signal after step {steps[-1]} (metrics and complete "
+                                         "checkpoints kept)" if steps else "stopped by a signal before "
+                                         "the first step")
+    elif timed_out:
         status, reason = "timeout", f"stopped after train_timeout_s={plan.config.train_timeout_s:g}"
     elif code == 0 and (worker.get("status") == "ok" or plan.config.node_rank > 0):
         status, reason = "ok", None  # node rank > 0: rank 0 (elsewhere) writes the result

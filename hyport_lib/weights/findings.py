@@ -79,6 +79,7 @@ CLASSES: dict[str, tuple[str, str]] = {
     "checkpoint_differs": ("warning", "the checkpoint's weights differ from the weights checked"),
     "logits_differ": ("warning", "two folders that should hold the same model give different logits"),
     "compare_failed": ("error", "a comparison could not run"),
+    "verify_stopped": ("error", "the verification was stopped before every check ran"),
     # DeepSpeed
     "zero_incomplete": ("error", "ZeRO optimizer-state files missing for some ranks"),
     "zero_unreadable": ("warning", "the ZeRO model-states file could not be read"),

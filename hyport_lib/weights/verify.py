@@ -72,6 +72,26 @@ def verify_checkpoint(weights_path: os.PathLike, *, base_path: Optional[os.PathL
                 f"beside the weights), not one file: skipped; give the folder to run "
                 f"{'them' if two else 'it'}"))
         reload = logits_parity = False
+    try:
+        _checks(result, insp, base_path, checkpoint_path, full_scan, reload, logits_parity,
+                consolidate_zero, dtype, attn_implementation, trust_remote_code, reload_timeout_s,
+                checksum, on_progress, log_dir)
+    except KeyboardInterrupt as exc:
+        # Stopped: the checks that finished are kept; the caller finds them on the exception.
+        result.findings.append(finding("verify_stopped", insp.path, "stopped by a signal before every "
+                                       "check ran: the checks listed are the ones that finished"))
+        result.wall_s = time.perf_counter() - started
+        exc.partial = result
+        raise
+    result.wall_s = time.perf_counter() - started
+    return result
+
+
+def _checks(result: WeightsResult, insp: Inspection, base_path, checkpoint_path,
+            full_scan: bool, reload: bool, logits_parity: bool, consolidate_zero: bool, dtype: str,
+            attn_implementation: str, trust_remote_code: bool, reload_timeout_s: float, checksum: str,
+            on_progress, log_dir) -> None:
+    """The checks that read tensors or start processes, in order (filling ``result``)."""
     # One log folder for every child of this verification.
     log_dir = log_dir or (default_log_dir() if reload or checkpoint_path else None)
     child = {"trust_remote_code": trust_remote_code, "timeout_s": reload_timeout_s, "log_dir": log_dir}
@@ -93,8 +113,6 @@ def verify_checkpoint(weights_path: os.PathLike, *, base_path: Optional[os.PathL
     if checkpoint_path:
         _checkpoint(result, Path(checkpoint_path).expanduser(), logits_parity, consolidate_zero,
                     child, on_progress)
-    result.wall_s = time.perf_counter() - started
-    return result
 
 
 def _prefixed(insp: Inspection, role: str) -> list[Finding]:
