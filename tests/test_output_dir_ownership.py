@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from hyport_lib.training.ownership import LOCK_FILE, RUN_MARKER, foreign_entries
+from hyport_lib.training.ownership import RUN_MARKER, foreign_entries, lock_file
 
 pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[1]
@@ -56,7 +56,7 @@ def test_a_second_run_into_the_same_folder_is_refused_naming_the_first(tmp_path)
     out = tmp_path / "out"
     first = _train(out, "--max-steps", "6", wait=False)
     try:
-        lock = out / LOCK_FILE
+        lock = out / lock_file(0)
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline and not (lock.is_file() and lock.read_text().startswith("pid")):
             time.sleep(0.2)

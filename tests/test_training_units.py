@@ -437,7 +437,7 @@ def test_third_training_review_regressions(tmp_path):
     out = tmp_path / "run"
     for step in (4, 6, 8):
         _checkpoint(out, step)
-    with pytest.raises(ValueError, match=r"2 later checkpoint\(s\) \(checkpoint-6, checkpoint-8\).*"
+    with pytest.raises(ValueError, match=r"2 later complete checkpoint\(s\) \(checkpoint-6, checkpoint-8\).*"
                                          r"overwrite_output_dir=True"):
         prepare(TrainConfig(resume_from=str(out / "checkpoint-4"), max_steps=6, num_cards=2,
                             output_dir=str(out)), cpu)
@@ -473,3 +473,36 @@ def test_overflow_drop_drops_too_long_records_and_counts_them(tmp_path):
                    get_backend("cpu", num_cards=2))
     assert plan.dataset["samples"] == 3
     assert any(n.startswith("overflow='drop': 11 record(s) longer than max_seq_len=40 dropped") for n in plan.notes)
+
+
+def test_ownership_review_regressions(tmp_path):
+    """hyport's own leftovers are its own; a save killed half-way is resumed past."""
+    from hyport_lib.training import ownership
+    from hyport_lib.training.preflight import prepare
+    from hyport_lib.utils.disk import disk_full_error
+
+    cpu = get_backend("cpu", num_cards=2)
+    out = tmp_path / "run"
+    _checkpoint(out, 2)
+    killed = out / "checkpoint-4"  # a save killed half-way: hyport's marker, no completion
+    killed.mkdir()
+    (killed / ck.SAVING_MARKER).write_text("{}")
+    plan = prepare(TrainConfig(max_steps=6, num_cards=2, output_dir=str(out)), cpu)
+    assert plan.resume_checkpoint.endswith("checkpoint-2")
+    assert any("checkpoint-4 (no hyport_checkpoint.json" in n for n in plan.notes), plan.notes
+    # the final save killed before its file list: what it wrote is still hyport's, what was
+    # there before it (another tool's file) is not
+    (out / "someone_else.bin").write_bytes(b"x")
+    (out / ownership.RUN_MARKER).write_text(json.dumps({"before": ownership._listing(out)}))
+    (out / "model.safetensors").write_bytes(b"x")
+    for leftover in (".hyport-write-test-ab12", ".hyport_run.json.k2j3.tmp", ".metrics.jsonl.zz.tmp"):
+        (out / leftover).write_text("")
+    assert ownership.foreign_entries(out) == ["someone_else.bin"]
+    # the plan does not keep the folder locked; the nodes of one job lock apart
+    ownership.lock_output_dir(out, node_rank=1)
+    ownership.lock_output_dir(tmp_path / "other")
+    ownership.release_output_dir(out)
+    ownership.release_output_dir(tmp_path / "other")
+    assert not ownership._HELD
+    # a full /dev/shm (or another disk) is not this folder's disk being full
+    assert disk_full_error(RuntimeError("No space left on device (28)"), out, 10) is None

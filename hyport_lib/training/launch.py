@@ -77,10 +77,10 @@ def _environment(plan: LaunchPlan) -> dict[str, str]:
 def launch(plan: LaunchPlan, on_update: Optional[Callable[[TrainProgress], None]] = None,
            poll_interval_s: float = 0.5, kill_grace_s: float = 15.0) -> TrainResult:
     """Run the plan to the end (or the timeout); see the module docstring. The output
-    folder stays locked for this process until the run has ended (taken here if the
-    plan's check did not take it)."""
+    folder is locked for this process (this node) until the run has ended: a second run
+    into it is refused here, naming this one."""
     out = Path(plan.output_dir)
-    lock_output_dir(out)
+    lock_output_dir(out, plan.config.node_rank)
     try:
         return _launch(plan, on_update, poll_interval_s, kill_grace_s)
     finally:
@@ -175,7 +175,7 @@ def collect(plan: LaunchPlan, code: Optional[int], wall_s: float, timed_out: boo
             reason += f"; first failure: {cause}"
         full = disk_full_error(RuntimeError(cause or ""), out, _checkpoint_estimate(plan))
         if full is not None:  # the rank logs on that disk may not even hold the error
-            reason = f"{full.strerror}; torchrun: {describe_exit(code)}"
+            reason = f"{full.strerror}; {reason}"
     checkpoints = [{"path": str(c.path), "step": c.step, "complete": c.complete,
                     "why_incomplete": c.why_incomplete} for c in list_checkpoints(out)]
     return TrainResult(

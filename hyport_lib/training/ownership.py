@@ -14,10 +14,16 @@ the run before launch, named, unless ``overwrite_output_dir=True`` — and so do
 dropping later checkpoints for an older ``resume_from``.
 
 **One run per folder.** The launcher holds an exclusive advisory lock
-(``fcntl.flock``) on ``output_dir/.hyport_train.lock`` from the pre-launch checks to
-the end of the run; the kernel releases it when the process dies, so a SIGKILL never
-leaves a stale lock. The lock file holds the holder's pid and start time, and a second
-run is refused with them.
+(``fcntl.flock``) on ``output_dir/.hyport_train.node<N>.lock`` (one per node: the nodes
+of one job may share the folder) while its pre-launch checks write there and for the
+whole run; the kernel releases it when the process dies, so a SIGKILL never leaves a
+stale lock. The lock file holds the holder's pid and start time, and a second run is
+refused with them.
+
+**The final files.** Before the final save, rank 0 notes the folder's entries in
+``hyport_run.json`` (``before``); after it, the entries the save added or rewrote
+(``files``). A run killed during the final save still has its ``before`` list, so what
+the save wrote is known as hyport's (no clocks involved).
 """
 
 from __future__ import annotations
@@ -29,11 +35,23 @@ from pathlib import Path
 
 from hyport_lib.training.checkpoints import is_hyport_checkpoint, list_checkpoints
 
-LOCK_FILE = ".hyport_train.lock"
 RUN_MARKER = "hyport_run.json"
 #: Files and folders every hyport run writes into output_dir (besides checkpoints).
-OWN_NAMES = frozenset({LOCK_FILE, RUN_MARKER, "logs", "smoke_data", "metrics.jsonl", "train_result.json",
-                       "dataset_problems.jsonl", "hyport_deepspeed.json", ".hyport_test_killed"})
+OWN_NAMES = frozenset({RUN_MARKER, "logs", "smoke_data", "metrics.jsonl", "train_result.json",
+                       "dataset_problems.jsonl", "hyport_deepspeed.json"})
+
+
+def lock_file(node_rank: int = 0) -> str:
+    return f".hyport_train.node{int(node_rank)}.lock"
+
+
+def is_own_name(name: str, own: set) -> bool:
+    """hyport's name: an own file, a hidden ``.hyport*`` file (locks, write probes, test
+    markers) or the temporary file of an atomic write of an own file."""
+    if name in own or name.startswith(".hyport"):
+        return True
+    return name.startswith(".") and name.endswith(".tmp") and any(name.startswith(f".{n}.") for n in own)
+
 
 #: Locks this process holds: output_dir -> open lock file.
 _HELD: dict[str, object] = {}
@@ -47,8 +65,8 @@ class ForeignFiles(ValueError):
     """output_dir holds files hyport did not write (and would overwrite or remove)."""
 
 
-def lock_output_dir(output_dir: Path) -> None:
-    """Take (or keep) this process's exclusive lock on ``output_dir``.
+def lock_output_dir(output_dir: Path, node_rank: int = 0) -> None:
+    """Take (or keep) this process's exclusive lock on ``output_dir`` for ``node_rank``.
 
     Raises:
         OutputDirBusy: another process holds it; names its pid and start time.
@@ -59,7 +77,7 @@ def lock_output_dir(output_dir: Path) -> None:
     if key in _HELD:
         return
     output_dir.mkdir(parents=True, exist_ok=True)
-    handle = open(output_dir / LOCK_FILE, "a+", encoding="utf-8")  # noqa: SIM115 — held open
+    handle = open(output_dir / lock_file(node_rank), "a+", encoding="utf-8")  # noqa: SIM115 — held open
     try:
         fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
@@ -82,13 +100,23 @@ def release_output_dir(output_dir: Path) -> None:
         handle.close()  # closing the descriptor drops the flock
 
 
-def owned_final_files(output_dir: Path) -> set[str]:
-    """Names a finished hyport run wrote into ``output_dir`` (from its run marker)."""
+def _run_marker(output_dir: Path) -> dict:
     try:
         data = json.loads((output_dir / RUN_MARKER).read_text(encoding="utf-8"))
     except (OSError, ValueError):
-        return set()
-    return {str(name) for name in data.get("files", []) if isinstance(name, str)}
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def owned_final_files(output_dir: Path) -> set[str]:
+    """Names hyport's final saves wrote into ``output_dir`` (from its run marker; for a save
+    that did not finish, what was not there before it)."""
+    data = _run_marker(output_dir)
+    owned = {str(name) for key in ("files", "earlier") for name in data.get(key) or [] if isinstance(name, str)}
+    before = data.get("before")
+    if isinstance(before, dict) and "files" not in data:  # killed during the final save
+        owned |= {name for name, stamp in _listing(output_dir).items() if before.get(name) != stamp}
+    return owned
 
 
 def foreign_entries(output_dir: Path) -> list[str]:
@@ -99,7 +127,7 @@ def foreign_entries(output_dir: Path) -> list[str]:
     checkpoints = {c.path.name: c.path for c in list_checkpoints(output_dir)}
     foreign = []
     for entry in output_dir.iterdir():
-        if entry.name in own:
+        if is_own_name(entry.name, own):
             continue
         if entry.name in checkpoints and is_hyport_checkpoint(checkpoints[entry.name]):
             continue
@@ -127,13 +155,36 @@ def check_foreign(output_dir: Path, overwrite: bool) -> list[str]:
             f"not write may be overwritten or removed ({named})"]
 
 
-def write_run_marker(output_dir: Path, since: float) -> Path:
-    """After the final save: record the entries the save wrote (changed since ``since``,
-    a ``time.time()``: the final weights and processor files) beside those of earlier
-    hyport runs into the same folder."""
+def _listing(output_dir: Path) -> dict[str, list[int]]:
+    """Each entry's modification time and size: a rewritten file changes one of them (no
+    clock is compared, only equality)."""
+    listing = {}
+    for entry in output_dir.iterdir():
+        try:
+            st = entry.stat()
+        except OSError:
+            continue
+        listing[entry.name] = [st.st_mtime_ns, st.st_size]
+    return listing
+
+
+def mark_final_save_start(output_dir: Path) -> dict:
+    """Before the final save: note the folder's entries (see the module docstring)."""
     from hyport_lib.utils.files import atomic_write_json
 
-    written = {entry.name for entry in output_dir.iterdir()
-               if entry.stat().st_mtime >= since - 1 and not entry.name.startswith("checkpoint-")}
-    files = sorted((written - set(OWN_NAMES)) | owned_final_files(output_dir))
+    earlier = sorted(owned_final_files(output_dir))
+    before = _listing(output_dir)
+    atomic_write_json(output_dir / RUN_MARKER, {"before": before, "earlier": earlier})
+    return before
+
+
+def write_run_marker(output_dir: Path, before: dict) -> Path:
+    """After the final save: the entries it added or rewrote, with those of earlier hyport
+    saves into the same folder."""
+    from hyport_lib.utils.files import atomic_write_json
+
+    earlier = set(_run_marker(output_dir).get("earlier") or [])
+    written = {name for name, stamp in _listing(output_dir).items() if before.get(name) != stamp}
+    files = sorted(n for n in written | earlier
+                   if not is_own_name(n, set(OWN_NAMES)) and not n.startswith("checkpoint-"))
     return atomic_write_json(output_dir / RUN_MARKER, {"files": files})

@@ -93,12 +93,12 @@ def prepare(config: TrainConfig, backend=None, *, check_port: bool = True) -> La
     model_path = _model_path(config)
     _check_not_the_model(config, model_path)
     output_dir = _output_dir(config)
-    lock_output_dir(output_dir)  # held until launch ends (or released below on a refusal)
+    # Locked while the checks write into the folder; launch() locks it again for the run.
+    lock_output_dir(output_dir, config.node_rank)
     try:
         return _prepare(config, backend, check_port, nproc, world, notes, model_path, output_dir)
-    except BaseException:
+    finally:
         release_output_dir(output_dir)
-        raise
 
 
 def _prepare(config: TrainConfig, backend, check_port: bool, nproc: int, world: int, notes: list[str],
@@ -134,11 +134,15 @@ def _prepare(config: TrainConfig, backend, check_port: bool, nproc: int, world: 
         notes.append(f"resumes from {checkpoint.path.name} (step {checkpoint.step})")
         later_checkpoints = [c for c in list_checkpoints(output_dir) if c.step > checkpoint.step]
         later = [c.path.name + (f" ({c.why_incomplete})" if c.why_incomplete else "") for c in later_checkpoints]
-        if later and not config.overwrite_output_dir:
+        # An older checkpoint chosen by hand would drop later complete ones: only when allowed.
+        # (With 'auto' the later ones are incomplete: saves killed half-way, hyport's to drop.)
+        dropped_complete = [c.path.name for c in later_checkpoints if c.complete]
+        if dropped_complete and not config.overwrite_output_dir:
             raise ValueError(f"resume_from={config.resume_from!r} resumes {checkpoint.path.name}, but "
-                             f"output_dir holds {len(later)} later checkpoint(s) ({', '.join(later[:3])}"
-                             f"{', ...' if len(later) > 3 else ''}) that the run would remove; resume "
-                             "the newest (resume_from='auto') or allow it with overwrite_output_dir=True")
+                             f"output_dir holds {len(dropped_complete)} later complete checkpoint(s) "
+                             f"({', '.join(dropped_complete[:3])}{', ...' if len(dropped_complete) > 3 else ''}) "
+                             "that the run would remove; resume_from='auto' takes the newest, or allow it "
+                             "with overwrite_output_dir=True")
         if later:  # the workers remove them (drop_checkpoints_after): say so before they do
             notes.append(f"{len(later)} later checkpoint(s) in output_dir ({', '.join(later[:3])}"
                          f"{', ...' if len(later) > 3 else ''}) will be removed: the run continues "

@@ -176,7 +176,17 @@ class Encoder:
                 return None, Problem(record.index, record.record_id, "conversations", "too_long",
                                      f"{size:,} characters > max_seq_len={self.max_seq_len} tokens of "
                                      f"this tokenizer (at most {self.max_chars:,} characters) (overflow='drop')")
-            record = _clipped(record, self.max_chars)
+            clipped = _clipped(record, self.max_chars)
+            why = (": truncating would cut an image's tokens; raise max_seq_len"
+                   if len(clipped.images) < len(record.images) else
+                   ": truncated, no answer would be left" if self.loaded.prompt_format == "prefix"
+                   and (not clipped.turns or clipped.turns[-1][0] != "assistant"
+                        or len(clipped.turns) < len(record.turns)) else None)
+            if why:
+                return None, Problem(record.index, record.record_id, "conversations", "too_long",
+                                     f"{size:,} characters > max_seq_len={self.max_seq_len} tokens of "
+                                     f"this tokenizer (at most {self.max_chars:,} characters){why}")
+            record = clipped
         images = [_open_image(p) for p in record.images]
         if self.loaded.prompt_format == "prefix":
             sample = self._encode_prefix(record, images)
@@ -262,7 +272,11 @@ def _clipped(record: Record, budget: int) -> Record:
     for role, text in record.turns:
         if budget <= 0:
             break
-        turns.append((role, text[:budget]))
+        kept = text[:budget]
+        cut = kept.rfind("<", max(0, len(kept) - len(IMAGE_PLACEHOLDER) + 1))
+        if len(kept) < len(text) and cut >= 0 and IMAGE_PLACEHOLDER.startswith(kept[cut:]):
+            kept = kept[:cut]  # never half a placeholder
+        turns.append((role, kept))
         budget -= len(text)
     kept = sum(text.count(IMAGE_PLACEHOLDER) for _, text in turns)
     return Record(record.index, record.record_id, turns, list(record.images[:kept]))

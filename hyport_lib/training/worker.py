@@ -325,12 +325,12 @@ def run(spec: dict) -> dict:
                               dummy_image_inputs=_blank_image_inputs(loaded) if config.zero_stage < 3 else None)
     metrics.trainer = trainer
     output = trainer.train(resume_from_checkpoint=str(checkpoint.path) if checkpoint else None)
-    saving_since = time.time()
+    from hyport_lib.training.ownership import mark_final_save_start, write_run_marker
+
+    before = mark_final_save_start(Path(spec["output_dir"])) if trainer.is_world_process_zero() else []
     final = save_final(trainer, processor, spec, config)
     if trainer.is_world_process_zero():
-        from hyport_lib.training.ownership import write_run_marker
-
-        write_run_marker(Path(spec["output_dir"]), saving_since)
+        write_run_marker(Path(spec["output_dir"]), before)
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
     result = {
         "status": "ok", "train_metrics": dict(output.metrics), "global_step": trainer.state.global_step,

@@ -12,9 +12,9 @@ from typing import Optional
 
 
 def disk_full_error(exc: BaseException, folder: Path, needed: int) -> Optional[OSError]:
-    """A clear ENOSPC error when ``exc`` (a failed save) came from a full disk, else None:
-    the error says so, the file system has no byte left, or a write failed and less than
-    half of ``needed`` bytes are free."""
+    """A clear ENOSPC error when ``exc`` (a failed save) came from a full disk under
+    ``folder``, else None: that file system has no byte left, or a write failed (or said
+    "no space") while less than ``needed`` bytes are free there."""
     import errno
     import shutil
 
@@ -29,7 +29,9 @@ def disk_full_error(exc: BaseException, folder: Path, needed: int) -> Optional[O
         free = shutil.disk_usage(folder).free
     except OSError:
         return None
-    if not said_full and free > 0 and not (write_failed and free < max(needed, 1) // 2):
+    # The folder's own file system must be (nearly) full: a full /dev/shm or another disk
+    # also says "No space left", and is another story.
+    if not (free == 0 or ((said_full or write_failed) and free < max(needed, 1))):
         return None
     return OSError(errno.ENOSPC, f"no space left on {_device_of(folder)} while saving a checkpoint into "
                                  f"{folder}: {human_size(free)} free, the checkpoint needs about {human_size(needed)}; "
