@@ -92,3 +92,21 @@ def _internal(name: str, exc: BaseException) -> int:
     print(scrub_text(f"hyport {name}: internal error ({type(exc).__name__}: {one_line(exc)}); "
                      f"please report it with the traceback above"), file=sys.stderr)
     return INTERNAL_EXIT
+
+
+def run_showing_partial(call: Callable, bar, show: Callable):
+    """``show(call())``; stopped (Ctrl-C, SIGTERM), ``show`` the partial result the
+    exception carries (``exc.partial``: what finished) before the stop goes on, so that it
+    is printed and recorded; the progress bar is closed either way."""
+    try:
+        result = call()
+    except KeyboardInterrupt as exc:
+        bar.close()
+        partial = getattr(exc, "partial", None)
+        if partial is not None:
+            with shielded():
+                show(partial)
+        raise
+    finally:
+        bar.close()
+    return show(result)

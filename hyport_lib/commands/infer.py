@@ -14,9 +14,9 @@ from __future__ import annotations
 import argparse
 import sys
 
+from hyport_lib.commands._cli import run_showing_partial
 from hyport_lib.commands._progress import TerminalBar
 from hyport_lib.utils.files import dumps_json
-from hyport_lib.utils.signals import shielded
 
 NAME = "infer"
 HELP = "run the same generation on every card, one fresh process per card, and compare"
@@ -94,19 +94,13 @@ def run(args: argparse.Namespace) -> int:
     plan = stage.plan(backend, num_cards=args.num_cards, allow_busy_cards=args.allow_busy_cards)
     bar = TerminalBar("cards", "card", total=lambda p: p.total, done=lambda p: p.done,
                       postfix=_status_counts)
-    try:
-        result = stage.run(config, backend=backend, plan=plan, timeout_s=args.timeout_s,
-                           log_dir=args.log_dir, on_update=bar)
-    except KeyboardInterrupt as exc:  # Ctrl-C / SIGTERM: show and record the cards that finished
-        bar.close()
-        partial = getattr(exc, "partial", None)
-        if partial is not None:
-            with shielded():
-                _show(partial, args)
-        raise
-    finally:
-        bar.close()
-    return _show(result, args)
+
+    def grid():
+        return stage.run(config, backend=backend, plan=plan, timeout_s=args.timeout_s,
+                         log_dir=args.log_dir, on_update=bar)
+
+    # Stopped: the cards that finished are shown and recorded.
+    return run_showing_partial(grid, bar, lambda result: _show(result, args))
 
 
 def _show(result, args) -> int:

@@ -13,9 +13,9 @@ import argparse
 import sys
 from dataclasses import fields
 
+from hyport_lib.commands._cli import run_showing_partial
 from hyport_lib.commands._progress import TerminalBar
 from hyport_lib.utils.files import dumps_json
-from hyport_lib.utils.signals import shielded
 
 NAME = "train"
 HELP = "smoke-train with torchrun + DeepSpeed (ZeRO 0/2/3, full or LoRA), checked and resumable"
@@ -82,18 +82,8 @@ def run(args: argparse.Namespace) -> int:
           file=sys.stderr)
     bar = TerminalBar("train", "step", total=lambda p: p.total_steps, done=lambda p: p.done_steps,
                       postfix=_last_loss)
-    try:
-        result = stage.run(plan, on_update=bar)
-    except KeyboardInterrupt as exc:  # Ctrl-C / SIGTERM: show and record what finished
-        bar.close()
-        partial = getattr(exc, "partial", None)
-        if partial is not None:
-            with shielded():
-                _show(partial, args)
-        raise
-    finally:
-        bar.close()
-    return _show(result, args)
+    # Stopped: the steps and checkpoints that finished are shown and recorded.
+    return run_showing_partial(lambda: stage.run(plan, on_update=bar), bar, lambda result: _show(result, args))
 
 
 def _show(result, args) -> int:

@@ -15,9 +15,9 @@ from __future__ import annotations
 import argparse
 import sys
 
+from hyport_lib.commands._cli import run_showing_partial
 from hyport_lib.commands._progress import TerminalBar
 from hyport_lib.utils.files import dumps_json
-from hyport_lib.utils.signals import shielded
 
 NAME = "verify"
 HELP = ("verify saved safetensors weights: headers, index, NaN/Inf, reload, comparison with a "
@@ -117,24 +117,18 @@ def run(args: argparse.Namespace) -> int:
                                              f"folder ({exc.strerror})", str(args.log_dir)) from None
     bar = TerminalBar("weights", "B", total=lambda p: p.total_bytes, done=lambda p: p.done_bytes,
                       phase=lambda p: p.phase, unit_scale=True)
-    try:
-        result = stage.run(
+
+    def verification():
+        return stage.run(
             args.path, base_path=args.base, checkpoint_path=args.checkpoint,
             full_scan=args.full_scan, reload=args.reload, logits_parity=args.logits,
             consolidate_zero=args.consolidate, dtype=args.dtype,
             attn_implementation=args.attn_implementation, trust_remote_code=args.trust_remote_code,
             reload_timeout_s=args.reload_timeout_s, checksum=args.checksum, on_progress=bar,
             log_dir=args.log_dir, source="hyport verify")
-    except KeyboardInterrupt as exc:  # Ctrl-C / SIGTERM: show and record the checks that finished
-        bar.close()
-        partial = getattr(exc, "partial", None)
-        if partial is not None:
-            with shielded():
-                _show(partial, args)
-        raise
-    finally:
-        bar.close()
-    return _show(result, args)
+
+    # Stopped: the checks that finished are shown and recorded.
+    return run_showing_partial(verification, bar, lambda result: _show(result, args))
 
 
 def _show(result, args) -> int:
