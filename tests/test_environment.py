@@ -593,16 +593,24 @@ def test_notebook_runs_with_papermill(tmp_path, monkeypatch):
     assert "Environment:" in html and "torch_npu_compat" in html
 
 
-def test_video_processors_check_warns_without_torchvision():
-    warn = C.check_video_processors("5.24.0", "torchvision is not installed")
+def test_video_processors_check_warns_for_a_model_whose_processor_has_a_video_part():
+    warn = C.check_video_processors("5.24.0", "torchvision is not installed", "qwen2_vl", True)
     assert warn.verdict == "WARN" and "image processor and tokenizer alone" in warn.reason
-    assert "Qwen2-VL" in warn.reason and "5.24.0" in warn.reason
-    assert C.check_video_processors("5.24.0", None).verdict == "PASS"
+    assert "(qwen2_vl) has a video part" in warn.reason and "5.24.0" in warn.reason
+    unknown = C.check_video_processors("5.24.0", "torchvision is not installed", "", None)
+    assert unknown.verdict == "WARN"
+    fine = C.check_video_processors("5.24.0", "torchvision is not installed", "llava", False)
+    assert fine.verdict == "PASS" and "nothing is missing" in fine.reason
+    assert C.check_video_processors("5.24.0", None, "qwen2_vl", True).verdict == "PASS"
 
 
-def test_the_environment_report_holds_the_video_processors_check():
-    from hyport_lib.models.loading import torchvision_problem
+def test_the_environment_report_judges_the_video_part_for_the_model(zoo):
+    from hyport_lib.models.loading import torchvision_problem, wants_video_processor
 
-    report = collect_environment(check_ports=False)
-    check = report.check("video_processors")
-    assert check.verdict == ("PASS" if torchvision_problem() is None else "WARN")
+    assert wants_video_processor("tiny") == ("llava", False)
+    assert wants_video_processor(str(zoo["qwen2_vl"])) == ("qwen2_vl", True)
+    assert wants_video_processor(str(zoo["qwen3"])) == ("qwen3", False)
+    assert wants_video_processor("org/not-here") == ("", None)
+    assert collect_environment(check_ports=False).check("video_processors").verdict == "PASS"
+    qwen = collect_environment(check_ports=False, model_path=str(zoo["qwen2_vl"])).check("video_processors")
+    assert qwen.verdict == ("PASS" if torchvision_problem() is None else "WARN")

@@ -17,6 +17,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="backend to check (default: auto-detect)")
     parser.add_argument("--num-cards", type=int, default=None, metavar="N",
                         help="cards the next stages will use (default: all; 2 on CPU)")
+    parser.add_argument("--model-path", default="tiny",
+                        help="the model to judge the host for (does its processor need torchvision?)")
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
     parser.add_argument("--no-record", action="store_true",
                         help="do not write results/01_environment.json (see hyport_lib.results)")
@@ -32,7 +34,7 @@ def run(args: argparse.Namespace) -> int:
         from hyport_lib.results import ensure_results_dir
 
         ensure_results_dir()
-    report = stage.run(device=args.device, num_cards=args.num_cards)
+    report = stage.run(device=args.device, num_cards=args.num_cards, model_path=args.model_path)
     if args.json:
         print(scrub_text(dumps_json(report.to_dict(), indent=2)))
     else:

@@ -188,18 +188,24 @@ def check_flash_attn(kind: str, importable: bool, version: Optional[str]) -> Che
 
 
 # --- packages --------------------------------------------------------------------------------
-def check_video_processors(transformers_version: Optional[str], torchvision_problem: Optional[str]) -> Check:
+def check_video_processors(transformers_version: Optional[str], torchvision_problem: Optional[str],
+                           model_type: str = "", wants_video: Optional[bool] = None) -> Check:
     """Processors whose video part needs torchvision (transformers 5: the Qwen-VL family,
     LLaVA-OneVision, InternVL) load whole only where torchvision imports; elsewhere hyport
-    loads their image side alone."""
+    loads their image side alone. WARN when the model at hand has such a processor (or
+    cannot be told); a model without one needs no torchvision."""
     name = "video_processors"
     if torchvision_problem is None:
         return Check(name, "PASS", "torchvision imports: processors load whole, video part included")
-    return Check(name, "WARN", f"{torchvision_problem}: the video processors of Qwen2-VL / Qwen2.5-VL / "
-                               f"Qwen3-VL, LLaVA-OneVision and InternVL (transformers "
-                               f"{transformers_version or '?'}) cannot be built; hyport loads their "
-                               "image processor and tokenizer alone (images work, videos do not). "
-                               "For videos, install the torchvision built for this torch")
+    families = ("the video processors of Qwen2-VL / Qwen2.5-VL / Qwen3-VL, LLaVA-OneVision and "
+                f"InternVL (transformers {transformers_version or '?'}) cannot be built; hyport loads "
+                "their image processor and tokenizer alone (images work, videos do not)")
+    if wants_video is False:
+        return Check(name, "PASS", f"{torchvision_problem}; the model ({model_type or 'text-only'}) has "
+                                   f"no video processor, so nothing is missing (other models: {families})")
+    who = f"the model's processor ({model_type}) has a video part: " if wants_video else ""
+    return Check(name, "WARN", f"{torchvision_problem}: {who}{families}. For videos, install the "
+                               "torchvision built for this torch")
 
 
 def install_hint(kind: str, missing: list[str]) -> str:

@@ -23,7 +23,7 @@ from hyport_lib.environment.facts import (  # noqa: F401  (re-exported)
     collect_env_vars, collect_system, collect_versions,
 )
 from hyport_lib.environment.records import Check, DeviceInfo, count_verdicts, worst_verdict
-from hyport_lib.models.loading import torchvision_problem
+from hyport_lib.models.loading import torchvision_problem, wants_video_processor
 from hyport_lib.utils.imports import is_flash_attn_available
 from hyport_lib.utils.redact import scrub_text
 
@@ -97,7 +97,7 @@ def collect_environment(device: str = "auto", num_cards: Optional[int] = None, *
                         shm_gb_per_card: Optional[float] = None,
                         environ: Optional[Mapping[str, str]] = None,
                         ascend_root: Optional[os.PathLike] = None,
-                        check_ports: bool = True) -> EnvironmentReport:
+                        check_ports: bool = True, model_path: Optional[str] = "tiny") -> EnvironmentReport:
     """Collect this host's facts and judge them.
 
     Args:
@@ -110,6 +110,8 @@ def collect_environment(device: str = "auto", num_cards: Optional[int] = None, *
         environ: environment to judge (default ``os.environ``).
         ascend_root: Ascend install folder (default ``/usr/local/Ascend``).
         check_ports: bind-test the HCCL ports (tests turn it off).
+        model_path: the model the next stages load (``tiny``, a folder): whether its
+            processor needs torchvision for a video part is judged for it.
     """
     from hyport_lib.backend import get_backend
 
@@ -165,7 +167,8 @@ def collect_environment(device: str = "auto", num_cards: Optional[int] = None, *
     checks += [
         C.check_hccl_env(kind, environ),
         C.check_flash_attn(kind, is_flash_attn_available(), versions["flash_attn"]),
-        C.check_video_processors(versions.get("transformers"), torchvision_problem()),
+        C.check_video_processors(versions.get("transformers"), torchvision_problem(),
+                                 *wants_video_processor(model_path)),
         C.check_bf16(backend),
         *C.check_host_memory(kind, wanted, system, ram_gb_per_card, shm_gb_per_card),
     ]

@@ -107,7 +107,11 @@ def check_prompts(config: InferenceConfig, model_dir: str) -> None:
     """
     from hyport_lib.models.loading import traits_of
 
-    loaded = LoadedProcessor(None, traits_of(model_dir, config.trust_remote_code))
+    try:
+        traits = traits_of(model_dir, config.trust_remote_code)
+    except ValueError:
+        return  # a model type transformers cannot load: every worker says so (scrubbed, per card)
+    loaded = LoadedProcessor(None, traits)
     if not loaded.traits.multimodal:
         single_prompt(loaded, config)
         batch_prompts(loaded, config)

@@ -71,6 +71,34 @@ def has_torchvision() -> bool:
     return torchvision_problem() is None
 
 
+def wants_video_processor(model_path: Optional[str]) -> tuple[str, Optional[bool]]:
+    """``(model type, whether its processor includes a video processor)`` for a model
+    path, read from its config without loading anything; the flag is None when the
+    model cannot be told (a hub id, a folder without a readable config)."""
+    import json
+
+    import transformers
+    from transformers.models.auto.processing_auto import PROCESSOR_MAPPING_NAMES
+
+    from hyport_lib.models.tiny import TINY_MODEL_NAME
+
+    text = str(model_path or "").strip()
+    if text == TINY_MODEL_NAME:
+        model_type = "llava"
+    else:
+        try:
+            model_type = str(json.loads((Path(text).expanduser() / "config.json").read_text(
+                encoding="utf-8")).get("model_type") or "")
+        except (OSError, ValueError, AttributeError):
+            return "", None
+    name = PROCESSOR_MAPPING_NAMES.get(model_type)
+    cls = getattr(transformers, str(name), None) if name else None
+    if cls is None:
+        return model_type, False if model_type else None
+    attributes = cls.get_attributes() if hasattr(cls, "get_attributes") else getattr(cls, "attributes", [])
+    return model_type, any("video" in a for a in attributes)
+
+
 def _common(path: str, trust_remote_code: bool) -> dict:
     common: dict[str, Any] = {"trust_remote_code": bool(trust_remote_code)}
     if Path(path).is_dir():
