@@ -139,16 +139,11 @@ def _launch(plan: LaunchPlan, on_update: Optional[Callable[[TrainProgress], None
 
 
 def _checkpoint_estimate(plan: LaunchPlan) -> int:
-    """About what one checkpoint of this run takes: every parameter of the model in its
-    saved dtype, plus DeepSpeed's fp32 master copy and two Adam moments (12 bytes each;
-    LoRA: far less, so this is an upper bound)."""
-    from hyport_lib.weights.format import read_header
-
-    total = 0
-    for shard in Path(plan.model_path).glob("*.safetensors"):
-        header = read_header(shard, validate=False)
-        total += sum(entry.numel * (12 + entry.nbytes // max(entry.numel, 1)) for entry in header.tensors.values())
-    return total
+    """About what one checkpoint of this run takes, from the starting weights' file sizes:
+    the weights, plus DeepSpeed's fp32 master copy and two Adam moments (12 bytes a
+    parameter, counted as if the files held fp32: 4 x their size; bf16 files need more,
+    LoRA far less)."""
+    return 4 * sum(f.stat().st_size for f in Path(plan.model_path).glob("*.safetensors") if f.is_file())
 
 
 def collect(plan: LaunchPlan, code: Optional[int], wall_s: float, timed_out: bool,
