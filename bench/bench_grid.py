@@ -35,7 +35,7 @@ from pathlib import Path
 
 BARE_SCRIPT = """
 import json, sys
-from hyport_lib.inference.generate import InferenceConfig, run_inference
+from hyport_lib.models.generation import InferenceConfig, run_inference
 outcome = run_inference(InferenceConfig.from_dict(json.loads(sys.argv[1])))
 print(outcome.output_hash)
 """
@@ -83,7 +83,7 @@ def main() -> int:
     parser.add_argument("--model-path", default="tiny")
     args = parser.parse_args()
 
-    from hyport_lib.inference.generate import InferenceConfig
+    from hyport_lib.models.generation_config import InferenceConfig
     from hyport_lib.models.tiny import ensure_tiny_model
 
     model_path = str(ensure_tiny_model()) if args.model_path == "tiny" else args.model_path

@@ -40,10 +40,10 @@ spec = json.loads(os.environ["BENCH_SPEC"])
 from transformers import AutoModelForImageTextToText, AutoProcessor, Trainer, TrainerCallback, TrainingArguments
 import importlib
 importlib.import_module("deepspeed.comm.torch").build_shm_op = lambda: None  # as hyport does on CPU
-from hyport_lib.attention.hf_integration import register_hyport_attention
-from hyport_lib.training.dataset import load_dataset
-from hyport_lib.training.packing import COUNT_KEYS, make_collator, training_rows
-from hyport_lib.training.samples import Encoder
+from hyport_lib.npu_attention.hf_integration import register_hyport_attention
+from hyport_lib.train.dataset import load_dataset
+from hyport_lib.train.packing import COUNT_KEYS, make_collator, training_rows
+from hyport_lib.train.samples import Encoder
 name = register_hyport_attention("sdpa")
 processor = AutoProcessor.from_pretrained(spec["model_path"])
 model = AutoModelForImageTextToText.from_pretrained(spec["model_path"], attn_implementation=name)
@@ -84,7 +84,7 @@ def mean_after(values: list[float], warmup: int) -> float:
 
 
 def run_hyport(folder: Path, steps: int, cards: int, warmup: int) -> dict:
-    from hyport_lib.training import stage
+    from hyport_lib.train import stage
 
     started = time.monotonic()
     result = stage.run(stage.plan(output_dir=str(folder), max_steps=steps, save_steps=100000,
@@ -119,7 +119,7 @@ def run_bare(folder: Path, plan: dict, steps: int, cards: int, warmup: int) -> d
 
 
 def _free_port() -> int:
-    from hyport_lib.training.rendezvous import free_port
+    from hyport_lib.train.rendezvous import free_port
 
     return free_port()
 

@@ -41,8 +41,8 @@ import time
 import torch
 import torch.nn.functional as F
 
-from hyport_lib.attention.flash_api import FlashAttnAPI
-from hyport_lib.attention.seqlens import host_sync_count
+from hyport_lib.npu_attention.flash_api import FlashAttnAPI
+from hyport_lib.npu_attention.seqlens import host_sync_count
 from hyport_lib.backend import get_backend
 
 

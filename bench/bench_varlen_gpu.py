@@ -2,7 +2,7 @@
 
 For each mix of sequence lengths (bf16, 32 heads, head dim 128, causal), best of 5 × 20
 calls of: the drop-in's ``flash_attn_varlen_func`` (which picks grouped SDPA or the fused
-kernel by the rule of :mod:`hyport_lib.attention.varlen_dispatch`), torch's fused varlen
+kernel by the rule of :mod:`hyport_lib.npu_attention.varlen_dispatch`), torch's fused varlen
 kernel alone, grouped SDPA alone (one batched call per run of equal lengths) and one SDPA
 call per sequence. Printed: each time in ms and the drop-in over the fastest of the
 three others (target ≤ 1.10 on every mix). Needs a CUDA GPU; on other hosts it says so
@@ -61,8 +61,8 @@ def main(argv=None) -> int:
     if not torch.cuda.is_available():
         print("no CUDA GPU here: nothing to measure (see bench/bench_varlen.py for the CPU)")
         return 0
-    from hyport_lib.attention import sdpa_ops, varlen_dispatch
-    from hyport_lib.attention.flash_api import FlashAttnAPI
+    from hyport_lib.npu_attention import sdpa_ops, varlen_dispatch
+    from hyport_lib.npu_attention.flash_api import FlashAttnAPI
 
     api = FlashAttnAPI("sdpa")
     fused_op = varlen_dispatch.fused_varlen_op()

@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from hyport_lib.attention import reference as R
+from hyport_lib.npu_attention import reference as R
 
 T, F = True, False
 

@@ -10,12 +10,12 @@ import pytest
 import torch
 
 from hyport_lib.attention import compare as C
-from hyport_lib.attention import reference as R
+from hyport_lib.npu_attention import reference as R
 from hyport_lib.attention.implementations import Implementation, eager_attention
 from hyport_lib.attention.case_data import case_keep_mask, make_case_data
 from hyport_lib.attention.cases import BATCH_KINDS, MASK_KINDS, AttentionCase, build_grid
-from hyport_lib.attention.emulation import compressed_causal_mask
-from hyport_lib.attention.emulation import npu_fusion_attention as emulated
+from hyport_lib.npu_attention.nfa_constants import compressed_causal_mask
+from hyport_lib.npu_attention.emulation import npu_fusion_attention as emulated
 from hyport_lib.attention.metrics import Metrics, compute_metrics, decide
 from hyport_lib.attention.model_check import compare_model
 from hyport_lib.attention.nfa_calls import nfa_mapping, run_nfa
@@ -353,7 +353,7 @@ def test_cli_writes_json_and_exit_code(tmp_path, monkeypatch, capsys):
 # Model level
 # --------------------------------------------------------------------------------------
 def test_model_level_tiny_model_pass(monkeypatch):
-    from hyport_lib.attention import emulation
+    from hyport_lib.npu_attention import emulation
 
     calls = []
     real = emulation.npu_fusion_attention
@@ -377,7 +377,7 @@ def test_model_level_catches_a_broken_attention(monkeypatch):
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
     from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
-    from hyport_lib.attention import hf_integration
+    from hyport_lib.npu_attention import hf_integration
 
     def broken(module, query, key, value, attention_mask, scaling=None, **kwargs):
         scaling = (scaling or query.shape[-1] ** -0.5) * 4  # a wrong softmax scale
@@ -398,7 +398,7 @@ def test_model_level_skips_without_the_integration(monkeypatch):
 
     from hyport_lib.attention import show
 
-    monkeypatch.setitem(sys.modules, "hyport_lib.attention.hf_integration", None)
+    monkeypatch.setitem(sys.modules, "hyport_lib.npu_attention.hf_integration", None)
     m = compare_model("tiny")
     assert m.verdict == "SKIP" and "hf_integration" in m.detail and m.max_abs_logits is None
     html = show.styled_model(m).to_html()  # blanks for the missing figures, no "nan%"
@@ -468,7 +468,7 @@ def test_a_forward_that_never_reaches_the_swapped_attention_is_a_warn(monkeypatc
     from transformers import AttentionInterface
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
-    from hyport_lib.attention import hf_integration
+    from hyport_lib.npu_attention import hf_integration
 
     real = hf_integration.register_hyport_attention
 
@@ -526,7 +526,7 @@ def test_the_model_check_loads_remote_code_only_when_asked_with_the_shim_in_plac
     import shutil
     import sys
 
-    from hyport_lib.attention.shim import current_shim
+    from hyport_lib.npu_attention.shim import current_shim
     from hyport_lib.models.tiny import ensure_tiny_model
 
     folder = tmp_path / "remote"
@@ -553,7 +553,7 @@ def test_the_model_check_loads_remote_code_only_when_asked_with_the_shim_in_plac
                            flash_attn_version="2.5.8")
     assert remote.trust_remote_code is True and remote.model_class.endswith("modeling_gated.GatedLlava")
     module = sys.modules[type_module(remote.model_class)]
-    assert module.LOADED and module.LOADED[0].startswith("hyport_lib.attention")  # the shim's function
+    assert module.LOADED and module.LOADED[0].startswith("hyport_lib.npu_attention")  # the shim's function
     assert remote.verdict == "PASS" and remote.swapped_calls > 0, remote.detail
     assert current_shim() is None and "flash_attn" not in sys.modules
     # again in the same process (a notebook cell re-run): the model code imports this check's
@@ -561,7 +561,7 @@ def test_the_model_check_loads_remote_code_only_when_asked_with_the_shim_in_plac
     again = compare_model(str(folder), max_new_tokens=2, trust_remote_code=True)
     assert again.swapped_calls == remote.swapped_calls
     # a shim the user installed is back afterwards, as it was
-    from hyport_lib.attention.shim import install_flash_attn_shim, uninstall_flash_attn_shim
+    from hyport_lib.npu_attention.shim import install_flash_attn_shim, uninstall_flash_attn_shim
 
     install_flash_attn_shim("sdpa", version="2.5.8")
     try:

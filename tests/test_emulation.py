@@ -9,11 +9,9 @@ import random
 import pytest
 import torch
 
-from hyport_lib.attention import reference as R
-from hyport_lib.attention.emulation import (
-    COMPRESSED_MASK_SIZE, SUPPORTED_SPARSE_MODES, compressed_causal_mask, dropout_keep_mask,
-    npu_fusion_attention as nfa,
-)
+from hyport_lib.npu_attention import reference as R
+from hyport_lib.npu_attention.nfa_constants import COMPRESSED_MASK_SIZE, compressed_causal_mask
+from hyport_lib.npu_attention.emulation import SUPPORTED_SPARSE_MODES, dropout_keep_mask, npu_fusion_attention as nfa
 
 CMASK = compressed_causal_mask()
 BIG = 2147483647

@@ -11,17 +11,20 @@ from pathlib import Path
 import pytest
 
 from hyport_lib.backend import get_backend
-from hyport_lib.environment import (TORCH_NPU_COMPAT, Check, DeviceProcess, EnvironmentReport,
-                                    busy_cards, check_cann_compat, check_torch_npu_compat,
-                                    check_visible_devices, checks_frame, collect_cann,
-                                    collect_env_vars, collect_environment, collect_versions,
-                                    list_devices, parse_visible_devices, probe_devices)
+from hyport_lib.environment.compat import TORCH_NPU_COMPAT, check_cann_compat, check_torch_npu_compat
+from hyport_lib.devices.records import Check, DeviceProcess
+from hyport_lib.environment.collect import EnvironmentReport, collect_environment
+from hyport_lib.devices.probe import busy_cards, list_devices, probe_devices
+from hyport_lib.devices.visible_devices import check_visible_devices, parse_visible_devices
+from hyport_lib.environment.frames import checks_frame
+from hyport_lib.environment.facts import collect_cann, collect_env_vars, collect_versions
+from hyport_lib.devices import host_memory, visible_devices
 from hyport_lib.environment import checks as C
 from hyport_lib.environment.compat import releases_for_torch
-from hyport_lib.environment.devices import (DeviceListing, parse_nvidia_smi_apps,
+from hyport_lib.devices.probe import (DeviceListing, parse_nvidia_smi_apps,
                                            parse_nvidia_smi_gpus)
 from hyport_lib.environment.frames import devices_frame
-from hyport_lib.environment.records import DeviceInfo, worst_verdict
+from hyport_lib.devices.records import DeviceInfo, worst_verdict
 
 from conftest import requires_full_stack
 
@@ -129,7 +132,7 @@ def test_another_backends_variable_never_fails(var, value):
         assert check.verdict != "FAIL", (kind, check.reason)
         assert var in check.reason
         strict = check_visible_devices(value, var)  # the host count is not this backend's
-        if strict.verdict == "FAIL" and not C.hides_all_cards(value, var):
+        if strict.verdict == "FAIL" and not visible_devices.hides_all_cards(value, var):
             assert check.verdict == "WARN" and f"the {kind} backend does not read it" in check.reason
 
 
@@ -154,7 +157,7 @@ def test_ascend_space_still_fails_on_npu_only():
     ("GPU-5e4c1f,GPU-77aa", "CUDA_VISIBLE_DEVICES", None),  # not mappable to indices
 ])
 def test_visible_card_ids(value, var, ids):
-    assert C.visible_card_ids(value, var) == ids
+    assert visible_devices.visible_card_ids(value, var) == ids
 
 
 def test_env_cli_passes_with_gpus_hidden_on_cpu(capsys, monkeypatch):
@@ -234,7 +237,7 @@ def _npu_smi_table(cards: int, busy: dict[int, int]) -> str:
 
 def test_busy_cards_judged_among_the_visible_cards(fake_npu, npu_smi_sample, monkeypatch, capsys):
     from hyport_lib.commands import main
-    from hyport_lib.inference.grid import plan_grid
+    from hyport_lib.devices.card_plan import plan_grid
 
     npu_smi_sample(_npu_smi_table(8, busy={4: 4444, 5: 5555}))
     assert busy_cards(get_backend("npu")) == {4: [DeviceProcess(4444, "python", 56000)],
@@ -459,12 +462,12 @@ def test_flash_attn_on_npu_is_a_warning():
 def test_host_memory_and_shm():
     docker_default = {"ram_total_gb": 1500.0, "ram_available_gb": 1400.0,
                       "shm_total_gb": 0.0625, "shm_free_gb": 0.0625}
-    ram, shm = C.check_host_memory("npu", 8, docker_default)
+    ram, shm = host_memory.check_host_memory("npu", 8, docker_default)
     assert ram.verdict == "PASS" and shm.verdict == "WARN" and "--shm-size=8g" in shm.reason
     small = {"ram_total_gb": 64.0, "ram_available_gb": 60.0, "shm_total_gb": 64.0, "shm_free_gb": 64.0}
-    ram, shm = C.check_host_memory("npu", 8, small)
+    ram, shm = host_memory.check_host_memory("npu", 8, small)
     assert ram.verdict == "FAIL" and "128.00 GB needed" in ram.reason and shm.verdict == "PASS"
-    ram, _ = C.check_host_memory("npu", 8, small, ram_gb_per_card=4)
+    ram, _ = host_memory.check_host_memory("npu", 8, small, ram_gb_per_card=4)
     assert ram.verdict == "PASS"
 
 
@@ -568,7 +571,7 @@ def test_cli_json_and_exit_code(capsys, tmp_path, monkeypatch):
 
 
 def test_summary_names_the_first_fail_before_warns():
-    from hyport_lib.environment import environment_summary
+    from hyport_lib.environment.stage import environment_summary
 
     report = _report("PASS", "WARN", "FAIL")
     text = environment_summary(report)

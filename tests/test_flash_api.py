@@ -7,8 +7,8 @@ import math
 import pytest
 import torch
 
-from hyport_lib.attention.flash_api import FlashAttnAPI, FlashAttnUnsupported
-from hyport_lib.attention.seqlens import HOST_CACHE, host_sync_count
+from hyport_lib.npu_attention.flash_api import FlashAttnAPI, FlashAttnUnsupported
+from hyport_lib.npu_attention.seqlens import HOST_CACHE, host_sync_count
 
 
 def reference(q, k, v, scale, causal=False, window=(-1, -1), align="bottom_right"):
@@ -305,7 +305,7 @@ def test_identity_cache_eviction_does_not_deadlock():
     then runs while the cache holds its lock)."""
     import threading
 
-    from hyport_lib.attention.seqlens import IdentityCache
+    from hyport_lib.npu_attention.seqlens import IdentityCache
 
     def scenario():
         cache = IdentityCache(maxsize=2)
@@ -357,7 +357,7 @@ def test_sequence_without_keys_gives_zero_rows():
 def test_varlen_dispatch_rule():
     """Grouped SDPA while few runs of equal lengths remain, the fused kernel from 9 runs
     on (measured on an H200), and only where the fused kernel can serve the call."""
-    from hyport_lib.attention.varlen_dispatch import FUSED_MIN_RUNS, choose_path
+    from hyport_lib.npu_attention.varlen_dispatch import FUSED_MIN_RUNS, choose_path
 
     def path(runs, device="cuda", dtype=torch.bfloat16, head_dim=128, dropout=0.0, empty=False,
              available=True):
@@ -375,7 +375,7 @@ def test_many_lengths_on_a_gpu_go_to_the_fused_kernel(monkeypatch):
     """The dispatch inside sdpa_varlen, with the device and the fused kernel stood in for:
     16 distinct lengths call the fused op (with host lengths turned into device tensors
     once), 4 runs do not; the results equal the grouped path's."""
-    from hyport_lib.attention import sdpa_ops, varlen_dispatch
+    from hyport_lib.npu_attention import sdpa_ops, varlen_dispatch
 
     calls = []
 

@@ -11,11 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from hyport_lib.inference import InferenceConfig, InferenceOutcome, load_model, run_batch, run_single
-from hyport_lib.inference import generate, run_inference
+from hyport_lib.models import generation
+from hyport_lib.models.generation import load_model, run_batch, run_inference, run_single
+from hyport_lib.models.generation_config import InferenceConfig, InferenceOutcome
 from hyport_lib.models.loading import dtype_kwarg
 from hyport_lib.models.prompts import encode_prompts
-from hyport_lib.models.tiny import ensure_tiny_model, sample_image
+from hyport_lib.models.tiny import ensure_tiny_model
+from hyport_lib.models.sample_image import sample_image
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -62,7 +64,7 @@ def test_left_padded_batch_matches_unpadded_single(outcome, loaded):
     long_question = ("How do I open a fridge? Please list every step in detail, from standing in "
                      "front of it to closing the door again so the food stays cold.")
     config = InferenceConfig(batch_prompts=[(long_question, False), ("Describe the image.", True)])
-    enc = encode_prompts(processor, generate.batch_prompts(processor, config)[0])
+    enc = encode_prompts(processor, generation.batch_prompts(processor, config)[0])
     mask = enc["attention_mask"]
     assert mask[1, 0] == 0 and mask[1, -1] == 1, "the image row is the shorter one, padded on the left"
     # With correct left padding (mask + positions) the padded row's greedy answer is
@@ -213,10 +215,10 @@ def test_config_coerces_numeric_text_and_flag_words():
 
 
 def test_decode_rate_excludes_the_first_token():
-    assert generate.decode_rate(5, 2.0, 1.0) == pytest.approx(4.0)
-    assert generate.decode_rate(1, 2.0, 1.0) is None, "one token: nothing after the first"
-    assert generate.decode_rate(5, 2.0, None) is None
-    assert generate.decode_rate(5, 1.0, 1.0) is None
+    assert generation.decode_rate(5, 2.0, 1.0) == pytest.approx(4.0)
+    assert generation.decode_rate(1, 2.0, 1.0) is None, "one token: nothing after the first"
+    assert generation.decode_rate(5, 2.0, None) is None
+    assert generation.decode_rate(5, 1.0, 1.0) is None
 
 
 def test_outcome_reports_decode_speed_beside_end_to_end_speed(outcome, loaded):
@@ -241,19 +243,19 @@ def test_config_round_trips_and_rejects_unknown_keys():
 
 
 def test_device_strings():
-    backend, index, device = generate._backend_for("auto")
+    backend, index, device = generation._backend_for("auto")
     assert (index, device) == (0, backend.device(0))
-    assert generate._backend_for("cpu")[1:] == (0, "cpu")
+    assert generation._backend_for("cpu")[1:] == (0, "cpu")
     with pytest.raises(ValueError, match="device"):
-        generate._backend_for("tpu:0")
+        generation._backend_for("tpu:0")
     with pytest.raises(ValueError, match="device"):
-        generate._backend_for("cuda:x")
+        generation._backend_for("cuda:x")
 
 
 @pytest.mark.slow
 def test_greedy_output_is_identical_in_a_fresh_process(outcome, tiny_cache):
     code = (
-        "from hyport_lib.inference import InferenceConfig, run_inference\n"
+        "from hyport_lib.models.generation import run_inference\nfrom hyport_lib.models.generation_config import InferenceConfig\n"
         "print(run_inference(InferenceConfig()).output_hash)\n"
     )
     pythonpath = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p)
@@ -268,21 +270,21 @@ def test_greedy_output_is_identical_in_a_fresh_process(outcome, tiny_cache):
 def test_the_timed_run_is_not_the_first_call(monkeypatch):
     """The first generate of a process measures start-up (device context, kernels, on an
     NPU operator compilation): it is a warm-up, reported apart as cold_s."""
-    from hyport_lib.inference import generate
+    from hyport_lib.models import generation
 
     calls = []
-    real = generate.run_single
+    real = generation.run_single
 
     def recording(model, processor, config):
         calls.append("call")
         return real(model, processor, config)
 
-    monkeypatch.setattr(generate, "run_single", recording)
-    outcome = generate.run_inference(InferenceConfig(max_new_tokens=2))
+    monkeypatch.setattr(generation, "run_single", recording)
+    outcome = generation.run_inference(InferenceConfig(max_new_tokens=2))
     assert calls == ["call", "call"]  # warm-up, then the timed one
     assert outcome.cold_s is not None and outcome.cold_s > 0 and outcome.warmup_runs == 1
     calls.clear()
-    outcome = generate.run_inference(InferenceConfig(max_new_tokens=2, warmup_runs=0))
+    outcome = generation.run_inference(InferenceConfig(max_new_tokens=2, warmup_runs=0))
     assert calls == ["call"] and outcome.cold_s is None
     with pytest.raises(ValueError, match="warmup_runs"):
         InferenceConfig(warmup_runs=-1)

@@ -21,18 +21,10 @@ import pytest
 
 from hyport_lib.backend import Backend, CpuBackend, get_backend
 from hyport_lib.inference import grid as grid_mod
-from hyport_lib.inference.grid import (
-    COLUMNS,
-    FALLBACK_MARKER,
-    available_cards,
-    consistency,
-    inherited_card_ids,
-    last_exception,
-    plan_grid,
-    run_grid,
-    scan_fallbacks,
-    scrub_log,
-)
+from hyport_lib.inference.table import COLUMNS, FALLBACK_MARKER, consistency, scan_fallbacks
+from hyport_lib.devices.card_plan import available_cards, inherited_card_ids, plan_grid
+from hyport_lib.processes import last_exception, scrub_log
+from hyport_lib.inference.grid import run_grid
 from hyport_lib.inference.worker import FAULT_ENV, parse_faults
 
 DATA = Path(__file__).parent / "data"
@@ -40,7 +32,7 @@ SMALL = dict(max_new_tokens=4)
 
 
 def _config(**kw):
-    from hyport_lib.inference.generate import InferenceConfig
+    from hyport_lib.models.generation_config import InferenceConfig
 
     return InferenceConfig(**{**SMALL, **kw})
 
@@ -155,7 +147,7 @@ def test_scrub_log_rewrites_only_secret_values(tmp_path):
 
 
 def test_cli_turns_stop_signals_into_stopped():
-    from hyport_lib.commands._cli import Stopped, stop_signals_raise
+    from hyport_lib.utils.signals import Stopped, stop_signals_raise
 
     before = signal.getsignal(signal.SIGHUP)
     with pytest.raises(Stopped) as info:
@@ -366,7 +358,7 @@ def test_grid_returns_when_every_worker_hangs(tmp_path):
 # --------------------------------------------------------------------------- launcher death
 _HANGING_GRID = """
 import sys
-from hyport_lib.inference.generate import InferenceConfig
+from hyport_lib.models.generation import InferenceConfig
 from hyport_lib.inference.grid import run_grid
 run_grid(InferenceConfig(max_new_tokens=2), device="cpu", num_cards=2, timeout_s=600,
          log_dir=sys.argv[1])

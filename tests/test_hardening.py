@@ -104,7 +104,7 @@ def test_a_readonly_cache_is_named(tmp_path, monkeypatch, capsys):
 
 # --------------------------------------------------------------------------- 4. configuration
 def test_stage_01_refuses_a_card_count_below_one():
-    from hyport_lib.environment import collect_environment
+    from hyport_lib.environment.collect import collect_environment
 
     for bad in (-1, 0):
         with pytest.raises(ValueError, match=f"num_cards={bad}"):
@@ -273,7 +273,7 @@ def test_review_round_regressions(tmp_path, capsys):
     """Found by the review of the hardening round, each reproduced first."""
     from hyport_lib.environment.checks import torch_npu_install_command
     from hyport_lib.parameters import ParameterError, validate_parameters
-    from hyport_lib.scan import scan_path
+    from hyport_lib.scan.scanner import scan_path
     from hyport_lib.utils.redact import redact_url_credentials, scrub_json_text, scrub_text
 
     # a setting in a secret-named variable is not a secret, and JSON stays JSON
@@ -313,7 +313,7 @@ def test_review_round_regressions(tmp_path, capsys):
 
 
 def test_the_ram_check_follows_the_container_limit(tmp_path):
-    from hyport_lib.environment.facts import cgroup_memory_limit_gb
+    from hyport_lib.devices.host_memory import cgroup_memory_limit_gb
 
     (tmp_path / "memory.max").write_text("536870912\n")  # 512 MiB, cgroup v2
     assert cgroup_memory_limit_gb(tmp_path) == 0.5

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from hyport_lib.attention import register_hyport_attention
-from hyport_lib.attention import hf_integration
-from hyport_lib.attention.flash_api import FlashAttnAPI, FlashAttnUnsupported
-from hyport_lib.attention.spans import (bidirectional_span_mask, bidirectional_spans,
+from hyport_lib.npu_attention.hf_integration import register_hyport_attention
+from hyport_lib.npu_attention import hf_integration
+from hyport_lib.npu_attention.flash_api import FlashAttnAPI, FlashAttnUnsupported
+from hyport_lib.npu_attention.spans import (bidirectional_span_mask, bidirectional_spans,
                                         span_ids_from_token_type)
 
 transformers = pytest.importorskip("transformers")

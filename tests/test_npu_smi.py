@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from hyport_lib.environment.npu_smi import parse_npu_smi_info, parse_proc_mem
-from hyport_lib.environment.records import DeviceProcess
+from hyport_lib.devices.npu_smi import parse_npu_smi_info, parse_proc_mem
+from hyport_lib.devices.records import DeviceProcess
 
 DATA = Path(__file__).parent / "data" / "npu_smi"
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from hyport_lib.training.ownership import RUN_MARKER, foreign_entries, lock_file
+from hyport_lib.train.ownership import RUN_MARKER, foreign_entries, lock_file
 
 pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[1]
@@ -78,11 +78,11 @@ def test_the_lock_dies_with_a_killed_launcher(tmp_path):
     out = tmp_path / "out"
     holder = subprocess.Popen(
         [sys.executable, "-c", "import sys, time; from pathlib import Path; "
-         "from hyport_lib.training.ownership import lock_output_dir; "
+         "from hyport_lib.train.ownership import lock_output_dir; "
          f"lock_output_dir(Path({str(out)!r})); print('held', flush=True); time.sleep(600)"],
         cwd=REPO, stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(REPO)})
     assert holder.stdout.readline().strip() == "held"
-    from hyport_lib.training.ownership import OutputDirBusy, lock_output_dir, release_output_dir
+    from hyport_lib.train.ownership import OutputDirBusy, lock_output_dir, release_output_dir
 
     with pytest.raises(OutputDirBusy, match=rf"pid {holder.pid}, started"):
         lock_output_dir(out)

@@ -12,7 +12,9 @@ import pytest
 
 from hyport_lib.report import html as report_html
 from hyport_lib.report.profiles import load_profile, parse_overrides, resolve_profile
-from hyport_lib.report.runner import absolutize_paths, coerce_overrides, new_run_dir, run_report
+from hyport_lib.report.params import absolutize_paths, coerce_overrides
+from hyport_lib.report.run import new_run_dir
+from hyport_lib.report.runner import run_report
 from hyport_lib.stages import discover_stages, select_stages
 
 REPO = Path(__file__).resolve().parents[1]
@@ -186,7 +188,7 @@ def test_cli_exit_codes_and_unknown_parameters(stage_dir, tmp_path):
 def test_blog_and_index_escape_what_they_show(tmp_path):
     from hyport_lib.report.blog import render_blog
     from hyport_lib.report.index import render_index
-    from hyport_lib.report.runner import ReportRun, StageOutcome
+    from hyport_lib.report.run import ReportRun, StageOutcome
 
     stage = StageOutcome(stage="02_attention", verdict="PASS", summary="<b>x</b>",
                          headline={"max |Δ logits|": 1e-7},

@@ -10,8 +10,10 @@ from pathlib import Path
 import pytest
 
 from hyport_lib.commands import main as hyport_main
-from hyport_lib.scan import CATEGORIES, DEFAULT_EXCLUDE, ScanReport, scan_path, show_scan
-from hyport_lib.scan.show import scan_tables
+from hyport_lib.scan.rules import CATEGORIES
+from hyport_lib.scan.scanner import DEFAULT_EXCLUDE, scan_path
+from hyport_lib.scan.model import ScanReport
+from hyport_lib.scan.show import scan_tables, show_scan
 
 TREE = Path(__file__).parent / "data" / "scan_tree"
 REPO = Path(__file__).resolve().parents[1]

@@ -10,8 +10,8 @@ import types
 import pytest
 import torch
 
-from hyport_lib.attention import install_flash_attn_shim, uninstall_flash_attn_shim
-from hyport_lib.attention.flash_api import FlashAttnAPI, FlashAttnUnsupported
+from hyport_lib.npu_attention.shim import install_flash_attn_shim, uninstall_flash_attn_shim
+from hyport_lib.npu_attention.flash_api import FlashAttnAPI, FlashAttnUnsupported
 
 REMOTE_CODE = '''
 import torch
@@ -182,7 +182,7 @@ def test_shim_on_emulated_npu_backend_matches_sdpa(tmp_path, monkeypatch, clean_
 
 
 def test_bert_padding_round_trip_and_grad():
-    from hyport_lib.attention.bert_padding import (index_first_axis, make_unpad_input, pad_input,
+    from hyport_lib.npu_attention.bert_padding import (index_first_axis, make_unpad_input, pad_input,
                                                    unpad_input)
 
     torch.manual_seed(2)
@@ -230,7 +230,7 @@ def _rotary_direct(x, cos, sin, positions, interleaved):
 
 @pytest.mark.parametrize("interleaved", [False, True])
 def test_rotary_matches_direct_formula(interleaved):
-    from hyport_lib.attention.rotary import apply_rotary_emb
+    from hyport_lib.npu_attention.rotary import apply_rotary_emb
 
     torch.manual_seed(3)
     theta = torch.arange(12).unsqueeze(1) * (1.0 / 10000 ** (torch.arange(3) / 3)).unsqueeze(0)

@@ -13,13 +13,8 @@ from pathlib import Path
 import pytest
 
 from hyport_lib.models import tiny
-from hyport_lib.models.tiny import (
-    MARKER_FILE,
-    ensure_tiny_model,
-    read_marker,
-    resolve_model_path,
-    sample_image,
-)
+from hyport_lib.models.tiny import MARKER_FILE, ensure_tiny_model, read_marker, resolve_model_path
+from hyport_lib.models.sample_image import sample_image
 
 REPO = Path(__file__).resolve().parents[1]
 

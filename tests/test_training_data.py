@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from hyport_lib.training.dataset import DatasetError, load_dataset
-from hyport_lib.training.packing import (COUNT_KEYS, PackedCollator, PaddedCollator,
+from hyport_lib.train.dataset import DatasetError, load_dataset
+from hyport_lib.train.packing import (COUNT_KEYS, PackedCollator, PaddedCollator,
                                          pack_samples)
-from hyport_lib.training.samples import IGNORE_INDEX, Encoder, encode_records
-from hyport_lib.training.smoke_data import smoke_record_count, write_smoke_dataset
+from hyport_lib.train.samples import IGNORE_INDEX, Encoder, encode_records
+from hyport_lib.train.smoke_data import smoke_record_count, write_smoke_dataset
 
 
 @pytest.fixture(scope="module")
@@ -215,7 +215,7 @@ def test_a_packed_batch_has_the_loss_of_the_unpacked_batch(smoke, processor):
     only when no cache is in use: with one it attends across them.)"""
     from transformers import AutoModelForImageTextToText
 
-    from hyport_lib.attention.hf_integration import register_hyport_attention
+    from hyport_lib.npu_attention.hf_integration import register_hyport_attention
     from hyport_lib.models.tiny import ensure_tiny_model
 
     samples, _ = encode_records(load_dataset(smoke).records, processor, 256)

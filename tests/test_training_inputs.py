@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from hyport_lib.models.training_inputs import join_image_tensors, packed_positions, split_processor_output
-from hyport_lib.training.packing import PackedCollator, PaddedCollator
-from hyport_lib.training.samples import Sample
+from hyport_lib.train.packing import PackedCollator, PaddedCollator
+from hyport_lib.train.samples import Sample
 
 
 def test_split_keeps_per_token_keys_apart_from_image_tensors():

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from hyport_lib.training import stage
-from hyport_lib.training.config import TrainConfig
-from hyport_lib.training.rendezvous import free_port
+from hyport_lib.train import stage
+from hyport_lib.train.config import TrainConfig
+from hyport_lib.train.rendezvous import free_port
 
 pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[1]

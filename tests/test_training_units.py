@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 
 from hyport_lib.backend import get_backend
-from hyport_lib.training import checkpoints as ck
-from hyport_lib.training.config import TrainConfig
-from hyport_lib.training.deepspeed_config import build_deepspeed_config, resolve_precision
-from hyport_lib.training.metrics import ema, loss_span, spikes, summarize_metrics, truncate_metrics
+from hyport_lib.train import checkpoints as ck
+from hyport_lib.train.config import TrainConfig
+from hyport_lib.train.deepspeed_config import build_deepspeed_config, resolve_precision
+from hyport_lib.train.metrics import ema, loss_span, spikes, summarize_metrics, truncate_metrics
 
 
 # --------------------------------------------------------------------------- config
@@ -171,7 +171,7 @@ def test_ema_and_spikes():
 
 # --------------------------------------------------------------------------- preflight
 def test_taken_port_and_multi_node_without_port_are_refused(tmp_path):
-    from hyport_lib.training.rendezvous import rendezvous_port
+    from hyport_lib.train.rendezvous import rendezvous_port
 
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -203,8 +203,8 @@ def test_a_bad_dataset_stops_before_any_process_starts(tmp_path, monkeypatch, ca
 
 
 def test_skip_bad_records_plans_without_them(tmp_path):
-    from hyport_lib.training.preflight import prepare
-    from hyport_lib.training.smoke_data import write_smoke_dataset
+    from hyport_lib.train.preflight import prepare
+    from hyport_lib.train.smoke_data import write_smoke_dataset
 
     smoke = write_smoke_dataset(tmp_path / "data")
     records = json.loads(smoke.read_text())
@@ -219,7 +219,7 @@ def test_skip_bad_records_plans_without_them(tmp_path):
 
 
 def test_unwritable_output_dir_and_missing_model_are_named(tmp_path):
-    from hyport_lib.training.preflight import prepare
+    from hyport_lib.train.preflight import prepare
 
     blocker = tmp_path / "file"
     blocker.write_text("x")
@@ -231,7 +231,7 @@ def test_unwritable_output_dir_and_missing_model_are_named(tmp_path):
 
 
 def test_first_failure_names_the_root_cause_rank(tmp_path):
-    from hyport_lib.training.launch import first_failure
+    from hyport_lib.train.launch import first_failure
 
     log = tmp_path / "node0.log"
     log.write_text(
@@ -256,8 +256,8 @@ def test_the_npu_branch_plans_hccl_tnd_attention_and_refuses_busy_cards(
     """On an Ascend host (the torch_npu double): packed runs use the fused NPU attention,
     bf16 is chosen, the workers init hccl, and a card another process holds stops the
     launch before anything starts."""
-    from hyport_lib.training.preflight import prepare
-    from hyport_lib.training.worker import init_distributed  # noqa: F401 (imports on the double)
+    from hyport_lib.train.preflight import prepare
+    from hyport_lib.train.worker import init_distributed  # noqa: F401 (imports on the double)
 
     data = Path(__file__).parent / "data" / "npu_smi"
     npu = get_backend("npu")
@@ -278,10 +278,10 @@ def test_training_review_regressions(tmp_path):
     """Found by the review of stage 04, each reproduced first."""
     from PIL import Image
 
-    from hyport_lib.training.checkpoints import drop_checkpoints_after, list_checkpoints
-    from hyport_lib.training.dataset import load_dataset
-    from hyport_lib.training.launch import first_failure
-    from hyport_lib.training.preflight import prepare
+    from hyport_lib.train.checkpoints import drop_checkpoints_after, list_checkpoints
+    from hyport_lib.train.dataset import load_dataset
+    from hyport_lib.train.launch import first_failure
+    from hyport_lib.train.preflight import prepare
 
     # a worker's exception, as torch prints it: "[rank0]: " after torchrun's "[default0]:"
     log = tmp_path / "node0.log"
@@ -331,7 +331,7 @@ def test_training_review_regressions(tmp_path):
     # every problem of a big bad dataset is written out
     many = tmp_path / "many.json"
     many.write_text(json.dumps([{"id": f"r{i}", "conversations": []} for i in range(60)]))
-    from hyport_lib.training.dataset import DatasetError
+    from hyport_lib.train.dataset import DatasetError
 
     with pytest.raises(DatasetError) as info:
         prepare(TrainConfig(dataset_path=str(many), output_dir=str(tmp_path / "many-out")),
@@ -344,10 +344,10 @@ def test_second_training_review_regressions(tmp_path, monkeypatch):
     """Found by the second review of stage 04, each reproduced first."""
     from PIL import Image
 
-    from hyport_lib.training.dataset import load_dataset
-    from hyport_lib.training.metrics import MetricsSummary
-    from hyport_lib.training.preflight import prepare
-    from hyport_lib.training.result import TrainResult
+    from hyport_lib.train.dataset import load_dataset
+    from hyport_lib.train.metrics import MetricsSummary
+    from hyport_lib.train.preflight import prepare
+    from hyport_lib.train.result import TrainResult
 
     cpu = get_backend("cpu")
     turns = [{"from": "human", "value": "<image> what?"}, {"from": "gpt", "value": "x"}]
@@ -379,7 +379,7 @@ def test_second_training_review_regressions(tmp_path, monkeypatch):
     with pytest.raises(ValueError, match="master_addr='no.such.host.invalid' does not resolve"):
         prepare(TrainConfig(master_addr="no.such.host.invalid", output_dir=str(tmp_path / "a")), cpu)
     # loopback and unspecified addresses, IPv6 included, are this machine
-    from hyport_lib.training.rendezvous import is_local
+    from hyport_lib.train.rendezvous import is_local
 
     assert all(is_local(a) for a in ("::1", "0.0.0.0", "127.0.0.1", socket.gethostname()))
     # ZeRO-3 on two processes with text-only and image records would abort in DeepSpeed
@@ -409,7 +409,7 @@ def test_third_training_review_regressions(tmp_path):
 
     from hyport_lib.backend import get_backend
     from hyport_lib.models.tiny import ensure_tiny_model
-    from hyport_lib.training.preflight import prepare
+    from hyport_lib.train.preflight import prepare
 
     cpu = get_backend("cpu")
     # a model folder without tokenizer / processor files: named before launch, no traceback
@@ -467,7 +467,7 @@ def test_an_unreadable_marker_state_or_missing_rank_file_is_named_before_launch(
 
 
 def test_overflow_drop_drops_too_long_records_and_counts_them(tmp_path):
-    from hyport_lib.training.preflight import prepare
+    from hyport_lib.train.preflight import prepare
 
     plan = prepare(TrainConfig(output_dir=str(tmp_path / "o"), overflow="drop", max_seq_len=40, num_cards=2),
                    get_backend("cpu", num_cards=2))
@@ -477,8 +477,8 @@ def test_overflow_drop_drops_too_long_records_and_counts_them(tmp_path):
 
 def test_ownership_review_regressions(tmp_path):
     """hyport's own leftovers are its own; a save killed half-way is resumed past."""
-    from hyport_lib.training import ownership
-    from hyport_lib.training.preflight import prepare
+    from hyport_lib.train import ownership
+    from hyport_lib.train.preflight import prepare
     from hyport_lib.utils.disk import disk_full_error
 
     cpu = get_backend("cpu", num_cards=2)

@@ -315,7 +315,7 @@ def verify_json(folder: Path, capsys, *flags) -> tuple[int, dict, str]:
 # --------------------------------------------------------------------------- tests
 @pytest.mark.parametrize("cls,layout", [(c, lay) for c in sorted(PLANTS) for lay in PLANTS[c][1]])
 def test_planted_defect_is_reported_with_its_class_and_file(cls, layout, sources, tmp_path, capsys):
-    from hyport_lib.weights.findings import CLASSES
+    from hyport_lib.checkpoint_files.findings import CLASSES
 
     plant, _, flags = PLANTS[cls]
     ckpt = copy_of(sources, layout, tmp_path)

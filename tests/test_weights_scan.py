@@ -18,7 +18,7 @@ from safetensors.torch import save_file
 
 from hyport_lib.models.tiny import ensure_tiny_model
 from hyport_lib.weights.compare import compare_weights
-from hyport_lib.weights.format import read_header
+from hyport_lib.checkpoint_files.header import read_header
 from hyport_lib.weights.layout import inspect_checkpoint
 from hyport_lib.weights.scan import full_scan, nonfinite_counts, plan_reads, read_chunks
 

@@ -21,7 +21,7 @@ pytestmark = pytest.mark.slow
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
     """One real two-step ZeRO-2 run, shared by every test here."""
-    from hyport_lib.training import stage as train
+    from hyport_lib.train import stage as train
 
     out = tmp_path_factory.mktemp("train")
     result = train.run(train.plan(output_dir=str(out / "run"), max_steps=2, save_steps=2, resume_from="none"))

@@ -16,17 +16,18 @@ from pathlib import Path
 import pytest
 import torch
 
-from hyport_lib.attention.hf_integration import register_hyport_attention
+from hyport_lib.npu_attention.hf_integration import register_hyport_attention
 from hyport_lib.attention.model_check import compare_model
-from hyport_lib.inference.generate import InferenceConfig, run_inference
+from hyport_lib.models.generation_config import InferenceConfig
+from hyport_lib.models.generation import run_inference
 from hyport_lib.models.families import describe_model
 from hyport_lib.models.loading import has_torchvision, load_model, load_processor
 from hyport_lib.models.lora_targets import language_model_path, lora_target_pattern, matched_layers
 from hyport_lib.models.training_inputs import rope_positions_function
-from hyport_lib.training.dataset import load_dataset
-from hyport_lib.training.packing import COUNT_KEYS, PackedCollator, PaddedCollator
-from hyport_lib.training.samples import Encoder
-from hyport_lib.training.smoke_data import write_smoke_dataset
+from hyport_lib.train.dataset import load_dataset
+from hyport_lib.train.packing import COUNT_KEYS, PackedCollator, PaddedCollator
+from hyport_lib.train.samples import Encoder
+from hyport_lib.train.smoke_data import write_smoke_dataset
 from zoo import ZOO_NAMES, zoo_entry
 
 VLMS = [n for n in ZOO_NAMES if zoo_entry(n).multimodal]
@@ -236,8 +237,8 @@ def test_gemma3_image_tokens_attend_both_ways_in_training(zoo, records):
 
 @pytest.mark.parametrize("name", sorted(PACKING_REFUSED))
 def test_packing_is_refused_in_one_line_where_it_would_change_the_model(zoo, tmp_path, name):
-    from hyport_lib.training.config import TrainConfig
-    from hyport_lib.training.preflight import prepare
+    from hyport_lib.train.config import TrainConfig
+    from hyport_lib.train.preflight import prepare
 
     with pytest.raises(ValueError, match=rf"^packing=True: {name} attends both ways.*use packing=false$"):
         prepare(TrainConfig(model_path=str(zoo[name]), output_dir=str(tmp_path / "out"), packing=True))
@@ -246,9 +247,9 @@ def test_packing_is_refused_in_one_line_where_it_would_change_the_model(zoo, tmp
 def test_a_text_only_model_names_image_records_or_leaves_the_bundled_ones_out(zoo, tmp_path):
     import json
 
-    from hyport_lib.training.config import TrainConfig
-    from hyport_lib.training.dataset import DatasetError
-    from hyport_lib.training.preflight import prepare
+    from hyport_lib.train.config import TrainConfig
+    from hyport_lib.train.dataset import DatasetError
+    from hyport_lib.train.preflight import prepare
 
     plan = prepare(TrainConfig(model_path=str(zoo["qwen3"]), output_dir=str(tmp_path / "a")))
     assert plan.dataset["samples"] == 3 and plan.dataset["model_kind"] == "text-only"
@@ -267,7 +268,7 @@ def test_a_text_only_model_names_image_records_or_leaves_the_bundled_ones_out(zo
 
 
 def test_the_worker_builds_the_blank_image_of_any_vlm(zoo):
-    from hyport_lib.training.worker import _blank_image_inputs
+    from hyport_lib.train.worker import _blank_image_inputs
 
     for name in VLMS:
         loaded = load_processor(str(zoo[name]))
@@ -289,8 +290,8 @@ def test_a_cut_inside_gemma3s_image_is_refused_not_trained(zoo, tmp_path):
     """Gemma3's processor names <start_of_image> as its image token, the model counts
     the soft tokens: a truncation inside them must be refused (it would crash the forward)."""
     from hyport_lib.models.sample_image import sample_image
-    from hyport_lib.training.dataset import Record
-    from hyport_lib.training.samples import encode_records
+    from hyport_lib.train.dataset import Record
+    from hyport_lib.train.samples import encode_records
 
     image = tmp_path / "a.png"
     sample_image((64, 32)).save(image)
@@ -321,7 +322,7 @@ def test_remote_code_vlms_loaded_as_causal_lms_are_still_vlms():
 
 
 def test_image_prompts_the_user_chose_are_refused_for_a_text_only_model(zoo):
-    from hyport_lib.inference.generate import check_prompts
+    from hyport_lib.models.generation import check_prompts
     from hyport_lib.models.prompts import PromptNotApplicable
 
     chosen = InferenceConfig(model_path=str(zoo["qwen3"]), batch_prompts=[("What is it?", True), ("Hi", False)])
@@ -336,8 +337,8 @@ def test_image_prompts_the_user_chose_are_refused_for_a_text_only_model(zoo):
 
 
 def test_lora_all_on_an_moe_says_the_fused_experts_stay_frozen(zoo, tmp_path):
-    from hyport_lib.training.config import TrainConfig
-    from hyport_lib.training.preflight import prepare
+    from hyport_lib.train.config import TrainConfig
+    from hyport_lib.train.preflight import prepare
 
     plan = prepare(TrainConfig(model_path=str(zoo["qwen3_moe"]), output_dir=str(tmp_path / "o"),
                                finetuning_type="lora", lora_target="all"))
@@ -349,8 +350,8 @@ def test_a_text_only_batch_with_the_blank_image_gives_the_same_parameters_gradie
     """Under DeepSpeed every rank reduces the gradients of the same parameters: a rank
     whose batch has no image runs the blank image (as the Trainer does) and must give a
     gradient to exactly the parameters a real image does — no more, no fewer."""
-    from hyport_lib.training.callbacks import _accepted_arguments, _image_features, _tensors
-    from hyport_lib.training.worker import _blank_image_inputs
+    from hyport_lib.train.callbacks import _accepted_arguments, _image_features, _tensors
+    from hyport_lib.train.worker import _blank_image_inputs
 
     loaded = load_processor(str(zoo[name]))
     model = load_model(str(zoo[name])).train()

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from hyport_lib.training import stage
-from hyport_lib.training.config import TrainConfig
+from hyport_lib.train import stage
+from hyport_lib.train.config import TrainConfig
 from zoo import mixed_dataset
 
 pytestmark = pytest.mark.slow

@@ -847,7 +847,7 @@ def build_zoo(root: os.PathLike, names: Iterable[str] = ZOO_NAMES) -> dict[str, 
 def mixed_dataset(folder: os.PathLike) -> Path:
     """A training set of two records from the bundled smoke set, one with an image and one
     without: with 2 ranks and one row each, every step gives one rank a text-only batch."""
-    from hyport_lib.training.smoke_data import write_smoke_dataset
+    from hyport_lib.train.smoke_data import write_smoke_dataset
 
     smoke = write_smoke_dataset(folder)
     records = {r["id"]: r for r in json.loads(smoke.read_text(encoding="utf-8"))}

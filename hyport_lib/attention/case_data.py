@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import torch
 
-from hyport_lib.attention import reference as R
+from hyport_lib.npu_attention import reference as R
 from hyport_lib.attention.cases import AttentionCase
 
 

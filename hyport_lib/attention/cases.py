@@ -13,7 +13,7 @@ from typing import Optional, Sequence
 
 import torch
 
-from hyport_lib.attention.reference import LAYOUTS
+from hyport_lib.npu_attention.reference import LAYOUTS
 
 DTYPES = ("float16", "bfloat16", "float32")
 MASK_KINDS = ("causal", "bidirectional", "band", "spans")

@@ -3,7 +3,7 @@
 A grid of cases (:mod:`~hyport_lib.attention.cases`: layout, dtype, mask kind, GQA,
 dense / padded / packed batches, Sq != Skv, odd lengths, head dims 64 and 128) is run
 through each available backend (:mod:`~hyport_lib.attention.implementations`) and
-compared with :func:`~hyport_lib.attention.reference.attention_reference` computed in
+compared with :func:`~hyport_lib.npu_attention.reference.attention_reference` computed in
 float64 from the very same low-precision inputs (:mod:`~hyport_lib.attention.case_data`).
 Each row's metrics and verdict follow :mod:`~hyport_lib.attention.metrics`.
 

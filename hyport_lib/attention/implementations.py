@@ -20,12 +20,12 @@ from typing import Callable, Optional
 
 import torch
 
-from hyport_lib.attention import reference as R
-from hyport_lib.attention.bert_padding import make_unpad_input, pad_input, unpad_input
+from hyport_lib.npu_attention import reference as R
+from hyport_lib.npu_attention.bert_padding import make_unpad_input, pad_input, unpad_input
 from hyport_lib.attention.case_data import CaseData
 from hyport_lib.attention.cases import AttentionCase
 from hyport_lib.attention.nfa_calls import run_nfa
-from hyport_lib.attention.sdpa_ops import repeat_kv
+from hyport_lib.npu_attention.sdpa_ops import repeat_kv
 
 
 @dataclass
@@ -121,7 +121,7 @@ def available_implementations(device: str = "auto",
     """Implementations usable on this host. ``device`` picks where eager / sdpa run;
     ``flash_attn_version`` is the flash-attn API the drop-in serves (label and
     ``unpad_input``'s arity)."""
-    from hyport_lib.attention.emulation import npu_fusion_attention as emulated
+    from hyport_lib.npu_attention.emulation import npu_fusion_attention as emulated
     from hyport_lib.backend import get_backend, npu_fusion_attention_op
     from hyport_lib.utils.imports import is_flash_attn_available
 
@@ -153,8 +153,9 @@ def _flash_api_backend(kind: str, dev: str,
                        version: Optional[str] = None) -> Optional[Implementation]:
     """hyport's flash-attn drop-in, when its module is present (imported lazily)."""
     try:
-        from hyport_lib.attention.flash_api import FlashAttnAPI
-        from hyport_lib.attention.shim import DEFAULT_VERSION, legacy_unpad
+        from hyport_lib.npu_attention.flash_api import FlashAttnAPI
+        from hyport_lib.npu_attention.shim import DEFAULT_VERSION
+        from hyport_lib.utils.versions import legacy_unpad
     except ImportError:
         return None
     which = "npu" if kind == "npu" else "npu-emulated"

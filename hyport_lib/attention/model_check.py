@@ -105,7 +105,7 @@ def _remote_code_shim(trust_remote_code: bool, backend: str, version: Optional[s
     if not trust_remote_code:
         yield None
         return
-    from hyport_lib.attention.shim import (DEFAULT_VERSION, current_shim, install_flash_attn_shim,
+    from hyport_lib.npu_attention.shim import (DEFAULT_VERSION, current_shim, install_flash_attn_shim,
                                            uninstall_flash_attn_shim)
 
     before = current_shim()
@@ -140,9 +140,9 @@ def compare_model(model_path: str = "tiny", backend: str = "npu-emulated",
                              dtype=dtype, device=device,
                              source=f"{backend} ({device_label(device)})")
     try:
-        from hyport_lib.attention.hf_integration import REGISTERED, register_hyport_attention
+        from hyport_lib.npu_attention.hf_integration import REGISTERED, register_hyport_attention
     except ImportError as exc:
-        result.detail = f"hyport_lib.attention.hf_integration is not available ({exc})"
+        result.detail = f"hyport_lib.npu_attention.hf_integration is not available ({exc})"
         return result
     with _remote_code_shim(trust_remote_code, backend, flash_attn_version) as shim_api:
         return _compare(result, model_path, REGISTERED, register_hyport_attention(backend=backend),
@@ -151,7 +151,8 @@ def compare_model(model_path: str = "tiny", backend: str = "npu-emulated",
 
 def _compare(result: ModelComparison, model_path: str, registered: dict, name: str, shim_api,
              trust_remote_code: bool, max_new_tokens: int, seed: int) -> ModelComparison:
-    from hyport_lib.inference.generate import InferenceConfig, load_model
+    from hyport_lib.models.generation_config import InferenceConfig
+    from hyport_lib.models.generation import load_model
 
     dtype, device = result.dtype, result.device
     result.attn_implementation = name

@@ -3,7 +3,7 @@
 This is the NPU side of the comparison: the case's tensors in its NPU layout, the NPU
 mask convention (True = masked out) and sparse mode, and ``actual_seq_*`` without the
 leading 0. Causal and band cases take the same sparse arguments as hyport's flash-attn
-drop-in (:func:`~hyport_lib.attention.npu_ops.sparse_arguments`); padded batches and
+drop-in (:func:`~hyport_lib.npu_attention.npu_ops.sparse_arguments`); padded batches and
 bidirectional spans need a full mask or a second call, written out here.
 """
 
@@ -13,11 +13,11 @@ from typing import Callable
 
 import torch
 
-from hyport_lib.attention import reference as R
+from hyport_lib.npu_attention import reference as R
 from hyport_lib.attention.case_data import CaseData
 from hyport_lib.attention.cases import AttentionCase
-from hyport_lib.attention.npu_ops import sparse_arguments
-from hyport_lib.attention.sdpa_ops import resolve_window
+from hyport_lib.npu_attention.npu_ops import sparse_arguments
+from hyport_lib.npu_attention.sdpa_ops import resolve_window
 
 
 def _mask_arguments(case: AttentionCase, compressed: torch.Tensor) -> dict:
@@ -94,7 +94,7 @@ def _span_writeback(case: AttentionCase, qt, kt, vt, base: dict) -> dict:
 
 def run_nfa(fn: Callable, case: AttentionCase, data: CaseData, device) -> torch.Tensor:
     """Run ``case`` through an ``npu_fusion_attention`` implementation ``fn``."""
-    from hyport_lib.attention.emulation import compressed_causal_mask
+    from hyport_lib.npu_attention.nfa_constants import compressed_causal_mask
 
     out = None
     for call in nfa_mapping(case, data, device, compressed_causal_mask(device)):

@@ -50,7 +50,7 @@ def run_scan(code_path: str = ""):
     """
     path = str(code_path or "").strip() or str(planted_example())
     try:
-        from hyport_lib.scan import scan_path
+        from hyport_lib.scan.scanner import scan_path
     except ImportError:
         return None, path
     return scan_path(path), path

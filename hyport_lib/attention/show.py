@@ -10,6 +10,8 @@ from __future__ import annotations
 import math
 from typing import Optional
 
+from hyport_lib.scan.show import show_scan
+
 TABLE_COLUMNS = ("case", "backend", "source", "max_abs", "bound", "cosine", "max_rel",
                  "rel_gt_1e-3", "rel_gt_5e-3", "rmse", "empty_rows", "empty_rows_out",
                  "verdict", "rule")
@@ -236,21 +238,12 @@ def show_model_comparison(model):
 
 
 def show_scan_result(report, path: str, served: Optional[str] = None):
-    """H3's scan table (``hyport_lib.scan.show_scan`` when present); ``served``: the
-    flash-attn version whose API the drop-in served, checked against the project's pin."""
+    """The scan's counts and table; ``served``: the flash-attn version whose API the
+    drop-in served, checked against the project's pin."""
     if report is None:
-        _markdown(f"The static scan (`hyport_lib.scan`) is not installed here; `{path}` was "
-                  "not scanned.")
+        _markdown(f"`{path}` was not scanned.")
         return
-    try:
-        from hyport_lib.scan import show_scan
-    except ImportError:
-        show_scan = None
-    if show_scan is not None:
-        show_scan(report, served)
-        return
-    _markdown(f"Scan of `{path}`: {report.files_scanned} files, {len(report.hits)} findings.")
-    _display(report.frame())
+    show_scan(report, served)
 
 
 def summary_markdown(summary, result=None) -> str:

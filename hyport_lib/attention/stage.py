@@ -97,7 +97,7 @@ def run(device: str = "auto", *, seed: int = 0, full: bool = False,
             the flash_attn shim in place for it (off by default).
         progress: ``progress(done, total)`` after each grid case.
     """
-    from hyport_lib.attention.shim import DEFAULT_VERSION
+    from hyport_lib.npu_attention.shim import DEFAULT_VERSION
 
     from hyport_lib.utils.values import as_flag
     from hyport_lib.models.preflight import check_model_path

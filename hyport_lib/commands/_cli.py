@@ -26,7 +26,7 @@ import signal
 import sys
 from typing import Callable
 
-from hyport_lib.utils.signals import STOP_SIGNALS, Stopped, shielded, stop_signals_raise  # noqa: F401
+from hyport_lib.utils.signals import Stopped, shielded, stop_signals_raise
 
 #: Exceptions that mean "the user asked for something that cannot be done as asked".
 USAGE_ERRORS = (ValueError, TypeError, FileNotFoundError, NotADirectoryError,

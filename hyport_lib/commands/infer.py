@@ -61,7 +61,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _config(args: argparse.Namespace):
-    from hyport_lib.inference.generate import InferenceConfig
+    from hyport_lib.models.generation_config import InferenceConfig
 
     fields = dict(model_path=args.model_path, dtype=args.dtype,
                   attn_implementation=args.attn_implementation,

@@ -10,7 +10,9 @@ from __future__ import annotations
 import argparse
 from itertools import groupby
 
-from hyport_lib.scan import CATEGORIES, DEFAULT_EXCLUDE, ScanReport, scan_path
+from hyport_lib.scan.rules import CATEGORIES
+from hyport_lib.scan.scanner import DEFAULT_EXCLUDE, scan_path
+from hyport_lib.scan.model import ScanReport
 from hyport_lib.utils.files import dumps_json
 
 NAME = "scan"

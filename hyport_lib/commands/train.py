@@ -1,6 +1,6 @@
 """``hyport train``: stage 04's smoke training from the command line.
 
-The same stage functions as notebook 04 (:mod:`hyport_lib.training.stage`: plan with
+The same stage functions as notebook 04 (:mod:`hyport_lib.train.stage`: plan with
 every check, run that plan, record), with a progress bar showing the loss on stderr.
 Exit status: 0 when the run PASSes or WARNs (finished, with non-finite values or skipped
 steps named in the output), 1 when it FAILs, 2 on bad arguments or a bad dataset
@@ -22,7 +22,7 @@ HELP = "smoke-train with torchrun + DeepSpeed (ZeRO 0/2/3, full or LoRA), checke
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from hyport_lib.training.config import TrainConfig
+    from hyport_lib.train.config import TrainConfig
 
     defaults = TrainConfig()
     for f in fields(TrainConfig):
@@ -47,7 +47,7 @@ def _flag(text: str) -> bool:
 
 
 def _config(args: argparse.Namespace):
-    from hyport_lib.training.config import TrainConfig
+    from hyport_lib.train.config import TrainConfig
 
     values = {}
     for f in fields(TrainConfig):
@@ -69,7 +69,7 @@ def _last_loss(progress) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from hyport_lib.training import stage
+    from hyport_lib.train import stage
 
     if not args.no_record:
         from hyport_lib.results import ensure_results_dir
@@ -87,8 +87,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _show(result, args) -> int:
-    from hyport_lib.training import stage
-    from hyport_lib.training.show import summary_frame
+    from hyport_lib.train import stage
+    from hyport_lib.train.show import summary_frame
 
     if args.json:
         print(dumps_json(result.to_dict(), indent=2))

@@ -53,7 +53,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _text(result) -> str:
-    from hyport_lib.weights.findings import findings_frame
+    from hyport_lib.checkpoint_files.findings import findings_frame
     from hyport_lib.weights.show import comparison_frame, reload_frame, shards_frame
 
     verdict, why = result.verdict()

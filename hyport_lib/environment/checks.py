@@ -11,11 +11,7 @@ from __future__ import annotations
 import socket
 from typing import Iterable, Mapping, Optional
 
-from hyport_lib.environment.records import Check
-from hyport_lib.environment.visible_devices import (  # noqa: F401  (re-exported)
-    check_visible_devices, hides_all_cards, parse_visible_devices, visible_card_ids,
-    visible_devices_owner,
-)
+from hyport_lib.devices.records import Check
 
 #: Packages every stage needs; a missing one FAILs the environment check.
 REQUIRED_PACKAGES = ("torch", "transformers", "accelerate", "safetensors", "tokenizers",
@@ -28,10 +24,6 @@ HCCL_BASE_PORT = 60000  # host side; HCCL_IF_BASE_PORT moves it
 HCCL_DEVICE_PORT = 16666
 HCCL_CONNECT_TIMEOUT_RANGE = (120, 7200)
 
-#: GB per card, by backend kind, when the caller gives no requirement. Accelerator
-#: ranks each load the model on the host before moving it; CPU workers run tiny models.
-DEFAULT_RAM_GB_PER_CARD = {"npu": 16.0, "cuda": 16.0, "cpu": 1.0}
-DEFAULT_SHM_GB_PER_CARD = {"npu": 1.0, "cuda": 1.0, "cpu": 0.25}
 
 
 # --- ports --------------------------------------------------------------------------------
@@ -83,7 +75,7 @@ def check_busy_cards(kind: str, listing, num_cards: Optional[int] = None,
 
     Args:
         kind: the backend kind.
-        listing: a :class:`hyport_lib.environment.devices.DeviceListing`.
+        listing: a :class:`hyport_lib.devices.probe.DeviceListing`.
         num_cards: cards the next stages will use (None: all of them).
         visible: host card ids a visible-devices variable leaves visible (see
             :func:`visible_card_ids`); None when every card is visible. Busy cards
@@ -329,53 +321,6 @@ def check_hccl_env(kind: str, environ: Mapping[str, str]) -> Check:
     connect = shown.get("HCCL_CONNECT_TIMEOUT", "120 (default)")
     execute = shown.get("HCCL_EXEC_TIMEOUT", "1836 (default on CANN 8.x)")
     return Check(name, "PASS", f"HCCL_CONNECT_TIMEOUT={connect} s, HCCL_EXEC_TIMEOUT={execute} s")
-
-
-# --- host memory -------------------------------------------------------------------------------
-def check_host_memory(kind: str, num_cards: int, system: Mapping,
-                      ram_gb_per_card: Optional[float] = None,
-                      shm_gb_per_card: Optional[float] = None) -> list[Check]:
-    """Host RAM and /dev/shm against what ``num_cards`` ranks need."""
-    ram_per = DEFAULT_RAM_GB_PER_CARD.get(kind, 1.0) if ram_gb_per_card is None else ram_gb_per_card
-    shm_per = DEFAULT_SHM_GB_PER_CARD.get(kind, 0.25) if shm_gb_per_card is None else shm_gb_per_card
-    shm_need = shm_per * num_cards
-    return [
-        _room_check("host_ram", "RAM", system.get("ram_total_gb"), system.get("ram_available_gb"),
-                    ram_per, num_cards, too_small="FAIL"),
-        _room_check("dev_shm", "/dev/shm", system.get("shm_total_gb"), system.get("shm_free_gb"),
-                    shm_per, num_cards, too_small="WARN",
-                    hint=(": DataLoader workers and collectives crash with 'Bus error'; start "
-                          f"the container with --shm-size={max(1, round(shm_need))}g or more")),
-    ]
-
-
-def require_host_ram(kind: str, num_cards: int, what: str = "workers") -> None:
-    """Refuse ``num_cards`` ranks the host's RAM cannot hold (the ``host_ram`` check's figure).
-
-    Raises:
-        ValueError: naming the count, the RAM it needs and what the host has.
-    """
-    from hyport_lib.environment.facts import host_memory
-
-    check = check_host_memory(kind, num_cards, host_memory())[0]
-    if check.verdict == "FAIL":
-        raise ValueError(f"num_cards={num_cards}: too many {kind} {what} for this host: {check.reason}")
-
-
-def _room_check(name: str, label: str, total: Optional[float], free: Optional[float],
-                per_card: float, num_cards: int, too_small: str, hint: str = "") -> Check:
-    """One capacity check: SKIP when unknown, ``too_small`` when the total cannot hold
-    ``num_cards`` × ``per_card`` GB, WARN when only the free part falls short."""
-    need = per_card * num_cards
-    wanted = f"{need:.2f} GB needed for {num_cards} cards ({per_card:g} GB each)"
-    if total is None:
-        return Check(name, "SKIP", f"{label} size unknown")
-    if total < need:
-        return Check(name, too_small, f"{label} is {total:.2f} GB < {wanted}{hint}")
-    if free is not None and free < need:
-        return Check(name, "WARN", f"only {free:.2f} of {total:.2f} GB {label} free, {wanted}")
-    shown = f"{free:.2f} of {total:.2f}" if free is not None else f"{total:.2f}"
-    return Check(name, "PASS", f"{shown} GB {label} free, {wanted}")
 
 
 def check_backend(requested: str, kind: str, num_cards: int, error: Optional[str]) -> Check:

@@ -1,7 +1,7 @@
 """Collect the facts about this host and judge them: :func:`collect_environment`.
 
 The facts come from :mod:`hyport_lib.environment.facts` and
-:mod:`hyport_lib.environment.devices` (cards and their processes); the checks of
+:mod:`hyport_lib.devices.probe` (cards and their processes); the checks of
 :mod:`hyport_lib.environment.checks` then judge them, which the usual ``env``
 commands do not. Cheap on purpose: well under 3 s on CPU.
 """
@@ -15,14 +15,16 @@ from dataclasses import asdict, dataclass, field
 from typing import Mapping, Optional
 
 from hyport_lib.backend import CudaBackend, NpuBackend, import_torch_npu
+from hyport_lib.devices import visible_devices
 from hyport_lib.environment import checks as C
 from hyport_lib.environment.compat import check_cann_compat, check_torch_npu_compat, normalise_cann
-from hyport_lib.environment.devices import DeviceListing, probe_devices
-from hyport_lib.environment.facts import (  # noqa: F401  (re-exported)
-    DEFAULT_ASCEND_ROOT, ENV_NAMES, ENV_PREFIXES, VERSION_PACKAGES, collect_build, collect_cann,
+from hyport_lib.devices.probe import DeviceListing, probe_devices
+from hyport_lib.environment.facts import (
+    collect_build, collect_cann,
     collect_env_vars, collect_system, collect_versions,
 )
-from hyport_lib.environment.records import Check, DeviceInfo, count_verdicts, worst_verdict
+from hyport_lib.devices.host_memory import check_host_memory
+from hyport_lib.devices.records import Check, DeviceInfo, count_verdicts, worst_verdict
 from hyport_lib.models.loading import torchvision_problem, wants_video_processor
 from hyport_lib.utils.imports import is_flash_attn_available
 from hyport_lib.utils.redact import scrub_text
@@ -170,7 +172,7 @@ def collect_environment(device: str = "auto", num_cards: Optional[int] = None, *
         C.check_video_processors(versions.get("transformers"), torchvision_problem(),
                                  *wants_video_processor(model_path)),
         C.check_bf16(backend),
-        *C.check_host_memory(kind, wanted, system, ram_gb_per_card, shm_gb_per_card),
+        *check_host_memory(kind, wanted, system, ram_gb_per_card, shm_gb_per_card),
     ]
     return EnvironmentReport(
         system=system, versions=versions, cann=cann, devices=listing.devices,
@@ -191,7 +193,7 @@ def _visible_device_checks(kind: str, listing: DeviceListing,
         return [Check("visible_devices", "SKIP", "no visible-devices variable set")]
     names.sort(key=lambda v: v != own)  # the variable that matters first
     host_cards = len(listing.devices) if listing.source in ("npu-smi", "nvidia-smi") else None
-    return [C.check_visible_devices(environ.get(v), v, host_cards if v == own else None, kind)
+    return [visible_devices.check_visible_devices(environ.get(v), v, host_cards if v == own else None, kind)
             for v in names]
 
 
@@ -201,7 +203,7 @@ def _visible_cards(kind: str,
     var = VISIBLE_DEVICES_VARS.get(kind)
     if var is None or var not in environ:
         return None, None
-    return C.visible_card_ids(environ[var], var), f"{var}={environ[var]}"
+    return visible_devices.visible_card_ids(environ[var], var), f"{var}={environ[var]}"
 
 
 def _num_cards(backend) -> int:

@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 from typing import Mapping, Optional
 
+from hyport_lib.devices.host_memory import host_memory
 from hyport_lib.environment.compat import normalise_cann
 from hyport_lib.utils.imports import package_version, try_import
 from hyport_lib.utils.redact import filter_environ, is_secret_name
@@ -164,60 +165,6 @@ def _cpu_model() -> Optional[str]:
         if match:
             return match.group(1).strip()
     return platform.processor() or None
-
-
-def host_memory() -> dict:
-    """``ram_total_gb`` and ``ram_available_gb`` this process may use (None when unknown):
-    the host's, capped by the container's memory limit (cgroup v2 or v1) when lower."""
-    memory = _memory()
-    limit = cgroup_memory_limit_gb()
-    if limit is not None and memory.get("ram_total_gb") is not None and limit < memory["ram_total_gb"]:
-        used = cgroup_memory_used_gb() or 0.0
-        memory = {"ram_total_gb": round(limit, 2),
-                  "ram_available_gb": round(max(0.0, min(memory["ram_available_gb"] or limit, limit - used)), 2),
-                  "ram_limit": "cgroup"}
-    return memory
-
-
-def _read_number(path: Path) -> Optional[int]:
-    try:
-        text = path.read_text().strip()
-    except OSError:
-        return None
-    return int(text) if text.isdigit() else None
-
-
-def cgroup_memory_limit_gb(root: Path = Path("/sys/fs/cgroup")) -> Optional[float]:
-    """The memory limit of this process's cgroup in GB, or None when unlimited/unknown."""
-    for path in (root / "memory.max", root / "memory" / "memory.limit_in_bytes"):
-        value = _read_number(path)
-        if value is not None and value < 2 ** 60:  # v1 writes a huge number for "no limit"
-            return value / 2 ** 30
-    return None
-
-
-def cgroup_memory_used_gb(root: Path = Path("/sys/fs/cgroup")) -> Optional[float]:
-    for path in (root / "memory.current", root / "memory" / "memory.usage_in_bytes"):
-        value = _read_number(path)
-        if value is not None:
-            return value / 2 ** 30
-    return None
-
-
-def _memory() -> dict:
-    try:
-        import psutil
-
-        vm = psutil.virtual_memory()
-        return {"ram_total_gb": round(vm.total / 2**30, 2),
-                "ram_available_gb": round(vm.available / 2**30, 2)}
-    except ImportError:
-        info = _key_values(Path("/proc/meminfo"), sep=":")
-        kib = {k: int(v.split()[0]) for k, v in info.items() if v.split() and v.split()[0].isdigit()}
-        if "MemTotal" not in kib:
-            return {"ram_total_gb": None, "ram_available_gb": None}
-        return {"ram_total_gb": round(kib["MemTotal"] / 2**20, 2),
-                "ram_available_gb": round(kib.get("MemAvailable", 0) / 2**20, 2)}
 
 
 def _shm() -> dict:

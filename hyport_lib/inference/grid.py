@@ -13,7 +13,7 @@ stdin that carries the configuration, so secret values never touch the disk;
 ``card<N>.config.json`` is a scrubbed copy for the record). ``hyport infer`` turns
 SIGTERM and SIGHUP into an orderly stop so that the cleanup below runs.
 
-The preflight (:mod:`hyport_lib.inference.plan`) and the result table
+The preflight (:mod:`hyport_lib.devices.card_plan`) and the result table
 (:mod:`hyport_lib.inference.table`) live in their own modules; their names stay
 importable from here.
 
@@ -44,17 +44,18 @@ import pandas as pd
 
 import hyport_lib
 from hyport_lib.backend import Backend, get_backend
-from hyport_lib.inference.generate import InferenceConfig, check_prompts
-from hyport_lib.inference.plan import (  # noqa: F401  (re-exported: the grid's public API)
-    CardPlan, GridPlan, available_cards, inherited_card_ids, plan_grid,
+from hyport_lib.models.generation_config import InferenceConfig
+from hyport_lib.models.generation import check_prompts
+from hyport_lib.devices.card_plan import (
+    CardPlan, GridPlan, plan_grid,
 )
-from hyport_lib.inference.table import (  # noqa: F401  (re-exported)
-    COLUMNS, FALLBACK_MARKER, PREVIEW_CHARS, STATUSES, GridProgress, GridResult, consistency,
-    consistency_line, given, grid_headline, grid_verdict, preview, scan_fallbacks,
+from hyport_lib.inference.table import (
+    COLUMNS, GridProgress, GridResult, consistency,
+    preview, scan_fallbacks,
 )
-from hyport_lib.processes import (  # noqa: F401  (read_log_tail, last_exception, scrub_log re-exported)
+from hyport_lib.processes import (
     Child, describe_exit, feed, finish, has_exited, kill_groups, last_exception, read_log_tail,
-    reap_leftovers, scrub_log, start_child, stop_all,
+    reap_leftovers, start_child, stop_all,
 )
 from hyport_lib.results import Provenance, results_dir
 from hyport_lib.utils.files import atomic_write_json, ensure_writable

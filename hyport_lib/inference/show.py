@@ -14,7 +14,7 @@ from typing import Callable
 import pandas as pd
 
 from hyport_lib.display import LiveDisplay, style_verdicts
-from hyport_lib.inference.plan import GridPlan
+from hyport_lib.devices.card_plan import GridPlan
 from hyport_lib.inference.table import (
     GridProgress, GridResult, consistency, given, grid_verdict,
 )

@@ -10,9 +10,10 @@ import os
 from pathlib import Path
 from typing import Optional
 
-from hyport_lib.inference.generate import InferenceConfig, check_prompts
+from hyport_lib.models.generation_config import InferenceConfig
+from hyport_lib.models.generation import check_prompts
 from hyport_lib.inference.grid import run_grid as run  # noqa: F401  (the stage function)
-from hyport_lib.inference.plan import plan_grid as plan  # noqa: F401
+from hyport_lib.devices.card_plan import plan_grid as plan  # noqa: F401
 from hyport_lib.inference.table import GridResult, grid_headline, grid_verdict
 from hyport_lib.results import StageSummary, record_summary
 

@@ -17,7 +17,7 @@ from typing import Any, Optional
 
 import pandas as pd
 
-from hyport_lib.inference.plan import GridPlan
+from hyport_lib.devices.card_plan import GridPlan
 from hyport_lib.processes import read_log_tail
 from hyport_lib.results import Provenance
 

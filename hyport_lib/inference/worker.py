@@ -20,7 +20,7 @@ it can never kill a group the worker did not create.
 The launcher has already pinned the process to its card through the backend's
 visible-devices variable (``ASCEND_RT_VISIBLE_DEVICES`` / ``CUDA_VISIBLE_DEVICES``), so
 inside the worker the card is always device index 0. The worker runs
-:func:`~hyport_lib.inference.generate.run_inference`, measures peak device memory
+:func:`~hyport_lib.models.generation.run_inference`, measures peak device memory
 through the backend seam (process RSS on CPU) and writes the result file atomically:
 the launcher either finds a whole result or none. A worker that raises still writes a
 result (status ``failed``, exception type and message) and prints the traceback to its
@@ -136,7 +136,8 @@ def run_worker(spec: dict) -> dict:
         import torch
 
         torch.set_num_threads(int(threads))
-    from hyport_lib.inference.generate import InferenceConfig, run_inference
+    from hyport_lib.models.generation_config import InferenceConfig
+    from hyport_lib.models.generation import run_inference
 
     config = InferenceConfig.from_dict({**spec["inference"], "device": backend.device(0)})
     backend.reset_peak_memory(0)

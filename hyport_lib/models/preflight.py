@@ -107,7 +107,7 @@ def check_attn_implementation(name: str, param: str = "attn_implementation") -> 
 
 
 def _check_weights(path: Path, param: str, text: str) -> None:
-    from hyport_lib.weights.format import read_header
+    from hyport_lib.checkpoint_files.header import read_header
 
     index = path / "model.safetensors.index.json"
     if index.is_file():

@@ -1,7 +1,7 @@
 """The PNG figures beside the blog drafts, under ``<run>/figures/``.
 
 * ``figures/loss.png``: stage 04's loss curve (``data.metrics``) drawn by
-  :func:`hyport_lib.training.show.loss_figure`, titled with the figures' provenance;
+  :func:`hyport_lib.train.show.loss_figure`, titled with the figures' provenance;
 * ``figures/attention.png``: stage 02's error heatmap drawn by
   :func:`hyport_lib.attention.show.heatmap_figure` from the recorded rows.
 
@@ -67,7 +67,7 @@ def _loss_figure(view: StageView):
                if isinstance(r, dict) and isinstance(r.get("step"), (int, float))]
     if not records:
         return None
-    from hyport_lib.training.show import loss_figure
+    from hyport_lib.train.show import loss_figure
 
     total = (view.data.get("plan") or {}).get("config", {}).get("max_steps")
     return loss_figure(records, total if isinstance(total, int) else None,

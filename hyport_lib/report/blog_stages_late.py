@@ -81,7 +81,7 @@ def train_command(config: dict) -> str:
     """``hyport train`` with every recorded setting that differs from the command's default
     (the recorded values are the stage's; an empty ``output_dir`` means a new folder)."""
     try:
-        from hyport_lib.training.config import TrainConfig
+        from hyport_lib.train.config import TrainConfig
 
         defaults = vars(TrainConfig())
     except Exception:  # noqa: BLE001 — any failure to build the defaults: pass every setting

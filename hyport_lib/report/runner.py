@@ -33,14 +33,14 @@ from pathlib import Path
 from typing import Callable, Iterable, Optional
 
 from hyport_lib.report.cleanup import clean_runs, hold_run_lock, process_start_time, write_run_files
-from hyport_lib.report.params import (  # noqa: F401  (re-exported: the runner's API)
-    absolutize_paths, check_input_paths, check_stage_parameters, coerce_overrides, notebook_parameters, resolve_parameters,
+from hyport_lib.report.params import (
+    check_input_paths, check_stage_parameters, resolve_parameters,
     safe_parameters,
 )
-from hyport_lib.report.run import (  # noqa: F401  (re-exported)
+from hyport_lib.report.run import (
     INTERRUPTED, NOT_RUN, PENDING, RUNNING, ReportRun, StageOutcome, new_run_dir,
 )
-from hyport_lib.report.stage_run import FAILED_SUMMARY, RUN_DIR_ENV, run_stage  # noqa: F401  (re-exported)
+from hyport_lib.report.stage_run import FAILED_SUMMARY, run_stage
 from hyport_lib.stages import discover_stages, select_stages
 from hyport_lib.utils.files import ensure_writable
 from hyport_lib.utils.signals import shielded
@@ -84,7 +84,7 @@ def run_report(*, profile: Optional[str] = None, overrides: Optional[dict] = Non
                progress: Optional[Callable[[str], None]] = None,
                progress_bar: bool = False, allow_unknown_parameters: bool = False) -> ReportRun:
     """Run the selected stages and write the run folder. See the module docstring."""
-    from hyport_lib.environment import collect_versions
+    from hyport_lib.environment.facts import collect_versions
     from hyport_lib.report.profiles import load_profile, resolve_profile
 
     say = progress or _say

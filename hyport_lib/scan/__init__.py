@@ -11,18 +11,6 @@ environment*.yml, ``pip install`` lines of *.sh / Dockerfiles). Code whose job i
 call (a backend seam) marks the line with a ``hyport-scan: ignore`` comment, or the
 file with ``hyport-scan: ignore-file`` in its first ten lines.
 
-Public names:
-    scan_path(path, *, exclude=DEFAULT_EXCLUDE) -> ScanReport
-    ScanReport, Hit: the results (``report.frame()``, ``report.counts()``, ``report.clean``).
-    show_scan(report): counts and a table, for notebooks.
-    CATEGORIES, DEFAULT_EXCLUDE.
+Entry point: :func:`hyport_lib.scan.scanner.scan_path`; results in :mod:`.model`, display in
+:mod:`.show`.
 """
-
-from __future__ import annotations
-
-from hyport_lib.scan.model import Hit, ScanReport
-from hyport_lib.scan.rules import CATEGORIES
-from hyport_lib.scan.scanner import DEFAULT_EXCLUDE, scan_path
-from hyport_lib.scan.show import show_scan
-
-__all__ = ["CATEGORIES", "DEFAULT_EXCLUDE", "Hit", "ScanReport", "scan_path", "show_scan"]

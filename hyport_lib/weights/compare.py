@@ -27,8 +27,8 @@ from typing import Callable, Optional
 
 import numpy as np
 
-from hyport_lib.weights.findings import Finding, finding, name_some
-from hyport_lib.weights.format import DTYPE_BITS, ShardHeader, TensorEntry
+from hyport_lib.checkpoint_files.findings import Finding, finding, name_some
+from hyport_lib.checkpoint_files.header import DTYPE_BITS, ShardHeader, TensorEntry
 from hyport_lib.weights.layout import Inspection
 from hyport_lib.weights.scan import CHUNK_BYTES, ScanProgress
 

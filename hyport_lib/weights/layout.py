@@ -26,8 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
-from hyport_lib.weights.findings import Finding, finding, name_some
-from hyport_lib.weights.format import ShardHeader, TensorEntry, read_header
+from hyport_lib.checkpoint_files.findings import Finding, finding, name_some
+from hyport_lib.checkpoint_files.header import ShardHeader, TensorEntry, read_header
 from hyport_lib.weights.model_checks import model_checks
 from hyport_lib.weights.names import ModelNames, identity_names, model_names
 

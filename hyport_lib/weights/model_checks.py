@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 
-from hyport_lib.weights.findings import finding, name_some
+from hyport_lib.checkpoint_files.findings import finding, name_some
 
 # ``result`` below is a ``layout.Inspection``; not imported (layout imports this module).
 

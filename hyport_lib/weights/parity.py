@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Optional
 
-from hyport_lib.weights.findings import Finding, finding
+from hyport_lib.checkpoint_files.findings import Finding, finding
 from hyport_lib.weights.reload import TOKENIZER_FILES
 from hyport_lib.weights.runner import run_task
 

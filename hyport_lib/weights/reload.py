@@ -25,7 +25,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Optional
 
-from hyport_lib.weights.findings import Finding, finding, name_some
+from hyport_lib.checkpoint_files.findings import Finding, finding, name_some
 from hyport_lib.weights.runner import run_task
 
 DTYPES = ("auto", "float32", "bfloat16", "float16")

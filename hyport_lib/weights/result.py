@@ -14,7 +14,7 @@ from typing import Optional
 
 from hyport_lib.results import Provenance
 from hyport_lib.weights.compare import Comparison
-from hyport_lib.weights.findings import Finding, counts
+from hyport_lib.checkpoint_files.findings import Finding, counts
 from hyport_lib.weights.layout import Inspection, shard_rows
 from hyport_lib.weights.parity import ParityResult
 from hyport_lib.weights.reload import ReloadResult

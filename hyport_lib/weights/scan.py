@@ -25,8 +25,8 @@ from typing import Callable, Iterator, Optional
 
 import numpy as np
 
-from hyport_lib.weights.findings import Finding, finding
-from hyport_lib.weights.format import ShardHeader, TensorEntry
+from hyport_lib.checkpoint_files.findings import Finding, finding
+from hyport_lib.checkpoint_files.header import ShardHeader, TensorEntry
 
 CHUNK_BYTES = 16 << 20
 CHECKSUMS = ("crc32", "sha256")

@@ -15,7 +15,7 @@ import pandas as pd
 from hyport_lib.display import LiveDisplay, figure_png, verdict_colour
 from hyport_lib.weights.compare import DIFF_COLUMNS, Comparison
 from hyport_lib.weights.defaults import Sources
-from hyport_lib.weights.findings import findings_frame
+from hyport_lib.checkpoint_files.findings import findings_frame
 from hyport_lib.weights.layout import shard_rows
 from hyport_lib.weights.result import WeightsResult
 from hyport_lib.weights.scan import ScanProgress

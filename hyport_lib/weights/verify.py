@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from hyport_lib.weights.compare import compare_weights
-from hyport_lib.weights.findings import Finding, finding
+from hyport_lib.checkpoint_files.findings import Finding, finding
 from hyport_lib.weights.layout import Inspection, inspect_checkpoint
 from hyport_lib.weights.parity import logits_parity as compare_logits, parity_findings
 from hyport_lib.weights.reload import check_dtype, reload as reload_folder, reload_findings

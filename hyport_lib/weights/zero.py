@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Optional
 
-from hyport_lib.weights.findings import Finding, finding
+from hyport_lib.checkpoint_files.findings import Finding, finding
 
 _OPTIM_RE = re.compile(r"^(?:(?P<prec>bf16|fp16)_)?zero_pp_rank_(?P<rank>\d+)_mp_rank_(?P<mp>\d+)_optim_states\.pt$")
 _MODEL_RE = re.compile(r"^(?:zero_pp_rank_(?P<rank>\d+)_)?mp_rank_(?P<mp>\d+)_model_states\.pt$")

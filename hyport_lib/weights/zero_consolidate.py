@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Optional
 
-from hyport_lib.weights.findings import Finding, finding, name_some
+from hyport_lib.checkpoint_files.findings import Finding, finding, name_some
 from hyport_lib.weights.runner import run_task
 
 #: PEFT's file of a LoRA checkpoint; its keys lack the adapter name DeepSpeed's carry

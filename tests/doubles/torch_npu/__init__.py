@@ -17,6 +17,6 @@ torch.npu = npu
 
 
 def npu_fusion_attention(*args, **kwargs):
-    from hyport_lib.attention.emulation import npu_fusion_attention as emulated
+    from hyport_lib.npu_attention.emulation import npu_fusion_attention as emulated
 
     return emulated(*args, **kwargs)

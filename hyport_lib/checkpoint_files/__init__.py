@@ -1,0 +1,2 @@
+"""Checkpoint files read from their headers alone: the safetensors format, and the
+findings a malformed file gives."""

@@ -1,0 +1,185 @@
+"""Preflight of the inference grid: which cards run, which are skipped and why.
+
+The environment check (:mod:`hyport_lib.devices.probe`) says which cards hold
+processes; a busy card is skipped unless ``allow_busy_cards=True``. Nothing is ever
+killed to free a card. The plan is a value: the notebook shows it, then
+:func:`~hyport_lib.inference.grid.run_grid` runs exactly that plan.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+from dataclasses import asdict, dataclass, field, is_dataclass
+from typing import Any, Optional
+
+import pandas as pd
+
+from hyport_lib.backend import Backend
+
+
+@dataclass
+class CardPlan:
+    """What the preflight decided for one card."""
+
+    card: int
+    run: bool
+    busy_processes: list[dict] = field(default_factory=list)
+
+    @property
+    def busy_reason(self) -> str:
+        procs = ", ".join(
+            f"pid {p.get('pid')} ({p.get('name') or '?'}, {p.get('memory_mb', '?')} MB)"
+            for p in self.busy_processes)
+        return f"card busy: {procs}" if procs else ""
+
+
+@dataclass
+class GridPlan:
+    kind: str
+    cards: list[CardPlan]
+    allow_busy_cards: bool
+    preflight_error: Optional[str] = None
+
+    @property
+    def to_run(self) -> list[int]:
+        return [c.card for c in self.cards if c.run]
+
+    def frame(self) -> pd.DataFrame:
+        """One row per card: what the preflight decided and why."""
+        return pd.DataFrame([{
+            "card": c.card,
+            "status": ("run (busy, allowed)" if c.busy_processes else "run") if c.run else "skipped-busy",
+            "processes": c.busy_reason.removeprefix("card busy: ") or "none",
+        } for c in self.cards], columns=["card", "status", "processes"])
+
+    def to_dict(self) -> dict:
+        return {"kind": self.kind, "allow_busy_cards": self.allow_busy_cards,
+                "preflight_error": self.preflight_error,
+                "cards": [{**asdict(c), "busy_reason": c.busy_reason} for c in self.cards]}
+
+
+def available_cards(backend: Backend, num_cards: Optional[int] = None) -> list[int]:
+    """Card ids the grid may use, as the device tools number them.
+
+    On CPU "cards" are worker processes ``0..num_cards-1`` (default: the backend's
+    count, 2). On an accelerator they are the visible cards; when this process already
+    runs under a visible-devices variable (e.g. ``ASCEND_RT_VISIBLE_DEVICES=4,5``),
+    its entries are the ids a child must be pinned to.
+    """
+    if num_cards is not None and int(num_cards) < 1:
+        raise ValueError(f"num_cards={num_cards!r}: expected a positive number or None (all cards)")
+    if backend.kind == "cpu":
+        from hyport_lib.devices.host_memory import require_host_ram
+
+        count = int(num_cards) if num_cards else backend.num_cards()
+        require_host_ram("cpu", count)  # 64 "cards" on a laptop would all start at once
+        return list(range(count))
+    ids = list(range(backend.num_cards()))
+    var = backend.visible_devices_var
+    inherited = os.environ.get(var) if var else None
+    if inherited is not None:
+        ids = inherited_card_ids(var, inherited)[:len(ids)]
+    if num_cards is not None:
+        if int(num_cards) > len(ids):
+            raise ValueError(f"num_cards={num_cards}: only {len(ids)} {backend.kind} card(s) are visible")
+        ids = ids[:int(num_cards)]
+    return ids
+
+
+def inherited_card_ids(var: str, value: str) -> list[int]:
+    """Host card ids listed by an inherited visible-devices variable, in order.
+
+    The grid pins each worker with ``var=<id>``, so it must know the host index
+    behind every card this process sees. Anything it cannot map that way is an error
+    naming the variable, rather than a crash or a worker pinned to the wrong card.
+
+    Raises:
+        ValueError: the value hides every card, selects cards by UUID, holds a range
+            (``0-1``), a non-number, an empty entry, a duplicate, or (Ascend) a space.
+    """
+    from hyport_lib.devices.visible_devices import parse_visible_devices
+
+    ascend = var.upper().startswith("ASCEND")
+    shown = f"{var}={value!r}"
+    text = value.strip()
+    if not text or (not ascend and text == "-1"):
+        raise ValueError(f"{shown} hides every card: unset it, or list the card indices to use (e.g. 0,1)")
+    if ascend and re.search(r"\s", text):
+        raise ValueError(f"{shown}: remove the spaces (the Ascend runtime stops reading at one)")
+    entries = [e.strip() for e in text.split(",")]
+    if len(entries) > 1 and not entries[-1]:
+        entries.pop()  # a trailing comma: the runtimes ignore it
+    for entry in entries:
+        if not ascend and entry.upper().startswith(("GPU-", "MIG-")):
+            raise ValueError(
+                f"{shown} selects cards by UUID; the grid pins each worker by card index, so set "
+                f"it to indices instead (nvidia-smi -L lists each GPU's index and UUID)")
+        if not entry:
+            raise ValueError(f"{shown} has an empty entry; list the card indices, e.g. 0,1")
+        if not (entry.isascii() and entry.isdigit()):  # not a full-width ３
+            hint = " (ranges are not understood: list each card, e.g. 0,1)" if "-" in entry else ""
+            raise ValueError(f"{shown}: {entry!r} is not a card index{hint}")
+    ids = [int(e) for e in entries]
+    duplicates = sorted({i for i in ids if ids.count(i) > 1})
+    if duplicates:
+        raise ValueError(f"{shown} lists card {duplicates[0]} more than once; list each card once")
+    # What the runtime itself reads must be what the grid maps (e.g. CUDA strips spaces).
+    seen = parse_visible_devices(value, var)
+    if seen != ids:
+        raise ValueError(f"{shown}: the runtime reads cards {seen} from it, the grid {ids}; "
+                         f"write it as {','.join(map(str, ids))}")
+    return ids
+
+
+def _as_dict(process: Any) -> dict:
+    if is_dataclass(process):
+        return asdict(process)
+    if isinstance(process, dict):
+        return dict(process)
+    return {k: getattr(process, k, None) for k in ("pid", "name", "memory_mb")}
+
+
+def _busy_from_environment(backend: Backend) -> tuple[dict, Optional[str]]:
+    """Ask the environment check which cards hold processes; unknown is not busy."""
+    from hyport_lib.devices.probe import probe_devices
+
+    try:
+        listing = probe_devices(backend)
+    except (OSError, RuntimeError, ValueError, subprocess.SubprocessError) as exc:
+        return {}, f"busy-card check failed: {type(exc).__name__}: {exc}"
+    busy = {d.index: list(d.processes) for d in listing.devices if d.processes}
+    note = None
+    if not listing.processes_known:
+        note = f"busy-card check could not list processes ({listing.error or listing.source})"
+    elif listing.error:
+        note = f"busy-card check: {listing.error}"
+    return busy, note
+
+
+def plan_grid(backend: Backend, num_cards: Optional[int] = None, allow_busy_cards: bool = False,
+              cards: Optional[list[int]] = None, busy: Optional[dict] = None) -> GridPlan:
+    """Preflight: which cards run, which are skipped because another process holds them.
+
+    Args:
+        backend: the backend seam for the device kind.
+        num_cards: how many cards (None: all available; CPU default 2).
+        allow_busy_cards: run on busy cards anyway (nothing is ever killed).
+        cards: explicit card ids instead of the first ``num_cards``.
+        busy: ``{card: [process, ...]}``; by default asked from the environment
+            check (``hyport_lib.devices.probe.probe_devices``: npu-smi on
+            Ascend, nvidia-smi on CUDA, nothing is busy on CPU).
+    """
+    ids = [int(c) for c in cards] if cards is not None else available_cards(backend, num_cards)
+    if len(set(ids)) != len(ids):
+        raise ValueError(f"cards={cards!r}: each card may appear once")
+    preflight_error = None
+    if busy is None:
+        busy, preflight_error = _busy_from_environment(backend)
+    plans = []
+    for card in ids:
+        procs = [_as_dict(p) for p in (busy.get(card) or [])]
+        plans.append(CardPlan(card=card, run=allow_busy_cards or not procs, busy_processes=procs))
+    return GridPlan(kind=backend.kind, cards=plans, allow_busy_cards=allow_busy_cards,
+                    preflight_error=preflight_error)

@@ -1,0 +1,130 @@
+"""Host memory against what the ranks of a stage need: RAM (capped by the container's
+cgroup limit) and /dev/shm, per card.
+
+Stage 01 shows these checks; the inference grid and the training launcher refuse a
+card count the host's RAM cannot hold with the same figure.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Mapping, Optional
+
+from hyport_lib.devices.records import Check
+
+#: GB per card, by backend kind, when the caller gives no requirement. Accelerator
+#: ranks each load the model on the host before moving it; CPU workers run tiny models.
+DEFAULT_RAM_GB_PER_CARD = {"npu": 16.0, "cuda": 16.0, "cpu": 1.0}
+DEFAULT_SHM_GB_PER_CARD = {"npu": 1.0, "cuda": 1.0, "cpu": 0.25}
+
+
+def host_memory() -> dict:
+    """``ram_total_gb`` and ``ram_available_gb`` this process may use (None when unknown):
+    the host's, capped by the container's memory limit (cgroup v2 or v1) when lower."""
+    memory = _memory()
+    limit = cgroup_memory_limit_gb()
+    if limit is not None and memory.get("ram_total_gb") is not None and limit < memory["ram_total_gb"]:
+        used = cgroup_memory_used_gb() or 0.0
+        memory = {"ram_total_gb": round(limit, 2),
+                  "ram_available_gb": round(max(0.0, min(memory["ram_available_gb"] or limit, limit - used)), 2),
+                  "ram_limit": "cgroup"}
+    return memory
+
+
+def _read_number(path: Path) -> Optional[int]:
+    try:
+        text = path.read_text().strip()
+    except OSError:
+        return None
+    return int(text) if text.isdigit() else None
+
+
+def cgroup_memory_limit_gb(root: Path = Path("/sys/fs/cgroup")) -> Optional[float]:
+    """The memory limit of this process's cgroup in GB, or None when unlimited/unknown."""
+    for path in (root / "memory.max", root / "memory" / "memory.limit_in_bytes"):
+        value = _read_number(path)
+        if value is not None and value < 2 ** 60:  # v1 writes a huge number for "no limit"
+            return value / 2 ** 30
+    return None
+
+
+def cgroup_memory_used_gb(root: Path = Path("/sys/fs/cgroup")) -> Optional[float]:
+    for path in (root / "memory.current", root / "memory" / "memory.usage_in_bytes"):
+        value = _read_number(path)
+        if value is not None:
+            return value / 2 ** 30
+    return None
+
+
+def _memory() -> dict:
+    try:
+        import psutil
+
+        vm = psutil.virtual_memory()
+        return {"ram_total_gb": round(vm.total / 2**30, 2),
+                "ram_available_gb": round(vm.available / 2**30, 2)}
+    except ImportError:
+        kib = _meminfo_kib(Path("/proc/meminfo"))
+        if "MemTotal" not in kib:
+            return {"ram_total_gb": None, "ram_available_gb": None}
+        return {"ram_total_gb": round(kib["MemTotal"] / 2**20, 2),
+                "ram_available_gb": round(kib.get("MemAvailable", 0) / 2**20, 2)}
+
+
+def check_host_memory(kind: str, num_cards: int, system: Mapping,
+                      ram_gb_per_card: Optional[float] = None,
+                      shm_gb_per_card: Optional[float] = None) -> list[Check]:
+    """Host RAM and /dev/shm against what ``num_cards`` ranks need."""
+    ram_per = DEFAULT_RAM_GB_PER_CARD.get(kind, 1.0) if ram_gb_per_card is None else ram_gb_per_card
+    shm_per = DEFAULT_SHM_GB_PER_CARD.get(kind, 0.25) if shm_gb_per_card is None else shm_gb_per_card
+    shm_need = shm_per * num_cards
+    return [
+        _room_check("host_ram", "RAM", system.get("ram_total_gb"), system.get("ram_available_gb"),
+                    ram_per, num_cards, too_small="FAIL"),
+        _room_check("dev_shm", "/dev/shm", system.get("shm_total_gb"), system.get("shm_free_gb"),
+                    shm_per, num_cards, too_small="WARN",
+                    hint=(": DataLoader workers and collectives crash with 'Bus error'; start "
+                          f"the container with --shm-size={max(1, round(shm_need))}g or more")),
+    ]
+
+
+def require_host_ram(kind: str, num_cards: int, what: str = "workers") -> None:
+    """Refuse ``num_cards`` ranks the host's RAM cannot hold (the ``host_ram`` check's figure).
+
+    Raises:
+        ValueError: naming the count, the RAM it needs and what the host has.
+    """
+    check = check_host_memory(kind, num_cards, host_memory())[0]
+    if check.verdict == "FAIL":
+        raise ValueError(f"num_cards={num_cards}: too many {kind} {what} for this host: {check.reason}")
+
+
+def _room_check(name: str, label: str, total: Optional[float], free: Optional[float],
+                per_card: float, num_cards: int, too_small: str, hint: str = "") -> Check:
+    """One capacity check: SKIP when unknown, ``too_small`` when the total cannot hold
+    ``num_cards`` × ``per_card`` GB, WARN when only the free part falls short."""
+    need = per_card * num_cards
+    wanted = f"{need:.2f} GB needed for {num_cards} cards ({per_card:g} GB each)"
+    if total is None:
+        return Check(name, "SKIP", f"{label} size unknown")
+    if total < need:
+        return Check(name, too_small, f"{label} is {total:.2f} GB < {wanted}{hint}")
+    if free is not None and free < need:
+        return Check(name, "WARN", f"only {free:.2f} of {total:.2f} GB {label} free, {wanted}")
+    shown = f"{free:.2f} of {total:.2f}" if free is not None else f"{total:.2f}"
+    return Check(name, "PASS", f"{shown} GB {label} free, {wanted}")
+
+
+def _meminfo_kib(path: Path) -> dict[str, int]:
+    """``/proc/meminfo`` as name -> KiB (psutil is optional)."""
+    try:
+        lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError:
+        return {}
+    out = {}
+    for line in lines:
+        name, _, rest = line.partition(":")
+        value = rest.split()
+        if value and value[0].isdigit():
+            out[name.strip()] = int(value[0])
+    return out

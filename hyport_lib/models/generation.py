@@ -1,0 +1,377 @@
+"""Inference as a library: the HY-Embodied reference script's behaviour, as functions.
+
+The reference ``inference.py`` loads the checkpoint with ``attn_implementation=eager``
+straight onto the card, answers one image + text prompt ("Result: ...") and then a
+left-padded batch that mixes an image+text sample with a text-only one ("Batch
+Sample 1: ..."). Here the same steps are :func:`load_model`, :func:`run_single` and
+:func:`run_batch`; :func:`run_inference` does all three and times them. A grid
+worker (one process per card) calls :func:`run_inference` and compares
+``output_hash`` across cards: greedy decoding of the same checkpoint must give the
+same text on every card.
+
+torch and transformers are imported inside the functions, so a parent process can
+build an :class:`InferenceConfig` without touching any device library.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from pathlib import Path
+from typing import Any, Optional, Sequence
+
+from hyport_lib.models.generation_config import DEFAULT_BATCH_PROMPTS, DTYPES, InferenceConfig, InferenceOutcome
+from hyport_lib.models.loading import LoadedProcessor, tokenizer_of
+from hyport_lib.models.prompts import Prompt, PromptNotApplicable, check_applicable, encode_prompts
+
+
+def load_model(config: InferenceConfig):
+    """Load processor and model the way a real checkpoint is loaded, through the
+    family's auto class (:mod:`hyport_lib.models.loading`).
+
+    ``"tiny"`` is first resolved to the embedded checkpoint's folder. Local folders
+    are loaded with ``local_files_only=True`` so a missing file fails at once
+    instead of trying the network.
+
+    Returns:
+        ``(model, loaded)``: the model in eval mode on ``config.device``, and the
+        :class:`~hyport_lib.models.loading.LoadedProcessor` (its tokenizer pads on the left).
+    """
+    import torch
+
+    from hyport_lib.models.loading import load_model as load_checkpoint
+    from hyport_lib.models.loading import load_processor
+    from hyport_lib.models.tiny import resolve_model_path
+
+    backend, index, device = _backend_for(config.device)
+    path = resolve_model_path(config.model_path)
+    loaded = load_processor(path, trust_remote_code=config.trust_remote_code)
+    tokenizer_of(loaded.processor).padding_side = "left"
+    dtype = "auto" if config.dtype == "auto" else getattr(torch, config.dtype)
+    model = load_checkpoint(path, attn_implementation=config.attn_implementation, dtype=dtype,
+                            trust_remote_code=config.trust_remote_code, traits=loaded.traits)
+    if backend.is_accelerator:
+        backend.set_device(index)
+    model = model.to(device).eval()
+    backend.synchronize()
+    return model, loaded
+
+
+def single_prompt(loaded: LoadedProcessor, config: InferenceConfig) -> Prompt:
+    """The single inference's prompt: with the image, or text only for a text-only model.
+
+    Raises:
+        PromptNotApplicable: ``image`` was given for a text-only model.
+    """
+    if not loaded.traits.multimodal:
+        if config.image is not None:
+            raise PromptNotApplicable(f"image={config.image!r}: {loaded.traits.model_type or 'the model'} "
+                                      "is a text-only model; leave image unset")
+        return Prompt(config.single_prompt)
+    return Prompt(config.single_prompt, [_load_image(config)])
+
+
+def batch_prompts(loaded: LoadedProcessor, config: InferenceConfig) -> tuple[list[Prompt], list[str]]:
+    """The batch's prompts this model can take, and each one it cannot, named with why.
+
+    Raises:
+        PromptNotApplicable: a prompt the user chose cannot go to this model and
+            ``skip_not_applicable`` is off (the default prompts are always fitted).
+    """
+    fit = config.skip_not_applicable or tuple(config.batch_prompts) == DEFAULT_BATCH_PROMPTS
+    prompts, skipped = [], []
+    for i, (text, uses_image) in enumerate(config.batch_prompts):
+        prompt = Prompt(text, [_load_image(config)] if uses_image and loaded.traits.multimodal else [])
+        what = f"batch_prompts[{i}] {text!r}"
+        try:
+            if uses_image and not loaded.traits.multimodal:
+                raise PromptNotApplicable(f"{what}: an image prompt, but {loaded.traits.model_type or 'the model'} "
+                                          "is a text-only model")
+            check_applicable(loaded, prompt, what)
+        except PromptNotApplicable as exc:
+            if not fit:
+                raise PromptNotApplicable(f"{exc}; leave it out, or skip_not_applicable=True") from None
+            skipped.append(str(exc))
+            continue
+        prompts.append(prompt)
+    return prompts, skipped
+
+
+def check_prompts(config: InferenceConfig, model_dir: str) -> None:
+    """Before any worker starts: refuse, in one line, what the model in ``model_dir``
+    cannot take (an image for a text-only model, image prompts the user chose) — the
+    same rules the workers apply, from the config alone (no processor is loaded).
+
+    Raises:
+        PromptNotApplicable: naming the parameter and why.
+    """
+    from hyport_lib.models.loading import traits_of
+
+    try:
+        traits = traits_of(model_dir, config.trust_remote_code)
+    except ValueError:
+        return  # a model type transformers cannot load: every worker says so (scrubbed, per card)
+    loaded = LoadedProcessor(None, traits)
+    if not loaded.traits.multimodal:
+        single_prompt(loaded, config)
+        batch_prompts(loaded, config)
+
+
+def not_applicable_parts(loaded: LoadedProcessor, config: InferenceConfig) -> list[str]:
+    """What of the configured inference this model cannot run, each with why."""
+    parts = []
+    if not loaded.traits.multimodal:
+        parts.append(f"single prompt runs without its image: {loaded.traits.model_type or 'the model'} "
+                     "is a text-only model")
+    return parts + batch_prompts(loaded, config)[1]
+
+
+def run_single(model, loaded: LoadedProcessor, config: InferenceConfig) -> tuple[str, dict]:
+    """One image + text prompt (the reference's "Result: ..."); text only for a text-only model.
+
+    Returns:
+        ``(text, stats)`` where stats holds ``prompt_tokens``, ``new_tokens``,
+        ``first_token_s`` (time to the first generated token), ``generate_s``,
+        ``tokens_per_s`` (prefill included) and ``decode_tokens_per_s`` (prefill
+        excluded, or None); see :class:`InferenceOutcome`.
+    """
+    inputs = _to_device(encode_prompts(loaded, [single_prompt(loaded, config)],
+                                       enable_thinking=config.enable_thinking), model)
+    prompt_tokens = int(inputs["input_ids"].shape[1])
+
+    backend, _, _ = _backend_for(config.device)
+    streamer = _FirstTokenTimer()
+    backend.synchronize()
+    streamer.start()
+    output = model.generate(**inputs, **_generate_kwargs(config), streamer=streamer)
+    backend.synchronize()
+    generate_s = time.perf_counter() - streamer.started
+    new_ids = output[:, prompt_tokens:]
+    new_tokens = int(new_ids.shape[1])
+    stats = {
+        "prompt_tokens": prompt_tokens,
+        "new_tokens": new_tokens,
+        "first_token_s": streamer.first_token_s if streamer.first_token_s is not None else generate_s,
+        "generate_s": generate_s,
+        "tokens_per_s": new_tokens / generate_s if generate_s > 0 else 0.0,
+        "decode_tokens_per_s": decode_rate(new_tokens, generate_s, streamer.first_token_s),
+    }
+    return _decode(loaded, new_ids)[0], stats
+
+
+def run_batch(model, loaded: LoadedProcessor, config: InferenceConfig) -> list[str]:
+    """The left-padded batch (the reference's "Batch Sample i: ...").
+
+    Image prompts and text-only prompts share one batch, the images nested per prompt
+    as the processor expects; prompts this model cannot take are left out (see
+    :func:`batch_prompts`). Left padding: generation appends on the right, so every
+    row's prompt must end at the same column.
+    """
+    prompts, _ = batch_prompts(loaded, config)
+    if not prompts:
+        return []
+    inputs = _to_device(encode_prompts(loaded, prompts, enable_thinking=config.enable_thinking), model)
+    output = model.generate(**inputs, **_generate_kwargs(config))
+    return _decode(loaded, output[:, inputs["input_ids"].shape[1]:])
+
+
+def run_inference(config: InferenceConfig) -> InferenceOutcome:
+    """Load, answer the single prompt, answer the batch, and time it all.
+
+    ``load_s`` covers reading processor and weights and moving them to the device,
+    not the one-off Python import of torch and transformers nor building the tiny
+    model's cache on first use.
+    """
+    # Done before the clock starts: one-off costs, not loading.
+    import transformers  # noqa: F401
+
+    from hyport_lib.models.tiny import resolve_model_path
+
+    resolve_model_path(config.model_path)
+    backend, index, _ = _backend_for(config.device)
+    started = time.perf_counter()
+    model, loaded = load_model(config)
+    load_s = time.perf_counter() - started
+
+    cold_s = warm_up(model, loaded, config)
+    single, stats = run_single(model, loaded, config)
+    started = time.perf_counter()
+    batch = run_batch(model, loaded, config)
+    backend.synchronize()
+    batch_s = time.perf_counter() - started
+
+    return InferenceOutcome(
+        load_s=load_s,
+        first_token_s=stats["first_token_s"],
+        generate_s=stats["generate_s"],
+        new_tokens=stats["new_tokens"],
+        tokens_per_s=stats["tokens_per_s"],
+        single_output=single,
+        batch_outputs=batch,
+        output_hash=output_hash(single, batch),
+        model_type=str(getattr(model.config, "model_type", type(model).__name__)),
+        num_parameters=int(model.num_parameters()),
+        dtype=str(model.dtype).replace("torch.", ""),
+        device=str(model.device),
+        attn_implementation=str(getattr(model.config, "_attn_implementation", None)
+                                or config.attn_implementation),
+        trust_remote_code=config.trust_remote_code,
+        prompt_tokens=stats["prompt_tokens"],
+        batch_s=batch_s,
+        memory=backend.memory_stats(index).to_dict(),
+        model_path=config.model_path,
+        decode_tokens_per_s=stats["decode_tokens_per_s"],
+        cold_s=cold_s,
+        warmup_runs=config.warmup_runs,
+        model_kind=loaded.traits.kind,
+        not_applicable=not_applicable_parts(loaded, config),
+        processor_unavailable=list(loaded.unavailable),
+    )
+
+
+def warm_up(model, loaded: LoadedProcessor, config: InferenceConfig) -> Optional[float]:
+    """``config.warmup_runs`` untimed single inferences; the first one's seconds (the cold
+    call: start-up costs), or None when there is none."""
+    backend, _, _ = _backend_for(config.device)
+    cold = None
+    for i in range(config.warmup_runs):
+        started = time.perf_counter()
+        run_single(model, loaded, config)
+        backend.synchronize()
+        if i == 0:
+            cold = time.perf_counter() - started
+    return cold
+
+
+def output_hash(single: str, batch: Sequence[str]) -> str:
+    """sha256 hex of the single output and the batch outputs joined by newlines."""
+    return hashlib.sha256("\n".join([single, *batch]).encode("utf-8")).hexdigest()
+
+
+def decode_rate(new_tokens: int, generate_s: float,
+                first_token_s: Optional[float]) -> Optional[float]:
+    """Decoding speed without the prefill: ``(new_tokens - 1) / (generate_s - first_token_s)``.
+
+    Returns:
+        Tokens per second after the first token, or None when there is nothing to
+        measure (fewer than two new tokens, no first-token time, or no time after it).
+    """
+    if first_token_s is None or new_tokens < 2:
+        return None
+    decode_s = generate_s - first_token_s
+    return (new_tokens - 1) / decode_s if decode_s > 0 else None
+
+
+# --- helpers -------------------------------------------------------------------------
+
+def _backend_for(device: str):
+    """``(backend, card index, torch device string)`` for a device string.
+
+    ``"auto"`` picks the best backend here and its card 0.
+    """
+    from hyport_lib.backend import get_backend
+
+    device = str(device).strip()
+    if device == "auto":
+        backend = get_backend("auto")
+        return backend, 0, backend.device(0)
+    kind, _, index = device.partition(":")
+    try:
+        card = int(index) if index else 0
+    except ValueError:
+        raise ValueError(f"device={device!r}: expected e.g. 'cpu', 'cuda:0' or 'npu:0'") from None
+    return get_backend(kind), card, device
+
+
+def _load_image(config: InferenceConfig):
+    from hyport_lib.models.sample_image import sample_image
+
+    if config.image is None:
+        return sample_image()
+    from PIL import Image
+
+    path = Path(config.image).expanduser()
+    if not path.is_file():
+        raise FileNotFoundError(f"image={config.image!r}: no such file")
+    with Image.open(path) as img:
+        return img.convert("RGB")
+
+
+def _to_device(inputs, model):
+    """Move every tensor to the model's device; floating ones also to its dtype
+    (pixel values come out of the image processor as float32)."""
+    import torch
+
+    moved = {}
+    for key, value in inputs.items():
+        if isinstance(value, torch.Tensor):
+            if torch.is_floating_point(value):
+                value = value.to(device=model.device, dtype=model.dtype)
+            else:
+                value = value.to(model.device)
+        moved[key] = value
+    return moved
+
+
+def _generate_kwargs(config: InferenceConfig) -> dict:
+    import torch
+
+    # Seeding before every call makes sampling repeatable; greedy ignores it.
+    torch.manual_seed(config.seed)
+    kwargs: dict[str, Any] = {"max_new_tokens": config.max_new_tokens}
+    if config.greedy:
+        kwargs["do_sample"] = False
+    else:
+        kwargs.update(do_sample=True, temperature=config.temperature)
+    return kwargs
+
+
+def _decode(loaded: LoadedProcessor, token_ids) -> list[str]:
+    texts = tokenizer_of(loaded.processor).batch_decode(token_ids, skip_special_tokens=True)
+    return [text.strip() for text in texts]
+
+
+class _FirstTokenTimer:
+    """A generate() streamer that only notes when the first new token arrives.
+
+    generate() first puts the prompt, then each new token; the second put is
+    therefore the first generated token. Its ``.cpu()`` waits for the device, so the
+    time is real even on asynchronous backends.
+    """
+
+    def __init__(self) -> None:
+        self.started = 0.0
+        self.first_token_s: Optional[float] = None
+        self._puts = 0
+
+    def start(self) -> None:
+        self.started = time.perf_counter()
+        self.first_token_s = None
+        self._puts = 0
+
+    def put(self, value) -> None:
+        self._puts += 1
+        if self._puts == 2 and self.first_token_s is None:
+            value.cpu()
+            self.first_token_s = time.perf_counter() - self.started
+
+    def end(self) -> None:
+        if self.first_token_s is None:  # ended without a second put
+            self.first_token_s = time.perf_counter() - self.started
+
+
+__all__ = [
+    "DTYPES",
+    "InferenceConfig",
+    "InferenceOutcome",
+    "batch_prompts",
+    "load_model",
+    "decode_rate",
+    "not_applicable_parts",
+    "output_hash",
+    "run_batch",
+    "run_inference",
+    "run_single",
+    "single_prompt",
+    "warm_up",
+]

@@ -1,0 +1,298 @@
+"""A CPU (any torch device) emulation of ``torch_npu.npu_fusion_attention``.
+
+It follows the documented contract (see docs/npu_fusion_attention.md),
+so that hyport's NPU code path can be run and checked on a host without an NPU. It is
+used by the torch_npu test double and by the numerics comparison; it is never a
+runtime fallback that pretends to be an NPU.
+
+What is emulated:
+
+- ``out = dropout(softmax(mask(scale * (pse + Q Kᵀ)))) V``, math in float32 (inputs
+  upcast), output cast back to the input dtype; ``scale`` defaults to 1.0 like the NPU.
+- Layouts BSH, SBH, BSND, BNSD and TND (packed, with ``actual_seq_qlen`` /
+  ``actual_seq_kvlen`` as cumulative ends without a leading 0).
+- ``atten_mask`` True / 1 = masked out; bool or uint8; BNSS, B1SS, 11SS or SS
+  (TND: SS = maxSq x maxSkv only).
+- ``sparse_mode`` 0 (mask as given + ``pre_tockens`` / ``next_tockens`` band from the
+  top-left), 1 (mask as given), 2 / 3 (causal top-left / bottom-right), 4 (band from
+  the bottom-right) and, for TND only, 7 / 8 (split-query varlen: the last / first
+  non-empty sample is a bottom-right band, the others causal bottom-right / top-left).
+  Modes 2, 3, 4, 7 and 8 require the compressed ``triu(ones(2048, 2048), 1)`` mask.
+  With ``atten_mask=None`` the mode and the band are ignored (full attention), as on
+  the NPU; for modes 2-4 and 7-8 this also warns, since it is almost always a bug.
+- GQA (``Nq % Nkv == 0``, query head ``h`` uses kv head ``h // (Nq // Nkv)``).
+- ``keep_prob`` dropout: the seed is drawn from torch's default CPU generator (so
+  ``torch.manual_seed`` makes it reproducible) and returned; the keep pattern is
+  :func:`dropout_keep_mask` ``(seed, numels, keep_prob)``.
+
+Fully-masked rows (a query with no key to attend) give an output of **0**, like
+flash-attn, whatever ``inner_precise`` says; their ``softmax_max`` is ``-inf`` and
+``softmax_sum`` is 0. The real NPU does not document this case.
+
+Not emulated (raise ``NotImplementedError``): ``sparse_mode`` 5, 6 and any other
+value, ``padding_mask`` (reserved by torch_npu) and ``pse`` in TND.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import torch
+
+from hyport_lib.npu_attention.nfa_constants import (NFA_MAX_TOKENS,
+                                               compressed_causal_mask)
+from hyport_lib.npu_attention.nfa_checks import (
+    check_batch, check_compressed, check_mask_dtype, check_tensors,
+    full_mask_4d, head_counts, seq_lengths,
+)
+from hyport_lib.npu_attention.reference import (
+    LAYOUTS, band_mask, causal_mask, from_bnsd, to_bnsd,
+)
+
+SUPPORTED_SPARSE_MODES = (0, 1, 2, 3, 4, 7, 8)
+TND_ONLY_SPARSE_MODES = (7, 8)
+COMPRESSED_MODES = (2, 3, 4, 7, 8)
+SPARSE_MODE_NAMES = {
+    0: "defaultMask", 1: "allMask", 2: "leftUpCausal", 3: "rightDownCausal", 4: "band",
+    5: "prefix uncompressed", 6: "prefix compressed", 7: "varlen split rightDownCausal",
+    8: "varlen split leftUpCausal", 9: "treeMask",
+}
+STATS_WIDTH = 8  # softmax_max / softmax_sum repeat each value over a last axis of 8
+
+def dropout_keep_mask(seed: int, numels: int, keep_prob: float, device=None) -> torch.Tensor:
+    """Flat bool keep pattern of one call: ``numels`` draws of a generator seeded ``seed``.
+
+    The emulation consumes it in order: for BNSD-shaped scores ``[B, N, Sq, Skv]``
+    row-major; for TND sample after sample, each ``[N, sq_i, skv_i]``. Drawn on the CPU
+    so that every device gets the same pattern.
+    """
+    gen = torch.Generator(device="cpu")
+    gen.manual_seed(int(seed))
+    keep = torch.rand(int(numels), generator=gen) < float(keep_prob)
+    return keep.to(device) if device is not None else keep
+
+
+# --------------------------------------------------------------------------------------
+# Core
+# --------------------------------------------------------------------------------------
+def _attend(q, k, v, masked, scale, pse, keep, keep_prob):
+    """fp32 attention on ``[B, N, S, D]`` tensors; ``masked`` True = masked out.
+
+    Returns (out fp32 [B, Nq, Sq, D], row_max [B, Nq, Sq], row_sum [B, Nq, Sq]).
+    """
+    nq, nkv = q.shape[1], k.shape[1]
+    if k.shape[2] == 0:  # nothing to attend (an empty packed kv sample): the 0-row rule
+        b, _, sq, _ = q.shape
+        return (q.new_zeros(b, nq, sq, v.shape[-1], dtype=torch.float32),
+                torch.full((b, nq, sq), float("-inf"), device=q.device),
+                torch.zeros(b, nq, sq, device=q.device))
+    qf, kf, vf = q.float(), k.float(), v.float()
+    if nq != nkv:
+        kf = kf.repeat_interleave(nq // nkv, dim=1)
+        vf = vf.repeat_interleave(nq // nkv, dim=1)
+    scores = torch.matmul(qf, kf.transpose(-1, -2))
+    if pse is not None:
+        scores = scores + pse.float()
+    scores = scores * float(scale)
+    if masked is not None:
+        scores = scores.masked_fill(masked, float("-inf"))
+    row_max = scores.amax(dim=-1, keepdim=True)
+    # Shift by the row max; rows with nothing to attend shift by 0 and end up all-zero.
+    # Detached: softmax does not depend on the shift, and -inf must not reach autograd.
+    shift = torch.where(torch.isfinite(row_max), row_max, torch.zeros_like(row_max)).detach()
+    expd = torch.exp(scores - shift)
+    row_sum = expd.sum(dim=-1, keepdim=True)
+    probs = expd / torch.where(row_sum > 0, row_sum, torch.ones_like(row_sum))
+    if keep is not None:
+        probs = probs * keep.view_as(probs).to(probs.dtype) / float(keep_prob)
+    out = torch.matmul(probs, vf)
+    return out, row_max.squeeze(-1), row_sum.squeeze(-1)
+
+
+def _stats(x):
+    """[..., S] -> [..., S, 8] fp32, like the NPU's softmax_max / softmax_sum."""
+    return x.float().unsqueeze(-1).expand(*x.shape, STATS_WIDTH).contiguous()
+
+
+def _warn_ignored_mode(sparse_mode):
+    warnings.warn(
+        f"npu_fusion_attention: sparse_mode={sparse_mode} with atten_mask=None; the NPU "
+        "ignores the mode and computes full attention. Pass the compressed 2048x2048 "
+        "triu(ones, 1) mask.", stacklevel=3)
+
+
+def npu_fusion_attention(query, key, value, head_num, input_layout, pse=None,
+                         padding_mask=None, atten_mask=None, scale=1.0, keep_prob=1.0,
+                         pre_tockens=NFA_MAX_TOKENS, next_tockens=NFA_MAX_TOKENS, inner_precise=0,
+                         prefix=None, actual_seq_qlen=None, actual_seq_kvlen=None,
+                         sparse_mode=0, gen_mask_parallel=True, sync=False):
+    """Emulate ``torch_npu.npu_fusion_attention`` (same signature, same return tuple).
+
+    Returns:
+        ``(attention_out, softmax_max, softmax_sum, softmax_out, seed, offset, numels)``:
+        the output in ``input_layout`` and the input dtype; ``softmax_max`` /
+        ``softmax_sum`` fp32 ``[B, N, Sq, 8]`` (TND: ``[T, N, 8]``); ``softmax_out`` an
+        empty tensor (reserved); the dropout seed, offset (0) and number of dropout
+        draws (all 0 without dropout).
+
+    Raises:
+        ValueError / TypeError naming the argument for inputs the NPU would reject,
+        NotImplementedError for the parts of the contract that are not emulated.
+    """
+    del gen_mask_parallel, sync, prefix  # performance knobs / modes 5-6 only
+    if not isinstance(input_layout, str) or input_layout.upper() not in LAYOUTS:
+        raise ValueError(f"input_layout={input_layout!r}: expected one of {', '.join(LAYOUTS)}")
+    layout = input_layout.upper()
+    if sparse_mode not in SUPPORTED_SPARSE_MODES:
+        name = SPARSE_MODE_NAMES.get(sparse_mode, "unknown")
+        raise NotImplementedError(
+            f"sparse_mode={sparse_mode!r} ({name}) is not emulated; supported: "
+            f"{', '.join(map(str, SUPPORTED_SPARSE_MODES))}")
+    if sparse_mode in TND_ONLY_SPARSE_MODES and layout != "TND":
+        raise ValueError(f"sparse_mode={sparse_mode} is only valid with input_layout='TND', "
+                         f"got {input_layout!r}")
+    if padding_mask is not None:
+        raise NotImplementedError("padding_mask is reserved by torch_npu (not supported); "
+                                  "express padding through atten_mask")
+    if not 0.0 < float(keep_prob) <= 1.0:
+        raise ValueError(f"keep_prob={keep_prob!r}: expected 0 < keep_prob <= 1")
+    if inner_precise not in (0, 1, 2):
+        raise ValueError(f"inner_precise={inner_precise!r}: expected 0, 1 or 2")
+    for name, val in (("pre_tockens", pre_tockens), ("next_tockens", next_tockens)):
+        if isinstance(val, bool) or not isinstance(val, int):
+            raise ValueError(f"{name}={val!r}: expected an int")
+    check_tensors(query, key, value, layout)
+    nq, nkv, d = head_counts(query, key, head_num, layout)
+    check_batch(query, key, layout)
+    if atten_mask is not None:
+        check_mask_dtype(atten_mask)
+        if sparse_mode in COMPRESSED_MODES:
+            check_compressed(atten_mask, sparse_mode)
+    elif sparse_mode in COMPRESSED_MODES:
+        _warn_ignored_mode(sparse_mode)
+    dropout = float(keep_prob) < 1.0
+    seed = int(torch.randint(0, 2 ** 31 - 1, (1,)).item()) if dropout else 0
+
+    if layout == "TND":
+        if actual_seq_qlen is None or actual_seq_kvlen is None:
+            missing = "actual_seq_qlen" if actual_seq_qlen is None else "actual_seq_kvlen"
+            seq_lengths(missing, None, 0)
+        if pse is not None:
+            raise NotImplementedError("pse with input_layout='TND' is not emulated")
+        return _tnd(query, key, value, nq, nkv, atten_mask, scale, keep_prob, seed,
+                    pre_tockens, next_tockens, actual_seq_qlen, actual_seq_kvlen,
+                    sparse_mode, dropout)
+    if actual_seq_qlen is not None or actual_seq_kvlen is not None:
+        raise ValueError("actual_seq_qlen / actual_seq_kvlen are only used with "
+                         f"input_layout='TND', got {input_layout!r}")
+
+    q = to_bnsd(query, layout, nq)
+    k = to_bnsd(key, layout, nkv)
+    v = to_bnsd(value, layout, nkv)
+    b, _, sq, _ = q.shape
+    skv = k.shape[2]
+    if pse is not None:
+        if not torch.is_tensor(pse):
+            raise TypeError(f"pse must be a torch.Tensor, got {type(pse).__name__}")
+        try:
+            torch.broadcast_shapes(tuple(pse.shape), (b, nq, sq, skv))
+        except RuntimeError as exc:
+            raise ValueError(f"pse shape {tuple(pse.shape)} does not broadcast to BNSS "
+                             f"{(b, nq, sq, skv)}") from exc
+    masked = None
+    if atten_mask is not None:
+        dev = query.device
+        if sparse_mode in (0, 1):
+            masked = full_mask_4d(atten_mask, b, nq, sq, skv)
+            if sparse_mode == 0:
+                band = band_mask(sq, skv, pre_tockens, next_tockens, "top_left", dev)
+                masked = masked | ~band
+        elif sparse_mode == 2:
+            masked = ~causal_mask(sq, skv, "top_left", dev)
+        elif sparse_mode == 3:
+            masked = ~causal_mask(sq, skv, "bottom_right", dev)
+        else:  # 4
+            masked = ~band_mask(sq, skv, pre_tockens, next_tockens, "bottom_right", dev)
+    numels = b * nq * sq * skv if dropout else 0
+    keep = dropout_keep_mask(seed, numels, keep_prob, query.device) if dropout else None
+    out, row_max, row_sum = _attend(q, k, v, masked, scale, pse, keep, keep_prob)
+    out = from_bnsd(out.to(query.dtype), layout)
+    return (out, _stats(row_max), _stats(row_sum), query.new_empty(0), seed, 0, numels)
+
+
+def _sample_masked(i, sq, skv, atten_mask, sparse_mode, pre, nxt, band_sample, dev):
+    """NPU mask (True = masked) of packed sample ``i`` or None for full attention."""
+    if atten_mask is None:
+        return None
+    if sparse_mode in (0, 1):
+        masked = atten_mask[:sq, :skv].bool()
+        if sparse_mode == 0:
+            masked = masked | ~band_mask(sq, skv, pre, nxt, "top_left", dev)
+        return masked
+    if sparse_mode == 2:
+        return ~causal_mask(sq, skv, "top_left", dev)
+    if sparse_mode == 3:
+        return ~causal_mask(sq, skv, "bottom_right", dev)
+    if sparse_mode == 4 or (sparse_mode in (7, 8) and i == band_sample):
+        return ~band_mask(sq, skv, pre, nxt, "bottom_right", dev)
+    if sparse_mode == 7:
+        return ~causal_mask(sq, skv, "bottom_right", dev)
+    return ~causal_mask(sq, skv, "top_left", dev)  # 8
+
+
+def _tnd(query, key, value, nq, nkv, atten_mask, scale, keep_prob, seed, pre, nxt,
+         actual_seq_qlen, actual_seq_kvlen, sparse_mode, dropout):
+    lens_q = seq_lengths("actual_seq_qlen", actual_seq_qlen, query.shape[0])
+    lens_kv = seq_lengths("actual_seq_kvlen", actual_seq_kvlen, key.shape[0])
+    if len(lens_q) != len(lens_kv):
+        raise ValueError(f"actual_seq_qlen has {len(lens_q)} samples, actual_seq_kvlen "
+                         f"{len(lens_kv)}: they must describe the same batch")
+    if len(lens_q) > 1 and lens_q[0] == 0 and lens_kv[0] == 0:
+        warnings.warn("actual_seq_qlen and actual_seq_kvlen start with 0: NPU lengths are "
+                      "cumulative ends without flash-attn's leading 0", stacklevel=3)
+    if atten_mask is not None and sparse_mode in (0, 1):
+        want = (max(lens_q), max(lens_kv))
+        if tuple(atten_mask.shape) != want:
+            raise ValueError(f"atten_mask shape {tuple(atten_mask.shape)}: input_layout='TND' "
+                             f"takes an SS mask of maxSq x maxSkv = {want}")
+    nonempty = [i for i, n in enumerate(lens_q) if n > 0]
+    band_sample = None
+    if nonempty:
+        band_sample = nonempty[-1] if sparse_mode == 7 else nonempty[0]
+    numels = nq * sum(a * b for a, b in zip(lens_q, lens_kv)) if dropout else 0
+    keep_all = dropout_keep_mask(seed, numels, keep_prob, query.device) if dropout else None
+
+    outs, maxes, sums = [], [], []
+    q0 = k0 = used = 0
+    for i, (sq, skv) in enumerate(zip(lens_q, lens_kv)):
+        q = query[q0:q0 + sq].permute(1, 0, 2).unsqueeze(0)
+        k = key[k0:k0 + skv].permute(1, 0, 2).unsqueeze(0)
+        v = value[k0:k0 + skv].permute(1, 0, 2).unsqueeze(0)
+        q0, k0 = q0 + sq, k0 + skv
+        if sq == 0:
+            continue
+        masked = _sample_masked(i, sq, skv, atten_mask, sparse_mode, pre, nxt, band_sample,
+                                query.device)
+        keep = None
+        if keep_all is not None:
+            count = nq * sq * skv
+            keep, used = keep_all[used:used + count], used + count
+        out, row_max, row_sum = _attend(q, k, v, masked, scale, None, keep, keep_prob)
+        outs.append(out[0].permute(1, 0, 2))  # [sq, N, D]
+        maxes.append(row_max[0].permute(1, 0))  # [sq, N]
+        sums.append(row_sum[0].permute(1, 0))
+    t, d = query.shape[0], query.shape[-1]
+    if outs:
+        out = torch.cat(outs, dim=0).to(query.dtype)
+        row_max, row_sum = torch.cat(maxes, dim=0), torch.cat(sums, dim=0)
+    else:
+        out = query.new_zeros(t, nq, d)
+        row_max = torch.full((t, nq), float("-inf"), device=query.device)
+        row_sum = torch.zeros(t, nq, device=query.device)
+    return (out, _stats(row_max), _stats(row_sum), query.new_empty(0), seed, 0, numels)
+
+
+__all__ = [
+    "npu_fusion_attention", "compressed_causal_mask", "dropout_keep_mask",
+    "SUPPORTED_SPARSE_MODES",
+]

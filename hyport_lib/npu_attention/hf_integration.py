@@ -1,0 +1,322 @@
+"""hyport attention as a transformers ``attn_implementation``.
+
+``register_hyport_attention(backend)`` registers one attention function with
+transformers' ``AttentionInterface`` (and transformers' SDPA mask builder for the same
+name with ``AttentionMaskInterface``, so the model hands it 4-D boolean masks) and
+returns the name to pass as ``attn_implementation=`` — for a text model, a vision
+tower, or per sub-config of a composite model. Names may not contain "flash":
+transformers routes any such name into its FlashAttention checks and rejects it.
+
+The function follows transformers' ``sdpa_attention_forward`` contract:
+``(module, query, key, value, attention_mask, dropout=0.0, scaling=None,
+is_causal=None, **kwargs)`` with q/k/v in (B, N, S, D), returning ``(out (B, S, N, D),
+None)``. ``attention_mask`` may come by keyword (Qwen2-VL's vision attention does).
+What it handles:
+
+* padded batches: the 4-D mask (bool True = attend, or additive float) is used as is;
+  for the NPU it becomes NFA's ``atten_mask`` (True = masked) in BNSD;
+* packed batches (``position_ids`` restarting at 0, or flash-style ``cu_seq_lens_q``
+  kwargs): computed as varlen (NPU: TND with ``actual_seq_qlen``; SDPA: batched calls
+  per run of equal lengths), after checking once per batch that the model's 4-D mask
+  says exactly "causal within each packed sequence" (otherwise the mask is used
+  densely). When transformers hands over no mask at all (it skips the mask when the
+  2-D mask has no padding, and ignores packing when a cache is in use), restarting
+  ``position_ids`` still mean packing, as with FlashAttention-2;
+* bidirectional spans (``hyport_span_ids=`` kwarg or
+  :func:`~hyport_lib.npu_attention.spans.bidirectional_spans`): same-span tokens attend
+  both ways on top of whatever mask the model built.
+
+Works with transformers 4.57 and 5.x (both have ``AttentionInterface`` and
+``AttentionMaskInterface``). Usage::
+
+    name = register_hyport_attention("auto")          # "hyport_npu_fused" on an NPU host
+    model = AutoModelForCausalLM.from_pretrained(path, attn_implementation=name)
+    # composite VLMs: one name for every sub-model, or per sub-config
+    model = AutoModelForImageTextToText.from_pretrained(
+        path, attn_implementation={"text_config": name, "vision_config": name})
+    # Mixture-of-Transformers style image spans (see hyport_lib.npu_attention.spans)
+    logits = model(input_ids, attention_mask=mask,
+                   hyport_span_ids=span_ids_from_token_type(token_type_ids)).logits
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Optional
+
+import torch
+
+from hyport_lib.npu_attention.flash_api import FlashAttnAPI, FlashAttnUnsupported
+from hyport_lib.npu_attention.sdpa_ops import band_attend_mask, resolve_window, sdpa_bsnd
+from hyport_lib.npu_attention.seqlens import HOST_CACHE, IdentityCache, cumulative, host_cu_seqlens, packed_segments
+from hyport_lib.npu_attention.spans import active_span_ids, overlay_spans
+
+logger = logging.getLogger(__name__)
+
+#: name -> the FlashAttnAPI behind it (its ``calls`` count what the models used).
+REGISTERED: dict[str, FlashAttnAPI] = {}
+#: Per-batch derived masks (span overlays, NFA bool masks); tiny, entries die with their inputs.
+MASK_CACHE = IdentityCache(maxsize=8)
+
+# No "sdpa" in a name: transformers then runs its SDPA-support check on the model
+# (``_supports_sdpa``), which remote-code models fail although hyport needs no support.
+_NAMES = {"npu": "hyport_npu_fused", "npu-emulated": "hyport_npu_emulated", "sdpa": "hyport_torch"}
+#: Substrings transformers gives a meaning of its own inside attn_implementation names.
+_RESERVED = ("flash", "sdpa", "flex_attention", "paged")
+
+
+def register_hyport_attention(backend: str = "auto", name: Optional[str] = None) -> str:
+    """Register hyport's attention with transformers and return its name.
+
+    Args:
+        backend: FlashAttnAPI backend: ``auto``, ``npu``, ``npu-emulated``, ``sdpa``,
+            ``cpu`` or ``cuda``.
+        name: registered name; default ``hyport_npu_fused``, ``hyport_npu_emulated`` or
+            ``hyport_torch`` by backend. Must not contain "flash", "sdpa",
+            "flex_attention" or "paged", which transformers treats specially.
+
+    Returns:
+        The name to use as ``attn_implementation=`` (or ``model.set_attn_implementation``).
+    """
+    api = FlashAttnAPI(backend)
+    name = name or _NAMES[api.backend]
+    reserved = [word for word in _RESERVED if word in name.lower()]
+    if reserved:
+        raise ValueError(f"name={name!r}: transformers treats names containing "
+                         f"{reserved[0]!r} specially (support checks or rejection); "
+                         "choose another name")
+    from transformers import AttentionInterface
+    from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, AttentionMaskInterface
+
+    AttentionInterface.register(name, make_attention_forward(api))
+    AttentionMaskInterface.register(name, ALL_MASK_ATTENTION_FUNCTIONS["sdpa"])
+    REGISTERED[name] = api
+    return name
+
+
+def make_attention_forward(api: FlashAttnAPI):
+    """The transformers attention function bound to ``api``'s backend."""
+
+    def hyport_attention_forward(module, query, key, value, attention_mask=None, dropout=0.0,
+                                 scaling=None, is_causal=None, **kwargs):
+        return attention_forward(api, module, query, key, value, attention_mask=attention_mask,
+                                 dropout=dropout, scaling=scaling, is_causal=is_causal, **kwargs)
+
+    hyport_attention_forward.__qualname__ = f"hyport_attention_forward[{api.backend}]"
+    return hyport_attention_forward
+
+
+def attention_forward(api: FlashAttnAPI, module, query, key, value, attention_mask=None,
+                      dropout=0.0, scaling=None, is_causal=None, **kwargs):
+    """See the module docstring. q/k/v (B, N, S, D) -> ((B, Sq, N, Dv), None)."""
+    api.calls += 1
+    if kwargs.get("softcap"):
+        raise FlashAttnUnsupported("hyport attention: softcap is not supported; use eager")
+    if kwargs.get("s_aux") is not None:
+        # Attention sinks (GPT-OSS and others) add a per-head logit column; NFA has no
+        # such input, and dropping it silently would change every output.
+        raise FlashAttnUnsupported("hyport attention: attention sinks (s_aux) are not "
+                                   "supported; use attn_implementation='eager'")
+    if query.dim() != 4 or key.dim() != 4 or value.dim() != 4:
+        raise ValueError(f"hyport attention expects (batch, heads, seq, dim) q/k/v, got "
+                         f"{tuple(query.shape)}, {tuple(key.shape)}, {tuple(value.shape)}")
+    batch, heads, sq, head_dim = query.shape
+    sk = key.shape[2]
+    if heads % key.shape[1]:
+        raise ValueError(f"hyport attention: {heads} query heads are not a multiple of "
+                         f"{key.shape[1]} key/value heads")
+    causal = bool(is_causal if is_causal is not None else getattr(module, "is_causal", True))
+    scale = float(scaling) if scaling is not None else head_dim ** -0.5
+    dropout = float(dropout or 0.0)
+    window = _window(causal, kwargs.get("sliding_window"))
+    position_ids = kwargs.get("position_ids")
+    span_ids = kwargs.get("hyport_span_ids")
+    if span_ids is None:
+        span_ids = active_span_ids()
+    if isinstance(attention_mask, torch.Tensor) and attention_mask.dim() == 4 \
+            and attention_mask.shape[-1] > sk:
+        attention_mask = attention_mask[..., :sk]
+
+    if span_ids is None and sq == sk:
+        segments = _segments(kwargs, position_ids, batch, sq)
+        if segments is not None and (attention_mask is None or _mask_is_segment_causal(
+                attention_mask, segments, batch, sq, window, position_ids, kwargs)):
+            return _varlen_forward(api, query, key, value, segments, scale, dropout, window), None
+
+    attend = _attend_mask(attention_mask, batch, sq, sk, window, query)
+    if span_ids is not None:
+        attend = _with_spans(attend, span_ids, position_ids, batch, sq, sk, window, query)
+    if api.backend == "sdpa":
+        out = _sdpa_dense(query, key, value, attend, scale, dropout, window)
+    else:
+        from hyport_lib.npu_attention.npu_ops import nfa_bnsd_masked
+
+        masked = None if attend is None else _nfa_mask(attend)
+        out = nfa_bnsd_masked(api._nfa(), query, key, value, scale, dropout, masked,
+                              window).transpose(1, 2)
+    return out.contiguous(), None
+
+
+def _window(causal: bool, sliding_window) -> tuple:
+    if sliding_window:
+        reach = int(sliding_window) - 1  # transformers: key j visible when i - j < sliding_window
+        return resolve_window(causal, (reach, -1 if causal else reach))
+    return resolve_window(causal, (-1, -1))
+
+
+def _segments(kwargs, position_ids, batch: int, seqlen: int):
+    """Packed segment lengths over the flattened (B*S) tokens, or None when not packed."""
+    cu = kwargs.get("cu_seq_lens_q")
+    if cu is not None:  # flash-style kwargs, e.g. DataCollatorWithFlattening
+        values = host_cu_seqlens(cu, "cu_seq_lens_q")
+        cu_k = kwargs.get("cu_seq_lens_k")
+        if cu_k is not None and cu_k is not cu and host_cu_seqlens(cu_k, "cu_seq_lens_k") != values:
+            return None
+        if values[-1] == batch * seqlen and len(values) - 1 > batch:
+            return tuple(b - a for a, b in zip(values, values[1:]))
+        return None
+    if not isinstance(position_ids, torch.Tensor) or position_ids.dim() not in (1, 2) \
+            or position_ids.shape[-1] != seqlen:
+        return None
+    if position_ids.dim() == 2 and position_ids.shape[0] != batch:
+        return None  # one row of positions broadcast over the batch
+    segments = packed_segments(position_ids)
+    if segments is None or sum(segments) != batch * seqlen:
+        return None
+    return segments
+
+
+def _segment_attend(segments, batch: int, seqlen: int, window, device) -> torch.Tensor:
+    lengths = torch.tensor(segments, device=device)
+    seg = torch.repeat_interleave(torch.arange(len(segments), device=device), lengths)
+    seg = seg.view(batch, seqlen)
+    attend = (seg.unsqueeze(-1) == seg.unsqueeze(-2)) & band_attend_mask(seqlen, seqlen, window,
+                                                                         device=device)
+    return attend.unsqueeze(1)
+
+
+def _as_attend(mask: torch.Tensor) -> torch.Tensor:
+    """4-D transformers mask -> bool True = attend (float masks: 0 attend, very negative not)."""
+    if mask.dtype == torch.bool:
+        return mask
+    return mask > torch.finfo(mask.dtype).min / 2
+
+
+def _mask_is_segment_causal(mask, segments, batch, seqlen, window, position_ids, kwargs) -> bool:
+    """True when ``mask`` equals "within each packed sequence, the window/causal band"."""
+    if mask.dim() != 4 or mask.shape[-2:] != (seqlen, seqlen) or mask.shape[0] not in (1, batch):
+        return False
+    ids_source = kwargs.get("cu_seq_lens_q")
+    ids_source = ids_source if ids_source is not None else position_ids
+
+    def compute():
+        expected = _segment_attend(segments, batch, seqlen, window, mask.device)
+        got = _as_attend(mask)
+        if mask.dtype != torch.bool and bool(((mask != 0) & got).any()):
+            return False  # carries a bias, not just a pattern
+        return bool((got == expected).all())  # broadcasts over (B|1, H|1, S, S)
+
+    return HOST_CACHE.get(("segment-causal", window), (mask, ids_source), compute)
+
+
+def _varlen_forward(api, query, key, value, segments, scale, dropout, window):
+    batch, heads, seqlen, _ = query.shape
+    q = query.transpose(1, 2).reshape(batch * seqlen, heads, -1)
+    k = key.transpose(1, 2).reshape(batch * seqlen, key.shape[1], -1)
+    v = value.transpose(1, 2).reshape(batch * seqlen, value.shape[1], -1)
+    cu = cumulative(segments)
+    if api.backend == "sdpa":
+        from hyport_lib.npu_attention.sdpa_ops import sdpa_varlen
+
+        out = sdpa_varlen(q, k, v, cu, cu, scale, dropout, window)
+    else:
+        from hyport_lib.npu_attention.npu_ops import nfa_tnd
+
+        out = nfa_tnd(api._nfa(), q, k, v, cu, cu, scale, dropout, window)
+    return out.reshape(batch, seqlen, heads, -1)
+
+
+def _attend_mask(mask, batch, sq, sk, window, query) -> Optional[torch.Tensor]:
+    """transformers' mask -> 4-D (bool attend or additive float), or None (window rules)."""
+    if mask is None:
+        return None
+    if mask.dim() == 2:  # (B, Sk) padding mask, 1 = real token
+        if mask.shape[-1] != sk:
+            raise ValueError(f"2-D attention_mask covers {mask.shape[-1]} keys, attention has {sk}")
+        return mask.bool()[:, None, None, :] & band_attend_mask(sq, sk, window, device=mask.device)
+    if mask.dim() != 4:
+        raise ValueError(f"attention_mask must be 2-D or 4-D, got shape {tuple(mask.shape)}")
+    if mask.dtype != torch.bool and mask.dtype != query.dtype:
+        mask = mask.to(query.dtype)
+    return mask
+
+
+def _with_spans(attend, span_ids, position_ids, batch, sq, sk, window, query):
+    if span_ids.shape[-1] != sk:
+        if sq == 1:
+            return attend  # decoding a text token: causal already sees every earlier token
+        raise ValueError(f"hyport_span_ids covers {span_ids.shape[-1]} tokens but the "
+                         f"attention has {sk} keys")
+
+    def compute():
+        base = (band_attend_mask(sq, sk, window, device=query.device).expand(1, 1, sq, sk)
+                if attend is None else _as_attend(attend))
+        if attend is None and isinstance(position_ids, torch.Tensor) and position_ids.dim() == 2 \
+                and position_ids.shape[-1] == sk:
+            from hyport_lib.npu_attention.spans import segment_ids_from_position_ids
+
+            seg = segment_ids_from_position_ids(position_ids.expand(span_ids.shape[0], -1))
+            base = base & (seg[:, sk - sq:].unsqueeze(-1) == seg.unsqueeze(-2)).unsqueeze(1)
+        pos = position_ids if isinstance(position_ids, torch.Tensor) else None
+        return overlay_spans(base, span_ids.to(query.device), pos)
+
+    return MASK_CACHE.get(("spans", sq, sk, window), (attend, span_ids, position_ids), compute)
+
+
+def _unmask_unattended(attend: torch.Tensor) -> torch.Tensor:
+    """Let rows that see no key (left-padding queries) see every key.
+
+    Their outputs are discarded by the model, but a kernel may write NaN there (older
+    SDPA math kernels do; NFA does not document it), and NaN in a padding position
+    leaks into real tokens through ``0 * NaN`` in later layers.
+    """
+    empty = ~attend.any(dim=-1, keepdim=True)
+    return attend | empty
+
+
+def _sdpa_mask(attend: torch.Tensor) -> torch.Tensor:
+    if attend.dtype != torch.bool:
+        return attend  # additive float: finite minima never produce NaN
+    return MASK_CACHE.get("sdpa-mask", (attend,), lambda: _unmask_unattended(attend))
+
+
+def _nfa_mask(attend: torch.Tensor) -> torch.Tensor:
+    """bool-attend or additive float mask -> NFA ``atten_mask`` (True = masked), contiguous."""
+
+    def compute():
+        if attend.dtype != torch.bool:
+            blocked = attend <= torch.finfo(attend.dtype).min / 2
+            if bool(((attend != 0) & ~blocked).any()):
+                raise FlashAttnUnsupported(
+                    "hyport attention (npu): the float attention mask carries a bias (values "
+                    "other than 0 and -inf); NPU fusion attention takes only a boolean mask")
+            keep = ~blocked
+        else:
+            keep = attend
+        return (~_unmask_unattended(keep)).contiguous()
+
+    return MASK_CACHE.get("nfa-mask", (attend,), compute)
+
+
+def _sdpa_dense(query, key, value, attend, scale, dropout, window):
+    """SDPA on (B, N, S, D) with a transformers-style mask; returns (B, Sq, N, D)."""
+    if attend is None:
+        return sdpa_bsnd(query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2),
+                         scale, dropout, window)
+    groups = query.shape[1] // key.shape[1]
+    if groups > 1:
+        key = key.repeat_interleave(groups, dim=1)
+        value = value.repeat_interleave(groups, dim=1)
+    out = torch.nn.functional.scaled_dot_product_attention(
+        query, key, value, attn_mask=_sdpa_mask(attend), dropout_p=dropout, scale=scale)
+    return out.transpose(1, 2)

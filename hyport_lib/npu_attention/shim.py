@@ -1,0 +1,236 @@
+"""A ``flash_attn`` package for hosts that have none, so unmodified model code imports it.
+
+Remote model code (``trust_remote_code=True``) often does ``from flash_attn import
+flash_attn_varlen_func`` at module level, or ``from flash_attn.bert_padding import
+pad_input``. On an Ascend host there is no flash-attn wheel. ``install_flash_attn_shim``
+puts module objects into ``sys.modules`` whose functions are a
+:class:`~hyport_lib.npu_attention.flash_api.FlashAttnAPI` bound to one backend:
+
+========================================  ==================================================
+module                                    names
+========================================  ==================================================
+``flash_attn``                            ``flash_attn_func``, ``flash_attn_varlen_func``,
+                                          the ``qkvpacked``/``kvpacked`` variants,
+                                          ``flash_attn_with_kvcache``
+``flash_attn.flash_attn_interface``       the same, plus 1.x ``flash_attn_unpadded_*``
+``flash_attn.bert_padding``               ``unpad_input``, ``pad_input``, ``index_first_axis``,
+                                          ``IndexFirstAxis``, ``index_put_first_axis``, ...
+``flash_attn.layers.rotary``              ``apply_rotary_emb`` (+ ``_func``, ``_qkv_``, ``_kv_``)
+========================================  ==================================================
+
+Anything else (``flash_attn.ops``, ``flash_attn.modules``, ``RotaryEmbedding``, ...) is
+absent, so ``import`` fails with the usual ImportError, whose message names this file.
+
+Every shim module carries ``__hyport_shim__ = True`` and a ``ModuleSpec``, so that
+``importlib.util.find_spec("flash_attn")`` answers. transformers is *not* made to
+believe that FlashAttention-2 is installed: its ``is_flash_attn_2_available`` also
+requires a ``flash-attn`` distribution (package metadata) and a CUDA device, which the
+shim does not fake, so ``attn_implementation="flash_attention_2"`` behaves as without
+the shim (transformers' own error on CPU, transformers' own NPU integration on an NPU). Use :func:`hyport_lib.attention.register_hyport_attention`
+for transformers models; the shim is for remote code that imports flash_attn itself.
+
+The shim lives in one process's ``sys.modules``: every process that imports the model
+code (each torchrun worker, spawned data-loader workers that unpickle it) must call
+:func:`install_flash_attn_shim` itself, before that import.
+"""
+
+from __future__ import annotations
+
+import importlib.machinery
+import importlib.util
+import sys
+import threading
+import types
+from dataclasses import dataclass, field
+from typing import Optional
+
+from hyport_lib.utils.versions import legacy_unpad
+
+DEFAULT_VERSION = "2.7.4.post1"
+_API_NAMES = (
+    "flash_attn_func", "flash_attn_varlen_func", "flash_attn_qkvpacked_func",
+    "flash_attn_kvpacked_func", "flash_attn_varlen_qkvpacked_func",
+    "flash_attn_varlen_kvpacked_func", "flash_attn_with_kvcache",
+)
+_V1_NAMES = (
+    "flash_attn_unpadded_func", "flash_attn_unpadded_qkvpacked_func",
+    "flash_attn_unpadded_kvpacked_func",
+)
+_PACKAGES = ("flash_attn", "flash_attn.layers")
+
+_lock = threading.Lock()
+__all__ = ["DEFAULT_VERSION", "ShimInstall", "build_shim_modules", "current_shim",
+           "install_flash_attn_shim", "legacy_unpad", "real_flash_attn_present",
+           "uninstall_flash_attn_shim"]
+
+
+@dataclass
+class ShimInstall:
+    """What :func:`install_flash_attn_shim` did.
+
+    Attributes:
+        installed: True when shim modules are now in ``sys.modules``.
+        reason: why (not) installed, in words.
+        backend: the resolved FlashAttnAPI backend.
+        version: the ``__version__`` the shim reports.
+        modules: module names the shim put into ``sys.modules``.
+    """
+
+    installed: bool
+    reason: str
+    backend: Optional[str] = None
+    version: Optional[str] = None
+    modules: tuple[str, ...] = ()
+    _replaced: dict = field(default_factory=dict, repr=False)
+
+
+_current: Optional[ShimInstall] = None
+
+
+def real_flash_attn_present() -> bool:
+    """True when a real (non-shim) ``flash_attn`` is importable or already imported."""
+    module = sys.modules.get("flash_attn")
+    if module is not None:
+        return not getattr(module, "__hyport_shim__", False)
+    try:
+        return importlib.util.find_spec("flash_attn") is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def _module(name: str, doc: str, names: dict, is_package: bool) -> types.ModuleType:
+    module = types.ModuleType(name, doc)
+    spec = importlib.machinery.ModuleSpec(name, loader=None, is_package=is_package)
+    spec.has_location = False
+    module.__spec__ = spec
+    module.__loader__ = None
+    module.__package__ = name if is_package else name.rpartition(".")[0]
+    # Shown by Python in "cannot import name X from flash_attn (...)": points here.
+    module.__file__ = __file__
+    if is_package:
+        module.__path__ = []
+        spec.submodule_search_locations = []
+    module.__hyport_shim__ = True
+    for key, value in names.items():
+        setattr(module, key, value)
+    return module
+
+
+def build_shim_modules(backend: str = "auto", version: str = DEFAULT_VERSION) -> dict:
+    """The shim's module objects by name, not installed anywhere (for inspection/tests)."""
+    from hyport_lib.npu_attention import bert_padding, rotary
+    from hyport_lib.npu_attention.flash_api import FlashAttnAPI, FlashAttnUnsupported
+
+    api = FlashAttnAPI(backend)
+    funcs = {name: getattr(api, name) for name in _API_NAMES}
+    v1 = {name: getattr(api, name) for name in _V1_NAMES}
+    # __hyport_api__: whoever must know how many calls the shim served (the model check)
+    common = {"__version__": version, "__hyport_backend__": api.backend, "__hyport_api__": api,
+              "FlashAttnUnsupported": FlashAttnUnsupported}
+    legacy = legacy_unpad(version)
+    padding_names = {
+        "IndexFirstAxis": bert_padding.IndexFirstAxis,
+        "index_first_axis": bert_padding.index_first_axis,
+        "IndexPutFirstAxis": bert_padding.IndexPutFirstAxis,
+        "index_put_first_axis": bert_padding.index_put_first_axis,
+        "unpad_input": bert_padding.make_unpad_input(legacy),
+        "unpad_input_for_concatenated_sequences":
+            bert_padding.unpad_input_for_concatenated_sequences,
+        "pad_input": bert_padding.pad_input,
+    }
+    rotary_names = {name: getattr(rotary, name) for name in (
+        "apply_rotary_emb", "apply_rotary_emb_func", "apply_rotary_emb_qkv_",
+        "apply_rotary_emb_kv_")}
+    backend_doc = f"hyport flash-attn shim ({api.backend} backend)"
+    mods = {
+        "flash_attn.flash_attn_interface": _module(
+            "flash_attn.flash_attn_interface", backend_doc, {**common, **funcs, **v1}, False),
+        "flash_attn.bert_padding": _module(
+            "flash_attn.bert_padding", backend_doc, padding_names, False),
+        "flash_attn.layers.rotary": _module(
+            "flash_attn.layers.rotary", backend_doc, rotary_names, False),
+    }
+    mods["flash_attn.layers"] = _module("flash_attn.layers", backend_doc,
+                                        {"rotary": mods["flash_attn.layers.rotary"]}, True)
+    mods["flash_attn"] = _module("flash_attn", backend_doc, {
+        **common, **funcs,
+        "flash_attn_interface": mods["flash_attn.flash_attn_interface"],
+        "bert_padding": mods["flash_attn.bert_padding"],
+        "layers": mods["flash_attn.layers"],
+    }, True)
+    return mods
+
+
+def install_flash_attn_shim(backend: str = "auto", *, force: bool = False,
+                            version: str = DEFAULT_VERSION) -> ShimInstall:
+    """Put the ``flash_attn`` shim into ``sys.modules`` unless a real flash-attn exists.
+
+    Args:
+        backend: FlashAttnAPI backend (``auto``, ``npu``, ``npu-emulated``, ``sdpa``, ...).
+        force: install even when a real flash_attn is importable; the real modules already
+            in ``sys.modules`` are set aside and restored by :func:`uninstall_flash_attn_shim`.
+        version: ``flash_attn.__version__`` to report. Below 2.7, ``unpad_input`` returns 4
+            values (as those releases did) instead of 5.
+
+    Returns:
+        :class:`ShimInstall` describing what happened. Installing again replaces the
+        previous shim (e.g. to switch backend).
+    """
+    global _current
+    with _lock:
+        if _current is not None and _current.installed:
+            _uninstall_locked()
+        if not force and real_flash_attn_present():
+            return ShimInstall(False, "a real flash_attn is importable; pass force=True to "
+                                      "shadow it")
+        mods = build_shim_modules(backend, version)
+        replaced = {name: sys.modules[name] for name in list(sys.modules)
+                    if name == "flash_attn" or name.startswith("flash_attn.")}
+        for name in replaced:
+            del sys.modules[name]
+        sys.modules.update(mods)
+        _forget_import_answers()
+        backend_name = mods["flash_attn"].__hyport_backend__
+        _current = ShimInstall(True, "forced over a real flash_attn" if replaced else
+                               "no real flash_attn on this host", backend_name, version,
+                               tuple(sorted(mods)), replaced)
+        return _current
+
+
+def uninstall_flash_attn_shim() -> list[str]:
+    """Remove exactly the modules the shim added; restore any real ones it set aside.
+
+    Returns:
+        The module names removed (empty when no shim was installed).
+    """
+    with _lock:
+        return _uninstall_locked()
+
+
+def _uninstall_locked() -> list[str]:
+    global _current
+    if _current is None or not _current.installed:
+        return []
+    removed = []
+    for name in _current.modules:
+        module = sys.modules.get(name)
+        if module is not None and getattr(module, "__hyport_shim__", False):
+            del sys.modules[name]
+            removed.append(name)
+    sys.modules.update(_current._replaced)
+    _current = None
+    _forget_import_answers()
+    return removed
+
+
+def current_shim() -> Optional[ShimInstall]:
+    """The active installation, or None."""
+    return _current
+
+
+def _forget_import_answers() -> None:
+    # hyport's try_import caches "is flash_attn importable"; the answer just changed.
+    from hyport_lib.utils.imports import clear_import_caches
+
+    importlib.invalidate_caches()
+    clear_import_caches()

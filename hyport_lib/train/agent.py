@@ -1,0 +1,25 @@
+"""``python -m hyport_lib.train.agent ARGS...``: torchrun, made to die with its launcher.
+
+hyport starts torchrun through this module: it starts the stdin guard of
+:func:`hyport_lib.processes.start_guard` in its own process group (the launcher put it
+in a new session) and then *becomes* torchrun (``exec``: same pid, same group). When
+the launcher goes away in any way, the guard kills torchrun; torchrun's workers, each
+in a session of its own, have guards of their own (:mod:`hyport_lib.train.worker`).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+
+def main(argv: list[str]) -> None:
+    from hyport_lib.processes import start_guard
+
+    start_guard(log=sys.stderr)
+    sys.stdout.flush()
+    os.execv(sys.executable, [sys.executable, "-m", "torch.distributed.run", *argv])
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

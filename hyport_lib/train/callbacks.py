@@ -1,0 +1,367 @@
+"""Inside the training processes: the Trainer pieces hyport adds (imports transformers).
+
+* :class:`CountingTrainer` — a ``transformers.Trainer`` that takes the batch's token
+  counts (real and padded, put there by the collator) out of the inputs before the
+  model sees them, and notes each micro-step's token counts and loss for the current
+  step; a test-only switch makes a step's loss NaN.
+* :class:`MetricsCallback` — after every optimizer step, on every rank: sums the step's
+  loss and token counts over the ranks, takes the largest peak memory, reads
+  DeepSpeed's skipped (overflow) steps; rank 0 appends the step's line to the metrics
+  file (:mod:`hyport_lib.train.metrics`) once the Trainer logged the learning rate
+  and gradient norm. When a checkpoint has been saved, rank 0 marks it complete
+  (:mod:`hyport_lib.train.checkpoints`).
+
+The loss in the metrics is the step's own (the sum of its micro-steps' losses, the mean
+over ranks: what the Trainer logs with ``logging_steps=1``), measured here rather than
+taken from the Trainer's log: the Trainer replaces a non-finite loss by the running mean
+(``logging_nan_inf_filter``, which it needs, since its running sum would stay NaN
+forever), and a smoke run exists to show exactly that step.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from pathlib import Path
+from typing import Optional
+
+from transformers import Trainer, TrainerCallback
+
+from hyport_lib.train.checkpoints import write_marker
+from hyport_lib.utils.disk import disk_full_error
+from hyport_lib.train.packing import COUNT_KEYS
+from hyport_lib.utils.files import dumps_json
+
+#: Test-only: ``"<step>"`` makes that step's loss NaN (on every rank).
+NAN_FAULT_ENV = "HYPORT_TEST_NAN_AT_STEP"
+
+
+class StepCounts:
+    """Token counts and losses of the micro-batches of the step under way (this rank)."""
+
+    def __init__(self):
+        self.real = 0
+        self.total = 0
+        self.loss = 0.0
+        self.nonfinite = 0
+
+    def add(self, real: int, total: int) -> None:
+        self.real += int(real)
+        self.total += int(total)
+
+    def add_loss(self, value: float) -> None:
+        if math.isfinite(value):
+            self.loss += value
+        else:
+            self.nonfinite += 1
+
+    def take(self) -> tuple[int, int, float, int]:
+        counts = (self.real, self.total, self.loss, self.nonfinite)
+        self.real = self.total = self.nonfinite = 0
+        self.loss = 0.0
+        return counts
+
+
+class CountingTrainer(Trainer):
+    """``Trainer`` that removes hyport's count keys from each batch and counts them."""
+
+    def __init__(self, *args, step_counts: Optional[StepCounts] = None, dummy_image_inputs=None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.step_counts = step_counts or StepCounts()
+        #: the image processor's tensors for one blank image (pixel values and grid or
+        #: sizes), or None: no image path to run on text-only batches
+        self.dummy_image_inputs = dummy_image_inputs
+        #: seconds spent writing checkpoints so far (left out of the throughput)
+        self.save_seconds = 0.0
+        raw = os.environ.get(NAN_FAULT_ENV, "").strip()
+        self._nan_step = int(raw) if raw.isdigit() else None
+
+    def training_step(self, model, inputs, *args, **kwargs):
+        loss = super().training_step(model, inputs, *args, **kwargs)
+        self.step_counts.add_loss(float(loss.detach().float().item()))
+        return loss
+
+    def _run_image_path_after_embeddings(self, model, holder: dict):
+        """Run the image path on a blank image where a real image's runs; ``holder["zero"]``
+        gets 0 x its features. Returns the hook to remove (None when the model has no
+        ``get_image_features`` or input embeddings).
+
+        A text-only batch never runs the image path, so on that rank its parameters are
+        neither gathered (ZeRO-3) nor given a gradient, while a rank with images does
+        both; DeepSpeed's collectives then differ between ranks and abort ("Received
+        data size doesn't match expected size"). LLaMA-Factory feeds a placeholder image
+        for the same reason. The blank image runs right after the token embeddings, the
+        point where LLaVA-style forwards run the image path, so every rank reduces the
+        same gradients in the same order; times zero, it changes no loss. Under ZeRO-3
+        the job still hangs this way, so the worker leaves it off there and preflight
+        refuses text-only rows beside image rows.
+        """
+        net = self.accelerator.unwrap_model(model)
+        get = getattr(net, "get_image_features", None)
+        embeddings = net.get_input_embeddings() if hasattr(net, "get_input_embeddings") else None
+        if get is None or embeddings is None:
+            return None
+
+        accepted = _accepted_arguments(get)
+
+        def after_embeddings(module, args, output):
+            if "zero" in holder:
+                return  # once per forward
+            dtype = self._vision_dtype(net)
+            inputs = {k: (v.to(output.device, dtype) if v.is_floating_point() else v.to(output.device))
+                      for k, v in self.dummy_image_inputs.items() if k in accepted}
+            parts = [t.float().sum() for t in _tensors(_image_features(get(**inputs))) if t.requires_grad]
+            holder["zero"] = sum(parts) * 0.0 if parts else None
+
+        return embeddings.register_forward_hook(after_embeddings)
+
+    @staticmethod
+    def _vision_dtype(net):
+        return next((p.dtype for p in net.parameters() if p.is_floating_point()), None)
+
+    def _save_checkpoint(self, model, trial, *args, **kwargs):
+        # The folder may exist from an earlier run or attempt: until this save has
+        # finished it must not look complete (on_save marks it again).
+        if self.is_world_process_zero():
+            from hyport_lib.train.checkpoints import MARKER, SAVING_MARKER
+
+            folder = Path(self.args.output_dir) / f"checkpoint-{self.state.global_step}"
+            (folder / MARKER).unlink(missing_ok=True)
+            # hyport's before the Trainer writes anything: a save killed half-way is still
+            # known as ours (only hyport's checkpoints are ever removed).
+            folder.mkdir(parents=True, exist_ok=True)
+            (folder / SAVING_MARKER).write_text(dumps_json({"step": self.state.global_step}) + "\n",
+                                                encoding="utf-8")
+        started = time.perf_counter()
+        try:
+            return super()._save_checkpoint(model, trial, *args, **kwargs)
+        except Exception as exc:
+            full = disk_full_error(exc, Path(self.args.output_dir), self._checkpoint_bytes())
+            if full is None:
+                raise
+            raise full from exc
+        finally:
+            self.save_seconds += time.perf_counter() - started
+
+    def _checkpoint_bytes(self) -> int:
+        """About what a checkpoint takes: the weights in their dtype, plus DeepSpeed's fp32
+        master copy and two Adam moments of every trained parameter (12 bytes each)."""
+        total = 0
+        for parameter in self.model.parameters():
+            count = int(getattr(parameter, "ds_numel", 0) or parameter.numel())
+            total += count * parameter.element_size() + (12 * count if parameter.requires_grad else 0)
+        return total
+
+    def compute_loss(self, model, inputs, *args, **kwargs):
+        counts = [inputs.pop(key, 0) for key in COUNT_KEYS]
+        if model.training:
+            self.step_counts.add(int(counts[0]), int(counts[1]))
+        image_path: dict = {}
+        hook = None
+        if model.training and inputs.get("pixel_values") is None and self.dummy_image_inputs is not None:
+            hook = self._run_image_path_after_embeddings(model, image_path)
+        try:
+            result = super().compute_loss(model, inputs, *args, **kwargs)
+        finally:
+            if hook is not None:
+                hook.remove()
+        if image_path.get("zero") is not None:
+            result = add_to_loss(result, image_path["zero"])
+        if self._nan_step is not None and self.state.global_step + 1 == self._nan_step:
+            print(f"[hyport train] test fault: NaN loss at step {self._nan_step} ({NAN_FAULT_ENV})",
+                  flush=True)
+            if isinstance(result, tuple):
+                return (result[0] * float("nan"), *result[1:])
+            return result * float("nan")
+        return result
+
+
+#: Parts of a vision model output that hold the tower's own states, not what the model
+#: feeds on.
+_TOWER_STATES = ("last_hidden_state", "hidden_states", "attentions")
+
+
+def _image_features(output):
+    """What of ``get_image_features``' output the model feeds on. transformers 5 returns a
+    model output: ``pooler_output`` holds the projected features, and extra features
+    (Qwen3-VL's deepstack features) sit beside the vision tower's own last hidden state,
+    which some models never use (LLaVA-OneVision takes an earlier layer): a blank image
+    touching it would give parameters a gradient that a real image does not, and the
+    ranks' reductions would differ again. transformers 4.x returns the features themselves."""
+    if isinstance(output, dict) and output.get("pooler_output") is not None:
+        return [value for key, value in output.items() if key not in _TOWER_STATES]
+    return output
+
+
+def _accepted_arguments(function) -> set:
+    """The parameter names ``function`` declares (a ``**kwargs`` would take any key and
+    ignore it, or pass it where it does not belong: only named ones are given)."""
+    import inspect
+
+    parameters = inspect.signature(function).parameters
+    return {name for name, p in parameters.items() if p.kind is not inspect.Parameter.VAR_KEYWORD}
+
+
+def add_to_loss(result, extra):
+    """``compute_loss``'s result (a loss, or ``(loss, outputs)``) with ``extra`` added."""
+    if isinstance(result, tuple):
+        return (result[0] + extra, *result[1:])
+    return result + extra
+
+
+def _tensors(value):
+    """Every tensor in a model output (a tensor, a ModelOutput, nested tuples or lists)."""
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        yield value
+    elif isinstance(value, dict):  # ModelOutput is an OrderedDict
+        for item in value.values():
+            yield from _tensors(item)
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            yield from _tensors(item)
+
+
+class MetricsCallback(TrainerCallback):
+    """See the module docstring.
+
+    Args:
+        metrics_path: the JSON Lines file rank 0 appends to.
+        backend: the device seam (peak memory).
+        step_counts: shared with :class:`CountingTrainer`.
+        marker: fields for each checkpoint's completeness marker (world size, ZeRO
+            stage, finetuning type).
+    """
+
+    def __init__(self, metrics_path: os.PathLike, backend, step_counts: StepCounts, marker: dict):
+        self.metrics_path = Path(metrics_path)
+        self.backend = backend
+        self.step_counts = step_counts
+        self.marker = dict(marker)
+        self.trainer: Optional[Trainer] = None  # set after the Trainer is built
+        self._started = 0.0
+        self._pending: dict = {}
+        self._process_steps = 0
+        self._skipped_before = 0
+        self._save_seen = 0.0
+        self.restart = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") or 0)
+        #: This rank's card (torchrun's LOCAL_RANK; every card of the node is visible).
+        self.backend_index = int(os.environ.get("LOCAL_RANK", "0") or 0)
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        # A resumed Trainer takes save_steps from the checkpoint's trainer_state.json (it
+        # only warns): this run's value (and SAVE_STEPS) must win.
+        state.save_steps = args.save_steps
+        # DeepSpeed restores its skipped-step count with the checkpoint: count from there.
+        self._skipped_before = self._skipped_total()
+
+    # -- per step ---------------------------------------------------------------------
+    def on_step_begin(self, args, state, control, **kwargs):
+        if not self._started:  # the first step of this process
+            self.backend.synchronize(self.backend_index)
+            self._started = time.perf_counter()
+
+    def on_step_end(self, args, state, control, **kwargs):
+        # A step lasts from the end of the one before: the data loading, the logging, a
+        # checkpoint saved and this callback's own all-reduces are all part of it.
+        self.backend.synchronize(self.backend_index)
+        now = time.perf_counter()
+        step_s, self._started = now - self._started, now
+        # A checkpoint written after the previous step falls into this one: recorded apart
+        # (save_s), and left out of the throughput, which is about training.
+        saved = float(getattr(self.trainer, "save_seconds", 0.0) or 0.0)
+        save_s, self._save_seen = max(0.0, saved - self._save_seen), saved
+        busy_s = max(step_s - save_s, 1e-9)
+        real, total, loss, nonfinite = self.step_counts.take()
+        memory = self.backend.memory_stats(self.backend_index)
+        real, total, loss, nonfinite, peak = _reduce(
+            [real, total, loss, nonfinite], memory.peak / 2**20, self.backend, self.backend_index)
+        skipped_total = self._skipped_total()
+        self._process_steps += 1
+        world = _world_size()
+        self._pending = {
+            "step": int(state.global_step), "loss": loss / world if not nonfinite else float("nan"),
+            "nonfinite_loss": bool(nonfinite), "real_tokens": int(real), "tokens": int(total),
+            "step_s": round(step_s, 6), "save_s": round(save_s, 6), "world_size": world,
+            "tokens_per_s_per_card": total / (world * busy_s) if step_s > 0 else None,
+            "real_tokens_per_s_per_card": real / (world * busy_s) if step_s > 0 else None,
+            "skipped": skipped_total > self._skipped_before, "skipped_total": skipped_total,
+            "peak_memory_mb": round(peak, 1), "memory_source": memory.source,
+            "epoch": state.epoch, "restart": self.restart, "process_step": self._process_steps,
+        }
+        self._skipped_before = skipped_total
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if not self._pending or logs is None or "loss" not in logs:
+            return
+        record, self._pending = self._pending, {}
+        grad_norm = _number(logs.get("grad_norm"))
+        record.update(learning_rate=_number(logs.get("learning_rate")), grad_norm=grad_norm,
+                      nonfinite_grad_norm=grad_norm is not None and not _finite(grad_norm),
+                      logged_loss=_number(logs.get("loss")), time=time.time())
+        if state.is_world_process_zero:
+            with open(self.metrics_path, "a", encoding="utf-8") as fh:
+                # strict JSON: a NaN / Inf is null, its flag (nonfinite_loss, ...) says which
+                fh.write(dumps_json(record) + "\n")
+                fh.flush()
+
+    def on_save(self, args, state, control, **kwargs):
+        import torch.distributed as dist
+
+        if dist.is_available() and dist.is_initialized():
+            dist.barrier()  # every rank's part (its RNG state too) is on disk first
+        if not state.is_world_process_zero:
+            return
+        folder = Path(args.output_dir) / f"checkpoint-{state.global_step}"
+        if folder.is_dir():
+            write_marker(folder, step=state.global_step, **self.marker)
+
+    # -- helpers ----------------------------------------------------------------------
+    def _skipped_total(self) -> int:
+        engine = getattr(self.trainer, "model_wrapped", None) if self.trainer else None
+        return int(getattr(engine, "skipped_steps", 0) or 0)
+
+
+def _world_size() -> int:
+    import torch.distributed as dist
+
+    return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
+
+
+def _reduce(sums: list[float], peak_mb: float, backend, index: int) -> list[float]:
+    """``sums`` (real tokens, tokens, loss, non-finite count) summed and ``peak_mb`` maxed
+    over the ranks (every rank calls it).
+
+    Counts go as int64 and the rest as float32: HCCL on Atlas A2/A3 (910B) reduces no
+    float64, and float32 sums token counts exactly only up to 2**24.
+    """
+    import torch
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+        return [*sums, peak_mb]
+    device = backend.torch_device(index) if backend.is_accelerator else torch.device("cpu")
+    real, total, loss, nonfinite = sums
+    counts = torch.tensor([int(real), int(total), int(nonfinite)], dtype=torch.int64, device=device)
+    values = torch.tensor([float(loss)], dtype=torch.float32, device=device)
+    peak = torch.tensor([float(peak_mb)], dtype=torch.float32, device=device)
+    dist.all_reduce(counts, op=dist.ReduceOp.SUM)
+    dist.all_reduce(values, op=dist.ReduceOp.SUM)
+    dist.all_reduce(peak, op=dist.ReduceOp.MAX)
+    real, total, nonfinite = counts.tolist()
+    return [real, total, float(values[0].item()), nonfinite, float(peak[0].item())]
+
+
+def _number(value) -> Optional[float]:
+    if value is None:
+        return None
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def _finite(value) -> bool:
+    return value is not None and math.isfinite(value)

@@ -1,0 +1,105 @@
+"""The run's DeepSpeed JSON: a bundled ``parameters/deepspeed/zero<N>.json`` (or the
+user's file) with what depends on the host and the parameters filled in.
+
+See ``parameters/deepspeed/README.md``. Precision is resolved here too, since DeepSpeed
+and the Trainer must agree on it: ``auto`` is bf16 where the backend has it, else fp32.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+from pathlib import Path
+from typing import Optional
+
+import hyport_lib
+from hyport_lib.train.config import TrainConfig
+from hyport_lib.utils.values import as_int
+
+
+def bundled_config_path(zero_stage: int) -> Path:
+    return Path(hyport_lib.__file__).resolve().parents[1] / "parameters" / "deepspeed" / \
+        f"zero{int(zero_stage)}.json"
+
+
+def resolve_precision(precision: str, backend) -> str:
+    """``bf16``, ``fp16`` or ``fp32`` for this backend (``auto``: bf16 where supported)."""
+    if precision == "auto":
+        return "bf16" if backend.supports_bf16() else "fp32"
+    if precision == "fp16" and backend.kind == "cpu":
+        raise ValueError("precision='fp16': DeepSpeed has no fp16 on the CPU ('Type fp16 is not "
+                         "supported on your device'); use bf16 or fp32 there")
+    if precision == "bf16" and not backend.supports_bf16():
+        raise ValueError(f"precision='bf16': the {backend.kind} backend here has no bf16; "
+                         "use precision='fp32' or 'fp16'")
+    return precision
+
+
+def load_json(path: os.PathLike, what: str) -> dict:
+    path = Path(path).expanduser()
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise FileNotFoundError(f"{what}={str(path)!r}: no such file") from None
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ValueError(f"{what}={str(path)!r}: not a readable JSON file ({exc})") from exc
+    if not isinstance(data, dict):
+        raise ValueError(f"{what}={str(path)!r}: expected a JSON object")
+    return data
+
+
+def build_deepspeed_config(config: TrainConfig, backend, precision: str) -> dict:
+    """The DeepSpeed configuration the run uses (a new dict)."""
+    if config.deepspeed_config:
+        data = load_json(config.deepspeed_config, "deepspeed_config")
+        zero = data.get("zero_optimization") or {}
+        raw = zero.get("stage", 0) if isinstance(zero, dict) else zero
+        try:
+            stage = as_int("zero_optimization.stage", raw)
+        except ValueError:
+            raise ValueError(f"deepspeed_config={config.deepspeed_config!r}: zero_optimization.stage is "
+                             f"{raw!r}; hyport needs the number (0, 1, 2 or 3), the same as zero_stage, "
+                             f"to check the run") from None
+        if stage != config.zero_stage:
+            raise ValueError(f"deepspeed_config={config.deepspeed_config!r} sets ZeRO stage "
+                             f"{stage} but zero_stage={config.zero_stage}; make them agree")
+    else:
+        data = load_json(bundled_config_path(config.zero_stage), "deepspeed_config")
+    data = copy.deepcopy(data)
+    data["bf16"] = {**(data.get("bf16") or {}), "enabled": precision == "bf16"}
+    fp16 = {**(data.get("fp16") or {}), "enabled": precision == "fp16"}
+    if precision == "fp16":
+        fp16["loss_scale"] = float(config.loss_scale)
+    data["fp16"] = fp16
+    optimizer = data.setdefault("optimizer", {"type": "AdamW", "params": {}})
+    if backend.kind == "cpu" and not config.offload_optimizer:
+        # Without it DeepSpeed builds its C++ CPU Adam at first use (a compiler, ~1 min).
+        optimizer.setdefault("params", {})["torch_adam"] = True
+    zero = data.setdefault("zero_optimization", {"stage": config.zero_stage})
+    if config.offload_optimizer:
+        zero["offload_optimizer"] = {"device": "cpu", "pin_memory": backend.is_accelerator}
+    return data
+
+
+def write_deepspeed_config(data: dict, output_dir: os.PathLike,
+                           name: str = "hyport_deepspeed.json") -> Path:
+    from hyport_lib.utils.files import atomic_write_json
+
+    return atomic_write_json(Path(output_dir) / name, data)
+
+
+def describe(data: dict) -> dict:
+    """The few settings a reader wants to see in the report."""
+    zero = data.get("zero_optimization") or {}
+    optimizer = data.get("optimizer") or {}
+    return {"zero_stage": zero.get("stage"), "bf16": bool((data.get("bf16") or {}).get("enabled")),
+            "fp16": bool((data.get("fp16") or {}).get("enabled")),
+            "loss_scale": (data.get("fp16") or {}).get("loss_scale") if (data.get("fp16") or {}).get("enabled") else None,
+            "offload_optimizer": (zero.get("offload_optimizer") or {}).get("device"),
+            "optimizer": optimizer.get("type"),
+            "torch_adam": bool((optimizer.get("params") or {}).get("torch_adam"))}
+
+
+def zero_stage_of(data: Optional[dict]) -> int:
+    return int(((data or {}).get("zero_optimization") or {}).get("stage", 0))

@@ -1,0 +1,250 @@
+"""Start torchrun for a :class:`~hyport_lib.train.preflight.LaunchPlan` and watch it.
+
+One child process (:mod:`hyport_lib.processes`): ``python -m hyport_lib.train.agent``
+running ``torchrun --nnodes N --node-rank R --nproc-per-node n --master-addr A
+--master-port P --max-restarts K -m hyport_lib.train.worker`` in its own process
+group, with a lifeline so that it (and every worker) ends with the launcher. The
+launcher never touches a device: it reads the metrics file rank 0 appends and calls
+``on_update`` with the records so far (the notebook's live plot, the CLI's progress
+bar), at most every ``poll_interval_s``. A run past ``train_timeout_s`` is stopped
+(SIGTERM to torchrun, which stops its workers, then SIGKILL). Interrupted (Ctrl-C in the
+notebook, a stop signal in the CLI), the launcher stops torchrun the same way before
+the interrupt goes on. torchrun's output and every rank's are in ``logs/``, scrubbed of
+secret values when the run ends.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sys
+import time
+import warnings
+from pathlib import Path
+from typing import Callable, Optional
+
+import hyport_lib
+from hyport_lib.processes import (describe_exit, feed, finish, has_exited, kill_groups,
+                                  last_exception, read_log_tail, reap_leftovers, scrub_log,
+                                  start_child, stop_all)
+from hyport_lib.results import Provenance
+from hyport_lib.train.checkpoints import list_checkpoints
+from hyport_lib.train.metrics import read_metrics, summarize_metrics
+from hyport_lib.train.ownership import lock_output_dir, release_output_dir
+from hyport_lib.train.preflight import LaunchPlan
+from hyport_lib.train.result import TrainProgress, TrainResult
+from hyport_lib.train.worker import RESULT_FILE, SPEC_ENV
+from hyport_lib.utils.disk import disk_full_error
+from hyport_lib.utils.redact import child_environ, scrub_obj
+
+
+def torchrun_args(plan: LaunchPlan) -> list[str]:
+    c = plan.config
+    return ["--nnodes", str(c.nnodes), "--node-rank", str(c.node_rank),
+            "--nproc-per-node", str(plan.nproc_per_node), "--master-addr", plan.master_addr,
+            "--master-port", str(plan.master_port), "--max-restarts", str(c.max_restarts),
+            "--log-dir", str(Path(plan.output_dir) / "logs" / "ranks"), "--tee", "3",
+            "-m", "hyport_lib.train.worker"]
+
+
+def command(plan: LaunchPlan) -> list[str]:
+    return [sys.executable, "-m", "hyport_lib.train.agent", *torchrun_args(plan)]
+
+
+def _environment(plan: LaunchPlan) -> dict[str, str]:
+    from hyport_lib.models.tiny import default_cache_root
+
+    repo = str(Path(hyport_lib.__file__).resolve().parents[1])
+    extra = {
+        SPEC_ENV: json.dumps(plan.worker_spec(), default=str),
+        "PYTHONUNBUFFERED": "1",
+        "TOKENIZERS_PARALLELISM": "false",
+        "PYTHONPATH": os.pathsep.join(p for p in (repo, os.environ.get("PYTHONPATH", "")) if p),
+        # DeepSpeed's JIT-built ops are kept between runs instead of rebuilt.
+        "TORCH_EXTENSIONS_DIR": os.environ.get("TORCH_EXTENSIONS_DIR")
+        or str(default_cache_root() / "torch_extensions"),
+        # Local folders only: nothing is downloaded at run time.
+        "HF_HUB_OFFLINE": os.environ.get("HF_HUB_OFFLINE", "1"),
+    }
+    if plan.device_kind == "cpu":
+        extra["DS_ACCELERATOR"] = "cpu"  # skip DeepSpeed's accelerator probe
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+        extra["OMP_NUM_THREADS"] = str(max(1, cores // plan.nproc_per_node))
+    return child_environ(extra)
+
+
+def launch(plan: LaunchPlan, on_update: Optional[Callable[[TrainProgress], None]] = None,
+           poll_interval_s: float = 0.5, kill_grace_s: float = 15.0) -> TrainResult:
+    """Run the plan to the end (or the timeout); see the module docstring. The output
+    folder is locked for this process (this node) until the run has ended: a second run
+    into it is refused here, naming this one."""
+    out = Path(plan.output_dir)
+    lock_output_dir(out, plan.config.node_rank)
+    try:
+        return _launch(plan, on_update, poll_interval_s, kill_grace_s)
+    finally:
+        release_output_dir(out)
+
+
+def _launch(plan: LaunchPlan, on_update: Optional[Callable[[TrainProgress], None]],
+            poll_interval_s: float, kill_grace_s: float) -> TrainResult:
+    config = plan.config
+    out = Path(plan.output_dir)
+    (out / RESULT_FILE).unlink(missing_ok=True)  # never read an earlier run's result
+    env = _environment(plan)
+    started = time.monotonic()
+    child = start_child(command(plan), env=env, log_path=plan.log_path,
+                        timeout_s=config.train_timeout_s, cwd=out, name="torchrun")
+    seen_size = -1
+
+    def notify(running: bool) -> None:
+        nonlocal seen_size
+        size = _size(plan.metrics_path)
+        if on_update is None or (running and size == seen_size):
+            return
+        seen_size = size
+        progress = TrainProgress(read_metrics(plan.metrics_path), config.max_steps,
+                                 time.monotonic() - started, running)
+        try:
+            on_update(progress)
+        except Exception as exc:  # a broken display must not abandon a running job
+            warnings.warn(f"train: on_update failed ({type(exc).__name__}: {exc}); the run goes on",
+                          RuntimeWarning, stacklevel=2)
+
+    timed_out = False
+    try:
+        notify(True)
+        while not has_exited(child.proc):
+            feed(child)
+            if child.deadline is not None and time.monotonic() >= child.deadline:
+                timed_out = True
+                kill_groups([child], kill_grace_s)
+                break
+            notify(True)
+            time.sleep(poll_interval_s)
+        reap_leftovers(child)
+        code = finish(child, env)
+    except BaseException as exc:
+        stop_all([child], kill_grace_s, env)
+        _scrub_rank_logs(out, env)
+        if isinstance(exc, KeyboardInterrupt):
+            # Stopped: what finished (metrics, complete checkpoints) is kept, and the caller
+            # finds it on the exception to show and record.
+            exc.partial = collect(plan, None, time.monotonic() - started, False, stopped=True)
+        raise
+    _scrub_rank_logs(out, env)
+    notify(False)
+    return collect(plan, code, time.monotonic() - started, timed_out)
+
+
+def _checkpoint_estimate(plan: LaunchPlan) -> int:
+    """About what one checkpoint of this run takes, from the starting weights' file sizes:
+    the weights, plus DeepSpeed's fp32 master copy and two Adam moments (12 bytes a
+    parameter, counted as if the files held fp32: 4 x their size; bf16 files need more,
+    LoRA far less)."""
+    return 4 * sum(f.stat().st_size for f in Path(plan.model_path).glob("*.safetensors") if f.is_file())
+
+
+def collect(plan: LaunchPlan, code: Optional[int], wall_s: float, timed_out: bool,
+            stopped: bool = False) -> TrainResult:
+    """Read what the run left into a :class:`TrainResult` (``stopped``: by a stop signal)."""
+    out = Path(plan.output_dir)
+    records = read_metrics(plan.metrics_path)
+    worker = _read_json(out / RESULT_FILE)
+    tail = read_log_tail(plan.log_path, 30)
+    if stopped:
+        steps = [r.get("step") for r in records]
+        status, reason = "interrupted", (f"stopped by a signal after step {steps[-1]} (metrics and complete "
+                                         "checkpoints kept)" if steps else "stopped by a signal before "
+                                         "the first step")
+    elif timed_out:
+        status, reason = "timeout", f"stopped after train_timeout_s={plan.config.train_timeout_s:g}"
+    elif code == 0 and (worker.get("status") == "ok" or plan.config.node_rank > 0):
+        status, reason = "ok", None  # node rank > 0: rank 0 (elsewhere) writes the result
+    else:
+        status = "failed"
+        reason = f"torchrun: {describe_exit(code)}"
+        cause = first_failure(plan.log_path)
+        if cause:
+            reason += f"; first failure: {cause}"
+        full = disk_full_error(RuntimeError(cause or ""), out, _checkpoint_estimate(plan))
+        if full is not None:  # the rank logs on that disk may not even hold the error
+            reason = f"{full.strerror}; {reason}"
+    checkpoints = [{"path": str(c.path), "step": c.step, "complete": c.complete,
+                    "why_incomplete": c.why_incomplete} for c in list_checkpoints(out)]
+    return TrainResult(
+        status=status, exit_code=code, wall_s=wall_s, plan=scrub_obj(plan.to_dict()),
+        metrics=records, summary=summarize_metrics(records, plan.config.throughput_warmup_steps),
+        worker=worker, checkpoints=checkpoints, reason=reason, log_tail=tail,
+        provenance=Provenance(device=plan.device_kind))
+
+
+_RANK_LINE = re.compile(r"^\[(?:default)?(\d+)\]:(?:\[rank\d+\]:\s?)?(.*)$")
+_ROOT_RANK = re.compile(r"^\s*rank\s*:\s*(\d+)")
+_ROOT_EXIT = re.compile(r"^\s*exitcode\s*:\s*(-?\d+)(?:.*\((SIG\w+)\))?")
+
+
+def first_failure(log_path: os.PathLike) -> Optional[str]:
+    """Which rank failed first, and why: ``rank R: SomeError: message`` or ``rank R:
+    killed by SIGKILL``.
+
+    torchrun prints a "Root Cause (first observed failure)" block naming the rank and its
+    exit code; that rank's own last exception line (torchrun's ``--tee`` prefixes each
+    of its lines with ``[defaultR]:``) says why. Other ranks usually fail as an echo of
+    it (a peer's "Connection closed by peer"). Without the block, the first exception of
+    any rank is taken.
+    """
+    try:
+        lines = Path(log_path).read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError:
+        return None
+    by_rank: dict[str, list[str]] = {}
+    for line in lines:
+        match = _RANK_LINE.match(line)
+        if match:
+            by_rank.setdefault(match.group(1), []).append(match.group(2))
+    root_rank = root_exit = None
+    if "Root Cause (first observed failure):" in "\n".join(lines):
+        tail = lines[max(i for i, l in enumerate(lines) if "Root Cause (first observed failure)" in l):]
+        for line in tail:
+            rank, code = _ROOT_RANK.match(line), _ROOT_EXIT.match(line)
+            if rank and root_rank is None:
+                root_rank = rank.group(1)
+            if code and root_exit is None:
+                root_exit = (int(code.group(1)), code.group(2))
+    if root_rank is not None:
+        found = last_exception("\n".join(by_rank.get(root_rank, [])))
+        if found and (root_exit is None or root_exit[0] >= 0):
+            return f"rank {root_rank}: {found}"
+        if root_exit is not None:
+            return f"rank {root_rank}: {describe_exit(root_exit[0])}"
+    for rank, rank_lines in by_rank.items():
+        for line in rank_lines:
+            found = last_exception(line)
+            if found:
+                return f"rank {rank}: {found}"
+    found = last_exception("\n".join(lines))
+    return f"torchrun: {found}" if found else None
+
+
+def _read_json(path: Path) -> dict:
+    try:
+        value = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError):
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def _size(path: str) -> int:
+    try:
+        return os.path.getsize(path)
+    except OSError:
+        return -1
+
+
+def _scrub_rank_logs(out: Path, env: dict) -> None:
+    folder = out / "logs" / "ranks"
+    if folder.is_dir():
+        for log in folder.rglob("*.log"):
+            scrub_log(log, env)

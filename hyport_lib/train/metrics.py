@@ -1,0 +1,201 @@
+"""The training metrics file: one JSON line per optimizer step, and what it sums up to.
+
+Rank 0 of the run appends a line per step (:mod:`hyport_lib.train.callbacks`); the
+launcher, the notebook's live plot and the CLI's progress bar read the file while the
+run goes on. A line::
+
+    {"step": 7, "loss": 1.93, "learning_rate": 9.1e-05, "grad_norm": 3.2,
+     "real_tokens": 301, "tokens": 1024, "step_s": 0.41, "world_size": 2,
+     "tokens_per_s_per_card": 1248.8, "real_tokens_per_s_per_card": 367.1,
+     "nonfinite_loss": false, "nonfinite_grad_norm": false, "skipped": false,
+     "skipped_total": 0, "peak_memory_mb": 812.4, "memory_source": "process-rss",
+     "epoch": 0.5, "restart": 0, "process_step": 7, "time": 1764535000.1}
+
+``step_s`` runs from the end of the step before (the first step of a process: from its
+start), so data loading, logging, checkpoint saving and hyport's own bookkeeping are all
+inside it. ``process_step`` counts the steps of the process that wrote the line (1 = its
+first): after a restart or a resume the new processes warm up again.
+
+**Throughput** follows the usual definition: tokens/s/p = global batch × sequence
+length / (cards × seconds per step), i.e. every token the step processed (padding
+included) over cards × step time; ``real_tokens_per_s_per_card`` counts real
+(non-pad) tokens only. The summary leaves the first ``warmup_steps`` steps of every process out
+(on an NPU they include compiling operators) and says so.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import statistics
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Optional
+
+METRICS_FILE = "metrics.jsonl"
+THROUGHPUT_DEFINITION = ("tokens/s/p = global batch × sequence length / (cards × seconds per step); "
+                         "the first {warmup} step(s) of each process are left out (warm-up: "
+                         "operator compilation on an NPU), and so are the seconds spent writing "
+                         "checkpoints")
+
+
+def read_metrics(path: os.PathLike) -> list[dict]:
+    """Every complete line of a metrics file (a half-written last line is skipped)."""
+    path = Path(path)
+    if not path.is_file():
+        return []
+    records = []
+    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+        line = line.strip()
+        if not line:
+            continue
+        try:
+            value = json.loads(line)
+        except json.JSONDecodeError:
+            continue  # being written right now
+        if isinstance(value, dict) and isinstance(value.get("step"), int):
+            records.append(value)
+    return records
+
+
+def truncate_metrics(path: os.PathLike, last_step: int) -> int:
+    """Keep only lines up to ``last_step`` (a resume continues from there); returns how
+    many were kept. Written atomically."""
+    from hyport_lib.utils.files import atomic_write_text
+
+    path = Path(path)
+    kept = [r for r in read_metrics(path) if r["step"] <= last_step]
+    if path.exists() or kept:
+        atomic_write_text(path, "".join(json.dumps(r) + "\n" for r in kept))
+    return len(kept)
+
+
+def finite(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+@dataclass
+class MetricsSummary:
+    """What a metrics file says about a run."""
+
+    steps: int = 0
+    first_step: Optional[int] = None
+    last_step: Optional[int] = None
+    first_loss: Optional[float] = None
+    last_loss: Optional[float] = None
+    #: The step of ``last_loss`` (the last finite loss): before ``last_step`` when the
+    #: run ended on non-finite losses.
+    last_loss_step: Optional[int] = None
+    mean_loss: Optional[float] = None
+    finite_losses: int = 0
+    mean_step_s: Optional[float] = None
+    #: seconds of the measured steps spent writing checkpoints (left out of the figures)
+    checkpoint_s: float = 0.0
+    tokens_per_s_per_card: Optional[float] = None
+    real_tokens_per_s_per_card: Optional[float] = None
+    warmup_steps: int = 0
+    measured_steps: int = 0
+    nonfinite_loss_steps: list[int] = field(default_factory=list)
+    nonfinite_grad_norm_steps: list[int] = field(default_factory=list)
+    skipped_steps: int = 0
+    peak_memory_mb: Optional[float] = None
+    memory_source: Optional[str] = None
+    repeated_steps: list[int] = field(default_factory=list)
+    missing_steps: list[int] = field(default_factory=list)
+    restarts: int = 0
+    throughput_definition: str = ""
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def summarize_metrics(records: list[dict], warmup_steps: int = 2) -> MetricsSummary:
+    """Loss, step time and throughput (warm-up left out), flags, and step continuity."""
+    out = MetricsSummary(warmup_steps=warmup_steps,
+                         throughput_definition=THROUGHPUT_DEFINITION.format(warmup=warmup_steps))
+    if not records:
+        return out
+    steps = [r["step"] for r in records]
+    out.steps = len(set(steps))
+    out.first_step, out.last_step = min(steps), max(steps)
+    out.repeated_steps = sorted({s for s in steps if steps.count(s) > 1})
+    out.missing_steps = sorted(set(range(out.first_step, out.last_step + 1)) - set(steps))
+    finite_rows = [r for r in records if finite(r.get("loss"))]
+    finite_losses = [r["loss"] for r in finite_rows]
+    out.first_loss = finite_losses[0] if finite_losses else None
+    out.last_loss = finite_losses[-1] if finite_losses else None
+    out.last_loss_step = finite_rows[-1]["step"] if finite_rows else None
+    out.mean_loss = statistics.fmean(finite_losses) if finite_losses else None
+    out.finite_losses = len(finite_losses)
+    out.nonfinite_loss_steps = [r["step"] for r in records if r.get("nonfinite_loss")]
+    out.nonfinite_grad_norm_steps = [r["step"] for r in records if r.get("nonfinite_grad_norm")]
+    out.skipped_steps = sum(1 for r in records if r.get("skipped"))
+    memory = [r["peak_memory_mb"] for r in records if finite(r.get("peak_memory_mb"))]
+    out.peak_memory_mb = max(memory) if memory else None
+    out.memory_source = next((r.get("memory_source") for r in records if r.get("memory_source")), None)
+    out.restarts = max((int(r.get("restart") or 0) for r in records), default=0)
+    measured = [r for r in records if int(r.get("process_step") or r["step"]) > warmup_steps
+                and finite(r.get("step_s")) and r["step_s"] > 0]
+    if not measured:  # too few steps: keep a figure, and say which steps it covers
+        measured = [r for r in records if finite(r.get("step_s")) and r["step_s"] > 0]
+        out.warmup_steps = 0
+        out.throughput_definition = THROUGHPUT_DEFINITION.format(warmup=0) + \
+            " (too few steps to leave any out)"
+    out.measured_steps = len(measured)
+    if measured:
+        # Training seconds: a checkpoint written between two steps is not training.
+        busy = [max(r["step_s"] - (r.get("save_s") if finite(r.get("save_s")) else 0.0), 1e-9)
+                for r in measured]
+        out.checkpoint_s = round(sum(r["step_s"] for r in measured) - sum(busy), 6)
+        out.mean_step_s = sum(busy) / len(measured)
+        cards = [r.get("world_size") or 1 for r in measured]
+        card_seconds = sum(b * c for b, c in zip(busy, cards))
+        tokens = sum(r.get("tokens") or 0 for r in measured)
+        real = sum(r.get("real_tokens") or 0 for r in measured)
+        out.tokens_per_s_per_card = tokens / card_seconds if card_seconds else None
+        out.real_tokens_per_s_per_card = real / card_seconds if card_seconds else None
+    return out
+
+
+def loss_span(summary, digits: int = 4) -> Optional[str]:
+    """``first → last`` finite loss, saying so when the run's last steps had no finite loss.
+
+    Args:
+        summary: a :class:`MetricsSummary` or its ``to_dict()``.
+        digits: decimals of the losses.
+
+    Returns:
+        e.g. ``"6.7093 → 6.4344"`` or ``"6.7093 → 6.7093 (last finite: step 1 of 6)"``;
+        None when no finite loss was logged.
+    """
+    get = summary.get if isinstance(summary, dict) else lambda k: getattr(summary, k, None)
+    first, last = get("first_loss"), get("last_loss")
+    if first is None or last is None:
+        return None
+    text = f"{first:.{digits}f} → {last:.{digits}f}"
+    at, end = get("last_loss_step"), get("last_step")
+    if at is not None and end is not None and at != end:
+        text += f" (last finite: step {at} of {end})"
+    return text
+
+
+def ema(values: list[float], alpha: float = 0.3) -> list[float]:
+    """Exponential moving average (non-finite values are carried over, not averaged in)."""
+    out, current = [], None
+    for value in values:
+        if finite(value):
+            current = value if current is None else alpha * value + (1 - alpha) * current
+        out.append(current if current is not None else float("nan"))
+    return out
+
+
+def spikes(values: list[float], factor: float = 1.5, alpha: float = 0.3) -> list[int]:
+    """Indices where a value jumps above ``factor`` × the moving average before it."""
+    smooth = ema(values, alpha)
+    found = []
+    for i in range(1, len(values)):
+        before = smooth[i - 1]
+        if finite(values[i]) and finite(before) and before > 0 and values[i] > factor * before:
+            found.append(i)
+    return found

@@ -1,0 +1,180 @@
+"""Batches for training: packed (several samples per row) or padded (one per row).
+
+**Packing** (``packing=True``) fills each row with whole samples, in order, up to
+``max_seq_len`` tokens (a sample never spans two rows), then pads the row to exactly
+``max_seq_len``: fixed shapes, so an NPU compiles its operators once. Each sample keeps
+its own positions (``position_ids`` restart at 0) and the padding forms one more
+segment of its own; the batch also carries the cumulative lengths
+(``cu_seq_lens_q`` / ``cu_seq_lens_k``, flash-attn style, with the leading 0) over the
+flattened rows, computed here once per batch. hyport's registered attention
+(:mod:`hyport_lib.npu_attention.hf_integration`) reads them and attends within each
+sample only: TND ``npu_fusion_attention`` on an NPU, the varlen path elsewhere. There
+is no ``attention_mask`` in a packed batch.
+
+**Padding** (``packing=False``) puts one sample per row, padded on the right to the
+longest row of the batch, with an ``attention_mask``.
+
+Per-token keys of the processor (``mm_token_type_ids``, ``token_type_ids``) travel with
+the ids (0 on padding) and the image tensors are joined as the model reads them
+(:mod:`hyport_lib.models.training_inputs`). Packed rows of an M-RoPE model carry the
+positions the model computes for each sample alone, with the per-sample text positions
+as their first row.
+
+Labels are ``-100`` on padding in both. Every batch also says how many of its tokens
+are real and how many it holds in all (``hyport_real_tokens`` / ``hyport_tokens``, popped
+before the model sees the batch), for tokens/s/p.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+from hyport_lib.models.training_inputs import join_image_tensors, packed_positions
+from hyport_lib.train.samples import IGNORE_INDEX, Sample
+
+#: Keys of a batch that are hyport's bookkeeping, not model inputs.
+COUNT_KEYS = ("hyport_real_tokens", "hyport_tokens")
+
+
+def pack_samples(samples: Sequence[Sample], max_seq_len: int) -> list[list[Sample]]:
+    """Greedy packing in order: a new row starts when the next sample does not fit."""
+    rows: list[list[Sample]] = []
+    used = 0
+    for sample in samples:
+        if len(sample) > max_seq_len:
+            raise ValueError(f"sample {sample.record_id!r}: {len(sample)} tokens > "
+                             f"max_seq_len={max_seq_len} (encode with the same max_seq_len)")
+        if not rows or used + len(sample) > max_seq_len:
+            rows.append([])
+            used = 0
+        rows[-1].append(sample)
+        used += len(sample)
+    return rows
+
+
+class PackedCollator:
+    """Rows of packed samples -> a packed batch (see the module docstring)."""
+
+    def __init__(self, pad_id: int, max_seq_len: int, mrope_text_row: bool = True):
+        self.pad_id = int(pad_id)
+        self.max_seq_len = int(max_seq_len)
+        #: M-RoPE positions get a first row of per-sample text positions (see
+        #: :attr:`hyport_lib.models.families.ModelTraits.mrope_text_row`)
+        self.mrope_text_row = mrope_text_row
+
+    def __call__(self, rows: Sequence[Sequence[Sample]]) -> dict:
+        import torch
+
+        ids, labels, positions, lengths = [], [], [], []
+        keys = _token_keys([sample for row in rows for sample in row])
+        extras: dict[str, list] = {key: [] for key in keys}
+        rope = [] if any(s.rope_positions is not None for row in rows for s in row) else None
+        real = 0
+        for row in rows:
+            row_ids, row_labels, row_pos = [], [], []
+            row_extras: dict[str, list] = {key: [] for key in keys}
+            for sample in row:
+                row_ids += sample.input_ids
+                row_labels += sample.labels
+                row_pos += list(range(len(sample)))
+                for key in keys:
+                    row_extras[key] += sample.token_extras[key]
+                lengths.append(len(sample))
+            real += len(row_ids)
+            pad = self.max_seq_len - len(row_ids)
+            if pad < 0:
+                raise ValueError(f"a packed row holds {len(row_ids)} tokens > max_seq_len="
+                                 f"{self.max_seq_len}")
+            if pad:
+                row_ids += [self.pad_id] * pad
+                row_labels += [IGNORE_INDEX] * pad
+                row_pos += list(range(pad))
+                for key in keys:
+                    row_extras[key] += [0] * pad
+                lengths.append(pad)
+            ids.append(row_ids)
+            labels.append(row_labels)
+            positions.append(row_pos)
+            for key in keys:
+                extras[key].append(row_extras[key])
+            if rope is not None:
+                rope.append(packed_positions(row, self.max_seq_len, self.mrope_text_row))
+        cu = torch.tensor([0] + _running_sum(lengths), dtype=torch.int32)
+        batch: dict[str, Any] = {
+            "input_ids": torch.tensor(ids, dtype=torch.long),
+            "labels": torch.tensor(labels, dtype=torch.long),
+            # M-RoPE: (axes [+ 1], rows, length), text positions first; else (rows, length).
+            "position_ids": (torch.stack(rope, dim=1) if rope is not None
+                             else torch.tensor(positions, dtype=torch.long)),
+            "cu_seq_lens_q": cu, "cu_seq_lens_k": cu,
+            "max_length_q": max(lengths), "max_length_k": max(lengths),
+            "hyport_real_tokens": real, "hyport_tokens": len(rows) * self.max_seq_len,
+        }
+        batch.update({key: torch.tensor(values, dtype=torch.long) for key, values in extras.items()})
+        batch.update(image_batch([sample for row in rows for sample in row]))
+        return batch
+
+
+class PaddedCollator:
+    """One sample per row, right-padded to the longest row, with an attention mask."""
+
+    def __init__(self, pad_id: int):
+        self.pad_id = int(pad_id)
+
+    def __call__(self, samples: Sequence[Sample]) -> dict:
+        import torch
+
+        samples = [s[0] if isinstance(s, (list, tuple)) else s for s in samples]
+        width = max(len(s) for s in samples)
+        ids, labels, mask = [], [], []
+        keys = _token_keys(samples)
+        extras: dict[str, list] = {key: [] for key in keys}
+        for sample in samples:
+            pad = width - len(sample)
+            ids.append(sample.input_ids + [self.pad_id] * pad)
+            labels.append(sample.labels + [IGNORE_INDEX] * pad)
+            mask.append([1] * len(sample) + [0] * pad)
+            for key in keys:
+                extras[key].append(sample.token_extras[key] + [0] * pad)
+        batch: dict[str, Any] = {
+            "input_ids": torch.tensor(ids, dtype=torch.long),
+            "labels": torch.tensor(labels, dtype=torch.long),
+            "attention_mask": torch.tensor(mask, dtype=torch.long),
+            "hyport_real_tokens": sum(len(s) for s in samples),
+            "hyport_tokens": len(samples) * width,
+        }
+        batch.update({key: torch.tensor(values, dtype=torch.long) for key, values in extras.items()})
+        batch.update(image_batch(samples))
+        return batch
+
+
+def image_batch(samples: Sequence[Sample]) -> dict:
+    """``pixel_values`` and the other image tensors of ``samples``, images in order; {}
+    without images."""
+    return join_image_tensors([s.image_tensors() for s in samples if s.pixel_values is not None])
+
+
+def _token_keys(samples: Sequence[Sample]) -> list[str]:
+    """Per-token keys every sample has (a processor returns the same keys for each)."""
+    keys = list(dict.fromkeys(k for s in samples for k in s.token_extras))
+    missing = [k for k in keys if any(k not in s.token_extras for s in samples)]
+    if missing:
+        raise ValueError(f"per-token key {missing[0]!r} is missing from some samples of the batch")
+    return keys
+
+
+def _running_sum(values: Sequence[int]) -> list[int]:
+    total, out = 0, []
+    for value in values:
+        total += value
+        out.append(total)
+    return out
+
+
+def training_rows(samples: Sequence[Sample], max_seq_len: int, packing: bool) -> list[list[Sample]]:
+    """The dataset the Trainer iterates: packed rows, or one sample per row."""
+    return pack_samples(samples, max_seq_len) if packing else [[s] for s in samples]
+
+
+def make_collator(pad_id: int, max_seq_len: int, packing: bool, mrope_text_row: bool = True):
+    return PackedCollator(pad_id, max_seq_len, mrope_text_row) if packing else PaddedCollator(pad_id)

@@ -1,0 +1,323 @@
+"""Records -> token sequences with their labels, through the model's own conventions.
+
+A record's turns become chat messages (``human`` -> ``user``, ``gpt`` -> ``assistant``;
+each ``<image>`` becomes an image item) and the whole conversation is rendered with the
+processor's chat template and tokenised with the processor (which expands each image
+placeholder into the model's image tokens). Labels are the token ids of the
+assistant answers (their text and end-of-turn marker) and ``-100`` everywhere else:
+the user turns, the template's role headers, and padding.
+
+Where each answer starts and ends is found from prefixes of the conversation rendered
+by the same template: the tokens of "everything up to this answer's header" and of
+"everything up to and including this answer". This works for any template that
+renders a prefix of the messages as a prefix of the text (the usual case); a template
+that does not is reported, rather than producing wrong labels.
+
+A processor without a chat template (PaliGemma: ``prefix`` format) takes the
+conversation up to the last question as its prefix and the last answer as its suffix;
+the processor itself builds the labels (the answer) and ``token_type_ids``.
+
+What the processor returns besides the ids is kept with the sample
+(:mod:`hyport_lib.models.training_inputs`): per-token keys (``mm_token_type_ids``,
+``token_type_ids``) and image tensors. Given a positions function (packing an M-RoPE
+model), each sample also gets the multimodal positions the model computes for it alone.
+
+Records the model cannot take are problems of kind ``not_applicable``: a record with
+images for a text-only model, a record without one for a model whose processor needs
+an image with every prompt.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from hyport_lib.models.loading import LoadedProcessor
+from hyport_lib.models.prompts import needs_image, prefix_text, render_messages
+from hyport_lib.models.training_inputs import PositionsFunction, split_processor_output
+from hyport_lib.train.dataset import IMAGE_PLACEHOLDER, Problem, Record
+
+IGNORE_INDEX = -100
+OVERFLOW_MODES = ("truncate", "drop")
+
+
+@dataclass
+class Sample:
+    """One encoded record.
+
+    Attributes:
+        record_id: the record's id.
+        input_ids: token ids (images expanded).
+        labels: ``input_ids`` on answer tokens, ``-100`` elsewhere.
+        pixel_values: the processor's pixel tensor of the record's images, or None for a
+            text-only record.
+        truncated: the sample was cut to ``max_seq_len``.
+        image_extras: the processor's other image tensors (``image_grid_thw``,
+            ``image_sizes``, ``pixel_attention_mask``, ...).
+        token_extras: per-token keys (``mm_token_type_ids``, ``token_type_ids``), one
+            value per token.
+        rope_positions: ``(axes, length)`` multimodal positions the model computes for
+            this sample alone (M-RoPE models, when packing), or None.
+    """
+
+    record_id: str
+    input_ids: list[int]
+    labels: list[int]
+    pixel_values: Any = None
+    truncated: bool = False
+    image_extras: dict = field(default_factory=dict)
+    token_extras: dict = field(default_factory=dict)
+    rope_positions: Any = None
+
+    def __len__(self) -> int:
+        return len(self.input_ids)
+
+    @property
+    def label_tokens(self) -> int:
+        return sum(1 for x in self.labels if x != IGNORE_INDEX)
+
+    def image_tensors(self) -> dict:
+        """``pixel_values`` and the other image tensors ({} for a text-only sample)."""
+        if self.pixel_values is None:
+            return {}
+        return {"pixel_values": self.pixel_values, **self.image_extras}
+
+
+def messages_of(record: Record) -> list[dict]:
+    """The record's turns as chat messages with ``{"type": "image"}`` items."""
+    messages = []
+    for role, text in record.turns:
+        pieces = text.split(IMAGE_PLACEHOLDER)
+        content: list[dict] = []
+        for i, piece in enumerate(pieces):
+            if i:
+                content.append({"type": "image"})
+            if piece.strip():
+                content.append({"type": "text", "text": piece.strip("\n")})
+        messages.append({"role": role, "content": content})
+    return messages
+
+
+def not_applicable(loaded: LoadedProcessor, record: Record) -> Optional[Problem]:
+    """A ``not_applicable`` problem when the model cannot take ``record``, else None."""
+    if record.images and not loaded.traits.multimodal:
+        return Problem(record.index, record.record_id, "image", "not_applicable",
+                       f"{len(record.images)} image(s), but {loaded.traits.model_type or 'the model'} "
+                       "is a text-only model")
+    if not record.images and needs_image(loaded):
+        return Problem(record.index, record.record_id, "image", "not_applicable",
+                       f"no image, but {loaded.traits.model_type}'s processor needs an image "
+                       "with every prompt")
+    return None
+
+
+class Encoder:
+    """Encodes records for one processor.
+
+    Args:
+        loaded: the model's processor (:func:`hyport_lib.models.loading.load_processor`).
+        max_seq_len: the longest sample allowed.
+        overflow: ``truncate`` (cut the sample, keeping every image token) or ``drop``.
+        positions: multimodal positions of one sample
+            (:func:`hyport_lib.models.training_inputs.rope_positions_function`), or None.
+    """
+
+    def __init__(self, loaded: LoadedProcessor, max_seq_len: int, overflow: str = "truncate",
+                 positions: Optional[PositionsFunction] = None):
+        if overflow not in OVERFLOW_MODES:
+            raise ValueError(f"overflow={overflow!r}: expected one of {', '.join(OVERFLOW_MODES)}")
+        if int(max_seq_len) < 8:
+            raise ValueError(f"max_seq_len={max_seq_len!r}: expected at least 8 tokens")
+        self.loaded = loaded
+        self.processor = loaded.processor
+        self.max_seq_len = int(max_seq_len)
+        self.overflow = overflow
+        self.positions = positions
+        tokenizer = loaded.tokenizer
+        self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+        self.image_token_ids = _image_token_ids(self.processor)
+        #: Text longer than this is more than max_seq_len tokens whatever it says: no
+        #: token of this tokenizer spells more characters than its longest vocabulary entry.
+        self.max_chars = self.max_seq_len * _longest_token_chars(tokenizer) + 256
+
+    def _image_positions(self, sample: Sample) -> list[int]:
+        """Where the sample holds image tokens: the processor's image token ids, and any
+        token a per-token type key marks as not text (Gemma3's soft tokens sit between
+        ``<start_of_image>`` and ``<end_of_image>``; the Qwen-VL family's between vision
+        markers). PaliGemma's ``token_type_ids`` mark its answer, not images: a prefix-format
+        processor's are left out."""
+        keys = ["mm_token_type_ids"] + (["token_type_ids"] if self.loaded.prompt_format == "chat" else [])
+        marked = {i for key in keys for i, v in enumerate(sample.token_extras.get(key, ())) if v}
+        return sorted(marked | {i for i, t in enumerate(sample.input_ids) if t in self.image_token_ids})
+
+    def _render(self, messages: list[dict], generation_prompt: bool = False) -> str:
+        return render_messages(self.loaded, messages, generation_prompt=generation_prompt)
+
+    def _call(self, text: str, images: list, **extra):
+        call: dict[str, Any] = {"text": [text], "return_tensors": "pt", **extra}
+        if self.loaded.prompt_format == "chat":
+            call["add_special_tokens"] = False  # the template wrote them (see models.prompts)
+        if images:
+            call["images"] = [images]
+        return self.processor(**call)
+
+    def _ids(self, text: str, images: list) -> list[int]:
+        return self._call(text, images)["input_ids"][0].tolist()
+
+    def encode(self, record: Record) -> tuple[Optional[Sample], Optional[Problem]]:
+        """One record -> a :class:`Sample`, or None and the problem (not applicable, too long)."""
+        problem = not_applicable(self.loaded, record)
+        if problem is not None:
+            return None, problem
+        size = sum(len(text) for _, text in record.turns)
+        if size > self.max_chars:
+            # Never tokenise a huge record whole: its memory would grow with its size.
+            if self.overflow == "drop":
+                return None, Problem(record.index, record.record_id, "conversations", "too_long",
+                                     f"{size:,} characters > max_seq_len={self.max_seq_len} tokens of "
+                                     f"this tokenizer (at most {self.max_chars:,} characters) (overflow='drop')")
+            clipped = _clipped(record, self.max_chars)
+            why = (": truncating would cut an image's tokens; raise max_seq_len"
+                   if len(clipped.images) < len(record.images) else
+                   ": truncated, no answer would be left" if self.loaded.prompt_format == "prefix"
+                   and (not clipped.turns or clipped.turns[-1][0] != "assistant"
+                        or len(clipped.turns) < len(record.turns)) else None)
+            if why:
+                return None, Problem(record.index, record.record_id, "conversations", "too_long",
+                                     f"{size:,} characters > max_seq_len={self.max_seq_len} tokens of "
+                                     f"this tokenizer (at most {self.max_chars:,} characters){why}")
+            record = clipped
+        images = [_open_image(p) for p in record.images]
+        if self.loaded.prompt_format == "prefix":
+            sample = self._encode_prefix(record, images)
+        else:
+            sample = self._encode_chat(record, images)
+        sample, problem = self._fit(record, sample)
+        if sample is not None and self.positions is not None:
+            sample.rope_positions = self.positions(sample.input_ids, sample.token_extras,
+                                                   sample.image_tensors())
+        return sample, problem
+
+    def _encode_chat(self, record: Record, images: list) -> Sample:
+        messages = messages_of(record)
+        ids, per_token, image = split_processor_output(self._call(self._render(messages), images))
+        if not self.loaded.traits.multimodal:
+            per_token = {}  # a text tokenizer's token_type_ids are no model input of a causal LM
+        labels = [IGNORE_INDEX] * len(ids)
+        seen_images = 0
+        for k, message in enumerate(messages):
+            seen_images += sum(1 for c in message["content"] if c["type"] == "image")
+            if message["role"] != "assistant":
+                continue
+            header = self._ids(self._render(messages[:k], True), images[:seen_images])
+            upto = self._ids(self._render(messages[:k + 1]), images[:seen_images])
+            if ids[:len(header)] != header or ids[:len(upto)] != upto:
+                raise ValueError(
+                    f"record {record.index} (id {record.record_id!r}): this model's chat template "
+                    "does not render a prefix of the conversation as a prefix of the text, so "
+                    "the answer tokens cannot be located for the labels")
+            labels[len(header):len(upto)] = ids[len(header):len(upto)]
+        return _sample(record, ids, labels, per_token, image)
+
+    def _encode_prefix(self, record: Record, images: list) -> Sample:
+        """Prefix format: everything before the last answer is the prefix, the last
+        answer the suffix (the processor labels the suffix)."""
+        *before, (_, answer) = record.turns
+        prefix = "\n".join(text.replace(IMAGE_PLACEHOLDER, "").strip() for _, text in before)
+        out = self._call(prefix_text(self.loaded, prefix, len(images)), images, suffix=[answer])
+        labels = out["labels"][0].tolist()
+        ids, per_token, image = split_processor_output(out)
+        return _sample(record, ids, labels, per_token, image)
+
+    def _fit(self, record: Record, sample: Sample) -> tuple[Optional[Sample], Optional[Problem]]:
+        limit = self.max_seq_len
+        if len(sample) <= limit:
+            return sample, None
+
+        def too_long(why: str) -> tuple[None, Problem]:
+            return None, Problem(record.index, record.record_id, "conversations", "too_long",
+                                 f"{len(sample)} tokens after tokenisation > max_seq_len={limit}{why}")
+
+        if self.overflow == "drop":
+            return too_long(" (overflow='drop')")
+        if self._image_positions(sample) and max(self._image_positions(sample)) >= limit:
+            return too_long(": truncating would cut an image's tokens; raise max_seq_len")
+        labels = sample.labels[:limit]
+        if all(x == IGNORE_INDEX for x in labels):
+            return too_long(": truncated, no answer token would be left")
+        return Sample(sample.record_id, sample.input_ids[:limit], labels, sample.pixel_values,
+                      truncated=True, image_extras=sample.image_extras,
+                      token_extras={k: v[:limit] for k, v in sample.token_extras.items()}), None
+
+
+def _sample(record: Record, ids: list[int], labels: list[int], per_token: dict, image: dict) -> Sample:
+    pixels = image.pop("pixel_values", None)
+    return Sample(record.record_id, ids, labels, pixels,
+                  image_extras=image if pixels is not None else {}, token_extras=per_token)
+
+
+def _longest_token_chars(tokenizer) -> int:
+    """Characters of the tokenizer's longest vocabulary entry (byte-level and sentencepiece
+    entries spell at least as many characters as the text they stand for)."""
+    try:
+        return max(1, max((len(token) for token in tokenizer.get_vocab()), default=1))
+    except (AttributeError, NotImplementedError, TypeError):
+        return 64
+
+
+def _clipped(record: Record, budget: int) -> Record:
+    """The record's first ``budget`` characters of text: turns after the cut are left out,
+    and the images whose placeholders are cut with them (truncation then fits the rest)."""
+    turns: list[tuple[str, str]] = []
+    for role, text in record.turns:
+        if budget <= 0:
+            break
+        kept = text[:budget]
+        cut = kept.rfind("<", max(0, len(kept) - len(IMAGE_PLACEHOLDER) + 1))
+        if len(kept) < len(text) and cut >= 0 and IMAGE_PLACEHOLDER.startswith(kept[cut:]):
+            kept = kept[:cut]  # never half a placeholder
+        turns.append((role, kept))
+        budget -= len(text)
+    kept = sum(text.count(IMAGE_PLACEHOLDER) for _, text in turns)
+    return Record(record.index, record.record_id, turns, list(record.images[:kept]))
+
+
+def _image_token_ids(processor) -> set[int]:
+    """Ids of the image placeholder tokens: the processor's ``image_token_id`` (Gemma3's
+    soft token) and its ``image_token`` (the token each image expands into elsewhere)."""
+    tokenizer = getattr(processor, "tokenizer", processor)
+    ids = set()
+    if isinstance(getattr(processor, "image_token_id", None), int):
+        ids.add(processor.image_token_id)
+    token = getattr(processor, "image_token", None)
+    if token is not None:
+        token_id = tokenizer.convert_tokens_to_ids(token)
+        if isinstance(token_id, int) and token_id != tokenizer.unk_token_id:
+            ids.add(token_id)
+    return ids
+
+
+def _open_image(path: str):
+    from PIL import Image
+
+    with Image.open(path) as img:
+        return img.convert("RGB")
+
+
+def encode_records(records: list[Record], loaded: LoadedProcessor, max_seq_len: int,
+                   overflow: str = "truncate") -> tuple[list[Sample], list[Problem]]:
+    """Encode every record; the ones the model cannot take or that are too long come
+    back as problems."""
+    encoder = Encoder(loaded, max_seq_len, overflow)
+    samples, problems = [], []
+    for record in records:
+        try:
+            sample, problem = encoder.encode(record)
+        except (ValueError, OSError, RuntimeError) as exc:  # the processor refused the record
+            sample, problem = None, Problem(record.index, record.record_id, "conversations",
+                                            "encode_failed", f"{type(exc).__name__}: {exc}"[:300])
+        if problem is not None:
+            problems.append(problem)
+        else:
+            samples.append(sample)
+    return samples, problems

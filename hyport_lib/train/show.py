@@ -1,0 +1,229 @@
+"""Rendering of stage 04 for notebooks: the plan, the live loss plot, the summary tables.
+
+The live plot follows the pattern of transformers' ``NotebookProgressCallback``: one
+display handle (:class:`hyport_lib.display.LiveDisplay`) updated with a PNG at most every
+few seconds while torchrun runs, plus a text progress line; it stays live in
+JupyterLab and leaves one final image under papermill. No ``ipywidgets.Output``: a plot
+drawn inside one exists only in the widget state and is lost from static HTML.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Optional
+
+import pandas as pd
+
+from hyport_lib.display import VERDICT_COLOURS, LiveDisplay, figure_png
+from hyport_lib.train.metrics import ema, finite, loss_span, spikes
+from hyport_lib.train.preflight import LaunchPlan
+from hyport_lib.train.result import TrainProgress, TrainResult
+
+
+def loss_figure(records: list[dict], total_steps: Optional[int] = None, title: str = ""):
+    """Loss (with an EMA line and marked spikes / non-finite steps), learning rate and
+    tokens/s/p against the step."""
+    # A bare Figure, not pyplot: nothing is registered with (or switches) the kernel's
+    # backend, so the inline plots of the user's own cells keep working in JupyterLab,
+    # and a redraw from the polling loop leaves no open figure behind.
+    from matplotlib.figure import Figure
+
+    steps = [r["step"] for r in records]
+    loss = [r.get("loss") if finite(r.get("loss")) else float("nan") for r in records]
+    fig = Figure(figsize=(12, 3.2))
+    ax_loss, ax_lr, ax_tps = fig.subplots(1, 3)
+    ax_loss.plot(steps, loss, ".-", color="#1f77b4", label="loss", alpha=0.6)
+    ax_loss.plot(steps, ema(loss), "-", color="#d62728", label="EMA (α=0.3)")
+    for i in spikes(loss):
+        ax_loss.axvline(steps[i], color="#ff7f0e", alpha=0.4, lw=1)
+    bad = [r["step"] for r in records if r.get("nonfinite_loss") or r.get("nonfinite_grad_norm")]
+    for step in bad:
+        ax_loss.axvline(step, color="black", ls="--", lw=1)
+    if bad:
+        ax_loss.plot([], [], "k--", label="non-finite loss / grad")
+    ax_loss.set_title("loss" + (f" ({title})" if title else ""))
+    ax_loss.legend(fontsize=7)
+    ax_lr.plot(steps, [r.get("learning_rate") for r in records], "-", color="#2ca02c")
+    ax_lr.set_title("learning rate")
+    ax_tps.plot(steps, [r.get("tokens_per_s_per_card") for r in records], "-", label="all tokens")
+    ax_tps.plot(steps, [r.get("real_tokens_per_s_per_card") for r in records], "-", label="real tokens")
+    ax_tps.set_title("tokens/s per card")
+    ax_tps.legend(fontsize=7)
+    for ax in (ax_loss, ax_lr, ax_tps):
+        ax.set_xlabel("step")
+        if total_steps:
+            ax.set_xlim(0.5, max(total_steps, max(steps, default=1)) + 0.5)
+    fig.tight_layout()
+    return fig
+
+
+def progress_line(progress: TrainProgress) -> str:
+    total = progress.total_steps or "?"
+    last = progress.records[-1] if progress.records else {}
+    loss = last.get("loss")
+    shown = f"{loss:.4f}" if finite(loss) else ("nan" if last.get("nonfinite_loss") or loss is not None else "—")
+    bar = ""
+    if progress.total_steps:
+        done = int(20 * progress.done_steps / progress.total_steps)
+        bar = "[" + "#" * done + "." * (20 - done) + "] "
+    state = "running" if progress.running else "finished"
+    return (f"{bar}step {progress.done_steps}/{total}  loss {shown}  "
+            f"{progress.elapsed_s:.0f}s  ({state})")
+
+
+class LiveTrainingDisplay:
+    """``on_update`` for :func:`hyport_lib.train.stage.run`: a plot and a progress line.
+
+    Args:
+        min_interval_s: the least time between two redraws of the PNG; the last state is
+            always drawn.
+    """
+
+    def __init__(self, min_interval_s: float = 2.0, title: str = ""):
+        self.plot = LiveDisplay(min_interval_s)
+        self.line = LiveDisplay(0.0)
+        self.title = title
+        self.redraws = 0
+
+    def __call__(self, progress: TrainProgress) -> None:
+        from IPython.display import Markdown
+
+        self.line.update(Markdown(f"`{progress_line(progress)}`"), force=True)
+        if not progress.records or not (self.plot.due() or not progress.running):
+            return  # drawing a PNG costs more than the check: only when it will be shown
+        fig = loss_figure(progress.records, progress.total_steps, self.title)
+        self.plot.update(figure_png(fig), force=True)
+        self.redraws += 1
+
+
+def plan_frame(plan: LaunchPlan) -> pd.DataFrame:
+    c = plan.config
+    rows = [
+        ("processes", f"{plan.nproc_per_node} per node × {c.nnodes} node(s) = {plan.world_size} "
+                      f"({plan.device_kind})"),
+        ("rendezvous", f"{plan.master_addr}:{plan.master_port}, node rank {c.node_rank}, "
+                       f"max restarts {c.max_restarts}"),
+        ("model", plan.model_path), ("finetuning", _finetuning(c)),
+        ("DeepSpeed", _deepspeed(plan.deepspeed)), ("precision", plan.precision),
+        ("attention", plan.attn_implementation),
+        ("data", f"{plan.dataset.get('samples')} samples ({plan.dataset.get('skipped', 0)} skipped), "
+                 f"{'packed' if c.packing else 'padded'} to max_seq_len {c.max_seq_len}"),
+        ("steps", f"max_steps {c.max_steps if c.max_steps is not None else '(full epochs)'}, "
+                  f"save_steps {c.save_steps}, batch {c.per_device_train_batch_size} × accum "
+                  f"{c.gradient_accumulation_steps} × {plan.world_size} cards"),
+        ("optimizer", f"lr {c.learning_rate:g} ({c.lr_scheduler_type}, warm-up {c.warmup_steps}), "
+                      f"gradient checkpointing {c.gradient_checkpointing}"),
+        ("resume", plan.resume_checkpoint or f"from scratch (resume_from={c.resume_from!r})"),
+        ("output_dir", plan.output_dir),
+    ]
+    rows += [("note", note) for note in plan.notes]
+    return pd.DataFrame(rows, columns=["setting", "value"])
+
+
+def _finetuning(c) -> str:
+    if c.finetuning_type == "lora":
+        return f"LoRA r={c.lora_rank} α={c.lora_alpha} on {c.lora_target}"
+    return "full"
+
+
+def _deepspeed(d: dict) -> str:
+    parts = [f"ZeRO-{d.get('zero_stage')}", d.get("optimizer") or ""]
+    if d.get("offload_optimizer"):
+        parts.append(f"optimizer offload to {d['offload_optimizer']}")
+    if d.get("torch_adam"):
+        parts.append("torch Adam")
+    if d.get("fp16"):
+        parts.append(f"fp16 loss scale {d.get('loss_scale') or 'dynamic'}")
+    return ", ".join(p for p in parts if p)
+
+
+def _train_loss(s, trainer_loss) -> str:
+    if s.mean_loss is None:
+        return "—"
+    text = f"{s.mean_loss:.4f} (mean of the {s.finite_losses} finite step losses logged)"
+    if trainer_loss is not None and abs(float(trainer_loss) - s.mean_loss) > 5e-5:
+        text += (f"; the Trainer reports {float(trainer_loss):.4f}, over the steps of its own "
+                 f"process only and with non-finite losses as 0")
+    return text
+
+
+def summary_frame(result: TrainResult) -> pd.DataFrame:
+    """The seed's results table: exit code, total time, train_loss, step time, ..."""
+    s = result.summary
+    verdict, why = result.verdict()
+    train_loss = (result.worker.get("train_metrics") or {}).get("train_loss")
+    rows = [
+        ("verdict", verdict), ("why", why), ("exit code", result.exit_code),
+        ("total time", f"{result.wall_s:.2f} s (launch to exit, torchrun start-up included)"),
+        ("train_loss", _train_loss(s, train_loss)),
+        ("loss first → last", loss_span(s) or "—"),
+        ("steps logged", f"{s.steps} ({s.first_step}..{s.last_step}); repeated {s.repeated_steps or 'none'}, "
+                         f"missing {s.missing_steps or 'none'}"),
+        ("mean step time", (f"{s.mean_step_s:.3f} s over {s.measured_steps} step(s)"
+                            + (f"; {s.checkpoint_s:.2f} s of checkpoint saves left out" if s.checkpoint_s else ""))
+         if s.mean_step_s else "—"),
+        ("tokens/s/p", _rate(s.tokens_per_s_per_card)), ("real tokens/s/p", _rate(s.real_tokens_per_s_per_card)),
+        ("throughput definition", s.throughput_definition),
+        ("non-finite loss steps", s.nonfinite_loss_steps or "none"),
+        ("non-finite grad-norm steps", s.nonfinite_grad_norm_steps or "none"),
+        ("skipped (overflow) steps", s.skipped_steps),
+        ("peak memory", f"{s.peak_memory_mb:.0f} MB ({s.memory_source})" if s.peak_memory_mb else "—"),
+        ("restarts", s.restarts), ("last checkpoint", result.last_checkpoint or "none"),
+        ("final weights", result.final_dir or "none"),
+        ("where", result.provenance.label if result.provenance else ""),
+    ]
+    if result.reason:
+        rows.insert(2, ("reason", result.reason))
+    return pd.DataFrame(rows, columns=["item", "value"])
+
+
+def _rate(value) -> str:
+    return f"{value:,.1f}" if value and not math.isnan(value) else "—"
+
+
+def show_plan(plan: LaunchPlan) -> None:
+    from IPython.display import display
+
+    display(plan_frame(plan).style.hide(axis="index"))
+
+
+def show_summary(result: TrainResult) -> None:
+    from IPython.display import Markdown, display
+
+    frame = summary_frame(result)
+    display(frame.style.hide(axis="index").map(
+        lambda v: f"background-color: {VERDICT_COLOURS.get(str(v), '')}" if str(v) in VERDICT_COLOURS
+        else "", subset=["value"]))
+    if result.status != "ok" and result.log_tail:
+        display(Markdown("Last lines of the launch log:\n\n```\n" + result.log_tail + "\n```"))
+
+
+def show_final_plot(result: TrainResult) -> None:
+    """The static loss plot of the finished run (what the report keeps)."""
+    from IPython.display import display
+
+    if result.metrics:
+        display(figure_png(loss_figure(result.metrics, result.expected_steps)))
+
+
+def outputs_frame(result: TrainResult) -> pd.DataFrame:
+    """Checkpoints (complete or not) and the final folder's files with their sizes."""
+    from pathlib import Path
+
+    rows = [{"what": f"checkpoint-{c['step']}", "path": c["path"],
+             "detail": "complete" if c["complete"] else f"INCOMPLETE: {c['why_incomplete']}"}
+            for c in result.checkpoints]
+    final = result.final_dir
+    if final:
+        for path in sorted(Path(final).iterdir()):
+            if path.is_file() and not path.name.startswith("."):
+                rows.append({"what": "final", "path": str(path), "detail": f"{path.stat().st_size:,} bytes"})
+    else:
+        rows.append({"what": "final", "path": "", "detail": "no final weights"})
+    return pd.DataFrame(rows, columns=["what", "path", "detail"])
+
+
+def show_outputs(result: TrainResult) -> None:
+    from IPython.display import display
+
+    display(outputs_frame(result).style.hide(axis="index"))

@@ -1,0 +1,372 @@
+"""One training process: what ``torchrun`` starts on every card (``-m hyport_lib.train.worker``).
+
+The launcher (:mod:`hyport_lib.train.launch`) has already checked the parameters,
+the dataset and the resume point; it hands the plan over in the environment variable
+``HYPORT_TRAIN_SPEC`` (JSON; every rank, and every restarted rank, reads the same).
+Each rank then:
+
+1. starts the stdin guard (:func:`hyport_lib.processes.start_guard`): torchrun puts
+   every worker in its own session, and the guard ends it when the launcher goes away;
+2. finds the newest complete checkpoint again (after a torchrun restart it is newer
+   than at launch) and checks it against this run (world size, versions);
+3. loads the model (LoRA through peft when asked), the processor, the dataset
+   (bad records skipped as the launcher listed them), and trains with the
+   Trainer under DeepSpeed, logging one metrics line per step (rank 0);
+4. saves the final weights (safetensors, with the processor files) in ``output_dir``,
+   the seed's layout, and rank 0 writes ``train_result.json``.
+
+Test-only switches: ``HYPORT_TEST_NAN_AT_STEP=<step>`` (see
+:mod:`hyport_lib.train.callbacks`), ``HYPORT_TEST_KILL_AT_STEP=<step>:<rank>``
+(that rank SIGKILLs itself at the end of that step, once per output folder).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Optional
+
+SPEC_ENV = "HYPORT_TRAIN_SPEC"
+KILL_FAULT_ENV = "HYPORT_TEST_KILL_AT_STEP"
+RESULT_FILE = "train_result.json"
+
+
+def _rank() -> int:
+    return int(os.environ.get("RANK", "0") or 0)
+
+
+def _say(message: str) -> None:
+    print(f"[hyport train rank {_rank()}] {message}", flush=True)
+
+
+def load_spec() -> dict:
+    raw = os.environ.get(SPEC_ENV)
+    if not raw:
+        raise ValueError(f"{SPEC_ENV} is not set: this module is started by hyport's launcher")
+    return json.loads(raw)
+
+
+def _quiet_deepspeed_cpu(backend) -> None:
+    """On CPU, skip DeepSpeed's shared-memory allreduce op.
+
+    DeepSpeed's CPU accelerator compiles that C++ op at start-up (a compiler and about
+    70 s on a cold cache) only to speed up allreduce between CPU ranks; gloo does the
+    same job. Accelerator backends never build it.
+    """
+    if backend.kind != "cpu":
+        return
+    import importlib
+
+    module = importlib.import_module("deepspeed.comm.torch")
+    if hasattr(module, "build_shm_op"):
+        module.build_shm_op = lambda: None
+
+
+def init_distributed(backend) -> None:
+    """The default process group, under a key prefix per torchrun attempt.
+
+    torchrun keeps one key-value store across ``--max-restarts`` attempts, and the
+    address keys the communication backend writes there are not per attempt: restarted
+    workers can read the dead workers' addresses and fail ("Gloo connectFullMesh failed
+    ... Connection refused") or hang. Prefixing the store with the restart count keeps
+    the attempts apart; accelerate and DeepSpeed then use this group.
+    """
+    import torch.distributed as dist
+
+    if "RANK" not in os.environ or dist.is_initialized():
+        return
+    local = int(os.environ.get("LOCAL_RANK", "0") or 0)
+    if backend.is_accelerator:
+        backend.set_device(local)
+    store, rank, world = next(dist.rendezvous("env://"))
+    attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+    dist.init_process_group(backend.dist_backend, store=dist.PrefixStore(f"attempt_{attempt}", store),
+                            rank=rank, world_size=world)
+
+
+def _barrier() -> None:
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier()
+
+
+def _fault_callback():
+    from transformers import TrainerCallback
+
+    raw = os.environ.get(KILL_FAULT_ENV, "").strip()
+    if not raw:
+        return None
+    step, _, rank = raw.partition(":")
+
+    class KillOnce(TrainerCallback):
+        def on_step_end(self, args, state, control, **kwargs):
+            marker = Path(args.output_dir) / ".hyport_test_killed"
+            if state.global_step == int(step) and _rank() == int(rank or 0) and not marker.exists():
+                marker.write_text(str(state.global_step))
+                _say(f"test fault: SIGKILL at step {state.global_step} ({KILL_FAULT_ENV})")
+                os.kill(os.getpid(), signal.SIGKILL)
+
+    return KillOnce()
+
+
+def _load_model(spec: dict, config, backend):
+    from hyport_lib.models.loading import load_model, load_processor
+    from hyport_lib.models.lora_targets import language_model_path, lora_target_pattern
+
+    loaded = load_processor(spec["model_path"], trust_remote_code=config.trust_remote_code)
+    for part in loaded.unavailable:
+        _say(f"processor: {part}")
+    model = load_model(spec["model_path"], attn_implementation=spec["attn_implementation"],
+                       trust_remote_code=config.trust_remote_code, traits=loaded.traits)
+    if config.gradient_checkpointing:
+        # A frozen embedding (LoRA) under checkpointing otherwise gives "element 0 of
+        # tensors does not require grad".
+        model.enable_input_require_grads()
+    if config.finetuning_type == "lora":
+        from peft import LoraConfig, get_peft_model
+        from transformers import set_seed
+
+        set_seed(config.seed)  # the LoRA weights are drawn here, before the Trainer seeds
+        lora = LoraConfig(r=config.lora_rank, lora_alpha=config.lora_alpha, lora_dropout=0.0,
+                          target_modules=lora_target_pattern(language_model_path(model), config.lora_targets))
+        model = get_peft_model(model, lora)
+    return model, loaded
+
+
+def _dataset(spec: dict, config, loaded, model):
+    from hyport_lib.models.training_inputs import rope_positions_function
+    from hyport_lib.train.dataset import load_dataset
+    from hyport_lib.train.packing import make_collator, training_rows
+    from hyport_lib.train.samples import Encoder
+
+    report = load_dataset(spec["dataset_path"], spec.get("image_root"), check_images=False)
+    skip = set(spec.get("skip_records") or [])
+    # Packed rows of an M-RoPE model carry each sample's own multimodal positions.
+    positions = rope_positions_function(model) if config.packing else None
+    encoder = Encoder(loaded, config.max_seq_len, config.overflow, positions=positions)
+    samples = []
+    for record in report.records:
+        if record.index in skip:
+            continue
+        sample, problem = encoder.encode(record)
+        if sample is not None:
+            samples.append(sample)
+    rows = training_rows(samples, config.max_seq_len, config.packing)
+    collator = make_collator(encoder.pad_id, config.max_seq_len, config.packing,
+                             mrope_text_row=loaded.traits.mrope_text_row)
+    return rows, collator, len(samples)
+
+
+def _blank_image_inputs(loaded) -> Optional[dict]:
+    """The image processor's tensors for one blank image (see
+    ``CountingTrainer._run_image_path_after_embeddings``): ``pixel_values`` and whatever
+    the model's image path needs beside them (grid or image sizes, pixel masks); None
+    for a text-only model."""
+    image_processor = getattr(loaded.processor, "image_processor", None)
+    if not loaded.traits.multimodal or image_processor is None:
+        return None
+    from PIL import Image
+
+    out = image_processor(images=[Image.new("RGB", (64, 64))], return_tensors="pt")
+    return {k: v for k, v in out.items() if hasattr(v, "shape")}
+
+
+def _training_args(spec: dict, config, backend):
+    from transformers import TrainingArguments
+
+    precision = spec["precision"]
+    return TrainingArguments(
+        output_dir=spec["output_dir"], run_name=config.run_name,
+        use_cpu=backend.kind == "cpu", deepspeed=spec["deepspeed_config_path"],
+        bf16=precision == "bf16", fp16=precision == "fp16",
+        per_device_train_batch_size=config.per_device_train_batch_size,
+        gradient_accumulation_steps=config.gradient_accumulation_steps,
+        max_steps=config.max_steps if config.max_steps is not None else -1,
+        num_train_epochs=config.num_train_epochs, learning_rate=config.learning_rate,
+        lr_scheduler_type=config.lr_scheduler_type, warmup_steps=config.warmup_steps,
+        logging_steps=1, save_strategy="steps",
+        save_steps=config.save_steps, gradient_checkpointing=config.gradient_checkpointing,
+        report_to="none", dataloader_num_workers=0, remove_unused_columns=False,
+        disable_tqdm=True, seed=config.seed)
+
+
+def save_final(trainer, processor, spec: dict, config) -> str:
+    """Final weights in ``output_dir`` (the seed's layout); LoRA: merged, adapter beside."""
+    out = Path(spec["output_dir"])
+    state_dict = trainer.accelerator.get_state_dict(trainer.deepspeed or trainer.model)  # ZeRO-3: gathers
+    shard = config.max_shard_size or None
+    if not trainer.is_world_process_zero():
+        return str(out)
+    model = trainer.accelerator.unwrap_model(trainer.model)
+    kwargs = {"state_dict": state_dict, "safe_serialization": True}
+    if shard:
+        kwargs["max_shard_size"] = shard
+    if config.finetuning_type == "lora":
+        model.save_pretrained(str(out / "adapter"), state_dict=state_dict)
+        with _zero3_set_aside():  # a plain model on rank 0 alone: no ZeRO-3 gathering
+            merged = _merged_lora(spec, config, state_dict)
+        merged.save_pretrained(str(out), **({"max_shard_size": shard} if shard else {}))
+    else:
+        model.save_pretrained(str(out), **kwargs)
+        if config.zero_stage == 3:
+            _count_saved_parameters(out)
+    processor.save_pretrained(str(out))
+    return str(out)
+
+
+@contextlib.contextmanager
+def _zero3_set_aside():
+    """transformers believes ZeRO-3 is on for as long as the Trainer's DeepSpeed config
+    lives: a ``from_pretrained`` on rank 0 alone would then partition the model and wait
+    for the other ranks for ever. Set it aside for a model built on one rank."""
+    import transformers.integrations.deepspeed as hf_deepspeed
+
+    saved = hf_deepspeed._hf_deepspeed_config_weak_ref
+    hf_deepspeed._hf_deepspeed_config_weak_ref = None
+    try:
+        yield
+    finally:
+        hf_deepspeed._hf_deepspeed_config_weak_ref = saved
+
+
+def _count_saved_parameters(out: Path) -> None:
+    """Under ZeRO-3 ``save_pretrained`` counts the rank's partitions (almost nothing) into
+    the index's ``metadata.total_parameters``; count what the shards hold instead."""
+    from hyport_lib.utils.files import atomic_write_json
+    from hyport_lib.checkpoint_files.header import read_header
+
+    index_path = out / "model.safetensors.index.json"
+    if not index_path.is_file():
+        return
+    index = json.loads(index_path.read_text(encoding="utf-8"))
+    if "total_parameters" not in (index.get("metadata") or {}):
+        return
+    shards = [read_header(out / name, validate=False) for name in sorted(set(index["weight_map"].values()))]
+    index["metadata"]["total_parameters"] = sum(e.numel for s in shards for e in s.tensors.values())
+    atomic_write_json(index_path, index)
+
+
+def _merged_lora(spec: dict, config, state_dict: dict):
+    """A fresh base model on the CPU with the trained LoRA weights merged in."""
+    from peft import LoraConfig, get_peft_model
+
+    from hyport_lib.models.loading import load_model
+    from hyport_lib.models.lora_targets import language_model_path, lora_target_pattern
+
+    base = load_model(spec["model_path"], trust_remote_code=config.trust_remote_code)
+    lora = LoraConfig(r=config.lora_rank, lora_alpha=config.lora_alpha, lora_dropout=0.0,
+                      target_modules=lora_target_pattern(language_model_path(base), config.lora_targets))
+    wrapped = get_peft_model(base, lora)
+    # Only the trained LoRA weights: the frozen base stays as it was loaded, not as the
+    # (possibly bf16) copy DeepSpeed trained with.
+    trained = {k: v.float() for k, v in state_dict.items() if "lora_" in k}
+    missing, unexpected = wrapped.load_state_dict(trained, strict=False)
+    lora_missing = [k for k in missing if "lora_" in k]
+    if lora_missing or unexpected or not trained:
+        raise RuntimeError(f"merging LoRA: {len(trained)} LoRA weights saved, {len(lora_missing)} "
+                           f"missing, {len(unexpected)} unexpected (e.g. {(lora_missing + unexpected)[:2]})")
+    return wrapped.merge_and_unload()
+
+
+def run(spec: dict) -> dict:
+    """Train as the spec says; returns rank 0's result (other ranks: a short dict)."""
+    from hyport_lib.backend import get_backend
+    from hyport_lib.train.callbacks import CountingTrainer, MetricsCallback, StepCounts
+    from hyport_lib.train.checkpoints import (check_compatible, drop_checkpoints_after,
+                                                 newest_complete, resolve_resume)
+    from hyport_lib.train.config import TrainConfig
+    from hyport_lib.train.metrics import truncate_metrics
+
+    started = time.monotonic()
+    config = TrainConfig.from_dict(spec["config"])
+    backend = get_backend(spec["device_kind"])
+    _quiet_deepspeed_cpu(backend)
+    init_distributed(backend)
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    restart = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") or 0)
+    # After a fault, torchrun's restart resumes this launch's newest complete checkpoint,
+    # whatever resume_from said for the first attempt.
+    resume_from = "auto" if restart and newest_complete(spec["output_dir"]) else config.resume_from
+    checkpoint = resolve_resume(resume_from, spec["output_dir"])
+    if checkpoint is not None:
+        check_compatible(checkpoint, world_size=world, zero_stage=config.zero_stage,
+                         finetuning_type=config.finetuning_type)
+    step = checkpoint.step if checkpoint else 0
+    if _rank() == 0:
+        kept = truncate_metrics(spec["metrics_path"], step)
+        dropped = drop_checkpoints_after(spec["output_dir"], step)
+        _say(f"world {world}, restart {restart}, resume from "
+             f"{checkpoint.path if checkpoint else 'scratch'} ({kept} metric lines kept"
+             + (f"; removed {', '.join(dropped)}: later than the resume point" if dropped else "")
+             + ")")
+    _barrier()
+    if spec["attn_implementation"].startswith("hyport"):
+        from hyport_lib.npu_attention.hf_integration import register_hyport_attention
+
+        register_hyport_attention(spec["attention_backend"], spec["attn_implementation"])
+    model, loaded = _load_model(spec, config, backend)
+    processor = loaded.processor
+    rows, collator, samples = _dataset(spec, config, loaded, model)
+    counts = StepCounts()
+    metrics = MetricsCallback(spec["metrics_path"], backend, counts, marker={
+        "world_size": world, "zero_stage": config.zero_stage,
+        "finetuning_type": config.finetuning_type})
+    callbacks = [metrics] + [c for c in (_fault_callback(),) if c is not None]
+    trainer = CountingTrainer(model=model, args=_training_args(spec, config, backend),
+                              train_dataset=rows, data_collator=collator,
+                              processing_class=processor, callbacks=callbacks, step_counts=counts,
+                              # ZeRO-3 hangs on the blank image: preflight refuses mixed data there.
+                              dummy_image_inputs=_blank_image_inputs(loaded) if config.zero_stage < 3 else None)
+    metrics.trainer = trainer
+    output = trainer.train(resume_from_checkpoint=str(checkpoint.path) if checkpoint else None)
+    from hyport_lib.train.ownership import mark_final_save_start, write_run_marker
+
+    before = mark_final_save_start(Path(spec["output_dir"])) if trainer.is_world_process_zero() else []
+    final = save_final(trainer, processor, spec, config)
+    if trainer.is_world_process_zero():
+        write_run_marker(Path(spec["output_dir"]), before)
+    trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    result = {
+        "status": "ok", "train_metrics": dict(output.metrics), "global_step": trainer.state.global_step,
+        "final_dir": final, "resumed_from": str(checkpoint.path) if checkpoint else None,
+        "resumed_step": step, "world_size": world,
+        "samples": samples, "rows": len(rows), "trainable_parameters": int(trainable),
+        "restart": restart,
+        "worker_s": round(time.monotonic() - started, 3),
+    }
+    return result
+
+
+def main() -> int:
+    from hyport_lib.processes import start_guard
+    from hyport_lib.utils.files import atomic_write_json
+    from hyport_lib.utils.redact import scrub_obj
+
+    guard = start_guard()
+    spec = load_spec()
+    _say(f"pid {os.getpid()} local rank {os.environ.get('LOCAL_RANK')} guard {guard}")
+    result = run(spec)
+    if _rank() == 0:
+        atomic_write_json(Path(spec["output_dir"]) / RESULT_FILE, scrub_obj(result))
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier()
+        dist.destroy_process_group()
+    _say("done")
+    # About 1 run in 12 aborted in the interpreter's teardown after a good run
+    # ("terminate called without an active exception"), and torchrun then reports the
+    # job failed: everything is written, so leave without the teardown.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
