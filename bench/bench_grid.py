@@ -33,6 +33,11 @@ import tempfile
 import time
 from pathlib import Path
 
+from hyport_lib.inference import stage
+from hyport_lib.inference.params import Params
+from hyport_lib.models.generation_config import InferenceConfig
+from hyport_lib.models.tiny import ensure_tiny_model
+
 BARE_SCRIPT = """
 import json, sys
 from hyport_lib.models.generation import InferenceConfig, run_inference
@@ -61,11 +66,11 @@ LAUNCHER_OVERHEAD: list[float] = []
 
 
 def grid_run(config: dict, device: str, cards: int, log_root: Path) -> tuple[float, list[str]]:
-    from hyport_lib.inference.grid import run_grid
-
     started = time.monotonic()
-    result = run_grid(config, device=device, num_cards=cards, timeout_s=600,
-                      log_dir=tempfile.mkdtemp(prefix=f"grid{cards}-", dir=log_root))
+    params = Params(device=device, num_cards=cards, model_path=config["model_path"],
+                    max_new_tokens=config["max_new_tokens"], infer_timeout_s=600,
+                    log_dir=tempfile.mkdtemp(prefix=f"grid{cards}-", dir=log_root))
+    result = stage.run(stage.plan(params))
     wall = time.monotonic() - started
     bad = result.frame[result.frame["status"] != "ok"]
     if not bad.empty:
@@ -82,9 +87,6 @@ def main() -> int:
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--model-path", default="tiny")
     args = parser.parse_args()
-
-    from hyport_lib.models.generation_config import InferenceConfig
-    from hyport_lib.models.tiny import ensure_tiny_model
 
     model_path = str(ensure_tiny_model()) if args.model_path == "tiny" else args.model_path
     device = "cpu" if args.device == "cpu" else f"{args.device}:0"

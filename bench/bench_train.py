@@ -31,6 +31,10 @@ import tempfile
 import time
 from pathlib import Path
 
+from hyport_lib.train import stage
+from hyport_lib.train.params import Params
+from hyport_lib.train.rendezvous import free_port
+
 REPO = Path(__file__).resolve().parents[1]
 
 BARE_SCRIPT = r'''
@@ -84,12 +88,10 @@ def mean_after(values: list[float], warmup: int) -> float:
 
 
 def run_hyport(folder: Path, steps: int, cards: int, warmup: int) -> dict:
-    from hyport_lib.train import stage
-
     started = time.monotonic()
-    result = stage.run(stage.plan(output_dir=str(folder), max_steps=steps, save_steps=100000,
-                                  num_cards=cards, resume_from="none", device="cpu",
-                                  throughput_warmup_steps=warmup))
+    result = stage.run(stage.plan(Params(output_dir=str(folder), max_steps=steps, save_steps=100000,
+                                         num_cards=cards, resume_from="none", device="cpu",
+                                         throughput_warmup_steps=warmup)))
     if result.status != "ok":
         raise RuntimeError(f"hyport run failed: {result.reason}")
     return {"wall_s": time.monotonic() - started,
@@ -119,8 +121,6 @@ def run_bare(folder: Path, plan: dict, steps: int, cards: int, warmup: int) -> d
 
 
 def _free_port() -> int:
-    from hyport_lib.train.rendezvous import free_port
-
     return free_port()
 
 

@@ -61,7 +61,7 @@ def verdict(code: int, text: str) -> tuple[str, str]:
 def model_cell(stage: str, name: str, model: Path, out: Path, device: str) -> tuple[str, str, float]:
     """02's model check or 03's inference."""
     if stage == "attention":
-        code, text, seconds = hyport("attention", "--device", device, "--dtypes", "float32",
+        code, text, seconds = hyport("attention", "--device", device, "--dtypes", "[float32]",
                                      "--model-path", str(model), "--json", str(out.with_suffix(".json")))
         if code == 0:
             model_check = json.loads(out.with_suffix(".json").read_text()).get("model") or {}

@@ -22,6 +22,9 @@ from hyport_lib.utils.redact import scrub_obj
 
 VERDICTS = ("PASS", "WARN", "FAIL", "SKIP")
 RESULTS_DIR_ENV = "HYPORT_RESULTS_DIR"
+#: The report run's folder, set by the report runner for each stage it runs (unset in an
+#: interactive session): stages find this run's other outputs under it.
+RUN_DIR_ENV = "HYPORT_RUN_DIR"
 
 
 @dataclass
@@ -129,17 +132,63 @@ def record_result(stage: str, verdict: str, *, summary: str = "",
     # Through JSON first (default=str turns any object into text), then scrub every
     # string: no secret value survives in any field, escaped or not.
     data = scrub_obj(json.loads(json.dumps(asdict(result), default=str)))
-    path = Path(directory) if directory else results_dir()
-    return atomic_write_json(path / f"{stage}.json", data)
+    return atomic_write_json(result_file(Path(directory) if directory else results_dir(), stage), data)
 
 
-def load_result(path: os.PathLike) -> StageResult:
-    """Read a result file back; errors name the file."""
+def result_file(directory: os.PathLike, stage: str) -> Path:
+    """Where stage ``stage`` (``"01_environment"``) records its result in ``directory``."""
+    return Path(directory) / f"{stage}.json"
+
+
+class UnreadableResult(ValueError):
+    """A result file that is there but holds no JSON object: half-written by a kernel that
+    was killed, or not a result at all.
+
+    Attributes:
+        path: the file.
+        reason: what is wrong with it (the parser's message).
+    """
+
+    def __init__(self, path: Path, reason: str):
+        super().__init__(f"{path.name}: {reason}")
+        self.path, self.reason = path, reason
+
+
+def read_result(path: os.PathLike) -> dict:
+    """The one reader of result files: the recorded JSON object, as written.
+
+    Readers that show what a stage recorded (the report's index, cards and drafts) take
+    it as it is, so that an older or odd record still shows what it holds;
+    :func:`load_result` checks it as a :class:`StageResult`.
+
+    Raises:
+        FileNotFoundError: no such file (the stage recorded nothing).
+        UnreadableResult: the file is there but holds no JSON object.
+    """
     path = Path(path)
     try:
         raw = json.loads(path.read_text(encoding="utf-8"))
-        return StageResult(**raw)
-    except (OSError, json.JSONDecodeError, TypeError, ValueError) as exc:
+    except FileNotFoundError:
+        raise
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise UnreadableResult(path, str(exc)) from exc
+    if not isinstance(raw, dict):
+        raise UnreadableResult(path, "not a JSON object")
+    return raw
+
+
+def load_result(path: os.PathLike) -> StageResult:
+    """Read a result file back as a checked :class:`StageResult`; errors name the file.
+
+    Raises:
+        ValueError: the file is missing, unreadable or not a valid result.
+    """
+    path = Path(path)
+    try:
+        return StageResult(**read_result(path))
+    except UnreadableResult as exc:
+        raise ValueError(f"{path}: not a valid hyport result ({exc.reason})") from exc
+    except (OSError, TypeError, ValueError) as exc:
         raise ValueError(f"{path}: not a valid hyport result ({exc})") from exc
 
 

@@ -5,6 +5,7 @@ Adding a stage means adding a notebook; no list elsewhere needs editing.
 
 from __future__ import annotations
 
+import importlib
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -57,16 +58,25 @@ def select_stages(stages: list[Stage], only: Optional[Iterable[str]]) -> list[St
     return [s for s in stages if s in picked]
 
 
-def stage_module(stage_id: str):
-    """The ``hyport_lib.<package>.stage`` module whose ``STAGE`` is ``stage_id``, or None.
+def stage_module(stage: Stage):
+    """The stage's ``hyport_lib.<name>.stage`` module: the package is named as the notebook.
 
-    Found by reading each ``*/stage.py`` for its ``STAGE = "..."`` line, so that only the
-    one asked for is imported (the others may pull in heavy libraries).
+    Only the module asked for is imported (the others may pull in heavy libraries).
+
+    Raises:
+        ModuleNotFoundError: the notebook has no package of its name.
     """
-    import importlib
+    return importlib.import_module(f"hyport_lib.{stage.name}.stage")
 
-    wanted = re.compile(r'^STAGE\s*=\s*["\']' + re.escape(stage_id) + r'["\']', re.MULTILINE)
-    for path in sorted(Path(hyport_lib.__file__).parent.glob("*/stage.py")):
-        if wanted.search(path.read_text(encoding="utf-8")):
-            return importlib.import_module(f"hyport_lib.{path.parent.name}.stage")
-    return None
+
+def params_class(stage: Stage) -> Optional[type]:
+    """The stage's ``Params`` class (``hyport_lib.<name>.params.Params``), or None for a
+    notebook-only stage (no package of its name)."""
+    package = f"hyport_lib.{stage.name}"
+    try:
+        module = importlib.import_module(f"{package}.params")
+    except ModuleNotFoundError as exc:
+        if exc.name in (package, f"{package}.params"):
+            return None
+        raise
+    return module.Params

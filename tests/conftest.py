@@ -8,6 +8,11 @@ from pathlib import Path
 
 import pytest
 
+#: Plugins of this suite: the guard that keeps processes out of the fast tier, the
+#: expensive runs (the default report, a ZeRO-2 training, ...) made once per session, and
+#: pytester (test_process_guard.py runs the guard on planted tests).
+pytest_plugins = ["fixtures_processes", "fixtures_runs", "pytester"]
+
 DOUBLES = Path(__file__).parent / "doubles"
 REPO = Path(__file__).resolve().parents[1]
 

@@ -1,21 +1,48 @@
-"""The house rules of the code base, checked: one shape per stage, no import circles,
-short modules, one device seam, no document cited outside the repository."""
+"""The house rules of the code base, checked: one shape per stage, imports that point
+down the layers with no circle and none hidden in a function, modules of a readable
+length, one device seam, no document cited outside the repository.
+
+Layers (imports only point down; a module of no layer fails
+:func:`test_every_module_has_a_layer`):
+
+* front ends: :data:`FRONT_ENDS` (the command line, the report; the notebooks, outside
+  the package);
+* stages: ``hyport_lib.<name>`` for each notebook ``NN_<name>.ipynb``
+  (:func:`hyport_lib.stages.discover_stages`); a stage never imports another;
+* runtime: :data:`RUNTIME`;
+* utilities: :data:`UTILITIES`.
+
+Module length: a module over :data:`LONG_MODULE_LINES` lines is named in pytest's
+warnings summary (split it by concern), not failed. Phrase tables are exempt: modules
+named ``*_text.py`` or ``*phrases.py``, or any module with a line that is exactly
+:data:`PHRASE_TABLE_MARKER` (for a module that is mostly string tables).
+"""
 
 from __future__ import annotations
 
 import ast
-import importlib
-import inspect
 import re
 import subprocess
+import warnings
 from pathlib import Path
 
 import pytest
 
+from hyport_lib.stages import discover_stages
+
 REPO = Path(__file__).resolve().parents[1]
 PACKAGE = REPO / "hyport_lib"
-MAX_MODULE_LINES = 420  # "about 400"
 MODULES = sorted(p for p in PACKAGE.rglob("*.py") if "__pycache__" not in p.parts)
+
+FRONT_ENDS = ("hyport_lib.commands", "hyport_lib.report", "hyport_lib.env", "hyport_lib.__main__")
+STAGES = tuple(f"hyport_lib.{stage.name}" for stage in discover_stages())
+RUNTIME = ("hyport_lib.backend", "hyport_lib.models", "hyport_lib.npu_attention", "hyport_lib.devices",
+           "hyport_lib.checkpoint_files", "hyport_lib.processes", "hyport_lib.scan")
+UTILITIES = ("hyport_lib.utils", "hyport_lib.results", "hyport_lib.display", "hyport_lib.stages",
+             "hyport_lib.params", "hyport_lib.drafting")
+
+LONG_MODULE_LINES = 500
+PHRASE_TABLE_MARKER = "# hyport: phrase table"
 
 
 def _module_name(path: Path, root: Path = REPO) -> str:
@@ -28,43 +55,72 @@ def _module_name(path: Path, root: Path = REPO) -> str:
 NAMES = {_module_name(p): p for p in MODULES}
 
 
-def _module_level_imports(path: Path, root: Path = REPO, names=NAMES) -> set[str]:
-    """Modules of ``names`` imported when ``path`` is imported (function bodies excluded,
-    ``if TYPE_CHECKING`` blocks included: a circle there is still a circle)."""
+# --------------------------------------------------------------------------- imports
+def _imports(path: Path, root: Path = REPO, names=NAMES) -> list[tuple[str, int, bool]]:
+    """Every import of a module of ``names`` in ``path``: ``(module, line, in_function)``,
+    once per module and line.
+
+    All of them: at module level, in ``if TYPE_CHECKING`` blocks (a circle there is still a
+    circle), in function and method bodies, and ``importlib.import_module("...")`` /
+    ``__import__("...")`` with a constant name. ``from pkg import name`` imports the
+    module ``pkg.name`` when there is one, else ``pkg``; importing ``a.b.c`` also imports
+    ``a.b``. A module's own parent packages are left out: Python imports them before the
+    module, that edge is not a circle of ours.
+    """
     tree = ast.parse(path.read_text(encoding="utf-8"))
     name = _module_name(path, root)
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
-    found: set[str] = set()
+    own_ancestors = {".".join(name.split(".")[:i]) for i in range(1, name.count(".") + 1)}
+    found: dict[tuple[str, int], bool] = {}
 
-    def visit(nodes):
-        for node in nodes:
-            if isinstance(node, ast.Import):
-                found.update(a.name for a in node.names)
-            elif isinstance(node, ast.ImportFrom):
-                base = node.module or ""
-                if node.level:
-                    anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
-                    base = ".".join(anchor + ([base] if base else []))
-                for alias in node.names:
-                    sub = f"{base}.{alias.name}"
-                    # ``from pkg import module`` imports the module; ``from pkg import name``
-                    # imports pkg.
-                    found.add(sub if sub in names else base)
-            elif isinstance(node, (ast.If, ast.Try, ast.With)):
-                visit(node.body)
-                visit(getattr(node, "orelse", []))
-                visit(getattr(node, "finalbody", []))
-                for handler in getattr(node, "handlers", []):
-                    visit(handler.body)
+    def add(target: str, line: int, in_function: bool) -> None:
+        parts = target.split(".")
+        for i in range(len(parts), 0, -1):
+            module = ".".join(parts[:i])
+            if module in names and module != name and module not in own_ancestors:
+                found.setdefault((module, line), in_function)
 
-    visit(tree.body)
-    # A parent package is always imported before its modules: that edge is Python's, not
-    # a circle of ours.
-    ancestors = {".".join(name.split(".")[:i]) for i in range(1, name.count(".") + 1)}
-    return {m for m in found if m in names and m != name and m not in ancestors}
+    def visit(node: ast.AST, in_function: bool) -> None:
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                add(alias.name, node.lineno, in_function)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join(anchor + ([base] if base else []))
+            for alias in node.names:
+                sub = f"{base}.{alias.name}"
+                add(sub if sub in names else base, node.lineno, in_function)
+        elif isinstance(node, ast.Call) and (
+                getattr(node.func, "attr", None) == "import_module"
+                or getattr(node.func, "id", None) in ("import_module", "__import__")) \
+                and node.args and isinstance(node.args[0], ast.Constant) \
+                and isinstance(node.args[0].value, str):
+            add(node.args[0].value, node.lineno, in_function)
+        inside = in_function or isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))
+        for child in ast.iter_child_nodes(node):
+            visit(child, inside)
+
+    visit(tree, False)
+    return [(module, line, in_function) for (module, line), in_function in found.items()]
 
 
-def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+def _graph(names=NAMES, root: Path = REPO) -> dict[str, dict[str, int]]:
+    """``{module: {imported module: first line}}`` over every import."""
+    graph: dict[str, dict[str, int]] = {}
+    for name, path in names.items():
+        edges: dict[str, int] = {}
+        for target, line, _ in _imports(path, root, names):
+            edges.setdefault(target, line)
+        graph[name] = edges
+    return graph
+
+
+GRAPH = _graph()
+
+
+def _cycles(graph: dict[str, dict[str, int]]) -> list[list[str]]:
     state: dict[str, int] = {}
     stack: list[str] = []
     cycles = []
@@ -86,12 +142,20 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     return cycles
 
 
+def _where(name: str, line: int, names=NAMES, root: Path = REPO) -> str:
+    return f"{names[name].relative_to(root)}:{line}"
+
+
 def test_no_import_circle_in_hyport_lib():
-    cycles = _cycles({name: _module_level_imports(path) for name, path in NAMES.items()})
-    assert not cycles, "import circles: " + "; ".join(" -> ".join(c) for c in cycles)
+    """No circle, counting the imports in function bodies too: a lazy import that closes a
+    circle is a piece in the wrong module (move it down), not a fix."""
+    cycles = _cycles(GRAPH)
+    assert not cycles, "import circles (each edge: file:line of the import):\n" + "\n".join(
+        " -> ".join(f"{a} ({_where(a, GRAPH[a][b])})" for a, b in zip(c, c[1:])) + f" -> {c[-1]}"
+        for c in cycles)
 
 
-def test_the_circle_finder_finds_a_planted_circle(tmp_path):
+def test_the_circle_finder_finds_planted_circles(tmp_path):
     pkg = tmp_path / "pkg"
     (pkg / "sub").mkdir(parents=True)
     (pkg / "__init__.py").write_text("")
@@ -99,18 +163,158 @@ def test_the_circle_finder_finds_a_planted_circle(tmp_path):
     (pkg / "a.py").write_text("from pkg.sub import b\n")
     (pkg / "sub" / "b.py").write_text("from typing import TYPE_CHECKING\n"
                                       "if TYPE_CHECKING:\n    from pkg.a import thing\n")
-    (pkg / "c.py").write_text("def lazy():\n    from pkg import a\n")  # lazy: not an edge
-    paths = sorted(pkg.rglob("*.py"))
-    names = {_module_name(p, tmp_path): p for p in paths}
-    graph = {n: _module_level_imports(p, tmp_path, names) for n, p in names.items()}
-    assert graph["pkg.c"] == set()
-    assert _cycles(graph) == [["pkg.a", "pkg.sub.b", "pkg.a"]]
+    (pkg / "c.py").write_text("def lazy():\n    from . import d\n")  # lazy: still an edge
+    (pkg / "d.py").write_text("import pkg.c\n")
+    (pkg / "e.py").write_text("import os\nimport pkg\n")  # its own package: no edge
+    names = {_module_name(p, tmp_path): p for p in sorted(pkg.rglob("*.py"))}
+    graph = _graph(names, tmp_path)
+    assert graph["pkg.c"] == {"pkg.d": 2} and graph["pkg.e"] == {}
+    assert graph["pkg.a"] == {"pkg.sub.b": 1, "pkg.sub": 1}
+    assert _cycles(graph) == [["pkg.a", "pkg.sub.b", "pkg.a"], ["pkg.c", "pkg.d", "pkg.c"]]
 
 
-@pytest.mark.parametrize("path", MODULES, ids=lambda p: str(p.relative_to(REPO)))
-def test_module_is_short(path):
-    lines = len(path.read_text(encoding="utf-8").splitlines())
-    assert lines <= MAX_MODULE_LINES, f"{path.name}: {lines} lines; split it by concern"
+def _imports_in_functions(names=NAMES, root: Path = REPO) -> list[str]:
+    """``file:line: imports module`` for each import in a function body (the module
+    itself, not the packages it lies in)."""
+    offenders = []
+    for path in names.values():
+        by_line: dict[int, list[str]] = {}
+        for target, line, in_function in _imports(path, root, names):
+            if in_function:
+                by_line.setdefault(line, []).append(target)
+        for line, targets in sorted(by_line.items()):
+            leaves = [t for t in targets if not any(o.startswith(t + ".") for o in targets)]
+            offenders.append(f"{path.relative_to(root)}:{line}: imports {', '.join(sorted(leaves))}")
+    return offenders
+
+
+def test_no_hyport_lib_import_inside_a_function():
+    """hyport_lib imports sit at the top of the module, where a reader (and the circle
+    test) sees what a module depends on. A module whose import is heavy makes its own
+    third-party import (torch, pandas, ...) lazy instead."""
+    offenders = _imports_in_functions()
+    assert not offenders, f"{len(offenders)} hyport_lib import(s) inside a function; move them " \
+                          "to module level:\n" + "\n".join(offenders)
+
+
+def test_the_function_import_finder_finds_planted_ones(tmp_path):
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "low.py").write_text("")
+    (pkg / "high.py").write_text(
+        "from typing import TYPE_CHECKING\n"
+        "if TYPE_CHECKING:\n    from pkg import low\n"          # module level: fine
+        "def f():\n    import json\n    from . import low\n"  # line 6: relative, in a function
+        "class C:\n    def m(self):\n        import pkg.low\n"  # line 9: in a method
+        "def g():\n    import importlib\n    return importlib.import_module('pkg.low')\n")
+    names = {_module_name(p, tmp_path): p for p in sorted(pkg.rglob("*.py"))}
+    assert _imports_in_functions(names, tmp_path) == [
+        "pkg/high.py:6: imports pkg.low", "pkg/high.py:9: imports pkg.low",
+        "pkg/high.py:12: imports pkg.low"]
+
+
+# --------------------------------------------------------------------------- layers
+def _within(name: str, prefixes) -> str | None:
+    """The prefix of ``prefixes`` that ``name`` is or lies under, or None."""
+    return next((p for p in prefixes if name == p or name.startswith(p + ".")), None)
+
+
+def _layer(name: str) -> str | None:
+    for layer, prefixes in (("front end", FRONT_ENDS), ("stage", STAGES), ("runtime", RUNTIME),
+                            ("utility", UTILITIES)):
+        if _within(name, prefixes):
+            return layer
+    return None
+
+
+def _layer_breaches(graph, where=_where) -> list[str]:
+    """Imports that point up or sideways: stage -> other stage, stage -> front end,
+    runtime -> stage / front end, utility -> stage / front end / runtime."""
+    above = {"front end": (), "stage": ("front end",), "runtime": ("front end", "stage"),
+             "utility": ("front end", "stage", "runtime")}
+    breaches = []
+    for name, edges in sorted(graph.items()):
+        layer = _layer(name)
+        for target, line in sorted(edges.items(), key=lambda e: e[1]):
+            target_layer = _layer(target)
+            if layer and target_layer in above[layer]:
+                breaches.append(f"{where(name, line)}: {layer} {name} imports {target_layer} {target}")
+            elif layer == "stage" and target_layer == "stage" \
+                    and _within(name, STAGES) != _within(target, STAGES):
+                breaches.append(f"{where(name, line)}: stage {name} imports another stage, {target}")
+    return breaches
+
+
+def test_every_module_has_a_layer():
+    unplaced = sorted(n for n in NAMES if n != "hyport_lib" and _layer(n) is None)
+    assert not unplaced, ("modules in no layer; place them in FRONT_ENDS, RUNTIME or UTILITIES "
+                          "of tests/test_architecture.py (or move them): " + ", ".join(unplaced))
+
+
+def test_stages_never_import_one_another():
+    breaches = [b for b in _layer_breaches(GRAPH) if "imports another stage" in b]
+    assert not breaches, "\n".join(breaches)
+
+
+def test_imports_only_point_down_the_layers():
+    """Runtime and utilities import no stage and no front end (nor utilities the
+    runtime); stages import no front end."""
+    breaches = [b for b in _layer_breaches(GRAPH) if "imports another stage" not in b]
+    assert not breaches, "\n".join(breaches)
+
+
+def test_the_layer_check_finds_planted_breaches():
+    graph = {"hyport_lib.train.stage": {"hyport_lib.weights.scan": 3, "hyport_lib.train.config": 4,
+                                        "hyport_lib.backend": 5},
+             "hyport_lib.backend": {"hyport_lib.commands._cli": 7, "hyport_lib.utils.files": 8},
+             "hyport_lib.utils.files": {"hyport_lib.models.tiny": 9},
+             "hyport_lib.commands.train": {"hyport_lib.train.stage": 2}}
+    assert _layer_breaches(graph, lambda name, line: f"{name}:{line}") == [
+        "hyport_lib.backend:7: runtime hyport_lib.backend imports front end hyport_lib.commands._cli",
+        "hyport_lib.train.stage:3: stage hyport_lib.train.stage imports another stage, "
+        "hyport_lib.weights.scan",
+        "hyport_lib.utils.files:9: utility hyport_lib.utils.files imports runtime hyport_lib.models.tiny"]
+
+
+# --------------------------------------------------------------------------- module length
+def _long_modules(paths, limit: int = LONG_MODULE_LINES) -> list[tuple[Path, int]]:
+    """``(path, lines)`` of the modules over ``limit`` lines, phrase tables left out."""
+    long = []
+    for path in paths:
+        text = path.read_text(encoding="utf-8")
+        if path.name.endswith(("_text.py", "phrases.py")) or PHRASE_TABLE_MARKER in text.splitlines():
+            continue
+        lines = len(text.splitlines())
+        if lines > limit:
+            long.append((path, lines))
+    return long
+
+
+class LongModuleWarning(UserWarning):
+    """A module over :data:`LONG_MODULE_LINES` lines: worth splitting by concern."""
+
+
+def _warn_long_modules(paths, root: Path = REPO) -> None:
+    for path, lines in _long_modules(paths):
+        warnings.warn(LongModuleWarning(f"{path.relative_to(root)}: {lines} lines (over "
+                                        f"{LONG_MODULE_LINES}); split it by concern"), stacklevel=2)
+
+
+def test_long_modules_are_named_in_the_warnings_summary():
+    _warn_long_modules(MODULES)
+
+
+def test_the_length_check_spares_phrase_tables(tmp_path):
+    body = "x = 1\n" * (LONG_MODULE_LINES + 1)
+    files = {"long.py": body, "short.py": "x = 1\n" * LONG_MODULE_LINES, "blog_text.py": body,
+             "phrases.py": body, "marked.py": f"{PHRASE_TABLE_MARKER}\n{body}"}
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+    with pytest.warns(LongModuleWarning) as caught:
+        _warn_long_modules(sorted(tmp_path / name for name in files), tmp_path)
+    assert [str(w.message) for w in caught] == [
+        f"long.py: {LONG_MODULE_LINES + 1} lines (over {LONG_MODULE_LINES}); split it by concern"]
 
 
 def _tracked_text_files():
@@ -124,6 +328,7 @@ def _tracked_text_files():
                 yield path
 
 
+@pytest.mark.slow  # asks git which files are tracked: a process
 def test_no_file_cites_a_path_outside_the_repository():
     outside = re.compile(r"(\.\./shared|/work/shared|shared/spec/|shared/seeds/|\.\./\.library|"
                          r"/work/main|\bspec/[a-z_]+\.md|ascend_field_notes\.md(?<!docs/ascend_field_notes\.md))")
@@ -139,6 +344,7 @@ def test_no_file_cites_a_path_outside_the_repository():
     assert not offenders, "\n".join(offenders)
 
 
+@pytest.mark.slow  # asks git which files are tracked: a process
 def test_cited_docs_exist():
     cited = set()
     for path in _tracked_text_files():
@@ -148,39 +354,8 @@ def test_cited_docs_exist():
     assert not missing, missing
 
 
-# --------------------------------------------------------------------------- stage shape
-def _stage_modules():
-    return sorted(p for p in PACKAGE.glob("*/stage.py"))
-
-
-def test_every_notebook_has_one_stage_module_with_the_same_shape():
-    from hyport_lib.stages import discover_stages
-
-    by_id = {}
-    for path in _stage_modules():
-        module = importlib.import_module(_module_name(path))
-        assert re.fullmatch(r"\d{2}_[a-z0-9_]+", module.STAGE), path
-        assert module.STAGE not in by_id, f"two stage modules claim {module.STAGE}"
-        by_id[module.STAGE] = module
-        for fn in ("run", "summarize", "record"):
-            assert callable(getattr(module, fn, None)), f"{path}: no {fn}()"
-        params = inspect.signature(module.record).parameters
-        first, *rest = params.values()
-        assert first.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD, f"{path}: record(result, ...)"
-        assert "directory" in params and params["directory"].kind is inspect.Parameter.KEYWORD_ONLY
-    stages = {s.id for s in discover_stages()}
-    assert stages == set(by_id), f"notebooks {sorted(stages)} vs stage modules {sorted(by_id)}"
-
-
-@pytest.mark.parametrize("path", sorted((REPO / "notebooks").glob("[0-9][0-9]_*.ipynb")), ids=lambda p: p.stem)
-def test_notebook_records_through_its_stage_module(path):
-    """The notebook calls the stage function and ``stage.record``: no sequence written twice."""
-    import json
-
-    code = "\n".join("".join(c["source"]) for c in json.loads(path.read_text())["cells"]
-                     if c["cell_type"] == "code")
-    assert re.search(r"from hyport_lib\.\w+ import (\w+, )*stage\b", code), path.name
-    assert "stage.record(" in code and "stage.run" in code, path.name
+# The stage contract (plan, run, summarize, record; Params; the notebook's cell) is
+# checked in tests/test_stage_contract.py.
 
 
 # --------------------------------------------------------------------------- device seam

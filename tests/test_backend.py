@@ -103,6 +103,7 @@ def test_cuda_detected_when_the_runtime_reports_devices(monkeypatch):
     assert be.num_cards() == 2
 
 
+@pytest.mark.slow
 @requires_cpu_host
 def test_broken_torch_npu_is_reported_not_fatal(tmp_path, monkeypatch):
     """An installed torch_npu that fails on import (no CANN) must not crash detection."""

@@ -14,9 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from hyport_lib.report.blog import DRAFTS, render_blog, write_blog_drafts
-from hyport_lib.report.blog_text import TEXT
+from hyport_lib.drafting.draft import WORDS
+from hyport_lib.report.blog.text import TEXT
+from hyport_lib.report.blog.writer import DRAFTS, render_blog, write_blog_drafts
 from hyport_lib.report.run import NOT_RUN, PENDING, ReportRun, StageOutcome
+from hyport_lib.stages import discover_stages
 
 STAGES = ["01_environment", "02_attention", "03_inference", "04_train", "05_weights"]
 
@@ -31,7 +33,7 @@ def numbers_in(text: str) -> list[str]:
 
 
 def _variants(value) -> set[str]:
-    """The forms blog_format.num documents: as recorded, floats to 4 significant digits
+    """The forms drafting.values.num documents: as recorded, floats to 4 significant digits
     (one decimal from 1,000 on)."""
     out = {str(value)}
     if isinstance(value, float) and math.isfinite(value):
@@ -41,7 +43,8 @@ def _variants(value) -> set[str]:
 
 def recorded_numbers(run_dir: Path) -> set[str]:
     """Every number the recorded files hold (leaves, numbers inside texts and keys, list
-    lengths) plus the derivations the drafts document: the stage numbers of the stage ids;
+    lengths) plus the derivations the drafts document: the stage numbers of the stage ids
+    (planned or left out);
     per attention implementation, its
     row count per verdict and its worst max_abs / bound to 3 significant digits."""
     allowed: set[str] = set()
@@ -69,8 +72,10 @@ def recorded_numbers(run_dir: Path) -> set[str]:
             except json.JSONDecodeError:
                 allowed.update(numbers_in(path.read_text(encoding="utf-8")))  # an odd file: its text
     run_json = run_dir / "run.json"
-    if run_json.is_file():  # section headings number the stages as their ids do ("02_attention")
-        allowed.update(s["stage"].partition("_")[0] for s in json.loads(run_json.read_text())["stages"])
+    if run_json.is_file():  # headings and lists number the stages as their ids do ("02_attention")
+        recorded_run = json.loads(run_json.read_text())
+        ids = [s["stage"] for s in recorded_run["stages"]] + list(recorded_run.get("left_out") or [])
+        allowed.update(stage.partition("_")[0] for stage in ids)
     attention = run_dir / "results" / "02_attention.json"
     if attention.is_file():
         rows = json.loads(attention.read_text(encoding="utf-8")).get("data", {}).get("rows", [])
@@ -137,7 +142,7 @@ def train_data(steps: int = 5) -> dict:
     return {"status": "ok", "exit_code": 0, "wall_s": 12.5, "why": f"{steps} steps, exit code 0",
             "plan": {"world_size": 2, "precision": "bf16", "attn_implementation": "hyport_torch",
                      "deepspeed": {"zero_stage": 2},
-                     "config": {"max_steps": steps, "per_device_train_batch_size": 1,
+                     "params": {"max_steps": steps, "per_device_train_batch_size": 1,
                                 "gradient_accumulation_steps": 1, "gradient_checkpointing": True,
                                 "save_steps": steps, "dataset_path": "", "packing": True, "max_seq_len": 512},
                      "dataset": {"path": "/data/smoke.json", "total": 14, "good": 14, "samples": 14,
@@ -151,7 +156,19 @@ def train_data(steps: int = 5) -> dict:
 
 
 # --------------------------------------------------------------------------- fast tests
-def test_fixed_sentences_hold_no_digit_and_both_languages_say_the_same_things():
+def fixed_sentences() -> dict[str, dict]:
+    """Every table of fixed sentences the drafts use: the frame's, the shared words and
+    each stage's own (``hyport_lib.<name>.phrases``), by where they live."""
+    import importlib
+
+    tables = {"report.blog.text": TEXT, "drafting.draft": WORDS}
+    for stage in discover_stages():
+        tables[f"{stage.name}.phrases"] = importlib.import_module(f"hyport_lib.{stage.name}.phrases").PHRASES
+    return tables
+
+
+@pytest.mark.parametrize("where", sorted(fixed_sentences()))
+def test_fixed_sentences_hold_no_digit_and_both_languages_say_the_same_things(where):
     def flat(d, prefix=""):
         for key, value in d.items():
             if isinstance(value, dict):
@@ -159,14 +176,27 @@ def test_fixed_sentences_hold_no_digit_and_both_languages_say_the_same_things():
             else:
                 yield f"{prefix}{key}", value
 
-    en, zh = dict(flat(TEXT["en"])), dict(flat(TEXT["zh"]))
-    assert set(en) == set(zh)
+    table = fixed_sentences()[where]
+    en, zh = dict(flat(table["en"])), dict(flat(table["zh"]))
+    assert en and set(en) == set(zh)
     # Names such as float64 are words, not figures; a free-standing number would be one.
     with_digits = {k: v for k, v in {**en, **{f"zh:{k}": v for k, v in zh.items()}}.items()
                    if numbers_in(v)}
     assert not with_digits, with_digits
     for key in en:  # the same placeholders, so every figure appears in both drafts
         assert set(re.findall(r"{(\w+)}", en[key])) == set(re.findall(r"{(\w+)}", zh[key])), key
+
+
+def test_no_english_sentence_in_any_chinese_table():
+    """A Chinese sentence holds no run of English words outside marked code (names such
+    as ``max_seq_len`` or ``DeepSpeed ZeRO`` stay as they are)."""
+    for where, table in fixed_sentences().items():
+        def leaves(d):
+            for value in d.values():
+                yield from (leaves(value) if isinstance(value, dict) else [value])
+
+        found = [run for text in leaves(table["zh"]) for run in english_runs(text)]
+        assert not found, (where, found)
 
 
 def test_the_checkers_can_fail(tmp_path):
@@ -332,11 +362,12 @@ def test_the_weights_section_says_what_was_done_and_never_leaves_a_gap(tmp_path,
 
 # --------------------------------------------------------------------------- one real run
 @pytest.fixture(scope="module")
-def real_run(tmp_path_factory):
-    from hyport_lib.report.runner import run_report
-
-    return run_report(profile="default", output_root=tmp_path_factory.mktemp("blog-run"),
-                      progress=lambda m: None)
+def real_run(default_report):
+    """The session's five-stage run on the default profile (tests/fixtures_runs.py), as
+    the runner recorded it in run.json."""
+    proc, run_dir = default_report
+    assert run_dir is not None, proc.stderr[-3000:]
+    return ReportRun.from_dict(json.loads((run_dir / "run.json").read_text()))
 
 
 @pytest.mark.slow
@@ -393,10 +424,13 @@ def test_real_run_figures_exist_and_both_drafts_link_them(real_run):
 
 def test_a_run_without_the_training_stage_says_so_in_the_dataset_notes(tmp_path):
     run = make_run(tmp_path, {"01_environment": "PASS"})
-    run.stages = run.stages[:1]
+    run.stages, run.left_out = run.stages[:1], STAGES[1:]  # as the runner records --only 01
     write_result(run, "01_environment", "PASS", {"device": "cpu", "num_cards": 2})
     en, zh = render_blog(run, "en"), render_blog(run, "zh")
-    assert "The training stage was not part of this run" in en and "本次运行不包含训练阶段" in zh
+    assert "## Dataset\n\nThe training stage was not part of this run" in en
+    assert "## 数据集说明\n\n本次运行不包含训练阶段" in zh
+    run.left_out = []  # a notebooks folder without the training stage: no dataset notes at all
+    assert "## Dataset" not in render_blog(run, "en") and "数据集说明" not in render_blog(run, "zh")
 
 
 def test_a_run_ending_on_nan_losses_says_which_loss_is_last_and_gives_both_train_losses(tmp_path):

@@ -10,6 +10,8 @@ import pytest
 import torch
 
 from hyport_lib.attention import compare as C
+from hyport_lib.attention import stage
+from hyport_lib.attention.params import Params
 from hyport_lib.npu_attention import reference as R
 from hyport_lib.attention.implementations import Implementation, eager_attention
 from hyport_lib.attention.case_data import case_keep_mask, make_case_data
@@ -17,9 +19,10 @@ from hyport_lib.attention.cases import BATCH_KINDS, MASK_KINDS, AttentionCase, b
 from hyport_lib.npu_attention.nfa_constants import compressed_causal_mask
 from hyport_lib.npu_attention.emulation import npu_fusion_attention as emulated
 from hyport_lib.attention.metrics import Metrics, compute_metrics, decide
-from hyport_lib.attention.model_check import compare_model
+from hyport_lib.attention.model_check import ModelComparison, compare_model
 from hyport_lib.attention.nfa_calls import nfa_mapping, run_nfa
 from hyport_lib.attention.port_scan import planted_example, run_scan
+from hyport_lib.params import ParameterError
 
 
 def _case(**kw):
@@ -67,8 +70,21 @@ def test_default_grid_covers_every_dimension():
     assert {c.npu_sparse_mode for c in grid} >= {0, 2, None}
     assert len(build_grid(full=True)) > 3 * len(grid)
     assert {c.dtype for c in build_grid(dtypes=["bfloat16"])} == {"bfloat16"}
-    with pytest.raises(ValueError, match="dtypes"):
-        build_grid(dtypes=["float64"])
+
+
+@pytest.mark.parametrize("values, words", [
+    (dict(dtypes=["float64"]), "dtypes=['float64']: expected a non-empty list of float16, bfloat16, float32"),
+    (dict(dtypes=[]), "dtypes=[]: expected a non-empty list"),
+    (dict(dtypes=["float32", "float32"]), "each once"),
+    (dict(dtypes="float32"), "dtypes='float32': expected a list"),
+    (dict(flash_attn_version="latest"), "flash_attn_version='latest': expected a flash-attn version"),
+    (dict(seed=-1), "seed=-1: expected an integer >= 0"),
+    (dict(code_path="/no/such/code"), "code_path='/no/such/code': no such file or folder"),
+])
+def test_bad_parameters_are_refused_in_one_line(values, words):
+    with pytest.raises(ParameterError) as info:
+        Params(**values)
+    assert words in str(info.value) and "\n" not in str(info.value)
 
 
 @pytest.mark.parametrize("kw, pattern", [
@@ -279,9 +295,10 @@ def test_show_renders_table_and_heatmap(default_result):
     assert "not an NPU measurement" in show.provenance_note(default_result)
 
 
-def test_summary_and_record(default_result, tmp_path, monkeypatch):
-    monkeypatch.setenv("HYPORT_RESULTS_DIR", str(tmp_path))
-    summary = C.record_stage(default_result)
+def test_summary_and_record(default_result, tmp_path):
+    result = stage.AttentionStageResult(default_result, None, *run_scan(""), "2.7.4.post1")
+    stage.record(result, directory=tmp_path)
+    summary = stage.summarize(result).to_dict()
     saved = json.loads((tmp_path / "02_attention.json").read_text())
     assert saved["verdict"] == summary["verdict"] == "PASS"
     assert saved["provenance"]["emulated"] is True
@@ -292,28 +309,7 @@ def test_summary_and_record(default_result, tmp_path, monkeypatch):
 def test_planted_scan():
     report, path = run_scan("")
     assert path.endswith("hyport-planted-example")
-    if report is None:
-        pytest.skip("hyport_lib.scan is not installed")
     assert report.counts().get("flash_attn", 0) >= 1
-
-
-def test_compare_still_exports_every_public_name():
-    """The notebook and older callers use ``compare.<name>`` for the split-out modules."""
-    import importlib
-
-    for name in C.__all__:
-        assert hasattr(C, name), name
-    for module, names in {
-        "cases": ("AttentionCase", "build_grid"), "case_data": ("make_case_data",),
-        "implementations": ("available_implementations", "available_backends", "eager_attention",
-                            "Implementation"),
-        "nfa_calls": ("nfa_mapping", "run_nfa"), "metrics": ("compute_metrics", "decide"),
-        "model_check": ("compare_model", "swapped_backend", "ModelComparison"),
-        "port_scan": ("run_scan", "planted_example"),
-    }.items():
-        mod = importlib.import_module(f"hyport_lib.attention.{module}")
-        for name in names:
-            assert getattr(C, name) is getattr(mod, name), f"{module}.{name}"
 
 
 # --------------------------------------------------------------------------------------
@@ -324,7 +320,7 @@ def test_cli_writes_json_and_exit_code(tmp_path, monkeypatch, capsys):
 
     monkeypatch.setenv("HYPORT_RESULTS_DIR", str(tmp_path / "results"))
     out = tmp_path / "rows.json"
-    rc = main(["attention", "--dtypes", "float32", "--model-path", "none", "--json", str(out),
+    rc = main(["attention", "--dtypes", "[float32]", "--model-path", "none", "--json", str(out),
                "--code-path", str(planted_example(tmp_path / "code"))])
     text = capsys.readouterr().out
     assert rc == 0 and "npu-emulated" in text and "PASS:" in text
@@ -345,7 +341,7 @@ def test_cli_writes_json_and_exit_code(tmp_path, monkeypatch, capsys):
         return real(device, flash_attn_version) + [_backend("buggy", no_scale)]
 
     monkeypatch.setattr(C, "available_implementations", with_bug)
-    rc = main(["attention", "--dtypes", "float32", "--model-path", "none"])
+    rc = main(["attention", "--dtypes", "[float32]", "--model-path", "none"])
     assert rc == 1 and "FAIL" in capsys.readouterr().out
 
 
@@ -393,14 +389,10 @@ def test_model_level_catches_a_broken_attention(monkeypatch):
     assert m.kl_divergence > 0
 
 
-def test_model_level_skips_without_the_integration(monkeypatch):
-    import sys
-
+def test_a_skipped_model_check_shows_blanks():
     from hyport_lib.attention import show
 
-    monkeypatch.setitem(sys.modules, "hyport_lib.npu_attention.hf_integration", None)
-    m = compare_model("tiny")
-    assert m.verdict == "SKIP" and "hf_integration" in m.detail and m.max_abs_logits is None
+    m = ModelComparison("tiny", "", "npu-emulated", "float32", "cpu", detail="not run")
     html = show.styled_model(m).to_html()  # blanks for the missing figures, no "nan%"
     assert "SKIP" in html and "nan" not in html.lower()
     text = show.summary_markdown({"verdict": "SKIP", "summary": "no model", "headline": {"a": 1}})
@@ -455,11 +447,9 @@ def test_tolerance_scales_with_the_magnitude_of_the_reference():
 
 
 def test_the_summary_names_the_device_of_each_implementation():
-    from hyport_lib.attention.stage import where_each_ran
-
     backends = [{"name": "eager", "device": "cuda:0"}, {"name": "sdpa", "device": "cuda:0"},
                 {"name": "npu-emulated", "device": "cpu"}, {"name": "flash-api (npu-emulated)", "device": "cpu"}]
-    assert where_each_ran(backends) == "eager, sdpa on CUDA; npu-emulated, flash-api (npu-emulated) on CPU"
+    assert stage.where_each_ran(backends) == "eager, sdpa on CUDA; npu-emulated, flash-api (npu-emulated) on CPU"
 
 
 def test_a_forward_that_never_reaches_the_swapped_attention_is_a_warn(monkeypatch):
@@ -488,14 +478,13 @@ def test_a_forward_that_never_reaches_the_swapped_attention_is_a_warn(monkeypatc
 def test_the_drop_in_serves_the_pinned_flash_attn_version():
     """Code pinned to flash-attn < 2.7 unpacks 4 values from unpad_input: the padded cases
     run that way under the 2.5.8 API, and the stage says which API it served."""
-    from hyport_lib.attention import stage
-
-    cases = [c for c in C.build_grid(False, ["float32"]) if c.batch == "padded"][:2]
+    cases = [c for c in build_grid(False, ["float32"]) if c.batch == "padded"][:2]
     legacy = C.run_comparison(cases=cases, dtypes=["float32"], flash_attn_version="2.5.8")
     rows = [r for r in legacy.rows if r["backend"].startswith("flash-api")]
     assert rows and all(r["verdict"] == "PASS" for r in rows)
     assert any("flash-api 2.5.8" in b["source"] for b in legacy.backends)
-    result = stage.run(device="cpu", dtypes=["float32"], model_path="none", flash_attn_version="2.5.8")
+    result = stage.run(stage.plan(Params(device="cpu", dtypes=["float32"], model_path=None,
+                                         flash_attn_version="2.5.8")))
     assert stage.summarize(result).headline["flash-attn API served"] == "2.5.8"
 
 

@@ -13,11 +13,14 @@ import pytest
 from hyport_lib.backend import get_backend
 from hyport_lib.environment.compat import TORCH_NPU_COMPAT, check_cann_compat, check_torch_npu_compat
 from hyport_lib.devices.records import Check, DeviceProcess
-from hyport_lib.environment.collect import EnvironmentReport, collect_environment
+from hyport_lib.environment import stage
+from hyport_lib.environment.collect import EnvironmentReport
+from hyport_lib.environment.params import Params
 from hyport_lib.devices.probe import busy_cards, list_devices, probe_devices
 from hyport_lib.devices.visible_devices import check_visible_devices, parse_visible_devices
 from hyport_lib.environment.frames import checks_frame
-from hyport_lib.environment.facts import collect_cann, collect_env_vars, collect_versions
+from hyport_lib.environment.facts import collect_cann, collect_env_vars
+from hyport_lib.utils.imports import collect_versions
 from hyport_lib.devices import host_memory, visible_devices
 from hyport_lib.environment import checks as C
 from hyport_lib.environment.compat import releases_for_torch
@@ -30,6 +33,11 @@ from conftest import requires_full_stack
 
 REPO = Path(__file__).resolve().parents[1]
 SAMPLES = Path(__file__).parent / "data" / "npu_smi"
+
+
+def _collect(**values) -> EnvironmentReport:
+    """Stage 01 run as the notebook runs it, with these parameters."""
+    return stage.run(stage.plan(Params(**values)))
 
 
 # --- compatibility table ----------------------------------------------------------------------
@@ -171,11 +179,12 @@ def test_env_cli_passes_with_gpus_hidden_on_cpu(capsys, monkeypatch):
         assert "[FAIL]" not in out and code == 0, out
 
 
+@pytest.mark.slow
 def test_hidden_gpus_on_an_npu_host(fake_npu, npu_smi_sample, monkeypatch):
     npu_smi_sample(_npu_smi_table(4, busy={}))
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "-1")
     monkeypatch.setenv("ASCEND_RT_VISIBLE_DEVICES", "0,1")
-    report = collect_environment(device="npu", num_cards=2, check_ports=False)
+    report = _collect(device="npu", num_cards=2, check_ports=False)
     visible = [c for c in report.checks if c.name == "visible_devices"]
     assert [c.verdict for c in visible] == ["PASS", "SKIP"]  # the NPU variable first
     assert "ASCEND_RT_VISIBLE_DEVICES=0,1" in visible[0].reason
@@ -185,13 +194,14 @@ def test_hidden_gpus_on_an_npu_host(fake_npu, npu_smi_sample, monkeypatch):
 
 def test_requested_cuda_names_the_hidden_gpus(monkeypatch):
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
-    report = collect_environment(device="cuda", check_ports=False)  # no CUDA here: falls back
+    report = _collect(device="cuda", check_ports=False)  # no CUDA here: falls back
     assert report.check("backend").verdict == "FAIL"
     check = report.check("visible_devices")
     assert check.verdict == "FAIL" and check.reason.startswith("CUDA_VISIBLE_DEVICES is set but empty")
 
 
 # --- devices through the torch_npu double ----------------------------------------------------
+@pytest.mark.slow
 def test_list_devices_with_fake_npu(fake_npu, npu_smi_sample):
     npu_smi_sample((SAMPLES / "910b_24x_classic.txt").read_text(encoding="utf-8"))
     backend = get_backend("npu")
@@ -204,6 +214,7 @@ def test_list_devices_with_fake_npu(fake_npu, npu_smi_sample):
     assert (listing.source, listing.error, listing.driver_version) == ("npu-smi", None, "24.1.rc1")
 
 
+@pytest.mark.slow
 def test_a3_busy_card_is_the_logical_index(fake_npu, npu_smi_sample):
     npu_smi_sample((SAMPLES / "a3_two_chips.txt").read_text(encoding="utf-8"))
     assert list(busy_cards(get_backend("npu"))) == [3]
@@ -235,6 +246,7 @@ def _npu_smi_table(cards: int, busy: dict[int, int]) -> str:
     return "\n".join(lines) + "\n"
 
 
+@pytest.mark.slow
 def test_busy_cards_judged_among_the_visible_cards(fake_npu, npu_smi_sample, monkeypatch, capsys):
     from hyport_lib.commands import main
     from hyport_lib.devices.card_plan import plan_grid
@@ -266,6 +278,7 @@ def test_busy_cards_judged_among_the_visible_cards(fake_npu, npu_smi_sample, mon
     (None, 2, "WARN", ["2 of 8 cards busy", "pid 5555"]),
     (None, 7, "FAIL", ["6 free, 7 requested"]),
 ])
+@pytest.mark.slow
 def test_busy_cards_check_with_a_visible_variable(fake_npu, npu_smi_sample, monkeypatch,
                                                   visible, num_cards, verdict, words):
     npu_smi_sample(_npu_smi_table(8, busy={4: 4444, 5: 5555}))
@@ -273,7 +286,7 @@ def test_busy_cards_check_with_a_visible_variable(fake_npu, npu_smi_sample, monk
         monkeypatch.delenv("ASCEND_RT_VISIBLE_DEVICES", raising=False)
     else:
         monkeypatch.setenv("ASCEND_RT_VISIBLE_DEVICES", visible)
-    check = collect_environment(device="npu", num_cards=num_cards, check_ports=False).check("busy_cards")
+    check = _collect(device="npu", num_cards=num_cards, check_ports=False).check("busy_cards")
     assert check.verdict == verdict, check.reason
     for word in words:
         assert word in check.reason, check.reason
@@ -289,6 +302,7 @@ def test_busy_cards_when_nothing_visible_maps():
     assert C.check_busy_cards("npu", listing, 2, visible=None).verdict == "PASS"
 
 
+@pytest.mark.slow
 def test_npu_smi_failure_falls_back_to_torch(fake_npu, monkeypatch):
     monkeypatch.delenv("HYPORT_FAKE_NPU_SMI_FILE", raising=False)  # the double then exits 2
     monkeypatch.setenv("HYPORT_FAKE_NPU_COUNT", "2")
@@ -299,10 +313,11 @@ def test_npu_smi_failure_falls_back_to_torch(fake_npu, monkeypatch):
     assert C.check_busy_cards("npu", listing).verdict == "WARN"
 
 
+@pytest.mark.slow
 def test_collect_environment_on_fake_npu(fake_npu, npu_smi_sample, monkeypatch):
     monkeypatch.setenv("ASCEND_RT_VISIBLE_DEVICES", "0, 1")
     npu_smi_sample((SAMPLES / "910b_24x_classic.txt").read_text(encoding="utf-8"))
-    report = collect_environment(device="npu", num_cards=2, check_ports=False)
+    report = _collect(device="npu", num_cards=2, check_ports=False)
     assert report.device == "npu" and report.device_source == "npu-smi"
     assert report.versions["torch_npu"] == fake_npu.__version__
     got = {c.name: c.verdict for c in report.checks}
@@ -320,10 +335,10 @@ def test_collect_environment_on_fake_npu(fake_npu, npu_smi_sample, monkeypatch):
     assert "pid 576489 python 60703 MB" in report.to_text()
     monkeypatch.delenv("ASCEND_RT_VISIBLE_DEVICES")
     monkeypatch.setenv("HYPORT_FAKE_NPU_COUNT", "3")  # the sample's host: 3 cards
-    report2 = collect_environment(device="npu", num_cards=2, check_ports=False)
+    report2 = _collect(device="npu", num_cards=2, check_ports=False)
     busy2 = report2.check("busy_cards")
     assert busy2.verdict == "WARN" and busy2.reason.startswith("1 of 3 cards busy")
-    report3 = collect_environment(device="npu", num_cards=3, check_ports=False)
+    report3 = _collect(device="npu", num_cards=3, check_ports=False)
     assert report3.check("busy_cards").verdict == "FAIL"
     assert "2 free, 3 requested" in report3.check("busy_cards").reason
 
@@ -356,6 +371,7 @@ esac
 """
 
 
+@pytest.mark.slow
 def test_cuda_listing_through_a_fake_nvidia_smi(tmp_path, monkeypatch):
     from hyport_lib.backend import CudaBackend
 
@@ -395,7 +411,7 @@ def test_report_never_contains_secrets(monkeypatch):
     for key, value in SECRETS.items():
         monkeypatch.setenv(key, value)
     monkeypatch.setenv("HCCL_CONNECT_TIMEOUT", "600")
-    report = collect_environment(device="cpu", check_ports=False)
+    report = _collect(device="cpu", check_ports=False)
     assert report.env_vars["HCCL_CONNECT_TIMEOUT"] == "600"
     outputs = [report.to_text(), json.dumps(report.to_dict(), default=str)]
     for text in outputs:
@@ -520,7 +536,7 @@ def test_collect_on_cpu_is_fast_and_complete():
     import torch  # noqa: F401  (the import itself is not the check's cost)
 
     had_deepspeed = "deepspeed" in sys.modules
-    report = collect_environment(device="cpu", num_cards=2)
+    report = _collect(device="cpu", num_cards=2)
     assert report.elapsed_s < 3.0
     assert report.device == "cpu" and len(report.devices) == 2
     assert had_deepspeed or "deepspeed" not in sys.modules
@@ -571,10 +587,8 @@ def test_cli_json_and_exit_code(capsys, tmp_path, monkeypatch):
 
 
 def test_summary_names_the_first_fail_before_warns():
-    from hyport_lib.environment.stage import environment_summary
-
     report = _report("PASS", "WARN", "FAIL")
-    text = environment_summary(report)
+    text = stage.summary_line(report)
     assert text.endswith(f"first FAIL: {report.checks[2].name}")
 
 
@@ -614,6 +628,6 @@ def test_the_environment_report_judges_the_video_part_for_the_model(zoo):
     assert wants_video_processor(str(zoo["qwen2_vl"])) == ("qwen2_vl", True)
     assert wants_video_processor(str(zoo["qwen3"])) == ("qwen3", False)
     assert wants_video_processor("org/not-here") == ("", None)
-    assert collect_environment(check_ports=False).check("video_processors").verdict == "PASS"
-    qwen = collect_environment(check_ports=False, model_path=str(zoo["qwen2_vl"])).check("video_processors")
+    assert _collect(check_ports=False).check("video_processors").verdict == "PASS"
+    qwen = _collect(check_ports=False, model_path=str(zoo["qwen2_vl"])).check("video_processors")
     assert qwen.verdict == ("PASS" if torchvision_problem() is None else "WARN")

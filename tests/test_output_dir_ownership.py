@@ -92,18 +92,16 @@ def test_the_lock_dies_with_a_killed_launcher(tmp_path):
     release_output_dir(out)
 
 
-def test_the_report_after_a_refused_stage_04_shows_no_pass_for_05(tmp_path):
-    """Stage 04 refused before launch (a bad record) leaves no record: stage 05 of that
-    run fails with stage 04's reason instead of PASSing on the embedded model."""
+def test_a_bad_record_stops_the_report_before_stage_04_or_05_runs(tmp_path):
+    """hyport report plans every selected stage first: stage 04's bad record stops the run
+    (exit 2, naming the stage and the dataset) before anything is written, so stage 05 never
+    verifies the embedded model in place of weights stage 04 did not train."""
     data = tmp_path / "bad.json"
     data.write_text(json.dumps([{"id": "a", "conversations": [{"from": "human", "value": "hi"}]}]))
     done = subprocess.run([sys.executable, "-m", "hyport_lib", "report", "--profile", "default",
                            "--only", "04,05", "-p", f"dataset_path={data}", "--output-dir",
                            str(tmp_path / "out"), "--cell-timeout", "600"],
                           cwd=REPO, capture_output=True, text=True, timeout=900)
-    assert done.returncode == 1, done.stdout + done.stderr
-    run = json.loads(next((tmp_path / "out").glob("*/run.json")).read_text())
-    verdicts = {s["stage"]: s for s in run["stages"]}
-    assert verdicts["04_train"]["verdict"] == "FAIL"
-    assert verdicts["05_weights"]["verdict"] == "FAIL"
-    assert "stage 04 of this run trained no weights" in (verdicts["05_weights"]["error"] or "")
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert f"04_train: 1 records in {data}: 0 good, 1 with problems" in done.stderr, done.stderr
+    assert not (tmp_path / "out").exists()

@@ -48,6 +48,7 @@ def _pids(log):
     return None
 
 
+@pytest.mark.slow
 def test_payload_reaches_the_child_and_cutting_the_lifeline_ends_its_group(tmp_path):
     log = tmp_path / "child.log"
     child = P.start_child([sys.executable, "-c", CHILD], env=_env(), log_path=log,
@@ -68,6 +69,7 @@ def test_payload_reaches_the_child_and_cutting_the_lifeline_ends_its_group(tmp_p
         P.stop_all([child] if child.proc.returncode is None else [])
 
 
+@pytest.mark.slow
 def test_kill_groups_stops_the_child_and_what_it_started(tmp_path):
     log = tmp_path / "child.log"
     child = P.start_child([sys.executable, "-c", CHILD], env=_env(), log_path=log,
@@ -80,6 +82,7 @@ def test_kill_groups_stops_the_child_and_what_it_started(tmp_path):
     assert _wait_for(lambda: not grandchild.is_running() or grandchild.status() == psutil.STATUS_ZOMBIE)
 
 
+@pytest.mark.slow
 def test_reap_leftovers_kills_what_an_exited_leader_left_behind(tmp_path):
     log = tmp_path / "child.log"
     code = ("import subprocess, sys; "
@@ -94,6 +97,7 @@ def test_reap_leftovers_kills_what_an_exited_leader_left_behind(tmp_path):
     assert P.finish(child) == 0
 
 
+@pytest.mark.slow
 def test_a_child_that_never_reads_does_not_block_the_launcher(tmp_path):
     big = b"x" * (4 * 1024 * 1024)  # far more than a pipe holds
     started = time.monotonic()
@@ -106,6 +110,7 @@ def test_a_child_that_never_reads_does_not_block_the_launcher(tmp_path):
     assert P.finish(child) == 0
 
 
+@pytest.mark.slow
 def test_guard_refuses_when_not_a_group_leader(tmp_path):
     code = "from hyport_lib.processes import start_guard; print('guard', start_guard())"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,

@@ -12,6 +12,7 @@ import pytest
 
 from hyport_lib.report import html as report_html
 from hyport_lib.report.profiles import load_profile, parse_overrides, resolve_profile
+from hyport_lib.params import Field, Spec
 from hyport_lib.report.params import absolutize_paths, coerce_overrides
 from hyport_lib.report.run import new_run_dir
 from hyport_lib.report.runner import run_report
@@ -47,17 +48,29 @@ def stage_dir(tmp_path):
     return folder
 
 
-def test_overrides_are_typed_by_the_notebooks_declared_types():
+def _fields(**kinds) -> dict:
+    """name -> Field of that kind ("path" for a path text), None default."""
+    return {name: Field(name, "str" if kind == "path" else kind, True, None,
+                        Spec(doc="", path="any" if kind == "path" else None,
+                             not_paths=("tiny", "auto", "none")))
+            for name, kind in kinds.items()}
+
+
+def test_overrides_are_typed_by_the_declared_types():
     raw = parse_overrides(["max_steps=20", "device=cpu", "flag=true", "x=", "l=[1, 2]",
                            "single_prompt=Translate: hello", "answer=yes", "model_path=0755"])
     assert raw["single_prompt"] == "Translate: hello"
-    types = {"max_steps": "None", "device": "str", "flag": "bool", "x": "None", "l": "list",
-             "single_prompt": "str", "answer": "str", "model_path": "str"}
-    assert coerce_overrides(raw, types) == {
-        "max_steps": 20, "device": "cpu", "flag": True, "x": None, "l": [1, 2],
-        "single_prompt": "Translate: hello", "answer": "yes", "model_path": "0755"}
+    fields = _fields(max_steps="int", device="str", flag="bool", x="str", l="list",
+                     single_prompt="str", answer="str", model_path="path")
+    typed = coerce_overrides(raw, fields)
+    # text stays text (a prompt "yes", a folder "0755"); lists, numbers and flags are
+    # typed as YAML types them; what they must be is checked by their field
+    assert typed == {"max_steps": 20, "device": "cpu", "flag": True, "x": "", "l": [1, 2],
+                     "single_prompt": "Translate: hello", "answer": "yes", "model_path": "0755"}
     with pytest.raises(ValueError, match="max_steps"):
-        coerce_overrides({"max_steps": "[unclosed"}, {"max_steps": "int"})
+        coerce_overrides({"max_steps": "[unclosed"}, _fields(max_steps="list"))
+    with pytest.raises(ValueError, match="max_steps"):
+        fields["max_steps"].convert("[unclosed")
     with pytest.raises(ValueError, match="'oops'"):
         parse_overrides(["oops"])
     with pytest.raises(ValueError, match="'1x=2'"):
@@ -115,8 +128,11 @@ def test_run_dirs_are_unique(tmp_path):
 def test_relative_paths_are_made_absolute(tmp_path):
     (tmp_path / "code").mkdir()
     (tmp_path / "cat.png").write_bytes(b"png")
+    fields = _fields(code_path="path", model_path="path", n="int", image="path", log_dir="path", other="str",
+                     dataset_path="path", deepspeed_config="path", resume_from="path", image_root="path",
+                     weights_path="path")
     out = absolutize_paths({"code_path": "code", "model_path": "tiny", "n": 3, "image": "cat.png",
-                            "log_dir": "not/yet", "other": "code"}, tmp_path)
+                            "log_dir": "not/yet", "other": "code"}, fields, tmp_path)
     assert out == {"code_path": str((tmp_path / "code").resolve()), "model_path": "tiny", "n": 3,
                    "image": str((tmp_path / "cat.png").resolve()),
                    "log_dir": str((tmp_path / "not/yet").resolve()), "other": "code"}
@@ -124,11 +140,10 @@ def test_relative_paths_are_made_absolute(tmp_path):
     # that are no files stay; path values are never parsed as numbers
     more = absolutize_paths({"dataset_path": "mydata/train.json", "deepspeed_config": "ds.json",
                              "resume_from": "auto", "model_path": "org/model", "image_root": "imgs"},
-                            tmp_path)
+                            fields, tmp_path)
     assert more == {"dataset_path": str(tmp_path / "mydata/train.json"), "deepspeed_config": str(tmp_path / "ds.json"),
                     "resume_from": "auto", "model_path": "org/model", "image_root": str(tmp_path / "imgs")}
-    assert coerce_overrides({"weights_path": "2024", "max_steps": "20"},
-                            {"weights_path": "None", "max_steps": "int"}) == {"weights_path": "2024", "max_steps": 20}
+    assert coerce_overrides({"weights_path": "2024", "n": "20"}, fields) == {"weights_path": "2024", "n": 20}
 
 
 def test_widgets_are_made_static():
@@ -172,7 +187,7 @@ def test_failing_stage_is_reported_and_later_stages_run(stage_dir, tmp_path, mon
 
 @pytest.mark.slow
 def test_cli_exit_codes_and_unknown_parameters(stage_dir, tmp_path):
-    base = [sys.executable, "-m", "hyport_lib.commands", "report", "--profile", "none",
+    base = [sys.executable, "-m", "hyport_lib", "report", "--profile", "none",
             "--notebooks", str(stage_dir), "--output-dir", str(tmp_path / "o")]
     bad = subprocess.run(base + ["-p", "nosuch=1"], capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and "nosuch" in bad.stderr
@@ -186,7 +201,7 @@ def test_cli_exit_codes_and_unknown_parameters(stage_dir, tmp_path):
 
 
 def test_blog_and_index_escape_what_they_show(tmp_path):
-    from hyport_lib.report.blog import render_blog
+    from hyport_lib.report.blog.writer import render_blog
     from hyport_lib.report.index import render_index
     from hyport_lib.report.run import ReportRun, StageOutcome
 
@@ -248,8 +263,9 @@ def test_relative_output_dir_and_awkward_secrets(stage_dir, tmp_path, monkeypatc
     assert run.stages[1].summary == "[redacted]"
 
 
+@pytest.mark.slow
 def test_unknown_profile_keys_are_refused_unless_allowed(stage_dir, tmp_path):
-    from hyport_lib.parameters import ParameterError
+    from hyport_lib.params import ParameterError
 
     profile = tmp_path / "p.yaml"
     profile.write_text("# hyport report --profile p.yaml\nmax_steps: null\nlevel: 2\nlevl: 3\n")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -13,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from hyport_lib.train import stage
-from hyport_lib.train.config import TrainConfig
+from hyport_lib.train.params import Params
 from hyport_lib.train.rendezvous import free_port
 
 pytestmark = pytest.mark.slow
@@ -24,7 +25,7 @@ def _train(tmp_path, name="run", **params):
     params.setdefault("max_steps", 4)
     params.setdefault("save_steps", 2)
     params.setdefault("resume_from", "none")
-    return stage.run(stage.plan(TrainConfig(output_dir=str(tmp_path / name), **params)))
+    return stage.run(stage.plan(Params(output_dir=str(tmp_path / name), **params)))
 
 
 def _steps(result):
@@ -45,8 +46,10 @@ def _tiny_parameters():
     return sum(p.numel() for p in _reload(str(ensure_tiny_model())).parameters())
 
 
-def test_zero2_run_exits_0_and_its_weights_reload(tmp_path):
-    result = _train(tmp_path, zero_stage=2)
+def test_zero2_run_exits_0_and_its_weights_reload(zero2_run, tmp_path):
+    # The session's ZeRO-2 run (tests/fixtures_runs.py: 4 steps, save_steps 2), also
+    # read by test_weights_zero.py and the reused-folder test below.
+    result = zero2_run
     assert result.status == "ok" and result.exit_code == 0, result.reason
     assert result.verdict()[0] == "PASS", result.verdict()
     assert _steps(result) == [1, 2, 3, 4]
@@ -55,7 +58,7 @@ def test_zero2_run_exits_0_and_its_weights_reload(tmp_path):
     assert complete == [2, 4]
     checkpoint = Path(result.last_checkpoint)
     assert (checkpoint / "global_step4").is_dir() and (checkpoint / "hyport_checkpoint.json").is_file()
-    assert result.final_dir == str(tmp_path / "run")
+    assert result.final_dir == result.plan["output_dir"]
     model = _reload(result.final_dir)
     assert sum(p.numel() for p in model.parameters()) == _tiny_parameters()
     assert (Path(result.final_dir) / "tokenizer.json").is_file()  # processor files beside the weights
@@ -180,10 +183,10 @@ def test_two_node_launch_on_one_host(tmp_path):
          "--output-dir", str(tmp_path / "node1"), "--no-record", *common],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
-        config = TrainConfig(output_dir=str(tmp_path / "node0"), max_steps=3, save_steps=3,
-                             num_cards=1, nnodes=2, node_rank=0, master_port=port,
-                             resume_from="none", train_timeout_s=240)
-        first = stage.run(stage.plan(config))
+        params = Params(output_dir=str(tmp_path / "node0"), max_steps=3, save_steps=3,
+                        num_cards=1, nnodes=2, node_rank=0, master_port=port,
+                        resume_from="none", train_timeout_s=240)
+        first = stage.run(stage.plan(params))
         out, _ = second.communicate(timeout=300)
     finally:
         if second.poll() is None:
@@ -195,33 +198,33 @@ def test_two_node_launch_on_one_host(tmp_path):
 
 
 @pytest.mark.parametrize("where", ["root", "notebooks"])
-def test_the_users_papermill_command_works(where, tmp_path):
+def test_the_users_papermill_command_works(where, papermill_04):
     """``papermill notebooks/04_train.ipynb out.ipynb -p max_steps 20`` from the repository
-    root, and ``papermill 04_train.ipynb out.ipynb -p max_steps 20`` from notebooks/."""
-    cwd = REPO if where == "root" else REPO / "notebooks"
-    notebook = "notebooks/04_train.ipynb" if where == "root" else "04_train.ipynb"
-    out = tmp_path / "out.ipynb"
-    env = {**os.environ, "HYPORT_RESULTS_DIR": str(tmp_path / "results")}
-    papermill = Path(sys.executable).with_name("papermill")
-    run = subprocess.run([str(papermill), notebook, str(out), "-p", "max_steps", "20"], cwd=cwd,
-                         env=env, capture_output=True, text=True, timeout=900)
+    root, and ``papermill 04_train.ipynb out.ipynb -p max_steps 20`` from notebooks/
+    (tests/fixtures_runs.py; test_notebooks.py reads the second as 04's run without
+    parameters, 20 being the notebook's own max_steps)."""
+    done = papermill_04(where)
+    run = done.proc
     assert run.returncode == 0, run.stderr[-3000:]
-    nb = json.loads(out.read_text())
+    nb = json.loads(done.notebook.read_text())
     outputs = [o for c in nb["cells"] for o in c.get("outputs", [])]
     assert not [o for o in outputs if o.get("output_type") == "error"]
     assert sum(1 for o in outputs if "image/png" in o.get("data", {})) == 1  # the final plot, once
     text = json.dumps(outputs)
     assert "step 20/20" in text and "finished" in text
-    recorded = json.loads((tmp_path / "results" / "04_train.json").read_text())
+    recorded = json.loads((done.results / "04_train.json").read_text())
     assert recorded["verdict"] == "PASS" and recorded["headline"]["steps"] == 20
     assert recorded["data"]["summary"]["last_step"] == 20
 
 
-def test_a_reused_output_dir_never_passes_off_old_checkpoints(tmp_path, monkeypatch):
+def test_a_reused_output_dir_never_passes_off_old_checkpoints(zero2_run, tmp_path, monkeypatch):
     """A later run in the same folder drops the checkpoints beyond its starting point (they
     are not its own, and the Trainer would write into them), and keeps its own save_steps
     and SAVE_STEPS after a resume (the Trainer would take the checkpoint's)."""
-    first = _train(tmp_path, "job", max_steps=4, save_steps=2)
+    # The first run is the session's ZeRO-2 run (max_steps 4, save_steps 2, the defaults
+    # of _train), copied: the later runs write into the folder.
+    first = zero2_run
+    shutil.copytree(first.plan["output_dir"], tmp_path / "job")
     assert [c["step"] for c in first.checkpoints] == [2, 4]
     again = _train(tmp_path, "job", max_steps=2, save_steps=2, resume_from="none")
     assert [c["step"] for c in again.checkpoints] == [2] and again.last_checkpoint.endswith("checkpoint-2")

@@ -1,4 +1,4 @@
-"""Stage 04's parts without a training process: config, DeepSpeed JSON, checkpoints,
+"""Stage 04's parts without a training process: parameters, DeepSpeed JSON, checkpoints,
 metrics, the pre-launch checks and the CLI's refusal of a bad dataset."""
 
 from __future__ import annotations
@@ -11,12 +11,13 @@ import pytest
 
 from hyport_lib.backend import get_backend
 from hyport_lib.train import checkpoints as ck
-from hyport_lib.train.config import TrainConfig
 from hyport_lib.train.deepspeed_config import build_deepspeed_config, resolve_precision
 from hyport_lib.train.metrics import ema, loss_span, spikes, summarize_metrics, truncate_metrics
+from hyport_lib.train.params import Params
+from hyport_lib.train.preflight import with_env_overrides
 
 
-# --------------------------------------------------------------------------- config
+# --------------------------------------------------------------------------- parameters
 @pytest.mark.parametrize("field, value, words", [
     ("max_steps", 0, "max_steps=0"), ("zero_stage", 1, "zero_stage=1"),
     ("finetuning_type", "qlora", "finetuning_type='qlora'"), ("precision", "fp8", "precision"),
@@ -27,27 +28,42 @@ from hyport_lib.train.metrics import ema, loss_span, spikes, summarize_metrics, 
     ("max_shard_size", "5XB", "max_shard_size='5XB'"),
     ("lr_scheduler_type", "cosine_with_min_lr", "lr_scheduler_type='cosine_with_min_lr'"),
 ])
-def test_bad_config_names_the_parameter(field, value, words):
+def test_bad_params_name_the_parameter(field, value, words):
     with pytest.raises(ValueError, match=words.replace("(", r"\(").replace("[", r"\[")):
-        TrainConfig(**{field: value})
+        Params(**{field: value})
 
 
 def test_values_from_text_are_parsed():
-    config = TrainConfig(max_steps="20", packing="false", learning_rate="1e-3", zero_stage="3")
+    config = Params(max_steps="20", packing="false", learning_rate="1e-3", zero_stage="3")
     assert (config.max_steps, config.packing, config.learning_rate, config.zero_stage) == (20, False, 1e-3, 3)
-    assert TrainConfig(offload_optimizer=True, zero_stage=2).offload_optimizer
+    assert Params(offload_optimizer=True, zero_stage=2).offload_optimizer
     with pytest.raises(ValueError, match="offload_optimizer"):
-        TrainConfig(offload_optimizer=True, zero_stage=0)
+        Params(offload_optimizer=True, zero_stage=0)
 
 
 def test_max_steps_and_save_steps_environment_overrides_as_in_the_seed():
-    config = TrainConfig(max_steps=None, save_steps=100000)
-    applied = config.with_env_overrides({"MAX_STEPS": "20", "SAVE_STEPS": "20"})
+    params = Params(max_steps=None, save_steps=100000)
+    applied, overrides = with_env_overrides(params, {"MAX_STEPS": "20", "SAVE_STEPS": "20"})
     assert (applied.max_steps, applied.save_steps) == (20, 20)
-    assert applied.env_overrides == {"MAX_STEPS": 20, "SAVE_STEPS": 20}
-    assert config.with_env_overrides({}).max_steps is None
+    assert overrides == {"MAX_STEPS": 20, "SAVE_STEPS": 20}
+    assert with_env_overrides(params, {}) == (params, {})
     with pytest.raises(ValueError, match="MAX_STEPS"):
-        config.with_env_overrides({"MAX_STEPS": "twenty"})
+        with_env_overrides(params, {"MAX_STEPS": "twenty"})
+    with pytest.raises(ValueError, match=r"SAVE_STEPS \(environment\)='0': must be at least 1"):
+        with_env_overrides(params, {"SAVE_STEPS": "0"})
+
+
+def test_rules_across_parameters_are_checked_with_the_parameters():
+    # a loss scale DeepSpeed would ignore is refused, not silently dropped
+    with pytest.raises(ValueError, match=r"loss_scale=4096: a loss scale applies to precision='fp16' only"):
+        Params(loss_scale=4096)
+    assert Params(loss_scale=4096, precision="fp16").loss_scale == 4096.0
+    with pytest.raises(ValueError, match="lora_target=',': names no module"):
+        Params(lora_target=",")
+    # every broken rule is named, not only the first
+    with pytest.raises(ValueError) as info:
+        Params(node_rank=3, offload_optimizer=True, zero_stage=0)
+    assert len(info.value.details) == 2 and "node_rank=3" in info.value.details[0]
 
 
 # --------------------------------------------------------------------------- DeepSpeed JSON
@@ -56,13 +72,13 @@ def test_deepspeed_config_follows_precision_and_host():
     assert resolve_precision("auto", cpu) == "bf16"
     with pytest.raises(ValueError, match="no fp16 on the CPU"):
         resolve_precision("fp16", cpu)
-    data = build_deepspeed_config(TrainConfig(zero_stage=3), cpu, "bf16")
+    data = build_deepspeed_config(Params(zero_stage=3), cpu, "bf16")
     assert data["zero_optimization"]["stage"] == 3 and data["bf16"]["enabled"] is True
     assert data["fp16"]["enabled"] is False and data["optimizer"]["params"]["torch_adam"] is True
     assert data["zero_optimization"]["stage3_gather_16bit_weights_on_model_save"] is True
-    fp16 = build_deepspeed_config(TrainConfig(loss_scale=4096), cpu, "fp16")
+    fp16 = build_deepspeed_config(Params(loss_scale=4096, precision="fp16"), cpu, "fp16")
     assert fp16["fp16"] == {**fp16["fp16"], "enabled": True, "loss_scale": 4096.0}
-    offload = build_deepspeed_config(TrainConfig(offload_optimizer=True), cpu, "bf16")
+    offload = build_deepspeed_config(Params(offload_optimizer=True), cpu, "bf16")
     assert offload["zero_optimization"]["offload_optimizer"]["device"] == "cpu"
     assert "torch_adam" not in offload["optimizer"]["params"]  # offload needs DeepSpeed's CPU Adam
 
@@ -71,10 +87,10 @@ def test_own_deepspeed_file_must_agree_with_zero_stage(tmp_path):
     own = tmp_path / "ds.json"
     own.write_text(json.dumps({"zero_optimization": {"stage": 3}}))
     with pytest.raises(ValueError, match="sets ZeRO stage 3 but zero_stage=2"):
-        build_deepspeed_config(TrainConfig(deepspeed_config=str(own)), get_backend("cpu"), "bf16")
+        build_deepspeed_config(Params(deepspeed_config=str(own)), get_backend("cpu"), "bf16")
     own.write_text("{not json")
     with pytest.raises(ValueError, match="ds.json"):
-        build_deepspeed_config(TrainConfig(deepspeed_config=str(own)), get_backend("cpu"), "bf16")
+        build_deepspeed_config(Params(deepspeed_config=str(own)), get_backend("cpu"), "bf16")
 
 
 # --------------------------------------------------------------------------- checkpoints
@@ -178,10 +194,10 @@ def test_taken_port_and_multi_node_without_port_are_refused(tmp_path):
         sock.listen()
         taken = sock.getsockname()[1]
         with pytest.raises(ValueError, match=f"master_port={taken} is already taken"):
-            rendezvous_port(TrainConfig(master_port=taken), check=True)
-    with pytest.raises(ValueError, match="nnodes > 1"):
-        rendezvous_port(TrainConfig(nnodes=2, master_port=0), check=True)
-    assert rendezvous_port(TrainConfig(), check=True) > 0
+            rendezvous_port(Params(master_port=taken), check=True)
+    with pytest.raises(ValueError, match="master_port=0: with nnodes=2 give every node the same master_port"):
+        Params(nnodes=2, master_port=0, node_rank=1)
+    assert rendezvous_port(Params(), check=True) > 0
 
 
 def test_a_bad_dataset_stops_before_any_process_starts(tmp_path, monkeypatch, capsys):
@@ -199,7 +215,7 @@ def test_a_bad_dataset_stops_before_any_process_starts(tmp_path, monkeypatch, ca
     assert rc == 2 and not started
     assert "2 with problems" in err and "'x1'" in err and "'x2'" in err
     assert "conversations[0].from" in err
-    assert not (tmp_path / "out" / "metrics.jsonl").exists()
+    assert not (tmp_path / "out").exists()  # the plan wrote nothing
 
 
 def test_skip_bad_records_plans_without_them(tmp_path):
@@ -210,12 +226,13 @@ def test_skip_bad_records_plans_without_them(tmp_path):
     records = json.loads(smoke.read_text())
     records[3]["conversations"] = []
     smoke.write_text(json.dumps(records))
-    plan = prepare(TrainConfig(dataset_path=str(smoke), output_dir=str(tmp_path / "out"),
-                               skip_bad_records=True), get_backend("cpu"))
+    plan = prepare(Params(dataset_path=str(smoke), output_dir=str(tmp_path / "out"),
+                          skip_bad_records=True), get_backend("cpu"))
     assert plan.skip_records == [3] and plan.dataset["samples"] == 13
     assert any("1 bad record(s) skipped" in note for note in plan.notes)
-    assert json.loads(Path(plan.deepspeed_config_path).read_text())["zero_optimization"]["stage"] == 2
+    assert plan.deepspeed_json["zero_optimization"]["stage"] == 2
     assert plan.worker_spec()["skip_records"] == [3]
+    assert not (tmp_path / "out").exists()  # written by the launch, under the folder's lock
 
 
 def test_unwritable_output_dir_and_missing_model_are_named(tmp_path):
@@ -224,9 +241,9 @@ def test_unwritable_output_dir_and_missing_model_are_named(tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("x")
     with pytest.raises(PermissionError, match="output_dir="):
-        prepare(TrainConfig(output_dir=str(blocker / "sub")), get_backend("cpu"))
+        prepare(Params(output_dir=str(blocker / "sub")), get_backend("cpu"))
     with pytest.raises(ValueError, match="model_path=./no/such/model.: no such folder"):
-        prepare(TrainConfig(model_path="/no/such/model", output_dir=str(tmp_path / "o")),
+        prepare(Params(model_path="/no/such/model", output_dir=str(tmp_path / "o")),
                 get_backend("cpu"))
 
 
@@ -251,6 +268,7 @@ def test_first_failure_names_the_root_cause_rank(tmp_path):
     assert first_failure(tmp_path / "missing.log") is None
 
 
+@pytest.mark.slow
 def test_the_npu_branch_plans_hccl_tnd_attention_and_refuses_busy_cards(
         fake_npu, npu_smi_sample, monkeypatch, tmp_path):
     """On an Ascend host (the torch_npu double): packed runs use the fused NPU attention,
@@ -263,15 +281,15 @@ def test_the_npu_branch_plans_hccl_tnd_attention_and_refuses_busy_cards(
     npu = get_backend("npu")
     assert npu.dist_backend == "hccl"
     npu_smi_sample((data / "no_running_processes.txt").read_text())
-    plan = prepare(TrainConfig(output_dir=str(tmp_path / "out"), num_cards=2), npu)
+    plan = prepare(Params(output_dir=str(tmp_path / "out"), num_cards=2), npu)
     assert (plan.attn_implementation, plan.attention_backend) == ("hyport_npu_fused", "npu")
     assert plan.precision == "bf16" and plan.nproc_per_node == 2
-    assert "torch_adam" not in json.loads(Path(plan.deepspeed_config_path).read_text())["optimizer"]["params"]
+    assert "torch_adam" not in plan.deepspeed_json["optimizer"]["params"]
     npu_smi_sample((data / "910b_24x_classic.txt").read_text())
     with pytest.raises(RuntimeError, match="busy cards, training not started: card 1: card busy: pid 576489"):
-        prepare(TrainConfig(output_dir=str(tmp_path / "out2"), num_cards=2), npu)
+        prepare(Params(output_dir=str(tmp_path / "out2"), num_cards=2), npu)
     with pytest.raises(ValueError, match="num_cards=9: only 8"):
-        prepare(TrainConfig(output_dir=str(tmp_path / "out3"), num_cards=9), npu)
+        prepare(Params(output_dir=str(tmp_path / "out3"), num_cards=9), npu)
 
 
 def test_training_review_regressions(tmp_path):
@@ -316,8 +334,8 @@ def test_training_review_regressions(tmp_path):
     (tmp_path / "run" / "checkpoint-500").rmdir()
     # LoRA targets that name no layer are refused before launch
     with pytest.raises(ValueError, match="lora_target='qkv_proj': no layer"):
-        prepare(TrainConfig(finetuning_type="lora", lora_target="qkv_proj",
-                            output_dir=str(tmp_path / "lora")), get_backend("cpu"))
+        prepare(Params(finetuning_type="lora", lora_target="qkv_proj",
+                       output_dir=str(tmp_path / "lora")), get_backend("cpu"))
     # ... and LoRA without peft installed is named as such, not a ModuleNotFoundError in a rank
     import importlib.util
 
@@ -326,18 +344,19 @@ def test_training_review_regressions(tmp_path):
         mp.setattr(importlib.util, "find_spec",
                    lambda name, *a: None if name == "peft" else real_find_spec(name, *a))
         with pytest.raises(ValueError, match="finetuning_type='lora' needs peft"):
-            prepare(TrainConfig(finetuning_type="lora", output_dir=str(tmp_path / "lora2")),
+            prepare(Params(finetuning_type="lora", output_dir=str(tmp_path / "lora2")),
                     get_backend("cpu"))
-    # every problem of a big bad dataset is written out
+    # every problem of a big bad dataset is in the error, the first 50 in its lines; no file
     many = tmp_path / "many.json"
     many.write_text(json.dumps([{"id": f"r{i}", "conversations": []} for i in range(60)]))
     from hyport_lib.train.dataset import DatasetError
 
     with pytest.raises(DatasetError) as info:
-        prepare(TrainConfig(dataset_path=str(many), output_dir=str(tmp_path / "many-out")),
+        prepare(Params(dataset_path=str(many), output_dir=str(tmp_path / "many-out")),
                 get_backend("cpu"))
-    listing = Path(info.value.problems_file)
-    assert len(listing.read_text().splitlines()) == 60
+    assert len(info.value.report.problems) == 60 and len(info.value.details) == 51
+    assert info.value.details[-1].startswith("... and 10 more")
+    assert not (tmp_path / "many-out").exists()
 
 
 def test_second_training_review_regressions(tmp_path, monkeypatch):
@@ -374,32 +393,32 @@ def test_second_training_review_regressions(tmp_path, monkeypatch):
     own = tmp_path / "ds.json"
     own.write_text(json.dumps({"zero_optimization": {"stage": "auto"}}))
     with pytest.raises(ValueError, match="ds.json.*zero_optimization.stage is 'auto'"):
-        build_deepspeed_config(TrainConfig(deepspeed_config=str(own)), cpu, "bf16")
+        build_deepspeed_config(Params(deepspeed_config=str(own)), cpu, "bf16")
     # an address that does not resolve would make torchrun retry for ever
     with pytest.raises(ValueError, match="master_addr='no.such.host.invalid' does not resolve"):
-        prepare(TrainConfig(master_addr="no.such.host.invalid", output_dir=str(tmp_path / "a")), cpu)
+        prepare(Params(master_addr="no.such.host.invalid", output_dir=str(tmp_path / "a")), cpu)
     # loopback and unspecified addresses, IPv6 included, are this machine
     from hyport_lib.train.rendezvous import is_local
 
     assert all(is_local(a) for a in ("::1", "0.0.0.0", "127.0.0.1", socket.gethostname()))
     # ZeRO-3 on two processes with text-only and image records would abort in DeepSpeed
     with pytest.raises(ValueError, match="training rows hold no image.*zero_stage=3"):
-        prepare(TrainConfig(zero_stage=3, num_cards=2, packing=False, output_dir=str(tmp_path / "z3")), cpu)
-    prepare(TrainConfig(zero_stage=3, num_cards=2, output_dir=str(tmp_path / "z3p")), cpu)  # packed: all rows have images
+        prepare(Params(zero_stage=3, num_cards=2, packing=False, output_dir=str(tmp_path / "z3")), cpu)
+    prepare(Params(zero_stage=3, num_cards=2, output_dir=str(tmp_path / "z3p")), cpu)  # packed: all rows have images
     # resuming at or past max_steps trains nothing: refused; a relative folder becomes absolute
     out = tmp_path / "run"
     _checkpoint(out, 4)
     with pytest.raises(ValueError, match="step 4.*max_steps=3: nothing is left to train"):
-        prepare(TrainConfig(resume_from="auto", max_steps=3, num_cards=2, output_dir=str(out)), cpu)
+        prepare(Params(resume_from="auto", max_steps=3, num_cards=2, output_dir=str(out)), cpu)
     monkeypatch.chdir(tmp_path)
-    plan = prepare(TrainConfig(resume_from="run/checkpoint-4", max_steps=6, num_cards=2,
-                               output_dir=str(tmp_path / "other")), cpu)
-    assert plan.config.resume_from == str(out / "checkpoint-4")
-    fresh = prepare(TrainConfig(resume_from="none", max_steps=6, num_cards=2, output_dir=str(out)), cpu)
+    plan = prepare(Params(resume_from="run/checkpoint-4", max_steps=6, num_cards=2,
+                          output_dir=str(tmp_path / "other")), cpu)
+    assert plan.params.resume_from == str(out / "checkpoint-4")
+    fresh = prepare(Params(resume_from="none", max_steps=6, num_cards=2, output_dir=str(out)), cpu)
     assert any("1 earlier checkpoint(s) (checkpoint-4): they will be removed" in n for n in fresh.notes)
     # a run that logged no step is no PASS, even with weights written
     (out / "model.safetensors").write_bytes(b"")
-    empty = TrainResult(status="ok", exit_code=0, wall_s=1.0, plan={"config": {"max_steps": None}},
+    empty = TrainResult(status="ok", exit_code=0, wall_s=1.0, plan={"params": {"max_steps": None}},
                         metrics=[], summary=MetricsSummary(), worker={"final_dir": str(out)})
     assert empty.verdict() == ("FAIL", "no step was trained (no step in the metrics)")
 
@@ -418,31 +437,31 @@ def test_third_training_review_regressions(tmp_path):
     for name in ("config.json", "model.safetensors"):
         shutil.copy(ensure_tiny_model() / name, bare / name)
     with pytest.raises(ValueError, match="model_path=.*bare.*processor / tokenizer does not load"):
-        prepare(TrainConfig(model_path=str(bare), output_dir=str(tmp_path / "o1"), num_cards=2), cpu)
+        prepare(Params(model_path=str(bare), output_dir=str(tmp_path / "o1"), num_cards=2), cpu)
     # the final weights would overwrite the model being trained
     model = tmp_path / "model"
     shutil.copytree(ensure_tiny_model(), model)
     with pytest.raises(ValueError, match="output_dir=.* is the model folder"):
-        prepare(TrainConfig(model_path=str(model), output_dir=str(model), num_cards=2), cpu)
+        prepare(Params(model_path=str(model), output_dir=str(model), num_cards=2), cpu)
     # ports past 65535 and negative loss scales never reach a socket or DeepSpeed
-    with pytest.raises(ValueError, match="master_port=70000: a TCP port is 0..65535"):
-        TrainConfig(master_port=70000)
-    with pytest.raises(ValueError, match="loss_scale=-1.0"):
-        TrainConfig(loss_scale=-1)
+    with pytest.raises(ValueError, match="master_port=70000: expected an integer >= 0 and <= 65535"):
+        Params(master_port=70000)
+    with pytest.raises(ValueError, match="loss_scale=-1: expected a number >= 0"):
+        Params(loss_scale=-1)
     # an attention no rank could load is refused before torchrun
     with pytest.raises(ValueError, match="attn_implementation='foo'"):
-        prepare(TrainConfig(packing=False, attn_implementation="foo", output_dir=str(tmp_path / "o2"),
-                            num_cards=2), cpu)
+        prepare(Params(packing=False, attn_implementation="foo", output_dir=str(tmp_path / "o2"),
+                       num_cards=2), cpu)
     # resuming an older checkpoint removes the later ones: only when allowed, and said
     out = tmp_path / "run"
     for step in (4, 6, 8):
         _checkpoint(out, step)
     with pytest.raises(ValueError, match=r"2 later complete checkpoint\(s\) \(checkpoint-6, checkpoint-8\).*"
                                          r"overwrite_output_dir=True"):
-        prepare(TrainConfig(resume_from=str(out / "checkpoint-4"), max_steps=6, num_cards=2,
-                            output_dir=str(out)), cpu)
-    plan = prepare(TrainConfig(resume_from=str(out / "checkpoint-4"), max_steps=6, num_cards=2,
-                               output_dir=str(out), overwrite_output_dir=True), cpu)
+        prepare(Params(resume_from=str(out / "checkpoint-4"), max_steps=6, num_cards=2,
+                       output_dir=str(out)), cpu)
+    plan = prepare(Params(resume_from=str(out / "checkpoint-4"), max_steps=6, num_cards=2,
+                          output_dir=str(out), overwrite_output_dir=True), cpu)
     assert any("2 later checkpoint(s) in output_dir (checkpoint-6, checkpoint-8) will be removed" in n
                for n in plan.notes), plan.notes
 
@@ -469,10 +488,33 @@ def test_an_unreadable_marker_state_or_missing_rank_file_is_named_before_launch(
 def test_overflow_drop_drops_too_long_records_and_counts_them(tmp_path):
     from hyport_lib.train.preflight import prepare
 
-    plan = prepare(TrainConfig(output_dir=str(tmp_path / "o"), overflow="drop", max_seq_len=40, num_cards=2),
+    plan = prepare(Params(output_dir=str(tmp_path / "o"), overflow="drop", max_seq_len=40, num_cards=2),
                    get_backend("cpu", num_cards=2))
     assert plan.dataset["samples"] == 3
     assert any(n.startswith("overflow='drop': 11 record(s) longer than max_seq_len=40 dropped") for n in plan.notes)
+    # the bundled smoke set was checked from a private copy: the output folder is not made
+    assert plan.bundled_dataset and plan.dataset_path == str(tmp_path / "o" / "smoke_data" / "smoke_data_packing.json")
+    assert not (tmp_path / "o").exists()
+
+
+def test_the_plan_refuses_a_locked_folder_without_taking_the_lock(tmp_path):
+    import fcntl
+
+    from hyport_lib.train.ownership import OutputDirBusy, check_not_locked, lock_file
+
+    out = tmp_path / "run"
+    check_not_locked(out)  # no folder: nothing to refuse, and nothing made
+    assert not out.exists()
+    out.mkdir()
+    with open(out / lock_file(0), "w", encoding="utf-8") as held:
+        held.write("pid 1, started then\n")
+        held.flush()
+        fcntl.flock(held.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        with pytest.raises(OutputDirBusy, match=r"another hyport train is running into it \(pid 1, started then\)"):
+            check_not_locked(out)
+        check_not_locked(out, node_rank=1)  # another node of the same job locks its own file
+    check_not_locked(out)  # released with the holder's file
+    assert sorted(p.name for p in out.iterdir()) == [lock_file(0)]
 
 
 def test_ownership_review_regressions(tmp_path):
@@ -487,7 +529,7 @@ def test_ownership_review_regressions(tmp_path):
     killed = out / "checkpoint-4"  # a save killed half-way: hyport's marker, no completion
     killed.mkdir()
     (killed / ck.SAVING_MARKER).write_text("{}")
-    plan = prepare(TrainConfig(max_steps=6, num_cards=2, output_dir=str(out)), cpu)
+    plan = prepare(Params(max_steps=6, num_cards=2, output_dir=str(out)), cpu)
     assert plan.resume_checkpoint.endswith("checkpoint-2")
     assert any("checkpoint-4 (no hyport_checkpoint.json" in n for n in plan.notes), plan.notes
     # the final save killed before its file list: what it wrote is still hyport's, what was
@@ -499,6 +541,7 @@ def test_ownership_review_regressions(tmp_path):
         (out / leftover).write_text("")
     assert ownership.foreign_entries(out) == ["someone_else.bin"]
     # the plan does not keep the folder locked; the nodes of one job lock apart
+    assert not ownership._HELD
     ownership.lock_output_dir(out, node_rank=1)
     ownership.lock_output_dir(tmp_path / "other")
     ownership.release_output_dir(out)

@@ -380,9 +380,11 @@ def test_text_output_names_tensor_and_parameter_counts(sources, capsys):
 
 
 @pytest.mark.parametrize("args,words", [
-    (["{missing}"], "weights path"),
-    (["{single}", "--base", "{missing}"], "base path"),
-    (["{single}", "--checkpoint", "{missing}"], "checkpoint path"),
+    (["{missing}"], "weights_path="),
+    (["{single}", "--base-path", "{missing}"], "base_path="),
+    (["{single}", "--checkpoint-path", "{missing}"], "checkpoint_path="),
+    (["{single}", "--logits-parity"], "logits_parity=True compares the logits with a checkpoint's"),
+    (["{single}", "--consolidate-zero"], "consolidate_zero=True consolidates a checkpoint's ZeRO states"),
     (["{single}", "--reload-timeout-s", "0"], "reload_timeout_s"),
 ])
 def test_usage_errors_exit_2_with_one_line(args, words, sources, tmp_path, capsys):
@@ -474,7 +476,7 @@ def test_json_output_and_record_are_strict_json_with_nan_weights(sources, tmp_pa
     monkeypatch.setenv("HYPORT_RESULTS_DIR", str(tmp_path / "results"))
     ckpt = copy_of(sources, "single", tmp_path)
     plant_non_finite(ckpt)
-    rc = hyport(["verify", str(ckpt), "--json", "--full-scan", "--base", str(sources["single"])])
+    rc = hyport(["verify", str(ckpt), "--json", "--full-scan", "--base-path", str(sources["single"])])
     out, err = capsys.readouterr()
 
     def refuse(constant):
@@ -488,6 +490,7 @@ def test_json_output_and_record_are_strict_json_with_nan_weights(sources, tmp_pa
     json.loads(record.read_text(), parse_constant=refuse)
 
 
+@pytest.mark.slow
 def test_nan_logits_are_reported_not_a_crash(sources, tmp_path, capsys):
     """The logits check exists for NaN weights: its NaN figures come back from the child
     as JSON null and must still read as NaN."""
@@ -497,7 +500,7 @@ def test_nan_logits_are_reported_not_a_crash(sources, tmp_path, capsys):
     rewrite_tensors(ckpt / "model.safetensors",
                     lambda t: t.__setitem__("language_model.lm_head.weight",
                                             torch.full_like(t["language_model.lm_head.weight"], float("nan"))))
-    rc, result, err = verify_json(sources["single"], capsys, "--checkpoint", str(ckpt), "--logits")
+    rc, result, err = verify_json(sources["single"], capsys, "--checkpoint-path", str(ckpt), "--logits-parity")
     assert "internal error" not in err and "Traceback" not in err, err
     [hit] = [f for f in result["findings"] if f["class"] == "logits_differ"]
     assert "max |Δ| nan" in hit["message"] and rc == (1 if result["counts"]["error"] else 0)

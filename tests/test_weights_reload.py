@@ -31,6 +31,7 @@ def _rewrite(folder: Path, change) -> None:
     save_file(tensors, str(path), metadata={"format": "pt"})
 
 
+@pytest.mark.slow
 def test_reload_says_load_ok_with_the_parameter_count(tiny, tmp_path):
     from hyport_lib.weights.layout import inspect_checkpoint
 
@@ -48,6 +49,7 @@ def test_reload_says_load_ok_with_the_parameter_count(tiny, tmp_path):
     assert reload_findings(result) == []
 
 
+@pytest.mark.slow
 def test_missing_keys_load_silently_and_are_findings(tiny, tmp_path):
     """transformers loads a folder that lacks a weight and initialises it at random."""
     folder = tmp_path / "holes"
@@ -72,6 +74,7 @@ def test_missing_keys_load_silently_and_are_findings(tiny, tmp_path):
     assert found["reload_missing_keys"].severity == "error" and found["reload_missing_keys"].file == "holes"
 
 
+@pytest.mark.slow
 def test_placeholder_fails_the_reload_with_one_line(tiny, tmp_path):
     folder = tmp_path / "zero3"
     shutil.copytree(tiny, folder)
@@ -86,12 +89,16 @@ def test_placeholder_fails_the_reload_with_one_line(tiny, tmp_path):
 
 
 def test_bad_arguments_name_themselves(tiny, tmp_path):
-    with pytest.raises(ValueError, match="dtype='fp8'"):
-        reload(tiny, dtype="fp8")
+    from hyport_lib.params import ParameterError
+    from hyport_lib.weights.params import Params
+
+    # the dtype and the timeout are the stage's parameters, refused where they are declared
+    with pytest.raises(ParameterError, match="^dtype='fp8': expected one of 'auto', 'float32'"):
+        Params(dtype="fp8")
+    with pytest.raises(ParameterError, match="^reload_timeout_s=0: expected a number > 0"):
+        Params(reload_timeout_s=0)
     with pytest.raises(FileNotFoundError, match="reload path"):
         reload(tmp_path / "nowhere")
-    with pytest.raises(ValueError, match="reload_timeout_s"):
-        reload(tiny, timeout_s=0)
 
 
 def _workers(logs: Path) -> list[int]:
@@ -109,6 +116,7 @@ def _workers(logs: Path) -> list[int]:
     return found
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not Path("/proc/self/cmdline").exists(), reason="needs /proc")
 def test_timeout_kills_the_child_and_says_so(tiny, tmp_path):
     logs = tmp_path / "logs-timeout"
@@ -118,6 +126,7 @@ def test_timeout_kills_the_child_and_says_so(tiny, tmp_path):
     assert _workers(logs) == []
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not Path("/proc/self/cmdline").exists(), reason="needs /proc")
 def test_sigterm_to_hyport_verify_stops_the_reload_child(tiny, tmp_path):
     import signal
@@ -126,7 +135,7 @@ def test_sigterm_to_hyport_verify_stops_the_reload_child(tiny, tmp_path):
     import time
 
     logs = tmp_path / "logs-stop"
-    proc = subprocess.Popen([sys.executable, "-m", "hyport_lib.commands", "verify", str(tiny), "--reload",
+    proc = subprocess.Popen([sys.executable, "-m", "hyport_lib", "verify", str(tiny), "--reload",
                              "--no-record", "--log-dir", str(logs)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 60

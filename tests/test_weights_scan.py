@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import shutil
 import zlib
 from pathlib import Path
@@ -79,9 +80,15 @@ def test_scan_finds_values_at_chunk_boundaries_and_checksums_whole_tensors(tmp_p
 
 
 def test_scan_bad_arguments_name_themselves(tiny):
+    from hyport_lib.params import ParameterError, field_of
+    from hyport_lib.weights.params import Params
+    from hyport_lib.weights.scan import HASHERS
+
     shards = inspect_checkpoint(tiny, with_model=False).shards
-    with pytest.raises(ValueError, match="checksum='md5'"):
-        full_scan(shards, checksum="md5")
+    # the checksum is a stage parameter: refused by Params, in one line, before any scan
+    assert set(field_of(Params, "checksum").spec.choices) == set(HASHERS)
+    with pytest.raises(ParameterError, match="^checksum='md5': expected one of 'crc32', 'sha256'$"):
+        Params(checksum="md5")
     with pytest.raises(ValueError, match="chunk_bytes=100"):
         full_scan(shards, chunk_bytes=100)
 
@@ -210,6 +217,51 @@ def test_default_folders(tmp_path, monkeypatch):
         resolve_paths(results=results)
     assert resolve_paths("/x", None, None, results=results).weights == "/x"  # a path given still wins
 
+
+
+def test_the_plan_names_the_tiny_stand_in_without_building_it(tmp_path, monkeypatch):
+    """hyport report plans every stage before any runs: naming the tiny model writes nothing;
+    the run builds it."""
+    from hyport_lib.weights import stage
+    from hyport_lib.weights.params import Params
+
+    monkeypatch.setenv("HYPORT_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("HYPORT_RESULTS_DIR", str(tmp_path / "results"))
+    plan = stage.plan(Params())
+    assert plan.sources.tiny and "no stage 04 result" in plan.sources.note
+    assert plan.params.reload_timeout_s == 600.0 and plan.log_dir is None
+    assert not (tmp_path / "cache").exists() and not (tmp_path / "results").exists()
+
+
+def test_the_plan_refuses_what_cannot_be_checked_in_one_line_each(tmp_path, tiny):
+    from hyport_lib.params import ParameterError
+    from hyport_lib.weights import stage
+    from hyport_lib.weights.params import Params
+
+    headers_only = {"full_scan": False, "reload": False, "logits_parity": False, "consolidate_zero": False}
+    missing = str(tmp_path / "nowhere")
+    with pytest.raises(ParameterError, match=f"^weights_path={re.escape(repr(missing))}: no such file or folder$"):
+        stage.plan(Params(weights_path=missing, **headers_only))
+    with pytest.raises(ParameterError, match=f"^checkpoint_path={re.escape(repr(missing))}: no such file or folder$"):
+        stage.plan(Params(weights_path=str(tiny), checkpoint_path=missing, **headers_only))
+    with pytest.raises(ParameterError, match=f"^base_path={re.escape(repr(missing))}: no such file or folder$"):
+        Params(base_path=missing)  # never written by stage 04: refused where it is declared
+    with pytest.raises(ParameterError, match="^reload_timeout_s=0: expected a number > 0"):
+        Params(reload_timeout_s=0)
+    # a check that needs a checkpoint, without one: refused, never a PASS that left it out
+    with pytest.raises(ParameterError) as caught:
+        stage.plan(Params(weights_path=str(tiny)))  # the notebook's defaults: every check on
+    assert caught.value.details == [
+        "logits_parity=True compares the logits with a checkpoint's, and there is none: give "
+        "checkpoint_path or set logits_parity=False",
+        "consolidate_zero=True consolidates a checkpoint's ZeRO states, and there is none: give "
+        "checkpoint_path or set consolidate_zero=False"]
+    plan = stage.plan(Params(weights_path=str(tiny), **headers_only))
+    assert (plan.sources.weights, plan.sources.checkpoint, plan.sources.tiny) == (str(tiny), None, False)
+    # a Trainer checkpoint given as the weights holds its own ZeRO states
+    trainer_checkpoint = shutil.copytree(tiny, tmp_path / "checkpoint-2")
+    (trainer_checkpoint / "global_step2").mkdir()
+    assert stage.plan(Params(weights_path=str(trainer_checkpoint), **{**headers_only, "consolidate_zero": True}))
 
 
 def test_stage05_in_a_run_whose_stage04_wrote_no_record_checks_no_stand_in(tmp_path, monkeypatch):

@@ -1,10 +1,12 @@
-"""Stage 05 against a real stage-04 run (torchrun + DeepSpeed ZeRO-2 on 2 CPU processes):
+"""Stage 05 against a real stage-04 run (torchrun + DeepSpeed ZeRO-2 on 2 CPU processes,
+the session's ``zero2_run`` of tests/fixtures_runs.py, shared with test_training_run.py):
 the ZeRO states listed with their world size, consolidated by DeepSpeed's zero_to_fp32
 to exactly the exported weights, the whole stage on the run's folders, and a missing
 rank's optimizer states reported."""
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 from pathlib import Path
 
@@ -12,6 +14,7 @@ import pytest
 
 from hyport_lib.weights import stage
 from hyport_lib.weights.layout import inspect_checkpoint
+from hyport_lib.weights.params import Params
 from hyport_lib.weights.zero import list_zero
 from hyport_lib.weights.zero_consolidate import consolidate, zero_findings
 
@@ -19,20 +22,22 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
-def trained(tmp_path_factory):
-    """One real two-step ZeRO-2 run, shared by every test here."""
-    from hyport_lib.train import stage as train
-
-    out = tmp_path_factory.mktemp("train")
-    result = train.run(train.plan(output_dir=str(out / "run"), max_steps=2, save_steps=2, resume_from="none"))
+def trained(zero2_run):
+    """The session's real ZeRO-2 run (read only: a test that changes files copies them)."""
+    result = zero2_run
     assert result.final_dir and result.last_checkpoint, (result.reason, result.log_tail)
     return result
+
+
+def _tag(trained) -> str:
+    """DeepSpeed's folder in the last checkpoint: ``global_step<the checkpoint's step>``."""
+    return f"global_step{Path(trained.last_checkpoint).name.rpartition('-')[2]}"
 
 
 def test_zero_states_are_listed_with_their_world_size(trained):
     listing, found = list_zero(trained.last_checkpoint)
     assert found == []
-    assert listing.tag == "global_step2" and listing.zero_stage == 2
+    assert listing.tag == _tag(trained) and listing.zero_stage == 2
     assert listing.world_size == listing.dp_world_size == trained.plan["world_size"] == 2
     optim = [f for f in listing.files if f.kind == "optim_states"]
     assert [f.rank for f in optim] == [0, 1]
@@ -58,9 +63,9 @@ def test_the_stage_on_a_training_run(trained, tmp_path):
     """As notebook 05 runs after 04: everything on, every proof passes."""
     from hyport_lib.results import load_result
 
-    r = stage.run(trained.final_dir, base_path=trained.plan["model_path"],
-                  checkpoint_path=trained.last_checkpoint, full_scan=True, reload=True,
-                  logits_parity=True, consolidate_zero=True, log_dir=tmp_path)
+    params = Params(weights_path=trained.final_dir, base_path=trained.plan["model_path"],
+                    checkpoint_path=trained.last_checkpoint)  # the notebook's defaults: every check on
+    r = stage.run(dataclasses.replace(stage.plan(params), log_dir=tmp_path))
     stage.record(r, directory=tmp_path)
     assert not [f for f in r.findings if f.severity != "info"], [f.message for f in r.findings]
     assert r.reload.load_ok and r.parity.identical
@@ -76,8 +81,10 @@ def test_the_stage_on_a_training_run(trained, tmp_path):
 def test_a_missing_rank_is_reported(trained, tmp_path):
     ck = tmp_path / Path(trained.last_checkpoint).name
     shutil.copytree(trained.last_checkpoint, ck)
-    (ck / "global_step2" / "bf16_zero_pp_rank_1_mp_rank_00_optim_states.pt").unlink()
-    result = stage.run(trained.final_dir, checkpoint_path=ck, consolidate_zero=True, log_dir=tmp_path)
+    (ck / _tag(trained) / "bf16_zero_pp_rank_1_mp_rank_00_optim_states.pt").unlink()
+    params = Params(weights_path=trained.final_dir, checkpoint_path=str(ck), full_scan=False, reload=False,
+                    logits_parity=False)
+    result = stage.run(dataclasses.replace(stage.plan(params), log_dir=tmp_path))
     classes = {f.cls: f for f in result.findings}
     assert {"zero_incomplete", "zero_failed"} <= set(classes)
     assert "missing [1]" in classes["zero_incomplete"].message

@@ -16,6 +16,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from hyport_lib.inference import stage as inference_stage
+from hyport_lib.inference.params import Params as InferenceParams
 from hyport_lib.npu_attention.hf_integration import register_hyport_attention
 from hyport_lib.attention.model_check import compare_model
 from hyport_lib.models.generation_config import InferenceConfig
@@ -24,8 +26,10 @@ from hyport_lib.models.families import describe_model
 from hyport_lib.models.loading import has_torchvision, load_model, load_processor
 from hyport_lib.models.lora_targets import language_model_path, lora_target_pattern, matched_layers
 from hyport_lib.models.training_inputs import rope_positions_function
-from hyport_lib.train.dataset import load_dataset
+from hyport_lib.train import stage as train_stage
+from hyport_lib.train.dataset import DatasetError, load_dataset
 from hyport_lib.train.packing import COUNT_KEYS, PackedCollator, PaddedCollator
+from hyport_lib.train.params import Params as TrainParams
 from hyport_lib.train.samples import Encoder
 from hyport_lib.train.smoke_data import write_smoke_dataset
 from zoo import ZOO_NAMES, zoo_entry
@@ -237,33 +241,25 @@ def test_gemma3_image_tokens_attend_both_ways_in_training(zoo, records):
 
 @pytest.mark.parametrize("name", sorted(PACKING_REFUSED))
 def test_packing_is_refused_in_one_line_where_it_would_change_the_model(zoo, tmp_path, name):
-    from hyport_lib.train.config import TrainConfig
-    from hyport_lib.train.preflight import prepare
-
     with pytest.raises(ValueError, match=rf"^packing=True: {name} attends both ways.*use packing=false$"):
-        prepare(TrainConfig(model_path=str(zoo[name]), output_dir=str(tmp_path / "out"), packing=True))
+        train_stage.plan(TrainParams(model_path=str(zoo[name]), output_dir=str(tmp_path / "out"), packing=True))
 
 
 def test_a_text_only_model_names_image_records_or_leaves_the_bundled_ones_out(zoo, tmp_path):
-    import json
-
-    from hyport_lib.train.config import TrainConfig
-    from hyport_lib.train.dataset import DatasetError
-    from hyport_lib.train.preflight import prepare
-
-    plan = prepare(TrainConfig(model_path=str(zoo["qwen3"]), output_dir=str(tmp_path / "a")))
+    plan = train_stage.plan(TrainParams(model_path=str(zoo["qwen3"]), output_dir=str(tmp_path / "a")))
     assert plan.dataset["samples"] == 3 and plan.dataset["model_kind"] == "text-only"
     assert any("11 record(s) not applicable to this text-only model" in n for n in plan.notes)
     data = write_smoke_dataset(tmp_path / "data")
     with pytest.raises(DatasetError) as caught:
-        prepare(TrainConfig(model_path=str(zoo["qwen3"]), output_dir=str(tmp_path / "b"),
-                            dataset_path=str(data)))
+        train_stage.plan(TrainParams(model_path=str(zoo["qwen3"]), output_dir=str(tmp_path / "b"),
+                                     dataset_path=str(data)))
     text = str(caught.value)
     assert "smoke-single-0" in text and "text-only model" in text
-    listing = [json.loads(line) for line in (tmp_path / "b" / "dataset_problems.jsonl").read_text().splitlines()]
-    assert len(listing) == 11 and {p["kind"] for p in listing} == {"not_applicable"}
-    plan = prepare(TrainConfig(model_path=str(zoo["qwen3"]), output_dir=str(tmp_path / "c"),
-                               dataset_path=str(data), skip_bad_records=True))
+    problems = caught.value.report.problems
+    assert len(problems) == 11 and {p.kind for p in problems} == {"not_applicable"}
+    assert not (tmp_path / "b").exists()  # the plan writes nothing
+    plan = train_stage.plan(TrainParams(model_path=str(zoo["qwen3"]), output_dir=str(tmp_path / "c"),
+                                        dataset_path=str(data), skip_bad_records=True))
     assert plan.dataset["samples"] == 3 and len(plan.skip_records) == 11
 
 
@@ -328,6 +324,10 @@ def test_image_prompts_the_user_chose_are_refused_for_a_text_only_model(zoo):
     chosen = InferenceConfig(model_path=str(zoo["qwen3"]), batch_prompts=[("What is it?", True), ("Hi", False)])
     with pytest.raises(PromptNotApplicable, match=r"batch_prompts\[0\] 'What is it\?'.*skip_not_applicable=True"):
         check_prompts(chosen, str(zoo["qwen3"]))
+    # stage 03's plan refuses them the same way, before any worker starts
+    with pytest.raises(PromptNotApplicable, match=r"batch_prompts\[0\] 'What is it\?'"):
+        inference_stage.plan(InferenceParams(device="cpu", num_cards=1, model_path=str(zoo["qwen3"]),
+                                             batch_prompts=[["What is it?", True], ["Hi", False]]))
     check_prompts(InferenceConfig(model_path=str(zoo["qwen3"])), str(zoo["qwen3"]))  # defaults: fitted
     skipped = InferenceConfig(model_path=str(zoo["qwen3"]), batch_prompts=chosen.batch_prompts,
                               skip_not_applicable=True, max_new_tokens=2, warmup_runs=0)
@@ -337,11 +337,8 @@ def test_image_prompts_the_user_chose_are_refused_for_a_text_only_model(zoo):
 
 
 def test_lora_all_on_an_moe_says_the_fused_experts_stay_frozen(zoo, tmp_path):
-    from hyport_lib.train.config import TrainConfig
-    from hyport_lib.train.preflight import prepare
-
-    plan = prepare(TrainConfig(model_path=str(zoo["qwen3_moe"]), output_dir=str(tmp_path / "o"),
-                               finetuning_type="lora", lora_target="all"))
+    plan = train_stage.plan(TrainParams(model_path=str(zoo["qwen3_moe"]), output_dir=str(tmp_path / "o"),
+                                        finetuning_type="lora", lora_target="all"))
     assert any("MoE experts" in note and "stay frozen" in note for note in plan.notes)
 
 

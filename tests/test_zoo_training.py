@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from hyport_lib.train import stage
-from hyport_lib.train.config import TrainConfig
+from hyport_lib.train.params import Params
 from zoo import mixed_dataset
 
 pytestmark = pytest.mark.slow
@@ -18,8 +18,8 @@ def _train(zoo, tmp_path, name, **params):
     params.setdefault("max_steps", 2)
     params.setdefault("zero_stage", 2)
     params.setdefault("num_cards", 2)
-    result = stage.run(stage.plan(TrainConfig(model_path=str(zoo[name]), output_dir=str(tmp_path / name),
-                                              **params)))
+    result = stage.run(stage.plan(Params(model_path=str(zoo[name]), output_dir=str(tmp_path / name),
+                                         **params)))
     assert result.status == "ok" and result.exit_code == 0, result.reason
     assert [r["step"] for r in result.metrics] == list(range(1, params["max_steps"] + 1))
     assert all(r["world_size"] == 2 for r in result.metrics)

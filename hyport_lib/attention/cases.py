@@ -13,9 +13,9 @@ from typing import Optional, Sequence
 
 import torch
 
+from hyport_lib.attention.params import DTYPES
 from hyport_lib.npu_attention.reference import LAYOUTS
 
-DTYPES = ("float16", "bfloat16", "float32")
 MASK_KINDS = ("causal", "bidirectional", "band", "spans")
 BATCH_KINDS = ("dense", "padded", "packed")
 
@@ -183,15 +183,5 @@ def _full_grid() -> list[dict]:
 
 
 def build_grid(full: bool = False, dtypes: Sequence[str] = DTYPES) -> list[AttentionCase]:
-    """The comparison grid: every base case in every requested dtype.
-
-    ``dtypes`` may also be one comma-separated string (``"float16,float32"``), as a
-    command-line override gives it.
-    """
-    if isinstance(dtypes, str):
-        dtypes = [d for d in dtypes.split(",") if d.strip()]
-    dtypes = [str(d).strip().replace("torch.", "") for d in dtypes]
-    for d in dtypes:
-        if d not in DTYPES:
-            raise ValueError(f"dtypes: {d!r} is not one of {', '.join(DTYPES)}")
+    """The comparison grid: every base case in every dtype of ``dtypes``."""
     return [AttentionCase(dtype=d, **base) for base in _base_cases(full) for d in dtypes]

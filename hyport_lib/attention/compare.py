@@ -6,11 +6,6 @@ through each available backend (:mod:`~hyport_lib.attention.implementations`) an
 compared with :func:`~hyport_lib.npu_attention.reference.attention_reference` computed in
 float64 from the very same low-precision inputs (:mod:`~hyport_lib.attention.case_data`).
 Each row's metrics and verdict follow :mod:`~hyport_lib.attention.metrics`.
-
-This module runs the grid and records the stage (with the model-level check of
-:mod:`~hyport_lib.attention.model_check` and the scan of
-:mod:`~hyport_lib.attention.port_scan`). The names of those modules stay importable
-from here, so ``compare.<name>`` keeps working for the notebook and the CLI.
 """
 
 from __future__ import annotations
@@ -19,41 +14,13 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Callable, Optional, Sequence
 
-# The public names of each concern's module are re-exported (see __all__).
-from hyport_lib.attention.implementations import (
-    Implementation, available_backends, available_implementations, eager_attention,
-    run_flash_style,
-)
-from hyport_lib.attention.case_data import CaseData, case_keep_mask, make_case_data
-from hyport_lib.attention.cases import (
-    BATCH_KINDS, DTYPES, MASK_KINDS, AttentionCase, build_grid,
-)
-from hyport_lib.attention.metrics import (
-    COSINE_MIN, METRIC_COLUMNS, REL_FLOOR, Metrics, compute_metrics, decide,
-)
-from hyport_lib.attention.model_check import (
-    LOGIT_TOLERANCE, ModelComparison, compare_model, swapped_backend,
-)
-from hyport_lib.attention.nfa_calls import nfa_mapping, run_nfa
-from hyport_lib.attention.port_scan import (
-    PLANTED_EXAMPLE, PLANTED_REQUIREMENTS, planted_example, run_scan,
-)
-
-
-__all__ = [
-    # this module
-    "ComparisonResult", "compare_case", "run_comparison", "provenance", "summarize",
-    "record_stage",
-    # re-exported from the modules of each concern
-    "AttentionCase", "build_grid", "DTYPES", "MASK_KINDS", "BATCH_KINDS",
-    "CaseData", "case_keep_mask", "make_case_data",
-    "Implementation", "available_implementations", "available_backends", "eager_attention",
-    "run_flash_style", "nfa_mapping",
-    "run_nfa",
-    "Metrics", "compute_metrics", "decide", "METRIC_COLUMNS", "REL_FLOOR", "COSINE_MIN",
-    "ModelComparison", "compare_model", "swapped_backend", "LOGIT_TOLERANCE",
-    "planted_example", "run_scan", "PLANTED_EXAMPLE", "PLANTED_REQUIREMENTS",
-]
+from hyport_lib.attention.case_data import CaseData, make_case_data
+from hyport_lib.attention.cases import AttentionCase, build_grid
+from hyport_lib.attention.implementations import Implementation, available_implementations, eager_attention
+from hyport_lib.attention.metrics import METRIC_COLUMNS, compute_metrics, decide
+from hyport_lib.attention.params import DTYPES
+from hyport_lib.backend import get_backend
+from hyport_lib.results import Provenance
 
 
 @dataclass
@@ -143,8 +110,6 @@ def run_comparison(cases: Optional[Sequence[AttentionCase]] = None, device: str 
             (looked up here at call time, so a test can patch it).
         progress: called as ``progress(done, total)`` after each case.
     """
-    from hyport_lib.backend import get_backend
-
     cases = list(cases) if cases is not None else build_grid(full, dtypes)
     backends = list(backends) if backends is not None else available_implementations(
         device, flash_attn_version)
@@ -166,27 +131,7 @@ def run_comparison(cases: Optional[Sequence[AttentionCase]] = None, device: str 
         seconds=time.perf_counter() - started, cases=len(cases), full=full, notes=notes)
 
 
-def provenance(result: ComparisonResult):
+def provenance(result: ComparisonResult) -> Provenance:
     """The :class:`~hyport_lib.results.Provenance` of a comparison's NPU figures
     (emulated on the CPU when no NPU took part)."""
-    from hyport_lib.results import Provenance
-
     return Provenance(device="npu" if not result.emulated else "cpu", emulated=result.emulated)
-
-
-def summarize(result: ComparisonResult, model: Optional[ModelComparison] = None) -> dict:
-    """Deprecated: :func:`hyport_lib.attention.stage.summarize` (one release)."""
-    from hyport_lib.attention.stage import AttentionStageResult, summarize as stage_summarize
-
-    return stage_summarize(AttentionStageResult(result, model)).to_dict()
-
-
-def record_stage(result: ComparisonResult, model: Optional[ModelComparison] = None,
-                 scan=None, scanned_path: str = "") -> dict:
-    """Deprecated: :func:`hyport_lib.attention.stage.record` (one release); returns the
-    summary as a dict."""
-    from hyport_lib.attention import stage
-
-    staged = stage.AttentionStageResult(result, model, scan, scanned_path)
-    stage.record(staged)
-    return stage.summarize(staged).to_dict()

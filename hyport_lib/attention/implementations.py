@@ -19,13 +19,20 @@ from dataclasses import dataclass
 from typing import Callable, Optional
 
 import torch
+import torch.nn.functional as F
 
-from hyport_lib.npu_attention import reference as R
-from hyport_lib.npu_attention.bert_padding import make_unpad_input, pad_input, unpad_input
 from hyport_lib.attention.case_data import CaseData
 from hyport_lib.attention.cases import AttentionCase
 from hyport_lib.attention.nfa_calls import run_nfa
+from hyport_lib.backend import get_backend, npu_fusion_attention_op
+from hyport_lib.npu_attention import emulation
+from hyport_lib.npu_attention import reference as R
+from hyport_lib.npu_attention.bert_padding import make_unpad_input, pad_input, unpad_input
+from hyport_lib.npu_attention.flash_api import FlashAttnAPI
 from hyport_lib.npu_attention.sdpa_ops import repeat_kv
+from hyport_lib.npu_attention.shim import DEFAULT_VERSION
+from hyport_lib.utils.imports import is_flash_attn_available
+from hyport_lib.utils.versions import legacy_unpad
 
 
 @dataclass
@@ -76,8 +83,6 @@ def _run_eager(case, data, device):
 
 
 def _run_sdpa(case, data, device):
-    import torch.nn.functional as F
-
     dev, q, k, v = _inputs_on(data, device)
     k, v = repeat_kv(k, case.nq // case.nkv, 1), repeat_kv(v, case.nq // case.nkv, 1)
     return F.scaled_dot_product_attention(q, k, v, attn_mask=data.keep.to(dev), scale=case.scale)
@@ -121,25 +126,21 @@ def available_implementations(device: str = "auto",
     """Implementations usable on this host. ``device`` picks where eager / sdpa run;
     ``flash_attn_version`` is the flash-attn API the drop-in serves (label and
     ``unpad_input``'s arity)."""
-    from hyport_lib.npu_attention.emulation import npu_fusion_attention as emulated
-    from hyport_lib.backend import get_backend, npu_fusion_attention_op
-    from hyport_lib.utils.imports import is_flash_attn_available
-
     host = get_backend(device)
     kind, dev = host.kind, host.device(0)
     backends = [
         Implementation("eager", f"eager ({device_label(kind)})", dev, _run_eager),
         Implementation("sdpa", f"sdpa ({device_label(kind)})", dev, _run_sdpa),
         Implementation("npu-emulated", "npu-emulated (CPU)", "cpu",
-                       lambda c, d, x: run_nfa(emulated, c, d, x), emulated=True),
+                       # looked up per call, so a test can count or replace the emulation
+                       lambda c, d, x: run_nfa(emulation.npu_fusion_attention, c, d, x),
+                       emulated=True),
     ]
     if kind == "npu":
         op = npu_fusion_attention_op()
         backends.append(Implementation("npu", "npu (NPU)", dev, lambda c, d, x: run_nfa(op, c, d, x),
                                        optional_dtypes=("float32",)))
-    flash_api = _flash_api_backend(kind, dev, flash_attn_version)
-    if flash_api is not None:
-        backends.append(flash_api)
+    backends.append(_flash_api_backend(kind, dev, flash_attn_version))
     if kind == "cuda" and is_flash_attn_available():
         import flash_attn
 
@@ -149,15 +150,8 @@ def available_implementations(device: str = "auto",
     return backends
 
 
-def _flash_api_backend(kind: str, dev: str,
-                       version: Optional[str] = None) -> Optional[Implementation]:
-    """hyport's flash-attn drop-in, when its module is present (imported lazily)."""
-    try:
-        from hyport_lib.npu_attention.flash_api import FlashAttnAPI
-        from hyport_lib.npu_attention.shim import DEFAULT_VERSION
-        from hyport_lib.utils.versions import legacy_unpad
-    except ImportError:
-        return None
+def _flash_api_backend(kind: str, dev: str, version: Optional[str] = None) -> Implementation:
+    """hyport's flash-attn drop-in, serving ``version``'s API (None: the shim's default)."""
     which = "npu" if kind == "npu" else "npu-emulated"
     api = FlashAttnAPI(which)
     where = dev if which == "npu" else "cpu"
@@ -168,7 +162,3 @@ def _flash_api_backend(kind: str, dev: str,
                           where, lambda c, d, x: run_flash_style(api, c, d, x, unpad),
                           emulated=which != "npu",
                           optional_dtypes=("float32",) if which == "npu" else ())
-
-
-#: The name stage 02 used before (kept for one release).
-available_backends = available_implementations

@@ -15,8 +15,13 @@ from typing import Optional
 import torch
 
 from hyport_lib.attention.implementations import device_label
+from hyport_lib.models.generation import load_model
+from hyport_lib.models.generation_config import InferenceConfig
 from hyport_lib.models.prompts import Prompt, encode_prompts, needs_image
 from hyport_lib.models.sample_image import sample_image
+from hyport_lib.npu_attention import hf_integration
+from hyport_lib.npu_attention.shim import (DEFAULT_VERSION, current_shim, install_flash_attn_shim,
+                                           uninstall_flash_attn_shim)
 
 #: max |Δ logits| allowed per dtype before the model check warns (fp32 is exact math).
 LOGIT_TOLERANCE = {"float32": 1e-3, "bfloat16": 0.25, "float16": 0.05}
@@ -105,9 +110,6 @@ def _remote_code_shim(trust_remote_code: bool, backend: str, version: Optional[s
     if not trust_remote_code:
         yield None
         return
-    from hyport_lib.npu_attention.shim import (DEFAULT_VERSION, current_shim, install_flash_attn_shim,
-                                           uninstall_flash_attn_shim)
-
     before = current_shim()
     for name in [n for n in sys.modules if n == "transformers_modules" or n.startswith("transformers_modules.")]:
         del sys.modules[name]
@@ -139,21 +141,15 @@ def compare_model(model_path: str = "tiny", backend: str = "npu-emulated",
     result = ModelComparison(model_path=model_path, attn_implementation="", backend=backend,
                              dtype=dtype, device=device,
                              source=f"{backend} ({device_label(device)})")
-    try:
-        from hyport_lib.npu_attention.hf_integration import REGISTERED, register_hyport_attention
-    except ImportError as exc:
-        result.detail = f"hyport_lib.npu_attention.hf_integration is not available ({exc})"
-        return result
     with _remote_code_shim(trust_remote_code, backend, flash_attn_version) as shim_api:
-        return _compare(result, model_path, REGISTERED, register_hyport_attention(backend=backend),
-                        shim_api, trust_remote_code, max_new_tokens, seed)
+        # Looked up at call time: a test swaps the registration for a broken attention.
+        name = hf_integration.register_hyport_attention(backend=backend)
+        return _compare(result, model_path, hf_integration.REGISTERED, name, shim_api,
+                        trust_remote_code, max_new_tokens, seed)
 
 
 def _compare(result: ModelComparison, model_path: str, registered: dict, name: str, shim_api,
              trust_remote_code: bool, max_new_tokens: int, seed: int) -> ModelComparison:
-    from hyport_lib.models.generation_config import InferenceConfig
-    from hyport_lib.models.generation import load_model
-
     dtype, device = result.dtype, result.device
     result.attn_implementation = name
     result.trust_remote_code = trust_remote_code

@@ -16,6 +16,7 @@ import torch
 from hyport_lib.npu_attention import reference as R
 from hyport_lib.attention.case_data import CaseData
 from hyport_lib.attention.cases import AttentionCase
+from hyport_lib.npu_attention.nfa_constants import compressed_causal_mask
 from hyport_lib.npu_attention.npu_ops import sparse_arguments
 from hyport_lib.npu_attention.sdpa_ops import resolve_window
 
@@ -94,8 +95,6 @@ def _span_writeback(case: AttentionCase, qt, kt, vt, base: dict) -> dict:
 
 def run_nfa(fn: Callable, case: AttentionCase, data: CaseData, device) -> torch.Tensor:
     """Run ``case`` through an ``npu_fusion_attention`` implementation ``fn``."""
-    from hyport_lib.npu_attention.nfa_constants import compressed_causal_mask
-
     out = None
     for call in nfa_mapping(case, data, device, compressed_causal_mask(device)):
         rows = call.pop("rows")

@@ -1,13 +1,16 @@
 """The static scan of the attention stage: what in a code base still assumes CUDA / flash-attn.
 
 The scan itself is :mod:`hyport_lib.scan`; this module feeds it a path, or a small
-planted model file when none is given, and says when the scan module is absent.
+planted model file when none is given.
 """
 
 from __future__ import annotations
 
 import tempfile
 from pathlib import Path
+
+from hyport_lib.scan.model import ScanReport
+from hyport_lib.scan.scanner import scan_path
 
 PLANTED_EXAMPLE = '''\
 """A model file as it often arrives from a CUDA codebase (planted by hyport)."""
@@ -42,15 +45,8 @@ def planted_example(directory=None) -> Path:
     return folder
 
 
-def run_scan(code_path: str = ""):
-    """Scan ``code_path`` (empty: the planted example) with :func:`hyport_lib.scan.scan_path`.
-
-    Returns:
-        ``(report, path)``; ``report`` is None when the scan module is not installed.
-    """
+def run_scan(code_path: str = "") -> tuple[ScanReport, str]:
+    """Scan ``code_path`` (empty: the planted example, written first) with
+    :func:`hyport_lib.scan.scanner.scan_path`; returns the report and what was scanned."""
     path = str(code_path or "").strip() or str(planted_example())
-    try:
-        from hyport_lib.scan.scanner import scan_path
-    except ImportError:
-        return None, path
     return scan_path(path), path

@@ -1,16 +1,29 @@
-"""Rendering of the attention stage's results (tables and the error heatmap).
+"""Rendering of the attention stage's results (tables and the error heatmap), and of its
+recorded result in the report (index card, draft section, heatmap figure).
 
 Compute lives in :mod:`hyport_lib.attention.compare` (the grid) and
 :mod:`hyport_lib.attention.model_check` (the model); these functions only turn their
 results into DataFrames, Stylers and figures, and display them in a notebook.
+:func:`glance`, :func:`blog_title`, :func:`blog_section`, :func:`blog_figures` and
+:func:`blog_notes` are what the report asks of the stage (see :mod:`hyport_lib.drafting`).
 """
 
 from __future__ import annotations
 
 import math
-from typing import Optional
+from typing import Callable, Optional
 
+from hyport_lib.attention.compare import provenance
+from hyport_lib.attention.phrases import PHRASES
+from hyport_lib.attention.stage import AttentionStageResult, summarize
+from hyport_lib.attention.tallies import backend_rows, case_tally
+from hyport_lib.display import figure_png, style_verdicts
+from hyport_lib.drafting.draft import Draft
+from hyport_lib.drafting.markdown import code, quote, recorded, table
+from hyport_lib.drafting.values import as_dict, as_list, dig, fmt_value, is_number, num, ratio
+from hyport_lib.scan.grouping import group_hits
 from hyport_lib.scan.show import show_scan
+from hyport_lib.utils.versions import pinned_version, unpad_input_values
 
 TABLE_COLUMNS = ("case", "backend", "source", "max_abs", "bound", "cosine", "max_rel",
                  "rel_gt_1e-3", "rel_gt_5e-3", "rmse", "empty_rows", "empty_rows_out",
@@ -48,8 +61,6 @@ def _pct(value):
 
 def styled_comparison(result, columns=TABLE_COLUMNS):
     """pandas Styler of the comparison with coloured verdicts and compact numbers."""
-    from hyport_lib.display import style_verdicts
-
     df = comparison_table(result, columns)
     numeric = [c for c in ("max_abs", "bound", "max_rel", "rmse") if c in df.columns]
     styler = style_verdicts(df)
@@ -103,7 +114,13 @@ def _heatmap_values(df):
 
 
 def heatmap_figure(result, backend: Optional[str] = None):
-    """Cases x metrics heatmap of one backend (default: the real NPU, else its emulation).
+    """Cases x metrics heatmap of one backend of a comparison (see :func:`rows_heatmap`)."""
+    return rows_heatmap(result.frame(), backend)
+
+
+def rows_heatmap(df, backend: Optional[str] = None):
+    """Cases x metrics heatmap of one backend (default: the real NPU, else its emulation)
+    from the comparison's rows as a DataFrame.
 
     Each column is coloured on its own scale (darker = larger error); cells carry the
     raw value. The title names the source, so an emulated figure is never read as an
@@ -113,7 +130,6 @@ def heatmap_figure(result, backend: Optional[str] = None):
     # A bare Figure, not pyplot: no backend switch and no figure left open in a kernel.
     from matplotlib.figure import Figure
 
-    df = result.frame()
     df = df[df["max_abs"].notna()] if "max_abs" in df.columns else df
     names = set(df["backend"]) if len(df) else set()
     backend = backend or ("npu" if "npu" in names else "npu-emulated")
@@ -199,8 +215,6 @@ def show_comparison(result):
     """
     from IPython.display import HTML
 
-    from hyport_lib.display import style_verdicts
-
     _markdown(provenance_note(result))
     summary = style_verdicts(backend_summary(result)).format(
         {"worst err/bound": lambda v: "" if _missing(v) else f"{v:.3f}",
@@ -217,15 +231,11 @@ def show_comparison(result):
 
 def show_heatmap(result, backend: Optional[str] = None):
     """The error heatmap as a static PNG (kept in the HTML report)."""
-    from hyport_lib.display import figure_png
-
     _display(figure_png(heatmap_figure(result, backend)))
 
 
 def styled_model(model):
     """pandas Styler of the model-level comparison."""
-    from hyport_lib.display import style_verdicts
-
     styler = style_verdicts(model_table(model))
     return styler.format({"max_abs_logits": _fmt, "kl_divergence": _fmt, "top1_agreement": _pct})
 
@@ -257,12 +267,136 @@ def summary_markdown(summary, result=None) -> str:
     return "\n".join(lines)
 
 
-def show_summary(summary, result=None):
-    _markdown(summary_markdown(summary, result))
+def show_summary(result: AttentionStageResult):
+    """The stage verdict, its headline figures and where the NPU figures came from."""
+    _markdown(summary_markdown(summarize(result), result.comparison))
 
 
 def provenance_label(result) -> str:
     """The label of a comparison's provenance (says "emulated" when no NPU took part)."""
-    from hyport_lib.attention.compare import provenance
-
     return provenance(result).label
+
+
+# --------------------------------------------------------------------------- the report
+def glance(record: dict) -> list[tuple[str, str]]:
+    """The index card: cases (a case passes when every implementation passed it), the
+    worst one, the model-level check."""
+    data = as_dict(record.get("data"))
+    rows = [r for r in data.get("rows") or [] if isinstance(r, dict)]
+    passed, cases, worst = case_tally(rows)
+    out = [("cases passed", f"{passed} / {cases} ({len(rows)} results)")]
+    nonfinite = next((r for r in rows if r.get("finite") is False), None)
+    if nonfinite:  # NaN / Inf in an output: worse than any finite error
+        out.append(("worst case", f"{nonfinite.get('case')} on {nonfinite.get('backend')}: "
+                                  f"non-finite output"))
+    elif worst:
+        out.append(("worst case", f"{worst.get('case')} on {worst.get('backend')}: error "
+                                  f"{worst['max_abs'] / worst['bound']:.3g} of the bound"))
+    model = data.get("model") or {}
+    if model:
+        out.append(("model", f"{fmt_value(model.get('verdict'))}, max |Δ logits| "
+                             f"{fmt_value(model.get('max_abs_logits'), 3)}"))
+    return out
+
+
+def blog_title(lang: str) -> str:
+    return PHRASES[lang]["title"]
+
+
+def blog_notes(record: dict) -> list[str]:
+    """The comparison's own notes (what was emulated, what was left out)."""
+    return [str(n) for n in dig(record, "data", "notes", default=[]) if n]
+
+
+def blog_figures(record: dict) -> dict[str, Callable]:
+    """``attention``: the error heatmap of the NPU rows (None when none was measured)."""
+    return {"attention": lambda: _recorded_heatmap(record)}
+
+
+def _recorded_heatmap(record: dict):
+    import pandas as pd
+
+    rows = [r for r in as_list(dig(record, "data", "rows")) if isinstance(r, dict)]
+    if not any(r.get("backend") in ("npu", "npu-emulated") and r.get("max_abs") is not None
+               for r in rows):
+        return None
+    return rows_heatmap(pd.DataFrame(rows))
+
+
+def blog_section(record: dict, draft: Draft) -> list[str]:
+    """What the scan found (before / after), the numerics, the model-level check."""
+    t = draft.phrases(PHRASES)
+    return _scan_lines(record, t, draft) + _numerics_lines(record, t, draft) + _model_lines(record, t, draft)
+
+
+def _scan_lines(record: dict, t: dict, draft: Draft) -> list[str]:
+    data = as_dict(record.get("data"))
+    scan = dig(data, "scan")
+    if not isinstance(scan, dict):
+        return [t["att_no_scan"], ""]
+    hits = [h for h in as_list(scan.get("hits")) if isinstance(h, dict)]
+    where = {"files": num(scan.get("files_scanned")), "path": code(scan.get("path") or scan.get("root"))}
+    if not hits:
+        lines = [t["att_clean"].format(**where), ""]
+    else:
+        lines = [t["att_intro"].format(hits=num(len(hits)), **where), ""]
+        colon = ": " if draft.lang == "en" else "："
+        # By kind, one line per source line, each suggestion once (the scan's own grouping).
+        for group in group_hits(hits):
+            kind = t["scan_kinds"].get(group.category, group.category)
+            label = "scan_group_guard" if group.category == "is_cuda_guard" else "scan_group"
+            lines.append("- " + t[label].format(
+                kind=kind, category=code(group.category), count=num(len(group.places)),
+                colon=colon, suggestion=code(group.suggestion)))
+            for file, line, snippet in group.places:
+                lines.append(f"  - {code(f'{file}:{line}')} {code(snippet)}")
+        lines.append("")
+    pinned = dig(scan, "pinned", default={})
+    served = data.get("flash_attn_version")
+    if isinstance(pinned, dict):
+        for name, spec in pinned.items():
+            lines += [t["att_pinned"].format(name=code(name), spec=code(spec)), ""]
+            version = pinned_version(spec)
+            if served and version and unpad_input_values(version) != unpad_input_values(str(served)):
+                lines += [t["att_pin_mismatch"].format(served=code(served), pinned=code(version)), ""]
+    return lines
+
+
+def _numerics_lines(record: dict, t: dict, draft: Draft) -> list[str]:
+    head, provenance_ = as_dict(record.get("headline")), as_dict(record.get("provenance"))
+    worst = next((v for k, v in head.items() if str(k).startswith("worst ") and is_number(v)), None)
+    values = {"cases": num(head.get("cases")), "rows": code(head.get("rows PASS/WARN/FAIL")),
+              "prov": draft.prov(provenance_)}
+    sentence = (t["att_numerics"].format(worst=num(worst), **values) if worst is not None
+                else t["att_numerics_no_worst"].format(**values))
+    lines = [sentence, ""]
+    backends = backend_rows(as_list(dig(record, "data", "rows")))
+    if backends:
+        skips = any(b["SKIP"] for b in backends)
+        header = [t["impl"], t["ran_on"], t["rows"], "PASS", "WARN", "FAIL"] + (["SKIP"] if skips else [])
+        header += [t["max_abs"], t["worst_ratio"]]
+        body = []
+        for b in backends:
+            counts = [num(b[v]) for v in ("PASS", "WARN", "FAIL")] + ([num(b["SKIP"])] if skips else [])
+            body.append([code(b["name"]), recorded(b["source"], draft.lang), num(b["rows"]), *counts,
+                         num(b["max_abs"]), ratio(b["ratio"]) if b["ratio"] is not None else num(None)])
+        lines += table(header, body)
+    if "attention" in draft.figures:
+        lines += [f"![{t['heatmap_alt']}]({draft.figures['attention']})", "",
+                  f"*{t['heatmap_caption'].format(label=code(provenance_.get('label', '')))}*", ""]
+    return lines
+
+
+def _model_lines(record: dict, t: dict, draft: Draft) -> list[str]:
+    model = dig(record, "data", "model")
+    if not isinstance(model, dict):
+        return []
+    lines = [t["att_model"].format(impl=code(model.get("attn_implementation")),
+                                   dlogits=num(model.get("max_abs_logits")),
+                                   top1=num(model.get("top1_agreement")),
+                                   greedy=draft.yes_no(model.get("greedy_identical")),
+                                   calls=num(model.get("swapped_calls"))), ""]
+    verdict = " — ".join(str(x) for x in (model.get("verdict"), model.get("detail")) if x)
+    if verdict:
+        lines += [t["att_model_verdict"], ""] + quote(verdict)
+    return lines

@@ -1,11 +1,11 @@
-"""Stage 02: the attention swap — the stage id, the stage function and its record.
+"""Stage 02: the attention swap — the stage contract.
 
-One stage function, :func:`run`, does what both the notebook and ``hyport attention``
-show: the numerics grid of every attention implementation against float64
-(:mod:`~hyport_lib.attention.compare`), the model-level check of eager against the
-swapped attention (:mod:`~hyport_lib.attention.model_check`) and the static scan of
-the model code (:mod:`~hyport_lib.attention.port_scan`). :func:`record` writes the
-stage result through :mod:`hyport_lib.results`.
+The notebook and ``hyport attention`` both make the :func:`plan` of their
+:class:`Params` and :func:`run` it: the numerics grid of every attention
+implementation against float64 (:mod:`~hyport_lib.attention.compare`), the model-level
+check of eager against the swapped attention (:mod:`~hyport_lib.attention.model_check`)
+and the static scan of the model code (:mod:`~hyport_lib.attention.port_scan`).
+:func:`record` writes the stage result through :mod:`hyport_lib.results`.
 """
 
 from __future__ import annotations
@@ -13,40 +13,48 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Optional, Sequence
+from typing import Callable, Optional
 
-from hyport_lib.attention.cases import DTYPES
 from hyport_lib.attention.compare import ComparisonResult, provenance, run_comparison
+from hyport_lib.attention.implementations import device_label
 from hyport_lib.attention.model_check import ModelComparison, compare_model, swapped_backend
+from hyport_lib.attention.params import Params
 from hyport_lib.attention.port_scan import run_scan
+from hyport_lib.backend import get_backend
+from hyport_lib.models.preflight import check_model_path
+from hyport_lib.models.tiny import TINY_MODEL_NAME, ensure_tiny_model
+from hyport_lib.npu_attention.shim import DEFAULT_VERSION
+from hyport_lib.params import ParameterError
 from hyport_lib.results import StageSummary, record_summary
+from hyport_lib.scan.model import ScanReport
 
 STAGE = "02_attention"
 
 
-def check_parameters(params: dict) -> None:
-    """Before a report runs anything: the grid's dtypes, the folder to scan and the model
-    of the model check (each error names the parameter).
+@dataclass
+class Plan:
+    """What :func:`run` does, checked.
 
-    Raises:
-        ValueError: naming the parameter, its value and what it accepts.
+    Attributes:
+        params: the stage's parameters.
+        device: the backend kind eager and sdpa run on (``params.device`` resolved).
+        model_path: the model of the model check: a checked folder, ``"tiny"`` (built,
+            or found in its cache, when run: a plan writes nothing), or None (no check).
+        flash_attn_version: the flash-attn version whose API the drop-in serves.
     """
-    from hyport_lib.models.preflight import check_model_path
 
-    dtypes = params.get("dtypes")
-    if dtypes is not None:
-        if isinstance(dtypes, str) or not isinstance(dtypes, (list, tuple)) or not dtypes:
-            raise ValueError(f"dtypes={dtypes!r}: a non-empty list of {', '.join(DTYPES)}")
-        unknown = [d for d in dtypes if d not in DTYPES]
-        if unknown:
-            raise ValueError(f"dtypes={list(dtypes)!r}: {', '.join(map(repr, unknown))} not among "
-                             f"{', '.join(DTYPES)}")
-    code_path = str(params.get("code_path") or "").strip()
-    if code_path and not Path(code_path).expanduser().exists():
-        raise ValueError(f"code_path={code_path!r}: no such file or folder to scan")
-    model_path = params.get("model_path")
-    if model_path is not None and str(model_path).strip().lower() not in ("", "none"):
-        check_model_path(model_path, local_only="stage 02 (the model check)")
+    params: Params
+    device: str
+    model_path: Optional[str]
+    flash_attn_version: str
+
+
+@dataclass(frozen=True)
+class GridProgress:
+    """A progress update of :func:`run`: ``done`` of the grid's ``total`` cases compared."""
+
+    done: int
+    total: int
 
 
 @dataclass
@@ -56,15 +64,16 @@ class AttentionStageResult:
     Attributes:
         comparison: the case × implementation grid against float64.
         model: eager vs swapped attention on the model; None when skipped.
-        scan: the static scan's report; None when the scan module is absent.
+        scan: the static scan's report.
         scanned_path: what was scanned (the planted example when no path was given).
+        flash_attn_version: whose API the flash-attn drop-in served.
     """
 
     comparison: ComparisonResult
-    model: Optional[ModelComparison] = None
-    scan: Any = None
-    scanned_path: str = ""
-    flash_attn_version: str = ""  # whose API the flash-attn drop-in served
+    model: Optional[ModelComparison]
+    scan: ScanReport
+    scanned_path: str
+    flash_attn_version: str
 
     def to_dict(self) -> dict:
         c = self.comparison
@@ -72,56 +81,52 @@ class AttentionStageResult:
                 "seconds": c.seconds, "full": c.full,
                 "model": self.model.to_dict() if self.model is not None else None,
                 "flash_attn_version": self.flash_attn_version,
-                "scan": ({"path": self.scanned_path, **self.scan.to_dict()}
-                         if self.scan is not None else None)}
+                "scan": {"path": self.scanned_path, **self.scan.to_dict()}}
 
 
-def run(device: str = "auto", *, seed: int = 0, full: bool = False,
-        dtypes: Sequence[str] = DTYPES, code_path: str = "", model_path: Optional[str] = "tiny",
-        flash_attn_version: Optional[str] = None, trust_remote_code: bool = False,
-        progress: Optional[Callable[[int, int], None]] = None) -> AttentionStageResult:
+def plan(params: Params) -> Plan:
+    """The device eager and sdpa run on and the model of the model check, checked before
+    the grid's minutes.
+
+    Raises:
+        ParameterError: the device asked for is not usable here.
+        ModelPathError: ``model_path`` is no loadable local model folder.
+    """
+    try:
+        device = get_backend(params.device).kind
+    except RuntimeError as exc:  # e.g. device='npu' on a host without a usable NPU
+        raise ParameterError([str(exc)]) from None
+    model_path = params.model_path
+    if model_path is not None and model_path != TINY_MODEL_NAME:
+        model_path = check_model_path(model_path, local_only="stage 02 (the model check)")
+    return Plan(params, device, model_path, params.flash_attn_version or DEFAULT_VERSION)
+
+
+def run(plan: Plan, *, on_progress: Optional[Callable[[GridProgress], None]] = None) -> AttentionStageResult:
     """The whole stage: the grid, the model-level check, the scan.
 
     Args:
-        device: where eager and sdpa run (``auto``, ``cpu``, ``cuda``, ``npu``).
-        seed: seeds the grid's inputs and the model check.
-        full: the bigger grid.
-        dtypes: dtypes of the grid.
-        code_path: folder or file to scan; empty: a small planted example.
-        model_path: model for the eager-vs-swapped check (``tiny``, a folder);
-            None or ``"none"`` skips it.
-        flash_attn_version: the flash-attn version whose API the drop-in serves (the
-            version the model code pins; ``unpad_input`` returns 4 values before 2.7);
-            None: the shim's default. The scan names the pinned one.
-        trust_remote_code: the model check loads the checkpoint's own model code, with
-            the flash_attn shim in place for it (off by default).
-        progress: ``progress(done, total)`` after each grid case.
+        plan: from :func:`plan`.
+        on_progress: called with a :class:`GridProgress` after each grid case; None: silent.
     """
-    from hyport_lib.npu_attention.shim import DEFAULT_VERSION
-
-    from hyport_lib.utils.values import as_flag
-    from hyport_lib.models.preflight import check_model_path
-
-    wanted = model_path is not None and str(model_path).strip().lower() not in ("", "none")
-    if wanted:  # before the grid's minutes: a wrong path is named at once
-        model_path = check_model_path(model_path)
-    version = flash_attn_version or DEFAULT_VERSION
-    comparison = run_comparison(device=device, seed=seed, full=full, dtypes=list(dtypes),
-                                progress=progress, flash_attn_version=version)
+    params = plan.params
+    progress = None if on_progress is None else (lambda done, total: on_progress(GridProgress(done, total)))
+    comparison = run_comparison(device=plan.device, seed=params.seed, full=params.full,
+                                dtypes=params.dtypes, progress=progress,
+                                flash_attn_version=plan.flash_attn_version)
     model = None
-    if wanted:
+    if plan.model_path is not None:
+        model_path = str(ensure_tiny_model()) if plan.model_path == TINY_MODEL_NAME else plan.model_path
         backend, where = swapped_backend(comparison.device)
-        model = compare_model(model_path, backend=backend, device=where, seed=seed,
-                              trust_remote_code=as_flag("trust_remote_code", trust_remote_code),
-                              flash_attn_version=version)
-    scan, scanned = run_scan(code_path)
-    return AttentionStageResult(comparison, model, scan, scanned, version)
+        model = compare_model(model_path, backend=backend, device=where, seed=params.seed,
+                              trust_remote_code=params.trust_remote_code,
+                              flash_attn_version=plan.flash_attn_version)
+    scan, scanned = run_scan(params.code_path)
+    return AttentionStageResult(comparison, model, scan, scanned, plan.flash_attn_version)
 
 
 def where_each_ran(backends: list[dict]) -> str:
     """``"eager, sdpa on CUDA; npu-emulated on CPU"``: every implementation's device."""
-    from hyport_lib.attention.implementations import device_label
-
     by_device: dict[str, list[str]] = {}
     for b in backends:
         by_device.setdefault(device_label(b.get("device", "cpu")), []).append(b["name"])
@@ -151,10 +156,8 @@ def summarize(result: AttentionStageResult) -> StageSummary:
         headline["model max |Δ logits|"] = float(f"{model.max_abs_logits:.3g}")
         headline["greedy identical"] = model.greedy_identical
         headline["swapped-attention calls per forward"] = model.swapped_calls
-    if result.scan is not None:
-        headline["scan findings"] = len(result.scan.hits)
-    if result.flash_attn_version:
-        headline["flash-attn API served"] = result.flash_attn_version
+    headline["scan findings"] = len(result.scan.hits)
+    headline["flash-attn API served"] = result.flash_attn_version
     line = (f"{comparison.cases} cases × {len(comparison.backends)} backends vs float64 "
             f"({where_each_ran(comparison.backends)}): {counts.get('FAIL', 0)} FAIL, "
             f"{counts.get('WARN', 0)} WARN")
@@ -163,8 +166,7 @@ def summarize(result: AttentionStageResult) -> StageSummary:
     return StageSummary(verdict, line, headline)
 
 
-def record(result: AttentionStageResult, *, directory: Optional[os.PathLike] = None,
-           stage: Optional[str] = None) -> Path:
+def record(result: AttentionStageResult, *, directory: Optional[os.PathLike] = None) -> Path:
     """Write the stage result; returns the file written."""
-    return record_summary(stage or STAGE, summarize(result), data=result.to_dict(),
+    return record_summary(STAGE, summarize(result), data=result.to_dict(),
                           provenance=provenance(result.comparison), directory=directory)

@@ -18,9 +18,10 @@ Severities:
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Iterable, Optional
+from typing import TYPE_CHECKING, Iterable, Optional
 
-import pandas as pd
+if TYPE_CHECKING:
+    import pandas as pd
 
 SEVERITIES = ("error", "warning", "info")
 
@@ -145,6 +146,9 @@ def counts(findings: Iterable[Finding]) -> dict[str, int]:
 
 def findings_frame(findings: Iterable[Finding]) -> pd.DataFrame:
     """Errors first, then warnings, then notes; one row each."""
+    # pandas only here, for the table: the header reader (a model-path pre-check) stays light.
+    import pandas as pd
+
     order = {s: i for i, s in enumerate(SEVERITIES)}
     rows = sorted((f.to_dict() for f in findings), key=lambda r: order[r["severity"]])
     return pd.DataFrame([{c: r[c] for c in FINDING_COLUMNS} for r in rows], columns=list(FINDING_COLUMNS))

@@ -24,8 +24,10 @@ import errno
 import os
 import signal
 import sys
+import traceback
 from typing import Callable
 
+from hyport_lib.utils.redact import scrub_text
 from hyport_lib.utils.signals import Stopped, shielded, stop_signals_raise
 
 #: Exceptions that mean "the user asked for something that cannot be done as asked".
@@ -35,6 +37,8 @@ USAGE_ERRORS = (ValueError, TypeError, FileNotFoundError, NotADirectoryError,
 STOPPED_EXIT = 130
 USAGE_EXIT = 2
 INTERNAL_EXIT = 3
+
+
 def one_line(exc: BaseException) -> str:
     """The first line of an exception's message (its type when it has none)."""
     text = str(exc).strip()
@@ -46,8 +50,6 @@ def one_line(exc: BaseException) -> str:
 
 def invoke(name: str, run: Callable, args) -> int:
     """Run one command's ``run(args)`` with the rules of the module docstring."""
-    from hyport_lib.utils.redact import scrub_text
-
     try:
         with stop_signals_raise():
             return int(run(args) or 0)
@@ -82,10 +84,6 @@ _FULL_DISK = (errno.ENOSPC, errno.EDQUOT)
 def _internal(name: str, exc: BaseException) -> int:
     """A defect: the traceback, a line saying what it is, and exit 3 (called from within
     the ``except`` clause, so the traceback is the exception's)."""
-    import traceback
-
-    from hyport_lib.utils.redact import scrub_text
-
     if os.environ.get("HYPORT_DEBUG"):
         raise exc
     print(scrub_text(traceback.format_exc()), file=sys.stderr, end="")

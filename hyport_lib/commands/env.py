@@ -1,24 +1,28 @@
-"""``hyport env``: the environment check from the command line (stage 01's other client)."""
+"""``hyport env``: the environment check from the command line (stage 01's other client).
+
+Prints the report (``--json``: as JSON) and records the stage result. Exit status: 0
+when no check FAILs, 1 when one does, 2 on a bad parameter (one line naming it).
+"""
 
 from __future__ import annotations
 
 import argparse
 import sys
 
+from hyport_lib import params
+from hyport_lib.environment import stage
+from hyport_lib.environment.params import Params
+from hyport_lib.results import ensure_results_dir
 from hyport_lib.utils.files import dumps_json
 from hyport_lib.utils.redact import scrub_text
 
 NAME = "env"
+STAGE = "01_environment"
 HELP = "Collect and judge this host's environment (paste the output into a bug report)."
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--device", default="auto", choices=("auto", "npu", "cuda", "cpu"),
-                        help="backend to check (default: auto-detect)")
-    parser.add_argument("--num-cards", type=int, default=None, metavar="N",
-                        help="cards the next stages will use (default: all; 2 on CPU)")
-    parser.add_argument("--model-path", default="tiny",
-                        help="the model to judge the host for (does its processor need torchvision?)")
+    params.add_arguments(parser, Params)
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
     parser.add_argument("--no-record", action="store_true",
                         help="do not write results/01_environment.json (see hyport_lib.results)")
@@ -26,15 +30,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Print the report; exit status 1 when any check FAILs, else 0."""
-    from hyport_lib.environment import stage
-
-    if args.num_cards is not None and args.num_cards < 1:
-        raise ValueError(f"--num-cards must be at least 1, got {args.num_cards}")
+    plan = stage.plan(params.from_arguments(Params, args))
     if not args.no_record:
-        from hyport_lib.results import ensure_results_dir
-
-        ensure_results_dir()
-    report = stage.run(device=args.device, num_cards=args.num_cards, model_path=args.model_path)
+        ensure_results_dir()  # an unwritable results folder is named before the collection
+    report = stage.run(plan)
     if args.json:
         print(scrub_text(dumps_json(report.to_dict(), indent=2)))
     else:

@@ -12,6 +12,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from hyport_lib.report.bundle import zip_run
+from hyport_lib.report.cleanup import clean_runs
 from hyport_lib.report.profiles import parse_overrides
 from hyport_lib.report.runner import DEFAULT_CELL_TIMEOUT_S, check_output_root, run_report
 
@@ -62,8 +64,6 @@ def run(args: argparse.Namespace) -> int:
     if args.clean and args.zip:
         raise ValueError("--clean only cleans killed runs and runs nothing: leave --zip out")
     if args.clean:
-        from hyport_lib.report.cleanup import clean_runs
-
         root = check_output_root(args.output_dir or Path.cwd() / "outputs")
         cleaned = clean_runs(root, lambda m: print(m, file=sys.stderr))
         print(f"{len(cleaned)} killed run(s) cleaned under {root}")
@@ -82,8 +82,6 @@ def run(args: argparse.Namespace) -> int:
         allow_unknown_parameters=args.allow_unknown_parameters,
     )
     if args.zip:
-        from hyport_lib.report.bundle import zip_run
-
         packed = zip_run(report.run_dir)
         print(f"zip: {packed} ({packed.stat().st_size / 1e6:.1f} MB)", file=sys.stderr)
     print(report.run_dir / "index.html")

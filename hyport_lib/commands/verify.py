@@ -1,61 +1,59 @@
 """``hyport verify PATH``: stage 05's weight verification from the command line.
 
-The same stage function as notebook 05 (:func:`hyport_lib.weights.stage.run`): the
-headers, index and config always; ``--full-scan`` reads every tensor (NaN/Inf, a
-checksum each; a progress bar on stderr); ``--reload`` loads the folder in a fresh
-process as the seed did (``LOAD_OK``); ``--base`` compares with the model before
-fine-tuning, ``--checkpoint`` with a folder that should hold the same model (and lists
-its DeepSpeed ZeRO states; ``--logits`` and ``--consolidate`` go further).
+The same stage as notebook 05 (:mod:`hyport_lib.weights.stage`: its ``Params`` from the
+flags, then plan, run, record): the headers, index and config always; ``--full-scan``
+reads every tensor (NaN/Inf, a checksum each; a progress bar on stderr); ``--reload``
+loads the folder in a fresh process as the seed did (``LOAD_OK``); ``--base-path``
+compares with the model before fine-tuning, ``--checkpoint-path`` with a folder that
+should hold the same model (and lists its DeepSpeed ZeRO states; ``--logits-parity`` and
+``--consolidate-zero`` go further, and need it). Without PATH it checks what stage 04
+recorded, else the embedded tiny model, as the notebook does.
 Exit status: 0 without error-severity findings, 1 with any, 2 on bad arguments (a
-path that does not exist), 130 when stopped (a child process is stopped first).
+path that does not exist, a check that needs a checkpoint without one), 130 when
+stopped (a child process is stopped first).
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
+from pathlib import Path
 
+from hyport_lib import params
+from hyport_lib.checkpoint_files.findings import findings_frame
 from hyport_lib.commands._cli import run_showing_partial
 from hyport_lib.commands._progress import TerminalBar
-from hyport_lib.utils.files import dumps_json
+from hyport_lib.results import ensure_results_dir
+from hyport_lib.utils.files import dumps_json, ensure_writable
+from hyport_lib.utils.redact import scrub_obj, scrub_text
+from hyport_lib.weights import stage
+from hyport_lib.weights.params import Params
+from hyport_lib.weights.show import comparison_frame, reload_frame, shards_frame
 
 NAME = "verify"
+STAGE = "05_weights"
 HELP = ("verify saved safetensors weights: headers, index, NaN/Inf, reload, comparison with a "
         "base or a checkpoint, DeepSpeed ZeRO states")
 
+#: Switches here, off unless given: a bare ``hyport verify PATH`` reads the headers in
+#: milliseconds, where the notebook runs every check (the cell's defaults are on).
+SWITCHES = ("full_scan", "reload", "logits_parity", "consolidate_zero", "trust_remote_code")
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("path", metavar="PATH", help="a checkpoint folder, or one .safetensors file")
-    parser.add_argument("--full-scan", action="store_true",
-                        help="read every tensor: NaN/Inf and a checksum per tensor")
-    parser.add_argument("--checksum", default="crc32", choices=("crc32", "sha256"),
-                        help="checksum of the full scan (default crc32)")
-    parser.add_argument("--reload", action="store_true",
-                        help="from_pretrained in a fresh process (LOAD_OK, parameters, keys)")
-    parser.add_argument("--base", metavar="PATH", default=None,
-                        help="the model before fine-tuning: training must have changed the weights")
-    parser.add_argument("--checkpoint", metavar="PATH", default=None,
-                        help="a folder that should hold the same model (e.g. the last checkpoint-N/)")
-    parser.add_argument("--logits", action="store_true",
-                        help="with --checkpoint: compare logits on a fixed prompt (loads both models)")
-    parser.add_argument("--consolidate", action="store_true",
-                        help="with --checkpoint: consolidate its ZeRO states with zero_to_fp32 and compare")
-    parser.add_argument("--dtype", default="bfloat16", choices=("auto", "float32", "bfloat16", "float16"),
-                        help="dtype of the reload (default bfloat16, as the seed)")
-    parser.add_argument("--attn-implementation", default="eager", help="attention of the reload (default eager)")
-    parser.add_argument("--trust-remote-code", action="store_true",
-                        help="let transformers run the checkpoint's own code (off by default)")
-    parser.add_argument("--reload-timeout-s", type=float, default=600.0, metavar="SECONDS",
-                        help="limit of each child process: reload, logits, consolidation (default 600)")
-    parser.add_argument("--log-dir", default=None, help="where the child processes' logs go")
+    params.add_arguments(parser, Params, positional=("weights_path",), skip=SWITCHES)
+    for f in params.parameter_fields(Params):
+        if f.name in SWITCHES:
+            parser.add_argument(f.flag, dest=f.name, action="store_true", help=f"{f.spec.doc} (off unless given)")
+    parser.add_argument("--log-dir", default=None,
+                        help="where the child processes' logs go (default: a fresh folder beside the results)")
     parser.add_argument("--json", action="store_true", help="print the full result as JSON")
-    parser.add_argument("--no-record", action="store_true", help="do not write the 05_weights result")
+    parser.add_argument("--no-record", action="store_true", help=f"do not write the {STAGE} result")
 
 
 def _text(result) -> str:
-    from hyport_lib.checkpoint_files.findings import findings_frame
-    from hyport_lib.weights.show import comparison_frame, reload_frame, shards_frame
-
+    """The result as the terminal shows it: the seed's line first, the verdict last."""
     verdict, why = result.verdict()
     n = result.counts
     out = [result.seed_line(),
@@ -94,22 +92,14 @@ def _text(result) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from hyport_lib.weights import stage
-
-    # A flag that cannot apply is a usage error, not a silent PASS.
-    for flag, given in (("--logits", args.logits), ("--consolidate", args.consolidate)):
-        if given and not args.checkpoint:
-            raise ValueError(f"{flag} compares with a checkpoint: give --checkpoint PATH")
-
+    plan = stage.plan(params.from_arguments(Params, args))
+    if args.log_dir:
+        plan = dataclasses.replace(plan, log_dir=Path(args.log_dir))
     # Where it will write, before minutes of scanning and reloading: a results folder or
     # --log-dir that cannot take files is one line and exit 2, not a traceback at the end.
     if not args.no_record:
-        from hyport_lib.results import ensure_results_dir
-
         ensure_results_dir()
     if args.log_dir:
-        from hyport_lib.utils.files import ensure_writable
-
         try:
             ensure_writable(args.log_dir)
         except OSError as exc:
@@ -117,24 +107,12 @@ def run(args: argparse.Namespace) -> int:
                                              f"folder ({exc.strerror})", str(args.log_dir)) from None
     bar = TerminalBar("weights", "B", total=lambda p: p.total_bytes, done=lambda p: p.done_bytes,
                       phase=lambda p: p.phase, unit_scale=True)
-
-    def verification():
-        return stage.run(
-            args.path, base_path=args.base, checkpoint_path=args.checkpoint,
-            full_scan=args.full_scan, reload=args.reload, logits_parity=args.logits,
-            consolidate_zero=args.consolidate, dtype=args.dtype,
-            attn_implementation=args.attn_implementation, trust_remote_code=args.trust_remote_code,
-            reload_timeout_s=args.reload_timeout_s, checksum=args.checksum, on_progress=bar,
-            log_dir=args.log_dir, source="hyport verify")
-
     # Stopped: the checks that finished are shown and recorded.
-    return run_showing_partial(verification, bar, lambda result: _show(result, args))
+    return run_showing_partial(lambda: stage.run(plan, on_progress=bar), bar,
+                               lambda result: _show(result, args))
 
 
-def _show(result, args) -> int:
-    from hyport_lib.utils.redact import scrub_obj, scrub_text
-    from hyport_lib.weights import stage
-
+def _show(result, args: argparse.Namespace) -> int:
     if args.json:
         print(dumps_json(scrub_obj(result.to_dict()), indent=2))
     else:

@@ -12,11 +12,15 @@ import os
 import re
 import subprocess
 from dataclasses import asdict, dataclass, field, is_dataclass
-from typing import Any, Optional
-
-import pandas as pd
+from typing import TYPE_CHECKING, Any, Optional
 
 from hyport_lib.backend import Backend
+from hyport_lib.devices.host_memory import require_host_ram
+from hyport_lib.devices.probe import probe_devices
+from hyport_lib.devices.visible_devices import parse_visible_devices
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 @dataclass
@@ -48,6 +52,9 @@ class GridPlan:
 
     def frame(self) -> pd.DataFrame:
         """One row per card: what the preflight decided and why."""
+        # pandas only here, for the table: planning a grid (the stage's import) stays light.
+        import pandas as pd
+
         return pd.DataFrame([{
             "card": c.card,
             "status": ("run (busy, allowed)" if c.busy_processes else "run") if c.run else "skipped-busy",
@@ -71,8 +78,6 @@ def available_cards(backend: Backend, num_cards: Optional[int] = None) -> list[i
     if num_cards is not None and int(num_cards) < 1:
         raise ValueError(f"num_cards={num_cards!r}: expected a positive number or None (all cards)")
     if backend.kind == "cpu":
-        from hyport_lib.devices.host_memory import require_host_ram
-
         count = int(num_cards) if num_cards else backend.num_cards()
         require_host_ram("cpu", count)  # 64 "cards" on a laptop would all start at once
         return list(range(count))
@@ -99,8 +104,6 @@ def inherited_card_ids(var: str, value: str) -> list[int]:
         ValueError: the value hides every card, selects cards by UUID, holds a range
             (``0-1``), a non-number, an empty entry, a duplicate, or (Ascend) a space.
     """
-    from hyport_lib.devices.visible_devices import parse_visible_devices
-
     ascend = var.upper().startswith("ASCEND")
     shown = f"{var}={value!r}"
     text = value.strip()
@@ -143,8 +146,6 @@ def _as_dict(process: Any) -> dict:
 
 def _busy_from_environment(backend: Backend) -> tuple[dict, Optional[str]]:
     """Ask the environment check which cards hold processes; unknown is not busy."""
-    from hyport_lib.devices.probe import probe_devices
-
     try:
         listing = probe_devices(backend)
     except (OSError, RuntimeError, ValueError, subprocess.SubprocessError) as exc:

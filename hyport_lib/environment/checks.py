@@ -2,7 +2,7 @@
 
 They take plain values (versions, a device listing, a dict of system facts, an
 environment mapping) rather than probing themselves, so each can be tested with
-made-up input. :func:`hyport_lib.environment.collect.collect_environment` gathers
+made-up input. :func:`hyport_lib.environment.stage.run` gathers
 the facts and calls them.
 """
 

@@ -1,32 +1,20 @@
-"""Collect the facts about this host and judge them: :func:`collect_environment`.
+"""The report of stage 01 (:class:`EnvironmentReport`), the helpers that judge the
+visible-devices variables, and the report as text.
 
-The facts come from :mod:`hyport_lib.environment.facts` and
-:mod:`hyport_lib.devices.probe` (cards and their processes); the checks of
-:mod:`hyport_lib.environment.checks` then judge them, which the usual ``env``
-commands do not. Cheap on purpose: well under 3 s on CPU.
+:func:`hyport_lib.environment.stage.run` collects the facts (from
+:mod:`hyport_lib.environment.facts` and :mod:`hyport_lib.devices.probe`) and judges them
+with :mod:`hyport_lib.environment.checks`, which the usual ``env`` commands do not.
 """
 
 from __future__ import annotations
 
-import datetime as _dt
-import os
-import time
 from dataclasses import asdict, dataclass, field
 from typing import Mapping, Optional
 
-from hyport_lib.backend import CudaBackend, NpuBackend, import_torch_npu
+from hyport_lib.backend import CudaBackend, NpuBackend
 from hyport_lib.devices import visible_devices
-from hyport_lib.environment import checks as C
-from hyport_lib.environment.compat import check_cann_compat, check_torch_npu_compat, normalise_cann
-from hyport_lib.devices.probe import DeviceListing, probe_devices
-from hyport_lib.environment.facts import (
-    collect_build, collect_cann,
-    collect_env_vars, collect_system, collect_versions,
-)
-from hyport_lib.devices.host_memory import check_host_memory
+from hyport_lib.devices.probe import DeviceListing
 from hyport_lib.devices.records import Check, DeviceInfo, count_verdicts, worst_verdict
-from hyport_lib.models.loading import torchvision_problem, wants_video_processor
-from hyport_lib.utils.imports import is_flash_attn_available
 from hyport_lib.utils.redact import scrub_text
 
 #: Visible-devices variable of each accelerator kind, as the backend seam names them.
@@ -35,7 +23,7 @@ VISIBLE_DEVICES_VARS = {b.kind: b.visible_devices_var for b in (NpuBackend, Cuda
 
 @dataclass
 class EnvironmentReport:
-    """Everything :func:`collect_environment` found, and its judgement.
+    """Everything stage 01 found about this host, and its judgement.
 
     Attributes:
         system: OS, CPU, RAM, /dev/shm, Python.
@@ -93,99 +81,9 @@ class EnvironmentReport:
         return format_report(self)
 
 
-# --- the whole report ----------------------------------------------------------------------
-def collect_environment(device: str = "auto", num_cards: Optional[int] = None, *,
-                        ram_gb_per_card: Optional[float] = None,
-                        shm_gb_per_card: Optional[float] = None,
-                        environ: Optional[Mapping[str, str]] = None,
-                        ascend_root: Optional[os.PathLike] = None,
-                        check_ports: bool = True, model_path: Optional[str] = "tiny") -> EnvironmentReport:
-    """Collect this host's facts and judge them.
-
-    Args:
-        device: ``auto``, ``npu``, ``cuda`` or ``cpu``. An explicit kind that is not
-            usable here does not raise: the report FAILs its ``backend`` check and
-            collects the rest on CPU (this is the tool that must explain why).
-        num_cards: cards the next stages will use (None: all on accelerators, 2 on CPU).
-        ram_gb_per_card / shm_gb_per_card: host RAM and /dev/shm needed per card
-            (defaults in :mod:`hyport_lib.environment.checks`).
-        environ: environment to judge (default ``os.environ``).
-        ascend_root: Ascend install folder (default ``/usr/local/Ascend``).
-        check_ports: bind-test the HCCL ports (tests turn it off).
-        model_path: the model the next stages load (``tiny``, a folder): whether its
-            processor needs torchvision for a video part is judged for it.
-    """
-    from hyport_lib.backend import get_backend
-
-    from hyport_lib.utils.values import as_int
-
-    if num_cards is not None and as_int("num_cards", num_cards) < 1:
-        raise ValueError(f"num_cards={num_cards!r}: expected a positive number of cards, or None "
-                         "for all of them")
-    started = time.perf_counter()
-    environ = dict(os.environ if environ is None else environ)
-    requested = (device or "auto").lower().strip()
-    backend_error = None
-    try:
-        backend = get_backend(requested, num_cards)
-    except RuntimeError as exc:  # requested kind not usable here; ValueError (bad name) propagates
-        backend_error = str(exc)
-        backend = get_backend("cpu", num_cards)
-    kind = backend.kind
-    cards = _num_cards(backend)
-
-    versions = collect_versions()
-    torch_npu, torch_npu_error = import_torch_npu()
-    if versions["torch_npu"] is None and torch_npu is not None:
-        versions["torch_npu"] = getattr(torch_npu, "__version__", None)
-    listing = probe_devices(backend)
-    cann = collect_cann(ascend_root, environ)
-    if not cann["driver_version"] and listing.driver_version:
-        cann["driver_version"] = listing.driver_version
-    build = collect_build(versions)
-    if not cann["version"] and build.get("torch_cann"):
-        cann["version"] = normalise_cann(build["torch_cann"])
-    system = collect_system()
-
-    wanted = int(num_cards) if num_cards else cards
-    # An explicit kind that fell back to CPU keeps its variable judged strictly: an empty
-    # CUDA_VISIBLE_DEVICES is then the explanation of the backend FAIL.
-    judged_kind = requested.split(":")[0] if backend_error else kind
-    checks = [
-        C.check_backend(requested, kind, cards, backend_error),
-        C.check_packages(versions, kind),
-        C.check_torch_npu_import(kind, versions["torch_npu"], torch_npu_error, requested,
-                                 cann_found=bool(cann.get("info_file") or cann.get("set_env")),
-                                 torch_version=versions["torch"]),
-        check_torch_npu_compat(versions["torch"], versions["torch_npu"]),
-        C.check_cann_env(kind, cann, environ),
-        check_cann_compat(versions["torch_npu"], cann["version"]),
-        *_visible_device_checks(judged_kind, listing, environ),
-        C.check_busy_cards(kind, listing, num_cards, *_visible_cards(kind, environ)),
-        C.check_card_health(kind, listing),
-    ]
-    if check_ports:
-        checks.append(C.check_hccl_ports(kind, wanted, environ))
-    checks += [
-        C.check_hccl_env(kind, environ),
-        C.check_flash_attn(kind, is_flash_attn_available(), versions["flash_attn"]),
-        C.check_video_processors(versions.get("transformers"), torchvision_problem(),
-                                 *wants_video_processor(model_path)),
-        C.check_bf16(backend),
-        *check_host_memory(kind, wanted, system, ram_gb_per_card, shm_gb_per_card),
-    ]
-    return EnvironmentReport(
-        system=system, versions=versions, cann=cann, devices=listing.devices,
-        env_vars=collect_env_vars(environ), checks=checks, build=build, device=kind,
-        requested_device=requested, num_cards=cards, device_source=listing.source,
-        device_error=listing.error or listing.distrust,
-        device_tool_output=scrub_text(listing.raw) if listing.raw else None,
-        collected_at=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        elapsed_s=round(time.perf_counter() - started, 3))
-
-
-def _visible_device_checks(kind: str, listing: DeviceListing,
-                           environ: Mapping[str, str]) -> list[Check]:
+# --- judging helpers -----------------------------------------------------------------------
+def visible_device_checks(kind: str, listing: DeviceListing,
+                          environ: Mapping[str, str]) -> list[Check]:
     """One check per visible-devices variable: strict for ``kind``'s own, lenient for others."""
     own = VISIBLE_DEVICES_VARS.get(kind)
     names = [v for v in VISIBLE_DEVICES_VARS.values() if v in environ or v == own]
@@ -197,8 +95,8 @@ def _visible_device_checks(kind: str, listing: DeviceListing,
             for v in names]
 
 
-def _visible_cards(kind: str,
-                   environ: Mapping[str, str]) -> tuple[Optional[list[int]], Optional[str]]:
+def visible_cards(kind: str,
+                  environ: Mapping[str, str]) -> tuple[Optional[list[int]], Optional[str]]:
     """Host card ids the backend's variable leaves visible (None: all), and ``VAR=value``."""
     var = VISIBLE_DEVICES_VARS.get(kind)
     if var is None or var not in environ:
@@ -206,7 +104,8 @@ def _visible_cards(kind: str,
     return visible_devices.visible_card_ids(environ[var], var), f"{var}={environ[var]}"
 
 
-def _num_cards(backend) -> int:
+def card_count(backend) -> int:
+    """The backend's card count; 0 when the device cannot be asked (the backend check says why)."""
     try:
         return int(backend.num_cards())
     except RuntimeError:
@@ -271,5 +170,3 @@ def describe_device(d: DeviceInfo) -> str:
         parts.append("processes: " + ", ".join(p.describe() for p in d.processes))
     return ", ".join(str(p) for p in parts)
 
-
-# --- small readers ---------------------------------------------------------------------------------

@@ -20,7 +20,7 @@ from typing import Mapping, Optional
 
 from hyport_lib.devices.host_memory import host_memory
 from hyport_lib.environment.compat import normalise_cann
-from hyport_lib.utils.imports import package_version, try_import
+from hyport_lib.utils.imports import try_import
 from hyport_lib.utils.redact import filter_environ, is_secret_name
 
 #: Variables collected by prefix, and by name (docs/ascend_field_notes.md).
@@ -30,26 +30,7 @@ ENV_NAMES = ("TASK_QUEUE_ENABLE", "CPU_AFFINITY_CONF", "PYTORCH_CUDA_ALLOC_CONF"
              "RANK", "LOCAL_RANK", "OMP_NUM_THREADS", "LD_LIBRARY_PATH", "HF_ENDPOINT",
              "HF_HOME", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
 
-#: Report key -> distribution name, for :func:`collect_versions`.
-VERSION_PACKAGES = {
-    "torch": "torch", "torch_npu": "torch_npu", "transformers": "transformers",
-    "deepspeed": "deepspeed", "accelerate": "accelerate", "safetensors": "safetensors",
-    "tokenizers": "tokenizers", "huggingface_hub": "huggingface_hub", "papermill": "papermill",
-    "nbconvert": "nbconvert", "jupyterlab": "jupyterlab", "ipywidgets": "ipywidgets",
-    "pandas": "pandas", "numpy": "numpy", "flash_attn": "flash_attn", "hyport": "hyport",
-}
-
 DEFAULT_ASCEND_ROOT = Path("/usr/local/Ascend")
-
-def collect_versions() -> dict[str, Optional[str]]:
-    """Installed versions from package metadata (imports nothing heavy)."""
-    versions: dict[str, Optional[str]] = {"python": platform.python_version()}
-    for key, dist in VERSION_PACKAGES.items():
-        versions[key] = package_version(dist)
-    npu = sys.modules.get("torch_npu")
-    if versions["torch_npu"] is None and npu is not None:
-        versions["torch_npu"] = getattr(npu, "__version__", None)  # e.g. a source build
-    return versions
 
 
 def collect_system() -> dict:

@@ -1,7 +1,10 @@
-"""Render an :class:`EnvironmentReport` in a notebook: summary line, coloured tables.
+"""Render an :class:`EnvironmentReport` in a notebook: summary line, coloured tables; and
+the stage's index card and draft section from its recorded result.
 
 Everything is displayed as static HTML first (the report's HTML keeps it);
 :func:`environment_widget` adds an ipywidgets button that re-probes in JupyterLab.
+:func:`glance`, :func:`blog_title`, :func:`blog_section` and :func:`blog_facts` are what
+the report asks of the stage (see :mod:`hyport_lib.drafting`).
 """
 
 from __future__ import annotations
@@ -10,9 +13,15 @@ import html
 from typing import Callable, Optional
 
 from hyport_lib.display import VERDICT_COLOURS, style_verdicts
+from hyport_lib.drafting.draft import Draft
+from hyport_lib.drafting.markdown import code, recorded, table
+from hyport_lib.drafting.values import as_dict, as_list, dig, fmt_value, num
 from hyport_lib.environment.collect import EnvironmentReport
 from hyport_lib.environment.frames import (checks_frame, devices_frame, env_vars_frame,
                                            system_frame, versions_frame)
+from hyport_lib.environment.phrases import PHRASES
+
+_VERDICTS = ("PASS", "WARN", "FAIL", "SKIP")
 
 
 def summary_html(report: EnvironmentReport) -> str:
@@ -63,12 +72,13 @@ def show_environment(report: EnvironmentReport, *, system: bool = True) -> None:
         display(system_frame(report).style.hide(axis="index"))
 
 
-def environment_widget(probe: Optional[Callable[[], EnvironmentReport]] = None,
+def environment_widget(probe: Callable[[], EnvironmentReport],
                        report: Optional[EnvironmentReport] = None):
     """A "Re-probe" button above an output area that shows the latest report.
 
     Args:
-        probe: callable returning a fresh report (default: ``collect_environment()``).
+        probe: callable returning a fresh report (the notebook's:
+            ``functools.partial(stage.run, plan)``).
         report: shown first, so opening the notebook shows something before a click.
 
     Returns:
@@ -77,10 +87,6 @@ def environment_widget(probe: Optional[Callable[[], EnvironmentReport]] = None,
     """
     import ipywidgets as widgets
 
-    if probe is None:
-        from hyport_lib.environment.collect import collect_environment
-
-        probe = collect_environment
     button = widgets.Button(description="Re-probe", icon="refresh",
                             tooltip="collect the environment again and re-run the checks")
     status = widgets.HTML(value="")
@@ -107,3 +113,67 @@ def environment_widget(probe: Optional[Callable[[], EnvironmentReport]] = None,
     box.reprobe = lambda: on_click(button)  # what a click does, callable from code and tests
     box.status = status
     return box
+
+
+# --------------------------------------------------------------------------- the report
+def glance(record: dict) -> list[tuple[str, str]]:
+    """The index card: verdict, checks, device × cards, the checks to look at."""
+    data, head = as_dict(record.get("data")), as_dict(record.get("headline"))
+    failing = [c["name"] for c in data.get("checks", []) if c.get("verdict") in ("FAIL", "WARN")]
+    return [("verdict", fmt_value(record.get("verdict"))), ("checks", fmt_value(head.get("checks"))),
+            ("device", f"{fmt_value(head.get('device'))} × {fmt_value(head.get('cards'))}"),
+            ("to look at", ", ".join(failing) or "nothing")]
+
+
+def blog_title(lang: str) -> str:
+    return PHRASES[lang]["title"]
+
+
+def blog_facts(record: dict) -> dict:
+    """The backend the run used, for the draft's title."""
+    return {"device": dig(record, "data", "device")}
+
+
+def blog_section(record: dict, draft: Draft) -> list[str]:
+    """The seed's environment list as a table, then the checks that applied."""
+    t, d = draft.phrases(PHRASES), as_dict(record.get("data"))
+    system = dig(d, "system", default={})
+    versions = dig(d, "versions", default={}) or draft.versions or {}
+    names = t["env_rows"]
+
+    def version(name):
+        value = dig(versions, name)
+        return draft.value(value) if value else t["not_installed"]
+
+    rows = [(names["host"], draft.value(draft.host or None)),
+            (names["os"], draft.value(dig(system, "os"))),
+            (names["kernel"], draft.value(dig(system, "kernel")))]
+    if "in_container" in system:
+        rows.append((names["container"], draft.yes_no(system.get("in_container"))))
+    rows += [(names["cpu"], draft.value(dig(system, "cpu_model"))),
+             (names["cores"], draft.value(dig(system, "cpu_count"))),
+             (names["ram"], draft.value(dig(system, "ram_total_gb"))),
+             (names["python"], version("python")), (names["torch"], version("torch")),
+             (names["torch_npu"], version("torch_npu")),
+             (names["transformers"], version("transformers")),
+             (names["deepspeed"], version("deepspeed")),
+             (names["cann"], draft.value(dig(d, "cann", "version")) if dig(d, "cann", "version")
+              else t["not_found"]),
+             (names["device"], draft.value(dig(d, "device"))),
+             (names["cards"], draft.value(dig(d, "num_cards"))),
+             (names["model"], draft.value(draft.parameters.get("model_path")))]
+    # The folder the stages loaded (``tiny`` resolves to a built folder), as they recorded it.
+    resolved = draft.facts.get("model_folder")
+    if resolved and resolved != draft.parameters.get("model_path"):
+        rows.append((names["model_resolved"], draft.value(resolved)))
+    lines = [t["env_intro"].format(stage=code(record.get("stage"))), ""]
+    lines += table([t["item"], t["value"]], rows)
+    counts = dig(d, "summary", default={})
+    checks = [c for c in as_list(d.get("checks")) if isinstance(c, dict)]
+    if checks and isinstance(counts, dict):
+        lines += [t["checks_intro"].format(**{v: num(counts.get(v, 0)) for v in _VERDICTS}), ""]
+        applied = [c for c in checks if c.get("verdict") != "SKIP"]
+        lines += table([t["check"], t["verdict"], t["reason"]],
+                       [(code(c.get("name")), c.get("verdict", ""), recorded(c.get("reason"), draft.lang))
+                        for c in applied])
+    return lines

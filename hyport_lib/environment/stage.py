@@ -1,21 +1,146 @@
-"""Stage 01: the environment check — the stage id, the stage function and its record.
+"""Stage 01: the environment check — the stage contract.
 
-The notebook and ``hyport env`` both call :func:`run` (collect the host's facts and
-judge them) and :func:`record` (write the stage result through
-:mod:`hyport_lib.results`).
+The notebook and ``hyport env`` both make the :func:`plan` of their :class:`Params`,
+:func:`run` it (collect the host's facts and judge them) and :func:`record` the report
+through :mod:`hyport_lib.results`. Cheap on purpose: well under 3 s on CPU.
 """
 
 from __future__ import annotations
 
+import datetime as _dt
 import os
+import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
 
-from hyport_lib.environment.collect import EnvironmentReport
-from hyport_lib.environment.collect import collect_environment as run  # noqa: F401 (the stage function)
+from hyport_lib.backend import Backend, get_backend, import_torch_npu
+from hyport_lib.devices.host_memory import check_host_memory
+from hyport_lib.devices.probe import probe_devices
+from hyport_lib.environment import checks as C
+from hyport_lib.environment.collect import (EnvironmentReport, card_count, visible_cards,
+                                            visible_device_checks)
+from hyport_lib.environment.compat import check_cann_compat, check_torch_npu_compat, normalise_cann
+from hyport_lib.environment.facts import collect_build, collect_cann, collect_env_vars, collect_system
+from hyport_lib.environment.params import Params
+from hyport_lib.models.loading import torchvision_problem, wants_video_processor
 from hyport_lib.results import Provenance, StageSummary, record_summary
+from hyport_lib.utils.imports import collect_versions, is_flash_attn_available
+from hyport_lib.utils.redact import scrub_text
 
 STAGE = "01_environment"
+
+
+@dataclass
+class Plan:
+    """What :func:`run` collects for.
+
+    Attributes:
+        params: the stage's parameters.
+        backend: the backend judged: the kind asked for, or the CPU's when that kind is
+            not usable here (this is the stage that must explain why, so it runs anyway).
+        backend_error: why the kind asked for is not usable (the ``backend`` check FAILs
+            with it); None when it is.
+    """
+
+    params: Params
+    backend: Backend
+    backend_error: Optional[str] = None
+
+
+@dataclass(frozen=True)
+class Step:
+    """A progress update of :func:`run`: ``done`` of ``total`` steps, ``name`` just done."""
+
+    name: str
+    done: int
+    total: int
+
+
+def plan(params: Params) -> Plan:
+    """The backend to judge. Never refuses a device: a kind that is not usable here is
+    collected on the CPU and named by the ``backend`` check."""
+    try:
+        return Plan(params, get_backend(params.device, params.num_cards))
+    except RuntimeError as exc:  # the kind asked for is not usable here
+        return Plan(params, get_backend("cpu", params.num_cards), str(exc))
+
+
+def run(plan: Plan, *, on_progress: Optional[Callable[[Step], None]] = None) -> EnvironmentReport:
+    """Collect this host's facts and judge them.
+
+    The environment variables and the cards are read now, not when planned: a re-probe
+    (the notebook's button) sees a variable set or a card freed since.
+
+    Args:
+        plan: from :func:`plan`.
+        on_progress: called with a :class:`Step` after each part; None: silent.
+    """
+    params, backend = plan.params, plan.backend
+    steps = ("versions", "devices", "CANN and build", "system", "checks")
+
+    def step(name: str) -> None:
+        if on_progress is not None:
+            on_progress(Step(name, steps.index(name) + 1, len(steps)))
+
+    started = time.perf_counter()
+    environ = dict(os.environ)
+    kind = backend.kind
+    cards = card_count(backend)
+
+    versions = collect_versions()
+    torch_npu, torch_npu_error = import_torch_npu()
+    if versions["torch_npu"] is None and torch_npu is not None:
+        versions["torch_npu"] = getattr(torch_npu, "__version__", None)
+    step("versions")
+    listing = probe_devices(backend)
+    step("devices")
+    cann = collect_cann(environ=environ)
+    if not cann["driver_version"] and listing.driver_version:
+        cann["driver_version"] = listing.driver_version
+    build = collect_build(versions)
+    if not cann["version"] and build.get("torch_cann"):
+        cann["version"] = normalise_cann(build["torch_cann"])
+    step("CANN and build")
+    system = collect_system()
+    step("system")
+
+    wanted = params.num_cards or cards
+    # A kind asked for that fell back to CPU keeps its variable judged strictly: an empty
+    # CUDA_VISIBLE_DEVICES is then the explanation of the backend FAIL.
+    judged_kind = params.device if plan.backend_error else kind
+    checks = [
+        C.check_backend(params.device, kind, cards, plan.backend_error),
+        C.check_packages(versions, kind),
+        C.check_torch_npu_import(kind, versions["torch_npu"], torch_npu_error, params.device,
+                                 cann_found=bool(cann.get("info_file") or cann.get("set_env")),
+                                 torch_version=versions["torch"]),
+        check_torch_npu_compat(versions["torch"], versions["torch_npu"]),
+        C.check_cann_env(kind, cann, environ),
+        check_cann_compat(versions["torch_npu"], cann["version"]),
+        *visible_device_checks(judged_kind, listing, environ),
+        C.check_busy_cards(kind, listing, params.num_cards, *visible_cards(kind, environ)),
+        C.check_card_health(kind, listing),
+    ]
+    if params.check_ports:
+        checks.append(C.check_hccl_ports(kind, wanted, environ))
+    checks += [
+        C.check_hccl_env(kind, environ),
+        C.check_flash_attn(kind, is_flash_attn_available(), versions["flash_attn"]),
+        C.check_video_processors(versions.get("transformers"), torchvision_problem(),
+                                 *wants_video_processor(params.model_path)),
+        C.check_bf16(backend),
+        *check_host_memory(kind, wanted, system, params.ram_gb_per_card, params.shm_gb_per_card),
+    ]
+    step("checks")
+    return EnvironmentReport(
+        system=system, versions=versions, cann=cann, devices=listing.devices,
+        env_vars=collect_env_vars(environ), checks=checks, build=build, device=kind,
+        requested_device=params.device, num_cards=cards, device_source=listing.source,
+        device_error=listing.error or listing.distrust,
+        device_tool_output=scrub_text(listing.raw) if listing.raw else None,
+        collected_at=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        elapsed_s=round(time.perf_counter() - started, 3))
 
 
 def summary_line(report: EnvironmentReport) -> str:
@@ -26,24 +151,14 @@ def summary_line(report: EnvironmentReport) -> str:
     return f"{report.summary_line()} on {report.device}{first}"
 
 
-def summarize(report: EnvironmentReport) -> StageSummary:
+def summarize(result: EnvironmentReport) -> StageSummary:
     """The report's verdict, :func:`summary_line` and the index's figures."""
-    return StageSummary(report.verdict, summary_line(report),
-                        {"checks": report.summary_line(skip=False), "device": report.device,
-                         "cards": report.num_cards})
+    return StageSummary(result.verdict, summary_line(result),
+                        {"checks": result.summary_line(skip=False), "device": result.device,
+                         "cards": result.num_cards})
 
 
-def record(report: EnvironmentReport, *, directory: Optional[os.PathLike] = None,
-           stage: Optional[str] = None) -> Path:
+def record(result: EnvironmentReport, *, directory: Optional[os.PathLike] = None) -> Path:
     """Write the environment report as the stage result; returns the file written."""
-    return record_summary(stage or STAGE, summarize(report), data=report.to_dict(),
-                          provenance=Provenance(device=report.device), directory=directory)
-
-
-def record_environment(report: EnvironmentReport, stage: str = STAGE) -> Path:
-    """Deprecated alias of :func:`record` (kept for one release)."""
-    return record(report, stage=stage)
-
-
-#: Deprecated alias of :func:`summary_line` (kept for one release).
-environment_summary = summary_line
+    return record_summary(STAGE, summarize(result), data=result.to_dict(),
+                          provenance=Provenance(device=result.device), directory=directory)

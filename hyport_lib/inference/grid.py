@@ -13,19 +13,17 @@ stdin that carries the configuration, so secret values never touch the disk;
 ``card<N>.config.json`` is a scrubbed copy for the record). ``hyport infer`` turns
 SIGTERM and SIGHUP into an orderly stop so that the cleanup below runs.
 
-The preflight (:mod:`hyport_lib.devices.card_plan`) and the result table
-(:mod:`hyport_lib.inference.table`) live in their own modules; their names stay
-importable from here.
+What runs is an :class:`InferencePlan`, made and checked by
+:func:`hyport_lib.inference.stage.plan`: the cards it chose (busy cards skipped unless
+``allow_busy_cards``; no process is ever killed for being in the way), the
+configuration every worker receives, the log folder. The result table is
+:mod:`hyport_lib.inference.table`.
 
 The launcher only watches: it never imports torch for the workers' sake and never
 touches the device. A worker that raises, dies (signal, ``os._exit``, out-of-memory
-kill) or runs past ``timeout_s`` becomes a row with its reason; the others finish; a
-hung worker's whole process group is killed (only groups this module started); the
-call always returns a :class:`GridResult`.
-
-Before launching, the preflight asks the environment check which cards are busy and
-skips them unless ``allow_busy_cards=True``. No process is ever killed for being in
-the way.
+kill) or runs past ``infer_timeout_s`` becomes a row with its reason; the others
+finish; a hung worker's whole process group is killed (only groups this module
+started); the call always returns a :class:`GridResult`.
 """
 
 from __future__ import annotations
@@ -38,21 +36,17 @@ import time
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Callable, Optional
 
 import pandas as pd
 
 import hyport_lib
-from hyport_lib.backend import Backend, get_backend
+from hyport_lib.backend import Backend
+from hyport_lib.devices.card_plan import CardPlan, GridPlan
+from hyport_lib.inference.params import Params
+from hyport_lib.inference.table import COLUMNS, GridProgress, GridResult, consistency, preview, scan_fallbacks
 from hyport_lib.models.generation_config import InferenceConfig
-from hyport_lib.models.generation import check_prompts
-from hyport_lib.devices.card_plan import (
-    CardPlan, GridPlan, plan_grid,
-)
-from hyport_lib.inference.table import (
-    COLUMNS, GridProgress, GridResult, consistency,
-    preview, scan_fallbacks,
-)
+from hyport_lib.models.tiny import TINY_MODEL_NAME, ensure_tiny_model
 from hyport_lib.processes import (
     Child, describe_exit, feed, finish, has_exited, kill_groups, last_exception, read_log_tail,
     reap_leftovers, start_child, stop_all,
@@ -60,6 +54,27 @@ from hyport_lib.processes import (
 from hyport_lib.results import Provenance, results_dir
 from hyport_lib.utils.files import atomic_write_json, ensure_writable
 from hyport_lib.utils.redact import child_environ, scrub_obj, scrub_text
+
+
+@dataclass
+class InferencePlan:
+    """What the grid runs, every check made (see :func:`hyport_lib.inference.stage.plan`).
+
+    Attributes:
+        params: the stage's parameters.
+        backend: the device kind's backend seam.
+        card_plan: which cards run and which are skipped as busy (shown before running).
+        config: what every worker runs; each replaces ``device`` with its own pinned
+            card. ``model_path`` is the checked folder (absolute), a hub id downloads
+            were allowed for, or ``"tiny"`` (built when the grid runs).
+        log_dir: where ``card<N>.log`` / ``card<N>.json`` go (created when the grid runs).
+    """
+
+    params: Params
+    backend: Backend
+    card_plan: GridPlan
+    config: InferenceConfig
+    log_dir: Path
 
 
 @dataclass
@@ -104,7 +119,6 @@ def _threads_per_worker(backend: Backend, workers: int) -> Optional[int]:
         return None
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     return max(1, cores // workers)
-
 
 
 def _launch(backend: Backend, card: int, spec: dict, log_dir: Path, timeout_s: float,
@@ -190,80 +204,40 @@ def _frame(rows: dict[int, dict], order: list[int]) -> pd.DataFrame:
     return pd.DataFrame([rows[c] for c in order], columns=COLUMNS)
 
 
-def _config_dict(config: Any) -> dict:
-    if config is None:
-        config = InferenceConfig()
-    if hasattr(config, "to_dict"):
-        return dict(config.to_dict())
-    if isinstance(config, dict):
-        return dict(config)
-    raise TypeError(f"config={config!r}: expected an InferenceConfig, a dict or None")
-
-
-def run_grid(config: Any = None, *, device: str = "auto", num_cards: Optional[int] = None,
-             cards: Optional[list[int]] = None, timeout_s: float = 300.0,
-             allow_busy_cards: bool = False, log_dir: Optional[os.PathLike] = None,
-             on_update: Optional[Callable[[GridProgress], None]] = None,
+def run_grid(plan: InferencePlan, *, on_progress: Optional[Callable[[GridProgress], None]] = None,
              extra_env: Optional[dict] = None, poll_interval_s: float = 0.1,
-             kill_grace_s: float = 2.0, backend: Optional[Backend] = None,
-             plan: Optional[GridPlan] = None) -> GridResult:
-    """Run the same inference on every card, one fresh process each.
+             kill_grace_s: float = 2.0) -> GridResult:
+    """Run the plan: the same inference on every card it chose, one fresh process each.
 
     Args:
-        config: an ``InferenceConfig`` (or its dict); each worker replaces ``device``
-            with its own pinned card. None: the defaults (tiny model).
-        device: backend kind (``auto``, ``npu``, ``cuda``, ``cpu``).
-        num_cards: cards to use; None = all available (CPU: 2 worker processes).
-        cards: explicit card ids instead of the first ``num_cards``.
-        timeout_s: per-worker wall-clock limit; all workers start together, so the grid
-            returns within about ``timeout_s`` plus a few seconds.
-        allow_busy_cards: also run on cards another process holds.
-        log_dir: where ``card<N>.log`` / ``card<N>.json`` go (default: a fresh folder
-            beside the results).
-        on_update: called with a :class:`GridProgress` at the start and whenever a card
-            finishes (a live table in the notebook, a progress bar in the CLI).
+        plan: from :func:`hyport_lib.inference.stage.plan`, run as it is, so that the
+            card table a notebook showed is what runs.
+        on_progress: called with a :class:`GridProgress` at the start and whenever a
+            card finishes (a live table in the notebook, a progress bar in the CLI).
         extra_env: extra variables for the workers (secret-looking ones among them
             are scrubbed from the logs and results like those of this process).
         poll_interval_s: how often the workers are checked.
         kill_grace_s: between SIGTERM and SIGKILL of a timed-out worker's group.
-        backend: an already built backend (else ``get_backend(device)``).
-        plan: the preflight's plan (:func:`plan_grid`) to run as it is, so that the
-            table a notebook showed is what runs; None plans here (``num_cards``,
-            ``cards`` and ``allow_busy_cards`` are then used). A plan made for another
-            device kind is an error.
 
     Returns:
         GridResult with one row per card (see :data:`COLUMNS`). Its ``config`` and
-        ``cards`` and the files in ``log_dir`` hold no secret values.
-    """
-    from hyport_lib.models.preflight import check_attn_implementation, check_model_path
-    from hyport_lib.utils.values import as_float
+        ``cards`` and the files in the log folder hold no secret values.
 
-    if timeout_s is None or as_float("timeout_s", timeout_s) <= 0:
-        raise ValueError(f"timeout_s={timeout_s!r}: expected a positive number of seconds")
+    Raises:
+        PermissionError: the log folder cannot be created or written (before any worker
+            starts); the tiny model's cache cannot be written.
+    """
     t0 = time.monotonic()
-    backend = backend or get_backend(device)
-    inference = _config_dict(config)
-    if plan is None:
-        plan = plan_grid(backend, num_cards=num_cards, allow_busy_cards=allow_busy_cards, cards=cards)
-    elif plan.kind != backend.kind:
-        raise ValueError(f"plan={plan.kind!r} cards: this grid runs on {backend.kind!r}; "
-                         f"plan with the same backend")
-    # Named here, before any worker starts: a typo is one clear error, not a download
-    # attempt (or a traceback) per card. "tiny" is built once here, not in every worker.
-    inference["model_path"] = check_model_path(inference.get("model_path") or "tiny",
-                                               allow_download=bool(inference.get("allow_download")))
-    check_attn_implementation(inference.get("attn_implementation") or "eager")
-    image = inference.get("image")
-    if image and not Path(image).expanduser().is_file():
-        raise FileNotFoundError(f"image={image!r}: no such file")
-    if Path(inference["model_path"]).is_dir():
-        check_prompts(InferenceConfig.from_dict(inference), inference["model_path"])
+    backend, card_plan, log_dir = plan.backend, plan.card_plan, plan.log_dir
+    timeout_s = float(plan.params.infer_timeout_s)
+    inference = plan.config.to_dict()
+    if inference["model_path"] == TINY_MODEL_NAME:
+        # Built once here rather than by every worker (and not by the plan, which writes nothing).
+        inference["model_path"] = str(ensure_tiny_model())
     if Path(inference["model_path"]).is_dir() and "HF_HUB_OFFLINE" not in os.environ:
         extra_env = {"HF_HUB_OFFLINE": "1", **(extra_env or {})}  # nothing fetched on the side
-    order = [c.card for c in plan.cards]
+    order = [c.card for c in card_plan.cards]
     secrets_env = {**os.environ, **(extra_env or {})}
-    log_dir = Path(log_dir).resolve() if log_dir else default_log_dir()
     try:
         ensure_writable(log_dir)
     except OSError as exc:
@@ -273,10 +247,10 @@ def run_grid(config: Any = None, *, device: str = "auto", num_cards: Optional[in
     def label(card: int) -> str:  # the card as the device tools number it
         return "cpu" if backend.kind == "cpu" else f"{backend.kind}:{card}"
 
-    threads = _threads_per_worker(backend, len(plan.to_run))
+    threads = _threads_per_worker(backend, len(card_plan.to_run))
 
     rows: dict[int, dict] = {}
-    for p in plan.cards:
+    for p in card_plan.cards:
         row = _skipped_row(p, label(p.card)) if not p.run else {
             **{c: None for c in COLUMNS}, "card": p.card, "device": label(p.card), "status": "running",
             "log_path": str(log_dir / f"card{p.card}.log")}
@@ -285,32 +259,40 @@ def run_grid(config: Any = None, *, device: str = "auto", num_cards: Optional[in
     raws: dict[int, dict] = {}
 
     def notify(card=None, status=None):
-        if on_update is None:
+        if on_progress is None:
             return
         done = sum(1 for r in rows.values() if r["status"] != "running")
         try:
-            on_update(GridProgress(_frame(rows, order), done, total, card, status))
+            on_progress(GridProgress(_frame(rows, order), done, total, card, status))
         except Exception as exc:  # a broken display must not abandon running workers
-            warnings.warn(f"run_grid: on_update failed ({type(exc).__name__}: {exc}); "
+            warnings.warn(f"run_grid: on_progress failed ({type(exc).__name__}: {exc}); "
                           "the grid goes on", RuntimeWarning, stacklevel=2)
 
     def done(worker: _Worker, timed_out: bool) -> None:
         finish(worker.child, secrets_env)
         pending.remove(worker)
         rows[worker.card], raws[worker.card] = _row_for(
-            worker, timed_out, float(timeout_s), label(worker.card), secrets_env)
+            worker, timed_out, timeout_s, label(worker.card), secrets_env)
         notify(worker.card, rows[worker.card]["status"])
+
+    def result() -> GridResult:
+        frame = _frame(rows, order)
+        consistent, differing, _ = consistency(frame)
+        return GridResult(
+            frame=frame, consistent=consistent, differing_cards=differing, log_dir=log_dir,
+            wall_s=time.monotonic() - t0, provenance=Provenance(device=backend.kind), plan=card_plan,
+            config=scrub_obj(inference, secrets_env), timeout_s=timeout_s,
+            cards=[raws[c] for c in order if c in raws])
 
     pending: list[_Worker] = []
     try:
-        for p in plan.cards:
+        for p in card_plan.cards:
             if not p.run:
                 continue
             spec = {"card": p.card, "device_kind": backend.kind, "num_threads": threads,
                     "inference": inference}
             try:
-                pending.append(_launch(backend, p.card, spec, log_dir, float(timeout_s), extra_env,
-                                       secrets_env))
+                pending.append(_launch(backend, p.card, spec, log_dir, timeout_s, extra_env, secrets_env))
             except OSError as exc:
                 rows[p.card].update(status="failed", cpu_fallback_warnings=0,
                                     error=f"could not start the worker: {type(exc).__name__}: {exc}")
@@ -333,29 +315,11 @@ def run_grid(config: Any = None, *, device: str = "auto", num_cards: Optional[in
         # Stopped: the cards that finished are kept; the caller finds them on the exception.
         for worker in pending:
             rows[worker.card].update(status="interrupted", error="stopped before this card finished")
-        exc.partial = _grid_result(rows, order, raws, log_dir, t0, backend, plan, inference,
-                                   secrets_env, timeout_s)
+        exc.partial = result()
         raise
     finally:
         # Interrupted (KeyboardInterrupt in the notebook, SIGTERM in the CLI): leave no
         # worker behind, and no secret in what they wrote.
         stop_all([w.child for w in pending], 0.0, secrets_env)
 
-    return _grid_result(rows, order, raws, log_dir, t0, backend, plan, inference, secrets_env, timeout_s)
-
-
-def _grid_result(rows, order, raws, log_dir, t0, backend, plan, inference, secrets_env, timeout_s) -> GridResult:
-    frame = _frame(rows, order)
-    consistent, differing, _ = consistency(frame)
-    return GridResult(
-        frame=frame, consistent=consistent, differing_cards=differing, log_dir=log_dir,
-        wall_s=time.monotonic() - t0, provenance=Provenance(device=backend.kind), plan=plan,
-        config=scrub_obj(inference, secrets_env), timeout_s=float(timeout_s),
-        cards=[raws[c] for c in order if c in raws])
-
-
-def record_grid(result: GridResult, stage: Optional[str] = None, **kwargs) -> Path:
-    """Deprecated alias of :func:`hyport_lib.inference.stage.record` (kept for one release)."""
-    from hyport_lib.inference import stage as inference_stage
-
-    return inference_stage.record(result, stage=stage, **kwargs)
+    return result()

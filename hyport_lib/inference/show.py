@@ -1,9 +1,12 @@
-"""Rendering of the inference grid for notebooks: table, consistency line, log tails.
+"""Rendering of the inference grid for notebooks: table, consistency line, log tails; and
+of its recorded result in the report (index card, draft section).
 
 Compute lives in :mod:`hyport_lib.inference.grid`; everything here only displays a
 :class:`~hyport_lib.inference.grid.GridResult`. Whatever is shown with a widget (the
 card picker) also has a static rendering (:func:`show_log_tails`), because the
-report's HTML is static and widget views are stripped from it.
+report's HTML is static and widget views are stripped from it. :func:`glance`,
+:func:`blog_title`, :func:`blog_section` and :func:`blog_facts` are what the report asks
+of the stage (see :mod:`hyport_lib.drafting`).
 """
 
 from __future__ import annotations
@@ -15,6 +18,10 @@ import pandas as pd
 
 from hyport_lib.display import LiveDisplay, style_verdicts
 from hyport_lib.devices.card_plan import GridPlan
+from hyport_lib.drafting.draft import Draft
+from hyport_lib.drafting.markdown import code, fenced, quote, recorded, table
+from hyport_lib.drafting.values import as_dict, as_list, dig, fmt_value, is_number, num
+from hyport_lib.inference.phrases import PHRASES
 from hyport_lib.inference.table import (
     GridProgress, GridResult, consistency, given, grid_verdict,
 )
@@ -159,3 +166,69 @@ def live_grid_display() -> Callable[[GridProgress], None]:
         live.update(grid_styler(progress.frame), force=True)
 
     return update
+
+
+# --------------------------------------------------------------------------- the report
+def glance(record: dict) -> list[tuple[str, str]]:
+    """The index card: cards ok, whether they agreed, warm tokens/s, the cold first call."""
+    head = as_dict(record.get("headline"))
+    consistent = head.get("consistent")
+    return [("cards ok", fmt_value(head.get("cards ok"))),
+            ("consistent", fmt_value(consistent) if consistent is not None else "—"),
+            ("warm tokens/s (median)", fmt_value(head.get("tokens/s incl. prefill (median)"))),
+            ("cold first call s (median)", fmt_value(head.get("cold first call s (median)")))]
+
+
+def blog_title(lang: str) -> str:
+    return PHRASES[lang]["title"]
+
+
+def blog_facts(record: dict) -> dict:
+    """The model folder the workers loaded (``tiny`` resolves to a built folder)."""
+    return {"model_folder": dig(record, "data", "config", "model_path")}
+
+
+def blog_section(record: dict, draft: Draft) -> list[str]:
+    """The per-card table (the seed's NPU | result), one answer, where the logs are."""
+    t, d = draft.phrases(PHRASES), as_dict(record.get("data"))
+    counts = dig(d, "counts", default={})
+    rows = [r for r in as_list(d.get("rows")) if isinstance(r, dict)]
+    # "warm" only where the run made untimed warm-up calls and recorded the cold one apart
+    # (runs from before warmup_runs existed, or with warmup_runs=0, timed the first call).
+    warmup = dig(d, "config", "warmup_runs")
+    warm = is_number(warmup) and warmup > 0 and any(r.get("cold_s") is not None for r in rows)
+    intro = t["inf_intro_warm"] if warm else t["inf_intro"]
+    lines = [intro.format(ok=num(counts.get("ok")), failed=num(counts.get("failed")),
+                          timeout=num(counts.get("timeout")), busy=num(counts.get("skipped-busy"))), ""]
+    lines += quote(d.get("consistency"))
+    if rows:
+        suffix = "_warm" if warm else ""
+        cold = [t["cold_s"]] if warm else []
+        lines += table([t["card"], t["card_status"], t["load_s"], *cold, t["first_token_s" + suffix],
+                        t["tps" + suffix], t["decode_tps" + suffix], t["memory"], t["error"]],
+                       [(num(r.get("card")), recorded(r.get("status"), draft.lang), num(r.get("load_s")),
+                         *([num(r.get("cold_s"))] if warm else []), num(r.get("first_token_s")),
+                         num(r.get("tokens_per_s")), num(r.get("decode_tokens_per_s")),
+                         num(r.get("peak_memory_mb")), recorded(r.get("error"), draft.lang)) for r in rows])
+    sample = sample_answer(d)
+    if sample is not None:
+        card, answer = sample
+        prompt = dig(d, "config", "single_prompt")
+        lines += [t["sample"].format(card=num(card), prompt=code(prompt)), ""]
+        lines += fenced(str(answer), "text")
+    if d.get("log_dir"):
+        lines += [t["logs"].format(log_dir=code(d["log_dir"])), ""]
+    return lines
+
+
+def sample_answer(data: dict):
+    """``(card, answer)`` of the first card that answered the single prompt, or None."""
+    outputs = dig(data, "outputs", default={})
+    if not isinstance(outputs, dict):
+        return None
+    for key in sorted(outputs, key=lambda k: (len(str(k)), str(k))):
+        answer = dig(outputs, key, "single")
+        if answer:
+            card = int(key) if str(key).isdigit() else key
+            return card, answer
+    return None

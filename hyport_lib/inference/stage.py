@@ -1,43 +1,98 @@
-"""Stage 03: inference on every card — the stage id, the stage function and its record.
+"""Stage 03: inference on every card — plan, run, summarize, record.
 
-The notebook and ``hyport infer`` both plan with :func:`plan` and run that plan with
-:func:`run`; :func:`record` writes the result through :mod:`hyport_lib.results`.
+The notebook, ``hyport infer`` and ``hyport report`` make the same :class:`Params`,
+then :func:`plan` (every check, nothing written) and :func:`run` (the grid);
+:func:`record` writes the result through :mod:`hyport_lib.results`.
 """
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
 
-from hyport_lib.models.generation_config import InferenceConfig
+from hyport_lib.backend import get_backend
+from hyport_lib.devices.card_plan import plan_grid
+from hyport_lib.inference.grid import InferencePlan, default_log_dir, run_grid
+from hyport_lib.inference.params import Params
+from hyport_lib.inference.table import GridProgress, GridResult, grid_headline, grid_verdict
 from hyport_lib.models.generation import check_prompts
-from hyport_lib.inference.grid import run_grid as run  # noqa: F401  (the stage function)
-from hyport_lib.devices.card_plan import plan_grid as plan  # noqa: F401
-from hyport_lib.inference.table import GridResult, grid_headline, grid_verdict
+from hyport_lib.models.generation_config import InferenceConfig
+from hyport_lib.models.preflight import check_attn_implementation, check_model_path
+from hyport_lib.models.tiny import TINY_MODEL_NAME
+from hyport_lib.params import ParameterError
 from hyport_lib.results import StageSummary, record_summary
 
 STAGE = "03_inference"
 
 
-def check_parameters(params: dict) -> None:
-    """Before a report runs anything: the model folder and the attention name this stage
-    would load on every card (each error names the parameter).
+def plan(params: Params) -> InferencePlan:
+    """Every check the grid needs before a worker starts, without writing anything.
+
+    The backend and the cards (busy ones skipped unless ``allow_busy_cards``), the log
+    folder (it could be created and written), the model folder and the attention name
+    every worker would load, and the prompts against the model (an image prompt for a
+    text-only model is refused here, in one line, not once per card).
 
     Raises:
-        ValueError: naming the parameter, its value and why.
+        ParameterError: ``log_dir`` names a file, or a place no folder can be made in.
+        ValueError: the device, a card count or visible-devices variable, the model
+            folder, the attention name or a prompt this model cannot take, each naming
+            the parameter.
+        RuntimeError: the device kind asked for is not usable here.
     """
-    from hyport_lib.models.preflight import check_attn_implementation, check_model_path
-    from hyport_lib.utils.values import as_flag
+    backend = get_backend(params.device, num_cards=params.num_cards)
+    card_plan = plan_grid(backend, num_cards=params.num_cards, allow_busy_cards=params.allow_busy_cards)
+    log_dir = Path(params.log_dir).expanduser().resolve() if params.log_dir else default_log_dir()
+    _check_log_dir(log_dir, given=params.log_dir is not None)
+    model_path = params.model_path
+    # "tiny" is built when the grid runs (the plan writes nothing); it takes every prompt.
+    if model_path != TINY_MODEL_NAME:
+        model_path = check_model_path(model_path, allow_download=params.allow_download)
+    check_attn_implementation(params.attn_implementation)
+    config = InferenceConfig(
+        model_path=model_path, dtype=params.dtype, attn_implementation=params.attn_implementation,
+        max_new_tokens=params.max_new_tokens, trust_remote_code=params.trust_remote_code,
+        single_prompt=params.single_prompt,
+        batch_prompts=tuple((text, uses_image) for text, uses_image in params.batch_prompts),
+        image=params.image, enable_thinking=params.enable_thinking,
+        allow_download=params.allow_download, warmup_runs=params.warmup_runs,
+        skip_not_applicable=params.skip_not_applicable)
+    if Path(model_path).is_dir():
+        check_prompts(config, model_path)
+    return InferencePlan(params=params, backend=backend, card_plan=card_plan, config=config, log_dir=log_dir)
 
-    model_dir = check_model_path(params.get("model_path") or "tiny",
-                                 allow_download=as_flag("allow_download", params.get("allow_download", False)))
-    if params.get("attn_implementation"):
-        check_attn_implementation(params["attn_implementation"])
-    if Path(model_dir).is_dir():
-        known = {k: params[k] for k in ("single_prompt", "batch_prompts", "image", "trust_remote_code",
-                                        "skip_not_applicable") if params.get(k) is not None}
-        check_prompts(InferenceConfig(model_path=model_dir, **known), model_dir)
+
+def _check_log_dir(log_dir: Path, *, given: bool) -> None:
+    """The folder exists or can be made (its nearest existing parent is a writable folder).
+
+    Args:
+        log_dir: the folder the grid will create and write.
+        given: the user named it (else it is the default beside the results folder).
+
+    Raises:
+        ParameterError: naming ``log_dir`` and why not.
+    """
+    shown = f"log_dir={str(log_dir)!r}" if given else f"log_dir=None (the default folder {log_dir})"
+    existing = log_dir
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        what = "is a file" if existing == log_dir else f"lies under the file {existing}"
+        raise ParameterError([f"{shown}: not a writable folder (it {what})"])
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise ParameterError([f"{shown}: not a writable folder ({existing} is not writable)"])
+
+
+def run(plan: InferencePlan, *, on_progress: Optional[Callable[[GridProgress], None]] = None) -> GridResult:
+    """Run the plan on every card it chose (see :func:`hyport_lib.inference.grid.run_grid`).
+
+    Args:
+        plan: from :func:`plan`.
+        on_progress: called with a :class:`~hyport_lib.inference.table.GridProgress` at
+            the start and whenever a card finishes; None: silent.
+    """
+    return run_grid(plan, on_progress=on_progress)
 
 
 def summarize(result: GridResult) -> StageSummary:
@@ -45,8 +100,7 @@ def summarize(result: GridResult) -> StageSummary:
     return StageSummary(grid_verdict(result), result.consistency_line, grid_headline(result))
 
 
-def record(result: GridResult, *, directory: Optional[os.PathLike] = None,
-           stage: Optional[str] = None) -> Path:
+def record(result: GridResult, *, directory: Optional[os.PathLike] = None) -> Path:
     """Write the grid as the stage result; returns the file written."""
-    return record_summary(stage or STAGE, summarize(result), data=result.to_dict(),
+    return record_summary(STAGE, summarize(result), data=result.to_dict(),
                           provenance=result.provenance, directory=directory)

@@ -1,6 +1,6 @@
 """One inference worker of the grid: one fresh process pinned to one card.
 
-Run by :func:`hyport_lib.inference.grid.run_grid`, never imported by it::
+Started by :func:`hyport_lib.inference.grid.run_grid`, never imported by it::
 
     python -m hyport_lib.inference.worker --config - --result PATH --die-with-stdin
 
@@ -50,6 +50,9 @@ import traceback
 from pathlib import Path
 from typing import Optional, Sequence
 
+from hyport_lib.backend import get_backend
+from hyport_lib.models.generation import run_inference
+from hyport_lib.models.generation_config import InferenceConfig
 from hyport_lib.processes import exit_without_teardown, start_guard
 from hyport_lib.utils.files import atomic_write_json
 from hyport_lib.utils.redact import scrub_obj, scrub_text
@@ -125,8 +128,6 @@ def load_spec(text: str) -> dict:
 
 def run_worker(spec: dict) -> dict:
     """Set the device, run the inference, measure memory; returns the result payload."""
-    from hyport_lib.backend import get_backend
-
     card = int(spec["card"])
     kind = spec.get("device_kind", "cpu")
     backend = get_backend(kind)
@@ -136,9 +137,6 @@ def run_worker(spec: dict) -> dict:
         import torch
 
         torch.set_num_threads(int(threads))
-    from hyport_lib.models.generation_config import InferenceConfig
-    from hyport_lib.models.generation import run_inference
-
     config = InferenceConfig.from_dict({**spec["inference"], "device": backend.device(0)})
     backend.reset_peak_memory(0)
     outcome = run_inference(config)

@@ -20,9 +20,13 @@ import time
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
+from hyport_lib.backend import get_backend
 from hyport_lib.models.generation_config import DEFAULT_BATCH_PROMPTS, DTYPES, InferenceConfig, InferenceOutcome
-from hyport_lib.models.loading import LoadedProcessor, tokenizer_of
+from hyport_lib.models.loading import LoadedProcessor, load_processor, tokenizer_of, traits_of
+from hyport_lib.models.loading import load_model as load_checkpoint  # ours: load_model(config)
 from hyport_lib.models.prompts import Prompt, PromptNotApplicable, check_applicable, encode_prompts
+from hyport_lib.models.sample_image import sample_image
+from hyport_lib.models.tiny import resolve_model_path
 
 
 def load_model(config: InferenceConfig):
@@ -38,10 +42,6 @@ def load_model(config: InferenceConfig):
         :class:`~hyport_lib.models.loading.LoadedProcessor` (its tokenizer pads on the left).
     """
     import torch
-
-    from hyport_lib.models.loading import load_model as load_checkpoint
-    from hyport_lib.models.loading import load_processor
-    from hyport_lib.models.tiny import resolve_model_path
 
     backend, index, device = _backend_for(config.device)
     path = resolve_model_path(config.model_path)
@@ -105,8 +105,6 @@ def check_prompts(config: InferenceConfig, model_dir: str) -> None:
     Raises:
         PromptNotApplicable: naming the parameter and why.
     """
-    from hyport_lib.models.loading import traits_of
-
     try:
         traits = traits_of(model_dir, config.trust_remote_code)
     except ValueError:
@@ -184,8 +182,6 @@ def run_inference(config: InferenceConfig) -> InferenceOutcome:
     """
     # Done before the clock starts: one-off costs, not loading.
     import transformers  # noqa: F401
-
-    from hyport_lib.models.tiny import resolve_model_path
 
     resolve_model_path(config.model_path)
     backend, index, _ = _backend_for(config.device)
@@ -269,8 +265,6 @@ def _backend_for(device: str):
 
     ``"auto"`` picks the best backend here and its card 0.
     """
-    from hyport_lib.backend import get_backend
-
     device = str(device).strip()
     if device == "auto":
         backend = get_backend("auto")
@@ -284,8 +278,6 @@ def _backend_for(device: str):
 
 
 def _load_image(config: InferenceConfig):
-    from hyport_lib.models.sample_image import sample_image
-
     if config.image is None:
         return sample_image()
     from PIL import Image

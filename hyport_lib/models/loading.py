@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from hyport_lib.models.families import ModelTraits, describe_config, read_config
+from hyport_lib.models.tiny import TINY_MODEL_NAME
 
 
 @dataclass
@@ -79,8 +80,6 @@ def wants_video_processor(model_path: Optional[str]) -> tuple[str, Optional[bool
 
     import transformers
     from transformers.models.auto.processing_auto import PROCESSOR_MAPPING_NAMES
-
-    from hyport_lib.models.tiny import TINY_MODEL_NAME
 
     text = str(model_path or "").strip()
     if text == TINY_MODEL_NAME:

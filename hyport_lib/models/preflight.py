@@ -17,7 +17,10 @@ import os
 import re
 from pathlib import Path
 
-_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.\-]*/[\w.\-]+$")
+from hyport_lib.checkpoint_files.header import read_header
+from hyport_lib.models.tiny import TINY_MODEL_NAME, ensure_tiny_model
+
+HUB_ID = re.compile(r"^[A-Za-z0-9][\w.\-]*/[\w.\-]+$")
 
 
 class ModelPathError(ValueError):
@@ -41,8 +44,6 @@ def check_model_path(model_path: str, *, param: str = "model_path", allow_downlo
             docstring); PermissionError: the tiny model's cache (``HYPORT_CACHE``) cannot
             be written.
     """
-    from hyport_lib.models.tiny import TINY_MODEL_NAME, ensure_tiny_model
-
     text = str(model_path or "").strip()
     if not text:
         raise ModelPathError(f"{param}: empty; give a model folder or 'tiny'")
@@ -52,15 +53,15 @@ def check_model_path(model_path: str, *, param: str = "model_path", allow_downlo
     if not path.is_absolute():
         path = Path(base or Path.cwd()) / path
     if not path.exists():
-        if allow_download and not local_only and _HUB_ID.match(text):
+        if allow_download and not local_only and HUB_ID.match(text):
             return text
-        if local_only and _HUB_ID.match(text):
+        if local_only and HUB_ID.match(text):
             hint = (f" (it looks like a hub id: {local_only} loads local folders only; download "
                     f"the model first, e.g. huggingface-cli download {text} --local-dir <folder>)")
         else:
             hint = (" (it looks like a hub id: downloads are off; download the model first, or "
                     "allow downloads: allow_download=True, hyport infer --allow-download)"
-                    if _HUB_ID.match(text) else "")
+                    if HUB_ID.match(text) else "")
         raise ModelPathError(f"{param}={text!r}: no such folder ({path.resolve()}){hint}")
     if not path.is_dir():
         raise ModelPathError(f"{param}={text!r}: {path.resolve()} is a file, not a model folder")
@@ -107,8 +108,6 @@ def check_attn_implementation(name: str, param: str = "attn_implementation") -> 
 
 
 def _check_weights(path: Path, param: str, text: str) -> None:
-    from hyport_lib.checkpoint_files.header import read_header
-
     index = path / "model.safetensors.index.json"
     if index.is_file():
         try:

@@ -36,6 +36,7 @@ from hyport_lib.models.tiny_tokenizer import (
     build_tokenizer,
     invisible_token_ids,
 )
+from hyport_lib.utils.imports import package_version
 
 #: Bump when the architecture, tokenizer, template, weights or saved files change: the
 #: cache folder name carries it, so a new version regenerates the checkpoint.
@@ -62,8 +63,6 @@ def default_cache_root() -> Path:
 
 
 def _transformers_major() -> str:
-    from hyport_lib.utils.imports import package_version
-
     return (package_version("transformers") or "0").split(".")[0]
 
 

@@ -25,6 +25,16 @@ from __future__ import annotations
 
 import math
 
+import torch
+
+from hyport_lib.backend import get_backend, import_torch_npu
+# The module, not its function: tests count the emulated calls by patching the module.
+from hyport_lib.npu_attention import emulation
+from hyport_lib.npu_attention.nfa_constants import compressed_causal_mask
+from hyport_lib.npu_attention.npu_ops import nfa_bsnd, nfa_tnd
+from hyport_lib.npu_attention.sdpa_ops import resolve_window, sdpa_bsnd, sdpa_varlen
+from hyport_lib.npu_attention.seqlens import host_cu_seqlens
+
 BACKEND_CHOICES = ("auto", "npu", "npu-emulated", "sdpa", "cpu", "cuda")
 
 
@@ -38,8 +48,6 @@ def resolve_backend(backend: str = "auto") -> str:
     if name not in BACKEND_CHOICES:
         raise ValueError(f"backend={backend!r}: expected one of {', '.join(BACKEND_CHOICES)}")
     if name == "auto":
-        from hyport_lib.backend import get_backend
-
         name = get_backend().kind
     if name in ("cpu", "cuda", "sdpa"):
         return "sdpa"
@@ -77,11 +85,7 @@ class FlashAttnAPI:
     def _nfa(self):
         """The ``npu_fusion_attention`` callable this instance dispatches to."""
         if self.backend == "npu-emulated":
-            from hyport_lib.npu_attention.emulation import npu_fusion_attention
-
-            return npu_fusion_attention
-        from hyport_lib.backend import import_torch_npu
-
+            return emulation.npu_fusion_attention
         torch_npu, error = import_torch_npu()
         if torch_npu is None:
             raise RuntimeError(
@@ -129,22 +133,15 @@ class FlashAttnAPI:
         return 1.0 / math.sqrt(q.shape[-1]) if softmax_scale is None else float(softmax_scale)
 
     def _dense(self, q, k, v, dropout_p, softmax_scale, causal, window_size):
-        from hyport_lib.npu_attention.sdpa_ops import resolve_window, sdpa_bsnd
-
         self.calls += 1
         window = resolve_window(causal, window_size)
         scale = self._scale(softmax_scale, q)
         if self.backend == "sdpa":
             return sdpa_bsnd(q, k, v, scale, dropout_p, window)
-        from hyport_lib.npu_attention.npu_ops import nfa_bsnd
-
         return nfa_bsnd(self._nfa(), q, k, v, scale, dropout_p, window)
 
     def _varlen(self, q, k, v, cu_seqlens_q, cu_seqlens_k, dropout_p, softmax_scale, causal,
                 window_size):
-        from hyport_lib.npu_attention.sdpa_ops import resolve_window, sdpa_varlen
-        from hyport_lib.npu_attention.seqlens import host_cu_seqlens
-
         self.calls += 1
         window = resolve_window(causal, window_size)
         scale = self._scale(softmax_scale, q)
@@ -158,8 +155,6 @@ class FlashAttnAPI:
                              f"{q.shape[0]}/{k.shape[0]} tokens")
         if self.backend == "sdpa":
             return sdpa_varlen(q, k, v, cu_q, cu_k, scale, dropout_p, window)
-        from hyport_lib.npu_attention.npu_ops import nfa_tnd
-
         return nfa_tnd(self._nfa(), q, k, v, cu_q, cu_k, scale, dropout_p, window)
 
     # --- flash-attn 2.x surface ------------------------------------------------------
@@ -289,7 +284,7 @@ class FlashAttnAPI:
             raise ValueError(f"{func}: cache of {cache_len} slots cannot hold "
                              f"cache_seqlens + new tokens = {max(totals)}")
         if k is not None:
-            with _no_grad():
+            with torch.no_grad():
                 for b, n in enumerate(lengths):
                     k_cache[b, n:n + new] = k[b]
                     v_cache[b, n:n + new] = v[b]
@@ -297,8 +292,6 @@ class FlashAttnAPI:
             t = totals[0]
             return self.flash_attn_func(q, k_cache[:, :t], v_cache[:, :t], 0.0, softmax_scale,
                                         causal, window_size)
-        import torch
-
         outs = [self.flash_attn_func(q[b:b + 1], k_cache[b:b + 1, :t], v_cache[b:b + 1, :t], 0.0,
                                      softmax_scale, causal, window_size)
                 for b, t in enumerate(totals)]
@@ -336,22 +329,16 @@ class FlashAttnAPI:
 
     def _varlen_top_left(self, q, k, v, cu_seqlens_q, cu_seqlens_k, dropout_p, softmax_scale):
         """Top-left causal per sequence: a bottom-right band shifted by Sk - Sq."""
-        from hyport_lib.npu_attention.seqlens import host_cu_seqlens
-
         cu_q = host_cu_seqlens(cu_seqlens_q, "cu_seqlens_q")
         cu_k = host_cu_seqlens(cu_seqlens_k, "cu_seqlens_k")
         if all(b - a == d - c for a, b, c, d in zip(cu_q, cu_q[1:], cu_k, cu_k[1:])):
             return self._varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, dropout_p, softmax_scale,
                                 True, (-1, -1))
         if self.backend != "sdpa":
-            from hyport_lib.npu_attention.nfa_constants import compressed_causal_mask
-
             return self._nfa()(q, k, v, head_num=q.shape[1], input_layout="TND",
                                scale=self._scale(softmax_scale, q), keep_prob=1.0 - dropout_p,
                                atten_mask=compressed_causal_mask(q.device), sparse_mode=2,
                                actual_seq_qlen=list(cu_q[1:]), actual_seq_kvlen=list(cu_k[1:]))[0]
-        import torch
-
         outs = []
         for (q0, q1), (k0, k1) in zip(zip(cu_q, cu_q[1:]), zip(cu_k, cu_k[1:])):
             # top-left diagonal = bottom-right band with right = (Sq - Sk)
@@ -365,9 +352,3 @@ class FlashAttnAPI:
                 outs.append(self._varlen(q[q0:q1], k[k0:k1], v[k0:k1], [0, q1 - q0], [0, k1 - k0],
                                          dropout_p, softmax_scale, False, window))
         return torch.cat(outs) if outs else q.new_zeros(0, q.shape[1], v.shape[-1])
-
-
-def _no_grad():
-    import torch
-
-    return torch.no_grad()

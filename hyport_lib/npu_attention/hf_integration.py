@@ -47,9 +47,12 @@ from typing import Optional
 import torch
 
 from hyport_lib.npu_attention.flash_api import FlashAttnAPI, FlashAttnUnsupported
-from hyport_lib.npu_attention.sdpa_ops import band_attend_mask, resolve_window, sdpa_bsnd
+from hyport_lib.npu_attention.npu_ops import nfa_bnsd_masked, nfa_tnd
+from hyport_lib.npu_attention.sdpa_ops import (band_attend_mask, resolve_window, sdpa_bsnd,
+                                               sdpa_varlen)
 from hyport_lib.npu_attention.seqlens import HOST_CACHE, IdentityCache, cumulative, host_cu_seqlens, packed_segments
-from hyport_lib.npu_attention.spans import active_span_ids, overlay_spans
+from hyport_lib.npu_attention.spans import (active_span_ids, overlay_spans,
+                                            segment_ids_from_position_ids)
 
 logger = logging.getLogger(__name__)
 
@@ -149,8 +152,6 @@ def attention_forward(api: FlashAttnAPI, module, query, key, value, attention_ma
     if api.backend == "sdpa":
         out = _sdpa_dense(query, key, value, attend, scale, dropout, window)
     else:
-        from hyport_lib.npu_attention.npu_ops import nfa_bnsd_masked
-
         masked = None if attend is None else _nfa_mask(attend)
         out = nfa_bnsd_masked(api._nfa(), query, key, value, scale, dropout, masked,
                               window).transpose(1, 2)
@@ -226,12 +227,8 @@ def _varlen_forward(api, query, key, value, segments, scale, dropout, window):
     v = value.transpose(1, 2).reshape(batch * seqlen, value.shape[1], -1)
     cu = cumulative(segments)
     if api.backend == "sdpa":
-        from hyport_lib.npu_attention.sdpa_ops import sdpa_varlen
-
         out = sdpa_varlen(q, k, v, cu, cu, scale, dropout, window)
     else:
-        from hyport_lib.npu_attention.npu_ops import nfa_tnd
-
         out = nfa_tnd(api._nfa(), q, k, v, cu, cu, scale, dropout, window)
     return out.reshape(batch, seqlen, heads, -1)
 
@@ -263,8 +260,6 @@ def _with_spans(attend, span_ids, position_ids, batch, sq, sk, window, query):
                 if attend is None else _as_attend(attend))
         if attend is None and isinstance(position_ids, torch.Tensor) and position_ids.dim() == 2 \
                 and position_ids.shape[-1] == sk:
-            from hyport_lib.npu_attention.spans import segment_ids_from_position_ids
-
             seg = segment_ids_from_position_ids(position_ids.expand(span_ids.shape[0], -1))
             base = base & (seg[:, sk - sq:].unsqueeze(-1) == seg.unsqueeze(-2)).unsqueeze(1)
         pos = position_ids if isinstance(position_ids, torch.Tensor) else None

@@ -25,6 +25,8 @@ from typing import Optional, Sequence
 import torch
 import torch.nn.functional as F
 
+from hyport_lib.npu_attention import varlen_dispatch as vd
+
 Window = tuple[Optional[int], Optional[int]]
 
 
@@ -125,8 +127,6 @@ def sdpa_varlen(q, k, v, cu_q: Sequence[int], cu_k: Sequence[int], scale: float,
     lens_q = [b - a for a, b in zip(cu_q, cu_q[1:])]
     lens_k = [b - a for a, b in zip(cu_k, cu_k[1:])]
     runs = _runs(lens_q, lens_k)
-    from hyport_lib.npu_attention import varlen_dispatch as vd
-
     op = vd.fused_varlen_op() if q.device.type == "cuda" else None
     path = vd.choose_path(q.device.type, q.dtype, q.shape[-1], dropout_p, len(runs),
                           0 in lens_q or 0 in lens_k, op is not None)

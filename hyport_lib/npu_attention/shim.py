@@ -26,12 +26,16 @@ Every shim module carries ``__hyport_shim__ = True`` and a ``ModuleSpec``, so th
 believe that FlashAttention-2 is installed: its ``is_flash_attn_2_available`` also
 requires a ``flash-attn`` distribution (package metadata) and a CUDA device, which the
 shim does not fake, so ``attn_implementation="flash_attention_2"`` behaves as without
-the shim (transformers' own error on CPU, transformers' own NPU integration on an NPU). Use :func:`hyport_lib.attention.register_hyport_attention`
-for transformers models; the shim is for remote code that imports flash_attn itself.
+the shim (transformers' own error on CPU, transformers' own NPU integration on an NPU). Use
+:func:`hyport_lib.npu_attention.hf_integration.register_hyport_attention` for transformers
+models; the shim is for remote code that imports flash_attn itself.
 
 The shim lives in one process's ``sys.modules``: every process that imports the model
 code (each torchrun worker, spawned data-loader workers that unpickle it) must call
 :func:`install_flash_attn_shim` itself, before that import.
+
+Importing this module imports torch: the functions it installs are torch code, and
+whoever imports it installs them.
 """
 
 from __future__ import annotations
@@ -44,6 +48,9 @@ import types
 from dataclasses import dataclass, field
 from typing import Optional
 
+from hyport_lib.npu_attention import bert_padding, rotary
+from hyport_lib.npu_attention.flash_api import FlashAttnAPI, FlashAttnUnsupported
+from hyport_lib.utils.imports import clear_import_caches
 from hyport_lib.utils.versions import legacy_unpad
 
 DEFAULT_VERSION = "2.7.4.post1"
@@ -118,9 +125,6 @@ def _module(name: str, doc: str, names: dict, is_package: bool) -> types.ModuleT
 
 def build_shim_modules(backend: str = "auto", version: str = DEFAULT_VERSION) -> dict:
     """The shim's module objects by name, not installed anywhere (for inspection/tests)."""
-    from hyport_lib.npu_attention import bert_padding, rotary
-    from hyport_lib.npu_attention.flash_api import FlashAttnAPI, FlashAttnUnsupported
-
     api = FlashAttnAPI(backend)
     funcs = {name: getattr(api, name) for name in _API_NAMES}
     v1 = {name: getattr(api, name) for name in _V1_NAMES}
@@ -230,7 +234,5 @@ def current_shim() -> Optional[ShimInstall]:
 
 def _forget_import_answers() -> None:
     # hyport's try_import caches "is flash_attn importable"; the answer just changed.
-    from hyport_lib.utils.imports import clear_import_caches
-
     importlib.invalidate_caches()
     clear_import_caches()

@@ -8,7 +8,7 @@ makes them so); in packed rows a span never reaches across sequences because the
 result is also restricted to one packed segment.
 
 Two ways to hand spans to the attention function registered by
-:func:`hyport_lib.attention.register_hyport_attention`:
+:func:`hyport_lib.npu_attention.hf_integration.register_hyport_attention`:
 
 * the ``hyport_span_ids=`` keyword of the model's ``forward``: transformers passes
   unknown keyword arguments down to the attention function (Llama-style models do);

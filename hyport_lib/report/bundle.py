@@ -19,8 +19,10 @@ import re
 import tempfile
 import zipfile
 from pathlib import Path
+from typing import Optional
 
 from hyport_lib.report.index import render_index
+from hyport_lib.report.records import StageView
 from hyport_lib.report.run import ReportRun
 from hyport_lib.utils.files import atomic_write_text
 
@@ -31,9 +33,10 @@ _OWN_ANCHOR = re.compile(r'href="#')
 _BODY = re.compile(r"<body[^>]*>")
 
 
-def render_bundle(run: ReportRun) -> str:
-    """The index, then one section per stage page that exists."""
-    index = render_index(run)
+def render_bundle(run: ReportRun, views: Optional[list[StageView]] = None) -> str:
+    """The index, then one section per stage page that exists; ``views`` as for
+    :func:`~hyport_lib.report.index.render_index`."""
+    index = render_index(run, views)
     index = _PAGE_LINK.sub(lambda m: f'href="#page-{m.group(1)}"', index)
     index = _FILE_LINK.sub(lambda m: f'<span title="in the run folder: {m.group(1)}">{m.group(2)}</span>',
                            index)
@@ -56,8 +59,8 @@ def render_bundle(run: ReportRun) -> str:
     return index.replace("</body>", note + "".join(sections) + "</body>", 1)
 
 
-def write_bundle(run: ReportRun) -> Path:
-    return atomic_write_text(Path(run.run_dir) / BUNDLE, render_bundle(run))
+def write_bundle(run: ReportRun, views: Optional[list[StageView]] = None) -> Path:
+    return atomic_write_text(Path(run.run_dir) / BUNDLE, render_bundle(run, views))
 
 
 #: Files of a run folder that are not part of the run: its lock, notebooks of a stage

@@ -26,8 +26,9 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from hyport_lib.report.run import INTERRUPTED, NOT_RUN, PENDING, RUNNING, ReportRun
-from hyport_lib.utils.files import atomic_write_json, atomic_write_text
-from hyport_lib.utils.redact import scrub_json_text, scrub_obj, scrub_text
+from hyport_lib.report.run_files import write_run_files
+from hyport_lib.utils.files import atomic_write_text
+from hyport_lib.utils.redact import scrub_json_text, scrub_text
 
 PARTIAL_DIR = ".partial"
 _TEXT_SUFFIXES = {".ipynb", ".html", ".json", ".jsonl", ".log", ".md", ".txt", ".yaml"}
@@ -136,18 +137,4 @@ def clean_run(run_dir: Path, data: dict) -> None:
     write_run_files(run)
 
 
-def write_run_files(run: ReportRun, blog: bool = True) -> None:
-    """``index.html``, ``run.json`` (and the blog drafts) of a run, from its state now."""
-    from hyport_lib.report.blog import write_blog_drafts
-    from hyport_lib.report.index import write_index
-
-    write_index(run)
-    atomic_write_json(run.run_dir / "run.json", scrub_obj(run.to_dict()))
-    if blog:
-        from hyport_lib.report.bundle import write_bundle
-
-        write_blog_drafts(run)
-        write_bundle(run)
-
-
-__all__ = ["clean_run", "clean_runs", "process_start_time", "runner_alive", "write_run_files"]
+__all__ = ["clean_run", "clean_runs", "process_start_time", "runner_alive"]

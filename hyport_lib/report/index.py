@@ -9,8 +9,12 @@ from __future__ import annotations
 import html
 import json
 from collections import Counter
+from typing import Optional
 
 from hyport_lib.display import VERDICT_COLOURS
+from hyport_lib.drafting.values import fmt_value
+from hyport_lib.report.glance import card_svg, figure_rows, sources
+from hyport_lib.report.records import StageView, load_views
 from hyport_lib.report.run import NOT_RUN, PENDING, RUNNING, ReportRun
 from hyport_lib.utils.files import atomic_write_text
 from hyport_lib.utils.redact import scrub_text
@@ -42,8 +46,6 @@ def _verdict_cell(verdict: str) -> str:
 
 
 def _headline(headline: dict) -> str:
-    from hyport_lib.report.glance import fmt_value
-
     if not headline:
         return ""
     return "<br>".join(f"{_esc(k)}: <b>{_esc(fmt_value(v))}</b>" for k, v in headline.items())
@@ -58,29 +60,30 @@ _NO_FIGURES = {NOT_RUN: "did not run: the run stopped before this stage",
                PENDING: "not started yet", RUNNING: "running now"}
 
 
-def _glance(run: ReportRun) -> str:
+def _glance(views: list[StageView]) -> str:
     """One card per stage: verdict, the stage's key figures, where they came from, links."""
-    from hyport_lib.report import glance
-
     cards = []
-    for s in run.stages:
-        result = glance.load_data(run.run_dir, s.stage)
-        rows = glance.figure_rows(s.stage, result)
+    for view in views:
+        s = view.outcome
+        rows = figure_rows(view)
         colour = VERDICT_COLOURS.get(s.verdict.upper(), "#ffffff")
         body = f"<dl>{rows}</dl>" if rows else f"<p>{_esc(s.error or _NO_FIGURES.get(s.verdict, 'no figures recorded'))}</p>"
-        spark = glance.loss_svg(result) if s.stage.endswith("_train") else ""
+        spark = card_svg(view)
         prov = (s.provenance or {}).get("label", "")
         cards.append(
             f'<div class="card" id="glance-{_esc(s.stage)}"><h3>{_link(s.html, s.stage) or _esc(s.stage)} '
             f'<span class="verdict-tag" style="background:{colour}">{_esc(s.verdict)}</span></h3>'
             f'{body}{spark}<div class="prov">{_esc(prov)}</div></div>')
-    found = glance.sources(run.run_dir, [s.stage for s in run.stages])
+    found = sources(views)
     legend = "; ".join(f"{_esc(label)}: stages {', '.join(stages)}" for label, stages in found.items())
     legend = f"<p class=\"prov\">Where the figures come from — {legend}.</p>" if legend else ""
     return f'<h2>At a glance</h2><div class="glance">{"".join(cards)}</div>{legend}'
 
 
-def render_index(run: ReportRun) -> str:
+def render_index(run: ReportRun, views: Optional[list[StageView]] = None) -> str:
+    """The index page; ``views``: the stages as :func:`~hyport_lib.report.records.load_views`
+    reads them (read here when not given)."""
+    views = load_views(run) if views is None else views
     counts = Counter(s.verdict for s in run.stages)
     shown = ["PASS", "WARN", "FAIL", "SKIP"] + [v for v in ("RUNNING", "INTERRUPTED", "PENDING", "NOT RUN")
                                                 if counts.get(v)]
@@ -127,7 +130,7 @@ def render_index(run: ReportRun) -> str:
 <p class="summary">{summary}</p>{notes}
 <p>{trust_line}. Figures measured on CPU or computed by hyport's NPU emulation are labelled
 as such in the <i>source</i> column and are not NPU measurements.</p>
-{_glance(run)}
+{_glance(views)}
 <h2>Stages</h2>
 <table id="stages"><thead><tr><th>stage</th><th>verdict</th><th>summary</th><th>duration</th>
 <th>headline figures</th><th>source</th><th>details</th></tr></thead>
@@ -140,5 +143,5 @@ as such in the <i>source</i> column and are not NPU measurements.</p>
 """
 
 
-def write_index(run: ReportRun):
-    return atomic_write_text(run.run_dir / "index.html", render_index(run))
+def write_index(run: ReportRun, views: Optional[list[StageView]] = None):
+    return atomic_write_text(run.run_dir / "index.html", render_index(run, views))

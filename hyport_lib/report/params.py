@@ -1,52 +1,56 @@
 """The parameters of a report run: profile + ``-p``, checked once before anything runs.
 
-Every key must be one that some notebook declares (a typo such as ``num_card`` is an
-error naming the closest known key; ``allow_unknown=True`` accepts it and the index
-lists it as ignored), every value must be what the parameter accepts
-(:func:`hyport_lib.parameters.validate_parameters`), and renamed keys are moved to their
-new names with a deprecation message. ``-p`` values stay text for text parameters and
-are parsed as YAML otherwise; relative paths are made absolute against the caller's
-working directory, because each notebook runs in its own folder.
+The namespace is the union of every discovered stage's ``Params`` fields
+(:mod:`hyport_lib.params`): a key no stage declares is an error naming the closest
+declared one (``allow_unknown=True`` accepts it and the index lists it as ignored).
+``-p`` text is read by the field's type (:func:`hyport_lib.params.parse_text`), path
+fields are made absolute against the caller's working directory (each notebook runs in
+its own folder), and then each selected stage's ``Params`` is built and its
+``plan(params)`` made: the very checks the stage makes when it runs, so a wrong value
+stops the run before anything is written, in the same words as the notebook and the
+command line.
+
+A notebook that has no stage package (a notebook-only stage) declares its names in its
+``parameters`` cell; its values are typed by the kind of the cell's default and it has
+no pre-run plan.
 """
 
 from __future__ import annotations
 
 import ast
-import difflib
+import contextlib
+import dataclasses
 import os
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Optional
 
-from hyport_lib.models.preflight import _HUB_ID
-from hyport_lib.parameters import ParameterError, kind_of_default, rename_keys, validate_parameters
-from hyport_lib.stages import Stage
+import papermill
+
+from hyport_lib.models.preflight import HUB_ID
+from hyport_lib.params import (
+    Field,
+    ParameterError,
+    Spec,
+    parameter_fields,
+    parse_text,
+    unknown_parameter,
+)
+from hyport_lib.report.profiles import parse_yaml_value
+from hyport_lib.report.run import RESULTS_DIR
+from hyport_lib.results import RESULTS_DIR_ENV, RUN_DIR_ENV
+from hyport_lib.stages import Stage, params_class, stage_module
 from hyport_lib.utils.redact import is_secret_parameter, scrub_text
-
-# Parameters whose string values are paths: made absolute against the caller's cwd,
-# because the notebooks run with their own folder as working directory.
-_PATH_SUFFIXES = ("_path", "_dir", "_file")
-_PATH_KEYS = ("image", "image_root", "deepspeed_config", "resume_from")
-#: Values that name something other than a file where a path may stand.
-_NOT_PATHS = {"model_path": ("tiny",), "resume_from": ("auto", "none")}
-
-
-def is_path_key(key: str) -> bool:
-    """A parameter whose text values are file or folder paths."""
-    return key.endswith(_PATH_SUFFIXES) or key in _PATH_KEYS
 
 
 def notebook_defaults(stage: Stage) -> dict[str, Any]:
-    """Parameter names of the notebook's ``parameters`` cell -> their default values.
+    """Names of the notebook's ``parameters`` cell -> their default literals.
 
-    papermill's own inspection finds the names (the same parser that injects values);
-    the defaults are the literals written there.
+    papermill's own inspection finds the names (the parser that injects values).
     """
-    import papermill
-
-    specs = papermill.inspect_notebook(str(stage.path))
     defaults = {}
-    for name, spec in specs.items():
+    for name, spec in papermill.inspect_notebook(str(stage.path)).items():
         try:
             defaults[name] = ast.literal_eval(spec.get("default") or "None")
         except (ValueError, SyntaxError):
@@ -54,45 +58,51 @@ def notebook_defaults(stage: Stage) -> dict[str, Any]:
     return defaults
 
 
-def notebook_parameters(stage: Stage) -> dict[str, str]:
-    """Parameter names -> the kind of their default (``str``, ``int``, ``None``, ...)."""
-    return {name: kind_of_default(value) or "None" for name, value in notebook_defaults(stage).items()}
+def _kind_of_default(value: Any) -> Optional[str]:
+    if isinstance(value, bool):
+        return "bool"
+    for kind, types in (("int", int), ("float", float), ("str", str), ("list", (list, tuple)),
+                        ("dict", dict)):
+        if isinstance(value, types):
+            return kind
+    return None
 
 
-def coerce_overrides(raw: dict, types: dict[str, str]) -> dict:
-    """``-p`` values: kept as typed text for string parameters, parsed as YAML otherwise.
-
-    A prompt such as ``Translate: hello`` or ``yes`` must reach a string parameter as
-    written, while ``num_cards=4`` or ``allow_busy_cards=true`` need their YAML types.
-    """
-    from hyport_lib.report.profiles import parse_yaml_value
-
-    # Paths stay text too (a folder named 2024 is no number), but YAML's null still
-    # means None: the way to undo a profile's output_dir.
-    def path_value(value):
-        return None if isinstance(value, str) and value.strip() in ("null", "~", "Null", "NULL") else value
-
-    return {key: path_value(value) if is_path_key(key)
-            else value if types.get(key) == "str" or not isinstance(value, str)
-            else parse_yaml_value(key, value) for key, value in raw.items()}
+def stage_fields(stage: Stage) -> dict[str, Field]:
+    """The stage's declared parameters: its ``Params`` fields, or for a notebook-only
+    stage its cell's names typed by their defaults."""
+    cls = params_class(stage)
+    if cls is not None:
+        return {f.name: f for f in parameter_fields(cls)}
+    return {name: Field(name, _kind_of_default(value), value is None, value, Spec(doc=""))
+            for name, value in notebook_defaults(stage).items()}
 
 
-def absolutize_paths(params: dict, base: Path) -> dict:
-    """Relative paths made absolute against ``base`` (the caller's working directory).
+def coerce_overrides(raw: dict, fields: dict[str, Field]) -> dict:
+    """``-p`` values read by their field's type; a key no stage declares (accepted with
+    ``allow_unknown``) is read as YAML, as its profile line would be."""
+    return {key: parse_text(fields[key], value) if key in fields
+            else parse_yaml_value(key, value) if isinstance(value, str) else value
+            for key, value in raw.items()}
 
-    Every path parameter (:func:`is_path_key`) is resolved there, existing or not, so
-    that a missing file is named where the user looked for it, not in the notebook's
-    folder; only what names no file stays as written: ``model_path`` ``tiny`` or a hub
-    id that is no folder here, ``resume_from`` ``auto`` / ``none``.
+
+def absolutize_paths(params: dict, fields: dict[str, Field], base: Path) -> dict:
+    """Relative path values made absolute against ``base`` (the caller's folder).
+
+    Every path field is resolved there, existing or not, so that a missing file is named
+    where the user looked for it, not in the notebook's folder; values that name no file
+    stay as written (a field's ``not_paths``, such as ``tiny`` or ``auto``, and a hub id
+    that is no folder here).
     """
     out = {}
     for key, value in params.items():
-        if isinstance(value, str) and value.startswith("~") and is_path_key(key):
-            value = os.path.expanduser(value)
-        if isinstance(value, str) and value and not os.path.isabs(value) and is_path_key(key) \
-                and value.strip().lower() not in _NOT_PATHS.get(key, ()) \
-                and not (key == "model_path" and _HUB_ID.match(value) and not (base / value).exists()):
-            value = str((base / value).resolve())
+        spec = fields[key].spec if key in fields else None
+        if spec is not None and spec.path and isinstance(value, str) and value:
+            if value.startswith("~"):
+                value = os.path.expanduser(value)
+            hub_id = key == "model_path" and HUB_ID.match(value) and not (base / value).exists()
+            if not os.path.isabs(value) and value.strip().lower() not in spec.not_paths and not hub_id:
+                value = str((base / value).resolve())
         out[key] = value
     return out
 
@@ -105,9 +115,9 @@ def safe_parameters(params: dict) -> dict:
 
 @dataclass
 class RunParameters:
-    merged: dict  # every parameter of the run, checked and typed
-    declared: dict[str, dict[str, Any]]  # stage id -> its notebook's defaults
-    unused: list[str]  # keys no notebook declares (only with allow_unknown)
+    merged: dict  # every parameter of the run, typed
+    declared: dict[str, dict[str, Field]]  # stage id -> its declared parameters
+    unused: list[str]  # keys no stage declares (only with allow_unknown)
 
     def for_stage(self, stage: Stage) -> dict:
         return {k: v for k, v in self.merged.items() if k in self.declared[stage.id]}
@@ -115,105 +125,114 @@ class RunParameters:
 
 def resolve_parameters(from_profile: dict, overrides: dict, stages: list[Stage], *,
                        profile_name: str = "the profile", allow_unknown: bool = False,
-                       say: Optional[Callable[[str], None]] = None, base: Optional[Path] = None
-                       ) -> RunParameters:
-    """Merge, rename, type, check and absolutize (see the module docstring).
+                       base: Optional[Path] = None) -> RunParameters:
+    """Merge, type, convert and absolutize (see the module docstring).
 
     Raises:
-        ParameterError: unknown keys (with the closest known ones) or bad values.
+        ParameterError: unknown keys (with the closest declared ones) or bad values.
     """
-    from_profile = rename_keys(from_profile, say)
-    overrides = rename_keys(overrides, say)
-    declared = {s.id: notebook_defaults(s) for s in stages}
-    defaults: dict[str, Any] = {}
-    for stage_defaults in declared.values():
-        for key, value in stage_defaults.items():
-            defaults.setdefault(key, value)
-    types = {k: kind_of_default(v) or "None" for k, v in defaults.items()}
+    declared = {s.id: stage_fields(s) for s in stages}
+    fields: dict[str, Field] = {}
+    for stage_fields_ in declared.values():
+        for name, f in stage_fields_.items():
+            known = fields.setdefault(name, f)
+            if f.optional and not known.optional:
+                # null must read as None when any stage takes None (02's model_path skips its
+                # model check); a stage that needs a value says so when its Params is built
+                fields[name] = dataclasses.replace(known, optional=True)
     problems = []
     for source, keys in ((profile_name, from_profile), ("-p", overrides)):
-        for key in sorted(k for k in keys if k not in defaults):
+        for key in sorted(k for k in keys if k not in fields):
             if allow_unknown and (source != "-p" or key in from_profile):
                 continue
-            near = difflib.get_close_matches(key, list(defaults), n=1)
-            hint = f"; did you mean {near[0]!r}?" if near else ""
-            problems.append(f"{source}: unknown parameter {key!r} (no notebook declares it){hint}")
+            problems.append(unknown_parameter(key, list(fields), source) + " (no stage declares it)")
     if problems:
         raise ParameterError(problems)
-    merged = {**from_profile, **coerce_overrides(overrides, types)}
-    merged = validate_parameters(merged, defaults)
-    merged = absolutize_paths(merged, base or Path.cwd())
-    return RunParameters(merged, declared, sorted(k for k in merged if k not in defaults))
-
-
-#: Folders stage 05 reads: they must exist before the run starts, unless the training
-#: stage of the same run writes them (its output_dir holds the final weights and the
-#: checkpoint-N folders; the model before fine-tuning, base_path, it never writes).
-INPUT_PATHS = ("weights_path", "base_path", "checkpoint_path")
-_WRITTEN_BY_TRAINING = ("weights_path", "checkpoint_path")
-
-
-def check_input_paths(params: RunParameters, selected: list[Stage]) -> None:
-    """Refuse, before any stage runs, a path parameter that names nothing.
-
-    Raises:
-        ParameterError: each such key with its (absolute) value.
-    """
-    wanted = {k for s in selected for k in params.declared.get(s.id, {})}
-    trains = any(s.name == "train" for s in selected)
-    # Without an output_dir the training stage writes into a folder of the new run, which
-    # no path given now can name.
-    out = params.merged.get("output_dir") if trains else None
-    problems = []
-    for key in INPUT_PATHS:
-        value = params.merged.get(key)
-        if key not in wanted or not isinstance(value, str) or not value:
-            continue
-        path = Path(value).expanduser()
-        if path.exists():
-            continue
-        if out and key in _WRITTEN_BY_TRAINING and _inside(path, Path(out).expanduser()):
-            continue
-        problems.append(f"{key}={value!r}: no such file or folder"
-                        + (f" (and not inside output_dir={out!r}, which stage 04 writes)"
-                           if out and key in _WRITTEN_BY_TRAINING else ""))
+    merged = {**from_profile, **coerce_overrides(overrides, fields)}
+    for key, value in list(merged.items()):
+        if key in fields:
+            try:
+                merged[key] = fields[key].convert(value)
+            except ParameterError as exc:
+                problems.append(str(exc))
     if problems:
         raise ParameterError(problems)
+    merged = absolutize_paths(merged, fields, base or Path.cwd())
+    return RunParameters(merged, declared, sorted(k for k in merged if k not in fields))
 
 
-def check_stage_parameters(params: RunParameters, selected: list[Stage]) -> None:
-    """Each selected stage's own check of its parameters (``check_parameters(params)`` in
-    its ``stage.py``, where it has one: the same checks its stage function makes first),
-    so that a value the stage would refuse stops the run before anything is written.
+def check_before_running(params: RunParameters, selected: list[Stage]) -> None:
+    """Each selected stage's ``Params`` built and its ``plan(params)`` made, before any
+    stage runs: what a stage would refuse stops the run before anything is written.
+
+    A path that an earlier selected stage writes (``written_by``) and that lies inside
+    that stage's output folder (its ``output`` field) cannot exist yet: it is left to the
+    plan the stage makes when it runs.
 
     Raises:
         ParameterError: each stage's complaint, naming the stage.
     """
-    from hyport_lib.stages import stage_module
-
     problems = []
-    for stage in selected:
-        module = stage_module(stage.id)
-        check = getattr(module, "check_parameters", None)
-        if check is None:
-            continue
-        try:
-            check(params.for_stage(stage))
-        except ValueError as exc:
-            problems.append(f"{stage.id}: {exc}")
+    with _as_a_new_run():
+        for index, stage in enumerate(selected):
+            cls = params_class(stage)
+            if cls is None:
+                continue
+            values = params.for_stage(stage)
+            for key in _written_earlier(values, params.declared[stage.id], selected[:index], params):
+                values.pop(key)
+            try:
+                stage_module(stage).plan(cls.from_values(values))
+            except ParameterError as exc:
+                problems += [f"{stage.id}: {line}" for line in (exc.details or [str(exc)])]
+            except (ValueError, OSError, RuntimeError) as exc:
+                # a refusal of the plan (a bad dataset with a line per record, busy cards, an
+                # unwritable output folder): said once, with the details it carries
+                problems.append(f"{stage.id}: {exc}")
+                problems += [f"{stage.id}:   {line}" for line in getattr(exc, "details", None) or []]
     if problems:
         raise ParameterError(problems)
 
 
+@contextlib.contextmanager
+def _as_a_new_run():
+    """The plans see what the stages will see: a run folder with no results yet (not the
+    interactive results folder, where an old stage-04 record would stand in for this
+    run's). Plans write nothing, so the folder is still empty when it is removed."""
+    saved = {name: os.environ.get(name) for name in (RESULTS_DIR_ENV, RUN_DIR_ENV)}
+    with tempfile.TemporaryDirectory(prefix="hyport-plan-") as folder:
+        os.environ[RUN_DIR_ENV] = folder
+        os.environ[RESULTS_DIR_ENV] = str(Path(folder) / RESULTS_DIR)
+        try:
+            yield
+        finally:
+            for name, value in saved.items():
+                if value is None:
+                    os.environ.pop(name, None)
+                else:
+                    os.environ[name] = value
+
+
+def _written_earlier(values: dict, fields: dict[str, Field], earlier: list[Stage],
+                     params: RunParameters) -> list[str]:
+    """Keys of ``values`` naming a path an earlier stage of the run writes (and so cannot
+    exist yet)."""
+    writers = {s.name: s for s in earlier}
+    out = []
+    for key, value in values.items():
+        spec = fields[key].spec
+        writer = writers.get(spec.written_by) if spec.written_by else None
+        if writer is None or not isinstance(value, str) or not value or Path(value).expanduser().exists():
+            continue
+        folders = [params.merged.get(f.name) for f in params.declared[writer.id].values() if f.spec.output]
+        if any(isinstance(folder, str) and folder and _inside(Path(value), Path(folder)) for folder in folders):
+            out.append(key)
+    return out
+
+
 def _inside(path: Path, folder: Path) -> bool:
     try:
-        path.resolve().relative_to(folder.resolve())
+        path.expanduser().resolve().relative_to(folder.expanduser().resolve())
         return True
     except ValueError:
         return False
-
-
-__all__ = ["INPUT_PATHS", "ParameterError", "RunParameters", "absolutize_paths", "check_input_paths",
-           "check_stage_parameters",
-           "coerce_overrides",
-           "notebook_defaults", "notebook_parameters", "resolve_parameters", "safe_parameters"]

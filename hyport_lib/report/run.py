@@ -19,6 +19,8 @@ from pathlib import Path
 from typing import Optional
 
 
+#: The folder of a run that holds what each stage recorded (``results/NN_name.json``).
+RESULTS_DIR = "results"
 #: Statuses of a stage that has no verdict (yet).
 PENDING, RUNNING, INTERRUPTED, NOT_RUN = "PENDING", "RUNNING", "INTERRUPTED", "NOT RUN"
 UNFINISHED = (PENDING, RUNNING, INTERRUPTED, NOT_RUN)

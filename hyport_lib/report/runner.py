@@ -7,7 +7,7 @@ Layout of a run folder::
       run.json              the same, machine-readable
       report.html           index and every stage page in one offline file, to send
       blog.md, blog.en.md, blog.zh.md   blog-post drafts (English twice, Chinese) from the results
-      figures/*.png         the drafts' figures (loss curve, attention heatmap)
+      figures/*.png         the drafts' figures, each drawn by its stage
       notebooks/NN_x.ipynb  executed notebooks (secrets scrubbed)
       html/NN_x.html        offline HTML of each
       results/NN_x.json     what each notebook recorded (hyport_lib.results)
@@ -16,7 +16,8 @@ Layout of a run folder::
 Before anything runs, the parameters are checked (:mod:`hyport_lib.report.params`) and
 the output folder must be writable; runs killed earlier are cleaned
 (:mod:`hyport_lib.report.cleanup`). ``run.json`` and the index are written at the start
-(every stage ``PENDING``) and whenever a stage starts and ends, so any end of the run
+(every stage ``PENDING``) and whenever a stage starts and ends
+(:mod:`hyport_lib.report.run_files`), so any end of the run
 leaves a true picture. A stage that fails still leaves its notebook, HTML and log; the
 next stages run; the index shows FAIL with the exception; the command exits non-zero.
 A stop signal ends the run after marking the stage ``INTERRUPTED`` and writing the
@@ -32,17 +33,17 @@ import sys
 from pathlib import Path
 from typing import Callable, Iterable, Optional
 
-from hyport_lib.report.cleanup import clean_runs, hold_run_lock, process_start_time, write_run_files
-from hyport_lib.report.params import (
-    check_input_paths, check_stage_parameters, resolve_parameters,
-    safe_parameters,
-)
+from hyport_lib.report.cleanup import clean_runs, hold_run_lock, process_start_time
+from hyport_lib.report.params import check_before_running, resolve_parameters, safe_parameters
+from hyport_lib.report.profiles import load_profile, resolve_profile
 from hyport_lib.report.run import (
     INTERRUPTED, NOT_RUN, PENDING, RUNNING, ReportRun, StageOutcome, new_run_dir,
 )
+from hyport_lib.report.run_files import write_run_files
 from hyport_lib.report.stage_run import FAILED_SUMMARY, run_stage
 from hyport_lib.stages import discover_stages, select_stages
 from hyport_lib.utils.files import ensure_writable
+from hyport_lib.utils.imports import collect_versions
 from hyport_lib.utils.signals import shielded
 
 #: Per-cell limit; papermill would otherwise wait forever on a hung cell.
@@ -84,9 +85,6 @@ def run_report(*, profile: Optional[str] = None, overrides: Optional[dict] = Non
                progress: Optional[Callable[[str], None]] = None,
                progress_bar: bool = False, allow_unknown_parameters: bool = False) -> ReportRun:
     """Run the selected stages and write the run folder. See the module docstring."""
-    from hyport_lib.environment.facts import collect_versions
-    from hyport_lib.report.profiles import load_profile, resolve_profile
-
     say = progress or _say
     profile_path = resolve_profile(profile)
     all_stages = discover_stages(notebooks_dir)
@@ -96,9 +94,8 @@ def run_report(*, profile: Optional[str] = None, overrides: Optional[dict] = Non
     params = resolve_parameters(
         load_profile(profile_path), overrides or {}, all_stages,
         profile_name=f"profile {profile_path.name}" if profile_path else "profile",
-        allow_unknown=allow_unknown_parameters, say=say)
-    check_input_paths(params, stages)
-    check_stage_parameters(params, stages)
+        allow_unknown=allow_unknown_parameters)
+    check_before_running(params, stages)
     check_kernel(kernel_name)
     output_root = check_output_root(Path(output_root) if output_root else Path.cwd() / "outputs")
     clean_runs(output_root, say)

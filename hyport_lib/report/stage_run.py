@@ -20,15 +20,15 @@ import time
 from pathlib import Path
 from typing import Optional
 
+from hyport_lib.report.html import notebook_to_html
 from hyport_lib.report.params import safe_parameters
-from hyport_lib.report.run import StageOutcome
-from hyport_lib.results import RESULTS_DIR_ENV, load_result
+from hyport_lib.report.run import RESULTS_DIR, StageOutcome
+from hyport_lib.results import RESULTS_DIR_ENV, RUN_DIR_ENV, load_result, result_file
 from hyport_lib.stages import Stage
 from hyport_lib.utils.files import atomic_write_text
 from hyport_lib.utils.redact import scrub_json_text, scrub_text
 from hyport_lib.utils.signals import shielded
 
-RUN_DIR_ENV = "HYPORT_RUN_DIR"
 PARTIAL_DIR = ".partial"
 #: The summary of a stage that failed without recording one (the runner's words, not the stage's).
 FAILED_SUMMARY = "stage failed"
@@ -138,13 +138,13 @@ def run_stage(stage: Stage, run_dir: Path, params: dict, *, cell_timeout_s: int,
     html_out = run_dir / "html" / f"{stage.id}.html"
     log_out = run_dir / "logs" / f"{stage.id}.log"
     for folder in (nb_out.parent, nb_partial.parent, html_out.parent, log_out.parent,
-                   run_dir / "results"):
+                   run_dir / RESULTS_DIR):
         folder.mkdir(parents=True, exist_ok=True)
     outcome = outcome if outcome is not None else StageOutcome(stage=stage.id, verdict="FAIL")
     outcome.verdict, outcome.parameters = "FAIL", safe_parameters(params)
     outcome.notebook = str(nb_out.relative_to(run_dir))
     outcome.log = str(log_out.relative_to(run_dir))
-    env = {RESULTS_DIR_ENV: str(run_dir / "results"), RUN_DIR_ENV: str(run_dir),
+    env = {RESULTS_DIR_ENV: str(run_dir / RESULTS_DIR), RUN_DIR_ENV: str(run_dir),
            "HYPORT_STAGE": stage.id}
     started = time.monotonic()
     error = None
@@ -170,8 +170,6 @@ def run_stage(stage: Stage, run_dir: Path, params: dict, *, cell_timeout_s: int,
 def _collect(stage: Stage, run_dir: Path, outcome: StageOutcome, error: Optional[str],
              nb_partial: Path, nb_out: Path, html_out: Path, log_out: Path,
              show_inputs: bool) -> StageOutcome:
-    from hyport_lib.report.html import notebook_to_html
-
     _scrub_file(log_out)
     if scrub_notebook(nb_partial, nb_out):
         nb_partial.unlink()
@@ -182,7 +180,7 @@ def _collect(stage: Stage, run_dir: Path, outcome: StageOutcome, error: Optional
             error = (error + "; " if error else "") + f"HTML export failed: {_describe_error(exc)}"
     else:
         outcome.notebook = None
-    result_path = run_dir / "results" / f"{stage.id}.json"
+    result_path = result_file(run_dir / RESULTS_DIR, stage.id)
     if result_path.exists():
         try:
             result = load_result(result_path)

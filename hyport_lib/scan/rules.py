@@ -30,8 +30,9 @@ IS_CUDA_GUARD = "is_cuda_guard"  # an `is_cuda` test deciding whether attention 
 CATEGORIES = (FLASH_ATTN, CUDA_CALL, CUDA_DEVICE, CUDA_ENV, CUDA_EXT, NCCL, APEX, XFORMERS,
               TRITON, BITSANDBYTES, REQUIREMENT, UNPARSABLE, IS_CUDA_GUARD)
 
-_SHIM = ("hyport_lib.attention.install_flash_attn_shim(backend) before the model's import, "
-         "or attn_implementation=hyport_lib.attention.register_hyport_attention(...)")
+_REGISTER = "hyport_lib.npu_attention.hf_integration.register_hyport_attention(...)"
+_SHIM = ("hyport_lib.npu_attention.shim.install_flash_attn_shim(backend) before the model's import, "
+         f"or attn_implementation={_REGISTER}")
 _NFA_VARLEN = (f"{_SHIM}; on NPU torch_npu.npu_fusion_attention(q, k, v, head_num, 'TND', "
                "actual_seq_qlen=cu_seqlens_q[1:] (host list, no leading 0), actual_seq_kvlen="
                "cu_seqlens_k[1:], scale=softmax_scale or 1/sqrt(d) (NFA defaults to 1.0); "
@@ -81,7 +82,7 @@ SUGGESTIONS = {
     "flash_attn_interface": "flash-attn 3 (Hopper only): " + _SHIM,
     "transformers.modeling_flash_attention_utils": (
         "transformers' flash-attn wrapper; on Ascend use "
-        "attn_implementation=hyport_lib.attention.register_hyport_attention(...) or 'sdpa'"),
+        f"attn_implementation={_REGISTER} or 'sdpa'"),
     "torch.cuda": f"go through {_BACKEND} (the same call exists as torch.npu.* on NPU)",
     "torch.cuda.synchronize": "backend.synchronize()",
     "torch.cuda.is_available": ("backend.is_accelerator / backend.kind (after transfer_to_npu "
@@ -197,7 +198,7 @@ DEVICE_CONTEXT_SUGGESTIONS = {
     "compare": "compare with backend.kind ('npu' on Ascend)",
 }
 NCCL_SUGGESTION = "backend.dist_backend ('hccl' on Ascend)"
-FLASH_IMPL_SUGGESTION = ("attn_implementation=hyport_lib.attention.register_hyport_attention(...) "
+FLASH_IMPL_SUGGESTION = (f"attn_implementation={_REGISTER} "
                          "(or 'sdpa'); transformers' own NPU flash path as a baseline")
 CUDA_METHOD_SUGGESTION = ".to(backend.device(i)) (device from hyport_lib.backend.get_backend())"
 GUARDED_PREFIX = "guarded import (optional, the code has a fallback): "

@@ -12,10 +12,10 @@ from __future__ import annotations
 import os
 import sys
 
+from hyport_lib.processes import start_guard
+
 
 def main(argv: list[str]) -> None:
-    from hyport_lib.processes import start_guard
-
     start_guard(log=sys.stderr)
     sys.stdout.flush()
     os.execv(sys.executable, [sys.executable, "-m", "torch.distributed.run", *argv])

@@ -28,9 +28,9 @@ from typing import Optional
 
 from transformers import Trainer, TrainerCallback
 
-from hyport_lib.train.checkpoints import write_marker
-from hyport_lib.utils.disk import disk_full_error
+from hyport_lib.train.checkpoints import MARKER, SAVING_MARKER, write_marker
 from hyport_lib.train.packing import COUNT_KEYS
+from hyport_lib.utils.disk import disk_full_error
 from hyport_lib.utils.files import dumps_json
 
 #: Test-only: ``"<step>"`` makes that step's loss NaN (on every rank).
@@ -124,8 +124,6 @@ class CountingTrainer(Trainer):
         # The folder may exist from an earlier run or attempt: until this save has
         # finished it must not look complete (on_save marks it again).
         if self.is_world_process_zero():
-            from hyport_lib.train.checkpoints import MARKER, SAVING_MARKER
-
             folder = Path(self.args.output_dir) / f"checkpoint-{self.state.global_step}"
             (folder / MARKER).unlink(missing_ok=True)
             # hyport's before the Trainer writes anything: a save killed half-way is still

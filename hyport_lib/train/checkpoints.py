@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Mapping, Optional
 
 from hyport_lib.utils.files import atomic_write_json
+from hyport_lib.utils.imports import package_version
 
 MARKER = "hyport_checkpoint.json"
 #: Written into ``checkpoint-N/`` before the Trainer saves there: the folder is hyport's
@@ -48,8 +49,6 @@ class Checkpoint:
 
 
 def library_versions() -> dict[str, Optional[str]]:
-    from hyport_lib.utils.imports import package_version
-
     return {name: package_version(name.replace("_", "-")) or package_version(name)
             for name in VERSIONED}
 

@@ -93,19 +93,18 @@ class DatasetReport:
 
 
 class DatasetError(ValueError):
-    """The dataset has problems and ``skip_bad_records`` is off: every problem is listed
-    (the first ``limit`` in the message; all of them in ``problems_file`` when given)."""
+    """The dataset has problems and ``skip_bad_records`` is off: the first ``limit``
+    problems are listed in the message, every one is in ``report.problems`` (nothing is
+    written: the plan that finds them leaves no file behind)."""
 
-    def __init__(self, report: DatasetReport, limit: int = 50, problems_file: Optional[str] = None):
+    def __init__(self, report: DatasetReport, limit: int = 50):
         self.report = report
-        self.problems_file = problems_file
         #: One line per problem (the command line prints them under the message).
         self.details = [f"- {p}" for p in report.problems[:limit]]
         more = len(report.problems) - limit
         if more > 0:
-            self.details.append(f"... and {more} more")
-        if problems_file:
-            self.details.append(f"every problem, one per line: {problems_file}")
+            self.details.append(f"... and {more} more (fix these first, or skip_bad_records=True: a run "
+                                "that skips them lists every one in output_dir/dataset_problems.jsonl)")
         super().__init__(f"{report.summary()}; fix them or set skip_bad_records=True:\n"
                          + "\n".join(f"  {line}" for line in self.details))
 

@@ -14,8 +14,11 @@ from pathlib import Path
 from typing import Optional
 
 import hyport_lib
-from hyport_lib.train.config import TrainConfig
+from hyport_lib.train.params import Params
 from hyport_lib.utils.values import as_int
+
+#: The run's DeepSpeed JSON in output_dir (what the Trainer of every rank reads).
+DEEPSPEED_FILE = "hyport_deepspeed.json"
 
 
 def bundled_config_path(zero_stage: int) -> Path:
@@ -49,44 +52,37 @@ def load_json(path: os.PathLike, what: str) -> dict:
     return data
 
 
-def build_deepspeed_config(config: TrainConfig, backend, precision: str) -> dict:
+def build_deepspeed_config(params: Params, backend, precision: str) -> dict:
     """The DeepSpeed configuration the run uses (a new dict)."""
-    if config.deepspeed_config:
-        data = load_json(config.deepspeed_config, "deepspeed_config")
+    if params.deepspeed_config:
+        data = load_json(params.deepspeed_config, "deepspeed_config")
         zero = data.get("zero_optimization") or {}
         raw = zero.get("stage", 0) if isinstance(zero, dict) else zero
         try:
             stage = as_int("zero_optimization.stage", raw)
         except ValueError:
-            raise ValueError(f"deepspeed_config={config.deepspeed_config!r}: zero_optimization.stage is "
+            raise ValueError(f"deepspeed_config={params.deepspeed_config!r}: zero_optimization.stage is "
                              f"{raw!r}; hyport needs the number (0, 1, 2 or 3), the same as zero_stage, "
                              f"to check the run") from None
-        if stage != config.zero_stage:
-            raise ValueError(f"deepspeed_config={config.deepspeed_config!r} sets ZeRO stage "
-                             f"{stage} but zero_stage={config.zero_stage}; make them agree")
+        if stage != params.zero_stage:
+            raise ValueError(f"deepspeed_config={params.deepspeed_config!r} sets ZeRO stage "
+                             f"{stage} but zero_stage={params.zero_stage}; make them agree")
     else:
-        data = load_json(bundled_config_path(config.zero_stage), "deepspeed_config")
+        data = load_json(bundled_config_path(params.zero_stage), "deepspeed_config")
     data = copy.deepcopy(data)
     data["bf16"] = {**(data.get("bf16") or {}), "enabled": precision == "bf16"}
     fp16 = {**(data.get("fp16") or {}), "enabled": precision == "fp16"}
     if precision == "fp16":
-        fp16["loss_scale"] = float(config.loss_scale)
+        fp16["loss_scale"] = float(params.loss_scale)
     data["fp16"] = fp16
     optimizer = data.setdefault("optimizer", {"type": "AdamW", "params": {}})
-    if backend.kind == "cpu" and not config.offload_optimizer:
+    if backend.kind == "cpu" and not params.offload_optimizer:
         # Without it DeepSpeed builds its C++ CPU Adam at first use (a compiler, ~1 min).
         optimizer.setdefault("params", {})["torch_adam"] = True
-    zero = data.setdefault("zero_optimization", {"stage": config.zero_stage})
-    if config.offload_optimizer:
+    zero = data.setdefault("zero_optimization", {"stage": params.zero_stage})
+    if params.offload_optimizer:
         zero["offload_optimizer"] = {"device": "cpu", "pin_memory": backend.is_accelerator}
     return data
-
-
-def write_deepspeed_config(data: dict, output_dir: os.PathLike,
-                           name: str = "hyport_deepspeed.json") -> Path:
-    from hyport_lib.utils.files import atomic_write_json
-
-    return atomic_write_json(Path(output_dir) / name, data)
 
 
 def describe(data: dict) -> dict:

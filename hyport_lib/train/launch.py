@@ -1,12 +1,16 @@
 """Start torchrun for a :class:`~hyport_lib.train.preflight.LaunchPlan` and watch it.
 
-One child process (:mod:`hyport_lib.processes`): ``python -m hyport_lib.train.agent``
-running ``torchrun --nnodes N --node-rank R --nproc-per-node n --master-addr A
---master-port P --max-restarts K -m hyport_lib.train.worker`` in its own process
-group, with a lifeline so that it (and every worker) ends with the launcher. The
-launcher never touches a device: it reads the metrics file rank 0 appends and calls
-``on_update`` with the records so far (the notebook's live plot, the CLI's progress
-bar), at most every ``poll_interval_s``. A run past ``train_timeout_s`` is stopped
+The plan wrote nothing; the launch takes the output folder's lock
+(:mod:`hyport_lib.train.ownership`), checks again that the folder holds nothing hyport
+did not write, writes what the workers read (the bundled smoke set, the DeepSpeed JSON,
+the listing of skipped records), and then starts one child process
+(:mod:`hyport_lib.processes`): ``python -m hyport_lib.train.agent`` running ``torchrun
+--nnodes N --node-rank R --nproc-per-node n --master-addr A --master-port P
+--max-restarts K -m hyport_lib.train.worker`` in its own process group, with a lifeline
+so that it (and every worker) ends with the launcher. The launcher never touches a
+device: it reads the metrics file rank 0 appends and calls ``on_progress`` with the
+records so far (the notebook's live plot, the CLI's progress bar), at most every
+``poll_interval_s``. A run past ``train_timeout_s`` is stopped
 (SIGTERM to torchrun, which stops its workers, then SIGKILL). Interrupted (Ctrl-C in the
 notebook, a stop signal in the CLI), the launcher stops torchrun the same way before
 the interrupt goes on. torchrun's output and every rank's are in ``logs/``, scrubbed of
@@ -25,22 +29,29 @@ from pathlib import Path
 from typing import Callable, Optional
 
 import hyport_lib
+from hyport_lib.models.tiny import default_cache_root
 from hyport_lib.processes import (describe_exit, feed, finish, has_exited, kill_groups,
                                   last_exception, read_log_tail, reap_leftovers, scrub_log,
                                   start_child, stop_all)
 from hyport_lib.results import Provenance
 from hyport_lib.train.checkpoints import list_checkpoints
 from hyport_lib.train.metrics import read_metrics, summarize_metrics
-from hyport_lib.train.ownership import lock_output_dir, release_output_dir
+from hyport_lib.train.ownership import check_foreign, lock_output_dir, release_output_dir
 from hyport_lib.train.preflight import LaunchPlan
-from hyport_lib.train.result import TrainProgress, TrainResult
-from hyport_lib.train.worker import RESULT_FILE, SPEC_ENV
+from hyport_lib.train.result import RESULT_FILE, TrainProgress, TrainResult
+from hyport_lib.train.smoke_data import write_smoke_dataset
 from hyport_lib.utils.disk import disk_full_error
+from hyport_lib.utils.files import atomic_write_json, atomic_write_text, ensure_writable
 from hyport_lib.utils.redact import child_environ, scrub_obj
+
+#: The environment variable that hands every rank the plan (JSON, :meth:`LaunchPlan.worker_spec`).
+SPEC_ENV = "HYPORT_TRAIN_SPEC"
+#: Every problem of the records a run skips (skip_bad_records=True), one JSON object a line.
+PROBLEMS_FILE = "dataset_problems.jsonl"
 
 
 def torchrun_args(plan: LaunchPlan) -> list[str]:
-    c = plan.config
+    c = plan.params
     return ["--nnodes", str(c.nnodes), "--node-rank", str(c.node_rank),
             "--nproc-per-node", str(plan.nproc_per_node), "--master-addr", plan.master_addr,
             "--master-port", str(plan.master_port), "--max-restarts", str(c.max_restarts),
@@ -53,8 +64,6 @@ def command(plan: LaunchPlan) -> list[str]:
 
 
 def _environment(plan: LaunchPlan) -> dict[str, str]:
-    from hyport_lib.models.tiny import default_cache_root
-
     repo = str(Path(hyport_lib.__file__).resolve().parents[1])
     extra = {
         SPEC_ENV: json.dumps(plan.worker_spec(), default=str),
@@ -74,42 +83,63 @@ def _environment(plan: LaunchPlan) -> dict[str, str]:
     return child_environ(extra)
 
 
-def launch(plan: LaunchPlan, on_update: Optional[Callable[[TrainProgress], None]] = None,
+def launch(plan: LaunchPlan, on_progress: Optional[Callable[[TrainProgress], None]] = None,
            poll_interval_s: float = 0.5, kill_grace_s: float = 15.0) -> TrainResult:
     """Run the plan to the end (or the timeout); see the module docstring. The output
     folder is locked for this process (this node) until the run has ended: a second run
-    into it is refused here, naming this one."""
+    into it is refused here, naming this one.
+
+    Raises:
+        OutputDirBusy: another run holds the folder; ForeignFiles: files hyport did not
+            write appeared there since the plan; OSError: the folder cannot be written.
+    """
     out = Path(plan.output_dir)
-    lock_output_dir(out, plan.config.node_rank)
+    lock_output_dir(out, plan.params.node_rank)
     try:
-        return _launch(plan, on_update, poll_interval_s, kill_grace_s)
+        write_run_inputs(plan)
+        return _launch(plan, on_progress, poll_interval_s, kill_grace_s)
     finally:
         release_output_dir(out)
 
 
-def _launch(plan: LaunchPlan, on_update: Optional[Callable[[TrainProgress], None]],
+def write_run_inputs(plan: LaunchPlan) -> None:
+    """What the workers read, written into the (locked) output folder."""
+    out = Path(plan.output_dir)
+    ensure_writable(out / "logs")
+    # Checked again under the lock: the plan may be minutes old (a report plans every
+    # stage first), and only hyport's own files may be overwritten.
+    check_foreign(out, plan.params.overwrite_output_dir)
+    if plan.bundled_dataset:
+        write_smoke_dataset(Path(plan.dataset_path).parent)
+    problems = plan.dataset.get("problems") or []
+    if problems:  # skipped records (a bad dataset without skip_bad_records never gets here)
+        atomic_write_text(out / PROBLEMS_FILE, "".join(json.dumps(p, ensure_ascii=False) + "\n" for p in problems))
+    atomic_write_json(plan.deepspeed_config_path, plan.deepspeed_json)
+
+
+def _launch(plan: LaunchPlan, on_progress: Optional[Callable[[TrainProgress], None]],
             poll_interval_s: float, kill_grace_s: float) -> TrainResult:
-    config = plan.config
+    params = plan.params
     out = Path(plan.output_dir)
     (out / RESULT_FILE).unlink(missing_ok=True)  # never read an earlier run's result
     env = _environment(plan)
     started = time.monotonic()
     child = start_child(command(plan), env=env, log_path=plan.log_path,
-                        timeout_s=config.train_timeout_s, cwd=out, name="torchrun")
+                        timeout_s=params.train_timeout_s, cwd=out, name="torchrun")
     seen_size = -1
 
     def notify(running: bool) -> None:
         nonlocal seen_size
         size = _size(plan.metrics_path)
-        if on_update is None or (running and size == seen_size):
+        if on_progress is None or (running and size == seen_size):
             return
         seen_size = size
-        progress = TrainProgress(read_metrics(plan.metrics_path), config.max_steps,
+        progress = TrainProgress(read_metrics(plan.metrics_path), params.max_steps,
                                  time.monotonic() - started, running)
         try:
-            on_update(progress)
+            on_progress(progress)
         except Exception as exc:  # a broken display must not abandon a running job
-            warnings.warn(f"train: on_update failed ({type(exc).__name__}: {exc}); the run goes on",
+            warnings.warn(f"train: on_progress failed ({type(exc).__name__}: {exc}); the run goes on",
                           RuntimeWarning, stacklevel=2)
 
     timed_out = False
@@ -159,8 +189,8 @@ def collect(plan: LaunchPlan, code: Optional[int], wall_s: float, timed_out: boo
                                          "checkpoints kept)" if steps else "stopped by a signal before "
                                          "the first step")
     elif timed_out:
-        status, reason = "timeout", f"stopped after train_timeout_s={plan.config.train_timeout_s:g}"
-    elif code == 0 and (worker.get("status") == "ok" or plan.config.node_rank > 0):
+        status, reason = "timeout", f"stopped after train_timeout_s={plan.params.train_timeout_s:g}"
+    elif code == 0 and (worker.get("status") == "ok" or plan.params.node_rank > 0):
         status, reason = "ok", None  # node rank > 0: rank 0 (elsewhere) writes the result
     else:
         status = "failed"
@@ -175,7 +205,7 @@ def collect(plan: LaunchPlan, code: Optional[int], wall_s: float, timed_out: boo
                     "why_incomplete": c.why_incomplete} for c in list_checkpoints(out)]
     return TrainResult(
         status=status, exit_code=code, wall_s=wall_s, plan=scrub_obj(plan.to_dict()),
-        metrics=records, summary=summarize_metrics(records, plan.config.throughput_warmup_steps),
+        metrics=records, summary=summarize_metrics(records, plan.params.throughput_warmup_steps),
         worker=worker, checkpoints=checkpoints, reason=reason, log_tail=tail,
         provenance=Provenance(device=plan.device_kind))
 

@@ -33,6 +33,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Optional
 
+from hyport_lib.utils.files import atomic_write_text
+
 METRICS_FILE = "metrics.jsonl"
 THROUGHPUT_DEFINITION = ("tokens/s/p = global batch × sequence length / (cards × seconds per step); "
                          "the first {warmup} step(s) of each process are left out (warm-up: "
@@ -62,8 +64,6 @@ def read_metrics(path: os.PathLike) -> list[dict]:
 def truncate_metrics(path: os.PathLike, last_step: int) -> int:
     """Keep only lines up to ``last_step`` (a resume continues from there); returns how
     many were kept. Written atomically."""
-    from hyport_lib.utils.files import atomic_write_text
-
     path = Path(path)
     kept = [r for r in read_metrics(path) if r["step"] <= last_step]
     if path.exists() or kept:

@@ -15,10 +15,11 @@ dropping later checkpoints for an older ``resume_from``.
 
 **One run per folder.** The launcher holds an exclusive advisory lock
 (``fcntl.flock``) on ``output_dir/.hyport_train.node<N>.lock`` (one per node: the nodes
-of one job may share the folder) while its pre-launch checks write there and for the
-whole run; the kernel releases it when the process dies, so a SIGKILL never leaves a
-stale lock. The lock file holds the holder's pid and start time, and a second run is
-refused with them.
+of one job may share the folder) from before it writes there to the end of the run; the
+kernel releases it when the process dies, so a SIGKILL never leaves a stale lock. The
+lock file holds the holder's pid and start time, and a second run is refused with them,
+already when it is planned (:func:`check_not_locked`, which takes nothing and writes
+nothing).
 
 **The final files.** Before the final save, rank 0 notes the folder's entries in
 ``hyport_run.json`` (``before``); after it, the entries the save added or rewrote
@@ -29,11 +30,13 @@ the save wrote is known as hyport's (no clocks involved).
 from __future__ import annotations
 
 import datetime as _dt
+import fcntl
 import json
 import os
 from pathlib import Path
 
 from hyport_lib.train.checkpoints import is_hyport_checkpoint, list_checkpoints
+from hyport_lib.utils.files import atomic_write_json
 
 RUN_MARKER = "hyport_run.json"
 #: Files and folders every hyport run writes into output_dir (besides checkpoints).
@@ -71,8 +74,6 @@ def lock_output_dir(output_dir: Path, node_rank: int = 0) -> None:
     Raises:
         OutputDirBusy: another process holds it; names its pid and start time.
     """
-    import fcntl
-
     key = str(output_dir)
     if key in _HELD:
         return
@@ -84,13 +85,38 @@ def lock_output_dir(output_dir: Path, node_rank: int = 0) -> None:
         handle.seek(0)
         holder = handle.read().strip() or "unknown"
         handle.close()
-        raise OutputDirBusy(f"output_dir={key!r}: another hyport train is running into it ({holder}); "
-                            "wait for it to end, or choose another output_dir") from None
+        raise OutputDirBusy(_busy(key, holder)) from None
     handle.seek(0)
     handle.truncate()
     handle.write(f"pid {os.getpid()}, started {_dt.datetime.now().isoformat(timespec='seconds')}\n")
     handle.flush()
     _HELD[key] = handle
+
+
+def check_not_locked(output_dir: Path, node_rank: int = 0) -> None:
+    """Refuse a folder another process's run holds (for ``node_rank``), without taking the
+    lock or writing anything: the plan's check; the launch takes the lock itself.
+
+    Raises:
+        OutputDirBusy: another process holds it; names its pid and start time.
+    """
+    if str(output_dir) in _HELD:
+        return  # this process's own run: lock_output_dir takes it again
+    try:
+        handle = open(output_dir / lock_file(node_rank), encoding="utf-8")  # noqa: SIM115 — closed below
+    except FileNotFoundError:
+        return  # no run ever locked it
+    with handle:
+        try:
+            # Read-only is enough for flock; closing the file drops the probe's lock.
+            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise OutputDirBusy(_busy(str(output_dir), handle.read().strip() or "unknown")) from None
+
+
+def _busy(output_dir: str, holder: str) -> str:
+    return (f"output_dir={output_dir!r}: another hyport train is running into it ({holder}); "
+            "wait for it to end, or choose another output_dir")
 
 
 def release_output_dir(output_dir: Path) -> None:
@@ -170,8 +196,6 @@ def _listing(output_dir: Path) -> dict[str, list[int]]:
 
 def mark_final_save_start(output_dir: Path) -> dict:
     """Before the final save: note the folder's entries (see the module docstring)."""
-    from hyport_lib.utils.files import atomic_write_json
-
     earlier = sorted(owned_final_files(output_dir))
     before = _listing(output_dir)
     atomic_write_json(output_dir / RUN_MARKER, {"before": before, "earlier": earlier})
@@ -181,8 +205,6 @@ def mark_final_save_start(output_dir: Path) -> dict:
 def write_run_marker(output_dir: Path, before: dict) -> Path:
     """After the final save: the entries it added or rewrote, with those of earlier hyport
     saves into the same folder."""
-    from hyport_lib.utils.files import atomic_write_json
-
     earlier = set(_run_marker(output_dir).get("earlier") or [])
     written = {name for name, stamp in _listing(output_dir).items() if before.get(name) != stamp}
     files = sorted(n for n in written | earlier

@@ -7,15 +7,15 @@ from __future__ import annotations
 import socket
 
 
-def check_master_addr(config) -> None:
+def check_master_addr(params) -> None:
     """An address that does not resolve makes torchrun retry for ever: say so now."""
     try:
-        socket.getaddrinfo(config.master_addr, None)
+        socket.getaddrinfo(params.master_addr, None)
     except (OSError, UnicodeError) as exc:
-        raise ValueError(f"master_addr={config.master_addr!r} does not resolve ({exc}); give the "
+        raise ValueError(f"master_addr={params.master_addr!r} does not resolve ({exc}); give the "
                          f"master node's address or name") from None
-    if config.nnodes == 1 and not is_local(config.master_addr):
-        raise ValueError(f"master_addr={config.master_addr!r} is not this machine, but nnodes=1: "
+    if params.nnodes == 1 and not is_local(params.master_addr):
+        raise ValueError(f"master_addr={params.master_addr!r} is not this machine, but nnodes=1: "
                          f"a single-node run is its own master (e.g. 127.0.0.1)")
 
 
@@ -25,21 +25,18 @@ def free_port(host: str = "127.0.0.1") -> int:
         return int(sock.getsockname()[1])
 
 
-def rendezvous_port(config, check: bool) -> int:
-    if config.master_port == 0:
-        if config.nnodes > 1:
-            raise ValueError("master_port=0: with nnodes > 1 give the same master_port to every "
-                             "node (e.g. 29500)")
-        return free_port(_bind_host(config.master_addr))
-    if check and config.node_rank == 0 and is_local(config.master_addr):
+def rendezvous_port(params, check: bool) -> int:
+    if params.master_port == 0:  # one node only (Params refuses 0 with nnodes > 1)
+        return free_port(_bind_host(params.master_addr))
+    if check and params.node_rank == 0 and is_local(params.master_addr):
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
             try:
-                sock.bind((_bind_host(config.master_addr), config.master_port))
+                sock.bind((_bind_host(params.master_addr), params.master_port))
             except OSError:
-                raise ValueError(f"master_port={config.master_port} is already taken on "
-                                 f"{config.master_addr} (another job?); choose another port or "
+                raise ValueError(f"master_port={params.master_port} is already taken on "
+                                 f"{params.master_addr} (another job?); choose another port or "
                                  "master_port=0 for a free one") from None
-    return config.master_port
+    return params.master_port
 
 
 def _bind_host(addr: str) -> str:

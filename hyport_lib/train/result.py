@@ -18,10 +18,13 @@ from typing import Optional
 from hyport_lib.results import Provenance
 from hyport_lib.train.metrics import MetricsSummary, loss_span
 
+#: What rank 0 writes into output_dir at the end of a run (read by the launcher).
+RESULT_FILE = "train_result.json"
+
 
 @dataclass
 class TrainProgress:
-    """Passed to ``on_update`` while the run goes on."""
+    """Passed to ``on_progress`` while the run goes on."""
 
     records: list[dict]
     total_steps: Optional[int]
@@ -62,16 +65,16 @@ class TrainResult:
     @property
     def expected_steps(self) -> Optional[int]:
         # max_steps when given: the worker's own global_step cannot disagree with itself.
-        return self.plan["config"].get("max_steps") or self.worker.get("global_step")
+        return self.plan["params"].get("max_steps") or self.worker.get("global_step")
 
     def verdict(self) -> tuple[str, str]:
         """``(PASS|WARN|FAIL, why)`` as described in the module docstring."""
         s = self.summary
         if self.status != "ok":
             return "FAIL", self.reason or self.status
-        node = int(self.plan.get("config", {}).get("node_rank") or 0)
+        node = int(self.plan.get("params", {}).get("node_rank") or 0)
         if node > 0:  # global rank 0, on node 0, writes the metrics and the weights
-            nodes = self.plan.get("config", {}).get("nnodes")
+            nodes = self.plan.get("params", {}).get("nnodes")
             return "PASS", f"node {node} of {nodes}: its ranks exited 0 (metrics and weights are on node 0)"
         if not self.final_dir:
             return "FAIL", "torchrun exited 0 but no final weights were written"

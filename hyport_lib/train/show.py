@@ -5,17 +5,31 @@ display handle (:class:`hyport_lib.display.LiveDisplay`) updated with a PNG at m
 few seconds while torchrun runs, plus a text progress line; it stays live in
 JupyterLab and leaves one final image under papermill. No ``ipywidgets.Output``: a plot
 drawn inside one exists only in the widget state and is lost from static HTML.
+
+:func:`glance`, :func:`glance_svg`, :func:`blog_title`, :func:`blog_section`,
+:func:`blog_figures`, :func:`blog_facts`, :func:`blog_notes` and :func:`blog_appendix`
+(the dataset notes) are what the report asks of the stage's recorded result (see
+:mod:`hyport_lib.drafting`).
 """
 
 from __future__ import annotations
 
+import html
 import math
-from typing import Optional
+import shlex
+from pathlib import Path
+from typing import Callable, Optional
 
 import pandas as pd
 
 from hyport_lib.display import VERDICT_COLOURS, LiveDisplay, figure_png
+from hyport_lib.drafting.draft import Draft
+from hyport_lib.drafting.markdown import code, fenced, quote, recorded, table
+from hyport_lib.drafting.values import as_dict, as_list, dig, fmt_value, num
+from hyport_lib.params import parameter_fields
 from hyport_lib.train.metrics import ema, finite, loss_span, spikes
+from hyport_lib.train.params import Params
+from hyport_lib.train.phrases import PHRASES
 from hyport_lib.train.preflight import LaunchPlan
 from hyport_lib.train.result import TrainProgress, TrainResult
 
@@ -72,7 +86,7 @@ def progress_line(progress: TrainProgress) -> str:
 
 
 class LiveTrainingDisplay:
-    """``on_update`` for :func:`hyport_lib.train.stage.run`: a plot and a progress line.
+    """``on_progress`` for :func:`hyport_lib.train.stage.run`: a plot and a progress line.
 
     Args:
         min_interval_s: the least time between two redraws of the PNG; the last state is
@@ -97,7 +111,7 @@ class LiveTrainingDisplay:
 
 
 def plan_frame(plan: LaunchPlan) -> pd.DataFrame:
-    c = plan.config
+    c = plan.params
     rows = [
         ("processes", f"{plan.nproc_per_node} per node × {c.nnodes} node(s) = {plan.world_size} "
                       f"({plan.device_kind})"),
@@ -208,8 +222,6 @@ def show_final_plot(result: TrainResult) -> None:
 
 def outputs_frame(result: TrainResult) -> pd.DataFrame:
     """Checkpoints (complete or not) and the final folder's files with their sizes."""
-    from pathlib import Path
-
     rows = [{"what": f"checkpoint-{c['step']}", "path": c["path"],
              "detail": "complete" if c["complete"] else f"INCOMPLETE: {c['why_incomplete']}"}
             for c in result.checkpoints]
@@ -227,3 +239,174 @@ def show_outputs(result: TrainResult) -> None:
     from IPython.display import display
 
     display(outputs_frame(result).style.hide(axis="index"))
+
+
+# --------------------------------------------------------------------------- the report
+def glance(record: dict) -> list[tuple[str, str]]:
+    """The index card: exit code, steps, first → last loss, tokens/s/p, total time."""
+    head = as_dict(record.get("headline"))
+    return [("exit code", fmt_value(head.get("exit code"))), ("steps", fmt_value(head.get("steps"))),
+            ("loss first → last", fmt_value(head.get("loss first → last"))),
+            ("tokens/s/p", fmt_value(head.get("tokens/s/p"))), ("total s", fmt_value(head.get("total s")))]
+
+
+def glance_svg(record: dict, width: int = 220, height: int = 60) -> str:
+    """The card's small inline SVG of the loss by step (empty with fewer than two finite
+    losses): no script, no image file, nothing fetched."""
+    points = [(m["step"], m["loss"]) for m in as_list(dig(record, "data", "metrics"))
+              if isinstance(m, dict) and isinstance(m.get("loss"), (int, float)) and math.isfinite(m["loss"])]
+    if len(points) < 2:
+        return ""
+    steps, losses = [p[0] for p in points], [p[1] for p in points]
+    lo, hi = min(losses), max(losses)
+    span, s0, s1 = (hi - lo) or 1.0, min(steps), max(steps)
+
+    def xy(step, loss):
+        x = 4 + (width - 8) * (step - s0) / ((s1 - s0) or 1)
+        y = 4 + (height - 8) * (1 - (loss - lo) / span)
+        return f"{x:.1f},{y:.1f}"
+
+    line = " ".join(xy(s, v) for s, v in points)
+    label = html.escape(f"loss {losses[0]:.4g} → {losses[-1]:.4g} over steps {s0}–{s1}")
+    return (f'<svg class="spark" width="{width}" height="{height}" viewBox="0 0 {width} {height}" '
+            f'role="img" aria-label="{label}"><title>{label}</title>'
+            f'<polyline fill="none" stroke="#1f77b4" stroke-width="1.5" points="{line}"/></svg>')
+
+
+def blog_title(lang: str) -> str:
+    return PHRASES[lang]["title"]
+
+
+def blog_facts(record: dict) -> dict:
+    """The model folder the training loaded."""
+    return {"model_folder": dig(record, "data", "plan", "model_path")}
+
+
+def blog_notes(record: dict) -> list[str]:
+    """The plan's notes and how tokens/s were counted."""
+    notes = [str(n) for n in dig(record, "data", "plan", "notes", default=[]) if n]
+    definition = dig(record, "data", "summary", "throughput_definition")
+    return notes + ([str(definition)] if definition else [])
+
+
+def blog_figures(record: dict) -> dict[str, Callable]:
+    """``loss``: :func:`loss_figure` of the logged steps (None when no step was logged)."""
+    return {"loss": lambda: _recorded_loss_figure(record)}
+
+
+def _recorded_loss_figure(record: dict):
+    records = [r for r in as_list(dig(record, "data", "metrics"))
+               if isinstance(r, dict) and isinstance(r.get("step"), (int, float))]
+    if not records:
+        return None
+    total = dig(record, "data", "plan", "params", "max_steps")
+    return loss_figure(records, total if isinstance(total, int) else None,
+                       title=str(dig(record, "provenance", "label", default="")))
+
+
+def blog_section(record: dict, draft: Draft) -> list[str]:
+    """The parameters table (the seed's 参数 | 值), the results table (exit code, total
+    time, ``train_loss``, step time...), the loss figure and the ``hyport train`` command."""
+    t, d = draft.phrases(PHRASES), as_dict(record.get("data"))
+    plan = dig(d, "plan", default={})
+    params = dig(plan, "params", default={})
+    summary = dig(d, "summary", default={})
+    names, value = t["train_rows"], draft.value
+    rows = [(names["cards"], value(dig(plan, "world_size"))),
+            (code("max_steps"), value(params.get("max_steps"))),
+            (code("per_device_train_batch_size"), value(params.get("per_device_train_batch_size"))),
+            (code("gradient_accumulation_steps"), value(params.get("gradient_accumulation_steps"))),
+            (names["zero"], value(dig(plan, "deepspeed", "zero_stage"))),
+            (names["precision"], value(plan.get("precision"))),
+            (code("gradient_checkpointing"), value(params.get("gradient_checkpointing"))),
+            (code("save_steps"), value(params.get("save_steps"))),
+            (names["finetuning"], value(params.get("finetuning_type"))),
+            (names["lr"], value(params.get("learning_rate"))),
+            (names["seq"], value(params.get("max_seq_len"))),
+            (names["packing"], value(params.get("packing"))),
+            (names["attention"], value(plan.get("attn_implementation")))]
+    lines = [t["train_intro"], ""] + table([t["param"], t["value"]], rows)
+    results = t["res_rows"]
+    # The headline's train_loss (mean of the finite step losses); the Trainer's own figure
+    # beside it only where it differs (it covers only a resumed run's last attempt and
+    # counts a NaN step as 0).
+    mean_loss = summary.get("mean_loss")
+    trainer_loss = dig(d, "worker", "train_metrics", "train_loss")
+    first, last = summary.get("first_loss"), summary.get("last_loss")
+    span = f"{num(first)} → {num(last)}"
+    at, end = summary.get("last_loss_step"), summary.get("last_step")
+    if last is not None and at is not None and end is not None and at != end:
+        span += " " + t["loss_last_finite"].format(at=at, end=end)
+    rows = [(results["exit"], value(d.get("exit_code"))), (results["total"], value(d.get("wall_s"))),
+            (results["steps"], value(summary.get("steps"))), (results["train_loss"], value(mean_loss))]
+    if isinstance(trainer_loss, (int, float)) and (mean_loss is None
+                                                   or abs(float(trainer_loss) - mean_loss) > 5e-5):
+        rows.append((results["trainer_loss"], value(trainer_loss)))
+    rows += [(results["loss"], span), (results["step_s"], value(summary.get("mean_step_s"))),
+             (results["tps"], value(summary.get("tokens_per_s_per_card"))),
+             (results["real_tps"], value(summary.get("real_tokens_per_s_per_card"))),
+             (results["skipped"], value(summary.get("skipped_steps"))),
+             (results["memory"], value(summary.get("peak_memory_mb"))),
+             (results["checkpoint"], code(d.get("last_checkpoint")) if d.get("last_checkpoint") else num(None)),
+             (results["final"], code(d.get("final_dir")) if d.get("final_dir") else num(None))]
+    lines += [t["train_results"], ""] + table([t["item"], t["result"]], rows)
+    if d.get("why"):
+        lines += [t["train_why"], ""] + quote(d["why"])
+    if "loss" in draft.figures:
+        label = dig(record, "provenance", "label", default="")
+        lines += [f"![{t['loss_alt']}]({draft.figures['loss']})", "",
+                  f"*{t['loss_caption'].format(label=code(label))}*", ""]
+    elif not as_list(d.get("metrics")):
+        lines += [t["no_metrics"], ""]
+    command = train_command(params)
+    if command:
+        lines += [t["train_cmd"], ""] + fenced(command, "bash")
+    return lines
+
+
+def train_command(params: dict) -> str:
+    """``hyport train`` with every recorded parameter that differs from its declared
+    default (an empty ``output_dir`` means a new folder, the flag's own default)."""
+    fields = {f.name: f for f in parameter_fields(Params)}
+    words = ["hyport", "train"]
+    for key, value in params.items():
+        known = fields.get(key)
+        if known is None or value == "":
+            continue  # not a flag of the command; "" is the flag's own default
+        default = known.default
+        if default == value and isinstance(default, bool) == isinstance(value, bool):
+            continue
+        words += [known.flag, "none" if value is None else _flag_text(value)]
+    return " ".join(shlex.quote(w) for w in words) if params else ""
+
+
+def _flag_text(value) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def blog_appendix(record: Optional[dict], draft: Draft, *, in_run: bool) -> list[str]:
+    """The dataset notes: where the records came from, how many, how they were fed."""
+    t = draft.phrases(PHRASES)
+    lines = [f"## {t['dataset']}", ""]
+    if not in_run:
+        return lines + [t["ds_not_in_run"], ""]
+    if record is None:
+        return lines + [t["ds_none"], ""]
+    plan = dig(record, "data", "plan", default={})
+    params, data = dig(plan, "params", default={}), dig(plan, "dataset", default={})
+    where = code(data.get("path") or plan.get("dataset_path") or params.get("dataset_path"))
+    lines += [(t["ds_given"] if params.get("dataset_path") else t["ds_bundled"]).format(path=where), ""]
+    if data:
+        lines += [t["ds_counts"].format(**{k: num(data.get(k)) for k in (
+            "total", "good", "samples", "skipped", "truncated", "tokens", "label_tokens")}), ""]
+    if "packing" in params:
+        how = t["packed"] if params.get("packing") else t["padded"]
+        lines += [t["ds_packing"].format(how=how, seq=num(params.get("max_seq_len"))), ""]
+    problems = as_list(data.get("problems"))
+    if problems:
+        lines += [t["ds_problems"], ""]
+        for problem in problems:
+            lines += quote(recorded(problem, "en"))
+    return lines

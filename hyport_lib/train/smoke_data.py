@@ -12,6 +12,8 @@ import json
 import os
 from pathlib import Path
 
+from hyport_lib.utils.files import atomic_write_text
+
 SMOKE_FILE = "smoke_data_packing.json"
 IMAGE_FOLDER = "images"
 _SIZE = 32
@@ -89,8 +91,6 @@ def write_smoke_dataset(folder: os.PathLike) -> Path:
 
     Safe to call again (and from several processes): files are replaced atomically.
     """
-    from hyport_lib.utils.files import atomic_write_text
-
     folder = Path(folder)
     (folder / IMAGE_FOLDER).mkdir(parents=True, exist_ok=True)
     for name in _SHAPES:

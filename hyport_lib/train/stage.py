@@ -1,8 +1,10 @@
-"""Stage 04: smoke training — the stage id, the stage function and its record.
+"""Stage 04: smoke training — the stage contract.
 
-The notebook and ``hyport train`` both check and plan with :func:`plan` (nothing starts
-when the dataset, the model or the resume point is wrong), run that plan with
-:func:`run` (torchrun + DeepSpeed, watched from here) and record with :func:`record`.
+Notebook 04, ``hyport train`` and ``hyport report`` all go through these four functions:
+:func:`plan` checks everything and writes nothing (nothing starts when the dataset, the
+model or the resume point is wrong), :func:`run` runs that plan (torchrun + DeepSpeed,
+watched from here), :func:`summarize` judges it and :func:`record` writes the result
+(which names the last checkpoint and the final weights for stage 05).
 """
 
 from __future__ import annotations
@@ -11,52 +13,32 @@ import os
 from pathlib import Path
 from typing import Callable, Optional
 
+from hyport_lib.backend import get_backend
 from hyport_lib.results import StageSummary, record_summary
-from hyport_lib.train.config import TrainConfig
 from hyport_lib.train.launch import launch
 from hyport_lib.train.metrics import loss_span
+from hyport_lib.train.params import Params
 from hyport_lib.train.preflight import LaunchPlan, prepare
 from hyport_lib.train.result import TrainProgress, TrainResult
 
 STAGE = "04_train"
 
 
-def plan(config: Optional[TrainConfig] = None, *, backend=None, **params) -> LaunchPlan:
-    """Check everything and plan the launch; ``params`` are :class:`TrainConfig` fields."""
-    config = config if config is not None else TrainConfig(**params)
-    return prepare(config, backend)
-
-
-def check_parameters(params: dict) -> None:
-    """The checks :class:`TrainConfig` makes, on a run's parameters for this stage (those
-    of notebook 04 that are config fields), before any stage of the run starts.
+def plan(params: Params) -> LaunchPlan:
+    """Check everything and plan the launch on ``params.device``
+    (:func:`hyport_lib.train.preflight.prepare`); no file, folder or lock is left behind.
 
     Raises:
-        ValueError: naming the parameter, its value and what it accepts.
+        ValueError, PermissionError, RuntimeError: one line naming the parameter, file,
+            record or card (a bad dataset lists every problem in ``details``).
     """
-    from dataclasses import fields
-
-    from hyport_lib.models.preflight import check_attn_implementation, check_model_path
-
-    known = {f.name for f in fields(TrainConfig)}
-    given = {k: v for k, v in params.items() if k in known}
-    if given.get("output_dir") is None:  # the notebook's None: a new folder per run
-        given.pop("output_dir", None)
-    config = TrainConfig(**given)
-    check_model_path(config.model_path, local_only="stage 04 (training)")
-    for key in ("dataset_path", "deepspeed_config"):
-        value = str(getattr(config, key) or "").strip()
-        if value and not Path(value).expanduser().is_file():
-            raise ValueError(f"{key}={value!r}: no such file")
-    if not config.packing:
-        check_attn_implementation(config.attn_implementation)
+    return prepare(params, get_backend(params.device, num_cards=params.num_cards))
 
 
-def run(launch_plan: Optional[LaunchPlan] = None, *,
-        on_update: Optional[Callable[[TrainProgress], None]] = None, **params) -> TrainResult:
-    """The stage function: run ``launch_plan`` (or plan from ``params`` first)."""
-    launch_plan = launch_plan if launch_plan is not None else plan(**params)
-    return launch(launch_plan, on_update=on_update)
+def run(plan: LaunchPlan, *, on_progress: Optional[Callable[[TrainProgress], None]] = None) -> TrainResult:
+    """Run ``plan`` to its end: lock and fill the output folder, start torchrun, watch it
+    (``on_progress`` gets the metrics so far as they grow; None: silent)."""
+    return launch(plan, on_progress=on_progress)
 
 
 def summarize(result: TrainResult) -> StageSummary:
@@ -72,8 +54,7 @@ def summarize(result: TrainResult) -> StageSummary:
     return StageSummary(verdict, line, result.headline())
 
 
-def record(result: TrainResult, *, directory: Optional[os.PathLike] = None,
-           stage: Optional[str] = None) -> Path:
+def record(result: TrainResult, *, directory: Optional[os.PathLike] = None) -> Path:
     """Write the stage result (it names the last checkpoint and the final weights for 05)."""
-    return record_summary(stage or STAGE, summarize(result), data=result.to_dict(),
+    return record_summary(STAGE, summarize(result), data=result.to_dict(),
                           provenance=result.provenance, directory=directory)

@@ -31,9 +31,27 @@ import time
 from pathlib import Path
 from typing import Optional
 
-SPEC_ENV = "HYPORT_TRAIN_SPEC"
+from hyport_lib.backend import get_backend
+from hyport_lib.checkpoint_files.header import read_header
+from hyport_lib.models.loading import load_model, load_processor
+from hyport_lib.models.lora_targets import language_model_path, lora_target_pattern
+from hyport_lib.models.training_inputs import rope_positions_function
+from hyport_lib.npu_attention.hf_integration import register_hyport_attention
+from hyport_lib.processes import start_guard
+from hyport_lib.train.callbacks import CountingTrainer, MetricsCallback, StepCounts
+from hyport_lib.train.checkpoints import check_compatible, drop_checkpoints_after, newest_complete, resolve_resume
+from hyport_lib.train.dataset import load_dataset
+from hyport_lib.train.launch import SPEC_ENV
+from hyport_lib.train.metrics import truncate_metrics
+from hyport_lib.train.ownership import mark_final_save_start, write_run_marker
+from hyport_lib.train.packing import make_collator, training_rows
+from hyport_lib.train.params import Params
+from hyport_lib.train.result import RESULT_FILE
+from hyport_lib.train.samples import Encoder
+from hyport_lib.utils.files import atomic_write_json
+from hyport_lib.utils.redact import scrub_obj
+
 KILL_FAULT_ENV = "HYPORT_TEST_KILL_AT_STEP"
-RESULT_FILE = "train_result.json"
 
 
 def _rank() -> int:
@@ -115,41 +133,33 @@ def _fault_callback():
     return KillOnce()
 
 
-def _load_model(spec: dict, config, backend):
-    from hyport_lib.models.loading import load_model, load_processor
-    from hyport_lib.models.lora_targets import language_model_path, lora_target_pattern
-
-    loaded = load_processor(spec["model_path"], trust_remote_code=config.trust_remote_code)
+def _load_model(spec: dict, params: Params):
+    loaded = load_processor(spec["model_path"], trust_remote_code=params.trust_remote_code)
     for part in loaded.unavailable:
         _say(f"processor: {part}")
     model = load_model(spec["model_path"], attn_implementation=spec["attn_implementation"],
-                       trust_remote_code=config.trust_remote_code, traits=loaded.traits)
-    if config.gradient_checkpointing:
+                       trust_remote_code=params.trust_remote_code, traits=loaded.traits)
+    if params.gradient_checkpointing:
         # A frozen embedding (LoRA) under checkpointing otherwise gives "element 0 of
         # tensors does not require grad".
         model.enable_input_require_grads()
-    if config.finetuning_type == "lora":
+    if params.finetuning_type == "lora":
         from peft import LoraConfig, get_peft_model
         from transformers import set_seed
 
-        set_seed(config.seed)  # the LoRA weights are drawn here, before the Trainer seeds
-        lora = LoraConfig(r=config.lora_rank, lora_alpha=config.lora_alpha, lora_dropout=0.0,
-                          target_modules=lora_target_pattern(language_model_path(model), config.lora_targets))
+        set_seed(params.seed)  # the LoRA weights are drawn here, before the Trainer seeds
+        lora = LoraConfig(r=params.lora_rank, lora_alpha=params.lora_alpha, lora_dropout=0.0,
+                          target_modules=lora_target_pattern(language_model_path(model), params.lora_targets))
         model = get_peft_model(model, lora)
     return model, loaded
 
 
-def _dataset(spec: dict, config, loaded, model):
-    from hyport_lib.models.training_inputs import rope_positions_function
-    from hyport_lib.train.dataset import load_dataset
-    from hyport_lib.train.packing import make_collator, training_rows
-    from hyport_lib.train.samples import Encoder
-
+def _dataset(spec: dict, params: Params, loaded, model):
     report = load_dataset(spec["dataset_path"], spec.get("image_root"), check_images=False)
     skip = set(spec.get("skip_records") or [])
     # Packed rows of an M-RoPE model carry each sample's own multimodal positions.
-    positions = rope_positions_function(model) if config.packing else None
-    encoder = Encoder(loaded, config.max_seq_len, config.overflow, positions=positions)
+    positions = rope_positions_function(model) if params.packing else None
+    encoder = Encoder(loaded, params.max_seq_len, params.overflow, positions=positions)
     samples = []
     for record in report.records:
         if record.index in skip:
@@ -157,8 +167,8 @@ def _dataset(spec: dict, config, loaded, model):
         sample, problem = encoder.encode(record)
         if sample is not None:
             samples.append(sample)
-    rows = training_rows(samples, config.max_seq_len, config.packing)
-    collator = make_collator(encoder.pad_id, config.max_seq_len, config.packing,
+    rows = training_rows(samples, params.max_seq_len, params.packing)
+    collator = make_collator(encoder.pad_id, params.max_seq_len, params.packing,
                              mrope_text_row=loaded.traits.mrope_text_row)
     return rows, collator, len(samples)
 
@@ -177,44 +187,44 @@ def _blank_image_inputs(loaded) -> Optional[dict]:
     return {k: v for k, v in out.items() if hasattr(v, "shape")}
 
 
-def _training_args(spec: dict, config, backend):
+def _training_args(spec: dict, params: Params, backend):
     from transformers import TrainingArguments
 
     precision = spec["precision"]
     return TrainingArguments(
-        output_dir=spec["output_dir"], run_name=config.run_name,
+        output_dir=spec["output_dir"], run_name=params.run_name,
         use_cpu=backend.kind == "cpu", deepspeed=spec["deepspeed_config_path"],
         bf16=precision == "bf16", fp16=precision == "fp16",
-        per_device_train_batch_size=config.per_device_train_batch_size,
-        gradient_accumulation_steps=config.gradient_accumulation_steps,
-        max_steps=config.max_steps if config.max_steps is not None else -1,
-        num_train_epochs=config.num_train_epochs, learning_rate=config.learning_rate,
-        lr_scheduler_type=config.lr_scheduler_type, warmup_steps=config.warmup_steps,
+        per_device_train_batch_size=params.per_device_train_batch_size,
+        gradient_accumulation_steps=params.gradient_accumulation_steps,
+        max_steps=params.max_steps if params.max_steps is not None else -1,
+        num_train_epochs=params.num_train_epochs, learning_rate=params.learning_rate,
+        lr_scheduler_type=params.lr_scheduler_type, warmup_steps=params.warmup_steps,
         logging_steps=1, save_strategy="steps",
-        save_steps=config.save_steps, gradient_checkpointing=config.gradient_checkpointing,
+        save_steps=params.save_steps, gradient_checkpointing=params.gradient_checkpointing,
         report_to="none", dataloader_num_workers=0, remove_unused_columns=False,
-        disable_tqdm=True, seed=config.seed)
+        disable_tqdm=True, seed=params.seed)
 
 
-def save_final(trainer, processor, spec: dict, config) -> str:
+def save_final(trainer, processor, spec: dict, params: Params) -> str:
     """Final weights in ``output_dir`` (the seed's layout); LoRA: merged, adapter beside."""
     out = Path(spec["output_dir"])
     state_dict = trainer.accelerator.get_state_dict(trainer.deepspeed or trainer.model)  # ZeRO-3: gathers
-    shard = config.max_shard_size or None
+    shard = params.max_shard_size
     if not trainer.is_world_process_zero():
         return str(out)
     model = trainer.accelerator.unwrap_model(trainer.model)
     kwargs = {"state_dict": state_dict, "safe_serialization": True}
     if shard:
         kwargs["max_shard_size"] = shard
-    if config.finetuning_type == "lora":
+    if params.finetuning_type == "lora":
         model.save_pretrained(str(out / "adapter"), state_dict=state_dict)
         with _zero3_set_aside():  # a plain model on rank 0 alone: no ZeRO-3 gathering
-            merged = _merged_lora(spec, config, state_dict)
+            merged = _merged_lora(spec, params, state_dict)
         merged.save_pretrained(str(out), **({"max_shard_size": shard} if shard else {}))
     else:
         model.save_pretrained(str(out), **kwargs)
-        if config.zero_stage == 3:
+        if params.zero_stage == 3:
             _count_saved_parameters(out)
     processor.save_pretrained(str(out))
     return str(out)
@@ -238,9 +248,6 @@ def _zero3_set_aside():
 def _count_saved_parameters(out: Path) -> None:
     """Under ZeRO-3 ``save_pretrained`` counts the rank's partitions (almost nothing) into
     the index's ``metadata.total_parameters``; count what the shards hold instead."""
-    from hyport_lib.utils.files import atomic_write_json
-    from hyport_lib.checkpoint_files.header import read_header
-
     index_path = out / "model.safetensors.index.json"
     if not index_path.is_file():
         return
@@ -252,16 +259,13 @@ def _count_saved_parameters(out: Path) -> None:
     atomic_write_json(index_path, index)
 
 
-def _merged_lora(spec: dict, config, state_dict: dict):
+def _merged_lora(spec: dict, params: Params, state_dict: dict):
     """A fresh base model on the CPU with the trained LoRA weights merged in."""
     from peft import LoraConfig, get_peft_model
 
-    from hyport_lib.models.loading import load_model
-    from hyport_lib.models.lora_targets import language_model_path, lora_target_pattern
-
-    base = load_model(spec["model_path"], trust_remote_code=config.trust_remote_code)
-    lora = LoraConfig(r=config.lora_rank, lora_alpha=config.lora_alpha, lora_dropout=0.0,
-                      target_modules=lora_target_pattern(language_model_path(base), config.lora_targets))
+    base = load_model(spec["model_path"], trust_remote_code=params.trust_remote_code)
+    lora = LoraConfig(r=params.lora_rank, lora_alpha=params.lora_alpha, lora_dropout=0.0,
+                      target_modules=lora_target_pattern(language_model_path(base), params.lora_targets))
     wrapped = get_peft_model(base, lora)
     # Only the trained LoRA weights: the frozen base stays as it was loaded, not as the
     # (possibly bf16) copy DeepSpeed trained with.
@@ -276,15 +280,8 @@ def _merged_lora(spec: dict, config, state_dict: dict):
 
 def run(spec: dict) -> dict:
     """Train as the spec says; returns rank 0's result (other ranks: a short dict)."""
-    from hyport_lib.backend import get_backend
-    from hyport_lib.train.callbacks import CountingTrainer, MetricsCallback, StepCounts
-    from hyport_lib.train.checkpoints import (check_compatible, drop_checkpoints_after,
-                                                 newest_complete, resolve_resume)
-    from hyport_lib.train.config import TrainConfig
-    from hyport_lib.train.metrics import truncate_metrics
-
     started = time.monotonic()
-    config = TrainConfig.from_dict(spec["config"])
+    params = Params.from_values(spec["params"], where=SPEC_ENV)
     backend = get_backend(spec["device_kind"])
     _quiet_deepspeed_cpu(backend)
     init_distributed(backend)
@@ -292,11 +289,11 @@ def run(spec: dict) -> dict:
     restart = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") or 0)
     # After a fault, torchrun's restart resumes this launch's newest complete checkpoint,
     # whatever resume_from said for the first attempt.
-    resume_from = "auto" if restart and newest_complete(spec["output_dir"]) else config.resume_from
+    resume_from = "auto" if restart and newest_complete(spec["output_dir"]) else params.resume_from
     checkpoint = resolve_resume(resume_from, spec["output_dir"])
     if checkpoint is not None:
-        check_compatible(checkpoint, world_size=world, zero_stage=config.zero_stage,
-                         finetuning_type=config.finetuning_type)
+        check_compatible(checkpoint, world_size=world, zero_stage=params.zero_stage,
+                         finetuning_type=params.finetuning_type)
     step = checkpoint.step if checkpoint else 0
     if _rank() == 0:
         kept = truncate_metrics(spec["metrics_path"], step)
@@ -307,28 +304,24 @@ def run(spec: dict) -> dict:
              + ")")
     _barrier()
     if spec["attn_implementation"].startswith("hyport"):
-        from hyport_lib.npu_attention.hf_integration import register_hyport_attention
-
         register_hyport_attention(spec["attention_backend"], spec["attn_implementation"])
-    model, loaded = _load_model(spec, config, backend)
+    model, loaded = _load_model(spec, params)
     processor = loaded.processor
-    rows, collator, samples = _dataset(spec, config, loaded, model)
+    rows, collator, samples = _dataset(spec, params, loaded, model)
     counts = StepCounts()
     metrics = MetricsCallback(spec["metrics_path"], backend, counts, marker={
-        "world_size": world, "zero_stage": config.zero_stage,
-        "finetuning_type": config.finetuning_type})
+        "world_size": world, "zero_stage": params.zero_stage,
+        "finetuning_type": params.finetuning_type})
     callbacks = [metrics] + [c for c in (_fault_callback(),) if c is not None]
-    trainer = CountingTrainer(model=model, args=_training_args(spec, config, backend),
+    trainer = CountingTrainer(model=model, args=_training_args(spec, params, backend),
                               train_dataset=rows, data_collator=collator,
                               processing_class=processor, callbacks=callbacks, step_counts=counts,
                               # ZeRO-3 hangs on the blank image: preflight refuses mixed data there.
-                              dummy_image_inputs=_blank_image_inputs(loaded) if config.zero_stage < 3 else None)
+                              dummy_image_inputs=_blank_image_inputs(loaded) if params.zero_stage < 3 else None)
     metrics.trainer = trainer
     output = trainer.train(resume_from_checkpoint=str(checkpoint.path) if checkpoint else None)
-    from hyport_lib.train.ownership import mark_final_save_start, write_run_marker
-
     before = mark_final_save_start(Path(spec["output_dir"])) if trainer.is_world_process_zero() else []
-    final = save_final(trainer, processor, spec, config)
+    final = save_final(trainer, processor, spec, params)
     if trainer.is_world_process_zero():
         write_run_marker(Path(spec["output_dir"]), before)
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
@@ -344,10 +337,6 @@ def run(spec: dict) -> dict:
 
 
 def main() -> int:
-    from hyport_lib.processes import start_guard
-    from hyport_lib.utils.files import atomic_write_json
-    from hyport_lib.utils.redact import scrub_obj
-
     guard = start_guard()
     spec = load_spec()
     _say(f"pid {os.getpid()} local rank {os.environ.get('LOCAL_RANK')} guard {guard}")

@@ -14,6 +14,8 @@ import functools
 import importlib
 import importlib.metadata
 import importlib.util
+import platform
+import sys
 from typing import Optional
 
 
@@ -57,3 +59,24 @@ def clear_import_caches() -> None:
     """Forget cached answers (tests swap modules in and out of ``sys.modules``)."""
     package_version.cache_clear()
     try_import.cache_clear()
+
+
+#: Report key -> distribution name, for :func:`collect_versions`.
+VERSION_PACKAGES = {
+    "torch": "torch", "torch_npu": "torch_npu", "transformers": "transformers",
+    "deepspeed": "deepspeed", "accelerate": "accelerate", "safetensors": "safetensors",
+    "tokenizers": "tokenizers", "huggingface_hub": "huggingface_hub", "papermill": "papermill",
+    "nbconvert": "nbconvert", "jupyterlab": "jupyterlab", "ipywidgets": "ipywidgets",
+    "pandas": "pandas", "numpy": "numpy", "flash_attn": "flash_attn", "hyport": "hyport",
+}
+
+
+def collect_versions() -> dict[str, Optional[str]]:
+    """Installed versions from package metadata (imports nothing heavy)."""
+    versions: dict[str, Optional[str]] = {"python": platform.python_version()}
+    for key, dist in VERSION_PACKAGES.items():
+        versions[key] = package_version(dist)
+    npu = sys.modules.get("torch_npu")
+    if versions["torch_npu"] is None and npu is not None:
+        versions["torch_npu"] = getattr(npu, "__version__", None)  # e.g. a source build
+    return versions

@@ -18,12 +18,14 @@ the run).
 
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-from hyport_lib.results import load_result, results_dir
+from hyport_lib.models.tiny import ensure_tiny_model, tiny_model_dir
+from hyport_lib.results import RUN_DIR_ENV, load_result, results_dir
 
 TRAIN_STAGE = "04_train"
 #: The tiny model is about 850 KB in float32: this gives two shards.
@@ -32,12 +34,17 @@ TINY_SHARD_SIZE = "500KB"
 
 @dataclass
 class Sources:
-    """The folders to check and where they came from (``note``, for the notebook)."""
+    """The folders to check and where they came from (``note``, for the notebook).
+
+    ``tiny``: the folders are the embedded tiny model's cache, which
+    :func:`build_tiny_sources` makes when the stage runs (naming them writes nothing).
+    """
 
     weights: str
     base: Optional[str]
     checkpoint: Optional[str]
     note: str
+    tiny: bool = False
 
 
 def _existing(path) -> Optional[str]:
@@ -83,9 +90,7 @@ def stage04_failure(directory: Optional[os.PathLike] = None) -> Optional[str]:
 def stage04_of_this_run(environ: Optional[dict] = None) -> Optional[str]:
     """In a report run that includes stage 04, its verdict and summary as the run file
     has them (e.g. ``FAIL: dataset: 2 bad records``); None outside such a run."""
-    import json
-
-    run_dir = (environ if environ is not None else os.environ).get("HYPORT_RUN_DIR")
+    run_dir = (environ if environ is not None else os.environ).get(RUN_DIR_ENV)
     if not run_dir:
         return None
     try:
@@ -104,7 +109,11 @@ def resolve_paths(weights_path: Optional[os.PathLike] = None, base_path: Optiona
                   results: Optional[os.PathLike] = None) -> Sources:
     """The folders to check: those given, else stage 04's, else the tiny model's.
 
-    A path given always wins; with ``weights_path`` given nothing else is guessed.
+    A path given always wins; with ``weights_path`` given nothing else is guessed. Nothing
+    is written: the tiny model's folders are named, and built by :func:`build_tiny_sources`.
+
+    Raises:
+        ValueError: stage 04 (of this run, or as recorded) trained no weights to check.
     """
     if weights_path:
         return Sources(str(weights_path), _str(base_path), _str(checkpoint_path), "as given")
@@ -124,15 +133,20 @@ def resolve_paths(weights_path: Optional[os.PathLike] = None, base_path: Optiona
         return Sources(trained["final_dir"], base, _str(checkpoint_path) or trained["last_checkpoint"],
                        f"stage 04 of this run ({trained['file']}): its final weights, last "
                        f"checkpoint and starting model")
-    from hyport_lib.models.tiny import ensure_tiny_model
-
-    sharded = ensure_tiny_model(max_shard_size=TINY_SHARD_SIZE)
     record = Path(results or results_dir()) / f"{TRAIN_STAGE}.json"
     why = (f"no usable stage 04 weights ({record} names none that still exist, or cannot be read)"
            if record.is_file() else f"no stage 04 result in {record.parent}")
-    return Sources(str(sharded), _str(base_path), _str(checkpoint_path) or str(ensure_tiny_model()),
+    return Sources(str(tiny_model_dir(max_shard_size=TINY_SHARD_SIZE)), _str(base_path),
+                   _str(checkpoint_path) or str(tiny_model_dir()),
                    f"{why}: the embedded tiny model saved in shards of {TINY_SHARD_SIZE}, checked "
-                   f"against the same model saved as one file")
+                   f"against the same model saved as one file", tiny=True)
+
+
+def build_tiny_sources(sources: Sources) -> None:
+    """Build (or find cached) the tiny model's two folders when ``sources`` names them."""
+    if sources.tiny:
+        ensure_tiny_model(max_shard_size=TINY_SHARD_SIZE)
+        ensure_tiny_model()
 
 
 def checked_label(note: str) -> str:

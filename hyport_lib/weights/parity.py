@@ -18,6 +18,8 @@ from pathlib import Path
 from typing import Optional
 
 from hyport_lib.checkpoint_files.findings import Finding, finding
+from hyport_lib.models.loading import dtype_kwarg
+from hyport_lib.weights.names import model_class
 from hyport_lib.weights.reload import TOKENIZER_FILES
 from hyport_lib.weights.runner import run_task
 
@@ -104,9 +106,6 @@ def parity_in_child(spec: dict) -> dict:
     """In the worker: both models' logits on the prompt, compared."""
     import torch
     from transformers import AutoConfig, AutoTokenizer
-
-    from hyport_lib.models.loading import dtype_kwarg
-    from hyport_lib.weights.names import model_class
 
     common = {"local_files_only": True, "trust_remote_code": bool(spec.get("trust_remote_code"))}
     tokenizer = AutoTokenizer.from_pretrained(spec["tokenizer_path"], **common)

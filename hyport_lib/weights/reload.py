@@ -26,9 +26,10 @@ from pathlib import Path
 from typing import Optional
 
 from hyport_lib.checkpoint_files.findings import Finding, finding, name_some
+from hyport_lib.models.loading import dtype_kwarg, load_processor
+from hyport_lib.weights.names import model_class
 from hyport_lib.weights.runner import run_task
 
-DTYPES = ("auto", "float32", "bfloat16", "float16")
 PROCESSOR_FILES = ("processor_config.json", "preprocessor_config.json")
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
 
@@ -76,21 +77,14 @@ class ReloadResult:
         return {**asdict(self), "load_ok": self.load_ok, "line": self.line}
 
 
-def check_dtype(dtype: str) -> str:
-    if dtype not in DTYPES:
-        raise ValueError(f"dtype={dtype!r}: expected one of {', '.join(DTYPES)}")
-    return dtype
-
-
 def reload(path: os.PathLike, *, dtype: str = "bfloat16", attn_implementation: str = "eager",
            trust_remote_code: bool = False, timeout_s: float = 600.0,
            log_dir: Optional[os.PathLike] = None) -> ReloadResult:
     """Load ``path`` in a fresh process as the seed did; never raises for the model's sake.
 
     Raises:
-        ValueError: a bad ``dtype`` or timeout. FileNotFoundError: ``path`` is not a folder.
+        FileNotFoundError: ``path`` is not a folder.
     """
-    check_dtype(dtype)
     folder = Path(path).expanduser().resolve()
     if not folder.is_dir():
         raise FileNotFoundError(f"reload path {str(path)!r}: not a folder (from_pretrained needs one)")
@@ -137,9 +131,6 @@ def reload_in_child(spec: dict) -> dict:
     import torch
     from transformers import AutoConfig
 
-    from hyport_lib.models.loading import dtype_kwarg  # torch_dtype on 4.x, dtype on 5.x
-    from hyport_lib.weights.names import model_class
-
     path, trust = spec["path"], bool(spec.get("trust_remote_code"))
     common = {"local_files_only": True, "trust_remote_code": trust}
     config = AutoConfig.from_pretrained(path, **common)
@@ -175,8 +166,6 @@ def _processor(folder: Path, common: dict) -> tuple[Optional[str], Optional[str]
     """Load the processor (or tokenizer) where the folder has its files, the way the
     stages load it (:func:`hyport_lib.models.loading.load_processor`: a VLM's processor
     without its video part where torchvision is missing, and that said)."""
-    from hyport_lib.models.loading import load_processor
-
     if not any((folder / f).is_file() for f in PROCESSOR_FILES + TOKENIZER_FILES):
         return None, None
     try:

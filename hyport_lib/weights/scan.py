@@ -29,7 +29,6 @@ from hyport_lib.checkpoint_files.findings import Finding, finding
 from hyport_lib.checkpoint_files.header import ShardHeader, TensorEntry
 
 CHUNK_BYTES = 16 << 20
-CHECKSUMS = ("crc32", "sha256")
 _BUFFERS = 3
 
 #: dtype -> (unsigned view, exponent mask, mantissa mask): all-ones exponent = NaN/Inf.
@@ -123,8 +122,8 @@ class _Crc32:
         return f"{self.value:08x}"
 
 
-def _hasher(name: str):
-    return _Crc32() if name == "crc32" else hashlib.sha256()
+#: The checksums of the full scan, by the name the ``checksum`` parameter takes.
+HASHERS = {"crc32": _Crc32, "sha256": hashlib.sha256}
 
 
 def plan_reads(shards: list[ShardHeader]) -> tuple[list[tuple[ShardHeader, list[TensorEntry]]], list[str]]:
@@ -216,7 +215,7 @@ def full_scan(shards: list[ShardHeader], *, checksum: str = "crc32", chunk_bytes
 
     Args:
         shards: the files' headers (:attr:`Inspection.shards`).
-        checksum: ``crc32`` (fast) or ``sha256``.
+        checksum: a key of :data:`HASHERS` (the stage's ``checksum`` parameter, checked there).
         chunk_bytes: read size; memory stays about ``3 * chunk_bytes`` plus one chunk of
             temporaries, whatever the tensor sizes.
         on_progress: called at most every ``min_interval_s`` seconds, and at the end.
@@ -226,8 +225,7 @@ def full_scan(shards: list[ShardHeader], *, checksum: str = "crc32", chunk_bytes
         finding; tensors outside their file or of the wrong byte
         length (header findings already) are listed in ``skipped``.
     """
-    if checksum not in CHECKSUMS:
-        raise ValueError(f"checksum={checksum!r}: expected one of {', '.join(CHECKSUMS)}")
+    new_hasher = HASHERS[checksum]
     started = time.perf_counter()
     plan, skipped = plan_reads(shards)
     result = ScanResult(checksum, skipped=skipped)
@@ -248,7 +246,7 @@ def full_scan(shards: list[ShardHeader], *, checksum: str = "crc32", chunk_bytes
     try:
         for shard, entry, chunk, last in chunks:
             if entry is not current:
-                current, nan, inf, hasher, file = entry, 0, 0, _hasher(checksum), shard.label
+                current, nan, inf, hasher, file = entry, 0, 0, new_hasher(), shard.label
             hasher.update(chunk)
             a, b = nonfinite_counts(chunk, entry.dtype)
             nan, inf = nan + a, inf + b

@@ -1,8 +1,9 @@
-"""Stage 05: the weights — the stage id, the stage function and its record.
+"""Stage 05: the weights — the stage contract.
 
-The notebook and ``hyport verify`` both pick the folders with :func:`resolve_paths`
-(what was given, else what stage 04 recorded in this run, else the embedded tiny
-model), verify them with :func:`run` and record with :func:`record`.
+:func:`plan` resolves the folders (those given, else what stage 04 recorded in this run,
+else the embedded tiny model in two shards) and checks them, writing nothing;
+:func:`run` verifies them; :func:`summarize` and :func:`record` keep the result. Notebook
+05, ``hyport verify`` and ``hyport report`` all go through these.
 """
 
 from __future__ import annotations
@@ -11,52 +12,68 @@ import os
 from pathlib import Path
 from typing import Callable, Optional
 
+from hyport_lib.params import ParameterError
 from hyport_lib.results import StageSummary, record_summary
-from hyport_lib.weights.defaults import checked_label, resolve_paths  # noqa: F401  (resolve_paths: stage API)
+from hyport_lib.weights.defaults import build_tiny_sources, checked_label, resolve_paths
+from hyport_lib.weights.params import Params
 from hyport_lib.weights.result import WeightsResult
 from hyport_lib.weights.scan import ScanProgress
-from hyport_lib.weights.verify import verify_checkpoint
+from hyport_lib.weights.verify import WeightsPlan, verify
+from hyport_lib.weights.zero import find_tag
 
 STAGE = "05_weights"
 
 
-def run(weights_path: Optional[os.PathLike] = None, *, base_path: Optional[os.PathLike] = None,
-        checkpoint_path: Optional[os.PathLike] = None, full_scan: bool = False,
-        reload: bool = False, logits_parity: bool = False, consolidate_zero: bool = False,
-        dtype: str = "bfloat16", attn_implementation: str = "eager",
-        trust_remote_code: bool = False, reload_timeout_s: float = 600.0,
-        checksum: str = "crc32", on_progress: Optional[Callable[[ScanProgress], None]] = None,
-        log_dir: Optional[os.PathLike] = None, source: str = "") -> WeightsResult:
-    """The stage function: verify ``weights_path`` (None: :func:`resolve_paths` picks).
+def plan(params: Params) -> WeightsPlan:
+    """The folders to check, resolved and checked; nothing is written.
+
+    The children's logs go to a fresh folder beside the results (``hyport verify
+    --log-dir`` sets :attr:`WeightsPlan.log_dir` instead).
+
+    Raises:
+        ParameterError: a folder given that does not exist, or a check that needs a
+            checkpoint where there is none.
+        ValueError: no folder given, and stage 04 trained no weights to check.
+    """
+    sources = resolve_paths(params.weights_path, params.base_path, params.checkpoint_path)
+    problems = []
+    # base_path is checked where it is declared (it must exist); the other two may be
+    # written by stage 04 of the same run, so they are checked here, when 05 runs.
+    for key in ("weights_path", "checkpoint_path"):
+        value = getattr(params, key)
+        if value and not Path(value).expanduser().exists():
+            problems.append(f"{key}={value!r}: no such file or folder")
+    # Asked for and impossible: an error, never a PASS that silently left the check out.
+    if params.logits_parity and not sources.checkpoint:
+        problems.append("logits_parity=True compares the logits with a checkpoint's, and there is "
+                        "none: give checkpoint_path or set logits_parity=False")
+    if params.consolidate_zero and not sources.checkpoint and not _trainer_checkpoint(sources.weights):
+        problems.append("consolidate_zero=True consolidates a checkpoint's ZeRO states, and there is "
+                        "none: give checkpoint_path or set consolidate_zero=False")
+    if problems:
+        raise ParameterError(problems)
+    return WeightsPlan(params, sources)
+
+
+def _trainer_checkpoint(weights: str) -> bool:
+    """The weights folder is a Trainer checkpoint with ZeRO states: its own checkpoint."""
+    folder = Path(weights).expanduser()
+    return folder.is_dir() and find_tag(folder) is not None
+
+
+def run(plan: WeightsPlan, *,
+        on_progress: Optional[Callable[[ScanProgress], None]] = None) -> WeightsResult:
+    """Verify the planned folders (the tiny model's are built first when they stand in).
 
     Args:
-        weights_path: a checkpoint folder (sharded or single-file) or one safetensors file.
-        base_path: the model before fine-tuning: training must have changed the weights.
-        checkpoint_path: a folder that should hold the same model (e.g. the last
-            ``checkpoint-N/``): tensors compared, and its DeepSpeed ZeRO states listed.
-        full_scan: read every tensor: NaN/Inf and a checksum per tensor.
-        reload: ``from_pretrained`` in a fresh process, as the seed did (``LOAD_OK``).
-        logits_parity: also compare the logits of the weights and the checkpoint.
-        consolidate_zero: consolidate the checkpoint's ZeRO states with DeepSpeed's
-            ``zero_to_fp32`` (loads every rank's optimizer states) and compare.
-        dtype, attn_implementation: how the reload loads the model.
-        trust_remote_code: let transformers run the checkpoint's own code (off unless asked).
-        reload_timeout_s: limit of each child process (reload, parity, consolidation).
-        checksum: ``crc32`` or ``sha256`` (full scan).
-        on_progress: called while the scan and the comparisons read.
-        log_dir: where the child processes' logs go.
-        source: where the paths came from, for the record.
+        plan: from :func:`plan`.
+        on_progress: called while the scan and the comparisons read; None: silent.
+
+    Raises:
+        KeyboardInterrupt: stopped; the checks that finished are on ``exc.partial``.
     """
-    if weights_path is None:
-        picked = resolve_paths(None, base_path, checkpoint_path)
-        weights_path, base_path, checkpoint_path = picked.weights, picked.base, picked.checkpoint
-        source = source or picked.note
-    return verify_checkpoint(
-        weights_path, base_path=base_path, checkpoint_path=checkpoint_path, full_scan=full_scan,
-        reload=reload, logits_parity=logits_parity, consolidate_zero=consolidate_zero, dtype=dtype,
-        attn_implementation=attn_implementation, trust_remote_code=trust_remote_code,
-        reload_timeout_s=reload_timeout_s, checksum=checksum, on_progress=on_progress,
-        log_dir=log_dir, source=source)
+    build_tiny_sources(plan.sources)
+    return verify(plan, on_progress=on_progress)
 
 
 def summarize(result: WeightsResult) -> StageSummary:
@@ -70,8 +87,7 @@ def summarize(result: WeightsResult) -> StageSummary:
     return StageSummary(verdict, line, result.headline())
 
 
-def record(result: WeightsResult, *, directory: Optional[os.PathLike] = None,
-           stage: Optional[str] = None) -> Path:
+def record(result: WeightsResult, *, directory: Optional[os.PathLike] = None) -> Path:
     """Write the stage result (labelled CPU: every check here runs on the CPU)."""
-    return record_summary(stage or STAGE, summarize(result), data=result.to_dict(),
+    return record_summary(STAGE, summarize(result), data=result.to_dict(),
                           provenance=result.provenance, directory=directory)

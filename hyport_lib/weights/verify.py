@@ -3,79 +3,88 @@
 1. headers, index and config (:mod:`.layout`), always;
 2. the full scan (:mod:`.scan`) when ``full_scan``;
 3. the reload in a fresh process (:mod:`.reload`) when ``reload``;
-4. against a base (:mod:`.compare`, role ``base``) when ``base_path``;
-5. against a checkpoint when ``checkpoint_path``: its tensors (role ``checkpoint``),
-   its logits (:mod:`.parity`) when ``logits_parity``, its DeepSpeed ZeRO states listed
+4. against a base (:mod:`.compare`, role ``base``) when there is one;
+5. against a checkpoint when there is one: its tensors (role ``checkpoint``), its
+   logits (:mod:`.parity`) when ``logits_parity``, its DeepSpeed ZeRO states listed
    (:mod:`.zero`) and, when ``consolidate_zero``, consolidated and compared with the
    exported weights (:mod:`.zero_consolidate`). A Trainer checkpoint given as the weights
    is its own checkpoint: its ZeRO states are listed and compared the same way.
 
-Every problem becomes a finding; only bad arguments raise (``ValueError``,
-``FileNotFoundError``: the command line turns them into one line and exit 2).
+What to check is a :class:`WeightsPlan` (made and checked by
+:func:`hyport_lib.weights.stage.plan`); every problem of the files becomes a finding.
 """
 
 from __future__ import annotations
 
-import math
-import os
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional
 
-from hyport_lib.weights.compare import compare_weights
 from hyport_lib.checkpoint_files.findings import Finding, finding
+from hyport_lib.weights.compare import compare_weights
+from hyport_lib.weights.defaults import Sources
 from hyport_lib.weights.layout import Inspection, inspect_checkpoint
+from hyport_lib.weights.params import Params
 from hyport_lib.weights.parity import logits_parity as compare_logits, parity_findings
-from hyport_lib.weights.reload import check_dtype, reload as reload_folder, reload_findings
+from hyport_lib.weights.reload import reload as reload_folder, reload_findings
 from hyport_lib.weights.result import WeightsResult
 from hyport_lib.weights.runner import default_log_dir
-from hyport_lib.weights.scan import CHECKSUMS, ScanProgress, full_scan as scan_tensors
+from hyport_lib.weights.scan import ScanProgress, full_scan as scan_tensors
 from hyport_lib.weights.zero import find_tag, list_zero
 from hyport_lib.weights.zero_consolidate import ADAPTER_FILE, consolidate, zero_findings
 
 
-def verify_checkpoint(weights_path: os.PathLike, *, base_path: Optional[os.PathLike] = None,
-                      checkpoint_path: Optional[os.PathLike] = None, full_scan: bool = False,
-                      reload: bool = False, logits_parity: bool = False,
-                      consolidate_zero: bool = False, dtype: str = "bfloat16",
-                      attn_implementation: str = "eager", trust_remote_code: bool = False,
-                      reload_timeout_s: float = 600.0, checksum: str = "crc32",
-                      on_progress: Optional[Callable[[ScanProgress], None]] = None,
-                      log_dir: Optional[os.PathLike] = None, source: str = "") -> WeightsResult:
-    """Verify ``weights_path``; the arguments are those of :func:`hyport_lib.weights.stage.run`."""
+@dataclass
+class WeightsPlan:
+    """What stage 05 checks: the parameters and the folders they resolved to.
+
+    Attributes:
+        params: the stage's parameters, as given.
+        sources: the weights, base and checkpoint to check, and where they came from.
+        log_dir: where the child processes' logs go; None: a fresh folder beside the
+            results, made when the first child starts.
+    """
+
+    params: Params
+    sources: Sources
+    log_dir: Optional[Path] = None
+
+
+def verify(plan: WeightsPlan, on_progress: Optional[Callable[[ScanProgress], None]] = None) -> WeightsResult:
+    """Every check ``plan`` asks for, in the order of the module docstring.
+
+    Args:
+        plan: what to check (its folders must exist: the tiny model's are built first).
+        on_progress: called while the scan and the comparisons read.
+
+    Raises:
+        KeyboardInterrupt: stopped; the checks that finished are on ``exc.partial``.
+    """
     started = time.perf_counter()
-    check_dtype(dtype)
-    if checksum not in CHECKSUMS:
-        raise ValueError(f"checksum={checksum!r}: expected one of {', '.join(CHECKSUMS)}")
-    if not math.isfinite(float(reload_timeout_s)) or float(reload_timeout_s) <= 0:
-        raise ValueError(f"reload_timeout_s={reload_timeout_s!r}: expected a positive number of seconds")
-    for name, value in (("base path", base_path), ("checkpoint path", checkpoint_path)):
-        if value and not Path(value).expanduser().exists():
-            raise FileNotFoundError(f"{name} {str(value)!r}: no such file or folder")
-    insp = inspect_checkpoint(weights_path, trust_remote_code=trust_remote_code)
-    options = {"full_scan": full_scan, "reload": reload, "logits_parity": logits_parity,
-               "consolidate_zero": consolidate_zero, "dtype": dtype,
-               "attn_implementation": attn_implementation, "trust_remote_code": bool(trust_remote_code),
-               "reload_timeout_s": float(reload_timeout_s), "checksum": checksum,
-               "base_path": str(base_path) if base_path else None,
-               "checkpoint_path": str(checkpoint_path) if checkpoint_path else None}
-    result = WeightsResult(insp, options, findings=list(insp.findings), source=source)
+    p, sources = plan.params, plan.sources
+    insp = inspect_checkpoint(sources.weights, trust_remote_code=p.trust_remote_code)
+    options = {"full_scan": p.full_scan, "reload": p.reload, "logits_parity": p.logits_parity,
+               "consolidate_zero": p.consolidate_zero, "dtype": p.dtype,
+               "attn_implementation": p.attn_implementation, "trust_remote_code": p.trust_remote_code,
+               "reload_timeout_s": p.reload_timeout_s, "checksum": p.checksum,
+               "base_path": sources.base, "checkpoint_path": sources.checkpoint}
+    result = WeightsResult(insp, options, findings=list(insp.findings), source=sources.note)
+    reload, logits_parity = p.reload, p.logits_parity
     if (reload or logits_parity) and insp.kind == "file":
         # One file has no config.json beside it that is sure to belong to it: nothing to
         # load a model from. Said as a finding, so the header checks still count.
-        asked = [n for n, on in (("reload", reload), ("logits check", logits_parity and checkpoint_path)) if on]
+        asked = [n for n, on in (("reload", reload), ("logits check", logits_parity and sources.checkpoint)) if on]
         if asked:
             two = len(asked) > 1
             result.findings.append(finding(
-                "reload_skipped", insp.shards[0].label if insp.shards else str(weights_path),
+                "reload_skipped", insp.shards[0].label if insp.shards else sources.weights,
                 f"the {' and the '.join(asked)} need{'' if two else 's'} the model folder (config.json "
                 f"beside the weights), not one file: skipped; give the folder to run "
                 f"{'them' if two else 'it'}"))
         reload = logits_parity = False
     try:
-        _checks(result, insp, base_path, checkpoint_path, full_scan, reload, logits_parity,
-                consolidate_zero, dtype, attn_implementation, trust_remote_code, reload_timeout_s,
-                checksum, on_progress, log_dir)
+        _checks(result, insp, plan, reload, logits_parity, on_progress)
     except KeyboardInterrupt as exc:
         # Stopped: the checks that finished are kept; the caller finds them on the exception.
         result.findings.append(finding("verify_stopped", insp.path, "stopped by a signal before every "
@@ -87,22 +96,23 @@ def verify_checkpoint(weights_path: os.PathLike, *, base_path: Optional[os.PathL
     return result
 
 
-def _checks(result: WeightsResult, insp: Inspection, base_path, checkpoint_path,
-            full_scan: bool, reload: bool, logits_parity: bool, consolidate_zero: bool, dtype: str,
-            attn_implementation: str, trust_remote_code: bool, reload_timeout_s: float, checksum: str,
-            on_progress, log_dir) -> None:
-    """The checks that read tensors or start processes, in order (filling ``result``)."""
+def _checks(result: WeightsResult, insp: Inspection, plan: WeightsPlan, reload: bool,
+            logits_parity: bool, on_progress) -> None:
+    """The checks that read tensors or start processes, in order (filling ``result``);
+    ``reload`` and ``logits_parity`` are the plan's, off for one file."""
+    p, base_path, checkpoint_path = plan.params, plan.sources.base, plan.sources.checkpoint
     # One log folder for every child of this verification.
-    log_dir = log_dir or (default_log_dir() if reload or checkpoint_path else None)
-    child = {"trust_remote_code": trust_remote_code, "timeout_s": reload_timeout_s, "log_dir": log_dir}
-    if full_scan:
-        result.scan = scan_tensors(insp.shards, checksum=checksum, on_progress=on_progress)
+    log_dir = plan.log_dir or (default_log_dir() if reload or checkpoint_path else None)
+    child = {"trust_remote_code": p.trust_remote_code, "timeout_s": p.reload_timeout_s, "log_dir": log_dir}
+    if p.full_scan:
+        result.scan = scan_tensors(insp.shards, checksum=p.checksum, on_progress=on_progress)
         result.findings += result.scan.findings
     if reload:
-        result.reload = reload_folder(insp.folder, dtype=dtype, attn_implementation=attn_implementation, **child)
+        result.reload = reload_folder(insp.folder, dtype=p.dtype, attn_implementation=p.attn_implementation,
+                                      **child)
         result.findings += reload_findings(result.reload)
     if base_path:
-        base = inspect_checkpoint(base_path, trust_remote_code=trust_remote_code)
+        base = inspect_checkpoint(base_path, trust_remote_code=p.trust_remote_code)
         result.findings += _prefixed(base, "base")
         if base.shards:
             comparison = compare_weights(insp, base, role="base", on_progress=on_progress)
@@ -111,7 +121,7 @@ def _checks(result: WeightsResult, insp: Inspection, base_path, checkpoint_path,
     if not checkpoint_path and insp.kind != "file" and find_tag(insp.folder):
         checkpoint_path = insp.folder  # a Trainer checkpoint given as the weights: its own ZeRO states
     if checkpoint_path:
-        _checkpoint(result, Path(checkpoint_path).expanduser(), logits_parity, consolidate_zero,
+        _checkpoint(result, Path(checkpoint_path).expanduser(), logits_parity, p.consolidate_zero,
                     child, on_progress)
 
 

@@ -22,7 +22,9 @@ from pathlib import Path
 from typing import Optional
 
 from hyport_lib.checkpoint_files.findings import Finding, finding, name_some
+from hyport_lib.weights.layout import inspect_checkpoint
 from hyport_lib.weights.runner import run_task
+from hyport_lib.weights.zero import find_tag
 
 #: PEFT's file of a LoRA checkpoint; its keys lack the adapter name DeepSpeed's carry
 #: (``lora_A.weight`` on disk, ``lora_A.default.weight`` in the model).
@@ -120,8 +122,6 @@ def consolidate_in_child(spec: dict) -> dict:
     print(said.getvalue(), flush=True)
     targets = [_compare(role, folder, state, bool(spec.get("trust_remote_code")))
                for role, folder in spec["targets"]]
-    from hyport_lib.weights.zero import find_tag
-
     return {"tag": spec.get("tag") or find_tag(Path(spec["checkpoint"])), "zero_tensors": len(state),
             "zero_parameters": int(sum(_numel(t.shape) for t in state.values())),
             "consolidate_s": round(seconds, 3),
@@ -138,8 +138,6 @@ def _numel(shape) -> int:
 
 def _compare(role: str, folder: str, state: dict, trust_remote_code: bool) -> dict:
     import torch
-
-    from hyport_lib.weights.layout import inspect_checkpoint
 
     insp = inspect_checkpoint(folder, trust_remote_code=trust_remote_code, validate=False)
     if role == "adapter":

@@ -1,20 +1,19 @@
 """Blog-post drafts of a run: ``blog.en.md`` (also as ``blog.md``) and ``blog.zh.md``.
 
-The drafts take the shape of the seed's write-up of a bring-up: the porting problem and
-the host (an environment table), what was removed and what replaced it (the scan's
-findings as before / after, the numerics in a sentence and a table), the inference
-table with a sample answer, the training parameters and results with the loss figure,
-the weight table with the reload command, dataset notes, caveats and the commands that
-reproduce the run. Figures are PNG files in ``figures/`` beside the drafts, linked
-relatively.
+The drafts take the shape of the seed's write-up of a bring-up: the porting problem
+(:mod:`~hyport_lib.report.blog.frame`), then one section per stage drawn by the stage
+itself (:mod:`~hyport_lib.report.blog.sections`, :mod:`hyport_lib.drafting`), the
+sections stages add after theirs, caveats and the commands that reproduce the run.
+Figures are PNG files in ``figures/`` beside the drafts, linked relatively
+(:mod:`~hyport_lib.report.blog.figures`).
 
 Every number comes from the run's recorded files (``results/NN_stage.json`` and
 ``run.json``), written as recorded or with the rounding of
-:mod:`hyport_lib.report.blog_format`; every figure keeps its provenance, so a CPU or
+:mod:`hyport_lib.drafting.values`; every figure keeps its provenance, so a CPU or
 emulated number is never shown as an NPU one. A stage that did not run or failed says
 so in its section, with its recorded error quoted. The frame is translated
-(:mod:`hyport_lib.report.blog_text`); recorded texts stay as recorded, marked as code or
-quotations.
+(:mod:`~hyport_lib.report.blog.text`); recorded texts stay as recorded, marked as code
+or quotations.
 
 :func:`write_blog_drafts` runs at the start of a run (every stage ``PENDING``), after
 every stage and when the run is stopped: it reads whatever is there, never raises on a
@@ -26,13 +25,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Optional
 
-from hyport_lib.report.blog_data import Ctx, StageView, load_views
-from hyport_lib.report.blog_format import quote
-from hyport_lib.report.blog_figures import draw_figures
-from hyport_lib.report.blog_sections import (
-    background, caveats, commands, dataset, intro, stage_section, title,
-)
-from hyport_lib.report.blog_text import LANGS, phrases
+from hyport_lib.drafting.draft import LANGS
+from hyport_lib.drafting.markdown import quote
+from hyport_lib.report.blog.context import build_context
+from hyport_lib.report.blog.figures import draw_figures
+from hyport_lib.report.blog.frame import background, caveats, commands, intro, title
+from hyport_lib.report.blog.sections import appendices, stage_section
+from hyport_lib.report.records import StageView, load_views
 from hyport_lib.report.run import ReportRun
 from hyport_lib.utils.files import atomic_write_text
 from hyport_lib.utils.redact import scrub_text
@@ -49,42 +48,42 @@ def render_blog(run: ReportRun, lang: str = "en", *, figures: Optional[dict] = N
         run: the run as it stands (any stage may be unfinished).
         lang: ``en`` or ``zh``.
         figures: name -> relative path of the figures drawn (see
-            :func:`hyport_lib.report.blog_figures.draw_figures`); none when not given.
+            :func:`~hyport_lib.report.blog.figures.draw_figures`); none when not given.
         notes: problems met while drawing figures, listed among the caveats.
-        views: the stages as :func:`~hyport_lib.report.blog_data.load_views` reads them
+        views: the stages as :func:`~hyport_lib.report.records.load_views` reads them
             (read here when not given).
 
     Raises:
         ValueError: for a language there is no text for.
     """
-    t = phrases(lang)
-    ctx = Ctx(run=run, views=load_views(run) if views is None else views, t=t, lang=lang,
-              figures=dict(figures or {}), notes=list(notes or []))
+    views = load_views(run) if views is None else views
+    ctx = build_context(run, lang, views, figures or {}, notes or [])
     parts = [title, intro, background]
     parts += [lambda c, v=view: stage_section(v, c) for view in ctx.views]
-    parts += [dataset, caveats, commands]
+    parts += [appendices, caveats, commands]
     lines: list[str] = []
     for part in parts:
         try:
             lines += part(ctx)
         except Exception as exc:  # noqa: BLE001 — a partial or odd run must still get its drafts
-            lines += [t["section_error"], ""] + quote(f"{type(exc).__name__}: {exc}")
+            lines += [ctx.t["section_error"], ""] + quote(f"{type(exc).__name__}: {exc}")
     while lines and not lines[-1]:
         lines.pop()
     return scrub_text("\n".join(lines) + "\n")
 
 
-def write_blog_drafts(run: ReportRun) -> list[Path]:
+def write_blog_drafts(run: ReportRun, views: Optional[list[StageView]] = None) -> list[Path]:
     """Write ``blog.md``, ``blog.en.md`` and ``blog.zh.md`` (and the figures) atomically.
+
+    Args:
+        run: the run as it stands.
+        views: as for :func:`render_blog` (read here when not given).
 
     Returns:
         the drafts written, in the order of :data:`DRAFTS`.
     """
-    views = load_views(run)
+    views = load_views(run) if views is None else views
     figures, problems = draw_figures(Path(run.run_dir), views)
     texts = {lang: render_blog(run, lang, figures=figures, notes=problems, views=views)
              for lang in LANGS}
     return [atomic_write_text(Path(run.run_dir) / name, texts[lang]) for name, lang in DRAFTS.items()]
-
-
-__all__ = ["DRAFTS", "render_blog", "write_blog_drafts"]

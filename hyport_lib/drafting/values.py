@@ -1,0 +1,94 @@
+"""Recorded values as the report shows them, and safe reading of recorded files.
+
+The report copies every figure from the run's recorded files, so the formatting rules
+are few and fixed (the tests re-derive each number with them):
+
+* an integer is written as recorded, with thousands separators from 10,000 on
+  (``288536`` -> ``288,536``, as the seed wrote byte counts);
+* a float is written as recorded (``str``) when that takes at most
+  :data:`FLOAT_CHARS` characters, else rounded to 4 significant digits (``.4g``) below
+  1,000 and to one decimal with separators from 1,000 on (``12,345.7``, never
+  ``1.235e+04``);
+* a ratio the drafts derive themselves (the worst error over its bound, per attention
+  implementation) is rounded to 3 significant digits (``.3g``), as the stage's headline;
+* a recorded text is never cut short: cutting ``2048x2048`` could leave a number that
+  was never recorded.
+
+:func:`num` writes the drafts' figures, :func:`fmt_value` the index cards' (plain text,
+``yes`` / ``no``). Recorded files may come from older versions or be half-written, so
+:func:`dig`, :func:`as_list` and :func:`as_dict` read them without assuming a shape.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+#: Floats up to this many characters are shown exactly as recorded.
+FLOAT_CHARS = 7
+#: What a missing value shows as (no figure, and no digit either).
+MISSING = "—"
+
+
+def num(value: Any) -> str:
+    """A recorded number as the drafts show it (see the module docstring)."""
+    if value is None or isinstance(value, bool):
+        return MISSING if value is None else str(value)
+    if isinstance(value, int):
+        return f"{value:,}" if abs(value) >= 10_000 else str(value)
+    if isinstance(value, float):
+        if math.isnan(value) or math.isinf(value):
+            return str(value)
+        text = str(value)
+        if len(text) <= FLOAT_CHARS:
+            return text
+        return f"{value:,.1f}" if abs(value) >= 1000 else f"{value:.4g}"
+    return str(value)
+
+
+def ratio(value: float) -> str:
+    """A ratio the drafts derive (an error over its bound): 3 significant digits, as the
+    stage's own headline rounds it."""
+    return f"{value:.3g}"
+
+
+def is_number(value: Any) -> bool:
+    """A JSON number (``True`` / ``False`` are not figures)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def fmt_value(value: Any, digits: int = 4) -> str:
+    """A recorded value on an index card or in the stages table: ``—`` when not recorded
+    (a failed run: never Python's ``None``), bools as yes / no, floats rounded to
+    ``digits`` significant digits below 1,000 and to one decimal with separators above
+    (``12,345.7`` s, not ``1.235e+04``)."""
+    if value is None:
+        return MISSING
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float):
+        return f"{value:,.1f}" if math.isfinite(value) and abs(value) >= 1000 else f"{value:.{digits}g}"
+    return str(value)
+
+
+def dig(value: Any, *keys: Any, default: Any = None) -> Any:
+    """``value[k1][k2]...`` through dicts and lists, or ``default`` where a level is missing
+    or of another type (recorded files of older versions, or half-written ones)."""
+    for key in keys:
+        if isinstance(value, dict) and key in value:
+            value = value[key]
+        elif isinstance(value, list) and isinstance(key, int) and -len(value) <= key < len(value):
+            value = value[key]
+        else:
+            return default
+    return default if value is None else value
+
+
+def as_list(value: Any) -> list:
+    """``value`` when it is a list, else an empty one."""
+    return value if isinstance(value, list) else []
+
+
+def as_dict(value: Any) -> dict:
+    """``value`` when it is a dict, else an empty one."""
+    return value if isinstance(value, dict) else {}

@@ -1,0 +1,23 @@
+"""Stage 01's parameters: notebook ``01_environment``'s ``parameters`` cell, ``hyport env``'s
+flags and the report's keys, declared once (see :mod:`hyport_lib.params`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+from hyport_lib.params import StageParams, device_param, model_path_param, num_cards_param, param
+
+
+@dataclass
+class Params(StageParams):
+    device: str = device_param()
+    num_cards: Optional[int] = num_cards_param(
+        "cards the next stages will use; None: all (2 worker processes on CPU)")
+    ram_gb_per_card: Optional[float] = param(
+        None, "host RAM needed per card; None: the backend's default", min_exclusive=0)
+    shm_gb_per_card: Optional[float] = param(
+        None, "/dev/shm needed per card; None: the backend's default", min_exclusive=0)
+    check_ports: bool = param(True, "bind-test the HCCL ports (60000 upward, 16666)")
+    model_path: str = model_path_param(
+        "the model the next stages load: does its processor need torchvision?")

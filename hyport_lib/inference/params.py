@@ -1,0 +1,91 @@
+"""Stage 03's parameters: every name of notebook 03's ``parameters`` cell, declared once.
+
+The notebook cell, ``hyport infer``'s flags and ``hyport report -p`` all become a
+:class:`Params`, and this class is the only place their values are checked.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Optional
+
+from hyport_lib.models.generation_config import DEFAULT_BATCH_PROMPTS
+from hyport_lib.params import (
+    ParameterError, StageParams, attn_implementation_param, device_param, dtype_param,
+    model_path_param, num_cards_param, param, trust_remote_code_param,
+)
+from hyport_lib.utils.values import as_flag
+
+
+@dataclass
+class Params(StageParams):
+    """What stage 03 runs: the model, the prompts, the cards and their limits."""
+
+    device: str = device_param()
+    model_path: str = model_path_param()
+    num_cards: Optional[int] = num_cards_param()
+    single_prompt: str = param("Describe the image.", "the prompt of the single image + text inference",
+                               nonempty=True)
+    # Built from the library's default batch, not written out again: the workers fit the
+    # default batch to a model that cannot take all of it, and they know it by its value.
+    batch_prompts: list = param([list(pair) for pair in DEFAULT_BATCH_PROMPTS],
+                                "the batch: [text, uses_image] pairs (a bare text is a text-only prompt)")
+    image: Optional[str] = param(None, "an image file for every image prompt; None: the built-in sample picture",
+                                 path="file", must_exist=True)
+    max_new_tokens: int = param(16, "tokens generated per answer", min=1)
+    warmup_runs: int = param(1, "untimed generate calls first: the first call measures start-up", min=0)
+    skip_not_applicable: bool = param(False, "leave out prompts this model cannot take instead of refusing them")
+    enable_thinking: bool = param(False, "passed to the chat template (models that can think before answering)")
+    dtype: str = dtype_param("float32")
+    attn_implementation: str = attn_implementation_param()
+    infer_timeout_s: float = param(300, "seconds per card; the grid returns within about this long", min_exclusive=0)
+    allow_busy_cards: bool = param(False, "also run on cards another process holds (nothing is ever killed)")
+    trust_remote_code: bool = trust_remote_code_param()
+    allow_download: bool = param(False, "a model_path that is no folder may be a hub id to download")
+    log_dir: Optional[str] = param(None, "folder for card<N>.log / card<N>.json; None: a fresh folder beside the results",
+                                   path="dir", output=True)
+
+    def check(self) -> None:
+        """The batch's items: each becomes a ``[text, uses_image]`` pair.
+
+        A pair's flag may be written as text (``"true"``, ``"no"``, as YAML or papermill
+        may hand it over); a bare text is a text-only prompt; ``{"text": ..., "image":
+        ...}`` is a pair as a YAML mapping.
+
+        Raises:
+            ParameterError: naming the item (``batch_prompts[1]``) and its value.
+        """
+        self.batch_prompts = [list(pair) for pair in batch_pairs(self.batch_prompts)]
+
+
+def batch_pairs(prompts: list) -> list[tuple[str, bool]]:
+    """``(text, uses_image)`` for each item of ``batch_prompts`` (see :meth:`Params.check`).
+
+    Raises:
+        ParameterError: an item that is no prompt, an empty text, a flag that is not one,
+            or no item at all.
+    """
+    if not prompts:
+        raise ParameterError([f"batch_prompts={prompts!r}: expected at least one [text, uses_image] pair"])
+    pairs = []
+    for i, item in enumerate(prompts):
+        name = f"batch_prompts[{i}]"
+        if isinstance(item, str):
+            text, uses_image = item, False
+        elif isinstance(item, dict) and set(item) <= {"text", "image"}:
+            text, uses_image = item.get("text"), item.get("image", False)
+        elif isinstance(item, (list, tuple)) and len(item) == 2:
+            text, uses_image = item
+        else:
+            raise ParameterError([f"{name}={item!r}: expected [text, uses_image]"])
+        if not isinstance(text, str) or not text.strip():
+            raise ParameterError([f"{name}={item!r}: expected a non-empty text"])
+        pairs.append((text, _flag(name, uses_image)))
+    return pairs
+
+
+def _flag(name: str, value: Any) -> bool:
+    try:
+        return as_flag(name, value)
+    except ValueError as exc:
+        raise ParameterError([str(exc)]) from None

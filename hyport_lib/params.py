@@ -1,0 +1,416 @@
+"""One typed parameter class per stage: every parameter declared once, everything derived.
+
+A stage declares its parameters in its ``params.py`` as a dataclass deriving from
+:class:`StageParams`, each field made with :func:`param`::
+
+    @dataclass
+    class Params(StageParams):
+        max_steps: Optional[int] = param(20, "optimizer steps; None: full epochs", min=1)
+        zero_stage: int = param(2, "DeepSpeed ZeRO stage", choices=(0, 2, 3))
+
+From that class come the notebook's ``parameters`` cell (a test compares the cell's
+names and default literals with the fields), the command's flags
+(:func:`add_arguments` / :func:`from_arguments`), the report's namespace and its
+validation, ``--help`` and the docs' parameter table (:func:`markdown_table`). A value
+is checked in one place, :meth:`StageParams.__post_init__` (each field by its type and
+:class:`Spec`, then the class's own :meth:`StageParams.check` for rules across fields),
+so the same bad value gives the same one-line error from a notebook, the command line
+and ``hyport report``.
+
+Text from papermill, YAML or the command line (``"16"``, ``"false"``) is converted by
+the field's type, strictly (:mod:`hyport_lib.utils.values`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import difflib
+import math
+import os
+import types
+import typing
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Optional, Sequence
+
+import yaml
+
+from hyport_lib.utils.values import as_flag, as_float, as_int
+
+_META_KEY = "hyport"
+_NULL_WORDS = ("none", "null", "~")
+
+
+class ParameterError(ValueError):
+    """One or more parameters are wrong; ``details`` has a line per problem."""
+
+    def __init__(self, problems: Sequence[str]):
+        problems = list(problems)
+        # One problem is said in the message alone; several are listed under it.
+        self.details = problems if len(problems) > 1 else []
+        first = problems[0] if len(problems) == 1 else f"{len(problems)} parameters are wrong: {problems[0]}"
+        super().__init__(first)
+
+
+@dataclass(frozen=True)
+class Spec:
+    """What a parameter accepts and means, beyond its type.
+
+    Attributes:
+        doc: one line for ``--help``, the docs' table and the notebook's comment.
+        choices: the only values accepted (compared as text too: ``"2"`` is 2).
+        min, max: inclusive bounds of a number; ``min_exclusive``: an exclusive one.
+        nonempty: a text that must not be blank.
+        path: ``"file"``, ``"dir"`` or ``"any"``: the value names a path (the report makes
+            it absolute against the caller's folder; the command line takes it as text).
+        must_exist: a path that must exist when the parameters are made.
+        not_paths: values of a path parameter that name no file (``"tiny"``, ``"auto"``).
+        written_by: the stage (by name) that writes this path in the same run, so the
+            report accepts it before that stage has run when it lies inside that
+            stage's output folder.
+        output: this path is the stage's output folder (what ``written_by`` points into).
+        secret: never printed, recorded or shown.
+    """
+
+    doc: str
+    choices: tuple = ()
+    min: Optional[float] = None
+    max: Optional[float] = None
+    min_exclusive: Optional[float] = None
+    nonempty: bool = False
+    path: Optional[str] = None
+    must_exist: bool = False
+    not_paths: tuple = ()
+    written_by: Optional[str] = None
+    output: bool = False
+    secret: bool = False
+
+
+def param(default: Any, doc: str, **spec: Any) -> Any:
+    """A dataclass field with its :class:`Spec` (list and dict defaults are copied per
+    instance)."""
+    metadata = {_META_KEY: Spec(doc=doc, **spec)}
+    if isinstance(default, (list, dict)):
+        return field(default_factory=lambda: _copy(default), metadata=metadata)
+    return field(default=default, metadata=metadata)
+
+
+def _copy(value):
+    if isinstance(value, list):
+        return [_copy(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _copy(v) for k, v in value.items()}
+    return value
+
+
+@dataclass(frozen=True)
+class Field:
+    """One declared parameter: name, type, default and spec."""
+
+    name: str
+    kind: Optional[str]  # int, float, bool, str, list, dict; None: any value
+    optional: bool  # None is accepted
+    default: Any
+    spec: Spec
+
+    @property
+    def flag(self) -> str:
+        return "--" + self.name.replace("_", "-")
+
+    def accepted(self) -> str:
+        """What the parameter accepts, in words (``an integer >= 1 (or null)``)."""
+        spec = self.spec
+        if spec.choices:
+            text = "one of " + ", ".join(map(repr, spec.choices))
+        elif self.kind == "int":
+            text = "an integer" + (f" >= {spec.min:g}" if spec.min is not None else "") + (
+                f" and <= {spec.max:g}" if spec.max is not None else "")
+        elif self.kind == "float":
+            text = "a number" + (f" > {spec.min_exclusive:g}" if spec.min_exclusive is not None else "") + (
+                f" >= {spec.min:g}" if spec.min is not None else "")
+        elif self.kind == "bool":
+            text = "true or false"
+        elif self.kind == "str":
+            text = "a non-empty text" if spec.nonempty else "a text"
+        else:
+            text = f"a {self.kind}"
+        return text + (" (or null)" if self.optional else "")
+
+    def convert(self, value: Any) -> Any:
+        """``value`` as the stage wants it.
+
+        Raises:
+            ParameterError: one line naming the parameter, the value and what it accepts.
+        """
+        name, spec = self.name, self.spec
+        if self.kind is None:
+            return value
+        if isinstance(value, str) and self.optional and self.kind != "str" \
+                and value.strip().lower() in _NULL_WORDS:
+            value = None
+        raw = value
+        if value is None:
+            if self.optional:
+                return None
+            raise ParameterError([f"{name}=None: a value is required ({self.accepted()})"])
+        try:
+            if spec.choices:
+                matches = [c for c in spec.choices if c == value or str(c) == str(value)]
+                if not matches or isinstance(value, bool) != isinstance(matches[0], bool):
+                    raise ValueError
+                value = matches[0]
+            elif self.kind == "int":
+                value = as_int(name, value)
+            elif self.kind == "float":
+                value = as_float(name, value)
+            elif self.kind == "bool":
+                value = as_flag(name, value)
+            elif self.kind == "str":
+                if not isinstance(value, str) or (spec.nonempty and not value.strip()):
+                    raise ValueError
+            elif self.kind == "list":
+                if isinstance(value, tuple):
+                    value = list(value)
+                if not isinstance(value, list):
+                    raise ValueError
+            elif self.kind == "dict" and not isinstance(value, dict):
+                raise ValueError
+        except ValueError as exc:
+            # as_int / as_float say more when the value is a fraction or not finite; else
+            # the whole of what the parameter accepts (bounds included) is said
+            precise = any(word in str(exc) for word in ("fraction", "finite"))
+            said = str(exc) if precise else f"{name}={value!r}: expected {self.accepted()}"
+            raise ParameterError([said]) from None
+        if self.kind in ("int", "float") and not spec.choices:
+            if self.kind == "float" and not math.isfinite(value):
+                raise ParameterError([f"{name}={value!r}: expected a finite number"])
+            low = spec.min is not None and value < spec.min
+            high = spec.max is not None and value > spec.max
+            excl = spec.min_exclusive is not None and value <= spec.min_exclusive
+            if low or high or excl:
+                raise ParameterError([f"{name}={raw!r}: expected {self.accepted()}"])
+        if spec.path and spec.must_exist and isinstance(value, str) and value.strip() \
+                and value.strip().lower() not in spec.not_paths:
+            path = os.path.expanduser(value)
+            exists = {"file": os.path.isfile, "dir": os.path.isdir}.get(spec.path, os.path.exists)
+            if not exists(path):
+                what = {"file": "file", "dir": "folder"}.get(spec.path, "file or folder")
+                raise ParameterError([f"{name}={value!r}: no such {what}"])
+        return value
+
+
+def _kind_of(annotation: Any) -> tuple[str, bool]:
+    """(kind, optional) of a field's type annotation."""
+    optional = False
+    origin = typing.get_origin(annotation)
+    if origin in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(annotation) if a is not type(None)]
+        optional = len(args) < len(typing.get_args(annotation))
+        annotation = args[0] if len(args) == 1 else annotation
+        origin = typing.get_origin(annotation)
+    base = origin or annotation
+    for kind, py in (("bool", bool), ("int", int), ("float", float), ("str", str),
+                     ("list", list), ("dict", dict)):
+        if base is py:
+            return kind, optional
+    raise TypeError(f"parameter type {annotation!r} is not supported")
+
+
+@dataclass
+class StageParams:
+    """Base of every stage's ``Params``: typed, converted and checked on creation."""
+
+    def __post_init__(self) -> None:
+        problems = []
+        for f in parameter_fields(type(self)):
+            try:
+                setattr(self, f.name, f.convert(getattr(self, f.name)))
+            except ParameterError as exc:
+                problems.append(str(exc))
+        if problems:
+            raise ParameterError(problems)
+        self.check()
+
+    def check(self) -> None:
+        """Rules across fields, checked after every field is converted (override).
+
+        Raises:
+            ParameterError: naming the parameter(s) and the value.
+        """
+
+    @classmethod
+    def from_values(cls, values: Mapping[str, Any], *, where: str = "") -> "StageParams":
+        """Parameters from a mapping; a key the class does not declare is an error
+        naming the closest declared one (``where`` says where the mapping came from).
+
+        Raises:
+            ParameterError: unknown keys or bad values.
+        """
+        names = [f.name for f in parameter_fields(cls)]
+        unknown = sorted(k for k in values if k not in names)
+        if unknown:
+            raise ParameterError([unknown_parameter(k, names, where) for k in unknown])
+        return cls(**dict(values))
+
+    @classmethod
+    def from_namespace(cls, namespace: Mapping[str, Any]) -> "StageParams":
+        """Parameters from a namespace holding (at least) every field, e.g. a notebook's
+        ``globals()`` after its ``parameters`` cell."""
+        return cls(**{f.name: namespace[f.name] for f in parameter_fields(cls) if f.name in namespace})
+
+    def to_dict(self) -> dict:
+        """name -> value, secret parameters left out."""
+        return {f.name: _copy(getattr(self, f.name)) for f in parameter_fields(type(self))
+                if not f.spec.secret}
+
+
+def unknown_parameter(key: str, known: Sequence[str], where: str = "") -> str:
+    """``-p: unknown parameter 'num_card'; did you mean 'num_cards'?``."""
+    near = difflib.get_close_matches(key, list(known), n=1)
+    hint = f"; did you mean {near[0]!r}?" if near else ""
+    return f"{where + ': ' if where else ''}unknown parameter {key!r}{hint}"
+
+
+def parameter_fields(cls: type) -> list[Field]:
+    """The declared parameters of a ``StageParams`` class, in declaration order."""
+    hints = typing.get_type_hints(cls)
+    out = []
+    for f in dataclasses.fields(cls):
+        spec = f.metadata.get(_META_KEY)
+        if spec is None:
+            raise TypeError(f"{cls.__name__}.{f.name}: declare it with param(default, doc, ...)")
+        kind, optional = _kind_of(hints[f.name])
+        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
+        out.append(Field(f.name, kind, optional, default, spec))
+    return out
+
+
+def field_of(cls: type, name: str) -> Field:
+    """The declared parameter ``name`` of ``cls``.
+
+    Raises:
+        KeyError: ``cls`` declares no such parameter.
+    """
+    for f in parameter_fields(cls):
+        if f.name == name:
+            return f
+    raise KeyError(name)
+
+
+# --------------------------------------------------------------------------- shared parameters
+# Parameters several stages declare: one definition each, so that ``-p device=npu`` means
+# the same to every stage that takes it.
+DEVICES = ("auto", "npu", "cuda", "cpu")
+DTYPES = ("auto", "float32", "bfloat16", "float16")
+
+
+def device_param(doc: str = "auto | npu | cuda | cpu") -> Any:
+    return param("auto", doc, choices=DEVICES)
+
+
+def num_cards_param(doc: str = "cards to use; None: every visible card (CPU: 2 worker processes)") -> Any:
+    return param(None, doc, min=1)
+
+
+def model_path_param(doc: str = 'a checkpoint folder, or "tiny" for the embedded random-weight VLM',
+                     default: Optional[str] = "tiny") -> Any:
+    return param(default, doc, nonempty=True, path="dir", not_paths=("tiny",))
+
+
+def dtype_param(default: str, doc: str = "auto | float32 | bfloat16 | float16") -> Any:
+    return param(default, doc, choices=DTYPES)
+
+
+def attn_implementation_param(default: str = "eager",
+                              doc: str = "transformers' attn_implementation (eager, sdpa, or hyport's)") -> Any:
+    return param(default, doc, nonempty=True)
+
+
+def trust_remote_code_param(doc: str = "run the checkpoint's own model code (off unless you turn it on)") -> Any:
+    return param(False, doc)
+
+
+# --------------------------------------------------------------------------- command line
+def add_arguments(parser: argparse.ArgumentParser, cls: type, *, positional: Sequence[str] = (),
+                  skip: Sequence[str] = ()) -> None:
+    """One flag per parameter of ``cls`` (``--max-steps``), help from its doc and default.
+
+    Values stay text here and are converted by the class, so the command line gives the
+    same errors as a notebook and the report. ``positional`` parameters become optional
+    positional arguments (``hyport verify PATH``).
+    """
+    for f in parameter_fields(cls):
+        if f.name in skip or f.spec.secret:
+            continue
+        default = "null" if f.default is None else f.default
+        accepted = f"; {f.accepted()}" if f.kind != "str" or f.spec.choices else ""
+        help_text = f"{f.spec.doc} (default {default!r}{accepted})".replace("%", "%%")
+        if f.name in positional:
+            parser.add_argument(f.name, nargs="?", default=argparse.SUPPRESS, metavar=f.name.upper(),
+                                help=help_text)
+        else:
+            if f.kind == "bool":
+                # ``--reload`` alone means true, as a switch reads; ``--packing false`` too
+                parser.add_argument(f.flag, dest=f.name, default=argparse.SUPPRESS, nargs="?",
+                                    const=True, metavar="BOOL", help=help_text)
+            else:
+                parser.add_argument(f.flag, dest=f.name, default=argparse.SUPPRESS,
+                                    metavar=f.name.upper(), help=help_text)
+
+
+def from_arguments(cls: type, args: argparse.Namespace, **fixed: Any) -> "StageParams":
+    """``cls`` from the flags given (the rest keep their defaults) and ``fixed`` values.
+
+    Text is parsed as YAML would for non-text parameters (``[a, b]`` for a list), and
+    ``null`` / ``none`` means None for optional ones.
+
+    Raises:
+        ParameterError: a bad value, in the same words as everywhere else.
+    """
+    values = dict(fixed)
+    for f in parameter_fields(cls):
+        if f.name in values or not hasattr(args, f.name):
+            continue
+        values[f.name] = parse_text(f, getattr(args, f.name))
+    return cls(**values)
+
+
+def parse_text(f: Field, value: Any) -> Any:
+    """A value typed as text (``-p key=value``, a command-line flag) for parameter ``f``.
+
+    Text parameters keep the text (a prompt ``yes`` stays ``"yes"``; a folder named
+    ``2024`` stays a path); ``null`` means None where None is accepted; lists and dicts
+    are read as YAML, and so are numbers and flags when the text is one (``-3``,
+    ``true``); anything else is left to :meth:`Field.convert` to refuse.
+    """
+    if not isinstance(value, str):
+        return value
+    if f.optional and value.strip() in ("null", "~", "Null", "NULL", "None", "none"):
+        return None
+    if f.kind in ("list", "dict"):
+        try:
+            return yaml.safe_load(value)
+        except yaml.YAMLError as exc:
+            raise ParameterError([f"{f.name}={value!r}: not valid YAML ({str(exc).splitlines()[0]})"]) from None
+    if f.kind in ("int", "float", "bool") or (f.spec.choices and not isinstance(f.spec.choices[0], str)):
+        # typed as papermill's -p and a YAML profile type it, so that an error shows the
+        # value the same way from every front end (max_steps=-3, not max_steps='-3')
+        try:
+            parsed = yaml.safe_load(value)
+        except yaml.YAMLError:
+            return value
+        if isinstance(parsed, (bool, int, float)):
+            return parsed
+    return value
+
+
+# --------------------------------------------------------------------------- docs
+def markdown_table(cls: type) -> str:
+    """The docs' table of ``cls``: name, default, what it accepts, doc."""
+    rows = ["| parameter | default | accepts | meaning |", "|---|---|---|---|"]
+    for f in parameter_fields(cls):
+        if f.spec.secret:
+            continue
+        doc = f.spec.doc.replace("|", "\\|")
+        rows.append(f"| `{f.name}` | `{f.default!r}` | {f.accepted()} | {doc} |")
+    return "\n".join(rows)

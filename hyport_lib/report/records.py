@@ -1,0 +1,127 @@
+"""What the report reads of each planned stage: its outcome, its recorded result and what
+its ``show`` module offers.
+
+The index, ``report.html`` and the blog drafts are rewritten at the start of a run
+(every stage ``PENDING``), after every stage and when the run is stopped, so nothing
+here may assume a stage ran: a result file may be missing, half-written by a killed
+kernel, or not a JSON object; each such case becomes a :class:`StageView` with no result
+and a ``problem`` saying why, which the stage's card and section then state.
+
+The report knows no stage by name: a stage's card, section and figures come from the
+functions of its ``hyport_lib.<name>.show`` module (:func:`stage_show`; the interface is
+described in :mod:`hyport_lib.drafting`), and a stage without them (a notebook-only
+stage) gets the generic rendering of its recorded headline.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+from typing import Callable, Optional
+
+from hyport_lib.report.run import RESULTS_DIR, ReportRun, StageOutcome
+from hyport_lib.results import UnreadableResult, read_result, result_file
+
+#: Verdicts of a stage that finished (the rest are statuses of one that did not).
+FINISHED = ("PASS", "WARN", "FAIL", "SKIP")
+
+
+def stage_show(stage_id: str) -> Optional[ModuleType]:
+    """The ``hyport_lib.<name>.show`` module of stage ``NN_name``: the package is named as
+    the notebook. None for a notebook-only stage (no package, or no ``show`` in it).
+
+    Raises:
+        ImportError: the module is there but does not import (a bug to see, not to hide).
+    """
+    name = stage_id.partition("_")[2]
+    if not name.isidentifier():
+        return None
+    package = f"hyport_lib.{name}"
+    try:
+        return importlib.import_module(f"{package}.show")
+    except ModuleNotFoundError as exc:
+        if exc.name in (package, f"{package}.show"):
+            return None
+        raise
+
+
+def stage_hook(stage_id: str, name: str) -> Optional[Callable]:
+    """The function ``name`` (``glance``, ``blog_section``...) of the stage's ``show``
+    module, or None when the stage has none."""
+    return getattr(stage_show(stage_id), name, None)
+
+
+@dataclass
+class StageView:
+    """One planned stage as the report sees it.
+
+    Attributes:
+        outcome: the runner's record of the stage (verdict, summary, error, headline).
+        result: the parsed ``results/<stage>.json``; None when absent or unreadable.
+        problem: why ``result`` is None when a file was there but could not be read.
+    """
+
+    outcome: StageOutcome
+    result: Optional[dict] = None
+    problem: str = ""
+
+    @property
+    def stage(self) -> str:
+        return self.outcome.stage
+
+    @property
+    def number(self) -> str:
+        return self.outcome.stage.partition("_")[0]
+
+    @property
+    def verdict(self) -> str:
+        return str(self.outcome.verdict or "")
+
+    @property
+    def finished(self) -> bool:
+        return self.verdict in FINISHED
+
+    @property
+    def data(self) -> dict:
+        """The result's ``data`` (empty when there is none)."""
+        data = (self.result or {}).get("data")
+        return data if isinstance(data, dict) else {}
+
+    @property
+    def has_data(self) -> bool:
+        """The stage finished and recorded data the stage's own section can show."""
+        return self.finished and bool(self.data)
+
+    @property
+    def headline(self) -> dict:
+        recorded = (self.result or {}).get("headline")
+        if isinstance(recorded, dict) and recorded:
+            return recorded
+        return self.outcome.headline if isinstance(self.outcome.headline, dict) else {}
+
+    @property
+    def provenance(self) -> dict:
+        recorded = (self.result or {}).get("provenance") or self.outcome.provenance
+        return recorded if isinstance(recorded, dict) else {}
+
+    def hook(self, name: str) -> Optional[Callable]:
+        """The stage's ``show`` function ``name``, or None (see :func:`stage_hook`)."""
+        return stage_hook(self.stage, name)
+
+
+def read_view(outcome: StageOutcome, results: Path) -> StageView:
+    """The :class:`StageView` of one planned stage, its result read from ``results``."""
+    try:
+        return StageView(outcome, read_result(result_file(results, outcome.stage)))
+    except FileNotFoundError:
+        return StageView(outcome)
+    except UnreadableResult as exc:
+        return StageView(outcome, problem=str(exc))
+
+
+def load_views(run: ReportRun) -> list[StageView]:
+    """A :class:`StageView` per planned stage, in the run's order."""
+    results = Path(run.run_dir) / RESULTS_DIR
+    return [read_view(outcome, results) for outcome in run.stages]

@@ -1,0 +1,142 @@
+"""Stage 04's parameters: every knob of the smoke training, declared once.
+
+The names follow the seed's training script and LLaMA-Factory's YAML where they exist
+(``max_steps``, ``save_steps``, ``per_device_train_batch_size``,
+``gradient_accumulation_steps``, ``learning_rate``, ``finetuning_type``, ``lora_rank`` /
+``lora_alpha`` / ``lora_target``, ``packing``, ``output_dir``, ``run_name``). Notebook
+04's ``parameters`` cell, ``hyport train``'s flags and ``hyport report -p`` all come from
+:class:`Params`, and every value is checked here (each field by its spec, the rules
+across fields in :meth:`Params.check`), so a bad value is refused in the same words
+everywhere and before anything starts.
+
+As in the seed's script, the environment variables ``MAX_STEPS`` and ``SAVE_STEPS``
+override ``max_steps`` and ``save_steps``; that is resolved when the run is planned
+(:mod:`hyport_lib.train.preflight`) and recorded there, not here: they are not
+parameters.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+from hyport_lib.params import (ParameterError, StageParams, attn_implementation_param, device_param,
+                               model_path_param, num_cards_param, param, trust_remote_code_param)
+
+#: The schedules that need no ``lr_scheduler_kwargs`` (cosine_with_min_lr and
+#: warmup_stable_decay need some) and no evaluation loop (reduce_lr_on_plateau): the
+#: Trainer gets neither, so the others would fail only after every rank loaded the model.
+LR_SCHEDULERS = ("linear", "cosine", "cosine_with_restarts", "polynomial", "constant",
+                 "constant_with_warmup", "inverse_sqrt")
+
+
+@dataclass
+class Params(StageParams):
+    """What stage 04 trains and how (see the module docstring; each field's doc is its
+    line in notebook 04's ``parameters`` cell)."""
+
+    device: str = device_param()
+    num_cards: Optional[int] = num_cards_param("processes per node; None: every visible card (CPU: 2 processes)")
+    model_path: str = model_path_param()
+    dataset_path: str = param("", 'JSON / JSON Lines in the seed\'s format; "": the bundled 14-record smoke set',
+                              path="file", must_exist=True)
+    image_root: Optional[str] = param(None, "folder image paths are relative to; None: the dataset file's folder",
+                                      nonempty=True, path="dir", must_exist=True)
+    output_dir: Optional[str] = param(None, "checkpoints, final weights, metrics; None: <run folder>/train/"
+                                      "<run_name> (a new folder per run)", nonempty=True, path="dir", output=True)
+    run_name: str = param("smoke", "a label for the run (the seed's RUN_NAME); names the default output_dir",
+                          nonempty=True)
+    max_steps: Optional[int] = param(20, "optimizer steps; None: full epochs (the seed's original "
+                                     "configuration); MAX_STEPS overrides it", min=1)
+    num_train_epochs: float = param(1.0, "epochs, used when max_steps is None", min_exclusive=0)
+    save_steps: int = param(100000, "a checkpoint every N steps (the seed's 100000: only the final weights); "
+                            "SAVE_STEPS overrides it", min=1)
+    learning_rate: float = param(1e-4, "peak learning rate", min_exclusive=0)
+    lr_scheduler_type: str = param("cosine", "learning-rate schedule (transformers' SchedulerType)",
+                                   choices=LR_SCHEDULERS)
+    warmup_steps: int = param(0, "steps of learning-rate warm-up", min=0)
+    per_device_train_batch_size: int = param(1, "rows per process and micro-batch (the seed's 1)", min=1)
+    gradient_accumulation_steps: int = param(1, "micro-batches per optimizer step (the seed's 1)", min=1)
+    max_seq_len: int = param(512, "tokens per sample and per packed row (LLaMA-Factory's cutoff_len)", min=16)
+    packing: bool = param(True, "several samples per row, attention kept per sample; False: one padded "
+                          "sample per row")
+    overflow: str = param("truncate", "a sample longer than max_seq_len: truncate | drop",
+                          choices=("truncate", "drop"))
+    skip_bad_records: bool = param(False, "False: stop before launching and list every problem; True: skip "
+                                   "the bad records")
+    zero_stage: int = param(2, "DeepSpeed ZeRO stage: 0 | 2 | 3", choices=(0, 2, 3))
+    offload_optimizer: bool = param(False, "ZeRO's optimizer state on the host (zero_stage 2 or 3)")
+    deepspeed_config: Optional[str] = param(None, "a DeepSpeed JSON of your own; None: "
+                                            "parameters/deepspeed/zero<stage>.json",
+                                            nonempty=True, path="file", must_exist=True)
+    finetuning_type: str = param("full", "full | lora", choices=("full", "lora"))
+    lora_rank: int = param(8, "LoRA rank", min=1)
+    lora_alpha: int = param(16, "LoRA alpha", min=1)
+    lora_target: str = param("q_proj,v_proj", 'LoRA target modules, comma-separated, or "all" (every linear '
+                             'layer of the language model)', nonempty=True)
+    precision: str = param("auto", "auto (bf16 where supported, else fp32) | bf16 | fp16 | fp32",
+                           choices=("auto", "bf16", "fp16", "fp32"))
+    loss_scale: float = param(0.0, "fp16's static loss scale (precision fp16 only); 0: dynamic", min=0)
+    gradient_checkpointing: bool = param(True, "recompute activations in the backward pass (less memory)")
+    attn_implementation: str = attn_implementation_param(doc="attention of unpacked runs; packed runs use "
+                                                             "hyport's")
+    nnodes: int = param(1, "torchrun nodes", min=1)
+    node_rank: int = param(0, "this node's rank, 0 .. nnodes-1", min=0)
+    master_addr: str = param("127.0.0.1", "the rendezvous address (node 0's)", nonempty=True)
+    master_port: int = param(0, "the rendezvous port; 0: a free one (one node only)", min=0, max=65535)
+    max_restarts: int = param(0, "torchrun restarts the workers this often after a failure (they resume)", min=0)
+    resume_from: str = param("auto", "auto (newest complete checkpoint in output_dir) | none | a checkpoint-N "
+                             "folder", nonempty=True, path="dir", not_paths=("auto", "none"))
+    overwrite_output_dir: bool = param(False, "True: allow a folder with files hyport did not write")
+    throughput_warmup_steps: int = param(2, "first steps left out of the throughput figures (operator "
+                                         "compilation)", min=0)
+    train_timeout_s: float = param(3600.0, "wall-clock limit of the whole launch, in seconds", min_exclusive=0)
+    max_shard_size: Optional[str] = param("5GB", 'shard the final weights (the seed\'s two shards); "300KB" '
+                                          "shards the tiny model; None: transformers' default", nonempty=True)
+    trust_remote_code: bool = trust_remote_code_param()
+    seed: int = param(0, "seeds the data order and new (LoRA) weights", min=0)
+
+    def check(self) -> None:
+        """The rules across fields, and the single-field ones a spec cannot say.
+
+        Raises:
+            ParameterError: one line per rule broken, naming the parameters and values.
+        """
+        problems = []
+        if "/" in self.run_name:
+            problems.append(f"run_name={self.run_name!r}: a name without '/' (it names a folder)")
+        if self.node_rank >= self.nnodes:
+            problems.append(f"node_rank={self.node_rank}: must be below nnodes={self.nnodes}")
+        if self.master_port == 0 and self.nnodes > 1:
+            problems.append(f"master_port=0: with nnodes={self.nnodes} give every node the same "
+                            "master_port (e.g. 29500)")
+        if self.offload_optimizer and self.zero_stage == 0:
+            problems.append("offload_optimizer=True: needs zero_stage 2 or 3 (zero_stage=0)")
+        if self.loss_scale and self.precision != "fp16":
+            # DeepSpeed reads a loss scale only for fp16: elsewhere it would be silently ignored.
+            problems.append(f"loss_scale={self.loss_scale:g}: a loss scale applies to precision='fp16' only "
+                            f"(precision={self.precision!r}); leave it 0")
+        if not self.lora_targets:
+            problems.append(f"lora_target={self.lora_target!r}: names no module")
+        if self.max_shard_size is not None:
+            problems.extend(_shard_size_problems(self.max_shard_size))
+        if problems:
+            raise ParameterError(problems)
+
+    @property
+    def lora_targets(self) -> list[str]:
+        """``lora_target`` as a list of module names (``["all"]`` for every linear layer)."""
+        return [t.strip() for t in self.lora_target.split(",") if t.strip()]
+
+
+def _shard_size_problems(value: str) -> list[str]:
+    # The final save would fail only after the last step: check the size before anything starts.
+    from transformers.utils.hub import convert_file_size_to_int
+
+    try:
+        size = convert_file_size_to_int(value)
+    except ValueError:
+        return [f"max_shard_size={value!r}: expected a size such as 5GB, 500MB or 300KB"]
+    if size <= 0:
+        return [f"max_shard_size={value!r}: must be a positive size"]
+    return []

@@ -1,0 +1,47 @@
+"""The parameters of stage 05, declared once: notebook 05's ``parameters`` cell,
+``hyport verify``'s flags and ``hyport report -p`` all derive from :class:`Params`.
+
+The folders default to what stage 04 recorded in this run (see
+:mod:`hyport_lib.weights.defaults`); :func:`hyport_lib.weights.stage.plan` resolves and
+checks them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+from hyport_lib.params import (StageParams, attn_implementation_param, dtype_param, param,
+                               trust_remote_code_param)
+
+#: The stage that writes ``weights_path`` and ``checkpoint_path`` in a report run (inside
+#: its ``output_dir``), so the report accepts them before it has run.
+TRAIN_STAGE_NAME = "train"
+
+
+@dataclass
+class Params(StageParams):
+    """What stage 05 checks and how (the notebook's ``parameters`` cell, field for field)."""
+
+    weights_path: Optional[str] = param(
+        None, "a checkpoint folder or one .safetensors file; None: stage 04's final weights, "
+              "else the tiny model in 2 shards",
+        nonempty=True, path="any", written_by=TRAIN_STAGE_NAME)
+    base_path: Optional[str] = param(
+        None, "the model before fine-tuning; None: the model stage 04 started from",
+        nonempty=True, path="any", must_exist=True)
+    checkpoint_path: Optional[str] = param(
+        None, "a folder that should hold the same model; None: stage 04's last checkpoint",
+        nonempty=True, path="any", written_by=TRAIN_STAGE_NAME)
+    full_scan: bool = param(True, "read every tensor: NaN/Inf and a checksum each")
+    checksum: str = param("crc32", "crc32 (fast) | sha256", choices=("crc32", "sha256"))
+    reload: bool = param(True, "from_pretrained in a fresh process, as the seed did (LOAD_OK)")
+    logits_parity: bool = param(
+        True, "logits of the weights against the checkpoint (loads both in float32)")
+    consolidate_zero: bool = param(
+        True, "DeepSpeed zero_to_fp32 on the checkpoint (loads every rank's optimizer states)")
+    dtype: str = dtype_param("bfloat16", "dtype of the reload: auto | float32 | bfloat16 | float16")
+    attn_implementation: str = attn_implementation_param()
+    trust_remote_code: bool = trust_remote_code_param()
+    reload_timeout_s: float = param(
+        600, "limit of each child process (reload, logits parity, consolidation)", min_exclusive=0)

@@ -1,0 +1,189 @@
+"""A stage is its notebook and its package: the report shows a sixth one with no other edit.
+
+The report knows no stage by name (a fast test reads its sources); a throw-away stage
+``06_extra`` (a package ``hyport_lib.extra`` in a temporary folder and a notebook beside
+copies of the real ones) then runs through ``run_report`` and appears in ``index.html``,
+``report.html`` and both drafts, drawn by its own ``show`` module.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import sys
+import textwrap
+from pathlib import Path
+
+import nbformat
+import pytest
+
+import hyport_lib
+from hyport_lib.stages import discover_stages
+from test_blog import english_runs, unsourced
+
+REPO = Path(__file__).resolve().parents[1]
+REPORT = REPO / "hyport_lib" / "report"
+
+
+
+def test_the_report_names_no_stage():
+    """No stage name (as a string or a package), no stage id, anywhere in report/."""
+    found = set()
+    for path in sorted(REPORT.rglob("*.py")):
+        text = path.read_text(encoding="utf-8")
+        for stage in discover_stages():
+            for pattern in (f'"{stage.name}"', f"'{stage.name}'", f"hyport_lib.{stage.name}", stage.id):
+                if pattern in text:
+                    found.add((str(path.relative_to(REPORT)), pattern))
+    assert not found, sorted(found)
+
+
+# --------------------------------------------------------------------------- the sixth stage
+STAGE_PY = '''
+    """Stage 06: count widgets (a stand-in for a new stage)."""
+
+    from hyport_lib.results import Provenance, StageSummary, record_summary
+
+    STAGE = "06_extra"
+
+
+    def run(count: int) -> dict:
+        return {"widgets": count, "notes": ["widgets were counted on the CPU"]}
+
+
+    def summarize(result: dict) -> StageSummary:
+        return StageSummary("PASS", f"counted {result['widgets']} widgets", {"widgets": result["widgets"]})
+
+
+    def record(result: dict, *, directory=None):
+        return record_summary(STAGE, summarize(result), data=result, provenance=Provenance(device="cpu"),
+                              directory=directory)
+'''
+
+SHOW_PY = '''
+    """Stage 06 in the report: its card, its draft section, its figure."""
+
+    from hyport_lib.drafting.draft import Draft
+    from hyport_lib.drafting.values import as_dict, dig, fmt_value, num
+
+    PHRASES = {"en": {"title": "Extra checks", "counted": "The extra stage counted {count} widgets.",
+                      "alt": "Widgets"},
+               "zh": {"title": "额外检查", "counted": "额外阶段数出 {count} 个部件。", "alt": "部件"}}
+
+
+    def glance(record: dict) -> list[tuple[str, str]]:
+        return [("widgets", fmt_value(dig(record, "data", "widgets")))]
+
+
+    def blog_title(lang: str) -> str:
+        return PHRASES[lang]["title"]
+
+
+    def blog_section(record: dict, draft: Draft) -> list[str]:
+        t = draft.phrases(PHRASES)
+        lines = [t["counted"].format(count=num(dig(record, "data", "widgets"))), ""]
+        if "widgets" in draft.figures:
+            lines += [f"![{t['alt']}]({draft.figures['widgets']})", ""]
+        return lines
+
+
+    def blog_notes(record: dict) -> list[str]:
+        return list(dig(record, "data", "notes", default=[]))
+
+
+    def blog_figures(record: dict) -> dict:
+        return {"widgets": lambda: _bars(record)}
+
+
+    def _bars(record: dict):
+        from matplotlib.figure import Figure
+
+        widgets = dig(record, "data", "widgets")
+        if widgets is None:
+            return None
+        fig = Figure(figsize=(2, 2))
+        fig.subplots().bar([0], [widgets])
+        return fig
+'''
+
+SITECUSTOMIZE = '''
+    """Test only: the papermill kernel finds ``hyport_lib.extra`` in a temporary folder."""
+
+    import os
+
+    import hyport_lib
+
+    hyport_lib.__path__.append(os.environ["HYPORT_TEST_EXTRA_PACKAGES"])
+'''
+
+
+def _notebook(path: Path) -> None:
+    nb = nbformat.v4.new_notebook()
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    params = nbformat.v4.new_code_cell("count = 7")
+    params.metadata["tags"] = ["parameters"]
+    nb.cells = [nbformat.v4.new_markdown_cell("# 06 Extra checks"), params,
+                nbformat.v4.new_code_cell("from hyport_lib.extra import stage\n\n"
+                                          "result = stage.run(count)\nprint(stage.record(result))")]
+    nbformat.write(nb, str(path))
+
+
+@pytest.fixture
+def sixth_stage(tmp_path, monkeypatch):
+    """A notebooks folder with the five real notebooks and ``06_extra.ipynb``, and the
+    package ``hyport_lib.extra`` importable here and in the papermill kernel."""
+    packages = tmp_path / "packages"
+    (packages / "extra").mkdir(parents=True)
+    (packages / "extra" / "__init__.py").write_text('"""A throw-away sixth stage."""\n')
+    (packages / "extra" / "stage.py").write_text(textwrap.dedent(STAGE_PY).lstrip())
+    (packages / "extra" / "show.py").write_text(textwrap.dedent(SHOW_PY).lstrip())
+    # The kernel is a new process: a sitecustomize on its PYTHONPATH extends the package
+    # path there as monkeypatch does here.
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(textwrap.dedent(SITECUSTOMIZE).lstrip())
+    monkeypatch.setenv("HYPORT_TEST_EXTRA_PACKAGES", str(packages))
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(p for p in (str(site), os.environ.get("PYTHONPATH")) if p))
+    monkeypatch.setattr(hyport_lib, "__path__", [*hyport_lib.__path__, str(packages)])
+    notebooks = tmp_path / "notebooks"
+    notebooks.mkdir()
+    for stage in discover_stages():
+        shutil.copy(stage.path, notebooks / stage.path.name)
+    _notebook(notebooks / "06_extra.ipynb")
+    yield notebooks
+    for name in [n for n in sys.modules if n == "hyport_lib.extra" or n.startswith("hyport_lib.extra.")]:
+        del sys.modules[name]
+
+
+@pytest.mark.slow
+def test_a_sixth_stage_shows_in_the_index_the_bundle_and_both_drafts(sixth_stage, tmp_path):
+    from hyport_lib.report.runner import run_report
+
+    run = run_report(profile=None, only=["06"], notebooks_dir=sixth_stage, output_root=tmp_path / "out",
+                     cell_timeout_s=300, progress=lambda m: None)
+    assert [(s.stage, s.verdict) for s in run.stages] == [("06_extra", "PASS")], run.stages
+    assert run.left_out == [s.id for s in discover_stages()]
+    run_dir = run.run_dir
+    record = json.loads((run_dir / "results" / "06_extra.json").read_text())
+    assert record["data"]["widgets"] == 7
+
+    index = (run_dir / "index.html").read_text(encoding="utf-8")
+    card = re.search(r'<div class="card" id="glance-06_extra">(.*?)</div></div>', index, re.S)
+    assert card and "<dt>widgets</dt><dd>7</dd>" in card.group(1)
+    bundle = (run_dir / "report.html").read_text(encoding="utf-8")
+    assert "<dt>widgets</dt><dd>7</dd>" in bundle and 'id="page-06_extra"' in bundle
+
+    en, zh = (run_dir / "blog.en.md").read_text(), (run_dir / "blog.zh.md").read_text()
+    assert "## 06 Extra checks — PASS" in en and "The extra stage counted 7 widgets." in en
+    assert "## 06 额外检查 — 通过" in zh and "额外阶段数出 7 个部件。" in zh
+    assert "> widgets were counted on the CPU" in en  # its notes among the caveats
+    for draft in (en, zh):
+        assert "![" in draft and "(figures/widgets.png)" in draft
+        assert not unsourced(draft, run_dir)
+    assert (run_dir / "figures" / "widgets.png").read_bytes()[:4] == b"\x89PNG"
+    assert "Extra checks" not in zh and not english_runs(zh), english_runs(zh)
+    # the stages left out are named by their own titles, in both languages
+    assert "02 Attention swap" in en and "02 注意力替换" in zh
+    assert (run_dir / "blog.md").read_text() == en

@@ -1,0 +1,143 @@
+"""The one stage contract and the one parameter class per stage.
+
+Every discovered stage has a package named as its notebook with ``params.Params`` (the
+only declaration of its parameters) and ``stage.py`` with ``plan(params)``,
+``run(plan, *, on_progress=None)``, ``summarize(result)`` and
+``record(result, *, directory=None)``. The notebook's ``parameters`` cell holds the same
+names and default literals as ``Params``; the command's flags are ``Params``' fields;
+and a bad value gives the same one-line error from the notebook, the command line and
+``hyport report``.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import inspect
+import json
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+from hyport_lib.commands import build_parser, main
+from hyport_lib.params import ParameterError, StageParams, markdown_table, parameter_fields
+from hyport_lib.report.params import check_before_running, resolve_parameters
+from hyport_lib.stages import discover_stages, params_class, stage_module
+
+REPO = Path(__file__).resolve().parents[1]
+STAGES = discover_stages()
+
+
+def _cell(path: Path) -> dict:
+    """The ``parameters`` cell's names -> default literals, read as papermill reads it."""
+    nb = json.loads(path.read_text(encoding="utf-8"))
+    cells = [c for c in nb["cells"] if "parameters" in c.get("metadata", {}).get("tags", [])]
+    assert len(cells) == 1, f"{path.name}: exactly one cell tagged 'parameters'"
+    out = {}
+    for node in ast.parse("".join(cells[0]["source"])).body:
+        assert isinstance(node, ast.Assign) and len(node.targets) == 1, \
+            f"{path.name}: the parameters cell holds assignments of literals only"
+        out[node.targets[0].id] = ast.literal_eval(node.value)
+    return out
+
+
+def _code(path: Path) -> str:
+    nb = json.loads(path.read_text(encoding="utf-8"))
+    return "\n".join("".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "code")
+
+
+@pytest.mark.parametrize("stage", STAGES, ids=lambda s: s.id)
+def test_the_stage_package_is_named_as_its_notebook_and_keeps_the_contract(stage):
+    module = stage_module(stage)
+    assert module.__name__ == f"hyport_lib.{stage.name}.stage" and module.STAGE == stage.id
+    cls = params_class(stage)
+    assert cls is not None and issubclass(cls, StageParams), f"hyport_lib.{stage.name}.params.Params"
+    plan = inspect.signature(module.plan).parameters
+    assert list(plan) == ["params"], f"{stage.id}: plan(params)"
+    run = inspect.signature(module.run).parameters
+    first, *rest = run.values()
+    assert first.name == "plan" and [p.name for p in rest] == ["on_progress"], f"{stage.id}: run(plan, *, on_progress)"
+    assert rest[0].kind is inspect.Parameter.KEYWORD_ONLY and rest[0].default is None
+    assert list(inspect.signature(module.summarize).parameters) == ["result"]
+    record = inspect.signature(module.record).parameters
+    assert list(record) == ["result", "directory"] and record["directory"].kind is inspect.Parameter.KEYWORD_ONLY
+
+
+@pytest.mark.parametrize("stage", STAGES, ids=lambda s: s.id)
+def test_the_notebook_cell_declares_exactly_the_params_fields_with_their_defaults(stage):
+    cell = _cell(stage.path)
+    fields = {f.name: f.default for f in parameter_fields(params_class(stage))}
+    assert list(cell) == list(fields), f"{stage.path.name}: the cell's names, in the class's order"
+    differ = {k: (cell[k], fields[k]) for k in fields if cell[k] != fields[k] or type(cell[k]) is not type(fields[k])}
+    assert not differ, f"{stage.path.name}: cell default vs Params default: {differ}"
+
+
+@pytest.mark.parametrize("stage", STAGES, ids=lambda s: s.id)
+def test_the_notebook_builds_its_params_in_one_line_and_calls_the_contract(stage):
+    code = _code(stage.path)
+    assert re.search(r"^params = Params\.from_namespace\(globals\(\)\)$", code, re.MULTILINE), stage.path.name
+    for call in ("stage.plan(params)", "stage.run(", "stage.record("):
+        assert call in code, f"{stage.path.name}: no {call}"
+    assert "get_backend(" not in code, f"{stage.path.name}: the plan resolves the backend, not the notebook"
+
+
+def _command_modules():
+    package = importlib.import_module("hyport_lib.commands")
+    for path in sorted(Path(package.__file__).parent.glob("[a-z]*.py")):
+        module = importlib.import_module(f"hyport_lib.commands.{path.stem}")
+        if hasattr(module, "STAGE"):
+            yield module
+
+
+def test_every_stage_has_a_command_whose_flags_are_its_params_fields():
+    by_stage = {m.STAGE: m for m in _command_modules()}
+    assert set(by_stage) == {s.id for s in STAGES}, "each stage's command says which stage it runs (STAGE)"
+    parser = build_parser()
+    subparsers = next(a for a in parser._actions if a.dest == "command").choices
+    for stage in STAGES:
+        command = by_stage[stage.id]
+        dests = {a.dest for a in subparsers[command.NAME]._actions}
+        missing = [f.name for f in parameter_fields(params_class(stage))
+                   if f.name not in dests and f.name not in getattr(command, "NOT_FLAGS", ())]
+        assert not missing, f"hyport {command.NAME}: no flag for {missing}"
+
+
+def test_the_docs_parameter_table_is_current():
+    """docs/parameters.md is generated from the classes (scripts/write_parameter_docs.py)."""
+    text = (REPO / "docs" / "parameters.md").read_text(encoding="utf-8")
+    for stage in STAGES:
+        assert markdown_table(params_class(stage)) in text, \
+            f"docs/parameters.md is stale for {stage.id}: run python scripts/write_parameter_docs.py"
+
+
+# --------------------------------------------------------------------------- one validation path
+BAD_VALUES = [  # (stage, command argv, key, value, the one line every front end says)
+    ("04_train", ["train", "--max-steps", "0"], "max_steps", "0", "max_steps=0: expected an integer >= 1 (or null)"),
+    ("03_inference", ["infer", "--max-new-tokens", "many"], "max_new_tokens", "many",
+     "max_new_tokens='many': expected an integer >= 1"),
+    ("05_weights", ["verify", "--checksum", "md5"], "checksum", "md5", "checksum='md5': expected one of 'crc32', 'sha256'"),
+]
+
+
+@pytest.mark.slow  # papermill starts a kernel
+@pytest.mark.parametrize("stage_id, argv, key, value, said", BAD_VALUES, ids=[b[0] for b in BAD_VALUES])
+def test_a_bad_value_gives_the_same_error_from_notebook_command_and_report(stage_id, argv, key, value, said,
+                                                                            tmp_path, capsys):
+    import papermill
+
+    # the report, before anything runs
+    with pytest.raises(ParameterError) as info:
+        check_before_running(resolve_parameters({}, {key: value}, STAGES), STAGES)
+    assert said in str(info.value) + " ".join(info.value.details)
+    # the command line: a usage error, exit 2, the same line
+    assert main(argv) == 2
+    assert said in capsys.readouterr().err
+    # the notebook, given the value as papermill's own -p types it
+    stage = next(s for s in STAGES if s.id == stage_id)
+    with pytest.raises(papermill.PapermillExecutionError) as failed:
+        papermill.execute_notebook(str(stage.path), str(tmp_path / "out.ipynb"), parameters={key: yaml.safe_load(value)},
+                                   cwd=str(stage.path.parent), progress_bar=False,
+                                   execution_timeout=300)
+    assert said in str(failed.value)
