@@ -40,7 +40,8 @@ from hyport_lib.models.tiny import ensure_tiny_model
 
 BARE_SCRIPT = """
 import json, sys
-from hyport_lib.models.generation import InferenceConfig, run_inference
+from hyport_lib.models.generation import run_inference
+from hyport_lib.models.generation_config import InferenceConfig
 outcome = run_inference(InferenceConfig.from_dict(json.loads(sys.argv[1])))
 print(outcome.output_hash)
 """

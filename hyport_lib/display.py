@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import io
 import time
-from typing import Any, Optional
+from typing import Any
 
 #: Background colours per verdict / status, shared by every table in the workbook.
 VERDICT_COLOURS = {
@@ -82,12 +82,3 @@ class LiveDisplay:
         self._last = now
         return True
 
-
-def in_notebook() -> bool:
-    """True inside a Jupyter kernel (papermill included)."""
-    try:
-        from IPython import get_ipython
-    except ImportError:
-        return False
-    shell: Optional[Any] = get_ipython()
-    return shell is not None and type(shell).__name__ == "ZMQInteractiveShell"

@@ -69,6 +69,8 @@ class Spec:
             report accepts it before that stage has run when it lies inside that
             stage's output folder.
         output: this path is the stage's output folder (what ``written_by`` points into).
+        hub_id: a value shaped ``org/name`` that is no folder here names a model on the
+            Hugging Face hub, not a relative path.
         secret: never printed, recorded or shown.
     """
 
@@ -83,6 +85,7 @@ class Spec:
     not_paths: tuple = ()
     written_by: Optional[str] = None
     output: bool = False
+    hub_id: bool = False
     secret: bool = False
 
 
@@ -189,6 +192,8 @@ class Field:
             excl = spec.min_exclusive is not None and value <= spec.min_exclusive
             if low or high or excl:
                 raise ParameterError([f"{name}={raw!r}: expected {self.accepted()}"])
+        if spec.path and isinstance(value, str) and value.startswith("~"):
+            value = os.path.expanduser(value)  # every reader of the path sees the same folder
         if spec.path and spec.must_exist and isinstance(value, str) and value.strip() \
                 and value.strip().lower() not in spec.not_paths:
             path = os.path.expanduser(value)
@@ -314,7 +319,7 @@ def num_cards_param(doc: str = "cards to use; None: every visible card (CPU: 2 w
 
 def model_path_param(doc: str = 'a checkpoint folder, or "tiny" for the embedded random-weight VLM',
                      default: Optional[str] = "tiny") -> Any:
-    return param(default, doc, nonempty=True, path="dir", not_paths=("tiny",))
+    return param(default, doc, nonempty=True, path="dir", not_paths=("tiny",), hub_id=True)
 
 
 def dtype_param(default: str, doc: str = "auto | float32 | bfloat16 | float16") -> Any:
@@ -379,7 +384,8 @@ def parse_text(f: Field, value: Any) -> Any:
     """A value typed as text (``-p key=value``, a command-line flag) for parameter ``f``.
 
     Text parameters keep the text (a prompt ``yes`` stays ``"yes"``; a folder named
-    ``2024`` stays a path); ``null`` means None where None is accepted; lists and dicts
+    ``2024`` stays a path); ``null`` (and, for a number, nothing) means None where None is
+    accepted; lists and dicts
     are read as YAML, and so are numbers and flags when the text is one (``-3``,
     ``true``); anything else is left to :meth:`Field.convert` to refuse.
     """
@@ -387,11 +393,17 @@ def parse_text(f: Field, value: Any) -> Any:
         return value
     if f.optional and value.strip() in ("null", "~", "Null", "NULL", "None", "none"):
         return None
+    if f.optional and f.kind != "str" and not value.strip():
+        return None  # ``-p max_steps=``: nothing given, as in a YAML profile
     if f.kind in ("list", "dict"):
         try:
-            return yaml.safe_load(value)
+            parsed = yaml.safe_load(value)
         except yaml.YAMLError as exc:
             raise ParameterError([f"{f.name}={value!r}: not valid YAML ({str(exc).splitlines()[0]})"]) from None
+        if f.kind == "list" and isinstance(parsed, str):
+            # ``--dtypes float16,float32``: a plain comma list is read as one
+            return [item.strip() for item in parsed.split(",") if item.strip()]
+        return parsed
     if f.kind in ("int", "float", "bool") or (f.spec.choices and not isinstance(f.spec.choices[0], str)):
         # typed as papermill's -p and a YAML profile type it, so that an error shows the
         # value the same way from every front end (max_steps=-3, not max_steps='-3')

@@ -199,3 +199,11 @@ def record_summary(stage: str, summary: StageSummary, *, data: Optional[dict] = 
     return record_result(stage, summary.verdict, summary=summary.summary,
                          headline=summary.headline, data=data, provenance=provenance,
                          directory=directory)
+
+
+def fresh_folder_beside_results(kind: str, name: str = "") -> Path:
+    """A new folder ``<results>/../<kind>/[<name>-]<stamp>-<pid>`` (not created): where a
+    stage run outside a report keeps its logs or outputs, one folder per run."""
+    stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    leaf = f"{name}-{stamp}-{os.getpid()}" if name else f"{stamp}-{os.getpid()}"
+    return (results_dir().parent / kind / leaf).resolve()

@@ -9,6 +9,7 @@ import importlib
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 from typing import Iterable, Optional
 
 import hyport_lib
@@ -58,25 +59,40 @@ def select_stages(stages: list[Stage], only: Optional[Iterable[str]]) -> list[St
     return [s for s in stages if s in picked]
 
 
-def stage_module(stage: Stage):
-    """The stage's ``hyport_lib.<name>.stage`` module: the package is named as the notebook.
+def stage_part(stage_name: str, part: str) -> Optional[ModuleType]:
+    """The module ``hyport_lib.<stage_name>.<part>`` (``stage``, ``params``, ``show``): the
+    package is named as the notebook, and only the module asked for is imported (the
+    others may pull in heavy libraries). None for a notebook-only stage: no package of its
+    name, or no such module in it.
 
-    Only the module asked for is imported (the others may pull in heavy libraries).
+    Raises:
+        ImportError: the module is there but does not import (a bug to see, not to hide).
+    """
+    if not stage_name.isidentifier():
+        return None
+    package = f"hyport_lib.{stage_name}"
+    try:
+        return importlib.import_module(f"{package}.{part}")
+    except ModuleNotFoundError as exc:
+        if exc.name in (package, f"{package}.{part}"):
+            return None
+        raise
+
+
+def stage_module(stage: Stage) -> ModuleType:
+    """The stage's ``hyport_lib.<name>.stage`` module (the contract).
 
     Raises:
         ModuleNotFoundError: the notebook has no package of its name.
     """
-    return importlib.import_module(f"hyport_lib.{stage.name}.stage")
+    module = stage_part(stage.name, "stage")
+    if module is None:
+        raise ModuleNotFoundError(f"{stage.path.name}: no package hyport_lib.{stage.name} with a stage.py",
+                                  name=f"hyport_lib.{stage.name}.stage")
+    return module
 
 
 def params_class(stage: Stage) -> Optional[type]:
-    """The stage's ``Params`` class (``hyport_lib.<name>.params.Params``), or None for a
-    notebook-only stage (no package of its name)."""
-    package = f"hyport_lib.{stage.name}"
-    try:
-        module = importlib.import_module(f"{package}.params")
-    except ModuleNotFoundError as exc:
-        if exc.name in (package, f"{package}.params"):
-            return None
-        raise
-    return module.Params
+    """The stage's ``Params`` class, or None for a notebook-only stage."""
+    module = stage_part(stage.name, "params")
+    return None if module is None else module.Params

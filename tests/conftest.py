@@ -7,11 +7,20 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 #: Plugins of this suite: the guard that keeps processes out of the fast tier, the
 #: expensive runs (the default report, a ZeRO-2 training, ...) made once per session, and
 #: pytester (test_process_guard.py runs the guard on planted tests).
 pytest_plugins = ["fixtures_processes", "fixtures_runs", "pytester"]
+
+# One intra-op thread for torch in this process. The tests' models are tiny (hidden sizes of
+# 32-64): a second OpenMP thread gains nothing on them, and on a 2-core machine shared with
+# the workers a slow test starts (or with other jobs) the two threads spin-wait for each
+# other: the in-process model tests ran 2-3x slower (test_zoo_stages.py: 50-73 s against
+# 21-25 s). Child processes are not affected: the launcher and the inference grid set the
+# thread counts of their workers themselves, and a notebook kernel has its own default.
+torch.set_num_threads(1)
 
 DOUBLES = Path(__file__).parent / "doubles"
 REPO = Path(__file__).resolve().parents[1]
@@ -96,9 +105,51 @@ requires_full_stack = pytest.mark.skipif(
     bool(_missing_packages()), reason=f"needs every required package ({', '.join(_missing_packages())} missing)")
 
 
-@pytest.fixture(scope="session")
-def zoo(tmp_path_factory):
-    """The zoo of tiny real-architecture checkpoints (tests/zoo.py), built once per session."""
-    from zoo import build_zoo
+#: What shapes a zoo checkpoint: the zoo's own code, the hyport code it builds with, and the
+#: versions of the libraries that write the files. A change to any makes a new cache folder.
+_ZOO_SOURCES = (Path(__file__).parent / "zoo.py", Path(__file__).parent / "zoo_templates.py",
+                REPO / "hyport_lib" / "models" / "tiny_tokenizer.py", REPO / "hyport_lib" / "models" / "loading.py")
+_ZOO_PACKAGES = ("torch", "transformers", "tokenizers", "huggingface_hub", "safetensors", "torchvision")
 
-    return build_zoo(tmp_path_factory.mktemp("zoo"))
+
+def _zoo_cache_dir() -> Path:
+    """``<hyport cache>/test-zoo/<key>``: the key hashes everything in _ZOO_SOURCES and
+    _ZOO_PACKAGES, so a folder is only ever reused for the zoo it was built as."""
+    import hashlib
+
+    from hyport_lib.models.tiny import default_cache_root
+    from hyport_lib.utils.imports import package_version
+
+    digest = hashlib.sha256()
+    for path in _ZOO_SOURCES:
+        digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
+    for name in _ZOO_PACKAGES:
+        digest.update(f"{name}={package_version(name)}\0".encode())
+    digest.update(sys.version.encode())
+    return default_cache_root() / "test-zoo" / digest.hexdigest()[:16]
+
+
+@pytest.fixture(scope="session")
+def zoo():
+    """The zoo of tiny real-architecture checkpoints (tests/zoo.py): built once, kept in the
+    hyport cache (as the tiny model is) under a key of what shapes it, and reused by later
+    sessions. Read-only: a test that changes a checkpoint copies it first; a folder found
+    changed at the end of the session fails it and loses its marker, so it is rebuilt."""
+    import fcntl
+
+    from fixtures_runs import fingerprint
+    from zoo import MARKER_FILE, build_zoo
+
+    root = _zoo_cache_dir()
+    root.mkdir(parents=True, exist_ok=True)
+    # Sessions running at once (CI jobs, several checkouts) build under one lock: build_zoo
+    # removes a folder it finds incomplete, which would be another session's build.
+    with open(root.parent / f".{root.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        built = build_zoo(root)
+    before = {name: fingerprint(folder) for name, folder in built.items()}
+    yield built
+    changed = [name for name, folder in built.items() if fingerprint(folder) != before[name]]
+    for name in changed:
+        (built[name] / MARKER_FILE).unlink(missing_ok=True)
+    assert not changed, f"tests changed the shared zoo checkpoints {changed} (copy one to tmp_path first)"

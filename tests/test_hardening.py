@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from hyport_lib.commands import main
+from hyport_lib.inference.params import Params as InferenceParams
 
 REPO = Path(__file__).resolve().parents[1]
 DATA = Path(__file__).parent / "data"
@@ -56,8 +57,9 @@ def test_url_credentials_are_redacted_wherever_environment_values_are_shown():
 
 # --------------------------------------------------------------------------- 3. model_path
 def _tiny_copy(tmp_path, shards="300KB"):
-    from hyport_lib.models.tiny import ensure_tiny_model
     import shutil
+
+    from hyport_lib.models.tiny import ensure_tiny_model
 
     target = tmp_path / "model"
     shutil.copytree(ensure_tiny_model(max_shard_size=shards), target)
@@ -118,6 +120,10 @@ def test_too_many_cpu_workers_are_refused_with_the_figure(capsys):
     assert "num_cards=4096: too many cpu workers" in err and "GB needed for 4096 cards" in err
 
 
+#: Cases that reach the stages' pre-run plans, which run in a child process.
+SLOW_PRECHECK = pytest.mark.slow
+
+
 @pytest.mark.parametrize("argv, words", [
     (["infer", "--infer-timeout-s", "nan", "--no-record"], "infer_timeout_s='nan': expected a finite number"),
     (["report", "--only", ","], "--only ','"),
@@ -127,23 +133,23 @@ def test_too_many_cpu_workers_are_refused_with_the_figure(capsys):
     (["report", "-p", "max_steps=-3"], "max_steps=-3"),
     (["report", "--only", "05", "-p", "checksum=md5"], "checksum='md5': expected one of 'crc32', 'sha256'"),
     (["report", "--only", "05", "-p", "reload_timeout_s=-5"], "reload_timeout_s=-5: expected a number > 0"),
-    (["report", "--only", "05", "-p", "weights_path=/nonexistent/x"], "weights_path='/nonexistent/x': no such"),
-    (["report", "--only", "05", "-p", "base_path=/nope"], "base_path='/nope': no such file or folder"),
+    pytest.param(["report", "--only", "05", "-p", "weights_path=/nonexistent/x", "-p", "logits_parity=false"], "weights_path='/nonexistent/x': no such", marks=SLOW_PRECHECK),
+    pytest.param(["report", "--only", "05", "-p", "base_path=/nope"], "base_path='/nope': no such file or folder", marks=SLOW_PRECHECK),
     (["verify", "/nonexistent", "--reload-timeout-s", "nan"], "reload_timeout_s='nan': expected a finite number"),
     (["report", "--only", "04", "-p", "lora_rank=0"], "lora_rank=0: expected an integer >= 1"),
     (["report", "--only", "04", "-p", "overflow=cut"], "overflow='cut': expected one of"),
     (["report", "--only", "04", "-p", "lr_scheduler_type=foo"], "lr_scheduler_type='foo'"),
-    (["report", "--only", "04", "-p", "run_name=a/b"], "run_name='a/b'"),
+    pytest.param(["report", "--only", "04", "-p", "run_name=a/b"], "run_name='a/b'", marks=SLOW_PRECHECK),
     (["report", "--only", "04", "-p", "warmup_steps=-1"], "warmup_steps=-1: expected an integer >= 0"),
     (["report", "--only", "04", "-p", "loss_scale=-1"], "loss_scale=-1: expected a number >= 0"),
     (["report", "--only", "04", "-p", "master_port=70000"], "master_port=70000: expected an integer"),
-    (["report", "--only", "04", "-p", "packing=false", "-p", "attn_implementation=foo"],
-     "attn_implementation='foo': not an attention transformers knows"),
-    (["report", "--only", "02", "-p", "dtypes=[float99]"], "02_attention: dtypes=['float99']"),
-    (["report", "--only", "02", "-p", "code_path=/nope"], "code_path='/nope': no such"),
-    (["report", "--only", "04", "-p", "dataset_path=/nope.json"], "dataset_path='/nope.json': no such file"),
-    (["report", "--only", "04", "-p", "deepspeed_config=/nope/ds.json"], "deepspeed_config='/nope/ds.json'"),
-    (["report", "--only", "01", "--kernel", "nosuch"], "--kernel 'nosuch': no such Jupyter kernel"),
+    pytest.param(["report", "--only", "04", "-p", "packing=false", "-p", "attn_implementation=foo"],
+         "attn_implementation='foo': not an attention transformers knows", marks=SLOW_PRECHECK),
+    pytest.param(["report", "--only", "02", "-p", "dtypes=[float99]"], "02_attention: dtypes=['float99']", marks=SLOW_PRECHECK),
+    pytest.param(["report", "--only", "02", "-p", "code_path=/nope"], "code_path='/nope': no such", marks=SLOW_PRECHECK),
+    pytest.param(["report", "--only", "04", "-p", "dataset_path=/nope.json"], "dataset_path='/nope.json': no such file", marks=SLOW_PRECHECK),
+    pytest.param(["report", "--only", "04", "-p", "deepspeed_config=/nope/ds.json"], "deepspeed_config='/nope/ds.json'", marks=SLOW_PRECHECK),
+    pytest.param(["report", "--only", "01", "--kernel", "nosuch"], "--kernel 'nosuch': no such Jupyter kernel", marks=SLOW_PRECHECK),
     (["train", "--max-steps", "1", "--master-port", "70000", "--no-record"], "master_port=70000"),
     (["train", "--max-steps", "1", "--packing", "false", "--attn-implementation", "foo", "--no-record"],
      "attn_implementation='foo'"),
@@ -195,6 +201,7 @@ def test_env_survives_a_garbled_npu_smi_and_warns(fake_npu, npu_smi_sample, monk
 
 
 # --------------------------------------------------------------------------- 6. sentences
+@pytest.mark.slow  # the report's pre-run plans run in a child process
 def test_output_dir_that_is_a_file_or_readonly_is_one_line(tmp_path, capsys):
     afile = tmp_path / "afile"
     afile.write_text("x")
@@ -277,9 +284,13 @@ def test_review_round_regressions(tmp_path, capsys):
     from hyport_lib.environment.checks import torch_npu_install_command
     from hyport_lib.params import ParameterError
     from hyport_lib.report.params import resolve_parameters
-    from hyport_lib.stages import discover_stages
     from hyport_lib.scan.scanner import scan_path
-    from hyport_lib.utils.redact import redact_url_credentials, scrub_json_text, scrub_text
+    from hyport_lib.stages import discover_stages
+    from hyport_lib.utils.redact import (
+        redact_url_credentials,
+        scrub_json_text,
+        scrub_text,
+    )
 
     # a setting in a secret-named variable is not a secret, and JSON stays JSON
     assert scrub_text("x false y", {"TOKENIZERS_PARALLELISM": "false"}) == "x false y"
@@ -297,9 +308,13 @@ def test_review_round_regressions(tmp_path, capsys):
         with pytest.raises(ParameterError):
             resolve_parameters({"zero_stage": bad}, {}, stages)
     for key, value in (("per_device_train_batch_size", 0), ("nnodes", 0), ("master_port", 99999),
-                       ("seed", -1), ("image", "/nonexistent.png")):
+                       ("seed", -1)):
         with pytest.raises(ParameterError, match=key):
             resolve_parameters({key: value}, {}, stages)
+    # whether a file exists is the selected stage's question, not the namespace's
+    assert resolve_parameters({"image": "/nonexistent.png"}, {}, stages).merged["image"] == "/nonexistent.png"
+    with pytest.raises(ParameterError, match="image='/nonexistent.png': no such file"):
+        InferenceParams(image="/nonexistent.png")
     # pre- and post-releases of torch pair with the release
     assert torch_npu_install_command("2.6.0a0+git1234") == 'pip install "torch-npu==2.6.0.*" "torch==2.6.0"'
     # a link out of the scanned folder is named, never read; a FIFO named directly is refused
@@ -331,39 +346,37 @@ def test_the_ram_check_follows_the_container_limit(tmp_path):
     assert cgroup_memory_limit_gb(tmp_path) is None
 
 
-def test_stage_05_paths_may_be_written_by_the_training_stage_of_the_same_run(tmp_path, monkeypatch):
+def test_stage_05_paths_may_be_written_by_the_training_stage_of_the_same_run(tmp_path):
     """A weights_path that does not exist yet is fine when stage 04 runs first and it lies
     inside 04's output_dir; a fractional reload_timeout_s is a number, not a type error."""
-    from hyport_lib.report import params as report_params
-    from hyport_lib.report.params import check_before_running, resolve_parameters
+    from hyport_lib.report.params import make_plans, plan_requests, resolve_parameters
     from hyport_lib.stages import discover_stages, select_stages
 
-    planned = []  # the pre-run plans, without running a training's checks for real
-    monkeypatch.setattr(report_params, "stage_module", lambda stage: type(
-        "M", (), {"plan": staticmethod(lambda params: planned.append((stage.name, params)))}))
     stages = discover_stages()
     out = tmp_path / "train-out"
     params = resolve_parameters({}, {"weights_path": str(out), "checkpoint_path": str(out / "checkpoint-20"),
                                      "output_dir": str(out), "reload_timeout_s": "0.5"}, stages)
     assert params.merged["reload_timeout_s"] == 0.5
-    check_before_running(params, select_stages(stages, ["04", "05"]))  # stage 04 writes them
-    weights = dict(planned)["weights"]
-    assert weights.weights_path is None and weights.checkpoint_path is None  # left to 05's own plan
-    assert weights.reload_timeout_s == 0.5
-    planned.clear()
-    check_before_running(params, select_stages(stages, ["05"]))  # no stage 04: 05's plan sees them
-    assert dict(planned)["weights"].weights_path == str(out)
-    # the model before fine-tuning is never written by stage 04
-    with pytest.raises(ValueError, match="base_path=.*no such"):
-        resolve_parameters({}, {"base_path": str(tmp_path / "bsae")}, stages)
-    # a folder outside 04's output_dir, or no output_dir at all: 05's plan sees it (and refuses it)
-    for given in ({"weights_path": str(tmp_path / "elsewhere"), "output_dir": str(out)},
-                  {"weights_path": str(tmp_path / "later")}):
-        planned.clear()
-        check_before_running(resolve_parameters({}, given, stages), stages)
-        assert dict(planned)["weights"].weights_path == given["weights_path"]
+    after_04 = {r.stage: r for r in plan_requests(params, select_stages(stages, ["04", "05"]))}
+    assert sorted(after_04["weights"].left_to_the_run) == ["checkpoint_path", "weights_path"]
+    assert make_plans([after_04["weights"]]).refused == []  # left to 05's own plan
+    alone = {r.stage: r for r in plan_requests(params, select_stages(stages, ["05"]))}
+    assert alone["weights"].left_to_the_run == []  # no stage 04: 05's plan sees them, and refuses
+    assert any("weights_path=" in line and "no such" in line for line in make_plans([alone["weights"]]).refused)
+    # the model before fine-tuning is never written by stage 04; nor is a folder outside its
+    # output_dir, and without an output_dir no given path can be 04's (a new run folder)
+    for given in ({"base_path": str(tmp_path / "bsae")},
+                  {"weights_path": str(tmp_path / "elsewhere"), "checkpoint_path": str(tmp_path / "c"),
+                   "output_dir": str(out)},
+                  {"weights_path": str(tmp_path / "later"), "checkpoint_path": str(tmp_path / "c")}):
+        requests = {r.stage: r for r in plan_requests(resolve_parameters({}, given, stages), stages)}
+        assert requests["weights"].left_to_the_run == []
+        key = next(iter(given))
+        refused = make_plans([requests["weights"]]).refused
+        assert any(f"{key}=" in line and "no such" in line for line in refused), refused
 
 
+@pytest.mark.slow  # the report's pre-run plans run in a child process
 def test_inference_inputs_are_refused_before_any_worker_starts(tmp_path, capsys):
     """Found by the second review: each used to start every worker, load the model and fail
     per card; now one line and exit 2 before anything starts."""
@@ -416,7 +429,11 @@ def test_third_review_regressions(tmp_path, monkeypatch):
     """Found by the third review of the pre-run checks, each reproduced first."""
     from hyport_lib.models.preflight import check_model_path
     from hyport_lib.params import Field, Spec
-    from hyport_lib.report.params import absolutize_paths, coerce_overrides, safe_parameters
+    from hyport_lib.report.params import (
+        absolutize_paths,
+        coerce_overrides,
+        safe_parameters,
+    )
     from hyport_lib.utils.versions import pinned_version
 
     # secret parameter names in any spelling are dropped; counting tokens is no secret

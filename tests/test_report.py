@@ -52,7 +52,7 @@ def _fields(**kinds) -> dict:
     """name -> Field of that kind ("path" for a path text), None default."""
     return {name: Field(name, "str" if kind == "path" else kind, True, None,
                         Spec(doc="", path="any" if kind == "path" else None,
-                             not_paths=("tiny", "auto", "none")))
+                             not_paths=("tiny", "auto", "none"), hub_id=name == "model_path"))
             for name, kind in kinds.items()}
 
 

@@ -61,6 +61,12 @@ def report() -> ScanReport:
     return scan_path(TREE)
 
 
+@pytest.fixture(scope="module")
+def own_scan() -> ScanReport:
+    """hyport_lib scanned once for the tests that read it (``only`` returns a copy)."""
+    return scan_path(REPO / "hyport_lib")
+
+
 def _triples(report: ScanReport) -> set:
     return {(h.file, h.line, h.category) for h in report.hits}
 
@@ -211,8 +217,8 @@ def test_unreadable_and_binary_files_are_reported_not_fatal(tmp_path):
     assert ("nul.py", 2, "flash_attn") in _triples(found)  # found by the line scan
 
 
-def test_hyport_lib_itself_scans_without_crashing():
-    own = scan_path(REPO / "hyport_lib")
+def test_hyport_lib_itself_scans_without_crashing(own_scan):
+    own = own_scan
     assert own.files_scanned > 0
     assert own.unparsable == []
 
@@ -356,8 +362,8 @@ def test_code_that_follows_the_advice_is_not_flagged(tmp_path):
                                ("ported.py", 19, "cuda_device")}
 
 
-def test_hyport_lib_backend_enumerations_are_not_findings():
-    own = scan_path(REPO / "hyport_lib").only(["cuda_device"])
+def test_hyport_lib_backend_enumerations_are_not_findings(own_scan):
+    own = own_scan.only(["cuda_device"])
     enumerations = [h for h in own.hits if '"npu",' in h.snippet or '"npu":' in h.snippet]
     assert enumerations == []
     assert not [h for h in own.hits if h.file.startswith("scan/")]

@@ -23,7 +23,9 @@ import yaml
 
 from hyport_lib.commands import build_parser, main
 from hyport_lib.params import ParameterError, StageParams, markdown_table, parameter_fields
-from hyport_lib.report.params import check_before_running, resolve_parameters
+from hyport_lib.report.blog.frame import cli_value
+from hyport_lib.report.params import check_before_running, make_plans, plan_requests, resolve_parameters
+from hyport_lib.report.profiles import parse_overrides
 from hyport_lib.stages import discover_stages, params_class, stage_module
 
 REPO = Path(__file__).resolve().parents[1]
@@ -100,7 +102,7 @@ def test_every_stage_has_a_command_whose_flags_are_its_params_fields():
         command = by_stage[stage.id]
         dests = {a.dest for a in subparsers[command.NAME]._actions}
         missing = [f.name for f in parameter_fields(params_class(stage))
-                   if f.name not in dests and f.name not in getattr(command, "NOT_FLAGS", ())]
+                   if f.name not in dests]
         assert not missing, f"hyport {command.NAME}: no flag for {missing}"
 
 
@@ -141,3 +143,28 @@ def test_a_bad_value_gives_the_same_error_from_notebook_command_and_report(stage
                                    cwd=str(stage.path.parent), progress_bar=False,
                                    execution_timeout=300)
     assert said in str(failed.value)
+
+
+def test_the_drafts_reproduce_command_gives_the_same_parameters_back():
+    """The blog draft writes the run as ``hyport report -p key=value ...``: those words,
+    read back by the report, must give the same values (None included)."""
+    given = {"max_steps": None, "num_cards": 2, "dtypes": ["float32"], "packing": False,
+             "single_prompt": "yes", "output_dir": None, "learning_rate": 1e-4, "seed": 3}
+    merged = resolve_parameters({}, given, STAGES).merged
+    words = [f"{key}={cli_value(value)}" for key, value in merged.items()]
+    assert resolve_parameters({}, parse_overrides(words), STAGES).merged == merged
+
+
+def test_what_the_host_cannot_do_does_not_stop_the_run_but_a_bad_value_does():
+    """device='npu' on a host without one is the host's state: stage 01 must still run and
+    explain it, so the pre-run plans say it without refusing the run; a bad value in the
+    same run is refused."""
+    selected = [s for s in STAGES if s.name in ("attention", "inference")]
+    requests = plan_requests(resolve_parameters({}, {"device": "npu"}, STAGES), selected)
+    found = make_plans(requests)
+    assert found.refused == []
+    assert [line.split(":")[0] for line in found.host] == [s.id for s in selected]
+    assert all("npu" in line.lower() for line in found.host)
+    bad = plan_requests(resolve_parameters({}, {"device": "npu", "seed": 1, "code_path": "/no/such"}, STAGES),
+                        selected)
+    assert make_plans(bad).refused == ["02_attention: code_path='/no/such': no such file or folder"]

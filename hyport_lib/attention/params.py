@@ -33,6 +33,8 @@ class Params(StageParams):
     def check(self) -> None:
         """The grid's dtypes are known ones, each once; a flash-attn version reads as one
         (its number decides how many values ``unpad_input`` returns)."""
+        if isinstance(self.model_path, str) and self.model_path.strip().lower() == "none":
+            self.model_path = None  # the text a notebook or profile writes for "skip the check"
         problems = []
         if not self.dtypes or any(d not in DTYPES for d in self.dtypes) \
                 or len(set(self.dtypes)) != len(self.dtypes):

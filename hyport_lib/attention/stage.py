@@ -24,7 +24,6 @@ from hyport_lib.backend import get_backend
 from hyport_lib.models.preflight import check_model_path
 from hyport_lib.models.tiny import TINY_MODEL_NAME, ensure_tiny_model
 from hyport_lib.npu_attention.shim import DEFAULT_VERSION
-from hyport_lib.params import ParameterError
 from hyport_lib.results import StageSummary, record_summary
 from hyport_lib.scan.model import ScanReport
 
@@ -89,13 +88,10 @@ def plan(params: Params) -> Plan:
     the grid's minutes.
 
     Raises:
-        ParameterError: the device asked for is not usable here.
+        RuntimeError: the device asked for is not usable here (the host, not a value).
         ModelPathError: ``model_path`` is no loadable local model folder.
     """
-    try:
-        device = get_backend(params.device).kind
-    except RuntimeError as exc:  # e.g. device='npu' on a host without a usable NPU
-        raise ParameterError([str(exc)]) from None
+    device = get_backend(params.device).kind
     model_path = params.model_path
     if model_path is not None and model_path != TINY_MODEL_NAME:
         model_path = check_model_path(model_path, local_only="stage 02 (the model check)")

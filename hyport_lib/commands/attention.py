@@ -19,7 +19,7 @@ from hyport_lib.results import ensure_results_dir
 from hyport_lib.utils.files import atomic_write_text, dumps_json
 
 NAME = "attention"
-STAGE = "02_attention"
+STAGE = stage.STAGE  # the stage this command runs
 HELP = "Compare attention backends (NPU / emulated / sdpa / eager) with a float64 reference."
 
 #: Flags typed bare (the README, scripts/gpu_check.sh): ``--full`` alone means true.

@@ -17,7 +17,7 @@ from hyport_lib.utils.files import dumps_json
 from hyport_lib.utils.redact import scrub_text
 
 NAME = "env"
-STAGE = "01_environment"
+STAGE = stage.STAGE  # the stage this command runs
 HELP = "Collect and judge this host's environment (paste the output into a bug report)."
 
 

@@ -25,7 +25,7 @@ from hyport_lib.results import ensure_results_dir
 from hyport_lib.utils.files import dumps_json
 
 NAME = "infer"
-STAGE = "03_inference"
+STAGE = stage.STAGE  # the stage this command runs
 HELP = "run the same generation on every card, one fresh process per card, and compare"
 
 

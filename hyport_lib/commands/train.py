@@ -24,7 +24,7 @@ from hyport_lib.train.show import summary_frame
 from hyport_lib.utils.files import dumps_json
 
 NAME = "train"
-STAGE = "04_train"
+STAGE = stage.STAGE  # the stage this command runs
 HELP = "smoke-train with torchrun + DeepSpeed (ZeRO 0/2/3, full or LoRA), checked and resumable"
 
 

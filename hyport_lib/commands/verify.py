@@ -32,7 +32,7 @@ from hyport_lib.weights.params import Params
 from hyport_lib.weights.show import comparison_frame, reload_frame, shards_frame
 
 NAME = "verify"
-STAGE = "05_weights"
+STAGE = stage.STAGE  # the stage this command runs
 HELP = ("verify saved safetensors weights: headers, index, NaN/Inf, reload, comparison with a "
         "base or a checkpoint, DeepSpeed ZeRO states")
 

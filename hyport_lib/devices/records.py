@@ -1,8 +1,9 @@
-"""Dataclasses shared by the environment modules: a check's verdict, a card, a process.
+"""Records of device discovery (a card, a process holding one) and of the checks that
+judge a host (a verdict with its reason).
 
-Kept apart from the modules that fill them so that the parsers (``npu_smi``), the
-device listing (``devices``) and the checks (``checks``, ``compat``) can all use them
-without importing one another.
+Kept apart from the modules that fill them so that the parsers (``npu_smi``), the probe
+(``probe``), the card plan and stage 01's checks can all use them without importing one
+another.
 """
 
 from __future__ import annotations

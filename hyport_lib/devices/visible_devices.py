@@ -55,7 +55,7 @@ def hides_all_cards(value: Optional[str], var_name: str) -> bool:
 def visible_card_ids(value: Optional[str], var_name: str) -> Optional[list[int]]:
     """Host card ids (as npu-smi / nvidia-smi number them) that ``value`` leaves visible.
 
-    These are the ids :func:`hyport_lib.inference.grid.available_cards` pins children
+    These are the ids :func:`hyport_lib.devices.card_plan.available_cards` pins children
     to, in the runtime's order. None when the variable is unset or selects by GPU UUID
     (nothing to map: every listed card is judged); ``[]`` when it hides every card.
     """

@@ -28,7 +28,6 @@ started); the call always returns a :class:`GridResult`.
 
 from __future__ import annotations
 
-import datetime as _dt
 import json
 import os
 import sys
@@ -51,7 +50,7 @@ from hyport_lib.processes import (
     Child, describe_exit, feed, finish, has_exited, kill_groups, last_exception, read_log_tail,
     reap_leftovers, start_child, stop_all,
 )
-from hyport_lib.results import Provenance, results_dir
+from hyport_lib.results import Provenance, fresh_folder_beside_results
 from hyport_lib.utils.files import atomic_write_json, ensure_writable
 from hyport_lib.utils.redact import child_environ, scrub_obj, scrub_text
 
@@ -91,15 +90,13 @@ class _Worker:
 
 
 def default_log_dir() -> Path:
-    """A fresh folder beside the results: ``<results>/../inference_logs/<stamp>``."""
-    stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-    return (results_dir().parent / "inference_logs" / f"{stamp}-{os.getpid()}").resolve()
+    """A fresh folder beside the results: ``<results>/../inference_logs/<stamp>-<pid>``."""
+    return fresh_folder_beside_results("inference_logs")
 
 
 def _worker_env(backend: Backend, card: int, num_threads: Optional[int],
                 extra_env: Optional[dict]) -> dict[str, str]:
     extra = {
-        "HYPORT_CARD_INDEX": str(card),
         "PYTHONUNBUFFERED": "1",
         "TOKENIZERS_PARALLELISM": "false",
         # hyport_lib must import in the child even when it is not installed.

@@ -31,7 +31,7 @@ class Params(StageParams):
     batch_prompts: list = param([list(pair) for pair in DEFAULT_BATCH_PROMPTS],
                                 "the batch: [text, uses_image] pairs (a bare text is a text-only prompt)")
     image: Optional[str] = param(None, "an image file for every image prompt; None: the built-in sample picture",
-                                 path="file", must_exist=True)
+                                 nonempty=True, path="file", must_exist=True)
     max_new_tokens: int = param(16, "tokens generated per answer", min=1)
     warmup_runs: int = param(1, "untimed generate calls first: the first call measures start-up", min=0)
     skip_not_applicable: bool = param(False, "leave out prompts this model cannot take instead of refusing them")

@@ -71,14 +71,6 @@ def show_plan(plan: GridPlan) -> None:
                          "processes."))
 
 
-def show_grid(result: GridResult) -> None:
-    """Display the coloured grid table, then :func:`show_summary`."""
-    from IPython.display import display
-
-    display(grid_styler(result.frame))
-    show_summary(result)
-
-
 def show_summary(result: GridResult) -> None:
     """The consistency line, status counts, wall time, log folder and provenance."""
     from IPython.display import Markdown, display

@@ -60,7 +60,6 @@ from hyport_lib.utils.redact import scrub_obj, scrub_text
 #: Test-only: ``"<card>:<mode>,..."`` (see the module docstring).
 FAULT_ENV = "HYPORT_TEST_FAULT"
 #: The grid card this worker serves (set by the launcher; informative inside the worker).
-CARD_ENV = "HYPORT_CARD_INDEX"
 FAULT_MODES = ("raise", "signal", "exit", "hang")
 #: Exit status of the ``exit`` fault, distinct from Python's own 1 (uncaught exception).
 FAULT_EXIT_CODE = 3

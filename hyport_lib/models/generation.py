@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Optional, Sequence
 
 from hyport_lib.backend import get_backend
-from hyport_lib.models.generation_config import DEFAULT_BATCH_PROMPTS, DTYPES, InferenceConfig, InferenceOutcome
+from hyport_lib.models.generation_config import DEFAULT_BATCH_PROMPTS, InferenceConfig, InferenceOutcome
 from hyport_lib.models.loading import LoadedProcessor, load_processor, tokenizer_of, traits_of
 from hyport_lib.models.loading import load_model as load_checkpoint  # ours: load_model(config)
 from hyport_lib.models.prompts import Prompt, PromptNotApplicable, check_applicable, encode_prompts
@@ -353,9 +353,6 @@ class _FirstTokenTimer:
 
 
 __all__ = [
-    "DTYPES",
-    "InferenceConfig",
-    "InferenceOutcome",
     "batch_prompts",
     "load_model",
     "decode_rate",

@@ -10,7 +10,6 @@ from typing import Optional
 
 from hyport_lib.utils.values import from_known_keys
 
-DTYPES = ("auto", "float32", "bfloat16", "float16")
 
 #: The batch when the user chose none; the workers fit it to the model (see
 #: :func:`hyport_lib.models.generation.batch_prompts`), which is why it is compared by value.

@@ -29,7 +29,6 @@ import time
 from pathlib import Path
 from typing import Optional, Union
 
-from hyport_lib.models.sample_image import sample_image
 from hyport_lib.models.tiny_tokenizer import (
     CHAT_TEMPLATE,
     IMAGE_TOKEN,
@@ -344,6 +343,5 @@ __all__ = [
     "ensure_tiny_model",
     "read_marker",
     "resolve_model_path",
-    "sample_image",
     "tiny_model_dir",
 ]

@@ -39,8 +39,7 @@ import warnings
 
 import torch
 
-from hyport_lib.npu_attention.nfa_constants import (NFA_MAX_TOKENS,
-                                               compressed_causal_mask)
+from hyport_lib.npu_attention.nfa_constants import NFA_MAX_TOKENS
 from hyport_lib.npu_attention.nfa_checks import (
     check_batch, check_compressed, check_mask_dtype, check_tensors,
     full_mask_4d, head_counts, seq_lengths,
@@ -293,6 +292,6 @@ def _tnd(query, key, value, nq, nkv, atten_mask, scale, keep_prob, seed, pre, nx
 
 
 __all__ = [
-    "npu_fusion_attention", "compressed_causal_mask", "dropout_keep_mask",
+    "npu_fusion_attention", "dropout_keep_mask",
     "SUPPORTED_SPARSE_MODES",
 ]

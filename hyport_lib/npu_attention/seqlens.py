@@ -125,11 +125,6 @@ def host_cu_seqlens(cu_seqlens, name: str = "cu_seqlens") -> tuple[int, ...]:
     return values
 
 
-def nfa_actual_seq(cu_seqlens, name: str = "cu_seqlens") -> list[int]:
-    """flash-attn ``cu_seqlens`` -> NFA ``actual_seq_qlen``: drop the leading 0, host list."""
-    return list(host_cu_seqlens(cu_seqlens, name)[1:])
-
-
 def host_sync_count() -> int:
     """Device-to-host conversions done so far by :data:`HOST_CACHE` (for tests and benches)."""
     return HOST_CACHE.misses

@@ -63,11 +63,10 @@ _V1_NAMES = (
     "flash_attn_unpadded_func", "flash_attn_unpadded_qkvpacked_func",
     "flash_attn_unpadded_kvpacked_func",
 )
-_PACKAGES = ("flash_attn", "flash_attn.layers")
 
 _lock = threading.Lock()
 __all__ = ["DEFAULT_VERSION", "ShimInstall", "build_shim_modules", "current_shim",
-           "install_flash_attn_shim", "legacy_unpad", "real_flash_attn_present",
+           "install_flash_attn_shim", "real_flash_attn_present",
            "uninstall_flash_attn_shim"]
 
 

@@ -1,6 +1,2 @@
-"""The report runner: notebooks in order through papermill, into one offline HTML report."""
-
-from hyport_lib.report.run import ReportRun, StageOutcome
-from hyport_lib.report.runner import run_report
-
-__all__ = ["ReportRun", "StageOutcome", "run_report"]
+"""The front end that runs every stage notebook through papermill into one offline report:
+:mod:`.runner` (the run), :mod:`.index` and :mod:`.bundle` (its pages), :mod:`.blog` (the drafts)."""

@@ -20,7 +20,10 @@ from __future__ import annotations
 import ast
 import contextlib
 import dataclasses
+import json
 import os
+import subprocess
+import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +31,7 @@ from typing import Any, Optional
 
 import papermill
 
+import hyport_lib
 from hyport_lib.models.preflight import HUB_ID
 from hyport_lib.params import (
     Field,
@@ -40,7 +44,8 @@ from hyport_lib.params import (
 from hyport_lib.report.profiles import parse_yaml_value
 from hyport_lib.report.run import RESULTS_DIR
 from hyport_lib.results import RESULTS_DIR_ENV, RUN_DIR_ENV
-from hyport_lib.stages import Stage, params_class, stage_module
+from hyport_lib.stages import Stage, params_class, stage_part
+from hyport_lib.utils.environ import environ_set
 from hyport_lib.utils.redact import is_secret_parameter, scrub_text
 
 
@@ -100,7 +105,7 @@ def absolutize_paths(params: dict, fields: dict[str, Field], base: Path) -> dict
         if spec is not None and spec.path and isinstance(value, str) and value:
             if value.startswith("~"):
                 value = os.path.expanduser(value)
-            hub_id = key == "model_path" and HUB_ID.match(value) and not (base / value).exists()
+            hub_id = spec.hub_id and HUB_ID.match(value) and not (base / value).exists()
             if not os.path.isabs(value) and value.strip().lower() not in spec.not_paths and not hub_id:
                 value = str((base / value).resolve())
         out[key] = value
@@ -152,7 +157,10 @@ def resolve_parameters(from_profile: dict, overrides: dict, stages: list[Stage],
     for key, value in list(merged.items()):
         if key in fields:
             try:
-                merged[key] = fields[key].convert(value)
+                # types only: whether a path exists is each selected stage's question
+                # (check_before_running), not one for a stage this run leaves out
+                typed = dataclasses.replace(fields[key], spec=dataclasses.replace(fields[key].spec, must_exist=False))
+                merged[key] = typed.convert(value)
             except ParameterError as exc:
                 problems.append(str(exc))
     if problems:
@@ -161,37 +169,116 @@ def resolve_parameters(from_profile: dict, overrides: dict, stages: list[Stage],
     return RunParameters(merged, declared, sorted(k for k in merged if k not in fields))
 
 
-def check_before_running(params: RunParameters, selected: list[Stage]) -> None:
+@dataclass
+class PlanRequest:
+    """What one stage's pre-run plan is made from."""
+
+    stage: str  # the stage's name (its package)
+    stage_id: str
+    values: dict  # its parameters, typed
+    left_to_the_run: list[str]  # paths an earlier stage of the run writes: planned as not given
+
+
+@dataclass
+class PreRunCheck:
+    """What the pre-run plans found.
+
+    Attributes:
+        refused: a value a stage refuses (a parameter, a file, a record): the run must not
+            start.
+        host: what the host cannot do now (a device kind not usable, busy cards): the
+            stage meets it again when it runs, and stage 01 explains it; no reason to run
+            nothing.
+    """
+
+    refused: list[str]
+    host: list[str]
+
+
+def plan_requests(params: RunParameters, selected: list[Stage]) -> list[PlanRequest]:
+    """One request per selected stage that has a package (see :func:`check_before_running`)."""
+    requests = []
+    for index, stage in enumerate(selected):
+        if params_class(stage) is None:
+            continue
+        values = params.for_stage(stage)
+        written = _written_earlier(values, params.declared[stage.id], selected[:index], params)
+        requests.append(PlanRequest(stage.name, stage.id, values, written))
+    return requests
+
+
+def make_plans(requests: list[PlanRequest]) -> PreRunCheck:
+    """Each stage's ``Params`` built from all its values (so that rules across them hold
+    as given) and its ``plan`` made with the paths an earlier stage writes left out.
+
+    Runs in a fresh child process (:func:`check_before_running`): a plan may ask the
+    device runtime (a card's name, bf16 support), which must not start in the report's
+    own long-lived process, where it would hold a card the stages then find busy.
+    """
+    refused, host = [], []
+    with _as_a_new_run():
+        for request in requests:
+            where = request.stage_id
+            try:
+                given = stage_part(request.stage, "params").Params.from_values(request.values)
+                planned = dataclasses.replace(given, **{key: None for key in request.left_to_the_run})
+                stage_part(request.stage, "stage").plan(planned)
+            except ParameterError as exc:
+                refused += [f"{where}: {line}" for line in (exc.details or [str(exc)])]
+            except RuntimeError as exc:
+                host.append(f"{where}: {_first_line(exc)}")
+            except (ValueError, OSError) as exc:
+                # a refusal with a line per record (a bad dataset) is said once, then its lines
+                refused.append(f"{where}: {_first_line(exc)}")
+                refused += [f"{where}:   {line}" for line in getattr(exc, "details", None) or []]
+    return PreRunCheck(refused, host)
+
+
+def check_before_running(params: RunParameters, selected: list[Stage]) -> list[str]:
     """Each selected stage's ``Params`` built and its ``plan(params)`` made, before any
-    stage runs: what a stage would refuse stops the run before anything is written.
+    stage runs, in a fresh child process (:func:`make_plans`): a value a stage would
+    refuse stops the run before anything is written.
 
     A path that an earlier selected stage writes (``written_by``) and that lies inside
     that stage's output folder (its ``output`` field) cannot exist yet: it is left to the
     plan the stage makes when it runs.
 
+    Returns:
+        What the host cannot do now (to be said; the run goes on and stage 01 explains it).
+
     Raises:
-        ParameterError: each stage's complaint, naming the stage.
+        ParameterError: each refused value, naming the stage.
+        RuntimeError: the check itself could not run (its output names why).
     """
-    problems = []
-    with _as_a_new_run():
-        for index, stage in enumerate(selected):
-            cls = params_class(stage)
-            if cls is None:
-                continue
-            values = params.for_stage(stage)
-            for key in _written_earlier(values, params.declared[stage.id], selected[:index], params):
-                values.pop(key)
-            try:
-                stage_module(stage).plan(cls.from_values(values))
-            except ParameterError as exc:
-                problems += [f"{stage.id}: {line}" for line in (exc.details or [str(exc)])]
-            except (ValueError, OSError, RuntimeError) as exc:
-                # a refusal of the plan (a bad dataset with a line per record, busy cards, an
-                # unwritable output folder): said once, with the details it carries
-                problems.append(f"{stage.id}: {exc}")
-                problems += [f"{stage.id}:   {line}" for line in getattr(exc, "details", None) or []]
-    if problems:
-        raise ParameterError(problems)
+    requests = plan_requests(params, selected)
+    if not requests:
+        return []
+    done = subprocess.run(
+        [sys.executable, "-m", "hyport_lib.report.precheck"],
+        input=json.dumps([dataclasses.asdict(r) for r in requests]), capture_output=True, text=True,
+        timeout=PLAN_TIMEOUT_S, env=_child_environ(), start_new_session=True)
+    try:
+        found = PreRunCheck(**json.loads(done.stdout.strip().splitlines()[-1]))
+    except (IndexError, ValueError, TypeError):
+        raise RuntimeError(f"the pre-run check failed (exit {done.returncode}): "
+                           f"{scrub_text(done.stderr.strip()[-2000:])}") from None
+    if found.refused:
+        raise ParameterError(found.refused)
+    return found.host
+
+
+#: The plans load processors and read datasets: minutes only for a huge dataset.
+PLAN_TIMEOUT_S = 1800
+
+
+def _child_environ() -> dict:
+    # hyport_lib must import in the child even when it is not installed
+    root = str(Path(hyport_lib.__file__).resolve().parents[1])
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)}
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
 
 
 @contextlib.contextmanager
@@ -199,18 +286,9 @@ def _as_a_new_run():
     """The plans see what the stages will see: a run folder with no results yet (not the
     interactive results folder, where an old stage-04 record would stand in for this
     run's). Plans write nothing, so the folder is still empty when it is removed."""
-    saved = {name: os.environ.get(name) for name in (RESULTS_DIR_ENV, RUN_DIR_ENV)}
     with tempfile.TemporaryDirectory(prefix="hyport-plan-") as folder:
-        os.environ[RUN_DIR_ENV] = folder
-        os.environ[RESULTS_DIR_ENV] = str(Path(folder) / RESULTS_DIR)
-        try:
+        with environ_set({RUN_DIR_ENV: folder, RESULTS_DIR_ENV: str(Path(folder) / RESULTS_DIR)}):
             yield
-        finally:
-            for name, value in saved.items():
-                if value is None:
-                    os.environ.pop(name, None)
-                else:
-                    os.environ[name] = value
 
 
 def _written_earlier(values: dict, fields: dict[str, Field], earlier: list[Stage],

@@ -15,7 +15,6 @@ stage) gets the generic rendering of its recorded headline.
 
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -23,28 +22,15 @@ from typing import Callable, Optional
 
 from hyport_lib.report.run import RESULTS_DIR, ReportRun, StageOutcome
 from hyport_lib.results import UnreadableResult, read_result, result_file
+from hyport_lib.stages import stage_part
 
 #: Verdicts of a stage that finished (the rest are statuses of one that did not).
 FINISHED = ("PASS", "WARN", "FAIL", "SKIP")
 
 
 def stage_show(stage_id: str) -> Optional[ModuleType]:
-    """The ``hyport_lib.<name>.show`` module of stage ``NN_name``: the package is named as
-    the notebook. None for a notebook-only stage (no package, or no ``show`` in it).
-
-    Raises:
-        ImportError: the module is there but does not import (a bug to see, not to hide).
-    """
-    name = stage_id.partition("_")[2]
-    if not name.isidentifier():
-        return None
-    package = f"hyport_lib.{name}"
-    try:
-        return importlib.import_module(f"{package}.show")
-    except ModuleNotFoundError as exc:
-        if exc.name in (package, f"{package}.show"):
-            return None
-        raise
+    """The ``show`` module of stage ``NN_name``, or None for a notebook-only stage."""
+    return stage_part(stage_id.partition("_")[2], "show")
 
 
 def stage_hook(stage_id: str, name: str) -> Optional[Callable]:

@@ -25,6 +25,7 @@ from hyport_lib.report.params import safe_parameters
 from hyport_lib.report.run import RESULTS_DIR, StageOutcome
 from hyport_lib.results import RESULTS_DIR_ENV, RUN_DIR_ENV, load_result, result_file
 from hyport_lib.stages import Stage
+from hyport_lib.utils.environ import environ_set
 from hyport_lib.utils.files import atomic_write_text
 from hyport_lib.utils.redact import scrub_json_text, scrub_text
 from hyport_lib.utils.signals import shielded
@@ -56,20 +57,6 @@ def _stage_logging(log_path: Path):
         logger.removeHandler(handler)
         logger.setLevel(old_level)
         handler.close()
-
-
-@contextlib.contextmanager
-def _environ(extra: dict):
-    saved = {k: os.environ.get(k) for k in extra}
-    os.environ.update(extra)
-    try:
-        yield
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
 
 
 def _describe_error(exc: BaseException) -> str:
@@ -148,7 +135,7 @@ def run_stage(stage: Stage, run_dir: Path, params: dict, *, cell_timeout_s: int,
            "HYPORT_STAGE": stage.id}
     started = time.monotonic()
     error = None
-    with _stage_logging(log_out), _environ(env), _terminal_to_log(log_out):
+    with _stage_logging(log_out), environ_set(env), _terminal_to_log(log_out):
         try:
             papermill.execute_notebook(
                 str(stage.path), str(nb_partial), parameters=params, kernel_name=kernel_name,

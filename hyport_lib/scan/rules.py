@@ -3,7 +3,7 @@
 
 One table per kind of finding, so that a new rule is one line. Suggestions name
 hyport's own seam where it has one (``hyport_lib.backend.get_backend()`` answers
-every device question; ``hyport_lib.attention`` replaces flash-attn) and the
+every device question; ``hyport_lib.npu_attention`` replaces flash-attn) and the
 ``torch_npu`` call an Ascend port uses otherwise.
 """
 
@@ -125,7 +125,7 @@ SUGGESTIONS = {
              "apex.normalization"),
     "amp_C": "apex's CUDA extension: drop with apex (torch.optim fused=True)",
     "xformers": ("torch.nn.functional.scaled_dot_product_attention, or "
-                 "torch_npu.npu_fusion_attention on NPU (see hyport_lib.attention)"),
+                 "torch_npu.npu_fusion_attention on NPU (see hyport_lib.npu_attention)"),
     "triton": ("no Ascend equivalent in this stack (triton-ascend is a separate project): "
                "use the PyTorch reference path"),
     "bitsandbytes": ("not supported on Ascend: load in bf16/fp16 (or use an Ascend "
@@ -144,7 +144,7 @@ NAME_RULES = {
     re.compile(r"^is_bitsandbytes\w*_available$"): (BITSANDBYTES, _FALLBACK_RUNS),
     re.compile(r"^is_apex\w*_available$"): (APEX, _FALLBACK_RUNS),
     re.compile(r"^enable_xformers_memory_efficient_attention$"): (XFORMERS, (
-        "drop it: SDPA (the default) is used instead; NPU attention via hyport_lib.attention")),
+        "drop it: SDPA (the default) is used instead; NPU attention via hyport_lib.npu_attention")),
     re.compile(r"^is_nccl_available$"): (NCCL, "check backend.dist_backend instead"),
 }
 #: Like ``NAME_RULES``, but only as an attribute (``x.is_cuda``; a local ``is_cuda`` is fine).

@@ -11,7 +11,6 @@ import copy
 import json
 import os
 from pathlib import Path
-from typing import Optional
 
 import hyport_lib
 from hyport_lib.train.params import Params
@@ -96,6 +95,3 @@ def describe(data: dict) -> dict:
             "optimizer": optimizer.get("type"),
             "torch_adam": bool((optimizer.get("params") or {}).get("torch_adam"))}
 
-
-def zero_stage_of(data: Optional[dict]) -> int:
-    return int(((data or {}).get("zero_optimization") or {}).get("stage", 0))

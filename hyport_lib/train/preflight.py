@@ -16,7 +16,6 @@ writes under the folder's lock, then starts torchrun.
 
 from __future__ import annotations
 
-import datetime as _dt
 import errno
 import importlib.util
 import os
@@ -31,7 +30,7 @@ from hyport_lib.models.loading import build_empty_model, load_processor
 from hyport_lib.models.lora_targets import (fused_experts, language_model_path, leaf_names,
                                             lora_target_pattern, matched_layers)
 from hyport_lib.models.preflight import check_attn_implementation, check_model_path
-from hyport_lib.results import RUN_DIR_ENV, results_dir
+from hyport_lib.results import RUN_DIR_ENV, fresh_folder_beside_results
 from hyport_lib.train import deepspeed_config as ds
 from hyport_lib.train.checkpoints import Checkpoint, check_compatible, list_checkpoints, resolve_resume
 from hyport_lib.train.dataset import DatasetError, DatasetReport, load_dataset
@@ -111,8 +110,7 @@ def default_output_dir(run_name: str) -> Path:
     run_dir = os.environ.get(RUN_DIR_ENV)
     if run_dir:
         return Path(run_dir) / "train" / run_name
-    stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-    return results_dir().parent / "train" / f"{run_name}-{stamp}-{os.getpid()}"
+    return fresh_folder_beside_results("train", run_name)
 
 
 def with_env_overrides(params: Params, environ: Mapping[str, str]) -> tuple[Params, dict]:

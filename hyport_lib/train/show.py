@@ -212,14 +212,6 @@ def show_summary(result: TrainResult) -> None:
         display(Markdown("Last lines of the launch log:\n\n```\n" + result.log_tail + "\n```"))
 
 
-def show_final_plot(result: TrainResult) -> None:
-    """The static loss plot of the finished run (what the report keeps)."""
-    from IPython.display import display
-
-    if result.metrics:
-        display(figure_png(loss_figure(result.metrics, result.expected_steps)))
-
-
 def outputs_frame(result: TrainResult) -> pd.DataFrame:
     """Checkpoints (complete or not) and the final folder's files with their sizes."""
     rows = [{"what": f"checkpoint-{c['step']}", "path": c["path"],

@@ -1,8 +1,7 @@
 """Version strings compared as numbers, and what flash-attn's API looked like by version.
 
-Here rather than in the shim so that the scan (which reports the version a project pins)
-and the attention package (which serves that version's API) share one answer without
-importing each other.
+Here, below both, so that the scan (which reports the version a project pins) and the
+flash-attn drop-in (which serves that version's API) share one answer.
 """
 
 from __future__ import annotations

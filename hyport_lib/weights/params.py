@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
-from hyport_lib.params import (StageParams, attn_implementation_param, dtype_param, param,
+from hyport_lib.params import (ParameterError, StageParams, attn_implementation_param, dtype_param, param,
                                trust_remote_code_param)
 
 #: The stage that writes ``weights_path`` and ``checkpoint_path`` in a report run (inside
@@ -45,3 +45,19 @@ class Params(StageParams):
     trust_remote_code: bool = trust_remote_code_param()
     reload_timeout_s: float = param(
         600, "limit of each child process (reload, logits parity, consolidation)", min_exclusive=0)
+
+    def check(self) -> None:
+        """A folder given without a checkpoint cannot be compared with one: nothing else is
+        guessed when ``weights_path`` is given (:func:`hyport_lib.weights.defaults.resolve_paths`),
+        so this is refused here, before a report run trains for hours first.
+
+        Raises:
+            ParameterError: ``logits_parity`` asked for with no checkpoint to compare with.
+        """
+        if self.weights_path and not self.checkpoint_path and self.logits_parity:
+            raise ParameterError([NO_CHECKPOINT_FOR_LOGITS])
+
+
+#: Said by :meth:`Params.check` and by the plan (stage 04 recorded no checkpoint).
+NO_CHECKPOINT_FOR_LOGITS = ("logits_parity=True compares the logits with a checkpoint's, and there is "
+                            "none: give checkpoint_path or set logits_parity=False")

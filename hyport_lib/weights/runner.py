@@ -14,7 +14,6 @@ The child side is :mod:`hyport_lib.weights.worker`.
 
 from __future__ import annotations
 
-import datetime as _dt
 import json
 import os
 import sys
@@ -28,7 +27,7 @@ from hyport_lib.backend import detect_kind
 from hyport_lib.processes import (describe_exit, feed, finish, has_exited, kill_groups,
                                   last_exception, read_log_tail, reap_leftovers, start_child,
                                   stop_all)
-from hyport_lib.results import results_dir
+from hyport_lib.results import fresh_folder_beside_results
 from hyport_lib.utils.redact import child_environ, scrub_obj, scrub_text
 
 TASKS = ("reload", "parity", "zero")
@@ -58,8 +57,7 @@ class ChildOutcome:
 
 def default_log_dir() -> Path:
     """A fresh folder beside the results: ``<results>/../weights_logs/<stamp>-<pid>``."""
-    stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-    return (results_dir().parent / "weights_logs" / f"{stamp}-{os.getpid()}").resolve()
+    return fresh_folder_beside_results("weights_logs")
 
 
 def child_env(task: str) -> dict[str, str]:

@@ -15,7 +15,7 @@ from typing import Callable, Optional
 from hyport_lib.params import ParameterError
 from hyport_lib.results import StageSummary, record_summary
 from hyport_lib.weights.defaults import build_tiny_sources, checked_label, resolve_paths
-from hyport_lib.weights.params import Params
+from hyport_lib.weights.params import NO_CHECKPOINT_FOR_LOGITS, Params
 from hyport_lib.weights.result import WeightsResult
 from hyport_lib.weights.scan import ScanProgress
 from hyport_lib.weights.verify import WeightsPlan, verify
@@ -45,8 +45,7 @@ def plan(params: Params) -> WeightsPlan:
             problems.append(f"{key}={value!r}: no such file or folder")
     # Asked for and impossible: an error, never a PASS that silently left the check out.
     if params.logits_parity and not sources.checkpoint:
-        problems.append("logits_parity=True compares the logits with a checkpoint's, and there is "
-                        "none: give checkpoint_path or set logits_parity=False")
+        problems.append(NO_CHECKPOINT_FOR_LOGITS)
     if params.consolidate_zero and not sources.checkpoint and not _trainer_checkpoint(sources.weights):
         problems.append("consolidate_zero=True consolidates a checkpoint's ZeRO states, and there is "
                         "none: give checkpoint_path or set consolidate_zero=False")

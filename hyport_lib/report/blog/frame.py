@@ -118,7 +118,7 @@ def commands(ctx: BlogContext) -> list[str]:
 def cli_value(value) -> str:
     """A parameter as ``-p`` takes it back (strings as they are, the rest as YAML)."""
     if value is None:
-        return ""
+        return "null"
     if isinstance(value, bool):
         return "true" if value else "false"
     return value if isinstance(value, str) else json.dumps(value)

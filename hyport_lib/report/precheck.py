@@ -1,0 +1,25 @@
+"""``python -m hyport_lib.report.precheck``: the report's pre-run plans, in a fresh process.
+
+Reads the plan requests (JSON, on stdin) that :func:`hyport_lib.report.params.check_before_running`
+sends, makes every plan and prints what they found as one JSON line. A plan may start the
+device runtime; here it dies with this process instead of holding a card for the whole
+report.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import sys
+
+from hyport_lib.report.params import PlanRequest, make_plans
+
+
+def main() -> int:
+    requests = [PlanRequest(**item) for item in json.loads(sys.stdin.read())]
+    print(json.dumps(dataclasses.asdict(make_plans(requests))), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
