@@ -2,7 +2,11 @@
 # The seed host's transformers (4.57.0) against the same torch: the tests of every module
 # whose code differs between transformers 4.x and 5.x (torch_dtype vs dtype, the image
 # processor class, AttentionInterface, the masks handed to attention functions, the
-# on-disk weight names, the Trainer), and one real torchrun + DeepSpeed training run.
+# on-disk weight names, the Trainer), and two real torchrun + DeepSpeed training runs (the
+# session's shared ZeRO-2 run of tests/fixtures_runs.py, and an unpacked run with a
+# text-only rank). Its slow tests read the same session fixtures as the main run; the zoo
+# and the tiny model are cached under HYPORT_CACHE (the overlay's own), keyed by the
+# transformers version, so they are never mixed with the main run's.
 # transformers 4.57 and its hub/tokenizers pins go into an overlay folder on PYTHONPATH,
 # so .venv itself stays on the CPU pins.
 #   bash scripts/test_transformers457.sh [pytest args]

@@ -3,8 +3,9 @@
 - ``default_report``: ``hyport report --profile default --zip``, the five stages on the
   embedded default, with planted secrets in its environment (read by test_offline_report,
   test_blog, test_notebooks).
-- ``zero2_run``: one torchrun + DeepSpeed ZeRO-2 training on 2 CPU processes, 4 steps with a
-  checkpoint every 2 (read by test_training_run, test_weights_zero).
+- ``zero2_run``: one torchrun + DeepSpeed ZeRO-2 training on 2 CPU processes, 6 steps with a
+  checkpoint every 2 (read by test_training_run, where it is also the reference run of the
+  killed-and-resumed test, and by test_weights_zero).
 - ``papermill_04``: the user's ``papermill 04_train.ipynb out.ipynb -p max_steps 20`` from
   the repository root or from notebooks/, each at most once (test_training_run,
   test_notebooks).
@@ -75,19 +76,24 @@ def default_report(tmp_path_factory):
         assert_unchanged(run_dir, before, "default report run")
 
 
+#: Steps of the shared ZeRO-2 run: test_training_run's killed-and-resumed test compares
+#: its 6 steps, step by step, with this run.
+ZERO2_STEPS = 6
+
+
 @pytest.fixture(scope="session")
 def zero2_run(tmp_path_factory):
-    """One real ZeRO-2 run (4 steps, a checkpoint every 2): its result object.
+    """One real ZeRO-2 run (6 steps, a checkpoint every 2): its result object.
 
     The output folder is ``result.final_dir`` (``<tmp>/run``); ``result.last_checkpoint``
-    is its checkpoint-4.
+    is its checkpoint-6.
     """
     from hyport_lib.train import stage
     from hyport_lib.train.params import Params
 
     out = tmp_path_factory.mktemp("zero2") / "run"
-    result = stage.run(stage.plan(Params(output_dir=str(out), zero_stage=2, max_steps=4, save_steps=2,
-                                         resume_from="none")))
+    result = stage.run(stage.plan(Params(output_dir=str(out), zero_stage=2, max_steps=ZERO2_STEPS,
+                                         save_steps=2, resume_from="none")))
     before = fingerprint(out) if out.is_dir() else {}
     yield result
     if out.is_dir():

@@ -1,9 +1,11 @@
-"""End to end: `hyport report --only 01` on the default profile, secrets, offline HTML.
+"""End to end: `hyport report --profile default --zip`, secrets, offline HTML.
 
-One real `--only 01` run (module fixture) serves three checks: the files it must leave,
-that no secret value reaches any file, and that its HTML opens in a network-blocked
-browser without a single request or console error. The five-stage run is the session's
-``default_report`` (tests/fixtures_runs.py), shared with test_blog and test_notebooks.
+The run is the session's ``default_report`` (tests/fixtures_runs.py, shared with test_blog
+and test_notebooks), made with planted secrets in its environment. It serves every check
+here: the files it must leave, that no secret value reaches any file, that its HTML opens
+in a network-blocked browser without a single request or console error, the index at a
+glance, and the one file to send. (A real ``--only`` run of the default profile, and its
+index: test_report_faults.py, ``--only 01,03``.)
 """
 
 from __future__ import annotations
@@ -16,14 +18,9 @@ from pathlib import Path
 import pytest
 
 from browser import chromium_path, open_offline, readme_picture_path, visit
-from fixtures_runs import MARKER, SECRETS, run_report_command
+from fixtures_runs import MARKER, SECRETS
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture(scope="module")
-def env_run(tmp_path_factory):
-    return run_report_command(tmp_path_factory.mktemp("reports"), "--only", "01")
 
 
 @pytest.fixture(scope="module")
@@ -43,8 +40,8 @@ def _leaks(run_dir: Path) -> list[str]:
     return leaks
 
 
-def test_report_only_01_succeeds_and_leaves_its_files(env_run):
-    proc, run_dir = env_run
+def test_the_report_succeeds_and_leaves_its_files(full_run):
+    proc, run_dir = full_run
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert run_dir is not None
     assert (run_dir / "index.html").exists()
@@ -57,8 +54,8 @@ def test_report_only_01_succeeds_and_leaves_its_files(env_run):
     assert "HCCL_CONNECT_TIMEOUT" in (run_dir / "results" / "01_environment.json").read_text()
 
 
-def test_no_secret_reaches_any_file(env_run):
-    _, run_dir = env_run
+def test_no_secret_reaches_any_file(full_run):
+    _, run_dir = full_run
     assert len([p for p in run_dir.rglob("*") if p.is_file()]) >= 6
     assert _leaks(run_dir) == []
 
@@ -88,17 +85,6 @@ def test_full_report_on_the_default_profile(full_run):
     noisy = [line for line in lines if line not in stage_lines
              and re.search(r"(?i)kernel|encryption|warning|traceback", line)]
     assert noisy == [], noisy
-
-
-@pytest.mark.skipif(chromium_path() is None and not os.environ.get("CI"),
-                    reason="Debian chromium not installed (scripts/setup.sh --browser installs it)")
-@pytest.mark.parametrize("page,selectors", [
-    ("index.html", {"rows": "#stages tbody tr", "verdict": "#stages td.verdict", "title": "h1"}),
-    ("html/01_environment.html", {"cells": ".jp-Cell", "tables": "table", "title": "h1"}),
-])
-def test_html_opens_offline_in_chromium(env_run, page, selectors, tmp_path):
-    _, run_dir = env_run
-    _check_offline_page(run_dir, page, selectors, tmp_path, expected_rows=1)
 
 
 @pytest.mark.skipif(chromium_path() is None and not os.environ.get("CI"),

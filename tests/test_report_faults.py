@@ -131,50 +131,79 @@ def test_a_stopped_run_tells_the_truth_and_leaves_nothing(how, stage, tmp_path):
         _kill_all(_tree(proc.pid) + procs)
 
 
-def test_sigkill_leaves_a_true_record_that_the_next_run_cleans(tmp_path):
-    proc, _ = _start(tmp_path)
-    procs = []
+def _clean(out: Path, env: dict) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "hyport_lib", "report", "--clean",
+                           "--output-dir", str(out / "runs")], env=env, capture_output=True, text=True,
+                          timeout=120)
+
+
+@pytest.fixture(scope="module")
+def killed_then_next(tmp_path_factory) -> dict:
+    """What the two tests below check, seen in one sequence of runs into one folder (one
+    launch less than a fresh run for each): a run SIGKILLed in stage 03; ``--clean`` after
+    it; the next run, against which another ``--clean`` is run while it is in stage 01;
+    that next run's end. Each step is recorded, not asserted, so that both tests report
+    what they check."""
+    out = tmp_path_factory.mktemp("killed")
+    seen: dict = {}
+    proc, _ = _start(out)
+    procs, nxt = [], None
     try:
-        run_dir, _ = _wait_for(tmp_path, "03_inference", workers=True)
+        run_dir, _ = _wait_for(out, "03_inference", workers=True)
+        seen["run_dir"] = run_dir
         procs = _tree(proc.pid)
         proc.send_signal(signal.SIGKILL)
-        assert proc.wait(timeout=30) == -signal.SIGKILL
-        assert _survivors(procs, grace=30) == [], "the kernel or a worker outlived a SIGKILL"
-        data = json.loads((run_dir / "run.json").read_text())
-        assert {s["stage"]: s["verdict"] for s in data["stages"]} == {
-            "01_environment": "PASS", "03_inference": "RUNNING"}
-        assert data["status"] == "running" and data["ok"] is False
+        seen["killed_exit"] = proc.wait(timeout=30)
+        seen["survivors"] = _survivors(procs, grace=30)
+        seen["killed"] = json.loads((run_dir / "run.json").read_text())
         # The next command (here --clean; a next run does the same first) makes it true.
-        clean = subprocess.run([sys.executable, "-m", "hyport_lib", "report", "--clean",
-                                "--output-dir", str(tmp_path / "runs")],
-                               env={**os.environ, SECRET_NAME: SECRET}, capture_output=True, text=True,
-                               timeout=120)
-        assert clean.returncode == 0 and "1 killed run(s) cleaned" in clean.stdout
-        data = json.loads((run_dir / "run.json").read_text())
-        assert {s["stage"]: s["verdict"] for s in data["stages"]} == {
-            "01_environment": "PASS", "03_inference": "INTERRUPTED"}
-        assert data["status"] == "killed" and "killed" in (run_dir / "index.html").read_text()
-        assert not (run_dir / ".partial").exists()
-        assert _leaks(run_dir) == []
-        # And the next run works.
-        nxt, _ = _start(tmp_path)
-        assert nxt.wait(timeout=300) == 0
-        new_dir, new = _run_json(tmp_path)
-        assert new_dir != run_dir and new["status"] == "finished" and new["ok"] is True
-        assert _leaks(new_dir) == []
+        seen["clean"] = _clean(out, {**os.environ, SECRET_NAME: SECRET})
+        seen["cleaned"] = json.loads((run_dir / "run.json").read_text())
+        seen["cleaned_index"] = (run_dir / "index.html").read_text()
+        seen["partial_left"] = (run_dir / ".partial").exists()
+        seen["killed_leaks"] = _leaks(run_dir)
+        # And the next run: a --clean while it runs, then its end.
+        nxt, _ = _start(out)
+        alive_dir, _ = _wait_for(out, "01_environment", workers=False, timeout=120)
+        seen["alive_dir"] = alive_dir
+        seen["clean_while_alive"] = _clean(out, dict(os.environ))
+        seen["next_exit"] = nxt.wait(timeout=300)
+        seen["next_dir"], seen["next"] = _run_json(out)
+        seen["alive_status"] = json.loads((alive_dir / "run.json").read_text())["status"]
+        seen["next_leaks"] = _leaks(seen["next_dir"])
     finally:
-        _kill_all(_tree(proc.pid) + procs)
+        _kill_all(_tree(proc.pid) + procs + (_tree(nxt.pid) if nxt else []))
+    return seen
 
 
-def test_a_run_still_alive_is_never_cleaned_by_another(tmp_path):
-    proc, _ = _start(tmp_path)
-    try:
-        run_dir, _ = _wait_for(tmp_path, "01_environment", workers=False, timeout=120)
-        clean = subprocess.run([sys.executable, "-m", "hyport_lib", "report", "--clean",
-                                "--output-dir", str(tmp_path / "runs")], capture_output=True,
-                               text=True, timeout=120)
-        assert clean.returncode == 0 and "0 killed run(s) cleaned" in clean.stdout
-        assert proc.wait(timeout=300) == 0
-        assert json.loads((run_dir / "run.json").read_text())["status"] == "finished"
-    finally:
-        _kill_all(_tree(proc.pid))
+def test_sigkill_leaves_a_true_record_that_the_next_run_cleans(killed_then_next):
+    seen = killed_then_next
+    run_dir = seen["run_dir"]
+    assert seen["killed_exit"] == -signal.SIGKILL
+    assert seen["survivors"] == [], "the kernel or a worker outlived a SIGKILL"
+    data = seen["killed"]
+    assert {s["stage"]: s["verdict"] for s in data["stages"]} == {
+        "01_environment": "PASS", "03_inference": "RUNNING"}
+    assert data["status"] == "running" and data["ok"] is False
+    clean = seen["clean"]
+    assert clean.returncode == 0 and "1 killed run(s) cleaned" in clean.stdout
+    data = seen["cleaned"]
+    assert {s["stage"]: s["verdict"] for s in data["stages"]} == {
+        "01_environment": "PASS", "03_inference": "INTERRUPTED"}
+    assert data["status"] == "killed" and "killed" in seen["cleaned_index"]
+    assert not seen["partial_left"]
+    assert seen["killed_leaks"] == []
+    # And the next run works.
+    assert seen["next_exit"] == 0
+    new_dir, new = seen["next_dir"], seen["next"]
+    assert new_dir != run_dir and new["status"] == "finished" and new["ok"] is True
+    assert seen["next_leaks"] == []
+
+
+def test_a_run_still_alive_is_never_cleaned_by_another(killed_then_next):
+    seen = killed_then_next
+    assert seen["alive_dir"] == seen["next_dir"] != seen["run_dir"]
+    clean = seen["clean_while_alive"]
+    assert clean.returncode == 0 and "0 killed run(s) cleaned" in clean.stdout
+    assert seen["next_exit"] == 0
+    assert seen["alive_status"] == "finished"

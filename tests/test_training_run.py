@@ -16,6 +16,7 @@ import pytest
 from hyport_lib.train import stage
 from hyport_lib.train.params import Params
 from hyport_lib.train.rendezvous import free_port
+from fixtures_runs import ZERO2_STEPS
 
 pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[1]
@@ -47,23 +48,25 @@ def _tiny_parameters():
 
 
 def test_zero2_run_exits_0_and_its_weights_reload(zero2_run, tmp_path):
-    # The session's ZeRO-2 run (tests/fixtures_runs.py: 4 steps, save_steps 2), also
-    # read by test_weights_zero.py and the reused-folder test below.
+    # The session's ZeRO-2 run (tests/fixtures_runs.py: ZERO2_STEPS steps, save_steps 2),
+    # also read by test_weights_zero.py and by the killed-run and reused-folder tests below.
     result = zero2_run
     assert result.status == "ok" and result.exit_code == 0, result.reason
     assert result.verdict()[0] == "PASS", result.verdict()
-    assert _steps(result) == [1, 2, 3, 4]
+    assert _steps(result) == list(range(1, ZERO2_STEPS + 1))
     assert all(r["world_size"] == 2 and r["tokens"] > r["real_tokens"] > 0 for r in result.metrics)
     complete = [c["step"] for c in result.checkpoints if c["complete"]]
-    assert complete == [2, 4]
+    assert complete == list(range(2, ZERO2_STEPS + 1, 2))
     checkpoint = Path(result.last_checkpoint)
-    assert (checkpoint / "global_step4").is_dir() and (checkpoint / "hyport_checkpoint.json").is_file()
+    assert (checkpoint / f"global_step{ZERO2_STEPS}").is_dir() and (checkpoint / "hyport_checkpoint.json").is_file()
     assert result.final_dir == result.plan["output_dir"]
     model = _reload(result.final_dir)
     assert sum(p.numel() for p in model.parameters()) == _tiny_parameters()
     assert (Path(result.final_dir) / "tokenizer.json").is_file()  # processor files beside the weights
     summary = result.summary
-    assert summary.tokens_per_s_per_card > 0 and summary.measured_steps == 2  # warm-up left out
+    warmup = result.plan["params"]["throughput_warmup_steps"]
+    assert warmup > 0 and summary.tokens_per_s_per_card > 0
+    assert summary.measured_steps == ZERO2_STEPS - warmup  # warm-up left out
     assert result.worker["train_metrics"]["train_loss"] > 0
     assert result.plan["precision"] == "bf16" and result.plan["deepspeed"]["torch_adam"] is True
     record = stage.record(result, directory=tmp_path / "results")
@@ -111,8 +114,11 @@ def test_lora_run_saves_an_adapter_and_merged_weights(tmp_path):
     assert changed and all("q_proj" in n or "v_proj" in n for n in changed), changed
 
 
-def test_a_rank_killed_mid_run_is_restarted_and_resumes(tmp_path, monkeypatch):
-    reference = _train(tmp_path, "reference", max_steps=6, save_steps=2)
+def test_a_rank_killed_mid_run_is_restarted_and_resumes(zero2_run, tmp_path, monkeypatch):
+    # The reference is the session's ZeRO-2 run: the same parameters as the killed run
+    # below (6 steps, save_steps 2, ZeRO-2), without the kill.
+    reference = zero2_run
+    assert reference.plan["params"]["max_steps"] == 6 and reference.plan["params"]["save_steps"] == 2
     monkeypatch.setenv("HYPORT_TEST_KILL_AT_STEP", "3:1")
     # resume_from="none" for the first attempt: a restart still resumes this launch's
     # newest complete checkpoint instead of starting over.
@@ -221,11 +227,11 @@ def test_a_reused_output_dir_never_passes_off_old_checkpoints(zero2_run, tmp_pat
     """A later run in the same folder drops the checkpoints beyond its starting point (they
     are not its own, and the Trainer would write into them), and keeps its own save_steps
     and SAVE_STEPS after a resume (the Trainer would take the checkpoint's)."""
-    # The first run is the session's ZeRO-2 run (max_steps 4, save_steps 2, the defaults
-    # of _train), copied: the later runs write into the folder.
+    # The first run is the session's ZeRO-2 run (save_steps 2, as _train's default),
+    # copied: the later runs write into the folder.
     first = zero2_run
     shutil.copytree(first.plan["output_dir"], tmp_path / "job")
-    assert [c["step"] for c in first.checkpoints] == [2, 4]
+    assert [c["step"] for c in first.checkpoints] == list(range(2, ZERO2_STEPS + 1, 2))
     again = _train(tmp_path, "job", max_steps=2, save_steps=2, resume_from="none")
     assert [c["step"] for c in again.checkpoints] == [2] and again.last_checkpoint.endswith("checkpoint-2")
     assert again.verdict()[0] == "PASS"
