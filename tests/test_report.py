@@ -309,23 +309,20 @@ def test_an_interrupted_run_still_leaves_its_index(stage_dir, tmp_path, monkeypa
     assert "INTERRUPTED" in index and "NOT RUN" in index and "interrupted</b> by a stop signal" in index
 
 
-@pytest.mark.slow
-def test_a_renamed_parameter_still_works_with_a_message(tmp_path):
+def test_an_old_parameter_name_is_refused_naming_the_new_one(tmp_path):
+    """The project is 0.x: a renamed key has no alias; the old one is refused before
+    anything runs, and the error names the new one."""
+    from hyport_lib.params import ParameterError
+
     folder = tmp_path / "nbs"
     folder.mkdir()
-    make_notebook(folder / "01_limit.ipynb", "infer_timeout_s = 300",
-                  "from hyport_lib.results import record_result\n"
-                  "record_result('01_limit', 'PASS', summary=f'limit {infer_timeout_s}')")
+    make_notebook(folder / "01_limit.ipynb", "infer_timeout_s = 300", "print(infer_timeout_s)")
     profile = tmp_path / "old.yaml"
     profile.write_text("# hyport report --profile old.yaml\ntimeout_s: 42\n")
-    said = []
-    run = run_report(profile=str(profile), notebooks_dir=folder, output_root=tmp_path / "o",
-                     progress=said.append)
-    assert float(run.stages[0].summary.split()[1]) == 42
-    assert any("'timeout_s' is deprecated" in m and "infer_timeout_s" in m for m in said)
-    run = run_report(profile=None, overrides={"timeout_s": "7"}, notebooks_dir=folder,
-                     output_root=tmp_path / "o", progress=said.append)
-    assert float(run.stages[0].summary.split()[1]) == 7
+    with pytest.raises(ParameterError, match="unknown parameter 'timeout_s'; did you mean 'infer_timeout_s'"):
+        run_report(profile=str(profile), notebooks_dir=folder, output_root=tmp_path / "o",
+                   progress=lambda m: None)
+    assert not (tmp_path / "o").exists()
 
 
 def test_nbconvert_templates_are_found_wherever_pip_put_them(tmp_path, monkeypatch):
