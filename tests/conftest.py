@@ -10,9 +10,10 @@ import pytest
 import torch
 
 #: Plugins of this suite: the guard that keeps processes out of the fast tier, the
-#: expensive runs (the default report, a ZeRO-2 training, ...) made once per session, and
-#: pytester (test_process_guard.py runs the guard on planted tests).
-pytest_plugins = ["fixtures_processes", "fixtures_runs", "pytester"]
+#: expensive runs (the default report, a ZeRO-2 training, ...) made once per session, the
+#: xdist scheduling that keeps the tests sharing one on one worker, and pytester
+#: (test_process_guard.py and test_fixtures_workers.py run planted tests).
+pytest_plugins = ["fixtures_processes", "fixtures_runs", "fixtures_workers", "pytester"]
 
 # One intra-op thread for torch in this process. The tests' models are tiny (hidden sizes of
 # 32-64): a second OpenMP thread gains nothing on them, and on a 2-core machine shared with

@@ -1,7 +1,7 @@
 """Every committed notebook runs headless with papermill and no parameters at all.
 
 "No parameters" means the notebook's own defaults, on the CPU backend (``device`` pinned
-to cpu wherever this runs). A headless papermill run of the session that passed a
+to cpu wherever this runs; on a CPU-only host the notebooks' own ``"auto"`` is that). A headless papermill run of the session that passed a
 notebook nothing but those values is such a run already, and is read instead of running
 the notebook again: the five-stage ``default_report`` (for a stage the default profile
 gives only its own defaults) and the user's ``papermill 04_train.ipynb out.ipynb -p
@@ -20,10 +20,16 @@ from typing import Optional
 
 import pytest
 
+from conftest import HOST_KIND
+
 REPO = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((REPO / "notebooks").glob("[0-9][0-9]_*.ipynb"))
 #: What the tests pin besides the notebook's defaults: the assertions are about CPU provenance.
 PINNED = {"device": "cpu"}
+#: Defaults that already mean the pinned value on this host: a notebook's own ``device =
+#: "auto"`` picks the CPU backend on a CPU-only host, so a run that left it alone (the
+#: user's ``-p max_steps 20``) is a run on the pinned device there, and nowhere else.
+SAME_AS_PINNED = {"device": {"auto"}} if HOST_KIND == "cpu" else {}
 
 
 def _cell_values(notebook: dict, tag: str) -> Optional[dict]:
@@ -46,7 +52,12 @@ def ran_without_parameters(committed: Path, executed: Path) -> bool:
         return False
     injected = _cell_values(json.loads(executed.read_text()), "injected-parameters") or {}
     expected = {k: v for k, v in PINNED.items() if k in own}
-    return all(injected.get(k, own.get(k)) == v for k, v in expected.items()) \
+
+    def pinned(name: str, value) -> bool:
+        ran_with = injected.get(name, own.get(name))
+        return ran_with == value or ran_with in SAME_AS_PINNED.get(name, ())
+
+    return all(pinned(k, v) for k, v in expected.items()) \
         and all(k in expected or (k in own and own[k] == v) for k, v in injected.items())
 
 
@@ -109,7 +120,10 @@ def test_the_sharing_check_can_fail(tmp_path):
 
     assert ran_without_parameters(path, executed(f"device = 'cpu'\nmax_steps = {own['max_steps']!r}\n"))
     assert not ran_without_parameters(path, executed(f"max_steps = {own['max_steps'] + 1}\n"))
-    assert not ran_without_parameters(path, executed("device = 'auto'\n"))  # not pinned to cpu
+    # "auto", given or the notebook's own (the user's -p max_steps 20), is the CPU on a CPU host only
+    assert ran_without_parameters(path, executed("device = 'auto'\n")) == (HOST_KIND == "cpu")
+    assert ran_without_parameters(path, executed(f"max_steps = {own['max_steps']!r}\n")) == (HOST_KIND == "cpu")
+    assert not ran_without_parameters(path, executed("device = 'cuda'\n"))
     assert not ran_without_parameters(path, executed("device = 'cpu'\nnot_a_parameter = 1\n"))
     assert not ran_without_parameters(path, tmp_path / "missing.ipynb")
 

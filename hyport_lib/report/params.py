@@ -29,8 +29,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
-import papermill
-
 import hyport_lib
 from hyport_lib.models.preflight import HUB_ID
 from hyport_lib.params import (
@@ -54,6 +52,10 @@ def notebook_defaults(stage: Stage) -> dict[str, Any]:
 
     papermill's own inspection finds the names (the parser that injects values).
     """
+    # Imported here: papermill brings nbformat and so jsonschema, whose format checkers
+    # build an RFC 3987 grammar on import (~2.7 s); the pre-run child never needs it.
+    import papermill
+
     defaults = {}
     for name, spec in papermill.inspect_notebook(str(stage.path)).items():
         try:

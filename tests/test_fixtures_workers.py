@@ -1,0 +1,91 @@
+"""The groups that keep each shared run to one xdist worker (tests/fixtures_workers.py)."""
+
+from __future__ import annotations
+
+from fixtures_workers import shared_fixture_groups
+
+CONFTEST = """
+import pytest
+
+@pytest.fixture(scope="session")
+def report():
+    return 1
+
+@pytest.fixture(scope="session")
+def training():
+    return 2
+
+@pytest.fixture(scope="session")
+def zoo():
+    return 3
+
+@pytest.fixture
+def per_test():
+    return 4
+"""
+
+TESTS = """
+import pytest
+
+@pytest.fixture(scope="module")
+def server():
+    return 0
+
+@pytest.fixture(scope="module")
+def through_report(report):
+    return report
+
+def test_report(report): pass
+def test_report_and_training(report, training): pass
+def test_training(training): pass
+def test_through(through_report): pass
+def test_server(server): pass
+def test_server_again(server, per_test): pass
+def test_zoo(zoo): pass
+def test_plain(per_test, tmp_path): pass
+"""
+
+
+def test_tests_sharing_a_fixture_form_one_group_and_the_others_none(pytester):
+    pytester.makeconftest(CONFTEST)
+    pytester.makepyfile(test_planted=TESTS)
+    items, _ = pytester.inline_genitems()
+    groups = {item.name: group for item in items
+              for node_id, group in shared_fixture_groups(items, root=pytester.path).items()
+              if node_id == item.nodeid}
+    # report and training are one group: a test uses both; the module fixture that uses the
+    # report joins it, and so does the module's other module fixture (same module key)
+    chained = {"test_report", "test_report_and_training", "test_training", "test_through",
+               "test_server", "test_server_again"}
+    assert set(groups) == chained, groups
+    assert len({groups[name] for name in chained}) == 1
+    # zoo is safe to set up in every worker; per-test and pytest's own fixtures group nothing
+    assert "test_zoo" not in groups and "test_plain" not in groups
+
+
+def test_module_fixtures_alone_group_by_module(pytester):
+    pytester.makepyfile(test_one="""
+import pytest
+
+@pytest.fixture(scope="module")
+def server():
+    return 0
+
+def test_a(server): pass
+def test_b(server): pass
+def test_c(): pass
+""", test_two="""
+import pytest
+
+@pytest.fixture(scope="module")
+def server():
+    return 0
+
+def test_d(server): pass
+""")
+    items, _ = pytester.inline_genitems()
+    groups = shared_fixture_groups(items, root=pytester.path)
+    by_name = {item.name: groups.get(item.nodeid) for item in items}
+    assert by_name["test_a"] == by_name["test_b"] is not None
+    assert by_name["test_c"] is None
+    assert by_name["test_d"] is not None and by_name["test_d"] != by_name["test_a"]
