@@ -13,11 +13,13 @@ from __future__ import annotations
 
 import copy
 from pathlib import Path
-
-import nbformat
+from typing import TYPE_CHECKING
 
 from hyport_lib.utils.files import atomic_write_text
 from hyport_lib.utils.redact import scrub_text
+
+if TYPE_CHECKING:
+    import nbformat
 
 TEMPLATE_DIR = Path(__file__).parent / "templates"
 WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
@@ -68,6 +70,10 @@ def nbconvert_template_dirs() -> list[str]:
 def notebook_to_html(notebook_path: Path, html_path: Path, *, show_inputs: bool = True,
                      title: str | None = None) -> Path:
     """Export ``notebook_path`` to an offline HTML file written atomically."""
+    # Imported when a page is written, as nbconvert is: nbformat brings jsonschema, whose
+    # format checkers build an RFC 3987 grammar on import (~3 s), which a report refusing
+    # its input before any stage runs should not wait for.
+    import nbformat
     from nbconvert import HTMLExporter
 
     nb = nbformat.read(str(notebook_path), as_version=4)
