@@ -135,5 +135,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     target = Path(workerinput[GROUPS_FILE])
     # Every worker writes the same map; each writes whole (a temporary file, then a rename).
     partial = target.with_name(f"{target.name}.{workerinput.get('workerid', os.getpid())}")
-    partial.write_text(json.dumps({n: f"group:{g}" for n, g in shared_fixture_groups(items).items()}), encoding="utf-8")
+    groups = {node_id: f"group:{group}" for node_id, group in shared_fixture_groups(items).items()}
+    partial.write_text(json.dumps(groups), encoding="utf-8")
     os.replace(partial, target)
