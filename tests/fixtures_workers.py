@@ -38,7 +38,7 @@ SAFE_TO_REPEAT = frozenset({"zoo"})
 
 def _shared_keys(item: pytest.Item, root: Path) -> set[str]:
     """What ``item`` shares with other tests through fixtures defined under ``root``:
-    ``session:<fixture>`` or ``module:<file>``."""
+    ``session:<fixture>``, ``package:<folder>`` or ``module:<file>``."""
     info = getattr(item, "_fixtureinfo", None)
     if info is None:
         return set()
@@ -47,13 +47,18 @@ def _shared_keys(item: pytest.Item, root: Path) -> set[str]:
         definitions = info.name2fixturedefs.get(name) or ()
         if not definitions or name in SAFE_TO_REPEAT:
             continue
-        definition = definitions[-1]
-        where = Path(getattr(definition.func, "__code__").co_filename).resolve()
+        definition = definitions[-1]  # the one this test gets (an override wins)
+        code = getattr(definition.func, "__code__", None)
+        if code is None:
+            continue
+        where = Path(code.co_filename).resolve()
         if root not in where.parents:
             continue  # pytest's own (tmp_path_factory, ...) are cheap per worker
         if definition.scope == "session":
             keys.add(f"session:{name}")
-        elif definition.scope in ("module", "package"):
+        elif definition.scope == "package":
+            keys.add(f"package:{item.path.parent.name}")
+        elif definition.scope == "module":
             keys.add(f"module:{item.path.name}")
     return keys
 
@@ -114,7 +119,15 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log):
     from xdist.scheduler import LoadScopeScheduling
 
     class SharedFixtureScheduling(LoadScopeScheduling):
-        """Load scheduling where a scope is a group of tests sharing a fixture, else one test."""
+        """Load scheduling where a scope is a group of tests sharing a fixture, else one test.
+
+        Two methods are xdist's own made safe for a crashed worker (pytest-xdist 3.8 hangs
+        there in every scope mode, upstream issues #1327 and #1378): the work of a crashed
+        worker goes back to the queue without its finished scopes and without the test that
+        crashed (reported failed, as plain ``-n`` does), and a worker is always given work
+        until it holds more than two tests, since a worker runs a test only once it knows
+        the next one (a replacement worker given a single test would wait forever).
+        """
 
         groups: dict[str, str] | None = None
 
@@ -123,6 +136,27 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log):
                 path = config.stash[_GROUPS_PATH]
                 self.groups = json.loads(path.read_text(encoding="utf-8") or "{}")
             return self.groups.get(nodeid, nodeid)
+
+        def remove_node(self, node):
+            workload = self.assigned_work.pop(node)
+            pending = [(scope, nodeid) for scope, unit in workload.items()
+                       for nodeid, done in unit.items() if not done]
+            if not pending:
+                return None
+            scope, crashed = pending[0]
+            workload[scope][crashed] = True
+            self.workqueue.update({s: unit for s, unit in workload.items() if not all(unit.values())})
+            for other in self.assigned_work:
+                self._reschedule(other)
+            return crashed
+
+        def _reschedule(self, node) -> None:
+            if node.shutting_down:
+                return
+            while self.workqueue and self._pending_of(self.assigned_work[node]) <= 2:
+                self._assign_work_unit(node)
+            if not self.workqueue:
+                node.shutdown()
 
     return SharedFixtureScheduling(config, log)
 

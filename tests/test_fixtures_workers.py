@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
+import pytest
+
 from fixtures_workers import shared_fixture_groups
+
+HERE = Path(__file__).resolve().parent
 
 CONFTEST = """
 import pytest
@@ -89,3 +96,31 @@ def test_d(server): pass
     assert by_name["test_a"] == by_name["test_b"] is not None
     assert by_name["test_c"] is None
     assert by_name["test_d"] is not None and by_name["test_d"] != by_name["test_a"]
+
+
+CRASHING = """
+import os
+import pytest
+
+@pytest.mark.parametrize("i", range(6))
+def test_before(i): pass
+
+def test_crash(): os._exit(1)
+
+@pytest.mark.parametrize("i", range(4))
+def test_after(i): pass
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_a_crashed_worker_fails_its_test_and_the_run_ends(pytester, monkeypatch, workers):
+    """xdist 3.8's scope scheduling hangs after a worker crash; this one reports the test
+    that crashed and runs the rest on a replacement (with one worker: the replacement is
+    given two tests, not one it would wait behind)."""
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(HERE), os.environ.get("PYTHONPATH")])))
+    pytester.makepyfile(test_crashing=CRASHING)
+    result = pytester.runpytest_subprocess("-p", "fixtures_workers", "-n", workers, "-p", "no:cacheprovider",
+                                           timeout=120)
+    result.assert_outcomes(failed=1, passed=10)
+    result.stdout.fnmatch_lines(["*crashed while running*test_crash*"])
