@@ -5,7 +5,6 @@ commands of notebook 04."""
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import sys
