@@ -84,7 +84,7 @@ def test_a_full_disk_during_a_checkpoint_save_is_said_with_the_free_space(tmp_pa
         pytest.skip("cannot mount a small tmpfs here (needs root and mount)")
     try:
         done = subprocess.run([sys.executable, "-m", "hyport_lib", "train", "--output-dir", str(mount / "out"),
-                               "--max-steps", "2", "--save-steps", "1", "--no-record", "--json"],
+                               "--max-steps", "2", "--save-steps", "1", "--num-cards", "1", "--no-record", "--json"],
                               cwd=REPO, capture_output=True, text=True, timeout=600)
         assert done.returncode == 1, done.stderr[-2000:]
         reason = json.loads(done.stdout)["reason"]
@@ -108,7 +108,7 @@ def test_a_stopped_train_records_the_steps_that_finished(tmp_path):
     results = tmp_path / "results"
     out = tmp_path / "out"
     child = subprocess.Popen([sys.executable, "-m", "hyport_lib", "train", "--output-dir", str(out),
-                              "--max-steps", "40", "--num-cards", "2"], cwd=REPO, text=True,
+                              "--max-steps", "40", "--num-cards", "1"], cwd=REPO, text=True,
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                              env={**os.environ, "HYPORT_RESULTS_DIR": str(results)})
     metrics = out / "metrics.jsonl"

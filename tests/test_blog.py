@@ -422,6 +422,19 @@ def test_real_run_figures_exist_and_both_drafts_link_them(real_run):
             assert (run_dir / link).read_bytes()[:4] == b"\x89PNG"
 
 
+def test_the_title_counts_the_cards_stage_01_found_before_the_ones_asked_for(tmp_path):
+    # The default profile leaves num_cards to the stages (None: all); stage 01 records
+    # how many the next stages use, and the title says that.
+    run = make_run(tmp_path, {"01_environment": "PASS"}, parameters={"device": "cpu"})
+    write_result(run, "01_environment", "PASS", {"device": "cpu", "num_cards": 2})
+    assert render_blog(run, "en").splitlines()[0].startswith("# Porting notes: `tiny` on 2 `cpu` card(s)")
+    assert "在 2 张 `cpu` 卡上" in render_blog(run, "zh").splitlines()[0]
+    without = make_run(tmp_path / "none", {}, parameters={"device": "cpu"})
+    assert "card" not in render_blog(without, "en").splitlines()[0]
+    asked = make_run(tmp_path / "asked", {}, parameters={"device": "cpu", "num_cards": 3})
+    assert " on 3 `cpu` card(s)" in render_blog(asked, "en").splitlines()[0]
+
+
 def test_a_run_without_the_training_stage_says_so_in_the_dataset_notes(tmp_path):
     run = make_run(tmp_path, {"01_environment": "PASS"})
     run.stages, run.left_out = run.stages[:1], STAGES[1:]  # as the runner records --only 01

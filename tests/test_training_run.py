@@ -1,6 +1,9 @@
-"""Real torchrun + DeepSpeed runs on 2 CPU processes (gloo): ZeRO-2, ZeRO-3, LoRA, a rank
+"""Real torchrun + DeepSpeed runs on CPU processes (gloo): ZeRO-2, ZeRO-3, LoRA, a rank
 killed and resumed, a two-node launch on 127.0.0.1, an injected NaN, and the papermill
-commands of notebook 04."""
+commands of notebook 04. Two ranks where ranks meet (ZeRO partitions and reductions, a
+restarted rank, ranks with different batches); one where the behaviour is the launcher's
+or one rank's (relaunch, a reused folder, LoRA's adapter, the NaN flags): each rank is a
+process importing torch, transformers and DeepSpeed."""
 
 from __future__ import annotations
 
@@ -102,7 +105,8 @@ def test_lora_run_saves_an_adapter_and_merged_weights(tmp_path):
 
     from hyport_lib.models.tiny import ensure_tiny_model
 
-    result = _train(tmp_path, finetuning_type="lora", lora_rank=4, lora_alpha=8, learning_rate=1e-2)
+    result = _train(tmp_path, finetuning_type="lora", lora_rank=4, lora_alpha=8, learning_rate=1e-2,
+                    num_cards=1)
     assert result.status == "ok", result.reason
     assert result.worker["trainable_parameters"] < _tiny_parameters() / 10
     assert (Path(result.final_dir) / "adapter" / "adapter_config.json").is_file()
@@ -137,11 +141,11 @@ def test_a_rank_killed_mid_run_is_restarted_and_resumes(zero2_run, tmp_path, mon
 
 def test_a_killed_run_relaunched_with_resume_auto_ends_at_max_steps(tmp_path, monkeypatch):
     monkeypatch.setenv("HYPORT_TEST_KILL_AT_STEP", "3:0")
-    failed = _train(tmp_path, "job", max_steps=5, save_steps=2, resume_from="auto")
+    failed = _train(tmp_path, "job", max_steps=5, save_steps=2, resume_from="auto", num_cards=1)
     assert failed.status == "failed" and failed.verdict()[0] == "FAIL"
     assert "SIGKILL" in failed.reason or "rank" in failed.reason
     monkeypatch.delenv("HYPORT_TEST_KILL_AT_STEP")
-    resumed = _train(tmp_path, "job", max_steps=5, save_steps=2, resume_from="auto")
+    resumed = _train(tmp_path, "job", max_steps=5, save_steps=2, resume_from="auto", num_cards=1)
     assert resumed.status == "ok", resumed.reason
     assert resumed.plan["resume_checkpoint"].endswith("checkpoint-2")
     assert _steps(resumed) == [1, 2, 3, 4, 5]
@@ -162,7 +166,7 @@ def test_text_only_and_image_batches_on_different_ranks_train(tmp_path):
 
 def test_injected_nan_shows_in_the_flags(tmp_path, monkeypatch):
     monkeypatch.setenv("HYPORT_TEST_NAN_AT_STEP", "2")
-    result = _train(tmp_path, max_steps=3, save_steps=100000)
+    result = _train(tmp_path, max_steps=3, save_steps=100000, num_cards=1)
     assert result.status == "ok", result.reason
     flagged = {r["step"]: r["nonfinite_loss"] for r in result.metrics}
     # the metrics file is strict JSON: the NaN is a null beside its flag
@@ -231,10 +235,10 @@ def test_a_reused_output_dir_never_passes_off_old_checkpoints(zero2_run, tmp_pat
     first = zero2_run
     shutil.copytree(first.plan["output_dir"], tmp_path / "job")
     assert [c["step"] for c in first.checkpoints] == list(range(2, ZERO2_STEPS + 1, 2))
-    again = _train(tmp_path, "job", max_steps=2, save_steps=2, resume_from="none")
+    again = _train(tmp_path, "job", max_steps=2, save_steps=2, resume_from="none", num_cards=1)
     assert [c["step"] for c in again.checkpoints] == [2] and again.last_checkpoint.endswith("checkpoint-2")
     assert again.verdict()[0] == "PASS"
     monkeypatch.setenv("SAVE_STEPS", "100000")
-    resumed = _train(tmp_path, "job", max_steps=5, save_steps=2, resume_from="auto")
+    resumed = _train(tmp_path, "job", max_steps=5, save_steps=2, resume_from="auto", num_cards=1)
     assert resumed.worker["resumed_step"] == 2 and resumed.verdict()[0] == "PASS", resumed.verdict()
     assert [c["step"] for c in resumed.checkpoints] == [2, 5]  # no checkpoint-4: 100000 won

@@ -130,8 +130,8 @@ def blog_title(lang: str) -> str:
 
 
 def blog_facts(record: dict) -> dict:
-    """The backend the run used, for the draft's title."""
-    return {"device": dig(record, "data", "device")}
+    """The backend the run used and the cards the next stages use, for the draft's title."""
+    return {"device": dig(record, "data", "device"), "cards": dig(record, "data", "num_cards")}
 
 
 def blog_section(record: dict, draft: Draft) -> list[str]:

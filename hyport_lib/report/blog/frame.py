@@ -18,12 +18,12 @@ from hyport_lib.stages import discover_stages
 
 def title(ctx: BlogContext) -> list[str]:
     """The heading: the model, the device and the number of cards, as the run recorded them
-    (the device the stages found, ``blog_facts``, before the one asked for)."""
+    (the device and cards the stages found, ``blog_facts``, before the ones asked for)."""
     params = ctx.draft.parameters
     device = ctx.draft.facts.get("device", params.get("device", "auto"))
     values = {"model": code(params.get("model_path", "tiny")), "device": code(device),
               "run_id": code(ctx.run.run_id)}
-    cards = params.get("num_cards")
+    cards = ctx.draft.facts.get("cards", params.get("num_cards"))
     if is_number(cards):
         return [f"# {ctx.t['title_cards'].format(cards=num(cards), **values)}", ""]
     return [f"# {ctx.t['title'].format(**values)}", ""]
