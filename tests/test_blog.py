@@ -140,7 +140,7 @@ def train_data(steps: int = 5) -> dict:
     metrics = [{"step": i, "loss": 3.0 - 0.25 * i, "learning_rate": 1e-4, "tokens_per_s_per_card": 100.0 + i,
                 "real_tokens_per_s_per_card": 80.0 + i} for i in range(1, steps + 1)]
     return {"status": "ok", "exit_code": 0, "wall_s": 12.5, "why": f"{steps} steps, exit code 0",
-            "plan": {"world_size": 2, "precision": "bf16", "attn_implementation": "hyport_torch",
+            "plan": {"world_size": 2, "nproc_per_node": 2, "precision": "bf16", "attn_implementation": "hyport_torch",
                      "deepspeed": {"zero_stage": 2},
                      "params": {"max_steps": steps, "per_device_train_batch_size": 1,
                                 "gradient_accumulation_steps": 1, "gradient_checkpointing": True,
@@ -321,10 +321,11 @@ def test_secret_values_are_scrubbed(tmp_path, monkeypatch):
 
 
 def test_the_reproduce_command_names_the_profile_and_what_differs(tmp_path):
-    from hyport_lib.report.profiles import resolve_profile
+    from hyport_lib.report.profiles import load_profile, resolve_profile
 
-    run = make_run(tmp_path, {}, parameters={"device": "cpu", "num_cards": 2, "max_steps": 7})
-    run.profile = str(resolve_profile("default"))
+    profile = resolve_profile("default")
+    run = make_run(tmp_path, {}, parameters={**load_profile(profile), "max_steps": 7})
+    run.profile = str(profile)
     en = render_blog(run)
     assert "hyport report --profile default -p max_steps=7" in en
 
@@ -433,6 +434,16 @@ def test_the_title_counts_the_cards_stage_01_found_before_the_ones_asked_for(tmp
     assert "card" not in render_blog(without, "en").splitlines()[0]
     asked = make_run(tmp_path / "asked", {}, parameters={"device": "cpu", "num_cards": 3})
     assert " on 3 `cpu` card(s)" in render_blog(asked, "en").splitlines()[0]
+    write_result(asked, "01_environment", "PASS", {"device": "cpu", "num_cards": 2})  # 3 asked, 2 found
+    assert " on 2 `cpu` card(s)" in render_blog(asked, "en").splitlines()[0]
+    # without stage 01, the cards the grid or the training ran on
+    later = make_run(tmp_path / "later", {"03_inference": "PASS"}, parameters={"device": "cpu"})
+    write_result(later, "03_inference", "PASS", {"plan": {"cards": [{"card": 0, "run": True},
+                                                                    {"card": 1, "run": False}]}})
+    assert " on 1 `cpu` card(s)" in render_blog(later, "en").splitlines()[0]
+    trained = make_run(tmp_path / "trained", {"04_train": "PASS"}, parameters={"device": "cpu"})
+    write_result(trained, "04_train", "PASS", train_data())
+    assert " on 2 `cpu` card(s)" in render_blog(trained, "en").splitlines()[0]
 
 
 def test_a_run_without_the_training_stage_says_so_in_the_dataset_notes(tmp_path):

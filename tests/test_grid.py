@@ -337,7 +337,7 @@ def test_eight_cpu_workers_agree(eight_cards):
 @pytest.mark.slow
 def test_faults_are_isolated_and_reported(eight_cards, tmp_path):
     ok_wall = eight_cards[0].wall_s
-    # Five cards, one of each fault between healthy ones (fewer workers than the eight
+    # Five cards: two healthy ones and one of each fault (fewer workers than the eight
     # above, so their wall time is long enough for the healthy ones, short for a test).
     timeout_s = max(20.0, 1.1 * ok_wall)
     started = time.monotonic()

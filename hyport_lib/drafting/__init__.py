@@ -35,7 +35,7 @@ Blog drafts (``blog.en.md``, ``blog.zh.md``), every text in ``draft.lang``:
   across stages;
 * ``blog_facts(record) -> dict``: run-wide facts other sections and the title use
   (``device``: the backend the run used; ``model_folder``: the model folder the stages
-  loaded); the first stage's value is kept;
+  loaded; ``cards``: the cards they used on this host); the first stage's value is kept;
 * ``blog_notes(record) -> list[str]``: recorded notes that qualify the stage's figures,
   quoted among the caveats;
 * ``blog_appendix(record, draft, *, in_run) -> list[str]``: a section of its own after

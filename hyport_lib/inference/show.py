@@ -176,8 +176,10 @@ def blog_title(lang: str) -> str:
 
 
 def blog_facts(record: dict) -> dict:
-    """The model folder the workers loaded (``tiny`` resolves to a built folder)."""
-    return {"model_folder": dig(record, "data", "config", "model_path")}
+    """The model folder the workers loaded (``tiny`` resolves to a built folder) and the
+    number of cards the grid ran on."""
+    cards = [c for c in as_list(dig(record, "data", "plan", "cards")) if isinstance(c, dict) and c.get("run")]
+    return {"model_folder": dig(record, "data", "config", "model_path"), "cards": len(cards) or None}
 
 
 def blog_section(record: dict, draft: Draft) -> list[str]:

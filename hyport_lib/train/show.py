@@ -270,8 +270,9 @@ def blog_title(lang: str) -> str:
 
 
 def blog_facts(record: dict) -> dict:
-    """The model folder the training loaded."""
-    return {"model_folder": dig(record, "data", "plan", "model_path")}
+    """The model folder the training loaded and its processes on this node (one a card)."""
+    return {"model_folder": dig(record, "data", "plan", "model_path"),
+            "cards": dig(record, "data", "plan", "nproc_per_node")}
 
 
 def blog_notes(record: dict) -> list[str]:
