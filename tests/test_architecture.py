@@ -37,7 +37,8 @@ MODULES = sorted(p for p in PACKAGE.rglob("*.py") if "__pycache__" not in p.part
 FRONT_ENDS = ("hyport_lib.commands", "hyport_lib.report", "hyport_lib.env", "hyport_lib.__main__")
 STAGES = tuple(f"hyport_lib.{stage.name}" for stage in discover_stages())
 RUNTIME = ("hyport_lib.backend", "hyport_lib.models", "hyport_lib.npu_attention", "hyport_lib.devices",
-           "hyport_lib.checkpoint_files", "hyport_lib.processes", "hyport_lib.scan")
+           "hyport_lib.checkpoint_files", "hyport_lib.processes", "hyport_lib.scan",
+           "hyport_lib.port")
 UTILITIES = ("hyport_lib.utils", "hyport_lib.results", "hyport_lib.display", "hyport_lib.stages",
              "hyport_lib.params", "hyport_lib.drafting")
 
@@ -380,7 +381,9 @@ def _device_calls(path: Path) -> list[str]:
 
 
 def test_only_the_backend_seam_touches_torch_npu_and_torch_cuda():
-    allowed = {PACKAGE / "backend.py"}
+    # The generated module is the seam of a *ported* tree (copied there, never imported
+    # by hyport): it may not import hyport's seam, so it has its own.
+    allowed = {PACKAGE / "backend.py", PACKAGE / "port" / "generated" / "flash_attn_ascend.py"}
     offenders = {str(p.relative_to(REPO)): _device_calls(p) for p in MODULES if p not in allowed}
     offenders = {k: v for k, v in offenders.items() if v}
     assert not offenders, offenders

@@ -1,0 +1,103 @@
+"""``hyport port SRC --out DST``: a reviewed, proven port of CUDA / flash-attn model code.
+
+Writes the ported copy, ``DST/port.diff`` and ``DST/port.json``, prints every change
+and every spot left for a human, then proves the port (see
+:mod:`hyport_lib.port.proof`). Exit status: 0 when the port is written and its proof
+PASSes (or ``--no-proof``), 1 when the proof FAILs, 2 on bad input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from hyport_lib.port.proof import prove_port
+from hyport_lib.port.tree import port_tree, write_record
+
+NAME = "port"
+HELP = ("Rewrite a copy of model code for Ascend (flash_attn -> npu_fusion_attention, .cuda(), "
+        "torch.cuda, nccl, is_cuda guards), write port.diff / port.json, prove it on a tiny model.")
+SNIPPET_WIDTH = 70
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("src", help="folder of model code (or one .py file); only read")
+    parser.add_argument("--out", required=True, metavar="DST",
+                        help="new folder for the ported copy (must not exist, or be empty)")
+    parser.add_argument("--no-proof", action="store_true", help="write the port, skip the proof")
+    parser.add_argument("--proof-dtype", default="auto",
+                        choices=("auto", "float32", "bfloat16", "float16"),
+                        help="dtype of the proof; auto: float32, bfloat16 where the code keeps "
+                             "flash attention to half precision")
+    parser.add_argument("--proof-config", action="append", default=[], metavar="KEY=JSON",
+                        help="a config field of the tiny model, its value as JSON "
+                             "(repeatable), e.g. 'rope_scaling={\"type\": \"dynamic\", \"factor\": 2.0}'")
+    parser.add_argument("--seed", type=int, default=0, help="seeds the proof's weights and inputs")
+    parser.add_argument("--json", action="store_true", help="print port.json instead of the table")
+
+
+def config_overrides(values: list[str]) -> dict:
+    """``KEY=JSON`` strings as a dict; ValueError naming the bad one."""
+    out = {}
+    for value in values:
+        key, sep, text = value.partition("=")
+        if not sep or not key.strip():
+            raise ValueError(f"--proof-config {value!r}: expected KEY=JSON")
+        try:
+            out[key.strip()] = json.loads(text)
+        except ValueError as exc:
+            raise ValueError(f"--proof-config {value!r}: the value is not JSON ({exc})") from exc
+    return out
+
+
+def _cut(text: str) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= SNIPPET_WIDTH else text[:SNIPPET_WIDTH - 1] + "…"
+
+
+def format_text(result) -> str:
+    """The port as a reader wants it: changes, spots for a human, the proof."""
+    out = [f"ported {result.src} -> {result.dst}: {len(result.changes)} change(s) in "
+           f"{len(result.files_changed)} file(s), {len(result.manual)} spot(s) left for a human"]
+    for change in result.changes:
+        out.append(f"  {change.file}:{change.line}  {change.kind}  {_cut(change.before)}  ->  "
+                   f"{_cut(change.after)}")
+    for spot in result.manual:
+        out.append(f"  LEFT {spot.file}:{spot.line}  {spot.kind}  {_cut(spot.snippet)}: {spot.why}")
+    for rel in result.generated:
+        out.append(f"  added {rel}")
+    for file, error in result.unparsable:
+        out.append(f"  NOT PARSED {file}: {error} (copied as it was)")
+    proof = result.proof
+    if proof is None:
+        out.append("proof: skipped (--no-proof)")
+        return "\n".join(out)
+    if proof["error"]:
+        out.append(f"proof: FAIL: {proof['error']}")
+        return "\n".join(out)
+    out.append(f"proof: {proof['verdict']}  {proof['model_class']} ({proof['model_kind']}), "
+               f"{proof['dtype']} on {proof['device']}")
+    out.append(f"  reference: {proof['reference']}")
+    out.append(f"  port: {proof['ported_path']}")
+    for case in proof["cases"]:
+        numbers = "" if case["max_abs"] is None else \
+            f"max|diff| {case['max_abs']:.3g} (bound {case['bound']:.3g}), cosine {case['cosine']:.6f}, "
+        tokens = "" if case["tokens_match"] is None else \
+            f"tokens {'identical' if case['tokens_match'] else 'DIFFER'}, "
+        out.append(f"  {case['verdict']}  {case['name']}: {numbers}{tokens}"
+                   f"{case['npu_calls']} NPU attention call(s)"
+                   + (f"  [{case['detail']}]" if case["detail"] else ""))
+    for note in proof["notes"]:
+        out.append(f"  note: {note}")
+    return "\n".join(out)
+
+
+def run(args: argparse.Namespace) -> int:
+    overrides = config_overrides(args.proof_config)
+    result = port_tree(args.src, args.out)
+    if not args.no_proof:
+        result.proof = prove_port(result.src, result.dst, dtype=args.proof_dtype, seed=args.seed,
+                                  config_overrides=overrides).to_dict()
+        write_record(result)
+    print(json.dumps(result.to_dict(), indent=2) if args.json else format_text(result))
+    return 0 if result.proof is None or result.proof["verdict"] == "PASS" else 1

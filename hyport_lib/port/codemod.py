@@ -1,0 +1,434 @@
+# hyport-scan: ignore-file (this module is the table of CUDA names the port rewrites)
+"""The Python rewrite of ``hyport port``: a LibCST transformer over one file.
+
+LibCST keeps everything it does not touch byte for byte (comments, blank lines,
+quotes, line breaks inside brackets), so the diff holds the ported lines only.
+What it rewrites (each a :class:`Change`):
+
+* ``from flash_attn[.flash_attn_interface|.bert_padding|.layers.rotary] import ...`` of
+  names the generated ``flash_attn_ascend.py`` serves -> ``from .flash_attn_ascend
+  import ...`` (also inside functions); ``import flash_attn`` -> the module under that name;
+* ``x.cuda(...)`` -> ``x.to(accelerator_device(...))``;
+* ``torch.cuda.<served name>`` -> ``accelerator_module().<name>`` (``torch.npu`` on an NPU);
+* ``"cuda"`` / ``"cuda:N"`` / ``f"cuda:{i}"`` given as an argument -> ``accelerator_type()``;
+* ``"nccl"`` -> ``distributed_backend()`` (also in ``backend == "nccl"``);
+* ``x.is_cuda`` -> ``flash_supported(x)`` where it guards attention (the scan's rule),
+  else ``on_accelerator(x)``;
+* ``attn_implementation="flash_attention_2"`` -> ``hf_attn_implementation()``.
+
+What it must not rewrite is listed as a :class:`ManualSpot` with its reason, and the
+code is left exactly as it was: Triton kernels, ``torch.jit.script`` (nothing inside a
+scripted function is changed: the helpers are not scriptable), apex, xformers, CUDA
+graphs, C++/CUDA extensions, ``torch.cuda`` names with no NPU counterpart, flash-attn
+names the generated module does not serve.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from dataclasses import asdict, dataclass
+from typing import Optional
+
+import libcst as cst
+from libcst.codemod import CodemodContext
+from libcst.codemod.visitors import AddImportsVisitor
+from libcst.metadata import MetadataWrapper, PositionProvider
+
+from hyport_lib.scan.guards import is_cuda_guards
+
+GENERATED_MODULE = "flash_attn_ascend"
+
+#: flash-attn modules whose names the generated module serves.
+SERVED_FLASH_MODULES = ("flash_attn", "flash_attn.flash_attn_interface", "flash_attn.bert_padding",
+                        "flash_attn.layers.rotary")
+SERVED_FLASH_NAMES = frozenset({
+    "flash_attn_func", "flash_attn_qkvpacked_func", "flash_attn_kvpacked_func",
+    "flash_attn_varlen_func", "flash_attn_varlen_qkvpacked_func",
+    "flash_attn_varlen_kvpacked_func", "flash_attn_unpadded_func",
+    "flash_attn_unpadded_qkvpacked_func", "flash_attn_unpadded_kvpacked_func",
+    "index_first_axis", "unpad_input", "pad_input", "apply_rotary_emb", "apply_rotary_emb_func",
+})
+#: ``torch.cuda`` names that ``torch.npu`` has with the same meaning (torch_npu 2.x).
+SERVED_CUDA_NAMES = frozenset({
+    "is_available", "device_count", "current_device", "set_device", "synchronize",
+    "empty_cache", "manual_seed", "manual_seed_all", "memory_allocated",
+    "max_memory_allocated", "memory_reserved", "max_memory_reserved",
+    "reset_peak_memory_stats", "is_bf16_supported", "get_device_name",
+    "get_device_properties", "mem_get_info", "Stream", "Event", "stream", "current_stream",
+    "device", "get_rng_state", "set_rng_state", "seed", "initial_seed",
+})
+_CUDA_GRAPH_NAMES = frozenset({"graph", "graphs", "CUDAGraph", "make_graphed_callables"})
+_CUDA_DEVICE_RE = re.compile(r"^cuda(:(\d+))?$")
+_UNPORTABLE_IMPORTS = {
+    "triton": "a Triton kernel: Ascend has no Triton backend here; port it to torch ops "
+              "(or an Ascend C kernel) by hand",
+    "apex": "apex is CUDA-only: use torch.nn / torch.optim equivalents (torch_npu ships fused "
+            "optimizers) by hand",
+    "xformers": "xformers is CUDA-only: replace its attention with flash_attn_ascend's "
+                "functions or SDPA by hand",
+}
+
+
+@dataclass(frozen=True)
+class Change:
+    """One rewrite: where, what kind, the code before and after."""
+
+    file: str
+    line: int
+    kind: str
+    before: str
+    after: str
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class ManualSpot:
+    """Code left as it was for a human, and why."""
+
+    file: str
+    line: int
+    kind: str
+    snippet: str
+    why: str
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def _dotted(node) -> Optional[str]:
+    """``a.b.c`` of a Name / Attribute chain, else None."""
+    if isinstance(node, cst.Name):
+        return node.value
+    if isinstance(node, cst.Attribute):
+        head = _dotted(node.value)
+        return None if head is None else f"{head}.{node.attr.value}"
+    return None
+
+
+def _string_value(node) -> Optional[str]:
+    if isinstance(node, cst.SimpleString):
+        try:
+            value = ast.literal_eval(node.value)
+        except (ValueError, SyntaxError):
+            return None
+        return value if isinstance(value, str) else None
+    return None
+
+
+def _is_jit_script(decorator: cst.Decorator) -> bool:
+    target = decorator.decorator
+    if isinstance(target, cst.Call):
+        target = target.func
+    return _dotted(target) in ("torch.jit.script", "jit.script", "torch.jit.script_method")
+
+
+def _call_helper(name: str, *args: cst.Arg) -> cst.Call:
+    return cst.Call(func=cst.Name(name), args=list(args))
+
+
+class PortTransformer(cst.CSTTransformer):
+    """Rewrites one module; read ``changes``, ``manual`` and ``helpers`` afterwards."""
+
+    METADATA_DEPENDENCIES = (PositionProvider,)
+
+    def __init__(self, rel: str, guard_lines: set[tuple[int, int]], relative: bool):
+        super().__init__()
+        self.rel = rel
+        self.guard_lines = guard_lines
+        self.relative = relative
+        self.changes: list[Change] = []
+        self.manual: list[ManualSpot] = []
+        self.helpers: set[str] = set()
+        self._scripted_depth = 0
+        self._module: Optional[cst.Module] = None
+
+    # --- bookkeeping ------------------------------------------------------------------
+    def visit_Module(self, node: cst.Module) -> None:
+        self._module = node
+
+    def _line(self, node) -> int:
+        return self.get_metadata(PositionProvider, node).start.line
+
+    def _code(self, node) -> str:
+        return self._module.code_for_node(node).strip() if self._module else ""
+
+    def _change(self, original, updated, kind: str, helper: Optional[str] = None):
+        if self._scripted_depth:
+            self.manual.append(ManualSpot(self.rel, self._line(original), kind, self._code(original),
+                                          "inside a torch.jit.script function: the port's helpers "
+                                          "are not scriptable, and transfer_to_npu turns "
+                                          "jit.script off; port this function by hand"))
+            return original
+        self.changes.append(Change(self.rel, self._line(original), kind, self._code(original),
+                                   self._code(updated)))
+        if helper:
+            self.helpers.add(helper)
+        return updated
+
+    def _leave_for_human(self, node, kind: str, why: str) -> None:
+        self.manual.append(ManualSpot(self.rel, self._line(node), kind, self._code(node), why))
+
+    # --- torch.jit.script / triton ------------------------------------------------------
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+        for decorator in node.decorators:
+            name = _dotted(decorator.decorator.func if isinstance(decorator.decorator, cst.Call)
+                           else decorator.decorator) or ""
+            if _is_jit_script(decorator):
+                self._scripted_depth += 1
+                self._leave_for_human(node, "jit_script",
+                                      "torch.jit.script: transfer_to_npu disables it, and code "
+                                      "changed inside would not script; review this function")
+            elif name.startswith("triton."):
+                self._leave_for_human(node, "triton_kernel", _UNPORTABLE_IMPORTS["triton"])
+
+    def leave_FunctionDef(self, original_node, updated_node):
+        if any(_is_jit_script(d) for d in original_node.decorators):
+            self._scripted_depth -= 1
+        return updated_node
+
+    # --- imports -------------------------------------------------------------------------
+    def leave_Import(self, original_node, updated_node):
+        names = list(updated_node.names)
+        for alias in names:
+            module = _dotted(alias.name) or ""
+            top = module.split(".")[0]
+            if top in _UNPORTABLE_IMPORTS:
+                self._leave_for_human(original_node, top, _UNPORTABLE_IMPORTS[top])
+        flash = [a for a in names if (_dotted(a.name) or "").split(".")[0] == "flash_attn"]
+        if not flash:
+            return updated_node
+        if len(names) == 1 and _dotted(names[0].name) == "flash_attn":
+            asname = names[0].asname.name.value if names[0].asname else "flash_attn"
+            if self.relative:
+                new = cst.ImportFrom(module=None, relative=[cst.Dot()], names=[
+                    cst.ImportAlias(name=cst.Name(GENERATED_MODULE),
+                                    asname=cst.AsName(name=cst.Name(asname)))])
+            else:
+                new = cst.Import(names=[cst.ImportAlias(
+                    name=cst.Name(GENERATED_MODULE), asname=cst.AsName(name=cst.Name(asname)))])
+            return self._change(original_node, new, "flash_attn_import")
+        self._leave_for_human(original_node, "flash_attn_unserved",
+                              "imports a flash_attn submodule as a module (or with other "
+                              "modules): rewrite its uses to flash_attn_ascend by hand")
+        return updated_node
+
+    def leave_ImportFrom(self, original_node, updated_node):
+        if updated_node.relative:
+            return updated_node
+        module = _dotted(updated_node.module) or ""
+        top = module.split(".")[0]
+        if top in _UNPORTABLE_IMPORTS:
+            self._leave_for_human(original_node, top, _UNPORTABLE_IMPORTS[top])
+            return updated_node
+        if module == "torch.cuda" or module.startswith("torch.cuda."):
+            self._leave_for_human(original_node, "torch_cuda",
+                                  "names imported from torch.cuda: import them from the device's "
+                                  "module (accelerator_module()) by hand")
+            return updated_node
+        imported = [] if isinstance(updated_node.names, cst.ImportStar) else \
+            [_dotted(a.name) for a in updated_node.names]
+        if module.startswith("torch.utils.cpp_extension") or (module == "torch.utils"
+                                                             and "cpp_extension" in imported):
+            self._leave_for_human(original_node, "cuda_extension",
+                                  "builds a C++/CUDA extension: it has no NPU build; port the "
+                                  "kernel by hand")
+            return updated_node
+        if top != "flash_attn":
+            return updated_node
+        names = updated_node.names
+        served = (module in SERVED_FLASH_MODULES and not isinstance(names, cst.ImportStar)
+                  and all(_dotted(a.name) in SERVED_FLASH_NAMES for a in names))
+        if not served:
+            missing = "*" if isinstance(names, cst.ImportStar) else ", ".join(
+                n for a in names if (n := _dotted(a.name)) not in SERVED_FLASH_NAMES) or module
+            self._leave_for_human(original_node, "flash_attn_unserved",
+                                  f"{module}: {missing} has no counterpart in "
+                                  f"{GENERATED_MODULE}.py; the import is left as it was (behind "
+                                  "try/except ImportError the code falls back at run time, "
+                                  "else it fails on a host without flash-attn)")
+            return updated_node
+        new = updated_node.with_changes(
+            module=cst.Name(GENERATED_MODULE),
+            relative=[cst.Dot()] if self.relative else [])
+        return self._change(original_node, new, "flash_attn_import")
+
+    # --- calls, attributes, strings ---------------------------------------------------------
+    def leave_Call(self, original_node, updated_node):
+        func = updated_node.func
+        dotted = _dotted(original_node.func) or ""
+        if dotted in ("torch.jit.script", "jit.script"):
+            self._leave_for_human(original_node, "jit_script",
+                                  "torch.jit.script: transfer_to_npu disables it; check the "
+                                  "scripted code runs unscripted on the NPU")
+            return updated_node
+        if isinstance(func, cst.Attribute) and func.attr.value == "cuda" \
+                and _dotted(func.value) != "torch":
+            device_args = [a for a in updated_node.args
+                           if a.keyword is None or a.keyword.value == "device"]
+            other = [a for a in updated_node.args if a not in device_args]
+            helper_args = [a.with_changes(keyword=None, equal=cst.MaybeSentinel.DEFAULT)
+                           for a in device_args]
+            new = cst.Call(func=cst.Attribute(value=func.value, attr=cst.Name("to")),
+                           args=[cst.Arg(_call_helper("accelerator_device", *helper_args)), *other])
+            return self._change(original_node, new, "cuda_call", "accelerator_device")
+        return updated_node
+
+    def leave_Attribute(self, original_node, updated_node):
+        value = _dotted(original_node.value)
+        attr = original_node.attr.value
+        if value == "torch.cuda":
+            if attr in SERVED_CUDA_NAMES:
+                new = cst.Attribute(value=_call_helper("accelerator_module"), attr=updated_node.attr)
+                return self._change(original_node, new, "torch_cuda", "accelerator_module")
+            if attr in _CUDA_GRAPH_NAMES:
+                why = ("CUDA graphs: torch_npu has its own graph mode (torch.npu.NPUGraph / "
+                       "torchair); capture and replay must be ported by hand")
+            elif attr == "get_device_capability":
+                why = ("torch.npu.get_device_capability() returns None on torch_npu: a test "
+                       "of the compute capability must be rewritten by hand")
+            elif attr == "amp":
+                why = "use torch.amp.autocast(device_type=accelerator_type()) / torch.amp.GradScaler"
+            else:
+                why = f"torch.cuda.{attr} has no checked NPU counterpart: port it by hand"
+            self._leave_for_human(original_node, "torch_cuda", why)
+            return updated_node
+        if value == "torch.backends" and attr == "cuda":
+            self._leave_for_human(original_node, "torch_cuda",
+                                  "torch.backends.cuda settings (matmul / SDPA kernels) have no "
+                                  "NPU meaning: decide by hand")
+            return updated_node
+        if attr == "is_cuda":
+            line_col = self.get_metadata(PositionProvider, original_node).start
+            if (line_col.line, line_col.column) in self.guard_lines:
+                helper, kind = "flash_supported", "is_cuda_guard"
+            else:
+                helper, kind = "on_accelerator", "is_cuda"
+            new = _call_helper(helper, cst.Arg(updated_node.value))
+            return self._change(original_node, new, kind, helper)
+        return updated_node
+
+    def leave_Arg(self, original_node, updated_node):
+        keyword = original_node.keyword.value if original_node.keyword else None
+        text = _string_value(updated_node.value)
+        if keyword in ("attn_implementation", "_attn_implementation") and text == "flash_attention_2":
+            new = updated_node.with_changes(value=_call_helper("hf_attn_implementation"))
+            return self._change(original_node, new, "attn_implementation", "hf_attn_implementation")
+        if text is not None and (match := _CUDA_DEVICE_RE.match(text)) and keyword in (None, "device"):
+            device = _call_helper("accelerator_type")
+            if match.group(2) is not None:
+                device = _call_helper("accelerator_device", cst.Arg(cst.Integer(match.group(2))))
+            new = updated_node.with_changes(value=device)
+            helper = "accelerator_type" if match.group(2) is None else "accelerator_device"
+            return self._change(original_node, new, "cuda_device", helper)
+        if isinstance(updated_node.value, cst.FormattedString) and keyword in (None, "device"):
+            parts = updated_node.value.parts
+            if parts and isinstance(parts[0], cst.FormattedStringText) \
+                    and parts[0].value.startswith("cuda:") and len(parts) == 2 \
+                    and isinstance(parts[1], cst.FormattedStringExpression):
+                new = updated_node.with_changes(value=_call_helper(
+                    "accelerator_device", cst.Arg(parts[1].expression)))
+                return self._change(original_node, new, "cuda_device", "accelerator_device")
+        return updated_node
+
+    def leave_SimpleString(self, original_node, updated_node):
+        if _string_value(original_node) == "nccl":
+            return self._change(original_node, _call_helper("distributed_backend"), "nccl",
+                                "distributed_backend")
+        return updated_node
+
+    def leave_DictElement(self, original_node, updated_node):
+        # a dict keyed by backend names keeps its keys: only values and arguments change
+        if _string_value(original_node.key) == "nccl" and not isinstance(updated_node.key,
+                                                                         cst.SimpleString):
+            self.changes = [c for c in self.changes if not (c.kind == "nccl" and
+                                                            c.line == self._line(original_node))]
+            return updated_node.with_changes(key=original_node.key)
+        return updated_node
+
+
+def _guard_positions(source: str) -> set[tuple[int, int]]:
+    """(line, column) of each ``.is_cuda`` attribute the scan calls an attention guard."""
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return set()
+    guards = is_cuda_guards(tree)
+    lines = source.splitlines()
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and id(node) in guards:
+            line = lines[node.lineno - 1] if node.lineno <= len(lines) else ""
+            # ast counts UTF-8 bytes, LibCST characters
+            column = len(line.encode("utf-8")[:node.col_offset].decode("utf-8", "replace"))
+            found.add((node.lineno, column))
+    return found
+
+
+@dataclass
+class FileResult:
+    """One file's port: the new text (None when unchanged) and what happened."""
+
+    code: Optional[str]
+    changes: list[Change]
+    manual: list[ManualSpot]
+
+
+def port_python(source: str, rel: str, *, relative: bool) -> FileResult:
+    """Port one Python file's text.
+
+    Args:
+        source: the file's text.
+        rel: its path in the tree (named in changes and spots).
+        relative: import the generated module relatively (the file lives in a package or
+            is remote code whose siblings it imports with ``from .x import``).
+
+    Returns:
+        A :class:`FileResult`; ``code`` is None when nothing changed.
+
+    Raises:
+        libcst.ParserSyntaxError: the file does not parse.
+    """
+    module = cst.parse_module(source)
+    transformer = PortTransformer(rel, _guard_positions(source), relative)
+    new = MetadataWrapper(module).visit(transformer)
+    if transformer.helpers:
+        context = CodemodContext()
+        for helper in sorted(transformer.helpers):
+            AddImportsVisitor.add_needed_import(context, GENERATED_MODULE, helper,
+                                                relative=1 if relative else 0)
+        new = AddImportsVisitor(context).transform_module(new)
+    changes = sorted(transformer.changes, key=lambda c: (c.line, c.kind))
+    manual = sorted(set(transformer.manual), key=lambda m: (m.line, m.kind))
+    code = new.code if new.code != source else None
+    return FileResult(code, changes, manual)
+
+
+def uses_relative_imports(source: str) -> bool:
+    """Whether the file imports siblings with ``from .x import`` (then it is run as part of
+    a package, as transformers runs remote code)."""
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return False
+    return any(isinstance(n, ast.ImportFrom) and n.level for n in ast.walk(tree))
+
+
+def unpad_arities(source: str) -> set[int]:
+    """How many values the file unpacks from ``unpad_input(...)`` (4 before flash-attn
+    2.7, 5 after): the generated module must return what the code expects."""
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return set()
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call) \
+                and len(node.targets) == 1 and isinstance(node.targets[0], (ast.Tuple, ast.List)):
+            func = node.value.func
+            name = func.id if isinstance(func, ast.Name) else getattr(func, "attr", "")
+            if name == "unpad_input":
+                found.add(len(node.targets[0].elts))
+    return found

@@ -1,0 +1,288 @@
+"""The proof of a port: the original code and the ported code, same tiny model, same inputs.
+
+* **Reference**: the original tree imported with hyport's ``flash_attn`` shim on SDPA
+  (flash-attn's semantics). Where the original's flash path cannot run on this host (an
+  ``assert q.is_cuda`` on a CPU, say) the reference is the original's own non-flash
+  path, and the record says so.
+* **Port**: the ported tree imported *without* any ``flash_attn`` (the import fails if
+  the port left one), its generated module forced onto the NPU path:
+  ``torch_npu.npu_fusion_attention`` on an NPU; elsewhere the same call, served by
+  hyport's CPU emulation of the documented contract (labelled so).
+* **Cases**: a dense and a padded batch for a causal LM (plus greedy tokens), one image
+  and two images packed for a NaViT-style vision tower, an image batch for a vision model.
+* **Verdict** per case: outputs finite and within the tolerance of the dtype, cosine
+  similarity above the floor, greedy tokens identical, and at least one NPU attention
+  call per forward (a port whose attention never runs proves nothing: FAIL).
+
+``dtype="auto"`` proves in float32 and, when the model's code keeps flash attention to
+half precision (a dtype assert, or no call reached in float32), in bfloat16; the record
+names the reason.
+"""
+
+from __future__ import annotations
+
+import copy
+import sys
+import traceback
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Optional
+
+import torch
+
+from hyport_lib.backend import get_backend, import_torch_npu
+from hyport_lib.npu_attention import emulation
+from hyport_lib.npu_attention.shim import (DEFAULT_VERSION, install_flash_attn_shim,
+                                           uninstall_flash_attn_shim)
+from hyport_lib.port import tiny
+from hyport_lib.port.codemod import GENERATED_MODULE
+
+#: max|port - reference| <= TOLERANCE[dtype] * max(1, max|reference|), and cosine above.
+TOLERANCE = {torch.float32: 1e-4, torch.bfloat16: 3e-2, torch.float16: 5e-3}
+COSINE_MIN = {torch.float32: 0.99999, torch.bfloat16: 0.999, torch.float16: 0.9999}
+GREEDY_STEPS = 4
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+@dataclass
+class ProofCase:
+    """One input case of the proof."""
+
+    name: str
+    kind: str
+    verdict: str
+    max_abs: Optional[float] = None
+    bound: Optional[float] = None
+    cosine: Optional[float] = None
+    npu_calls: int = 0
+    tokens_match: Optional[bool] = None
+    detail: str = ""
+
+
+@dataclass
+class PortProof:
+    """The proof's record (a stage-02 record in the report)."""
+
+    verdict: str
+    model_class: str = ""
+    model_kind: str = ""
+    config: dict = field(default_factory=dict)
+    dtype: str = ""
+    device: str = ""
+    reference: str = ""
+    ported_path: str = ""
+    emulated: bool = True
+    cases: list[ProofCase] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    error: str = ""
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    def frame(self):
+        import pandas as pd
+
+        return pd.DataFrame([asdict(c) for c in self.cases])
+
+
+class _ProofFailure(Exception):
+    """A step of the proof that ends it with a FAIL and a reason."""
+
+
+def _where(exc: BaseException, roots: tuple[Path, ...]) -> str:
+    """``file:line`` of the innermost frame inside the model trees."""
+    for frame in reversed(traceback.extract_tb(exc.__traceback__)):
+        path = Path(frame.filename)
+        for root in roots:
+            if root in path.parents:
+                return f"{path.relative_to(root)}:{frame.lineno} `{(frame.line or '').strip()}`"
+    return ""
+
+
+def _nfa_source(device: torch.device) -> tuple[Optional[object], str, bool]:
+    """(callable to set on the generated module or None for its own torch_npu import,
+    description, emulated)."""
+    torch_npu, _ = import_torch_npu()
+    if torch_npu is not None and device.type == "npu":
+        return None, f"torch_npu.npu_fusion_attention on {device}", False
+    if torch_npu is not None and getattr(torch_npu, "__hyport_double__", False):
+        return None, ("torch_npu.npu_fusion_attention of the torch_npu test double: hyport's CPU "
+                      "emulation of the documented contract (emulated, not an NPU result)"), True
+    return emulation.npu_fusion_attention, ("hyport's CPU emulation of "
+                                            "torch_npu.npu_fusion_attention (emulated, not an NPU "
+                                            "result)"), True
+
+
+def _compare(ref: torch.Tensor, out: torch.Tensor, dtype, valid=None) -> tuple[float, float, float, bool]:
+    ref64, out64 = ref.double(), out.double()
+    if valid is not None:
+        ref64, out64 = ref64[valid.to(ref.device)], out64[valid.to(ref.device)]
+    finite = bool(torch.isfinite(out64).all())
+    max_abs = float((out64 - ref64).abs().max()) if finite else float("inf")
+    bound = TOLERANCE[dtype] * max(1.0, float(ref64.abs().max()))
+    cosine = float(torch.nn.functional.cosine_similarity(ref64.flatten(), out64.flatten(), dim=0)) \
+        if finite else float("nan")
+    return max_abs, bound, cosine, finite
+
+
+def _greedy(model, ids: torch.Tensor) -> list[int]:
+    tokens = ids
+    with torch.no_grad():
+        for _ in range(GREEDY_STEPS):
+            logits = tiny.first_tensor(model(input_ids=tokens, use_cache=False))
+            tokens = torch.cat([tokens, logits[:, -1:].argmax(-1)], dim=1)
+    return tokens[0, ids.shape[1]:].tolist()
+
+
+def _build_reference(src: Path, choice_kwargs, dtype, device, seed, overrides):
+    """The original tree under the shim: (modules, choice, model)."""
+    modules = tiny.load_tree(src, "original")
+    choice = tiny.pick_model(modules)
+    cls = getattr(next(m for m in modules if m.__name__.endswith("." + choice.module)),
+                  choice.class_name)
+    kwargs = tiny.tiny_config_kwargs(cls.config_class, dtype, tiny.read_config_json(src), overrides)
+    choice_kwargs.update(kwargs)
+    model = tiny.build(modules, choice, copy.deepcopy(kwargs), dtype, device, seed)
+    return modules, choice, model
+
+
+def _run(model, batch) -> torch.Tensor:
+    with torch.no_grad():
+        return tiny.first_tensor(model(**batch.inputs, **({"use_cache": False}
+                                                           if batch.kind in ("dense", "padded") else {})))
+
+
+def _prove_in(src: Path, dst: Path, dtype, device, seed, overrides) -> PortProof:
+    roots = (src, dst)
+    proof = PortProof(verdict="FAIL", dtype=str(dtype).replace("torch.", ""), device=str(device))
+    # The flash-attn API the code was written against: unpad_input's 4 or 5 values.
+    generated_text = next((p.read_text(encoding="utf-8") for p in dst.rglob(f"{GENERATED_MODULE}.py")), "")
+    version = "2.6.3" if "UNPAD_INPUT_RETURNS = 4\n" in generated_text else DEFAULT_VERSION
+    shim = install_flash_attn_shim("sdpa", force=True, version=version)
+    if not shim.installed:
+        raise _ProofFailure(f"the flash_attn shim could not be installed: {shim.reason}")
+    original, ported = [], []
+    try:
+        kwargs: dict = {}
+        original, choice, reference = _build_reference(src, kwargs, dtype, device, seed, overrides)
+        proof.model_class, proof.model_kind, proof.config = choice.class_name, choice.kind, dict(kwargs)
+        cases = tiny.batches(choice, reference.config, device, seed)
+        shim_api = getattr(sys.modules["flash_attn"].flash_attn_func, "__self__", None)
+        calls_before = shim_api.calls if shim_api is not None else 0
+        proof.reference = "the original code, its flash path on hyport's flash_attn shim (SDPA)"
+        try:
+            expected = [_run(reference, batch) for batch in cases]
+            if shim_api is not None and shim_api.calls == calls_before:
+                proof.reference = ("the original code's own non-flash path: its flash path did "
+                                   "not run on this host (no call reached the flash_attn shim)")
+        except AssertionError as exc:
+            where = _where(exc, roots)
+            reference = tiny.build(original, choice, copy.deepcopy(tiny.without_flash(kwargs)),
+                                   dtype, device, seed)
+            proof.reference = (f"the original code's own non-flash path: its flash path stops "
+                               f"on this host at {where or 'an assert'}")
+            expected = [_run(reference, batch) for batch in cases]
+        greedy_ref = [_greedy(reference, batch.inputs["input_ids"][i:i + 1])
+                      for batch in cases[:1] if choice.kind == tiny.LM for i in range(2)]
+    finally:
+        uninstall_flash_attn_shim()
+    try:
+        try:
+            ported = tiny.load_tree(dst, "ported")
+        except ImportError as exc:
+            raise _ProofFailure(f"the ported code does not import without flash_attn: {exc}") from exc
+        package = ported[0].__name__.rpartition(".")[0] if ported else ""
+        generated = sys.modules.get(f"{package}.{GENERATED_MODULE}")
+        if generated is None:
+            raise _ProofFailure(f"the ported tree has no {GENERATED_MODULE}.py next to the model")
+        nfa, proof.ported_path, proof.emulated = _nfa_source(device)
+        generated.BACKEND = "npu"
+        if nfa is not None:
+            generated.npu_fusion_attention = nfa
+        model = tiny.build(ported, choice, copy.deepcopy(kwargs), dtype, device, seed)
+        model.load_state_dict(reference.state_dict())
+        for batch, ref in zip(cases, expected):
+            before = generated.CALLS["npu"]
+            try:
+                out = _run(model, batch)
+            except Exception as exc:  # the case fails, the proof goes on to the next one
+                proof.cases.append(ProofCase(batch.name, batch.kind, "FAIL",
+                                             detail=f"{type(exc).__name__}: {exc} "
+                                                    f"{_where(exc, roots)}".strip()))
+                continue
+            calls = generated.CALLS["npu"] - before
+            max_abs, bound, cosine, finite = _compare(ref, out, dtype, batch.valid)
+            problems = []
+            if not finite:
+                problems.append("non-finite output")
+            elif max_abs > bound:
+                problems.append(f"max|diff| {max_abs:.3g} > {bound:.3g}")
+            if finite and cosine < COSINE_MIN[dtype]:
+                problems.append(f"cosine {cosine:.6f} < {COSINE_MIN[dtype]}")
+            if calls == 0:
+                problems.append("no NPU attention call: the forward never reached the port")
+            proof.cases.append(ProofCase(batch.name, batch.kind, "FAIL" if problems else "PASS",
+                                         max_abs, bound, cosine, calls, None, "; ".join(problems)))
+        if greedy_ref:
+            ids = cases[0].inputs["input_ids"]
+            for i, want in enumerate(greedy_ref):
+                before = generated.CALLS["npu"]
+                got = _greedy(model, ids[i:i + 1])
+                calls = generated.CALLS["npu"] - before
+                same = got == want
+                proof.cases.append(ProofCase(
+                    f"greedy, prompt {i + 1}", "greedy", "PASS" if same and calls else "FAIL",
+                    npu_calls=calls, tokens_match=same,
+                    detail="" if same else f"tokens {got} != reference {want}"))
+    finally:
+        tiny.forget_tree(original)
+        tiny.forget_tree(ported)
+    proof.verdict = "PASS" if proof.cases and all(c.verdict == "PASS" for c in proof.cases) else "FAIL"
+    return proof
+
+
+def _half_only(proof: PortProof) -> Optional[str]:
+    """Why a float32 proof says nothing (flash kept to half precision), else None."""
+    for case in proof.cases:
+        if case.detail.startswith("AssertionError") and "dtype" in case.detail:
+            return f"float32 stopped at {case.detail.split(' ', 1)[-1]}"
+    if proof.cases and all(c.npu_calls == 0 for c in proof.cases):
+        return "no NPU attention call in float32 (the code keeps flash attention to half precision)"
+    return None
+
+
+def prove_port(src: str | Path, dst: str | Path, *, dtype: str = "auto", seed: int = 0,
+               device: str = "auto", config_overrides: Optional[dict] = None) -> PortProof:
+    """Prove the port of ``src`` in ``dst`` (see the module docstring).
+
+    Args:
+        src: the original tree.
+        dst: the ported tree (``hyport port``'s output).
+        dtype: ``auto``, ``float32``, ``bfloat16`` or ``float16``.
+        seed: seeds the weights and the inputs.
+        device: where the models run: ``auto`` (the NPU when there is one, else the CPU).
+        config_overrides: config fields set last (``{"rope_scaling": {...}}``), for code
+            that needs a field its config class does not default.
+
+    Returns:
+        A :class:`PortProof`; its ``verdict`` is PASS or FAIL, and ``error`` says why a
+        proof could not be made at all.
+    """
+    if dtype != "auto" and dtype not in DTYPES:
+        raise ValueError(f"dtype={dtype!r}: expected auto, {', '.join(DTYPES)}")
+    backend = get_backend(device)
+    torch_npu, _ = import_torch_npu()
+    # The torch_npu test double answers like an NPU host but holds no device: CPU tensors.
+    real_npu = backend.kind == "npu" and not getattr(torch_npu, "__hyport_double__", False)
+    torch_device = backend.torch_device(0) if real_npu else torch.device("cpu")
+    src, dst = Path(src).resolve(), Path(dst).resolve()
+    try:
+        first = DTYPES["float32" if dtype == "auto" else dtype]
+        proof = _prove_in(src, dst, first, torch_device, seed, config_overrides)
+        why = _half_only(proof) if dtype == "auto" else None
+        if why:
+            proof = _prove_in(src, dst, torch.bfloat16, torch_device, seed, config_overrides)
+            proof.notes.append(f"{why}: proved in bfloat16")
+    except (_ProofFailure, LookupError, ImportError, ValueError) as exc:
+        return PortProof(verdict="FAIL", error=str(exc), device=str(torch_device))
+    return proof

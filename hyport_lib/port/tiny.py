@@ -1,0 +1,248 @@
+"""A tree of model code as a tiny random-weight model: load, pick, shrink, build, feed.
+
+The proof of a port builds the *same* model twice, once from the original code and once
+from the ported code, from the model's own config class shrunk to a few layers of 64
+channels. Weights come from a generator seeded per parameter name, so the two builds
+are identical without trusting either one's initialisation (remote code's
+``_init_weights`` often references classes of a bigger file, and is skipped).
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import inspect
+import itertools
+import sys
+import types
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+import torch
+
+#: Config fields shrunk when the config has them (a field it lacks is not added).
+SHRINK = {
+    "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
+    "num_attention_heads": 2, "num_key_value_heads": 1, "vocab_size": 256,
+    "max_position_embeddings": 256, "kv_channels": 32, "n_embd": 64, "n_layer": 2,
+    "n_head": 2, "d_model": 64, "num_layers": 2,
+}
+#: Config switches that select a flash-attention path (set when the config has them).
+FLASH_SWITCHES = {"use_flash_attn": True, "use_flash_attention": True,
+                  "attn_implementation": "flash_attention_2"}
+#: The input kinds a model's forward is recognised by.
+LM, NAVIT, VISION = "causal_lm", "packed_vision", "vision"
+
+_counter = itertools.count()
+
+
+def load_tree(root: Path, label: str) -> list[types.ModuleType]:
+    """Import the ``modeling*.py`` files of ``root`` (every ``.py`` file when none is named
+    so) as modules of a fresh package, so that relative imports between them work, under
+    a name no other load uses."""
+    name = f"_hyport_port_{label}_{next(_counter)}"
+    package = types.ModuleType(name)
+    package.__path__ = [str(root)]
+    package.__package__ = name
+    spec = importlib.util.spec_from_loader(name, loader=None, is_package=True)
+    spec.submodule_search_locations = [str(root)]
+    package.__spec__ = spec
+    sys.modules[name] = package
+    files = sorted(root.glob("modeling*.py")) or sorted(root.glob("*.py"))
+    # The model files only (transformers' naming): they import what they need, and a
+    # helper beside them may build a CUDA extension on import.
+    return [importlib.import_module(f"{name}.{file.stem}") for file in files
+            if file.stem not in ("__init__", "flash_attn_ascend")]
+
+
+def forget_tree(modules: list[types.ModuleType]) -> None:
+    """Drop a loaded tree from ``sys.modules`` (the next load is a fresh import)."""
+    if not modules:
+        return
+    package = modules[0].__name__.rpartition(".")[0]
+    for key in [k for k in sys.modules if k == package or k.startswith(package + ".")]:
+        del sys.modules[key]
+
+
+def _input_kind(cls) -> Optional[str]:
+    try:
+        parameters = inspect.signature(cls.forward).parameters
+    except (TypeError, ValueError):
+        return None
+    if cls.__name__.endswith(("ForCausalLM", "LMHeadModel")) and "input_ids" in parameters:
+        return LM
+    if "pixel_values" in parameters and ({"grid_thws", "grid_thw"} & set(parameters)):
+        return NAVIT
+    if "pixel_values" in parameters:
+        return VISION
+    return None
+
+
+@dataclass
+class ModelChoice:
+    """The class the proof builds, and how it is fed."""
+
+    class_name: str
+    module: str  # file stem
+    kind: str
+
+
+def pick_model(modules: list[types.ModuleType]) -> ModelChoice:
+    """The model class to prove: a causal LM head if the tree has one, else a packed
+    (NaViT-style) vision model, else a vision model.
+
+    Raises:
+        LookupError: no ``PreTrainedModel`` subclass with a forward of a known kind.
+    """
+    from transformers import PreTrainedModel
+
+    found = []
+    for module in modules:
+        for cls in vars(module).values():
+            if inspect.isclass(cls) and issubclass(cls, PreTrainedModel) \
+                    and cls.__module__ == module.__name__ and "forward" in vars(cls):
+                kind = _input_kind(cls)
+                if kind:
+                    found.append((kind, cls.__name__, module.__name__.rpartition(".")[2]))
+    if not found:
+        raise LookupError("no PreTrainedModel subclass with a forward taking input_ids (a "
+                          "*ForCausalLM / *LMHeadModel) or pixel_values in the tree")
+    order = {LM: 0, NAVIT: 1, VISION: 2}
+    kind, name, stem = min(found, key=lambda f: (order[f[0]], f[1]))
+    return ModelChoice(name, stem, kind)
+
+
+def tiny_config_kwargs(config_cls, dtype: torch.dtype, base: Optional[dict] = None,
+                       overrides: Optional[dict] = None) -> dict:
+    """The keyword arguments of the tiny config.
+
+    Starts from ``base`` (the tree's ``config.json``, when it has one: remote code often
+    reads fields only the checkpoint's config sets), shrinks the sizes, turns the flash
+    switches on, makes the config's own precision flags (``bf16`` / ``fp16`` / ``fp32``)
+    follow ``dtype``, then applies ``overrides`` (the user's, last).
+    """
+    defaults = config_cls()
+    known = set(vars(defaults)) | set(base or {})
+    kwargs = {k: v for k, v in (base or {}).items()
+              if k not in ("architectures", "auto_map", "torch_dtype", "dtype", "transformers_version")}
+    kwargs.update({k: v for k, v in SHRINK.items() if k in known})
+    kwargs.update({k: v for k, v in FLASH_SWITCHES.items() if k in known})
+    flags = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+    for flag, flag_dtype in flags.items():
+        if isinstance(getattr(defaults, flag, None), bool):
+            kwargs[flag] = flag_dtype == dtype
+    kwargs.update(overrides or {})
+    return kwargs
+
+
+def read_config_json(root: Path) -> Optional[dict]:
+    """The tree's ``config.json`` as a dict, or None when it has none.
+
+    Raises:
+        ValueError: the file is not a JSON object (named in the message).
+    """
+    import json
+
+    path = root / "config.json"
+    if not path.is_file():
+        return None
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except ValueError as exc:
+        raise ValueError(f"{path}: not valid JSON ({exc})") from exc
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: expected a JSON object")
+    return data
+
+
+def without_flash(kwargs: dict) -> dict:
+    """The same config with every flash switch off (the model's own eager path)."""
+    off = {"use_flash_attn": False, "use_flash_attention": False, "attn_implementation": "eager"}
+    return {**kwargs, **{k: v for k, v in off.items() if k in kwargs}}
+
+
+def build(modules, choice: ModelChoice, config_kwargs: dict, dtype, device, seed: int):
+    """The tiny model with seeded weights, in eval mode on ``device`` in ``dtype``."""
+    try:  # transformers 5
+        from transformers.initialization import no_init_weights
+    except ImportError:  # transformers 4
+        from transformers.modeling_utils import no_init_weights
+
+    module = next(m for m in modules if m.__name__.endswith("." + choice.module))
+    cls = getattr(module, choice.class_name)
+    config = cls.config_class(**config_kwargs)
+    with no_init_weights():
+        model = cls(config)
+    with torch.no_grad():
+        for name, tensor in model.named_parameters():
+            generator = torch.Generator().manual_seed(seed + zlib.crc32(name.encode()))
+            values = torch.randn(tensor.shape, generator=generator, dtype=torch.float32) * 0.02
+            if tensor.dim() == 1 and name.endswith("weight"):
+                values += 1.0  # norm scales
+            elif tensor.dim() >= 2:
+                values *= 2.5  # ~N(0, 0.05): a signal that survives a few layers
+            tensor.copy_(values.to(tensor.dtype))
+    return model.to(device=device, dtype=dtype).eval()
+
+
+@dataclass
+class Batch:
+    """One input case: its name, kind and the forward's keyword arguments."""
+
+    name: str
+    kind: str
+    inputs: dict
+    valid: Optional[torch.Tensor] = None  # (B, S) bool of positions compared, LM only
+
+
+def batches(choice: ModelChoice, config, device, seed: int) -> list[Batch]:
+    """The cases of the proof for this kind of model."""
+    generator = torch.Generator().manual_seed(seed)
+    if choice.kind == LM:
+        vocab = int(getattr(config, "vocab_size", 256))
+        ids = torch.randint(3, vocab, (2, 16), generator=generator)
+        padded_mask = torch.ones(2, 16, dtype=torch.long)
+        padded_mask[1, 9:] = 0
+        return [
+            Batch("dense", "dense", {"input_ids": ids.to(device)}, torch.ones(2, 16, dtype=torch.bool)),
+            Batch("padded", "padded", {"input_ids": ids.to(device),
+                                       "attention_mask": padded_mask.to(device)},
+                  padded_mask.bool()),
+        ]
+    channels = int(getattr(config, "num_channels", 3))
+    patch = int(getattr(config, "patch_size", 16))
+    if choice.kind == NAVIT:
+        stride = int(getattr(config, "hidden_stride", 2))
+        grids = [[1, 6 * stride, 6 * stride], [1, 4 * stride, 6 * stride]]
+        out = []
+        for name, chosen in (("one image", grids[:1]), ("two images packed", grids)):
+            tokens = sum(t * h * w for t, h, w in chosen)
+            pixels = torch.randn(tokens, channels * patch * patch, generator=generator)
+            out.append(Batch(name, "image" if len(chosen) == 1 else "packed",
+                             {"pixel_values": pixels.to(device),
+                              "grid_thws": torch.tensor(chosen, device=device)}))
+        return out
+    size = int(getattr(config, "image_size", 224))
+    pixels = torch.randn(2, channels, size, size, generator=generator)
+    return [Batch("image batch", "image", {"pixel_values": pixels.to(device)})]
+
+
+def first_tensor(output) -> torch.Tensor:
+    """The logits of an LM output, else the first tensor of the output."""
+    logits = getattr(output, "logits", None)
+    if isinstance(logits, torch.Tensor):
+        return logits
+    if isinstance(output, torch.Tensor):
+        return output
+    values = output.values() if hasattr(output, "values") else output
+    for value in values:
+        if isinstance(value, torch.Tensor):
+            return value
+    raise TypeError(f"the model's output {type(output).__name__} holds no tensor")
+
+
+def source_file_of(modules, choice: ModelChoice) -> Path:
+    module = next(m for m in modules if m.__name__.endswith("." + choice.module))
+    return Path(module.__file__)
