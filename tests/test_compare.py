@@ -321,9 +321,9 @@ def test_cli_writes_json_and_exit_code(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("HYPORT_RESULTS_DIR", str(tmp_path / "results"))
     out = tmp_path / "rows.json"
     rc = main(["attention", "--dtypes", "[float32]", "--model-path", "none", "--json", str(out),
-               "--code-path", str(planted_example(tmp_path / "code"))])
+               "--code-path", str(planted_example(tmp_path / "code")), "--port", "false"])
     text = capsys.readouterr().out
-    assert rc == 0 and "npu-emulated" in text and "PASS:" in text
+    assert rc == 0 and "npu-emulated" in text and "PASS:" in text and "port:" not in text
     payload = json.loads(out.read_text())
     assert payload["verdict"] == "PASS" and {r["dtype"] for r in payload["rows"]} == {"float32"}
     assert (tmp_path / "results" / "02_attention.json").exists()

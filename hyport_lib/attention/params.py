@@ -27,6 +27,10 @@ class Params(StageParams):
     flash_attn_version: Optional[str] = param(
         None, "the flash-attn API the drop-in serves (the version the model pins); None: the default",
         nonempty=True)
+    port: bool = param(True, "when code_path names your code: port a copy of it (hyport port) beside "
+                             "the results and prove the port on a tiny model")
+    port_proof_config: dict = param({}, "config fields of the port proof's tiny model, e.g. "
+                                        "{rope_scaling: {type: dynamic, factor: 2.0}}")
     trust_remote_code: bool = trust_remote_code_param(
         "the model check loads the checkpoint's own code (with the flash_attn shim); off unless you turn it on")
 

@@ -42,6 +42,20 @@ PHRASES = {
         "att_model_verdict": "The model-level check's verdict:",
         "heatmap_alt": "Attention error heatmap",
         "heatmap_caption": "Errors of each case against float64 ({label}).",
+        "port_intro": ("Then the port itself, made by `hyport port` on a copy of the code: {changes} "
+                       "change(s) in {files} file(s), {left} spot(s) left for a human; the ported "
+                       "copy, its diff and its record are in {dst}."),
+        "port_kind": "Kind of change", "port_count": "Changes",
+        "port_left": "Left for a human, with the reason the tool gives:",
+        "port_not_made": "The port of the code could not be made:",
+        "port_proof": ("The proof builds the model {model} twice from its own config, shrunk to a "
+                       "tiny random-weight model, once from the original code and once from the "
+                       "port, in {dtype}, with the port's attention on {path}. Verdict: {verdict}."),
+        "port_emulated": "hyport's CPU emulation of npu_fusion_attention (emulated, not an NPU result)",
+        "port_on_npu": "torch_npu's npu_fusion_attention on the NPU",
+        "port_proof_error": "The proof of the port could not be made:",
+        "port_case": "Case", "port_bound": "Bound", "port_calls": "NPU attention calls",
+        "port_tokens": "Greedy tokens identical",
     },
     "zh": {
         "title": "注意力替换",
@@ -73,5 +87,17 @@ PHRASES = {
         "att_model_verdict": "模型层面检查的结论（工具记录的英文原文）：",
         "heatmap_alt": "注意力误差热力图",
         "heatmap_caption": "各用例相对 float64 的误差（{label}）。",
+        "port_intro": ("然后是移植本身：`hyport port` 在代码副本上共做了 {changes} 处修改，涉及 {files} 个文件，"
+                       "另有 {left} 处留待人工处理；移植后的副本、差异文件和记录都在 {dst}。"),
+        "port_kind": "修改类别", "port_count": "修改数",
+        "port_left": "留待人工处理之处，以及原因（工具给出的英文原文）：",
+        "port_not_made": "未能完成代码移植：",
+        "port_proof": ("验证时用模型自身的配置把 {model} 缩小为随机权重的微型模型，分别由原始代码和移植后的代码"
+                       "各构建一次，精度为 {dtype}，移植后的注意力运行在{path}上。结论：{verdict}。"),
+        "port_emulated": " hyport 对 npu_fusion_attention 的 CPU 模拟（模拟结果，并非 NPU 实测）",
+        "port_on_npu": " NPU 上的 torch_npu npu_fusion_attention ",
+        "port_proof_error": "未能完成移植验证：",
+        "port_case": "用例", "port_bound": "上限", "port_calls": "NPU 注意力调用次数",
+        "port_tokens": "贪心解码结果一致",
     },
 }

@@ -15,6 +15,8 @@ from typing import Callable, Optional
 
 from hyport_lib.attention.compare import provenance
 from hyport_lib.attention.phrases import PHRASES
+from hyport_lib.attention.port_view import blog_lines as port_blog_lines
+from hyport_lib.attention.port_view import glance_rows as port_glance_rows
 from hyport_lib.attention.stage import AttentionStageResult, summarize
 from hyport_lib.attention.tallies import backend_rows, case_tally
 from hyport_lib.display import figure_png, style_verdicts
@@ -296,7 +298,7 @@ def glance(record: dict) -> list[tuple[str, str]]:
     if model:
         out.append(("model", f"{fmt_value(model.get('verdict'))}, max |Δ logits| "
                              f"{fmt_value(model.get('max_abs_logits'), 3)}"))
-    return out
+    return out + port_glance_rows(record)
 
 
 def blog_title(lang: str) -> str:
@@ -324,9 +326,11 @@ def _recorded_heatmap(record: dict):
 
 
 def blog_section(record: dict, draft: Draft) -> list[str]:
-    """What the scan found (before / after), the numerics, the model-level check."""
+    """What the scan found (before / after), the port and its proof, the numerics, the
+    model-level check."""
     t = draft.phrases(PHRASES)
-    return _scan_lines(record, t, draft) + _numerics_lines(record, t, draft) + _model_lines(record, t, draft)
+    return (_scan_lines(record, t, draft) + port_blog_lines(record, draft)
+            + _numerics_lines(record, t, draft) + _model_lines(record, t, draft))
 
 
 def _scan_lines(record: dict, t: dict, draft: Draft) -> list[str]:

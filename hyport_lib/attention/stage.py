@@ -24,7 +24,9 @@ from hyport_lib.backend import get_backend
 from hyport_lib.models.preflight import check_model_path
 from hyport_lib.models.tiny import TINY_MODEL_NAME, ensure_tiny_model
 from hyport_lib.npu_attention.shim import DEFAULT_VERSION
-from hyport_lib.results import StageSummary, record_summary
+from hyport_lib.port.proof import prove_port
+from hyport_lib.port.tree import PortError, PortResult, port_tree, write_record
+from hyport_lib.results import StageSummary, fresh_folder_beside_results, record_summary
 from hyport_lib.scan.model import ScanReport
 
 STAGE = "02_attention"
@@ -40,12 +42,15 @@ class Plan:
         model_path: the model of the model check: a checked folder, ``"tiny"`` (built,
             or found in its cache, when run: a plan writes nothing), or None (no check).
         flash_attn_version: the flash-attn version whose API the drop-in serves.
+        port_out: where the ported copy of ``code_path`` goes (a fresh folder beside the
+            results); None when there is no port to make.
     """
 
     params: Params
     device: str
     model_path: Optional[str]
     flash_attn_version: str
+    port_out: Optional[Path] = None
 
 
 @dataclass(frozen=True)
@@ -66,6 +71,8 @@ class AttentionStageResult:
         scan: the static scan's report.
         scanned_path: what was scanned (the planted example when no path was given).
         flash_attn_version: whose API the flash-attn drop-in served.
+        port: ``hyport port`` of ``code_path`` with its proof; None when not made.
+        port_error: why the port could not be made (the destination in the way, ...).
     """
 
     comparison: ComparisonResult
@@ -73,6 +80,8 @@ class AttentionStageResult:
     scan: ScanReport
     scanned_path: str
     flash_attn_version: str
+    port: Optional[PortResult] = None
+    port_error: str = ""
 
     def to_dict(self) -> dict:
         c = self.comparison
@@ -80,7 +89,9 @@ class AttentionStageResult:
                 "seconds": c.seconds, "full": c.full,
                 "model": self.model.to_dict() if self.model is not None else None,
                 "flash_attn_version": self.flash_attn_version,
-                "scan": {"path": self.scanned_path, **self.scan.to_dict()}}
+                "scan": {"path": self.scanned_path, **self.scan.to_dict()},
+                "port": None if self.port is None else self.port.to_dict(),
+                "port_error": self.port_error}
 
 
 def plan(params: Params) -> Plan:
@@ -95,7 +106,11 @@ def plan(params: Params) -> Plan:
     model_path = params.model_path
     if model_path is not None and model_path != TINY_MODEL_NAME:
         model_path = check_model_path(model_path, local_only="stage 02 (the model check)")
-    return Plan(params, device, model_path, params.flash_attn_version or DEFAULT_VERSION)
+    code_path = str(params.code_path or "").strip()
+    port_out = None
+    if params.port and code_path:
+        port_out = fresh_folder_beside_results("ports", Path(code_path).resolve().name)
+    return Plan(params, device, model_path, params.flash_attn_version or DEFAULT_VERSION, port_out)
 
 
 def run(plan: Plan, *, on_progress: Optional[Callable[[GridProgress], None]] = None) -> AttentionStageResult:
@@ -118,7 +133,23 @@ def run(plan: Plan, *, on_progress: Optional[Callable[[GridProgress], None]] = N
                               trust_remote_code=params.trust_remote_code,
                               flash_attn_version=plan.flash_attn_version)
     scan, scanned = run_scan(params.code_path)
-    return AttentionStageResult(comparison, model, scan, scanned, plan.flash_attn_version)
+    port, port_error = (None, "") if plan.port_out is None else port_and_prove(plan)
+    return AttentionStageResult(comparison, model, scan, scanned, plan.flash_attn_version,
+                                port, port_error)
+
+
+def port_and_prove(plan: Plan) -> tuple[Optional[PortResult], str]:
+    """``hyport port`` of ``code_path`` into ``plan.port_out`` and its proof; ``(None,
+    reason)`` when the port cannot be made."""
+    params = plan.params
+    try:
+        port = port_tree(params.code_path, plan.port_out)
+    except PortError as exc:
+        return None, str(exc)
+    port.proof = prove_port(port.src, port.dst, seed=params.seed,
+                            config_overrides=params.port_proof_config).to_dict()
+    write_record(port)
+    return port, ""
 
 
 def where_each_ran(backends: list[dict]) -> str:
@@ -159,6 +190,21 @@ def summarize(result: AttentionStageResult) -> StageSummary:
             f"{counts.get('WARN', 0)} WARN")
     if model is not None:
         line += f"; model {model.verdict}"
+    if result.port_error:
+        verdict = "FAIL"
+        line += f"; port not made: {result.port_error}"
+    elif result.port is not None:
+        proof = result.port.proof or {}
+        headline["port changes"] = len(result.port.changes)
+        headline["port spots left for a human"] = len(result.port.manual)
+        headline["port proof"] = proof.get("verdict")
+        if proof.get("verdict") == "WARN" and verdict == "PASS":
+            verdict = "WARN"  # a port with no model class to prove it on
+        elif proof.get("verdict") not in ("PASS", "WARN"):
+            verdict = "FAIL"
+        line += (f"; port: {len(result.port.changes)} change(s), {len(result.port.manual)} left "
+                 f"for a human, proof {proof.get('verdict')}"
+                 + (" (NPU path emulated on CPU)" if proof.get("emulated") else ""))
     return StageSummary(verdict, line, headline)
 
 

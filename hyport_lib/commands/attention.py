@@ -58,6 +58,13 @@ def run(args: argparse.Namespace) -> int:
             print(model_table(model).to_string(index=False))
     print(f"\nscan of {result.scanned_path}: {scan.files_scanned} files, {len(scan.hits)} "
           f"findings {scan.counts()}")
+    if result.port_error:
+        print(f"port: not made: {result.port_error}")
+    elif result.port is not None:
+        proof = result.port.proof or {}
+        print(f"port: {result.port.dst}: {len(result.port.changes)} change(s), "
+              f"{len(result.port.manual)} left for a human (port.json); proof "
+              f"{proof.get('verdict')}{': ' + proof['error'] if proof.get('error') else ''}")
     stage.record(result)
     summary = stage.summarize(result)
     if args.json:

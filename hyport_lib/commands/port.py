@@ -3,7 +3,8 @@
 Writes the ported copy, ``DST/port.diff`` and ``DST/port.json``, prints every change
 and every spot left for a human, then proves the port (see
 :mod:`hyport_lib.port.proof`). Exit status: 0 when the port is written and its proof
-PASSes (or ``--no-proof``), 1 when the proof FAILs, 2 on bad input.
+PASSes (or WARNs: the tree holds no model class to build; or ``--no-proof``), 1 when
+the proof FAILs, 2 on bad input.
 """
 
 from __future__ import annotations
@@ -73,7 +74,7 @@ def format_text(result) -> str:
         out.append("proof: skipped (--no-proof)")
         return "\n".join(out)
     if proof["error"]:
-        out.append(f"proof: FAIL: {proof['error']}")
+        out.append(f"proof: {proof['verdict']}: {proof['error']}")
         return "\n".join(out)
     out.append(f"proof: {proof['verdict']}  {proof['model_class']} ({proof['model_kind']}), "
                f"{proof['dtype']} on {proof['device']}")
@@ -100,4 +101,4 @@ def run(args: argparse.Namespace) -> int:
                                   config_overrides=overrides).to_dict()
         write_record(result)
     print(json.dumps(result.to_dict(), indent=2) if args.json else format_text(result))
-    return 0 if result.proof is None or result.proof["verdict"] == "PASS" else 1
+    return 1 if result.proof is not None and result.proof["verdict"] == "FAIL" else 0

@@ -265,8 +265,8 @@ def prove_port(src: str | Path, dst: str | Path, *, dtype: str = "auto", seed: i
             that needs a field its config class does not default.
 
     Returns:
-        A :class:`PortProof`; its ``verdict`` is PASS or FAIL, and ``error`` says why a
-        proof could not be made at all.
+        A :class:`PortProof`: PASS or FAIL; WARN when the tree holds no model class the
+        proof can build (``error`` says so). ``error`` says why no proof was made.
     """
     if dtype != "auto" and dtype not in DTYPES:
         raise ValueError(f"dtype={dtype!r}: expected auto, {', '.join(DTYPES)}")
@@ -283,6 +283,8 @@ def prove_port(src: str | Path, dst: str | Path, *, dtype: str = "auto", seed: i
         if why:
             proof = _prove_in(src, dst, torch.bfloat16, torch_device, seed, config_overrides)
             proof.notes.append(f"{why}: proved in bfloat16")
-    except (_ProofFailure, LookupError, ImportError, ValueError) as exc:
+    except LookupError as exc:  # no model class to build: no proof, which is not a failed one
+        return PortProof(verdict="WARN", error=f"no proof: {exc}", device=str(torch_device))
+    except (_ProofFailure, ImportError, ValueError) as exc:
         return PortProof(verdict="FAIL", error=str(exc), device=str(torch_device))
     return proof

@@ -1,0 +1,103 @@
+"""Stage 02 with ``code_path`` naming real model code: the port and its proof are a stage
+record, on the report's index card and in both drafts."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from hyport_lib.attention import stage
+from hyport_lib.attention.params import Params
+from hyport_lib.attention.show import blog_section, glance
+from hyport_lib.drafting.draft import Draft
+from hyport_lib.report.blog.writer import render_blog
+from hyport_lib.report.run import ReportRun, StageOutcome
+from test_blog import english_runs, unsourced
+
+REMOTE = Path(__file__).parent / "data" / "remote_code"
+
+
+@pytest.fixture(scope="module")
+def ported_stage(tmp_path_factory):
+    """Stage 02 (a float32 grid, no model check) with the Ovis vision tower as code_path."""
+    results = tmp_path_factory.mktemp("run") / "results"
+    monkeypatch = pytest.MonkeyPatch()
+    monkeypatch.setenv("HYPORT_RESULTS_DIR", str(results))
+    try:
+        params = Params(code_path=str(REMOTE / "ovis_siglip2_navit"), model_path=None,
+                        dtypes=["float32"], port_proof_config={"fullatt_block_indexes": "1"})
+        plan = stage.plan(params)
+        assert plan.port_out is not None and not plan.port_out.exists()  # a plan writes nothing
+        result = stage.run(plan)
+        path = stage.record(result)
+    finally:
+        monkeypatch.undo()
+    return result, json.loads(path.read_text()), results.parent
+
+
+def test_the_port_and_its_proof_are_recorded(ported_stage):
+    result, record, run_dir = ported_stage
+    port = record["data"]["port"]
+    assert port["proof"]["verdict"] == "PASS" and port["proof"]["emulated"] is True
+    assert all(case["npu_calls"] > 0 for case in port["proof"]["cases"])
+    assert Path(port["dst"]).parent == run_dir / "ports"
+    assert (Path(port["dst"]) / "port.json").is_file() and (Path(port["dst"]) / "port.diff").is_file()
+    assert record["headline"]["port proof"] == "PASS"
+    assert record["headline"]["port changes"] == len(port["changes"]) == 2
+    assert "proof PASS (NPU path emulated on CPU)" in record["summary"]
+    assert ("port", "2 changes, 0 left for a human, proof PASS") in glance(record)
+
+
+def test_a_failed_proof_fails_the_stage(ported_stage):
+    result, _, _ = ported_stage
+    result.port.proof = dict(result.port.proof, verdict="FAIL")
+    try:
+        assert stage.summarize(result).verdict == "FAIL"
+    finally:
+        result.port.proof = dict(result.port.proof, verdict="PASS")
+
+
+def test_both_drafts_tell_the_port_and_the_proof(ported_stage, tmp_path):
+    _, record, _ = ported_stage
+    run = ReportRun(run_id="20300101-000000-abcdef", run_dir=tmp_path, profile=None,
+                    parameters={"device": "cpu"},
+                    stages=[StageOutcome(stage="02_attention", verdict=record["verdict"])],
+                    versions={"python": "3.11.7"}, started="2030-01-01T00:00:00",
+                    status="finished", host="testhost")
+    (tmp_path / "results").mkdir()
+    (tmp_path / "results" / "02_attention.json").write_text(json.dumps(record))
+    (tmp_path / "run.json").write_text(json.dumps(run.to_dict(), default=str))
+    en, zh = render_blog(run, "en"), render_blog(run, "zh")
+    assert "made by `hyport port` on a copy of the code: 2 change(s) in 1 file(s)" in en
+    assert "Verdict: `PASS`" in en and "emulated, not an NPU result" in en
+    assert "`hyport port` 在代码副本上共做了 2 处修改" in zh and "并非 NPU 实测" in zh
+    for draft in (en, zh):
+        assert "`one image`" in draft and "`two images packed`" in draft
+        assert not unsourced(draft, tmp_path)
+    assert not english_runs(zh)
+
+
+def test_a_port_that_cannot_be_made_is_said(tmp_path):
+    record = {"data": {"port_error": "hyport port: --out '/x' exists and is not an empty folder"}}
+    lines = blog_section(record, Draft("en", {}))
+    assert "The port of the code could not be made:" in lines
+    assert any("not an empty folder" in line for line in lines)
+    assert ("port", "not made: hyport port: --out '/x' exists and is not an empty folder") in glance(record)
+
+
+def test_code_without_a_model_class_is_ported_and_its_proof_warns(tmp_path, monkeypatch, capsys):
+    from hyport_lib.attention.port_scan import planted_example
+    from hyport_lib.commands import main
+
+    monkeypatch.setenv("HYPORT_RESULTS_DIR", str(tmp_path / "results"))
+    rc = main(["attention", "--dtypes", "[float32]", "--model-path", "none",
+               "--code-path", str(planted_example(tmp_path / "code"))])
+    text = capsys.readouterr().out
+    assert rc == 0 and "WARN:" in text
+    assert "port: " in text and "6 change(s)" in text
+    assert "proof WARN: no proof: no PreTrainedModel subclass" in text
+    record = json.loads((tmp_path / "results" / "02_attention.json").read_text())
+    assert record["verdict"] == "WARN" and record["data"]["port"]["proof"]["verdict"] == "WARN"
+    assert not list((tmp_path / "code").glob("flash_attn_ascend.py"))  # SRC untouched
