@@ -224,3 +224,117 @@ def test_cli_writes_the_port_and_refuses_bad_input(planted_tree, tmp_path):
                            capture_output=True, text=True)
     assert again.returncode == 2
     assert again.stderr.strip().count("\n") == 0 and "not an empty folder" in again.stderr
+
+
+# --------------------------------------------------------------------------- review findings
+def test_is_cuda_as_a_target_is_left_alone():
+    source = "class T:\n    def __init__(self):\n        self.is_cuda = True\n        self.x: bool = self.is_cuda\n"
+    result = port_python(source, "m.py", relative=False)
+    assert "self.is_cuda = True" in result.code and "self.x: bool = on_accelerator(self)" in result.code
+    compile(result.code, "m.py", "exec")
+
+
+@pytest.mark.parametrize("source", [
+    'TIMEOUTS = {"nccl": 600, "gloo": 60}\n',
+    '"""nccl"""\n',
+    "msg = 'nccl' ' backend'\n",
+    "match b:\n    case 'nccl':\n        pass\n",
+])
+def test_nccl_where_a_call_cannot_go_is_not_rewritten(source):
+    result = port_python(source, "m.py", relative=False)
+    assert result.code is None and result.changes == []
+
+
+def test_nccl_in_arguments_comparisons_and_assignments():
+    source = ('backend = "nccl"\nok = backend == "nccl"\nno = "nccl" != backend\n'
+              'dist.init_process_group("nccl")\n')
+    result = port_python(source, "m.py", relative=False)
+    assert [c.line for c in result.changes] == [1, 2, 3, 4]
+    assert result.code.count("distributed_backend()") == 4
+    assert result.code.startswith("from flash_attn_ascend import distributed_backend\n")
+
+
+def test_torch_aliases_and_classes():
+    source = ("import torch as th\nfrom torch import cuda\nth.cuda.synchronize()\ncuda.empty_cache()\n"
+              "y = torch.Tensor.cuda(x)\nd = f'cuda:0{s}'\nto(x, f'cuda:0{s}')\nmod = th.cuda\n")
+    result = port_python(source, "m.py", relative=False)
+    assert "accelerator_module().synchronize()" in result.code
+    assert "accelerator_module().empty_cache()" in result.code
+    assert "torch.Tensor.cuda(x)" in result.code and "to(x, f'cuda:0{s}')" in result.code
+    assert [(m.line, m.kind) for m in result.manual] == [(8, "torch_cuda")]
+
+
+def test_one_import_style_per_folder(tmp_path):
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "modeling_x.py").write_text("from .helpers import f\n")
+    (src / "helpers.py").write_text("def f(x):\n    return x.cuda()\n")
+    port_tree(src, tmp_path / "dst")
+    assert "from .flash_attn_ascend import accelerator_device" in (tmp_path / "dst" / "helpers.py").read_text()
+
+
+def test_build_and_dist_folders_are_code(tmp_path):
+    src = tmp_path / "src"
+    (src / "dist").mkdir(parents=True)
+    (src / "build").mkdir()
+    (src / "dist" / "comm.py").write_text('dist.init_process_group(backend="nccl")\n')
+    (src / "build" / "blocks.py").write_text("x = 1\n")
+    (src / ".git").mkdir()
+    (src / ".git" / "HEAD").write_text("ref\n")
+    result = port_tree(src, tmp_path / "dst")
+    assert [(c.file, c.kind) for c in result.changes] == [("dist/comm.py", "nccl")]
+    assert (tmp_path / "dst" / "build" / "blocks.py").exists() and not (tmp_path / "dst" / ".git").exists()
+
+
+def test_line_endings_and_encodings_are_kept(tmp_path):
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "crlf.py").write_bytes(b"import torch\r\ndef f(x):\r\n    return x.cuda()\r\n")
+    (src / "latin.py").write_bytes(b"# -*- coding: latin-1 -*-\n# auteur: Fran\xe7ois\ndef f(x):\n    return x.cuda()\n")
+    (src / "requirements.txt").write_bytes(b"torch\r\nflash-attn==2.6.3\r\n")
+    port_tree(src, tmp_path / "dst")
+    dst = tmp_path / "dst"
+    assert (dst / "crlf.py").read_bytes().count(b"\r\n") == (dst / "crlf.py").read_bytes().count(b"\n")
+    assert b"Fran\xe7ois" in (dst / "latin.py").read_bytes()
+    assert b"x.to(accelerator_device())" in (dst / "latin.py").read_bytes()
+    assert (dst / "requirements.txt").read_bytes().count(b"\r\n") == 3
+
+
+def test_requirements_continuations_editables_and_tabs():
+    from hyport_lib.port.requirements import port_requirements
+
+    text = ("torch==2.1.0\nflash-attn==2.5.8 \\\n    --hash=sha256:0123\n"
+            "-e git+https://github.com/Dao-AILab/flash-attention.git@v2.5.8#egg=flash-attn\n"
+            "flash_attn==2.6.3\t# tab before comment\n-r other.txt\n")
+    new, changes = port_requirements(text, "requirements.txt")
+    assert [c.line for c in changes] == [2, 4, 5]
+    assert [line for line in new.splitlines() if not line.startswith("#")] == ["torch==2.1.0", "-r other.txt"]
+
+
+def test_flash_attn_1x_names_keep_their_top_left_causal():
+    import torch
+
+    from hyport_lib.npu_attention.flash_api import FlashAttnAPI
+    from hyport_lib.port.tree import GENERATED_SOURCE
+
+    namespace: dict = {}
+    exec(compile(GENERATED_SOURCE.read_text(), str(GENERATED_SOURCE), "exec"), namespace)
+    torch.manual_seed(0)
+    q, k, v = torch.randn(7, 4, 32), torch.randn(9, 2, 32), torch.randn(9, 2, 32)
+    cu_q, cu_k = torch.tensor([0, 3, 7], dtype=torch.int32), torch.tensor([0, 5, 9], dtype=torch.int32)
+    want = FlashAttnAPI("sdpa").flash_attn_unpadded_func(q, k, v, cu_q, cu_k, 4, 5, 0.0, causal=True)
+    got = namespace["flash_attn_unpadded_func"](q, k, v, cu_q, cu_k, 4, 5, 0.0, None, True)
+    assert (got - want).abs().max() < 1e-5
+    bottom_right = namespace["flash_attn_varlen_func"](q, k, v, cu_q, cu_k, 4, 5, causal=True)
+    assert (bottom_right - want).abs().max() > 0.1  # the two conventions differ here
+
+
+def test_a_nan_in_the_reference_is_no_pass():
+    import torch
+
+    from hyport_lib.port.proof import _compare
+
+    ref = torch.zeros(4)
+    ref[0] = float("nan")
+    max_abs, bound, cosine, finite = _compare(ref, torch.randn(4) * 100, torch.float32)
+    assert not finite

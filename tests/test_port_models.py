@@ -79,7 +79,8 @@ def test_port_and_proof_pass_with_the_npu_path_through_the_double(ported, fake_n
     assert proof.emulated and "test double" in proof.ported_path
     assert all(case.npu_calls > 0 for case in proof.cases)
     kinds = {case.kind for case in proof.cases}
-    assert kinds == ({"image", "packed"} if name == "ovis_siglip2_navit" else {"dense", "padded", "greedy"})
+    assert kinds == ({"image", "packed", "grid"} if name == "ovis_siglip2_navit"
+                     else {"dense", "padded", "greedy", "grid"})
     # the port imported without flash_attn, and nothing of either tree stays loaded
     assert "flash_attn" not in sys.modules
     assert not [m for m in set(sys.modules) - before if m.startswith("_hyport_port_")]
@@ -96,18 +97,24 @@ def test_is_cuda_gates_are_rewritten_and_fp32_is_explained(ported, fake_npu):
     assert proof.dtype == "bfloat16" and "float32" in proof.notes[0]
 
 
-#: A wrong mapping planted in the generated module, and the model that must catch it.
+#: A wrong mapping planted in the generated module, the model that must catch it, and
+#: whether the model's own forward sees it (else the proof's attention-function grid does).
 PLANTED_FAULTS = {
     "scale": ("return 1.0 / math.sqrt(q.shape[-1]) if softmax_scale is None",
-              "return 1.0 if softmax_scale is None", "ovis_siglip2_navit"),
-    "causal": ("    if causal:\n        right = 0\n", "", "internlm2"),
-    "cumulative lengths": ("actual_seq_qlen=cu_q[1:],", "actual_seq_qlen=cu_q,", "ovis_siglip2_navit"),
+              "return 1.0 if softmax_scale is None", "ovis_siglip2_navit", True),
+    "causal": ("    if causal:\n        right = 0\n", "", "internlm2", True),
+    "cumulative lengths": ("actual_seq_qlen=cu_q[1:],", "actual_seq_qlen=cu_q,",
+                           "ovis_siglip2_navit", True),
+    "top-left causal": ('"sparse_mode": 3}', '"sparse_mode": 2}', "ovis_siglip2_navit", False),
+    "window tokens swapped": ('"pre_tockens": NFA_MAX_TOKENS if left is None else left',
+                              '"pre_tockens": NFA_MAX_TOKENS if right is None else right',
+                              "ovis_siglip2_navit", False),
 }
 
 
 @pytest.mark.parametrize("fault", sorted(PLANTED_FAULTS))
 def test_a_planted_wrong_mapping_fails_the_proof(fault, tmp_path, fake_npu):
-    right, wrong, name = PLANTED_FAULTS[fault]
+    right, wrong, name, in_model = PLANTED_FAULTS[fault]
     result = port_tree(REMOTE / name, tmp_path / name)
     module = Path(result.dst) / "flash_attn_ascend.py"
     text = module.read_text()
@@ -115,4 +122,9 @@ def test_a_planted_wrong_mapping_fails_the_proof(fault, tmp_path, fake_npu):
     module.write_text(text.replace(right, wrong))
     proof = _prove(name, result)
     assert proof.verdict == "FAIL"
-    assert any(case.verdict == "FAIL" for case in proof.cases)
+    failed = [case for case in proof.cases if case.verdict == "FAIL"]
+    assert any(case.kind == "grid" for case in failed)  # the functions on their own
+    model_failed = [case for case in failed if case.kind != "grid"]
+    assert bool(model_failed) == in_model
+    if fault in ("scale", "causal"):  # caught by the numbers, not by a crash
+        assert all("max|diff|" in case.detail or case.tokens_match is False for case in model_failed)

@@ -144,6 +144,10 @@ class PortTransformer(cst.CSTTransformer):
         self.helpers: set[str] = set()
         self._scripted_depth = 0
         self._module: Optional[cst.Module] = None
+        self._targets: set[int] = set()  # id() of nodes assigned to or deleted
+        self._attribute_values: set[int] = set()  # id() of nodes that are an attribute's object
+        self._torch_names = {"torch"}  # names bound to the torch module
+        self._cuda_names: set[str] = set()  # names bound to torch.cuda
 
     # --- bookkeeping ------------------------------------------------------------------
     def visit_Module(self, node: cst.Module) -> None:
@@ -171,6 +175,38 @@ class PortTransformer(cst.CSTTransformer):
     def _leave_for_human(self, node, kind: str, why: str) -> None:
         self.manual.append(ManualSpot(self.rel, self._line(node), kind, self._code(node), why))
 
+    # --- context the leave_* methods cannot see ---------------------------------------------
+    def _add_targets(self, node) -> None:
+        if isinstance(node, (cst.Tuple, cst.List)):
+            for element in node.elements:
+                self._add_targets(element.value)
+        elif isinstance(node, cst.StarredElement):
+            self._add_targets(node.value)
+        else:
+            self._targets.add(id(node))
+
+    def visit_AssignTarget(self, node: cst.AssignTarget) -> None:
+        self._add_targets(node.target)
+
+    def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
+        self._add_targets(node.target)
+
+    def visit_AugAssign(self, node: cst.AugAssign) -> None:
+        self._add_targets(node.target)
+
+    def visit_Del(self, node: cst.Del) -> None:
+        self._add_targets(node.target)
+
+    def visit_Attribute(self, node: cst.Attribute) -> None:
+        self._attribute_values.add(id(node.value))
+
+    def _torch_cuda(self, node) -> bool:
+        """Whether ``node`` is ``torch.cuda`` (through the file's own names for them)."""
+        if isinstance(node, cst.Name):
+            return node.value in self._cuda_names
+        return isinstance(node, cst.Attribute) and node.attr.value == "cuda" \
+            and isinstance(node.value, cst.Name) and node.value.value in self._torch_names
+
     # --- torch.jit.script / triton ------------------------------------------------------
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
         for decorator in node.decorators:
@@ -195,6 +231,11 @@ class PortTransformer(cst.CSTTransformer):
         for alias in names:
             module = _dotted(alias.name) or ""
             top = module.split(".")[0]
+            bound = alias.asname.name.value if alias.asname else top
+            if module == "torch" and alias.asname:
+                self._torch_names.add(bound)
+            elif module == "torch.cuda" and alias.asname:
+                self._cuda_names.add(bound)
             if top in _UNPORTABLE_IMPORTS:
                 self._leave_for_human(original_node, top, _UNPORTABLE_IMPORTS[top])
         flash = [a for a in names if (_dotted(a.name) or "").split(".")[0] == "flash_attn"]
@@ -222,6 +263,11 @@ class PortTransformer(cst.CSTTransformer):
         top = module.split(".")[0]
         if top in _UNPORTABLE_IMPORTS:
             self._leave_for_human(original_node, top, _UNPORTABLE_IMPORTS[top])
+            return updated_node
+        if module == "torch" and not isinstance(updated_node.names, cst.ImportStar):
+            for alias in updated_node.names:
+                if _dotted(alias.name) == "cuda":
+                    self._cuda_names.add(alias.asname.name.value if alias.asname else "cuda")
             return updated_node
         if module == "torch.cuda" or module.startswith("torch.cuda."):
             self._leave_for_human(original_node, "torch_cuda",
@@ -264,8 +310,9 @@ class PortTransformer(cst.CSTTransformer):
                                   "torch.jit.script: transfer_to_npu disables it; check the "
                                   "scripted code runs unscripted on the NPU")
             return updated_node
+        owner = _dotted(func.value) if isinstance(func, cst.Attribute) else None
         if isinstance(func, cst.Attribute) and func.attr.value == "cuda" \
-                and _dotted(func.value) != "torch":
+                and not (owner and owner.split(".")[0] in self._torch_names):
             device_args = [a for a in updated_node.args
                            if a.keyword is None or a.keyword.value == "device"]
             other = [a for a in updated_node.args if a not in device_args]
@@ -277,9 +324,8 @@ class PortTransformer(cst.CSTTransformer):
         return updated_node
 
     def leave_Attribute(self, original_node, updated_node):
-        value = _dotted(original_node.value)
         attr = original_node.attr.value
-        if value == "torch.cuda":
+        if self._torch_cuda(original_node.value):
             if attr in SERVED_CUDA_NAMES:
                 new = cst.Attribute(value=_call_helper("accelerator_module"), attr=updated_node.attr)
                 return self._change(original_node, new, "torch_cuda", "accelerator_module")
@@ -295,12 +341,17 @@ class PortTransformer(cst.CSTTransformer):
                 why = f"torch.cuda.{attr} has no checked NPU counterpart: port it by hand"
             self._leave_for_human(original_node, "torch_cuda", why)
             return updated_node
-        if value == "torch.backends" and attr == "cuda":
+        if self._torch_cuda(original_node) and id(original_node) not in self._attribute_values:
+            self._leave_for_human(original_node, "torch_cuda",
+                                  "torch.cuda used as a module: use accelerator_module() by hand")
+            return updated_node
+        if _dotted(original_node.value) in {f"{t}.backends" for t in self._torch_names} \
+                and attr == "cuda":
             self._leave_for_human(original_node, "torch_cuda",
                                   "torch.backends.cuda settings (matmul / SDPA kernels) have no "
                                   "NPU meaning: decide by hand")
             return updated_node
-        if attr == "is_cuda":
+        if attr == "is_cuda" and id(original_node) not in self._targets:
             line_col = self.get_metadata(PositionProvider, original_node).start
             if (line_col.line, line_col.column) in self.guard_lines:
                 helper, kind = "flash_supported", "is_cuda_guard"
@@ -323,30 +374,40 @@ class PortTransformer(cst.CSTTransformer):
             new = updated_node.with_changes(value=device)
             helper = "accelerator_type" if match.group(2) is None else "accelerator_device"
             return self._change(original_node, new, "cuda_device", helper)
+        if text == "nccl":
+            new = updated_node.with_changes(value=_call_helper("distributed_backend"))
+            return self._change(original_node, new, "nccl", "distributed_backend")
         if isinstance(updated_node.value, cst.FormattedString) and keyword in (None, "device"):
             parts = updated_node.value.parts
-            if parts and isinstance(parts[0], cst.FormattedStringText) \
-                    and parts[0].value.startswith("cuda:") and len(parts) == 2 \
-                    and isinstance(parts[1], cst.FormattedStringExpression):
+            if len(parts) == 2 and isinstance(parts[0], cst.FormattedStringText) \
+                    and parts[0].value == "cuda:" \
+                    and isinstance(parts[1], cst.FormattedStringExpression) \
+                    and parts[1].format_spec is None and parts[1].conversion is None:
                 new = updated_node.with_changes(value=_call_helper(
                     "accelerator_device", cst.Arg(parts[1].expression)))
                 return self._change(original_node, new, "cuda_device", "accelerator_device")
         return updated_node
 
-    def leave_SimpleString(self, original_node, updated_node):
-        if _string_value(original_node) == "nccl":
-            return self._change(original_node, _call_helper("distributed_backend"), "nccl",
-                                "distributed_backend")
+    def leave_Comparison(self, original_node, updated_node):
+        # `backend == "nccl"`: the backend of the device, on either side
+        left = updated_node.left
+        if _string_value(left) == "nccl":
+            left = self._nccl(original_node.left)
+        targets = []
+        for before, target in zip(original_node.comparisons, updated_node.comparisons):
+            if _string_value(target.comparator) == "nccl":
+                target = target.with_changes(comparator=self._nccl(before.comparator))
+            targets.append(target)
+        return updated_node.with_changes(left=left, comparisons=targets)
+
+    def leave_Assign(self, original_node, updated_node):
+        if _string_value(updated_node.value) == "nccl":
+            return updated_node.with_changes(value=self._nccl(original_node.value))
         return updated_node
 
-    def leave_DictElement(self, original_node, updated_node):
-        # a dict keyed by backend names keeps its keys: only values and arguments change
-        if _string_value(original_node.key) == "nccl" and not isinstance(updated_node.key,
-                                                                         cst.SimpleString):
-            self.changes = [c for c in self.changes if not (c.kind == "nccl" and
-                                                            c.line == self._line(original_node))]
-            return updated_node.with_changes(key=original_node.key)
-        return updated_node
+    def _nccl(self, original):
+        return self._change(original, _call_helper("distributed_backend"), "nccl",
+                            "distributed_backend")
 
 
 def _guard_positions(source: str) -> set[tuple[int, int]]:

@@ -32,6 +32,7 @@ import torch
 
 from hyport_lib.backend import get_backend, import_torch_npu
 from hyport_lib.npu_attention import emulation
+from hyport_lib.npu_attention.flash_api import FlashAttnAPI
 from hyport_lib.npu_attention.shim import (DEFAULT_VERSION, install_flash_attn_shim,
                                            uninstall_flash_attn_shim)
 from hyport_lib.port import tiny
@@ -117,7 +118,8 @@ def _compare(ref: torch.Tensor, out: torch.Tensor, dtype, valid=None) -> tuple[f
     ref64, out64 = ref.double(), out.double()
     if valid is not None:
         ref64, out64 = ref64[valid.to(ref.device)], out64[valid.to(ref.device)]
-    finite = bool(torch.isfinite(out64).all())
+    # both sides: a NaN in the reference would make every comparison below false
+    finite = bool(torch.isfinite(out64).all()) and bool(torch.isfinite(ref64).all())
     max_abs = float((out64 - ref64).abs().max()) if finite else float("inf")
     bound = TOLERANCE[dtype] * max(1.0, float(ref64.abs().max()))
     cosine = float(torch.nn.functional.cosine_similarity(ref64.flatten(), out64.flatten(), dim=0)) \
@@ -214,15 +216,16 @@ def _prove_in(src: Path, dst: Path, dtype, device, seed, overrides) -> PortProof
             max_abs, bound, cosine, finite = _compare(ref, out, dtype, batch.valid)
             problems = []
             if not finite:
-                problems.append("non-finite output")
-            elif max_abs > bound:
+                problems.append("non-finite output (port or reference)")
+            elif not max_abs <= bound:
                 problems.append(f"max|diff| {max_abs:.3g} > {bound:.3g}")
-            if finite and cosine < COSINE_MIN[dtype]:
+            if finite and not cosine >= COSINE_MIN[dtype]:
                 problems.append(f"cosine {cosine:.6f} < {COSINE_MIN[dtype]}")
             if calls == 0:
                 problems.append("no NPU attention call: the forward never reached the port")
             proof.cases.append(ProofCase(batch.name, batch.kind, "FAIL" if problems else "PASS",
                                          max_abs, bound, cosine, calls, None, "; ".join(problems)))
+        proof.cases.append(_attention_grid(generated))
         if greedy_ref:
             ids = cases[0].inputs["input_ids"]
             for i, want in enumerate(greedy_ref):
@@ -241,12 +244,55 @@ def _prove_in(src: Path, dst: Path, dtype, device, seed, overrides) -> PortProof
     return proof
 
 
+def _attention_grid(generated) -> ProofCase:
+    """The generated module's functions on their own, on the NPU path, against hyport's
+    reference semantics of flash-attn, over what a tiny model's forward may not reach:
+    GQA, causal with fewer and with more queries than keys (blind rows), windows, varlen
+    with different query and key lengths, flash-attn 1.x's top-left causal. float32."""
+    reference = FlashAttnAPI("sdpa")
+    generator = torch.Generator().manual_seed(0)
+
+    def rand(*shape):
+        return torch.randn(*shape, generator=generator)
+
+    q, k, v = rand(2, 7, 4, 32), rand(2, 5, 2, 32), rand(2, 5, 2, 32)
+    tq, tk, tv = rand(9, 4, 32), rand(12, 2, 32), rand(12, 2, 32)
+    cu_q = torch.tensor([0, 4, 9], dtype=torch.int32)
+    cu_k = torch.tensor([0, 7, 12], dtype=torch.int32)
+    calls: list = []
+    for causal, window in ((False, (-1, -1)), (True, (-1, -1)), (False, (3, 1)), (True, (2, -1))):
+        calls.append(("flash_attn_func", (q, k, v), {"causal": causal, "window_size": window}))
+        calls.append(("flash_attn_func", (k.repeat(1, 1, 2, 1), q, q), {"causal": causal,
+                                                                         "window_size": window}))
+        calls.append(("flash_attn_varlen_func", (tq, tk, tv, cu_q, cu_k, 5, 7),
+                      {"causal": causal, "window_size": window}))
+    calls.append(("flash_attn_varlen_func", (tq, tk, tv, cu_q, cu_k, 5, 7),
+                  {"softmax_scale": 0.3, "causal": True}))
+    calls.append(("flash_attn_unpadded_func", (tq, tk, tv, cu_q, cu_k, 5, 7, 0.0), {"causal": True}))
+    worst, bound, before, problems = 0.0, 0.0, generated.CALLS["npu"], []
+    for name, args, kwargs in calls:
+        try:
+            out = getattr(generated, name)(*args, **kwargs)
+        except Exception as exc:  # a broken mapping: the case fails, naming the call
+            problems.append(f"{name}({kwargs}): {type(exc).__name__}: {exc}")
+            continue
+        want = getattr(reference, name)(*args, **kwargs)
+        max_abs, limit, _, finite = _compare(want, out, torch.float32)
+        worst, bound = max(worst, max_abs), max(bound, limit)
+        if not finite or not max_abs <= limit:
+            problems.append(f"{name}({kwargs}): max|diff| {max_abs:.3g} > {limit:.3g}")
+    return ProofCase("attention functions (GQA, windows, Sq != Sk, varlen, 1.x causal)", "grid",
+                     "FAIL" if problems else "PASS", worst, bound, None,
+                     generated.CALLS["npu"] - before, None, "; ".join(problems[:3]))
+
+
 def _half_only(proof: PortProof) -> Optional[str]:
     """Why a float32 proof says nothing (flash kept to half precision), else None."""
     for case in proof.cases:
         if case.detail.startswith("AssertionError") and "dtype" in case.detail:
             return f"float32 stopped at {case.detail.split(' ', 1)[-1]}"
-    if proof.cases and all(c.npu_calls == 0 for c in proof.cases):
+    model_cases = [c for c in proof.cases if c.kind != "grid"]
+    if model_cases and all(c.npu_calls == 0 for c in model_cases):
         return "no NPU attention call in float32 (the code keeps flash attention to half precision)"
     return None
 

@@ -13,6 +13,7 @@ import difflib
 import json
 import shutil
 import tempfile
+import tokenize
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
@@ -22,13 +23,17 @@ import libcst as cst
 from hyport_lib.port.codemod import (GENERATED_MODULE, Change, ManualSpot, port_python,
                                      unpad_arities, uses_relative_imports)
 from hyport_lib.port.requirements import port_requirements
-from hyport_lib.scan.scanner import DEFAULT_EXCLUDE, file_kind, not_regular
+from hyport_lib.scan.scanner import file_kind, not_regular
 from hyport_lib.utils.files import atomic_write_text
 
 GENERATED_SOURCE = Path(__file__).parent / "generated" / f"{GENERATED_MODULE}.py"
 GENERATED_MARKER = "# Written by `hyport port`"
 DIFF_NAME = "port.diff"
 JSON_NAME = "port.json"
+#: Never copied: version control, caches, virtual environments. Everything else is (a
+#: ``build/`` or ``dist/`` folder of the model's code is code).
+NOT_COPIED = (".git", ".hg", ".svn", "__pycache__", ".ipynb_checkpoints", ".mypy_cache",
+              ".pytest_cache", ".venv", "venv", "site-packages", "*.egg-info")
 
 
 def generated_module_text(unpad_returns: int = 5) -> str:
@@ -97,7 +102,7 @@ def _ignored(root: Path, relative: Path) -> bool:
 
     if relative.parts and relative.parts[0] in (DIFF_NAME, JSON_NAME) and len(relative.parts) == 1:
         return True  # a ported tree's own record is not part of the code
-    return any(fnmatch.fnmatch(part, pattern) for part in relative.parts for pattern in DEFAULT_EXCLUDE)
+    return any(fnmatch.fnmatch(part, pattern) for part in relative.parts for pattern in NOT_COPIED)
 
 
 def _files(root: Path) -> list[Path]:
@@ -106,9 +111,34 @@ def _files(root: Path) -> list[Path]:
     return sorted(p for p in root.rglob("*") if p.is_file() and not _ignored(root, p.relative_to(root)))
 
 
+def _encoding(path: Path) -> str:
+    """A Python file's declared encoding (PEP 263; UTF-8 without a cookie), UTF-8 else."""
+    if path.suffix != ".py":
+        return "utf-8"
+    with open(path, "rb") as handle:
+        try:
+            return tokenize.detect_encoding(handle.readline)[0]
+        except SyntaxError:  # an unknown encoding name: read as UTF-8, bytes kept
+            return "utf-8"
+
+
+def _read(path: Path) -> str:
+    """The file's text exactly: its own encoding, line endings as they are, undecodable
+    bytes kept (written back as they were)."""
+    with open(path, encoding=_encoding(path), errors="surrogateescape", newline="") as handle:
+        return handle.read()
+
+
+def _write_text(path: Path, text: str, encoding: str = "utf-8") -> None:
+    with open(path, "w", encoding=encoding, errors="surrogateescape", newline="") as handle:
+        handle.write(text)
+
+
 def _unified(rel: str, before: Optional[str], after: str) -> str:
     def lines(text: str) -> list[str]:
-        out = text.splitlines(keepends=True)
+        # split on "\n" only: a form feed or U+2028 inside a line is not a line end to patch
+        parts = text.split("\n")
+        out = [part + "\n" for part in parts[:-1]] + ([parts[-1]] if parts[-1] else [])
         if out and not out[-1].endswith("\n"):
             out[-1] += "\n\\ No newline at end of file\n"
         return out
@@ -142,23 +172,26 @@ def port_tree(src: str | Path, dst: str | Path) -> PortResult:
     result = PortResult(src=str(source), dst=str(target))
     outputs: dict[str, str] = {}
     originals: dict[str, str] = {}
-    needs_module: dict[Path, bool] = {}  # folder -> import it relatively
+    needs_module: set[Path] = set()  # folders whose files import the generated module
     arities: set[int] = set()
-    for file in _files(source):
+    files = [f for f in _files(source) if not not_regular(f)]
+    # One answer per folder: a remote-code folder is one package (transformers loads its
+    # files together), so a helper file without relative imports imports relatively too.
+    relative_folders = {f.parent for f in files if f.name == "__init__.py" or (
+        f.suffix == ".py" and uses_relative_imports(_read(f)))}
+    for file in files:
         rel = file.relative_to(base).as_posix()
-        if not_regular(file):
-            continue
         kind = file_kind(file, explicit=source.is_file())
         if file.name == f"{GENERATED_MODULE}.py":
             continue  # the generated module: written afresh below when still needed
         if kind not in ("python", "requirements"):
             continue
-        text = file.read_text(encoding="utf-8", errors="surrogateescape")
+        text = _read(file)
         if kind == "requirements":
             new, changes = port_requirements(text, rel)
             result.changes += changes
         else:
-            relative = uses_relative_imports(text) or (file.parent / "__init__.py").exists()
+            relative = file.parent in relative_folders
             arities |= unpad_arities(text)
             try:
                 ported = port_python(text, rel, relative=relative)
@@ -168,9 +201,8 @@ def port_tree(src: str | Path, dst: str | Path) -> PortResult:
             new = ported.code
             result.changes += ported.changes
             result.manual += ported.manual
-            if any(c.kind != "requirement" for c in ported.changes):
-                folder = Path(rel).parent
-                needs_module[folder] = needs_module.get(folder, False) or relative
+            if ported.code is not None:
+                needs_module.add(Path(rel).parent)
         if new is not None and new != text:
             outputs[rel], originals[rel] = new, text
     unpad_returns = 4 if arities == {4} else 5
@@ -182,33 +214,39 @@ def port_tree(src: str | Path, dst: str | Path) -> PortResult:
         rel = (folder / f"{GENERATED_MODULE}.py").as_posix()
         existing = base / rel
         generated = generated_module_text(unpad_returns)
-        if existing.exists() and existing.read_text(encoding="utf-8") == generated:
+        if existing.exists() and _read(existing) == generated:
             continue
         outputs[rel] = generated
-        originals[rel] = existing.read_text(encoding="utf-8") if existing.exists() else None
+        originals[rel] = _read(existing) if existing.exists() else None
         result.generated.append(rel)
     result.files_changed = sorted(r for r in outputs if r not in result.generated)
+    encodings = {rel: _encoding(base / rel) if (base / rel).exists() else "utf-8" for rel in outputs}
     result.diff = "".join(_unified(rel, originals[rel], outputs[rel]) for rel in sorted(outputs))
+    # The patch holds each file's lines in that file's own encoding, so that it applies.
+    diff_bytes = b"".join(_unified(rel, originals[rel], outputs[rel]).encode(
+        encodings[rel], "surrogateescape") for rel in sorted(outputs))
     result.flash_attn_pin = next((c.before for c in result.changes
                                   if c.kind == "requirement" and "flash" in c.before.lower()), None)
-    _write(source, base, target, outputs, result)
+    _write(source, base, target, {rel: (outputs[rel], encodings[rel]) for rel in outputs},
+           diff_bytes, result)
     return result
 
 
-def _write(source: Path, base: Path, target: Path, outputs: dict[str, str], result: PortResult):
+def _write(source: Path, base: Path, target: Path, outputs: dict[str, tuple[str, str]],
+           diff: bytes, result: PortResult):
     target.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
     try:
         for file in _files(source):
-            rel = file.relative_to(base)
             if not_regular(file):
                 continue
+            rel = file.relative_to(base)
             (staging / rel).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(file, staging / rel)
-        for rel, text in outputs.items():
+        for rel, (text, encoding) in outputs.items():
             (staging / rel).parent.mkdir(parents=True, exist_ok=True)
-            (staging / rel).write_text(text, encoding="utf-8", errors="surrogateescape")
-        (staging / DIFF_NAME).write_text(result.diff, encoding="utf-8")
+            _write_text(staging / rel, text, encoding)
+        (staging / DIFF_NAME).write_bytes(diff)
         (staging / JSON_NAME).write_text(json.dumps(result.to_dict(), indent=2) + "\n",
                                          encoding="utf-8")
         if target.exists():

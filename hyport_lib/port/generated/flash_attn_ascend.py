@@ -154,10 +154,11 @@ def _sparse_arguments(window, device) -> dict:
             "next_tockens": NFA_MAX_TOKENS if right is None else right}
 
 
-def _visible(seqlen_q, seqlen_k, window, device):
-    """(Sq, Sk) bool, True where a query sees a key; the diagonal is bottom-right."""
+def _visible(seqlen_q, seqlen_k, window, device, top_left=False):
+    """(Sq, Sk) bool, True where a query sees a key; the diagonal is bottom-right
+    (flash-attn 2.1+), or top-left (flash-attn 1.x causal)."""
     left, right = window
-    rows = torch.arange(seqlen_q, device=device).unsqueeze(1) + (seqlen_k - seqlen_q)
+    rows = torch.arange(seqlen_q, device=device).unsqueeze(1) + (0 if top_left else seqlen_k - seqlen_q)
     cols = torch.arange(seqlen_k, device=device).unsqueeze(0)
     seen = torch.ones(seqlen_q, seqlen_k, dtype=torch.bool, device=device)
     if right is not None:
@@ -180,7 +181,7 @@ def _refuse(softcap, alibi_slopes, return_attn_probs):
         raise NotImplementedError("flash_attn_ascend: the fused kernels return no softmax")
 
 
-def _sdpa(q, k, v, scale, dropout_p, window):
+def _sdpa(q, k, v, scale, dropout_p, window, top_left=False):
     """q: (B, Sq, N, D), k/v: (B, Sk, Nkv, D) -> (B, Sq, N, D)."""
     if k.shape[2] != q.shape[2]:
         repeat = q.shape[2] // k.shape[2]
@@ -188,7 +189,7 @@ def _sdpa(q, k, v, scale, dropout_p, window):
         v = v.repeat_interleave(repeat, dim=2)
     seen = None
     if window != (None, None):
-        seen = _visible(q.shape[1], k.shape[1], window, q.device)
+        seen = _visible(q.shape[1], k.shape[1], window, q.device, top_left)
     out = F.scaled_dot_product_attention(
         q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), attn_mask=seen,
         dropout_p=dropout_p, scale=scale).transpose(1, 2)
@@ -228,7 +229,8 @@ def _host_cumulative(cu_seqlens) -> list:
     return [int(x) for x in cu_seqlens.tolist()]
 
 
-def _varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, dropout_p, softmax_scale, causal, window_size):
+def _varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, dropout_p, softmax_scale, causal, window_size,
+            top_left=False):
     window = _window(causal, window_size)
     scale = _scale(softmax_scale, q)
     cu_q = _host_cumulative(cu_seqlens_q)
@@ -238,12 +240,16 @@ def _varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, dropout_p, softmax_scale, causa
     if path == "sdpa":
         pieces = [
             _sdpa(q[q0:q1].unsqueeze(0), k[k0:k1].unsqueeze(0), v[k0:k1].unsqueeze(0),
-                  scale, dropout_p, window)[0]
+                  scale, dropout_p, window, top_left)[0]
             for q0, q1, k0, k1 in zip(cu_q, cu_q[1:], cu_k, cu_k[1:])]
         return torch.cat(pieces, dim=0)
+    sparse = ({"atten_mask": _compressed_mask(q.device), "sparse_mode": 2} if top_left
+              else _sparse_arguments(window, q.device))
     out = _nfa()(q, k, v, head_num=q.shape[1], input_layout="TND", scale=scale,
                  keep_prob=1.0 - float(dropout_p), actual_seq_qlen=cu_q[1:],
-                 actual_seq_kvlen=cu_k[1:], **_sparse_arguments(window, q.device))[0]
+                 actual_seq_kvlen=cu_k[1:], **sparse)[0]
+    if top_left:  # no row is blind: each sees at least its first key
+        return out
     pieces = [_zero_blind_rows(out[q0:q1], q1 - q0, k1 - k0, window, row_axis=0)
               for q0, q1, k0, k1 in zip(cu_q, cu_q[1:], cu_k, cu_k[1:])]
     return torch.cat(pieces, dim=0) if len(pieces) > 1 else pieces[0]
@@ -308,10 +314,31 @@ def flash_attn_varlen_kvpacked_func(q, kv, cu_seqlens_q, cu_seqlens_k, max_seqle
                    causal, window_size)
 
 
-# flash-attn 1.x names of the varlen functions.
-flash_attn_unpadded_func = flash_attn_varlen_func
-flash_attn_unpadded_qkvpacked_func = flash_attn_varlen_qkvpacked_func
-flash_attn_unpadded_kvpacked_func = flash_attn_varlen_kvpacked_func
+# --------------------------------------------------------------------------- flash-attn 1.x
+def flash_attn_unpadded_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                             dropout_p, softmax_scale=None, causal=False, return_attn_probs=False,
+                             deterministic=False):
+    """flash-attn 1.x varlen: its causal mask is aligned top-left (NFA ``sparse_mode=2``)."""
+    _refuse(0.0, None, return_attn_probs)
+    return _varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, dropout_p, softmax_scale, causal,
+                   (-1, -1), top_left=bool(causal))
+
+
+def flash_attn_unpadded_qkvpacked_func(qkv, cu_seqlens, max_seqlen, dropout_p, softmax_scale=None,
+                                       causal=False, return_attn_probs=False, deterministic=False):
+    """flash-attn 1.x packed varlen: qkv (T, 3, N, D)."""
+    return flash_attn_unpadded_func(qkv[:, 0], qkv[:, 1], qkv[:, 2], cu_seqlens, cu_seqlens,
+                                    max_seqlen, max_seqlen, dropout_p, softmax_scale, causal,
+                                    return_attn_probs)
+
+
+def flash_attn_unpadded_kvpacked_func(q, kv, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
+                                      max_seqlen_k, dropout_p, softmax_scale=None, causal=False,
+                                      return_attn_probs=False, deterministic=False):
+    """flash-attn 1.x: q (Tq, N, D), kv (Tk, 2, Nkv, D)."""
+    return flash_attn_unpadded_func(q, kv[:, 0], kv[:, 1], cu_seqlens_q, cu_seqlens_k,
+                                    max_seqlen_q, max_seqlen_k, dropout_p, softmax_scale, causal,
+                                    return_attn_probs)
 
 
 # --------------------------------------------------------------------------- bert_padding
