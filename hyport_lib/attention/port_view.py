@@ -9,7 +9,7 @@ from hyport_lib.attention.phrases import PHRASES
 from hyport_lib.display import style_verdicts
 from hyport_lib.drafting.draft import Draft
 from hyport_lib.drafting.markdown import code, quote, table
-from hyport_lib.drafting.values import as_dict, as_list, dig, num
+from hyport_lib.drafting.values import as_dict, as_list, num
 
 PROOF_COLUMNS = ("name", "kind", "verdict", "max_abs", "bound", "cosine", "npu_calls",
                  "tokens_match", "detail")
