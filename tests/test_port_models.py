@@ -128,3 +128,71 @@ def test_a_planted_wrong_mapping_fails_the_proof(fault, tmp_path, fake_npu):
     assert bool(model_failed) == in_model
     if fault in ("scale", "causal"):  # caught by the numbers, not by a crash
         assert all("max|diff|" in case.detail or case.tokens_match is False for case in model_failed)
+
+
+OWN_MODEL = '''\
+"""A model of one's own: absolute imports, its config in the same file, no config.json."""
+import torch
+from flash_attn import flash_attn_func
+from transformers import PretrainedConfig, PreTrainedModel
+from transformers.modeling_outputs import CausalLMOutput
+
+
+class OwnConfig(PretrainedConfig):
+    model_type = "own"
+
+    def __init__(self, vocab_size=1000, hidden_size=512, num_attention_heads=8, **kwargs):
+        super().__init__(**kwargs)
+        self.vocab_size, self.hidden_size = vocab_size, hidden_size
+        self.num_attention_heads = num_attention_heads
+
+
+class OwnForCausalLM(PreTrainedModel):
+    config_class = OwnConfig
+
+    def __init__(self, config):
+        super().__init__(config)
+        self.embed = torch.nn.Embedding(config.vocab_size, config.hidden_size)
+        self.qkv = torch.nn.Linear(config.hidden_size, 3 * config.hidden_size)
+        self.head = torch.nn.Linear(config.hidden_size, config.vocab_size)
+        self.post_init()
+
+    def forward(self, input_ids, attention_mask=None, use_cache=False):
+        x = self.embed(input_ids)
+        b, s, _ = x.shape
+        q, k, v = self.qkv(x).view(b, s, 3, self.config.num_attention_heads, -1).unbind(2)
+        return CausalLMOutput(logits=self.head(flash_attn_func(q, k, v, causal=True).reshape(b, s, -1)))
+'''
+
+
+def test_a_model_of_ones_own_with_absolute_imports(tmp_path, fake_npu):
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "modeling_own.py").write_text(OWN_MODEL)
+    result = port_tree(src, tmp_path / "dst")
+    assert "from flash_attn_ascend import flash_attn_func" in (tmp_path / "dst" / "modeling_own.py").read_text()
+    proof = prove_port(src, result.dst)
+    assert proof.verdict == "PASS", (proof.error, [(c.name, c.detail) for c in proof.cases])
+    assert proof.config["hidden_size"] == 64 and all(c.npu_calls > 0 for c in proof.cases)
+    assert not [m for m in sys.modules if m in ("modeling_own", "flash_attn_ascend")]  # forgotten
+
+
+def test_model_code_that_fails_to_build_is_a_fail_with_its_reason(tmp_path, fake_npu):
+    result = port_tree(REMOTE / "internlm2", tmp_path / "internlm2")
+    proof = prove_port(REMOTE / "internlm2", result.dst)  # transformers 5 fills rope_scaling in
+    assert proof.verdict == "FAIL" and proof.error
+    if TRANSFORMERS_5:
+        assert proof.error.startswith("KeyError: 'type' at modeling_internlm2.py:")
+
+
+@pytest.mark.slow
+def test_the_command_on_a_vendored_model(tmp_path, fake_npu):
+    import subprocess
+
+    done = subprocess.run([sys.executable, "-m", "hyport_lib", "port", str(REMOTE / "internlm2"),
+                           "--out", str(tmp_path / "out"), "--proof-config",
+                           'rope_scaling={"type": "dynamic", "factor": 2.0}'],
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "proof: PASS  InternLM2ForCausalLM" in done.stdout
+    assert "test double" in done.stdout and "PASS  attention functions" in done.stdout

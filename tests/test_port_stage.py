@@ -44,10 +44,10 @@ def test_the_port_and_its_proof_are_recorded(ported_stage):
     assert all(case["npu_calls"] > 0 for case in port["proof"]["cases"])
     assert Path(port["dst"]).parent == run_dir / "ports"
     assert (Path(port["dst"]) / "port.json").is_file() and (Path(port["dst"]) / "port.diff").is_file()
-    assert record["headline"]["port proof"] == "PASS"
+    assert record["headline"]["port proof"] == "PASS (emulated)"
     assert record["headline"]["port changes"] == len(port["changes"]) == 2
     assert "proof PASS (NPU path emulated on CPU)" in record["summary"]
-    assert ("port", "2 changes, 0 left for a human, proof PASS") in glance(record)
+    assert ("port", "2 changes, 0 left for a human, proof PASS (emulated)") in glance(record)
 
 
 def test_a_failed_proof_fails_the_stage(ported_stage):
@@ -101,3 +101,35 @@ def test_code_without_a_model_class_is_ported_and_its_proof_warns(tmp_path, monk
     record = json.loads((tmp_path / "results" / "02_attention.json").read_text())
     assert record["verdict"] == "WARN" and record["data"]["port"]["proof"]["verdict"] == "WARN"
     assert not list((tmp_path / "code").glob("flash_attn_ascend.py"))  # SRC untouched
+
+
+def _stage(tmp_path, monkeypatch, code_path, **params):
+    monkeypatch.setenv("HYPORT_RESULTS_DIR", str(tmp_path / "results"))
+    plan = stage.plan(Params(code_path=str(code_path), model_path=None, dtypes=["float32"], **params))
+    return plan, stage.run(plan)
+
+
+def test_a_port_that_cannot_be_written_keeps_the_grid_and_says_why(tmp_path, monkeypatch):
+    (tmp_path / "ports").write_text("a file where the ports folder goes\n")
+    plan, result = _stage(tmp_path, monkeypatch, REMOTE / "ovis_siglip2_navit")
+    assert result.port is None and "FileExistsError" in result.port_error
+    summary = stage.summarize(result)
+    assert summary.verdict == "FAIL" and "port not made: FileExistsError" in summary.summary
+    assert result.comparison.rows  # the grid's results are kept
+
+
+def test_code_with_nothing_to_rewrite_gets_no_proof(tmp_path, monkeypatch):
+    code = tmp_path / "code"
+    code.mkdir()
+    (code / "modeling_clean.py").write_text("import torch\n\ndef f(x):\n    return x * 2\n")
+    _, result = _stage(tmp_path, monkeypatch, code)
+    assert result.port is not None and result.port.changes == [] and result.port.proof is None
+    summary = stage.summarize(result)
+    assert summary.verdict == "PASS" and "port: nothing to rewrite" in summary.summary
+
+
+def test_a_bad_proof_config_is_one_line():
+    from hyport_lib.params import ParameterError
+
+    with pytest.raises(ParameterError, match="port_proof_config"):
+        Params(port_proof_config={1: 2}).check()

@@ -47,5 +47,8 @@ class Params(StageParams):
         if self.flash_attn_version is not None and not version_tuple(self.flash_attn_version):
             problems.append(f"flash_attn_version={self.flash_attn_version!r}: expected a flash-attn "
                             "version such as '2.6.3' (or null: the drop-in's default)")
+        if any(not isinstance(key, str) or not key.strip() for key in self.port_proof_config):
+            problems.append(f"port_proof_config={self.port_proof_config!r}: expected config field "
+                            "names (strings) as keys")
         if problems:
             raise ParameterError(problems)

@@ -75,9 +75,10 @@ def glance_rows(record: dict) -> list[tuple[str, str]]:
     if not isinstance(port, dict):
         return []
     proof = as_dict(port.get("proof"))
+    said = f"proof {proof.get('verdict')}" + (" (emulated)" if proof.get("emulated") else "") \
+        if proof else "nothing to prove"
     return [("port", f"{len(as_list(port.get('changes')))} changes, "
-                     f"{len(as_list(port.get('manual')))} left for a human, proof "
-                     f"{proof.get('verdict', '-')}")]
+                     f"{len(as_list(port.get('manual')))} left for a human, {said}")]
 
 
 def blog_lines(record: dict, draft: Draft) -> list[str]:

@@ -144,8 +144,10 @@ def port_and_prove(plan: Plan) -> tuple[Optional[PortResult], str]:
     params = plan.params
     try:
         port = port_tree(params.code_path, plan.port_out)
-    except PortError as exc:
-        return None, str(exc)
+    except (PortError, OSError) as exc:  # the grid's and the model check's results are kept
+        return None, f"{type(exc).__name__}: {exc}" if isinstance(exc, OSError) else str(exc)
+    if not port.changes:
+        return port, ""  # nothing was rewritten: nothing to prove
     port.proof = prove_port(port.src, port.dst, seed=params.seed,
                             config_overrides=params.port_proof_config).to_dict()
     write_record(port)
@@ -193,11 +195,15 @@ def summarize(result: AttentionStageResult) -> StageSummary:
     if result.port_error:
         verdict = "FAIL"
         line += f"; port not made: {result.port_error}"
+    elif result.port is not None and result.port.proof is None:
+        headline["port changes"] = 0
+        headline["port spots left for a human"] = len(result.port.manual)
+        line += f"; port: nothing to rewrite, {len(result.port.manual)} left for a human"
     elif result.port is not None:
-        proof = result.port.proof or {}
+        proof = result.port.proof
         headline["port changes"] = len(result.port.changes)
         headline["port spots left for a human"] = len(result.port.manual)
-        headline["port proof"] = proof.get("verdict")
+        headline["port proof"] = proof.get("verdict") + (" (emulated)" if proof.get("emulated") else "")
         if proof.get("verdict") == "WARN" and verdict == "PASS":
             verdict = "WARN"  # a port with no model class to prove it on
         elif proof.get("verdict") not in ("PASS", "WARN"):

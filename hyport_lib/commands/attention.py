@@ -61,10 +61,11 @@ def run(args: argparse.Namespace) -> int:
     if result.port_error:
         print(f"port: not made: {result.port_error}")
     elif result.port is not None:
-        proof = result.port.proof or {}
+        proof = result.port.proof or {"verdict": "none (nothing was rewritten)"}
         print(f"port: {result.port.dst}: {len(result.port.changes)} change(s), "
               f"{len(result.port.manual)} left for a human (port.json); proof "
-              f"{proof.get('verdict')}{': ' + proof['error'] if proof.get('error') else ''}")
+              f"{proof.get('verdict')}{' (NPU path emulated on CPU)' if proof.get('emulated') else ''}"
+              f"{': ' + proof['error'] if proof.get('error') else ''}")
     stage.record(result)
     summary = stage.summarize(result)
     if args.json:

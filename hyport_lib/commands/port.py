@@ -71,7 +71,8 @@ def format_text(result) -> str:
         out.append(f"  NOT PARSED {file}: {error} (copied as it was)")
     proof = result.proof
     if proof is None:
-        out.append("proof: skipped (--no-proof)")
+        out.append("proof: none (--no-proof)" if result.changes else
+                   "proof: none (nothing was rewritten)")
         return "\n".join(out)
     if proof["error"]:
         out.append(f"proof: {proof['verdict']}: {proof['error']}")
@@ -82,7 +83,9 @@ def format_text(result) -> str:
     out.append(f"  port: {proof['ported_path']}")
     for case in proof["cases"]:
         numbers = "" if case["max_abs"] is None else \
-            f"max|diff| {case['max_abs']:.3g} (bound {case['bound']:.3g}), cosine {case['cosine']:.6f}, "
+            f"max|diff| {case['max_abs']:.3g} (bound {case['bound']:.3g}), "
+        if case["cosine"] is not None:
+            numbers += f"cosine {case['cosine']:.6f}, "
         tokens = "" if case["tokens_match"] is None else \
             f"tokens {'identical' if case['tokens_match'] else 'DIFFER'}, "
         out.append(f"  {case['verdict']}  {case['name']}: {numbers}{tokens}"
@@ -96,7 +99,7 @@ def format_text(result) -> str:
 def run(args: argparse.Namespace) -> int:
     overrides = config_overrides(args.proof_config)
     result = port_tree(args.src, args.out)
-    if not args.no_proof:
+    if not args.no_proof and result.changes:
         result.proof = prove_port(result.src, result.dst, dtype=args.proof_dtype, seed=args.seed,
                                   config_overrides=overrides).to_dict()
         write_record(result)

@@ -72,7 +72,7 @@ class PortProof:
     device: str = ""
     reference: str = ""
     ported_path: str = ""
-    emulated: bool = True
+    emulated: bool = False
     cases: list[ProofCase] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     error: str = ""
@@ -136,9 +136,9 @@ def _greedy(model, ids: torch.Tensor) -> list[int]:
     return tokens[0, ids.shape[1]:].tolist()
 
 
-def _build_reference(src: Path, choice_kwargs, dtype, device, seed, overrides):
+def _build_reference(src: Path, only, choice_kwargs, dtype, device, seed, overrides):
     """The original tree under the shim: (modules, choice, model)."""
-    modules = tiny.load_tree(src, "original")
+    modules = tiny.load_tree(src, "original", only)
     choice = tiny.pick_model(modules)
     cls = getattr(next(m for m in modules if m.__name__.endswith("." + choice.module)),
                   choice.class_name)
@@ -155,6 +155,8 @@ def _run(model, batch) -> torch.Tensor:
 
 
 def _prove_in(src: Path, dst: Path, dtype, device, seed, overrides) -> PortProof:
+    only = src.name if src.is_file() else None  # one file ported: that file, in both trees
+    src = src.parent if src.is_file() else src
     roots = (src, dst)
     proof = PortProof(verdict="FAIL", dtype=str(dtype).replace("torch.", ""), device=str(device))
     # The flash-attn API the code was written against: unpad_input's 4 or 5 values.
@@ -166,7 +168,7 @@ def _prove_in(src: Path, dst: Path, dtype, device, seed, overrides) -> PortProof
     original, ported = [], []
     try:
         kwargs: dict = {}
-        original, choice, reference = _build_reference(src, kwargs, dtype, device, seed, overrides)
+        original, choice, reference = _build_reference(src, only, kwargs, dtype, device, seed, overrides)
         proof.model_class, proof.model_kind, proof.config = choice.class_name, choice.kind, dict(kwargs)
         cases = tiny.batches(choice, reference.config, device, seed)
         shim_api = getattr(sys.modules["flash_attn"].flash_attn_func, "__self__", None)
@@ -190,11 +192,13 @@ def _prove_in(src: Path, dst: Path, dtype, device, seed, overrides) -> PortProof
         uninstall_flash_attn_shim()
     try:
         try:
-            ported = tiny.load_tree(dst, "ported")
+            ported = tiny.load_tree(dst, "ported", only)
         except ImportError as exc:
-            raise _ProofFailure(f"the ported code does not import without flash_attn: {exc}") from exc
-        package = ported[0].__name__.rpartition(".")[0] if ported else ""
-        generated = sys.modules.get(f"{package}.{GENERATED_MODULE}")
+            left = " (an import the port left: flash_attn is not importable here)" \
+                if "flash_attn" in str(exc) and GENERATED_MODULE not in str(exc) else ""
+            raise _ProofFailure(f"the ported code does not import: {exc}{left}") from exc
+        generated = next((m for k, m in tiny.modules_under(dst).items()
+                          if k.rpartition(".")[2] == GENERATED_MODULE), None)
         if generated is None:
             raise _ProofFailure(f"the ported tree has no {GENERATED_MODULE}.py next to the model")
         nfa, proof.ported_path, proof.emulated = _nfa_source(device)
@@ -238,8 +242,8 @@ def _prove_in(src: Path, dst: Path, dtype, device, seed, overrides) -> PortProof
                     npu_calls=calls, tokens_match=same,
                     detail="" if same else f"tokens {got} != reference {want}"))
     finally:
-        tiny.forget_tree(original)
-        tiny.forget_tree(ported)
+        tiny.forget_tree(original, src)
+        tiny.forget_tree(ported, dst)
     proof.verdict = "PASS" if proof.cases and all(c.verdict == "PASS" for c in proof.cases) else "FAIL"
     return proof
 
@@ -329,8 +333,14 @@ def prove_port(src: str | Path, dst: str | Path, *, dtype: str = "auto", seed: i
         if why:
             proof = _prove_in(src, dst, torch.bfloat16, torch_device, seed, config_overrides)
             proof.notes.append(f"{why}: proved in bfloat16")
-    except LookupError as exc:  # no model class to build: no proof, which is not a failed one
-        return PortProof(verdict="WARN", error=f"no proof: {exc}", device=str(torch_device))
-    except (_ProofFailure, ImportError, ValueError) as exc:
-        return PortProof(verdict="FAIL", error=str(exc), device=str(torch_device))
+    except tiny.NoModelClass as exc:  # nothing to build: no proof, which is not a failed one
+        return PortProof(verdict="WARN", error=f"no proof: {exc}", device=str(torch_device),
+                         emulated=False)
+    except _ProofFailure as exc:
+        return PortProof(verdict="FAIL", error=str(exc), device=str(torch_device), emulated=False)
+    except Exception as exc:  # the model code itself failed to build or run: a FAIL with why
+        where = _where(exc, (src.parent if src.is_file() else src, dst))
+        return PortProof(verdict="FAIL", error=f"{type(exc).__name__}: {exc}"
+                                               + (f" at {where}" if where else ""),
+                         device=str(torch_device), emulated=False)
     return proof

@@ -38,10 +38,16 @@ LM, NAVIT, VISION = "causal_lm", "packed_vision", "vision"
 _counter = itertools.count()
 
 
-def load_tree(root: Path, label: str) -> list[types.ModuleType]:
+class NoModelClass(LookupError):
+    """The tree holds no model class the proof knows how to build and feed."""
+
+
+def load_tree(root: Path, label: str, only: Optional[str] = None) -> list[types.ModuleType]:
     """Import the ``modeling*.py`` files of ``root`` (every ``.py`` file when none is named
-    so) as modules of a fresh package, so that relative imports between them work, under
-    a name no other load uses."""
+    so; ``only``: that file alone) as modules of a fresh package, so that relative imports
+    between them work, under a name no other load uses. ``root`` is on ``sys.path`` while
+    they import, for code that imports its siblings (or the generated module) by their
+    plain names; :func:`forget_tree` drops those too."""
     name = f"_hyport_port_{label}_{next(_counter)}"
     package = types.ModuleType(name)
     package.__path__ = [str(root)]
@@ -49,21 +55,42 @@ def load_tree(root: Path, label: str) -> list[types.ModuleType]:
     spec = importlib.util.spec_from_loader(name, loader=None, is_package=True)
     spec.submodule_search_locations = [str(root)]
     package.__spec__ = spec
+    package.__hyport_root__ = str(root)
     sys.modules[name] = package
-    files = sorted(root.glob("modeling*.py")) or sorted(root.glob("*.py"))
+    if only is not None:
+        files = [root / only]
+    else:
+        files = sorted(root.glob("modeling*.py")) or sorted(root.glob("*.py"))
     # The model files only (transformers' naming): they import what they need, and a
     # helper beside them may build a CUDA extension on import.
-    return [importlib.import_module(f"{name}.{file.stem}") for file in files
-            if file.stem not in ("__init__", "flash_attn_ascend")]
+    sys.path.insert(0, str(root))
+    try:
+        return [importlib.import_module(f"{name}.{file.stem}") for file in files
+                if file.stem not in ("__init__", "flash_attn_ascend")]
+    finally:
+        sys.path.remove(str(root))
 
 
-def forget_tree(modules: list[types.ModuleType]) -> None:
-    """Drop a loaded tree from ``sys.modules`` (the next load is a fresh import)."""
-    if not modules:
-        return
-    package = modules[0].__name__.rpartition(".")[0]
-    for key in [k for k in sys.modules if k == package or k.startswith(package + ".")]:
-        del sys.modules[key]
+def modules_under(root: Path) -> dict[str, types.ModuleType]:
+    """Every loaded module whose file lies in ``root``."""
+    found = {}
+    for key, module in list(sys.modules.items()):
+        path = getattr(module, "__file__", None)
+        if path and Path(path).resolve().is_relative_to(root):
+            found[key] = module
+    return found
+
+
+def forget_tree(modules: list[types.ModuleType], root: Optional[Path] = None) -> None:
+    """Drop a loaded tree from ``sys.modules`` (the next load is a fresh import): its
+    package, and every module imported from ``root`` under another name."""
+    if modules:
+        package = modules[0].__name__.rpartition(".")[0]
+        for key in [k for k in sys.modules if k == package or k.startswith(package + ".")]:
+            del sys.modules[key]
+    if root is not None:
+        for key in modules_under(root):
+            del sys.modules[key]
 
 
 def _input_kind(cls) -> Optional[str]:
@@ -94,7 +121,7 @@ def pick_model(modules: list[types.ModuleType]) -> ModelChoice:
     (NaViT-style) vision model, else a vision model.
 
     Raises:
-        LookupError: no ``PreTrainedModel`` subclass with a forward of a known kind.
+        NoModelClass: no ``PreTrainedModel`` subclass with a forward of a known kind.
     """
     from transformers import PreTrainedModel
 
@@ -107,7 +134,7 @@ def pick_model(modules: list[types.ModuleType]) -> ModelChoice:
                 if kind:
                     found.append((kind, cls.__name__, module.__name__.rpartition(".")[2]))
     if not found:
-        raise LookupError("no PreTrainedModel subclass with a forward taking input_ids (a "
+        raise NoModelClass("no PreTrainedModel subclass with a forward taking input_ids (a "
                           "*ForCausalLM / *LMHeadModel) or pixel_values in the tree")
     order = {LM: 0, NAVIT: 1, VISION: 2}
     kind, name, stem = min(found, key=lambda f: (order[f[0]], f[1]))
