@@ -182,7 +182,7 @@ def test_model_code_that_fails_to_build_is_a_fail_with_its_reason(tmp_path, fake
     proof = prove_port(REMOTE / "internlm2", result.dst)  # transformers 5 fills rope_scaling in
     assert proof.verdict == "FAIL" and proof.error
     if TRANSFORMERS_5:
-        assert proof.error.startswith("KeyError: 'type' at modeling_internlm2.py:")
+        assert proof.error.startswith("KeyError: 'type' at original modeling_internlm2.py:332")
 
 
 @pytest.mark.slow
@@ -196,3 +196,55 @@ def test_the_command_on_a_vendored_model(tmp_path, fake_npu):
     assert done.returncode == 0, done.stderr[-2000:]
     assert "proof: PASS  InternLM2ForCausalLM" in done.stdout
     assert "test double" in done.stdout and "PASS  attention functions" in done.stdout
+
+
+#: Wrong ports planted in the ported model file itself (not in the generated module).
+PLANTED_IN_MODEL = {
+    "padding mask dropped": ("        causal = self.is_causal and query_length != 1\n        if attention_mask is not None:",
+                             "        causal = self.is_causal and query_length != 1\n        if False:",
+                             "max|diff|"),
+    "one layer bypasses the port": (
+        "        self.attention = INTERNLM2_ATTENTION_CLASSES[config.attn_implementation](config=config)",
+        "        InternLM2DecoderLayer.built = getattr(InternLM2DecoderLayer, 'built', 0) + 1\n"
+        "        self.attention = INTERNLM2_ATTENTION_CLASSES['eager' if InternLM2DecoderLayer.built % 2 "
+        "else config.attn_implementation](config=config)",
+        "part of the model bypasses the port"),
+}
+
+
+@pytest.mark.parametrize("fault", sorted(PLANTED_IN_MODEL))
+def test_a_wrong_port_of_the_model_file_fails_the_proof(fault, tmp_path, fake_npu):
+    right, wrong, said = PLANTED_IN_MODEL[fault]
+    result = port_tree(REMOTE / "internlm2", tmp_path / "internlm2")
+    modeling = Path(result.dst) / "modeling_internlm2.py"
+    text = modeling.read_text()
+    assert text.count(right) == 1
+    modeling.write_text(text.replace(right, wrong))
+    proof = _prove("internlm2", result)
+    assert proof.verdict == "FAIL"
+    assert any(said in case.detail for case in proof.cases if case.kind == "padded"
+               or said.startswith("part"))
+
+
+def test_the_proof_leaves_the_callers_modules_and_shim_alone(tmp_path, fake_npu):
+    from hyport_lib.npu_attention.shim import (current_shim, install_flash_attn_shim,
+                                               uninstall_flash_attn_shim)
+
+    src = tmp_path / "src"
+    (src / ".venv" / "site").mkdir(parents=True)
+    (src / ".venv" / "site" / "hyport_user_pkg.py").write_text("STATE = []\n")
+    (src / "modeling_own.py").write_text(OWN_MODEL)
+    sys.path.insert(0, str(src / ".venv" / "site"))
+    try:
+        import hyport_user_pkg
+
+        hyport_user_pkg.STATE.append(1)
+        install_flash_attn_shim("sdpa")
+        result = port_tree(src, tmp_path / "dst")
+        assert prove_port(src, result.dst).verdict == "PASS"
+        assert sys.modules["hyport_user_pkg"] is hyport_user_pkg and hyport_user_pkg.STATE == [1]
+        assert current_shim() is not None and current_shim().installed
+    finally:
+        uninstall_flash_attn_shim()
+        sys.path.remove(str(src / ".venv" / "site"))
+        sys.modules.pop("hyport_user_pkg", None)

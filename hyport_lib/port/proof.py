@@ -22,6 +22,8 @@ names the reason.
 from __future__ import annotations
 
 import copy
+import importlib
+import json
 import sys
 import traceback
 from dataclasses import asdict, dataclass, field
@@ -33,8 +35,8 @@ import torch
 from hyport_lib.backend import get_backend, import_torch_npu
 from hyport_lib.npu_attention import emulation
 from hyport_lib.npu_attention.flash_api import FlashAttnAPI
-from hyport_lib.npu_attention.shim import (DEFAULT_VERSION, install_flash_attn_shim,
-                                           uninstall_flash_attn_shim)
+from hyport_lib.npu_attention.shim import (DEFAULT_VERSION, current_shim,
+                                           install_flash_attn_shim, uninstall_flash_attn_shim)
 from hyport_lib.port import tiny
 from hyport_lib.port.codemod import GENERATED_MODULE
 
@@ -90,13 +92,14 @@ class _ProofFailure(Exception):
     """A step of the proof that ends it with a FAIL and a reason."""
 
 
-def _where(exc: BaseException, roots: tuple[Path, ...]) -> str:
-    """``file:line`` of the innermost frame inside the model trees."""
+def _where(exc: BaseException, roots: dict[str, Path]) -> str:
+    """``<tree> file:line `code``` of the innermost frame inside the model trees."""
     for frame in reversed(traceback.extract_tb(exc.__traceback__)):
         path = Path(frame.filename)
-        for root in roots:
+        for label, root in roots.items():
             if root in path.parents:
-                return f"{path.relative_to(root)}:{frame.lineno} `{(frame.line or '').strip()}`"
+                return (f"{label} {path.relative_to(root)}:{frame.lineno} "
+                        f"`{(frame.line or '').strip()}`")
     return ""
 
 
@@ -154,101 +157,168 @@ def _run(model, batch) -> torch.Tensor:
                                                            if batch.kind in ("dense", "padded") else {})))
 
 
+def _generated_modules(dst: Path, ported) -> list:
+    """Every copy of the generated module in the ported tree, imported now under the names
+    the code imports it by (relatively in its package, or plainly from the tree's root),
+    so that a copy the code imports only inside a function is configured too."""
+    package = ported[0].__name__.rpartition(".")[0] if ported else None
+    found = {}
+    for path in sorted(dst.rglob(f"{GENERATED_MODULE}.py")):
+        relative = path.relative_to(dst).with_suffix("").parts
+        names = [".".join((package, *relative))] if package else []
+        if len(relative) == 1:
+            names.append(GENERATED_MODULE)
+        sys.path.insert(0, str(dst))
+        try:
+            for name in names:
+                module = importlib.import_module(name)
+                found[id(module)] = module
+        finally:
+            sys.path.remove(str(dst))
+    return list(found.values())
+
+
+def _expects_attention(dst: Path) -> bool:
+    """Whether the port rewrote flash-attn code (else there is no attention to count)."""
+    record = dst / "port.json"
+    if not record.is_file():
+        return True
+    try:
+        changes = json.loads(record.read_text(encoding="utf-8")).get("changes") or []
+    except ValueError:
+        return True
+    return any(c.get("kind") == "flash_attn_import" for c in changes if isinstance(c, dict))
+
+
 def _prove_in(src: Path, dst: Path, dtype, device, seed, overrides) -> PortProof:
+    """One proof in one dtype. Whatever it loads is forgotten after, and a flash_attn shim
+    the caller had installed is put back."""
+    before_modules = set(sys.modules)
+    before_shim = current_shim()
+    try:
+        return _prove_loaded(src, dst, dtype, device, seed, overrides)
+    finally:
+        uninstall_flash_attn_shim()
+        if before_shim is not None and before_shim.installed:
+            install_flash_attn_shim(before_shim.backend, version=before_shim.version,
+                                    force=bool(before_shim._replaced))
+        roots = (src.parent if src.is_file() else src, dst)
+        for key in [k for k in sys.modules if k not in before_modules]:
+            module = sys.modules[key]
+            path = getattr(module, "__file__", None)
+            if key.startswith("_hyport_port_") or (
+                    path and any(Path(path).resolve().is_relative_to(r) for r in roots)):
+                del sys.modules[key]
+
+
+def _prove_loaded(src: Path, dst: Path, dtype, device, seed, overrides) -> PortProof:
     only = src.name if src.is_file() else None  # one file ported: that file, in both trees
     src = src.parent if src.is_file() else src
-    roots = (src, dst)
+    roots = {"original": src, "port": dst}
     proof = PortProof(verdict="FAIL", dtype=str(dtype).replace("torch.", ""), device=str(device))
+    expects_attention = _expects_attention(dst)
     # The flash-attn API the code was written against: unpad_input's 4 or 5 values.
     generated_text = next((p.read_text(encoding="utf-8") for p in dst.rglob(f"{GENERATED_MODULE}.py")), "")
     version = "2.6.3" if "UNPAD_INPUT_RETURNS = 4\n" in generated_text else DEFAULT_VERSION
     shim = install_flash_attn_shim("sdpa", force=True, version=version)
     if not shim.installed:
         raise _ProofFailure(f"the flash_attn shim could not be installed: {shim.reason}")
-    original, ported = [], []
+    kwargs: dict = {}
+    original, choice, reference = _build_reference(src, only, kwargs, dtype, device, seed, overrides)
+    proof.model_class, proof.model_kind, proof.config = choice.class_name, choice.kind, dict(kwargs)
+    cases = tiny.batches(choice, reference.config, device, seed)
+    shim_api = getattr(sys.modules["flash_attn"], "__hyport_api__", None)
+    proof.reference = "the original code, its flash path on hyport's flash_attn shim (SDPA)"
+    reference_calls: list[Optional[int]] = []
     try:
-        kwargs: dict = {}
-        original, choice, reference = _build_reference(src, only, kwargs, dtype, device, seed, overrides)
-        proof.model_class, proof.model_kind, proof.config = choice.class_name, choice.kind, dict(kwargs)
-        cases = tiny.batches(choice, reference.config, device, seed)
-        shim_api = getattr(sys.modules["flash_attn"].flash_attn_func, "__self__", None)
-        calls_before = shim_api.calls if shim_api is not None else 0
-        proof.reference = "the original code, its flash path on hyport's flash_attn shim (SDPA)"
-        try:
-            expected = [_run(reference, batch) for batch in cases]
-            if shim_api is not None and shim_api.calls == calls_before:
-                proof.reference = ("the original code's own non-flash path: its flash path did "
-                                   "not run on this host (no call reached the flash_attn shim)")
-        except AssertionError as exc:
-            where = _where(exc, roots)
-            reference = tiny.build(original, choice, copy.deepcopy(tiny.without_flash(kwargs)),
-                                   dtype, device, seed)
-            proof.reference = (f"the original code's own non-flash path: its flash path stops "
-                               f"on this host at {where or 'an assert'}")
-            expected = [_run(reference, batch) for batch in cases]
-        greedy_ref = [_greedy(reference, batch.inputs["input_ids"][i:i + 1])
-                      for batch in cases[:1] if choice.kind == tiny.LM for i in range(2)]
-    finally:
-        uninstall_flash_attn_shim()
+        expected = []
+        for batch in cases:
+            calls_before = shim_api.calls if shim_api is not None else 0
+            expected.append(_run(reference, batch))
+            reference_calls.append(shim_api.calls - calls_before if shim_api is not None else None)
+        if not any(reference_calls):
+            reference_calls = [None] * len(cases)
+            proof.reference = ("the original code's own non-flash path: its flash path did "
+                               "not run on this host (no call reached the flash_attn shim)")
+    except AssertionError as exc:
+        where = _where(exc, roots)
+        reference = tiny.build(original, choice, copy.deepcopy(tiny.without_flash(kwargs)),
+                               dtype, device, seed)
+        proof.reference = (f"the original code's own non-flash path: its flash path stops "
+                           f"on this host at {where or 'an assert'}")
+        expected = [_run(reference, batch) for batch in cases]
+        reference_calls = [None] * len(cases)
+    greedy_ref = [_greedy(reference, batch.inputs["input_ids"][i:i + 1])
+                  for batch in cases[:1] if choice.kind == tiny.LM for i in range(2)]
+    uninstall_flash_attn_shim()
+
     try:
-        try:
-            ported = tiny.load_tree(dst, "ported", only)
-        except ImportError as exc:
-            left = " (an import the port left: flash_attn is not importable here)" \
-                if "flash_attn" in str(exc) and GENERATED_MODULE not in str(exc) else ""
-            raise _ProofFailure(f"the ported code does not import: {exc}{left}") from exc
-        generated = next((m for k, m in tiny.modules_under(dst).items()
-                          if k.rpartition(".")[2] == GENERATED_MODULE), None)
-        if generated is None:
-            raise _ProofFailure(f"the ported tree has no {GENERATED_MODULE}.py next to the model")
-        nfa, proof.ported_path, proof.emulated = _nfa_source(device)
-        generated.BACKEND = "npu"
+        ported = tiny.load_tree(dst, "ported", only)
+    except ImportError as exc:
+        left = " (an import the port left: flash_attn is not importable here)" \
+            if "flash_attn" in str(exc) and GENERATED_MODULE not in str(exc) else ""
+        raise _ProofFailure(f"the ported code does not import: {exc}{left}") from exc
+    generated = _generated_modules(dst, ported)
+    if expects_attention and not generated:
+        raise _ProofFailure(f"the ported tree has no {GENERATED_MODULE}.py next to the model")
+    nfa, proof.ported_path, proof.emulated = _nfa_source(device)
+    for module in generated:
+        module.BACKEND = "npu"
         if nfa is not None:
-            generated.npu_fusion_attention = nfa
-        model = tiny.build(ported, choice, copy.deepcopy(kwargs), dtype, device, seed)
-        model.load_state_dict(reference.state_dict())
-        for batch, ref in zip(cases, expected):
-            before = generated.CALLS["npu"]
-            try:
-                out = _run(model, batch)
-            except Exception as exc:  # the case fails, the proof goes on to the next one
-                proof.cases.append(ProofCase(batch.name, batch.kind, "FAIL",
-                                             detail=f"{type(exc).__name__}: {exc} "
-                                                    f"{_where(exc, roots)}".strip()))
-                continue
-            calls = generated.CALLS["npu"] - before
-            max_abs, bound, cosine, finite = _compare(ref, out, dtype, batch.valid)
-            problems = []
-            if not finite:
-                problems.append("non-finite output (port or reference)")
-            elif not max_abs <= bound:
-                problems.append(f"max|diff| {max_abs:.3g} > {bound:.3g}")
-            if finite and not cosine >= COSINE_MIN[dtype]:
-                problems.append(f"cosine {cosine:.6f} < {COSINE_MIN[dtype]}")
-            if calls == 0:
-                problems.append("no NPU attention call: the forward never reached the port")
-            proof.cases.append(ProofCase(batch.name, batch.kind, "FAIL" if problems else "PASS",
-                                         max_abs, bound, cosine, calls, None, "; ".join(problems)))
-        proof.cases.append(_attention_grid(generated))
-        if greedy_ref:
-            ids = cases[0].inputs["input_ids"]
-            for i, want in enumerate(greedy_ref):
-                before = generated.CALLS["npu"]
-                got = _greedy(model, ids[i:i + 1])
-                calls = generated.CALLS["npu"] - before
-                same = got == want
-                proof.cases.append(ProofCase(
-                    f"greedy, prompt {i + 1}", "greedy", "PASS" if same and calls else "FAIL",
-                    npu_calls=calls, tokens_match=same,
-                    detail="" if same else f"tokens {got} != reference {want}"))
-    finally:
-        tiny.forget_tree(original, src)
-        tiny.forget_tree(ported, dst)
+            module.npu_fusion_attention = nfa
+
+    def npu_calls() -> int:
+        return sum(module.CALLS["npu"] for module in generated)
+
+    model = tiny.build(ported, choice, copy.deepcopy(kwargs), dtype, device, seed)
+    model.load_state_dict(reference.state_dict())
+    for batch, ref, want_calls in zip(cases, expected, reference_calls):
+        before = npu_calls()
+        try:
+            out = _run(model, batch)
+        except Exception as exc:  # the case fails, the proof goes on to the next one
+            proof.cases.append(ProofCase(batch.name, batch.kind, "FAIL",
+                                         detail=f"{type(exc).__name__}: {exc} "
+                                                f"{_where(exc, roots)}".strip()))
+            continue
+        calls = npu_calls() - before
+        max_abs, bound, cosine, finite = _compare(ref, out, dtype, batch.valid)
+        problems = []
+        if not finite:
+            problems.append("non-finite output (port or reference)")
+        elif not max_abs <= bound:
+            problems.append(f"max|diff| {max_abs:.3g} > {bound:.3g}")
+        if finite and not cosine >= COSINE_MIN[dtype]:
+            problems.append(f"cosine {cosine:.6f} < {COSINE_MIN[dtype]}")
+        if expects_attention and calls == 0:
+            problems.append("no NPU attention call: the forward never reached the port")
+        elif want_calls is not None and calls != want_calls:
+            problems.append(f"{calls} NPU attention call(s) where the original made {want_calls} "
+                            "flash-attn call(s): part of the model bypasses the port")
+        proof.cases.append(ProofCase(batch.name, batch.kind, "FAIL" if problems else "PASS",
+                                     max_abs, bound, cosine, calls, None, "; ".join(problems)))
+    for module in generated:
+        proof.cases.append(_attention_grid(module, len(generated) > 1 and module.__name__))
+    if greedy_ref:
+        ids = cases[0].inputs["input_ids"]
+        for i, want in enumerate(greedy_ref):
+            before = npu_calls()
+            got = _greedy(model, ids[i:i + 1])
+            calls = npu_calls() - before
+            same = got == want
+            reached = calls > 0 or not expects_attention
+            proof.cases.append(ProofCase(
+                f"greedy, prompt {i + 1}", "greedy", "PASS" if same and reached else "FAIL",
+                npu_calls=calls, tokens_match=same,
+                detail="" if same else f"tokens {got} != reference {want}"))
+    if not expects_attention:
+        proof.notes.append("the code imports no flash-attn: the model is compared, no NPU "
+                           "attention call is expected")
     proof.verdict = "PASS" if proof.cases and all(c.verdict == "PASS" for c in proof.cases) else "FAIL"
     return proof
 
 
-def _attention_grid(generated) -> ProofCase:
+def _attention_grid(generated, label=None) -> ProofCase:
     """The generated module's functions on their own, on the NPU path, against hyport's
     reference semantics of flash-attn, over what a tiny model's forward may not reach:
     GQA, causal with fewer and with more queries than keys (blind rows), windows, varlen
@@ -274,6 +344,7 @@ def _attention_grid(generated) -> ProofCase:
                   {"softmax_scale": 0.3, "causal": True}))
     calls.append(("flash_attn_unpadded_func", (tq, tk, tv, cu_q, cu_k, 5, 7, 0.0), {"causal": True}))
     worst, bound, before, problems = 0.0, 0.0, generated.CALLS["npu"], []
+    problems += _dropout_problems(generated, q, k, v, tq, tk, tv, cu_q, cu_k)
     for name, args, kwargs in calls:
         try:
             out = getattr(generated, name)(*args, **kwargs)
@@ -285,9 +356,34 @@ def _attention_grid(generated) -> ProofCase:
         worst, bound = max(worst, max_abs), max(bound, limit)
         if not finite or not max_abs <= limit:
             problems.append(f"{name}({kwargs}): max|diff| {max_abs:.3g} > {limit:.3g}")
-    return ProofCase("attention functions (GQA, windows, Sq != Sk, varlen, 1.x causal)", "grid",
+    name = "attention functions (GQA, windows, Sq != Sk, varlen, 1.x causal, dropout)"
+    return ProofCase(name + (f" of {label}" if label else ""), "grid",
                      "FAIL" if problems else "PASS", worst, bound, None,
                      generated.CALLS["npu"] - before, None, "; ".join(problems[:3]))
+
+
+def _dropout_problems(generated, q, k, v, tq, tk, tv, cu_q, cu_k) -> list[str]:
+    """``dropout_p`` must reach the kernel as ``keep_prob = 1 - dropout_p`` (the output is
+    random, the argument is not: it is recorded on its way to the kernel)."""
+    previous = generated.npu_fusion_attention
+    inner = previous if previous is not None else import_torch_npu()[0].npu_fusion_attention
+    seen = []
+
+    def recording(*args, **kwargs):
+        seen.append(kwargs.get("keep_prob"))
+        return inner(*args, **kwargs)
+
+    generated.npu_fusion_attention = recording
+    try:
+        generated.flash_attn_func(q, k, v, dropout_p=0.25)
+        generated.flash_attn_varlen_func(tq, tk, tv, cu_q, cu_k, 5, 7, dropout_p=0.25)
+    except Exception as exc:  # a broken mapping: named in the grid's case
+        return [f"dropout: {type(exc).__name__}: {exc}"]
+    finally:
+        generated.npu_fusion_attention = previous
+    if seen != [0.75, 0.75]:
+        return [f"dropout_p=0.25 reached the kernel as keep_prob={seen} (expected 0.75)"]
+    return []
 
 
 def _half_only(proof: PortProof) -> Optional[str]:
@@ -295,9 +391,10 @@ def _half_only(proof: PortProof) -> Optional[str]:
     for case in proof.cases:
         if case.detail.startswith("AssertionError") and "dtype" in case.detail:
             return f"float32 stopped at {case.detail.split(' ', 1)[-1]}"
-    model_cases = [c for c in proof.cases if c.kind != "grid"]
-    if model_cases and all(c.npu_calls == 0 for c in model_cases):
-        return "no NPU attention call in float32 (the code keeps flash attention to half precision)"
+    model_cases = [c for c in proof.cases if c.kind not in ("grid", "greedy")]
+    if model_cases and all("no NPU attention call" in c.detail for c in model_cases):
+        return ("no NPU attention call in float32 (the code runs its flash-attn path in half "
+                "precision only)")
     return None
 
 
@@ -339,7 +436,7 @@ def prove_port(src: str | Path, dst: str | Path, *, dtype: str = "auto", seed: i
     except _ProofFailure as exc:
         return PortProof(verdict="FAIL", error=str(exc), device=str(torch_device), emulated=False)
     except Exception as exc:  # the model code itself failed to build or run: a FAIL with why
-        where = _where(exc, (src.parent if src.is_file() else src, dst))
+        where = _where(exc, {"original": src.parent if src.is_file() else src, "port": dst})
         return PortProof(verdict="FAIL", error=f"{type(exc).__name__}: {exc}"
                                                + (f" at {where}" if where else ""),
                          device=str(torch_device), emulated=False)

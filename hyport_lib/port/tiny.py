@@ -47,7 +47,7 @@ def load_tree(root: Path, label: str, only: Optional[str] = None) -> list[types.
     so; ``only``: that file alone) as modules of a fresh package, so that relative imports
     between them work, under a name no other load uses. ``root`` is on ``sys.path`` while
     they import, for code that imports its siblings (or the generated module) by their
-    plain names; :func:`forget_tree` drops those too."""
+    plain names. The proof forgets every module a load added."""
     name = f"_hyport_port_{label}_{next(_counter)}"
     package = types.ModuleType(name)
     package.__path__ = [str(root)]
@@ -55,7 +55,6 @@ def load_tree(root: Path, label: str, only: Optional[str] = None) -> list[types.
     spec = importlib.util.spec_from_loader(name, loader=None, is_package=True)
     spec.submodule_search_locations = [str(root)]
     package.__spec__ = spec
-    package.__hyport_root__ = str(root)
     sys.modules[name] = package
     if only is not None:
         files = [root / only]
@@ -69,28 +68,6 @@ def load_tree(root: Path, label: str, only: Optional[str] = None) -> list[types.
                 if file.stem not in ("__init__", "flash_attn_ascend")]
     finally:
         sys.path.remove(str(root))
-
-
-def modules_under(root: Path) -> dict[str, types.ModuleType]:
-    """Every loaded module whose file lies in ``root``."""
-    found = {}
-    for key, module in list(sys.modules.items()):
-        path = getattr(module, "__file__", None)
-        if path and Path(path).resolve().is_relative_to(root):
-            found[key] = module
-    return found
-
-
-def forget_tree(modules: list[types.ModuleType], root: Optional[Path] = None) -> None:
-    """Drop a loaded tree from ``sys.modules`` (the next load is a fresh import): its
-    package, and every module imported from ``root`` under another name."""
-    if modules:
-        package = modules[0].__name__.rpartition(".")[0]
-        for key in [k for k in sys.modules if k == package or k.startswith(package + ".")]:
-            del sys.modules[key]
-    if root is not None:
-        for key in modules_under(root):
-            del sys.modules[key]
 
 
 def _input_kind(cls) -> Optional[str]:
@@ -231,7 +208,9 @@ def batches(choice: ModelChoice, config, device, seed: int) -> list[Batch]:
         vocab = int(getattr(config, "vocab_size", 256))
         ids = torch.randint(3, vocab, (2, 16), generator=generator)
         padded_mask = torch.ones(2, 16, dtype=torch.long)
-        padded_mask[1, 9:] = 0
+        # left padding, as batched generation pads: with causal attention a right pad is
+        # never seen by a real token, so a port that dropped the mask would pass unseen
+        padded_mask[1, :7] = 0
         return [
             Batch("dense", "dense", {"input_ids": ids.to(device)}, torch.ones(2, 16, dtype=torch.bool)),
             Batch("padded", "padded", {"input_ids": ids.to(device),
