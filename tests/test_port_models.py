@@ -178,11 +178,15 @@ def test_a_model_of_ones_own_with_absolute_imports(tmp_path, fake_npu):
 
 
 def test_model_code_that_fails_to_build_is_a_fail_with_its_reason(tmp_path, fake_npu):
-    result = port_tree(REMOTE / "internlm2", tmp_path / "internlm2")
-    proof = prove_port(REMOTE / "internlm2", result.dst)  # transformers 5 fills rope_scaling in
-    assert proof.verdict == "FAIL" and proof.error
-    if TRANSFORMERS_5:
-        assert proof.error.startswith("KeyError: 'type' at original modeling_internlm2.py:332")
+    src = tmp_path / "src"
+    src.mkdir()
+    broken = OWN_MODEL.replace("self.post_init()", "self.width = config.missing_field\n        self.post_init()")
+    (src / "modeling_own.py").write_text(broken)
+    result = port_tree(src, tmp_path / "dst")
+    proof = prove_port(src, result.dst)
+    assert proof.verdict == "FAIL" and proof.cases == []
+    assert proof.error.startswith("AttributeError: ") and "missing_field" in proof.error
+    assert "at original modeling_own.py:" in proof.error
 
 
 @pytest.mark.slow
@@ -248,3 +252,21 @@ def test_the_proof_leaves_the_callers_modules_and_shim_alone(tmp_path, fake_npu)
         uninstall_flash_attn_shim()
         sys.path.remove(str(src / ".venv" / "site"))
         sys.modules.pop("hyport_user_pkg", None)
+
+
+def test_an_import_the_port_left_fails_even_where_flash_attn_imports(tmp_path, fake_npu):
+    from hyport_lib.npu_attention.shim import install_flash_attn_shim, uninstall_flash_attn_shim
+
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "modeling_own.py").write_text(OWN_MODEL)
+    result = port_tree(src, tmp_path / "dst")
+    modeling = Path(result.dst) / "modeling_own.py"
+    modeling.write_text(modeling.read_text().replace(
+        "from flash_attn_ascend import flash_attn_func", "from flash_attn import flash_attn_func"))
+    install_flash_attn_shim("sdpa")  # a host where `import flash_attn` works
+    try:
+        proof = prove_port(src, result.dst)
+    finally:
+        uninstall_flash_attn_shim()
+    assert proof.verdict == "FAIL" and "an import the port left" in proof.error

@@ -21,8 +21,10 @@ names the reason.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import importlib
+import importlib.abc
 import json
 import sys
 import traceback
@@ -157,6 +159,32 @@ def _run(model, batch) -> torch.Tensor:
                                                            if batch.kind in ("dense", "padded") else {})))
 
 
+class _NoFlashAttn(importlib.abc.MetaPathFinder):
+    """Refuses ``import flash_attn`` (and its submodules) while the port loads and runs, so
+    that on a host where flash-attn is installed an import the port left still fails."""
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname == "flash_attn" or fullname.startswith("flash_attn."):
+            raise ModuleNotFoundError(f"No module named {fullname!r} (hidden from the port "
+                                      "by the proof)", name=fullname)
+        return None
+
+
+@contextlib.contextmanager
+def _without_flash_attn():
+    hidden = {k: sys.modules.pop(k) for k in list(sys.modules)
+              if k == "flash_attn" or k.startswith("flash_attn.")}
+    blocker = _NoFlashAttn()
+    sys.meta_path.insert(0, blocker)
+    try:
+        yield
+    finally:
+        sys.meta_path.remove(blocker)
+        for key in [k for k in sys.modules if k == "flash_attn" or k.startswith("flash_attn.")]:
+            del sys.modules[key]
+        sys.modules.update(hidden)
+
+
 def _generated_modules(dst: Path, ported) -> list:
     """Every copy of the generated module in the ported tree, imported now under the names
     the code imports it by (relatively in its package, or plainly from the tree's root),
@@ -251,7 +279,14 @@ def _prove_loaded(src: Path, dst: Path, dtype, device, seed, overrides) -> PortP
     greedy_ref = [_greedy(reference, batch.inputs["input_ids"][i:i + 1])
                   for batch in cases[:1] if choice.kind == tiny.LM for i in range(2)]
     uninstall_flash_attn_shim()
+    with _without_flash_attn():
+        return _prove_port_side(proof, dst, only, roots, choice, kwargs, reference, cases, expected,
+                                reference_calls, greedy_ref, expects_attention, dtype, device, seed)
 
+
+def _prove_port_side(proof, dst, only, roots, choice, kwargs, reference, cases, expected,
+                     reference_calls, greedy_ref, expects_attention, dtype, device, seed) -> PortProof:
+    """The ported tree's half of the proof, run with flash_attn unimportable."""
     try:
         ported = tiny.load_tree(dst, "ported", only)
     except ImportError as exc:
