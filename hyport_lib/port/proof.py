@@ -21,6 +21,7 @@ names the reason.
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import copy
 import importlib
@@ -185,25 +186,49 @@ def _without_flash_attn():
         sys.modules.update(hidden)
 
 
-def _generated_modules(dst: Path, ported) -> list:
-    """Every copy of the generated module in the ported tree, imported now under the names
-    the code imports it by (relatively in its package, or plainly from the tree's root),
-    so that a copy the code imports only inside a function is configured too."""
+def _import_styles(folder: Path) -> set[str]:
+    """How the files of ``folder`` import the generated module: ``relative``, ``plain``."""
+    styles = set()
+    for path in folder.glob("*.py"):
+        try:
+            tree = ast.parse(path.read_bytes())
+        except (SyntaxError, ValueError):
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.level == 1 and (
+                    node.module == GENERATED_MODULE or (node.module is None and any(
+                        a.name == GENERATED_MODULE for a in node.names))):
+                styles.add("relative")
+            elif (isinstance(node, ast.ImportFrom) and node.level == 0
+                  and node.module == GENERATED_MODULE) or (isinstance(node, ast.Import) and any(
+                      a.name == GENERATED_MODULE for a in node.names)):
+                styles.add("plain")
+    return styles
+
+
+def _generated_modules(dst: Path, ported) -> dict[str, object]:
+    """Every copy of the generated module in the ported tree (by its path in the tree),
+    imported now under the name the code imports it by (relatively in its package, or
+    plainly from the tree's root), so that a copy the code imports only inside a function
+    is configured too."""
     package = ported[0].__name__.rpartition(".")[0] if ported else None
     found = {}
     for path in sorted(dst.rglob(f"{GENERATED_MODULE}.py")):
         relative = path.relative_to(dst).with_suffix("").parts
-        names = [".".join((package, *relative))] if package else []
-        if len(relative) == 1:
+        styles = _import_styles(path.parent)
+        names = [".".join((package, *relative))] if package and "relative" in styles else []
+        if len(relative) == 1 and "plain" in styles:
             names.append(GENERATED_MODULE)
         sys.path.insert(0, str(dst))
         try:
             for name in names:
-                module = importlib.import_module(name)
-                found[id(module)] = module
+                where = path.relative_to(dst).as_posix()
+                if len(names) > 1:  # imported both ways: two module objects, both checked
+                    where += f" (imported as {name})"
+                found[where] = importlib.import_module(name)
         finally:
             sys.path.remove(str(dst))
-    return list(found.values())
+    return found
 
 
 def _expects_attention(dst: Path) -> bool:
@@ -293,7 +318,8 @@ def _prove_port_side(proof, dst, only, roots, choice, kwargs, reference, cases, 
         left = " (an import the port left: flash_attn is not importable here)" \
             if "flash_attn" in str(exc) and GENERATED_MODULE not in str(exc) else ""
         raise _ProofFailure(f"the ported code does not import: {exc}{left}") from exc
-    generated = _generated_modules(dst, ported)
+    generated_by_path = _generated_modules(dst, ported)
+    generated = list(generated_by_path.values())
     if expects_attention and not generated:
         raise _ProofFailure(f"the ported tree has no {GENERATED_MODULE}.py next to the model")
     nfa, proof.ported_path, proof.emulated = _nfa_source(device)
@@ -332,8 +358,8 @@ def _prove_port_side(proof, dst, only, roots, choice, kwargs, reference, cases, 
                             "flash-attn call(s): part of the model bypasses the port")
         proof.cases.append(ProofCase(batch.name, batch.kind, "FAIL" if problems else "PASS",
                                      max_abs, bound, cosine, calls, None, "; ".join(problems)))
-    for module in generated:
-        proof.cases.append(_attention_grid(module, len(generated) > 1 and module.__name__))
+    for where, module in generated_by_path.items():
+        proof.cases.append(_attention_grid(module, len(generated) > 1 and where))
     if greedy_ref:
         ids = cases[0].inputs["input_ids"]
         for i, want in enumerate(greedy_ref):
