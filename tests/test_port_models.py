@@ -270,3 +270,20 @@ def test_an_import_the_port_left_fails_even_where_flash_attn_imports(tmp_path, f
     finally:
         uninstall_flash_attn_shim()
     assert proof.verdict == "FAIL" and "an import the port left" in proof.error
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_the_diff_of_each_vendored_model_applies_to_a_copy_of_it(name, tmp_path):
+    import shutil
+    import subprocess
+
+    result = port_tree(REMOTE / name, tmp_path / "port")
+    copy = tmp_path / "copy"
+    shutil.copytree(REMOTE / name, copy)
+    subprocess.run(["git", "apply", str(Path(result.dst) / "port.diff")], cwd=copy, check=True,
+                   capture_output=True)
+    for path in Path(result.dst).rglob("*"):
+        if path.is_file() and path.name not in ("port.diff", "port.json"):
+            assert (copy / path.relative_to(result.dst)).read_bytes() == path.read_bytes(), path.name
+    assert port_tree(result.dst, tmp_path / "again").changes == []  # idempotent on real code
