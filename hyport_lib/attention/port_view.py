@@ -1,30 +1,18 @@
-"""The port of ``code_path`` as stage 02 shows it: in the notebook ("Port it"), on the
-report's index card and in the drafts. Compute lives in :mod:`hyport_lib.port`."""
+"""The port of ``code_path`` as stage 02 tells it: the proof as a table and in words (for
+the notebook's "Port it", :func:`hyport_lib.attention.show.show_port`), the index card's
+line and the drafts' paragraphs. Compute lives in :mod:`hyport_lib.port`."""
 
 from __future__ import annotations
 
 from typing import Optional
 
 from hyport_lib.attention.phrases import PHRASES
-from hyport_lib.display import style_verdicts
 from hyport_lib.drafting.draft import Draft
 from hyport_lib.drafting.markdown import code, quote, table
 from hyport_lib.drafting.values import as_dict, as_list, num
 
 PROOF_COLUMNS = ("name", "kind", "verdict", "max_abs", "bound", "cosine", "npu_calls",
                  "tokens_match", "detail")
-
-
-def _display(obj):
-    from IPython.display import display
-
-    display(obj)
-
-
-def _markdown(text: str):
-    from IPython.display import Markdown
-
-    _display(Markdown(text))
 
 
 def proof_frame(proof: dict):
@@ -46,24 +34,6 @@ def proof_markdown(proof: dict) -> str:
              f"- port: {proof.get('ported_path')}"]
     lines += [f"- note: {n}" for n in proof.get("notes") or []]
     return "\n".join(lines)
-
-
-def show_port(port, error: str = "") -> None:
-    """Notebook 02's "Port it": the changes, the spots left for a human, the proof."""
-    if error:
-        _markdown(f"**The port was not made**: {error}")
-        return
-    if port is None:
-        _markdown("No port: `code_path` is empty (the scan read the planted example) or "
-                  "`port` is off.")
-        return
-    _markdown(f"Ported `{port.src}` → `{port.dst}`: {len(port.changes)} change(s) in "
-              f"{len(port.files_changed)} file(s), {len(port.manual)} spot(s) left for a human; "
-              f"the diff is `{port.dst}/port.diff`, the record `{port.dst}/port.json`.")
-    _display(port.frame())
-    if port.proof is not None:
-        _markdown(proof_markdown(port.proof))
-        _display(style_verdicts(proof_frame(port.proof)))
 
 
 def glance_rows(record: dict) -> list[tuple[str, str]]:

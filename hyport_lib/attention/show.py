@@ -17,6 +17,7 @@ from hyport_lib.attention.compare import provenance
 from hyport_lib.attention.phrases import PHRASES
 from hyport_lib.attention.port_view import blog_lines as port_blog_lines
 from hyport_lib.attention.port_view import glance_rows as port_glance_rows
+from hyport_lib.attention.port_view import proof_frame, proof_markdown
 from hyport_lib.attention.stage import AttentionStageResult, summarize
 from hyport_lib.attention.tallies import backend_rows, case_tally
 from hyport_lib.display import figure_png, style_verdicts
@@ -256,6 +257,26 @@ def show_scan_result(report, path: str, served: Optional[str] = None):
         _markdown(f"`{path}` was not scanned.")
         return
     show_scan(report, served)
+
+
+def show_port(port, error: str = "") -> None:
+    """Notebook 02's "Port it": the changes, the spots left for a human, the proof."""
+    if error:
+        _markdown(f"**The port was not made**: {error}")
+        return
+    if port is None:
+        _markdown("No port: `code_path` is empty (the scan read the planted example) or "
+                  "`port` is off.")
+        return
+    _markdown(f"Ported `{port.src}` → `{port.dst}`: {len(port.changes)} change(s) in "
+              f"{len(port.files_changed)} file(s), {len(port.manual)} spot(s) left for a human; "
+              f"the diff is `{port.dst}/port.diff`, the record `{port.dst}/port.json`.")
+    _display(port.frame())
+    if not port.changes:
+        _markdown("Nothing was rewritten: there is no port to prove.")
+    elif port.proof is not None:
+        _markdown(proof_markdown(port.proof))
+        _display(style_verdicts(proof_frame(port.proof)))
 
 
 def summary_markdown(summary, result=None) -> str:

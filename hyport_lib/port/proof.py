@@ -21,11 +21,7 @@ names the reason.
 
 from __future__ import annotations
 
-import ast
-import contextlib
 import copy
-import importlib
-import importlib.abc
 import json
 import sys
 import traceback
@@ -37,15 +33,14 @@ import torch
 
 from hyport_lib.backend import get_backend, import_torch_npu
 from hyport_lib.npu_attention import emulation
-from hyport_lib.npu_attention.flash_api import FlashAttnAPI
 from hyport_lib.npu_attention.shim import (DEFAULT_VERSION, current_shim,
                                            install_flash_attn_shim, uninstall_flash_attn_shim)
 from hyport_lib.port import tiny
 from hyport_lib.port.codemod import GENERATED_MODULE
+from hyport_lib.port.function_check import NAME as FUNCTIONS
+from hyport_lib.port.function_check import check_functions
+from hyport_lib.port.outputs import COSINE_MIN, compare_outputs
 
-#: max|port - reference| <= TOLERANCE[dtype] * max(1, max|reference|), and cosine above.
-TOLERANCE = {torch.float32: 1e-4, torch.bfloat16: 3e-2, torch.float16: 5e-3}
-COSINE_MIN = {torch.float32: 0.99999, torch.bfloat16: 0.999, torch.float16: 0.9999}
 GREEDY_STEPS = 4
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -120,19 +115,6 @@ def _nfa_source(device: torch.device) -> tuple[Optional[object], str, bool]:
                                             "result)"), True
 
 
-def _compare(ref: torch.Tensor, out: torch.Tensor, dtype, valid=None) -> tuple[float, float, float, bool]:
-    ref64, out64 = ref.double(), out.double()
-    if valid is not None:
-        ref64, out64 = ref64[valid.to(ref.device)], out64[valid.to(ref.device)]
-    # both sides: a NaN in the reference would make every comparison below false
-    finite = bool(torch.isfinite(out64).all()) and bool(torch.isfinite(ref64).all())
-    max_abs = float((out64 - ref64).abs().max()) if finite else float("inf")
-    bound = TOLERANCE[dtype] * max(1.0, float(ref64.abs().max()))
-    cosine = float(torch.nn.functional.cosine_similarity(ref64.flatten(), out64.flatten(), dim=0)) \
-        if finite else float("nan")
-    return max_abs, bound, cosine, finite
-
-
 def _greedy(model, ids: torch.Tensor) -> list[int]:
     tokens = ids
     with torch.no_grad():
@@ -158,77 +140,6 @@ def _run(model, batch) -> torch.Tensor:
     with torch.no_grad():
         return tiny.first_tensor(model(**batch.inputs, **({"use_cache": False}
                                                            if batch.kind in ("dense", "padded") else {})))
-
-
-class _NoFlashAttn(importlib.abc.MetaPathFinder):
-    """Refuses ``import flash_attn`` (and its submodules) while the port loads and runs, so
-    that on a host where flash-attn is installed an import the port left still fails."""
-
-    def find_spec(self, fullname, path=None, target=None):
-        if fullname == "flash_attn" or fullname.startswith("flash_attn."):
-            raise ModuleNotFoundError(f"No module named {fullname!r} (hidden from the port "
-                                      "by the proof)", name=fullname)
-        return None
-
-
-@contextlib.contextmanager
-def _without_flash_attn():
-    hidden = {k: sys.modules.pop(k) for k in list(sys.modules)
-              if k == "flash_attn" or k.startswith("flash_attn.")}
-    blocker = _NoFlashAttn()
-    sys.meta_path.insert(0, blocker)
-    try:
-        yield
-    finally:
-        sys.meta_path.remove(blocker)
-        for key in [k for k in sys.modules if k == "flash_attn" or k.startswith("flash_attn.")]:
-            del sys.modules[key]
-        sys.modules.update(hidden)
-
-
-def _import_styles(folder: Path) -> set[str]:
-    """How the files of ``folder`` import the generated module: ``relative``, ``plain``."""
-    styles = set()
-    for path in folder.glob("*.py"):
-        try:
-            tree = ast.parse(path.read_bytes())
-        except (SyntaxError, ValueError):
-            continue
-        for node in ast.walk(tree):
-            if isinstance(node, ast.ImportFrom) and node.level == 1 and (
-                    node.module == GENERATED_MODULE or (node.module is None and any(
-                        a.name == GENERATED_MODULE for a in node.names))):
-                styles.add("relative")
-            elif (isinstance(node, ast.ImportFrom) and node.level == 0
-                  and node.module == GENERATED_MODULE) or (isinstance(node, ast.Import) and any(
-                      a.name == GENERATED_MODULE for a in node.names)):
-                styles.add("plain")
-    return styles
-
-
-def _generated_modules(dst: Path, ported) -> dict[str, object]:
-    """Every copy of the generated module in the ported tree (by its path in the tree),
-    imported now under the name the code imports it by (relatively in its package, or
-    plainly from the tree's root), so that a copy the code imports only inside a function
-    is configured too."""
-    package = ported[0].__name__.rpartition(".")[0] if ported else None
-    found = {}
-    for path in sorted(dst.rglob(f"{GENERATED_MODULE}.py")):
-        relative = path.relative_to(dst).with_suffix("").parts
-        styles = _import_styles(path.parent)
-        names = [".".join((package, *relative))] if package and "relative" in styles else []
-        if len(relative) == 1 and "plain" in styles:
-            names.append(GENERATED_MODULE)
-        sys.path.insert(0, str(dst))
-        try:
-            for name in names:
-                where = path.relative_to(dst).as_posix()
-                if len(names) > 1:  # imported both ways: two module objects, both checked
-                    where += f" (imported as {name})"
-                found[where] = importlib.import_module(name)
-        finally:
-            sys.path.remove(str(dst))
-    return found
 
 
 def _expects_attention(dst: Path) -> bool:
@@ -304,7 +215,7 @@ def _prove_loaded(src: Path, dst: Path, dtype, device, seed, overrides) -> PortP
     greedy_ref = [_greedy(reference, batch.inputs["input_ids"][i:i + 1])
                   for batch in cases[:1] if choice.kind == tiny.LM for i in range(2)]
     uninstall_flash_attn_shim()
-    with _without_flash_attn():
+    with tiny.without_flash_attn():
         return _prove_port_side(proof, dst, only, roots, choice, kwargs, reference, cases, expected,
                                 reference_calls, greedy_ref, expects_attention, dtype, device, seed)
 
@@ -318,7 +229,7 @@ def _prove_port_side(proof, dst, only, roots, choice, kwargs, reference, cases, 
         left = " (an import the port left: flash_attn is not importable here)" \
             if "flash_attn" in str(exc) and GENERATED_MODULE not in str(exc) else ""
         raise _ProofFailure(f"the ported code does not import: {exc}{left}") from exc
-    generated_by_path = _generated_modules(dst, ported)
+    generated_by_path = tiny.generated_modules(dst, ported)
     generated = list(generated_by_path.values())
     if expects_attention and not generated:
         raise _ProofFailure(f"the ported tree has no {GENERATED_MODULE}.py next to the model")
@@ -343,7 +254,7 @@ def _prove_port_side(proof, dst, only, roots, choice, kwargs, reference, cases, 
                                                 f"{_where(exc, roots)}".strip()))
             continue
         calls = npu_calls() - before
-        max_abs, bound, cosine, finite = _compare(ref, out, dtype, batch.valid)
+        max_abs, bound, cosine, finite = compare_outputs(ref, out, dtype, batch.valid)
         problems = []
         if not finite:
             problems.append("non-finite output (port or reference)")
@@ -359,7 +270,11 @@ def _prove_port_side(proof, dst, only, roots, choice, kwargs, reference, cases, 
         proof.cases.append(ProofCase(batch.name, batch.kind, "FAIL" if problems else "PASS",
                                      max_abs, bound, cosine, calls, None, "; ".join(problems)))
     for where, module in generated_by_path.items():
-        proof.cases.append(_attention_grid(module, len(generated) > 1 and where))
+        check = check_functions(module)
+        proof.cases.append(ProofCase(
+            FUNCTIONS + (f" of {where}" if len(generated) > 1 else ""), "grid",
+            "FAIL" if check.problems else "PASS", check.max_abs, check.bound, None,
+            check.npu_calls, None, "; ".join(check.problems[:3])))
     if greedy_ref:
         ids = cases[0].inputs["input_ids"]
         for i, want in enumerate(greedy_ref):
@@ -377,74 +292,6 @@ def _prove_port_side(proof, dst, only, roots, choice, kwargs, reference, cases, 
                            "attention call is expected")
     proof.verdict = "PASS" if proof.cases and all(c.verdict == "PASS" for c in proof.cases) else "FAIL"
     return proof
-
-
-def _attention_grid(generated, label=None) -> ProofCase:
-    """The generated module's functions on their own, on the NPU path, against hyport's
-    reference semantics of flash-attn, over what a tiny model's forward may not reach:
-    GQA, causal with fewer and with more queries than keys (blind rows), windows, varlen
-    with different query and key lengths, flash-attn 1.x's top-left causal. float32."""
-    reference = FlashAttnAPI("sdpa")
-    generator = torch.Generator().manual_seed(0)
-
-    def rand(*shape):
-        return torch.randn(*shape, generator=generator)
-
-    q, k, v = rand(2, 7, 4, 32), rand(2, 5, 2, 32), rand(2, 5, 2, 32)
-    tq, tk, tv = rand(9, 4, 32), rand(12, 2, 32), rand(12, 2, 32)
-    cu_q = torch.tensor([0, 4, 9], dtype=torch.int32)
-    cu_k = torch.tensor([0, 7, 12], dtype=torch.int32)
-    calls: list = []
-    for causal, window in ((False, (-1, -1)), (True, (-1, -1)), (False, (3, 1)), (True, (2, -1))):
-        calls.append(("flash_attn_func", (q, k, v), {"causal": causal, "window_size": window}))
-        calls.append(("flash_attn_func", (k.repeat(1, 1, 2, 1), q, q), {"causal": causal,
-                                                                         "window_size": window}))
-        calls.append(("flash_attn_varlen_func", (tq, tk, tv, cu_q, cu_k, 5, 7),
-                      {"causal": causal, "window_size": window}))
-    calls.append(("flash_attn_varlen_func", (tq, tk, tv, cu_q, cu_k, 5, 7),
-                  {"softmax_scale": 0.3, "causal": True}))
-    calls.append(("flash_attn_unpadded_func", (tq, tk, tv, cu_q, cu_k, 5, 7, 0.0), {"causal": True}))
-    worst, bound, before, problems = 0.0, 0.0, generated.CALLS["npu"], []
-    problems += _dropout_problems(generated, q, k, v, tq, tk, tv, cu_q, cu_k)
-    for name, args, kwargs in calls:
-        try:
-            out = getattr(generated, name)(*args, **kwargs)
-        except Exception as exc:  # a broken mapping: the case fails, naming the call
-            problems.append(f"{name}({kwargs}): {type(exc).__name__}: {exc}")
-            continue
-        want = getattr(reference, name)(*args, **kwargs)
-        max_abs, limit, _, finite = _compare(want, out, torch.float32)
-        worst, bound = max(worst, max_abs), max(bound, limit)
-        if not finite or not max_abs <= limit:
-            problems.append(f"{name}({kwargs}): max|diff| {max_abs:.3g} > {limit:.3g}")
-    name = "attention functions (GQA, windows, Sq != Sk, varlen, 1.x causal, dropout)"
-    return ProofCase(name + (f" of {label}" if label else ""), "grid",
-                     "FAIL" if problems else "PASS", worst, bound, None,
-                     generated.CALLS["npu"] - before, None, "; ".join(problems[:3]))
-
-
-def _dropout_problems(generated, q, k, v, tq, tk, tv, cu_q, cu_k) -> list[str]:
-    """``dropout_p`` must reach the kernel as ``keep_prob = 1 - dropout_p`` (the output is
-    random, the argument is not: it is recorded on its way to the kernel)."""
-    previous = generated.npu_fusion_attention
-    inner = previous if previous is not None else import_torch_npu()[0].npu_fusion_attention
-    seen = []
-
-    def recording(*args, **kwargs):
-        seen.append(kwargs.get("keep_prob"))
-        return inner(*args, **kwargs)
-
-    generated.npu_fusion_attention = recording
-    try:
-        generated.flash_attn_func(q, k, v, dropout_p=0.25)
-        generated.flash_attn_varlen_func(tq, tk, tv, cu_q, cu_k, 5, 7, dropout_p=0.25)
-    except Exception as exc:  # a broken mapping: named in the grid's case
-        return [f"dropout: {type(exc).__name__}: {exc}"]
-    finally:
-        generated.npu_fusion_attention = previous
-    if seen != [0.75, 0.75]:
-        return [f"dropout_p=0.25 reached the kernel as keep_prob={seen} (expected 0.75)"]
-    return []
 
 
 def _half_only(proof: PortProof) -> Optional[str]:

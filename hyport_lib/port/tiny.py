@@ -9,7 +9,10 @@ are identical without trusting either one's initialisation (remote code's
 
 from __future__ import annotations
 
+import ast
+import contextlib
 import importlib
+import importlib.abc
 import importlib.util
 import inspect
 import itertools
@@ -21,6 +24,8 @@ from pathlib import Path
 from typing import Optional
 
 import torch
+
+from hyport_lib.port.codemod import GENERATED_MODULE
 
 #: Config fields shrunk when the config has them (a field it lacks is not added).
 SHRINK = {
@@ -65,7 +70,7 @@ def load_tree(root: Path, label: str, only: Optional[str] = None) -> list[types.
     sys.path.insert(0, str(root))
     try:
         return [importlib.import_module(f"{name}.{file.stem}") for file in files
-                if file.stem not in ("__init__", "flash_attn_ascend")]
+                if file.stem not in ("__init__", GENERATED_MODULE)]
     finally:
         sys.path.remove(str(root))
 
@@ -249,6 +254,73 @@ def first_tensor(output) -> torch.Tensor:
     raise TypeError(f"the model's output {type(output).__name__} holds no tensor")
 
 
-def source_file_of(modules, choice: ModelChoice) -> Path:
-    module = next(m for m in modules if m.__name__.endswith("." + choice.module))
-    return Path(module.__file__)
+class _NoFlashAttn(importlib.abc.MetaPathFinder):
+    """Refuses ``import flash_attn`` (and its submodules) while the port loads and runs, so
+    that on a host where flash-attn is installed an import the port left still fails."""
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname == "flash_attn" or fullname.startswith("flash_attn."):
+            raise ModuleNotFoundError(f"No module named {fullname!r} (hidden from the port "
+                                      "by the proof)", name=fullname)
+        return None
+
+
+@contextlib.contextmanager
+def without_flash_attn():
+    """``flash_attn`` unimportable inside the block; what was loaded is put back after."""
+    hidden = {k: sys.modules.pop(k) for k in list(sys.modules)
+              if k == "flash_attn" or k.startswith("flash_attn.")}
+    blocker = _NoFlashAttn()
+    sys.meta_path.insert(0, blocker)
+    try:
+        yield
+    finally:
+        sys.meta_path.remove(blocker)
+        for key in [k for k in sys.modules if k == "flash_attn" or k.startswith("flash_attn.")]:
+            del sys.modules[key]
+        sys.modules.update(hidden)
+
+
+def _import_styles(folder: Path) -> set[str]:
+    """How the files of ``folder`` import the generated module: ``relative``, ``plain``."""
+    styles = set()
+    for path in folder.glob("*.py"):
+        try:
+            tree = ast.parse(path.read_bytes())
+        except (SyntaxError, ValueError):
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.level == 1 and (
+                    node.module == GENERATED_MODULE or (node.module is None and any(
+                        a.name == GENERATED_MODULE for a in node.names))):
+                styles.add("relative")
+            elif (isinstance(node, ast.ImportFrom) and node.level == 0
+                  and node.module == GENERATED_MODULE) or (isinstance(node, ast.Import) and any(
+                      a.name == GENERATED_MODULE for a in node.names)):
+                styles.add("plain")
+    return styles
+
+
+def generated_modules(dst: Path, ported) -> dict[str, object]:
+    """Every copy of the generated module in the ported tree (by its path in the tree),
+    imported now under the name the code imports it by (relatively in its package, or
+    plainly from the tree's root), so that a copy the code imports only inside a function
+    is configured too."""
+    package = ported[0].__name__.rpartition(".")[0] if ported else None
+    found = {}
+    for path in sorted(dst.rglob(f"{GENERATED_MODULE}.py")):
+        relative = path.relative_to(dst).with_suffix("").parts
+        styles = _import_styles(path.parent)
+        names = [".".join((package, *relative))] if package and "relative" in styles else []
+        if len(relative) == 1 and "plain" in styles:
+            names.append(GENERATED_MODULE)
+        sys.path.insert(0, str(dst))
+        try:
+            for name in names:
+                where = path.relative_to(dst).as_posix()
+                if len(names) > 1:  # imported both ways: two module objects, both checked
+                    where += f" (imported as {name})"
+                found[where] = importlib.import_module(name)
+        finally:
+            sys.path.remove(str(dst))
+    return found

@@ -177,8 +177,9 @@ def port_tree(src: str | Path, dst: str | Path) -> PortResult:
     files = [f for f in _files(source) if not not_regular(f)]
     # One answer per folder: a remote-code folder is one package (transformers loads its
     # files together), so a helper file without relative imports imports relatively too.
+    sources = {f: _read(f) for f in files if f.suffix == ".py"}
     relative_folders = {f.parent for f in files if f.name == "__init__.py" or (
-        f.suffix == ".py" and uses_relative_imports(_read(f)))}
+        f in sources and uses_relative_imports(sources[f]))}
     for file in files:
         rel = file.relative_to(base).as_posix()
         kind = file_kind(file, explicit=source.is_file())
@@ -186,7 +187,7 @@ def port_tree(src: str | Path, dst: str | Path) -> PortResult:
             continue  # the generated module: written afresh below when still needed
         if kind not in ("python", "requirements"):
             continue
-        text = _read(file)
+        text = sources[file] if file in sources else _read(file)
         if kind == "requirements":
             new, changes = port_requirements(text, rel)
             result.changes += changes
