@@ -1,0 +1,76 @@
+"""``hyport triage PATH [PATH ...]``: what the logs of a failed NPU job mean, and what to do.
+
+Reads a run folder (``outputs/<run-id>/``), log folders or log files and, with
+``--cann-logs`` / ``--since`` / ``--all``, CANN's own log folder; prints each known failure
+(title, file:line, the line, what it means, what to do) and the error lines nothing
+explains under "not recognised" (:mod:`hyport_lib.triage`). Exit status: 0 when no error
+line was found (a warning alone, such as a CPU fallback, is not a failure), 1 when a
+failure was found (recognised or not), 2 for a path that does not exist or a bad argument.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from datetime import datetime
+from pathlib import Path
+
+from hyport_lib.triage import cann_log_dir, triage, triage_text
+
+NAME = "triage"
+HELP = ("Read the logs of a failed run (run folder, log folders or files, CANN plogs) and say which "
+        "known NPU failure they show, where, what it means and what to do.")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("paths", nargs="+", metavar="PATH",
+                        help="a run folder (outputs/<run-id>), a log folder or a log file")
+    parser.add_argument("--cann-logs", metavar="DIR", default=None,
+                        help="CANN's log folder to read as well (default with --since / --all: "
+                             "$ASCEND_PROCESS_LOG_PATH, else ~/ascend/log)")
+    when = parser.add_mutually_exclusive_group()
+    when.add_argument("--since", metavar="ISO", default=None,
+                      help="read only CANN logs modified at or after this local time, e.g. "
+                           "2026-12-01T14:30")
+    when.add_argument("--all", action="store_true",
+                      help="read every CANN log in the folder, whatever its age")
+    parser.add_argument("--json", action="store_true", help="print the triage as JSON")
+
+
+def parse_since(text: str) -> float:
+    """An ISO time (local when it names no zone) as seconds since the epoch; ValueError naming it."""
+    try:
+        return datetime.fromisoformat(text.strip()).timestamp()
+    except ValueError:
+        raise ValueError(f"--since {text!r}: expected an ISO time such as 2026-12-01T14:30") from None
+
+
+def cann_choice(args: argparse.Namespace) -> tuple[Path | None, float | None]:
+    """The CANN folder to read (None: none) and the time from which its files count."""
+    since = parse_since(args.since) if args.since is not None else None
+    if args.cann_logs is not None:
+        folder = Path(args.cann_logs).expanduser()
+        if not folder.is_dir():
+            raise FileNotFoundError(f"--cann-logs {folder}: no such folder")
+        return folder, since
+    if since is not None or args.all:
+        return cann_log_dir(os.environ), since
+    return None, None
+
+
+def run(args: argparse.Namespace) -> int:
+    for path in args.paths:
+        if not Path(path).exists():
+            raise FileNotFoundError(f"{path}: no such file or folder")
+    folder, since = cann_choice(args)
+    result = triage(args.paths, cann_log_dir=folder, since=since)
+    if args.json:
+        print(json.dumps(result.to_dict(), indent=2, ensure_ascii=False))
+    else:
+        if folder is not None:
+            span = "every file" if since is None else \
+                f"files modified since {datetime.fromtimestamp(since).isoformat(timespec='seconds')}"
+            print(f"CANN logs: {folder} ({span})")
+        print("\n".join(triage_text(result)))
+    return 1 if result.failed else 0

@@ -1,0 +1,317 @@
+"""The failures hyport recognises in NPU job logs: what each looks like, means and needs.
+
+Each :class:`KnownFailure` was written from real logs that users pasted into public issue
+threads of torch_npu, vLLM Ascend and LLaMA-Factory; the excerpts are vendored in
+``tests/data/npu_logs/`` and listed in its ``SOURCES.md``, and an entry's ``sources`` name
+them (the suite checks that every vendored log is recognised as its row says).
+
+A log line is tried against the entries in :data:`CATALOGUE` order and belongs to the first
+that matches, so an entry that names a specific failure comes before a broader one that
+could also match its lines. Patterns quote the phrases CANN, HCCL and torch_npu print
+when the failure happens, never a bare error code or a word that ordinary log noise holds
+(``HCCL_EXEC_TIMEOUT set by default`` in a plog, torch_npu's warning that the HCCL
+execution timeout is larger than the watchdog's). The table, with the real logs behind
+each entry, is in ``docs/triage.md``.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+#: Severity of a failure that ended the job.
+ERROR = "error"
+#: Severity of a finding that did not stop the job but explains how it ran (slowly).
+WARNING = "warning"
+
+
+@dataclass(frozen=True)
+class KnownFailure:
+    """One recognisable failure.
+
+    Attributes:
+        key: stable identifier, used in results files and tests.
+        title: a few words for a table or a summary line.
+        patterns: regular expressions; a line that matches any of them is this failure.
+        meaning: what happened, in plain words.
+        action: what to do, concretely (variables, flags, commands).
+        sources: the vendored real logs (``tests/data/npu_logs/``) the entry was built from.
+        severity: :data:`ERROR` (it ends a job) or :data:`WARNING`.
+    """
+
+    key: str
+    title: str
+    patterns: tuple[str, ...]
+    meaning: str
+    action: str
+    sources: tuple[str, ...]
+    severity: str = ERROR
+    compiled: tuple[tuple[str, re.Pattern], ...] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if self.severity not in (ERROR, WARNING):
+            raise ValueError(f"catalogue entry {self.key!r}: severity {self.severity!r} is not "
+                             f"{ERROR!r} or {WARNING!r}")
+        if not self.patterns:
+            raise ValueError(f"catalogue entry {self.key!r}: no pattern")
+        object.__setattr__(self, "compiled", tuple((needle(p), re.compile(p)) for p in self.patterns))
+
+    def matches(self, line: str) -> bool:
+        """True when ``line`` shows this failure."""
+        return any(text in line and rx.search(line) for text, rx in self.compiled)
+
+
+#: Escapes that stand for one literal character.
+_LITERAL_ESCAPES = set(".^$*+?{}[]()|\\/-:,'\" _=<>!#&%@~`")
+
+
+def needle(pattern: str) -> str:
+    """The longest run of plain text every match of ``pattern`` contains ("" for none).
+
+    Searching a line for a plain string is far cheaper than running a regular expression on
+    it, so a pattern is tried only on lines that hold its needle. Groups and classes are
+    skipped (an alternative need not appear); a character made optional by ``?``, ``*`` or
+    ``{`` ends the run without it; a pattern with a top-level ``|`` has no needle.
+    """
+    runs, current, i = [], "", 0
+    while i < len(pattern):
+        char = pattern[i]
+        if char == "\\" and i + 1 < len(pattern):
+            if pattern[i + 1] in _LITERAL_ESCAPES:
+                current += pattern[i + 1]
+            else:  # \d, \b, \w, \S ...: a class or an assertion
+                runs.append(current)
+                current = ""
+            i += 2
+            continue
+        if char in "([":
+            runs.append(current)
+            current, depth, close = "", 0, ")" if char == "(" else "]"
+            while i < len(pattern):
+                if pattern[i] == "\\":
+                    i += 2
+                    continue
+                depth += pattern[i] == char
+                depth -= pattern[i] == close
+                i += 1
+                if depth == 0:
+                    break
+            continue
+        if char == "|":
+            return ""
+        if char in "?*{":
+            current = current[:-1]
+        if char in ".?*+{}^$":
+            runs.append(current)
+            current = ""
+        else:
+            current += char
+        i += 1
+    runs.append(current)
+    return max(runs, key=len)
+
+
+CATALOGUE: tuple[KnownFailure, ...] = (
+    KnownFailure(
+        key="hccl_port_in_use",
+        title="HCCL port already in use",
+        patterns=(
+            r"Failed to bind the IP port\. Reason: The IP address and port have been bound already",
+            r"host nic listen start failed, port\[\d+\]",
+            r"\[HcclSocket\]\[Listen\].*listen on ip\[[^\]]*\] and specific port\[\d+\] fail",
+            r"\bAddress already in use\b",
+        ),
+        meaning=("HCCL could not listen on its port because another process already holds it: "
+                 "a second job on the same host, or a process left over from an earlier run. "
+                 "HCCL takes the host ports from HCCL_IF_BASE_PORT (60000 by default) upwards, "
+                 "one per rank, and every job on the host uses the same range unless told "
+                 "otherwise."),
+        action=("Find who holds the port (`ss -ltnp | grep ':600'`, `npu-smi info` for processes "
+                "on the cards) and stop a leftover run. To run two jobs side by side, give each "
+                "its own range: `export HCCL_IF_BASE_PORT=61000` in one of them (a range that does "
+                "not overlap the other job's), and a different torchrun `--master-port`. `hyport env` checks that the "
+                "range is free before a job starts."),
+        sources=("hccl_port_in_use.vllm-ascend-405.log", "hccl_port_in_use.vllm-ascend-4725.log",
+                 "hccl_connect_timeout.vllm-ascend-1955.log"),
+    ),
+    KnownFailure(
+        key="hccl_link_error",
+        title="HCCL link between NPUs failed",
+        patterns=(
+            r"Transport init error\. Reason: \[Create\]\[DestLink\]Create Dest error",
+            r"Execution_Error_ROCE_CQE\(EI0013\)",
+            r"An error CQE occurred during operator execution",
+        ),
+        meaning=("The network link HCCL uses between two NPUs failed: it could not be set up "
+                 "(EI0009, transport init) or broke during a collective (EI0013, an error CQE "
+                 "on the RoCE link). Either the network between the devices is down or "
+                 "flapping, or the process on the other end exited first."),
+        action=("Read the peer rank's log first: when it failed earlier, that failure is the cause. "
+                "Otherwise check the NPU network on both hosts: `hccn_tool -i <device> -link -g` "
+                "(link up?), `hccn_tool -i <device> -net_health -g`, and "
+                "`hccn_tool -i <device> -ping -g address <peer device IP>`; the device IPs are in "
+                "the error line."),
+        sources=("hccl_link_error.vllm-ascend-3162.log", "hccl_link_error.vllm-ascend-7384.log"),
+    ),
+    KnownFailure(
+        key="hccl_connect_timeout",
+        title="HCCL connection set-up timed out",
+        patterns=(
+            r"Getting socket times out\. Reason: Remote Rank did not send the data in time",
+            r"wait socket establish timeout, role\[\d+\] rank\[\d+\] timeout\[\d+\]",
+        ),
+        meaning=("While the ranks were building their communicator, a peer rank did not connect "
+                 "within HCCL_CONNECT_TIMEOUT (120 s by default). Usually that rank failed or is "
+                 "still busy (loading weights, compiling) rather than the network being down."),
+        action=("Look at the other ranks' logs for an earlier error and fix that first. If every "
+                "rank is healthy but slow to reach the first collective, raise the limit on all of "
+                "them, e.g. `export HCCL_CONNECT_TIMEOUT=600`. Check that every rank uses the same "
+                "master address and port."),
+        sources=("hccl_connect_timeout.vllm-ascend-486.log",
+                 "hccl_connect_timeout.llama-factory-5071.log",
+                 "hccl_connect_timeout.vllm-ascend-1955.log"),
+    ),
+    KnownFailure(
+        key="hccl_exec_timeout",
+        title="HCCL collective timed out",
+        patterns=(
+            r"The wait execution of the Notify register times out",
+            r"Watchdog caught collective operation timeout: WorkHCCL\(",
+        ),
+        meaning=("A collective (all-reduce, broadcast...) waited longer than its limit for other "
+                 "ranks: HCCL_EXEC_TIMEOUT on the device (EI0002, about 1800 s by default) or the "
+                 "process-group watchdog on the host. One rank fell behind: it crashed, hangs, or "
+                 "runs a different number of steps (uneven data shards)."),
+        action=("Find the rank that did not arrive: the earliest other error across the rank logs "
+                "is the cause. Make every rank see the same number of batches. If one step really "
+                "takes longer (a first graph compile), raise both limits: "
+                "`export HCCL_EXEC_TIMEOUT=3600` and `timeout=` of `init_process_group`."),
+        sources=("hccl_exec_timeout.vllm-ascend-3413.log", "hccl_exec_timeout.vllm-ascend-382.log"),
+    ),
+    KnownFailure(
+        key="npu_out_of_memory",
+        title="device out of memory",
+        patterns=(r"NPU out of memory\. Tried to allocate",),
+        meaning=("The NPU's memory (HBM) is full: the model, its activations and the optimizer "
+                 "state need more than the card has free, or another process holds part of it."),
+        action=("Check `npu-smi info` for other processes on the card. Then lower the batch size or "
+                "sequence length, turn on gradient checkpointing, or shard more (ZeRO-3, more "
+                "cards). When the message shows reserved memory far above allocated, reduce "
+                "fragmentation: `export PYTORCH_NPU_ALLOC_CONF=expandable_segments:True`."),
+        sources=("npu_oom.vllm-ascend-1127.log", "npu_oom.llama-factory-5491.log"),
+    ),
+    KnownFailure(
+        key="device_in_use",
+        title="NPU held by another process",
+        patterns=(
+            r"Failed to initialize the HCCP process\. Reason: Maybe the last training process is running",
+            r"dcmi module initialize failed\. ret is -8005",
+        ),
+        meaning=("The card could not be opened because something else holds it: a process of an "
+                 "earlier run that has not exited (EJ0001), or, in a container, another container "
+                 "that has the same card (-8005 from npu-smi)."),
+        action=("`npu-smi info` lists the processes on each card; stop the leftover ones and wait "
+                "about 10 s before starting again. In a container, pass only cards no other "
+                "container uses (`--device /dev/davinciN`), or choose free cards with "
+                "`ASCEND_RT_VISIBLE_DEVICES`."),
+        sources=("device_in_use.llama-factory-3839.log", "device_in_use.vllm-ascend-2698.log"),
+    ),
+    KnownFailure(
+        key="version_mismatch",
+        title="torch_npu and CANN libraries do not match",
+        patterns=(r"(?:torch_npu|Ascend)/\S*\.so: undefined symbol:",),
+        meaning=("A shared library of torch_npu or of CANN (ATB in nnal) looks for a function the "
+                 "other does not have: they come from releases that were not built for each other."),
+        action=("Install the torch_npu release that its compatibility table pairs with the installed "
+                "CANN (or CANN, nnal and kernels matching the torch_npu). Compare "
+                "`pip show torch torch_npu` with the CANN version in "
+                "`/usr/local/Ascend/ascend-toolkit/latest/*/ascend_toolkit_install.info`; "
+                "`hyport env` records driver, firmware, CANN and torch_npu versions."),
+        sources=("version_mismatch.vllm-ascend-117.log", "version_mismatch.torch_npu-99.log"),
+    ),
+    KnownFailure(
+        key="cann_init_failed",
+        title="CANN failed to start",
+        patterns=(
+            r"AclSetCompileopt\(aclCompileOpt::ACL_PRECISION_MODE, precision_mode\), error code is 500001",
+            r"init runtime platform info failed, SocVersion",
+        ),
+        meaning=("torch_npu could not start CANN's operator compiler when it first set the device. "
+                 "The CANN toolkit, its kernels package and the chip do not fit together, the CANN "
+                 "environment is not set up in this shell, or a Python package CANN needs is "
+                 "missing or too new (numpy 2 with an older CANN)."),
+        action=("Source the toolkit (`source /usr/local/Ascend/ascend-toolkit/set_env.sh`), check "
+                "that the kernels package is the one for this chip (`npu-smi info` names it) and "
+                "that torch_npu's table pairs it with this CANN, and install CANN's Python "
+                "dependencies (`pip install 'numpy<2' decorator sympy cffi pyyaml attrs psutil`)."),
+        sources=("cann_init_failed.vllm-ascend-692.log",),
+    ),
+    KnownFailure(
+        key="unsupported_operator",
+        title="operator or dtype not supported on this NPU",
+        patterns=(
+            r"No supported Ops kernel and engine are found for \[",
+            r"Optype \[\w+\] of Ops kernel \[\w+\] is unsupported",
+            r"not implemented for DT_\w+, should be in dtype support list",
+            r"scalar_type:\w+\s*is not surpported",
+            r"Could not run '[\w:.]+' with arguments from the '(?:NPU|PrivateUse1)' backend",
+        ),
+        meaning=("An operator was asked for with an input the NPU's operator library does not "
+                 "have: the operator itself, or this dtype or data format of it, is missing on this "
+                 "chip or in this CANN release."),
+        action=("The line names the operator and dtype. Cast the input to a supported dtype "
+                "(int64 for uint64, float32 or bfloat16 for float64), replace the operator with "
+                "supported ones, or run that step on the CPU explicitly (`.cpu()`, then back). "
+                "A newer CANN / torch_npu may add it; Atlas 300I (310P) cards have fewer "
+                "operators and formats than Atlas A2."),
+        sources=("unsupported_op.vllm-ascend-4454.log", "unsupported_op.vllm-ascend-811.log",
+                 "unsupported_dtype.torch_npu-158.log"),
+    ),
+    KnownFailure(
+        key="aicore_exception",
+        title="AI Core / vector core kernel fault",
+        patterns=(
+            r"RTS_HWTS: aicore exception",
+            r"The (?:aicore|vector core) execution is abnormal",
+            r"there is an exception of fftsplus ai(?:core|vector) error",
+            r"\[aicore exception\]",
+        ),
+        meaning=("An operator's kernel failed on the device's compute cores. Common causes: an "
+                 "input out of range (an index or token id beyond the table), a kernel bug in this "
+                 "CANN release, or a wrong shape or format given to a fused NPU operator. Because "
+                 "operators run asynchronously, the Python traceback may point at a later line."),
+        action=("Run again with `export ASCEND_LAUNCH_BLOCKING=1` so the traceback stops at the "
+                "operator that failed, and look in the plogs (`grep -rn aicore "
+                "$ASCEND_PROCESS_LOG_PATH` or `~/ascend/log/debug`) for the kernel name. Check the "
+                "inputs of that operator (e.g. ids < vocabulary size); try it on the CPU."),
+        sources=("aicore_exception.llama-factory-3670.log", "aicore_exception.torch_npu-66.log"),
+    ),
+    KnownFailure(
+        key="cpu_fallback",
+        title="operator falls back to the CPU",
+        patterns=(r"is not currently supported on the NPU backend and will fall back to run on the CPU",),
+        meaning=("torch_npu has no NPU kernel for this operator, so it copies the inputs to the "
+                 "CPU, runs it there and copies back: the job goes on, more slowly."),
+        action=("If the operator runs every step, replace it (e.g. `torch.isin` by an "
+                "`(a.unsqueeze(-1) == b).any(-1)` comparison) or move to a torch_npu release that "
+                "implements it. Once at start-up it can be left alone."),
+        sources=("hccl_connect_timeout.llama-factory-5071.log", "cpu_fallback.torch_npu-51.log"),
+        severity=WARNING,
+    ),
+)
+
+#: Every entry by key.
+BY_KEY: dict[str, KnownFailure] = {entry.key: entry for entry in CATALOGUE}
+if len(BY_KEY) != len(CATALOGUE):
+    raise ValueError("hyport_lib.triage.catalogue: two entries share a key")
+
+#: The plain text some pattern needs: a line holding none of them is no failure, which
+#: a long log learns with a few substring searches per line.
+NEEDLES = tuple(sorted({text for entry in CATALOGUE for text, _ in entry.compiled}))
+
+
+def recognise(line: str) -> KnownFailure | None:
+    """The first catalogue entry whose patterns match ``line``; None for no entry."""
+    if "" not in NEEDLES and not any(map(line.__contains__, NEEDLES)):
+        return None
+    return next((entry for entry in CATALOGUE if entry.matches(line)), None)

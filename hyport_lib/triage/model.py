@@ -1,0 +1,168 @@
+"""What a triage found: findings, error lines no entry explains, the files read.
+
+Plain dataclasses with ``to_dict`` / ``from_dict``: the stages store a :class:`Triage` in
+their JSON results and draw it again later from that dict.
+"""
+
+from __future__ import annotations
+
+from dataclasses import MISSING, asdict, dataclass, field, fields
+from typing import Any, Optional
+
+from hyport_lib.triage.catalogue import ERROR, WARNING
+
+
+def _build(cls, data: Any, what: str):
+    """``cls(**data)`` with a one-line error naming ``what`` and the missing fields."""
+    if not isinstance(data, dict):
+        raise ValueError(f"{what}: expected a dict, got {type(data).__name__}")
+    names = {f.name for f in fields(cls)}
+    required = {f.name for f in fields(cls) if f.default is MISSING and f.default_factory is MISSING}
+    missing = sorted(required - set(data))
+    if missing:
+        raise ValueError(f"{what}: missing field(s) {', '.join(missing)}")
+    return cls(**{k: v for k, v in data.items() if k in names})
+
+
+@dataclass
+class Place:
+    """Where a failure shows: a file (relative to the triage's root when inside it) and a
+    1-based line number."""
+
+    file: str
+    line: int
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.line}"
+
+
+@dataclass
+class Finding:
+    """One known failure, however many files and lines show it.
+
+    Attributes:
+        key, title, meaning, action, severity: from the catalogue entry.
+        file, line: the first place it shows (files in reading order).
+        text: that line, scrubbed of secrets, cut to a readable length.
+        context: a few lines around it (the matched line included), scrubbed.
+        places: the first line of each file that shows it, the first place first.
+        occurrences: how many lines matched, over every file.
+        more_places: files that showed it beyond the places kept.
+        sources: the vendored real logs the entry was built from.
+    """
+
+    key: str
+    title: str
+    meaning: str
+    action: str
+    severity: str
+    file: str
+    line: int
+    text: str
+    context: list[str] = field(default_factory=list)
+    places: list[Place] = field(default_factory=list)
+    occurrences: int = 1
+    more_places: int = 0
+    sources: list[str] = field(default_factory=list)
+
+    @property
+    def where(self) -> str:
+        return f"{self.file}:{self.line}"
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "Finding":
+        finding = _build(cls, data, "triage finding")
+        finding.places = [p if isinstance(p, Place) else _build(Place, p, "triage finding place")
+                          for p in finding.places]
+        return finding
+
+
+@dataclass
+class Unrecognised:
+    """A file with error lines that no catalogue entry explains.
+
+    Attributes:
+        file: the file (as in :class:`Place`).
+        lines: ``[line number, text]`` of the first error lines, scrubbed.
+        count: how many error lines the file holds in all.
+    """
+
+    file: str
+    lines: list[list] = field(default_factory=list)
+    count: int = 0
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "Unrecognised":
+        item = _build(cls, data, "triage unrecognised entry")
+        item.lines = [list(pair) for pair in item.lines]
+        return item
+
+
+@dataclass
+class Triage:
+    """The result of :func:`hyport_lib.triage.triage`.
+
+    Attributes:
+        findings: known failures, errors first, each in order of first appearance.
+        unrecognised: files whose error lines no entry matched.
+        files_read: every file read (as in :class:`Place`).
+        root: the folder paths are shown relative to.
+        cann_log_dir: the CANN log folder that was read, or None.
+        since: only CANN logs modified at or after this time (seconds since the epoch) were read.
+        notes: what could not be read, and why.
+    """
+
+    findings: list[Finding] = field(default_factory=list)
+    unrecognised: list[Unrecognised] = field(default_factory=list)
+    files_read: list[str] = field(default_factory=list)
+    root: Optional[str] = None
+    cann_log_dir: Optional[str] = None
+    since: Optional[float] = None
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def errors(self) -> list[Finding]:
+        return [f for f in self.findings if f.severity == ERROR]
+
+    @property
+    def warnings(self) -> list[Finding]:
+        return [f for f in self.findings if f.severity == WARNING]
+
+    @property
+    def unrecognised_count(self) -> int:
+        """Error lines no entry explains, over every file."""
+        return sum(item.count for item in self.unrecognised)
+
+    @property
+    def failed(self) -> bool:
+        """A failure showed: a known error, or error lines nothing explains."""
+        return bool(self.errors or self.unrecognised)
+
+    def summary_line(self) -> str:
+        """One line for a table cell: the first known error and where, else what is left."""
+        if self.errors:
+            first = self.errors[0]
+            more = len(self.findings) - 1
+            tail = f"; {more} more finding{'s' if more > 1 else ''}" if more else ""
+            return f"{first.title} ({first.where}){tail}"
+        parts = []
+        if self.unrecognised:
+            count = self.unrecognised_count
+            parts.append(f"no known failure; {count} error line{'s' if count != 1 else ''} "
+                         f"not recognised")
+        else:
+            parts.append("no error lines")
+        if self.warnings:
+            parts.append("; ".join(f"warning: {w.title} ({w.where})" for w in self.warnings))
+        return "; ".join(parts)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "Triage":
+        """A :class:`Triage` from :meth:`to_dict`'s output; ValueError naming a bad field."""
+        result = _build(cls, data, "triage")
+        result.findings = [Finding.from_dict(f) for f in result.findings]
+        result.unrecognised = [Unrecognised.from_dict(u) for u in result.unrecognised]
+        return result
