@@ -2,6 +2,8 @@
 
 Prints the report (``--json``: as JSON) and records the stage result. Exit status: 0
 when no check FAILs, 1 when one does, 2 on a bad parameter (one line naming it).
+``--host-root TREE`` judges the container and driver checks on a copy of a host's or a
+container's folders instead of this machine's (``docs/containers.md``).
 """
 
 from __future__ import annotations

@@ -7,6 +7,8 @@ card count the host's RAM cannot hold with the same figure.
 
 from __future__ import annotations
 
+import math
+import re
 from pathlib import Path
 from typing import Mapping, Optional
 
@@ -84,8 +86,54 @@ def check_host_memory(kind: str, num_cards: int, system: Mapping,
         _room_check("dev_shm", "/dev/shm", system.get("shm_total_gb"), system.get("shm_free_gb"),
                     shm_per, num_cards, too_small="WARN",
                     hint=(": DataLoader workers and collectives crash with 'Bus error'; start "
-                          f"the container with --shm-size={max(1, round(shm_need))}g or more")),
+                          f"the container with {shm_size_flag(shm_need)} or more")),
     ]
+
+
+def shm_size_flag(need_gb: float) -> str:
+    """The ``docker run`` flag that gives ``need_gb`` of /dev/shm, in whole GB rounded up."""
+    return f"--shm-size={max(1, math.ceil(need_gb - 1e-9))}g"
+
+
+#: ``size=`` of a tmpfs mount option, as /proc/mounts writes it (``65536k``, ``8g``).
+_SIZE_OPTION = re.compile(r"(?:^|,)size=(\d+)([kmg]?)(?:,|$)", re.IGNORECASE)
+_SIZE_UNIT_GB = {"": 1 / 2 ** 30, "k": 1 / 2 ** 20, "m": 1 / 2 ** 10, "g": 1.0}
+
+
+def shm_size_from_mounts(text: str) -> Optional[float]:
+    """The size in GB of the tmpfs mounted on /dev/shm, from /proc/mounts text (as a
+    container's ``--shm-size`` sets it: ``shm /dev/shm tmpfs rw,...,size=65536k 0 0``).
+    None when /dev/shm is not listed or has no ``size=`` option (tmpfs then takes half
+    the RAM, which the mount line does not say)."""
+    for line in text.splitlines():
+        fields = line.split()
+        if len(fields) >= 4 and fields[1] == "/dev/shm":
+            match = _SIZE_OPTION.search(fields[3])
+            if match:
+                return int(match.group(1)) * _SIZE_UNIT_GB[match.group(2).lower()]
+    return None
+
+
+def check_container_shm(total_gb: Optional[float], num_cards: int, per_card_gb: float,
+                        where: str = "") -> Check:
+    """A container's /dev/shm (its ``--shm-size``) against ``num_cards`` × ``per_card_gb``.
+
+    Args:
+        total_gb: the size of /dev/shm in GB; None when unknown (SKIP).
+        num_cards: the cards the next stages will use.
+        per_card_gb: GB of /dev/shm each card's rank needs.
+        where: `` in TREE`` when the size was read from a copied tree, for the reason.
+    """
+    need = per_card_gb * max(num_cards, 1)
+    wanted = f"{need:g} GB needed for {num_cards} cards ({per_card_gb:g} GB each)"
+    if total_gb is None:
+        return Check("container_shm", "SKIP", f"/dev/shm size unknown{where} (no size= on its "
+                                              f"/proc/mounts line): not judged, {wanted}")
+    if total_gb < need:
+        return Check("container_shm", "WARN", f"/dev/shm{where} is {total_gb:.3g} GB < {wanted}: "
+                                              f"DataLoader workers and collectives die with 'Bus "
+                                              f"error'; start the container with {shm_size_flag(need)}")
+    return Check("container_shm", "PASS", f"/dev/shm{where} is {total_gb:.3g} GB, {wanted}")
 
 
 def require_host_ram(kind: str, num_cards: int, what: str = "workers") -> None:

@@ -33,6 +33,10 @@ class EnvironmentReport:
         env_vars: relevant environment variables, secret-named ones dropped.
         checks: the verdicts, in display order.
         build: torch build facts (CUDA/HIP/CANN), install paths, accelerate config.
+        container: what the container and driver checks read under ``host_root``
+            (:meth:`hyport_lib.environment.container.ContainerFindings.to_dict`): the
+            container evidence, missing nodes and mounts with their ``docker run`` flags,
+            the driver / firmware / CANN versions.
     """
 
     system: dict
@@ -42,6 +46,7 @@ class EnvironmentReport:
     env_vars: dict
     checks: list[Check]
     build: dict = field(default_factory=dict)
+    container: dict = field(default_factory=dict)
     device: str = "cpu"
     requested_device: str = "auto"
     num_cards: int = 0
@@ -137,6 +142,7 @@ def format_report(report: EnvironmentReport) -> str:
     lines += ["", "CANN"]
     for key in ("version", "info_file", "set_env", "nnal_set_env", "home_path", "driver_version"):
         add(key, c.get(key))
+    lines += ["", "Container and driver"] + [f"- {k}: {v}" for k, v in container_facts(report.container)]
     lines += ["", f"Devices (source: {report.device_source or '?'})"]
     if report.device_error:
         add("note", report.device_error)
@@ -154,6 +160,37 @@ def format_report(report: EnvironmentReport) -> str:
         # The listing could not be trusted or read: its raw output belongs in the report.
         lines += ["", f"{report.device_source} output, as printed", report.device_tool_output.rstrip()]
     return scrub_text("\n".join(lines)) + "\n"
+
+
+def container_facts(container: Mapping) -> list[tuple[str, str]]:
+    """The report's ``container`` section as (fact, value) rows: where it was read, the
+    container evidence, the versions, and the ``docker run`` flags that add what is missing."""
+    if not container:
+        return [("container", "not collected")]
+    versions = container.get("versions") or {}
+
+    def shown(value) -> str:
+        return "not found" if value in (None, "", []) else str(value)
+
+    rows = [("root read", shown(container.get("root"))),
+            ("in container", f"yes ({container.get('evidence')})" if container.get("in_container") else "no")]
+    if container.get("judged"):
+        cards = ", ".join(str(c) for c in container.get("cards") or [])
+        rows.append(("card nodes needed", f"{cards or 'none'} (from {container.get('cards_from')})"))
+        shm = container.get("shm_total_gb")
+        rows.append(("/dev/shm (GB)", shown(shm)))
+    for key, label in (("driver", "driver version"), ("driver_package", "driver package"),
+                       ("driver_inner", "driver inner version"),
+                       ("driver_firmware_range", "driver compatible_version_fw"),
+                       ("firmware", "firmware version"), ("firmware_package", "firmware package"),
+                       ("firmware_driver_range", "firmware compatible_version_drv"),
+                       ("cann", "CANN (under the root)")):
+        rows.append((label, shown(versions.get(key))))
+    for error in versions.get("errors") or []:
+        rows.append(("unreadable", error))
+    if container.get("flags"):
+        rows.append(("docker run flags to add", " ".join(container["flags"])))
+    return rows
 
 
 def describe_device(d: DeviceInfo) -> str:

@@ -20,6 +20,7 @@ from typing import Mapping, Optional
 
 from hyport_lib.devices.host_memory import host_memory
 from hyport_lib.environment.compat import normalise_cann
+from hyport_lib.environment.container import container_evidence
 from hyport_lib.utils.imports import try_import
 from hyport_lib.utils.redact import filter_environ, is_secret_name
 
@@ -56,18 +57,19 @@ def collect_system() -> dict:
 
 
 def collect_cann(ascend_root: Optional[os.PathLike] = None, environ: Optional[Mapping[str, str]] = None,
-                 arch: Optional[str] = None) -> dict:
+                 arch: Optional[str] = None, home: Optional[os.PathLike] = None) -> dict:
     """CANN install info file, the set_env.sh scripts present, and the driver version.
 
     Args:
         ascend_root: where Ascend software is installed (default ``/usr/local/Ascend``).
         environ: environment to read ``ASCEND_HOME_PATH`` from (default ``os.environ``).
         arch: ``aarch64`` / ``x86_64`` (default: this machine).
+        home: the user's home, for a per-user ``~/Ascend`` (default: this user's).
     """
     root = Path(ascend_root) if ascend_root else DEFAULT_ASCEND_ROOT
     environ = os.environ if environ is None else environ
     arch = arch or platform.machine()
-    home = Path.home() / "Ascend"
+    home = (Path(home) if home is not None else Path.home()) / "Ascend"
     toolkit_roots = [Path(environ[k]) for k in ("ASCEND_HOME_PATH", "ASCEND_TOOLKIT_HOME") if environ.get(k)]
     # CANN >= 8.5 installs under cann/; older releases under ascend-toolkit/latest/.
     toolkit_roots += [root / "cann", root / "ascend-toolkit" / "latest",
@@ -156,14 +158,18 @@ def _shm() -> dict:
     return {"shm_total_gb": round(usage.total / 2**30, 3), "shm_free_gb": round(usage.free / 2**30, 3)}
 
 
-def _in_container() -> bool:
-    if Path("/.dockerenv").exists() or Path("/run/.containerenv").exists():
-        return True
-    try:
-        cgroup = Path("/proc/1/cgroup").read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return False
-    return any(word in cgroup for word in ("docker", "kubepods", "containerd", "lxc"))
+def collect_cann_under(root: os.PathLike, environ: Mapping[str, str], arch: Optional[str] = None) -> dict:
+    """:func:`collect_cann` of the tree under ``root`` (a copy of a host's folders): the
+    variables' toolkit paths and the home folder are read under it too, never outside."""
+    root = Path(root)
+    moved = {k: str(root / environ[k].lstrip("/")) for k in ("ASCEND_HOME_PATH", "ASCEND_TOOLKIT_HOME")
+             if environ.get(k)}
+    return collect_cann(root / "usr/local/Ascend", environ=moved, arch=arch,
+                        home=root / str(Path.home()).lstrip("/"))
+
+
+def _in_container(root: Path = Path("/")) -> bool:
+    return container_evidence(root) is not None
 
 
 def _first_file(paths) -> Optional[Path]:

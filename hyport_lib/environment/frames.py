@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from hyport_lib.environment.collect import EnvironmentReport
+from hyport_lib.environment.collect import EnvironmentReport, container_facts
 
 #: Variables worth showing even when unset, with their default (docs/ascend_field_notes.md).
 NOTABLE_VARIABLES = {
@@ -76,3 +76,12 @@ def system_frame(report: EnvironmentReport):
 
     return pd.DataFrame([{"fact": k, "value": "" if v is None else str(v)}
                          for k, v in report.system.items()], columns=["fact", "value"])
+
+
+def container_frame(report: EnvironmentReport):
+    """The container and driver facts: the root read, container evidence, card nodes,
+    /dev/shm, driver / firmware / CANN versions, and the ``docker run`` flags to add."""
+    import pandas as pd
+
+    return pd.DataFrame([{"fact": k, "value": v} for k, v in container_facts(report.container)],
+                        columns=["fact", "value"])

@@ -21,3 +21,6 @@ class Params(StageParams):
     check_ports: bool = param(True, "bind-test the HCCL ports (60000 upward, 16666)")
     model_path: str = model_path_param(
         "the model the next stages load: does its processor need torchvision?")
+    host_root: str = param(
+        "/", "the filesystem root the container and driver checks read; a copy of a host's "
+             "folders checks them offline", nonempty=True, path="dir", must_exist=True)

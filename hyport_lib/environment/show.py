@@ -17,8 +17,8 @@ from hyport_lib.drafting.draft import Draft
 from hyport_lib.drafting.markdown import code, recorded, table
 from hyport_lib.drafting.values import as_dict, as_list, dig, fmt_value, num
 from hyport_lib.environment.collect import EnvironmentReport
-from hyport_lib.environment.frames import (checks_frame, devices_frame, env_vars_frame,
-                                           system_frame, versions_frame)
+from hyport_lib.environment.frames import (checks_frame, container_frame, devices_frame,
+                                           env_vars_frame, system_frame, versions_frame)
 from hyport_lib.environment.phrases import PHRASES
 
 _VERDICTS = ("PASS", "WARN", "FAIL", "SKIP")
@@ -65,6 +65,8 @@ def show_environment(report: EnvironmentReport, *, system: bool = True) -> None:
     display(style_devices(devices_frame(report)))
     display(Markdown("**Versions**"))
     display(versions_frame(report).style.hide(axis="index"))
+    display(Markdown(f"**Container and driver** (read under `{report.container.get('root', '/')}`)"))
+    display(container_frame(report).style.hide(axis="index"))
     display(Markdown("**Environment variables** (names that look secret are never shown)"))
     display(env_vars_frame(report).style.hide(axis="index"))
     if system:
@@ -159,6 +161,8 @@ def blog_section(record: dict, draft: Draft) -> list[str]:
              (names["deepspeed"], version("deepspeed")),
              (names["cann"], draft.value(dig(d, "cann", "version")) if dig(d, "cann", "version")
               else t["not_found"]),
+             *[(names[key], draft.value(dig(d, "container", "versions", key)))
+               for key in ("driver", "firmware") if dig(d, "container", "versions", key)],
              (names["device"], draft.value(dig(d, "device"))),
              (names["cards"], draft.value(dig(d, "num_cards"))),
              (names["model"], draft.value(draft.parameters.get("model_path")))]

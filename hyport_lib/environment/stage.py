@@ -15,13 +15,18 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from hyport_lib.backend import Backend, get_backend, import_torch_npu
-from hyport_lib.devices.host_memory import check_host_memory
+from hyport_lib.devices.host_memory import DEFAULT_SHM_GB_PER_CARD, check_host_memory
 from hyport_lib.devices.probe import probe_devices
+from hyport_lib.devices.records import Check
 from hyport_lib.environment import checks as C
 from hyport_lib.environment.collect import (EnvironmentReport, card_count, visible_cards,
                                             visible_device_checks)
 from hyport_lib.environment.compat import check_cann_compat, check_torch_npu_compat, normalise_cann
-from hyport_lib.environment.facts import collect_build, collect_cann, collect_env_vars, collect_system
+from hyport_lib.environment.container import (ContainerFindings, ascend_signs, check_container,
+                                              is_machine_root, listed_cards)
+from hyport_lib.environment.driver_versions import check_driver_cann, read_driver_versions
+from hyport_lib.environment.facts import (collect_build, collect_cann, collect_cann_under, collect_env_vars,
+                                          collect_system)
 from hyport_lib.environment.params import Params
 from hyport_lib.models.loading import torchvision_problem, wants_video_processor
 from hyport_lib.results import Provenance, StageSummary, record_summary
@@ -77,7 +82,7 @@ def run(plan: Plan, *, on_progress: Optional[Callable[[Step], None]] = None) -> 
         on_progress: called with a :class:`Step` after each part; None: silent.
     """
     params, backend = plan.params, plan.backend
-    steps = ("versions", "devices", "CANN and build", "system", "checks")
+    steps = ("versions", "devices", "CANN and build", "system", "container and driver", "checks")
 
     def step(name: str) -> None:
         if on_progress is not None:
@@ -104,6 +109,8 @@ def run(plan: Plan, *, on_progress: Optional[Callable[[Step], None]] = None) -> 
     step("CANN and build")
     system = collect_system()
     step("system")
+    findings, driver_check = container_and_driver(plan, environ, listing, cann, system)
+    step("container and driver")
 
     wanted = params.num_cards or cards
     # A kind asked for that fell back to CPU keeps its variable judged strictly: an empty
@@ -131,16 +138,42 @@ def run(plan: Plan, *, on_progress: Optional[Callable[[Step], None]] = None) -> 
                                  *wants_video_processor(params.model_path)),
         C.check_bf16(backend),
         *check_host_memory(kind, wanted, system, params.ram_gb_per_card, params.shm_gb_per_card),
+        *findings.checks,
+        driver_check,
     ]
     step("checks")
     return EnvironmentReport(
         system=system, versions=versions, cann=cann, devices=listing.devices,
-        env_vars=collect_env_vars(environ), checks=checks, build=build, device=kind,
+        env_vars=collect_env_vars(environ), checks=checks, build=build,
+        container=findings.to_dict(), device=kind,
         requested_device=params.device, num_cards=cards, device_source=listing.source,
         device_error=listing.error or listing.distrust,
         device_tool_output=scrub_text(listing.raw) if listing.raw else None,
         collected_at=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         elapsed_s=round(time.perf_counter() - started, 3))
+
+
+def container_and_driver(plan: Plan, environ: dict, listing, cann: dict,
+                         system: dict) -> tuple[ContainerFindings, Check]:
+    """The container checks and the driver / CANN pairing of the tree under ``host_root``.
+
+    They run on an Ascend backend, or on any backend when the tree holds Ascend software or
+    devices: a container checked before torch_npu is installed is judged for NPU use.
+    """
+    params, kind = plan.params, plan.backend.kind
+    root = Path(params.host_root)
+    machine = is_machine_root(root)
+    tree_cann = cann if machine else collect_cann_under(root, environ)
+    versions = read_driver_versions(root, tree_cann.get("version"))
+    requested = params.device
+    shm_per_card = params.shm_gb_per_card or DEFAULT_SHM_GB_PER_CARD["npu"]
+    findings = check_container(root, kind=kind, requested=requested, num_cards=params.num_cards,
+                               environ=environ, listed=listed_cards(listing), versions=versions,
+                               shm_gb_per_card=shm_per_card, machine_shm_gb=system.get("shm_total_gb"))
+    found_any = any((versions.driver_file, versions.firmware_file, versions.cann))
+    applies = "npu" in (kind, requested) or found_any or bool(ascend_signs(root))
+    where = "" if machine else f" under {root}"
+    return findings, check_driver_cann(versions, applies=applies, where=where)
 
 
 def summary_line(report: EnvironmentReport) -> str:

@@ -1,0 +1,177 @@
+"""The Ascend driver, firmware and CANN versions of a host (or a copy of its folders), read
+from their version files, and the one compatibility rule Huawei documents between them.
+
+Files read, under a ``root`` (``/`` for this machine):
+
+* ``/usr/local/Ascend/driver/version.info``: ``Version=24.1.rc3``, ``package_version=``,
+  ``Innerversion=V100R001C19SPC001B124``, ``compatible_version_fw=[7.0.0,7.5.99]`` ...
+* ``/usr/local/Ascend/firmware/version.info``: ``Version=7.5.0.1.129``,
+  ``package_version=24.1.rc3``, ``compatible_version_drv=[23.0.0,23.0.0.],[24.1,24.1.]`` ...
+* the CANN install info, as :func:`hyport_lib.environment.facts.collect_cann` finds it.
+
+The one documented rule (see ``docs/containers.md``): the release notes of CANN 8.5.0,
+"CANN Version Mapping / Mapping Between CANN and Driver Versions"
+(hiascend.com/document/detail/en/canncommercial/850/releasenote/releasenote_0000.html),
+pair CANN 8.5.0 with Ascend HDK 25.5.X, 25.3.X, 25.2.X and 25.0.X. The Ascend HDK release
+is the driver's ``Version`` (``25.0.rc1.1`` belongs to HDK 25.0). Other CANN releases are
+not in :data:`HDK_FOR_CANN`: their versions are reported, never judged.
+
+The ``compatible_version_fw`` / ``compatible_version_drv`` fields are reported as written,
+not judged: their meaning is not documented, and Huawei's own example of the files (a
+24.1.rc1 driver beside a firmware whose ``compatible_version_drv`` lists only 23.0 releases)
+shows that a plain reading of them would call a working host broken.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Optional
+
+from hyport_lib.devices.records import Check
+from hyport_lib.environment.compat import normalise_cann
+from hyport_lib.utils.redact import is_secret_name
+
+DRIVER_VERSION_FILE = "usr/local/Ascend/driver/version.info"
+FIRMWARE_VERSION_FILE = "usr/local/Ascend/firmware/version.info"
+
+#: CANN release -> the Ascend HDK releases (driver ``major.minor``) its release notes pair it with.
+HDK_FOR_CANN: dict[str, tuple[str, ...]] = {
+    "8.5.0": ("25.5", "25.3", "25.2", "25.0"),
+}
+HDK_SOURCE = ("CANN 8.5.0 release notes, 'Mapping Between CANN and Driver Versions' "
+              "(hiascend.com canncommercial/850 releasenote_0000)")
+
+
+@dataclass
+class DriverVersions:
+    """What the version files of one tree say.
+
+    Attributes:
+        driver: the driver's ``Version`` (``24.1.rc3``); None when the file is absent or has none.
+        driver_package: its ``package_version``.
+        driver_inner: its ``Innerversion`` (``V100R001C19SPC001B124``).
+        driver_firmware_range: its ``compatible_version_fw``, as written.
+        firmware: the firmware's ``Version`` (``7.5.0.1.129``).
+        firmware_package: its ``package_version`` (the Ascend HDK release it shipped in).
+        firmware_driver_range: its ``compatible_version_drv``, as written.
+        cann: the CANN release (``8.5.0``, ``8.3.RC1``), normalised.
+        driver_file / firmware_file: the files read (None: not found).
+        errors: ``PATH: why`` for each version file present but unreadable.
+    """
+
+    driver: Optional[str] = None
+    driver_package: Optional[str] = None
+    driver_inner: Optional[str] = None
+    driver_firmware_range: Optional[str] = None
+    firmware: Optional[str] = None
+    firmware_package: Optional[str] = None
+    firmware_driver_range: Optional[str] = None
+    cann: Optional[str] = None
+    driver_file: Optional[str] = None
+    firmware_file: Optional[str] = None
+    errors: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    def describe(self) -> str:
+        """``driver 24.1.rc3, firmware 7.5.0.1.129, CANN 8.0.RC3`` (``not found`` for gaps)."""
+        return ", ".join(f"{label} {value or 'not found'}" for label, value in
+                         (("driver", self.driver), ("firmware", self.firmware), ("CANN", self.cann)))
+
+
+def parse_version_info(text: str) -> dict[str, str]:
+    """``key=value`` lines of a ``version.info``; blank, comment and secret-named lines dropped."""
+    values: dict[str, str] = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition("=")
+        key = key.strip()
+        if sep and key and not key.startswith("#") and not is_secret_name(key):
+            values[key] = value.strip().strip('"')
+    return values
+
+
+def _read_info(path: Path, errors: list[str]) -> Optional[dict[str, str]]:
+    """The file's values; None when it is absent or unreadable (then ``errors`` says why)."""
+    if not path.is_file():
+        return None
+    try:
+        return parse_version_info(path.read_text(encoding="utf-8", errors="replace"))
+    except OSError as exc:
+        errors.append(f"{path}: cannot be read ({exc.strerror or exc})")
+        return None
+
+
+def read_driver_versions(root: Path, cann_version: Optional[str] = None) -> DriverVersions:
+    """The driver and firmware ``version.info`` files under ``root``, and ``cann_version``.
+
+    Args:
+        root: the filesystem root to read under (``/``: this machine).
+        cann_version: the CANN release found under the same root (see
+            :func:`hyport_lib.environment.facts.collect_cann`); None when none is installed.
+    """
+    found = DriverVersions(cann=normalise_cann(cann_version))
+    driver_path, firmware_path = root / DRIVER_VERSION_FILE, root / FIRMWARE_VERSION_FILE
+    driver = _read_info(driver_path, found.errors)
+    if driver is not None:
+        found.driver_file = str(driver_path)
+        found.driver = driver.get("Version") or driver.get("version") or None
+        found.driver_package = driver.get("package_version") or None
+        found.driver_inner = driver.get("Innerversion") or None
+        found.driver_firmware_range = driver.get("compatible_version_fw") or None
+    firmware = _read_info(firmware_path, found.errors)
+    if firmware is not None:
+        found.firmware_file = str(firmware_path)
+        found.firmware = firmware.get("Version") or firmware.get("version") or None
+        found.firmware_package = firmware.get("package_version") or None
+        found.firmware_driver_range = firmware.get("compatible_version_drv") or None
+    return found
+
+
+def hdk_release(driver_version: Optional[str]) -> Optional[str]:
+    """``25.0.rc1.1`` / ``25.3.RC1`` / ``24.1.0`` -> ``25.0`` / ``25.3`` / ``24.1``; None
+    when the text does not start with two numbers."""
+    match = re.match(r"\s*(\d+)\.(\d+)", driver_version or "")
+    return f"{int(match.group(1))}.{int(match.group(2))}" if match else None
+
+
+def _cann_release(cann: str) -> str:
+    """``8.5.0.1`` / ``8.5.0.alpha001`` -> ``8.5.0``: the release a mapping row names."""
+    parts = cann.split(".")
+    return ".".join(parts[:3])
+
+
+def check_driver_cann(versions: DriverVersions, *, applies: bool, where: str = "") -> Check:
+    """CANN against the driver, where Huawei documents the pairing; otherwise the versions.
+
+    Args:
+        versions: from :func:`read_driver_versions`.
+        applies: False on a CPU or CUDA backend outside an Ascend host: SKIP.
+        where: `` under TREE`` when the files came from a copied tree, for the reason.
+    """
+    name = "driver_cann_compat"
+    seen = versions.describe()
+    if not applies:
+        return Check(name, "SKIP", f"not an Ascend host ({seen}{where})")
+    if versions.errors:
+        return Check(name, "WARN", f"{'; '.join(versions.errors)}: run as a user who may read it "
+                                   f"(the driver's files are root's)")
+    if not versions.driver or not versions.cann:
+        missing = "driver version.info" if not versions.driver else "CANN install info"
+        return Check(name, "SKIP", f"{seen}{where}: no {missing}, nothing to pair")
+    release = _cann_release(versions.cann)
+    documented = HDK_FOR_CANN.get(release)
+    hdk = hdk_release(versions.driver)
+    if documented is None:
+        return Check(name, "SKIP", f"{seen}{where}: hyport knows no vendor-documented driver "
+                                   f"pairing for CANN {versions.cann}; versions reported, not judged")
+    wanted = ", ".join(f"{r}.X" for r in documented)
+    if hdk in documented:
+        return Check(name, "PASS", f"{seen}{where}: driver {versions.driver} is Ascend HDK {hdk}.X, "
+                                   f"which CANN {release} pairs with ({HDK_SOURCE})")
+    return Check(name, "FAIL", f"{seen}{where}: CANN {release} pairs only with Ascend HDK {wanted} "
+                               f"({HDK_SOURCE}); driver {versions.driver} is not one of them: install a "
+                               f"listed driver on the host, or use an image built for a CANN that "
+                               f"supports this driver")

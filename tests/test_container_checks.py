@@ -1,0 +1,358 @@
+"""Stage 01's container and driver checks, judged on container trees built in tmp_path.
+
+A tree is a copy of what a container sees: marker files, ``/dev`` nodes (plain files here:
+tests cannot make device nodes, and under a root other than ``/`` any file stands for one),
+the driver / dcmi / npu-smi / slog mounts, ``/proc/mounts`` for the ``--shm-size`` and the
+version files. The version files hold the contents public threads show for real hosts.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from hyport_lib.devices.host_memory import check_container_shm, shm_size_flag, shm_size_from_mounts
+from hyport_lib.environment import stage
+from hyport_lib.environment.container import (Item, check_container, container_evidence, item_state,
+                                              needed_cards, parse_card_list)
+from hyport_lib.environment.driver_versions import (DriverVersions, check_driver_cann, hdk_release,
+                                                    parse_version_info, read_driver_versions)
+from hyport_lib.environment.params import Params
+
+#: A 24.1.rc3 driver and its firmware, as `cat version.info` printed them in a public
+#: MindIE deployment note (Atlas 800I A2).
+DRIVER_24_1_RC3 = """Version=24.1.rc3
+ascendhal_version=7.35.23
+aicpu_version=1.0
+tdt_version=1.0
+log_version=1.0
+prof_version=2.0
+dvppkernels_version=1.1
+tsfw_version=1.0
+Innerversion=V100R001C19SPC001B124
+compatible_version=[V100R001C13],[V100R001C15],[V100R001C17],[V100R001C18],[V100R001C19]
+compatible_version_fw=[7.0.0,7.5.99]
+package_version=24.1.rc3
+"""
+FIRMWARE_7_5 = """Version=7.5.0.1.129
+firmware_version=1.0
+package_version=24.1.rc3
+compatible_version_drv=[23.0.0,23.0.0.],[24.0,24.0.],[24.1,24.1.]
+"""
+#: An Ascend HDK 25.0.RC1.1 pair, the same shape.
+DRIVER_25_0 = DRIVER_24_1_RC3.replace("24.1.rc3", "25.0.rc1.1").replace(
+    "C19SPC001B124", "C21SPC002B220").replace("7.5.99", "7.7.99")
+FIRMWARE_7_7 = FIRMWARE_7_5.replace("7.5.0.1.129", "7.7.0.1.231").replace(
+    "24.1.rc3", "25.0.rc1.1").replace("[24.1,24.1.]", "[24.1,24.1.],[25.0,25.0.]")
+#: CANN 8.5.0's install info, as Huawei's log-collection guide shows it.
+CANN_850_INFO = """package_name=Ascend-cann-toolkit
+version=8.5.0
+innerversion=V100R001C25SPC001B212
+compatible_version=[V100R001C15],[V100R001C18],[V100R001C19],[V100R001C20],[V100R001C21],[V100R001C23]
+arch=x86_64
+os=linux
+path=/usr/local/Ascend/cann-8.5.0/x86_64-linux
+"""
+#: /proc/mounts lines of a container started with --shm-size=256g, and of docker's default.
+MOUNTS_256G = "overlay / overlay rw,relatime 0 0\nshm /dev/shm tmpfs rw,nosuid,nodev,noexec,relatime,size=268435456k 0 0\n"
+MOUNTS_DOCKER_DEFAULT = "shm /dev/shm tmpfs rw,nosuid,nodev,noexec,relatime,size=65536k 0 0\n"
+
+DRIVER_FLAG = "-v /usr/local/Ascend/driver:/usr/local/Ascend/driver"
+
+
+def _write(path: Path, text: str = "") -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def build_tree(base: Path, *, cards: int = 8, omit: tuple[str, ...] = (), container: bool = True,
+               mounts: str = MOUNTS_256G, driver: str = DRIVER_25_0, firmware: str = FIRMWARE_7_7,
+               cann: str = CANN_850_INFO) -> Path:
+    """A container's view as ``docker run`` with the manual's flags leaves it, less ``omit``
+    (paths as inside the container; a folder omitted takes its files with it)."""
+    root = base / "tree"
+    files = {f"/dev/davinci{n}": "" for n in range(cards)}
+    files.update({"/dev/davinci_manager": "", "/dev/devmm_svm": "", "/dev/hisi_hdc": "",
+                  "/usr/local/dcmi/libdcmi.so": "", "/usr/local/sbin/npu-smi": "#!/bin/sh\n",
+                  "/usr/slog/.keep": "",
+                  "/usr/local/Ascend/driver/version.info": driver,
+                  "/usr/local/Ascend/driver/lib64/libascend_hal.so": "",
+                  "/usr/local/Ascend/firmware/version.info": firmware,
+                  "/usr/local/Ascend/cann/x86_64-linux/ascend_toolkit_install.info": cann,
+                  "/proc/mounts": mounts})
+    if container:
+        files["/.dockerenv"] = ""
+    for path, text in files.items():
+        if not any(path == o or path.startswith(o.rstrip("/") + "/") for o in omit):
+            _write(root / path.lstrip("/"), text)
+    return root
+
+
+def _run(root: Path, **values):
+    """Stage 01 planned and run as the notebook does, on the tree; the CPU backend here."""
+    params = Params(device="cpu", check_ports=False, host_root=str(root), **values)
+    return stage.run(stage.plan(params))
+
+
+def _judge(root: Path, *, num_cards=8, kind="npu", environ=None, listed=None, per_card=1.0):
+    versions = read_driver_versions(root, "8.5.0")
+    return check_container(root, kind=kind, requested=kind, num_cards=num_cards, environ=environ or {},
+                           listed=listed, versions=versions, shm_gb_per_card=per_card)
+
+
+def _by_name(checks):
+    return {c.name: c for c in checks}
+
+
+# --- the stage on whole trees -----------------------------------------------------------------
+def test_missing_card_node_and_driver_mount_fail_with_their_flags(tmp_path):
+    root = build_tree(tmp_path, omit=("/dev/davinci3", "/usr/local/Ascend/driver"))
+    report = _run(root, num_cards=8)
+    checks = _by_name(report.checks)
+    devices, mounts = checks["container_devices"], checks["container_mounts"]
+    assert devices.verdict == "FAIL" and "/dev/davinci3 missing" in devices.reason
+    assert "add --device=/dev/davinci3" in devices.reason
+    assert "davinci2" not in devices.reason and "davinci4" not in devices.reason
+    assert mounts.verdict == "FAIL" and f"add {DRIVER_FLAG}" in mounts.reason
+    assert "version.info" not in mounts.reason  # the folder is the gap, not its file too
+    assert report.verdict == "FAIL"
+    assert report.container["flags"] == ["--device=/dev/davinci3", DRIVER_FLAG]
+    text = report.to_text()
+    assert f"- docker run flags to add: --device=/dev/davinci3 {DRIVER_FLAG}" in text
+    assert [m["path"] for m in report.container["missing"]] == ["/dev/davinci3", "/usr/local/Ascend/driver"]
+
+
+def test_a_complete_tree_passes_every_container_check(tmp_path):
+    root = build_tree(tmp_path)
+    report = _run(root, num_cards=8)
+    checks = _by_name(report.checks)
+    for name in ("container_devices", "container_mounts", "container_shm", "driver_cann_compat"):
+        assert checks[name].verdict == "PASS", checks[name]
+    assert "/dev/davinci7" in checks["container_devices"].reason
+    assert "256 GB, 8 GB needed for 8 cards" in checks["container_shm"].reason
+    assert "Ascend HDK 25.0.X" in checks["driver_cann_compat"].reason
+    assert report.container["flags"] == [] and report.container["missing"] == []
+    assert report.container["versions"]["firmware"] == "7.7.0.1.231"
+    assert report.container["evidence"] == "/.dockerenv"
+
+
+def test_outside_a_container_the_checks_do_not_apply_but_versions_are_read(tmp_path):
+    root = build_tree(tmp_path, container=False, omit=("/dev/davinci3",), driver=DRIVER_24_1_RC3,
+                      firmware=FIRMWARE_7_5)
+    report = _run(root, num_cards=8)
+    checks = _by_name(report.checks)
+    for name in ("container_devices", "container_mounts", "container_shm"):
+        assert checks[name].verdict == "SKIP" and "not a container" in checks[name].reason
+    assert report.container["in_container"] is False and report.container["flags"] == []
+    assert report.container["versions"]["driver"] == "24.1.rc3"
+    assert report.container["versions"]["firmware"] == "7.5.0.1.129"
+    # CANN 8.5.0 is documented with HDK 25.x only: a 24.1 driver is named, with the source
+    compat = checks["driver_cann_compat"]
+    assert compat.verdict == "FAIL" and "25.5.X, 25.3.X, 25.2.X, 25.0.X" in compat.reason
+    assert "release notes" in compat.reason
+
+
+def test_a_container_without_ascend_skips_on_cpu(tmp_path):
+    root = tmp_path / "plain"
+    _write(root / ".dockerenv")
+    findings = check_container(root, kind="cpu", requested="cpu", num_cards=2, environ={}, listed=None,
+                               versions=read_driver_versions(root), shm_gb_per_card=1.0)
+    assert {c.verdict for c in findings.checks} == {"SKIP"} and not findings.judged
+    assert "nothing to check for the cpu backend" in findings.checks[0].reason
+    assert check_driver_cann(findings.versions, applies=False).verdict == "SKIP"
+
+
+def test_an_ascend_tree_is_judged_on_cpu_before_torch_npu_is_installed(tmp_path):
+    findings = _judge(build_tree(tmp_path, omit=("/dev/hisi_hdc",)), kind="cpu")
+    devices = _by_name(findings.checks)["container_devices"]
+    assert devices.verdict == "FAIL" and "--device=/dev/hisi_hdc" in devices.reason
+    assert "though the backend is cpu" in devices.reason
+
+
+# --- each item on its own -----------------------------------------------------------------------
+@pytest.mark.parametrize("omit, check, verdict, flag", [
+    ("/dev/davinci_manager", "container_devices", "FAIL", "--device=/dev/davinci_manager"),
+    ("/dev/devmm_svm", "container_devices", "FAIL", "--device=/dev/devmm_svm"),
+    ("/dev/hisi_hdc", "container_devices", "FAIL", "--device=/dev/hisi_hdc"),
+    ("/dev/davinci0", "container_devices", "FAIL", "--device=/dev/davinci0"),
+    ("/usr/local/dcmi", "container_mounts", "WARN", "-v /usr/local/dcmi:/usr/local/dcmi"),
+    ("/usr/local/sbin/npu-smi", "container_mounts", "WARN",
+     "-v /usr/local/sbin/npu-smi:/usr/local/sbin/npu-smi"),
+    ("/usr/slog", "container_mounts", "WARN", "-v /var/log/npu/:/usr/slog"),
+    ("/usr/local/Ascend/driver/version.info", "container_mounts", "WARN", DRIVER_FLAG),
+    ("/usr/local/Ascend/driver", "container_mounts", "FAIL", DRIVER_FLAG),
+])
+def test_each_missing_item_gives_its_own_flag(tmp_path, omit, check, verdict, flag):
+    findings = _judge(build_tree(tmp_path, omit=(omit,)))
+    checks = _by_name(findings.checks)
+    assert checks[check].verdict == verdict and f"{omit} missing" in checks[check].reason
+    assert f"add {flag}" in checks[check].reason
+    assert findings.flags == [flag]
+    other = "container_mounts" if check == "container_devices" else "container_devices"
+    assert checks[other].verdict == "PASS"
+
+
+def test_npu_smi_without_the_driver_names_the_manuals_rule(tmp_path):
+    findings = _judge(build_tree(tmp_path, omit=("/usr/local/Ascend/driver",)))
+    assert "mounts the driver and npu-smi together" in _by_name(findings.checks)["container_mounts"].reason
+
+
+def test_a_small_shm_in_the_tree_gives_the_flag_for_the_cards(tmp_path):
+    findings = _judge(build_tree(tmp_path, mounts=MOUNTS_DOCKER_DEFAULT), num_cards=8)
+    shm = _by_name(findings.checks)["container_shm"]
+    assert shm.verdict == "WARN" and "0.0625 GB < 8 GB needed for 8 cards" in shm.reason
+    assert "--shm-size=8g" in shm.reason and findings.flags == ["--shm-size=8g"]
+    unknown = _judge(build_tree(tmp_path / "b", mounts="overlay / overlay rw 0 0\n"))
+    assert _by_name(unknown.checks)["container_shm"].verdict == "SKIP"
+
+
+def test_shm_judged_from_plain_numbers():
+    assert shm_size_from_mounts(MOUNTS_DOCKER_DEFAULT) == 0.0625
+    assert shm_size_from_mounts(MOUNTS_256G) == 256.0
+    assert shm_size_from_mounts("tmpfs /dev/shm tmpfs rw,size=512m 0 0") == 0.5
+    assert shm_size_from_mounts("tmpfs /dev/shm tmpfs rw,nosuid 0 0") is None  # no size= given
+    assert shm_size_flag(2.5) == "--shm-size=3g" and shm_size_flag(0.25) == "--shm-size=1g"
+    assert shm_size_flag(16.0) == "--shm-size=16g"
+    assert check_container_shm(16.0, 4, 4.0).verdict == "PASS"
+    low = check_container_shm(15.9, 4, 4.0)
+    assert low.verdict == "WARN" and low.reason.endswith("--shm-size=16g")
+
+
+# --- which cards --------------------------------------------------------------------------------
+@pytest.mark.parametrize("num_cards, environ, listed, cards", [
+    (8, {}, None, list(range(8))),
+    (None, {"ASCEND_VISIBLE_DEVICES": "0-3"}, None, [0, 1, 2, 3]),
+    (None, {"ASCEND_VISIBLE_DEVICES": "4-7", "ASCEND_RT_VISIBLE_DEVICES": "0,1"}, None, [4, 5]),
+    (2, {}, [4, 5, 6, 7], [4, 5]),
+    (None, {"ASCEND_RT_VISIBLE_DEVICES": "1,3"}, [4, 5, 6, 7], [5, 7]),
+    (None, {"ASCEND_RT_VISIBLE_DEVICES": "2,3"}, None, [2, 3]),
+    (None, {}, None, []),
+])
+def test_needed_cards(num_cards, environ, listed, cards):
+    assert needed_cards(num_cards, environ, listed)[0] == cards
+
+
+def test_a_bad_host_variable_is_named():
+    assert parse_card_list("0-2,5") == [0, 1, 2, 5]
+    with pytest.raises(ValueError, match="ASCEND_VISIBLE_DEVICES='0,a'.*'a'"):
+        parse_card_list("0,a")
+
+
+def test_the_visible_devices_variable_picks_the_nodes(tmp_path):
+    root = build_tree(tmp_path, cards=4)  # davinci0-3 mounted
+    findings = _judge(root, num_cards=None, environ={"ASCEND_VISIBLE_DEVICES": "2-5"})
+    devices = _by_name(findings.checks)["container_devices"]
+    assert devices.verdict == "FAIL" and findings.flags == ["--device=/dev/davinci4", "--device=/dev/davinci5"]
+    assert "ASCEND_VISIBLE_DEVICES=2-5" in devices.reason
+
+
+# --- detection and device nodes -----------------------------------------------------------------
+def test_container_evidence_is_read_under_the_root(tmp_path):
+    assert container_evidence(tmp_path) is None
+    _write(tmp_path / "proc/1/cgroup", "12:memory:/kubepods/burstable/pod1234/abcd\n")
+    assert container_evidence(tmp_path) == "/proc/1/cgroup names kubepods"
+    _write(tmp_path / "run/.containerenv")
+    assert container_evidence(tmp_path) == "/run/.containerenv"
+
+
+def test_under_the_machine_root_a_node_must_be_a_character_device():
+    root = Path("/")
+    assert item_state(root, Item("/dev/null", "--device=/dev/null", "a node", node=True)) is None
+    plain_file = str(Path(__file__).resolve())
+    assert item_state(root, Item(plain_file, "", "a node", node=True)) == "not a character device"
+    assert item_state(root, Item("/dev/davinci_no_such", "", "a node", node=True)) == "missing"
+
+
+# --- version files ------------------------------------------------------------------------------
+def test_version_files_parsed_from_real_contents(tmp_path):
+    root = build_tree(tmp_path, driver=DRIVER_24_1_RC3, firmware=FIRMWARE_7_5)
+    versions = read_driver_versions(root, "CANN-8.0.rc3")
+    assert (versions.driver, versions.driver_package, versions.driver_inner) == \
+        ("24.1.rc3", "24.1.rc3", "V100R001C19SPC001B124")
+    assert versions.driver_firmware_range == "[7.0.0,7.5.99]"
+    assert (versions.firmware, versions.firmware_package) == ("7.5.0.1.129", "24.1.rc3")
+    assert versions.firmware_driver_range == "[23.0.0,23.0.0.],[24.0,24.0.],[24.1,24.1.]"
+    assert versions.cann == "8.0.RC3"
+    assert parse_version_info("# note\nVersion = 23.0.6\nAPI_TOKEN=x\n") == {"Version": "23.0.6"}
+    assert hdk_release("25.0.rc1.1") == "25.0" and hdk_release("25.3.RC1") == "25.3"
+    assert hdk_release("unknown") is None
+
+
+@pytest.mark.parametrize("driver, cann, verdict, words", [
+    ("25.3.rc1", "8.5.0", "PASS", "Ascend HDK 25.3.X"),
+    ("25.5.0", "8.5.0", "PASS", "Ascend HDK 25.5.X"),
+    ("24.1.rc3", "8.5.0", "FAIL", "driver 24.1.rc3 is not one of them"),
+    ("25.3.rc1", "8.3.RC1", "SKIP", "versions reported, not judged"),
+    (None, "8.5.0", "SKIP", "no driver version.info"),
+])
+def test_driver_judged_only_where_the_pairing_is_documented(driver, cann, verdict, words):
+    check = check_driver_cann(DriverVersions(driver=driver, firmware="7.7.0.1.231", cann=cann), applies=True)
+    assert check.verdict == verdict and words in check.reason
+    if driver and cann:
+        assert f"driver {driver}" in check.reason and f"CANN {cann}" in check.reason
+
+
+def test_unreadable_version_file_is_named(tmp_path):
+    root = build_tree(tmp_path)
+    path = root / "usr/local/Ascend/driver/version.info"
+    path.chmod(0)
+    try:
+        if _readable(path):
+            pytest.skip("running as root: every file is readable")
+        versions = read_driver_versions(root, "8.5.0")
+        check = check_driver_cann(versions, applies=True)
+        assert check.verdict == "WARN" and str(path) in check.reason
+    finally:
+        path.chmod(0o644)
+
+
+def _readable(path: Path) -> bool:
+    try:
+        path.read_bytes()
+    except PermissionError:
+        return False
+    return True
+
+
+# --- the command line ---------------------------------------------------------------------------
+def test_env_command_judges_a_tree(tmp_path, capsys):
+    from hyport_lib.commands import main
+
+    root = build_tree(tmp_path, omit=("/dev/davinci3", "/usr/local/Ascend/driver"))
+    code = main(["env", "--device", "cpu", "--num-cards", "8", "--check-ports", "false",
+                 "--host-root", str(root), "--no-record"])
+    out = capsys.readouterr().out
+    assert code == 1
+    assert "[FAIL] container_devices" in out and "add --device=/dev/davinci3" in out
+    assert "[FAIL] container_mounts" in out and DRIVER_FLAG in out
+    assert f"- root read: {root}" in out
+
+
+def test_env_command_names_a_missing_root(tmp_path, capsys):
+    from hyport_lib.commands import main
+
+    missing = tmp_path / "no-such-tree"
+    assert main(["env", "--host-root", str(missing), "--no-record"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == f"hyport env: host_root={str(missing)!r}: no such folder"
+
+
+# --- the drafts ---------------------------------------------------------------------------------
+def test_the_drafts_show_the_recorded_driver_and_firmware(tmp_path):
+    from test_blog import STAGES, english_runs, make_run, write_result
+
+    from hyport_lib.report.blog.writer import render_blog
+
+    root = build_tree(tmp_path / "host", driver=DRIVER_24_1_RC3, firmware=FIRMWARE_7_5)
+    report = _run(root, num_cards=2)
+    run = make_run(tmp_path, {s: "PASS" for s in STAGES})
+    write_result(run, "01_environment", report.verdict, report.to_dict())
+    en, zh = render_blog(run, "en"), render_blog(run, "zh")
+    for text, driver, firmware in ((en, "Ascend driver", "Ascend firmware"), (zh, "昇腾驱动", "昇腾固件")):
+        rows = {line.split("|")[1].strip(): line.split("|")[2].strip(" `") for line in text.splitlines()
+                if line.startswith("| ") and line.count("|") == 3}
+        assert rows[driver] == "24.1.rc3" and rows[firmware] == "7.5.0.1.129"
+    section = zh.split("## 01")[1].split("\n## ")[0]
+    assert not english_runs(section), english_runs(section)
