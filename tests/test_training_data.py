@@ -281,3 +281,16 @@ def test_non_json_constants_deep_nesting_and_odd_image_paths_are_named(tmp_path)
     messages = [p.message for p in load_dataset(tmp_path / "odd.json").problems]
     assert messages == ["'pictures': a folder, not an image file",
                         "'pipe.png': not a regular file (a pipe, device or socket)"]
+
+
+def test_seed_records_without_ids_are_named_by_position_unless_the_file_uses_ids(tmp_path):
+    """ids are optional (LLaMA-Factory's sharegpt has none), but a file that gives some
+    records an id must give every record one."""
+    text = _turns(("human", "Name a shape."), ("gpt", "A circle."))
+    report = load_dataset(_write(tmp_path, [{"conversations": text}, {"conversations": text[:1]}]))
+    assert [r.record_id for r in report.records] == ["#0"]
+    assert [str(p) for p in report.problems] == [
+        "record 1, conversations[0]: the last turn is 'human': there is no answer to learn"]
+    report = load_dataset(_write(tmp_path, [{"conversations": text}, {"id": "b", "conversations": text}]))
+    assert [r.record_id for r in report.records] == ["b"]
+    assert [(p.index, p.kind, p.field) for p in report.problems] == [(0, "missing_id", "id")]

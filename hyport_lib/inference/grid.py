@@ -46,6 +46,7 @@ from hyport_lib.inference.params import Params
 from hyport_lib.inference.table import COLUMNS, GridProgress, GridResult, consistency, preview, scan_fallbacks
 from hyport_lib.models.generation_config import InferenceConfig
 from hyport_lib.models.tiny import TINY_MODEL_NAME, ensure_tiny_model
+from hyport_lib.triage import cann_log_dir, triage
 from hyport_lib.processes import (
     Child, describe_exit, feed, finish, has_exited, kill_groups, last_exception, read_log_tail,
     reap_leftovers, start_child, stop_all,
@@ -185,6 +186,13 @@ def _row_for(worker: _Worker, timed_out: bool, timeout_s: float, device: str,
     row["status"] = status
     if reason:
         row["error"] = scrub_text(reason, secrets_env) + (f"\n{tail}" if tail and status != "ok" else "")
+    if status != "ok":
+        # The card's own log, and the CANN logs written since its worker started.
+        logs = [p for p in (worker.child.log_path,) if p and Path(p).exists()]
+        found = triage(logs, cann_log_dir=cann_log_dir(os.environ),
+                       since=time.time() - wall - 5)
+        raw["diagnosis"] = found.to_dict()
+        row["diagnosis"] = found.summary_line()
     raw.setdefault("card", worker.card)
     raw["returncode"] = rc
     return row, raw

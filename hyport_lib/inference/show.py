@@ -25,6 +25,7 @@ from hyport_lib.inference.phrases import PHRASES
 from hyport_lib.inference.table import (
     GridProgress, GridResult, consistency, given, grid_verdict,
 )
+from hyport_lib.triage import Triage, show_triage
 
 #: Columns of the table shown in notebooks (the full frame has more).
 DISPLAY_COLUMNS = [
@@ -32,7 +33,7 @@ DISPLAY_COLUMNS = [
     "decode_tokens_per_s",
     "peak_memory_mb",
     "single_output", "batch_outputs", "output_hash", "same_output", "cpu_fallback_warnings",
-    "fallback_ops", "error",
+    "fallback_ops", "error", "diagnosis",
 ]
 
 
@@ -47,7 +48,7 @@ def compact_frame(frame: pd.DataFrame) -> pd.DataFrame:
     out["batch_outputs"] = [" | ".join(v) if isinstance(v, list) else "" for v in out["batch_outputs"]]
     out["output_hash"] = [str(h)[:12] if given(h) else "" for h in out["output_hash"]]
     out["error"] = [str(e).splitlines()[0] if given(e) and e else "" for e in out["error"]]
-    for col in ("single_output", "fallback_ops"):
+    for col in ("single_output", "fallback_ops", "diagnosis"):
         out[col] = [v if given(v) else "" for v in out[col]]
     return out[[c for c in DISPLAY_COLUMNS if c in out.columns]]
 
@@ -85,6 +86,10 @@ def show_summary(result: GridResult) -> None:
         lines.append(f"⚠️ Preflight: {result.plan.preflight_error}; "
                      "cards were not checked for other processes.")
     display(Markdown("\n\n".join(lines)))
+    for card in result.cards:
+        if card.get("diagnosis"):
+            display(Markdown(f"**Card {card.get('card')}: what its logs say**"))
+            show_triage(Triage.from_dict(card["diagnosis"]))
 
 
 def show_outputs(result: GridResult) -> None:
@@ -162,13 +167,19 @@ def live_grid_display() -> Callable[[GridProgress], None]:
 
 # --------------------------------------------------------------------------- the report
 def glance(record: dict) -> list[tuple[str, str]]:
-    """The index card: cards ok, whether they agreed, warm tokens/s, the cold first call."""
+    """The index card: cards ok, whether they agreed, warm tokens/s, the cold first call;
+    what the logs of the first failed card say (its diagnosis)."""
     head = as_dict(record.get("headline"))
     consistent = head.get("consistent")
-    return [("cards ok", fmt_value(head.get("cards ok"))),
+    rows = [("cards ok", fmt_value(head.get("cards ok"))),
             ("consistent", fmt_value(consistent) if consistent is not None else "—"),
             ("warm tokens/s (median)", fmt_value(head.get("tokens/s incl. prefill (median)"))),
             ("cold first call s (median)", fmt_value(head.get("cold first call s (median)")))]
+    diagnoses = as_dict(dig(record, "data", "diagnoses"))
+    if diagnoses:
+        card, first = next(iter(diagnoses.items()))
+        rows.append((f"card {card} diagnosis", Triage.from_dict(first).summary_line()))
+    return rows
 
 
 def blog_title(lang: str) -> str:

@@ -32,7 +32,7 @@ COLUMNS = [
     "decode_tokens_per_s",
     "new_tokens",
     "peak_memory_mb", "memory_source", "single_output", "batch_outputs", "output_hash",
-    "cpu_fallback_warnings", "fallback_ops", "wall_s", "log_path", "error", "not_applicable",
+    "cpu_fallback_warnings", "fallback_ops", "wall_s", "log_path", "error", "diagnosis", "not_applicable",
 ]
 
 
@@ -95,6 +95,8 @@ class GridResult:
             "outputs": {str(c["card"]): {"single": (c.get("outcome") or {}).get("single_output"),
                                          "batch": (c.get("outcome") or {}).get("batch_outputs")}
                         for c in self.cards if c.get("outcome")},
+            # What the logs of each card that did not finish say (hyport_lib.triage).
+            "diagnoses": {str(c["card"]): c["diagnosis"] for c in self.cards if c.get("diagnosis")},
         }
 
 

@@ -34,7 +34,9 @@ misbehave before it loads the model, so the grid's isolation can be tested witho
 broken model. Modes: ``raise`` (a RuntimeError), ``signal`` (SIGKILL to itself, as the
 out-of-memory killer would), ``exit`` (``os._exit(3)`` without a result), ``hang``
 (starts a sleeping child process in its group, prints the child's pid, and sleeps
-forever). It exists for the test suite only; nothing in hyport sets it.
+forever), ``replay=<log file>`` (writes a real NPU failure's log lines to stderr and
+raises, see :mod:`hyport_lib.utils.fault_replay`). It exists for the test suite only;
+nothing in hyport sets it.
 """
 
 from __future__ import annotations
@@ -54,6 +56,7 @@ from hyport_lib.backend import get_backend
 from hyport_lib.models.generation import run_inference
 from hyport_lib.models.generation_config import InferenceConfig
 from hyport_lib.processes import exit_without_teardown, start_guard
+from hyport_lib.utils.fault_replay import replay_failure
 from hyport_lib.utils.files import atomic_write_json
 from hyport_lib.utils.redact import scrub_obj, scrub_text
 
@@ -61,6 +64,8 @@ from hyport_lib.utils.redact import scrub_obj, scrub_text
 FAULT_ENV = "HYPORT_TEST_FAULT"
 #: The grid card this worker serves (set by the launcher; informative inside the worker).
 FAULT_MODES = ("raise", "signal", "exit", "hang")
+#: ``replay=<log file>``: replay a real failure's log lines, then raise.
+REPLAY_MODE = "replay="
 #: Exit status of the ``exit`` fault, distinct from Python's own 1 (uncaught exception).
 FAULT_EXIT_CODE = 3
 
@@ -73,11 +78,14 @@ def parse_faults(text: Optional[str]) -> dict[int, str]:
         if not item:
             continue
         card, sep, mode = item.partition(":")
-        mode = mode.strip().lower()
-        if not sep or not card.strip().isdigit() or mode not in FAULT_MODES:
+        mode = mode.strip()
+        if not mode.startswith(REPLAY_MODE):  # a replayed log's path keeps its case
+            mode = mode.lower()
+        if not sep or not card.strip().isdigit() or \
+                (mode not in FAULT_MODES and not (mode.startswith(REPLAY_MODE) and len(mode) > len(REPLAY_MODE))):
             raise ValueError(
                 f"{FAULT_ENV}={text!r}: expected '<card>:<mode>' items with mode one of "
-                f"{', '.join(FAULT_MODES)}; got {item!r}")
+                f"{', '.join(FAULT_MODES)} or {REPLAY_MODE}<log file>; got {item!r}")
         faults[int(card)] = mode
     return faults
 
@@ -89,6 +97,8 @@ def inject_fault(card: int, environ=None) -> None:
     if mode is None:
         return
     print(f"[hyport worker] test fault {mode!r} injected on card {card} ({FAULT_ENV})", flush=True)
+    if mode.startswith(REPLAY_MODE):
+        replay_failure(mode[len(REPLAY_MODE):], FAULT_ENV)
     if mode == "raise":
         raise RuntimeError(f"injected test fault on card {card} ({FAULT_ENV})")
     if mode == "signal":

@@ -1,47 +1,56 @@
 """The smoke-training dataset: reading it and finding every malformed record up front.
 
-The format is the seed's ``test_data_packing.json``: a JSON list (or JSON Lines, one
-object per line) of records::
+A dataset is a file (JSON list, JSON Lines or parquet, see
+:mod:`hyport_lib.train.dataset_files`) of records in one of LLaMA-Factory's formats
+(alpaca, sharegpt, openai; see :mod:`hyport_lib.train.dataset_formats`), or an entry of
+a LLaMA-Factory ``dataset_info.json`` (:mod:`hyport_lib.train.dataset_info`). The seed's
+``test_data_packing.json`` is the sharegpt format::
 
     {"id": "sample-3",
      "image": "images/a.png" | ["a.png", "b.png"] | absent,
      "conversations": [{"from": "human", "value": "<image>\\nWhat is shown?"},
                        {"from": "gpt", "value": "A red circle."}, ...]}
 
-Image paths are relative to ``image_root`` (default: the dataset file's folder). Each
-``<image>`` in the human turns takes the next image of the record, in order.
+Every format becomes the same :class:`Record` (a system prompt, user / assistant turns,
+images) and is checked the same way here. Image paths are relative to ``image_root``
+(default: the dataset file's folder; a ``dataset_info.json`` entry: that json's folder).
+Each ``<image>`` in the user turns takes the next image of the record, in order.
 
-:func:`validate_records` checks structure and images; the length check needs the
+:func:`load_dataset` checks structure and images; the length check needs the
 tokenizer and lives in :mod:`hyport_lib.train.samples`. Every problem names the
-record (its index and id), the field and what is wrong, so a bad dataset is reported
-in full before any training process starts.
+record (its index and, when it has one, its id), the field in the format's own terms
+and what is wrong, so a bad dataset is reported in full before any training process
+starts.
 """
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-IMAGE_PLACEHOLDER = "<image>"
-ROLES = {"human": "user", "gpt": "assistant"}
-
+from hyport_lib.train.dataset_files import iter_raw
+from hyport_lib.train.dataset_formats import (IMAGE_PLACEHOLDER, DatasetLayout, DatasetOptions, convert,
+                                              image_column, record_id_of, resolve_layout)
+from hyport_lib.train.dataset_info import read_entry
 
 @dataclass(frozen=True)
 class Problem:
     """One thing wrong with one record.
 
     Attributes:
-        index: position of the record in the file (0-based; JSON Lines: line - 1).
-        record_id: its ``id`` (None when it has none).
-        field: where in the record, e.g. ``conversations[2].from``.
+        index: position of the record in the file (0-based; JSON Lines: line - 1, blank
+            lines not counted; parquet: the row).
+        record_id: its id (None when it has none: alpaca records never do).
+        field: where in the record, in the format's own terms, e.g.
+            ``conversations[2].from``, ``messages[1].content``, ``output``, ``history[0][1]``.
         kind: a stable name: ``not_json``, ``not_object``, ``missing_id``, ``duplicate_id``,
             ``missing_conversations``, ``empty_conversations``, ``unknown_role``,
             ``first_turn_not_human``, ``roles_not_alternating``, ``empty_value``,
-            ``no_answer``, ``image_in_answer``, ``image_count``, ``image_missing``,
-            ``image_unreadable``, ``too_long``, ``encode_failed``.
+            ``not_text``, ``bad_history``, ``no_answer``, ``image_in_answer``,
+            ``image_in_system``, ``image_count``, ``image_missing``, ``image_unreadable``,
+            ``too_long``, ``encode_failed``, ``not_applicable``.
         message: one line a user can act on.
     """
 
@@ -61,12 +70,21 @@ class Problem:
 
 @dataclass
 class Record:
-    """A record that passed validation: its turns and its images (absolute paths)."""
+    """A record that passed validation, whatever its format.
+
+    Attributes:
+        index: its position in the file.
+        record_id: its id, or ``#<index>`` when it has none.
+        turns: ``(role, text)`` with role ``user`` / ``assistant``, alternating, user first.
+        images: absolute paths, one per ``<image>`` in the user turns, in order.
+        system: the system prompt (rendered by the chat template before the turns), or None.
+    """
 
     index: int
     record_id: str
-    turns: list[tuple[str, str]]  # (role, text) with role "user" / "assistant"
+    turns: list[tuple[str, str]]
     images: list[str] = field(default_factory=list)
+    system: Optional[str] = None
 
 
 @dataclass
@@ -77,6 +95,7 @@ class DatasetReport:
     records: list[Record]
     problems: list[Problem]
     total: int
+    layout: Optional[DatasetLayout] = None
 
     @property
     def bad_indices(self) -> set[int]:
@@ -89,6 +108,7 @@ class DatasetReport:
 
     def to_dict(self) -> dict:
         return {"path": self.path, "total": self.total, "good": len(self.records),
+                "layout": self.layout.to_dict() if self.layout else None,
                 "problems": [p.to_dict() for p in self.problems]}
 
 
@@ -109,185 +129,104 @@ class DatasetError(ValueError):
                          + "\n".join(f"  {line}" for line in self.details))
 
 
-class _NotJsonConstant(ValueError):
-    """``NaN`` / ``Infinity`` / ``-Infinity``: Python's json module reads them, JSON has none."""
-
-
-def _refuse_constant(name: str):
-    raise _NotJsonConstant(f"{name} is not JSON (a number there must be finite; strings need quotes)")
-
-
-def _loads(text: str):
-    """Strict JSON: the non-standard constants are refused, not read as floats."""
-    return json.loads(text, parse_constant=_refuse_constant)
-
-
-def read_raw(path: os.PathLike) -> tuple[list[Any], list[Problem]]:
-    """The file's records as parsed JSON values, and the lines that are not JSON.
-
-    A file whose first non-blank character is ``[`` is one JSON list; otherwise each
-    non-blank line is one JSON value (JSON Lines).
-    """
-    path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8-sig")  # a BOM (Windows editors) is not data
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ValueError(f"dataset {path}: cannot read it ({exc})") from exc
-    if text.lstrip().startswith("{"):
-        # One object over many lines, e.g. {"data": [...]}: say so, rather than report
-        # every line of it as a record that is not JSON.
-        try:
-            whole = _loads(text)
-        except (json.JSONDecodeError, _NotJsonConstant, RecursionError):
-            whole = None
-        if isinstance(whole, dict) and text.strip().count("\n"):
-            keys = ", ".join(repr(k) for k in list(whole)[:3])
-            raise ValueError(f"dataset {path}: one JSON object (keys {keys}); expected a JSON list "
-                             f"of records, or one record per line (JSON Lines)")
-    if text.lstrip().startswith("["):
-        try:
-            data = _loads(text)
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"dataset {path}: not valid JSON at line {exc.lineno}, column "
-                             f"{exc.colno} ({exc.msg})") from None
-        except _NotJsonConstant as exc:
-            raise ValueError(f"dataset {path}: {exc}") from None
-        except RecursionError:
-            raise ValueError(f"dataset {path}: nested too deeply to read (arrays or objects inside "
-                             f"each other beyond Python's recursion limit); a record is a flat object") from None
-        return list(data), []
-    values: list[Any] = []
-    problems = []
-    for number, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            values.append(_loads(line))
-        except (_NotJsonConstant, RecursionError) as exc:
-            values.append(None)
-            why = str(exc) if isinstance(exc, _NotJsonConstant) else "nested too deeply to read"
-            problems.append(Problem(len(values) - 1, None, f"line {number}", "not_json", f"not JSON ({why})"))
-        except json.JSONDecodeError as exc:
-            values.append(None)
-            problems.append(Problem(len(values) - 1, None, f"line {number}", "not_json",
-                                    f"not JSON ({exc.msg} at column {exc.colno})"))
-    if not values:
-        raise ValueError(f"dataset {path}: holds no records")
-    return values, problems
-
-
-def load_dataset(path: os.PathLike, image_root: Optional[os.PathLike] = None,
-                 check_images: bool = True) -> DatasetReport:
-    """Read and validate a dataset file; see the module docstring.
+def load_dataset(path: os.PathLike, image_root: Optional[os.PathLike] = None, check_images: bool = True,
+                 options: DatasetOptions = DatasetOptions()) -> DatasetReport:
+    """Read and validate a dataset; see the module docstring.
 
     Args:
-        path: the JSON or JSON Lines file.
-        image_root: folder image paths are relative to (default: the file's folder).
+        path: the data file, or (``options.entry`` set) a ``dataset_info.json`` or its folder.
+        image_root: folder image paths are relative to (default: the data file's folder,
+            or the ``dataset_info.json``'s).
         check_images: open every image (PIL ``verify``) to find unreadable ones.
+        options: the format, column names and tags, or the ``dataset_info.json`` entry.
+
+    Raises:
+        FileNotFoundError, IsADirectoryError: the path (or the entry's file) is not a file.
+        ValueError: the file cannot be read as a whole, the entry cannot be used, or the
+            format cannot be detected (one line naming the file, entry or record).
     """
     path = Path(path).expanduser()
-    if path.is_dir():
-        raise IsADirectoryError(f"dataset_path={str(path)!r} is a folder: give the JSON / JSON Lines "
-                                f"file itself")
-    if not path.is_file():
-        raise FileNotFoundError(f"dataset_path={str(path)!r}: no such file")
-    root = Path(image_root).expanduser() if image_root else path.parent
-    values, problems = read_raw(path)
-    not_json = {p.index for p in problems}
+    layout: Optional[DatasetLayout] = None
+    if options.entry is not None:
+        entry = read_entry(path, options.entry)
+        data_file, layout, default_root = entry.data_file, entry.layout, entry.info_path.parent
+    else:
+        if path.is_dir():
+            raise IsADirectoryError(f"dataset_path={str(path)!r} is a folder: give the data file itself "
+                                    f"(JSON, JSON Lines or parquet), or name a dataset_info.json entry with dataset")
+        if not path.is_file():
+            raise FileNotFoundError(f"dataset_path={str(path)!r}: no such file")
+        data_file, default_root = path, path.parent
+    root = Path(image_root).expanduser() if image_root else default_root
     records: list[Record] = []
+    problems: list[Problem] = []
     seen_ids: dict[str, int] = {}
-    for index, value in enumerate(values):
-        if index in not_json:
+    without_id: list[int] = []  # records with no id: a problem only where other records have one
+    total = 0
+    for index, (value, unreadable) in enumerate(iter_raw(data_file)):
+        total += 1
+        if unreadable is not None:
+            problems.append(Problem(index, None, unreadable[0], "not_json", unreadable[1]))
             continue
-        found, record = validate_record(index, value, root, check_images)
-        record_id = record.record_id if record else None
-        if record_id is not None and record_id in seen_ids:
-            found.append(Problem(index, record_id, "id", "duplicate_id",
+        if layout is None and isinstance(value, dict):
+            layout = resolve_layout(options, (index, value))
+        if layout is None or not isinstance(value, dict):
+            problems.append(Problem(index, None, "(record)", "not_object",
+                                    f"expected a JSON object, got {type(value).__name__}"))
+            continue
+        found, record = validate_record(index, value, layout, root, check_images)
+        has_id, record_id = record_id_of(value, layout)
+        if not has_id and layout.columns.get("id"):
+            without_id.append(index)
+        elif record_id is not None and record_id in seen_ids:
+            found.append(Problem(index, record_id, layout.columns["id"], "duplicate_id",
                                  f"id {record_id!r} is already used by record {seen_ids[record_id]}"))
         elif record_id is not None:
             seen_ids[record_id] = index
         problems += found
-        if record is not None and not found:
+        if not found:
             records.append(record)
+    if layout is None:  # no record is an object: still say what the file would be read as
+        layout = resolve_layout(options, None) if options.format != "auto" else None
+    if layout is not None and without_id and (seen_ids or "id" in options.columns):
+        column = layout.columns["id"]
+        problems += [Problem(i, None, column, "missing_id", "missing or empty id (other records of the file "
+                             "have one: every record needs one)") for i in without_id]
+        unnamed = set(without_id)
+        records = [r for r in records if r.index not in unnamed]
     problems.sort(key=lambda p: p.index)
-    return DatasetReport(str(path), records, problems, len(values))
+    return DatasetReport(str(data_file), records, problems, total, layout)
 
 
-def validate_record(index: int, value: Any, image_root: Path,
-                    check_images: bool = True) -> tuple[list[Problem], Optional[Record]]:
-    """Every problem of one record, and the record (None when it cannot be read at all)."""
-    if not isinstance(value, dict):
-        return [Problem(index, None, "(record)", "not_object",
-                        f"expected a JSON object, got {type(value).__name__}")], None
+def validate_record(index: int, value: dict, layout: DatasetLayout, image_root: Path,
+                    check_images: bool = True) -> tuple[list[Problem], Record]:
+    """Every problem of one record (a JSON object), and the record as read."""
     problems: list[Problem] = []
-    raw_id = value.get("id")
-    record_id = None if raw_id is None or str(raw_id).strip() == "" else str(raw_id)
+    has_id, record_id = record_id_of(value, layout)
 
     def problem(where: str, kind: str, message: str) -> None:
         problems.append(Problem(index, record_id, where, kind, message))
 
-    if record_id is None:
-        problem("id", "missing_id", "missing or empty id")
-    turns = _check_turns(value, problem)
-    images = _check_images(value, image_root, problem, check_images)
-    placeholders = sum(text.count(IMAGE_PLACEHOLDER) for _, text in turns)
+    if has_id and record_id is None:
+        problem(layout.columns["id"], "missing_id", "missing or empty id")
+    turns, system = convert(value, layout, problem)
+    raw_images, column = image_column(value, layout, problem)
+    images = _check_images(raw_images, column, image_root, problem, check_images)
+    placeholders = sum(text.count(IMAGE_PLACEHOLDER) for role, text in turns if role == "user")
     if images is not None and placeholders != len(images):
-        problem("image", "image_count", f"{placeholders} {IMAGE_PLACEHOLDER} placeholder(s) in the "
-                                        f"conversations but {len(images)} image(s)")
-    return problems, Record(index, record_id or f"#{index}", turns, images or [])
+        problem(column, "image_count", f"{placeholders} {IMAGE_PLACEHOLDER} placeholder(s) in the "
+                                       f"user turns but {len(images)} image(s)")
+    return problems, Record(index, record_id or f"#{index}", turns, images or [], system)
 
 
-def _check_turns(value: dict, problem) -> list[tuple[str, str]]:
-    conversations = value.get("conversations")
-    if conversations is None:
-        problem("conversations", "missing_conversations", "missing")
-        return []
-    if not isinstance(conversations, list) or not conversations:
-        problem("conversations", "empty_conversations", "must be a non-empty list of turns")
-        return []
-    turns = []
-    expected = "human"
-    previous = None
-    for i, turn in enumerate(conversations):
-        where = f"conversations[{i}]"
-        if not isinstance(turn, dict):
-            problem(where, "unknown_role", f"expected {{'from': ..., 'value': ...}}, got {turn!r:.60}")
-            previous = None
-            continue
-        role, text = turn.get("from"), turn.get("value")
-        if not isinstance(role, str) or role not in ROLES:
-            problem(f"{where}.from", "unknown_role", f"role {role!r}: expected 'human' or 'gpt'")
-        elif i == 0 and role != "human":
-            problem(f"{where}.from", "first_turn_not_human", f"the first turn is {role!r}; "
-                                                             "it must be 'human'")
-        elif role != expected:
-            problem(f"{where}.from", "roles_not_alternating",
-                    f"{role!r} follows {previous!r}; human and gpt turns must alternate")
-        previous = role
-        if not isinstance(text, str) or not text.strip():
-            problem(f"{where}.value", "empty_value", "empty or missing text")
-            text = ""
-        elif role == "gpt" and IMAGE_PLACEHOLDER in text:
-            problem(f"{where}.value", "image_in_answer",
-                    f"{IMAGE_PLACEHOLDER} in a gpt turn: images belong to the human turns")
-        if isinstance(role, str) and role in ROLES:
-            turns.append((ROLES[role], text))
-            expected = "gpt" if role == "human" else "human"
-    # (a last turn of an unknown role is that problem already, not a missing answer)
-    if turns and turns[-1][0] != "assistant" and previous == "human":
-        problem(f"conversations[{len(conversations) - 1}]", "no_answer",
-                "the last turn is 'human': there is no answer to learn")
-    return turns
-
-
-def _check_images(value: dict, image_root: Path, problem, check: bool) -> Optional[list[str]]:
-    raw = value.get("image")
+def _check_images(raw: Any, column: str, image_root: Path, problem, check: bool) -> Optional[list[str]]:
+    """The record's image paths made absolute, or None when one of them is a problem."""
     if raw is None:
         return []
     entries = raw if isinstance(raw, list) else [raw]
     images = []
     for i, entry in enumerate(entries):
-        where = "image" if not isinstance(raw, list) else f"image[{i}]"
+        where = column if not isinstance(raw, list) else f"{column}[{i}]"
         if not isinstance(entry, str) or not entry.strip():
             problem(where, "image_missing", f"expected a file path, got {entry!r}")
             continue

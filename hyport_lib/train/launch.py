@@ -40,6 +40,7 @@ from hyport_lib.train.ownership import check_foreign, lock_output_dir, release_o
 from hyport_lib.train.preflight import LaunchPlan
 from hyport_lib.train.result import RESULT_FILE, TrainProgress, TrainResult
 from hyport_lib.train.smoke_data import write_smoke_dataset
+from hyport_lib.triage import cann_log_dir, triage
 from hyport_lib.utils.disk import disk_full_error
 from hyport_lib.utils.files import atomic_write_json, atomic_write_text, ensure_writable
 from hyport_lib.utils.redact import child_environ, scrub_obj
@@ -201,13 +202,18 @@ def collect(plan: LaunchPlan, code: Optional[int], wall_s: float, timed_out: boo
         full = disk_full_error(RuntimeError(cause or ""), out, _checkpoint_estimate(plan))
         if full is not None:  # the rank logs on that disk may not even hold the error
             reason = f"{full.strerror}; {reason}"
+    diagnosis = None
+    if status in ("failed", "timeout"):
+        # Only the CANN logs written during this launch (a margin for clock granularity).
+        diagnosis = triage([out / "logs"], cann_log_dir=cann_log_dir(os.environ),
+                           since=time.time() - wall_s - 5).to_dict()
     checkpoints = [{"path": str(c.path), "step": c.step, "complete": c.complete,
                     "why_incomplete": c.why_incomplete} for c in list_checkpoints(out)]
     return TrainResult(
         status=status, exit_code=code, wall_s=wall_s, plan=scrub_obj(plan.to_dict()),
         metrics=records, summary=summarize_metrics(records, plan.params.throughput_warmup_steps),
         worker=worker, checkpoints=checkpoints, reason=reason, log_tail=tail,
-        provenance=Provenance(device=plan.device_kind))
+        provenance=Provenance(device=plan.device_kind), diagnosis=diagnosis)
 
 
 _RANK_LINE = re.compile(r"^\[(?:default)?(\d+)\]:(?:\[rank\d+\]:\s?)?(.*)$")

@@ -18,10 +18,12 @@ parameters.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Optional
 
 from hyport_lib.params import (ParameterError, StageParams, attn_implementation_param, device_param,
                                model_path_param, num_cards_param, param, trust_remote_code_param)
+from hyport_lib.train.dataset_formats import FORMAT_CHOICES, DatasetOptions, option_problems
 
 #: The schedules that need no ``lr_scheduler_kwargs`` (cosine_with_min_lr and
 #: warmup_stable_decay need some) and no evaluation loop (reduce_lr_on_plateau): the
@@ -38,9 +40,18 @@ class Params(StageParams):
     device: str = device_param()
     num_cards: Optional[int] = num_cards_param("processes per node; None: every visible card (CPU: 2 processes)")
     model_path: str = model_path_param()
-    dataset_path: str = param("", 'JSON / JSON Lines in the seed\'s format; "": the bundled 14-record smoke set',
-                              path="file", must_exist=True)
-    image_root: Optional[str] = param(None, "folder image paths are relative to; None: the dataset file's folder",
+    dataset_path: str = param("", 'a data file (JSON, JSON Lines, parquet), or a LLaMA-Factory dataset_info.json '
+                              'with dataset; "": the bundled 14-record smoke set', path="file", must_exist=True)
+    dataset: Optional[str] = param(None, "the dataset_info.json entry to train on (dataset_path names the json); "
+                                   "None: dataset_path is the data file", nonempty=True)
+    dataset_format: str = param("auto", "auto (detected from the first record) | alpaca | sharegpt | openai",
+                                choices=FORMAT_CHOICES)
+    dataset_columns: dict = param({}, "column names overriding the format's, as dataset_info.json's columns "
+                                  "(prompt, query, response, history, system, messages, images, id)")
+    dataset_tags: dict = param({}, "role tags overriding the format's, as dataset_info.json's tags (role_tag, "
+                               "content_tag, user_tag, assistant_tag, system_tag)")
+    image_root: Optional[str] = param(None, "folder image paths are relative to; None: the data file's folder (a "
+                                      "dataset_info.json entry: the json's folder)",
                                       nonempty=True, path="dir", must_exist=True)
     output_dir: Optional[str] = param(None, "checkpoints, final weights, metrics; None: <run folder>/train/"
                                       "<run_name> (a new folder per run)", nonempty=True, path="dir", output=True)
@@ -116,12 +127,35 @@ class Params(StageParams):
             # DeepSpeed reads a loss scale only for fp16: elsewhere it would be silently ignored.
             problems.append(f"loss_scale={self.loss_scale:g}: a loss scale applies to precision='fp16' only "
                             f"(precision={self.precision!r}); leave it 0")
+        problems.extend(self._dataset_problems())
         if not self.lora_targets:
             problems.append(f"lora_target={self.lora_target!r}: names no module")
         if self.max_shard_size is not None:
             problems.extend(_shard_size_problems(self.max_shard_size))
         if problems:
             raise ParameterError(problems)
+
+    def _dataset_problems(self) -> list[str]:
+        """How the dataset parameters combine (a dataset_info.json entry, or a file read
+        in a format with column and tag names)."""
+        problems = option_problems(self.dataset_format, self.dataset_columns, self.dataset_tags, self.dataset)
+        path = Path(self.dataset_path).expanduser() if self.dataset_path else None
+        if self.dataset is not None and path is None:
+            problems.append(f"dataset={self.dataset!r}: names an entry of a dataset_info.json; give that file "
+                            "(or its folder) as dataset_path")
+        elif self.dataset is None and path is not None and path.name == "dataset_info.json":
+            problems.append(f"dataset_path={self.dataset_path!r} is a dataset_info.json: name the entry to "
+                            "train on with dataset=NAME")
+        if not self.dataset_path and (self.dataset_format != "auto" or self.dataset_columns or self.dataset_tags):
+            problems.append("dataset_format / dataset_columns / dataset_tags: they describe a dataset_path; the "
+                            "bundled smoke set needs none")
+        return problems
+
+    @property
+    def dataset_options(self) -> DatasetOptions:
+        """How :func:`hyport_lib.train.dataset.load_dataset` reads ``dataset_path``."""
+        return DatasetOptions(self.dataset_format, dict(self.dataset_columns), dict(self.dataset_tags),
+                              self.dataset)
 
     @property
     def lora_targets(self) -> list[str]:

@@ -162,7 +162,10 @@ def prepare(params: Params, backend) -> LaunchPlan:
     else:
         dataset_path = Path(params.dataset_path).expanduser().resolve()
         image_root = str(Path(params.image_root).expanduser().resolve()) if params.image_root else None
-        summary, skip = _check_dataset(params, load_dataset(dataset_path, image_root), model_path, world)
+        report = load_dataset(dataset_path, image_root, options=params.dataset_options)
+        summary, skip = _check_dataset(params, report, model_path, world)
+        if report.layout is not None:
+            notes.append(f"dataset {report.path}: {report.layout.note()}")
     notes.extend(summary.get("notes", []))
     if skip:
         notes.append(f"{len(skip)} bad record(s) skipped (skip_bad_records=True)")
@@ -319,7 +322,7 @@ def _check_dataset(params: Params, report: DatasetReport, model_path: str, world
                          f"{params.max_seq_len} dropped (first: record {dropped[0].index}, id "
                          f"{dropped[0].record_id!r}, {dropped[0].message.split(' >')[0]})")
     problems = sorted(report.problems + too_long, key=lambda p: p.index)
-    full = DatasetReport(report.path, report.records, problems, report.total)
+    full = DatasetReport(report.path, report.records, problems, report.total, report.layout)
     if problems and not params.skip_bad_records:
         raise DatasetError(full)
     if not samples:

@@ -17,6 +17,7 @@ from typing import Optional
 
 from hyport_lib.results import Provenance
 from hyport_lib.train.metrics import MetricsSummary, loss_span
+from hyport_lib.triage import Triage
 
 #: What rank 0 writes into output_dir at the end of a run (read by the launcher).
 RESULT_FILE = "train_result.json"
@@ -49,6 +50,9 @@ class TrainResult:
     reason: Optional[str] = None
     log_tail: str = ""
     provenance: Optional[Provenance] = None
+    #: What :func:`hyport_lib.triage.triage` found in the logs of a run that did not end
+    #: well (``Triage.to_dict()``); None when the run succeeded.
+    diagnosis: Optional[dict] = None
 
     @property
     def final_dir(self) -> Optional[str]:
@@ -71,7 +75,10 @@ class TrainResult:
         """``(PASS|WARN|FAIL, why)`` as described in the module docstring."""
         s = self.summary
         if self.status != "ok":
-            return "FAIL", self.reason or self.status
+            why = self.reason or self.status
+            if self.diagnosis:
+                why += f"; diagnosis: {Triage.from_dict(self.diagnosis).summary_line()}"
+            return "FAIL", why
         node = int(self.plan.get("params", {}).get("node_rank") or 0)
         if node > 0:  # global rank 0, on node 0, writes the metrics and the weights
             nodes = self.plan.get("params", {}).get("nnodes")
@@ -127,7 +134,7 @@ class TrainResult:
             "summary": self.summary.to_dict(), "worker": self.worker,
             "checkpoints": self.checkpoints, "final_dir": self.final_dir,
             "last_checkpoint": self.last_checkpoint, "metrics": self.metrics,
-            "log_tail": self.log_tail,
+            "log_tail": self.log_tail, "diagnosis": self.diagnosis,
             "provenance": self.provenance.to_dict() if self.provenance else None,
         }
 

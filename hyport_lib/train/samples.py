@@ -1,7 +1,8 @@
 """Records -> token sequences with their labels, through the model's own conventions.
 
-A record's turns become chat messages (``human`` -> ``user``, ``gpt`` -> ``assistant``;
-each ``<image>`` becomes an image item) and the whole conversation is rendered with the
+A record's turns become chat messages (``user`` / ``assistant``, whatever the dataset's
+own tags; a system prompt first as a ``system`` message; each ``<image>`` becomes an
+image item) and the whole conversation is rendered with the
 processor's chat template and tokenised with the processor (which expands each image
 placeholder into the model's image tokens). Labels are the token ids of the
 assistant answers (their text and end-of-turn marker) and ``-100`` everywhere else:
@@ -14,8 +15,9 @@ renders a prefix of the messages as a prefix of the text (the usual case); a tem
 that does not is reported, rather than producing wrong labels.
 
 A processor without a chat template (PaliGemma: ``prefix`` format) takes the
-conversation up to the last question as its prefix and the last answer as its suffix;
-the processor itself builds the labels (the answer) and ``token_type_ids``.
+conversation up to the last question as its prefix (the system prompt, when there is
+one, opens it) and the last answer as its suffix; the processor itself builds the
+labels (the answer) and ``token_type_ids``.
 
 What the processor returns besides the ids is kept with the sample
 (:mod:`hyport_lib.models.training_inputs`): per-token keys (``mm_token_type_ids``,
@@ -35,7 +37,8 @@ from typing import Any, Optional
 from hyport_lib.models.loading import LoadedProcessor
 from hyport_lib.models.prompts import needs_image, prefix_text, render_messages
 from hyport_lib.models.training_inputs import PositionsFunction, split_processor_output
-from hyport_lib.train.dataset import IMAGE_PLACEHOLDER, Problem, Record
+from hyport_lib.train.dataset import Problem, Record
+from hyport_lib.train.dataset_formats import IMAGE_PLACEHOLDER
 
 IGNORE_INDEX = -100
 OVERFLOW_MODES = ("truncate", "drop")
@@ -84,8 +87,11 @@ class Sample:
 
 
 def messages_of(record: Record) -> list[dict]:
-    """The record's turns as chat messages with ``{"type": "image"}`` items."""
+    """The record's turns as chat messages with ``{"type": "image"}`` items, after its
+    system prompt (a ``system`` message of text only) when it has one."""
     messages = []
+    if record.system:
+        messages.append({"role": "system", "content": [{"type": "text", "text": record.system}]})
     for role, text in record.turns:
         pieces = text.split(IMAGE_PLACEHOLDER)
         content: list[dict] = []
@@ -169,7 +175,7 @@ class Encoder:
         problem = not_applicable(self.loaded, record)
         if problem is not None:
             return None, problem
-        size = sum(len(text) for _, text in record.turns)
+        size = sum(len(text) for _, text in record.turns) + len(record.system or "")
         if size > self.max_chars:
             # Never tokenise a huge record whole: its memory would grow with its size.
             if self.overflow == "drop":
@@ -223,7 +229,8 @@ class Encoder:
         """Prefix format: everything before the last answer is the prefix, the last
         answer the suffix (the processor labels the suffix)."""
         *before, (_, answer) = record.turns
-        prefix = "\n".join(text.replace(IMAGE_PLACEHOLDER, "").strip() for _, text in before)
+        texts = ([record.system] if record.system else []) + [text for _, text in before]
+        prefix = "\n".join(text.replace(IMAGE_PLACEHOLDER, "").strip() for text in texts)
         out = self._call(prefix_text(self.loaded, prefix, len(images)), images, suffix=[answer])
         labels = out["labels"][0].tolist()
         ids, per_token, image = split_processor_output(out)
@@ -267,8 +274,10 @@ def _longest_token_chars(tokenizer) -> int:
 
 def _clipped(record: Record, budget: int) -> Record:
     """The record's first ``budget`` characters of text: turns after the cut are left out,
-    and the images whose placeholders are cut with them (truncation then fits the rest)."""
+    and the images whose placeholders are cut with them (truncation then fits the rest).
+    The system prompt is kept whole and counts against the budget."""
     turns: list[tuple[str, str]] = []
+    budget -= len(record.system or "")
     for role, text in record.turns:
         if budget <= 0:
             break
@@ -279,7 +288,7 @@ def _clipped(record: Record, budget: int) -> Record:
         turns.append((role, kept))
         budget -= len(text)
     kept = sum(text.count(IMAGE_PLACEHOLDER) for _, text in turns)
-    return Record(record.index, record.record_id, turns, list(record.images[:kept]))
+    return Record(record.index, record.record_id, turns, list(record.images[:kept]), record.system)
 
 
 def _image_token_ids(processor) -> set[int]:

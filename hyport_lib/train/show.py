@@ -32,6 +32,7 @@ from hyport_lib.train.params import Params
 from hyport_lib.train.phrases import PHRASES
 from hyport_lib.train.preflight import LaunchPlan
 from hyport_lib.train.result import TrainProgress, TrainResult
+from hyport_lib.triage import Triage, show_triage
 
 
 def loss_figure(records: list[dict], total_steps: Optional[int] = None, title: str = ""):
@@ -208,6 +209,8 @@ def show_summary(result: TrainResult) -> None:
     display(frame.style.hide(axis="index").map(
         lambda v: f"background-color: {VERDICT_COLOURS.get(str(v), '')}" if str(v) in VERDICT_COLOURS
         else "", subset=["value"]))
+    if result.diagnosis:
+        show_triage(Triage.from_dict(result.diagnosis))
     if result.status != "ok" and result.log_tail:
         display(Markdown("Last lines of the launch log:\n\n```\n" + result.log_tail + "\n```"))
 
@@ -235,11 +238,16 @@ def show_outputs(result: TrainResult) -> None:
 
 # --------------------------------------------------------------------------- the report
 def glance(record: dict) -> list[tuple[str, str]]:
-    """The index card: exit code, steps, first → last loss, tokens/s/p, total time."""
+    """The index card: exit code, steps, first → last loss, tokens/s/p, total time; what the
+    logs of a failed run say (its diagnosis)."""
     head = as_dict(record.get("headline"))
-    return [("exit code", fmt_value(head.get("exit code"))), ("steps", fmt_value(head.get("steps"))),
+    rows = [("exit code", fmt_value(head.get("exit code"))), ("steps", fmt_value(head.get("steps"))),
             ("loss first → last", fmt_value(head.get("loss first → last"))),
             ("tokens/s/p", fmt_value(head.get("tokens/s/p"))), ("total s", fmt_value(head.get("total s")))]
+    diagnosis = dig(record, "data", "diagnosis")
+    if isinstance(diagnosis, dict):
+        rows.append(("diagnosis", Triage.from_dict(diagnosis).summary_line()))
+    return rows
 
 
 def glance_svg(record: dict, width: int = 220, height: int = 60) -> str:

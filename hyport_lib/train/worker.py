@@ -17,7 +17,10 @@ Each rank then:
 
 Test-only switches: ``HYPORT_TEST_NAN_AT_STEP=<step>`` (see
 :mod:`hyport_lib.train.callbacks`), ``HYPORT_TEST_KILL_AT_STEP=<step>:<rank>``
-(that rank SIGKILLs itself at the end of that step, once per output folder).
+(that rank SIGKILLs itself at the end of that step, once per output folder),
+``HYPORT_TEST_REPLAY_AT_STEP=<step>:<rank>:<log file>`` (that rank writes a real NPU
+failure's log lines to its stderr at the end of that step and raises, see
+:mod:`hyport_lib.utils.fault_replay`).
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ from hyport_lib.processes import start_guard
 from hyport_lib.train.callbacks import CountingTrainer, MetricsCallback, StepCounts
 from hyport_lib.train.checkpoints import check_compatible, drop_checkpoints_after, newest_complete, resolve_resume
 from hyport_lib.train.dataset import load_dataset
+from hyport_lib.train.first_batch import FirstBatchRecorder, first_batch_path
 from hyport_lib.train.launch import SPEC_ENV
 from hyport_lib.train.metrics import truncate_metrics
 from hyport_lib.train.ownership import mark_final_save_start, write_run_marker
@@ -48,10 +52,12 @@ from hyport_lib.train.packing import make_collator, training_rows
 from hyport_lib.train.params import Params
 from hyport_lib.train.result import RESULT_FILE
 from hyport_lib.train.samples import Encoder
+from hyport_lib.utils.fault_replay import replay_failure
 from hyport_lib.utils.files import atomic_write_json
 from hyport_lib.utils.redact import scrub_obj
 
 KILL_FAULT_ENV = "HYPORT_TEST_KILL_AT_STEP"
+REPLAY_FAULT_ENV = "HYPORT_TEST_REPLAY_AT_STEP"
 
 
 def _rank() -> int:
@@ -133,6 +139,23 @@ def _fault_callback():
     return KillOnce()
 
 
+def _replay_callback():
+    from transformers import TrainerCallback
+
+    raw = os.environ.get(REPLAY_FAULT_ENV, "").strip()
+    if not raw:
+        return None
+    step, rank, log_path = raw.split(":", 2)
+
+    class ReplayFailure(TrainerCallback):
+        def on_step_end(self, args, state, control, **kwargs):
+            if state.global_step == int(step) and _rank() == int(rank):
+                _say(f"test fault: replaying {log_path} at step {state.global_step} ({REPLAY_FAULT_ENV})")
+                replay_failure(log_path, REPLAY_FAULT_ENV)
+
+    return ReplayFailure()
+
+
 def _load_model(spec: dict, params: Params):
     loaded = load_processor(spec["model_path"], trust_remote_code=params.trust_remote_code)
     for part in loaded.unavailable:
@@ -155,7 +178,9 @@ def _load_model(spec: dict, params: Params):
 
 
 def _dataset(spec: dict, params: Params, loaded, model):
-    report = load_dataset(spec["dataset_path"], spec.get("image_root"), check_images=False)
+    # The same file, format and layout as the plan read (dataset_info.json entries included).
+    report = load_dataset(spec["dataset_path"], spec.get("image_root"), check_images=False,
+                          options=params.dataset_options)
     skip = set(spec.get("skip_records") or [])
     # Packed rows of an M-RoPE model carry each sample's own multimodal positions.
     positions = rope_positions_function(model) if params.packing else None
@@ -170,6 +195,11 @@ def _dataset(spec: dict, params: Params, loaded, model):
     rows = training_rows(samples, params.max_seq_len, params.packing)
     collator = make_collator(encoder.pad_id, params.max_seq_len, params.packing,
                              mrope_text_row=loaded.traits.mrope_text_row)
+    if _rank() == 0:  # what the model received first, decoded (logs/first_batch.json)
+        collator = FirstBatchRecorder(collator, loaded.tokenizer, first_batch_path(spec["output_dir"]),
+                                      frozenset(encoder.image_token_ids))
+    _say(f"dataset {report.path}: {report.layout.describe() if report.layout else 'no record read'}; "
+         f"{len(report.records)} records, {len(samples)} samples, {len(rows)} rows")
     return rows, collator, len(samples)
 
 
@@ -312,7 +342,7 @@ def run(spec: dict) -> dict:
     metrics = MetricsCallback(spec["metrics_path"], backend, counts, marker={
         "world_size": world, "zero_stage": params.zero_stage,
         "finetuning_type": params.finetuning_type})
-    callbacks = [metrics] + [c for c in (_fault_callback(),) if c is not None]
+    callbacks = [metrics] + [c for c in (_fault_callback(), _replay_callback()) if c is not None]
     trainer = CountingTrainer(model=model, args=_training_args(spec, params, backend),
                               train_dataset=rows, data_collator=collator,
                               processing_class=processor, callbacks=callbacks, step_counts=counts,

@@ -1,0 +1,169 @@
+"""Reading a dataset file into raw records: a JSON list, JSON Lines, or parquet.
+
+Whatever the format of the records (alpaca, sharegpt, openai; see
+:mod:`hyport_lib.train.dataset_formats`), the file is one of three kinds:
+
+* **JSON**: the first non-blank character is ``[``; the whole list is parsed at once.
+* **JSON Lines**: one JSON value per non-blank line, read line by line; a line that is
+  not JSON is a ``not_json`` problem of its own record, the others are still read.
+* **parquet**: ``.parquet`` / ``.pq`` files and any file starting with parquet's magic
+  bytes; read with pyarrow one record batch at a time (a large file is never
+  materialised as one table), each row a dict of its columns (nested lists and structs
+  become Python lists and dicts, nulls become None).
+
+:func:`iter_raw` yields ``(value, unreadable)`` per record, in file order; the record's
+index is its position in that sequence (JSON Lines: blank lines do not count).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any, Iterator, Optional
+
+#: Rows per parquet record batch: bounded memory whatever the file's size.
+PARQUET_BATCH_ROWS = 1024
+PARQUET_SUFFIXES = (".parquet", ".pq")
+#: Kinds LLaMA-Factory reads that hyport does not (said up front, rather than reported as
+#: every line being "not JSON").
+UNREAD_SUFFIXES = {".csv": "CSV", ".tsv": "TSV", ".arrow": "Arrow", ".txt": "plain text"}
+_PARQUET_MAGIC = b"PAR1"
+
+
+class _NotJsonConstant(ValueError):
+    """``NaN`` / ``Infinity`` / ``-Infinity``: Python's json module reads them, JSON has none."""
+
+
+def _refuse_constant(name: str):
+    raise _NotJsonConstant(f"{name} is not JSON (a number there must be finite; strings need quotes)")
+
+
+def _loads(text: str):
+    """Strict JSON: the non-standard constants are refused, not read as floats."""
+    return json.loads(text, parse_constant=_refuse_constant)
+
+
+def file_kind(path: os.PathLike) -> str:
+    """``json``, ``jsonl`` or ``parquet``: what :func:`iter_raw` will read ``path`` as.
+
+    Raises:
+        ValueError: a kind hyport does not read (CSV, Arrow), or an unreadable file.
+    """
+    path = Path(path)
+    suffix = path.suffix.lower()
+    if suffix in UNREAD_SUFFIXES:
+        raise ValueError(f"dataset {path}: {UNREAD_SUFFIXES[suffix]} files are not read by hyport; "
+                         f"convert it to JSON, JSON Lines or parquet")
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(4096)
+    except OSError as exc:
+        raise ValueError(f"dataset {path}: cannot read it ({exc})") from exc
+    if suffix in PARQUET_SUFFIXES or head.startswith(_PARQUET_MAGIC):
+        return "parquet"
+    text = head.decode("utf-8", errors="replace").lstrip("\ufeff \t\r\n")
+    return "json" if text.startswith("[") else "jsonl"
+
+
+#: ``(field, message)`` of a record that is not JSON (a JSON Lines line), else None.
+Unreadable = Optional[tuple[str, str]]
+
+
+def iter_raw(path: os.PathLike) -> Iterator[tuple[Any, Unreadable]]:
+    """The file's records in order: ``(value, None)``, or ``(None, (field, message))`` for
+    a JSON Lines line that is not JSON (``field`` is ``line N``).
+
+    Raises:
+        ValueError: the file cannot be read as a whole (not valid JSON, one JSON object
+            instead of a list, not parquet, no records), naming the file.
+    """
+    path = Path(path)
+    kind = file_kind(path)
+    if kind == "parquet":
+        yield from _iter_parquet(path)
+    elif kind == "json":
+        for value in _read_json_list(path):
+            yield value, None
+    else:
+        yield from _iter_json_lines(path)
+
+
+def _read_text(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8-sig")  # a BOM (Windows editors) is not data
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ValueError(f"dataset {path}: cannot read it ({exc})") from exc
+
+
+def _read_json_list(path: Path) -> list:
+    try:
+        data = _loads(_read_text(path))
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"dataset {path}: not valid JSON at line {exc.lineno}, column "
+                         f"{exc.colno} ({exc.msg})") from None
+    except _NotJsonConstant as exc:
+        raise ValueError(f"dataset {path}: {exc}") from None
+    except RecursionError:
+        raise ValueError(f"dataset {path}: nested too deeply to read (arrays or objects inside "
+                         f"each other beyond Python's recursion limit); a record is a flat object") from None
+    return list(data)
+
+
+def _one_object_error(path: Path) -> Optional[ValueError]:
+    """One object over many lines, e.g. ``{"data": [...]}``: said as such, rather than
+    every line of it reported as a record that is not JSON."""
+    text = _read_text(path)
+    try:
+        whole = _loads(text)
+    except (json.JSONDecodeError, _NotJsonConstant, RecursionError):
+        return None
+    if isinstance(whole, dict) and text.strip().count("\n"):
+        keys = ", ".join(repr(k) for k in list(whole)[:3])
+        return ValueError(f"dataset {path}: one JSON object (keys {keys}); expected a JSON list "
+                          f"of records, or one record per line (JSON Lines)")
+    return None
+
+
+def _iter_json_lines(path: Path) -> Iterator[tuple[Any, Unreadable]]:
+    count = 0
+    try:
+        with open(path, encoding="utf-8-sig") as fh:
+            for number, line in enumerate(fh, 1):
+                if not line.strip():
+                    continue
+                try:
+                    value, problem = _loads(line), None
+                except (_NotJsonConstant, RecursionError) as exc:
+                    why = str(exc) if isinstance(exc, _NotJsonConstant) else "nested too deeply to read"
+                    value, problem = None, (f"line {number}", f"not JSON ({why})")
+                except json.JSONDecodeError as exc:
+                    value, problem = None, (f"line {number}", f"not JSON ({exc.msg} at column {exc.colno})")
+                if problem is not None and count == 0 and line.lstrip().startswith("{"):
+                    error = _one_object_error(path)
+                    if error is not None:
+                        raise error
+                count += 1
+                yield value, problem
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"dataset {path}: cannot read it ({exc})") from exc
+    if count == 0:
+        raise ValueError(f"dataset {path}: holds no records")
+
+
+def _iter_parquet(path: Path) -> Iterator[tuple[Any, Unreadable]]:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        parquet = pq.ParquetFile(path)
+    except (pa.ArrowException, OSError) as exc:
+        raise ValueError(f"dataset {path}: not a readable parquet file ({exc})") from None
+    if parquet.metadata.num_rows == 0:
+        raise ValueError(f"dataset {path}: holds no records")
+    try:
+        for batch in parquet.iter_batches(batch_size=PARQUET_BATCH_ROWS):
+            for row in batch.to_pylist():
+                yield row, None
+    except pa.ArrowException as exc:
+        raise ValueError(f"dataset {path}: parquet data cannot be read ({exc})") from None

@@ -1,0 +1,161 @@
+"""LLaMA-Factory's ``dataset_info.json``: one named entry, read as LLaMA-Factory reads it.
+
+A user who trains with LLaMA-Factory already describes a dataset there::
+
+    "my_data": {"file_name": "my_data.json", "formatting": "sharegpt",
+                "columns": {"messages": "conversations", "images": "images"},
+                "tags": {"user_tag": "user", "assistant_tag": "assistant"}}
+
+hyport takes ``dataset_path`` = that ``dataset_info.json`` (or its folder, LLaMA-Factory's
+``dataset_dir``) and ``dataset`` = the entry's name, and honours:
+
+* ``file_name``: one file (JSON, JSON Lines, parquet), relative to the json's folder;
+* ``formatting``: ``alpaca`` (the default), ``sharegpt`` or ``openai``;
+* ``columns`` and ``tags``: as LLaMA-Factory's ``DatasetAttr``, with its defaults
+  (``instruction`` / ``input`` / ``output``; ``conversations`` with ``from`` / ``value`` and
+  ``human`` / ``gpt``, whatever the formatting). As there, a column the entry does not
+  name is not read: no ``system``, ``history`` or ``images`` unless named. hyport adds
+  ``id`` (read when present) to name records in problems.
+* ``split``: ``train`` only (a local file has no other split).
+
+Everything that would fetch data or train something other than supervised answers is
+refused in one line naming the entry and the field: ``hf_hub_url``, ``ms_hub_url``,
+``om_hub_url``, ``script_url``, ``cloud_file_name`` (downloads), ``ranking`` and the
+``chosen`` / ``rejected`` / ``kto_tag`` columns (preference data), ``tools``, ``videos``,
+``audios``, a folder as ``file_name``, and ``num_samples`` / ``subset`` / ``folder``.
+Images are relative to the json's folder (LLaMA-Factory's ``media_dir`` default).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from hyport_lib.train.dataset_formats import (ALPACA_COLUMNS, FORMATS, MESSAGE_COLUMNS, TAG_NAMES,
+                                              UNSUPPORTED_COLUMNS, DatasetLayout)
+
+INFO_FILE = "dataset_info.json"
+#: LLaMA-Factory's ``DatasetAttr`` defaults: every formatting starts from these.
+ENTRY_COLUMNS = {"prompt": "instruction", "query": "input", "response": "output", "history": None,
+                 "messages": "conversations", "system": None, "images": None, "id": "id"}
+ENTRY_TAGS = {"role_tag": "from", "content_tag": "value", "user_tag": "human", "assistant_tag": "gpt",
+              "observation_tag": "observation", "function_tag": "function_call", "system_tag": "system"}
+_DOWNLOADS = ("hf_hub_url", "ms_hub_url", "om_hub_url", "script_url", "cloud_file_name")
+_REFUSED_KEYS = {"num_samples": "hyport trains max_steps over the whole file; remove num_samples",
+                 "subset": "subsets belong to hub datasets; a local file has none",
+                 "folder": "folders belong to hub datasets; name the file in file_name"}
+_KNOWN_KEYS = {"file_name", "formatting", "columns", "tags", "split", "ranking"} | set(_REFUSED_KEYS) | set(_DOWNLOADS)
+
+
+@dataclass(frozen=True)
+class DatasetEntry:
+    """One ``dataset_info.json`` entry, resolved.
+
+    Attributes:
+        name: the entry's name.
+        info_path: the ``dataset_info.json`` (absolute).
+        data_file: the file the entry names (absolute).
+        layout: how its records are read.
+    """
+
+    name: str
+    info_path: Path
+    data_file: Path
+    layout: DatasetLayout
+
+
+def info_file(path: os.PathLike) -> Path:
+    """``path`` itself, or ``path/dataset_info.json`` when ``path`` is a folder."""
+    path = Path(path).expanduser()
+    return path / INFO_FILE if path.is_dir() else path
+
+
+def read_entry(path: os.PathLike, name: str) -> DatasetEntry:
+    """The entry ``name`` of the ``dataset_info.json`` at ``path`` (or in folder ``path``).
+
+    Raises:
+        FileNotFoundError: no such json, or the entry's file is missing.
+        ValueError: the json cannot be read, the entry is missing, or it holds a field
+            hyport cannot use (named).
+    """
+    info = info_file(path).resolve()
+    if not info.is_file():
+        raise FileNotFoundError(f"dataset_path={str(path)!r}: no {INFO_FILE} there (dataset={name!r} names an "
+                                f"entry of a {INFO_FILE})")
+    try:
+        entries = json.loads(info.read_text(encoding="utf-8-sig"))
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ValueError(f"{info}: cannot read it ({exc})") from None
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{info}: not valid JSON at line {exc.lineno}, column {exc.colno} ({exc.msg})") from None
+    if not isinstance(entries, dict):
+        raise ValueError(f"{info}: expected a JSON object of named entries, got {type(entries).__name__}")
+    if name not in entries:
+        listed = ", ".join(repr(k) for k in list(entries)[:10]) or "none"
+        raise ValueError(f"dataset={name!r}: no such entry in {info} (entries: {listed})")
+    entry = entries[name]
+
+    def refuse(field: str, why: str, kind: type = ValueError) -> Exception:
+        return kind(f"{info}, entry {name!r}, {field}: {why}")
+
+    if not isinstance(entry, dict):
+        raise refuse("(entry)", f"expected an object, got {type(entry).__name__}")
+    for key in _DOWNLOADS:
+        if key in entry:
+            raise refuse(key, "hyport reads local files only and downloads nothing; download the data and "
+                              "name it in file_name")
+    for key, why in _REFUSED_KEYS.items():
+        if entry.get(key) is not None:
+            raise refuse(key, why)
+    unknown = sorted(set(entry) - _KNOWN_KEYS)
+    if unknown:
+        raise refuse(unknown[0], f"not a field of a {INFO_FILE} entry hyport knows")
+    if entry.get("ranking"):
+        raise refuse("ranking", "preference (ranking) data is not trained by hyport's supervised smoke training")
+    if entry.get("split", "train") != "train":
+        raise refuse("split", f"{entry['split']!r}: a local file has only the 'train' split")
+    format = entry.get("formatting", "alpaca")
+    if format not in FORMATS:
+        raise refuse("formatting", f"{format!r}: expected one of {', '.join(FORMATS)}")
+    columns = _names(entry, "columns", refuse)
+    tags = _names(entry, "tags", refuse)
+    allowed = ALPACA_COLUMNS if format == "alpaca" else MESSAGE_COLUMNS
+    for key in columns:
+        if key in UNSUPPORTED_COLUMNS:
+            raise refuse(f"columns.{key}", f"{UNSUPPORTED_COLUMNS[key]} are not supported")
+        if key not in set(ALPACA_COLUMNS) | set(MESSAGE_COLUMNS):
+            raise refuse(f"columns.{key}", "not a column LLaMA-Factory defines")
+        if key not in allowed and columns[key] is not None:
+            raise refuse(f"columns.{key}", f"not a column of the {format} formatting ({', '.join(allowed)})")
+    for key in tags:
+        if key not in TAG_NAMES:
+            raise refuse(f"tags.{key}", f"not a tag ({', '.join(TAG_NAMES)})")
+    data_file = _data_file(info, entry, refuse)
+    layout = DatasetLayout(format, {k: v for k, v in {**ENTRY_COLUMNS, **columns}.items()
+                                    if k in allowed}, {} if format == "alpaca" else {**ENTRY_TAGS, **tags},
+                           f"{INFO_FILE} entry {name!r}")
+    return DatasetEntry(name, info, data_file, layout)
+
+
+def _names(entry: dict, key: str, refuse) -> dict:
+    value = entry.get(key) or {}
+    if not isinstance(value, dict):
+        raise refuse(key, f"expected an object of names, got {type(value).__name__}")
+    for name, column in value.items():
+        if column is not None and (not isinstance(column, str) or not column.strip()):
+            raise refuse(f"{key}.{name}", f"{column!r}: expected a name (text)")
+    return dict(value)
+
+
+def _data_file(info: Path, entry: dict, refuse) -> Path:
+    name = entry.get("file_name")
+    if not isinstance(name, str) or not name.strip():
+        raise refuse("file_name", "missing: name the data file (relative to the json's folder)")
+    path = (info.parent / name).expanduser().resolve()
+    if path.is_dir():
+        raise refuse("file_name", f"{name!r} is a folder: hyport reads one file (JSON, JSON Lines or parquet)")
+    if not path.is_file():
+        raise refuse("file_name", f"{name!r}: no such file in {info.parent}", FileNotFoundError)
+    return path

@@ -1,0 +1,94 @@
+"""What the model received first: rank 0's first batch, decoded, in ``logs/first_batch.json``.
+
+A dataset in a new format can go wrong silently: a system prompt that never reaches
+the chat template, labels on the question instead of the answer, a column read as
+empty. As LLaMA-Factory prints its first training example, each training process
+(rank 0 only) writes the first batch its collator built, as the model receives it:
+per row, the records packed into it, the decoded tokens (padding left out) and the
+decoded answer spans (the tokens whose labels are set, one string per contiguous run).
+In the decoded text a run of one image token (an image's hundreds of tokens) is kept
+as one token.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from hyport_lib.train.samples import IGNORE_INDEX, Sample
+from hyport_lib.utils.files import atomic_write_json
+from hyport_lib.utils.redact import scrub_obj
+
+FIRST_BATCH_FILE = "first_batch.json"
+#: The longest decoded text kept per row (a packed row of a large max_seq_len is long).
+MAX_TEXT_CHARS = 4000
+
+
+def first_batch_path(output_dir: os.PathLike) -> Path:
+    """Where a run's first batch is written (the logs folder is hyport's own)."""
+    return Path(output_dir) / "logs" / FIRST_BATCH_FILE
+
+
+def describe_batch(rows: Sequence[Sequence[Sample]], batch: dict, decode: Callable[[list[int]], str],
+                   image_token_ids: frozenset = frozenset()) -> dict:
+    """The collated ``batch`` of ``rows``, decoded row by row (see the module docstring)."""
+    described = []
+    for r, row in enumerate(rows):
+        samples = list(row) if isinstance(row, (list, tuple)) else [row]
+        real = sum(len(s) for s in samples)  # packed and padded rows put the samples first
+        ids = batch["input_ids"][r].tolist()[:real]
+        labels = batch["labels"][r].tolist()[:real]
+        answers, run = [], []
+        for label in labels:  # a set label is the token itself
+            if label != IGNORE_INDEX:
+                run.append(label)
+            elif run:
+                answers.append(decode(run))
+                run = []
+        if run:
+            answers.append(decode(run))
+        described.append({"record_ids": [s.record_id for s in samples], "tokens": real,
+                          "label_tokens": sum(1 for x in labels if x != IGNORE_INDEX),
+                          "text": decode(_squeezed(ids, image_token_ids))[:MAX_TEXT_CHARS],
+                          "answers": answers})
+    return {"rows": described}
+
+
+def _squeezed(ids: list[int], image_token_ids: frozenset) -> list[int]:
+    """``ids`` with each run of one image token kept once."""
+    out: list[int] = []
+    for token in ids:
+        if token in image_token_ids and out and out[-1] == token:
+            continue
+        out.append(token)
+    return out
+
+
+class FirstBatchRecorder:
+    """A collator that writes the first batch it builds (rank 0), then only collates.
+
+    Args:
+        collator: the collator the Trainer would use.
+        tokenizer: decodes the token ids.
+        path: where to write (:func:`first_batch_path`).
+        image_token_ids: the processor's image token ids (their runs are shortened).
+    """
+
+    def __init__(self, collator: Callable[[Any], dict], tokenizer, path: os.PathLike,
+                 image_token_ids: frozenset = frozenset()):
+        self.collator = collator
+        self.tokenizer = tokenizer
+        self.path = Path(path)
+        self.image_token_ids = frozenset(image_token_ids)
+        self.written = False
+
+    def __call__(self, rows):
+        batch = self.collator(rows)
+        if not self.written:
+            self.written = True
+            atomic_write_json(self.path, scrub_obj(describe_batch(rows, batch, self._decode, self.image_token_ids)))
+        return batch
+
+    def _decode(self, ids: list[int]) -> str:
+        return self.tokenizer.decode(ids, skip_special_tokens=False)

@@ -1,0 +1,114 @@
+"""Stages 03 and 04 read the logs of a card or rank that failed (hyport_lib.triage).
+
+A CPU cannot fail the way an NPU does, so the workers replay a real failure: the lines
+of a vendored log (``tests/data/npu_logs/``, copied from a public issue thread) written
+to the worker's stderr, then an exception (``hyport_lib.utils.fault_replay``). What the
+stage records, shows on the index card and prints in its notebook page must be the
+diagnosis of those lines, with the file and line where they were found.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from hyport_lib.inference import stage as inference
+from hyport_lib.inference import show as inference_show
+from hyport_lib.inference.grid import run_grid
+from hyport_lib.inference.params import Params as InferenceParams
+from hyport_lib.inference.worker import FAULT_ENV, parse_faults
+from hyport_lib.train import show as train_show
+from hyport_lib.train.worker import REPLAY_FAULT_ENV
+from hyport_lib.triage import Triage
+from hyport_lib.utils.fault_replay import ReplayedFailure, replay_failure
+from tests.fixtures_runs import run_report_command
+
+LOGS = Path(__file__).parent / "data" / "npu_logs"
+OOM_LOG = LOGS / "npu_oom.llama-factory-5491.log"
+HCCL_TIMEOUT_LOG = LOGS / "hccl_exec_timeout.vllm-ascend-382.log"
+
+
+def test_replay_writes_the_real_lines_then_raises(tmp_path):
+    stream = io.StringIO()
+    with pytest.raises(ReplayedFailure, match="npu_oom.llama-factory-5491.log"):
+        replay_failure(OOM_LOG, "SWITCH", stream)
+    assert stream.getvalue().rstrip("\n") == OOM_LOG.read_text(encoding="utf-8").rstrip("\n")
+    with pytest.raises(FileNotFoundError, match="SWITCH: no log to replay"):
+        replay_failure(tmp_path / "missing.log", "SWITCH", stream)
+
+
+def test_the_grid_fault_switch_keeps_the_replayed_path_as_written():
+    path = "/Data/Logs/NPU_OOM.log"
+    assert parse_faults(f"0:replay={path}, 1:RAISE") == {0: f"replay={path}", 1: "raise"}
+    with pytest.raises(ValueError, match="replay=<log file>"):
+        parse_faults("0:replay=")
+
+
+@pytest.mark.slow
+def test_a_failed_card_gets_the_diagnosis_of_its_log(fake_npu, monkeypatch, tmp_path):
+    """Card 0 dies with a real NPU out-of-memory traceback; card 1 with an error no
+    catalogue entry knows, which is shown as not recognised, never guessed at."""
+    monkeypatch.setenv("HYPORT_FAKE_NPU_COUNT", "2")
+    monkeypatch.setenv("ASCEND_PROCESS_LOG_PATH", str(tmp_path / "no-cann-logs"))
+    plan = inference.plan(InferenceParams(device="npu", max_new_tokens=4, infer_timeout_s=60,
+                                          log_dir=str(tmp_path / "logs")))
+    result = run_grid(plan, extra_env={FAULT_ENV: f"0:replay={OOM_LOG},1:raise"})
+
+    rows = {int(r["card"]): r for r in result.frame.to_dict(orient="records")}
+    assert rows[0]["status"] == rows[1]["status"] == "failed"
+    assert rows[0]["error"].startswith("ReplayedFailure")
+    assert rows[0]["diagnosis"].startswith("device out of memory (card0.log:")
+
+    record = result.to_dict()
+    oom = Triage.from_dict(record["diagnoses"]["0"])
+    assert [f.key for f in oom.findings] == ["npu_out_of_memory"]
+    finding = oom.findings[0]
+    log_lines = (tmp_path / "logs" / "card0.log").read_text(encoding="utf-8").splitlines()
+    assert "NPU out of memory" in log_lines[finding.line - 1] and finding.file == "card0.log"
+    assert "PYTORCH_NPU_ALLOC_CONF" in finding.action
+    unknown = Triage.from_dict(record["diagnoses"]["1"])
+    assert not unknown.findings
+    assert any("injected test fault on card 1" in text for _, text in unknown.unrecognised[0].lines)
+    assert "not recognised" in rows[1]["diagnosis"]
+
+    card = dict(inference_show.glance({"headline": {}, "data": record}))
+    assert card["card 0 diagnosis"] == rows[0]["diagnosis"]
+
+
+@pytest.fixture(scope="module")
+def failed_training_report(tmp_path_factory):
+    """``hyport report --only 04`` (2 steps) whose rank 1 fails after step 1 with a real
+    HCCL watchdog timeout replayed into its log."""
+    out = tmp_path_factory.mktemp("failed-training-report")
+    env = {**os.environ, REPLAY_FAULT_ENV: f"1:1:{HCCL_TIMEOUT_LOG}",
+           "ASCEND_PROCESS_LOG_PATH": str(out / "no-cann-logs")}
+    proc, run_dir = run_report_command(out, "--only", "04", "-p", "max_steps=2", env=env)
+    return proc, run_dir
+
+
+@pytest.mark.slow
+def test_a_failed_rank_is_diagnosed_in_the_result_and_the_report(failed_training_report):
+    proc, run_dir = failed_training_report
+    assert proc.returncode != 0, proc.stdout + proc.stderr
+    record = json.loads((run_dir / "results" / "04_train.json").read_text(encoding="utf-8"))
+    data = record["data"]
+    assert data["status"] == "failed" and record["verdict"] == "FAIL"
+    found = Triage.from_dict(data["diagnosis"])
+    assert "hccl_exec_timeout" in [f.key for f in found.findings]
+    timeout = next(f for f in found.findings if f.key == "hccl_exec_timeout")
+    # Found where the rank wrote it: the line it names holds the replayed text.
+    log = Path(data["plan"]["output_dir"]) / "logs" / timeout.file if found.root is None \
+        else Path(found.root) / timeout.file
+    assert timeout.text.strip() in log.read_text(encoding="utf-8").splitlines()[timeout.line - 1]
+    assert "diagnosis: HCCL collective timed out" in data["why"]
+
+    card = dict(train_show.glance(record))
+    assert card["diagnosis"].startswith("HCCL collective timed out")
+    index = (run_dir / "index.html").read_text(encoding="utf-8")
+    assert "HCCL collective timed out" in index
+    page = (run_dir / "report.html").read_text(encoding="utf-8")
+    assert "HCCL_EXEC_TIMEOUT" in page and timeout.where in page
