@@ -216,6 +216,26 @@ CATALOGUE: tuple[KnownFailure, ...] = (
                 "`ASCEND_RT_VISIBLE_DEVICES`."),
         sources=("device_in_use.llama-factory-3839.log", "device_in_use.vllm-ascend-2698.log"),
     ),
+    # Before the CANN / torch_npu entries: without a usable driver nothing above it can start.
+    KnownFailure(
+        key="driver_mismatch",
+        title="NPU driver missing or not usable",
+        patterns=(r"libascend_hal\.so: cannot open shared object file",),
+        meaning=("torch_npu could not load the NPU driver's user-space library (libascend_hal.so, "
+                 "which the driver package installs under /usr/local/Ascend/driver/lib64/driver): "
+                 "the driver is not installed on this host, or, in a container, the host's "
+                 "/usr/local/Ascend/driver was not mounted. Device nodes alone (--device "
+                 "/dev/davinciN) are not enough."),
+        action=("On the host: `npu-smi info` and `cat /usr/local/Ascend/driver/version.info` show "
+                "whether a driver is installed and which. In a container, mount it: "
+                "`-v /usr/local/Ascend/driver:/usr/local/Ascend/driver` (plus "
+                "`-v /usr/local/bin/npu-smi:/usr/local/bin/npu-smi` and the devices "
+                "`/dev/davinci_manager`, `/dev/devmm_svm`, `/dev/hisi_hdc`); `hyport env` checks the "
+                "mount. Once the library loads, compare the driver with the version-pairing table "
+                "in the CANN release notes; outside it, upgrade firmware first, then the driver, "
+                "and reboot."),
+        sources=("driver_mismatch.vllm-ascend-1440.log",),
+    ),
     KnownFailure(
         key="version_mismatch",
         title="torch_npu and CANN libraries do not match",
