@@ -131,7 +131,7 @@ SLOW_PRECHECK = pytest.mark.slow
     (["report", "-p", "device=tpu"], "device='tpu': expected one of"),
     (["report", "-p", "infer_timeout_s=nan"], "infer_timeout_s"),
     (["report", "-p", "max_steps=-3"], "max_steps=-3"),
-    (["report", "--only", "05", "-p", "checksum=md5"], "checksum='md5': expected one of 'crc32', 'sha256'"),
+    (["report", "--only", "05", "-p", "checksum=md5"], "checksum='md5': expected one of 'xxh3', 'crc32', 'sha256'"),
     (["report", "--only", "05", "-p", "reload_timeout_s=-5"], "reload_timeout_s=-5: expected a number > 0"),
     pytest.param(["report", "--only", "05", "-p", "weights_path=/nonexistent/x", "-p", "logits_parity=false"], "weights_path='/nonexistent/x': no such", marks=SLOW_PRECHECK),
     pytest.param(["report", "--only", "05", "-p", "base_path=/nope"], "base_path='/nope': no such file or folder", marks=SLOW_PRECHECK),

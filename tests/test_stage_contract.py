@@ -119,7 +119,7 @@ BAD_VALUES = [  # (stage, command argv, key, value, the one line every front end
     ("04_train", ["train", "--max-steps", "0"], "max_steps", "0", "max_steps=0: expected an integer >= 1 (or null)"),
     ("03_inference", ["infer", "--max-new-tokens", "many"], "max_new_tokens", "many",
      "max_new_tokens='many': expected an integer >= 1"),
-    ("05_weights", ["verify", "--checksum", "md5"], "checksum", "md5", "checksum='md5': expected one of 'crc32', 'sha256'"),
+    ("05_weights", ["verify", "--checksum", "md5"], "checksum", "md5", "checksum='md5': expected one of 'xxh3', 'crc32', 'sha256'"),
 ]
 
 

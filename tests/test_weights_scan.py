@@ -1,27 +1,43 @@
-"""Stage 05's full scan and comparisons: chunked reads that find every NaN/Inf (at chunk
-boundaries too), checksums equal to those of the whole tensors, comparisons that find
-exactly the tensors a test changed, and the default folders the notebook picks."""
+"""Stage 05's full scan and comparisons: chunked, pipelined reads that find every NaN/Inf
+(at chunk boundaries too), checksums of each algorithm equal to that algorithm applied to
+the tensor's bytes, a bounded number of buffers, reader errors as findings, scans of two
+algorithms never compared, comparisons that find exactly the tensors a test changed, and
+the default folders the notebook picks."""
 
 from __future__ import annotations
 
 import hashlib
 import json
+import queue
 import re
 import shutil
+import struct
+import threading
+import time
 import zlib
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+import xxhash
 from safetensors import safe_open
 from safetensors.torch import save_file
 
-from hyport_lib.models.tiny import ensure_tiny_model
-from hyport_lib.weights.compare import compare_weights
 from hyport_lib.checkpoint_files.header import read_header
+from hyport_lib.models.tiny import ensure_tiny_model
+from hyport_lib.weights import checksums, scan
+from hyport_lib.weights.compare import compare_weights
 from hyport_lib.weights.layout import inspect_checkpoint
-from hyport_lib.weights.scan import full_scan, nonfinite_counts, plan_reads, read_chunks
+from hyport_lib.weights.scan import compare_scans, full_scan, nonfinite_counts, plan_reads
+from hyport_lib.weights.scan_pipeline import Pipeline, chunk_layout, runs
+
+#: Each algorithm, computed here from the bytes without the library's code.
+EXPECTED = {
+    "xxh3": lambda data: xxhash.xxh3_64(data).hexdigest(),
+    "crc32": lambda data: f"{zlib.crc32(data):08x}",
+    "sha256": lambda data: hashlib.sha256(data).hexdigest(),
+}
 
 
 @pytest.fixture(scope="module")
@@ -33,6 +49,16 @@ def _raw(t: torch.Tensor) -> bytes:
     return t.contiguous().view(torch.uint8).numpy().tobytes()
 
 
+def _file_tensors(path: Path) -> dict[str, bytes]:
+    """Each tensor's bytes, read from the file by the safetensors layout itself (an
+    8-byte little-endian header length, the JSON header, then the data section)."""
+    blob = path.read_bytes()
+    (length,) = struct.unpack("<Q", blob[:8])
+    header = json.loads(blob[8: 8 + length])
+    data = blob[8 + length:]
+    return {k: data[v["data_offsets"][0]: v["data_offsets"][1]] for k, v in header.items() if k != "__metadata__"}
+
+
 @pytest.mark.parametrize("dtype,name", [(torch.float32, "F32"), (torch.bfloat16, "BF16"),
                                         (torch.float16, "F16"), (torch.float64, "F64"),
                                         (torch.float8_e5m2, "F8_E5M2")])
@@ -41,56 +67,244 @@ def test_nonfinite_counts_on_raw_bits(dtype, name):
     assert nonfinite_counts(_raw(x), name) == (0, 0)
     x[5], x[77], x[4095] = float("nan"), float("inf"), float("-inf")
     assert nonfinite_counts(_raw(x), name) == (1, 2)
-    largest = torch.full((8,), torch.finfo(dtype).max, dtype=dtype)  # finite, exponent not all ones
-    assert nonfinite_counts(_raw(largest), name) == (0, 0)
+    x[6] = float("nan")
+    negative_nan = bytearray(_raw(x))
+    negative_nan[7 * x.element_size() - 1] |= 0x80  # the sign bit (little-endian: the last byte)
+    assert nonfinite_counts(negative_nan, name) == (2, 2)  # found by the unsigned view's maximum
+    for sign in (1, -1):  # the largest finite values, exponent not all ones
+        largest = torch.full((8,), sign * torch.finfo(dtype).max, dtype=dtype)
+        assert nonfinite_counts(_raw(largest), name) == (0, 0)
+
+
+@pytest.mark.parametrize("value,expected", [(0x7F, (1, 0)), (0xFF, (1, 0)), (0x7E, (0, 0)), (0xFE, (0, 0))])
+def test_float8_e4m3_has_nan_only_at_all_ones(value, expected):
+    data = bytes([0x38, 0xB8, value, 0x00])  # 1.0, -1.0, the value under test, 0
+    assert nonfinite_counts(data, "F8_E4M3") == expected
+    assert nonfinite_counts(bytes([0x7F, 0x00, 0xFE, value]), "F8_E8M0") == ((value == 0xFF), 0)
 
 
 def test_integers_are_never_non_finite():
     assert nonfinite_counts(np.full(16, -1, np.int32).tobytes(), "I32") == (0, 0)
 
 
-def test_scan_finds_values_at_chunk_boundaries_and_checksums_whole_tensors(tmp_path):
-    chunk = 64  # bytes: 16 float32 per chunk, so every tensor spans many chunks
+def _mixed_file(tmp_path: Path) -> tuple[Path, dict[str, torch.Tensor]]:
     a = torch.randn(1000)
     a[15], a[16], a[999] = float("nan"), float("inf"), float("nan")  # both sides of a boundary, the last
     b = torch.randn(333).to(torch.bfloat16)
-    b[32] = float("-inf")  # first element of the second chunk
-    c = torch.arange(10, dtype=torch.int64)
-    empty = torch.empty(0)
+    b[32] = float("-inf")
+    tensors = {"a": a, "b": b, "c": torch.arange(10, dtype=torch.int64), "empty": torch.empty(0),
+               "small": torch.randn(3).to(torch.float16), "big": torch.randn(5_000)}
     path = tmp_path / "m.safetensors"
-    save_file({"a": a, "b": b, "c": c, "empty": empty}, str(path))
+    save_file(tensors, str(path))
+    return path, tensors
+
+
+def test_the_default_checksum_is_xxh3(tmp_path):
+    from hyport_lib.params import field_of
+    from hyport_lib.weights.params import Params
+
+    assert Params().checksum == "xxh3" == checksums.DEFAULT_CHECKSUM
+    assert field_of(Params, "checksum").spec.choices == ("xxh3", "crc32", "sha256")
+    path, tensors = _mixed_file(tmp_path)
+    result = full_scan([read_header(path)])
+    assert result.checksum == "xxh3"
+    assert {t.algorithm for t in result.tensors.values()} == {"xxh3"}
+    assert result.tensors["a"].checksum == xxhash.xxh3_64(_raw(tensors["a"])).hexdigest()
+
+
+@pytest.mark.parametrize("algorithm", sorted(EXPECTED))
+def test_each_algorithm_checksums_the_tensors_bytes_whatever_the_chunk_size(tmp_path, algorithm):
+    path, _ = _mixed_file(tmp_path)
+    on_disk = _file_tensors(path)
     shard = read_header(path)
-    chunks = list(read_chunks(plan_reads([shard])[0], chunk))
-    assert all(len(view) <= chunk and len(view) % 8 in (0, len(view) % 8) for _, _, view, _ in chunks)
-    assert all(len(view) % (8 if e.dtype in ("I64",) else 2) == 0 for _, e, view, _ in chunks)
+    expected = {k: EXPECTED[algorithm](v) for k, v in on_disk.items()}
+    whole = full_scan([shard], checksum=algorithm, chunk_bytes=1 << 20)  # every tensor in one chunk
+    assert {k: t.checksum for k, t in whole.tensors.items()} == expected
+    for chunk_bytes in (8, 24, 64, 4096):  # "big" (20 kB) spans 5 to 2,500 chunks
+        result = full_scan([shard], checksum=algorithm, chunk_bytes=chunk_bytes, buffers=3)
+        assert {k: t.checksum for k, t in result.tensors.items()} == expected, chunk_bytes
+        assert {k: (t.nan, t.inf) for k, t in result.tensors.items()} == \
+            {k: (t.nan, t.inf) for k, t in whole.tensors.items()}, chunk_bytes
+        assert result.bytes_read == whole.bytes_read == sum(map(len, on_disk.values()))
+
+
+def test_scan_finds_values_at_chunk_boundaries(tmp_path):
+    chunk = 64  # bytes: 16 float32 per chunk, so every tensor spans many chunks
+    path, tensors = _mixed_file(tmp_path)
+    shard = read_header(path)
     seen = []
     result = full_scan([shard], chunk_bytes=chunk, on_progress=seen.append, min_interval_s=0)
     assert (result.tensors["a"].nan, result.tensors["a"].inf) == (2, 1)
     assert (result.tensors["b"].nan, result.tensors["b"].inf) == (0, 1)
     assert (result.tensors["c"].nan, result.tensors["c"].inf) == (0, 0)
     assert sorted(result.nonfinite_tensors) == ["a", "b"]
-    for key, tensor in {"a": a, "b": b, "c": c, "empty": empty}.items():
-        assert result.tensors[key].checksum == f"{zlib.crc32(_raw(tensor)):08x}"
-    sha = full_scan([shard], checksum="sha256", chunk_bytes=chunk * 4)
-    assert sha.tensors["a"].checksum == hashlib.sha256(_raw(a)).hexdigest()
+    assert set(result.tensors) == set(tensors)
     assert result.bytes_read == path.stat().st_size - shard.data_start
     assert seen[-1].done_bytes == seen[-1].total_bytes == result.bytes_read
+    assert seen[-1].tensors_done == seen[-1].tensors_total == len(tensors)
     assert [f.cls for f in result.findings] == ["non_finite"]
     assert result.findings[0].file == "m.safetensors" and set(result.findings[0].tensors) == {"a", "b"}
+
+
+def test_chunks_follow_the_file_and_cut_tensors_after_whole_elements(tmp_path):
+    path, tensors = _mixed_file(tmp_path)
+    shard = read_header(path)
+    (entries,) = [e for _, e in plan_reads([shard])[0]]
+    assert len(runs(entries)) == 1  # safetensors writes the tensors back to back
+    for chunk_bytes in (8, 40, 4096, 1 << 20):
+        covered: dict[str, int] = {}
+        for begin, end, pieces in chunk_layout(entries, chunk_bytes):
+            assert 0 <= end - begin <= chunk_bytes
+            assert sum(length for _, _, length, _ in pieces) == end - begin
+            for entry, start, length, last in pieces:
+                assert begin + start == entry.begin + covered.get(entry.name, 0)  # in order, no gap
+                covered[entry.name] = covered.get(entry.name, 0) + length
+                assert covered[entry.name] % 8 == 0 or last  # cut after whole elements of any dtype
+                assert last == (covered[entry.name] == entry.nbytes)
+        assert covered == {e.name: e.nbytes for e in entries}
+    small = [(e.name, last) for _, _, pieces in chunk_layout(entries, 1 << 20) for e, _, _, last in pieces]
+    assert len(small) == len(tensors) and all(last for _, last in small)  # one read for all of them
+
+
+def test_the_pipeline_keeps_its_buffers_bounded(tmp_path):
+    path, _ = _mixed_file(tmp_path)
+    plan = plan_reads([read_header(path)])[0]
+    pipeline = Pipeline(plan, consumers=2, chunk_bytes=64, buffers=3).start()
+    try:
+        held = [pipeline.outputs[0].get(timeout=10) for _ in range(3)]
+        assert [pipeline.outputs[1].get(timeout=10) for _ in range(3)] == held  # both consumers see each
+        with pytest.raises(queue.Empty):  # three buffers in use: the reader waits
+            pipeline.outputs[0].get(timeout=0.3)
+        held[0].release()  # one consumer of two: the buffer is still in use
+        with pytest.raises(queue.Empty):
+            pipeline.outputs[0].get(timeout=0.3)
+        held[0].release()  # both: the reader reads into that very buffer next
+        fourth = pipeline.outputs[0].get(timeout=10)
+        assert fourth.buffer is held[0].buffer
+    finally:
+        pipeline.stop()
+
+
+def test_no_buffer_is_overwritten_while_a_consumer_reads_it(tmp_path, monkeypatch):
+    """A slow hasher and a slow check keep every chunk's bytes until they are done."""
+    path, _ = _mixed_file(tmp_path)
+    shard = read_header(path)
+    buffers, problems = set(), []
+
+    def slow(read_view):
+        before = bytes(read_view)
+        time.sleep(0.001)
+        if bytes(read_view) != before:
+            problems.append("a buffer changed while in use")
+        buffers.add(id(read_view.obj))
+
+    class SlowHasher:
+        def __init__(self):
+            self.inner = xxhash.xxh3_64()
+
+        def update(self, data):
+            slow(data)
+            self.inner.update(data)
+
+        def hexdigest(self):
+            return self.inner.hexdigest()
+
+    counts = scan.nonfinite_counts
+    monkeypatch.setitem(checksums.HASHERS, "xxh3", SlowHasher)
+    monkeypatch.setattr(scan, "nonfinite_counts", lambda data, dtype: (slow(data), counts(data, dtype))[1])
+    result = full_scan([shard], chunk_bytes=256, buffers=3)
+    assert not problems and len(buffers) == 3
+    assert result.tensors["a"].checksum == EXPECTED["xxh3"](_file_tensors(path)["a"])
+    assert (result.tensors["a"].nan, result.tensors["a"].inf) == (2, 1)
+
+
+def _finishes(fn, seconds=30):
+    """``fn()``'s result (or its exception, raised here), or a failure when it takes longer
+    than ``seconds``: a hung scan fails the test instead of hanging the test run."""
+    out = {}
+
+    def call():
+        try:
+            out["value"] = fn()
+        except BaseException as exc:  # re-raised in the test's thread below
+            out["error"] = exc
+
+    thread = threading.Thread(target=call, daemon=True)
+    thread.start()
+    thread.join(seconds)
+    assert out, f"still running after {seconds} s"
+    if "error" in out:
+        raise out["error"]
+    return out["value"]
+
+
+def test_a_file_that_shrinks_under_the_scan_is_a_finding_not_a_hang(tmp_path):
+    path, tensors = _mixed_file(tmp_path)
+    shard = read_header(path)  # the header as it was: every tensor inside the file
+    on_disk = _file_tensors(path)
+    entries = sorted(shard.tensors.values(), key=lambda e: e.begin)
+    cut = next(e for e in entries if e.name == "big")
+    with open(path, "r+b") as fh:
+        fh.truncate(shard.data_start + cut.begin + 1000)  # ends inside "big"
+    result = _finishes(lambda: full_scan([shard], chunk_bytes=512, buffers=2))
+    assert [f.cls for f in result.findings if f.cls != "non_finite"] == ["file_unreadable"]
+    unreadable = next(f for f in result.findings if f.cls == "file_unreadable")
+    assert unreadable.file == "m.safetensors" and "`big`" in unreadable.message
+    before = {e.name for e in entries if e.end <= cut.begin}
+    assert set(result.tensors) == before and "big" not in result.tensors
+    for name in before:  # what was read before the error is kept, and right
+        assert result.tensors[name].checksum == EXPECTED["xxh3"](on_disk[name])
+
+
+def test_a_defect_in_the_hash_thread_is_raised_not_hidden(tmp_path, monkeypatch):
+    path, _ = _mixed_file(tmp_path)
+
+    class Broken:
+        def update(self, data):
+            raise RuntimeError("hasher defect")
+
+    monkeypatch.setitem(checksums.HASHERS, "crc32", Broken)
+    with pytest.raises(RuntimeError, match="hasher defect"):
+        _finishes(lambda: full_scan([read_header(path)], checksum="crc32", chunk_bytes=64, buffers=2))
+
+
+def test_scans_of_different_algorithms_are_never_compared(tmp_path):
+    path, tensors = _mixed_file(tmp_path)
+    shard = read_header(path)
+    scans = {name: full_scan([shard], checksum=name) for name in EXPECTED}
+    changed = tmp_path / "changed"
+    changed.mkdir()
+    save_file({**tensors, "small": tensors["small"] * 2}, str(changed / "m.safetensors"))
+    changed_xxh3 = full_scan([read_header(changed / "m.safetensors")])
+    same = compare_scans(scans["xxh3"], changed_xxh3)
+    assert same.comparable and same.differ == ["small"] and len(same.same) == len(tensors) - 1
+    for a, b in ((a, b) for a in EXPECTED for b in EXPECTED if a != b):
+        result = compare_scans(scans[a], scans[b])  # the same bytes, two algorithms: no verdict
+        assert not result.comparable and result.same == result.differ == []
+        assert sorted(result.not_comparable) == sorted(tensors)
+    for other in ("crc32", "sha256"):  # a changed tensor, two algorithms: no verdict either
+        result = compare_scans(changed_xxh3, scans[other])
+        assert result.same == result.differ == [] and "small" in result.not_comparable
+    t = scans["crc32"].tensors["a"]
+    assert checksums.checksums_agree("crc32", t.checksum, "sha256", t.checksum) is None  # even equal text
+    assert checksums.checksums_agree("crc32", t.checksum, "crc32", t.checksum) is True
 
 
 def test_scan_bad_arguments_name_themselves(tiny):
     from hyport_lib.params import ParameterError, field_of
     from hyport_lib.weights.params import Params
-    from hyport_lib.weights.scan import HASHERS
 
     shards = inspect_checkpoint(tiny, with_model=False).shards
     # the checksum is a stage parameter: refused by Params, in one line, before any scan
-    assert set(field_of(Params, "checksum").spec.choices) == set(HASHERS)
-    with pytest.raises(ParameterError, match="^checksum='md5': expected one of 'crc32', 'sha256'$"):
+    assert set(field_of(Params, "checksum").spec.choices) == set(checksums.HASHERS)
+    with pytest.raises(ParameterError, match="^checksum='md5': expected one of 'xxh3', 'crc32', 'sha256'$"):
         Params(checksum="md5")
+    with pytest.raises(ValueError, match="^checksum='md5': expected one of"):
+        full_scan(shards, checksum="md5")
     with pytest.raises(ValueError, match="chunk_bytes=100"):
         full_scan(shards, chunk_bytes=100)
+    with pytest.raises(ValueError, match="buffers=0"):
+        full_scan(shards, buffers=0)
 
 
 def test_scan_skips_tensors_outside_a_truncated_file(tiny, tmp_path):

@@ -28,6 +28,7 @@ from hyport_lib.results import ensure_results_dir
 from hyport_lib.utils.files import dumps_json, ensure_writable
 from hyport_lib.utils.redact import scrub_obj, scrub_text
 from hyport_lib.weights import stage
+from hyport_lib.weights.checksums import checksum_name
 from hyport_lib.weights.params import Params
 from hyport_lib.weights.show import comparison_frame, reload_frame, shards_frame
 
@@ -63,7 +64,7 @@ def _text(result) -> str:
     if result.scan is not None:
         s = result.scan
         out += [f"full scan: {len(s.tensors)} tensors, {s.bytes_read:,} bytes in {s.seconds:.2f} s, "
-                f"{len(s.nonfinite_tensors)} with NaN/Inf ({s.checksum})", ""]
+                f"{len(s.nonfinite_tensors)} with NaN/Inf, checksums {checksum_name(s.checksum)}", ""]
     if result.reload is not None:
         out += [reload_frame(result).to_string(index=False), ""]
     for c in result.comparisons:

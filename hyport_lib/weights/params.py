@@ -13,6 +13,7 @@ from typing import Optional
 
 from hyport_lib.params import (ParameterError, StageParams, attn_implementation_param, dtype_param, param,
                                trust_remote_code_param)
+from hyport_lib.weights.checksums import HASHERS
 
 #: The stage that writes ``weights_path`` and ``checkpoint_path`` in a report run (inside
 #: its ``output_dir``), so the report accepts them before it has run.
@@ -34,7 +35,9 @@ class Params(StageParams):
         None, "a folder that should hold the same model; None: stage 04's last checkpoint",
         nonempty=True, path="any", written_by=TRAIN_STAGE_NAME)
     full_scan: bool = param(True, "read every tensor: NaN/Inf and a checksum each")
-    checksum: str = param("crc32", "crc32 (fast) | sha256", choices=("crc32", "sha256"))
+    checksum: str = param(
+        "xxh3", "checksum of each tensor in the full scan: xxh3 (XXH3-64, fastest) | crc32 | sha256",
+        choices=tuple(HASHERS))
     reload: bool = param(True, "from_pretrained in a fresh process, as the seed did (LOAD_OK)")
     logits_parity: bool = param(
         True, "logits of the weights against the checkpoint (loads both in float32)")

@@ -134,7 +134,9 @@ class WeightsResult:
                 "checksum": self.scan.checksum, "bytes_read": self.scan.bytes_read,
                 "seconds": round(self.scan.seconds, 3), "skipped": self.scan.skipped,
                 "nonfinite_tensors": self.scan.nonfinite_tensors,
-                "tensors": {k: {"file": t.file, "checksum": t.checksum, "nan": t.nan, "inf": t.inf}
+                # Each checksum names its algorithm: checksums of two algorithms never compare.
+                "tensors": {k: {"file": t.file, "checksum": t.checksum, "algorithm": t.algorithm,
+                                "nan": t.nan, "inf": t.inf}
                             for k, t in self.scan.tensors.items()}},
             "reload": self.reload.to_dict() if self.reload else None,
             "comparisons": [c.to_dict() for c in self.comparisons],

@@ -1,49 +1,62 @@
 """The full scan: every tensor read once, checked for NaN/Inf and checksummed.
 
-Streaming with bounded memory whatever the checkpoint's size: a reader thread fills a
-few fixed buffers (``chunk_bytes`` each, 16 MiB by default) with ``readinto`` and the
-caller's thread checks and checksums them, so reading and computing overlap (both
-release the GIL). Each tensor is read from its own first byte in chunks that are a
-multiple of 8 bytes, so every chunk holds whole elements of any dtype up to 8 bytes,
-and a tensor larger than a chunk is simply several chunks.
+Streaming with bounded memory whatever the checkpoint's size, in three threads
+(:mod:`.scan_pipeline`): a reader fills a fixed set of buffers (three of ``chunk_bytes``,
+2 MiB, by default) with ``readinto``; each filled buffer goes to a hash thread and to the
+caller's thread, which counts NaN/Inf, at the same time; a buffer is read into again
+only when both are done with it. Reading, checking and hashing overlap, on different
+chunks or on the same one (all three release the GIL). Reads follow the file: a chunk
+may hold several small tensors, and a tensor larger than a chunk is several chunks, each
+cut after whole elements, so results are per tensor whatever the chunk size.
 
-The non-finite test works on the raw bits with numpy (an exponent field of all ones),
-not ``torch.isfinite``, which on CPU is 20-40 times slower (docs/weights.md, "Full
-scan"). The checksum is CRC-32 by default (zlib, about 4 GB/s: the scan stays close
-to the disk's speed) or SHA-256 (about 1.8 GB/s with SHA-NI) when asked.
+The non-finite test works on the raw bits with numpy, not ``torch.isfinite`` (20-40
+times slower on the CPU): a value is NaN or Inf when its exponent field is all ones,
+that is when its bits without the sign are at least the exponent mask. Two max
+reductions find whether any element is so (the signed view's maximum for the positive
+values, the unsigned view's for the negative ones), with no temporary array; only a
+chunk that has one is counted element by element. The checksum is XXH3-64 by default
+(:mod:`.checksums`: ``crc32`` and ``sha256`` on request); each tensor's record names the
+algorithm that made its checksum, and :func:`compare_scans` never calls checksums of two
+algorithms a match or a mismatch.
 """
 
 from __future__ import annotations
 
-import hashlib
-import queue
 import threading
 import time
-import zlib
 from dataclasses import dataclass, field
-from typing import Callable, Iterator, Optional
+from typing import Callable, Optional
 
 import numpy as np
 
 from hyport_lib.checkpoint_files.findings import Finding, finding
 from hyport_lib.checkpoint_files.header import ShardHeader, TensorEntry
+from hyport_lib.weights.checksums import DEFAULT_CHECKSUM, HASHERS, checksums_agree, new_hasher
+from hyport_lib.weights.scan_pipeline import BUFFERS, CHUNK_BYTES, END, Pipeline
 
-CHUNK_BYTES = 16 << 20
-_BUFFERS = 3
+__all__ = ["BUFFERS", "CHUNK_BYTES", "DEFAULT_CHECKSUM", "HASHERS", "ScanComparison", "ScanProgress",
+           "ScanResult", "TensorScan", "compare_scans", "full_scan", "nonfinite_counts", "plan_reads"]
 
-#: dtype -> (unsigned view, exponent mask, mantissa mask): all-ones exponent = NaN/Inf.
-_FLOAT_BITS = {
-    "BF16": (np.uint16, 0x7F80, 0x007F),
-    "F16": (np.uint16, 0x7C00, 0x03FF),
-    "F32": (np.uint32, 0x7F800000, 0x007FFFFF),
-    "C64": (np.uint32, 0x7F800000, 0x007FFFFF),  # two F32 per element
-    "F64": (np.uint64, 0x7FF0000000000000, 0x000FFFFFFFFFFFFF),
-    "F8_E5M2": (np.uint8, 0x7C, 0x03),
+#: dtype -> (unsigned view, signed view or None when the format has no sign bit, special
+#: mask, mantissa mask or None when the format has no infinity). An element is special
+#: (NaN or Inf) when all the bits of the special mask are set: the exponent field for the
+#: IEEE formats; S.1111.111 for F8_E4M3 (NaN only); all eight bits for F8_E8M0 (NaN).
+_SPECIAL_BITS = {
+    "BF16": (np.uint16, np.int16, 0x7F80, 0x007F),
+    "F16": (np.uint16, np.int16, 0x7C00, 0x03FF),
+    "F32": (np.uint32, np.int32, 0x7F800000, 0x007FFFFF),
+    "C64": (np.uint32, np.int32, 0x7F800000, 0x007FFFFF),  # two F32 per element
+    "F64": (np.uint64, np.int64, 0x7FF0000000000000, 0x000FFFFFFFFFFFFF),
+    "F8_E5M2": (np.uint8, np.int8, 0x7C, 0x03),
+    "F8_E4M3": (np.uint8, np.int8, 0x7F, None),
+    "F8_E8M0": (np.uint8, None, 0xFF, None),
 }
 
 
 @dataclass
 class TensorScan:
+    """One tensor's scan: its checksum (made by ``algorithm``) and NaN/Inf counts."""
+
     key: str
     file: str
     dtype: str
@@ -51,6 +64,7 @@ class TensorScan:
     checksum: str
     nan: int = 0
     inf: int = 0
+    algorithm: str = DEFAULT_CHECKSUM
 
 
 @dataclass
@@ -72,6 +86,8 @@ class ScanProgress:
 
 @dataclass
 class ScanResult:
+    """A full scan; ``checksum`` is the algorithm (a key of :data:`HASHERS`)."""
+
     checksum: str
     tensors: dict[str, TensorScan] = field(default_factory=dict)
     bytes_read: int = 0
@@ -89,41 +105,29 @@ class ScanResult:
 
 
 def nonfinite_counts(data, dtype: str) -> tuple[int, int]:
-    """``(NaN, Inf)`` counts in raw little-endian bytes of ``dtype`` (0, 0 for integers)."""
-    if len(data) == 0:
+    """``(NaN, Inf)`` counts in raw little-endian bytes of ``dtype`` (0, 0 for integers).
+
+    Raises:
+        ValueError: ``data`` is not a whole number of elements.
+    """
+    spec = _SPECIAL_BITS.get(dtype)
+    if spec is None or len(data) == 0:
         return 0, 0
-    if dtype == "F8_E4M3":  # no infinity; NaN is S.1111.111
-        a = np.frombuffer(data, np.uint8)
-        return int(np.count_nonzero((a & 0x7F) == 0x7F)), 0
-    if dtype == "F8_E8M0":  # exponent only; 0xFF is NaN
-        return int(np.count_nonzero(np.frombuffer(data, np.uint8) == 0xFF)), 0
-    bits = _FLOAT_BITS.get(dtype)
-    if bits is None:
-        return 0, 0
-    kind, exp, man = bits
+    kind, signed, special, mantissa = spec
     a = np.frombuffer(data, kind)
-    ones = np.iinfo(kind).max
-    # Fast path: x | ~exp is all ones only where the exponent is all ones.
-    if (a | kind(~exp & ones)).max() != ones:
+    if signed is None:
+        any_special = a.max() >= special
+    else:
+        sign = (int(np.iinfo(kind).max) >> 1) + 1
+        any_special = a.view(signed).max() >= special or a.max() >= (sign | special)
+    if not any_special:
         return 0, 0
-    special = (a & kind(exp)) == kind(exp)
-    inf = int(np.count_nonzero(special & ((a & kind(man)) == 0)))
-    return int(np.count_nonzero(special)) - inf, inf
-
-
-class _Crc32:
-    def __init__(self):
-        self.value = 0
-
-    def update(self, data) -> None:
-        self.value = zlib.crc32(data, self.value)
-
-    def hexdigest(self) -> str:
-        return f"{self.value:08x}"
-
-
-#: The checksums of the full scan, by the name the ``checksum`` parameter takes.
-HASHERS = {"crc32": _Crc32, "sha256": hashlib.sha256}
+    mask = kind(special)
+    is_special = (a & mask) == mask
+    if mantissa is None:
+        return int(np.count_nonzero(is_special)), 0
+    inf = int(np.count_nonzero(is_special & ((a & kind(mantissa)) == 0)))
+    return int(np.count_nonzero(is_special)) - inf, inf
 
 
 def plan_reads(shards: list[ShardHeader]) -> tuple[list[tuple[ShardHeader, list[TensorEntry]]], list[str]]:
@@ -140,97 +144,73 @@ def plan_reads(shards: list[ShardHeader]) -> tuple[list[tuple[ShardHeader, list[
     return plan, skipped
 
 
-def read_chunks(plan, chunk_bytes: int = CHUNK_BYTES) -> Iterator[tuple[ShardHeader, TensorEntry, memoryview, bool]]:
-    """Yield ``(file, tensor, chunk, last chunk of the tensor)`` for every planned tensor.
+class _HashWorker:
+    """The hash thread: one checksum per tensor from the chunks of its queue.
 
-    A zero-size tensor yields one empty chunk. The chunk's buffer is reused once the
-    loop body that received it returns. Raises OSError when a file is shorter than
-    its header said (it changed under the scan).
+    Attributes:
+        digests: tensor name -> hex digest, for the tensors whose last piece it hashed.
+        bytes_done: the tensor bytes hashed so far.
     """
-    if chunk_bytes <= 0 or chunk_bytes % 8:
-        raise ValueError(f"chunk_bytes={chunk_bytes}: expected a positive multiple of 8")
-    free: queue.Queue = queue.Queue()
-    for _ in range(_BUFFERS):
-        free.put(bytearray(chunk_bytes))
-    out: queue.Queue = queue.Queue()
-    stop = threading.Event()
 
-    def reader():
+    def __init__(self, inbox, algorithm: str, wake):
+        self.inbox, self.algorithm, self.wake = inbox, algorithm, wake
+        self.digests: dict[str, str] = {}
+        self.bytes_done = 0
+        self.thread = threading.Thread(target=self._run, name="hyport-weights-hash", daemon=True)
+
+    def _run(self) -> None:
+        current, hasher = None, None
         try:
-            for shard, entries in plan:
-                with open(shard.path, "rb", buffering=0) as fh:
-                    pos = None
-                    for entry in entries:
-                        offset = shard.data_start + entry.begin
-                        if pos != offset:
-                            fh.seek(offset)
-                        remaining = entry.nbytes
-                        while True:
-                            buf = free.get()
-                            if buf is None or stop.is_set():
-                                return
-                            n = min(chunk_bytes, remaining)
-                            _read_exactly(fh, memoryview(buf)[:n], shard, entry)
-                            remaining -= n
-                            out.put((shard, entry, buf, n, remaining == 0))
-                            if not remaining:
-                                break
-                        pos = offset + entry.nbytes
-            out.put(None)
-        except BaseException as exc:  # handed to the consuming thread, which raises it
-            out.put(exc)
-
-    thread = threading.Thread(target=reader, name="hyport-weights-reader", daemon=True)
-    thread.start()
-    try:
-        while True:
-            item = out.get()
-            if item is None:
-                return
-            if isinstance(item, BaseException):
-                raise item
-            shard, entry, buf, n, last = item
-            yield shard, entry, memoryview(buf)[:n], last
-            free.put(buf)
-    finally:
-        stop.set()
-        free.put(None)  # wake a reader waiting for a buffer
-        thread.join(timeout=5)
+            while True:
+                chunk = self.inbox.get()
+                if chunk is END or isinstance(chunk, BaseException):
+                    return  # the reader's end or error: the caller's thread sees it too
+                for piece in chunk.pieces:
+                    if piece.entry is not current:
+                        current, hasher = piece.entry, new_hasher(self.algorithm)
+                    if piece.length:
+                        hasher.update(chunk.view(piece))
+                    self.bytes_done += piece.length
+                    if piece.last:
+                        self.digests[piece.entry.name] = hasher.hexdigest()
+                        current = None
+                chunk.release()
+        except BaseException as exc:  # a defect: handed to the caller's thread, which raises it
+            self.wake.put(exc)
 
 
-def _read_exactly(fh, view: memoryview, shard: ShardHeader, entry: TensorEntry) -> None:
-    got = 0
-    while got < len(view):
-        n = fh.readinto(view[got:])
-        if not n:
-            raise OSError(f"{shard.label}: the file ended inside `{entry.name}` "
-                          f"(it changed while being read?)")
-        got += n
-
-
-def full_scan(shards: list[ShardHeader], *, checksum: str = "crc32", chunk_bytes: int = CHUNK_BYTES,
-              on_progress: Optional[Callable[[ScanProgress], None]] = None,
+def full_scan(shards: list[ShardHeader], *, checksum: str = DEFAULT_CHECKSUM, chunk_bytes: int = CHUNK_BYTES,
+              buffers: int = BUFFERS, on_progress: Optional[Callable[[ScanProgress], None]] = None,
               min_interval_s: float = 0.2) -> ScanResult:
     """Read every tensor of ``shards`` once: NaN/Inf counts and a checksum per tensor.
 
     Args:
         shards: the files' headers (:attr:`Inspection.shards`).
         checksum: a key of :data:`HASHERS` (the stage's ``checksum`` parameter, checked there).
-        chunk_bytes: read size; memory stays about ``3 * chunk_bytes`` plus one chunk of
-            temporaries, whatever the tensor sizes.
+        chunk_bytes: read size, a positive multiple of 8.
+        buffers: how many chunks may be in flight; memory stays ``buffers * chunk_bytes``
+            (plus, only for a chunk holding NaN/Inf, the temporaries that count them).
         on_progress: called at most every ``min_interval_s`` seconds, and at the end.
 
     Returns:
-        A :class:`ScanResult`; a file that cannot be read is a ``file_unreadable``
-        finding; tensors outside their file or of the wrong byte
-        length (header findings already) are listed in ``skipped``.
+        A :class:`ScanResult`; a file that cannot be read (or that ends before its
+        header says) is a ``file_unreadable`` finding, the tensors read before it kept;
+        tensors outside their file or of the wrong byte length (header findings
+        already) are listed in ``skipped``.
+
+    Raises:
+        ValueError: ``checksum``, ``chunk_bytes`` or ``buffers`` out of range.
     """
-    new_hasher = HASHERS[checksum]
+    new_hasher(checksum)  # an unknown name fails here, before any thread starts
     started = time.perf_counter()
     plan, skipped = plan_reads(shards)
     result = ScanResult(checksum, skipped=skipped)
     total = sum(e.nbytes for _, entries in plan for e in entries)
     count = sum(len(entries) for _, entries in plan)
+    pipeline = Pipeline(plan, consumers=2, chunk_bytes=chunk_bytes, buffers=buffers)
+    inbox = pipeline.outputs[1]
+    hashing = _HashWorker(pipeline.outputs[0], checksum, wake=inbox)
+    counted: dict[str, tuple[ShardHeader, TensorEntry, int, int]] = {}
     last_note = 0.0
 
     def note(file: str, force: bool = False) -> None:
@@ -238,32 +218,50 @@ def full_scan(shards: list[ShardHeader], *, checksum: str = "crc32", chunk_bytes
         now = time.perf_counter()
         if on_progress and (force or now - last_note >= min_interval_s):
             last_note = now
-            on_progress(ScanProgress("scan", result.bytes_read, total, len(result.tensors), count,
+            done = min(result.bytes_read, hashing.bytes_done)
+            on_progress(ScanProgress("scan", done, total, min(len(counted), len(hashing.digests)), count,
                                      file, now - started))
 
-    current, nan, inf, hasher, file = None, 0, 0, None, ""
-    chunks = read_chunks(plan, chunk_bytes)
+    current, nan, inf, file = None, 0, 0, ""
+    pipeline.start()
+    hashing.thread.start()
     try:
-        for shard, entry, chunk, last in chunks:
-            if entry is not current:
-                current, nan, inf, hasher, file = entry, 0, 0, new_hasher(), shard.label
-            hasher.update(chunk)
-            a, b = nonfinite_counts(chunk, entry.dtype)
-            nan, inf = nan + a, inf + b
-            result.bytes_read += len(chunk)
-            if last:
-                result.tensors[entry.name] = TensorScan(entry.name, shard.label, entry.dtype,
-                                                        entry.nbytes, hasher.hexdigest(), nan, inf)
-                current = None
-            note(shard.label)
+        while True:
+            chunk = inbox.get()
+            if chunk is END:
+                break
+            if isinstance(chunk, BaseException):
+                raise chunk
+            for piece in chunk.pieces:
+                if piece.entry is not current:
+                    current, nan, inf, file = piece.entry, 0, 0, piece.shard.label
+                a, b = nonfinite_counts(chunk.view(piece), piece.entry.dtype)
+                nan, inf = nan + a, inf + b
+                result.bytes_read += piece.length
+                if piece.last:
+                    counted[piece.entry.name] = (piece.shard, piece.entry, nan, inf)
+                    current = None
+            chunk.release()
+            note(file)
     except OSError as exc:
-        result.findings.append(finding("file_unreadable", file or "?", f"full scan stopped: {exc}"))
+        result.findings.append(finding("file_unreadable", file or _first_file(plan),
+                                       f"full scan stopped: {exc}"))
     finally:
-        chunks.close()  # stops the reader thread now, also when interrupted
+        pipeline.stop()  # also when interrupted: the reader stops at its next buffer
+        pipeline.outputs[0].put(END)  # the hash thread stops after what it was given
+        hashing.thread.join(timeout=5)
+    for name, (shard, entry, nan, inf) in counted.items():
+        if name in hashing.digests:
+            result.tensors[name] = TensorScan(name, shard.label, entry.dtype, entry.nbytes,
+                                              hashing.digests[name], nan, inf, checksum)
     result.seconds = time.perf_counter() - started
     note(file, force=True)
     _nonfinite_findings(result)
     return result
+
+
+def _first_file(plan) -> str:
+    return plan[0][0].label if plan else "?"
 
 
 def _nonfinite_findings(result: ScanResult) -> None:
@@ -277,3 +275,42 @@ def _nonfinite_findings(result: ScanResult) -> None:
         result.findings.append(finding("non_finite", file,
                                        f"{len(bad)} tensor(s) hold non-finite values: {shown}{more}",
                                        tensors=[t.key for t in bad]))
+
+
+@dataclass
+class ScanComparison:
+    """Two scans' checksums, tensor by tensor (names as saved).
+
+    Attributes:
+        same, differ: tensors whose checksums, made by the same algorithm, agree / differ.
+        not_comparable: tensors in both whose checksums were made by different algorithms:
+            neither a match nor a mismatch.
+        only_here, only_there: tensors in one scan only.
+    """
+
+    algorithm: str
+    other_algorithm: str
+    same: list[str] = field(default_factory=list)
+    differ: list[str] = field(default_factory=list)
+    not_comparable: list[str] = field(default_factory=list)
+    only_here: list[str] = field(default_factory=list)
+    only_there: list[str] = field(default_factory=list)
+
+    @property
+    def comparable(self) -> bool:
+        """False when no shared tensor could be judged (the scans used different checksums)."""
+        return not self.not_comparable
+
+
+def compare_scans(scan: ScanResult, other: ScanResult) -> ScanComparison:
+    """Compare the per-tensor checksums of two scans (of two folders, or of one at two times)."""
+    out = ScanComparison(scan.checksum, other.checksum)
+    for key, mine in scan.tensors.items():
+        theirs = other.tensors.get(key)
+        if theirs is None:
+            out.only_here.append(key)
+            continue
+        agree = checksums_agree(mine.algorithm, mine.checksum, theirs.algorithm, theirs.checksum)
+        (out.not_comparable if agree is None else out.same if agree else out.differ).append(key)
+    out.only_there = [k for k in other.tensors if k not in scan.tensors]
+    return out

@@ -20,6 +20,7 @@ from hyport_lib.display import LiveDisplay, figure_png, verdict_colour
 from hyport_lib.drafting.draft import Draft
 from hyport_lib.drafting.markdown import code, fenced, quote, table
 from hyport_lib.drafting.values import as_dict, as_list, dig, fmt_value, num
+from hyport_lib.weights.checksums import checksum_name
 from hyport_lib.weights.compare import DIFF_COLUMNS, Comparison
 from hyport_lib.weights.defaults import Sources, checked_label
 from hyport_lib.weights.layout import shard_rows
@@ -193,7 +194,7 @@ def show_scan(result: WeightsResult) -> None:
         return
     rate = f", {s.throughput_gb_s:.2f} GB/s" if s.throughput_gb_s else ""
     display(Markdown(f"Read {len(s.tensors)} tensors, {s.bytes_read:,} bytes in {s.seconds:.2f} s{rate}; "
-                     f"checksum {s.checksum}; {len(s.nonfinite_tensors)} tensor(s) with NaN/Inf; "
+                     f"checksums {checksum_name(s.checksum)}; {len(s.nonfinite_tensors)} tensor(s) with NaN/Inf; "
                      f"{len(s.skipped)} tensor(s) not readable from their file."))
 
 

@@ -1,0 +1,89 @@
+"""The checksums of the full scan, by the name the ``checksum`` parameter takes.
+
+* ``xxh3`` (the default): xxHash's XXH3, 64-bit, seed 0 (the value ``xxhsum -H3`` prints;
+  in Python ``xxhash.xxh3_64``). About 20-30 GB/s on one core of the development VM,
+  so the full scan is bound by the read, not by the checksum. Not a cryptographic hash:
+  it finds corruption and accidental differences, not deliberate tampering.
+* ``crc32``: zlib's CRC-32 (``zlib.crc32``), about 2-4 GB/s: the previous default, kept
+  for comparing with scans recorded before.
+* ``sha256``: ``hashlib.sha256``, about 1.2-1.8 GB/s with SHA-NI: when a checksum must
+  stand up against deliberate changes.
+
+Each object made by a factory of :data:`HASHERS` takes ``update(bytes-like)`` and
+``hexdigest()``. The pipelined scan (:mod:`.scan_pipeline`) calls ``update`` from its own
+thread, so each update must release the GIL on large buffers to overlap with the
+NaN/Inf check: all three do. python-xxhash 4.x releases it inside ``update`` for
+inputs over 64 KiB (``XXHASH_DO_UPDATE`` in its ``src/_xxhash.c``; 3.x released it
+always), ``zlib.crc32`` above 5 KiB and ``hashlib`` above 2 KiB.
+
+Checksums of different algorithms say nothing about each other: :func:`checksums_agree`
+is the one place that compares two, and answers None for a pair it cannot judge.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import zlib
+from typing import Callable, Optional
+
+import xxhash
+
+DEFAULT_CHECKSUM = "xxh3"
+
+
+class _Crc32:
+    """zlib's CRC-32 with the ``update`` / ``hexdigest`` interface of :mod:`hashlib`."""
+
+    def __init__(self):
+        self.value = 0
+
+    def update(self, data) -> None:
+        self.value = zlib.crc32(data, self.value)
+
+    def hexdigest(self) -> str:
+        return f"{self.value:08x}"
+
+
+#: Name (the ``checksum`` parameter's value) -> a factory of fresh hashers.
+HASHERS: dict[str, Callable[[], object]] = {
+    "xxh3": xxhash.xxh3_64,
+    "crc32": _Crc32,
+    "sha256": hashlib.sha256,
+}
+
+#: Name -> how the documents and the displays call it.
+DESCRIPTIONS = {
+    "xxh3": "XXH3-64 (xxHash, seed 0)",
+    "crc32": "CRC-32 (zlib)",
+    "sha256": "SHA-256",
+}
+
+
+def checksum_name(algorithm: str) -> str:
+    """How displays name ``algorithm`` (its own name when it is not one of ours: a record
+    written by another version)."""
+    return f"{algorithm}: {DESCRIPTIONS[algorithm]}" if algorithm in DESCRIPTIONS else algorithm
+
+
+def new_hasher(algorithm: str):
+    """A fresh hasher of ``algorithm``.
+
+    Raises:
+        ValueError: ``algorithm`` is not a key of :data:`HASHERS` (the stage's ``Params``
+            refuses such a value before any scan; this guards direct callers).
+    """
+    try:
+        return HASHERS[algorithm]()
+    except KeyError:
+        raise ValueError(f"checksum={algorithm!r}: expected one of "
+                         f"{', '.join(map(repr, HASHERS))}") from None
+
+
+def checksums_agree(algorithm: str, checksum: Optional[str], other_algorithm: str,
+                    other_checksum: Optional[str]) -> Optional[bool]:
+    """Whether two checksums say the bytes are the same: True or False when both were made
+    by the same algorithm, None when they cannot be compared (different algorithms, or
+    a checksum missing), which is neither a match nor a mismatch."""
+    if algorithm != other_algorithm or not checksum or not other_checksum:
+        return None
+    return checksum == other_checksum
