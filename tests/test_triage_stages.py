@@ -81,12 +81,13 @@ def test_a_failed_card_gets_the_diagnosis_of_its_log(fake_npu, monkeypatch, tmp_
 
 @pytest.fixture(scope="module")
 def failed_training_report(tmp_path_factory):
-    """``hyport report --only 04`` (2 steps) whose rank 1 fails after step 1 with a real
-    HCCL watchdog timeout replayed into its log."""
+    """``hyport report --only 04`` (2 steps, one process: the cheapest real launch) whose
+    rank fails after step 1 with a real HCCL watchdog timeout replayed into its log."""
     out = tmp_path_factory.mktemp("failed-training-report")
-    env = {**os.environ, REPLAY_FAULT_ENV: f"1:1:{HCCL_TIMEOUT_LOG}",
+    env = {**os.environ, REPLAY_FAULT_ENV: f"1:0:{HCCL_TIMEOUT_LOG}",
            "ASCEND_PROCESS_LOG_PATH": str(out / "no-cann-logs")}
-    proc, run_dir = run_report_command(out, "--only", "04", "-p", "max_steps=2", env=env)
+    proc, run_dir = run_report_command(out, "--only", "04", "-p", "max_steps=2", "-p", "num_cards=1",
+                                       "-p", "zero_stage=0", "-p", "gradient_checkpointing=false", env=env)
     return proc, run_dir
 
 
