@@ -12,6 +12,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -22,8 +23,10 @@ from hyport_lib.inference.grid import run_grid
 from hyport_lib.inference.params import Params as InferenceParams
 from hyport_lib.inference.worker import FAULT_ENV, parse_faults
 from hyport_lib.train import show as train_show
+from hyport_lib.train.launch import launch_logs
 from hyport_lib.train.worker import REPLAY_FAULT_ENV
-from hyport_lib.triage import Triage
+from hyport_lib.triage import Triage, child_logs
+from hyport_lib.triage.child_logs import child_cann_log_dir, own_cann_log_env
 from hyport_lib.utils.fault_replay import ReplayedFailure, replay_failure
 from tests.fixtures_runs import run_report_command
 
@@ -53,7 +56,13 @@ def test_a_failed_card_gets_the_diagnosis_of_its_log(fake_npu, monkeypatch, tmp_
     """Card 0 dies with a real NPU out-of-memory traceback; card 1 with an error no
     catalogue entry knows, which is shown as not recognised, never guessed at."""
     monkeypatch.setenv("HYPORT_FAKE_NPU_COUNT", "2")
-    monkeypatch.setenv("ASCEND_PROCESS_LOG_PATH", str(tmp_path / "no-cann-logs"))
+    monkeypatch.delenv("ASCEND_PROCESS_LOG_PATH", raising=False)
+    # Card 1's own CANN folder holds a real AI Core fault written "during" the run: it is
+    # card 1's diagnosis, never card 0's (cards run side by side).
+    plog = tmp_path / "logs" / "cann" / "card1" / "debug" / "plog" / "plog-4242_20261202.log"
+    plog.parent.mkdir(parents=True)
+    plog.write_text((LOGS / "aicore_exception.torch_npu-66.log").read_text(encoding="utf-8"), encoding="utf-8")
+    os.utime(plog, (time.time() + 60, time.time() + 60))
     plan = inference.plan(InferenceParams(device="npu", max_new_tokens=4, infer_timeout_s=60,
                                           log_dir=str(tmp_path / "logs")))
     result = run_grid(plan, extra_env={FAULT_ENV: f"0:replay={OOM_LOG},1:raise"})
@@ -70,13 +79,45 @@ def test_a_failed_card_gets_the_diagnosis_of_its_log(fake_npu, monkeypatch, tmp_
     log_lines = (tmp_path / "logs" / "card0.log").read_text(encoding="utf-8").splitlines()
     assert "NPU out of memory" in log_lines[finding.line - 1] and finding.file == "card0.log"
     assert "PYTORCH_NPU_ALLOC_CONF" in finding.action
-    unknown = Triage.from_dict(record["diagnoses"]["1"])
-    assert not unknown.findings
-    assert any("injected test fault on card 1" in text for _, text in unknown.unrecognised[0].lines)
-    assert "not recognised" in rows[1]["diagnosis"]
+    assert oom.cann_log_dir == str(tmp_path / "logs" / "cann" / "card0")
+    card1 = Triage.from_dict(record["diagnoses"]["1"])
+    assert card1.cann_log_dir == str(tmp_path / "logs" / "cann" / "card1")
+    assert [f.key for f in card1.findings] == ["aicore_exception"]
+    assert card1.findings[0].file.endswith("plog-4242_20261202.log")
+    # The worker's own error is no known failure: shown as not recognised, not guessed at.
+    assert any("injected test fault on card 1" in text for u in card1.unrecognised for _, text in u.lines)
 
     card = dict(inference_show.glance({"headline": {}, "data": record}))
     assert card["card 0 diagnosis"] == rows[0]["diagnosis"]
+
+
+def test_a_launch_is_diagnosed_from_its_own_rank_logs(tmp_path):
+    """An earlier launch into the same folder left rank logs with another failure."""
+    ranks = tmp_path / "logs" / "ranks"
+    old = ranks / "none_a1" / "attempt_0" / "0" / "stderr.log"
+    new = ranks / "none_k3" / "attempt_0" / "1" / "stderr.log"
+    for path in (old, new):
+        path.parent.mkdir(parents=True)
+        path.write_text("RuntimeError: boom\n", encoding="utf-8")
+    started = time.time()
+    os.utime(old, (started - 86400, started - 86400))
+    torchrun_log = tmp_path / "logs" / "torchrun.log"
+    assert launch_logs(tmp_path, torchrun_log, started - 2) == [torchrun_log, new]
+
+
+def test_own_cann_log_folder_unless_the_user_chose_one(tmp_path):
+    assert own_cann_log_env(tmp_path, {}) == {"ASCEND_PROCESS_LOG_PATH": str(tmp_path)}
+    assert own_cann_log_env(tmp_path, {"ASCEND_PROCESS_LOG_PATH": "/var/log/mine"}) == {}
+    assert child_cann_log_dir({"ASCEND_PROCESS_LOG_PATH": str(tmp_path)}) == tmp_path
+
+
+def test_a_diagnosis_that_cannot_read_the_logs_is_a_note_not_a_lost_result(tmp_path, monkeypatch):
+    def unreadable(*args, **kwargs):
+        raise PermissionError("permission denied: plog")
+
+    monkeypatch.setattr(child_logs, "triage", unreadable)
+    found = Triage.from_dict(child_logs.diagnose([tmp_path], cann_dir=None, since=0.0))
+    assert not found.findings and "PermissionError: permission denied: plog" in found.notes[0]
 
 
 @pytest.fixture(scope="module")
@@ -84,8 +125,8 @@ def failed_training_report(tmp_path_factory):
     """``hyport report --only 04`` (2 steps, one process: the cheapest real launch) whose
     rank fails after step 1 with a real HCCL watchdog timeout replayed into its log."""
     out = tmp_path_factory.mktemp("failed-training-report")
-    env = {**os.environ, REPLAY_FAULT_ENV: f"1:0:{HCCL_TIMEOUT_LOG}",
-           "ASCEND_PROCESS_LOG_PATH": str(out / "no-cann-logs")}
+    env = {k: v for k, v in os.environ.items() if k != "ASCEND_PROCESS_LOG_PATH"}
+    env[REPLAY_FAULT_ENV] = f"1:0:{HCCL_TIMEOUT_LOG}"
     proc, run_dir = run_report_command(out, "--only", "04", "-p", "max_steps=2", "-p", "num_cards=1",
                                        "-p", "zero_stage=0", "-p", "gradient_checkpointing=false", env=env)
     return proc, run_dir
@@ -106,6 +147,8 @@ def test_a_failed_rank_is_diagnosed_in_the_result_and_the_report(failed_training
         else Path(found.root) / timeout.file
     assert timeout.text.strip() in log.read_text(encoding="utf-8").splitlines()[timeout.line - 1]
     assert "diagnosis: HCCL collective timed out" in data["why"]
+    # CANN's logs of the run were kept beside its other logs, and read from there.
+    assert found.cann_log_dir == str(Path(data["plan"]["output_dir"]) / "logs" / "cann")
 
     card = dict(train_show.glance(record))
     assert card["diagnosis"].startswith("HCCL collective timed out")

@@ -46,7 +46,8 @@ from hyport_lib.inference.params import Params
 from hyport_lib.inference.table import COLUMNS, GridProgress, GridResult, consistency, preview, scan_fallbacks
 from hyport_lib.models.generation_config import InferenceConfig
 from hyport_lib.models.tiny import TINY_MODEL_NAME, ensure_tiny_model
-from hyport_lib.triage import cann_log_dir, triage
+from hyport_lib.triage import Triage
+from hyport_lib.triage.child_logs import child_cann_log_dir, diagnose, own_cann_log_env
 from hyport_lib.processes import (
     Child, describe_exit, feed, finish, has_exited, kill_groups, last_exception, read_log_tail,
     reap_leftovers, start_child, stop_all,
@@ -84,6 +85,8 @@ class _Worker:
     card: int
     child: Child
     result_path: Path
+    cann_dir: Optional[Path] = None  # where CANN writes this worker's logs
+    started_at: float = 0.0  # time.time() at start: CANN logs older than this are not its own
 
     @property
     def proc(self):
@@ -129,11 +132,15 @@ def _launch(backend: Backend, card: int, spec: dict, log_dir: Path, timeout_s: f
     atomic_write_json(config_path, scrub_obj(spec, secrets_env))
     cmd = [sys.executable, "-m", "hyport_lib.inference.worker",
            "--config", "-", "--result", str(result_path), "--die-with-stdin"]
+    # CANN's logs of this card in a folder of its own (unless the user chose one), so that a
+    # failure is diagnosed from this card's logs, not from a neighbour's.
+    own_cann = own_cann_log_env(log_dir / "cann" / f"card{card}", {**os.environ, **(extra_env or {})})
+    env = _worker_env(backend, card, spec.get("num_threads"), {**own_cann, **(extra_env or {})})
+    started_at = time.time()
     child = start_child(
-        cmd, env=_worker_env(backend, card, spec.get("num_threads"), extra_env),
-        log_path=log_path, payload=json.dumps(spec, default=str).encode() + b"\n",
+        cmd, env=env, log_path=log_path, payload=json.dumps(spec, default=str).encode() + b"\n",
         timeout_s=timeout_s, name=f"card {card}")
-    return _Worker(card, child, result_path)
+    return _Worker(card, child, result_path, child_cann_log_dir(env), started_at)
 
 
 def _row_for(worker: _Worker, timed_out: bool, timeout_s: float, device: str,
@@ -187,12 +194,11 @@ def _row_for(worker: _Worker, timed_out: bool, timeout_s: float, device: str,
     if reason:
         row["error"] = scrub_text(reason, secrets_env) + (f"\n{tail}" if tail and status != "ok" else "")
     if status != "ok":
-        # The card's own log, and the CANN logs written since its worker started.
-        logs = [p for p in (worker.child.log_path,) if p and Path(p).exists()]
-        found = triage(logs, cann_log_dir=cann_log_dir(os.environ),
-                       since=time.time() - wall - 5)
-        raw["diagnosis"] = found.to_dict()
-        row["diagnosis"] = found.summary_line()
+        # The card's own log, and its CANN logs written since it started (a margin for the
+        # file system's clock granularity).
+        raw["diagnosis"] = diagnose([worker.child.log_path], cann_dir=worker.cann_dir,
+                                    since=worker.started_at - 2)
+        row["diagnosis"] = Triage.from_dict(raw["diagnosis"]).summary_line()
     raw.setdefault("card", worker.card)
     raw["returncode"] = rc
     return row, raw

@@ -40,7 +40,7 @@ from hyport_lib.train.ownership import check_foreign, lock_output_dir, release_o
 from hyport_lib.train.preflight import LaunchPlan
 from hyport_lib.train.result import RESULT_FILE, TrainProgress, TrainResult
 from hyport_lib.train.smoke_data import write_smoke_dataset
-from hyport_lib.triage import cann_log_dir, triage
+from hyport_lib.triage.child_logs import child_cann_log_dir, diagnose, own_cann_log_env
 from hyport_lib.utils.disk import disk_full_error
 from hyport_lib.utils.files import atomic_write_json, atomic_write_text, ensure_writable
 from hyport_lib.utils.redact import child_environ, scrub_obj
@@ -77,6 +77,8 @@ def _environment(plan: LaunchPlan) -> dict[str, str]:
         # Local folders only: nothing is downloaded at run time.
         "HF_HUB_OFFLINE": os.environ.get("HF_HUB_OFFLINE", "1"),
     }
+    # CANN's logs of this run beside its other logs (unless the user chose a folder).
+    extra.update(own_cann_log_env(_own_cann_dir(Path(plan.output_dir))))
     if plan.device_kind == "cpu":
         extra["DS_ACCELERATOR"] = "cpu"  # skip DeepSpeed's accelerator probe
         cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
@@ -204,9 +206,12 @@ def collect(plan: LaunchPlan, code: Optional[int], wall_s: float, timed_out: boo
             reason = f"{full.strerror}; {reason}"
     diagnosis = None
     if status in ("failed", "timeout"):
-        # Only the CANN logs written during this launch (a margin for clock granularity).
-        diagnosis = triage([out / "logs"], cann_log_dir=cann_log_dir(os.environ),
-                           since=time.time() - wall_s - 5).to_dict()
+        # This launch's logs only: torchrun's (rewritten at each launch), the rank logs it
+        # wrote (an earlier launch into the folder left its own), and the CANN logs written
+        # since it started (a margin for the file system's clock granularity).
+        started_at = time.time() - wall_s - 2
+        diagnosis = diagnose(launch_logs(out, plan.log_path, started_at),
+                             cann_dir=child_cann_log_dir(_cann_environ(out)), since=started_at)
     checkpoints = [{"path": str(c.path), "step": c.step, "complete": c.complete,
                     "why_incomplete": c.why_incomplete} for c in list_checkpoints(out)]
     return TrainResult(
@@ -270,6 +275,30 @@ def _read_json(path: Path) -> dict:
     except (OSError, json.JSONDecodeError):
         return {}
     return value if isinstance(value, dict) else {}
+
+
+def launch_logs(out: Path, log_path: os.PathLike, started_at: float) -> list[Path]:
+    """The logs one launch into ``out`` wrote: torchrun's own (``log_path``, rewritten at
+    each launch) and the rank logs modified since ``started_at``; an earlier launch into
+    the same folder left rank logs of its own, which must not be blamed for this one."""
+    ranks = [p for p in sorted((out / "logs" / "ranks").rglob("*.log")) if _mtime(p) >= started_at]
+    return [Path(log_path), *ranks]
+
+
+def _own_cann_dir(out: Path) -> Path:
+    return out / "logs" / "cann"
+
+
+def _cann_environ(out: Path) -> dict[str, str]:
+    """The CANN log variable as the workers of a launch into ``out`` had it."""
+    return {**os.environ, **own_cann_log_env(_own_cann_dir(out))}
+
+
+def _mtime(path: Path) -> float:
+    try:
+        return path.stat().st_mtime
+    except OSError:
+        return 0.0
 
 
 def _size(path: str) -> int:

@@ -1,0 +1,61 @@
+"""Where the processes hyport starts write CANN's logs, so that triage reads only theirs.
+
+CANN writes its logs (``plog-<pid>_<time>.log``, ``device-<id>_...``) under
+``$ASCEND_PROCESS_LOG_PATH``, by default ``~/ascend/log``: one folder for every job of
+the user. Inference cards run side by side, and other jobs share the host, so reading
+that folder after a failure could blame one card for another's error. hyport therefore
+gives each worker (each inference card, each training launch) a folder of its own
+beside its other logs, where the run keeps it, unless the user chose a folder by
+setting the variable: that choice is kept, and triage then reads it limited to the
+files written since the worker started.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Mapping, Optional
+
+from hyport_lib.triage.discovery import cann_log_dir
+from hyport_lib.triage.model import Triage
+from hyport_lib.triage.scan import triage
+
+CANN_LOG_VAR = "ASCEND_PROCESS_LOG_PATH"
+
+
+def own_cann_log_env(folder: os.PathLike, environ: Optional[Mapping[str, str]] = None) -> dict[str, str]:
+    """``{ASCEND_PROCESS_LOG_PATH: folder}`` for a child's environment, or ``{}`` when the
+    user set the variable (their folder is kept)."""
+    environ = os.environ if environ is None else environ
+    if (environ.get(CANN_LOG_VAR) or "").strip():
+        return {}
+    return {CANN_LOG_VAR: str(folder)}
+
+
+def child_cann_log_dir(child_environ: Mapping[str, str]) -> Optional[Path]:
+    """The folder a child started with ``child_environ`` writes CANN's logs to; None when
+    it cannot be told (no variable and no home folder)."""
+    try:
+        return cann_log_dir(child_environ)
+    except RuntimeError:  # Path.home() without HOME and without a passwd entry
+        return None
+
+
+def diagnose(paths, *, cann_dir: Optional[Path], since: float) -> dict:
+    """:func:`~hyport_lib.triage.scan.triage` of a failed worker's logs, as a record
+    (``Triage.to_dict()``); never raises.
+
+    A stage calls this after a card or rank failed, with its results still to write:
+    whatever goes wrong while reading the logs (a folder that vanished, a permission) is
+    kept as the diagnosis' note, and the stage records its result anyway.
+
+    Args:
+        paths: the worker's own log files and folders; those that do not exist are left out.
+        cann_dir: the worker's CANN log folder (see :func:`child_cann_log_dir`); None: none.
+        since: seconds since the epoch when the worker started; older CANN logs are not read.
+    """
+    existing = [Path(p) for p in paths if p and Path(p).exists()]
+    try:
+        return triage(existing, cann_log_dir=cann_dir, since=since).to_dict()
+    except Exception as exc:  # a diagnosis must never cost the stage its results
+        return Triage(notes=[f"the logs could not be read for a diagnosis: {type(exc).__name__}: {exc}"]).to_dict()
