@@ -6,6 +6,7 @@ terms, a system prompt through the chat template, and the first-batch listing.""
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -102,8 +103,8 @@ def test_detection_reads_the_tags_of_the_first_record_and_says_what_it_chose(tmp
 
 
 def test_what_detection_cannot_tell_is_one_line_naming_the_record(tmp_path):
-    with pytest.raises(ValueError, match=r"^dataset_format='auto': record 0 has keys 'question', 'answer': not "
-                                         r"alpaca .*set dataset_format and dataset_columns$"):
+    with pytest.raises(ValueError, match=r"^dataset .*a.json: dataset_format='auto': record 0 has keys 'question', "
+                                         r"'answer': not alpaca .*set dataset_format and dataset_columns$"):
         load_dataset(write_records([{"question": "q", "answer": "a"}], tmp_path / "a.json"))
     both = [{"conversations": [], "messages": []}]
     with pytest.raises(ValueError, match="record 0 has both 'conversations' and 'messages'"):
@@ -362,3 +363,219 @@ def test_the_plan_says_how_the_dataset_was_read_and_skips_bad_records_by_positio
            "speaker/text; client/clerk)" in plan.notes
     assert plan.worker_spec()["dataset_path"] == str(DATA / "dataset_info.json")
     assert not (tmp_path / "out").exists()  # the plan wrote nothing
+
+
+# --- review findings: LLaMA-Factory's reading of dataset_info.json, odd values, detection ---
+
+
+def _info_copy(tmp_path, entries: dict) -> Path:
+    """The sample folder copied, with ``entries`` added to its dataset_info.json."""
+    copy = shutil.copytree(DATA, tmp_path / "data")
+    info = copy / "dataset_info.json"
+    info.write_text(json.dumps({**json.loads(info.read_text()), **entries}))
+    return info
+
+
+def test_an_entry_with_columns_or_tags_reads_only_the_names_it_gives(tmp_path):
+    """As LLaMA-Factory's DatasetAttr.join: a ``columns`` (``tags``) object replaces all the
+    defaults, so a name it leaves out is not read; a needed one is refused in one line."""
+    openai_tags = {"role_tag": "role", "content_tag": "content", "user_tag": "user", "assistant_tag": "assistant"}
+    info = _info_copy(tmp_path, {
+        "no_query": {"file_name": "alpaca.json", "columns": {"prompt": "instruction", "response": "output"}},
+        "partial_tags": {"file_name": "sharegpt_user_assistant.json", "formatting": "sharegpt",
+                         "tags": {"user_tag": "user", "assistant_tag": "assistant"}},
+        "no_messages": {"file_name": "sharegpt_user_assistant.json", "formatting": "sharegpt",
+                        "columns": {"system": "system"}},
+        "no_response": {"file_name": "alpaca.json", "columns": {"prompt": "instruction"}},
+        "no_system_tag": {"file_name": "openai_messages.json", "formatting": "sharegpt",
+                          "columns": {"messages": "messages"}, "tags": openai_tags}})
+    report = load_dataset(info, options=DatasetOptions(entry="no_query"))
+    assert report.records[1].turns[0] == ("user", "Add the two numbers.")  # its input "3 and 4" is not read
+    assert report.layout.describe() == "alpaca (instruction/output)"
+    for entry, said in (("partial_tags", "tags.role_tag: not named (LLaMA-Factory reads no role without it)"),
+                        ("no_messages", "columns.messages: not named (LLaMA-Factory reads no turns without it)"),
+                        ("no_response", "columns.response: not named (LLaMA-Factory reads no answer")):
+        with pytest.raises(ValueError) as caught:
+            load_dataset(info, options=DatasetOptions(entry=entry))
+        assert f"entry {entry!r}, {said}" in str(caught.value) and "\n" not in str(caught.value)
+    # no system_tag: a leading system turn is no role LLaMA-Factory reads (it skips the record)
+    problems = load_dataset(info, options=DatasetOptions(entry="no_system_tag")).problems
+    assert [(p.index, p.field, p.kind) for p in problems] == [(0, "messages[0].role", "unknown_role")]
+    assert "no system_tag is named" in problems[0].message
+
+
+def test_a_value_that_is_not_text_is_not_called_empty(tmp_path):
+    records = [{"messages": [{"role": "user", "content": 42}, {"role": "assistant", "content": {"text": "a"}}]},
+               {"messages": [{"role": "system", "content": 5}, {"role": "user", "content": "q"},
+                             {"role": "assistant", "content": "a"}]},
+               {"messages": [{"role": "user", "content": "q"},
+                             {"role": "assistant", "content": None, "tool_calls": [{"function": {"name": "f"}}]}]}]
+    problems = load_dataset(write_records(records, tmp_path / "m.json")).problems
+    assert [(str(p), p.kind) for p in problems] == [
+        ("record 0, messages[0].content: expected text, got int", "not_text"),
+        ("record 0, messages[1].content: expected text, got dict", "not_text"),
+        ("record 1, messages[0].content: expected text, got int", "not_text"),
+        ("record 2, messages[1].tool_calls: tool calls are not supported (hyport's smoke training learns text "
+         "answers)", "not_text")]
+    history = [{"instruction": "q", "output": "a", "history": [[1, "  "]]}]
+    problems = load_dataset(write_records(history, tmp_path / "h.json")).problems
+    assert [(str(p), p.kind) for p in problems] == [("record 0, history[0][0]: expected text, got int", "not_text"),
+                                                    ("record 0, history[0][1]: empty or missing text", "empty_value")]
+
+
+def test_one_record_that_does_not_tell_the_format_is_its_own_problem(tmp_path, monkeypatch):
+    from hyport_lib.train import dataset as dataset_module
+
+    good = {"id": "b", "conversations": [{"from": "human", "value": "q"}, {"from": "gpt", "value": "a"}]}
+    report = load_dataset(write_records([{"id": "a"}, {"id": "c", "conversations": None}, good], tmp_path / "a.json"))
+    assert report.layout.chosen_by.startswith("detected from record 2") and report.layout.format == "sharegpt"
+    assert [str(p) for p in report.problems] == ["record 0 (id 'a'), conversations: missing",
+                                                 "record 1 (id 'c'), conversations: missing"]
+    assert [r.record_id for r in report.records] == ["b"]
+    # none tells it: one line naming the file and the first record's keys
+    path = write_records([{"question": "q"}, {"question": "r"}], tmp_path / "b.jsonl")
+    with pytest.raises(ValueError, match=r"b.jsonl: dataset_format='auto': record 0 has keys 'question': not "
+                                         r"alpaca .* \(nor does any of the other 1 records\)$"):
+        load_dataset(path)
+    # ... and detection looks at a bounded number of records
+    monkeypatch.setattr(dataset_module, "DETECT_LIMIT", 3)
+    path = write_records([{"question": "q"}] * 5 + [ALPACA[0]], tmp_path / "c.jsonl")
+    with pytest.raises(ValueError, match=r"\(nor does any of the first 3 records\)$"):
+        load_dataset(path)
+
+
+def test_alpaca_records_may_have_ids(tmp_path):
+    records = [{"id": "q1", **ALPACA[0]}, {"id": "q2", **ALPACA[1]}, {"id": "q1", **ALPACA[2]}]
+    report = load_dataset(write_records(records, tmp_path / "a.parquet"))
+    assert [r.record_id for r in report.records] == ["q1", "q2"]
+    assert [str(p) for p in report.problems] == ["record 2 (id 'q1'), id: id 'q1' is already used by record 0"]
+
+
+def test_the_folder_of_a_dataset_info_json_is_a_dataset_path_with_dataset(tmp_path):
+    assert Params(dataset_path=str(DATA), dataset="calc_alpaca").dataset_path == str(DATA)
+    (tmp_path / "empty").mkdir()
+    for values, said in ((dict(dataset_path=str(DATA)), f"dataset_path={str(DATA)!r} is a folder: give the data "
+                                                        "file itself"),
+                         (dict(dataset_path=str(tmp_path / "empty"), dataset="x"), "a folder without a "
+                                                                                    "dataset_info.json"),
+                         (dict(dataset_path="/nope.json"), "dataset_path='/nope.json': no such file")):
+        with pytest.raises(ParameterError) as caught:
+            Params(**values)
+        assert said in str(caught.value), str(caught.value)
+
+
+def test_an_openai_entry_says_where_llama_factory_changes_the_system_prompt(tmp_path):
+    info = _info_copy(tmp_path, {"as_openai": {"file_name": "openai_messages.json", "formatting": "openai",
+                                               "columns": {"messages": "messages"},
+                                               "tags": {"role_tag": "role", "content_tag": "content",
+                                                        "user_tag": "user", "assistant_tag": "assistant",
+                                                        "system_tag": "system"}}})
+    report = load_dataset(info, options=DatasetOptions(entry="as_openai"))
+    assert _read(report) == EXPECTED["openai"]  # the system prompts as written
+    assert "'detailed thinking off'" in report.layout.caveat
+    assert load_dataset(info, options=DatasetOptions(entry="openai_like")).layout.caveat is None
+
+
+#: Gemma-2's way: a system message raises (content parts as the tiny VLM's processor gets them).
+SYSTEM_REFUSED = ("{% for m in messages %}{% if m['role'] == 'system' %}{{ raise_exception('System role not "
+                  "supported') }}{% endif %}<|im_start|>{{ m['role'] }}\n{% for p in m['content'] %}"
+                  "{% if p['type'] == 'text' %}{{ p['text'] }}{% endif %}{% endfor %}<|im_end|>\n{% endfor %}"
+                  "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+
+
+@pytest.fixture
+def own_processor():
+    """A processor of its own (a test changes its chat template)."""
+    from hyport_lib.models.loading import load_processor
+    from hyport_lib.models.tiny import ensure_tiny_model
+
+    return load_processor(ensure_tiny_model())
+
+
+def _set_template(loaded, template: str) -> None:
+    for holder in {id(loaded.processor): loaded.processor, id(loaded.tokenizer): loaded.tokenizer}.values():
+        holder.chat_template = template
+
+
+def test_a_template_that_refuses_a_system_role_gets_the_system_prompt_in_the_first_user_turn(own_processor):
+    from hyport_lib.train.samples import IGNORE_INDEX, encode_records, system_prompt_note, system_role_refused
+
+    _set_template(own_processor, SYSTEM_REFUSED)
+    assert "System role not supported" in system_role_refused(own_processor)
+    records = load_dataset(DATA / "openai_messages.json").records
+    samples, problems = encode_records(records, own_processor, 256)
+    assert not problems and len(samples) == 3
+    text = own_processor.tokenizer.decode(samples[0].input_ids)
+    assert text.startswith(f"<|im_start|>user\n{records[0].system}\n\n{records[0].turns[0][1]}<|im_end|>")
+    labelled = own_processor.tokenizer.decode([t for t, l in zip(samples[0].input_ids, samples[0].labels)
+                                               if l != IGNORE_INDEX])
+    assert labelled == f"{records[0].turns[1][1]}<|im_end|>\n"
+    note = system_prompt_note(own_processor, records)
+    assert note.startswith("1 record(s) carry a system prompt (messages[0].content), but ") and \
+        "refuses a system message (TemplateError: System role not supported)" in note
+    # a template that fails on every record is each record's encode_failed, named in its own field
+    _set_template(own_processor, "{{ raise_exception('no template for you') }}")
+    assert system_role_refused(own_processor) is None
+    alpaca = load_dataset(DATA / "alpaca.json").records
+    samples, problems = encode_records(alpaca, own_processor, 256)
+    assert not samples and [(p.field, p.kind) for p in problems] == [
+        ("instruction/output", "encode_failed"), ("instruction/input/output", "encode_failed"),
+        ("history/instruction/output", "encode_failed")]
+    assert problems[0].message == "TemplateError: no template for you"
+
+
+def test_too_long_names_the_formats_fields_and_a_huge_system_prompt_is_never_tokenised(processor, monkeypatch):
+    from dataclasses import replace
+
+    from hyport_lib.train.samples import Encoder
+
+    alpaca = load_dataset(DATA / "alpaca.json").records[0]
+    openai = load_dataset(DATA / "openai_messages.json").records[0]  # its system prompt is a system turn
+    for record, field in ((openai, "messages"), (alpaca, "instruction/output")):
+        _, problem = Encoder(processor, 32, "drop").encode(replace(record, turns=[("user", "q"),
+                                                                                 ("assistant", "a " * 400)]))
+        assert (problem.kind, problem.field) == ("too_long", field), problem
+    encoder = Encoder(processor, 32)
+    tokenised: list[int] = []
+    real_call = encoder._call
+    monkeypatch.setattr(encoder, "_call", lambda text, *a, **k: tokenised.append(len(text)) or real_call(text, *a, **k))
+    sample, problem = encoder.encode(replace(alpaca, system="S" * (encoder.max_chars + 1)))
+    assert sample is None and (problem.kind, problem.field) == ("too_long", "system")
+    assert "the system prompt alone is more than max_seq_len=32 tokens" in problem.message
+    assert tokenised == []  # refused before anything was tokenised
+    for overflow in ("truncate", "drop"):
+        _, problem = Encoder(processor, 32, overflow).encode(replace(openai, system="S" * (encoder.max_chars + 1)))
+        assert (problem.kind, problem.field) == ("too_long", "messages[0].content")
+
+
+def test_the_plan_notes_a_folded_system_prompt_and_the_openai_entrys_difference(tmp_path, monkeypatch):
+    from hyport_lib.backend import get_backend
+    from hyport_lib.train import samples
+    from hyport_lib.train.preflight import prepare
+
+    tags = {"role_tag": "role", "content_tag": "content", "user_tag": "user", "assistant_tag": "assistant",
+            "system_tag": "system"}
+    info = _info_copy(tmp_path, {"as_openai": {"file_name": "openai_messages.json", "formatting": "openai",
+                                               "columns": {"messages": "messages"}, "tags": tags}})
+    # as if the tiny model's chat template refused a system message (Gemma-2's does)
+    monkeypatch.setattr(samples, "system_role_refused", lambda loaded: "refuses a system message (stand-in)")
+    plan = prepare(Params(dataset_path=str(info), dataset="as_openai", output_dir=str(tmp_path / "out")),
+                   get_backend("cpu"))
+    path = tmp_path / "data" / "openai_messages.json"
+    assert f"dataset {path}: formatting 'openai': LLaMA-Factory appends 'detailed thinking off' to every " \
+           "system prompt" in "\n".join(plan.notes)
+    assert any(n.startswith("1 record(s) carry a system prompt (messages[0].content), but ") and
+               "refuses a system message (stand-in): each is put at the start of the record's first user turn"
+               in n for n in plan.notes), plan.notes
+
+
+def test_a_column_set_to_none_is_not_read_as_in_dataset_info_json():
+    alpaca = str(DATA / "alpaca.json")
+    params = Params(dataset_path=alpaca, dataset_columns={"query": None})
+    report = load_dataset(params.dataset_path, options=params.dataset_options)
+    assert report.records[1].turns[0] == ("user", "Add the two numbers.")  # its input is not read
+    for columns, said in (({"response": None}, "dataset_columns['response']=None: it holds the answer"),
+                          ({"prompt": None, "query": None}, "['query'] are both None"),
+                          ({"prompt": 5}, "dataset_columns['prompt']=5: expected a column name (or None")):
+        with pytest.raises(ParameterError, match=re.escape(said)):
+            Params(dataset_path=alpaca, dataset_columns=columns)

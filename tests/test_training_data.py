@@ -294,3 +294,27 @@ def test_seed_records_without_ids_are_named_by_position_unless_the_file_uses_ids
     report = load_dataset(_write(tmp_path, [{"conversations": text}, {"id": "b", "conversations": text}]))
     assert [r.record_id for r in report.records] == ["b"]
     assert [(p.index, p.kind, p.field) for p in report.problems] == [(0, "missing_id", "id")]
+
+
+def test_a_problem_message_is_bounded_whatever_the_value_it_quotes(tmp_path):
+    huge = "x" * 1_000_000
+    record = {"id": "i" * 500, "image": huge,
+              "conversations": [{"from": "human", "value": "<image>hi"}, {"from": "gpt", "value": "y"}]}
+    (problem,) = load_dataset(_write(tmp_path, [record])).problems
+    assert problem.kind == "image_missing" and "not a usable path (File name too long)" in problem.message
+    assert len(problem.message) <= 240 and len(str(problem)) < 400
+
+
+def test_every_file_type_without_records_says_so(tmp_path):
+    for name, text in (("empty.json", "[]"), ("blank.json", " [ ]\n"), ("empty.jsonl", "\n\n")):
+        (tmp_path / name).write_text(text)
+        with pytest.raises(ValueError, match=rf"dataset .*{name}: holds no records"):
+            load_dataset(tmp_path / name)
+
+
+def test_a_broken_json_lines_line_is_placed_on_its_own_line(tmp_path):
+    (tmp_path / "cut.jsonl").write_text('{"instruction": "a", "output": "b"}\n{"instruction": "abc", "output": \n'
+                                        '{"instruction": "a\x01", "output": "b"}\n')
+    problems = load_dataset(tmp_path / "cut.jsonl").problems
+    assert [str(p) for p in problems] == ["record 1, line 2: not JSON (Expecting value; column 34)",
+                                          "record 2, line 3: not JSON (Invalid control character at; column 19)"]

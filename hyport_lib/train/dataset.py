@@ -30,10 +30,17 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
+from hyport_lib.train.dataset_convert import convert, image_column, record_id_of
 from hyport_lib.train.dataset_files import iter_raw
-from hyport_lib.train.dataset_formats import (IMAGE_PLACEHOLDER, DatasetLayout, DatasetOptions, convert,
-                                              image_column, record_id_of, resolve_layout)
+from hyport_lib.train.dataset_formats import (DETECT_LIMIT, IMAGE_PLACEHOLDER, DatasetLayout, DatasetOptions,
+                                              UndetectedFormat, resolve_layout)
 from hyport_lib.train.dataset_info import read_entry
+
+#: A problem's message is cut to this many characters (it may quote a value of any size).
+MAX_MESSAGE_CHARS = 240
+#: A record id is shown cut to this many characters.
+MAX_ID_CHARS = 80
+
 
 @dataclass(frozen=True)
 class Problem:
@@ -42,7 +49,7 @@ class Problem:
     Attributes:
         index: position of the record in the file (0-based; JSON Lines: line - 1, blank
             lines not counted; parquet: the row).
-        record_id: its id (None when it has none: alpaca records never do).
+        record_id: its id (None when it has none).
         field: where in the record, in the format's own terms, e.g.
             ``conversations[2].from``, ``messages[1].content``, ``output``, ``history[0][1]``.
         kind: a stable name: ``not_json``, ``not_object``, ``missing_id``, ``duplicate_id``,
@@ -51,7 +58,8 @@ class Problem:
             ``not_text``, ``bad_history``, ``no_answer``, ``image_in_answer``,
             ``image_in_system``, ``image_count``, ``image_missing``, ``image_unreadable``,
             ``too_long``, ``encode_failed``, ``not_applicable``.
-        message: one line a user can act on.
+        message: one line a user can act on (cut to :data:`MAX_MESSAGE_CHARS`: it may
+            quote a value of any size, e.g. a 30-million-character image path).
     """
 
     index: int
@@ -60,8 +68,14 @@ class Problem:
     kind: str
     message: str
 
+    def __post_init__(self):
+        if len(self.message) > MAX_MESSAGE_CHARS:
+            object.__setattr__(self, "message", self.message[:MAX_MESSAGE_CHARS - 3] + "...")
+
     def __str__(self) -> str:
-        who = f"record {self.index}" + (f" (id {self.record_id!r})" if self.record_id is not None else "")
+        shown = self.record_id if self.record_id is None or len(self.record_id) <= MAX_ID_CHARS else \
+            self.record_id[:MAX_ID_CHARS] + "..."
+        who = f"record {self.index}" + (f" (id {shown!r})" if shown is not None else "")
         return f"{who}, {self.field}: {self.message}"
 
     def to_dict(self) -> dict:
@@ -78,6 +92,11 @@ class Record:
         turns: ``(role, text)`` with role ``user`` / ``assistant``, alternating, user first.
         images: absolute paths, one per ``<image>`` in the user turns, in order.
         system: the system prompt (rendered by the chat template before the turns), or None.
+        text_field: the field(s) holding the turns, in the format's terms (``conversations``,
+            ``messages``, ``instruction/input/output``): what a problem of the whole
+            record (too long, refused by the processor) names.
+        system_field: where the system prompt is (``system``, ``messages[0].content``).
+        image_field: the images column (``image``, ``images``).
     """
 
     index: int
@@ -85,6 +104,9 @@ class Record:
     turns: list[tuple[str, str]]
     images: list[str] = field(default_factory=list)
     system: Optional[str] = None
+    text_field: str = "conversations"
+    system_field: str = "system"
+    image_field: str = "image"
 
 
 @dataclass
@@ -162,18 +184,8 @@ def load_dataset(path: os.PathLike, image_root: Optional[os.PathLike] = None, ch
     problems: list[Problem] = []
     seen_ids: dict[str, int] = {}
     without_id: list[int] = []  # records with no id: a problem only where other records have one
-    total = 0
-    for index, (value, unreadable) in enumerate(iter_raw(data_file)):
-        total += 1
-        if unreadable is not None:
-            problems.append(Problem(index, None, unreadable[0], "not_json", unreadable[1]))
-            continue
-        if layout is None and isinstance(value, dict):
-            layout = resolve_layout(options, (index, value))
-        if layout is None or not isinstance(value, dict):
-            problems.append(Problem(index, None, "(record)", "not_object",
-                                    f"expected a JSON object, got {type(value).__name__}"))
-            continue
+
+    def read(index: int, value: dict) -> None:
         found, record = validate_record(index, value, layout, root, check_images)
         has_id, record_id = record_id_of(value, layout)
         if not has_id and layout.columns.get("id"):
@@ -183,9 +195,42 @@ def load_dataset(path: os.PathLike, image_root: Optional[os.PathLike] = None, ch
                                  f"id {record_id!r} is already used by record {seen_ids[record_id]}"))
         elif record_id is not None:
             seen_ids[record_id] = index
-        problems += found
+        problems.extend(found)
         if not found:
             records.append(record)
+
+    # auto: records whose keys do not tell the format wait (at most DETECT_LIMIT) for one
+    # that does, and are then read in its layout: one malformed first record is that
+    # record's problem, not the whole file's.
+    undetected: list[tuple[int, dict]] = []
+    first_failure: Optional[UndetectedFormat] = None
+    total = 0
+    for index, (value, unreadable) in enumerate(iter_raw(data_file)):
+        total += 1
+        if unreadable is not None:
+            problems.append(Problem(index, None, unreadable[0], "not_json", unreadable[1]))
+            continue
+        if not isinstance(value, dict):
+            problems.append(Problem(index, None, "(record)", "not_object",
+                                    f"expected a JSON object, got {type(value).__name__}"))
+            continue
+        if layout is None:
+            try:
+                layout = resolve_layout(options, (index, value))
+            except UndetectedFormat as exc:
+                first_failure = first_failure or exc
+                undetected.append((index, value))
+                if len(undetected) >= DETECT_LIMIT:
+                    raise ValueError(f"dataset {data_file}: {first_failure} (nor does any of the first "
+                                     f"{DETECT_LIMIT} records)") from None
+                continue
+            for waiting in undetected:
+                read(*waiting)
+            undetected = []
+        read(index, value)
+    if undetected:
+        others = f" (nor does any of the other {len(undetected) - 1} records)" if len(undetected) > 1 else ""
+        raise ValueError(f"dataset {data_file}: {first_failure}{others}")
     if layout is None:  # no record is an object: still say what the file would be read as
         layout = resolve_layout(options, None) if options.format != "auto" else None
     if layout is not None and without_id and (seen_ids or "id" in options.columns):
@@ -209,14 +254,15 @@ def validate_record(index: int, value: dict, layout: DatasetLayout, image_root: 
 
     if has_id and record_id is None:
         problem(layout.columns["id"], "missing_id", "missing or empty id")
-    turns, system = convert(value, layout, problem)
+    content = convert(value, layout, problem)
     raw_images, column = image_column(value, layout, problem)
     images = _check_images(raw_images, column, image_root, problem, check_images)
-    placeholders = sum(text.count(IMAGE_PLACEHOLDER) for role, text in turns if role == "user")
+    placeholders = sum(text.count(IMAGE_PLACEHOLDER) for role, text in content.turns if role == "user")
     if images is not None and placeholders != len(images):
         problem(column, "image_count", f"{placeholders} {IMAGE_PLACEHOLDER} placeholder(s) in the "
                                        f"user turns but {len(images)} image(s)")
-    return problems, Record(index, record_id or f"#{index}", turns, images or [], system)
+    return problems, Record(index, record_id or f"#{index}", content.turns, images or [], content.system,
+                            content.text_field, content.system_field, column)
 
 
 def _check_images(raw: Any, column: str, image_root: Path, problem, check: bool) -> Optional[list[str]]:
@@ -234,7 +280,9 @@ def _check_images(raw: Any, column: str, image_root: Path, problem, check: bool)
         try:
             found, exists = path.is_file(), path.exists()
         except (OSError, ValueError) as exc:  # a name too long, a NUL byte: not a file either
-            problem(where, "image_missing", f"{entry!r:.80}: not a usable path ({exc})")
+            # (the exception's own text repeats the whole path, whatever its length)
+            why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)[:80]
+            problem(where, "image_missing", f"{entry!r:.80}: not a usable path ({why})")
             continue
         if not found:
             what = ("a folder, not an image file" if path.is_dir() else
@@ -245,7 +293,7 @@ def _check_images(raw: Any, column: str, image_root: Path, problem, check: bool)
         if check:
             reason = _unreadable(path)
             if reason:
-                problem(where, "image_unreadable", f"{entry!r}: not a readable image ({reason})")
+                problem(where, "image_unreadable", f"{entry!r:.200}: not a readable image ({reason})")
                 continue
         images.append(str(path))
     return images if len(images) == len(entries) else None

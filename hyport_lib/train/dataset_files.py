@@ -107,6 +107,8 @@ def _read_json_list(path: Path) -> list:
     except RecursionError:
         raise ValueError(f"dataset {path}: nested too deeply to read (arrays or objects inside "
                          f"each other beyond Python's recursion limit); a record is a flat object") from None
+    if isinstance(data, list) and not data:
+        raise ValueError(f"dataset {path}: holds no records (an empty JSON list)")
     return list(data)
 
 
@@ -132,13 +134,13 @@ def _iter_json_lines(path: Path) -> Iterator[tuple[Any, Unreadable]]:
             for number, line in enumerate(fh, 1):
                 if not line.strip():
                     continue
-                try:
-                    value, problem = _loads(line), None
+                try:  # without its line break: a column past the end is said as on this line
+                    value, problem = _loads(line.rstrip("\r\n")), None
                 except (_NotJsonConstant, RecursionError) as exc:
                     why = str(exc) if isinstance(exc, _NotJsonConstant) else "nested too deeply to read"
                     value, problem = None, (f"line {number}", f"not JSON ({why})")
                 except json.JSONDecodeError as exc:
-                    value, problem = None, (f"line {number}", f"not JSON ({exc.msg} at column {exc.colno})")
+                    value, problem = None, (f"line {number}", f"not JSON ({exc.msg}; column {exc.colno})")
                 if problem is not None and count == 0 and line.lstrip().startswith("{"):
                     error = _one_object_error(path)
                     if error is not None:

@@ -5,7 +5,8 @@ Three formats, each turned into hyport's :class:`~hyport_lib.train.dataset.Recor
 
 * **alpaca**: ``instruction`` and ``input`` (joined by a newline) are the prompt,
   ``output`` the answer; optional ``system`` and ``history`` (a list of
-  ``[query, response]`` pairs, earlier turns whose answers are learned too).
+  ``[query, response]`` pairs, earlier turns whose answers are learned too), and an
+  ``id`` when the file has one.
 * **sharegpt**: a list of turns (column ``conversations``), each ``{"from": tag,
   "value": text}`` with tags ``human`` / ``gpt`` (any other names through the tags:
   ``user`` / ``assistant`` are common); a system prompt as a first turn tagged
@@ -20,21 +21,20 @@ unless a column is named), one per ``<image>`` placeholder in the user turns.
 :class:`DatasetOptions` is what the user asked for (``dataset_format``,
 ``dataset_columns``, ``dataset_tags``); :func:`resolve_layout` makes the
 :class:`DatasetLayout` every record is read with, detecting an ``auto`` format from the
-first record and saying what it chose. Problems are reported through a
-``problem(field, kind, message)`` callback, with the field in the format's own terms
-(``output``, ``history[1][0]``, ``messages[2].role``).
+first record whose keys tell it and saying what it chose. Reading one record in a
+layout is :mod:`hyport_lib.train.dataset_convert`.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Optional
+from typing import Any, Mapping, Optional
 
 IMAGE_PLACEHOLDER = "<image>"
 FORMATS = ("alpaca", "sharegpt", "openai")
 FORMAT_CHOICES = ("auto",) + FORMATS
-ALPACA_COLUMNS = ("prompt", "query", "response", "history", "system", "images")
 #: ``id`` is hyport's own addition (LLaMA-Factory has none): it names records in problems.
+ALPACA_COLUMNS = ("prompt", "query", "response", "history", "system", "images", "id")
 MESSAGE_COLUMNS = ("messages", "system", "images", "id")
 TAG_NAMES = ("role_tag", "content_tag", "user_tag", "assistant_tag", "system_tag",
              "observation_tag", "function_tag")
@@ -47,13 +47,16 @@ UNSUPPORTED_COLUMNS = {
     "videos": "videos (hyport trains on text and images)",
     "audios": "audio (hyport trains on text and images)",
 }
+#: Columns that cannot be None in ``dataset_columns`` (None: a column not read, as in
+#: dataset_info.json), and what they hold.
+NEEDED_COLUMNS = {"response": "it holds the answer", "messages": "it holds the turns"}
 #: The images column when none is named: LLaMA-Factory's ``images`` or the seed's ``image``.
 DEFAULT_IMAGE_COLUMNS = ("images", "image")
 
 #: Column and tag names of each format when read directly (``dataset_format``).
 DIRECT_COLUMNS = {
     "alpaca": {"prompt": "instruction", "query": "input", "response": "output", "history": "history",
-               "system": "system", "images": DEFAULT_IMAGE_COLUMNS},
+               "system": "system", "images": DEFAULT_IMAGE_COLUMNS, "id": "id"},
     "sharegpt": {"messages": "conversations", "system": "system", "images": DEFAULT_IMAGE_COLUMNS, "id": "id"},
     "openai": {"messages": "messages", "system": "system", "images": DEFAULT_IMAGE_COLUMNS, "id": "id"},
 }
@@ -63,8 +66,14 @@ OPENAI_TAGS = {**SHAREGPT_TAGS, "role_tag": "role", "content_tag": "content", "u
                "assistant_tag": "assistant", "observation_tag": "tool"}
 DIRECT_TAGS = {"alpaca": {}, "sharegpt": SHAREGPT_TAGS, "openai": OPENAI_TAGS}
 
-#: ``problem(field, kind, message)``: report one thing wrong with the current record.
-ProblemSink = Callable[[str, str, str], None]
+#: ``auto`` detection looks at no more than this many records that are JSON objects
+#: before it gives up (the undetectable ones before a detectable one are read in its layout).
+DETECT_LIMIT = 100
+
+
+class UndetectedFormat(ValueError):
+    """``auto`` cannot tell the format from one record (its keys, or its first turn's):
+    a later record may still tell it."""
 
 
 @dataclass(frozen=True)
@@ -72,7 +81,7 @@ class DatasetOptions:
     """How the user asked for the dataset to be read.
 
     Attributes:
-        format: ``auto`` (detected from the first record) or one of :data:`FORMATS`.
+        format: ``auto`` (detected from the records' keys) or one of :data:`FORMATS`.
         columns: column names overriding the format's (dataset_info.json's ``columns``).
         tags: role and content tags overriding the format's (dataset_info.json's ``tags``).
         entry: the entry of a ``dataset_info.json`` to read (then the path names that file,
@@ -95,16 +104,20 @@ class DatasetLayout:
             present in a record (the default images column).
         tags: role and content tags of a turn (sharegpt, openai).
         chosen_by: one line saying where the layout came from (detected, given, an entry).
+        caveat: where hyport reads the records differently from LLaMA-Factory (a plan
+            note), or None.
     """
 
     format: str
     columns: dict
     tags: dict
     chosen_by: str
+    caveat: Optional[str] = None
 
     def to_dict(self) -> dict:
         columns = {k: (list(v) if isinstance(v, tuple) else v) for k, v in self.columns.items()}
-        return {"format": self.format, "columns": columns, "tags": dict(self.tags), "chosen_by": self.chosen_by}
+        return {"format": self.format, "columns": columns, "tags": dict(self.tags), "chosen_by": self.chosen_by,
+                "caveat": self.caveat}
 
     def note(self) -> str:
         """Where the layout came from and what it is, e.g. ``dataset_format='alpaca':
@@ -137,8 +150,12 @@ def option_problems(format: str, columns: Mapping, tags: Mapping, entry: Optiona
         elif key not in known:
             problems.append(f"dataset_columns[{key!r}]: not a column role (alpaca: {', '.join(ALPACA_COLUMNS)}; "
                             f"sharegpt / openai: {', '.join(MESSAGE_COLUMNS)})")
-        elif not isinstance(value, str) or not value.strip():
-            problems.append(f"dataset_columns[{key!r}]={value!r}: expected a column name")
+        elif value is None and key in NEEDED_COLUMNS:
+            problems.append(f"dataset_columns[{key!r}]=None: {NEEDED_COLUMNS[key]}; it cannot be left unread")
+        elif value is not None and (not isinstance(value, str) or not value.strip()):
+            problems.append(f"dataset_columns[{key!r}]={value!r}: expected a column name (or None: not read)")
+    if "prompt" in columns and "query" in columns and columns["prompt"] is None and columns["query"] is None:
+        problems.append("dataset_columns['prompt'] and ['query'] are both None: one of them must hold the prompt")
     for key, value in tags.items():
         if key not in TAG_NAMES:
             problems.append(f"dataset_tags[{key!r}]: not a tag ({', '.join(TAG_NAMES)})")
@@ -167,11 +184,13 @@ def layout_for(format: str, columns: Mapping, tags: Mapping, chosen_by: str) -> 
 
 
 def resolve_layout(options: DatasetOptions, first: Optional[tuple[int, Any]]) -> DatasetLayout:
-    """The layout for ``options``; ``auto`` looks at ``first`` (``(index, value)`` of the
-    first record that is a JSON object, or None).
+    """The layout for ``options``; ``auto`` looks at ``first`` (``(index, value)`` of a
+    record that is a JSON object, or None).
 
     Raises:
-        ValueError: ``auto`` cannot tell the format, or the columns / tags given do not fit
+        UndetectedFormat: ``auto`` cannot tell the format from this record.
+        ValueError: no record to detect from, a record that is ambiguous (both
+            ``conversations`` and ``messages``), or columns / tags given that do not fit
             the format detected.
     """
     if options.format != "auto":
@@ -221,9 +240,9 @@ def _detect(record: dict, columns: Mapping, tags: Mapping, index: int) -> tuple[
         if role_tag is None and turns:
             pairs = [(r, c) for r, c in (("from", "value"), ("role", "content")) if r in turns[0]]
             if not pairs:
-                raise ValueError(f"dataset_format='auto': record {index}, {key}[0] has keys "
-                                 f"{', '.join(map(repr, list(turns[0])[:6]))}: neither from/value (sharegpt) "
-                                 "nor role/content (openai); set dataset_tags role_tag and content_tag")
+                raise UndetectedFormat(f"dataset_format='auto': record {index}, {key}[0] has keys "
+                                       f"{_keys(turns[0], 6)}: neither from/value (sharegpt) "
+                                       "nor role/content (openai); set dataset_tags role_tag and content_tag")
             role_tag = pairs[0][0]
         openai = role_tag == "role" or (role_tag is None and key == "messages")
         format = "openai" if openai else "sharegpt"
@@ -241,174 +260,12 @@ def _detect(record: dict, columns: Mapping, tags: Mapping, index: int) -> tuple[
         return format, found, chosen, f"{key!r} holds turns with {role_tag!r} tags"
     if any(k in record for k in ("instruction", "input", "output")):
         return "alpaca", {}, {}, "instruction / input / output"
-    raise ValueError(f"dataset_format='auto': record {index} has keys {', '.join(map(repr, keys[:8]))}: not "
-                     "alpaca (instruction / input / output), sharegpt (conversations of from / value turns) "
-                     "or openai (messages of role / content turns); set dataset_format and dataset_columns")
+    raise UndetectedFormat(f"dataset_format='auto': record {index} has keys {_keys(keys, 8)}: not "
+                           "alpaca (instruction / input / output), sharegpt (conversations of from / value "
+                           "turns) or openai (messages of role / content turns); set dataset_format and "
+                           "dataset_columns")
 
 
-def record_id_of(value: dict, layout: DatasetLayout) -> tuple[bool, Optional[str]]:
-    """``(has an id column value, the id as text or None when blank)``."""
-    column = layout.columns.get("id")
-    if not column or value.get(column) is None:
-        return False, None
-    raw = value[column]
-    return True, (None if str(raw).strip() == "" else str(raw))
-
-
-def image_column(value: dict, layout: DatasetLayout, problem: ProblemSink) -> tuple[Any, str]:
-    """``(the record's image paths as given or None, the column's name)``."""
-    column = layout.columns.get("images")
-    if column is None:
-        return None, "images"
-    names = column if isinstance(column, tuple) else (column,)
-    present = [n for n in names if value.get(n) is not None]
-    if len(present) > 1:
-        problem(present[1], "image_count", f"both {present[0]!r} and {present[1]!r} hold images; give one")
-    name = present[0] if present else names[0]
-    return (value.get(present[0]) if present else None), name
-
-
-def _system_text(text: Any, where: str, problem: ProblemSink) -> Optional[str]:
-    """A system prompt as read (None: none); an image placeholder in it is named (the
-    processor would expand it into image tokens with no image to fill them)."""
-    if isinstance(text, str) and IMAGE_PLACEHOLDER in text:
-        problem(where, "image_in_system", f"{IMAGE_PLACEHOLDER} in the system prompt: images belong to the "
-                                          "user turns")
-    return text if isinstance(text, str) and text.strip() else None
-
-
-def _text(value: dict, column: Optional[str], problem: ProblemSink) -> Optional[str]:
-    """A text column's value: None when absent, null or blank; a non-text value is named."""
-    if not column or value.get(column) is None:
-        return None
-    text = value[column]
-    if not isinstance(text, str):
-        problem(column, "not_text", f"expected text, got {type(text).__name__}")
-        return None
-    return text if text.strip() else None
-
-
-def alpaca_turns(value: dict, layout: DatasetLayout, problem: ProblemSink) -> tuple[list, Optional[str]]:
-    """``(turns, system)`` of an alpaca record; every problem named in its columns."""
-    c = layout.columns
-    turns: list[tuple[str, str]] = []
-    history_column = c.get("history")
-    history = value.get(history_column) if history_column else None
-    if history is not None and not isinstance(history, list):
-        problem(history_column, "bad_history", f"expected a list of [query, response] pairs, "
-                                               f"got {type(history).__name__}")
-    for i, pair in enumerate(history if isinstance(history, list) else []):
-        where = f"{history_column}[{i}]"
-        if not isinstance(pair, (list, tuple)) or len(pair) != 2:
-            problem(where, "bad_history", f"expected a [query, response] pair, got {pair!r:.60}")
-            continue
-        for j, (role, text) in enumerate(zip(("user", "assistant"), pair)):
-            if not isinstance(text, str) or not text.strip():
-                problem(f"{where}[{j}]", "empty_value", "empty or missing text")
-                text = ""
-            elif role == "assistant" and IMAGE_PLACEHOLDER in text:
-                problem(f"{where}[{j}]", "image_in_answer", f"{IMAGE_PLACEHOLDER} in a response: images "
-                                                            "belong to the queries")
-            turns.append((role, text))
-    parts = [t for t in (_text(value, c.get("prompt"), problem), _text(value, c.get("query"), problem)) if t]
-    not_text = any(c.get(k) and value.get(c[k]) is not None and not isinstance(value[c[k]], str)
-                   for k in ("prompt", "query"))  # already named as not text
-    if not parts and not not_text:
-        also = f" (and {c['query']} is empty too)" if c.get("query") else ""
-        problem(c["prompt"], "empty_value", f"empty or missing{also}: the prompt would be blank")
-    turns.append(("user", "\n".join(parts)))
-    response_column = c["response"]
-    answer = value.get(response_column)
-    if answer is None:
-        problem(response_column, "no_answer", "missing: there is no answer to learn")
-        answer = ""
-    elif not isinstance(answer, str):
-        problem(response_column, "not_text", f"expected text, got {type(answer).__name__}")
-        answer = ""
-    elif not answer.strip():
-        problem(response_column, "empty_value", "empty")
-    elif IMAGE_PLACEHOLDER in answer:
-        problem(response_column, "image_in_answer", f"{IMAGE_PLACEHOLDER} in the response: images belong "
-                                                    "to the prompt")
-    turns.append(("assistant", answer))
-    return turns, _system_text(_text(value, c.get("system"), problem), c.get("system") or "system", problem)
-
-
-def message_turns(value: dict, layout: DatasetLayout, problem: ProblemSink) -> tuple[list, Optional[str]]:
-    """``(turns, system)`` of a sharegpt / openai record; every problem named in its
-    column and tags (``conversations[2].from``, ``messages[1].content``)."""
-    column, t = layout.columns["messages"], layout.tags
-    role_tag, content_tag = t["role_tag"], t["content_tag"]
-    user, assistant, system_tag = t["user_tag"], t["assistant_tag"], t.get("system_tag")
-    conversations = value.get(column)
-    if conversations is None:
-        problem(column, "missing_conversations", "missing")
-        return [], None
-    if not isinstance(conversations, list) or not conversations:
-        problem(column, "empty_conversations", "must be a non-empty list of turns")
-        return [], None
-    start, system = 0, None
-    first = conversations[0]
-    if system_tag and isinstance(first, dict) and first.get(role_tag) == system_tag:
-        start = 1
-        system = _system_text(first.get(content_tag), f"{column}[0].{content_tag}", problem)
-        if system is None:
-            problem(f"{column}[0].{content_tag}", "empty_value", "empty or missing text")
-        if len(conversations) == 1:
-            problem(column, "empty_conversations", "holds only the system turn")
-    else:
-        system_column = layout.columns.get("system")
-        system = _system_text(_text(value, system_column, problem), system_column or "system", problem)
-    turns: list[tuple[str, str]] = []
-    expected, previous = user, None
-    for i in range(start, len(conversations)):
-        turn, where = conversations[i], f"{column}[{i}]"
-        if not isinstance(turn, dict):
-            problem(where, "unknown_role", f"expected {{{role_tag!r}: ..., {content_tag!r}: ...}}, got {turn!r:.60}")
-            previous = None
-            continue
-        role, text = turn.get(role_tag), turn.get(content_tag)
-        if not isinstance(role, str) or role not in (user, assistant):
-            problem(f"{where}.{role_tag}", "unknown_role", _role_message(role, t))
-        elif i == start and role != user:
-            problem(f"{where}.{role_tag}", "first_turn_not_human", f"the first turn is {role!r}; it must be {user!r}")
-        elif role != expected:
-            problem(f"{where}.{role_tag}", "roles_not_alternating",
-                    f"{role!r} follows {previous!r}; {user} and {assistant} turns must alternate")
-        previous = role
-        if isinstance(text, list):
-            problem(f"{where}.{content_tag}", "not_text", "a list of content parts: hyport reads text content "
-                    f"(images as {IMAGE_PLACEHOLDER} placeholders with an images column)")
-            text = ""
-        elif not isinstance(text, str) or not text.strip():
-            problem(f"{where}.{content_tag}", "empty_value", "empty or missing text")
-            text = ""
-        elif role == assistant and IMAGE_PLACEHOLDER in text:
-            problem(f"{where}.{content_tag}", "image_in_answer",
-                    f"{IMAGE_PLACEHOLDER} in a {assistant!r} turn: images belong to the {user!r} turns")
-        if isinstance(role, str) and role in (user, assistant):
-            turns.append(("user" if role == user else "assistant", text))
-            expected = assistant if role == user else user
-    # (a last turn of an unknown role is that problem already, not a missing answer)
-    if turns and turns[-1][0] != "assistant" and previous == user:
-        problem(f"{column}[{len(conversations) - 1}]", "no_answer",
-                f"the last turn is {user!r}: there is no answer to learn")
-    return turns, system
-
-
-def _role_message(role: Any, tags: Mapping) -> str:
-    roles = f"user tags: {tags['user_tag']}; assistant tags: {tags['assistant_tag']}"
-    if role is None:
-        return f"missing (the role is read from {tags['role_tag']!r}; {roles})"
-    if role == tags.get("system_tag"):
-        return f"{role!r}: a system turn is read only as the first turn"
-    if role in (tags.get("observation_tag"), tags.get("function_tag")):
-        return f"{role!r}: tool turns (observation / function call) are not trained by hyport"
-    return f"{role!r:.60} is not a role tag ({roles})"
-
-
-def convert(value: dict, layout: DatasetLayout, problem: ProblemSink) -> tuple[list, Optional[str]]:
-    """``(turns, system)`` of one record in ``layout``'s format."""
-    if layout.format == "alpaca":
-        return alpaca_turns(value, layout, problem)
-    return message_turns(value, layout, problem)
+def _keys(keys, most: int) -> str:
+    """The first ``most`` keys, each cut to 40 characters (a key can be any length)."""
+    return ", ".join(f"{key!r:.40}" for key in list(keys)[:most])

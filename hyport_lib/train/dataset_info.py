@@ -11,11 +11,17 @@ hyport takes ``dataset_path`` = that ``dataset_info.json`` (or its folder, LLaMA
 
 * ``file_name``: one file (JSON, JSON Lines, parquet), relative to the json's folder;
 * ``formatting``: ``alpaca`` (the default), ``sharegpt`` or ``openai``;
-* ``columns`` and ``tags``: as LLaMA-Factory's ``DatasetAttr``, with its defaults
-  (``instruction`` / ``input`` / ``output``; ``conversations`` with ``from`` / ``value`` and
-  ``human`` / ``gpt``, whatever the formatting). As there, a column the entry does not
-  name is not read: no ``system``, ``history`` or ``images`` unless named. hyport adds
-  ``id`` (read when present) to name records in problems.
+* ``columns`` and ``tags``: as LLaMA-Factory's ``DatasetAttr.join`` reads them. An entry
+  without ``columns`` gets the defaults (``instruction`` / ``input`` / ``output``,
+  ``conversations``; no ``system``, ``history`` or ``images``); an entry with ``columns``
+  reads only the columns it names (no ``columns.query``: the ``input`` is not read).
+  The same for ``tags``: without them ``from`` / ``value``, ``human`` / ``gpt``,
+  ``system`` (whatever the formatting); with them, only the tags named (no
+  ``tags.system_tag``: a first turn tagged ``system`` is an unknown role, a record
+  LLaMA-Factory skips). A name hyport needs that the entry leaves unnamed (``response``,
+  ``messages``, ``role_tag``, ``content_tag``, ``user_tag``, ``assistant_tag``, or both
+  ``prompt`` and ``query``) is refused in one line. hyport adds ``id`` (read when
+  present, unless ``columns.id`` is null) to name records in problems.
 * ``split``: ``train`` only (a local file has no other split).
 
 Everything that would fetch data or train something other than supervised answers is
@@ -37,11 +43,21 @@ from hyport_lib.train.dataset_formats import (ALPACA_COLUMNS, FORMATS, MESSAGE_C
                                               UNSUPPORTED_COLUMNS, DatasetLayout)
 
 INFO_FILE = "dataset_info.json"
-#: LLaMA-Factory's ``DatasetAttr`` defaults: every formatting starts from these.
+#: LLaMA-Factory's ``DatasetAttr`` defaults: an entry without ``columns`` / ``tags`` gets
+#: these, whatever its formatting; an entry with them starts from None (``join``).
 ENTRY_COLUMNS = {"prompt": "instruction", "query": "input", "response": "output", "history": None,
                  "messages": "conversations", "system": None, "images": None, "id": "id"}
 ENTRY_TAGS = {"role_tag": "from", "content_tag": "value", "user_tag": "human", "assistant_tag": "gpt",
               "observation_tag": "observation", "function_tag": "function_call", "system_tag": "system"}
+#: Names an entry must leave set (with what LLaMA-Factory reads without them).
+_NEEDED_COLUMNS = {"alpaca": {"response": "no answer (an unsupervised record; hyport trains answers)"},
+                   "message": {"messages": "no turns"}}
+#: LLaMA-Factory's ``openai`` converter changes the system prompt; hyport does not.
+OPENAI_CAVEAT = ("formatting 'openai': LLaMA-Factory appends 'detailed thinking off' to every system prompt "
+                 "(it is the whole system prompt of a record without one) unless the record has tools; hyport "
+                 "trains on the system prompts as written")
+_NEEDED_TAGS = {"role_tag": "no role", "content_tag": "no text", "user_tag": "no user turn",
+                "assistant_tag": "no assistant turn"}
 _DOWNLOADS = ("hf_hub_url", "ms_hub_url", "om_hub_url", "script_url", "cloud_file_name")
 _REFUSED_KEYS = {"num_samples": "hyport trains max_steps over the whole file; remove num_samples",
                  "subset": "subsets belong to hub datasets; a local file has none",
@@ -133,14 +149,33 @@ def read_entry(path: os.PathLike, name: str) -> DatasetEntry:
         if key not in TAG_NAMES:
             raise refuse(f"tags.{key}", f"not a tag ({', '.join(TAG_NAMES)})")
     data_file = _data_file(info, entry, refuse)
-    layout = DatasetLayout(format, {k: v for k, v in {**ENTRY_COLUMNS, **columns}.items()
-                                    if k in allowed}, {} if format == "alpaca" else {**ENTRY_TAGS, **tags},
-                           f"{INFO_FILE} entry {name!r}")
-    return DatasetEntry(name, info, data_file, layout)
+    return DatasetEntry(name, info, data_file, _layout(name, entry, format, columns, tags, refuse))
+
+
+def _layout(name: str, entry: dict, format: str, columns: dict, tags: dict, refuse) -> DatasetLayout:
+    """The entry's names as ``DatasetAttr.join`` sets them: an entry with ``columns`` (or
+    ``tags``) has only the names it gives; one without has the defaults."""
+    allowed = ALPACA_COLUMNS if format == "alpaca" else MESSAGE_COLUMNS
+    base = {**dict.fromkeys(ENTRY_COLUMNS), "id": "id"} if "columns" in entry else ENTRY_COLUMNS
+    merged = {k: v for k, v in {**base, **columns}.items() if k in allowed}
+    for key, without in _NEEDED_COLUMNS["alpaca" if format == "alpaca" else "message"].items():
+        if not merged.get(key):
+            raise refuse(f"columns.{key}", f"not named (LLaMA-Factory reads {without} without it)")
+    if format == "alpaca":
+        if not merged.get("prompt") and not merged.get("query"):
+            raise refuse("columns.prompt", "not named, nor columns.query (LLaMA-Factory reads no prompt without "
+                                           "one of them)")
+        return DatasetLayout(format, merged, {}, f"{INFO_FILE} entry {name!r}")
+    merged_tags = {**(dict.fromkeys(TAG_NAMES) if "tags" in entry else ENTRY_TAGS), **tags}
+    for key, without in _NEEDED_TAGS.items():
+        if not merged_tags.get(key):
+            raise refuse(f"tags.{key}", f"not named (LLaMA-Factory reads {without} without it)")
+    return DatasetLayout(format, merged, merged_tags, f"{INFO_FILE} entry {name!r}",
+                         OPENAI_CAVEAT if format == "openai" else None)
 
 
 def _names(entry: dict, key: str, refuse) -> dict:
-    value = entry.get(key) or {}
+    value = entry.get(key, {})
     if not isinstance(value, dict):
         raise refuse(key, f"expected an object of names, got {type(value).__name__}")
     for name, column in value.items():

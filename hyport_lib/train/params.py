@@ -24,6 +24,7 @@ from typing import Optional
 from hyport_lib.params import (ParameterError, StageParams, attn_implementation_param, device_param,
                                model_path_param, num_cards_param, param, trust_remote_code_param)
 from hyport_lib.train.dataset_formats import FORMAT_CHOICES, DatasetOptions, option_problems
+from hyport_lib.train.dataset_info import INFO_FILE
 
 #: The schedules that need no ``lr_scheduler_kwargs`` (cosine_with_min_lr and
 #: warmup_stable_decay need some) and no evaluation loop (reduce_lr_on_plateau): the
@@ -40,14 +41,16 @@ class Params(StageParams):
     device: str = device_param()
     num_cards: Optional[int] = num_cards_param("processes per node; None: every visible card (CPU: 2 processes)")
     model_path: str = model_path_param()
+    # (must exist: checked in check(), where a folder is accepted only with dataset)
     dataset_path: str = param("", 'a data file (JSON, JSON Lines, parquet), or a LLaMA-Factory dataset_info.json '
-                              'with dataset; "": the bundled 14-record smoke set', path="file", must_exist=True)
+                              '(or its folder) with dataset; "": the bundled 14-record smoke set', path="any")
     dataset: Optional[str] = param(None, "the dataset_info.json entry to train on (dataset_path names the json); "
                                    "None: dataset_path is the data file", nonempty=True)
-    dataset_format: str = param("auto", "auto (detected from the first record) | alpaca | sharegpt | openai",
-                                choices=FORMAT_CHOICES)
+    dataset_format: str = param("auto", "auto (detected from the first record whose keys tell it) | alpaca | "
+                                "sharegpt | openai", choices=FORMAT_CHOICES)
     dataset_columns: dict = param({}, "column names overriding the format's, as dataset_info.json's columns "
-                                  "(prompt, query, response, history, system, messages, images, id)")
+                                  "(prompt, query, response, history, system, messages, images, id; None: "
+                                  "not read)")
     dataset_tags: dict = param({}, "role tags overriding the format's, as dataset_info.json's tags (role_tag, "
                                "content_tag, user_tag, assistant_tag, system_tag)")
     image_root: Optional[str] = param(None, "folder image paths are relative to; None: the data file's folder (a "
@@ -140,6 +143,16 @@ class Params(StageParams):
         in a format with column and tag names)."""
         problems = option_problems(self.dataset_format, self.dataset_columns, self.dataset_tags, self.dataset)
         path = Path(self.dataset_path).expanduser() if self.dataset_path else None
+        if path is not None and not path.exists():
+            problems.append(f"dataset_path={self.dataset_path!r}: no such file")
+        elif path is not None and path.is_dir() and self.dataset is None:
+            problems.append(f"dataset_path={self.dataset_path!r} is a folder: give the data file itself (JSON, "
+                            "JSON Lines or parquet), or name an entry of the folder's dataset_info.json with dataset")
+        elif path is not None and path.is_dir() and not (path / INFO_FILE).is_file():
+            problems.append(f"dataset_path={self.dataset_path!r}: a folder without a {INFO_FILE} (dataset="
+                            f"{self.dataset!r} names an entry of one)")
+        elif path is not None and not path.is_dir() and not path.is_file():
+            problems.append(f"dataset_path={self.dataset_path!r}: not a regular file (a pipe, device or socket)")
         if self.dataset is not None and path is None:
             problems.append(f"dataset={self.dataset!r}: names an entry of a dataset_info.json; give that file "
                             "(or its folder) as dataset_path")

@@ -27,12 +27,19 @@ model), each sample also gets the multimodal positions the model computes for it
 Records the model cannot take are problems of kind ``not_applicable``: a record with
 images for a text-only model, a record without one for a model whose processor needs
 an image with every prompt.
+
+A chat template that refuses a ``system`` message (Gemma-2's raises "System role not
+supported") or leaves it out gets the system prompt at the start of the first user turn,
+followed by a blank line, as LLaMA-Factory's own templates do for such models; the plan
+says so in a note (:func:`system_prompt_note`), it is never done silently.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any, Optional
+
+from jinja2.exceptions import TemplateError
 
 from hyport_lib.models.loading import LoadedProcessor
 from hyport_lib.models.prompts import needs_image, prefix_text, render_messages
@@ -86,13 +93,21 @@ class Sample:
         return {"pixel_values": self.pixel_values, **self.image_extras}
 
 
-def messages_of(record: Record) -> list[dict]:
+def messages_of(record: Record, fold_system: bool = False) -> list[dict]:
     """The record's turns as chat messages with ``{"type": "image"}`` items, after its
-    system prompt (a ``system`` message of text only) when it has one."""
+    system prompt (a ``system`` message of text only) when it has one.
+
+    Args:
+        record: the record.
+        fold_system: put the system prompt at the start of the first user turn instead
+            (a template that takes no system message).
+    """
     messages = []
-    if record.system:
+    if record.system and not fold_system:
         messages.append({"role": "system", "content": [{"type": "text", "text": record.system}]})
-    for role, text in record.turns:
+    for k, (role, text) in enumerate(record.turns):
+        if fold_system and record.system and k == 0:
+            text = f"{record.system}\n\n{text}"
         pieces = text.split(IMAGE_PLACEHOLDER)
         content: list[dict] = []
         for i, piece in enumerate(pieces):
@@ -107,11 +122,11 @@ def messages_of(record: Record) -> list[dict]:
 def not_applicable(loaded: LoadedProcessor, record: Record) -> Optional[Problem]:
     """A ``not_applicable`` problem when the model cannot take ``record``, else None."""
     if record.images and not loaded.traits.multimodal:
-        return Problem(record.index, record.record_id, "image", "not_applicable",
+        return Problem(record.index, record.record_id, record.image_field, "not_applicable",
                        f"{len(record.images)} image(s), but {loaded.traits.model_type or 'the model'} "
                        "is a text-only model")
     if not record.images and needs_image(loaded):
-        return Problem(record.index, record.record_id, "image", "not_applicable",
+        return Problem(record.index, record.record_id, record.image_field, "not_applicable",
                        f"no image, but {loaded.traits.model_type}'s processor needs an image "
                        "with every prompt")
     return None
@@ -145,6 +160,9 @@ class Encoder:
         #: Text longer than this is more than max_seq_len tokens whatever it says: no
         #: token of this tokenizer spells more characters than its longest vocabulary entry.
         self.max_chars = self.max_seq_len * _longest_token_chars(tokenizer) + 256
+        #: Why the chat template takes no system message (then the system prompt opens
+        #: the first user turn), or None.
+        self.system_refused = system_role_refused(loaded)
 
     def _image_positions(self, sample: Sample) -> list[int]:
         """Where the sample holds image tokens: the processor's image token ids, and any
@@ -175,11 +193,18 @@ class Encoder:
         problem = not_applicable(self.loaded, record)
         if problem is not None:
             return None, problem
+        if len(record.system or "") > self.max_chars:
+            # The system prompt is kept whole (it comes before everything): alone longer than
+            # max_seq_len, it leaves no room for an answer, and is never tokenised whole.
+            return None, Problem(record.index, record.record_id, record.system_field, "too_long",
+                                 f"{len(record.system):,} characters: the system prompt alone is more than "
+                                 f"max_seq_len={self.max_seq_len} tokens of this tokenizer (at most "
+                                 f"{self.max_chars:,} characters); no answer would fit")
         size = sum(len(text) for _, text in record.turns) + len(record.system or "")
         if size > self.max_chars:
             # Never tokenise a huge record whole: its memory would grow with its size.
             if self.overflow == "drop":
-                return None, Problem(record.index, record.record_id, "conversations", "too_long",
+                return None, Problem(record.index, record.record_id, record.text_field, "too_long",
                                      f"{size:,} characters > max_seq_len={self.max_seq_len} tokens of "
                                      f"this tokenizer (at most {self.max_chars:,} characters) (overflow='drop')")
             clipped = _clipped(record, self.max_chars)
@@ -189,7 +214,7 @@ class Encoder:
                    and (not clipped.turns or clipped.turns[-1][0] != "assistant"
                         or len(clipped.turns) < len(record.turns)) else None)
             if why:
-                return None, Problem(record.index, record.record_id, "conversations", "too_long",
+                return None, Problem(record.index, record.record_id, record.text_field, "too_long",
                                      f"{size:,} characters > max_seq_len={self.max_seq_len} tokens of "
                                      f"this tokenizer (at most {self.max_chars:,} characters){why}")
             record = clipped
@@ -205,7 +230,7 @@ class Encoder:
         return sample, problem
 
     def _encode_chat(self, record: Record, images: list) -> Sample:
-        messages = messages_of(record)
+        messages = messages_of(record, fold_system=self.system_refused is not None)
         ids, per_token, image = split_processor_output(self._call(self._render(messages), images))
         if not self.loaded.traits.multimodal:
             per_token = {}  # a text tokenizer's token_type_ids are no model input of a causal LM
@@ -242,7 +267,7 @@ class Encoder:
             return sample, None
 
         def too_long(why: str) -> tuple[None, Problem]:
-            return None, Problem(record.index, record.record_id, "conversations", "too_long",
+            return None, Problem(record.index, record.record_id, record.text_field, "too_long",
                                  f"{len(sample)} tokens after tokenisation > max_seq_len={limit}{why}")
 
         if self.overflow == "drop":
@@ -288,7 +313,8 @@ def _clipped(record: Record, budget: int) -> Record:
         turns.append((role, kept))
         budget -= len(text)
     kept = sum(text.count(IMAGE_PLACEHOLDER) for _, text in turns)
-    return Record(record.index, record.record_id, turns, list(record.images[:kept]), record.system)
+    return Record(record.index, record.record_id, turns, list(record.images[:kept]), record.system,
+                  record.text_field, record.system_field, record.image_field)
 
 
 def _image_token_ids(processor) -> set[int]:
@@ -322,11 +348,44 @@ def encode_records(records: list[Record], loaded: LoadedProcessor, max_seq_len: 
     for record in records:
         try:
             sample, problem = encoder.encode(record)
-        except (ValueError, OSError, RuntimeError) as exc:  # the processor refused the record
-            sample, problem = None, Problem(record.index, record.record_id, "conversations",
-                                            "encode_failed", f"{type(exc).__name__}: {exc}"[:300])
+        except (ValueError, OSError, RuntimeError, TemplateError) as exc:  # the processor or template refused it
+            sample, problem = None, Problem(record.index, record.record_id, record.text_field,
+                                            "encode_failed", f"{type(exc).__name__}: {exc}")
         if problem is not None:
             problems.append(problem)
         else:
             samples.append(sample)
     return samples, problems
+
+
+def system_role_refused(loaded: LoadedProcessor) -> Optional[str]:
+    """Why the chat template cannot take a ``system`` message, or None when it can (or
+    the processor has no chat template: a prefix-format prompt opens with the system
+    prompt anyway). One short conversation is rendered with a system message and without."""
+    if loaded.prompt_format != "chat":
+        return None
+    probe = "hyport system probe"
+    user = {"role": "user", "content": [{"type": "text", "text": "Hi."}]}
+    try:
+        text = render_messages(loaded, [{"role": "system", "content": [{"type": "text", "text": probe}]}, user])
+    except (TemplateError, ValueError) as exc:
+        try:
+            render_messages(loaded, [user])
+        except (TemplateError, ValueError):
+            return None  # it refuses every conversation: each record says so (encode_failed)
+        return f"refuses a system message ({type(exc).__name__}: {str(exc)[:100]})"
+    return None if probe in text else "leaves a system message out"
+
+
+def system_prompt_note(loaded: LoadedProcessor, records: list[Record]) -> Optional[str]:
+    """A note for the plan when records carry a system prompt the chat template cannot
+    take as a system message (they are folded into the first user turn), else None."""
+    why = system_role_refused(loaded)
+    carrying = [r for r in records if r.system]
+    if why is None or not carrying:
+        return None
+    fields = ", ".join(sorted({r.system_field for r in carrying}))
+    return (f"{len(carrying)} record(s) carry a system prompt ({fields}), but "
+            f"{loaded.traits.model_type or 'the model'}'s chat template {why}: each is put at the start of "
+            "the record's first user turn, followed by a blank line (as LLaMA-Factory's templates do for "
+            "such models)")
