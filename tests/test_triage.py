@@ -182,12 +182,19 @@ def test_run_folder_discovery_finds_the_logs_and_skips_model_folders(tmp_path):
         find_logs(tmp_path / "nowhere")
 
 
-def test_a_very_long_line_is_cut_and_line_numbers_stay_right(tmp_path):
+def test_a_very_long_line_keeps_its_end_and_line_numbers_stay_right(tmp_path):
     log = tmp_path / "long.log"
     log.write_text("x" * 200_000 + " NPU out of memory. Tried to allocate 1 GiB\n"
                    "RuntimeError: NPU out of memory. Tried to allocate 2.00 GiB\n", encoding="utf-8")
     finding = triage([log]).findings[0]
-    assert finding.line == 2 and len(finding.context[0]) <= MAX_LINE_CHARS
+    # The end of an overlong line is read (an error glued to a progress bar ends its line),
+    # and the kept text is cut around what matched.
+    assert finding.line == 1 and finding.places[0].line == 1 and finding.occurrences == 2
+    assert "NPU out of memory. Tried to allocate 1 GiB" in finding.text
+    assert len(finding.text) <= MAX_LINE_CHARS and len(finding.context[0]) <= MAX_LINE_CHARS
+    odd = tmp_path / "odd.log"
+    odd.write_text("x" * 200_000 + "\n" + "y" * 70_000 + "\nE39999: Inner Error!\n", encoding="utf-8")
+    assert triage([odd]).unrecognised[0].lines == [[3, "E39999: Inner Error!"]]
 
 
 # --------------------------------------------------------------------------- CANN log folder
@@ -323,3 +330,244 @@ def test_a_pattern_is_only_skipped_on_lines_without_its_needle():
                     assert text in line, (entry.key, rx.pattern, line)
                     checked += 1
     assert checked >= len(SOURCES)
+
+
+# --------------------------------------------------------------------------- review fixes
+# Each test below reproduces a finding of the review (/tmp/review_a) and failed before its fix.
+def test_a_training_folder_with_saved_weights_still_yields_its_logs(tmp_path, capsys):
+    """H1: training saves its weights into the folder whose logs/ holds the rank logs."""
+    train = tmp_path / "run" / "train" / "qwen-sft"
+    rank1 = train / "logs" / "ranks" / "none_ab12" / "attempt_0" / "1" / "stderr.log"
+    rank1.parent.mkdir(parents=True)
+    rank1.write_text("RuntimeError: NPU out of memory. Tried to allocate 2.00 GiB\n", encoding="utf-8")
+    (train / "logs" / "node0.log").write_text("[default1]:RuntimeError: NPU out of memory. "
+                                              "Tried to allocate 2.00 GiB\n", encoding="utf-8")
+    (train / "config.json").write_text("{}", encoding="utf-8")
+    (train / "model.safetensors").write_bytes(b"\0" * 16)
+    (train / "merges.txt").write_text("Ġ Error\n", encoding="utf-8")  # a vocabulary, not a log
+    (train / "running_log.txt").write_text("step 1 loss 2.3\n", encoding="utf-8")
+    (train / "checkpoint-10").mkdir()
+    (train / "checkpoint-10" / "trainer_state.txt").write_text("ERROR x\n", encoding="utf-8")
+    found, _ = find_logs(tmp_path / "run")
+    assert sorted(p.relative_to(train).as_posix() for p in found) == [
+        "logs/node0.log", "logs/ranks/none_ab12/attempt_0/1/stderr.log", "running_log.txt"]
+    assert find_logs(train)[0] == found  # the model folder given itself: the same files
+    code, text, _ = _cli(capsys, tmp_path / "run")
+    assert code == 1 and "device out of memory (train/qwen-sft/logs/node0.log:1)" in text
+
+
+def test_secrets_written_like_secrets_are_redacted_without_the_environment(tmp_path, capsys, monkeypatch):
+    """H2: a copied log holds tokens and passwords this process's environment does not know."""
+    from hyport_lib.utils.redact import scrub_secret_shapes
+
+    token, password = "hf_AbCdEfGhIjKlMnOpQrStUvWxYz0123", "Sup3rS3cret!"
+    for name in [k for k in os.environ if "TOKEN" in k.upper() or "PASS" in k.upper()]:
+        monkeypatch.delenv(name)
+    log = tmp_path / "stderr.log"
+    log.write_text(f"+ export HF_TOKEN={token}\n"
+                   f"launch: python train.py --password={password} --hf-token {token[:-3]}xyz\n"
+                   "RuntimeError: NPU out of memory. Tried to allocate 2.00 GiB\n"
+                   f"ValueError: bad login password={password} token={token}\n", encoding="utf-8")
+    other = tmp_path / "other.log"
+    other.write_text(f"ERROR: request failed, headers={{'Authorization': 'Bearer {token}'}}\n"
+                     f'ERROR: config {{"api_key": "zq-7f3a9c11"}}\n', encoding="utf-8")
+    result = triage([tmp_path])
+    shown = json.dumps(result.to_dict()) + "\n".join(triage_markdown(result)) + _cli(capsys, tmp_path)[1]
+    for secret in (token, password, token[:-3], "zq-7f3a9c11"):
+        assert secret not in shown, secret
+    assert "HF_TOKEN=[redacted]" in shown and "password=[redacted]" in shown
+    # What only looks like a secret name is left alone.
+    plain = ("KeyError: 'lm_head.weight' TOKENIZERS_PARALLELISM=false pad_token_id=0 "
+             "num_key_value_heads: 8 max_new_tokens=512 url=https://mirror.example/x")
+    assert scrub_secret_shapes(plain) == plain
+    assert scrub_secret_shapes("PASSWORD=123456") == "PASSWORD=[redacted]"
+
+
+def test_the_cause_is_named_before_the_hccl_timeout_it_caused(tmp_path):
+    """M2b: rank 0 (read first) timed out waiting for rank 1, which ran out of memory."""
+    for rank, source in ((0, "hccl_exec_timeout.vllm-ascend-382.log"), (1, "npu_oom.llama-factory-5491.log")):
+        path = _rank_log(tmp_path, rank)
+        path.parent.mkdir(parents=True)
+        shutil.copy(LOGS / source, path)
+    result = triage([tmp_path])
+    assert [f.key for f in result.findings] == ["npu_out_of_memory", "hccl_exec_timeout"]
+    assert result.summary_line().startswith("device out of memory (train/demo/logs/ranks/abc/attempt_0/1/")
+    assert result.findings[1].consequence and Triage.from_dict(result.to_dict()) == result
+    # A timeout beside lines nothing recognises: the summary points at them too.
+    (_rank_log(tmp_path, 1)).write_text("ValueError: rank 1 gave up\n", encoding="utf-8")
+    summary = triage([tmp_path]).summary_line()
+    assert summary.startswith("HCCL collective timed out") and "1 error line not recognised" in summary
+
+
+def test_line_numbers_are_those_of_grep_with_progress_bars_and_crlf(tmp_path):
+    """M3: a bare carriage return (tqdm) does not end a line."""
+    oom = "RuntimeError: NPU out of memory. Tried to allocate 2.00 GiB"
+    bar = "".join(f"\r  {i}%|###| {i}/100" for i in range(0, 101, 10))
+    tqdm = tmp_path / "tqdm.log"
+    tqdm.write_bytes(f"start\n{bar}\n{oom}\n".encode())
+    finding = triage([tqdm]).findings[0]
+    assert finding.line == 3 and finding.context[1] == "  100%|###| 100/100"  # what a terminal shows
+    crlf = tmp_path / "crlf.log"
+    crlf.write_bytes(f"a\r\nb\r\n{oom}\r\n".encode())
+    assert triage([crlf]).findings[0].line == 3 and triage([crlf]).findings[0].text == oom
+    glued = tmp_path / "glued.log"  # an exception printed after an unfinished progress bar
+    glued.write_bytes(f"start\n{bar}\rTraceback (most recent call last):\nKeyError: 'x'\n".encode())
+    assert triage([glued]).unrecognised[0].lines == [[2, "Traceback (most recent call last):"],
+                                                     [3, "KeyError: 'x'"]]
+
+
+def test_no_home_folder_means_no_cann_folder_not_a_crash(tmp_path, capsys, monkeypatch):
+    """M4a: a container user with no HOME and no passwd entry."""
+    def no_home():
+        raise RuntimeError("Could not determine home directory.")
+
+    monkeypatch.setattr(Path, "home", staticmethod(no_home))
+    monkeypatch.delenv("HOME", raising=False)
+    monkeypatch.delenv("ASCEND_PROCESS_LOG_PATH", raising=False)
+    assert cann_log_dir({}) is None
+    assert cann_log_dir({"ASCEND_PROCESS_LOG_PATH": str(tmp_path)}) == tmp_path
+    log = tmp_path / "a.log"
+    log.write_text("RuntimeError: NPU out of memory. Tried to allocate 1 GiB\n", encoding="utf-8")
+    code, text, _ = _cli(capsys, log, "--all")
+    assert code == 1 and "CANN logs not read" in text and "--cann-logs" in text
+
+
+def _fifo(path: Path) -> Path:
+    if not hasattr(os, "mkfifo"):
+        pytest.skip("no FIFOs on this platform")
+    os.mkfifo(path)
+    return path
+
+
+def _within(seconds: float, call):
+    """``call()``'s result, or a failure when it blocks longer than ``seconds``."""
+    import threading
+
+    box = {}
+    worker = threading.Thread(target=lambda: box.setdefault("result", call()), daemon=True)
+    worker.start()
+    worker.join(seconds)
+    assert not worker.is_alive(), f"blocked for more than {seconds} s"
+    return box["result"]
+
+
+def test_a_pipe_named_like_a_log_is_skipped_not_waited_on(tmp_path):
+    """M4b: a FIFO named *.log in the CANN folder (or the run folder, or given) blocks no one."""
+    folder, start = _cann_folder(tmp_path)
+    _fifo(folder / "debug" / "plog" / "plog-300_20251202000000000.log")
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "a.log").write_text("RuntimeError: NPU out of memory. Tried to allocate 1 GiB\n", encoding="utf-8")
+    _fifo(run / "fifo.log")
+    result = _within(10, lambda: triage([run], cann_log_dir=folder, since=start))
+    assert "npu_out_of_memory" in {f.key for f in result.findings}
+    assert any("plog-300" in n and "not a regular file" in n for n in result.notes)
+    given = _within(10, lambda: triage([_fifo(tmp_path / "given.log")]))
+    assert given.files_read == [] and "not a regular file" in given.notes[0]
+
+
+def test_nothing_read_is_exit_2_not_no_error(tmp_path, capsys, monkeypatch):
+    """L1: an unreadable log, a FIFO as PATH or a folder without logs is not "no error"."""
+    from hyport_lib.triage import reading
+
+    log = tmp_path / "logs" / "rank1.log"
+    log.parent.mkdir()
+    log.write_text("RuntimeError: NPU out of memory. Tried to allocate 1 GiB\n", encoding="utf-8")
+    real_open = reading.open_regular
+
+    def refuse(path):
+        if Path(path) == log:
+            raise PermissionError(13, "Permission denied", str(path))
+        return real_open(path)
+
+    monkeypatch.setattr(reading, "open_regular", refuse)
+    for argv in ([log], [log.parent]):
+        code, out, err = _cli(capsys, *argv)
+        assert code == 2 and out == "" and "no log could be read: rank1.log: not read (Permission denied)" in err
+    assert triage([log]).summary_line() == "no log could be read"
+    (log.parent / "clean.log").write_text("ok\n", encoding="utf-8")
+    code, out, _ = _cli(capsys, log.parent)
+    assert code == 0 and "no error lines; 1 log file could not be read" in out
+    code, _, err = _cli(capsys, _fifo(tmp_path / "fifo_arg"))
+    assert code == 2 and "not a regular file or folder" in err
+    (tmp_path / "empty").mkdir()
+    code, _, err = _cli(capsys, tmp_path / "empty")
+    assert code == 2 and "no log file under" in err and len(err.strip().splitlines()) == 1
+    assert Triage().summary_line() == "no log file found"
+
+
+def test_warning_and_info_lines_are_not_error_lines(tmp_path):
+    """L2: vLLM's warning about vllm._C names an exception, yet the log is healthy."""
+    noise = [
+        "WARNING 12-01 10:00:00 [_custom_ops.py:21] Failed to import from vllm._C with "
+        "ModuleNotFoundError(\"No module named 'vllm._C'\")",
+        "(EngineCore pid=4242) WARNING 12-01 10:00:00 [x.py:1] retrying after ConnectionError",
+        "[W compiler_depend.ts:164] Warning: Device do not support double dtype now, dtype cast "
+        "repalce with float. (function operator())",
+        "/site-packages/torch_npu/utils/path_manager.py:82: UserWarning: Warning: The owner does "
+        "not match the current user. Error prone",
+        "[2026-12-01 10:00:02,000] [INFO] [real_accelerator.py:222] ValueError handling on",
+    ]
+    errors = ["(EngineCore pid=4242) ERROR 12-01 10:00:03 [core.py:1] EngineCore failed",
+              "[rank1]:[E ProcessGroupHCCL.cpp:10] Error: HCCL function failed",
+              "RuntimeError: the warning above was fatal (WARNING)",
+              "E39999: Inner Error!"]
+    log = tmp_path / "worker.log"
+    log.write_text("\n".join(noise + errors) + "\n", encoding="utf-8")
+    result = triage([log])
+    assert [n for n, _ in result.unrecognised[0].lines] == list(range(len(noise) + 1, len(noise + errors) + 1))
+    log.write_text("\n".join(noise) + "\n", encoding="utf-8")
+    assert not triage([log]).failed and triage([log]).summary_line() == "no error lines"
+
+
+def test_a_torchrun_master_port_conflict_is_not_called_an_hccl_port_conflict(tmp_path):
+    """L3: "Address already in use" is the rendezvous port; no vendored log ties it to HCCL."""
+    log = tmp_path / "torchrun.log"
+    log.write_text("torch.distributed.DistNetworkError: The server socket has failed to listen on any "
+                   "local network address. port: 29500, useIpv6: 0, code: -98, name: EADDRINUSE, "
+                   "message: address already in use (errno: 98 - Address already in use)\n",
+                   encoding="utf-8")
+    result = triage([log])
+    assert result.findings == [] and result.unrecognised_count == 1
+
+
+def test_secrets_of_the_given_environment_are_scrubbed(tmp_path, monkeypatch):
+    """L7: the failed job's environment (a stage's extra_env) may hold a token this process lacks."""
+    monkeypatch.delenv("JOB_API_KEY", raising=False)
+    secret = "zq-7f3a9c11-private"
+    log = tmp_path / "card0.log"
+    log.write_text(f"ERROR upload to bucket {secret} failed\n", encoding="utf-8")
+    assert secret in json.dumps(triage([log]).to_dict())  # nothing says it is a secret...
+    scrubbed = triage([log], environ={"JOB_API_KEY": secret})  # ...unless the job's env does
+    assert secret not in json.dumps(scrubbed.to_dict()) and "[redacted]" in scrubbed.unrecognised[0].lines[0][1]
+
+
+def test_a_byte_budget_bounds_the_reading_and_names_what_was_left(tmp_path):
+    """L8: hundreds of large plogs must not take minutes; newest CANN logs first."""
+    folder = tmp_path / "cann"
+    (folder / "debug" / "plog").mkdir(parents=True)
+    filler = "[INFO] HCCL(1,python): entry-HcclAllReduce tag[AllReduce_1] count[4096]\n" * 200
+    now = time.time()
+    for age, name, source in ((300, "plog-1_1.log", "device_in_use.llama-factory-3839.log"),
+                              (200, "plog-2_2.log", "hccl_connect_timeout.vllm-ascend-486.log"),
+                              (100, "plog-3_3.log", "aicore_exception.torch_npu-66.log")):
+        path = folder / "debug" / "plog" / name
+        path.write_text(filler + (LOGS / source).read_text(encoding="utf-8"), encoding="utf-8")
+        os.utime(path, (now - age, now - age))
+    own = tmp_path / "run" / "rank0.log"
+    own.parent.mkdir()
+    own.write_text(filler * 3 + "RuntimeError: NPU out of memory. Tried to allocate 1 GiB\n", encoding="utf-8")
+    size = lambda p: p.stat().st_size  # noqa: E731
+    plogs = sorted((folder / "debug" / "plog").iterdir())
+    budget = size(own) + size(plogs[2]) + size(plogs[1]) // 2
+    result = triage([own.parent], cann_log_dir=folder, max_bytes=budget)
+    assert {f.key for f in result.findings} == {"npu_out_of_memory", "aicore_exception",
+                                                 "hccl_connect_timeout"}  # the newest, whole or tail
+    assert not any("plog-1_" in f for f in result.files_read) and result.unread == 1
+    assert any("plog-1_1.log" in n and "not read" in n for n in result.notes)
+    assert any("plog-2_2.log" in n and "only its last" in n for n in result.notes)
+    # A log larger than the budget is read from its end, with its real line numbers.
+    tail = triage([own], max_bytes=1000)
+    assert tail.findings[0].line == 601 and "only its last" in tail.notes[0]
+    with pytest.raises(ValueError, match="max_bytes=0"):
+        triage([own], max_bytes=0)

@@ -5,7 +5,9 @@ Reads a run folder (``outputs/<run-id>/``), log folders or log files and, with
 (title, file:line, the line, what it means, what to do) and the error lines nothing
 explains under "not recognised" (:mod:`hyport_lib.triage`). Exit status: 0 when no error
 line was found (a warning alone, such as a CPU fallback, is not a failure), 1 when a
-failure was found (recognised or not), 2 for a path that does not exist or a bad argument.
+failure was found (recognised or not), 2 for a path that does not exist, a bad argument,
+or when no log could be read at all (nothing found, or only unreadable files, pipes or
+sockets), since "no error line" would then be claimed of logs nobody read.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import os
 from datetime import datetime
 from pathlib import Path
 
-from hyport_lib.triage import cann_log_dir, triage, triage_text
+from hyport_lib.triage import Triage, cann_log_dir, triage, triage_text
 
 NAME = "triage"
 HELP = ("Read the logs of a failed run (run folder, log folders or files, CANN plogs) and say which "
@@ -46,25 +48,45 @@ def parse_since(text: str) -> float:
         raise ValueError(f"--since {text!r}: expected an ISO time such as 2026-12-01T14:30") from None
 
 
-def cann_choice(args: argparse.Namespace) -> tuple[Path | None, float | None]:
-    """The CANN folder to read (None: none) and the time from which its files count."""
+#: Said when CANN's folder was asked for but cannot be told.
+NO_CANN_FOLDER = ("CANN logs not read: ASCEND_PROCESS_LOG_PATH is not set and there is no home "
+                  "folder (HOME unset, no passwd entry); name the folder with --cann-logs DIR")
+
+
+def cann_choice(args: argparse.Namespace) -> tuple[Path | None, float | None, list[str]]:
+    """The CANN folder to read (None: none), the time from which its files count, and
+    notes (why a folder asked for is not read)."""
     since = parse_since(args.since) if args.since is not None else None
     if args.cann_logs is not None:
         folder = Path(args.cann_logs).expanduser()
         if not folder.is_dir():
             raise FileNotFoundError(f"--cann-logs {folder}: no such folder")
-        return folder, since
+        return folder, since, []
     if since is not None or args.all:
-        return cann_log_dir(os.environ), since
-    return None, None
+        folder = cann_log_dir(os.environ)
+        return folder, since, [] if folder is not None else [NO_CANN_FOLDER]
+    return None, None, []
+
+
+def nothing_read(result: Triage, paths: list[str]) -> str:
+    """The one-line error for a triage that read no file: the first reason, or what was
+    looked for."""
+    if result.notes:
+        more = len(result.notes) - 1
+        return f"no log could be read: {result.notes[0]}" + (f" (and {more} more note(s))" if more else "")
+    return (f"no log file under {', '.join(paths)} (looked for *.log, *.txt, *.out, *.err, "
+            f"stdout, stderr)")
 
 
 def run(args: argparse.Namespace) -> int:
     for path in args.paths:
         if not Path(path).exists():
             raise FileNotFoundError(f"{path}: no such file or folder")
-    folder, since = cann_choice(args)
+    folder, since, notes = cann_choice(args)
     result = triage(args.paths, cann_log_dir=folder, since=since)
+    result.notes.extend(notes)
+    if not result.files_read:
+        raise FileNotFoundError(nothing_read(result, args.paths))
     if args.json:
         print(json.dumps(result.to_dict(), indent=2, ensure_ascii=False))
     else:

@@ -197,7 +197,7 @@ def _row_for(worker: _Worker, timed_out: bool, timeout_s: float, device: str,
         # The card's own log, and its CANN logs written since it started (a margin for the
         # file system's clock granularity).
         raw["diagnosis"] = diagnose([worker.child.log_path], cann_dir=worker.cann_dir,
-                                    since=worker.started_at - 2)
+                                    since=worker.started_at - 2, environ=secrets_env)
         row["diagnosis"] = Triage.from_dict(raw["diagnosis"]).summary_line()
     raw.setdefault("card", worker.card)
     raw["returncode"] = rc

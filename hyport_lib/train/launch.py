@@ -211,7 +211,8 @@ def collect(plan: LaunchPlan, code: Optional[int], wall_s: float, timed_out: boo
         # since it started (a margin for the file system's clock granularity).
         started_at = time.time() - wall_s - 2
         diagnosis = diagnose(launch_logs(out, plan.log_path, started_at),
-                             cann_dir=child_cann_log_dir(_cann_environ(out)), since=started_at)
+                             cann_dir=child_cann_log_dir(_cann_environ(out)), since=started_at,
+                             environ=_environment(plan))
     checkpoints = [{"path": str(c.path), "step": c.step, "complete": c.complete,
                     "why_incomplete": c.why_incomplete} for c in list_checkpoints(out)]
     return TrainResult(

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from typing import Optional
 
 #: Severity of a failure that ended the job.
 ERROR = "error"
@@ -37,6 +38,9 @@ class KnownFailure:
         action: what to do, concretely (variables, flags, commands).
         sources: the vendored real logs (``tests/data/npu_logs/``) the entry was built from.
         severity: :data:`ERROR` (it ends a job) or :data:`WARNING`.
+        consequence: this failure usually follows another one (a rank that waits in a
+            collective times out because a peer died first); a triage lists it after the
+            failures that are not consequences, so that its summary names the cause.
     """
 
     key: str
@@ -46,6 +50,7 @@ class KnownFailure:
     action: str
     sources: tuple[str, ...]
     severity: str = ERROR
+    consequence: bool = False
     compiled: tuple[tuple[str, re.Pattern], ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -59,6 +64,11 @@ class KnownFailure:
     def matches(self, line: str) -> bool:
         """True when ``line`` shows this failure."""
         return any(text in line and rx.search(line) for text, rx in self.compiled)
+
+    def find(self, line: str) -> Optional[re.Match]:
+        """The first match of this failure's patterns in ``line`` (None for none)."""
+        found = [m for text, rx in self.compiled if text in line for m in [rx.search(line)] if m]
+        return min(found, key=lambda m: m.start()) if found else None
 
 
 #: Escapes that stand for one literal character.
@@ -119,7 +129,6 @@ CATALOGUE: tuple[KnownFailure, ...] = (
             r"Failed to bind the IP port\. Reason: The IP address and port have been bound already",
             r"host nic listen start failed, port\[\d+\]",
             r"\[HcclSocket\]\[Listen\].*listen on ip\[[^\]]*\] and specific port\[\d+\] fail",
-            r"\bAddress already in use\b",
         ),
         meaning=("HCCL could not listen on its port because another process already holds it: "
                  "a second job on the same host, or a process left over from an earlier run. "
@@ -152,6 +161,7 @@ CATALOGUE: tuple[KnownFailure, ...] = (
                 "`hccn_tool -i <device> -ping -g address <peer device IP>`; the device IPs are in "
                 "the error line."),
         sources=("hccl_link_error.vllm-ascend-3162.log", "hccl_link_error.vllm-ascend-7384.log"),
+        consequence=True,
     ),
     KnownFailure(
         key="hccl_connect_timeout",
@@ -170,6 +180,7 @@ CATALOGUE: tuple[KnownFailure, ...] = (
         sources=("hccl_connect_timeout.vllm-ascend-486.log",
                  "hccl_connect_timeout.llama-factory-5071.log",
                  "hccl_connect_timeout.vllm-ascend-1955.log"),
+        consequence=True,
     ),
     KnownFailure(
         key="hccl_exec_timeout",
@@ -187,6 +198,7 @@ CATALOGUE: tuple[KnownFailure, ...] = (
                 "takes longer (a first graph compile), raise both limits: "
                 "`export HCCL_EXEC_TIMEOUT=3600` and `timeout=` of `init_process_group`."),
         sources=("hccl_exec_timeout.vllm-ascend-3413.log", "hccl_exec_timeout.vllm-ascend-382.log"),
+        consequence=True,
     ),
     KnownFailure(
         key="npu_out_of_memory",

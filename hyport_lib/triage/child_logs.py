@@ -35,13 +35,11 @@ def own_cann_log_env(folder: os.PathLike, environ: Optional[Mapping[str, str]] =
 def child_cann_log_dir(child_environ: Mapping[str, str]) -> Optional[Path]:
     """The folder a child started with ``child_environ`` writes CANN's logs to; None when
     it cannot be told (no variable and no home folder)."""
-    try:
-        return cann_log_dir(child_environ)
-    except RuntimeError:  # Path.home() without HOME and without a passwd entry
-        return None
+    return cann_log_dir(child_environ)
 
 
-def diagnose(paths, *, cann_dir: Optional[Path], since: float) -> dict:
+def diagnose(paths, *, cann_dir: Optional[Path], since: float,
+             environ: Optional[Mapping[str, str]] = None) -> dict:
     """:func:`~hyport_lib.triage.scan.triage` of a failed worker's logs, as a record
     (``Triage.to_dict()``); never raises.
 
@@ -53,9 +51,11 @@ def diagnose(paths, *, cann_dir: Optional[Path], since: float) -> dict:
         paths: the worker's own log files and folders; those that do not exist are left out.
         cann_dir: the worker's CANN log folder (see :func:`child_cann_log_dir`); None: none.
         since: seconds since the epoch when the worker started; older CANN logs are not read.
+        environ: the worker's environment, whose secret values are scrubbed besides this
+            process's own (see :func:`~hyport_lib.triage.scan.triage`).
     """
     existing = [Path(p) for p in paths if p and Path(p).exists()]
     try:
-        return triage(existing, cann_log_dir=cann_dir, since=since).to_dict()
+        return triage(existing, cann_log_dir=cann_dir, since=since, environ=environ).to_dict()
     except Exception as exc:  # a diagnosis must never cost the stage its results
         return Triage(notes=[f"the logs could not be read for a diagnosis: {type(exc).__name__}: {exc}"]).to_dict()

@@ -49,6 +49,8 @@ class Finding:
         occurrences: how many lines matched, over every file.
         more_places: files that showed it beyond the places kept.
         sources: the vendored real logs the entry was built from.
+        consequence: the entry's failure usually follows another (see
+            :class:`~hyport_lib.triage.catalogue.KnownFailure`).
     """
 
     key: str
@@ -64,6 +66,7 @@ class Finding:
     occurrences: int = 1
     more_places: int = 0
     sources: list[str] = field(default_factory=list)
+    consequence: bool = False
 
     @property
     def where(self) -> str:
@@ -103,13 +106,17 @@ class Triage:
     """The result of :func:`hyport_lib.triage.triage`.
 
     Attributes:
-        findings: known failures, errors first, each in order of first appearance.
+        findings: known failures: the errors that are causes, then those that usually
+            follow another failure (HCCL timeouts, link errors), then warnings; each group
+            in order of first appearance.
         unrecognised: files whose error lines no entry matched.
         files_read: every file read (as in :class:`Place`).
         root: the folder paths are shown relative to.
         cann_log_dir: the CANN log folder that was read, or None.
         since: only CANN logs modified at or after this time (seconds since the epoch) were read.
         notes: what could not be read, and why.
+        unread: how many log files were found but could not be read (or were left unread
+            by the byte budget); the notes name them.
     """
 
     findings: list[Finding] = field(default_factory=list)
@@ -119,6 +126,7 @@ class Triage:
     cann_log_dir: Optional[str] = None
     since: Optional[float] = None
     notes: list[str] = field(default_factory=list)
+    unread: int = 0
 
     @property
     def errors(self) -> list[Finding]:
@@ -140,11 +148,18 @@ class Triage:
 
     def summary_line(self) -> str:
         """One line for a table cell: the first known error and where, else what is left."""
+        unread = (f"; {self.unread} log file{'s' if self.unread != 1 else ''} could not be read"
+                  if self.unread else "")
         if self.errors:
             first = self.errors[0]
             more = len(self.findings) - 1
             tail = f"; {more} more finding{'s' if more > 1 else ''}" if more else ""
-            return f"{first.title} ({first.where}){tail}"
+            if first.consequence and self.unrecognised:  # the cause may be among those lines
+                count = self.unrecognised_count
+                tail += f"; {count} error line{'s' if count != 1 else ''} not recognised"
+            return f"{first.title} ({first.where}){tail}{unread}"
+        if not self.files_read:
+            return "no log could be read" if self.unread or self.notes else "no log file found"
         parts = []
         if self.unrecognised:
             count = self.unrecognised_count
@@ -154,7 +169,7 @@ class Triage:
             parts.append("no error lines")
         if self.warnings:
             parts.append("; ".join(f"warning: {w.title} ({w.where})" for w in self.warnings))
-        return "; ".join(parts)
+        return "; ".join(parts) + unread
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -1,10 +1,12 @@
 """Read the logs, match their lines against the catalogue, and gather a :class:`Triage`.
 
-Logs are read line by line (a plog can be large), each line once; only what a finding
-shows is kept: its first line in each file, a few lines around the first one, and the
-first error lines of a file that nothing in the catalogue explains. Every kept line is
-scrubbed of secret values (:func:`hyport_lib.utils.redact.scrub_text`) and cut to
-:data:`MAX_LINE_CHARS`.
+Logs are read line by line (a plog can be large; :mod:`.reading`), each line once, within
+a byte budget; only what a finding shows is kept: its first line in each file, a few
+lines around the first one, and the first error lines of a file that nothing in the
+catalogue explains. Every kept line is scrubbed of secrets (the values of secret
+variables, :func:`~hyport_lib.utils.redact.scrub_text`, and whatever is written like a
+secret, :func:`~hyport_lib.utils.redact.scrub_secret_shapes`) and cut to
+:data:`MAX_LINE_CHARS` around what matched.
 """
 
 from __future__ import annotations
@@ -14,18 +16,28 @@ import re
 from collections import deque
 from datetime import datetime
 from pathlib import Path
-from typing import Iterable, Iterator, Optional, Sequence, Union
+from typing import Callable, Iterable, Mapping, Optional, Sequence, Union
 
 from hyport_lib.triage.catalogue import ERROR, recognise
 from hyport_lib.triage.discovery import cann_logs, find_logs
 from hyport_lib.triage.model import Finding, Place, Triage, Unrecognised
-from hyport_lib.utils.redact import scrub_text
+from hyport_lib.triage.reading import MAX_BYTES, plan_reading, read_lines
+from hyport_lib.utils.redact import scrub_secret_shapes, scrub_text
 
 #: What makes a line an error line: a traceback, an exception name, an ERROR tag, a CANN
 #: error code (EI0002, EZ9999, E39999 ...) or a torch_npu one (ERR00100).
 #: Written around the letter E so that a line is searched quickly (a plog has millions).
 ERROR_LINE = re.compile(r"E(?:rror\b|RROR\b|RR\d{5}\b|(?<=\bE)[A-Z0-9]\d{4}\b)"
                         r"|Traceback \(most recent call last\)")
+#: The first level tag of a line: a logger's (``WARNING``, ``[INFO]``, glog's ``[W ``), a
+#: Python warning's class (``UserWarning:``) or an exception's name. A line whose first tag
+#: is a warning or information is no error line, whatever it goes on to quote (vLLM's
+#: ``WARNING ... Failed to import from vllm._C with ModuleNotFoundError(...)``).
+_LEVEL_TAG = re.compile(
+    r"\[(?P<bracket>[WIDEF]|WARNING|WARN|INFO|DEBUG|EVENT|TRACE|ERROR|FATAL|CRITICAL)[\s\]]"
+    r"|\b(?P<word>WARNING|WARN|INFO|DEBUG|EVENT|TRACE|NOTICE|ERROR|FATAL|CRITICAL)\b"
+    r"|\b(?P<name>[A-Za-z_]*(?:Warning|Error|Exception))\b|Traceback \(most")
+_QUIET_TAGS = frozenset({"W", "I", "D", "WARNING", "WARN", "INFO", "DEBUG", "EVENT", "TRACE", "NOTICE"})
 #: Lines kept before and after the first line of a finding.
 CONTEXT_BEFORE = 2
 CONTEXT_AFTER = 3
@@ -33,32 +45,43 @@ CONTEXT_AFTER = 3
 MAX_PLACES = 16
 #: Error lines kept per file that nothing recognised.
 MAX_UNRECOGNISED_LINES = 12
-#: Longest line kept; longer ones are cut, with an ellipsis.
+#: Longest line kept; longer ones are cut around what matched, with ellipses.
 MAX_LINE_CHARS = 400
-#: Longest line read at once; the rest of a longer line is skipped.
-MAX_READ_CHARS = 64 * 1024
+#: Characters kept before the match when a long line is cut around it.
+_LEAD = 60
 
 Since = Union[None, float, int, datetime]
 
 
-def read_lines(path: Path) -> Iterator[tuple[int, str]]:
-    """``(line number, text)`` of a text file, streaming; undecodable bytes replaced.
+def is_error_line(line: str) -> bool:
+    """Whether ``line`` reports an error: an error mark (:data:`ERROR_LINE`), and its first
+    level tag is not a warning's or an information's."""
+    if not ERROR_LINE.search(line):
+        return False
+    tag = _LEVEL_TAG.search(line)
+    if tag is None:
+        return True
+    label = tag.group("bracket") or tag.group("word") or tag.group("name") or ""
+    return label not in _QUIET_TAGS and not label.endswith("Warning")
 
-    A line longer than :data:`MAX_READ_CHARS` yields its beginning only (the rest is read
-    past, not kept), so one huge line cannot fill memory.
-    """
-    with open(path, encoding="utf-8", errors="replace", newline=None) as handle:
-        number = 0
-        while True:
-            chunk = handle.readline(MAX_READ_CHARS)
-            if not chunk:
-                return
-            number += 1
-            if not chunk.endswith("\n") and len(chunk) == MAX_READ_CHARS:
-                rest = chunk
-                while rest and not rest.endswith("\n"):
-                    rest = handle.readline(MAX_READ_CHARS)
-            yield number, chunk.rstrip("\r\n")
+
+def visible(text: str, at: Optional[int] = None) -> str:
+    """What a reader should see of a line: the carriage-return segment that holds position
+    ``at`` (a progress bar's last state when ``at`` is None), at most :data:`MAX_LINE_CHARS`
+    long and, when cut, cut around ``at``."""
+    if "\r" in text:
+        if at is None:
+            text = next((seg for seg in reversed(text.split("\r")) if seg.strip()), "")
+        else:
+            begin = text.rfind("\r", 0, at) + 1
+            end = text.find("\r", at)
+            text, at = text[begin:end if end >= 0 else len(text)], at - begin
+    if len(text) <= MAX_LINE_CHARS:
+        return text
+    if at is None or at + 40 < MAX_LINE_CHARS:
+        return text[:MAX_LINE_CHARS - 1] + "…"
+    start = at - _LEAD
+    return "…" + text[start:start + MAX_LINE_CHARS - 2] + ("…" if start + MAX_LINE_CHARS - 2 < len(text) else "")
 
 
 def _since_seconds(since: Since) -> Optional[float]:
@@ -94,23 +117,25 @@ def _common_root(paths: Sequence[Path]) -> Optional[Path]:
 class _Collector:
     """Findings and unrecognised lines as the files are read."""
 
-    def __init__(self, scrub) -> None:
+    def __init__(self, scrub: Callable[[str], str]) -> None:
         self.scrub = scrub
         self.findings: dict[str, Finding] = {}
         self.order: list[str] = []
         self.unrecognised: list[Unrecognised] = []
 
-    def keep(self, text: str) -> str:
+    def keep(self, text: str, finder: Optional[Callable[[str], Optional[re.Match]]] = None) -> str:
+        """``text`` scrubbed, then cut around what ``finder`` finds in the scrubbed text."""
         text = self.scrub(text)
-        return text if len(text) <= MAX_LINE_CHARS else text[:MAX_LINE_CHARS - 1] + "…"
+        match = finder(text) if finder is not None and len(text) > MAX_LINE_CHARS else None
+        return visible(text, match.start() if match else None)
 
-    def read(self, path: Path, shown: str) -> None:
+    def read(self, path: Path, shown: str, start: int = 0, limit: Optional[int] = None) -> None:
         before: deque[str] = deque(maxlen=CONTEXT_BEFORE)
         pending: list[list] = []  # [finding, lines still wanted after its first line]
         in_file: set[str] = set()
         error_lines: list[list] = []
         error_count = 0
-        for number, text in read_lines(path):
+        for number, text in read_lines(path, start, limit):
             for waiting in pending:
                 waiting[0].context.append(self.keep(text))
                 waiting[1] -= 1
@@ -118,10 +143,10 @@ class _Collector:
             entry = recognise(text)
             if entry is not None:
                 self._found(entry, shown, number, text, before, pending, in_file)
-            elif ERROR_LINE.search(text):
+            elif is_error_line(text):
                 error_count += 1
                 if len(error_lines) < MAX_UNRECOGNISED_LINES:
-                    error_lines.append([number, self.keep(text)])
+                    error_lines.append([number, self.keep(text, ERROR_LINE.search)])
             before.append(text)
         # A warning (a CPU fallback) does not explain an error line; a known error does.
         explained = any(self.findings[key].severity == ERROR for key in in_file)
@@ -131,11 +156,12 @@ class _Collector:
     def _found(self, entry, shown, number, text, before, pending, in_file) -> None:
         finding = self.findings.get(entry.key)
         if finding is None:
+            kept = self.keep(text, entry.find)
             finding = Finding(key=entry.key, title=entry.title, meaning=entry.meaning,
                               action=entry.action, severity=entry.severity, file=shown, line=number,
-                              text=self.keep(text), context=[self.keep(t) for t in before] +
-                              [self.keep(text)], places=[Place(shown, number)], occurrences=0,
-                              sources=list(entry.sources))
+                              text=kept, context=[self.keep(t) for t in before] + [kept],
+                              places=[Place(shown, number)], occurrences=0,
+                              sources=list(entry.sources), consequence=entry.consequence)
             self.findings[entry.key] = finding
             self.order.append(entry.key)
             pending.append([finding, CONTEXT_AFTER])
@@ -148,12 +174,15 @@ class _Collector:
         in_file.add(entry.key)
 
     def ordered(self) -> list[Finding]:
+        """Errors that are causes, then errors that usually follow another, then warnings;
+        each group in order of first appearance (a stable sort keeps it)."""
         found = [self.findings[k] for k in self.order]
-        return [f for f in found if f.severity == ERROR] + [f for f in found if f.severity != ERROR]
+        return sorted(found, key=lambda f: (f.severity != ERROR, f.consequence))
 
 
 def triage(paths: Iterable[os.PathLike | str], *, cann_log_dir: Optional[os.PathLike | str] = None,
-           since: Since = None) -> Triage:
+           since: Since = None, environ: Optional[Mapping[str, str]] = None,
+           max_bytes: Optional[int] = MAX_BYTES) -> Triage:
     """What the logs under ``paths`` say went wrong.
 
     Args:
@@ -162,6 +191,11 @@ def triage(paths: Iterable[os.PathLike | str], *, cann_log_dir: Optional[os.Path
             a folder that does not exist is noted, not an error (a host without an NPU has none).
         since: read only CANN logs modified at or after this time (seconds since the epoch or
             a datetime); None: all of them. It does not filter ``paths``.
+        environ: variables whose secret values must not appear in the result, besides this
+            process's own (the environment the failed job ran with, which may hold a token
+            this process lacks).
+        max_bytes: most bytes read over all files (see :func:`~.reading.plan_reading`); None:
+            no limit. Notes name what was left unread.
 
     Returns:
         A :class:`Triage`: findings (the same failure in several files is one finding with
@@ -169,6 +203,7 @@ def triage(paths: Iterable[os.PathLike | str], *, cann_log_dir: Optional[os.Path
 
     Raises:
         FileNotFoundError: a path does not exist (named in the message).
+        ValueError: ``max_bytes`` is not a positive number.
     """
     roots = [Path(p) for p in paths]
     seconds = _since_seconds(since)
@@ -182,28 +217,47 @@ def triage(paths: Iterable[os.PathLike | str], *, cann_log_dir: Optional[os.Path
     if cann_dir is not None:
         cann_files, more = cann_logs(cann_dir, seconds)
         notes.extend(more)
+    own = _unique(files)
+    own_keys = {f.resolve() for f in own}
+    cann_files = [p for p in _unique(cann_files) if p.resolve() not in own_keys]
+    planned, unread, more = plan_reading(own, cann_files, max_bytes)
+    notes.extend(more)
     base = _common_root(roots)
-    seen, read = set(), []
-    collector = _Collector(_scrubber())
-    for path in files + cann_files:
-        key = path.resolve()
-        if key in seen:
-            continue
-        seen.add(key)
-        shown = _shown(path, base)
+    scrub = _scrubber(environ)
+    collector = _Collector(scrub)
+    read, failed = [], 0
+    for item in planned:
+        shown = _shown(item.path, base)
         try:
-            collector.read(path, shown)
+            collector.read(item.path, shown, item.start, item.limit)
         except OSError as exc:
             notes.append(f"{shown}: not read ({exc.strerror or exc})")
+            failed += 1
             continue
         read.append(shown)
     return Triage(findings=collector.ordered(), unrecognised=collector.unrecognised,
                   files_read=read, root=str(base) if base else None,
                   cann_log_dir=str(cann_dir) if cann_dir is not None else None, since=seconds,
-                  notes=[scrub_text(n) for n in notes])
+                  notes=[scrub(n) for n in notes], unread=failed + len(unread))
 
 
-def _scrubber():
-    """``scrub_text`` with this process's environment read once for the whole triage."""
-    environ = dict(os.environ)
-    return lambda text: scrub_text(text, environ)
+def _unique(paths: Iterable[Path]) -> list[Path]:
+    """``paths`` without repeats (the same file reached twice), first one kept."""
+    seen: set[Path] = set()
+    kept = []
+    for path in paths:
+        key = path.resolve()
+        if key not in seen:
+            seen.add(key)
+            kept.append(path)
+    return kept
+
+
+def _scrubber(environ: Optional[Mapping[str, str]]) -> Callable[[str], str]:
+    """Scrubbing for the whole triage: the secret values of this process's environment and
+    of ``environ`` (a name set in both with different values keeps both), then whatever is
+    written like a secret."""
+    every = dict(os.environ)
+    for name, value in (environ or {}).items():
+        every[name if every.get(name, value) == value else f"{name} (given)"] = value
+    return lambda text: scrub_secret_shapes(scrub_text(text, every))

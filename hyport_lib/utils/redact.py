@@ -10,6 +10,10 @@ JSON inside JSON, as a notebook stores an injected parameter), as a Python liter
 (``repr`` / ``ascii``), HTML-escaped (also with numeric character references) and
 URL-encoded. Credentials inside URLs (``scheme://user:password@host``) are redacted
 wherever they appear, whatever the variable is called.
+
+Text written elsewhere (a log copied from another host, a job's output) can hold secrets
+this environment does not know: :func:`scrub_secret_shapes` redacts those recognisable by
+how they are written (``HF_TOKEN=...``, ``"api_key": "..."``, ``Bearer ...``, ``hf_...``).
 """
 
 from __future__ import annotations
@@ -117,6 +121,68 @@ def scrub_text(text: str, environ: Mapping[str, str] | None = None) -> str:
     because a failing command can echo its environment.
     """
     return _scrubber(environ)(text)
+
+
+#: ``NAME=value``, ``NAME: value``, ``"NAME": "value"``, ``--name=value``: a name (quoted or
+#: not, with up to two leading dashes) and a value (quoted, or up to a space or a delimiter).
+_ASSIGNMENT = re.compile(
+    r"""(?<![\w.\-])(?P<name>-{0,2}(?P<q>['"]?)[A-Za-z_][\w.\-]*(?P=q))(?P<sep>\s*(?:=|:(?!//))\s*)"""
+    r"""(?P<value>\[redacted\]|"[^"\n]*"|'[^'\n]*'|[^\s,;&'"}\])]+)""")
+#: ``--name value``: a command-line flag and its value as the next word.
+_FLAG_VALUE = re.compile(r"""(?<![\w\-])(?P<name>--[A-Za-z][\w\-]*)(?P<sep>\s+)(?P<value>[^\s\-'"][^\s'"]*)""")
+#: Exception and warning class names that hold a secret marker (``KeyError: 'x'``) name no secret.
+_EXCEPTION_NAME = re.compile(r"(?:Error|Exception|Warning|Interrupt)$", re.IGNORECASE)
+#: Markers whose variables are secret whatever their value looks like (a numeric PIN too).
+_ALWAYS_SECRET = ("PASSWORD", "PASSWD", "SECRET")
+_NUMBER = re.compile(r"[+-]?\d+(?:\.\d+)?")
+#: Credentials recognisable by their shape alone: ``Bearer <token>`` and the prefixes of
+#: Hugging Face, GitHub, OpenAI-style, Slack and AWS access keys.
+_TOKEN_SHAPES = re.compile(
+    r"(?<![A-Za-z0-9_])(?:hf_[A-Za-z0-9]{30,}|gh[pousr]_[A-Za-z0-9]{30,}|github_pat_\w{40,}"
+    r"|sk-[A-Za-z0-9_\-]{20,}|xox[abprs]-[A-Za-z0-9\-]{10,}|AKIA[0-9A-Z]{16})(?![A-Za-z0-9_])")
+_BEARER = re.compile(r"(?i)\b(?P<scheme>bearer)\s+(?P<value>[A-Za-z0-9._~+/=\-]{8,})")
+
+
+def _secret_assignment(name: str, value: str) -> bool:
+    """Whether ``name`` (as written, dashes and quotes included) holding ``value`` is a secret."""
+    bare = name.strip("-'\"")
+    if not is_secret_parameter(bare) or _EXCEPTION_NAME.search(bare):
+        return False
+    inner = value.strip("'\"").strip()
+    if not inner or inner == REDACTED or inner.lower() in _NOT_SECRET_VALUES:
+        return False
+    if _NUMBER.fullmatch(inner):  # pad_token_id=0, num_key_value_heads: 8
+        return any(marker in bare.upper() for marker in _ALWAYS_SECRET)
+    return True
+
+
+def _redact_value(match: re.Match) -> str:
+    name, value = match.group("name"), match.group("value")
+    if not _secret_assignment(name, value):
+        return match.group(0)
+    quote = value[0] if value[:1] in ("'", '"') and len(value) > 1 and value[-1] == value[0] else ""
+    return f"{name}{match.group('sep')}{quote}{REDACTED}{quote}"
+
+
+def scrub_secret_shapes(text: str) -> str:
+    """Redact secrets recognisable by how they are written, whatever the environment.
+
+    :func:`scrub_text` knows a secret only by its value in the current environment; a log
+    copied from another host, or written by a process that had a token this one lacks,
+    holds values it cannot know. This redacts the value of every assignment to a secret
+    name (:func:`is_secret_parameter`: ``HF_TOKEN=...``, ``password: ...``,
+    ``"api_key": "..."``, ``--hf-token=...``, ``--password ...``), the token after
+    ``Bearer``, and tokens with a well-known prefix (``hf_``, ``ghp_``, ``sk-``, ``AKIA`` ...),
+    plus URL credentials. Exception names (``KeyError: 'x'``), settings
+    (``TOKENIZERS_PARALLELISM=false``) and numbers given to names that only count or
+    number tokens or keys (``pad_token_id=0``) are left alone.
+    """
+    if "://" in text:
+        text = redact_url_credentials(text)
+    text = _TOKEN_SHAPES.sub(REDACTED, text)
+    text = _BEARER.sub(lambda m: f"{m.group('scheme')} {REDACTED}", text)
+    text = _ASSIGNMENT.sub(_redact_value, text)
+    return _FLAG_VALUE.sub(_redact_value, text)
 
 
 def scrub_obj(obj, environ: Mapping[str, str] | None = None):
