@@ -8,14 +8,15 @@ version files. The version files hold the contents public threads show for real 
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
 
 from hyport_lib.devices.host_memory import check_container_shm, shm_size_flag, shm_size_from_mounts
 from hyport_lib.environment import stage
-from hyport_lib.environment.container import (Item, check_container, container_evidence, item_state,
-                                              needed_cards, parse_card_list)
+from hyport_lib.environment.container import Item, check_container, container_evidence, item_state
+from hyport_lib.environment.container_cards import needed_cards, parse_card_list
 from hyport_lib.environment.driver_versions import (DriverVersions, check_driver_cann, hdk_release,
                                                     parse_version_info, read_driver_versions)
 from hyport_lib.environment.params import Params
@@ -231,7 +232,7 @@ def test_shm_judged_from_plain_numbers():
     (None, {}, None, []),
 ])
 def test_needed_cards(num_cards, environ, listed, cards):
-    assert needed_cards(num_cards, environ, listed)[0] == cards
+    assert needed_cards(num_cards, environ, listed).cards == cards
 
 
 def test_a_bad_host_variable_is_named():
@@ -259,10 +260,10 @@ def test_container_evidence_is_read_under_the_root(tmp_path):
 
 def test_under_the_machine_root_a_node_must_be_a_character_device():
     root = Path("/")
-    assert item_state(root, Item("/dev/null", "--device=/dev/null", "a node", node=True)) is None
+    assert item_state(root, Item("/dev/null", "--device=/dev/null", "a node", kind="node")) is None
     plain_file = str(Path(__file__).resolve())
-    assert item_state(root, Item(plain_file, "", "a node", node=True)) == "not a character device"
-    assert item_state(root, Item("/dev/davinci_no_such", "", "a node", node=True)) == "missing"
+    assert item_state(root, Item(plain_file, "", "a node", kind="node")) == "not a character device"
+    assert item_state(root, Item("/dev/davinci_no_such", "", "a node", kind="node")) == "missing"
 
 
 # --- version files ------------------------------------------------------------------------------
@@ -356,3 +357,168 @@ def test_the_drafts_show_the_recorded_driver_and_firmware(tmp_path):
         assert rows[driver] == "24.1.rc3" and rows[firmware] == "7.5.0.1.129"
     section = zh.split("## 01")[1].split("\n## ")[0]
     assert not english_runs(section), english_runs(section)
+
+
+# --- review findings: what a real container shows ---------------------------------------------
+def _tree_with_cards(base: Path, cards: tuple[int, ...], **kwargs) -> Path:
+    """A complete tree whose only card nodes are ``cards`` (``docker run --device=...`` for each)."""
+    root = build_tree(base, cards=0, **kwargs)
+    for card in cards:
+        _write(root / f"dev/davinci{card}")
+    return root
+
+
+def test_npu_smi_in_usr_local_bin_is_accepted(tmp_path):
+    # vLLM Ascend's docker run line mounts -v /usr/local/bin/npu-smi:/usr/local/bin/npu-smi
+    root = build_tree(tmp_path, omit=("/usr/local/sbin/npu-smi",))
+    _write(root / "usr/local/bin/npu-smi", "#!/bin/sh\n")
+    findings = _judge(root)
+    mounts = _by_name(findings.checks)["container_mounts"]
+    assert mounts.verdict == "PASS", mounts
+    assert "npu-smi found at /usr/local/bin/npu-smi" in mounts.reason
+    assert findings.flags == [] and findings.missing == []
+
+
+def _empty_driver(root: Path) -> None:
+    (root / "usr/local/Ascend/driver").mkdir(parents=True)
+
+
+def _driver_is_a_file(root: Path) -> None:
+    _write(root / "usr/local/Ascend/driver", "")
+
+
+def _npu_smi_is_a_folder(root: Path) -> None:
+    (root / "usr/local/sbin/npu-smi").mkdir(parents=True)
+
+
+def _only_version_info(root: Path) -> None:
+    _write(root / "usr/local/Ascend/driver/version.info", DRIVER_25_0)
+
+
+@pytest.mark.parametrize("omit, make, verdict, words, flag", [
+    # only version.info mounted: jobs cannot load libascend_hal.so
+    (("/usr/local/Ascend/driver",), _only_version_info, "FAIL",
+     "/usr/local/Ascend/driver/lib64 missing (the driver's libraries", DRIVER_FLAG),
+    # docker made the missing mount source an empty folder
+    (("/usr/local/Ascend/driver",), _empty_driver, "FAIL",
+     "/usr/local/Ascend/driver an empty folder", DRIVER_FLAG),
+    (("/usr/local/Ascend/driver",), _driver_is_a_file, "FAIL", "/usr/local/Ascend/driver not a folder", DRIVER_FLAG),
+    (("/usr/local/sbin/npu-smi",), _npu_smi_is_a_folder, "WARN", "/usr/local/sbin/npu-smi a folder, not a file",
+     "-v /usr/local/sbin/npu-smi:/usr/local/sbin/npu-smi"),
+])
+def test_mounts_must_be_the_right_kind_of_path(tmp_path, omit, make, verdict, words, flag):
+    root = build_tree(tmp_path, omit=omit)
+    make(root)
+    findings = _judge(root)
+    mounts = _by_name(findings.checks)["container_mounts"]
+    assert mounts.verdict == verdict and words in mounts.reason, mounts
+    assert f"add {flag}" in mounts.reason and findings.flags == [flag]
+    assert len(findings.missing) == 1  # an empty or wrong driver folder is one gap, not three
+
+
+def test_a_container_with_one_other_card_passes(tmp_path):
+    # docker run --device=/dev/davinci4 ...: the container's one card is 4, not 0
+    findings = _judge(_tree_with_cards(tmp_path, (4,)), num_cards=1)
+    devices = _by_name(findings.checks)["container_devices"]
+    assert devices.verdict == "PASS" and "/dev/davinci4" in devices.reason, devices
+    assert findings.cards == [4] and findings.flags == []
+
+
+def test_too_few_card_nodes_fail_with_one_flag_per_missing_card(tmp_path):
+    findings = _judge(_tree_with_cards(tmp_path, (4,)), num_cards=3)
+    devices = _by_name(findings.checks)["container_devices"]
+    assert devices.verdict == "FAIL" and "3 card nodes needed, 1 present" in devices.reason, devices
+    assert findings.flags == ["--device=/dev/davinci0", "--device=/dev/davinci1"]
+
+
+@pytest.mark.parametrize("node", ["/dev/davinci100", "/dev/vdavinci100"])
+def test_a_virtual_npu_is_found_where_the_runtime_puts_it(tmp_path, node):
+    # the runtime mounts the host's /dev/vdavinci100 as /dev/davinci100; a privileged
+    # container shows the host's name
+    root = _tree_with_cards(tmp_path, ())
+    _write(root / node.lstrip("/"))
+    environ = {"ASCEND_VISIBLE_DEVICES": "100", "ASCEND_RUNTIME_OPTIONS": "VIRTUAL"}
+    findings = _judge(root, num_cards=1, environ=environ)
+    devices = _by_name(findings.checks)["container_devices"]
+    assert devices.verdict == "PASS", devices
+    assert findings.cards == [100] and findings.virtual
+
+
+def test_a_missing_virtual_npu_names_the_host_node(tmp_path):
+    environ = {"ASCEND_VISIBLE_DEVICES": "100", "ASCEND_RUNTIME_OPTIONS": "VIRTUAL"}
+    findings = _judge(_tree_with_cards(tmp_path, ()), num_cards=1, environ=environ)
+    assert _by_name(findings.checks)["container_devices"].verdict == "FAIL"
+    assert findings.flags == ["--device=/dev/vdavinci100:/dev/davinci100"]
+
+
+def test_a_vnpu_cut_at_start_is_judged_by_the_nodes_present(tmp_path):
+    # ASCEND_VNPU_SPECS: the runtime mounts the vNPU under the ID it creates, not card 0
+    environ = {"ASCEND_VISIBLE_DEVICES": "0", "ASCEND_VNPU_SPECS": "vir04", "ASCEND_RUNTIME_OPTIONS": "VIRTUAL"}
+    findings = _judge(_tree_with_cards(tmp_path, (100,)), num_cards=1, environ=environ)
+    devices = _by_name(findings.checks)["container_devices"]
+    assert devices.verdict == "PASS" and findings.cards == [100], devices
+    assert "ASCEND_VNPU_SPECS=vir04" in devices.reason
+
+
+@pytest.mark.parametrize("value", ["void", ""])
+def test_no_npu_asked_skips_the_container_checks(tmp_path, value):
+    findings = _judge(_tree_with_cards(tmp_path, ()), environ={"ASCEND_VISIBLE_DEVICES": value})
+    for check in findings.checks:
+        assert check.verdict == "SKIP" and "mount no NPU" in check.reason, check
+    assert findings.flags == []
+
+
+def test_no_npu_asked_still_judges_cards_added_by_hand(tmp_path):
+    root = _tree_with_cards(tmp_path, (2,), omit=("/dev/hisi_hdc",))
+    findings = _judge(root, num_cards=1, environ={"ASCEND_VISIBLE_DEVICES": "void"})
+    devices = _by_name(findings.checks)["container_devices"]
+    assert devices.verdict == "FAIL" and findings.cards == [2]
+    assert findings.flags == ["--device=/dev/hisi_hdc"]
+
+
+def test_chip_names_name_their_cards(tmp_path):
+    root = build_tree(tmp_path, cards=2)
+    findings = _judge(root, num_cards=None, environ={"ASCEND_VISIBLE_DEVICES": "Ascend910-0,Ascend910-1"})
+    devices = _by_name(findings.checks)["container_devices"]
+    assert devices.verdict == "PASS" and findings.cards == [0, 1], devices
+    assert parse_card_list("Ascend310P-3, Ascend310P-1") == [1, 3]
+    with pytest.raises(ValueError, match="2 types"):
+        parse_card_list("Ascend910-0,Ascend310-1")
+    with pytest.raises(ValueError, match="'1' is not a chip name"):
+        parse_card_list("Ascend910-0,1")
+
+
+def test_host_variable_read_as_the_runtime_reads_it(tmp_path):
+    assert parse_card_list("3,1,1-2") == [1, 2, 3]  # sorted, each once
+    with pytest.raises(ValueError, match="runs backwards"):
+        parse_card_list("3-1")
+    # a backwards range named, not read as "no cards"
+    findings = _judge(build_tree(tmp_path, cards=2), num_cards=None, environ={"ASCEND_VISIBLE_DEVICES": "3-1"})
+    devices = _by_name(findings.checks)["container_devices"]
+    assert devices.verdict == "WARN" and "range '3-1' runs backwards" in devices.reason, devices
+
+
+def test_a_huge_range_is_refused_at_once(tmp_path):
+    root = build_tree(tmp_path, cards=2)
+    started = time.perf_counter()
+    findings = _judge(root, num_cards=None, environ={"ASCEND_VISIBLE_DEVICES": "0-50000"})
+    elapsed = time.perf_counter() - started
+    devices = _by_name(findings.checks)["container_devices"]
+    assert elapsed < 2.0, f"{elapsed:.1f} s"
+    assert devices.verdict == "WARN" and "ends above 128" in devices.reason, devices
+    assert findings.cards == [0, 1]  # the variable is ignored: the nodes present are judged
+
+
+def test_the_last_dev_shm_mount_is_the_one_in_effect():
+    runtime_then_bigger = MOUNTS_DOCKER_DEFAULT + "tmpfs /dev/shm tmpfs rw,relatime,size=8g 0 0\n"
+    assert shm_size_from_mounts(runtime_then_bigger) == 8.0
+    # Kubernetes' memory emptyDir over the runtime's 64 MB, with no size= of its own
+    assert shm_size_from_mounts(MOUNTS_DOCKER_DEFAULT + "tmpfs /dev/shm tmpfs rw,relatime 0 0\n") is None
+
+
+def test_an_empty_driver_version_file_is_named(tmp_path):
+    root = build_tree(tmp_path, driver="")
+    versions = read_driver_versions(root, "8.5.0")
+    check = check_driver_cann(versions, applies=True)
+    assert check.verdict == "SKIP" and "version.info has no Version= line" in check.reason, check
+    assert "no driver version.info" not in check.reason and "driver unknown" in check.reason

@@ -103,15 +103,19 @@ _SIZE_UNIT_GB = {"": 1 / 2 ** 30, "k": 1 / 2 ** 20, "m": 1 / 2 ** 10, "g": 1.0}
 def shm_size_from_mounts(text: str) -> Optional[float]:
     """The size in GB of the tmpfs mounted on /dev/shm, from /proc/mounts text (as a
     container's ``--shm-size`` sets it: ``shm /dev/shm tmpfs rw,...,size=65536k 0 0``).
-    None when /dev/shm is not listed or has no ``size=`` option (tmpfs then takes half
+
+    /proc/mounts lists mounts in the order they were made, and a later mount on the same
+    folder hides the earlier one (Kubernetes mounts a memory ``emptyDir`` over the
+    runtime's 64 MB /dev/shm), so the last /dev/shm line is the one in effect. None when
+    /dev/shm is not listed, or its last line has no ``size=`` option (tmpfs then takes half
     the RAM, which the mount line does not say)."""
+    options = None
     for line in text.splitlines():
         fields = line.split()
         if len(fields) >= 4 and fields[1] == "/dev/shm":
-            match = _SIZE_OPTION.search(fields[3])
-            if match:
-                return int(match.group(1)) * _SIZE_UNIT_GB[match.group(2).lower()]
-    return None
+            options = fields[3]
+    match = _SIZE_OPTION.search(options) if options is not None else None
+    return int(match.group(1)) * _SIZE_UNIT_GB[match.group(2).lower()] if match else None
 
 
 def check_container_shm(total_gb: Optional[float], num_cards: int, per_card_gb: float,

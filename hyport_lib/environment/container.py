@@ -14,6 +14,11 @@ each missing item is named with the one flag that adds it.
 Every path is read under a ``root`` (``/``: this machine), so a copy of a host's folders
 can be judged offline. Under ``/`` a device node must be a character device; under any
 other root (a copied or test tree, where nodes cannot be made) any file stands for one.
+Folders must be folders and files files: docker turns a ``-v`` source missing on the host
+into an empty folder, so an empty driver folder, or a folder where ``npu-smi`` belongs, is
+a gap. The driver's ``lib64`` is what jobs load (``libascend_hal.so``); ``npu-smi`` is
+accepted at ``/usr/local/sbin`` (the manual) or ``/usr/local/bin`` (vLLM Ascend's
+``docker run`` line). Which card nodes are needed: :mod:`.container_cards`.
 """
 
 from __future__ import annotations
@@ -26,7 +31,7 @@ from typing import Mapping, Optional
 
 from hyport_lib.devices.host_memory import check_container_shm, shm_size_flag, shm_size_from_mounts
 from hyport_lib.devices.records import Check, worst_verdict
-from hyport_lib.devices.visible_devices import parse_visible_devices
+from hyport_lib.environment.container_cards import CardNeed, needed_cards, suggested_cards
 from hyport_lib.environment.driver_versions import DriverVersions
 
 #: Files whose presence says "container", relative to the root.
@@ -44,41 +49,60 @@ class Item:
         flag: the ``docker run`` flag that adds it.
         need: what is lost without it, for the reason.
         missing_verdict: FAIL when jobs cannot start without it, WARN when a tool is lost.
-        node: a device node (a character device under ``/``) rather than a file or folder.
+        kind: ``node`` (a character device under ``/``), ``dir`` or ``file``: docker turns a
+            ``-v`` source missing on the host into an empty folder, so a folder where a file
+            belongs is a gap, not the item.
+        alternatives: other paths where the same thing is accepted (``/usr/local/bin/npu-smi``).
+        nonempty: an empty folder is a gap (a mount whose source was missing on the host).
     """
 
     path: str
     flag: str
     need: str
     missing_verdict: str = "FAIL"
-    node: bool = False
+    kind: str = "dir"
+    alternatives: tuple[str, ...] = ()
+    nonempty: bool = False
 
 
-def card_node(card: int) -> Item:
+def card_node(card: int, virtual: bool = False) -> Item:
+    """``/dev/davinciN``; for a vNPU the runtime mounts the host's ``/dev/vdavinciN`` there
+    (a privileged container shows it under its host name, accepted too)."""
     path = f"/dev/davinci{card}"
-    return Item(path, f"--device={path}", f"card {card}", "FAIL", node=True)
+    if virtual:
+        return Item(path, f"--device=/dev/vdavinci{card}:{path}", f"vNPU {card}", kind="node",
+                    alternatives=(f"/dev/vdavinci{card}",))
+    return Item(path, f"--device={path}", f"card {card}", kind="node")
 
 
 #: The nodes every Ascend container needs besides one per card.
 CONTROL_NODES = (
-    Item("/dev/davinci_manager", "--device=/dev/davinci_manager", "the device manager", node=True),
-    Item("/dev/devmm_svm", "--device=/dev/devmm_svm", "shared virtual memory", node=True),
-    Item("/dev/hisi_hdc", "--device=/dev/hisi_hdc", "host-device channel", node=True),
+    Item("/dev/davinci_manager", "--device=/dev/davinci_manager", "the device manager", kind="node"),
+    Item("/dev/devmm_svm", "--device=/dev/devmm_svm", "shared virtual memory", kind="node"),
+    Item("/dev/hisi_hdc", "--device=/dev/hisi_hdc", "host-device channel", kind="node"),
 )
-DRIVER = Item("/usr/local/Ascend/driver", "-v /usr/local/Ascend/driver:/usr/local/Ascend/driver",
-              "the driver's libraries")
-DRIVER_VERSION = Item("/usr/local/Ascend/driver/version.info", DRIVER.flag,
-                      "the driver's version file (a partial driver mount?)", "WARN")
+DRIVER_FLAG = "-v /usr/local/Ascend/driver:/usr/local/Ascend/driver"
+DRIVER = Item("/usr/local/Ascend/driver", DRIVER_FLAG, "the driver", nonempty=True)
+#: Judged only when the driver folder is in place (a missing folder is one gap, not three).
+DRIVER_LIB64 = Item("/usr/local/Ascend/driver/lib64", DRIVER_FLAG,
+                    "the driver's libraries (libascend_hal.so): torch_npu cannot load without them")
+DRIVER_VERSION = Item("/usr/local/Ascend/driver/version.info", DRIVER_FLAG,
+                      "the driver's version file (a partial driver mount?)", "WARN", kind="file")
 NPU_SMI = Item("/usr/local/sbin/npu-smi", "-v /usr/local/sbin/npu-smi:/usr/local/sbin/npu-smi",
-               "npu-smi (the card listing and the busy-card check)", "WARN")
+               "npu-smi (the card listing and the busy-card check)", "WARN", kind="file",
+               alternatives=("/usr/local/bin/npu-smi",))
 #: The folders and files the manual mounts, in its order.
 MOUNTS = (
-    Item("/usr/local/dcmi", "-v /usr/local/dcmi:/usr/local/dcmi", "the DCMI library npu-smi uses", "WARN"),
+    Item("/usr/local/dcmi", "-v /usr/local/dcmi:/usr/local/dcmi", "the DCMI library npu-smi uses",
+         "WARN", nonempty=True),
     DRIVER,
+    DRIVER_LIB64,
     DRIVER_VERSION,
     Item("/usr/slog", "-v /var/log/npu/:/usr/slog", "device logs kept on the host", "WARN"),
     NPU_SMI,
 )
+#: What docker leaves where a ``-v`` source did not exist on the host.
+EMPTY_MOUNT = "docker makes a -v source missing on the host into an empty folder"
 
 
 def is_machine_root(root: Path) -> bool:
@@ -114,82 +138,51 @@ def ascend_signs(root: Path) -> list[str]:
     return signs
 
 
-def item_state(root: Path, item: Item) -> Optional[str]:
-    """None when ``item`` is in place under ``root``; otherwise what is wrong with it."""
-    path = under(root, item.path)
-    if item.node and is_machine_root(root):
+def _path_problem(root: Path, path: str, item: Item) -> Optional[str]:
+    """None when ``path`` under ``root`` is what ``item`` needs there; otherwise what is wrong."""
+    target = under(root, path)
+    try:
+        mode = os.stat(target).st_mode
+    except FileNotFoundError:
+        return "missing"
+    except NotADirectoryError:
+        return "missing (a folder above it is a file)"
+    except OSError as exc:
+        return f"cannot be read ({exc.strerror})"
+    if item.kind == "node":
+        # a copied or test tree cannot hold device nodes: any path stands for one there
+        return None if stat.S_ISCHR(mode) or not is_machine_root(root) else "not a character device"
+    if item.kind == "file":
+        if stat.S_ISDIR(mode):
+            return f"a folder, not a file ({EMPTY_MOUNT})"
+        return None
+    if not stat.S_ISDIR(mode):
+        return "not a folder"
+    if item.nonempty:
         try:
-            mode = os.stat(path).st_mode
-        except FileNotFoundError:
-            return "missing"
+            empty = next(target.iterdir(), None) is None
         except OSError as exc:
             return f"cannot be read ({exc.strerror})"
-        return None if stat.S_ISCHR(mode) else "not a character device"
-    return None if path.exists() else "missing"
+        if empty:
+            return f"an empty folder ({EMPTY_MOUNT}: is it installed at {path} on the host?)"
+    return None
 
 
-def parse_card_list(value: str) -> list[int]:
-    """``0-3,6`` -> ``[0, 1, 2, 3, 6]`` (ASCEND_VISIBLE_DEVICES, read by the Ascend Docker
-    Runtime, allows ranges).
-
-    Raises:
-        ValueError: naming the entry that is neither a number nor a range.
-    """
-    cards: list[int] = []
-    for entry in (e.strip() for e in value.split(",")):
-        if not entry:
-            continue
-        low, dash, high = entry.partition("-")
-        if low.isdigit() and (not dash or high.isdigit()):
-            span = range(int(low), int(high) + 1) if dash else [int(low)]
-            cards += [c for c in span if c not in cards]
-        else:
-            raise ValueError(f"ASCEND_VISIBLE_DEVICES={value!r}: {entry!r} is not a card number "
-                             f"or a range like 0-3")
-    return cards
+def locate(root: Path, item: Item) -> tuple[Optional[str], Optional[str]]:
+    """``(path found, None)`` when ``item`` (or one of its alternatives) is in place under
+    ``root``; ``(None, problem)`` with the problem of its main path otherwise."""
+    problem = _path_problem(root, item.path, item)
+    if problem is None:
+        return item.path, None
+    for other in item.alternatives:
+        if _path_problem(root, other, item) is None:
+            return other, None
+    return None, problem
 
 
-def needed_cards(num_cards: Optional[int], environ: Mapping[str, str],
-                 listed: Optional[list[int]] = None) -> tuple[list[int], str]:
-    """The ``/dev/davinciN`` numbers the next stages' cards need, and where they came from.
-
-    ``ASCEND_VISIBLE_DEVICES`` names host cards (the Ascend Docker Runtime mounts them with
-    their numbers); ``ASCEND_RT_VISIBLE_DEVICES`` picks positions among the cards the
-    runtime sees (the listing's, or ``0..`` when no listing was read); without either, the
-    listing's cards, else ``0..num_cards-1``. ``num_cards`` keeps the first ones.
-
-    Args:
-        num_cards: cards the next stages will use; None: all of them.
-        environ: the environment holding the visible-devices variables.
-        listed: card numbers npu-smi listed (None: no listing was read).
-
-    Raises:
-        ValueError: ``ASCEND_VISIBLE_DEVICES`` is not a list of numbers and ranges.
-    """
-    host_cards, host_var = None, environ.get("ASCEND_VISIBLE_DEVICES", "").strip()
-    if host_var:
-        host_cards = parse_card_list(host_var)
-    runtime_var = environ.get("ASCEND_RT_VISIBLE_DEVICES")
-    seen = host_cards if host_cards is not None else listed
-    if runtime_var is not None and runtime_var.strip():
-        positions = parse_visible_devices(runtime_var, "ASCEND_RT_VISIBLE_DEVICES")
-        cards = [seen[p] for p in positions if p < len(seen)] if seen is not None else positions
-        source = f"ASCEND_RT_VISIBLE_DEVICES={runtime_var}"
-        if host_cards is not None:
-            source += f" within ASCEND_VISIBLE_DEVICES={host_var}"
-        elif seen is None:
-            source += " (no listing: positions taken as card numbers)"
-    elif host_cards is not None:
-        cards, source = host_cards, f"ASCEND_VISIBLE_DEVICES={host_var}"
-    elif listed:
-        cards, source = list(listed), "the cards npu-smi lists"
-    elif num_cards:
-        cards, source = list(range(num_cards)), f"num_cards={num_cards}"
-    else:
-        return [], "no card count known"
-    if num_cards and len(cards) > num_cards:
-        cards, source = cards[:num_cards], f"the first {num_cards} of {source}"
-    return cards, source
+def item_state(root: Path, item: Item) -> Optional[str]:
+    """None when ``item`` is in place under ``root``; otherwise what is wrong with it."""
+    return locate(root, item)[1]
 
 
 @dataclass
@@ -201,11 +194,12 @@ class ContainerFindings:
         in_container: a container marker was found under it.
         evidence: which one (``/.dockerenv``...); None outside a container.
         judged: the node and mount checks ran (a container on an Ascend backend or tree).
+        versions: the driver, firmware and CANN versions read under ``root``.
         cards / cards_from: the card nodes required, and why those.
+        virtual: the cards are vNPUs (ASCEND_RUNTIME_OPTIONS holds VIRTUAL).
         missing: ``{"path", "problem", "flag", "verdict"}`` per item not in place.
         flags: the ``docker run`` flags that add every missing item, each once.
         shm_total_gb: /dev/shm size read (None: unknown or not read).
-        versions: the driver, firmware and CANN versions read under ``root``.
         checks: the checks, for the stage's list.
     """
 
@@ -216,6 +210,7 @@ class ContainerFindings:
     versions: DriverVersions
     cards: list[int] = field(default_factory=list)
     cards_from: str = ""
+    virtual: bool = False
     missing: list[dict] = field(default_factory=list)
     flags: list[str] = field(default_factory=list)
     shm_total_gb: Optional[float] = None
@@ -228,27 +223,35 @@ class ContainerFindings:
         return data
 
 
-def _judge_items(name: str, root: Path, items: list[Item], where: str,
-                 missing: list[dict]) -> Check:
-    """One check over ``items``: PASS when all are in place, else every gap with its flag."""
-    gaps = []
+def _judge_items(name: str, root: Path, items: list[Item], where: str, missing: list[dict],
+                 more_gaps: list[tuple[Item, str]] = ()) -> Check:
+    """One check over ``items`` (and ``more_gaps`` found otherwise): PASS when all are in
+    place, else every gap with its flag."""
+    gaps, elsewhere = [], []
     for item in items:
-        problem = item_state(root, item)
+        found, problem = locate(root, item)
         if problem is not None:
             gaps.append((item, problem))
-            missing.append({"path": item.path, "problem": problem, "flag": item.flag,
-                            "verdict": item.missing_verdict})
+        elif found != item.path:
+            elsewhere.append(f"{item.path.rsplit('/', 1)[-1]} found at {found}")
+    gaps += list(more_gaps)
+    for item, problem in gaps:
+        missing.append({"path": item.path, "problem": problem, "flag": item.flag,
+                        "verdict": item.missing_verdict})
+    found_note = f" ({'; '.join(elsewhere)})" if elsewhere else ""
     if not gaps:
-        return Check(name, "PASS", f"{', '.join(i.path for i in items)} in place{where}")
+        return Check(name, "PASS", f"{', '.join(i.path for i in items)} in place{where}{found_note}")
     verdict = worst_verdict(i.missing_verdict for i, _ in gaps)
     detail = "; ".join(f"{i.path} {problem} ({i.need}): add {i.flag}" for i, problem in gaps)
-    return Check(name, verdict, f"{len(gaps)} of {len(items)} missing{where}: {detail}")
+    return Check(name, verdict, f"{len(gaps)} of {len(items) + len(more_gaps)} not in place{where}: "
+                                f"{detail}{found_note}")
 
 
 def _mount_items(root: Path) -> list[Item]:
-    """The mounts to judge: version.info only when the driver folder itself is there (a
-    missing folder is one gap, not two)."""
-    return [i for i in MOUNTS if i is not DRIVER_VERSION or under(root, DRIVER.path).is_dir()]
+    """The mounts to judge: the driver's lib64 and version.info only when the driver folder
+    itself is in place (a missing or empty folder is one gap, not three)."""
+    driver_ok = item_state(root, DRIVER) is None
+    return [i for i in MOUNTS if driver_ok or i not in (DRIVER_LIB64, DRIVER_VERSION)]
 
 
 def listed_cards(listing) -> Optional[list[int]]:
@@ -263,13 +266,28 @@ def listed_cards(listing) -> Optional[list[int]]:
     return ids
 
 
-def present_card_nodes(root: Path) -> list[int]:
-    """The N of each ``/dev/davinciN`` under ``root``, sorted."""
+def present_card_nodes(root: Path, virtual: bool = False) -> list[int]:
+    """The N of each card node under ``root`` (``/dev/davinciN``; with ``virtual`` also
+    ``/dev/vdavinciN``), sorted, each once; under ``/`` only character devices count."""
     dev = under(root, "dev")
     if not dev.is_dir():
         return []
-    numbers = (p.name[len("davinci"):] for p in dev.glob("davinci[0-9]*"))
-    return sorted(int(n) for n in numbers if n.isdigit())
+    numbers = set()
+    for prefix in ("davinci", "vdavinci") if virtual else ("davinci",):
+        for path in dev.glob(f"{prefix}[0-9]*"):
+            number = path.name[len(prefix):]
+            probe = Item(f"/dev/{path.name}", "", "", kind="node")
+            if number.isdigit() and item_state(root, probe) is None:
+                numbers.add(int(number))
+    return sorted(numbers)
+
+
+def _shortfall(need: CardNeed, present: list[int]) -> list[tuple[Item, str]]:
+    """A gap per card node asked for beyond those present, with a free card number as the
+    example (any free card of the host will do)."""
+    why = (f"missing ({len(need.cards) + need.short} card nodes needed, {len(present)} present; "
+           f"any free card of the host will do, this number is the first free one)")
+    return [(card_node(n, need.virtual), why) for n in suggested_cards(need, present)]
 
 
 def check_container(root: Path, *, kind: str, requested: str, num_cards: Optional[int],
@@ -282,7 +300,7 @@ def check_container(root: Path, *, kind: str, requested: str, num_cards: Optiona
         root: the filesystem root to read (``/``: this machine).
         kind: the backend kind judged; requested: the kind asked for.
         num_cards: cards the next stages will use; None: all.
-        environ: the environment with the visible-devices variables.
+        environ: the environment with the Ascend Docker Runtime's variables.
         listed: card numbers npu-smi listed; None when no listing was read.
         versions: the driver / firmware / CANN versions read under ``root``.
         shm_gb_per_card: /dev/shm each card's rank needs.
@@ -307,27 +325,27 @@ def check_container(root: Path, *, kind: str, requested: str, num_cards: Optiona
         findings.checks = [Check(n, "SKIP", why) for n in names]
         return findings
     findings.judged = True
-    bad_variable = None
-    try:
-        cards, source = needed_cards(num_cards, environ, listed)
-    except ValueError as exc:
-        cards, source, bad_variable = [], "", str(exc)
-    if not cards:  # no count known: the nodes present, and at least card 0
-        cards = present_card_nodes(root) or [0]
-        source = (f"{bad_variable}; judged: " if bad_variable else "") + \
-            "no card count known, so the card nodes present (at least one)"
-    findings.cards, findings.cards_from = cards, source
-    devices = _judge_items("container_devices", root, [card_node(c) for c in cards] + list(CONTROL_NODES),
-                           where, findings.missing)
-    verdict = worst_verdict([devices.verdict, "WARN" if bad_variable else "PASS"])
-    devices = Check(devices.name, verdict, f"{devices.reason} (cards from {source})")
+    virtual = "VIRTUAL" in environ.get("ASCEND_RUNTIME_OPTIONS", "").upper()
+    present = present_card_nodes(root, virtual)
+    need = needed_cards(num_cards, environ, listed, present)
+    findings.cards, findings.cards_from, findings.virtual = need.cards, need.source, need.virtual
+    if need.no_npu and not need.cards:
+        why = (f"{need.no_npu} and no card node is present{where}: no NPU to check; to use NPUs, "
+               f"start the container with -e ASCEND_VISIBLE_DEVICES=<cards> or --device=/dev/davinciN")
+        findings.checks = [Check(n, "SKIP", why) for n in names]
+        return findings
+    devices = _judge_items("container_devices", root,
+                           [card_node(c, need.virtual) for c in need.cards] + list(CONTROL_NODES),
+                           where, findings.missing, _shortfall(need, present))
+    verdict = worst_verdict([devices.verdict, "WARN" if need.problem else "PASS"])
+    devices = Check(devices.name, verdict, f"{devices.reason} (cards from {need.source})")
     mounts = _judge_items("container_mounts", root, _mount_items(root), where, findings.missing)
     has_driver, has_smi = (item_state(root, i) is None for i in (DRIVER, NPU_SMI))
     if has_driver != has_smi:
         mounts = Check(mounts.name, mounts.verdict, f"{mounts.reason}; the manual mounts the driver "
                                                     f"and npu-smi together")
     per_card = shm_gb_per_card
-    count = len(cards)
+    count = len(need.cards) + need.short
     if machine:
         findings.shm_total_gb = machine_shm_gb
         shm = Check("container_shm", "SKIP", "this machine's /dev/shm is judged by the dev_shm check")

@@ -77,9 +77,14 @@ class DriverVersions:
         return asdict(self)
 
     def describe(self) -> str:
-        """``driver 24.1.rc3, firmware 7.5.0.1.129, CANN 8.0.RC3`` (``not found`` for gaps)."""
-        return ", ".join(f"{label} {value or 'not found'}" for label, value in
-                         (("driver", self.driver), ("firmware", self.firmware), ("CANN", self.cann)))
+        """``driver 24.1.rc3, firmware 7.5.0.1.129, CANN 8.0.RC3`` (``not found`` for a
+        missing file, ``unknown`` for a file that names no version)."""
+        def shown(value: Optional[str], path: Optional[str]) -> str:
+            return value or ("unknown" if path else "not found")
+
+        return ", ".join(f"{label} {shown(value, path)}" for label, value, path in
+                         (("driver", self.driver, self.driver_file),
+                          ("firmware", self.firmware, self.firmware_file), ("CANN", self.cann, self.cann)))
 
 
 def parse_version_info(text: str) -> dict[str, str]:
@@ -159,8 +164,11 @@ def check_driver_cann(versions: DriverVersions, *, applies: bool, where: str = "
         return Check(name, "WARN", f"{'; '.join(versions.errors)}: run as a user who may read it "
                                    f"(the driver's files are root's)")
     if not versions.driver or not versions.cann:
-        missing = "driver version.info" if not versions.driver else "CANN install info"
-        return Check(name, "SKIP", f"{seen}{where}: no {missing}, nothing to pair")
+        if versions.driver_file and not versions.driver:
+            missing = f"{versions.driver_file} has no Version= line"
+        else:
+            missing = "no driver version.info" if not versions.driver else "no CANN install info"
+        return Check(name, "SKIP", f"{seen}{where}: {missing}, nothing to pair")
     release = _cann_release(versions.cann)
     documented = HDK_FOR_CANN.get(release)
     hdk = hdk_release(versions.driver)
