@@ -1,7 +1,8 @@
 """Stage 05's full scan and comparisons: chunked, pipelined reads that find every NaN/Inf
 (at chunk boundaries too), checksums of each algorithm equal to that algorithm applied to
-the tensor's bytes, a bounded number of buffers, reader errors as findings, scans of two
-algorithms never compared, comparisons that find exactly the tensors a test changed, and
+the tensor's bytes, a bounded number of buffers, reader errors as findings naming the
+file that failed (the next files still scanned), every other error raised (none lost, no
+tensor silently left out), scans of two algorithms never compared, comparisons that find exactly the tensors a test changed, and
 the default folders the notebook picks."""
 
 from __future__ import annotations
@@ -26,10 +27,10 @@ from safetensors.torch import save_file
 
 from hyport_lib.checkpoint_files.header import read_header
 from hyport_lib.models.tiny import ensure_tiny_model
-from hyport_lib.weights import checksums, scan
+from hyport_lib.weights import checksums, compare, scan, scan_pipeline
 from hyport_lib.weights.compare import compare_weights
 from hyport_lib.weights.layout import inspect_checkpoint
-from hyport_lib.weights.scan import compare_scans, full_scan, nonfinite_counts, plan_reads
+from hyport_lib.weights.scan import ScanResult, TensorScan, compare_scans, full_scan, nonfinite_counts, plan_reads
 from hyport_lib.weights.scan_pipeline import Pipeline, chunk_layout, runs
 
 #: Each algorithm, computed here from the bytes without the library's code.
@@ -252,6 +253,7 @@ def test_a_file_that_shrinks_under_the_scan_is_a_finding_not_a_hang(tmp_path):
     assert unreadable.file == "m.safetensors" and "`big`" in unreadable.message
     before = {e.name for e in entries if e.end <= cut.begin}
     assert set(result.tensors) == before and "big" not in result.tensors
+    assert sorted(result.skipped) == sorted(set(tensors) - before)  # never silently left out
     for name in before:  # what was read before the error is kept, and right
         assert result.tensors[name].checksum == EXPECTED["xxh3"](on_disk[name])
 
@@ -266,6 +268,158 @@ def test_a_defect_in_the_hash_thread_is_raised_not_hidden(tmp_path, monkeypatch)
     monkeypatch.setitem(checksums.HASHERS, "crc32", Broken)
     with pytest.raises(RuntimeError, match="hasher defect"):
         _finishes(lambda: full_scan([read_header(path)], checksum="crc32", chunk_bytes=64, buffers=2))
+
+
+class _FailsOnTheLastDigest:
+    """xxh3, except that the checksum of the ``last``-th tensor fails, once ``ready`` is set."""
+
+    calls = 0
+
+    def __init__(self, last: int, ready: threading.Event, error: BaseException):
+        self.inner, self.last, self.ready, self.error = xxhash.xxh3_64(), last, ready, error
+
+    def update(self, data):
+        self.inner.update(data)
+
+    def hexdigest(self):
+        type(self).calls += 1
+        if type(self).calls == self.last:
+            assert self.ready.wait(10), "the caller's thread never stopped the pipeline"
+            raise self.error
+        return self.inner.hexdigest()
+
+
+def test_a_hash_defect_after_the_caller_took_the_end_is_raised_not_dropped(tmp_path, monkeypatch):
+    """The hash thread fails on the last tensor only after the caller's thread has taken
+    the reader's END and stops the pipeline: the scan still raises, never returns a
+    result short of that tensor."""
+    path, tensors = _mixed_file(tmp_path)  # 100 kB at most: one chunk, read before any hash
+    stopping = threading.Event()
+    stop = scan_pipeline.Pipeline.stop
+
+    def stop_and_tell(self, *args, **kwargs):
+        stopping.set()  # called in full_scan's finally: its loop is over
+        return stop(self, *args, **kwargs)
+
+    monkeypatch.setattr(scan_pipeline.Pipeline, "stop", stop_and_tell)
+    _FailsOnTheLastDigest.calls = 0
+    monkeypatch.setitem(checksums.HASHERS, "xxh3", lambda: _FailsOnTheLastDigest(
+        len(tensors), stopping, RuntimeError("defect in the last checksum")))
+    with pytest.raises(RuntimeError, match="defect in the last checksum"):
+        _finishes(lambda: full_scan([read_header(path)]))
+    assert _FailsOnTheLastDigest.calls == len(tensors)
+
+
+def test_a_stuck_hash_thread_is_an_error_not_a_shorter_result(tmp_path, monkeypatch):
+    path, _ = _mixed_file(tmp_path)
+    release = threading.Event()
+
+    class Stuck:
+        def update(self, data):
+            release.wait(30)
+
+        def hexdigest(self):
+            return "0"
+
+    monkeypatch.setattr(scan, "HASH_JOIN_S", 0.2)
+    monkeypatch.setitem(checksums.HASHERS, "xxh3", Stuck)
+    try:
+        with pytest.raises(RuntimeError, match=r"hash thread \(hyport-weights-hash\) was still running"):
+            _finishes(lambda: full_scan([read_header(path)]))
+    finally:
+        release.set()  # the thread ends
+
+
+def test_a_tensor_checked_but_never_checksummed_is_an_error(tmp_path, monkeypatch):
+    path, _ = _mixed_file(tmp_path)
+    run = scan._HashWorker._run
+
+    def loses_one(self):
+        run(self)
+        self.digests.pop("a")
+
+    monkeypatch.setattr(scan._HashWorker, "_run", loses_one)
+    with pytest.raises(RuntimeError, match="1 tensor\\(s\\) checked but never checksummed, first `a`"):
+        _finishes(lambda: full_scan([read_header(path)]))
+
+
+@pytest.mark.parametrize("how", ["truncated", "deleted"])
+def test_a_file_that_fails_is_named_and_the_next_files_are_still_scanned(tmp_path, how):
+    paths = [tmp_path / f"model-0000{i}-of-00003.safetensors" for i in (1, 2, 3)]
+    save_file({"a": torch.randn(1000)}, str(paths[0]))
+    save_file({"b1": torch.randn(1000), "b2": torch.randn(1000)}, str(paths[1]))
+    save_file({"c": torch.randn(1000)}, str(paths[2]))
+    shards = [read_header(p) for p in paths]  # the headers as they were
+    on_disk = {k: v for p in paths for k, v in _file_tensors(p).items()}
+    first, second = sorted(shards[1].tensors.values(), key=lambda e: e.begin)
+    if how == "truncated":  # inside the second tensor of the middle file: the first is kept
+        with open(paths[1], "r+b") as fh:
+            fh.truncate(shards[1].data_start + second.begin + 1000)
+        kept, lost = {"a", first.name, "c"}, [second.name]
+    else:
+        paths[1].unlink()
+        kept, lost = {"a", "c"}, [first.name, second.name]
+    result = _finishes(lambda: full_scan(shards, chunk_bytes=512, buffers=2))
+    assert [(f.cls, f.file) for f in result.findings] == [("file_unreadable", paths[1].name)]
+    assert set(result.tensors) == kept and sorted(result.skipped) == sorted(lost)
+    for name in kept:
+        assert result.tensors[name].checksum == EXPECTED["xxh3"](on_disk[name])
+        assert result.tensors[name].file == next(s.label for s in shards if name in s.tensors)
+
+
+def test_errors_outside_the_weights_files_are_raised_not_findings(tmp_path, monkeypatch):
+    """Only the reader's errors about a file are findings: an OSError of the progress
+    callback (a closed pipe) or of the hasher is the caller's to see."""
+    path, _ = _mixed_file(tmp_path)
+    shard = read_header(path)
+
+    calls = []
+
+    def progress(update):  # fails once (a pipe closed for a moment), then works
+        calls.append(update)
+        if len(calls) == 1:
+            raise BrokenPipeError(32, "Broken pipe")
+
+    with pytest.raises(BrokenPipeError):
+        _finishes(lambda: full_scan([shard], chunk_bytes=64, on_progress=progress, min_interval_s=0))
+
+    class Failing:
+        def update(self, data):
+            raise OSError("the hasher's own failure")
+
+    monkeypatch.setitem(checksums.HASHERS, "xxh3", Failing)
+    with pytest.raises(OSError, match="the hasher's own failure"):
+        _finishes(lambda: full_scan([shard], chunk_bytes=64, buffers=2))
+    assert not [t for t in threading.enumerate() if t.name.startswith("hyport-weights") and t.is_alive()]
+
+
+def test_a_tensor_scan_always_names_its_algorithm():
+    """No default algorithm: a CRC-32 record cannot claim XXH3 by omission, and a pair it
+    cannot judge makes the whole comparison not comparable."""
+    crc = f"{zlib.crc32(b'abc'):08x}"
+    with pytest.raises(TypeError, match="algorithm"):
+        TensorScan("x", "f", "F32", 4, crc)
+    with pytest.raises(ValueError, match="algorithm=''"):
+        TensorScan("x", "f", "F32", 4, crc, algorithm="")
+    old = ScanResult("crc32", {"x": TensorScan("x", "f", "F32", 4, crc, algorithm="crc32")})
+    new = ScanResult("xxh3", {"x": TensorScan("x", "f", "F32", 4, crc, algorithm="xxh3")})
+    result = compare_scans(old, new)
+    assert result.not_comparable == ["x"] and result.same == result.differ == [] and not result.comparable
+    mixed = ScanResult("xxh3", {"x": TensorScan("x", "f", "F32", 4, "11", algorithm="xxh3"),
+                                "y": TensorScan("y", "f", "F32", 4, "22", algorithm="crc32")})
+    all_xxh3 = ScanResult("xxh3", {"x": TensorScan("x", "f", "F32", 4, "11", algorithm="xxh3"),
+                                   "y": TensorScan("y", "f", "F32", 4, "22", algorithm="xxh3")})
+    partial = compare_scans(mixed, all_xxh3)  # x judged, y not: a partial comparison
+    assert partial.same == ["x"] and partial.not_comparable == ["y"] and not partial.comparable
+
+
+def test_the_comparison_keeps_its_own_chunk_size():
+    """compare_weights reads 16 MiB per side and step as it did before the scan's buffers
+    became 2 MiB; the scan's constant is not shared."""
+    import inspect
+
+    default = inspect.signature(compare_weights).parameters["chunk_bytes"].default
+    assert default == compare.CHUNK_BYTES == 16 << 20 != scan.CHUNK_BYTES
 
 
 def test_scans_of_different_algorithms_are_never_compared(tmp_path):

@@ -3,7 +3,7 @@
 Keys are matched by the model's names (:mod:`.names`), so a folder saved by another
 transformers version or by DeepSpeed (``lm_head.weight`` beside
 ``language_model.lm_head.weight``) still lines up. Each pair of tensors is read in
-chunks of whole elements from both files at once (memory stays about two chunks,
+chunks of whole elements (16 MiB) from both files at once (memory stays about two chunks,
 whatever the tensor size) and compared:
 
 * byte-identical tensors of the same dtype are ``same`` without any arithmetic;
@@ -30,8 +30,12 @@ import numpy as np
 from hyport_lib.checkpoint_files.findings import Finding, finding, name_some
 from hyport_lib.checkpoint_files.header import DTYPE_BITS, ShardHeader, TensorEntry
 from hyport_lib.weights.layout import Inspection
-from hyport_lib.weights.scan import CHUNK_BYTES, ScanProgress
+from hyport_lib.weights.scan import ScanProgress
 
+#: Bytes read from each side per step. Its own size, not the full scan's 2 MiB: that one
+#: was measured for the scan's three-thread pipeline (docs/weights.md, "Full scan"); the
+#: comparison reads two files in one thread and keeps the 16 MiB it was written with.
+CHUNK_BYTES = 16 << 20
 ROLES = ("base", "checkpoint")
 DIFF_COLUMNS = ("tensor", "status", "dtype", "other dtype", "shape", "other shape",
                 "max |Δ|", "relative change")

@@ -18,6 +18,13 @@ chunk that has one is counted element by element. The checksum is XXH3-64 by def
 (:mod:`.checksums`: ``crc32`` and ``sha256`` on request); each tensor's record names the
 algorithm that made its checksum, and :func:`compare_scans` never calls checksums of two
 algorithms a match or a mismatch.
+
+Only what the reader reports about a file (a :class:`.scan_pipeline.ReadFailure`: the
+file is missing, unreadable or shorter than its header says) becomes a
+``file_unreadable`` finding, naming that file; the scan goes on with the next file and
+lists the tensors it could not read in ``skipped``. Any other error, in the hash thread,
+in the check or in ``on_progress``, is raised: a scan never returns with a tensor
+silently left out.
 """
 
 from __future__ import annotations
@@ -32,7 +39,7 @@ import numpy as np
 from hyport_lib.checkpoint_files.findings import Finding, finding
 from hyport_lib.checkpoint_files.header import ShardHeader, TensorEntry
 from hyport_lib.weights.checksums import DEFAULT_CHECKSUM, HASHERS, checksums_agree, new_hasher
-from hyport_lib.weights.scan_pipeline import BUFFERS, CHUNK_BYTES, END, Pipeline
+from hyport_lib.weights.scan_pipeline import BUFFERS, CHUNK_BYTES, END, Pipeline, ReadFailure
 
 __all__ = ["BUFFERS", "CHUNK_BYTES", "DEFAULT_CHECKSUM", "HASHERS", "ScanComparison", "ScanProgress",
            "ScanResult", "TensorScan", "compare_scans", "full_scan", "nonfinite_counts", "plan_reads"]
@@ -53,9 +60,19 @@ _SPECIAL_BITS = {
 }
 
 
+#: Seconds the hash thread may take, after the caller's thread has finished, for the
+#: chunks still queued for it (at most ``buffers`` of them: milliseconds); past that it
+#: is stuck and the scan raises rather than return without its checksums.
+HASH_JOIN_S = 5.0
+
+
 @dataclass
 class TensorScan:
-    """One tensor's scan: its checksum (made by ``algorithm``) and NaN/Inf counts."""
+    """One tensor's scan: its checksum and NaN/Inf counts.
+
+    ``algorithm`` (keyword only, required) names what made ``checksum``: there is no
+    default, so a record can never claim an algorithm that did not make it.
+    """
 
     key: str
     file: str
@@ -64,7 +81,12 @@ class TensorScan:
     checksum: str
     nan: int = 0
     inf: int = 0
-    algorithm: str = DEFAULT_CHECKSUM
+    algorithm: str = field(kw_only=True)
+
+    def __post_init__(self):
+        if not isinstance(self.algorithm, str) or not self.algorithm:
+            raise ValueError(f"TensorScan {self.key!r}: algorithm={self.algorithm!r}, expected the name "
+                             f"of the checksum's algorithm")
 
 
 @dataclass
@@ -86,7 +108,8 @@ class ScanProgress:
 
 @dataclass
 class ScanResult:
-    """A full scan; ``checksum`` is the algorithm (a key of :data:`HASHERS`)."""
+    """A full scan; ``checksum`` is the algorithm (a key of :data:`HASHERS`), ``skipped``
+    the tensors not scanned (see :func:`full_scan`)."""
 
     checksum: str
     tensors: dict[str, TensorScan] = field(default_factory=dict)
@@ -144,18 +167,25 @@ def plan_reads(shards: list[ShardHeader]) -> tuple[list[tuple[ShardHeader, list[
     return plan, skipped
 
 
+#: What the hash thread puts in the caller's queue when it fails (its error is in
+#: :attr:`_HashWorker.error`): wakes a caller waiting for chunks that will not come.
+_HASH_FAILED = object()
+
+
 class _HashWorker:
     """The hash thread: one checksum per tensor from the chunks of its queue.
 
     Attributes:
         digests: tensor name -> hex digest, for the tensors whose last piece it hashed.
         bytes_done: the tensor bytes hashed so far.
+        error: what stopped the thread, when something did (the caller raises it).
     """
 
     def __init__(self, inbox, algorithm: str, wake):
         self.inbox, self.algorithm, self.wake = inbox, algorithm, wake
         self.digests: dict[str, str] = {}
         self.bytes_done = 0
+        self.error: Optional[BaseException] = None
         self.thread = threading.Thread(target=self._run, name="hyport-weights-hash", daemon=True)
 
     def _run(self) -> None:
@@ -164,7 +194,10 @@ class _HashWorker:
             while True:
                 chunk = self.inbox.get()
                 if chunk is END or isinstance(chunk, BaseException):
-                    return  # the reader's end or error: the caller's thread sees it too
+                    return  # the reader's end or defect: the caller's thread sees it too
+                if isinstance(chunk, ReadFailure):
+                    current = None  # the cut tensor's pieces so far make no checksum
+                    continue
                 for piece in chunk.pieces:
                     if piece.entry is not current:
                         current, hasher = piece.entry, new_hasher(self.algorithm)
@@ -175,8 +208,9 @@ class _HashWorker:
                         self.digests[piece.entry.name] = hasher.hexdigest()
                         current = None
                 chunk.release()
-        except BaseException as exc:  # a defect: handed to the caller's thread, which raises it
-            self.wake.put(exc)
+        except BaseException as exc:  # a defect: kept for the caller's thread, which raises it
+            self.error = exc
+            self.wake.put(_HASH_FAILED)
 
 
 def full_scan(shards: list[ShardHeader], *, checksum: str = DEFAULT_CHECKSUM, chunk_bytes: int = CHUNK_BYTES,
@@ -194,12 +228,17 @@ def full_scan(shards: list[ShardHeader], *, checksum: str = DEFAULT_CHECKSUM, ch
 
     Returns:
         A :class:`ScanResult`; a file that cannot be read (or that ends before its
-        header says) is a ``file_unreadable`` finding, the tensors read before it kept;
-        tensors outside their file or of the wrong byte length (header findings
-        already) are listed in ``skipped``.
+        header says) is a ``file_unreadable`` finding naming it, the tensors read before
+        the error kept and the other files scanned; ``skipped`` lists the tensors not
+        scanned: those of a file that failed and not read whole, and those outside their
+        file or of the wrong byte length (header findings already).
 
     Raises:
         ValueError: ``checksum``, ``chunk_bytes`` or ``buffers`` out of range.
+        RuntimeError: the hash thread was still running :data:`HASH_JOIN_S` seconds after
+            the rest of the scan, or a tensor was checked but not checksummed.
+        Exception: whatever the hash thread or ``on_progress`` raised, unchanged (an
+            ``OSError`` among them too: only the reader's errors are findings).
     """
     new_hasher(checksum)  # an unknown name fails here, before any thread starts
     started = time.perf_counter()
@@ -228,10 +267,16 @@ def full_scan(shards: list[ShardHeader], *, checksum: str = DEFAULT_CHECKSUM, ch
     try:
         while True:
             chunk = inbox.get()
-            if chunk is END:
+            if chunk is END or chunk is _HASH_FAILED:
                 break
             if isinstance(chunk, BaseException):
                 raise chunk
+            if isinstance(chunk, ReadFailure):  # that file only: the reader goes on with the next
+                current, file = None, chunk.shard.label
+                result.findings.append(finding("file_unreadable", chunk.shard.label,
+                                               f"full scan stopped reading this file: {chunk.error}"))
+                result.skipped.extend(chunk.unread)
+                continue
             for piece in chunk.pieces:
                 if piece.entry is not current:
                     current, nan, inf, file = piece.entry, 0, 0, piece.shard.label
@@ -243,25 +288,31 @@ def full_scan(shards: list[ShardHeader], *, checksum: str = DEFAULT_CHECKSUM, ch
                     current = None
             chunk.release()
             note(file)
-    except OSError as exc:
-        result.findings.append(finding("file_unreadable", file or _first_file(plan),
-                                       f"full scan stopped: {exc}"))
     finally:
         pipeline.stop()  # also when interrupted: the reader stops at its next buffer
         pipeline.outputs[0].put(END)  # the hash thread stops after what it was given
-        hashing.thread.join(timeout=5)
+        hashing.thread.join(timeout=HASH_JOIN_S)
+    _check_hashing(hashing, counted)
     for name, (shard, entry, nan, inf) in counted.items():
-        if name in hashing.digests:
-            result.tensors[name] = TensorScan(name, shard.label, entry.dtype, entry.nbytes,
-                                              hashing.digests[name], nan, inf, checksum)
+        result.tensors[name] = TensorScan(name, shard.label, entry.dtype, entry.nbytes, hashing.digests[name],
+                                          nan, inf, algorithm=checksum)
     result.seconds = time.perf_counter() - started
     note(file, force=True)
     _nonfinite_findings(result)
     return result
 
 
-def _first_file(plan) -> str:
-    return plan[0][0].label if plan else "?"
+def _check_hashing(hashing: _HashWorker, counted: dict) -> None:
+    """Raise unless the hash thread ended cleanly with a checksum for every tensor checked."""
+    if hashing.thread.is_alive():
+        raise RuntimeError(f"full scan: the hash thread ({hashing.thread.name}) was still running "
+                           f"{HASH_JOIN_S:g} s after the last chunk was checked; no result without its checksums")
+    if hashing.error is not None:
+        raise hashing.error
+    unhashed = [name for name in counted if name not in hashing.digests]
+    if unhashed:
+        raise RuntimeError(f"full scan: {len(unhashed)} tensor(s) checked but never checksummed, "
+                           f"first `{unhashed[0]}`")
 
 
 def _nonfinite_findings(result: ScanResult) -> None:
@@ -283,8 +334,8 @@ class ScanComparison:
 
     Attributes:
         same, differ: tensors whose checksums, made by the same algorithm, agree / differ.
-        not_comparable: tensors in both whose checksums were made by different algorithms:
-            neither a match nor a mismatch.
+        not_comparable: tensors in both whose checksums were made by different algorithms
+            (or that lack one): neither a match nor a mismatch.
         only_here, only_there: tensors in one scan only.
     """
 
@@ -298,7 +349,10 @@ class ScanComparison:
 
     @property
     def comparable(self) -> bool:
-        """False when no shared tensor could be judged (the scans used different checksums)."""
+        """True when every tensor the two scans share was judged (``same`` or ``differ``);
+        False as soon as one was not. ``same`` and ``differ`` then cover only part of the
+        shared tensors, so "nothing differs" says nothing about the others: a partial
+        comparison never passes for a whole one."""
         return not self.not_comparable
 
 

@@ -15,6 +15,12 @@ multiple of 8 bytes in it (counted from the tensor's first byte), so every piece
 whole elements of any dtype up to 8 bytes; a gap or an overlap between tensors (not
 written by ``safetensors``, but possible) starts a new run with a seek.
 
+A file that cannot be read to the end (missing, unreadable, or shorter than its header
+says: it changed after the headers were read) costs only its own tensors: the reader
+sends a :class:`ReadFailure` naming that file and the tensors of it not read whole, then
+goes on with the next file. Any other exception in the reader is a defect: it is sent
+to the consumers, which raise it.
+
 Small buffers stay in the caches between the read that fills them and the two passes
 that consume them: three buffers of 2 MiB took 20-40% less CPU per byte than buffers of
 4-16 MiB on the development VM (docs/weights.md, "Full scan").
@@ -33,6 +39,22 @@ CHUNK_BYTES = 2 << 20
 BUFFERS = 3
 #: What the reader sends after its last chunk.
 END = object()
+
+
+@dataclass(frozen=True)
+class ReadFailure:
+    """What the reader sends when one file fails (it goes on with the next file).
+
+    Attributes:
+        shard: the file that failed.
+        error: the ``OSError`` that stopped its reading.
+        unread: its tensors whose bytes were not all sent (a consumer drops what it has
+            of the one that was cut).
+    """
+
+    shard: ShardHeader
+    error: OSError
+    unread: tuple[str, ...]
 
 
 @dataclass(frozen=True)
@@ -123,8 +145,9 @@ def chunk_layout(run: list[TensorEntry], chunk_bytes: int) -> Iterator[tuple[int
 
 
 class Pipeline:
-    """The reader thread and the buffers; the consumers take :class:`Chunk` objects from
-    :attr:`outputs` (one queue each) until :data:`END` or an exception.
+    """The reader thread and the buffers; the consumers take :class:`Chunk` objects and
+    :class:`ReadFailure` records from :attr:`outputs` (one queue each, all in file order)
+    until :data:`END` or an exception (a defect of the reader).
 
     Args:
         plan: per file, its tensors in offset order (:func:`hyport_lib.weights.scan.plan_reads`).
@@ -164,21 +187,35 @@ class Pipeline:
     def _read(self) -> None:
         try:
             for shard, entries in self.plan:
-                if not entries:
-                    continue
-                with open(shard.path, "rb", buffering=0) as fh:
-                    for run in runs(entries):
-                        fh.seek(shard.data_start + run[0].begin)
-                        for begin, end, layout in chunk_layout(run, self.chunk_bytes):
-                            buffer = self._free.get()
-                            if buffer is None or self._stop.is_set():
-                                return
-                            _read_exactly(fh, memoryview(buffer)[: end - begin], shard, layout)
-                            pieces = [Piece(shard, *p) for p in layout]
-                            self._send(Chunk(buffer, end - begin, pieces, len(self.outputs), self._free))
+                if entries and not self._read_file(shard, entries):
+                    return
             self._send(END)
-        except BaseException as exc:  # handed to every consumer, which stop on it
+        except BaseException as exc:  # a defect: handed to every consumer, which raise it
             self._send(exc)
+
+    def _read_file(self, shard: ShardHeader, entries: list[TensorEntry]) -> bool:
+        """Send the chunks of one file; False when the pipeline was stopped meanwhile. An
+        ``OSError`` of this file is sent as a :class:`ReadFailure`, naming this file."""
+        sent_whole: set[str] = set()
+        try:
+            with open(shard.path, "rb", buffering=0) as fh:
+                for run in runs(entries):
+                    fh.seek(shard.data_start + run[0].begin)
+                    for begin, end, layout in chunk_layout(run, self.chunk_bytes):
+                        buffer = self._free.get()
+                        if buffer is None or self._stop.is_set():
+                            return False
+                        try:
+                            _read_exactly(fh, memoryview(buffer)[: end - begin], shard, layout)
+                        except OSError:
+                            self._free.put(buffer)  # nothing was sent in it: it stays usable
+                            raise
+                        pieces = [Piece(shard, *p) for p in layout]
+                        self._send(Chunk(buffer, end - begin, pieces, len(self.outputs), self._free))
+                        sent_whole.update(p.entry.name for p in pieces if p.last)
+        except OSError as exc:
+            self._send(ReadFailure(shard, exc, tuple(e.name for e in entries if e.name not in sent_whole)))
+        return True
 
 
 def _read_exactly(fh, view: memoryview, shard: ShardHeader, layout: list[tuple]) -> None:
