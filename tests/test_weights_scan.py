@@ -27,7 +27,7 @@ from safetensors.torch import save_file
 
 from hyport_lib.checkpoint_files.header import read_header
 from hyport_lib.models.tiny import ensure_tiny_model
-from hyport_lib.weights import checksums, compare, scan, scan_pipeline
+from hyport_lib.weights import checksums, compare, scan
 from hyport_lib.weights.compare import compare_weights
 from hyport_lib.weights.layout import inspect_checkpoint
 from hyport_lib.weights.scan import ScanResult, TensorScan, compare_scans, full_scan, nonfinite_counts, plan_reads
@@ -258,7 +258,7 @@ def test_a_file_that_shrinks_under_the_scan_is_a_finding_not_a_hang(tmp_path):
         assert result.tensors[name].checksum == EXPECTED["xxh3"](on_disk[name])
 
 
-def test_a_defect_in_the_hash_thread_is_raised_not_hidden(tmp_path, monkeypatch):
+def test_a_defect_in_the_hasher_is_raised_not_hidden(tmp_path, monkeypatch):
     path, _ = _mixed_file(tmp_path)
 
     class Broken:
@@ -270,77 +270,30 @@ def test_a_defect_in_the_hash_thread_is_raised_not_hidden(tmp_path, monkeypatch)
         _finishes(lambda: full_scan([read_header(path)], checksum="crc32", chunk_bytes=64, buffers=2))
 
 
-class _FailsOnTheLastDigest:
-    """xxh3, except that the checksum of the ``last``-th tensor fails, once ``ready`` is set."""
+def test_a_hash_defect_on_the_last_tensor_is_raised_and_the_reader_stopped(tmp_path, monkeypatch):
+    """The checksum of the last tensor fails: the scan raises, never returns a result
+    short of that tensor, and leaves no reader thread behind."""
+    path, tensors = _mixed_file(tmp_path)
+    calls = []
 
-    calls = 0
+    class FailsOnTheLast:
+        def __init__(self):
+            self.inner = checksums.new_hasher("crc32")
 
-    def __init__(self, last: int, ready: threading.Event, error: BaseException):
-        self.inner, self.last, self.ready, self.error = xxhash.xxh3_64(), last, ready, error
-
-    def update(self, data):
-        self.inner.update(data)
-
-    def hexdigest(self):
-        type(self).calls += 1
-        if type(self).calls == self.last:
-            assert self.ready.wait(10), "the caller's thread never stopped the pipeline"
-            raise self.error
-        return self.inner.hexdigest()
-
-
-def test_a_hash_defect_after_the_caller_took_the_end_is_raised_not_dropped(tmp_path, monkeypatch):
-    """The hash thread fails on the last tensor only after the caller's thread has taken
-    the reader's END and stops the pipeline: the scan still raises, never returns a
-    result short of that tensor."""
-    path, tensors = _mixed_file(tmp_path)  # 100 kB at most: one chunk, read before any hash
-    stopping = threading.Event()
-    stop = scan_pipeline.Pipeline.stop
-
-    def stop_and_tell(self, *args, **kwargs):
-        stopping.set()  # called in full_scan's finally: its loop is over
-        return stop(self, *args, **kwargs)
-
-    monkeypatch.setattr(scan_pipeline.Pipeline, "stop", stop_and_tell)
-    _FailsOnTheLastDigest.calls = 0
-    monkeypatch.setitem(checksums.HASHERS, "xxh3", lambda: _FailsOnTheLastDigest(
-        len(tensors), stopping, RuntimeError("defect in the last checksum")))
-    with pytest.raises(RuntimeError, match="defect in the last checksum"):
-        _finishes(lambda: full_scan([read_header(path)]))
-    assert _FailsOnTheLastDigest.calls == len(tensors)
-
-
-def test_a_stuck_hash_thread_is_an_error_not_a_shorter_result(tmp_path, monkeypatch):
-    path, _ = _mixed_file(tmp_path)
-    release = threading.Event()
-
-    class Stuck:
         def update(self, data):
-            release.wait(30)
+            self.inner.update(data)
 
         def hexdigest(self):
-            return "0"
+            calls.append(1)
+            if len(calls) == len(tensors):
+                raise RuntimeError("defect in the last checksum")
+            return self.inner.hexdigest()
 
-    monkeypatch.setattr(scan, "HASH_JOIN_S", 0.2)
-    monkeypatch.setitem(checksums.HASHERS, "xxh3", Stuck)
-    try:
-        with pytest.raises(RuntimeError, match=r"hash thread \(hyport-weights-hash\) was still running"):
-            _finishes(lambda: full_scan([read_header(path)]))
-    finally:
-        release.set()  # the thread ends
-
-
-def test_a_tensor_checked_but_never_checksummed_is_an_error(tmp_path, monkeypatch):
-    path, _ = _mixed_file(tmp_path)
-    run = scan._HashWorker._run
-
-    def loses_one(self):
-        run(self)
-        self.digests.pop("a")
-
-    monkeypatch.setattr(scan._HashWorker, "_run", loses_one)
-    with pytest.raises(RuntimeError, match="1 tensor\\(s\\) checked but never checksummed, first `a`"):
+    monkeypatch.setitem(checksums.HASHERS, "xxh3", FailsOnTheLast)
+    with pytest.raises(RuntimeError, match="defect in the last checksum"):
         _finishes(lambda: full_scan([read_header(path)]))
+    assert len(calls) == len(tensors)
+    assert not [t for t in threading.enumerate() if t.name.startswith("hyport-weights")]
 
 
 @pytest.mark.parametrize("how", ["truncated", "deleted"])

@@ -10,9 +10,9 @@
   stand up against deliberate changes.
 
 Each object made by a factory of :data:`HASHERS` takes ``update(bytes-like)`` and
-``hexdigest()``. The pipelined scan (:mod:`.scan_pipeline`) calls ``update`` from its own
-thread, so each update must release the GIL on large buffers to overlap with the
-NaN/Inf check: all three do. python-xxhash 4.x releases it inside ``update`` for
+``hexdigest()``. The full scan (:mod:`.scan`) calls ``update`` in the caller's thread
+while the reader thread (:mod:`.scan_pipeline`) fills the next buffers, so each update
+must release the GIL on large buffers to overlap with the read: all three do. python-xxhash 4.x releases it inside ``update`` for
 inputs over 64 KiB (``XXHASH_DO_UPDATE`` in its ``src/_xxhash.c``; 3.x released it
 always), ``zlib.crc32`` above 5 KiB and ``hashlib`` above 2 KiB.
 

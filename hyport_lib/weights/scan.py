@@ -1,13 +1,15 @@
 """The full scan: every tensor read once, checked for NaN/Inf and checksummed.
 
-Streaming with bounded memory whatever the checkpoint's size, in three threads
+Streaming with bounded memory whatever the checkpoint's size, in two threads
 (:mod:`.scan_pipeline`): a reader fills a fixed set of buffers (three of ``chunk_bytes``,
-2 MiB, by default) with ``readinto``; each filled buffer goes to a hash thread and to the
-caller's thread, which counts NaN/Inf, at the same time; a buffer is read into again
-only when both are done with it. Reading, checking and hashing overlap, on different
-chunks or on the same one (all three release the GIL). Reads follow the file: a chunk
-may hold several small tensors, and a tensor larger than a chunk is several chunks, each
-cut after whole elements, so results are per tensor whatever the chunk size.
+2 MiB, by default) with ``readinto`` while the caller's thread checks and hashes the
+chunk it was handed, so reading overlaps the work on the previous chunk (``readinto``,
+numpy's reductions and the hashers release the GIL). Checking and hashing the same chunk
+one after the other keeps it in the core's cache; a third thread for the hash (the
+previous design, when CRC-32 was the bottleneck) cost more in hand-offs than it saved
+once XXH3 hashes at tens of GB/s (docs/weights.md, "Full scan"). Reads follow the file:
+a chunk may hold several small tensors, and a tensor larger than a chunk is several
+chunks, each cut after whole elements, so results are per tensor whatever the chunk size.
 
 The non-finite test works on the raw bits with numpy, not ``torch.isfinite`` (20-40
 times slower on the CPU): a value is NaN or Inf when its exponent field is all ones,
@@ -22,14 +24,13 @@ algorithms a match or a mismatch.
 Only what the reader reports about a file (a :class:`.scan_pipeline.ReadFailure`: the
 file is missing, unreadable or shorter than its header says) becomes a
 ``file_unreadable`` finding, naming that file; the scan goes on with the next file and
-lists the tensors it could not read in ``skipped``. Any other error, in the hash thread,
-in the check or in ``on_progress``, is raised: a scan never returns with a tensor
-silently left out.
+lists the tensors it could not read in ``skipped``. Any other error, in the hash, in the
+check or in ``on_progress``, is raised: a scan never returns with a tensor silently
+left out.
 """
 
 from __future__ import annotations
 
-import threading
 import time
 from dataclasses import dataclass, field
 from typing import Callable, Optional
@@ -58,12 +59,6 @@ _SPECIAL_BITS = {
     "F8_E4M3": (np.uint8, np.int8, 0x7F, None),
     "F8_E8M0": (np.uint8, None, 0xFF, None),
 }
-
-
-#: Seconds the hash thread may take, after the caller's thread has finished, for the
-#: chunks still queued for it (at most ``buffers`` of them: milliseconds); past that it
-#: is stuck and the scan raises rather than return without its checksums.
-HASH_JOIN_S = 5.0
 
 
 @dataclass
@@ -167,52 +162,6 @@ def plan_reads(shards: list[ShardHeader]) -> tuple[list[tuple[ShardHeader, list[
     return plan, skipped
 
 
-#: What the hash thread puts in the caller's queue when it fails (its error is in
-#: :attr:`_HashWorker.error`): wakes a caller waiting for chunks that will not come.
-_HASH_FAILED = object()
-
-
-class _HashWorker:
-    """The hash thread: one checksum per tensor from the chunks of its queue.
-
-    Attributes:
-        digests: tensor name -> hex digest, for the tensors whose last piece it hashed.
-        bytes_done: the tensor bytes hashed so far.
-        error: what stopped the thread, when something did (the caller raises it).
-    """
-
-    def __init__(self, inbox, algorithm: str, wake):
-        self.inbox, self.algorithm, self.wake = inbox, algorithm, wake
-        self.digests: dict[str, str] = {}
-        self.bytes_done = 0
-        self.error: Optional[BaseException] = None
-        self.thread = threading.Thread(target=self._run, name="hyport-weights-hash", daemon=True)
-
-    def _run(self) -> None:
-        current, hasher = None, None
-        try:
-            while True:
-                chunk = self.inbox.get()
-                if chunk is END or isinstance(chunk, BaseException):
-                    return  # the reader's end or defect: the caller's thread sees it too
-                if isinstance(chunk, ReadFailure):
-                    current = None  # the cut tensor's pieces so far make no checksum
-                    continue
-                for piece in chunk.pieces:
-                    if piece.entry is not current:
-                        current, hasher = piece.entry, new_hasher(self.algorithm)
-                    if piece.length:
-                        hasher.update(chunk.view(piece))
-                    self.bytes_done += piece.length
-                    if piece.last:
-                        self.digests[piece.entry.name] = hasher.hexdigest()
-                        current = None
-                chunk.release()
-        except BaseException as exc:  # a defect: kept for the caller's thread, which raises it
-            self.error = exc
-            self.wake.put(_HASH_FAILED)
-
-
 def full_scan(shards: list[ShardHeader], *, checksum: str = DEFAULT_CHECKSUM, chunk_bytes: int = CHUNK_BYTES,
               buffers: int = BUFFERS, on_progress: Optional[Callable[[ScanProgress], None]] = None,
               min_interval_s: float = 0.2) -> ScanResult:
@@ -235,21 +184,18 @@ def full_scan(shards: list[ShardHeader], *, checksum: str = DEFAULT_CHECKSUM, ch
 
     Raises:
         ValueError: ``checksum``, ``chunk_bytes`` or ``buffers`` out of range.
-        RuntimeError: the hash thread was still running :data:`HASH_JOIN_S` seconds after
-            the rest of the scan, or a tensor was checked but not checksummed.
-        Exception: whatever the hash thread or ``on_progress`` raised, unchanged (an
-            ``OSError`` among them too: only the reader's errors are findings).
+        Exception: whatever the hasher, the check or ``on_progress`` raised, unchanged (an
+            ``OSError`` among them too: only the reader's errors are findings); the reader
+            is stopped first.
     """
-    new_hasher(checksum)  # an unknown name fails here, before any thread starts
+    new_hasher(checksum)  # an unknown name fails here, before the reader starts
     started = time.perf_counter()
     plan, skipped = plan_reads(shards)
     result = ScanResult(checksum, skipped=skipped)
     total = sum(e.nbytes for _, entries in plan for e in entries)
     count = sum(len(entries) for _, entries in plan)
-    pipeline = Pipeline(plan, consumers=2, chunk_bytes=chunk_bytes, buffers=buffers)
-    inbox = pipeline.outputs[1]
-    hashing = _HashWorker(pipeline.outputs[0], checksum, wake=inbox)
-    counted: dict[str, tuple[ShardHeader, TensorEntry, int, int]] = {}
+    pipeline = Pipeline(plan, consumers=1, chunk_bytes=chunk_bytes, buffers=buffers)
+    inbox = pipeline.outputs[0]
     last_note = 0.0
 
     def note(file: str, force: bool = False) -> None:
@@ -257,17 +203,15 @@ def full_scan(shards: list[ShardHeader], *, checksum: str = DEFAULT_CHECKSUM, ch
         now = time.perf_counter()
         if on_progress and (force or now - last_note >= min_interval_s):
             last_note = now
-            done = min(result.bytes_read, hashing.bytes_done)
-            on_progress(ScanProgress("scan", done, total, min(len(counted), len(hashing.digests)), count,
+            on_progress(ScanProgress("scan", result.bytes_read, total, len(result.tensors), count,
                                      file, now - started))
 
-    current, nan, inf, file = None, 0, 0, ""
+    current, hasher, nan, inf, file = None, None, 0, 0, ""
     pipeline.start()
-    hashing.thread.start()
     try:
         while True:
             chunk = inbox.get()
-            if chunk is END or chunk is _HASH_FAILED:
+            if chunk is END:
                 break
             if isinstance(chunk, BaseException):
                 raise chunk
@@ -279,40 +223,26 @@ def full_scan(shards: list[ShardHeader], *, checksum: str = DEFAULT_CHECKSUM, ch
                 continue
             for piece in chunk.pieces:
                 if piece.entry is not current:
-                    current, nan, inf, file = piece.entry, 0, 0, piece.shard.label
-                a, b = nonfinite_counts(chunk.view(piece), piece.entry.dtype)
+                    current, hasher, nan, inf, file = piece.entry, new_hasher(checksum), 0, 0, piece.shard.label
+                view = chunk.view(piece)
+                a, b = nonfinite_counts(view, piece.entry.dtype)
                 nan, inf = nan + a, inf + b
+                if piece.length:
+                    hasher.update(view)
                 result.bytes_read += piece.length
                 if piece.last:
-                    counted[piece.entry.name] = (piece.shard, piece.entry, nan, inf)
+                    entry = piece.entry
+                    result.tensors[entry.name] = TensorScan(entry.name, file, entry.dtype, entry.nbytes,
+                                                            hasher.hexdigest(), nan, inf, algorithm=checksum)
                     current = None
             chunk.release()
             note(file)
     finally:
-        pipeline.stop()  # also when interrupted: the reader stops at its next buffer
-        pipeline.outputs[0].put(END)  # the hash thread stops after what it was given
-        hashing.thread.join(timeout=HASH_JOIN_S)
-    _check_hashing(hashing, counted)
-    for name, (shard, entry, nan, inf) in counted.items():
-        result.tensors[name] = TensorScan(name, shard.label, entry.dtype, entry.nbytes, hashing.digests[name],
-                                          nan, inf, algorithm=checksum)
+        pipeline.stop()  # also when interrupted or raising: the reader stops at its next buffer
     result.seconds = time.perf_counter() - started
     note(file, force=True)
     _nonfinite_findings(result)
     return result
-
-
-def _check_hashing(hashing: _HashWorker, counted: dict) -> None:
-    """Raise unless the hash thread ended cleanly with a checksum for every tensor checked."""
-    if hashing.thread.is_alive():
-        raise RuntimeError(f"full scan: the hash thread ({hashing.thread.name}) was still running "
-                           f"{HASH_JOIN_S:g} s after the last chunk was checked; no result without its checksums")
-    if hashing.error is not None:
-        raise hashing.error
-    unhashed = [name for name in counted if name not in hashing.digests]
-    if unhashed:
-        raise RuntimeError(f"full scan: {len(unhashed)} tensor(s) checked but never checksummed, "
-                           f"first `{unhashed[0]}`")
 
 
 def _nonfinite_findings(result: ScanResult) -> None:

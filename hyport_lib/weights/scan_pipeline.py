@@ -1,12 +1,11 @@
-"""The full scan's read pipeline: one reader, two consumers, a fixed set of buffers.
+"""The full scan's read pipeline: one reader thread, a fixed set of buffers.
 
 A reader thread fills buffers of ``chunk_bytes`` with ``readinto`` and hands each filled
-buffer to two consumers at once: the hash thread (:class:`_HashWorker`) and the caller's
-thread (the NaN/Inf check, :func:`hyport_lib.weights.scan.full_scan`). A buffer goes
-back to the reader only when both have released it, so memory is ``buffers x
-chunk_bytes`` whatever the checkpoint, and the read of the next chunk, the check of a
-chunk and the hash of a chunk all overlap (readinto, numpy's reductions and the
-hashers release the GIL).
+buffer to its consumers (the full scan has one: the caller's thread, which checks and
+hashes it, :func:`hyport_lib.weights.scan.full_scan`). A buffer goes back to the reader
+only when every consumer has released it, so memory is ``buffers x chunk_bytes``
+whatever the checkpoint, and the read of the next chunks overlaps the work on this one
+(``readinto``, numpy's reductions and the hashers release the GIL).
 
 Reads follow the file, not the tensors: a run of adjacent tensors is read in chunks that
 may hold the end of one tensor, several small ones and the start of the next, so small
@@ -21,9 +20,9 @@ sends a :class:`ReadFailure` naming that file and the tensors of it not read who
 goes on with the next file. Any other exception in the reader is a defect: it is sent
 to the consumers, which raise it.
 
-Small buffers stay in the caches between the read that fills them and the two passes
-that consume them: three buffers of 2 MiB took 20-40% less CPU per byte than buffers of
-4-16 MiB on the development VM (docs/weights.md, "Full scan").
+Small buffers stay in the caches between the read that fills them and the passes that
+consume them: three buffers of 2 MiB took less CPU per byte than buffers of 4-16 MiB on
+the development VM (docs/weights.md, "Full scan").
 """
 
 from __future__ import annotations
