@@ -317,6 +317,7 @@ def test_eight_cpu_workers_agree(eight_cards):
     assert (frame["tokens_per_s"] > 0).all() and (frame["load_s"] > 0).all()
     assert (frame["peak_memory_mb"] > 50).all() and set(frame["memory_source"]) == {"process-rss"}
     assert (frame["cpu_fallback_warnings"] == 0).all()
+    assert frame["diagnosis"].isna().all() and result.to_dict()["diagnoses"] == {}  # nothing failed
     assert frame["single_output"].str.len().gt(0).all()
     assert all(len(b) == 2 for b in frame["batch_outputs"])
     for card in range(8):

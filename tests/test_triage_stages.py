@@ -14,17 +14,20 @@ import json
 import os
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
 from hyport_lib.inference import stage as inference
 from hyport_lib.inference import show as inference_show
+from hyport_lib.backend import get_backend
+from hyport_lib.inference import grid
 from hyport_lib.inference.grid import run_grid
 from hyport_lib.inference.params import Params as InferenceParams
 from hyport_lib.inference.worker import FAULT_ENV, parse_faults
 from hyport_lib.train import show as train_show
 from hyport_lib.train.launch import launch_logs
-from hyport_lib.train.worker import REPLAY_FAULT_ENV
+from hyport_lib.train.worker import REPLAY_FAULT_ENV, _replay_callback
 from hyport_lib.triage import Triage, child_logs
 from hyport_lib.triage.child_logs import child_cann_log_dir, own_cann_log_env
 from hyport_lib.utils.fault_replay import ReplayedFailure, replay_failure
@@ -61,11 +64,15 @@ def test_a_failed_card_gets_the_diagnosis_of_its_log(fake_npu, monkeypatch, tmp_
     # card 1's diagnosis, never card 0's (cards run side by side).
     plog = tmp_path / "logs" / "cann" / "card1" / "debug" / "plog" / "plog-4242_20261202.log"
     plog.parent.mkdir(parents=True)
-    plog.write_text((LOGS / "aicore_exception.torch_npu-66.log").read_text(encoding="utf-8"), encoding="utf-8")
+    secret = "s3cr3t-vAlue-9137"  # the job's own secret, passed only to the workers
+    plog.write_text((LOGS / "aicore_exception.torch_npu-66.log").read_text(encoding="utf-8")
+                    + f"[INFO] connecting with {secret}\n", encoding="utf-8")
     os.utime(plog, (time.time() + 60, time.time() + 60))
+    replay = tmp_path / "oom_with_secret.log"
+    replay.write_text(OOM_LOG.read_text(encoding="utf-8") + f"token in use: {secret}\n", encoding="utf-8")
     plan = inference.plan(InferenceParams(device="npu", max_new_tokens=4, infer_timeout_s=60,
                                           log_dir=str(tmp_path / "logs")))
-    result = run_grid(plan, extra_env={FAULT_ENV: f"0:replay={OOM_LOG},1:raise"})
+    result = run_grid(plan, extra_env={FAULT_ENV: f"0:replay={replay},1:raise", "JOB_API_KEY": secret})
 
     rows = {int(r["card"]): r for r in result.frame.to_dict(orient="records")}
     assert rows[0]["status"] == rows[1]["status"] == "failed"
@@ -89,6 +96,44 @@ def test_a_failed_card_gets_the_diagnosis_of_its_log(fake_npu, monkeypatch, tmp_
 
     card = dict(inference_show.glance({"headline": {}, "data": record}))
     assert card["card 0 diagnosis"] == rows[0]["diagnosis"]
+    # Neither the record nor the card's own CANN log keeps the job's secret.
+    assert secret not in json.dumps(record) and secret not in plog.read_text(encoding="utf-8")
+    assert not any("shared with the other cards" in n for n in oom.notes + card1.notes)
+
+
+def test_a_grid_worker_keeps_the_users_cann_folder_and_says_it_is_shared(monkeypatch, tmp_path):
+    started = {}
+
+    def fake_start(cmd, *, env, **kwargs):
+        started["env"] = env
+        return SimpleNamespace(proc=None, log_path=kwargs["log_path"], started=0.0, deadline=None)
+
+    monkeypatch.setattr(grid, "start_child", fake_start)
+    monkeypatch.delenv("ASCEND_PROCESS_LOG_PATH", raising=False)
+    own = grid._launch(get_backend("cpu"), 1, {}, tmp_path, 5.0, None, {})
+    assert started["env"]["ASCEND_PROCESS_LOG_PATH"] == str(tmp_path / "cann" / "card1")
+    assert own.cann_dir == tmp_path / "cann" / "card1" and own.cann_dir.is_dir() and not own.cann_shared
+    users = grid._launch(get_backend("cpu"), 1, {}, tmp_path, 5.0, {"ASCEND_PROCESS_LOG_PATH": "/var/log/npu"}, {})
+    assert started["env"]["ASCEND_PROCESS_LOG_PATH"] == "/var/log/npu"
+    assert users.cann_dir == Path("/var/log/npu") and users.cann_shared
+
+
+def test_a_relative_user_cann_folder_is_made_absolute(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert own_cann_log_env(tmp_path / "x", {"ASCEND_PROCESS_LOG_PATH": "plog"}) == {
+        "ASCEND_PROCESS_LOG_PATH": str(tmp_path / "plog")}
+
+
+def test_an_unreadable_diagnosis_costs_the_index_card_only_its_own_line():
+    record = {"headline": {"exit code": 1}, "data": {"diagnosis": {"findings": "not a list"}}}
+    card = dict(train_show.glance(record))
+    assert card["exit code"] == "1" and card["diagnosis"].startswith("(diagnosis unreadable")
+
+
+def test_a_malformed_replay_switch_names_itself(monkeypatch):
+    monkeypatch.setenv(REPLAY_FAULT_ENV, "1:x.log")
+    with pytest.raises(ValueError, match=f"{REPLAY_FAULT_ENV}='1:x.log': expected <step>:<rank>:<log file>"):
+        _replay_callback()
 
 
 def test_a_launch_is_diagnosed_from_its_own_rank_logs(tmp_path):

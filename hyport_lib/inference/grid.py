@@ -47,10 +47,10 @@ from hyport_lib.inference.table import COLUMNS, GridProgress, GridResult, consis
 from hyport_lib.models.generation_config import InferenceConfig
 from hyport_lib.models.tiny import TINY_MODEL_NAME, ensure_tiny_model
 from hyport_lib.triage import Triage
-from hyport_lib.triage.child_logs import child_cann_log_dir, diagnose, own_cann_log_env
+from hyport_lib.triage.child_logs import child_cann_log_dir, diagnose, own_cann_log_env, shared_cann_note
 from hyport_lib.processes import (
     Child, describe_exit, feed, finish, has_exited, kill_groups, last_exception, read_log_tail,
-    reap_leftovers, start_child, stop_all,
+    reap_leftovers, scrub_log, start_child, stop_all,
 )
 from hyport_lib.results import Provenance, fresh_folder_beside_results
 from hyport_lib.utils.files import atomic_write_json, ensure_writable
@@ -86,6 +86,7 @@ class _Worker:
     child: Child
     result_path: Path
     cann_dir: Optional[Path] = None  # where CANN writes this worker's logs
+    cann_shared: bool = False  # that folder is the user's, shared with the other cards
     started_at: float = 0.0  # time.time() at start: CANN logs older than this are not its own
 
     @property
@@ -140,7 +141,9 @@ def _launch(backend: Backend, card: int, spec: dict, log_dir: Path, timeout_s: f
     child = start_child(
         cmd, env=env, log_path=log_path, payload=json.dumps(spec, default=str).encode() + b"\n",
         timeout_s=timeout_s, name=f"card {card}")
-    return _Worker(card, child, result_path, child_cann_log_dir(env), started_at)
+    cann_dir = child_cann_log_dir(env)
+    return _Worker(card, child, result_path, cann_dir=cann_dir, started_at=started_at,
+                   cann_shared=cann_dir != log_dir / "cann" / f"card{card}")
 
 
 def _row_for(worker: _Worker, timed_out: bool, timeout_s: float, device: str,
@@ -198,6 +201,8 @@ def _row_for(worker: _Worker, timed_out: bool, timeout_s: float, device: str,
         # file system's clock granularity).
         raw["diagnosis"] = diagnose([worker.child.log_path], cann_dir=worker.cann_dir,
                                     since=worker.started_at - 2, environ=secrets_env)
+        if worker.cann_shared:
+            raw["diagnosis"].setdefault("notes", []).append(shared_cann_note(worker.cann_dir))
         row["diagnosis"] = Triage.from_dict(raw["diagnosis"]).summary_line()
     raw.setdefault("card", worker.card)
     raw["returncode"] = rc
@@ -281,6 +286,9 @@ def run_grid(plan: InferencePlan, *, on_progress: Optional[Callable[[GridProgres
 
     def done(worker: _Worker, timed_out: bool) -> None:
         finish(worker.child, secrets_env)
+        if worker.cann_dir is not None and not worker.cann_shared:  # its own CANN logs too
+            for plog in sorted(worker.cann_dir.rglob("*.log")):
+                scrub_log(plog, secrets_env)
         pending.remove(worker)
         rows[worker.card], raws[worker.card] = _row_for(
             worker, timed_out, timeout_s, label(worker.card), secrets_env)

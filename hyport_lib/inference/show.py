@@ -26,6 +26,7 @@ from hyport_lib.inference.table import (
     GridProgress, GridResult, consistency, given, grid_verdict,
 )
 from hyport_lib.triage import Triage, show_triage
+from hyport_lib.triage.show import diagnosis_line
 
 #: Columns of the table shown in notebooks (the full frame has more).
 DISPLAY_COLUMNS = [
@@ -178,7 +179,7 @@ def glance(record: dict) -> list[tuple[str, str]]:
     diagnoses = as_dict(dig(record, "data", "diagnoses"))
     if diagnoses:
         card, first = next(iter(diagnoses.items()))
-        rows.append((f"card {card} diagnosis", Triage.from_dict(first).summary_line()))
+        rows.append((f"card {card} diagnosis", diagnosis_line(first)))
     return rows
 
 

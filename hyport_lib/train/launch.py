@@ -310,7 +310,8 @@ def _size(path: str) -> int:
 
 
 def _scrub_rank_logs(out: Path, env: dict) -> None:
-    folder = out / "logs" / "ranks"
-    if folder.is_dir():
-        for log in folder.rglob("*.log"):
-            scrub_log(log, env)
+    """The rank logs, and CANN's logs where the run kept its own (``logs/cann``)."""
+    for folder in (out / "logs" / "ranks", _own_cann_dir(out)):
+        if folder.is_dir():
+            for log in folder.rglob("*.log"):
+                scrub_log(log, env)

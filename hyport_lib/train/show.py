@@ -33,6 +33,7 @@ from hyport_lib.train.phrases import PHRASES
 from hyport_lib.train.preflight import LaunchPlan
 from hyport_lib.train.result import TrainProgress, TrainResult
 from hyport_lib.triage import Triage, show_triage
+from hyport_lib.triage.show import diagnosis_line
 
 
 def loss_figure(records: list[dict], total_steps: Optional[int] = None, title: str = ""):
@@ -246,7 +247,7 @@ def glance(record: dict) -> list[tuple[str, str]]:
             ("tokens/s/p", fmt_value(head.get("tokens/s/p"))), ("total s", fmt_value(head.get("total s")))]
     diagnosis = dig(record, "data", "diagnosis")
     if isinstance(diagnosis, dict):
-        rows.append(("diagnosis", Triage.from_dict(diagnosis).summary_line()))
+        rows.append(("diagnosis", diagnosis_line(diagnosis)))
     return rows
 
 

@@ -145,7 +145,9 @@ def _replay_callback():
     raw = os.environ.get(REPLAY_FAULT_ENV, "").strip()
     if not raw:
         return None
-    step, rank, log_path = raw.split(":", 2)
+    step, rank, log_path = (raw.split(":", 2) + ["", ""])[:3]
+    if not (step.isdigit() and rank.isdigit() and log_path):
+        raise ValueError(f"{REPLAY_FAULT_ENV}={raw!r}: expected <step>:<rank>:<log file>")
 
     class ReplayFailure(TrainerCallback):
         def on_step_end(self, args, state, control, **kwargs):

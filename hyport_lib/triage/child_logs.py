@@ -19,17 +19,32 @@ from typing import Mapping, Optional
 from hyport_lib.triage.discovery import cann_log_dir
 from hyport_lib.triage.model import Triage
 from hyport_lib.triage.scan import triage
+from hyport_lib.utils.redact import scrub_secret_shapes, scrub_text
 
 CANN_LOG_VAR = "ASCEND_PROCESS_LOG_PATH"
 
 
 def own_cann_log_env(folder: os.PathLike, environ: Optional[Mapping[str, str]] = None) -> dict[str, str]:
-    """``{ASCEND_PROCESS_LOG_PATH: folder}`` for a child's environment, or ``{}`` when the
-    user set the variable (their folder is kept)."""
+    """The CANN log variable for a child's environment.
+
+    ``{ASCEND_PROCESS_LOG_PATH: folder}`` (the folder is created) when the user did not
+    set the variable; ``{}`` when they set it to an absolute path (their folder is kept);
+    their relative path made absolute, because the child may start in another working
+    folder than the one hyport reads the logs from.
+    """
     environ = os.environ if environ is None else environ
-    if (environ.get(CANN_LOG_VAR) or "").strip():
-        return {}
+    chosen = (environ.get(CANN_LOG_VAR) or "").strip()
+    if chosen:
+        return {} if Path(chosen).is_absolute() else {CANN_LOG_VAR: str(Path(chosen).resolve())}
+    Path(folder).mkdir(parents=True, exist_ok=True)
     return {CANN_LOG_VAR: str(folder)}
+
+
+def shared_cann_note(folder: Optional[Path]) -> str:
+    """What a diagnosis says when its CANN folder is the user's: other cards' and jobs'
+    logs may be in it, so a finding from it may be theirs."""
+    return (f"CANN's log folder {folder} was chosen with {CANN_LOG_VAR} and is shared with the other "
+            f"cards and jobs: a finding from it may belong to another one")
 
 
 def child_cann_log_dir(child_environ: Mapping[str, str]) -> Optional[Path]:
@@ -58,4 +73,6 @@ def diagnose(paths, *, cann_dir: Optional[Path], since: float,
     try:
         return triage(existing, cann_log_dir=cann_dir, since=since, environ=environ).to_dict()
     except Exception as exc:  # a diagnosis must never cost the stage its results
-        return Triage(notes=[f"the logs could not be read for a diagnosis: {type(exc).__name__}: {exc}"]).to_dict()
+        note = f"the logs could not be read for a diagnosis: {type(exc).__name__}: {exc}"
+        note = scrub_secret_shapes(scrub_text(note, {**os.environ, **(environ or {})}))
+        return Triage(notes=[note]).to_dict()

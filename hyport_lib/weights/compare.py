@@ -33,7 +33,7 @@ from hyport_lib.weights.layout import Inspection
 from hyport_lib.weights.scan import ScanProgress
 
 #: Bytes read from each side per step. Its own size, not the full scan's 2 MiB: that one
-#: was measured for the scan's three-thread pipeline (docs/weights.md, "Full scan"); the
+#: was measured for the scan's reader and its consumers (docs/weights.md, "Full scan"); the
 #: comparison reads two files in one thread and keeps the 16 MiB it was written with.
 CHUNK_BYTES = 16 << 20
 ROLES = ("base", "checkpoint")

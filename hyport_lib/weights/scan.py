@@ -185,8 +185,8 @@ def full_scan(shards: list[ShardHeader], *, checksum: str = DEFAULT_CHECKSUM, ch
     Raises:
         ValueError: ``checksum``, ``chunk_bytes`` or ``buffers`` out of range.
         Exception: whatever the hasher, the check or ``on_progress`` raised, unchanged (an
-            ``OSError`` among them too: only the reader's errors are findings); the reader
-            is stopped first.
+            ``OSError`` among them too: only the reader's errors are findings), after the
+            reader was asked to stop (and waited for, up to 5 s).
     """
     new_hasher(checksum)  # an unknown name fails here, before the reader starts
     started = time.perf_counter()
