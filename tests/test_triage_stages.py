@@ -101,7 +101,7 @@ def test_a_failed_card_gets_the_diagnosis_of_its_log(fake_npu, monkeypatch, tmp_
     assert not any("shared with the other cards" in n for n in oom.notes + card1.notes)
 
 
-def test_a_grid_worker_keeps_the_users_cann_folder_and_says_it_is_shared(monkeypatch, tmp_path):
+def test_a_grid_worker_keeps_the_users_cann_folder_and_says_it_is_shared(fake_npu, monkeypatch, tmp_path):
     started = {}
 
     def fake_start(cmd, *, env, **kwargs):
@@ -110,12 +110,17 @@ def test_a_grid_worker_keeps_the_users_cann_folder_and_says_it_is_shared(monkeyp
 
     monkeypatch.setattr(grid, "start_child", fake_start)
     monkeypatch.delenv("ASCEND_PROCESS_LOG_PATH", raising=False)
-    own = grid._launch(get_backend("cpu"), 1, {}, tmp_path, 5.0, None, {})
+    monkeypatch.setenv("HYPORT_FAKE_NPU_COUNT", "2")
+    npu = get_backend("npu")
+    own = grid._launch(npu, 1, {}, tmp_path, 5.0, None, {})
     assert started["env"]["ASCEND_PROCESS_LOG_PATH"] == str(tmp_path / "cann" / "card1")
     assert own.cann_dir == tmp_path / "cann" / "card1" and own.cann_dir.is_dir() and not own.cann_shared
-    users = grid._launch(get_backend("cpu"), 1, {}, tmp_path, 5.0, {"ASCEND_PROCESS_LOG_PATH": "/var/log/npu"}, {})
+    users = grid._launch(npu, 1, {}, tmp_path, 5.0, {"ASCEND_PROCESS_LOG_PATH": "/var/log/npu"}, {})
     assert started["env"]["ASCEND_PROCESS_LOG_PATH"] == "/var/log/npu"
     assert users.cann_dir == Path("/var/log/npu") and users.cann_shared
+    cpu = grid._launch(get_backend("cpu"), 0, {}, tmp_path / "cpu", 5.0, None, {})  # no CANN on a CPU
+    assert cpu.cann_dir is None and not cpu.cann_shared and not (tmp_path / "cpu" / "cann").exists()
+    assert "ASCEND_PROCESS_LOG_PATH" not in started["env"]
 
 
 def test_a_relative_user_cann_folder_is_made_absolute(tmp_path, monkeypatch):
@@ -192,8 +197,9 @@ def test_a_failed_rank_is_diagnosed_in_the_result_and_the_report(failed_training
         else Path(found.root) / timeout.file
     assert timeout.text.strip() in log.read_text(encoding="utf-8").splitlines()[timeout.line - 1]
     assert "diagnosis: HCCL collective timed out" in data["why"]
-    # CANN's logs of the run were kept beside its other logs, and read from there.
-    assert found.cann_log_dir == str(Path(data["plan"]["output_dir"]) / "logs" / "cann")
+    # A CPU run writes no CANN logs: none are read, and no folder is made for them.
+    assert found.cann_log_dir is None
+    assert not (Path(data["plan"]["output_dir"]) / "logs" / "cann").exists()
 
     card = dict(train_show.glance(record))
     assert card["diagnosis"].startswith("HCCL collective timed out")

@@ -135,15 +135,17 @@ def _launch(backend: Backend, card: int, spec: dict, log_dir: Path, timeout_s: f
            "--config", "-", "--result", str(result_path), "--die-with-stdin"]
     # CANN's logs of this card in a folder of its own (unless the user chose one), so that a
     # failure is diagnosed from this card's logs, not from a neighbour's.
-    own_cann = own_cann_log_env(log_dir / "cann" / f"card{card}", {**os.environ, **(extra_env or {})})
+    # Only an NPU worker writes CANN logs.
+    own_folder = log_dir / "cann" / f"card{card}"
+    own_cann = own_cann_log_env(own_folder, {**os.environ, **(extra_env or {})}) if backend.kind == "npu" else {}
     env = _worker_env(backend, card, spec.get("num_threads"), {**own_cann, **(extra_env or {})})
     started_at = time.time()
     child = start_child(
         cmd, env=env, log_path=log_path, payload=json.dumps(spec, default=str).encode() + b"\n",
         timeout_s=timeout_s, name=f"card {card}")
-    cann_dir = child_cann_log_dir(env)
+    cann_dir = child_cann_log_dir(env) if backend.kind == "npu" else None
     return _Worker(card, child, result_path, cann_dir=cann_dir, started_at=started_at,
-                   cann_shared=cann_dir != log_dir / "cann" / f"card{card}")
+                   cann_shared=cann_dir is not None and cann_dir != own_folder)
 
 
 def _row_for(worker: _Worker, timed_out: bool, timeout_s: float, device: str,

@@ -78,7 +78,8 @@ def _environment(plan: LaunchPlan) -> dict[str, str]:
         "HF_HUB_OFFLINE": os.environ.get("HF_HUB_OFFLINE", "1"),
     }
     # CANN's logs of this run beside its other logs (unless the user chose a folder).
-    extra.update(own_cann_log_env(_own_cann_dir(Path(plan.output_dir))))
+    if plan.device_kind == "npu":  # only an NPU run writes CANN logs
+        extra.update(own_cann_log_env(_own_cann_dir(Path(plan.output_dir))))
     if plan.device_kind == "cpu":
         extra["DS_ACCELERATOR"] = "cpu"  # skip DeepSpeed's accelerator probe
         cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
@@ -211,7 +212,8 @@ def collect(plan: LaunchPlan, code: Optional[int], wall_s: float, timed_out: boo
         # since it started (a margin for the file system's clock granularity).
         started_at = time.time() - wall_s - 2
         diagnosis = diagnose(launch_logs(out, plan.log_path, started_at),
-                             cann_dir=child_cann_log_dir(_cann_environ(out)), since=started_at,
+                             cann_dir=child_cann_log_dir(_cann_environ(out)) if plan.device_kind == "npu" else None,
+                             since=started_at,
                              environ=_environment(plan))
     checkpoints = [{"path": str(c.path), "step": c.step, "complete": c.complete,
                     "why_incomplete": c.why_incomplete} for c in list_checkpoints(out)]

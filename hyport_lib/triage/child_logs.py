@@ -4,7 +4,7 @@ CANN writes its logs (``plog-<pid>_<time>.log``, ``device-<id>_...``) under
 ``$ASCEND_PROCESS_LOG_PATH``, by default ``~/ascend/log``: one folder for every job of
 the user. Inference cards run side by side, and other jobs share the host, so reading
 that folder after a failure could blame one card for another's error. hyport therefore
-gives each worker (each inference card, each training launch) a folder of its own
+gives each NPU worker (each inference card, each training launch) a folder of its own
 beside its other logs, where the run keeps it, unless the user chose a folder by
 setting the variable: that choice is kept, and triage then reads it limited to the
 files written since the worker started.
