@@ -29,7 +29,7 @@ from hyport_lib.train import show as train_show
 from hyport_lib.train.launch import launch_logs
 from hyport_lib.train.worker import REPLAY_FAULT_ENV, _replay_callback
 from hyport_lib.triage import Triage, child_logs
-from hyport_lib.triage.child_logs import child_cann_log_dir, own_cann_log_env
+from hyport_lib.triage.child_logs import own_cann_log_env
 from hyport_lib.utils.fault_replay import ReplayedFailure, replay_failure
 from tests.fixtures_runs import run_report_command
 
@@ -158,7 +158,6 @@ def test_a_launch_is_diagnosed_from_its_own_rank_logs(tmp_path):
 def test_own_cann_log_folder_unless_the_user_chose_one(tmp_path):
     assert own_cann_log_env(tmp_path, {}) == {"ASCEND_PROCESS_LOG_PATH": str(tmp_path)}
     assert own_cann_log_env(tmp_path, {"ASCEND_PROCESS_LOG_PATH": "/var/log/mine"}) == {}
-    assert child_cann_log_dir({"ASCEND_PROCESS_LOG_PATH": str(tmp_path)}) == tmp_path
 
 
 def test_a_diagnosis_that_cannot_read_the_logs_is_a_note_not_a_lost_result(tmp_path, monkeypatch):

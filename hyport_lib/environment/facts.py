@@ -21,6 +21,7 @@ from typing import Mapping, Optional
 from hyport_lib.devices.host_memory import host_memory
 from hyport_lib.environment.compat import normalise_cann
 from hyport_lib.environment.container import container_evidence
+from hyport_lib.environment.driver_versions import parse_version_info
 from hyport_lib.utils.imports import try_import
 from hyport_lib.utils.redact import filter_environ, is_secret_name
 
@@ -176,20 +177,12 @@ def _first_file(paths) -> Optional[Path]:
     return next((p for p in paths if p.is_file()), None)
 
 
-def _key_values(path: Path, sep: str = "=") -> dict[str, str]:
-    """``key=value`` lines (install.info, version.info); secret-looking keys dropped."""
-    out = {}
+def _key_values(path: Path) -> dict[str, str]:
+    """``key=value`` lines (install.info, version.info); {} when the file does not read."""
     try:
-        text = path.read_text(encoding="utf-8", errors="replace")
+        return parse_version_info(path.read_text(encoding="utf-8", errors="replace"))
     except OSError:
-        return out
-    for line in text.splitlines():
-        if sep in line:
-            key, value = line.split(sep, 1)
-            key = key.strip()
-            if key and not is_secret_name(key):
-                out[key] = value.strip()
-    return out
+        return {}
 
 
 def _accelerate_config() -> Optional[dict]:

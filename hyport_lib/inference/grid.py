@@ -46,8 +46,8 @@ from hyport_lib.inference.params import Params
 from hyport_lib.inference.table import COLUMNS, GridProgress, GridResult, consistency, preview, scan_fallbacks
 from hyport_lib.models.generation_config import InferenceConfig
 from hyport_lib.models.tiny import TINY_MODEL_NAME, ensure_tiny_model
-from hyport_lib.triage import Triage
-from hyport_lib.triage.child_logs import child_cann_log_dir, diagnose, own_cann_log_env, shared_cann_note
+from hyport_lib.triage import Triage, cann_log_dir
+from hyport_lib.triage.child_logs import diagnose, own_cann_log_env, shared_cann_note
 from hyport_lib.processes import (
     Child, describe_exit, feed, finish, has_exited, kill_groups, last_exception, read_log_tail,
     reap_leftovers, scrub_log, start_child, stop_all,
@@ -143,7 +143,7 @@ def _launch(backend: Backend, card: int, spec: dict, log_dir: Path, timeout_s: f
     child = start_child(
         cmd, env=env, log_path=log_path, payload=json.dumps(spec, default=str).encode() + b"\n",
         timeout_s=timeout_s, name=f"card {card}")
-    cann_dir = child_cann_log_dir(env) if backend.kind == "npu" else None
+    cann_dir = cann_log_dir(env) if backend.kind == "npu" else None
     return _Worker(card, child, result_path, cann_dir=cann_dir, started_at=started_at,
                    cann_shared=cann_dir is not None and cann_dir != own_folder)
 

@@ -40,7 +40,8 @@ from hyport_lib.train.ownership import check_foreign, lock_output_dir, release_o
 from hyport_lib.train.preflight import LaunchPlan
 from hyport_lib.train.result import RESULT_FILE, TrainProgress, TrainResult
 from hyport_lib.train.smoke_data import write_smoke_dataset
-from hyport_lib.triage.child_logs import child_cann_log_dir, diagnose, own_cann_log_env
+from hyport_lib.triage import cann_log_dir
+from hyport_lib.triage.child_logs import diagnose, own_cann_log_env
 from hyport_lib.utils.disk import disk_full_error
 from hyport_lib.utils.files import atomic_write_json, atomic_write_text, ensure_writable
 from hyport_lib.utils.redact import child_environ, scrub_obj
@@ -212,7 +213,7 @@ def collect(plan: LaunchPlan, code: Optional[int], wall_s: float, timed_out: boo
         # since it started (a margin for the file system's clock granularity).
         started_at = time.time() - wall_s - 2
         diagnosis = diagnose(launch_logs(out, plan.log_path, started_at),
-                             cann_dir=child_cann_log_dir(_cann_environ(out)) if plan.device_kind == "npu" else None,
+                             cann_dir=cann_log_dir(_cann_environ(out)) if plan.device_kind == "npu" else None,
                              since=started_at,
                              environ=_environment(plan))
     checkpoints = [{"path": str(c.path), "step": c.step, "complete": c.complete,

@@ -16,7 +16,6 @@ import os
 from pathlib import Path
 from typing import Mapping, Optional
 
-from hyport_lib.triage.discovery import cann_log_dir
 from hyport_lib.triage.model import Triage
 from hyport_lib.triage.scan import triage
 from hyport_lib.utils.redact import scrub_secret_shapes, scrub_text
@@ -47,12 +46,6 @@ def shared_cann_note(folder: Optional[Path]) -> str:
             f"cards and jobs: a finding from it may belong to another one")
 
 
-def child_cann_log_dir(child_environ: Mapping[str, str]) -> Optional[Path]:
-    """The folder a child started with ``child_environ`` writes CANN's logs to; None when
-    it cannot be told (no variable and no home folder)."""
-    return cann_log_dir(child_environ)
-
-
 def diagnose(paths, *, cann_dir: Optional[Path], since: float,
              environ: Optional[Mapping[str, str]] = None) -> dict:
     """:func:`~hyport_lib.triage.scan.triage` of a failed worker's logs, as a record
@@ -64,7 +57,7 @@ def diagnose(paths, *, cann_dir: Optional[Path], since: float,
 
     Args:
         paths: the worker's own log files and folders; those that do not exist are left out.
-        cann_dir: the worker's CANN log folder (see :func:`child_cann_log_dir`); None: none.
+        cann_dir: the worker's CANN log folder (see :func:`~hyport_lib.triage.discovery.cann_log_dir`); None: none.
         since: seconds since the epoch when the worker started; older CANN logs are not read.
         environ: the worker's environment, whose secret values are scrubbed besides this
             process's own (see :func:`~hyport_lib.triage.scan.triage`).
