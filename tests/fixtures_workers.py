@@ -29,6 +29,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
+from xdist.scheduler import LoadScopeScheduling
 
 TESTS = Path(__file__).resolve().parent
 
@@ -112,53 +113,65 @@ def pytest_configure_node(node) -> None:
     node.workerinput[GROUPS_FILE] = str(node.config.stash[_GROUPS_PATH])
 
 
+class SharedFixtureScheduling(LoadScopeScheduling):
+    """Load scheduling where a scope is a group of tests sharing a fixture, else one test.
+
+    Three things differ from xdist's own, each made safe for a crashed worker (pytest-xdist
+    3.8 hangs there in every scope mode, upstream issues #1327 and #1378):
+
+    - the work of a crashed worker goes back to the queue without its finished scopes and
+      without the test that crashed (reported failed, as plain ``-n`` does);
+    - a worker is always given work until it holds more than two tests, since a worker runs
+      a test only once it knows the next one (a replacement given a single test would wait
+      forever);
+    - a report from a worker that has since died can arrive before the news of its death;
+      sending it more work then fails (the pipe is closed). The work stays recorded as the
+      dead worker's, and ``remove_node`` hands it back once the death is reported, as
+      xdist's own ``WorkerController.shutdown`` treats the same error.
+    """
+
+    def __init__(self, config: pytest.Config, log=None, groups_path: Path | None = None) -> None:
+        super().__init__(config, log)
+        self._groups_path = groups_path
+        self._groups: dict[str, str] | None = None
+
+    def _split_scope(self, nodeid: str) -> str:
+        if self._groups is None:
+            text = self._groups_path.read_text(encoding="utf-8") if self._groups_path else ""
+            self._groups = json.loads(text or "{}")
+        return self._groups.get(nodeid, nodeid)
+
+    def remove_node(self, node):
+        workload = self.assigned_work.pop(node)
+        pending = [(scope, nodeid) for scope, unit in workload.items()
+                   for nodeid, done in unit.items() if not done]
+        if not pending:
+            return None
+        scope, crashed = pending[0]
+        workload[scope][crashed] = True
+        self.workqueue.update({s: unit for s, unit in workload.items() if not all(unit.values())})
+        for other in self.assigned_work:
+            self._reschedule(other)
+        return crashed
+
+    def _reschedule(self, node) -> None:
+        if node.shutting_down:
+            return
+        while self.workqueue and self._pending_of(self.assigned_work[node]) <= 2:
+            try:
+                self._assign_work_unit(node)
+            except OSError as error:  # the worker died; remove_node returns its work
+                self.log(f"worker {node.gateway.id} is gone ({error}); its work waits for its removal")
+                return
+        if not self.workqueue:
+            node.shutdown()
+
+
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config: pytest.Config, log):
     if config.getvalue("dist") not in ("load", "loadgroup"):
         return None  # a mode asked for by name (--dist loadfile, ...) is left to xdist
-    from xdist.scheduler import LoadScopeScheduling
-
-    class SharedFixtureScheduling(LoadScopeScheduling):
-        """Load scheduling where a scope is a group of tests sharing a fixture, else one test.
-
-        Two methods are xdist's own made safe for a crashed worker (pytest-xdist 3.8 hangs
-        there in every scope mode, upstream issues #1327 and #1378): the work of a crashed
-        worker goes back to the queue without its finished scopes and without the test that
-        crashed (reported failed, as plain ``-n`` does), and a worker is always given work
-        until it holds more than two tests, since a worker runs a test only once it knows
-        the next one (a replacement worker given a single test would wait forever).
-        """
-
-        groups: dict[str, str] | None = None
-
-        def _split_scope(self, nodeid: str) -> str:
-            if self.groups is None:
-                path = config.stash[_GROUPS_PATH]
-                self.groups = json.loads(path.read_text(encoding="utf-8") or "{}")
-            return self.groups.get(nodeid, nodeid)
-
-        def remove_node(self, node):
-            workload = self.assigned_work.pop(node)
-            pending = [(scope, nodeid) for scope, unit in workload.items()
-                       for nodeid, done in unit.items() if not done]
-            if not pending:
-                return None
-            scope, crashed = pending[0]
-            workload[scope][crashed] = True
-            self.workqueue.update({s: unit for s, unit in workload.items() if not all(unit.values())})
-            for other in self.assigned_work:
-                self._reschedule(other)
-            return crashed
-
-        def _reschedule(self, node) -> None:
-            if node.shutting_down:
-                return
-            while self.workqueue and self._pending_of(self.assigned_work[node]) <= 2:
-                self._assign_work_unit(node)
-            if not self.workqueue:
-                node.shutdown()
-
-    return SharedFixtureScheduling(config, log)
+    return SharedFixtureScheduling(config, log, groups_path=config.stash[_GROUPS_PATH])
 
 
 @pytest.hookimpl(trylast=True)  # after -m / -k have deselected

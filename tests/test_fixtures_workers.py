@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
-from fixtures_workers import shared_fixture_groups
+from fixtures_workers import SharedFixtureScheduling, shared_fixture_groups
 
 HERE = Path(__file__).resolve().parent
 
@@ -124,3 +126,51 @@ def test_a_crashed_worker_fails_its_test_and_the_run_ends(pytester, monkeypatch,
                                            timeout=120)
     result.assert_outcomes(failed=1, passed=10)
     result.stdout.fnmatch_lines(["*crashed while running*test_crash*"])
+
+
+class FakeWorker:
+    """What the scheduler uses of xdist's WorkerController; a dead one's pipe is closed."""
+
+    def __init__(self, name: str) -> None:
+        self.gateway = SimpleNamespace(id=name)
+        self.shutting_down = False
+        self.dead = False
+        self.sent: list[list[int]] = []
+
+    def send_runtest_some(self, indices: list[int]) -> None:
+        if self.dead:
+            raise OSError("cannot send (already closed?)")
+        self.sent.append(list(indices))
+
+    def shutdown(self) -> None:
+        self.shutting_down = True
+
+
+def test_a_report_from_a_worker_that_died_meanwhile_leaves_its_work_for_its_removal(tmp_path):
+    """The race CI met: a worker finishes a test, dies on the next, and its report of the
+    first reaches the scheduler before the news of its death. Giving it more work must not
+    end the run (it raised OSError from a closed pipe); the work given is handed back when
+    the worker is removed, less the test it died on."""
+    groups = tmp_path / "groups.json"
+    groups.write_text(json.dumps({}), encoding="utf-8")
+    config = SimpleNamespace(getvalue=lambda name: ["2*popen"], option=SimpleNamespace(loadscopereorder=False))
+    scheduler = SharedFixtureScheduling(config, groups_path=groups)
+    collection = [f"test_x.py::test_{i}" for i in range(8)]
+    first, second = FakeWorker("gw0"), FakeWorker("gw1")
+    for worker in (first, second):
+        scheduler.add_node(worker)
+        scheduler.add_node_collection(worker, collection)
+    scheduler.schedule()
+    given_first = [i for batch in first.sent for i in batch]
+    assert len(given_first) == 3 and not first.dead
+
+    first.dead = True  # it crashed on its second test, nobody has been told yet
+    scheduler.mark_test_complete(first, given_first[0])
+    assert scheduler.assigned_work[first]  # the unsent work is still recorded as its own
+
+    crashed = scheduler.remove_node(first)
+    assert crashed == collection[given_first[1]]
+    given_second = {i for batch in second.sent for i in batch}
+    unsent = {collection.index(nodeid) for unit in scheduler.workqueue.values() for nodeid in unit}
+    # every test but the finished one and the crash reaches the live worker or still waits
+    assert given_second | unsent == set(range(len(collection))) - {given_first[0], given_first[1]}
