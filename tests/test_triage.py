@@ -381,6 +381,17 @@ def test_secrets_written_like_secrets_are_redacted_without_the_environment(tmp_p
              "num_key_value_heads: 8 max_new_tokens=512 url=https://mirror.example/x")
     assert scrub_secret_shapes(plain) == plain
     assert scrub_secret_shapes("PASSWORD=123456") == "PASSWORD=[redacted]"
+    # A secret assignment after a ``word:`` that names no secret (review D1: the word's
+    # value swallowed the assignment and neither was redacted).
+    behind_words = {
+        "wandb: ERROR api: WANDB_API_KEY=0123456789abcdef": "wandb: ERROR api: WANDB_API_KEY=[redacted]",
+        "ValueError: invalid config: token=abcdefgh1234 secret=zzz111":
+            "ValueError: invalid config: token=[redacted] secret=[redacted]",
+        "env: DB_PASSWORD=p4ssw0rd!": "env: DB_PASSWORD=[redacted]",
+        "x token: secret=xyz": "x token: [redacted]",
+        "token=abc==": "token=[redacted]",
+    }
+    assert {line: scrub_secret_shapes(line) for line in behind_words} == behind_words
 
 
 def test_the_cause_is_named_before_the_hccl_timeout_it_caused(tmp_path):
@@ -397,6 +408,21 @@ def test_the_cause_is_named_before_the_hccl_timeout_it_caused(tmp_path):
     (_rank_log(tmp_path, 1)).write_text("ValueError: rank 1 gave up\n", encoding="utf-8")
     summary = triage([tmp_path]).summary_line()
     assert summary.startswith("HCCL collective timed out") and "1 error line not recognised" in summary
+    # One log for every rank (torchrun's own): the timeout beside rank 1's exception does not
+    # hide it (review D2); the lines that only frame an error are not listed as causes.
+    combined = tmp_path / "torchrun.log"
+    combined.write_text("[rank1]: Traceback (most recent call last):\n"
+                        '[rank1]:   File "train.py", line 10, in <module>\n'
+                        "[rank1]: ValueError: Expected input batch_size (8) to match target batch_size (4).\n"
+                        "[rank1]: [ERROR] 2025-04-08-18:07:20 (PID:12, Device:1, RankID:1) ERR01100 OPS call "
+                        "acl api failed.\n"
+                        "[rank0]:[E324 12:00:00] [Rank 0] Watchdog caught collective operation timeout: "
+                        "WorkHCCL(SeqNum=196, OpType=ALLREDUCE) ran for 1800185 milliseconds before timing out.\n",
+                        encoding="utf-8")
+    alone = triage([combined])
+    assert [f.key for f in alone.findings] == ["hccl_exec_timeout"]
+    assert [[number for number, _ in u.lines] for u in alone.unrecognised] == [[3]]
+    assert "1 error line not recognised" in alone.summary_line()
 
 
 def test_line_numbers_are_those_of_grep_with_progress_bars_and_crlf(tmp_path):

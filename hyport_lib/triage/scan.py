@@ -53,6 +53,13 @@ _LEAD = 60
 Since = Union[None, float, int, datetime]
 
 
+#: Error lines that only frame another error and name no cause of their own: a traceback's
+#: first line, and what torch_npu prints around any failing ACL or HCCL call (``ERR00100 PTA
+#: call acl api failed``, ``OPS function error: HcclAllreduce, error code is 6``).
+_FRAME_LINE = re.compile(r"Traceback \(most recent call last\)|\bcall acl api failed\b"
+                         r"|OPS function error: Hccl\w*, error code is \d+")
+
+
 def is_error_line(line: str) -> bool:
     """Whether ``line`` reports an error: an error mark (:data:`ERROR_LINE`), and its first
     level tag is not a warning's or an information's."""
@@ -133,8 +140,9 @@ class _Collector:
         before: deque[str] = deque(maxlen=CONTEXT_BEFORE)
         pending: list[list] = []  # [finding, lines still wanted after its first line]
         in_file: set[str] = set()
-        error_lines: list[list] = []
-        error_count = 0
+        error_lines: list[list] = []  # [line number, text]: every error line
+        causal_lines: list[list] = []  # those that may name a cause (not a frame)
+        error_count = causal_count = 0
         for number, text in read_lines(path, start, limit):
             for waiting in pending:
                 waiting[0].context.append(self.keep(text))
@@ -144,13 +152,23 @@ class _Collector:
             if entry is not None:
                 self._found(entry, shown, number, text, before, pending, in_file)
             elif is_error_line(text):
+                causal = _FRAME_LINE.search(text) is None
                 error_count += 1
-                if len(error_lines) < MAX_UNRECOGNISED_LINES:
-                    error_lines.append([number, self.keep(text, ERROR_LINE.search)])
+                causal_count += causal
+                for kept, wanted in ((error_lines, True), (causal_lines, causal)):
+                    if wanted and len(kept) < MAX_UNRECOGNISED_LINES:
+                        kept.append([number, self.keep(text, ERROR_LINE.search)])
             before.append(text)
-        # A warning (a CPU fallback) does not explain an error line; a known error does.
-        explained = any(self.findings[key].severity == ERROR for key in in_file)
-        if error_count and not explained:
+        # A known error explains the file's other error lines; a warning (a CPU fallback)
+        # explains none. A consequence (an HCCL timeout) explains only the lines that frame
+        # an error: in a log holding every rank's output, an exception beside the timeout
+        # is likely the real failure the other ranks waited for.
+        errors = [self.findings[key] for key in in_file if self.findings[key].severity == ERROR]
+        if any(not finding.consequence for finding in errors):
+            return
+        if errors:
+            error_lines, error_count = causal_lines, causal_count
+        if error_count:
             self.unrecognised.append(Unrecognised(file=shown, lines=error_lines, count=error_count))
 
     def _found(self, entry, shown, number, text, before, pending, in_file) -> None:

@@ -156,12 +156,36 @@ def _secret_assignment(name: str, value: str) -> bool:
     return True
 
 
-def _redact_value(match: re.Match) -> str:
-    name, value = match.group("name"), match.group("value")
-    if not _secret_assignment(name, value):
-        return match.group(0)
-    quote = value[0] if value[:1] in ("'", '"') and len(value) > 1 and value[-1] == value[0] else ""
-    return f"{name}{match.group('sep')}{quote}{REDACTED}{quote}"
+def _secret_value_spans(pattern: re.Pattern, text: str) -> list[tuple[int, int]]:
+    """Where the values of secret assignments lie in ``text`` (inside their quotes).
+
+    Every position is tried, not only those after the previous match: in
+    ``api: WANDB_API_KEY=abc`` the first candidate is ``api`` holding ``WANDB_API_KEY=abc``,
+    which names no secret, and the assignment inside it must still be found.
+    """
+    spans = []
+    for match in re.finditer(f"(?=(?:{pattern.pattern}))", text):
+        name, value = match.group("name"), match.group("value")
+        if not _secret_assignment(name, value):
+            continue
+        start, end = match.span("value")
+        if value[:1] in ("'", '"') and len(value) > 1 and value[-1] == value[0]:
+            start, end = start + 1, end - 1
+        spans.append((start, end))
+    return spans
+
+
+def _redact_assignments(pattern: re.Pattern, text: str) -> str:
+    spans = _secret_value_spans(pattern, text)
+    if not spans:
+        return text
+    pieces, written = [], 0
+    for start, end in sorted(spans):
+        if end <= written:
+            continue  # inside a value already redacted (``token: secret=x``)
+        pieces += [text[written:max(start, written)], REDACTED]
+        written = end
+    return "".join(pieces) + text[written:]
 
 
 def scrub_secret_shapes(text: str) -> str:
@@ -181,8 +205,8 @@ def scrub_secret_shapes(text: str) -> str:
         text = redact_url_credentials(text)
     text = _TOKEN_SHAPES.sub(REDACTED, text)
     text = _BEARER.sub(lambda m: f"{m.group('scheme')} {REDACTED}", text)
-    text = _ASSIGNMENT.sub(_redact_value, text)
-    return _FLAG_VALUE.sub(_redact_value, text)
+    text = _redact_assignments(_ASSIGNMENT, text)
+    return _redact_assignments(_FLAG_VALUE, text)
 
 
 def scrub_obj(obj, environ: Mapping[str, str] | None = None):
