@@ -119,3 +119,31 @@ def test_sigterm_to_a_real_command_process_exits_130(tmp_path):
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=30)
     assert proc.returncode == 130 and "stopped by SIGTERM" in err
+
+
+def _piped_command(run_body: str) -> subprocess.Popen:
+    code = ("from hyport_lib.commands import _cli\n"
+            f"def run(a):\n{run_body}\n"
+            "raise SystemExit(_cli.invoke('demo', run, None))\n")
+    return subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+
+@pytest.mark.slow
+def test_a_reader_that_goes_away_ends_the_command_quietly():
+    """``hyport triage ... | head``: the closed pipe is no internal error (review D7)."""
+    proc = _piped_command("    for i in range(200000):\n        print('line', i)\n")
+    assert proc.stdout.readline().strip() == "line 0"
+    proc.stdout.close()  # what head does after its lines
+    err = proc.stderr.read()
+    assert proc.wait(timeout=60) == _cli.PIPE_CLOSED_EXIT == 141
+    assert "internal error" not in err and "Traceback" not in err and "BrokenPipeError" not in err, err
+
+
+@pytest.mark.slow
+def test_a_broken_pipe_of_the_commands_own_is_still_a_defect():
+    """Only the output's reader going away is quiet: a pipe to a child is hyport's bug."""
+    proc = _piped_command("    print('ready', flush=True)\n    raise BrokenPipeError(32, 'Broken pipe')\n")
+    out, err = proc.communicate(timeout=60)
+    assert out.strip() == "ready" and proc.returncode == _cli.INTERNAL_EXIT
+    assert "internal error (BrokenPipeError" in err

@@ -8,6 +8,8 @@ version files. The version files hold the contents public threads show for real 
 
 from __future__ import annotations
 
+import os
+import sys
 import time
 from pathlib import Path
 
@@ -258,6 +260,27 @@ def test_container_evidence_is_read_under_the_root(tmp_path):
     assert container_evidence(tmp_path) == "/run/.containerenv"
 
 
+HOST_MOUNTINFO = "22 1 252:1 / / rw,relatime shared:1 - ext4 /dev/vda1 rw\n"
+POD_MOUNTINFO = ("1380 1228 0:301 / / rw,relatime master:420 - overlay overlay rw,lowerdir=/var/lib/"
+                 "containerd/io.containerd.snapshotter.v1.overlayfs/snapshots/12/fs,upperdir=/x,workdir=/y\n"
+                 "1381 1380 0:303 / /proc rw,nosuid,nodev,noexec,relatime - proc proc rw\n")
+
+
+@pytest.mark.parametrize("files, evidence", [
+    ({"proc/1/cgroup": "0::/\n", "proc/1/mountinfo": HOST_MOUNTINFO}, None),
+    # a Kubernetes pod on containerd with cgroup v2: no marker file, 0::/ (review D6)
+    ({"proc/1/cgroup": "0::/\n", "proc/1/mountinfo": POD_MOUNTINFO}, "/ is an overlay mount (/proc/1/mountinfo)"),
+    ({"proc/1/cgroup": "0::/\n", "var/run/secrets/kubernetes.io/serviceaccount/namespace": "default"},
+     "/var/run/secrets/kubernetes.io"),
+    # an overlay shadowed by a later mount on / is not the root in effect
+    ({"proc/1/mountinfo": POD_MOUNTINFO + HOST_MOUNTINFO}, None),
+])
+def test_a_pod_on_cgroup_v2_is_a_container(tmp_path, files, evidence):
+    for name, text in files.items():
+        _write(tmp_path / name, text)
+    assert container_evidence(tmp_path) == evidence
+
+
 def test_under_the_machine_root_a_node_must_be_a_character_device():
     root = Path("/")
     assert item_state(root, Item("/dev/null", "--device=/dev/null", "a node", kind="node")) is None
@@ -284,7 +307,11 @@ def test_version_files_parsed_from_real_contents(tmp_path):
 @pytest.mark.parametrize("driver, cann, verdict, words", [
     ("25.3.rc1", "8.5.0", "PASS", "Ascend HDK 25.3.X"),
     ("25.5.0", "8.5.0", "PASS", "Ascend HDK 25.5.X"),
-    ("24.1.rc3", "8.5.0", "FAIL", "driver 24.1.rc3 is not one of them"),
+    ("24.1.rc3", "8.5.0", "FAIL", "driver 24.1.rc3 is older than all of them"),
+    # newer than the notes (which predate them): not judged a FAIL
+    ("25.7.rc1", "8.5.0", "WARN", "not among them and not older than them"),
+    ("26.0.rc1", "8.5.0", "WARN", "check the pairing in the driver's own release notes"),
+    ("weird", "8.5.0", "WARN", "driver weird is not among them"),
     ("25.3.rc1", "8.3.RC1", "SKIP", "versions reported, not judged"),
     (None, "8.5.0", "SKIP", "no driver version.info"),
 ])
@@ -379,6 +406,31 @@ def test_npu_smi_in_usr_local_bin_is_accepted(tmp_path):
     assert findings.flags == [] and findings.missing == []
 
 
+def test_links_in_a_copied_tree_are_followed_inside_the_tree(tmp_path):
+    """npu-smi as the host installs it: a link to the driver's tools, absolute. Read under
+    --host-root, the target is the tree's file, not this machine's (review D8)."""
+    root = build_tree(tmp_path, omit=("/usr/local/sbin/npu-smi",))
+    _write(root / "usr/local/Ascend/driver/tools/npu-smi", "#!/bin/sh\n")
+    (root / "usr/local/sbin").mkdir(parents=True, exist_ok=True)
+    link = root / "usr/local/sbin/npu-smi"
+    link.symlink_to("/usr/local/Ascend/driver/tools/npu-smi")
+    mounts = _by_name(_judge(root).checks)["container_mounts"]
+    assert mounts.verdict == "PASS", mounts
+    # a target that this machine has but the tree does not: missing in the tree
+    link.unlink()
+    link.symlink_to("/" + os.path.relpath(sys.executable, "/"))
+    mounts = _by_name(_judge(root).checks)["container_mounts"]
+    assert mounts.verdict == "WARN" and "/usr/local/sbin/npu-smi missing" in mounts.reason, mounts
+    # relative links and .. stay inside too; a loop is named, not followed forever
+    link.unlink()
+    link.symlink_to("../../../usr/local/Ascend/driver/tools/npu-smi")
+    assert _by_name(_judge(root).checks)["container_mounts"].verdict == "PASS"
+    link.unlink()
+    link.symlink_to("npu-smi")
+    mounts = _by_name(_judge(root).checks)["container_mounts"]
+    assert mounts.verdict == "WARN" and "npu-smi cannot be read" in mounts.reason, mounts
+
+
 def _empty_driver(root: Path) -> None:
     (root / "usr/local/Ascend/driver").mkdir(parents=True)
 
@@ -395,10 +447,19 @@ def _only_version_info(root: Path) -> None:
     _write(root / "usr/local/Ascend/driver/version.info", DRIVER_25_0)
 
 
+def _empty_lib64(root: Path) -> None:
+    """lib64 and version.info mounted one by one (vLLM Ascend's line) from a host whose
+    driver lives elsewhere: docker made the missing lib64 source an empty folder."""
+    _only_version_info(root)
+    (root / "usr/local/Ascend/driver/lib64").mkdir(parents=True)
+
+
 @pytest.mark.parametrize("omit, make, verdict, words, flag", [
     # only version.info mounted: jobs cannot load libascend_hal.so
     (("/usr/local/Ascend/driver",), _only_version_info, "FAIL",
      "/usr/local/Ascend/driver/lib64 missing (the driver's libraries", DRIVER_FLAG),
+    (("/usr/local/Ascend/driver",), _empty_lib64, "FAIL",
+     "/usr/local/Ascend/driver/lib64 an empty folder", DRIVER_FLAG),
     # docker made the missing mount source an empty folder
     (("/usr/local/Ascend/driver",), _empty_driver, "FAIL",
      "/usr/local/Ascend/driver an empty folder", DRIVER_FLAG),

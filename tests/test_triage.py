@@ -452,6 +452,10 @@ def test_no_home_folder_means_no_cann_folder_not_a_crash(tmp_path, capsys, monke
     monkeypatch.delenv("ASCEND_PROCESS_LOG_PATH", raising=False)
     assert cann_log_dir({}) is None
     assert cann_log_dir({"ASCEND_PROCESS_LOG_PATH": str(tmp_path)}) == tmp_path
+    # CANN's order: the log variable, then the work folder's log/, then the home folder
+    work = {"ASCEND_WORK_PATH": "/work/ascend", "HOME": "/home/u"}
+    assert cann_log_dir(work) == Path("/work/ascend/log")
+    assert cann_log_dir({**work, "ASCEND_PROCESS_LOG_PATH": str(tmp_path)}) == tmp_path
     log = tmp_path / "a.log"
     log.write_text("RuntimeError: NPU out of memory. Tried to allocate 1 GiB\n", encoding="utf-8")
     code, text, _ = _cli(capsys, log, "--all")

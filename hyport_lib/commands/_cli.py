@@ -7,6 +7,8 @@
 * Any other exception is a defect of hyport, not of the input: its traceback is
   printed (it is what a bug report needs), then one line, and the command exits 3,
   so that scripts can tell it from a command's own "failed" (1) and a usage error (2).
+* When the reader of the output goes away (``hyport triage ... | head``), the command
+  ends quietly with 141, as a shell reports a process ended by SIGPIPE.
 * Ctrl-C (SIGINT), SIGTERM (``timeout``, ``kill``, a scheduler) and SIGHUP (a closed
   terminal or ssh session) raise :class:`Stopped` (a ``KeyboardInterrupt``) inside the
   command, so its ``finally`` blocks stop the processes it started and keep the
@@ -22,6 +24,7 @@ from __future__ import annotations
 
 import errno
 import os
+import select
 import signal
 import sys
 import traceback
@@ -67,6 +70,10 @@ def invoke(name: str, run: Callable, args) -> int:
         for line in getattr(exc, "details", None) or ():  # e.g. every bad dataset record
             print(scrub_text(f"  {line}"), file=sys.stderr)
         return USAGE_EXIT
+    except BrokenPipeError as exc:
+        if not _stdout_closed():
+            return _internal(name, exc)  # a pipe of the command's own broke: a defect
+        return _reader_gone()
     except OSError as exc:
         if exc.errno not in _FULL_DISK:
             return _internal(name, exc)
@@ -79,6 +86,32 @@ def invoke(name: str, run: Callable, args) -> int:
 
 #: A full disk or quota is the machine's state, not a defect: one line, not a traceback.
 _FULL_DISK = (errno.ENOSPC, errno.EDQUOT)
+#: Exit status when the reader of the output went away (``| head``), as a shell reports
+#: a process ended by SIGPIPE.
+PIPE_CLOSED_EXIT = 128 + signal.SIGPIPE
+
+
+def _stdout_closed() -> bool:
+    """Whether standard output is a pipe or socket whose reader is gone: polling its
+    descriptor reports an error condition then (Linux: a pipe without readers)."""
+    try:
+        descriptor = sys.stdout.fileno()
+    except (AttributeError, OSError, ValueError):  # replaced by an object without a descriptor
+        return False
+    poller = select.poll()
+    poller.register(descriptor, select.POLLOUT)
+    return any(events & (select.POLLERR | select.POLLHUP) for _, events in poller.poll(0))
+
+
+def _reader_gone() -> int:
+    """The reader of the output went away (``hyport triage ... | head``): nothing to report.
+
+    Standard output is pointed at the null device, so that Python's flush at exit does
+    not fail a second time (the recipe of the ``signal`` module's documentation)."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return PIPE_CLOSED_EXIT
 
 
 def _internal(name: str, exc: BaseException) -> int:

@@ -35,7 +35,8 @@ from hyport_lib.environment.container_cards import CardNeed, needed_cards, sugge
 from hyport_lib.environment.driver_versions import DriverVersions
 
 #: Files whose presence says "container", relative to the root.
-CONTAINER_MARKERS = (".dockerenv", "run/.containerenv")
+#: containerd (Kubernetes) writes neither file; a pod gets its service account's folder.
+CONTAINER_MARKERS = (".dockerenv", "run/.containerenv", "var/run/secrets/kubernetes.io")
 #: Words in /proc/1/cgroup that name a container runtime (cgroup v1 paths).
 CGROUP_WORDS = ("docker", "kubepods", "containerd", "lxc", "libpod")
 
@@ -85,7 +86,8 @@ DRIVER_FLAG = "-v /usr/local/Ascend/driver:/usr/local/Ascend/driver"
 DRIVER = Item("/usr/local/Ascend/driver", DRIVER_FLAG, "the driver", nonempty=True)
 #: Judged only when the driver folder is in place (a missing folder is one gap, not three).
 DRIVER_LIB64 = Item("/usr/local/Ascend/driver/lib64", DRIVER_FLAG,
-                    "the driver's libraries (libascend_hal.so): torch_npu cannot load without them")
+                    "the driver's libraries (libascend_hal.so): torch_npu cannot load without them",
+                    nonempty=True)  # mounted on its own (vLLM Ascend's line), a missing source is empty
 DRIVER_VERSION = Item("/usr/local/Ascend/driver/version.info", DRIVER_FLAG,
                       "the driver's version file (a partial driver mount?)", "WARN", kind="file")
 NPU_SMI = Item("/usr/local/sbin/npu-smi", "-v /usr/local/sbin/npu-smi:/usr/local/sbin/npu-smi",
@@ -110,9 +112,43 @@ def is_machine_root(root: Path) -> bool:
     return Path(root).resolve() == Path("/")
 
 
+#: Most symbolic links followed in one path (Linux's own limit).
+MAX_LINKS = 40
+
+
 def under(root: Path, path: str) -> Path:
-    """``path`` (absolute, as inside the container) read under ``root``."""
-    return Path(root) / path.lstrip("/")
+    """``path`` (absolute, as inside the container) read under ``root``.
+
+    Under a copied tree, symbolic links are followed inside the tree: an absolute target
+    (``npu-smi -> /usr/local/Ascend/driver/tools/npu-smi``) means the tree's path, as the
+    container sees it, not this machine's. A link that cannot be followed (a loop) is
+    left as it is, and reading it then fails with its own error.
+    """
+    root = Path(root)
+    if is_machine_root(root):
+        return Path(path)
+    pending = [part for part in path.split("/") if part]
+    kept: list[str] = []
+    links = 0
+    while pending:
+        name = pending.pop(0)
+        if name in (".", ""):
+            continue
+        if name == "..":
+            del kept[-1:]
+            continue
+        candidate = root.joinpath(*kept, name)
+        if not candidate.is_symlink():
+            kept.append(name)
+            continue
+        links += 1
+        if links > MAX_LINKS:
+            return root.joinpath(*kept, name, *pending)
+        target = os.readlink(candidate)
+        if target.startswith("/"):
+            kept = []
+        pending = [part for part in target.split("/") if part] + pending
+    return root.joinpath(*kept)
 
 
 def container_evidence(root: Path) -> Optional[str]:
@@ -126,7 +162,26 @@ def container_evidence(root: Path) -> Optional[str]:
     except OSError:
         return None
     word = next((w for w in CGROUP_WORDS if w in cgroup), None)
-    return f"/proc/1/cgroup names {word}" if word else None
+    if word:
+        return f"/proc/1/cgroup names {word}"
+    # cgroup v2 shows ``0::/`` inside a container; its root is then an overlay mount
+    return "/ is an overlay mount (/proc/1/mountinfo)" if _root_is_overlay(root) else None
+
+
+def _root_is_overlay(root: Path) -> bool:
+    """Whether the first process's ``/`` is an overlay filesystem, as container runtimes
+    mount an image (a mountinfo line: ``... <root> <mount point> ... - <type> ...``)."""
+    try:
+        lines = under(root, "proc/1/mountinfo").read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError:
+        return False
+    kind = None
+    for line in lines:  # the last mount on / is the one in effect
+        fields, _, rest = line.partition(" - ")
+        parts = fields.split()
+        if len(parts) >= 5 and parts[4] == "/":
+            kind = (rest.split() or [None])[0]
+    return kind == "overlay"
 
 
 def ascend_signs(root: Path) -> list[str]:

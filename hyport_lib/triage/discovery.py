@@ -40,7 +40,9 @@ MAX_CANN_FILES = 400
 
 
 def cann_log_dir(environ: Optional[Mapping[str, str]] = None) -> Optional[Path]:
-    """Where CANN writes its logs: ``$ASCEND_PROCESS_LOG_PATH``, else ``$HOME/ascend/log``.
+    """Where CANN writes its logs: ``$ASCEND_PROCESS_LOG_PATH``, else
+    ``$ASCEND_WORK_PATH/log``, else ``$HOME/ascend/log`` (the order of CANN's environment
+    reference, ``ASCEND_WORK_PATH``: envref_07_0007).
 
     Returns None when neither can be told: no variable, no ``HOME`` and no home folder in
     the user database (a container run as a user id without a passwd entry). CANN then has
@@ -50,6 +52,9 @@ def cann_log_dir(environ: Optional[Mapping[str, str]] = None) -> Optional[Path]:
     configured = (environ.get("ASCEND_PROCESS_LOG_PATH") or "").strip()
     if configured:
         return Path(configured).expanduser()
+    work = (environ.get("ASCEND_WORK_PATH") or "").strip()
+    if work:
+        return Path(work).expanduser() / "log"
     home = (environ.get("HOME") or "").strip()
     if not home:
         try:
