@@ -131,15 +131,21 @@ CATALOGUE: tuple[KnownFailure, ...] = (
             r"\[HcclSocket\]\[Listen\].*listen on ip\[[^\]]*\] and specific port\[\d+\] fail",
         ),
         meaning=("HCCL could not listen on its port because another process already holds it: "
-                 "a second job on the same host, or a process left over from an earlier run. "
-                 "HCCL takes the host ports from HCCL_IF_BASE_PORT (60000 by default) upwards, "
-                 "one per rank, and every job on the host uses the same range unless told "
-                 "otherwise."),
-        action=("Find who holds the port (`ss -ltnp | grep ':600'`, `npu-smi info` for processes "
-                "on the cards) and stop a leftover run. To run two jobs side by side, give each "
-                "its own range: `export HCCL_IF_BASE_PORT=61000` in one of them (a range that does "
-                "not overlap the other job's), and a different torchrun `--master-port`. `hyport env` checks that the "
-                "range is free before a job starts."),
+                 "a second job on the same host or card, or a process left over from an earlier "
+                 "run. On the host, HCCL takes its ports from HCCL_IF_BASE_PORT (60000 by "
+                 "default) upwards, one per rank ('host nic listen start failed, port[600xx]'). "
+                 "On the card's own network, each process listens on one NPU port, 16666 by "
+                 "default ('listen on ip[<card IP>] and specific port[16666] fail'), so two "
+                 "processes on one card collide there. Every job uses the same ports unless "
+                 "told otherwise."),
+        action=("Find who holds the port: `npu-smi info` lists the processes on the cards, "
+                "`ss -ltnp | grep ':600'` the host's; stop a leftover run. To run two jobs side by "
+                "side, give each its own ports: for a host port, `export HCCL_IF_BASE_PORT=61000` "
+                "in one of them (a range that does not overlap the other job's) and a different "
+                "torchrun `--master-port`; for the NPU port (16666, several processes on one card), "
+                "`export HCCL_NPU_SOCKET_PORT_RANGE=auto` (and `HCCL_HOST_SOCKET_PORT_RANGE=auto`) "
+                "or a range of its own per job. `hyport env` checks that the host range is free "
+                "before a job starts."),
         sources=("hccl_port_in_use.vllm-ascend-405.log", "hccl_port_in_use.vllm-ascend-4725.log",
                  "hccl_connect_timeout.vllm-ascend-1955.log"),
     ),
@@ -220,12 +226,14 @@ CATALOGUE: tuple[KnownFailure, ...] = (
             r"dcmi module initialize failed\. ret is -8005",
         ),
         meaning=("The card could not be opened because something else holds it: a process of an "
-                 "earlier run that has not exited (EJ0001), or, in a container, another container "
-                 "that has the same card (-8005 from npu-smi)."),
+                 "earlier run that has not exited (EJ0001), or, in a container, usually another "
+                 "container that has the same card (-8005 from the DCMI library)."),
         action=("`npu-smi info` lists the processes on each card; stop the leftover ones and wait "
                 "about 10 s before starting again. In a container, pass only cards no other "
                 "container uses (`--device /dev/davinciN`), or choose free cards with "
-                "`ASCEND_RT_VISIBLE_DEVICES`."),
+                "`ASCEND_RT_VISIBLE_DEVICES`. When no other process holds the card, -8005 can also "
+                "come from a container without the control devices or the dcmi and driver mounts "
+                "(`hyport env` checks them); some hosts needed `--privileged`."),
         sources=("device_in_use.llama-factory-3839.log", "device_in_use.vllm-ascend-2698.log"),
     ),
     # Before the CANN / torch_npu entries: without a usable driver nothing above it can start.
