@@ -14,7 +14,7 @@ import pytest
 
 from hyport_lib.params import ParameterError
 from hyport_lib.train import dataset_files
-from hyport_lib.train.dataset import load_dataset
+from hyport_lib.train.dataset import DatasetError, load_dataset
 from hyport_lib.train.dataset_formats import DatasetOptions
 from hyport_lib.train.params import Params
 
@@ -344,7 +344,6 @@ def test_the_first_batch_is_listed_as_the_model_receives_it(processor, tmp_path)
 
 def test_the_plan_says_how_the_dataset_was_read_and_skips_bad_records_by_position(tmp_path):
     from hyport_lib.backend import get_backend
-    from hyport_lib.train.dataset import DatasetError
     from hyport_lib.train.preflight import prepare
 
     path = write_records(ALPACA + [{"instruction": "Say hi.", "output": ""}], tmp_path / "a.jsonl")
@@ -579,3 +578,26 @@ def test_a_column_set_to_none_is_not_read_as_in_dataset_info_json():
                           ({"prompt": 5}, "dataset_columns['prompt']=5: expected a column name (or None")):
         with pytest.raises(ParameterError, match=re.escape(said)):
             Params(dataset_path=alpaca, dataset_columns=columns)
+
+
+def test_ids_never_cost_an_entry_its_records_and_the_switch_is_named(tmp_path):
+    """Review C3: LLaMA-Factory reads no id, so an entry reads one only when its columns name
+    it; a plain file with repeated ids is refused with the way to do without them."""
+    rows = [{"id": "src-a", **ALPACA[0]}, {"id": "src-a", **ALPACA[1]}, {**ALPACA[2]}]
+    info = _info_copy(tmp_path, {"x": {"file_name": "x.json"},
+                                 "x_ids": {"file_name": "x.json", "columns": {"prompt": "instruction",
+                                                                              "query": "input", "response": "output",
+                                                                              "id": "id"}}})
+    write_records(rows, info.parent / "x.json")
+    report = load_dataset(info, options=DatasetOptions(entry="x"))
+    assert report.problems == [] and [r.record_id for r in report.records] == ["#0", "#1", "#2"]
+    named = load_dataset(info, options=DatasetOptions(entry="x_ids"))
+    assert [p.kind for p in named.problems] == ["duplicate_id", "missing_id"]
+    plain = load_dataset(info.parent / "x.json")
+    assert [p.kind for p in plain.problems] == ["duplicate_id", "missing_id"]
+    assert any("dataset_columns={'id': None}" in line for line in DatasetError(plain).details)
+    # the switch written as the CLI reads it: no record has a column named 'None'
+    off = load_dataset(info.parent / "x.json", options=DatasetOptions(columns={"id": None}))
+    assert off.problems == [] and len(off.records) == 3
+    wrong = load_dataset(info.parent / "x.json", options=DatasetOptions(columns={"id": "None"}))
+    assert {p.message for p in wrong.problems} == {"no record has the id column 'None' that dataset_columns names"}

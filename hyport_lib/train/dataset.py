@@ -40,6 +40,9 @@ from hyport_lib.train.dataset_info import read_entry
 MAX_MESSAGE_CHARS = 240
 #: A record id is shown cut to this many characters.
 MAX_ID_CHARS = 80
+#: How to do without ids, said where they are refused (they only name records).
+NO_IDS = ("ids only name records: to name them by position instead, leave the id column out "
+          "(dataset_columns={'id': None}, null in YAML; for a dataset_info.json entry, no 'id' in its columns)")
 
 
 @dataclass(frozen=True)
@@ -143,6 +146,8 @@ class DatasetError(ValueError):
         self.report = report
         #: One line per problem (the command line prints them under the message).
         self.details = [f"- {p}" for p in report.problems[:limit]]
+        if any(p.kind in ("duplicate_id", "missing_id") for p in report.problems):
+            self.details.append(f"({NO_IDS})")
         more = len(report.problems) - limit
         if more > 0:
             self.details.append(f"... and {more} more (fix these first, or skip_bad_records=True: a run "
@@ -235,8 +240,9 @@ def load_dataset(path: os.PathLike, image_root: Optional[os.PathLike] = None, ch
         layout = resolve_layout(options, None) if options.format != "auto" else None
     if layout is not None and without_id and (seen_ids or "id" in options.columns):
         column = layout.columns["id"]
-        problems += [Problem(i, None, column, "missing_id", "missing or empty id (other records of the file "
-                             "have one: every record needs one)") for i in without_id]
+        why = ("missing or empty id (other records of the file have one: every record needs one)"
+               if seen_ids else f"no record has the id column {column!r} that dataset_columns names")
+        problems += [Problem(i, None, column, "missing_id", why) for i in without_id]
         unnamed = set(without_id)
         records = [r for r in records if r.index not in unnamed]
     problems.sort(key=lambda p: p.index)

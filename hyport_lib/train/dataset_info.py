@@ -45,8 +45,10 @@ from hyport_lib.train.dataset_formats import (ALPACA_COLUMNS, FORMATS, MESSAGE_C
 INFO_FILE = "dataset_info.json"
 #: LLaMA-Factory's ``DatasetAttr`` defaults: an entry without ``columns`` / ``tags`` gets
 #: these, whatever its formatting; an entry with them starts from None (``join``).
+#: (``id`` is hyport's own column: an entry reads one only when its ``columns`` name it, since
+#: LLaMA-Factory reads none and its datasets may repeat or lack one.)
 ENTRY_COLUMNS = {"prompt": "instruction", "query": "input", "response": "output", "history": None,
-                 "messages": "conversations", "system": None, "images": None, "id": "id"}
+                 "messages": "conversations", "system": None, "images": None, "id": None}
 ENTRY_TAGS = {"role_tag": "from", "content_tag": "value", "user_tag": "human", "assistant_tag": "gpt",
               "observation_tag": "observation", "function_tag": "function_call", "system_tag": "system"}
 #: Names an entry must leave set (with what LLaMA-Factory reads without them).
@@ -156,7 +158,7 @@ def _layout(name: str, entry: dict, format: str, columns: dict, tags: dict, refu
     """The entry's names as ``DatasetAttr.join`` sets them: an entry with ``columns`` (or
     ``tags``) has only the names it gives; one without has the defaults."""
     allowed = ALPACA_COLUMNS if format == "alpaca" else MESSAGE_COLUMNS
-    base = {**dict.fromkeys(ENTRY_COLUMNS), "id": "id"} if "columns" in entry else ENTRY_COLUMNS
+    base = dict.fromkeys(ENTRY_COLUMNS) if "columns" in entry else ENTRY_COLUMNS
     merged = {k: v for k, v in {**base, **columns}.items() if k in allowed}
     for key, without in _NEEDED_COLUMNS["alpaca" if format == "alpaca" else "message"].items():
         if not merged.get(key):

@@ -49,8 +49,8 @@ class Params(StageParams):
     dataset_format: str = param("auto", "auto (detected from the first record whose keys tell it) | alpaca | "
                                 "sharegpt | openai", choices=FORMAT_CHOICES)
     dataset_columns: dict = param({}, "column names overriding the format's, as dataset_info.json's columns "
-                                  "(prompt, query, response, history, system, messages, images, id; None: "
-                                  "not read)")
+                                  "(prompt, query, response, history, system, messages, images, id; None, "
+                                  "null in YAML and on the command line: not read)")
     dataset_tags: dict = param({}, "role tags overriding the format's, as dataset_info.json's tags (role_tag, "
                                "content_tag, user_tag, assistant_tag, system_tag)")
     image_root: Optional[str] = param(None, "folder image paths are relative to; None: the data file's folder (a "
