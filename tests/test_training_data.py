@@ -318,3 +318,53 @@ def test_a_broken_json_lines_line_is_placed_on_its_own_line(tmp_path):
     problems = load_dataset(tmp_path / "cut.jsonl").problems
     assert [str(p) for p in problems] == ["record 1, line 2: not JSON (Expecting value; column 34)",
                                           "record 2, line 3: not JSON (Invalid control character at; column 19)"]
+
+
+def test_images_embedded_in_parquet_are_named_without_their_bytes(tmp_path):
+    """Review C6: Hugging Face datasets writes an Image column to parquet as {bytes, path};
+    hyport reads images from files and says so, without quoting the bytes."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    png = b"\x89PNG\r\n\x1a\n" + bytes(200)
+    row = {"messages": [{"role": "user", "content": "<image>What is it?"},
+                        {"role": "assistant", "content": "A square."}],
+           "images": [{"bytes": png, "path": "square.png"}]}
+    path = tmp_path / "embedded.parquet"
+    pq.write_table(pa.Table.from_pylist([row]), path)
+    report = load_dataset(path)
+    assert [(p.field, p.kind) for p in report.problems] == [("images[0]", "image_embedded")]
+    message = report.problems[0].message
+    assert "save them as files" in message and "PNG" not in message and "\\x" not in message
+
+
+def test_the_first_batch_reads_answers_from_the_inputs_and_counts_misplaced_labels():
+    """Review C10: decoding the label values would show the right answer even with labels
+    shifted against the inputs (the classic collator bug); the inputs at the labelled
+    positions do not, and the mismatches are counted."""
+    from hyport_lib.train.first_batch import describe_batch
+    from hyport_lib.train.samples import Sample
+
+    ids = [5, 6, 7, 8, 9]
+    right = Sample("r", ids, [IGNORE_INDEX, IGNORE_INDEX, 7, 8, IGNORE_INDEX])
+    shifted = Sample("s", ids, [IGNORE_INDEX, 7, 8, IGNORE_INDEX, IGNORE_INDEX])  # one to the left
+    batch = {"input_ids": torch.tensor([ids, ids]), "labels": torch.tensor([right.labels, shifted.labels])}
+    rows = describe_batch([[right], [shifted]], batch, decode=lambda t: ",".join(map(str, t)))["rows"]
+    assert [(r["answers"], r["label_mismatches"]) for r in rows] == [(["7,8"], 0), (["6,7"], 2)]
+
+
+def test_a_prefix_format_model_says_which_records_learn_only_their_last_answer():
+    """Review C2: PaliGemma's processor takes a prefix and one suffix, so earlier answers
+    of a multi-turn record are not learned; the plan says so instead of staying silent."""
+    from types import SimpleNamespace
+
+    from hyport_lib.train.dataset import Record
+    from hyport_lib.train.samples import prefix_format_note
+
+    one = Record(0, "a", [("user", "q"), ("assistant", "a")])
+    two = Record(1, "b", [("user", "q"), ("assistant", "a"), ("user", "q2"), ("assistant", "a2")])
+    prefix = SimpleNamespace(prompt_format="prefix", traits=SimpleNamespace(model_type="paligemma"))
+    chat = SimpleNamespace(prompt_format="chat", traits=SimpleNamespace(model_type="llava"))
+    note = prefix_format_note(prefix, [one, two])
+    assert note.startswith("1 record(s) hold more than one answer") and "paligemma" in note
+    assert prefix_format_note(prefix, [one]) is None and prefix_format_note(chat, [one, two]) is None

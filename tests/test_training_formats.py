@@ -61,6 +61,7 @@ def test_two_steps_train_on_each_format_and_the_model_gets_the_answers(tmp_path,
         expected = "".join(f"{text}<|im_end|>\n" for rid in row["record_ids"]
                            for role, text in records[rid].turns if role == "assistant")
         assert answers == expected, (row, expected)  # the answers, all of them, nothing else labelled
+        assert row["label_mismatches"] == 0, row  # each label sits on the token it names
         for rid in row["record_ids"]:
             record = records[rid]
             for role, text in record.turns:

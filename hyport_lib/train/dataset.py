@@ -59,8 +59,8 @@ class Problem:
             ``missing_conversations``, ``empty_conversations``, ``unknown_role``,
             ``first_turn_not_human``, ``roles_not_alternating``, ``empty_value``,
             ``not_text``, ``bad_history``, ``no_answer``, ``image_in_answer``,
-            ``image_in_system``, ``image_count``, ``image_missing``, ``image_unreadable``,
-            ``too_long``, ``encode_failed``, ``not_applicable``.
+            ``image_in_system``, ``image_count``, ``image_missing``, ``image_embedded``,
+            ``image_unreadable``, ``too_long``, ``encode_failed``, ``not_applicable``.
         message: one line a user can act on (cut to :data:`MAX_MESSAGE_CHARS`: it may
             quote a value of any size, e.g. a 30-million-character image path).
     """
@@ -279,8 +279,13 @@ def _check_images(raw: Any, column: str, image_root: Path, problem, check: bool)
     images = []
     for i, entry in enumerate(entries):
         where = column if not isinstance(raw, list) else f"{column}[{i}]"
+        if isinstance(entry, dict) and "bytes" in entry:  # Hugging Face datasets' Image in parquet
+            problem(where, "image_embedded", "the image's bytes are stored in the dataset (as Hugging Face "
+                                             "datasets writes them to parquet): hyport reads images from files; "
+                                             "save them as files and list their paths")
+            continue
         if not isinstance(entry, str) or not entry.strip():
-            problem(where, "image_missing", f"expected a file path, got {entry!r}")
+            problem(where, "image_missing", f"expected a file path, got {entry!r:.80}")
             continue
         path = (image_root / entry).expanduser()
         try:

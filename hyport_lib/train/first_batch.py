@@ -5,7 +5,10 @@ the chat template, labels on the question instead of the answer, a column read a
 empty. As LLaMA-Factory prints its first training example, each training process
 (rank 0 only) writes the first batch its collator built, as the model receives it:
 per row, the records packed into it, the decoded tokens (padding left out) and the
-decoded answer spans (the tokens whose labels are set, one string per contiguous run).
+decoded answer spans: the input tokens at the positions whose labels are set, one string
+per contiguous run. Labels sit on the tokens they name (the model shifts them), so a
+set label differs from its input token only when the collator misplaced the labels:
+``label_mismatches`` counts those positions, 0 in a correct batch.
 In the decoded text a run of one image token (an image's hundreds of tokens) is kept
 as one token.
 """
@@ -39,10 +42,11 @@ def describe_batch(rows: Sequence[Sequence[Sample]], batch: dict, decode: Callab
         real = sum(len(s) for s in samples)  # packed and padded rows put the samples first
         ids = batch["input_ids"][r].tolist()[:real]
         labels = batch["labels"][r].tolist()[:real]
-        answers, run = [], []
-        for label in labels:  # a set label is the token itself
+        answers, run, mismatches = [], [], 0
+        for token, label in zip(ids, labels):
             if label != IGNORE_INDEX:
-                run.append(label)
+                run.append(token)  # what the model reads there, not what the label says
+                mismatches += label != token
             elif run:
                 answers.append(decode(run))
                 run = []
@@ -50,6 +54,7 @@ def describe_batch(rows: Sequence[Sequence[Sample]], batch: dict, decode: Callab
             answers.append(decode(run))
         described.append({"record_ids": [s.record_id for s in samples], "tokens": real,
                           "label_tokens": sum(1 for x in labels if x != IGNORE_INDEX),
+                          "label_mismatches": mismatches,
                           "text": decode(_squeezed(ids, image_token_ids))[:MAX_TEXT_CHARS],
                           "answers": answers})
     return {"rows": described}

@@ -39,7 +39,7 @@ from hyport_lib.train.ownership import check_foreign, check_not_locked
 from hyport_lib.train.packing import training_rows
 from hyport_lib.train.params import Params
 from hyport_lib.train.rendezvous import check_master_addr, rendezvous_port
-from hyport_lib.train.samples import encode_records, system_prompt_note
+from hyport_lib.train.samples import encode_records, prefix_format_note, system_prompt_note
 from hyport_lib.train.smoke_data import SMOKE_FILE, write_smoke_dataset
 from hyport_lib.utils.values import as_int
 
@@ -305,7 +305,8 @@ def _check_dataset(params: Params, report: DatasetReport, model_path: str, world
     finally:
         hf_logging.set_verbosity(level)
     notes: list[str] = [f"processor: {part}" for part in loaded.unavailable]
-    notes += [text for text in (system_prompt_note(loaded, report.records),) if text]
+    notes += [text for text in (system_prompt_note(loaded, report.records),
+                                prefix_format_note(loaded, report.records)) if text]
     if not params.dataset_path:
         # The bundled smoke set was not the user's choice: records this model cannot take
         # (images for a text-only model) are left out and said so, not refused.

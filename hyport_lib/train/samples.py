@@ -389,3 +389,18 @@ def system_prompt_note(loaded: LoadedProcessor, records: list[Record]) -> Option
             f"{loaded.traits.model_type or 'the model'}'s chat template {why}: each is put at the start of "
             "the record's first user turn, followed by a blank line (as LLaMA-Factory's templates do for "
             "such models)")
+
+
+def prefix_format_note(loaded: LoadedProcessor, records: list[Record]) -> Optional[str]:
+    """A note for the plan when a prefix-format model (no chat template: PaliGemma's
+    prefix and suffix) gets records with more than one answer: only the last answer is
+    labelled, the earlier turns become unlabelled prompt text, where LLaMA-Factory (with
+    a chat template) would learn every answer. None otherwise."""
+    if loaded.prompt_format != "prefix":
+        return None
+    several = [r for r in records if sum(role == "assistant" for role, _ in r.turns) > 1]
+    if not several:
+        return None
+    return (f"{len(several)} record(s) hold more than one answer (history or several turns), but "
+            f"{loaded.traits.model_type or 'this model'} takes a prefix and one suffix (no chat template): "
+            "each trains on its last answer only, the earlier turns being part of the unlabelled prefix")
