@@ -601,3 +601,150 @@ def test_ids_never_cost_an_entry_its_records_and_the_switch_is_named(tmp_path):
     assert off.problems == [] and len(off.records) == 3
     wrong = load_dataset(info.parent / "x.json", options=DatasetOptions(columns={"id": "None"}))
     assert {p.message for p in wrong.problems} == {"no record has the id column 'None' that dataset_columns names"}
+
+
+# --- review C, second round: detection from role tags, empty system turns, null columns, ---
+# --- mixed entries, files in the wrong format                                            ---
+
+_USER_ASSISTANT = [{"conversations": [{"from": "user", "value": f"q{i}"}, {"from": "assistant", "value": f"a{i}"}]}
+                   for i in range(3)]
+
+
+@pytest.mark.parametrize("first, said", [
+    ({"conversations": [{"from": "user", "value": "hi"}]},
+     "record 0, conversations[0]: the last turn is 'user': there is no answer to learn"),
+    ({"conversations": []}, "record 0, conversations: must be a non-empty list of turns"),
+    ({"conversations": [{"value": "hi"}, {"from": "assistant", "value": "yo"}]},
+     "record 0, conversations[0].from: missing (the role is read from 'from'; user tags: user; assistant tags: "
+     "assistant)"),
+])
+def test_a_record_that_cannot_show_both_role_tags_leaves_detection_to_the_next(tmp_path, first, said):
+    """Review C1: one side of a dialogue (or none) does not tell the tags; the record after it
+    does, and the first is then named as its own problem."""
+    report = load_dataset(write_records([first] + _USER_ASSISTANT, tmp_path / "a.jsonl"))
+    assert report.layout.chosen_by.startswith("detected from record 1")
+    assert (report.layout.tags["user_tag"], report.layout.tags["assistant_tag"]) == ("user", "assistant")
+    assert [str(p) for p in report.problems] == [said]
+    assert [r.turns for r in report.records] == [[("user", f"q{i}"), ("assistant", f"a{i}")] for i in range(3)]
+
+
+def test_a_record_that_cannot_show_the_role_tags_says_why_and_what_it_suggests():
+    from hyport_lib.train.dataset_formats import UndetectedFormat, resolve_layout
+
+    one_side = {"messages": [{"role": "user", "content": "q"}]}
+    with pytest.raises(UndetectedFormat) as caught:
+        resolve_layout(DatasetOptions(), (4, one_side))
+    assert str(caught.value) == ("dataset_format='auto': record 4, messages: its 'role' tags ('user') show no "
+                                 "assistant tag ('gpt' or 'assistant'); set dataset_tags user_tag and assistant_tag")
+    # when no record of the file tells more, the turns column still says the format
+    fallback = caught.value.fallback
+    assert fallback.describe() == "openai (messages; role/content; user/assistant)"
+    assert fallback.chosen_by.startswith("guessed from record 4")
+    with pytest.raises(UndetectedFormat) as caught:
+        resolve_layout(DatasetOptions(), (0, {"conversations": []}))
+    assert caught.value.fallback.describe() == "sharegpt (conversations; from/value; human/gpt)"
+    # tags the user gives need not be shown
+    given = resolve_layout(DatasetOptions(tags={"assistant_tag": "bot"}), (0, one_side))
+    assert (given.format, given.tags["user_tag"], given.tags["assistant_tag"]) == ("openai", "user", "bot")
+
+
+def test_an_empty_system_turn_is_no_system_prompt(tmp_path):
+    """Review C4: as a blank system column is; the turn still wins over the column."""
+    records = [{"messages": [{"role": "system", "content": ""}, {"role": "user", "content": "q"},
+                             {"role": "assistant", "content": "a"}]},
+               {"messages": [{"role": "system", "content": None}, {"role": "user", "content": "q"},
+                             {"role": "assistant", "content": "a"}], "system": "from the column"}]
+    report = load_dataset(write_records(records, tmp_path / "m.json"))
+    assert report.problems == [] and [r.system for r in report.records] == [None, None]
+    sharegpt = [{"conversations": [{"from": "system", "value": "  "}, {"from": "human", "value": "q"},
+                                   {"from": "gpt", "value": "a"}]}]
+    report = load_dataset(write_records(sharegpt, tmp_path / "s.json"))
+    assert report.problems == [] and _read(report) == [(None, [("user", "q"), ("assistant", "a")])]
+
+
+def test_an_unsupported_column_set_to_null_is_not_read_and_accepted(tmp_path):
+    """Review C7: null means "not read" in LLaMA-Factory, so nothing unsupported is used."""
+    info = _info_copy(tmp_path, {"nulls": {"file_name": "sharegpt_user_assistant.json", "formatting": "sharegpt",
+                                           "columns": {"messages": "conversations", "system": "system",
+                                                       "tools": None, "videos": None, "audios": None},
+                                           "tags": {"role_tag": "from", "content_tag": "value", "user_tag": "user",
+                                                    "assistant_tag": "assistant", "system_tag": "system"}},
+                                 "named": {"file_name": "alpaca.json", "columns": {"response": "output",
+                                                                                   "prompt": "instruction",
+                                                                                   "kto_tag": "label"}}})
+    report = load_dataset(info, options=DatasetOptions(entry="nulls"))
+    assert report.problems == [] and _read(report) == EXPECTED["sharegpt"]
+    assert "tools" not in report.layout.columns
+    with pytest.raises(ValueError, match=r"entry 'named', columns.kto_tag: KTO feedback labels .* are not "
+                                         r"supported; leave it out or set it to null \(not read\)$"):
+        load_dataset(info, options=DatasetOptions(entry="named"))
+    params = Params(dataset_path=str(DATA / "alpaca.json"), dataset_columns={"tools": None, "chosen": None})
+    report = load_dataset(params.dataset_path, options=params.dataset_options)
+    assert _read(report) == EXPECTED["alpaca"] and "tools" not in report.layout.columns
+    with pytest.raises(ParameterError, match=re.escape("dataset_columns['videos']: videos (hyport trains on text "
+                                                       "and images) are not supported; leave it out or set it to "
+                                                       "None (not read)")):
+        Params(dataset_path=str(DATA / "alpaca.json"), dataset_columns={"videos": "clip"})
+
+
+def test_mixed_entries_and_a_data_file_given_with_dataset_say_the_fix():
+    """Review C9: LLaMA-Factory's ``dataset: a,b``, and dataset_path naming the data itself."""
+    said = ("dataset='calc_alpaca,guide_chat': hyport trains one dataset_info.json entry per run (LLaMA-Factory's "
+            "comma-separated list mixes several); name them one at a time (dataset='calc_alpaca', then "
+            "dataset='guide_chat')")
+    with pytest.raises(ValueError) as caught:
+        load_dataset(DATA, options=DatasetOptions(entry="calc_alpaca,guide_chat"))
+    assert str(caught.value) == said
+    with pytest.raises(ParameterError, match=re.escape(said)):
+        Params(dataset_path=str(DATA), dataset="calc_alpaca,guide_chat")
+    with pytest.raises(ValueError) as caught:
+        load_dataset(DATA / "alpaca.json", options=DatasetOptions(entry="calc_alpaca"))
+    text = str(caught.value)
+    assert text.startswith(f"{DATA / 'alpaca.json'}: a JSON list (records, not a dataset_info.json's named "
+                           "entries); with dataset='calc_alpaca' set, dataset_path names the dataset_info.json (or "
+                           "its folder)") and "without dataset, dataset_path is read as the data itself" in text
+    assert "\n" not in text
+
+
+@pytest.mark.parametrize("name, text", [("rows.json", "instruction,output\nWhat is 2+2?,4\nName a fruit.,apple\n"),
+                                        ("rows.jsonl", "- instruction: q\n  output: a\n")])
+def test_a_file_with_no_json_line_is_one_error_naming_the_file(tmp_path, name, text):
+    """Review C11: CSV or YAML under a JSON name is one line, not one problem per line."""
+    (tmp_path / name).write_text(text)
+    with pytest.raises(ValueError) as caught:
+        load_dataset(tmp_path / name)
+    message = str(caught.value)
+    assert message.startswith(f"no line of dataset {tmp_path / name} is JSON (line 1: Expecting value, column 1): "
+                              "is it CSV or YAML?") and "\n" not in message
+
+
+def test_lines_that_are_not_json_stay_problems_when_another_line_is(tmp_path):
+    path = tmp_path / "some.jsonl"
+    path.write_text("instruction,output\n" + json.dumps(ALPACA[0]) + "\nq,a\n")
+    report = load_dataset(path)
+    assert [str(p) for p in report.problems] == ["record 0, line 1: not JSON (Expecting value; column 1)",
+                                                 "record 2, line 3: not JSON (Expecting value; column 1)"]
+    assert [r.index for r in report.records] == [1]
+
+
+def test_the_turns_column_of_the_other_format_is_named_when_the_one_read_is_missing(tmp_path):
+    messages = write_records(MESSAGES[:1], tmp_path / "m.json")
+    (problem,) = load_dataset(messages, options=DatasetOptions(format="sharegpt")).problems
+    assert str(problem).endswith("conversations: missing (the record has 'messages': the openai format?)")
+    sharegpt = write_records(SHAREGPT[:1], tmp_path / "s.json")
+    (problem,) = load_dataset(sharegpt, options=DatasetOptions(format="openai")).problems
+    assert str(problem).endswith("messages: missing (the record has 'conversations': the sharegpt format?)")
+
+
+def test_when_no_record_shows_both_role_tags_each_is_named_in_what_its_column_suggests(tmp_path):
+    """Review C1: with no record to decide, the turns column (and the tags shown) still say the
+    format; every record is then named as its own problem, not one error for the file."""
+    one_sided = {"conversations": [{"from": "user", "value": "q"}]}
+    report = load_dataset(write_records([one_sided, {"conversations": []}, one_sided], tmp_path / "a.json"))
+    assert report.layout.note() == ("guessed from record 0 ('conversations' holds turns with 'from' tags; no record "
+                                    "shows both a user and an assistant tag): sharegpt (conversations; from/value; "
+                                    "user/gpt)")
+    assert [str(p) for p in report.problems] == [
+        "record 0, conversations[0]: the last turn is 'user': there is no answer to learn",
+        "record 1, conversations: must be a non-empty list of turns",
+        "record 2, conversations[0]: the last turn is 'user': there is no answer to learn"]

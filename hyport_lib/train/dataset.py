@@ -209,6 +209,7 @@ def load_dataset(path: os.PathLike, image_root: Optional[os.PathLike] = None, ch
     # record's problem, not the whole file's.
     undetected: list[tuple[int, dict]] = []
     first_failure: Optional[UndetectedFormat] = None
+    fallback: Optional[DatasetLayout] = None  # what a turns column suggests when no record shows its role tags
     total = 0
     for index, (value, unreadable) in enumerate(iter_raw(data_file)):
         total += 1
@@ -223,16 +224,23 @@ def load_dataset(path: os.PathLike, image_root: Optional[os.PathLike] = None, ch
             try:
                 layout = resolve_layout(options, (index, value))
             except UndetectedFormat as exc:
-                first_failure = first_failure or exc
+                first_failure, fallback = first_failure or exc, fallback or exc.fallback
                 undetected.append((index, value))
-                if len(undetected) >= DETECT_LIMIT:
+                if len(undetected) < DETECT_LIMIT:
+                    continue
+                if fallback is None:
                     raise ValueError(f"dataset {data_file}: {first_failure} (nor does any of the first "
                                      f"{DETECT_LIMIT} records)") from None
-                continue
+                layout, (index, value) = fallback, undetected.pop()  # read below, after the waiting ones
             for waiting in undetected:
                 read(*waiting)
             undetected = []
         read(index, value)
+    if undetected and fallback is not None:  # no record shows its role tags: each is named as its own problem
+        layout = fallback
+        for waiting in undetected:
+            read(*waiting)
+        undetected = []
     if undetected:
         others = f" (nor does any of the other {len(undetected) - 1} records)" if len(undetected) > 1 else ""
         raise ValueError(f"dataset {data_file}: {first_failure}{others}")

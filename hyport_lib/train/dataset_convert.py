@@ -95,6 +95,27 @@ def _turn_text(text: Any, where: str, problem: ProblemSink) -> str:
     return ""
 
 
+def _system_turn_text(text: Any, where: str, problem: ProblemSink) -> Optional[str]:
+    """A system turn's text: blank or missing is no system prompt (as a blank system column
+    is, and as LLaMA-Factory's templates read it); a value that is not text is named."""
+    if text is None or (isinstance(text, str) and not text.strip()):
+        return None
+    return _turn_text(text, where, problem) or None
+
+
+#: The turns column of each message format, and the format it suggests (for a hint).
+_TURN_COLUMNS = {"conversations": "sharegpt", "messages": "openai"}
+
+
+def _other_turns_hint(value: dict, column: str) -> str:
+    """`` (the record has 'messages': the openai format?)`` when the turns column read is
+    missing but the other format's is there."""
+    others = [name for name in _TURN_COLUMNS if name != column and isinstance(value.get(name), list)]
+    if not others:
+        return ""
+    return f" (the record has {others[0]!r}: the {_TURN_COLUMNS[others[0]]} format?)"
+
+
 def alpaca_turns(value: dict, layout: DatasetLayout, problem: ProblemSink) -> Converted:
     """An alpaca record's content; every problem named in its columns."""
     c = layout.columns
@@ -153,7 +174,7 @@ def message_turns(value: dict, layout: DatasetLayout, problem: ProblemSink) -> C
     system_column = layout.columns.get("system")
     conversations = value.get(column)
     if conversations is None:
-        problem(column, "missing_conversations", "missing")
+        problem(column, "missing_conversations", "missing" + _other_turns_hint(value, column))
         return Converted([], None, column, system_column or "system")
     if not isinstance(conversations, list) or not conversations:
         problem(column, "empty_conversations", "must be a non-empty list of turns")
@@ -162,7 +183,7 @@ def message_turns(value: dict, layout: DatasetLayout, problem: ProblemSink) -> C
     first = conversations[0]
     if system_tag and isinstance(first, dict) and first.get(role_tag) == system_tag:
         start, system_field = 1, f"{column}[0].{content_tag}"
-        system = _system_text(_turn_text(first.get(content_tag), system_field, problem) or None,
+        system = _system_text(_system_turn_text(first.get(content_tag), system_field, problem),
                               system_field, problem)
         if len(conversations) == 1:
             problem(column, "empty_conversations", "holds only the system turn")
@@ -183,7 +204,7 @@ def message_turns(value: dict, layout: DatasetLayout, problem: ProblemSink) -> C
             problem(f"{where}.{role_tag}", "unknown_role", _role_message(role, t))
         elif i == start and role != user:
             problem(f"{where}.{role_tag}", "first_turn_not_human", f"the first turn is {role!r}; it must be {user!r}")
-        elif role != expected:
+        elif role != expected and previous in (user, assistant):  # (after an unknown role: that turn is named)
             problem(f"{where}.{role_tag}", "roles_not_alternating",
                     f"{role!r} follows {previous!r}; {user} and {assistant} turns must alternate")
         previous = role

@@ -5,7 +5,9 @@ Whatever the format of the records (alpaca, sharegpt, openai; see
 
 * **JSON**: the first non-blank character is ``[``; the whole list is parsed at once.
 * **JSON Lines**: one JSON value per non-blank line, read line by line; a line that is
-  not JSON is a ``not_json`` problem of its own record, the others are still read.
+  not JSON is a ``not_json`` problem of its own record, the others are still read. A file
+  with no JSON line at all (CSV or YAML named ``.json`` / ``.jsonl``) is one error naming
+  the file.
 * **parquet**: ``.parquet`` / ``.pq`` files and any file starting with parquet's magic
   bytes; read with pyarrow one record batch at a time (a large file is never
   materialised as one table), each row a dict of its columns (nested lists and structs
@@ -128,7 +130,14 @@ def _one_object_error(path: Path) -> Optional[ValueError]:
 
 
 def _iter_json_lines(path: Path) -> Iterator[tuple[Any, Unreadable]]:
+    """The lines as records; lines that are not JSON wait until one line is, so that a
+    file with no JSON line at all (CSV or YAML under a .json name) is one error, not one
+    problem per line. (A line that is JSON apart from ``NaN`` or its depth counts as JSON:
+    the file is JSON Lines, that record is wrong.)"""
     count = 0
+    waiting: list[tuple[Any, Unreadable]] = []  # not-JSON lines before the first JSON one
+    seen_json = False
+    first_bad = ""  # where the first line that is not JSON fails, and why
     try:
         with open(path, encoding="utf-8-sig") as fh:
             for number, line in enumerate(fh, 1):
@@ -139,18 +148,30 @@ def _iter_json_lines(path: Path) -> Iterator[tuple[Any, Unreadable]]:
                 except (_NotJsonConstant, RecursionError) as exc:
                     why = str(exc) if isinstance(exc, _NotJsonConstant) else "nested too deeply to read"
                     value, problem = None, (f"line {number}", f"not JSON ({why})")
+                    seen_json = True
                 except json.JSONDecodeError as exc:
                     value, problem = None, (f"line {number}", f"not JSON ({exc.msg}; column {exc.colno})")
+                    first_bad = first_bad or f"line {number}: {exc.msg}, column {exc.colno}"
+                else:
+                    seen_json = True
                 if problem is not None and count == 0 and line.lstrip().startswith("{"):
                     error = _one_object_error(path)
                     if error is not None:
                         raise error
                 count += 1
+                if not seen_json:
+                    waiting.append((value, problem))
+                    continue
+                yield from waiting
+                waiting = []
                 yield value, problem
     except UnicodeDecodeError as exc:
         raise ValueError(f"dataset {path}: cannot read it ({exc})") from exc
     if count == 0:
         raise ValueError(f"dataset {path}: holds no records")
+    if waiting:
+        raise ValueError(f"no line of dataset {path} is JSON ({first_bad}): is it CSV or YAML? hyport reads "
+                         "a JSON list of records, JSON Lines (one JSON object per line) or parquet")
 
 
 def _iter_parquet(path: Path) -> Iterator[tuple[Any, Unreadable]]:

@@ -21,7 +21,8 @@ unless a column is named), one per ``<image>`` placeholder in the user turns.
 :class:`DatasetOptions` is what the user asked for (``dataset_format``,
 ``dataset_columns``, ``dataset_tags``); :func:`resolve_layout` makes the
 :class:`DatasetLayout` every record is read with, detecting an ``auto`` format from the
-first record whose keys tell it and saying what it chose. Reading one record in a
+first record whose keys (and, for turns, role tags: a user and an assistant tag both
+shown) tell it and saying what it chose. Reading one record in a
 layout is :mod:`hyport_lib.train.dataset_convert`.
 """
 
@@ -72,8 +73,22 @@ DETECT_LIMIT = 100
 
 
 class UndetectedFormat(ValueError):
-    """``auto`` cannot tell the format from one record (its keys, or its first turn's):
-    a later record may still tell it."""
+    """``auto`` cannot tell the format from one record (its keys, its turns' keys, or its
+    role tags): a later record may still tell it.
+
+    Attributes:
+        guess: ``(format, columns, tags, what was seen)`` when the record's turns column
+            says sharegpt or openai but its turns do not show the role tags (an empty list,
+            one side of the dialogue), else None.
+        fallback: the layout of that guess, the format's default tags standing for the ones
+            not shown (set by :func:`resolve_layout`): what the records are read in when no
+            record of the file tells more, so that each is named as its own problem.
+    """
+
+    def __init__(self, message: str, guess: Optional[tuple] = None):
+        super().__init__(message)
+        self.guess = guess
+        self.fallback: Optional[DatasetLayout] = None
 
 
 @dataclass(frozen=True)
@@ -143,10 +158,14 @@ def option_problems(format: str, columns: Mapping, tags: Mapping, entry: Optiona
                                           ("dataset_tags", tags)) if value]
         problems.append(f"{', '.join(given)}: with dataset={entry!r} the dataset_info.json entry says how its "
                         f"file is read (its formatting, columns and tags); leave {', '.join(given)} unset")
+    if entry is not None and "," in entry:
+        problems.append(multiple_entries_message(entry))
     known = set(ALPACA_COLUMNS) | set(MESSAGE_COLUMNS)
     for key, value in columns.items():
         if key in UNSUPPORTED_COLUMNS:
-            problems.append(f"dataset_columns[{key!r}]: {UNSUPPORTED_COLUMNS[key]} are not supported")
+            if value is not None:  # None: not read (as in LLaMA-Factory), so nothing unsupported is used
+                problems.append(f"dataset_columns[{key!r}]: {UNSUPPORTED_COLUMNS[key]} are not supported; "
+                                "leave it out or set it to None (not read)")
         elif key not in known:
             problems.append(f"dataset_columns[{key!r}]: not a column role (alpaca: {', '.join(ALPACA_COLUMNS)}; "
                             f"sharegpt / openai: {', '.join(MESSAGE_COLUMNS)})")
@@ -166,6 +185,14 @@ def option_problems(format: str, columns: Mapping, tags: Mapping, entry: Optiona
     return problems
 
 
+def multiple_entries_message(entry: str) -> str:
+    """``dataset='a,b'`` (LLaMA-Factory's way of mixing datasets), said with the fix."""
+    names = [name.strip() for name in entry.split(",") if name.strip()]
+    one_by_one = ", then ".join(f"dataset={name!r}" for name in names)
+    return (f"dataset={entry!r}: hyport trains one dataset_info.json entry per run (LLaMA-Factory's "
+            f"comma-separated list mixes several); name them one at a time ({one_by_one})")
+
+
 def _fit_problems(format: str, columns: Mapping, tags: Mapping, columns_name: str, tags_name: str) -> list[str]:
     """Columns and tags that do not belong to ``format``."""
     allowed = ALPACA_COLUMNS if format == "alpaca" else MESSAGE_COLUMNS
@@ -178,7 +205,17 @@ def _fit_problems(format: str, columns: Mapping, tags: Mapping, columns_name: st
 
 
 def layout_for(format: str, columns: Mapping, tags: Mapping, chosen_by: str) -> DatasetLayout:
-    """The direct layout of ``format`` with ``columns`` / ``tags`` overriding its names."""
+    """The direct layout of ``format`` with ``columns`` / ``tags`` overriding its names
+    (an unsupported column set to None is not read, so it is left out).
+
+    Raises:
+        ValueError: an unsupported column (``tools``, ``videos``, ...) that is named.
+    """
+    for key, value in columns.items():
+        if key in UNSUPPORTED_COLUMNS and value is not None:
+            raise ValueError(f"dataset_columns[{key!r}]: {UNSUPPORTED_COLUMNS[key]} are not supported; "
+                             "leave it out or set it to None (not read)")
+    columns = {key: value for key, value in columns.items() if key not in UNSUPPORTED_COLUMNS}
     merged_columns = {**DIRECT_COLUMNS[format], **columns}
     return DatasetLayout(format, merged_columns, {**DIRECT_TAGS[format], **tags}, chosen_by)
 
@@ -200,13 +237,27 @@ def resolve_layout(options: DatasetOptions, first: Optional[tuple[int, Any]]) ->
         raise ValueError("dataset_format='auto': no record is a JSON object to detect the format from; "
                          "set dataset_format")
     index, record = first
-    format, columns, tags, seen = _detect(record, options.columns, options.tags, index)
+    try:
+        format, columns, tags, seen = _detect(record, options.columns, options.tags, index)
+    except UndetectedFormat as exc:
+        if exc.guess is not None:
+            format, columns, tags, seen = exc.guess
+            if not _fit_problems(format, options.columns, options.tags, "dataset_columns", "dataset_tags"):
+                exc.fallback = _detected_layout(format, columns, tags, options, first,
+                                                f"guessed from record {index} ({seen}; no record shows both a "
+                                                "user and an assistant tag)")
+        raise
     misfit = _fit_problems(format, options.columns, options.tags, "dataset_columns", "dataset_tags")
     if misfit:
         raise ValueError(f"dataset_format='auto' detected {format} from record {index}, but " + "; ".join(misfit))
-    layout = layout_for(format, {**columns, **options.columns}, {**tags, **options.tags}, "")
-    return _images_named_as_in(DatasetLayout(layout.format, layout.columns, layout.tags,
-                                             f"detected from record {index} ({seen})"), first)
+    return _detected_layout(format, columns, tags, options, first, f"detected from record {index} ({seen})")
+
+
+def _detected_layout(format: str, columns: dict, tags: dict, options: DatasetOptions, first: tuple[int, Any],
+                     chosen_by: str) -> DatasetLayout:
+    """The layout detection found, with the names the user gave overriding it."""
+    layout = layout_for(format, {**columns, **options.columns}, {**tags, **options.tags}, chosen_by)
+    return _images_named_as_in(layout, first)
 
 
 def _images_named_as_in(layout: DatasetLayout, first: Optional[tuple[int, Any]]) -> DatasetLayout:
@@ -234,36 +285,63 @@ def _detect(record: dict, columns: Mapping, tags: Mapping, index: int) -> tuple[
         raise ValueError(f"dataset_format='auto': record {index} has both 'conversations' and 'messages'; "
                          "name the one to train on with dataset_columns={'messages': ...}")
     if message_keys:
-        key = message_keys[0]
-        turns = [t for t in record.get(key) or [] if isinstance(t, dict)]
-        role_tag = tags.get("role_tag")
-        if role_tag is None and turns:
-            pairs = [(r, c) for r, c in (("from", "value"), ("role", "content")) if r in turns[0]]
-            if not pairs:
-                raise UndetectedFormat(f"dataset_format='auto': record {index}, {key}[0] has keys "
-                                       f"{_keys(turns[0], 6)}: neither from/value (sharegpt) "
-                                       "nor role/content (openai); set dataset_tags role_tag and content_tag")
-            role_tag = pairs[0][0]
-        openai = role_tag == "role" or (role_tag is None and key == "messages")
-        format = "openai" if openai else "sharegpt"
-        defaults = DIRECT_TAGS[format]
-        role_tag = role_tag or defaults["role_tag"]
-        roles = {t.get(role_tag) for t in turns if isinstance(t.get(role_tag), str)}
-        found = {"messages": key}
-        chosen = {"role_tag": role_tag}
-        if "content_tag" not in tags and role_tag in ("from", "role"):
-            chosen["content_tag"] = {"from": "value", "role": "content"}[role_tag]
-        for tag, names in (("user_tag", ("human", "user")), ("assistant_tag", ("gpt", "assistant"))):
-            present = [n for n in names if n in roles]
-            if len(present) == 1:
-                chosen[tag] = present[0]
-        return format, found, chosen, f"{key!r} holds turns with {role_tag!r} tags"
+        return _detect_turns(record, message_keys[0], tags, index)
     if any(k in record for k in ("instruction", "input", "output")):
         return "alpaca", {}, {}, "instruction / input / output"
     raise UndetectedFormat(f"dataset_format='auto': record {index} has keys {_keys(keys, 8)}: not "
                            "alpaca (instruction / input / output), sharegpt (conversations of from / value "
                            "turns) or openai (messages of role / content turns); set dataset_format and "
                            "dataset_columns")
+
+
+def _detect_turns(record: dict, key: str, tags: Mapping, index: int) -> tuple[str, dict, dict, str]:
+    """sharegpt or openai, and the role tags, from the turns in ``record[key]``.
+
+    Raises:
+        UndetectedFormat: the turns do not show the role key, or do not show both a user
+            and an assistant tag (an empty list, one side of the dialogue): a later record
+            decides, and this one is then named as its own problem.
+    """
+    where = f"dataset_format='auto': record {index}, {key}"
+    turns = [t for t in record.get(key) or [] if isinstance(t, dict)]
+    if not turns:
+        given_role = tags.get("role_tag")
+        openai = given_role == "role" or (given_role is None and key == "messages")
+        guess = ("openai" if openai else "sharegpt", {"messages": key}, {}, f"no turns in {key!r}")
+        raise UndetectedFormat(f"{where}: no turns to tell the role tags from; set dataset_format and "
+                               "dataset_tags", guess)
+    role_tag = tags.get("role_tag")
+    if role_tag is None:
+        pairs = [(r, c) for r, c in (("from", "value"), ("role", "content")) if r in turns[0]]
+        if not pairs:
+            raise UndetectedFormat(f"{where}[0] has keys {_keys(turns[0], 6)}: neither from/value (sharegpt) "
+                                   "nor role/content (openai); set dataset_tags role_tag and content_tag")
+        role_tag = pairs[0][0]
+    elif not any(role_tag in t for t in turns):
+        raise UndetectedFormat(f"{where}: no turn has the role key {role_tag!r} that dataset_tags names")
+    openai = role_tag == "role"
+    format = "openai" if openai else "sharegpt"
+    roles = list(dict.fromkeys(t.get(role_tag) for t in turns if isinstance(t.get(role_tag), str)))
+    chosen = {"role_tag": role_tag}
+    if "content_tag" not in tags and role_tag in ("from", "role"):
+        chosen["content_tag"] = {"from": "value", "role": "content"}[role_tag]
+    unclear = []
+    for tag, names in (("user_tag", ("human", "user")), ("assistant_tag", ("gpt", "assistant"))):
+        if tag in tags:
+            continue
+        present = [n for n in names if n in roles]
+        if len(present) == 1:
+            chosen[tag] = present[0]
+        else:
+            side = tag.split("_")[0]
+            unclear.append(f"two {side} tags ({' and '.join(map(repr, present))})" if present else
+                           f"no {side} tag ({' or '.join(map(repr, names))})")
+    seen = f"{key!r} holds turns with {role_tag!r} tags"
+    if unclear:
+        shown = ", ".join(f"{r!r:.40}" for r in roles[:6]) or "none"
+        raise UndetectedFormat(f"{where}: its {role_tag!r} tags ({shown}) show {' and '.join(unclear)}; "
+                               "set dataset_tags user_tag and assistant_tag", (format, {"messages": key}, chosen, seen))
+    return format, {"messages": key}, chosen, seen
 
 
 def _keys(keys, most: int) -> str:

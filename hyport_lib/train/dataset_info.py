@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hyport_lib.train.dataset_formats import (ALPACA_COLUMNS, FORMATS, MESSAGE_COLUMNS, TAG_NAMES,
-                                              UNSUPPORTED_COLUMNS, DatasetLayout)
+                                              UNSUPPORTED_COLUMNS, DatasetLayout, multiple_entries_message)
 
 INFO_FILE = "dataset_info.json"
 #: LLaMA-Factory's ``DatasetAttr`` defaults: an entry without ``columns`` / ``tags`` gets
@@ -98,16 +98,24 @@ def read_entry(path: os.PathLike, name: str) -> DatasetEntry:
         ValueError: the json cannot be read, the entry is missing, or it holds a field
             hyport cannot use (named).
     """
+    if "," in name:
+        raise ValueError(multiple_entries_message(name))
     info = info_file(path).resolve()
     if not info.is_file():
         raise FileNotFoundError(f"dataset_path={str(path)!r}: no {INFO_FILE} there (dataset={name!r} names an "
                                 f"entry of a {INFO_FILE})")
+    # a file of another name may be the data itself, given by mistake with dataset set
+    data_hint = "" if info.name == INFO_FILE else f"; {_names_the_info_file(name)}"
     try:
         entries = json.loads(info.read_text(encoding="utf-8-sig"))
     except (OSError, UnicodeDecodeError) as exc:
-        raise ValueError(f"{info}: cannot read it ({exc})") from None
+        raise ValueError(f"{info}: cannot read it ({exc}){data_hint}") from None
     except json.JSONDecodeError as exc:
-        raise ValueError(f"{info}: not valid JSON at line {exc.lineno}, column {exc.colno} ({exc.msg})") from None
+        raise ValueError(f"{info}: not valid JSON at line {exc.lineno}, column {exc.colno} ({exc.msg})"
+                         f"{data_hint}") from None
+    if isinstance(entries, list):
+        raise ValueError(f"{info}: a JSON list (records, not a {INFO_FILE}'s named entries); "
+                         f"{_names_the_info_file(name)}")
     if not isinstance(entries, dict):
         raise ValueError(f"{info}: expected a JSON object of named entries, got {type(entries).__name__}")
     if name not in entries:
@@ -142,7 +150,10 @@ def read_entry(path: os.PathLike, name: str) -> DatasetEntry:
     allowed = ALPACA_COLUMNS if format == "alpaca" else MESSAGE_COLUMNS
     for key in columns:
         if key in UNSUPPORTED_COLUMNS:
-            raise refuse(f"columns.{key}", f"{UNSUPPORTED_COLUMNS[key]} are not supported")
+            if columns[key] is not None:  # null: not read, as in LLaMA-Factory, so nothing unsupported is used
+                raise refuse(f"columns.{key}", f"{UNSUPPORTED_COLUMNS[key]} are not supported; leave it out "
+                                               "or set it to null (not read)")
+            continue
         if key not in set(ALPACA_COLUMNS) | set(MESSAGE_COLUMNS):
             raise refuse(f"columns.{key}", "not a column LLaMA-Factory defines")
         if key not in allowed and columns[key] is not None:
@@ -152,6 +163,12 @@ def read_entry(path: os.PathLike, name: str) -> DatasetEntry:
             raise refuse(f"tags.{key}", f"not a tag ({', '.join(TAG_NAMES)})")
     data_file = _data_file(info, entry, refuse)
     return DatasetEntry(name, info, data_file, _layout(name, entry, format, columns, tags, refuse))
+
+
+def _names_the_info_file(name: str) -> str:
+    """What ``dataset_path`` names when ``dataset`` is set, and without it."""
+    return (f"with dataset={name!r} set, dataset_path names the {INFO_FILE} (or its folder) that holds the "
+            "entry; without dataset, dataset_path is read as the data itself")
 
 
 def _layout(name: str, entry: dict, format: str, columns: dict, tags: dict, refuse) -> DatasetLayout:
