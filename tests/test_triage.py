@@ -20,7 +20,7 @@ import pytest
 from hyport_lib.commands import main
 from hyport_lib.triage import (CATALOGUE, Triage, cann_log_dir, find_logs, recognise, triage,
                                triage_frame, triage_markdown)
-from hyport_lib.triage.scan import MAX_LINE_CHARS
+from hyport_lib.triage.scan import MAX_LINE_CHARS, is_error_line
 
 LOGS = Path(__file__).parent / "data" / "npu_logs"
 
@@ -423,6 +423,18 @@ def test_the_cause_is_named_before_the_hccl_timeout_it_caused(tmp_path):
     assert [f.key for f in alone.findings] == ["hccl_exec_timeout"]
     assert [[number for number, _ in u.lines] for u in alone.unrecognised] == [[3]]
     assert "1 error line not recognised" in alone.summary_line()
+    # torch_npu's own wrapping of an HCCL failure, as the vendored logs print it, is no cause
+    # (review E3): beside a timeout alone, nothing is left unrecognised
+    vendored = [line for name, number in (("hccl_port_in_use.vllm-ascend-405.log", 1),
+                                          ("hccl_port_in_use.vllm-ascend-405.log", 2),
+                                          ("aicore_exception.llama-factory-3670.log", 19))
+                for line in [(LOGS / name).read_text(encoding="utf-8").splitlines()[number - 1]]]
+    assert all(is_error_line(line) for line in vendored), vendored
+    combined.write_text("\n".join(vendored) + "\n[rank0]:[E324 12:00:00] [Rank 0] Watchdog caught collective "
+                        "operation timeout: WorkHCCL(SeqNum=196, OpType=ALLREDUCE) ran for 1800185 milliseconds "
+                        "before timing out.\n", encoding="utf-8")
+    framed = triage([combined])
+    assert [f.key for f in framed.findings] == ["hccl_exec_timeout"] and framed.unrecognised == [], framed
 
 
 def test_line_numbers_are_those_of_grep_with_progress_bars_and_crlf(tmp_path):

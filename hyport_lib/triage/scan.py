@@ -55,9 +55,12 @@ Since = Union[None, float, int, datetime]
 
 #: Error lines that only frame another error and name no cause of their own: a traceback's
 #: first line, and what torch_npu prints around any failing ACL or HCCL call (``ERR00100 PTA
-#: call acl api failed``, ``OPS function error: HcclAllreduce, error code is 6``).
-_FRAME_LINE = re.compile(r"Traceback \(most recent call last\)|\bcall acl api failed\b"
-                         r"|OPS function error: Hccl\w*, error code is \d+")
+#: call acl api failed``, ``ERR02200 DIST call hccl api failed``, ``OPS function error:
+#: HcclAllreduce, error code is 6``, ``HCCL function error: HcclGetRootInfo(&hcclID), error
+#: code is 9``, ``The Inner error is reported as above``).
+_FRAME_LINE = re.compile(r"Traceback \(most recent call last\)|\bcall (?:acl|hccl) api failed\b"
+                         r"|(?:OPS|HCCL) function error: Hccl\w*(?:\([^)]*\))?, error code is \d+"
+                         r"|The Inner error is reported as above")
 
 
 def is_error_line(line: str) -> bool:

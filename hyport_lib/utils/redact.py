@@ -125,9 +125,12 @@ def scrub_text(text: str, environ: Mapping[str, str] | None = None) -> str:
 
 #: ``NAME=value``, ``NAME: value``, ``"NAME": "value"``, ``--name=value``: a name (quoted or
 #: not, with up to two leading dashes) and a value (quoted, or up to a space or a delimiter).
-_ASSIGNMENT = re.compile(
-    r"""(?<![\w.\-])(?P<name>-{0,2}(?P<q>['"]?)[A-Za-z_][\w.\-]*(?P=q))(?P<sep>\s*(?:=|:(?!//))\s*)"""
-    r"""(?P<value>\[redacted\]|"[^"\n]*"|'[^'\n]*'|[^\s,;&'"}\])]+)""")
+#: Its name and separator, found without overlap (names and separators never overlap, so
+#: ``api: WANDB_API_KEY=x`` yields ``api:`` and then ``WANDB_API_KEY=``) ...
+_ASSIGNMENT_HEAD = re.compile(
+    r"""(?<![\w.\-])(?P<name>-{0,2}(?P<q>['"]?)[A-Za-z_][\w.\-]*(?P=q))(?P<sep>\s*(?:=|:(?!//))\s*)""")
+#: ... and its value, read only after a name that may be a secret's.
+_ASSIGNMENT_VALUE = re.compile(r"""\[redacted\]|"[^"\n]*"|'[^'\n]*'|[^\s,;&'"}\])]+""")
 #: ``--name value``: a command-line flag and its value as the next word.
 _FLAG_VALUE = re.compile(r"""(?<![\w\-])(?P<name>--[A-Za-z][\w\-]*)(?P<sep>\s+)(?P<value>[^\s\-'"][^\s'"]*)""")
 #: Exception and warning class names that hold a secret marker (``KeyError: 'x'``) name no secret.
@@ -145,9 +148,9 @@ _BEARER = re.compile(r"(?i)\b(?P<scheme>bearer)\s+(?P<value>[A-Za-z0-9._~+/=\-]{
 
 def _secret_assignment(name: str, value: str) -> bool:
     """Whether ``name`` (as written, dashes and quotes included) holding ``value`` is a secret."""
-    bare = name.strip("-'\"")
-    if not is_secret_parameter(bare) or _EXCEPTION_NAME.search(bare):
+    if not _secret_name(name):
         return False
+    bare = name.strip("-'\"")
     inner = value.strip("'\"").strip()
     if not inner or inner == REDACTED or inner.lower() in _NOT_SECRET_VALUES:
         return False
@@ -156,33 +159,53 @@ def _secret_assignment(name: str, value: str) -> bool:
     return True
 
 
-def _secret_value_spans(pattern: re.Pattern, text: str) -> list[tuple[int, int]]:
-    """Where the values of secret assignments lie in ``text`` (inside their quotes).
+def _secret_name(name: str) -> bool:
+    """Whether ``name`` (as written, dashes and quotes included) may hold a secret."""
+    bare = name.strip("-'\"")
+    return is_secret_parameter(bare) and not _EXCEPTION_NAME.search(bare)
 
-    Every position is tried, not only those after the previous match: in
-    ``api: WANDB_API_KEY=abc`` the first candidate is ``api`` holding ``WANDB_API_KEY=abc``,
-    which names no secret, and the assignment inside it must still be found.
+
+def _value_span(value: re.Match) -> tuple[int, int]:
+    """The value's span, inside its quotes when it is quoted."""
+    start, end = value.span()
+    text = value.group()
+    if text[:1] in ("'", '"') and len(text) > 1 and text[-1] == text[0]:
+        return start + 1, end - 1
+    return start, end
+
+
+def _secret_value_spans(text: str) -> list[tuple[int, int]]:
+    """Where the values of secret assignments lie in ``text`` (inside their quotes), in order.
+
+    Every name is looked at, also inside the value of a name that holds no secret (in
+    ``api: WANDB_API_KEY=abc``, ``api`` would hold ``WANDB_API_KEY=abc``); a name inside a
+    value already found secret is covered by it. Linear in the line's length: each value
+    is read once, and only after a secret's name.
     """
-    spans = []
-    for match in re.finditer(f"(?=(?:{pattern.pattern}))", text):
-        name, value = match.group("name"), match.group("value")
-        if not _secret_assignment(name, value):
+    spans: list[tuple[int, int]] = []
+    covered = 0
+    for head in _ASSIGNMENT_HEAD.finditer(text):
+        if head.start() < covered or not _secret_name(head.group("name")):
             continue
-        start, end = match.span("value")
-        if value[:1] in ("'", '"') and len(value) > 1 and value[-1] == value[0]:
-            start, end = start + 1, end - 1
-        spans.append((start, end))
+        value = _ASSIGNMENT_VALUE.match(text, head.end())
+        if value is None or not _secret_assignment(head.group("name"), value.group()):
+            continue
+        spans.append(_value_span(value))
+        covered = value.end()
+    for flag in _FLAG_VALUE.finditer(text):
+        if _secret_assignment(flag.group("name"), flag.group("value")):
+            spans.append(flag.span("value"))
     return spans
 
 
-def _redact_assignments(pattern: re.Pattern, text: str) -> str:
-    spans = _secret_value_spans(pattern, text)
+def _redact_assignments(text: str) -> str:
+    spans = _secret_value_spans(text)
     if not spans:
         return text
     pieces, written = [], 0
     for start, end in sorted(spans):
         if end <= written:
-            continue  # inside a value already redacted (``token: secret=x``)
+            continue  # inside a value already redacted
         pieces += [text[written:max(start, written)], REDACTED]
         written = end
     return "".join(pieces) + text[written:]
@@ -205,8 +228,7 @@ def scrub_secret_shapes(text: str) -> str:
         text = redact_url_credentials(text)
     text = _TOKEN_SHAPES.sub(REDACTED, text)
     text = _BEARER.sub(lambda m: f"{m.group('scheme')} {REDACTED}", text)
-    text = _redact_assignments(_ASSIGNMENT, text)
-    return _redact_assignments(_FLAG_VALUE, text)
+    return _redact_assignments(text)
 
 
 def scrub_obj(obj, environ: Mapping[str, str] | None = None):
