@@ -425,10 +425,28 @@ def test_links_in_a_copied_tree_are_followed_inside_the_tree(tmp_path):
     link.unlink()
     link.symlink_to("../../../usr/local/Ascend/driver/tools/npu-smi")
     assert _by_name(_judge(root).checks)["container_mounts"].verdict == "PASS"
-    link.unlink()
-    link.symlink_to("npu-smi")
-    mounts = _by_name(_judge(root).checks)["container_mounts"]
-    assert mounts.verdict == "WARN" and "npu-smi cannot be read" in mounts.reason, mounts
+    for loop in ("npu-smi", "/usr/local/sbin/npu-smi"):  # relative, and absolute (never this machine's)
+        link.unlink()
+        link.symlink_to(loop)
+        mounts = _by_name(_judge(root).checks)["container_mounts"]
+        assert mounts.verdict == "WARN" and "npu-smi cannot be read" in mounts.reason, (loop, mounts)
+
+
+def test_the_version_files_are_read_through_the_trees_links(tmp_path):
+    """Review E2: a driver folder that is a link (/usr/local/Ascend/driver -> /opt/driver) is
+    the tree's for the version file too, as for the mounts: one report, one answer."""
+    root = build_tree(tmp_path, driver=DRIVER_25_0)
+    driver = root / "usr/local/Ascend/driver"
+    (root / "opt").mkdir()
+    driver.rename(root / "opt/driver")
+    driver.symlink_to("/opt/driver")
+    findings = _judge(root)
+    assert _by_name(findings.checks)["container_mounts"].verdict == "PASS"
+    assert read_driver_versions(root).driver == "25.0.rc1.1"
+    (root / "opt/driver").rename(root / "opt/elsewhere")
+    (root / "opt/driver").symlink_to("/usr/local/Ascend/driver")  # a loop through two links
+    versions = read_driver_versions(root)
+    assert versions.driver is None and "cannot be read" in " ".join(versions.errors), versions
 
 
 def _empty_driver(root: Path) -> None:

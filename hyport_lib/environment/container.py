@@ -33,6 +33,7 @@ from hyport_lib.devices.host_memory import check_container_shm, shm_size_flag, s
 from hyport_lib.devices.records import Check, worst_verdict
 from hyport_lib.environment.container_cards import CardNeed, needed_cards, suggested_cards
 from hyport_lib.environment.driver_versions import DriverVersions
+from hyport_lib.environment.tree_paths import is_machine_root, present, under
 
 #: Files whose presence says "container", relative to the root.
 #: containerd (Kubernetes) writes neither file; a pod gets its service account's folder.
@@ -107,55 +108,11 @@ MOUNTS = (
 EMPTY_MOUNT = "docker makes a -v source missing on the host into an empty folder"
 
 
-def is_machine_root(root: Path) -> bool:
-    """True when ``root`` is this machine's own ``/`` (device nodes must then be real)."""
-    return Path(root).resolve() == Path("/")
-
-
-#: Most symbolic links followed in one path (Linux's own limit).
-MAX_LINKS = 40
-
-
-def under(root: Path, path: str) -> Path:
-    """``path`` (absolute, as inside the container) read under ``root``.
-
-    Under a copied tree, symbolic links are followed inside the tree: an absolute target
-    (``npu-smi -> /usr/local/Ascend/driver/tools/npu-smi``) means the tree's path, as the
-    container sees it, not this machine's. A link that cannot be followed (a loop) is
-    left as it is, and reading it then fails with its own error.
-    """
-    root = Path(root)
-    if is_machine_root(root):
-        return Path(path)
-    pending = [part for part in path.split("/") if part]
-    kept: list[str] = []
-    links = 0
-    while pending:
-        name = pending.pop(0)
-        if name in (".", ""):
-            continue
-        if name == "..":
-            del kept[-1:]
-            continue
-        candidate = root.joinpath(*kept, name)
-        if not candidate.is_symlink():
-            kept.append(name)
-            continue
-        links += 1
-        if links > MAX_LINKS:
-            return root.joinpath(*kept, name, *pending)
-        target = os.readlink(candidate)
-        if target.startswith("/"):
-            kept = []
-        pending = [part for part in target.split("/") if part] + pending
-    return root.joinpath(*kept)
-
-
 def container_evidence(root: Path) -> Optional[str]:
     """What says ``root`` is a container: a marker file, or a runtime named in /proc/1/cgroup;
     None when nothing does (cgroup v2 hosts name no runtime there, the markers still do)."""
     for marker in CONTAINER_MARKERS:
-        if under(root, marker).exists():
+        if present(root, marker):
             return f"/{marker}"
     try:
         cgroup = under(root, "proc/1/cgroup").read_text(encoding="utf-8", errors="replace")
@@ -186,17 +143,16 @@ def _root_is_overlay(root: Path) -> bool:
 
 def ascend_signs(root: Path) -> list[str]:
     """Paths under ``root`` that show Ascend software or devices (empty on a plain host)."""
-    signs = [p for p in ("/usr/local/Ascend", "/dev/davinci_manager") if under(root, p).exists()]
-    dev = under(root, "dev")
-    if dev.is_dir():
-        signs += sorted(f"/dev/{p.name}" for p in dev.glob("davinci[0-9]*"))[:1]
+    signs = [p for p in ("/usr/local/Ascend", "/dev/davinci_manager") if present(root, p)]
+    if present(root, "/dev"):
+        signs += sorted(f"/dev/{p.name}" for p in under(root, "dev").glob("davinci[0-9]*"))[:1]
     return signs
 
 
 def _path_problem(root: Path, path: str, item: Item) -> Optional[str]:
     """None when ``path`` under ``root`` is what ``item`` needs there; otherwise what is wrong."""
-    target = under(root, path)
     try:
+        target = under(root, path)
         mode = os.stat(target).st_mode
     except FileNotFoundError:
         return "missing"
@@ -324,9 +280,9 @@ def listed_cards(listing) -> Optional[list[int]]:
 def present_card_nodes(root: Path, virtual: bool = False) -> list[int]:
     """The N of each card node under ``root`` (``/dev/davinciN``; with ``virtual`` also
     ``/dev/vdavinciN``), sorted, each once; under ``/`` only character devices count."""
-    dev = under(root, "dev")
-    if not dev.is_dir():
+    if not present(root, "/dev"):
         return []
+    dev = under(root, "dev")
     numbers = set()
     for prefix in ("davinci", "vdavinci") if virtual else ("davinci",):
         for path in dev.glob(f"{prefix}[0-9]*"):
@@ -370,8 +326,8 @@ def check_container(root: Path, *, kind: str, requested: str, num_cards: Optiona
     findings = ContainerFindings(str(root), evidence is not None, evidence, False, versions)
     names = ("container_devices", "container_mounts", "container_shm")
     if evidence is None:
-        why = (f"not a container (no /.dockerenv, /run/.containerenv or runtime in /proc/1/cgroup"
-               f"{where}): the docker run checks do not apply")
+        why = (f"not a container (no /.dockerenv, /run/.containerenv or Kubernetes service account folder, "
+               f"no runtime in /proc/1/cgroup, / not an overlay mount{where}): the docker run checks do not apply")
         findings.checks = [Check(n, "SKIP", why) for n in names]
         return findings
     if not ascend_backend and not signs:

@@ -31,6 +31,7 @@ from typing import Optional
 
 from hyport_lib.devices.records import Check
 from hyport_lib.environment.compat import normalise_cann
+from hyport_lib.environment.tree_paths import under
 from hyport_lib.utils.redact import is_secret_name
 
 DRIVER_VERSION_FILE = "usr/local/Ascend/driver/version.info"
@@ -118,7 +119,11 @@ def read_driver_versions(root: Path, cann_version: Optional[str] = None) -> Driv
             :func:`hyport_lib.environment.facts.collect_cann`); None when none is installed.
     """
     found = DriverVersions(cann=normalise_cann(cann_version))
-    driver_path, firmware_path = root / DRIVER_VERSION_FILE, root / FIRMWARE_VERSION_FILE
+    try:
+        driver_path, firmware_path = under(root, DRIVER_VERSION_FILE), under(root, FIRMWARE_VERSION_FILE)
+    except OSError as exc:  # a link loop on the way
+        found.errors.append(f"{exc.filename}: cannot be read ({exc.strerror})")
+        return found
     driver = _read_info(driver_path, found.errors)
     if driver is not None:
         found.driver_file = str(driver_path)

@@ -22,6 +22,7 @@ from hyport_lib.devices.host_memory import host_memory
 from hyport_lib.environment.compat import normalise_cann
 from hyport_lib.environment.container import container_evidence
 from hyport_lib.environment.driver_versions import parse_version_info
+from hyport_lib.environment.tree_paths import under
 from hyport_lib.utils.imports import try_import
 from hyport_lib.utils.redact import filter_environ, is_secret_name
 
@@ -163,10 +164,15 @@ def collect_cann_under(root: os.PathLike, environ: Mapping[str, str], arch: Opti
     """:func:`collect_cann` of the tree under ``root`` (a copy of a host's folders): the
     variables' toolkit paths and the home folder are read under it too, never outside."""
     root = Path(root)
-    moved = {k: str(root / environ[k].lstrip("/")) for k in ("ASCEND_HOME_PATH", "ASCEND_TOOLKIT_HOME")
-             if environ.get(k)}
-    return collect_cann(root / "usr/local/Ascend", environ=moved, arch=arch,
-                        home=root / str(Path.home()).lstrip("/"))
+
+    def inside(path: str) -> Path:
+        try:
+            return under(root, path)
+        except OSError:  # a link loop: the plain path, which then reads as unreadable
+            return root / path.lstrip("/")
+
+    moved = {k: str(inside(environ[k])) for k in ("ASCEND_HOME_PATH", "ASCEND_TOOLKIT_HOME") if environ.get(k)}
+    return collect_cann(inside("/usr/local/Ascend"), environ=moved, arch=arch, home=inside(str(Path.home())))
 
 
 def _in_container(root: Path = Path("/")) -> bool:

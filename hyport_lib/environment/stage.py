@@ -22,12 +22,12 @@ from hyport_lib.environment import checks as C
 from hyport_lib.environment.collect import (EnvironmentReport, card_count, visible_cards,
                                             visible_device_checks)
 from hyport_lib.environment.compat import check_cann_compat, check_torch_npu_compat, normalise_cann
-from hyport_lib.environment.container import (ContainerFindings, ascend_signs, check_container,
-                                              is_machine_root, listed_cards)
+from hyport_lib.environment.container import ContainerFindings, ascend_signs, check_container, listed_cards
 from hyport_lib.environment.driver_versions import check_driver_cann, read_driver_versions
 from hyport_lib.environment.facts import (collect_build, collect_cann, collect_cann_under, collect_env_vars,
                                           collect_system)
 from hyport_lib.environment.params import Params
+from hyport_lib.environment.tree_paths import is_machine_root
 from hyport_lib.models.loading import torchvision_problem, wants_video_processor
 from hyport_lib.results import Provenance, StageSummary, record_summary
 from hyport_lib.utils.imports import collect_versions, is_flash_attn_available
