@@ -601,6 +601,12 @@ def test_ids_never_cost_an_entry_its_records_and_the_switch_is_named(tmp_path):
     assert off.problems == [] and len(off.records) == 3
     wrong = load_dataset(info.parent / "x.json", options=DatasetOptions(columns={"id": "None"}))
     assert {p.message for p in wrong.problems} == {"no record has the id column 'None' that dataset_columns names"}
+    # an entry naming an id column no record has is said so too (review E6)
+    info = _info_copy(tmp_path / "again", {"x_uid": {"file_name": "x.json", "columns": {
+        "prompt": "instruction", "query": "input", "response": "output", "id": "uid"}}})
+    write_records(rows, info.parent / "x.json")
+    absent = load_dataset(info, options=DatasetOptions(entry="x_uid"))
+    assert {p.message for p in absent.problems} == {"no record has the id column 'uid' that the entry's columns names"}
 
 
 # --- review C, second round: detection from role tags, empty system turns, null columns, ---

@@ -368,3 +368,18 @@ def test_a_prefix_format_model_says_which_records_learn_only_their_last_answer()
     note = prefix_format_note(prefix, [one, two])
     assert note.startswith("1 record(s) hold more than one answer") and "paligemma" in note
     assert prefix_format_note(prefix, [one]) is None and prefix_format_note(chat, [one, two]) is None
+
+
+def test_misplaced_labels_in_the_first_batch_are_said_in_the_rank_log(tmp_path, capsys):
+    from hyport_lib.train.first_batch import FirstBatchRecorder
+    from hyport_lib.train.samples import Sample
+
+    ids = [5, 6, 7]
+    shifted = Sample("s", ids, [IGNORE_INDEX, 7, IGNORE_INDEX])
+    tokenizer = type("T", (), {"decode": staticmethod(lambda t, skip_special_tokens=False: str(t))})()
+    recorder = FirstBatchRecorder(lambda rows: {"input_ids": torch.tensor([ids]),
+                                                "labels": torch.tensor([shifted.labels])},
+                                  tokenizer, tmp_path / "first_batch.json")
+    recorder([shifted])
+    assert json.loads((tmp_path / "first_batch.json").read_text())["rows"][0]["label_mismatches"] == 1
+    assert "1 label(s) differ from the input token" in capsys.readouterr().err

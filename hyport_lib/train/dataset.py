@@ -246,10 +246,14 @@ def load_dataset(path: os.PathLike, image_root: Optional[os.PathLike] = None, ch
         raise ValueError(f"dataset {data_file}: {first_failure}{others}")
     if layout is None:  # no record is an object: still say what the file would be read as
         layout = resolve_layout(options, None) if options.format != "auto" else None
-    if layout is not None and without_id and (seen_ids or "id" in options.columns):
+    # An id column named on purpose (dataset_columns, or an entry's columns: entries read
+    # none by default) that no record has is a mistake, not a file without ids.
+    named_by = ("dataset_columns" if "id" in options.columns else
+                "the entry's columns" if options.entry is not None else None)
+    if layout is not None and without_id and (seen_ids or named_by):
         column = layout.columns["id"]
         why = ("missing or empty id (other records of the file have one: every record needs one)"
-               if seen_ids else f"no record has the id column {column!r} that dataset_columns names")
+               if seen_ids else f"no record has the id column {column!r} that {named_by} names")
         problems += [Problem(i, None, column, "missing_id", why) for i in without_id]
         unnamed = set(without_id)
         records = [r for r in records if r.index not in unnamed]

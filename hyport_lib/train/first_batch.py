@@ -16,6 +16,7 @@ as one token.
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -92,7 +93,12 @@ class FirstBatchRecorder:
         batch = self.collator(rows)
         if not self.written:
             self.written = True
-            atomic_write_json(self.path, scrub_obj(describe_batch(rows, batch, self._decode, self.image_token_ids)))
+            described = describe_batch(rows, batch, self._decode, self.image_token_ids)
+            atomic_write_json(self.path, scrub_obj(described))
+            misplaced = sum(row["label_mismatches"] for row in described["rows"])
+            if misplaced:  # in the rank log, where a failing run's reader looks
+                print(f"hyport: warning: first batch: {misplaced} label(s) differ from the input token at "
+                      f"their position: the collator misplaces labels ({self.path})", file=sys.stderr, flush=True)
         return batch
 
     def _decode(self, ids: list[int]) -> str:
