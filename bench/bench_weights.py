@@ -11,8 +11,13 @@
     read of the same files (``readinto`` of the scan's chunk size into one buffer, nothing
     done with the bytes). All are timed cold (the files dropped from the page cache with
     ``posix_fadvise(DONTNEED)`` after an ``fsync``; ``fincore`` shows the resident bytes
-    when installed) and warm (each run twice, the second counted), interleaved, best of
-    3. Targets for the default: scan / raw throughput >= 0.8 cold (from the disk) and
+    when installed) and warm (each run twice, the second counted), interleaved, in
+    ``--rounds`` rounds (10), each round starting with the next reader so that every
+    reader runs in every position: this VM's disk alternates between two speeds from one
+    read to the next, and with a fixed order the second and fourth readers always met the
+    slow one. The ratios of the best runs and of the medians are both printed, beside the
+    ratio of a second raw read to the first: the noise any ratio carries. Targets for
+    the default: scan / raw throughput >= 0.8 cold (from the disk) and
     >= 0.5 warm (from the page cache, where the raw read is a memory copy and the scan
     is bound by the CPU); the other two checksums are printed beside it so the gain
     shows. The load average is printed before and after, since on a shared machine the
@@ -24,7 +29,7 @@ repeated, never the whole checkpoint in memory), scaled down with a message when
 disk lacks room, and deleted afterwards.
 
     .venv/bin/python bench/bench_weights.py [--tensors 1000] [--small-mb 100] [--big-mb 2048]
-                                            [--repeats 15] [--dir DIR]
+                                            [--repeats 15] [--rounds 10] [--dir DIR]
 """
 
 from __future__ import annotations
@@ -163,6 +168,8 @@ def main() -> int:
     parser.add_argument("--small-mb", type=int, default=100)
     parser.add_argument("--big-mb", type=int, default=2048)
     parser.add_argument("--repeats", type=int, default=15)
+    parser.add_argument("--rounds", type=int, default=10, help="interleaved rounds of (b), cold and warm each "
+                        "(a multiple of 5 puts every reader in every position equally often)")
     parser.add_argument("--dir", default=None, help="where to write the files (default: a temp folder)")
     args = parser.parse_args()
     root = Path(tempfile.mkdtemp(prefix="hyport-bench-weights-", dir=args.dir))
@@ -204,33 +211,44 @@ def main() -> int:
         algorithms = [DEFAULT_CHECKSUM] + [a for a in HASHERS if a != DEFAULT_CHECKSUM]
         print(f"\n(b) full scan (NaN/Inf + checksum) vs raw sequential read ({CHUNK_BYTES >> 20} MiB readinto), "
               f"{size(big) / 1e6:,.0f} MB; load average before: {load_average()}")
-        readers = [("raw read", lambda: raw_read(big))]
+        # The same raw read twice: how far two identical readers differ is this disk's noise,
+        # the margin any scan / raw ratio below carries.
+        readers = [("raw read", lambda: raw_read(big)), ("raw again", lambda: raw_read(big))]
         readers += [(f"scan {a}", lambda a=a: scan(root / "big", a)) for a in algorithms]
-        rates: dict[tuple[str, str], float] = {}
+        rates: dict[tuple[str, str, str], float] = {}
         for state in ("cold", "warm"):
-            best: dict[str, tuple[float, int, str]] = {}
-            for _ in range(3):  # interleaved, so that the disk's mood hits all alike
-                for label, fn in readers:
+            runs: dict[str, list[tuple[float, int, str]]] = {label: [] for label, _ in readers}
+            for round_ in range(args.rounds):
+                # interleaved, and each round starts with the next reader: every reader runs
+                # in every position, so that the disk's mood (on this VM it alternates from
+                # one read to the next) hits all alike
+                turn = round_ % len(readers)
+                for label, fn in readers[turn:] + readers[:turn]:
                     if state == "cold":
                         drop(big)
                     else:
                         fn()  # the first pass fills the cache; the second is counted
                     before = resident(big)
                     seconds, nbytes = fn()
-                    if label not in best or seconds < best[label][0]:
-                        best[label] = (seconds, nbytes, before)
+                    runs[label].append((seconds, nbytes, before))
             for label, _ in readers:
-                seconds, nbytes, before = best[label]
-                rates[state, label] = nbytes / seconds / 1e9
-                print(f"    {state:4s} {label:11s}: {seconds:6.2f} s  {rates[state, label]:6.2f} GB/s  "
-                      f"(best of 3; resident before: {before})")
+                seconds, nbytes, before = min(runs[label])
+                median = statistics.median(s for s, _, _ in runs[label])
+                rates[state, label, "best"] = nbytes / seconds / 1e9
+                rates[state, label, "median"] = nbytes / median / 1e9
+                print(f"    {state:4s} {label:11s}: {seconds:6.2f} s  {rates[state, label, 'best']:6.2f} GB/s best, "
+                      f"{rates[state, label, 'median']:6.2f} GB/s median of {args.rounds} "
+                      f"(resident before the best: {before})")
         print(f"    load average after: {load_average()}")
-        print("    scan / raw throughput:" + "".join(f"{a:>9s}" for a in algorithms))
+        print("    scan / raw throughput:" + "".join(f"{a:>9s}" for a in algorithms) + "   raw again / raw (noise)")
         targets = {"cold": f"from the disk; target for {DEFAULT_CHECKSUM} >= 0.8",
                    "warm": f"from the page cache: CPU-bound; target for {DEFAULT_CHECKSUM} >= 0.5"}
         for state in ("cold", "warm"):
-            ratios = "".join(f"{rates[state, f'scan {a}'] / rates[state, 'raw read']:9.2f}" for a in algorithms)
-            print(f"    {state:22s}{ratios}   ({targets[state]})")
+            for kind in ("best", "median"):
+                ratios = "".join(f"{rates[state, f'scan {a}', kind] / rates[state, 'raw read', kind]:9.2f}"
+                                 for a in algorithms)
+                noise = rates[state, "raw again", kind] / rates[state, "raw read", kind]
+                print(f"    {state + ', ' + kind:22s}{ratios}   {noise:9.2f}   ({targets[state]})")
         if Path("/proc/self/clear_refs").exists():
             before, peak = scan_memory_mb(root / "big")
             print(f"\n    memory of a full scan (child): RSS {before:.0f} MB before, peak {peak:.0f} MB during "
