@@ -109,8 +109,9 @@ EMPTY_MOUNT = "docker makes a -v source missing on the host into an empty folder
 
 
 def container_evidence(root: Path) -> Optional[str]:
-    """What says ``root`` is a container: a marker file, or a runtime named in /proc/1/cgroup;
-    None when nothing does (cgroup v2 hosts name no runtime there, the markers still do)."""
+    """What says ``root`` is a container: a marker file (docker's, podman's, a Kubernetes
+    service account folder), a runtime named in /proc/1/cgroup, or an overlay ``/`` (what
+    a cgroup v2 pod on containerd shows); None when nothing does."""
     for marker in CONTAINER_MARKERS:
         if present(root, marker):
             return f"/{marker}"

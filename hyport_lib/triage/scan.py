@@ -158,9 +158,12 @@ class _Collector:
                 causal = _FRAME_LINE.search(text) is None
                 error_count += 1
                 causal_count += causal
-                for kept, wanted in ((error_lines, True), (causal_lines, causal)):
-                    if wanted and len(kept) < MAX_UNRECOGNISED_LINES:
-                        kept.append([number, self.keep(text, ERROR_LINE.search)])
+                wanting = [kept for kept, wanted in ((error_lines, True), (causal_lines, causal))
+                           if wanted and len(kept) < MAX_UNRECOGNISED_LINES]
+                if wanting:
+                    line = [number, self.keep(text, ERROR_LINE.search)]  # scrubbed once
+                    for kept in wanting:
+                        kept.append(line)
             before.append(text)
         # A known error explains the file's other error lines; a warning (a CPU fallback)
         # explains none. A consequence (an HCCL timeout) explains only the lines that frame

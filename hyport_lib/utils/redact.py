@@ -123,13 +123,14 @@ def scrub_text(text: str, environ: Mapping[str, str] | None = None) -> str:
     return _scrubber(environ)(text)
 
 
-#: ``NAME=value``, ``NAME: value``, ``"NAME": "value"``, ``--name=value``: a name (quoted or
-#: not, with up to two leading dashes) and a value (quoted, or up to a space or a delimiter).
-#: Its name and separator, found without overlap (names and separators never overlap, so
+#: An assignment, ``NAME=value``, ``NAME: value``, ``"NAME": "value"``, ``--name=value``, is
+#: read in two parts. First its name (quoted or not, with up to two leading dashes) and
+#: separator, found without overlap (names and separators never overlap, so
 #: ``api: WANDB_API_KEY=x`` yields ``api:`` and then ``WANDB_API_KEY=``) ...
 _ASSIGNMENT_HEAD = re.compile(
     r"""(?<![\w.\-])(?P<name>-{0,2}(?P<q>['"]?)[A-Za-z_][\w.\-]*(?P=q))(?P<sep>\s*(?:=|:(?!//))\s*)""")
-#: ... and its value, read only after a name that may be a secret's.
+#: ... then its value (quoted, or up to a space or a delimiter), read only after a name
+#: that may be a secret's.
 _ASSIGNMENT_VALUE = re.compile(r"""\[redacted\]|"[^"\n]*"|'[^'\n]*'|[^\s,;&'"}\])]+""")
 #: ``--name value``: a command-line flag and its value as the next word.
 _FLAG_VALUE = re.compile(r"""(?<![\w\-])(?P<name>--[A-Za-z][\w\-]*)(?P<sep>\s+)(?P<value>[^\s\-'"][^\s'"]*)""")
