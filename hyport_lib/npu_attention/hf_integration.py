@@ -109,17 +109,78 @@ def make_attention_forward(api: FlashAttnAPI):
     return hyport_attention_forward
 
 
+class UnsupportedAttentionArgument(FlashAttnUnsupported):
+    """The model handed hyport's attention an argument it does not compute with.
+
+    Dropping such an argument would run a different attention than the model's own (a
+    relative position bias, per-token sink logits, a soft cap): the call is refused,
+    naming the argument and the module, so that the model is kept on eager instead.
+    """
+
+
+#: Keyword arguments hyport's attention computes with (see the module docstring).
+UNDERSTOOD_ARGUMENTS = frozenset({
+    "position_ids", "cu_seq_lens_q", "cu_seq_lens_k", "max_length_q", "max_length_k",
+    "cu_seqlens", "max_seqlen", "sliding_window", "hyport_span_ids"})
+#: Keyword arguments that carry no input of the attention itself: flags and bookkeeping that
+#: transformers forwards from the model's ``forward`` to every layer (``TransformersKwargs``),
+#: and processor outputs a composite model passes down unused. Their values never change
+#: what attention computes, so they are accepted whatever they hold.
+PASSED_THROUGH_ARGUMENTS = frozenset({
+    "use_cache", "output_attentions", "output_hidden_states", "output_router_logits",
+    "return_dict", "num_items_in_batch", "logits_to_keep", "cache_position", "seq_idx",
+    "image_sizes", "layer_idx", "past_key_values", "past_key_value"})
+
+
+#: What the arguments models are known to pass mean, for the refusal's message.
+_KNOWN_MEANINGS = {
+    "softcap": "attention logit soft-capping, which",
+    "s_aux": "attention sinks (a logit column per head), which",
+    "sinks": "attention sinks (a logit column per head), which",
+    "position_bias": "a position bias added to the scores, which",
+    "alibi_slopes": "ALiBi slopes, which",
+}
+
+
+def check_attention_arguments(module, kwargs: dict) -> None:
+    """Refuse every keyword argument hyport's attention would otherwise drop.
+
+    A value of None, 0 or False asks for nothing and passes; so does every argument of
+    :data:`UNDERSTOOD_ARGUMENTS` and :data:`PASSED_THROUGH_ARGUMENTS`. Anything else (a
+    tensor such as ``position_bias`` or ``sinks``, ``softcap=50.0``, an unknown flag set
+    to True) raises :class:`UnsupportedAttentionArgument` naming it and the module.
+    """
+    for name, value in kwargs.items():
+        if name in UNDERSTOOD_ARGUMENTS or name in PASSED_THROUGH_ARGUMENTS:
+            continue
+        if value is None or (isinstance(value, (bool, int, float)) and not value):
+            continue
+        meaning = _KNOWN_MEANINGS.get(name, "an argument")
+        raise UnsupportedAttentionArgument(
+            f"hyport attention: {describe_module(module)} passed {name}={describe_value(value)}, "
+            f"{meaning} hyport's attention does not compute with; it is refused rather than "
+            f"dropped (that would compute a different attention): use attn_implementation='eager' "
+            f"for this model")
+
+
+def describe_module(module) -> str:
+    """``Gemma2Attention (layer 3)``: the class, and the layer where the module knows it."""
+    layer = getattr(module, "layer_idx", None)
+    return f"{type(module).__name__}" + (f" (layer {layer})" if isinstance(layer, int) else "")
+
+
+def describe_value(value) -> str:
+    if isinstance(value, torch.Tensor):
+        return f"<tensor {tuple(value.shape)} {str(value.dtype).replace('torch.', '')}>"
+    text = repr(value)
+    return text if len(text) <= 40 else f"<{type(value).__name__}>"
+
+
 def attention_forward(api: FlashAttnAPI, module, query, key, value, attention_mask=None,
                       dropout=0.0, scaling=None, is_causal=None, **kwargs):
     """See the module docstring. q/k/v (B, N, S, D) -> ((B, Sq, N, Dv), None)."""
     api.calls += 1
-    if kwargs.get("softcap"):
-        raise FlashAttnUnsupported("hyport attention: softcap is not supported; use eager")
-    if kwargs.get("s_aux") is not None:
-        # Attention sinks (GPT-OSS and others) add a per-head logit column; NFA has no
-        # such input, and dropping it silently would change every output.
-        raise FlashAttnUnsupported("hyport attention: attention sinks (s_aux) are not "
-                                   "supported; use attn_implementation='eager'")
+    check_attention_arguments(module, kwargs)
     if query.dim() != 4 or key.dim() != 4 or value.dim() != 4:
         raise ValueError(f"hyport attention expects (batch, heads, seq, dim) q/k/v, got "
                          f"{tuple(query.shape)}, {tuple(key.shape)}, {tuple(value.shape)}")
@@ -128,6 +189,15 @@ def attention_forward(api: FlashAttnAPI, module, query, key, value, attention_ma
     if heads % key.shape[1]:
         raise ValueError(f"hyport attention: {heads} query heads are not a multiple of "
                          f"{key.shape[1]} key/value heads")
+    value_dim = value.shape[-1]
+    if value_dim != head_dim:
+        # MLA (DeepSeek-V2/V3) has a value head dim other than the query/key one; NPU fusion
+        # attention takes one head dim for all three. Zero columns change neither the scores
+        # (q/k padded: the products gain 0 terms; the scale is passed explicitly) nor the
+        # kept output columns (v padded: the extra columns are cropped), as transformers'
+        # own flash integration does.
+        width = max(head_dim, value_dim)
+        query, key, value = (_pad_head_dim(t, width) for t in (query, key, value))
     causal = bool(is_causal if is_causal is not None else getattr(module, "is_causal", True))
     scale = float(scaling) if scaling is not None else head_dim ** -0.5
     dropout = float(dropout or 0.0)
@@ -144,7 +214,8 @@ def attention_forward(api: FlashAttnAPI, module, query, key, value, attention_ma
         segments = _segments(kwargs, position_ids, batch, sq)
         if segments is not None and (attention_mask is None or _mask_is_segment_causal(
                 attention_mask, segments, batch, sq, window, position_ids, kwargs)):
-            return _varlen_forward(api, query, key, value, segments, scale, dropout, window), None
+            out = _varlen_forward(api, query, key, value, segments, scale, dropout, window)
+            return out[..., :value_dim], None
 
     attend = _attend_mask(attention_mask, batch, sq, sk, window, query)
     if span_ids is not None:
@@ -155,7 +226,12 @@ def attention_forward(api: FlashAttnAPI, module, query, key, value, attention_ma
         masked = None if attend is None else _nfa_mask(attend)
         out = nfa_bnsd_masked(api._nfa(), query, key, value, scale, dropout, masked,
                               window).transpose(1, 2)
-    return out.contiguous(), None
+    return out[..., :value_dim].contiguous(), None
+
+
+def _pad_head_dim(tensor: torch.Tensor, width: int) -> torch.Tensor:
+    missing = width - tensor.shape[-1]
+    return tensor if missing <= 0 else torch.nn.functional.pad(tensor, (0, missing))
 
 
 def _window(causal: bool, sliding_window) -> tuple:
@@ -168,6 +244,8 @@ def _window(causal: bool, sliding_window) -> tuple:
 def _segments(kwargs, position_ids, batch: int, seqlen: int):
     """Packed segment lengths over the flattened (B*S) tokens, or None when not packed."""
     cu = kwargs.get("cu_seq_lens_q")
+    if cu is None:  # the one-name spelling of vision towers' code (both sides alike)
+        cu = kwargs.get("cu_seqlens")
     if cu is not None:  # flash-style kwargs, e.g. DataCollatorWithFlattening
         values = host_cu_seqlens(cu, "cu_seq_lens_q")
         cu_k = kwargs.get("cu_seq_lens_k")
@@ -208,6 +286,7 @@ def _mask_is_segment_causal(mask, segments, batch, seqlen, window, position_ids,
     if mask.dim() != 4 or mask.shape[-2:] != (seqlen, seqlen) or mask.shape[0] not in (1, batch):
         return False
     ids_source = kwargs.get("cu_seq_lens_q")
+    ids_source = ids_source if ids_source is not None else kwargs.get("cu_seqlens")
     ids_source = ids_source if ids_source is not None else position_ids
 
     def compute():

@@ -26,12 +26,13 @@ from typing import Mapping, Optional
 
 from hyport_lib.devices.card_plan import plan_grid
 from hyport_lib.devices.host_memory import require_host_ram
-from hyport_lib.models.loading import build_empty_model, load_processor
+from hyport_lib.models.loading import LoadedProcessor, build_empty_model, load_processor
 from hyport_lib.models.lora_targets import (fused_experts, language_model_path, leaf_names,
                                             lora_target_pattern, matched_layers)
-from hyport_lib.models.preflight import check_attn_implementation, check_model_path
+from hyport_lib.models.preflight import check_model_path
 from hyport_lib.results import RUN_DIR_ENV, fresh_folder_beside_results
 from hyport_lib.train import deepspeed_config as ds
+from hyport_lib.train.attention_choice import choose_attention
 from hyport_lib.train.checkpoints import Checkpoint, check_compatible, list_checkpoints, resolve_resume
 from hyport_lib.train.dataset import DatasetError, DatasetReport, load_dataset
 from hyport_lib.train.metrics import METRICS_FILE
@@ -89,6 +90,7 @@ class LaunchPlan:
     resume_checkpoint: Optional[str] = None
     env_overrides: dict = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    attention_proof: Optional[dict] = None
 
     def to_dict(self) -> dict:
         data = asdict(self)
@@ -158,12 +160,15 @@ def prepare(params: Params, backend) -> LaunchPlan:
         with tempfile.TemporaryDirectory(prefix="hyport-smoke-") as scratch:
             report = load_dataset(write_smoke_dataset(scratch))
             report.path = str(dataset_path)
-            summary, skip = _check_dataset(params, report, model_path, world)
+            summary, skip, loaded = _check_dataset(params, report, model_path, world)
+            # Here too: the records' images are read from the private copy.
+            attention = choose_attention(params, backend.kind, model_path, loaded, report.records, skip)
     else:
         dataset_path = Path(params.dataset_path).expanduser().resolve()
         image_root = str(Path(params.image_root).expanduser().resolve()) if params.image_root else None
         report = load_dataset(dataset_path, image_root, options=params.dataset_options)
-        summary, skip = _check_dataset(params, report, model_path, world)
+        summary, skip, loaded = _check_dataset(params, report, model_path, world)
+        attention = choose_attention(params, backend.kind, model_path, loaded, report.records, skip)
         if report.layout is not None:
             notes += [f"dataset {report.path}: {t}" for t in (report.layout.note(), report.layout.caveat) if t]
     notes.extend(summary.get("notes", []))
@@ -173,7 +178,9 @@ def prepare(params: Params, backend) -> LaunchPlan:
     notes.extend(resume_notes)
     check_master_addr(params)
     port = rendezvous_port(params, check=True)
-    attn, attention_backend = _attention(params, backend)
+    attn, attention_backend = attention.attn_implementation, attention.backend
+    if attention.note:
+        notes.append(attention.note)
     if params.packing:
         notes.append(f"packing: attention {attn} (per sample in every case; transformers' "
                      "eager and sdpa keep packed samples apart only while no KV cache is used)")
@@ -190,7 +197,7 @@ def prepare(params: Params, backend) -> LaunchPlan:
         deepspeed_config_path=str(output_dir / ds.DEEPSPEED_FILE), master_addr=params.master_addr,
         master_port=port, bundled_dataset=bundled, dataset=summary, skip_records=skip,
         resume_checkpoint=str(checkpoint.path) if checkpoint else None, env_overrides=overrides,
-        notes=notes)
+        notes=notes, attention_proof=attention.proof.to_dict() if attention.proof else None)
 
 
 def _resume(params: Params, output_dir: Path, world: int) -> tuple[Params, Optional[Checkpoint], list[str]]:
@@ -275,9 +282,10 @@ def _output_dir(params: Params) -> Path:
     return folder
 
 
-def _check_dataset(params: Params, report: DatasetReport, model_path: str, world: int) -> tuple[dict, list[int]]:
-    """``(summary, indices of the records to skip)``: the dataset tokenised as the workers
-    will, every problem named.
+def _check_dataset(params: Params, report: DatasetReport, model_path: str,
+                   world: int) -> tuple[dict, list[int], LoadedProcessor]:
+    """``(summary, indices of the records to skip, the processor)``: the dataset tokenised
+    as the workers will, every problem named.
 
     Raises:
         DatasetError: problems, and ``skip_bad_records`` is off.
@@ -337,7 +345,7 @@ def _check_dataset(params: Params, report: DatasetReport, model_path: str, world
                    model_kind=loaded.traits.kind, prompt_format=loaded.prompt_format,
                    image_samples=sum(1 for s in samples if s.pixel_values is not None),
                    processor_unavailable=list(loaded.unavailable), notes=notes)
-    return summary, sorted(full.bad_indices)
+    return summary, sorted(full.bad_indices), loaded
 
 
 def _check_mixed_images(params: Params, world: int, path: str, samples) -> None:
@@ -359,15 +367,6 @@ def _check_mixed_images(params: Params, world: int, path: str, samples) -> None:
             f"{text_only[0][0].record_id!r}): under zero_stage=3 on {world} processes a text-only batch "
             f"leaves the vision tower out on one rank and DeepSpeed's collectives abort; use "
             f"zero_stage=2, packing, one process, or records of one kind")
-
-
-def _attention(params: Params, backend) -> tuple[str, str]:
-    """``(attn_implementation, FlashAttnAPI backend)``; packing needs hyport's attention."""
-    api_backend = "npu" if backend.kind == "npu" else "sdpa"
-    if not params.packing:
-        check_attn_implementation(params.attn_implementation)
-        return params.attn_implementation, api_backend
-    return {"npu": "hyport_npu_fused", "sdpa": "hyport_torch"}[api_backend], api_backend
 
 
 def _check_lora_targets(params: Params, model_path: str) -> list[str]:

@@ -124,6 +124,8 @@ class TrainResult:
             "cards": self.plan.get("world_size"),
             "ZeRO": self.plan.get("deepspeed", {}).get("zero_stage"),
             "precision": self.plan.get("precision"),
+            "attention": self.plan.get("attn_implementation"),
+            "attention proof": proof_summary(self.plan.get("attention_proof")),
         }
 
     def to_dict(self) -> dict:
@@ -137,6 +139,19 @@ class TrainResult:
             "log_tail": self.log_tail, "diagnosis": self.diagnosis,
             "provenance": self.provenance.to_dict() if self.provenance else None,
         }
+
+
+def proof_summary(proof) -> Optional[str]:
+    """The attention proof before launch in a few words (None when no swap was asked for):
+    ``PASS: max |Δ logits| 3.0e-07, same gradient set (CPU, float32)``."""
+    if not isinstance(proof, dict) or not proof.get("verdict"):
+        return None
+    where = proof.get("source") or "CPU"
+    if proof["verdict"] != "PASS":
+        return f"{proof['verdict']} ({where}): {proof.get('reason') or 'no reason recorded'}"
+    delta = proof.get("max_abs_logits")
+    figure = f"max |Δ logits| {delta:.1e}" if isinstance(delta, (int, float)) else "logits equal"
+    return f"PASS: {figure}, same gradient set ({where}{', cached' if proof.get('cached') else ''})"
 
 
 def _has_weights(folder: Path) -> bool:

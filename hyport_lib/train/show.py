@@ -31,7 +31,7 @@ from hyport_lib.train.metrics import ema, finite, loss_span, spikes
 from hyport_lib.train.params import Params
 from hyport_lib.train.phrases import PHRASES
 from hyport_lib.train.preflight import LaunchPlan
-from hyport_lib.train.result import TrainProgress, TrainResult
+from hyport_lib.train.result import TrainProgress, TrainResult, proof_summary
 from hyport_lib.triage import Triage, show_triage
 from hyport_lib.triage.show import diagnosis_line
 
@@ -245,6 +245,8 @@ def glance(record: dict) -> list[tuple[str, str]]:
     rows = [("exit code", fmt_value(head.get("exit code"))), ("steps", fmt_value(head.get("steps"))),
             ("loss first → last", fmt_value(head.get("loss first → last"))),
             ("tokens/s/p", fmt_value(head.get("tokens/s/p"))), ("total s", fmt_value(head.get("total s")))]
+    if head.get("attention proof"):
+        rows.append(("attention", f"{fmt_value(head.get('attention'))}; proof {head['attention proof']}"))
     diagnosis = dig(record, "data", "diagnosis")
     if isinstance(diagnosis, dict):
         rows.append(("diagnosis", diagnosis_line(diagnosis)))
@@ -327,6 +329,9 @@ def blog_section(record: dict, draft: Draft) -> list[str]:
             (names["seq"], value(params.get("max_seq_len"))),
             (names["packing"], value(params.get("packing"))),
             (names["attention"], value(plan.get("attn_implementation")))]
+    proof = proof_summary(plan.get("attention_proof"))
+    if proof:
+        rows.append((names["proof"], proof))
     lines = [t["train_intro"], ""] + table([t["param"], t["value"]], rows)
     results = t["res_rows"]
     # The headline's train_loss (mean of the finite step losses); the Trainer's own figure

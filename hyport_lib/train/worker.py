@@ -36,10 +36,11 @@ from typing import Optional
 
 from hyport_lib.backend import get_backend
 from hyport_lib.checkpoint_files.header import read_header
+from hyport_lib.models.attention_proof import sdpa_refusal
 from hyport_lib.models.loading import load_model, load_processor
 from hyport_lib.models.lora_targets import language_model_path, lora_target_pattern
 from hyport_lib.models.training_inputs import rope_positions_function
-from hyport_lib.npu_attention.hf_integration import register_hyport_attention
+from hyport_lib.npu_attention.hf_integration import UnsupportedAttentionArgument, register_hyport_attention
 from hyport_lib.processes import start_guard
 from hyport_lib.train.callbacks import CountingTrainer, MetricsCallback, StepCounts
 from hyport_lib.train.checkpoints import check_compatible, drop_checkpoints_after, newest_complete, resolve_resume
@@ -164,6 +165,9 @@ def _load_model(spec: dict, params: Params):
         _say(f"processor: {part}")
     model = load_model(spec["model_path"], attn_implementation=spec["attn_implementation"],
                        trust_remote_code=params.trust_remote_code, traits=loaded.traits)
+    refusal = sdpa_refusal(model) if spec["attn_implementation"].startswith("hyport") else None
+    if refusal:  # the plan refuses it first; this guards a spec made by hand
+        raise UnsupportedAttentionArgument(f"hyport attention: {refusal}; use attn_implementation='eager'")
     if params.gradient_checkpointing:
         # A frozen embedding (LoRA) under checkpointing otherwise gives "element 0 of
         # tensors does not require grad".

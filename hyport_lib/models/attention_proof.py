@@ -1,0 +1,315 @@
+"""The swap proves itself on the user's model before any worker starts.
+
+:func:`prove_swap` builds the model of ``model_path`` from its own config, shrunk to a
+few decoder layers (its real attention classes, random weights drawn from a seed), twice:
+once with eager attention and once with hyport's swapped attention, the same weights in
+both. It runs one batch — the first one training will see, exactly as the collator makes
+it, packed rows included — forward and backward through each, and compares:
+
+* the logits (max |Δ| over the compared positions) and the loss, within the dtype's
+  tolerance;
+* the gradient set: the same parameters get a gradient in both, and the gradients agree;
+* that the swapped model called hyport's attention at all.
+
+A model that declares it cannot take SDPA-like kernels (``_supports_sdpa = False``, as
+models with per-token sinks or position biases do) is refused without running. A raise
+in the swapped model (an attention argument hyport refuses, a shape it cannot serve) is a
+failed proof with that one line as its reason. What the caller does with a failed proof
+(keep eager, or stop before launch) is the caller's decision, stated in its plan.
+
+The proof runs here, on the CPU, in float32: on an NPU host the swapped side is hyport's
+CPU emulation of ``npu_fusion_attention`` (the planning process never touches a card, so
+that the workers start on clean devices); the figures say so. A proof is cached per model
+(its config and weights' names), batch (its tensors) and versions under the hyport cache,
+so a second launch of the same run pays nothing.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import os
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Mapping, Optional
+
+from hyport_lib.models.families import ModelTraits
+from hyport_lib.models.loading import auto_model_class, traits_of
+from hyport_lib.models.tiny import default_cache_root
+from hyport_lib.npu_attention.hf_integration import REGISTERED, register_hyport_attention
+from hyport_lib.utils.files import atomic_write_json
+from hyport_lib.utils.redact import scrub_text
+from hyport_lib.utils.imports import package_version
+
+#: Bump when the proof's method changes: cached proofs of an older method are not reused.
+PROOF_VERSION = 1
+#: Decoder layers kept (more when the model's first layers do not show every layer kind).
+KEEP_LAYERS = 2
+#: max |Δ logits| and |Δ loss| allowed in float32 (the math is the same; only the order of
+#: the sums differs). A dropped bias or a wrong mask moves logits by 1e-2 and more.
+LOGIT_TOLERANCE = 1e-3
+LOSS_TOLERANCE = 1e-4
+#: max |Δ grad| relative to the largest gradient of the eager model.
+GRAD_TOLERANCE = 1e-3
+PASS, FAIL, REFUSED = "PASS", "FAIL", "REFUSED"
+
+
+@dataclass
+class AttentionProof:
+    """What the proof found; ``verdict`` is PASS, FAIL (the swap computes something
+    else, or raised) or REFUSED (the model declares it cannot take such a kernel)."""
+
+    model_path: str
+    attn_implementation: str
+    backend: str
+    verdict: str = FAIL
+    reason: str = ""
+    source: str = "CPU, float32"
+    model_class: str = ""
+    layers: str = ""
+    batch: str = ""
+    packed: bool = False
+    max_abs_logits: Optional[float] = None
+    loss_eager: Optional[float] = None
+    loss_swapped: Optional[float] = None
+    grad_parameters: int = 0
+    grads_only_eager: list = field(default_factory=list)
+    grads_only_swapped: list = field(default_factory=list)
+    max_rel_grad: Optional[float] = None
+    swapped_calls: Optional[int] = None
+    seconds: float = 0.0
+    cached: bool = False
+
+    @property
+    def passed(self) -> bool:
+        return self.verdict == PASS
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping) -> "AttentionProof":
+        known = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
+        return cls(**known)
+
+    def line(self) -> str:
+        """One line: the verdict and its figures (or its reason)."""
+        where = f"{self.source}{', cached' if self.cached else ''}"
+        if self.verdict != PASS:
+            return f"attention proof {self.verdict} ({where}): {self.reason}"
+        return (f"attention proof PASS ({where}; {self.layers}; {self.batch}): max |Δ logits| "
+                f"{self.max_abs_logits:.2e}, loss {self.loss_eager:.6f} vs {self.loss_swapped:.6f}, "
+                f"same gradient set ({self.grad_parameters} parameters, max rel Δ grad "
+                f"{self.max_rel_grad:.1e}), {self.seconds:.1f} s")
+
+
+def sdpa_refusal(model) -> Optional[str]:
+    """Why ``model`` must not get an SDPA-like kernel, or None: one of its pretrained
+    classes (a composite model's sub-models included) declares ``_supports_sdpa = False``."""
+    import torch
+
+    classes = {type(m) for m in model.modules() if hasattr(type(m), "_supports_sdpa")
+               and isinstance(m, torch.nn.Module)}
+    declared = sorted(c.__name__ for c in classes if getattr(c, "_supports_sdpa", None) is False)
+    if not declared:
+        return None
+    return (f"{declared[0]} declares _supports_sdpa = False (its attention takes inputs an "
+            f"SDPA-like kernel cannot compute, e.g. sinks or a position bias)")
+
+
+def shrunk_config(config, keep: int = KEEP_LAYERS) -> tuple[Any, str]:
+    """A copy of ``config`` with its decoder cut to a few layers; and what was kept, in words.
+
+    Layer-kind lists (``layer_types``: sliding / full attention) keep their first
+    occurrence of every kind; a cross-attention VLM keeps its first cross-attention layer.
+    """
+    config = copy.deepcopy(config)
+    text = getattr(config, "text_config", None) or config
+    total = getattr(text, "num_hidden_layers", None)
+    if not isinstance(total, int) or total <= keep:
+        return config, f"all {total} decoder layers" if isinstance(total, int) else "all layers"
+    needed = keep
+    kinds = getattr(text, "layer_types", None)
+    if isinstance(kinds, (list, tuple)) and len(kinds) == total:
+        firsts = {kind: kinds.index(kind) for kind in kinds}
+        needed = max(needed, max(firsts.values()) + 1)
+    cross = getattr(text, "cross_attention_layers", None)
+    if isinstance(cross, (list, tuple)) and cross:
+        needed = max(needed, min(cross) + 1)
+        text.cross_attention_layers = [i for i in cross if i < needed]
+    needed = min(needed, total)
+    text.num_hidden_layers = needed
+    if isinstance(kinds, (list, tuple)) and len(kinds) == total:
+        text.layer_types = list(kinds[:needed])
+    return config, f"{needed} of {total} decoder layers"
+
+
+def _cache_key(model_path: str, config_dict: dict, batch: Mapping, backend: str, name: str) -> str:
+    import torch
+
+    digest = hashlib.sha256()
+    versions = {p: package_version(p) for p in ("torch", "transformers", "hyport")}
+    digest.update(json.dumps({"proof": PROOF_VERSION, "versions": versions, "backend": backend,
+                              "name": name, "config": config_dict,
+                              "path": os.path.realpath(model_path)}, sort_keys=True,
+                             default=str).encode())
+    for key in sorted(batch):
+        value = batch[key]
+        digest.update(key.encode())
+        if isinstance(value, torch.Tensor):
+            digest.update(f"{tuple(value.shape)}{value.dtype}".encode())
+            digest.update(value.detach().cpu().contiguous().view(-1).view(torch.uint8).numpy().tobytes())
+        else:
+            digest.update(repr(value).encode())
+    return digest.hexdigest()[:32]
+
+
+def proof_cache_dir() -> Path:
+    return default_cache_root() / "attention-proofs"
+
+
+def prove_swap(model_path: str, batch: Mapping, *, backend: str, trust_remote_code: bool = False,
+               traits: Optional[ModelTraits] = None, seed: int = 0, use_cache: bool = True,
+               keep_layers: int = KEEP_LAYERS) -> AttentionProof:
+    """Eager vs hyport's attention (``backend``: ``sdpa`` or ``npu-emulated``) on the
+    shrunk model and ``batch`` (see the module docstring)."""
+    from transformers import AutoConfig
+
+    started = time.perf_counter()
+    name = register_hyport_attention(backend)
+    proof = AttentionProof(model_path=model_path, attn_implementation=name, backend=backend,
+                           source="CPU, float32" + (", NPU attention emulated" if backend == "npu-emulated" else ""))
+    config = AutoConfig.from_pretrained(model_path, trust_remote_code=trust_remote_code)
+    key = _cache_key(model_path, config.to_dict(), batch, backend, name)
+    cached = proof_cache_dir() / f"{key}.json"
+    if use_cache and cached.is_file():
+        try:
+            found = AttentionProof.from_dict(json.loads(cached.read_text(encoding="utf-8")))
+        except (OSError, ValueError, TypeError):
+            found = None  # an unreadable cache entry is proven again, and rewritten
+        if found is not None:
+            found.cached = True
+            return found
+    traits = traits or traits_of(model_path, trust_remote_code)
+    _run_proof(proof, config, batch, name, traits, trust_remote_code, seed, keep_layers)
+    proof.seconds = round(time.perf_counter() - started, 2)
+    if use_cache:
+        _store(cached, proof)
+    return proof
+
+
+def _store(path: Path, proof: AttentionProof) -> None:
+    """Best effort by design: a cache that cannot be written costs the next launch a proof."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_json(path, proof.to_dict())
+    except OSError:
+        return
+
+
+def _run_proof(proof: AttentionProof, config, batch: Mapping, name: str, traits: ModelTraits,
+               trust_remote_code: bool, seed: int, keep_layers: int) -> None:
+    import torch
+
+    small, proof.layers = shrunk_config(config, keep_layers)
+    cls = auto_model_class(traits)
+    torch.manual_seed(seed)
+    # Each model its own config: a model reads config._attn_implementation at every forward,
+    # and from_config sets it on the object it is given.
+    eager = cls.from_config(copy.deepcopy(small), attn_implementation="eager",
+                            trust_remote_code=trust_remote_code)
+    proof.model_class = type(eager).__name__
+    refusal = sdpa_refusal(eager)
+    if refusal:
+        proof.verdict, proof.reason = REFUSED, refusal
+        return
+    swapped = cls.from_config(copy.deepcopy(small), attn_implementation=name,
+                              trust_remote_code=trust_remote_code)
+    swapped.load_state_dict(eager.state_dict())
+    if eager.config._attn_implementation == swapped.config._attn_implementation:
+        raise RuntimeError(f"attention proof: both models run {eager.config._attn_implementation!r}")
+    for model in (eager, swapped):
+        model.float().eval()  # eval: no dropout, so the two runs draw nothing random
+    inputs = _model_batch(batch)
+    proof.packed = "cu_seq_lens_q" in inputs or "attention_mask" not in inputs
+    proof.batch = (f"{'packed' if proof.packed else 'padded'} batch "
+                   f"{tuple(inputs['input_ids'].shape)}")
+    eager_out = _forward_backward(eager, inputs)
+    api = REGISTERED[name]
+    calls = api.calls
+    try:
+        swapped_out = _forward_backward(swapped, inputs)
+    except Exception as exc:  # noqa: BLE001 — any raise of the swapped model is the proof's finding
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        proof.reason = scrub_text(f"the swapped attention raised {type(exc).__name__}: {first}")[:400]
+        return
+    proof.swapped_calls = api.calls - calls
+    _compare(proof, eager, swapped, eager_out, swapped_out, inputs)
+
+
+def _model_batch(batch: Mapping) -> dict:
+    """The collator's batch as the model takes it: hyport's bookkeeping keys dropped, float
+    tensors in float32 (the proof's dtype)."""
+    import torch
+
+    inputs = {}
+    for key, value in batch.items():
+        if key.startswith("hyport_"):
+            continue
+        if isinstance(value, torch.Tensor) and value.is_floating_point():
+            value = value.float()
+        inputs[key] = value
+    # No KV cache: transformers keeps packed samples apart (from the restarting positions)
+    # only without one, so that eager is the per-sample reference on packed rows.
+    inputs["use_cache"] = False
+    return inputs
+
+
+def _forward_backward(model, inputs: dict):
+    import torch
+
+    model.zero_grad(set_to_none=True)
+    with torch.enable_grad():
+        out = model(**inputs)
+        out.loss.backward()
+    grads = {n: p.grad.detach().clone() for n, p in model.named_parameters() if p.grad is not None}
+    return out.logits.detach(), float(out.loss.detach()), grads
+
+
+def _compare(proof: AttentionProof, eager, swapped, eager_out, swapped_out, inputs: dict) -> None:
+    import torch
+
+    logits_e, loss_e, grads_e = eager_out
+    logits_s, loss_s, grads_s = swapped_out
+    mask = inputs.get("attention_mask")
+    if mask is not None and mask.dim() == 2 and mask.shape == logits_e.shape[:2]:
+        real = mask.bool()  # padding positions are never read: compare real tokens
+        logits_e, logits_s = logits_e[real], logits_s[real]
+    proof.max_abs_logits = float((logits_e.double() - logits_s.double()).abs().max())
+    proof.loss_eager, proof.loss_swapped = loss_e, loss_s
+    proof.grads_only_eager = sorted(set(grads_e) - set(grads_s))[:5]
+    proof.grads_only_swapped = sorted(set(grads_s) - set(grads_e))[:5]
+    shared = set(grads_e) & set(grads_s)
+    proof.grad_parameters = len(shared)
+    scale = max((float(g.abs().max()) for g in grads_e.values()), default=0.0) or 1.0
+    proof.max_rel_grad = max((float((grads_e[n].double() - grads_s[n].double()).abs().max()) / scale
+                              for n in shared), default=0.0)
+    problems = []
+    if proof.swapped_calls == 0:
+        problems.append("the swapped model never called hyport's attention (its code bypasses "
+                        "the attention interface)")
+    if not torch.isfinite(torch.tensor([loss_e, loss_s])).all():
+        problems.append(f"a non-finite loss (eager {loss_e}, swapped {loss_s})")
+    if proof.max_abs_logits > LOGIT_TOLERANCE:
+        problems.append(f"logits differ from eager by {proof.max_abs_logits:.3g} (> {LOGIT_TOLERANCE:g})")
+    if abs(loss_e - loss_s) > LOSS_TOLERANCE * max(1.0, abs(loss_e)):
+        problems.append(f"loss {loss_s:.6f} vs eager {loss_e:.6f}")
+    if proof.grads_only_eager or proof.grads_only_swapped:
+        problems.append(f"other gradient set (only eager: {proof.grads_only_eager or 'none'}; only "
+                        f"swapped: {proof.grads_only_swapped or 'none'})")
+    if proof.max_rel_grad > GRAD_TOLERANCE:
+        problems.append(f"gradients differ from eager by {proof.max_rel_grad:.3g} of the largest")
+    proof.verdict = FAIL if problems else PASS
+    proof.reason = "; ".join(problems)
