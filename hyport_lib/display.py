@@ -18,7 +18,7 @@ from typing import Any
 #: Background colours per verdict / status, shared by every table in the workbook.
 VERDICT_COLOURS = {
     "PASS": "#c8e6c9", "OK": "#c8e6c9",
-    "WARN": "#fff3c4", "SKIP": "#e0e0e0", "SKIPPED-BUSY": "#e0e0e0", "SKIPPED": "#e0e0e0",
+    "WARN": "#fff3c4", "REFUSED": "#fff3c4", "SKIP": "#e0e0e0", "SKIPPED-BUSY": "#e0e0e0", "SKIPPED": "#e0e0e0",
     "FAIL": "#ffcdd2", "FAILED": "#ffcdd2", "TIMEOUT": "#ffcdd2", "ERROR": "#ffcdd2",
     "PENDING": "#eeeeee", "NOT RUN": "#eeeeee", "RUNNING": "#bbdefb", "INTERRUPTED": "#ffe0b2",
 }

@@ -67,7 +67,7 @@ def test_unpacked_training_keeps_eager_and_its_loss_is_eagers(biased_model, one_
     assert "FAIL" in record.headline["attention proof"] and record.headline["attention"] == "eager"
 
     loaded = load_processor(biased_model, trust_remote_code=True)
-    batch = first_batch(params, biased_model, loaded, _records(one_record), [])
+    batch, _ = first_batch(params, biased_model, loaded, _records(one_record), [])
     model = load_model(biased_model, attn_implementation="eager", trust_remote_code=True).float()
     with torch.no_grad():
         eager_loss = float(model(**{k: v for k, v in batch.items() if not k.startswith("hyport_")}).loss)

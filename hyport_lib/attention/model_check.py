@@ -9,22 +9,33 @@ from __future__ import annotations
 
 import contextlib
 import sys
+from types import SimpleNamespace
 from dataclasses import asdict, dataclass
 from typing import Optional
 
 import torch
 
 from hyport_lib.attention.implementations import device_label
+from hyport_lib.models.attention_proof import sdpa_refusal
 from hyport_lib.models.generation import load_model
 from hyport_lib.models.generation_config import InferenceConfig
 from hyport_lib.models.prompts import Prompt, encode_prompts, needs_image
 from hyport_lib.models.sample_image import sample_image
+from hyport_lib.models.training_inputs import packed_positions, rope_positions_function
 from hyport_lib.npu_attention import hf_integration
+from hyport_lib.npu_attention.flash_api import FlashAttnUnsupported
 from hyport_lib.npu_attention.shim import (DEFAULT_VERSION, current_shim, install_flash_attn_shim,
                                            uninstall_flash_attn_shim)
 
 #: max |Δ logits| allowed per dtype before the model check warns (fp32 is exact math).
 LOGIT_TOLERANCE = {"float32": 1e-3, "bfloat16": 0.25, "float16": 0.05}
+#: What a model the swap refuses gets in training (train/attention_choice.py decides it).
+KEPT_ON_EAGER = ("training keeps this model on eager attention, so packing (which needs the "
+                 "swap) is refused for it")
+#: The longest packed row the check runs (a window longer than this is said, not exercised).
+PACKED_ROW_LIMIT = 1024
+PACKED_TEXT = ("The robot looks at the scene, plans the next step and moves its hand to the handle. "
+               "Attention uses queries, keys and values; the mask keeps the model from seeing the future.")
 
 
 @dataclass
@@ -50,6 +61,12 @@ class ModelComparison:
     model_class: str = ""  # the class that was loaded (a remote one shows its module)
     model_kind: str = ""  # image-text-to-text or text-only
     batch: str = ""  # what the compared batch holds (and which image parts do not apply)
+    # The packed row training sees: two samples packed into one row (restarting positions,
+    # cumulative lengths), the first longer than the model's smallest sliding window.
+    packed_tokens: Optional[int] = None
+    packed_max_abs_logits: Optional[float] = None
+    sliding_window: Optional[int] = None
+    packed_detail: str = ""
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -162,13 +179,21 @@ def _compare(result: ModelComparison, model_path: str, registered: dict, name: s
     result.model_kind = loaded.traits.kind
     active = str(getattr(swapped.config, "_attn_implementation", "") or "")
     inputs, result.batch = _model_inputs(loaded, eager.device)
+    refusal = sdpa_refusal(eager)
+    if refusal:
+        result.verdict, result.detail = "REFUSED", f"{refusal}; {KEPT_ON_EAGER}"
+        return result
     # Swapped attention reached through transformers (the registered function) or through
     # remote code importing flash_attn (the shim); None: neither is hyport's.
     apis = [a for a in (registered.get(name), shim_api) if a is not None]
     with torch.no_grad():
         le = eager(**inputs).logits.double().cpu()
         before = sum(a.calls for a in apis)
-        ls = swapped(**inputs).logits.double().cpu()
+        try:
+            ls = swapped(**inputs).logits.double().cpu()
+        except FlashAttnUnsupported as exc:  # a refused argument or feature, named by the swap
+            result.verdict, result.detail = "REFUSED", f"{exc}; {KEPT_ON_EAGER}"
+            return result
         result.swapped_calls = sum(a.calls for a in apis) - before if apis else None
         gen = dict(max_new_tokens=max_new_tokens, do_sample=False)
         ge = eager.generate(**inputs, **gen).cpu()
@@ -182,15 +207,90 @@ def _compare(result: ModelComparison, model_path: str, registered: dict, name: s
     result.greedy_identical = bool(torch.equal(ge, gs))
     result.new_tokens = int(ge.shape[1] - inputs["input_ids"].shape[1])
     result.positions = int(real.sum())
+    _compare_packed_row(result, eager, swapped, loaded)
     result.verdict, result.detail = _model_verdict(result, active, name)
     if "not applicable" in result.batch:
         result.detail += f"; compared {result.batch}"
     return result
 
 
+def smallest_window(config) -> Optional[int]:
+    """The smallest sliding window any attention layer of the model uses (None: none)."""
+    windows = []
+    for sub in [config, *(getattr(config, key, None) for key in ("text_config", "vision_config"))]:
+        window = getattr(sub, "sliding_window", None) if sub is not None else None
+        kinds = getattr(sub, "layer_types", None) if sub is not None else None
+        if isinstance(window, int) and window > 0 and (
+                not isinstance(kinds, (list, tuple)) or any("sliding" in str(k) for k in kinds)
+                or getattr(sub, "use_sliding_window", True)):
+            windows.append(window)
+    return min(windows) if windows else None
+
+
+def _packed_row(loaded, window: Optional[int], rope) -> tuple[Optional[dict], str]:
+    """One packed row as the training collator makes it: a first sample longer than the
+    window (48 tokens without one), a second of 16, positions restarting at the second;
+    None and the reason when the window is longer than this check runs on the CPU."""
+    first = (window + 8) if window else 48
+    if first > PACKED_ROW_LIMIT:
+        return None, (f"sliding window of {window} tokens: a row longer than it ({first} tokens) is "
+                      f"beyond this check's {PACKED_ROW_LIMIT}-token limit, so the window is not "
+                      f"exercised here (training's proof before launch runs the real first batch)")
+    tokenizer = loaded.tokenizer
+    special = set(getattr(tokenizer, "all_special_ids", []) or [])
+    ids = [i for i in tokenizer(PACKED_TEXT, add_special_tokens=False)["input_ids"] if i not in special]
+    if not ids:
+        return None, "the tokenizer gives no ordinary token for the packed row's text"
+    second = 16
+    tokens = (ids * (1 + (first + second) // len(ids)))[:first + second]
+    position_ids = torch.tensor([list(range(first)) + list(range(second))])
+    if rope is not None:  # M-RoPE: each sample's own positions, as the training collator packs them
+        # Text tokens only: every token type is 0 (the function passes on the keys the
+        # model's get_rope_index takes).
+        samples = [SimpleNamespace(rope_positions=rope(part, {"mm_token_type_ids": [0] * len(part),
+                                                              "token_type_ids": [0] * len(part)}, {}))
+                   for part in (tokens[:first], tokens[first:])]
+        position_ids = packed_positions(samples, first + second, loaded.traits.mrope_text_row).unsqueeze(1)
+    cu = torch.tensor([0, first, first + second], dtype=torch.int32)
+    row = {"input_ids": torch.tensor([tokens]), "position_ids": position_ids,
+           "cu_seq_lens_q": cu, "cu_seq_lens_k": cu, "max_length_q": first, "max_length_k": first,
+           "use_cache": False}
+    said = f"a packed row of {first} + {second} tokens"
+    return row, said + (f", the first past the sliding window of {window}" if window else "")
+
+
+def _compare_packed_row(result: ModelComparison, eager, swapped, loaded) -> None:
+    """Eager vs swapped on the packed row training sees (see :func:`_packed_row`)."""
+    result.sliding_window = smallest_window(eager.config)
+    row, said = _packed_row(loaded, result.sliding_window, rope_positions_function(eager))
+    result.packed_detail = said
+    if row is None:
+        return
+    row = {k: (v.to(eager.device) if isinstance(v, torch.Tensor) else v) for k, v in row.items()}
+    # The reference is each sample run alone through eager: what packing must equal, whatever
+    # the model's own mask code makes of packed positions (some M-RoPE models cannot see them).
+    first = int(row["cu_seq_lens_q"][1])
+    ids = row["input_ids"]
+    with torch.no_grad():
+        try:
+            reference = torch.cat([eager(input_ids=part, use_cache=False).logits[0].double().cpu()
+                                   for part in (ids[:, :first], ids[:, first:])])
+        except Exception as exc:  # noqa: BLE001 — the model's own code refused the row: say so
+            result.packed_detail = f"{said}: not compared, eager raised {type(exc).__name__}: {str(exc)[:200]}"
+            return
+        candidate = swapped(**row).logits[0].double().cpu()
+    result.packed_tokens = int(row["input_ids"].shape[1])
+    result.packed_max_abs_logits = float((reference - candidate).abs().max())
+
+
 def _model_verdict(result: ModelComparison, active: str, name: str) -> tuple[str, str]:
-    """(verdict, detail): the swap must be active and change no token; logits within tolerance."""
+    """(verdict, detail): the swap must be active and change no token; logits within
+    tolerance, on the padded batch and on the packed row."""
     tol = LOGIT_TOLERANCE.get(result.dtype, 1e-3)
+    packed = result.packed_max_abs_logits
+    if packed is not None and packed > tol:
+        return "FAIL", (f"{result.packed_detail}: logits differ from eager by {packed:.3g} "
+                        f"(> {tol:g} for {result.dtype})")
     if active != name:
         return "FAIL", f"swapped model reports attn_implementation={active!r}, not {name!r}"
     if result.swapped_calls == 0:
@@ -202,4 +302,6 @@ def _model_verdict(result: ModelComparison, active: str, name: str) -> tuple[str
         return "FAIL", "top-1 or greedy generation differs between eager and swapped attention"
     if result.max_abs_logits > tol:
         return "WARN", f"max |Δ logits| above {tol:g} for {result.dtype}"
-    return "PASS", f"same top-1 and greedy tokens; max |Δ logits| ≤ {tol:g}"
+    packed_said = (f"; {result.packed_detail}: max |Δ logits| {packed:.1e}" if packed is not None
+                   else f"; {result.packed_detail}" if result.packed_detail else "")
+    return "PASS", f"same top-1 and greedy tokens; max |Δ logits| ≤ {tol:g}{packed_said}"

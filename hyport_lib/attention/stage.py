@@ -174,7 +174,9 @@ def summarize(result: AttentionStageResult) -> StageSummary:
     verdict = comparison.verdict
     if model is not None and model.verdict == "FAIL":
         verdict = "FAIL"
-    elif model is not None and model.verdict == "WARN" and verdict == "PASS":
+    elif model is not None and model.verdict in ("WARN", "REFUSED") and verdict == "PASS":
+        # REFUSED: the swap says plainly that it cannot serve this model (training keeps
+        # eager attention): a limit to know, not a wrong result.
         verdict = "WARN"
     headline = {
         "cases": comparison.cases,
@@ -191,7 +193,7 @@ def summarize(result: AttentionStageResult) -> StageSummary:
             f"({where_each_ran(comparison.backends)}): {counts.get('FAIL', 0)} FAIL, "
             f"{counts.get('WARN', 0)} WARN")
     if model is not None:
-        line += f"; model {model.verdict}"
+        line += f"; model {model.verdict}" + (f" ({model.detail})" if model.verdict == "REFUSED" else "")
     if result.port_error:
         verdict = "FAIL"
         line += f"; port not made: {result.port_error}"

@@ -33,7 +33,7 @@ import os
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Mapping, Optional
+from typing import Any, Mapping, Optional, Sequence
 
 from hyport_lib.models.families import ModelTraits
 from hyport_lib.models.loading import auto_model_class, traits_of
@@ -115,8 +115,8 @@ def sdpa_refusal(model) -> Optional[str]:
     declared = sorted(c.__name__ for c in classes if getattr(c, "_supports_sdpa", None) is False)
     if not declared:
         return None
-    return (f"{declared[0]} declares _supports_sdpa = False (its attention takes inputs an "
-            f"SDPA-like kernel cannot compute, e.g. sinks or a position bias)")
+    return (f"{declared[0]} declares _supports_sdpa = False (its authors say its attention needs "
+            f"what an SDPA-like kernel does not take: soft-capping, sinks, a bias on the scores)")
 
 
 def shrunk_config(config, keep: int = KEEP_LAYERS) -> tuple[Any, str]:
@@ -172,9 +172,17 @@ def proof_cache_dir() -> Path:
 
 def prove_swap(model_path: str, batch: Mapping, *, backend: str, trust_remote_code: bool = False,
                traits: Optional[ModelTraits] = None, seed: int = 0, use_cache: bool = True,
-               keep_layers: int = KEEP_LAYERS) -> AttentionProof:
+               keep_layers: int = KEEP_LAYERS, samples: Optional[Sequence[Sequence[Mapping]]] = None
+               ) -> AttentionProof:
     """Eager vs hyport's attention (``backend``: ``sdpa`` or ``npu-emulated``) on the
-    shrunk model and ``batch`` (see the module docstring)."""
+    shrunk model and ``batch`` (see the module docstring).
+
+    Args:
+        samples: for a packed ``batch``, each row's samples, each collated alone (in the
+            row's order): eager runs them one by one, so that the reference is "each sample
+            trained alone" whatever the model's mask code makes of packed positions.
+            Without it, eager runs ``batch`` as it is.
+    """
     from transformers import AutoConfig
 
     started = time.perf_counter()
@@ -193,7 +201,7 @@ def prove_swap(model_path: str, batch: Mapping, *, backend: str, trust_remote_co
             found.cached = True
             return found
     traits = traits or traits_of(model_path, trust_remote_code)
-    _run_proof(proof, config, batch, name, traits, trust_remote_code, seed, keep_layers)
+    _run_proof(proof, config, batch, samples, name, traits, trust_remote_code, seed, keep_layers)
     proof.seconds = round(time.perf_counter() - started, 2)
     if use_cache:
         _store(cached, proof)
@@ -209,7 +217,7 @@ def _store(path: Path, proof: AttentionProof) -> None:
         return
 
 
-def _run_proof(proof: AttentionProof, config, batch: Mapping, name: str, traits: ModelTraits,
+def _run_proof(proof: AttentionProof, config, batch: Mapping, samples, name: str, traits: ModelTraits,
                trust_remote_code: bool, seed: int, keep_layers: int) -> None:
     import torch
 
@@ -234,19 +242,20 @@ def _run_proof(proof: AttentionProof, config, batch: Mapping, name: str, traits:
         model.float().eval()  # eval: no dropout, so the two runs draw nothing random
     inputs = _model_batch(batch)
     proof.packed = "cu_seq_lens_q" in inputs or "attention_mask" not in inputs
-    proof.batch = (f"{'packed' if proof.packed else 'padded'} batch "
-                   f"{tuple(inputs['input_ids'].shape)}")
-    eager_out = _forward_backward(eager, inputs)
+    per_sample = [[_model_batch(one) for one in row] for row in samples] if proof.packed and samples else None
+    proof.batch = (f"{'packed' if proof.packed else 'padded'} batch {tuple(inputs['input_ids'].shape)}"
+                   + (f", eager on its {sum(len(r) for r in per_sample)} samples one by one" if per_sample else ""))
+    eager_out = _forward_backward(eager, inputs, per_sample)
     api = REGISTERED[name]
     calls = api.calls
     try:
-        swapped_out = _forward_backward(swapped, inputs)
+        swapped_out = _forward_backward(swapped, inputs, None, lengths=eager_out[3])
     except Exception as exc:  # noqa: BLE001 — any raise of the swapped model is the proof's finding
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         proof.reason = scrub_text(f"the swapped attention raised {type(exc).__name__}: {first}")[:400]
         return
     proof.swapped_calls = api.calls - calls
-    _compare(proof, eager, swapped, eager_out, swapped_out, inputs)
+    _compare(proof, eager_out, swapped_out)
 
 
 def _model_batch(batch: Mapping) -> dict:
@@ -267,27 +276,52 @@ def _model_batch(batch: Mapping) -> dict:
     return inputs
 
 
-def _forward_backward(model, inputs: dict):
+def _forward_backward(model, inputs: dict, per_sample=None, lengths=None):
+    """``(logits of the compared tokens, loss, gradients, tokens compared per row)``.
+
+    The loss is the batch's causal-LM cross-entropy computed here from the logits, the same
+    way for both models (the mean over the label tokens the batch holds), so that a packed
+    row and its samples run one by one give the same number when attention is exact.
+    ``per_sample``: each row's samples run alone, their logits joined as the row holds them.
+    ``lengths``: compare only the first tokens of each row (the packed row's real tokens).
+    """
     import torch
 
     model.zero_grad(set_to_none=True)
+    labels = inputs["labels"]
     with torch.enable_grad():
-        out = model(**inputs)
-        out.loss.backward()
+        if per_sample is None:
+            logits = model(**{k: v for k, v in inputs.items() if k != "labels"}).logits
+            rows = [logits[i, :lengths[i]] if lengths else logits[i] for i in range(logits.shape[0])]
+        else:
+            rows = [torch.cat([model(**{k: v for k, v in one.items() if k != "labels"}).logits[0]
+                               for one in row]) for row in per_sample]
+        loss = _causal_lm_loss(rows, labels)
+        loss.backward()
     grads = {n: p.grad.detach().clone() for n, p in model.named_parameters() if p.grad is not None}
-    return out.logits.detach(), float(out.loss.detach()), grads
+    mask = inputs.get("attention_mask")
+    kept = [row.detach() for row in rows]
+    if per_sample is None and lengths is None and mask is not None and mask.dim() == 2:
+        kept = [row[mask[i].bool()] for i, row in enumerate(kept)]  # padding is never read
+    return kept, float(loss.detach()), grads, [len(row) for row in rows]
 
 
-def _compare(proof: AttentionProof, eager, swapped, eager_out, swapped_out, inputs: dict) -> None:
+def _causal_lm_loss(rows, labels):
+    """Mean next-token cross-entropy over the label tokens of ``rows`` (row i predicts
+    ``labels[i, 1:len]``), as the models compute it."""
     import torch
 
-    logits_e, loss_e, grads_e = eager_out
-    logits_s, loss_s, grads_s = swapped_out
-    mask = inputs.get("attention_mask")
-    if mask is not None and mask.dim() == 2 and mask.shape == logits_e.shape[:2]:
-        real = mask.bool()  # padding positions are never read: compare real tokens
-        logits_e, logits_s = logits_e[real], logits_s[real]
-    proof.max_abs_logits = float((logits_e.double() - logits_s.double()).abs().max())
+    logits = torch.cat([row[:-1] for row in rows]).float()
+    targets = torch.cat([labels[i, 1:len(row)] for i, row in enumerate(rows)])
+    return torch.nn.functional.cross_entropy(logits, targets.to(logits.device), ignore_index=-100)
+
+
+def _compare(proof: AttentionProof, eager_out, swapped_out) -> None:
+    import torch
+
+    logits_e, loss_e, grads_e, _ = eager_out
+    logits_s, loss_s, grads_s, _ = swapped_out
+    proof.max_abs_logits = max(float((e.double() - s.double()).abs().max()) for e, s in zip(logits_e, logits_s))
     proof.loss_eager, proof.loss_swapped = loss_e, loss_s
     proof.grads_only_eager = sorted(set(grads_e) - set(grads_s))[:5]
     proof.grads_only_swapped = sorted(set(grads_s) - set(grads_e))[:5]

@@ -60,11 +60,12 @@ def choose_attention(params: Params, backend_kind: str, model_path: str, loaded:
         if not wanted.startswith("hyport"):
             return AttentionChoice(wanted, api_backend)
     name = wanted if (not params.packing and wanted.startswith("hyport")) else SWAPPED_NAMES[api_backend]
-    batch = first_batch(params, model_path, loaded, records, skip)
+    batch, samples = first_batch(params, model_path, loaded, records, skip)
     # The plan never touches a card: on an NPU host the proof runs hyport's CPU emulation
     # of npu_fusion_attention, the mapping the fused kernel gets.
     proof = prove_swap(model_path, batch, backend="npu-emulated" if api_backend == "npu" else "sdpa",
-                       trust_remote_code=params.trust_remote_code, traits=loaded.traits, seed=params.seed)
+                       trust_remote_code=params.trust_remote_code, traits=loaded.traits, seed=params.seed,
+                       samples=samples)
     if proof.passed:
         return AttentionChoice(name, api_backend, proof, proof.line())
     if params.packing:
@@ -77,11 +78,12 @@ def choose_attention(params: Params, backend_kind: str, model_path: str, loaded:
 
 
 def first_batch(params: Params, model_path: str, loaded: LoadedProcessor, records: Sequence,
-                skip: Sequence[int]) -> dict:
+                skip: Sequence[int]) -> tuple[dict, Optional[list[list[dict]]]]:
     """The first batch of rank 0, as its collator makes it: the records in order (bad ones
     skipped as the workers skip them), encoded as the workers encode them (an M-RoPE
     model's packed rows with the positions the model computes for each sample), cut into
-    rows and collated."""
+    rows and collated. With packing, also each row's samples collated alone (the proof's
+    eager reference: each sample trained by itself); None without."""
     positions = None
     if params.packing:  # as the workers do; get_rope_index reads the config only, so the
         # module tree without weights serves it
@@ -105,4 +107,8 @@ def first_batch(params: Params, model_path: str, loaded: LoadedProcessor, record
         raise ValueError("attention proof: no record encodes into a training row")
     collator = make_collator(encoder.pad_id, params.max_seq_len, params.packing,
                              mrope_text_row=loaded.traits.mrope_text_row)
-    return collator(rows[:wanted_rows])
+    rows = rows[:wanted_rows]
+    if not params.packing:
+        return collator(rows), None
+    alone = make_collator(encoder.pad_id, params.max_seq_len, packing=False)
+    return collator(rows), [[alone([sample]) for sample in row] for row in rows]
