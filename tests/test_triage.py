@@ -2,7 +2,9 @@
 
 The logs under ``tests/data/npu_logs/`` were copied from public issue threads (see its
 ``SOURCES.md``); each row of that file names the catalogue keys its log must produce, so a
-new vendored log that no catalogue entry recognises fails here.
+new vendored log that no catalogue entry recognises fails here. Those under
+``tests/data/hyport_logs/`` are hyport's own output when its attention refuses what a model
+asks (see its ``README.md``), read the same way.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import time
 from datetime import datetime
 from pathlib import Path
@@ -23,6 +26,9 @@ from hyport_lib.triage import (CATALOGUE, Triage, cann_log_dir, find_logs, recog
 from hyport_lib.triage.scan import MAX_LINE_CHARS, is_error_line
 
 LOGS = Path(__file__).parent / "data" / "npu_logs"
+#: hyport's own refusals: not NPU logs and from no issue thread, so kept apart from LOGS
+#: (whose SOURCES.md demands a public source for every file).
+HYPORT_LOGS = Path(__file__).parent / "data" / "hyport_logs"
 
 
 def _sources() -> list[dict]:
@@ -39,6 +45,23 @@ def _sources() -> list[dict]:
 
 
 SOURCES = _sources()
+
+
+def _hyport_rows() -> list[dict]:
+    """The rows of ``hyport_logs/README.md``'s table: file and expected keys."""
+    rows = []
+    for line in (HYPORT_LOGS / "README.md").read_text(encoding="utf-8").splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if line.startswith("|") and cells[0] not in ("File",) and not set(cells[0]) <= {"-"}:
+            rows.append({"file": cells[0], "expects": [k.strip() for k in cells[1].split(",")]})
+    return rows
+
+
+def _source(name: str) -> Path:
+    """A catalogue entry's source log, in whichever of the two folders holds it (one only)."""
+    found = [folder / name for folder in (LOGS, HYPORT_LOGS) if (folder / name).is_file()]
+    assert len(found) == 1, (name, found)
+    return found[0]
 
 
 def _cli(capsys, *argv) -> tuple[int, str, str]:
@@ -96,7 +119,7 @@ def test_every_catalogue_entry_is_built_from_vendored_logs_it_recognises():
     for entry in CATALOGUE:
         assert entry.sources, entry.key
         for name in entry.sources:
-            assert entry.key in {f.key for f in triage([LOGS / name]).findings}, (entry.key, name)
+            assert entry.key in {f.key for f in triage([_source(name)]).findings}, (entry.key, name)
 
 
 def test_a_more_specific_entry_wins_over_a_broader_one():
@@ -320,7 +343,7 @@ def test_a_pattern_is_only_skipped_on_lines_without_its_needle():
 
     assert needle(r"ab?cd") == "cd" and needle(r"x|y") == "" and needle(r"a(?:bbb|c)dd") == "dd"
     assert needle(r"port\[\d+\] fail") == "] fail" and needle(r"\(EI0013\)") == "(EI0013)"
-    lines = [line for path in LOGS.glob("*.log")
+    lines = [line for path in [*LOGS.glob("*.log"), *HYPORT_LOGS.glob("*.log")]
              for line in path.read_text(encoding="utf-8").splitlines()]
     checked = 0
     for entry in CATALOGUE:
@@ -613,3 +636,219 @@ def test_a_byte_budget_bounds_the_reading_and_names_what_was_left(tmp_path):
     assert tail.findings[0].line == 601 and "only its last" in tail.notes[0]
     with pytest.raises(ValueError, match="max_bytes=0"):
         triage([own], max_bytes=0)
+
+
+# --------------------------------------------------------------------------- hyport's own refusals
+REFUSED = "hyport_attention_refused"
+REFUSED_TITLE = "hyport attention refused an argument or feature"
+#: Rank 0's traceback as hyport's attention ends it (the format of the real run in
+#: hyport_logs/, with a position bias instead of Gemma 2's soft-cap), behind torchrun's
+#: ``--tee`` prefix as ``hyport train`` starts it.
+RANK0_REFUSAL = [
+    "[default0]:[rank0]: Traceback (most recent call last):",
+    '[default0]:[rank0]:   File "/opt/hyport/hyport_lib/npu_attention/hf_integration.py", line 183, '
+    "in attention_forward",
+    "[default0]:[rank0]:     check_attention_arguments(module, kwargs)",
+    '[default0]:[rank0]:   File "/opt/hyport/hyport_lib/npu_attention/hf_integration.py", line 159, '
+    "in check_attention_arguments",
+    "[default0]:[rank0]:     raise UnsupportedAttentionArgument(",
+    "[default0]:[rank0]: hyport_lib.npu_attention.hf_integration.UnsupportedAttentionArgument: hyport "
+    "attention: T5Attention (layer 0) passed position_bias=<tensor (1, 4, 9, 9) float32>, a position "
+    "bias added to the scores, which hyport's attention does not compute with; it is refused rather "
+    "than dropped (that would compute a different attention): use attn_implementation='eager' for "
+    "this model",
+]
+#: torchrun's ChildFailedError summary naming rank 0, its traceback from the error file
+#: indented by two spaces (the real run's layout).
+ROOT_CAUSE = [
+    "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: ",
+    "============================================================",
+    "Root Cause (first observed failure):",
+    "[0]:",
+    "  rank      : 0 (local_rank: 0)",
+    "  exitcode  : 1 (pid: 9760) ",
+    "  error_file: /tmp/torchelastic_x/none_ab12/attempt_0/0/error.json",
+    "  traceback : Traceback (most recent call last):",
+    "    File \"/opt/hyport/hyport_lib/npu_attention/hf_integration.py\", line 159, in check_attention_arguments",
+    "      raise UnsupportedAttentionArgument(",
+    "  " + RANK0_REFUSAL[-1].split("[rank0]: ", 1)[1],
+    "============================================================",
+]
+#: Rank 1 waiting for rank 0 in its next all-reduce: the real watchdog lines of
+#: npu_logs/hccl_exec_timeout.vllm-ascend-382.log (rank 1 there too), behind the tee prefix.
+RANK1_HCCL_TIMEOUT = ["[default1]:" + line for line in
+                      (LOGS / "hccl_exec_timeout.vllm-ascend-382.log").read_text(encoding="utf-8")
+                      .splitlines()[:4]]
+#: The same wait on gloo (a CPU or mixed group): gloo's own timeout message.
+RANK1_GLOO_TIMEOUT = [
+    "[default0]:[rank1]: Traceback (most recent call last):",
+    '[default0]:[rank1]:   File "/opt/hyport/hyport_lib/train/worker.py", line 301, in main',
+    "[default0]:[rank1]: RuntimeError: [../third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:81] "
+    "Timed out waiting 1800000ms for recv operation to complete",
+]
+
+
+def _write(path: Path, lines: list[str]) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+def test_a_rank_stopped_by_hyports_refusal_is_named_before_the_timeouts_it_caused(tmp_path, capsys):
+    """Issue 28 item 7: rank 0 refused an attention argument, rank 1 then timed out; the
+    diagnosis names hyport's refusal, with the argument, as the cause."""
+    combined = _write(tmp_path / "one" / "torchrun.log",
+                      ["[default0]:rank 0: step 1", "[default1]:rank 1: step 1", *RANK0_REFUSAL,
+                       *RANK1_HCCL_TIMEOUT, *ROOT_CAUSE])
+    result = triage([combined])
+    assert [f.key for f in result.findings] == [REFUSED, "hccl_exec_timeout"]
+    cause = result.findings[0]
+    refusal_line = 2 + len(RANK0_REFUSAL)  # the exception line, not the traceback's source line
+    assert cause.title == REFUSED_TITLE and not cause.consequence and cause.line == refusal_line
+    assert "UnsupportedAttentionArgument" in cause.text and "passed position_bias=<tensor" in cause.text
+    assert cause.occurrences == 2  # rank 0's line and torchrun's summary of it
+    assert result.summary_line() == f"{REFUSED_TITLE} (torchrun.log:{refusal_line}); 1 more finding"
+    # The cause explains every other error line of the file: nothing is left "not recognised".
+    assert result.unrecognised == []
+    code, text, _ = _cli(capsys, combined)
+    assert code == 1 and f"FAILURE: {REFUSED_TITLE}  [{REFUSED}]" in text
+    assert "passed position_bias=" in text and "packing=false" in text
+    assert "attn_implementation='eager'" in text and "hyport attention --model-path <model>" in text
+
+    # Two nodes, each with its own torchrun log; node-a (rank 1, read first) timed out.
+    nodes = tmp_path / "nodes"
+    _write(nodes / "node-a" / "torchrun.log", RANK1_HCCL_TIMEOUT)
+    _write(nodes / "node-b" / "torchrun.log", RANK0_REFUSAL)
+    result = triage([nodes])
+    assert result.files_read[0].startswith("node-a/")
+    assert [f.key for f in result.findings] == [REFUSED, "hccl_exec_timeout"]
+    assert result.summary_line().startswith(f"{REFUSED_TITLE} (node-b/torchrun.log:{len(RANK0_REFUSAL)})")
+    # On gloo the wait ends in gloo's own message, which no entry knows: still the refusal
+    # is the diagnosis, and the gloo line is listed as not recognised, not hidden.
+    _write(nodes / "node-a" / "torchrun.log", RANK1_GLOO_TIMEOUT)
+    result = triage([nodes])
+    assert [f.key for f in result.findings] == [REFUSED]
+    assert result.summary_line() == f"{REFUSED_TITLE} (node-b/torchrun.log:{len(RANK0_REFUSAL)})"
+    assert [u.file for u in result.unrecognised] == ["node-a/torchrun.log"]
+    assert "Timed out waiting 1800000ms" in result.unrecognised[0].lines[-1][1]
+
+
+@pytest.mark.parametrize("line", [
+    # hyport's attention before UnsupportedAttentionArgument, as issue 28 quotes it
+    "hyport_lib.npu_attention.flash_api.FlashAttnUnsupported: hyport attention: softcap is not "
+    "supported; use eager",
+    # the flash-attn drop-in (remote code), behind torchrun's prefixes
+    "[default1]:[rank1]: hyport_lib.npu_attention.flash_api.FlashAttnUnsupported: "
+    "flash_attn_func(alibi_slopes='<tensor>') is not supported by hyport's flash-attn drop-in",
+    # torchrun's error.json, which quotes the class by its bare name
+    '{"message": {"message": "UnsupportedAttentionArgument: hyport attention: GptOssAttention (layer 0) '
+    'passed s_aux=<tensor (8,) bfloat16>, attention sinks", "extraInfo": {"timestamp": "1764716436"}}}',
+    # the message under another exception (a wrapper re-raising it), with the backend named
+    "RuntimeError: hyport attention (npu): the float attention mask carries a bias (values other than "
+    "0 and -inf); NPU fusion attention takes only a boolean mask",
+    "NotImplementedError: hyport attention: attention sinks (s_aux) are not supported",
+], ids=["flash-api-softcap", "drop-in-rank-prefix", "error-json", "wrapped-npu", "not-implemented"])
+def test_each_form_of_hyports_refusal_is_recognised(line):
+    assert recognise(line) is not None and recognise(line).key == REFUSED
+
+
+@pytest.mark.parametrize("line", [
+    "INFO hyport attention: 28 layers use hyport_npu_fused",
+    "[2026-12-01 10:00:00] registered hyport attention as 'hyport_npu_fused' (backend npu)",
+    "$ hyport attention --model-path /models/gemma-2-2b --device npu",
+    "hyport: attention check passed (max abs diff 1.2e-3 vs eager)",
+    "ERROR hyport train: --packing must be true or false",
+    # a traceback's source line quotes the message but is not the failure; nor an import
+    '    raise FlashAttnUnsupported("hyport attention: softcap is not supported; use eager")',
+    "from hyport_lib.npu_attention.flash_api import FlashAttnAPI, FlashAttnUnsupported",
+    "    except FlashAttnUnsupported:",
+    # malformed q/k/v: a bug to read, not a refusal of a feature
+    "ValueError: hyport attention: 32 query heads are not a multiple of 6 key/value heads",
+], ids=["info", "registered", "command", "check", "other-error", "source-line", "import", "except",
+        "value-error"])
+def test_other_lines_that_mention_hyport_are_not_a_refusal(line):
+    found = recognise(line)
+    assert found is None, (found.key, line)
+
+
+def test_a_refusals_traceback_points_at_its_exception_line_and_a_value_error_stays_unknown(tmp_path):
+    log = _write(tmp_path / "stderr.log", [
+        "Traceback (most recent call last):",
+        '  File "/opt/hyport/hyport_lib/npu_attention/hf_integration.py", line 117, in attention_forward',
+        '    raise FlashAttnUnsupported("hyport attention: softcap is not supported; use eager")',
+        "hyport_lib.npu_attention.flash_api.FlashAttnUnsupported: hyport attention: softcap is not "
+        "supported; use eager"])
+    finding = triage([log]).findings[0]
+    assert (finding.key, finding.line, finding.occurrences) == (REFUSED, 4, 1)
+    _write(log, ["Traceback (most recent call last):",
+                 "ValueError: hyport attention: 32 query heads are not a multiple of 6 key/value heads"])
+    result = triage([log])
+    assert result.findings == [] and [n for n, _ in result.unrecognised[0].lines] == [1, 2]
+
+
+@pytest.mark.parametrize("row", _hyport_rows(), ids=lambda r: r["file"])
+def test_hyports_own_logs_give_their_finding_and_nothing_unrecognised(row, capsys):
+    path = HYPORT_LOGS / row["file"]
+    code, data = _json(capsys, path)
+    assert [f["key"] for f in data["findings"]] == row["expects"] and data["unrecognised"] == []
+    assert code == 1
+    lines = path.read_text(encoding="utf-8").splitlines()
+    for finding in data["findings"]:
+        assert lines[finding["line"] - 1].startswith(finding["text"].rstrip("…"))
+        assert row["file"] in finding["sources"]
+
+
+def test_every_hyport_log_has_a_readme_row_and_is_a_catalogue_source():
+    listed = {row["file"] for row in _hyport_rows()}
+    assert listed == {p.name for p in HYPORT_LOGS.glob("*.log")} and listed
+    sources = {name for entry in CATALOGUE for name in entry.sources}
+    assert listed <= sources
+    # The torchrun run holds both ranks' tracebacks and torchrun's summary of each.
+    finding = triage([HYPORT_LOGS / "unsupported_attention_argument.gemma2-torchrun.log"]).findings[0]
+    assert finding.occurrences == 4 and "passed softcap=50.0" in finding.text
+
+
+def test_a_secret_a_refusal_quotes_is_redacted_and_the_argument_still_named(tmp_path, capsys, monkeypatch):
+    # The refusal quotes short values of what it refuses: a token passed down as a keyword.
+    token = "hf_AbCdEfGhIjKlMnOpQrStUv"
+    for name in [k for k in os.environ if "TOKEN" in k.upper()]:
+        monkeypatch.delenv(name)
+    log = _write(tmp_path / "stderr.log", [
+        "[default0]:[rank0]: hyport_lib.npu_attention.hf_integration.UnsupportedAttentionArgument: "
+        f"hyport attention: LlamaAttention (layer 0) passed hf_token='{token}', an argument which "
+        "hyport's attention does not compute with"])
+    result = triage([log])
+    assert result.findings[0].key == REFUSED
+    shown = json.dumps(result.to_dict()) + "\n".join(triage_markdown(result)) + _cli(capsys, log)[1]
+    assert token not in shown and "passed hf_token='[redacted]'" in shown
+
+
+def test_the_refusal_patterns_stay_linear_on_hostile_lines():
+    # A long line built to make a backtracking pattern try every start again must still be
+    # read at scanning speed (a quadratic pattern takes minutes on 128 KiB).
+    from hyport_lib.triage.catalogue import BY_KEY
+
+    size = 128 * 1024
+    hostile = ["a" * size + ": hyport attention",
+               (": hyport attention (" + "b" * 33) * (size // 54),
+               ("x: hyport attention! ") * (size // 21),
+               "UnsupportedAttentionArgument" * (size // 28),
+               "FlashAttnUnsupported:" * (size // 21),
+               "ValueError: hyport attention: " * (size // 30)]
+    if not hasattr(signal, "setitimer"):
+        pytest.skip("no interval timer on this platform")
+
+    def too_slow(*_):
+        # re checks for signals while it matches, so a runaway pattern fails here
+        # instead of hanging the suite.
+        raise AssertionError("the refusal patterns took more than 2 s on 6 lines of 128 KiB")
+
+    previous = signal.signal(signal.SIGALRM, too_slow)
+    signal.setitimer(signal.ITIMER_REAL, 2.0)
+    try:
+        for line in hostile:
+            assert recognise(line) is None, line[:60]
+            assert not any(rx.search(line) for _, rx in BY_KEY[REFUSED].compiled)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)

@@ -1,9 +1,15 @@
 """The failures hyport recognises in NPU job logs: what each looks like, means and needs.
 
-Each :class:`KnownFailure` was written from real logs that users pasted into public issue
-threads of torch_npu, vLLM Ascend and LLaMA-Factory; the excerpts are vendored in
-``tests/data/npu_logs/`` and listed in its ``SOURCES.md``, and an entry's ``sources`` name
-them (the suite checks that every vendored log is recognised as its row says).
+Each :class:`KnownFailure` of an NPU failure was written from real logs that users pasted
+into public issue threads of torch_npu, vLLM Ascend and LLaMA-Factory; the excerpts are
+vendored in ``tests/data/npu_logs/`` and listed in its ``SOURCES.md``, and an entry's
+``sources`` name them (the suite checks that every vendored log is recognised as its row
+says).
+
+One entry, ``hyport_attention_refused``, is hyport's own: the exception its swapped-in
+attention raises when a model asks for what it cannot compute exactly. It was written
+from hyport's code and from logs of hyport's own runs (``tests/data/hyport_logs/``, with
+how each was made).
 
 A log line is tried against the entries in :data:`CATALOGUE` order and belongs to the first
 that matches, so an entry that names a specific failure comes before a broader one that
@@ -36,7 +42,8 @@ class KnownFailure:
         patterns: regular expressions; a line that matches any of them is this failure.
         meaning: what happened, in plain words.
         action: what to do, concretely (variables, flags, commands).
-        sources: the vendored real logs (``tests/data/npu_logs/``) the entry was built from.
+        sources: the vendored real logs (``tests/data/npu_logs/``) the entry was built from;
+            for hyport's own refusals, logs of hyport's own runs (``tests/data/hyport_logs/``).
         severity: :data:`ERROR` (it ends a job) or :data:`WARNING`.
         consequence: this failure usually follows another one (a rank that waits in a
             collective times out because a peer died first); a triage lists it after the
@@ -122,6 +129,48 @@ def needle(pattern: str) -> str:
 
 
 CATALOGUE: tuple[KnownFailure, ...] = (
+    # First: a line that names hyport's own refusal is that refusal, whatever else it
+    # quotes, and it is a cause; the HCCL or gloo timeouts of the ranks that waited for the
+    # refusing one are its consequences (listed after it, see ``consequence``).
+    KnownFailure(
+        key="hyport_attention_refused",
+        title="hyport attention refused an argument or feature",
+        patterns=(
+            # The exception's class, as a traceback's last line prints it (qualified:
+            # ``hyport_lib.npu_attention.hf_integration.UnsupportedAttentionArgument: ...``,
+            # also behind torchrun's ``[default0]:[rank0]:`` and indented in its
+            # ChildFailedError summary) and as torchrun's error.json quotes it (the bare
+            # class name). ``: `` after the name: a traceback's source line
+            # (``raise FlashAttnUnsupported(``) or an import is not the failure.
+            r"\bUnsupportedAttentionArgument: ",
+            r"\bFlashAttnUnsupported: ",
+            # hyport's attention messages under any other exception (a wrapper re-raising
+            # it): "<Name>: hyport attention: ..." or "... (npu): ...". Not a ValueError:
+            # hyport raises those for malformed q/k/v (a head count that does not divide),
+            # a bug to read, not a refusal; nor an INFO line or a quoted source line, which
+            # have no "<Name>: " right before the prefix. [\w-]{1,32}: a bounded backend name.
+            r"\b(?!ValueError\b)\w+: hyport attention(?: \([\w-]{1,32}\))?: ",
+        ),
+        meaning=("The rank stopped in hyport's own attention, not on the NPU: the model asked "
+                 "the attention hyport swapped in (the attn_implementation it registers, which "
+                 "packed training always uses, or its flash-attn drop-in for remote code) for an "
+                 "argument or feature it cannot compute exactly: a logit soft-cap (Gemma 2), "
+                 "attention sinks (s_aux, sinks), ALiBi slopes, a position bias, a float mask "
+                 "carrying a bias on the NPU, a paged KV cache, the softmax itself. Dropping it "
+                 "would train (or run) a different model than the one asked for, so hyport "
+                 "raised UnsupportedAttentionArgument / FlashAttnUnsupported and the rank "
+                 "stopped. The line names the argument or feature and the module. Other ranks "
+                 "then wait in their next collective until it times out: an HCCL or gloo "
+                 "timeout after this line is its consequence."),
+        action=("Run this model on transformers' own attention: for training, `packing=false` "
+                "(packing needs hyport's attention) with `attn_implementation='eager'` "
+                "(`hyport train --packing false --attn-implementation eager ...`); for inference, "
+                "`attn_implementation='eager'`. To see beforehand which argument or feature of "
+                "which layer hyport's attention refuses, check the model with "
+                "`hyport attention --model-path <model>` (stage 02)."),
+        sources=("unsupported_attention_argument.gemma2-torchrun.log",
+                 "flash_attn_unsupported.dropin-softcap.log"),
+    ),
     KnownFailure(
         key="hccl_port_in_use",
         title="HCCL port already in use",
