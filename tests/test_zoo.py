@@ -12,7 +12,7 @@ import math
 
 import pytest
 
-from hyport_lib.models.loading import without_video
+from hyport_lib.models.loading import has_torchvision, without_video
 from zoo import ZOO_NAMES, build_zoo, load_processor, sample_image, zoo_entry
 
 PROMPT = "What is this?"
@@ -39,6 +39,45 @@ def _processor(entry, folder):
         tokenizer=tokenizer, chat_template=tokenizer.chat_template, **kwargs)
 
 
+def _inputs_without_the_processor(entry, folder, image):
+    """A family whose processor class needs torchvision (Pixtral), on a stack without it:
+    ``AutoProcessor`` refuses, as it does for the real checkpoint. The tokenizer (with the
+    chat template) and the image processor load on their own, and give the inputs the
+    processor would: each image place-holder becomes the picture's patch rows, each row
+    of image tokens closed by the break token and the last by the end token.
+
+    Returns:
+        ``(tokenizer, inputs with the image, text-only inputs)``.
+    """
+    from transformers import AutoImageProcessor, AutoProcessor, AutoTokenizer
+
+    with pytest.raises(ImportError, match=f"{entry.processor_class} requires the Torchvision library"):
+        AutoProcessor.from_pretrained(folder, local_files_only=True)
+    config = json.loads((folder / "processor_config.json").read_text(encoding="utf-8"))
+    assert config["processor_class"] == entry.processor_class
+    tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True)
+    image_processor = AutoImageProcessor.from_pretrained(folder, local_files_only=True)
+
+    def render(messages, **kwargs):
+        return tokenizer.apply_chat_template(messages, tokenize=False, **kwargs)
+
+    messages = _conversation(image)
+    _assert_prefixes(render, messages)
+    prompt = render(messages[1:2], add_generation_prompt=True)
+    assert PROMPT in prompt and prompt.count(config["image_token"]) == 1
+    pixels = image_processor(images=[image], return_tensors="pt")
+    height, width = pixels["image_sizes"][0].tolist()
+    patch = config["patch_size"]
+    rows = [config["image_token"] * (width // patch) + config["image_break_token"]] * (height // patch)
+    expanded = "".join(rows)[:-len(config["image_break_token"])] + config["image_end_token"]
+    inputs = tokenizer([prompt.replace(config["image_token"], expanded)], add_special_tokens=False,
+                       return_tensors="pt")
+    text_inputs = tokenizer.apply_chat_template([{"role": "user", "content": "Hello there"}],
+                                                add_generation_prompt=True, return_dict=True,
+                                                return_tensors="pt")
+    return tokenizer, {**inputs, **pixels}, text_inputs
+
+
 def _conversation(image):
     return [
         {"role": "system", "content": "You are a helpful assistant."},
@@ -60,12 +99,17 @@ def _assert_prefixes(render, messages):
             assert full.startswith(prompt), (k, prompt, full)
 
 
-def _train_step(model, inputs):
+def _train_step(model, inputs, ignore_ids=()):
+    """One step with the ids as labels; ``ignore_ids`` are masked out of the labels
+    (Mllama's <|image|> lies outside the output vocabulary)."""
     import torch
 
     model.train()
     batch = {k: v for k, v in inputs.items() if k != "labels"}
-    out = model(**batch, labels=batch["input_ids"])
+    labels = batch["input_ids"].clone()
+    for token_id in ignore_ids:
+        labels[labels == token_id] = -100
+    out = model(**batch, labels=labels)
     assert torch.isfinite(out.loss), out.loss
     out.loss.backward()
     params = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
@@ -89,7 +133,7 @@ def _generate(model, inputs):
 
 
 def test_names_and_entries():
-    assert len(ZOO_NAMES) == 14 and len(set(ZOO_NAMES)) == 14
+    assert len(ZOO_NAMES) == 19 and len(set(ZOO_NAMES)) == 19
     for name in ZOO_NAMES:
         entry = zoo_entry(name)
         assert entry.name == name and entry.architecture and entry.notes
@@ -145,46 +189,62 @@ def test_checkpoint_works_with_plain_transformers(zoo, name):
         _train_step(model, inputs)
         return
 
-    processor = _processor(entry, folder)
-    assert type(processor).__name__ == entry.processor_class
-    assert getattr(processor, "video_processor", None) is None
-    tokenizer = processor.tokenizer
     model = AutoModelForImageTextToText.from_pretrained(folder, local_files_only=True).eval()
     assert type(model).__name__ == entry.architecture
-    assert model.get_input_embeddings().num_embeddings == len(tokenizer)
     image_token_id = getattr(model.config, "image_token_id", None)
     if image_token_id is None:
         image_token_id = model.config.image_token_index
     image = sample_image()
 
-    if name == "paligemma":
-        assert not processor.chat_template and not tokenizer.chat_template
-        inputs = processor(images=[image], text=[PALIGEMMA_PREFIX], return_tensors="pt")
-        text_inputs = tokenizer([f"{tokenizer.bos_token}{PALIGEMMA_PREFIX}\n"], return_tensors="pt")
+    if entry.torchvision_processor and not has_torchvision():
+        tokenizer, inputs, text_inputs = _inputs_without_the_processor(entry, folder, image)
     else:
-        messages = _conversation(image)
-        _assert_prefixes(lambda m, **kw: processor.apply_chat_template(m, tokenize=False, **kw), messages)
-        question = messages[1:2]
-        prompt = processor.apply_chat_template(question, add_generation_prompt=True, tokenize=False)
-        assert PROMPT in prompt
-        inputs = processor.apply_chat_template(question, add_generation_prompt=True, tokenize=True,
-                                               return_dict=True, return_tensors="pt")
-        # The same ids from the rendered text through the processor's __call__ (the
-        # template already wrote bos where the family has one).
-        again = processor(images=[image], text=[prompt], return_tensors="pt", add_special_tokens=False)
-        assert again["input_ids"].tolist() == inputs["input_ids"].tolist()
-        text_only = [{"role": "user", "content": "Hello there"}]
-        text_inputs = processor.apply_chat_template(text_only, add_generation_prompt=True, tokenize=True,
-                                                    return_dict=True, return_tensors="pt")
-        assert image_token_id not in text_inputs["input_ids"][0].tolist()
+        processor = _processor(entry, folder)
+        assert type(processor).__name__ == entry.processor_class
+        assert getattr(processor, "video_processor", None) is None
+        tokenizer = processor.tokenizer
+        if name == "paligemma":
+            assert not processor.chat_template and not tokenizer.chat_template
+            inputs = processor(images=[image], text=[PALIGEMMA_PREFIX], return_tensors="pt")
+            text_inputs = tokenizer([f"{tokenizer.bos_token}{PALIGEMMA_PREFIX}\n"], return_tensors="pt")
+        else:
+            messages = _conversation(image)
+            _assert_prefixes(lambda m, **kw: processor.apply_chat_template(m, tokenize=False, **kw), messages)
+            question = messages[1:2]
+            prompt = processor.apply_chat_template(question, add_generation_prompt=True, tokenize=False)
+            assert PROMPT in prompt
+            inputs = processor.apply_chat_template(question, add_generation_prompt=True, tokenize=True,
+                                                   return_dict=True, return_tensors="pt")
+            # The same ids from the rendered text through the processor's __call__ (the
+            # template already wrote bos where the family has one).
+            again = processor(images=[image], text=[prompt], return_tensors="pt", add_special_tokens=False)
+            assert again["input_ids"].tolist() == inputs["input_ids"].tolist()
+            text_only = [{"role": "user", "content": "Hello there"}]
+            text_inputs = processor.apply_chat_template(text_only, add_generation_prompt=True, tokenize=True,
+                                                        return_dict=True, return_tensors="pt")
+    assert image_token_id not in text_inputs["input_ids"][0].tolist()
 
     n_image_tokens = int((inputs["input_ids"] == image_token_id).sum())
-    assert 4 <= n_image_tokens <= 64, n_image_tokens
+    if name == "mllama":
+        # Cross-attention: one <|image|> marks the picture, whose states stay out of the
+        # sequence; it is the last id, one past the language model's output rows, and the
+        # text embeddings have 8 rows more (Llama-3.2-Vision: 128264 for 128257 tokens).
+        vocab = model.config.text_config.vocab_size
+        assert image_token_id == vocab == len(tokenizer) - 1
+        assert model.get_input_embeddings().num_embeddings == vocab + 8
+        assert n_image_tokens == 1
+        batch, length = inputs["input_ids"].shape
+        tiles = model.config.vision_config.max_num_tiles
+        assert tuple(inputs["cross_attention_mask"].shape) == (batch, length, 1, tiles)
+        assert inputs["aspect_ratio_mask"].tolist() == [[[1] + [0] * (tiles - 1)]]  # one real tile
+    else:
+        assert model.get_input_embeddings().num_embeddings == len(tokenizer)
+        assert 4 <= n_image_tokens <= 64, n_image_tokens
     assert inputs["input_ids"].shape[1] < 128
     assert "pixel_values" in inputs
     _generate(model, inputs)
     _generate(model, text_inputs)
-    loss, grads = _train_step(model, inputs)
+    loss, grads = _train_step(model, inputs, ignore_ids=[image_token_id] if name == "mllama" else [])
     assert math.isfinite(loss)
     vision = [n for n, _ in grads if any(k in n for k in ("visual", "vision", "multi_modal_projector",
                                                            "connector", "mlp1"))]
@@ -196,6 +256,11 @@ def test_load_processor_falls_back_without_video(zoo):
 
     for name in ZOO_NAMES:
         entry = zoo_entry(name)
+        if entry.torchvision_processor and not has_torchvision():
+            # No processor class to fall back to (Pixtral): the import error, as for the real checkpoint.
+            with pytest.raises(ImportError, match="requires the Torchvision library"):
+                load_processor(zoo[name])
+            continue
         processor = load_processor(zoo[name])
         if not entry.multimodal:
             assert processor.chat_template and processor.eos_token

@@ -26,6 +26,15 @@ the video processor: the files are those of the real processor minus
 ``video_preprocessor_config.json``. ``AutoProcessor.from_pretrained`` on them fails
 exactly as it does for the real checkpoints on this stack; :func:`load_processor`
 falls back to the video-less processor.
+
+Pixtral goes further: ``transformers.models.pixtral.processing_pixtral`` imports
+``image_processing_pixtral``, which imports ``torchvision.transforms.v2``, so without
+torchvision ``transformers.PixtralProcessor`` is a placeholder that raises ImportError
+when used and no subclass of it can be made. Its folder is written file by file as
+mistral-community/pixtral-12b ships it (``processor_config.json`` with the processor's
+own keys, ``preprocessor_config.json`` for ``PixtralImageProcessor``, tokenizer files
+and the chat template); ``AutoProcessor.from_pretrained`` raises there, as it does for
+the real checkpoint, and so does :func:`load_processor`.
 """
 
 from __future__ import annotations
@@ -38,7 +47,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable, Optional
 
-from hyport_lib.models.loading import without_video
+from hyport_lib.models.loading import has_torchvision, without_video
 from hyport_lib.models.tiny_tokenizer import train_byte_bpe
 
 try:  # imported as ``tests.zoo`` or, with tests/ on sys.path, as ``zoo``
@@ -77,6 +86,10 @@ class ZooEntry:
         video_processor: the real processor also takes a video processor (which needs
             torchvision, so the zoo saves the folder without it).
         chat_template: whether the folder carries a chat template (PaliGemma: no).
+        torchvision_processor: the processor class itself needs torchvision (Pixtral:
+            transformers' processing module imports the torchvision image processor), so
+            without it there is no processor to build or load; the folder then holds
+            the files the real checkpoint ships, written by hand.
     """
 
     name: str
@@ -89,6 +102,7 @@ class ZooEntry:
     processor_class: Optional[str] = None
     video_processor: bool = False
     chat_template: bool = True
+    torchvision_processor: bool = False
 
 
 _VLM = "AutoModelForImageTextToText"
@@ -164,6 +178,53 @@ _ENTRIES = (
              "HunYuan MoE v1 (Hunyuan-A13B): 4 experts top-2 plus a shared MLP; "
              "<|startoftext|> ... <|extra_0|> chat format, eos <|eos|>.",
              "hunyuan_v1_moe", _LM),
+    ZooEntry("gemma2", "Gemma2ForCausalLM", False, False,
+             "Gemma 2: attention logits soft-capped at 50 (transformers hands softcap=50.0 to "
+             "the attention function) and final logits at 30; alternating sliding (window 8, "
+             "shrunk from 4096 so that a 30-token prompt already exceeds it) and global "
+             "layers; query_pre_attn_scalar = head_dim 16; GQA 4/2; tied embeddings; "
+             "gemma-2-it turns with role 'model', and the template raises on a system "
+             "message as the real one does.",
+             "gemma2", _LM),
+    ZooEntry("gpt_oss", "GptOssForCausalLM", False, False,
+             "gpt-oss: learned per-head attention sinks (transformers hands s_aux=sinks to "
+             "the attention function: an extra logit column in the softmax), alternating "
+             "sliding (window 8, shrunk from 128) and full layers, biased q/k/v/o, GQA 4/2, "
+             "YaRN RoPE (factor 32 over 64 positions); MoE with 4 experts top-2 (clamped "
+             "SwiGLU). Harmony chat format cut to its plain-chat core (the real template is "
+             "16 kB): no 'Current date:' line, and every answer closed by <|return|> where "
+             "the real one closes earlier answers with <|end|> (not prefix-stable).",
+             "gpt_oss", _LM),
+    ZooEntry("deepseek_v3", "DeepseekV3ForCausalLM", False, False,
+             "DeepSeek-V3: multi-head latent attention (q_lora_rank 32, kv_lora_rank 16) with "
+             "query/key head dim 24 (16 no-rope + 8 interleaved-rope) but value head dim 16, "
+             "so q/k and v have different head dims; YaRN RoPE with mscale_all_dim 1 (the "
+             "softmax scale is 24**-0.5 times mscale**2, not 24**-0.5); layer 0 dense "
+             "(first_k_dense_replace=1), layer 1 MoE with 4 routed experts in 2 groups, top-2, "
+             "plus a shared expert; <｜User｜>/<｜Assistant｜> chat format.",
+             "deepseek_v3", _LM),
+    ZooEntry("mllama", "MllamaForConditionalGeneration", True, False,
+             "Llama 3.2 Vision: the image is not in the token sequence (one <|image|> token "
+             "marks it): text layer 1 of 3 cross-attends to the vision states, masked by the "
+             "processor's cross_attention_mask (batch, text, images, tiles) and the gated "
+             "tanh; vision tower of 32 px tiles, 8 px patches, at most 2 tiles (aspect ratios "
+             "1x1, 1x2, 2x1; a square picture is one tile plus one masked padding tile), a "
+             "1-layer gated global encoder and intermediate layer 0 concatenated; <|image|> "
+             "is the last token id, one past the language model's vocabulary (the text "
+             "embeddings have vocab + 8 rows, as the real model); Llama-3.2-Vision header "
+             "turns, without the real template's look-ahead system block.",
+             "mllama", _VLM, "MllamaProcessor"),
+    ZooEntry("pixtral", "LlavaForConditionalGeneration", True, False,
+             "Pixtral (mistral-community/pixtral-12b layout): LLaVA with a Pixtral vision "
+             "tower (8 px patches, 2-D RoPE, native aspect ratio up to 48 px, several images "
+             "in one sequence kept apart by a block-diagonal attention mask) and a Mistral "
+             "text model; a picture becomes rows of [IMG] closed by [IMG_BREAK], the last by "
+             "[IMG_END]. transformers' PixtralProcessor needs torchvision (its module imports "
+             "the torchvision image processor): without it the folder's processor files are "
+             "written by hand as the checkpoint ships them (processor_config.json, "
+             "preprocessor_config.json, tokenizer, chat template). Mistral [INST] turns, with "
+             "the system prompt in the first user turn where the real one puts it in the last.",
+             "llava", _VLM, "PixtralProcessor", torchvision_processor=True),
 )
 
 ZOO_NAMES: tuple[str, ...] = tuple(entry.name for entry in _ENTRIES)
@@ -261,6 +322,7 @@ def _build_tokenizer(
     unk: Optional[str] = None,
     named: Optional[dict[str, str]] = None,
     plain_added: Iterable[str] = (),
+    special_last: Iterable[str] = (),
     chat_template: Optional[str] = None,
     add_bos: bool = False,
     vocab_size: int = 1024,
@@ -274,6 +336,9 @@ def _build_tokenizer(
             (``tokenizer.image_token`` / ``tokenizer.image_token_id`` ...), saved in
             ``tokenizer_config.json`` as the family's real tokenizers do.
         plain_added: ordinary added tokens (kept when decoding), e.g. ``<think>``.
+        special_last: special tokens appended after the trained vocabulary, so they get
+            the last ids (Llama-3.2-Vision's ``<|image|>`` is id ``vocab_size``, one past
+            the language model's output rows).
         add_bos: prepend bos on every encode, as Llama-3 and Gemma tokenizers do.
     """
     from tokenizers import processors
@@ -286,6 +351,8 @@ def _build_tokenizer(
     backend = _train_bpe(ordered, vocab_size)
     if plain_added:
         backend.add_tokens(list(plain_added))
+    if special_last:
+        backend.add_special_tokens(list(special_last))
     if add_bos:
         backend.post_processor = processors.TemplateProcessing(
             single=f"{bos} $A", pair=f"{bos} $A {bos} $B",
@@ -302,7 +369,7 @@ def _build_tokenizer(
     )
     if unk:
         kwargs["unk_token"] = unk
-    extra = [t for t in special if t not in (bos, eos, pad, unk)]
+    extra = [t for t in [*special, *special_last] if t not in (bos, eos, pad, unk)]
     if extra:
         kwargs["extra_special_tokens"] = extra
     if named:
@@ -331,7 +398,12 @@ def load_processor(folder: os.PathLike, **kwargs):
     """The folder's processor: ``AutoProcessor.from_pretrained`` where it loads,
     else (a family whose processor wants a torchvision video processor) the
     family's processor class without one, from ``AutoImageProcessor`` +
-    ``AutoTokenizer`` files. Text-only folders give their tokenizer."""
+    ``AutoTokenizer`` files. Text-only folders give their tokenizer.
+
+    Raises:
+        ImportError: a family whose processor class itself needs torchvision
+            (``torchvision_processor``: Pixtral) on a stack without it.
+    """
     import transformers
     from transformers import AutoProcessor, AutoTokenizer
 
@@ -345,6 +417,8 @@ def load_processor(folder: os.PathLike, **kwargs):
     try:
         return AutoProcessor.from_pretrained(folder, **kwargs)
     except Exception:  # noqa: BLE001 — e.g. the video processor needs torchvision
+        if entry is not None and entry.torchvision_processor:
+            raise  # the processor class itself needs torchvision: there is nothing to fall back to
         config = _read_json(folder / "processor_config.json") or {}
         class_name = config.get("processor_class") or (entry.processor_class if entry else None)
         if not class_name:
@@ -720,6 +794,156 @@ def _recipe_hunyuan_moe():
     return config, tokenizer, HunYuanMoEV1ForCausalLM
 
 
+def _recipe_gemma2():
+    from transformers import Gemma2Config, Gemma2ForCausalLM
+
+    tokenizer = _build_tokenizer(special=["<pad>", "<eos>", "<bos>", "<unk>", "<start_of_turn>",
+                                          "<end_of_turn>"],
+                                 bos="<bos>", eos="<eos>", pad="<pad>", unk="<unk>",
+                                 chat_template=templates.GEMMA2, add_bos=True)
+    # A window of 8 (real: 4096) so that the zoo's ~30-token prompts reach past it: a
+    # drop-in attention that ignores the window gives other logits on layer 0.
+    config = Gemma2Config(**_TEXT, head_dim=_HEAD_DIM, query_pre_attn_scalar=_HEAD_DIM, sliding_window=8,
+                          layer_types=["sliding_attention", "full_attention"], attn_logit_softcapping=50.0,
+                          final_logit_softcapping=30.0, **_special_ids(tokenizer), tie_word_embeddings=True,
+                          rope_parameters={"rope_type": "default", "rope_theta": 10000.0})
+    return config, tokenizer, Gemma2ForCausalLM
+
+
+def _recipe_gpt_oss():
+    from transformers import GptOssConfig, GptOssForCausalLM
+
+    harmony = ["<|startoftext|>", "<|endoftext|>", "<|return|>", "<|constrain|>", "<|channel|>",
+               "<|start|>", "<|end|>", "<|message|>", "<|call|>"]
+    tokenizer = _build_tokenizer(special=harmony, bos="<|startoftext|>", eos="<|return|>",
+                                 pad="<|endoftext|>", chat_template=templates.GPT_OSS)
+    # YaRN as the real config (factor 32 over 4096 positions), over 64 here: the
+    # same inv_freq blend and attention factor on a shorter original context.
+    config = GptOssConfig(**{**_TEXT, "intermediate_size": 64}, head_dim=_HEAD_DIM, sliding_window=8,
+                          layer_types=["sliding_attention", "full_attention"], num_local_experts=4,
+                          num_experts_per_tok=2, **_special_ids(tokenizer), tie_word_embeddings=False,
+                          rope_parameters={"rope_type": "yarn", "rope_theta": 150000.0, "factor": 32.0,
+                                           "beta_fast": 32.0, "beta_slow": 1.0, "truncate": False,
+                                           "original_max_position_embeddings": 64})
+    return config, tokenizer, GptOssForCausalLM
+
+
+def _recipe_deepseek_v3():
+    from transformers import DeepseekV3Config, DeepseekV3ForCausalLM
+
+    t = templates
+    tokenizer = _build_tokenizer(special=[t.DS_BOS, t.DS_EOS, t.DS_PAD, t.DS_USER, t.DS_ASSISTANT],
+                                 bos=t.DS_BOS, eos=t.DS_EOS, pad=t.DS_PAD,
+                                 plain_added=["<think>", "</think>"], chat_template=t.DEEPSEEK_V3,
+                                 add_bos=True)
+    # MLA: q/k heads of 16 + 8 = 24 against v heads of 16 (real: 128 + 64 against 128),
+    # so an attention that assumes one head dim for q, k and v is caught. YaRN with
+    # mscale_all_dim as the real config: the softmax scale is not head_dim ** -0.5.
+    config = DeepseekV3Config(**{**_TEXT, "num_key_value_heads": 4}, q_lora_rank=32, kv_lora_rank=16,
+                              qk_nope_head_dim=16, qk_rope_head_dim=8, v_head_dim=16, rope_interleave=True,
+                              n_routed_experts=4, n_shared_experts=1, num_experts_per_tok=2, n_group=2,
+                              topk_group=1, moe_intermediate_size=32, first_k_dense_replace=1,
+                              routed_scaling_factor=2.5, norm_topk_prob=True, **_special_ids(tokenizer),
+                              tie_word_embeddings=False,
+                              rope_parameters={"rope_type": "yarn", "rope_theta": 10000.0, "factor": 32.0,
+                                               "beta_fast": 32.0, "beta_slow": 1.0, "mscale": 1.0,
+                                               "mscale_all_dim": 1.0,
+                                               "original_max_position_embeddings": 64})
+    return config, tokenizer, DeepseekV3ForCausalLM
+
+
+def _recipe_mllama():
+    from transformers import (MllamaConfig, MllamaForConditionalGeneration, MllamaImageProcessorPil,
+                              MllamaProcessor)
+
+    reserved = [f"<|reserved_special_token_{i}|>" for i in range(4)]
+    # <|image|> goes last: its id is the text config's vocab_size, one past the language
+    # model's output rows, as in the real checkpoint (128256 of 128256 + 8 embeddings).
+    tokenizer = _build_tokenizer(special=["<|begin_of_text|>", "<|end_of_text|>", *reserved,
+                                          "<|finetune_right_pad_id|>", "<|step_id|>", "<|start_header_id|>",
+                                          "<|end_header_id|>", "<|eom_id|>", "<|eot_id|>", "<|python_tag|>"],
+                                 bos="<|begin_of_text|>", eos="<|eot_id|>", pad="<|finetune_right_pad_id|>",
+                                 special_last=["<|image|>"], chat_template=templates.MLLAMA, add_bos=True)
+    tile, patch, tiles = 32, 8, 2
+    image_id = _ids(tokenizer, "<|image|>")[0]
+    # max_image_tiles 2: aspect ratios (1,1), (1,2), (2,1), in the processor's order (the
+    # aspect_ratio_ids index it); a 64 px square is resized into one tile, the second
+    # tile is padding that aspect_ratio_mask and cross_attention_mask mask out.
+    image_processor = MllamaImageProcessorPil(size={"height": tile, "width": tile}, max_image_tiles=tiles)
+    vision = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_global_layers=1,
+                  attention_heads=2, image_size=tile, patch_size=patch, max_num_tiles=tiles,
+                  supported_aspect_ratios=[[1, 1], [1, 2], [2, 1]], intermediate_layers_indices=[0],
+                  vision_output_dim=32 * 2)
+    text = dict(_TEXT, num_hidden_layers=3, cross_attention_layers=[1], vocab_size=image_id,
+                bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
+                pad_token_id=tokenizer.pad_token_id, tie_word_embeddings=False,
+                rope_parameters={"rope_type": "default", "rope_theta": 500000.0})
+    config = MllamaConfig(vision_config=vision, text_config=text, image_token_index=image_id,
+                          tie_word_embeddings=False)
+    processor = MllamaProcessor(image_processor=image_processor, tokenizer=tokenizer,
+                                chat_template=templates.MLLAMA)
+    return config, processor, MllamaForConditionalGeneration
+
+
+class _ProcessorFiles:
+    """Writes what a processor's ``save_pretrained`` would, for a family whose processor
+    class cannot be built here (Pixtral without torchvision): the files are those the
+    real checkpoint ships, in its layout (the image processor in
+    ``preprocessor_config.json``, the processor's own keys in ``processor_config.json``)."""
+
+    def __init__(self, tokenizer, image_processor, processor_config: dict):
+        self.tokenizer = tokenizer
+        self.image_processor = image_processor
+        self.processor_config = processor_config
+
+    def save_pretrained(self, out_dir: os.PathLike) -> None:
+        out_dir = Path(out_dir)
+        self.tokenizer.save_pretrained(out_dir)
+        self.image_processor.save_pretrained(out_dir)
+        # The hub checkpoint's preprocessor_config.json names its processor too.
+        path = out_dir / "preprocessor_config.json"
+        image_config = json.loads(path.read_text(encoding="utf-8"))
+        image_config["processor_class"] = self.processor_config["processor_class"]
+        path.write_text(json.dumps(image_config, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+        (out_dir / "processor_config.json").write_text(
+            json.dumps(self.processor_config, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+
+
+def _recipe_pixtral():
+    from transformers import LlavaConfig, LlavaForConditionalGeneration, PixtralImageProcessorPil
+
+    specials = ["<unk>", "<s>", "</s>", "[INST]", "[/INST]", "[AVAILABLE_TOOLS]", "[/AVAILABLE_TOOLS]",
+                "[TOOL_RESULTS]", "[/TOOL_RESULTS]", "[TOOL_CALLS]", "[IMG]", "<pad>", "[IMG_BREAK]",
+                "[IMG_END]"]
+    tokenizer = _build_tokenizer(special=specials, bos="<s>", eos="</s>", pad="<pad>", unk="<unk>",
+                                 chat_template=templates.PIXTRAL, add_bos=True)
+    patch, longest = 8, 48
+    image_processor = PixtralImageProcessorPil(size={"longest_edge": longest},
+                                               patch_size={"height": patch, "width": patch})
+    text = dict(_TEXT, model_type="mistral", head_dim=_HEAD_DIM, sliding_window=None,
+                **_special_ids(tokenizer), rope_parameters={"rope_type": "default", "rope_theta": 1e9})
+    vision = dict(model_type="pixtral", hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                  num_attention_heads=2, head_dim=16, image_size=longest, patch_size=patch,
+                  rope_parameters={"rope_type": "default", "rope_theta": 10000.0})
+    config = LlavaConfig(text_config=text, vision_config=vision, image_token_index=_ids(tokenizer, "[IMG]")[0],
+                         image_seq_length=1, projector_hidden_act="gelu", vision_feature_layer=-1,
+                         vision_feature_select_strategy="full", multimodal_projector_bias=True,
+                         tie_word_embeddings=False)
+    kwargs = dict(patch_size=patch, image_token="[IMG]", image_break_token="[IMG_BREAK]",
+                  image_end_token="[IMG_END]")
+    if has_torchvision():
+        from transformers import PixtralProcessor
+
+        processor = PixtralProcessor(image_processor=image_processor, tokenizer=tokenizer,
+                                     chat_template=templates.PIXTRAL, **kwargs)
+    else:
+        # transformers.PixtralProcessor is then a placeholder: processing_pixtral imports
+        # image_processing_pixtral, which imports torchvision.transforms.v2.
+        processor = _ProcessorFiles(tokenizer, image_processor,
+                                    dict(kwargs, processor_class="PixtralProcessor"))
+    return config, processor, LlavaForConditionalGeneration
+
+
 _RECIPES: dict[str, Callable] = {
     "qwen2_vl": _recipe_qwen2_vl,
     "qwen2_5_vl": _recipe_qwen2_5_vl,
@@ -735,6 +959,11 @@ _RECIPES: dict[str, Callable] = {
     "qwen3_moe": _recipe_qwen3_moe,
     "hunyuan_dense": _recipe_hunyuan_dense,
     "hunyuan_moe": _recipe_hunyuan_moe,
+    "gemma2": _recipe_gemma2,
+    "gpt_oss": _recipe_gpt_oss,
+    "deepseek_v3": _recipe_deepseek_v3,
+    "mllama": _recipe_mllama,
+    "pixtral": _recipe_pixtral,
 }
 assert tuple(_RECIPES) == ZOO_NAMES
 
@@ -808,7 +1037,9 @@ def _generation_eos(name: str, tokenizer):
     """eos ids for generation: the turn end, plus what the real generation configs add."""
     extra = {"gemma3": ["<end_of_turn>"], "llama": ["<|end_of_text|>", "<|eom_id|>"],
              "qwen2_vl": ["<|endoftext|>"], "qwen2_5_vl": ["<|endoftext|>"], "qwen3_vl": ["<|endoftext|>"],
-             "qwen3": ["<|endoftext|>"], "qwen3_moe": ["<|endoftext|>"], "idefics3": ["<|im_end|>"]}
+             "qwen3": ["<|endoftext|>"], "qwen3_moe": ["<|endoftext|>"], "idefics3": ["<|im_end|>"],
+             "gemma2": ["<end_of_turn>"], "gpt_oss": ["<|endoftext|>", "<|call|>"],
+             "mllama": ["<|end_of_text|>", "<|eom_id|>"]}
     ids = [tokenizer.eos_token_id]
     for token in extra.get(name, []):
         token_id = tokenizer.convert_tokens_to_ids(token)

@@ -9,7 +9,10 @@ relies on. PaliGemma has none: its checkpoints use prefix prompts, not chat turn
 They are faithful re-writings, not byte copies, of the checkpoints' own templates
 (Qwen2-VL-2B-Instruct, Qwen2.5-VL, Qwen3-VL, llava-onevision-qwen2-ov-hf,
 InternVL3-hf, HunyuanOCR, SmolVLM / Idefics3, gemma-3-it, Qwen3, Llama-3.1-Instruct,
-Hunyuan-*-Instruct dense and Hunyuan-A13B MoE).
+Hunyuan-*-Instruct dense and Hunyuan-A13B MoE, gemma-2-it, gpt-oss, DeepSeek-V3,
+Llama-3.2-Vision-Instruct, pixtral-12b). Where a real template is not prefix-stable
+(gpt-oss, Llama-3.2-Vision, pixtral) the comment above the constant says what was
+changed and why.
 """
 
 from __future__ import annotations
@@ -238,6 +241,148 @@ HUNYUAN_MOE = (
     "{% if message['role'] == 'system' %}<|startoftext|>{{ content }}<|extra_4|>"
     "{% elif message['role'] == 'user' %}<|startoftext|>{{ content }}<|extra_0|>"
     "{% elif message['role'] == 'assistant' %}{{ content }}<|eos|>"
+    "{% endif %}"
+    "{% endfor %}"
+)
+
+
+# --- Gemma 2 --------------------------------------------------------------------------
+
+#: gemma-2-it: bos, ``<start_of_turn>user|model`` turns with trimmed text, and, as the
+#: real template does, an exception for a ``system`` message (hyport folds the system
+#: prompt into the first user turn for such templates).
+GEMMA2 = (
+    "{{ bos_token }}"
+    "{% if messages[0]['role'] == 'system' %}{{ raise_exception('System role not supported') }}{% endif %}"
+    "{% for message in messages %}"
+    "{% if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}"
+    "{{ raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}"
+    "{% endif %}"
+    "{% if message['role'] == 'assistant' %}{% set role = 'model' %}{% else %}{% set role = message['role'] %}{% endif %}"
+    "{% if message['content'] is string %}{% set content = message['content'] %}"
+    "{% else %}{% set content = message['content'] | selectattr('type', 'equalto', 'text') | map(attribute='text') | join('') %}{% endif %}"
+    "{{ '<start_of_turn>' + role + '\n' + content | trim + '<end_of_turn>\n' }}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<start_of_turn>model\n' }}{% endif %}"
+)
+
+# --- gpt-oss (harmony) ----------------------------------------------------------------
+
+#: gpt-oss: the harmony format. The real template (16 kB: tools, browser and python
+#: namespaces, analysis channel) is cut to its plain-chat core: a fixed system header
+#: (no ``Current date:`` line, which the real one fills from ``strftime_now`` and so
+#: changes every day), a system message as the ``developer`` message, ``<|start|>role
+#: <|message|>...<|end|>`` turns and answers on the ``final`` channel. One change for
+#: prefix stability: the real template closes the LAST assistant turn with
+#: ``<|return|>`` (what training teaches the model to emit) and every earlier one with
+#: ``<|end|>``, so a prefix renders differently from the whole; here every answer is
+#: closed with ``<|return|>`` (the tokenizer's eos). The analysis channel (``thinking``)
+#: is rendered for any assistant turn that has it.
+GPT_OSS = (
+    "<|start|>system<|message|>You are ChatGPT, a large language model trained by OpenAI.\n"
+    "Knowledge cutoff: 2024-06\n\n"
+    "Reasoning: {{ reasoning_effort if reasoning_effort is defined else 'medium' }}\n\n"
+    "# Valid channels: analysis, commentary, final. Channel must be included for every message.<|end|>"
+    "{% for message in messages %}"
+    "{% if message['content'] is string %}{% set content = message['content'] %}"
+    "{% else %}{% set content = message['content'] | selectattr('type', 'equalto', 'text') | map(attribute='text') | join('') %}{% endif %}"
+    "{% if message['role'] in ('system', 'developer') %}"
+    "{% if loop.first %}<|start|>developer<|message|># Instructions\n\n{{ content }}\n\n<|end|>{% endif %}"
+    "{% elif message['role'] == 'user' %}<|start|>user<|message|>{{ content }}<|end|>"
+    "{% elif message['role'] == 'assistant' %}"
+    "{% if message['thinking'] is defined %}<|start|>assistant<|channel|>analysis<|message|>{{ message['thinking'] }}<|end|>{% endif %}"
+    "<|start|>assistant<|channel|>final<|message|>{{ content }}<|return|>"
+    "{% endif %}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}<|start|>assistant{% endif %}"
+)
+
+# --- DeepSeek-V3 ----------------------------------------------------------------------
+
+DS_BOS = "<｜begin▁of▁sentence｜>"
+DS_EOS = "<｜end▁of▁sentence｜>"
+DS_PAD = "<｜▁pad▁｜>"
+DS_USER = "<｜User｜>"
+DS_ASSISTANT = "<｜Assistant｜>"
+
+#: DeepSeek-V3: bos, every system message's text first (the real template collects them
+#: all, joined by a blank line), then ``<｜User｜>question<｜Assistant｜>answer`` with
+#: each answer closed by eos. Tool calls and tool outputs are left out.
+DEEPSEEK_V3 = (
+    "{% set ns = namespace(system_prompt='', is_first_sp=true) %}"
+    "{% for message in messages %}{% if message['role'] == 'system' %}"
+    "{% if message['content'] is string %}{% set content = message['content'] %}"
+    "{% else %}{% set content = message['content'] | selectattr('type', 'equalto', 'text') | map(attribute='text') | join('') %}{% endif %}"
+    "{% if ns.is_first_sp %}{% set ns.system_prompt = ns.system_prompt + content %}{% set ns.is_first_sp = false %}"
+    "{% else %}{% set ns.system_prompt = ns.system_prompt + '\n\n' + content %}{% endif %}"
+    "{% endif %}{% endfor %}"
+    "{{ bos_token }}{{ ns.system_prompt }}"
+    "{% for message in messages %}"
+    "{% if message['content'] is string %}{% set content = message['content'] %}"
+    "{% else %}{% set content = message['content'] | selectattr('type', 'equalto', 'text') | map(attribute='text') | join('') %}{% endif %}"
+    "{% if message['role'] == 'user' %}" + DS_USER + "{{ content }}"
+    "{% elif message['role'] == 'assistant' %}" + DS_ASSISTANT + "{{ content }}" + DS_EOS +
+    "{% endif %}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}" + DS_ASSISTANT + "{% endif %}"
+)
+
+# --- Llama 3.2 Vision (Mllama) --------------------------------------------------------
+
+#: Llama-3.2-11B-Vision-Instruct: the Llama 3.1 header-id turns, an image as
+#: ``<|image|>`` where it stands in the content. Two changes for prefix stability: the
+#: real template raises "Prompting with images is incompatible with system messages"
+#: and writes its default system block (knowledge cutoff, date) only when no message
+#: of the whole conversation has an image, a look-ahead; here a system message is
+#: rendered as given, with or without images, and nothing is added without one.
+MLLAMA = (
+    "{{ bos_token }}"
+    "{% for message in messages %}"
+    "<|start_header_id|>{{ message['role'] }}<|end_header_id|>\n\n"
+    "{% if message['content'] is string %}{{ message['content'] | trim }}"
+    "{% else %}{% for content in message['content'] %}"
+    "{% if content['type'] == 'image' %}<|image|>"
+    "{% elif content['type'] == 'text' %}{{ content['text'] | trim }}{% endif %}"
+    "{% endfor %}{% endif %}"
+    "<|eot_id|>"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}<|start_header_id|>assistant<|end_header_id|>\n\n{% endif %}"
+)
+
+# --- Pixtral (mistral-community/pixtral-12b) ------------------------------------------
+
+#: pixtral-12b: bos, ``[INST]...[/INST]`` user turns with ``[IMG]`` where an image
+#: stands (the processor expands it to rows of ``[IMG]`` closed by ``[IMG_BREAK]``,
+#: the last by ``[IMG_END]``), answers closed by eos. One change for prefix
+#: stability: like every Mistral template, the real one puts the system message at the
+#: start of the LAST user turn (so adding a turn moves it); here it opens the first.
+PIXTRAL = (
+    "{{ bos_token }}"
+    "{% if messages[0]['role'] == 'system' %}"
+    "{% if messages[0]['content'] is string %}{% set system_message = messages[0]['content'] %}"
+    "{% else %}{% set system_message = messages[0]['content'] | selectattr('type', 'equalto', 'text')"
+    " | map(attribute='text') | join('') %}{% endif %}"
+    "{% set loop_messages = messages[1:] %}"
+    "{% else %}{% set loop_messages = messages %}{% endif %}"
+    "{% for message in loop_messages %}"
+    "{% if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}"
+    "{{ raise_exception('After the optional system message, conversation roles must alternate user/assistant/user/assistant/...') }}"
+    "{% endif %}"
+    "{% if message['role'] == 'user' %}"
+    "{% if loop.first and system_message is defined %}{{ '[INST]' + system_message + '\n\n' }}{% else %}{{ '[INST]' }}{% endif %}"
+    "{% if message['content'] is string %}{{ message['content'] }}"
+    "{% else %}{% for chunk in message['content'] %}"
+    "{% if chunk['type'] == 'text' %}{{ chunk['text'] }}"
+    "{% elif chunk['type'] == 'image' %}{{ '[IMG]' }}"
+    "{% else %}{{ raise_exception('Unrecognized content type!') }}{% endif %}"
+    "{% endfor %}{% endif %}"
+    "{{ '[/INST]' }}"
+    "{% elif message['role'] == 'assistant' %}"
+    "{% if message['content'] is string %}{{ message['content'] }}"
+    "{% else %}{% for chunk in message['content'] %}{% if chunk['type'] == 'text' %}{{ chunk['text'] }}{% endif %}{% endfor %}{% endif %}"
+    "{{ eos_token }}"
+    "{% else %}"
+    "{{ raise_exception('Only user and assistant roles are supported, with the exception of an initial optional system message!') }}"
     "{% endif %}"
     "{% endfor %}"
 )
