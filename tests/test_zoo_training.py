@@ -1,17 +1,33 @@
-"""Three zoo representatives through real torchrun + DeepSpeed ZeRO-2 on 2 CPU processes:
-an M-RoPE VLM packed, Gemma3 with a text-only batch on one rank every step, and a
-text-only MoE with LoRA. (Every family in-process: test_zoo_stages.py; the whole matrix:
+"""Training on the zoo of tiny real architectures.
+
+Representatives through real torchrun + DeepSpeed ZeRO-2 on 2 CPU processes (marked
+slow): an M-RoPE VLM packed, Gemma3 and mllama with a text-only batch on one rank every
+step, and a text-only MoE with LoRA. In-process: the blank image a text-only rank runs (every VLM:
+the same parameters get gradients as on an image batch, and the loss is the text's
+own), and mllama's batches, whose per-token ``cross_attention_mask`` is 4-D (the
+tensors the model receives, and what it computes from them: each row what its sample
+computes alone). (Every family in-process: test_zoo_stages.py; the whole matrix:
 bench/zoo_matrix.py.)"""
 
 from __future__ import annotations
 
 import pytest
+import torch
 
+from hyport_lib.models.loading import ProcessorUnavailable, has_torchvision, load_model, load_processor
+from hyport_lib.models.prompts import needs_image
+from hyport_lib.npu_attention.hf_integration import register_hyport_attention
 from hyport_lib.train import stage
+from hyport_lib.train.callbacks import CountingTrainer
+from hyport_lib.train.dataset import Record, load_dataset
+from hyport_lib.train.packing import COUNT_KEYS, PackedCollator, PaddedCollator
 from hyport_lib.train.params import Params
-from zoo import mixed_dataset
+from hyport_lib.train.samples import Encoder
+from hyport_lib.train.smoke_data import write_smoke_dataset
+from hyport_lib.train.worker import _blank_image_inputs
+from zoo import ZOO_NAMES, mixed_dataset, sample_image, zoo_entry
 
-pytestmark = pytest.mark.slow
+VLMS = [n for n in ZOO_NAMES if zoo_entry(n).multimodal]
 
 
 def _train(zoo, tmp_path, name, **params):
@@ -26,6 +42,7 @@ def _train(zoo, tmp_path, name, **params):
     return result
 
 
+@pytest.mark.slow
 def test_an_mrope_vlm_trains_packed(zoo, tmp_path):
     result = _train(zoo, tmp_path, "qwen2_vl", packing=True)
     assert result.plan["dataset"]["image_samples"] == 11
@@ -35,6 +52,7 @@ def test_an_mrope_vlm_trains_packed(zoo, tmp_path):
     assert not info["missing_keys"] and not info["unexpected_keys"]
 
 
+@pytest.mark.slow
 def test_gemma3_trains_with_a_text_only_rank_every_step(zoo, tmp_path):
     data = mixed_dataset(tmp_path / "data")
     result = _train(zoo, tmp_path, "gemma3", packing=False, dataset_path=str(data))
@@ -42,8 +60,216 @@ def test_gemma3_trains_with_a_text_only_rank_every_step(zoo, tmp_path):
     assert result.worker["rows"] == 2
 
 
+@pytest.mark.slow
+def test_mllama_trains_with_a_text_only_rank_every_step(zoo, tmp_path):
+    """The rank with the text-only row runs mllama's cross-attention layers on the blank
+    image: both ranks reduce the same gradients, where DeepSpeed aborted before."""
+    data = mixed_dataset(tmp_path / "data")
+    result = _train(zoo, tmp_path, "mllama", packing=False, dataset_path=str(data))
+    assert result.plan["dataset"]["samples"] == 2 and result.plan["dataset"]["image_samples"] == 1
+    assert result.worker["rows"] == 2
+
+
+@pytest.mark.slow
 def test_a_text_only_moe_trains_with_lora(zoo, tmp_path):
     result = _train(zoo, tmp_path, "qwen3_moe", packing=True, finetuning_type="lora")
     assert result.plan["dataset"]["model_kind"] == "text-only" and result.plan["dataset"]["samples"] == 3
     assert any("not applicable" in note for note in result.plan["notes"])
     assert 0 < result.worker["trainable_parameters"]
+
+
+# ------------------------------------------------------------------ in-process, no torchrun
+def _trainer(model, loaded, tmp_path) -> CountingTrainer:
+    """The Trainer the worker builds (the blank image of the worker's own making), on the CPU."""
+    from transformers import TrainingArguments
+
+    args = TrainingArguments(output_dir=str(tmp_path / "trainer"), use_cpu=True, report_to="none")
+    return CountingTrainer(model=model, args=args, dummy_image_inputs=_blank_image_inputs(loaded))
+
+
+def _model_inputs(batch: dict) -> dict:
+    return {k: v for k, v in batch.items() if k not in COUNT_KEYS}
+
+
+@pytest.mark.parametrize("name", VLMS)
+def test_a_text_only_batch_through_the_trainer_gives_the_image_batchs_gradients(zoo, tmp_path, name):
+    """Under DeepSpeed every rank reduces the gradients of the same parameters. A text-only
+    batch goes through ``CountingTrainer.compute_loss``, which runs the blank image where a
+    real image's runs (for mllama through the forward, cross-attention layers included):
+    exactly the parameters an image batch gives a gradient get one, no more, no fewer;
+    times zero, the loss and every gradient are those of the text alone, and the image
+    path's are 0."""
+    try:
+        loaded = load_processor(str(zoo[name]))
+    except ProcessorUnavailable as exc:
+        if has_torchvision() or "torchvision" not in str(exc):
+            raise
+        pytest.skip(f"{name}'s processor needs torchvision, absent here (so no rank trains it): {exc}")
+    records = {r.record_id: r for r in load_dataset(write_smoke_dataset(tmp_path / "data")).records}
+    encoder = Encoder(loaded, 1024)
+    if needs_image(loaded):
+        # PaliGemma: a record without an image never becomes a sample, so no rank ever
+        # holds a text-only batch
+        assert encoder.encode(records["smoke-text-0"])[1].kind == "not_applicable"
+        return
+    model = load_model(str(zoo[name])).train()
+    trainer = _trainer(model, loaded, tmp_path)
+
+    def gradients(record_id, through_trainer=True):
+        model.zero_grad(set_to_none=True)
+        batch = PaddedCollator(encoder.pad_id)([encoder.encode(records[record_id])[0]])
+        loss = trainer.compute_loss(model, dict(batch)) if through_trainer else model(**_model_inputs(batch)).loss
+        loss.backward()
+        return loss.detach(), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+
+    _, image = gradients("smoke-single-0")
+    loss, text = gradients("smoke-text-0")
+    assert set(text) == set(image)
+    alone_loss, alone = gradients("smoke-text-0", through_trainer=False)
+    assert set(alone) < set(text)  # without the blank image the image path gets none
+    assert torch.allclose(loss, alone_loss, rtol=1e-6, atol=0)
+    for n, grad in text.items():
+        expected = alone[n] if n in alone else torch.zeros_like(grad)
+        assert torch.allclose(grad, expected, rtol=1e-5, atol=1e-7), n
+
+
+def test_mllama_with_lora_gives_its_cross_attention_adapters_gradients_on_a_text_only_rank(zoo, tmp_path):
+    """LoRA wraps the model (a PeftModel, whose forward takes **kwargs): the blank image
+    still goes through mllama's forward, so the adapters of its cross-attention layers get
+    gradients on a text-only batch as on an image batch."""
+    from peft import LoraConfig, get_peft_model
+
+    from hyport_lib.models.lora_targets import language_model_path, lora_target_pattern
+
+    loaded = load_processor(str(zoo["mllama"]))
+    records = {r.record_id: r for r in load_dataset(write_smoke_dataset(tmp_path / "data")).records}
+    encoder = Encoder(loaded, 1024)
+    base = load_model(str(zoo["mllama"]))
+    pattern = lora_target_pattern(language_model_path(base), ["all"])
+    model = get_peft_model(base, LoraConfig(r=4, lora_alpha=8, target_modules=pattern)).train()
+    trainer = _trainer(model, loaded, tmp_path)
+
+    def gradients(record_id):
+        model.zero_grad(set_to_none=True)
+        batch = PaddedCollator(encoder.pad_id)([encoder.encode(records[record_id])[0]])
+        trainer.compute_loss(model, dict(batch)).backward()
+        return {n for n, p in model.named_parameters() if p.grad is not None}
+
+    image = gradients("smoke-single-0")
+    assert any("cross_attn" in n for n in image)
+    assert gradients("smoke-text-0") == image
+
+
+def _mllama(zoo, tmp_path):
+    """The zoo's mllama with live cross-attention, and three samples: a square picture (1
+    tile and a padding tile), a wide one (2 tiles) and a text-only record."""
+    loaded = load_processor(str(zoo["mllama"]))
+    model = load_model(str(zoo["mllama"]), attn_implementation=register_hyport_attention("sdpa")).train()
+    with torch.no_grad():
+        # transformers initialises the cross-attention gates at 0: tanh(0) = 0 would hide
+        # whatever the cross-attention reads, right or wrong.
+        gates = [p for n, p in model.named_parameters() if n.endswith(("cross_attn_attn_gate", "cross_attn_mlp_gate"))]
+        assert gates
+        for gate in gates:
+            gate.fill_(0.8)
+    paths = {}
+    for name, size in (("square", (64, 64)), ("wide", (64, 32))):
+        paths[name] = tmp_path / f"{name}.png"
+        sample_image(size).save(paths[name])
+    records = [
+        Record(0, "square", [("user", "Look at this.\n<image>\nWhat is it?"), ("assistant", "A square picture.")],
+               [str(paths["square"])]),
+        Record(1, "wide", [("user", "<image>\nDescribe it."), ("assistant", "A wide picture with shapes.")],
+               [str(paths["wide"])]),
+        Record(2, "text", [("user", "How do I open a fridge?"), ("assistant", "Hold the handle and pull.")]),
+    ]
+    encoder = Encoder(loaded, 1024)
+    samples = [encoder.encode(r)[0] for r in records]
+    return loaded, model, encoder, samples
+
+
+#: Real tiles of the square and the wide picture (the zoo's tiles are 32 px, at most 2).
+_TILES = (1, 2, 0)
+
+
+def _expected_cross_attention_mask(samples, encoder, width: int):
+    """(rows, width, 1 image, 2 tiles) from the ids alone: mllama's processor lets every
+    token from the <|image|> token on see the image's real tiles, nothing before it, and
+    nothing of a padding tile, a padding token or a text-only sample."""
+    (image_token,) = encoder.image_token_ids
+    expected = torch.zeros(len(samples), width, 1, 2, dtype=torch.long)
+    for r, (sample, tiles) in enumerate(zip(samples, _TILES)):
+        if tiles:
+            expected[r, sample.input_ids.index(image_token):len(sample), 0, :tiles] = 1
+    return expected
+
+
+def test_mllama_padded_batch_carries_each_tokens_image_mask(zoo, tmp_path):
+    """The 4-D per-token cross_attention_mask is split off per token, padded with the ids
+    and on its tile dim: at each token 1 exactly where it may see a tile of its row's image;
+    every row has its image rows (the text-only row padding: no pixels, id 0, no tile)."""
+    _, _, encoder, samples = _mllama(zoo, tmp_path)
+    assert [len(s.token_extras.get("cross_attention_mask", ())) for s in samples] == [len(s) for s in samples[:2]] + [0]
+    batch = PaddedCollator(encoder.pad_id)(samples)
+    width = max(len(s) for s in samples)
+    assert batch["input_ids"].shape == (3, width)
+    assert torch.equal(batch["cross_attention_mask"], _expected_cross_attention_mask(samples, encoder, width))
+    assert batch["pixel_values"].shape == (3, 1, 2, 3, 32, 32)
+    for r, sample in enumerate(samples[:2]):
+        assert torch.equal(batch["pixel_values"][r:r + 1], sample.pixel_values)
+    assert batch["pixel_values"][2].abs().sum() == 0
+    assert batch["aspect_ratio_mask"].tolist() == [[[1, 0]], [[1, 1]], [[0, 0]]]
+    assert batch["aspect_ratio_ids"][:2].tolist() == [s.image_extras["aspect_ratio_ids"][0].tolist()
+                                                      for s in samples[:2]]
+    assert batch["aspect_ratio_ids"][2].tolist() == [0]  # mllama's id of a padding image
+
+
+def test_mllama_padded_batch_computes_what_each_sample_computes_alone(zoo, tmp_path):
+    """Through the Trainer, each row's logits (and so the loss) equal those of its sample
+    alone; forward and backward run. The model by itself would let the text-only row read
+    its padding image (transformers' cross-attention does not zero rows that may see no
+    image): the Trainer gives that row no image states."""
+    loaded, model, encoder, samples = _mllama(zoo, tmp_path)
+    trainer = _trainer(model, loaded, tmp_path)
+    batch = PaddedCollator(encoder.pad_id)(samples)
+    model.zero_grad(set_to_none=True)
+    loss, out = trainer.compute_loss(model, dict(batch), return_outputs=True)
+    loss.backward()
+    grads = [p.grad for p in model.parameters() if p.grad is not None]
+    assert grads and all(torch.isfinite(g).all() for g in grads)
+    weighted, counted = 0.0, 0
+    with torch.no_grad():
+        for r, sample in enumerate(samples):
+            alone_loss, alone = trainer.compute_loss(model, dict(PaddedCollator(encoder.pad_id)([sample])),
+                                                     return_outputs=True)
+            assert torch.allclose(out.logits[r, :len(sample)], alone.logits[0], atol=1e-5), sample.record_id
+            predicted = sum(1 for x in sample.labels[1:] if x != -100)  # the model shifts the labels
+            weighted, counted = weighted + float(alone_loss) * predicted, counted + predicted
+        assert loss.item() == pytest.approx(weighted / counted, rel=1e-5)
+        plain = model(**_model_inputs(batch)).logits
+        text_alone = model(**_model_inputs(PaddedCollator(encoder.pad_id)([samples[2]]))).logits
+        assert torch.allclose(plain[:2, :len(samples[0])], out.logits[:2, :len(samples[0])], atol=1e-6)
+        assert not torch.allclose(plain[2, :len(samples[2])], text_alone[0], atol=1e-3)
+        # the reference without any hook: the model skips its cross-attention layers
+        assert torch.allclose(out.logits[2, :len(samples[2])], text_alone[0], atol=1e-5)
+
+
+def test_mllama_packs_one_sample_per_row_and_refuses_to_share_a_row(zoo, tmp_path):
+    """Packed rows of one sample each carry the same mask and compute what each sample
+    computes alone. Samples packed into one row are refused: a token that may see no
+    image (the prompt before one, a text-only sample) attends to every image of its row
+    in transformers' mllama, so it would read the other samples' images."""
+    loaded, model, encoder, samples = _mllama(zoo, tmp_path)
+    width = max(len(s) for s in samples) + 4
+    packed = PackedCollator(encoder.pad_id, width)([[s] for s in samples])
+    assert torch.equal(packed["cross_attention_mask"], _expected_cross_attention_mask(samples, encoder, width))
+    assert packed["pixel_values"].shape[0] == 3 and "attention_mask" not in packed
+    trainer = _trainer(model, loaded, tmp_path)
+    with torch.no_grad():
+        out = trainer.compute_loss(model, dict(packed), return_outputs=True)[1]
+        for r, sample in enumerate(samples):
+            alone = trainer.compute_loss(model, dict(PaddedCollator(encoder.pad_id)([sample])), return_outputs=True)[1]
+            assert torch.allclose(out.logits[r, :len(sample)], alone.logits[0], atol=1e-5), sample.record_id
+    for row in (samples[:2], samples[1:]):
+        with pytest.raises(ValueError, match=r"^packing: per-token key 'cross_attention_mask' .*each other's images"):
+            PackedCollator(encoder.pad_id, sum(len(s) for s in samples))([row])

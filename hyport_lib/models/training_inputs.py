@@ -4,17 +4,32 @@ What a processor returns for one sample falls into three groups, split by
 :func:`split_processor_output`:
 
 * the token ids;
-* **per-token keys** (one value per token: ``mm_token_type_ids`` for the Qwen-VL family
-  and HunYuan-VL, ``token_type_ids`` for Gemma3 and PaliGemma): the model needs them
-  (M-RoPE positions are computed from ``mm_token_type_ids``; Gemma3 builds its
-  bidirectional image mask from ``token_type_ids``), so they travel with the ids
-  through truncation, packing and padding;
+* **per-token keys**, of any rank: one value per token (``mm_token_type_ids`` for the
+  Qwen-VL family and HunYuan-VL, ``token_type_ids`` for Gemma3 and PaliGemma), or one
+  tensor per token (mllama's ``cross_attention_mask``, ``(tokens, images, tiles)``: 1
+  where the token may attend to that tile of that image). The model needs them (M-RoPE
+  positions are computed from ``mm_token_type_ids``; Gemma3 builds its bidirectional
+  image mask from ``token_type_ids``; mllama masks its cross-attention with
+  ``cross_attention_mask``), so they travel with the ids through truncation, packing
+  and padding (:func:`token_tensor`: 0 on padding, trailing dims padded to the batch's
+  largest);
 * **image tensors** (``pixel_values`` and what goes with it: ``image_grid_thw``,
-  ``image_sizes``, ``pixel_attention_mask``, ...), joined across samples by
-  :func:`join_image_tensors` on the dimension the model reads: one row per image or
-  patch (cat on dim 0), or one row per sample with images or tiles padded (5-D
-  ``pixel_values`` of Idefics3 and LLaVA-OneVision: padded on dim 1 with zeros, which
-  these models drop, then cat on dim 0).
+  ``image_sizes``, ``pixel_attention_mask``, ``aspect_ratio_ids``, ...), joined across
+  samples by :func:`join_image_tensors` on the dimension the model reads: one row per
+  image or patch (cat on dim 0), or one row per sample with images or tiles padded
+  (5-D ``pixel_values`` of Idefics3 and LLaVA-OneVision, 6-D ``(sample, image, tile,
+  C, H, W)`` of mllama: padded with zeros, which these models drop or mask, then cat
+  on dim 0).
+
+A model whose per-token keys index images (mllama: a token's ``cross_attention_mask``
+names images by their index in the token's row) reads row ``r``'s images from row ``r``
+of the image tensors: every row of such a batch gets its image rows, a text-only row
+rows of padding images (:func:`indexes_images`). transformers' mllama lets a token
+that may see no image attend to every image of its row all the same (its cross-attention
+zeroes such rows after the MLP only, not after the attention; transformers issue
+39379), so a text-only row would read its padding images: :func:`image_states_of_rows`
+gives such rows no image states, which makes the row compute what the sample alone
+computes (the cross-attention layers, skipped without an image, add exactly 0).
 
 Packed rows of an M-RoPE model carry the positions the model computes for each sample
 alone: :func:`rope_positions_function` wraps the model's own ``get_rope_index``,
@@ -29,68 +44,233 @@ import inspect
 from typing import Any, Callable, Optional, Sequence
 
 from hyport_lib.models.families import rope_index_function
+from hyport_lib.models.lora_targets import language_model_path
 
 #: Keys that are the tokens themselves or rebuilt by the collators.
 _REBUILT_KEYS = frozenset({"input_ids", "attention_mask", "labels", "position_ids"})
+
+#: The language model's input of image states in a cross-attention VLM (mllama): what its
+#: cross-attention layers take their keys and values from.
+IMAGE_STATES = "cross_attention_states"
+#: Such a model's per-token key saying which tile of which image of its row each token may
+#: attend to (the name of mllama's forward argument and processor output).
+IMAGE_MASK = "cross_attention_mask"
 
 #: ``(input_ids, per-token keys, image tensors) -> (axes, length)`` positions of one sample.
 PositionsFunction = Callable[[Sequence[int], dict, dict], Any]
 
 
-def split_processor_output(out) -> tuple[list[int], dict[str, list[int]], dict[str, Any]]:
-    """``(ids, per-token keys, image tensors)`` of a one-sample processor output."""
+def split_processor_output(out) -> tuple[list[int], dict[str, list], dict[str, Any]]:
+    """``(ids, per-token keys, image tensors)`` of a one-sample processor output; a
+    per-token key's value is a list over the tokens (of nested lists for a key of rank
+    above 2, as ``tolist`` gives it)."""
     import torch
 
     ids = out["input_ids"]
     length = int(ids.shape[-1])
-    per_token: dict[str, list[int]] = {}
+    per_token: dict[str, list] = {}
     images: dict[str, Any] = {}
     for key, value in out.items():
         if key in _REBUILT_KEYS or not isinstance(value, torch.Tensor):
             continue
-        if value.dim() == 2 and tuple(value.shape) == (1, length) and not torch.is_floating_point(value):
+        if _is_per_token(value, length):
             per_token[key] = value[0].tolist()
         else:
             images[key] = value
     return ids[0].tolist(), per_token, images
 
 
-def join_image_tensors(parts: Sequence[dict]) -> dict:
-    """The image tensors of several samples as one batch (see the module docstring).
+def _is_per_token(value, length: int) -> bool:
+    """Is ``value`` (one sample's processor output) laid out along the tokens?
 
-    A key only some samples have cannot be lined up with the images, and is left out.
+    Decided from its shape, whatever its rank: transformers documents every per-token
+    input as ``(batch_size, sequence_length, ...)`` (``token_type_ids``,
+    ``mm_token_type_ids``, mllama's ``cross_attention_mask`` of ``(batch_size,
+    seq_length, max_num_images, max_num_tiles)``), and a list of key names would miss the
+    next family's. No image tensor looks like that: pixel values are floating point, and
+    an integer image tensor's dimension 1 counts images, tiles or a fixed width (3 of a
+    grid, 2 of a size), always fewer than the tokens, since every image puts a token of
+    its own into the sequence beside the template's.
+    """
+    return (value.dim() >= 2 and tuple(value.shape[:2]) == (1, length)
+            and not value.is_floating_point())
+
+
+def indexes_images(values: Sequence) -> bool:
+    """Are these per-token values tensors of their own (one per token, such as mllama's
+    ``cross_attention_mask``: images x tiles per token)? Such a key names the images of
+    the token's row by index (see the module docstring): its model reads each row's
+    images from the same row of the image tensors."""
+    return bool(values) and isinstance(values[0], (list, tuple))
+
+
+def token_tensor(key: str, rows: Sequence[Sequence[tuple[int, Optional[Sequence]]]], width: int):
+    """One per-token key of a batch, ``(len(rows), width, *trailing)`` int64.
+
+    Each row lists its samples in order as ``(length, values)``: ``values`` is the
+    sample's list over its tokens, or None when the sample has no such key. Every place
+    no sample fills is 0: the padding after the samples and, for a key of one tensor per
+    token, its trailing dims beyond the sample's own (the batch takes each trailing
+    dim's largest size) and a sample without the key. 0 is what the processors
+    themselves put there: a text token's type, and in mllama's ``cross_attention_mask``
+    "this token may not see this tile", the value of padding images and tiles, and what
+    a token before any image or of a text-only sample (the processor then returns no
+    mask) holds.
+
+    Raises:
+        ValueError: a sample lacks a key of one value per token (every sample's processor
+            output has those: a missing one means samples processed differently).
     """
     import torch
 
-    if not parts:
+    parts = [[(int(n), None if v is None else torch.as_tensor(v, dtype=torch.long)) for n, v in row]
+             for row in rows]
+    present = [t for row in parts for _, t in row if t is not None]
+    if not present:
+        raise ValueError(f"per-token key {key!r}: no sample of the batch has it")
+    rank = present[0].dim()
+    if any(t.dim() != rank for t in present):
+        raise ValueError(f"per-token key {key!r} has a different rank in some samples of the batch")
+    if rank == 1 and len(present) < sum(len(row) for row in parts):
+        raise ValueError(f"per-token key {key!r} is missing from some samples of the batch")
+    trailing = [max(int(t.shape[d]) for t in present) for d in range(1, rank)]
+    out = torch.zeros((len(parts), int(width), *trailing), dtype=torch.long)
+    for r, row in enumerate(parts):
+        start = 0
+        for length, values in row:
+            if values is not None:
+                if int(values.shape[0]) != length:
+                    raise ValueError(f"per-token key {key!r}: {values.shape[0]} values for {length} tokens")
+                out[(r, slice(start, start + length), *(slice(0, s) for s in values.shape[1:]))] = values
+            start += length
+        if start > width:
+            raise ValueError(f"a row of {start} tokens > width {width}")
+    return out
+
+
+def join_image_tensors(parts: Sequence[dict], per_row: bool = False) -> dict:
+    """The image tensors of several samples as one batch (see the module docstring).
+
+    Args:
+        parts: each sample's image tensors, in order (``{}`` for a sample without images).
+        per_row: every sample is a row of the batch and gets rows of its own in the
+            per-sample tensors, a sample without images rows of padding images (zeros:
+            no pixels, aspect ratio id 0 which mllama reserves for padding, every tile
+            masked); else the samples without images are left out.
+
+    A key only some samples with images have cannot be lined up with the images, and is
+    left out.
+    """
+    import torch
+
+    with_images = [p for p in parts if p]
+    if not with_images:
         return {}
-    pixels = [p.get("pixel_values") for p in parts]
-    per_sample = all(p is not None and p.dim() == 5 for p in pixels)
+    pixels = [p.get("pixel_values") for p in with_images]
+    per_sample = all(p is not None and p.dim() >= 5 for p in pixels)
+    if per_row and not per_sample:
+        shapes = ", ".join(str(tuple(p.shape)) if p is not None else "none" for p in pixels)
+        raise ValueError(f"the rows' images cannot be given one row each: pixel_values {shapes} are "
+                         "not laid out per sample")
     batch: dict[str, Any] = {}
-    for key in dict.fromkeys(k for p in parts for k in p):
-        values = [p[key] for p in parts if key in p]
-        if len(values) != len(parts):
+    for key in dict.fromkeys(k for p in with_images for k in p):
+        values = [p[key] for p in with_images if key in p]
+        if len(values) != len(with_images):
             continue
-        if per_sample and _sample_major(key, values, pixels):
-            width = max(int(v.shape[1]) for v in values)
-            values = [_pad_dim1(v, width) for v in values]
+        if per_sample and _sample_major(values, pixels):
+            axes = min(min(v.dim() for v in values), pixels[0].dim() - 3)
+            shape = [max(int(v.shape[d]) for v in values) for d in range(1, axes)]
+            values = [_pad_to(v, shape) for v in values]
+            if per_row:
+                empty = torch.zeros((1, *values[0].shape[1:]), dtype=values[0].dtype)
+                own = iter(values)
+                values = [next(own) if p else empty for p in parts]
         batch[key] = torch.cat(values, dim=0)
     return batch
 
 
-def _sample_major(key: str, values: list, pixels: list) -> bool:
-    """Is ``key`` laid out like 5-D pixel values (sample, image or tile, ...)?"""
-    return all(v.dim() >= 3 and v.shape[:2] == p.shape[:2] for v, p in zip(values, pixels))
+def _sample_major(values: list, pixels: list) -> bool:
+    """Is a key laid out like per-sample pixel values (sample, image or tile, ...)?
+
+    Its first two dims equal those of the pixel values. A 2-D key qualifies only beside
+    6-D pixels ``(sample, image, tile, C, H, W)``, where dim 1 certainly counts images
+    (mllama's ``aspect_ratio_ids``, one per image); beside 5-D pixels dim 1 may count the
+    patches of one image (LLaVA-OneVision), and its ``(images, 2)`` ``image_sizes``
+    would look the same.
+    """
+    return all((v.dim() >= 3 or (v.dim() == 2 and p.dim() >= 6)) and v.shape[:2] == p.shape[:2]
+               for v, p in zip(values, pixels))
 
 
-def _pad_dim1(value, width: int):
+def _pad_to(value, shape: Sequence[int]):
+    """``value`` with its dims 1, 2, ... zero-padded at the end to the sizes ``shape``."""
     import torch
 
-    missing = width - int(value.shape[1])
-    if missing <= 0:
+    inner = tuple(int(s) for s in value.shape[1:len(shape) + 1])
+    if inner == tuple(shape):
         return value
-    pad = torch.zeros((value.shape[0], missing, *value.shape[2:]), dtype=value.dtype, device=value.device)
-    return torch.cat([value, pad], dim=1)
+    out = torch.zeros((value.shape[0], *shape, *value.shape[len(shape) + 1:]), dtype=value.dtype,
+                      device=value.device)
+    out[(slice(None), *(slice(0, s) for s in inner))] = value
+    return out
+
+
+def image_states_of_rows(model, seeing) -> Optional[dict]:
+    """Give the rows of a batch whose tokens may see no image no image states.
+
+    For a cross-attention VLM (its language model takes :data:`IMAGE_STATES`: mllama):
+    until ``holder["remove"]()``, every forward multiplies the image states of each row
+    by whether that row's ``seeing`` is True, so a text-only row's (its padding images',
+    or the blank image's that stands in for images on a text-only rank) are zeros. Its
+    cross-attention then takes keys and values of 0, and adds exactly 0 to the row,
+    as the layers skipped for the sample alone do: transformers' mllama would let the
+    row attend to its padding images (see the module docstring). Rows that see an image
+    are kept as they are. ``holder["calls"]`` counts the forwards that did it.
+
+    Args:
+        model: the (unwrapped) model.
+        seeing: ``(rows,)`` bool: the row holds a token that may see an image.
+
+    Returns:
+        The holder, or None for a model without image states (nothing to do).
+    """
+    if IMAGE_STATES not in inspect.signature(model.forward).parameters:
+        return None
+    decoder = model.get_submodule(language_model_path(model))
+    holder: dict[str, Any] = {"calls": 0}
+
+    def scaled(module, args, kwargs):
+        states = kwargs.get(IMAGE_STATES)
+        if states is None:
+            return None
+        rows = int(seeing.shape[0])
+        if states.shape[0] % rows:
+            raise ValueError(f"{IMAGE_STATES} of shape {tuple(states.shape)} is not {rows} rows' worth")
+        keep = seeing.to(device=states.device, dtype=states.dtype).view(rows, 1)
+        kwargs[IMAGE_STATES] = (states.reshape(rows, -1) * keep).view_as(states)
+        holder["calls"] += 1
+        return args, kwargs
+
+    handle = decoder.register_forward_pre_hook(scaled, with_kwargs=True)
+    holder["remove"] = handle.remove
+    return holder
+
+
+def rows_seeing_images(batch: dict):
+    """``(rows,)`` bool: which rows hold a token that may see an image, read from the
+    batch's per-token keys that index images (a tensor per token: mllama's
+    ``cross_attention_mask``); None when the batch has none."""
+    ids = batch.get("input_ids")
+    if ids is None:
+        return None
+    seeing = None
+    for key, value in batch.items():
+        if key in _REBUILT_KEYS or not hasattr(value, "dim") or value.dim() < 3 \
+                or tuple(value.shape[:2]) != tuple(ids.shape) or value.is_floating_point():
+            continue
+        row = value.flatten(1).ne(0).any(dim=1)
+        seeing = row if seeing is None else seeing | row
+    return seeing
 
 
 def rope_positions_function(model) -> Optional[PositionsFunction]:

@@ -3,7 +3,10 @@
 * :class:`CountingTrainer` — a ``transformers.Trainer`` that takes the batch's token
   counts (real and padded, put there by the collator) out of the inputs before the
   model sees them, and notes each micro-step's token counts and loss for the current
-  step; a test-only switch makes a step's loss NaN.
+  step; runs a blank image, times zero, on a text-only batch (so that every rank gives
+  gradients to the same parameters); gives a cross-attention VLM's rows that see no
+  image no image states (see :mod:`hyport_lib.models.training_inputs`); a test-only
+  switch makes a step's loss NaN.
 * :class:`MetricsCallback` — after every optimizer step, on every rank: sums the step's
   loss and token counts over the ranks, takes the largest peak memory, reads
   DeepSpeed's skipped (overflow) steps; rank 0 appends the step's line to the metrics
@@ -28,6 +31,7 @@ from typing import Optional
 
 from transformers import Trainer, TrainerCallback
 
+from hyport_lib.models.training_inputs import IMAGE_MASK, IMAGE_STATES, image_states_of_rows, rows_seeing_images
 from hyport_lib.train.checkpoints import MARKER, SAVING_MARKER, write_marker
 from hyport_lib.train.packing import COUNT_KEYS
 from hyport_lib.utils.disk import disk_full_error
@@ -116,6 +120,39 @@ class CountingTrainer(Trainer):
 
         return embeddings.register_forward_hook(after_embeddings)
 
+    def _blank_image_rows(self, net, inputs: dict) -> dict:
+        """The blank image as every row's image, for a model that reads each row's images
+        through cross-attention (mllama), and a per-token image mask of zeros (no token may
+        see it).
+
+        Such a model skips its cross-attention layers without images, and the embeddings
+        hook of :meth:`_run_image_path_after_embeddings` cannot reach them: they run on
+        image states the model's own forward computes, right before its language model. So
+        the blank image goes through the forward itself, where a real image's runs, and
+        every module an image batch runs runs here too, in the same order. Its states are
+        zeros by the time the language model reads them (``image_states_of_rows``: no row
+        sees an image), so each cross-attention layer adds exactly 0, as when skipped: the
+        loss is the text-only batch's own, and every parameter of the image path gets a
+        gradient of 0.
+        """
+        import torch
+
+        ids = inputs["input_ids"]
+        rows, length = int(ids.shape[0]), int(ids.shape[1])
+        dtype = self._vision_dtype(net)
+        accepted = _accepted_arguments(net.forward)
+        blank = {}
+        for key, value in self.dummy_image_inputs.items():
+            if key not in accepted:
+                continue
+            value = value.to(ids.device, dtype) if value.is_floating_point() else value.to(ids.device)
+            blank[key] = value.expand(rows, *value.shape[1:]) if value.shape[0] == 1 else value
+        pixels = blank["pixel_values"]
+        # (rows, tokens, images, tiles): the pixels' axes between the sample and the picture
+        blank[IMAGE_MASK] = torch.zeros((rows, length, *pixels.shape[1:pixels.dim() - 3]), dtype=torch.long,
+                                        device=ids.device)
+        return blank
+
     @staticmethod
     def _vision_dtype(net):
         return next((p.dtype for p in net.parameters() if p.is_floating_point()), None)
@@ -155,15 +192,31 @@ class CountingTrainer(Trainer):
         counts = [inputs.pop(key, 0) for key in COUNT_KEYS]
         if model.training:
             self.step_counts.add(int(counts[0]), int(counts[1]))
+        net = _transformers_model(self.accelerator.unwrap_model(model))
         image_path: dict = {}
         hook = None
+        blank_rows = False
         if model.training and inputs.get("pixel_values") is None and self.dummy_image_inputs is not None:
-            hook = self._run_image_path_after_embeddings(model, image_path)
+            if _accepted_arguments(net.forward) >= {IMAGE_STATES, IMAGE_MASK}:
+                inputs = {**inputs, **self._blank_image_rows(net, inputs)}
+                blank_rows = True
+            else:
+                hook = self._run_image_path_after_embeddings(model, image_path)
+        seeing = rows_seeing_images(inputs)
+        states = image_states_of_rows(net, seeing) if seeing is not None else None
         try:
             result = super().compute_loss(model, inputs, *args, **kwargs)
         finally:
             if hook is not None:
                 hook.remove()
+            if states is not None:
+                states["remove"]()
+        if blank_rows and not (states and states["calls"]):
+            # The blank image's states reached the language model unscaled (passed by
+            # position?): the loss would not be the batch's own. transformers 4.57 and 5.24
+            # pass them by keyword.
+            raise RuntimeError(f"the blank image's {IMAGE_STATES} never reached {type(net).__name__}'s "
+                               "language model as a keyword argument, so they could not be zeroed")
         if image_path.get("zero") is not None:
             result = add_to_loss(result, image_path["zero"])
         if self._nan_step is not None and self.state.global_step + 1 == self._nan_step:
@@ -190,6 +243,14 @@ def _image_features(output):
     if isinstance(output, dict) and output.get("pooler_output") is not None:
         return [value for key, value in output.items() if key not in _TOWER_STATES]
     return output
+
+
+def _transformers_model(net):
+    """The transformers model under a peft wrapper (LoRA), else ``net``: the model whose
+    ``forward`` names its inputs (a ``PeftModel``'s takes ``**kwargs``) and whose
+    language model the hooks go on."""
+    get = getattr(net, "get_base_model", None)
+    return get() if callable(get) else net
 
 
 def _accepted_arguments(function) -> set:

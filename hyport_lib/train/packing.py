@@ -14,11 +14,15 @@ is no ``attention_mask`` in a packed batch.
 **Padding** (``packing=False``) puts one sample per row, padded on the right to the
 longest row of the batch, with an ``attention_mask``.
 
-Per-token keys of the processor (``mm_token_type_ids``, ``token_type_ids``) travel with
-the ids (0 on padding) and the image tensors are joined as the model reads them
-(:mod:`hyport_lib.models.training_inputs`). Packed rows of an M-RoPE model carry the
-positions the model computes for each sample alone, with the per-sample text positions
-as their first row.
+Per-token keys of the processor, of any rank (``mm_token_type_ids``, ``token_type_ids``,
+mllama's ``cross_attention_mask`` of images x tiles per token), travel with the ids (0 on
+padding) and the image tensors are joined as the model reads them
+(:mod:`hyport_lib.models.training_inputs`). A per-token key that indexes images (a tensor
+per token) means the model reads each row's images from its own row: every row gets
+image rows (padding images for a text-only one), and such samples are never packed
+together (a token that sees no image would still attend to the other samples' images).
+Packed rows of an M-RoPE model carry the positions the model computes for each sample
+alone, with the per-sample text positions as their first row.
 
 Labels are ``-100`` on padding in both. Every batch also says how many of its tokens
 are real and how many it holds in all (``hyport_real_tokens`` / ``hyport_tokens``, popped
@@ -27,9 +31,10 @@ before the model sees the batch), for tokens/s/p.
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Optional, Sequence
 
-from hyport_lib.models.training_inputs import join_image_tensors, packed_positions
+from hyport_lib.models.training_inputs import (indexes_images, join_image_tensors, packed_positions,
+                                               token_tensor)
 from hyport_lib.train.samples import IGNORE_INDEX, Sample
 
 #: Keys of a batch that are hyport's bookkeeping, not model inputs.
@@ -65,20 +70,20 @@ class PackedCollator:
     def __call__(self, rows: Sequence[Sequence[Sample]]) -> dict:
         import torch
 
+        samples = [sample for row in rows for sample in row]
+        keys = _token_keys(samples)
+        per_row = _images_per_row(samples, keys)
+        if per_row and any(len(row) > 1 for row in rows):
+            raise ValueError(_PER_ROW_REFUSAL.format(key=per_row))
         ids, labels, positions, lengths = [], [], [], []
-        keys = _token_keys([sample for row in rows for sample in row])
-        extras: dict[str, list] = {key: [] for key in keys}
-        rope = [] if any(s.rope_positions is not None for row in rows for s in row) else None
+        rope = [] if any(s.rope_positions is not None for s in samples) else None
         real = 0
         for row in rows:
             row_ids, row_labels, row_pos = [], [], []
-            row_extras: dict[str, list] = {key: [] for key in keys}
             for sample in row:
                 row_ids += sample.input_ids
                 row_labels += sample.labels
                 row_pos += list(range(len(sample)))
-                for key in keys:
-                    row_extras[key] += sample.token_extras[key]
                 lengths.append(len(sample))
             real += len(row_ids)
             pad = self.max_seq_len - len(row_ids)
@@ -89,14 +94,10 @@ class PackedCollator:
                 row_ids += [self.pad_id] * pad
                 row_labels += [IGNORE_INDEX] * pad
                 row_pos += list(range(pad))
-                for key in keys:
-                    row_extras[key] += [0] * pad
                 lengths.append(pad)
             ids.append(row_ids)
             labels.append(row_labels)
             positions.append(row_pos)
-            for key in keys:
-                extras[key].append(row_extras[key])
             if rope is not None:
                 rope.append(packed_positions(row, self.max_seq_len, self.mrope_text_row))
         cu = torch.tensor([0] + _running_sum(lengths), dtype=torch.int32)
@@ -110,9 +111,19 @@ class PackedCollator:
             "max_length_q": max(lengths), "max_length_k": max(lengths),
             "hyport_real_tokens": real, "hyport_tokens": len(rows) * self.max_seq_len,
         }
-        batch.update({key: torch.tensor(values, dtype=torch.long) for key, values in extras.items()})
-        batch.update(image_batch([sample for row in rows for sample in row]))
+        batch.update({key: token_tensor(key, [[(len(s), s.token_extras.get(key)) for s in row] for row in rows],
+                                        self.max_seq_len) for key in keys})
+        batch.update(image_batch(samples, per_row=bool(per_row)))
         return batch
+
+
+#: Why samples whose per-token keys index images are never packed together.
+_PER_ROW_REFUSAL = (
+    "packing: per-token key {key!r} holds, for each token, a value per image (and tile) of its "
+    "row: the model reads each row's images through cross-attention, and a token that may see "
+    "no image (the prompt before an image, a text-only sample) still attends to every image of "
+    "its row (transformers does not zero such rows), so samples packed into one row would read "
+    "each other's images; use packing=false")
 
 
 class PaddedCollator:
@@ -128,14 +139,11 @@ class PaddedCollator:
         width = max(len(s) for s in samples)
         ids, labels, mask = [], [], []
         keys = _token_keys(samples)
-        extras: dict[str, list] = {key: [] for key in keys}
         for sample in samples:
             pad = width - len(sample)
             ids.append(sample.input_ids + [self.pad_id] * pad)
             labels.append(sample.labels + [IGNORE_INDEX] * pad)
             mask.append([1] * len(sample) + [0] * pad)
-            for key in keys:
-                extras[key].append(sample.token_extras[key] + [0] * pad)
         batch: dict[str, Any] = {
             "input_ids": torch.tensor(ids, dtype=torch.long),
             "labels": torch.tensor(labels, dtype=torch.long),
@@ -143,24 +151,31 @@ class PaddedCollator:
             "hyport_real_tokens": sum(len(s) for s in samples),
             "hyport_tokens": len(samples) * width,
         }
-        batch.update({key: torch.tensor(values, dtype=torch.long) for key, values in extras.items()})
-        batch.update(image_batch(samples))
+        batch.update({key: token_tensor(key, [[(len(s), s.token_extras.get(key))] for s in samples], width)
+                      for key in keys})
+        batch.update(image_batch(samples, per_row=bool(_images_per_row(samples, keys))))
         return batch
 
 
-def image_batch(samples: Sequence[Sample]) -> dict:
+def image_batch(samples: Sequence[Sample], per_row: bool = False) -> dict:
     """``pixel_values`` and the other image tensors of ``samples``, images in order; {}
-    without images."""
-    return join_image_tensors([s.image_tensors() for s in samples if s.pixel_values is not None])
+    without images. ``per_row``: each sample is a row and gets image rows of its own
+    (padding images for a text-only one; see
+    :func:`hyport_lib.models.training_inputs.join_image_tensors`)."""
+    return join_image_tensors([s.image_tensors() for s in samples], per_row=per_row)
 
 
 def _token_keys(samples: Sequence[Sample]) -> list[str]:
-    """Per-token keys every sample has (a processor returns the same keys for each)."""
-    keys = list(dict.fromkeys(k for s in samples for k in s.token_extras))
-    missing = [k for k in keys if any(k not in s.token_extras for s in samples)]
-    if missing:
-        raise ValueError(f"per-token key {missing[0]!r} is missing from some samples of the batch")
-    return keys
+    """Per-token keys of the batch's samples (whether every sample must have each is
+    :func:`~hyport_lib.models.training_inputs.token_tensor`'s to say)."""
+    return list(dict.fromkeys(k for s in samples for k in s.token_extras))
+
+
+def _images_per_row(samples: Sequence[Sample], keys: Sequence[str]) -> Optional[str]:
+    """The first per-token key that indexes images (a tensor per token: then the model
+    reads each row's images from its own row of the image tensors), or None."""
+    return next((key for key in keys for s in samples
+                 if key in s.token_extras and indexes_images(s.token_extras[key])), None)
 
 
 def _running_sum(values: Sequence[int]) -> list[int]:

@@ -64,8 +64,8 @@ class Sample:
         truncated: the sample was cut to ``max_seq_len``.
         image_extras: the processor's other image tensors (``image_grid_thw``,
             ``image_sizes``, ``pixel_attention_mask``, ...).
-        token_extras: per-token keys (``mm_token_type_ids``, ``token_type_ids``), one
-            value per token.
+        token_extras: per-token keys (``mm_token_type_ids``, ``token_type_ids``; mllama's
+            ``cross_attention_mask``, images x tiles as nested lists), one value per token.
         rope_positions: ``(axes, length)`` multimodal positions the model computes for
             this sample alone (M-RoPE models, when packing), or None.
     """
