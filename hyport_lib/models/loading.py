@@ -4,11 +4,14 @@
   ``AutoModelForImageTextToText`` for a VLM, ``AutoModelForCausalLM`` for a text-only
   model; remote code (``auto_map``) only with ``trust_remote_code``.
 * :func:`load_processor` loads the processor whole where it can. The Qwen-VL family,
-  LLaVA-OneVision and InternVL ship a video processor that needs torchvision in
-  transformers 5; where torchvision is missing (the CPU stack hyport tests on: the only
-  torchvision built for its torch is a CUDA build that does not import), the processor
-  is built from its image processor and tokenizer alone and says that video is
-  unavailable. A text-only model gets its tokenizer.
+  LLaVA-OneVision, InternVL, SmolVLM ... ship a video processor that needs torchvision
+  in transformers 5; where torchvision is missing (the CPU stack hyport tests on: the
+  only torchvision built for its torch is a CUDA build that does not import), the
+  processor is built without its video part (:func:`without_video`) and says that video
+  is unavailable. A processor that cannot work without torchvision at all (Pixtral's,
+  whose class needs it; Llama-4's, whose only image processor does) is refused in one
+  line (:class:`ProcessorUnavailable`: the folder and what to install). A text-only
+  model gets its tokenizer.
 
 torch and transformers are imported inside the functions: a launcher process can plan
 without importing either.
@@ -18,6 +21,8 @@ from __future__ import annotations
 
 import functools
 import importlib.util
+import json
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
@@ -49,6 +54,56 @@ class LoadedProcessor:
         return tokenizer_of(self.processor)
 
 
+class ProcessorUnavailable(ValueError):
+    """The checkpoint's processor cannot be built (or cannot do what was asked) on this
+    stack; the message is one line: the folder or part, what is missing, what to install."""
+
+
+class VideoSettingUnavailable(AttributeError):
+    """A read of a setting of a video processor that was not loaded, which its config does
+    not hold either (an AttributeError: ``getattr(..., default)`` and ``hasattr`` work)."""
+
+
+class AbsentVideoProcessor:
+    """What a processor loaded by :func:`without_video` holds where its video processor
+    would be.
+
+    Why a stand-in and not None: processors read their video processor's settings outside
+    any video work (SmolVLM's ``apply_chat_template`` reads ``video_processor.num_frames``
+    and ``.fps`` for every conversation, to hand them to the template and the processor
+    call), and None crashes them. The stand-in answers such a read with the value the
+    video processor would have been built from: the checkpoint's video processor config,
+    found where the transformers at hand looks (:func:`_video_settings`), so a text or
+    image prompt renders as with the whole processor. A setting that config lacks is not
+    guessed (the class default is in a module that needs torchvision): the read raises
+    :class:`VideoSettingUnavailable`.
+    Processing a video raises :class:`ProcessorUnavailable`.
+    """
+
+    def __init__(self, reason: str, settings: Optional[dict] = None):
+        self._reason = reason
+        self._settings = dict(settings or {})
+
+    def __getattr__(self, name: str):
+        # Only reached for names the object lacks; private and dunder names (copy, pickle)
+        # are plain misses.
+        settings = self.__dict__.get("_settings", {})
+        if name.startswith("_"):
+            raise AttributeError(name)
+        if name in settings:
+            return settings[name]
+        raise VideoSettingUnavailable(f"video_processor.{name}: the video processor is not loaded "
+                                      f"({self.__dict__.get('_reason')}) and the checkpoint's video "
+                                      f"processor config does not set {name}")
+
+    def __call__(self, *args, **kwargs):
+        raise ProcessorUnavailable(f"videos cannot be processed: the video processor is not loaded "
+                                   f"({self._reason})")
+
+    def __repr__(self) -> str:
+        return f"AbsentVideoProcessor({self._reason!r}, {len(self._settings)} settings)"
+
+
 def tokenizer_of(processor):
     """The tokenizer inside a processor (or the tokenizer itself)."""
     return getattr(processor, "tokenizer", processor)
@@ -70,6 +125,14 @@ def torchvision_problem() -> Optional[str]:
 
 def has_torchvision() -> bool:
     return torchvision_problem() is None
+
+
+def torchvision_hint() -> str:
+    """What to install for torchvision: the build made for the torch at hand."""
+    import torch
+
+    return (f"install the torchvision built for torch {torch.__version__} (the release paired with "
+            "it, from the index this torch came from)")
 
 
 def wants_video_processor(model_path: Optional[str]) -> tuple[str, Optional[bool]]:
@@ -94,8 +157,11 @@ def wants_video_processor(model_path: Optional[str]) -> tuple[str, Optional[bool
     cls = getattr(transformers, str(name), None) if name else None
     if cls is None:
         return model_type, False if model_type else None
-    attributes = cls.get_attributes() if hasattr(cls, "get_attributes") else getattr(cls, "attributes", [])
-    return model_type, any("video" in a for a in attributes)
+    if not (isinstance(cls, type) and issubclass(cls, transformers.ProcessorMixin)):
+        # transformers' placeholder for a class whose backend is missing (mistral3's
+        # PixtralProcessor without torchvision): its attributes cannot be read.
+        return model_type, None
+    return model_type, any("video" in a for a in _attribute_names(cls))
 
 
 def _common(path: str, trust_remote_code: bool) -> dict:
@@ -118,6 +184,8 @@ def load_processor(path: str, *, trust_remote_code: bool = False) -> LoadedProce
     """The checkpoint's processor (see the module docstring).
 
     Raises:
+        ProcessorUnavailable: torchvision is missing and the processor cannot work
+            without it (its class or its image processor needs it).
         Whatever transformers raises for a processor that does not load for another
         reason than a missing torchvision.
     """
@@ -136,9 +204,10 @@ def load_processor(path: str, *, trust_remote_code: bool = False) -> LoadedProce
         except (ImportError, AttributeError, ValueError, TypeError, OSError) as exc:
             if has_torchvision() or not _needs_torchvision(exc):
                 raise
-            processor = _image_side_processor(path, traits, common)
-            unavailable.append(f"video processor: needs torchvision ({torchvision_problem()}); "
-                               "images are processed, videos are not")
+            processor = _image_side_processor(path, traits, common, exc)
+            if isinstance(getattr(processor, "video_processor", None), AbsentVideoProcessor):
+                unavailable.append(f"video processor: needs torchvision ({torchvision_problem()}); "
+                                   "images are processed, videos are not")
         else:
             if getattr(processor, "video_processor", "absent") is None:
                 unavailable.append("video processor: not in this checkpoint")
@@ -146,79 +215,208 @@ def load_processor(path: str, *, trust_remote_code: bool = False) -> LoadedProce
     return LoadedProcessor(processor, traits, unavailable, "chat" if template else "prefix")
 
 
-def _needs_torchvision(exc: BaseException) -> bool:
+def _needs_torchvision(exc: BaseException, *, words=("torchvision", "video")) -> bool:
     seen: Optional[BaseException] = exc
     while seen is not None:
-        if "torchvision" in str(seen).lower() or "video" in str(seen).lower():
+        if any(word in str(seen).lower() for word in words):
             return True
         seen = seen.__cause__ or seen.__context__
     return False
 
 
-def _processor_class(path: str, traits: ModelTraits):
-    import json
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
 
+
+def _processor_class(path: str, traits: ModelTraits):
+    """The processor class the folder names (``processor_class`` in its processor,
+    preprocessor or tokenizer config, as AutoProcessor looks), else the model type's; None
+    when neither is known to transformers. Without torchvision the class may be
+    transformers' placeholder for it."""
     import transformers
     from transformers.models.auto.processing_auto import PROCESSOR_MAPPING_NAMES
 
     name = None
-    config_file = Path(path) / "processor_config.json"
-    if config_file.is_file():
-        name = json.loads(config_file.read_text(encoding="utf-8")).get("processor_class")
+    for file_name in ("processor_config.json", "preprocessor_config.json", "tokenizer_config.json"):
+        config_file = Path(path) / file_name
+        if not name and config_file.is_file():
+            name = json.loads(config_file.read_text(encoding="utf-8")).get("processor_class")
     name = name or PROCESSOR_MAPPING_NAMES.get(traits.model_type)
-    cls = getattr(transformers, str(name), None) if name else None
-    if cls is None:
-        raise ValueError(f"{path}: no processor class known for model_type={traits.model_type!r}")
-    return cls
+    return getattr(transformers, str(name), None) if name else None
 
 
-def _image_side_processor(path: str, traits: ModelTraits, common: dict):
-    """The processor loaded without its video part (see :func:`without_video`)."""
-    return without_video(_processor_class(path, traits)).from_pretrained(path, **common)
+def _image_side_processor(path: str, traits: ModelTraits, common: dict, cause: BaseException):
+    """The processor loaded without its video part (see :func:`without_video`).
+
+    Raises:
+        ProcessorUnavailable: no processor class to build, its class needs torchvision,
+            or it still needs torchvision without its video part (its image processor).
+    """
+    problem = torchvision_problem()
+    processor_class = _processor_class(path, traits)
+    if processor_class is None:
+        raise ProcessorUnavailable(f"{path}: its processor needs torchvision ({problem}) and hyport knows "
+                                   f"no processor class to build without it ({_first_line(cause)}); "
+                                   f"{torchvision_hint()}")
+    try:
+        subclass = without_video(processor_class)
+    except ProcessorUnavailable as exc:
+        raise ProcessorUnavailable(f"{path}: {exc}") from None
+    try:
+        return subclass.from_pretrained(path, **common)
+    except (ImportError, AttributeError, ValueError, TypeError, OSError) as exc:
+        if not _needs_torchvision(exc, words=("torchvision",)):
+            raise
+        raise ProcessorUnavailable(f"{path}: {processor_class.__name__} needs torchvision ({problem}) "
+                                   f"even without its video part: {_first_line(exc)}; "
+                                   f"{torchvision_hint()}") from None
 
 
 _WITHOUT_VIDEO: dict[type, type] = {}
 
 
 def without_video(processor_class: type) -> type:
-    """``processor_class`` taking no video processor.
+    """``processor_class`` taking no video processor (the class itself when it has none).
 
-    transformers' ``ProcessorMixin`` reads the ``__init__`` signature to know which
-    sub-processors to load, check and save; a subclass whose signature leaves the video
-    processor out (it passes None on) loads the image processor and tokenizer only,
-    through the class's own ``from_pretrained``. It keeps the class name, so saved
-    folders still name the real processor.
+    transformers decides which sub-processors a processor loads, checks and saves from its
+    attribute list: ``get_attributes()`` (read from the ``__init__`` signature) in 5.x,
+    the ``attributes`` class list in 4.x. The subclass, built without generating any code:
+
+    * lists its attributes without the video ones, and keeps the class's own ``__init__``
+      (its real signature: ``from_pretrained`` reads its parameter names from it);
+    * hands the loaded sub-processors on in the class's own order, with None where a
+      video processor goes (``from_args_and_dict``);
+    * drops the video argument between the class's ``__init__`` and
+      ``ProcessorMixin.__init__`` (a base the method resolution order puts there), before
+      transformers checks its type: a None video processor fails that check, and without
+      torchvision the check's base class is absent;
+    * holds an :class:`AbsentVideoProcessor` as ``video_processor``, filled from the
+      checkpoint's video processor config by ``from_pretrained``.
+
+    It keeps the class name, so saved folders still name the real processor. A class made
+    directly takes its real arguments; a video processor given is dropped.
+
+    Raises:
+        ProcessorUnavailable: ``processor_class`` is transformers' placeholder for a class
+            whose backend is missing (PixtralProcessor without torchvision).
     """
-    import inspect
+    from transformers import ProcessorMixin
 
     if processor_class in _WITHOUT_VIDEO:
         return _WITHOUT_VIDEO[processor_class]
-    named = [p for name, p in list(inspect.signature(processor_class.__init__).parameters.items())[1:]
-             if name != "video_processor" and p.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD]
-    # ProcessorMixin.from_args_and_dict reads the accepted names from the code object
-    # (co_varnames), not from a signature: the subclass needs a real function with the
-    # same named parameters, so it is generated.
-    defaults = {p.name: p.default for p in named}
-    params = ", ".join(f"{p.name}=_defaults[{p.name!r}]" for p in named)
-    passed = ", ".join(f"{p.name}={p.name}" for p in named)
-    source = (f"def __init__(self, {params}, **kwargs):\n"
-              f"    _parent.__init__(self, {passed}, video_processor=None, **kwargs)\n")
-    scope = {"_defaults": defaults, "_parent": processor_class}
-    exec(compile(source, f"<{processor_class.__name__} without video>", "exec"), scope)  # noqa: S102
-    __init__ = scope["__init__"]
-    subclass = type(processor_class.__name__, (processor_class,), {
-        "__init__": __init__, "__module__": processor_class.__module__,
-        "__doc__": f"{processor_class.__name__} without its video processor (no torchvision)."})
+    if not (isinstance(processor_class, type) and issubclass(processor_class, ProcessorMixin)):
+        backends = ", ".join(getattr(processor_class, "_backends", None) or ["a missing library"])
+        name = getattr(processor_class, "__name__", str(processor_class))
+        why = f" ({torchvision_problem()}); {torchvision_hint()}" if "torchvision" in backends else ""
+        raise ProcessorUnavailable(f"its processor {name} cannot be built without {backends}{why}")
+    attributes = _attribute_names(processor_class)
+    dropped = tuple(name for name in attributes if "video" in name)
+    if not dropped:
+        return processor_class
+    kept = [name for name in attributes if name not in dropped]
+
+    def get_attributes(cls):
+        return list(kept)
+
+    def from_args_and_dict(cls, args, processor_dict, **kwargs):
+        # transformers loaded the sub-processors in the order of the kept attributes; the
+        # class's __init__ takes them positionally in its full order.
+        loaded = dict(zip(kept, args))
+        rest = {key: value for key, value in processor_dict.items() if key not in dropped}
+        return super(subclass, cls).from_args_and_dict([loaded.get(name) for name in attributes], rest,
+                                                       **kwargs)
+
+    def from_pretrained(cls, pretrained_model_name_or_path, *args, **kwargs):
+        result = super(subclass, cls).from_pretrained(pretrained_model_name_or_path, *args, **kwargs)
+        processor = result[0] if isinstance(result, tuple) else result
+        folder = Path(pretrained_model_name_or_path) / kwargs.get("subfolder", "")
+        processor.__dict__["_hyport_video_settings"] = _video_settings(folder)
+        return result
+
+    def absent(self):
+        problem = torchvision_problem()
+        reason = f"it needs torchvision, and {problem}" if problem else "left out by hyport"
+        return AbsentVideoProcessor(reason, self.__dict__.get("_hyport_video_settings"))
+
+    namespace: dict[str, Any] = {
+        "__module__": processor_class.__module__, "__qualname__": processor_class.__qualname__,
+        "__doc__": f"{processor_class.__name__} without its video processor (no torchvision).",
+        "_hyport_all_attributes": tuple(attributes), "_hyport_dropped": dropped,
+        "get_attributes": classmethod(get_attributes), "attributes": list(kept),
+        "from_args_and_dict": classmethod(from_args_and_dict),
+        "from_pretrained": classmethod(from_pretrained),
+        **{name: property(absent) for name in dropped},
+    }
+    subclass = type(processor_class.__name__, (processor_class, _video_dropping_base()), namespace)
     _WITHOUT_VIDEO[processor_class] = subclass
     return subclass
 
 
-def dtype_kwarg() -> str:
-    """``from_pretrained``'s keyword for the dtype: ``dtype`` on transformers 5, ``torch_dtype`` on 4.x."""
+def _attribute_names(processor_class: type) -> list[str]:
+    """The sub-processor names of a processor class, in its order (5.x: ``get_attributes()``,
+    4.x: ``attributes``)."""
+    if callable(getattr(processor_class, "get_attributes", None)):
+        return list(processor_class.get_attributes())
+    return list(getattr(processor_class, "attributes", []))
+
+
+@functools.lru_cache(maxsize=None)
+def _video_dropping_base() -> type:
+    """The base that :func:`without_video` puts between a processor class and
+    ``ProcessorMixin``: it receives what the class's ``__init__`` hands to
+    ``super().__init__`` (positionally in the class's full attribute order) and passes
+    it on by name, the video processors left out."""
+    from transformers import ProcessorMixin
+
+    def __init__(self, *args, **kwargs):
+        for name, value in zip(type(self)._hyport_all_attributes, args):
+            if name in kwargs:
+                raise TypeError(f"{type(self).__name__}: got multiple values for {name}")
+            kwargs[name] = value
+        for name in type(self)._hyport_dropped:
+            kwargs.pop(name, None)
+        ProcessorMixin.__init__(self, **kwargs)
+
+    return type("VideoDroppingProcessorMixin", (ProcessorMixin,), {
+        "__init__": __init__, "__module__": __name__,
+        "__doc__": "Drops the video processor arguments on their way to ProcessorMixin."})
+
+
+def _video_settings(folder: Path) -> dict:
+    """The config a video processor would be built from in ``folder``, found as this
+    transformers finds it (5.x: the ``video_processor`` entry of processor_config.json,
+    else video_preprocessor_config.json, else preprocessor_config.json; 4.x: the first of
+    video_preprocessor_config.json, preprocessor_config.json, processor_config.json, its
+    ``video_processor`` entry if it has one); empty for a hub id."""
+    if not os.path.isdir(folder):
+        return {}
+
+    def read(name: str) -> Optional[dict]:
+        path = folder / name
+        return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
+
+    if _transformers_major() >= 5:
+        nested = (read("processor_config.json") or {}).get("video_processor")
+        if isinstance(nested, dict):
+            return nested
+        return read("video_preprocessor_config.json") or read("preprocessor_config.json") or {}
+    for name in ("video_preprocessor_config.json", "preprocessor_config.json", "processor_config.json"):
+        data = read(name)
+        if data is not None:
+            nested = data.get("video_processor", data)
+            return nested if isinstance(nested, dict) else {}
+    return {}
+
+
+def _transformers_major() -> int:
     import transformers
 
-    major = int(transformers.__version__.split(".")[0])
-    return "dtype" if major >= 5 else "torch_dtype"
+    return int(transformers.__version__.split(".")[0])
+
+
+def dtype_kwarg() -> str:
+    """``from_pretrained``'s keyword for the dtype: ``dtype`` on transformers 5, ``torch_dtype`` on 4.x."""
+    return "dtype" if _transformers_major() >= 5 else "torch_dtype"
 
 
 def auto_model_class(traits: ModelTraits):

@@ -15,7 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Optional, Sequence
 
-from hyport_lib.models.loading import LoadedProcessor, tokenizer_of
+from hyport_lib.models.loading import (LoadedProcessor, ProcessorUnavailable, VideoSettingUnavailable,
+                                      tokenizer_of)
 
 
 @dataclass
@@ -69,6 +70,10 @@ def render_messages(loaded: LoadedProcessor, messages: list[dict], *, generation
 
     A text-only model's tokenizer gets string contents (many text templates do not read
     content parts).
+
+    Raises:
+        ProcessorUnavailable: the template needs a setting of a video processor that was
+            not loaded (:class:`~hyport_lib.models.loading.AbsentVideoProcessor`).
     """
     if not loaded.traits.multimodal:
         messages = [{"role": m["role"], "content": _text_of(m["content"])} for m in messages]
@@ -77,8 +82,13 @@ def render_messages(loaded: LoadedProcessor, messages: list[dict], *, generation
     # to the processor call (with a warning).
     if enable_thinking is not None and "enable_thinking" in str(_template(loaded)):
         extra["enable_thinking"] = enable_thinking
-    return loaded.processor.apply_chat_template(messages, tokenize=False,
-                                                add_generation_prompt=generation_prompt, **extra)
+    try:
+        return loaded.processor.apply_chat_template(messages, tokenize=False,
+                                                    add_generation_prompt=generation_prompt, **extra)
+    except VideoSettingUnavailable as exc:
+        # The processor (or its template) reads a setting of the video processor that was
+        # not loaded, and the checkpoint's config does not hold it: refused, not guessed.
+        raise ProcessorUnavailable(f"{type(loaded.processor).__name__}'s chat template: {exc}") from None
 
 
 def _template(loaded: LoadedProcessor):

@@ -26,7 +26,7 @@ from typing import Mapping, Optional
 
 from hyport_lib.devices.card_plan import plan_grid
 from hyport_lib.devices.host_memory import require_host_ram
-from hyport_lib.models.loading import LoadedProcessor, build_empty_model, load_processor
+from hyport_lib.models.loading import LoadedProcessor, ProcessorUnavailable, build_empty_model, load_processor
 from hyport_lib.models.lora_targets import (fused_experts, language_model_path, leaf_names,
                                             lora_target_pattern, matched_layers)
 from hyport_lib.models.preflight import check_model_path
@@ -296,6 +296,8 @@ def _check_dataset(params: Params, report: DatasetReport, model_path: str,
 
     try:
         loaded = load_processor(model_path, trust_remote_code=params.trust_remote_code)
+    except ProcessorUnavailable:
+        raise  # already one line naming the folder, the class and what to install
     except Exception as exc:  # noqa: BLE001 — any loader failure: name the folder and the files
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         raise ValueError(f"model_path={model_path!r}: its processor / tokenizer does not load "
