@@ -65,9 +65,14 @@ def model_cell(stage: str, name: str, model: Path, out: Path, device: str) -> tu
                                      "--model-path", str(model), "--json", str(out.with_suffix(".json")))
         if code == 0:
             model_check = json.loads(out.with_suffix(".json").read_text()).get("model") or {}
+            if model_check.get("verdict") == "REFUSED":  # said by the swap, with its reason
+                return "refused", f"model check REFUSED: {str(model_check.get('detail'))[:160]}", seconds
             if model_check.get("verdict") != "PASS":
                 return "FAIL", f"model check {model_check.get('verdict')}: {model_check.get('detail')}", seconds
-            return "PASS", f"{model_check.get('swapped_calls')} swapped calls", seconds
+            packed = model_check.get("packed_max_abs_logits")
+            return "PASS", (f"{model_check.get('swapped_calls')} swapped calls"
+                            + (f"; packed row {model_check.get('packed_tokens')} tokens, max |Δ| {packed:.1e}"
+                               if isinstance(packed, (int, float)) else "")), seconds
         return (*verdict(code, text), seconds)
     if stage == "infer":
         code, text, seconds = hyport("infer", "--device", device, "--model-path", str(model),

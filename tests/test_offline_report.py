@@ -10,6 +10,7 @@ index: test_report_faults.py, ``--only 01,03``.)
 
 from __future__ import annotations
 
+import html
 import json
 import os
 import re
@@ -181,3 +182,18 @@ def test_one_file_to_send_and_the_zip(full_run, tmp_path):
         page.locator('#page-05_weights a[href="#top"]').click()
         page.wait_for_timeout(300)
         assert page.evaluate("window.scrollY") < 50
+
+
+def test_the_attention_proof_before_launch_is_recorded_carded_and_drafted(full_run):
+    """The default run packs: stage 04 proved the swap on the tiny model and its first batch
+    before launch, and the record, the index card and both drafts show it."""
+    _, run_dir = full_run
+    record = json.loads((run_dir / "results" / "04_train.json").read_text())
+    proof = record["data"]["plan"]["attention_proof"]
+    assert proof["verdict"] == "PASS" and proof["packed"] and proof["max_abs_logits"] < 1e-4
+    assert proof["grad_parameters"] > 10 and not proof["grads_only_eager"] and not proof["grads_only_swapped"]
+    said = record["headline"]["attention proof"]
+    assert said.startswith("PASS: max |Δ logits| ") and "same gradient set (CPU, float32" in said
+    assert html.escape(said) in (run_dir / "index.html").read_text(encoding="utf-8")
+    for draft in ("blog.en.md", "blog.zh.md"):
+        assert said.replace("|", "\\|") in (run_dir / draft).read_text(encoding="utf-8"), draft

@@ -330,8 +330,8 @@ def blog_section(record: dict, draft: Draft) -> list[str]:
             (names["packing"], value(params.get("packing"))),
             (names["attention"], value(plan.get("attn_implementation")))]
     proof = proof_summary(plan.get("attention_proof"))
-    if proof:
-        rows.append((names["proof"], proof))
+    if proof:  # recorded text (the headline's words), shown as such in either language
+        rows.append((names["proof"], code(proof)))
     lines = [t["train_intro"], ""] + table([t["param"], t["value"]], rows)
     results = t["res_rows"]
     # The headline's train_loss (mean of the finite step losses); the Trainer's own figure
