@@ -37,7 +37,10 @@ from typing import Any, Mapping, Optional, Sequence
 
 from hyport_lib.models.families import ModelTraits
 from hyport_lib.models.loading import auto_model_class, traits_of
+from hyport_lib.models import shrunk_model
+from hyport_lib.models.shrunk_model import KEEP_LAYERS, compact_vocabulary, shrunk_config
 from hyport_lib.models.tiny import default_cache_root
+from hyport_lib.npu_attention import hf_integration
 from hyport_lib.npu_attention.hf_integration import REGISTERED, register_hyport_attention
 from hyport_lib.utils.files import atomic_write_json
 from hyport_lib.utils.redact import scrub_text
@@ -45,8 +48,6 @@ from hyport_lib.utils.imports import package_version
 
 #: Bump when the proof's method changes: cached proofs of an older method are not reused.
 PROOF_VERSION = 1
-#: Decoder layers kept (more when the model's first layers do not show every layer kind).
-KEEP_LAYERS = 2
 #: max |Δ logits| and |Δ loss| allowed in float32 (the math is the same; only the order of
 #: the sums differs). A dropped bias or a wrong mask moves logits by 1e-2 and more.
 LOGIT_TOLERANCE = 1e-3
@@ -54,6 +55,12 @@ LOSS_TOLERANCE = 1e-4
 #: max |Δ grad| relative to the largest gradient of the eager model.
 GRAD_TOLERANCE = 1e-3
 PASS, FAIL, REFUSED = "PASS", "FAIL", "REFUSED"
+#: The batch's keys that hold token ids.
+_ID_KEYS = ("input_ids", "labels")
+#: hyport's code a proof depends on: a change to either proves again.
+_OWN_SOURCES = (Path(hf_integration.__file__), Path(__file__), Path(shrunk_model.__file__))
+#: At most this much of a model's own code file goes into the cache key.
+_SOURCE_BYTES = 4 << 20
 
 
 @dataclass
@@ -81,6 +88,8 @@ class AttentionProof:
     swapped_calls: Optional[int] = None
     seconds: float = 0.0
     cached: bool = False
+    #: one-line summaries of the further batches proven beside this one (a VLM's image row)
+    also: list = field(default_factory=list)
 
     @property
     def passed(self) -> bool:
@@ -119,42 +128,24 @@ def sdpa_refusal(model) -> Optional[str]:
             f"what an SDPA-like kernel does not take: soft-capping, sinks, a bias on the scores)")
 
 
-def shrunk_config(config, keep: int = KEEP_LAYERS) -> tuple[Any, str]:
-    """A copy of ``config`` with its decoder cut to a few layers; and what was kept, in words.
-
-    Layer-kind lists (``layer_types``: sliding / full attention) keep their first
-    occurrence of every kind; a cross-attention VLM keeps its first cross-attention layer.
-    """
-    config = copy.deepcopy(config)
-    text = getattr(config, "text_config", None) or config
-    total = getattr(text, "num_hidden_layers", None)
-    if not isinstance(total, int) or total <= keep:
-        return config, f"all {total} decoder layers" if isinstance(total, int) else "all layers"
-    needed = keep
-    kinds = getattr(text, "layer_types", None)
-    if isinstance(kinds, (list, tuple)) and len(kinds) == total:
-        firsts = {kind: kinds.index(kind) for kind in kinds}
-        needed = max(needed, max(firsts.values()) + 1)
-    cross = getattr(text, "cross_attention_layers", None)
-    if isinstance(cross, (list, tuple)) and cross:
-        needed = max(needed, min(cross) + 1)
-        text.cross_attention_layers = [i for i in cross if i < needed]
-    needed = min(needed, total)
-    text.num_hidden_layers = needed
-    if isinstance(kinds, (list, tuple)) and len(kinds) == total:
-        text.layer_types = list(kinds[:needed])
-    return config, f"{needed} of {total} decoder layers"
-
-
-def _cache_key(model_path: str, config_dict: dict, batch: Mapping, backend: str, name: str) -> str:
+def _cache_key(model_path: str, config_dict: dict, batch: Mapping, backend: str, name: str,
+               extra: Mapping) -> str:
+    """What decides a proof: the model (its config, its path, its own code files), the
+    batch's tensors, the backend, the seed and shrink, and the code that proves (torch,
+    transformers, and hyport's attention and proof modules, by their source)."""
     import torch
 
     digest = hashlib.sha256()
     versions = {p: package_version(p) for p in ("torch", "transformers", "hyport")}
     digest.update(json.dumps({"proof": PROOF_VERSION, "versions": versions, "backend": backend,
-                              "name": name, "config": config_dict,
+                              "name": name, "config": config_dict, "extra": dict(extra),
                               "path": os.path.realpath(model_path)}, sort_keys=True,
                              default=str).encode())
+    for source in (*_OWN_SOURCES, *sorted(Path(model_path).glob("*.py"))):
+        try:
+            digest.update(Path(source).read_bytes()[:_SOURCE_BYTES])
+        except OSError:
+            digest.update(f"unreadable {source}".encode())
     for key in sorted(batch):
         value = batch[key]
         digest.update(key.encode())
@@ -190,7 +181,9 @@ def prove_swap(model_path: str, batch: Mapping, *, backend: str, trust_remote_co
     proof = AttentionProof(model_path=model_path, attn_implementation=name, backend=backend,
                            source="CPU, float32" + (", NPU attention emulated" if backend == "npu-emulated" else ""))
     config = AutoConfig.from_pretrained(model_path, trust_remote_code=trust_remote_code)
-    key = _cache_key(model_path, config.to_dict(), batch, backend, name)
+    key = _cache_key(model_path, config.to_dict(), batch, backend, name,
+                     {"trust_remote_code": trust_remote_code, "seed": seed, "keep_layers": keep_layers,
+                      "samples": samples is not None})
     cached = proof_cache_dir() / f"{key}.json"
     if use_cache and cached.is_file():
         try:
@@ -219,43 +212,89 @@ def _store(path: Path, proof: AttentionProof) -> None:
 
 def _run_proof(proof: AttentionProof, config, batch: Mapping, samples, name: str, traits: ModelTraits,
                trust_remote_code: bool, seed: int, keep_layers: int) -> None:
-    import torch
-
-    small, proof.layers = shrunk_config(config, keep_layers)
+    """One model (the slim shrink, else the layers-only one when the slim config does not
+    build or run): eager forward and backward, then the same weights switched to the swap."""
+    full_inputs = _model_batch(batch)
+    proof.packed = "cu_seq_lens_q" in full_inputs or "attention_mask" not in full_inputs
+    full_samples = ([[_model_batch(one) for one in row] for row in samples]
+                    if proof.packed and samples else None)
+    proof.batch = (f"{'packed' if proof.packed else 'padded'} batch {tuple(full_inputs['input_ids'].shape)}"
+                   + (f", eager on its {sum(len(r) for r in full_samples)} samples one by one"
+                      if full_samples else ""))
     cls = auto_model_class(traits)
-    torch.manual_seed(seed)
-    # Each model its own config: a model reads config._attn_implementation at every forward,
-    # and from_config sets it on the object it is given.
-    eager = cls.from_config(copy.deepcopy(small), attn_implementation="eager",
-                            trust_remote_code=trust_remote_code)
-    proof.model_class = type(eager).__name__
-    refusal = sdpa_refusal(eager)
-    if refusal:
-        proof.verdict, proof.reason = REFUSED, refusal
+    failure = ""
+    for slim in (True, False):
+        small, proof.layers = shrunk_config(config, keep_layers, slim=slim)
+        inputs, per_sample = full_inputs, full_samples
+        if slim and not traits.multimodal:  # a VLM's code looks up its image token ids: kept
+            small, inputs, per_sample = _with_compact_vocabulary(small, inputs, per_sample)
+            proof.layers += ", vocabulary cut to the batch's tokens"
+        try:
+            model = _build(cls, small, seed, trust_remote_code)
+            proof.model_class = type(model).__name__
+            refusal = sdpa_refusal(model)
+            if refusal:
+                proof.verdict, proof.reason = REFUSED, refusal
+                return
+            eager_out = _forward_backward(model, inputs, per_sample)
+            break
+        except Exception as exc:  # noqa: BLE001 — the shrink or the model's own code: said below
+            failure = f"{type(exc).__name__}: {(str(exc).strip().splitlines() or [''])[0]}"
+    else:
+        proof.reason = scrub_text(f"the proof could not run: eager on the model shrunk from its config "
+                                  f"raised {failure}")[:400]
         return
-    swapped = cls.from_config(copy.deepcopy(small), attn_implementation=name,
-                              trust_remote_code=trust_remote_code)
-    swapped.load_state_dict(eager.state_dict())
-    if eager.config._attn_implementation == swapped.config._attn_implementation:
-        raise RuntimeError(f"attention proof: both models run {eager.config._attn_implementation!r}")
-    for model in (eager, swapped):
-        model.float().eval()  # eval: no dropout, so the two runs draw nothing random
-    inputs = _model_batch(batch)
-    proof.packed = "cu_seq_lens_q" in inputs or "attention_mask" not in inputs
-    per_sample = [[_model_batch(one) for one in row] for row in samples] if proof.packed and samples else None
-    proof.batch = (f"{'packed' if proof.packed else 'padded'} batch {tuple(inputs['input_ids'].shape)}"
-                   + (f", eager on its {sum(len(r) for r in per_sample)} samples one by one" if per_sample else ""))
-    eager_out = _forward_backward(eager, inputs, per_sample)
+    model = _switched(model, cls, small, name, trust_remote_code)
     api = REGISTERED[name]
     calls = api.calls
     try:
-        swapped_out = _forward_backward(swapped, inputs, None, lengths=eager_out[3])
+        swapped_out = _forward_backward(model, inputs, None, lengths=eager_out[3] if proof.packed else None)
     except Exception as exc:  # noqa: BLE001 — any raise of the swapped model is the proof's finding
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        proof.reason = scrub_text(f"the swapped attention raised {type(exc).__name__}: {first}")[:400]
+        # The swap itself, or the model's own code on the packed rows (eager's reference ran
+        # each sample alone): either way the workers would raise the same at step 1.
+        proof.reason = scrub_text(f"the model with the swapped attention raised {type(exc).__name__}: "
+                                  f"{first}")[:400]
         return
     proof.swapped_calls = api.calls - calls
     _compare(proof, eager_out, swapped_out)
+
+
+def _with_compact_vocabulary(config, inputs: dict, per_sample):
+    """``(config, inputs, per_sample)`` on the compact vocabulary of :func:`compact_vocabulary`."""
+    batches = [inputs, *(one for row in per_sample or [] for one in row)]
+    config, remap = compact_vocabulary(config, [b[k] for b in batches for k in _ID_KEYS if k in b])
+
+    def mapped(batch):
+        return {k: (remap(v) if k in _ID_KEYS else v) for k, v in batch.items()}
+
+    return config, mapped(inputs), [[mapped(one) for one in row] for row in per_sample] if per_sample else None
+
+
+def _switched(model, cls, config, name: str, trust_remote_code: bool):
+    """``model``'s weights under the swap: the same model switched where transformers can
+    switch it (one model in memory), else a second one built with the swap and given the
+    same weights (models whose code transformers cannot tell follows its AttentionInterface,
+    remote code among them)."""
+    model.zero_grad(set_to_none=True)
+    model.set_attn_implementation(name)
+    if model.config._attn_implementation == name:
+        return model
+    swapped = cls.from_config(copy.deepcopy(config), attn_implementation=name, trust_remote_code=trust_remote_code)
+    swapped.load_state_dict(model.state_dict())
+    del model
+    if swapped.config._attn_implementation != name:
+        raise RuntimeError(f"attention proof: the model runs {swapped.config._attn_implementation!r}, not {name!r}")
+    return swapped.float().eval()
+
+
+def _build(cls, config, seed: int, trust_remote_code: bool):
+    import torch
+
+    torch.manual_seed(seed)
+    model = cls.from_config(copy.deepcopy(config), attn_implementation="eager",
+                            trust_remote_code=trust_remote_code)
+    return model.float().eval()  # eval: no dropout, so the two runs draw nothing random
 
 
 def _model_batch(batch: Mapping) -> dict:

@@ -60,30 +60,65 @@ def choose_attention(params: Params, backend_kind: str, model_path: str, loaded:
         if not wanted.startswith("hyport"):
             return AttentionChoice(wanted, api_backend)
     name = wanted if (not params.packing and wanted.startswith("hyport")) else SWAPPED_NAMES[api_backend]
-    batch, samples = first_batch(params, model_path, loaded, records, skip)
-    # The plan never touches a card: on an NPU host the proof runs hyport's CPU emulation
-    # of npu_fusion_attention, the mapping the fused kernel gets.
-    proof = prove_swap(model_path, batch, backend="npu-emulated" if api_backend == "npu" else "sdpa",
-                       trust_remote_code=params.trust_remote_code, traits=loaded.traits, seed=params.seed,
-                       samples=samples)
+    proofs = []
+    for batch, samples in proof_batches(params, model_path, loaded, records, skip):
+        # The plan never touches a card: on an NPU host the proof runs hyport's CPU emulation
+        # of npu_fusion_attention, the mapping the fused kernel gets.
+        proofs.append(prove_swap(model_path, batch, backend="npu-emulated" if api_backend == "npu" else "sdpa",
+                                 trust_remote_code=params.trust_remote_code, traits=loaded.traits,
+                                 seed=params.seed, samples=samples))
+        if not proofs[-1].passed:
+            break
+    proof = proofs[-1] if not proofs[-1].passed else proofs[0]
+    proof.also = [p.line() for p in proofs if p is not proof]
+    said = "; ".join([proof.line(), *(f"and on an image row: {line}" for line in proof.also)])
     if proof.passed:
-        return AttentionChoice(name, api_backend, proof, proof.line())
+        return AttentionChoice(name, api_backend, proof, said)
     if params.packing:
         raise SwapRefused(f"packing=True needs hyport's attention, which does not compute this model's "
-                          f"attention exactly: {proof.line()}; train with packing=False (the model "
-                          f"then keeps attn_implementation='eager')")
+                          f"attention exactly: {said}; train with packing=False and "
+                          f"attn_implementation='eager'")
     return AttentionChoice("eager", api_backend, proof,
-                           f"attn_implementation={wanted!r} not used: {proof.line()}; the run keeps "
-                           f"eager attention")
+                           f"attn_implementation={wanted!r} not used: {said}; the run keeps eager attention")
+
+
+#: How many records past the first rows are read to find an image row for the proof.
+IMAGE_SEARCH_RECORDS = 256
+
+
+def proof_batches(params: Params, model_path: str, loaded: LoadedProcessor, records: Sequence,
+                  skip: Sequence[int]) -> list[tuple[dict, Optional[list[list[dict]]]]]:
+    """What the proof runs: the first rows of the data, as the workers' collator makes them;
+    and, for a VLM whose first rows hold no image, also the first row that holds one (the
+    Trainer draws rows at random, and the vision tower's attention must be proven too).
+    Each batch comes with its rows' samples collated alone when packing (see
+    :func:`first_batch`)."""
+    encoder, rows, later, rest = _first_rows(params, model_path, loaded, records, skip)
+    batches = [_collated(params, loaded, encoder, rows)]
+    if loaded.traits.multimodal and not any(s.pixel_values is not None for row in rows for s in row):
+        encoded = (encoder.encode(record)[0] for record in rest[:IMAGE_SEARCH_RECORDS])
+        for sample in (*later, *encoded):
+            if sample is not None and sample.pixel_values is not None:
+                batches.append(_collated(params, loaded, encoder, [[sample]]))
+                break
+    return batches
 
 
 def first_batch(params: Params, model_path: str, loaded: LoadedProcessor, records: Sequence,
                 skip: Sequence[int]) -> tuple[dict, Optional[list[list[dict]]]]:
-    """The first batch of rank 0, as its collator makes it: the records in order (bad ones
-    skipped as the workers skip them), encoded as the workers encode them (an M-RoPE
+    """The first rows of the data as rank 0's collator makes them: the records in order (bad
+    ones skipped as the workers skip them), encoded as the workers encode them (an M-RoPE
     model's packed rows with the positions the model computes for each sample), cut into
-    rows and collated. With packing, also each row's samples collated alone (the proof's
-    eager reference: each sample trained by itself); None without."""
+    ``per_device_train_batch_size`` rows and collated. With packing, also each row's samples
+    collated alone (the proof's eager reference: each sample trained by itself); None
+    without."""
+    encoder, rows, _, _ = _first_rows(params, model_path, loaded, records, skip)
+    return _collated(params, loaded, encoder, rows)
+
+
+def _first_rows(params: Params, model_path: str, loaded: LoadedProcessor, records: Sequence,
+                skip: Sequence[int]):
+    """``(encoder, the first rows, samples encoded past them, the records not read)``."""
     positions = None
     if params.packing:  # as the workers do; get_rope_index reads the config only, so the
         # module tree without weights serves it
@@ -93,9 +128,10 @@ def first_batch(params: Params, model_path: str, loaded: LoadedProcessor, record
     wanted_rows = params.per_device_train_batch_size
     skipped = set(skip)
     samples, rows = [], []
-    for record in records:
-        if record.index in skipped:
-            continue
+    kept = [r for r in records if r.index not in skipped]
+    read = 0
+    for record in kept:
+        read += 1
         sample, _ = encoder.encode(record)
         if sample is None:
             continue
@@ -105,9 +141,14 @@ def first_batch(params: Params, model_path: str, loaded: LoadedProcessor, record
             break
     if not rows:
         raise ValueError("attention proof: no record encodes into a training row")
+    first = rows[:wanted_rows]
+    used = sum(len(row) for row in first)
+    return encoder, first, samples[used:], kept[read:]
+
+
+def _collated(params: Params, loaded: LoadedProcessor, encoder, rows) -> tuple[dict, Optional[list[list[dict]]]]:
     collator = make_collator(encoder.pad_id, params.max_seq_len, params.packing,
                              mrope_text_row=loaded.traits.mrope_text_row)
-    rows = rows[:wanted_rows]
     if not params.packing:
         return collator(rows), None
     alone = make_collator(encoder.pad_id, params.max_seq_len, packing=False)

@@ -165,6 +165,7 @@ def _load_model(spec: dict, params: Params):
         _say(f"processor: {part}")
     model = load_model(spec["model_path"], attn_implementation=spec["attn_implementation"],
                        trust_remote_code=params.trust_remote_code, traits=loaded.traits)
+    without_kv_cache(model)
     refusal = sdpa_refusal(model) if spec["attn_implementation"].startswith("hyport") else None
     if refusal:  # the plan refuses it first; this guards a spec made by hand
         raise UnsupportedAttentionArgument(f"hyport attention: {refusal}; use attn_implementation='eager'")
@@ -181,6 +182,20 @@ def _load_model(spec: dict, params: Params):
                           target_modules=lora_target_pattern(language_model_path(model), params.lora_targets))
         model = get_peft_model(model, lora)
     return model, loaded
+
+
+def without_kv_cache(model) -> None:
+    """No KV cache in training, on the model's config and every sub-config.
+
+    Some families (Mistral, Phi-3, Qwen2, Starcoder2 in transformers 4.57) create a cache in
+    training when ``use_cache`` is on, and transformers then skips its packed-sequence mask:
+    a sliding-window mask over a whole packed row would let samples see each other. The
+    proof before launch runs without one too, so the workers run what it proved.
+    """
+    configs = [model.config, *(getattr(model.config, key, None) for key in ("text_config", "llm_config"))]
+    for config in configs:
+        if config is not None and hasattr(config, "use_cache"):
+            config.use_cache = False
 
 
 def _dataset(spec: dict, params: Params, loaded, model):
