@@ -83,6 +83,8 @@ def test_inference_through_the_processors_conventions(zoo, name):
     if name in NEEDS_TORCHVISION:
         with pytest.raises(ProcessorUnavailable):
             run_inference(InferenceConfig(model_path=str(zoo[name]), max_new_tokens=2, warmup_runs=0))
+        with pytest.raises(ProcessorUnavailable):  # in the grid's plan: before any worker starts
+            inference_stage.plan(InferenceParams(model_path=str(zoo[name]), num_cards=1))
         return
     outcome = run_inference(InferenceConfig(model_path=str(zoo[name]), max_new_tokens=2, warmup_runs=0))
     entry = zoo_entry(name)

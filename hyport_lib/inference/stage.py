@@ -16,7 +16,7 @@ from hyport_lib.devices.card_plan import plan_grid
 from hyport_lib.inference.grid import InferencePlan, default_log_dir, run_grid
 from hyport_lib.inference.params import Params
 from hyport_lib.inference.table import GridProgress, GridResult, grid_headline, grid_verdict
-from hyport_lib.models.generation import check_prompts
+from hyport_lib.models.generation import check_processor, check_prompts
 from hyport_lib.models.generation_config import InferenceConfig
 from hyport_lib.models.preflight import check_attn_implementation, check_model_path
 from hyport_lib.models.tiny import TINY_MODEL_NAME
@@ -60,6 +60,7 @@ def plan(params: Params) -> InferencePlan:
         skip_not_applicable=params.skip_not_applicable)
     if Path(model_path).is_dir():
         check_prompts(config, model_path)
+        check_processor(config, model_path)
     return InferencePlan(params=params, backend=backend, card_plan=card_plan, config=config, log_dir=log_dir)
 
 

@@ -22,7 +22,8 @@ from typing import Any, Optional, Sequence
 
 from hyport_lib.backend import get_backend
 from hyport_lib.models.generation_config import DEFAULT_BATCH_PROMPTS, InferenceConfig, InferenceOutcome
-from hyport_lib.models.loading import LoadedProcessor, load_processor, tokenizer_of, traits_of
+from hyport_lib.models.loading import (LoadedProcessor, ProcessorUnavailable, load_processor, tokenizer_of,
+                                       traits_of)
 from hyport_lib.models.loading import load_model as load_checkpoint  # ours: load_model(config)
 from hyport_lib.models.prompts import Prompt, PromptNotApplicable, check_applicable, encode_prompts
 from hyport_lib.models.sample_image import sample_image
@@ -113,6 +114,21 @@ def check_prompts(config: InferenceConfig, model_dir: str) -> None:
     if not loaded.traits.multimodal:
         single_prompt(loaded, config)
         batch_prompts(loaded, config)
+
+
+def check_processor(config: InferenceConfig, model_dir: str) -> None:
+    """Before any worker starts: a processor this stack cannot build (its class needs
+    torchvision, which is missing) is refused in one line here, not once per card.
+
+    Raises:
+        ProcessorUnavailable: naming the folder, the class and what to install.
+    """
+    try:
+        load_processor(model_dir, trust_remote_code=config.trust_remote_code)
+    except ProcessorUnavailable:
+        raise
+    except Exception:  # noqa: BLE001 — any other loader failure: every worker names it in its
+        return  # card's log and result (scrubbed), as it did before this check
 
 
 def not_applicable_parts(loaded: LoadedProcessor, config: InferenceConfig) -> list[str]:
