@@ -323,6 +323,33 @@ def test_a_template_reading_a_video_setting_the_checkpoint_lacks_is_refused_in_o
     _one_line_refusal(caught.value, "FramesProcessor's chat template", "video_processor.num_frames")
 
 
+def test_smolvlms_video_sampling_block_answers_num_frames_and_fps(tmp_path):
+    """SmolVLM's video processor takes num_frames and fps from the video_sampling block its
+    checkpoints ship (no num_frames key of its own)."""
+    folder = _frames_folder(tmp_path, None)
+    (folder / "video_preprocessor_config.json").write_text(json.dumps(
+        {"video_sampling": {"max_frames": 64, "fps": 1, "video_size": {"longest_edge": 384}}}))
+    loaded = _loaded(folder)
+    assert loaded.processor.video_processor.num_frames == 64 and loaded.processor.video_processor.fps == 1
+    assert "at most 64 frames" in render_messages(loaded, MESSAGES, generation_prompt=True)
+
+
+class SlicingProcessor(FramesProcessor):
+    """Reads a video setting in its own ``__init__``, as MiniCPM-V 4.6 does (slice_mode)."""
+
+    def __init__(self, image_processor=None, tokenizer=None, video_processor=None, chat_template=None,
+                 **kwargs):
+        super().__init__(image_processor, tokenizer, video_processor, chat_template=chat_template)
+        self.slice_mode = self.video_processor.slice_mode
+
+
+def test_a_video_setting_read_in_the_processors_own_init_is_answered(tmp_path):
+    folder = _frames_folder(tmp_path, None)
+    (folder / "video_preprocessor_config.json").write_text(json.dumps({"slice_mode": "pad"}))
+    processor = without_video(SlicingProcessor).from_pretrained(folder, local_files_only=True)
+    assert processor.slice_mode == "pad" and processor.video_processor.slice_mode == "pad"
+
+
 # ------------------------------------------------------------------ (d) bidirectional masks
 def _config(model_type: str, **changes) -> dict:
     if model_type not in CONFIG_MAPPING:
@@ -341,6 +368,8 @@ def _config(model_type: str, **changes) -> dict:
     ("gemma3_text", {"use_bidirectional_attention": True}),
     ("gemma4", {"text.use_bidirectional_attention": "vision"}),
     ("molmo2", {}),
+    # Its model class is another family's (Gemma3ForConditionalGeneration): read where defined.
+    ("shieldgemma2", {}),
 ])
 def test_packing_is_refused_for_a_model_whose_code_attends_both_ways(model_type, changes):
     data = _config(model_type, **changes)

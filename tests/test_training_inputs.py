@@ -99,6 +99,24 @@ def test_per_token_tensors_of_any_rank_are_per_token():
     assert set(images) == {"aspect_ratio_ids", "aspect_ratio_mask", "pixel_values", "floats_along_tokens"}
 
 
+def test_an_image_processors_key_is_an_image_tensor_even_when_it_runs_as_long_as_the_sample():
+    """Gemma-4's image_position_ids (images, max_patches, 2) beside a sample exactly as long
+    as max_patches: the image processor names the key, so it is never taken per token."""
+    from types import SimpleNamespace
+
+    from hyport_lib.models.training_inputs import image_processor_keys
+
+    processor = SimpleNamespace(image_processor=SimpleNamespace(
+        model_input_names=["pixel_values", "image_position_ids"]))
+    keys = image_processor_keys(processor)
+    out = {"input_ids": torch.arange(6).unsqueeze(0), "pixel_values": torch.zeros(1, 6, 3),
+           "image_position_ids": torch.zeros(1, 6, 2, dtype=torch.long)}
+    assert "image_position_ids" in split_processor_output(out)[1]  # the shape alone misleads
+    _, per_token, images = split_processor_output(out, keys)
+    assert per_token == {} and set(images) == {"pixel_values", "image_position_ids"}
+    assert image_processor_keys(SimpleNamespace()) == frozenset()
+
+
 def test_per_token_tensors_are_padded_on_every_dim_with_zeros():
     """Rows of different lengths and trailing sizes: each sample's values sit at its own
     tokens and its own images/tiles; padding tokens, padding images and tiles, and a

@@ -19,6 +19,7 @@ without importing either.
 
 from __future__ import annotations
 
+import contextvars
 import functools
 import importlib.util
 import json
@@ -327,10 +328,14 @@ def without_video(processor_class: type) -> type:
                                                        **kwargs)
 
     def from_pretrained(cls, pretrained_model_name_or_path, *args, **kwargs):
-        result = super(subclass, cls).from_pretrained(pretrained_model_name_or_path, *args, **kwargs)
-        processor = result[0] if isinstance(result, tuple) else result
-        folder = Path(pretrained_model_name_or_path) / kwargs.get("subfolder", "")
-        processor.__dict__["_hyport_video_settings"] = _video_settings(folder)
+        folder = Path(pretrained_model_name_or_path) / (kwargs.get("subfolder") or "")
+        # Known while the class's own __init__ runs: some read their video processor's
+        # settings there (MiniCPM-V 4.6's slice_mode), not only later.
+        token = _LOADING_VIDEO_SETTINGS.set(_video_settings(folder))
+        try:
+            result = super(subclass, cls).from_pretrained(pretrained_model_name_or_path, *args, **kwargs)
+        finally:
+            _LOADING_VIDEO_SETTINGS.reset(token)
         return result
 
     def absent(self):
@@ -369,6 +374,7 @@ def _video_dropping_base() -> type:
     from transformers import ProcessorMixin
 
     def __init__(self, *args, **kwargs):
+        self.__dict__["_hyport_video_settings"] = _LOADING_VIDEO_SETTINGS.get()
         for name, value in zip(type(self)._hyport_all_attributes, args):
             if name in kwargs:
                 raise TypeError(f"{type(self).__name__}: got multiple values for {name}")
@@ -382,7 +388,27 @@ def _video_dropping_base() -> type:
         "__doc__": "Drops the video processor arguments on their way to ProcessorMixin."})
 
 
+#: The video settings of the folder a :func:`without_video` class is loading from (read by
+#: its ``__init__``); empty outside such a load.
+_LOADING_VIDEO_SETTINGS: contextvars.ContextVar = contextvars.ContextVar("hyport_video_settings", default={})
+
+
 def _video_settings(folder: Path) -> dict:
+    """The settings a video processor would be built with: its config (:func:`_video_config`),
+    plus what a class derives from it where the class itself cannot be imported here
+    (SmolVLM's video processor takes ``num_frames`` and ``fps`` from the
+    ``video_sampling`` block its checkpoints ship)."""
+    settings = dict(_video_config(folder))
+    sampling = settings.get("video_sampling")
+    if isinstance(sampling, dict):
+        if "max_frames" in sampling:
+            settings.setdefault("num_frames", sampling["max_frames"])
+        if "fps" in sampling:
+            settings.setdefault("fps", sampling["fps"])
+    return settings
+
+
+def _video_config(folder: Path) -> dict:
     """The config a video processor would be built from in ``folder``, found as this
     transformers finds it (5.x: the ``video_processor`` entry of processor_config.json,
     else video_preprocessor_config.json, else preprocessor_config.json; 4.x: the first of

@@ -82,7 +82,8 @@ def bidirectional_mask(data: dict) -> Optional[str]:
         if not model_type or not names:
             continue
         taken = [hook for class_name in names
-                 for hook in _mask_hooks(model_type_to_module_name(model_type), class_name)
+                 for hook in _mask_hooks(_defining_module(model_type_to_module_name(model_type), class_name),
+                                         class_name)
                  if _taken(hook, part_config)]
         if taken:
             # Named after a forward where one has it: the path training takes.
@@ -155,6 +156,23 @@ def _module_classes(module: str) -> dict:
                 if isinstance(node, ast.ClassDef):
                     classes.setdefault(node.name, node)
     return classes
+
+
+@functools.lru_cache(maxsize=None)
+def _defining_module(module: str, class_name: str) -> str:
+    """The ``transformers.models`` package whose modeling code defines ``class_name``:
+    ``module`` itself, or, for a model type that maps to another family's class
+    (ShieldGemma2 -> Gemma3ForConditionalGeneration), the package that defines it (found by
+    reading the modeling files' text, once per class)."""
+    if class_name in _module_classes(module):
+        return module
+    spec = importlib.util.find_spec("transformers.models")
+    needle = f"\nclass {class_name}("
+    for folder in (spec.submodule_search_locations or []) if spec else []:
+        for path in sorted(Path(folder).glob("*/modeling_*.py")):
+            if needle in path.read_text(encoding="utf-8"):
+                return path.parent.name
+    return module
 
 
 @functools.lru_cache(maxsize=None)

@@ -60,10 +60,24 @@ IMAGE_MASK = "cross_attention_mask"
 PositionsFunction = Callable[[Sequence[int], dict, dict], Any]
 
 
-def split_processor_output(out) -> tuple[list[int], dict[str, list], dict[str, Any]]:
+def image_processor_keys(processor) -> frozenset:
+    """The keys the processor's image (and video) processor returns (``model_input_names``):
+    image tensors whatever their shape, even one whose second dimension happens to equal
+    the sample's token count (Gemma-4's ``image_position_ids`` of 2520 patches beside a
+    2520-token sample, Aria's 980-wide ``pixel_mask``)."""
+    keys = set()
+    for part in ("image_processor", "video_processor"):
+        names = getattr(getattr(processor, part, None), "model_input_names", None)
+        if isinstance(names, (list, tuple)):
+            keys.update(str(n) for n in names)
+    return frozenset(keys)
+
+
+def split_processor_output(out, image_keys: frozenset = frozenset()) -> tuple[list[int], dict[str, list], dict[str, Any]]:
     """``(ids, per-token keys, image tensors)`` of a one-sample processor output; a
     per-token key's value is a list over the tokens (of nested lists for a key of rank
-    above 2, as ``tolist`` gives it)."""
+    above 2, as ``tolist`` gives it). ``image_keys``: keys that are image tensors
+    whatever their shape (:func:`image_processor_keys`)."""
     import torch
 
     ids = out["input_ids"]
@@ -73,7 +87,7 @@ def split_processor_output(out) -> tuple[list[int], dict[str, list], dict[str, A
     for key, value in out.items():
         if key in _REBUILT_KEYS or not isinstance(value, torch.Tensor):
             continue
-        if _is_per_token(value, length):
+        if key not in image_keys and _is_per_token(value, length):
             per_token[key] = value[0].tolist()
         else:
             images[key] = value

@@ -43,7 +43,7 @@ from jinja2.exceptions import TemplateError
 
 from hyport_lib.models.loading import LoadedProcessor
 from hyport_lib.models.prompts import needs_image, prefix_text, render_messages
-from hyport_lib.models.training_inputs import PositionsFunction, split_processor_output
+from hyport_lib.models.training_inputs import PositionsFunction, image_processor_keys, split_processor_output
 from hyport_lib.train.dataset import Problem, Record
 from hyport_lib.train.dataset_formats import IMAGE_PLACEHOLDER
 
@@ -157,6 +157,7 @@ class Encoder:
         tokenizer = loaded.tokenizer
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
         self.image_token_ids = _image_token_ids(self.processor)
+        self.image_keys = image_processor_keys(self.processor)
         #: Text longer than this is more than max_seq_len tokens whatever it says: no
         #: token of this tokenizer spells more characters than its longest vocabulary entry.
         self.max_chars = self.max_seq_len * _longest_token_chars(tokenizer) + 256
@@ -231,7 +232,8 @@ class Encoder:
 
     def _encode_chat(self, record: Record, images: list) -> Sample:
         messages = messages_of(record, fold_system=self.system_refused is not None)
-        ids, per_token, image = split_processor_output(self._call(self._render(messages), images))
+        ids, per_token, image = split_processor_output(self._call(self._render(messages), images),
+                                                       self.image_keys)
         if not self.loaded.traits.multimodal:
             per_token = {}  # a text tokenizer's token_type_ids are no model input of a causal LM
         labels = [IGNORE_INDEX] * len(ids)
@@ -258,7 +260,7 @@ class Encoder:
         prefix = "\n".join(text.replace(IMAGE_PLACEHOLDER, "").strip() for text in texts)
         out = self._call(prefix_text(self.loaded, prefix, len(images)), images, suffix=[answer])
         labels = out["labels"][0].tolist()
-        ids, per_token, image = split_processor_output(out)
+        ids, per_token, image = split_processor_output(out, self.image_keys)
         return _sample(record, ids, labels, per_token, image)
 
     def _fit(self, record: Record, sample: Sample) -> tuple[Optional[Sample], Optional[Problem]]:
