@@ -593,3 +593,31 @@ def test_secret_values_stay_out_of_logs_configs_and_results(tmp_path, monkeypatc
     log = (failed_dir / "card0.log").read_text()
     assert "Traceback" in log and "[redacted]" in log
     assert "[redacted]" in _row(result, 0)["error"] and SECRET not in _row(result, 0)["error"]
+
+
+@pytest.mark.parametrize("name, says", [
+    ("hyport_npu_fused", "runs on an Ascend NPU only, and this run's device is cpu"),
+    ("hyport_flash", "not one of hyport's attentions"),
+])
+def test_a_hyport_attention_no_worker_could_run_is_refused_in_the_plan(name, says, tmp_path):
+    with pytest.raises(ValueError, match=says):
+        _plan(device="cpu", num_cards=1, attn_implementation=name, log_dir=str(tmp_path))
+
+
+@pytest.mark.slow
+def test_the_grid_runs_through_hyports_attention_and_answers_as_eager(tmp_path):
+    """Each worker registers the attention the plan names (it used to fail on every card with
+    "Specified attn_implementation=... is not supported"); the NPU emulation's greedy tokens
+    equal eager's, and the record shows the swapped kernel was called, not only named."""
+    eager = stage.run(_plan(device="cpu", num_cards=1, max_new_tokens=8, infer_timeout_s=240,
+                            log_dir=str(tmp_path / "eager")))
+    swapped = stage.run(_plan(device="cpu", num_cards=2, max_new_tokens=8, infer_timeout_s=240,
+                              attn_implementation="hyport_npu_emulated", log_dir=str(tmp_path / "swapped")))
+    assert (swapped.frame["status"] == "ok").all(), swapped.frame[["card", "status", "error"]]
+    assert set(swapped.frame["output_hash"]) == set(eager.frame["output_hash"])
+    for card in range(2):
+        outcome = json.loads((swapped.log_dir / f"card{card}.json").read_text())["outcome"]
+        assert outcome["attn_implementation"] == "hyport_npu_emulated"
+        assert outcome["attention_calls"] > 0
+    outcome = json.loads((eager.log_dir / "card0.json").read_text())["outcome"]
+    assert outcome["attn_implementation"] == "eager" and outcome["attention_calls"] is None

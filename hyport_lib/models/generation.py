@@ -9,8 +9,10 @@ worker (one process per card) calls :func:`run_inference` and compares
 ``output_hash`` across cards: greedy decoding of the same checkpoint must give the
 same text on every card.
 
-torch and transformers are imported inside the functions, so a parent process can
-build an :class:`InferenceConfig` without touching any device library.
+An ``attn_implementation`` of hyport's (``hyport_npu_fused`` on an NPU: the seed's
+``npu_fusion_attention``) is registered by :func:`load_model` in the process that runs
+the model, as the training worker does, and refused for a model that declares
+``_supports_sdpa = False``.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from pathlib import Path
 from typing import Any, Optional, Sequence
 
 from hyport_lib.backend import get_backend
+from hyport_lib.models.attention_proof import sdpa_refusal
 from hyport_lib.models.generation_config import DEFAULT_BATCH_PROMPTS, InferenceConfig, InferenceOutcome
 from hyport_lib.models.loading import (LoadedProcessor, ProcessorUnavailable, load_processor, tokenizer_of,
                                        traits_of)
@@ -28,6 +31,9 @@ from hyport_lib.models.loading import load_model as load_checkpoint  # ours: loa
 from hyport_lib.models.prompts import Prompt, PromptNotApplicable, check_applicable, encode_prompts
 from hyport_lib.models.sample_image import sample_image
 from hyport_lib.models.tiny import resolve_model_path
+from hyport_lib.npu_attention.hf_integration import (REGISTERED, UnsupportedAttentionArgument,
+                                                    register_hyport_attention)
+from hyport_lib.npu_attention.names import backend_of, check_runs_on
 
 
 def load_model(config: InferenceConfig):
@@ -49,8 +55,16 @@ def load_model(config: InferenceConfig):
     loaded = load_processor(path, trust_remote_code=config.trust_remote_code)
     tokenizer_of(loaded.processor).padding_side = "left"
     dtype = "auto" if config.dtype == "auto" else getattr(torch, config.dtype)
+    swapped = config.attn_implementation.startswith("hyport")
+    if swapped:  # registered in this process, as the training worker does: a name is not a kernel
+        check_runs_on(config.attn_implementation, backend.kind)
+        register_hyport_attention(backend_of(config.attn_implementation), config.attn_implementation)
     model = load_checkpoint(path, attn_implementation=config.attn_implementation, dtype=dtype,
                             trust_remote_code=config.trust_remote_code, traits=loaded.traits)
+    refusal = sdpa_refusal(model) if swapped else None
+    if refusal:
+        raise UnsupportedAttentionArgument(f"attn_implementation={config.attn_implementation!r}: {refusal}; "
+                                           "use attn_implementation='eager'")
     if backend.is_accelerator:
         backend.set_device(index)
     model = model.to(device).eval()
@@ -238,6 +252,8 @@ def run_inference(config: InferenceConfig) -> InferenceOutcome:
         model_kind=loaded.traits.kind,
         not_applicable=not_applicable_parts(loaded, config),
         processor_unavailable=list(loaded.unavailable),
+        attention_calls=REGISTERED[config.attn_implementation].calls
+        if config.attn_implementation in REGISTERED else None,
     )
 
 

@@ -148,6 +148,9 @@ class InferenceOutcome:
     not_applicable: list = field(default_factory=list)
     #: processor parts that could not be loaded, with why (e.g. video without torchvision)
     processor_unavailable: list = field(default_factory=list)
+    #: calls into hyport's attention while this process ran the model (None: not hyport's), so a
+    #: swapped grid shows the kernel ran instead of only naming it
+    attention_calls: Optional[int] = None
 
     def to_dict(self) -> dict:
         return asdict(self)

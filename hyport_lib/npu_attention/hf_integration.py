@@ -47,6 +47,7 @@ from typing import Optional
 import torch
 
 from hyport_lib.npu_attention.flash_api import FlashAttnAPI, FlashAttnUnsupported
+from hyport_lib.npu_attention.names import NAME_OF_BACKEND
 from hyport_lib.npu_attention.npu_ops import nfa_bnsd_masked, nfa_tnd
 from hyport_lib.npu_attention.sdpa_ops import (band_attend_mask, resolve_window, sdpa_bsnd,
                                                sdpa_varlen)
@@ -61,9 +62,6 @@ REGISTERED: dict[str, FlashAttnAPI] = {}
 #: Per-batch derived masks (span overlays, NFA bool masks); tiny, entries die with their inputs.
 MASK_CACHE = IdentityCache(maxsize=8)
 
-# No "sdpa" in a name: transformers then runs its SDPA-support check on the model
-# (``_supports_sdpa``), which remote-code models fail although hyport needs no support.
-_NAMES = {"npu": "hyport_npu_fused", "npu-emulated": "hyport_npu_emulated", "sdpa": "hyport_torch"}
 #: Substrings transformers gives a meaning of its own inside attn_implementation names.
 _RESERVED = ("flash", "sdpa", "flex_attention", "paged")
 
@@ -82,7 +80,7 @@ def register_hyport_attention(backend: str = "auto", name: Optional[str] = None)
         The name to use as ``attn_implementation=`` (or ``model.set_attn_implementation``).
     """
     api = FlashAttnAPI(backend)
-    name = name or _NAMES[api.backend]
+    name = name or NAME_OF_BACKEND[api.backend]
     reserved = [word for word in _RESERVED if word in name.lower()]
     if reserved:
         raise ValueError(f"name={name!r}: transformers treats names containing "

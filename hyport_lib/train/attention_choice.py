@@ -22,13 +22,10 @@ from hyport_lib.models.attention_proof import AttentionProof, prove_swap
 from hyport_lib.models.loading import LoadedProcessor, build_empty_model
 from hyport_lib.models.preflight import check_attn_implementation
 from hyport_lib.models.training_inputs import rope_positions_function
+from hyport_lib.npu_attention.names import NAME_OF_BACKEND, backend_of, check_runs_on
 from hyport_lib.train.packing import make_collator, training_rows
 from hyport_lib.train.params import Params
 from hyport_lib.train.samples import Encoder
-
-#: The registered names the workers use, by FlashAttnAPI backend.
-SWAPPED_NAMES = {"npu": "hyport_npu_fused", "sdpa": "hyport_torch"}
-
 
 @dataclass
 class AttentionChoice:
@@ -59,12 +56,16 @@ def choose_attention(params: Params, backend_kind: str, model_path: str, loaded:
         check_attn_implementation(wanted)
         if not wanted.startswith("hyport"):
             return AttentionChoice(wanted, api_backend)
-    name = wanted if (not params.packing and wanted.startswith("hyport")) else SWAPPED_NAMES[api_backend]
+    if not params.packing and wanted.startswith("hyport"):
+        check_runs_on(wanted, backend_kind)
+        name, api_backend = wanted, backend_of(wanted)
+    else:
+        name = NAME_OF_BACKEND[api_backend]
     proofs = []
     for batch, samples in proof_batches(params, model_path, loaded, records, skip):
         # The plan never touches a card: on an NPU host the proof runs hyport's CPU emulation
         # of npu_fusion_attention, the mapping the fused kernel gets.
-        proofs.append(prove_swap(model_path, batch, backend="npu-emulated" if api_backend == "npu" else "sdpa",
+        proofs.append(prove_swap(model_path, batch, backend="sdpa" if api_backend == "sdpa" else "npu-emulated",
                                  trust_remote_code=params.trust_remote_code, traits=loaded.traits,
                                  seed=params.seed, samples=samples))
         if not proofs[-1].passed:
