@@ -39,6 +39,7 @@ from hyport_lib.checkpoint_files.header import read_header
 from hyport_lib.models.attention_proof import sdpa_refusal
 from hyport_lib.models.loading import load_model, load_processor
 from hyport_lib.models.lora_targets import language_model_path, lora_target_pattern
+from hyport_lib.models.tied_weights import retie
 from hyport_lib.models.training_inputs import rope_positions_function
 from hyport_lib.npu_attention.hf_integration import UnsupportedAttentionArgument, register_hyport_attention
 from hyport_lib.processes import start_guard
@@ -265,6 +266,7 @@ def save_final(trainer, processor, spec: dict, params: Params) -> str:
     if not trainer.is_world_process_zero():
         return str(out)
     model = trainer.accelerator.unwrap_model(trainer.model)
+    retie(model, state_dict)  # copies hide ties from save_pretrained: a tied weight saved twice
     kwargs = {"state_dict": state_dict, "safe_serialization": True}
     if shard:
         kwargs["max_shard_size"] = shard

@@ -1,0 +1,52 @@
+"""A tied weight saved once from a state dict of copies (models/tied_weights.py)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from safetensors import safe_open
+from transformers import LlamaConfig, LlamaForCausalLM
+
+from hyport_lib.models.tied_weights import retie, tied_names
+
+
+@pytest.fixture(scope="module")
+def tied_model():
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                         num_attention_heads=2, num_key_value_heads=1, tie_word_embeddings=True)
+    return LlamaForCausalLM(config)
+
+
+def _saved_names(folder) -> set[str]:
+    with safe_open(str(folder / "model.safetensors"), framework="pt") as handle:
+        return set(handle.keys())
+
+
+def test_the_tied_pair_is_found(tied_model):
+    assert tied_names(tied_model) == [["model.embed_tokens.weight", "lm_head.weight"]]
+
+
+def test_copies_of_a_tied_weight_are_saved_once_after_retie(tied_model, tmp_path):
+    # what accelerate's get_state_dict hands back under ZeRO 0-2: a copy of every tensor
+    copies = {name: tensor.clone() for name, tensor in tied_model.state_dict().items()}
+    tied_model.save_pretrained(tmp_path / "copies", state_dict=dict(copies))
+    assert {"lm_head.weight", "model.embed_tokens.weight"} <= _saved_names(tmp_path / "copies")  # the defect
+
+    tied_model.save_pretrained(tmp_path / "retied", state_dict=retie(tied_model, dict(copies)))
+    saved = _saved_names(tmp_path / "retied")
+    assert "model.embed_tokens.weight" in saved and "lm_head.weight" not in saved
+    assert saved == _saved_names_direct(tied_model, tmp_path / "direct")
+    reloaded = LlamaForCausalLM.from_pretrained(tmp_path / "retied")
+    assert reloaded.lm_head.weight is reloaded.model.embed_tokens.weight
+    assert torch.equal(reloaded.lm_head.weight, tied_model.lm_head.weight)
+
+
+def _saved_names_direct(model, folder) -> set[str]:
+    model.save_pretrained(folder)
+    return _saved_names(folder)
+
+
+def test_names_absent_from_the_state_dict_are_left_alone(tied_model):
+    partial = {"lm_head.weight": torch.zeros(1)}
+    assert retie(tied_model, partial) == {"lm_head.weight": partial["lm_head.weight"]}
