@@ -25,6 +25,6 @@ export HYPORT_CACHE="$PWD/$overlay/hyport-cache"
 exec .venv/bin/python -m pytest -n "${HYPORT_TEST_WORKERS:-auto}" tests/test_tiny_model.py tests/test_generate.py \
   tests/test_hf_attention.py tests/test_shim.py tests/test_flash_api.py tests/test_compare.py \
   tests/test_weights_findings.py tests/test_weights_scan.py tests/test_weights_reload.py \
-  tests/test_training_data.py tests/test_port.py tests/test_port_models.py \
+  tests/test_training_data.py tests/test_port.py tests/test_port_models.py tests/test_tied_weights.py \
   "tests/test_training_run.py::test_zero2_run_exits_0_and_its_weights_reload" \
   "tests/test_training_run.py::test_text_only_and_image_batches_on_different_ranks_train" "$@"
