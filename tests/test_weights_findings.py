@@ -571,3 +571,21 @@ def test_a_model_safetensors_that_is_no_file_is_named_for_what_it_is(tmp_path, k
     assert messages == [f"{target} is {expected[kind]}, not a safetensors file"]
     with pytest.raises(ModelPathError, match="model.safetensors is not a regular file"):
         check_model_path(str(folder))
+
+
+@pytest.mark.parametrize("shard_size, many", [("200MB", False), ("40KB", True)])
+def test_the_summary_stays_one_short_line_for_any_shard_count(sources, tmp_path, shard_size, many):
+    """A 135 M model sharded at 300 KB made 212 shards and a 3,005-character summary line."""
+    from transformers import AutoModelForImageTextToText
+
+    from hyport_lib.weights.layout import inspect_checkpoint
+    from hyport_lib.weights.result import LISTED_SHARDS, WeightsResult
+
+    folder = tmp_path / "sharded"
+    model = AutoModelForImageTextToText.from_pretrained(sources["single"])
+    model.save_pretrained(folder, max_shard_size=shard_size)
+    insp = inspect_checkpoint(folder)
+    line = WeightsResult(insp, {}).seed_line()
+    assert (len(insp.shards) > LISTED_SHARDS) is many
+    assert "\n" not in line and len(line) < 300, line
+    assert ("in all" in line) is many

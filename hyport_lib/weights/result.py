@@ -72,9 +72,7 @@ class WeightsResult:
         else:
             head = "no weights"
         if shards and (insp.index is not None or len(shards) > 1):
-            head += (f", {'shards' if len(shards) > 1 else 'file'} of "
-                     f"{_join(f'{s.size:,}' for s in shards)} bytes holding "
-                     f"{_join(str(len(s.tensors)) for s in shards)} keys")
+            head += f", {'shards' if len(shards) > 1 else 'file'} of {_per_shard(shards)}"
         if insp.config.model_type:
             kind = f"model type {insp.config.model_type}"
         else:
@@ -146,6 +144,21 @@ class WeightsResult:
             "wall_s": round(self.wall_s, 3),
             "provenance": self.provenance.to_dict(),
         }
+
+
+#: Most shards listed one by one in the summary; more are given as ranges (one line for 212 shards).
+LISTED_SHARDS = 4
+
+
+def _per_shard(shards) -> str:
+    """Bytes and keys of each shard (the seed's form), or their ranges past :data:`LISTED_SHARDS`."""
+    if len(shards) <= LISTED_SHARDS:
+        return (f"{_join(f'{s.size:,}' for s in shards)} bytes holding "
+                f"{_join(str(len(s.tensors)) for s in shards)} keys")
+    sizes = [s.size for s in shards]
+    keys = [len(s.tensors) for s in shards]
+    return (f"{min(sizes):,} to {max(sizes):,} bytes ({sum(sizes):,} in all) holding "
+            f"{min(keys)} to {max(keys)} keys each")
 
 
 def _join(items) -> str:
