@@ -18,6 +18,7 @@ from hyport_lib.commands._cli import run_showing_partial
 from hyport_lib.commands._progress import TerminalBar
 from hyport_lib.results import ensure_results_dir
 from hyport_lib.train import stage
+from hyport_lib.train.dataset_progress import reporting_to
 from hyport_lib.train.params import Params
 from hyport_lib.train.result import TrainProgress, TrainResult
 from hyport_lib.train.show import summary_frame
@@ -45,7 +46,14 @@ def run(args: argparse.Namespace) -> int:
     given = params.from_arguments(Params, args)
     if not args.no_record:
         ensure_results_dir()  # named first: the default output_dir lies beside it
-    plan = stage.plan(given)
+    # Records read and tokenised, said from the first second (100,000 records tokenise for minutes).
+    reading = TerminalBar("dataset", "record", total=lambda p: p.total, done=lambda p: p.done,
+                          phase=lambda p: p.phase)
+    try:
+        with reporting_to(reading):
+            plan = stage.plan(given)
+    finally:
+        reading.close()
     for note in plan.notes:
         print(f"note: {note}", file=sys.stderr)
     print(f"training: {plan.world_size} {plan.device_kind} process(es) -> {plan.output_dir}",

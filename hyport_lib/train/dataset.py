@@ -30,11 +30,14 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-from hyport_lib.train.dataset_convert import convert, image_column, record_id_of
-from hyport_lib.train.dataset_files import iter_raw
+from hyport_lib.train.dataset_convert import convert, image_column, record_id_of, unsupported_columns
+from hyport_lib.train.dataset_files import duplicate_key_paths, iter_raw
 from hyport_lib.train.dataset_formats import (DETECT_LIMIT, IMAGE_PLACEHOLDER, DatasetLayout, DatasetOptions,
                                               UndetectedFormat, resolve_layout)
+from hyport_lib.train.dataset_images import ImageChecks
 from hyport_lib.train.dataset_info import read_entry
+from hyport_lib.train.dataset_progress import OnProgress, ProgressTicker
+from hyport_lib.utils.bounded_files import NotARegularFile, UnreadableFile, check_regular
 
 #: A problem's message is cut to this many characters (it may quote a value of any size).
 MAX_MESSAGE_CHARS = 240
@@ -60,7 +63,8 @@ class Problem:
             ``first_turn_not_human``, ``roles_not_alternating``, ``empty_value``,
             ``not_text``, ``bad_history``, ``no_answer``, ``image_in_answer``,
             ``image_in_system``, ``image_count``, ``image_missing``, ``image_embedded``,
-            ``image_unreadable``, ``too_long``, ``encode_failed``, ``not_applicable``.
+            ``image_unreadable``, ``image_too_large``, ``too_long``, ``encode_failed``,
+            ``not_applicable``, ``duplicate_key``, ``unsupported_column``.
         message: one line a user can act on (cut to :data:`MAX_MESSAGE_CHARS`: it may
             quote a value of any size, e.g. a 30-million-character image path).
     """
@@ -157,15 +161,19 @@ class DatasetError(ValueError):
 
 
 def load_dataset(path: os.PathLike, image_root: Optional[os.PathLike] = None, check_images: bool = True,
-                 options: DatasetOptions = DatasetOptions()) -> DatasetReport:
+                 options: DatasetOptions = DatasetOptions(), on_progress: Optional[OnProgress] = None
+                 ) -> DatasetReport:
     """Read and validate a dataset; see the module docstring.
 
     Args:
         path: the data file, or (``options.entry`` set) a ``dataset_info.json`` or its folder.
         image_root: folder image paths are relative to (default: the data file's folder,
             or the ``dataset_info.json``'s).
-        check_images: open every image (PIL ``verify``) to find unreadable ones.
+        check_images: open every image (PIL ``verify``) to find unreadable ones (each file
+            once, however many records name it).
         options: the format, column names and tags, or the ``dataset_info.json`` entry.
+        on_progress: gets a :class:`~hyport_lib.train.dataset_progress.DatasetProgress`
+            at once and then every half second or so while records are read (None: silent).
 
     Raises:
         FileNotFoundError, IsADirectoryError: the path (or the entry's file) is not a file.
@@ -181,17 +189,25 @@ def load_dataset(path: os.PathLike, image_root: Optional[os.PathLike] = None, ch
         if path.is_dir():
             raise IsADirectoryError(f"dataset_path={str(path)!r} is a folder: give the data file itself "
                                     f"(JSON, JSON Lines or parquet), or name a dataset_info.json entry with dataset")
-        if not path.is_file():
-            raise FileNotFoundError(f"dataset_path={str(path)!r}: no such file")
+        try:
+            check_regular(path)
+        except NotARegularFile as exc:  # a FIFO would block the reading, a device never end it
+            raise ValueError(f"dataset_path={str(path)!r}: {exc.reason}") from None
+        except UnreadableFile as exc:
+            raise FileNotFoundError(f"dataset_path={str(path)!r}: {exc.reason}") from None
+        except ValueError:  # a NUL byte in the path
+            raise FileNotFoundError(f"dataset_path={str(path)!r}: not a usable path (a NUL byte)") from None
         data_file, default_root = path, path.parent
     root = Path(image_root).expanduser() if image_root else default_root
     records: list[Record] = []
     problems: list[Problem] = []
     seen_ids: dict[str, int] = {}
     without_id: list[int] = []  # records with no id: a problem only where other records have one
+    image_checks = ImageChecks() if check_images else None
+    ticker = ProgressTicker(on_progress, "reading dataset", str(data_file))
 
     def read(index: int, value: dict) -> None:
-        found, record = validate_record(index, value, layout, root, check_images)
+        found, record = validate_record(index, value, layout, root, check_images, image_checks)
         has_id, record_id = record_id_of(value, layout)
         if not has_id and layout.columns.get("id"):
             without_id.append(index)
@@ -213,6 +229,7 @@ def load_dataset(path: os.PathLike, image_root: Optional[os.PathLike] = None, ch
     total = 0
     for index, (value, unreadable) in enumerate(iter_raw(data_file)):
         total += 1
+        ticker.tick(total)
         if unreadable is not None:
             problems.append(Problem(index, None, unreadable[0], "not_json", unreadable[1]))
             continue
@@ -258,23 +275,31 @@ def load_dataset(path: os.PathLike, image_root: Optional[os.PathLike] = None, ch
         unnamed = set(without_id)
         records = [r for r in records if r.index not in unnamed]
     problems.sort(key=lambda p: p.index)
+    ticker.finish(total)
     return DatasetReport(str(data_file), records, problems, total, layout)
 
 
 def validate_record(index: int, value: dict, layout: DatasetLayout, image_root: Path,
-                    check_images: bool = True) -> tuple[list[Problem], Record]:
-    """Every problem of one record (a JSON object), and the record as read."""
+                    check_images: bool = True, image_checks: Optional[ImageChecks] = None
+                    ) -> tuple[list[Problem], Record]:
+    """Every problem of one record (a JSON object), and the record as read (``image_checks``:
+    the verdicts on image files so far, shared by the records of one reading)."""
     problems: list[Problem] = []
     has_id, record_id = record_id_of(value, layout)
 
     def problem(where: str, kind: str, message: str) -> None:
         problems.append(Problem(index, record_id, where, kind, message))
 
+    for where in duplicate_key_paths(value):
+        problem(where, "duplicate_key", "this key appears more than once in its object (JSON keeps only the last "
+                                        "value, silently); keep one")
     if has_id and record_id is None:
         problem(layout.columns["id"], "missing_id", "missing or empty id")
+    unsupported_columns(value, layout, problem)
     content = convert(value, layout, problem)
     raw_images, column = image_column(value, layout, problem)
-    images = _check_images(raw_images, column, image_root, problem, check_images)
+    checks = (image_checks or ImageChecks()) if check_images else None
+    images = _check_images(raw_images, column, image_root, problem, checks)
     placeholders = sum(text.count(IMAGE_PLACEHOLDER) for role, text in content.turns if role == "user")
     if images is not None and placeholders != len(images):
         problem(column, "image_count", f"{placeholders} {IMAGE_PLACEHOLDER} placeholder(s) in the "
@@ -283,8 +308,10 @@ def validate_record(index: int, value: dict, layout: DatasetLayout, image_root: 
                             content.text_field, content.system_field, column)
 
 
-def _check_images(raw: Any, column: str, image_root: Path, problem, check: bool) -> Optional[list[str]]:
-    """The record's image paths made absolute, or None when one of them is a problem."""
+def _check_images(raw: Any, column: str, image_root: Path, problem,
+                  checks: Optional[ImageChecks]) -> Optional[list[str]]:
+    """The record's image paths made absolute, or None when one of them is a problem
+    (``checks`` None: the files are not opened)."""
     if raw is None:
         return []
     entries = raw if isinstance(raw, list) else [raw]
@@ -313,24 +340,11 @@ def _check_images(raw: Any, column: str, image_root: Path, problem, check: bool)
                     f"no such file under {image_root}")
             problem(where, "image_missing", f"{entry!r:.200}: {what}")
             continue
-        if check:
-            reason = _unreadable(path)
-            if reason:
-                problem(where, "image_unreadable", f"{entry!r:.200}: not a readable image ({reason})")
-                continue
+        verdict = checks.problem(path) if checks is not None else None
+        if verdict is not None:
+            kind, reason = verdict
+            said = "too large to decode" if kind == "image_too_large" else "not a readable image"
+            problem(where, kind, f"{entry!r:.200} ({path}): {said} ({reason})")
+            continue
         images.append(str(path))
     return images if len(images) == len(entries) else None
-
-
-def _unreadable(path: Path) -> Optional[str]:
-    from PIL import Image, UnidentifiedImageError
-
-    try:  # DecompressionBombError: an image so large that opening it would exhaust memory
-        with Image.open(path) as img:
-            img.verify()  # the structure
-        with Image.open(path) as img:
-            img.load()  # the pixels: verify() does not read a JPEG's image data
-    except (OSError, UnidentifiedImageError, SyntaxError, ValueError,
-            Image.DecompressionBombError) as exc:
-        return f"{type(exc).__name__}: {str(exc)[:80]}"
-    return None

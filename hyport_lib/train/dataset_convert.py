@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Optional
 
-from hyport_lib.train.dataset_formats import IMAGE_PLACEHOLDER, DatasetLayout
+from hyport_lib.train.dataset_formats import IMAGE_PLACEHOLDER, UNSUPPORTED_COLUMNS, DatasetLayout
 
 #: ``problem(field, kind, message)``: report one thing wrong with the current record.
 ProblemSink = Callable[[str, str, str], None]
@@ -45,6 +45,20 @@ def record_id_of(value: dict, layout: DatasetLayout) -> tuple[bool, Optional[str
         return False, None
     raw = value[column]
     return True, (None if str(raw).strip() == "" else str(raw))
+
+
+def unsupported_columns(value: dict, layout: DatasetLayout, problem: ProblemSink) -> None:
+    """Name each column of ``layout.refused_columns`` the record holds with a value: read
+    without it (a ``tools`` list the chat template would render into the prompt), the
+    record would train something other than what it says."""
+    for column in layout.refused_columns:
+        held = value.get(column)
+        if held is None or held == "" or held == [] or held == {}:
+            continue
+        problem(column, "unsupported_column",
+                f"{UNSUPPORTED_COLUMNS[column]} are not supported, and leaving them out would change what the "
+                f"model is trained on; remove the column, or set dataset_columns={{{column!r}: None}} to "
+                "train without it")
 
 
 def image_column(value: dict, layout: DatasetLayout, problem: ProblemSink) -> tuple[Any, str]:

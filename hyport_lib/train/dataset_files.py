@@ -11,7 +11,17 @@ Whatever the format of the records (alpaca, sharegpt, openai; see
 * **parquet**: ``.parquet`` / ``.pq`` files and any file starting with parquet's magic
   bytes; read with pyarrow one record batch at a time (a large file is never
   materialised as one table), each row a dict of its columns (nested lists and structs
-  become Python lists and dicts, nulls become None).
+  become Python lists and dicts, nulls become None). Column data that cannot be read
+  (corrupt compressed pages: snappy's ``OSError``) is one error naming the file, the rows
+  and the column.
+
+Every file is opened through :mod:`hyport_lib.utils.bounded_files`: a FIFO, socket or
+device node is refused at once (never waited on), naming what it is. A JSON list is
+parsed whole, so it is read only up to :data:`MAX_JSON_LIST_BYTES`; JSON Lines and parquet
+are read record by record, so their size is not bounded.
+
+A key that appears twice in one JSON object (``{"id": 1, "id": 2}``: Python's json keeps
+the last value silently) is a ``duplicate_key`` problem of its record, naming the key.
 
 :func:`iter_raw` yields ``(value, unreadable)`` per record, in file order; the record's
 index is its position in that sequence (JSON Lines: blank lines do not count).
@@ -19,10 +29,14 @@ index is its position in that sequence (JSON Lines: blank lines do not count).
 
 from __future__ import annotations
 
+import errno
+import io
 import json
 import os
 from pathlib import Path
 from typing import Any, Iterator, Optional
+
+from hyport_lib.utils.bounded_files import UnreadableFile, open_regular, read_bytes
 
 #: Rows per parquet record batch: bounded memory whatever the file's size.
 PARQUET_BATCH_ROWS = 1024
@@ -31,6 +45,44 @@ PARQUET_SUFFIXES = (".parquet", ".pq")
 #: every line being "not JSON").
 UNREAD_SUFFIXES = {".csv": "CSV", ".tsv": "TSV", ".arrow": "Arrow", ".txt": "plain text"}
 _PARQUET_MAGIC = b"PAR1"
+#: A JSON list is parsed whole (its records take several times its size in memory):
+#: larger files are refused with the fix (JSON Lines or parquet, read record by record).
+MAX_JSON_LIST_BYTES = 2 * 2**30
+
+
+class _DuplicateKeys(dict):
+    """A JSON object in which a key appeared more than once (the last value kept, as
+    json does); ``duplicates`` names those keys, for :func:`duplicate_key_paths`."""
+
+    duplicates: list
+
+
+def json_object_pairs(pairs: list) -> dict:
+    """json's ``object_pairs_hook``: a plain dict, or a :class:`_DuplicateKeys` when a key repeats."""
+    value = dict(pairs)
+    if len(value) == len(pairs):
+        return value
+    marked = _DuplicateKeys(value)
+    seen: set = set()
+    marked.duplicates = [key for key, _ in pairs if key in seen or seen.add(key)]
+    return marked
+
+
+def duplicate_key_paths(value: Any, path: str = "") -> list[str]:
+    """Where in ``value`` (read by this module) a key appeared twice: ``conversations[0].value``
+    (a key of the record itself: its name alone)."""
+    found: list[str] = []
+    if isinstance(value, dict):
+        if isinstance(value, _DuplicateKeys):
+            found += [f"{path}.{key}" if path else str(key) for key in dict.fromkeys(value.duplicates)]
+        for key, inner in value.items():
+            if isinstance(inner, (dict, list)):
+                found += duplicate_key_paths(inner, f"{path}.{key}" if path else str(key))
+    elif isinstance(value, list):
+        for i, inner in enumerate(value):
+            if isinstance(inner, (dict, list)):
+                found += duplicate_key_paths(inner, f"{path}[{i}]")
+    return found
 
 
 class _NotJsonConstant(ValueError):
@@ -42,8 +94,9 @@ def _refuse_constant(name: str):
 
 
 def _loads(text: str):
-    """Strict JSON: the non-standard constants are refused, not read as floats."""
-    return json.loads(text, parse_constant=_refuse_constant)
+    """Strict JSON: the non-standard constants are refused, not read as floats; an object
+    with a repeated key comes back marked (:func:`duplicate_key_paths` finds it)."""
+    return json.loads(text, parse_constant=_refuse_constant, object_pairs_hook=json_object_pairs)
 
 
 def file_kind(path: os.PathLike) -> str:
@@ -58,8 +111,10 @@ def file_kind(path: os.PathLike) -> str:
         raise ValueError(f"dataset {path}: {UNREAD_SUFFIXES[suffix]} files are not read by hyport; "
                          f"convert it to JSON, JSON Lines or parquet")
     try:
-        with open(path, "rb") as fh:
+        with open_regular(path) as fh:
             head = fh.read(4096)
+    except UnreadableFile as exc:
+        raise ValueError(f"dataset {exc}") from None
     except OSError as exc:
         raise ValueError(f"dataset {path}: cannot read it ({exc})") from exc
     if suffix in PARQUET_SUFFIXES or head.startswith(_PARQUET_MAGIC):
@@ -93,9 +148,15 @@ def iter_raw(path: os.PathLike) -> Iterator[tuple[Any, Unreadable]]:
 
 def _read_text(path: Path) -> str:
     try:
-        return path.read_text(encoding="utf-8-sig")  # a BOM (Windows editors) is not data
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ValueError(f"dataset {path}: cannot read it ({exc})") from exc
+        data = read_bytes(path, MAX_JSON_LIST_BYTES)
+    except UnreadableFile as exc:
+        fix = ("; a JSON list is parsed whole: write it as JSON Lines (one record per line) or parquet, "
+               "which are read record by record" if exc.errno == errno.EFBIG else "")
+        raise ValueError(f"dataset {exc}{fix}") from None
+    try:
+        return data.decode("utf-8-sig")  # a BOM (Windows editors) is not data
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"dataset {path}: cannot read it ({exc})") from None
 
 
 def _read_json_list(path: Path) -> list:
@@ -117,10 +178,10 @@ def _read_json_list(path: Path) -> list:
 def _one_object_error(path: Path) -> Optional[ValueError]:
     """One object over many lines, e.g. ``{"data": [...]}``: said as such, rather than
     every line of it reported as a record that is not JSON."""
-    text = _read_text(path)
-    try:
+    try:  # (larger than a JSON list may be: not one object hyport could read; its lines are the problems)
+        text = read_bytes(path, MAX_JSON_LIST_BYTES).decode("utf-8-sig")
         whole = _loads(text)
-    except (json.JSONDecodeError, _NotJsonConstant, RecursionError):
+    except (UnreadableFile, UnicodeDecodeError, json.JSONDecodeError, _NotJsonConstant, RecursionError):
         return None
     if isinstance(whole, dict) and text.strip().count("\n"):
         keys = ", ".join(repr(k) for k in list(whole)[:3])
@@ -139,7 +200,7 @@ def _iter_json_lines(path: Path) -> Iterator[tuple[Any, Unreadable]]:
     seen_json = False
     first_bad = ""  # where the first line that is not JSON fails, and why
     try:
-        with open(path, encoding="utf-8-sig") as fh:
+        with io.TextIOWrapper(open_regular(path), encoding="utf-8-sig") as fh:
             for number, line in enumerate(fh, 1):
                 if not line.strip():
                     continue
@@ -165,6 +226,8 @@ def _iter_json_lines(path: Path) -> Iterator[tuple[Any, Unreadable]]:
                 yield from waiting
                 waiting = []
                 yield value, problem
+    except UnreadableFile as exc:
+        raise ValueError(f"dataset {exc}") from None
     except UnicodeDecodeError as exc:
         raise ValueError(f"dataset {path}: cannot read it ({exc})") from exc
     if count == 0:
@@ -179,14 +242,48 @@ def _iter_parquet(path: Path) -> Iterator[tuple[Any, Unreadable]]:
     import pyarrow.parquet as pq
 
     try:
-        parquet = pq.ParquetFile(path)
-    except (pa.ArrowException, OSError) as exc:
-        raise ValueError(f"dataset {path}: not a readable parquet file ({exc})") from None
-    if parquet.metadata.num_rows == 0:
-        raise ValueError(f"dataset {path}: holds no records")
-    try:
-        for batch in parquet.iter_batches(batch_size=PARQUET_BATCH_ROWS):
-            for row in batch.to_pylist():
-                yield row, None
-    except pa.ArrowException as exc:
-        raise ValueError(f"dataset {path}: parquet data cannot be read ({exc})") from None
+        handle = open_regular(path)
+    except UnreadableFile as exc:
+        raise ValueError(f"dataset {exc}") from None
+    with handle:
+        try:
+            parquet = pq.ParquetFile(handle)
+        except (pa.ArrowException, OSError) as exc:
+            raise ValueError(f"dataset {path}: not a readable parquet file ({_first_line(exc)})") from None
+        if parquet.metadata.num_rows == 0:
+            raise ValueError(f"dataset {path}: holds no records")
+        rows = 0
+        try:
+            for batch in parquet.iter_batches(batch_size=PARQUET_BATCH_ROWS):
+                for row in batch.to_pylist():
+                    yield row, None
+                rows += batch.num_rows
+        # pyarrow raises OSError (not ArrowException) for corrupt pages: snappy's
+        # "Corrupt snappy compressed data", a page header that does not deserialise.
+        except (pa.ArrowException, OSError) as exc:
+            raise ValueError(f"dataset {path}: parquet data cannot be read from row {rows} on"
+                             f"{_broken_column(parquet, rows)} ({_first_line(exc)})") from None
+
+
+def _first_line(exc: BaseException) -> str:
+    """An exception's message on one line (pyarrow's span several)."""
+    return " ".join(str(exc).split())[:200] or type(exc).__name__
+
+
+def _broken_column(parquet, first_row: int) -> str:
+    """`` (column 'output', row group 2)``: the first column of the row group holding
+    ``first_row`` that cannot be read alone, or "" when none fails alone."""
+    import pyarrow as pa
+
+    start = 0
+    for group in range(parquet.metadata.num_row_groups):
+        size = parquet.metadata.row_group(group).num_rows
+        if start + size > first_row:
+            for name in parquet.schema_arrow.names:
+                try:
+                    parquet.read_row_group(group, columns=[name])
+                except (pa.ArrowException, OSError):
+                    return f" (column {name!r}, row group {group})"
+            return ""
+        start += size
+    return ""

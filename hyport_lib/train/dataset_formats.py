@@ -28,7 +28,7 @@ layout is :mod:`hyport_lib.train.dataset_convert`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Mapping, Optional
 
 IMAGE_PLACEHOLDER = "<image>"
@@ -121,6 +121,11 @@ class DatasetLayout:
         chosen_by: one line saying where the layout came from (detected, given, an entry).
         caveat: where hyport reads the records differently from LLaMA-Factory (a plan
             note), or None.
+        refused_columns: :data:`UNSUPPORTED_COLUMNS` a record may not hold with a value
+            (a ``tools`` column would change the prompt the model sees: read without it,
+            the training means something else). A file read directly refuses them all but
+            those ``dataset_columns`` sets to None; a ``dataset_info.json`` entry none (it
+            reads only the columns it names, as LLaMA-Factory does).
     """
 
     format: str
@@ -128,6 +133,7 @@ class DatasetLayout:
     tags: dict
     chosen_by: str
     caveat: Optional[str] = None
+    refused_columns: tuple = ()
 
     def to_dict(self) -> dict:
         columns = {k: (list(v) if isinstance(v, tuple) else v) for k, v in self.columns.items()}
@@ -215,9 +221,11 @@ def layout_for(format: str, columns: Mapping, tags: Mapping, chosen_by: str) -> 
         if key in UNSUPPORTED_COLUMNS and value is not None:
             raise ValueError(f"dataset_columns[{key!r}]: {UNSUPPORTED_COLUMNS[key]} are not supported; "
                              "leave it out or set it to None (not read)")
+    refused = tuple(key for key in UNSUPPORTED_COLUMNS if key not in columns)
     columns = {key: value for key, value in columns.items() if key not in UNSUPPORTED_COLUMNS}
     merged_columns = {**DIRECT_COLUMNS[format], **columns}
-    return DatasetLayout(format, merged_columns, {**DIRECT_TAGS[format], **tags}, chosen_by)
+    return DatasetLayout(format, merged_columns, {**DIRECT_TAGS[format], **tags}, chosen_by,
+                         refused_columns=refused)
 
 
 def resolve_layout(options: DatasetOptions, first: Optional[tuple[int, Any]]) -> DatasetLayout:
@@ -267,8 +275,7 @@ def _images_named_as_in(layout: DatasetLayout, first: Optional[tuple[int, Any]])
         return layout
     record = first[1]
     if "image" in record and "images" not in record:
-        return DatasetLayout(layout.format, {**layout.columns, "images": ("image", "images")}, layout.tags,
-                             layout.chosen_by)
+        return replace(layout, columns={**layout.columns, "images": ("image", "images")})
     return layout
 
 

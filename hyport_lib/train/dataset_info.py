@@ -39,10 +39,14 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from hyport_lib.train.dataset_files import duplicate_key_paths, json_object_pairs
 from hyport_lib.train.dataset_formats import (ALPACA_COLUMNS, FORMATS, MESSAGE_COLUMNS, TAG_NAMES,
                                               UNSUPPORTED_COLUMNS, DatasetLayout, multiple_entries_message)
+from hyport_lib.utils.bounded_files import NotARegularFile, UnreadableFile, check_regular, read_bytes
 
 INFO_FILE = "dataset_info.json"
+#: A dataset_info.json lists entries (a few KB); anything larger is not one.
+MAX_INFO_BYTES = 16 * 2**20
 #: LLaMA-Factory's ``DatasetAttr`` defaults: an entry without ``columns`` / ``tags`` gets
 #: these, whatever its formatting; an entry with them starts from None (``join``).
 #: (``id`` is hyport's own column: an entry reads one only when its ``columns`` name it, since
@@ -101,18 +105,24 @@ def read_entry(path: os.PathLike, name: str) -> DatasetEntry:
     if "," in name:
         raise ValueError(multiple_entries_message(name))
     info = info_file(path).resolve()
-    if not info.is_file():
+    if not info.exists():
         raise FileNotFoundError(f"dataset_path={str(path)!r}: no {INFO_FILE} there (dataset={name!r} names an "
                                 f"entry of a {INFO_FILE})")
     # a file of another name may be the data itself, given by mistake with dataset set
     data_hint = "" if info.name == INFO_FILE else f"; {_names_the_info_file(name)}"
     try:
-        entries = json.loads(info.read_text(encoding="utf-8-sig"))
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ValueError(f"{info}: cannot read it ({exc}){data_hint}") from None
+        entries = json.loads(read_bytes(info, MAX_INFO_BYTES).decode("utf-8-sig"),
+                             object_pairs_hook=json_object_pairs)
+    except (OSError, UnicodeDecodeError) as exc:  # UnreadableFile: a FIFO, too large; one line naming the file
+        said = str(exc) if isinstance(exc, UnreadableFile) else f"{info}: cannot read it ({exc})"
+        raise ValueError(f"{said}{data_hint}") from None
     except json.JSONDecodeError as exc:
         raise ValueError(f"{info}: not valid JSON at line {exc.lineno}, column {exc.colno} ({exc.msg})"
                          f"{data_hint}") from None
+    repeated = duplicate_key_paths(entries)
+    if repeated:
+        raise ValueError(f"{info}: the key {repeated[0]!r} appears more than once in its object (JSON keeps only "
+                         "the last one, silently); keep one")
     if isinstance(entries, list):
         raise ValueError(f"{info}: a JSON list (records, not a {INFO_FILE}'s named entries); "
                          f"{_names_the_info_file(name)}")
@@ -207,9 +217,16 @@ def _data_file(info: Path, entry: dict, refuse) -> Path:
     name = entry.get("file_name")
     if not isinstance(name, str) or not name.strip():
         raise refuse("file_name", "missing: name the data file (relative to the json's folder)")
+    if "\0" in name:
+        raise refuse("file_name", f"{name!r:.120}: not a usable path (a NUL byte)")
     path = (info.parent / name).expanduser().resolve()
     if path.is_dir():
         raise refuse("file_name", f"{name!r} is a folder: hyport reads one file (JSON, JSON Lines or parquet)")
-    if not path.is_file():
-        raise refuse("file_name", f"{name!r}: no such file in {info.parent}", FileNotFoundError)
+    try:
+        check_regular(path)
+    except NotARegularFile as exc:  # a FIFO would block the reading, a device never end it
+        raise refuse("file_name", f"{name!r} ({path}): {exc.reason}") from None
+    except UnreadableFile as exc:
+        why = f"no such file in {info.parent}" if exc.reason == "no such file" else exc.reason
+        raise refuse("file_name", f"{name!r}: {why}", FileNotFoundError) from None
     return path

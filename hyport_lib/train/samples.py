@@ -46,6 +46,8 @@ from hyport_lib.models.prompts import needs_image, prefix_text, render_messages
 from hyport_lib.models.training_inputs import PositionsFunction, image_processor_keys, split_processor_output
 from hyport_lib.train.dataset import Problem, Record
 from hyport_lib.train.dataset_formats import IMAGE_PLACEHOLDER
+from hyport_lib.train.dataset_images import DecodedImages, UnreadableImage
+from hyport_lib.train.dataset_progress import OnProgress, ProgressTicker
 
 IGNORE_INDEX = -100
 OVERFLOW_MODES = ("truncate", "drop")
@@ -164,6 +166,8 @@ class Encoder:
         #: Why the chat template takes no system message (then the system prompt opens
         #: the first user turn), or None.
         self.system_refused = system_role_refused(loaded)
+        #: Each image file decoded once while records share it (see dataset_images).
+        self.images = DecodedImages()
 
     def _image_positions(self, sample: Sample) -> list[int]:
         """Where the sample holds image tokens: the processor's image token ids, and any
@@ -219,7 +223,8 @@ class Encoder:
                                      f"{size:,} characters > max_seq_len={self.max_seq_len} tokens of "
                                      f"this tokenizer (at most {self.max_chars:,} characters){why}")
             record = clipped
-        images = [_open_image(p) for p in record.images]
+        images = [self.images.rgb(path, record.index, _image_field(record, i))
+                  for i, path in enumerate(record.images)]
         if self.loaded.prompt_format == "prefix":
             sample = self._encode_prefix(record, images)
         else:
@@ -243,7 +248,9 @@ class Encoder:
             if message["role"] != "assistant":
                 continue
             header = self._ids(self._render(messages[:k], True), images[:seen_images])
-            upto = self._ids(self._render(messages[:k + 1]), images[:seen_images])
+            # the last answer ends the conversation: "up to it" is the whole of it, tokenised above
+            last = k == len(messages) - 1
+            upto = ids if last else self._ids(self._render(messages[:k + 1]), images[:seen_images])
             if ids[:len(header)] != header or ids[:len(upto)] != upto:
                 raise ValueError(
                     f"record {record.index} (id {record.record_id!r}): this model's chat template "
@@ -334,22 +341,26 @@ def _image_token_ids(processor) -> set[int]:
     return ids
 
 
-def _open_image(path: str):
-    from PIL import Image
-
-    with Image.open(path) as img:
-        return img.convert("RGB")
+def _image_field(record: Record, i: int) -> str:
+    """Where the record's ``i``-th image is, in the format's terms (``image``, ``images[1]``)."""
+    return record.image_field if len(record.images) == 1 else f"{record.image_field}[{i}]"
 
 
 def encode_records(records: list[Record], loaded: LoadedProcessor, max_seq_len: int,
-                   overflow: str = "truncate") -> tuple[list[Sample], list[Problem]]:
+                   overflow: str = "truncate", on_progress: Optional[OnProgress] = None,
+                   path: str = "") -> tuple[list[Sample], list[Problem]]:
     """Encode every record; the ones the model cannot take or that are too long come
-    back as problems."""
+    back as problems (``on_progress``: told how many are done, see dataset_progress;
+    ``path``: the data file it names)."""
     encoder = Encoder(loaded, max_seq_len, overflow)
     samples, problems = [], []
-    for record in records:
+    ticker = ProgressTicker(on_progress, "tokenising dataset", path, len(records))
+    for done, record in enumerate(records):
+        ticker.tick(done)
         try:
             sample, problem = encoder.encode(record)
+        except UnreadableImage as exc:  # changed or unreadable since the check: the image field and file named
+            sample, problem = None, Problem(record.index, record.record_id, exc.field, exc.kind, str(exc))
         except (ValueError, OSError, RuntimeError, TemplateError) as exc:  # the processor or template refused it
             sample, problem = None, Problem(record.index, record.record_id, record.text_field,
                                             "encode_failed", f"{type(exc).__name__}: {exc}")
@@ -357,6 +368,7 @@ def encode_records(records: list[Record], loaded: LoadedProcessor, max_seq_len: 
             problems.append(problem)
         else:
             samples.append(sample)
+    ticker.finish(len(records))
     return samples, problems
 
 

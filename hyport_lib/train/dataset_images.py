@@ -1,0 +1,165 @@
+"""A dataset's image files: checked once per file, decoded once per file, bounded in size.
+
+A PNG of one colour at 20,000 × 20,000 pixels is a few KB on disk and 1.2 GB decoded;
+read by five records, the check and the tokenisation decoded it ten times (the probe:
+a 657 KB PNG, 86 s and 2.7 GB). So:
+
+* the size an image would take decoded (width × height × channels, from its header:
+  PIL's ``Image.open`` is lazy and reads no pixel before ``load``) is checked first, and
+  an image over :data:`MAX_DECODED_IMAGE_BYTES` is an ``image_too_large`` problem of
+  the record, never decoded;
+* :class:`ImageChecks` remembers each file's verdict for one reading of the dataset:
+  five records naming one file decode it once;
+* :class:`DecodedImages` keeps the RGB images the tokenisation decoded (least recently
+  used first out, at most :data:`DECODED_CACHE_BYTES`), so a file shared by records is
+  decoded once there too;
+* every file is opened through :mod:`hyport_lib.utils.bounded_files` (a FIFO is refused,
+  never waited on).
+
+An image that fails there is :class:`UnreadableImage`, whose message names the record,
+the field and the file.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections import OrderedDict
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Optional
+
+from hyport_lib.utils.bounded_files import UnreadableFile, open_regular
+
+#: The most bytes one image may take decoded: 256 MiB, e.g. a 48-megapixel photo
+#: (8,000 × 6,000 RGB, 144 MB) passes, a 10,000 × 10,000 RGB image (300 MB) does not.
+#: Every model's processor resizes an image to far fewer pixels than this anyway.
+MAX_DECODED_IMAGE_BYTES = 256 * 2**20
+#: The decoded images :class:`DecodedImages` keeps (at least one image of the largest size allowed).
+DECODED_CACHE_BYTES = MAX_DECODED_IMAGE_BYTES
+
+
+class UnreadableImage(ValueError):
+    """An image of a record that cannot be used, found while tokenising: one line naming
+    the record, the field and the file (``kind`` is the problem's kind)."""
+
+    def __init__(self, message: str, field: str, kind: str = "image_unreadable"):
+        super().__init__(message)
+        self.field = field
+        self.kind = kind
+
+
+@contextmanager
+def _lazy_open(path):
+    """``path`` opened by PIL (header read, no pixel decoded), bounded_files' way. PIL's
+    own DecompressionBombWarning is silenced: the size is judged here, against a byte bound."""
+    from PIL import Image
+
+    with open_regular(path) as handle, warnings.catch_warnings():
+        warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+        with Image.open(handle) as img:
+            yield img
+
+
+def _decoded_size(img) -> int:
+    return img.width * img.height * len(img.getbands())
+
+
+def _too_large(img) -> Optional[str]:
+    """Why ``img`` (opened lazily: its header read, no pixel) is too large to decode, or None."""
+    size = _decoded_size(img)
+    if size <= MAX_DECODED_IMAGE_BYTES:
+        return None
+    return (f"{img.width:,} × {img.height:,} pixels × {len(img.getbands())} channel(s) = {size / 2**20:,.0f} MiB "
+            f"decoded, more than the {MAX_DECODED_IMAGE_BYTES // 2**20} MiB hyport decodes for one image; "
+            "resize it (the model's processor shrinks it anyway)")
+
+
+def image_problem(path: Path) -> Optional[tuple[str, str]]:
+    """``(kind, reason)`` when the image file cannot be used (``image_too_large``,
+    ``image_unreadable``), else None. Its size is checked from its header before any pixel
+    is decoded; then its structure (PIL ``verify``) and its pixels (``load``: verify does not
+    read a JPEG's image data)."""
+    from PIL import Image, UnidentifiedImageError
+
+    try:
+        with _lazy_open(path) as img:
+            why = _too_large(img)
+            if why:
+                return "image_too_large", why
+            img.verify()
+        with _lazy_open(path) as img:
+            img.load()
+    except Image.DecompressionBombError as exc:  # PIL's own bound (pixels), met before the header is read out
+        return "image_too_large", f"{type(exc).__name__}: {str(exc)[:120]}"
+    except UnreadableFile as exc:
+        return "image_unreadable", exc.reason
+    except (OSError, UnidentifiedImageError, SyntaxError, ValueError) as exc:
+        return "image_unreadable", f"{type(exc).__name__}: {str(exc)[:80]}"
+    return None
+
+
+class ImageChecks:
+    """:func:`image_problem` of each file, worked out once per file for one reading of a dataset."""
+
+    def __init__(self):
+        self._verdicts: dict[str, Optional[tuple[str, str]]] = {}
+
+    def problem(self, path: Path) -> Optional[tuple[str, str]]:
+        key = str(path)
+        if key not in self._verdicts:
+            self._verdicts[key] = image_problem(path)
+        return self._verdicts[key]
+
+
+class DecodedImages:
+    """RGB images by path, each decoded once while it stays among the most recently used
+    (:data:`DECODED_CACHE_BYTES` in all)."""
+
+    def __init__(self, budget: int = DECODED_CACHE_BYTES):
+        self.budget = budget
+        self.held = 0
+        self._images: OrderedDict[str, object] = OrderedDict()
+        #: How many files were decoded (a file decoded again after it left the cache counts again).
+        self.decoded = 0
+
+    def rgb(self, path: str, record_index: int, field: str):
+        """The image at ``path`` as RGB.
+
+        Raises:
+            UnreadableImage: naming record ``record_index``, ``field`` and the file.
+        """
+        if path in self._images:
+            self._images.move_to_end(path)
+            return self._images[path]
+        image = self._decode(path, record_index, field)
+        size = _decoded_size(image)
+        if size <= self.budget:
+            self._images[path] = image
+            self.held += size
+            while self.held > self.budget:
+                _, oldest = self._images.popitem(last=False)
+                self.held -= _decoded_size(oldest)
+        return image
+
+    def _decode(self, path: str, record_index: int, field: str):
+        from PIL import Image, UnidentifiedImageError
+
+        where = f"record {record_index}, {field}: image {path}"
+        kind, why, image = "image_unreadable", None, None
+        try:
+            with _lazy_open(path) as img:
+                why = _too_large(img)
+                if why is None:
+                    self.decoded += 1
+                    image = img.convert("RGB")
+                else:
+                    kind = "image_too_large"
+        except Image.DecompressionBombError as exc:
+            kind, why = "image_too_large", f"{type(exc).__name__}: {str(exc)[:120]}"
+        except UnreadableFile as exc:
+            why = exc.reason
+        except (OSError, UnidentifiedImageError, SyntaxError, ValueError) as exc:
+            why = f"not a readable image ({type(exc).__name__}: {str(exc)[:80]})"
+        if image is None:
+            raise UnreadableImage(f"{where}: {why}", field, kind)
+        return image
