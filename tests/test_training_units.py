@@ -549,3 +549,26 @@ def test_ownership_review_regressions(tmp_path):
     assert not ownership._HELD
     # a full /dev/shm (or another disk) is not this folder's disk being full
     assert disk_full_error(RuntimeError("No space left on device (28)"), out, 10) is None
+
+
+def test_the_plan_reckons_host_ram_from_the_models_parameters_and_the_run(tmp_path):
+    """It assumed 1 GB per CPU rank whatever the model (a 135 M full fine-tune peaked at 4.3 GB)."""
+    from hyport_lib.devices.host_memory import ram_need_per_rank
+    from hyport_lib.train.preflight import prepare
+
+    full = ram_need_per_rank("cpu", 135_000_000, "full", zero_stage=2, world_size=2)
+    assert 3.8 < full.per_rank_gb < 4.6  # near the 4.3 GB measured
+    lora = ram_need_per_rank("cpu", 135_000_000, "lora")
+    assert lora.per_rank_gb < full.per_rank_gb
+    zero3 = ram_need_per_rank("cpu", 135_000_000, "full", zero_stage=3, world_size=2)
+    assert zero3.per_rank_gb < full.per_rank_gb and "/ 2 ranks (ZeRO-3)" in zero3.how
+    card = ram_need_per_rank("npu", 3_800_000_000, "full", dtype="bf16", zero_stage=2, world_size=8)
+    assert "x 2 B (bf16 weights)" in card.how and card.per_rank_gb > 3.8e9 * 2 / 2**30
+    with pytest.raises(ValueError, match="mode='train'"):
+        ram_need_per_rank("cpu", 1, "train")
+
+    plan = prepare(Params(output_dir=str(tmp_path / "out")), get_backend("cpu"))
+    note = next(n for n in plan.notes if n.startswith("host RAM: "))
+    from hyport_lib.models.loading import build_empty_model
+    count = sum(p.numel() for p in build_empty_model(plan.model_path).parameters())
+    assert f"{count:,} parameters x 16 B" in note and "(full, cpu)" in note

@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 import re
 from pathlib import Path
+from dataclasses import dataclass
 from typing import Mapping, Optional
 
 from hyport_lib.devices.records import Check
@@ -18,6 +19,54 @@ from hyport_lib.devices.records import Check
 #: ranks each load the model on the host before moving it; CPU workers run tiny models.
 DEFAULT_RAM_GB_PER_CARD = {"npu": 16.0, "cuda": 16.0, "cpu": 1.0}
 DEFAULT_SHM_GB_PER_CARD = {"npu": 1.0, "cuda": 1.0, "cpu": 0.25}
+
+
+#: Host GB a rank needs besides the model: Python, torch and transformers; on an
+#: accelerator also the device runtime's host side.
+RUNTIME_GB = {"npu": 3.0, "cuda": 3.0, "cpu": 1.0}
+#: Host GB a CPU training rank adds for activations and DeepSpeed's buffers.
+CPU_TRAINING_GB = 1.0
+#: Bytes per parameter of a full fine-tune with Adam: weights, gradients, two moments
+#: (and, in mixed precision, an fp32 master copy), the usual 16. On a CPU rank under ZeRO
+#: 1-2 DeepSpeed's flat fp32 buffers keep the peak there (SmolLM2-135M, ZeRO-2 on 2 ranks:
+#: 4.3 GB peak per rank, against 135 M x 16 B + 2 GB = 4.0 GB); ZeRO-3 divides it by the ranks.
+FULL_FINETUNE_BYTES = 16
+DTYPE_BYTES = {"float32": 4, "fp32": 4, "bfloat16": 2, "bf16": 2, "float16": 2, "fp16": 2}
+
+
+@dataclass(frozen=True)
+class RamNeed:
+    """Host GB one rank needs, and how the figure was made (for the plan)."""
+
+    per_rank_gb: float
+    how: str
+
+
+def ram_need_per_rank(kind: str, num_parameters: int, mode: str, *, dtype: str = "float32",
+                      zero_stage: int = 0, world_size: int = 1) -> RamNeed:
+    """Host RAM one rank needs for a model of ``num_parameters``.
+
+    Args:
+        kind: ``cpu`` (the model lives in host RAM) or an accelerator (the host holds the
+            weights while they load, then the device does).
+        mode: ``inference``, ``full`` (fine-tune with Adam) or ``lora`` (frozen weights).
+        dtype: the weights' dtype (``bf16``/``bfloat16``, ``fp32``/``float32``, ...).
+        zero_stage, world_size: DeepSpeed's partitioning (ZeRO-3 splits the model itself).
+    """
+    if mode not in ("inference", "full", "lora"):
+        raise ValueError(f"mode={mode!r}: expected inference, full or lora")
+    width = DTYPE_BYTES.get(str(dtype).replace("torch.", ""), 4)
+    shared = world_size if zero_stage == 3 and mode != "inference" else 1
+    if kind == "cpu" and mode == "full":
+        per_parameter, what = FULL_FINETUNE_BYTES, "weights, gradients and Adam states"
+    else:
+        per_parameter, what = width, f"{dtype} weights"
+    model_gb = num_parameters * per_parameter / shared / 2 ** 30
+    extra = RUNTIME_GB.get(kind, 1.0) + (CPU_TRAINING_GB if kind == "cpu" and mode != "inference" else 0.0)
+    split = f" / {shared} ranks (ZeRO-3)" if shared > 1 else ""
+    return RamNeed(round(model_gb + extra, 2),
+                   f"{num_parameters:,} parameters x {per_parameter} B ({what}){split} "
+                   f"+ {extra:g} GB runtime = {model_gb + extra:.2f} GB per rank ({mode}, {kind})")
 
 
 def host_memory() -> dict:
@@ -140,15 +189,20 @@ def check_container_shm(total_gb: Optional[float], num_cards: int, per_card_gb: 
     return Check("container_shm", "PASS", f"/dev/shm{where} is {total_gb:.3g} GB, {wanted}")
 
 
-def require_host_ram(kind: str, num_cards: int, what: str = "workers") -> None:
-    """Refuse ``num_cards`` ranks the host's RAM cannot hold (the ``host_ram`` check's figure).
+def require_host_ram(kind: str, num_cards: int, what: str = "workers",
+                     need: Optional[RamNeed] = None) -> None:
+    """Refuse ``num_cards`` ranks the host's RAM cannot hold (the ``host_ram`` check's figure,
+    or ``need`` when the model is known).
 
     Raises:
-        ValueError: naming the count, the RAM it needs and what the host has.
+        ValueError: naming the count, the RAM it needs (and how it was reckoned) and what
+            the host has.
     """
-    check = check_host_memory(kind, num_cards, host_memory())[0]
+    check = check_host_memory(kind, num_cards, host_memory(),
+                              ram_gb_per_card=need.per_rank_gb if need else None)[0]
     if check.verdict == "FAIL":
-        raise ValueError(f"num_cards={num_cards}: too many {kind} {what} for this host: {check.reason}")
+        raise ValueError(f"num_cards={num_cards}: too many {kind} {what} for this host: {check.reason}"
+                         + (f" ({need.how})" if need else ""))
 
 
 def _room_check(name: str, label: str, total: Optional[float], free: Optional[float],

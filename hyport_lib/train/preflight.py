@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Mapping, Optional
 
 from hyport_lib.devices.card_plan import plan_grid
-from hyport_lib.devices.host_memory import require_host_ram
+from hyport_lib.devices.host_memory import RamNeed, ram_need_per_rank, require_host_ram
 from hyport_lib.models.loading import LoadedProcessor, ProcessorUnavailable, build_empty_model, load_processor
 from hyport_lib.models.lora_targets import (fused_experts, language_model_path, leaf_names,
                                             lora_target_pattern, matched_layers)
@@ -185,6 +185,10 @@ def prepare(params: Params, backend) -> LaunchPlan:
         notes.append(f"packing: attention {attn} (per sample in every case; transformers' "
                      "eager and sdpa keep packed samples apart only while no KV cache is used)")
     _check_cards(backend, nproc)
+    need = _host_ram_need(params, backend.kind, model_path, precision, world)
+    notes.append(f"host RAM: {need.how}")
+    if backend.kind == "cpu":  # an accelerator's ranks hold the model on the card, not here
+        require_host_ram("cpu", nproc, "training processes", need)
     if params.finetuning_type == "lora":
         notes.extend(_check_lora_targets(params, model_path))
     return LaunchPlan(
@@ -245,7 +249,7 @@ def _resume(params: Params, output_dir: Path, world: int) -> tuple[Params, Optio
 def _cards(backend, num_cards: Optional[int]) -> int:
     if backend.kind == "cpu":
         count = int(num_cards or backend.num_cards())
-        require_host_ram("cpu", count, "training processes")
+        require_host_ram("cpu", count, "training processes")  # before the model is read: 64 "cards"
         return count
     visible = backend.num_cards()
     if num_cards is not None and num_cards > visible:
@@ -369,6 +373,17 @@ def _check_mixed_images(params: Params, world: int, path: str, samples) -> None:
             f"{text_only[0][0].record_id!r}): under zero_stage=3 on {world} processes a text-only batch "
             f"leaves the vision tower out on one rank and DeepSpeed's collectives abort; use "
             f"zero_stage=2, packing, one process, or records of one kind")
+
+
+def _host_ram_need(params: Params, kind: str, model_path: str, precision: str, world: int) -> RamNeed:
+    """What one rank needs of the host's RAM for this model and run (counted on an empty model)."""
+    model = build_empty_model(model_path, trust_remote_code=params.trust_remote_code)
+    count = sum(p.numel() for p in model.parameters())
+    # CPU ranks keep float32 weights (mixed precision computes in bf16); a card's rank
+    # loads them in the run's precision.
+    dtype = "fp32" if kind == "cpu" else precision
+    return ram_need_per_rank(kind, count, params.finetuning_type, dtype=dtype,
+                             zero_stage=params.zero_stage, world_size=world)
 
 
 def _check_lora_targets(params: Params, model_path: str) -> list[str]:
