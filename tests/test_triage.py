@@ -533,19 +533,19 @@ def test_a_pipe_named_like_a_log_is_skipped_not_waited_on(tmp_path):
 
 def test_nothing_read_is_exit_2_not_no_error(tmp_path, capsys, monkeypatch):
     """L1: an unreadable log, a FIFO as PATH or a folder without logs is not "no error"."""
-    from hyport_lib.triage import reading
+    from hyport_lib.utils import bounded_files
 
     log = tmp_path / "logs" / "rank1.log"
     log.parent.mkdir()
     log.write_text("RuntimeError: NPU out of memory. Tried to allocate 1 GiB\n", encoding="utf-8")
-    real_open = reading.open_regular
+    real_open = bounded_files.open_regular
 
-    def refuse(path):
+    def refuse(path, folder=None):  # triage reads through the project's one reader
         if Path(path) == log:
             raise PermissionError(13, "Permission denied", str(path))
-        return real_open(path)
+        return real_open(path, folder)
 
-    monkeypatch.setattr(reading, "open_regular", refuse)
+    monkeypatch.setattr(bounded_files, "open_regular", refuse)
     for argv in ([log], [log.parent]):
         code, out, err = _cli(capsys, *argv)
         assert code == 2 and out == "" and "no log could be read: rank1.log: not read (Permission denied)" in err

@@ -177,7 +177,9 @@ CATALOGUE: tuple[KnownFailure, ...] = (
         patterns=(
             r"Failed to bind the IP port\. Reason: The IP address and port have been bound already",
             r"host nic listen start failed, port\[\d+\]",
-            r"\[HcclSocket\]\[Listen\].*listen on ip\[[^\]]*\] and specific port\[\d+\] fail",
+            # Bounded gaps: an unbounded ``.*`` ran to the line's end from every
+            # ``[HcclSocket][Listen]`` of a line repeating it (quadratic on a long line).
+            r"\[HcclSocket\]\[Listen\].{0,200}listen on ip\[[^\]]{0,64}\] and specific port\[\d+\] fail",
         ),
         meaning=("HCCL could not listen on its port because another process already holds it: "
                  "a second job on the same host or card, or a process left over from an earlier "
@@ -308,7 +310,9 @@ CATALOGUE: tuple[KnownFailure, ...] = (
     KnownFailure(
         key="version_mismatch",
         title="torch_npu and CANN libraries do not match",
-        patterns=(r"(?:torch_npu|Ascend)/\S*\.so: undefined symbol:",),
+        # At most 16 folders below torch_npu/ or Ascend/: ``\S*`` ran to the end of the
+        # path from every ``Ascend/`` of a long LD_LIBRARY_PATH (quadratic on a long line).
+        patterns=(r"(?:torch_npu|Ascend)/(?:[^\s/]*/){0,16}[^\s/]*\.so: undefined symbol:",),
         meaning=("A shared library of torch_npu or of CANN (ATB in nnal) looks for a function the "
                  "other does not have: they come from releases that were not built for each other."),
         action=("Install the torch_npu release that its compatibility table pairs with the installed "

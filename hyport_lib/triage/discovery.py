@@ -12,6 +12,11 @@ training saves its weights into the very folder whose ``logs/`` holds the rank l
 its ``*.txt`` files are passed over unless their name says log (``merges.txt`` and
 ``vocab.txt`` are vocabularies; LLaMA-Factory's ``running_log.txt`` is read).
 
+Folders are walked without recursion, at most :data:`MAX_DEPTH` levels below the path
+given (a deeper tree ended in "maximum recursion depth"); links to folders are not walked,
+and a link to a file is read only when it stays inside the path given
+(:func:`hyport_lib.utils.bounded_files.inside`). Notes say what was left and why.
+
 CANN writes its own logs under ``$ASCEND_PROCESS_LOG_PATH`` (``~/ascend/log`` when unset):
 ``debug/plog/plog-<pid>_<stamp>.log``, ``run/plog/...``, ``debug/device-<id>/device-<pid>_
 <stamp>.log``. That folder collects every job's logs, so :func:`cann_logs` keeps the files
@@ -24,7 +29,9 @@ import os
 import re
 import stat
 from pathlib import Path
-from typing import Iterable, Mapping, Optional
+from typing import Callable, Iterable, Mapping, Optional
+
+from hyport_lib.utils.bounded_files import inside
 
 LOG_SUFFIXES = (".log", ".txt", ".out", ".err")
 STREAM_NAMES = ("stdout", "stderr")
@@ -37,6 +44,10 @@ TOKENIZER_FILES = ("tokenizer_config.json", "tokenizer.json", "special_tokens_ma
 MAX_FILES = 2000
 #: Most CANN log files read (the newest first); a note says when there were more.
 MAX_CANN_FILES = 400
+#: Most levels of folders walked below a path given; a note names what lies deeper.
+MAX_DEPTH = 64
+#: Paths named in a note about folders or links left out.
+_NAMED = 3
 
 
 def cann_log_dir(environ: Optional[Mapping[str, str]] = None) -> Optional[Path]:
@@ -84,9 +95,65 @@ def holds_model_files(names: Iterable[str]) -> bool:
 def _wanted(path: Path, beside_model: bool) -> bool:
     if not is_log_file(path):
         return False
-    if beside_model and path.suffix.lower() == ".txt" and "log" not in path.stem.lower():
-        return False
-    return path.is_file()
+    return not (beside_model and path.suffix.lower() == ".txt" and "log" not in path.stem.lower())
+
+
+def _named(paths: list[Path]) -> str:
+    more = f" and {len(paths) - _NAMED} more" if len(paths) > _NAMED else ""
+    return ", ".join(str(p) for p in paths[:_NAMED]) + more
+
+
+def walk_files(root: Path, wanted: Callable[[Path, bool], bool],
+               max_depth: int = MAX_DEPTH) -> tuple[list[Path], list[str]]:
+    """The files under the folder ``root`` that ``wanted(path, beside_model)`` keeps, walked
+    with a stack (no recursion), at most ``max_depth`` levels deep.
+
+    :data:`SKIPPED_FOLDERS` and checkpoint folders are passed over, links to folders are not
+    walked, a link to a file is kept only when it leads to a file inside ``root``.
+
+    Returns:
+        ``(files, notes)`` in walking order; notes name the folders too deep or unreadable
+        and the links that lead out of ``root``.
+    """
+    found: list[Path] = []
+    too_deep: list[Path] = []
+    outside: list[Path] = []
+    notes: list[str] = []
+    stack = [(root, 0)]
+    while stack:
+        folder, depth = stack.pop()
+        try:
+            with os.scandir(folder) as listing:
+                entries = sorted(listing, key=lambda entry: entry.name)
+        except OSError as exc:  # removed meanwhile, or no permission: say so, go on
+            notes.append(f"{folder}: not walked ({exc.strerror or exc})")
+            continue
+        beside_model = holds_model_files(entry.name for entry in entries)
+        for entry in entries:
+            path = Path(entry.path)
+            try:
+                is_link, is_dir = entry.is_symlink(), entry.is_dir(follow_symlinks=False)
+            except OSError as exc:
+                notes.append(f"{path}: not read ({exc.strerror or exc})")
+                continue
+            if is_dir:
+                if entry.name in SKIPPED_FOLDERS or _CHECKPOINT_FOLDER.match(entry.name):
+                    continue
+                if depth >= max_depth:
+                    too_deep.append(path)
+                else:
+                    stack.append((path, depth + 1))
+            elif wanted(path, beside_model):
+                if is_link and not inside(root, path):
+                    outside.append(path)
+                elif path.is_file() or not is_link:  # a FIFO is kept: its reading says why not
+                    found.append(path)
+    if too_deep:
+        notes.append(f"{root}: {len(too_deep)} folder(s) deeper than {max_depth} levels not walked: "
+                     f"{_named(too_deep)}")
+    if outside:
+        notes.append(f"{root}: {len(outside)} link(s) out of the folder not followed: {_named(outside)}")
+    return found, notes
 
 
 def find_logs(path: os.PathLike | str, limit: int = MAX_FILES) -> tuple[list[Path], list[str]]:
@@ -109,13 +176,7 @@ def find_logs(path: os.PathLike | str, limit: int = MAX_FILES) -> tuple[list[Pat
         return [root], []
     if not root.is_dir():
         return [], [f"{root}: not a regular file or folder (a pipe, socket or device); not read"]
-    found: list[Path] = []
-    notes: list[str] = []
-    for folder, dirs, names in os.walk(root):
-        here = Path(folder)
-        dirs[:] = [d for d in dirs if d not in SKIPPED_FOLDERS and not _CHECKPOINT_FOLDER.match(d)]
-        beside_model = holds_model_files(names)
-        found.extend(here / n for n in names if _wanted(here / n, beside_model))
+    found, notes = walk_files(root, _wanted)
     found.sort(key=natural_key)
     if len(found) > limit:
         notes.append(f"{root}: {len(found)} log files; only the first {limit} were read")
@@ -140,8 +201,8 @@ def cann_logs(folder: os.PathLike | str, since: Optional[float] = None,
     if not root.is_dir():
         return [], [f"CANN log folder {root} does not exist; not read"]
     dated = []
-    notes = []
-    for path in root.rglob("*.log"):
+    paths, notes = walk_files(root, lambda path, _: path.suffix == ".log")
+    for path in paths:
         try:
             status = path.stat()
         except OSError as exc:  # removed while listing, or unreadable: say so, go on

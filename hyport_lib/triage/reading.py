@@ -3,11 +3,15 @@
 * A line ends at ``\\n`` only. A progress bar rewrites its line with carriage returns
   (tqdm writes ``\\r 10%|#  |`` again and again); those are one line, as in ``grep -n``,
   ``sed -n`` and an editor, so the line numbers triage gives are the ones users look up.
-* A line longer than :data:`MAX_READ_BYTES` keeps its beginning and its end (an
+* A line longer than twice :data:`MAX_READ_BYTES` keeps its beginning and its end (an
   exception printed after a long progress bar ends the line it joins); the middle is read
-  past, never held.
-* Only regular files are opened, and without blocking: a pipe or a socket named ``*.log``
-  would otherwise wait forever for a writer.
+  past, never held: a gigabyte without a line end (a sparse file) costs two reads of memory.
+  Each side of the cut drops the word the cut went through, so that no piece of a token
+  (the head of ``hf_...``, the tail of a password) is shown where no redaction can know it.
+* Only regular files are opened (:func:`hyport_lib.utils.bounded_files.open_regular`), and
+  without blocking: a pipe or a socket named ``*.log`` would otherwise wait forever for a writer.
+* A deadline (``time.monotonic()``) stops the reading between two reads:
+  :class:`DeadlinePassed` says at which line.
 * :func:`plan_reading` shares a byte budget among the files of one triage: the run's own
   logs first, then CANN's, newest first; a file that does not fit whole is read from its
   end (where a failure is), the rest are left unread, and notes say which.
@@ -15,12 +19,13 @@
 
 from __future__ import annotations
 
-import errno
-import os
-import stat
+import re
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Optional, Sequence
+
+from hyport_lib.utils import bounded_files
 
 #: Longest part of a line read at once: a longer line keeps this much of its start and end.
 MAX_READ_BYTES = 64 * 1024
@@ -32,20 +37,18 @@ _COUNT_BLOCK = 1 << 20
 _NAMED_UNREAD = 5
 
 
-def open_regular(path: Path):
-    """``path`` opened for binary reading; OSError when it is not a regular file.
+#: What ends a word where a long line is cut (a token holds none of them).
+_SPACE = re.compile(rb"\s")
+#: Shown where the middle of a long line was read past.
+CUT = " … "
 
-    Opened non-blocking, so that a FIFO (which ``open`` would wait on until a writer
-    comes) is refused at once, whatever its name.
-    """
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise OSError(errno.EINVAL, "not a regular file (a pipe, socket or device)", str(path))
-        return os.fdopen(fd, "rb")
-    except BaseException:
-        os.close(fd)
-        raise
+
+class DeadlinePassed(Exception):
+    """The reading stopped at its deadline; ``line`` is the last line read whole (0: none)."""
+
+    def __init__(self, line: int) -> None:
+        super().__init__(f"deadline passed after line {line}")
+        self.line = line
 
 
 def _decode(data: bytes) -> str:
@@ -63,13 +66,45 @@ def _skip_to(handle, start: int) -> int:
         lines += block.count(b"\n")
         left -= len(block)
     handle.seek(start - 1)
-    if handle.read(1) != b"\n":  # ``start`` falls inside a line: that line is not read
-        handle.readline()
-        lines += 1
+    if handle.read(1) != b"\n":  # ``start`` falls inside a line: that line is not read,
+        lines += 1  # and it is skipped in blocks (a ``readline`` would hold all of it)
+        while block := handle.read(_COUNT_BLOCK):
+            end = block.find(b"\n")
+            if end >= 0:
+                handle.seek(end + 1 - len(block), 1)
+                break
     return lines
 
 
-def read_lines(path: Path, start: int = 0, limit: Optional[int] = None) -> Iterator[tuple[int, str]]:
+def _head_words(head: bytes) -> bytes:
+    """The start of a cut line without the word the cut went through (b"" when the start is
+    one word)."""
+    last = max(head.rfind(space) for space in (b" ", b"\t", b"\r", b"\v", b"\f"))
+    return head[:last + 1] if last >= 0 else b""
+
+
+def _tail_words(tail: bytes) -> bytes:
+    """The end of a cut line without the word the cut went through."""
+    first = _SPACE.search(tail)
+    return tail[first.end():] if first else b""
+
+
+def _cut_line(head: bytes, rest: bytearray, whole: bool) -> str:
+    """A long line as text: ``head`` (its first read) and ``rest`` (what followed, all of it
+    when ``whole``, else its last :data:`MAX_READ_BYTES`), joined by :data:`CUT` when the
+    middle was read past."""
+    if whole:
+        return _decode(head + bytes(rest)).rstrip("\r\n")
+    return (_decode(_head_words(head)).rstrip("\r") + CUT
+            + _decode(_tail_words(bytes(rest))).rstrip("\r\n"))
+
+
+def _passed(deadline: Optional[float]) -> bool:
+    return deadline is not None and time.monotonic() > deadline
+
+
+def read_lines(path: Path, start: int = 0, limit: Optional[int] = None,
+               deadline: Optional[float] = None) -> Iterator[tuple[int, str]]:
     """``(line number, text)`` of a log, streaming; undecodable bytes replaced.
 
     Args:
@@ -77,39 +112,48 @@ def read_lines(path: Path, start: int = 0, limit: Optional[int] = None) -> Itera
         start: byte offset to start from; reading begins with the first whole line at or
             after it, and line numbers still count from the top of the file.
         limit: bytes to read at most (a file that grows while it is read stays in budget).
+        deadline: a ``time.monotonic()`` value after which no more is read; None: none.
 
     Yields:
         1-based line numbers as ``grep -n`` gives them and the text without its line end;
-        a line longer than :data:`MAX_READ_BYTES` as its start, `` … `` and its end.
+        a line longer than twice :data:`MAX_READ_BYTES` as its start, :data:`CUT` and its
+        end, each without the word the cut went through.
 
     Raises:
-        OSError: the file cannot be opened, or is not a regular file.
+        OSError: the file cannot be opened, or is not a regular file
+            (:class:`~hyport_lib.utils.bounded_files.UnreadableFile`).
+        DeadlinePassed: ``deadline`` passed before the end of what was to be read.
     """
-    with open_regular(path) as handle:
+    with bounded_files.open_regular(path) as handle:
         number = _skip_to(handle, start) if start > 0 else 0
         consumed = 0
         while limit is None or consumed < limit:
-            chunk = handle.readline(MAX_READ_BYTES)
-            if not chunk:
+            if _passed(deadline):
+                raise DeadlinePassed(number)
+            head = handle.readline(MAX_READ_BYTES)
+            if not head:
                 return
-            consumed += len(chunk)
-            number += 1
-            if chunk.endswith(b"\n"):
-                yield number, _decode(chunk).rstrip("\r\n")
+            consumed += len(head)
+            if head.endswith(b"\n"):
+                number += 1
+                yield number, _decode(head).rstrip("\r\n")
                 continue
-            # Longer than one read: keep the start and the last two reads (the end).
-            previous, last = b"", chunk
-            while not last.endswith(b"\n"):
+            # Longer than one read: keep the start and, of the rest, its last read.
+            rest, whole, ended = bytearray(), True, False
+            while not ended:
+                if _passed(deadline):
+                    raise DeadlinePassed(number)
                 more = handle.readline(MAX_READ_BYTES)
                 if not more:
                     break
                 consumed += len(more)
-                previous, last = last, more
-            if previous or last is not chunk:
-                tail = (previous + last)[-MAX_READ_BYTES:]
-                yield number, _decode(chunk).rstrip("\r\n") + " … " + _decode(tail).rstrip("\r\n")
-            else:
-                yield number, _decode(chunk).rstrip("\r\n")
+                ended = more.endswith(b"\n")
+                rest += more
+                if len(rest) > MAX_READ_BYTES:
+                    del rest[:len(rest) - MAX_READ_BYTES]
+                    whole = False
+            number += 1
+            yield number, _cut_line(head, rest, whole)
 
 
 @dataclass(frozen=True)

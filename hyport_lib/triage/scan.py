@@ -5,14 +5,21 @@ a byte budget; only what a finding shows is kept: its first line in each file, a
 lines around the first one, and the first error lines of a file that nothing in the
 catalogue explains. Every kept line is scrubbed of secrets (the values of secret
 variables, :func:`~hyport_lib.utils.redact.scrub_text`, and whatever is written like a
-secret, :func:`~hyport_lib.utils.redact.scrub_secret_shapes`) and cut to
-:data:`MAX_LINE_CHARS` around what matched.
+secret, :func:`~hyport_lib.utils.redact.scrub_secret_shapes`, private key blocks across
+lines) and cut to :data:`MAX_LINE_CHARS` around what matched. Whatever a triage shows (kept
+lines, file names, notes) is made printable (:func:`printable`): a log's colour codes and
+terminal escapes are removed, other control characters shown as ``\\xNN``, so that printing
+a triage never drives the terminal.
+
+Reading is bounded in bytes (``max_bytes``) and in time (``max_seconds``); notes name what
+either left unread.
 """
 
 from __future__ import annotations
 
 import os
 import re
+import time
 from collections import deque
 from datetime import datetime
 from pathlib import Path
@@ -21,8 +28,33 @@ from typing import Callable, Iterable, Mapping, Optional, Sequence, Union
 from hyport_lib.triage.catalogue import ERROR, recognise
 from hyport_lib.triage.discovery import cann_logs, find_logs
 from hyport_lib.triage.model import Finding, Place, Triage, Unrecognised
-from hyport_lib.triage.reading import MAX_BYTES, plan_reading, read_lines
-from hyport_lib.utils.redact import scrub_secret_shapes, scrub_text
+from hyport_lib.triage.reading import MAX_BYTES, DeadlinePassed, plan_reading, read_lines
+from hyport_lib.utils.redact import PrivateKeyLines, scrub_secret_shapes, scrub_text
+
+#: Seconds one triage reads at most (the byte budget alone does not bound the time: a
+#: slow disk, or lines that are costly to match); notes name what was left unread.
+MAX_SECONDS = 120.0
+#: Files named in a note about what the time limit left unread.
+_NAMED_UNREAD = 5
+#: A terminal escape sequence: CSI (colours, cursor moves: ``ESC [ ... final``), OSC (title,
+#: hyperlink: ``ESC ] ... BEL`` or ``ESC ] ... ESC \``) or a two-character escape. Bounded
+#: repetitions, so that a line of unterminated escapes stays linear.
+_ESCAPE_SEQUENCE = re.compile(
+    r"\x1b(?:\[[0-?]{0,64}[ -/]{0,16}[@-~]|\][^\x07\x1b]{0,4096}(?:\x07|\x1b\\)|[@-Z\\-_])"
+    r"|\x9b[0-?]{0,64}[ -/]{0,16}[@-~]")
+#: Control characters left once the sequences are gone, but tab (and carriage return, which
+#: :func:`visible` splits progress bars on): C0, DEL and C1.
+_CONTROL = re.compile(r"[\x00-\x08\x0a-\x0c\x0e-\x1f\x7f-\x9f]")
+_ANY_CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f-\x9f]")
+
+
+def printable(text: str) -> str:
+    """``text`` safe to print on a terminal: escape sequences removed (a log's colours),
+    other control characters but tab and carriage return shown as ``\\xNN``."""
+    if _ANY_CONTROL.search(text) is None:
+        return text
+    text = _ESCAPE_SEQUENCE.sub("", text)
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
 
 #: What makes a line an error line: a traceback, an exception name, an ERROR tag, a CANN
 #: error code (EI0002, EZ9999, E39999 ...) or a torch_npu one (ERR00100).
@@ -61,6 +93,15 @@ Since = Union[None, float, int, datetime]
 _FRAME_LINE = re.compile(r"Traceback \(most recent call last\)|\bcall (?:acl|hccl) api failed\b"
                          r"|(?:OPS|HCCL) function error: Hccl\w*(?:\([^)]*\))?, error code is \d+"
                          r"|The Inner error is reported as above")
+#: The plain text one of :data:`_FRAME_LINE`'s branches needs (a line without any is no
+#: frame, learnt without running the alternation over a long line).
+_FRAME_NEEDLES = ("Traceback (most recent call last)", " api failed", " function error: Hccl",
+                  "The Inner error is reported as above")
+
+
+def is_frame_line(line: str) -> bool:
+    """Whether an error line only frames another error (:data:`_FRAME_LINE`)."""
+    return any(needle in line for needle in _FRAME_NEEDLES) and _FRAME_LINE.search(line) is not None
 
 
 def is_error_line(line: str) -> bool:
@@ -105,13 +146,14 @@ def _since_seconds(since: Since) -> Optional[float]:
 
 
 def _shown(path: Path, root: Optional[Path]) -> str:
-    """``path`` relative to ``root`` when inside it, else as given (absolute)."""
+    """``path`` relative to ``root`` when inside it, else as given (absolute); printable (a
+    file name may hold an escape sequence)."""
     if root is not None:
         try:
-            return str(path.resolve().relative_to(root))
+            return printable(str(path.resolve().relative_to(root)))
         except ValueError:
             pass
-    return str(path.resolve())
+    return printable(str(path.resolve()))
 
 
 def _common_root(paths: Sequence[Path]) -> Optional[Path]:
@@ -134,48 +176,58 @@ class _Collector:
         self.unrecognised: list[Unrecognised] = []
 
     def keep(self, text: str, finder: Optional[Callable[[str], Optional[re.Match]]] = None) -> str:
-        """``text`` scrubbed, then cut around what ``finder`` finds in the scrubbed text."""
-        text = self.scrub(text)
+        """``text`` printable and scrubbed, then cut around what ``finder`` finds in it."""
+        text = self.scrub(printable(text))
         match = finder(text) if finder is not None and len(text) > MAX_LINE_CHARS else None
         return visible(text, match.start() if match else None)
 
-    def read(self, path: Path, shown: str, start: int = 0, limit: Optional[int] = None) -> None:
+    def read(self, path: Path, shown: str, start: int = 0, limit: Optional[int] = None,
+             deadline: Optional[float] = None) -> Optional[int]:
+        """Read one file; the last line read when ``deadline`` stopped it (None: read all).
+        What was found up to there is kept."""
         before: deque[str] = deque(maxlen=CONTEXT_BEFORE)
         pending: list[list] = []  # [finding, lines still wanted after its first line]
         in_file: set[str] = set()
         error_lines: list[list] = []  # [line number, text]: every error line
         causal_lines: list[list] = []  # those that may name a cause (not a frame)
         error_count = causal_count = 0
-        for number, text in read_lines(path, start, limit):
-            for waiting in pending:
-                waiting[0].context.append(self.keep(text))
-                waiting[1] -= 1
-            pending = [w for w in pending if w[1] > 0]
-            entry = recognise(text)
-            if entry is not None:
-                self._found(entry, shown, number, text, before, pending, in_file)
-            elif is_error_line(text):
-                causal = _FRAME_LINE.search(text) is None
-                error_count += 1
-                causal_count += causal
-                wanting = [kept for kept, wanted in ((error_lines, True), (causal_lines, causal))
-                           if wanted and len(kept) < MAX_UNRECOGNISED_LINES]
-                if wanting:
-                    line = [number, self.keep(text, ERROR_LINE.search)]  # scrubbed once
-                    for kept in wanting:
-                        kept.append(line)
-            before.append(text)
+        keys = PrivateKeyLines()  # a key's own lines say nothing of what they are
+        stopped = None
+        try:
+            for number, text in read_lines(path, start, limit, deadline):
+                text = keys.scrub(text)
+                for waiting in pending:
+                    waiting[0].context.append(self.keep(text))
+                    waiting[1] -= 1
+                pending = [w for w in pending if w[1] > 0]
+                entry = recognise(text)
+                if entry is not None:
+                    self._found(entry, shown, number, text, before, pending, in_file)
+                elif is_error_line(text):
+                    causal = not is_frame_line(text)
+                    error_count += 1
+                    causal_count += causal
+                    wanting = [kept for kept, wanted in ((error_lines, True), (causal_lines, causal))
+                               if wanted and len(kept) < MAX_UNRECOGNISED_LINES]
+                    if wanting:
+                        line = [number, self.keep(text, ERROR_LINE.search)]  # scrubbed once
+                        for kept in wanting:
+                            kept.append(line)
+                before.append(text)
+        except DeadlinePassed as stop:
+            stopped = stop.line
         # A known error explains the file's other error lines; a warning (a CPU fallback)
         # explains none. A consequence (an HCCL timeout) explains only the lines that frame
         # an error: in a log holding every rank's output, an exception beside the timeout
         # is likely the real failure the other ranks waited for.
         errors = [self.findings[key] for key in in_file if self.findings[key].severity == ERROR]
         if any(not finding.consequence for finding in errors):
-            return
+            return stopped
         if errors:
             error_lines, error_count = causal_lines, causal_count
         if error_count:
             self.unrecognised.append(Unrecognised(file=shown, lines=error_lines, count=error_count))
+        return stopped
 
     def _found(self, entry, shown, number, text, before, pending, in_file) -> None:
         finding = self.findings.get(entry.key)
@@ -206,7 +258,8 @@ class _Collector:
 
 def triage(paths: Iterable[os.PathLike | str], *, cann_log_dir: Optional[os.PathLike | str] = None,
            since: Since = None, environ: Optional[Mapping[str, str]] = None,
-           max_bytes: Optional[int] = MAX_BYTES) -> Triage:
+           max_bytes: Optional[int] = MAX_BYTES,
+           max_seconds: Optional[float] = MAX_SECONDS) -> Triage:
     """What the logs under ``paths`` say went wrong.
 
     Args:
@@ -220,6 +273,9 @@ def triage(paths: Iterable[os.PathLike | str], *, cann_log_dir: Optional[os.Path
             this process lacks).
         max_bytes: most bytes read over all files (see :func:`~.reading.plan_reading`); None:
             no limit. Notes name what was left unread.
+        max_seconds: most seconds spent reading; the file being read when they run out is
+            kept as read so far (a note says up to which line), the files after it are
+            left unread and named in a note. None: no limit.
 
     Returns:
         A :class:`Triage`: findings (the same failure in several files is one finding with
@@ -227,8 +283,9 @@ def triage(paths: Iterable[os.PathLike | str], *, cann_log_dir: Optional[os.Path
 
     Raises:
         FileNotFoundError: a path does not exist (named in the message).
-        ValueError: ``max_bytes`` is not a positive number.
+        ValueError: ``max_bytes`` or ``max_seconds`` is not a positive number.
     """
+    deadline = _deadline(max_seconds)
     roots = [Path(p) for p in paths]
     seconds = _since_seconds(since)
     files, notes = [], []
@@ -249,20 +306,39 @@ def triage(paths: Iterable[os.PathLike | str], *, cann_log_dir: Optional[os.Path
     base = _common_root(roots)
     scrub = _scrubber(environ)
     collector = _Collector(scrub)
-    read, failed = [], 0
-    for item in planned:
+    read, failed, left = [], 0, []
+    for index, item in enumerate(planned):
         shown = _shown(item.path, base)
         try:
-            collector.read(item.path, shown, item.start, item.limit)
+            stopped = collector.read(item.path, shown, item.start, item.limit, deadline)
         except OSError as exc:
             notes.append(f"{shown}: not read ({exc.strerror or exc})")
             failed += 1
             continue
         read.append(shown)
+        if stopped is not None:
+            notes.append(f"{shown}: read up to line {stopped} only: the time limit of "
+                         f"{max_seconds:g} s for one triage was reached")
+            left = [_shown(p.path, base) for p in planned[index + 1:]]
+            break
+    if left:
+        more = f" and {len(left) - _NAMED_UNREAD} more" if len(left) > _NAMED_UNREAD else ""
+        notes.append(f"time limit of {max_seconds:g} s reached: {len(left)} log file(s) not read: "
+                     f"{', '.join(left[:_NAMED_UNREAD])}{more}")
     return Triage(findings=collector.ordered(), unrecognised=collector.unrecognised,
-                  files_read=read, root=str(base) if base else None,
-                  cann_log_dir=str(cann_dir) if cann_dir is not None else None, since=seconds,
-                  notes=[scrub(n) for n in notes], unread=failed + len(unread))
+                  files_read=read, root=printable(str(base)) if base else None,
+                  cann_log_dir=printable(str(cann_dir)) if cann_dir is not None else None,
+                  since=seconds, notes=[scrub(printable(n)) for n in notes],
+                  unread=failed + len(unread) + len(left))
+
+
+def _deadline(max_seconds: Optional[float]) -> Optional[float]:
+    """The ``time.monotonic()`` after which a triage reads no more; ValueError for a bad limit."""
+    if max_seconds is None:
+        return None
+    if isinstance(max_seconds, bool) or not isinstance(max_seconds, (int, float)) or not max_seconds > 0:
+        raise ValueError(f"max_seconds={max_seconds!r}: expected a positive number of seconds, or None")
+    return time.monotonic() + max_seconds
 
 
 def _unique(paths: Iterable[Path]) -> list[Path]:

@@ -13,7 +13,13 @@ wherever they appear, whatever the variable is called.
 
 Text written elsewhere (a log copied from another host, a job's output) can hold secrets
 this environment does not know: :func:`scrub_secret_shapes` redacts those recognisable by
-how they are written (``HF_TOKEN=...``, ``"api_key": "..."``, ``Bearer ...``, ``hf_...``).
+how they are written (``HF_TOKEN=...``, ``"api_key": "..."``, ``Authorization: Basic ...``,
+``hf_...``, ``glpat-...``, ``curl -u user:pass``, ``sshpass -p ...``, PEM private key blocks).
+Huawei Cloud's access keys are named ``AK`` / ``SK`` (``HUAWEICLOUD_SDK_AK``, ``OBS_SK``), a
+name *part* rather than a marker word: see :func:`is_secret_name`.
+
+Every pattern here is linear in the length of the text (a log line can be 128 KiB): no
+repetition can start again at every position of a long run.
 """
 
 from __future__ import annotations
@@ -28,19 +34,37 @@ import urllib.parse
 from typing import Iterable, Mapping
 
 SECRET_MARKERS = ("SECRET", "TOKEN", "KEY", "PASSWORD", "CREDENTIAL", "AUTH", "ACCESS")
+#: Whole name parts (between ``_``, ``-`` or ``.``) that name a secret although no marker
+#: is inside them: Huawei Cloud's access key id and secret key (``HUAWEICLOUD_SDK_AK``,
+#: ``OBS_SK``) and the password of connection strings and clients (``PWD=``, ``MYSQL_PWD``).
+#: As parts only: ``TASK`` or ``DISK`` hold no ``SK`` part.
+SECRET_NAME_PARTS = frozenset({"AK", "SK", "PWD"})
+#: The shell's working folders: a name part ``PWD`` that is no password.
+_WORKING_FOLDER_NAMES = frozenset({"PWD", "OLDPWD"})
+_NAME_PART_SPLIT = re.compile(r"[^A-Z0-9]+")
 REDACTED = "[redacted]"
 #: ``scheme://user:password@`` or ``scheme://token@``: everything up to the *last* ``@``
-#: before the host goes (a password may hold ``@``, quotes or ``:``).
-_URL_CREDENTIALS = re.compile(r"(?P<scheme>\b[a-zA-Z][a-zA-Z0-9+.\-]*://)(?P<userinfo>[^/\s]+)@")
+#: before the host goes (a password may hold ``@``, quotes or ``:``). The scheme is at most
+#: 32 characters and needs no word boundary before it: an unbounded scheme started again at
+#: every ``.`` or ``-`` of a long ``a.b-c.d...`` run (quadratic: minutes on a 128 KiB line).
+_URL_CREDENTIALS = re.compile(r"(?P<scheme>[a-zA-Z][a-zA-Z0-9+.\-]{0,31}://)(?P<userinfo>[^/\s]+)@")
 _MIN_SECRET_LEN = 4
 #: Values of secret-named variables that are settings, not secrets
 #: (``TOKENIZERS_PARALLELISM=false``): scrubbing them would rewrite every "false".
 _NOT_SECRET_VALUES = {"true", "false", "none", "null", "yes", "no", "on", "off", "auto", "default"}
 
 
+def _has_secret_part(upper: str) -> bool:
+    """Whether the upper-cased name has a part in :data:`SECRET_NAME_PARTS` (``OBS_AK``)."""
+    return not SECRET_NAME_PARTS.isdisjoint(_NAME_PART_SPLIT.split(upper))
+
+
 def is_secret_name(name: str) -> bool:
+    """An environment variable that holds a secret: a marker of :data:`SECRET_MARKERS` in its
+    name, or a part of :data:`SECRET_NAME_PARTS` (``HUAWEICLOUD_SDK_SK``, ``OBS_AK``)."""
     upper = name.upper()
-    return any(marker in upper for marker in SECRET_MARKERS)
+    return any(marker in upper for marker in SECRET_MARKERS) or (
+        upper not in _WORKING_FOLDER_NAMES and _has_secret_part(upper))
 
 
 def is_secret_parameter(name: str) -> bool:
@@ -50,7 +74,7 @@ def is_secret_parameter(name: str) -> bool:
     ``tokenizer_path``): those must reach the report, they are part of the command to
     reproduce."""
     upper = re.sub(r"TOKENS|TOKENIZER", "", name.upper())
-    return any(marker in upper for marker in SECRET_MARKERS + ("PASSWD",))
+    return any(marker in upper for marker in SECRET_MARKERS + ("PASSWD",)) or _has_secret_part(upper)
 
 
 def secret_values(environ: Mapping[str, str] | None = None) -> list[str]:
@@ -131,7 +155,12 @@ _ASSIGNMENT_HEAD = re.compile(
     r"""(?<![\w.\-])(?P<name>-{0,2}(?P<q>['"]?)[A-Za-z_][\w.\-]*(?P=q))(?P<sep>\s*(?:=|:(?!//))\s*)""")
 #: ... then its value (quoted, or up to a space or a delimiter), read only after a name
 #: that may be a secret's.
-_ASSIGNMENT_VALUE = re.compile(r"""\[redacted\]|"[^"\n]*"|'[^'\n]*'|[^\s,;&'"}\])]+""")
+_AUTH_SCHEMES = r"(?i:basic|bearer|digest|negotiate|token)"
+#: A value whose credentials :data:`_AUTH_SCHEME` redacted already (its scheme is kept).
+_ALREADY_REDACTED = re.compile(rf"(?:{_AUTH_SCHEMES}\s+)?\[redacted\]")
+_ASSIGNMENT_VALUE = re.compile(
+    rf"""{_AUTH_SCHEMES}\s+\[redacted\]|\[redacted\]|"[^"\n]*"|'[^'\n]*'"""
+    r"""|[^\s,;&'"}\])]+""")
 #: ``--name value``: a command-line flag and its value as the next word.
 _FLAG_VALUE = re.compile(r"""(?<![\w\-])(?P<name>--[A-Za-z][\w\-]*)(?P<sep>\s+)(?P<value>[^\s\-'"][^\s'"]*)""")
 #: Exception and warning class names that hold a secret marker (``KeyError: 'x'``) name no secret.
@@ -139,12 +168,31 @@ _EXCEPTION_NAME = re.compile(r"(?:Error|Exception|Warning|Interrupt)$", re.IGNOR
 #: Markers whose variables are secret whatever their value looks like (a numeric PIN too).
 _ALWAYS_SECRET = ("PASSWORD", "PASSWD", "SECRET")
 _NUMBER = re.compile(r"[+-]?\d+(?:\.\d+)?")
-#: Credentials recognisable by their shape alone: ``Bearer <token>`` and the prefixes of
-#: Hugging Face, GitHub, OpenAI-style, Slack and AWS access keys.
+#: Credentials recognisable by their shape alone: the prefixes of Hugging Face, GitHub,
+#: GitLab (``glpat-`` personal, ``gldt-`` deploy, ``glrt-`` runner, ``glptt-`` trigger
+#: tokens), OpenAI-style, Slack and AWS access keys.
 _TOKEN_SHAPES = re.compile(
     r"(?<![A-Za-z0-9_])(?:hf_[A-Za-z0-9]{30,}|gh[pousr]_[A-Za-z0-9]{30,}|github_pat_\w{40,}"
+    r"|gl(?:pat|dt|rt|ptt|soat)-[A-Za-z0-9_\-]{20,}"
     r"|sk-[A-Za-z0-9_\-]{20,}|xox[abprs]-[A-Za-z0-9\-]{10,}|AKIA[0-9A-Z]{16})(?![A-Za-z0-9_])")
-_BEARER = re.compile(r"(?i)\b(?P<scheme>bearer)\s+(?P<value>[A-Za-z0-9._~+/=\-]{8,})")
+#: ``Bearer <token>`` anywhere, and the credentials of an ``Authorization`` header whatever
+#: its scheme (``Authorization: Basic <base64 of user:password>``): the scheme is kept.
+_AUTH_SCHEME = re.compile(
+    r"(?i)(?:\b(?P<bearer>bearer)|(?P<header>\b(?:proxy-)?authorization['\"]?\s*[:=]\s*['\"]?)"
+    r"(?P<scheme>[A-Za-z][\w\-]{0,31}))\s+(?P<value>[A-Za-z0-9._~+/=\-]{4,})")
+#: ``curl -u user:password`` (also ``-uuser:pw``, ``--user``, ``--proxy-user``, ``-U``): the
+#: user is kept. Only after ``curl`` and within its next 16 words: ``docker run -u 1000:1000``
+#: is a user and group.
+_CURL_USER = re.compile(
+    r"\bcurl(?:\s+[^\s|;&]+){0,16}?\s+(?:-u\s*|-U\s*|--(?:proxy-)?user(?:\s+|=))"
+    r"""(?:(?P<q>['"])[^:'"\n]+:(?P<quoted>[^'"\n]+)(?P=q)|[^\s:'"]+:(?P<value>[^\s'"]+))""")
+#: ``sshpass -p password`` (after up to 8 other options).
+_SSHPASS = re.compile(
+    r"""\bsshpass(?:\s+-[^\sp]\S*){0,8}\s+-p\s*(?P<value>'[^'\n]*'|"[^"\n]*"|[^\s'"]+)""")
+#: The markers of a PEM private key block (``RSA``, ``EC``, ``OPENSSH``, ``ENCRYPTED``, PGP's
+#: ``... PRIVATE KEY BLOCK``): what lies between them is the key.
+_KEY_BEGIN = re.compile(r"-----BEGIN (?:[A-Z0-9]+ ){0,4}PRIVATE KEY(?: BLOCK)?-----")
+_KEY_END = re.compile(r"-----END (?:[A-Z0-9]+ ){0,4}PRIVATE KEY(?: BLOCK)?-----")
 
 
 def _secret_assignment(name: str, value: str) -> bool:
@@ -153,13 +201,16 @@ def _secret_assignment(name: str, value: str) -> bool:
         return False
     bare = name.strip("-'\"")
     inner = value.strip("'\"").strip()
-    if not inner or inner == REDACTED or inner.lower() in _NOT_SECRET_VALUES:
-        return False
+    if not inner or _ALREADY_REDACTED.fullmatch(inner) or inner.lower() in _NOT_SECRET_VALUES:
+        return False  # nothing, already redacted (``Basic [redacted]``), or a setting
+    if bare.upper() in _WORKING_FOLDER_NAMES and inner.startswith(("/", "~")):
+        return False  # the shell's PWD=/home/user, a folder
     if _NUMBER.fullmatch(inner):  # pad_token_id=0, num_key_value_heads: 8
         return any(marker in bare.upper() for marker in _ALWAYS_SECRET)
     return True
 
 
+@functools.lru_cache(maxsize=4096)  # a long line repeats its names (``lib64:`` of a path list)
 def _secret_name(name: str) -> bool:
     """Whether ``name`` (as written, dashes and quotes included) may hold a secret."""
     bare = name.strip("-'\"")
@@ -212,6 +263,61 @@ def _redact_assignments(text: str) -> str:
     return "".join(pieces) + text[written:]
 
 
+def _redact_group(pattern: re.Pattern, text: str, *groups: str) -> str:
+    """``text`` with the first of ``groups`` that took part in each match of ``pattern``
+    replaced by :data:`REDACTED`."""
+    pieces, written = [], 0
+    for match in pattern.finditer(text):
+        start, end = next(match.span(g) for g in groups if match.span(g) != (-1, -1))
+        pieces += [text[written:start], REDACTED]
+        written = end
+    return "".join(pieces) + text[written:] if pieces else text
+
+
+def _redact_key_blocks(text: str) -> tuple[str, bool]:
+    """``text`` with the bodies of its PEM private key blocks redacted, and whether the last
+    block is still open at the end of ``text``. Linear: each marker is searched for once."""
+    if "PRIVATE KEY" not in text:
+        return text, False
+    pieces, written = [], 0
+    while (begin := _KEY_BEGIN.search(text, written)) is not None:
+        pieces += [text[written:begin.end()], REDACTED]
+        end = _KEY_END.search(text, begin.end())
+        if end is None:
+            return "".join(pieces), True
+        pieces.append(end.group())
+        written = end.end()
+    return "".join(pieces) + text[written:], False
+
+
+def redact_private_keys(text: str) -> str:
+    """The body of every PEM private key block replaced by :data:`REDACTED`, its markers
+    kept; a block without its end marker is redacted to the end of ``text`` (the rest of a
+    key cut short is still the key). Also a block written on one line with ``\\n`` escapes
+    (a key inside JSON)."""
+    return _redact_key_blocks(text)[0]
+
+
+class PrivateKeyLines:
+    """Redacts PEM private keys from text read one line at a time (a log): the lines
+    between a ``-----BEGIN ... PRIVATE KEY-----`` line and its end marker hold nothing
+    that says they are a key, so whether a block is open is carried from line to line."""
+
+    def __init__(self) -> None:
+        self.inside = False
+
+    def scrub(self, line: str) -> str:
+        """``line`` with what belongs to a private key replaced by :data:`REDACTED`."""
+        if self.inside:
+            end = _KEY_END.search(line)
+            if end is None:
+                return REDACTED
+            self.inside = False
+            return REDACTED + end.group() + self.scrub(line[end.end():])
+        line, self.inside = _redact_key_blocks(line)
+        return line
+
+
 def scrub_secret_shapes(text: str) -> str:
     """Redact secrets recognisable by how they are written, whatever the environment.
 
@@ -219,16 +325,26 @@ def scrub_secret_shapes(text: str) -> str:
     copied from another host, or written by a process that had a token this one lacks,
     holds values it cannot know. This redacts the value of every assignment to a secret
     name (:func:`is_secret_parameter`: ``HF_TOKEN=...``, ``password: ...``,
-    ``"api_key": "..."``, ``--hf-token=...``, ``--password ...``), the token after
-    ``Bearer``, and tokens with a well-known prefix (``hf_``, ``ghp_``, ``sk-``, ``AKIA`` ...),
-    plus URL credentials. Exception names (``KeyError: 'x'``), settings
-    (``TOKENIZERS_PARALLELISM=false``) and numbers given to names that only count or
-    number tokens or keys (``pad_token_id=0``) are left alone.
+    ``"api_key": "..."``, ``--hf-token=...``, ``--password ...``, ``HUAWEICLOUD_SDK_AK=...``,
+    ``pwd=...``), the credentials of ``Bearer ...`` and of an ``Authorization`` header
+    (``Basic ...``), tokens with a well-known prefix (``hf_``, ``ghp_``, ``glpat-``, ``sk-``,
+    ``AKIA`` ...), the password of ``curl -u user:password`` and ``sshpass -p``, PEM private
+    key blocks (:func:`redact_private_keys`; across lines read one by one:
+    :class:`PrivateKeyLines`), plus URL credentials. Exception names (``KeyError: 'x'``),
+    settings (``TOKENIZERS_PARALLELISM=false``), the shell's ``PWD=/a/folder`` and numbers
+    given to names that only count or number tokens or keys (``pad_token_id=0``) are left alone.
     """
     if "://" in text:
         text = redact_url_credentials(text)
+    text = redact_private_keys(text)
     text = _TOKEN_SHAPES.sub(REDACTED, text)
-    text = _BEARER.sub(lambda m: f"{m.group('scheme')} {REDACTED}", text)
+    lower = text.lower()  # the patterns below are tried only where their word is
+    if "bearer" in lower or "authorization" in lower:
+        text = _redact_group(_AUTH_SCHEME, text, "value")
+    if "curl" in text:
+        text = _redact_group(_CURL_USER, text, "quoted", "value")
+    if "sshpass" in text:
+        text = _redact_group(_SSHPASS, text, "value")
     return _redact_assignments(text)
 
 
