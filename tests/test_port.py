@@ -214,13 +214,14 @@ def test_port_diff_applies_to_a_copy_of_src(planted_tree, tmp_path):
 @pytest.mark.slow
 def test_cli_writes_the_port_and_refuses_bad_input(planted_tree, tmp_path):
     done = subprocess.run([sys.executable, "-m", "hyport_lib", "port", str(planted_tree),
-                           "--out", str(tmp_path / "dst"), "--no-proof"],
+                           "--out", str(tmp_path / "dst")],
                           capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
+    assert "proof: SKIP: not run: " in done.stdout  # the proof runs the code: only with --proof
     assert "pkg/modeling.py:4  flash_attn_import" in done.stdout
     assert "LEFT pkg/modeling.py:23  torch_cuda" in done.stdout
     again = subprocess.run([sys.executable, "-m", "hyport_lib", "port", str(planted_tree),
-                            "--out", str(tmp_path / "dst"), "--no-proof"],
+                            "--out", str(tmp_path / "dst")],
                            capture_output=True, text=True)
     assert again.returncode == 2
     assert again.stderr.strip().count("\n") == 0 and "not an empty folder" in again.stderr

@@ -194,7 +194,7 @@ def test_the_command_on_a_vendored_model(tmp_path, fake_npu):
     import subprocess
 
     done = subprocess.run([sys.executable, "-m", "hyport_lib", "port", str(REMOTE / "internlm2"),
-                           "--out", str(tmp_path / "out"), "--proof-config",
+                           "--out", str(tmp_path / "out"), "--proof", "--proof-config",
                            'rope_scaling={"type": "dynamic", "factor": 2.0}'],
                           capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-2000:]

@@ -28,7 +28,13 @@ class Params(StageParams):
         None, "the flash-attn API the drop-in serves (the version the model pins); None: the default",
         nonempty=True)
     port: bool = param(True, "when code_path names your code: port a copy of it (hyport port) beside "
-                             "the results and prove the port on a tiny model")
+                             "the results (the port is proven only with port_proof)")
+    port_proof: bool = param(False, "prove the port on a tiny model: imports and runs code_path's model "
+                                    "code (original and ported), in a child process; off unless you "
+                                    "turn it on")
+    port_proof_timeout_s: float = param(600, "the port proof's time limit in seconds; past it the "
+                                             "proof's process group is killed and the proof FAILs",
+                                        min_exclusive=0)
     port_proof_config: dict = param({}, "config fields of the port proof's tiny model, e.g. "
                                         "{rope_scaling: {type: dynamic, factor: 2.0}}")
     trust_remote_code: bool = trust_remote_code_param(

@@ -24,7 +24,7 @@ from hyport_lib.backend import get_backend
 from hyport_lib.models.preflight import check_model_path
 from hyport_lib.models.tiny import TINY_MODEL_NAME, ensure_tiny_model
 from hyport_lib.npu_attention.shim import DEFAULT_VERSION
-from hyport_lib.port.proof import prove_port
+from hyport_lib.port.proof_run import SKIP, proof_not_run, prove_port_in_child
 from hyport_lib.port.tree import PortError, PortResult, port_tree, write_record
 from hyport_lib.results import StageSummary, fresh_folder_beside_results, record_summary
 from hyport_lib.scan.model import ScanReport
@@ -139,8 +139,9 @@ def run(plan: Plan, *, on_progress: Optional[Callable[[GridProgress], None]] = N
 
 
 def port_and_prove(plan: Plan) -> tuple[Optional[PortResult], str]:
-    """``hyport port`` of ``code_path`` into ``plan.port_out`` and its proof; ``(None,
-    reason)`` when the port cannot be made."""
+    """``hyport port`` of ``code_path`` into ``plan.port_out`` and its proof (in a child
+    process, with ``port_proof`` only: it runs the user's code); ``(None, reason)`` when
+    the port cannot be made."""
     params = plan.params
     try:
         port = port_tree(params.code_path, plan.port_out)
@@ -148,8 +149,12 @@ def port_and_prove(plan: Plan) -> tuple[Optional[PortResult], str]:
         return None, f"{type(exc).__name__}: {exc}" if isinstance(exc, OSError) else str(exc)
     if not port.changes:
         return port, ""  # nothing was rewritten: nothing to prove
-    port.proof = prove_port(port.src, port.dst, seed=params.seed,
-                            config_overrides=params.port_proof_config).to_dict()
+    proof = prove_port_in_child(port.src, port.dst, seed=params.seed,
+                                config_overrides=params.port_proof_config,
+                                timeout_s=params.port_proof_timeout_s,
+                                timeout_setting="port_proof_timeout_s") \
+        if params.port_proof else proof_not_run(port.src, port.dst, "set port_proof=true")
+    port.proof = proof.to_dict()
     write_record(port)
     return port, ""
 
@@ -208,7 +213,7 @@ def summarize(result: AttentionStageResult) -> StageSummary:
         headline["port proof"] = proof.get("verdict") + (" (emulated)" if proof.get("emulated") else "")
         if proof.get("verdict") == "WARN" and verdict == "PASS":
             verdict = "WARN"  # a port with no model class to prove it on
-        elif proof.get("verdict") not in ("PASS", "WARN"):
+        elif proof.get("verdict") not in ("PASS", "WARN", SKIP):  # SKIP: not asked for
             verdict = "FAIL"
         line += (f"; port: {len(result.port.changes)} change(s), {len(result.port.manual)} left "
                  f"for a human, proof {proof.get('verdict')}"

@@ -1,10 +1,11 @@
 """``hyport port SRC --out DST``: a reviewed, proven port of CUDA / flash-attn model code.
 
 Writes the ported copy, ``DST/port.diff`` and ``DST/port.json``, prints every change
-and every spot left for a human, then proves the port (see
-:mod:`hyport_lib.port.proof`). Exit status: 0 when the port is written and its proof
-PASSes (or WARNs: the tree holds no model class to build; or ``--no-proof``), 1 when
-the proof FAILs, 2 on bad input.
+and every spot left for a human, then, with ``--proof`` only (it imports and runs the
+model code), proves the port in a child process (see :mod:`hyport_lib.port.proof_run`).
+Exit status: 0 when the port is written and its proof PASSes (or WARNs: the tree holds
+no model class to build; or is not run, without ``--proof``), 1 when the proof FAILs,
+2 on bad input.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from hyport_lib.port.proof import prove_port
+from hyport_lib.port.proof_run import DEFAULT_TIMEOUT_S, proof_not_run, prove_port_in_child
 from hyport_lib.port.tree import port_tree, write_record
 
 NAME = "port"
@@ -25,7 +26,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("src", help="folder of model code (or one .py file); only read")
     parser.add_argument("--out", required=True, metavar="DST",
                         help="new folder for the ported copy (must not exist, or be empty)")
-    parser.add_argument("--no-proof", action="store_true", help="write the port, skip the proof")
+    parser.add_argument("--proof", action="store_true",
+                        help="prove the port: import and run the model code of SRC and DST on a "
+                             "tiny model, in a child process (off unless you turn it on: SRC is "
+                             "otherwise only read)")
+    parser.add_argument("--proof-timeout", type=float, default=DEFAULT_TIMEOUT_S, metavar="SECONDS",
+                        help="the proof's time limit; past it its process group is killed and the "
+                             "proof FAILs (default %(default)g)")
     parser.add_argument("--proof-dtype", default="auto",
                         choices=("auto", "float32", "bfloat16", "float16"),
                         help="dtype of the proof; auto: float32, bfloat16 where the code keeps "
@@ -69,10 +76,17 @@ def format_text(result) -> str:
         out.append(f"  added {rel}")
     for file, error in result.unparsable:
         out.append(f"  NOT PARSED {file}: {error} (copied as it was)")
+    for file, why in result.not_rewritten:
+        out.append(f"  NOT REWRITTEN {file}: {why}")
+    for path, why in result.skipped:
+        out.append(f"  SKIPPED {path}: {why}")
+    for path, link_target in result.links:
+        out.append(f"  LINK {path} -> {link_target} (a link inside SRC: kept as a link)")
+    for path in result.removed_staging:
+        out.append(f"  removed {path}: the staging folder of an earlier port that was killed")
     proof = result.proof
     if proof is None:
-        out.append("proof: none (--no-proof)" if result.changes else
-                   "proof: none (nothing was rewritten)")
+        out.append("proof: none (nothing was rewritten)")
         return "\n".join(out)
     if proof["error"]:
         out.append(f"proof: {proof['verdict']}: {proof['error']}")
@@ -98,10 +112,14 @@ def format_text(result) -> str:
 
 def run(args: argparse.Namespace) -> int:
     overrides = config_overrides(args.proof_config)
+    if not args.proof_timeout > 0:
+        raise ValueError(f"--proof-timeout {args.proof_timeout:g}: expected seconds > 0")
     result = port_tree(args.src, args.out)
-    if not args.no_proof and result.changes:
-        result.proof = prove_port(result.src, result.dst, dtype=args.proof_dtype, seed=args.seed,
-                                  config_overrides=overrides).to_dict()
+    if result.changes:
+        proof = prove_port_in_child(result.src, result.dst, dtype=args.proof_dtype, seed=args.seed,
+                                    config_overrides=overrides, timeout_s=args.proof_timeout) \
+            if args.proof else proof_not_run(result.src, result.dst, "add --proof")
+        result.proof = proof.to_dict()
         write_record(result)
     print(json.dumps(result.to_dict(), indent=2) if args.json else format_text(result))
     return 1 if result.proof is not None and result.proof["verdict"] == "FAIL" else 0

@@ -35,7 +35,7 @@ from libcst.codemod import CodemodContext
 from libcst.codemod.visitors import AddImportsVisitor
 from libcst.metadata import MetadataWrapper, PositionProvider
 
-from hyport_lib.scan.guards import is_cuda_guards
+from hyport_lib.port.segments import SourcePlan, UnparsableSource, plan
 
 GENERATED_MODULE = "flash_attn_ascend"
 
@@ -134,11 +134,14 @@ class PortTransformer(cst.CSTTransformer):
 
     METADATA_DEPENDENCIES = (PositionProvider,)
 
-    def __init__(self, rel: str, guard_lines: set[tuple[int, int]], relative: bool):
+    def __init__(self, rel: str, source_plan: SourcePlan, relative: bool, line_offset: int = 0):
+        """``line_offset``: the lines of the file above the segment this transformer
+        visits (its lines are counted from the segment's start)."""
         super().__init__()
         self.rel = rel
-        self.guard_lines = guard_lines
+        self.guard_lines = source_plan.guard_positions
         self.relative = relative
+        self.line_offset = line_offset
         self.changes: list[Change] = []
         self.manual: list[ManualSpot] = []
         self.helpers: set[str] = set()
@@ -146,15 +149,16 @@ class PortTransformer(cst.CSTTransformer):
         self._module: Optional[cst.Module] = None
         self._targets: set[int] = set()  # id() of nodes assigned to or deleted
         self._attribute_values: set[int] = set()  # id() of nodes that are an attribute's object
-        self._torch_names = {"torch"}  # names bound to the torch module
-        self._cuda_names: set[str] = set()  # names bound to torch.cuda
+        # names bound to the torch module and to torch.cuda, in the whole file
+        self._torch_names = set(source_plan.torch_names)
+        self._cuda_names = set(source_plan.cuda_names)
 
     # --- bookkeeping ------------------------------------------------------------------
     def visit_Module(self, node: cst.Module) -> None:
         self._module = node
 
     def _line(self, node) -> int:
-        return self.get_metadata(PositionProvider, node).start.line
+        return self.get_metadata(PositionProvider, node).start.line + self.line_offset
 
     def _code(self, node) -> str:
         return self._module.code_for_node(node).strip() if self._module else ""
@@ -353,7 +357,7 @@ class PortTransformer(cst.CSTTransformer):
             return updated_node
         if attr == "is_cuda" and id(original_node) not in self._targets:
             line_col = self.get_metadata(PositionProvider, original_node).start
-            if (line_col.line, line_col.column) in self.guard_lines:
+            if (line_col.line + self.line_offset, line_col.column) in self.guard_lines:
                 helper, kind = "flash_supported", "is_cuda_guard"
             else:
                 helper, kind = "on_accelerator", "is_cuda"
@@ -410,24 +414,6 @@ class PortTransformer(cst.CSTTransformer):
                             "distributed_backend")
 
 
-def _guard_positions(source: str) -> set[tuple[int, int]]:
-    """(line, column) of each ``.is_cuda`` attribute the scan calls an attention guard."""
-    try:
-        tree = ast.parse(source)
-    except (SyntaxError, ValueError):
-        return set()
-    guards = is_cuda_guards(tree)
-    lines = source.splitlines()
-    found = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Attribute) and id(node) in guards:
-            line = lines[node.lineno - 1] if node.lineno <= len(lines) else ""
-            # ast counts UTF-8 bytes, LibCST characters
-            column = len(line.encode("utf-8")[:node.col_offset].decode("utf-8", "replace"))
-            found.add((node.lineno, column))
-    return found
-
-
 @dataclass
 class FileResult:
     """One file's port: the new text (None when unchanged) and what happened."""
@@ -437,8 +423,40 @@ class FileResult:
     manual: list[ManualSpot]
 
 
+
+
+def _rewrite_segment(text: str, rel: str, source_plan: SourcePlan, relative: bool,
+                     first_line: int) -> tuple[str, PortTransformer]:
+    """One segment's new text, and the transformer that visited it (its changes, spots
+    and helpers)."""
+    try:
+        module = cst.parse_module(text)
+    except cst.ParserSyntaxError as exc:
+        raise UnparsableSource(f"line {exc.raw_line + first_line - 1}: "
+                               f"{str(exc).splitlines()[0]}") from None
+    transformer = PortTransformer(rel, source_plan, relative, line_offset=first_line - 1)
+    # the module is ours alone: no defensive deep copy before the visit
+    new = MetadataWrapper(module, unsafe_skip_copy=True).visit(transformer)
+    return (new.code if transformer.changes else text), transformer
+
+
+def _add_helper_imports(header: str, helpers: set[str], relative: bool) -> str:
+    """``header`` (the file's first segments) with the helpers imported from the
+    generated module, as LibCST's AddImportsVisitor places them."""
+    context = CodemodContext()
+    for helper in sorted(helpers):
+        AddImportsVisitor.add_needed_import(context, GENERATED_MODULE, helper,
+                                            relative=1 if relative else 0)
+    return AddImportsVisitor(context).transform_module(cst.parse_module(header)).code
+
+
 def port_python(source: str, rel: str, *, relative: bool) -> FileResult:
     """Port one Python file's text.
+
+    Only the segments (top-level statements, see :mod:`hyport_lib.port.segments`) that
+    hold a word the rewrite looks for go through LibCST, one at a time: the cost follows
+    the code that changes, not the file's size, and a stop signal is honoured between
+    two segments.
 
     Args:
         source: the file's text.
@@ -450,46 +468,24 @@ def port_python(source: str, rel: str, *, relative: bool) -> FileResult:
         A :class:`FileResult`; ``code`` is None when nothing changed.
 
     Raises:
-        libcst.ParserSyntaxError: the file does not parse.
+        UnparsableSource: the file does not parse (the message names the line).
     """
-    module = cst.parse_module(source)
-    transformer = PortTransformer(rel, _guard_positions(source), relative)
-    new = MetadataWrapper(module).visit(transformer)
-    if transformer.helpers:
-        context = CodemodContext()
-        for helper in sorted(transformer.helpers):
-            AddImportsVisitor.add_needed_import(context, GENERATED_MODULE, helper,
-                                                relative=1 if relative else 0)
-        new = AddImportsVisitor(context).transform_module(new)
-    changes = sorted(transformer.changes, key=lambda c: (c.line, c.kind))
-    manual = sorted(set(transformer.manual), key=lambda m: (m.line, m.kind))
-    code = new.code if new.code != source else None
-    return FileResult(code, changes, manual)
-
-
-def uses_relative_imports(source: str) -> bool:
-    """Whether the file imports siblings with ``from .x import`` (then it is run as part of
-    a package, as transformers runs remote code)."""
-    try:
-        tree = ast.parse(source)
-    except (SyntaxError, ValueError):
-        return False
-    return any(isinstance(n, ast.ImportFrom) and n.level for n in ast.walk(tree))
-
-
-def unpad_arities(source: str) -> set[int]:
-    """How many values the file unpacks from ``unpad_input(...)`` (4 before flash-attn
-    2.7, 5 after): the generated module must return what the code expects."""
-    try:
-        tree = ast.parse(source)
-    except (SyntaxError, ValueError):
-        return set()
-    found = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call) \
-                and len(node.targets) == 1 and isinstance(node.targets[0], (ast.Tuple, ast.List)):
-            func = node.value.func
-            name = func.id if isinstance(func, ast.Name) else getattr(func, "attr", "")
-            if name == "unpad_input":
-                found.add(len(node.targets[0].elts))
-    return found
+    source_plan = plan(source)
+    texts, changes, manual, helpers = [], [], set(), set()
+    for segment in source_plan.segments:
+        if not segment.needs_rewrite:
+            texts.append(segment.text)
+            continue
+        code, done = _rewrite_segment(segment.text, rel, source_plan, relative,
+                                      segment.first_line)
+        texts.append(code)
+        changes += done.changes
+        manual |= set(done.manual)
+        helpers |= done.helpers
+    if helpers:
+        count = source_plan.header_count
+        texts[:count] = [_add_helper_imports("".join(texts[:count]), helpers, relative)]
+    code = "".join(texts)
+    return FileResult(code if code != source else None,
+                      sorted(changes, key=lambda c: (c.line, c.kind)),
+                      sorted(manual, key=lambda m: (m.line, m.kind)))

@@ -17,6 +17,10 @@
 ``dtype="auto"`` proves in float32 and, when the model's code keeps flash attention to
 half precision (a dtype assert, or no call reached in float32), in bfloat16; the record
 names the reason.
+
+Everything here runs in the calling process and imports the user's code:
+``hyport port --proof`` and stage 02 call it only when asked, in a child process
+(:mod:`hyport_lib.port.proof_run`).
 """
 
 from __future__ import annotations
@@ -25,9 +29,8 @@ import copy
 import json
 import sys
 import traceback
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
 
 import torch
 
@@ -40,50 +43,11 @@ from hyport_lib.port.codemod import GENERATED_MODULE
 from hyport_lib.port.function_check import NAME as FUNCTIONS
 from hyport_lib.port.function_check import check_functions
 from hyport_lib.port.outputs import COSINE_MIN, compare_outputs
+from hyport_lib.port.proof_record import (IMPORT_ORIGINAL, IMPORT_PORTED, RUN_ORIGINAL, RUN_PORTED,
+                                          PortProof, ProofCase)
 
 GREEDY_STEPS = 4
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-
-
-@dataclass
-class ProofCase:
-    """One input case of the proof."""
-
-    name: str
-    kind: str
-    verdict: str
-    max_abs: Optional[float] = None
-    bound: Optional[float] = None
-    cosine: Optional[float] = None
-    npu_calls: int = 0
-    tokens_match: Optional[bool] = None
-    detail: str = ""
-
-
-@dataclass
-class PortProof:
-    """The proof's record (a stage-02 record in the report)."""
-
-    verdict: str
-    model_class: str = ""
-    model_kind: str = ""
-    config: dict = field(default_factory=dict)
-    dtype: str = ""
-    device: str = ""
-    reference: str = ""
-    ported_path: str = ""
-    emulated: bool = False
-    cases: list[ProofCase] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
-    error: str = ""
-
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-    def frame(self):
-        import pandas as pd
-
-        return pd.DataFrame([asdict(c) for c in self.cases])
 
 
 class _ProofFailure(Exception):
@@ -124,9 +88,11 @@ def _greedy(model, ids: torch.Tensor) -> list[int]:
     return tokens[0, ids.shape[1]:].tolist()
 
 
-def _build_reference(src: Path, only, choice_kwargs, dtype, device, seed, overrides):
+def _build_reference(src: Path, only, choice_kwargs, dtype, device, seed, overrides, on_phase):
     """The original tree under the shim: (modules, choice, model)."""
+    on_phase(IMPORT_ORIGINAL)
     modules = tiny.load_tree(src, "original", only)
+    on_phase(RUN_ORIGINAL)
     choice = tiny.pick_model(modules)
     cls = getattr(next(m for m in modules if m.__name__.endswith("." + choice.module)),
                   choice.class_name)
@@ -154,13 +120,13 @@ def _expects_attention(dst: Path) -> bool:
     return any(c.get("kind") == "flash_attn_import" for c in changes if isinstance(c, dict))
 
 
-def _prove_in(src: Path, dst: Path, dtype, device, seed, overrides) -> PortProof:
+def _prove_in(src: Path, dst: Path, dtype, device, seed, overrides, on_phase) -> PortProof:
     """One proof in one dtype. Whatever it loads is forgotten after, and a flash_attn shim
     the caller had installed is put back."""
     before_modules = set(sys.modules)
     before_shim = current_shim()
     try:
-        return _prove_loaded(src, dst, dtype, device, seed, overrides)
+        return _prove_loaded(src, dst, dtype, device, seed, overrides, on_phase)
     finally:
         uninstall_flash_attn_shim()
         if before_shim is not None and before_shim.installed:
@@ -175,7 +141,7 @@ def _prove_in(src: Path, dst: Path, dtype, device, seed, overrides) -> PortProof
                 del sys.modules[key]
 
 
-def _prove_loaded(src: Path, dst: Path, dtype, device, seed, overrides) -> PortProof:
+def _prove_loaded(src: Path, dst: Path, dtype, device, seed, overrides, on_phase) -> PortProof:
     only = src.name if src.is_file() else None  # one file ported: that file, in both trees
     src = src.parent if src.is_file() else src
     roots = {"original": src, "port": dst}
@@ -188,7 +154,8 @@ def _prove_loaded(src: Path, dst: Path, dtype, device, seed, overrides) -> PortP
     if not shim.installed:
         raise _ProofFailure(f"the flash_attn shim could not be installed: {shim.reason}")
     kwargs: dict = {}
-    original, choice, reference = _build_reference(src, only, kwargs, dtype, device, seed, overrides)
+    original, choice, reference = _build_reference(src, only, kwargs, dtype, device, seed, overrides,
+                                                   on_phase)
     proof.model_class, proof.model_kind, proof.config = choice.class_name, choice.kind, dict(kwargs)
     cases = tiny.batches(choice, reference.config, device, seed)
     shim_api = getattr(sys.modules["flash_attn"], "__hyport_api__", None)
@@ -217,12 +184,15 @@ def _prove_loaded(src: Path, dst: Path, dtype, device, seed, overrides) -> PortP
     uninstall_flash_attn_shim()
     with tiny.without_flash_attn():
         return _prove_port_side(proof, dst, only, roots, choice, kwargs, reference, cases, expected,
-                                reference_calls, greedy_ref, expects_attention, dtype, device, seed)
+                                reference_calls, greedy_ref, expects_attention, dtype, device, seed,
+                                on_phase)
 
 
 def _prove_port_side(proof, dst, only, roots, choice, kwargs, reference, cases, expected,
-                     reference_calls, greedy_ref, expects_attention, dtype, device, seed) -> PortProof:
+                     reference_calls, greedy_ref, expects_attention, dtype, device, seed,
+                     on_phase) -> PortProof:
     """The ported tree's half of the proof, run with flash_attn unimportable."""
+    on_phase(IMPORT_PORTED)
     try:
         ported = tiny.load_tree(dst, "ported", only)
     except ImportError as exc:
@@ -230,6 +200,7 @@ def _prove_port_side(proof, dst, only, roots, choice, kwargs, reference, cases, 
             if "flash_attn" in str(exc) and GENERATED_MODULE not in str(exc) else ""
         raise _ProofFailure(f"the ported code does not import: {exc}{left}") from exc
     generated_by_path = tiny.generated_modules(dst, ported)
+    on_phase(RUN_PORTED)
     generated = list(generated_by_path.values())
     if expects_attention and not generated:
         raise _ProofFailure(f"the ported tree has no {GENERATED_MODULE}.py next to the model")
@@ -307,8 +278,12 @@ def _half_only(proof: PortProof) -> Optional[str]:
 
 
 def prove_port(src: str | Path, dst: str | Path, *, dtype: str = "auto", seed: int = 0,
-               device: str = "auto", config_overrides: Optional[dict] = None) -> PortProof:
-    """Prove the port of ``src`` in ``dst`` (see the module docstring).
+               device: str = "auto", config_overrides: Optional[dict] = None,
+               on_phase: Optional[Callable[[str], None]] = None) -> PortProof:
+    """Prove the port of ``src`` in ``dst`` (see the module docstring), in this process.
+
+    This imports and runs the code of both trees: ``hyport port --proof`` and stage 02
+    call it in a child process (:mod:`hyport_lib.port.proof_run`), only when asked.
 
     Args:
         src: the original tree.
@@ -318,6 +293,7 @@ def prove_port(src: str | Path, dst: str | Path, *, dtype: str = "auto", seed: i
         device: where the models run: ``auto`` (the NPU when there is one, else the CPU).
         config_overrides: config fields set last (``{"rope_scaling": {...}}``), for code
             that needs a field its config class does not default.
+        on_phase: told each step (:data:`IMPORT_ORIGINAL`, ...) before it starts.
 
     Returns:
         A :class:`PortProof`: PASS or FAIL; WARN when the tree holds no model class the
@@ -331,12 +307,14 @@ def prove_port(src: str | Path, dst: str | Path, *, dtype: str = "auto", seed: i
     real_npu = backend.kind == "npu" and not getattr(torch_npu, "__hyport_double__", False)
     torch_device = backend.torch_device(0) if real_npu else torch.device("cpu")
     src, dst = Path(src).resolve(), Path(dst).resolve()
+    on_phase = on_phase or (lambda phase: None)
     try:
         first = DTYPES["float32" if dtype == "auto" else dtype]
-        proof = _prove_in(src, dst, first, torch_device, seed, config_overrides)
+        proof = _prove_in(src, dst, first, torch_device, seed, config_overrides, on_phase)
         why = _half_only(proof) if dtype == "auto" else None
         if why:
-            proof = _prove_in(src, dst, torch.bfloat16, torch_device, seed, config_overrides)
+            proof = _prove_in(src, dst, torch.bfloat16, torch_device, seed, config_overrides,
+                              on_phase)
             proof.notes.append(f"{why}: proved in bfloat16")
     except tiny.NoModelClass as exc:  # nothing to build: no proof, which is not a failed one
         return PortProof(verdict="WARN", error=f"no proof: {exc}", device=str(torch_device),

@@ -26,6 +26,7 @@ from typing import Optional
 import torch
 
 from hyport_lib.port.codemod import GENERATED_MODULE
+from hyport_lib.port.proof_record import model_files
 
 #: Config fields shrunk when the config has them (a field it lacks is not added).
 SHRINK = {
@@ -61,16 +62,9 @@ def load_tree(root: Path, label: str, only: Optional[str] = None) -> list[types.
     spec.submodule_search_locations = [str(root)]
     package.__spec__ = spec
     sys.modules[name] = package
-    if only is not None:
-        files = [root / only]
-    else:
-        files = sorted(root.glob("modeling*.py")) or sorted(root.glob("*.py"))
-    # The model files only (transformers' naming): they import what they need, and a
-    # helper beside them may build a CUDA extension on import.
     sys.path.insert(0, str(root))
     try:
-        return [importlib.import_module(f"{name}.{file.stem}") for file in files
-                if file.stem not in ("__init__", GENERATED_MODULE)]
+        return [importlib.import_module(f"{name}.{file.stem}") for file in model_files(root, only)]
     finally:
         sys.path.remove(str(root))
 

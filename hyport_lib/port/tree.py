@@ -9,31 +9,28 @@ does not match again.
 
 from __future__ import annotations
 
-import difflib
 import json
-import shutil
-import tempfile
-import tokenize
+import os
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
-import libcst as cst
-
-from hyport_lib.port.codemod import (GENERATED_MODULE, Change, ManualSpot, port_python,
-                                     unpad_arities, uses_relative_imports)
+from hyport_lib.port.codemod import GENERATED_MODULE, Change, ManualSpot, port_python
+from hyport_lib.port.patch import file_diff
 from hyport_lib.port.requirements import port_requirements
-from hyport_lib.scan.scanner import file_kind, not_regular
+from hyport_lib.port.segments import UnparsableSource, unpad_arities, uses_relative_imports
+from hyport_lib.port.source_tree import (SourceText, SourceTree, copy_file, read_code,
+                                         walk_source)
+from hyport_lib.port.staging import make_staging, remove_stale, remove_staging
+from hyport_lib.scan.scanner import file_kind
+from hyport_lib.utils.bounded_files import UnreadableFile, kind_of
 from hyport_lib.utils.files import atomic_write_text
 
 GENERATED_SOURCE = Path(__file__).parent / "generated" / f"{GENERATED_MODULE}.py"
 GENERATED_MARKER = "# Written by `hyport port`"
 DIFF_NAME = "port.diff"
 JSON_NAME = "port.json"
-#: Never copied: version control, caches, virtual environments. Everything else is (a
-#: ``build/`` or ``dist/`` folder of the model's code is code).
-NOT_COPIED = (".git", ".hg", ".svn", "__pycache__", ".ipynb_checkpoints", ".mypy_cache",
-              ".pytest_cache", ".venv", "venv", "site-packages", "*.egg-info")
 
 
 def generated_module_text(unpad_returns: int = 5) -> str:
@@ -56,7 +53,13 @@ class PortResult:
         manual: every spot left for a human, with why.
         files_changed: files whose text changed (relative paths).
         generated: files the port added (the generated module, once per folder).
-        unparsable: ``(file, error)`` for Python files LibCST could not parse (copied as is).
+        unparsable: ``(file, error)`` for Python files that do not parse (copied as is).
+        not_rewritten: ``(file, why)`` for code files copied as they were: larger than
+            the bound, or not text in their encoding.
+        skipped: ``(path, why)`` for entries of SRC not copied (links out of SRC, link
+            loops, FIFOs, sockets, devices, unreadable files).
+        links: ``(path, target)`` for links inside SRC, recreated as relative links.
+        removed_staging: staging folders of earlier, killed ports that this one removed.
         diff: the unified diff of the whole port (``a/`` = source, ``b/`` = port).
         flash_attn_pin: the flash-attn version the requirements pinned, if any.
         proof: the proof's record, once made (see :mod:`hyport_lib.port.proof`).
@@ -69,6 +72,10 @@ class PortResult:
     files_changed: list[str] = field(default_factory=list)
     generated: list[str] = field(default_factory=list)
     unparsable: list[tuple[str, str]] = field(default_factory=list)
+    not_rewritten: list[tuple[str, str]] = field(default_factory=list)
+    skipped: list[tuple[str, str]] = field(default_factory=list)
+    links: list[tuple[str, str]] = field(default_factory=list)
+    removed_staging: list[str] = field(default_factory=list)
     diff: str = ""
     flash_attn_pin: Optional[str] = None
     proof: Optional[dict] = None
@@ -80,6 +87,10 @@ class PortResult:
             "changes": [c.to_dict() for c in self.changes],
             "manual": [m.to_dict() for m in self.manual],
             "unparsable": [{"file": f, "error": e} for f, e in self.unparsable],
+            "not_rewritten": [{"file": f, "reason": r} for f, r in self.not_rewritten],
+            "skipped": [{"path": p, "reason": r} for p, r in self.skipped],
+            "links": [{"path": p, "target": t} for p, t in self.links],
+            "removed_staging": self.removed_staging,
             "flash_attn_pin": self.flash_attn_pin,
             "proof": self.proof,
         }
@@ -97,55 +108,27 @@ class PortResult:
                                            "left_for_a_human"])
 
 
-def _ignored(root: Path, relative: Path) -> bool:
-    import fnmatch
-
-    if relative.parts and relative.parts[0] in (DIFF_NAME, JSON_NAME) and len(relative.parts) == 1:
-        return True  # a ported tree's own record is not part of the code
-    return any(fnmatch.fnmatch(part, pattern) for part in relative.parts for pattern in NOT_COPIED)
-
-
-def _files(root: Path) -> list[Path]:
-    if root.is_file():
-        return [root]
-    return sorted(p for p in root.rglob("*") if p.is_file() and not _ignored(root, p.relative_to(root)))
-
-
-def _encoding(path: Path) -> str:
-    """A Python file's declared encoding (PEP 263; UTF-8 without a cookie), UTF-8 else."""
-    if path.suffix != ".py":
-        return "utf-8"
-    with open(path, "rb") as handle:
-        try:
-            return tokenize.detect_encoding(handle.readline)[0]
-        except SyntaxError:  # an unknown encoding name: read as UTF-8, bytes kept
-            return "utf-8"
-
-
-def _read(path: Path) -> str:
-    """The file's text exactly: its own encoding, line endings as they are, undecodable
-    bytes kept (written back as they were)."""
-    with open(path, encoding=_encoding(path), errors="surrogateescape", newline="") as handle:
-        return handle.read()
-
-
-def _write_text(path: Path, text: str, encoding: str = "utf-8") -> None:
-    with open(path, "w", encoding=encoding, errors="surrogateescape", newline="") as handle:
-        handle.write(text)
-
-
-def _unified(rel: str, before: Optional[str], after: str) -> str:
-    def lines(text: str) -> list[str]:
-        # split on "\n" only: a form feed or U+2028 inside a line is not a line end to patch
-        parts = text.split("\n")
-        out = [part + "\n" for part in parts[:-1]] + ([parts[-1]] if parts[-1] else [])
-        if out and not out[-1].endswith("\n"):
-            out[-1] += "\n\\ No newline at end of file\n"
-        return out
-
-    return "".join(difflib.unified_diff(
-        lines(before or ""), lines(after),
-        fromfile="/dev/null" if before is None else f"a/{rel}", tofile=f"b/{rel}"))
+def _check_destination(src: str | Path, dst: str | Path, source: Path, target: Path) -> None:
+    """Refuse, in one line, a port that cannot start (:class:`PortError`)."""
+    try:
+        mode = os.stat(source).st_mode
+    except FileNotFoundError:
+        raise PortError(f"SRC {str(src)!r} does not exist") from None
+    except OSError as exc:
+        raise PortError(f"SRC {str(src)!r} cannot be read ({exc.strerror})") from None
+    if not (stat.S_ISDIR(mode) or stat.S_ISREG(mode)):
+        raise PortError(f"SRC {str(src)!r} is {kind_of(mode)}, not a folder or a file of code")
+    if target == source or source in target.parents:
+        raise PortError(f"--out {str(dst)!r} lies inside SRC {str(src)!r}")
+    above = next(p for p in (target, *target.parents) if os.path.lexists(p))
+    if above != target and not above.is_dir():
+        raise PortError(f"--out {str(dst)!r} lies under {str(above)!r}, which is not a folder")
+    if above == target:
+        if not target.is_dir() or any(target.iterdir()):
+            raise PortError(f"--out {str(dst)!r} exists and is not an empty folder")
+        if os.path.ismount(target):
+            raise PortError(f"--out {str(dst)!r} is a mount point: the port is renamed into "
+                            "place, which a mount point cannot take; name a new folder inside it")
 
 
 def port_tree(src: str | Path, dst: str | Path) -> PortResult:
@@ -159,53 +142,56 @@ def port_tree(src: str | Path, dst: str | Path) -> PortResult:
         A :class:`PortResult`; ``port.diff`` and ``port.json`` are written into ``dst``.
 
     Raises:
-        PortError: ``src`` is missing, ``dst`` is not empty, or ``dst`` lies inside ``src``.
+        PortError: ``src`` is missing or not a folder or file, ``dst`` is not empty,
+            lies inside ``src``, under a file, or cannot be written (read-only, full).
     """
     source, target = Path(src).resolve(), Path(dst).resolve()
-    if not source.exists():
-        raise PortError(f"hyport port: SRC {str(src)!r} does not exist")
-    if target == source or source in target.parents:
-        raise PortError(f"hyport port: --out {str(dst)!r} lies inside SRC {str(src)!r}")
-    if target.exists() and (not target.is_dir() or any(target.iterdir())):
-        raise PortError(f"hyport port: --out {str(dst)!r} exists and is not an empty folder")
-    base = source.parent if source.is_file() else source
-    result = PortResult(src=str(source), dst=str(target))
+    _check_destination(src, dst, source, target)
+    tree = walk_source(source, record_names=(DIFF_NAME, JSON_NAME))
+    base = tree.base
+    result = PortResult(src=str(source), dst=str(target), skipped=tree.skipped, links=tree.links)
     outputs: dict[str, str] = {}
-    originals: dict[str, str] = {}
+    originals: dict[str, Optional[str]] = {}
+    formats: dict[str, SourceText] = {}
     needs_module: set[Path] = set()  # folders whose files import the generated module
     arities: set[int] = set()
-    files = [f for f in _files(source) if not not_regular(f)]
+    kinds = {rel: file_kind(base / rel, explicit=not source.is_dir()) for rel in tree.files}
+    code = [rel for rel in tree.files if kinds[rel] in ("python", "requirements")
+            and Path(rel).name != f"{GENERATED_MODULE}.py"]  # the generated module: below
+    texts: dict[str, SourceText] = {}
+    for rel in code:
+        try:
+            texts[rel] = read_code(base / rel, base, python=kinds[rel] == "python")
+        except UnreadableFile as exc:
+            result.skipped.append((rel, f"cannot be read ({exc.reason}): not copied"))
+            continue
+        if texts[rel].text is None:
+            result.not_rewritten.append((rel, texts[rel].why))
+    sources = {rel: t.text for rel, t in texts.items() if t.text is not None and kinds[rel] == "python"}
     # One answer per folder: a remote-code folder is one package (transformers loads its
     # files together), so a helper file without relative imports imports relatively too.
-    sources = {f: _read(f) for f in files if f.suffix == ".py"}
-    relative_folders = {f.parent for f in files if f.name == "__init__.py" or (
-        f in sources and uses_relative_imports(sources[f]))}
-    for file in files:
-        rel = file.relative_to(base).as_posix()
-        kind = file_kind(file, explicit=source.is_file())
-        if file.name == f"{GENERATED_MODULE}.py":
-            continue  # the generated module: written afresh below when still needed
-        if kind not in ("python", "requirements"):
+    relative_folders = {Path(rel).parent for rel in tree.files if Path(rel).name == "__init__.py"}
+    relative_folders |= {Path(rel).parent for rel, text in sources.items() if uses_relative_imports(text)}
+    for rel, read in texts.items():
+        if read.text is None:
             continue
-        text = sources[file] if file in sources else _read(file)
-        if kind == "requirements":
-            new, changes = port_requirements(text, rel)
+        if kinds[rel] == "requirements":
+            new, changes = port_requirements(read.text, rel)
             result.changes += changes
         else:
-            relative = file.parent in relative_folders
-            arities |= unpad_arities(text)
+            arities |= unpad_arities(read.text)
             try:
-                ported = port_python(text, rel, relative=relative)
-            except cst.ParserSyntaxError as exc:
-                result.unparsable.append((rel, str(exc).splitlines()[0]))
+                ported = port_python(read.text, rel, relative=Path(rel).parent in relative_folders)
+            except UnparsableSource as exc:
+                result.unparsable.append((rel, str(exc)))
                 continue
             new = ported.code
             result.changes += ported.changes
             result.manual += ported.manual
             if ported.code is not None:
                 needs_module.add(Path(rel).parent)
-        if new is not None and new != text:
-            outputs[rel], originals[rel] = new, text
+        if new is not None and new != read.text:
+            outputs[rel], originals[rel], formats[rel] = new, read.text, read
     unpad_returns = 4 if arities == {4} else 5
     if len(arities) > 1:
         result.manual.append(ManualSpot("", 0, "unpad_input", "",
@@ -213,48 +199,86 @@ def port_tree(src: str | Path, dst: str | Path) -> PortResult:
                                         "the generated module returns 5; fix the other calls"))
     for folder in sorted(needs_module):
         rel = (folder / f"{GENERATED_MODULE}.py").as_posix()
-        existing = base / rel
         generated = generated_module_text(unpad_returns)
-        if existing.exists() and _read(existing) == generated:
+        existing = _existing_generated(base, rel, tree)
+        if existing is not None and existing.text == generated:
             continue
         outputs[rel] = generated
-        originals[rel] = _read(existing) if existing.exists() else None
+        originals[rel] = existing.text if existing is not None else None
+        formats[rel] = existing if existing is not None and existing.text is not None else SourceText("")
         result.generated.append(rel)
     result.files_changed = sorted(r for r in outputs if r not in result.generated)
-    encodings = {rel: _encoding(base / rel) if (base / rel).exists() else "utf-8" for rel in outputs}
-    result.diff = "".join(_unified(rel, originals[rel], outputs[rel]) for rel in sorted(outputs))
+    diffs = {rel: file_diff(rel, None if originals[rel] is None
+                            else formats[rel].as_in_file(originals[rel]),
+                            formats[rel].as_in_file(outputs[rel])) for rel in sorted(outputs)}
+    result.diff = "".join(diffs.values())
     # The patch holds each file's lines in that file's own encoding, so that it applies.
-    diff_bytes = b"".join(_unified(rel, originals[rel], outputs[rel]).encode(
-        encodings[rel], "surrogateescape") for rel in sorted(outputs))
+    diff_bytes = b"".join(text.encode(formats[rel].encoding) for rel, text in diffs.items())
     result.flash_attn_pin = next((c.before for c in result.changes
                                   if c.kind == "requirement" and "flash" in c.before.lower()), None)
-    _write(source, base, target, {rel: (outputs[rel], encodings[rel]) for rel in outputs},
+    _write(tree, target, {rel: formats[rel].encode(text) for rel, text in outputs.items()},
            diff_bytes, result)
     return result
 
 
-def _write(source: Path, base: Path, target: Path, outputs: dict[str, tuple[str, str]],
-           diff: bytes, result: PortResult):
-    target.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+def _existing_generated(base: Path, rel: str, tree: SourceTree) -> Optional[SourceText]:
+    """The generated module a ported tree already holds, read, or None."""
+    if rel not in tree.files:
+        return None
     try:
-        for file in _files(source):
-            if not_regular(file):
+        return read_code(base / rel, base, python=True)
+    except UnreadableFile:
+        return None
+
+
+def _write(tree: SourceTree, target: Path, outputs: dict[str, bytes], diff: bytes,
+           result: PortResult) -> None:
+    """Build the port in a staging folder beside ``target``, then rename it into place.
+
+    Any OSError of the destination becomes a :class:`PortError` naming the destination
+    path (a full disk, a read-only file system), never the source file being copied."""
+    where = target
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        result.removed_staging = remove_stale(target.parent)
+        staging = make_staging(target)
+    except OSError as exc:
+        raise PortError(f"cannot write --out {str(target)!r}: {exc.strerror or exc}") from None
+    try:
+        for rel in tree.files:
+            where = target / rel
+            (staging / rel).parent.mkdir(parents=True, exist_ok=True)
+            if rel in outputs:
+                (staging / rel).write_bytes(outputs[rel])
                 continue
-            rel = file.relative_to(base)
+            try:
+                copy_file(tree.base / rel, tree.base, staging / rel)
+            except UnreadableFile as exc:
+                result.skipped.append((rel, f"cannot be read ({exc.reason}): not copied"))
+                (staging / rel).unlink(missing_ok=True)
+        for rel, link_target in tree.links:
+            where = target / rel
             (staging / rel).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(file, staging / rel)
-        for rel, (text, encoding) in outputs.items():
-            (staging / rel).parent.mkdir(parents=True, exist_ok=True)
-            _write_text(staging / rel, text, encoding)
+            os.symlink(link_target, staging / rel)
+        for rel in result.generated:
+            where = target / rel
+            (staging / rel).write_bytes(outputs[rel])
+        result.skipped.sort()
+        where = target / DIFF_NAME
         (staging / DIFF_NAME).write_bytes(diff)
+        where = target / JSON_NAME
         (staging / JSON_NAME).write_text(json.dumps(result.to_dict(), indent=2) + "\n",
                                          encoding="utf-8")
+        where = target
         if target.exists():
             target.rmdir()  # empty, checked above
         staging.rename(target)
+    except OSError as exc:
+        remove_staging(staging)
+        raise PortError(f"cannot write {where}: {exc.strerror or exc}; nothing was written "
+                        f"to --out") from None
     except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
+        remove_staging(staging)
         raise
 
 

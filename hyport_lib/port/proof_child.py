@@ -1,0 +1,48 @@
+"""The child side of :mod:`hyport_lib.port.proof_run`: the proof of a port in its own process.
+
+Run by :func:`hyport_lib.port.proof_run.prove_port_in_child`, never imported by it::
+
+    python -B -P -m hyport_lib.port.proof_child
+
+Its configuration is one JSON line on stdin (``src``, ``dst``, ``dtype``, ``seed``,
+``config_overrides``, ``result``, ``phase``); whatever follows belongs to the guard of
+:func:`hyport_lib.processes.start_guard`, so the child and anything the model code starts
+end when the parent does. The proof's step goes to ``phase`` before it starts (so a
+process the model code ends is said to have ended during that step), the proof's record
+to ``result``, both atomically and scrubbed of the environment's secret values.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from hyport_lib.port.proof import prove_port
+from hyport_lib.processes import exit_without_teardown, start_guard
+from hyport_lib.utils.files import atomic_write_json, atomic_write_text
+from hyport_lib.utils.redact import scrub_obj, scrub_text
+
+
+def main() -> int:
+    # One line only: what follows (end-of-file) is the guard's.
+    spec = json.loads(sys.stdin.buffer.readline().decode("utf-8"))
+    start_guard()
+    # -B already says so; kept explicit because it is what keeps SRC byte-identical.
+    sys.dont_write_bytecode = True
+
+    def on_phase(phase: str) -> None:
+        atomic_write_text(spec["phase"], phase)
+
+    proof = prove_port(spec["src"], spec["dst"], dtype=spec["dtype"], seed=int(spec["seed"]),
+                       config_overrides=spec["config_overrides"] or None, on_phase=on_phase)
+    record = scrub_obj(proof.to_dict())
+    atomic_write_json(spec["result"], record)
+    print(scrub_text(f"[hyport port proof] {record['verdict']}"), flush=True)
+    # The model code's objects and threads are not torn down: its atexit handlers and
+    # finalizers are its own business, not the proof's.
+    exit_without_teardown(0)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

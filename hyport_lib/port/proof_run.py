@@ -1,0 +1,206 @@
+"""The proof of a port runs the user's code: only when asked, and never in hyport's process.
+
+The proof (:mod:`hyport_lib.port.proof`) imports the original tree and the port and runs
+their model: that is the user's code, with whatever it does at import (a ``sys.exit``, an
+endless loop, a ``setup.py`` build). ``hyport port`` reads SRC only, so the proof is
+opt-in (``hyport port --proof``; stage 02's ``port_proof``), as loading a checkpoint's
+own code is (``trust_remote_code``). Without consent :func:`proof_not_run` says in one
+line which files the proof would import and how to allow it.
+
+With consent :func:`prove_port_in_child` runs the proof in a fresh interpreter
+(:mod:`hyport_lib.port.proof_child`) started through :mod:`hyport_lib.processes`:
+
+* its own process group, killed as a whole past the time limit, on the parent's Ctrl-C,
+  and (through the stdin lifeline) when the parent dies;
+* ``-B`` and ``PYTHONDONTWRITEBYTECODE=1``: no ``__pycache__`` in SRC (which stays
+  byte-identical) nor in DST (the deliverable), nor from anything the child starts;
+* ``-P`` and a fresh empty working directory: no file of the user's shadows a module
+  before the proof puts a tree on ``sys.path`` itself;
+* the child writes its result as JSON to a file, and the step it is at to another, so
+  a child that dies without a result (``sys.exit(0)`` or ``os._exit`` in the model
+  code, a crash) is a FAIL that says during which step;
+* everything of the child that is printed or recorded is scrubbed: secret values of
+  the environment (:func:`~hyport_lib.utils.redact.scrub_text`) and secrets by their
+  shape (:func:`~hyport_lib.utils.redact.scrub_secret_shapes`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Mapping, Optional
+
+import hyport_lib
+from hyport_lib.port.codemod import GENERATED_MODULE
+from hyport_lib.port.proof_record import PortProof, ProofCase, model_files
+from hyport_lib.processes import (describe_exit, feed, finish, has_exited, kill_groups,
+                                  last_exception, read_log_tail, reap_leftovers, start_child,
+                                  stop_all)
+from hyport_lib.utils.bounded_files import UnreadableFile, read_text
+from hyport_lib.utils.redact import child_environ, scrub_secret_shapes, scrub_text
+
+#: The proof's time limit when none is given: the three vendored models prove in 5-40 s
+#: on 2 CPU cores; ten minutes leaves room for a big config on a slow host.
+DEFAULT_TIMEOUT_S = 600.0
+SKIP = "SKIP"
+KILL_GRACE_S = 2.0
+POLL_S = 0.05
+#: A result or phase file bigger than this was not written by the proof.
+MAX_RESULT_BYTES = 16 * 1024 * 1024
+#: The step of a child that died before the proof told its first one.
+STARTING = "the child's start (before the proof began)"
+
+
+def files_the_proof_imports(src: os.PathLike | str, dst: os.PathLike | str) -> tuple[list[str], list[str]]:
+    """The files of SRC and of DST the proof imports first (each imports what it needs)."""
+    src, dst = Path(src), Path(dst)
+    only = src.name if src.is_file() else None
+    root = src.parent if only else src
+    original = [p.name for p in model_files(root, only)]
+    ported = [p.name for p in model_files(dst, only)]
+    ported += [p.relative_to(dst).as_posix() for p in sorted(dst.rglob(f"{GENERATED_MODULE}.py"))]
+    return original, ported
+
+
+def proof_not_run(src: os.PathLike | str, dst: os.PathLike | str, allow: str) -> PortProof:
+    """The record of a proof not asked for: a SKIP whose ``error`` is one line naming the
+    files it would import and ``allow``, how to ask for it (``"add --proof"``)."""
+    original, ported = files_the_proof_imports(src, dst)
+    return PortProof(verdict=SKIP, error=(
+        f"not run: the proof imports and runs your model code (SRC: {', '.join(original) or 'no file'}; "
+        f"DST: {', '.join(ported) or 'no file'}); {allow} to run it in a child process"))
+
+
+def scrub(text: str, environ: Optional[Mapping[str, str]] = None) -> str:
+    """``text`` without secret values of the environment nor secrets by their shape."""
+    return scrub_secret_shapes(scrub_text(text, environ))
+
+
+def _scrub_strings(item, environ):
+    if isinstance(item, str):
+        return scrub(item, environ)
+    if isinstance(item, dict):
+        return {key: _scrub_strings(value, environ) for key, value in item.items()}
+    if isinstance(item, list):
+        return [_scrub_strings(value, environ) for value in item]
+    return item
+
+
+def proof_from_dict(data: dict, environ: Optional[Mapping[str, str]] = None) -> PortProof:
+    """A :class:`PortProof` from the child's JSON, every string in it scrubbed.
+
+    Raises:
+        ValueError: ``data`` is no proof record (names the field).
+    """
+    data = _scrub_strings(data, environ)
+    fields = set(PortProof.__dataclass_fields__)
+    unknown = sorted(set(data) - fields)
+    if unknown or not isinstance(data.get("verdict"), str) or not isinstance(data.get("cases", []), list):
+        raise ValueError(f"not a proof record (fields {unknown or sorted(data)})")
+    cases = []
+    for case in data.get("cases", []):
+        if not isinstance(case, dict) or set(case) - set(ProofCase.__dataclass_fields__):
+            raise ValueError(f"not a proof case: {str(case)[:120]}")
+        cases.append(ProofCase(**case))
+    return PortProof(**{**data, "cases": cases})
+
+
+def _read_small(path: Path) -> Optional[str]:
+    """The text of a file the child wrote, None when it wrote none."""
+    if not path.exists():
+        return None
+    return read_text(path, MAX_RESULT_BYTES)
+
+
+def child_outcome(result_path: Path, phase_path: Path, log_path: Path, code: Optional[int],
+                  timed_out: bool, timeout_s: float, timeout_setting: str,
+                  environ: Optional[Mapping[str, str]] = None) -> PortProof:
+    """The proof a finished child leaves: its result, else a FAIL saying how it ended.
+
+    Args:
+        code: the child's exit status (negative: killed by that signal).
+        timed_out: the parent stopped it at ``timeout_s``.
+        timeout_setting: the flag or parameter that sets the limit, for the message.
+    """
+    try:
+        phase = _read_small(phase_path) or STARTING
+        text = None if timed_out else _read_small(result_path)
+    except UnreadableFile as exc:  # a FIFO or a huge file planted by the model code
+        return PortProof(verdict="FAIL", error=scrub(f"the proof's result is unreadable: {exc}", environ))
+    if timed_out:
+        error = (f"the proof ran past its time limit of {timeout_s:g} s ({timeout_setting}) during "
+                 f"{phase}: its process group was killed")
+    elif text is not None:
+        try:
+            return proof_from_dict(json.loads(text), environ)
+        except (ValueError, TypeError) as exc:
+            error = f"the proof's result {result_path.name} is not a proof record: {exc}"
+    elif phase == STARTING:
+        line = last_exception(read_log_tail(log_path, 40))
+        error = (f"the proof's child process ended ({describe_exit(code)}) before the proof began"
+                 + (f": {line}" if line else ""))
+    else:  # the proof had begun: the code it imported or ran ended the process
+        line = last_exception(read_log_tail(log_path, 40))
+        status = describe_exit(code) if code is None or code < 0 else f"status {code}"
+        error = (f"the model code exited ({status}) during {phase}, before the proof wrote its "
+                 f"result" + (f"; last error: {line}" if line else ""))
+    return PortProof(verdict="FAIL", error=scrub(" ".join(error.split()), environ))
+
+
+def _child_environment() -> dict[str, str]:
+    """This environment (secrets included, as every child of hyport's), hyport importable,
+    and no bytecode written by the child or anything it starts."""
+    hyport_root = str(Path(hyport_lib.__file__).resolve().parents[1])
+    return child_environ({
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "PYTHONUNBUFFERED": "1",
+        "PYTHONPATH": os.pathsep.join(p for p in (hyport_root, os.environ.get("PYTHONPATH", "")) if p),
+    })
+
+
+def prove_port_in_child(src: os.PathLike | str, dst: os.PathLike | str, *, dtype: str = "auto",
+                        seed: int = 0, config_overrides: Optional[dict] = None,
+                        timeout_s: float = DEFAULT_TIMEOUT_S,
+                        timeout_setting: str = "--proof-timeout") -> PortProof:
+    """:func:`~hyport_lib.port.proof.prove_port` in a child process (see the module docstring).
+
+    Args:
+        timeout_s: wall-clock limit; past it the child's process group is killed and the
+            proof is a FAIL saying so.
+        timeout_setting: what sets the limit, named in that message.
+    """
+    if not timeout_s > 0:
+        raise ValueError(f"{timeout_setting}={timeout_s!r}: expected a number of seconds > 0")
+    with tempfile.TemporaryDirectory(prefix="hyport-proof-") as scratch:
+        scratch = Path(scratch)
+        work = scratch / "cwd"  # empty: nothing in the child's working folder shadows a module
+        work.mkdir()
+        result_path, phase_path = scratch / "proof.json", scratch / "phase.txt"
+        log_path = scratch / "proof.log"
+        payload = json.dumps({"src": str(Path(src).resolve()), "dst": str(Path(dst).resolve()),
+                              "dtype": dtype, "seed": seed, "config_overrides": config_overrides or {},
+                              "result": str(result_path), "phase": str(phase_path)}).encode() + b"\n"
+        cmd = [sys.executable, "-B", "-P", "-m", "hyport_lib.port.proof_child"]
+        child = start_child(cmd, env=_child_environment(), log_path=log_path, payload=payload,
+                            timeout_s=timeout_s, cwd=work, name="port proof")
+        timed_out = False
+        try:
+            while not has_exited(child.proc):
+                feed(child)
+                if time.monotonic() >= child.deadline:
+                    kill_groups([child], KILL_GRACE_S)
+                    timed_out = True
+                    break
+                time.sleep(POLL_S)
+            if not timed_out:
+                reap_leftovers(child)  # whatever the model code started and left behind
+            code = finish(child)
+        finally:
+            if child.proc.returncode is None:  # interrupted (Ctrl-C): leave nothing behind
+                stop_all([child], 0.0)
+        return child_outcome(result_path, phase_path, log_path, code, timed_out, timeout_s,
+                             timeout_setting)

@@ -1,0 +1,102 @@
+"""The staging folder a port is built in, beside its destination, and what is left of one.
+
+A port is written into a hidden folder next to DST and renamed into place when whole,
+so no half-written port is ever seen under DST's name. The folder is removed on every
+exit Python sees (an error, Ctrl-C, SIGTERM, SIGHUP); a SIGKILL (or a power cut) leaves
+it, so each port first removes the staging folders that an earlier port left in the
+same place: only folders named as this module names them
+(``.DST.hyport-staging-PID-START-XXXX``), owned by this user, and only when their port's
+process is gone (no process PID, or one started at another time than START: the PID
+was reused).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import stat
+import tempfile
+from pathlib import Path
+from typing import Optional
+
+from hyport_lib.utils.signals import shielded
+
+_STAGING = re.compile(r"^\..*\.hyport-staging-(\d+)-(\d+)-[A-Za-z0-9_]+$")
+
+
+def _start_ticks(pid: int) -> Optional[int]:
+    """When process ``pid`` started (clock ticks since boot, ``/proc/PID/stat``), or None
+    where there is no ``/proc`` or no such process."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            fields = handle.read().rsplit(b")", 1)[1].split()
+    except OSError:
+        return None
+    return int(fields[19])  # field 22 of stat(5), counted after the command's ")"
+
+
+def owner_gone(pid: int, start: int) -> bool:
+    """Whether the port process ``pid`` that started at ``start`` has ended."""
+    try:
+        os.kill(pid, 0)  # a process of another user holds the PID: PermissionError
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return _reused(pid, start)
+    return _reused(pid, start)
+
+
+def _reused(pid: int, start: int) -> bool:
+    """Whether a live ``pid`` belongs to a process other than the one that started at
+    ``start`` (unknown start, or no ``/proc``: taken as the same, and kept)."""
+    now = _start_ticks(pid)
+    return now is not None and start != 0 and now != start
+
+
+def make_staging(target: Path) -> Path:
+    """A new, empty staging folder for ``target``, named for :func:`remove_stale`."""
+    pid = os.getpid()
+    prefix = f".{target.name}.hyport-staging-{pid}-{_start_ticks(pid) or 0}-"
+    staging = Path(tempfile.mkdtemp(prefix=prefix, dir=target.parent))
+    # mkdtemp makes it private (0700); the port gets the mode any new folder gets
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(staging, 0o777 & ~umask)
+    return staging
+
+
+def remove_staging(staging: Path) -> None:
+    """Remove a staging folder; a second stop signal waits until it is gone."""
+    with shielded():
+        shutil.rmtree(staging, ignore_errors=False, onerror=_already_gone)
+
+
+def _already_gone(function, path, exc_info) -> None:
+    if not isinstance(exc_info[1], FileNotFoundError):
+        raise exc_info[1]
+
+
+def remove_stale(folder: Path) -> list[str]:
+    """Remove the staging folders in ``folder`` left by ports whose process is gone;
+    their paths."""
+    removed = []
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return removed  # no folder (yet) or none to read: nothing left there by a port
+    for name in sorted(names):
+        match = _STAGING.match(name)
+        if not match:
+            continue
+        path = folder / name
+        try:
+            info = os.lstat(path)
+        except FileNotFoundError:
+            continue  # removed meanwhile (by another port)
+        if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid():
+            continue
+        if owner_gone(int(match.group(1)), int(match.group(2))):
+            remove_staging(path)
+            removed.append(str(path))
+    return removed
