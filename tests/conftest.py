@@ -118,7 +118,7 @@ def _zoo_cache_dir() -> Path:
     _ZOO_PACKAGES, so a folder is only ever reused for the zoo it was built as."""
     import hashlib
 
-    from hyport_lib.models.tiny import default_cache_root
+    from hyport_lib.models.model_cache import default_cache_root
     from hyport_lib.utils.imports import package_version
 
     digest = hashlib.sha256()

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from hyport_lib.models import tiny
+from hyport_lib.models import model_cache, tiny
 from hyport_lib.models.tiny import MARKER_FILE, ensure_tiny_model, read_marker, resolve_model_path
 from hyport_lib.models.sample_image import sample_image
 
@@ -180,8 +180,8 @@ def test_shared_modes_follow_the_umask(tmp_path):
         (tmp_path / name).write_bytes(b"x")
         os.chmod(tmp_path / name, 0o600)
     with _umask(0o002):
-        assert tiny._current_umask() == 0o002
-        tiny._share_modes(tmp_path)
+        assert model_cache.current_umask() == 0o002
+        model_cache.share_modes(tmp_path)
         assert os.umask(0o002) == 0o002, "reading the umask must not change it"
     assert stat.S_IMODE(tmp_path.stat().st_mode) == 0o775
     assert stat.S_IMODE((tmp_path / "sub").stat().st_mode) == 0o775

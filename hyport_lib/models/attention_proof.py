@@ -39,7 +39,7 @@ from hyport_lib.models.families import ModelTraits
 from hyport_lib.models.loading import auto_model_class, traits_of
 from hyport_lib.models import shrunk_model
 from hyport_lib.models.shrunk_model import KEEP_LAYERS, compact_vocabulary, shrunk_config
-from hyport_lib.models.tiny import default_cache_root
+from hyport_lib.models.model_cache import default_cache_root
 from hyport_lib.npu_attention import hf_integration
 from hyport_lib.npu_attention.hf_integration import REGISTERED, register_hyport_attention
 from hyport_lib.utils.files import atomic_write_json

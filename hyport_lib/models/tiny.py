@@ -11,7 +11,7 @@ runs end to end on a laptop without network.
 LLaVA rather than Qwen2-VL: Qwen2-VL's processor needs torchvision, which does not
 work beside the CPU build of torch that CI uses.
 
-The checkpoint is cached in ``<cache root>/tiny-vlm-v{TINY_MODEL_VERSION}-tf{transformers major}``; bump the
+The checkpoint is cached (:mod:`hyport_lib.models.model_cache`) in ``<cache root>/tiny-vlm-v{TINY_MODEL_VERSION}-tf{transformers major}``; bump the
 version whenever anything below changes the saved files, and old caches are simply
 left behind. Several processes may ask for it at once (a grid starts one worker per
 card together): the first builds in a private temporary folder under a file lock
@@ -20,11 +20,8 @@ and renames it into place; the others wait and reuse it.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import shutil
-import tempfile
 import time
 from pathlib import Path
 from typing import Optional, Union
@@ -35,6 +32,7 @@ from hyport_lib.models.tiny_tokenizer import (
     build_tokenizer,
     invisible_token_ids,
 )
+from hyport_lib.models.model_cache import build_once, default_cache_root
 from hyport_lib.utils.imports import package_version
 
 #: Bump when the architecture, tokenizer, template, weights or saved files change: the
@@ -47,18 +45,11 @@ TINY_SEED = 0
 TINY_MODEL_NAME = "tiny"
 #: Written last into a finished checkpoint folder; its presence means "complete".
 MARKER_FILE = "hyport_tiny.json"
-CACHE_ENV_VAR = "HYPORT_CACHE"
 
 _IMAGE_SIZE = 32
 _PATCH_SIZE = 8
 
 ShardSize = Union[int, str]
-
-
-def default_cache_root() -> Path:
-    """``$HYPORT_CACHE`` when set, else ``~/.cache/hyport``."""
-    root = os.environ.get(CACHE_ENV_VAR)
-    return Path(root).expanduser() if root else Path.home() / ".cache" / "hyport"
 
 
 def _transformers_major() -> str:
@@ -101,41 +92,8 @@ def ensure_tiny_model(cache_dir: Optional[Union[str, os.PathLike]] = None,
         ``AutoModelForImageTextToText.from_pretrained``.
     """
     folder = tiny_model_dir(cache_dir, max_shard_size=max_shard_size)
-    if _is_complete(folder):
-        return folder
-    try:
-        folder.parent.mkdir(parents=True, exist_ok=True)
-        probe = Path(tempfile.mkdtemp(prefix=".write-test-", dir=folder.parent))
-        probe.rmdir()
-    except OSError as exc:
-        where = f"${CACHE_ENV_VAR}={os.environ[CACHE_ENV_VAR]}" if os.environ.get(CACHE_ENV_VAR) \
-            else f"the default cache {folder.parent}"
-        raise PermissionError(exc.errno, f"cannot build the tiny model: {where} is not writable "
-                                         f"({exc.strerror}); set {CACHE_ENV_VAR} to a writable folder",
-                              str(folder.parent)) from None
-    with _exclusive_lock(folder.parent / f".{folder.name}.lock"):
-        if _is_complete(folder):  # another process built it while we waited
-            return folder
-        if folder.exists():  # left by something other than this function: rebuild
-            _discard(folder)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.build-", dir=folder.parent))
-        try:
-            _build(tmp, max_shard_size=max_shard_size)
-            # mkdtemp makes the folder private and transformers writes the weights
-            # -rw-------; the cache is meant to be shared, so give everything the
-            # modes a plain mkdir/open would (before the rename: never seen private).
-            _share_modes(tmp)
-            try:
-                os.rename(tmp, folder)
-            except OSError:
-                # Without a working lock (e.g. a filesystem lacking flock) another
-                # process may have won the race: its folder is as good as ours.
-                if not _is_complete(folder):
-                    raise
-        finally:
-            if tmp.exists():
-                shutil.rmtree(tmp, ignore_errors=True)
-    return folder
+    return build_once(folder, MARKER_FILE, lambda tmp: _build(tmp, max_shard_size=max_shard_size),
+                      "the tiny model")
 
 
 def resolve_model_path(model_path: str) -> str:
@@ -271,57 +229,6 @@ def _image_processor():
 # --- cache plumbing ------------------------------------------------------------------
 
 
-def _is_complete(folder: Path) -> bool:
-    return (folder / MARKER_FILE).is_file()
-
-
-def _current_umask() -> int:
-    """The process umask, read without changing it where Linux allows."""
-    try:
-        status = Path("/proc/self/status").read_text()
-    except OSError:  # not Linux: fall back to setting and restoring it below
-        status = ""
-    for line in status.splitlines():
-        if line.startswith("Umask:"):  # Linux 4.7+
-            return int(line.split()[1], 8)
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
-
-
-def _share_modes(folder: Path) -> None:
-    """chmod ``folder``, its sub-folders (0o777) and files (0o666) minus the umask."""
-    mask = _current_umask()
-    os.chmod(folder, 0o777 & ~mask)
-    for path in folder.rglob("*"):
-        if path.is_symlink():
-            continue
-        os.chmod(path, (0o777 if path.is_dir() else 0o666) & ~mask)
-
-
-def _discard(folder: Path) -> None:
-    # Rename first so a half-deleted folder is never mistaken for the checkpoint.
-    trash = folder.with_name(f".{folder.name}.discard-{os.getpid()}-{time.monotonic_ns()}")
-    os.rename(folder, trash)
-    shutil.rmtree(trash, ignore_errors=True)
-
-
-@contextlib.contextmanager
-def _exclusive_lock(path: Path):
-    """An flock on ``path``; where flock is unavailable, rely on the atomic rename."""
-    try:
-        import fcntl
-    except ImportError:  # Windows: no flock; the rename race is still safe
-        yield
-        return
-    with open(path, "a+") as handle:
-        fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
-
-
 def _shard_tag(max_shard_size: ShardSize) -> str:
     if isinstance(max_shard_size, bool) or not isinstance(max_shard_size, (int, str)):
         raise ValueError(f"max_shard_size={max_shard_size!r}: expected an int (bytes) or e.g. '100KB'")
@@ -339,7 +246,6 @@ __all__ = [
     "TINY_MODEL_VERSION",
     "TINY_MODEL_NAME",
     "build_tiny_model",
-    "default_cache_root",
     "ensure_tiny_model",
     "read_marker",
     "resolve_model_path",

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 import hyport_lib
-from hyport_lib.models.tiny import default_cache_root
+from hyport_lib.models.model_cache import default_cache_root
 from hyport_lib.processes import (describe_exit, feed, finish, has_exited, kill_groups,
                                   last_exception, read_log_tail, reap_leftovers, scrub_log,
                                   start_child, stop_all)
