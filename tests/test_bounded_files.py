@@ -60,3 +60,14 @@ def test_a_link_out_of_the_folder_is_refused_and_one_inside_is_read(tmp_path):
         read_text(folder / "out.txt", 100, folder=folder)
     assert read_text(folder / "in.txt", 100, folder=folder) == "fine"
     assert read_text(folder / "out.txt", 100) == "secret"  # no folder given: no containment asked
+
+
+def test_a_model_folder_whose_config_is_a_fifo_is_not_waited_on(tmp_path):
+    """`hyport env --model-path DIR` blocked for ever on a FIFO at DIR/config.json."""
+    from hyport_lib.models.families import read_config
+    from hyport_lib.models.loading import wants_video_processor
+
+    os.mkfifo(tmp_path / "config.json")
+    assert wants_video_processor(str(tmp_path)) == ("", None)
+    with pytest.raises(NotARegularFile, match="config.json: a FIFO"):
+        read_config(tmp_path)

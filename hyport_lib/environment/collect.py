@@ -186,7 +186,7 @@ def container_facts(container: Mapping) -> list[tuple[str, str]]:
                        ("firmware_driver_range", "firmware compatible_version_drv"),
                        ("cann", "CANN (under the root)")):
         rows.append((label, shown(versions.get(key))))
-    for error in versions.get("errors") or []:
+    for error in [*(versions.get("errors") or []), *(container.get("refused") or [])]:
         rows.append(("unreadable", error))
     if container.get("flags"):
         rows.append(("docker run flags to add", " ".join(container["flags"])))

@@ -33,7 +33,9 @@ from hyport_lib.devices.host_memory import check_container_shm, shm_size_flag, s
 from hyport_lib.devices.records import Check, worst_verdict
 from hyport_lib.environment.container_cards import CardNeed, needed_cards, suggested_cards
 from hyport_lib.environment.driver_versions import DriverVersions
+from hyport_lib.environment.tree_files import MAX_PROC_BYTES, read_optional
 from hyport_lib.environment.tree_paths import is_machine_root, present, under
+from hyport_lib.utils.bounded_files import kind_of
 
 #: Files whose presence says "container", relative to the root.
 #: containerd (Kubernetes) writes neither file; a pod gets its service account's folder.
@@ -108,33 +110,33 @@ MOUNTS = (
 EMPTY_MOUNT = "docker makes a -v source missing on the host into an empty folder"
 
 
-def container_evidence(root: Path) -> Optional[str]:
+def container_evidence(root: Path, refused: Optional[list[str]] = None) -> Optional[str]:
     """What says ``root`` is a container: a marker file (docker's, podman's, a Kubernetes
     service account folder), a runtime named in /proc/1/cgroup, or an overlay ``/`` (what
-    a cgroup v2 pod on containerd shows); None when nothing does."""
+    a cgroup v2 pod on containerd shows); None when nothing does.
+
+    Args:
+        refused: where a /proc file present but not read (a FIFO, a device node, too large)
+            is added as one line: with it, "nothing says container" may be wrong.
+    """
+    refused = [] if refused is None else refused
     for marker in CONTAINER_MARKERS:
         if present(root, marker):
             return f"/{marker}"
-    try:
-        cgroup = under(root, "proc/1/cgroup").read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return None
-    word = next((w for w in CGROUP_WORDS if w in cgroup), None)
+    cgroup = read_optional(root, "proc/1/cgroup", MAX_PROC_BYTES, refused)
+    word = next((w for w in CGROUP_WORDS if w in (cgroup or "")), None)
     if word:
         return f"/proc/1/cgroup names {word}"
     # cgroup v2 shows ``0::/`` inside a container; its root is then an overlay mount
-    return "/ is an overlay mount (/proc/1/mountinfo)" if _root_is_overlay(root) else None
+    return "/ is an overlay mount (/proc/1/mountinfo)" if _root_is_overlay(root, refused) else None
 
 
-def _root_is_overlay(root: Path) -> bool:
+def _root_is_overlay(root: Path, refused: list[str]) -> bool:
     """Whether the first process's ``/`` is an overlay filesystem, as container runtimes
     mount an image (a mountinfo line: ``... <root> <mount point> ... - <type> ...``)."""
-    try:
-        lines = under(root, "proc/1/mountinfo").read_text(encoding="utf-8", errors="replace").splitlines()
-    except OSError:
-        return False
+    text = read_optional(root, "proc/1/mountinfo", MAX_PROC_BYTES, refused)
     kind = None
-    for line in lines:  # the last mount on / is the one in effect
+    for line in (text or "").splitlines():  # the last mount on / is the one in effect
         fields, _, rest = line.partition(" - ")
         parts = fields.split()
         if len(parts) >= 5 and parts[4] == "/":
@@ -167,7 +169,8 @@ def _path_problem(root: Path, path: str, item: Item) -> Optional[str]:
     if item.kind == "file":
         if stat.S_ISDIR(mode):
             return f"a folder, not a file ({EMPTY_MOUNT})"
-        return None
+        # a FIFO or a device node copied in its place is not the tool or version file
+        return None if stat.S_ISREG(mode) else f"{kind_of(mode)}, not a regular file"
     if not stat.S_ISDIR(mode):
         return "not a folder"
     if item.nonempty:
@@ -212,6 +215,7 @@ class ContainerFindings:
         missing: ``{"path", "problem", "flag", "verdict"}`` per item not in place.
         flags: the ``docker run`` flags that add every missing item, each once.
         shm_total_gb: /dev/shm size read (None: unknown or not read).
+        refused: ``PATH: cannot be read: WHY`` for each /proc file present but not read.
         checks: the checks, for the stage's list.
     """
 
@@ -226,6 +230,7 @@ class ContainerFindings:
     missing: list[dict] = field(default_factory=list)
     flags: list[str] = field(default_factory=list)
     shm_total_gb: Optional[float] = None
+    refused: list[str] = field(default_factory=list)
     checks: list[Check] = field(default_factory=list)
 
     def to_dict(self) -> dict:
@@ -321,11 +326,20 @@ def check_container(root: Path, *, kind: str, requested: str, num_cards: Optiona
     root = Path(root)
     machine = is_machine_root(root)
     where = "" if machine else f" under {root}"
-    evidence = container_evidence(root)
+    refused: list[str] = []
+    evidence = container_evidence(root, refused)
     signs = ascend_signs(root)
     ascend_backend = "npu" in (kind, requested)
-    findings = ContainerFindings(str(root), evidence is not None, evidence, False, versions)
+    findings = ContainerFindings(str(root), evidence is not None, evidence, False, versions,
+                                 refused=refused)
     names = ("container_devices", "container_mounts", "container_shm")
+    if evidence is None and refused:
+        # a FIFO or device node where /proc/1/cgroup belongs: "not a container" is a guess
+        what = "this machine" if machine else str(root)
+        why = f"cannot tell whether {what} is a container: {'; '.join(refused)}"
+        findings.checks = [Check(names[0], "WARN", f"{why}; the docker run checks are not judged"),
+                           *(Check(n, "SKIP", "not judged: see container_devices") for n in names[1:])]
+        return findings
     if evidence is None:
         why = (f"not a container (no /.dockerenv, /run/.containerenv or Kubernetes service account folder, "
                f"no runtime in /proc/1/cgroup, / not an overlay mount{where}): the docker run checks do not apply")
@@ -364,13 +378,16 @@ def check_container(root: Path, *, kind: str, requested: str, num_cards: Optiona
         if machine_shm_gb is not None and machine_shm_gb < per_card * count:
             findings.flags.append(shm_size_flag(per_card * count))
     else:
-        try:
-            mounts_text = under(root, "proc/mounts").read_text(encoding="utf-8", errors="replace")
-        except OSError:
-            mounts_text = ""
-        findings.shm_total_gb = shm_size_from_mounts(mounts_text)
-        shm = check_container_shm(findings.shm_total_gb, count, per_card, f" in {root}")
-        if shm.verdict == "WARN":
+        mounts_refused: list[str] = []
+        mounts_text = read_optional(root, "proc/mounts", MAX_PROC_BYTES, mounts_refused)
+        findings.refused += mounts_refused
+        findings.shm_total_gb = shm_size_from_mounts(mounts_text or "")
+        if mounts_refused:
+            shm = Check("container_shm", "WARN", f"{'; '.join(mounts_refused)}: /dev/shm size not judged "
+                                                 f"({per_card * count:g} GB needed for {count} cards)")
+        else:
+            shm = check_container_shm(findings.shm_total_gb, count, per_card, f" in {root}")
+        if shm.verdict == "WARN" and not mounts_refused:
             findings.flags.append(shm_size_flag(per_card * count))
     if not ascend_backend:
         note = f" (judged for NPU use: {signs[0]} is there, though the backend is {kind})"

@@ -31,7 +31,8 @@ from typing import Optional
 
 from hyport_lib.devices.records import Check
 from hyport_lib.environment.compat import normalise_cann
-from hyport_lib.environment.tree_paths import under
+from hyport_lib.environment.tree_files import MAX_VERSION_BYTES, is_absent, refusal, tree_file
+from hyport_lib.utils.bounded_files import UnreadableFile, read_text
 from hyport_lib.utils.redact import is_secret_name
 
 DRIVER_VERSION_FILE = "usr/local/Ascend/driver/version.info"
@@ -59,7 +60,8 @@ class DriverVersions:
         firmware_driver_range: its ``compatible_version_drv``, as written.
         cann: the CANN release (``8.5.0``, ``8.3.RC1``), normalised.
         driver_file / firmware_file: the files read (None: not found).
-        errors: ``PATH: why`` for each version file present but unreadable.
+        errors: ``PATH: cannot be read: WHY`` for each version file present but not read
+            (unreadable, a FIFO or device node, too large, a link loop), the CANN info too.
     """
 
     driver: Optional[str] = None
@@ -99,41 +101,43 @@ def parse_version_info(text: str) -> dict[str, str]:
     return values
 
 
-def _read_info(path: Path, errors: list[str]) -> Optional[dict[str, str]]:
-    """The file's values; None when it is absent or unreadable (then ``errors`` says why)."""
-    if not path.is_file():
-        return None
+def read_version_file(root: Path, path: str, refused: list[str]) -> tuple[Optional[str], dict[str, str]]:
+    """``(file read, its key=value pairs)`` of ``path`` under ``root``, read bounded (a
+    version file is a few dozen lines); ``(None, {})`` when it is absent, or refused (then
+    ``refused`` gets the one line saying why)."""
     try:
-        return parse_version_info(path.read_text(encoding="utf-8", errors="replace"))
-    except OSError as exc:
-        errors.append(f"{path}: cannot be read ({exc.strerror or exc})")
-        return None
+        found = tree_file(root, path)
+        text = read_text(found, MAX_VERSION_BYTES, folder=root)
+    except UnreadableFile as exc:
+        if not is_absent(exc):
+            refused.append(refusal(exc))
+        return None, {}
+    return str(found), parse_version_info(text)
 
 
-def read_driver_versions(root: Path, cann_version: Optional[str] = None) -> DriverVersions:
+def read_driver_versions(root: Path, cann_version: Optional[str] = None,
+                         cann_refused: tuple[str, ...] = ()) -> DriverVersions:
     """The driver and firmware ``version.info`` files under ``root``, and ``cann_version``.
 
     Args:
         root: the filesystem root to read under (``/``: this machine).
         cann_version: the CANN release found under the same root (see
             :func:`hyport_lib.environment.facts.collect_cann`); None when none is installed.
+        cann_refused: the CANN files found there but not read (its ``refused``), kept in
+            ``errors``: the pairing cannot be judged without them.
     """
     found = DriverVersions(cann=normalise_cann(cann_version))
-    try:
-        driver_path, firmware_path = under(root, DRIVER_VERSION_FILE), under(root, FIRMWARE_VERSION_FILE)
-    except OSError as exc:  # a link loop on the way
-        found.errors.append(f"{exc.filename}: cannot be read ({exc.strerror})")
-        return found
-    driver = _read_info(driver_path, found.errors)
-    if driver is not None:
-        found.driver_file = str(driver_path)
+    driver_path, driver = read_version_file(root, DRIVER_VERSION_FILE, found.errors)
+    firmware_path, firmware = read_version_file(root, FIRMWARE_VERSION_FILE, found.errors)
+    found.errors = list(dict.fromkeys(found.errors + list(cann_refused)))  # the driver file may be in both
+    if driver_path is not None:
+        found.driver_file = driver_path
         found.driver = driver.get("Version") or driver.get("version") or None
         found.driver_package = driver.get("package_version") or None
         found.driver_inner = driver.get("Innerversion") or None
         found.driver_firmware_range = driver.get("compatible_version_fw") or None
-    firmware = _read_info(firmware_path, found.errors)
-    if firmware is not None:
-        found.firmware_file = str(firmware_path)
+    if firmware_path is not None:
+        found.firmware_file = firmware_path
         found.firmware = firmware.get("Version") or firmware.get("version") or None
         found.firmware_package = firmware.get("package_version") or None
         found.firmware_driver_range = firmware.get("compatible_version_drv") or None
@@ -166,8 +170,7 @@ def check_driver_cann(versions: DriverVersions, *, applies: bool, where: str = "
     if not applies:
         return Check(name, "SKIP", f"not an Ascend host ({seen}{where})")
     if versions.errors:
-        return Check(name, "WARN", f"{'; '.join(versions.errors)}: run as a user who may read it "
-                                   f"(the driver's files are root's)")
+        return Check(name, "WARN", f"{'; '.join(versions.errors)} ({seen}{where}: the pairing is not judged)")
     if not versions.driver or not versions.cann:
         if versions.driver_file and not versions.driver:
             missing = f"{versions.driver_file} has no Version= line"

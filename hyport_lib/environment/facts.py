@@ -21,8 +21,10 @@ from typing import Mapping, Optional
 from hyport_lib.devices.host_memory import host_memory
 from hyport_lib.environment.compat import normalise_cann
 from hyport_lib.environment.container import container_evidence
-from hyport_lib.environment.driver_versions import parse_version_info
-from hyport_lib.environment.tree_paths import under
+from hyport_lib.environment.driver_versions import read_version_file
+from hyport_lib.environment.tree_files import (MAX_CONFIG_BYTES, MAX_VERSION_BYTES, is_absent, refusal,
+                                               regular_file_in_tree)
+from hyport_lib.utils.bounded_files import UnreadableFile, open_regular, read_text
 from hyport_lib.utils.imports import try_import
 from hyport_lib.utils.redact import filter_environ, is_secret_name
 
@@ -34,6 +36,9 @@ ENV_NAMES = ("TASK_QUEUE_ENABLE", "CPU_AFFINITY_CONF", "PYTORCH_CUDA_ALLOC_CONF"
              "HF_HOME", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
 
 DEFAULT_ASCEND_ROOT = Path("/usr/local/Ascend")
+#: The head of /proc/cpuinfo read for the model name: it is in the first processor's block,
+#: and the whole file of a many-core host runs to megabytes.
+CPUINFO_HEAD_BYTES = 64 << 10
 
 
 def collect_system() -> dict:
@@ -60,7 +65,8 @@ def collect_system() -> dict:
 
 def collect_cann(ascend_root: Optional[os.PathLike] = None, environ: Optional[Mapping[str, str]] = None,
                  arch: Optional[str] = None, home: Optional[os.PathLike] = None) -> dict:
-    """CANN install info file, the set_env.sh scripts present, and the driver version.
+    """This machine's CANN install info file, the set_env.sh scripts present, and the
+    driver version.
 
     Args:
         ascend_root: where Ascend software is installed (default ``/usr/local/Ascend``).
@@ -68,31 +74,54 @@ def collect_cann(ascend_root: Optional[os.PathLike] = None, environ: Optional[Ma
         arch: ``aarch64`` / ``x86_64`` (default: this machine).
         home: the user's home, for a per-user ``~/Ascend`` (default: this user's).
     """
-    root = Path(ascend_root) if ascend_root else DEFAULT_ASCEND_ROOT
     environ = os.environ if environ is None else environ
+    toolkit_homes = [os.path.abspath(environ[k]) for k in ("ASCEND_HOME_PATH", "ASCEND_TOOLKIT_HOME")
+                     if environ.get(k)]
+    return _collect_cann_at(Path("/"), os.path.abspath(ascend_root or DEFAULT_ASCEND_ROOT), toolkit_homes,
+                            os.path.abspath(home if home is not None else Path.home()), arch,
+                            environ.get("ASCEND_HOME_PATH"))
+
+
+def collect_cann_under(root: os.PathLike, environ: Mapping[str, str], arch: Optional[str] = None) -> dict:
+    """:func:`collect_cann` of the tree under ``root`` (a copy of a host's folders): the
+    variables' toolkit paths and the home folder are read under it too, and every link is
+    followed inside it (``ascend-toolkit/latest -> /usr/local/Ascend/...`` is the tree's)."""
+    toolkit_homes = [environ[k] for k in ("ASCEND_HOME_PATH", "ASCEND_TOOLKIT_HOME") if environ.get(k)]
+    return _collect_cann_at(Path(root), str(DEFAULT_ASCEND_ROOT), toolkit_homes, str(Path.home()), arch,
+                            environ.get("ASCEND_HOME_PATH"))
+
+
+def _collect_cann_at(root: Path, ascend_root: str, toolkit_homes: list[str], home: str,
+                     arch: Optional[str], home_path: Optional[str]) -> dict:
+    """The CANN facts read under ``root``; every path is as inside it (absolute) and read
+    through :mod:`.tree_files`. ``refused``: the files present but not read, one line each."""
     arch = arch or platform.machine()
-    home = (Path(home) if home is not None else Path.home()) / "Ascend"
-    toolkit_roots = [Path(environ[k]) for k in ("ASCEND_HOME_PATH", "ASCEND_TOOLKIT_HOME") if environ.get(k)]
+    ascend, user_ascend = ascend_root.rstrip("/"), f"{home.rstrip('/')}/Ascend"
     # CANN >= 8.5 installs under cann/; older releases under ascend-toolkit/latest/.
-    toolkit_roots += [root / "cann", root / "ascend-toolkit" / "latest",
-                      home / "cann", home / "ascend-toolkit" / "latest"]
-    info_file = _first_file(p for r in toolkit_roots for p in (
-        r / f"{arch}-linux" / "ascend_toolkit_install.info", r / "ascend_toolkit_install.info"))
-    info = _key_values(info_file) if info_file else {}
-    set_envs = [p for p in (root / "cann" / "set_env.sh", root / "ascend-toolkit" / "set_env.sh",
-                            home / "cann" / "set_env.sh", home / "ascend-toolkit" / "set_env.sh")
-                if p.is_file()]
-    driver = _key_values(root / "driver" / "version.info")
-    nnal = root / "nnal" / "atb" / "set_env.sh"
+    toolkit_roots = [*toolkit_homes, f"{ascend}/cann", f"{ascend}/ascend-toolkit/latest",
+                     f"{user_ascend}/cann", f"{user_ascend}/ascend-toolkit/latest"]
+    refused: list[str] = []
+    info_file, info = None, {}
+    for candidate in (f"{r}/{name}" for r in toolkit_roots
+                      for name in (f"{arch}-linux/ascend_toolkit_install.info", "ascend_toolkit_install.info")):
+        info_file, info = read_version_file(root, candidate, refused)
+        if info_file is not None:
+            break
+    set_envs = [str(found) for found in (regular_file_in_tree(root, f"{base}/set_env.sh") for base in (
+        f"{ascend}/cann", f"{ascend}/ascend-toolkit", f"{user_ascend}/cann", f"{user_ascend}/ascend-toolkit"))
+        if found is not None]
+    _, driver = read_version_file(root, f"{ascend}/driver/version.info", refused)
+    nnal = regular_file_in_tree(root, f"{ascend}/nnal/atb/set_env.sh")
     return {
         "version": normalise_cann(info.get("version")),
-        "info_file": str(info_file) if info_file else None,
+        "info_file": info_file,
         "info": info,
-        "set_env": str(set_envs[0]) if set_envs else None,
-        "set_env_found": [str(p) for p in set_envs],
-        "nnal_set_env": str(nnal) if nnal.is_file() else None,
-        "home_path": environ.get("ASCEND_HOME_PATH"),
+        "set_env": set_envs[0] if set_envs else None,
+        "set_env_found": set_envs,
+        "nnal_set_env": str(nnal) if nnal is not None else None,
+        "home_path": home_path,
         "driver_version": driver.get("Version") or driver.get("version"),
+        "refused": refused,
     }
 
 
@@ -124,8 +153,8 @@ def collect_build(versions: Mapping[str, Optional[str]]) -> dict:
 
 def _os_release() -> Optional[str]:
     try:
-        text = Path("/etc/os-release").read_text(encoding="utf-8", errors="replace")
-    except OSError:
+        text = read_text("/etc/os-release", MAX_VERSION_BYTES)
+    except UnreadableFile:  # absent or odd: the OS is then named by uname
         return None
     match = re.search(r'^PRETTY_NAME="?([^"\n]*)"?', text, re.MULTILINE)
     return match.group(1) if match else None
@@ -133,8 +162,9 @@ def _os_release() -> Optional[str]:
 
 def _cpu_model() -> Optional[str]:
     try:
-        text = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
-    except OSError:
+        with open_regular("/proc/cpuinfo") as handle:
+            text = handle.read(CPUINFO_HEAD_BYTES).decode("utf-8", errors="replace")
+    except OSError:  # no /proc, or a read error: lscpu or platform below name the CPU
         text = ""
     match = re.search(r"^model name\s*:\s*(.+)$", text, re.MULTILINE)
     if match:
@@ -160,35 +190,8 @@ def _shm() -> dict:
     return {"shm_total_gb": round(usage.total / 2**30, 3), "shm_free_gb": round(usage.free / 2**30, 3)}
 
 
-def collect_cann_under(root: os.PathLike, environ: Mapping[str, str], arch: Optional[str] = None) -> dict:
-    """:func:`collect_cann` of the tree under ``root`` (a copy of a host's folders): the
-    variables' toolkit paths and the home folder are read under it too, never outside."""
-    root = Path(root)
-
-    def inside(path: str) -> Path:
-        try:
-            return under(root, path)
-        except OSError:  # a link loop: the plain path, which then reads as unreadable
-            return root / path.lstrip("/")
-
-    moved = {k: str(inside(environ[k])) for k in ("ASCEND_HOME_PATH", "ASCEND_TOOLKIT_HOME") if environ.get(k)}
-    return collect_cann(inside("/usr/local/Ascend"), environ=moved, arch=arch, home=inside(str(Path.home())))
-
-
 def _in_container(root: Path = Path("/")) -> bool:
     return container_evidence(root) is not None
-
-
-def _first_file(paths) -> Optional[Path]:
-    return next((p for p in paths if p.is_file()), None)
-
-
-def _key_values(path: Path) -> dict[str, str]:
-    """``key=value`` lines (install.info, version.info); {} when the file does not read."""
-    try:
-        return parse_version_info(path.read_text(encoding="utf-8", errors="replace"))
-    except OSError:
-        return {}
 
 
 def _accelerate_config() -> Optional[dict]:
@@ -196,13 +199,17 @@ def _accelerate_config() -> Optional[dict]:
         os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "huggingface")
     default = Path(base) / "accelerate" / "default_config.yaml"
     path = Path(os.environ.get("ACCELERATE_CONFIG_FILE") or default)
-    if not path.is_file():
-        return None
+    try:
+        text = read_text(path, MAX_CONFIG_BYTES, errors="strict")
+    except UnreadableFile as exc:
+        return None if is_absent(exc) else {"path": str(path), "error": refusal(exc)}
+    except UnicodeDecodeError as exc:
+        return {"path": str(path), "error": f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})"}
     import yaml
 
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError) as exc:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
         return {"path": str(path), "error": f"{type(exc).__name__}: {exc}"}
     if not isinstance(data, dict):
         return {"path": str(path)}

@@ -164,7 +164,7 @@ def container_and_driver(plan: Plan, environ: dict, listing, cann: dict,
     root = Path(params.host_root)
     machine = is_machine_root(root)
     tree_cann = cann if machine else collect_cann_under(root, environ)
-    versions = read_driver_versions(root, tree_cann.get("version"))
+    versions = read_driver_versions(root, tree_cann.get("version"), tuple(tree_cann["refused"]))
     requested = params.device
     shm_per_card = params.shm_gb_per_card or DEFAULT_SHM_GB_PER_CARD["npu"]
     findings = check_container(root, kind=kind, requested=requested, num_cards=params.num_cards,

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from hyport_lib.models.mask_source import bidirectional_mask
+from hyport_lib.utils.bounded_files import read_text
 
 IMAGE_TEXT_TO_TEXT = "AutoModelForImageTextToText"
 CAUSAL_LM = "AutoModelForCausalLM"
@@ -140,9 +141,18 @@ def packing_refusal(data: dict) -> Optional[str]:
             f"causally per sample; use packing=false")
 
 
+#: The most hyport reads of a ``config.json`` (the largest real ones are tens of KiB).
+MAX_CONFIG_BYTES = 4 * 2**20
+
+
 def read_config(model_dir: str | Path) -> dict:
-    """``config.json`` of a local checkpoint folder, as a dict."""
-    return json.loads((Path(model_dir) / "config.json").read_text(encoding="utf-8"))
+    """``config.json`` of a local checkpoint folder, as a dict.
+
+    Raises:
+        UnreadableFile: not a regular file (a FIFO would block), larger than
+            :data:`MAX_CONFIG_BYTES`, or missing; ValueError: not JSON.
+    """
+    return json.loads(read_text(Path(model_dir) / "config.json", MAX_CONFIG_BYTES, errors="strict"))
 
 
 def describe_model(model_dir: str | Path) -> ModelTraits:
