@@ -75,7 +75,7 @@ def test_an_image_too_large_decoded_is_refused_from_its_header_naming_record_and
     report = load_dataset(path)
     assert [(p.index, p.field, p.kind) for p in report.problems] == [(0, "image", "image_too_large"),
                                                                     (1, "image", "image_too_large")]
-    assert "64 × 64 pixels × 3 channel(s)" in report.problems[0].message
+    assert "64 × 64 pixels (RGB)" in report.problems[0].message
     assert str(tmp_path / "shared.png") in report.problems[0].message
     assert loads == []  # judged from the header: no pixel decoded
 

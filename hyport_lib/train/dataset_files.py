@@ -17,8 +17,11 @@ Whatever the format of the records (alpaca, sharegpt, openai; see
 
 Every file is opened through :mod:`hyport_lib.utils.bounded_files`: a FIFO, socket or
 device node is refused at once (never waited on), naming what it is. A JSON list is
-parsed whole, so it is read only up to :data:`MAX_JSON_LIST_BYTES`; JSON Lines and parquet
-are read record by record, so their size is not bounded.
+parsed whole, so a file larger than :data:`MAX_JSON_LIST_BYTES` is refused from its size,
+never read; JSON Lines and parquet are read record by record, so their size is not bounded,
+but a JSON Lines line is read only up to :data:`MAX_JSON_LINE_CHARS` (a longer one is a
+``not_json`` problem of its record, skipped without being held: a file of a gigabyte without
+a line break is not read whole).
 
 A key that appears twice in one JSON object (``{"id": 1, "id": 2}``: Python's json keeps
 the last value silently) is a ``duplicate_key`` problem of its record, naming the key.
@@ -36,7 +39,7 @@ import os
 from pathlib import Path
 from typing import Any, Iterator, Optional
 
-from hyport_lib.utils.bounded_files import UnreadableFile, open_regular, read_bytes
+from hyport_lib.utils.bounded_files import FileTooLarge, UnreadableFile, check_regular, open_regular, read_bytes
 
 #: Rows per parquet record batch: bounded memory whatever the file's size.
 PARQUET_BATCH_ROWS = 1024
@@ -48,6 +51,11 @@ _PARQUET_MAGIC = b"PAR1"
 #: A JSON list is parsed whole (its records take several times its size in memory):
 #: larger files are refused with the fix (JSON Lines or parquet, read record by record).
 MAX_JSON_LIST_BYTES = 2 * 2**30
+#: The longest JSON Lines line read: a record longer than this (a quarter of a billion
+#: characters) is far past any max_seq_len, and holding it would take gigabytes.
+MAX_JSON_LINE_CHARS = 256 * 2**20
+#: A line over the bound is passed over in pieces of this many characters.
+_SKIP_CHARS = 2**20
 
 
 class _DuplicateKeys(dict):
@@ -146,8 +154,17 @@ def iter_raw(path: os.PathLike) -> Iterator[tuple[Any, Unreadable]]:
         yield from _iter_json_lines(path)
 
 
+def _over_list_bound(path: Path) -> None:
+    """Raise :class:`FileTooLarge` when ``path`` is larger than a JSON list may be, from its
+    size (reading it first would hold up to the bound in memory for nothing)."""
+    if check_regular(path).st_size > MAX_JSON_LIST_BYTES:
+        raise FileTooLarge(path, f"larger than {MAX_JSON_LIST_BYTES / 2**30:g} GiB, the most hyport reads of "
+                                 "such a file", errno.EFBIG)
+
+
 def _read_text(path: Path) -> str:
     try:
+        _over_list_bound(path)
         data = read_bytes(path, MAX_JSON_LIST_BYTES)
     except UnreadableFile as exc:
         fix = ("; a JSON list is parsed whole: write it as JSON Lines (one record per line) or parquet, "
@@ -179,6 +196,7 @@ def _one_object_error(path: Path) -> Optional[ValueError]:
     """One object over many lines, e.g. ``{"data": [...]}``: said as such, rather than
     every line of it reported as a record that is not JSON."""
     try:  # (larger than a JSON list may be: not one object hyport could read; its lines are the problems)
+        _over_list_bound(path)
         text = read_bytes(path, MAX_JSON_LIST_BYTES).decode("utf-8-sig")
         whole = _loads(text)
     except (UnreadableFile, UnicodeDecodeError, json.JSONDecodeError, _NotJsonConstant, RecursionError):
@@ -201,24 +219,32 @@ def _iter_json_lines(path: Path) -> Iterator[tuple[Any, Unreadable]]:
     first_bad = ""  # where the first line that is not JSON fails, and why
     try:
         with io.TextIOWrapper(open_regular(path), encoding="utf-8-sig") as fh:
-            for number, line in enumerate(fh, 1):
-                if not line.strip():
-                    continue
-                try:  # without its line break: a column past the end is said as on this line
-                    value, problem = _loads(line.rstrip("\r\n")), None
-                except (_NotJsonConstant, RecursionError) as exc:
-                    why = str(exc) if isinstance(exc, _NotJsonConstant) else "nested too deeply to read"
-                    value, problem = None, (f"line {number}", f"not JSON ({why})")
-                    seen_json = True
-                except json.JSONDecodeError as exc:
-                    value, problem = None, (f"line {number}", f"not JSON ({exc.msg}; column {exc.colno})")
-                    first_bad = first_bad or f"line {number}: {exc.msg}, column {exc.colno}"
+            for number, line in enumerate(iter(lambda: fh.readline(MAX_JSON_LINE_CHARS + 1), ""), 1):
+                if len(line) > MAX_JSON_LINE_CHARS and not line.endswith("\n"):
+                    while line and not line.endswith("\n"):  # passed over, never held whole
+                        line = fh.readline(_SKIP_CHARS)
+                    why = (f"longer than {MAX_JSON_LINE_CHARS:,} characters, not read (a JSON Lines record is "
+                           "one line; is this a file without line breaks?)")
+                    value, problem = None, (f"line {number}", why)
+                    first_bad = first_bad or f"line {number}: {why}"
                 else:
-                    seen_json = True
-                if problem is not None and count == 0 and line.lstrip().startswith("{"):
-                    error = _one_object_error(path)
-                    if error is not None:
-                        raise error
+                    if not line.strip():
+                        continue
+                    try:  # without its line break: a column past the end is said as on this line
+                        value, problem = _loads(line.rstrip("\r\n")), None
+                    except (_NotJsonConstant, RecursionError) as exc:
+                        why = str(exc) if isinstance(exc, _NotJsonConstant) else "nested too deeply to read"
+                        value, problem = None, (f"line {number}", f"not JSON ({why})")
+                        seen_json = True
+                    except json.JSONDecodeError as exc:
+                        value, problem = None, (f"line {number}", f"not JSON ({exc.msg}; column {exc.colno})")
+                        first_bad = first_bad or f"line {number}: {exc.msg}, column {exc.colno}"
+                    else:
+                        seen_json = True
+                    if problem is not None and count == 0 and line.lstrip().startswith("{"):
+                        error = _one_object_error(path)
+                        if error is not None:
+                            raise error
                 count += 1
                 if not seen_json:
                     waiting.append((value, problem))

@@ -4,10 +4,13 @@ A PNG of one colour at 20,000 × 20,000 pixels is a few KB on disk and 1.2 GB de
 read by five records, the check and the tokenisation decoded it ten times (the probe:
 a 657 KB PNG, 86 s and 2.7 GB). So:
 
-* the size an image would take decoded (width × height × channels, from its header:
-  PIL's ``Image.open`` is lazy and reads no pixel before ``load``) is checked first, and
-  an image over :data:`MAX_DECODED_IMAGE_BYTES` is an ``image_too_large`` problem of
-  the record, never decoded;
+* an image file larger than :data:`MAX_IMAGE_FILE_BYTES` is refused from its size before
+  PIL reads it (PIL holds a PNG chunk whole: a PNG with an 800 MB chunk took 2.4 GB);
+* the memory an image takes decoded (width × height × the bytes PIL holds a pixel of its
+  mode in, plus 4 a pixel for the RGB copy the model gets, from its header: PIL's
+  ``Image.open`` is lazy and reads no pixel before ``load``) is checked first, and an image
+  over :data:`MAX_DECODED_IMAGE_BYTES` is an ``image_too_large`` problem of the record,
+  never decoded;
 * :class:`ImageChecks` remembers each file's verdict for one reading of the dataset:
   five records naming one file decode it once;
 * :class:`DecodedImages` keeps the RGB images the tokenisation decoded (least recently
@@ -22,20 +25,26 @@ the field and the file.
 
 from __future__ import annotations
 
+import errno
+import os
 import warnings
 from collections import OrderedDict
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Optional
 
-from hyport_lib.utils.bounded_files import UnreadableFile, open_regular
+from hyport_lib.utils.bounded_files import FileTooLarge, UnreadableFile, open_regular
 
-#: The most bytes one image may take decoded: 256 MiB, e.g. a 48-megapixel photo
-#: (8,000 × 6,000 RGB, 144 MB) passes, a 10,000 × 10,000 RGB image (300 MB) does not.
+#: The most memory one image may take decoded, as PIL holds it and its RGB copy: 512 MiB,
+#: e.g. a 48-megapixel photo (8,000 × 6,000 RGB: 2 × 4 bytes a pixel, 366 MiB) passes, a
+#: 10,000 × 10,000 RGB image (763 MiB) does not, nor a 13,000 × 13,000 palette PNG (806 MiB).
 #: Every model's processor resizes an image to far fewer pixels than this anyway.
-MAX_DECODED_IMAGE_BYTES = 256 * 2**20
-#: The decoded images :class:`DecodedImages` keeps (at least one image of the largest size allowed).
-DECODED_CACHE_BYTES = MAX_DECODED_IMAGE_BYTES
+MAX_DECODED_IMAGE_BYTES = 512 * 2**20
+#: The largest image file opened: no image within the decoded bound needs more on disk.
+MAX_IMAGE_FILE_BYTES = 256 * 2**20
+#: The decoded RGB images :class:`DecodedImages` keeps, counted as PIL holds them (4 bytes
+#: a pixel): at least one RGB image of the largest size allowed.
+DECODED_CACHE_BYTES = 256 * 2**20
 
 
 class UnreadableImage(ValueError):
@@ -55,13 +64,35 @@ def _lazy_open(path):
     from PIL import Image
 
     with open_regular(path) as handle, warnings.catch_warnings():
+        size = os.fstat(handle.fileno()).st_size
+        if size > MAX_IMAGE_FILE_BYTES:
+            raise FileTooLarge(path, f"the file is {size / 2**20:,.0f} MiB, larger than the "
+                                     f"{MAX_IMAGE_FILE_BYTES // 2**20} MiB of any image hyport decodes", errno.EFBIG)
         warnings.simplefilter("ignore", Image.DecompressionBombWarning)
         with Image.open(handle) as img:
             yield img
 
 
+def _pixel_bytes(mode: str) -> int:
+    """The bytes PIL holds one pixel of ``mode`` in: 4 for any mode of several bands (RGB
+    too), else its one band's size (1 for ``L``, ``P``, ``1``; 4 for ``I``, ``F``)."""
+    from PIL import ImageMode
+
+    try:
+        described = ImageMode.getmode(mode)
+    except KeyError:
+        return 4
+    return 4 if len(described.bands) > 1 else max(1, int(described.typestr[-1]))
+
+
+def _held_size(img) -> int:
+    """The memory ``img`` takes once decoded, as PIL holds it."""
+    return img.width * img.height * _pixel_bytes(img.mode)
+
+
 def _decoded_size(img) -> int:
-    return img.width * img.height * len(img.getbands())
+    """The memory decoding ``img`` takes: its pixels in its own mode and their RGB copy."""
+    return _held_size(img) + img.width * img.height * _pixel_bytes("RGB")
 
 
 def _too_large(img) -> Optional[str]:
@@ -69,8 +100,8 @@ def _too_large(img) -> Optional[str]:
     size = _decoded_size(img)
     if size <= MAX_DECODED_IMAGE_BYTES:
         return None
-    return (f"{img.width:,} × {img.height:,} pixels × {len(img.getbands())} channel(s) = {size / 2**20:,.0f} MiB "
-            f"decoded, more than the {MAX_DECODED_IMAGE_BYTES // 2**20} MiB hyport decodes for one image; "
+    return (f"{img.width:,} × {img.height:,} pixels ({img.mode}) take {size / 2**20:,.0f} MiB decoded and as RGB, "
+            f"more than the {MAX_DECODED_IMAGE_BYTES // 2**20} MiB hyport decodes for one image; "
             "resize it (the model's processor shrinks it anyway)")
 
 
@@ -91,6 +122,8 @@ def image_problem(path: Path) -> Optional[tuple[str, str]]:
             img.load()
     except Image.DecompressionBombError as exc:  # PIL's own bound (pixels), met before the header is read out
         return "image_too_large", f"{type(exc).__name__}: {str(exc)[:120]}"
+    except FileTooLarge as exc:
+        return "image_too_large", exc.reason
     except UnreadableFile as exc:
         return "image_unreadable", exc.reason
     except (OSError, UnidentifiedImageError, SyntaxError, ValueError) as exc:
@@ -132,13 +165,13 @@ class DecodedImages:
             self._images.move_to_end(path)
             return self._images[path]
         image = self._decode(path, record_index, field)
-        size = _decoded_size(image)
+        size = _held_size(image)
         if size <= self.budget:
             self._images[path] = image
             self.held += size
             while self.held > self.budget:
                 _, oldest = self._images.popitem(last=False)
-                self.held -= _decoded_size(oldest)
+                self.held -= _held_size(oldest)
         return image
 
     def _decode(self, path: str, record_index: int, field: str):
@@ -156,6 +189,8 @@ class DecodedImages:
                     kind = "image_too_large"
         except Image.DecompressionBombError as exc:
             kind, why = "image_too_large", f"{type(exc).__name__}: {str(exc)[:120]}"
+        except FileTooLarge as exc:
+            kind, why = "image_too_large", exc.reason
         except UnreadableFile as exc:
             why = exc.reason
         except (OSError, UnidentifiedImageError, SyntaxError, ValueError) as exc:
