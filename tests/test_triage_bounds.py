@@ -156,7 +156,8 @@ def test_a_link_out_of_the_folder_given_is_not_followed(tmp_path):
     (run / "elsewhere").symlink_to(outside.parent, target_is_directory=True)
     result = triage([run])
     assert result.files_read == ["old/rank1.txt", "rank0.log"] and not result.unrecognised
-    assert result.notes == [f"{run}: 1 link(s) out of the folder not followed: {run / 'escape.log'}"]
+    assert result.notes == [f"{run}: 2 link(s) out of the folder not followed: {run / 'elsewhere'}, "
+                            f"{run / 'escape.log'}"]
     cann, notes = discovery.cann_logs(run)
     assert run / "escape.log" not in cann and "link(s) out of the folder" in notes[0]
 

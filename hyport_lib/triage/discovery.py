@@ -109,7 +109,8 @@ def walk_files(root: Path, wanted: Callable[[Path, bool], bool],
     with a stack (no recursion), at most ``max_depth`` levels deep.
 
     :data:`SKIPPED_FOLDERS` and checkpoint folders are passed over, links to folders are not
-    walked, a link to a file is kept only when it leads to a file inside ``root``.
+    walked (one that leads out of ``root`` is named in a note: what it holds is unread), a
+    link to a file is kept only when it leads to a file inside ``root``.
 
     Returns:
         ``(files, notes)`` in walking order; notes name the folders too deep or unreadable
@@ -135,6 +136,10 @@ def walk_files(root: Path, wanted: Callable[[Path, bool], bool],
                 is_link, is_dir = entry.is_symlink(), entry.is_dir(follow_symlinks=False)
             except OSError as exc:
                 notes.append(f"{path}: not read ({exc.strerror or exc})")
+                continue
+            if is_link and not is_dir and path.is_dir():  # a linked folder: never walked,
+                if not inside(root, path):  # named when it leads out (what it holds is unread)
+                    outside.append(path)
                 continue
             if is_dir:
                 if entry.name in SKIPPED_FOLDERS or _CHECKPOINT_FOLDER.match(entry.name):

@@ -56,6 +56,13 @@ def printable(text: str) -> str:
     text = _ESCAPE_SEQUENCE.sub("", text)
     return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
 
+
+def printable_name(text: str) -> str:
+    """A file name or a note, printable (:func:`printable`) with its carriage returns shown
+    too: no line of a log is split on them there, and one would move the cursor back over
+    what the line printed before it (``b\\rFAKE.log`` shows as ``FAKE.log``)."""
+    return printable(text).replace("\r", "\\x0d")
+
 #: What makes a line an error line: a traceback, an exception name, an ERROR tag, a CANN
 #: error code (EI0002, EZ9999, E39999 ...) or a torch_npu one (ERR00100).
 #: Written around the letter E so that a line is searched quickly (a plog has millions).
@@ -150,10 +157,10 @@ def _shown(path: Path, root: Optional[Path]) -> str:
     file name may hold an escape sequence)."""
     if root is not None:
         try:
-            return printable(str(path.resolve().relative_to(root)))
+            return printable_name(str(path.resolve().relative_to(root)))
         except ValueError:
             pass
-    return printable(str(path.resolve()))
+    return printable_name(str(path.resolve()))
 
 
 def _common_root(paths: Sequence[Path]) -> Optional[Path]:
@@ -326,9 +333,9 @@ def triage(paths: Iterable[os.PathLike | str], *, cann_log_dir: Optional[os.Path
         notes.append(f"time limit of {max_seconds:g} s reached: {len(left)} log file(s) not read: "
                      f"{', '.join(left[:_NAMED_UNREAD])}{more}")
     return Triage(findings=collector.ordered(), unrecognised=collector.unrecognised,
-                  files_read=read, root=printable(str(base)) if base else None,
-                  cann_log_dir=printable(str(cann_dir)) if cann_dir is not None else None,
-                  since=seconds, notes=[scrub(printable(n)) for n in notes],
+                  files_read=read, root=printable_name(str(base)) if base else None,
+                  cann_log_dir=printable_name(str(cann_dir)) if cann_dir is not None else None,
+                  since=seconds, notes=[scrub(printable_name(n)) for n in notes],
                   unread=failed + len(unread) + len(left))
 
 

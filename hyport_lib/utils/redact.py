@@ -33,12 +33,16 @@ import shlex
 import urllib.parse
 from typing import Iterable, Mapping
 
-SECRET_MARKERS = ("SECRET", "TOKEN", "KEY", "PASSWORD", "CREDENTIAL", "AUTH", "ACCESS")
+SECRET_MARKERS = ("SECRET", "TOKEN", "KEY", "PASSWORD", "PASSWD", "CREDENTIAL", "AUTH", "ACCESS")
 #: Whole name parts (between ``_``, ``-`` or ``.``) that name a secret although no marker
 #: is inside them: Huawei Cloud's access key id and secret key (``HUAWEICLOUD_SDK_AK``,
 #: ``OBS_SK``) and the password of connection strings and clients (``PWD=``, ``MYSQL_PWD``).
-#: As parts only: ``TASK`` or ``DISK`` hold no ``SK`` part.
-SECRET_NAME_PARTS = frozenset({"AK", "SK", "PWD"})
+#: As parts only: ``TASK`` or ``DISK`` hold no ``SK`` part. ``SSHPASS`` is the variable
+#: ``sshpass -e`` reads its password from.
+SECRET_NAME_PARTS = frozenset({"AK", "SK", "PWD", "SSHPASS"})
+#: A part that names a password only as the last of several (``DB_PASS``, ``SMTP_PASS``):
+#: alone it is a test's verdict (``PASS: test_a``) or a count (``--pass 2``).
+_LAST_SECRET_PARTS = frozenset({"PASS"})
 #: The shell's working folders: a name part ``PWD`` that is no password.
 _WORKING_FOLDER_NAMES = frozenset({"PWD", "OLDPWD"})
 _NAME_PART_SPLIT = re.compile(r"[^A-Z0-9]+")
@@ -56,7 +60,9 @@ _NOT_SECRET_VALUES = {"true", "false", "none", "null", "yes", "no", "on", "off",
 
 def _has_secret_part(upper: str) -> bool:
     """Whether the upper-cased name has a part in :data:`SECRET_NAME_PARTS` (``OBS_AK``)."""
-    return not SECRET_NAME_PARTS.isdisjoint(_NAME_PART_SPLIT.split(upper))
+    parts = [part for part in _NAME_PART_SPLIT.split(upper) if part]
+    return not SECRET_NAME_PARTS.isdisjoint(parts) or (
+        len(parts) > 1 and parts[-1] in _LAST_SECRET_PARTS)
 
 
 def is_secret_name(name: str) -> bool:
@@ -74,7 +80,7 @@ def is_secret_parameter(name: str) -> bool:
     ``tokenizer_path``): those must reach the report, they are part of the command to
     reproduce."""
     upper = re.sub(r"TOKENS|TOKENIZER", "", name.upper())
-    return any(marker in upper for marker in SECRET_MARKERS + ("PASSWD",)) or _has_secret_part(upper)
+    return any(marker in upper for marker in SECRET_MARKERS) or _has_secret_part(upper)
 
 
 def secret_values(environ: Mapping[str, str] | None = None) -> list[str]:
@@ -158,11 +164,15 @@ _ASSIGNMENT_HEAD = re.compile(
 _AUTH_SCHEMES = r"(?i:basic|bearer|digest|negotiate|token)"
 #: A value whose credentials :data:`_AUTH_SCHEME` redacted already (its scheme is kept).
 _ALREADY_REDACTED = re.compile(rf"(?:{_AUTH_SCHEMES}\s+)?\[redacted\]")
+#: A quote never closed on its line (cut short by the long-line split, or by the writer) is
+#: the value to the end of the line: the rest of a quoted secret.
 _ASSIGNMENT_VALUE = re.compile(
-    rf"""{_AUTH_SCHEMES}\s+\[redacted\]|\[redacted\]|"[^"\n]*"|'[^'\n]*'"""
+    rf"""{_AUTH_SCHEMES}\s+\[redacted\]|\[redacted\]|"[^"\n]*"?|'[^'\n]*'?"""
     r"""|[^\s,;&'"}\])]+""")
 #: ``--name value``: a command-line flag and its value as the next word.
-_FLAG_VALUE = re.compile(r"""(?<![\w\-])(?P<name>--[A-Za-z][\w\-]*)(?P<sep>\s+)(?P<value>[^\s\-'"][^\s'"]*)""")
+#: Quoted (``--password 'two words'``), and also on the next line after a ``\\`` continuation.
+_FLAG_VALUE = re.compile(r"""(?<![\w\-])(?P<name>--[A-Za-z][\w\-]*)(?P<sep>(?:\s|\\\n)+)"""
+                         r"""(?P<value>"[^"\n]*"?|'[^'\n]*'?|[^\s\-'"][^\s'"]*)""")
 #: Exception and warning class names that hold a secret marker (``KeyError: 'x'``) name no secret.
 _EXCEPTION_NAME = re.compile(r"(?:Error|Exception|Warning|Interrupt)$", re.IGNORECASE)
 #: Markers whose variables are secret whatever their value looks like (a numeric PIN too).
@@ -184,11 +194,11 @@ _AUTH_SCHEME = re.compile(
 #: user is kept. Only after ``curl`` and within its next 16 words: ``docker run -u 1000:1000``
 #: is a user and group.
 _CURL_USER = re.compile(
-    r"\bcurl(?:\s+[^\s|;&]+){0,16}?\s+(?:-u\s*|-U\s*|--(?:proxy-)?user(?:\s+|=))"
+    r"\bcurl(?:\s+[^\s|;&]+){0,16}?\s+(?:-u\s*|-U\s*|--(?:proxy-)?user(?:\s+|=))(?:\\\n\s*)?"
     r"""(?:(?P<q>['"])[^:'"\n]+:(?P<quoted>[^'"\n]+)(?P=q)|[^\s:'"]+:(?P<value>[^\s'"]+))""")
 #: ``sshpass -p password`` (after up to 8 other options).
 _SSHPASS = re.compile(
-    r"""\bsshpass(?:\s+-[^\sp]\S*){0,8}\s+-p\s*(?P<value>'[^'\n]*'|"[^"\n]*"|[^\s'"]+)""")
+    r"""\bsshpass(?:\s+-[^\sp]\S*){0,8}\s+-p\s*(?:\\\n\s*)?(?P<value>'[^'\n]*'|"[^"\n]*"|[^\s'"]+)""")
 #: The markers of a PEM private key block (``RSA``, ``EC``, ``OPENSSH``, ``ENCRYPTED``, PGP's
 #: ``... PRIVATE KEY BLOCK``): what lies between them is the key.
 _KEY_BEGIN = re.compile(r"-----BEGIN (?:[A-Z0-9]+ ){0,4}PRIVATE KEY(?: BLOCK)?-----")
@@ -219,10 +229,17 @@ def _secret_name(name: str) -> bool:
 
 def _value_span(value: re.Match) -> tuple[int, int]:
     """The value's span, inside its quotes when it is quoted."""
-    start, end = value.span()
-    text = value.group()
-    if text[:1] in ("'", '"') and len(text) > 1 and text[-1] == text[0]:
-        return start + 1, end - 1
+    return _unquoted_span(value, 0)
+
+
+def _unquoted_span(match: re.Match, group) -> tuple[int, int]:
+    """The span of ``match``'s ``group``, inside its quotes when quoted (after the opening
+    quote only when it was never closed)."""
+    start, end = match.span(group)
+    text = match.group(group)
+    if text[:1] in ("'", '"'):
+        closed = len(text) > 1 and text[-1] == text[0]
+        return start + 1, end - 1 if closed else end
     return start, end
 
 
@@ -246,7 +263,7 @@ def _secret_value_spans(text: str) -> list[tuple[int, int]]:
         covered = value.end()
     for flag in _FLAG_VALUE.finditer(text):
         if _secret_assignment(flag.group("name"), flag.group("value")):
-            spans.append(flag.span("value"))
+            spans.append(_unquoted_span(flag, "value"))
     return spans
 
 
@@ -274,9 +291,29 @@ def _redact_group(pattern: re.Pattern, text: str, *groups: str) -> str:
     return "".join(pieces) + text[written:] if pieces else text
 
 
+#: The header lines of an encrypted PEM key (RFC 1421), between its begin marker and its body.
+_KEY_HEADERS = ("Proc-Type:", "DEK-Info:")
+#: A word of a key's body: base64, at most its padding at the end.
+_BASE64_WORD = re.compile(r"[A-Za-z0-9+/]+={0,2}")
+
+
+def _key_line(line: str) -> bool:
+    """Whether ``line``, inside a key block whose end marker is not found yet, may be part
+    of the key: blank, a header, one base64 word, or ending with a base64 word of 16 or more
+    characters (a key printed through a logger, ``[rank0]: MIIEv...``). Any other line (a
+    traceback, ``step 1 ok``) ends the block: a begin marker quoted alone (``grep -q --
+    '-----BEGIN PRIVATE KEY-----' key.pem`` in a ``set -x`` log) hides no later line."""
+    words = line.split()
+    if not words or words[0] in _KEY_HEADERS:
+        return True
+    return _BASE64_WORD.fullmatch(words[-1]) is not None and (len(words) == 1 or len(words[-1]) >= 16)
+
+
 def _redact_key_blocks(text: str) -> tuple[str, bool]:
     """``text`` with the bodies of its PEM private key blocks redacted, and whether the last
-    block is still open at the end of ``text``. Linear: each marker is searched for once."""
+    block is still open at the end of ``text``. Linear: each marker is searched for once.
+    A block without its end marker is redacted to the end of its line and over the lines
+    after it that may be key (:func:`_key_line`)."""
     if "PRIVATE KEY" not in text:
         return text, False
     pieces, written = [], 0
@@ -284,7 +321,15 @@ def _redact_key_blocks(text: str) -> tuple[str, bool]:
         pieces += [text[written:begin.end()], REDACTED]
         end = _KEY_END.search(text, begin.end())
         if end is None:
-            return "".join(pieces), True
+            newline = text.find("\n", begin.end())
+            if newline < 0:
+                return "".join(pieces), True
+            lines = PrivateKeyLines()
+            lines.inside = True
+            rest = "\n".join(lines.scrub(line) for line in text[newline + 1:].split("\n"))
+            if lines.inside:  # all of it may be key: one redaction, as a closed block's
+                return "".join(pieces), True
+            return "".join(pieces) + "\n" + rest, False
         pieces.append(end.group())
         written = end.end()
     return "".join(pieces) + text[written:], False
@@ -298,22 +343,58 @@ def redact_private_keys(text: str) -> str:
     return _redact_key_blocks(text)[0]
 
 
+#: The first word of a line (quoted or not): a secret's value after a ``\\`` continuation.
+_FIRST_WORD = re.compile(r"""\s*(?P<word>"[^"\n]*"?|'[^'\n]*'?|\S+)""")
+#: Options whose value is a secret that is not named on its own line.
+_SECRET_OPTIONS = {"-p": "sshpass", "-u": "curl", "-U": "curl", "--user": "curl", "--proxy-user": "curl"}
+
+
+def _secret_continued(line: str) -> bool:
+    """Whether ``line`` ends with a secret's name or option and a ``\\`` continuation: its
+    value is the first word of the next line (``sshpass -p \\``, ``--password \\``)."""
+    stripped = line.rstrip()
+    if not stripped.endswith("\\"):
+        return False
+    words = stripped[:-1].split()
+    if not words:
+        return False
+    last = words[-1]
+    if last in _SECRET_OPTIONS:
+        return _SECRET_OPTIONS[last] in line
+    if last.startswith("--"):
+        return _secret_name(last)
+    return last.endswith(("=", ":")) and _secret_name(last.rstrip("=:"))
+
+
 class PrivateKeyLines:
-    """Redacts PEM private keys from text read one line at a time (a log): the lines
-    between a ``-----BEGIN ... PRIVATE KEY-----`` line and its end marker hold nothing
-    that says they are a key, so whether a block is open is carried from line to line."""
+    """Redacts, from text read one line at a time (a log), what only the lines before say
+    is a secret: PEM private keys (the lines between a ``-----BEGIN ... PRIVATE KEY-----``
+    line and its end marker hold nothing that says they are a key, so whether a block is
+    open is carried from line to line) and the value that a ``\\`` continuation moved to
+    the next line (``sshpass -p \\``, ``--password \\``)."""
 
     def __init__(self) -> None:
         self.inside = False
+        self.value_next = False
 
     def scrub(self, line: str) -> str:
-        """``line`` with what belongs to a private key replaced by :data:`REDACTED`."""
+        """``line`` with what belongs to a private key, or a secret value continued from
+        the line before, replaced by :data:`REDACTED`."""
+        continued, self.value_next = self.value_next, _secret_continued(line)
+        if continued and not self.inside and (word := _FIRST_WORD.match(line)) is not None:
+            line = line[:word.start("word")] + REDACTED + line[word.end("word"):]
+        return self._scrub_key(line)
+
+    def _scrub_key(self, line: str) -> str:
         if self.inside:
             end = _KEY_END.search(line)
             if end is None:
-                return REDACTED
+                if _key_line(line):
+                    return REDACTED
+                self.inside = False
+                return _redact_key_blocks(line)[0]
             self.inside = False
-            return REDACTED + end.group() + self.scrub(line[end.end():])
+            return REDACTED + end.group() + self._scrub_key(line[end.end():])
         line, self.inside = _redact_key_blocks(line)
         return line
 
