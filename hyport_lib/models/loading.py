@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from hyport_lib.models.families import ModelTraits, describe_config, read_config
+from hyport_lib.models.pretrained import SMOLLM2_NAME
 from hyport_lib.models.tiny import TINY_MODEL_NAME
 
 
@@ -140,18 +141,17 @@ def wants_video_processor(model_path: Optional[str]) -> tuple[str, Optional[bool
     """``(model type, whether its processor includes a video processor)`` for a model
     path, read from its config without loading anything; the flag is None when the
     model cannot be told (a hub id, a folder without a readable config)."""
-    import json
-
     import transformers
     from transformers.models.auto.processing_auto import PROCESSOR_MAPPING_NAMES
 
     text = str(model_path or "").strip()
     if text == TINY_MODEL_NAME:
         model_type = "llava"
+    elif text == SMOLLM2_NAME:
+        model_type = "llama"
     else:
         try:
-            model_type = str(json.loads((Path(text).expanduser() / "config.json").read_text(
-                encoding="utf-8")).get("model_type") or "")
+            model_type = str(read_config(Path(text).expanduser()).get("model_type") or "")
         except (OSError, ValueError, AttributeError):
             return "", None
     name = PROCESSOR_MAPPING_NAMES.get(model_type)

@@ -18,6 +18,7 @@ import re
 from pathlib import Path
 
 from hyport_lib.checkpoint_files.header import read_header
+from hyport_lib.models.pretrained import SMOLLM2_NAME, PretrainedUnavailable, ensure_smollm2
 from hyport_lib.models.tiny import TINY_MODEL_NAME, ensure_tiny_model
 from hyport_lib.npu_attention.names import backend_of
 
@@ -33,7 +34,8 @@ def check_model_path(model_path: str, *, param: str = "model_path", allow_downlo
     """The folder to load (absolute), ``model_path`` itself for an allowed hub id, or an error.
 
     Args:
-        model_path: ``tiny``, a folder, or (with ``allow_download``) a hub id.
+        model_path: ``tiny``, ``smollm2`` (the pretrained model in the kit), a folder, or
+            (with ``allow_download``) a hub id.
         param: the parameter's name, for messages.
         allow_download: pass a hub id through instead of refusing it.
         base: where a relative folder is looked up (default: the working directory).
@@ -50,6 +52,11 @@ def check_model_path(model_path: str, *, param: str = "model_path", allow_downlo
         raise ModelPathError(f"{param}: empty; give a model folder or 'tiny'")
     if text == TINY_MODEL_NAME:
         return str(ensure_tiny_model())
+    if text == SMOLLM2_NAME:  # converted once from the installed wheel into the cache
+        try:
+            return str(ensure_smollm2())
+        except PretrainedUnavailable as exc:
+            raise ModelPathError(str(exc)) from None
     path = Path(text).expanduser()
     if not path.is_absolute():
         path = Path(base or Path.cwd()) / path

@@ -31,6 +31,7 @@ from typing import Optional
 
 from transformers import Trainer, TrainerCallback
 
+from hyport_lib.models.tied_weights import retie
 from hyport_lib.models.training_inputs import IMAGE_MASK, IMAGE_STATES, image_states_of_rows, rows_seeing_images
 from hyport_lib.train.checkpoints import MARKER, SAVING_MARKER, write_marker
 from hyport_lib.train.packing import COUNT_KEYS
@@ -80,6 +81,13 @@ class CountingTrainer(Trainer):
         self.save_seconds = 0.0
         raw = os.environ.get(NAN_FAULT_ENV, "").strip()
         self._nan_step = int(raw) if raw.isdigit() else None
+
+    def _save(self, output_dir: Optional[str] = None, state_dict=None):
+        # Under DeepSpeed the Trainer saves accelerate's copies of the tensors, which hide
+        # tied weights from save_pretrained: a checkpoint would hold lm_head twice.
+        if state_dict is not None:
+            retie(self.accelerator.unwrap_model(self.model), state_dict)
+        super()._save(output_dir, state_dict=state_dict)
 
     def training_step(self, model, inputs, *args, **kwargs):
         loss = super().training_step(model, inputs, *args, **kwargs)

@@ -146,6 +146,9 @@ def _compare(role: str, folder: str, state: dict, trust_remote_code: bool) -> di
     with torch.no_grad():  # DeepSpeed's tensors may require grad
         rows = _rows(insp, state)
     seen = {r["model name"] for r in rows if r["status"] != "only in file"}
+    # zero_to_fp32 lists a tied weight under both names; the files hold it once (as
+    # save_pretrained writes a tied model): its target is no tensor missing from them.
+    seen |= {target for target, source in insp.names.tied.items() if source in seen and target in state}
     differing = [r["tensor"] for r in rows if r["status"] not in ("match", "only in file")]
     compared = [r for r in rows if r["max |cast − saved|"] is not None]
     return {"role": role, "folder": folder, "compared": len(compared),
