@@ -35,7 +35,7 @@ from libcst.codemod import CodemodContext
 from libcst.codemod.visitors import AddImportsVisitor
 from libcst.metadata import MetadataWrapper, PositionProvider
 
-from hyport_lib.port.segments import SourcePlan, UnparsableSource, plan
+from hyport_lib.port.segments import SourcePlan, UnparsableSource, parse, plan
 
 GENERATED_MODULE = "flash_attn_ascend"
 
@@ -322,8 +322,11 @@ class PortTransformer(cst.CSTTransformer):
             other = [a for a in updated_node.args if a not in device_args]
             helper_args = [a.with_changes(keyword=None, equal=cst.MaybeSentinel.DEFAULT)
                            for a in device_args]
-            new = cst.Call(func=cst.Attribute(value=func.value, attr=cst.Name("to")),
-                           args=[cst.Arg(_call_helper("accelerator_device", *helper_args)), *other])
+            # the call's own parentheses and the dot's whitespace stay: `(x\n .cuda())` and
+            # `1 .cuda()` are Python only with them
+            new = updated_node.with_changes(
+                func=func.with_changes(attr=cst.Name("to")),
+                args=[cst.Arg(_call_helper("accelerator_device", *helper_args)), *other])
             return self._change(original_node, new, "cuda_call", "accelerator_device")
         return updated_node
 
@@ -482,10 +485,16 @@ def port_python(source: str, rel: str, *, relative: bool) -> FileResult:
         changes += done.changes
         manual |= set(done.manual)
         helpers |= done.helpers
-    if helpers:
-        count = source_plan.header_count
-        texts[:count] = [_add_helper_imports("".join(texts[:count]), helpers, relative)]
-    code = "".join(texts)
+    try:
+        if helpers:
+            count = source_plan.header_count
+            texts[:count] = [_add_helper_imports("".join(texts[:count]), helpers, relative)]
+        code = "".join(texts)
+        if code != source:
+            parse(code)  # never write a port that is not Python
+    except (cst.ParserSyntaxError, UnparsableSource) as exc:
+        raise UnparsableSource(f"the rewrite would not be Python ({str(exc).splitlines()[0]}): "
+                               "please report it") from None
     return FileResult(code if code != source else None,
                       sorted(changes, key=lambda c: (c.line, c.kind)),
                       sorted(manual, key=lambda m: (m.line, m.kind)))

@@ -26,8 +26,10 @@ With consent :func:`prove_port_in_child` runs the proof in a fresh interpreter
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
+import signal
 import sys
 import tempfile
 import time
@@ -41,6 +43,7 @@ from hyport_lib.processes import (describe_exit, feed, finish, has_exited, kill_
                                   last_exception, read_log_tail, reap_leftovers, start_child,
                                   stop_all)
 from hyport_lib.utils.bounded_files import UnreadableFile, read_text
+from hyport_lib.utils.printable import printable
 from hyport_lib.utils.redact import child_environ, scrub_secret_shapes, scrub_text
 
 #: The proof's time limit when none is given: the three vendored models prove in 5-40 s
@@ -53,6 +56,11 @@ POLL_S = 0.05
 MAX_RESULT_BYTES = 16 * 1024 * 1024
 #: The step of a child that died before the proof told its first one.
 STARTING = "the child's start (before the proof began)"
+#: The most the child may print: past it its process group is killed (a model printing
+#: in a loop would fill the disk before the time limit), and only the log's tail is kept.
+MAX_LOG_BYTES = 64 * 1024 * 1024
+LOG_TAIL_BYTES = 64 * 1024
+_PR_SET_CHILD_SUBREAPER, _PR_GET_CHILD_SUBREAPER = 36, 37
 
 
 def files_the_proof_imports(src: os.PathLike | str, dst: os.PathLike | str) -> tuple[list[str], list[str]]:
@@ -76,8 +84,10 @@ def proof_not_run(src: os.PathLike | str, dst: os.PathLike | str, allow: str) ->
 
 
 def scrub(text: str, environ: Optional[Mapping[str, str]] = None) -> str:
-    """``text`` without secret values of the environment nor secrets by their shape."""
-    return scrub_secret_shapes(scrub_text(text, environ))
+    """``text`` without secret values of the environment nor secrets by their shape, nor
+    terminal escapes or control characters (shown as ``\\xNN``). NUL characters are
+    dropped first: a secret printed in UTF-16 is its letters between NULs."""
+    return printable(scrub_secret_shapes(scrub_text(text.replace("\x00", ""), environ)), keep="\t\n")
 
 
 def _scrub_strings(item, environ):
@@ -118,20 +128,24 @@ def _read_small(path: Path) -> Optional[str]:
 
 def child_outcome(result_path: Path, phase_path: Path, log_path: Path, code: Optional[int],
                   timed_out: bool, timeout_s: float, timeout_setting: str,
-                  environ: Optional[Mapping[str, str]] = None) -> PortProof:
+                  environ: Optional[Mapping[str, str]] = None, too_loud: bool = False) -> PortProof:
     """The proof a finished child leaves: its result, else a FAIL saying how it ended.
 
     Args:
         code: the child's exit status (negative: killed by that signal).
         timed_out: the parent stopped it at ``timeout_s``.
         timeout_setting: the flag or parameter that sets the limit, for the message.
+        too_loud: the parent stopped it when it had printed :data:`MAX_LOG_BYTES`.
     """
     try:
         phase = _read_small(phase_path) or STARTING
-        text = None if timed_out else _read_small(result_path)
+        text = None if timed_out or too_loud else _read_small(result_path)
     except UnreadableFile as exc:  # a FIFO or a huge file planted by the model code
         return PortProof(verdict="FAIL", error=scrub(f"the proof's result is unreadable: {exc}", environ))
-    if timed_out:
+    if too_loud:
+        error = (f"the proof printed more than {MAX_LOG_BYTES >> 20} MiB during {phase}: its "
+                 "process group was killed")
+    elif timed_out:
         error = (f"the proof ran past its time limit of {timeout_s:g} s ({timeout_setting}) during "
                  f"{phase}: its process group was killed")
     elif text is not None:
@@ -185,22 +199,107 @@ def prove_port_in_child(src: os.PathLike | str, dst: os.PathLike | str, *, dtype
                               "dtype": dtype, "seed": seed, "config_overrides": config_overrides or {},
                               "result": str(result_path), "phase": str(phase_path)}).encode() + b"\n"
         cmd = [sys.executable, "-B", "-P", "-m", "hyport_lib.port.proof_child"]
-        child = start_child(cmd, env=_child_environment(), log_path=log_path, payload=payload,
-                            timeout_s=timeout_s, cwd=work, name="port proof")
-        timed_out = False
+        reaper = _Adopter()
         try:
-            while not has_exited(child.proc):
-                feed(child)
-                if time.monotonic() >= child.deadline:
-                    kill_groups([child], KILL_GRACE_S)
-                    timed_out = True
-                    break
-                time.sleep(POLL_S)
-            if not timed_out:
-                reap_leftovers(child)  # whatever the model code started and left behind
-            code = finish(child)
+            child = start_child(cmd, env=_child_environment(), log_path=log_path, payload=payload,
+                                timeout_s=timeout_s, cwd=work, name="port proof")
+            timed_out = too_loud = False
+            try:
+                while not has_exited(child.proc):
+                    feed(child)
+                    timed_out = time.monotonic() >= child.deadline
+                    too_loud = _size(log_path) > MAX_LOG_BYTES
+                    if timed_out or too_loud:
+                        kill_groups([child], KILL_GRACE_S)
+                        break
+                    time.sleep(POLL_S)
+                if not (timed_out or too_loud):
+                    reap_leftovers(child)  # whatever the model code started and left behind
+                _keep_tail(log_path)
+                code = finish(child)
+            finally:
+                if child.proc.returncode is None:  # interrupted (Ctrl-C): leave nothing behind
+                    stop_all([child], 0.0)
         finally:
-            if child.proc.returncode is None:  # interrupted (Ctrl-C): leave nothing behind
-                stop_all([child], 0.0)
+            reaper.kill_adopted()  # what left the group (setsid) and outlived the child
         return child_outcome(result_path, phase_path, log_path, code, timed_out, timeout_s,
-                             timeout_setting)
+                             timeout_setting, too_loud=too_loud)
+
+
+def _size(path: Path) -> int:
+    try:
+        return os.stat(path).st_size
+    except OSError:
+        return 0
+
+
+def _keep_tail(log_path: Path) -> None:
+    """Replace a log longer than :data:`LOG_TAIL_BYTES` by its tail (only the tail is read
+    back), so that scrubbing it never reads what the model code printed in bulk."""
+    if _size(log_path) <= LOG_TAIL_BYTES:
+        return
+    with open(log_path, "rb") as log:
+        log.seek(-LOG_TAIL_BYTES, os.SEEK_END)
+        tail = log.read(LOG_TAIL_BYTES)
+    kept = log_path.with_name(log_path.name + ".tail")
+    kept.write_bytes(tail)
+    os.replace(kept, log_path)
+
+
+class _Adopter:
+    """Makes this process the reaper of the proof's orphans (Linux's
+    ``PR_SET_CHILD_SUBREAPER``) while the proof runs: a process the model code starts in
+    a session of its own (``os.setsid``) leaves the child's process group, and would
+    outlive the proof; it is adopted by this process when the child ends, and killed."""
+
+    def __init__(self) -> None:
+        self._libc = None
+        self._was = ctypes.c_int(0)
+        self._before: set[int] = set()
+        if not sys.platform.startswith("linux"):
+            return
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            if libc.prctl(_PR_GET_CHILD_SUBREAPER, ctypes.byref(self._was), 0, 0, 0) != 0 \
+                    or libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
+                return
+        except (OSError, AttributeError):
+            return
+        self._libc = libc
+        self._before = _children()
+
+    def kill_adopted(self) -> None:
+        """SIGKILL and reap every child of this process started since (an adopted orphan:
+        the proof's child itself is reaped already), theirs too; then the reaper setting
+        back as it was."""
+        if self._libc is None:
+            return
+        try:
+            for _ in range(1000):  # each round adopts the children of the last one killed
+                adopted = _children() - self._before
+                if not adopted:
+                    break
+                for pid in adopted:
+                    try:
+                        os.kill(pid, signal.SIGKILL)  # ours, not reaped: the pid is still its own
+                        os.waitpid(pid, 0)
+                    except (ProcessLookupError, ChildProcessError):
+                        pass
+        finally:
+            self._libc.prctl(_PR_SET_CHILD_SUBREAPER, self._was.value, 0, 0, 0)
+
+
+def _children() -> set[int]:
+    """The pids whose parent is this process (``/proc``)."""
+    me, found = os.getpid(), set()
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as handle:
+                fields = handle.read().rsplit(b")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if int(fields[1]) == me:
+            found.add(int(name))
+    return found

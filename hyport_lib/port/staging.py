@@ -5,15 +5,19 @@ so no half-written port is ever seen under DST's name. The folder is removed on 
 exit Python sees (an error, Ctrl-C, SIGTERM, SIGHUP); a SIGKILL (or a power cut) leaves
 it, so each port first removes the staging folders that an earlier port left in the
 same place: only folders named as this module names them
-(``.DST.hyport-staging-PID-START-XXXX``), owned by this user, and only when their port's
-process is gone (no process PID, or one started at another time than START: the PID
-was reused).
+(``.DST.hyport-staging-HOST-PID-START-XXXX``), owned by this user, made on this host (HOST:
+a digest of the host name and the PID namespace; a folder on a shared file system may
+belong to a port running on another machine or in a container, whose PID means nothing
+here), and only when their port's process is gone (no process PID, or one started at
+another time than START: the PID was reused).
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
+import socket
 import shutil
 import stat
 import tempfile
@@ -22,7 +26,17 @@ from typing import Optional
 
 from hyport_lib.utils.signals import shielded
 
-_STAGING = re.compile(r"^\..*\.hyport-staging-(\d+)-(\d+)-[A-Za-z0-9_]+$")
+_STAGING = re.compile(r"^\..*\.hyport-staging-(?:(?P<host>[0-9a-f]{8})-)?(?P<pid>\d+)-(?P<start>\d+)"
+                      r"-[A-Za-z0-9_]+$")
+
+
+def host_id() -> str:
+    """8 hex digits naming this host and PID namespace: where a PID means this process."""
+    try:
+        namespace = os.readlink("/proc/self/ns/pid")
+    except OSError:
+        namespace = ""
+    return hashlib.sha256(f"{socket.gethostname()}\0{namespace}".encode()).hexdigest()[:8]
 
 
 def _start_ticks(pid: int) -> Optional[int]:
@@ -57,7 +71,7 @@ def _reused(pid: int, start: int) -> bool:
 def make_staging(target: Path) -> Path:
     """A new, empty staging folder for ``target``, named for :func:`remove_stale`."""
     pid = os.getpid()
-    prefix = f".{target.name}.hyport-staging-{pid}-{_start_ticks(pid) or 0}-"
+    prefix = f".{target.name}.hyport-staging-{host_id()}-{pid}-{_start_ticks(pid) or 0}-"
     staging = Path(tempfile.mkdtemp(prefix=prefix, dir=target.parent))
     # mkdtemp makes it private (0700); the port gets the mode any new folder gets
     umask = os.umask(0)
@@ -80,15 +94,15 @@ def _already_gone(function, path, exc_info) -> None:
 def remove_stale(folder: Path) -> list[str]:
     """Remove the staging folders in ``folder`` left by ports whose process is gone;
     their paths."""
-    removed = []
+    removed, here = [], host_id()
     try:
         names = os.listdir(folder)
     except OSError:
         return removed  # no folder (yet) or none to read: nothing left there by a port
     for name in sorted(names):
         match = _STAGING.match(name)
-        if not match:
-            continue
+        if not match or match.group("host") not in (None, here):
+            continue  # another host's (its PID means nothing here)
         path = folder / name
         try:
             info = os.lstat(path)
@@ -96,7 +110,7 @@ def remove_stale(folder: Path) -> list[str]:
             continue  # removed meanwhile (by another port)
         if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid():
             continue
-        if owner_gone(int(match.group(1)), int(match.group(2))):
+        if owner_gone(int(match.group("pid")), int(match.group("start"))):
             remove_staging(path)
             removed.append(str(path))
     return removed

@@ -29,6 +29,7 @@ from hyport_lib.triage.catalogue import ERROR, recognise
 from hyport_lib.triage.discovery import cann_logs, find_logs
 from hyport_lib.triage.model import Finding, Place, Triage, Unrecognised
 from hyport_lib.triage.reading import MAX_BYTES, DeadlinePassed, plan_reading, read_lines
+from hyport_lib.utils.printable import printable as printable_text
 from hyport_lib.utils.redact import PrivateKeyLines, scrub_secret_shapes, scrub_text
 
 #: Seconds one triage reads at most (the byte budget alone does not bound the time: a
@@ -36,25 +37,12 @@ from hyport_lib.utils.redact import PrivateKeyLines, scrub_secret_shapes, scrub_
 MAX_SECONDS = 120.0
 #: Files named in a note about what the time limit left unread.
 _NAMED_UNREAD = 5
-#: A terminal escape sequence: CSI (colours, cursor moves: ``ESC [ ... final``), OSC (title,
-#: hyperlink: ``ESC ] ... BEL`` or ``ESC ] ... ESC \``) or a two-character escape. Bounded
-#: repetitions, so that a line of unterminated escapes stays linear.
-_ESCAPE_SEQUENCE = re.compile(
-    r"\x1b(?:\[[0-?]{0,64}[ -/]{0,16}[@-~]|\][^\x07\x1b]{0,4096}(?:\x07|\x1b\\)|[@-Z\\-_])"
-    r"|\x9b[0-?]{0,64}[ -/]{0,16}[@-~]")
-#: Control characters left once the sequences are gone, but tab (and carriage return, which
-#: :func:`visible` splits progress bars on): C0, DEL and C1.
-_CONTROL = re.compile(r"[\x00-\x08\x0a-\x0c\x0e-\x1f\x7f-\x9f]")
-_ANY_CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f-\x9f]")
 
 
 def printable(text: str) -> str:
-    """``text`` safe to print on a terminal: escape sequences removed (a log's colours),
-    other control characters but tab and carriage return shown as ``\\xNN``."""
-    if _ANY_CONTROL.search(text) is None:
-        return text
-    text = _ESCAPE_SEQUENCE.sub("", text)
-    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+    """``text`` safe to print on a terminal (:func:`hyport_lib.utils.printable.printable`),
+    tab and carriage return kept (:func:`visible` splits progress bars on the latter)."""
+    return printable_text(text, keep="\t\r")
 
 
 def printable_name(text: str) -> str:
