@@ -12,6 +12,7 @@ import socket
 from typing import Iterable, Mapping, Optional
 
 from hyport_lib.devices.records import Check
+from hyport_lib.utils.printable import printable
 
 #: Packages every stage needs; a missing one FAILs the environment check.
 REQUIRED_PACKAGES = ("torch", "transformers", "accelerate", "safetensors", "tokenizers",
@@ -187,6 +188,7 @@ def check_video_processors(transformers_version: Optional[str], torchvision_prob
     loads their image side alone. WARN when the model at hand has such a processor (or
     cannot be told); a model without one needs no torchvision."""
     name = "video_processors"
+    model_type = printable(model_type)  # read from the model's config.json
     if torchvision_problem is None:
         return Check(name, "PASS", "torchvision imports: processors load whole, video part included")
     families = ("the video processors of Qwen2-VL / Qwen2.5-VL / Qwen3-VL, LLaVA-OneVision and "

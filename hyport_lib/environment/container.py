@@ -36,6 +36,7 @@ from hyport_lib.environment.driver_versions import DriverVersions
 from hyport_lib.environment.tree_files import MAX_PROC_BYTES, read_optional
 from hyport_lib.environment.tree_paths import is_machine_root, present, under
 from hyport_lib.utils.bounded_files import kind_of
+from hyport_lib.utils.printable import printable
 
 #: Files whose presence says "container", relative to the root.
 #: containerd (Kubernetes) writes neither file; a pod gets its service account's folder.
@@ -148,7 +149,7 @@ def ascend_signs(root: Path) -> list[str]:
     """Paths under ``root`` that show Ascend software or devices (empty on a plain host)."""
     signs = [p for p in ("/usr/local/Ascend", "/dev/davinci_manager") if present(root, p)]
     if present(root, "/dev"):
-        signs += sorted(f"/dev/{p.name}" for p in under(root, "dev").glob("davinci[0-9]*"))[:1]
+        signs += sorted(printable(f"/dev/{p.name}") for p in under(root, "dev").glob("davinci[0-9]*"))[:1]
     return signs
 
 

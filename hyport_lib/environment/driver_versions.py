@@ -33,7 +33,8 @@ from hyport_lib.devices.records import Check
 from hyport_lib.environment.compat import normalise_cann
 from hyport_lib.environment.tree_files import MAX_VERSION_BYTES, is_absent, refusal, tree_file
 from hyport_lib.utils.bounded_files import UnreadableFile, read_text
-from hyport_lib.utils.redact import is_secret_name
+from hyport_lib.utils.printable import printable
+from hyport_lib.utils.redact import is_secret_name, scrub_secret_shapes
 
 DRIVER_VERSION_FILE = "usr/local/Ascend/driver/version.info"
 FIRMWARE_VERSION_FILE = "usr/local/Ascend/firmware/version.info"
@@ -91,13 +92,15 @@ class DriverVersions:
 
 
 def parse_version_info(text: str) -> dict[str, str]:
-    """``key=value`` lines of a ``version.info``; blank, comment and secret-named lines dropped."""
+    """``key=value`` lines of a ``version.info``; blank, comment and secret-named lines dropped,
+    the values shown without terminal escapes or secret-shaped text (a tree's file may hold
+    either, and the values go into the report as they are)."""
     values: dict[str, str] = {}
     for line in text.splitlines():
         key, sep, value = line.partition("=")
         key = key.strip()
         if sep and key and not key.startswith("#") and not is_secret_name(key):
-            values[key] = value.strip().strip('"')
+            values[key] = printable(scrub_secret_shapes(value.strip().strip('"')))
     return values
 
 

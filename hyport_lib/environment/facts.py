@@ -26,7 +26,8 @@ from hyport_lib.environment.tree_files import (MAX_CONFIG_BYTES, MAX_VERSION_BYT
                                                regular_file_in_tree)
 from hyport_lib.utils.bounded_files import UnreadableFile, open_regular, read_text
 from hyport_lib.utils.imports import try_import
-from hyport_lib.utils.redact import filter_environ, is_secret_name
+from hyport_lib.utils.printable import printable
+from hyport_lib.utils.redact import filter_environ, is_secret_name, scrub_secret_shapes
 
 #: Variables collected by prefix, and by name (docs/ascend_field_notes.md).
 ENV_PREFIXES = ("ASCEND_", "HCCL_", "PYTORCH_NPU_", "TORCH_", "NPU_", "CUDA_", "NCCL_", "DS_",
@@ -39,6 +40,10 @@ DEFAULT_ASCEND_ROOT = Path("/usr/local/Ascend")
 #: The head of /proc/cpuinfo read for the model name: it is in the first processor's block,
 #: and the whole file of a many-core host runs to megabytes.
 CPUINFO_HEAD_BYTES = 64 << 10
+#: The most values (and nesting levels) of accelerate's config kept in the report: a real
+#: one has a few dozen; YAML aliases can make a 1 KB file stand for a billion values.
+MAX_CONFIG_VALUES = 2000
+MAX_CONFIG_DEPTH = 16
 
 
 def collect_system() -> dict:
@@ -210,7 +215,35 @@ def _accelerate_config() -> Optional[dict]:
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        return {"path": str(path), "error": f"{type(exc).__name__}: {exc}"}
+        return {"path": str(path), "error": printable(f"{type(exc).__name__}: {exc}")}
+    except RecursionError:
+        return {"path": str(path), "error": f"{path}: nested too deeply to be read"}
     if not isinstance(data, dict):
         return {"path": str(path)}
-    return {"path": str(path), **{k: v for k, v in data.items() if not is_secret_name(str(k))}}
+    try:
+        return {"path": str(path), **_config_shown(data, [MAX_CONFIG_VALUES], MAX_CONFIG_DEPTH)}
+    except ValueError as exc:
+        return {"path": str(path), "error": f"{path}: {exc}"}
+
+
+def _config_shown(value, budget: list[int], depth: int):
+    """A config's value as the report shows it: secret-named keys dropped at every level,
+    text without secret shapes or terminal escapes, other scalars as they are.
+
+    Raises:
+        ValueError: more than :data:`MAX_CONFIG_VALUES` values (aliases expanding) or
+            :data:`MAX_CONFIG_DEPTH` levels.
+    """
+    budget[0] -= 1
+    if budget[0] < 0:
+        raise ValueError(f"more than {MAX_CONFIG_VALUES} values (YAML aliases expanding?), not shown")
+    if isinstance(value, (dict, list)) and depth <= 0:
+        raise ValueError(f"nested deeper than {MAX_CONFIG_DEPTH} levels, not shown")
+    if isinstance(value, dict):
+        return {_config_shown(str(k), budget, depth): _config_shown(v, budget, depth - 1)
+                for k, v in value.items() if not is_secret_name(str(k))}
+    if isinstance(value, list):
+        return [_config_shown(v, budget, depth - 1) for v in value]
+    if isinstance(value, str):
+        return printable(scrub_secret_shapes(value))
+    return value if isinstance(value, (bool, int, float, type(None))) else printable(str(value))

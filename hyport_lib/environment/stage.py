@@ -135,7 +135,7 @@ def run(plan: Plan, *, on_progress: Optional[Callable[[Step], None]] = None) -> 
         C.check_hccl_env(kind, environ),
         C.check_flash_attn(kind, is_flash_attn_available(), versions["flash_attn"]),
         C.check_video_processors(versions.get("transformers"), torchvision_problem(),
-                                 *wants_video_processor(params.model_path)),
+                                 *_video_processor_wanted(params.model_path)),
         C.check_bf16(backend),
         *check_host_memory(kind, wanted, system, params.ram_gb_per_card, params.shm_gb_per_card),
         *findings.checks,
@@ -151,6 +151,15 @@ def run(plan: Plan, *, on_progress: Optional[Callable[[Step], None]] = None) -> 
         device_tool_output=scrub_text(listing.raw) if listing.raw else None,
         collected_at=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         elapsed_s=round(time.perf_counter() - started, 3))
+
+
+def _video_processor_wanted(model_path) -> tuple[str, Optional[bool]]:
+    """:func:`wants_video_processor`, or "cannot be told" for a config.json nested past
+    Python's recursion limit (a JSON document of ``[[[...]]]``: RecursionError)."""
+    try:
+        return wants_video_processor(model_path)
+    except RecursionError:
+        return "", None
 
 
 def container_and_driver(plan: Plan, environ: dict, listing, cann: dict,

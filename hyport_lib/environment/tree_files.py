@@ -21,6 +21,7 @@ from typing import Optional
 
 from hyport_lib.environment.tree_paths import under
 from hyport_lib.utils.bounded_files import UnreadableFile, check_regular, read_text
+from hyport_lib.utils.printable import printable
 
 #: ``/proc`` files (``cgroup``, ``mountinfo``, ``mounts``): they report a size of 0, the
 #: bound is on the bytes read; 1 MiB holds thousands of mount lines.
@@ -62,8 +63,9 @@ def is_absent(exc: UnreadableFile) -> bool:
 
 
 def refusal(exc: UnreadableFile) -> str:
-    """``PATH: cannot be read: WHY`` in one line; a permission refusal says what to do."""
-    line = f"{exc.path}: cannot be read: {exc.reason}"
+    """``PATH: cannot be read: WHY`` in one line (the tree's names without terminal escapes);
+    a permission refusal says what to do."""
+    line = printable(f"{exc.path}: cannot be read: {exc.reason}")
     if exc.errno in (errno.EACCES, errno.EPERM):
         line += " (run as a user who may read it: the driver's and CANN's files are root's)"
     return line
