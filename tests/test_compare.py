@@ -366,6 +366,9 @@ def test_model_level_tiny_model_pass(monkeypatch):
     assert m.top1_agreement == 1.0 and m.greedy_identical and m.new_tokens == 4
     assert m.max_abs_logits < 1e-3 and 0 <= m.kl_divergence < 1e-6
     assert m.positions > 0
+    # random weights: greedy answers and perplexity would mean nothing, and the record says so
+    assert m.behaviour["meaningful"] is False and m.behaviour["pairs"] == []
+    assert m.behaviour["why"] == "random weights: not meaningful (the embedded tiny model)"
 
 
 def test_model_level_catches_a_broken_attention(monkeypatch):
@@ -563,3 +566,26 @@ def test_the_model_check_loads_remote_code_only_when_asked_with_the_shim_in_plac
 
 def type_module(qualified: str) -> str:
     return qualified.rsplit(".", 1)[0]
+
+
+def test_behaviour_on_flat_logits_is_not_meaningful_and_is_drawn_in_one_line():
+    """A random-weight model other than the tiny one is recognised by its flat logits."""
+    from hyport_lib.attention.behaviour_view import blog_lines, glance_row
+    from hyport_lib.drafting.draft import Draft
+
+    record = {"behaviour": {"meaningful": False, "why": "random weights: not meaningful (flat logits)"}}
+    assert glance_row(record) == [("behaviour", "random weights: not meaningful (flat logits)")]
+    lines = blog_lines(record, Draft(lang="en"))
+    assert lines[0].startswith("Behaviour (greedy answers, perplexity) not compared: random weights")
+    real = {"behaviour": {"meaningful": True, "new_tokens": 32, "prompts": ["Capital?"],
+                          "eager_answers": ["Paris."], "top1_probability": 0.6, "pairs": [
+                              {"label": "hyport_npu_emulated, float32", "dtype": "float32", "identical": True,
+                               "answers": ["Paris."], "perplexity": 4.77, "eager_perplexity": 4.77},
+                              {"label": "NPU emulation, bfloat16", "dtype": "bfloat16", "identical": False,
+                               "answers": ["Lyon."], "perplexity": 4.8, "eager_perplexity": 4.82,
+                               "first_difference": {"prompt": 0, "token": 0, "eager": "Paris", "swapped": "Lyon"}}]}}
+    said = glance_row(real)[0][1]
+    assert said.startswith("32-token answers: hyport_npu_emulated, float32: identical; NPU emulation")
+    assert "prompt 0, token 0: 'Paris' → 'Lyon'" in said
+    text = "\n".join(blog_lines(real, Draft(lang="zh")))
+    assert "Paris." in text and "4.82 → 4.8" in text

@@ -15,6 +15,7 @@ from typing import Optional
 
 import torch
 
+from hyport_lib.attention.behaviour import Behaviour, compare_behaviour
 from hyport_lib.attention.implementations import device_label
 from hyport_lib.models.attention_proof import sdpa_refusal
 from hyport_lib.models.generation import load_model
@@ -68,6 +69,9 @@ class ModelComparison:
     sliding_window: Optional[int] = None
     packed_detail: str = ""
     packed_refused: bool = False  # the packed row was refused or raised (said in packed_detail)
+    # Greedy answers and perplexity against eager (attention/behaviour.py); on random
+    # weights it only says why it is not meaningful.
+    behaviour: Optional[dict] = None
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -209,6 +213,19 @@ def _compare(result: ModelComparison, model_path: str, registered: dict, name: s
     result.new_tokens = int(ge.shape[1] - inputs["input_ids"].shape[1])
     result.positions = int(real.sum())
     _compare_packed_row(result, eager, swapped, loaded)
+
+    def load_pair(other: str) -> tuple:
+        with _quiet_loading():
+            return tuple(load_model(InferenceConfig(**{**common, "dtype": other}, attn_implementation=a))[0]
+                         for a in ("eager", name))
+
+    try:
+        result.behaviour = compare_behaviour(
+            model_path, eager, swapped, loaded, f"{name}, {dtype}", load_pair, dtype,
+            bf16_label=f"{'npu_fusion_attention' if result.backend == 'npu' else 'NPU emulation'}, bfloat16"
+        ).to_dict()
+    except Exception as exc:  # the logits' verdict stands; the record says why this part is missing
+        result.behaviour = Behaviour(False, f"not compared: {type(exc).__name__}: {exc}").to_dict()
     result.verdict, result.detail = _model_verdict(result, active, name)
     if "not applicable" in result.batch:
         result.detail += f"; compared {result.batch}"
@@ -310,6 +327,11 @@ def _model_verdict(result: ModelComparison, active: str, name: str) -> tuple[str
     verdict, detail = _padded_verdict(result, active, name, tol)
     if verdict != "PASS":
         return verdict, detail
+    same_dtype = ((result.behaviour or {}).get("pairs") or [None])[0]
+    if same_dtype and not same_dtype.get("identical"):
+        diff = same_dtype.get("first_difference") or {}
+        return "WARN", (f"{detail}; on real weights the swap's greedy answer differs from eager's at "
+                        f"token {diff.get('token')} of prompt {diff.get('prompt')}")
     packed_said = (f"; {result.packed_detail}: max |Δ logits| {packed:.1e}" if packed is not None
                    else f"; {result.packed_detail}" if result.packed_detail else "")
     return "PASS", detail + packed_said

@@ -40,6 +40,12 @@ PHRASES = {
                       "tokens agree on a share of {top1}, greedy output identical: {greedy}, and the "
                       "swapped attention ran {calls} time(s) per forward pass."),
         "att_model_verdict": "The model-level check's verdict:",
+        "att_behaviour": ("And its behaviour, on real weights: greedy answers of {tokens} new tokens "
+                          "to {prompts} prompts and the perplexity of a fixed text, each swapped model "
+                          "against eager attention in the same dtype."),
+        "att_behaviour_not": "Behaviour (greedy answers, perplexity) not compared: {why}.",
+        "prompt": "Prompt", "eager_answer": "Eager's answer", "pair": "Swapped",
+        "identical": "Identical", "first_diff": "First difference", "ppl": "Perplexity (eager → swapped)",
         "heatmap_alt": "Attention error heatmap",
         "heatmap_caption": "Errors of each case against float64 ({label}).",
         "port_intro": ("Then the port itself, made by `hyport port` on a copy of the code: {changes} "
@@ -85,6 +91,11 @@ PHRASES = {
                       "{dlogits}，首选词一致的比例为 {top1}，贪心解码输出完全一致：{greedy}；每次前向"
                       "中替换后的注意力被调用 {calls} 次。"),
         "att_model_verdict": "模型层面检查的结论（工具记录的英文原文）：",
+        "att_behaviour": ("再看行为（真实权重）：对 {prompts} 个提示各贪心生成 {tokens} 个新词，并计算一段固定文本的"
+                          "困惑度；每个替换后的模型都与同一精度下的 eager 注意力对比。"),
+        "att_behaviour_not": "未比较行为（贪心回答、困惑度）：{why}。",
+        "prompt": "提示", "eager_answer": "eager 的回答", "pair": "替换后",
+        "identical": "完全一致", "first_diff": "首个不同之处", "ppl": "困惑度（eager → 替换后）",
         "heatmap_alt": "注意力误差热力图",
         "heatmap_caption": "各用例相对 float64 的误差（{label}）。",
         "port_intro": ("然后是移植本身：`hyport port` 在代码副本上共做了 {changes} 处修改，涉及 {files} 个文件，"

@@ -13,6 +13,9 @@ from __future__ import annotations
 import math
 from typing import Callable, Optional
 
+from hyport_lib.attention.behaviour_view import behaviour_frame, behaviour_markdown, pairs_frame
+from hyport_lib.attention.behaviour_view import blog_lines as behaviour_blog_lines
+from hyport_lib.attention.behaviour_view import glance_row as behaviour_glance_row
 from hyport_lib.attention.compare import provenance
 from hyport_lib.attention.phrases import PHRASES
 from hyport_lib.attention.port_view import blog_lines as port_blog_lines
@@ -249,6 +252,10 @@ def show_model_comparison(model):
         _markdown("The model-level check was skipped (`model_path` is `none`).")
         return
     _display(styled_model(model))
+    _markdown(behaviour_markdown(model.behaviour))
+    if (model.behaviour or {}).get("meaningful"):
+        _display(behaviour_frame(model.behaviour))
+        _display(pairs_frame(model.behaviour))
 
 
 def show_scan_result(report, path: str, served: Optional[str] = None):
@@ -320,6 +327,7 @@ def glance(record: dict) -> list[tuple[str, str]]:
     if model:
         out.append(("model", f"{fmt_value(model.get('verdict'))}, max |Δ logits| "
                              f"{fmt_value(model.get('max_abs_logits'), 3)}"))
+        out += behaviour_glance_row(model)
     return out + port_glance_rows(record)
 
 
@@ -425,4 +433,4 @@ def _model_lines(record: dict, t: dict, draft: Draft) -> list[str]:
     verdict = " — ".join(str(x) for x in (model.get("verdict"), model.get("detail")) if x)
     if verdict:
         lines += [t["att_model_verdict"], ""] + quote(verdict)
-    return lines
+    return lines + behaviour_blog_lines(model, draft)

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional
 
+from hyport_lib.attention.behaviour import Behaviour, PairResult
 from hyport_lib.attention.compare import ComparisonResult, provenance, run_comparison
 from hyport_lib.attention.implementations import device_label
 from hyport_lib.attention.model_check import ModelComparison, compare_model, swapped_backend
@@ -199,6 +200,11 @@ def summarize(result: AttentionStageResult) -> StageSummary:
             f"{counts.get('WARN', 0)} WARN")
     if model is not None:
         line += f"; model {model.verdict}" + (f" ({model.detail})" if model.verdict == "REFUSED" else "")
+        if (model.behaviour or {}).get("meaningful"):
+            behaviour = Behaviour(**{**model.behaviour, "pairs": [PairResult(**p) for p in model.behaviour["pairs"]]})
+            line += f"; {behaviour.line()}"
+            headline["greedy answers identical"] = ", ".join(
+                f"{p.dtype} {'yes' if p.identical else 'no'}" for p in behaviour.pairs)
     if result.port_error:
         verdict = "FAIL"
         line += f"; port not made: {result.port_error}"

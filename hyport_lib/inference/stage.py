@@ -19,7 +19,7 @@ from hyport_lib.inference.table import GridProgress, GridResult, grid_headline, 
 from hyport_lib.models.generation import check_processor, check_prompts
 from hyport_lib.models.generation_config import InferenceConfig
 from hyport_lib.models.preflight import check_attn_implementation, check_model_path
-from hyport_lib.npu_attention.names import check_runs_on
+from hyport_lib.npu_attention.names import BACKEND_OF_NAME, check_runs_on
 from hyport_lib.models.tiny import TINY_MODEL_NAME
 from hyport_lib.params import ParameterError
 from hyport_lib.results import StageSummary, record_summary
@@ -51,7 +51,7 @@ def plan(params: Params) -> InferencePlan:
     if model_path != TINY_MODEL_NAME:
         model_path = check_model_path(model_path, allow_download=params.allow_download)
     check_attn_implementation(params.attn_implementation)
-    if params.attn_implementation.startswith("hyport"):
+    if params.attn_implementation in BACKEND_OF_NAME:
         check_runs_on(params.attn_implementation, backend.kind)
     config = InferenceConfig(
         model_path=model_path, dtype=params.dtype, attn_implementation=params.attn_implementation,

@@ -33,7 +33,7 @@ from hyport_lib.models.sample_image import sample_image
 from hyport_lib.models.tiny import resolve_model_path
 from hyport_lib.npu_attention.hf_integration import (REGISTERED, UnsupportedAttentionArgument,
                                                     register_hyport_attention)
-from hyport_lib.npu_attention.names import backend_of, check_runs_on
+from hyport_lib.npu_attention.names import BACKEND_OF_NAME, backend_of, check_runs_on
 
 
 def load_model(config: InferenceConfig):
@@ -56,7 +56,8 @@ def load_model(config: InferenceConfig):
     tokenizer_of(loaded.processor).padding_side = "left"
     dtype = "auto" if config.dtype == "auto" else getattr(torch, config.dtype)
     swapped = config.attn_implementation.startswith("hyport")
-    if swapped:  # registered in this process, as the training worker does: a name is not a kernel
+    if config.attn_implementation in BACKEND_OF_NAME:
+        # registered in this process, as the training worker does: a name is not a kernel
         check_runs_on(config.attn_implementation, backend.kind)
         register_hyport_attention(backend_of(config.attn_implementation), config.attn_implementation)
     model = load_checkpoint(path, attn_implementation=config.attn_implementation, dtype=dtype,

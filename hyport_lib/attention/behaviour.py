@@ -1,0 +1,169 @@
+"""Behaviour, not only numerics: greedy answers and perplexity, eager vs the swap.
+
+On pretrained weights the logits are peaked, so "the same greedy tokens for 32 steps"
+and "the same perplexity of a fixed text" say that the swapped model *behaves* as the
+original. On random weights (the embedded tiny model) the logits are nearly flat: a
+greedy token flips on a rounding difference and a perplexity is the vocabulary size, so
+the comparison would mean nothing and is not made; the record says why.
+
+Two pairs are compared, each model against eager attention in its own dtype (so that a
+difference is the swap's, not the dtype's):
+
+* the swap as the model check runs it (float32 on a CPU: hyport's emulation of
+  ``npu_fusion_attention``);
+* the NPU emulation in bfloat16, the dtype an NPU run uses (on a CPU an emulated figure,
+  labelled so; a bf16 difference late in an answer is what bf16 accumulation does).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable, Optional, Sequence
+
+import torch
+
+from hyport_lib.models.prompts import Prompt, encode_prompts, needs_image
+from hyport_lib.models.sample_image import sample_image
+from hyport_lib.models.tiny import MARKER_FILE as TINY_MARKER
+from hyport_lib.models.tiny import TINY_MODEL_NAME
+
+#: Prompts whose answers a pretrained chat model gives with confidence.
+PROMPTS = ("What is the capital of France?", "Write one sentence about the sea.",
+           "Name three primary colours.")
+#: New tokens per answer (the issue's floor: fewer would hide a late divergence).
+NEW_TOKENS = 32
+#: A fixed text whose perplexity each model gives.
+PERPLEXITY_TEXT = ("The Eiffel Tower is a wrought-iron lattice tower in Paris, France. It was "
+                   "built for the 1889 World's Fair and is one of the most visited monuments "
+                   "in the world.")
+#: Mean probability of the greedy token below which the logits are called flat: greedy
+#: tokens then flip on rounding and the comparison is not meaningful.
+FLAT_TOP1 = 0.2
+RANDOM_WEIGHTS = "random weights: not meaningful"
+
+
+@dataclass
+class PairResult:
+    """One swapped model against eager in the same dtype."""
+
+    label: str
+    dtype: str
+    identical: bool
+    first_difference: Optional[dict] = None  # prompt, token index, eager's and the swap's token
+    perplexity: Optional[float] = None
+    eager_perplexity: Optional[float] = None
+    answers: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Behaviour:
+    """Greedy answers and perplexity, eager vs the swap (see the module docstring)."""
+
+    meaningful: bool
+    why: str = ""
+    prompts: list[str] = field(default_factory=list)
+    new_tokens: int = 0
+    eager_answers: list[str] = field(default_factory=list)
+    top1_probability: Optional[float] = None
+    pairs: list[PairResult] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    def line(self) -> str:
+        """One line for the stage summary."""
+        if not self.meaningful:
+            return f"behaviour: {self.why}"
+        said = []
+        for pair in self.pairs:
+            if pair.identical:
+                said.append(f"{pair.label}: {self.new_tokens}-token answers identical")
+            else:
+                diff = pair.first_difference or {}
+                said.append(f"{pair.label}: first difference at token {diff.get('token')} of "
+                            f"prompt {diff.get('prompt')}")
+        return "behaviour: " + "; ".join(said)
+
+
+def is_random_tiny(model_path: str) -> bool:
+    """The embedded tiny model, by name or by folder (random weights by construction)."""
+    return model_path == TINY_MODEL_NAME or (Path(model_path) / TINY_MARKER).is_file()
+
+
+def compare_behaviour(model_path: str, eager, swapped, loaded, swapped_label: str,
+                      load_pair: Callable[[str], tuple], dtype: str, bf16_label: str,
+                      new_tokens: int = NEW_TOKENS, prompts: Sequence[str] = PROMPTS) -> Behaviour:
+    """Greedy answers and perplexity of ``swapped`` and of a bf16 pair against eager.
+
+    Args:
+        eager, swapped: the model check's two models (``dtype``).
+        load_pair: ``load_pair(dtype)`` -> ``(eager, swapped)`` loaded in ``dtype``.
+        bf16_label: what the bfloat16 swap is (the NPU kernel, or its emulation on a CPU).
+    """
+    if is_random_tiny(model_path):
+        return Behaviour(False, f"{RANDOM_WEIGHTS} (the embedded tiny model)")
+    encoded = [_encode(loaded, text, eager.device) for text in prompts]
+    eager_answers, top1 = zip(*(_greedy(eager, inputs, new_tokens) for inputs in encoded))
+    mean_top1 = sum(top1) / len(top1)
+    decode = loaded.tokenizer.decode
+    if mean_top1 < FLAT_TOP1:
+        return Behaviour(False, f"{RANDOM_WEIGHTS} (the greedy token's mean probability is "
+                                f"{mean_top1:.2f}: flat logits, as random weights give)",
+                         prompts=list(prompts), top1_probability=mean_top1)
+    result = Behaviour(True, prompts=list(prompts), new_tokens=new_tokens, top1_probability=mean_top1,
+                       eager_answers=[decode(a, skip_special_tokens=True) for a in eager_answers])
+    result.pairs.append(_pair(swapped_label, dtype, eager, swapped, eager_answers, encoded, loaded, new_tokens))
+    if dtype != "bfloat16":
+        eager16, emulated16 = load_pair("bfloat16")
+        encoded16 = [_encode(loaded, text, eager16.device) for text in prompts]
+        answers16 = [_greedy(eager16, inputs, new_tokens)[0] for inputs in encoded16]
+        result.pairs.append(_pair(bf16_label, "bfloat16", eager16, emulated16, answers16,
+                                  encoded16, loaded, new_tokens))
+    return result
+
+
+def _pair(label, dtype, eager, swapped, eager_answers, encoded, loaded, new_tokens) -> PairResult:
+    answers = [_greedy(swapped, inputs, new_tokens)[0] for inputs in encoded]
+    pair = PairResult(label, dtype, identical=all(a == b for a, b in zip(eager_answers, answers)),
+                      answers=[loaded.tokenizer.decode(a, skip_special_tokens=True) for a in answers],
+                      perplexity=perplexity(swapped, loaded), eager_perplexity=perplexity(eager, loaded))
+    for index, (ours, theirs) in enumerate(zip(eager_answers, answers)):
+        at = next((i for i, (a, b) in enumerate(zip(ours, theirs)) if a != b),
+                  None if len(ours) == len(theirs) else min(len(ours), len(theirs)))
+        if at is not None:
+            token = loaded.tokenizer.decode
+            pair.first_difference = {
+                "prompt": index, "token": at,
+                "eager": token(ours[at:at + 1]) if at < len(ours) else "(end)",
+                "swapped": token(theirs[at:at + 1]) if at < len(theirs) else "(end)",
+                "agreed_before": token(ours[:at], skip_special_tokens=True)}
+            break
+    return pair
+
+
+def _encode(loaded, text: str, device) -> dict:
+    prompt = Prompt(text, [sample_image()]) if needs_image(loaded) else Prompt(text)
+    inputs = encode_prompts(loaded, [prompt])
+    return {k: (v.to(device) if hasattr(v, "to") else v) for k, v in inputs.items()}
+
+
+@torch.no_grad()
+def _greedy(model, inputs: dict, new_tokens: int) -> tuple[list[int], float]:
+    """The greedy answer's token ids (without the prompt) and the mean probability of each
+    chosen token."""
+    out = model.generate(**inputs, max_new_tokens=new_tokens, do_sample=False, output_scores=True,
+                         return_dict_in_generate=True)
+    ids = out.sequences[0, inputs["input_ids"].shape[1]:].tolist()
+    probs = [float(torch.softmax(score[0].float(), -1).max()) for score in out.scores]
+    return ids, sum(probs) / max(len(probs), 1)
+
+
+@torch.no_grad()
+def perplexity(model, loaded, text: str = PERPLEXITY_TEXT) -> float:
+    """exp(mean next-token cross-entropy) of ``text`` (no chat template: plain text)."""
+    ids = loaded.tokenizer(text, return_tensors="pt")["input_ids"].to(model.device)
+    logits = model(input_ids=ids).logits.float()
+    loss = torch.nn.functional.cross_entropy(logits[0, :-1], ids[0, 1:])
+    return float(math.exp(float(loss)))
