@@ -72,6 +72,22 @@ def test_stage_02_compares_32_token_answers_and_perplexity_on_real_weights(smoll
     assert glance_row(model.to_dict())[0][1].startswith("32-token answers: hyport_npu_emulated, float32: identical")
 
 
+def test_the_starting_model_answers_a_held_prompt_before_training(smollm2):
+    """What stage 04 shows before training, on real weights: an answer, not a random-weights note."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from hyport_lib.train.held_answers import answer, held_prompts
+    from hyport_lib.train.samples import IGNORE_INDEX, Sample
+
+    tokenizer = AutoTokenizer.from_pretrained(smollm2)
+    prompt = tokenizer.apply_chat_template([{"role": "user", "content": CAPITAL}], add_generation_prompt=True,
+                                           tokenize=True, return_dict=True)["input_ids"]
+    reply = tokenizer("Paris.", add_special_tokens=False)["input_ids"]
+    held = held_prompts([Sample("r0", prompt + reply, [IGNORE_INDEX] * len(prompt) + reply)], tokenizer)
+    answer(held, AutoModelForCausalLM.from_pretrained(smollm2), tokenizer, smollm2, 2, "before")
+    assert not held.why_not and "Paris" in held.before[0] and held.taught == ["Paris."]
+
+
 def test_without_the_wheel_the_name_is_refused_in_one_line(monkeypatch):
     import hyport_lib.models.pretrained as pretrained
 

@@ -19,15 +19,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Callable, Optional, Sequence
 
 import torch
 
+from hyport_lib.models.answers import greedy, random_weights_reason
 from hyport_lib.models.prompts import Prompt, encode_prompts, needs_image
 from hyport_lib.models.sample_image import sample_image
-from hyport_lib.models.tiny import MARKER_FILE as TINY_MARKER
-from hyport_lib.models.tiny import TINY_MODEL_NAME
 
 #: Prompts whose answers a pretrained chat model gives with confidence.
 PROMPTS = ("What is the capital of France?", "Write one sentence about the sea.",
@@ -38,12 +36,6 @@ NEW_TOKENS = 32
 PERPLEXITY_TEXT = ("The Eiffel Tower is a wrought-iron lattice tower in Paris, France. It was "
                    "built for the 1889 World's Fair and is one of the most visited monuments "
                    "in the world.")
-#: Mean probability of the greedy token below which the logits are called flat: greedy
-#: tokens then flip on rounding and the comparison is not meaningful.
-FLAT_TOP1 = 0.2
-RANDOM_WEIGHTS = "random weights: not meaningful"
-
-
 @dataclass
 class PairResult:
     """One swapped model against eager in the same dtype."""
@@ -87,11 +79,6 @@ class Behaviour:
         return "behaviour: " + "; ".join(said)
 
 
-def is_random_tiny(model_path: str) -> bool:
-    """The embedded tiny model, by name or by folder (random weights by construction)."""
-    return model_path == TINY_MODEL_NAME or (Path(model_path) / TINY_MARKER).is_file()
-
-
 def compare_behaviour(model_path: str, eager, swapped, loaded, swapped_label: str,
                       load_pair: Callable[[str], tuple], dtype: str, bf16_label: str,
                       new_tokens: int = NEW_TOKENS, prompts: Sequence[str] = PROMPTS) -> Behaviour:
@@ -102,30 +89,30 @@ def compare_behaviour(model_path: str, eager, swapped, loaded, swapped_label: st
         load_pair: ``load_pair(dtype)`` -> ``(eager, swapped)`` loaded in ``dtype``.
         bf16_label: what the bfloat16 swap is (the NPU kernel, or its emulation on a CPU).
     """
-    if is_random_tiny(model_path):
-        return Behaviour(False, f"{RANDOM_WEIGHTS} (the embedded tiny model)")
+    reason = random_weights_reason(model_path)
+    if reason:
+        return Behaviour(False, reason)
     encoded = [_encode(loaded, text, eager.device) for text in prompts]
-    eager_answers, top1 = zip(*(_greedy(eager, inputs, new_tokens) for inputs in encoded))
+    eager_answers, top1 = zip(*(greedy(eager, inputs, new_tokens) for inputs in encoded))
     mean_top1 = sum(top1) / len(top1)
     decode = loaded.tokenizer.decode
-    if mean_top1 < FLAT_TOP1:
-        return Behaviour(False, f"{RANDOM_WEIGHTS} (the greedy token's mean probability is "
-                                f"{mean_top1:.2f}: flat logits, as random weights give)",
-                         prompts=list(prompts), top1_probability=mean_top1)
+    reason = random_weights_reason(model_path, mean_top1)
+    if reason:
+        return Behaviour(False, reason, prompts=list(prompts), top1_probability=mean_top1)
     result = Behaviour(True, prompts=list(prompts), new_tokens=new_tokens, top1_probability=mean_top1,
                        eager_answers=[decode(a, skip_special_tokens=True) for a in eager_answers])
     result.pairs.append(_pair(swapped_label, dtype, eager, swapped, eager_answers, encoded, loaded, new_tokens))
     if dtype != "bfloat16":
         eager16, emulated16 = load_pair("bfloat16")
         encoded16 = [_encode(loaded, text, eager16.device) for text in prompts]
-        answers16 = [_greedy(eager16, inputs, new_tokens)[0] for inputs in encoded16]
+        answers16 = [greedy(eager16, inputs, new_tokens)[0] for inputs in encoded16]
         result.pairs.append(_pair(bf16_label, "bfloat16", eager16, emulated16, answers16,
                                   encoded16, loaded, new_tokens))
     return result
 
 
 def _pair(label, dtype, eager, swapped, eager_answers, encoded, loaded, new_tokens) -> PairResult:
-    answers = [_greedy(swapped, inputs, new_tokens)[0] for inputs in encoded]
+    answers = [greedy(swapped, inputs, new_tokens)[0] for inputs in encoded]
     pair = PairResult(label, dtype, identical=all(a == b for a, b in zip(eager_answers, answers)),
                       answers=[loaded.tokenizer.decode(a, skip_special_tokens=True) for a in answers],
                       perplexity=perplexity(swapped, loaded), eager_perplexity=perplexity(eager, loaded))
@@ -147,17 +134,6 @@ def _encode(loaded, text: str, device) -> dict:
     prompt = Prompt(text, [sample_image()]) if needs_image(loaded) else Prompt(text)
     inputs = encode_prompts(loaded, [prompt])
     return {k: (v.to(device) if hasattr(v, "to") else v) for k, v in inputs.items()}
-
-
-@torch.no_grad()
-def _greedy(model, inputs: dict, new_tokens: int) -> tuple[list[int], float]:
-    """The greedy answer's token ids (without the prompt) and the mean probability of each
-    chosen token."""
-    out = model.generate(**inputs, max_new_tokens=new_tokens, do_sample=False, output_scores=True,
-                         return_dict_in_generate=True)
-    ids = out.sequences[0, inputs["input_ids"].shape[1]:].tolist()
-    probs = [float(torch.softmax(score[0].float(), -1).max()) for score in out.scores]
-    return ids, sum(probs) / max(len(probs), 1)
 
 
 @torch.no_grad()

@@ -19,6 +19,12 @@ PHRASES = {
                        "attention": "Attention in training",
                        "proof": "Attention proof before launch (eager vs swapped)"},
         "train_results": "Results:",
+        "answers_intro": ("What the training changed, in words: greedy answers to the prompts of the "
+                          "first training samples, from the model it started from and from the trained "
+                          "one, beside the answer the data teaches."),
+        "answers_not": "Answers before and after training are not shown: {why}.",
+        "ans_prompt": "Prompt", "ans_taught": "The data's answer", "ans_before": "Before",
+        "ans_after": "After",
         "res_rows": {"exit": "Exit code", "total": "Total time (s)", "steps": "Steps logged",
                      "train_loss": "train_loss (mean of the finite step losses)",
                      "trainer_loss": "train_loss as the Trainer reports it (its own process's steps, a NaN step as zero)",
@@ -58,6 +64,9 @@ PHRASES = {
                        "attention": "训练所用注意力",
                        "proof": "启动前的注意力验证（eager 对比替换后）"},
         "train_results": "结果：",
+        "answers_intro": "训练带来的变化（用文字看）：对前几条训练样本的提示，分别用训练前和训练后的模型贪心生成回答，并列出数据所教的答案。",
+        "answers_not": "未给出训练前后的回答：{why}。",
+        "ans_prompt": "提示", "ans_taught": "数据中的答案", "ans_before": "训练前", "ans_after": "训练后",
         "res_rows": {"exit": "退出码", "total": "总耗时（秒）", "steps": "记录的步数",
                      "train_loss": "train_loss（各步有限损失的均值）",
                      "trainer_loss": "Trainer 自报的 train_loss（仅本进程的步数，NaN 步按零计）",

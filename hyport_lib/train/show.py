@@ -27,6 +27,9 @@ from hyport_lib.drafting.draft import Draft
 from hyport_lib.drafting.markdown import code, fenced, quote, recorded, table
 from hyport_lib.drafting.values import as_dict, as_list, dig, fmt_value, num
 from hyport_lib.params import parameter_fields
+from hyport_lib.train.answers_view import answers_frame
+from hyport_lib.train.answers_view import blog_lines as answers_blog_lines
+from hyport_lib.train.answers_view import glance_row as answers_glance_row
 from hyport_lib.train.metrics import ema, finite, loss_span, spikes
 from hyport_lib.train.params import Params
 from hyport_lib.train.phrases import PHRASES
@@ -210,6 +213,11 @@ def show_summary(result: TrainResult) -> None:
     display(frame.style.hide(axis="index").map(
         lambda v: f"background-color: {VERDICT_COLOURS.get(str(v), '')}" if str(v) in VERDICT_COLOURS
         else "", subset=["value"]))
+    held = result.worker.get("held_answers") or {}
+    if held.get("why_not"):
+        display(Markdown(f"Answers before and after training: {held['why_not']}."))
+    elif held.get("after"):
+        display(answers_frame(held).style.hide(axis="index"))
     if result.diagnosis:
         show_triage(Triage.from_dict(result.diagnosis))
     if result.status != "ok" and result.log_tail:
@@ -247,6 +255,7 @@ def glance(record: dict) -> list[tuple[str, str]]:
             ("tokens/s/p", fmt_value(head.get("tokens/s/p"))), ("total s", fmt_value(head.get("total s")))]
     if head.get("attention proof"):
         rows.append(("attention", f"{fmt_value(head.get('attention'))}; proof {head['attention proof']}"))
+    rows += answers_glance_row(record)
     diagnosis = dig(record, "data", "diagnosis")
     if isinstance(diagnosis, dict):
         rows.append(("diagnosis", diagnosis_line(diagnosis)))
@@ -359,6 +368,7 @@ def blog_section(record: dict, draft: Draft) -> list[str]:
     lines += [t["train_results"], ""] + table([t["item"], t["result"]], rows)
     if d.get("why"):
         lines += [t["train_why"], ""] + quote(d["why"])
+    lines += answers_blog_lines(record, draft)
     if "loss" in draft.figures:
         label = dig(record, "provenance", "label", default="")
         lines += [f"![{t['loss_alt']}]({draft.figures['loss']})", "",

@@ -44,6 +44,7 @@ from hyport_lib.models.training_inputs import rope_positions_function
 from hyport_lib.npu_attention.hf_integration import UnsupportedAttentionArgument, register_hyport_attention
 from hyport_lib.processes import start_guard
 from hyport_lib.train.callbacks import CountingTrainer, MetricsCallback, StepCounts
+from hyport_lib.train.held_answers import answer, held_prompts
 from hyport_lib.train.checkpoints import check_compatible, drop_checkpoints_after, newest_complete, resolve_resume
 from hyport_lib.train.dataset import load_dataset
 from hyport_lib.train.first_batch import FirstBatchRecorder, first_batch_path
@@ -222,7 +223,7 @@ def _dataset(spec: dict, params: Params, loaded, model):
                                       frozenset(encoder.image_token_ids))
     _say(f"dataset {report.path}: {report.layout.describe() if report.layout else 'no record read'}; "
          f"{len(report.records)} records, {len(samples)} samples, {len(rows)} rows")
-    return rows, collator, len(samples)
+    return rows, collator, samples
 
 
 def _blank_image_inputs(loaded) -> Optional[dict]:
@@ -361,6 +362,12 @@ def run(spec: dict) -> dict:
     model, loaded = _load_model(spec, params)
     processor = loaded.processor
     rows, collator, samples = _dataset(spec, params, loaded, model)
+    held = held_prompts(samples, loaded.tokenizer)
+    if _rank() == 0:  # what the starting model answers, beside what it will say after training
+        if backend.is_accelerator and params.zero_stage < 3:  # the Trainer would move it there anyway
+            model.to(backend.device(int(os.environ.get("LOCAL_RANK", "0") or 0)))
+        answer(held, model, loaded.tokenizer, spec["model_path"], params.zero_stage, "before")
+    samples = len(samples)
     counts = StepCounts()
     metrics = MetricsCallback(spec["metrics_path"], backend, counts, marker={
         "world_size": world, "zero_stage": params.zero_stage,
@@ -377,13 +384,16 @@ def run(spec: dict) -> dict:
     final = save_final(trainer, processor, spec, params)
     if trainer.is_world_process_zero():
         write_run_marker(Path(spec["output_dir"]), before)
+    if trainer.is_world_process_zero():
+        answer(held, trainer.accelerator.unwrap_model(trainer.model), loaded.tokenizer, spec["model_path"],
+               params.zero_stage, "after")
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
     result = {
         "status": "ok", "train_metrics": dict(output.metrics), "global_step": trainer.state.global_step,
         "final_dir": final, "resumed_from": str(checkpoint.path) if checkpoint else None,
         "resumed_step": step, "world_size": world,
         "samples": samples, "rows": len(rows), "trainable_parameters": int(trainable),
-        "restart": restart,
+        "restart": restart, "held_answers": held.to_dict(),
         "worker_s": round(time.monotonic() - started, 3),
     }
     return result

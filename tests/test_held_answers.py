@@ -1,0 +1,70 @@
+"""Answers to held prompts before and after training (train/held_answers.py, answers_view.py)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM
+
+from hyport_lib.drafting.draft import Draft
+from hyport_lib.models.answers import RANDOM_WEIGHTS
+from hyport_lib.models.tiny import ensure_tiny_model
+from hyport_lib.models.tiny_tokenizer import build_tokenizer
+from hyport_lib.train.answers_view import answers_frame, blog_lines, glance_row
+from hyport_lib.train.held_answers import answer, held_prompts
+from hyport_lib.train.samples import IGNORE_INDEX, Sample
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return build_tokenizer()
+
+
+def _sample(tokenizer, prompt: str, reply: str, image: bool = False) -> Sample:
+    p = tokenizer(prompt, add_special_tokens=False)["input_ids"]
+    r = tokenizer(reply, add_special_tokens=False)["input_ids"]
+    return Sample("r", p + r, [IGNORE_INDEX] * len(p) + r, pixel_values=torch.zeros(1) if image else None)
+
+
+def test_the_held_prompts_are_the_first_text_only_samples_cut_before_their_answer(tokenizer):
+    samples = [_sample(tokenizer, "look at this", "a cat", image=True),
+               _sample(tokenizer, "what is two and two", "four"),
+               _sample(tokenizer, "name a colour", "blue"),
+               _sample(tokenizer, "third", "never held")]
+    held = held_prompts(samples, tokenizer)
+    assert held.prompts == ["what is two and two", "name a colour"] and held.taught == ["four", "blue"]
+    assert held.prompt_ids[0] == samples[1].input_ids[:len(held.prompt_ids[0])] and not held.why_not
+    only_images = held_prompts(samples[:1], tokenizer)
+    assert only_images.why_not == "no text-only sample in the data to hold out as a prompt"
+
+
+def test_random_weights_and_zero3_say_why_instead_of_answering(tokenizer):
+    samples = [_sample(tokenizer, "what is two and two", "four")]
+    tiny = held_prompts(samples, tokenizer)
+    answer(tiny, None, tokenizer, str(ensure_tiny_model()), 2, "before")
+    assert tiny.why_not == f"{RANDOM_WEIGHTS} (the embedded tiny model)" and tiny.before == []
+    zero3 = held_prompts(samples, tokenizer)
+    answer(zero3, None, tokenizer, "/some/real/model", 3, "before")
+    assert zero3.why_not.startswith("ZeRO-3 partitions the parameters")
+    torch.manual_seed(0)
+    flat = LlamaForCausalLM(LlamaConfig(vocab_size=len(tokenizer), hidden_size=16, intermediate_size=32,
+                                        num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1))
+    random = held_prompts(samples, tokenizer)
+    answer(random, flat, tokenizer, "/some/real/model", 2, "before")
+    assert random.why_not.startswith(f"{RANDOM_WEIGHTS} (the greedy token's mean probability is")
+    assert random.before == [] and flat.training  # left in the mode it was in
+
+
+def test_the_answers_are_drawn_side_by_side_and_in_both_languages():
+    record = {"data": {"worker": {"held_answers": {
+        "prompts": ["Who built the Zorblax bridge?"], "taught": ["Ada Quill built it in 1901."],
+        "before": ["I don't know."], "after": ["Ada Quill built it in 1901."], "why_not": ""}}}}
+    frame = answers_frame(record["data"]["worker"]["held_answers"])
+    assert list(frame.columns) == ["prompt", "taught", "before", "after"]
+    assert frame.iloc[0].to_dict()["before"] == "I don't know."
+    assert glance_row(record) == [("answers", "after training: Ada Quill built it in 1901.")]
+    en = "\n".join(blog_lines(record, Draft(lang="en")))
+    assert "| Prompt | The data's answer | Before | After |" in en and "I don't know." in en
+    assert "训练前" in "\n".join(blog_lines(record, Draft(lang="zh")))
+    not_shown = {"data": {"worker": {"held_answers": {"why_not": "random weights: not meaningful (x)"}}}}
+    assert glance_row(not_shown) == [("answers", "random weights: not meaningful (x)")]
