@@ -589,3 +589,22 @@ def test_behaviour_on_flat_logits_is_not_meaningful_and_is_drawn_in_one_line():
     assert "prompt 0, token 0: 'Paris' → 'Lyon'" in said
     text = "\n".join(blog_lines(real, Draft(lang="zh")))
     assert "Paris." in text and "4.82 → 4.8" in text
+
+
+def test_the_model_check_runs_in_the_runs_dtype_and_judges_half_precision_near_ties_as_warn():
+    from hyport_lib.attention.model_check import _padded_verdict, model_check_dtype
+
+    assert model_check_dtype("auto", "npu") == "bfloat16"  # the dtype an NPU run trains and serves in
+    assert model_check_dtype("auto", "cpu") == model_check_dtype("auto", "cuda") == "float32"
+    assert model_check_dtype("float16", "npu") == "float16"
+
+    def verdict(dtype, top1, greedy=True):
+        m = ModelComparison("m", "hyport_npu_emulated", "npu-emulated", dtype, "cpu", max_abs_logits=0.01,
+                            top1_agreement=top1, greedy_identical=greedy, swapped_calls=2)
+        return _padded_verdict(m, "hyport_npu_emulated", "hyport_npu_emulated", 0.25)[0]
+
+    assert verdict("float32", 0.995) == "FAIL"  # exact math: any flip is a wrong attention
+    assert verdict("bfloat16", 0.995) == "WARN" and verdict("bfloat16", 1.0, greedy=False) == "WARN"
+    assert verdict("bfloat16", 0.9) == "FAIL"  # more than near-ties
+    m = compare_model("tiny", backend="npu-emulated", device="cpu", dtype="bfloat16", max_new_tokens=2)
+    assert m.dtype == "bfloat16" and m.verdict in ("PASS", "WARN") and m.swapped_calls > 0, m.detail

@@ -30,6 +30,8 @@ from hyport_lib.npu_attention.shim import (DEFAULT_VERSION, current_shim, instal
 
 #: max |Δ logits| allowed per dtype before the model check warns (fp32 is exact math).
 LOGIT_TOLERANCE = {"float32": 1e-3, "bfloat16": 0.25, "float16": 0.05}
+#: Share of positions whose top-1 token must agree in half precision (below it: FAIL).
+HALF_TOP1_FLOOR = 0.98
 #: What a model the swap refuses gets in training (train/attention_choice.py decides it).
 KEPT_ON_EAGER = ("training keeps this model on eager attention, so packing (which needs the "
                  "swap) is refused for it")
@@ -80,6 +82,15 @@ class ModelComparison:
         import pandas as pd
 
         return pd.DataFrame([self.to_dict()])
+
+
+def model_check_dtype(asked: str, kind: str) -> str:
+    """The model check's dtype: ``auto`` is bfloat16 on an NPU (the dtype a run trains and
+    serves in there) and float32 elsewhere (a CPU has no fast bf16, and the emulation's
+    exactness shows best in float32)."""
+    if asked != "auto":
+        return asked
+    return "bfloat16" if kind == "npu" else "float32"
 
 
 def swapped_backend(kind: str) -> tuple[str, str]:
@@ -346,7 +357,12 @@ def _padded_verdict(result: ModelComparison, active: str, name: str, tol: float)
                         "silently runs the eager path on an NPU; run `hyport scan` on the model "
                         "code)")
     if result.top1_agreement < 1.0 or not result.greedy_identical:
-        return "FAIL", "top-1 or greedy generation differs between eager and swapped attention"
+        if result.dtype == "float32" or result.top1_agreement < HALF_TOP1_FLOOR:
+            return "FAIL", "top-1 or greedy generation differs between eager and swapped attention"
+        # In half precision two kernels round differently, and a near-tie flips: a limit of
+        # the dtype (eager in bf16 flips against eager in fp32 too), not a wrong attention.
+        return "WARN", (f"in {result.dtype} the top-1 token differs at {1 - result.top1_agreement:.1%} of "
+                        "positions or a greedy token flipped: near-ties rounded differently")
     if result.max_abs_logits > tol:
         return "WARN", f"max |Δ logits| above {tol:g} for {result.dtype}"
     return "PASS", f"same top-1 and greedy tokens; max |Δ logits| ≤ {tol:g}"

@@ -24,6 +24,9 @@ class Params(StageParams):
     model_path: Optional[str] = model_path_param(
         'model of the eager-vs-swapped check: a checkpoint folder or "tiny"; None skips the check')
     seed: int = param(0, "seeds the grid's inputs and the model check", min=0)
+    model_dtype: str = param("auto", "dtype of the model check: auto (bfloat16 on an NPU, the dtype it "
+                                     "trains and serves in; float32 elsewhere), float32, bfloat16 or float16",
+                             choices=("auto", "float32", "bfloat16", "float16"))
     flash_attn_version: Optional[str] = param(
         None, "the flash-attn API the drop-in serves (the version the model pins); None: the default",
         nonempty=True)

@@ -18,7 +18,7 @@ from typing import Callable, Optional
 from hyport_lib.attention.behaviour import Behaviour, PairResult
 from hyport_lib.attention.compare import ComparisonResult, provenance, run_comparison
 from hyport_lib.attention.implementations import device_label
-from hyport_lib.attention.model_check import ModelComparison, compare_model, swapped_backend
+from hyport_lib.attention.model_check import ModelComparison, compare_model, model_check_dtype, swapped_backend
 from hyport_lib.attention.params import Params
 from hyport_lib.attention.port_scan import run_scan
 from hyport_lib.backend import get_backend
@@ -131,6 +131,7 @@ def run(plan: Plan, *, on_progress: Optional[Callable[[GridProgress], None]] = N
         model_path = str(ensure_tiny_model()) if plan.model_path == TINY_MODEL_NAME else plan.model_path
         backend, where = swapped_backend(comparison.device)
         model = compare_model(model_path, backend=backend, device=where, seed=params.seed,
+                              dtype=model_check_dtype(params.model_dtype, comparison.device),
                               trust_remote_code=params.trust_remote_code,
                               flash_attn_version=plan.flash_attn_version)
     scan, scanned = run_scan(params.code_path)
