@@ -528,3 +528,15 @@ def test_inference_figures_are_called_warm_only_after_a_warm_up(tmp_path, warmup
         assert table and (word in table[0]) == warm, table
         assert ("Cold first call" in draft or "冷启动首次调用" in draft) == warm
     assert not unsourced(render_blog(run, "en"), tmp_path)
+
+
+def test_stage_03_says_a_random_weight_answer_only_shows_agreement():
+    from hyport_lib.drafting.draft import Draft
+    from hyport_lib.inference.show import blog_section
+
+    record = {"data": {"config": {"model_path": "tiny", "single_prompt": "Describe the image."},
+                       "outputs": {"0": {"single": "noise noise"}}, "counts": {"ok": 1}}}
+    text = "\n".join(blog_section(record, Draft(lang="en")))
+    assert "random weights: not meaningful (the embedded tiny model): it only shows that every card" in text
+    record["data"]["config"]["model_path"] = "/models/real"
+    assert "The answer of card 0 to the prompt `Describe the image.`:" in "\n".join(blog_section(record, Draft(lang="en")))

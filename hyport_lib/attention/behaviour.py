@@ -23,7 +23,8 @@ from typing import Callable, Optional, Sequence
 
 import torch
 
-from hyport_lib.models.answers import greedy, random_weights_reason
+from hyport_lib.models.answers import random_weights_reason
+from hyport_lib.models.generation import greedy
 from hyport_lib.models.prompts import Prompt, encode_prompts, needs_image
 from hyport_lib.models.sample_image import sample_image
 

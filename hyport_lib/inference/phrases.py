@@ -25,6 +25,8 @@ PHRASES = {
         "decode_tps_warm": "Decode tokens/s, warm",
         "memory": "Peak memory (MB)", "error": "Error",
         "sample": "The answer of card {card} to the prompt {prompt}:",
+        "sample_random": ("The answer of card {card} to the prompt {prompt} ({why}: it only shows that "
+                          "every card gives the same text):"),
         "logs": "The workers' logs are under {log_dir}.",
     },
     "zh": {
@@ -42,6 +44,7 @@ PHRASES = {
         "decode_tps_warm": "解码每秒词元数（预热后）",
         "memory": "峰值内存（MB）", "error": "错误（记录原文）",
         "sample": "第 {card} 号卡对提问 {prompt} 的回答：",
+        "sample_random": "第 {card} 号卡对提问 {prompt} 的回答（{why}；它只说明各卡输出的文本相同）：",
         "logs": "各工作进程的日志位于 {log_dir}。",
     },
 }

@@ -25,6 +25,7 @@ from hyport_lib.inference.phrases import PHRASES
 from hyport_lib.inference.table import (
     GridProgress, GridResult, consistency, given, grid_verdict,
 )
+from hyport_lib.models.answers import random_weights_reason
 from hyport_lib.triage import Triage, show_triage
 from hyport_lib.triage.show import diagnosis_line
 
@@ -105,7 +106,9 @@ def show_outputs(result: GridResult) -> None:
     out = first.get("outcome") or {}
     prompts = result.config.get("batch_prompts") or []
     prompt = html.escape(str(result.config.get("single_prompt")))
-    lines = [f"**Card {first['card']}**, single prompt *{prompt}*:",
+    why = random_weights_reason(str(result.config.get("model_path") or ""))
+    lines = ([f"*{why}: the texts below only show that every card gives the same answer.*"] if why else [])
+    lines += [f"**Card {first['card']}**, single prompt *{prompt}*:",
              f"```text\n{out.get('single_output', '')}\n```"]
     for i, text in enumerate(out.get("batch_outputs") or []):
         prompt = prompts[i][0] if i < len(prompts) else f"sample {i + 1}"
@@ -220,7 +223,10 @@ def blog_section(record: dict, draft: Draft) -> list[str]:
     if sample is not None:
         card, answer = sample
         prompt = dig(d, "config", "single_prompt")
-        lines += [t["sample"].format(card=num(card), prompt=code(prompt)), ""]
+        why = random_weights_reason(str(dig(d, "config", "model_path", default="")))
+        said = (t["sample_random"].format(card=num(card), prompt=code(prompt), why=why) if why
+                else t["sample"].format(card=num(card), prompt=code(prompt)))
+        lines += [said, ""]
         lines += fenced(str(answer), "text")
     if d.get("log_dir"):
         lines += [t["logs"].format(log_dir=code(d["log_dir"])), ""]

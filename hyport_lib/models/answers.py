@@ -1,4 +1,5 @@
-"""Greedy answers, and whether they can mean anything (random weights cannot).
+"""Whether answers can mean anything (random weights cannot). No torch here: the report's
+views import it.
 
 Stage 02 compares the swap's answers with eager's and stage 04 shows answers before and
 after training. On random weights the logits are nearly flat: a greedy token is a coin
@@ -11,8 +12,6 @@ from __future__ import annotations
 
 from pathlib import Path
 from typing import Optional
-
-import torch
 
 from hyport_lib.models.tiny import MARKER_FILE as TINY_MARKER
 from hyport_lib.models.tiny import TINY_MODEL_NAME
@@ -35,16 +34,3 @@ def random_weights_reason(model_path: str, mean_top1: Optional[float] = None) ->
         return (f"{RANDOM_WEIGHTS} (the greedy token's mean probability is {mean_top1:.2f}: "
                 "flat logits, as random weights give)")
     return None
-
-
-@torch.no_grad()
-def greedy(model, inputs: dict, new_tokens: int) -> tuple[list[int], float]:
-    """The greedy answer's token ids (without the prompt) and the mean probability of each
-    token chosen."""
-    # use_cache: a training worker turns the KV cache off in the config; generating without
-    # it would recompute the whole prefix at every token.
-    out = model.generate(**inputs, max_new_tokens=new_tokens, do_sample=False, output_scores=True,
-                         return_dict_in_generate=True, use_cache=True)
-    ids = out.sequences[0, inputs["input_ids"].shape[1]:].tolist()
-    probs = [float(torch.softmax(score[0].float(), -1).max()) for score in out.scores]
-    return ids, sum(probs) / max(len(probs), 1)

@@ -385,11 +385,27 @@ class _FirstTokenTimer:
             self.first_token_s = time.perf_counter() - self.started
 
 
+def greedy(model, inputs: dict, new_tokens: int) -> tuple[list[int], float]:
+    """The greedy answer's token ids (without the prompt) and the mean probability of each
+    token chosen (stage 02's behaviour check, stage 04's answers before and after)."""
+    import torch
+
+    # use_cache: a training worker turns the KV cache off in the config; generating without
+    # it would recompute the whole prefix at every token.
+    with torch.no_grad():
+        out = model.generate(**inputs, max_new_tokens=new_tokens, do_sample=False, output_scores=True,
+                             return_dict_in_generate=True, use_cache=True)
+    ids = out.sequences[0, inputs["input_ids"].shape[1]:].tolist()
+    probs = [float(torch.softmax(score[0].float(), -1).max()) for score in out.scores]
+    return ids, sum(probs) / max(len(probs), 1)
+
+
 __all__ = [
     "batch_prompts",
     "load_model",
     "decode_rate",
     "not_applicable_parts",
+    "greedy",
     "output_hash",
     "run_batch",
     "run_inference",

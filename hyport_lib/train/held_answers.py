@@ -15,7 +15,8 @@ from typing import Sequence
 
 import torch
 
-from hyport_lib.models.answers import greedy, random_weights_reason
+from hyport_lib.models.answers import random_weights_reason
+from hyport_lib.models.generation import greedy
 from hyport_lib.train.samples import IGNORE_INDEX, Sample
 
 #: Prompts answered (the first text-only samples of the data).
