@@ -200,6 +200,8 @@ def test_sigterm_during_the_rewrite_of_a_big_file_ends_the_port_at_once(tmp_path
     sent = time.monotonic()
     process.send_signal(signal.SIGTERM)
     _, err = process.communicate(timeout=60)
-    assert time.monotonic() - sent < 1.5, err
+    # Not a performance bound: before the fix the signal waited for the whole rewrite (minutes
+    # for this file); a loaded 2-core CI box took 1.7 s to stop, so the bound is coarse.
+    assert time.monotonic() - sent < 15, err
     assert process.returncode == 130 and "stopped by SIGTERM" in err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["src"]

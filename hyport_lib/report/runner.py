@@ -40,7 +40,7 @@ from hyport_lib.report.run import (
     INTERRUPTED, NOT_RUN, PENDING, RUNNING, ReportRun, StageOutcome, new_run_dir,
 )
 from hyport_lib.report.run_files import write_run_files
-from hyport_lib.report.stage_run import FAILED_SUMMARY, run_stage
+from hyport_lib.report.stage_run import FAILED_SUMMARY, run_stage, sweep_partial
 from hyport_lib.stages import discover_stages, select_stages
 from hyport_lib.utils.files import ensure_writable
 from hyport_lib.utils.imports import collect_versions
@@ -150,6 +150,7 @@ def _run_stages(run: ReportRun, stages, params, say, **stage_options) -> ReportR
         # Stopped (or a bug): the stage under way is INTERRUPTED, the rest NOT RUN, and
         # the files say so; a further stop signal waits until they are written.
         with shielded():
+            sweep_partial(run_dir)  # a stop signal that came between a stage's end and its collection
             if current is not None:
                 run.stages[current].verdict = INTERRUPTED
                 run.stages[current].error = run.stages[current].error or "the run was stopped during this stage"

@@ -31,6 +31,7 @@ from hyport_lib.utils.redact import scrub_json_text, scrub_text
 from hyport_lib.utils.signals import shielded
 
 PARTIAL_DIR = ".partial"
+INTERRUPTED_ERROR = "KeyboardInterrupt: the run was interrupted during this stage"
 #: The summary of a stage that failed without recording one (the runner's words, not the stage's).
 FAILED_SUMMARY = "stage failed"
 
@@ -64,6 +65,17 @@ def _describe_error(exc: BaseException) -> str:
     evalue = getattr(exc, "evalue", None)
     text = f"{ename}: {evalue}" if ename else f"{type(exc).__name__}: {exc}"
     return scrub_text(text.strip())
+
+
+def sweep_partial(run_dir: Path) -> list[str]:
+    """Scrub every notebook left in ``<run>/.partial/`` into ``<run>/notebooks/`` and remove
+    it (a stop signal between a stage's end and its collection); the names swept."""
+    swept = []
+    for source in sorted((Path(run_dir) / PARTIAL_DIR).glob("*.ipynb")):
+        scrub_notebook(source, Path(run_dir) / "notebooks" / source.name)
+        source.unlink()
+        swept.append(source.name)
+    return swept
 
 
 def scrub_notebook(source: Path, target: Path) -> bool:
@@ -135,19 +147,24 @@ def run_stage(stage: Stage, run_dir: Path, params: dict, *, cell_timeout_s: int,
            "HYPORT_STAGE": stage.id}
     started = time.monotonic()
     error = None
-    with _stage_logging(log_out), environ_set(env), _terminal_to_log(log_out):
-        try:
-            papermill.execute_notebook(
-                str(stage.path), str(nb_partial), parameters=params, kernel_name=kernel_name,
-                cwd=str(stage.path.parent), execution_timeout=cell_timeout_s,
-                progress_bar=progress_bar, log_output=True, request_save_on_cell_execute=True,
-            )
-        except KeyboardInterrupt:
-            # Keep what the stage left (scrubbed, with its HTML); the caller stops the run.
-            error = "KeyboardInterrupt: the run was interrupted during this stage"
-            outcome.interrupted = True
-        except Exception as exc:  # noqa: BLE001 — any notebook failure becomes a FAIL row
-            error = _describe_error(exc)
+    try:
+        with _stage_logging(log_out), environ_set(env), _terminal_to_log(log_out):
+            try:
+                papermill.execute_notebook(
+                    str(stage.path), str(nb_partial), parameters=params, kernel_name=kernel_name,
+                    cwd=str(stage.path.parent), execution_timeout=cell_timeout_s,
+                    progress_bar=progress_bar, log_output=True, request_save_on_cell_execute=True,
+                )
+            except KeyboardInterrupt:
+                # Keep what the stage left (scrubbed, with its HTML); the caller stops the run.
+                error = INTERRUPTED_ERROR
+                outcome.interrupted = True
+            except Exception as exc:  # noqa: BLE001 — any notebook failure becomes a FAIL row
+                error = _describe_error(exc)
+    except KeyboardInterrupt:
+        # A further Ctrl-C while the stage's logging and terminal were being put back: the
+        # stage's files are still collected (the unscrubbed notebook never stays behind).
+        error, outcome.interrupted = error or INTERRUPTED_ERROR, True
     outcome.duration_s = round(time.monotonic() - started, 2)
     with shielded():  # a second Ctrl-C does not leave the stage's files half-made
         return _collect(stage, run_dir, outcome, error, nb_partial, nb_out, html_out, log_out,
