@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from hyport_lib.drafting.draft import WORDS
+from hyport_lib.drafting.draft import WORDS, Draft
 from hyport_lib.report.blog.text import TEXT
 from hyport_lib.report.blog.writer import DRAFTS, render_blog, write_blog_drafts
 from hyport_lib.report.run import NOT_RUN, PENDING, ReportRun, StageOutcome
@@ -540,3 +540,24 @@ def test_stage_03_says_a_random_weight_answer_only_shows_agreement():
     assert "random weights: not meaningful (the embedded tiny model): it only shows that every card" in text
     record["data"]["config"]["model_path"] = "/models/real"
     assert "The answer of card 0 to the prompt `Describe the image.`:" in "\n".join(blog_section(record, Draft(lang="en")))
+
+
+def test_answers_and_random_weight_notes_are_recorded_text_in_the_chinese_draft():
+    """The real run's Chinese draft held "the embedded tiny model" outside marked recorded text."""
+    from hyport_lib.attention.behaviour_view import blog_lines as behaviour_lines
+    from hyport_lib.train.answers_view import blog_lines as answer_lines
+
+    zh = Draft(lang="zh")
+    tiny = "random weights: not meaningful (the embedded tiny model)"
+    assert not english_runs("\n".join(behaviour_lines({"behaviour": {"meaningful": False, "why": tiny}}, zh)))
+    assert not english_runs("\n".join(answer_lines({"data": {"worker": {"held_answers": {"why_not": tiny}}}}, zh)))
+    real = {"data": {"worker": {"held_answers": {"prompts": ["How do I open a fridge?"],
+                                                 "taught": ["Hold the handle and pull the door gently."],
+                                                 "before": ["You will need to use a combination"],
+                                                 "after": ["Hold the handle and pull the door gently."]}}}}
+    assert not english_runs("\n".join(answer_lines(real, zh)))
+    behaviour = {"behaviour": {"meaningful": True, "new_tokens": 32, "prompts": ["What is the capital of France?"],
+                               "eager_answers": ["The capital of France is Paris."], "pairs": [
+                                   {"label": "x", "dtype": "bfloat16", "identical": False, "answers": ["a b c"],
+                                    "first_difference": {"prompt": 0, "token": 3, "eager": " the", "swapped": " a"}}]}}
+    assert not english_runs("\n".join(behaviour_lines(behaviour, zh)))

@@ -8,7 +8,7 @@ from typing import Optional
 
 from hyport_lib.attention.phrases import PHRASES
 from hyport_lib.drafting.draft import Draft
-from hyport_lib.drafting.markdown import code, table
+from hyport_lib.drafting.markdown import code, recorded, table
 from hyport_lib.drafting.values import as_dict, as_list, num
 
 #: Longest answer shown in a table cell (the record keeps the whole answer).
@@ -85,15 +85,17 @@ def blog_lines(model: dict, draft: Draft) -> list[str]:
     if not behaviour:
         return []
     if not behaviour.get("meaningful"):
-        return [t["att_behaviour_not"].format(why=behaviour.get("why")), ""]
+        return [t["att_behaviour_not"].format(why=recorded(behaviour.get("why"), draft.lang)), ""]
     pairs = [as_dict(p) for p in as_list(behaviour.get("pairs"))]
     lines = [t["att_behaviour"].format(tokens=num(behaviour.get("new_tokens")),
                                        prompts=num(len(as_list(behaviour.get("prompts"))))), ""]
     answers = as_list(behaviour.get("eager_answers"))
+    # Answers and differences are recorded text (English words in the Chinese draft too).
     lines += table([t["prompt"], t["eager_answer"]],
-                   [[code(p), _short(answers[i]) if i < len(answers) else ""]
+                   [[code(p), recorded(_short(answers[i]) if i < len(answers) else "", draft.lang)]
                     for i, p in enumerate(as_list(behaviour.get("prompts")))])
     lines += table([t["pair"], t["identical"], t["first_diff"], t["ppl"]],
-                   [[code(p.get("label")), draft.yes_no(p.get("identical")), _difference(p) or "—",
+                   [[code(p.get("label")), draft.yes_no(p.get("identical")),
+                     recorded(_difference(p), draft.lang) if _difference(p) else "—",
                      f"{num(p.get('eager_perplexity'))} → {num(p.get('perplexity'))}"] for p in pairs])
     return lines

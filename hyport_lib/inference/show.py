@@ -224,7 +224,7 @@ def blog_section(record: dict, draft: Draft) -> list[str]:
         card, answer = sample
         prompt = dig(d, "config", "single_prompt")
         why = random_weights_reason(str(dig(d, "config", "model_path", default="")))
-        said = (t["sample_random"].format(card=num(card), prompt=code(prompt), why=why) if why
+        said = (t["sample_random"].format(card=num(card), prompt=code(prompt), why=recorded(why, draft.lang)) if why
                 else t["sample"].format(card=num(card), prompt=code(prompt)))
         lines += [said, ""]
         lines += fenced(str(answer), "text")

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Optional
 
 from hyport_lib.drafting.draft import Draft
-from hyport_lib.drafting.markdown import table
+from hyport_lib.drafting.markdown import recorded, table
 from hyport_lib.drafting.values import as_dict, as_list, dig
 from hyport_lib.train.phrases import PHRASES
 
@@ -51,7 +51,8 @@ def blog_lines(record: dict, draft: Draft) -> list[str]:
     if not held:
         return []
     if held.get("why_not"):
-        return [t["answers_not"].format(why=held["why_not"]), ""]
+        return [t["answers_not"].format(why=recorded(held["why_not"], draft.lang)), ""]
     frame = answers_frame(held)
+    cells = [[recorded(cell, draft.lang) for cell in row] for row in frame.itertuples(index=False)]
     return [t["answers_intro"], ""] + table([t["ans_prompt"], t["ans_taught"], t["ans_before"], t["ans_after"]],
-                                              frame.itertuples(index=False))
+                                              cells)
