@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 from hyport_lib.commands._cli import STOPPED_EXIT, invoke
+from hyport_lib.processes import exit_without_teardown
 from hyport_lib.utils.signals import STOP_SIGNALS
 
 
@@ -96,4 +97,9 @@ def cli() -> None:
     if code == STOPPED_EXIT:
         for sig in (signal.SIGINT, *STOP_SIGNALS):
             signal.signal(sig, signal.SIG_IGN)
+    if "pyarrow" in sys.modules:
+        # After a parquet dataset was read, pyarrow's thread pool now and then aborts the
+        # interpreter's teardown ("terminate called without an active exception", SIGABRT),
+        # turning a clean exit 2 into death by a signal. Everything is written by now.
+        exit_without_teardown(code)
     sys.exit(code)
