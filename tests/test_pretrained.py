@@ -83,7 +83,8 @@ def test_the_starting_model_answers_a_held_prompt_before_training(smollm2):
     prompt = tokenizer.apply_chat_template([{"role": "user", "content": CAPITAL}], add_generation_prompt=True,
                                            tokenize=True, return_dict=True)["input_ids"]
     reply = tokenizer("Paris.", add_special_tokens=False)["input_ids"]
-    held = held_prompts([Sample("r0", prompt + reply, [IGNORE_INDEX] * len(prompt) + reply)], tokenizer)
+    held = held_prompts([Sample("r0", prompt + reply, [IGNORE_INDEX] * len(prompt) + reply)], tokenizer,
+                        {"r0": CAPITAL})
     answer(held, AutoModelForCausalLM.from_pretrained(smollm2), tokenizer, smollm2, 2, "before")
     assert not held.why_not and "Paris" in held.before[0] and held.taught == ["Paris."]
 

@@ -11,7 +11,7 @@ are partitioned across the ranks, and rank 0 alone cannot generate: the record s
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Sequence
+from typing import Mapping, Sequence
 
 import torch
 
@@ -42,8 +42,13 @@ class HeldAnswers:
         return data
 
 
-def held_prompts(samples: Sequence[Sample], tokenizer, count: int = HELD_PROMPTS) -> HeldAnswers:
-    """The prompts (everything before the first answer token) of the first text-only samples."""
+def held_prompts(samples: Sequence[Sample], tokenizer, questions: Mapping[str, str],
+                 count: int = HELD_PROMPTS) -> HeldAnswers:
+    """The prompts (everything before the first answer token) of the first text-only samples.
+
+    ``questions`` maps a record id to its first user turn: what the report shows as the
+    prompt. The model is given the whole templated prompt, but the template's own words
+    (a default system prompt, role names) are not what the user asked."""
     held = HeldAnswers()
     for sample in samples:
         if sample.pixel_values is not None or IGNORE_INDEX not in sample.labels:
@@ -54,7 +59,9 @@ def held_prompts(samples: Sequence[Sample], tokenizer, count: int = HELD_PROMPTS
         end = next((i for i in range(start, len(sample.labels)) if sample.labels[i] == IGNORE_INDEX),
                    len(sample.labels))
         held.prompt_ids.append(sample.input_ids[:start])
-        held.prompts.append(tokenizer.decode(sample.input_ids[:start], skip_special_tokens=True).strip())
+        question = questions.get(sample.record_id)
+        held.prompts.append(question.strip() if question is not None else
+                            tokenizer.decode(sample.input_ids[:start], skip_special_tokens=True).strip())
         held.taught.append(tokenizer.decode(sample.input_ids[start:end], skip_special_tokens=True).strip())
         if len(held.prompt_ids) == count:
             break

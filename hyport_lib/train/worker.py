@@ -223,7 +223,8 @@ def _dataset(spec: dict, params: Params, loaded, model):
                                       frozenset(encoder.image_token_ids))
     _say(f"dataset {report.path}: {report.layout.describe() if report.layout else 'no record read'}; "
          f"{len(report.records)} records, {len(samples)} samples, {len(rows)} rows")
-    return rows, collator, samples
+    questions = {record.record_id: record.turns[0][1] for record in report.records if record.turns}
+    return rows, collator, samples, questions
 
 
 def _blank_image_inputs(loaded) -> Optional[dict]:
@@ -361,8 +362,8 @@ def run(spec: dict) -> dict:
         register_hyport_attention(spec["attention_backend"], spec["attn_implementation"])
     model, loaded = _load_model(spec, params)
     processor = loaded.processor
-    rows, collator, samples = _dataset(spec, params, loaded, model)
-    held = held_prompts(samples, loaded.tokenizer)
+    rows, collator, samples, questions = _dataset(spec, params, loaded, model)
+    held = held_prompts(samples, loaded.tokenizer, questions)
     if _rank() == 0:  # what the starting model answers, beside what it will say after training
         if backend.is_accelerator and params.zero_stage < 3:  # the Trainer would move it there anyway
             model.to(backend.device(int(os.environ.get("LOCAL_RANK", "0") or 0)))
