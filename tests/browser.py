@@ -14,6 +14,7 @@ from __future__ import annotations
 import io
 import os
 import shutil
+import sys
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -129,3 +130,27 @@ def save_readme_picture(raw: bytes, target: Path) -> Path:
     partial.replace(target)
     assert target.stat().st_size <= SCREENSHOT_MAX_BYTES, (target, target.stat().st_size)
     return target
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python tests/browser.py RUN_DIR NAME``: the README picture ``docs/images/NAME`` of a
+    report's index (the stages at a glance), for runs no test makes (the real-model report)."""
+    import argparse
+
+    parser = argparse.ArgumentParser(description=main.__doc__)
+    parser.add_argument("run_dir", type=Path, help="a hyport report run folder (holds index.html)")
+    parser.add_argument("name", help="the picture's file name under docs/images")
+    args = parser.parse_args(argv)
+    DOC_IMAGES.mkdir(exist_ok=True)
+    seen = visit(args.run_dir / "index.html", {"cards": ".glance .card"}, screenshot=DOC_IMAGES / args.name,
+                 clip_below=".glance + p.prov")
+    if seen.blocked or seen.console_errors or not seen.counts["cards"]:
+        print(f"{args.run_dir}: blocked {seen.blocked}, errors {seen.console_errors}, "
+              f"{seen.counts['cards']} cards", file=sys.stderr)
+        return 1
+    print(DOC_IMAGES / args.name)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -147,3 +147,18 @@ def test_a_stage_draws_its_own_svg_on_its_card_and_odd_metrics_do_not_break_the_
     (tmp_path / "results" / "04_train.json").write_text(json.dumps(
         {"stage": "04_train", "verdict": "PASS", "headline": {"steps": 3}, "data": {"metrics": [1, "x"]}}))
     assert "<svg" not in _card(render_index(run), "04_train")
+
+
+def test_the_inference_card_names_the_attention_and_what_a_card_answered():
+    from hyport_lib.inference import show as inference_show
+    from hyport_lib.models.tiny import ensure_tiny_model
+
+    record = {"headline": {"cards ok": "2/2", "consistent": True},
+              "data": {"config": {"attn_implementation": "hyport_npu_fused", "model_path": "/models/real"},
+                       "outputs": {"0": {"single": "The capital of France is Paris. " * 10, "batch": []}}}}
+    rows = dict(inference_show.glance(record))
+    assert rows["attention"] == "hyport_npu_fused"
+    assert rows["card 0 answered"].startswith("The capital of France is Paris.")
+    assert len(rows["card 0 answered"]) <= inference_show.GLANCE_ANSWER_CHARS
+    record["data"]["config"]["model_path"] = str(ensure_tiny_model())
+    assert dict(inference_show.glance(record))["card 0 answered"] == "random weights: only shows the cards agree"

@@ -73,7 +73,8 @@ def test_the_answers_are_drawn_side_by_side_and_in_both_languages():
     frame = answers_frame(record["data"]["worker"]["held_answers"])
     assert list(frame.columns) == ["prompt", "taught", "before", "after"]
     assert frame.iloc[0].to_dict()["before"] == "I don't know."
-    assert glance_row(record) == [("answers", "after training: Ada Quill built it in 1901.")]
+    assert glance_row(record) == [("asked", "Who built the Zorblax bridge?"), ("answer before", "I don't know."),
+                                  ("answer after", "Ada Quill built it in 1901.")]
     en = "\n".join(blog_lines(record, Draft(lang="en")))
     assert "| Prompt | The data's answer | Before | After |" in en and "I don't know." in en
     assert "训练前" in "\n".join(blog_lines(record, Draft(lang="zh")))

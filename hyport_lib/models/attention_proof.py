@@ -9,7 +9,10 @@ it, packed rows included — forward and backward through each, and compares:
 * the logits (max |Δ| over the compared positions) and the loss, within the dtype's
   tolerance;
 * the gradient set: the same parameters get a gradient in both, and the gradients agree;
-* that the swapped model called hyport's attention at all.
+* that the swapped model called hyport's attention at all;
+* for an inference proof (``decode_steps``), a few greedy new tokens decoded with the KV
+  cache through ``generate``: each step's logits
+  (:mod:`hyport_lib.models.decode_proof`).
 
 A model that declares it cannot take SDPA-like kernels (``_supports_sdpa = False``, as
 models with per-token sinks or position biases do) is refused without running. A raise
@@ -38,6 +41,7 @@ from typing import Any, Mapping, Optional, Sequence
 from hyport_lib.models.families import ModelTraits
 from hyport_lib.models.loading import auto_model_class, traits_of
 from hyport_lib.models import shrunk_model
+from hyport_lib.models.decode_proof import compare_decoding, decode_logits
 from hyport_lib.models.shrunk_model import KEEP_LAYERS, compact_vocabulary, shrunk_config
 from hyport_lib.models.model_cache import default_cache_root
 from hyport_lib.npu_attention import hf_integration
@@ -86,6 +90,9 @@ class AttentionProof:
     grads_only_swapped: list = field(default_factory=list)
     max_rel_grad: Optional[float] = None
     swapped_calls: Optional[int] = None
+    #: cached decoding (inference proofs): steps compared and their max |Δ logits|
+    decode_steps: int = 0
+    max_abs_decode_logits: Optional[float] = None
     seconds: float = 0.0
     cached: bool = False
     #: one-line summaries of the further batches proven beside this one (a VLM's image row)
@@ -108,10 +115,12 @@ class AttentionProof:
         where = f"{self.source}{', cached' if self.cached else ''}"
         if self.verdict != PASS:
             return f"attention proof {self.verdict} ({where}): {self.reason}"
+        decoding = (f", {self.decode_steps} cached decoding steps max |Δ logits| "
+                    f"{self.max_abs_decode_logits:.2e}" if self.decode_steps else "")
         return (f"attention proof PASS ({where}; {self.layers}; {self.batch}): max |Δ logits| "
                 f"{self.max_abs_logits:.2e}, loss {self.loss_eager:.6f} vs {self.loss_swapped:.6f}, "
                 f"same gradient set ({self.grad_parameters} parameters, max rel Δ grad "
-                f"{self.max_rel_grad:.1e}), {self.seconds:.1f} s")
+                f"{self.max_rel_grad:.1e}){decoding}, {self.seconds:.1f} s")
 
 
 def sdpa_refusal(model) -> Optional[str]:
@@ -163,8 +172,8 @@ def proof_cache_dir() -> Path:
 
 def prove_swap(model_path: str, batch: Mapping, *, backend: str, trust_remote_code: bool = False,
                traits: Optional[ModelTraits] = None, seed: int = 0, use_cache: bool = True,
-               keep_layers: int = KEEP_LAYERS, samples: Optional[Sequence[Sequence[Mapping]]] = None
-               ) -> AttentionProof:
+               keep_layers: int = KEEP_LAYERS, samples: Optional[Sequence[Sequence[Mapping]]] = None,
+               decode_steps: int = 0) -> AttentionProof:
     """Eager vs hyport's attention (``backend``: ``sdpa`` or ``npu-emulated``) on the
     shrunk model and ``batch`` (see the module docstring).
 
@@ -173,6 +182,8 @@ def prove_swap(model_path: str, batch: Mapping, *, backend: str, trust_remote_co
             row's order): eager runs them one by one, so that the reference is "each sample
             trained alone" whatever the model's mask code makes of packed positions.
             Without it, eager runs ``batch`` as it is.
+        decode_steps: also decode this many greedy new tokens with the KV cache (an
+            inference proof; ``batch`` is then a left-padded prompt batch).
     """
     from transformers import AutoConfig
 
@@ -183,7 +194,8 @@ def prove_swap(model_path: str, batch: Mapping, *, backend: str, trust_remote_co
     config = AutoConfig.from_pretrained(model_path, trust_remote_code=trust_remote_code)
     key = _cache_key(model_path, config.to_dict(), batch, backend, name,
                      {"trust_remote_code": trust_remote_code, "seed": seed, "keep_layers": keep_layers,
-                      "samples": samples is not None})
+                      "samples": samples is not None,
+                      **({"decode_steps": decode_steps} if decode_steps else {})})
     cached = proof_cache_dir() / f"{key}.json"
     if use_cache and cached.is_file():
         try:
@@ -194,7 +206,7 @@ def prove_swap(model_path: str, batch: Mapping, *, backend: str, trust_remote_co
             found.cached = True
             return found
     traits = traits or traits_of(model_path, trust_remote_code)
-    _run_proof(proof, config, batch, samples, name, traits, trust_remote_code, seed, keep_layers)
+    _run_proof(proof, config, batch, samples, name, traits, trust_remote_code, seed, keep_layers, decode_steps)
     proof.seconds = round(time.perf_counter() - started, 2)
     if use_cache:
         _store(cached, proof)
@@ -211,7 +223,7 @@ def _store(path: Path, proof: AttentionProof) -> None:
 
 
 def _run_proof(proof: AttentionProof, config, batch: Mapping, samples, name: str, traits: ModelTraits,
-               trust_remote_code: bool, seed: int, keep_layers: int) -> None:
+               trust_remote_code: bool, seed: int, keep_layers: int, decode_steps: int = 0) -> None:
     """One model (the slim shrink, else the layers-only one when the slim config does not
     build or run): eager forward and backward, then the same weights switched to the swap."""
     full_inputs = _model_batch(batch)
@@ -237,6 +249,7 @@ def _run_proof(proof: AttentionProof, config, batch: Mapping, samples, name: str
                 proof.verdict, proof.reason = REFUSED, refusal
                 return
             eager_out = _forward_backward(model, inputs, per_sample)
+            eager_decoding = decode_logits(model, inputs, decode_steps) if decode_steps else None
             break
         except Exception as exc:  # noqa: BLE001 — the shrink or the model's own code: said below
             failure = f"{type(exc).__name__}: {(str(exc).strip().splitlines() or [''])[0]}"
@@ -257,7 +270,24 @@ def _run_proof(proof: AttentionProof, config, batch: Mapping, samples, name: str
                                   f"{first}")[:400]
         return
     proof.swapped_calls = api.calls - calls
+    if eager_decoding is not None:
+        try:
+            swapped_decoding = decode_logits(model, inputs, decode_steps)
+        except Exception as exc:  # noqa: BLE001 — the swap's decoding path raised: the finding
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            proof.reason = scrub_text(f"cached decoding with the swapped attention raised "
+                                      f"{type(exc).__name__}: {first}")[:400]
+            return
     _compare(proof, eager_out, swapped_out)
+    if eager_decoding is not None:
+        proof.max_abs_decode_logits, proof.decode_steps, problem = compare_decoding(eager_decoding,
+                                                                                     swapped_decoding)
+        if problem is None and proof.max_abs_decode_logits > LOGIT_TOLERANCE:
+            problem = (f"cached decoding: logits differ from eager by {proof.max_abs_decode_logits:.3g} "
+                       f"(> {LOGIT_TOLERANCE:g}) within {proof.decode_steps} step(s)")
+        if problem:
+            proof.verdict = FAIL
+            proof.reason = "; ".join(filter(None, [proof.reason, problem]))
 
 
 def _with_compact_vocabulary(config, inputs: dict, per_sample):

@@ -41,8 +41,13 @@ def glance_row(record: dict) -> list[tuple[str, str]]:
         return []
     if held.get("why_not"):
         return [("answers", str(held["why_not"]))]
-    after = as_list(held.get("after"))
-    return [("answers", f"after training: {_cell(after[0])}")] if after else []
+    before, after = as_list(held.get("before")), as_list(held.get("after"))
+    if not after:
+        return []
+    rows = [("asked", _cell(as_list(held.get("prompts"))[0]))] if as_list(held.get("prompts")) else []
+    if before:
+        rows.append(("answer before", _cell(before[0])))
+    return rows + [("answer after", _cell(after[0]))]
 
 
 def blog_lines(record: dict, draft: Draft) -> list[str]:

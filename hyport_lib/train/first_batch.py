@@ -1,9 +1,11 @@
-"""What the model received first: rank 0's first batch, decoded, in ``logs/first_batch.json``.
+"""What the model received first: each rank's first batch, decoded, in ``logs/first_batch*.json``.
 
 A dataset in a new format can go wrong silently: a system prompt that never reaches
 the chat template, labels on the question instead of the answer, a column read as
 empty. As LLaMA-Factory prints its first training example, each training process
-(rank 0 only) writes the first batch its collator built, as the model receives it:
+writes the first batch its collator built, as the model receives it (rank 0 in
+``first_batch.json``, rank r in ``first_batch.rank<r>.json``: together they are the
+first optimizer step's data, which a reader can check the first loss against):
 per row, the records packed into it, the decoded tokens (padding left out) and the
 decoded answer spans: the input tokens at the positions whose labels are set, one string
 per contiguous run. Labels sit on the tokens they name (the model shifts them), so a
@@ -29,9 +31,10 @@ FIRST_BATCH_FILE = "first_batch.json"
 MAX_TEXT_CHARS = 4000
 
 
-def first_batch_path(output_dir: os.PathLike) -> Path:
-    """Where a run's first batch is written (the logs folder is hyport's own)."""
-    return Path(output_dir) / "logs" / FIRST_BATCH_FILE
+def first_batch_path(output_dir: os.PathLike, rank: int = 0) -> Path:
+    """Where ``rank``'s first batch is written (the logs folder is hyport's own)."""
+    name = FIRST_BATCH_FILE if rank == 0 else FIRST_BATCH_FILE.replace(".json", f".rank{rank}.json")
+    return Path(output_dir) / "logs" / name
 
 
 def describe_batch(rows: Sequence[Sequence[Sample]], batch: dict, decode: Callable[[list[int]], str],
@@ -72,7 +75,7 @@ def _squeezed(ids: list[int], image_token_ids: frozenset) -> list[int]:
 
 
 class FirstBatchRecorder:
-    """A collator that writes the first batch it builds (rank 0), then only collates.
+    """A collator that writes the first batch it builds, then only collates.
 
     Args:
         collator: the collator the Trainer would use.

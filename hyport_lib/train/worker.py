@@ -218,9 +218,9 @@ def _dataset(spec: dict, params: Params, loaded, model):
     rows = training_rows(samples, params.max_seq_len, params.packing)
     collator = make_collator(encoder.pad_id, params.max_seq_len, params.packing,
                              mrope_text_row=loaded.traits.mrope_text_row)
-    if _rank() == 0:  # what the model received first, decoded (logs/first_batch.json)
-        collator = FirstBatchRecorder(collator, loaded.tokenizer, first_batch_path(spec["output_dir"]),
-                                      frozenset(encoder.image_token_ids))
+    # What each rank's model received first, decoded (logs/first_batch*.json).
+    collator = FirstBatchRecorder(collator, loaded.tokenizer, first_batch_path(spec["output_dir"], _rank()),
+                                  frozenset(encoder.image_token_ids))
     _say(f"dataset {report.path}: {report.layout.describe() if report.layout else 'no record read'}; "
          f"{len(report.records)} records, {len(samples)} samples, {len(rows)} rows")
     questions = {record.record_id: record.turns[0][1] for record in report.records if record.turns}

@@ -1,0 +1,103 @@
+"""Which attention the inference workers run, decided before any worker starts.
+
+``attn_implementation="auto"`` (the default) is the seed's case: on an NPU the grid runs
+hyport's fused attention (``npu_fusion_attention``), which is what stage 03 exists to show
+on every card; elsewhere it runs eager. A hyport attention, asked for by name or by
+``auto``, first proves itself on the user's model
+(:func:`hyport_lib.models.attention_proof.prove_swap`): the model shrunk from its own
+config, eager against the swap, on the grid's own prompts as the workers encode them
+(left-padded), prefill and a few greedy tokens decoded with the KV cache. A proof that
+does not pass keeps the grid on eager attention, and the plan says why: never a grid
+that answers through an attention that computes something else.
+
+The proof runs on this host's CPU in float32; on an NPU host its swapped side is hyport's
+CPU emulation of ``npu_fusion_attention`` (the plan never touches a card).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+from hyport_lib.models.attention_proof import AttentionProof, prove_swap
+from hyport_lib.models.decode_proof import DECODE_STEPS
+from hyport_lib.models.generation import batch_prompts, single_prompt
+from hyport_lib.models.generation_config import InferenceConfig
+from hyport_lib.models.loading import load_processor, tokenizer_of
+from hyport_lib.models.preflight import check_attn_implementation
+from hyport_lib.models.prompts import PromptNotApplicable, encode_prompts
+from hyport_lib.npu_attention.names import BACKEND_OF_NAME, NAME_OF_BACKEND, backend_of, check_runs_on
+
+AUTO = "auto"
+#: What ``auto`` runs on each device kind when the proof passes (eager where absent).
+AUTO_SWAP = {"npu": NAME_OF_BACKEND["npu"]}
+
+
+@dataclass
+class InferenceAttention:
+    """The workers' ``attn_implementation``, the proof behind it (None when no swap was
+    asked for) and the plan's note ("" when there is nothing to say)."""
+
+    asked: str
+    attn_implementation: str
+    proof: Optional[AttentionProof] = None
+    note: str = ""
+
+    def to_dict(self) -> dict:
+        return {"asked": self.asked, "attn_implementation": self.attn_implementation, "note": self.note,
+                "proof": self.proof.to_dict() if self.proof else None}
+
+
+def choose_attention(asked: str, backend_kind: str, config: InferenceConfig) -> InferenceAttention:
+    """The workers' attention for ``asked`` on ``backend_kind`` (see the module docstring).
+
+    ``config.model_path`` is a checkpoint folder.
+
+    Raises:
+        ValueError: a name no worker could load, or a hyport name this device cannot run.
+    """
+    if asked == AUTO:
+        wanted = AUTO_SWAP.get(backend_kind)
+        if wanted is None:
+            return InferenceAttention(asked, "eager")
+    else:
+        check_attn_implementation(asked)
+        if asked not in BACKEND_OF_NAME:
+            return InferenceAttention(asked, asked)
+        check_runs_on(asked, backend_kind)
+        wanted = asked
+    proof = _prove(wanted, config)
+    if proof.passed:
+        return InferenceAttention(asked, wanted, proof, f"{wanted}: {proof.line()}")
+    return InferenceAttention(asked, "eager", proof, f"{wanted} not used: {proof.line()}; the grid keeps "
+                                                     "eager attention")
+
+
+def _prove(name: str, config: InferenceConfig) -> AttentionProof:
+    """The swap against eager on the grid's prompts: the single prompt and the batch, each
+    encoded as the workers encode them."""
+    loaded = load_processor(config.model_path, trust_remote_code=config.trust_remote_code)
+    tokenizer_of(loaded.processor).padding_side = "left"
+    try:
+        prompts = [[single_prompt(loaded, config)]]
+    except PromptNotApplicable:
+        prompts = []  # the grid leaves it out (skip_not_applicable); the batch is proven
+    batch, _ = batch_prompts(loaded, config)
+    prompts += [batch] if batch else []
+    # The plan never touches a card: on an NPU host the proof runs hyport's CPU emulation.
+    backend = "sdpa" if backend_of(name) == "sdpa" else "npu-emulated"
+    proof = None
+    for group in prompts:
+        inputs = encode_prompts(loaded, group, enable_thinking=config.enable_thinking)
+        labels = inputs["input_ids"].masked_fill(inputs["attention_mask"] == 0, -100)
+        found = prove_swap(config.model_path, {**inputs, "labels": labels}, backend=backend,
+                           trust_remote_code=config.trust_remote_code, traits=loaded.traits,
+                           decode_steps=DECODE_STEPS)
+        if proof is None or not found.passed:
+            proof = found
+        if not found.passed:
+            break
+    if proof is None:
+        raise ValueError("attn_implementation: no prompt of this grid fits the model, so the swap cannot be "
+                         "proven on it")
+    return proof
