@@ -327,6 +327,11 @@ def dtype_param(default: str, doc: str = "auto | float32 | bfloat16 | float16") 
     return param(default, doc, choices=DTYPES)
 
 
+#: ``attn_implementation="auto"``: the stage decides (stage 03: the fused kernel on an NPU
+#: once it proves itself; stages 04 and 05: eager where hyport's attention is not needed).
+AUTO_ATTENTION = "auto"
+
+
 def attn_implementation_param(default: str = "eager",
                               doc: str = "transformers' attn_implementation (eager, sdpa, or hyport's)") -> Any:
     return param(default, doc, nonempty=True)

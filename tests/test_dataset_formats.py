@@ -342,6 +342,20 @@ def test_the_first_batch_is_listed_as_the_model_receives_it(processor, tmp_path)
         assert not out.exists()  # the first batch only
 
 
+def test_each_rank_has_its_first_batch_file_and_a_new_launch_clears_an_older_runs(tmp_path):
+    from hyport_lib.train.first_batch import clear_first_batches, first_batch_path
+
+    assert first_batch_path(tmp_path).name == "first_batch.json"
+    assert first_batch_path(tmp_path, 3) == tmp_path / "logs" / "first_batch.rank3.json"
+    for rank in range(4):  # a run on 4 ranks; the next launch runs on 2
+        first_batch_path(tmp_path, rank).parent.mkdir(exist_ok=True)
+        first_batch_path(tmp_path, rank).write_text("{}")
+    (tmp_path / "logs" / "train.log").write_text("kept")
+    assert len(clear_first_batches(tmp_path)) == 4
+    assert [p.name for p in (tmp_path / "logs").iterdir()] == ["train.log"]
+    assert clear_first_batches(tmp_path / "never-made") == []
+
+
 def test_the_plan_says_how_the_dataset_was_read_and_skips_bad_records_by_position(tmp_path):
     from hyport_lib.backend import get_backend
     from hyport_lib.train.preflight import prepare

@@ -17,6 +17,7 @@ CPU emulation of ``npu_fusion_attention`` (the plan never touches a card).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Optional
 
 from hyport_lib.models.attention_proof import AttentionProof, prove_swap
@@ -27,8 +28,9 @@ from hyport_lib.models.loading import load_processor, tokenizer_of
 from hyport_lib.models.preflight import check_attn_implementation
 from hyport_lib.models.prompts import PromptNotApplicable, encode_prompts
 from hyport_lib.npu_attention.names import BACKEND_OF_NAME, NAME_OF_BACKEND, backend_of, check_runs_on
+from hyport_lib.params import AUTO_ATTENTION
+from hyport_lib.utils.redact import scrub_text
 
-AUTO = "auto"
 #: What ``auto`` runs on each device kind when the proof passes (eager where absent).
 AUTO_SWAP = {"npu": NAME_OF_BACKEND["npu"]}
 
@@ -56,7 +58,7 @@ def choose_attention(asked: str, backend_kind: str, config: InferenceConfig) -> 
     Raises:
         ValueError: a name no worker could load, or a hyport name this device cannot run.
     """
-    if asked == AUTO:
+    if asked == AUTO_ATTENTION:
         wanted = AUTO_SWAP.get(backend_kind)
         if wanted is None:
             return InferenceAttention(asked, "eager")
@@ -66,7 +68,17 @@ def choose_attention(asked: str, backend_kind: str, config: InferenceConfig) -> 
             return InferenceAttention(asked, asked)
         check_runs_on(asked, backend_kind)
         wanted = asked
-    proof = _prove(wanted, config)
+    if not Path(config.model_path).is_dir():
+        return InferenceAttention(asked, "eager", None, f"{wanted} not used: model_path is not a local folder, "
+                                                        "so the swap cannot be proven before the grid; the grid "
+                                                        "keeps eager attention")
+    try:
+        proof = _prove(wanted, config)
+    except Exception as exc:  # noqa: BLE001 — the model's processor or config: said, and eager kept
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        return InferenceAttention(asked, "eager", None, scrub_text(
+            f"{wanted} not used: its proof could not run ({type(exc).__name__}: {first}); the grid keeps "
+            "eager attention")[:400])
     if proof.passed:
         return InferenceAttention(asked, wanted, proof, f"{wanted}: {proof.line()}")
     return InferenceAttention(asked, "eager", proof, f"{wanted} not used: {proof.line()}; the grid keeps "
@@ -89,7 +101,11 @@ def _prove(name: str, config: InferenceConfig) -> AttentionProof:
     proof = None
     for group in prompts:
         inputs = encode_prompts(loaded, group, enable_thinking=config.enable_thinking)
-        labels = inputs["input_ids"].masked_fill(inputs["attention_mask"] == 0, -100)
+        # Left padding: a pad position's output is never read, and it predicts the first real
+        # token; neither is compared (eager and the swap may differ there, to no effect).
+        pad = inputs["attention_mask"] == 0
+        labels = inputs["input_ids"].masked_fill(pad, -100)
+        labels[:, 1:] = labels[:, 1:].masked_fill(pad[:, :-1], -100)
         found = prove_swap(config.model_path, {**inputs, "labels": labels}, backend=backend,
                            trust_remote_code=config.trust_remote_code, traits=loaded.traits,
                            decode_steps=DECODE_STEPS)

@@ -15,7 +15,7 @@ from typing import Callable, Optional
 from hyport_lib.backend import get_backend
 from hyport_lib.devices.card_plan import plan_grid
 from hyport_lib.devices.host_memory import RamNeed, ram_need_per_rank, require_host_ram
-from hyport_lib.inference.attention_choice import AUTO, AUTO_SWAP, choose_attention
+from hyport_lib.inference.attention_choice import AUTO_SWAP, choose_attention
 from hyport_lib.inference.grid import InferencePlan, default_log_dir, run_grid
 from hyport_lib.inference.params import Params
 from hyport_lib.inference.table import GridProgress, GridResult, grid_headline, grid_verdict
@@ -25,7 +25,7 @@ from hyport_lib.models.loading import build_empty_model
 from hyport_lib.models.preflight import check_attn_implementation, check_model_path
 from hyport_lib.npu_attention.names import BACKEND_OF_NAME, check_runs_on
 from hyport_lib.models.tiny import TINY_MODEL_NAME, resolve_model_path
-from hyport_lib.params import ParameterError
+from hyport_lib.params import AUTO_ATTENTION, ParameterError
 from hyport_lib.results import StageSummary, record_summary
 
 STAGE = "03_inference"
@@ -54,7 +54,7 @@ def plan(params: Params) -> InferencePlan:
     # "tiny" is built when the grid runs (the plan writes nothing); it takes every prompt.
     if model_path != TINY_MODEL_NAME:
         model_path = check_model_path(model_path, allow_download=params.allow_download)
-    if params.attn_implementation != AUTO:
+    if params.attn_implementation != AUTO_ATTENTION:
         check_attn_implementation(params.attn_implementation)
         if params.attn_implementation in BACKEND_OF_NAME:
             check_runs_on(params.attn_implementation, backend.kind)
@@ -74,7 +74,7 @@ def plan(params: Params) -> InferencePlan:
         require_host_ram(backend.kind, len(card_plan.to_run), need=need)
         notes.append(f"host RAM: {need.how}")
     if params.attn_implementation in BACKEND_OF_NAME or AUTO_SWAP.get(backend.kind) and \
-            params.attn_implementation == AUTO:
+            params.attn_implementation == AUTO_ATTENTION:
         # A swap proves itself first; "tiny" is built for it (into hyport's cache).
         folder = resolve_model_path(model_path)
         attention = choose_attention(params.attn_implementation, backend.kind,
@@ -93,7 +93,8 @@ def _host_ram_need(params: Params, kind: str, model_path: str) -> RamNeed:
     its weights in the grid's dtype, and the runtime."""
     model = build_empty_model(model_path, trust_remote_code=params.trust_remote_code)
     count = sum(p.numel() for p in model.parameters())
-    dtype = params.dtype if params.dtype != "auto" else str(getattr(model.config, "dtype", None) or "float32")
+    dtype = params.dtype if params.dtype != "auto" else \
+        str(getattr(model.config, "dtype", None) or "float32").replace("torch.", "")
     return ram_need_per_rank(kind, count, "inference", dtype=dtype)
 
 

@@ -40,7 +40,7 @@ from typing import Any, Mapping, Optional, Sequence
 
 from hyport_lib.models.families import ModelTraits
 from hyport_lib.models.loading import auto_model_class, traits_of
-from hyport_lib.models import shrunk_model
+from hyport_lib.models import decode_proof, shrunk_model
 from hyport_lib.models.decode_proof import compare_decoding, decode_logits
 from hyport_lib.models.shrunk_model import KEEP_LAYERS, compact_vocabulary, shrunk_config
 from hyport_lib.models.model_cache import default_cache_root
@@ -51,7 +51,7 @@ from hyport_lib.utils.redact import scrub_text
 from hyport_lib.utils.imports import package_version
 
 #: Bump when the proof's method changes: cached proofs of an older method are not reused.
-PROOF_VERSION = 1
+PROOF_VERSION = 2
 #: max |Δ logits| and |Δ loss| allowed in float32 (the math is the same; only the order of
 #: the sums differs). A dropped bias or a wrong mask moves logits by 1e-2 and more.
 LOGIT_TOLERANCE = 1e-3
@@ -61,8 +61,9 @@ GRAD_TOLERANCE = 1e-3
 PASS, FAIL, REFUSED = "PASS", "FAIL", "REFUSED"
 #: The batch's keys that hold token ids.
 _ID_KEYS = ("input_ids", "labels")
-#: hyport's code a proof depends on: a change to either proves again.
-_OWN_SOURCES = (Path(hf_integration.__file__), Path(__file__), Path(shrunk_model.__file__))
+#: hyport's code a proof depends on (the swap's whole package): a change to any proves again.
+_OWN_SOURCES = (Path(__file__), Path(shrunk_model.__file__), Path(decode_proof.__file__),
+                *sorted(Path(hf_integration.__file__).parent.glob("*.py")))
 #: At most this much of a model's own code file goes into the cache key.
 _SOURCE_BYTES = 4 << 20
 
@@ -115,7 +116,7 @@ class AttentionProof:
         where = f"{self.source}{', cached' if self.cached else ''}"
         if self.verdict != PASS:
             return f"attention proof {self.verdict} ({where}): {self.reason}"
-        decoding = (f", {self.decode_steps} cached decoding steps max |Δ logits| "
+        decoding = (f", {self.decode_steps} cached decoding steps: max |Δ logits| "
                     f"{self.max_abs_decode_logits:.2e}" if self.decode_steps else "")
         return (f"attention proof PASS ({where}; {self.layers}; {self.batch}): max |Δ logits| "
                 f"{self.max_abs_logits:.2e}, loss {self.loss_eager:.6f} vs {self.loss_swapped:.6f}, "

@@ -5,10 +5,11 @@ inference grid then decodes: one new query at a time against a growing KV cache,
 the prompt's left padding still masked. A swap can be exact on the first and wrong on
 the second (a causal mask aligned to the top-left instead of the bottom-right of the
 score matrix masks every cached key but the first). :func:`decode_logits` runs
-``generate`` greedily for a few tokens through the model's own generation code and keeps
-each step's logits; :func:`compare_decoding` compares the eager and the swapped run step
-by step, as far as both chose the same tokens (past a differing choice the two runs no
-longer read the same prefix, and nothing after it is comparable).
+``generate`` through the model's own generation code with the KV cache, each new token
+forced to one fixed token per row (the prompt's last), so that the eager and the
+swapped run read the same prefixes at every step whatever their logits, and no row
+stops early on an end-of-sequence token of its own choosing. The raw logits of every
+step are kept; the first is the prefill's, the others are cached decoding steps.
 """
 
 from __future__ import annotations
@@ -16,41 +17,67 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
-#: New tokens decoded by an inference proof.
+#: New tokens decoded by an inference proof: the prefill's logits, then DECODE_STEPS - 1
+#: cached decoding steps.
 DECODE_STEPS = 4
 
 
 @dataclass
 class Decoding:
-    """The new tokens (rows x steps) and each step's logits (rows x vocabulary), float32."""
+    """Each step's raw logits (rows x vocabulary, float32); step 0 is the prefill's."""
 
-    tokens: object
     logits: list
 
 
+class _ForceTokens:
+    """A logits processor choosing ``tokens[row]`` at every step (the raw logits, which
+    ``output_logits`` returns, are left as they are)."""
+
+    def __init__(self, tokens):
+        self.tokens = tokens
+
+    def __call__(self, input_ids, scores):
+        import torch
+
+        forced = torch.full_like(scores, float("-inf"))
+        forced.scatter_(1, self.tokens.to(scores.device)[:, None], 0.0)
+        return forced
+
+
 def decode_logits(model, inputs: dict, steps: int) -> Decoding:
-    """``steps`` greedy new tokens of ``model`` on ``inputs`` (a left-padded prompt batch),
-    with the KV cache, through ``generate``."""
+    """``steps`` new tokens of ``model`` on ``inputs`` (a left-padded prompt batch), decoded
+    with the KV cache through ``generate``, each forced to the row's last prompt token that ends no sequence."""
     import torch
+    from transformers import LogitsProcessorList
 
     kwargs = {k: v for k, v in inputs.items() if k not in ("labels", "use_cache")}
-    pad = model.generation_config.pad_token_id
+    forced = _forced_tokens(kwargs["input_ids"], model.generation_config.eos_token_id)
     with torch.no_grad():
         out = model.generate(**kwargs, max_new_tokens=steps, do_sample=False, use_cache=True,
                              output_logits=True, return_dict_in_generate=True,
-                             pad_token_id=0 if pad is None else pad)
-    return Decoding(out.sequences[:, kwargs["input_ids"].shape[1]:], [step.float() for step in out.logits])
+                             logits_processor=LogitsProcessorList([_ForceTokens(forced)]),
+                             pad_token_id=int(forced[0]))
+    return Decoding([step.float() for step in out.logits])
+
+
+def _forced_tokens(input_ids, eos):
+    """Per row, the last prompt token that does not end a sequence (decoding must not stop)."""
+    import torch
+
+    ends = set(eos if isinstance(eos, (list, tuple)) else [eos]) - {None}
+    chosen = []
+    for row in input_ids.tolist():
+        chosen.append(next((t for t in reversed(row) if t not in ends), row[-1]))
+    return torch.tensor(chosen, dtype=input_ids.dtype, device=input_ids.device)
 
 
 def compare_decoding(eager: Decoding, swapped: Decoding) -> tuple[float, int, Optional[str]]:
-    """``(max |Δ logits| over the comparable steps, steps compared, problem or None)``."""
-    compared, worst = 0, 0.0
-    for step, (e, s) in enumerate(zip(eager.logits, swapped.logits)):
-        worst = max(worst, float((e.double() - s.double()).abs().max()))
-        compared = step + 1
-        if step >= eager.tokens.shape[1] or step >= swapped.tokens.shape[1] or \
-                not bool((eager.tokens[:, step] == swapped.tokens[:, step]).all()):
-            break  # the next step would read different prefixes
-    if compared == 0:
-        return 0.0, 0, "cached decoding produced no step to compare"
-    return worst, compared, None
+    """``(max |Δ logits| over the cached decoding steps, cached steps compared, problem or None)``.
+    The prefill step is the forward pass's, compared already."""
+    if len(eager.logits) != len(swapped.logits):
+        return 0.0, 0, f"cached decoding ran {len(swapped.logits)} steps, eager {len(eager.logits)}"
+    cached = list(zip(eager.logits, swapped.logits))[1:]
+    if not cached:
+        return 0.0, 0, "cached decoding produced no step past the prompt to compare"
+    worst = max(float((e.double() - s.double()).abs().max()) for e, s in cached)
+    return worst, len(cached), None

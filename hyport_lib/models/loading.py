@@ -478,13 +478,17 @@ def load_model(path: str, *, attn_implementation: Optional[str] = None, dtype: A
 
 
 def build_empty_model(path: str, *, trust_remote_code: bool = False):
-    """The model's module tree with no weights (meta tensors): for checks before a launch."""
+    """The model's module tree with no weights (meta tensors): for checks before a launch.
+    Its weights are tied as a loaded model's are (``from_config`` leaves them apart), so
+    that a tied embedding is counted once."""
     from accelerate import init_empty_weights
     from transformers import AutoConfig
 
     traits = traits_of(path, trust_remote_code)
     config = AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code)
     with init_empty_weights():
-        return auto_model_class(traits).from_config(config, trust_remote_code=trust_remote_code)
+        model = auto_model_class(traits).from_config(config, trust_remote_code=trust_remote_code)
+    model.tie_weights()
+    return model
 
 

@@ -23,6 +23,7 @@ from hyport_lib.models.loading import LoadedProcessor, build_empty_model
 from hyport_lib.models.preflight import check_attn_implementation
 from hyport_lib.models.training_inputs import rope_positions_function
 from hyport_lib.npu_attention.names import NAME_OF_BACKEND, backend_of, check_runs_on
+from hyport_lib.params import AUTO_ATTENTION
 from hyport_lib.train.packing import make_collator, training_rows
 from hyport_lib.train.params import Params
 from hyport_lib.train.samples import Encoder
@@ -51,7 +52,7 @@ def choose_attention(params: Params, backend_kind: str, model_path: str, loaded:
         ValueError: an ``attn_implementation`` no process could load.
     """
     api_backend = "npu" if backend_kind == "npu" else "sdpa"
-    wanted = params.attn_implementation
+    wanted = "eager" if params.attn_implementation == AUTO_ATTENTION else params.attn_implementation
     if not params.packing:
         check_attn_implementation(wanted)
         if not wanted.startswith("hyport"):

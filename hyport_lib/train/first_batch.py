@@ -37,6 +37,17 @@ def first_batch_path(output_dir: os.PathLike, rank: int = 0) -> Path:
     return Path(output_dir) / "logs" / name
 
 
+def clear_first_batches(output_dir: os.PathLike) -> list[Path]:
+    """Remove the first-batch files an earlier launch into ``output_dir`` left (a run on
+    more ranks leaves files this launch's ranks would not rewrite); returns them."""
+    logs = Path(output_dir) / "logs"
+    stale = [p for p in logs.glob(FIRST_BATCH_FILE.replace(".json", "*.json"))
+             if p.is_file() and not p.is_symlink()] if logs.is_dir() else []
+    for path in stale:
+        path.unlink()
+    return stale
+
+
 def describe_batch(rows: Sequence[Sequence[Sample]], batch: dict, decode: Callable[[list[int]], str],
                    image_token_ids: frozenset = frozenset()) -> dict:
     """The collated ``batch`` of ``rows``, decoded row by row (see the module docstring)."""

@@ -35,6 +35,7 @@ from hyport_lib.processes import (describe_exit, feed, finish, has_exited, kill_
                                   start_child, stop_all)
 from hyport_lib.results import Provenance
 from hyport_lib.train.checkpoints import list_checkpoints
+from hyport_lib.train.first_batch import clear_first_batches
 from hyport_lib.train.metrics import read_metrics, summarize_metrics
 from hyport_lib.train.ownership import check_foreign, lock_output_dir, release_output_dir
 from hyport_lib.train.preflight import LaunchPlan
@@ -114,6 +115,7 @@ def write_run_inputs(plan: LaunchPlan) -> None:
     # Checked again under the lock: the plan may be minutes old (a report plans every
     # stage first), and only hyport's own files may be overwritten.
     check_foreign(out, plan.params.overwrite_output_dir)
+    clear_first_batches(out)  # every rank of this launch writes its own
     if plan.bundled_dataset:
         write_smoke_dataset(Path(plan.dataset_path).parent)
     problems = plan.dataset.get("problems") or []

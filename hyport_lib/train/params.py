@@ -92,8 +92,8 @@ class Params(StageParams):
                            choices=("auto", "bf16", "fp16", "fp32"))
     loss_scale: float = param(0.0, "fp16's static loss scale (precision fp16 only); 0: dynamic", min=0)
     gradient_checkpointing: bool = param(True, "recompute activations in the backward pass (less memory)")
-    attn_implementation: str = attn_implementation_param(doc="attention of unpacked runs; packed runs use "
-                                                             "hyport's")
+    attn_implementation: str = attn_implementation_param(doc="attention of unpacked runs (auto: eager); packed "
+                                                             "runs use hyport's")
     nnodes: int = param(1, "torchrun nodes", min=1)
     node_rank: int = param(0, "this node's rank, 0 .. nnodes-1", min=0)
     master_addr: str = param("127.0.0.1", "the rendezvous address (node 0's)", nonempty=True)

@@ -44,7 +44,8 @@ class Params(StageParams):
     consolidate_zero: bool = param(
         True, "DeepSpeed zero_to_fp32 on the checkpoint (loads every rank's optimizer states)")
     dtype: str = dtype_param("bfloat16", "dtype of the reload: auto | float32 | bfloat16 | float16")
-    attn_implementation: str = attn_implementation_param()
+    attn_implementation: str = attn_implementation_param(
+        doc="attention of the reload (auto: eager), transformers' or hyport's")
     trust_remote_code: bool = trust_remote_code_param()
     reload_timeout_s: float = param(
         600, "limit of each child process (reload, logits parity, consolidation)", min_exclusive=0)

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from hyport_lib.checkpoint_files.findings import Finding, finding
+from hyport_lib.params import AUTO_ATTENTION
 from hyport_lib.weights.compare import compare_weights
 from hyport_lib.weights.defaults import Sources
 from hyport_lib.weights.layout import Inspection, inspect_checkpoint
@@ -108,8 +109,8 @@ def _checks(result: WeightsResult, insp: Inspection, plan: WeightsPlan, reload: 
         result.scan = scan_tensors(insp.shards, checksum=p.checksum, on_progress=on_progress)
         result.findings += result.scan.findings
     if reload:
-        result.reload = reload_folder(insp.folder, dtype=p.dtype, attn_implementation=p.attn_implementation,
-                                      **child)
+        attention = "eager" if p.attn_implementation == AUTO_ATTENTION else p.attn_implementation
+        result.reload = reload_folder(insp.folder, dtype=p.dtype, attn_implementation=attention, **child)
         result.findings += reload_findings(result.reload)
     if base_path:
         base = inspect_checkpoint(base_path, trust_remote_code=p.trust_remote_code)
