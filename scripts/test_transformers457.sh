@@ -6,7 +6,8 @@
 # session's shared ZeRO-2 run of tests/fixtures_runs.py, and an unpacked run with a
 # text-only rank). Its slow tests read the same session fixtures as the main run; the zoo
 # and the tiny model are cached under HYPORT_CACHE (the overlay's own), keyed by the
-# transformers version, so they are never mixed with the main run's.
+# transformers version, so they are never mixed with the main run's. The inference proof's
+# test on zoo VLMs is left out: the zoo's tokenizers do not build on 4.57.
 # transformers 4.57 and its hub/tokenizers pins go into an overlay folder on PYTHONPATH,
 # so .venv itself stays on the CPU pins.
 #   bash scripts/test_transformers457.sh [pytest args]
@@ -26,5 +27,7 @@ exec .venv/bin/python -m pytest -n "${HYPORT_TEST_WORKERS:-auto}" tests/test_tin
   tests/test_hf_attention.py tests/test_shim.py tests/test_flash_api.py tests/test_compare.py \
   tests/test_weights_findings.py tests/test_weights_scan.py tests/test_weights_reload.py \
   tests/test_training_data.py tests/test_port.py tests/test_port_models.py tests/test_tied_weights.py \
+  tests/test_inference_attention.py \
+  --deselect tests/test_inference_attention.py::test_left_padded_vlm_prompts_prove_the_swap_they_used_to_fail \
   "tests/test_training_run.py::test_zero2_run_exits_0_and_its_weights_reload" \
   "tests/test_training_run.py::test_text_only_and_image_batches_on_different_ranks_train" "$@"
