@@ -4,9 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
-
-from hyport_lib.devices.npu_smi import parse_npu_smi_info, parse_proc_mem
+from hyport_lib.devices.npu_smi import parse_npu_smi_info
 from hyport_lib.devices.records import DeviceProcess
 
 DATA = Path(__file__).parent / "data" / "npu_smi"
@@ -155,19 +153,3 @@ def test_garbage_gives_no_devices():
     assert info.devices == [] and info.driver_version is None
 
 
-@pytest.mark.parametrize("text, expected", [
-    ("Process id:576489 Process name:python Process memory(MB):60703\n",
-     [DeviceProcess(pid=576489, name="python", memory_mb=60703)]),
-    ("    NPU ID : 0\n    Chip ID : 0\nProcess id:12 Process name:VLLMWorker_TP Process memory(MB):512\n"
-     "Process id:13 Process name: Process memory(MB):64\n",
-     [DeviceProcess(pid=12, name="VLLMWorker_TP", memory_mb=512),
-      DeviceProcess(pid=13, name="", memory_mb=64)]),
-    ("No process in device.\n", []),
-])
-def test_proc_mem(text, expected):
-    assert parse_proc_mem(text) == expected
-
-
-def test_proc_mem_rejects_unknown_text():
-    with pytest.raises(ValueError, match="proc-mem"):
-        parse_proc_mem("Error: permission denied")

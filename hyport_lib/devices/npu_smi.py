@@ -1,4 +1,4 @@
-"""Parse ``npu-smi info`` (and ``npu-smi info -t proc-mem``) into cards and processes.
+"""Parse ``npu-smi info`` into cards and processes.
 
 The table changes between releases and products, so the parser reads cells between
 ``|`` characters instead of fixed columns, and decides what a row is from its content:
@@ -32,9 +32,6 @@ _VERSION_RE = re.compile(r"npu-smi\s+(\S+)\s+Version:\s*(\S+)")
 _IDLE_RE = re.compile(r"No running processes found in NPU\s+(\d+)", re.IGNORECASE)
 _PAIR_RE = re.compile(r"(\d+)\s*/\s*(\d+)")
 _BUS_RE = re.compile(r"^[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-9A-Fa-f]$")
-_PROC_MEM_RE = re.compile(
-    r"Process id:\s*(\d+)\s+Process name:\s*(.*?)\s*Process memory\(MB\):\s*(\d+)")
-_NO_PROC_RE = re.compile(r"No process in device", re.IGNORECASE)
 
 
 class NpuSmiError(RuntimeError):
@@ -245,22 +242,6 @@ def parse_npu_smi_info(text: str) -> NpuSmiInfo:
     for line in text.splitlines():
         parser.feed(line)
     return parser.finish()
-
-
-def parse_proc_mem(text: str) -> list[DeviceProcess]:
-    """Parse ``npu-smi info -t proc-mem -i N -c C``.
-
-    Lines look like ``Process id:576489 Process name:python Process memory(MB):60703``;
-    an idle chip prints ``No process in device.``
-
-    Raises:
-        ValueError: when the text is neither form.
-    """
-    processes = [DeviceProcess(pid=int(pid), name=name.strip(), memory_mb=int(mem))
-                 for pid, name, mem in _PROC_MEM_RE.findall(text)]
-    if processes or _NO_PROC_RE.search(text):
-        return processes
-    raise ValueError(f"npu-smi proc-mem output not recognised: {text.strip()[:120]!r}")
 
 
 def run_npu_smi(args: Sequence[str] = ("info",), timeout_s: float = 15.0) -> Optional[str]:

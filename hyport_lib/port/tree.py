@@ -28,7 +28,6 @@ from hyport_lib.utils.bounded_files import UnreadableFile, kind_of
 from hyport_lib.utils.files import atomic_write_text
 
 GENERATED_SOURCE = Path(__file__).parent / "generated" / f"{GENERATED_MODULE}.py"
-GENERATED_MARKER = "# Written by `hyport port`"
 DIFF_NAME = "port.diff"
 JSON_NAME = "port.json"
 
