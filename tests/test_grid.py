@@ -593,6 +593,10 @@ def test_secret_values_stay_out_of_logs_configs_and_results(tmp_path, monkeypatc
     log = (failed_dir / "card0.log").read_text()
     assert "Traceback" in log and "[redacted]" in log
     assert "[redacted]" in _row(result, 0)["error"] and SECRET not in _row(result, 0)["error"]
+    # The plan could not size the model either: its note says so, scrubbed too.
+    (note,) = [n for n in result.notes if n.startswith("host RAM:")]
+    assert "the default per-card figure" in note and "[redacted]" in note
+    assert SECRET not in json.dumps(result.to_dict(), default=str)
 
 
 @pytest.mark.parametrize("name, says", [

@@ -27,6 +27,7 @@ from hyport_lib.npu_attention.names import BACKEND_OF_NAME, check_runs_on
 from hyport_lib.models.tiny import TINY_MODEL_NAME, resolve_model_path
 from hyport_lib.params import AUTO_ATTENTION, ParameterError
 from hyport_lib.results import StageSummary, record_summary
+from hyport_lib.utils.redact import scrub_text
 
 STAGE = "03_inference"
 
@@ -70,9 +71,16 @@ def plan(params: Params) -> InferencePlan:
     if Path(model_path).is_dir():
         check_prompts(config, model_path)
         check_processor(config, model_path)
-        need = _host_ram_need(params, backend.kind, model_path)
-        require_host_ram(backend.kind, len(card_plan.to_run), need=need)
-        notes.append(f"host RAM: {need.how}")
+        try:
+            need = _host_ram_need(params, backend.kind, model_path)
+        except Exception as exc:  # noqa: BLE001 — a model transformers cannot build: every worker
+            # says so in its card's row (scrubbed); the plan keeps the default per-card figure.
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            notes.append(scrub_text(f"host RAM: the default per-card figure (the model's size could not be "
+                                    f"read: {type(exc).__name__}: {first})")[:400])
+        else:
+            require_host_ram(backend.kind, len(card_plan.to_run), need=need)
+            notes.append(f"host RAM: {need.how}")
     if params.attn_implementation in BACKEND_OF_NAME or AUTO_SWAP.get(backend.kind) and \
             params.attn_implementation == AUTO_ATTENTION:
         # A swap proves itself first; "tiny" is built for it (into hyport's cache).
