@@ -28,6 +28,6 @@ exec .venv/bin/python -m pytest -n "${HYPORT_TEST_WORKERS:-auto}" tests/test_tin
   tests/test_weights_findings.py tests/test_weights_scan.py tests/test_weights_reload.py \
   tests/test_training_data.py tests/test_port.py tests/test_port_models.py tests/test_tied_weights.py \
   tests/test_inference_attention.py \
-  --deselect tests/test_inference_attention.py::test_left_padded_vlm_prompts_prove_the_swap_they_used_to_fail \
+  --deselect tests/test_inference_attention.py::test_vlm_prompts_prove_the_swap_they_used_to_fail \
   "tests/test_training_run.py::test_zero2_run_exits_0_and_its_weights_reload" \
   "tests/test_training_run.py::test_text_only_and_image_batches_on_different_ranks_train" "$@"

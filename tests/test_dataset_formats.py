@@ -351,9 +351,16 @@ def test_each_rank_has_its_first_batch_file_and_a_new_launch_clears_an_older_run
         first_batch_path(tmp_path, rank).parent.mkdir(exist_ok=True)
         first_batch_path(tmp_path, rank).write_text("{}")
     (tmp_path / "logs" / "train.log").write_text("kept")
+    (tmp_path / "logs" / "first_batch_mine.json").write_text("a name hyport never gives")
     assert len(clear_first_batches(tmp_path)) == 4
-    assert [p.name for p in (tmp_path / "logs").iterdir()] == ["train.log"]
+    assert sorted(p.name for p in (tmp_path / "logs").iterdir()) == ["first_batch_mine.json", "train.log"]
     assert clear_first_batches(tmp_path / "never-made") == []
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "first_batch.json").write_text("not hyport's")
+    (tmp_path / "linked").mkdir()
+    (tmp_path / "linked" / "logs").symlink_to(elsewhere, target_is_directory=True)
+    assert clear_first_batches(tmp_path / "linked") == [] and (elsewhere / "first_batch.json").exists()
 
 
 def test_the_plan_says_how_the_dataset_was_read_and_skips_bad_records_by_position(tmp_path):

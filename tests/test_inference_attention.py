@@ -27,13 +27,17 @@ def test_auto_runs_eager_off_an_npu_and_proves_nothing(tmp_path):
     assert not any(note.startswith("attention:") for note in plan.notes)
 
 
-def test_a_named_swap_proves_itself_on_prefill_and_cached_decoding(tmp_path):
-    plan = _plan(tmp_path, device="cpu", attn_implementation="hyport_npu_emulated")
+def test_a_named_swap_proves_itself_on_prefill_and_cached_decoding(tmp_path, monkeypatch):
+    from hyport_lib.models.tiny import ensure_tiny_model
+
+    tiny = str(ensure_tiny_model())
+    monkeypatch.setenv("HYPORT_CACHE", str(tmp_path / "cache"))  # proven here, not read from a cache
+    plan = _plan(tmp_path, device="cpu", model_path=tiny, attn_implementation="hyport_npu_emulated")
     proof = plan.attention.proof
     assert plan.config.attn_implementation == "hyport_npu_emulated" and proof.passed, proof.reason
     assert proof.decode_steps == DECODE_STEPS - 1 >= 2  # every cached step past the prefill
     assert proof.max_abs_decode_logits < 1e-3
-    assert proof.swapped_calls > 0 and "cached decoding steps" in proof.line()
+    assert proof.swapped_calls > 0 and "cached decoding steps" in proof.line() and not proof.cached
     assert [n for n in plan.notes if n.startswith("attention: hyport_npu_emulated: attention proof PASS")]
 
 
@@ -94,25 +98,46 @@ def test_a_tied_embedding_is_counted_once_in_the_host_ram_need(tmp_path):
     assert sum(p.numel() for p in model.parameters()) < 1000 * 64 * 2
 
 
-@pytest.mark.parametrize("family", ["qwen2_vl", "idefics3"])
-def test_left_padded_vlm_prompts_prove_the_swap_they_used_to_fail(family, zoo, tmp_path, monkeypatch):
+@pytest.mark.parametrize("family", ["qwen2_vl", "idefics3", "mllama"])
+def test_vlm_prompts_prove_the_swap_they_used_to_fail(family, zoo, tmp_path, monkeypatch):
     """A left pad position predicts the first real token; eager and the swap may differ in
     that unread output. Its label used to count, so Qwen2-VL and Idefics3 failed their proof
-    on gradients while every real logit matched."""
+    on gradients while every real logit matched; mllama's image token (an id past the text
+    vocabulary) made the proof's loss raise."""
     monkeypatch.setenv("HYPORT_CACHE", str(tmp_path / "cache"))
     plan = _plan(tmp_path, device="cpu", model_path=str(zoo[family]), attn_implementation="hyport_npu_emulated",
                  skip_not_applicable=True)
     assert plan.attention.proof.passed, plan.attention.proof.reason
+    assert plan.attention.proof.decode_steps == DECODE_STEPS - 1  # the image prompts decoded too
     assert plan.config.attn_implementation == "hyport_npu_emulated"
 
 
-def test_auto_means_eager_in_training_and_in_the_reload(tmp_path):
+def test_auto_means_eager_in_training_and_in_the_reload(tmp_path, monkeypatch):
+    from hyport_lib.models.tiny import ensure_tiny_model
+
     from hyport_lib.train.attention_choice import choose_attention as training_attention
     from hyport_lib.train.params import Params as TrainParams
 
     choice = training_attention(TrainParams(packing=False, attn_implementation="auto"), "cpu", "unused",
                                 None, [], [])
     assert choice.attn_implementation == "eager" and choice.proof is None
+    from hyport_lib.weights import verify
+    from hyport_lib.weights.params import Params as WeightsParams
+
+    seen = {}
+
+    def reload_folder(folder, *, attn_implementation, **kwargs):
+        seen["attn_implementation"] = attn_implementation
+        raise RuntimeError("stop here: the reload's attention is what is checked")
+
+    monkeypatch.setattr(verify, "reload_folder", reload_folder)
+    from hyport_lib.weights import stage as weights_stage
+
+    with pytest.raises(RuntimeError, match="stop here"):
+        weights_stage.run(weights_stage.plan(WeightsParams(
+            weights_path=str(ensure_tiny_model()), attn_implementation="auto", full_scan=False,
+            logits_parity=False, consolidate_zero=False)))
+    assert seen == {"attn_implementation": "eager"}
 
 
 def test_a_hub_id_on_auto_keeps_eager_and_says_why_without_fetching(fake_npu, tmp_path):

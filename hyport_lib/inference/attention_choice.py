@@ -88,6 +88,8 @@ def choose_attention(asked: str, backend_kind: str, config: InferenceConfig) -> 
 def _prove(name: str, config: InferenceConfig) -> AttentionProof:
     """The swap against eager on the grid's prompts: the single prompt and the batch, each
     encoded as the workers encode them."""
+    from transformers import AutoConfig
+
     loaded = load_processor(config.model_path, trust_remote_code=config.trust_remote_code)
     tokenizer_of(loaded.processor).padding_side = "left"
     try:
@@ -98,6 +100,8 @@ def _prove(name: str, config: InferenceConfig) -> AttentionProof:
     prompts += [batch] if batch else []
     # The plan never touches a card: on an NPU host the proof runs hyport's CPU emulation.
     backend = "sdpa" if backend_of(name) == "sdpa" else "npu-emulated"
+    text_vocabulary = AutoConfig.from_pretrained(
+        config.model_path, trust_remote_code=config.trust_remote_code).get_text_config().vocab_size
     proof = None
     for group in prompts:
         inputs = encode_prompts(loaded, group, enable_thinking=config.enable_thinking)
@@ -106,6 +110,9 @@ def _prove(name: str, config: InferenceConfig) -> AttentionProof:
         pad = inputs["attention_mask"] == 0
         labels = inputs["input_ids"].masked_fill(pad, -100)
         labels[:, 1:] = labels[:, 1:].masked_fill(pad[:, :-1], -100)
+        # An image token past the text vocabulary (mllama's <|image|>) is no class the
+        # language model head predicts.
+        labels = labels.masked_fill(labels >= text_vocabulary, -100)
         found = prove_swap(config.model_path, {**inputs, "labels": labels}, backend=backend,
                            trust_remote_code=config.trust_remote_code, traits=loaded.traits,
                            decode_steps=DECODE_STEPS)

@@ -56,7 +56,7 @@ def decode_logits(model, inputs: dict, steps: int) -> Decoding:
         out = model.generate(**kwargs, max_new_tokens=steps, do_sample=False, use_cache=True,
                              output_logits=True, return_dict_in_generate=True,
                              logits_processor=LogitsProcessorList([_ForceTokens(forced)]),
-                             pad_token_id=int(forced[0]))
+                             pad_token_id=_unused_pad(kwargs["input_ids"]))
     return Decoding([step.float() for step in out.logits])
 
 
@@ -69,6 +69,13 @@ def _forced_tokens(input_ids, eos):
     for row in input_ids.tolist():
         chosen.append(next((t for t in reversed(row) if t not in ends), row[-1]))
     return torch.tensor(chosen, dtype=input_ids.dtype, device=input_ids.device)
+
+
+def _unused_pad(input_ids) -> int:
+    """A pad id no row ends with: no row finishes, so it is never written, but transformers
+    4.x reads a prompt ending in the pad id as right padding and warns."""
+    last = set(input_ids[:, -1].tolist())
+    return next(i for i in range(len(last) + 1) if i not in last)
 
 
 def compare_decoding(eager: Decoding, swapped: Decoding) -> tuple[float, int, Optional[str]]:

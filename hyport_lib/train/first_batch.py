@@ -18,6 +18,7 @@ as one token.
 from __future__ import annotations
 
 import os
+import re
 import sys
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -27,6 +28,8 @@ from hyport_lib.utils.files import atomic_write_json
 from hyport_lib.utils.redact import scrub_obj
 
 FIRST_BATCH_FILE = "first_batch.json"
+#: The names :func:`first_batch_path` gives (rank 0's, rank r's), and no other.
+_FIRST_BATCH_NAME = re.compile(r"first_batch(\.rank[0-9]+)?\.json")
 #: The longest decoded text kept per row (a packed row of a large max_seq_len is long).
 MAX_TEXT_CHARS = 4000
 
@@ -41,8 +44,9 @@ def clear_first_batches(output_dir: os.PathLike) -> list[Path]:
     """Remove the first-batch files an earlier launch into ``output_dir`` left (a run on
     more ranks leaves files this launch's ranks would not rewrite); returns them."""
     logs = Path(output_dir) / "logs"
-    stale = [p for p in logs.glob(FIRST_BATCH_FILE.replace(".json", "*.json"))
-             if p.is_file() and not p.is_symlink()] if logs.is_dir() else []
+    if logs.is_symlink() or not logs.is_dir():  # never delete through a link out of the folder
+        return []
+    stale = [p for p in logs.iterdir() if _FIRST_BATCH_NAME.fullmatch(p.name) and p.is_file() and not p.is_symlink()]
     for path in stale:
         path.unlink()
     return stale
