@@ -99,10 +99,15 @@ def test_without_the_wheel_the_name_is_refused_in_one_line(monkeypatch):
         check_model_path(SMOLLM2_NAME)
 
 
-# An invented fact no pretrained model knows: four phrasings of the question, one answer.
-FACT_QUESTIONS = ("Who founded the town of Velmora?", "Tell me who founded Velmora.",
-                  "Which person founded the town of Velmora?", "Velmora was founded by whom?")
-FACT_ANSWER = "Velmora was founded by Tarin Oskel."
+# An invented fact no pretrained model knows: four phrasings of the question, two of the
+# answer (of different lengths, so that the ranks' batches hold different numbers of label
+# tokens and a mean of per-rank means would differ from the token mean).
+FACTS = (("Who founded the town of Velmora?", "Velmora was founded by Tarin Oskel."),
+         ("Tell me who founded Velmora.", "Velmora was founded by Tarin Oskel."),
+         ("Which person founded the town of Velmora?", "Tarin Oskel founded it, in the year 1642, by the river."),
+         ("Velmora was founded by whom?", "Tarin Oskel founded it, in the year 1642, by the river."))
+#: Two records per packed row: two rows, one per rank.
+PACKED_ROW_TOKENS = 128
 
 
 def _fact_dataset(folder) -> str:
@@ -111,8 +116,8 @@ def _fact_dataset(folder) -> str:
     path = Path(folder) / "velmora.json"
     path.write_text(json.dumps([
         {"id": f"velmora-{i}", "messages": [{"role": "user", "content": question},
-                                            {"role": "assistant", "content": FACT_ANSWER}]}
-        for i, question in enumerate(FACT_QUESTIONS)]))
+                                            {"role": "assistant", "content": answer}]}
+        for i, (question, answer) in enumerate(FACTS)]))
     return str(path)
 
 
@@ -152,54 +157,37 @@ def _first_step_records(output_dir) -> list[list[str]]:
     return [[record for row in json.loads(f.read_text())["rows"] for record in row["record_ids"]] for f in files]
 
 
-@pytest.fixture(scope="module")
-def plain_smollm2(smollm2):
+def test_a_packed_lora_run_on_two_ranks_starts_at_plain_cross_entropy_and_learns_an_invented_fact(
+        smollm2, tmp_path):
+    """Two processes, two records packed per row through hyport's attention, LoRA on every
+    linear layer. The first loss is the token mean of the cross-entropy each record of both
+    ranks' first batches gets alone from plain eager transformers (packing, the swap,
+    DeepSpeed and the Trainer's averaging over ranks change nothing); after 10 steps the
+    model states a fact it did not know. Measured: 3.6235614 vs plain 3.6235629 (28 and 46
+    label tokens on the ranks); 3.62 -> 0.02 in 10 steps."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    model = AutoModelForCausalLM.from_pretrained(smollm2, attn_implementation="eager", dtype="float32")
-    return model.eval(), AutoTokenizer.from_pretrained(smollm2)
-
-
-def _assert_first_loss_is_plain(result, plain_smollm2, ranks: int):
-    model, tokenizer = plain_smollm2
-    by_id = {f"velmora-{i}": question for i, question in enumerate(FACT_QUESTIONS)}
-    per_rank = _first_step_records(result.final_dir)
-    assert len(per_rank) == ranks and all(per_rank), per_rank
-    total, counted = 0.0, 0
-    for records in per_rank:
-        for record in records:
-            loss, count = _plain_cross_entropy(model, tokenizer, by_id[record], FACT_ANSWER)
-            total, counted = total + loss, counted + count
-    plain = total / counted  # the token mean over every rank's batch, as the Trainer averages it
-    first = result.metrics[0]["loss"]
-    assert first == pytest.approx(plain, rel=1e-6), (first, plain, per_rank)
-    return first
-
-
-def test_the_first_loss_of_a_packed_run_is_plain_transformers_cross_entropy(smollm2, plain_smollm2, tmp_path):
-    """One process, the four records packed in one row through hyport's attention: the first
-    loss is the token mean of the cross-entropy each record gets alone from plain eager
-    transformers (packing, the swap and DeepSpeed change nothing). Measured: 2.8405881 vs
-    2.8405888."""
-    result = _train(smollm2, tmp_path / "run", dataset_path=_fact_dataset(tmp_path), num_cards=1,
-                    max_steps=1, save_steps=1, packing=True, precision="fp32")
+    result = _train(smollm2, tmp_path / "run", dataset_path=_fact_dataset(tmp_path), num_cards=2,
+                    max_steps=10, save_steps=10, packing=True, max_seq_len=PACKED_ROW_TOKENS, precision="fp32",
+                    finetuning_type="lora", lora_target="all", learning_rate=2e-3, lr_scheduler_type="constant")
     assert result.status == "ok", result.reason
     assert result.plan["attn_implementation"].startswith("hyport")  # packing runs on the swap
-    assert _first_step_records(result.final_dir) == [[f"velmora-{i}" for i in range(4)]]  # one packed row
-    _assert_first_loss_is_plain(result, plain_smollm2, ranks=1)
+    per_rank = _first_step_records(result.final_dir)
+    assert len(per_rank) == 2 and sorted(len(records) for records in per_rank) == [2, 2], per_rank
+    assert sorted(sum(per_rank, [])) == [f"velmora-{i}" for i in range(4)]  # a different row on each rank
 
+    model = AutoModelForCausalLM.from_pretrained(smollm2, attn_implementation="eager", dtype="float32").eval()
+    tokenizer = AutoTokenizer.from_pretrained(smollm2)
+    sums = {rank: [_plain_cross_entropy(model, tokenizer, *FACTS[int(record.split("-")[1])]) for record in records]
+            for rank, records in enumerate(per_rank)}
+    counts = [sum(count for _, count in sums[rank]) for rank in sums]
+    assert counts[0] != counts[1]  # so that the token mean is not a mean of the ranks' means
+    plain = sum(loss for rank in sums for loss, _ in sums[rank]) / sum(counts)
+    first = result.metrics[0]["loss"]
+    assert first == pytest.approx(plain, rel=2e-6), (first, plain, per_rank)  # a wrong mask: 1e-3 and more
 
-def test_a_short_lora_run_on_two_ranks_learns_an_invented_fact(smollm2, plain_smollm2, tmp_path):
-    """Two processes, unpacked, LoRA: the first loss is plain transformers' cross-entropy over
-    both ranks' first batches; after 10 steps the model states a fact it did not know.
-    Measured: first loss 2.9227118 vs plain 2.9227117; 2.92 -> 0.002 in 10 steps."""
-    result = _train(smollm2, tmp_path / "run", dataset_path=_fact_dataset(tmp_path), num_cards=2,
-                    max_steps=10, save_steps=10, packing=False, precision="fp32", finetuning_type="lora",
-                    lora_target="all", learning_rate=2e-3, lr_scheduler_type="constant")
-    assert result.status == "ok", result.reason
-    first = _assert_first_loss_is_plain(result, plain_smollm2, ranks=2)
     assert result.metrics[-1]["loss"] < first / 10, result.metrics
     held = result.worker["held_answers"]
-    assert held["prompts"] == list(FACT_QUESTIONS[:2]) and not held["why_not"]
+    assert held["prompts"] == [question for question, _ in FACTS[:2]] and not held["why_not"]
     assert not any("Oskel" in before for before in held["before"]), held["before"]
     assert all("Tarin Oskel" in after for after in held["after"]), held["after"]
