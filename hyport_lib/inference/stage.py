@@ -38,7 +38,11 @@ def plan(params: Params) -> InferencePlan:
     The backend and the cards (busy ones skipped unless ``allow_busy_cards``), the log
     folder (it could be created and written), the model folder and the attention name
     every worker would load, and the prompts against the model (an image prompt for a
-    text-only model is refused here, in one line, not once per card).
+    text-only model is refused here, in one line, not once per card). The host RAM the
+    workers need is reckoned from the model's size; the workers' attention is chosen, and a
+    swap proven on the model (:mod:`hyport_lib.inference.attention_choice`). Both are said
+    in ``notes``. Nothing is written but hyport's cache (a proof, and the tiny model a proof
+    needs).
 
     Raises:
         ParameterError: ``log_dir`` names a file, or a place no folder can be made in.
@@ -52,7 +56,7 @@ def plan(params: Params) -> InferencePlan:
     log_dir = Path(params.log_dir).expanduser().resolve() if params.log_dir else default_log_dir()
     _check_log_dir(log_dir, given=params.log_dir is not None)
     model_path = params.model_path
-    # "tiny" is built when the grid runs (the plan writes nothing); it takes every prompt.
+    # "tiny" is built when the grid runs, or for a swap's proof; it takes every prompt.
     if model_path != TINY_MODEL_NAME:
         model_path = check_model_path(model_path, allow_download=params.allow_download)
     if params.attn_implementation != AUTO_ATTENTION:
