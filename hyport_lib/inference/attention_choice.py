@@ -16,6 +16,7 @@ CPU emulation of ``npu_fusion_attention`` (the plan never touches a card).
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
@@ -27,6 +28,7 @@ from hyport_lib.models.generation_config import InferenceConfig
 from hyport_lib.models.loading import load_processor, tokenizer_of
 from hyport_lib.models.preflight import check_attn_implementation
 from hyport_lib.models.prompts import PromptNotApplicable, encode_prompts
+from hyport_lib.models.tiny import resolve_model_path
 from hyport_lib.npu_attention.names import BACKEND_OF_NAME, NAME_OF_BACKEND, backend_of, check_runs_on
 from hyport_lib.params import AUTO_ATTENTION
 from hyport_lib.utils.redact import scrub_text
@@ -53,7 +55,7 @@ class InferenceAttention:
 def choose_attention(asked: str, backend_kind: str, config: InferenceConfig) -> InferenceAttention:
     """The workers' attention for ``asked`` on ``backend_kind`` (see the module docstring).
 
-    ``config.model_path`` is a checkpoint folder.
+    ``config.model_path`` is a checkpoint folder, ``"tiny"`` or a hub id (never proven: eager).
 
     Raises:
         ValueError: a name no worker could load, or a hyport name this device cannot run.
@@ -68,6 +70,8 @@ def choose_attention(asked: str, backend_kind: str, config: InferenceConfig) -> 
             return InferenceAttention(asked, asked)
         check_runs_on(asked, backend_kind)
         wanted = asked
+    # A swap proves itself on the model's folder ("tiny" is built for it, into hyport's cache).
+    config = dataclasses.replace(config, model_path=resolve_model_path(config.model_path))
     if not Path(config.model_path).is_dir():
         return InferenceAttention(asked, "eager", None, f"{wanted} not used: model_path is not a local folder, "
                                                         "so the swap cannot be proven before the grid; the grid "

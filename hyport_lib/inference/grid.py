@@ -19,8 +19,8 @@ What runs is an :class:`InferencePlan`, made and checked by
 configuration every worker receives, the log folder. The result table is
 :mod:`hyport_lib.inference.table`.
 
-The launcher only watches: it never imports torch for the workers' sake and never
-touches the device. A worker that raises, dies (signal, ``os._exit``, out-of-memory
+The launcher only watches: it never touches the device (the plan it is given, the
+attention's proof included, was made on the host before any worker starts). A worker that raises, dies (signal, ``os._exit``, out-of-memory
 kill) or runs past ``infer_timeout_s`` becomes a row with its reason; the others
 finish; a hung worker's whole process group is killed (only groups this module
 started); the call always returns a :class:`GridResult`.
@@ -35,13 +35,14 @@ import time
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Optional
+from typing import Callable, Optional
 
 import pandas as pd
 
 import hyport_lib
 from hyport_lib.backend import Backend
 from hyport_lib.devices.card_plan import CardPlan, GridPlan
+from hyport_lib.inference.attention_choice import InferenceAttention
 from hyport_lib.inference.params import Params
 from hyport_lib.inference.table import COLUMNS, GridProgress, GridResult, consistency, preview, scan_fallbacks
 from hyport_lib.models.generation_config import InferenceConfig
@@ -53,9 +54,6 @@ from hyport_lib.processes import (
     reap_leftovers, scrub_log, start_child, stop_all,
 )
 from hyport_lib.results import Provenance, fresh_folder_beside_results
-
-if TYPE_CHECKING:  # the launcher stays light: the choice (and torch) live in the stage's plan
-    from hyport_lib.inference.attention_choice import InferenceAttention
 from hyport_lib.utils.files import atomic_write_json, ensure_writable
 from hyport_lib.utils.redact import child_environ, scrub_obj, scrub_text
 

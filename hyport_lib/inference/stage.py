@@ -15,17 +15,16 @@ from typing import Callable, Optional
 from hyport_lib.backend import get_backend
 from hyport_lib.devices.card_plan import plan_grid
 from hyport_lib.devices.host_memory import RamNeed, ram_need_per_rank, require_host_ram
-from hyport_lib.inference.attention_choice import AUTO_SWAP, choose_attention
+from hyport_lib.inference.attention_choice import choose_attention
 from hyport_lib.inference.grid import InferencePlan, default_log_dir, run_grid
 from hyport_lib.inference.params import Params
 from hyport_lib.inference.table import GridProgress, GridResult, grid_headline, grid_verdict
 from hyport_lib.models.generation import check_processor, check_prompts
 from hyport_lib.models.generation_config import InferenceConfig
 from hyport_lib.models.loading import build_empty_model
-from hyport_lib.models.preflight import check_attn_implementation, check_model_path
-from hyport_lib.npu_attention.names import BACKEND_OF_NAME, check_runs_on
-from hyport_lib.models.tiny import TINY_MODEL_NAME, resolve_model_path
-from hyport_lib.params import AUTO_ATTENTION, ParameterError
+from hyport_lib.models.preflight import check_model_path
+from hyport_lib.models.tiny import TINY_MODEL_NAME
+from hyport_lib.params import ParameterError
 from hyport_lib.results import StageSummary, record_summary
 from hyport_lib.utils.redact import scrub_text
 
@@ -59,10 +58,6 @@ def plan(params: Params) -> InferencePlan:
     # "tiny" is built when the grid runs, or for a swap's proof; it takes every prompt.
     if model_path != TINY_MODEL_NAME:
         model_path = check_model_path(model_path, allow_download=params.allow_download)
-    if params.attn_implementation != AUTO_ATTENTION:
-        check_attn_implementation(params.attn_implementation)
-        if params.attn_implementation in BACKEND_OF_NAME:
-            check_runs_on(params.attn_implementation, backend.kind)
     config = InferenceConfig(
         model_path=model_path, dtype=params.dtype, attn_implementation=params.attn_implementation,
         max_new_tokens=params.max_new_tokens, trust_remote_code=params.trust_remote_code,
@@ -85,14 +80,7 @@ def plan(params: Params) -> InferencePlan:
         else:
             require_host_ram(backend.kind, len(card_plan.to_run), need=need)
             notes.append(f"host RAM: {need.how}")
-    if params.attn_implementation in BACKEND_OF_NAME or AUTO_SWAP.get(backend.kind) and \
-            params.attn_implementation == AUTO_ATTENTION:
-        # A swap proves itself first; "tiny" is built for it (into hyport's cache).
-        folder = resolve_model_path(model_path)
-        attention = choose_attention(params.attn_implementation, backend.kind,
-                                     dataclasses.replace(config, model_path=folder))
-    else:
-        attention = choose_attention(params.attn_implementation, backend.kind, config)
+    attention = choose_attention(params.attn_implementation, backend.kind, config)
     config = dataclasses.replace(config, attn_implementation=attention.attn_implementation)
     if attention.note:
         notes.append(f"attention: {attention.note}")

@@ -14,19 +14,11 @@ step are kept; the first is the prefill's, the others are cached decoding steps.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Optional
 
 #: New tokens decoded by an inference proof: the prefill's logits, then DECODE_STEPS - 1
 #: cached decoding steps.
 DECODE_STEPS = 4
-
-
-@dataclass
-class Decoding:
-    """Each step's raw logits (rows x vocabulary, float32); step 0 is the prefill's."""
-
-    logits: list
 
 
 class _ForceTokens:
@@ -44,9 +36,11 @@ class _ForceTokens:
         return forced
 
 
-def decode_logits(model, inputs: dict, steps: int) -> Decoding:
-    """``steps`` new tokens of ``model`` on ``inputs`` (a left-padded prompt batch), decoded
-    with the KV cache through ``generate``, each forced to the row's last prompt token that ends no sequence."""
+def decode_logits(model, inputs: dict, steps: int) -> list:
+    """Each step's raw logits (rows x vocabulary, float32; step 0 is the prefill's) of
+    ``steps`` new tokens of ``model`` on ``inputs`` (a left-padded prompt batch), decoded
+    with the KV cache through ``generate``, each forced to the row's last prompt token that
+    ends no sequence."""
     import torch
     from transformers import LogitsProcessorList
 
@@ -57,7 +51,7 @@ def decode_logits(model, inputs: dict, steps: int) -> Decoding:
                              output_logits=True, return_dict_in_generate=True,
                              logits_processor=LogitsProcessorList([_ForceTokens(forced)]),
                              pad_token_id=_unused_pad(kwargs["input_ids"]))
-    return Decoding([step.float() for step in out.logits])
+    return [step.float() for step in out.logits]
 
 
 def _forced_tokens(input_ids, eos):
@@ -78,12 +72,12 @@ def _unused_pad(input_ids) -> int:
     return next(i for i in range(len(last) + 1) if i not in last)
 
 
-def compare_decoding(eager: Decoding, swapped: Decoding) -> tuple[float, int, Optional[str]]:
-    """``(max |Δ logits| over the cached decoding steps, cached steps compared, problem or None)``.
-    The prefill step is the forward pass's, compared already."""
-    if len(eager.logits) != len(swapped.logits):
-        return 0.0, 0, f"cached decoding ran {len(swapped.logits)} steps, eager {len(eager.logits)}"
-    cached = list(zip(eager.logits, swapped.logits))[1:]
+def compare_decoding(eager: list, swapped: list) -> tuple[float, int, Optional[str]]:
+    """``(max |Δ logits| over the cached decoding steps, cached steps compared, problem or None)``
+    of two :func:`decode_logits`. The prefill step is the forward pass's, compared already."""
+    if len(eager) != len(swapped):
+        return 0.0, 0, f"cached decoding ran {len(swapped)} steps, eager {len(eager)}"
+    cached = list(zip(eager, swapped))[1:]
     if not cached:
         return 0.0, 0, "cached decoding produced no step past the prompt to compare"
     worst = max(float((e.double() - s.double()).abs().max()) for e, s in cached)
