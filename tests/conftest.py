@@ -67,6 +67,15 @@ def fake_npu(monkeypatch):
 
 
 @pytest.fixture
+def fault_switches(monkeypatch):
+    """Make the processes this test starts obey the ``HYPORT_TEST_*`` fault switches
+    (tests/fault_injection/hyport_faults.py): that folder goes first on their PYTHONPATH."""
+    from fault_injection.hyport_faults import with_fault_switches
+
+    monkeypatch.setenv("PYTHONPATH", with_fault_switches(dict(os.environ))["PYTHONPATH"])
+
+
+@pytest.fixture
 def npu_smi_sample(monkeypatch, tmp_path):
     """Point the fake npu-smi at a sample text; returns a setter."""
 

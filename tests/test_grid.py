@@ -1,8 +1,8 @@
 """The N-card inference grid: preflight, isolation of failing workers, consistency, CLI.
 
-Grids of real worker processes are marked slow. The fault cases use the worker's
-test-only switch ``HYPORT_TEST_FAULT``; most of them fire before the model is loaded,
-so they cost an interpreter start, not a model load.
+Grids of real worker processes are marked slow. The fault cases use the test-only switch
+``HYPORT_TEST_FAULT`` (tests/fault_injection); most of them fire before the model is
+loaded, so they cost an interpreter start, not a model load.
 """
 
 from __future__ import annotations
@@ -28,9 +28,9 @@ from hyport_lib.inference.params import Params
 from hyport_lib.inference.table import (
     COLUMNS, FALLBACK_MARKER, consistency, grid_headline, grid_verdict, scan_fallbacks,
 )
-from hyport_lib.inference.worker import FAULT_ENV, parse_faults
 from hyport_lib.params import ParameterError, from_arguments
 from hyport_lib.processes import last_exception, scrub_log
+from fault_injection.hyport_faults import FAULT_ENV, parse_faults
 
 DATA = Path(__file__).parent / "data"
 SMALL = dict(max_new_tokens=4)
@@ -278,7 +278,7 @@ def test_params_take_numbers_and_flags_as_text():
 # --------------------------------------------------------------------------- real processes
 @pytest.mark.slow
 def test_busy_cards_are_skipped_and_workers_pinned_on_the_npu_double(
-        fake_npu, npu_smi_sample, monkeypatch, tmp_path):
+        fake_npu, npu_smi_sample, fault_switches, monkeypatch, tmp_path):
     monkeypatch.setenv("HYPORT_FAKE_NPU_COUNT", "3")
     npu_smi_sample((DATA / "npu_smi" / "910b_24x_classic.txt").read_text())
     # The double cannot run a model: the free cards fail on purpose, before loading.
@@ -336,7 +336,7 @@ def test_eight_cpu_workers_agree(eight_cards):
 
 
 @pytest.mark.slow
-def test_faults_are_isolated_and_reported(eight_cards, tmp_path):
+def test_faults_are_isolated_and_reported(eight_cards, fault_switches, tmp_path):
     ok_wall = eight_cards[0].wall_s
     # Five cards: two healthy ones and one of each fault (fewer workers than the eight
     # above, so their wall time is long enough for the healthy ones, short for a test).
@@ -391,7 +391,7 @@ def test_show_renders_table_log_tails_and_picker(eight_cards):
 
 
 @pytest.mark.slow
-def test_cli_reports_failures_with_nonzero_exit(monkeypatch, tmp_path, capsys):
+def test_cli_reports_failures_with_nonzero_exit(fault_switches, monkeypatch, tmp_path, capsys):
     from hyport_lib.commands import main
 
     monkeypatch.setenv("HYPORT_RESULTS_DIR", str(tmp_path / "results"))
@@ -410,7 +410,7 @@ def test_cli_reports_failures_with_nonzero_exit(monkeypatch, tmp_path, capsys):
 
 
 @pytest.mark.slow
-def test_grid_returns_when_every_worker_hangs(tmp_path):
+def test_grid_returns_when_every_worker_hangs(fault_switches, tmp_path):
     started = time.monotonic()
     result = run_grid(_plan(device="cpu", num_cards=2, infer_timeout_s=3, log_dir=str(tmp_path)),
                       extra_env={FAULT_ENV: "0:hang,1:hang"}, kill_grace_s=1.0)
@@ -479,7 +479,7 @@ def _kill_leftovers(parent: subprocess.Popen, procs: list[psutil.Process]) -> No
 
 @pytest.mark.slow
 @pytest.mark.parametrize("how", ["cli-sigterm", "launcher-sigkill"])
-def test_workers_do_not_outlive_the_launcher(tmp_path, how):
+def test_workers_do_not_outlive_the_launcher(fault_switches, tmp_path, how):
     """SIGTERM to `hyport infer` runs the grid's cleanup; even SIGKILL of the launcher
     (no cleanup at all) takes the workers and their children along, via the guard."""
     log_dir = tmp_path / "logs"
@@ -508,7 +508,7 @@ def test_workers_do_not_outlive_the_launcher(tmp_path, how):
 
 
 @pytest.mark.slow
-def test_a_stopped_infer_keeps_and_records_the_cards_that_finished(tmp_path):
+def test_a_stopped_infer_keeps_and_records_the_cards_that_finished(fault_switches, tmp_path):
     """Ctrl-C after card 0 finished and while card 1 hangs: the table shows card 0 ok and
     card 1 interrupted, the result is recorded, and the command exits 130."""
     log_dir, results = tmp_path / "logs", tmp_path / "results"

@@ -18,6 +18,7 @@ import pytest
 from hyport_lib.train import stage
 from hyport_lib.train.params import Params
 from hyport_lib.train.rendezvous import free_port
+from fault_injection.hyport_faults import KILL_FAULT_ENV, NAN_FAULT_ENV
 from fixtures_runs import ZERO2_STEPS
 
 pytestmark = pytest.mark.slow
@@ -118,12 +119,12 @@ def test_lora_run_saves_an_adapter_and_merged_weights(tmp_path):
     assert changed and all("q_proj" in n or "v_proj" in n for n in changed), changed
 
 
-def test_a_rank_killed_mid_run_is_restarted_and_resumes(zero2_run, tmp_path, monkeypatch):
+def test_a_rank_killed_mid_run_is_restarted_and_resumes(zero2_run, fault_switches, tmp_path, monkeypatch):
     # The reference is the session's ZeRO-2 run: the same parameters as the killed run
     # below (6 steps, save_steps 2, ZeRO-2), without the kill.
     reference = zero2_run
     assert reference.plan["params"]["max_steps"] == 6 and reference.plan["params"]["save_steps"] == 2
-    monkeypatch.setenv("HYPORT_TEST_KILL_AT_STEP", "3:1")
+    monkeypatch.setenv(KILL_FAULT_ENV, "3:1")
     # resume_from="none" for the first attempt: a restart still resumes this launch's
     # newest complete checkpoint instead of starting over.
     result = _train(tmp_path, "killed", max_steps=6, save_steps=2, max_restarts=1,
@@ -140,12 +141,12 @@ def test_a_rank_killed_mid_run_is_restarted_and_resumes(zero2_run, tmp_path, mon
         assert got["grad_norm"] == pytest.approx(want["grad_norm"], rel=1e-4)
 
 
-def test_a_killed_run_relaunched_with_resume_auto_ends_at_max_steps(tmp_path, monkeypatch):
-    monkeypatch.setenv("HYPORT_TEST_KILL_AT_STEP", "3:0")
+def test_a_killed_run_relaunched_with_resume_auto_ends_at_max_steps(fault_switches, tmp_path, monkeypatch):
+    monkeypatch.setenv(KILL_FAULT_ENV, "3:0")
     failed = _train(tmp_path, "job", max_steps=5, save_steps=2, resume_from="auto", num_cards=1)
     assert failed.status == "failed" and failed.verdict()[0] == "FAIL"
     assert "SIGKILL" in failed.reason or "rank" in failed.reason
-    monkeypatch.delenv("HYPORT_TEST_KILL_AT_STEP")
+    monkeypatch.delenv(KILL_FAULT_ENV)
     resumed = _train(tmp_path, "job", max_steps=5, save_steps=2, resume_from="auto", num_cards=1)
     assert resumed.status == "ok", resumed.reason
     assert resumed.plan["resume_checkpoint"].endswith("checkpoint-2")
@@ -165,8 +166,8 @@ def test_text_only_and_image_batches_on_different_ranks_train(tmp_path):
     assert result.headline()["train_loss"] == pytest.approx(sum(losses) / len(losses), abs=1e-4)
 
 
-def test_injected_nan_shows_in_the_flags(tmp_path, monkeypatch):
-    monkeypatch.setenv("HYPORT_TEST_NAN_AT_STEP", "2")
+def test_injected_nan_shows_in_the_flags(fault_switches, tmp_path, monkeypatch):
+    monkeypatch.setenv(NAN_FAULT_ENV, "2")
     result = _train(tmp_path, max_steps=3, save_steps=100000, num_cards=1)
     assert result.status == "ok", result.reason
     flagged = {r["step"]: r["nonfinite_loss"] for r in result.metrics}

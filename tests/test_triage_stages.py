@@ -2,7 +2,7 @@
 
 A CPU cannot fail the way an NPU does, so the workers replay a real failure: the lines
 of a vendored log (``tests/data/npu_logs/``, copied from a public issue thread) written
-to the worker's stderr, then an exception (``hyport_lib.utils.fault_replay``). What the
+to the worker's stderr, then an exception (``tests/fault_injection/hyport_faults.py``). What the
 stage records, shows on the index card and prints in its notebook page must be the
 diagnosis of those lines, with the file and line where they were found.
 """
@@ -24,13 +24,14 @@ from hyport_lib.backend import get_backend
 from hyport_lib.inference import grid
 from hyport_lib.inference.grid import run_grid
 from hyport_lib.inference.params import Params as InferenceParams
-from hyport_lib.inference.worker import FAULT_ENV, parse_faults
 from hyport_lib.train import show as train_show
 from hyport_lib.train.launch import launch_logs
-from hyport_lib.train.worker import REPLAY_FAULT_ENV, _replay_callback
 from hyport_lib.triage import Triage, child_logs
 from hyport_lib.triage.child_logs import own_cann_log_env
-from hyport_lib.utils.fault_replay import ReplayedFailure, replay_failure
+from fault_injection.hyport_faults import (
+    FAULT_ENV, REPLAY_FAULT_ENV, ReplayedFailure, parse_faults, parse_replay_switch, replay_failure,
+    with_fault_switches,
+)
 from tests.fixtures_runs import run_report_command
 
 LOGS = Path(__file__).parent / "data" / "npu_logs"
@@ -55,7 +56,7 @@ def test_the_grid_fault_switch_keeps_the_replayed_path_as_written():
 
 
 @pytest.mark.slow
-def test_a_failed_card_gets_the_diagnosis_of_its_log(fake_npu, monkeypatch, tmp_path):
+def test_a_failed_card_gets_the_diagnosis_of_its_log(fake_npu, fault_switches, monkeypatch, tmp_path):
     """Card 0 dies with a real NPU out-of-memory traceback; card 1 with an error no
     catalogue entry knows, which is shown as not recognised, never guessed at."""
     monkeypatch.setenv("HYPORT_FAKE_NPU_COUNT", "2")
@@ -135,10 +136,9 @@ def test_an_unreadable_diagnosis_costs_the_index_card_only_its_own_line():
     assert card["exit code"] == "1" and card["diagnosis"].startswith("(diagnosis unreadable")
 
 
-def test_a_malformed_replay_switch_names_itself(monkeypatch):
-    monkeypatch.setenv(REPLAY_FAULT_ENV, "1:x.log")
+def test_a_malformed_replay_switch_names_itself():
     with pytest.raises(ValueError, match=f"{REPLAY_FAULT_ENV}='1:x.log': expected <step>:<rank>:<log file>"):
-        _replay_callback()
+        parse_replay_switch("1:x.log")
 
 
 def test_a_launch_is_diagnosed_from_its_own_rank_logs(tmp_path):
@@ -174,7 +174,7 @@ def failed_training_report(tmp_path_factory):
     """``hyport report --only 04`` (2 steps, one process: the cheapest real launch) whose
     rank fails after step 1 with a real HCCL watchdog timeout replayed into its log."""
     out = tmp_path_factory.mktemp("failed-training-report")
-    env = {k: v for k, v in os.environ.items() if k != "ASCEND_PROCESS_LOG_PATH"}
+    env = with_fault_switches({k: v for k, v in os.environ.items() if k != "ASCEND_PROCESS_LOG_PATH"})
     env[REPLAY_FAULT_ENV] = f"1:0:{HCCL_TIMEOUT_LOG}"
     proc, run_dir = run_report_command(out, "--only", "04", "-p", "max_steps=2", "-p", "num_cards=1",
                                        "-p", "zero_stage=0", "-p", "gradient_checkpointing=false", env=env)

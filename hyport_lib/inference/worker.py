@@ -26,17 +26,6 @@ the launcher either finds a whole result or none. A worker that raises still wri
 result (status ``failed``, exception type and message) and prints the traceback to its
 log; a worker that dies writes nothing, and the launcher reports why from the exit
 status.
-
-Test-only fault switch
-----------------------
-``HYPORT_TEST_FAULT="<card>:<mode>[,<card>:<mode>...]"`` makes the worker of that card
-misbehave before it loads the model, so the grid's isolation can be tested without a
-broken model. Modes: ``raise`` (a RuntimeError), ``signal`` (SIGKILL to itself, as the
-out-of-memory killer would), ``exit`` (``os._exit(3)`` without a result), ``hang``
-(starts a sleeping child process in its group, prints the child's pid, and sleeps
-forever), ``replay=<log file>`` (writes a real NPU failure's log lines to stderr and
-raises, see :mod:`hyport_lib.utils.fault_replay`). It exists for the test suite only;
-nothing in hyport sets it.
 """
 
 from __future__ import annotations
@@ -44,8 +33,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
-import subprocess
 import sys
 import time
 import traceback
@@ -56,66 +43,8 @@ from hyport_lib.backend import get_backend
 from hyport_lib.models.generation import run_inference
 from hyport_lib.models.generation_config import InferenceConfig
 from hyport_lib.processes import exit_without_teardown, start_guard
-from hyport_lib.utils.fault_replay import replay_failure
 from hyport_lib.utils.files import atomic_write_json
 from hyport_lib.utils.redact import scrub_obj, scrub_text
-
-#: Test-only: ``"<card>:<mode>,..."`` (see the module docstring).
-FAULT_ENV = "HYPORT_TEST_FAULT"
-#: The grid card this worker serves (set by the launcher; informative inside the worker).
-FAULT_MODES = ("raise", "signal", "exit", "hang")
-#: ``replay=<log file>``: replay a real failure's log lines, then raise.
-REPLAY_MODE = "replay="
-#: Exit status of the ``exit`` fault, distinct from Python's own 1 (uncaught exception).
-FAULT_EXIT_CODE = 3
-
-
-def parse_faults(text: Optional[str]) -> dict[int, str]:
-    """``"1:raise,2:hang"`` -> ``{1: "raise", 2: "hang"}``; errors name the variable."""
-    faults: dict[int, str] = {}
-    for item in (text or "").split(","):
-        item = item.strip()
-        if not item:
-            continue
-        card, sep, mode = item.partition(":")
-        mode = mode.strip()
-        if not mode.startswith(REPLAY_MODE):  # a replayed log's path keeps its case
-            mode = mode.lower()
-        if not sep or not card.strip().isdigit() or \
-                (mode not in FAULT_MODES and not (mode.startswith(REPLAY_MODE) and len(mode) > len(REPLAY_MODE))):
-            raise ValueError(
-                f"{FAULT_ENV}={text!r}: expected '<card>:<mode>' items with mode one of "
-                f"{', '.join(FAULT_MODES)} or {REPLAY_MODE}<log file>; got {item!r}")
-        faults[int(card)] = mode
-    return faults
-
-
-def inject_fault(card: int, environ=None) -> None:
-    """Misbehave as ``HYPORT_TEST_FAULT`` asks for this card (test-only)."""
-    environ = os.environ if environ is None else environ
-    mode = parse_faults(environ.get(FAULT_ENV)).get(int(card))
-    if mode is None:
-        return
-    print(f"[hyport worker] test fault {mode!r} injected on card {card} ({FAULT_ENV})", flush=True)
-    if mode.startswith(REPLAY_MODE):
-        replay_failure(mode[len(REPLAY_MODE):], FAULT_ENV)
-    if mode == "raise":
-        raise RuntimeError(f"injected test fault on card {card} ({FAULT_ENV})")
-    if mode == "signal":
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os.kill(os.getpid(), signal.SIGKILL)
-    if mode == "exit":
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(FAULT_EXIT_CODE)
-    if mode == "hang":
-        # A child in the same process group: the launcher must kill the whole group.
-        child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(3600)"])
-        print(f"[hyport worker] hang: child pid {child.pid}", flush=True)
-        while True:
-            time.sleep(3600)
-
 
 def load_spec(text: str) -> dict:
     """The worker spec from inline JSON, a JSON file or ``-`` (a line on stdin);
@@ -180,7 +109,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     print(f"[hyport worker] card {card} pid {os.getpid()} kind {spec.get('device_kind')} "
           f"visible {visible or '-'}" + (f" guard pid {guard}" if guard else ""), flush=True)
     try:
-        inject_fault(card)
         payload = run_worker(spec)
         code = 0
     except Exception as exc:  # the process boundary: record any failure, then exit non-zero

@@ -5,8 +5,7 @@
   model sees them, and notes each micro-step's token counts and loss for the current
   step; runs a blank image, times zero, on a text-only batch (so that every rank gives
   gradients to the same parameters); gives a cross-attention VLM's rows that see no
-  image no image states (see :mod:`hyport_lib.models.training_inputs`); a test-only
-  switch makes a step's loss NaN.
+  image no image states (see :mod:`hyport_lib.models.training_inputs`).
 * :class:`MetricsCallback` — after every optimizer step, on every rank: sums the step's
   loss and token counts over the ranks, takes the largest peak memory, reads
   DeepSpeed's skipped (overflow) steps; rank 0 appends the step's line to the metrics
@@ -37,10 +36,6 @@ from hyport_lib.train.checkpoints import MARKER, SAVING_MARKER, write_marker
 from hyport_lib.train.packing import COUNT_KEYS
 from hyport_lib.utils.disk import disk_full_error
 from hyport_lib.utils.files import dumps_json
-
-#: Test-only: ``"<step>"`` makes that step's loss NaN (on every rank).
-NAN_FAULT_ENV = "HYPORT_TEST_NAN_AT_STEP"
-
 
 class StepCounts:
     """Token counts and losses of the micro-batches of the step under way (this rank)."""
@@ -79,8 +74,6 @@ class CountingTrainer(Trainer):
         self.dummy_image_inputs = dummy_image_inputs
         #: seconds spent writing checkpoints so far (left out of the throughput)
         self.save_seconds = 0.0
-        raw = os.environ.get(NAN_FAULT_ENV, "").strip()
-        self._nan_step = int(raw) if raw.isdigit() else None
 
     def _save(self, output_dir: Optional[str] = None, state_dict=None):
         # Under DeepSpeed the Trainer saves accelerate's copies of the tensors, which hide
@@ -227,12 +220,6 @@ class CountingTrainer(Trainer):
                                "language model as a keyword argument, so they could not be zeroed")
         if image_path.get("zero") is not None:
             result = add_to_loss(result, image_path["zero"])
-        if self._nan_step is not None and self.state.global_step + 1 == self._nan_step:
-            print(f"[hyport train] test fault: NaN loss at step {self._nan_step} ({NAN_FAULT_ENV})",
-                  flush=True)
-            if isinstance(result, tuple):
-                return (result[0] * float("nan"), *result[1:])
-            return result * float("nan")
         return result
 
 

@@ -14,13 +14,6 @@ Each rank then:
    Trainer under DeepSpeed, logging one metrics line per step (rank 0);
 4. saves the final weights (safetensors, with the processor files) in ``output_dir``,
    the seed's layout, and rank 0 writes ``train_result.json``.
-
-Test-only switches: ``HYPORT_TEST_NAN_AT_STEP=<step>`` (see
-:mod:`hyport_lib.train.callbacks`), ``HYPORT_TEST_KILL_AT_STEP=<step>:<rank>``
-(that rank SIGKILLs itself at the end of that step, once per output folder),
-``HYPORT_TEST_REPLAY_AT_STEP=<step>:<rank>:<log file>`` (that rank writes a real NPU
-failure's log lines to its stderr at the end of that step and raises, see
-:mod:`hyport_lib.utils.fault_replay`).
 """
 
 from __future__ import annotations
@@ -28,7 +21,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import signal
 import sys
 import time
 from pathlib import Path
@@ -55,12 +47,8 @@ from hyport_lib.train.packing import make_collator, training_rows
 from hyport_lib.train.params import Params
 from hyport_lib.train.result import RESULT_FILE
 from hyport_lib.train.samples import Encoder
-from hyport_lib.utils.fault_replay import replay_failure
 from hyport_lib.utils.files import atomic_write_json
 from hyport_lib.utils.redact import scrub_obj
-
-KILL_FAULT_ENV = "HYPORT_TEST_KILL_AT_STEP"
-REPLAY_FAULT_ENV = "HYPORT_TEST_REPLAY_AT_STEP"
 
 
 def _rank() -> int:
@@ -121,44 +109,6 @@ def _barrier() -> None:
 
     if dist.is_available() and dist.is_initialized():
         dist.barrier()
-
-
-def _fault_callback():
-    from transformers import TrainerCallback
-
-    raw = os.environ.get(KILL_FAULT_ENV, "").strip()
-    if not raw:
-        return None
-    step, _, rank = raw.partition(":")
-
-    class KillOnce(TrainerCallback):
-        def on_step_end(self, args, state, control, **kwargs):
-            marker = Path(args.output_dir) / ".hyport_test_killed"
-            if state.global_step == int(step) and _rank() == int(rank or 0) and not marker.exists():
-                marker.write_text(str(state.global_step))
-                _say(f"test fault: SIGKILL at step {state.global_step} ({KILL_FAULT_ENV})")
-                os.kill(os.getpid(), signal.SIGKILL)
-
-    return KillOnce()
-
-
-def _replay_callback():
-    from transformers import TrainerCallback
-
-    raw = os.environ.get(REPLAY_FAULT_ENV, "").strip()
-    if not raw:
-        return None
-    step, rank, log_path = (raw.split(":", 2) + ["", ""])[:3]
-    if not (step.isdigit() and rank.isdigit() and log_path):
-        raise ValueError(f"{REPLAY_FAULT_ENV}={raw!r}: expected <step>:<rank>:<log file>")
-
-    class ReplayFailure(TrainerCallback):
-        def on_step_end(self, args, state, control, **kwargs):
-            if state.global_step == int(step) and _rank() == int(rank):
-                _say(f"test fault: replaying {log_path} at step {state.global_step} ({REPLAY_FAULT_ENV})")
-                replay_failure(log_path, REPLAY_FAULT_ENV)
-
-    return ReplayFailure()
 
 
 def _load_model(spec: dict, params: Params):
@@ -373,10 +323,9 @@ def run(spec: dict) -> dict:
     metrics = MetricsCallback(spec["metrics_path"], backend, counts, marker={
         "world_size": world, "zero_stage": params.zero_stage,
         "finetuning_type": params.finetuning_type})
-    callbacks = [metrics] + [c for c in (_fault_callback(), _replay_callback()) if c is not None]
     trainer = CountingTrainer(model=model, args=_training_args(spec, params, backend),
                               train_dataset=rows, data_collator=collator,
-                              processing_class=processor, callbacks=callbacks, step_counts=counts,
+                              processing_class=processor, callbacks=[metrics], step_counts=counts,
                               # ZeRO-3 hangs on the blank image: preflight refuses mixed data there.
                               dummy_image_inputs=_blank_image_inputs(loaded) if params.zero_stage < 3 else None)
     metrics.trainer = trainer
