@@ -228,10 +228,10 @@ def test_the_users_papermill_command_works(where, papermill_04):
     assert recorded["data"]["summary"]["last_step"] == 20
 
 
-def test_a_reused_output_dir_never_passes_off_old_checkpoints(zero2_run, tmp_path, monkeypatch):
+def test_a_reused_output_dir_never_passes_off_old_checkpoints(zero2_run, tmp_path):
     """A later run in the same folder drops the checkpoints beyond its starting point (they
     are not its own, and the Trainer would write into them), and keeps its own save_steps
-    and SAVE_STEPS after a resume (the Trainer would take the checkpoint's)."""
+    after a resume (the Trainer would take the checkpoint's)."""
     # The first run is the session's ZeRO-2 run (save_steps 2, as _train's default),
     # copied: the later runs write into the folder.
     first = zero2_run
@@ -240,7 +240,6 @@ def test_a_reused_output_dir_never_passes_off_old_checkpoints(zero2_run, tmp_pat
     again = _train(tmp_path, "job", max_steps=2, save_steps=2, resume_from="none", num_cards=1)
     assert [c["step"] for c in again.checkpoints] == [2] and again.last_checkpoint.endswith("checkpoint-2")
     assert again.verdict()[0] == "PASS"
-    monkeypatch.setenv("SAVE_STEPS", "100000")
-    resumed = _train(tmp_path, "job", max_steps=5, save_steps=2, resume_from="auto", num_cards=1)
+    resumed = _train(tmp_path, "job", max_steps=5, save_steps=100000, resume_from="auto", num_cards=1)
     assert resumed.worker["resumed_step"] == 2 and resumed.verdict()[0] == "PASS", resumed.verdict()
     assert [c["step"] for c in resumed.checkpoints] == [2, 5]  # no checkpoint-4: 100000 won

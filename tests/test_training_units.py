@@ -14,7 +14,6 @@ from hyport_lib.train import checkpoints as ck
 from hyport_lib.train.deepspeed_config import build_deepspeed_config, resolve_precision
 from hyport_lib.train.metrics import ema, loss_span, spikes, summarize_metrics, truncate_metrics
 from hyport_lib.train.params import Params
-from hyport_lib.train.preflight import with_env_overrides
 
 
 # --------------------------------------------------------------------------- parameters
@@ -39,18 +38,6 @@ def test_values_from_text_are_parsed():
     assert Params(offload_optimizer=True, zero_stage=2).offload_optimizer
     with pytest.raises(ValueError, match="offload_optimizer"):
         Params(offload_optimizer=True, zero_stage=0)
-
-
-def test_max_steps_and_save_steps_environment_overrides_as_in_the_seed():
-    params = Params(max_steps=None, save_steps=100000)
-    applied, overrides = with_env_overrides(params, {"MAX_STEPS": "20", "SAVE_STEPS": "20"})
-    assert (applied.max_steps, applied.save_steps) == (20, 20)
-    assert overrides == {"MAX_STEPS": 20, "SAVE_STEPS": 20}
-    assert with_env_overrides(params, {}) == (params, {})
-    with pytest.raises(ValueError, match="MAX_STEPS"):
-        with_env_overrides(params, {"MAX_STEPS": "twenty"})
-    with pytest.raises(ValueError, match=r"SAVE_STEPS \(environment\)='0': must be at least 1"):
-        with_env_overrides(params, {"SAVE_STEPS": "0"})
 
 
 def test_rules_across_parameters_are_checked_with_the_parameters():

@@ -306,7 +306,7 @@ class MetricsCallback(TrainerCallback):
 
     def on_train_begin(self, args, state, control, **kwargs):
         # A resumed Trainer takes save_steps from the checkpoint's trainer_state.json (it
-        # only warns): this run's value (and SAVE_STEPS) must win.
+        # only warns): this run's value must win.
         state.save_steps = args.save_steps
         # DeepSpeed restores its skipped-step count with the checkpoint: count from there.
         self._skipped_before = self._skipped_total()

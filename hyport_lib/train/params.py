@@ -8,11 +8,6 @@ The names follow the seed's training script and LLaMA-Factory's YAML where they 
 :class:`Params`, and every value is checked here (each field by its spec, the rules
 across fields in :meth:`Params.check`), so a bad value is refused in the same words
 everywhere and before anything starts.
-
-As in the seed's script, the environment variables ``MAX_STEPS`` and ``SAVE_STEPS``
-override ``max_steps`` and ``save_steps``; that is resolved when the run is planned
-(:mod:`hyport_lib.train.preflight`) and recorded there, not here: they are not
-parameters.
 """
 
 from __future__ import annotations
@@ -61,10 +56,10 @@ class Params(StageParams):
     run_name: str = param("smoke", "a label for the run (the seed's RUN_NAME); names the default output_dir",
                           nonempty=True)
     max_steps: Optional[int] = param(20, "optimizer steps; None: full epochs (the seed's original "
-                                     "configuration); MAX_STEPS overrides it", min=1)
+                                     "configuration)", min=1)
     num_train_epochs: float = param(1.0, "epochs, used when max_steps is None", min_exclusive=0)
-    save_steps: int = param(100000, "a checkpoint every N steps (the seed's 100000: only the final weights); "
-                            "SAVE_STEPS overrides it", min=1)
+    save_steps: int = param(100000, "a checkpoint every N steps (the seed's 100000: only the final weights)",
+                            min=1)
     learning_rate: float = param(1e-4, "peak learning rate", min_exclusive=0)
     lr_scheduler_type: str = param("cosine", "learning-rate schedule (transformers' SchedulerType)",
                                    choices=LR_SCHEDULERS)

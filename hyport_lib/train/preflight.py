@@ -22,7 +22,7 @@ import os
 import tempfile
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Mapping, Optional
+from typing import Optional
 
 from hyport_lib.devices.card_plan import plan_grid
 from hyport_lib.devices.host_memory import RamNeed, ram_need_per_rank, require_host_ram
@@ -42,10 +42,7 @@ from hyport_lib.train.params import Params
 from hyport_lib.train.rendezvous import check_master_addr, rendezvous_port
 from hyport_lib.train.samples import encode_records, prefix_format_note, system_prompt_note
 from hyport_lib.train.smoke_data import SMOKE_FILE, write_smoke_dataset
-from hyport_lib.utils.values import as_int
 
-#: Environment variables that override parameters, as the seed's script reads them.
-ENV_OVERRIDES = {"MAX_STEPS": "max_steps", "SAVE_STEPS": "save_steps"}
 #: Where the bundled smoke set is written in output_dir when no dataset_path is given.
 SMOKE_FOLDER = "smoke_data"
 
@@ -55,9 +52,7 @@ class LaunchPlan:
     """What will run (all paths absolute); :meth:`to_dict` is what the record keeps.
 
     Attributes:
-        params: the parameters the workers get (``MAX_STEPS`` / ``SAVE_STEPS`` applied,
-            a ``resume_from`` folder made absolute).
-        env_overrides: the environment variables that overrode a parameter, and their values.
+        params: the parameters the workers get (a ``resume_from`` folder made absolute).
         bundled_dataset: no ``dataset_path`` was given: the launch writes the bundled
             smoke set to ``dataset_path``.
         deepspeed: the few DeepSpeed settings a reader wants to see;
@@ -88,7 +83,6 @@ class LaunchPlan:
     dataset: dict = field(default_factory=dict)
     skip_records: list[int] = field(default_factory=list)
     resume_checkpoint: Optional[str] = None
-    env_overrides: dict = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     attention_proof: Optional[dict] = None
 
@@ -115,26 +109,6 @@ def default_output_dir(run_name: str) -> Path:
     return fresh_folder_beside_results("train", run_name)
 
 
-def with_env_overrides(params: Params, environ: Mapping[str, str]) -> tuple[Params, dict]:
-    """``params`` with ``MAX_STEPS`` / ``SAVE_STEPS`` applied (as the seed's script does), and
-    what was applied.
-
-    Raises:
-        ValueError: a variable that is set is no whole number >= 1 (named as the variable).
-    """
-    applied = {}
-    for var in ENV_OVERRIDES:
-        raw = environ.get(var)
-        if raw is None or not raw.strip():
-            continue
-        value = as_int(f"{var} (environment)", raw)
-        if value < 1:
-            raise ValueError(f"{var} (environment)={raw!r}: must be at least 1")
-        applied[var] = value
-    overrides = {ENV_OVERRIDES[var]: value for var, value in applied.items()}
-    return (replace(params, **overrides) if overrides else params), applied
-
-
 def prepare(params: Params, backend) -> LaunchPlan:
     """Check everything and plan the launch on ``backend`` (see the module docstring).
 
@@ -142,15 +116,13 @@ def prepare(params: Params, backend) -> LaunchPlan:
         ValueError, PermissionError, RuntimeError: naming the parameter, file or record;
             :class:`~hyport_lib.train.dataset.DatasetError` lists every bad record.
     """
-    params, overrides = with_env_overrides(params, os.environ)
     nproc = _cards(backend, params.num_cards)
     world = nproc * params.nnodes
-    notes = [f"{var}={value} from the environment overrides the parameter" for var, value in overrides.items()]
     model_path = check_model_path(params.model_path, local_only="stage 04 (training)")
     _check_not_the_model(params, model_path)
     output_dir = _output_dir(params)
     check_not_locked(output_dir, params.node_rank)
-    notes.extend(check_foreign(output_dir, params.overwrite_output_dir))
+    notes = check_foreign(output_dir, params.overwrite_output_dir)
     precision = ds.resolve_precision(params.precision, backend)
     deepspeed = ds.build_deepspeed_config(params, backend, precision)
     bundled = not params.dataset_path
@@ -200,7 +172,7 @@ def prepare(params: Params, backend) -> LaunchPlan:
         deepspeed=ds.describe(deepspeed), deepspeed_json=deepspeed,
         deepspeed_config_path=str(output_dir / ds.DEEPSPEED_FILE), master_addr=params.master_addr,
         master_port=port, bundled_dataset=bundled, dataset=summary, skip_records=skip,
-        resume_checkpoint=str(checkpoint.path) if checkpoint else None, env_overrides=overrides,
+        resume_checkpoint=str(checkpoint.path) if checkpoint else None,
         notes=notes, attention_proof=attention.proof.to_dict() if attention.proof else None)
 
 
