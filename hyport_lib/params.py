@@ -290,18 +290,6 @@ def parameter_fields(cls: type) -> list[Field]:
     return out
 
 
-def field_of(cls: type, name: str) -> Field:
-    """The declared parameter ``name`` of ``cls``.
-
-    Raises:
-        KeyError: ``cls`` declares no such parameter.
-    """
-    for f in parameter_fields(cls):
-        if f.name == name:
-            return f
-    raise KeyError(name)
-
-
 # --------------------------------------------------------------------------- shared parameters
 # Parameters several stages declare: one definition each, so that ``-p device=npu`` means
 # the same to every stage that takes it.

@@ -286,10 +286,11 @@ def test_the_dataset_parameters_are_checked_together():
         with pytest.raises(ParameterError) as caught:
             Params(**values)
         assert said in str(caught.value), (values, str(caught.value))
-    from hyport_lib.params import field_of, parse_text
+    from hyport_lib.params import parameter_fields, parse_text
 
     # the command line and -p take YAML for the dicts
-    assert parse_text(field_of(Params, "dataset_tags"), "{user_tag: user}") == {"user_tag": "user"}
+    tags = next(f for f in parameter_fields(Params) if f.name == "dataset_tags")
+    assert parse_text(tags, "{user_tag: user}") == {"user_tag": "user"}
 
 
 @pytest.fixture(scope="module")

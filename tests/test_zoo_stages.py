@@ -22,7 +22,7 @@ from hyport_lib.npu_attention.hf_integration import register_hyport_attention
 from hyport_lib.attention.model_check import compare_model
 from hyport_lib.models.generation_config import InferenceConfig
 from hyport_lib.models.generation import run_inference
-from hyport_lib.models.families import describe_model
+from hyport_lib.models.families import describe_config, read_config
 from hyport_lib.models.loading import ProcessorUnavailable, has_torchvision, load_model, load_processor
 from hyport_lib.models.lora_targets import language_model_path, lora_target_pattern, matched_layers
 from hyport_lib.models.training_inputs import rope_positions_function
@@ -59,7 +59,7 @@ def _by_id(records, *ids):
 @pytest.mark.parametrize("name", ZOO_NAMES)
 def test_traits_and_processor(zoo, name):
     entry = zoo_entry(name)
-    traits = describe_model(zoo[name])
+    traits = describe_config(read_config(zoo[name]))
     assert traits.multimodal is entry.multimodal and traits.mrope is entry.mrope
     assert traits.auto_class == entry.auto_model
     assert (traits.packing_refusal is not None) is (name in PACKING_REFUSED)

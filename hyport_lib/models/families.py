@@ -1,7 +1,6 @@
 """What a checkpoint is, read from its config: the one place that knows model families.
 
-Stages never assume LLaVA. They ask :func:`describe_config` (or :func:`describe_model`)
-what they hold:
+Stages never assume LLaVA. They ask :func:`describe_config` what they hold:
 
 * **multimodal or text-only** — an image-text-to-text model (its class is in
   transformers' ``AutoModelForImageTextToText`` mapping, or its remote code names such
@@ -153,11 +152,6 @@ def read_config(model_dir: str | Path) -> dict:
             :data:`MAX_CONFIG_BYTES`, or missing; ValueError: not JSON.
     """
     return json.loads(read_text(Path(model_dir) / "config.json", MAX_CONFIG_BYTES, errors="strict"))
-
-
-def describe_model(model_dir: str | Path) -> ModelTraits:
-    """Traits of the checkpoint in ``model_dir`` (a local folder)."""
-    return describe_config(read_config(model_dir))
 
 
 def _uses_mrope(data: dict) -> bool:

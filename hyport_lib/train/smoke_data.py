@@ -100,6 +100,3 @@ def write_smoke_dataset(folder: os.PathLike) -> Path:
     records = _records()
     return atomic_write_text(folder / SMOKE_FILE, json.dumps(records, indent=1, ensure_ascii=False) + "\n")
 
-
-def smoke_record_count() -> int:
-    return len(_records())

@@ -28,7 +28,7 @@ from hyport_lib.processes import (describe_exit, feed, finish, has_exited, kill_
                                   last_exception, read_log_tail, reap_leftovers, start_child,
                                   stop_all)
 from hyport_lib.results import fresh_folder_beside_results
-from hyport_lib.utils.redact import child_environ, scrub_obj, scrub_text
+from hyport_lib.utils.redact import child_environ
 
 TASKS = ("reload", "parity", "zero")
 KILL_GRACE_S = 2.0
@@ -120,6 +120,7 @@ def run_task(task: str, spec: dict, *, timeout_s: float, log_dir: Optional[os.Pa
 
 def _outcome(task: str, log_path: Path, result_path: Path, code: Optional[int], timed_out: bool,
              timeout_s: float, wall_s: float) -> ChildOutcome:
+    # The child scrubbed what it wrote (its environment holds this one's secrets: child_env).
     result: dict = {}
     if result_path.is_file():
         try:
@@ -127,7 +128,6 @@ def _outcome(task: str, log_path: Path, result_path: Path, code: Optional[int], 
         except (OSError, json.JSONDecodeError) as exc:
             result = {"status": "failed", "error_type": type(exc).__name__,
                       "error": f"unreadable result file {result_path}: {exc}"}
-    result = scrub_obj(result)
     tail = read_log_tail(log_path, 12)
     if timed_out:
         status, reason = "timeout", f"no result after {timeout_s:g}s: the process group was killed"
@@ -138,5 +138,5 @@ def _outcome(task: str, log_path: Path, result_path: Path, code: Optional[int], 
     else:
         line = last_exception(tail)
         status, reason = "failed", f"{describe_exit(code)} without a result" + (f"; {line}" if line else "")
-    reason = scrub_text(reason.splitlines()[0]) if reason else None
+    reason = reason.splitlines()[0] if reason else None
     return ChildOutcome(task, status, result, reason, str(log_path), tail, code, round(wall_s, 3))
