@@ -224,57 +224,6 @@ def test_cli_batch_prompts_keep_order_and_image_flags():
     assert stage.plan(params).config.batch_prompts == (("a", False), ("b", True), ("c", False))
 
 
-@pytest.mark.parametrize("value, said", [
-    ([], "batch_prompts=[]: expected at least one"),
-    ([["a", True], ["b", "maybe"]], "batch_prompts[1]='maybe': expected true/false"),
-    ([{"text": "a", "image": None}], "batch_prompts[0]=None: expected true/false"),
-    ([["", True]], "batch_prompts[0]=['', True]: expected a non-empty text"),
-    ("Describe", "batch_prompts='Describe': expected a list"),
-])
-def test_bad_batch_prompts_are_one_line_naming_the_item(value, said):
-    with pytest.raises(ParameterError) as info:
-        Params(batch_prompts=value)
-    assert str(info.value).startswith(said), str(info.value)
-
-
-def test_batch_prompt_flags_may_be_words_and_a_bare_text_is_text_only():
-    params = Params(batch_prompts=[["a", "false"], ["b", "True"], ["c", 1], ["d", 0], ["e", "no"],
-                                   {"text": "f", "image": "yes"}, "g"])
-    assert params.batch_prompts == [["a", False], ["b", True], ["c", True], ["d", False], ["e", False],
-                                    ["f", True], ["g", False]]
-
-
-def test_bad_timeout_is_refused():
-    with pytest.raises(ParameterError, match="infer_timeout_s=0: expected a number > 0"):
-        Params(infer_timeout_s=0)
-
-
-@pytest.mark.parametrize("key, value, said", [
-    ("max_new_tokens", "abc", "max_new_tokens='abc': expected an integer >= 1"),
-    ("max_new_tokens", 2.9, "max_new_tokens=2.9: expected an integer, not a fraction"),
-    ("max_new_tokens", True, "max_new_tokens=True: expected an integer >= 1"),
-    ("max_new_tokens", 0, "max_new_tokens=0: expected an integer >= 1"),
-    ("max_new_tokens", None, "max_new_tokens=None: a value is required"),
-    ("warmup_runs", -1, "warmup_runs=-1: expected an integer >= 0"),
-    ("dtype", "fp8", "dtype='fp8': expected one of"),
-    ("model_path", " ", "model_path=' ': expected a non-empty text"),
-    ("trust_remote_code", "sure", "trust_remote_code='sure': expected true or false"),
-    ("enable_thinking", 2, "enable_thinking=2: expected true or false"),
-    ("infer_timeout_s", "nan", "infer_timeout_s='nan': expected a finite number"),
-])
-def test_params_errors_name_the_parameter_and_value(key, value, said):
-    with pytest.raises(ParameterError) as info:
-        Params(**{key: value})
-    assert str(info.value).startswith(said), str(info.value)
-
-
-def test_params_take_numbers_and_flags_as_text():
-    params = Params(max_new_tokens=" 16 ", warmup_runs=0.0, infer_timeout_s="1.5",
-                    trust_remote_code="false", enable_thinking="YES")
-    assert (params.max_new_tokens, params.warmup_runs, params.infer_timeout_s) == (16, 0, 1.5)
-    assert (params.trust_remote_code, params.enable_thinking) == (False, True)
-
-
 # --------------------------------------------------------------------------- real processes
 @pytest.mark.slow
 def test_busy_cards_are_skipped_and_workers_pinned_on_the_npu_double(

@@ -16,7 +16,6 @@ from pathlib import Path
 import pytest
 
 from hyport_lib.commands import main
-from hyport_lib.inference.params import Params as InferenceParams
 
 REPO = Path(__file__).resolve().parents[1]
 DATA = Path(__file__).parent / "data"
@@ -105,15 +104,6 @@ def test_a_readonly_cache_is_named(tmp_path, monkeypatch, capsys):
 
 
 # --------------------------------------------------------------------------- 4. configuration
-def test_stage_01_refuses_a_card_count_below_one():
-    from hyport_lib.environment.params import Params
-    from hyport_lib.params import ParameterError
-
-    for bad in (-1, 0):
-        with pytest.raises(ParameterError, match=f"num_cards={bad}: expected an integer >= 1"):
-            Params(device="cpu", num_cards=bad, check_ports=False)
-
-
 def test_too_many_cpu_workers_are_refused_with_the_figure(capsys):
     assert main(["infer", "--num-cards", "4096", "--no-record"]) == 2
     err = capsys.readouterr().err
@@ -313,8 +303,6 @@ def test_review_round_regressions(tmp_path, capsys):
             resolve_parameters({key: value}, {}, stages)
     # whether a file exists is the selected stage's question, not the namespace's
     assert resolve_parameters({"image": "/nonexistent.png"}, {}, stages).merged["image"] == "/nonexistent.png"
-    with pytest.raises(ParameterError, match="image='/nonexistent.png': no such file"):
-        InferenceParams(image="/nonexistent.png")
     # pre- and post-releases of torch pair with the release
     assert torch_npu_install_command("2.6.0a0+git1234") == 'pip install "torch-npu==2.6.0.*" "torch==2.6.0"'
     # a link out of the scanned folder is named, never read; a FIFO named directly is refused

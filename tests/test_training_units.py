@@ -16,43 +16,6 @@ from hyport_lib.train.metrics import ema, loss_span, spikes, summarize_metrics, 
 from hyport_lib.train.params import Params
 
 
-# --------------------------------------------------------------------------- parameters
-@pytest.mark.parametrize("field, value, words", [
-    ("max_steps", 0, "max_steps=0"), ("zero_stage", 1, "zero_stage=1"),
-    ("finetuning_type", "qlora", "finetuning_type='qlora'"), ("precision", "fp8", "precision"),
-    ("packing", "maybe", "packing='maybe'"), ("learning_rate", "-1", "learning_rate"),
-    ("max_seq_len", 4, "max_seq_len"), ("node_rank", 1, "node_rank=1"),
-    ("train_timeout_s", "nan", "train_timeout_s"), ("run_name", "a/b", "run_name"),
-    ("num_train_epochs", 0, "num_train_epochs=0"), ("lr_scheduler_type", "bogus", "lr_scheduler_type='bogus'"),
-    ("max_shard_size", "5XB", "max_shard_size='5XB'"),
-    ("lr_scheduler_type", "cosine_with_min_lr", "lr_scheduler_type='cosine_with_min_lr'"),
-])
-def test_bad_params_name_the_parameter(field, value, words):
-    with pytest.raises(ValueError, match=words.replace("(", r"\(").replace("[", r"\[")):
-        Params(**{field: value})
-
-
-def test_values_from_text_are_parsed():
-    config = Params(max_steps="20", packing="false", learning_rate="1e-3", zero_stage="3")
-    assert (config.max_steps, config.packing, config.learning_rate, config.zero_stage) == (20, False, 1e-3, 3)
-    assert Params(offload_optimizer=True, zero_stage=2).offload_optimizer
-    with pytest.raises(ValueError, match="offload_optimizer"):
-        Params(offload_optimizer=True, zero_stage=0)
-
-
-def test_rules_across_parameters_are_checked_with_the_parameters():
-    # a loss scale DeepSpeed would ignore is refused, not silently dropped
-    with pytest.raises(ValueError, match=r"loss_scale=4096: a loss scale applies to precision='fp16' only"):
-        Params(loss_scale=4096)
-    assert Params(loss_scale=4096, precision="fp16").loss_scale == 4096.0
-    with pytest.raises(ValueError, match="lora_target=',': names no module"):
-        Params(lora_target=",")
-    # every broken rule is named, not only the first
-    with pytest.raises(ValueError) as info:
-        Params(node_rank=3, offload_optimizer=True, zero_stage=0)
-    assert len(info.value.details) == 2 and "node_rank=3" in info.value.details[0]
-
-
 # --------------------------------------------------------------------------- DeepSpeed JSON
 def test_deepspeed_config_follows_precision_and_host():
     cpu = get_backend("cpu")
@@ -182,8 +145,6 @@ def test_taken_port_and_multi_node_without_port_are_refused(tmp_path):
         taken = sock.getsockname()[1]
         with pytest.raises(ValueError, match=f"master_port={taken} is already taken"):
             rendezvous_port(Params(master_port=taken), check=True)
-    with pytest.raises(ValueError, match="master_port=0: with nnodes=2 give every node the same master_port"):
-        Params(nnodes=2, master_port=0, node_rank=1)
     assert rendezvous_port(Params(), check=True) > 0
 
 
@@ -430,11 +391,6 @@ def test_third_training_review_regressions(tmp_path):
     shutil.copytree(ensure_tiny_model(), model)
     with pytest.raises(ValueError, match="output_dir=.* is the model folder"):
         prepare(Params(model_path=str(model), output_dir=str(model), num_cards=2), cpu)
-    # ports past 65535 and negative loss scales never reach a socket or DeepSpeed
-    with pytest.raises(ValueError, match="master_port=70000: expected an integer >= 0 and <= 65535"):
-        Params(master_port=70000)
-    with pytest.raises(ValueError, match="loss_scale=-1: expected a number >= 0"):
-        Params(loss_scale=-1)
     # an attention no rank could load is refused before torchrun
     with pytest.raises(ValueError, match="attn_implementation='foo'"):
         prepare(Params(packing=False, attn_implementation="foo", output_dir=str(tmp_path / "o2"),
