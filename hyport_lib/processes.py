@@ -23,6 +23,11 @@ inside:
   (= its group id) cannot pass to an unrelated process before hyport is done with the
   group: a SIGKILL to it after exit reaches only leftovers of that child
   (:func:`reap_leftovers`).
+* **Watched to the end.** :class:`ChildGroup` (many children: the inference grid) and
+  :func:`run_child` (one: torchrun, the weights' child tasks) feed the payload, enforce
+  each child's deadline, reap and scrub the children as they end, and stop whatever
+  still runs when the caller is interrupted (a stop signal is a ``KeyboardInterrupt``
+  here: :mod:`hyport_lib.utils.signals`).
 * **Logs without secrets.** A child's log is rewritten without secret values once the
   child exits (:func:`scrub_log`); :func:`read_log_tail` and :func:`last_exception` read
   it back for the tables.
@@ -38,7 +43,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Mapping, Optional, Sequence
+from typing import Callable, Iterable, Mapping, Optional, Sequence
 
 from hyport_lib.utils.files import atomic_write_text
 from hyport_lib.utils.redact import scrub_text, secret_values
@@ -203,6 +208,96 @@ def stop_all(children: Iterable[Child], grace_s: float = 0.0,
     kill_groups(children, grace_s)
     for child in children:
         finish(child, environ)
+
+
+class ChildGroup:
+    """Children started together, watched to their ends, and never left behind.
+
+    Leaving the ``with`` block stops every child still running (:func:`stop_all`, after
+    ``stop_grace_s``), however the block ends: a stop signal while children are being
+    started or watched leaves none of them behind, and their logs scrubbed. What the
+    caller keeps of an interrupted run (rows, metrics) it reads inside the block, from
+    :attr:`running`, before the stop goes on.
+
+    Args:
+        environ: where the secret values scrubbed from the logs are looked up (default
+            ``os.environ``).
+        stop_grace_s: between SIGTERM and SIGKILL when the block ends with children running.
+    """
+
+    def __init__(self, *, environ: Optional[Mapping[str, str]] = None, stop_grace_s: float = 0.0):
+        self.environ = environ
+        self.stop_grace_s = stop_grace_s
+        self.running: list[Child] = []
+
+    def __enter__(self) -> "ChildGroup":
+        return self
+
+    def __exit__(self, *exc_info) -> bool:
+        running, self.running = self.running, []
+        stop_all(running, self.stop_grace_s, self.environ)
+        return False
+
+    def start(self, cmd: Sequence[str], **options) -> Child:
+        """:func:`start_child` (same arguments); the child is watched by :meth:`wait`."""
+        child = start_child(cmd, **options)
+        self.running.append(child)
+        return child
+
+    def wait(self, on_exit: Callable[[Child, int, bool], None], *, poll_interval_s: float,
+             kill_grace_s: float, on_tick: Optional[Callable[[], None]] = None) -> None:
+        """Watch until every child has ended.
+
+        A child that exited has what it left in its group killed (:func:`reap_leftovers`);
+        the groups of those past their deadline are killed together (one ``kill_grace_s``
+        for all). Each ended child is reaped, its log scrubbed (:func:`finish`), and
+        passed to ``on_exit(child, exit_status, timed_out)``. ``on_tick`` is called
+        between polls while any child runs.
+        """
+        while self.running:
+            for child in self.running:
+                feed(child)
+            now = time.monotonic()
+            for child in [c for c in self.running if has_exited(c.proc)]:
+                reap_leftovers(child)
+                self._ended(child, on_exit, timed_out=False)
+            expired = [c for c in self.running if c.deadline is not None and now >= c.deadline]
+            if expired:
+                kill_groups(expired, kill_grace_s)
+                for child in expired:
+                    self._ended(child, on_exit, timed_out=True)
+            if self.running:
+                if on_tick is not None:
+                    on_tick()
+                time.sleep(poll_interval_s)
+
+    def _ended(self, child: Child, on_exit: Callable[[Child, int, bool], None], timed_out: bool) -> None:
+        code = finish(child, self.environ)  # still in ``running`` until reaped: a stop here finishes it
+        self.running.remove(child)
+        on_exit(child, code, timed_out)
+
+
+@dataclass
+class Ended:
+    """How one child :func:`run_child` watched ended: its exit status, and whether it was
+    stopped for running past its timeout."""
+
+    child: Child
+    code: int
+    timed_out: bool
+
+
+def run_child(cmd: Sequence[str], *, poll_interval_s: float, kill_grace_s: float,
+              stop_grace_s: float = 0.0, environ: Optional[Mapping[str, str]] = None,
+              on_tick: Optional[Callable[[], None]] = None, **options) -> Ended:
+    """Start one child (:func:`start_child`'s ``options``) and watch it to its end
+    (:meth:`ChildGroup.wait`); interrupted, it is stopped before the interrupt goes on."""
+    ended: list[Ended] = []
+    with ChildGroup(environ=environ, stop_grace_s=stop_grace_s) as group:
+        group.start(cmd, **options)
+        group.wait(lambda child, code, timed_out: ended.append(Ended(child, code, timed_out)),
+                   poll_interval_s=poll_interval_s, kill_grace_s=kill_grace_s, on_tick=on_tick)
+    return ended[0]
 
 
 def scrub_log(path: os.PathLike | str, environ: Optional[Mapping[str, str]] = None) -> bool:

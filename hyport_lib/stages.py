@@ -1,20 +1,52 @@
 """Stages are discovered from the notebooks folder: ``NN_name.ipynb``.
 
-Adding a stage means adding a notebook; no list elsewhere needs editing.
+Adding a stage means adding a notebook (and, unless it is notebook-only, the package of
+its name whose ``stage.py`` keeps :class:`StageContract`); no list elsewhere needs
+editing but the command registry, when the stage has a command.
 """
 
 from __future__ import annotations
 
 import importlib
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
-from typing import Iterable, Optional
+from typing import Any, Callable, Iterable, Optional, Protocol, cast, runtime_checkable
 
 import hyport_lib
+from hyport_lib.params import StageParams
+from hyport_lib.results import StageSummary
 
 _STAGE_RE = re.compile(r"^(\d{2})_([a-z0-9_]+)\.ipynb$")
+
+
+@runtime_checkable
+class StageContract(Protocol):
+    """What a stage's ``hyport_lib.<name>.stage`` module provides (as torchtune's recipes
+    keep one interface): notebook, command and report call these and nothing else.
+
+    Each stage names its own Plan, Result and progress types (in its ``stage.py``, or
+    the module that builds them); the contract is their shape:
+
+    * ``plan(params)``: every check, nothing written; raises on a bad parameter.
+    * ``run(plan, *, on_progress=None)``: the work; stopped, it leaves what finished on
+      the exception (``exc.partial``).
+    * ``summarize(result)``: the verdict (PASS, WARN or FAIL), one line and the index's
+      figures: the command's exit status and the report's row come from it.
+    * ``record(result, *, directory=None)``: the result file; its path.
+    """
+
+    STAGE: str  # "NN_name", the notebook's stem
+
+    def plan(self, params: StageParams) -> Any: ...
+
+    def run(self, plan: Any, *, on_progress: Optional[Callable[[Any], None]] = None) -> Any: ...
+
+    def summarize(self, result: Any) -> StageSummary: ...
+
+    def record(self, result: Any, *, directory: Optional[os.PathLike] = None) -> Path: ...
 
 
 @dataclass(frozen=True)
@@ -79,7 +111,7 @@ def stage_part(stage_name: str, part: str) -> Optional[ModuleType]:
         raise
 
 
-def stage_module(stage: Stage) -> ModuleType:
+def stage_module(stage: Stage) -> StageContract:
     """The stage's ``hyport_lib.<name>.stage`` module (the contract).
 
     Raises:
@@ -89,7 +121,7 @@ def stage_module(stage: Stage) -> ModuleType:
     if module is None:
         raise ModuleNotFoundError(f"{stage.path.name}: no package hyport_lib.{stage.name} with a stage.py",
                                   name=f"hyport_lib.{stage.name}.stage")
-    return module
+    return cast(StageContract, module)
 
 
 def params_class(stage: Stage) -> Optional[type]:

@@ -12,7 +12,6 @@ and a bad value gives the same one-line error from the notebook, the command lin
 from __future__ import annotations
 
 import ast
-import importlib
 import inspect
 import json
 import re
@@ -21,12 +20,13 @@ from pathlib import Path
 import pytest
 import yaml
 
-from hyport_lib.commands import build_parser, main
+from hyport_lib.commands import COMMANDS, build_parser, command_target, main
+from hyport_lib.commands._stage import StageCommand
 from hyport_lib.params import ParameterError, StageParams, markdown_table, parameter_fields
 from hyport_lib.report.blog.frame import cli_value
 from hyport_lib.report.params import check_before_running, make_plans, plan_requests, resolve_parameters
 from hyport_lib.report.profiles import parse_overrides
-from hyport_lib.stages import discover_stages, params_class, stage_module
+from hyport_lib.stages import StageContract, discover_stages, params_class, stage_module
 
 REPO = Path(__file__).resolve().parents[1]
 STAGES = discover_stages()
@@ -53,6 +53,7 @@ def _code(path: Path) -> str:
 @pytest.mark.parametrize("stage", STAGES, ids=lambda s: s.id)
 def test_the_stage_package_is_named_as_its_notebook_and_keeps_the_contract(stage):
     module = stage_module(stage)
+    assert isinstance(module, StageContract), f"{stage.id}: STAGE, plan, run, summarize, record"
     assert module.__name__ == f"hyport_lib.{stage.name}.stage" and module.STAGE == stage.id
     cls = params_class(stage)
     assert cls is not None and issubclass(cls, StageParams), f"hyport_lib.{stage.name}.params.Params"
@@ -85,25 +86,21 @@ def test_the_notebook_builds_its_params_in_one_line_and_calls_the_contract(stage
     assert "get_backend(" not in code, f"{stage.path.name}: the plan resolves the backend, not the notebook"
 
 
-def _command_modules():
-    package = importlib.import_module("hyport_lib.commands")
-    for path in sorted(Path(package.__file__).parent.glob("[a-z]*.py")):
-        module = importlib.import_module(f"hyport_lib.commands.{path.stem}")
-        if hasattr(module, "STAGE"):
-            yield module
-
-
 def test_every_stage_has_a_command_whose_flags_are_its_params_fields():
-    by_stage = {m.STAGE: m for m in _command_modules()}
-    assert set(by_stage) == {s.id for s in STAGES}, "each stage's command says which stage it runs (STAGE)"
+    by_stage = {}
+    for name in COMMANDS:
+        target = command_target(name)
+        if isinstance(target, StageCommand):
+            by_stage[target.contract.STAGE] = name
+    assert set(by_stage) == {s.id for s in STAGES}, "each stage has one stage command in the registry"
     parser = build_parser()
     subparsers = next(a for a in parser._actions if a.dest == "command").choices
     for stage in STAGES:
-        command = by_stage[stage.id]
-        dests = {a.dest for a in subparsers[command.NAME]._actions}
+        name = by_stage[stage.id]
+        dests = {a.dest for a in subparsers[name]._actions}
         missing = [f.name for f in parameter_fields(params_class(stage))
                    if f.name not in dests]
-        assert not missing, f"hyport {command.NAME}: no flag for {missing}"
+        assert not missing, f"hyport {name}: no flag for {missing}"
 
 
 def test_the_docs_parameter_table_is_current():

@@ -109,17 +109,17 @@ def test_a_grid_worker_keeps_the_users_cann_folder_and_says_it_is_shared(fake_np
         started["env"] = env
         return SimpleNamespace(proc=None, log_path=kwargs["log_path"], started=0.0, deadline=None)
 
-    monkeypatch.setattr(grid, "start_child", fake_start)
+    group = SimpleNamespace(start=fake_start)
     monkeypatch.delenv("ASCEND_PROCESS_LOG_PATH", raising=False)
     monkeypatch.setenv("HYPORT_FAKE_NPU_COUNT", "2")
     npu = get_backend("npu")
-    own = grid._launch(npu, 1, {}, tmp_path, 5.0, None, {})
+    own = grid._launch(group, npu, 1, {}, tmp_path, 5.0, None, {})
     assert started["env"]["ASCEND_PROCESS_LOG_PATH"] == str(tmp_path / "cann" / "card1")
     assert own.cann_dir == tmp_path / "cann" / "card1" and own.cann_dir.is_dir() and not own.cann_shared
-    users = grid._launch(npu, 1, {}, tmp_path, 5.0, {"ASCEND_PROCESS_LOG_PATH": "/var/log/npu"}, {})
+    users = grid._launch(group, npu, 1, {}, tmp_path, 5.0, {"ASCEND_PROCESS_LOG_PATH": "/var/log/npu"}, {})
     assert started["env"]["ASCEND_PROCESS_LOG_PATH"] == "/var/log/npu"
     assert users.cann_dir == Path("/var/log/npu") and users.cann_shared
-    cpu = grid._launch(get_backend("cpu"), 0, {}, tmp_path / "cpu", 5.0, None, {})  # no CANN on a CPU
+    cpu = grid._launch(group, get_backend("cpu"), 0, {}, tmp_path / "cpu", 5.0, None, {})  # no CANN on a CPU
     assert cpu.cann_dir is None and not cpu.cann_shared and not (tmp_path / "cpu" / "cann").exists()
     assert "ASCEND_PROCESS_LOG_PATH" not in started["env"]
 

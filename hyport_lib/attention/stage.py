@@ -55,8 +55,9 @@ class Plan:
 
 
 @dataclass(frozen=True)
-class GridProgress:
-    """A progress update of :func:`run`: ``done`` of the grid's ``total`` cases compared."""
+class CaseProgress:
+    """A progress update of :func:`run`: ``done`` of the comparison's ``total`` cases (case x
+    backend) compared. (The inference stage's progress is its card table so far.)"""
 
     done: int
     total: int
@@ -114,15 +115,15 @@ def plan(params: Params) -> Plan:
     return Plan(params, device, model_path, params.flash_attn_version or DEFAULT_VERSION, port_out)
 
 
-def run(plan: Plan, *, on_progress: Optional[Callable[[GridProgress], None]] = None) -> AttentionStageResult:
+def run(plan: Plan, *, on_progress: Optional[Callable[[CaseProgress], None]] = None) -> AttentionStageResult:
     """The whole stage: the grid, the model-level check, the scan.
 
     Args:
         plan: from :func:`plan`.
-        on_progress: called with a :class:`GridProgress` after each grid case; None: silent.
+        on_progress: called with a :class:`CaseProgress` after each grid case; None: silent.
     """
     params = plan.params
-    progress = None if on_progress is None else (lambda done, total: on_progress(GridProgress(done, total)))
+    progress = None if on_progress is None else (lambda done, total: on_progress(CaseProgress(done, total)))
     comparison = run_comparison(device=plan.device, seed=params.seed, full=params.full,
                                 dtypes=params.dtypes, progress=progress,
                                 flash_attn_version=plan.flash_attn_version)

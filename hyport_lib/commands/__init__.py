@@ -1,58 +1,52 @@
-"""The ``hyport`` command line.
+"""The ``hyport`` command line: an explicit registry of its commands.
 
-Each subcommand is a module in this package defining ``NAME`` (the module's own name),
-``HELP`` (both plain string literals), ``add_arguments(parser)`` and ``run(args) -> int``.
-Modules are discovered, so a new stage adds its command by adding a module. Usage errors
-(exit 2) and stop signals (exit 130) are handled for every command in one place,
-:mod:`._cli`.
+:data:`COMMANDS` names every command, its help and its module in this package (as
+accelerate lists its own). A stage command's module declares ``COMMAND``, a
+:class:`~._stage.StageCommand` (the one generic stage command: flags from the stage's
+``Params``, then the stage contract); any other command's module defines
+``add_arguments(parser)`` and ``run(args) -> int``. Usage errors (exit 2) and stop
+signals (exit 130) are handled for every command in one place, :mod:`._cli`.
 
 A command module imports its stage, and a stage imports what it runs (torch, pandas,
-papermill, ...). So ``hyport --help`` reads every command's ``NAME`` and ``HELP`` from
-its source without importing it, and ``hyport COMMAND ...`` imports that one command.
+papermill, ...). So ``hyport --help`` reads the registry without importing any command,
+and ``hyport COMMAND ...`` imports that one command.
 """
 
 from __future__ import annotations
 
 import argparse
-import ast
 import importlib
-import pkgutil
 import signal
 import sys
-from pathlib import Path
 from typing import Optional, Sequence
 
 from hyport_lib.commands._cli import STOPPED_EXIT, invoke
 from hyport_lib.processes import exit_without_teardown
 from hyport_lib.utils.signals import STOP_SIGNALS
 
+#: Every command (= its module's name) and its help, in the order ``hyport --help`` lists them.
+COMMANDS: dict[str, str] = {
+    "attention": "Compare attention backends (NPU / emulated / sdpa / eager) with a float64 reference.",
+    "env": "Collect and judge this host's environment (paste the output into a bug report).",
+    "infer": "run the same generation on every card, one fresh process per card, and compare",
+    "port": ("Rewrite a copy of model code for Ascend (flash_attn -> npu_fusion_attention, .cuda(), "
+             "torch.cuda, nccl, is_cuda guards), write port.diff / port.json, prove it on a tiny model."),
+    "report": "Run the notebooks with papermill into outputs/<run-id>/ (index.html, per-stage HTML, results).",
+    "scan": ("Static port scan: flash_attn, .cuda(), torch.cuda, cuda devices, nccl, apex, xformers, "
+             "triton, bitsandbytes in code and requirements."),
+    "train": "smoke-train with torchrun + DeepSpeed (ZeRO 0/2/3, full or LoRA), checked and resumable",
+    "triage": ("Read the logs of a failed run (run folder, log folders or files, CANN plogs) and say which "
+               "known NPU failure they show, where, what it means and what to do."),
+    "verify": ("verify saved safetensors weights: headers, index, NaN/Inf, reload, comparison with a "
+               "base or a checkpoint, DeepSpeed ZeRO states"),
+}
 
-def _declared(path: Path) -> Optional[tuple[str, str]]:
-    """``(NAME, HELP)`` of a command module, read from its source; None for a module
-    that declares no command."""
-    found = {}
-    for node in ast.parse(path.read_text(encoding="utf-8")).body:
-        if isinstance(node, ast.Assign) and len(node.targets) == 1 \
-                and getattr(node.targets[0], "id", None) in ("NAME", "HELP"):
-            found[node.targets[0].id] = ast.literal_eval(node.value)
-    if "NAME" not in found:
-        return None
-    if found["NAME"] != path.stem or not isinstance(found.get("HELP"), str):
-        raise ImportError(f"{path}: a command module sets NAME = {path.stem!r} and HELP to "
-                          "plain string literals")
-    return found["NAME"], found["HELP"]
 
-
-def commands() -> dict[str, str]:
-    """Every command's name and help, without importing any command module."""
-    found = {}
-    for info in sorted(pkgutil.iter_modules(__path__), key=lambda i: i.name):
-        if info.name.startswith("_"):
-            continue
-        declared = _declared(Path(__path__[0]) / f"{info.name}.py")
-        if declared:
-            found[declared[0]] = declared[1]
-    return found
+def command_target(name: str):
+    """What runs ``hyport <name>``: the module's ``COMMAND`` (a stage command), else the
+    module itself; either has ``add_arguments(parser)`` and ``run(args)``."""
+    module = importlib.import_module(f"{__name__}.{name}")
+    return getattr(module, "COMMAND", module)
 
 
 def build_parser(only: Optional[Sequence[str]] = None) -> argparse.ArgumentParser:
@@ -66,12 +60,12 @@ def build_parser(only: Optional[Sequence[str]] = None) -> argparse.ArgumentParse
         prog="hyport", description="Porting workbook for Hugging Face models on Ascend NPUs.")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
-    for name, help_text in commands().items():
+    for name, help_text in COMMANDS.items():
         cmd = sub.add_parser(name, help=help_text, description=help_text)
         if only is None or name in only:
-            module = importlib.import_module(f"{__name__}.{name}")
-            module.add_arguments(cmd)
-            cmd.set_defaults(_run=module.run)
+            target = command_target(name)
+            target.add_arguments(cmd)
+            cmd.set_defaults(_run=target.run)
     return parser
 
 

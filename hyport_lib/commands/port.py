@@ -16,9 +16,6 @@ import json
 from hyport_lib.port.proof_run import DEFAULT_TIMEOUT_S, proof_not_run, prove_port_in_child
 from hyport_lib.port.tree import port_tree, write_record
 
-NAME = "port"
-HELP = ("Rewrite a copy of model code for Ascend (flash_attn -> npu_fusion_attention, .cuda(), "
-        "torch.cuda, nccl, is_cuda guards), write port.diff / port.json, prove it on a tiny model.")
 SNIPPET_WIDTH = 70
 
 

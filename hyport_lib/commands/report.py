@@ -17,8 +17,6 @@ from hyport_lib.report.cleanup import clean_runs
 from hyport_lib.report.profiles import parse_overrides
 from hyport_lib.report.runner import DEFAULT_CELL_TIMEOUT_S, check_output_root, run_report
 
-NAME = "report"
-HELP = "Run the notebooks with papermill into outputs/<run-id>/ (index.html, per-stage HTML, results)."
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -15,9 +15,6 @@ from hyport_lib.scan.scanner import DEFAULT_EXCLUDE, scan_path
 from hyport_lib.scan.model import ScanReport
 from hyport_lib.utils.files import dumps_json
 
-NAME = "scan"
-HELP = ("Static port scan: flash_attn, .cuda(), torch.cuda, cuda devices, nccl, apex, xformers, "
-        "triton, bitsandbytes in code and requirements.")
 SNIPPET_WIDTH = 90
 
 

@@ -20,9 +20,6 @@ from pathlib import Path
 
 from hyport_lib.triage import Triage, cann_log_dir, triage, triage_text
 
-NAME = "triage"
-HELP = ("Read the logs of a failed run (run folder, log folders or files, CANN plogs) and say which "
-        "known NPU failure they show, where, what it means and what to do.")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -1,59 +1,55 @@
 """``hyport verify PATH``: stage 05's weight verification from the command line.
 
-The same stage as notebook 05 (:mod:`hyport_lib.weights.stage`: its ``Params`` from the
-flags, then plan, run, record): the headers, index and config always; ``--full-scan``
-reads every tensor (NaN/Inf, a checksum each; a progress bar on stderr); ``--reload``
-loads the folder in a fresh process as the seed did (``LOAD_OK``); ``--base-path``
-compares with the model before fine-tuning, ``--checkpoint-path`` with a folder that
-should hold the same model (and lists its DeepSpeed ZeRO states; ``--logits-parity`` and
-``--consolidate-zero`` go further, and need it). Without PATH it checks what stage 04
-recorded, else the embedded tiny model, as the notebook does.
-Exit status: 0 without error-severity findings, 1 with any, 2 on bad arguments (a
-path that does not exist, a check that needs a checkpoint without one), 130 when
-stopped (a child process is stopped first).
+The same stage as notebook 05 (:mod:`hyport_lib.weights.stage`): the headers, index and
+config always; ``--full-scan`` reads every tensor (NaN/Inf, a checksum each; a progress
+bar on stderr); ``--reload`` loads the folder in a fresh process as the seed did
+(``LOAD_OK``); ``--base-path`` compares with the model before fine-tuning,
+``--checkpoint-path`` with a folder that should hold the same model (and lists its
+DeepSpeed ZeRO states; ``--logits-parity`` and ``--consolidate-zero`` go further, and need
+it). Without PATH it checks what stage 04 recorded, else the embedded tiny model, as the
+notebook does. See :mod:`._stage` for the exit status: a finding of error severity is a
+FAIL; a path that does not exist, or a check that needs a checkpoint without one, is exit 2.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
-import sys
 from pathlib import Path
 
-from hyport_lib import params
 from hyport_lib.checkpoint_files.findings import findings_frame
-from hyport_lib.commands._cli import run_showing_partial
 from hyport_lib.commands._progress import TerminalBar
-from hyport_lib.results import ensure_results_dir
-from hyport_lib.utils.files import dumps_json, ensure_writable
-from hyport_lib.utils.redact import scrub_obj, scrub_text
-from hyport_lib.weights import stage
+from hyport_lib.commands._stage import StageCommand
+from hyport_lib.utils.files import ensure_writable
 from hyport_lib.weights.checksums import checksum_name
-from hyport_lib.weights.params import Params
+from hyport_lib.weights.result import WeightsResult
 from hyport_lib.weights.show import comparison_frame, reload_frame, shards_frame
-
-NAME = "verify"
-STAGE = stage.STAGE  # the stage this command runs
-HELP = ("verify saved safetensors weights: headers, index, NaN/Inf, reload, comparison with a "
-        "base or a checkpoint, DeepSpeed ZeRO states")
+from hyport_lib.weights.verify import WeightsPlan
 
 #: Switches here, off unless given: a bare ``hyport verify PATH`` reads the headers in
 #: milliseconds, where the notebook runs every check (the cell's defaults are on).
 SWITCHES = ("full_scan", "reload", "logits_parity", "consolidate_zero", "trust_remote_code")
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    params.add_arguments(parser, Params, positional=("weights_path",), skip=SWITCHES)
-    for f in params.parameter_fields(Params):
-        if f.name in SWITCHES:
-            parser.add_argument(f.flag, dest=f.name, action="store_true", help=f"{f.spec.doc} (off unless given)")
+def _log_dir_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--log-dir", default=None,
                         help="where the child processes' logs go (default: a fresh folder beside the results)")
-    parser.add_argument("--json", action="store_true", help="print the full result as JSON")
-    parser.add_argument("--no-record", action="store_true", help=f"do not write the {STAGE} result")
 
 
-def _text(result) -> str:
+def _with_log_dir(plan: WeightsPlan, args: argparse.Namespace) -> WeightsPlan:
+    """``--log-dir``: the children's logs there, a folder that can take files (checked
+    before minutes of scanning and reloading)."""
+    if not args.log_dir:
+        return plan
+    try:
+        ensure_writable(args.log_dir)
+    except OSError as exc:
+        raise PermissionError(exc.errno, f"--log-dir {str(args.log_dir)!r} is not a writable "
+                                         f"folder ({exc.strerror})", str(args.log_dir)) from None
+    return dataclasses.replace(plan, log_dir=Path(args.log_dir))
+
+
+def _text(result: WeightsResult) -> str:
     """The result as the terminal shows it: the seed's line first, the verdict last."""
     verdict, why = result.verdict()
     n = result.counts
@@ -92,32 +88,8 @@ def _text(result) -> str:
     return "\n".join(out)
 
 
-def run(args: argparse.Namespace) -> int:
-    plan = stage.plan(params.from_arguments(Params, args))
-    if args.log_dir:
-        plan = dataclasses.replace(plan, log_dir=Path(args.log_dir))
-    # Where it will write, before minutes of scanning and reloading: a results folder or
-    # --log-dir that cannot take files is one line and exit 2, not a traceback at the end.
-    if not args.no_record:
-        ensure_results_dir()
-    if args.log_dir:
-        try:
-            ensure_writable(args.log_dir)
-        except OSError as exc:
-            raise PermissionError(exc.errno, f"--log-dir {str(args.log_dir)!r} is not a writable "
-                                             f"folder ({exc.strerror})", str(args.log_dir)) from None
-    bar = TerminalBar("weights", "B", total=lambda p: p.total_bytes, done=lambda p: p.done_bytes,
-                      phase=lambda p: p.phase, unit_scale=True)
-    # Stopped: the checks that finished are shown and recorded.
-    return run_showing_partial(lambda: stage.run(plan, on_progress=bar), bar,
-                               lambda result: _show(result, args))
-
-
-def _show(result, args: argparse.Namespace) -> int:
-    if args.json:
-        print(dumps_json(scrub_obj(result.to_dict()), indent=2))
-    else:
-        print(scrub_text(_text(result)))
-    if not args.no_record:
-        print(f"result: {stage.record(result)}", file=sys.stderr)
-    return 1 if result.counts["error"] else 0
+COMMAND = StageCommand(
+    "weights", text=_text, positional=("weights_path",), switches=SWITCHES,
+    arguments=_log_dir_argument, adjust=_with_log_dir,
+    bar=lambda: TerminalBar("weights", "B", total=lambda p: p.total_bytes, done=lambda p: p.done_bytes,
+                            phase=lambda p: p.phase, unit_scale=True))

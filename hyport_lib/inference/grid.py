@@ -49,10 +49,7 @@ from hyport_lib.models.generation_config import InferenceConfig
 from hyport_lib.models.tiny import TINY_MODEL_NAME, ensure_tiny_model
 from hyport_lib.triage import Triage, cann_log_dir
 from hyport_lib.triage.child_logs import diagnose, own_cann_log_env, shared_cann_note
-from hyport_lib.processes import (
-    Child, describe_exit, feed, finish, has_exited, kill_groups, last_exception, read_log_tail,
-    reap_leftovers, scrub_log, start_child, stop_all,
-)
+from hyport_lib.processes import Child, ChildGroup, describe_exit, last_exception, read_log_tail, scrub_log
 from hyport_lib.results import Provenance, fresh_folder_beside_results
 from hyport_lib.utils.files import atomic_write_json, ensure_writable
 from hyport_lib.utils.redact import child_environ, scrub_obj, scrub_text
@@ -129,7 +126,7 @@ def _threads_per_worker(backend: Backend, workers: int) -> Optional[int]:
     return max(1, cores // workers)
 
 
-def _launch(backend: Backend, card: int, spec: dict, log_dir: Path, timeout_s: float,
+def _launch(group: ChildGroup, backend: Backend, card: int, spec: dict, log_dir: Path, timeout_s: float,
             extra_env: Optional[dict], secrets_env: dict) -> _Worker:
     log_path = log_dir / f"card{card}.log"
     result_path = log_dir / f"card{card}.json"
@@ -146,7 +143,7 @@ def _launch(backend: Backend, card: int, spec: dict, log_dir: Path, timeout_s: f
     own_cann = own_cann_log_env(own_folder, {**os.environ, **(extra_env or {})}) if backend.kind == "npu" else {}
     env = _worker_env(backend, card, spec.get("num_threads"), {**own_cann, **(extra_env or {})})
     started_at = time.time()
-    child = start_child(
+    child = group.start(
         cmd, env=env, log_path=log_path, payload=json.dumps(spec, default=str).encode() + b"\n",
         timeout_s=timeout_s, name=f"card {card}")
     cann_dir = cann_log_dir(env) if backend.kind == "npu" else None
@@ -292,12 +289,11 @@ def run_grid(plan: InferencePlan, *, on_progress: Optional[Callable[[GridProgres
             warnings.warn(f"run_grid: on_progress failed ({type(exc).__name__}: {exc}); "
                           "the grid goes on", RuntimeWarning, stacklevel=2)
 
-    def done(worker: _Worker, timed_out: bool) -> None:
-        finish(worker.child, secrets_env)
+    def done(child: Child, _code: int, timed_out: bool) -> None:
+        worker = workers[child.pid]
         if worker.cann_dir is not None and not worker.cann_shared:  # its own CANN logs too
             for plog in sorted(worker.cann_dir.rglob("*.log")):
                 scrub_log(plog, secrets_env)
-        pending.remove(worker)
         rows[worker.card], raws[worker.card] = _row_for(
             worker, timed_out, timeout_s, label(worker.card), secrets_env)
         notify(worker.card, rows[worker.card]["status"])
@@ -313,42 +309,30 @@ def run_grid(plan: InferencePlan, *, on_progress: Optional[Callable[[GridProgres
             attention=scrub_obj(plan.attention.to_dict(), secrets_env) if plan.attention else None,
             notes=[scrub_text(note, secrets_env) for note in plan.notes])
 
-    pending: list[_Worker] = []
-    try:
-        for p in card_plan.cards:
-            if not p.run:
-                continue
-            spec = {"card": p.card, "device_kind": backend.kind, "num_threads": threads,
-                    "inference": inference}
-            try:
-                pending.append(_launch(backend, p.card, spec, log_dir, timeout_s, extra_env, secrets_env))
-            except OSError as exc:
-                rows[p.card].update(status="failed", cpu_fallback_warnings=0,
-                                    error=f"could not start the worker: {type(exc).__name__}: {exc}")
-        notify()
-        while pending:
-            for worker in pending:
-                feed(worker.child)
-            now = time.monotonic()
-            for worker in [w for w in pending if has_exited(w.proc)]:
-                reap_leftovers(worker.child)
-                done(worker, timed_out=False)
-            expired = [w for w in pending if now >= w.child.deadline]
-            if expired:
-                kill_groups([w.child for w in expired], kill_grace_s)
-                for worker in expired:
-                    done(worker, timed_out=True)
-            if pending:
-                time.sleep(poll_interval_s)
-    except KeyboardInterrupt as exc:
-        # Stopped: the cards that finished are kept; the caller finds them on the exception.
-        for worker in pending:
-            rows[worker.card].update(status="interrupted", error="stopped before this card finished")
-        exc.partial = result()
-        raise
-    finally:
-        # Interrupted (KeyboardInterrupt in the notebook, SIGTERM in the CLI): leave no
-        # worker behind, and no secret in what they wrote.
-        stop_all([w.child for w in pending], 0.0, secrets_env)
+    workers: dict[int, _Worker] = {}  # by pid
+    # Interrupted (KeyboardInterrupt in the notebook, SIGTERM in the CLI): the group leaves
+    # no worker behind, and no secret in what they wrote.
+    with ChildGroup(environ=secrets_env) as group:
+        try:
+            for p in card_plan.cards:
+                if not p.run:
+                    continue
+                spec = {"card": p.card, "device_kind": backend.kind, "num_threads": threads,
+                        "inference": inference}
+                try:
+                    worker = _launch(group, backend, p.card, spec, log_dir, timeout_s, extra_env, secrets_env)
+                except OSError as exc:
+                    rows[p.card].update(status="failed", cpu_fallback_warnings=0,
+                                        error=f"could not start the worker: {type(exc).__name__}: {exc}")
+                else:
+                    workers[worker.child.pid] = worker
+            notify()
+            group.wait(done, poll_interval_s=poll_interval_s, kill_grace_s=kill_grace_s)
+        except KeyboardInterrupt as exc:
+            # Stopped: the cards that finished are kept; the caller finds them on the exception.
+            for worker in (workers[c.pid] for c in group.running if c.pid in workers):
+                rows[worker.card].update(status="interrupted", error="stopped before this card finished")
+            exc.partial = result()
+            raise
 
     return result()

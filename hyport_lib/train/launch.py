@@ -30,9 +30,7 @@ from typing import Callable, Optional
 
 import hyport_lib
 from hyport_lib.models.model_cache import default_cache_root
-from hyport_lib.processes import (describe_exit, feed, finish, has_exited, kill_groups,
-                                  last_exception, read_log_tail, reap_leftovers, scrub_log,
-                                  start_child, stop_all)
+from hyport_lib.processes import describe_exit, last_exception, read_log_tail, run_child, scrub_log
 from hyport_lib.results import Provenance
 from hyport_lib.train.checkpoints import list_checkpoints
 from hyport_lib.train.first_batch import clear_first_batches
@@ -131,8 +129,6 @@ def _launch(plan: LaunchPlan, on_progress: Optional[Callable[[TrainProgress], No
     (out / RESULT_FILE).unlink(missing_ok=True)  # never read an earlier run's result
     env = _environment(plan)
     started = time.monotonic()
-    child = start_child(command(plan), env=env, log_path=plan.log_path,
-                        timeout_s=params.train_timeout_s, cwd=out, name="torchrun")
     seen_size = -1
 
     def notify(running: bool) -> None:
@@ -149,21 +145,15 @@ def _launch(plan: LaunchPlan, on_progress: Optional[Callable[[TrainProgress], No
             warnings.warn(f"train: on_progress failed ({type(exc).__name__}: {exc}); the run goes on",
                           RuntimeWarning, stacklevel=2)
 
-    timed_out = False
     try:
         notify(True)
-        while not has_exited(child.proc):
-            feed(child)
-            if child.deadline is not None and time.monotonic() >= child.deadline:
-                timed_out = True
-                kill_groups([child], kill_grace_s)
-                break
-            notify(True)
-            time.sleep(poll_interval_s)
-        reap_leftovers(child)
-        code = finish(child, env)
+        # Past train_timeout_s, and when interrupted: SIGTERM to torchrun (it stops its
+        # workers), SIGKILL to its group after kill_grace_s.
+        ended = run_child(command(plan), env=env, log_path=plan.log_path, timeout_s=params.train_timeout_s,
+                          cwd=out, name="torchrun", environ=env, poll_interval_s=poll_interval_s,
+                          kill_grace_s=kill_grace_s, stop_grace_s=kill_grace_s,
+                          on_tick=lambda: notify(True))
     except BaseException as exc:
-        stop_all([child], kill_grace_s, env)
         _scrub_rank_logs(out, env)
         if isinstance(exc, KeyboardInterrupt):
             # Stopped: what finished (metrics, complete checkpoints) is kept, and the caller
@@ -172,7 +162,7 @@ def _launch(plan: LaunchPlan, on_progress: Optional[Callable[[TrainProgress], No
         raise
     _scrub_rank_logs(out, env)
     notify(False)
-    return collect(plan, code, time.monotonic() - started, timed_out)
+    return collect(plan, ended.code, time.monotonic() - started, ended.timed_out)
 
 
 def _checkpoint_estimate(plan: LaunchPlan) -> int:

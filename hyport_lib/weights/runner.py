@@ -24,9 +24,7 @@ from typing import Optional
 
 import hyport_lib
 from hyport_lib.backend import detect_kind
-from hyport_lib.processes import (describe_exit, feed, finish, has_exited, kill_groups,
-                                  last_exception, read_log_tail, reap_leftovers, start_child,
-                                  stop_all)
+from hyport_lib.processes import describe_exit, last_exception, read_log_tail, run_child
 from hyport_lib.results import fresh_folder_beside_results
 from hyport_lib.utils.redact import child_environ
 
@@ -97,25 +95,11 @@ def run_task(task: str, spec: dict, *, timeout_s: float, log_dir: Optional[os.Pa
     cmd = [sys.executable, "-m", "hyport_lib.weights.worker", "--result", str(result_path),
            "--die-with-stdin"]
     payload = json.dumps({"task": task, **spec}, default=str).encode() + b"\n"
-    child = start_child(cmd, env=child_env(task), log_path=log_path, payload=payload,
-                        timeout_s=float(timeout_s), name=name)
-    timed_out = False
-    try:
-        while not has_exited(child.proc):
-            feed(child)
-            if time.monotonic() >= child.deadline:
-                kill_groups([child], KILL_GRACE_S)
-                timed_out = True
-                break
-            time.sleep(poll_s)
-        if not timed_out:
-            reap_leftovers(child)  # anything it left in its group
-        code = finish(child)
-    finally:
-        if child.proc.returncode is None:  # interrupted: leave nothing behind
-            stop_all([child], 0.0)
-    return _outcome(task, child.log_path, result_path, code, timed_out, float(timeout_s),
-                    time.monotonic() - child.started)
+    ended = run_child(cmd, env=child_env(task), log_path=log_path, payload=payload,
+                      timeout_s=float(timeout_s), name=name, poll_interval_s=poll_s,
+                      kill_grace_s=KILL_GRACE_S)
+    return _outcome(task, log_path, result_path, ended.code, ended.timed_out, float(timeout_s),
+                    time.monotonic() - ended.child.started)
 
 
 def _outcome(task: str, log_path: Path, result_path: Path, code: Optional[int], timed_out: bool,
