@@ -15,10 +15,13 @@ import json
 import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Generic, Optional, TypeVar
 
 from hyport_lib.utils.files import atomic_write_json, ensure_writable
+from hyport_lib.utils.records import from_mapping
 from hyport_lib.utils.redact import scrub_obj
+
+D = TypeVar("D")
 
 VERDICTS = ("PASS", "WARN", "FAIL", "SKIP")
 RESULTS_DIR_ENV = "HYPORT_RESULTS_DIR"
@@ -64,6 +67,32 @@ class StageResult:
             raise ValueError(f"verdict={self.verdict!r}: expected one of {', '.join(VERDICTS)}")
         if not self.stage:
             raise ValueError("stage must be a non-empty name such as '01_environment'")
+
+
+@dataclass
+class StageRecord(Generic[D]):
+    """A recorded result as the report reads it back: :class:`StageResult`'s fields,
+    unchecked (an odd verdict still shows as recorded), with ``data`` typed.
+
+    Built by :meth:`from_dict`, which never raises for a shape problem (see
+    :mod:`hyport_lib.utils.records`): the show modules read older or half-written records.
+    """
+
+    stage: Optional[str] = None
+    verdict: Optional[str] = None
+    summary: str = ""
+    headline: dict[str, Any] = field(default_factory=dict)
+    provenance: dict[str, Any] = field(default_factory=dict)
+    data: Any = None
+    recorded_at: str = ""
+
+    @classmethod
+    def from_dict(cls, record: Any, data_type: type[D]) -> "StageRecord[D]":
+        """``record`` (a result file's object) with its ``data`` read as ``data_type``
+        (through ``data_type.from_dict``)."""
+        read = from_mapping(cls, record)
+        read.data = data_type.from_dict(read.data)
+        return read
 
 
 @dataclass

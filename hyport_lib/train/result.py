@@ -18,6 +18,7 @@ from typing import Optional
 from hyport_lib.results import Provenance
 from hyport_lib.train.metrics import MetricsSummary, loss_span
 from hyport_lib.triage import Triage
+from hyport_lib.utils.records import from_mapping
 
 #: What rank 0 writes into output_dir at the end of a run (read by the launcher).
 RESULT_FILE = "train_result.json"
@@ -139,6 +140,13 @@ class TrainResult:
             "log_tail": self.log_tail, "diagnosis": self.diagnosis,
             "provenance": self.provenance.to_dict() if self.provenance else None,
         }
+
+    @classmethod
+    def from_dict(cls, data) -> "TrainResult":
+        """The result as :meth:`to_dict` recorded it (its verdict and the folders it named
+        are derived again, not read); an older or odd record gives the defaults where it
+        differs (see :mod:`hyport_lib.utils.records`)."""
+        return from_mapping(cls, data)
 
 
 def proof_summary(proof) -> Optional[str]:
