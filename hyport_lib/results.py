@@ -15,7 +15,7 @@ import json
 import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Generic, Optional, TypeVar
+from typing import Any, ClassVar, Generic, Optional, TypeVar
 
 from hyport_lib.utils.files import atomic_write_json, ensure_writable
 from hyport_lib.utils.records import from_mapping
@@ -93,6 +93,38 @@ class StageRecord(Generic[D]):
         read = from_mapping(cls, record)
         read.data = data_type.from_dict(read.data)
         return read
+
+
+@dataclass
+class TrainedWeights:
+    """What the training stage hands to the stage that checks weights: the folders it
+    wrote and the model it started from. Stage 04 writes it into its result's data
+    (:meth:`to_dict`'s keys); stage 05 reads it back with :meth:`from_dict` (stages never
+    import one another, so the hand-over lives here).
+
+    Attributes:
+        final_dir: the final weights, None when none were written (the training failed).
+        last_checkpoint: the last complete checkpoint, None when none was saved.
+        model_path: the model the training started from.
+    """
+
+    #: The result (``<results>/<stage>.json``) that holds it, and the stage's name as
+    #: parameters name it (``written_by``).
+    STAGE: ClassVar[str] = "04_train"
+    STAGE_NAME: ClassVar[str] = "train"
+
+    final_dir: Optional[str] = None
+    last_checkpoint: Optional[str] = None
+    model_path: Optional[str] = None
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Any) -> "TrainedWeights":
+        """The hand-over in a stage-04 result's data; an older or odd record gives None
+        where it differs."""
+        return from_mapping(cls, data)
 
 
 @dataclass
