@@ -15,10 +15,13 @@ import json
 import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, ClassVar, Generic, Optional, TypeVar
 
 from hyport_lib.utils.files import atomic_write_json, ensure_writable
+from hyport_lib.utils.records import from_mapping
 from hyport_lib.utils.redact import scrub_obj
+
+D = TypeVar("D")
 
 VERDICTS = ("PASS", "WARN", "FAIL", "SKIP")
 RESULTS_DIR_ENV = "HYPORT_RESULTS_DIR"
@@ -64,6 +67,64 @@ class StageResult:
             raise ValueError(f"verdict={self.verdict!r}: expected one of {', '.join(VERDICTS)}")
         if not self.stage:
             raise ValueError("stage must be a non-empty name such as '01_environment'")
+
+
+@dataclass
+class StageRecord(Generic[D]):
+    """A recorded result as the report reads it back: :class:`StageResult`'s fields,
+    unchecked (an odd verdict still shows as recorded), with ``data`` typed.
+
+    Built by :meth:`from_dict`, which never raises for a shape problem (see
+    :mod:`hyport_lib.utils.records`): the show modules read older or half-written records.
+    """
+
+    stage: Optional[str] = None
+    verdict: Optional[str] = None
+    summary: str = ""
+    headline: dict[str, Any] = field(default_factory=dict)
+    provenance: dict[str, Any] = field(default_factory=dict)
+    data: Any = None
+    recorded_at: str = ""
+
+    @classmethod
+    def from_dict(cls, record: Any, data_type: type[D]) -> "StageRecord[D]":
+        """``record`` (a result file's object) with its ``data`` read as ``data_type``
+        (through ``data_type.from_dict``)."""
+        read = from_mapping(cls, record)
+        read.data = data_type.from_dict(read.data)
+        return read
+
+
+@dataclass
+class TrainedWeights:
+    """What the training stage hands to the stage that checks weights: the folders it
+    wrote and the model it started from. Stage 04 writes it into its result's data
+    (:meth:`to_dict`'s keys); stage 05 reads it back with :meth:`from_dict` (stages never
+    import one another, so the hand-over lives here).
+
+    Attributes:
+        final_dir: the final weights, None when none were written (the training failed).
+        last_checkpoint: the last complete checkpoint, None when none was saved.
+        model_path: the model the training started from.
+    """
+
+    #: The result (``<results>/<stage>.json``) that holds it, and the stage's name as
+    #: parameters name it (``written_by``).
+    STAGE: ClassVar[str] = "04_train"
+    STAGE_NAME: ClassVar[str] = "train"
+
+    final_dir: Optional[str] = None
+    last_checkpoint: Optional[str] = None
+    model_path: Optional[str] = None
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Any) -> "TrainedWeights":
+        """The hand-over in a stage-04 result's data; an older or odd record gives None
+        where it differs."""
+        return from_mapping(cls, data)
 
 
 @dataclass

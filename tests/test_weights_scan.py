@@ -508,7 +508,7 @@ def test_names_map_every_key_to_the_model(tiny):
 
 
 def test_default_folders(tmp_path, monkeypatch):
-    from hyport_lib.results import record_result
+    from hyport_lib.results import TrainedWeights, record_result
     from hyport_lib.weights.defaults import TINY_SHARD_SIZE, resolve_paths
 
     results = tmp_path / "results"
@@ -518,8 +518,7 @@ def test_default_folders(tmp_path, monkeypatch):
     assert "no stage 04 result" in picked.note
     final, checkpoint = tmp_path / "run", tmp_path / "run" / "checkpoint-2"
     checkpoint.mkdir(parents=True)
-    data = {"final_dir": str(final), "last_checkpoint": str(checkpoint),
-            "plan": {"model_path": str(ensure_tiny_model())}}
+    data = TrainedWeights(str(final), str(checkpoint), str(ensure_tiny_model())).to_dict()
     record_result("04_train", "PASS", data=data, directory=results)
     picked = resolve_paths(results=results)
     assert (picked.weights, picked.checkpoint, picked.base) == (str(final), str(checkpoint), str(ensure_tiny_model()))

@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Optional
 
 from hyport_lib.attention.phrases import PHRASES
+from hyport_lib.attention.stage import AttentionRecord
 from hyport_lib.drafting.draft import Draft
 from hyport_lib.drafting.markdown import code, quote, table
 from hyport_lib.drafting.values import as_dict, as_list, num
@@ -36,13 +37,12 @@ def proof_markdown(proof: dict) -> str:
     return "\n".join(lines)
 
 
-def glance_rows(record: dict) -> list[tuple[str, str]]:
+def glance_rows(attention: AttentionRecord) -> list[tuple[str, str]]:
     """The index card's line for the port, when one was made."""
-    data = as_dict(record.get("data"))
-    if data.get("port_error"):
-        return [("port", f"not made: {data['port_error']}")]
-    port = data.get("port")
-    if not isinstance(port, dict):
+    if attention.port_error:
+        return [("port", f"not made: {attention.port_error}")]
+    port = attention.port
+    if port is None:
         return []
     proof = as_dict(port.get("proof"))
     said = f"proof {proof.get('verdict')}" + (" (emulated)" if proof.get("emulated") else "") \

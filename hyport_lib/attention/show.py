@@ -21,12 +21,13 @@ from hyport_lib.attention.phrases import PHRASES
 from hyport_lib.attention.port_view import blog_lines as port_blog_lines
 from hyport_lib.attention.port_view import glance_rows as port_glance_rows
 from hyport_lib.attention.port_view import proof_frame, proof_markdown
-from hyport_lib.attention.stage import AttentionStageResult, summarize
+from hyport_lib.attention.stage import AttentionRecord, AttentionStageResult, summarize
 from hyport_lib.attention.tallies import backend_rows, case_tally
 from hyport_lib.display import figure_png, style_verdicts
 from hyport_lib.drafting.draft import Draft
 from hyport_lib.drafting.markdown import code, quote, recorded, table
 from hyport_lib.drafting.values import as_dict, as_list, dig, fmt_value, is_number, num, ratio
+from hyport_lib.results import StageRecord
 from hyport_lib.scan.grouping import group_hits
 from hyport_lib.scan.show import show_scan
 from hyport_lib.utils.versions import pinned_version, unpad_input_values
@@ -309,11 +310,15 @@ def provenance_label(result) -> str:
 
 
 # --------------------------------------------------------------------------- the report
+def _read(record: dict) -> StageRecord[AttentionRecord]:
+    return StageRecord.from_dict(record, AttentionRecord)
+
+
 def glance(record: dict) -> list[tuple[str, str]]:
     """The index card: cases (a case passes when every implementation passed it), the
     worst one, the model-level check."""
-    data = as_dict(record.get("data"))
-    rows = [r for r in data.get("rows") or [] if isinstance(r, dict)]
+    attention = _read(record).data
+    rows = attention.rows
     passed, cases, worst = case_tally(rows)
     out = [("cases passed", f"{passed} / {cases} ({len(rows)} results)")]
     nonfinite = next((r for r in rows if r.get("finite") is False), None)
@@ -323,12 +328,12 @@ def glance(record: dict) -> list[tuple[str, str]]:
     elif worst:
         out.append(("worst case", f"{worst.get('case')} on {worst.get('backend')}: error "
                                   f"{worst['max_abs'] / worst['bound']:.3g} of the bound"))
-    model = data.get("model") or {}
+    model = attention.model
     if model:
         out.append(("model", f"{fmt_value(model.get('verdict'))}, max |Δ logits| "
                              f"{fmt_value(model.get('max_abs_logits'), 3)}"))
         out += behaviour_glance_row(model)
-    return out + port_glance_rows(record)
+    return out + port_glance_rows(attention)
 
 
 def blog_title(lang: str) -> str:
@@ -337,18 +342,18 @@ def blog_title(lang: str) -> str:
 
 def blog_notes(record: dict) -> list[str]:
     """The comparison's own notes (what was emulated, what was left out)."""
-    return [str(n) for n in dig(record, "data", "notes", default=[]) if n]
+    return [n for n in _read(record).data.notes if n]
 
 
 def blog_figures(record: dict) -> dict[str, Callable]:
     """``attention``: the error heatmap of the NPU rows (None when none was measured)."""
-    return {"attention": lambda: _recorded_heatmap(record)}
+    return {"attention": lambda: _recorded_heatmap(_read(record).data)}
 
 
-def _recorded_heatmap(record: dict):
+def _recorded_heatmap(attention: AttentionRecord):
     import pandas as pd
 
-    rows = [r for r in as_list(dig(record, "data", "rows")) if isinstance(r, dict)]
+    rows = attention.rows
     if not any(r.get("backend") in ("npu", "npu-emulated") and r.get("max_abs") is not None
                for r in rows):
         return None

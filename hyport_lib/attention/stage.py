@@ -11,7 +11,7 @@ and the static scan of the model code (:mod:`~hyport_lib.attention.port_scan`).
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional
 
@@ -29,6 +29,7 @@ from hyport_lib.port.proof_run import SKIP, proof_not_run, prove_port_in_child
 from hyport_lib.port.tree import PortError, PortResult, port_tree, write_record
 from hyport_lib.results import StageSummary, fresh_folder_beside_results, record_summary
 from hyport_lib.scan.model import ScanReport
+from hyport_lib.utils.records import from_mapping
 
 STAGE = "02_attention"
 
@@ -94,6 +95,28 @@ class AttentionStageResult:
                 "scan": {"path": self.scanned_path, **self.scan.to_dict()},
                 "port": None if self.port is None else self.port.to_dict(),
                 "port_error": self.port_error}
+
+
+@dataclass
+class AttentionRecord:
+    """:meth:`AttentionStageResult.to_dict` read back, as the report shows it (the model
+    check, scan and port kept as recorded). An older or odd record gives the defaults
+    where it differs (see :mod:`hyport_lib.utils.records`)."""
+
+    rows: list[dict] = field(default_factory=list)
+    backends: list = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    seconds: Optional[float] = None
+    full: Optional[bool] = None
+    model: Optional[dict] = None
+    flash_attn_version: Optional[str] = None
+    scan: Optional[dict] = None
+    port: Optional[dict] = None
+    port_error: str = ""
+
+    @classmethod
+    def from_dict(cls, data) -> "AttentionRecord":
+        return from_mapping(cls, data)
 
 
 def plan(params: Params) -> Plan:

@@ -15,6 +15,7 @@ from hyport_lib.backend import CudaBackend, NpuBackend
 from hyport_lib.devices import visible_devices
 from hyport_lib.devices.probe import DeviceListing
 from hyport_lib.devices.records import Check, DeviceInfo, count_verdicts, worst_verdict
+from hyport_lib.utils.records import from_mapping
 from hyport_lib.utils.redact import scrub_text
 
 #: Visible-devices variable of each accelerator kind, as the backend seam names them.
@@ -80,6 +81,12 @@ class EnvironmentReport:
         data["verdict"] = self.verdict
         data["summary"] = self.summary()
         return data
+
+    @classmethod
+    def from_dict(cls, data) -> "EnvironmentReport":
+        """The report as :meth:`to_dict` recorded it; an older or odd record gives the
+        defaults where it differs (see :mod:`hyport_lib.utils.records`)."""
+        return from_mapping(cls, data)
 
     def to_text(self) -> str:
         """``- key: value`` lines, pasteable into a bug report (secrets already out)."""

@@ -20,6 +20,7 @@ from hyport_lib.environment.collect import EnvironmentReport
 from hyport_lib.environment.frames import (checks_frame, container_frame, devices_frame,
                                            env_vars_frame, system_frame, versions_frame)
 from hyport_lib.environment.phrases import PHRASES
+from hyport_lib.results import StageRecord
 
 _VERDICTS = ("PASS", "WARN", "FAIL", "SKIP")
 
@@ -118,11 +119,16 @@ def environment_widget(probe: Callable[[], EnvironmentReport],
 
 
 # --------------------------------------------------------------------------- the report
+def _read(record: dict) -> StageRecord[EnvironmentReport]:
+    return StageRecord.from_dict(record, EnvironmentReport)
+
+
 def glance(record: dict) -> list[tuple[str, str]]:
     """The index card: verdict, checks, device × cards, the checks to look at."""
-    data, head = as_dict(record.get("data")), as_dict(record.get("headline"))
-    failing = [c["name"] for c in data.get("checks", []) if c.get("verdict") in ("FAIL", "WARN")]
-    return [("verdict", fmt_value(record.get("verdict"))), ("checks", fmt_value(head.get("checks"))),
+    read = _read(record)
+    head = read.headline
+    failing = [c.name for c in read.data.checks if c.verdict in ("FAIL", "WARN")]
+    return [("verdict", fmt_value(read.verdict)), ("checks", fmt_value(head.get("checks"))),
             ("device", f"{fmt_value(head.get('device'))} × {fmt_value(head.get('cards'))}"),
             ("to look at", ", ".join(failing) or "nothing")]
 
@@ -133,7 +139,8 @@ def blog_title(lang: str) -> str:
 
 def blog_facts(record: dict) -> dict:
     """The backend the run used and the cards the next stages use, for the draft's title."""
-    return {"device": dig(record, "data", "device"), "cards": dig(record, "data", "num_cards")}
+    report = _read(record).data
+    return {"device": report.device, "cards": report.num_cards}
 
 
 def blog_section(record: dict, draft: Draft) -> list[str]:

@@ -23,9 +23,10 @@ from hyport_lib.drafting.markdown import code, fenced, quote, recorded, table
 from hyport_lib.drafting.values import as_dict, as_list, dig, fmt_value, is_number, num
 from hyport_lib.inference.phrases import PHRASES
 from hyport_lib.inference.table import (
-    GridProgress, GridResult, consistency, given, grid_verdict, preview,
+    GridProgress, GridRecord, GridResult, consistency, given, grid_verdict, preview,
 )
 from hyport_lib.models.answers import random_weights_reason
+from hyport_lib.results import StageRecord
 from hyport_lib.triage import Triage, show_triage
 from hyport_lib.triage.show import diagnosis_line
 
@@ -177,24 +178,24 @@ GLANCE_ANSWER_CHARS = 90
 def glance(record: dict) -> list[tuple[str, str]]:
     """The index card: cards ok, whether they agreed, warm tokens/s, the cold first call;
     what the logs of the first failed card say (its diagnosis)."""
-    head = as_dict(record.get("headline"))
+    read = StageRecord.from_dict(record, GridRecord)
+    head, grid = read.headline, read.data
     consistent = head.get("consistent")
     rows = [("cards ok", fmt_value(head.get("cards ok"))),
             ("consistent", fmt_value(consistent) if consistent is not None else "—"),
             ("warm tokens/s (median)", fmt_value(head.get("tokens/s incl. prefill (median)"))),
             ("cold first call s (median)", fmt_value(head.get("cold first call s (median)")))]
-    attention = dig(record, "data", "config", "attn_implementation")
+    attention = grid.config.get("attn_implementation")
     if attention:
         rows.append(("attention", str(attention)))
-    sample = sample_answer(as_dict(record.get("data")))
+    sample = grid.sample_answer()
     if sample is not None:
         card, text = sample
-        why = random_weights_reason(str(dig(record, "data", "config", "model_path", default="")))
+        why = random_weights_reason(str(grid.config.get("model_path") or ""))
         rows.append((f"card {card} answered", "random weights: only shows the cards agree" if why
                      else preview(text, GLANCE_ANSWER_CHARS)))
-    diagnoses = as_dict(dig(record, "data", "diagnoses"))
-    if diagnoses:
-        card, first = next(iter(diagnoses.items()))
+    if grid.diagnoses:
+        card, first = next(iter(grid.diagnoses.items()))
         rows.append((f"card {card} diagnosis", diagnosis_line(first)))
     return rows
 
@@ -206,8 +207,9 @@ def blog_title(lang: str) -> str:
 def blog_facts(record: dict) -> dict:
     """The model folder the workers loaded (``tiny`` resolves to a built folder) and the
     number of cards the grid ran on."""
-    cards = [c for c in as_list(dig(record, "data", "plan", "cards")) if isinstance(c, dict) and c.get("run")]
-    return {"model_folder": dig(record, "data", "config", "model_path"), "cards": len(cards) or None}
+    grid = StageRecord.from_dict(record, GridRecord).data
+    cards = [c for c in as_list(grid.plan.get("cards")) if isinstance(c, dict) and c.get("run")]
+    return {"model_folder": grid.config.get("model_path"), "cards": len(cards) or None}
 
 
 def blog_section(record: dict, draft: Draft) -> list[str]:
@@ -254,12 +256,4 @@ def blog_section(record: dict, draft: Draft) -> list[str]:
 
 def sample_answer(data: dict):
     """``(card, answer)`` of the first card that answered the single prompt, or None."""
-    outputs = dig(data, "outputs", default={})
-    if not isinstance(outputs, dict):
-        return None
-    for key in sorted(outputs, key=lambda k: (len(str(k)), str(k))):
-        answer = dig(outputs, key, "single")
-        if answer:
-            card = int(key) if str(key).isdigit() else key
-            return card, answer
-    return None
+    return GridRecord.from_dict(data).sample_answer()

@@ -20,6 +20,7 @@ import pandas as pd
 from hyport_lib.devices.card_plan import GridPlan
 from hyport_lib.processes import read_log_tail
 from hyport_lib.results import Provenance
+from hyport_lib.utils.records import from_mapping
 
 STATUSES = ("ok", "failed", "timeout", "skipped-busy", "interrupted")
 #: What torch_npu prints when an operator has no NPU kernel.
@@ -104,6 +105,43 @@ class GridResult:
             # What the logs of each card that did not finish say (hyport_lib.triage).
             "diagnoses": {str(c["card"]): c["diagnosis"] for c in self.cards if c.get("diagnosis")},
         }
+
+
+@dataclass
+class GridRecord:
+    """:meth:`GridResult.to_dict` read back (the table as rows, the plan as its dict): what
+    the report shows. An older or odd record gives the defaults where it differs (see
+    :mod:`hyport_lib.utils.records`)."""
+
+    rows: list[dict] = field(default_factory=list)
+    consistent: Optional[bool] = None
+    differing_cards: list[int] = field(default_factory=list)
+    consistency: str = ""
+    counts: dict[str, int] = field(default_factory=dict)
+    log_dir: str = ""
+    wall_s: Optional[float] = None
+    timeout_s: Optional[float] = None
+    provenance: dict = field(default_factory=dict)
+    plan: dict = field(default_factory=dict)
+    config: dict = field(default_factory=dict)
+    attention: Optional[dict] = None
+    notes: list[str] = field(default_factory=list)
+    #: card -> {"single": the answer to the single prompt, "batch": the batch's answers}
+    outputs: dict[str, dict] = field(default_factory=dict)
+    #: card -> what its logs say (``Triage.to_dict()``)
+    diagnoses: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_dict(cls, data) -> "GridRecord":
+        return from_mapping(cls, data)
+
+    def sample_answer(self) -> Optional[tuple[Any, str]]:
+        """``(card, answer)`` of the first card that answered the single prompt, or None."""
+        for key in sorted(self.outputs, key=lambda k: (len(str(k)), str(k))):
+            answer = self.outputs[key].get("single") if isinstance(self.outputs[key], dict) else None
+            if answer:
+                return (int(key) if str(key).isdigit() else key), answer
+        return None
 
 
 def given(value: Any) -> bool:

@@ -7,8 +7,10 @@ from typing import Optional
 
 from hyport_lib.drafting.draft import Draft
 from hyport_lib.drafting.markdown import recorded, table
-from hyport_lib.drafting.values import as_dict, as_list, dig
+from hyport_lib.drafting.values import as_dict, as_list
+from hyport_lib.results import StageRecord
 from hyport_lib.train.phrases import PHRASES
+from hyport_lib.train.result import TrainResult
 
 #: Longest text shown in a table cell (the record keeps all of it).
 CELL_CHARS = 120
@@ -21,7 +23,7 @@ def _cell(text) -> str:
 
 def held_of(record: dict) -> dict:
     """The recorded answers (empty for a run made before they were recorded)."""
-    return as_dict(dig(record, "data", "worker", "held_answers"))
+    return as_dict(StageRecord.from_dict(record, TrainResult).data.worker.get("held_answers"))
 
 
 def answers_frame(held: Optional[dict]):

@@ -15,9 +15,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
-from hyport_lib.results import Provenance
+from hyport_lib.results import Provenance, TrainedWeights
 from hyport_lib.train.metrics import MetricsSummary, loss_span
 from hyport_lib.triage import Triage
+from hyport_lib.utils.records import from_mapping
 
 #: What rank 0 writes into output_dir at the end of a run (read by the launcher).
 RESULT_FILE = "train_result.json"
@@ -128,17 +129,27 @@ class TrainResult:
             "attention proof": proof_summary(self.plan.get("attention_proof")),
         }
 
+    def handover(self) -> TrainedWeights:
+        """What stage 05 checks: the final weights, the last checkpoint, the starting model."""
+        return TrainedWeights(self.final_dir, self.last_checkpoint, self.plan.get("model_path"))
+
     def to_dict(self) -> dict:
         verdict, why = self.verdict()
         return {
             "status": self.status, "exit_code": self.exit_code, "wall_s": round(self.wall_s, 3),
             "verdict": verdict, "why": why, "reason": self.reason, "plan": self.plan,
             "summary": self.summary.to_dict(), "worker": self.worker,
-            "checkpoints": self.checkpoints, "final_dir": self.final_dir,
-            "last_checkpoint": self.last_checkpoint, "metrics": self.metrics,
+            "checkpoints": self.checkpoints, **self.handover().to_dict(), "metrics": self.metrics,
             "log_tail": self.log_tail, "diagnosis": self.diagnosis,
             "provenance": self.provenance.to_dict() if self.provenance else None,
         }
+
+    @classmethod
+    def from_dict(cls, data) -> "TrainResult":
+        """The result as :meth:`to_dict` recorded it (its verdict and the folders it named
+        are derived again, not read); an older or odd record gives the defaults where it
+        differs (see :mod:`hyport_lib.utils.records`)."""
+        return from_mapping(cls, data)
 
 
 def proof_summary(proof) -> Optional[str]:

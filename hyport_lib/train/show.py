@@ -27,6 +27,7 @@ from hyport_lib.drafting.draft import Draft
 from hyport_lib.drafting.markdown import code, fenced, quote, recorded, table
 from hyport_lib.drafting.values import as_dict, as_list, dig, fmt_value, num
 from hyport_lib.params import parameter_fields
+from hyport_lib.results import StageRecord
 from hyport_lib.train.answers_view import answers_frame
 from hyport_lib.train.answers_view import blog_lines as answers_blog_lines
 from hyport_lib.train.answers_view import glance_row as answers_glance_row
@@ -246,27 +247,31 @@ def show_outputs(result: TrainResult) -> None:
 
 
 # --------------------------------------------------------------------------- the report
+def _read(record: dict) -> StageRecord[TrainResult]:
+    return StageRecord.from_dict(record, TrainResult)
+
+
 def glance(record: dict) -> list[tuple[str, str]]:
     """The index card: exit code, steps, first → last loss, tokens/s/p, total time; what the
     logs of a failed run say (its diagnosis)."""
-    head = as_dict(record.get("headline"))
+    read = _read(record)
+    head = read.headline
     rows = [("exit code", fmt_value(head.get("exit code"))), ("steps", fmt_value(head.get("steps"))),
             ("loss first → last", fmt_value(head.get("loss first → last"))),
             ("tokens/s/p", fmt_value(head.get("tokens/s/p"))), ("total s", fmt_value(head.get("total s")))]
     if head.get("attention proof"):
         rows.append(("attention", f"{fmt_value(head.get('attention'))}; proof {head['attention proof']}"))
     rows += answers_glance_row(record)
-    diagnosis = dig(record, "data", "diagnosis")
-    if isinstance(diagnosis, dict):
-        rows.append(("diagnosis", diagnosis_line(diagnosis)))
+    if read.data.diagnosis is not None:
+        rows.append(("diagnosis", diagnosis_line(read.data.diagnosis)))
     return rows
 
 
 def glance_svg(record: dict, width: int = 220, height: int = 60) -> str:
     """The card's small inline SVG of the loss by step (empty with fewer than two finite
     losses): no script, no image file, nothing fetched."""
-    points = [(m["step"], m["loss"]) for m in as_list(dig(record, "data", "metrics"))
-              if isinstance(m, dict) and isinstance(m.get("loss"), (int, float)) and math.isfinite(m["loss"])]
+    points = [(m["step"], m["loss"]) for m in _read(record).data.metrics
+              if isinstance(m.get("loss"), (int, float)) and math.isfinite(m["loss"])]
     if len(points) < 2:
         return ""
     steps, losses = [p[0] for p in points], [p[1] for p in points]
@@ -291,30 +296,30 @@ def blog_title(lang: str) -> str:
 
 def blog_facts(record: dict) -> dict:
     """The model folder the training loaded and its processes on this node (one a card)."""
-    return {"model_folder": dig(record, "data", "plan", "model_path"),
-            "cards": dig(record, "data", "plan", "nproc_per_node")}
+    plan = _read(record).data.plan
+    return {"model_folder": plan.get("model_path"), "cards": plan.get("nproc_per_node")}
 
 
 def blog_notes(record: dict) -> list[str]:
     """The plan's notes and how tokens/s were counted."""
-    notes = [str(n) for n in dig(record, "data", "plan", "notes", default=[]) if n]
-    definition = dig(record, "data", "summary", "throughput_definition")
-    return notes + ([str(definition)] if definition else [])
+    result = _read(record).data
+    notes = [str(n) for n in as_list(result.plan.get("notes")) if n]
+    definition = result.summary.throughput_definition
+    return notes + ([definition] if definition else [])
 
 
 def blog_figures(record: dict) -> dict[str, Callable]:
     """``loss``: :func:`loss_figure` of the logged steps (None when no step was logged)."""
-    return {"loss": lambda: _recorded_loss_figure(record)}
+    return {"loss": lambda: _recorded_loss_figure(_read(record))}
 
 
-def _recorded_loss_figure(record: dict):
-    records = [r for r in as_list(dig(record, "data", "metrics"))
-               if isinstance(r, dict) and isinstance(r.get("step"), (int, float))]
+def _recorded_loss_figure(read: StageRecord[TrainResult]):
+    records = [r for r in read.data.metrics if isinstance(r.get("step"), (int, float))]
     if not records:
         return None
-    total = dig(record, "data", "plan", "params", "max_steps")
+    total = as_dict(read.data.plan.get("params")).get("max_steps")
     return loss_figure(records, total if isinstance(total, int) else None,
-                       title=str(dig(record, "provenance", "label", default="")))
+                       title=str(read.provenance.get("label") or ""))
 
 
 def blog_section(record: dict, draft: Draft) -> list[str]:

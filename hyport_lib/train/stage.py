@@ -14,14 +14,15 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from hyport_lib.backend import get_backend
-from hyport_lib.results import StageSummary, record_summary
+from hyport_lib.results import StageSummary, TrainedWeights, record_summary
 from hyport_lib.train.launch import launch
 from hyport_lib.train.metrics import loss_span
 from hyport_lib.train.params import Params
 from hyport_lib.train.preflight import LaunchPlan, prepare
 from hyport_lib.train.result import TrainProgress, TrainResult
 
-STAGE = "04_train"
+#: The result stage 05 reads its hand-over from (:class:`TrainedWeights`) is this stage's.
+STAGE = TrainedWeights.STAGE
 
 
 def plan(params: Params) -> LaunchPlan:

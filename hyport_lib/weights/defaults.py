@@ -1,8 +1,8 @@
 """Which folders the stage checks when none is given.
 
 In a report run stage 04 has just trained: its result (``<results>/04_train.json``)
-names the final weights (``data.final_dir``), the last complete checkpoint
-(``data.last_checkpoint``) and the model it started from (``data.plan.model_path``). The
+holds its hand-over (:class:`hyport_lib.results.TrainedWeights`): the final weights, the
+last complete checkpoint and the model it started from. The
 stage then checks the final weights, against that checkpoint (same model expected)
 and against the starting model (training must have changed it).
 
@@ -25,9 +25,9 @@ from pathlib import Path
 from typing import Optional
 
 from hyport_lib.models.tiny import ensure_tiny_model, tiny_model_dir
-from hyport_lib.results import RUN_DIR_ENV, load_result, results_dir
+from hyport_lib.results import RUN_DIR_ENV, TrainedWeights, load_result, result_file, results_dir
 
-TRAIN_STAGE = "04_train"
+TRAIN_STAGE = TrainedWeights.STAGE
 #: The tiny model is about 850 KB in float32: this gives two shards.
 TINY_SHARD_SIZE = "500KB"
 
@@ -51,21 +51,20 @@ def _existing(path) -> Optional[str]:
     return str(path) if path and Path(path).exists() else None
 
 
-def stage04_paths(directory: Optional[os.PathLike] = None) -> Optional[dict]:
-    """``final_dir``, ``last_checkpoint``, ``model_path`` and the file they came from, or
-    None when stage 04 recorded no final weights that still exist."""
-    path = Path(directory or results_dir()) / f"{TRAIN_STAGE}.json"
+def stage04_paths(directory: Optional[os.PathLike] = None) -> Optional[tuple[TrainedWeights, Path]]:
+    """Stage 04's hand-over with only the folders that still exist, and the file it came
+    from; None when it recorded no final weights that still exist."""
+    path = result_file(directory or results_dir(), TRAIN_STAGE)
     if not path.is_file():
         return None
     try:
-        data = load_result(path).data
+        handed = TrainedWeights.from_dict(load_result(path).data)
     except ValueError:
         return None  # an unreadable record is no record: the tiny default is used
-    final = _existing(data.get("final_dir"))
+    final = _existing(handed.final_dir)
     if not final:
         return None
-    return {"final_dir": final, "last_checkpoint": _existing(data.get("last_checkpoint")),
-            "model_path": _existing((data.get("plan") or {}).get("model_path")), "file": str(path)}
+    return TrainedWeights(final, _existing(handed.last_checkpoint), _existing(handed.model_path)), path
 
 
 def stage04_failure(directory: Optional[os.PathLike] = None) -> Optional[str]:
@@ -73,14 +72,14 @@ def stage04_failure(directory: Optional[os.PathLike] = None) -> Optional[str]:
     final weights; None otherwise (no record, an unreadable one, or one whose weights
     exist or were deleted since: those fall back to the tiny model, and the note says
     which)."""
-    path = Path(directory or results_dir()) / f"{TRAIN_STAGE}.json"
+    path = result_file(directory or results_dir(), TRAIN_STAGE)
     if not path.is_file():
         return None
     try:
         record = load_result(path)
     except ValueError:
         return None
-    if record.data.get("final_dir"):
+    if TrainedWeights.from_dict(record.data).final_dir:
         return None
     return (f"stage 04 trained no weights to check ({path}: {record.verdict}: "
             f"{record.summary or 'no final weights'}); stage 05 does not check the embedded model "
@@ -127,13 +126,14 @@ def resolve_paths(weights_path: Optional[os.PathLike] = None, base_path: Optiona
                          "not check the embedded model instead, which would read as the trained "
                          "weights' result: set weights_path to check a folder")
     if trained:
-        base = _str(base_path) or trained["model_path"]
-        if base and Path(base).resolve() == Path(trained["final_dir"]).resolve():
+        handed, record = trained
+        base = _str(base_path) or handed.model_path
+        if base and Path(base).resolve() == Path(handed.final_dir).resolve():
             base = None
-        return Sources(trained["final_dir"], base, _str(checkpoint_path) or trained["last_checkpoint"],
-                       f"stage 04 of this run ({trained['file']}): its final weights, last "
+        return Sources(handed.final_dir, base, _str(checkpoint_path) or handed.last_checkpoint,
+                       f"stage 04 of this run ({record}): its final weights, last "
                        f"checkpoint and starting model")
-    record = Path(results or results_dir()) / f"{TRAIN_STAGE}.json"
+    record = result_file(results or results_dir(), TRAIN_STAGE)
     why = (f"no usable stage 04 weights ({record} names none that still exist, or cannot be read)"
            if record.is_file() else f"no stage 04 result in {record.parent}")
     return Sources(str(tiny_model_dir(max_shard_size=TINY_SHARD_SIZE)), _str(base_path),

@@ -13,11 +13,12 @@ from typing import Optional
 
 from hyport_lib.params import (ParameterError, StageParams, attn_implementation_param, dtype_param, param,
                                trust_remote_code_param)
+from hyport_lib.results import TrainedWeights
 from hyport_lib.weights.checksums import HASHERS
 
 #: The stage that writes ``weights_path`` and ``checkpoint_path`` in a report run (inside
 #: its ``output_dir``), so the report accepts them before it has run.
-TRAIN_STAGE_NAME = "train"
+TRAIN_STAGE_NAME = TrainedWeights.STAGE_NAME
 
 
 @dataclass

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from hyport_lib.results import Provenance
+from hyport_lib.utils.records import from_mapping
 from hyport_lib.weights.compare import Comparison
 from hyport_lib.checkpoint_files.findings import Finding, counts
 from hyport_lib.weights.layout import Inspection, shard_rows
@@ -144,6 +145,41 @@ class WeightsResult:
             "wall_s": round(self.wall_s, 3),
             "provenance": self.provenance.to_dict(),
         }
+
+
+@dataclass
+class WeightsRecord:
+    """:meth:`WeightsResult.to_dict` read back, as the report shows it (the nested checks
+    kept as recorded). An older or odd record gives the defaults where it differs (see
+    :mod:`hyport_lib.utils.records`)."""
+
+    verdict: Optional[str] = None
+    why: str = ""
+    summary: str = ""
+    #: where the folders came from (:attr:`hyport_lib.weights.defaults.Sources.note`)
+    source: str = ""
+    path: Optional[str] = None
+    kind: Optional[str] = None
+    options: dict = field(default_factory=dict)
+    shards: list[dict] = field(default_factory=list)
+    index: Optional[dict] = None
+    tensor_count: Optional[int] = None
+    parameters: Optional[int] = None
+    config: dict = field(default_factory=dict)
+    counts: dict[str, int] = field(default_factory=dict)
+    findings: list[dict] = field(default_factory=list)
+    scan: Optional[dict] = None
+    reload: Optional[dict] = None
+    comparisons: list[dict] = field(default_factory=list)
+    parity: Optional[dict] = None
+    zero: Optional[dict] = None
+    zero_compare: Optional[dict] = None
+    wall_s: Optional[float] = None
+    provenance: dict = field(default_factory=dict)
+
+    @classmethod
+    def from_dict(cls, data) -> "WeightsRecord":
+        return from_mapping(cls, data)
 
 
 #: Most shards listed one by one in the summary; more are given as ranges (one line for 212 shards).

@@ -20,12 +20,13 @@ from hyport_lib.display import LiveDisplay, figure_png, verdict_colour
 from hyport_lib.drafting.draft import Draft
 from hyport_lib.drafting.markdown import code, fenced, quote, table
 from hyport_lib.drafting.values import as_dict, as_list, dig, fmt_value, num
+from hyport_lib.results import StageRecord
 from hyport_lib.weights.checksums import checksum_name
 from hyport_lib.weights.compare import DIFF_COLUMNS, Comparison
 from hyport_lib.weights.defaults import Sources, checked_label
 from hyport_lib.weights.layout import shard_rows
 from hyport_lib.weights.phrases import PHRASES
-from hyport_lib.weights.result import WeightsResult
+from hyport_lib.weights.result import WeightsRecord, WeightsResult
 from hyport_lib.weights.scan import ScanProgress
 
 #: Severity -> the verdict whose colour it takes in tables.
@@ -262,8 +263,9 @@ def show_zero(result: WeightsResult) -> None:
 def glance(record: dict) -> list[tuple[str, str]]:
     """The index card: what was checked, shards, tensors, parameters, findings, LOAD_OK,
     and the comparisons with the starting model and the checkpoint."""
-    head, data = as_dict(record.get("headline")), as_dict(record.get("data"))
-    out = [("checked", checked_label(str(data.get("source") or "")))]
+    read = StageRecord.from_dict(record, WeightsRecord)
+    head = read.headline
+    out = [("checked", checked_label(read.data.source))]
     out += [(k, fmt_value(head.get(k))) for k in ("shards", "tensors", "parameters")]
     out.append(("findings", f"{fmt_value(head.get('errors'))} error(s), {fmt_value(head.get('warnings'))} warning(s)"))
     out.append(("LOAD_OK", fmt_value(head.get("LOAD_OK")) if "LOAD_OK" in head else "not reloaded"))

@@ -1,0 +1,86 @@
+"""Typed records read back without trusting their shape.
+
+A stage writes its result typed (a dataclass's ``to_dict``); the report reads it back
+from a file that may come from an older version, or be half-written. :func:`from_mapping`
+builds the dataclass from such a mapping field by field: a missing key, or a value of
+another type, gives the field's default (or an empty value of its type: ``None`` for an
+``Optional``, ``""``, ``0``, ``[]``, ``{}``), and a list keeps only the items of its type.
+A shape problem never raises. Numbers are kept as recorded (an ``int`` in a ``float``
+field stays an ``int``: the drafts write ``3``, not ``3.0``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from collections.abc import Mapping
+from typing import Any, TypeVar, Union
+
+T = TypeVar("T")
+#: A value that does not fit its field (the field takes its default).
+_WRONG = object()
+
+
+def from_mapping(cls: type[T], data: Any) -> T:
+    """An instance of the dataclass ``cls`` from ``data`` (see the module docstring)."""
+    data = data if isinstance(data, Mapping) else {}
+    hints = typing.get_type_hints(cls)
+    values = {}
+    for f in dataclasses.fields(cls):
+        if not f.init:
+            continue
+        value = _read(hints[f.name], data[f.name]) if f.name in data else _WRONG
+        values[f.name] = _default(f, hints[f.name]) if value is _WRONG else value
+    return cls(**values)
+
+
+def _read(kind: Any, value: Any) -> Any:
+    """``value`` as a ``kind``, or :data:`_WRONG`."""
+    if kind is Any:
+        return value
+    origin, args = typing.get_origin(kind), typing.get_args(kind)
+    if origin in (Union, types.UnionType):
+        if value is None:
+            return None if type(None) in args else _WRONG
+        for option in (a for a in args if a is not type(None)):
+            read = _read(option, value)
+            if read is not _WRONG:
+                return read
+        return _WRONG
+    if dataclasses.is_dataclass(kind):
+        if not isinstance(value, Mapping):
+            return _WRONG
+        try:
+            return getattr(kind, "from_dict", lambda d: from_mapping(kind, d))(value)
+        except (TypeError, ValueError):  # a record the class's own checks refuse
+            return _WRONG
+    if origin is list or kind is list:
+        if not isinstance(value, list):
+            return _WRONG
+        item = args[0] if args else Any
+        return [r for r in (_read(item, v) for v in value) if r is not _WRONG]
+    if origin is dict or kind is dict:
+        return value if isinstance(value, dict) else _WRONG
+    if kind is float:
+        return value if isinstance(value, (int, float)) and not isinstance(value, bool) else _WRONG
+    if kind is int:
+        return value if isinstance(value, int) and not isinstance(value, bool) else _WRONG
+    if isinstance(kind, type):
+        return value if isinstance(value, kind) else _WRONG
+    return value
+
+
+def _default(f: dataclasses.Field, kind: Any) -> Any:
+    if f.default is not dataclasses.MISSING:
+        return f.default
+    if f.default_factory is not dataclasses.MISSING:
+        return f.default_factory()
+    origin, args = typing.get_origin(kind), typing.get_args(kind)
+    if origin in (Union, types.UnionType) and type(None) in args:
+        return None
+    if dataclasses.is_dataclass(kind):
+        return from_mapping(kind, {})
+    empty = {list: list, dict: dict, str: str, int: int, float: float, bool: bool}
+    maker = empty.get(origin or kind)
+    return maker() if maker else None
