@@ -155,6 +155,15 @@ def train_data(steps: int = 5) -> dict:
             "metrics": metrics}
 
 
+def stage_draft(tmp_path: Path, stage: str, data: dict, lang: str = "en") -> str:
+    """The section of ``stage`` (``04_train``) in a draft of a run that recorded ``data`` for it."""
+    folder = tmp_path / f"{stage}-{lang}-{len(list(tmp_path.glob(f'{stage}-{lang}-*')))}"
+    folder.mkdir(parents=True)
+    run = make_run(folder, {stage: "PASS"})
+    write_result(run, stage, "PASS", data)
+    return render_blog(run, lang).split(f"\n## {stage[:2]} ")[1].split("\n## ")[0]
+
+
 # --------------------------------------------------------------------------- fast tests
 def draft_templates() -> dict[str, dict[str, Path]]:
     """Every template the drafts are written from, by where it lives: the frame's and each
@@ -534,34 +543,30 @@ def test_inference_figures_are_called_warm_only_after_a_warm_up(tmp_path, warmup
     assert not unsourced(render_blog(run, "en"), tmp_path)
 
 
-def test_stage_03_says_a_random_weight_answer_only_shows_agreement():
-    from hyport_lib.drafting.draft import Draft
-    from hyport_lib.inference.show import blog_section
-
-    record = {"data": {"config": {"model_path": "tiny", "single_prompt": "Describe the image."},
-                       "outputs": {"0": {"single": "noise noise"}}, "counts": {"ok": 1}}}
-    text = "\n".join(blog_section(record, Draft(lang="en")))
+def test_stage_03_says_a_random_weight_answer_only_shows_agreement(tmp_path):
+    data = {"config": {"model_path": "tiny", "single_prompt": "Describe the image."},
+            "outputs": {"0": {"single": "noise noise"}}, "counts": {"ok": 1}}
+    text = stage_draft(tmp_path, "03_inference", data)
     assert "random weights: not meaningful (the embedded tiny model): it only shows that every card" in text
-    record["data"]["config"]["model_path"] = "/models/real"
-    assert "The answer of card 0 to the prompt `Describe the image.`:" in "\n".join(blog_section(record, Draft(lang="en")))
+    data["config"]["model_path"] = "/models/real"
+    assert "The answer of card 0 to the prompt `Describe the image.`:" in stage_draft(tmp_path, "03_inference", data)
 
 
-def test_answers_and_random_weight_notes_are_recorded_text_in_the_chinese_draft():
+def test_answers_and_random_weight_notes_are_recorded_text_in_the_chinese_draft(tmp_path):
     """The real run's Chinese draft held "the embedded tiny model" outside marked recorded text."""
-    from hyport_lib.attention.behaviour_view import blog_lines as behaviour_lines
-    from hyport_lib.train.answers_view import blog_lines as answer_lines
-
-    zh = Draft(lang="zh")
     tiny = "random weights: not meaningful (the embedded tiny model)"
-    assert not english_runs("\n".join(behaviour_lines({"behaviour": {"meaningful": False, "why": tiny}}, zh)))
-    assert not english_runs("\n".join(answer_lines({"data": {"worker": {"held_answers": {"why_not": tiny}}}}, zh)))
-    real = {"data": {"worker": {"held_answers": {"prompts": ["How do I open a fridge?"],
-                                                 "taught": ["Hold the handle and pull the door gently."],
-                                                 "before": ["You will need to use a combination"],
-                                                 "after": ["Hold the handle and pull the door gently."]}}}}
-    assert not english_runs("\n".join(answer_lines(real, zh)))
-    behaviour = {"behaviour": {"meaningful": True, "new_tokens": 32, "prompts": ["What is the capital of France?"],
-                               "eager_answers": ["The capital of France is Paris."], "pairs": [
-                                   {"label": "x", "dtype": "bfloat16", "identical": False, "answers": ["a b c"],
-                                    "first_difference": {"prompt": 0, "token": 3, "eager": " the", "swapped": " a"}}]}}
-    assert not english_runs("\n".join(behaviour_lines(behaviour, zh)))
+    model = {"verdict": "PASS", "behaviour": {"meaningful": False, "why": tiny}}
+    assert not english_runs(stage_draft(tmp_path, "02_attention", {"model": model}, "zh"))
+    train = train_data()
+    train["worker"]["held_answers"] = {"why_not": tiny}
+    assert not english_runs(stage_draft(tmp_path, "04_train", train, "zh"))
+    train["worker"]["held_answers"] = {"prompts": ["How do I open a fridge?"],
+                                       "taught": ["Hold the handle and pull the door gently."],
+                                       "before": ["You will need to use a combination"],
+                                       "after": ["Hold the handle and pull the door gently."]}
+    assert not english_runs(stage_draft(tmp_path, "04_train", train, "zh"))
+    model["behaviour"] = {"meaningful": True, "new_tokens": 32, "prompts": ["What is the capital of France?"],
+                          "eager_answers": ["The capital of France is Paris."], "pairs": [
+                              {"label": "x", "dtype": "bfloat16", "identical": False, "answers": ["a b c"],
+                               "first_difference": {"prompt": 0, "token": 3, "eager": " the", "swapped": " a"}}]}
+    assert not english_runs(stage_draft(tmp_path, "02_attention", {"model": model}, "zh"))

@@ -272,16 +272,23 @@ def glance(record: dict) -> list[tuple[str, str]]:
     return out
 
 
+#: The comparisons' headline figures the draft shows, by the names its template uses.
+_COMPARED = {"base": "tensors changed vs base", "checkpoint": "checkpoint tensors identical",
+             "parity": "checkpoint max |Δ logits|", "zero": "ZeRO fp32→saved max |Δ|"}
+
+
 def blog_values(record: dict) -> dict:
     """What the draft's section (``blog.<lang>.md.j2``) derives from the record: the folder's
-    files as a listing, and the ``hyport verify --reload`` command for the folder with what
+    files as a listing, the comparisons' headline figures by a short name, and the ``hyport verify --reload`` command for the folder with what
     the reload printed (no command when it was not reloaded)."""
     data = as_dict(record.get("data"))
     index, path = data.get("index"), data.get("path")
     files = ([index["file"]] if isinstance(index, dict) and index.get("file") else []) + [
         str(s.get("file")) for s in as_list(data.get("shards")) if isinstance(s, dict)]
     reload = data.get("reload")
-    values = {"files": [f"{path}/"] + [f"  {f}" for f in files] if files else []}
+    head = as_dict(record.get("headline"))
+    values = {"files": [f"{path}/"] + [f"  {f}" for f in files] if files else [],
+              "compared": {name: head[key] for name, key in _COMPARED.items() if key in head}}
     if not isinstance(reload, dict):
         return values
     options = as_dict(data.get("options"))

@@ -32,7 +32,7 @@ class StagePart:
     """One stage as the drafts' templates see it.
 
     Attributes:
-        stage: the stage id (``02_attention``).
+        stage: the stage id (``NN_name``).
         template: its own template, or None (its headline is shown as a table).
         view: the planned stage; None for one the run left out (``--only``).
         record: what its section is drawn from (:func:`stage_record`).
