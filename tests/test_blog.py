@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from hyport_lib.drafting.draft import WORDS, Draft
-from hyport_lib.report.blog.text import TEXT
+import hyport_lib
+from hyport_lib.drafting.templates import LANGS, environment, frame_template, stage_template
 from hyport_lib.report.blog.writer import DRAFTS, render_blog, write_blog_drafts
 from hyport_lib.report.run import NOT_RUN, PENDING, ReportRun, StageOutcome
 from hyport_lib.stages import discover_stages
@@ -155,47 +155,60 @@ def train_data(steps: int = 5) -> dict:
             "metrics": metrics}
 
 
+def stage_draft(tmp_path: Path, stage: str, data: dict, lang: str = "en") -> str:
+    """The section of ``stage`` (``04_train``) in a draft of a run that recorded ``data`` for it."""
+    folder = tmp_path / f"{stage}-{lang}-{len(list(tmp_path.glob(f'{stage}-{lang}-*')))}"
+    folder.mkdir(parents=True)
+    run = make_run(folder, {stage: "PASS"})
+    write_result(run, stage, "PASS", data)
+    return render_blog(run, lang).split(f"\n## {stage[:2]} ")[1].split("\n## ")[0]
+
+
 # --------------------------------------------------------------------------- fast tests
-def fixed_sentences() -> dict[str, dict]:
-    """Every table of fixed sentences the drafts use: the frame's, the shared words and
-    each stage's own (``hyport_lib.<name>.phrases``), by where they live."""
-    import importlib
-
-    tables = {"report.blog.text": TEXT, "drafting.draft": WORDS}
+def draft_templates() -> dict[str, dict[str, Path]]:
+    """Every template the drafts are written from, by where it lives: the frame's and each
+    stage's own (``hyport_lib/<name>/blog.<lang>.md.j2``), per language."""
+    package = Path(hyport_lib.__file__).parent
+    found = {"report": {lang: package / frame_template(lang) for lang in LANGS}}
     for stage in discover_stages():
-        tables[f"{stage.name}.phrases"] = importlib.import_module(f"hyport_lib.{stage.name}.phrases").PHRASES
-    return tables
+        paths = {lang: package / stage_template(stage.name, lang) for lang in LANGS}
+        if any(p.is_file() for p in paths.values()):
+            found[stage.name] = paths
+    return found
 
 
-@pytest.mark.parametrize("where", sorted(fixed_sentences()))
+def template_parts(path: Path) -> tuple[list[str], set[str]]:
+    """The fixed text of a template (its text outside tags and the strings inside them,
+    comments left out) and the names its tags use (variables, filters, macros, attributes)."""
+    env = environment()
+    texts, names = [], set()
+    for _, kind, value in env.lex(path.read_text(encoding="utf-8")):
+        if kind in ("data", "string"):
+            texts.append(value)
+        elif kind == "name":
+            names.add(value)
+    return texts, names
+
+
+@pytest.mark.parametrize("where", sorted(draft_templates()))
 def test_fixed_sentences_hold_no_digit_and_both_languages_say_the_same_things(where):
-    def flat(d, prefix=""):
-        for key, value in d.items():
-            if isinstance(value, dict):
-                yield from flat(value, f"{prefix}{key}.")
-            else:
-                yield f"{prefix}{key}", value
-
-    table = fixed_sentences()[where]
-    en, zh = dict(flat(table["en"])), dict(flat(table["zh"]))
-    assert en and set(en) == set(zh)
+    paths = draft_templates()[where]
+    assert set(paths) == set(LANGS) and all(p.is_file() for p in paths.values()), paths
+    (en_text, en_names), (zh_text, zh_names) = template_parts(paths["en"]), template_parts(paths["zh"])
+    assert en_text and zh_text
     # Names such as float64 are words, not figures; a free-standing number would be one.
-    with_digits = {k: v for k, v in {**en, **{f"zh:{k}": v for k, v in zh.items()}}.items()
-                   if numbers_in(v)}
+    with_digits = [t for t in en_text + zh_text if numbers_in(t)]
     assert not with_digits, with_digits
-    for key in en:  # the same placeholders, so every figure appears in both drafts
-        assert set(re.findall(r"{(\w+)}", en[key])) == set(re.findall(r"{(\w+)}", zh[key])), key
+    # The same values, filters and macros in both, so every figure appears in both drafts
+    # (the Chinese frame names its verdicts, which English shows as they are).
+    assert en_names == zh_names - {"verdict_names"}, (en_names ^ zh_names)
 
 
-def test_no_english_sentence_in_any_chinese_table():
+def test_no_english_sentence_in_any_chinese_template():
     """A Chinese sentence holds no run of English words outside marked code (names such
     as ``max_seq_len`` or ``DeepSpeed ZeRO`` stay as they are)."""
-    for where, table in fixed_sentences().items():
-        def leaves(d):
-            for value in d.values():
-                yield from (leaves(value) if isinstance(value, dict) else [value])
-
-        found = [run for text in leaves(table["zh"]) for run in english_runs(text)]
+    for where, paths in draft_templates().items():
+        found = [run for text in template_parts(paths["zh"])[0] for run in english_runs(text)]
         assert not found, (where, found)
 
 
@@ -530,34 +543,30 @@ def test_inference_figures_are_called_warm_only_after_a_warm_up(tmp_path, warmup
     assert not unsourced(render_blog(run, "en"), tmp_path)
 
 
-def test_stage_03_says_a_random_weight_answer_only_shows_agreement():
-    from hyport_lib.drafting.draft import Draft
-    from hyport_lib.inference.show import blog_section
-
-    record = {"data": {"config": {"model_path": "tiny", "single_prompt": "Describe the image."},
-                       "outputs": {"0": {"single": "noise noise"}}, "counts": {"ok": 1}}}
-    text = "\n".join(blog_section(record, Draft(lang="en")))
+def test_stage_03_says_a_random_weight_answer_only_shows_agreement(tmp_path):
+    data = {"config": {"model_path": "tiny", "single_prompt": "Describe the image."},
+            "outputs": {"0": {"single": "noise noise"}}, "counts": {"ok": 1}}
+    text = stage_draft(tmp_path, "03_inference", data)
     assert "random weights: not meaningful (the embedded tiny model): it only shows that every card" in text
-    record["data"]["config"]["model_path"] = "/models/real"
-    assert "The answer of card 0 to the prompt `Describe the image.`:" in "\n".join(blog_section(record, Draft(lang="en")))
+    data["config"]["model_path"] = "/models/real"
+    assert "The answer of card 0 to the prompt `Describe the image.`:" in stage_draft(tmp_path, "03_inference", data)
 
 
-def test_answers_and_random_weight_notes_are_recorded_text_in_the_chinese_draft():
+def test_answers_and_random_weight_notes_are_recorded_text_in_the_chinese_draft(tmp_path):
     """The real run's Chinese draft held "the embedded tiny model" outside marked recorded text."""
-    from hyport_lib.attention.behaviour_view import blog_lines as behaviour_lines
-    from hyport_lib.train.answers_view import blog_lines as answer_lines
-
-    zh = Draft(lang="zh")
     tiny = "random weights: not meaningful (the embedded tiny model)"
-    assert not english_runs("\n".join(behaviour_lines({"behaviour": {"meaningful": False, "why": tiny}}, zh)))
-    assert not english_runs("\n".join(answer_lines({"data": {"worker": {"held_answers": {"why_not": tiny}}}}, zh)))
-    real = {"data": {"worker": {"held_answers": {"prompts": ["How do I open a fridge?"],
-                                                 "taught": ["Hold the handle and pull the door gently."],
-                                                 "before": ["You will need to use a combination"],
-                                                 "after": ["Hold the handle and pull the door gently."]}}}}
-    assert not english_runs("\n".join(answer_lines(real, zh)))
-    behaviour = {"behaviour": {"meaningful": True, "new_tokens": 32, "prompts": ["What is the capital of France?"],
-                               "eager_answers": ["The capital of France is Paris."], "pairs": [
-                                   {"label": "x", "dtype": "bfloat16", "identical": False, "answers": ["a b c"],
-                                    "first_difference": {"prompt": 0, "token": 3, "eager": " the", "swapped": " a"}}]}}
-    assert not english_runs("\n".join(behaviour_lines(behaviour, zh)))
+    model = {"verdict": "PASS", "behaviour": {"meaningful": False, "why": tiny}}
+    assert not english_runs(stage_draft(tmp_path, "02_attention", {"model": model}, "zh"))
+    train = train_data()
+    train["worker"]["held_answers"] = {"why_not": tiny}
+    assert not english_runs(stage_draft(tmp_path, "04_train", train, "zh"))
+    train["worker"]["held_answers"] = {"prompts": ["How do I open a fridge?"],
+                                       "taught": ["Hold the handle and pull the door gently."],
+                                       "before": ["You will need to use a combination"],
+                                       "after": ["Hold the handle and pull the door gently."]}
+    assert not english_runs(stage_draft(tmp_path, "04_train", train, "zh"))
+    model["behaviour"] = {"meaningful": True, "new_tokens": 32, "prompts": ["What is the capital of France?"],
+                          "eager_answers": ["The capital of France is Paris."], "pairs": [
+                              {"label": "x", "dtype": "bfloat16", "identical": False, "answers": ["a b c"],
+                               "first_difference": {"prompt": 0, "token": 3, "eager": " the", "swapped": " a"}}]}
+    assert not english_runs(stage_draft(tmp_path, "02_attention", {"model": model}, "zh"))

@@ -552,15 +552,15 @@ def type_module(qualified: str) -> str:
     return qualified.rsplit(".", 1)[0]
 
 
-def test_behaviour_on_flat_logits_is_not_meaningful_and_is_drawn_in_one_line():
+def test_behaviour_on_flat_logits_is_not_meaningful_and_is_drawn_in_one_line(tmp_path):
     """A random-weight model other than the tiny one is recognised by its flat logits."""
-    from hyport_lib.attention.behaviour_view import blog_lines, glance_row
-    from hyport_lib.drafting.draft import Draft
+    from hyport_lib.attention.behaviour_view import glance_row
+    from test_blog import stage_draft
 
     record = {"behaviour": {"meaningful": False, "why": "random weights: not meaningful (flat logits)"}}
     assert glance_row(record) == [("behaviour", "random weights: not meaningful (flat logits)")]
-    lines = blog_lines(record, Draft(lang="en"))
-    assert lines[0].startswith("Behaviour (greedy answers, perplexity) not compared: random weights")
+    text = stage_draft(tmp_path, "02_attention", {"model": record})
+    assert "\nBehaviour (greedy answers, perplexity) not compared: random weights" in text
     real = {"behaviour": {"meaningful": True, "new_tokens": 32, "prompts": ["Capital?"],
                           "eager_answers": ["Paris."], "top1_probability": 0.6, "pairs": [
                               {"label": "hyport_npu_emulated, float32", "dtype": "float32", "identical": True,
@@ -571,7 +571,7 @@ def test_behaviour_on_flat_logits_is_not_meaningful_and_is_drawn_in_one_line():
     said = glance_row(real)[0][1]
     assert said.startswith("32-token answers: hyport_npu_emulated, float32: identical; NPU emulation")
     assert "prompt 0, token 0: 'Paris' → 'Lyon'" in said
-    text = "\n".join(blog_lines(real, Draft(lang="zh")))
+    text = stage_draft(tmp_path, "02_attention", {"model": real}, "zh")
     assert "Paris." in text and "4.82 → 4.8" in text
 
 

@@ -11,11 +11,10 @@ import pytest
 
 from hyport_lib.attention import stage
 from hyport_lib.attention.params import Params
-from hyport_lib.attention.show import blog_section, glance
-from hyport_lib.drafting.draft import Draft
+from hyport_lib.attention.show import glance
 from hyport_lib.report.blog.writer import render_blog
 from hyport_lib.report.run import ReportRun, StageOutcome
-from test_blog import english_runs, unsourced
+from test_blog import english_runs, stage_draft, unsourced
 
 REMOTE = Path(__file__).parent / "data" / "remote_code"
 
@@ -87,7 +86,7 @@ def test_both_drafts_tell_the_port_and_the_proof(ported_stage, tmp_path):
 
 def test_a_port_that_cannot_be_made_is_said(tmp_path):
     record = {"data": {"port_error": "hyport port: --out '/x' exists and is not an empty folder"}}
-    lines = blog_section(record, Draft("en", {}))
+    lines = stage_draft(tmp_path, "02_attention", record["data"]).splitlines()
     assert "The port of the code could not be made:" in lines
     assert any("not an empty folder" in line for line in lines)
     assert ("port", "not made: hyport port: --out '/x' exists and is not an empty folder") in glance(record)

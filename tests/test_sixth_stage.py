@@ -63,34 +63,37 @@ STAGE_PY = '''
 '''
 
 SHOW_PY = '''
-    """Stage 06 in the report: its card, its draft section, its figure."""
+    """Stage 06 in the report: its card, its notes, its figure (its draft section is
+    blog.<lang>.md.j2 beside this module)."""
 
-    from hyport_lib.drafting.draft import Draft
-    from hyport_lib.drafting.values import as_dict, dig, fmt_value, num
+    from dataclasses import dataclass, field
+    from typing import Optional
 
-    PHRASES = {"en": {"title": "Extra checks", "counted": "The extra stage counted {count} widgets.",
-                      "alt": "Widgets"},
-               "zh": {"title": "额外检查", "counted": "额外阶段数出 {count} 个部件。", "alt": "部件"}}
+    from hyport_lib.drafting.values import fmt_value
+    from hyport_lib.results import StageRecord
+    from hyport_lib.utils.records import from_mapping
+
+
+    @dataclass
+    class Widgets:
+        widgets: Optional[int] = None
+        notes: list[str] = field(default_factory=list)
+
+        @classmethod
+        def from_dict(cls, data) -> "Widgets":
+            return from_mapping(cls, data)
+
+
+    def _read(record: dict) -> Widgets:
+        return StageRecord.from_dict(record, Widgets).data
 
 
     def glance(record: dict) -> list[tuple[str, str]]:
-        return [("widgets", fmt_value(dig(record, "data", "widgets")))]
-
-
-    def blog_title(lang: str) -> str:
-        return PHRASES[lang]["title"]
-
-
-    def blog_section(record: dict, draft: Draft) -> list[str]:
-        t = draft.phrases(PHRASES)
-        lines = [t["counted"].format(count=num(dig(record, "data", "widgets"))), ""]
-        if "widgets" in draft.figures:
-            lines += [f"![{t['alt']}]({draft.figures['widgets']})", ""]
-        return lines
+        return [("widgets", fmt_value(_read(record).widgets))]
 
 
     def blog_notes(record: dict) -> list[str]:
-        return list(dig(record, "data", "notes", default=[]))
+        return _read(record).notes
 
 
     def blog_figures(record: dict) -> dict:
@@ -100,13 +103,34 @@ SHOW_PY = '''
     def _bars(record: dict):
         from matplotlib.figure import Figure
 
-        widgets = dig(record, "data", "widgets")
+        widgets = _read(record).widgets
         if widgets is None:
             return None
         fig = Figure(figsize=(2, 2))
         fig.subplots().bar([0], [widgets])
         return fig
 '''
+
+#: The stage's draft section, per language.
+BLOG = {"en": '''
+    {% macro title() %}Extra checks{% endmacro %}
+    {% macro section(r, x) %}
+    The extra stage counted {{ r.data.widgets|num }} widgets.
+
+    {% if figures.widgets %}
+    ![Widgets]({{ figures.widgets }})
+    {% endif %}
+    {% endmacro %}
+''', "zh": '''
+    {% macro title() %}额外检查{% endmacro %}
+    {% macro section(r, x) %}
+    额外阶段数出 {{ r.data.widgets|num }} 个部件。
+
+    {% if figures.widgets %}
+    ![部件]({{ figures.widgets }})
+    {% endif %}
+    {% endmacro %}
+'''}
 
 SITECUSTOMIZE = '''
     """Test only: the papermill kernel finds ``hyport_lib.extra`` in a temporary folder."""
@@ -139,6 +163,8 @@ def sixth_stage(tmp_path, monkeypatch):
     (packages / "extra" / "__init__.py").write_text('"""A throw-away sixth stage."""\n')
     (packages / "extra" / "stage.py").write_text(textwrap.dedent(STAGE_PY).lstrip())
     (packages / "extra" / "show.py").write_text(textwrap.dedent(SHOW_PY).lstrip())
+    for lang, text in BLOG.items():
+        (packages / "extra" / f"blog.{lang}.md.j2").write_text(textwrap.dedent(text).lstrip())
     # The kernel is a new process: a sitecustomize on its PYTHONPATH extends the package
     # path there as monkeypatch does here.
     site = tmp_path / "site"

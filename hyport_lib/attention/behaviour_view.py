@@ -1,14 +1,11 @@
 """The model check's behaviour part (:mod:`hyport_lib.attention.behaviour`) as stage 02
-tells it: a table of answers for the notebook, the index card's line and the drafts'
-paragraph. Compute lives in ``behaviour.py``."""
+tells it: a table of answers for the notebook, the index card's line and what the
+drafts' paragraph shows. Compute lives in ``behaviour.py``."""
 
 from __future__ import annotations
 
 from typing import Optional
 
-from hyport_lib.attention.phrases import PHRASES
-from hyport_lib.drafting.draft import Draft
-from hyport_lib.drafting.markdown import code, recorded, table
 from hyport_lib.drafting.values import as_dict, as_list, num
 
 #: Longest answer shown in a table cell (the record keeps the whole answer).
@@ -78,24 +75,12 @@ def glance_row(model: dict) -> list[tuple[str, str]]:
     return [("behaviour", f"{behaviour.get('new_tokens')}-token answers: " + "; ".join(said))]
 
 
-def blog_lines(model: dict, draft: Draft) -> list[str]:
-    """The drafts' paragraph and table of answers."""
-    t = PHRASES[draft.lang]
-    behaviour = as_dict(model.get("behaviour"))
-    if not behaviour:
-        return []
-    if not behaviour.get("meaningful"):
-        return [t["att_behaviour_not"].format(why=recorded(behaviour.get("why"), draft.lang)), ""]
-    pairs = [as_dict(p) for p in as_list(behaviour.get("pairs"))]
-    lines = [t["att_behaviour"].format(tokens=num(behaviour.get("new_tokens")),
-                                       prompts=num(len(as_list(behaviour.get("prompts"))))), ""]
+def behaviour_values(behaviour: Optional[dict]) -> dict:
+    """What the drafts show of the behaviour beside its record: each prompt with eager's
+    answer cut short, each swapped model with its first difference."""
+    behaviour = as_dict(behaviour)
     answers = as_list(behaviour.get("eager_answers"))
-    # Answers and differences are recorded text (English words in the Chinese draft too).
-    lines += table([t["prompt"], t["eager_answer"]],
-                   [[code(p), recorded(_short(answers[i]) if i < len(answers) else "", draft.lang)]
-                    for i, p in enumerate(as_list(behaviour.get("prompts")))])
-    lines += table([t["pair"], t["identical"], t["first_diff"], t["ppl"]],
-                   [[code(p.get("label")), draft.yes_no(p.get("identical")),
-                     recorded(_difference(p), draft.lang) if _difference(p) else "—",
-                     f"{num(p.get('eager_perplexity'))} → {num(p.get('perplexity'))}"] for p in pairs])
-    return lines
+    pairs = [as_dict(p) for p in as_list(behaviour.get("pairs"))]
+    return {"answers": [(p, _short(answers[i]) if i < len(answers) else "")
+                        for i, p in enumerate(as_list(behaviour.get("prompts")))],
+            "pairs": [(p, _difference(p)) for p in pairs]}

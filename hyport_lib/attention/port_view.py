@@ -1,16 +1,12 @@
 """The port of ``code_path`` as stage 02 tells it: the proof as a table and in words (for
 the notebook's "Port it", :func:`hyport_lib.attention.show.show_port`), the index card's
-line and the drafts' paragraphs. Compute lives in :mod:`hyport_lib.port`."""
+line and the drafts' table of changes. Compute lives in :mod:`hyport_lib.port`."""
 
 from __future__ import annotations
 
-from typing import Optional
 
-from hyport_lib.attention.phrases import PHRASES
 from hyport_lib.attention.stage import AttentionRecord
-from hyport_lib.drafting.draft import Draft
-from hyport_lib.drafting.markdown import code, quote, table
-from hyport_lib.drafting.values import as_dict, as_list, num
+from hyport_lib.drafting.values import as_dict, as_list
 
 PROOF_COLUMNS = ("name", "kind", "verdict", "max_abs", "bound", "cosine", "npu_calls",
                  "tokens_match", "detail")
@@ -51,47 +47,10 @@ def glance_rows(attention: AttentionRecord) -> list[tuple[str, str]]:
                      f"{len(as_list(port.get('manual')))} left for a human, {said}")]
 
 
-def blog_lines(record: dict, draft: Draft) -> list[str]:
-    """The drafts' paragraphs on the port and its proof (nothing when no port was made)."""
-    t = draft.phrases(PHRASES)
-    data = as_dict(record.get("data"))
-    if data.get("port_error"):
-        return [t["port_not_made"], ""] + quote(str(data["port_error"])) + [""]
-    port = data.get("port")
-    if not isinstance(port, dict):
-        return []
-    changes, manual = as_list(port.get("changes")), as_list(port.get("manual"))
+def port_kinds(port: dict) -> list[tuple[str, int]]:
+    """The port's changes by kind, for the drafts' table."""
     kinds: dict[str, int] = {}
-    for change in changes:
+    for change in as_list(port.get("changes")):
         if isinstance(change, dict):
             kinds[str(change.get("kind"))] = kinds.get(str(change.get("kind")), 0) + 1
-    lines = [t["port_intro"].format(changes=num(len(changes)), files=num(len(as_list(port.get("files_changed")))),
-                                    left=num(len(manual)), dst=code(port.get("dst"))), ""]
-    lines += table([t["port_kind"], t["port_count"]], [[code(k), num(n)] for k, n in sorted(kinds.items())])
-    left = [m for m in manual if isinstance(m, dict)]
-    if left:
-        lines += [t["port_left"], ""]
-        lines += [f"- {code(str(m.get('file')) + ':' + str(m.get('line')))} {code(m.get('kind'))}: "
-                  f"{code(m.get('why'))}" for m in left]
-        lines.append("")
-    lines += _proof_lines(as_dict(port.get("proof")), t, draft)
-    return lines
-
-
-def _proof_lines(proof: dict, t: dict, draft: Draft) -> list[str]:
-    if not proof:
-        return []
-    if proof.get("error"):
-        return [t["port_proof_error"], ""] + quote(str(proof["error"])) + [""]
-    cases = [c for c in as_list(proof.get("cases")) if isinstance(c, dict)]
-    lines = [t["port_proof"].format(verdict=code(proof.get("verdict")), model=code(proof.get("model_class")),
-                                    dtype=code(proof.get("dtype")),
-                                    path=t["port_emulated"] if proof.get("emulated") else t["port_on_npu"]), ""]
-    header = [t["port_case"], "PASS/FAIL", "max |Δ|", t["port_bound"], t["port_calls"], t["port_tokens"]]
-    lines += table(header, [[code(c.get("name")), code(c.get("verdict")), num(c.get("max_abs")), num(c.get("bound")),
-                             num(c.get("npu_calls")), _tokens(c.get("tokens_match"), draft)] for c in cases])
-    return lines
-
-
-def _tokens(value: Optional[bool], draft: Draft) -> str:
-    return "-" if value is None else draft.yes_no(value)
+    return sorted(kinds.items())

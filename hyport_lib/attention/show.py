@@ -4,8 +4,9 @@ recorded result in the report (index card, draft section, heatmap figure).
 Compute lives in :mod:`hyport_lib.attention.compare` (the grid) and
 :mod:`hyport_lib.attention.model_check` (the model); these functions only turn their
 results into DataFrames, Stylers and figures, and display them in a notebook.
-:func:`glance`, :func:`blog_title`, :func:`blog_section`, :func:`blog_figures` and
-:func:`blog_notes` are what the report asks of the stage (see :mod:`hyport_lib.drafting`).
+:func:`glance`, :func:`blog_values`, :func:`blog_figures` and :func:`blog_notes` are what
+the report asks of the stage; its draft section is ``blog.<lang>.md.j2`` beside this module
+(see :mod:`hyport_lib.drafting`).
 """
 
 from __future__ import annotations
@@ -14,19 +15,15 @@ import math
 from typing import Callable, Optional
 
 from hyport_lib.attention.behaviour_view import behaviour_frame, behaviour_markdown, pairs_frame
-from hyport_lib.attention.behaviour_view import blog_lines as behaviour_blog_lines
+from hyport_lib.attention.behaviour_view import behaviour_values
 from hyport_lib.attention.behaviour_view import glance_row as behaviour_glance_row
 from hyport_lib.attention.compare import provenance
-from hyport_lib.attention.phrases import PHRASES
-from hyport_lib.attention.port_view import blog_lines as port_blog_lines
 from hyport_lib.attention.port_view import glance_rows as port_glance_rows
-from hyport_lib.attention.port_view import proof_frame, proof_markdown
+from hyport_lib.attention.port_view import port_kinds, proof_frame, proof_markdown
 from hyport_lib.attention.stage import AttentionRecord, AttentionStageResult, summarize
 from hyport_lib.attention.tallies import backend_rows, case_tally
 from hyport_lib.display import figure_png, style_verdicts
-from hyport_lib.drafting.draft import Draft
-from hyport_lib.drafting.markdown import code, quote, recorded, table
-from hyport_lib.drafting.values import as_dict, as_list, dig, fmt_value, is_number, num, ratio
+from hyport_lib.drafting.values import as_dict, as_list, fmt_value, is_number
 from hyport_lib.results import StageRecord
 from hyport_lib.scan.grouping import group_hits
 from hyport_lib.scan.show import show_scan
@@ -336,10 +333,6 @@ def glance(record: dict) -> list[tuple[str, str]]:
     return out + port_glance_rows(attention)
 
 
-def blog_title(lang: str) -> str:
-    return PHRASES[lang]["title"]
-
-
 def blog_notes(record: dict) -> list[str]:
     """The comparison's own notes (what was emulated, what was left out)."""
     return [n for n in _read(record).data.notes if n]
@@ -360,82 +353,24 @@ def _recorded_heatmap(attention: AttentionRecord):
     return rows_heatmap(pd.DataFrame(rows))
 
 
-def blog_section(record: dict, draft: Draft) -> list[str]:
-    """What the scan found (before / after), the port and its proof, the numerics, the
-    model-level check."""
-    t = draft.phrases(PHRASES)
-    return (_scan_lines(record, t, draft) + port_blog_lines(record, draft)
-            + _numerics_lines(record, t, draft) + _model_lines(record, t, draft))
-
-
-def _scan_lines(record: dict, t: dict, draft: Draft) -> list[str]:
+def blog_values(record: dict) -> dict:
+    """What the draft's section (``blog.<lang>.md.j2``) derives from the record: the scan's
+    hits by kind (one line per source line, each suggestion once), the pins whose API the
+    drop-in did not serve, the worst error over its bound, one row per implementation,
+    the port's changes by kind and the behaviour's answers."""
     data = as_dict(record.get("data"))
-    scan = dig(data, "scan")
-    if not isinstance(scan, dict):
-        return [t["att_no_scan"], ""]
+    scan = as_dict(data.get("scan"))
     hits = [h for h in as_list(scan.get("hits")) if isinstance(h, dict)]
-    where = {"files": num(scan.get("files_scanned")), "path": code(scan.get("path") or scan.get("root"))}
-    if not hits:
-        lines = [t["att_clean"].format(**where), ""]
-    else:
-        lines = [t["att_intro"].format(hits=num(len(hits)), **where), ""]
-        colon = ": " if draft.lang == "en" else "："
-        # By kind, one line per source line, each suggestion once (the scan's own grouping).
-        for group in group_hits(hits):
-            kind = t["scan_kinds"].get(group.category, group.category)
-            label = "scan_group_guard" if group.category == "is_cuda_guard" else "scan_group"
-            lines.append("- " + t[label].format(
-                kind=kind, category=code(group.category), count=num(len(group.places)),
-                colon=colon, suggestion=code(group.suggestion)))
-            for file, line, snippet in group.places:
-                lines.append(f"  - {code(f'{file}:{line}')} {code(snippet)}")
-        lines.append("")
-    pinned = dig(scan, "pinned", default={})
     served = data.get("flash_attn_version")
-    if isinstance(pinned, dict):
-        for name, spec in pinned.items():
-            lines += [t["att_pinned"].format(name=code(name), spec=code(spec)), ""]
-            version = pinned_version(spec)
-            if served and version and unpad_input_values(version) != unpad_input_values(str(served)):
-                lines += [t["att_pin_mismatch"].format(served=code(served), pinned=code(version)), ""]
-    return lines
-
-
-def _numerics_lines(record: dict, t: dict, draft: Draft) -> list[str]:
-    head, provenance_ = as_dict(record.get("headline")), as_dict(record.get("provenance"))
+    pins = []
+    for name, spec in as_dict(scan.get("pinned")).items():
+        version = pinned_version(spec)
+        pins.append({"name": name, "spec": spec, "version": version, "mismatch": bool(
+            served and version and unpad_input_values(version) != unpad_input_values(str(served)))})
+    head = as_dict(record.get("headline"))
     worst = next((v for k, v in head.items() if str(k).startswith("worst ") and is_number(v)), None)
-    values = {"cases": num(head.get("cases")), "rows": code(head.get("rows PASS/WARN/FAIL")),
-              "prov": draft.prov(provenance_)}
-    sentence = (t["att_numerics"].format(worst=num(worst), **values) if worst is not None
-                else t["att_numerics_no_worst"].format(**values))
-    lines = [sentence, ""]
-    backends = backend_rows(as_list(dig(record, "data", "rows")))
-    if backends:
-        skips = any(b["SKIP"] for b in backends)
-        header = [t["impl"], t["ran_on"], t["rows"], "PASS", "WARN", "FAIL"] + (["SKIP"] if skips else [])
-        header += [t["max_abs"], t["worst_ratio"]]
-        body = []
-        for b in backends:
-            counts = [num(b[v]) for v in ("PASS", "WARN", "FAIL")] + ([num(b["SKIP"])] if skips else [])
-            body.append([code(b["name"]), recorded(b["source"], draft.lang), num(b["rows"]), *counts,
-                         num(b["max_abs"]), ratio(b["ratio"]) if b["ratio"] is not None else num(None)])
-        lines += table(header, body)
-    if "attention" in draft.figures:
-        lines += [f"![{t['heatmap_alt']}]({draft.figures['attention']})", "",
-                  f"*{t['heatmap_caption'].format(label=code(provenance_.get('label', '')))}*", ""]
-    return lines
-
-
-def _model_lines(record: dict, t: dict, draft: Draft) -> list[str]:
-    model = dig(record, "data", "model")
-    if not isinstance(model, dict):
-        return []
-    lines = [t["att_model"].format(impl=code(model.get("attn_implementation")),
-                                   dlogits=num(model.get("max_abs_logits")),
-                                   top1=num(model.get("top1_agreement")),
-                                   greedy=draft.yes_no(model.get("greedy_identical")),
-                                   calls=num(model.get("swapped_calls"))), ""]
-    verdict = " — ".join(str(x) for x in (model.get("verdict"), model.get("detail")) if x)
-    if verdict:
-        lines += [t["att_model_verdict"], ""] + quote(verdict)
-    return lines + behaviour_blog_lines(model, draft)
+    backends = backend_rows(as_list(data.get("rows")))
+    return {"scan_hits": len(hits), "scan_groups": group_hits(hits), "pins": pins, "worst": worst,
+            "implementations": backends, "skips": any(b["SKIP"] for b in backends),
+            "port_kinds": port_kinds(as_dict(data.get("port"))),
+            "behaviour": behaviour_values(as_dict(data.get("model")).get("behaviour"))}

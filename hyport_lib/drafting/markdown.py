@@ -1,4 +1,5 @@
-"""Markdown of the blog drafts: code spans, table rows, quotations, fenced blocks.
+"""Markdown of the blog drafts: code spans, table rows, quotations, fenced blocks (the
+templates' filters, :mod:`hyport_lib.drafting.templates`).
 
 Recorded texts that are not figures (summaries, errors, paths, model outputs) are shown
 as recorded and marked: as code (:func:`code`) or as a quotation (:func:`quote`), so a
@@ -7,7 +8,7 @@ reader can tell the drafts' own sentences from what the tools wrote.
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Optional
+from typing import Any, Optional
 
 from hyport_lib.drafting.values import MISSING
 
@@ -32,14 +33,6 @@ def cell(text: Any) -> str:
 def row(*cells: Any) -> str:
     """One Markdown table row."""
     return "| " + " | ".join(cell(c) for c in cells) + " |"
-
-
-def table(header: Iterable[str], rows: Iterable[Iterable[Any]]) -> list[str]:
-    """A Markdown table (header, rule, rows) as lines, followed by a blank line."""
-    header = list(header)
-    lines = [row(*header), "|" + "---|" * len(header)]
-    lines += [row(*r) for r in rows]
-    return lines + [""]
 
 
 def quote(text: Optional[str]) -> list[str]:

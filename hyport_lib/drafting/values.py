@@ -15,8 +15,8 @@ are few and fixed (the tests re-derive each number with them):
   was never recorded.
 
 :func:`num` writes the drafts' figures, :func:`fmt_value` the index cards' (plain text,
-``yes`` / ``no``). Recorded files may come from older versions or be half-written, so
-:func:`dig`, :func:`as_list` and :func:`as_dict` read them without assuming a shape.
+``yes`` / ``no``). :func:`as_list` and :func:`as_dict` read a nested part of a record
+that its typed reader keeps as it was recorded.
 """
 
 from __future__ import annotations
@@ -69,19 +69,6 @@ def fmt_value(value: Any, digits: int = 4) -> str:
     if isinstance(value, float):
         return f"{value:,.1f}" if math.isfinite(value) and abs(value) >= 1000 else f"{value:.{digits}g}"
     return str(value)
-
-
-def dig(value: Any, *keys: Any, default: Any = None) -> Any:
-    """``value[k1][k2]...`` through dicts and lists, or ``default`` where a level is missing
-    or of another type (recorded files of older versions, or half-written ones)."""
-    for key in keys:
-        if isinstance(value, dict) and key in value:
-            value = value[key]
-        elif isinstance(value, list) and isinstance(key, int) and -len(value) <= key < len(value):
-            value = value[key]
-        else:
-            return default
-    return default if value is None else value
 
 
 def as_list(value: Any) -> list:

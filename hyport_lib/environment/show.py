@@ -3,8 +3,8 @@ the stage's index card and draft section from its recorded result.
 
 Everything is displayed as static HTML first (the report's HTML keeps it);
 :func:`environment_widget` adds an ipywidgets button that re-probes in JupyterLab.
-:func:`glance`, :func:`blog_title`, :func:`blog_section` and :func:`blog_facts` are what
-the report asks of the stage (see :mod:`hyport_lib.drafting`).
+:func:`glance` and :func:`blog_facts` are what the report asks of the stage; its draft
+section is ``blog.<lang>.md.j2`` beside this module (see :mod:`hyport_lib.drafting`).
 """
 
 from __future__ import annotations
@@ -13,17 +13,11 @@ import html
 from typing import Callable, Optional
 
 from hyport_lib.display import VERDICT_COLOURS, style_verdicts
-from hyport_lib.drafting.draft import Draft
-from hyport_lib.drafting.markdown import code, recorded, table
-from hyport_lib.drafting.values import as_dict, as_list, dig, fmt_value, num
+from hyport_lib.drafting.values import fmt_value
 from hyport_lib.environment.collect import EnvironmentReport
+from hyport_lib.results import StageRecord
 from hyport_lib.environment.frames import (checks_frame, container_frame, devices_frame,
                                            env_vars_frame, system_frame, versions_frame)
-from hyport_lib.environment.phrases import PHRASES
-from hyport_lib.results import StageRecord
-
-_VERDICTS = ("PASS", "WARN", "FAIL", "SKIP")
-
 
 def summary_html(report: EnvironmentReport) -> str:
     """One coloured line: overall verdict and counts per verdict."""
@@ -133,58 +127,12 @@ def glance(record: dict) -> list[tuple[str, str]]:
             ("to look at", ", ".join(failing) or "nothing")]
 
 
-def blog_title(lang: str) -> str:
-    return PHRASES[lang]["title"]
-
-
 def blog_facts(record: dict) -> dict:
     """The backend the run used and the cards the next stages use, for the draft's title."""
     report = _read(record).data
-    return {"device": report.device, "cards": report.num_cards}
-
-
-def blog_section(record: dict, draft: Draft) -> list[str]:
-    """The seed's environment list as a table, then the checks that applied."""
-    t, d = draft.phrases(PHRASES), as_dict(record.get("data"))
-    system = dig(d, "system", default={})
-    versions = dig(d, "versions", default={}) or draft.versions or {}
-    names = t["env_rows"]
-
-    def version(name):
-        value = dig(versions, name)
-        return draft.value(value) if value else t["not_installed"]
-
-    rows = [(names["host"], draft.value(draft.host or None)),
-            (names["os"], draft.value(dig(system, "os"))),
-            (names["kernel"], draft.value(dig(system, "kernel")))]
-    if "in_container" in system:
-        rows.append((names["container"], draft.yes_no(system.get("in_container"))))
-    rows += [(names["cpu"], draft.value(dig(system, "cpu_model"))),
-             (names["cores"], draft.value(dig(system, "cpu_count"))),
-             (names["ram"], draft.value(dig(system, "ram_total_gb"))),
-             (names["python"], version("python")), (names["torch"], version("torch")),
-             (names["torch_npu"], version("torch_npu")),
-             (names["transformers"], version("transformers")),
-             (names["deepspeed"], version("deepspeed")),
-             (names["cann"], draft.value(dig(d, "cann", "version")) if dig(d, "cann", "version")
-              else t["not_found"]),
-             *[(names[key], draft.value(dig(d, "container", "versions", key)))
-               for key in ("driver", "firmware") if dig(d, "container", "versions", key)],
-             (names["device"], draft.value(dig(d, "device"))),
-             (names["cards"], draft.value(dig(d, "num_cards"))),
-             (names["model"], draft.value(draft.parameters.get("model_path")))]
-    # The folder the stages loaded (``tiny`` resolves to a built folder), as they recorded it.
-    resolved = draft.facts.get("model_folder")
-    if resolved and resolved != draft.parameters.get("model_path"):
-        rows.append((names["model_resolved"], draft.value(resolved)))
-    lines = [t["env_intro"].format(stage=code(record.get("stage"))), ""]
-    lines += table([t["item"], t["value"]], rows)
-    counts = dig(d, "summary", default={})
-    checks = [c for c in as_list(d.get("checks")) if isinstance(c, dict)]
-    if checks and isinstance(counts, dict):
-        lines += [t["checks_intro"].format(**{v: num(counts.get(v, 0)) for v in _VERDICTS}), ""]
-        applied = [c for c in checks if c.get("verdict") != "SKIP"]
-        lines += table([t["check"], t["verdict"], t["reason"]],
-                       [(code(c.get("name")), c.get("verdict", ""), recorded(c.get("reason"), draft.lang))
-                        for c in applied])
-    return lines
+    # The typed reader gives a missing field the writer's default ("cpu", 0 cards): a
+    # record without them must not claim those for the run.
+    recorded = record.get("data") if isinstance(record, dict) else None
+    recorded = recorded if isinstance(recorded, dict) else {}
+    return {"device": report.device if "device" in recorded else None,
+            "cards": report.num_cards if "num_cards" in recorded else None}

@@ -5,8 +5,8 @@ Compute lives in :mod:`hyport_lib.inference.grid`; everything here only displays
 :class:`~hyport_lib.inference.grid.GridResult`. Whatever is shown with a widget (the
 card picker) also has a static rendering (:func:`show_log_tails`), because the
 report's HTML is static and widget views are stripped from it. :func:`glance`,
-:func:`blog_title`, :func:`blog_section` and :func:`blog_facts` are what the report asks
-of the stage (see :mod:`hyport_lib.drafting`).
+:func:`blog_values` and :func:`blog_facts` are what the report asks of the stage; its draft
+section is ``blog.<lang>.md.j2`` beside this module (see :mod:`hyport_lib.drafting`).
 """
 
 from __future__ import annotations
@@ -18,10 +18,7 @@ import pandas as pd
 
 from hyport_lib.display import LiveDisplay, style_verdicts
 from hyport_lib.devices.card_plan import GridPlan
-from hyport_lib.drafting.draft import Draft
-from hyport_lib.drafting.markdown import code, fenced, quote, recorded, table
-from hyport_lib.drafting.values import as_dict, as_list, dig, fmt_value, is_number, num
-from hyport_lib.inference.phrases import PHRASES
+from hyport_lib.drafting.values import as_list, fmt_value, is_number
 from hyport_lib.inference.table import (
     GridProgress, GridRecord, GridResult, consistency, given, grid_verdict, preview,
 )
@@ -200,10 +197,6 @@ def glance(record: dict) -> list[tuple[str, str]]:
     return rows
 
 
-def blog_title(lang: str) -> str:
-    return PHRASES[lang]["title"]
-
-
 def blog_facts(record: dict) -> dict:
     """The model folder the workers loaded (``tiny`` resolves to a built folder) and the
     number of cards the grid ran on."""
@@ -212,48 +205,13 @@ def blog_facts(record: dict) -> dict:
     return {"model_folder": grid.config.get("model_path"), "cards": len(cards) or None}
 
 
-def blog_section(record: dict, draft: Draft) -> list[str]:
-    """The per-card table (the seed's NPU | result), one answer, where the logs are."""
-    t, d = draft.phrases(PHRASES), as_dict(record.get("data"))
-    counts = dig(d, "counts", default={})
-    rows = [r for r in as_list(d.get("rows")) if isinstance(r, dict)]
-    # "warm" only where the run made untimed warm-up calls and recorded the cold one apart
-    # (runs from before warmup_runs existed, or with warmup_runs=0, timed the first call).
-    warmup = dig(d, "config", "warmup_runs")
-    warm = is_number(warmup) and warmup > 0 and any(r.get("cold_s") is not None for r in rows)
-    intro = t["inf_intro_warm"] if warm else t["inf_intro"]
-    lines = [intro.format(ok=num(counts.get("ok")), failed=num(counts.get("failed")),
-                          timeout=num(counts.get("timeout")), busy=num(counts.get("skipped-busy"))), ""]
-    lines += quote(d.get("consistency"))
-    attention = dig(d, "config", "attn_implementation")
-    if attention:
-        lines += [t["attention"].format(name=code(attention)), ""]
-        note = dig(d, "attention", "note")
-        if note:
-            lines += [t["attention_note"], ""] + quote(recorded(note, draft.lang))
-    if rows:
-        suffix = "_warm" if warm else ""
-        cold = [t["cold_s"]] if warm else []
-        lines += table([t["card"], t["card_status"], t["load_s"], *cold, t["first_token_s" + suffix],
-                        t["tps" + suffix], t["decode_tps" + suffix], t["memory"], t["error"]],
-                       [(num(r.get("card")), recorded(r.get("status"), draft.lang), num(r.get("load_s")),
-                         *([num(r.get("cold_s"))] if warm else []), num(r.get("first_token_s")),
-                         num(r.get("tokens_per_s")), num(r.get("decode_tokens_per_s")),
-                         num(r.get("peak_memory_mb")), recorded(r.get("error"), draft.lang)) for r in rows])
-    sample = sample_answer(d)
-    if sample is not None:
-        card, answer = sample
-        prompt = dig(d, "config", "single_prompt")
-        why = random_weights_reason(str(dig(d, "config", "model_path", default="")))
-        said = (t["sample_random"].format(card=num(card), prompt=code(prompt), why=recorded(why, draft.lang)) if why
-                else t["sample"].format(card=num(card), prompt=code(prompt)))
-        lines += [said, ""]
-        lines += fenced(str(answer), "text")
-    if d.get("log_dir"):
-        lines += [t["logs"].format(log_dir=code(d["log_dir"])), ""]
-    return lines
-
-
-def sample_answer(data: dict):
-    """``(card, answer)`` of the first card that answered the single prompt, or None."""
-    return GridRecord.from_dict(data).sample_answer()
+def blog_values(record: dict) -> dict:
+    """What the draft's section (``blog.<lang>.md.j2``) derives from the record: whether its
+    figures are warm (the run made untimed warm-up calls and recorded the cold one apart;
+    runs before ``warmup_runs`` existed, or with 0, timed the first call), the first answer
+    and why a random-weight answer shows only that the cards agree."""
+    grid = StageRecord.from_dict(record, GridRecord).data
+    warmup = grid.config.get("warmup_runs")
+    return {"warm": is_number(warmup) and warmup > 0 and any(r.get("cold_s") is not None for r in grid.rows),
+            "sample": grid.sample_answer(),
+            "random_why": random_weights_reason(str(grid.config.get("model_path", "")))}

@@ -34,7 +34,7 @@ def stage_show(stage_id: str) -> Optional[ModuleType]:
 
 
 def stage_hook(stage_id: str, name: str) -> Optional[Callable]:
-    """The function ``name`` (``glance``, ``blog_section``...) of the stage's ``show``
+    """The function ``name`` (``glance``, ``blog_values``...) of the stage's ``show``
     module, or None when the stage has none."""
     return getattr(stage_show(stage_id), name, None)
 

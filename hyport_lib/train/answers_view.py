@@ -1,15 +1,12 @@
 """Stage 04's answers before and after training (:mod:`hyport_lib.train.held_answers`) as the
-notebook, the index card and the drafts show them."""
+notebook, the index card and the drafts (their table cells) show them."""
 
 from __future__ import annotations
 
 from typing import Optional
 
-from hyport_lib.drafting.draft import Draft
-from hyport_lib.drafting.markdown import recorded, table
 from hyport_lib.drafting.values import as_dict, as_list
 from hyport_lib.results import StageRecord
-from hyport_lib.train.phrases import PHRASES
 from hyport_lib.train.result import TrainResult
 
 #: Longest text shown in a table cell (the record keeps all of it).
@@ -26,15 +23,20 @@ def held_of(record: dict) -> dict:
     return as_dict(StageRecord.from_dict(record, TrainResult).data.worker.get("held_answers"))
 
 
+def answer_cells(held: Optional[dict]) -> list[tuple[str, str, str, str]]:
+    """One row per held prompt: the prompt, the data's answer, before and after, each cut
+    to :data:`CELL_CHARS`."""
+    held = as_dict(held)
+    columns = [as_list(held.get(c)) for c in ("prompts", "taught", "before", "after")]
+    return [tuple(_cell(values[i]) if i < len(values) else "" for values in columns)
+            for i in range(len(columns[0]))]
+
+
 def answers_frame(held: Optional[dict]):
-    """One row per held prompt: the prompt, the data's answer, before and after."""
+    """The answers (:func:`answer_cells`) as a DataFrame."""
     import pandas as pd
 
-    held = as_dict(held)
-    columns = ("prompt", "taught", "before", "after")
-    values = {c: as_list(held.get(c if c != "prompt" else "prompts")) for c in columns}
-    return pd.DataFrame([{c: _cell(values[c][i]) if i < len(values[c]) else "" for c in columns}
-                         for i in range(len(values["prompt"]))], columns=list(columns))
+    return pd.DataFrame(answer_cells(held), columns=["prompt", "taught", "before", "after"])
 
 
 def glance_row(record: dict) -> list[tuple[str, str]]:
@@ -50,16 +52,3 @@ def glance_row(record: dict) -> list[tuple[str, str]]:
     if before:
         rows.append(("answer before", _cell(before[0])))
     return rows + [("answer after", _cell(after[0]))]
-
-
-def blog_lines(record: dict, draft: Draft) -> list[str]:
-    t = draft.phrases(PHRASES)
-    held = held_of(record)
-    if not held:
-        return []
-    if held.get("why_not"):
-        return [t["answers_not"].format(why=recorded(held["why_not"], draft.lang)), ""]
-    frame = answers_frame(held)
-    cells = [[recorded(cell, draft.lang) for cell in row] for row in frame.itertuples(index=False)]
-    return [t["answers_intro"], ""] + table([t["ans_prompt"], t["ans_taught"], t["ans_before"], t["ans_after"]],
-                                              cells)

@@ -6,10 +6,10 @@ few seconds while torchrun runs, plus a text progress line; it stays live in
 JupyterLab and leaves one final image under papermill. No ``ipywidgets.Output``: a plot
 drawn inside one exists only in the widget state and is lost from static HTML.
 
-:func:`glance`, :func:`glance_svg`, :func:`blog_title`, :func:`blog_section`,
-:func:`blog_figures`, :func:`blog_facts`, :func:`blog_notes` and :func:`blog_appendix`
-(the dataset notes) are what the report asks of the stage's recorded result (see
-:mod:`hyport_lib.drafting`).
+:func:`glance`, :func:`glance_svg`, :func:`blog_values`, :func:`blog_figures`,
+:func:`blog_facts` and :func:`blog_notes` are what the report asks of the stage's recorded
+result; its draft section and the dataset notes are ``blog.<lang>.md.j2`` beside this
+module (see :mod:`hyport_lib.drafting`).
 """
 
 from __future__ import annotations
@@ -23,17 +23,13 @@ from typing import Callable, Optional
 import pandas as pd
 
 from hyport_lib.display import VERDICT_COLOURS, LiveDisplay, figure_png
-from hyport_lib.drafting.draft import Draft
-from hyport_lib.drafting.markdown import code, fenced, quote, recorded, table
-from hyport_lib.drafting.values import as_dict, as_list, dig, fmt_value, num
+from hyport_lib.drafting.values import as_dict, as_list, fmt_value
 from hyport_lib.params import parameter_fields
 from hyport_lib.results import StageRecord
-from hyport_lib.train.answers_view import answers_frame
-from hyport_lib.train.answers_view import blog_lines as answers_blog_lines
+from hyport_lib.train.answers_view import answer_cells, answers_frame, held_of
 from hyport_lib.train.answers_view import glance_row as answers_glance_row
 from hyport_lib.train.metrics import ema, finite, loss_span, spikes
 from hyport_lib.train.params import Params
-from hyport_lib.train.phrases import PHRASES
 from hyport_lib.train.preflight import LaunchPlan
 from hyport_lib.train.result import TrainProgress, TrainResult, proof_summary
 from hyport_lib.triage import Triage, show_triage
@@ -290,10 +286,6 @@ def glance_svg(record: dict, width: int = 220, height: int = 60) -> str:
             f'<polyline fill="none" stroke="#1f77b4" stroke-width="1.5" points="{line}"/></svg>')
 
 
-def blog_title(lang: str) -> str:
-    return PHRASES[lang]["title"]
-
-
 def blog_facts(record: dict) -> dict:
     """The model folder the training loaded and its processes on this node (one a card)."""
     plan = _read(record).data.plan
@@ -322,68 +314,22 @@ def _recorded_loss_figure(read: StageRecord[TrainResult]):
                        title=str(read.provenance.get("label") or ""))
 
 
-def blog_section(record: dict, draft: Draft) -> list[str]:
-    """The parameters table (the seed's 参数 | 值), the results table (exit code, total
-    time, ``train_loss``, step time...), the loss figure and the ``hyport train`` command."""
-    t, d = draft.phrases(PHRASES), as_dict(record.get("data"))
-    plan = dig(d, "plan", default={})
-    params = dig(plan, "params", default={})
-    summary = dig(d, "summary", default={})
-    names, value = t["train_rows"], draft.value
-    rows = [(names["cards"], value(dig(plan, "world_size"))),
-            (code("max_steps"), value(params.get("max_steps"))),
-            (code("per_device_train_batch_size"), value(params.get("per_device_train_batch_size"))),
-            (code("gradient_accumulation_steps"), value(params.get("gradient_accumulation_steps"))),
-            (names["zero"], value(dig(plan, "deepspeed", "zero_stage"))),
-            (names["precision"], value(plan.get("precision"))),
-            (code("gradient_checkpointing"), value(params.get("gradient_checkpointing"))),
-            (code("save_steps"), value(params.get("save_steps"))),
-            (names["finetuning"], value(params.get("finetuning_type"))),
-            (names["lr"], value(params.get("learning_rate"))),
-            (names["seq"], value(params.get("max_seq_len"))),
-            (names["packing"], value(params.get("packing"))),
-            (names["attention"], value(plan.get("attn_implementation")))]
-    proof = proof_summary(plan.get("attention_proof"))
-    if proof:  # recorded text (the headline's words), shown as such in either language
-        rows.append((names["proof"], code(proof)))
-    lines = [t["train_intro"], ""] + table([t["param"], t["value"]], rows)
-    results = t["res_rows"]
-    # The headline's train_loss (mean of the finite step losses); the Trainer's own figure
-    # beside it only where it differs (it covers only a resumed run's last attempt and
-    # counts a NaN step as 0).
-    mean_loss = summary.get("mean_loss")
-    trainer_loss = dig(d, "worker", "train_metrics", "train_loss")
-    first, last = summary.get("first_loss"), summary.get("last_loss")
-    span = f"{num(first)} → {num(last)}"
-    at, end = summary.get("last_loss_step"), summary.get("last_step")
-    if last is not None and at is not None and end is not None and at != end:
-        span += " " + t["loss_last_finite"].format(at=at, end=end)
-    rows = [(results["exit"], value(d.get("exit_code"))), (results["total"], value(d.get("wall_s"))),
-            (results["steps"], value(summary.get("steps"))), (results["train_loss"], value(mean_loss))]
-    if isinstance(trainer_loss, (int, float)) and (mean_loss is None
-                                                   or abs(float(trainer_loss) - mean_loss) > 5e-5):
-        rows.append((results["trainer_loss"], value(trainer_loss)))
-    rows += [(results["loss"], span), (results["step_s"], value(summary.get("mean_step_s"))),
-             (results["tps"], value(summary.get("tokens_per_s_per_card"))),
-             (results["real_tps"], value(summary.get("real_tokens_per_s_per_card"))),
-             (results["skipped"], value(summary.get("skipped_steps"))),
-             (results["memory"], value(summary.get("peak_memory_mb"))),
-             (results["checkpoint"], code(d.get("last_checkpoint")) if d.get("last_checkpoint") else num(None)),
-             (results["final"], code(d.get("final_dir")) if d.get("final_dir") else num(None))]
-    lines += [t["train_results"], ""] + table([t["item"], t["result"]], rows)
-    if d.get("why"):
-        lines += [t["train_why"], ""] + quote(d["why"])
-    lines += answers_blog_lines(record, draft)
-    if "loss" in draft.figures:
-        label = dig(record, "provenance", "label", default="")
-        lines += [f"![{t['loss_alt']}]({draft.figures['loss']})", "",
-                  f"*{t['loss_caption'].format(label=code(label))}*", ""]
-    elif not as_list(d.get("metrics")):
-        lines += [t["no_metrics"], ""]
-    command = train_command(params)
-    if command:
-        lines += [t["train_cmd"], ""] + fenced(command, "bash")
-    return lines
+def blog_values(record: dict) -> dict:
+    """What the draft's sections (``blog.<lang>.md.j2``) derive from the record: the proof's
+    words, whether the Trainer's own train_loss differs from the headline's (it covers only
+    a resumed run's last attempt and counts a NaN step as 0), whether the last loss is an
+    earlier step's, the answers' table cells and the ``hyport train`` command."""
+    result = StageRecord.from_dict(record, TrainResult).data
+    summary, plan = result.summary, result.plan
+    mean_loss = summary.mean_loss
+    trainer_loss = as_dict(result.worker.get("train_metrics")).get("train_loss")
+    at, end = summary.last_loss_step, summary.last_step
+    return {"proof": proof_summary(plan.get("attention_proof")),
+            "trainer_loss_differs": isinstance(trainer_loss, (int, float)) and (
+                mean_loss is None or abs(float(trainer_loss) - mean_loss) > 5e-5),
+            "loss_last_finite": summary.last_loss is not None and None not in (at, end) and at != end,
+            "answers": answer_cells(held_of(record)),
+            "command": train_command(as_dict(plan.get("params")))}
 
 
 def train_command(params: dict) -> str:
@@ -406,29 +352,3 @@ def _flag_text(value) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     return str(value)
-
-
-def blog_appendix(record: Optional[dict], draft: Draft, *, in_run: bool) -> list[str]:
-    """The dataset notes: where the records came from, how many, how they were fed."""
-    t = draft.phrases(PHRASES)
-    lines = [f"## {t['dataset']}", ""]
-    if not in_run:
-        return lines + [t["ds_not_in_run"], ""]
-    if record is None:
-        return lines + [t["ds_none"], ""]
-    plan = dig(record, "data", "plan", default={})
-    params, data = dig(plan, "params", default={}), dig(plan, "dataset", default={})
-    where = code(data.get("path") or plan.get("dataset_path") or params.get("dataset_path"))
-    lines += [(t["ds_given"] if params.get("dataset_path") else t["ds_bundled"]).format(path=where), ""]
-    if data:
-        lines += [t["ds_counts"].format(**{k: num(data.get(k)) for k in (
-            "total", "good", "samples", "skipped", "truncated", "tokens", "label_tokens")}), ""]
-    if "packing" in params:
-        how = t["packed"] if params.get("packing") else t["padded"]
-        lines += [t["ds_packing"].format(how=how, seq=num(params.get("max_seq_len"))), ""]
-    problems = as_list(data.get("problems"))
-    if problems:
-        lines += [t["ds_problems"], ""]
-        for problem in problems:
-            lines += quote(recorded(problem, "en"))
-    return lines

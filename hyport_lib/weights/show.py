@@ -4,8 +4,9 @@ The ``*_frame`` functions turn a :class:`~hyport_lib.weights.result.WeightsResul
 DataFrames; the ``show_*`` functions display them (pandas Styler, a matplotlib PNG
 through :func:`hyport_lib.display.figure_png`). :class:`LiveScanDisplay` is the scan's
 progress line, rate-limited through :class:`hyport_lib.display.LiveDisplay`.
-:func:`glance`, :func:`blog_title` and :func:`blog_section` are what the report asks of
-the stage's recorded result (see :mod:`hyport_lib.drafting`).
+:func:`glance` and :func:`blog_values` are what the report asks of the stage's recorded
+result; its draft section is ``blog.<lang>.md.j2`` beside this module (see
+:mod:`hyport_lib.drafting`).
 """
 
 from __future__ import annotations
@@ -17,15 +18,12 @@ import pandas as pd
 
 from hyport_lib.checkpoint_files.findings import findings_frame
 from hyport_lib.display import LiveDisplay, figure_png, verdict_colour
-from hyport_lib.drafting.draft import Draft
-from hyport_lib.drafting.markdown import code, fenced, quote, table
-from hyport_lib.drafting.values import as_dict, as_list, dig, fmt_value, num
+from hyport_lib.drafting.values import as_dict, as_list, fmt_value
 from hyport_lib.results import StageRecord
 from hyport_lib.weights.checksums import checksum_name
 from hyport_lib.weights.compare import DIFF_COLUMNS, Comparison
 from hyport_lib.weights.defaults import Sources, checked_label
 from hyport_lib.weights.layout import shard_rows
-from hyport_lib.weights.phrases import PHRASES
 from hyport_lib.weights.result import WeightsRecord, WeightsResult
 from hyport_lib.weights.scan import ScanProgress
 
@@ -276,65 +274,30 @@ def glance(record: dict) -> list[tuple[str, str]]:
     return out
 
 
-def blog_title(lang: str) -> str:
-    return PHRASES[lang]["title"]
+#: The comparisons' headline figures the draft shows, by the names its template uses.
+_COMPARED = {"base": "tensors changed vs base", "checkpoint": "checkpoint tensors identical",
+             "parity": "checkpoint max |Δ logits|", "zero": "ZeRO fp32→saved max |Δ|"}
 
 
-def blog_section(record: dict, draft: Draft) -> list[str]:
-    """The folder's files, the seed's table (shards, index tensors, bytes and keys per
-    shard, model type, parameters), the reload command and what it printed
-    (``LOAD_OK ...``), the findings."""
-    t, d = draft.phrases(PHRASES), as_dict(record.get("data"))
-    shards = [s for s in as_list(d.get("shards")) if isinstance(s, dict)]
-    index = dig(d, "index", default={})
-    path = d.get("path")
+def blog_values(record: dict) -> dict:
+    """What the draft's section (``blog.<lang>.md.j2``) derives from the record: the folder's
+    files as a listing, the comparisons' headline figures by a short name, and the ``hyport verify --reload`` command for the folder with what
+    the reload printed (no command when it was not reloaded)."""
+    data = as_dict(record.get("data"))
+    index, path = data.get("index"), data.get("path")
     files = ([index["file"]] if isinstance(index, dict) and index.get("file") else []) + [
-        str(s.get("file")) for s in shards]
-    intro = t["w_intro_reload" if d.get("reload") else "w_intro"].format(path=code(path))
-    sep = " " if draft.lang == "en" else ""  # Chinese sentences follow each other without a space
-    lines = [f"{intro}{sep}{t['w_files'] if files else t['w_no_files']}", ""]
-    if files:
-        lines += fenced("\n".join([f"{path}/"] + [f"  {f}" for f in files]), "text")
-    if d.get("source"):
-        lines += [t["w_source"], ""] + quote(d["source"])
-    names, head = t["w_rows"], as_dict(record.get("headline"))
-    rows = [(names["shards"], num(len(shards))),
-            (names["index"], draft.value(dig(index, "tensors")) if isinstance(index, dict) and index
-             else draft.value(d.get("tensor_count")))]
-    for shard in shards:
-        rows.append((names["shard"].format(name=code(shard.get("file"))),
-                     f"{num(shard.get('bytes'))} / {num(shard.get('tensors'))}"))
-    counts = dig(d, "counts", default={})
-    rows += [(names["type"], draft.value(dig(d, "config", "model_type"))),
-             (names["params"], draft.value(d.get("parameters"))),
-             (names["errors"], f"{num(counts.get('error'))} / {num(counts.get('warning'))}")]
-    scan = d.get("scan")
-    if isinstance(scan, dict):
-        rows.append((names["nonfinite"], num(len(as_list(scan.get("nonfinite_tensors"))))))
-    for key, label in (("tensors changed vs base", "base"), ("checkpoint tensors identical", "ckpt"),
-                       ("checkpoint max |Δ logits|", "parity"), ("ZeRO fp32→saved max |Δ|", "zero")):
-        if key in head:
-            rows.append((names[label], draft.value(head[key])))
-    lines += table([t["item"], t["result"]], rows)
-    lines += _reload_lines(d, t)
-    findings = [f for f in as_list(d.get("findings")) if isinstance(f, dict)]
-    if findings:
-        lines += [t["w_findings"], ""]
-        for f in findings:
-            lines += quote(f"[{f.get('severity')}] {f.get('class')} — {f.get('file')}: {f.get('message')}")
-    return lines
-
-
-def _reload_lines(data: dict, t: dict) -> list[str]:
-    """The ``hyport verify --reload`` command for the folder, and what the reload printed."""
+        str(s.get("file")) for s in as_list(data.get("shards")) if isinstance(s, dict)]
     reload = data.get("reload")
+    head = as_dict(record.get("headline"))
+    values = {"files": [f"{path}/"] + [f"  {f}" for f in files] if files else [],
+              "compared": {name: head[key] for name, key in _COMPARED.items() if key in head}}
     if not isinstance(reload, dict):
-        return [t["w_no_reload"], ""]
-    options = dig(data, "options", default={})
-    words = ["hyport", "verify", str(reload.get("path") or data.get("path")), "--reload",
+        return values
+    options = as_dict(data.get("options"))
+    words = ["hyport", "verify", str(reload.get("path") or path), "--reload",
              "--dtype", str(reload.get("dtype") or options.get("dtype")),
              "--attn-implementation", str(reload.get("attn_implementation") or options.get("attn_implementation"))]
     if reload.get("trust_remote_code"):
         words.append("--trust-remote-code")
     said = reload.get("line") or " ".join(str(x) for x in (reload.get("status"), reload.get("reason")) if x)
-    return [t["w_reload"], ""] + fenced(" ".join(shlex.quote(w) for w in words), "bash") + fenced(str(said), "text")
+    return {**values, "reload_command": " ".join(shlex.quote(w) for w in words), "reload_said": str(said)}

@@ -1,46 +1,61 @@
-"""What the drafts' frame and sections are written from: :class:`BlogContext`.
+"""What the drafts' templates are written from: the run, and one :class:`StagePart` per
+stage of the run's notebooks folder.
 
-One context per language: the run, every planned stage's view, the frame's sentences,
-the :class:`~hyport_lib.drafting.draft.Draft` handed to the stages' own sections (with
-the run-wide facts the stages established, see :func:`stage_facts`) and the problems
-met while drafting (a figure that could not be drawn, a stage's facts that could not be
-read), which the caveats list.
+A stage's part carries its view (outcome, recorded result), the template of its own
+section (``<stage>/blog.<lang>.md.j2``, None for a stage without one) and the record
+that section is fed: :func:`stage_record` is the one place the templates get a stage's
+recorded result from. Run-wide facts come from the stages' ``blog_facts`` (see
+:func:`stage_facts`); what could not be read is listed among the caveats.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from typing import Any, Optional
 
-from hyport_lib.drafting.draft import Draft
-from hyport_lib.report.blog.text import frame_phrases
-from hyport_lib.report.records import StageView
-from hyport_lib.report.run import ReportRun
+from hyport_lib.drafting.templates import has_template, stage_template
+from hyport_lib.report.blog.frame import profile_name, reproduce_command
+from hyport_lib.report.records import StageView, stage_hook
+from hyport_lib.report.run import INTERRUPTED, NOT_RUN, PENDING, RUNNING, ReportRun
+
+#: Statuses of a stage that has recorded nothing yet (nor will, in this run).
+NO_DATA_YET = (PENDING, RUNNING, NOT_RUN)
+
+
+def stage_record(view: Optional[StageView]) -> Any:
+    """The recorded result a stage's template is fed (None when there is none to show)."""
+    return view.result if view is not None and view.has_data else None
 
 
 @dataclass
-class BlogContext:
-    """What one draft is written from.
+class StagePart:
+    """One stage as the drafts' templates see it.
 
     Attributes:
-        run: the run as it stands (any stage may be unfinished).
-        views: every planned stage, in the run's order.
-        t: the frame's sentences in ``draft.lang``, on top of the shared words.
-        draft: what each stage's ``blog_section`` gets.
-        notes: figures that could not be drawn, listed among the caveats.
-        unread_facts: stages whose ``blog_facts`` failed on their record, and why (also
-            listed among the caveats).
+        stage: the stage id (``NN_name``).
+        template: its own template, or None (its headline is shown as a table).
+        view: the planned stage; None for one the run left out (``--only``).
+        record: what its section is drawn from (:func:`stage_record`).
     """
 
-    run: ReportRun
-    views: list[StageView]
-    t: dict
-    draft: Draft
-    notes: list = field(default_factory=list)
-    unread_facts: list = field(default_factory=list)
+    stage: str
+    template: Optional[str]
+    view: Optional[StageView]
+    record: Any
 
     @property
-    def lang(self) -> str:
-        return self.draft.lang
+    def number(self) -> str:
+        return self.stage.partition("_")[0]
+
+    @property
+    def name(self) -> str:
+        """The stage's name with spaces: its title where it has no template."""
+        return self.stage.partition("_")[2].replace("_", " ")
+
+
+def stage_part(stage: str, view: Optional[StageView], lang: str) -> StagePart:
+    template = stage_template(stage.partition("_")[2], lang)
+    return StagePart(stage, template if has_template(template) else None, view, stage_record(view))
 
 
 def stage_facts(views: list[StageView]) -> tuple[dict, list[str]]:
@@ -63,16 +78,33 @@ def stage_facts(views: list[StageView]) -> tuple[dict, list[str]]:
     return facts, problems
 
 
-def build_context(run: ReportRun, lang: str, views: list[StageView], figures: dict,
-                  notes: list) -> BlogContext:
-    """The context of the draft in ``lang``.
+def recorded_notes(run: ReportRun, views: list[StageView]) -> list[str]:
+    """Notes the run and its stages recorded that qualify the figures (``blog_notes``)."""
+    notes = [str(n) for n in (run.notes or [])]
+    for view in views:
+        give = view.hook("blog_notes")
+        if view.result is not None and give is not None:
+            notes += give(view.result)
+    return notes
 
-    Raises:
-        ValueError: for a language there is no text for.
-    """
-    t = frame_phrases(lang)
-    facts, problems = stage_facts(views)
+
+def build_context(run: ReportRun, lang: str, views: list[StageView], figures: dict, notes: list) -> dict:
+    """The variables of the draft's templates in ``lang``."""
+    facts, unread = stage_facts(views)
     parameters = run.parameters if isinstance(run.parameters, dict) else {}
-    draft = Draft(lang=lang, figures=dict(figures), facts=facts, host=run.host or "",
-                  parameters=parameters, versions=run.versions or {})
-    return BlogContext(run=run, views=views, t=t, draft=draft, notes=list(notes), unread_facts=problems)
+    parts = [stage_part(view.stage, view, lang) for view in views]
+    left_out = [stage_part(str(stage), None, lang) for stage in run.left_out]
+    # The sections stages add after theirs, in the stages' order, a stage left out told so.
+    appendices = sorted((p for p in parts + left_out if p.template), key=lambda p: p.stage)
+    return {"lang": lang, "run": run, "parameters": parameters, "facts": facts, "host": run.host or "",
+            "versions": run.versions or {}, "figures": dict(figures), "profile": profile_name(run.profile) if run.profile else None, "stages": parts, "left_out": left_out,
+            "appendices": appendices, "figure_problems": list(notes), "unread_facts": unread,
+            "recorded_notes": lambda: recorded_notes(run, views), "no_data_yet": NO_DATA_YET,
+            "interrupted": INTERRUPTED, "reproduce": lambda: reproduce_command(run, parameters, views),
+            "values": lambda part: _values(part)}
+
+
+def _values(part: StagePart) -> dict:
+    """What the stage's ``blog_values`` derives from its record for its template ({} without)."""
+    derive = stage_hook(part.stage, "blog_values")
+    return derive(part.record) if derive is not None and part.record is not None else {}

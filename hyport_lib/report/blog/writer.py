@@ -1,19 +1,19 @@
 """Blog-post drafts of a run: ``blog.en.md`` (also as ``blog.md``) and ``blog.zh.md``.
 
-The drafts take the shape of the seed's write-up of a bring-up: the porting problem
-(:mod:`~hyport_lib.report.blog.frame`), then one section per stage drawn by the stage
-itself (:mod:`~hyport_lib.report.blog.sections`, :mod:`hyport_lib.drafting`), the
-sections stages add after theirs, caveats and the commands that reproduce the run.
-Figures are PNG files in ``figures/`` beside the drafts, linked relatively
-(:mod:`~hyport_lib.report.blog.figures`).
+The drafts take the shape of the seed's write-up of a bring-up: the porting problem,
+then one section per stage drawn by the stage's own template, the sections stages add
+after theirs, caveats and the commands that reproduce the run. Each language is one
+frame template (``report/templates/blog/blog.<lang>.md.j2``) that takes each stage's
+template (``<stage>/blog.<lang>.md.j2``, see :mod:`hyport_lib.drafting`), fed by
+:mod:`~hyport_lib.report.blog.context`. Figures are PNG files in ``figures/`` beside the
+drafts, linked relatively (:mod:`~hyport_lib.report.blog.figures`).
 
 Every number comes from the run's recorded files (``results/NN_stage.json`` and
 ``run.json``), written as recorded or with the rounding of
 :mod:`hyport_lib.drafting.values`; every figure keeps its provenance, so a CPU or
 emulated number is never shown as an NPU one. A stage that did not run or failed says
-so in its section, with its recorded error quoted. The frame is translated
-(:mod:`~hyport_lib.report.blog.text`); recorded texts stay as recorded, marked as code
-or quotations.
+so in its section, with its recorded error quoted; recorded texts stay as recorded,
+marked as code or quotations.
 
 :func:`write_blog_drafts` runs at the start of a run (every stage ``PENDING``), after
 every stage and when the run is stopped: it reads whatever is there, never raises on a
@@ -25,12 +25,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Optional
 
-from hyport_lib.drafting.draft import LANGS
-from hyport_lib.drafting.markdown import quote
+from hyport_lib.drafting.templates import LANGS, environment, frame_template, tidy
 from hyport_lib.report.blog.context import build_context
 from hyport_lib.report.blog.figures import draw_figures
-from hyport_lib.report.blog.frame import background, caveats, commands, intro, title
-from hyport_lib.report.blog.sections import appendices, stage_section
 from hyport_lib.report.records import StageView, load_views
 from hyport_lib.report.run import ReportRun
 from hyport_lib.utils.files import atomic_write_text
@@ -56,20 +53,10 @@ def render_blog(run: ReportRun, lang: str = "en", *, figures: Optional[dict] = N
     Raises:
         ValueError: for a language there is no text for.
     """
+    template = environment().get_template(frame_template(lang))
     views = load_views(run) if views is None else views
-    ctx = build_context(run, lang, views, figures or {}, notes or [])
-    parts = [title, intro, background]
-    parts += [lambda c, v=view: stage_section(v, c) for view in ctx.views]
-    parts += [appendices, caveats, commands]
-    lines: list[str] = []
-    for part in parts:
-        try:
-            lines += part(ctx)
-        except Exception as exc:  # noqa: BLE001 — a partial or odd run must still get its drafts
-            lines += [ctx.t["section_error"], ""] + quote(f"{type(exc).__name__}: {exc}")
-    while lines and not lines[-1]:
-        lines.pop()
-    return scrub_text("\n".join(lines) + "\n")
+    text = template.render(build_context(run, lang, views, figures or {}, notes or []))
+    return scrub_text(tidy(text))
 
 
 def write_blog_drafts(run: ReportRun, views: Optional[list[StageView]] = None) -> list[Path]:
