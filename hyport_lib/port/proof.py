@@ -164,9 +164,9 @@ def _prove_loaded(src: Path, dst: Path, dtype, device, seed, overrides, on_phase
     try:
         expected = []
         for batch in cases:
-            calls_before = shim_api.calls if shim_api is not None else 0
+            calls_before = shim_api.calls.total() if shim_api is not None else 0
             expected.append(_run(reference, batch))
-            reference_calls.append(shim_api.calls - calls_before if shim_api is not None else None)
+            reference_calls.append(shim_api.calls.total() - calls_before if shim_api is not None else None)
         if not any(reference_calls):
             reference_calls = [None] * len(cases)
             proof.reference = ("the original code's own non-flash path: its flash path did "
