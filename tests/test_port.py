@@ -309,3 +309,33 @@ def test_a_nan_in_the_reference_is_no_pass():
     ref[0] = float("nan")
     max_abs, bound, cosine, finite = compare_outputs(ref, torch.randn(4) * 100, torch.float32)
     assert not finite
+
+
+def test_the_port_rewrites_from_the_scans_table_and_the_scan_names_what_it_writes(tmp_path):
+    """One table of CUDA-only constructs: each line the port rewrites in the planted file
+    is a scan finding whose suggestion says what the port writes there, and every name
+    the table lets the port import is one the generated module serves."""
+    from hyport_lib.port.generated import flash_attn_ascend
+    from hyport_lib.scan import rules
+    from hyport_lib.scan.scanner import scan_path
+
+    (tmp_path / "planted.py").write_text(PLANTED)
+    result = port_python(PLANTED, "planted.py", relative=False)
+    suggestions: dict[int, list[str]] = {}
+    for hit in scan_path(tmp_path).hits:
+        suggestions.setdefault(hit.line, []).append(hit.suggestion)
+    for change in result.changes:
+        said = " | ".join(suggestions.get(change.line, []))
+        assert "hyport port" in said, (change, said)
+        if change.kind in rules.PORT_WRITES:
+            assert rules.PORT_WRITES[change.kind] in said, (change, said)
+    assert {c.kind for c in result.changes} - {"flash_attn_import", "torch_cuda"} <= set(rules.PORT_WRITES)
+    left = {m.line: m.why for m in result.manual}
+    capability = PLANTED.splitlines().index("    cap = torch.cuda.get_device_capability(0)") + 1
+    assert left[capability] == rules.CUDA_NAMES_BY_HAND["get_device_capability"]
+    assert rules.CUDA_NAMES_BY_HAND["get_device_capability"] in " ".join(suggestions[capability])
+    served = rules.SERVED_FLASH_NAMES | {"accelerator_device", "accelerator_type", "accelerator_module",
+                                         "distributed_backend", "on_accelerator", "flash_supported",
+                                         "hf_attn_implementation"}
+    assert all(callable(getattr(flash_attn_ascend, name, None)) for name in served), \
+        sorted(n for n in served if not hasattr(flash_attn_ascend, n))

@@ -39,7 +39,7 @@ from hyport_lib.npu_attention import emulation
 from hyport_lib.npu_attention.shim import (DEFAULT_VERSION, current_shim,
                                            install_flash_attn_shim, uninstall_flash_attn_shim)
 from hyport_lib.port import tiny
-from hyport_lib.port.codemod import GENERATED_MODULE
+from hyport_lib.scan.rules import GENERATED_MODULE
 from hyport_lib.port.function_check import NAME as FUNCTIONS
 from hyport_lib.port.function_check import check_functions
 from hyport_lib.port.outputs import COSINE_MIN, compare_outputs
