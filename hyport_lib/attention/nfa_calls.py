@@ -3,8 +3,8 @@
 This is the NPU side of the comparison: the case's tensors in its NPU layout, the NPU
 mask convention (True = masked out) and sparse mode, and ``actual_seq_*`` without the
 leading 0. Causal and band cases take the same sparse arguments as hyport's flash-attn
-drop-in (:func:`~hyport_lib.port.generated.flash_attn_ascend.nfa_sparse_arguments`); padded batches and
-bidirectional spans need a full mask or a second call, written out here.
+drop-in (:func:`~hyport_lib.port.generated.flash_attn_ascend.nfa_sparse_arguments`);
+padded batches and bidirectional spans need a full mask or a second call, written out here.
 """
 
 from __future__ import annotations

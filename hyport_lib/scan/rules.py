@@ -254,8 +254,9 @@ _ENV_CATEGORIES = {"FLASH_ATTENTION_SKIP_CUDA_BUILD": FLASH_ATTN}
 NCCL_ENV_DEFAULT = ("no effect under HCCL; see HCCL_IF_BASE_PORT, HCCL_SOCKET_IFNAME, "
                     "HCCL_CONNECT_TIMEOUT, HCCL_EXEC_TIMEOUT")
 
-DEVICE_SUGGESTION = f"backend.device(i) from {_BACKEND}; {port_writes('cuda_device')}"
-DEVICE_CONTEXT_SUGGESTIONS = {  # the port rewrites a device string given as ``.to(...)`` or ``device=``
+DEVICE_SUGGESTION = f"backend.device(i) from {_BACKEND}"
+#: By where the string is used; the port rewrites one given as ``.to(...)`` or ``device=``.
+DEVICE_CONTEXT_SUGGESTIONS = {
     "to": ".to(backend.device(i)); " + port_writes("cuda_device"),
     "device": "backend.device(i) / backend.torch_device(i); " + port_writes("cuda_device"),
     "device_map": "device_map=backend.device(i) (or 'auto')",
