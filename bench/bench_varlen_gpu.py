@@ -2,7 +2,7 @@
 
 For each mix of sequence lengths (bf16, 32 heads, head dim 128, causal), best of 5 × 20
 calls of: the drop-in's ``flash_attn_varlen_func`` (which picks grouped SDPA or the fused
-kernel by the rule of :mod:`hyport_lib.npu_attention.varlen_dispatch`), torch's fused varlen
+kernel by :func:`hyport_lib.port.generated.flash_attn_ascend.choose_varlen_path`), torch's fused varlen
 kernel alone, grouped SDPA alone (one batched call per run of equal lengths) and one SDPA
 call per sequence. Printed: each time in ms and the drop-in over the fastest of the
 three others (target ≤ 1.10 on every mix). Needs a CUDA GPU; on other hosts it says so
@@ -61,11 +61,11 @@ def main(argv=None) -> int:
     if not torch.cuda.is_available():
         print("no CUDA GPU here: nothing to measure (see bench/bench_varlen.py for the CPU)")
         return 0
-    from hyport_lib.npu_attention import sdpa_ops, varlen_dispatch
+    from hyport_lib.port.generated import flash_attn_ascend as fa
     from hyport_lib.npu_attention.flash_api import FlashAttnAPI
 
     api = FlashAttnAPI("sdpa")
-    fused_op = varlen_dispatch.fused_varlen_op()
+    fused_op = fa.fused_varlen_op()
     heads, dim, scale = 32, 128, 128 ** -0.5
     print(f"{torch.cuda.get_device_name(0)}, torch {torch.__version__}; bf16, {heads} heads, "
           f"head dim {dim}, causal; best of {args.repeats} x {args.calls} calls; ms per call")
@@ -78,25 +78,25 @@ def main(argv=None) -> int:
         q, k, v = (torch.randn(cu[-1], heads, dim, device="cuda", dtype=torch.bfloat16) for _ in range(3))
         cu_t = torch.tensor(cu, dtype=torch.int32, device="cuda")
         window = (None, 0)
-        runs = len(sdpa_ops._runs(lengths, lengths))
-        path = varlen_dispatch.choose_path("cuda", q.dtype, dim, 0.0, runs, False, fused_op is not None)
+        runs = len(fa.equal_length_runs(lengths, lengths))
+        path = fa.choose_varlen_path("cuda", q.dtype, dim, 0.0, runs, False, fused_op is not None)
 
         def grouped():
-            saved = varlen_dispatch.FUSED_MIN_RUNS
-            varlen_dispatch.FUSED_MIN_RUNS = 10 ** 9
+            saved = fa.FUSED_MIN_RUNS
+            fa.FUSED_MIN_RUNS = 10 ** 9
             try:
-                return sdpa_ops.sdpa_varlen(q, k, v, cu, cu, scale, 0.0, window)
+                return fa.sdpa_varlen(q, k, v, cu, cu, scale, 0.0, window)
             finally:
-                varlen_dispatch.FUSED_MIN_RUNS = saved
+                fa.FUSED_MIN_RUNS = saved
 
         def per_sequence():
-            return [sdpa_ops.sdpa_bsnd(q[a:b][None], k[a:b][None], v[a:b][None], scale, 0.0, window)
+            return [fa.sdpa_dense(q[a:b][None], k[a:b][None], v[a:b][None], scale, 0.0, window)
                     for a, b in zip(cu, cu[1:])]
 
         times = {
             "drop-in": timed(lambda: api.flash_attn_varlen_func(q, k, v, cu_t, cu_t, max(lengths),
                                                                 max(lengths), causal=True), args.repeats, args.calls),
-            "fused": (timed(lambda: varlen_dispatch.fused_varlen(q, k, v, cu, cu, scale, window, fused_op),
+            "fused": (timed(lambda: fa.fused_varlen(q, k, v, cu, cu, scale, window, fused_op),
                             args.repeats, args.calls) if fused_op else float("nan")),
             "grouped": timed(grouped, args.repeats, args.calls),
             "per-seq": timed(per_sequence, args.repeats, args.calls),

@@ -11,7 +11,8 @@ from hyport_lib.models import attention_proof
 from hyport_lib.models.attention_proof import prove_swap, sdpa_refusal
 from hyport_lib.models.shrunk_model import shrunk_config
 from hyport_lib.npu_attention import hf_integration
-from hyport_lib.npu_attention.flash_api import FlashAttnAPI, FlashAttnUnsupported
+from hyport_lib.npu_attention.flash_api import FlashAttnAPI
+from hyport_lib.port.generated.flash_attn_ascend import FlashAttnUnsupported
 from hyport_lib.npu_attention.hf_integration import (UnsupportedAttentionArgument, attention_forward,
                                                      check_attention_arguments)
 from biased_attention_model import write_biased_model

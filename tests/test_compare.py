@@ -16,7 +16,7 @@ from hyport_lib.npu_attention import reference as R
 from hyport_lib.attention.implementations import Implementation, eager_attention
 from hyport_lib.attention.case_data import case_keep_mask, make_case_data
 from hyport_lib.attention.cases import BATCH_KINDS, MASK_KINDS, AttentionCase, build_grid
-from hyport_lib.npu_attention.nfa_constants import compressed_causal_mask
+from hyport_lib.port.generated.flash_attn_ascend import compressed_causal_mask
 from hyport_lib.npu_attention.emulation import npu_fusion_attention as emulated
 from hyport_lib.attention.metrics import Metrics, compute_metrics, decide
 from hyport_lib.attention.model_check import ModelComparison, compare_model
@@ -529,7 +529,7 @@ def test_the_model_check_loads_remote_code_only_when_asked_with_the_shim_in_plac
                            flash_attn_version="2.5.8")
     assert remote.trust_remote_code is True and remote.model_class.endswith("modeling_gated.GatedLlava")
     module = sys.modules[type_module(remote.model_class)]
-    assert module.LOADED and module.LOADED[0].startswith("hyport_lib.npu_attention")  # the shim's function
+    assert module.LOADED and module.LOADED[0] == "hyport_lib.port.generated.flash_attn_ascend"  # the shim serves it
     assert remote.verdict == "PASS" and remote.swapped_calls > 0, remote.detail
     assert current_shim() is None and "flash_attn" not in sys.modules
     # again in the same process (a notebook cell re-run): the model code imports this check's

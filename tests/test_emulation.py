@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from hyport_lib.npu_attention import reference as R
-from hyport_lib.npu_attention.nfa_constants import COMPRESSED_MASK_SIZE, compressed_causal_mask
+from hyport_lib.port.generated.flash_attn_ascend import NFA_MASK_SIZE, compressed_causal_mask
 from hyport_lib.npu_attention.emulation import SUPPORTED_SPARSE_MODES, dropout_keep_mask, npu_fusion_attention as nfa
 
 CMASK = compressed_causal_mask()
@@ -390,7 +390,7 @@ def test_uint8_mask_and_supported_modes_listed():
     mask = torch.tensor([[0, 1, 1, 1], [0, 0, 1, 1]], dtype=torch.uint8)
     assert _rows(nfa(q, k, v, 1, "BNSD", atten_mask=mask, sparse_mode=1)[0]) == [1.0, 1.5]
     assert SUPPORTED_SPARSE_MODES == (0, 1, 2, 3, 4, 7, 8)
-    assert CMASK.shape == (COMPRESSED_MASK_SIZE, COMPRESSED_MASK_SIZE)
+    assert CMASK.shape == (NFA_MASK_SIZE, NFA_MASK_SIZE)
 
 
 def test_gradients_flow_and_stay_finite_with_masked_rows():

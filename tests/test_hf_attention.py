@@ -7,7 +7,8 @@ import torch
 
 from hyport_lib.npu_attention.hf_integration import register_hyport_attention
 from hyport_lib.npu_attention import hf_integration
-from hyport_lib.npu_attention.flash_api import FlashAttnAPI, FlashAttnUnsupported
+from hyport_lib.npu_attention.flash_api import FlashAttnAPI
+from hyport_lib.port.generated.flash_attn_ascend import FlashAttnUnsupported
 from hyport_lib.npu_attention.spans import (bidirectional_span_mask, bidirectional_spans,
                                         span_ids_from_token_type)
 

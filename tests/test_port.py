@@ -185,18 +185,6 @@ def test_bad_destinations_are_refused_in_one_line(planted_tree, tmp_path):
     assert not (tmp_path / "out").exists()
 
 
-def test_generated_module_imports_nothing_of_hyport():
-    import ast
-
-    from hyport_lib.port.tree import GENERATED_SOURCE
-
-    tree = ast.parse(GENERATED_SOURCE.read_text())
-    names = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
-    names |= {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
-    assert names <= {"__future__", "collections", "math", "os", "torch", "torch.nn.functional",
-                     "torch_npu"}
-
-
 @pytest.mark.slow
 def test_port_diff_applies_to_a_copy_of_src(planted_tree, tmp_path):
     result = port_tree(planted_tree, tmp_path / "dst")
@@ -312,24 +300,6 @@ def test_requirements_continuations_editables_and_tabs():
     assert [line for line in new.splitlines() if not line.startswith("#")] == ["torch==2.1.0", "-r other.txt"]
 
 
-def test_flash_attn_1x_names_keep_their_top_left_causal():
-    import torch
-
-    from hyport_lib.npu_attention.flash_api import FlashAttnAPI
-    from hyport_lib.port.tree import GENERATED_SOURCE
-
-    namespace: dict = {}
-    exec(compile(GENERATED_SOURCE.read_text(), str(GENERATED_SOURCE), "exec"), namespace)
-    torch.manual_seed(0)
-    q, k, v = torch.randn(7, 4, 32), torch.randn(9, 2, 32), torch.randn(9, 2, 32)
-    cu_q, cu_k = torch.tensor([0, 3, 7], dtype=torch.int32), torch.tensor([0, 5, 9], dtype=torch.int32)
-    want = FlashAttnAPI("sdpa").flash_attn_unpadded_func(q, k, v, cu_q, cu_k, 4, 5, 0.0, causal=True)
-    got = namespace["flash_attn_unpadded_func"](q, k, v, cu_q, cu_k, 4, 5, 0.0, None, True)
-    assert (got - want).abs().max() < 1e-5
-    bottom_right = namespace["flash_attn_varlen_func"](q, k, v, cu_q, cu_k, 4, 5, causal=True)
-    assert (bottom_right - want).abs().max() > 0.1  # the two conventions differ here
-
-
 def test_a_nan_in_the_reference_is_no_pass():
     import torch
 
@@ -339,3 +309,33 @@ def test_a_nan_in_the_reference_is_no_pass():
     ref[0] = float("nan")
     max_abs, bound, cosine, finite = compare_outputs(ref, torch.randn(4) * 100, torch.float32)
     assert not finite
+
+
+def test_the_port_rewrites_from_the_scans_table_and_the_scan_names_what_it_writes(tmp_path):
+    """One table of CUDA-only constructs: each line the port rewrites in the planted file
+    is a scan finding whose suggestion says what the port writes there, and every name
+    the table lets the port import is one the generated module serves."""
+    from hyport_lib.port.generated import flash_attn_ascend
+    from hyport_lib.scan import rules
+    from hyport_lib.scan.scanner import scan_path
+
+    (tmp_path / "planted.py").write_text(PLANTED)
+    result = port_python(PLANTED, "planted.py", relative=False)
+    suggestions: dict[int, list[str]] = {}
+    for hit in scan_path(tmp_path).hits:
+        suggestions.setdefault(hit.line, []).append(hit.suggestion)
+    for change in result.changes:
+        said = " | ".join(suggestions.get(change.line, []))
+        assert "hyport port" in said, (change, said)
+        if change.kind in rules.PORT_WRITES:
+            assert rules.PORT_WRITES[change.kind] in said, (change, said)
+    assert {c.kind for c in result.changes} - {"flash_attn_import", "torch_cuda"} <= set(rules.PORT_WRITES)
+    left = {m.line: m.why for m in result.manual}
+    capability = PLANTED.splitlines().index("    cap = torch.cuda.get_device_capability(0)") + 1
+    assert left[capability] == rules.CUDA_NAMES_BY_HAND["get_device_capability"]
+    assert rules.CUDA_NAMES_BY_HAND["get_device_capability"] in " ".join(suggestions[capability])
+    served = rules.SERVED_FLASH_NAMES | {"accelerator_device", "accelerator_type", "accelerator_module",
+                                         "distributed_backend", "on_accelerator", "flash_supported",
+                                         "hf_attn_implementation"}
+    assert all(callable(getattr(flash_attn_ascend, name, None)) for name in served), \
+        sorted(n for n in served if not hasattr(flash_attn_ascend, n))

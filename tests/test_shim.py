@@ -1,4 +1,4 @@
-"""The flash_attn shim: unmodified imports, clean removal, bert_padding and rotary."""
+"""The flash_attn shim: unmodified imports, clean removal, the legacy unpad_input."""
 
 from __future__ import annotations
 
@@ -11,7 +11,8 @@ import pytest
 import torch
 
 from hyport_lib.npu_attention.shim import install_flash_attn_shim, uninstall_flash_attn_shim
-from hyport_lib.npu_attention.flash_api import FlashAttnAPI, FlashAttnUnsupported
+from hyport_lib.npu_attention.flash_api import FlashAttnAPI
+from hyport_lib.port.generated.flash_attn_ascend import FlashAttnUnsupported
 
 REMOTE_CODE = '''
 import torch
@@ -181,73 +182,8 @@ def test_shim_on_emulated_npu_backend_matches_sdpa(tmp_path, monkeypatch, clean_
     torch.testing.assert_close(results["sdpa"][:4], ref[0])
 
 
-def test_bert_padding_round_trip_and_grad():
-    from hyport_lib.npu_attention.bert_padding import (index_first_axis, make_unpad_input, pad_input,
-                                                   unpad_input)
-
-    torch.manual_seed(2)
-    x = torch.randn(3, 5, 4, requires_grad=True)
-    mask = torch.tensor([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1], [0, 1, 1, 0, 0]])
-    x_unpad, indices, cu_seqlens, max_s, used = unpad_input(x, mask)
-    assert x_unpad.shape == (10, 4) and max_s == 5
-    assert cu_seqlens.tolist() == [0, 3, 8, 10] and cu_seqlens.dtype == torch.int32
-    assert used.tolist() == [3, 5, 2]
-    back = pad_input(x_unpad, indices, 3, 5)
-    keep = mask.bool().unsqueeze(-1)
-    torch.testing.assert_close(back, torch.where(keep, x, torch.zeros(())))
-    back.sum().backward()
-    torch.testing.assert_close(x.grad, keep.expand_as(x).float())
-    assert len(make_unpad_input(True)(x, mask)) == 4  # flash-attn < 2.7
-    flat = torch.randn(6, 2, requires_grad=True)
-    picked = index_first_axis(flat, torch.tensor([4, 0]))
-    torch.testing.assert_close(picked, flat[[4, 0]])
-    (picked * torch.tensor([[1.0, 2.0], [3.0, 4.0]])).sum().backward()
-    assert flat.grad[4].tolist() == [1.0, 2.0] and flat.grad[1].abs().sum() == 0
-
-
 def test_legacy_version_unpad_returns_four(clean_modules):
     install_flash_attn_shim("sdpa", version="2.5.8")
     from flash_attn.bert_padding import unpad_input
 
     assert len(unpad_input(torch.randn(1, 3, 2), torch.ones(1, 3, dtype=torch.long))) == 4
-
-
-def _rotary_direct(x, cos, sin, positions, interleaved):
-    """Textbook RoPE on the first 2*cos.shape[-1] channels, float64."""
-    rd = cos.shape[-1] * 2
-    out = x.double().clone()
-    for idx in torch.cartesian_prod(*(torch.arange(n) for n in x.shape[:-2])).reshape(-1, x.dim() - 2):
-        idx = tuple(idx.tolist())
-        p = positions[idx]
-        for i in range(rd // 2):
-            a, b = (2 * i, 2 * i + 1) if interleaved else (i, i + rd // 2)
-            c, s = cos[p, i].double(), sin[p, i].double()
-            xa, xb = x[idx][..., a].double(), x[idx][..., b].double()
-            out[idx][..., a] = xa * c - xb * s
-            out[idx][..., b] = xa * s + xb * c
-    return out
-
-
-@pytest.mark.parametrize("interleaved", [False, True])
-def test_rotary_matches_direct_formula(interleaved):
-    from hyport_lib.npu_attention.rotary import apply_rotary_emb
-
-    torch.manual_seed(3)
-    theta = torch.arange(12).unsqueeze(1) * (1.0 / 10000 ** (torch.arange(3) / 3)).unsqueeze(0)
-    cos, sin = theta.cos(), theta.sin()  # rotary_dim 6 of headdim 8: 2 channels pass through
-    x = torch.randn(2, 4, 2, 8)
-    offsets = torch.tensor([0, 5])
-    out = apply_rotary_emb(x, cos, sin, interleaved=interleaved, seqlen_offsets=offsets)
-    positions = (torch.arange(4).unsqueeze(0) + offsets.unsqueeze(1))
-    torch.testing.assert_close(out.double(), _rotary_direct(x, cos, sin, positions, interleaved))
-    torch.testing.assert_close(out[..., 6:], x[..., 6:])
-    packed = x[:, :3].reshape(6, 2, 8)  # two sequences of 3, positions restart at 0
-    out_packed = apply_rotary_emb(packed, cos, sin, interleaved=interleaved,
-                                  cu_seqlens=torch.tensor([0, 3, 6], dtype=torch.int32),
-                                  max_seqlen=3)
-    pos_packed = torch.tensor([0, 1, 2, 0, 1, 2])
-    torch.testing.assert_close(out_packed.double(),
-                               _rotary_direct(packed, cos, sin, pos_packed, interleaved))
-    y = x.clone()
-    assert apply_rotary_emb(y, cos, sin, interleaved=interleaved, inplace=True) is y
-    torch.testing.assert_close(y, apply_rotary_emb(x, cos, sin, interleaved=interleaved))

@@ -27,10 +27,9 @@ from hyport_lib.attention.nfa_calls import run_nfa
 from hyport_lib.backend import get_backend, npu_fusion_attention_op
 from hyport_lib.npu_attention import emulation
 from hyport_lib.npu_attention import reference as R
-from hyport_lib.npu_attention.bert_padding import make_unpad_input, pad_input, unpad_input
 from hyport_lib.npu_attention.flash_api import FlashAttnAPI
-from hyport_lib.npu_attention.sdpa_ops import repeat_kv
-from hyport_lib.npu_attention.shim import DEFAULT_VERSION
+from hyport_lib.npu_attention.shim import DEFAULT_VERSION, make_unpad_input
+from hyport_lib.port.generated.flash_attn_ascend import pad_input, repeat_kv, unpad_input
 from hyport_lib.utils.imports import is_flash_attn_available
 from hyport_lib.utils.versions import legacy_unpad
 

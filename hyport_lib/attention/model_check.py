@@ -24,9 +24,9 @@ from hyport_lib.models.prompts import Prompt, encode_prompts, needs_image
 from hyport_lib.models.sample_image import sample_image
 from hyport_lib.models.training_inputs import packed_positions, rope_positions_function
 from hyport_lib.npu_attention import hf_integration
-from hyport_lib.npu_attention.flash_api import FlashAttnUnsupported
 from hyport_lib.npu_attention.shim import (DEFAULT_VERSION, current_shim, install_flash_attn_shim,
                                            uninstall_flash_attn_shim)
+from hyport_lib.port.generated.flash_attn_ascend import FlashAttnUnsupported
 
 #: max |Δ logits| allowed per dtype before the model check warns (fp32 is exact math).
 LOGIT_TOLERANCE = {"float32": 1e-3, "bfloat16": 0.25, "float16": 0.05}
@@ -204,13 +204,13 @@ def _compare(result: ModelComparison, model_path: str, registered: dict, name: s
     apis = [a for a in (registered.get(name), shim_api) if a is not None]
     with torch.no_grad():
         le = eager(**inputs).logits.double().cpu()
-        before = sum(a.calls for a in apis)
+        before = sum(a.calls.total() for a in apis)
         try:
             ls = swapped(**inputs).logits.double().cpu()
         except FlashAttnUnsupported as exc:  # a refused argument or feature, named by the swap
             result.verdict, result.detail = "REFUSED", f"{exc}; {KEPT_ON_EAGER}"
             return result
-        result.swapped_calls = sum(a.calls for a in apis) - before if apis else None
+        result.swapped_calls = sum(a.calls.total() for a in apis) - before if apis else None
         gen = dict(max_new_tokens=max_new_tokens, do_sample=False)
         ge = eager.generate(**inputs, **gen).cpu()
         gs = swapped.generate(**inputs, **gen).cpu()

@@ -3,8 +3,8 @@
 This is the NPU side of the comparison: the case's tensors in its NPU layout, the NPU
 mask convention (True = masked out) and sparse mode, and ``actual_seq_*`` without the
 leading 0. Causal and band cases take the same sparse arguments as hyport's flash-attn
-drop-in (:func:`~hyport_lib.npu_attention.npu_ops.sparse_arguments`); padded batches and
-bidirectional spans need a full mask or a second call, written out here.
+drop-in (:func:`~hyport_lib.port.generated.flash_attn_ascend.nfa_sparse_arguments`);
+padded batches and bidirectional spans need a full mask or a second call, written out here.
 """
 
 from __future__ import annotations
@@ -16,14 +16,13 @@ import torch
 from hyport_lib.npu_attention import reference as R
 from hyport_lib.attention.case_data import CaseData
 from hyport_lib.attention.cases import AttentionCase
-from hyport_lib.npu_attention.nfa_constants import compressed_causal_mask
-from hyport_lib.npu_attention.npu_ops import sparse_arguments
-from hyport_lib.npu_attention.sdpa_ops import resolve_window
+from hyport_lib.port.generated.flash_attn_ascend import (compressed_causal_mask,
+                                                         nfa_sparse_arguments, resolve_window)
 
 
 def _mask_arguments(case: AttentionCase, compressed: torch.Tensor) -> dict:
     """``atten_mask`` / ``sparse_mode`` / band of the case's flash-attn causal + window."""
-    args = sparse_arguments(resolve_window(case.causal, case.window_size), compressed.device)
+    args = nfa_sparse_arguments(resolve_window(case.causal, case.window_size), compressed.device)
     if args["atten_mask"] is not None:
         args["atten_mask"] = compressed  # the caller's mask object (the emulation checks it)
     return args

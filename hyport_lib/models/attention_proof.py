@@ -260,7 +260,7 @@ def _run_proof(proof: AttentionProof, config, batch: Mapping, samples, name: str
         return
     model = _switched(model, cls, small, name, trust_remote_code)
     api = REGISTERED[name]
-    calls = api.calls
+    calls = api.calls.total()
     try:
         swapped_out = _forward_backward(model, inputs, None, lengths=eager_out[3] if proof.packed else None)
     except Exception as exc:  # noqa: BLE001 — any raise of the swapped model is the proof's finding
@@ -270,7 +270,7 @@ def _run_proof(proof: AttentionProof, config, batch: Mapping, samples, name: str
         proof.reason = scrub_text(f"the model with the swapped attention raised {type(exc).__name__}: "
                                   f"{first}")[:400]
         return
-    proof.swapped_calls = api.calls - calls
+    proof.swapped_calls = api.calls.total() - calls
     if eager_decoding is not None:
         try:
             swapped_decoding = decode_logits(model, inputs, decode_steps)

@@ -253,7 +253,7 @@ def run_inference(config: InferenceConfig) -> InferenceOutcome:
         model_kind=loaded.traits.kind,
         not_applicable=not_applicable_parts(loaded, config),
         processor_unavailable=list(loaded.unavailable),
-        attention_calls=REGISTERED[config.attn_implementation].calls
+        attention_calls=REGISTERED[config.attn_implementation].calls.total()
         if config.attn_implementation in REGISTERED else None,
     )
 

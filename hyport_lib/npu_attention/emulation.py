@@ -39,7 +39,6 @@ import warnings
 
 import torch
 
-from hyport_lib.npu_attention.nfa_constants import NFA_MAX_TOKENS
 from hyport_lib.npu_attention.nfa_checks import (
     check_batch, check_compressed, check_mask_dtype, check_tensors,
     full_mask_4d, head_counts, seq_lengths,
@@ -47,6 +46,7 @@ from hyport_lib.npu_attention.nfa_checks import (
 from hyport_lib.npu_attention.reference import (
     LAYOUTS, band_mask, causal_mask, from_bnsd, to_bnsd,
 )
+from hyport_lib.port.generated.flash_attn_ascend import NFA_MAX_TOKENS
 
 SUPPORTED_SPARSE_MODES = (0, 1, 2, 3, 4, 7, 8)
 TND_ONLY_SPARSE_MODES = (7, 8)

@@ -46,14 +46,16 @@ from typing import Optional
 
 import torch
 
-from hyport_lib.npu_attention.flash_api import FlashAttnAPI, FlashAttnUnsupported
+from hyport_lib.npu_attention.flash_api import FlashAttnAPI
 from hyport_lib.npu_attention.names import NAME_OF_BACKEND
-from hyport_lib.npu_attention.npu_ops import nfa_bnsd_masked, nfa_tnd
-from hyport_lib.npu_attention.sdpa_ops import (band_attend_mask, resolve_window, sdpa_bsnd,
-                                               sdpa_varlen)
-from hyport_lib.npu_attention.seqlens import HOST_CACHE, IdentityCache, cumulative, host_cu_seqlens, packed_segments
+from hyport_lib.npu_attention.seqlens import cumulative, packed_segments
 from hyport_lib.npu_attention.spans import (active_span_ids, overlay_spans,
                                             segment_ids_from_position_ids)
+from hyport_lib.port.generated.flash_attn_ascend import (HOST_CACHE, FlashAttnUnsupported,
+                                                         IdentityCache, attend_band,
+                                                         host_cu_seqlens, nfa_sparse_arguments,
+                                                         nfa_varlen, resolve_window, sdpa_dense,
+                                                         sdpa_varlen)
 
 logger = logging.getLogger(__name__)
 
@@ -177,7 +179,7 @@ def describe_value(value) -> str:
 def attention_forward(api: FlashAttnAPI, module, query, key, value, attention_mask=None,
                       dropout=0.0, scaling=None, is_causal=None, **kwargs):
     """See the module docstring. q/k/v (B, N, S, D) -> ((B, Sq, N, Dv), None)."""
-    api.calls += 1
+    api.calls[api.path] += 1
     check_attention_arguments(module, kwargs)
     if query.dim() != 4 or key.dim() != 4 or value.dim() != 4:
         raise ValueError(f"hyport attention expects (batch, heads, seq, dim) q/k/v, got "
@@ -222,7 +224,7 @@ def attention_forward(api: FlashAttnAPI, module, query, key, value, attention_ma
         out = _sdpa_dense(query, key, value, attend, scale, dropout, window)
     else:
         masked = None if attend is None else _nfa_mask(attend)
-        out = nfa_bnsd_masked(api._nfa(), query, key, value, scale, dropout, masked,
+        out = _nfa_bnsd_masked(api.fusion_attention(), query, key, value, scale, dropout, masked,
                               window).transpose(1, 2)
     return out[..., :value_dim].contiguous(), None
 
@@ -267,8 +269,7 @@ def _segment_attend(segments, batch: int, seqlen: int, window, device) -> torch.
     lengths = torch.tensor(segments, device=device)
     seg = torch.repeat_interleave(torch.arange(len(segments), device=device), lengths)
     seg = seg.view(batch, seqlen)
-    attend = (seg.unsqueeze(-1) == seg.unsqueeze(-2)) & band_attend_mask(seqlen, seqlen, window,
-                                                                         device=device)
+    attend = (seg.unsqueeze(-1) == seg.unsqueeze(-2)) & attend_band(seqlen, seqlen, window, device)
     return attend.unsqueeze(1)
 
 
@@ -306,7 +307,7 @@ def _varlen_forward(api, query, key, value, segments, scale, dropout, window):
     if api.backend == "sdpa":
         out = sdpa_varlen(q, k, v, cu, cu, scale, dropout, window)
     else:
-        out = nfa_tnd(api._nfa(), q, k, v, cu, cu, scale, dropout, window)
+        out = nfa_varlen(api.fusion_attention(), q, k, v, cu, cu, scale, dropout, window)
     return out.reshape(batch, seqlen, heads, -1)
 
 
@@ -317,7 +318,7 @@ def _attend_mask(mask, batch, sq, sk, window, query) -> Optional[torch.Tensor]:
     if mask.dim() == 2:  # (B, Sk) padding mask, 1 = real token
         if mask.shape[-1] != sk:
             raise ValueError(f"2-D attention_mask covers {mask.shape[-1]} keys, attention has {sk}")
-        return mask.bool()[:, None, None, :] & band_attend_mask(sq, sk, window, device=mask.device)
+        return mask.bool()[:, None, None, :] & attend_band(sq, sk, window, mask.device)
     if mask.dim() != 4:
         raise ValueError(f"attention_mask must be 2-D or 4-D, got shape {tuple(mask.shape)}")
     if mask.dtype != torch.bool and mask.dtype != query.dtype:
@@ -333,7 +334,7 @@ def _with_spans(attend, span_ids, position_ids, batch, sq, sk, window, query):
                          f"attention has {sk} keys")
 
     def compute():
-        base = (band_attend_mask(sq, sk, window, device=query.device).expand(1, 1, sq, sk)
+        base = (attend_band(sq, sk, window, query.device).expand(1, 1, sq, sk)
                 if attend is None else _as_attend(attend))
         if attend is None and isinstance(position_ids, torch.Tensor) and position_ids.dim() == 2 \
                 and position_ids.shape[-1] == sk:
@@ -383,7 +384,7 @@ def _nfa_mask(attend: torch.Tensor) -> torch.Tensor:
 def _sdpa_dense(query, key, value, attend, scale, dropout, window):
     """SDPA on (B, N, S, D) with a transformers-style mask; returns (B, Sq, N, D)."""
     if attend is None:
-        return sdpa_bsnd(query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2),
+        return sdpa_dense(query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2),
                          scale, dropout, window)
     groups = query.shape[1] // key.shape[1]
     if groups > 1:
@@ -392,3 +393,12 @@ def _sdpa_dense(query, key, value, attend, scale, dropout, window):
     out = torch.nn.functional.scaled_dot_product_attention(
         query, key, value, attn_mask=_sdpa_mask(attend), dropout_p=dropout, scale=scale)
     return out.transpose(1, 2)
+
+
+def _nfa_bnsd_masked(nfa, q, k, v, scale, dropout_p, masked, window):
+    """NFA in BNSD with an explicit ``atten_mask`` (True = masked out), (B|1, 1, Sq, Sk),
+    or without one the window's sparse mode. Returns (B, N, Sq, D)."""
+    extra = nfa_sparse_arguments(window, q.device) if masked is None else \
+        {"atten_mask": masked, "sparse_mode": 0}
+    return nfa(q, k, v, head_num=q.shape[1], input_layout="BNSD", scale=float(scale),
+               keep_prob=1.0 - float(dropout_p), **extra)[0]

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import torch
 
-from hyport_lib.npu_attention.nfa_constants import COMPRESSED_MASK_SIZE, compressed_causal_mask
 from hyport_lib.npu_attention.reference import lengths_from_cumulative
+from hyport_lib.port.generated.flash_attn_ascend import NFA_MASK_SIZE, compressed_causal_mask
 
 SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 _DIMS = {"BSH": 3, "SBH": 3, "BSND": 4, "BNSD": 4, "TND": 3}
@@ -109,7 +109,7 @@ def check_mask_dtype(atten_mask):
 
 def check_compressed(atten_mask, sparse_mode):
     shape = tuple(atten_mask.shape)
-    if shape != (COMPRESSED_MASK_SIZE, COMPRESSED_MASK_SIZE):
+    if shape != (NFA_MASK_SIZE, NFA_MASK_SIZE):
         raise ValueError(f"atten_mask shape {shape}: sparse_mode={sparse_mode} takes the "
                          "compressed 2048x2048 triu(ones, 1) mask")
     expected = compressed_causal_mask(atten_mask.device)

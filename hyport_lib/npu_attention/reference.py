@@ -28,7 +28,7 @@ from typing import NamedTuple, Optional, Sequence
 
 import torch
 
-from hyport_lib.npu_attention.nfa_constants import NFA_MAX_TOKENS
+from hyport_lib.port.generated.flash_attn_ascend import NFA_MAX_TOKENS
 
 ALIGNS = ("top_left", "bottom_right")
 LAYOUTS = ("BSH", "SBH", "BSND", "BNSD", "TND")

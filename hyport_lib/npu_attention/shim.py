@@ -3,8 +3,9 @@
 Remote model code (``trust_remote_code=True``) often does ``from flash_attn import
 flash_attn_varlen_func`` at module level, or ``from flash_attn.bert_padding import
 pad_input``. On an Ascend host there is no flash-attn wheel. ``install_flash_attn_shim``
-puts module objects into ``sys.modules`` whose functions are a
-:class:`~hyport_lib.npu_attention.flash_api.FlashAttnAPI` bound to one backend:
+puts module objects into ``sys.modules`` whose functions are those of
+:mod:`hyport_lib.port.generated.flash_attn_ascend` (the module the port writes), the
+attention ones bound to one backend by :class:`~hyport_lib.npu_attention.flash_api.FlashAttnAPI`:
 
 ========================================  ==================================================
 module                                    names
@@ -48,8 +49,8 @@ import types
 from dataclasses import dataclass, field
 from typing import Optional
 
-from hyport_lib.npu_attention import bert_padding, rotary
-from hyport_lib.npu_attention.flash_api import FlashAttnAPI, FlashAttnUnsupported
+from hyport_lib.npu_attention.flash_api import FlashAttnAPI
+from hyport_lib.port.generated import flash_attn_ascend
 from hyport_lib.utils.imports import clear_import_caches
 from hyport_lib.utils.versions import legacy_unpad
 
@@ -65,8 +66,12 @@ _V1_NAMES = (
 )
 
 _lock = threading.Lock()
+_PADDING_NAMES = ("IndexFirstAxis", "index_first_axis", "IndexPutFirstAxis",
+                  "index_put_first_axis", "unpad_input_for_concatenated_sequences", "pad_input")
+_ROTARY_NAMES = ("apply_rotary_emb", "apply_rotary_emb_func", "apply_rotary_emb_qkv_",
+                 "apply_rotary_emb_kv_")
 __all__ = ["DEFAULT_VERSION", "ShimInstall", "build_shim_modules", "current_shim",
-           "install_flash_attn_shim", "real_flash_attn_present",
+           "install_flash_attn_shim", "make_unpad_input", "real_flash_attn_present",
            "uninstall_flash_attn_shim"]
 
 
@@ -129,21 +134,10 @@ def build_shim_modules(backend: str = "auto", version: str = DEFAULT_VERSION) ->
     v1 = {name: getattr(api, name) for name in _V1_NAMES}
     # __hyport_api__: whoever must know how many calls the shim served (the model check)
     common = {"__version__": version, "__hyport_backend__": api.backend, "__hyport_api__": api,
-              "FlashAttnUnsupported": FlashAttnUnsupported}
-    legacy = legacy_unpad(version)
-    padding_names = {
-        "IndexFirstAxis": bert_padding.IndexFirstAxis,
-        "index_first_axis": bert_padding.index_first_axis,
-        "IndexPutFirstAxis": bert_padding.IndexPutFirstAxis,
-        "index_put_first_axis": bert_padding.index_put_first_axis,
-        "unpad_input": bert_padding.make_unpad_input(legacy),
-        "unpad_input_for_concatenated_sequences":
-            bert_padding.unpad_input_for_concatenated_sequences,
-        "pad_input": bert_padding.pad_input,
-    }
-    rotary_names = {name: getattr(rotary, name) for name in (
-        "apply_rotary_emb", "apply_rotary_emb_func", "apply_rotary_emb_qkv_",
-        "apply_rotary_emb_kv_")}
+              "FlashAttnUnsupported": flash_attn_ascend.FlashAttnUnsupported}
+    padding_names = {name: getattr(flash_attn_ascend, name) for name in _PADDING_NAMES}
+    padding_names["unpad_input"] = make_unpad_input(legacy_unpad(version))
+    rotary_names = {name: getattr(flash_attn_ascend, name) for name in _ROTARY_NAMES}
     backend_doc = f"hyport flash-attn shim ({api.backend} backend)"
     mods = {
         "flash_attn.flash_attn_interface": _module(
@@ -162,6 +156,18 @@ def build_shim_modules(backend: str = "auto", version: str = DEFAULT_VERSION) ->
         "layers": mods["flash_attn.layers"],
     }, True)
     return mods
+
+
+def make_unpad_input(legacy: bool):
+    """``unpad_input`` as a flash-attn release has it: 4 results before 2.7, else 5."""
+    if not legacy:
+        return flash_attn_ascend.unpad_input
+
+    def unpad_input(hidden_states, attention_mask):
+        return flash_attn_ascend.unpad_input(hidden_states, attention_mask)[:4]
+
+    unpad_input.__doc__ = flash_attn_ascend.unpad_input.__doc__
+    return unpad_input
 
 
 def install_flash_attn_shim(backend: str = "auto", *, force: bool = False,

@@ -1,4 +1,4 @@
-# hyport-scan: ignore-file (this module is the table of CUDA names the port rewrites)
+# hyport-scan: ignore-file (this module names the CUDA constructs the port rewrites)
 """The Python rewrite of ``hyport port``: a LibCST transformer over one file.
 
 LibCST keeps everything it does not touch byte for byte (comments, blank lines,
@@ -16,8 +16,9 @@ What it rewrites (each a :class:`Change`):
   else ``on_accelerator(x)``;
 * ``attn_implementation="flash_attention_2"`` -> ``hf_attn_implementation()``.
 
-What it must not rewrite is listed as a :class:`ManualSpot` with its reason, and the
-code is left exactly as it was: Triton kernels, ``torch.jit.script`` (nothing inside a
+What it rewrites, into what, and what it leaves is one table shared with the scan
+(:mod:`hyport_lib.scan.rules`). What it must not rewrite is listed as a :class:`ManualSpot`
+with its reason, and the code is left exactly as it was: Triton kernels, ``torch.jit.script`` (nothing inside a
 scripted function is changed: the helpers are not scriptable), apex, xformers, CUDA
 graphs, C++/CUDA extensions, ``torch.cuda`` names with no NPU counterpart, flash-attn
 names the generated module does not serve.
@@ -26,7 +27,6 @@ names the generated module does not serve.
 from __future__ import annotations
 
 import ast
-import re
 from dataclasses import asdict, dataclass
 from typing import Optional
 
@@ -36,38 +36,9 @@ from libcst.codemod.visitors import AddImportsVisitor
 from libcst.metadata import MetadataWrapper, PositionProvider
 
 from hyport_lib.port.segments import SourcePlan, UnparsableSource, parse, plan
-
-GENERATED_MODULE = "flash_attn_ascend"
-
-#: flash-attn modules whose names the generated module serves.
-SERVED_FLASH_MODULES = ("flash_attn", "flash_attn.flash_attn_interface", "flash_attn.bert_padding",
-                        "flash_attn.layers.rotary")
-SERVED_FLASH_NAMES = frozenset({
-    "flash_attn_func", "flash_attn_qkvpacked_func", "flash_attn_kvpacked_func",
-    "flash_attn_varlen_func", "flash_attn_varlen_qkvpacked_func",
-    "flash_attn_varlen_kvpacked_func", "flash_attn_unpadded_func",
-    "flash_attn_unpadded_qkvpacked_func", "flash_attn_unpadded_kvpacked_func",
-    "index_first_axis", "unpad_input", "pad_input", "apply_rotary_emb", "apply_rotary_emb_func",
-})
-#: ``torch.cuda`` names that ``torch.npu`` has with the same meaning (torch_npu 2.x).
-SERVED_CUDA_NAMES = frozenset({
-    "is_available", "device_count", "current_device", "set_device", "synchronize",
-    "empty_cache", "manual_seed", "manual_seed_all", "memory_allocated",
-    "max_memory_allocated", "memory_reserved", "max_memory_reserved",
-    "reset_peak_memory_stats", "is_bf16_supported", "get_device_name",
-    "get_device_properties", "mem_get_info", "Stream", "Event", "stream", "current_stream",
-    "device", "get_rng_state", "set_rng_state", "seed", "initial_seed",
-})
-_CUDA_GRAPH_NAMES = frozenset({"graph", "graphs", "CUDAGraph", "make_graphed_callables"})
-_CUDA_DEVICE_RE = re.compile(r"^cuda(:(\d+))?$")
-_UNPORTABLE_IMPORTS = {
-    "triton": "a Triton kernel: Ascend has no Triton backend here; port it to torch ops "
-              "(or an Ascend C kernel) by hand",
-    "apex": "apex is CUDA-only: use torch.nn / torch.optim equivalents (torch_npu ships fused "
-            "optimizers) by hand",
-    "xformers": "xformers is CUDA-only: replace its attention with flash_attn_ascend's "
-                "functions or SDPA by hand",
-}
+from hyport_lib.scan.rules import (CUDA_DEVICE_LITERAL_RE, CUDA_NAMES_BY_HAND, GENERATED_MODULE,
+                                   SERVED_CUDA_NAMES, SERVED_FLASH_MODULES, SERVED_FLASH_NAMES,
+                                   UNPORTABLE_MODULES)
 
 
 @dataclass(frozen=True)
@@ -222,7 +193,7 @@ class PortTransformer(cst.CSTTransformer):
                                       "torch.jit.script: transfer_to_npu disables it, and code "
                                       "changed inside would not script; review this function")
             elif name.startswith("triton."):
-                self._leave_for_human(node, "triton_kernel", _UNPORTABLE_IMPORTS["triton"])
+                self._leave_for_human(node, "triton_kernel", UNPORTABLE_MODULES["triton"])
 
     def leave_FunctionDef(self, original_node, updated_node):
         if any(_is_jit_script(d) for d in original_node.decorators):
@@ -240,8 +211,8 @@ class PortTransformer(cst.CSTTransformer):
                 self._torch_names.add(bound)
             elif module == "torch.cuda" and alias.asname:
                 self._cuda_names.add(bound)
-            if top in _UNPORTABLE_IMPORTS:
-                self._leave_for_human(original_node, top, _UNPORTABLE_IMPORTS[top])
+            if top in UNPORTABLE_MODULES:
+                self._leave_for_human(original_node, top, UNPORTABLE_MODULES[top])
         flash = [a for a in names if (_dotted(a.name) or "").split(".")[0] == "flash_attn"]
         if not flash:
             return updated_node
@@ -265,8 +236,8 @@ class PortTransformer(cst.CSTTransformer):
             return updated_node
         module = _dotted(updated_node.module) or ""
         top = module.split(".")[0]
-        if top in _UNPORTABLE_IMPORTS:
-            self._leave_for_human(original_node, top, _UNPORTABLE_IMPORTS[top])
+        if top in UNPORTABLE_MODULES:
+            self._leave_for_human(original_node, top, UNPORTABLE_MODULES[top])
             return updated_node
         if module == "torch" and not isinstance(updated_node.names, cst.ImportStar):
             for alias in updated_node.names:
@@ -336,16 +307,8 @@ class PortTransformer(cst.CSTTransformer):
             if attr in SERVED_CUDA_NAMES:
                 new = cst.Attribute(value=_call_helper("accelerator_module"), attr=updated_node.attr)
                 return self._change(original_node, new, "torch_cuda", "accelerator_module")
-            if attr in _CUDA_GRAPH_NAMES:
-                why = ("CUDA graphs: torch_npu has its own graph mode (torch.npu.NPUGraph / "
-                       "torchair); capture and replay must be ported by hand")
-            elif attr == "get_device_capability":
-                why = ("torch.npu.get_device_capability() returns None on torch_npu: a test "
-                       "of the compute capability must be rewritten by hand")
-            elif attr == "amp":
-                why = "use torch.amp.autocast(device_type=accelerator_type()) / torch.amp.GradScaler"
-            else:
-                why = f"torch.cuda.{attr} has no checked NPU counterpart: port it by hand"
+            why = CUDA_NAMES_BY_HAND.get(attr, f"torch.cuda.{attr} has no checked NPU counterpart: "
+                                               "port it by hand")
             self._leave_for_human(original_node, "torch_cuda", why)
             return updated_node
         if self._torch_cuda(original_node) and id(original_node) not in self._attribute_values:
@@ -374,7 +337,7 @@ class PortTransformer(cst.CSTTransformer):
         if keyword in ("attn_implementation", "_attn_implementation") and text == "flash_attention_2":
             new = updated_node.with_changes(value=_call_helper("hf_attn_implementation"))
             return self._change(original_node, new, "attn_implementation", "hf_attn_implementation")
-        if text is not None and (match := _CUDA_DEVICE_RE.match(text)) and keyword in (None, "device"):
+        if text is not None and (match := CUDA_DEVICE_LITERAL_RE.match(text)) and keyword in (None, "device"):
             device = _call_helper("accelerator_type")
             if match.group(2) is not None:
                 device = _call_helper("accelerator_device", cst.Arg(cst.Integer(match.group(2))))

@@ -39,7 +39,7 @@ from hyport_lib.npu_attention import emulation
 from hyport_lib.npu_attention.shim import (DEFAULT_VERSION, current_shim,
                                            install_flash_attn_shim, uninstall_flash_attn_shim)
 from hyport_lib.port import tiny
-from hyport_lib.port.codemod import GENERATED_MODULE
+from hyport_lib.scan.rules import GENERATED_MODULE
 from hyport_lib.port.function_check import NAME as FUNCTIONS
 from hyport_lib.port.function_check import check_functions
 from hyport_lib.port.outputs import COSINE_MIN, compare_outputs
@@ -164,9 +164,9 @@ def _prove_loaded(src: Path, dst: Path, dtype, device, seed, overrides, on_phase
     try:
         expected = []
         for batch in cases:
-            calls_before = shim_api.calls if shim_api is not None else 0
+            calls_before = shim_api.calls.total() if shim_api is not None else 0
             expected.append(_run(reference, batch))
-            reference_calls.append(shim_api.calls - calls_before if shim_api is not None else None)
+            reference_calls.append(shim_api.calls.total() - calls_before if shim_api is not None else None)
         if not any(reference_calls):
             reference_calls = [None] * len(cases)
             proof.reference = ("the original code's own non-flash path: its flash path did "

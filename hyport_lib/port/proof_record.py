@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Optional
 
-from hyport_lib.port.codemod import GENERATED_MODULE
+from hyport_lib.scan.rules import GENERATED_MODULE
 
 #: What the proof is doing, as told to ``on_phase`` (a child that dies says when it did).
 IMPORT_ORIGINAL = "import of the original code (SRC)"

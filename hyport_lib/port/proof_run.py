@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Mapping, Optional
 
 import hyport_lib
-from hyport_lib.port.codemod import GENERATED_MODULE
+from hyport_lib.scan.rules import GENERATED_MODULE
 from hyport_lib.port.proof_record import PortProof, ProofCase, model_files
 from hyport_lib.processes import (describe_exit, feed, finish, has_exited, kill_groups,
                                   last_exception, read_log_tail, reap_leftovers, start_child,

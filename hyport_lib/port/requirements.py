@@ -12,7 +12,8 @@ import re
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
-from hyport_lib.port.codemod import GENERATED_MODULE, Change
+from hyport_lib.port.codemod import Change
+from hyport_lib.scan.rules import GENERATED_MODULE
 
 FLASH_NAMES = {"flash-attn", "flash-attn-2"}
 TORCH_NPU_NOTE = ("# torch-npu: install the release built for this host's torch and CANN "

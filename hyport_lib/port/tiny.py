@@ -25,7 +25,7 @@ from typing import Optional
 
 import torch
 
-from hyport_lib.port.codemod import GENERATED_MODULE
+from hyport_lib.scan.rules import GENERATED_MODULE
 from hyport_lib.port.proof_record import model_files
 
 #: Config fields shrunk when the config has them (a field it lacks is not added).

@@ -16,13 +16,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
-from hyport_lib.port.codemod import GENERATED_MODULE, Change, ManualSpot, port_python
+from hyport_lib.port.codemod import Change, ManualSpot, port_python
 from hyport_lib.port.patch import file_diff
 from hyport_lib.port.requirements import port_requirements
 from hyport_lib.port.segments import UnparsableSource, unpad_arities, uses_relative_imports
 from hyport_lib.port.source_tree import (SourceText, SourceTree, copy_file, read_code,
                                          walk_source)
 from hyport_lib.port.staging import make_staging, remove_stale, remove_staging
+from hyport_lib.scan.rules import GENERATED_MODULE
 from hyport_lib.scan.scanner import file_kind
 from hyport_lib.utils.bounded_files import UnreadableFile, kind_of
 from hyport_lib.utils.files import atomic_write_text

@@ -14,15 +14,17 @@ from __future__ import annotations
 import ast
 import re
 
-IS_CUDA_GUARD = "is_cuda_guard"
+from hyport_lib.scan.rules import port_writes
+
 _ATTENTION_WORDS = re.compile(r"flash|attn|attention|qkv", re.IGNORECASE)
 
 STOPS = ("stops the flash path: on an NPU tensor this assert fails before the swapped attention "
-         "is reached; drop it or test `tensor.device.type in ('cuda', 'npu')`")
+         "is reached; drop it or test `tensor.device.type in ('cuda', 'npu')`; "
+         + port_writes("is_cuda_guard"))
 FALLS_BACK = ("silently falls back: on an NPU the other branch (eager) runs and the swapped "
               "attention is never called; test `tensor.device.type in ('cuda', 'npu')` (or "
               "backend.kind) instead, and check that a forward makes swapped-attention calls "
-              "(hyport attention's model check counts them)")
+              "(hyport attention's model check counts them); " + port_writes("is_cuda_guard"))
 
 
 def _words(node: ast.AST) -> set[str]:

@@ -36,7 +36,7 @@ from hyport_lib.scan.ast_tests import (
     attr_position, call_context, catches_import_error, cuda_kind_branch, cuda_literal,
     is_availability_test, is_kind, names_npu,
 )
-from hyport_lib.scan.guards import IS_CUDA_GUARD, is_cuda_guards
+from hyport_lib.scan.guards import is_cuda_guards
 from hyport_lib.scan.model import Hit
 from hyport_lib.scan.source import decode_source, hit_at, line_scan, split_lines
 
@@ -210,7 +210,7 @@ class _Scanner(ast.NodeVisitor):
         if isinstance(node.ctx, ast.Load):
             line, col = attr_position(node)
             if id(node) in self.cuda_guards:
-                self.add(line, col, IS_CUDA_GUARD, self.cuda_guards[id(node)])
+                self.add(line, col, rules.IS_CUDA_GUARD, self.cuda_guards[id(node)])
                 return self.generic_visit(node)
             table = {**rules.NAME_RULES, **rules.ATTRIBUTE_RULES}
             self._report_name_rule(table, node.attr, line, col)

@@ -1,10 +1,14 @@
-# hyport-scan: ignore-file (this module is the table of names the scan looks for)
-"""What the port scan looks for, and what it suggests in its place.
+# hyport-scan: ignore-file (this module is the table of CUDA-only constructs)
+"""The one table of CUDA-only constructs: what the scan reports, what ``hyport port``
+rewrites (and into what), and what the port leaves for a human (and why).
 
-One table per kind of finding, so that a new rule is one line. Suggestions name
-hyport's own seam where it has one (``hyport_lib.backend.get_backend()`` answers
-every device question; ``hyport_lib.npu_attention`` replaces flash-attn) and the
-``torch_npu`` call an Ascend port uses otherwise.
+One table per kind of construct, so that a new rule is one line. The port's rewrite
+(:mod:`hyport_lib.port.codemod`) reads the "port" tables below; the scan's suggestion for
+a construct the port rewrites names what the port writes, for one it leaves, the port's
+reason. Suggestions also name hyport's own seam where it has one
+(``hyport_lib.backend.get_backend()`` answers every device question;
+``hyport_lib.npu_attention`` replaces flash-attn) and the ``torch_npu`` call an Ascend
+port uses otherwise.
 """
 
 from __future__ import annotations
@@ -29,6 +33,69 @@ IS_CUDA_GUARD = "is_cuda_guard"  # an `is_cuda` test deciding whether attention 
 
 CATEGORIES = (FLASH_ATTN, CUDA_CALL, CUDA_DEVICE, CUDA_ENV, CUDA_EXT, NCCL, APEX, XFORMERS,
               TRITON, BITSANDBYTES, REQUIREMENT, UNPARSABLE, IS_CUDA_GUARD)
+
+# --- what hyport port rewrites, and what it leaves --------------------------------------
+#: The module ``hyport port`` writes next to ported code: flash-attn's API and the device
+#: helpers that replace CUDA-only code.
+GENERATED_MODULE = "flash_attn_ascend"
+#: flash-attn modules, and their names, that the generated module serves.
+SERVED_FLASH_MODULES = ("flash_attn", "flash_attn.flash_attn_interface", "flash_attn.bert_padding",
+                        "flash_attn.layers.rotary")
+SERVED_FLASH_NAMES = frozenset({
+    "flash_attn_func", "flash_attn_qkvpacked_func", "flash_attn_kvpacked_func",
+    "flash_attn_varlen_func", "flash_attn_varlen_qkvpacked_func",
+    "flash_attn_varlen_kvpacked_func", "flash_attn_unpadded_func",
+    "flash_attn_unpadded_qkvpacked_func", "flash_attn_unpadded_kvpacked_func",
+    "flash_attn_with_kvcache", "index_first_axis", "IndexFirstAxis", "index_put_first_axis",
+    "IndexPutFirstAxis", "unpad_input", "unpad_input_for_concatenated_sequences", "pad_input",
+    "apply_rotary_emb", "apply_rotary_emb_func", "apply_rotary_emb_qkv_", "apply_rotary_emb_kv_",
+})
+#: ``torch.cuda`` names that ``torch.npu`` has with the same meaning (torch_npu 2.x): the
+#: port writes ``accelerator_module().<name>``.
+SERVED_CUDA_NAMES = frozenset({
+    "is_available", "device_count", "current_device", "set_device", "synchronize",
+    "empty_cache", "manual_seed", "manual_seed_all", "memory_allocated",
+    "max_memory_allocated", "memory_reserved", "max_memory_reserved",
+    "reset_peak_memory_stats", "is_bf16_supported", "get_device_name",
+    "get_device_properties", "mem_get_info", "Stream", "Event", "stream", "current_stream",
+    "device", "get_rng_state", "set_rng_state", "seed", "initial_seed",
+})
+_CUDA_GRAPHS = ("CUDA graphs: torch_npu has its own graph mode (torch.npu.NPUGraph / torchair); "
+                "capture and replay must be ported by hand")
+#: ``torch.cuda`` names the port leaves for a human, and why.
+CUDA_NAMES_BY_HAND = {
+    "graph": _CUDA_GRAPHS, "graphs": _CUDA_GRAPHS, "CUDAGraph": _CUDA_GRAPHS,
+    "make_graphed_callables": _CUDA_GRAPHS,
+    "get_device_capability": ("torch.npu.get_device_capability() returns None on torch_npu: a "
+                              "test of the compute capability must be rewritten by hand"),
+    "amp": "use torch.amp.autocast(device_type=accelerator_type()) / torch.amp.GradScaler",
+}
+#: Modules with no Ascend build: the port leaves their imports for a human, and why.
+UNPORTABLE_MODULES = {
+    "triton": "a Triton kernel: Ascend has no Triton backend here; port it to torch ops "
+              "(or an Ascend C kernel) by hand",
+    "apex": "apex is CUDA-only: use torch.nn / torch.optim equivalents (torch_npu ships fused "
+            "optimizers) by hand",
+    "xformers": f"xformers is CUDA-only: replace its attention with {GENERATED_MODULE}'s "
+                "functions or SDPA by hand",
+}
+#: ``"cuda"`` / ``"cuda:N"``: the device strings the port can rewrite (group 2: N).
+CUDA_DEVICE_LITERAL_RE = re.compile(r"^cuda(:(\d+))?$")
+#: What the port writes for each kind of construct it rewrites (its ``Change.kind``).
+PORT_WRITES = {
+    "cuda_call": "x.to(accelerator_device(i))",
+    "cuda_device": "accelerator_type() / accelerator_device(i)",
+    "nccl": "distributed_backend()",
+    "is_cuda": "on_accelerator(x)",
+    "is_cuda_guard": "flash_supported(x)",
+    "attn_implementation": "hf_attn_implementation()",
+}
+
+
+def port_writes(kind: str) -> str:
+    """The scan's words for what ``hyport port`` writes for a construct of ``kind``."""
+    return f"hyport port writes {PORT_WRITES[kind]} (from {GENERATED_MODULE})"
+
 
 _REGISTER = "hyport_lib.npu_attention.hf_integration.register_hyport_attention(...)"
 _SHIM = ("hyport_lib.npu_attention.shim.install_flash_attn_shim(backend) before the model's import, "
@@ -150,7 +217,7 @@ NAME_RULES = {
 #: Like ``NAME_RULES``, but only as an attribute (``x.is_cuda``; a local ``is_cuda`` is fine).
 IS_CUDA_RE = re.compile(r"^is_cuda$")
 ATTRIBUTE_RULES = {
-    IS_CUDA_RE: (CUDA_DEVICE, "tensor.device.type == backend.kind"),
+    IS_CUDA_RE: (CUDA_DEVICE, "tensor.device.type == backend.kind; " + port_writes("is_cuda")),
 }
 
 # --- string literals -----------------------------------------------------------------
@@ -188,19 +255,22 @@ NCCL_ENV_DEFAULT = ("no effect under HCCL; see HCCL_IF_BASE_PORT, HCCL_SOCKET_IF
                     "HCCL_CONNECT_TIMEOUT, HCCL_EXEC_TIMEOUT")
 
 DEVICE_SUGGESTION = f"backend.device(i) from {_BACKEND}"
+#: By where the string is used; the port rewrites one given as ``.to(...)`` or ``device=``.
 DEVICE_CONTEXT_SUGGESTIONS = {
-    "to": ".to(backend.device(i))",
-    "device": "backend.device(i) / backend.torch_device(i)",
+    "to": ".to(backend.device(i)); " + port_writes("cuda_device"),
+    "device": "backend.device(i) / backend.torch_device(i); " + port_writes("cuda_device"),
     "device_map": "device_map=backend.device(i) (or 'auto')",
     "device_type": "device_type=backend.kind",
     "autocast": "device_type=backend.kind",
     "GradScaler": "torch.amp.GradScaler(backend.kind)",
     "compare": "compare with backend.kind ('npu' on Ascend)",
 }
-NCCL_SUGGESTION = "backend.dist_backend ('hccl' on Ascend)"
+NCCL_SUGGESTION = "backend.dist_backend ('hccl' on Ascend); " + port_writes("nccl")
 FLASH_IMPL_SUGGESTION = (f"attn_implementation={_REGISTER} "
-                         "(or 'sdpa'); transformers' own NPU flash path as a baseline")
-CUDA_METHOD_SUGGESTION = ".to(backend.device(i)) (device from hyport_lib.backend.get_backend())"
+                         "(or 'sdpa'); transformers' own NPU flash path as a baseline; "
+                         + port_writes("attn_implementation"))
+CUDA_METHOD_SUGGESTION = (".to(backend.device(i)) (device from hyport_lib.backend.get_backend()); "
+                          + port_writes("cuda_call"))
 GUARDED_PREFIX = "guarded import (optional, the code has a fallback): "
 
 # --- dependency declarations ---------------------------------------------------------
@@ -257,13 +327,30 @@ def cuda_wheel_in(text: str) -> bool:
 
 
 def suggestion_for(qualified: str) -> str:
-    """Suggestion for a dotted name: the longest prefix of it found in ``SUGGESTIONS``."""
+    """Suggestion for a dotted name: the longest prefix of it found in ``SUGGESTIONS``,
+    then what ``hyport port`` does with it."""
     parts = qualified.split(".")
-    for end in range(len(parts), 0, -1):
-        text = SUGGESTIONS.get(".".join(parts[:end]))
-        if text is not None:
-            return text
-    return f"no direct Ascend equivalent known for {qualified}"
+    text = next((SUGGESTIONS[".".join(parts[:end])] for end in range(len(parts), 0, -1)
+                 if ".".join(parts[:end]) in SUGGESTIONS),
+                f"no direct Ascend equivalent known for {qualified}")
+    port = port_note(qualified)
+    return f"{text}; {port}" if port else text
+
+
+def port_note(qualified: str) -> Optional[str]:
+    """What ``hyport port`` writes for a dotted name, or why it leaves it; None when the
+    table has nothing to say about it."""
+    parts = qualified.split(".")
+    if parts[:2] == ["torch", "cuda"] and len(parts) > 2:
+        if parts[2] in SERVED_CUDA_NAMES:
+            return f"hyport port writes accelerator_module().{parts[2]} (from {GENERATED_MODULE})"
+        if parts[2] in CUDA_NAMES_BY_HAND:
+            return f"hyport port leaves it: {CUDA_NAMES_BY_HAND[parts[2]]}"
+    if ".".join(parts[:-1]) in SERVED_FLASH_MODULES and parts[-1] in SERVED_FLASH_NAMES:
+        return f"hyport port imports it from {GENERATED_MODULE}"
+    if parts[0] in UNPORTABLE_MODULES:
+        return f"hyport port leaves it: {UNPORTABLE_MODULES[parts[0]]}"
+    return None
 
 
 def category_for(qualified: str) -> Optional[str]:

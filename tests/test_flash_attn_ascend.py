@@ -1,14 +1,21 @@
-"""The flash-attn drop-in: NPU branch (through the torch_npu double) vs SDPA vs float64."""
+"""The one flash-attn implementation (``flash_attn_ascend``, the module the port writes
+and hyport runs): NPU branch (through the torch_npu double) vs SDPA vs float64, its
+module-level switches, bert_padding, rotary, and the file the port copies."""
 
 from __future__ import annotations
 
+import ast
 import math
+from pathlib import Path
 
 import pytest
 import torch
 
-from hyport_lib.npu_attention.flash_api import FlashAttnAPI, FlashAttnUnsupported
-from hyport_lib.npu_attention.seqlens import HOST_CACHE, host_sync_count
+from hyport_lib.npu_attention import emulation
+from hyport_lib.npu_attention.flash_api import FlashAttnAPI
+from hyport_lib.port.generated import flash_attn_ascend as fa
+from hyport_lib.port.generated.flash_attn_ascend import HOST_CACHE, FlashAttnUnsupported
+from hyport_lib.port.tree import GENERATED_SOURCE, port_tree
 
 
 def reference(q, k, v, scale, causal=False, window=(-1, -1), align="bottom_right"):
@@ -169,15 +176,15 @@ def test_cu_seqlens_reach_the_host_once_per_batch(apis, backend):
     api = apis[0] if backend == "npu" else apis[1]
     q = torch.randn(12, 2, 8)
     cu_seqlens = cu([5, 7])
-    before = host_sync_count()
+    before = HOST_CACHE.misses
     for _layer in range(24):
         api.flash_attn_varlen_func(q, q, q, cu_seqlens, cu_seqlens, 7, 7, causal=True)
-    assert host_sync_count() - before == 1
+    assert HOST_CACHE.misses - before == 1
     cu_seqlens.copy_(cu([6, 6]))  # edited in place: the cached host copy is stale
     api.flash_attn_varlen_func(q, q, q, cu_seqlens, cu_seqlens, 6, 6, causal=True)
-    assert host_sync_count() - before == 2
+    assert HOST_CACHE.misses - before == 2
     api.flash_attn_varlen_func(q, q, q, cu([6, 6]), cu([6, 6]), 6, 6)  # new batch, new tensors
-    assert host_sync_count() - before == 4
+    assert HOST_CACHE.misses - before == 4
 
 
 @pytest.mark.parametrize("backend", ["npu", "sdpa"])
@@ -235,6 +242,8 @@ def test_flash_attn_unpadded_func_is_top_left_causal(apis):
         ref = torch.cat([reference(q[0:3], k[0:6], k[0:6], 8 ** -0.5, True, align="top_left"),
                          reference(q[3:8], k[6:8], k[6:8], 8 ** -0.5, True, align="top_left")])
         torch.testing.assert_close(out.double(), ref, rtol=1e-5, atol=1e-5)
+        bottom_right = api.flash_attn_varlen_func(q, k, k, cu(lq), cu(lk), 5, 6, causal=True)
+        assert (bottom_right - out).abs().max() > 0.1  # the two conventions differ here
 
 
 def test_with_kvcache_appends_and_attends(apis):
@@ -305,10 +314,8 @@ def test_identity_cache_eviction_does_not_deadlock():
     then runs while the cache holds its lock)."""
     import threading
 
-    from hyport_lib.npu_attention.seqlens import IdentityCache
-
     def scenario():
-        cache = IdentityCache(maxsize=2)
+        cache = fa.IdentityCache(maxsize=2)
         key_a, key_c = torch.zeros(1), torch.zeros(1)
         value = torch.ones(1)
         cache.get("a", (key_a,), lambda: value)
@@ -357,13 +364,11 @@ def test_sequence_without_keys_gives_zero_rows():
 def test_varlen_dispatch_rule():
     """Grouped SDPA while few runs of equal lengths remain, the fused kernel from 9 runs
     on (measured on an H200), and only where the fused kernel can serve the call."""
-    from hyport_lib.npu_attention.varlen_dispatch import FUSED_MIN_RUNS, choose_path
-
     def path(runs, device="cuda", dtype=torch.bfloat16, head_dim=128, dropout=0.0, empty=False,
              available=True):
-        return choose_path(device, dtype, head_dim, dropout, runs, empty, available)
+        return fa.choose_varlen_path(device, dtype, head_dim, dropout, runs, empty, available)
 
-    assert FUSED_MIN_RUNS == 9
+    assert fa.FUSED_MIN_RUNS == 9
     assert path(1) == path(8) == "grouped"  # 8 x 2048, 64 x 256, 8 mixed lengths
     assert path(16) == "fused"  # 16 distinct lengths: grouped was 8.1x slower
     for kwargs in ({"device": "cpu"}, {"dtype": torch.float32}, {"dropout": 0.1},
@@ -375,20 +380,18 @@ def test_many_lengths_on_a_gpu_go_to_the_fused_kernel(monkeypatch):
     """The dispatch inside sdpa_varlen, with the device and the fused kernel stood in for:
     16 distinct lengths call the fused op (with host lengths turned into device tensors
     once), 4 runs do not; the results equal the grouped path's."""
-    from hyport_lib.npu_attention import sdpa_ops, varlen_dispatch
-
     calls = []
 
     def fake_fused(q, k, v, cq, ck, max_q, max_k, scale=None, window_size=(-1, -1), enable_gqa=False):
         calls.append((cq.tolist(), max_q, window_size, enable_gqa))
         cu = cq.tolist()
-        parts = [sdpa_ops.sdpa_bsnd(q[a:b][None], k[a:b][None], v[a:b][None], scale, 0.0, (None, 0))[0]
+        parts = [fa.sdpa_dense(q[a:b][None], k[a:b][None], v[a:b][None], scale, 0.0, (None, 0))[0]
                  for a, b in zip(cu, cu[1:])]  # one sequence at a time: the same math
         return torch.cat(parts)
 
-    real_choose = varlen_dispatch.choose_path
-    monkeypatch.setattr(varlen_dispatch, "fused_varlen_op", lambda: fake_fused)
-    monkeypatch.setattr(varlen_dispatch, "choose_path",
+    real_choose = fa.choose_varlen_path
+    monkeypatch.setattr(fa, "fused_varlen_op", lambda: fake_fused)
+    monkeypatch.setattr(fa, "choose_varlen_path",
                         lambda device_type, *a: real_choose("cuda", *a[:-1], True))
     for lengths, fused in (([1, 2, 3, 5, 8, 13, 21, 34, 55, 89, 144, 3, 7, 11, 17, 19], True),
                            ([16, 16, 8, 8], False)):
@@ -399,13 +402,118 @@ def test_many_lengths_on_a_gpu_go_to_the_fused_kernel(monkeypatch):
         q = torch.randn(cu[-1], 4, 16, dtype=torch.bfloat16)
         k = torch.randn(cu[-1], 2, 16, dtype=torch.bfloat16)
         v = torch.randn(cu[-1], 2, 16, dtype=torch.bfloat16)
-        monkeypatch.setattr(varlen_dispatch, "choose_path", real_choose)
-        grouped = sdpa_ops.sdpa_varlen(q, k, v, cu, cu, 0.25, 0.0, (None, 0))
-        monkeypatch.setattr(varlen_dispatch, "choose_path",
+        monkeypatch.setattr(fa, "choose_varlen_path", real_choose)
+        grouped = fa.sdpa_varlen(q, k, v, cu, cu, 0.25, 0.0, (None, 0))
+        monkeypatch.setattr(fa, "choose_varlen_path",
                             lambda device_type, *a: real_choose("cuda", *a[:-1], True))
-        got = sdpa_ops.sdpa_varlen(q, k, v, cu, cu, 0.25, 0.0, (None, 0))
+        got = fa.sdpa_varlen(q, k, v, cu, cu, 0.25, 0.0, (None, 0))
         assert bool(calls) == fused
         if fused:
             assert calls[0][0] == cu and calls[0][1] == max(lengths)
             assert calls[0][2] == (-1, 0) and calls[0][3] is True
         torch.testing.assert_close(got, grouped)
+
+
+def test_bert_padding_round_trip_and_grad():
+    torch.manual_seed(2)
+    x = torch.randn(3, 5, 4, requires_grad=True)
+    mask = torch.tensor([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1], [0, 1, 1, 0, 0]])
+    x_unpad, indices, cu_seqlens, max_s, used = fa.unpad_input(x, mask)
+    assert x_unpad.shape == (10, 4) and max_s == 5
+    assert cu_seqlens.tolist() == [0, 3, 8, 10] and cu_seqlens.dtype == torch.int32
+    assert used.tolist() == [3, 5, 2]
+    back = fa.pad_input(x_unpad, indices, 3, 5)
+    keep = mask.bool().unsqueeze(-1)
+    torch.testing.assert_close(back, torch.where(keep, x, torch.zeros(())))
+    back.sum().backward()
+    torch.testing.assert_close(x.grad, keep.expand_as(x).float())
+    flat = torch.randn(6, 2, requires_grad=True)
+    picked = fa.index_first_axis(flat, torch.tensor([4, 0]))
+    torch.testing.assert_close(picked, flat[[4, 0]])
+    (picked * torch.tensor([[1.0, 2.0], [3.0, 4.0]])).sum().backward()
+    assert flat.grad[4].tolist() == [1.0, 2.0] and flat.grad[1].abs().sum() == 0
+
+
+def _rotary_direct(x, cos, sin, positions, interleaved):
+    """Textbook RoPE on the first 2*cos.shape[-1] channels, float64."""
+    rd = cos.shape[-1] * 2
+    out = x.double().clone()
+    for idx in torch.cartesian_prod(*(torch.arange(n) for n in x.shape[:-2])).reshape(-1, x.dim() - 2):
+        idx = tuple(idx.tolist())
+        p = positions[idx]
+        for i in range(rd // 2):
+            a, b = (2 * i, 2 * i + 1) if interleaved else (i, i + rd // 2)
+            c, s = cos[p, i].double(), sin[p, i].double()
+            xa, xb = x[idx][..., a].double(), x[idx][..., b].double()
+            out[idx][..., a] = xa * c - xb * s
+            out[idx][..., b] = xa * s + xb * c
+    return out
+
+
+@pytest.mark.parametrize("interleaved", [False, True])
+def test_rotary_matches_direct_formula(interleaved):
+    torch.manual_seed(3)
+    theta = torch.arange(12).unsqueeze(1) * (1.0 / 10000 ** (torch.arange(3) / 3)).unsqueeze(0)
+    cos, sin = theta.cos(), theta.sin()  # rotary_dim 6 of headdim 8: 2 channels pass through
+    x = torch.randn(2, 4, 2, 8)
+    offsets = torch.tensor([0, 5])
+    out = fa.apply_rotary_emb(x, cos, sin, interleaved=interleaved, seqlen_offsets=offsets)
+    positions = (torch.arange(4).unsqueeze(0) + offsets.unsqueeze(1))
+    torch.testing.assert_close(out.double(), _rotary_direct(x, cos, sin, positions, interleaved))
+    torch.testing.assert_close(out[..., 6:], x[..., 6:])
+    packed = x[:, :3].reshape(6, 2, 8)  # two sequences of 3, positions restart at 0
+    out_packed = fa.apply_rotary_emb(packed, cos, sin, interleaved=interleaved,
+                                  cu_seqlens=torch.tensor([0, 3, 6], dtype=torch.int32),
+                                  max_seqlen=3)
+    pos_packed = torch.tensor([0, 1, 2, 0, 1, 2])
+    torch.testing.assert_close(out_packed.double(),
+                               _rotary_direct(packed, cos, sin, pos_packed, interleaved))
+    y = x.clone()
+    assert fa.apply_rotary_emb(y, cos, sin, interleaved=interleaved, inplace=True) is y
+    torch.testing.assert_close(y, fa.apply_rotary_emb(x, cos, sin, interleaved=interleaved))
+
+
+def test_the_module_imports_nothing_of_hyport():
+    """It ships inside users' ported trees: torch only (torch_npu on the NPU path)."""
+    tree = ast.parse(Path(fa.__file__).read_text())
+    names = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    names |= {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+    assert names <= {"__future__", "collections", "math", "os", "threading", "weakref", "torch",
+                     "torch.nn.functional", "torch.nn.attention.varlen", "torch_npu"}
+
+
+def test_the_port_writes_the_very_file_hyport_runs(tmp_path):
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "modeling.py").write_text("from flash_attn import flash_attn_func\n")
+    port_tree(src, tmp_path / "dst")
+    written = (tmp_path / "dst" / "flash_attn_ascend.py").read_bytes()
+    assert written == Path(fa.__file__).read_bytes() == GENERATED_SOURCE.read_bytes()
+    assert issubclass(FlashAttnAPI, fa.FlashAttention)  # hyport's backends bind this module
+
+
+def test_module_functions_follow_backend_and_hook(monkeypatch):
+    """What the proof and a user set after the import: ``BACKEND`` picks the path at each
+    call, ``npu_fusion_attention`` replaces torch_npu's kernel, ``CALLS`` counts per path."""
+    seen = []
+
+    def hook(*args, **kwargs):
+        seen.append(kwargs)
+        return emulation.npu_fusion_attention(*args, **kwargs)
+
+    q = torch.randn(1, 6, 2, 8)
+    before = dict(fa.CALLS)
+    monkeypatch.setattr(fa, "BACKEND", "auto")
+    want = fa.flash_attn_func(q, q, q, causal=True)  # a CPU tensor: SDPA, the hook unused
+    assert not seen and fa.CALLS["sdpa"] == before.get("sdpa", 0) + 1
+    monkeypatch.setattr(fa, "BACKEND", "npu")
+    monkeypatch.setattr(fa, "npu_fusion_attention", hook)
+    torch.testing.assert_close(fa.flash_attn_func(q, q, q, causal=True), want)
+    assert seen[-1]["sparse_mode"] == 3 and fa.CALLS["npu"] == before.get("npu", 0) + 1
+    varlen = fa.flash_attn_varlen_func(q[0], q[0], q[0], cu([2, 4]), cu([2, 4]), 4, 4, causal=True)
+    assert seen[-1]["actual_seq_qlen"] == [2, 6]
+    torch.testing.assert_close(varlen[:2], fa.FlashAttention("sdpa").flash_attn_func(
+        q[:, :2], q[:, :2], q[:, :2], causal=True)[0])
+    monkeypatch.setattr(fa, "BACKEND", "tpu")
+    with pytest.raises(ValueError, match="FLASH_ATTN_ASCEND_BACKEND='tpu'"):
+        fa.flash_attn_func(q, q, q)
