@@ -24,7 +24,7 @@ export PYTHONPATH="$PWD/$overlay${PYTHONPATH:+:$PYTHONPATH}"
 export HYPORT_CACHE="$PWD/$overlay/hyport-cache"
 .venv/bin/python -c "import transformers; assert transformers.__version__ == '4.57.0', transformers.__version__; print('transformers', transformers.__version__)"
 exec .venv/bin/python -m pytest -n "${HYPORT_TEST_WORKERS:-auto}" tests/test_tiny_model.py tests/test_generate.py \
-  tests/test_hf_attention.py tests/test_shim.py tests/test_flash_api.py tests/test_compare.py \
+  tests/test_hf_attention.py tests/test_shim.py tests/test_flash_attn_ascend.py tests/test_compare.py \
   tests/test_weights_findings.py tests/test_weights_scan.py tests/test_weights_reload.py \
   tests/test_training_data.py tests/test_port.py tests/test_port_models.py tests/test_tied_weights.py \
   tests/test_inference_attention.py \
