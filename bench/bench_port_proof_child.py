@@ -23,7 +23,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 REMOTE = REPO / "tests" / "data" / "remote_code"
-#: The config fields each model needs (as in tests/test_port_models.py).
+#: The config fields each model needs (as in tests/port/test_port_models.py).
 MODELS = {
     "ovis_siglip2_navit": {"fullatt_block_indexes": "1"},
     "internlm2": {"rope_scaling": {"type": "dynamic", "factor": 2.0}},

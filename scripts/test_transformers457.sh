@@ -23,11 +23,11 @@ fi
 export PYTHONPATH="$PWD/$overlay${PYTHONPATH:+:$PYTHONPATH}"
 export HYPORT_CACHE="$PWD/$overlay/hyport-cache"
 .venv/bin/python -c "import transformers; assert transformers.__version__ == '4.57.0', transformers.__version__; print('transformers', transformers.__version__)"
-exec .venv/bin/python -m pytest -n "${HYPORT_TEST_WORKERS:-auto}" tests/test_tiny_model.py tests/test_generate.py \
-  tests/test_hf_attention.py tests/test_shim.py tests/test_flash_attn_ascend.py tests/test_compare.py \
-  tests/test_weights_findings.py tests/test_weights_scan.py tests/test_weights_reload.py \
-  tests/test_training_data.py tests/test_port.py tests/test_port_models.py tests/test_tied_weights.py \
-  tests/test_inference_attention.py \
-  --deselect tests/test_inference_attention.py::test_vlm_prompts_prove_the_swap_they_used_to_fail \
-  "tests/test_training_run.py::test_zero2_run_exits_0_and_its_weights_reload" \
-  "tests/test_training_run.py::test_text_only_and_image_batches_on_different_ranks_train" "$@"
+exec .venv/bin/python -m pytest -n "${HYPORT_TEST_WORKERS:-auto}" tests/models/test_tiny_model.py tests/models/test_generate.py \
+  tests/npu_attention/test_hf_attention.py tests/npu_attention/test_shim.py tests/npu_attention/test_flash_attn_ascend.py tests/attention/test_compare.py \
+  tests/weights/test_weights_findings.py tests/weights/test_weights_scan.py tests/weights/test_weights_reload.py \
+  tests/train/test_training_data.py tests/port/test_port.py tests/port/test_port_models.py tests/models/test_tied_weights.py \
+  tests/inference/test_inference_attention.py \
+  --deselect tests/inference/test_inference_attention.py::test_vlm_prompts_prove_the_swap_they_used_to_fail \
+  "tests/train/test_training_run.py::test_zero2_run_exits_0_and_its_weights_reload" \
+  "tests/train/test_training_run.py::test_text_only_and_image_batches_on_different_ranks_train" "$@"

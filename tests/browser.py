@@ -6,7 +6,7 @@ collected. Used by the offline-report and JupyterLab tests, which also write the
 README's pictures with ``HYPORT_UPDATE_SCREENSHOTS=1``::
 
     HYPORT_UPDATE_SCREENSHOTS=1 .venv/bin/python -m pytest -q tests/test_jupyterlab.py \
-        tests/test_offline_report.py
+        tests/report/test_offline_report.py
 """
 
 from __future__ import annotations

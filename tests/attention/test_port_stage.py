@@ -14,9 +14,9 @@ from hyport_lib.attention.params import Params
 from hyport_lib.attention.show import glance
 from hyport_lib.report.blog.writer import render_blog
 from hyport_lib.report.run import ReportRun, StageOutcome
-from test_blog import english_runs, stage_draft, unsourced
+from blog_drafts import english_runs, stage_draft, unsourced
 
-REMOTE = Path(__file__).parent / "data" / "remote_code"
+REMOTE = Path(__file__).parents[1] / "data" / "remote_code"
 
 
 @pytest.fixture(scope="module")

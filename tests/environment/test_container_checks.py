@@ -369,7 +369,7 @@ def test_env_command_names_a_missing_root(tmp_path, capsys):
 
 # --- the drafts ---------------------------------------------------------------------------------
 def test_the_drafts_show_the_recorded_driver_and_firmware(tmp_path):
-    from test_blog import STAGES, english_runs, make_run, write_result
+    from blog_drafts import STAGES, english_runs, make_run, write_result
 
     from hyport_lib.report.blog.writer import render_blog
 

@@ -21,7 +21,7 @@ from hyport_lib.train.params import Params
 from biased_attention_model import write_biased_model
 
 pytestmark = pytest.mark.slow
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")

@@ -7,7 +7,7 @@ from pathlib import Path
 from hyport_lib.devices.npu_smi import parse_npu_smi_info
 from hyport_lib.devices.records import DeviceProcess
 
-DATA = Path(__file__).parent / "data" / "npu_smi"
+DATA = Path(__file__).parents[1] / "data" / "npu_smi"
 
 
 def parse(name: str):

@@ -225,7 +225,7 @@ def test_the_npu_branch_plans_hccl_tnd_attention_and_refuses_busy_cards(
     from hyport_lib.train.preflight import prepare
     from hyport_lib.train.worker import init_distributed  # noqa: F401 (imports on the double)
 
-    data = Path(__file__).parent / "data" / "npu_smi"
+    data = Path(__file__).parents[1] / "data" / "npu_smi"
     npu = get_backend("npu")
     assert npu.dist_backend == "hccl"
     npu_smi_sample((data / "no_running_processes.txt").read_text())

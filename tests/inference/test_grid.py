@@ -32,7 +32,7 @@ from hyport_lib.params import ParameterError, from_arguments
 from hyport_lib.processes import last_exception, scrub_log
 from fault_injection.hyport_faults import FAULT_ENV, parse_faults
 
-DATA = Path(__file__).parent / "data"
+DATA = Path(__file__).parents[1] / "data"
 SMALL = dict(max_new_tokens=4)
 
 

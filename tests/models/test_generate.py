@@ -19,7 +19,7 @@ from hyport_lib.models.prompts import encode_prompts
 from hyport_lib.models.tiny import ensure_tiny_model
 from hyport_lib.models.sample_image import sample_image
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")

@@ -24,7 +24,7 @@ import transformers
 from hyport_lib.port.proof import prove_port
 from hyport_lib.port.tree import port_tree
 
-REMOTE = Path(__file__).parent / "data" / "remote_code"
+REMOTE = Path(__file__).parents[1] / "data" / "remote_code"
 #: The config fields each model needs beyond its config class's defaults.
 MODELS = {
     # windows in block 0, full attention in block 1: both cu_seqlens paths run

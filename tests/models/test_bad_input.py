@@ -17,7 +17,7 @@ import pytest
 from hyport_lib.models.tiny import ensure_tiny_model
 
 pytestmark = pytest.mark.slow
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _verify(*args: str):

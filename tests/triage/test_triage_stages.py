@@ -34,7 +34,7 @@ from fault_injection.hyport_faults import (
 )
 from tests.fixtures_runs import run_report_command
 
-LOGS = Path(__file__).parent / "data" / "npu_logs"
+LOGS = Path(__file__).parents[1] / "data" / "npu_logs"
 OOM_LOG = LOGS / "npu_oom.llama-factory-5491.log"
 HCCL_TIMEOUT_LOG = LOGS / "hccl_exec_timeout.vllm-ascend-382.log"
 

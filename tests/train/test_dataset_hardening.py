@@ -20,7 +20,7 @@ from hyport_lib.train.dataset_formats import DatasetOptions
 from hyport_lib.train.dataset_progress import reporting_to
 from hyport_lib.train.samples import encode_records
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")

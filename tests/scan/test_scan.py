@@ -15,8 +15,8 @@ from hyport_lib.scan.scanner import DEFAULT_EXCLUDE, scan_path
 from hyport_lib.scan.model import ScanReport
 from hyport_lib.scan.show import scan_tables, show_scan
 
-TREE = Path(__file__).parent / "data" / "scan_tree"
-REPO = Path(__file__).resolve().parents[1]
+TREE = Path(__file__).parents[1] / "data" / "scan_tree"
+REPO = Path(__file__).resolve().parents[2]
 
 #: (file, line, category) of every planted finding; see tests/data/scan_tree/README.md.
 EXPECTED = {

@@ -31,8 +31,8 @@ from hyport_lib.devices.records import DeviceInfo, worst_verdict
 
 from conftest import requires_full_stack
 
-REPO = Path(__file__).resolve().parents[1]
-SAMPLES = Path(__file__).parent / "data" / "npu_smi"
+REPO = Path(__file__).resolve().parents[2]
+SAMPLES = Path(__file__).parents[1] / "data" / "npu_smi"
 
 
 def _collect(**values) -> EnvironmentReport:

@@ -12,7 +12,7 @@ from hyport_lib.models.tiny_tokenizer import build_tokenizer
 from hyport_lib.train.answers_view import answers_frame, glance_row
 from hyport_lib.train.held_answers import answer, held_prompts
 from hyport_lib.train.samples import IGNORE_INDEX, Sample
-from test_blog import stage_draft, train_data
+from blog_drafts import stage_draft, train_data
 
 
 @pytest.fixture(scope="module")

@@ -18,7 +18,7 @@ from hyport_lib.train.dataset import DatasetError, load_dataset
 from hyport_lib.train.dataset_formats import DatasetOptions
 from hyport_lib.train.params import Params
 
-DATA = Path(__file__).parent / "data" / "datasets"
+DATA = Path(__file__).parents[1] / "data" / "datasets"
 
 ALPACA = json.loads((DATA / "alpaca.json").read_text())
 MESSAGES = json.loads((DATA / "openai_messages.json").read_text())

@@ -16,7 +16,7 @@ from hyport_lib.models import model_cache, tiny
 from hyport_lib.models.tiny import MARKER_FILE, ensure_tiny_model, read_marker, resolve_model_path
 from hyport_lib.models.sample_image import sample_image
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")

@@ -21,9 +21,9 @@ import pytest
 
 import hyport_lib
 from hyport_lib.stages import discover_stages
-from test_blog import english_runs, unsourced
+from blog_drafts import english_runs, unsourced
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 REPORT = REPO / "hyport_lib" / "report"
 
 

@@ -18,7 +18,7 @@ from hyport_lib.commands import main
 from hyport_lib.port import codemod, source_tree, tree as port_tree_module
 from hyport_lib.port.tree import DIFF_NAME, JSON_NAME, PortError, port_tree
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 CUDA_FILE = "import torch\n\n\ndef f(x):\n    return x.cuda()\n"
 
 

@@ -22,7 +22,7 @@ from fault_injection.hyport_faults import KILL_FAULT_ENV, NAN_FAULT_ENV
 from fixtures_runs import ZERO2_STEPS
 
 pytestmark = pytest.mark.slow
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _train(tmp_path, name="run", **params):

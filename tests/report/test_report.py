@@ -18,7 +18,7 @@ from hyport_lib.report.run import new_run_dir
 from hyport_lib.report.runner import run_report
 from hyport_lib.stages import discover_stages, select_stages
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def make_notebook(path: Path, params: str, body: str) -> Path:

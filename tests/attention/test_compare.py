@@ -555,7 +555,7 @@ def type_module(qualified: str) -> str:
 def test_behaviour_on_flat_logits_is_not_meaningful_and_is_drawn_in_one_line(tmp_path):
     """A random-weight model other than the tiny one is recognised by its flat logits."""
     from hyport_lib.attention.behaviour_view import glance_row
-    from test_blog import stage_draft
+    from blog_drafts import stage_draft
 
     record = {"behaviour": {"meaningful": False, "why": "random weights: not meaningful (flat logits)"}}
     assert glance_row(record) == [("behaviour", "random weights: not meaningful (flat logits)")]

@@ -21,7 +21,7 @@ from hyport_lib.train.ownership import (RUN_MARKER, OutputDirBusy, foreign_entri
 from hyport_lib.train.params import Params
 
 pytestmark = pytest.mark.slow
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _train(out: Path, *args: str, wait: bool = True):

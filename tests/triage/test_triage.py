@@ -25,10 +25,10 @@ from hyport_lib.triage import (CATALOGUE, Triage, cann_log_dir, find_logs, recog
                                triage_frame, triage_markdown)
 from hyport_lib.triage.scan import MAX_LINE_CHARS, is_error_line
 
-LOGS = Path(__file__).parent / "data" / "npu_logs"
+LOGS = Path(__file__).parents[1] / "data" / "npu_logs"
 #: hyport's own refusals: not NPU logs and from no issue thread, so kept apart from LOGS
 #: (whose SOURCES.md demands a public source for every file).
-HYPORT_LOGS = Path(__file__).parent / "data" / "hyport_logs"
+HYPORT_LOGS = Path(__file__).parents[1] / "data" / "hyport_logs"
 
 
 def _sources() -> list[dict]:
@@ -331,7 +331,7 @@ def test_frame_and_markdown_show_findings_and_unrecognised_lines(tmp_path):
 
 
 def test_the_docs_table_lists_every_catalogue_entry_and_its_examples():
-    doc = (Path(__file__).parents[1] / "docs" / "triage.md").read_text(encoding="utf-8")
+    doc = (Path(__file__).parents[2] / "docs" / "triage.md").read_text(encoding="utf-8")
     for entry in CATALOGUE:
         row = next((line for line in doc.splitlines() if f"(`{entry.key}`)" in line), None)
         assert row is not None, entry.key
