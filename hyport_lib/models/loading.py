@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from hyport_lib.models.families import ModelTraits, describe_config, read_config
+from hyport_lib.models.model_cache import transformers_major
 from hyport_lib.models.pretrained import SMOLLM2_NAME
 from hyport_lib.models.tiny import TINY_MODEL_NAME
 
@@ -421,7 +422,7 @@ def _video_config(folder: Path) -> dict:
         path = folder / name
         return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
 
-    if _transformers_major() >= 5:
+    if transformers_major() >= 5:
         nested = (read("processor_config.json") or {}).get("video_processor")
         if isinstance(nested, dict):
             return nested
@@ -434,15 +435,9 @@ def _video_config(folder: Path) -> dict:
     return {}
 
 
-def _transformers_major() -> int:
-    import transformers
-
-    return int(transformers.__version__.split(".")[0])
-
-
 def dtype_kwarg() -> str:
     """``from_pretrained``'s keyword for the dtype: ``dtype`` on transformers 5, ``torch_dtype`` on 4.x."""
-    return "dtype" if _transformers_major() >= 5 else "torch_dtype"
+    return "dtype" if transformers_major() >= 5 else "torch_dtype"
 
 
 def auto_model_class(traits: ModelTraits):
