@@ -164,9 +164,8 @@ def run_single(model, loaded: LoadedProcessor, config: InferenceConfig) -> tuple
     prompt_tokens = int(inputs["input_ids"].shape[1])
 
     backend, _, _ = _backend_for(config.device)
-    streamer = _FirstTokenTimer()
     backend.synchronize()
-    streamer.start()
+    streamer = _FirstTokenTimer()
     output = model.generate(**inputs, **_generate_kwargs(config), streamer=streamer)
     backend.synchronize()
     generate_s = time.perf_counter() - streamer.started
@@ -330,10 +329,7 @@ def _to_device(inputs, model):
     moved = {}
     for key, value in inputs.items():
         if isinstance(value, torch.Tensor):
-            if torch.is_floating_point(value):
-                value = value.to(device=model.device, dtype=model.dtype)
-            else:
-                value = value.to(model.device)
+            value = value.to(model.device, model.dtype if value.is_floating_point() else value.dtype)
         moved[key] = value
     return moved
 
@@ -357,7 +353,8 @@ def _decode(loaded: LoadedProcessor, token_ids) -> list[str]:
 
 
 class _FirstTokenTimer:
-    """A generate() streamer that only notes when the first new token arrives.
+    """A generate() streamer that only notes when the first new token arrives (its clock
+    starts when it is made).
 
     generate() first puts the prompt, then each new token; the second put is
     therefore the first generated token. Its ``.cpu()`` waits for the device, so the
@@ -365,13 +362,8 @@ class _FirstTokenTimer:
     """
 
     def __init__(self) -> None:
-        self.started = 0.0
-        self.first_token_s: Optional[float] = None
-        self._puts = 0
-
-    def start(self) -> None:
         self.started = time.perf_counter()
-        self.first_token_s = None
+        self.first_token_s: Optional[float] = None
         self._puts = 0
 
     def put(self, value) -> None:
@@ -399,17 +391,3 @@ def greedy(model, inputs: dict, new_tokens: int) -> tuple[list[int], float]:
     probs = [float(torch.softmax(score[0].float(), -1).max()) for score in out.scores]
     return ids, sum(probs) / max(len(probs), 1)
 
-
-__all__ = [
-    "batch_prompts",
-    "load_model",
-    "decode_rate",
-    "not_applicable_parts",
-    "greedy",
-    "output_hash",
-    "run_batch",
-    "run_inference",
-    "run_single",
-    "single_prompt",
-    "warm_up",
-]
