@@ -108,8 +108,7 @@ class AttentionProof:
 
     @classmethod
     def from_dict(cls, data: Mapping) -> "AttentionProof":
-        known = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
-        return cls(**known)
+        return cls(**{k: v for k, v in data.items() if k in cls.__dataclass_fields__})
 
     def line(self) -> str:
         """One line: the verdict and its figures (or its reason)."""

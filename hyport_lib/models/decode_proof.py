@@ -59,9 +59,7 @@ def _forced_tokens(input_ids, eos):
     import torch
 
     ends = set(eos if isinstance(eos, (list, tuple)) else [eos]) - {None}
-    chosen = []
-    for row in input_ids.tolist():
-        chosen.append(next((t for t in reversed(row) if t not in ends), row[-1]))
+    chosen = [next((t for t in reversed(row) if t not in ends), row[-1]) for row in input_ids.tolist()]
     return torch.tensor(chosen, dtype=input_ids.dtype, device=input_ids.device)
 
 

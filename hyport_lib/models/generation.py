@@ -154,10 +154,9 @@ def run_single(model, loaded: LoadedProcessor, config: InferenceConfig) -> tuple
     """One image + text prompt (the reference's "Result: ..."); text only for a text-only model.
 
     Returns:
-        ``(text, stats)`` where stats holds ``prompt_tokens``, ``new_tokens``,
-        ``first_token_s`` (time to the first generated token), ``generate_s``,
-        ``tokens_per_s`` (prefill included) and ``decode_tokens_per_s`` (prefill
-        excluded, or None); see :class:`InferenceOutcome`.
+        ``(text, stats)`` where stats holds the :class:`InferenceOutcome` fields of the
+        single inference, by their names: ``prompt_tokens``, ``new_tokens``,
+        ``first_token_s``, ``generate_s``, ``tokens_per_s``, ``decode_tokens_per_s``.
     """
     inputs = _to_device(encode_prompts(loaded, [single_prompt(loaded, config)],
                                        enable_thinking=config.enable_thinking), model)
@@ -228,10 +227,7 @@ def run_inference(config: InferenceConfig) -> InferenceOutcome:
 
     return InferenceOutcome(
         load_s=load_s,
-        first_token_s=stats["first_token_s"],
-        generate_s=stats["generate_s"],
-        new_tokens=stats["new_tokens"],
-        tokens_per_s=stats["tokens_per_s"],
+        **stats,
         single_output=single,
         batch_outputs=batch,
         output_hash=output_hash(single, batch),
@@ -242,11 +238,9 @@ def run_inference(config: InferenceConfig) -> InferenceOutcome:
         attn_implementation=str(getattr(model.config, "_attn_implementation", None)
                                 or config.attn_implementation),
         trust_remote_code=config.trust_remote_code,
-        prompt_tokens=stats["prompt_tokens"],
         batch_s=batch_s,
         memory=backend.memory_stats(index).to_dict(),
         model_path=config.model_path,
-        decode_tokens_per_s=stats["decode_tokens_per_s"],
         cold_s=cold_s,
         warmup_runs=config.warmup_runs,
         model_kind=loaded.traits.kind,

@@ -334,10 +334,9 @@ def without_video(processor_class: type) -> type:
         # settings there (MiniCPM-V 4.6's slice_mode), not only later.
         token = _LOADING_VIDEO_SETTINGS.set(_video_settings(folder))
         try:
-            result = super(subclass, cls).from_pretrained(pretrained_model_name_or_path, *args, **kwargs)
+            return super(subclass, cls).from_pretrained(pretrained_model_name_or_path, *args, **kwargs)
         finally:
             _LOADING_VIDEO_SETTINGS.reset(token)
-        return result
 
     def absent(self):
         problem = torchvision_problem()
@@ -401,11 +400,9 @@ def _video_settings(folder: Path) -> dict:
     ``video_sampling`` block its checkpoints ship)."""
     settings = dict(_video_config(folder))
     sampling = settings.get("video_sampling")
-    if isinstance(sampling, dict):
-        if "max_frames" in sampling:
-            settings.setdefault("num_frames", sampling["max_frames"])
-        if "fps" in sampling:
-            settings.setdefault("fps", sampling["fps"])
+    for setting, source in (("num_frames", "max_frames"), ("fps", "fps")):
+        if isinstance(sampling, dict) and source in sampling:
+            settings.setdefault(setting, sampling[source])
     return settings
 
 

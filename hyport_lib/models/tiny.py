@@ -48,23 +48,24 @@ MARKER_FILE = "hyport_tiny.json"
 _IMAGE_SIZE = 32
 _PATCH_SIZE = 8
 
-ShardSize = Union[int, str]
-
 
 def tiny_model_dir(cache_dir: Optional[Union[str, os.PathLike]] = None,
-                   *, max_shard_size: Optional[ShardSize] = None) -> Path:
+                   *, max_shard_size: Optional[str] = None) -> Path:
     """The folder the checkpoint lives in (whether or not it exists yet).
 
     Args:
         cache_dir: cache root; None means :func:`default_cache_root`.
         max_shard_size: when given, a separate sharded copy is kept in its own folder.
     """
-    tail = f"-shards-{_shard_tag(max_shard_size)}" if max_shard_size is not None else ""
+    tag = str(max_shard_size or "").strip().upper()
+    if max_shard_size is not None and not (tag[:1].isdigit() and tag.isalnum()):
+        raise ValueError(f"max_shard_size={max_shard_size!r}: expected e.g. '100KB' or '2MB'")
+    tail = f"-shards-{tag}" if max_shard_size is not None else ""
     return cache_folder(f"tiny-vlm-v{TINY_MODEL_VERSION}", cache_dir, tail)
 
 
 def ensure_tiny_model(cache_dir: Optional[Union[str, os.PathLike]] = None,
-                      *, max_shard_size: Optional[ShardSize] = None) -> Path:
+                      *, max_shard_size: Optional[str] = None) -> Path:
     """Return the tiny checkpoint's folder, building it first if it is not cached.
 
     Safe to call from several processes at once: building happens in a temporary
@@ -74,7 +75,7 @@ def ensure_tiny_model(cache_dir: Optional[Union[str, os.PathLike]] = None,
     Args:
         cache_dir: cache root (default ``$HYPORT_CACHE`` or ``~/.cache/hyport``).
         max_shard_size: save the weights in shards of at most this size (e.g.
-            ``"100KB"`` or an int in bytes), with a ``model.safetensors.index.json``;
+            ``"100KB"``), with a ``model.safetensors.index.json``;
             used by the weights stage to exercise sharded checkpoints.
 
     Returns:
@@ -99,7 +100,7 @@ def resolve_model_path(model_path: str) -> str:
 # --- building ------------------------------------------------------------------------
 
 
-def _build(out_dir: Path, *, max_shard_size: Optional[ShardSize]) -> None:
+def _build(out_dir: Path, *, max_shard_size: Optional[str]) -> None:
     import torch
     import transformers
     from transformers import GenerationConfig, LlavaForConditionalGeneration, LlavaProcessor
@@ -196,20 +197,4 @@ def _image_processor():
         size={"shortest_edge": _IMAGE_SIZE},
         crop_size={"height": _IMAGE_SIZE, "width": _IMAGE_SIZE},
     )
-
-
-# --- cache plumbing ------------------------------------------------------------------
-
-
-def _shard_tag(max_shard_size: ShardSize) -> str:
-    if isinstance(max_shard_size, bool) or not isinstance(max_shard_size, (int, str)):
-        raise ValueError(f"max_shard_size={max_shard_size!r}: expected an int (bytes) or e.g. '100KB'")
-    if isinstance(max_shard_size, int):
-        if max_shard_size <= 0:
-            raise ValueError(f"max_shard_size={max_shard_size!r}: must be positive")
-        return f"{max_shard_size}B"
-    tag = max_shard_size.strip().upper().replace(" ", "")
-    if not tag or not tag[0].isdigit() or not tag.isalnum():
-        raise ValueError(f"max_shard_size={max_shard_size!r}: expected e.g. '100KB' or '2MB'")
-    return tag
 
