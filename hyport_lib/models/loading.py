@@ -112,6 +112,11 @@ def tokenizer_of(processor):
     return getattr(processor, "tokenizer", processor)
 
 
+def chat_template_of(processor):
+    """The processor's chat template, else its tokenizer's; None when neither has one."""
+    return getattr(processor, "chat_template", None) or getattr(tokenizer_of(processor), "chat_template", None)
+
+
 @functools.lru_cache(maxsize=None)
 def torchvision_problem() -> Optional[str]:
     """Why torchvision cannot serve the video processors (None: it imports). A
@@ -213,8 +218,7 @@ def load_processor(path: str, *, trust_remote_code: bool = False) -> LoadedProce
         else:
             if getattr(processor, "video_processor", "absent") is None:
                 unavailable.append("video processor: not in this checkpoint")
-    template = getattr(processor, "chat_template", None) or getattr(tokenizer_of(processor), "chat_template", None)
-    return LoadedProcessor(processor, traits, unavailable, "chat" if template else "prefix")
+    return LoadedProcessor(processor, traits, unavailable, "chat" if chat_template_of(processor) else "prefix")
 
 
 def _needs_torchvision(exc: BaseException, *, words=("torchvision", "video")) -> bool:
