@@ -36,7 +36,7 @@ import os
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Mapping, Optional, Sequence
+from typing import Mapping, Optional, Sequence
 
 from hyport_lib.models.families import ModelTraits
 from hyport_lib.models.loading import auto_model_class, traits_of
@@ -108,8 +108,7 @@ class AttentionProof:
 
     @classmethod
     def from_dict(cls, data: Mapping) -> "AttentionProof":
-        known = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
-        return cls(**known)
+        return cls(**{k: v for k, v in data.items() if k in cls.__dataclass_fields__})
 
     def line(self) -> str:
         """One line: the verdict and its figures (or its reason)."""
@@ -167,10 +166,6 @@ def _cache_key(model_path: str, config_dict: dict, batch: Mapping, backend: str,
     return digest.hexdigest()[:32]
 
 
-def proof_cache_dir() -> Path:
-    return default_cache_root() / "attention-proofs"
-
-
 def prove_swap(model_path: str, batch: Mapping, *, backend: str, trust_remote_code: bool = False,
                traits: Optional[ModelTraits] = None, seed: int = 0, use_cache: bool = True,
                keep_layers: int = KEEP_LAYERS, samples: Optional[Sequence[Sequence[Mapping]]] = None,
@@ -197,7 +192,7 @@ def prove_swap(model_path: str, batch: Mapping, *, backend: str, trust_remote_co
                      {"trust_remote_code": trust_remote_code, "seed": seed, "keep_layers": keep_layers,
                       "samples": samples is not None,
                       **({"decode_steps": decode_steps} if decode_steps else {})})
-    cached = proof_cache_dir() / f"{key}.json"
+    cached = default_cache_root() / "attention-proofs" / f"{key}.json"
     if use_cache and cached.is_file():
         try:
             found = AttentionProof.from_dict(json.loads(cached.read_text(encoding="utf-8")))
@@ -258,34 +253,26 @@ def _run_proof(proof: AttentionProof, config, batch: Mapping, samples, name: str
         proof.reason = scrub_text(f"the proof could not run: eager on the model shrunk from its config "
                                   f"raised {failure}")[:400]
         return
-    model = _switched(model, cls, small, name, trust_remote_code)
+    model = _switched(model, cls, small, name, trust_remote_code, seed)
     api = REGISTERED[name]
     calls = api.calls.total()
+    running = "the model with the swapped attention"
     try:
         swapped_out = _forward_backward(model, inputs, None, lengths=eager_out[3] if proof.packed else None)
+        proof.swapped_calls = api.calls.total() - calls
+        if eager_decoding is not None:
+            running = "cached decoding with the swapped attention"
+            swapped_decoding = decode_logits(model, inputs, decode_steps)
     except Exception as exc:  # noqa: BLE001 — any raise of the swapped model is the proof's finding
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         # The swap itself, or the model's own code on the packed rows (eager's reference ran
         # each sample alone): either way the workers would raise the same at step 1.
-        proof.reason = scrub_text(f"the model with the swapped attention raised {type(exc).__name__}: "
-                                  f"{first}")[:400]
+        proof.reason = scrub_text(f"{running} raised {type(exc).__name__}: {first}")[:400]
         return
-    proof.swapped_calls = api.calls.total() - calls
-    if eager_decoding is not None:
-        try:
-            swapped_decoding = decode_logits(model, inputs, decode_steps)
-        except Exception as exc:  # noqa: BLE001 — the swap's decoding path raised: the finding
-            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-            proof.reason = scrub_text(f"cached decoding with the swapped attention raised "
-                                      f"{type(exc).__name__}: {first}")[:400]
-            return
     _compare(proof, eager_out, swapped_out)
     if eager_decoding is not None:
-        proof.max_abs_decode_logits, proof.decode_steps, problem = compare_decoding(eager_decoding,
-                                                                                     swapped_decoding)
-        if problem is None and proof.max_abs_decode_logits > LOGIT_TOLERANCE:
-            problem = (f"cached decoding: logits differ from eager by {proof.max_abs_decode_logits:.3g} "
-                       f"(> {LOGIT_TOLERANCE:g}) within {proof.decode_steps} step(s)")
+        proof.max_abs_decode_logits, proof.decode_steps, problem = compare_decoding(
+            eager_decoding, swapped_decoding, LOGIT_TOLERANCE)
         if problem:
             proof.verdict = FAIL
             proof.reason = "; ".join(filter(None, [proof.reason, problem]))
@@ -302,7 +289,7 @@ def _with_compact_vocabulary(config, inputs: dict, per_sample):
     return config, mapped(inputs), [[mapped(one) for one in row] for row in per_sample] if per_sample else None
 
 
-def _switched(model, cls, config, name: str, trust_remote_code: bool):
+def _switched(model, cls, config, name: str, trust_remote_code: bool, seed: int):
     """``model``'s weights under the swap: the same model switched where transformers can
     switch it (one model in memory), else a second one built with the swap and given the
     same weights (models whose code transformers cannot tell follows its AttentionInterface,
@@ -311,19 +298,19 @@ def _switched(model, cls, config, name: str, trust_remote_code: bool):
     model.set_attn_implementation(name)
     if model.config._attn_implementation == name:
         return model
-    swapped = cls.from_config(copy.deepcopy(config), attn_implementation=name, trust_remote_code=trust_remote_code)
+    swapped = _build(cls, config, seed, trust_remote_code, name)
     swapped.load_state_dict(model.state_dict())
     del model
     if swapped.config._attn_implementation != name:
         raise RuntimeError(f"attention proof: the model runs {swapped.config._attn_implementation!r}, not {name!r}")
-    return swapped.float().eval()
+    return swapped
 
 
-def _build(cls, config, seed: int, trust_remote_code: bool):
+def _build(cls, config, seed: int, trust_remote_code: bool, attn_implementation: str = "eager"):
     import torch
 
     torch.manual_seed(seed)
-    model = cls.from_config(copy.deepcopy(config), attn_implementation="eager",
+    model = cls.from_config(copy.deepcopy(config), attn_implementation=attn_implementation,
                             trust_remote_code=trust_remote_code)
     return model.float().eval()  # eval: no dropout, so the two runs draw nothing random
 

@@ -59,9 +59,7 @@ def _forced_tokens(input_ids, eos):
     import torch
 
     ends = set(eos if isinstance(eos, (list, tuple)) else [eos]) - {None}
-    chosen = []
-    for row in input_ids.tolist():
-        chosen.append(next((t for t in reversed(row) if t not in ends), row[-1]))
+    chosen = [next((t for t in reversed(row) if t not in ends), row[-1]) for row in input_ids.tolist()]
     return torch.tensor(chosen, dtype=input_ids.dtype, device=input_ids.device)
 
 
@@ -72,7 +70,7 @@ def _unused_pad(input_ids) -> int:
     return next(i for i in range(len(last) + 1) if i not in last)
 
 
-def compare_decoding(eager: list, swapped: list) -> tuple[float, int, Optional[str]]:
+def compare_decoding(eager: list, swapped: list, tolerance: float) -> tuple[float, int, Optional[str]]:
     """``(max |Δ logits| over the cached decoding steps, cached steps compared, problem or None)``
     of two :func:`decode_logits`. The prefill step is the forward pass's, compared already."""
     if len(eager) != len(swapped):
@@ -81,4 +79,6 @@ def compare_decoding(eager: list, swapped: list) -> tuple[float, int, Optional[s
     if not cached:
         return 0.0, 0, "cached decoding produced no step past the prompt to compare"
     worst = max(float((e.double() - s.double()).abs().max()) for e, s in cached)
-    return worst, len(cached), None
+    problem = (f"cached decoding: logits differ from eager by {worst:.3g} (> {tolerance:g}) within "
+               f"{len(cached)} step(s)" if worst > tolerance else None)
+    return worst, len(cached), problem

@@ -93,24 +93,22 @@ def describe_config(data: dict) -> ModelTraits:
 
     model_type = str(data.get("model_type") or "")
     auto_map = data.get("auto_map") if isinstance(data.get("auto_map"), dict) else {}
-    mrope = _uses_mrope(data)
-    refusal = packing_refusal(data)
-    text_row = model_type not in _MROPE_WITHOUT_TEXT_ROW
     if auto_map:
         loader = next((key for key in _REMOTE_LOADERS if key in auto_map), None)
         if loader is None:
             raise ValueError(f"auto_map names no model class hyport can load ({', '.join(sorted(auto_map))}; "
                              f"expected one of {', '.join(_REMOTE_LOADERS)})")
         multimodal = loader in _REMOTE_MULTIMODAL or any(key in data for key in _VISION_KEYS)
-        return ModelTraits(model_type, multimodal, loader, mrope, refusal, remote_code=True,
-                           mrope_text_row=text_row)
-    if model_type in MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES:
-        return ModelTraits(model_type, True, IMAGE_TEXT_TO_TEXT, mrope, refusal, mrope_text_row=text_row)
-    if model_type in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES:
-        return ModelTraits(model_type, False, CAUSAL_LM, mrope, refusal, mrope_text_row=text_row)
-    raise ValueError(f"model_type={model_type!r}: transformers has no image-text-to-text or "
-                     f"causal language model class for it (and the config has no auto_map for "
-                     f"remote code)")
+    elif model_type in MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES:
+        loader, multimodal = IMAGE_TEXT_TO_TEXT, True
+    elif model_type in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES:
+        loader, multimodal = CAUSAL_LM, False
+    else:
+        raise ValueError(f"model_type={model_type!r}: transformers has no image-text-to-text or "
+                         f"causal language model class for it (and the config has no auto_map for "
+                         f"remote code)")
+    return ModelTraits(model_type, multimodal, loader, _uses_mrope(data), packing_refusal(data),
+                       remote_code=bool(auto_map), mrope_text_row=model_type not in _MROPE_WITHOUT_TEXT_ROW)
 
 
 # --------------------------------------------------------------------------------------
@@ -154,16 +152,10 @@ def read_config(model_dir: str | Path) -> dict:
     return json.loads(read_text(Path(model_dir) / "config.json", MAX_CONFIG_BYTES, errors="strict"))
 
 
-def _uses_mrope(data: dict) -> bool:
+def _uses_mrope(value: Any) -> bool:
     """Does any (sub-)config ask for multimodal rotary sections (``mrope_section``)?"""
-    def walk(value: Any) -> bool:
-        if isinstance(value, dict):
-            if value.get("mrope_section"):
-                return True
-            return any(walk(v) for v in value.values())
-        return False
-
-    return walk(data)
+    return isinstance(value, dict) and (bool(value.get("mrope_section"))
+                                        or any(_uses_mrope(v) for v in value.values()))
 
 
 def rope_index_function(model):

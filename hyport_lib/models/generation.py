@@ -154,19 +154,17 @@ def run_single(model, loaded: LoadedProcessor, config: InferenceConfig) -> tuple
     """One image + text prompt (the reference's "Result: ..."); text only for a text-only model.
 
     Returns:
-        ``(text, stats)`` where stats holds ``prompt_tokens``, ``new_tokens``,
-        ``first_token_s`` (time to the first generated token), ``generate_s``,
-        ``tokens_per_s`` (prefill included) and ``decode_tokens_per_s`` (prefill
-        excluded, or None); see :class:`InferenceOutcome`.
+        ``(text, stats)`` where stats holds the :class:`InferenceOutcome` fields of the
+        single inference, by their names: ``prompt_tokens``, ``new_tokens``,
+        ``first_token_s``, ``generate_s``, ``tokens_per_s``, ``decode_tokens_per_s``.
     """
     inputs = _to_device(encode_prompts(loaded, [single_prompt(loaded, config)],
                                        enable_thinking=config.enable_thinking), model)
     prompt_tokens = int(inputs["input_ids"].shape[1])
 
     backend, _, _ = _backend_for(config.device)
-    streamer = _FirstTokenTimer()
     backend.synchronize()
-    streamer.start()
+    streamer = _FirstTokenTimer()
     output = model.generate(**inputs, **_generate_kwargs(config), streamer=streamer)
     backend.synchronize()
     generate_s = time.perf_counter() - streamer.started
@@ -229,10 +227,7 @@ def run_inference(config: InferenceConfig) -> InferenceOutcome:
 
     return InferenceOutcome(
         load_s=load_s,
-        first_token_s=stats["first_token_s"],
-        generate_s=stats["generate_s"],
-        new_tokens=stats["new_tokens"],
-        tokens_per_s=stats["tokens_per_s"],
+        **stats,
         single_output=single,
         batch_outputs=batch,
         output_hash=output_hash(single, batch),
@@ -243,11 +238,9 @@ def run_inference(config: InferenceConfig) -> InferenceOutcome:
         attn_implementation=str(getattr(model.config, "_attn_implementation", None)
                                 or config.attn_implementation),
         trust_remote_code=config.trust_remote_code,
-        prompt_tokens=stats["prompt_tokens"],
         batch_s=batch_s,
         memory=backend.memory_stats(index).to_dict(),
         model_path=config.model_path,
-        decode_tokens_per_s=stats["decode_tokens_per_s"],
         cold_s=cold_s,
         warmup_runs=config.warmup_runs,
         model_kind=loaded.traits.kind,
@@ -330,10 +323,7 @@ def _to_device(inputs, model):
     moved = {}
     for key, value in inputs.items():
         if isinstance(value, torch.Tensor):
-            if torch.is_floating_point(value):
-                value = value.to(device=model.device, dtype=model.dtype)
-            else:
-                value = value.to(model.device)
+            value = value.to(model.device, model.dtype if value.is_floating_point() else value.dtype)
         moved[key] = value
     return moved
 
@@ -357,7 +347,8 @@ def _decode(loaded: LoadedProcessor, token_ids) -> list[str]:
 
 
 class _FirstTokenTimer:
-    """A generate() streamer that only notes when the first new token arrives.
+    """A generate() streamer that only notes when the first new token arrives (its clock
+    starts when it is made).
 
     generate() first puts the prompt, then each new token; the second put is
     therefore the first generated token. Its ``.cpu()`` waits for the device, so the
@@ -365,13 +356,8 @@ class _FirstTokenTimer:
     """
 
     def __init__(self) -> None:
-        self.started = 0.0
-        self.first_token_s: Optional[float] = None
-        self._puts = 0
-
-    def start(self) -> None:
         self.started = time.perf_counter()
-        self.first_token_s = None
+        self.first_token_s: Optional[float] = None
         self._puts = 0
 
     def put(self, value) -> None:
@@ -399,17 +385,3 @@ def greedy(model, inputs: dict, new_tokens: int) -> tuple[list[int], float]:
     probs = [float(torch.softmax(score[0].float(), -1).max()) for score in out.scores]
     return ids, sum(probs) / max(len(probs), 1)
 
-
-__all__ = [
-    "batch_prompts",
-    "load_model",
-    "decode_rate",
-    "not_applicable_parts",
-    "greedy",
-    "output_hash",
-    "run_batch",
-    "run_inference",
-    "run_single",
-    "single_prompt",
-    "warm_up",
-]

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from hyport_lib.models.families import ModelTraits, describe_config, read_config
+from hyport_lib.models.model_cache import transformers_major
 from hyport_lib.models.pretrained import SMOLLM2_NAME
 from hyport_lib.models.tiny import TINY_MODEL_NAME
 
@@ -109,6 +110,11 @@ class AbsentVideoProcessor:
 def tokenizer_of(processor):
     """The tokenizer inside a processor (or the tokenizer itself)."""
     return getattr(processor, "tokenizer", processor)
+
+
+def chat_template_of(processor):
+    """The processor's chat template, else its tokenizer's; None when neither has one."""
+    return getattr(processor, "chat_template", None) or getattr(tokenizer_of(processor), "chat_template", None)
 
 
 @functools.lru_cache(maxsize=None)
@@ -212,8 +218,7 @@ def load_processor(path: str, *, trust_remote_code: bool = False) -> LoadedProce
         else:
             if getattr(processor, "video_processor", "absent") is None:
                 unavailable.append("video processor: not in this checkpoint")
-    template = getattr(processor, "chat_template", None) or getattr(tokenizer_of(processor), "chat_template", None)
-    return LoadedProcessor(processor, traits, unavailable, "chat" if template else "prefix")
+    return LoadedProcessor(processor, traits, unavailable, "chat" if chat_template_of(processor) else "prefix")
 
 
 def _needs_torchvision(exc: BaseException, *, words=("torchvision", "video")) -> bool:
@@ -333,10 +338,9 @@ def without_video(processor_class: type) -> type:
         # settings there (MiniCPM-V 4.6's slice_mode), not only later.
         token = _LOADING_VIDEO_SETTINGS.set(_video_settings(folder))
         try:
-            result = super(subclass, cls).from_pretrained(pretrained_model_name_or_path, *args, **kwargs)
+            return super(subclass, cls).from_pretrained(pretrained_model_name_or_path, *args, **kwargs)
         finally:
             _LOADING_VIDEO_SETTINGS.reset(token)
-        return result
 
     def absent(self):
         problem = torchvision_problem()
@@ -400,11 +404,9 @@ def _video_settings(folder: Path) -> dict:
     ``video_sampling`` block its checkpoints ship)."""
     settings = dict(_video_config(folder))
     sampling = settings.get("video_sampling")
-    if isinstance(sampling, dict):
-        if "max_frames" in sampling:
-            settings.setdefault("num_frames", sampling["max_frames"])
-        if "fps" in sampling:
-            settings.setdefault("fps", sampling["fps"])
+    for setting, source in (("num_frames", "max_frames"), ("fps", "fps")):
+        if isinstance(sampling, dict) and source in sampling:
+            settings.setdefault(setting, sampling[source])
     return settings
 
 
@@ -421,7 +423,7 @@ def _video_config(folder: Path) -> dict:
         path = folder / name
         return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
 
-    if _transformers_major() >= 5:
+    if transformers_major() >= 5:
         nested = (read("processor_config.json") or {}).get("video_processor")
         if isinstance(nested, dict):
             return nested
@@ -434,15 +436,9 @@ def _video_config(folder: Path) -> dict:
     return {}
 
 
-def _transformers_major() -> int:
-    import transformers
-
-    return int(transformers.__version__.split(".")[0])
-
-
 def dtype_kwarg() -> str:
     """``from_pretrained``'s keyword for the dtype: ``dtype`` on transformers 5, ``torch_dtype`` on 4.x."""
-    return "dtype" if _transformers_major() >= 5 else "torch_dtype"
+    return "dtype" if transformers_major() >= 5 else "torch_dtype"
 
 
 def auto_model_class(traits: ModelTraits):

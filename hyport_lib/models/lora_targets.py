@@ -11,7 +11,6 @@ frozen and untouched.
 from __future__ import annotations
 
 import re
-from typing import Optional
 
 #: ``lora_target="all"``: the usual linear layers of a decoder's attention and MLP.
 ALL_LINEAR = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
@@ -59,12 +58,12 @@ def matched_layers(model, pattern: str) -> list[str]:
     return [name for name, _ in model.named_modules() if name and compiled.fullmatch(name)]
 
 
-def leaf_names(model, prefix: str, limit: Optional[int] = 20) -> list[str]:
-    """Distinct last names of the leaf modules under ``prefix`` (for messages)."""
+def leaf_names(model, prefix: str) -> list[str]:
+    """The first 20 distinct last names of the leaf modules under ``prefix`` (for messages)."""
     start = f"{prefix}." if prefix else ""
     leaves = sorted({name.rsplit(".", 1)[-1] for name, module in model.named_modules()
                      if name.startswith(start) and not list(module.children())})
-    return leaves[:limit] if limit else leaves
+    return leaves[:20]
 
 
 def fused_experts(model, prefix: str) -> list[str]:

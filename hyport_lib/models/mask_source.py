@@ -76,7 +76,7 @@ def bidirectional_mask(data: dict) -> Optional[str]:
               (MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES, MODEL_FOR_CAUSAL_LM_MAPPING_NAMES))]
     text = data.get("text_config")
     if isinstance(text, dict) and text.get("model_type") and text.get("model_type") != parts[0][0]:
-        parts.append((str(text["model_type"]), _text_config(config), (MODEL_MAPPING_NAMES,)))
+        parts.append((str(text["model_type"]), config.get_text_config(), (MODEL_MAPPING_NAMES,)))
     for model_type, part_config, mappings in parts:
         names = [name for mapping in mappings for name in _as_tuple(mapping.get(model_type))]
         if not model_type or not names:
@@ -135,11 +135,6 @@ def _config_object(data: dict):
         return _ConfigView(data)
     finally:
         hf_logging.set_verbosity(level)
-
-
-def _text_config(config):
-    getter = getattr(config, "get_text_config", None)
-    return getter() if callable(getter) else config
 
 
 @functools.lru_cache(maxsize=None)
@@ -295,7 +290,7 @@ def _evaluate(node, config, local: dict):
     if isinstance(node, ast.Name):
         if node.id in local:
             return _evaluate(local[node.id], config, {k: v for k, v in local.items() if k != node.id})
-        return {"config": config, "text_config": _text_config(config)}.get(node.id, _UNKNOWN)
+        return {"config": config, "text_config": config.get_text_config()}.get(node.id, _UNKNOWN)
     if isinstance(node, ast.Attribute):
         if isinstance(node.value, ast.Name) and node.value.id == "self":
             return config if node.attr == "config" else _UNKNOWN
@@ -324,7 +319,7 @@ def _evaluate_call(node: ast.Call, value):
     function = node.func
     if isinstance(function, ast.Attribute) and function.attr == "get_text_config":
         owner = value(function.value)
-        return _text_config(owner) if _is_config(owner) else _UNKNOWN
+        return owner.get_text_config() if _is_config(owner) else _UNKNOWN
     if isinstance(function, ast.Name) and function.id == "getattr" and len(node.args) in (2, 3):
         owner, name = value(node.args[0]), value(node.args[1])
         if not isinstance(name, str):
@@ -339,7 +334,7 @@ def _evaluate_call(node: ast.Call, value):
 def _config_attribute(owner, name: str):
     if not _is_config(owner):
         return _UNKNOWN
-    for source in (owner, _text_config(owner)):
+    for source in (owner, owner.get_text_config()):
         try:
             return getattr(source, name)
         except AttributeError:

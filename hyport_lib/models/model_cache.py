@@ -15,7 +15,9 @@ import shutil
 import tempfile
 import time
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Optional, Union
+
+from hyport_lib.utils.imports import package_version
 
 CACHE_ENV_VAR = "HYPORT_CACHE"
 
@@ -24,6 +26,19 @@ def default_cache_root() -> Path:
     """``$HYPORT_CACHE`` when set, else ``~/.cache/hyport``."""
     root = os.environ.get(CACHE_ENV_VAR)
     return Path(root).expanduser() if root else Path.home() / ".cache" / "hyport"
+
+
+def transformers_major() -> int:
+    """The installed transformers' major version, read without importing it."""
+    return int((package_version("transformers") or "0").split(".")[0])
+
+
+def cache_folder(stem: str, cache_dir: Optional[Union[str, os.PathLike]] = None, tail: str = "") -> Path:
+    """``<cache root>/<stem>-tf<transformers major><tail>`` (``cache_dir`` None: the default
+    root). transformers 4.x and 5.x save processors and tokenizers differently: their
+    caches are kept apart so that switching stacks never loads the other one's files."""
+    root = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_root()
+    return root / f"{stem}-tf{transformers_major()}{tail}"
 
 
 def build_once(folder: Path, marker: str, build: Callable[[Path], None], what: str) -> Path:

@@ -30,7 +30,7 @@ class ModelPathError(ValueError):
 
 
 def check_model_path(model_path: str, *, param: str = "model_path", allow_download: bool = False,
-                     base: os.PathLike | None = None, local_only: str = "") -> str:
+                     local_only: str = "") -> str:
     """The folder to load (absolute), ``model_path`` itself for an allowed hub id, or an error.
 
     Args:
@@ -38,7 +38,6 @@ def check_model_path(model_path: str, *, param: str = "model_path", allow_downlo
             (with ``allow_download``) a hub id.
         param: the parameter's name, for messages.
         allow_download: pass a hub id through instead of refusing it.
-        base: where a relative folder is looked up (default: the working directory).
         local_only: who loads local folders only (e.g. ``"stage 02"``): a hub id is then
             refused with that said, whatever ``allow_download``.
 
@@ -59,7 +58,7 @@ def check_model_path(model_path: str, *, param: str = "model_path", allow_downlo
             raise ModelPathError(str(exc)) from None
     path = Path(text).expanduser()
     if not path.is_absolute():
-        path = Path(base or Path.cwd()) / path
+        path = Path.cwd() / path
     if not path.exists():
         if allow_download and not local_only and HUB_ID.match(text):
             return text

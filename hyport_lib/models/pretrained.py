@@ -21,7 +21,7 @@ import os
 from pathlib import Path
 from typing import Optional, Union
 
-from hyport_lib.models.model_cache import build_once, default_cache_root
+from hyport_lib.models.model_cache import build_once, cache_folder
 from hyport_lib.utils.imports import package_version
 
 #: The name users write in parameters to get this model.
@@ -60,9 +60,7 @@ def smollm2_gguf() -> Path:
 def smollm2_dir(cache_dir: Optional[Union[str, os.PathLike]] = None) -> Path:
     """The converted checkpoint's folder (whether or not it exists yet); transformers'
     major version is in the name, as the tiny model's is."""
-    root = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_root()
-    major = (package_version("transformers") or "0").split(".")[0]
-    return root / f"smollm2-135m-instruct-v{SMOLLM2_VERSION}-tf{major}"
+    return cache_folder(f"smollm2-135m-instruct-v{SMOLLM2_VERSION}", cache_dir)
 
 
 def ensure_smollm2(cache_dir: Optional[Union[str, os.PathLike]] = None) -> Path:

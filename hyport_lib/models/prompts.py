@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Optional, Sequence
 
 from hyport_lib.models.loading import (LoadedProcessor, ProcessorUnavailable, VideoSettingUnavailable,
-                                      tokenizer_of)
+                                      chat_template_of, tokenizer_of)
 
 
 @dataclass
@@ -47,14 +47,13 @@ def needs_image(loaded: LoadedProcessor) -> bool:
     return loaded.traits.multimodal and loaded.prompt_format == "prefix"
 
 
-def chat_text(loaded: LoadedProcessor, prompt: Prompt, *, enable_thinking: Optional[bool] = None,
-              generation_prompt: bool = True) -> str:
+def chat_text(loaded: LoadedProcessor, prompt: Prompt, *, enable_thinking: Optional[bool] = None) -> str:
     """The text the model sees for ``prompt`` (chat template, or the prefix as is)."""
     if loaded.prompt_format == "prefix":
         return prefix_text(loaded, prompt.text, len(prompt.images))
     content = [{"type": "image"} for _ in prompt.images] + [{"type": "text", "text": prompt.text}]
-    return render_messages(loaded, [{"role": "user", "content": content}],
-                           generation_prompt=generation_prompt, enable_thinking=enable_thinking)
+    return render_messages(loaded, [{"role": "user", "content": content}], generation_prompt=True,
+                           enable_thinking=enable_thinking)
 
 
 def prefix_text(loaded: LoadedProcessor, text: str, images: int) -> str:
@@ -80,7 +79,7 @@ def render_messages(loaded: LoadedProcessor, messages: list[dict], *, generation
     extra: dict[str, Any] = {}
     # Only a template that reads the switch gets it: transformers hands any other keyword
     # to the processor call (with a warning).
-    if enable_thinking is not None and "enable_thinking" in str(_template(loaded)):
+    if enable_thinking is not None and "enable_thinking" in str(chat_template_of(loaded.processor)):
         extra["enable_thinking"] = enable_thinking
     try:
         return loaded.processor.apply_chat_template(messages, tokenize=False,
@@ -91,11 +90,6 @@ def render_messages(loaded: LoadedProcessor, messages: list[dict], *, generation
         raise ProcessorUnavailable(f"{type(loaded.processor).__name__}'s chat template: {exc}") from None
 
 
-def _template(loaded: LoadedProcessor):
-    return (getattr(loaded.processor, "chat_template", None)
-            or getattr(tokenizer_of(loaded.processor), "chat_template", None) or "")
-
-
 def _text_of(content) -> str:
     if isinstance(content, str):
         return content
@@ -103,10 +97,11 @@ def _text_of(content) -> str:
 
 
 def encode_prompts(loaded: LoadedProcessor, prompts: Sequence[Prompt], *,
-                   enable_thinking: Optional[bool] = None, padding_side: str = "left") -> dict:
-    """The processor's tensors for a batch of prompts (padded on ``padding_side``)."""
+                   enable_thinking: Optional[bool] = None) -> dict:
+    """The processor's tensors for a batch of prompts, padded on the left (generation
+    appends on the right)."""
     texts = [chat_text(loaded, p, enable_thinking=enable_thinking) for p in prompts]
-    tokenizer_of(loaded.processor).padding_side = padding_side
+    tokenizer_of(loaded.processor).padding_side = "left"
     call: dict[str, Any] = {"text": texts, "padding": True, "return_tensors": "pt"}
     if loaded.prompt_format == "chat":
         # The template wrote the special tokens (bos included) already: adding them again

@@ -32,8 +32,7 @@ from hyport_lib.models.tiny_tokenizer import (
     build_tokenizer,
     invisible_token_ids,
 )
-from hyport_lib.models.model_cache import build_once, default_cache_root
-from hyport_lib.utils.imports import package_version
+from hyport_lib.models.model_cache import build_once, cache_folder
 
 #: Bump when the architecture, tokenizer, template, weights or saved files change: the
 #: cache folder name carries it, so a new version regenerates the checkpoint.
@@ -49,32 +48,24 @@ MARKER_FILE = "hyport_tiny.json"
 _IMAGE_SIZE = 32
 _PATCH_SIZE = 8
 
-ShardSize = Union[int, str]
-
-
-def _transformers_major() -> str:
-    return (package_version("transformers") or "0").split(".")[0]
-
 
 def tiny_model_dir(cache_dir: Optional[Union[str, os.PathLike]] = None,
-                   *, max_shard_size: Optional[ShardSize] = None) -> Path:
+                   *, max_shard_size: Optional[str] = None) -> Path:
     """The folder the checkpoint lives in (whether or not it exists yet).
 
     Args:
         cache_dir: cache root; None means :func:`default_cache_root`.
         max_shard_size: when given, a separate sharded copy is kept in its own folder.
     """
-    root = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_root()
-    # transformers 4.x and 5.x save processors and tokenizers differently: keep their
-    # caches apart so switching stacks never loads the other one's files.
-    name = f"tiny-vlm-v{TINY_MODEL_VERSION}-tf{_transformers_major()}"
-    if max_shard_size is not None:
-        name += f"-shards-{_shard_tag(max_shard_size)}"
-    return root / name
+    tag = str(max_shard_size or "").strip().upper()
+    if max_shard_size is not None and not (tag[:1].isdigit() and tag.isalnum()):
+        raise ValueError(f"max_shard_size={max_shard_size!r}: expected e.g. '100KB' or '2MB'")
+    tail = f"-shards-{tag}" if max_shard_size is not None else ""
+    return cache_folder(f"tiny-vlm-v{TINY_MODEL_VERSION}", cache_dir, tail)
 
 
 def ensure_tiny_model(cache_dir: Optional[Union[str, os.PathLike]] = None,
-                      *, max_shard_size: Optional[ShardSize] = None) -> Path:
+                      *, max_shard_size: Optional[str] = None) -> Path:
     """Return the tiny checkpoint's folder, building it first if it is not cached.
 
     Safe to call from several processes at once: building happens in a temporary
@@ -84,7 +75,7 @@ def ensure_tiny_model(cache_dir: Optional[Union[str, os.PathLike]] = None,
     Args:
         cache_dir: cache root (default ``$HYPORT_CACHE`` or ``~/.cache/hyport``).
         max_shard_size: save the weights in shards of at most this size (e.g.
-            ``"100KB"`` or an int in bytes), with a ``model.safetensors.index.json``;
+            ``"100KB"``), with a ``model.safetensors.index.json``;
             used by the weights stage to exercise sharded checkpoints.
 
     Returns:
@@ -106,28 +97,10 @@ def resolve_model_path(model_path: str) -> str:
     return str(model_path)
 
 
-def read_marker(folder: Union[str, os.PathLike]) -> dict:
-    """What was recorded when the checkpoint in ``folder`` was built."""
-    return json.loads((Path(folder) / MARKER_FILE).read_text(encoding="utf-8"))
-
-
 # --- building ------------------------------------------------------------------------
 
 
-def build_tiny_model(out_dir: Union[str, os.PathLike], *,
-                     max_shard_size: Optional[ShardSize] = None) -> Path:
-    """Build the checkpoint straight into ``out_dir`` (no caching, no locking).
-
-    Prefer :func:`ensure_tiny_model`; this is for callers that want a private copy
-    (e.g. to corrupt it on purpose in a test of the weights checker).
-    """
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    _build(out_dir, max_shard_size=max_shard_size)
-    return out_dir
-
-
-def _build(out_dir: Path, *, max_shard_size: Optional[ShardSize]) -> None:
+def _build(out_dir: Path, *, max_shard_size: Optional[str]) -> None:
     import torch
     import transformers
     from transformers import GenerationConfig, LlavaForConditionalGeneration, LlavaProcessor
@@ -225,29 +198,3 @@ def _image_processor():
         crop_size={"height": _IMAGE_SIZE, "width": _IMAGE_SIZE},
     )
 
-
-# --- cache plumbing ------------------------------------------------------------------
-
-
-def _shard_tag(max_shard_size: ShardSize) -> str:
-    if isinstance(max_shard_size, bool) or not isinstance(max_shard_size, (int, str)):
-        raise ValueError(f"max_shard_size={max_shard_size!r}: expected an int (bytes) or e.g. '100KB'")
-    if isinstance(max_shard_size, int):
-        if max_shard_size <= 0:
-            raise ValueError(f"max_shard_size={max_shard_size!r}: must be positive")
-        return f"{max_shard_size}B"
-    tag = max_shard_size.strip().upper().replace(" ", "")
-    if not tag or not tag[0].isdigit() or not tag.isalnum():
-        raise ValueError(f"max_shard_size={max_shard_size!r}: expected e.g. '100KB' or '2MB'")
-    return tag
-
-
-__all__ = [
-    "TINY_MODEL_VERSION",
-    "TINY_MODEL_NAME",
-    "build_tiny_model",
-    "ensure_tiny_model",
-    "read_marker",
-    "resolve_model_path",
-    "tiny_model_dir",
-]

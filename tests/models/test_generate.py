@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from hyport_lib.models import generation
+from hyport_lib.models import generation, model_cache
 from hyport_lib.models.generation import load_model, run_batch, run_inference, run_single
 from hyport_lib.models.generation_config import InferenceConfig, InferenceOutcome
 from hyport_lib.models.loading import dtype_kwarg
@@ -138,9 +138,7 @@ def test_load_passes_local_files_only_dtype_and_remote_code(tiny_cache, monkeypa
 
 @pytest.mark.parametrize("version,name", [("4.57.0", "torch_dtype"), ("5.24.0", "dtype")])
 def test_dtype_keyword_follows_transformers_version(version, name, monkeypatch):
-    import transformers
-
-    monkeypatch.setattr(transformers, "__version__", version)
+    monkeypatch.setattr(model_cache, "package_version", lambda dist: version)
     assert dtype_kwarg() == name
 
 

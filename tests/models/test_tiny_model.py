@@ -13,10 +13,14 @@ from pathlib import Path
 import pytest
 
 from hyport_lib.models import model_cache, tiny
-from hyport_lib.models.tiny import MARKER_FILE, ensure_tiny_model, read_marker, resolve_model_path
+from hyport_lib.models.tiny import MARKER_FILE, ensure_tiny_model, resolve_model_path
 from hyport_lib.models.sample_image import sample_image
 
 REPO = Path(__file__).resolve().parents[2]
+
+
+def read_marker(folder: Path) -> dict:
+    return json.loads((Path(folder) / MARKER_FILE).read_text(encoding="utf-8"))
 
 
 @pytest.fixture(scope="module")
@@ -218,10 +222,10 @@ def test_sample_image_is_deterministic_and_colourful():
 @pytest.mark.slow
 def test_concurrent_processes_share_one_build(tmp_path):
     code = (
-        "import sys\n"
-        "from hyport_lib.models.tiny import ensure_tiny_model, read_marker\n"
+        "import json, sys\n"
+        "from hyport_lib.models.tiny import MARKER_FILE, ensure_tiny_model\n"
         "p = ensure_tiny_model(sys.argv[1])\n"
-        "print(p, read_marker(p)['pid'])\n"
+        "print(p, json.loads((p / MARKER_FILE).read_text())['pid'])\n"
     )
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     procs = [
