@@ -78,11 +78,6 @@ class ModelComparison:
     def to_dict(self) -> dict:
         return asdict(self)
 
-    def frame(self):
-        import pandas as pd
-
-        return pd.DataFrame([self.to_dict()])
-
 
 def model_check_dtype(asked: str, kind: str) -> str:
     """The model check's dtype: ``auto`` is bfloat16 on an NPU (the dtype a run trains and

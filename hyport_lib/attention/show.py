@@ -44,10 +44,10 @@ HEATMAP_METRICS = (
 )
 
 
-def comparison_table(result, columns=TABLE_COLUMNS):
+def comparison_table(result):
     """The comparison as a DataFrame with the display columns only."""
     df = result.frame()
-    return df[[c for c in columns if c in df.columns]]
+    return df[[c for c in TABLE_COLUMNS if c in df.columns]]
 
 
 def _missing(value) -> bool:
@@ -63,9 +63,9 @@ def _pct(value):
     return "" if _missing(value) else f"{100 * float(value):.1f}%"
 
 
-def styled_comparison(result, columns=TABLE_COLUMNS):
+def styled_comparison(result):
     """pandas Styler of the comparison with coloured verdicts and compact numbers."""
-    df = comparison_table(result, columns)
+    df = comparison_table(result)
     numeric = [c for c in ("max_abs", "bound", "max_rel", "rmse") if c in df.columns]
     styler = style_verdicts(df)
     fmt = {c: _fmt for c in numeric}
@@ -80,7 +80,7 @@ def styled_comparison(result, columns=TABLE_COLUMNS):
 def provenance_note(result) -> str:
     """A one-paragraph Markdown note saying where the NPU figures come from."""
     backends = ", ".join(b["source"] for b in result.backends)
-    text = (f"**Provenance:** {provenance_label(result)}. Backends: {backends}. "
+    text = (f"**Provenance:** {provenance(result).label}. Backends: {backends}. "
             f"{result.cases} cases in {result.seconds:.1f} s.")
     for note in result.notes:
         text += f" {note}"
@@ -115,11 +115,6 @@ def _heatmap_values(df):
         values.append(vals)
         annotations.append(notes)
     return np.array(values, dtype=float), annotations
-
-
-def heatmap_figure(result, backend: Optional[str] = None):
-    """Cases x metrics heatmap of one backend of a comparison (see :func:`rows_heatmap`)."""
-    return rows_heatmap(result.frame(), backend)
 
 
 def rows_heatmap(df, backend: Optional[str] = None):
@@ -236,7 +231,7 @@ def show_comparison(result):
 
 def show_heatmap(result, backend: Optional[str] = None):
     """The error heatmap as a static PNG (kept in the HTML report)."""
-    _display(figure_png(heatmap_figure(result, backend)))
+    _display(figure_png(rows_heatmap(result.frame(), backend)))
 
 
 def styled_model(model):
@@ -292,18 +287,13 @@ def summary_markdown(summary, result=None) -> str:
     lines = [f"**{summary['verdict']}** — {summary['summary']}", ""]
     lines += [f"- {k}: {v}" for k, v in summary["headline"].items()]
     if result is not None:
-        lines.append(f"- provenance: {provenance_label(result)}")
+        lines.append(f"- provenance: {provenance(result).label}")
     return "\n".join(lines)
 
 
 def show_summary(result: AttentionStageResult):
     """The stage verdict, its headline figures and where the NPU figures came from."""
     _markdown(summary_markdown(summarize(result), result.comparison))
-
-
-def provenance_label(result) -> str:
-    """The label of a comparison's provenance (says "emulated" when no NPU took part)."""
-    return provenance(result).label
 
 
 # --------------------------------------------------------------------------- the report

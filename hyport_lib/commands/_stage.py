@@ -33,11 +33,6 @@ from hyport_lib.utils.files import atomic_write_text, dumps_json
 from hyport_lib.utils.redact import scrub_obj, scrub_text
 
 
-def no_bar() -> None:
-    """A stage without a progress bar: its ``on_progress`` is None."""
-    return None
-
-
 @dataclass(frozen=True)
 class StageCommand:
     """One stage's command line.
@@ -63,7 +58,7 @@ class StageCommand:
 
     stage: str
     text: Callable[[Any], str]
-    bar: Callable[[], Optional[TerminalBar]] = no_bar
+    bar: Callable[[], Optional[TerminalBar]] = lambda: None
     planning: Callable[[], ContextManager] = contextlib.nullcontext
     plan_lines: Callable[[Any], Sequence[str]] = lambda plan: ()
     json: Callable[[Any], Any] = lambda result: result.to_dict()

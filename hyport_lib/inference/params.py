@@ -7,7 +7,7 @@ The notebook cell, ``hyport infer``'s flags and ``hyport report -p`` all become 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Optional
 
 from hyport_lib.models.generation_config import DEFAULT_BATCH_PROMPTS
 from hyport_lib.params import (
@@ -82,12 +82,8 @@ def batch_pairs(prompts: list) -> list[tuple[str, bool]]:
             raise ParameterError([f"{name}={item!r}: expected [text, uses_image]"])
         if not isinstance(text, str) or not text.strip():
             raise ParameterError([f"{name}={item!r}: expected a non-empty text"])
-        pairs.append((text, _flag(name, uses_image)))
+        try:
+            pairs.append((text, as_flag(name, uses_image)))
+        except ValueError as exc:
+            raise ParameterError([str(exc)]) from None
     return pairs
-
-
-def _flag(name: str, value: Any) -> bool:
-    try:
-        return as_flag(name, value)
-    except ValueError as exc:
-        raise ParameterError([str(exc)]) from None

@@ -424,14 +424,9 @@ def port_python(source: str, rel: str, *, relative: bool) -> FileResult:
     the code that changes, not the file's size, and a stop signal is honoured between
     two segments.
 
-    Args:
-        source: the file's text.
-        rel: its path in the tree (named in changes and spots).
-        relative: import the generated module relatively (the file lives in a package or
-            is remote code whose siblings it imports with ``from .x import``).
-
-    Returns:
-        A :class:`FileResult`; ``code`` is None when nothing changed.
+    ``rel`` is the file's path in the tree (named in changes and spots); ``relative``:
+    import the generated module relatively (the file lives in a package or is remote code
+    whose siblings it imports with ``from .x import``). ``code`` is None when nothing changed.
 
     Raises:
         UnparsableSource: the file does not parse (the message names the line).

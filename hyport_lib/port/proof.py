@@ -280,24 +280,16 @@ def _half_only(proof: PortProof) -> Optional[str]:
 def prove_port(src: str | Path, dst: str | Path, *, dtype: str = "auto", seed: int = 0,
                device: str = "auto", config_overrides: Optional[dict] = None,
                on_phase: Optional[Callable[[str], None]] = None) -> PortProof:
-    """Prove the port of ``src`` in ``dst`` (see the module docstring), in this process.
+    """Prove the port of ``src`` in ``dst`` (``hyport port``'s output; see the module
+    docstring), in this process, on ``device`` (``auto``: the NPU when there is one).
 
-    This imports and runs the code of both trees: ``hyport port --proof`` and stage 02
-    call it in a child process (:mod:`hyport_lib.port.proof_run`), only when asked.
-
-    Args:
-        src: the original tree.
-        dst: the ported tree (``hyport port``'s output).
-        dtype: ``auto``, ``float32``, ``bfloat16`` or ``float16``.
-        seed: seeds the weights and the inputs.
-        device: where the models run: ``auto`` (the NPU when there is one, else the CPU).
-        config_overrides: config fields set last (``{"rope_scaling": {...}}``), for code
-            that needs a field its config class does not default.
-        on_phase: told each step (:data:`IMPORT_ORIGINAL`, ...) before it starts.
+    ``config_overrides`` are config fields set last (``{"rope_scaling": {...}}``), for code
+    that needs a field its config class does not default; ``on_phase`` is told each step
+    (:data:`IMPORT_ORIGINAL`, ...) before it starts.
 
     Returns:
         A :class:`PortProof`: PASS or FAIL; WARN when the tree holds no model class the
-        proof can build (``error`` says so). ``error`` says why no proof was made.
+        proof can build. ``error`` says why no proof was made.
     """
     if dtype != "auto" and dtype not in DTYPES:
         raise ValueError(f"dtype={dtype!r}: expected auto, {', '.join(DTYPES)}")

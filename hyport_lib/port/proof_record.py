@@ -55,11 +55,6 @@ class PortProof:
     def to_dict(self) -> dict:
         return asdict(self)
 
-    def frame(self):
-        import pandas as pd
-
-        return pd.DataFrame([asdict(c) for c in self.cases])
-
 
 def model_files(root: Path, only: Optional[str] = None) -> list[Path]:
     """The files :func:`load_tree` imports: ``only``, else the ``modeling*.py`` files

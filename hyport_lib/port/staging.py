@@ -51,19 +51,15 @@ def _start_ticks(pid: int) -> Optional[int]:
 
 
 def owner_gone(pid: int, start: int) -> bool:
-    """Whether the port process ``pid`` that started at ``start`` has ended."""
+    """Whether the port process ``pid`` that started at ``start`` has ended: no such
+    process, or a live ``pid`` that started at another time (the PID was reused; an
+    unknown start, or no ``/proc``, is taken as the same process, and kept)."""
     try:
-        os.kill(pid, 0)  # a process of another user holds the PID: PermissionError
+        os.kill(pid, 0)
     except ProcessLookupError:
         return True
     except PermissionError:
-        return _reused(pid, start)
-    return _reused(pid, start)
-
-
-def _reused(pid: int, start: int) -> bool:
-    """Whether a live ``pid`` belongs to a process other than the one that started at
-    ``start`` (unknown start, or no ``/proc``: taken as the same, and kept)."""
+        pass  # a process of another user holds the PID
     now = _start_ticks(pid)
     return now is not None and start != 0 and now != start
 

@@ -132,14 +132,8 @@ def _check_destination(src: str | Path, dst: str | Path, source: Path, target: P
 
 
 def port_tree(src: str | Path, dst: str | Path) -> PortResult:
-    """Port the tree ``src`` into the new folder ``dst``.
-
-    Args:
-        src: a folder of model code (or one ``.py`` file).
-        dst: where the ported copy goes; must not exist, or be an empty folder.
-
-    Returns:
-        A :class:`PortResult`; ``port.diff`` and ``port.json`` are written into ``dst``.
+    """Port the tree ``src`` (a folder of model code, or one ``.py`` file) into ``dst``
+    (a new or empty folder), with ``port.diff`` and ``port.json`` written there.
 
     Raises:
         PortError: ``src`` is missing or not a folder or file, ``dst`` is not empty,

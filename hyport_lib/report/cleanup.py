@@ -27,10 +27,8 @@ from typing import Callable, Optional
 
 from hyport_lib.report.run import INTERRUPTED, NOT_RUN, PENDING, RUNNING, ReportRun
 from hyport_lib.report.run_files import write_run_files
-from hyport_lib.utils.files import atomic_write_text
-from hyport_lib.utils.redact import scrub_json_text, scrub_text
+from hyport_lib.report.stage_run import PARTIAL_DIR, scrub_file
 
-PARTIAL_DIR = ".partial"
 _TEXT_SUFFIXES = {".ipynb", ".html", ".json", ".jsonl", ".log", ".md", ".txt", ".yaml"}
 
 
@@ -114,11 +112,7 @@ def clean_run(run_dir: Path, data: dict) -> None:
     shutil.rmtree(run_dir / PARTIAL_DIR, ignore_errors=True)
     for path in run_dir.rglob("*"):
         if path.is_file() and path.suffix in _TEXT_SUFFIXES and path.name != "run.json":
-            text = path.read_text(encoding="utf-8", errors="replace")
-            clean = (scrub_json_text(text, indent=1 if path.suffix == ".ipynb" else 2)
-                     if path.suffix in (".json", ".ipynb") else scrub_text(text))
-            if clean != text:
-                atomic_write_text(path, clean)
+            scrub_file(path)
     when = _dt.datetime.now().isoformat(timespec="seconds")
     run = ReportRun.from_dict({**data, "run_dir": str(run_dir)})
     if run.status != "running":  # stopped, not killed: only its partial notebook was left
@@ -135,6 +129,3 @@ def clean_run(run_dir: Path, data: dict) -> None:
     run.status = "killed"
     run.notes.append(f"the runner died without finishing (found and cleaned at {when})")
     write_run_files(run)
-
-
-__all__ = ["clean_run", "clean_runs", "process_start_time", "runner_alive"]

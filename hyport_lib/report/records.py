@@ -8,7 +8,7 @@ kernel, or not a JSON object; each such case becomes a :class:`StageView` with n
 and a ``problem`` saying why, which the stage's card and section then state.
 
 The report knows no stage by name: a stage's card, section and figures come from the
-functions of its ``hyport_lib.<name>.show`` module (:func:`stage_show`; the interface is
+functions of its ``hyport_lib.<name>.show`` module (:func:`stage_hook`; the interface is
 described in :mod:`hyport_lib.drafting`), and a stage without them (a notebook-only
 stage) gets the generic rendering of its recorded headline.
 """
@@ -17,9 +17,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from types import ModuleType
 from typing import Callable, Optional
 
+from hyport_lib.drafting.values import as_dict
 from hyport_lib.report.run import RESULTS_DIR, ReportRun, StageOutcome
 from hyport_lib.results import UnreadableResult, read_result, result_file
 from hyport_lib.stages import stage_part
@@ -28,15 +28,11 @@ from hyport_lib.stages import stage_part
 FINISHED = ("PASS", "WARN", "FAIL", "SKIP")
 
 
-def stage_show(stage_id: str) -> Optional[ModuleType]:
-    """The ``show`` module of stage ``NN_name``, or None for a notebook-only stage."""
-    return stage_part(stage_id.partition("_")[2], "show")
-
-
 def stage_hook(stage_id: str, name: str) -> Optional[Callable]:
-    """The function ``name`` (``glance``, ``blog_values``...) of the stage's ``show``
-    module, or None when the stage has none."""
-    return getattr(stage_show(stage_id), name, None)
+    """The function ``name`` (``glance``, ``blog_values``...) of the ``show`` module of
+    stage ``NN_name``, or None when the stage has none (a notebook-only stage has no
+    ``show`` module)."""
+    return getattr(stage_part(stage_id.partition("_")[2], "show"), name, None)
 
 
 @dataclass
@@ -72,8 +68,7 @@ class StageView:
     @property
     def data(self) -> dict:
         """The result's ``data`` (empty when there is none)."""
-        data = (self.result or {}).get("data")
-        return data if isinstance(data, dict) else {}
+        return as_dict(as_dict(self.result).get("data"))
 
     @property
     def has_data(self) -> bool:

@@ -14,9 +14,11 @@ from __future__ import annotations
 
 import datetime as _dt
 import secrets
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Optional
+
+from hyport_lib.utils.records import from_mapping
 
 
 #: The folder of a run that holds what each stage recorded (``results/NN_name.json``).
@@ -75,13 +77,7 @@ class ReportRun:
 
     @classmethod
     def from_dict(cls, data: dict) -> "ReportRun":
-        known = {f for f in cls.__dataclass_fields__}
-        values = {k: v for k, v in data.items() if k in known}
-        values["run_dir"] = Path(values["run_dir"])
-        stage_fields = set(StageOutcome.__dataclass_fields__)
-        values["stages"] = [StageOutcome(**{k: v for k, v in s.items() if k in stage_fields})
-                            for s in data.get("stages", [])]
-        return cls(**values)
+        return replace(from_mapping(cls, data), run_dir=Path(data["run_dir"]))
 
 
 def new_run_dir(output_root: Path) -> tuple[str, Path]:

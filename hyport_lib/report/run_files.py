@@ -20,14 +20,9 @@ from hyport_lib.utils.redact import scrub_obj
 
 
 def write_run_files(run: ReportRun, blog: bool = True) -> None:
-    """``index.html``, ``run.json`` (and the blog drafts and ``report.html``) of a run,
-    from its state now.
-
-    Args:
-        run: the run as it stands.
-        blog: also the drafts, their figures and ``report.html`` (the runner leaves them
-            out when a stage starts: nothing they show has changed).
-    """
+    """``index.html`` and ``run.json`` of a run, from its state now; with ``blog``, also
+    the drafts, their figures and ``report.html`` (the runner leaves them out when a stage
+    starts: nothing they show has changed)."""
     views = load_views(run)
     write_index(run, views)
     atomic_write_json(run.run_dir / "run.json", scrub_obj(run.to_dict()))

@@ -114,12 +114,13 @@ def _terminal_to_log(log_path: Path):
         os.close(saved)
 
 
-def _scrub_file(path: Path) -> None:
-    if path.is_file():
-        text = path.read_text(encoding="utf-8", errors="replace")
-        clean = scrub_text(text)
-        if clean != text:
-            atomic_write_text(path, clean)
+def scrub_file(path: Path) -> None:
+    """Scrub a text file of a run in place: JSON (a notebook too) by structure, else as text."""
+    text = path.read_text(encoding="utf-8", errors="replace")
+    clean = (scrub_json_text(text, indent=1 if path.suffix == ".ipynb" else 2)
+             if path.suffix in (".json", ".ipynb") else scrub_text(text))
+    if clean != text:
+        atomic_write_text(path, clean)
 
 
 def run_stage(stage: Stage, run_dir: Path, params: dict, *, cell_timeout_s: int,
@@ -174,7 +175,8 @@ def run_stage(stage: Stage, run_dir: Path, params: dict, *, cell_timeout_s: int,
 def _collect(stage: Stage, run_dir: Path, outcome: StageOutcome, error: Optional[str],
              nb_partial: Path, nb_out: Path, html_out: Path, log_out: Path,
              show_inputs: bool) -> StageOutcome:
-    _scrub_file(log_out)
+    if log_out.is_file():
+        scrub_file(log_out)
     if scrub_notebook(nb_partial, nb_out):
         nb_partial.unlink()
         try:

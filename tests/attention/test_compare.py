@@ -267,7 +267,7 @@ def test_show_renders_table_and_heatmap(default_result):
 
     html = show.styled_comparison(default_result).to_html()
     assert "PASS" in html and "npu-emulated (CPU)" in html
-    fig = show.heatmap_figure(default_result)
+    fig = show.rows_heatmap(default_result.frame())
     ax = fig.axes[0]
     assert len(ax.get_yticklabels()) == default_result.cases
     assert "emulated" in ax.get_title()
@@ -275,7 +275,7 @@ def test_show_renders_table_and_heatmap(default_result):
 
     plt.close(fig)
     with pytest.raises(ValueError, match="backend='npu'"):
-        show.heatmap_figure(default_result, backend="npu")
+        show.rows_heatmap(default_result.frame(), backend="npu")
     assert "not an NPU measurement" in show.provenance_note(default_result)
 
 

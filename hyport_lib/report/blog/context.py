@@ -80,7 +80,7 @@ def stage_facts(views: list[StageView]) -> tuple[dict, list[str]]:
 
 def recorded_notes(run: ReportRun, views: list[StageView]) -> list[str]:
     """Notes the run and its stages recorded that qualify the figures (``blog_notes``)."""
-    notes = [str(n) for n in (run.notes or [])]
+    notes = [str(n) for n in run.notes]
     for view in views:
         give = view.hook("blog_notes")
         if view.result is not None and give is not None:
@@ -91,16 +91,15 @@ def recorded_notes(run: ReportRun, views: list[StageView]) -> list[str]:
 def build_context(run: ReportRun, lang: str, views: list[StageView], figures: dict, notes: list) -> dict:
     """The variables of the draft's templates in ``lang``."""
     facts, unread = stage_facts(views)
-    parameters = run.parameters if isinstance(run.parameters, dict) else {}
     parts = [stage_part(view.stage, view, lang) for view in views]
     left_out = [stage_part(str(stage), None, lang) for stage in run.left_out]
     # The sections stages add after theirs, in the stages' order, a stage left out told so.
     appendices = sorted((p for p in parts + left_out if p.template), key=lambda p: p.stage)
-    return {"lang": lang, "run": run, "parameters": parameters, "facts": facts, "host": run.host or "",
-            "versions": run.versions or {}, "figures": dict(figures), "profile": profile_name(run.profile) if run.profile else None, "stages": parts, "left_out": left_out,
+    return {"lang": lang, "run": run, "parameters": run.parameters, "facts": facts, "host": run.host,
+            "versions": run.versions, "figures": dict(figures), "profile": profile_name(run.profile) if run.profile else None, "stages": parts, "left_out": left_out,
             "appendices": appendices, "figure_problems": list(notes), "unread_facts": unread,
             "recorded_notes": lambda: recorded_notes(run, views), "no_data_yet": NO_DATA_YET,
-            "interrupted": INTERRUPTED, "reproduce": lambda: reproduce_command(run, parameters, views),
+            "interrupted": INTERRUPTED, "reproduce": lambda: reproduce_command(run, run.parameters, views),
             "values": lambda part: _values(part)}
 
 

@@ -39,20 +39,10 @@ DRAFTS = {"blog.md": "en", "blog.en.md": "en", "blog.zh.md": "zh"}
 
 def render_blog(run: ReportRun, lang: str = "en", *, figures: Optional[dict] = None,
                 notes: Optional[list] = None, views: Optional[list[StageView]] = None) -> str:
-    """The draft as Markdown, scrubbed of secret values.
-
-    Args:
-        run: the run as it stands (any stage may be unfinished).
-        lang: ``en`` or ``zh``.
-        figures: name -> relative path of the figures drawn (see
-            :func:`~hyport_lib.report.blog.figures.draw_figures`); none when not given.
-        notes: problems met while drawing figures, listed among the caveats.
-        views: the stages as :func:`~hyport_lib.report.records.load_views` reads them
-            (read here when not given).
-
-    Raises:
-        ValueError: for a language there is no text for.
-    """
+    """The draft in ``lang`` as Markdown, scrubbed of secret values (ValueError for a
+    language there is no text for). ``figures`` and ``notes`` are what
+    :func:`~hyport_lib.report.blog.figures.draw_figures` drew and met; ``views`` as
+    :func:`~hyport_lib.report.records.load_views` reads them (read here when not given)."""
     template = environment().get_template(frame_template(lang))
     views = load_views(run) if views is None else views
     text = template.render(build_context(run, lang, views, figures or {}, notes or []))
@@ -60,15 +50,8 @@ def render_blog(run: ReportRun, lang: str = "en", *, figures: Optional[dict] = N
 
 
 def write_blog_drafts(run: ReportRun, views: Optional[list[StageView]] = None) -> list[Path]:
-    """Write ``blog.md``, ``blog.en.md`` and ``blog.zh.md`` (and the figures) atomically.
-
-    Args:
-        run: the run as it stands.
-        views: as for :func:`render_blog` (read here when not given).
-
-    Returns:
-        the drafts written, in the order of :data:`DRAFTS`.
-    """
+    """Write ``blog.md``, ``blog.en.md`` and ``blog.zh.md`` (and the figures) atomically;
+    the drafts written, in the order of :data:`DRAFTS`."""
     views = load_views(run) if views is None else views
     figures, problems = draw_figures(Path(run.run_dir), views)
     texts = {lang: render_blog(run, lang, figures=figures, notes=problems, views=views)
