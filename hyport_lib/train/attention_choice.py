@@ -90,11 +90,14 @@ IMAGE_SEARCH_RECORDS = 256
 
 def proof_batches(params: Params, model_path: str, loaded: LoadedProcessor, records: Sequence,
                   skip: Sequence[int]) -> list[tuple[dict, Optional[list[list[dict]]]]]:
-    """What the proof runs: the first rows of the data, as the workers' collator makes them;
-    and, for a VLM whose first rows hold no image, also the first row that holds one (the
-    Trainer draws rows at random, and the vision tower's attention must be proven too).
-    Each batch comes with its rows' samples collated alone when packing (see
-    :func:`first_batch`)."""
+    """What the proof runs: the first rows of the data as rank 0's collator makes them (the
+    records in order, bad ones skipped as the workers skip them, encoded as the workers
+    encode them: an M-RoPE model's packed rows with the positions the model computes for
+    each sample, cut into ``per_device_train_batch_size`` rows); and, for a VLM whose first
+    rows hold no image, also the first row that holds one (the Trainer draws rows at random,
+    and the vision tower's attention must be proven too). Each batch comes with its rows'
+    samples collated alone when packing (the proof's eager reference: each sample trained by
+    itself); None without."""
     encoder, rows, later, rest = _first_rows(params, model_path, loaded, records, skip)
     batches = [_collated(params, loaded, encoder, rows)]
     if loaded.traits.multimodal and not any(s.pixel_values is not None for row in rows for s in row):
@@ -104,18 +107,6 @@ def proof_batches(params: Params, model_path: str, loaded: LoadedProcessor, reco
                 batches.append(_collated(params, loaded, encoder, [[sample]]))
                 break
     return batches
-
-
-def first_batch(params: Params, model_path: str, loaded: LoadedProcessor, records: Sequence,
-                skip: Sequence[int]) -> tuple[dict, Optional[list[list[dict]]]]:
-    """The first rows of the data as rank 0's collator makes them: the records in order (bad
-    ones skipped as the workers skip them), encoded as the workers encode them (an M-RoPE
-    model's packed rows with the positions the model computes for each sample), cut into
-    ``per_device_train_batch_size`` rows and collated. With packing, also each row's samples
-    collated alone (the proof's eager reference: each sample trained by itself); None
-    without."""
-    encoder, rows, _, _ = _first_rows(params, model_path, loaded, records, skip)
-    return _collated(params, loaded, encoder, rows)
 
 
 def _first_rows(params: Params, model_path: str, loaded: LoadedProcessor, records: Sequence,

@@ -20,7 +20,7 @@ import errno
 import importlib.util
 import os
 import tempfile
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Optional
 
@@ -52,7 +52,8 @@ class LaunchPlan:
     """What will run (all paths absolute); :meth:`to_dict` is what the record keeps.
 
     Attributes:
-        params: the parameters the workers get (a ``resume_from`` folder made absolute).
+        params: the parameters as given (checked once, here); the workers rebuild them
+            from :meth:`worker_spec` without a second check.
         bundled_dataset: no ``dataset_path`` was given: the launch writes the bundled
             smoke set to ``dataset_path``.
         deepspeed: the few DeepSpeed settings a reader wants to see;
@@ -95,7 +96,7 @@ class LaunchPlan:
         """What every rank reads from ``HYPORT_TRAIN_SPEC``."""
         keys = ("model_path", "dataset_path", "image_root", "output_dir", "metrics_path",
                 "precision", "attn_implementation", "attention_backend", "deepspeed_config_path",
-                "skip_records", "device_kind")
+                "skip_records", "device_kind", "resume_checkpoint")
         return {"params": self.params.to_dict(), **{k: getattr(self, k) for k in keys}}
 
 
@@ -146,7 +147,7 @@ def prepare(params: Params, backend) -> LaunchPlan:
     notes.extend(summary.get("notes", []))
     if skip:
         notes.append(f"{len(skip)} bad record(s) skipped (skip_bad_records=True)")
-    params, checkpoint, resume_notes = _resume(params, output_dir, world)
+    checkpoint, resume_notes = _resume(params, output_dir, world)
     notes.extend(resume_notes)
     check_master_addr(params)
     port = rendezvous_port(params, check=True)
@@ -172,13 +173,13 @@ def prepare(params: Params, backend) -> LaunchPlan:
         deepspeed=ds.describe(deepspeed), deepspeed_json=deepspeed,
         deepspeed_config_path=str(output_dir / ds.DEEPSPEED_FILE), master_addr=params.master_addr,
         master_port=port, bundled_dataset=bundled, dataset=summary, skip_records=skip,
-        resume_checkpoint=str(checkpoint.path) if checkpoint else None,
+        # absolute: the workers start inside output_dir, where a relative folder points elsewhere
+        resume_checkpoint=str(checkpoint.path.resolve()) if checkpoint else None,
         notes=notes, attention_proof=attention.proof.to_dict() if attention.proof else None)
 
 
-def _resume(params: Params, output_dir: Path, world: int) -> tuple[Params, Optional[Checkpoint], list[str]]:
-    """The resume point, checked against this run: ``(params, checkpoint or None, notes)``;
-    a checkpoint folder given by hand comes back absolute in ``params.resume_from``."""
+def _resume(params: Params, output_dir: Path, world: int) -> tuple[Optional[Checkpoint], list[str]]:
+    """The resume point, checked against this run: ``(checkpoint or None, notes)``."""
     notes = []
     checkpoint = resolve_resume(params.resume_from, output_dir)
     if checkpoint is None:
@@ -189,7 +190,7 @@ def _resume(params: Params, output_dir: Path, world: int) -> tuple[Params, Optio
                    else "resume_from='auto' would resume the newest complete one instead")
             notes.append(f"starts from scratch in a folder with {len(earlier)} earlier checkpoint(s) "
                          f"({named}): they will be removed; {why}")
-        return params, None, notes
+        return None, notes
     check_compatible(checkpoint, world_size=world, zero_stage=params.zero_stage,
                      finetuning_type=params.finetuning_type)
     if params.max_steps is not None and checkpoint.step >= params.max_steps:
@@ -212,10 +213,7 @@ def _resume(params: Params, output_dir: Path, world: int) -> tuple[Params, Optio
         notes.append(f"{len(later)} later checkpoint(s) in output_dir ({', '.join(later[:3])}"
                      f"{', ...' if len(later) > 3 else ''}) will be removed: the run continues "
                      f"from step {checkpoint.step} and writes its own")
-    if params.resume_from.lower() not in ("auto", "none"):
-        # The workers start inside output_dir: a relative folder would point elsewhere there.
-        params = replace(params, resume_from=str(checkpoint.path.resolve()))
-    return params, checkpoint, notes
+    return checkpoint, notes
 
 
 def _cards(backend, num_cards: Optional[int]) -> int:

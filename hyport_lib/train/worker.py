@@ -286,15 +286,15 @@ def _merged_lora(spec: dict, params: Params, state_dict: dict):
 def run(spec: dict) -> dict:
     """Train as the spec says; returns rank 0's result (other ranks: a short dict)."""
     started = time.monotonic()
-    params = Params.from_values(spec["params"], where=SPEC_ENV)
+    params = Params.from_plan(spec["params"])
     backend = get_backend(spec["device_kind"])
     _quiet_deepspeed_cpu(backend)
     init_distributed(backend)
     world = int(os.environ.get("WORLD_SIZE", "1"))
     restart = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") or 0)
     # After a fault, torchrun's restart resumes this launch's newest complete checkpoint,
-    # whatever resume_from said for the first attempt.
-    resume_from = "auto" if restart and newest_complete(spec["output_dir"]) else params.resume_from
+    # whatever the plan resolved for the first attempt.
+    resume_from = "auto" if restart and newest_complete(spec["output_dir"]) else spec["resume_checkpoint"] or "none"
     checkpoint = resolve_resume(resume_from, spec["output_dir"])
     if checkpoint is not None:
         check_compatible(checkpoint, world_size=world, zero_stage=params.zero_stage,

@@ -16,15 +16,15 @@ must release the GIL on large buffers to overlap with the read: all three do. py
 inputs over 64 KiB (``XXHASH_DO_UPDATE`` in its ``src/_xxhash.c``; 3.x released it
 always), ``zlib.crc32`` above 5 KiB and ``hashlib`` above 2 KiB.
 
-Checksums of different algorithms say nothing about each other: :func:`checksums_agree`
-is the one place that compares two, and answers None for a pair it cannot judge.
+Checksums of different algorithms say nothing about each other: each tensor's record
+names the algorithm that made its checksum.
 """
 
 from __future__ import annotations
 
 import hashlib
 import zlib
-from typing import Callable, Optional
+from typing import Callable
 
 import xxhash
 
@@ -78,12 +78,3 @@ def new_hasher(algorithm: str):
         raise ValueError(f"checksum={algorithm!r}: expected one of "
                          f"{', '.join(map(repr, HASHERS))}") from None
 
-
-def checksums_agree(algorithm: str, checksum: Optional[str], other_algorithm: str,
-                    other_checksum: Optional[str]) -> Optional[bool]:
-    """Whether two checksums say the bytes are the same: True or False when both were made
-    by the same algorithm, None when they cannot be compared (different algorithms, or
-    a checksum missing), which is neither a match nor a mismatch."""
-    if algorithm != other_algorithm or not checksum or not other_checksum:
-        return None
-    return checksum == other_checksum

@@ -25,11 +25,13 @@ from pathlib import Path
 from typing import Optional
 
 from hyport_lib.models.tiny import ensure_tiny_model, tiny_model_dir
-from hyport_lib.results import RUN_DIR_ENV, TrainedWeights, load_result, result_file, results_dir
+from hyport_lib.results import RUN_DIR_ENV, StageResult, TrainedWeights, load_result, result_file, results_dir
 
 TRAIN_STAGE = TrainedWeights.STAGE
 #: The tiny model is about 850 KB in float32: this gives two shards.
 TINY_SHARD_SIZE = "500KB"
+_NOT_THE_TINY_MODEL = ("stage 05 does not check the embedded model instead, which would read as the trained "
+                       "weights' result: set weights_path to check a folder")
 
 
 @dataclass
@@ -51,39 +53,16 @@ def _existing(path) -> Optional[str]:
     return str(path) if path and Path(path).exists() else None
 
 
-def stage04_paths(directory: Optional[os.PathLike] = None) -> Optional[tuple[TrainedWeights, Path]]:
-    """Stage 04's hand-over with only the folders that still exist, and the file it came
-    from; None when it recorded no final weights that still exist."""
-    path = result_file(directory or results_dir(), TRAIN_STAGE)
+def _stage04_record(results: Optional[os.PathLike]) -> tuple[Path, Optional[StageResult]]:
+    """Stage 04's result file, and its record (None: no file, or an unreadable one, which
+    is no record: the tiny default is used)."""
+    path = result_file(results or results_dir(), TRAIN_STAGE)
     if not path.is_file():
-        return None
+        return path, None
     try:
-        handed = TrainedWeights.from_dict(load_result(path).data)
+        return path, load_result(path)
     except ValueError:
-        return None  # an unreadable record is no record: the tiny default is used
-    final = _existing(handed.final_dir)
-    if not final:
-        return None
-    return TrainedWeights(final, _existing(handed.last_checkpoint), _existing(handed.model_path)), path
-
-
-def stage04_failure(directory: Optional[os.PathLike] = None) -> Optional[str]:
-    """Why stage 04 trained no weights to check, when its record says it failed without
-    final weights; None otherwise (no record, an unreadable one, or one whose weights
-    exist or were deleted since: those fall back to the tiny model, and the note says
-    which)."""
-    path = result_file(directory or results_dir(), TRAIN_STAGE)
-    if not path.is_file():
-        return None
-    try:
-        record = load_result(path)
-    except ValueError:
-        return None
-    if TrainedWeights.from_dict(record.data).final_dir:
-        return None
-    return (f"stage 04 trained no weights to check ({path}: {record.verdict}: "
-            f"{record.summary or 'no final weights'}); stage 05 does not check the embedded model "
-            f"instead, which would read as the trained weights' result: set weights_path to check a folder")
+        return path, None
 
 
 def stage04_of_this_run(environ: Optional[dict] = None) -> Optional[str]:
@@ -116,26 +95,26 @@ def resolve_paths(weights_path: Optional[os.PathLike] = None, base_path: Optiona
     """
     if weights_path:
         return Sources(str(weights_path), _str(base_path), _str(checkpoint_path), "as given")
-    trained = stage04_paths(results)
-    failed = None if trained else stage04_failure(results)
-    if failed:
-        raise ValueError(failed)
-    in_run = None if trained else stage04_of_this_run()
+    record_path, record = _stage04_record(results)
+    handed = TrainedWeights.from_dict(record.data) if record is not None else None
+    if handed is not None and not handed.final_dir:
+        raise ValueError(f"stage 04 trained no weights to check ({record_path}: {record.verdict}: "
+                         f"{record.summary or 'no final weights'}); {_NOT_THE_TINY_MODEL}")
+    # Final weights deleted since the record was written fall back to the tiny model, and
+    # the note says which.
+    final = _existing(handed.final_dir) if handed is not None else None
+    in_run = None if final else stage04_of_this_run()
     if in_run is not None:
-        raise ValueError(f"stage 04 of this run trained no weights to check ({in_run}); stage 05 does "
-                         "not check the embedded model instead, which would read as the trained "
-                         "weights' result: set weights_path to check a folder")
-    if trained:
-        handed, record = trained
-        base = _str(base_path) or handed.model_path
-        if base and Path(base).resolve() == Path(handed.final_dir).resolve():
+        raise ValueError(f"stage 04 of this run trained no weights to check ({in_run}); {_NOT_THE_TINY_MODEL}")
+    if final:
+        base = _str(base_path) or _existing(handed.model_path)
+        if base and Path(base).resolve() == Path(final).resolve():
             base = None
-        return Sources(handed.final_dir, base, _str(checkpoint_path) or handed.last_checkpoint,
-                       f"stage 04 of this run ({record}): its final weights, last "
+        return Sources(final, base, _str(checkpoint_path) or _existing(handed.last_checkpoint),
+                       f"stage 04 of this run ({record_path}): its final weights, last "
                        f"checkpoint and starting model")
-    record = result_file(results or results_dir(), TRAIN_STAGE)
-    why = (f"no usable stage 04 weights ({record} names none that still exist, or cannot be read)"
-           if record.is_file() else f"no stage 04 result in {record.parent}")
+    why = (f"no usable stage 04 weights ({record_path} names none that still exist, or cannot be read)"
+           if record_path.is_file() else f"no stage 04 result in {record_path.parent}")
     return Sources(str(tiny_model_dir(max_shard_size=TINY_SHARD_SIZE)), _str(base_path),
                    _str(checkpoint_path) or str(tiny_model_dir()),
                    f"{why}: the embedded tiny model saved in shards of {TINY_SHARD_SIZE}, checked "

@@ -28,7 +28,6 @@ from hyport_lib.processes import describe_exit, last_exception, read_log_tail, r
 from hyport_lib.results import fresh_folder_beside_results
 from hyport_lib.utils.redact import child_environ
 
-TASKS = ("reload", "parity", "zero")
 KILL_GRACE_S = 2.0
 
 
@@ -78,22 +77,20 @@ def run_task(task: str, spec: dict, *, timeout_s: float, log_dir: Optional[os.Pa
     """Run one task in a fresh child process and wait for it (at most ``timeout_s``).
 
     Args:
-        task: one of :data:`TASKS`.
+        task: a key of :data:`hyport_lib.weights.worker.TASK_FUNCTIONS` (the worker
+            refuses any other, as a failed result).
         spec: the task's configuration (JSON-serialisable; sent on stdin, never written).
         timeout_s: wall-clock limit; past it the child's process group is killed.
         log_dir: where ``<name>.log`` and ``<name>.json`` go (default
             :func:`default_log_dir`).
         name: file stem (default: the task).
     """
-    if task not in TASKS:
-        raise ValueError(f"task={task!r}: expected one of {', '.join(TASKS)}")
     log_dir = Path(log_dir) if log_dir else default_log_dir()
     log_dir.mkdir(parents=True, exist_ok=True)
     name = name or task
     log_path, result_path = log_dir / f"{name}.log", log_dir / f"{name}.json"
     result_path.unlink(missing_ok=True)  # never read an earlier run's result
-    cmd = [sys.executable, "-m", "hyport_lib.weights.worker", "--result", str(result_path),
-           "--die-with-stdin"]
+    cmd = [sys.executable, "-m", "hyport_lib.weights.worker", "--result", str(result_path)]
     payload = json.dumps({"task": task, **spec}, default=str).encode() + b"\n"
     ended = run_child(cmd, env=child_env(task), log_path=log_path, payload=payload,
                       timeout_s=float(timeout_s), name=name, poll_interval_s=poll_s,

@@ -18,8 +18,7 @@ reductions find whether any element is so (the signed view's maximum for the pos
 values, the unsigned view's for the negative ones), with no temporary array; only a
 chunk that has one is counted element by element. The checksum is XXH3-64 by default
 (:mod:`.checksums`: ``crc32`` and ``sha256`` on request); each tensor's record names the
-algorithm that made its checksum, and :func:`compare_scans` never calls checksums of two
-algorithms a match or a mismatch.
+algorithm that made its checksum.
 
 Only what the reader reports about a file (a :class:`.scan_pipeline.ReadFailure`: the
 file is missing, unreadable or shorter than its header says) becomes a
@@ -39,11 +38,8 @@ import numpy as np
 
 from hyport_lib.checkpoint_files.findings import Finding, finding
 from hyport_lib.checkpoint_files.header import ShardHeader, TensorEntry
-from hyport_lib.weights.checksums import DEFAULT_CHECKSUM, HASHERS, checksums_agree, new_hasher
+from hyport_lib.weights.checksums import DEFAULT_CHECKSUM, new_hasher
 from hyport_lib.weights.scan_pipeline import BUFFERS, CHUNK_BYTES, END, Pipeline, ReadFailure
-
-__all__ = ["BUFFERS", "CHUNK_BYTES", "DEFAULT_CHECKSUM", "HASHERS", "ScanComparison", "ScanProgress",
-           "ScanResult", "TensorScan", "compare_scans", "full_scan", "nonfinite_counts", "plan_reads"]
 
 #: dtype -> (unsigned view, signed view or None when the format has no sign bit, special
 #: mask, mantissa mask or None when the format has no infinity). An element is special
@@ -256,45 +252,3 @@ def _nonfinite_findings(result: ScanResult) -> None:
         result.findings.append(finding("non_finite", file,
                                        f"{len(bad)} tensor(s) hold non-finite values: {shown}{more}",
                                        tensors=[t.key for t in bad]))
-
-
-@dataclass
-class ScanComparison:
-    """Two scans' checksums, tensor by tensor (names as saved).
-
-    Attributes:
-        same, differ: tensors whose checksums, made by the same algorithm, agree / differ.
-        not_comparable: tensors in both whose checksums were made by different algorithms
-            (or that lack one): neither a match nor a mismatch.
-        only_here, only_there: tensors in one scan only.
-    """
-
-    algorithm: str
-    other_algorithm: str
-    same: list[str] = field(default_factory=list)
-    differ: list[str] = field(default_factory=list)
-    not_comparable: list[str] = field(default_factory=list)
-    only_here: list[str] = field(default_factory=list)
-    only_there: list[str] = field(default_factory=list)
-
-    @property
-    def comparable(self) -> bool:
-        """True when every tensor the two scans share was judged (``same`` or ``differ``);
-        False as soon as one was not. ``same`` and ``differ`` then cover only part of the
-        shared tensors, so "nothing differs" says nothing about the others: a partial
-        comparison never passes for a whole one."""
-        return not self.not_comparable
-
-
-def compare_scans(scan: ScanResult, other: ScanResult) -> ScanComparison:
-    """Compare the per-tensor checksums of two scans (of two folders, or of one at two times)."""
-    out = ScanComparison(scan.checksum, other.checksum)
-    for key, mine in scan.tensors.items():
-        theirs = other.tensors.get(key)
-        if theirs is None:
-            out.only_here.append(key)
-            continue
-        agree = checksums_agree(mine.algorithm, mine.checksum, theirs.algorithm, theirs.checksum)
-        (out.not_comparable if agree is None else out.same if agree else out.differ).append(key)
-    out.only_there = [k for k in other.tensors if k not in scan.tensors]
-    return out

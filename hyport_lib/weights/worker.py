@@ -2,12 +2,11 @@
 
 Run by the runner, never imported by it::
 
-    python -m hyport_lib.weights.worker --result PATH --die-with-stdin
+    python -m hyport_lib.weights.worker --result PATH
 
-The task's configuration is one JSON line on stdin (``{"task": "reload", ...}``). With
-``--die-with-stdin`` the worker starts the guard of
-:func:`hyport_lib.processes.start_guard`, so it and anything it started end when the
-launcher does. The task function's return value is written, with ``status: ok``, to
+The task's configuration is one JSON line on stdin (``{"task": "reload", ...}``); then
+the worker starts the guard of :func:`hyport_lib.processes.start_guard`, so it and
+anything it started end when the launcher does. The task function's return value is written, with ``status: ok``, to
 ``--result`` atomically; an exception is written as ``status: failed`` with its type
 and first line, its traceback goes to the log. The peak memory of the process
 (``ru_maxrss`` of this process alone: ``RUSAGE_CHILDREN`` would be the maximum over
@@ -56,8 +55,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m hyport_lib.weights.worker",
                                      description="One task of hyport's weight verification.")
     parser.add_argument("--result", required=True, help="where to write the result JSON")
-    parser.add_argument("--die-with-stdin", action="store_true",
-                        help="kill this process group when stdin reaches end-of-file")
     args = parser.parse_args(argv)
     started = time.monotonic()
     try:
@@ -67,7 +64,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         spec, error = {}, exc
     else:
         error = None
-    guard = start_guard() if args.die_with_stdin else None
+    guard = start_guard()  # the rest of stdin is the lifeline: this process group ends with the launcher
     print(f"[hyport weights] task {spec.get('task')} pid {os.getpid()}"
           + (f" guard pid {guard}" if guard else ""), flush=True)
     try:

@@ -353,7 +353,7 @@ def test_second_training_review_regressions(tmp_path, monkeypatch):
     with pytest.raises(ValueError, match="training rows hold no image.*zero_stage=3"):
         prepare(Params(zero_stage=3, num_cards=2, packing=False, output_dir=str(tmp_path / "z3")), cpu)
     prepare(Params(zero_stage=3, num_cards=2, output_dir=str(tmp_path / "z3p")), cpu)  # packed: all rows have images
-    # resuming at or past max_steps trains nothing: refused; a relative folder becomes absolute
+    # resuming at or past max_steps trains nothing: refused; a relative folder reaches the workers absolute
     out = tmp_path / "run"
     _checkpoint(out, 4)
     with pytest.raises(ValueError, match="step 4.*max_steps=3: nothing is left to train"):
@@ -361,7 +361,9 @@ def test_second_training_review_regressions(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     plan = prepare(Params(resume_from="run/checkpoint-4", max_steps=6, num_cards=2,
                           output_dir=str(tmp_path / "other")), cpu)
-    assert plan.params.resume_from == str(out / "checkpoint-4")
+    assert plan.worker_spec()["resume_checkpoint"] == str(out / "checkpoint-4")
+    # the workers rebuild the plan's parameters from the spec as they are (checked once, here)
+    assert Params.from_plan(json.loads(json.dumps(plan.worker_spec()))["params"]) == plan.params
     fresh = prepare(Params(resume_from="none", max_steps=6, num_cards=2, output_dir=str(out)), cpu)
     assert any("1 earlier checkpoint(s) (checkpoint-4): they will be removed" in n for n in fresh.notes)
     # a run that logged no step is no PASS, even with weights written
