@@ -63,11 +63,6 @@ class TrainResult:
         complete = [c for c in self.checkpoints if c["complete"]]
         return complete[-1]["path"] if complete else None
 
-    @property
-    def expected_steps(self) -> Optional[int]:
-        # max_steps when given: the worker's own global_step cannot disagree with itself.
-        return self.plan["params"].get("max_steps") or self.worker.get("global_step")
-
     def handover(self) -> TrainedWeights:
         """What stage 05 checks: the final weights, the last checkpoint, the starting model."""
         return TrainedWeights(self.final_dir, self.last_checkpoint, self.plan.get("model_path"))

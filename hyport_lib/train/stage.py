@@ -85,7 +85,8 @@ def _verdict(result: TrainResult) -> tuple[str, str]:
         return "FAIL", "torchrun exited 0 but no final weights were written"
     if not s.steps:
         return "FAIL", "no step was trained (no step in the metrics)"
-    expected = result.expected_steps
+    # max_steps when given: the worker's own global_step cannot disagree with itself.
+    expected = result.plan["params"].get("max_steps") or result.worker.get("global_step")
     # Resumed from a checkpoint of another folder, the metrics start after it.
     first_ok = (None, 1, int(result.worker.get("resumed_step") or 0) + 1)
     if s.repeated_steps or s.missing_steps or (expected and s.last_step != expected) \
