@@ -68,6 +68,9 @@ class Child:
         lifeline: write end of its stdin; closing it ends the child (see the module
             docstring). None once cut.
         unsent: the part of the stdin payload the pipe has not taken yet.
+        log_tail_bytes: once it ends, its log is cut to this many last bytes before it
+            is scrubbed (None: kept whole), so that scrubbing never reads what a child
+            printed in bulk.
     """
 
     name: str
@@ -77,6 +80,7 @@ class Child:
     log_path: Path
     lifeline: Optional[int] = None
     unsent: bytes = b""
+    log_tail_bytes: Optional[int] = None
 
     @property
     def pid(self) -> int:
@@ -85,7 +89,8 @@ class Child:
 
 def start_child(cmd: Sequence[str], *, env: Mapping[str, str], log_path: os.PathLike,
                 payload: bytes = b"", timeout_s: Optional[float] = None,
-                cwd: Optional[os.PathLike] = None, name: str = "") -> Child:
+                cwd: Optional[os.PathLike] = None, name: str = "",
+                log_tail_bytes: Optional[int] = None) -> Child:
     """Start ``cmd`` in a new session with a lifeline on its stdin.
 
     Args:
@@ -97,6 +102,7 @@ def start_child(cmd: Sequence[str], *, env: Mapping[str, str], log_path: os.Path
         timeout_s: sets ``deadline``; the caller enforces it.
         cwd: working directory.
         name: label for messages.
+        log_tail_bytes: see :class:`Child`.
     """
     log_path = Path(log_path)
     read_end, lifeline = os.pipe()  # both non-inheritable: no other child gets the write end
@@ -117,7 +123,7 @@ def start_child(cmd: Sequence[str], *, env: Mapping[str, str], log_path: os.Path
     os.set_blocking(lifeline, False)
     child = Child(name or Path(cmd[0]).name, proc, started,
                   started + float(timeout_s) if timeout_s else None, log_path,
-                  lifeline=lifeline, unsent=payload)
+                  lifeline=lifeline, unsent=payload, log_tail_bytes=log_tail_bytes)
     feed(child)
     return child
 
@@ -192,11 +198,34 @@ def reap_leftovers(child: Child) -> None:
 
 
 def finish(child: Child, environ: Optional[Mapping[str, str]] = None) -> int:
-    """Reap an exited (or killed) child, cut its lifeline, scrub its log; its exit status."""
+    """Reap an exited (or killed) child, cut its lifeline, scrub its log (its tail, when
+    :attr:`Child.log_tail_bytes` is set); its exit status."""
     code = child.proc.wait()
     cut_lifeline(child)
+    if child.log_tail_bytes is not None:
+        _keep_tail(child.log_path, child.log_tail_bytes)
     scrub_log(child.log_path, environ)
     return code
+
+
+def log_size(path: os.PathLike | str) -> int:
+    """The log's size in bytes; 0 when there is none (yet)."""
+    try:
+        return os.stat(path).st_size
+    except OSError:
+        return 0
+
+
+def _keep_tail(log_path: Path, tail_bytes: int) -> None:
+    """Replace a log longer than ``tail_bytes`` by its tail."""
+    if log_size(log_path) <= tail_bytes:
+        return
+    with open(log_path, "rb") as log:
+        log.seek(-tail_bytes, os.SEEK_END)
+        tail = log.read(tail_bytes)
+    kept = log_path.with_name(log_path.name + ".tail")
+    kept.write_bytes(tail)
+    os.replace(kept, log_path)
 
 
 def stop_all(children: Iterable[Child], grace_s: float = 0.0,

@@ -49,15 +49,6 @@ class ComparisonResult:
             out[r["verdict"]] = out.get(r["verdict"], 0) + 1
         return out
 
-    @property
-    def verdict(self) -> str:
-        counts = self.counts
-        if counts.get("FAIL"):
-            return "FAIL"
-        if counts.get("WARN"):
-            return "WARN"
-        return "PASS" if counts.get("PASS") else "SKIP"
-
     def to_dict(self) -> dict:
         return asdict(self)
 

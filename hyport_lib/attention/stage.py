@@ -202,7 +202,8 @@ def summarize(result: AttentionStageResult) -> StageSummary:
     primary = "npu" if any(r["backend"] == "npu" for r in npu_rows) else "npu-emulated"
     worst = max((r["max_abs"] / r["bound"] for r in npu_rows
                  if r["backend"] == primary and r["bound"]), default=None)
-    verdict = comparison.verdict
+    # The grid's: its worst row (SKIP: no row ran), made worse by the model check.
+    verdict = next((v for v in ("FAIL", "WARN", "PASS") if counts.get(v)), "SKIP")
     if model is not None and model.verdict == "FAIL":
         verdict = "FAIL"
     elif model is not None and model.verdict in ("WARN", "REFUSED") and verdict == "PASS":

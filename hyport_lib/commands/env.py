@@ -9,5 +9,6 @@ machine's (``docs/containers.md``).
 from __future__ import annotations
 
 from hyport_lib.commands._stage import StageCommand
+from hyport_lib.environment.stage import report_text, result_data
 
-COMMAND = StageCommand("environment", text=lambda report: report.to_text().rstrip("\n"))
+COMMAND = StageCommand("environment", text=lambda report: report_text(report).rstrip("\n"), json=result_data)

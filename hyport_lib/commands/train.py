@@ -18,6 +18,7 @@ from hyport_lib.train.dataset_progress import reporting_to
 from hyport_lib.train.preflight import LaunchPlan
 from hyport_lib.train.result import TrainProgress
 from hyport_lib.train.show import summary_frame
+from hyport_lib.train.stage import result_data
 
 
 @contextlib.contextmanager
@@ -46,7 +47,7 @@ def _plan_lines(plan: LaunchPlan) -> list[str]:
 
 
 COMMAND = StageCommand(
-    "train", text=lambda result: summary_frame(result).to_string(index=False),
+    "train", text=lambda result: summary_frame(result).to_string(index=False), json=result_data,
     planning=_reading_dataset, plan_lines=_plan_lines,
     bar=lambda: TerminalBar("train", "step", total=lambda p: p.total_steps, done=lambda p: p.done_steps,
                             postfix=_last_loss))

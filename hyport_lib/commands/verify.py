@@ -24,6 +24,7 @@ from hyport_lib.utils.files import ensure_writable
 from hyport_lib.weights.checksums import checksum_name
 from hyport_lib.weights.result import WeightsResult
 from hyport_lib.weights.show import comparison_frame, reload_frame, shards_frame
+from hyport_lib.weights.stage import result_data, summarize
 from hyport_lib.weights.verify import WeightsPlan
 
 #: Switches here, off unless given: a bare ``hyport verify PATH`` reads the headers in
@@ -51,7 +52,7 @@ def _with_log_dir(plan: WeightsPlan, args: argparse.Namespace) -> WeightsPlan:
 
 def _text(result: WeightsResult) -> str:
     """The result as the terminal shows it: the seed's line first, the verdict last."""
-    verdict, why = result.verdict()
+    judged = summarize(result)
     n = result.counts
     out = [result.seed_line(),
            f"{len(result.inspection.tensors)} tensors, {result.inspection.parameters:,} parameters "
@@ -84,12 +85,12 @@ def _text(result: WeightsResult) -> str:
     if result.findings:
         with_width = findings_frame(result.findings)
         out.append(with_width.to_string(index=False, max_colwidth=160))
-    out.append(f"{verdict}: {why}")
+    out.append(f"{judged.verdict}: {judged.why}")
     return "\n".join(out)
 
 
 COMMAND = StageCommand(
-    "weights", text=_text, positional=("weights_path",), switches=SWITCHES,
+    "weights", text=_text, json=result_data, positional=("weights_path",), switches=SWITCHES,
     arguments=_log_dir_argument, adjust=_with_log_dir,
     bar=lambda: TerminalBar("weights", "B", total=lambda p: p.total_bytes, done=lambda p: p.done_bytes,
                             phase=lambda p: p.phase, unit_scale=True))

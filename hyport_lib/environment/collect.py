@@ -14,7 +14,7 @@ from typing import Mapping, Optional
 from hyport_lib.backend import CudaBackend, NpuBackend
 from hyport_lib.devices import visible_devices
 from hyport_lib.devices.probe import DeviceListing
-from hyport_lib.devices.records import Check, DeviceInfo, count_verdicts, worst_verdict
+from hyport_lib.devices.records import Check, DeviceInfo, count_verdicts
 from hyport_lib.utils.records import from_mapping
 from hyport_lib.utils.redact import scrub_text
 
@@ -24,7 +24,8 @@ VISIBLE_DEVICES_VARS = {b.kind: b.visible_devices_var for b in (NpuBackend, Cuda
 
 @dataclass
 class EnvironmentReport:
-    """Everything stage 01 found about this host, and its judgement.
+    """Everything stage 01 found about this host, and its checks (the stage's verdict is
+    :func:`hyport_lib.environment.stage.summarize`'s).
 
     Attributes:
         system: OS, CPU, RAM, /dev/shm, Python.
@@ -57,11 +58,6 @@ class EnvironmentReport:
     collected_at: str = ""
     elapsed_s: float = 0.0
 
-    @property
-    def verdict(self) -> str:
-        """Worst verdict of the checks (FAIL > WARN > PASS; SKIP ignored)."""
-        return worst_verdict(c.verdict for c in self.checks)
-
     def summary(self) -> dict[str, int]:
         """Number of checks per verdict: ``{"PASS": 9, "WARN": 1, "FAIL": 0, "SKIP": 3}``."""
         return count_verdicts(self.checks)
@@ -78,7 +74,6 @@ class EnvironmentReport:
     def to_dict(self) -> dict:
         data = asdict(self)
         data["devices"] = [d.to_dict() for d in self.devices]
-        data["verdict"] = self.verdict
         data["summary"] = self.summary()
         return data
 
@@ -87,10 +82,6 @@ class EnvironmentReport:
         """The report as :meth:`to_dict` recorded it; an older or odd record gives the
         defaults where it differs (see :mod:`hyport_lib.utils.records`)."""
         return from_mapping(cls, data)
-
-    def to_text(self) -> str:
-        """``- key: value`` lines, pasteable into a bug report (secrets already out)."""
-        return format_report(self)
 
 
 # --- judging helpers -----------------------------------------------------------------------
@@ -125,8 +116,9 @@ def card_count(backend) -> int:
 
 
 # --- text ----------------------------------------------------------------------------------------
-def format_report(report: EnvironmentReport) -> str:
-    """The report as ``- key: value`` lines under a few headings."""
+def format_report(report: EnvironmentReport, verdict: str) -> str:
+    """The report and its ``verdict`` as ``- key: value`` lines under a few headings,
+    pasteable into a bug report (secrets already out)."""
     s, c = report.system, report.cann
     lines = ["hyport environment report (paste into a bug report; "
              "variables whose names look secret are left out)", ""]
@@ -134,7 +126,7 @@ def format_report(report: EnvironmentReport) -> str:
     def add(key, value):
         lines.append(f"- {key}: {'not found' if value is None else value}")
 
-    add("verdict", f"{report.verdict} ({report.summary_line()})")
+    add("verdict", f"{verdict} ({report.summary_line()})")
     add("backend", f"{report.device} ({report.num_cards} cards; requested {report.requested_device})")
     for key in ("os", "kernel", "arch", "libc", "cpu_model", "cpu_count", "cpu_affinity",
                 "numa_nodes", "ram_total_gb", "ram_available_gb", "shm_total_gb", "shm_free_gb",

@@ -15,19 +15,21 @@ from typing import Callable, Optional
 from hyport_lib.display import VERDICT_COLOURS, style_verdicts
 from hyport_lib.drafting.values import fmt_value
 from hyport_lib.environment.collect import EnvironmentReport
+from hyport_lib.environment.stage import summarize
 from hyport_lib.results import StageRecord
 from hyport_lib.environment.frames import (checks_frame, container_frame, devices_frame,
                                            env_vars_frame, system_frame, versions_frame)
 
 def summary_html(report: EnvironmentReport) -> str:
     """One coloured line: overall verdict and counts per verdict."""
-    colour = VERDICT_COLOURS.get(report.verdict, "#ffffff")
+    verdict = summarize(report).verdict
+    colour = VERDICT_COLOURS.get(verdict, "#ffffff")
     counts = report.summary()
     badges = " ".join(
         f'<span style="background:{VERDICT_COLOURS[k]};padding:1px 6px;border-radius:3px">'
         f"{counts[k]} {k}</span>" for k in ("PASS", "WARN", "FAIL", "SKIP"))
     return (f'<div style="padding:6px;border-left:6px solid {colour}">'
-            f"<b>Environment: {report.verdict}</b> &nbsp; {badges} &nbsp; "
+            f"<b>Environment: {verdict}</b> &nbsp; {badges} &nbsp; "
             f"backend <code>{html.escape(report.device)}</code>, {report.num_cards} cards, "
             f"collected in {report.elapsed_s:.2f} s</div>")
 

@@ -17,9 +17,9 @@ from typing import Callable, Optional
 from hyport_lib.backend import Backend, get_backend, import_torch_npu
 from hyport_lib.devices.host_memory import DEFAULT_SHM_GB_PER_CARD, check_host_memory
 from hyport_lib.devices.probe import probe_devices
-from hyport_lib.devices.records import Check
+from hyport_lib.devices.records import Check, worst_verdict
 from hyport_lib.environment import checks as C
-from hyport_lib.environment.collect import (EnvironmentReport, card_count, visible_cards,
+from hyport_lib.environment.collect import (EnvironmentReport, card_count, format_report, visible_cards,
                                             visible_device_checks)
 from hyport_lib.environment.compat import check_cann_compat, check_torch_npu_compat, normalise_cann
 from hyport_lib.environment.container import ContainerFindings, ascend_signs, check_container, listed_cards
@@ -194,13 +194,25 @@ def summary_line(report: EnvironmentReport) -> str:
 
 
 def summarize(result: EnvironmentReport) -> StageSummary:
-    """The report's verdict, :func:`summary_line` and the index's figures."""
-    return StageSummary(result.verdict, summary_line(result),
+    """The worst verdict of the checks (FAIL > WARN > PASS; SKIP ignored, unless every
+    check is one), :func:`summary_line` and the index's figures."""
+    return StageSummary(worst_verdict(c.verdict for c in result.checks), summary_line(result),
                         {"checks": result.summary_line(skip=False), "device": result.device,
                          "cards": result.num_cards})
 
 
+def report_text(result: EnvironmentReport) -> str:
+    """The report with its verdict as ``- key: value`` lines (``hyport env``, notebook 01)."""
+    return format_report(result, summarize(result).verdict)
+
+
+def result_data(result: EnvironmentReport) -> dict:
+    """The report as recorded and as ``hyport env --json`` prints it: with the verdict of
+    :func:`summarize`."""
+    return {"verdict": summarize(result).verdict, **result.to_dict()}
+
+
 def record(result: EnvironmentReport, *, directory: Optional[os.PathLike] = None) -> Path:
     """Write the environment report as the stage result; returns the file written."""
-    return record_summary(STAGE, summarize(result), data=result.to_dict(),
+    return record_summary(STAGE, summarize(result), data=result_data(result),
                           provenance=Provenance(device=result.device), directory=directory)

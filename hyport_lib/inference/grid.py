@@ -52,7 +52,7 @@ from hyport_lib.triage.child_logs import diagnose, own_cann_log_env, shared_cann
 from hyport_lib.processes import Child, ChildGroup, describe_exit, last_exception, read_log_tail, scrub_log
 from hyport_lib.results import Provenance, fresh_folder_beside_results
 from hyport_lib.utils.files import atomic_write_json, ensure_writable
-from hyport_lib.utils.redact import child_environ, scrub_obj, scrub_text
+from hyport_lib.utils.redact import child_environ, scrub_obj
 
 
 @dataclass
@@ -153,7 +153,11 @@ def _launch(group: ChildGroup, backend: Backend, card: int, spec: dict, log_dir:
 
 def _row_for(worker: _Worker, timed_out: bool, timeout_s: float, device: str,
              secrets_env: Optional[dict] = None) -> tuple[dict, dict]:
-    """Build the table row of a finished worker; returns (row, raw result), both scrubbed."""
+    """Build the table row of a finished worker; returns (row, raw result).
+
+    Nothing here is scrubbed again: the worker scrubbed its result file as it wrote it,
+    and the log was scrubbed (with ``secrets_env``) when the worker was reaped; the
+    diagnosis reads the logs with ``secrets_env``."""
     rc = worker.proc.returncode
     wall = time.monotonic() - worker.child.started
     raw: dict = {}
@@ -163,8 +167,7 @@ def _row_for(worker: _Worker, timed_out: bool, timeout_s: float, device: str,
         except (OSError, json.JSONDecodeError) as exc:
             raw = {"status": "failed", "error_type": type(exc).__name__,
                    "error": f"unreadable result file {worker.result_path}: {exc}"}
-    raw = scrub_obj(raw, secrets_env)
-    tail = scrub_text(read_log_tail(worker.child.log_path), secrets_env)
+    tail = read_log_tail(worker.child.log_path)
     fallbacks, fallback_ops = scan_fallbacks(worker.child.log_path)
     row = {c: None for c in COLUMNS}
     row.update(card=worker.card, device=device, wall_s=round(wall, 3),
@@ -200,7 +203,7 @@ def _row_for(worker: _Worker, timed_out: bool, timeout_s: float, device: str,
             not_applicable=list(out.get("not_applicable") or []) + list(out.get("processor_unavailable") or []))
     row["status"] = status
     if reason:
-        row["error"] = scrub_text(reason, secrets_env) + (f"\n{tail}" if tail and status != "ok" else "")
+        row["error"] = reason + (f"\n{tail}" if tail and status != "ok" else "")
     if status != "ok":
         # The card's own log, and its CANN logs written since it started (a margin for the
         # file system's clock granularity).
@@ -307,7 +310,7 @@ def run_grid(plan: InferencePlan, *, on_progress: Optional[Callable[[GridProgres
             config=scrub_obj(inference, secrets_env), timeout_s=timeout_s,
             cards=[raws[c] for c in order if c in raws],
             attention=scrub_obj(plan.attention.to_dict(), secrets_env) if plan.attention else None,
-            notes=[scrub_text(note, secrets_env) for note in plan.notes])
+            notes=list(plan.notes))  # scrubbed by the plan, which the notebook prints
 
     workers: dict[int, _Worker] = {}  # by pid
     # Interrupted (KeyboardInterrupt in the notebook, SIGTERM in the CLI): the group leaves

@@ -20,8 +20,9 @@ from hyport_lib.display import LiveDisplay, style_verdicts
 from hyport_lib.devices.card_plan import GridPlan
 from hyport_lib.drafting.values import as_list, fmt_value, is_number
 from hyport_lib.inference.table import (
-    GridProgress, GridRecord, GridResult, consistency, given, grid_verdict, preview,
+    GridProgress, GridRecord, GridResult, consistency, given, preview,
 )
+from hyport_lib.inference.stage import summarize
 from hyport_lib.models.answers import random_weights_reason
 from hyport_lib.results import StageRecord
 from hyport_lib.triage import Triage, show_triage
@@ -77,7 +78,7 @@ def show_summary(result: GridResult) -> None:
     from IPython.display import Markdown, display
 
     counts = ", ".join(f"{n} {s}" for s, n in result.counts.items() if n)
-    verdict = grid_verdict(result)
+    verdict = summarize(result).verdict
     mark = {"PASS": "✅", "WARN": "⚠️"}.get(verdict, "❌")
     lines = [f"{mark} **{verdict}.** {result.consistency_line}",
              f"Cards: {counts}. Wall time {result.wall_s:.1f} s (timeout {result.timeout_s:g} s per card). "

@@ -2,13 +2,15 @@
 
 The notebook, ``hyport infer`` and ``hyport report`` make the same :class:`Params`,
 then :func:`plan` (every check, nothing written) and :func:`run` (the grid);
-:func:`record` writes the result through :mod:`hyport_lib.results`.
+:func:`summarize` judges it and :func:`record` writes the result through
+:mod:`hyport_lib.results`.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import os
+import statistics
 from pathlib import Path
 from typing import Callable, Optional
 
@@ -18,7 +20,7 @@ from hyport_lib.devices.host_memory import RamNeed, ram_need_per_rank, require_h
 from hyport_lib.inference.attention_choice import choose_attention
 from hyport_lib.inference.grid import InferencePlan, default_log_dir, run_grid
 from hyport_lib.inference.params import Params
-from hyport_lib.inference.table import GridProgress, GridResult, grid_headline, grid_verdict
+from hyport_lib.inference.table import GridProgress, GridResult, given
 from hyport_lib.models.generation import check_processor, check_prompts
 from hyport_lib.models.generation_config import InferenceConfig
 from hyport_lib.models.loading import build_empty_model
@@ -131,8 +133,38 @@ def run(plan: InferencePlan, *, on_progress: Optional[Callable[[GridProgress], N
 
 
 def summarize(result: GridResult) -> StageSummary:
-    """Verdict (see :func:`~hyport_lib.inference.table.grid_verdict`), line and figures."""
-    return StageSummary(grid_verdict(result), result.consistency_line, grid_headline(result))
+    """The verdict, the consistency line and the index's figures. PASS: every launched
+    card ok and all agree; WARN: ok but busy cards skipped or outputs differ; FAIL: a card
+    failed, timed out or was interrupted, or none ran."""
+    counts = result.counts
+    if counts["failed"] or counts["timeout"] or counts["interrupted"] or counts["ok"] == 0:
+        verdict = "FAIL"
+    elif counts["skipped-busy"] or not result.consistent:
+        verdict = "WARN"
+    else:
+        verdict = "PASS"
+    return StageSummary(verdict, result.consistency_line, _headline(result))
+
+
+def _headline(result: GridResult) -> dict:
+    ok = result.frame[result.frame["status"] == "ok"]
+    launched = len(result.frame) - result.counts["skipped-busy"]
+
+    def median(col):
+        values = [float(v) for v in ok[col] if given(v)]
+        return round(statistics.median(values), 3) if values else None
+
+    return {
+        "cards ok": f"{len(ok)}/{launched}",
+        "skipped busy": result.counts["skipped-busy"],
+        "consistent": bool(result.consistent),
+        "tokens/s incl. prefill (median)": median("tokens_per_s"),
+        "decode tokens/s (median)": median("decode_tokens_per_s"),
+        "load s (median)": median("load_s"),
+        "cold first call s (median)": median("cold_s"),
+        "first token s (median)": median("first_token_s"),
+        "CPU fallback warnings": int(sum(int(v) for v in result.frame["cpu_fallback_warnings"] if given(v))),
+    }
 
 
 def record(result: GridResult, *, directory: Optional[os.PathLike] = None) -> Path:

@@ -1,4 +1,4 @@
-"""The inference grid's result: one row per card, the cross-card comparison, the verdict.
+"""The inference grid's result: one row per card and the cross-card comparison.
 
 Rows are built by :mod:`hyport_lib.inference.grid` from each worker's result file and
 log; everything here only reads them. Statuses: ``ok``, ``failed``, ``timeout``,
@@ -10,7 +10,6 @@ from __future__ import annotations
 import math
 import os
 import re
-import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
@@ -210,36 +209,3 @@ def _agreement(result: GridResult, ok: pd.DataFrame, differing: list[int], refer
         return f"All {len(ok)} finished cards produced identical outputs (hash {reference}){note}."
     return (f"Cards {', '.join(map(str, differing))} differ from the majority output "
             f"(hash {reference}, {len(ok) - len(differing)} of {len(ok)} cards){note}.")
-
-
-def grid_verdict(result: GridResult) -> str:
-    """PASS: every launched card ok and all agree; WARN: ok but busy cards skipped or
-    outputs differ; FAIL: a card failed, timed out or was interrupted, or none ran."""
-    counts = result.counts
-    if counts["failed"] or counts["timeout"] or counts["interrupted"] or counts["ok"] == 0:
-        return "FAIL"
-    if counts["skipped-busy"] or not result.consistent:
-        return "WARN"
-    return "PASS"
-
-
-def grid_headline(result: GridResult) -> dict:
-    """A few figures for the report's index table."""
-    ok = result.frame[result.frame["status"] == "ok"]
-    launched = len(result.frame) - result.counts["skipped-busy"]
-
-    def median(col):
-        values = [float(v) for v in ok[col] if given(v)]
-        return round(statistics.median(values), 3) if values else None
-
-    return {
-        "cards ok": f"{len(ok)}/{launched}",
-        "skipped busy": result.counts["skipped-busy"],
-        "consistent": bool(result.consistent),
-        "tokens/s incl. prefill (median)": median("tokens_per_s"),
-        "decode tokens/s (median)": median("decode_tokens_per_s"),
-        "load s (median)": median("load_s"),
-        "cold first call s (median)": median("cold_s"),
-        "first token s (median)": median("first_token_s"),
-        "CPU fallback warnings": int(sum(int(v) for v in result.frame["cpu_fallback_warnings"] if given(v))),
-    }

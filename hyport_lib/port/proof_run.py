@@ -39,9 +39,7 @@ from typing import Mapping, Optional
 import hyport_lib
 from hyport_lib.scan.rules import GENERATED_MODULE
 from hyport_lib.port.proof_record import PortProof, ProofCase, model_files
-from hyport_lib.processes import (describe_exit, feed, finish, has_exited, kill_groups,
-                                  last_exception, read_log_tail, reap_leftovers, start_child,
-                                  stop_all)
+from hyport_lib.processes import ChildGroup, Ended, describe_exit, last_exception, log_size, read_log_tail
 from hyport_lib.utils.bounded_files import UnreadableFile, read_text
 from hyport_lib.utils.printable import printable
 from hyport_lib.utils.redact import child_environ, scrub_secret_shapes, scrub_text
@@ -200,50 +198,26 @@ def prove_port_in_child(src: os.PathLike | str, dst: os.PathLike | str, *, dtype
                               "result": str(result_path), "phase": str(phase_path)}).encode() + b"\n"
         cmd = [sys.executable, "-B", "-P", "-m", "hyport_lib.port.proof_child"]
         reaper = _Adopter()
+        too_loud, ended = False, []
         try:
-            child = start_child(cmd, env=_child_environment(), log_path=log_path, payload=payload,
-                                timeout_s=timeout_s, cwd=work, name="port proof")
-            timed_out = too_loud = False
-            try:
-                while not has_exited(child.proc):
-                    feed(child)
-                    timed_out = time.monotonic() >= child.deadline
-                    too_loud = _size(log_path) > MAX_LOG_BYTES
-                    if timed_out or too_loud:
-                        kill_groups([child], KILL_GRACE_S)
-                        break
-                    time.sleep(POLL_S)
-                if not (timed_out or too_loud):
-                    reap_leftovers(child)  # whatever the model code started and left behind
-                _keep_tail(log_path)
-                code = finish(child)
-            finally:
-                if child.proc.returncode is None:  # interrupted (Ctrl-C): leave nothing behind
-                    stop_all([child], 0.0)
+            # Interrupted (Ctrl-C), the group stops the child before the interrupt goes on.
+            with ChildGroup() as group:
+                child = group.start(cmd, env=_child_environment(), log_path=log_path, payload=payload,
+                                    timeout_s=timeout_s, cwd=work, name="port proof",
+                                    log_tail_bytes=LOG_TAIL_BYTES)
+
+                def stop_when_too_loud() -> None:
+                    nonlocal too_loud
+                    if log_size(log_path) > MAX_LOG_BYTES:
+                        too_loud, child.deadline = True, time.monotonic()  # stopped at the next poll
+
+                group.wait(lambda *how: ended.append(Ended(*how)), poll_interval_s=POLL_S,
+                           kill_grace_s=KILL_GRACE_S, on_tick=stop_when_too_loud)
         finally:
             reaper.kill_adopted()  # what left the group (setsid) and outlived the child
-        return child_outcome(result_path, phase_path, log_path, code, timed_out, timeout_s,
-                             timeout_setting, too_loud=too_loud)
-
-
-def _size(path: Path) -> int:
-    try:
-        return os.stat(path).st_size
-    except OSError:
-        return 0
-
-
-def _keep_tail(log_path: Path) -> None:
-    """Replace a log longer than :data:`LOG_TAIL_BYTES` by its tail (only the tail is read
-    back), so that scrubbing it never reads what the model code printed in bulk."""
-    if _size(log_path) <= LOG_TAIL_BYTES:
-        return
-    with open(log_path, "rb") as log:
-        log.seek(-LOG_TAIL_BYTES, os.SEEK_END)
-        tail = log.read(LOG_TAIL_BYTES)
-    kept = log_path.with_name(log_path.name + ".tail")
-    kept.write_bytes(tail)
-    os.replace(kept, log_path)
+        return child_outcome(result_path, phase_path, log_path, ended[0].code,
+                             ended[0].timed_out and not too_loud, timeout_s, timeout_setting,
+                             too_loud=too_loud)
 
 
 class _Adopter:

@@ -32,6 +32,7 @@ from hyport_lib.train.metrics import ema, finite, loss_span, spikes
 from hyport_lib.train.params import Params
 from hyport_lib.train.preflight import LaunchPlan
 from hyport_lib.train.result import TrainProgress, TrainResult, proof_summary
+from hyport_lib.train.stage import summarize
 from hyport_lib.triage import Triage, show_triage
 from hyport_lib.triage.show import diagnosis_line
 
@@ -165,11 +166,10 @@ def _train_loss(s, trainer_loss) -> str:
 
 def summary_frame(result: TrainResult) -> pd.DataFrame:
     """The seed's results table: exit code, total time, train_loss, step time, ..."""
-    s = result.summary
-    verdict, why = result.verdict()
+    s, judged = result.summary, summarize(result)
     train_loss = (result.worker.get("train_metrics") or {}).get("train_loss")
     rows = [
-        ("verdict", verdict), ("why", why), ("exit code", result.exit_code),
+        ("verdict", judged.verdict), ("why", judged.why), ("exit code", result.exit_code),
         ("total time", f"{result.wall_s:.2f} s (launch to exit, torchrun start-up included)"),
         ("train_loss", _train_loss(s, train_loss)),
         ("loss first → last", loss_span(s) or "—"),

@@ -1,10 +1,9 @@
-"""What the weights stage leaves behind, its verdict and its line in the seed's shape.
+"""What the weights stage leaves behind and its line in the seed's shape.
 
 The seed summed its proof up as: 2 shards, 978 tensors in the index, shards of
 5,000,007,256 and 3,065,167,368 bytes holding 472 and 506 keys, model type
 hunyuan_vl_mot, 3,785,086,960 parameters, ``LOAD_OK``. :meth:`WeightsResult.seed_line`
-says the same of any checkpoint. Verdict: FAIL on any error-severity finding, WARN on
-any warning, PASS otherwise.
+says the same of any checkpoint. The verdict is :func:`hyport_lib.weights.stage.summarize`'s.
 """
 
 from __future__ import annotations
@@ -48,18 +47,6 @@ class WeightsResult:
     def comparison(self, role: str) -> Optional[Comparison]:
         return next((c for c in self.comparisons if c.role == role), None)
 
-    def verdict(self) -> tuple[str, str]:
-        """``(PASS|WARN|FAIL, why)``: see the module docstring."""
-        n = self.counts
-        errors = [f for f in self.findings if f.severity == "error"]
-        if errors:
-            more = f" (+{len(errors) - 1} more error(s))" if len(errors) > 1 else ""
-            return "FAIL", f"{errors[0].cls} in {errors[0].file}: {errors[0].message}{more}"
-        if n["warning"]:
-            first = next(f for f in self.findings if f.severity == "warning")
-            return "WARN", f"{n['warning']} warning(s), first: {first.cls} in {first.file}"
-        return "PASS", "no error or warning"
-
     def seed_line(self) -> str:
         """The seed's summary: shards, index tensors, bytes and keys per shard, type, parameters."""
         insp = self.inspection
@@ -86,37 +73,11 @@ class WeightsResult:
             line += f"; {self.reload.line}"
         return line
 
-    def headline(self) -> dict:
-        insp, n = self.inspection, self.counts
-        out = {
-            "shards": len(insp.shards),
-            "tensors": len(insp.tensors),
-            "parameters": insp.parameters,
-            "parameters without tied duplicates": insp.unique_parameters,
-            "model type": insp.config.model_type,
-            "errors": n["error"], "warnings": n["warning"],
-            "LOAD_OK": self.reload.load_ok if self.reload else None,
-        }
-        if self.scan is not None:
-            out["non-finite tensors"] = len(self.scan.nonfinite_tensors)
-        base = self.comparison("base")
-        if base is not None:
-            out["tensors changed vs base"] = f"{base.changed}/{base.compared}"
-        checkpoint = self.comparison("checkpoint")
-        if checkpoint is not None:
-            out["checkpoint tensors identical"] = f"{checkpoint.count('same')}/{len(checkpoint.rows)}"
-        if self.parity is not None and self.parity.status == "ok":
-            out["checkpoint max |Δ logits|"] = self.parity.max_abs_diff
-        if self.zero_compare is not None and self.zero_compare.status == "ok":
-            out["ZeRO fp32→saved max |Δ|"] = max((t["max_abs_cast"] for t in self.zero_compare.targets),
-                                                 default=None)
-        return out
-
     def to_dict(self) -> dict:
+        """The result without its verdict (:func:`hyport_lib.weights.stage.result_data` adds it)."""
         insp = self.inspection
-        verdict, why = self.verdict()
         return {
-            "verdict": verdict, "why": why, "summary": self.seed_line(), "source": self.source,
+            "summary": self.seed_line(), "source": self.source,
             "path": insp.path, "kind": insp.kind, "options": self.options,
             "shards": shard_rows(insp),
             "index": None if insp.index is None else {

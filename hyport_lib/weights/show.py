@@ -25,6 +25,7 @@ from hyport_lib.weights.compare import DIFF_COLUMNS, Comparison
 from hyport_lib.weights.defaults import Sources, checked_label
 from hyport_lib.weights.layout import shard_rows
 from hyport_lib.weights.result import WeightsRecord, WeightsResult
+from hyport_lib.weights.stage import summarize
 from hyport_lib.weights.scan import ScanProgress
 
 #: Severity -> the verdict whose colour it takes in tables.
@@ -71,10 +72,10 @@ def summary_frame(result: WeightsResult) -> pd.DataFrame:
         rows.append(("model class (meta device)", f"{insp.names.class_name}: {insp.names.parameters:,} parameters"))
     if result.reload is not None:
         rows.append(("reload", result.reload.line))
-    verdict, why = result.verdict()
+    judged = summarize(result)
     rows += [("headers, index and config read and checked", f"{insp.seconds * 1000:.1f} ms"),
              ("model class built on the meta device", f"{insp.model_seconds:.2f} s"),
-             ("verdict", verdict), ("why", why)]
+             ("verdict", judged.verdict), ("why", judged.why)]
     return _text_frame(rows)
 
 

@@ -2,13 +2,15 @@
 
 :func:`plan` resolves the folders (those given, else what stage 04 recorded in this run,
 else the embedded tiny model in two shards) and checks them, writing nothing;
-:func:`run` verifies them; :func:`summarize` and :func:`record` keep the result. Notebook
-05, ``hyport verify`` and ``hyport report`` all go through these.
+:func:`run` verifies them; :func:`summarize` judges the result and :func:`record` keeps it.
+Notebook 05, ``hyport verify`` and ``hyport report`` all go through these. The verdict:
+FAIL on any error-severity finding, WARN on any warning, PASS otherwise.
 """
 
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional
 
@@ -75,18 +77,72 @@ def run(plan: WeightsPlan, *,
     return verify(plan, on_progress=on_progress)
 
 
-def summarize(result: WeightsResult) -> StageSummary:
-    verdict, why = result.verdict()
+@dataclass
+class WeightsSummary(StageSummary):
+    """The stage summary and the reason for its verdict in a few words (recorded as ``why``)."""
+
+    why: str = ""
+
+
+def summarize(result: WeightsResult) -> WeightsSummary:
+    """The verdict (see the module docstring), why, the seed's line and the index's figures."""
+    verdict, why = _verdict(result)
     n = result.counts
     line = f"{result.seed_line()}; {n['error']} error(s), {n['warning']} warning(s)"
     if result.source.startswith("no stage 04"):  # never let the fallback read as the trained weights
         line = f"{checked_label(result.source)}: {line}"
     if verdict != "PASS":
         line += f": {why}"
-    return StageSummary(verdict, line, result.headline())
+    return WeightsSummary(verdict, line, _headline(result), why)
+
+
+def _verdict(result: WeightsResult) -> tuple[str, str]:
+    n = result.counts
+    errors = [f for f in result.findings if f.severity == "error"]
+    if errors:
+        more = f" (+{len(errors) - 1} more error(s))" if len(errors) > 1 else ""
+        return "FAIL", f"{errors[0].cls} in {errors[0].file}: {errors[0].message}{more}"
+    if n["warning"]:
+        first = next(f for f in result.findings if f.severity == "warning")
+        return "WARN", f"{n['warning']} warning(s), first: {first.cls} in {first.file}"
+    return "PASS", "no error or warning"
+
+
+def _headline(result: WeightsResult) -> dict:
+    insp, n = result.inspection, result.counts
+    out = {
+        "shards": len(insp.shards),
+        "tensors": len(insp.tensors),
+        "parameters": insp.parameters,
+        "parameters without tied duplicates": insp.unique_parameters,
+        "model type": insp.config.model_type,
+        "errors": n["error"], "warnings": n["warning"],
+        "LOAD_OK": result.reload.load_ok if result.reload else None,
+    }
+    if result.scan is not None:
+        out["non-finite tensors"] = len(result.scan.nonfinite_tensors)
+    base = result.comparison("base")
+    if base is not None:
+        out["tensors changed vs base"] = f"{base.changed}/{base.compared}"
+    checkpoint = result.comparison("checkpoint")
+    if checkpoint is not None:
+        out["checkpoint tensors identical"] = f"{checkpoint.count('same')}/{len(checkpoint.rows)}"
+    if result.parity is not None and result.parity.status == "ok":
+        out["checkpoint max |Δ logits|"] = result.parity.max_abs_diff
+    if result.zero_compare is not None and result.zero_compare.status == "ok":
+        out["ZeRO fp32→saved max |Δ|"] = max((t["max_abs_cast"] for t in result.zero_compare.targets),
+                                             default=None)
+    return out
+
+
+def result_data(result: WeightsResult) -> dict:
+    """The result as recorded and as ``hyport verify --json`` prints it: with the verdict
+    and why of :func:`summarize`."""
+    summary = summarize(result)
+    return {"verdict": summary.verdict, "why": summary.why, **result.to_dict()}
 
 
 def record(result: WeightsResult, *, directory: Optional[os.PathLike] = None) -> Path:
     """Write the stage result (labelled CPU: every check here runs on the CPU)."""
-    return record_summary(STAGE, summarize(result), data=result.to_dict(),
+    return record_summary(STAGE, summarize(result), data=result_data(result),
                           provenance=result.provenance, directory=directory)

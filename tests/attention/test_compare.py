@@ -248,7 +248,8 @@ def default_result():
 def test_default_grid_passes_and_is_labelled(default_result):
     res = default_result
     df = res.frame()
-    assert res.verdict == "PASS", df[df.verdict != "PASS"][["case", "backend", "rule"]]
+    assert "PASS" in res.counts and not {"FAIL", "WARN"} & set(res.counts), \
+        df[df.verdict != "PASS"][["case", "backend", "rule"]]
     names = {b["name"] for b in res.backends}
     assert {"eager", "sdpa", "npu-emulated"} <= names and "npu" not in names
     assert res.emulated and C.provenance(res).emulated and C.provenance(res).device == "cpu"

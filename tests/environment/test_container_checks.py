@@ -120,9 +120,9 @@ def test_missing_card_node_and_driver_mount_fail_with_their_flags(tmp_path):
     assert "davinci2" not in devices.reason and "davinci4" not in devices.reason
     assert mounts.verdict == "FAIL" and f"add {DRIVER_FLAG}" in mounts.reason
     assert "version.info" not in mounts.reason  # the folder is the gap, not its file too
-    assert report.verdict == "FAIL"
+    assert stage.summarize(report).verdict == "FAIL"
     assert report.container["flags"] == ["--device=/dev/davinci3", DRIVER_FLAG]
-    text = report.to_text()
+    text = stage.report_text(report)
     assert f"- docker run flags to add: --device=/dev/davinci3 {DRIVER_FLAG}" in text
     assert [m["path"] for m in report.container["missing"]] == ["/dev/davinci3", "/usr/local/Ascend/driver"]
 
@@ -376,7 +376,7 @@ def test_the_drafts_show_the_recorded_driver_and_firmware(tmp_path):
     root = build_tree(tmp_path / "host", driver=DRIVER_24_1_RC3, firmware=FIRMWARE_7_5)
     report = _run(root, num_cards=2)
     run = make_run(tmp_path, {s: "PASS" for s in STAGES})
-    write_result(run, "01_environment", report.verdict, report.to_dict())
+    write_result(run, "01_environment", stage.summarize(report).verdict, stage.result_data(report))
     en, zh = render_blog(run, "en"), render_blog(run, "zh")
     for text, driver, firmware in ((en, "Ascend driver", "Ascend firmware"), (zh, "昇腾驱动", "昇腾固件")):
         rows = {line.split("|")[1].strip(): line.split("|")[2].strip(" `") for line in text.splitlines()

@@ -330,9 +330,9 @@ def test_collect_environment_on_fake_npu(fake_npu, npu_smi_sample, monkeypatch):
     assert got["visible_devices"] == "FAIL"  # "0, 1" -> the runtime sees card 0 only
     torch_minor = ".".join(report.versions["torch"].split(".")[:2])
     assert got["torch_npu_compat"] == ("PASS" if torch_minor == "2.8" else "FAIL")
-    assert report.verdict == "FAIL"
+    assert stage.summarize(report).verdict == "FAIL"
     assert report.cann["driver_version"] == "24.1.rc1"
-    assert "pid 576489 python 60703 MB" in report.to_text()
+    assert "pid 576489 python 60703 MB" in stage.report_text(report)
     monkeypatch.delenv("ASCEND_RT_VISIBLE_DEVICES")
     monkeypatch.setenv("HYPORT_FAKE_NPU_COUNT", "3")  # the sample's host: 3 cards
     report2 = _collect(device="npu", num_cards=2, check_ports=False)
@@ -413,7 +413,7 @@ def test_report_never_contains_secrets(monkeypatch):
     monkeypatch.setenv("HCCL_CONNECT_TIMEOUT", "600")
     report = _collect(device="cpu", check_ports=False)
     assert report.env_vars["HCCL_CONNECT_TIMEOUT"] == "600"
-    outputs = [report.to_text(), json.dumps(report.to_dict(), default=str)]
+    outputs = [stage.report_text(report), json.dumps(report.to_dict(), default=str)]
     for text in outputs:
         for key, value in SECRETS.items():
             assert key not in text and value not in text
@@ -511,10 +511,10 @@ def _report(*verdicts):
 
 
 def test_verdict_is_the_worst_ignoring_skip():
-    assert _report("PASS", "SKIP", "WARN").verdict == "WARN"
-    assert _report("PASS", "FAIL", "WARN").verdict == "FAIL"
-    assert _report("SKIP", "PASS").verdict == "PASS"
-    assert _report("SKIP").verdict == "SKIP" and worst_verdict([]) == "SKIP"
+    assert stage.summarize(_report("PASS", "SKIP", "WARN")).verdict == "WARN"
+    assert stage.summarize(_report("PASS", "FAIL", "WARN")).verdict == "FAIL"
+    assert stage.summarize(_report("SKIP", "PASS")).verdict == "PASS"
+    assert stage.summarize(_report("SKIP")).verdict == "SKIP" and worst_verdict([]) == "SKIP"
     assert _report("PASS", "PASS", "WARN", "SKIP").summary() == {"PASS": 2, "WARN": 1, "FAIL": 0, "SKIP": 1}
     assert _report("PASS", "WARN").summary_line(skip=False) == "1 PASS / 1 WARN / 0 FAIL"
     with pytest.raises(ValueError, match="verdict"):
@@ -550,7 +550,7 @@ def test_collect_on_cpu_is_fast_and_complete():
     for name in ("torch_npu_compat", "torch_npu_import", "packages", "visible_devices", "busy_cards",
                  "hccl_ports", "flash_attn", "bf16", "host_ram", "dev_shm"):
         assert name in names
-    lines = report.to_text().splitlines()
+    lines = stage.report_text(report).splitlines()
     headings = {"Versions", "CANN", "Container and driver", "Environment variables", "Checks"}
     body = [l for l in lines[1:] if l and l not in headings and not l.startswith("Devices (")]
     assert body and all(l.startswith("- ") and ": " in l for l in body)

@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 from test_container_checks import CANN_850_INFO, DRIVER_25_0, _by_name, _judge, _run, _write, build_tree
 
-from hyport_lib.environment import facts
+from hyport_lib.environment import facts, stage
 from hyport_lib.environment.driver_versions import read_driver_versions
 from hyport_lib.environment.facts import collect_cann_under
 from hyport_lib.environment.tree_files import MAX_PROC_BYTES, MAX_VERSION_BYTES
@@ -116,7 +116,7 @@ def test_a_fifo_or_device_node_in_the_tree_is_named_not_read(tmp_path, place, pr
     for name, verdict in named.items():
         assert checks[name].verdict == verdict and (line in checks[name].reason
                                                     or f"/{place} {kind}" in checks[name].reason), checks[name]
-    assert line in report.to_text()  # the container facts list it too
+    assert line in stage.report_text(report)  # the container facts list it too
 
 
 @pytest.mark.parametrize("make", [_fifo, _zero_device], ids=["fifo", "device"])

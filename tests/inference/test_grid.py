@@ -26,7 +26,7 @@ from hyport_lib.inference import stage
 from hyport_lib.inference.grid import run_grid
 from hyport_lib.inference.params import Params
 from hyport_lib.inference.table import (
-    COLUMNS, FALLBACK_MARKER, consistency, grid_headline, grid_verdict, scan_fallbacks,
+    COLUMNS, FALLBACK_MARKER, consistency, scan_fallbacks,
 )
 from hyport_lib.params import ParameterError, from_arguments
 from hyport_lib.processes import last_exception, scrub_log
@@ -244,7 +244,7 @@ def test_busy_cards_are_skipped_and_workers_pinned_on_the_npu_double(
     assert "RuntimeError: injected test fault" in _row(result, 0)["error"]
     assert _row(result, 2)["error"].startswith("exit code 3 without result")
     assert "'ASCEND_RT_VISIBLE_DEVICES': '2'" in (tmp_path / "card2.log").read_text()
-    assert grid_verdict(result) == "FAIL"
+    assert stage.summarize(result).verdict == "FAIL"
 
 
 @pytest.fixture(scope="module")
@@ -276,8 +276,8 @@ def test_eight_cpu_workers_agree(eight_cards):
     # one update at the start, then one per card, ending with everything done
     assert updates[0][:2] == (0, 8) and [u[0] for u in updates] == list(range(9))
     assert sorted(u[2] for u in updates[1:]) == list(range(8))
-    assert grid_verdict(result) == "PASS"
-    headline = grid_headline(result)
+    assert stage.summarize(result).verdict == "PASS"
+    headline = stage.summarize(result).headline
     assert headline["cards ok"] == "8/8" and headline["consistent"] is True
     assert "All 8 finished cards produced identical outputs" in result.consistency_line
     data = json.loads(json.dumps(result.to_dict(), default=str))
@@ -316,8 +316,8 @@ def test_faults_are_isolated_and_reported(eight_cards, fault_switches, tmp_path)
         time.sleep(0.05)
     if psutil.pid_exists(child):
         assert psutil.Process(child).status() == psutil.STATUS_ZOMBIE
-    assert grid_verdict(result) == "FAIL"
-    assert grid_headline(result)["cards ok"] == "2/5"
+    assert stage.summarize(result).verdict == "FAIL"
+    assert stage.summarize(result).headline["cards ok"] == "2/5"
 
 
 @pytest.mark.slow

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from hyport_lib import processes
 from hyport_lib.commands import main
 from hyport_lib.port import proof_run, staging
 from hyport_lib.port.codemod import port_python
@@ -65,9 +66,9 @@ def test_a_model_printing_without_end_is_stopped_and_its_log_not_read_whole(
         tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(proof_run, "MAX_LOG_BYTES", 4 << 20)
     read = []
-    real = proof_run.finish
-    monkeypatch.setattr(proof_run, "finish",
-                        lambda child, *a: read.append(os.path.getsize(child.log_path)) or real(child, *a))
+    real = processes.scrub_log  # scrubbing reads the log: by then only its tail is left
+    monkeypatch.setattr(processes, "scrub_log",
+                        lambda path, *a: read.append(os.path.getsize(path)) or real(path, *a))
     src = model_tree(tmp_path / "src", "import sys\nwhile True:\n    sys.stdout.write('x' * 65536)\n")
     rc = _port(tmp_path, src, "--proof-timeout", "300")
     out = capsys.readouterr().out

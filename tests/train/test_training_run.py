@@ -55,7 +55,7 @@ def test_zero2_run_exits_0_and_its_weights_reload(zero2_run, tmp_path):
     # also read by test_weights_zero.py and by the killed-run and reused-folder tests below.
     result = zero2_run
     assert result.status == "ok" and result.exit_code == 0, result.reason
-    assert result.verdict()[0] == "PASS", result.verdict()
+    assert stage.summarize(result).verdict == "PASS", stage.summarize(result)
     assert result.diagnosis is None  # logs are diagnosed only after a failure
     assert _steps(result) == list(range(1, ZERO2_STEPS + 1))
     assert all(r["world_size"] == 2 and r["tokens"] > r["real_tokens"] > 0 for r in result.metrics)
@@ -144,14 +144,14 @@ def test_a_rank_killed_mid_run_is_restarted_and_resumes(zero2_run, fault_switche
 def test_a_killed_run_relaunched_with_resume_auto_ends_at_max_steps(fault_switches, tmp_path, monkeypatch):
     monkeypatch.setenv(KILL_FAULT_ENV, "3:0")
     failed = _train(tmp_path, "job", max_steps=5, save_steps=2, resume_from="auto", num_cards=1)
-    assert failed.status == "failed" and failed.verdict()[0] == "FAIL"
+    assert failed.status == "failed" and stage.summarize(failed).verdict == "FAIL"
     assert "SIGKILL" in failed.reason or "rank" in failed.reason
     monkeypatch.delenv(KILL_FAULT_ENV)
     resumed = _train(tmp_path, "job", max_steps=5, save_steps=2, resume_from="auto", num_cards=1)
     assert resumed.status == "ok", resumed.reason
     assert resumed.plan["resume_checkpoint"].endswith("checkpoint-2")
     assert _steps(resumed) == [1, 2, 3, 4, 5]
-    assert resumed.verdict()[0] == "PASS"
+    assert stage.summarize(resumed).verdict == "PASS"
 
 
 def test_text_only_and_image_batches_on_different_ranks_train(tmp_path):
@@ -160,10 +160,11 @@ def test_text_only_and_image_batches_on_different_ranks_train(tmp_path):
     "Received data size doesn't match expected size" at step 3)."""
     result = _train(tmp_path, packing=False, max_steps=8, save_steps=100000)
     assert result.status == "ok", result.reason
-    assert _steps(result) == list(range(1, 9)) and result.verdict()[0] == "PASS"
+    assert _steps(result) == list(range(1, 9)) and stage.summarize(result).verdict == "PASS"
     # the train_loss shown is the mean of the logged step losses
     losses = [r["loss"] for r in result.metrics]
-    assert result.headline()["train_loss"] == pytest.approx(sum(losses) / len(losses), abs=1e-4)
+    assert stage.summarize(result).headline["train_loss"] == pytest.approx(sum(losses) / len(losses),
+                                                                           abs=1e-4)
 
 
 def test_injected_nan_shows_in_the_flags(fault_switches, tmp_path, monkeypatch):
@@ -176,10 +177,10 @@ def test_injected_nan_shows_in_the_flags(fault_switches, tmp_path, monkeypatch):
     assert all(json.loads(line, parse_constant=lambda c: pytest.fail(f"bare {c}")) for line in lines)
     assert result.metrics[1]["loss"] is None
     assert flagged[2] is True and flagged[1] is False and flagged[3] is False
-    verdict, why = result.verdict()
-    assert verdict == "WARN" and "non-finite loss at steps [2]" in why
+    judged = stage.summarize(result)
+    assert judged.verdict == "WARN" and "non-finite loss at steps [2]" in judged.why
     finite = [r["loss"] for r in result.metrics if r["step"] != 2]  # not a NaN counted as 0
-    assert result.headline()["train_loss"] == pytest.approx(sum(finite) / 2, abs=1e-4)
+    assert judged.headline["train_loss"] == pytest.approx(sum(finite) / 2, abs=1e-4)
     assert result.metrics[1]["skipped"] is True or result.metrics[1]["nonfinite_grad_norm"] is True
 
 
@@ -239,7 +240,8 @@ def test_a_reused_output_dir_never_passes_off_old_checkpoints(zero2_run, tmp_pat
     assert [c["step"] for c in first.checkpoints] == list(range(2, ZERO2_STEPS + 1, 2))
     again = _train(tmp_path, "job", max_steps=2, save_steps=2, resume_from="none", num_cards=1)
     assert [c["step"] for c in again.checkpoints] == [2] and again.last_checkpoint.endswith("checkpoint-2")
-    assert again.verdict()[0] == "PASS"
+    assert stage.summarize(again).verdict == "PASS"
     resumed = _train(tmp_path, "job", max_steps=5, save_steps=100000, resume_from="auto", num_cards=1)
-    assert resumed.worker["resumed_step"] == 2 and resumed.verdict()[0] == "PASS", resumed.verdict()
+    judged = stage.summarize(resumed)
+    assert resumed.worker["resumed_step"] == 2 and judged.verdict == "PASS", judged
     assert [c["step"] for c in resumed.checkpoints] == [2, 5]  # no checkpoint-4: 100000 won

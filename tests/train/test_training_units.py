@@ -11,6 +11,7 @@ import pytest
 
 from hyport_lib.backend import get_backend
 from hyport_lib.train import checkpoints as ck
+from hyport_lib.train import stage
 from hyport_lib.train.deepspeed_config import build_deepspeed_config, resolve_precision
 from hyport_lib.train.metrics import ema, loss_span, spikes, summarize_metrics, truncate_metrics
 from hyport_lib.train.params import Params
@@ -370,7 +371,8 @@ def test_second_training_review_regressions(tmp_path, monkeypatch):
     (out / "model.safetensors").write_bytes(b"")
     empty = TrainResult(status="ok", exit_code=0, wall_s=1.0, plan={"params": {"max_steps": None}},
                         metrics=[], summary=MetricsSummary(), worker={"final_dir": str(out)})
-    assert empty.verdict() == ("FAIL", "no step was trained (no step in the metrics)")
+    judged = stage.summarize(empty)
+    assert (judged.verdict, judged.why) == ("FAIL", "no step was trained (no step in the metrics)")
 
 
 def test_third_training_review_regressions(tmp_path):
