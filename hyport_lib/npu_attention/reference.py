@@ -2,9 +2,9 @@
 
 Every mask built here is a **keep mask: ``True`` = attend**, the convention of
 ``torch.nn.functional.scaled_dot_product_attention``. ``torch_npu.npu_fusion_attention``
-uses the opposite one (``True`` = masked out); convert with :func:`to_npu_mask` /
-:func:`from_npu_mask` and nowhere else, so that the classic porting bug (passing a
-keep mask to the NPU) has one place to be right.
+uses the opposite one (``True`` = masked out); convert with :func:`to_npu_mask` and
+nowhere else, so that the classic porting bug (passing a keep mask to the NPU) has one
+place to be right.
 
 Alignment of causal masks when ``Sq != Skv``:
 
@@ -43,11 +43,6 @@ def to_npu_mask(keep: torch.Tensor) -> torch.Tensor:
     return ~keep.bool()
 
 
-def from_npu_mask(masked: torch.Tensor) -> torch.Tensor:
-    """NPU ``atten_mask`` (True / 1 = masked out) -> keep mask (True = attend)."""
-    return ~masked.bool()
-
-
 def cumulative_lengths(lengths: Sequence[int], leading_zero: bool = False) -> list[int]:
     """Per-sample lengths -> cumulative ends; ``leading_zero=True`` gives flash-attn's form."""
     out, total = ([0] if leading_zero else []), 0
@@ -59,13 +54,9 @@ def cumulative_lengths(lengths: Sequence[int], leading_zero: bool = False) -> li
     return out
 
 
-def lengths_from_cumulative(cumulative: Sequence[int], leading_zero: bool = False) -> list[int]:
-    """Cumulative ends -> per-sample lengths (inverse of :func:`cumulative_lengths`)."""
-    values = [int(x) for x in (cumulative.tolist() if torch.is_tensor(cumulative) else cumulative)]
-    if leading_zero:
-        if not values or values[0] != 0:
-            raise ValueError(f"cumulative={values}: expected a leading 0 (flash-attn cu_seqlens)")
-        values = values[1:]
+def lengths_from_cumulative(cumulative: Sequence[int]) -> list[int]:
+    """Cumulative ends (NPU form, no leading 0) -> per-sample lengths."""
+    values = [int(x) for x in cumulative]
     lengths, previous = [], 0
     for end in values:
         if end < previous:
@@ -73,14 +64,6 @@ def lengths_from_cumulative(cumulative: Sequence[int], leading_zero: bool = Fals
         lengths.append(end - previous)
         previous = end
     return lengths
-
-
-def cu_seqlens_to_actual_seq(cu_seqlens) -> list[int]:
-    """flash-attn ``cu_seqlens`` (leading 0, device tensor) -> NPU ``actual_seq_*`` (host list)."""
-    values = cu_seqlens.tolist() if torch.is_tensor(cu_seqlens) else list(cu_seqlens)
-    if not values or int(values[0]) != 0:
-        raise ValueError(f"cu_seqlens={values}: expected flash-attn's form with a leading 0")
-    return [int(v) for v in values[1:]]
 
 
 # --------------------------------------------------------------------------------------
