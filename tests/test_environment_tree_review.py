@@ -10,7 +10,6 @@ import json
 from test_container_checks import _run, build_tree
 
 from hyport_lib.environment import facts
-from hyport_lib.environment.collect import format_report
 from hyport_lib.environment.container import ascend_signs
 from hyport_lib.utils.files import dumps_json
 
@@ -19,7 +18,7 @@ DRIVER = "usr/local/Ascend/driver/version.info"
 
 
 def _report_texts(report) -> tuple[str, str]:
-    return format_report(report), dumps_json(report.to_dict())
+    return report.to_text(), dumps_json(report.to_dict())
 
 
 def test_a_version_file_with_escapes_and_secrets_shows_neither(tmp_path):

@@ -89,8 +89,48 @@ class EnvironmentReport:
         return from_mapping(cls, data)
 
     def to_text(self) -> str:
-        """``- key: value`` lines, pasteable into a bug report (secrets already out)."""
-        return format_report(self)
+        """``- key: value`` lines under a few headings, pasteable into a bug report (secrets
+        already out)."""
+        s, c = self.system, self.cann
+        lines = ["hyport environment report (paste into a bug report; "
+                 "variables whose names look secret are left out)", ""]
+
+        def add(key, value):
+            lines.append(f"- {key}: {'not found' if value is None else value}")
+
+        add("verdict", f"{self.verdict} ({self.summary_line()})")
+        add("backend", f"{self.device} ({self.num_cards} cards; requested {self.requested_device})")
+        for key in ("os", "kernel", "arch", "libc", "cpu_model", "cpu_count", "cpu_affinity",
+                    "numa_nodes", "ram_total_gb", "ram_available_gb", "shm_total_gb", "shm_free_gb",
+                    "python", "python_executable", "in_container"):
+            add(key, s.get(key))
+        lines += ["", "Versions"]
+        for key, value in self.versions.items():
+            add(key, value)
+        for key in ("torch_cuda", "torch_hip", "torch_cann", "torch_path", "deepspeed_path"):
+            if key in self.build:
+                add(key, self.build[key])
+        lines += ["", "CANN"]
+        for key in ("version", "info_file", "set_env", "nnal_set_env", "home_path", "driver_version"):
+            add(key, c.get(key))
+        lines += ["", "Container and driver"] + [f"- {k}: {v}" for k, v in container_facts(self.container)]
+        lines += ["", f"Devices (source: {self.device_source or '?'})"]
+        if self.device_error:
+            add("note", self.device_error)
+        for d in self.devices:
+            add(f"card {d.index}", describe_device(d))
+        lines += ["", "Environment variables"]
+        if not self.env_vars:
+            add("variables", "none of the relevant ones is set")
+        for key, value in self.env_vars.items():
+            add(key, value)
+        lines += ["", "Checks"]
+        for check in self.checks:
+            lines.append(f"- [{check.verdict}] {check.name}: {check.reason}")
+        if self.device_tool_output and self.device_error:
+            # The listing could not be trusted or read: its raw output belongs in the report.
+            lines += ["", f"{self.device_source} output, as printed", self.device_tool_output.rstrip()]
+        return scrub_text("\n".join(lines)) + "\n"
 
 
 # --- judging helpers -----------------------------------------------------------------------
@@ -125,50 +165,6 @@ def card_count(backend) -> int:
 
 
 # --- text ----------------------------------------------------------------------------------------
-def format_report(report: EnvironmentReport) -> str:
-    """The report as ``- key: value`` lines under a few headings."""
-    s, c = report.system, report.cann
-    lines = ["hyport environment report (paste into a bug report; "
-             "variables whose names look secret are left out)", ""]
-
-    def add(key, value):
-        lines.append(f"- {key}: {'not found' if value is None else value}")
-
-    add("verdict", f"{report.verdict} ({report.summary_line()})")
-    add("backend", f"{report.device} ({report.num_cards} cards; requested {report.requested_device})")
-    for key in ("os", "kernel", "arch", "libc", "cpu_model", "cpu_count", "cpu_affinity",
-                "numa_nodes", "ram_total_gb", "ram_available_gb", "shm_total_gb", "shm_free_gb",
-                "python", "python_executable", "in_container"):
-        add(key, s.get(key))
-    lines += ["", "Versions"]
-    for key, value in report.versions.items():
-        add(key, value)
-    for key in ("torch_cuda", "torch_hip", "torch_cann", "torch_path", "deepspeed_path"):
-        if key in report.build:
-            add(key, report.build[key])
-    lines += ["", "CANN"]
-    for key in ("version", "info_file", "set_env", "nnal_set_env", "home_path", "driver_version"):
-        add(key, c.get(key))
-    lines += ["", "Container and driver"] + [f"- {k}: {v}" for k, v in container_facts(report.container)]
-    lines += ["", f"Devices (source: {report.device_source or '?'})"]
-    if report.device_error:
-        add("note", report.device_error)
-    for d in report.devices:
-        add(f"card {d.index}", describe_device(d))
-    lines += ["", "Environment variables"]
-    if not report.env_vars:
-        add("variables", "none of the relevant ones is set")
-    for key, value in report.env_vars.items():
-        add(key, value)
-    lines += ["", "Checks"]
-    for check in report.checks:
-        lines.append(f"- [{check.verdict}] {check.name}: {check.reason}")
-    if report.device_tool_output and report.device_error:
-        # The listing could not be trusted or read: its raw output belongs in the report.
-        lines += ["", f"{report.device_source} output, as printed", report.device_tool_output.rstrip()]
-    return scrub_text("\n".join(lines)) + "\n"
-
-
 def container_facts(container: Mapping) -> list[tuple[str, str]]:
     """The report's ``container`` section as (fact, value) rows: where it was read, the
     container evidence, the versions, and the ``docker run`` flags that add what is missing."""
