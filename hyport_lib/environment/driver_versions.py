@@ -31,8 +31,7 @@ from typing import Optional
 
 from hyport_lib.devices.records import Check
 from hyport_lib.environment.compat import normalise_cann
-from hyport_lib.environment.tree_files import MAX_VERSION_BYTES, is_absent, refusal, tree_file
-from hyport_lib.utils.bounded_files import UnreadableFile, read_text
+from hyport_lib.environment.tree_files import MAX_VERSION_BYTES, read_optional, tree_file
 from hyport_lib.utils.printable import printable
 from hyport_lib.utils.redact import is_secret_name, scrub_secret_shapes
 
@@ -108,14 +107,10 @@ def read_version_file(root: Path, path: str, refused: list[str]) -> tuple[Option
     """``(file read, its key=value pairs)`` of ``path`` under ``root``, read bounded (a
     version file is a few dozen lines); ``(None, {})`` when it is absent, or refused (then
     ``refused`` gets the one line saying why)."""
-    try:
-        found = tree_file(root, path)
-        text = read_text(found, MAX_VERSION_BYTES, folder=root)
-    except UnreadableFile as exc:
-        if not is_absent(exc):
-            refused.append(refusal(exc))
+    text = read_optional(root, path, MAX_VERSION_BYTES, refused)
+    if text is None:
         return None, {}
-    return str(found), parse_version_info(text)
+    return str(tree_file(root, path)), parse_version_info(text)
 
 
 def read_driver_versions(root: Path, cann_version: Optional[str] = None,

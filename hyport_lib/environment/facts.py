@@ -61,7 +61,7 @@ def collect_system() -> dict:
         "numa_nodes": len(list(Path("/sys/devices/system/node").glob("node[0-9]*"))) or None,
         "python": sys.version.split()[0],
         "python_executable": sys.executable,
-        "in_container": _in_container(),
+        "in_container": container_evidence(Path("/")) is not None,
     }
     facts.update(host_memory())
     facts.update(_shm())
@@ -193,10 +193,6 @@ def _shm() -> dict:
     except OSError:
         return {"shm_total_gb": None, "shm_free_gb": None}
     return {"shm_total_gb": round(usage.total / 2**30, 3), "shm_free_gb": round(usage.free / 2**30, 3)}
-
-
-def _in_container(root: Path = Path("/")) -> bool:
-    return container_evidence(root) is not None
 
 
 def _accelerate_config() -> Optional[dict]:
