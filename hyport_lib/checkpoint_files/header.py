@@ -305,13 +305,11 @@ def _layout(shard: ShardHeader) -> None:
 
 def _safe_open_check(shard: ShardHeader) -> None:
     """safetensors' own validation, for what the checks above do not know."""
-    try:
-        from safetensors import safe_open
+    from safetensors import safe_open
 
+    try:
         with safe_open(str(shard.path), framework="numpy") as fh:
             fh.keys()
-    except ImportError:  # safetensors is a dependency; without it the checks above stand
-        return
     except Exception as exc:  # SafetensorError and anything else: report, never raise
         shard.findings.append(finding("safetensors_rejects", shard.label,
                                       f"safetensors refuses it: {str(exc).splitlines()[0]}"))
