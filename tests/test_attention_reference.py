@@ -57,7 +57,6 @@ def test_band_and_window_masks():
 
 def test_padding_and_padded_mask():
     assert R.padding_mask([2, 3], 4).tolist() == [[T, T, F, F], [T, T, T, F]]
-    assert R.padding_mask([1], 3, side="left").tolist() == [[F, F, T]]
     m = R.padded_mask([1, 2], [2, 3], sq=2, skv=3, causal=True)
     assert m.shape == (2, 1, 2, 3)
     # sample 0: 1x2 bottom-right causal = [[T, T]]; its query row 1 is padding (all F).
