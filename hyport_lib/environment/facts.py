@@ -69,21 +69,20 @@ def collect_system() -> dict:
 
 
 def collect_cann(ascend_root: Optional[os.PathLike] = None, environ: Optional[Mapping[str, str]] = None,
-                 arch: Optional[str] = None, home: Optional[os.PathLike] = None) -> dict:
+                 arch: Optional[str] = None) -> dict:
     """This machine's CANN install info file, the set_env.sh scripts present, and the
-    driver version.
+    driver version (also under this user's ``~/Ascend``).
 
     Args:
         ascend_root: where Ascend software is installed (default ``/usr/local/Ascend``).
         environ: environment to read ``ASCEND_HOME_PATH`` from (default ``os.environ``).
         arch: ``aarch64`` / ``x86_64`` (default: this machine).
-        home: the user's home, for a per-user ``~/Ascend`` (default: this user's).
     """
     environ = os.environ if environ is None else environ
     toolkit_homes = [os.path.abspath(environ[k]) for k in ("ASCEND_HOME_PATH", "ASCEND_TOOLKIT_HOME")
                      if environ.get(k)]
     return _collect_cann_at(Path("/"), os.path.abspath(ascend_root or DEFAULT_ASCEND_ROOT), toolkit_homes,
-                            os.path.abspath(home if home is not None else Path.home()), arch,
+                            os.path.abspath(Path.home()), arch,
                             environ.get("ASCEND_HOME_PATH"))
 
 
