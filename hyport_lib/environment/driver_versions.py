@@ -25,7 +25,7 @@ shows that a plain reading of them would call a working host broken.
 from __future__ import annotations
 
 import re
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
@@ -75,9 +75,6 @@ class DriverVersions:
     driver_file: Optional[str] = None
     firmware_file: Optional[str] = None
     errors: list[str] = field(default_factory=list)
-
-    def to_dict(self) -> dict:
-        return asdict(self)
 
     def describe(self) -> str:
         """``driver 24.1.rc3, firmware 7.5.0.1.129, CANN 8.0.RC3`` (``not found`` for a
