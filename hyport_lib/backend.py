@@ -214,11 +214,6 @@ def import_torch_npu():
     return try_import("torch_npu")
 
 
-def torch_npu_import_error() -> Optional[str]:
-    """Why ``import torch_npu`` fails when it is installed but broken; else None."""
-    return import_torch_npu()[1]
-
-
 def npu_fusion_attention_op():
     """``torch_npu.npu_fusion_attention``; RuntimeError naming the reason when unusable."""
     torch_npu, error = import_torch_npu()
@@ -294,7 +289,7 @@ def get_backend(device: str = "auto", num_cards: Optional[int] = None) -> Backen
         raise ValueError(f"device={device!r}: expected one of auto, npu, cuda, cpu")
     kind = detect_kind() if device == "auto" else device.split(":")[0]
     if kind == "npu" and not npu_available():
-        reason = torch_npu_import_error() or "torch_npu is not installed or no NPU is visible"
+        reason = import_torch_npu()[1] or "torch_npu is not installed or no NPU is visible"
         raise RuntimeError(f"device='npu' requested but NPU is not usable: {reason}")
     if kind == "cuda" and not cuda_available():
         hint = " (torch.cuda is redirected by transfer_to_npu)" if transfer_to_npu_active() else ""

@@ -71,7 +71,6 @@ class Spec:
         output: this path is the stage's output folder (what ``written_by`` points into).
         hub_id: a value shaped ``org/name`` that is no folder here names a model on the
             Hugging Face hub, not a relative path.
-        secret: never printed, recorded or shown.
     """
 
     doc: str
@@ -86,7 +85,6 @@ class Spec:
     written_by: Optional[str] = None
     output: bool = False
     hub_id: bool = False
-    secret: bool = False
 
 
 def param(default: Any, doc: str, **spec: Any) -> Any:
@@ -111,7 +109,7 @@ class Field:
     """One declared parameter: name, type, default and spec."""
 
     name: str
-    kind: Optional[str]  # int, float, bool, str, list, dict; None: any value
+    kind: str  # int, float, bool, str, list or dict
     optional: bool  # None is accepted
     default: Any
     spec: Spec
@@ -146,8 +144,6 @@ class Field:
             ParameterError: one line naming the parameter, the value and what it accepts.
         """
         name, spec = self.name, self.spec
-        if self.kind is None:
-            return value
         if isinstance(value, str) and self.optional and self.kind != "str" \
                 and value.strip().lower() in _NULL_WORDS:
             value = None
@@ -264,9 +260,8 @@ class StageParams:
         return cls(**{f.name: namespace[f.name] for f in parameter_fields(cls) if f.name in namespace})
 
     def to_dict(self) -> dict:
-        """name -> value, secret parameters left out."""
-        return {f.name: _copy(getattr(self, f.name)) for f in parameter_fields(type(self))
-                if not f.spec.secret}
+        """name -> value."""
+        return {f.name: _copy(getattr(self, f.name)) for f in parameter_fields(type(self))}
 
 
 def unknown_parameter(key: str, known: Sequence[str], where: str = "") -> str:
@@ -339,7 +334,7 @@ def add_arguments(parser: argparse.ArgumentParser, cls: type, *, positional: Seq
     positional arguments (``hyport verify PATH``).
     """
     for f in parameter_fields(cls):
-        if f.name in skip or f.spec.secret:
+        if f.name in skip:
             continue
         default = "null" if f.default is None else f.default
         accepted = f"; {f.accepted()}" if f.kind != "str" or f.spec.choices else ""
@@ -415,8 +410,6 @@ def markdown_table(cls: type) -> str:
     """The docs' table of ``cls``: name, default, what it accepts, doc."""
     rows = ["| parameter | default | accepts | meaning |", "|---|---|---|---|"]
     for f in parameter_fields(cls):
-        if f.spec.secret:
-            continue
         doc = f.spec.doc.replace("|", "\\|")
         rows.append(f"| `{f.name}` | `{f.default!r}` | {f.accepted()} | {doc} |")
     return "\n".join(rows)

@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Callable, Iterable, Optional, Protocol, cast, runtime_checkable
+from typing import Any, Callable, Iterable, Optional, Protocol, runtime_checkable
 
 import hyport_lib
 from hyport_lib.params import StageParams
@@ -109,19 +109,6 @@ def stage_part(stage_name: str, part: str) -> Optional[ModuleType]:
         if exc.name in (package, f"{package}.{part}"):
             return None
         raise
-
-
-def stage_module(stage: Stage) -> StageContract:
-    """The stage's ``hyport_lib.<name>.stage`` module (the contract).
-
-    Raises:
-        ModuleNotFoundError: the notebook has no package of its name.
-    """
-    module = stage_part(stage.name, "stage")
-    if module is None:
-        raise ModuleNotFoundError(f"{stage.path.name}: no package hyport_lib.{stage.name} with a stage.py",
-                                  name=f"hyport_lib.{stage.name}.stage")
-    return cast(StageContract, module)
 
 
 def params_class(stage: Stage) -> Optional[type]:

@@ -112,8 +112,8 @@ def test_broken_torch_npu_is_reported_not_fatal(tmp_path, monkeypatch):
     (pkg / "__init__.py").write_text(
         "raise ImportError('libhccl.so: cannot open shared object file')\n")
     code = ("from hyport_lib.backend import detect_kind, get_backend\n"
-            "from hyport_lib.backend import torch_npu_import_error\n"
-            "print(detect_kind()); print(torch_npu_import_error())\n"
+            "from hyport_lib.backend import import_torch_npu\n"
+            "print(detect_kind()); print(import_torch_npu()[1])\n"
             "try:\n    get_backend('npu')\nexcept RuntimeError as e:\n    print('ERR', e)\n")
     env = {"PYTHONPATH": str(tmp_path), "PATH": "/usr/bin:/bin"}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,

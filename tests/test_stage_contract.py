@@ -26,7 +26,7 @@ from hyport_lib.params import ParameterError, StageParams, markdown_table, param
 from hyport_lib.report.blog.frame import cli_value
 from hyport_lib.report.params import check_before_running, make_plans, plan_requests, resolve_parameters
 from hyport_lib.report.profiles import parse_overrides
-from hyport_lib.stages import StageContract, discover_stages, params_class, stage_module
+from hyport_lib.stages import StageContract, discover_stages, params_class, stage_part
 
 REPO = Path(__file__).resolve().parents[1]
 STAGES = discover_stages()
@@ -52,7 +52,8 @@ def _code(path: Path) -> str:
 
 @pytest.mark.parametrize("stage", STAGES, ids=lambda s: s.id)
 def test_the_stage_package_is_named_as_its_notebook_and_keeps_the_contract(stage):
-    module = stage_module(stage)
+    module = stage_part(stage.name, "stage")
+    assert module is not None, f"{stage.path.name}: no package hyport_lib.{stage.name} with a stage.py"
     assert isinstance(module, StageContract), f"{stage.id}: STAGE, plan, run, summarize, record"
     assert module.__name__ == f"hyport_lib.{stage.name}.stage" and module.STAGE == stage.id
     cls = params_class(stage)

@@ -130,16 +130,15 @@ class ShardHeader:
         return 0 <= entry.begin <= entry.end <= self.data_len and entry.expected_nbytes == entry.nbytes
 
 
-def read_header(path: os.PathLike, label: Optional[str] = None, *, validate: bool = True) -> ShardHeader:
+def read_header(path: os.PathLike, *, validate: bool = True) -> ShardHeader:
     """Read and check one safetensors file's header (never its data).
 
     Args:
-        path: the file.
-        label: its name in findings (default: the file name).
+        path: the file (its name labels the findings).
         validate: also open it with ``safetensors.safe_open`` when no defect was found.
     """
     path = Path(path)
-    shard = ShardHeader(path, label or path.name)
+    shard = ShardHeader(path, path.name)
     add = shard.findings.append
     try:
         st = path.stat()
@@ -305,13 +304,11 @@ def _layout(shard: ShardHeader) -> None:
 
 def _safe_open_check(shard: ShardHeader) -> None:
     """safetensors' own validation, for what the checks above do not know."""
-    try:
-        from safetensors import safe_open
+    from safetensors import safe_open
 
+    try:
         with safe_open(str(shard.path), framework="numpy") as fh:
             fh.keys()
-    except ImportError:  # safetensors is a dependency; without it the checks above stand
-        return
     except Exception as exc:  # SafetensorError and anything else: report, never raise
         shard.findings.append(finding("safetensors_rejects", shard.label,
                                       f"safetensors refuses it: {str(exc).splitlines()[0]}"))

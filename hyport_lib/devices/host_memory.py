@@ -108,18 +108,11 @@ def cgroup_memory_used_gb(root: Path = Path("/sys/fs/cgroup")) -> Optional[float
 
 
 def _memory() -> dict:
-    try:
-        import psutil
+    import psutil
 
-        vm = psutil.virtual_memory()
-        return {"ram_total_gb": round(vm.total / 2**30, 2),
-                "ram_available_gb": round(vm.available / 2**30, 2)}
-    except ImportError:
-        kib = _meminfo_kib(Path("/proc/meminfo"))
-        if "MemTotal" not in kib:
-            return {"ram_total_gb": None, "ram_available_gb": None}
-        return {"ram_total_gb": round(kib["MemTotal"] / 2**20, 2),
-                "ram_available_gb": round(kib.get("MemAvailable", 0) / 2**20, 2)}
+    vm = psutil.virtual_memory()
+    return {"ram_total_gb": round(vm.total / 2**30, 2),
+            "ram_available_gb": round(vm.available / 2**30, 2)}
 
 
 def check_host_memory(kind: str, num_cards: int, system: Mapping,
@@ -220,17 +213,3 @@ def _room_check(name: str, label: str, total: Optional[float], free: Optional[fl
     shown = f"{free:.2f} of {total:.2f}" if free is not None else f"{total:.2f}"
     return Check(name, "PASS", f"{shown} GB {label} free, {wanted}")
 
-
-def _meminfo_kib(path: Path) -> dict[str, int]:
-    """``/proc/meminfo`` as name -> KiB (psutil is optional)."""
-    try:
-        lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
-    except OSError:
-        return {}
-    out = {}
-    for line in lines:
-        name, _, rest = line.partition(":")
-        value = rest.split()
-        if value and value[0].isdigit():
-            out[name.strip()] = int(value[0])
-    return out

@@ -66,16 +66,6 @@ def probe_devices(backend) -> DeviceListing:
         for i in range(backend.num_cards())], source="cpu")
 
 
-def list_devices(backend) -> list[DeviceInfo]:
-    """Cards of ``backend``: npu-smi on Ascend, nvidia-smi on CUDA, pseudo-cards on CPU."""
-    return probe_devices(backend).devices
-
-
-def busy_cards(backend) -> dict[int, list[DeviceProcess]]:
-    """Cards that some process holds: ``{logical index: processes}``."""
-    return {d.index: list(d.processes) for d in list_devices(backend) if d.processes}
-
-
 # --- Ascend ---------------------------------------------------------------------------
 def _probe_npu(backend) -> DeviceListing:
     try:

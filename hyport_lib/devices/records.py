@@ -76,9 +76,6 @@ class DeviceProcess:
     memory_mb: Optional[int] = None
     host_pid: Optional[int] = None
 
-    def to_dict(self) -> dict:
-        return asdict(self)
-
     def describe(self) -> str:
         name = self.name or "?"
         mem = f" {self.memory_mb} MB" if self.memory_mb is not None else ""

@@ -237,7 +237,6 @@ class ContainerFindings:
     def to_dict(self) -> dict:
         data = asdict(self)
         data.pop("checks")
-        data["versions"] = self.versions.to_dict()
         return data
 
 

@@ -25,14 +25,13 @@ shows that a plain reading of them would call a working host broken.
 from __future__ import annotations
 
 import re
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
 from hyport_lib.devices.records import Check
 from hyport_lib.environment.compat import normalise_cann
-from hyport_lib.environment.tree_files import MAX_VERSION_BYTES, is_absent, refusal, tree_file
-from hyport_lib.utils.bounded_files import UnreadableFile, read_text
+from hyport_lib.environment.tree_files import MAX_VERSION_BYTES, read_optional, tree_file
 from hyport_lib.utils.printable import printable
 from hyport_lib.utils.redact import is_secret_name, scrub_secret_shapes
 
@@ -77,9 +76,6 @@ class DriverVersions:
     firmware_file: Optional[str] = None
     errors: list[str] = field(default_factory=list)
 
-    def to_dict(self) -> dict:
-        return asdict(self)
-
     def describe(self) -> str:
         """``driver 24.1.rc3, firmware 7.5.0.1.129, CANN 8.0.RC3`` (``not found`` for a
         missing file, ``unknown`` for a file that names no version)."""
@@ -108,14 +104,10 @@ def read_version_file(root: Path, path: str, refused: list[str]) -> tuple[Option
     """``(file read, its key=value pairs)`` of ``path`` under ``root``, read bounded (a
     version file is a few dozen lines); ``(None, {})`` when it is absent, or refused (then
     ``refused`` gets the one line saying why)."""
-    try:
-        found = tree_file(root, path)
-        text = read_text(found, MAX_VERSION_BYTES, folder=root)
-    except UnreadableFile as exc:
-        if not is_absent(exc):
-            refused.append(refusal(exc))
+    text = read_optional(root, path, MAX_VERSION_BYTES, refused)
+    if text is None:
         return None, {}
-    return str(found), parse_version_info(text)
+    return str(tree_file(root, path)), parse_version_info(text)
 
 
 def read_driver_versions(root: Path, cann_version: Optional[str] = None,

@@ -61,7 +61,7 @@ def collect_system() -> dict:
         "numa_nodes": len(list(Path("/sys/devices/system/node").glob("node[0-9]*"))) or None,
         "python": sys.version.split()[0],
         "python_executable": sys.executable,
-        "in_container": _in_container(),
+        "in_container": container_evidence(Path("/")) is not None,
     }
     facts.update(host_memory())
     facts.update(_shm())
@@ -69,21 +69,20 @@ def collect_system() -> dict:
 
 
 def collect_cann(ascend_root: Optional[os.PathLike] = None, environ: Optional[Mapping[str, str]] = None,
-                 arch: Optional[str] = None, home: Optional[os.PathLike] = None) -> dict:
+                 arch: Optional[str] = None) -> dict:
     """This machine's CANN install info file, the set_env.sh scripts present, and the
-    driver version.
+    driver version (also under this user's ``~/Ascend``).
 
     Args:
         ascend_root: where Ascend software is installed (default ``/usr/local/Ascend``).
         environ: environment to read ``ASCEND_HOME_PATH`` from (default ``os.environ``).
         arch: ``aarch64`` / ``x86_64`` (default: this machine).
-        home: the user's home, for a per-user ``~/Ascend`` (default: this user's).
     """
     environ = os.environ if environ is None else environ
     toolkit_homes = [os.path.abspath(environ[k]) for k in ("ASCEND_HOME_PATH", "ASCEND_TOOLKIT_HOME")
                      if environ.get(k)]
     return _collect_cann_at(Path("/"), os.path.abspath(ascend_root or DEFAULT_ASCEND_ROOT), toolkit_homes,
-                            os.path.abspath(home if home is not None else Path.home()), arch,
+                            os.path.abspath(Path.home()), arch,
                             environ.get("ASCEND_HOME_PATH"))
 
 
@@ -193,10 +192,6 @@ def _shm() -> dict:
     except OSError:
         return {"shm_total_gb": None, "shm_free_gb": None}
     return {"shm_total_gb": round(usage.total / 2**30, 3), "shm_free_gb": round(usage.free / 2**30, 3)}
-
-
-def _in_container(root: Path = Path("/")) -> bool:
-    return container_evidence(root) is not None
 
 
 def _accelerate_config() -> Optional[dict]:

@@ -22,9 +22,9 @@ What it handles:
   densely). When transformers hands over no mask at all (it skips the mask when the
   2-D mask has no padding, and ignores packing when a cache is in use), restarting
   ``position_ids`` still mean packing, as with FlashAttention-2;
-* bidirectional spans (``hyport_span_ids=`` kwarg or
-  :func:`~hyport_lib.npu_attention.spans.bidirectional_spans`): same-span tokens attend
-  both ways on top of whatever mask the model built.
+* bidirectional spans (the ``hyport_span_ids=`` kwarg, see
+  :mod:`hyport_lib.npu_attention.spans`): same-span tokens attend both ways on top of
+  whatever mask the model built.
 
 Works with transformers 4.57 and 5.x (both have ``AttentionInterface`` and
 ``AttentionMaskInterface``). Usage::
@@ -35,8 +35,7 @@ Works with transformers 4.57 and 5.x (both have ``AttentionInterface`` and
     model = AutoModelForImageTextToText.from_pretrained(
         path, attn_implementation={"text_config": name, "vision_config": name})
     # Mixture-of-Transformers style image spans (see hyport_lib.npu_attention.spans)
-    logits = model(input_ids, attention_mask=mask,
-                   hyport_span_ids=span_ids_from_token_type(token_type_ids)).logits
+    logits = model(input_ids, attention_mask=mask, hyport_span_ids=span_ids).logits
 """
 
 from __future__ import annotations
@@ -48,9 +47,9 @@ import torch
 
 from hyport_lib.npu_attention.flash_api import FlashAttnAPI
 from hyport_lib.npu_attention.names import NAME_OF_BACKEND
-from hyport_lib.npu_attention.seqlens import cumulative, packed_segments
-from hyport_lib.npu_attention.spans import (active_span_ids, overlay_spans,
-                                            segment_ids_from_position_ids)
+from hyport_lib.npu_attention.reference import cumulative_lengths
+from hyport_lib.npu_attention.seqlens import packed_segments
+from hyport_lib.npu_attention.spans import overlay_spans, segment_ids_from_position_ids
 from hyport_lib.port.generated.flash_attn_ascend import (HOST_CACHE, FlashAttnUnsupported,
                                                          IdentityCache, attend_band,
                                                          host_cu_seqlens, nfa_sparse_arguments,
@@ -204,8 +203,6 @@ def attention_forward(api: FlashAttnAPI, module, query, key, value, attention_ma
     window = _window(causal, kwargs.get("sliding_window"))
     position_ids = kwargs.get("position_ids")
     span_ids = kwargs.get("hyport_span_ids")
-    if span_ids is None:
-        span_ids = active_span_ids()
     if isinstance(attention_mask, torch.Tensor) and attention_mask.dim() == 4 \
             and attention_mask.shape[-1] > sk:
         attention_mask = attention_mask[..., :sk]
@@ -303,7 +300,7 @@ def _varlen_forward(api, query, key, value, segments, scale, dropout, window):
     q = query.transpose(1, 2).reshape(batch * seqlen, heads, -1)
     k = key.transpose(1, 2).reshape(batch * seqlen, key.shape[1], -1)
     v = value.transpose(1, 2).reshape(batch * seqlen, value.shape[1], -1)
-    cu = cumulative(segments)
+    cu = tuple(cumulative_lengths(segments, leading_zero=True))
     if api.backend == "sdpa":
         out = sdpa_varlen(q, k, v, cu, cu, scale, dropout, window)
     else:

@@ -2,9 +2,9 @@
 
 Every mask built here is a **keep mask: ``True`` = attend**, the convention of
 ``torch.nn.functional.scaled_dot_product_attention``. ``torch_npu.npu_fusion_attention``
-uses the opposite one (``True`` = masked out); convert with :func:`to_npu_mask` /
-:func:`from_npu_mask` and nowhere else, so that the classic porting bug (passing a
-keep mask to the NPU) has one place to be right.
+uses the opposite one (``True`` = masked out); convert with :func:`to_npu_mask` and
+nowhere else, so that the classic porting bug (passing a keep mask to the NPU) has one
+place to be right.
 
 Alignment of causal masks when ``Sq != Skv``:
 
@@ -43,11 +43,6 @@ def to_npu_mask(keep: torch.Tensor) -> torch.Tensor:
     return ~keep.bool()
 
 
-def from_npu_mask(masked: torch.Tensor) -> torch.Tensor:
-    """NPU ``atten_mask`` (True / 1 = masked out) -> keep mask (True = attend)."""
-    return ~masked.bool()
-
-
 def cumulative_lengths(lengths: Sequence[int], leading_zero: bool = False) -> list[int]:
     """Per-sample lengths -> cumulative ends; ``leading_zero=True`` gives flash-attn's form."""
     out, total = ([0] if leading_zero else []), 0
@@ -59,13 +54,9 @@ def cumulative_lengths(lengths: Sequence[int], leading_zero: bool = False) -> li
     return out
 
 
-def lengths_from_cumulative(cumulative: Sequence[int], leading_zero: bool = False) -> list[int]:
-    """Cumulative ends -> per-sample lengths (inverse of :func:`cumulative_lengths`)."""
-    values = [int(x) for x in (cumulative.tolist() if torch.is_tensor(cumulative) else cumulative)]
-    if leading_zero:
-        if not values or values[0] != 0:
-            raise ValueError(f"cumulative={values}: expected a leading 0 (flash-attn cu_seqlens)")
-        values = values[1:]
+def lengths_from_cumulative(cumulative: Sequence[int]) -> list[int]:
+    """Cumulative ends (NPU form, no leading 0) -> per-sample lengths."""
+    values = [int(x) for x in cumulative]
     lengths, previous = [], 0
     for end in values:
         if end < previous:
@@ -73,14 +64,6 @@ def lengths_from_cumulative(cumulative: Sequence[int], leading_zero: bool = Fals
         lengths.append(end - previous)
         previous = end
     return lengths
-
-
-def cu_seqlens_to_actual_seq(cu_seqlens) -> list[int]:
-    """flash-attn ``cu_seqlens`` (leading 0, device tensor) -> NPU ``actual_seq_*`` (host list)."""
-    values = cu_seqlens.tolist() if torch.is_tensor(cu_seqlens) else list(cu_seqlens)
-    if not values or int(values[0]) != 0:
-        raise ValueError(f"cu_seqlens={values}: expected flash-attn's form with a leading 0")
-    return [int(v) for v in values[1:]]
 
 
 # --------------------------------------------------------------------------------------
@@ -121,25 +104,19 @@ def window_mask(sq: int, skv: int, window_size=(-1, -1), causal: bool = False,
     return band_mask(sq, skv, pre, nxt, align="bottom_right", device=device)
 
 
-def padding_mask(lengths: Sequence[int], max_len: Optional[int] = None, side: str = "right",
-                 device=None) -> torch.Tensor:
-    """``[B, max_len]``: True where a token is real (not padding)."""
+def padding_mask(lengths: Sequence[int], max_len: Optional[int] = None, device=None) -> torch.Tensor:
+    """``[B, max_len]`` of a right-padded batch: True where a token is real (not padding)."""
     lengths = [int(n) for n in lengths]
     max_len = max(lengths, default=0) if max_len is None else int(max_len)
     if any(n > max_len or n < 0 for n in lengths):
         raise ValueError(f"lengths={lengths}: each must be within 0..max_len={max_len}")
     pos = torch.arange(max_len, device=device).view(1, -1)
-    n = torch.tensor(lengths, device=device).view(-1, 1)
-    if side == "right":
-        return pos < n
-    if side == "left":
-        return pos >= max_len - n
-    raise ValueError(f"side={side!r}: expected 'right' or 'left'")
+    return pos < torch.tensor(lengths, device=device).view(-1, 1)
 
 
 def padded_mask(lengths_q: Sequence[int], lengths_kv: Optional[Sequence[int]] = None,
                 sq: Optional[int] = None, skv: Optional[int] = None, causal: bool = False,
-                align: str = "bottom_right", window_size=(-1, -1), device=None) -> torch.Tensor:
+                window_size=(-1, -1)) -> torch.Tensor:
     """``[B, 1, sq, skv]`` for a right-padded batch: sample ``b`` is a ``lq_b x lkv_b``
     block (causal / windowed on its own lengths, as flash-attn's unpad -> varlen path does);
     padding rows and columns are not attended, so padded query rows are fully masked.
@@ -149,43 +126,41 @@ def padded_mask(lengths_q: Sequence[int], lengths_kv: Optional[Sequence[int]] = 
         raise ValueError(f"lengths_kv has {len(lengths_kv)} samples, lengths_q {len(lengths_q)}")
     sq = max(lengths_q, default=0) if sq is None else sq
     skv = max(lengths_kv, default=0) if skv is None else skv
-    out = torch.zeros(len(lengths_q), 1, sq, skv, dtype=torch.bool, device=device)
+    out = torch.zeros(len(lengths_q), 1, sq, skv, dtype=torch.bool)
     for b, (lq, lk) in enumerate(zip(lengths_q, lengths_kv)):
         if lq > sq or lk > skv:
             raise ValueError(f"sample {b}: lengths ({lq}, {lk}) exceed the padded ({sq}, {skv})")
-        out[b, 0, :lq, :lk] = _sample_mask(lq, lk, causal, align, window_size, device)
+        out[b, 0, :lq, :lk] = _sample_mask(lq, lk, causal, window_size)
     return out
 
 
-def _sample_mask(sq, skv, causal, align, window_size, device):
+def _sample_mask(sq, skv, causal, window_size):
+    """One sample's keep mask, aligned bottom-right as flash-attn's varlen path aligns it."""
     if tuple(window_size) != (-1, -1):
-        if align != "bottom_right":
-            raise ValueError("window_size follows flash-attn and is aligned bottom_right")
-        return window_mask(sq, skv, window_size, causal=causal, device=device)
+        return window_mask(sq, skv, window_size, causal=causal)
     if causal:
-        return causal_mask(sq, skv, align=align, device=device)
-    return torch.ones(sq, skv, dtype=torch.bool, device=device)
+        return causal_mask(sq, skv, align="bottom_right")
+    return torch.ones(sq, skv, dtype=torch.bool)
 
 
 def block_diagonal_mask(seqlens_q: Sequence[int], seqlens_kv: Optional[Sequence[int]] = None,
-                        causal: bool = False, align: str = "bottom_right",
-                        window_size=(-1, -1), device=None) -> torch.Tensor:
+                        causal: bool = False, window_size=(-1, -1)) -> torch.Tensor:
     """``[Tq, Tkv]`` for packed samples: each sample attends only within itself.
 
     Args:
         seqlens_q / seqlens_kv: per-sample lengths (not cumulative); zero is allowed.
-        causal / align / window_size: applied per sample on its own lengths (flash-attn
-            varlen semantics are ``align="bottom_right"``).
+        causal / window_size: applied per sample on its own lengths, aligned
+            bottom-right (flash-attn's varlen semantics).
     """
     seqlens_kv = seqlens_q if seqlens_kv is None else seqlens_kv
     if len(seqlens_kv) != len(seqlens_q):
         raise ValueError(f"seqlens_kv has {len(seqlens_kv)} samples, seqlens_q {len(seqlens_q)}")
     tq, tk = sum(int(n) for n in seqlens_q), sum(int(n) for n in seqlens_kv)
-    out = torch.zeros(tq, tk, dtype=torch.bool, device=device)
+    out = torch.zeros(tq, tk, dtype=torch.bool)
     q0 = k0 = 0
     for lq, lk in zip(seqlens_q, seqlens_kv):
         lq, lk = int(lq), int(lk)
-        out[q0:q0 + lq, k0:k0 + lk] = _sample_mask(lq, lk, causal, align, window_size, device)
+        out[q0:q0 + lq, k0:k0 + lk] = _sample_mask(lq, lk, causal, window_size)
         q0, k0 = q0 + lq, k0 + lk
     return out
 

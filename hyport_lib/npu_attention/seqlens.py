@@ -8,7 +8,7 @@ host copies of ``cu_seqlens``), so 24 layers of one batch cost one device-to-hos
 
 from __future__ import annotations
 
-from typing import Optional, Sequence
+from typing import Optional
 
 import torch
 
@@ -50,10 +50,3 @@ def packed_segments(position_ids) -> Optional[tuple[int, ...]]:
 
     return HOST_CACHE.get("packed_segments", (position_ids,), compute)
 
-
-def cumulative(lengths: Sequence[int]) -> tuple[int, ...]:
-    """Lengths -> flash-attn ``cu_seqlens`` values (leading 0)."""
-    out = [0]
-    for n in lengths:
-        out.append(out[-1] + int(n))
-    return tuple(out)

@@ -6,7 +6,6 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import Iterable, Optional
 
-FRAME_COLUMNS = ("file", "line", "category", "snippet", "suggestion")
 SNIPPET_MAX = 200
 
 
@@ -72,13 +71,6 @@ class ScanReport:
     def counts(self) -> dict[str, int]:
         """Hits per category, categories sorted by name."""
         return dict(sorted(Counter(h.category for h in self.hits).items()))
-
-    def frame(self):
-        """Hits as a pandas DataFrame with columns file, line, category, snippet, suggestion."""
-        import pandas as pd
-
-        return pd.DataFrame([[getattr(h, c) for c in FRAME_COLUMNS] for h in self.hits],
-                            columns=list(FRAME_COLUMNS))
 
     def only(self, categories: Optional[Iterable[str]]) -> "ScanReport":
         """A copy keeping only hits of ``categories``; None keeps all.

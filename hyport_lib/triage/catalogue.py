@@ -61,11 +61,6 @@ class KnownFailure:
     compiled: tuple[tuple[str, re.Pattern], ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        if self.severity not in (ERROR, WARNING):
-            raise ValueError(f"catalogue entry {self.key!r}: severity {self.severity!r} is not "
-                             f"{ERROR!r} or {WARNING!r}")
-        if not self.patterns:
-            raise ValueError(f"catalogue entry {self.key!r}: no pattern")
         object.__setattr__(self, "compiled", tuple((needle(p), re.compile(p)) for p in self.patterns))
 
     def matches(self, line: str) -> bool:
@@ -395,8 +390,6 @@ CATALOGUE: tuple[KnownFailure, ...] = (
 
 #: Every entry by key.
 BY_KEY: dict[str, KnownFailure] = {entry.key: entry for entry in CATALOGUE}
-if len(BY_KEY) != len(CATALOGUE):
-    raise ValueError("hyport_lib.triage.catalogue: two entries share a key")
 
 #: The plain text some pattern needs: a line holding none of them is no failure, which
 #: a long log learns with a few substring searches per line.

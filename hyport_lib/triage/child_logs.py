@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Mapping, Optional
 
 from hyport_lib.triage.model import Triage
-from hyport_lib.triage.scan import printable_name, triage
+from hyport_lib.triage.scan import triage
+from hyport_lib.utils.printable import printable
 from hyport_lib.utils.redact import scrub_secret_shapes, scrub_text
 
 CANN_LOG_VAR = "ASCEND_PROCESS_LOG_PATH"
@@ -67,5 +68,5 @@ def diagnose(paths, *, cann_dir: Optional[Path], since: float,
         return triage(existing, cann_log_dir=cann_dir, since=since, environ=environ).to_dict()
     except Exception as exc:  # a diagnosis must never cost the stage its results
         note = f"the logs could not be read for a diagnosis: {type(exc).__name__}: {exc}"
-        note = scrub_secret_shapes(scrub_text(printable_name(note), {**os.environ, **(environ or {})}))
+        note = scrub_secret_shapes(scrub_text(printable(note), {**os.environ, **(environ or {})}))
         return Triage(notes=[note]).to_dict()

@@ -29,7 +29,7 @@ from hyport_lib.triage.catalogue import ERROR, recognise
 from hyport_lib.triage.discovery import cann_logs, find_logs
 from hyport_lib.triage.model import Finding, Place, Triage, Unrecognised
 from hyport_lib.triage.reading import MAX_BYTES, DeadlinePassed, plan_reading, read_lines
-from hyport_lib.utils.printable import printable as printable_text
+from hyport_lib.utils.printable import printable
 from hyport_lib.utils.redact import PrivateKeyLines, scrub_secret_shapes, scrub_text
 
 #: Seconds one triage reads at most (the byte budget alone does not bound the time: a
@@ -37,19 +37,6 @@ from hyport_lib.utils.redact import PrivateKeyLines, scrub_secret_shapes, scrub_
 MAX_SECONDS = 120.0
 #: Files named in a note about what the time limit left unread.
 _NAMED_UNREAD = 5
-
-
-def printable(text: str) -> str:
-    """``text`` safe to print on a terminal (:func:`hyport_lib.utils.printable.printable`),
-    tab and carriage return kept (:func:`visible` splits progress bars on the latter)."""
-    return printable_text(text, keep="\t\r")
-
-
-def printable_name(text: str) -> str:
-    """A file name or a note, printable (:func:`printable`) with its carriage returns shown
-    too: no line of a log is split on them there, and one would move the cursor back over
-    what the line printed before it (``b\\rFAKE.log`` shows as ``FAKE.log``)."""
-    return printable(text).replace("\r", "\\x0d")
 
 #: What makes a line an error line: a traceback, an exception name, an ERROR tag, a CANN
 #: error code (EI0002, EZ9999, E39999 ...) or a torch_npu one (ERR00100).
@@ -145,10 +132,10 @@ def _shown(path: Path, root: Optional[Path]) -> str:
     file name may hold an escape sequence)."""
     if root is not None:
         try:
-            return printable_name(str(path.resolve().relative_to(root)))
+            return printable(str(path.resolve().relative_to(root)))
         except ValueError:
             pass
-    return printable_name(str(path.resolve()))
+    return printable(str(path.resolve()))
 
 
 def _common_root(paths: Sequence[Path]) -> Optional[Path]:
@@ -172,7 +159,10 @@ class _Collector:
 
     def keep(self, text: str, finder: Optional[Callable[[str], Optional[re.Match]]] = None) -> str:
         """``text`` printable and scrubbed, then cut around what ``finder`` finds in it."""
-        text = self.scrub(printable(text))
+        # Carriage returns kept: :func:`visible` splits progress bars on them. In file names
+        # and notes :func:`printable` shows them (one would move the cursor back over the
+        # line printed before it: ``b\rFAKE.log`` shows as ``FAKE.log``).
+        text = self.scrub(printable(text, keep="\t\r"))
         match = finder(text) if finder is not None and len(text) > MAX_LINE_CHARS else None
         return visible(text, match.start() if match else None)
 
@@ -321,9 +311,9 @@ def triage(paths: Iterable[os.PathLike | str], *, cann_log_dir: Optional[os.Path
         notes.append(f"time limit of {max_seconds:g} s reached: {len(left)} log file(s) not read: "
                      f"{', '.join(left[:_NAMED_UNREAD])}{more}")
     return Triage(findings=collector.ordered(), unrecognised=collector.unrecognised,
-                  files_read=read, root=printable_name(str(base)) if base else None,
-                  cann_log_dir=printable_name(str(cann_dir)) if cann_dir is not None else None,
-                  since=seconds, notes=[scrub(printable_name(n)) for n in notes],
+                  files_read=read, root=printable(str(base)) if base else None,
+                  cann_log_dir=printable(str(cann_dir)) if cann_dir is not None else None,
+                  since=seconds, notes=[scrub(printable(n)) for n in notes],
                   unread=failed + len(unread) + len(left))
 
 

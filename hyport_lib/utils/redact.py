@@ -227,11 +227,6 @@ def _secret_name(name: str) -> bool:
     return is_secret_parameter(bare) and not _EXCEPTION_NAME.search(bare)
 
 
-def _value_span(value: re.Match) -> tuple[int, int]:
-    """The value's span, inside its quotes when it is quoted."""
-    return _unquoted_span(value, 0)
-
-
 def _unquoted_span(match: re.Match, group) -> tuple[int, int]:
     """The span of ``match``'s ``group``, inside its quotes when quoted (after the opening
     quote only when it was never closed)."""
@@ -259,7 +254,7 @@ def _secret_value_spans(text: str) -> list[tuple[int, int]]:
         value = _ASSIGNMENT_VALUE.match(text, head.end())
         if value is None or not _secret_assignment(head.group("name"), value.group()):
             continue
-        spans.append(_value_span(value))
+        spans.append(_unquoted_span(value, 0))
         covered = value.end()
     for flag in _FLAG_VALUE.finditer(text):
         if _secret_assignment(flag.group("name"), flag.group("value")):

@@ -182,7 +182,7 @@ def test_porting_bugs_fail():
         call["sparse_mode"] = 2  # flash-attn 2.0 alignment for Sq != Skv
 
     def keep_mask_passed(call, case, data):
-        call["atten_mask"] = R.from_npu_mask(call["atten_mask"])  # True = attend to the NPU
+        call["atten_mask"] = ~call["atten_mask"].bool()  # True = attend to the NPU
 
     def lengths_not_cumulative(call, case, data):
         call["actual_seq_qlen"] = list(case.lengths_q)  # [3, 5, 4] instead of [3, 8, 12]

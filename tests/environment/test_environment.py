@@ -16,7 +16,7 @@ from hyport_lib.devices.records import Check, DeviceProcess
 from hyport_lib.environment import stage
 from hyport_lib.environment.collect import EnvironmentReport
 from hyport_lib.environment.params import Params
-from hyport_lib.devices.probe import busy_cards, list_devices, probe_devices
+from hyport_lib.devices.probe import probe_devices
 from hyport_lib.devices.visible_devices import check_visible_devices, parse_visible_devices
 from hyport_lib.environment.frames import checks_frame
 from hyport_lib.environment.facts import collect_cann, collect_env_vars
@@ -200,16 +200,21 @@ def test_requested_cuda_names_the_hidden_gpus(monkeypatch):
     assert check.verdict == "FAIL" and check.reason.startswith("CUDA_VISIBLE_DEVICES is set but empty")
 
 
+def _busy(backend) -> dict:
+    """Cards that some process holds: ``{logical index: processes}``."""
+    return {d.index: d.processes for d in probe_devices(backend).devices if d.processes}
+
+
 # --- devices through the torch_npu double ----------------------------------------------------
 @pytest.mark.slow
 def test_list_devices_with_fake_npu(fake_npu, npu_smi_sample):
     npu_smi_sample((SAMPLES / "910b_24x_classic.txt").read_text(encoding="utf-8"))
     backend = get_backend("npu")
     assert backend.kind == "npu"
-    devices = list_devices(backend)
+    devices = probe_devices(backend).devices
     assert [(d.index, d.npu_id, d.name, d.hbm_used_mb) for d in devices] == [
         (0, 0, "910B3", 3318), (1, 1, "910B3", 64021), (2, 2, "910B3", 3320)]
-    assert busy_cards(backend) == {1: [DeviceProcess(pid=576489, name="python", memory_mb=60703)]}
+    assert _busy(backend) == {1: [DeviceProcess(pid=576489, name="python", memory_mb=60703)]}
     listing = probe_devices(backend)
     assert (listing.source, listing.error, listing.driver_version) == ("npu-smi", None, "24.1.rc1")
 
@@ -217,7 +222,7 @@ def test_list_devices_with_fake_npu(fake_npu, npu_smi_sample):
 @pytest.mark.slow
 def test_a3_busy_card_is_the_logical_index(fake_npu, npu_smi_sample):
     npu_smi_sample((SAMPLES / "a3_two_chips.txt").read_text(encoding="utf-8"))
-    assert list(busy_cards(get_backend("npu"))) == [3]
+    assert list(_busy(get_backend("npu"))) == [3]
 
 
 def _npu_smi_table(cards: int, busy: dict[int, int]) -> str:
@@ -252,7 +257,7 @@ def test_busy_cards_judged_among_the_visible_cards(fake_npu, npu_smi_sample, mon
     from hyport_lib.devices.card_plan import plan_grid
 
     npu_smi_sample(_npu_smi_table(8, busy={4: 4444, 5: 5555}))
-    assert busy_cards(get_backend("npu")) == {4: [DeviceProcess(4444, "python", 56000)],
+    assert _busy(get_backend("npu")) == {4: [DeviceProcess(4444, "python", 56000)],
                                              5: [DeviceProcess(5555, "python", 56000)]}
     monkeypatch.setenv("ASCEND_RT_VISIBLE_DEVICES", "4,5")
     code = main(["env", "--device", "npu", "--num-cards", "2", "--no-record"])
@@ -345,10 +350,10 @@ def test_collect_environment_on_fake_npu(fake_npu, npu_smi_sample, monkeypatch):
 
 def test_cpu_pseudo_cards():
     backend = get_backend("cpu", num_cards=3)
-    devices = list_devices(backend)
+    devices = probe_devices(backend).devices
     assert [d.index for d in devices] == [0, 1, 2]
     assert all(d.processes == [] and d.source == "cpu" for d in devices)
-    assert busy_cards(backend) == {}
+    assert _busy(backend) == {}
 
 
 def test_nvidia_smi_parsers():
@@ -383,7 +388,7 @@ def test_cuda_listing_through_a_fake_nvidia_smi(tmp_path, monkeypatch):
     assert (listing.source, listing.driver_version, listing.error) == ("nvidia-smi", "570.86.15", None)
     assert [(d.index, d.name, d.hbm_used_mb) for d in listing.devices] == [
         (0, "NVIDIA H200", 1200), (1, "NVIDIA H200", 70000)]
-    assert busy_cards(CudaBackend()) == {1: [DeviceProcess(pid=31337, name="python", memory_mb=69000)]}
+    assert _busy(CudaBackend()) == {1: [DeviceProcess(pid=31337, name="python", memory_mb=69000)]}
 
 
 def test_cuda_listing_without_nvidia_smi(tmp_path, monkeypatch):

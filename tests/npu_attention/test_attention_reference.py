@@ -57,7 +57,6 @@ def test_band_and_window_masks():
 
 def test_padding_and_padded_mask():
     assert R.padding_mask([2, 3], 4).tolist() == [[T, T, F, F], [T, T, T, F]]
-    assert R.padding_mask([1], 3, side="left").tolist() == [[F, F, T]]
     m = R.padded_mask([1, 2], [2, 3], sq=2, skv=3, causal=True)
     assert m.shape == (2, 1, 2, 3)
     # sample 0: 1x2 bottom-right causal = [[T, T]]; its query row 1 is padding (all F).
@@ -97,13 +96,9 @@ def test_npu_conversions():
     keep = R.causal_mask(3, 3)
     masked = R.to_npu_mask(keep)
     assert torch.equal(masked, torch.ones(3, 3, dtype=torch.bool).triu(1))
-    assert torch.equal(R.from_npu_mask(masked.to(torch.uint8)), keep)
     assert R.cumulative_lengths([2, 0, 3]) == [2, 2, 5]
     assert R.cumulative_lengths([2, 0, 3], leading_zero=True) == [0, 2, 2, 5]
     assert R.lengths_from_cumulative([2, 2, 5]) == [2, 0, 3]
-    assert R.cu_seqlens_to_actual_seq(torch.tensor([0, 2, 4, 6], dtype=torch.int32)) == [2, 4, 6]
-    with pytest.raises(ValueError, match="leading 0"):
-        R.cu_seqlens_to_actual_seq([2, 4, 6])
     with pytest.raises(ValueError, match="non-decreasing"):
         R.lengths_from_cumulative([3, 2])
 

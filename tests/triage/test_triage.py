@@ -115,6 +115,13 @@ def test_ordinary_log_noise_is_neither_a_finding_nor_an_error_line(capsys):
     assert [f["key"] for f in data["findings"]] == ["npu_out_of_memory"]
 
 
+def test_catalogue_entries_are_well_formed():
+    assert len({entry.key for entry in CATALOGUE}) == len(CATALOGUE), "two entries share a key"
+    for entry in CATALOGUE:
+        assert entry.severity in ("error", "warning"), entry.key
+        assert entry.patterns, f"{entry.key}: no pattern"
+
+
 def test_every_catalogue_entry_is_built_from_vendored_logs_it_recognises():
     for entry in CATALOGUE:
         assert entry.sources, entry.key
