@@ -1,33 +1,17 @@
 # hyport-scan: ignore-file (this module names the CUDA constructs the port rewrites)
 """The Python rewrite of ``hyport port``: a LibCST transformer over one file.
 
-LibCST keeps everything it does not touch byte for byte (comments, blank lines,
-quotes, line breaks inside brackets), so the diff holds the ported lines only.
-What it rewrites (each a :class:`Change`):
-
-* ``from flash_attn[.flash_attn_interface|.bert_padding|.layers.rotary] import ...`` of
-  names the generated ``flash_attn_ascend.py`` serves -> ``from .flash_attn_ascend
-  import ...`` (also inside functions); ``import flash_attn`` -> the module under that name;
-* ``x.cuda(...)`` -> ``x.to(accelerator_device(...))``;
-* ``torch.cuda.<served name>`` -> ``accelerator_module().<name>`` (``torch.npu`` on an NPU);
-* ``"cuda"`` / ``"cuda:N"`` / ``f"cuda:{i}"`` given as an argument -> ``accelerator_type()``;
-* ``"nccl"`` -> ``distributed_backend()`` (also in ``backend == "nccl"``);
-* ``x.is_cuda`` -> ``flash_supported(x)`` where it guards attention (the scan's rule),
-  else ``on_accelerator(x)``;
-* ``attn_implementation="flash_attention_2"`` -> ``hf_attn_implementation()``.
-
-What it rewrites, into what, and what it leaves is one table shared with the scan
-(:mod:`hyport_lib.scan.rules`). What it must not rewrite is listed as a :class:`ManualSpot`
-with its reason, and the code is left exactly as it was: Triton kernels, ``torch.jit.script`` (nothing inside a
-scripted function is changed: the helpers are not scriptable), apex, xformers, CUDA
-graphs, C++/CUDA extensions, ``torch.cuda`` names with no NPU counterpart, flash-attn
-names the generated module does not serve.
+LibCST keeps everything it does not touch byte for byte (comments, blank lines, quotes),
+so the diff holds the ported lines only. What it rewrites, into what, and what it leaves
+is the table of :mod:`hyport_lib.scan.rules`; each rewrite is a :class:`Change`, each
+construct left as it was (nothing inside a ``torch.jit.script`` function is changed: the
+helpers are not scriptable) a :class:`ManualSpot` with its reason. Entry: :func:`port_python`.
 """
 
 from __future__ import annotations
 
 import ast
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Optional
 
 import libcst as cst
@@ -51,9 +35,6 @@ class Change:
     before: str
     after: str
 
-    def to_dict(self) -> dict:
-        return asdict(self)
-
 
 @dataclass(frozen=True)
 class ManualSpot:
@@ -64,9 +45,6 @@ class ManualSpot:
     kind: str
     snippet: str
     why: str
-
-    def to_dict(self) -> dict:
-        return asdict(self)
 
 
 def _dotted(node) -> Optional[str]:
@@ -389,8 +367,6 @@ class FileResult:
     manual: list[ManualSpot]
 
 
-
-
 def _rewrite_segment(text: str, rel: str, source_plan: SourcePlan, relative: bool,
                      first_line: int) -> tuple[str, PortTransformer]:
     """One segment's new text, and the transformer that visited it (its changes, spots
@@ -417,12 +393,7 @@ def _add_helper_imports(header: str, helpers: set[str], relative: bool) -> str:
 
 
 def port_python(source: str, rel: str, *, relative: bool) -> FileResult:
-    """Port one Python file's text.
-
-    Only the segments (top-level statements, see :mod:`hyport_lib.port.segments`) that
-    hold a word the rewrite looks for go through LibCST, one at a time: the cost follows
-    the code that changes, not the file's size, and a stop signal is honoured between
-    two segments.
+    """Port one Python file's text, segment by segment (:mod:`hyport_lib.port.segments`).
 
     ``rel`` is the file's path in the tree (named in changes and spots); ``relative``:
     import the generated module relatively (the file lives in a package or is remote code

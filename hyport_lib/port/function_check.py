@@ -27,10 +27,7 @@ class FunctionCheck:
 
 
 def check_functions(generated) -> FunctionCheck:
-    """The generated module's functions on their own, on the NPU path, against hyport's
-    reference semantics of flash-attn, over what a tiny model's forward may not reach:
-    GQA, causal with fewer and with more queries than keys (blind rows), windows, varlen
-    with different query and key lengths, flash-attn 1.x's top-left causal. float32."""
+    """The checks of the module docstring, on the NPU path, in float32."""
     reference = FlashAttnAPI("sdpa")
     generator = torch.Generator().manual_seed(0)
 

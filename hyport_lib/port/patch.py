@@ -1,13 +1,9 @@
 """``port.diff``: a unified diff that ``git apply`` and ``patch -p1`` apply, fast on big files.
 
-:func:`difflib.unified_diff` matches lines with :class:`difflib.SequenceMatcher`, whose
-longest-match search is quadratic in the worst case: a 1 MB file with a few hundred
-rewritten lines took 12 s per diff. A port changes a few lines here and there and
-keeps every other line, so the lines are matched the *patience* way: lines found once
-in each side anchor the match (their longest common subsequence, by patience sorting,
-in n log n), and only the short stretches between two anchors go to SequenceMatcher.
-The hunks are then grouped and written exactly as :func:`difflib.unified_diff` writes
-them.
+:class:`difflib.SequenceMatcher` is quadratic in the worst case (12 s for a 1 MB file with
+a few hundred rewritten lines), so lines are matched the *patience* way: lines found once
+on each side anchor the match, and only the short stretches between anchors go to
+SequenceMatcher. Hunks are written exactly as :func:`difflib.unified_diff` writes them.
 """
 
 from __future__ import annotations

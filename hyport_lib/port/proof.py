@@ -1,26 +1,15 @@
 """The proof of a port: the original code and the ported code, same tiny model, same inputs.
 
-* **Reference**: the original tree imported with hyport's ``flash_attn`` shim on SDPA
-  (flash-attn's semantics). Where the original's flash path cannot run on this host (an
-  ``assert q.is_cuda`` on a CPU, say) the reference is the original's own non-flash
-  path, and the record says so.
-* **Port**: the ported tree imported *without* any ``flash_attn`` (the import fails if
-  the port left one), its generated module forced onto the NPU path:
-  ``torch_npu.npu_fusion_attention`` on an NPU; elsewhere the same call, served by
-  hyport's CPU emulation of the documented contract (labelled so).
-* **Cases**: a dense and a padded batch for a causal LM (plus greedy tokens), one image
-  and two images packed for a NaViT-style vision tower, an image batch for a vision model.
-* **Verdict** per case: outputs finite and within the tolerance of the dtype, cosine
-  similarity above the floor, greedy tokens identical, and at least one NPU attention
+* **Reference**: the original tree on hyport's ``flash_attn`` shim (SDPA); where its flash
+  path cannot run on this host (``assert q.is_cuda`` on a CPU) its own non-flash path, said so.
+* **Port**: the ported tree with ``flash_attn`` unimportable, its generated module on the
+  NPU path (``torch_npu.npu_fusion_attention``; off an NPU hyport's CPU emulation, labelled).
+* **Verdict** per case (:mod:`.tiny` builds the cases): outputs finite and within the dtype's
+  tolerance, cosine above the floor, greedy tokens identical, and at least one NPU attention
   call per forward (a port whose attention never runs proves nothing: FAIL).
 
-``dtype="auto"`` proves in float32 and, when the model's code keeps flash attention to
-half precision (a dtype assert, or no call reached in float32), in bfloat16; the record
-names the reason.
-
-Everything here runs in the calling process and imports the user's code:
-``hyport port --proof`` and stage 02 call it only when asked, in a child process
-(:mod:`hyport_lib.port.proof_run`).
+This runs the user's code in the calling process: callers run it in a child, only when
+asked (:mod:`hyport_lib.port.proof_run`).
 """
 
 from __future__ import annotations
@@ -280,16 +269,14 @@ def _half_only(proof: PortProof) -> Optional[str]:
 def prove_port(src: str | Path, dst: str | Path, *, dtype: str = "auto", seed: int = 0,
                device: str = "auto", config_overrides: Optional[dict] = None,
                on_phase: Optional[Callable[[str], None]] = None) -> PortProof:
-    """Prove the port of ``src`` in ``dst`` (``hyport port``'s output; see the module
-    docstring), in this process, on ``device`` (``auto``: the NPU when there is one).
+    """Prove the port of ``src`` in ``dst``, in this process, on ``device`` (``auto``: the NPU
+    when there is one). ``dtype="auto"`` proves in float32, then in bfloat16 when the code
+    keeps flash attention to half precision (the record says why).
 
-    ``config_overrides`` are config fields set last (``{"rope_scaling": {...}}``), for code
-    that needs a field its config class does not default; ``on_phase`` is told each step
-    (:data:`IMPORT_ORIGINAL`, ...) before it starts.
-
-    Returns:
-        A :class:`PortProof`: PASS or FAIL; WARN when the tree holds no model class the
-        proof can build. ``error`` says why no proof was made.
+    ``config_overrides``: config fields set last, for code that needs a field its config
+    class does not default; ``on_phase`` is told each step (:data:`IMPORT_ORIGINAL`, ...)
+    before it starts. Returns PASS or FAIL; WARN (with ``error``) when the tree holds no
+    model class the proof can build.
     """
     if dtype != "auto" and dtype not in DTYPES:
         raise ValueError(f"dtype={dtype!r}: expected auto, {', '.join(DTYPES)}")

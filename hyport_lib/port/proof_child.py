@@ -1,15 +1,7 @@
-"""The child side of :mod:`hyport_lib.port.proof_run`: the proof of a port in its own process.
-
-Run by :func:`hyport_lib.port.proof_run.prove_port_in_child`, never imported by it::
-
-    python -B -P -m hyport_lib.port.proof_child
-
-Its configuration is one JSON line on stdin (``src``, ``dst``, ``dtype``, ``seed``,
-``config_overrides``, ``result``, ``phase``); whatever follows belongs to the guard of
-:func:`hyport_lib.processes.start_guard`, so the child and anything the model code starts
-end when the parent does. The proof's step goes to ``phase`` before it starts (so a
-process the model code ends is said to have ended during that step), the proof's record
-to ``result``, both atomically and scrubbed of the environment's secret values.
+"""The child side of :mod:`hyport_lib.port.proof_run` (``python -B -P -m
+hyport_lib.port.proof_child``): one JSON line of configuration on stdin, the rest of stdin
+for :func:`hyport_lib.processes.start_guard`; each step goes to the ``phase`` file before it
+starts, the scrubbed record to the ``result`` file.
 """
 
 from __future__ import annotations

@@ -57,11 +57,9 @@ class PortProof:
 
 
 def model_files(root: Path, only: Optional[str] = None) -> list[Path]:
-    """The files :func:`load_tree` imports: ``only``, else the ``modeling*.py`` files
-    (transformers' naming: they import what they need, and a helper beside them may
-    build a CUDA extension on import), else every ``.py`` file of ``root`` but
-    ``setup.py``: a packaging script runs setuptools (a build, an install) when
-    imported, and a tree without ``modeling*.py`` files used to get it imported."""
+    """The files :func:`load_tree` imports: ``only``, else the ``modeling*.py`` files (they
+    import what they need; a helper beside them may build a CUDA extension on import), else
+    every ``.py`` file of ``root`` but ``setup.py`` (importing it runs a build)."""
     if only is not None:
         files = [root / only]
     else:

@@ -1,27 +1,12 @@
-"""The proof of a port runs the user's code: only when asked, and never in hyport's process.
+"""The proof of a port runs the user's code (whatever it does at import): only when asked
+(``hyport port --proof``, stage 02's ``port_proof``, as ``trust_remote_code``), and never in
+hyport's process. Without consent :func:`proof_not_run` names the files it would import.
 
-The proof (:mod:`hyport_lib.port.proof`) imports the original tree and the port and runs
-their model: that is the user's code, with whatever it does at import (a ``sys.exit``, an
-endless loop, a ``setup.py`` build). ``hyport port`` reads SRC only, so the proof is
-opt-in (``hyport port --proof``; stage 02's ``port_proof``), as loading a checkpoint's
-own code is (``trust_remote_code``). Without consent :func:`proof_not_run` says in one
-line which files the proof would import and how to allow it.
-
-With consent :func:`prove_port_in_child` runs the proof in a fresh interpreter
-(:mod:`hyport_lib.port.proof_child`) started through :mod:`hyport_lib.processes`:
-
-* its own process group, killed as a whole past the time limit, on the parent's Ctrl-C,
-  and (through the stdin lifeline) when the parent dies;
-* ``-B`` and ``PYTHONDONTWRITEBYTECODE=1``: no ``__pycache__`` in SRC (which stays
-  byte-identical) nor in DST (the deliverable), nor from anything the child starts;
-* ``-P`` and a fresh empty working directory: no file of the user's shadows a module
-  before the proof puts a tree on ``sys.path`` itself;
-* the child writes its result as JSON to a file, and the step it is at to another, so
-  a child that dies without a result (``sys.exit(0)`` or ``os._exit`` in the model
-  code, a crash) is a FAIL that says during which step;
-* everything of the child that is printed or recorded is scrubbed: secret values of
-  the environment (:func:`~hyport_lib.utils.redact.scrub_text`) and secrets by their
-  shape (:func:`~hyport_lib.utils.redact.scrub_secret_shapes`).
+:func:`prove_port_in_child` runs it in a fresh interpreter (:mod:`.proof_child`): its own
+process group (killed past the time limit, on Ctrl-C, when the parent dies), ``-B`` so SRC
+stays byte-identical, ``-P`` and an empty working folder so no user file shadows a module;
+the child records its result and its current step in files, so a child that dies without
+a result is a FAIL naming the step; all it prints or records is scrubbed of secrets.
 """
 
 from __future__ import annotations
@@ -127,14 +112,9 @@ def _read_small(path: Path) -> Optional[str]:
 def child_outcome(result_path: Path, phase_path: Path, log_path: Path, code: Optional[int],
                   timed_out: bool, timeout_s: float, timeout_setting: str,
                   environ: Optional[Mapping[str, str]] = None, too_loud: bool = False) -> PortProof:
-    """The proof a finished child leaves: its result, else a FAIL saying how it ended.
-
-    Args:
-        code: the child's exit status (negative: killed by that signal).
-        timed_out: the parent stopped it at ``timeout_s``.
-        timeout_setting: the flag or parameter that sets the limit, for the message.
-        too_loud: the parent stopped it when it had printed :data:`MAX_LOG_BYTES`.
-    """
+    """The proof a finished child leaves: its result, else a FAIL saying how it ended
+    (``code``: its exit status, negative for a signal; ``timeout_setting``: what sets the
+    limit, for the message; ``too_loud``: stopped past :data:`MAX_LOG_BYTES` of output)."""
     try:
         phase = _read_small(phase_path) or STARTING
         text = None if timed_out or too_loud else _read_small(result_path)
@@ -178,13 +158,9 @@ def prove_port_in_child(src: os.PathLike | str, dst: os.PathLike | str, *, dtype
                         seed: int = 0, config_overrides: Optional[dict] = None,
                         timeout_s: float = DEFAULT_TIMEOUT_S,
                         timeout_setting: str = "--proof-timeout") -> PortProof:
-    """:func:`~hyport_lib.port.proof.prove_port` in a child process (see the module docstring).
-
-    Args:
-        timeout_s: wall-clock limit; past it the child's process group is killed and the
-            proof is a FAIL saying so.
-        timeout_setting: what sets the limit, named in that message.
-    """
+    """:func:`~hyport_lib.port.proof.prove_port` in a child process (see the module docstring);
+    past ``timeout_s`` its process group is killed and the proof is a FAIL naming
+    ``timeout_setting``."""
     if not timeout_s > 0:
         raise ValueError(f"{timeout_setting}={timeout_s!r}: expected a number of seconds > 0")
     with tempfile.TemporaryDirectory(prefix="hyport-proof-") as scratch:

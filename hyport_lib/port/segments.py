@@ -1,17 +1,9 @@
 """What the port's rewrite needs to know of a Python file before LibCST sees any of it.
 
-LibCST's visitors are pure Python: a file of 100 KB costs seconds and hundreds of MB,
-and its parser holds the interpreter (no Ctrl-C) for as long as it parses. Model code
-is mostly ordinary functions the port never changes, so the file is cut into
-*segments*, one per top-level statement (its decorators, and the comments and blank
-lines after it, included), and only the segments that hold a word the rewrite looks for
-go through LibCST, one at a time. The cuts come from :mod:`ast` (C, fast), and the words
-are those of every rule in :class:`~hyport_lib.port.codemod.PortTransformer`, plus the
-file's own names for ``torch.cuda`` (``from torch import cuda as gpu``).
-
-The other ast-based questions of the port live here too: which ``.is_cuda`` attributes
-guard attention, whether a file imports its siblings relatively, how many values it
-unpacks from ``unpad_input``.
+LibCST is pure Python (a 100 KB file costs seconds, hundreds of MB, and holds off Ctrl-C
+while it parses), so :func:`plan` cuts the file with :mod:`ast` into one segment per
+top-level statement and only segments holding a :data:`TRIGGER_WORDS` word (or the file's
+own name for ``torch.cuda``) go through LibCST. The port's other ast questions live here too.
 """
 
 from __future__ import annotations
@@ -22,10 +14,7 @@ from dataclasses import dataclass, field
 
 from hyport_lib.scan.guards import is_cuda_guards
 
-#: Every rule of the rewrite starts from one of these words (a string ``"cuda:0"``, an
-#: attribute ``.cuda``, ``.is_cuda``, ``torch.cuda``, ``"nccl"``, ``flash_attn``,
-#: ``"flash_attention_2"``, ``torch.jit.script``, the imports of triton, apex, xformers
-#: and ``torch.utils.cpp_extension``).
+#: Every rule of :class:`~hyport_lib.port.codemod.PortTransformer` starts from one of these words.
 TRIGGER_WORDS = ("cuda", "nccl", "flash", "jit", "triton", "apex", "xformers", "cpp_extension")
 _RELATIVE_IMPORT = re.compile(r"\bfrom\s+\.")
 _ESCAPE = re.compile(r"\\[xuUN0-7]")  # a string that may spell a trigger word in escapes

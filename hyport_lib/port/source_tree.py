@@ -1,16 +1,10 @@
 """What of SRC a port copies: the walk of the source tree, links, special files, reads.
 
-The walk never follows a link. A link whose target (every link on the way followed)
-stays inside SRC is recreated in the port as a link, relative, to the same place: the
-port keeps the tree's shape, the target is ported once, and the link then serves the
-ported file (a link copied as a file would hold a second, unported copy, and a link to
-a folder above it would loop). A link out of SRC, a link loop, a dangling link, a FIFO,
-a socket, a device node and a folder or file that cannot be read are not copied; each is
-named with its reason (``hyport port``'s table and ``port.json``'s ``skipped``).
-
-Every read of a file goes through :mod:`hyport_lib.utils.bounded_files` (regular files
-only, never blocking, never out of SRC); the files the port rewrites are read whole up
-to :data:`MAX_REWRITE_BYTES`.
+The walk never follows a link. A link that stays inside SRC is recreated as a relative
+link, so its target is ported once (a link copied as a file would be a second, unported
+copy). Links out of SRC, loops, dangling links, FIFOs, sockets, devices and unreadable
+entries are not copied; each is named with its reason. Every read goes through
+:mod:`hyport_lib.utils.bounded_files` (regular files only, never blocking, never out of SRC).
 """
 
 from __future__ import annotations
@@ -27,11 +21,9 @@ from typing import Optional
 
 from hyport_lib.utils.bounded_files import UnreadableFile, inside, kind_of, open_regular, read_bytes
 
-#: The largest file the port rewrites. A larger ``.py`` or requirement file is copied as
-#: it was and named "not rewritten": hand-written model code stays far below it (the
-#: largest transformers modeling file is about 0.3 MB), and a file above it is generated
-#: (tables, vocabularies) or a bundle the user should port piece by piece. The port of a
-#: file at the bound takes seconds (see bench/bench_port_bounds.py).
+#: The largest file the port rewrites (a larger one is copied as it was, "not rewritten"):
+#: the largest transformers modeling file is about 0.3 MB; a file above the bound is
+#: generated or a bundle to port piece by piece. Its port takes seconds (bench/bench_port_bounds.py).
 MAX_REWRITE_BYTES = 2 << 20
 #: Never copied: version control, caches, virtual environments. Everything else is (a
 #: ``build/`` or ``dist/`` folder of the model's code is code).
@@ -42,13 +34,9 @@ COPY_CHUNK = 1 << 20
 
 @dataclass
 class SourceTree:
-    """SRC as the port copies it; paths relative to ``base`` (SRC, or a lone file's folder).
-
-    Attributes:
-        files: regular files to copy (and to rewrite, when code).
-        links: ``(path, target)`` of each link inside SRC, recreated as a link.
-        skipped: ``(path, reason)`` of each entry not copied.
-    """
+    """SRC as the port copies it; paths relative to ``base`` (SRC, or a lone file's folder):
+    regular ``files``, ``(path, target)`` of ``links`` inside SRC, ``(path, reason)`` of
+    entries ``skipped``."""
 
     base: Path
     files: list[str] = field(default_factory=list)

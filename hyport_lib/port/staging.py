@@ -1,15 +1,10 @@
-"""The staging folder a port is built in, beside its destination, and what is left of one.
+"""The staging folder a port is built in beside DST (renamed into place when whole), and
+what is left of one.
 
-A port is written into a hidden folder next to DST and renamed into place when whole,
-so no half-written port is ever seen under DST's name. The folder is removed on every
-exit Python sees (an error, Ctrl-C, SIGTERM, SIGHUP); a SIGKILL (or a power cut) leaves
-it, so each port first removes the staging folders that an earlier port left in the
-same place: only folders named as this module names them
-(``.DST.hyport-staging-HOST-PID-START-XXXX``), owned by this user, made on this host (HOST:
-a digest of the host name and the PID namespace; a folder on a shared file system may
-belong to a port running on another machine or in a container, whose PID means nothing
-here), and only when their port's process is gone (no process PID, or one started at
-another time than START: the PID was reused).
+A SIGKILL leaves the folder, so each port first removes stale ones: only those named
+``.DST.hyport-staging-HOST-PID-START-XXXX``, owned by this user, made on this host (HOST
+digests the host name and PID namespace: on a shared file system another machine's PID
+means nothing here), whose process is gone (no PID, or one started at another START).
 """
 
 from __future__ import annotations

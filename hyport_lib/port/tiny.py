@@ -1,10 +1,8 @@
 """A tree of model code as a tiny random-weight model: load, pick, shrink, build, feed.
 
-The proof of a port builds the *same* model twice, once from the original code and once
-from the ported code, from the model's own config class shrunk to a few layers of 64
-channels. Weights come from a generator seeded per parameter name, so the two builds
-are identical without trusting either one's initialisation (remote code's
-``_init_weights`` often references classes of a bigger file, and is skipped).
+The proof builds the same model from the original and the ported code, its config shrunk.
+Weights come from a generator seeded per parameter name, so both builds are identical
+without trusting ``_init_weights`` (remote code's often references a bigger file's classes).
 """
 
 from __future__ import annotations
@@ -16,6 +14,7 @@ import importlib.abc
 import importlib.util
 import inspect
 import itertools
+import json
 import sys
 import types
 import zlib
@@ -49,11 +48,9 @@ class NoModelClass(LookupError):
 
 
 def load_tree(root: Path, label: str, only: Optional[str] = None) -> list[types.ModuleType]:
-    """Import the ``modeling*.py`` files of ``root`` (every ``.py`` file when none is named
-    so; ``only``: that file alone) as modules of a fresh package, so that relative imports
-    between them work, under a name no other load uses. ``root`` is on ``sys.path`` while
-    they import, for code that imports its siblings (or the generated module) by their
-    plain names. The proof forgets every module a load added."""
+    """Import :func:`~.proof_record.model_files` of ``root`` as modules of a fresh package
+    (relative imports between them work), with ``root`` on ``sys.path`` meanwhile for code
+    that imports its siblings by their plain names."""
     name = f"_hyport_port_{label}_{next(_counter)}"
     package = types.ModuleType(name)
     package.__path__ = [str(root)]
@@ -93,12 +90,8 @@ class ModelChoice:
 
 
 def pick_model(modules: list[types.ModuleType]) -> ModelChoice:
-    """The model class to prove: a causal LM head if the tree has one, else a packed
-    (NaViT-style) vision model, else a vision model.
-
-    Raises:
-        NoModelClass: no ``PreTrainedModel`` subclass with a forward of a known kind.
-    """
+    """The model class to prove: a causal LM head, else a packed (NaViT-style) vision model,
+    else a vision model; :class:`NoModelClass` when none."""
     from transformers import PreTrainedModel
 
     found = []
@@ -119,13 +112,9 @@ def pick_model(modules: list[types.ModuleType]) -> ModelChoice:
 
 def tiny_config_kwargs(config_cls, dtype: torch.dtype, base: Optional[dict] = None,
                        overrides: Optional[dict] = None) -> dict:
-    """The keyword arguments of the tiny config.
-
-    Starts from ``base`` (the tree's ``config.json``, when it has one: remote code often
-    reads fields only the checkpoint's config sets), shrinks the sizes, turns the flash
-    switches on, makes the config's own precision flags (``bf16`` / ``fp16`` / ``fp32``)
-    follow ``dtype``, then applies ``overrides`` (the user's, last).
-    """
+    """The keyword arguments of the tiny config: ``base`` (the tree's ``config.json``: remote
+    code often reads fields only the checkpoint's config sets), sizes shrunk, flash switches
+    on, precision flags (``bf16`` / ``fp16`` / ``fp32``) following ``dtype``, then ``overrides``."""
     defaults = config_cls()
     known = set(vars(defaults)) | set(base or {})
     kwargs = {k: v for k, v in (base or {}).items()
@@ -141,13 +130,8 @@ def tiny_config_kwargs(config_cls, dtype: torch.dtype, base: Optional[dict] = No
 
 
 def read_config_json(root: Path) -> Optional[dict]:
-    """The tree's ``config.json`` as a dict, or None when it has none.
-
-    Raises:
-        ValueError: the file is not a JSON object (named in the message).
-    """
-    import json
-
+    """The tree's ``config.json`` as a dict, or None when it has none; ValueError naming
+    the file when it is not a JSON object."""
     path = root / "config.json"
     if not path.is_file():
         return None

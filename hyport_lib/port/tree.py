@@ -1,10 +1,7 @@
 """``port_tree``: copy a source tree, rewrite the copy, write ``port.diff`` and ``port.json``.
 
-The source is only read. The copy is built in a temporary folder beside the
-destination and renamed into place when complete, so an interrupted port leaves no
-half-written tree. Porting a ported tree again changes nothing: the generated module
-carries a marker and is written as it is, and every rewrite yields code the rewrite
-does not match again.
+The source is only read; the copy is staged beside the destination (:mod:`.staging`).
+Porting a ported tree again changes nothing: no rewrite matches the code a rewrite writes.
 """
 
 from __future__ import annotations
@@ -12,7 +9,7 @@ from __future__ import annotations
 import json
 import os
 import stat
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Optional
 
@@ -45,23 +42,15 @@ class PortError(ValueError):
 
 @dataclass
 class PortResult:
-    """What ``port_tree`` did.
+    """What ``port_tree`` did (paths relative to ``src``; ``port.json`` is :meth:`to_dict`).
 
     Attributes:
-        src, dst: the folders, as resolved paths.
-        changes: every rewrite, by file and line.
-        manual: every spot left for a human, with why.
-        files_changed: files whose text changed (relative paths).
         generated: files the port added (the generated module, once per folder).
         unparsable: ``(file, error)`` for Python files that do not parse (copied as is).
-        not_rewritten: ``(file, why)`` for code files copied as they were: larger than
-            the bound, or not text in their encoding.
-        skipped: ``(path, why)`` for entries of SRC not copied (links out of SRC, link
-            loops, FIFOs, sockets, devices, unreadable files).
-        links: ``(path, target)`` for links inside SRC, recreated as relative links.
+        not_rewritten: ``(file, why)`` for code files copied as they were (too large,
+            not text in their encoding); ``skipped``: ``(path, why)`` for entries not copied.
         removed_staging: staging folders of earlier, killed ports that this one removed.
         diff: the unified diff of the whole port (``a/`` = source, ``b/`` = port).
-        flash_attn_pin: the flash-attn version the requirements pinned, if any.
         proof: the proof's record, once made (see :mod:`hyport_lib.port.proof`).
     """
 
@@ -84,8 +73,8 @@ class PortResult:
         return {
             "src": self.src, "dst": self.dst,
             "files_changed": self.files_changed, "generated": self.generated,
-            "changes": [c.to_dict() for c in self.changes],
-            "manual": [m.to_dict() for m in self.manual],
+            "changes": [asdict(c) for c in self.changes],
+            "manual": [asdict(m) for m in self.manual],
             "unparsable": [{"file": f, "error": e} for f, e in self.unparsable],
             "not_rewritten": [{"file": f, "reason": r} for f, r in self.not_rewritten],
             "skipped": [{"path": p, "reason": r} for p, r in self.skipped],
