@@ -1,11 +1,7 @@
 """Failure triage for NPU jobs: what the logs of a failed run mean and what to do.
 
-:func:`triage` reads a run folder, log folders or files (and, optionally, the CANN log
-folder limited to the failed run's time), matches every line against a catalogue of known
-failures (:mod:`.catalogue`, built from real logs users posted in public issue threads) and
-returns a :class:`Triage`: deduplicated findings with where they show, what they mean and
-what to do, and the error lines nothing explains. :mod:`.show` draws it; ``hyport triage``
-prints it.
+:func:`triage` matches the lines of a run's logs (and CANN's since the run began) against
+:mod:`.catalogue` and returns a :class:`Triage`; :mod:`.show` draws it.
 """
 
 from hyport_lib.triage.catalogue import BY_KEY, CATALOGUE, ERROR, WARNING, KnownFailure, recognise

@@ -1,23 +1,12 @@
 """The failures hyport recognises in NPU job logs: what each looks like, means and needs.
 
-Each :class:`KnownFailure` of an NPU failure was written from real logs that users pasted
-into public issue threads of torch_npu, vLLM Ascend and LLaMA-Factory; the excerpts are
-vendored in ``tests/data/npu_logs/`` and listed in its ``SOURCES.md``, and an entry's
-``sources`` name them (the suite checks that every vendored log is recognised as its row
-says).
+Each entry was written from real logs users posted in public issue threads of torch_npu,
+vLLM Ascend and LLaMA-Factory (vendored in ``tests/data/npu_logs/``, see ``SOURCES.md``);
+``hyport_attention_refused`` from hyport's own runs (``tests/data/hyport_logs/``).
 
-One entry, ``hyport_attention_refused``, is hyport's own: the exception its swapped-in
-attention raises when a model asks for what it cannot compute exactly. It was written
-from hyport's code and from logs of hyport's own runs (``tests/data/hyport_logs/``, with
-how each was made).
-
-A log line is tried against the entries in :data:`CATALOGUE` order and belongs to the first
-that matches, so an entry that names a specific failure comes before a broader one that
-could also match its lines. Patterns quote the phrases CANN, HCCL and torch_npu print
-when the failure happens, never a bare error code or a word that ordinary log noise holds
-(``HCCL_EXEC_TIMEOUT set by default`` in a plog, torch_npu's warning that the HCCL
-execution timeout is larger than the watchdog's). The table, with the real logs behind
-each entry, is in ``docs/triage.md``.
+A line belongs to the first entry in :data:`CATALOGUE` order that matches, so a specific
+entry comes before a broader one. Patterns quote the phrases CANN, HCCL and torch_npu print,
+never a bare error code or a word ordinary log noise holds. The table is in ``docs/triage.md``.
 """
 
 from __future__ import annotations
@@ -34,20 +23,14 @@ WARNING = "warning"
 
 @dataclass(frozen=True)
 class KnownFailure:
-    """One recognisable failure.
+    """One recognisable failure: a line matching any of ``patterns`` shows it.
 
     Attributes:
         key: stable identifier, used in results files and tests.
-        title: a few words for a table or a summary line.
-        patterns: regular expressions; a line that matches any of them is this failure.
-        meaning: what happened, in plain words.
-        action: what to do, concretely (variables, flags, commands).
-        sources: the vendored real logs (``tests/data/npu_logs/``) the entry was built from;
-            for hyport's own refusals, logs of hyport's own runs (``tests/data/hyport_logs/``).
-        severity: :data:`ERROR` (it ends a job) or :data:`WARNING`.
-        consequence: this failure usually follows another one (a rank that waits in a
+        sources: the vendored logs the entry was built from.
+        consequence: this failure usually follows another one (a rank waiting in a
             collective times out because a peer died first); a triage lists it after the
-            failures that are not consequences, so that its summary names the cause.
+            causes, so that its summary names the cause.
     """
 
     key: str

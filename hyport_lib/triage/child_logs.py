@@ -1,13 +1,8 @@
 """Where the processes hyport starts write CANN's logs, so that triage reads only theirs.
 
-CANN writes its logs (``plog-<pid>_<time>.log``, ``device-<id>_...``) under
-``$ASCEND_PROCESS_LOG_PATH``, by default ``~/ascend/log``: one folder for every job of
-the user. Inference cards run side by side, and other jobs share the host, so reading
-that folder after a failure could blame one card for another's error. hyport therefore
-gives each NPU worker (each inference card, each training launch) a folder of its own
-beside its other logs, where the run keeps it, unless the user chose a folder by
-setting the variable: that choice is kept, and triage then reads it limited to the
-files written since the worker started.
+CANN's default log folder is shared by every job of the user, so reading it after a failure
+could blame one card for another's error: each NPU worker gets a folder of its own, unless
+the user set ``ASCEND_PROCESS_LOG_PATH`` (then triage reads it from the worker's start on).
 """
 
 from __future__ import annotations
@@ -49,19 +44,9 @@ def shared_cann_note(folder: Optional[Path]) -> str:
 
 def diagnose(paths, *, cann_dir: Optional[Path], since: float,
              environ: Optional[Mapping[str, str]] = None) -> dict:
-    """:func:`~hyport_lib.triage.scan.triage` of a failed worker's logs, as a record
-    (``Triage.to_dict()``); never raises.
-
-    A stage calls this after a card or rank failed, with its results still to write:
-    whatever goes wrong while reading the logs (a folder that vanished, a permission) is
-    kept as the diagnosis' note, and the stage records its result anyway.
-
-    Args:
-        paths: the worker's own log files and folders; those that do not exist are left out.
-        cann_dir: the worker's CANN log folder (see :func:`~hyport_lib.triage.discovery.cann_log_dir`); None: none.
-        since: seconds since the epoch when the worker started; older CANN logs are not read.
-        environ: the worker's environment, whose secret values are scrubbed besides this
-            process's own (see :func:`~hyport_lib.triage.scan.triage`).
+    """:func:`~hyport_lib.triage.scan.triage` of a failed worker's logs (``paths`` that exist,
+    CANN logs of ``cann_dir`` since ``since``), as ``Triage.to_dict()``. Never raises: a
+    stage calls it with its results still to write, so a failure becomes the record's note.
     """
     existing = [Path(p) for p in paths if p and Path(p).exists()]
     try:

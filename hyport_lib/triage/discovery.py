@@ -1,26 +1,11 @@
-"""Which files to read: the logs under a run folder, a log folder or one file, and the
-CANN logs a failed run left.
+"""Which files to read: the logs under a run folder, a log folder or one file
+(:func:`find_logs`), and the CANN logs a failed run left (:func:`cann_logs`).
 
-A hyport run folder (``outputs/<run-id>/``) holds, among notebooks and results, the logs
-of its stages: ``logs/NN_stage.log``, training's ``train/<name>/logs/torchrun.log`` and
-torchrun's per-rank folders ``logs/ranks/<run>/attempt_<n>/<rank>/{stdout,stderr}.log``,
-inference's per-card logs. Every ``*.log``, ``*.txt``, ``*.out`` and ``*.err`` file under
-the path is read, and files named ``stdout`` / ``stderr``. Checkpoint folders
-(``checkpoint-*``, ``global_step*``) are skipped. A folder that holds a model or a
-tokenizer (``config.json`` beside weights, ``tokenizer_config.json`` ...) is still walked:
-training saves its weights into the very folder whose ``logs/`` holds the rank logs; only
-its ``*.txt`` files are passed over unless their name says log (``merges.txt`` and
-``vocab.txt`` are vocabularies; LLaMA-Factory's ``running_log.txt`` is read).
-
-Folders are walked without recursion, at most :data:`MAX_DEPTH` levels below the path
-given (a deeper tree ended in "maximum recursion depth"); links to folders are not walked,
-and a link to a file is read only when it stays inside the path given
-(:func:`hyport_lib.utils.bounded_files.inside`). Notes say what was left and why.
-
-CANN writes its own logs under ``$ASCEND_PROCESS_LOG_PATH`` (``~/ascend/log`` when unset):
-``debug/plog/plog-<pid>_<stamp>.log``, ``run/plog/...``, ``debug/device-<id>/device-<pid>_
-<stamp>.log``. That folder collects every job's logs, so :func:`cann_logs` keeps the files
-modified since a given time: those of the failed run.
+Every ``*.log``, ``*.txt``, ``*.out``, ``*.err``, ``stdout`` and ``stderr`` file is read,
+checkpoint folders skipped. A folder holding a model or tokenizer is still walked (training
+saves weights beside its ``logs/``), but its ``*.txt`` files only when named for a log
+(``vocab.txt`` is none; LLaMA-Factory's ``running_log.txt`` is). CANN's folder collects
+every job's logs, so :func:`cann_logs` keeps the files modified since the failed run began.
 """
 
 from __future__ import annotations
@@ -52,12 +37,9 @@ _NAMED = 3
 
 def cann_log_dir(environ: Optional[Mapping[str, str]] = None) -> Optional[Path]:
     """Where CANN writes its logs: ``$ASCEND_PROCESS_LOG_PATH``, else
-    ``$ASCEND_WORK_PATH/log``, else ``$HOME/ascend/log`` (the order of CANN's environment
-    reference, ``ASCEND_WORK_PATH``: envref_07_0007).
-
-    Returns None when neither can be told: no variable, no ``HOME`` and no home folder in
-    the user database (a container run as a user id without a passwd entry). CANN then has
-    no default folder either; callers say so instead of reading one.
+    ``$ASCEND_WORK_PATH/log``, else ``$HOME/ascend/log`` (CANN's environment reference,
+    envref_07_0007). None without any of them and no home folder (a container user without
+    a passwd entry): CANN then has no default folder either.
     """
     environ = os.environ if environ is None else environ
     configured = (environ.get("ASCEND_PROCESS_LOG_PATH") or "").strip()
@@ -105,16 +87,11 @@ def _named(paths: list[Path]) -> str:
 
 def walk_files(root: Path, wanted: Callable[[Path, bool], bool],
                max_depth: int = MAX_DEPTH) -> tuple[list[Path], list[str]]:
-    """The files under the folder ``root`` that ``wanted(path, beside_model)`` keeps, walked
-    with a stack (no recursion), at most ``max_depth`` levels deep.
+    """``(files, notes)``: the files under ``root`` that ``wanted(path, beside_model)`` keeps,
+    walked with a stack (a deep tree overflowed recursion), at most ``max_depth`` levels.
 
-    :data:`SKIPPED_FOLDERS` and checkpoint folders are passed over, links to folders are not
-    walked (one that leads out of ``root`` is named in a note: what it holds is unread), a
-    link to a file is kept only when it leads to a file inside ``root``.
-
-    Returns:
-        ``(files, notes)`` in walking order; notes name the folders too deep or unreadable
-        and the links that lead out of ``root``.
+    Links to folders are not walked, a link to a file is kept only when it stays inside
+    ``root``; notes name folders too deep or unreadable and links out of ``root``.
     """
     found: list[Path] = []
     too_deep: list[Path] = []
@@ -162,18 +139,8 @@ def walk_files(root: Path, wanted: Callable[[Path, bool], bool],
 
 
 def find_logs(path: os.PathLike | str, limit: int = MAX_FILES) -> tuple[list[Path], list[str]]:
-    """The log files under ``path`` (a run folder, a log folder or one file), in natural order.
-
-    Args:
-        path: a folder to search, or one file (read whatever its name).
-        limit: most files returned.
-
-    Returns:
-        ``(files, notes)``: notes say what was left out and why.
-
-    Raises:
-        FileNotFoundError: ``path`` does not exist (named in the message).
-    """
+    """``(files, notes)``: the log files under ``path`` (a folder, or one file read whatever
+    its name), in natural order, at most ``limit``; FileNotFoundError when it does not exist."""
     root = Path(path)
     if not root.exists():
         raise FileNotFoundError(f"{root}: no such file or folder")
@@ -191,17 +158,9 @@ def find_logs(path: os.PathLike | str, limit: int = MAX_FILES) -> tuple[list[Pat
 
 def cann_logs(folder: os.PathLike | str, since: Optional[float] = None,
               limit: int = MAX_CANN_FILES) -> tuple[list[Path], list[str]]:
-    """CANN's log files under ``folder`` modified at or after ``since``.
-
-    Args:
-        folder: the CANN log folder (see :func:`cann_log_dir`).
-        since: seconds since the epoch; None: every file.
-        limit: most files returned (the newest).
-
-    Returns:
-        ``(files, notes)``, the files in natural order; a missing folder gives no file and a
-        note saying so (on a host without an NPU there is none).
-    """
+    """``(files, notes)``: CANN's log files under ``folder`` modified at or after ``since``
+    (seconds since the epoch; None: all), the newest ``limit``, in natural order. A missing
+    folder (a host without an NPU) gives a note."""
     root = Path(folder)
     if not root.is_dir():
         return [], [f"CANN log folder {root} does not exist; not read"]

@@ -1,8 +1,5 @@
-"""What a triage found: findings, error lines no entry explains, the files read.
-
-Plain dataclasses with ``to_dict`` / ``from_dict``: the stages store a :class:`Triage` in
-their JSON results and draw it again later from that dict.
-"""
+"""What a triage found: findings, error lines no entry explains, the files read; stored in
+the stages' JSON results (``to_dict`` / ``from_dict``)."""
 
 from __future__ import annotations
 
@@ -38,19 +35,13 @@ class Place:
 
 @dataclass
 class Finding:
-    """One known failure, however many files and lines show it.
+    """One known failure (fields of its catalogue entry), however many files and lines show it.
 
     Attributes:
-        key, title, meaning, action, severity: from the catalogue entry.
-        file, line: the first place it shows (files in reading order).
-        text: that line, scrubbed of secrets, cut to a readable length.
+        file, line, text: the first place it shows and that line, scrubbed and cut.
         context: a few lines around it (the matched line included), scrubbed.
-        places: the first line of each file that shows it, the first place first.
+        places: the first line of each file that shows it; ``more_places``: files beyond.
         occurrences: how many lines matched, over every file.
-        more_places: files that showed it beyond the places kept.
-        sources: the vendored real logs the entry was built from.
-        consequence: the entry's failure usually follows another (see
-            :class:`~hyport_lib.triage.catalogue.KnownFailure`).
     """
 
     key: str
@@ -82,13 +73,8 @@ class Finding:
 
 @dataclass
 class Unrecognised:
-    """A file with error lines that no catalogue entry explains.
-
-    Attributes:
-        file: the file (as in :class:`Place`).
-        lines: ``[line number, text]`` of the first error lines, scrubbed.
-        count: how many error lines the file holds in all.
-    """
+    """A file with error lines that no catalogue entry explains: ``[line number, text]`` of
+    the first ones, scrubbed, and the ``count`` of all."""
 
     file: str
     lines: list[list] = field(default_factory=list)
@@ -106,17 +92,11 @@ class Triage:
     """The result of :func:`hyport_lib.triage.triage`.
 
     Attributes:
-        findings: known failures: the errors that are causes, then those that usually
-            follow another failure (HCCL timeouts, link errors), then warnings; each group
-            in order of first appearance.
-        unrecognised: files whose error lines no entry matched.
-        files_read: every file read (as in :class:`Place`).
+        findings: the errors that are causes, then those that usually follow another
+            failure, then warnings; each group in order of first appearance.
         root: the folder paths are shown relative to.
-        cann_log_dir: the CANN log folder that was read, or None.
         since: only CANN logs modified at or after this time (seconds since the epoch) were read.
-        notes: what could not be read, and why.
-        unread: how many log files were found but could not be read (or were left unread
-            by the byte budget); the notes name them.
+        unread: log files found but not read (unreadable, or left by a budget); notes name them.
     """
 
     findings: list[Finding] = field(default_factory=list)

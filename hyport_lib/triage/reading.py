@@ -1,20 +1,10 @@
 """Reading log files for triage: lines as ``grep -n`` numbers them, bounded in time and memory.
 
-* A line ends at ``\\n`` only. A progress bar rewrites its line with carriage returns
-  (tqdm writes ``\\r 10%|#  |`` again and again); those are one line, as in ``grep -n``,
-  ``sed -n`` and an editor, so the line numbers triage gives are the ones users look up.
-* A line longer than twice :data:`MAX_READ_BYTES` keeps its beginning and its end (an
-  exception printed after a long progress bar ends the line it joins); the middle is read
-  past, never held: a gigabyte without a line end (a sparse file) costs two reads of memory.
-  Each side of the cut drops the word the cut went through, so that no piece of a token
-  (the head of ``hf_...``, the tail of a password) is shown where no redaction can know it.
-* Only regular files are opened (:func:`hyport_lib.utils.bounded_files.open_regular`), and
-  without blocking: a pipe or a socket named ``*.log`` would otherwise wait forever for a writer.
-* A deadline (``time.monotonic()``) stops the reading between two reads:
-  :class:`DeadlinePassed` says at which line.
-* :func:`plan_reading` shares a byte budget among the files of one triage: the run's own
-  logs first, then CANN's, newest first; a file that does not fit whole is read from its
-  end (where a failure is), the rest are left unread, and notes say which.
+A line ends at ``\\n`` only (a progress bar's ``\\r`` rewrites are one line, as in an editor),
+so the numbers are the ones users look up. A line longer than twice :data:`MAX_READ_BYTES`
+keeps its start and end, the middle read past, never held; each side drops the word the cut
+went through, so no piece of a token is shown where no redaction can recognise it.
+:func:`plan_reading` shares one triage's byte budget among its files.
 """
 
 from __future__ import annotations
@@ -105,24 +95,14 @@ def _passed(deadline: Optional[float]) -> bool:
 
 def read_lines(path: Path, start: int = 0, limit: Optional[int] = None,
                deadline: Optional[float] = None) -> Iterator[tuple[int, str]]:
-    """``(line number, text)`` of a log, streaming; undecodable bytes replaced.
+    """``(line number, text)`` of a regular file, streaming, without line ends; undecodable
+    bytes replaced, a long line cut (see the module docstring).
 
-    Args:
-        path: a regular file.
-        start: byte offset to start from; reading begins with the first whole line at or
-            after it, and line numbers still count from the top of the file.
-        limit: bytes to read at most (a file that grows while it is read stays in budget).
-        deadline: a ``time.monotonic()`` value after which no more is read; None: none.
-
-    Yields:
-        1-based line numbers as ``grep -n`` gives them and the text without its line end;
-        a line longer than twice :data:`MAX_READ_BYTES` as its start, :data:`CUT` and its
-        end, each without the word the cut went through.
-
-    Raises:
-        OSError: the file cannot be opened, or is not a regular file
-            (:class:`~hyport_lib.utils.bounded_files.UnreadableFile`).
-        DeadlinePassed: ``deadline`` passed before the end of what was to be read.
+    Reading begins with the first whole line at or after byte ``start`` (numbers still count
+    from the top), reads at most ``limit`` bytes (a growing file stays in budget), and raises
+    :class:`DeadlinePassed` past ``deadline`` (``time.monotonic()``). OSError
+    (:class:`~hyport_lib.utils.bounded_files.UnreadableFile`) for a file that is not regular:
+    a pipe named ``*.log`` would block forever.
     """
     with bounded_files.open_regular(path) as handle:
         number = _skip_to(handle, start) if start > 0 else 0
@@ -181,20 +161,12 @@ def _mtime(path: Path) -> float:
 
 def plan_reading(own: Sequence[Path], cann: Sequence[Path],
                  max_bytes: Optional[int]) -> tuple[list[Planned], list[Path], list[str]]:
-    """Which files (and which part of each) fit in ``max_bytes``.
+    """``(planned, unread, notes)``: which files, and which part of each, fit in ``max_bytes``
+    (None: no limit), in reading order (``own``, then ``cann``).
 
-    The run's own logs (``own``, in their order) come first, then CANN's logs newest first:
-    CANN's folder holds older jobs' files too. A file larger than what is left is read from
-    its end; once the budget is spent, the remaining files are not read.
-
-    Args:
-        own: the logs found under the paths given, in reading order.
-        cann: CANN log files, in reading order.
-        max_bytes: the budget; None: no limit.
-
-    Returns:
-        ``(planned, unread, notes)``: the files to read in reading order (``own`` then
-        ``cann``), those left unread, and notes naming the files read in part or not at all.
+    The run's own logs come first, then CANN's newest first (its folder holds older jobs'
+    files too). A file larger than what is left is read from its end, where a failure is;
+    notes name the files read in part or not at all.
     """
     if max_bytes is None:
         return [Planned(p) for p in [*own, *cann]], [], []

@@ -1,18 +1,9 @@
 """Read the logs, match their lines against the catalogue, and gather a :class:`Triage`.
 
-Logs are read line by line (a plog can be large; :mod:`.reading`), each line once, within
-a byte budget; only what a finding shows is kept: its first line in each file, a few
-lines around the first one, and the first error lines of a file that nothing in the
-catalogue explains. Every kept line is scrubbed of secrets (the values of secret
-variables, :func:`~hyport_lib.utils.redact.scrub_text`, and whatever is written like a
-secret, :func:`~hyport_lib.utils.redact.scrub_secret_shapes`, private key blocks across
-lines) and cut to :data:`MAX_LINE_CHARS` around what matched. Whatever a triage shows (kept
-lines, file names, notes) is made printable (:func:`printable`): a log's colour codes and
-terminal escapes are removed, other control characters shown as ``\\xNN``, so that printing
-a triage never drives the terminal.
-
-Reading is bounded in bytes (``max_bytes``) and in time (``max_seconds``); notes name what
-either left unread.
+Each line is read once (:mod:`.reading`); only what a finding shows is kept, scrubbed of
+secrets (secret values, secret shapes, private key blocks across lines), cut to
+:data:`MAX_LINE_CHARS` around the match and made printable, so that printing a triage never
+drives the terminal. Entry: :func:`triage`.
 """
 
 from __future__ import annotations
@@ -245,26 +236,16 @@ def triage(paths: Iterable[os.PathLike | str], *, cann_log_dir: Optional[os.Path
            since: Since = None, environ: Optional[Mapping[str, str]] = None,
            max_bytes: Optional[int] = MAX_BYTES,
            max_seconds: Optional[float] = MAX_SECONDS) -> Triage:
-    """What the logs under ``paths`` say went wrong.
+    """What the logs under ``paths`` (run folders, log folders or files) say went wrong.
 
     Args:
-        paths: run folders, log folders or log files (see :func:`~.discovery.find_logs`).
-        cann_log_dir: CANN's log folder to read as well (see :func:`~.discovery.cann_log_dir`);
-            a folder that does not exist is noted, not an error (a host without an NPU has none).
+        cann_log_dir: CANN's log folder to read as well; a missing one is noted, not an error.
         since: read only CANN logs modified at or after this time (seconds since the epoch or
-            a datetime); None: all of them. It does not filter ``paths``.
+            a datetime); it does not filter ``paths``.
         environ: variables whose secret values must not appear in the result, besides this
-            process's own (the environment the failed job ran with, which may hold a token
-            this process lacks).
-        max_bytes: most bytes read over all files (see :func:`~.reading.plan_reading`); None:
-            no limit. Notes name what was left unread.
-        max_seconds: most seconds spent reading; the file being read when they run out is
-            kept as read so far (a note says up to which line), the files after it are
-            left unread and named in a note. None: no limit.
-
-    Returns:
-        A :class:`Triage`: findings (the same failure in several files is one finding with
-        its places), files with unexplained error lines, the files read, notes.
+            process's own (the failed job's environment may hold a token this one lacks).
+        max_bytes, max_seconds: budgets over all files (None: none); a file the time limit
+            stops is kept as read so far; notes name what was left unread.
 
     Raises:
         FileNotFoundError: a path does not exist (named in the message).
