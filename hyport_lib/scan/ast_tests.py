@@ -1,10 +1,5 @@
-"""What single AST nodes mean for a port: the questions the Python scan asks of them.
-
-Is this string a CUDA device name (``"cuda:0"``, ``f"cuda:{i}"``)? Is this comparison the
-backend seam's own idiom (``backend.kind == "cuda"``), and which branch is CUDA's? Does
-this ``try`` / ``if`` guard an optional import? Where does the ``.attr`` of a chain sit?
-Kept apart from :mod:`hyport_lib.scan.python_code`, which walks a file and records hits.
-"""
+"""What single AST nodes mean for a port: the questions :mod:`.python_code` asks of them
+(a CUDA device name? the seam's ``backend.kind == "cuda"`` idiom? an optional import?)."""
 
 from __future__ import annotations
 

@@ -113,12 +113,9 @@ def scan_requirements_txt(text: str, rel: str) -> list[Hit]:
 
 # --- pyproject.toml ------------------------------------------------------------------
 def scan_pyproject(text: str, rel: str) -> tuple[list[Hit], Optional[str]]:
-    """Dependencies of ``[project]`` (incl. optional), ``[build-system]``,
-    ``[dependency-groups]`` and ``[tool.poetry]``, each at the line that spells it.
-
-    Returns ``(hits, error)``; on a TOML error (or no TOML reader on Python 3.10 without
-    tomli) every quoted requirement-like string in the file is checked instead.
-    """
+    """``(hits, error)`` for the dependencies of ``[project]``, ``[build-system]``,
+    ``[dependency-groups]`` and ``[tool.poetry]``, each at the line that spells it; without
+    a TOML reading every quoted requirement-like string is checked instead."""
     lines = split_lines(text)
     if tomllib is None:
         return _quoted_string_scan(rel, lines), None
@@ -173,11 +170,8 @@ def _strings(value) -> list[str]:
 
 
 def _find_line(lines: list[str], needles: list[str], claimed: set) -> Optional[int]:
-    """First line (1-based) holding one of ``needles`` and not yet claimed for them.
-
-    Claims are per needle, so two specs on one line both find it and a spec listed
-    twice (two extras) finds its two lines.
-    """
+    """First line (1-based) holding one of ``needles`` and not yet claimed for them (claims
+    are per needle: a spec listed twice finds its two lines)."""
     for number, line in enumerate(lines, start=1):
         for needle in needles:
             if (number, needle) not in claimed and needle in line:
@@ -209,14 +203,10 @@ def _quoted_string_scan(rel: str, lines: list[str]) -> list[Hit]:
 
 # --- setup.py ------------------------------------------------------------------------
 def scan_setup_py(data: bytes, rel: str) -> list[Hit]:
-    """Requirement strings of ``setup.py``.
-
-    A string counts when it is a whole requirement spec and stands where requirements
-    stand: an element of a list / tuple / set, a dict value, or the value of a
-    ``*require*`` keyword. That covers ``install_requires=[...]``, ``extras_require={...}``
-    and lists assigned to a variable first, and skips ``name="cuda-vlm"``. A file that
-    does not parse is checked string by string (the Python scan reports it as unparsable).
-    """
+    """Requirement strings of ``setup.py``: whole requirement specs that stand where
+    requirements stand (a list / tuple / set element, a dict value, a ``*require*``
+    keyword's value), so ``name="cuda-vlm"`` is skipped. An unparsable file is checked
+    string by string."""
     text, _ = decode_source(data)
     lines = split_lines(text)
     try:
@@ -292,14 +282,9 @@ def scan_environment_yml(text: str, rel: str) -> list[Hit]:
 
 # --- shell scripts and Dockerfiles ---------------------------------------------------
 def install_suggestions(text: str, *, commands_only: bool = False) -> list[tuple[str, str]]:
-    """``(package token, suggestion)`` for each package of an install command in ``text``
-    that does not port as it is; every install command in ``text`` is read.
-
-    Args:
-        text: a shell line, a notebook ``!pip install`` line or a Python string.
-        commands_only: only count ``pip install`` where a command starts (for Python
-            strings, which may be prose).
-    """
+    """``(package token, suggestion)`` for each package of every install command in ``text``
+    that does not port as it is; ``commands_only``: only where a command starts (Python
+    strings may be prose)."""
     found: list[tuple[str, str]] = []
     pattern = _COMMAND_INSTALL_RE if commands_only else _INSTALL_RE
     for install in pattern.finditer(text):

@@ -1,10 +1,6 @@
 """Scan findings as a reader wants them: by kind, one row per source line, each
-suggestion once with the lines it covers.
-
-A line that imports three flash-attn helpers is three findings (one per name) but one
-place to change; a long suggestion repeated on every line hides the lines. The command
-line, the notebook table and the blog drafts all group the same way, from
-:class:`~hyport_lib.scan.model.Hit` objects or their recorded dicts.
+suggestion once with the lines it covers (a line importing three flash-attn helpers is
+three findings but one place to change), from ``Hit`` objects or their recorded dicts.
 """
 
 from __future__ import annotations
@@ -15,13 +11,8 @@ from typing import Any, Iterable
 
 @dataclass
 class HitGroup:
-    """Findings of one kind that share a suggestion.
-
-    Attributes:
-        category: the kind (``flash_attn``, ``cuda_call``, ...).
-        suggestion: what to write instead (the first of ``a | b`` alternatives).
-        places: ``(file, line, snippet)`` once per source line, in file and line order.
-    """
+    """Findings of one kind that share a suggestion (the first of ``a | b`` alternatives);
+    ``places``: ``(file, line, snippet)`` once per source line, in file and line order."""
 
     category: str
     suggestion: str
@@ -43,16 +34,8 @@ def _line(hit: Any) -> int:
 
 
 def group_hits(hits: Iterable[Any]) -> list[HitGroup]:
-    """Group findings (``Hit`` objects or their dicts) by kind and suggestion.
-
-    Args:
-        hits: the scan's findings; entries that are neither a ``Hit`` nor a dict are
-            ignored (a recorded result may be odd).
-
-    Returns:
-        One :class:`HitGroup` per (category, suggestion), by category, then by the first
-        place each covers.
-    """
+    """One :class:`HitGroup` per (category, suggestion), by category, then first place.
+    Entries that are neither a ``Hit`` nor a dict are ignored (a recorded result may be odd)."""
     usable = [h for h in hits if isinstance(h, dict) or hasattr(h, "category")]
     ordered = sorted(usable, key=lambda h: (str(_get(h, "category")), str(_get(h, "file")), _line(h)))
     groups: dict[tuple[str, str], HitGroup] = {}

@@ -1,12 +1,8 @@
 """``is_cuda`` guards around attention code: what they do to a port.
 
-Remote model code often runs its flash-attention path only for CUDA tensors. On an NPU
-that either *stops* the port (``assert qkv.is_cuda`` raises before the swapped attention
-is reached) or, worse, *silently falls back* (``if q.is_cuda: flash_attn_func(...) else:
-eager(...)`` runs the eager branch: the model works, slowly, and the swapped attention
-is never called). Seen in an InternViT-style vision tower and a Qwen-style language
-model. A guard counts when the code it decides (the assert's function, the ``if``'s
-branches) mentions flash-attention or attention.
+Remote model code (InternViT-, Qwen-style) often runs its flash path only for CUDA tensors:
+on an NPU an ``assert qkv.is_cuda`` *stops* the port, an ``if q.is_cuda:`` *silently falls
+back* to eager. A guard counts when the code it decides mentions (flash) attention.
 """
 
 from __future__ import annotations

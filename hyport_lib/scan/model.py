@@ -17,16 +17,9 @@ def make_snippet(source_line: str) -> str:
 
 @dataclass(frozen=True, order=True)
 class Hit:
-    """One finding.
-
-    Attributes:
-        file: path relative to the scanned root, with ``/`` separators.
-        line: 1-based line number.
-        col: 0-based column of the finding on that line.
-        category: one of ``hyport_lib.scan.rules.CATEGORIES``.
-        snippet: the source line, stripped.
-        suggestion: what to write instead on Ascend.
-    """
+    """One finding: ``file`` relative to the scanned root (``/`` separators), 1-based
+    ``line``, 0-based ``col``, a :data:`~hyport_lib.scan.rules.CATEGORIES` ``category``,
+    the stripped source line and what to write instead on Ascend."""
 
     file: str
     line: int
@@ -45,12 +38,9 @@ class ScanReport:
 
     Attributes:
         root: the scanned path as given (a folder or one file).
-        hits: findings sorted by file, line, column.
-        unparsable: ``(file, error)`` for files that could not be parsed; they are also
-            listed as hits of category ``unparsable`` and scanned line by line instead.
-        files_scanned: how many files were read.
-        skipped: ``(file, why)`` for names that are not regular files (a FIFO, a device,
-            a symlink loop or a dangling link): never opened.
+        unparsable: ``(file, error)`` for files that could not be parsed (also hits of
+            category ``unparsable``, and scanned line by line instead).
+        skipped: ``(file, why)`` for names that are not regular files: never opened.
     """
 
     root: str
@@ -73,12 +63,8 @@ class ScanReport:
         return dict(sorted(Counter(h.category for h in self.hits).items()))
 
     def only(self, categories: Optional[Iterable[str]]) -> "ScanReport":
-        """A copy keeping only hits of ``categories``; None keeps all.
-
-        Files that could not be parsed (their ``unparsable`` hits and entries) are kept
-        whatever the filter: what such a file holds is only partly known, so a filtered
-        report of it must not read as clean.
-        """
+        """A copy keeping only hits of ``categories`` (None: all) and, whatever the filter,
+        unparsable files: a filtered report of one must not read as clean."""
         if categories is None:
             return self
         keep = set(categories) | {"unparsable"}

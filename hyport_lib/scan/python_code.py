@@ -1,29 +1,13 @@
 """Python files: CUDA-isms found through the AST (a line scan for files that do not parse).
 
-What counts (see ``rules.py`` for the tables):
+Findings (tables in :mod:`.rules`): imports of CUDA-only modules (``guarded`` behind
+``try/except ImportError`` or ``if is_..._available():``) and names resolving into them;
+``x.cuda()``, ``x.is_cuda`` and similar names; strings whose *whole value* is a device,
+backend, implementation, package or variable name, or an install command. Prose is never a
+finding: comments are not in the AST, and a docstring never equals such a value.
 
-- imports of flash_attn, apex, xformers, triton, bitsandbytes, ``torch.cuda`` (one hit
-  per statement and category; ``guarded`` when inside ``try/except ImportError`` or an
-  ``if is_..._available():``);
-- uses of names that resolve, through the file's imports, into those modules
-  (``flash_attn_varlen_func(...)``, ``torch.cuda.synchronize()``,
-  ``xops.memory_efficient_attention``); inside triton kernels the ``triton.language``
-  calls are not repeated;
-- ``x.cuda()``, ``x.is_cuda``, ``is_flash_attn_2_available()`` and similar names;
-- string literals whose *whole value* is a device, backend, implementation or package
-  name: ``"cuda"``, ``"cuda:1"``, ``f"cuda:{rank}"``, ``"nccl"``, ``"flash_attention_2"``,
-  ``"flash_attn"`` (dynamic imports), and ``CUDA_VISIBLE_DEVICES`` / ``NCCL_*`` names;
-- strings that are install commands (``os.system("pip install flash-attn")``, the HF
-  Spaces idiom): each package that does not port is a ``requirement`` finding.
-
-Comments are not in the AST and prose strings never equal such a value (an install
-command must start the string or follow a shell separator; docstrings are not read for
-it), so a docstring that says "we removed flash_attn" is not a finding.
-
-Code that already follows the advice is left alone: ``"cuda"`` compared with
-``backend.kind`` / ``kind`` / ``device.type``, ``"cuda"`` in an enumeration of backends
-that also names ``"npu"`` (``choices=("auto", "npu", "cuda")``), and CUDA calls and
-devices inside ``if backend.kind == "cuda":`` (or the ``else`` of ``!= "cuda"``).
+Code that already follows the advice is left alone: ``"cuda"`` compared with ``backend.kind``
+/ ``device.type``, listed with ``"npu"``, or used inside ``if backend.kind == "cuda":``.
 """
 
 from __future__ import annotations
@@ -48,18 +32,10 @@ _FALLBACK_NOTE = " (line scan: the file does not parse)"
 
 def scan_python(data: bytes, rel: str, *,
                 package_strings: bool = True) -> tuple[list[Hit], Optional[str]]:
-    """Scan one Python file.
-
-    Args:
-        data: the file's bytes.
-        rel: its path relative to the scanned root (used in the hits).
-        package_strings: report string literals naming a package (off for ``setup.py``,
-            whose requirement strings the dependency scan reports).
-
-    Returns:
-        ``(hits, error)``; ``error`` is None when the file parsed. When it did not, the
-        hits hold one ``unparsable`` hit and what a line-by-line scan found.
-    """
+    """``(hits, error)`` of one Python file (``rel``: its path in the hits); ``error`` is None
+    when it parsed, else the hits hold one ``unparsable`` hit and what a line scan found.
+    ``package_strings``: off for ``setup.py``, whose requirement strings the dependency
+    scan reports."""
     text, error = decode_source(data)
     lines = split_lines(text)
     tree, line, col = None, 1, 0

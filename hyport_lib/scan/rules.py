@@ -3,12 +3,8 @@
 rewrites (and into what), and what the port leaves for a human (and why).
 
 One table per kind of construct, so that a new rule is one line. The port's rewrite
-(:mod:`hyport_lib.port.codemod`) reads the "port" tables below; the scan's suggestion for
-a construct the port rewrites names what the port writes, for one it leaves, the port's
-reason. Suggestions also name hyport's own seam where it has one
-(``hyport_lib.backend.get_backend()`` answers every device question;
-``hyport_lib.npu_attention`` replaces flash-attn) and the ``torch_npu`` call an Ascend
-port uses otherwise.
+(:mod:`hyport_lib.port.codemod`) reads the "port" tables; a scan suggestion names what the
+port writes (or why it leaves the construct), hyport's seam, and the ``torch_npu`` call.
 """
 
 from __future__ import annotations

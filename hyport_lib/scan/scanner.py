@@ -5,6 +5,7 @@ from __future__ import annotations
 import fnmatch
 import os
 import re
+import stat
 from pathlib import Path
 from typing import Iterable, Iterator, Optional
 
@@ -50,20 +51,12 @@ def file_kind(path: Path, explicit: bool = False) -> Optional[str]:
 
 
 def scan_path(path: str | os.PathLike, *, exclude: Iterable[str] = DEFAULT_EXCLUDE) -> ScanReport:
-    """Scan a source tree (or one file) for CUDA-only code and dependencies.
+    """Scan a source tree (or one file, its kind taken from the extension) for CUDA-only code
+    and dependencies; hits name files relative to ``path`` (to its folder for a file).
 
-    Args:
-        path: a folder, or a single file (then its kind is taken from the extension).
-        exclude: glob patterns of directory / file names to skip; a pattern holding
-            ``/`` is matched against the path relative to ``path``.
-
-    Returns:
-        A ``ScanReport`` whose hits name files relative to ``path`` (to its folder when
-        ``path`` is a file). Files that do not parse are reported, never fatal.
-
-    Raises:
-        FileNotFoundError: ``path`` does not exist.
-        ValueError: ``path`` is a file of a kind the scan does not read.
+    ``exclude``: glob patterns of names to skip (one holding ``/`` matches the relative
+    path). Files that do not parse are reported, never fatal; FileNotFoundError for a
+    missing ``path``, ValueError for a file of a kind the scan does not read.
     """
     root = Path(path)
     if not root.exists():
@@ -136,8 +129,6 @@ def _outside(file: Path, base: Path) -> Optional[str]:
 
 def not_regular(path: Path) -> Optional[str]:
     """Why ``path`` is not a regular file to read, or None when it is one."""
-    import stat
-
     try:
         mode = path.stat().st_mode
     except OSError as exc:
@@ -173,13 +164,8 @@ _PRAGMA_FILE_LINES = 10
 
 
 def _apply_pragmas(file: Path, hits: list[Hit]) -> list[Hit]:
-    """Drop findings the code marks as deliberate.
-
-    A line holding ``hyport-scan: ignore`` (in a comment) keeps its findings out of the
-    report; ``hyport-scan: ignore-file`` in the first ten lines does so for the whole
-    file (e.g. the backend seam, whose job is to call torch.cuda). Unparsable files are
-    always reported.
-    """
+    """Drop findings the code marks as deliberate (``hyport-scan: ignore`` in a comment on
+    the line, ``ignore-file`` in the first ten lines); unparsable files are always reported."""
     if not hits:
         return hits
     try:

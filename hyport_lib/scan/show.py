@@ -56,13 +56,8 @@ def pinned_lines(report: ScanReport, served: Optional[str] = None) -> list[str]:
 
 def show_scan(report: ScanReport, served: Optional[str] = None) -> None:
     """Display the verdict line, the counts per category, the lines found and what to
-    write instead (each suggestion once per kind).
-
-    Args:
-        report: the scan.
-        served: the flash-attn version whose API hyport's drop-in served (stage 02), to
-            say when the project pins one whose API differs.
-    """
+    write instead; ``served``: the flash-attn version hyport's drop-in served (stage 02),
+    to say when the project pins one whose API differs."""
     from IPython.display import Markdown, display
 
     verdict = "clean: nothing CUDA-only found" if report.clean else f"{len(report.hits)} findings"
