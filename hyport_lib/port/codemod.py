@@ -114,10 +114,9 @@ class PortTransformer(cst.CSTTransformer):
 
     def _change(self, original, updated, kind: str, helper: Optional[str] = None):
         if self._scripted_depth:
-            self.manual.append(ManualSpot(self.rel, self._line(original), kind, self._code(original),
-                                          "inside a torch.jit.script function: the port's helpers "
-                                          "are not scriptable, and transfer_to_npu turns "
-                                          "jit.script off; port this function by hand"))
+            self._leave_for_human(original, kind, "inside a torch.jit.script function: the port's "
+                                  "helpers are not scriptable, and transfer_to_npu turns "
+                                  "jit.script off; port this function by hand")
             return original
         self.changes.append(Change(self.rel, self._line(original), kind, self._code(original),
                                    self._code(updated)))
@@ -397,10 +396,8 @@ def port_python(source: str, rel: str, *, relative: bool) -> FileResult:
 
     ``rel`` is the file's path in the tree (named in changes and spots); ``relative``:
     import the generated module relatively (the file lives in a package or is remote code
-    whose siblings it imports with ``from .x import``). ``code`` is None when nothing changed.
-
-    Raises:
-        UnparsableSource: the file does not parse (the message names the line).
+    whose siblings it imports with ``from .x import``). ``code`` is None when nothing changed;
+    UnparsableSource (naming the line) when the file does not parse.
     """
     source_plan = plan(source)
     texts, changes, manual, helpers = [], [], set(), set()

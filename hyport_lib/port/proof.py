@@ -110,8 +110,7 @@ def _expects_attention(dst: Path) -> bool:
 
 
 def _prove_in(src: Path, dst: Path, dtype, device, seed, overrides, on_phase) -> PortProof:
-    """One proof in one dtype. Whatever it loads is forgotten after, and a flash_attn shim
-    the caller had installed is put back."""
+    """One proof in one dtype; what it loads is forgotten after, the caller's shim put back."""
     before_modules = set(sys.modules)
     before_shim = current_shim()
     try:

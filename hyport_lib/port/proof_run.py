@@ -84,11 +84,8 @@ def _scrub_strings(item, environ):
 
 
 def proof_from_dict(data: dict, environ: Optional[Mapping[str, str]] = None) -> PortProof:
-    """A :class:`PortProof` from the child's JSON, every string in it scrubbed.
-
-    Raises:
-        ValueError: ``data`` is no proof record (names the field).
-    """
+    """A :class:`PortProof` from the child's JSON, every string in it scrubbed; ValueError
+    naming the field when ``data`` is no proof record."""
     data = _scrub_strings(data, environ)
     fields = set(PortProof.__dataclass_fields__)
     unknown = sorted(set(data) - fields)

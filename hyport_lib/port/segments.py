@@ -97,11 +97,8 @@ def _first_line(node: ast.stmt) -> int:
 
 
 def plan(source: str) -> SourcePlan:
-    """Cut ``source`` into segments and mark the ones the rewrite must see.
-
-    Raises:
-        UnparsableSource: ``source`` is not Python.
-    """
+    """Cut ``source`` into segments and mark the ones the rewrite must see (UnparsableSource
+    when it is not Python)."""
     tree = parse(source)
     lines = source.split("\n")
     lines = [line + "\n" for line in lines[:-1]] + ([lines[-1]] if lines[-1] else [])

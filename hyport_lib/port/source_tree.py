@@ -132,10 +132,7 @@ class SourceText:
 
 def read_code(path: Path, folder: Path, python: bool) -> SourceText:
     """The text of a file to rewrite, in its own encoding (PEP 263 for Python, UTF-8
-    else), line endings as they are.
-
-    Raises:
-        UnreadableFile: the file cannot be read (not a regular file, out of ``folder``).
+    else), line endings as they are; UnreadableFile when it is not a regular file in ``folder``.
     """
     try:
         data = read_bytes(path, MAX_REWRITE_BYTES, folder=folder)
@@ -162,12 +159,8 @@ def read_code(path: Path, folder: Path, python: bool) -> SourceText:
 
 
 def copy_file(path: Path, folder: Path, destination: Path) -> None:
-    """Copy a regular file of SRC (bytes, mode and times) to ``destination``.
-
-    Raises:
-        UnreadableFile: the source cannot be read (named).
-        OSError: writing ``destination`` failed (its ``filename`` is the destination).
-    """
+    """Copy a regular file of SRC (bytes, mode and times) to ``destination``: UnreadableFile
+    when the source cannot be read, OSError (of the destination) when writing fails."""
     with open_regular(path, folder) as source:
         info = os.fstat(source.fileno())
         with open(destination, "wb") as out:

@@ -122,11 +122,8 @@ def _check_destination(src: str | Path, dst: str | Path, source: Path, target: P
 
 def port_tree(src: str | Path, dst: str | Path) -> PortResult:
     """Port the tree ``src`` (a folder of model code, or one ``.py`` file) into ``dst``
-    (a new or empty folder), with ``port.diff`` and ``port.json`` written there.
-
-    Raises:
-        PortError: ``src`` is missing or not a folder or file, ``dst`` is not empty,
-            lies inside ``src``, under a file, or cannot be written (read-only, full).
+    (a new or empty folder), with ``port.diff`` and ``port.json`` written there; PortError
+    (one line) when ``src`` or ``dst`` will not do or ``dst`` cannot be written.
     """
     source, target = Path(src).resolve(), Path(dst).resolve()
     _check_destination(src, dst, source, target)
@@ -216,10 +213,8 @@ def _existing_generated(base: Path, rel: str, tree: SourceTree) -> Optional[Sour
 
 def _write(tree: SourceTree, target: Path, outputs: dict[str, bytes], diff: bytes,
            result: PortResult) -> None:
-    """Build the port in a staging folder beside ``target``, then rename it into place.
-
-    Any OSError of the destination becomes a :class:`PortError` naming the destination
-    path (a full disk, a read-only file system), never the source file being copied."""
+    """Build the port in a staging folder beside ``target``, then rename it into place; an
+    OSError becomes a :class:`PortError` naming the destination path, never the source's."""
     where = target
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
