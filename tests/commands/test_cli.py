@@ -1,5 +1,5 @@
 """One path for every command's usage errors (exit 2, one line), internal errors (exit 3)
-and stop signals (exit 130)."""
+and stop signals (exit 130); bad values and an unwritable results folder refused before the run."""
 
 from __future__ import annotations
 
@@ -36,6 +36,59 @@ def test_usage_errors_are_one_line_and_exit_2(argv, words, capsys, tmp_path, mon
     assert err.startswith(f"hyport {argv[0]}: ") and words in err, err
     assert "\n" not in err and "Traceback" not in err
 
+
+#: Cases that reach the stages' pre-run plans, which run in a child process.
+SLOW_PRECHECK = pytest.mark.slow
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["infer", "--infer-timeout-s", "nan", "--no-record"], "infer_timeout_s='nan': expected a finite number"),
+    (["report", "--only", ","], "--only ','"),
+    (["report", "-p", "num_cards=abc"], "num_cards='abc': expected an integer >= 1"),
+    (["report", "-p", "device=tpu"], "device='tpu': expected one of"),
+    (["report", "-p", "infer_timeout_s=nan"], "infer_timeout_s"),
+    (["report", "-p", "max_steps=-3"], "max_steps=-3"),
+    (["report", "--only", "05", "-p", "checksum=md5"], "checksum='md5': expected one of 'xxh3', 'crc32', 'sha256'"),
+    (["report", "--only", "05", "-p", "reload_timeout_s=-5"], "reload_timeout_s=-5: expected a number > 0"),
+    pytest.param(["report", "--only", "05", "-p", "weights_path=/nonexistent/x", "-p", "logits_parity=false"], "weights_path='/nonexistent/x': no such", marks=SLOW_PRECHECK),
+    pytest.param(["report", "--only", "05", "-p", "base_path=/nope"], "base_path='/nope': no such file or folder", marks=SLOW_PRECHECK),
+    (["verify", "/nonexistent", "--reload-timeout-s", "nan"], "reload_timeout_s='nan': expected a finite number"),
+    (["report", "--only", "04", "-p", "lora_rank=0"], "lora_rank=0: expected an integer >= 1"),
+    (["report", "--only", "04", "-p", "overflow=cut"], "overflow='cut': expected one of"),
+    (["report", "--only", "04", "-p", "lr_scheduler_type=foo"], "lr_scheduler_type='foo'"),
+    pytest.param(["report", "--only", "04", "-p", "run_name=a/b"], "run_name='a/b'", marks=SLOW_PRECHECK),
+    (["report", "--only", "04", "-p", "warmup_steps=-1"], "warmup_steps=-1: expected an integer >= 0"),
+    (["report", "--only", "04", "-p", "loss_scale=-1"], "loss_scale=-1: expected a number >= 0"),
+    (["report", "--only", "04", "-p", "master_port=70000"], "master_port=70000: expected an integer"),
+    pytest.param(["report", "--only", "04", "-p", "packing=false", "-p", "attn_implementation=foo"],
+         "attn_implementation='foo': not an attention transformers knows", marks=SLOW_PRECHECK),
+    pytest.param(["report", "--only", "02", "-p", "dtypes=[float99]"], "02_attention: dtypes=['float99']", marks=SLOW_PRECHECK),
+    pytest.param(["report", "--only", "02", "-p", "code_path=/nope"], "code_path='/nope': no such", marks=SLOW_PRECHECK),
+    pytest.param(["report", "--only", "04", "-p", "dataset_path=/nope.json"], "dataset_path='/nope.json': no such file", marks=SLOW_PRECHECK),
+    pytest.param(["report", "--only", "04", "-p", "deepspeed_config=/nope/ds.json"], "deepspeed_config='/nope/ds.json'", marks=SLOW_PRECHECK),
+    pytest.param(["report", "--only", "01", "--kernel", "nosuch"], "--kernel 'nosuch': no such Jupyter kernel", marks=SLOW_PRECHECK),
+    (["train", "--max-steps", "1", "--master-port", "70000", "--no-record"], "master_port=70000"),
+    (["train", "--max-steps", "1", "--packing", "false", "--attn-implementation", "foo", "--no-record"],
+     "attn_implementation='foo'"),
+])
+def test_bad_values_are_refused_before_the_run(argv, words, capsys, tmp_path):
+    if argv[0] == "report":
+        argv = argv + ["--output-dir", str(tmp_path / "out")]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert words in err, err
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
+
+
+def test_an_unwritable_results_folder_is_named_before_any_work(tmp_path, monkeypatch, capsys):
+    blocker = tmp_path / "results-is-a-file"
+    blocker.write_text("x")
+    monkeypatch.setenv("HYPORT_RESULTS_DIR", str(blocker / "sub"))
+    for argv in (["env"], ["infer", "--num-cards", "1"], ["attention", "--model-path", "none"],
+                 ["train", "--max-steps", "1"], ["verify", str(tmp_path)]):
+        assert main(argv) == 2, argv
+        err = capsys.readouterr().err
+        assert "results folder" in err and "HYPORT_RESULTS_DIR" in err and "Traceback" not in err
 
 def test_debug_shows_the_traceback(monkeypatch):
     monkeypatch.setenv("HYPORT_DEBUG", "1")

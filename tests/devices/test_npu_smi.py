@@ -1,9 +1,13 @@
-"""npu-smi parsing: one sample per layout variant (tests/data/npu_smi/), exact values."""
+"""npu-smi parsing: one sample per layout variant (tests/data/npu_smi/), exact values; a
+garbled or cut listing warns instead of failing ``hyport env``."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
+from hyport_lib.commands import main
 from hyport_lib.devices.npu_smi import parse_npu_smi_info
 from hyport_lib.devices.records import DeviceProcess
 
@@ -153,3 +157,31 @@ def test_garbage_gives_no_devices():
     assert info.devices == [] and info.driver_version is None
 
 
+
+
+@pytest.mark.slow
+def test_env_survives_a_garbled_npu_smi_and_warns(fake_npu, npu_smi_sample, monkeypatch, capsys,
+                                                   tmp_path):
+    monkeypatch.setenv("HYPORT_RESULTS_DIR", str(tmp_path))
+    path = npu_smi_sample("")
+    path.write_bytes((DATA / "910b_24x_classic.txt").read_bytes().replace(b"OK", b"O\xff\xfeK", 1))
+    assert main(["env", "--device", "npu", "--json", "--no-record"]) in (0, 1)
+    capsys.readouterr()
+    # A listing cut short by a wedged driver: one card shown on an 8-card host.
+    cut = b"".join((DATA / "910b_24x_classic.txt").read_bytes().splitlines(True)[:9])
+    path.write_bytes(cut + b"\xff\xfe stray bytes\n")
+    rc = main(["env", "--device", "npu", "--no-record"])
+    out = capsys.readouterr().out
+    assert rc in (0, 1)
+    lines = {line.split("]")[1].split(":")[0].strip(): line for line in out.splitlines()
+             if line.startswith("- [")}
+    assert lines["busy_cards"].startswith("- [WARN]") and "lists 1 card(s) but torch_npu sees 8" \
+        in lines["busy_cards"]
+    assert lines["card_health"].startswith("- [WARN]") and "cannot be trusted" in lines["card_health"]
+    assert "npu-smi output, as printed" in out and "stray bytes" in out
+    path.write_bytes(b"garbage only\n\xff\n")  # nothing recognisable at all
+    main(["env", "--device", "npu", "--no-record"])
+    out = capsys.readouterr().out
+    assert "no chip table" in out and "garbage only" in out
+    health = next(line for line in out.splitlines() if line.startswith("- [") and "card_health" in line)
+    assert health.startswith("- [WARN]") and "health not reported by npu-smi" in health

@@ -1,16 +1,19 @@
 """Environment check: compatibility table, visible devices, devices via the torch_npu double,
-redaction, CANN discovery, checks, report, CLI and notebook."""
+redaction, CANN discovery, checks, report, CLI and notebook; the torch-npu install hint that
+keeps the host's torch, the RAM check under a container limit, a broken torch_npu."""
 
 from __future__ import annotations
 
 import json
 import socket
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
 
 from hyport_lib.backend import get_backend
+from hyport_lib.commands import main
 from hyport_lib.environment.compat import TORCH_NPU_COMPAT, check_cann_compat, check_torch_npu_compat
 from hyport_lib.devices.records import Check, DeviceProcess
 from hyport_lib.environment import stage
@@ -20,7 +23,7 @@ from hyport_lib.devices.probe import probe_devices
 from hyport_lib.devices.visible_devices import check_visible_devices, parse_visible_devices
 from hyport_lib.environment.frames import checks_frame
 from hyport_lib.environment.facts import collect_cann, collect_env_vars
-from hyport_lib.utils.imports import collect_versions
+from hyport_lib.utils.imports import clear_import_caches, collect_versions
 from hyport_lib.devices import host_memory, visible_devices
 from hyport_lib.environment import checks as C
 from hyport_lib.environment.compat import releases_for_torch
@@ -169,8 +172,6 @@ def test_visible_card_ids(value, var, ids):
 
 
 def test_env_cli_passes_with_gpus_hidden_on_cpu(capsys, monkeypatch):
-    from hyport_lib.commands import main
-
     for value in ("", "-1"):
         monkeypatch.setenv("CUDA_VISIBLE_DEVICES", value)
         code = main(["env", "--device", "cpu", "--no-record"])
@@ -253,7 +254,6 @@ def _npu_smi_table(cards: int, busy: dict[int, int]) -> str:
 
 @pytest.mark.slow
 def test_busy_cards_judged_among_the_visible_cards(fake_npu, npu_smi_sample, monkeypatch, capsys):
-    from hyport_lib.commands import main
     from hyport_lib.devices.card_plan import plan_grid
 
     npu_smi_sample(_npu_smi_table(8, busy={4: 4444, 5: 5555}))
@@ -577,8 +577,6 @@ def test_widget_reprobes():
 # --- CLI and notebook ---------------------------------------------------------------------------------
 @requires_full_stack  # exit 0 needs no FAIL: every required package installed
 def test_cli_json_and_exit_code(capsys, tmp_path, monkeypatch):
-    from hyport_lib.commands import main
-
     monkeypatch.setenv("HYPORT_RESULTS_DIR", str(tmp_path))
     assert main(["env", "--device", "cpu", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
@@ -636,3 +634,63 @@ def test_the_environment_report_judges_the_video_part_for_the_model(zoo):
     assert _collect(check_ports=False).check("video_processors").verdict == "PASS"
     qwen = _collect(check_ports=False, model_path=str(zoo["qwen2_vl"])).check("video_processors")
     assert qwen.verdict == ("PASS" if torchvision_problem() is None else "WARN")
+
+
+def test_the_printed_torch_npu_command_keeps_the_installed_torch():
+    command = C.torch_npu_install_command("2.8.0")
+    assert '"torch-npu==2.8.0.*"' in command and '"torch==2.8.0"' in command
+    assert C.torch_npu_install_command("2.13.0+cpu").count("2.13.0") == 2
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    assert "npu" not in project.get("optional-dependencies", {})  # no open-ended extra
+    texts = [REPO / "README.md", REPO / "environment.yml", *sorted((REPO / "parameters").glob("*.yaml")),
+             *sorted((REPO / "docs").glob("*.md"))]
+    assert not [p.name for p in texts if ".[npu]" in p.read_text()]  # nothing tells users to use it
+
+
+def test_a_torch_pre_release_pairs_with_its_release():
+    assert C.torch_npu_install_command("2.6.0a0+git1234") == 'pip install "torch-npu==2.6.0.*" "torch==2.6.0"'
+
+
+def test_env_prints_the_command_when_torch_npu_is_missing_on_a_cann_host():
+    check = C.check_torch_npu_import("cpu", None, None, "auto", cann_found=True, torch_version="2.8.0")
+    assert check.verdict == "WARN"
+    assert 'pip install "torch-npu==2.8.0.*" "torch==2.8.0"' in check.reason
+
+
+def test_install_hints_follow_the_backend():
+    """On a GPU host the packages check once said `pip install -e . -c constraints/cpu.txt`,
+    which would replace its CUDA torch with the CPU one."""
+    versions = {"torch": "2.11.0", "transformers": "5.17.0"}
+    assert "constraints/cpu.txt" in C.check_packages(versions, "cpu").reason
+    for kind in ("cuda", "npu"):
+        reason = C.check_packages(versions, kind).reason
+        assert "pip install deepspeed" in reason.replace("accelerate ", "") or "deepspeed" in reason
+        assert "-c constraints/cpu.txt" not in reason and "never with constraints/cpu.txt" in reason
+
+
+def test_the_ram_check_follows_the_container_limit(tmp_path):
+    (tmp_path / "memory.max").write_text("536870912\n")  # 512 MiB, cgroup v2
+    assert host_memory.cgroup_memory_limit_gb(tmp_path) == 0.5
+    (tmp_path / "memory.max").write_text("max\n")
+    assert host_memory.cgroup_memory_limit_gb(tmp_path) is None
+    (tmp_path / "memory.max").unlink()
+    (tmp_path / "memory").mkdir()
+    (tmp_path / "memory" / "memory.limit_in_bytes").write_text(str(2 ** 63 - 4096))  # v1: none
+    assert host_memory.cgroup_memory_limit_gb(tmp_path) is None
+
+
+def test_a_broken_torch_npu_of_any_kind_is_reported_not_raised(tmp_path, monkeypatch, capsys):
+    """A torch_npu built for another torch raises AttributeError from its import."""
+    (tmp_path / "torch_npu").mkdir()
+    (tmp_path / "torch_npu" / "__init__.py").write_text(
+        'raise AttributeError("module torch_npu.dynamo.torchair has no attribute get_npu_backend")\n')
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "torch_npu", raising=False)
+    clear_import_caches()
+    try:
+        rc = main(["env", "--device", "cpu", "--no-record", "--json"])
+        out = capsys.readouterr().out
+        assert rc in (0, 1) and "get_npu_backend" in out
+    finally:
+        sys.modules.pop("torch_npu", None)
+        clear_import_caches()

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -21,6 +22,7 @@ import psutil
 import pytest
 
 from hyport_lib.backend import Backend, CpuBackend, get_backend
+from hyport_lib.commands import main
 from hyport_lib.devices.card_plan import available_cards, inherited_card_ids, plan_grid
 from hyport_lib.inference import stage
 from hyport_lib.inference.grid import run_grid
@@ -28,6 +30,7 @@ from hyport_lib.inference.params import Params
 from hyport_lib.inference.table import (
     COLUMNS, FALLBACK_MARKER, consistency, scan_fallbacks,
 )
+from hyport_lib.models.tiny import ensure_tiny_model
 from hyport_lib.params import ParameterError, from_arguments
 from hyport_lib.processes import last_exception, scrub_log
 from fault_injection.hyport_faults import FAULT_ENV, parse_faults
@@ -341,8 +344,6 @@ def test_show_renders_table_log_tails_and_picker(eight_cards):
 
 @pytest.mark.slow
 def test_cli_reports_failures_with_nonzero_exit(fault_switches, monkeypatch, tmp_path, capsys):
-    from hyport_lib.commands import main
-
     monkeypatch.setenv("HYPORT_RESULTS_DIR", str(tmp_path / "results"))
     monkeypatch.setenv(FAULT_ENV, "0:exit,1:raise")
     code = main(["infer", "--device", "cpu", "--num-cards", "2", "--max-new-tokens", "2",
@@ -485,13 +486,38 @@ def test_a_stopped_infer_keeps_and_records_the_cards_that_finished(fault_switche
 
 
 def test_a_log_dir_that_is_a_file_is_one_line(tmp_path, capsys):
-    from hyport_lib.commands import main
-
     afile = tmp_path / "afile"
     afile.write_text("x")
     assert main(["infer", "--num-cards", "1", "--no-record", "--log-dir", str(afile)]) == 2
     err = capsys.readouterr().err
     assert "log_dir=" in err and "not a writable folder" in err and "Traceback" not in err
+
+
+def test_too_many_cpu_workers_are_refused_with_the_figure(capsys):
+    assert main(["infer", "--num-cards", "4096", "--no-record"]) == 2
+    err = capsys.readouterr().err
+    assert "num_cards=4096: too many cpu workers" in err and "GB needed for 4096 cards" in err
+
+
+@pytest.mark.slow  # starts no process, but ~15 s of checks: kept out of the fast tier
+def test_inference_inputs_are_refused_before_any_worker_starts(tmp_path, capsys):
+    """Found by the second review: each used to start every worker, load the model and fail
+    per card; now one line and exit 2 before anything starts."""
+    listed = tmp_path / "listed"
+    shutil.copytree(ensure_tiny_model(), listed)
+    (listed / "config.json").write_text("[]")
+    untyped = tmp_path / "untyped"
+    shutil.copytree(ensure_tiny_model(), untyped)
+    config = json.loads((untyped / "config.json").read_text())
+    config.pop("model_type")
+    (untyped / "config.json").write_text(json.dumps(config))
+    for extra, words in ((["--attn-implementation", "bogus"], "attn_implementation='bogus'"),
+                         (["--image", str(tmp_path / "none.png")], "none.png"),
+                         (["--model-path", str(listed)], "holds a JSON list, not an object"),
+                         (["--model-path", str(untyped)], "names no model_type")):
+        assert main(["infer", "--num-cards", "1", "--no-record", *extra]) == 2, extra
+        err = capsys.readouterr().err
+        assert words in err and "Traceback" not in err, err
 
 
 # --------------------------------------------------------------------------- secrets
@@ -505,8 +531,6 @@ def _files_with_secret(folder: Path) -> list[str]:
 
 @pytest.mark.slow
 def test_secret_values_stay_out_of_logs_configs_and_results(tmp_path, monkeypatch):
-    from hyport_lib.models.tiny import ensure_tiny_model
-
     # The checkpoint only loads under its real (secret-bearing) path: an ok card proves
     # the worker got the real configuration, not the scrubbed copy on disk.
     model = tmp_path / f"ckpt-{SECRET}"
@@ -527,8 +551,6 @@ def test_secret_values_stay_out_of_logs_configs_and_results(tmp_path, monkeypatc
     # A load that fails in the worker (the folder passes the preflight, its model type is
     # unknown to transformers): the error quotes the secret-bearing model type; the log and
     # the row show it scrubbed.
-    import shutil
-
     monkeypatch.setenv(SECRET_NAME, SECRET)
     broken = tmp_path / SECRET / "model"
     shutil.copytree(ensure_tiny_model(), broken)

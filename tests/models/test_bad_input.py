@@ -2,7 +2,8 @@
 apply and says when it is not the model it seems (flags without their checkpoint: exit
 2; a base that is another model: an error; a reload that fell back from
 ``architectures`` to ``model_type``: a WARN); ``hyport train`` judges a 100 MB record
-within a fixed memory budget."""
+within a fixed memory budget; a model_path (or the cache) that cannot serve is named before
+any worker starts."""
 
 from __future__ import annotations
 
@@ -14,9 +15,11 @@ from pathlib import Path
 
 import pytest
 
+from hyport_lib import processes
+from hyport_lib.commands import main
+from hyport_lib.models.preflight import ModelPathError, check_model_path
 from hyport_lib.models.tiny import ensure_tiny_model
 
-pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -25,6 +28,7 @@ def _verify(*args: str):
                           capture_output=True, text=True, timeout=600)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("flag, said", [
     ("--logits-parity", "hyport verify: logits_parity=True compares the logits with a checkpoint's, and there "
                         "is none: give checkpoint_path or set logits_parity=False"),
@@ -36,6 +40,7 @@ def test_a_checkpoint_flag_without_a_checkpoint_is_a_usage_error(flag, said):
     assert len(done.stderr.strip().splitlines()) == 1
 
 
+@pytest.mark.slow
 def test_a_base_that_is_another_model_is_an_error_and_a_class_fallback_a_warning(zoo, tmp_path):
     done = _verify(str(zoo["qwen3"]), "--base-path", str(zoo["gemma3"]))
     assert done.returncode == 1 and "FAIL: base_mismatch" in done.stdout, done.stdout[-1500:]
@@ -66,6 +71,7 @@ _OWN_PEAK = ("import os, re, runpy, sys\n"
              "    peak()\n")
 
 
+@pytest.mark.slow
 def test_a_100_mb_record_is_judged_within_a_fixed_memory_budget(tmp_path):
     """One huge record: hyport train reads no more than a bounded prefix of its text into
     the tokenizer, whatever the record's size, and answers in seconds."""
@@ -90,6 +96,7 @@ def test_a_100_mb_record_is_judged_within_a_fixed_memory_budget(tmp_path):
         assert peak_mb < 1500 and seconds < 120
 
 
+@pytest.mark.slow
 def test_a_full_disk_during_a_checkpoint_save_is_said_with_the_free_space(tmp_path):
     """On a 3 MB tmpfs the first checkpoint (about 3 MB) does not fit."""
     import os
@@ -117,6 +124,7 @@ def test_a_full_disk_during_a_checkpoint_save_is_said_with_the_free_space(tmp_pa
         subprocess.run(["umount", str(mount)], check=False)
 
 
+@pytest.mark.slow
 def test_a_stopped_train_records_the_steps_that_finished(tmp_path):
     import os
     import signal
@@ -140,3 +148,51 @@ def test_a_stopped_train_records_the_steps_that_finished(tmp_path):
     steps = [m["step"] for m in record["data"]["metrics"]]
     assert steps and steps == list(range(1, len(steps) + 1))
     assert record["data"]["reason"].startswith(f"stopped by a signal after step {steps[-1]}")
+
+
+def _tiny_copy(tmp_path, shards="300KB"):
+    target = tmp_path / "model"
+    shutil.copytree(ensure_tiny_model(max_shard_size=shards), target)
+    return target
+
+
+def test_model_path_problems_are_named_before_any_worker_starts(tmp_path, monkeypatch):
+    started = []
+    monkeypatch.setattr(processes, "start_child", lambda *a, **k: started.append(a))
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ModelPathError, match=r"model_path='ckpt-typo': no such folder \(.*ckpt-typo\)"):
+        check_model_path("ckpt-typo")
+    with pytest.raises(ModelPathError, match="looks like a hub id: downloads are off"):
+        check_model_path("some-org/some-model")
+    assert check_model_path("some-org/some-model", allow_download=True) == "some-org/some-model"
+    model = _tiny_copy(tmp_path)
+    assert check_model_path(str(model)) == str(model.absolute())
+    (model / "config.json").write_text('{"model_type": "llava",\n  "oops"\n}')
+    with pytest.raises(ModelPathError, match=r"config.json is not valid JSON \(line 3, column 1"):
+        check_model_path(str(model))
+    model = _tiny_copy(tmp_path / "b")
+    shard = sorted(model.glob("*.safetensors"))[1]
+    shard.write_bytes(shard.read_bytes()[:100])
+    with pytest.raises(ModelPathError, match=f"bad safetensors file .*{shard.name}"):
+        check_model_path(str(model))
+    (model / "config.json").unlink()
+    with pytest.raises(ModelPathError, match="not a model folder: no config.json"):
+        check_model_path(str(model))
+    rc = main(["infer", "--model-path", "ckpt-typo", "--no-record", "--num-cards", "1"])
+    assert rc == 2 and not started  # no worker, no download attempt
+
+
+def test_a_hub_id_where_a_stage_loads_local_folders_only_says_so():
+    # not "allow downloads": downloading would not help that stage
+    with pytest.raises(ValueError, match="stage 04 .training. loads local folders only") as info:
+        check_model_path("Qwen/Qwen2-0.5B", allow_download=True, local_only="stage 04 (training)")
+    assert "allow_download" not in str(info.value)
+
+
+def test_a_readonly_cache_is_named(tmp_path, monkeypatch, capsys):
+    blocker = tmp_path / "cache-is-a-file"
+    blocker.write_text("x")
+    monkeypatch.setenv("HYPORT_CACHE", str(blocker))
+    assert main(["infer", "--no-record", "--num-cards", "1"]) == 2
+    err = capsys.readouterr().err
+    assert "HYPORT_CACHE" in err and "not writable" in err and "Traceback" not in err

@@ -3,6 +3,7 @@ idempotence, the source left alone, the diff and the record."""
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import json
 import shutil
@@ -216,6 +217,17 @@ def test_cli_writes_the_port_and_refuses_bad_input(planted_tree, tmp_path):
 
 
 # --------------------------------------------------------------------------- review findings
+@pytest.mark.parametrize("code", [
+    "y = 1 .cuda()\n",
+    "import torch\n\ndef f(m):\n    return (m\n            .cuda(0))\n",
+    "import torch\n\ndef f(m):\n    y = (torch.zeros(3)  # kept\n         .cuda())\n    return y\n",
+])
+def test_a_cuda_call_keeps_its_parentheses_and_the_space_before_its_dot(code):
+    ported = port_python(code, "m.py", relative=False).code
+    ast.parse(ported)
+    assert ".to(accelerator_device(" in ported and ("#" not in code or "# kept" in ported)
+
+
 def test_is_cuda_as_a_target_is_left_alone():
     source = "class T:\n    def __init__(self):\n        self.is_cuda = True\n        self.x: bool = self.is_cuda\n"
     result = port_python(source, "m.py", relative=False)

@@ -2,20 +2,24 @@
 02's ``port_proof``), in a child process: its own process group and time limit, no
 bytecode written (SRC stays byte-identical), ``setup.py`` never imported, a model that
 exits during import a FAIL that says so, everything it prints or records scrubbed of
-secrets (:mod:`hyport_lib.port.proof_run`)."""
+secrets (:mod:`hyport_lib.port.proof_run`) and of terminal escapes; a model that prints without
+end or leaves a process in a session of its own is stopped with it."""
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
+import signal
 import sys
 import time
 from pathlib import Path
 
 import pytest
 
+from hyport_lib import processes
 from hyport_lib.commands import main
-from hyport_lib.port import tiny
+from hyport_lib.port import proof_run, tiny
 from hyport_lib.port.proof_record import IMPORT_ORIGINAL, model_files
 from hyport_lib.port.proof_run import STARTING, child_outcome, proof_from_dict
 from test_port_models import OWN_MODEL
@@ -129,6 +133,13 @@ def test_a_result_that_is_no_proof_record_is_a_fail(tmp_path):
         proof_from_dict({"verdict": "PASS", "cases": [{"name": "x", "forged": True}]})
 
 
+def test_the_proofs_messages_hold_no_nul_no_escape_and_no_secret_in_utf16(monkeypatch):
+    monkeypatch.setenv("HF_TOKEN", SECRET)
+    utf16 = SECRET.encode("utf-16-le").decode("latin-1")
+    text = proof_run.scrub(f"RuntimeError: \x1b]0;title\x07\x1b[2Jtoken {utf16} \x07end")
+    assert text == "RuntimeError: token [redacted] \\x07end"
+
+
 def test_a_tree_without_a_model_class_warns(tmp_path):
     from hyport_lib.attention.port_scan import planted_example
     from hyport_lib.port.proof import prove_port
@@ -193,3 +204,46 @@ def test_an_exception_holding_secrets_is_scrubbed_from_the_output_and_port_json(
     for text in (out, record):
         assert SECRET not in text and SHAPED not in text
     assert json.loads(record)["proof"]["error"].startswith("RuntimeError: [redacted] [redacted]")
+
+
+@pytest.mark.slow
+def test_a_model_printing_without_end_is_stopped_and_its_log_not_read_whole(
+        tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(proof_run, "MAX_LOG_BYTES", 4 << 20)
+    read = []
+    real = processes.scrub_log  # scrubbing reads the log: by then only its tail is left
+    monkeypatch.setattr(processes, "scrub_log",
+                        lambda path, *a: read.append(os.path.getsize(path)) or real(path, *a))
+    src = model_tree(tmp_path / "src", "import sys\nwhile True:\n    sys.stdout.write('x' * 65536)\n")
+    rc = _port(tmp_path, src, "--proof-timeout", "300")
+    out = capsys.readouterr().out
+    assert rc == 1 and "proof: FAIL: the proof printed more than 4 MiB during " in out, out[-500:]
+    assert read and read[0] <= proof_run.LOG_TAIL_BYTES
+
+
+@pytest.mark.slow
+def test_a_process_the_model_starts_in_its_own_session_does_not_outlive_the_proof(
+        tmp_path, capsys):
+    pid_file = tmp_path / "escaped.pid"
+    top = ("import os, signal, time\n"
+           "if os.fork() == 0:\n"
+           "    os.setsid()\n"
+           "    signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+           f"    open({str(pid_file)!r}, 'w').write(str(os.getpid()))\n"
+           "    while True:\n"
+           "        time.sleep(1)\n"
+           f"while not os.path.exists({str(pid_file)!r}):\n"
+           "    time.sleep(0.05)\n"
+           "raise RuntimeError('done')\n")
+    src = model_tree(tmp_path / "src", top)
+    _port(tmp_path, src)
+    capsys.readouterr()
+    pid = int(pid_file.read_text())
+    try:
+        os.kill(pid, 0)
+        alive = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except ProcessLookupError:
+        alive = False
+    if alive:
+        os.kill(pid, signal.SIGKILL)
+    assert not alive, "a process started by the model code outlived the proof"

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from hyport_lib.commands import main
-from hyport_lib.port import codemod, source_tree, tree as port_tree_module
+from hyport_lib.port import codemod, source_tree, staging, tree as port_tree_module
 from hyport_lib.port.tree import DIFF_NAME, JSON_NAME, PortError, port_tree
 
 REPO = Path(__file__).resolve().parents[2]
@@ -162,6 +162,20 @@ def test_staging_left_by_a_killed_port_is_removed_only_when_its_owner_is_gone(tm
     result = port_tree(src, tmp_path / "dst")
     assert result.removed_staging == [str(dead)]
     assert not dead.exists() and alive.exists() and foreign.exists()
+
+
+def test_staging_of_another_host_is_kept_this_hosts_and_old_names_go(tmp_path):
+    src = _src(tmp_path)
+    gone = 4194305  # above Linux's largest PID: no such process here
+    other = "0" * 8 if staging.host_id() != "0" * 8 else "1" * 8
+    foreign = tmp_path / f".dst.hyport-staging-{other}-{gone}-1-abc123"
+    mine = tmp_path / f".dst.hyport-staging-{staging.host_id()}-{gone}-1-abc123"
+    old = tmp_path / f".dst.hyport-staging-{gone}-1-def456"
+    for folder in (foreign, mine, old):
+        folder.mkdir()
+    result = port_tree(src, tmp_path / "dst")
+    assert sorted(result.removed_staging) == sorted([str(mine), str(old)])
+    assert foreign.exists()
 
 
 def test_a_stop_while_writing_removes_the_staging_folder(tmp_path, monkeypatch):

@@ -1,8 +1,10 @@
-"""The report runner: profiles, overrides, stage selection, failing stages, offline HTML."""
+"""The report runner: profiles, overrides, parameter resolution and the pre-run plans, stage
+selection, failing stages, offline HTML."""
 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -10,10 +12,12 @@ from pathlib import Path
 import nbformat
 import pytest
 
+from hyport_lib.commands import main
 from hyport_lib.report import html as report_html
 from hyport_lib.report.profiles import load_profile, parse_overrides, resolve_profile
-from hyport_lib.params import Field, Spec
-from hyport_lib.report.params import absolutize_paths, coerce_overrides
+from hyport_lib.params import Field, ParameterError, Spec
+from hyport_lib.report.params import (absolutize_paths, coerce_overrides, make_plans, plan_requests,
+                                      resolve_parameters, safe_parameters)
 from hyport_lib.report.run import new_run_dir
 from hyport_lib.report.runner import run_report
 from hyport_lib.stages import discover_stages, select_stages
@@ -265,8 +269,6 @@ def test_relative_output_dir_and_awkward_secrets(stage_dir, tmp_path, monkeypatc
 
 @pytest.mark.slow
 def test_unknown_profile_keys_are_refused_unless_allowed(stage_dir, tmp_path):
-    from hyport_lib.params import ParameterError
-
     profile = tmp_path / "p.yaml"
     profile.write_text("# hyport report --profile p.yaml\nmax_steps: null\nlevel: 2\nlevl: 3\n")
     with pytest.raises(ParameterError) as info:
@@ -312,8 +314,6 @@ def test_an_interrupted_run_still_leaves_its_index(stage_dir, tmp_path, monkeypa
 def test_an_old_parameter_name_is_refused_naming_the_new_one(tmp_path):
     """The project is 0.x: a renamed key has no alias; the old one is refused before
     anything runs, and the error names the new one."""
-    from hyport_lib.params import ParameterError
-
     folder = tmp_path / "nbs"
     folder.mkdir()
     make_notebook(folder / "01_limit.ipynb", "infer_timeout_s = 300", "print(infer_timeout_s)")
@@ -349,8 +349,116 @@ def test_nbconvert_templates_are_found_wherever_pip_put_them(tmp_path, monkeypat
 
 
 def test_parameters_named_for_tokens_are_kept_and_secret_ones_dropped():
-    from hyport_lib.report.params import safe_parameters
-
     kept = safe_parameters({"max_new_tokens": 8, "hf_token": "x", "api_key": "y", "db_password": "z",
                             "OPENAI_APIKEY": "w", "tokenizer_path": "/t", "num_cards": 2})
     assert kept == {"max_new_tokens": 8, "tokenizer_path": "/t", "num_cards": 2}
+
+
+def test_a_secret_parameter_name_in_any_spelling_is_dropped():
+    # camelCase as much as snake_case; counting tokens is no secret
+    assert safe_parameters({"hfToken": "a", "wandbApiKey": "b", "secretKey": "c", "max_new_tokens": 8}) \
+        == {"max_new_tokens": 8}
+
+
+def _any_path_fields(*names: str) -> dict:
+    path = Spec(doc="", path="any")
+    return {k: Field(k, "str", True, None, path) for k in names}
+
+
+def test_a_tilde_is_the_home_folder_not_a_folder_under_the_working_directory(tmp_path, monkeypatch):
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert absolutize_paths({"model_path": "~/mymodel"}, _any_path_fields("model_path"), tmp_path / "cwd") == \
+        {"model_path": str(tmp_path / "home" / "mymodel")}
+
+
+def test_null_for_a_path_still_means_none():
+    # -p key=null is the way to undo a profile's output_dir
+    fields = _any_path_fields("output_dir", "weights_path", "log_dir")
+    assert coerce_overrides({"output_dir": "null", "weights_path": "~", "log_dir": "2024"}, fields) == \
+        {"output_dir": None, "weights_path": None, "log_dir": "2024"}
+
+
+def test_zero_stage_2_0_is_stage_2_and_a_fraction_or_a_boolean_is_refused():
+    stages = discover_stages()
+    assert resolve_parameters({"zero_stage": 2.0}, {}, stages).merged["zero_stage"] == 2
+    for bad in (2.5, True):
+        with pytest.raises(ParameterError):
+            resolve_parameters({"zero_stage": bad}, {}, stages)
+
+
+@pytest.mark.parametrize("key, value", [("per_device_train_batch_size", 0), ("nnodes", 0),
+                                        ("master_port", 99999), ("seed", -1)])
+def test_an_out_of_range_training_value_is_refused_by_name(key, value):
+    with pytest.raises(ParameterError, match=key):
+        resolve_parameters({key: value}, {}, discover_stages())
+
+
+def test_whether_a_file_exists_is_the_selected_stages_question_not_the_namespaces():
+    merged = resolve_parameters({"image": "/nonexistent.png"}, {}, discover_stages()).merged
+    assert merged["image"] == "/nonexistent.png"
+
+
+def test_stage_05_paths_may_be_written_by_the_training_stage_of_the_same_run(tmp_path):
+    """A weights_path that does not exist yet is fine when stage 04 runs first and it lies
+    inside 04's output_dir; a fractional reload_timeout_s is a number, not a type error."""
+    stages = discover_stages()
+    out = tmp_path / "train-out"
+    params = resolve_parameters({}, {"weights_path": str(out), "checkpoint_path": str(out / "checkpoint-20"),
+                                     "output_dir": str(out), "reload_timeout_s": "0.5"}, stages)
+    assert params.merged["reload_timeout_s"] == 0.5
+    after_04 = {r.stage: r for r in plan_requests(params, select_stages(stages, ["04", "05"]))}
+    assert sorted(after_04["weights"].left_to_the_run) == ["checkpoint_path", "weights_path"]
+    assert make_plans([after_04["weights"]]).refused == []  # left to 05's own plan
+    alone = {r.stage: r for r in plan_requests(params, select_stages(stages, ["05"]))}
+    assert alone["weights"].left_to_the_run == []  # no stage 04: 05's plan sees them, and refuses
+    assert any("weights_path=" in line and "no such" in line for line in make_plans([alone["weights"]]).refused)
+    # the model before fine-tuning is never written by stage 04; nor is a folder outside its
+    # output_dir, and without an output_dir no given path can be 04's (a new run folder)
+    for given in ({"base_path": str(tmp_path / "bsae")},
+                  {"weights_path": str(tmp_path / "elsewhere"), "checkpoint_path": str(tmp_path / "c"),
+                   "output_dir": str(out)},
+                  {"weights_path": str(tmp_path / "later"), "checkpoint_path": str(tmp_path / "c")}):
+        requests = {r.stage: r for r in plan_requests(resolve_parameters({}, given, stages), stages)}
+        assert requests["weights"].left_to_the_run == []
+        key = next(iter(given))
+        refused = make_plans([requests["weights"]]).refused
+        assert any(f"{key}=" in line and "no such" in line for line in refused), refused
+
+
+def test_a_typo_in_a_profile_stops_the_run_and_names_the_key(tmp_path, capsys):
+    profile = tmp_path / "typo.yaml"
+    profile.write_text("# hyport report --profile typo.yaml\nnum_card: 1\n")
+    assert main(["report", "--profile", str(profile), "--output-dir", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert "unknown parameter 'num_card'" in err and "did you mean 'num_cards'" in err
+
+
+def test_a_cell_timeout_of_0_is_refused(tmp_path):
+    assert main(["report", "--cell-timeout", "0", "--output-dir", str(tmp_path / "o")]) == 2
+
+
+def test_an_empty_notebooks_folder_is_an_error(tmp_path, capsys):
+    (tmp_path / "nbs").mkdir()
+    assert main(["report", "--notebooks", str(tmp_path / "nbs"), "--output-dir", str(tmp_path / "o")]) == 2
+    assert "no stage notebooks" in capsys.readouterr().err
+
+
+@pytest.mark.slow  # the report's pre-run plans run in a child process
+def test_output_dir_that_is_a_file_or_readonly_is_one_line(tmp_path, capsys):
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    assert main(["report", "--only", "01", "--output-dir", str(afile)]) == 2
+    err = capsys.readouterr().err
+    assert "is a file, not a folder" in err and "Traceback" not in err
+    if os.geteuid() != 0:  # root writes anywhere
+        readonly = tmp_path / "ro"
+        readonly.mkdir(mode=0o500)
+        assert main(["report", "--only", "01", "--output-dir", str(readonly)]) == 2
+
+
+@pytest.mark.slow  # the report's pre-run plans run in a child process
+def test_a_model_path_stage_03_would_refuse_stops_the_report_at_once(tmp_path, capsys):
+    assert main(["report", "--only", "01,03", "-p", f"model_path={tmp_path / 'nope'}",
+                 "--output-dir", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert "03_inference: model_path=" in err and not (tmp_path / "out").exists()

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import subprocess
+import sys
 from collections import Counter
 from pathlib import Path
 
@@ -466,6 +469,8 @@ def test_the_notebook_scan_names_a_pin_whose_unpad_input_differs_from_the_served
     (">=2.5,<2.6", "2.5.9"), (">=2.7", "2.8.3"), ("==2", "2"),
     ("~=2.6", None),  # 2.6 and 2.7 both qualify: the pin does not tell which unpad_input
     ("nonsense", None),
+    # conda's =X and local build tags pin X
+    ("=2.6.3 (environment.yml:3)", "2.6.3"), ("==2.6.3+cu122 (requirements.txt:1)", "2.6.3"),
 ])
 def test_the_api_a_pin_expects(spec, version):
     from hyport_lib.utils.versions import pinned_version
@@ -481,3 +486,32 @@ def test_a_range_below_2_7_is_told_it_gets_the_five_value_unpad_input(tmp_path, 
     monkeypatch.setattr(IPython.display, "display", lambda obj, **kw: shown.append(obj))
     show_scan(scan_path(tmp_path), served="2.7.4.post1")
     assert "code written for 2.6.3 expects 4" in shown[0].data
+
+
+@pytest.mark.slow
+def test_scan_skips_fifos_and_names_symlink_loops(tmp_path):
+    (tmp_path / "ok.py").write_text("import torch\ntorch.cuda.synchronize()\n")
+    os.mkfifo(tmp_path / "pipe.py")
+    (tmp_path / "loop.py").symlink_to(tmp_path / "loop.py")
+    out = subprocess.run([sys.executable, "-m", "hyport_lib", "scan", str(tmp_path)],
+                         capture_output=True, text=True, timeout=60)  # would hang on the FIFO
+    assert out.returncode == 1 and "ok.py" in out.stdout
+    assert "symlink loop" in out.stdout + out.stderr and "does not exist" not in out.stdout
+
+
+def test_a_link_out_of_the_scanned_folder_is_named_never_read(tmp_path):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "bashrc").write_text("export HF_TOKEN=hf_FAKEsecret123456\nimport flash_attn\n")
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "modeling_helpers.py").symlink_to(outside / "bashrc")
+    report = scan_path(model)
+    assert report.files_scanned == 0 and not report.hits
+    assert report.skipped == [("modeling_helpers.py", "symlink out of the scanned folder: not read")]
+
+
+def test_a_fifo_named_directly_is_refused(tmp_path, capsys):
+    os.mkfifo(tmp_path / "fifo.py")
+    assert hyport_main(["scan", str(tmp_path / "fifo.py")]) == 2
+    assert "not a regular file" in capsys.readouterr().err

@@ -1,7 +1,8 @@
 """``hyport triage`` on hostile input: lines built to make a pattern backtrack, a deadline,
 a gigabyte without a line end, folders deeper than Python's recursion, links out of the
-folder given, secrets cut by the long-line split or spread over a key's lines, and
-terminal escapes in logs and file names."""
+folder given (a linked folder named in a note), secrets cut by the long-line split, spread
+over a key's lines or on the line after a ``\\`` continuation, a key's begin marker without
+its key, and terminal escapes and carriage returns in logs and file names."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from pathlib import Path
 from hyport_lib.commands import main
 from hyport_lib.triage import discovery, find_logs, recognise, triage, triage_text
 from hyport_lib.triage.reading import MAX_READ_BYTES, read_lines
-from hyport_lib.utils.redact import scrub_secret_shapes
+from hyport_lib.utils.redact import REDACTED, PrivateKeyLines, scrub_secret_shapes
 
 OOM = "RuntimeError: NPU out of memory. Tried to allocate 1 GiB"
 
@@ -162,6 +163,23 @@ def test_a_link_out_of_the_folder_given_is_not_followed(tmp_path):
     assert run / "escape.log" not in cann and "link(s) out of the folder" in notes[0]
 
 
+def test_a_linked_folder_out_of_the_run_is_named_in_a_note(tmp_path):
+    """``run/logs -> /scratch/...`` was skipped without a word: "no error lines" of a run
+    whose logs were never read."""
+    outside = tmp_path / "scratch" / "logs"
+    outside.mkdir(parents=True)
+    (outside / "rank0.log").write_text(OOM + "\n", encoding="utf-8")
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "stage.log").write_text("step ok\n", encoding="utf-8")
+    (run / "logs").symlink_to(outside, target_is_directory=True)
+    (run / "old").mkdir()
+    (run / "latest").symlink_to(run / "old", target_is_directory=True)  # inside: walked anyway
+    result = triage([run])
+    assert result.files_read == ["stage.log"]
+    assert result.notes == [f"{run}: 1 link(s) out of the folder not followed: {run / 'logs'}"]
+
+
 def test_a_token_cut_by_the_long_line_split_shows_no_piece(tmp_path):
     """Defect 5 (the split): a token through the end of a long line's kept start, or through
     the start of its kept end, lost its shape and showed in part (``hf_A1b2C3d4A1``)."""
@@ -185,6 +203,25 @@ def test_a_token_cut_by_the_long_line_split_shows_no_piece(tmp_path):
     assert "NPU out of memory" in shown and " … " in text
 
 
+def test_a_quoted_secret_cut_by_the_long_line_split_shows_no_word(tmp_path):
+    pad = ("x " * MAX_READ_BYTES)[:MAX_READ_BYTES - 39]  # the cut falls inside "horse"
+    line = pad + 'ERROR login failed password="correct horse battery staple" for svc' + " y" * 40_000
+    log = tmp_path / "cut.log"
+    log.write_text(line + "\n", encoding="utf-8")
+    shown = json.dumps(triage([log]).to_dict())
+    assert "ERROR login failed" in shown
+    assert not any(word in shown for word in ("correct", "horse", "battery", "staple"))
+
+
+def test_a_secret_on_the_line_after_a_continuation_is_redacted_in_a_log(tmp_path):
+    log = tmp_path / "deploy.log"
+    log.write_text("\n".join(["+ sshpass -p \\", "   'Hunter2pass' ssh root@h", OOM,
+                              "+ curl -u \\", "  alice:Hunter7pass https://x", "step ok"]) + "\n",
+                   encoding="utf-8")
+    shown = json.dumps(triage([log]).to_dict())
+    assert "Hunter2pass" not in shown and "Hunter7pass" not in shown and "ssh root@h" in shown
+
+
 KEY = ["-----BEGIN RSA PRIVATE KEY-----", "MIIEowIBAAKCAQEAu1SU1LfVLPHCozMxH2Mo4lgOEePzNm0tRgeLezV6",
        "ffAt0gGjXQ8gZ1g5b6f4h9pQ2Lq7dM3Zx8Jv1Yc2sTnE5rH0wKmB", "-----END RSA PRIVATE KEY-----"]
 
@@ -202,6 +239,24 @@ def test_a_private_key_in_a_log_never_reaches_text_or_json(tmp_path, capsys):
     assert finding.context == ["[redacted]", "[redacted]-----END RSA PRIVATE KEY-----", OOM, "after"]
 
 
+def test_a_begin_marker_without_its_key_hides_no_later_line(tmp_path, capsys):
+    """A ``set -x`` log that greps for the marker opened a "key block" that never closed:
+    every later line was redacted, the OOM unseen, "no error lines", exit 0."""
+    log = tmp_path / "run.log"
+    log.write_text("\n".join(["+ grep -q -- '-----BEGIN PRIVATE KEY-----' /etc/ssl/key.pem", "step 1 ok",
+                              "Traceback (most recent call last):", OOM]) + "\n", encoding="utf-8")
+    assert main(["triage", str(log)]) == 1
+    assert "NPU out of memory" in capsys.readouterr().out
+    assert [f.key for f in triage([log]).findings] == ["npu_out_of_memory"]
+    # The same in one text, and a key cut short (no end marker) is still redacted.
+    text = scrub_secret_shapes("-----BEGIN PRIVATE KEY-----\nMIIEvQIBADANBgkq\nhkiG9w0BAQEFAASC\n" + OOM)
+    assert text == "-----BEGIN PRIVATE KEY-----[redacted]\n[redacted]\n[redacted]\n" + OOM
+    lines = PrivateKeyLines()
+    shown = [lines.scrub(line) for line in ["-----BEGIN EC PRIVATE KEY-----", "Proc-Type: 4,ENCRYPTED", "",
+                                             "[rank0]: MHcCAQEEIDemoKeyBody0123456789", "step 2 ok"]]
+    assert shown == ["-----BEGIN EC PRIVATE KEY-----[redacted]", REDACTED, REDACTED, REDACTED, "step 2 ok"]
+
+
 def test_terminal_escapes_in_logs_and_file_names_are_never_printed(tmp_path, capsys):
     """Defect 6: a log's escape sequences (colours, a title, a screen clear) and control
     characters reached the terminal raw, in the text and in the JSON."""
@@ -217,3 +272,15 @@ def test_terminal_escapes_in_logs_and_file_names_are_never_printed(tmp_path, cap
         out = capsys.readouterr().out
         assert not any(ord(c) < 32 and c not in "\n\t" or 0x7f <= ord(c) <= 0x9f for c in out), repr(out)
     assert all("\x1b" not in line for line in triage_text(result))
+
+
+def test_a_carriage_return_in_a_file_name_is_shown_escaped(tmp_path, capsys):
+    """A ``\\r`` in a name moved the cursor back: ``b\\rFAKE.log`` printed as ``FAKE.log``."""
+    (tmp_path / "b\rFAKE.log").write_text("E39999: Inner Error!\n", encoding="utf-8")
+    result = triage([tmp_path])
+    assert result.files_read == ["b\\x0dFAKE.log"] and result.unrecognised[0].file == "b\\x0dFAKE.log"
+    for argv in (["triage", str(tmp_path)], ["triage", "--json", str(tmp_path)]):
+        main(argv)
+        out = capsys.readouterr().out
+        assert "\r" not in out and "\\r" not in out.replace("\\\\r", ""), repr(out)
+    assert all("\r" not in line for line in triage_text(result))

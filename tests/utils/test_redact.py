@@ -4,10 +4,15 @@ patterns on lines long enough that a quadratic pattern would not finish."""
 
 from __future__ import annotations
 
+import html
+import json
+
 import pytest
 
+from hyport_lib.environment.facts import collect_env_vars
 from hyport_lib.utils.redact import (REDACTED, PrivateKeyLines, filter_environ, is_secret_name,
-                                     scrub_secret_shapes, scrub_text, secret_values)
+                                     redact_url_credentials, scrub_json_text, scrub_obj, scrub_secret_shapes,
+                                     scrub_text, secret_values)
 
 #: (written in a log, the secret in it, what must stay). One sample per shape.
 SHAPES = [
@@ -84,3 +89,66 @@ def test_url_credentials_are_found_in_linear_time_on_a_megabyte_line():
     assert "pa55word" not in scrubbed and f"{run}https://[redacted]@{run}host/path" in scrubbed
     # A scheme glued to the word before it is still a URL's (it has no word boundary).
     assert scrub_secret_shapes("xxhttps://u:p4ss@h") == "xxhttps://[redacted]@h"
+
+
+@pytest.mark.parametrize("secret", ['pa"ss\\word-1', "密码-秘密-42", "it's <b>&amp;</b> x"])
+def test_every_encoded_form_of_a_secret_is_scrubbed(secret):
+    env = {"MY_SERVICE_TOKEN": secret}
+    forms = [secret, json.dumps(secret), json.dumps(secret, ensure_ascii=False),
+             json.dumps(json.dumps(secret)), json.dumps(f"prompt = {json.dumps(secret)}"),
+             repr(secret), ascii(secret), html.escape(secret), html.escape(json.dumps(secret)),
+             html.escape(secret).encode("ascii", "xmlcharrefreplace").decode(),
+             json.dumps(f"prompt = {secret!r}")]
+    for form in forms:
+        out = scrub_text(f"before {form} after", env)
+        assert "[redacted]" in out, form
+        for leak in (secret, json.dumps(secret)[1:-1], ascii(secret)[1:-1]):
+            assert leak not in out, (form, out)
+    assert scrub_obj({"k": [f"x{json.dumps(secret)}"]}, env) == {"k": ["x\"[redacted]\""]}
+
+
+def test_url_credentials_are_redacted_wherever_environment_values_are_shown():
+    env = {"MASTER_ADDR": "http://admin:hunter2@10.0.0.1:29500", "HF_ENDPOINT": "https://hf-mirror.com",
+           "NCCL_X": "ssh://deploy@host/x"}
+    shown = collect_env_vars(env)
+    assert shown["MASTER_ADDR"] == "http://[redacted]@10.0.0.1:29500"
+    assert shown["HF_ENDPOINT"] == "https://hf-mirror.com"
+    assert "hunter2" not in scrub_text("connect to https://u:hunter2@x/y failed", {})
+
+
+def test_a_setting_in_a_secret_named_variable_is_no_secret_and_json_stays_json():
+    assert scrub_text("x false y", {"TOKENIZERS_PARALLELISM": "false"}) == "x false y"
+    doc = json.dumps({"flag": False, "text": "code says 12345678 here", "n": 12345678})
+    clean = json.loads(scrub_json_text(doc, environ={"MY_KEY": "12345678"}))
+    assert clean == {"flag": False, "text": "code says [redacted] here", "n": 12345678}
+
+
+def test_a_url_password_holding_an_at_sign_or_a_quote_is_redacted_whole():
+    assert redact_url_credentials("https://alice:p@ssw0rd@hf-mirror.internal/x") == \
+        "https://[redacted]@hf-mirror.internal/x"
+    assert "pa" not in redact_url_credentials('http://bob:pa"ss@10.0.0.1')
+
+
+@pytest.mark.parametrize("text, secret", [
+    ('ERROR login failed password="correct horse battery', "correct horse"),  # cut or unclosed
+    ("api_key: 'sk9-abc def", "sk9-abc"),
+    ('curl --password "Hunter2pass" https://x', "Hunter2pass"),
+    ("python run.py --hf-token 'abc123xyz' --x 1", "abc123xyz"),
+    ("SSHPASS=Hunter3pass sshpass -e ssh root@h", "Hunter3pass"),
+    ("DB_PASS=Hunter4pass ./run", "Hunter4pass"),
+    ("+ sshpass -p \\\n   'Hunter5pass' ssh root@h", "Hunter5pass"),
+    ("+ python run.py --password \\\n  Hunter6pass --x 1", "Hunter6pass"),
+])
+def test_secrets_the_landed_shapes_still_showed(text, secret):
+    """Found in review of the triage hardening: a quoted value cut short or given to a flag,
+    a value on the next line after ``\\``, ``SSHPASS`` / ``DB_PASS``."""
+    scrubbed = scrub_secret_shapes(text)
+    assert secret not in scrubbed and REDACTED in scrubbed
+
+
+def test_what_looks_like_a_pass_name_but_is_no_secret_is_left_alone():
+    for text in ("PASS: tests/test_a.py", "TEST_PASS=3", "--pass 2", "PASS_RATE: 0.9"):
+        assert scrub_secret_shapes(text) == text
+    assert is_secret_name("SSHPASS") and is_secret_name("DB_PASSWD") and is_secret_name("SMTP_PASS")
+    assert not is_secret_name("PASS") and not is_secret_name("BYPASS_CACHE")
+    assert scrub_text("login with abcd1234", {"DB_PASSWD": "abcd1234"}) == "login with [redacted]"
