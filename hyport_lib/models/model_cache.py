@@ -42,14 +42,9 @@ def cache_folder(stem: str, cache_dir: Optional[Union[str, os.PathLike]] = None,
 
 
 def build_once(folder: Path, marker: str, build: Callable[[Path], None], what: str) -> Path:
-    """``folder``, built first by ``build(temporary folder)`` unless it holds ``marker``.
-
-    ``build`` must write ``marker`` last. The finished folder gets the modes a plain
-    mkdir/open would give (the cache is meant to be shared).
-
-    Raises:
-        PermissionError: the cache cannot be written, naming it and ``$HYPORT_CACHE``.
-    """
+    """``folder``, built first by ``build(temporary folder)`` (which writes ``marker``
+    last) unless it holds ``marker``. Raises PermissionError naming ``$HYPORT_CACHE`` when
+    the cache cannot be written."""
     if (folder / marker).is_file():
         return folder
     try:
