@@ -1,9 +1,5 @@
-"""Stage 03: inference on every card — plan, run, summarize, record.
-
-The notebook, ``hyport infer`` and ``hyport report`` make the same :class:`Params`,
-then :func:`plan` (every check, nothing written) and :func:`run` (the grid);
-:func:`summarize` judges it and :func:`record` writes the result through
-:mod:`hyport_lib.results`.
+"""Stage 03: inference on every card — :func:`plan` (every check, nothing written),
+:func:`run` (the grid), :func:`summarize` (the verdict), :func:`record`.
 """
 
 from __future__ import annotations

@@ -1,8 +1,5 @@
-"""The inference grid's result: one row per card and the cross-card comparison.
-
-Rows are built by :mod:`hyport_lib.inference.grid` from each worker's result file and
-log; everything here only reads them. Statuses: ``ok``, ``failed``, ``timeout``,
-``skipped-busy`` (and ``running`` while the grid is live).
+"""The inference grid's result: one row per card (built by :mod:`hyport_lib.inference.grid`,
+only read here) and the cross-card comparison. A live grid's unfinished rows say ``running``.
 """
 
 from __future__ import annotations

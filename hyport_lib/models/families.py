@@ -57,11 +57,8 @@ class ModelTraits:
 
 def describe_config(data: dict) -> ModelTraits:
     """Traits of a checkpoint from its ``config.json`` contents (the model's code is read for
-    :func:`packing_refusal`, never imported).
-
-    Raises:
-        ValueError: the config names a model type transformers cannot load as a causal
-            or image-text-to-text model, and no remote code either.
+    :func:`packing_refusal`, never imported). Raises ValueError for a model type
+    transformers cannot load as a causal or image-text-to-text model, without remote code.
     """
     from transformers.models.auto.modeling_auto import (
         MODEL_FOR_CAUSAL_LM_MAPPING_NAMES,

@@ -409,12 +409,8 @@ def dtype_kwarg() -> str:
 
 
 def auto_model_class(traits: ModelTraits):
-    """The transformers auto class for ``traits``.
-
-    Raises:
-        ValueError: this transformers has no such auto class (``AutoModelForVision2Seq``
-            left transformers 5: remote code naming only it needs transformers 4.x).
-    """
+    """The transformers auto class for ``traits``; ValueError when this transformers has
+    none (``AutoModelForVision2Seq`` left transformers 5)."""
     import transformers
 
     cls = getattr(transformers, traits.auto_class, None)

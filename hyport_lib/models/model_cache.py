@@ -1,10 +1,8 @@
 """Checkpoints hyport builds once and keeps in its cache (``$HYPORT_CACHE``).
 
-Several processes may ask for the same checkpoint at once (a grid starts one worker
-per card together): the first builds it in a private temporary folder under a file
-lock and renames it into place; the others wait and reuse it. A folder is complete
-when its marker file exists (written last by the builder), so no process ever sees
-half a checkpoint.
+Several processes may ask at once (a grid starts its workers together): :func:`build_once`
+builds in a private folder under a file lock and renames it into place; a folder is
+complete when its marker file (written last) exists, so no process sees half a checkpoint.
 """
 
 from __future__ import annotations

@@ -63,13 +63,10 @@ def ensure_smollm2(cache_dir: Optional[Union[str, os.PathLike]] = None) -> Path:
 
 
 def convert_gguf(gguf: Path, out_dir: Path) -> None:
-    """Write ``gguf`` as a safetensors checkpoint with its tokenizer, chat template and
-    generation config into ``out_dir``, then :data:`MARKER_FILE`.
-
-    transformers marks a model loaded from GGUF as quantised and refuses to save it, although
-    its weights are plain float32 after loading: they are moved into a model built from the
-    same config without the quantisation entry, strictly (every tensor must match).
-    """
+    """Write ``gguf`` as a safetensors checkpoint (tokenizer, chat template, generation
+    config) into ``out_dir``, then :data:`MARKER_FILE`. transformers refuses to save a
+    model loaded from GGUF (marked quantised, though float32 once loaded): its weights move
+    strictly into a model built from the config without the quantisation entry."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     folder, name = str(gguf.parent), gguf.name

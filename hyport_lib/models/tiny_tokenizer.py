@@ -1,9 +1,6 @@
-"""The embedded model's tokenizer: a small byte-level BPE trained offline.
-
-Byte level, so any prompt (Chinese included) encodes without an unknown token. The
-training corpus is a few dozen sentences about the things the workbook prompts ask
-about (pictures, shapes, kitchens, porting), so that the merges form English words and
-a randomly initialised model still "says" word-like text.
+"""The embedded model's tokenizer: a small byte-level BPE trained offline. Byte level, so
+any prompt (Chinese included) encodes; trained on sentences like the workbook's prompts,
+so the merges form English words and random weights still "say" word-like text.
 """
 
 from __future__ import annotations

@@ -67,14 +67,10 @@ def split_processor_output(out, image_keys: frozenset = frozenset()) -> tuple[li
 def _is_per_token(value, length: int) -> bool:
     """Is ``value`` (one sample's processor output) laid out along the tokens?
 
-    Decided from its shape, whatever its rank: transformers documents every per-token
-    input as ``(batch_size, sequence_length, ...)`` (``token_type_ids``,
-    ``mm_token_type_ids``, mllama's ``cross_attention_mask`` of ``(batch_size,
-    seq_length, max_num_images, max_num_tiles)``), and a list of key names would miss the
-    next family's. No image tensor looks like that: pixel values are floating point, and
-    an integer image tensor's dimension 1 counts images, tiles or a fixed width (3 of a
-    grid, 2 of a size), always fewer than the tokens, since every image puts a token of
-    its own into the sequence beside the template's.
+    Decided from its shape, not a list of key names (which would miss the next family's):
+    transformers documents every per-token input as ``(batch_size, sequence_length, ...)``.
+    No image tensor looks like that: pixel values are floating point, and an integer image
+    tensor's dim 1 (images, tiles, a fixed width) is always below the token count.
     """
     return (value.dim() >= 2 and tuple(value.shape[:2]) == (1, length)
             and not value.is_floating_point())
@@ -166,13 +162,9 @@ def join_image_tensors(parts: Sequence[dict], per_row: bool = False) -> dict:
 
 
 def _sample_major(values: list, pixels: list) -> bool:
-    """Is a key laid out like per-sample pixel values (sample, image or tile, ...)?
-
-    Its first two dims equal those of the pixel values. A 2-D key qualifies only beside
-    6-D pixels ``(sample, image, tile, C, H, W)``, where dim 1 certainly counts images
-    (mllama's ``aspect_ratio_ids``, one per image); beside 5-D pixels dim 1 may count the
-    patches of one image (LLaVA-OneVision), and its ``(images, 2)`` ``image_sizes``
-    would look the same.
+    """Is a key laid out like per-sample pixel values (its first two dims theirs)? A 2-D key
+    only beside 6-D pixels, where dim 1 surely counts images (mllama's ``aspect_ratio_ids``):
+    beside 5-D pixels LLaVA-OneVision's ``(images, 2)`` ``image_sizes`` would look the same.
     """
     return all((v.dim() >= 3 or (v.dim() == 2 and p.dim() >= 6)) and v.shape[:2] == p.shape[:2]
                for v, p in zip(values, pixels))
