@@ -1,17 +1,11 @@
 """Which attention the inference workers run, decided before any worker starts.
 
-``attn_implementation="auto"`` (the default) is the seed's case: on an NPU the grid runs
-hyport's fused attention (``npu_fusion_attention``), which is what stage 03 exists to show
-on every card; elsewhere it runs eager. A hyport attention, asked for by name or by
-``auto``, first proves itself on the user's model
-(:func:`hyport_lib.models.attention_proof.prove_swap`): the model shrunk from its own
-config, eager against the swap, on the grid's own prompts as the workers encode them
-(left-padded), prefill and a few greedy tokens decoded with the KV cache. A proof that
-does not pass keeps the grid on eager attention, and the plan says why: never a grid
-that answers through an attention that computes something else.
-
-The proof runs on this host's CPU in float32; on an NPU host its swapped side is hyport's
-CPU emulation of ``npu_fusion_attention`` (the plan never touches a card).
+``auto`` (the default) runs hyport's fused attention on an NPU (what stage 03 exists to
+show), eager elsewhere. A hyport attention first proves itself on the user's model and the
+grid's own prompts, prefill and cached decoding
+(:func:`~hyport_lib.models.attention_proof.prove_swap`); a proof that does not pass keeps
+eager, and the plan says why: never a grid answering through an attention that computes
+something else.
 """
 
 from __future__ import annotations
@@ -53,13 +47,8 @@ class InferenceAttention:
 
 
 def choose_attention(asked: str, backend_kind: str, config: InferenceConfig) -> InferenceAttention:
-    """The workers' attention for ``asked`` on ``backend_kind`` (see the module docstring).
-
-    ``config.model_path`` is a checkpoint folder, ``"tiny"`` or a hub id (never proven: eager).
-
-    Raises:
-        ValueError: a name no worker could load, or a hyport name this device cannot run.
-    """
+    """The workers' attention for ``asked`` on ``backend_kind``; a hub id is never proven
+    (eager). Raises ValueError for a name no worker could load or this device cannot run."""
     if asked == AUTO_ATTENTION:
         wanted = AUTO_SWAP.get(backend_kind)
         if wanted is None:

@@ -1,29 +1,12 @@
-"""The N-card inference grid: one fresh worker process per card, watched from here.
+"""The N-card inference grid (:func:`run_grid`): one fresh worker process per card.
 
-Each card gets its own OS process, started with ``subprocess.Popen`` (fork + exec, so
-the worker is a fresh interpreter: accelerate refuses a process forked after the
-device was initialised with "Cannot re-initialize NPU in forked subprocess"). The
-worker is pinned to its card through the backend seam's visible-devices variable,
-writes ``card<N>.log`` (stdout and stderr) and ``card<N>.json`` (its result) in the
-log folder, and runs in its own session, hence its own process group.
-
-Workers never outlive the launcher, and what they write is scrubbed of secret values
-once they exit: see :mod:`hyport_lib.processes` (own process group, a lifeline on
-stdin that carries the configuration, so secret values never touch the disk;
-``card<N>.config.json`` is a scrubbed copy for the record). ``hyport infer`` turns
-SIGTERM and SIGHUP into an orderly stop so that the cleanup below runs.
-
-What runs is an :class:`InferencePlan`, made and checked by
-:func:`hyport_lib.inference.stage.plan`: the cards it chose (busy cards skipped unless
-``allow_busy_cards``; no process is ever killed for being in the way), the
-configuration every worker receives, the log folder. The result table is
-:mod:`hyport_lib.inference.table`.
-
-The launcher only watches: it never touches the device (the plan it is given, the
-attention's proof included, was made on the host before any worker starts). A worker that raises, dies (signal, ``os._exit``, out-of-memory
-kill) or runs past ``infer_timeout_s`` becomes a row with its reason; the others
-finish; a hung worker's whole process group is killed (only groups this module
-started); the call always returns a :class:`GridResult`.
+Fork + exec, never a bare fork: accelerate refuses a process forked after the device was
+initialised ("Cannot re-initialize NPU in forked subprocess"). Each worker is pinned to its
+card through the backend's visible-devices variable and writes ``card<N>.log`` and
+``card<N>.json``; its configuration travels on stdin (:mod:`hyport_lib.processes`), so
+secret values never touch the disk. The launcher never touches a device: a worker that
+raises, dies or runs past ``infer_timeout_s`` becomes a row with its reason, the others
+finish, and the call always returns a :class:`GridResult`.
 """
 
 from __future__ import annotations
@@ -50,7 +33,7 @@ from hyport_lib.models.tiny import TINY_MODEL_NAME, ensure_tiny_model
 from hyport_lib.triage import Triage, cann_log_dir
 from hyport_lib.triage.child_logs import diagnose, own_cann_log_env, shared_cann_note
 from hyport_lib.processes import Child, ChildGroup, describe_exit, last_exception, read_log_tail, scrub_log
-from hyport_lib.results import Provenance, fresh_folder_beside_results
+from hyport_lib.results import Provenance
 from hyport_lib.utils.files import atomic_write_json, ensure_writable
 from hyport_lib.utils.redact import child_environ, scrub_obj
 
@@ -59,17 +42,9 @@ from hyport_lib.utils.redact import child_environ, scrub_obj
 class InferencePlan:
     """What the grid runs, every check made (see :func:`hyport_lib.inference.stage.plan`).
 
-    Attributes:
-        params: the stage's parameters.
-        backend: the device kind's backend seam.
-        card_plan: which cards run and which are skipped as busy (shown before running).
-        config: what every worker runs; each replaces ``device`` with its own pinned
-            card. ``model_path`` is the checked folder (absolute), a hub id downloads
-            were allowed for, or ``"tiny"`` (built when the grid runs).
-        log_dir: where ``card<N>.log`` / ``card<N>.json`` go (created when the grid runs).
-        attention: the workers' attention and the proof behind it
-            (:mod:`hyport_lib.inference.attention_choice`); ``config`` names it.
-        notes: what the plan decided that the reader should know (one line each).
+    ``config`` is what every worker runs (each replaces ``device`` with its pinned card);
+    its ``model_path`` is the checked folder, an allowed hub id, or ``"tiny"`` (built when
+    the grid runs). ``notes``: what the plan decided that the reader should know.
     """
 
     params: Params
@@ -91,15 +66,6 @@ class _Worker:
     cann_dir: Optional[Path] = None  # where CANN writes this worker's logs
     cann_shared: bool = False  # that folder is the user's, shared with the other cards
     started_at: float = 0.0  # time.time() at start: CANN logs older than this are not its own
-
-    @property
-    def proc(self):
-        return self.child.proc
-
-
-def default_log_dir() -> Path:
-    """A fresh folder beside the results: ``<results>/../inference_logs/<stamp>-<pid>``."""
-    return fresh_folder_beside_results("inference_logs")
 
 
 def _worker_env(backend: Backend, card: int, num_threads: Optional[int],
@@ -136,9 +102,8 @@ def _launch(group: ChildGroup, backend: Backend, card: int, spec: dict, log_dir:
     atomic_write_json(config_path, scrub_obj(spec, secrets_env))
     cmd = [sys.executable, "-m", "hyport_lib.inference.worker",
            "--config", "-", "--result", str(result_path), "--die-with-stdin"]
-    # CANN's logs of this card in a folder of its own (unless the user chose one), so that a
+    # CANN's logs of an NPU card in a folder of its own (unless the user chose one), so that a
     # failure is diagnosed from this card's logs, not from a neighbour's.
-    # Only an NPU worker writes CANN logs.
     own_folder = log_dir / "cann" / f"card{card}"
     own_cann = own_cann_log_env(own_folder, {**os.environ, **(extra_env or {})}) if backend.kind == "npu" else {}
     env = _worker_env(backend, card, spec.get("num_threads"), {**own_cann, **(extra_env or {})})
@@ -153,12 +118,9 @@ def _launch(group: ChildGroup, backend: Backend, card: int, spec: dict, log_dir:
 
 def _row_for(worker: _Worker, timed_out: bool, timeout_s: float, device: str,
              secrets_env: Optional[dict] = None) -> tuple[dict, dict]:
-    """Build the table row of a finished worker; returns (row, raw result).
-
-    Nothing here is scrubbed again: the worker scrubbed its result file as it wrote it,
-    and the log was scrubbed (with ``secrets_env``) when the worker was reaped; the
-    diagnosis reads the logs with ``secrets_env``."""
-    rc = worker.proc.returncode
+    """``(table row, raw result)`` of a finished worker. Nothing is scrubbed again here: the
+    worker scrubbed its result, the log was scrubbed when the worker was reaped."""
+    rc = worker.child.proc.returncode
     wall = time.monotonic() - worker.child.started
     raw: dict = {}
     if worker.result_path.is_file():
@@ -231,25 +193,16 @@ def _frame(rows: dict[int, dict], order: list[int]) -> pd.DataFrame:
 def run_grid(plan: InferencePlan, *, on_progress: Optional[Callable[[GridProgress], None]] = None,
              extra_env: Optional[dict] = None, poll_interval_s: float = 0.1,
              kill_grace_s: float = 2.0) -> GridResult:
-    """Run the plan: the same inference on every card it chose, one fresh process each.
+    """Run the plan as it is (the card table a notebook showed is what runs): the same
+    inference on every card it chose, one fresh process each.
 
-    Args:
-        plan: from :func:`hyport_lib.inference.stage.plan`, run as it is, so that the
-            card table a notebook showed is what runs.
-        on_progress: called with a :class:`GridProgress` at the start and whenever a
-            card finishes (a live table in the notebook, a progress bar in the CLI).
-        extra_env: extra variables for the workers (secret-looking ones among them
-            are scrubbed from the logs and results like those of this process).
-        poll_interval_s: how often the workers are checked.
-        kill_grace_s: between SIGTERM and SIGKILL of a timed-out worker's group.
-
-    Returns:
-        GridResult with one row per card (see :data:`COLUMNS`). Its ``config`` and
-        ``cards`` and the files in the log folder hold no secret values.
+    ``on_progress`` gets a :class:`GridProgress` at the start and whenever a card finishes;
+    ``extra_env`` goes to the workers (its secret-looking values are scrubbed like this
+    process's); ``kill_grace_s`` lies between SIGTERM and SIGKILL of a timed-out group.
+    Returns one row per card (:data:`COLUMNS`), no secret value in it or the log folder.
 
     Raises:
-        PermissionError: the log folder cannot be created or written (before any worker
-            starts); the tiny model's cache cannot be written.
+        PermissionError: the log folder or the tiny model's cache cannot be written.
     """
     t0 = time.monotonic()
     backend, card_plan, log_dir = plan.backend, plan.card_plan, plan.log_dir

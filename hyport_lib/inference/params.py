@@ -48,25 +48,14 @@ class Params(StageParams):
                                    path="dir", output=True)
 
     def check(self) -> None:
-        """The batch's items: each becomes a ``[text, uses_image]`` pair.
-
-        A pair's flag may be written as text (``"true"``, ``"no"``, as YAML or papermill
-        may hand it over); a bare text is a text-only prompt; ``{"text": ..., "image":
-        ...}`` is a pair as a YAML mapping.
-
-        Raises:
-            ParameterError: naming the item (``batch_prompts[1]``) and its value.
-        """
+        """Each item of the batch becomes a ``[text, uses_image]`` pair (:func:`batch_pairs`)."""
         self.batch_prompts = [list(pair) for pair in batch_pairs(self.batch_prompts)]
 
 
 def batch_pairs(prompts: list) -> list[tuple[str, bool]]:
-    """``(text, uses_image)`` for each item of ``batch_prompts`` (see :meth:`Params.check`).
-
-    Raises:
-        ParameterError: an item that is no prompt, an empty text, a flag that is not one,
-            or no item at all.
-    """
+    """``(text, uses_image)`` for each item of ``batch_prompts``: a pair (its flag may be
+    text, as YAML or papermill hand it over), a bare text (text-only) or a ``{"text",
+    "image"}`` mapping. Raises ParameterError naming the item (``batch_prompts[1]``)."""
     if not prompts:
         raise ParameterError([f"batch_prompts={prompts!r}: expected at least one [text, uses_image] pair"])
     pairs = []

@@ -1,12 +1,7 @@
-"""Rendering of the inference grid for notebooks: table, consistency line, log tails; and
-of its recorded result in the report (index card, draft section).
-
-Compute lives in :mod:`hyport_lib.inference.grid`; everything here only displays a
-:class:`~hyport_lib.inference.grid.GridResult`. Whatever is shown with a widget (the
-card picker) also has a static rendering (:func:`show_log_tails`), because the
-report's HTML is static and widget views are stripped from it. :func:`glance`,
-:func:`blog_values` and :func:`blog_facts` are what the report asks of the stage; its draft
-section is ``blog.<lang>.md.j2`` beside this module (see :mod:`hyport_lib.drafting`).
+"""Rendering of the inference grid for notebooks (table, consistency line, log tails) and
+of its record in the report (:func:`glance`, :func:`blog_values`, :func:`blog_facts`; the
+draft section is ``blog.<lang>.md.j2`` beside this module). A widget (the card picker)
+always has a static twin (:func:`show_log_tails`): the report's HTML strips widgets.
 """
 
 from __future__ import annotations
@@ -133,10 +128,7 @@ def show_log_tails(result: GridResult, lines: int = 20) -> None:
 
 
 def card_log_picker(result: GridResult, lines: int = 40):
-    """A Dropdown of cards and an Output showing the chosen card's log tail.
-
-    Returns the widget (a VBox); :func:`show_log_tails` is its static counterpart.
-    """
+    """A VBox: a Dropdown of cards and an Output showing the chosen card's log tail."""
     import ipywidgets as widgets
 
     options = [(f"card {int(c)} ({s})", int(c)) for c, s in zip(result.frame["card"], result.frame["status"])]
@@ -155,11 +147,8 @@ def card_log_picker(result: GridResult, lines: int = 40):
 
 
 def live_grid_display() -> Callable[[GridProgress], None]:
-    """An ``on_update`` callback for ``run_grid``: one table, updated as cards finish.
-
-    Every update is drawn (at most one per card): a rate limit could hide the cards
-    that finished just before a long wait for a slow one.
-    """
+    """An ``on_progress`` callback for ``run_grid``: one table, redrawn as each card finishes
+    (no rate limit: it could hide cards that finished just before a long wait)."""
     live = LiveDisplay(min_interval_s=0.0)
 
     def update(progress: GridProgress) -> None:
@@ -207,10 +196,10 @@ def blog_facts(record: dict) -> dict:
 
 
 def blog_values(record: dict) -> dict:
-    """What the draft's section (``blog.<lang>.md.j2``) derives from the record: whether its
-    figures are warm (the run made untimed warm-up calls and recorded the cold one apart;
-    runs before ``warmup_runs`` existed, or with 0, timed the first call), the first answer
-    and why a random-weight answer shows only that the cards agree."""
+    """What the draft's section derives from the record: whether its figures are warm
+    (warm-up calls made and the cold one recorded apart; older records and
+    ``warmup_runs=0`` timed the first call), the first answer, and why a random-weight
+    answer shows only that the cards agree."""
     grid = StageRecord.from_dict(record, GridRecord).data
     warmup = grid.config.get("warmup_runs")
     return {"warm": is_number(warmup) and warmup > 0 and any(r.get("cold_s") is not None for r in grid.rows),

@@ -1,9 +1,5 @@
-"""Stage 03: inference on every card — plan, run, summarize, record.
-
-The notebook, ``hyport infer`` and ``hyport report`` make the same :class:`Params`,
-then :func:`plan` (every check, nothing written) and :func:`run` (the grid);
-:func:`summarize` judges it and :func:`record` writes the result through
-:mod:`hyport_lib.results`.
+"""Stage 03: inference on every card — :func:`plan` (every check, nothing written),
+:func:`run` (the grid), :func:`summarize` (the verdict), :func:`record`.
 """
 
 from __future__ import annotations
@@ -18,7 +14,7 @@ from hyport_lib.backend import get_backend
 from hyport_lib.devices.card_plan import plan_grid
 from hyport_lib.devices.host_memory import RamNeed, ram_need_per_rank, require_host_ram
 from hyport_lib.inference.attention_choice import choose_attention
-from hyport_lib.inference.grid import InferencePlan, default_log_dir, run_grid
+from hyport_lib.inference.grid import InferencePlan, run_grid
 from hyport_lib.inference.params import Params
 from hyport_lib.inference.table import GridProgress, GridResult, given
 from hyport_lib.models.generation import check_processor, check_prompts
@@ -27,34 +23,27 @@ from hyport_lib.models.loading import build_empty_model
 from hyport_lib.models.preflight import check_model_path
 from hyport_lib.models.tiny import TINY_MODEL_NAME
 from hyport_lib.params import ParameterError
-from hyport_lib.results import StageSummary, record_summary
+from hyport_lib.results import StageSummary, fresh_folder_beside_results, record_summary
 from hyport_lib.utils.redact import scrub_text
 
 STAGE = "03_inference"
 
 
 def plan(params: Params) -> InferencePlan:
-    """Every check the grid needs before a worker starts, without writing anything.
-
-    The backend and the cards (busy ones skipped unless ``allow_busy_cards``), the log
-    folder (it could be created and written), the model folder and the attention name
-    every worker would load, and the prompts against the model (an image prompt for a
-    text-only model is refused here, in one line, not once per card). The host RAM the
-    workers need is reckoned from the model's size; the workers' attention is chosen, and a
-    swap proven on the model (:mod:`hyport_lib.inference.attention_choice`). Both are said
-    in ``notes``. Nothing is written but hyport's cache (a proof, and the tiny model a proof
-    needs).
+    """Every check the grid needs before a worker starts (cards, log folder, model, prompts,
+    host RAM), refused here in one line rather than once per card; the workers' attention
+    is chosen and a swap proven (:mod:`~hyport_lib.inference.attention_choice`). Nothing is
+    written but hyport's cache (a proof, and the tiny model a proof needs).
 
     Raises:
         ParameterError: ``log_dir`` names a file, or a place no folder can be made in.
-        ValueError: the device, a card count or visible-devices variable, the model
-            folder, the attention name or a prompt this model cannot take, each naming
-            the parameter.
+        ValueError: a parameter (named) this host or model cannot take.
         RuntimeError: the device kind asked for is not usable here.
     """
     backend = get_backend(params.device, num_cards=params.num_cards)
     card_plan = plan_grid(backend, num_cards=params.num_cards, allow_busy_cards=params.allow_busy_cards)
-    log_dir = Path(params.log_dir).expanduser().resolve() if params.log_dir else default_log_dir()
+    log_dir = Path(params.log_dir).expanduser().resolve() if params.log_dir \
+        else fresh_folder_beside_results("inference_logs")
     _check_log_dir(log_dir, given=params.log_dir is not None)
     model_path = params.model_path
     # "tiny" is built when the grid runs, or for a swap's proof; it takes every prompt.
@@ -101,15 +90,8 @@ def _host_ram_need(params: Params, kind: str, model_path: str) -> RamNeed:
 
 
 def _check_log_dir(log_dir: Path, *, given: bool) -> None:
-    """The folder exists or can be made (its nearest existing parent is a writable folder).
-
-    Args:
-        log_dir: the folder the grid will create and write.
-        given: the user named it (else it is the default beside the results folder).
-
-    Raises:
-        ParameterError: naming ``log_dir`` and why not.
-    """
+    """Raise ParameterError unless ``log_dir`` exists or can be made (its nearest existing
+    parent is a writable folder); ``given``: the user named it (else it is the default)."""
     shown = f"log_dir={str(log_dir)!r}" if given else f"log_dir=None (the default folder {log_dir})"
     existing = log_dir
     while not existing.exists() and existing != existing.parent:
@@ -122,13 +104,7 @@ def _check_log_dir(log_dir: Path, *, given: bool) -> None:
 
 
 def run(plan: InferencePlan, *, on_progress: Optional[Callable[[GridProgress], None]] = None) -> GridResult:
-    """Run the plan on every card it chose (see :func:`hyport_lib.inference.grid.run_grid`).
-
-    Args:
-        plan: from :func:`plan`.
-        on_progress: called with a :class:`~hyport_lib.inference.table.GridProgress` at
-            the start and whenever a card finishes; None: silent.
-    """
+    """Run the plan on every card it chose (:func:`~hyport_lib.inference.grid.run_grid`)."""
     return run_grid(plan, on_progress=on_progress)
 
 

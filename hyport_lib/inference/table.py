@@ -1,8 +1,5 @@
-"""The inference grid's result: one row per card and the cross-card comparison.
-
-Rows are built by :mod:`hyport_lib.inference.grid` from each worker's result file and
-log; everything here only reads them. Statuses: ``ok``, ``failed``, ``timeout``,
-``skipped-busy`` (and ``running`` while the grid is live).
+"""The inference grid's result: one row per card (built by :mod:`hyport_lib.inference.grid`,
+only read here) and the cross-card comparison. A live grid's unfinished rows say ``running``.
 """
 
 from __future__ import annotations
@@ -38,7 +35,7 @@ COLUMNS = [
 
 @dataclass
 class GridProgress:
-    """Passed to ``on_update``: the table so far (unfinished cards say ``running``)."""
+    """Passed to ``on_progress``: the table so far (unfinished cards say ``running``)."""
 
     frame: pd.DataFrame
     done: int
@@ -72,7 +69,17 @@ class GridResult:
 
     @property
     def consistency_line(self) -> str:
-        return consistency_line(self)
+        """One sentence on whether the cards agree."""
+        ok = self.frame[self.frame["status"] == "ok"]
+        if ok.empty:
+            # Say why: the first card's error is usually every card's (a bad argument).
+            errors = [str(e) for e in self.frame.get("error", []) if isinstance(e, str) and e.strip()]
+            why = f" Card {int(self.frame.iloc[0]['card'])}: {errors[0].strip().splitlines()[0][:300]}" \
+                if errors and len(self.frame) else ""
+            return f"No card finished, so there is nothing to compare.{why}"
+        _, differing, reference = consistency(self.frame)
+        reference = (reference or "")[:12]
+        return _agreement(self, ok, differing, reference) + _not_applicable(ok)
 
     def log_tail(self, card: int, lines: int = 40) -> str:
         row = self.frame.loc[self.frame["card"] == card]
@@ -164,11 +171,8 @@ def preview(text: Any, chars: int = PREVIEW_CHARS) -> str:
 
 
 def consistency(frame: pd.DataFrame) -> tuple[bool, list[int], Optional[str]]:
-    """Compare the ok cards' output hashes.
-
-    Returns ``(consistent, differing cards, reference hash)``: the reference is the
-    most common hash (ties: the lowest card's); no ok card means not consistent.
-    """
+    """``(consistent, differing cards, reference hash)`` of the ok cards' output hashes: the
+    reference is the most common (ties: the lowest card's); no ok card: not consistent."""
     ok = frame[frame["status"] == "ok"].sort_values("card")
     if ok.empty:
         return False, [], None
@@ -177,20 +181,6 @@ def consistency(frame: pd.DataFrame) -> tuple[bool, list[int], Optional[str]]:
     reference = next(h for h in ok["output_hash"] if counts[h] == top)
     differing = [int(c) for c, h in zip(ok["card"], ok["output_hash"]) if h != reference]
     return not differing, differing, reference
-
-
-def consistency_line(result: GridResult) -> str:
-    """One sentence on whether the cards agree."""
-    ok = result.frame[result.frame["status"] == "ok"]
-    if ok.empty:
-        # Say why: the first card's error is usually every card's (a bad argument).
-        errors = [str(e) for e in result.frame.get("error", []) if isinstance(e, str) and e.strip()]
-        why = f" Card {int(result.frame.iloc[0]['card'])}: {errors[0].strip().splitlines()[0][:300]}" \
-            if errors and len(result.frame) else ""
-        return f"No card finished, so there is nothing to compare.{why}"
-    _, differing, reference = consistency(result.frame)
-    reference = (reference or "")[:12]
-    return _agreement(result, ok, differing, reference) + _not_applicable(ok)
 
 
 def _not_applicable(ok: pd.DataFrame) -> str:

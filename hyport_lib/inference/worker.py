@@ -1,31 +1,11 @@
-"""One inference worker of the grid: one fresh process pinned to one card.
+"""One inference worker of the grid: one fresh process pinned to one card (index 0 inside).
 
-Started by :func:`hyport_lib.inference.grid.run_grid`, never imported by it::
-
-    python -m hyport_lib.inference.worker --config - --result PATH --die-with-stdin
-
-``--config`` is a JSON object, the path of a file holding one, or ``-``: one line of
-JSON on stdin (how the grid passes it, so that secret values in it never touch the
-disk)::
-
-    {"card": 3, "device_kind": "npu", "num_threads": null,
-     "inference": {...InferenceConfig fields...}}
-
-With ``--die-with-stdin`` the worker, once it has read its configuration, starts the
-guard of :func:`hyport_lib.processes.start_guard`: when the launcher ends in any way
-(SIGKILL included) the worker and every child it started end too. It is only started
-when the worker leads its own process group (the grid starts it in a new session), so
-it can never kill a group the worker did not create.
-
-The launcher has already pinned the process to its card through the backend's
-visible-devices variable (``ASCEND_RT_VISIBLE_DEVICES`` / ``CUDA_VISIBLE_DEVICES``), so
-inside the worker the card is always device index 0. The worker runs
-:func:`~hyport_lib.models.generation.run_inference`, measures peak device memory
-through the backend seam (process RSS on CPU) and writes the result file atomically:
-the launcher either finds a whole result or none. A worker that raises still writes a
-result (status ``failed``, exception type and message) and prints the traceback to its
-log; a worker that dies writes nothing, and the launcher reports why from the exit
-status.
+Started by :func:`hyport_lib.inference.grid.run_grid` as
+``python -m hyport_lib.inference.worker --config - --result PATH --die-with-stdin``:
+``{"card", "device_kind", "num_threads", "inference"}`` arrives as one line on stdin, and
+``--die-with-stdin`` ends the worker with its launcher
+(:func:`hyport_lib.processes.start_guard`). The result file is written atomically, a
+failure's too (status ``failed``); a worker that dies writes none.
 """
 
 from __future__ import annotations

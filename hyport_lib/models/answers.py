@@ -1,11 +1,6 @@
-"""Whether answers can mean anything (random weights cannot). No torch here: the report's
-views import it.
-
-Stage 02 compares the swap's answers with eager's and stage 04 shows answers before and
-after training. On random weights the logits are nearly flat: a greedy token is a coin
-toss and an answer is noise, so both say "random weights: not meaningful" instead of
-showing it as a result. A model is known to be random when it is the embedded tiny model,
-or when the greedy token's mean probability stays under :data:`FLAT_TOP1`.
+"""Whether answers can mean anything: on random weights (the tiny model, or flat logits
+under :data:`FLAT_TOP1`) a greedy token is a coin toss, so stages 02 and 04 say "random
+weights: not meaningful" instead of showing answers. No torch here: the report imports it.
 """
 
 from __future__ import annotations

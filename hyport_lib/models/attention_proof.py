@@ -1,30 +1,13 @@
 """The swap proves itself on the user's model before any worker starts.
 
-:func:`prove_swap` builds the model of ``model_path`` from its own config, shrunk to a
-few decoder layers (its real attention classes, random weights drawn from a seed), twice:
-once with eager attention and once with hyport's swapped attention, the same weights in
-both. It runs one batch — the first one training will see, exactly as the collator makes
-it, packed rows included — forward and backward through each, and compares:
-
-* the logits (max |Δ| over the compared positions) and the loss, within the dtype's
-  tolerance;
-* the gradient set: the same parameters get a gradient in both, and the gradients agree;
-* that the swapped model called hyport's attention at all;
-* for an inference proof (``decode_steps``), a few greedy new tokens decoded with the KV
-  cache through ``generate``: each step's logits
-  (:mod:`hyport_lib.models.decode_proof`).
-
-A model that declares it cannot take SDPA-like kernels (``_supports_sdpa = False``, as
-models with per-token sinks or position biases do) is refused without running. A raise
-in the swapped model (an attention argument hyport refuses, a shape it cannot serve) is a
-failed proof with that one line as its reason. What the caller does with a failed proof
-(keep eager, or stop before launch) is the caller's decision, stated in its plan.
-
-The proof runs here, on the CPU, in float32: on an NPU host the swapped side is hyport's
-CPU emulation of ``npu_fusion_attention`` (the planning process never touches a card, so
-that the workers start on clean devices); the figures say so. A proof is cached per model
-(its config and weights' names), batch (its tensors) and versions under the hyport cache,
-so a second launch of the same run pays nothing.
+:func:`prove_swap` runs the first batch training will see (packed rows included) forward
+and backward through the model shrunk from its own config (:mod:`shrunk_model`), with eager
+and with hyport's attention on the same weights, and compares logits, loss, the gradient
+set and gradients (and cached decoding: :mod:`decode_proof`). It runs on the CPU in
+float32 (on an NPU host the swap is hyport's CPU emulation of ``npu_fusion_attention``: the
+planning process never touches a card, so workers start on clean devices). A raise in the
+swapped model is a failed proof with that line as its reason; what to do with a failed
+proof is the caller's decision. Proofs are cached (:func:`_cache_key`).
 """
 
 from __future__ import annotations
@@ -171,15 +154,12 @@ def prove_swap(model_path: str, batch: Mapping, *, backend: str, trust_remote_co
                keep_layers: int = KEEP_LAYERS, samples: Optional[Sequence[Sequence[Mapping]]] = None,
                decode_steps: int = 0) -> AttentionProof:
     """Eager vs hyport's attention (``backend``: ``sdpa`` or ``npu-emulated``) on the
-    shrunk model and ``batch`` (see the module docstring).
+    shrunk model and ``batch``; a model declaring ``_supports_sdpa = False`` is REFUSED.
 
-    Args:
-        samples: for a packed ``batch``, each row's samples, each collated alone (in the
-            row's order): eager runs them one by one, so that the reference is "each sample
-            trained alone" whatever the model's mask code makes of packed positions.
-            Without it, eager runs ``batch`` as it is.
-        decode_steps: also decode this many greedy new tokens with the KV cache (an
-            inference proof; ``batch`` is then a left-padded prompt batch).
+    ``samples``: for a packed ``batch``, each row's samples collated alone; eager runs them
+    one by one, so the reference is "each sample trained alone" whatever the model's mask
+    code makes of packed positions. ``decode_steps``: also compare this many greedy tokens
+    decoded with the KV cache (``batch`` is then a left-padded prompt batch).
     """
     from transformers import AutoConfig
 
@@ -336,11 +316,9 @@ def _model_batch(batch: Mapping) -> dict:
 def _forward_backward(model, inputs: dict, per_sample=None, lengths=None):
     """``(logits of the compared tokens, loss, gradients, tokens compared per row)``.
 
-    The loss is the batch's causal-LM cross-entropy computed here from the logits, the same
-    way for both models (the mean over the label tokens the batch holds), so that a packed
-    row and its samples run one by one give the same number when attention is exact.
-    ``per_sample``: each row's samples run alone, their logits joined as the row holds them.
-    ``lengths``: compare only the first tokens of each row (the packed row's real tokens).
+    The loss is computed here from the logits, the same way for both models, so a packed
+    row and its samples run one by one (``per_sample``) give the same number when attention
+    is exact. ``lengths``: compare only each row's first tokens (a packed row's real ones).
     """
     import torch
 

@@ -1,15 +1,8 @@
-"""The decoding half of an attention proof: what inference runs after the prompt.
-
-Training and a prompt's prefill call attention with the query as long as the keys. An
-inference grid then decodes: one new query at a time against a growing KV cache, with
-the prompt's left padding still masked. A swap can be exact on the first and wrong on
-the second (a causal mask aligned to the top-left instead of the bottom-right of the
-score matrix masks every cached key but the first). :func:`decode_logits` runs
-``generate`` through the model's own generation code with the KV cache, each new token
-forced to one fixed token per row (the prompt's last), so that the eager and the
-swapped run read the same prefixes at every step whatever their logits, and no row
-stops early on an end-of-sequence token of its own choosing. The raw logits of every
-step are kept; the first is the prefill's, the others are cached decoding steps.
+"""The decoding half of an attention proof: one new query at a time against a growing KV
+cache, the prompt's left padding still masked. A swap can be exact on the prefill and
+wrong here (a causal mask aligned top-left instead of bottom-right masks every cached key
+but the first). :func:`decode_logits` forces each new token, so eager and swap read the
+same prefixes whatever their logits; :func:`compare_decoding` compares them.
 """
 
 from __future__ import annotations

@@ -1,23 +1,9 @@
 """What a checkpoint is, read from its config: the one place that knows model families.
 
-Stages never assume LLaVA. They ask :func:`describe_config` what they hold:
-
-* **multimodal or text-only** — an image-text-to-text model (its class is in
-  transformers' ``AutoModelForImageTextToText`` mapping, or its remote code names such
-  a class in ``auto_map``) or a causal LM (Qwen3, Llama, HunYuan dense / MoE, ...);
-* **the auto class** that loads it;
-* **multimodal rotary positions** (M-RoPE: Qwen2-VL, Qwen2.5-VL, Qwen3-VL, HunYuan-VL):
-  the text model takes one position per rotary axis, computed by the model's own
-  ``get_rope_index`` from the image grids; packed training rows must carry those,
-  per sample (:mod:`hyport_lib.models.training_inputs`);
-* **why packing cannot keep the model's meaning**, where it cannot: the model's own
-  transformers code widens its causal mask so that some tokens attend both ways (Gemma3
-  and Gemma-4 within each image, PaliGemma over its image and prompt prefix, Molmo2 ...);
-  hyport's packed rows attend causally per sample, so packing would train another
-  model. This is read from the model, not from a list of names: the modeling source of
-  the config's class is scanned for the mask hooks transformers offers (4.x and 5.x),
-  and a hook that the code only uses under a config switch counts when the config sets
-  that switch (:mod:`hyport_lib.models.mask_source`).
+Stages never assume LLaVA: :func:`describe_config` says whether a model reads images, the
+auto class that loads it, whether it takes multimodal rotary positions (M-RoPE: the
+Qwen-VL family, HunYuan-VL; packed rows must carry them per sample) and why packing would
+change its meaning, where it would (:func:`packing_refusal`, read from the model's code).
 """
 
 from __future__ import annotations
@@ -48,18 +34,9 @@ _MROPE_WITHOUT_TEXT_ROW = frozenset({"hunyuan_vl"})
 
 @dataclass(frozen=True)
 class ModelTraits:
-    """What hyport needs to know about a checkpoint before loading it.
-
-    Attributes:
-        model_type: the config's ``model_type`` (``""`` for remote code without one).
-        multimodal: the model reads images.
-        auto_class: the transformers auto class that loads it.
-        mrope: its text model takes multimodal rotary positions (one row per axis).
-        packing_refusal: why packing is refused for it, or None.
-        remote_code: the config names its own classes (``auto_map``).
-        mrope_text_row: packed M-RoPE positions start with a row of per-sample text
-            positions (the ``(axes + 1, batch, length)`` layout of the Qwen-VL family).
-    """
+    """What hyport needs to know about a checkpoint before loading it. ``model_type`` is
+    ``""`` for remote code without one; ``mrope_text_row``: packed M-RoPE positions start
+    with a row of per-sample text positions (the Qwen-VL family's layout)."""
 
     model_type: str
     multimodal: bool
@@ -80,11 +57,8 @@ class ModelTraits:
 
 def describe_config(data: dict) -> ModelTraits:
     """Traits of a checkpoint from its ``config.json`` contents (the model's code is read for
-    :func:`packing_refusal`, never imported).
-
-    Raises:
-        ValueError: the config names a model type transformers cannot load as a causal
-            or image-text-to-text model, and no remote code either.
+    :func:`packing_refusal`, never imported). Raises ValueError for a model type
+    transformers cannot load as a causal or image-text-to-text model, without remote code.
     """
     from transformers.models.auto.modeling_auto import (
         MODEL_FOR_CAUSAL_LM_MAPPING_NAMES,
@@ -116,12 +90,9 @@ def describe_config(data: dict) -> ModelTraits:
 # --------------------------------------------------------------------------------------
 
 def packing_refusal(data: dict) -> Optional[str]:
-    """Why packed rows would change what the model of config ``data`` computes, or None.
-
-    Packed rows attend causally per sample; a model whose own code lets some tokens attend
-    both ways (:func:`hyport_lib.models.mask_source.bidirectional_mask`) would be trained as
-    another model.
-    """
+    """Why packed rows (causal per sample) would change what the model of config ``data``
+    computes, or None: its code lets some tokens attend both ways
+    (:func:`~hyport_lib.models.mask_source.bidirectional_mask`) or it cross-attends."""
     name = str(data.get("model_type") or "the model")
     if any(isinstance(sub, dict) and sub.get("cross_attention_layers")
            for sub in (data, data.get("text_config"))):
@@ -159,11 +130,8 @@ def _uses_mrope(value: Any) -> bool:
 
 
 def rope_index_function(model):
-    """The model's own multimodal rotary position function (``get_rope_index``), or None.
-
-    Looked up on the model and its sub-modules (the VLM's inner model holds it), so a
-    peft- or DeepSpeed-wrapped model is found too.
-    """
+    """The model's own ``get_rope_index``, or None; looked up on its sub-modules too (the
+    VLM's inner model holds it, and so a peft- or DeepSpeed-wrapped model is found)."""
     for module in model.modules():
         function = getattr(type(module), "get_rope_index", None)
         if callable(function):

@@ -1,18 +1,9 @@
-"""Inference as a library: the HY-Embodied reference script's behaviour, as functions.
+"""Inference as a library: the HY-Embodied reference ``inference.py`` as functions.
 
-The reference ``inference.py`` loads the checkpoint with ``attn_implementation=eager``
-straight onto the card, answers one image + text prompt ("Result: ...") and then a
-left-padded batch that mixes an image+text sample with a text-only one ("Batch
-Sample 1: ..."). Here the same steps are :func:`load_model`, :func:`run_single` and
-:func:`run_batch`; :func:`run_inference` does all three and times them. A grid
-worker (one process per card) calls :func:`run_inference` and compares
-``output_hash`` across cards: greedy decoding of the same checkpoint must give the
-same text on every card.
-
-An ``attn_implementation`` of hyport's (``hyport_npu_fused`` on an NPU: the seed's
-``npu_fusion_attention``) is registered by :func:`load_model` in the process that runs
-the model, as the training worker does, and refused for a model that declares
-``_supports_sdpa = False``.
+:func:`load_model`, :func:`run_single` (one image + text prompt, "Result: ...") and
+:func:`run_batch` (a left-padded mixed batch, "Batch Sample 1: ..."); :func:`run_inference`
+does all three and times them. Greedy decoding of one checkpoint must give the same
+``output_hash`` on every card.
 """
 
 from __future__ import annotations
@@ -37,17 +28,10 @@ from hyport_lib.npu_attention.names import BACKEND_OF_NAME, backend_of, check_ru
 
 
 def load_model(config: InferenceConfig):
-    """Load processor and model the way a real checkpoint is loaded, through the
-    family's auto class (:mod:`hyport_lib.models.loading`).
-
-    ``"tiny"`` is first resolved to the embedded checkpoint's folder. Local folders
-    are loaded with ``local_files_only=True`` so a missing file fails at once
-    instead of trying the network.
-
-    Returns:
-        ``(model, loaded)``: the model in eval mode on ``config.device``, and the
-        :class:`~hyport_lib.models.loading.LoadedProcessor` (its tokenizer pads on the left).
-    """
+    """``(model, loaded)``: the model through its family's auto class, in eval mode on
+    ``config.device``, and its :class:`~hyport_lib.models.loading.LoadedProcessor` (the
+    tokenizer pads on the left). A hyport ``attn_implementation`` is registered in this
+    process first."""
     import torch
 
     backend, index, device = _backend_for(config.device)
@@ -109,13 +93,9 @@ def batch_prompts(loaded: LoadedProcessor, config: InferenceConfig) -> tuple[lis
 
 
 def check_prompts(config: InferenceConfig, model_dir: str) -> None:
-    """Before any worker starts: refuse, in one line, what the model in ``model_dir``
-    cannot take (an image for a text-only model, image prompts the user chose) — the
-    same rules the workers apply, from the config alone (no processor is loaded).
-
-    Raises:
-        PromptNotApplicable: naming the parameter and why.
-    """
+    """Before any worker starts: raise :class:`PromptNotApplicable` (naming the parameter)
+    for what a text-only model in ``model_dir`` cannot take, by the workers' rules, from
+    the config alone (no processor is loaded)."""
     try:
         traits = traits_of(model_dir, config.trust_remote_code)
     except ValueError:
@@ -127,18 +107,14 @@ def check_prompts(config: InferenceConfig, model_dir: str) -> None:
 
 
 def check_processor(config: InferenceConfig, model_dir: str) -> None:
-    """Before any worker starts: a processor this stack cannot build (its class needs
-    torchvision, which is missing) is refused in one line here, not once per card.
-
-    Raises:
-        ProcessorUnavailable: naming the folder, the class and what to install.
-    """
+    """Before any worker starts: raise :class:`ProcessorUnavailable` for a processor this
+    stack cannot build (it needs the missing torchvision), in one line, not once per card."""
     try:
         load_processor(model_dir, trust_remote_code=config.trust_remote_code)
     except ProcessorUnavailable:
         raise
-    except Exception:  # noqa: BLE001 — any other loader failure: every worker names it in its
-        return  # card's log and result (scrubbed), as it did before this check
+    except Exception:  # noqa: BLE001 — any other failure: each worker names it in its card's log
+        return
 
 
 def not_applicable_parts(loaded: LoadedProcessor, config: InferenceConfig) -> list[str]:
@@ -151,13 +127,8 @@ def not_applicable_parts(loaded: LoadedProcessor, config: InferenceConfig) -> li
 
 
 def run_single(model, loaded: LoadedProcessor, config: InferenceConfig) -> tuple[str, dict]:
-    """One image + text prompt (the reference's "Result: ..."); text only for a text-only model.
-
-    Returns:
-        ``(text, stats)`` where stats holds the :class:`InferenceOutcome` fields of the
-        single inference, by their names: ``prompt_tokens``, ``new_tokens``,
-        ``first_token_s``, ``generate_s``, ``tokens_per_s``, ``decode_tokens_per_s``.
-    """
+    """One image + text prompt (text only for a text-only model): ``(text, stats)``, stats
+    holding the single inference's :class:`InferenceOutcome` fields by name."""
     inputs = _to_device(encode_prompts(loaded, [single_prompt(loaded, config)],
                                        enable_thinking=config.enable_thinking), model)
     prompt_tokens = int(inputs["input_ids"].shape[1])
@@ -182,13 +153,8 @@ def run_single(model, loaded: LoadedProcessor, config: InferenceConfig) -> tuple
 
 
 def run_batch(model, loaded: LoadedProcessor, config: InferenceConfig) -> list[str]:
-    """The left-padded batch (the reference's "Batch Sample i: ...").
-
-    Image prompts and text-only prompts share one batch, the images nested per prompt
-    as the processor expects; prompts this model cannot take are left out (see
-    :func:`batch_prompts`). Left padding: generation appends on the right, so every
-    row's prompt must end at the same column.
-    """
+    """The batch's answers (prompts this model cannot take left out: :func:`batch_prompts`).
+    Left padding: generation appends on the right, so every prompt ends at the same column."""
     prompts, _ = batch_prompts(loaded, config)
     if not prompts:
         return []
@@ -198,12 +164,8 @@ def run_batch(model, loaded: LoadedProcessor, config: InferenceConfig) -> list[s
 
 
 def run_inference(config: InferenceConfig) -> InferenceOutcome:
-    """Load, answer the single prompt, answer the batch, and time it all.
-
-    ``load_s`` covers reading processor and weights and moving them to the device,
-    not the one-off Python import of torch and transformers nor building the tiny
-    model's cache on first use.
-    """
+    """Load, answer the single prompt, answer the batch, and time it all. ``load_s`` leaves
+    out the one-off import of transformers and building the tiny model's cache."""
     # Done before the clock starts: one-off costs, not loading.
     import transformers  # noqa: F401
 
@@ -272,12 +234,8 @@ def output_hash(single: str, batch: Sequence[str]) -> str:
 
 def decode_rate(new_tokens: int, generate_s: float,
                 first_token_s: Optional[float]) -> Optional[float]:
-    """Decoding speed without the prefill: ``(new_tokens - 1) / (generate_s - first_token_s)``.
-
-    Returns:
-        Tokens per second after the first token, or None when there is nothing to
-        measure (fewer than two new tokens, no first-token time, or no time after it).
-    """
+    """Decoding speed without the prefill: ``(new_tokens - 1) / (generate_s - first_token_s)``,
+    or None with fewer than two new tokens, no first-token time or no time after it."""
     if first_token_s is None or new_tokens < 2:
         return None
     decode_s = generate_s - first_token_s
@@ -287,10 +245,7 @@ def decode_rate(new_tokens: int, generate_s: float,
 # --- helpers -------------------------------------------------------------------------
 
 def _backend_for(device: str):
-    """``(backend, card index, torch device string)`` for a device string.
-
-    ``"auto"`` picks the best backend here and its card 0.
-    """
+    """``(backend, card index, torch device string)``; ``"auto"``: the best backend's card 0."""
     device = str(device).strip()
     if device == "auto":
         backend = get_backend("auto")
@@ -347,13 +302,9 @@ def _decode(loaded: LoadedProcessor, token_ids) -> list[str]:
 
 
 class _FirstTokenTimer:
-    """A generate() streamer that only notes when the first new token arrives (its clock
-    starts when it is made).
-
-    generate() first puts the prompt, then each new token; the second put is
-    therefore the first generated token. Its ``.cpu()`` waits for the device, so the
-    time is real even on asynchronous backends.
-    """
+    """A generate() streamer noting when the first new token arrives (its clock starts when
+    it is made): generate() puts the prompt first, so the second put is that token; its
+    ``.cpu()`` waits for the device, so the time is real on asynchronous backends."""
 
     def __init__(self) -> None:
         self.started = time.perf_counter()

@@ -1,20 +1,12 @@
-"""Loading any checkpoint the way its family expects: the right auto class, the processor.
+"""Loading any checkpoint the way its family expects: :func:`load_model` (the auto class
+from :mod:`hyport_lib.models.families`) and :func:`load_processor`.
 
-* :func:`load_model` picks the auto class from the config (:mod:`hyport_lib.models.families`):
-  ``AutoModelForImageTextToText`` for a VLM, ``AutoModelForCausalLM`` for a text-only
-  model; remote code (``auto_map``) only with ``trust_remote_code``.
-* :func:`load_processor` loads the processor whole where it can. The Qwen-VL family,
-  LLaVA-OneVision, InternVL, SmolVLM ... ship a video processor that needs torchvision
-  in transformers 5; where torchvision is missing (the CPU stack hyport tests on: the
-  only torchvision built for its torch is a CUDA build that does not import), the
-  processor is built without its video part (:func:`without_video`) and says that video
-  is unavailable. A processor that cannot work without torchvision at all (Pixtral's,
-  whose class needs it; Llama-4's, whose only image processor does) is refused in one
-  line (:class:`ProcessorUnavailable`: the folder and what to install). A text-only
-  model gets its tokenizer.
-
-torch and transformers are imported inside the functions: a launcher process can plan
-without importing either.
+The Qwen-VL family, LLaVA-OneVision, InternVL, SmolVLM ... ship a video processor that
+needs torchvision in transformers 5; where torchvision is missing (the CPU stack hyport
+tests on has only a CUDA build that does not import) the processor is built without it
+(:func:`without_video`). One that cannot work without torchvision at all (Pixtral's,
+Llama-4's) is refused in one line (:class:`ProcessorUnavailable`). torch and transformers
+are imported inside the functions: a launcher can plan without importing either.
 """
 
 from __future__ import annotations
@@ -36,16 +28,9 @@ from hyport_lib.models.tiny import TINY_MODEL_NAME
 
 @dataclass
 class LoadedProcessor:
-    """A processor and what it can do.
-
-    Attributes:
-        processor: the processor (a tokenizer for a text-only model).
-        traits: the checkpoint's :class:`~hyport_lib.models.families.ModelTraits`.
-        unavailable: parts that could not be loaded, each with why (e.g. the video
-            processor without torchvision); empty when the processor loaded whole.
-        prompt_format: ``chat`` (the processor's chat template) or ``prefix`` (no chat
-            template: the prompt text goes in as is, as PaliGemma expects).
-    """
+    """A processor (a tokenizer for a text-only model) and what it can do: ``unavailable``
+    names each part that could not be loaded, with why; ``prompt_format`` is ``chat`` (its
+    chat template) or ``prefix`` (none: the prompt goes in as is, as PaliGemma expects)."""
 
     processor: Any
     traits: ModelTraits
@@ -71,15 +56,11 @@ class AbsentVideoProcessor:
     """What a processor loaded by :func:`without_video` holds where its video processor
     would be.
 
-    Why a stand-in and not None: processors read their video processor's settings outside
-    any video work (SmolVLM's ``apply_chat_template`` reads ``video_processor.num_frames``
-    and ``.fps`` for every conversation, to hand them to the template and the processor
-    call), and None crashes them. The stand-in answers such a read with the value the
-    video processor would have been built from: the checkpoint's video processor config,
-    found where the transformers at hand looks (:func:`_video_settings`), so a text or
-    image prompt renders as with the whole processor. A setting that config lacks is not
-    guessed (the class default is in a module that needs torchvision): the read raises
-    :class:`VideoSettingUnavailable`.
+    Not None: processors read their video processor's settings outside any video work
+    (SmolVLM's ``apply_chat_template`` reads ``num_frames`` and ``fps`` for every
+    conversation). A read answers from the checkpoint's video processor config
+    (:func:`_video_settings`); a setting it lacks is not guessed (the class default lives
+    in a module that needs torchvision) and raises :class:`VideoSettingUnavailable`.
     Processing a video raises :class:`ProcessorUnavailable`.
     """
 
@@ -119,9 +100,8 @@ def chat_template_of(processor):
 
 @functools.lru_cache(maxsize=None)
 def torchvision_problem() -> Optional[str]:
-    """Why torchvision cannot serve the video processors (None: it imports). A
-    torchvision built for another torch is installed but fails to import, which is as
-    good as none."""
+    """Why torchvision cannot serve the video processors (None: it imports; one built for
+    another torch is installed but fails to import, as good as none)."""
     if importlib.util.find_spec("torchvision") is None:
         return "torchvision is not installed"
     try:
@@ -144,9 +124,8 @@ def torchvision_hint() -> str:
 
 
 def wants_video_processor(model_path: Optional[str]) -> tuple[str, Optional[bool]]:
-    """``(model type, whether its processor includes a video processor)`` for a model
-    path, read from its config without loading anything; the flag is None when the
-    model cannot be told (a hub id, a folder without a readable config)."""
+    """``(model type, whether its processor includes a video processor)``, read from the
+    config without loading anything; the flag is None when it cannot be told (a hub id)."""
     import transformers
     from transformers.models.auto.processing_auto import PROCESSOR_MAPPING_NAMES
 
@@ -188,13 +167,11 @@ def traits_of(path: str, trust_remote_code: bool = False) -> ModelTraits:
 
 
 def load_processor(path: str, *, trust_remote_code: bool = False) -> LoadedProcessor:
-    """The checkpoint's processor (see the module docstring).
+    """The checkpoint's processor, whole where it can be (see the module docstring).
 
     Raises:
-        ProcessorUnavailable: torchvision is missing and the processor cannot work
-            without it (its class or its image processor needs it).
-        Whatever transformers raises for a processor that does not load for another
-        reason than a missing torchvision.
+        ProcessorUnavailable: torchvision is missing and the processor cannot work without
+            it; any other load failure raises as transformers raised it.
     """
     traits = traits_of(path, trust_remote_code)
     common = _common(path, trust_remote_code)
@@ -252,12 +229,8 @@ def _processor_class(path: str, traits: ModelTraits):
 
 
 def _image_side_processor(path: str, traits: ModelTraits, common: dict, cause: BaseException):
-    """The processor loaded without its video part (see :func:`without_video`).
-
-    Raises:
-        ProcessorUnavailable: no processor class to build, its class needs torchvision,
-            or it still needs torchvision without its video part (its image processor).
-    """
+    """The processor loaded without its video part (:func:`without_video`); raises
+    :class:`ProcessorUnavailable` when even that needs torchvision."""
     problem = torchvision_problem()
     processor_class = _processor_class(path, traits)
     if processor_class is None:
@@ -299,12 +272,9 @@ def without_video(processor_class: type) -> type:
     * holds an :class:`AbsentVideoProcessor` as ``video_processor``, filled from the
       checkpoint's video processor config by ``from_pretrained``.
 
-    It keeps the class name, so saved folders still name the real processor. A class made
-    directly takes its real arguments; a video processor given is dropped.
-
-    Raises:
-        ProcessorUnavailable: ``processor_class`` is transformers' placeholder for a class
-            whose backend is missing (PixtralProcessor without torchvision).
+    It keeps the class name, so saved folders still name the real processor. Raises
+    :class:`ProcessorUnavailable` for transformers' placeholder of a class whose backend
+    is missing (PixtralProcessor without torchvision).
     """
     from transformers import ProcessorMixin
 
@@ -371,10 +341,9 @@ def _attribute_names(processor_class: type) -> list[str]:
 
 @functools.lru_cache(maxsize=None)
 def _video_dropping_base() -> type:
-    """The base that :func:`without_video` puts between a processor class and
-    ``ProcessorMixin``: it receives what the class's ``__init__`` hands to
-    ``super().__init__`` (positionally in the class's full attribute order) and passes
-    it on by name, the video processors left out."""
+    """The base :func:`without_video` puts before ``ProcessorMixin``: it takes what the
+    class's ``__init__`` hands to ``super().__init__`` (positionally, in the full attribute
+    order) and passes it on by name, the video processors left out."""
     from transformers import ProcessorMixin
 
     def __init__(self, *args, **kwargs):
@@ -398,10 +367,8 @@ _LOADING_VIDEO_SETTINGS: contextvars.ContextVar = contextvars.ContextVar("hyport
 
 
 def _video_settings(folder: Path) -> dict:
-    """The settings a video processor would be built with: its config (:func:`_video_config`),
-    plus what a class derives from it where the class itself cannot be imported here
-    (SmolVLM's video processor takes ``num_frames`` and ``fps`` from the
-    ``video_sampling`` block its checkpoints ship)."""
+    """The settings a video processor would be built with: its config, plus what its class
+    would derive (SmolVLM's ``num_frames`` and ``fps`` from the ``video_sampling`` block)."""
     settings = dict(_video_config(folder))
     sampling = settings.get("video_sampling")
     for setting, source in (("num_frames", "max_frames"), ("fps", "fps")):
@@ -442,12 +409,8 @@ def dtype_kwarg() -> str:
 
 
 def auto_model_class(traits: ModelTraits):
-    """The transformers auto class for ``traits``.
-
-    Raises:
-        ValueError: this transformers has no such auto class (``AutoModelForVision2Seq``
-            left transformers 5: remote code naming only it needs transformers 4.x).
-    """
+    """The transformers auto class for ``traits``; ValueError when this transformers has
+    none (``AutoModelForVision2Seq`` left transformers 5)."""
     import transformers
 
     cls = getattr(transformers, traits.auto_class, None)
@@ -459,11 +422,8 @@ def auto_model_class(traits: ModelTraits):
 
 def load_model(path: str, *, attn_implementation: Optional[str] = None, dtype: Any = None,
                trust_remote_code: bool = False, traits: Optional[ModelTraits] = None, **kwargs):
-    """The model in ``path`` through its family's auto class (on the CPU, as loaded).
-
-    Args:
-        dtype: a torch dtype, ``"auto"`` or None (the class default).
-    """
+    """The model in ``path`` through its family's auto class (on the CPU); ``dtype``: a
+    torch dtype, ``"auto"`` or None (the class default)."""
     traits = traits or traits_of(path, trust_remote_code)
     options = {**_common(path, trust_remote_code), **kwargs}
     if attn_implementation:

@@ -1,11 +1,8 @@
 """Which layers LoRA adapts, found in the model's real module tree.
 
-The language model sits at a different path in every family
-(``model.language_model`` in LLaVA and the Qwen-VL family, ``model.text_model`` in
-Idefics3, ``model`` in a causal LM); it is found from the model itself (transformers'
-``get_decoder``, else the sub-module holding the token embeddings and the layers), and
-the LoRA pattern names the layers under that path only, so the vision tower stays
-frozen and untouched.
+The language model sits at a different path in every family (``model.language_model``,
+``model.text_model``, ``model``): :func:`language_model_path` finds it in the model itself,
+and the LoRA pattern names layers under it only, so the vision tower stays untouched.
 """
 
 from __future__ import annotations
@@ -17,11 +14,9 @@ ALL_LINEAR = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "d
 
 
 def language_model_path(model) -> str:
-    """Dotted path of the language model (decoder) inside ``model`` (``""``: the model itself).
-
-    Raises:
-        ValueError: no sub-module looks like a decoder (token embeddings and layers).
-    """
+    """Dotted path of the language model (decoder) inside ``model`` (``""``: the model itself):
+    transformers' ``get_decoder``, else the sub-module holding token embeddings and layers.
+    Raises ValueError when none looks like a decoder."""
     decoder = _decoder(model)
     for name, module in model.named_modules():
         if module is decoder:

@@ -1,12 +1,7 @@
-"""Does a model's own transformers code let some tokens attend both ways? Read from its
-source, never imported.
-
-Packed rows attend causally per sample; a model whose mask code widens the causal mask for
-some tokens (Gemma3 and Gemma-4 within each image, PaliGemma over its image and prompt
-prefix, Molmo2 ...) would be trained as another model when packed.
-:func:`bidirectional_mask` scans the modeling source of the config's class for the mask
-hooks transformers offers (4.x and 5.x); a hook that the code only uses under a config
-switch counts when the config sets that switch.
+"""Does a model's own transformers code let some tokens attend both ways (Gemma3 and
+Gemma-4 within each image, PaliGemma over its prefix, Molmo2 ...)? Packed rows attend
+causally per sample, so such a model would be trained as another one.
+:func:`bidirectional_mask` reads the modeling source, never imports it.
 """
 
 from __future__ import annotations
@@ -55,14 +50,11 @@ def bidirectional_mask(data: dict) -> Optional[str]:
     widens the causal mask with block_sequence_ids"``), or None when its code never does
     for this config.
 
-    The transformers source of the config's model class (and of its text model, for a
-    composite config) is parsed, never imported: every use of a mask hook
-    (:data:`_MASK_HOOKS`) in a method of the class or of a class it names counts, unless
-    an ``if`` around it is decided False by the config (Gemma-4 widens its mask only with
-    ``use_bidirectional_attention="vision"``; Gemma3's text model only with that switch
-    on). A test on an input (``token_type_ids is not None``) counts as taken: the
-    processor provides those inputs. Remote code (``auto_map``) of a model type
-    transformers does not know is not read.
+    Every use of a mask hook (:data:`_MASK_HOOKS`) in a method of the config's model class
+    (and its text model's), or of a class it names, counts unless an ``if`` around it is
+    decided False by the config (Gemma-4 widens its mask only with
+    ``use_bidirectional_attention="vision"``). A test on an input (``token_type_ids is not
+    None``) counts as taken: the processor provides those. Unknown remote code is not read.
     """
     from transformers.models.auto.configuration_auto import model_type_to_module_name
     from transformers.models.auto.modeling_auto import (

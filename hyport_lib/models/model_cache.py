@@ -1,10 +1,8 @@
 """Checkpoints hyport builds once and keeps in its cache (``$HYPORT_CACHE``).
 
-Several processes may ask for the same checkpoint at once (a grid starts one worker
-per card together): the first builds it in a private temporary folder under a file
-lock and renames it into place; the others wait and reuse it. A folder is complete
-when its marker file exists (written last by the builder), so no process ever sees
-half a checkpoint.
+Several processes may ask at once (a grid starts its workers together): :func:`build_once`
+builds in a private folder under a file lock and renames it into place; a folder is
+complete when its marker file (written last) exists, so no process sees half a checkpoint.
 """
 
 from __future__ import annotations
@@ -42,14 +40,9 @@ def cache_folder(stem: str, cache_dir: Optional[Union[str, os.PathLike]] = None,
 
 
 def build_once(folder: Path, marker: str, build: Callable[[Path], None], what: str) -> Path:
-    """``folder``, built first by ``build(temporary folder)`` unless it holds ``marker``.
-
-    ``build`` must write ``marker`` last. The finished folder gets the modes a plain
-    mkdir/open would give (the cache is meant to be shared).
-
-    Raises:
-        PermissionError: the cache cannot be written, naming it and ``$HYPORT_CACHE``.
-    """
+    """``folder``, built first by ``build(temporary folder)`` (which writes ``marker``
+    last) unless it holds ``marker``. Raises PermissionError naming ``$HYPORT_CACHE`` when
+    the cache cannot be written."""
     if (folder / marker).is_file():
         return folder
     try:

@@ -1,13 +1,6 @@
-"""Is ``model_path`` a model hyport can load? Checked before any process starts.
-
-Every stage and command that loads a model calls :func:`check_model_path` first, so
-that a typo never becomes a minutes-long hub download attempt in every worker, and a
-broken checkpoint is named with its file instead of surfacing as a transformers
-traceback per card. The checks, cheapest first: the folder exists; ``config.json`` is
-there and is JSON (its error names the line and column); the weights are there (an
-index and the shards it names, or single files) and each safetensors header reads
-(8-byte length + JSON, no tensor data). Offline by default: a hub id is only passed
-through when the caller allows downloads.
+"""Is ``model_path`` a model hyport can load? Checked before any process starts
+(:func:`check_model_path`), so that a typo never becomes a hub download attempt in every
+worker and a broken checkpoint is named with its file, not a traceback per card.
 """
 
 from __future__ import annotations
@@ -31,20 +24,16 @@ class ModelPathError(ValueError):
 
 def check_model_path(model_path: str, *, param: str = "model_path", allow_download: bool = False,
                      local_only: str = "") -> str:
-    """The folder to load (absolute), ``model_path`` itself for an allowed hub id, or an error.
+    """The folder to load (absolute), or ``model_path`` itself for a hub id when
+    ``allow_download`` (offline otherwise). ``local_only``: who loads local folders only
+    (e.g. ``"stage 02"``), said when a hub id is refused.
 
-    Args:
-        model_path: ``tiny``, ``smollm2`` (the pretrained model in the kit), a folder, or
-            (with ``allow_download``) a hub id.
-        param: the parameter's name, for messages.
-        allow_download: pass a hub id through instead of refusing it.
-        local_only: who loads local folders only (e.g. ``"stage 02"``): a hub id is then
-            refused with that said, whatever ``allow_download``.
+    Checks, cheapest first: the folder, ``config.json`` (JSON, with a model type), the
+    weights (an index and its shards, or single files) and each safetensors header.
 
     Raises:
-        ModelPathError: the folder is missing or not a loadable model (see the module
-            docstring); PermissionError: the tiny model's cache (``HYPORT_CACHE``) cannot
-            be written.
+        ModelPathError: missing or not a loadable model; PermissionError: the tiny model's
+            cache (``HYPORT_CACHE``) cannot be written.
     """
     text = str(model_path or "").strip()
     if not text:

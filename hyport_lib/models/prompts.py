@@ -1,13 +1,9 @@
 """Prompts through the processor's own conventions, for any family.
 
-Image tokens are never placed by hand: each prompt becomes chat messages whose
-content has ``{"type": "image"}`` parts, rendered by the processor's chat template (it
-knows Gemma3's ``<start_of_image>``, HunYuan-VL's image span, Qwen's vision
-markers), and the images go to the processor nested per prompt (``[[img], []]``), so a
-batch that mixes image and text-only prompts is lined up by the processor, not by
-hyport. A processor without a chat template (PaliGemma) takes the prompt text as a
-prefix and adds its image tokens itself (``prefix`` format); such processors need an
-image with every prompt.
+Image tokens are never placed by hand: ``{"type": "image"}`` content parts go through the
+processor's chat template and the images to the processor nested per prompt, so the
+processor lines up a mixed batch. A processor without a chat template (PaliGemma) takes
+the text as a prefix (``prefix`` format) and needs an image with every prompt.
 """
 
 from __future__ import annotations
@@ -65,15 +61,10 @@ def prefix_text(loaded: LoadedProcessor, text: str, images: int) -> str:
 
 def render_messages(loaded: LoadedProcessor, messages: list[dict], *, generation_prompt: bool = False,
                     enable_thinking: Optional[bool] = None) -> str:
-    """Chat messages (content parts) rendered by the processor's (or tokenizer's) template.
-
-    A text-only model's tokenizer gets string contents (many text templates do not read
-    content parts).
-
-    Raises:
-        ProcessorUnavailable: the template needs a setting of a video processor that was
-            not loaded (:class:`~hyport_lib.models.loading.AbsentVideoProcessor`).
-    """
+    """Chat messages rendered by the processor's (or tokenizer's) template; a text-only
+    model's gets string contents (many text templates do not read content parts). Raises
+    :class:`ProcessorUnavailable` when the template reads a setting of a video processor
+    that was not loaded."""
     if not loaded.traits.multimodal:
         messages = [{"role": m["role"], "content": _text_of(m["content"])} for m in messages]
     extra: dict[str, Any] = {}
@@ -85,8 +76,6 @@ def render_messages(loaded: LoadedProcessor, messages: list[dict], *, generation
         return loaded.processor.apply_chat_template(messages, tokenize=False,
                                                     add_generation_prompt=generation_prompt, **extra)
     except VideoSettingUnavailable as exc:
-        # The processor (or its template) reads a setting of the video processor that was
-        # not loaded, and the checkpoint's config does not hold it: refused, not guessed.
         raise ProcessorUnavailable(f"{type(loaded.processor).__name__}'s chat template: {exc}") from None
 
 

@@ -4,18 +4,9 @@ from __future__ import annotations
 
 
 def sample_image(size: tuple[int, int] = (64, 64)):
-    """Draw a small scene: a sky-to-ground gradient, a red circle, a blue square, a
-    green triangle and a yellow sun.
-
-    The same ``size`` always gives the same pixels, so every card of a grid sees the
-    same input and their outputs can be compared by hash.
-
-    Args:
-        size: ``(width, height)`` in pixels, each at least 16.
-
-    Returns:
-        An RGB ``PIL.Image.Image``.
-    """
+    """An RGB picture of a small scene, ``size`` ``(width, height)`` at least 16 pixels each.
+    The same size always gives the same pixels, so the cards of a grid can compare outputs
+    by hash."""
     from PIL import Image, ImageDraw
 
     width, height = (int(v) for v in size)

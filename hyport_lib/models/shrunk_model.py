@@ -1,10 +1,6 @@
-"""A model's own config, shrunk to what an attention check needs.
-
-:func:`shrunk_config` keeps every attention detail of the model — hidden size, heads, head
-dims, windows, layer kinds, rotary settings, vocabulary, the vision tower — and cuts what
-attention never sees: decoder layers beyond the first of each kind, and (``slim``) the MLP
-widths and the number of experts, so that a check on a real 7B or MoE config builds in
-seconds and a few GiB instead of tens.
+"""A model's own config, shrunk to what an attention check needs: every attention detail
+kept, decoder layers beyond the first of each kind cut and (``slim``) MLP widths and
+experts, so a check on a real 7B or MoE config builds in seconds and a few GiB.
 """
 
 from __future__ import annotations
@@ -25,11 +21,9 @@ _EXPERTS_PER_TOKEN = ("num_experts_per_tok", "moe_topk", "top_k")
 def shrunk_config(config, keep: int = KEEP_LAYERS, slim: bool = False) -> tuple[Any, str]:
     """A copy of ``config`` with its decoder cut to a few layers; and what was kept, in words.
 
-    Layer-kind lists (``layer_types``: sliding / full attention) keep their first occurrence
-    of every kind; a cross-attention VLM keeps its first cross-attention layer; every other
-    per-layer list (one entry per decoder layer) is cut with the layers; layers that reuse
-    an earlier layer's keys and values (``num_kv_shared_layers``) are not kept. ``slim``:
-    the MLP widths and the number of routed experts cut as well (see the module docstring).
+    Every layer kind (``layer_types``) and a cross-attention VLM's first cross-attention
+    layer stay; per-layer lists are cut with the layers; layers reusing an earlier layer's
+    keys and values (``num_kv_shared_layers``) are not kept. ``slim``: MLPs and experts too.
     """
     config = copy.deepcopy(config)
     text = getattr(config, "text_config", None) or config

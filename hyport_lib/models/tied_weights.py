@@ -1,12 +1,9 @@
 """Tied weights kept tied in a state dict made of copies.
 
-accelerate's ``get_state_dict`` copies every tensor under ZeRO 0-2 (and gathers copies
-under ZeRO-3). ``save_pretrained`` finds tied weights (``lm_head.weight`` that *is*
-``embed_tokens.weight``) by their shared storage, so the copies hide the tie: the
-checkpoint then holds the tensor twice (21 % larger for SmolLM2-135M) and its index's
-``total_size`` no longer matches what a tied model loads. :func:`retie` points every name of
-one parameter in the model at one tensor of the state dict again, and
-``save_pretrained`` drops the duplicates exactly as it does for a model saved directly.
+accelerate's ``get_state_dict`` copies every tensor (ZeRO 0-3), and ``save_pretrained``
+finds ties by shared storage: the copies would save the tensor twice (21 % larger for
+SmolLM2-135M). :func:`retie` points a tied group at one tensor again, so
+``save_pretrained`` drops the duplicates as it does for a model saved directly.
 """
 
 from __future__ import annotations

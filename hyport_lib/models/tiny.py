@@ -1,21 +1,10 @@
-"""The embedded default model (``model_path: tiny``).
+"""The embedded default model (``model_path: tiny``): a tiny but real LLaVA checkpoint.
 
-A tiny but real image-text-to-text checkpoint: a LLaVA model (CLIP vision tower,
-two-layer projector, Llama text model) with random weights drawn from a fixed seed,
-a byte-level BPE tokenizer trained offline, a CLIP image processor and a LLaVA
-processor whose chat template accepts ``enable_thinking``. It is written with
-``save_pretrained`` and read back through ``AutoProcessor`` /
-``AutoModelForImageTextToText`` exactly like a downloaded checkpoint, so every stage
-runs end to end on a laptop without network.
-
-LLaVA rather than Qwen2-VL: Qwen2-VL's processor needs torchvision, which does not
-work beside the CPU build of torch that CI uses.
-
-The checkpoint is cached (:mod:`hyport_lib.models.model_cache`) in ``<cache root>/tiny-vlm-v{TINY_MODEL_VERSION}-tf{transformers major}``; bump the
-version whenever anything below changes the saved files, and old caches are simply
-left behind. Several processes may ask for it at once (a grid starts one worker per
-card together): the first builds in a private temporary folder under a file lock
-and renames it into place; the others wait and reuse it.
+CLIP vision tower, Llama text model, random weights from a fixed seed, a byte-level BPE
+tokenizer trained offline: saved with ``save_pretrained`` and loaded like a downloaded
+checkpoint, so every stage runs end to end without network. LLaVA rather than Qwen2-VL:
+Qwen2-VL's processor needs torchvision, which does not work beside CI's CPU torch. Built
+once per cache (:func:`~hyport_lib.models.model_cache.build_once`).
 """
 
 from __future__ import annotations
@@ -36,7 +25,6 @@ from hyport_lib.models.model_cache import build_once, cache_folder
 
 #: Bump when the architecture, tokenizer, template, weights or saved files change: the
 #: cache folder name carries it, so a new version regenerates the checkpoint.
-#: v3: files are world-readable (v2 caches left model.safetensors -rw-------).
 TINY_MODEL_VERSION = 3
 #: Seed of the random weights.
 TINY_SEED = 0
@@ -51,12 +39,8 @@ _PATCH_SIZE = 8
 
 def tiny_model_dir(cache_dir: Optional[Union[str, os.PathLike]] = None,
                    *, max_shard_size: Optional[str] = None) -> Path:
-    """The folder the checkpoint lives in (whether or not it exists yet).
-
-    Args:
-        cache_dir: cache root; None means :func:`default_cache_root`.
-        max_shard_size: when given, a separate sharded copy is kept in its own folder.
-    """
+    """The folder the checkpoint lives in (whether or not it exists yet); a sharded copy
+    (``max_shard_size``) has its own."""
     tag = str(max_shard_size or "").strip().upper()
     if max_shard_size is not None and not (tag[:1].isdigit() and tag.isalnum()):
         raise ValueError(f"max_shard_size={max_shard_size!r}: expected e.g. '100KB' or '2MB'")
@@ -66,22 +50,9 @@ def tiny_model_dir(cache_dir: Optional[Union[str, os.PathLike]] = None,
 
 def ensure_tiny_model(cache_dir: Optional[Union[str, os.PathLike]] = None,
                       *, max_shard_size: Optional[str] = None) -> Path:
-    """Return the tiny checkpoint's folder, building it first if it is not cached.
-
-    Safe to call from several processes at once: building happens in a temporary
-    folder under an exclusive lock, and the finished folder is renamed into place
-    (a rename is atomic), so no process ever sees half a checkpoint.
-
-    Args:
-        cache_dir: cache root (default ``$HYPORT_CACHE`` or ``~/.cache/hyport``).
-        max_shard_size: save the weights in shards of at most this size (e.g.
-            ``"100KB"``), with a ``model.safetensors.index.json``;
-            used by the weights stage to exercise sharded checkpoints.
-
-    Returns:
-        The folder, loadable with ``AutoProcessor.from_pretrained`` and
-        ``AutoModelForImageTextToText.from_pretrained``.
-    """
+    """The tiny checkpoint's folder, built first if it is not cached (safe from several
+    processes at once). ``max_shard_size`` (e.g. ``"100KB"``) saves the weights in shards,
+    for the weights stage to exercise sharded checkpoints."""
     folder = tiny_model_dir(cache_dir, max_shard_size=max_shard_size)
     return build_once(folder, MARKER_FILE, lambda tmp: _build(tmp, max_shard_size=max_shard_size),
                       "the tiny model")

@@ -1,9 +1,6 @@
-"""The embedded model's tokenizer: a small byte-level BPE trained offline.
-
-Byte level, so any prompt (Chinese included) encodes without an unknown token. The
-training corpus is a few dozen sentences about the things the workbook prompts ask
-about (pictures, shapes, kitchens, porting), so that the merges form English words and
-a randomly initialised model still "says" word-like text.
+"""The embedded model's tokenizer: a small byte-level BPE trained offline. Byte level, so
+any prompt (Chinese included) encodes; trained on sentences like the workbook's prompts,
+so the merges form English words and random weights still "say" word-like text.
 """
 
 from __future__ import annotations
@@ -87,12 +84,8 @@ def train_byte_bpe(lines, special_tokens, vocab_size: int):
 
 
 def build_tokenizer(vocab_size: int = VOCAB_SIZE):
-    """Train the byte-level BPE and wrap it as a transformers fast tokenizer.
-
-    Returns:
-        A ``PreTrainedTokenizerFast`` with bos/eos/pad set, left padding and the
-        chat template attached.
-    """
+    """The byte-level BPE as a ``PreTrainedTokenizerFast`` (bos/eos/pad, left padding, the
+    chat template)."""
     from transformers import PreTrainedTokenizerFast
 
     tokenizer = train_byte_bpe(_CORPUS.splitlines(), SPECIAL_TOKENS, vocab_size)
@@ -114,12 +107,9 @@ def build_tokenizer(vocab_size: int = VOCAB_SIZE):
 
 
 def invisible_token_ids(tokenizer) -> list[int]:
-    """Ids whose text is not visible on its own: special tokens, control bytes,
-    partial UTF-8 sequences and whitespace-only pieces.
-
-    The embedded model's generation config suppresses these, so that random weights
-    still decode to readable, non-empty text and never stop at eos after one token.
-    """
+    """Ids whose text is not visible on its own (special tokens, control bytes, partial
+    UTF-8, whitespace): the embedded model suppresses them so random weights still decode
+    to readable text and never stop at eos after one token."""
     special = set(tokenizer.all_special_ids)
     hidden = []
     for token_id in range(len(tokenizer)):

@@ -1,41 +1,11 @@
 """Training inputs that keep each family's meaning: per-token keys, image tensors, positions.
 
-What a processor returns for one sample falls into three groups, split by
-:func:`split_processor_output`:
-
-* the token ids;
-* **per-token keys**, of any rank: one value per token (``mm_token_type_ids`` for the
-  Qwen-VL family and HunYuan-VL, ``token_type_ids`` for Gemma3 and PaliGemma), or one
-  tensor per token (mllama's ``cross_attention_mask``, ``(tokens, images, tiles)``: 1
-  where the token may attend to that tile of that image). The model needs them (M-RoPE
-  positions are computed from ``mm_token_type_ids``; Gemma3 builds its bidirectional
-  image mask from ``token_type_ids``; mllama masks its cross-attention with
-  ``cross_attention_mask``), so they travel with the ids through truncation, packing
-  and padding (:func:`token_tensor`: 0 on padding, trailing dims padded to the batch's
-  largest);
-* **image tensors** (``pixel_values`` and what goes with it: ``image_grid_thw``,
-  ``image_sizes``, ``pixel_attention_mask``, ``aspect_ratio_ids``, ...), joined across
-  samples by :func:`join_image_tensors` on the dimension the model reads: one row per
-  image or patch (cat on dim 0), or one row per sample with images or tiles padded
-  (5-D ``pixel_values`` of Idefics3 and LLaVA-OneVision, 6-D ``(sample, image, tile,
-  C, H, W)`` of mllama: padded with zeros, which these models drop or mask, then cat
-  on dim 0).
-
-A model whose per-token keys index images (mllama: a token's ``cross_attention_mask``
-names images by their index in the token's row) reads row ``r``'s images from row ``r``
-of the image tensors: every row of such a batch gets its image rows, a text-only row
-rows of padding images (:func:`indexes_images`). transformers' mllama lets a token
-that may see no image attend to every image of its row all the same (its cross-attention
-zeroes such rows after the MLP only, not after the attention; transformers issue
-39379), so a text-only row would read its padding images: :func:`image_states_of_rows`
-gives such rows no image states, which makes the row compute what the sample alone
-computes (the cross-attention layers, skipped without an image, add exactly 0).
-
-Packed rows of an M-RoPE model carry the positions the model computes for each sample
-alone: :func:`rope_positions_function` wraps the model's own ``get_rope_index``,
-called once per sample; the collator concatenates them and puts the per-sample text
-positions first (the ``(axes + 1, batch, length)`` layout these models read as
-"packed": row 0 builds the mask, the other rows rotate).
+:func:`split_processor_output` splits one sample's processor output into token ids,
+**per-token keys** (``mm_token_type_ids``, ``token_type_ids``, mllama's
+``cross_attention_mask``: the model builds positions or masks from them, so they travel
+with the ids through truncation, packing and padding: :func:`token_tensor`) and **image
+tensors** (joined across samples by :func:`join_image_tensors`). Packed M-RoPE rows carry
+each sample's own positions (:func:`rope_positions_function`, :func:`packed_positions`).
 """
 
 from __future__ import annotations
@@ -97,39 +67,29 @@ def split_processor_output(out, image_keys: frozenset = frozenset()) -> tuple[li
 def _is_per_token(value, length: int) -> bool:
     """Is ``value`` (one sample's processor output) laid out along the tokens?
 
-    Decided from its shape, whatever its rank: transformers documents every per-token
-    input as ``(batch_size, sequence_length, ...)`` (``token_type_ids``,
-    ``mm_token_type_ids``, mllama's ``cross_attention_mask`` of ``(batch_size,
-    seq_length, max_num_images, max_num_tiles)``), and a list of key names would miss the
-    next family's. No image tensor looks like that: pixel values are floating point, and
-    an integer image tensor's dimension 1 counts images, tiles or a fixed width (3 of a
-    grid, 2 of a size), always fewer than the tokens, since every image puts a token of
-    its own into the sequence beside the template's.
+    Decided from its shape, not a list of key names (which would miss the next family's):
+    transformers documents every per-token input as ``(batch_size, sequence_length, ...)``.
+    No image tensor looks like that: pixel values are floating point, and an integer image
+    tensor's dim 1 (images, tiles, a fixed width) is always below the token count.
     """
     return (value.dim() >= 2 and tuple(value.shape[:2]) == (1, length)
             and not value.is_floating_point())
 
 
 def indexes_images(values: Sequence) -> bool:
-    """Are these per-token values tensors of their own (one per token, such as mllama's
-    ``cross_attention_mask``: images x tiles per token)? Such a key names the images of
-    the token's row by index (see the module docstring): its model reads each row's
-    images from the same row of the image tensors."""
+    """Are these per-token values tensors of their own (mllama's ``cross_attention_mask``:
+    images x tiles per token)? Such a key names the images of the token's row by index, so
+    its model reads row ``r``'s images from row ``r`` of the image tensors."""
     return bool(values) and isinstance(values[0], (list, tuple))
 
 
 def token_tensor(key: str, rows: Sequence[Sequence[tuple[int, Optional[Sequence]]]], width: int):
     """One per-token key of a batch, ``(len(rows), width, *trailing)`` int64.
 
-    Each row lists its samples in order as ``(length, values)``: ``values`` is the
-    sample's list over its tokens, or None when the sample has no such key. Every place
-    no sample fills is 0: the padding after the samples and, for a key of one tensor per
-    token, its trailing dims beyond the sample's own (the batch takes each trailing
-    dim's largest size) and a sample without the key. 0 is what the processors
-    themselves put there: a text token's type, and in mllama's ``cross_attention_mask``
-    "this token may not see this tile", the value of padding images and tiles, and what
-    a token before any image or of a text-only sample (the processor then returns no
-    mask) holds.
+    Each row lists its samples in order as ``(length, values)`` (``values`` None: the
+    sample lacks the key). Every place no sample fills is 0 (padding, trailing dims beyond
+    the sample's own, a sample without the key): what the processors put there themselves,
+    a text token's type and mllama's "this token may not see this tile".
 
     Raises:
         ValueError: a sample lacks a key of one value per token (every sample's processor
@@ -163,17 +123,15 @@ def token_tensor(key: str, rows: Sequence[Sequence[tuple[int, Optional[Sequence]
 
 
 def join_image_tensors(parts: Sequence[dict], per_row: bool = False) -> dict:
-    """The image tensors of several samples as one batch (see the module docstring).
+    """The image tensors of several samples (``parts``, ``{}`` for none) as one batch.
 
-    Args:
-        parts: each sample's image tensors, in order (``{}`` for a sample without images).
-        per_row: every sample is a row of the batch and gets rows of its own in the
-            per-sample tensors, a sample without images rows of padding images (zeros:
-            no pixels, aspect ratio id 0 which mllama reserves for padding, every tile
-            masked); else the samples without images are left out.
-
-    A key only some samples with images have cannot be lined up with the images, and is
-    left out.
+    Joined on the dimension the model reads: cat on dim 0 (one row per image or patch), or,
+    for per-sample pixel values (5-D of Idefics3 and LLaVA-OneVision, mllama's 6-D
+    ``(sample, image, tile, C, H, W)``), images and tiles zero-padded (these models drop or
+    mask them) then cat. ``per_row``: every sample is a row and gets rows of its own, a
+    sample without images padding images (aspect ratio id 0, which mllama reserves for
+    padding); else samples without images are left out. A key only some samples with
+    images have cannot be lined up with the images, and is left out.
     """
     import torch
 
@@ -204,13 +162,9 @@ def join_image_tensors(parts: Sequence[dict], per_row: bool = False) -> dict:
 
 
 def _sample_major(values: list, pixels: list) -> bool:
-    """Is a key laid out like per-sample pixel values (sample, image or tile, ...)?
-
-    Its first two dims equal those of the pixel values. A 2-D key qualifies only beside
-    6-D pixels ``(sample, image, tile, C, H, W)``, where dim 1 certainly counts images
-    (mllama's ``aspect_ratio_ids``, one per image); beside 5-D pixels dim 1 may count the
-    patches of one image (LLaVA-OneVision), and its ``(images, 2)`` ``image_sizes``
-    would look the same.
+    """Is a key laid out like per-sample pixel values (its first two dims theirs)? A 2-D key
+    only beside 6-D pixels, where dim 1 surely counts images (mllama's ``aspect_ratio_ids``):
+    beside 5-D pixels LLaVA-OneVision's ``(images, 2)`` ``image_sizes`` would look the same.
     """
     return all((v.dim() >= 3 or (v.dim() == 2 and p.dim() >= 6)) and v.shape[:2] == p.shape[:2]
                for v, p in zip(values, pixels))
@@ -232,21 +186,13 @@ def _pad_to(value, shape: Sequence[int]):
 def image_states_of_rows(model, seeing) -> Optional[dict]:
     """Give the rows of a batch whose tokens may see no image no image states.
 
-    For a cross-attention VLM (its language model takes :data:`IMAGE_STATES`: mllama):
-    until ``holder["remove"]()``, every forward multiplies the image states of each row
-    by whether that row's ``seeing`` is True, so a text-only row's (its padding images',
-    or the blank image's that stands in for images on a text-only rank) are zeros. Its
-    cross-attention then takes keys and values of 0, and adds exactly 0 to the row,
-    as the layers skipped for the sample alone do: transformers' mllama would let the
-    row attend to its padding images (see the module docstring). Rows that see an image
-    are kept as they are. ``holder["calls"]`` counts the forwards that did it.
-
-    Args:
-        model: the (unwrapped) model.
-        seeing: ``(rows,)`` bool: the row holds a token that may see an image.
-
-    Returns:
-        The holder, or None for a model without image states (nothing to do).
+    transformers' mllama lets a token that may see no image attend to every image of its
+    row (it zeroes such rows after the MLP only; transformers issue 39379), so a text-only
+    row would read its padding images. For a model taking :data:`IMAGE_STATES`, until
+    ``holder["remove"]()`` every forward multiplies each row's image states by its
+    ``seeing`` (``(rows,)`` bool): the cross-attention of a text-only row then adds exactly
+    0, as the layers skipped for the sample alone do. ``holder["calls"]`` counts the
+    forwards that did it. Returns None for a model without image states.
     """
     if IMAGE_STATES not in inspect.signature(model.forward).parameters:
         return None
@@ -315,9 +261,9 @@ def rope_positions_function(model) -> Optional[PositionsFunction]:
 
 def packed_positions(samples: Sequence, width: int, text_row: bool = True):
     """One packed row's positions: each sample's own multimodal positions, concatenated;
-    with ``text_row``, a first row restarting per sample (the packed-sequence boundary
-    the Qwen-VL family builds its mask from): ``(axes + 1, width)``, else ``(axes,
-    width)``. The padding segment counts from 0 on every row."""
+    with ``text_row``, a first row restarting per sample (the ``(axes + 1, ...)`` layout
+    the Qwen-VL family reads as packed: row 0 builds the mask, the others rotate), else
+    ``(axes, width)``. The padding segment counts from 0 on every row."""
     import torch
 
     columns = []
