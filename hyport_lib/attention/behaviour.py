@@ -83,13 +83,8 @@ class Behaviour:
 def compare_behaviour(model_path: str, eager, swapped, loaded, swapped_label: str,
                       load_pair: Callable[[str], tuple], dtype: str, bf16_label: str,
                       new_tokens: int = NEW_TOKENS, prompts: Sequence[str] = PROMPTS) -> Behaviour:
-    """Greedy answers and perplexity of ``swapped`` and of a bf16 pair against eager.
-
-    Args:
-        eager, swapped: the model check's two models (``dtype``).
-        load_pair: ``load_pair(dtype)`` -> ``(eager, swapped)`` loaded in ``dtype``.
-        bf16_label: what the bfloat16 swap is (the NPU kernel, or its emulation on a CPU).
-    """
+    """Greedy answers and perplexity of ``swapped`` (the model check's, in ``dtype``) and of
+    a bf16 pair (``load_pair("bfloat16")``; ``bf16_label`` says which kernel) against eager."""
     reason = random_weights_reason(model_path)
     if reason:
         return Behaviour(False, reason)

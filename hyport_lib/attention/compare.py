@@ -1,11 +1,8 @@
-"""Numerics comparison of every attention backend on this host against float64.
-
-A grid of cases (:mod:`~hyport_lib.attention.cases`: layout, dtype, mask kind, GQA,
-dense / padded / packed batches, Sq != Skv, odd lengths, head dims 64 and 128) is run
-through each available backend (:mod:`~hyport_lib.attention.implementations`) and
-compared with :func:`~hyport_lib.npu_attention.reference.attention_reference` computed in
-float64 from the very same low-precision inputs (:mod:`~hyport_lib.attention.case_data`).
-Each row's metrics and verdict follow :mod:`~hyport_lib.attention.metrics`.
+"""Numerics comparison of every attention implementation on this host against float64:
+the grid of :mod:`~hyport_lib.attention.cases` run through each of
+:mod:`~hyport_lib.attention.implementations`, compared with
+:func:`~hyport_lib.npu_attention.reference.attention_reference` of the very same
+low-precision inputs; metrics and verdicts by :mod:`~hyport_lib.attention.metrics`.
 """
 
 from __future__ import annotations
@@ -90,17 +87,10 @@ def run_comparison(cases: Optional[Sequence[AttentionCase]] = None, device: str 
                    backends: Optional[Sequence[Implementation]] = None,
                    flash_attn_version: Optional[str] = None,
                    progress: Optional[Callable[[int, int], None]] = None) -> ComparisonResult:
-    """Run the grid (``cases`` or :func:`build_grid` ``(full, dtypes)``) on every backend.
-
-    Args:
-        device: where eager and sdpa run (``auto``, ``cpu``, ``cuda``, ``npu``); the
-            emulation always runs on the CPU.
-        seed: seeds each case's inputs (case ``i`` uses ``seed + i``).
-        backends: the implementations to run; None takes this module's
-            :func:`available_implementations`
-            (looked up here at call time, so a test can patch it).
-        progress: called as ``progress(done, total)`` after each case.
-    """
+    """Run the grid (``cases`` or :func:`build_grid` ``(full, dtypes)``) on every backend
+    (None: :func:`available_implementations`, looked up at call time so a test can patch
+    it). ``device``: where eager and sdpa run (the emulation always runs on the CPU); case
+    ``i`` draws its inputs with ``seed + i``; ``progress(done, total)`` after each case."""
     cases = list(cases) if cases is not None else build_grid(full, dtypes)
     backends = list(backends) if backends is not None else available_implementations(
         device, flash_attn_version)

@@ -37,11 +37,8 @@ from hyport_lib.utils.versions import legacy_unpad
 @dataclass
 class Implementation:
     """One attention implementation under comparison (not a device backend: those are
-    :mod:`hyport_lib.backend`'s).
-
-    ``run(case, data, device)`` returns the output in canonical BNSD form; it returns
-    None when the backend cannot express the case (no row is produced).
-    """
+    :mod:`hyport_lib.backend`'s). ``run(case, data, device)`` returns the output in BNSD
+    form, or None when the implementation cannot express the case (no row is produced)."""
 
     name: str
     source: str  # e.g. "npu-emulated (CPU)"

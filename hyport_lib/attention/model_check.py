@@ -156,16 +156,9 @@ def compare_model(model_path: str = "tiny", backend: str = "npu-emulated",
                   dtype: str = "float32", device: str = "cpu", max_new_tokens: int = 8,
                   seed: int = 0, *, trust_remote_code: bool = False,
                   flash_attn_version: Optional[str] = None) -> ModelComparison:
-    """Load ``model_path`` twice (eager, and hyport's swapped attention) and compare.
-
-    Args:
-        backend: the swapped attention's backend (``npu-emulated`` on a host without an
-            NPU, ``npu`` on one), passed to ``register_hyport_attention``.
-        dtype: model dtype; ``device``: where both models run.
-        trust_remote_code: load the checkpoint's own model code; the flash_attn shim
-            (serving ``flash_attn_version``'s API) is installed for it, and the calls it
-            serves count as swapped-attention calls.
-    """
+    """Load ``model_path`` twice (eager, and hyport's attention on ``backend``) and compare.
+    With ``trust_remote_code`` the flash_attn shim (serving ``flash_attn_version``'s API) is
+    installed for the checkpoint's own code, and the calls it serves count as swapped."""
     result = ModelComparison(model_path=model_path, attn_implementation="", backend=backend,
                              dtype=dtype, device=device,
                              source=f"{backend} ({device_label(device)})")

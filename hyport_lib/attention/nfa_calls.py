@@ -30,17 +30,11 @@ def _mask_arguments(case: AttentionCase, compressed: torch.Tensor) -> dict:
 
 def nfa_mapping(case: AttentionCase, data: CaseData, device,
                 compressed: torch.Tensor) -> list[dict]:
-    """The ``npu_fusion_attention`` calls that compute ``case`` (what a port writes).
-
-    Args:
-        compressed: the 2048x2048 ``triu(ones, 1)`` mask the sparse modes 2-4 take.
-
-    Returns:
-        A list of calls, each a dict with the tensors in the NPU layout plus keyword
-        arguments, and ``rows``: None (the output is the answer) or, for the
-        write-back of bidirectional spans in packed batches, the global token rows it
-        overwrites.
-    """
+    """The ``npu_fusion_attention`` calls that compute ``case`` (what a port writes), with
+    ``compressed`` the 2048x2048 ``triu(ones, 1)`` mask the sparse modes 2-4 take. Each call
+    is a dict of the tensors in the NPU layout and keyword arguments, and ``rows``: None
+    (its output is the answer) or, for the write-back of bidirectional spans in packed
+    batches, the global token rows it overwrites."""
     dev = torch.device(device)
     q, k, v = data.q.to(dev), data.k.to(dev), data.v.to(dev)
     base = dict(head_num=case.nq, input_layout=case.layout, scale=case.scale)

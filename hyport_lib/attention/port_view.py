@@ -4,7 +4,6 @@ line and the drafts' table of changes. Compute lives in :mod:`hyport_lib.port`."
 
 from __future__ import annotations
 
-
 from hyport_lib.attention.stage import AttentionRecord
 from hyport_lib.drafting.values import as_dict, as_list
 

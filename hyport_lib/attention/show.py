@@ -1,12 +1,6 @@
-"""Rendering of the attention stage's results (tables and the error heatmap), and of its
-recorded result in the report (index card, draft section, heatmap figure).
-
-Compute lives in :mod:`hyport_lib.attention.compare` (the grid) and
-:mod:`hyport_lib.attention.model_check` (the model); these functions only turn their
-results into DataFrames, Stylers and figures, and display them in a notebook.
-:func:`glance`, :func:`blog_values`, :func:`blog_figures` and :func:`blog_notes` are what
-the report asks of the stage; its draft section is ``blog.<lang>.md.j2`` beside this module
-(see :mod:`hyport_lib.drafting`).
+"""The attention stage's results as tables and the error heatmap in a notebook, and its
+recorded result in the report (:func:`glance`, :func:`blog_values`, :func:`blog_figures`,
+:func:`blog_notes`; the draft section is ``blog.<lang>.md.j2`` beside this module).
 """
 
 from __future__ import annotations
@@ -197,8 +191,7 @@ def backend_summary(result):
     rows = []
     for (backend, source, dtype), group in df.groupby(["backend", "source", "dtype"], sort=False):
         counts = group["verdict"].value_counts()
-        worst = "FAIL" if counts.get("FAIL") else "WARN" if counts.get("WARN") else (
-            "PASS" if counts.get("PASS") else "SKIP")
+        worst = next((v for v in ("FAIL", "WARN", "PASS") if counts.get(v)), "SKIP")
         rows.append({"backend": backend, "source": source, "dtype": dtype, "cases": len(group),
                      "PASS": int(counts.get("PASS", 0)), "WARN": int(counts.get("WARN", 0)),
                      "FAIL": int(counts.get("FAIL", 0)), "worst err/bound": group["ratio"].max(),
@@ -207,12 +200,8 @@ def backend_summary(result):
 
 
 def show_comparison(result):
-    """Provenance note, a per-backend summary, the failing rows, then every row folded.
-
-    The full grid has one row per case and backend (hundreds with ``full=True``); the
-    summary and the failures are what a reader needs first, so the rest sits in a
-    collapsed ``<details>`` block that still travels with the static HTML report.
-    """
+    """Provenance note, a per-backend summary, the failing rows, then every row (hundreds
+    with ``full=True``) folded in a ``<details>`` block that travels with the HTML report."""
     from IPython.display import HTML
 
     _markdown(provenance_note(result))

@@ -1,11 +1,7 @@
-"""Stage 02: the attention swap — the stage contract.
-
-The notebook and ``hyport attention`` both make the :func:`plan` of their
-:class:`Params` and :func:`run` it: the numerics grid of every attention
-implementation against float64 (:mod:`~hyport_lib.attention.compare`), the model-level
-check of eager against the swapped attention (:mod:`~hyport_lib.attention.model_check`)
-and the static scan of the model code (:mod:`~hyport_lib.attention.port_scan`).
-:func:`record` writes the stage result through :mod:`hyport_lib.results`.
+"""Stage 02: the attention swap — the stage contract (:func:`plan`, :func:`run`,
+:func:`summarize`, :func:`record`), for the notebook and ``hyport attention``: the
+numerics grid (:mod:`~hyport_lib.attention.compare`), the model-level check
+(:mod:`~hyport_lib.attention.model_check`) and the static scan and port of the model code.
 """
 
 from __future__ import annotations
@@ -39,11 +35,9 @@ class Plan:
     """What :func:`run` does, checked.
 
     Attributes:
-        params: the stage's parameters.
         device: the backend kind eager and sdpa run on (``params.device`` resolved).
         model_path: the model of the model check: a checked folder, ``"tiny"`` (built,
             or found in its cache, when run: a plan writes nothing), or None (no check).
-        flash_attn_version: the flash-attn version whose API the drop-in serves.
         port_out: where the ported copy of ``code_path`` goes (a fresh folder beside the
             results); None when there is no port to make.
     """
@@ -57,8 +51,7 @@ class Plan:
 
 @dataclass(frozen=True)
 class CaseProgress:
-    """A progress update of :func:`run`: ``done`` of the comparison's ``total`` cases (case x
-    backend) compared. (The inference stage's progress is its card table so far.)"""
+    """A progress update of :func:`run`: ``done`` of the comparison's ``total`` cases."""
 
     done: int
     total: int
@@ -66,15 +59,10 @@ class CaseProgress:
 
 @dataclass
 class AttentionStageResult:
-    """Everything stage 02 found.
+    """Everything stage 02 found (``model``, ``port``: None when not made).
 
     Attributes:
-        comparison: the case × implementation grid against float64.
-        model: eager vs swapped attention on the model; None when skipped.
-        scan: the static scan's report.
         scanned_path: what was scanned (the planted example when no path was given).
-        flash_attn_version: whose API the flash-attn drop-in served.
-        port: ``hyport port`` of ``code_path`` with its proof; None when not made.
         port_error: why the port could not be made (the destination in the way, ...).
     """
 
@@ -99,9 +87,8 @@ class AttentionStageResult:
 
 @dataclass
 class AttentionRecord:
-    """:meth:`AttentionStageResult.to_dict` read back, as the report shows it (the model
-    check, scan and port kept as recorded). An older or odd record gives the defaults
-    where it differs (see :mod:`hyport_lib.utils.records`)."""
+    """:meth:`AttentionStageResult.to_dict` read back (model check, scan and port as
+    recorded); defaults where an older record differs (see :mod:`hyport_lib.utils.records`)."""
 
     rows: list[dict] = field(default_factory=list)
     backends: list = field(default_factory=list)
@@ -139,12 +126,8 @@ def plan(params: Params) -> Plan:
 
 
 def run(plan: Plan, *, on_progress: Optional[Callable[[CaseProgress], None]] = None) -> AttentionStageResult:
-    """The whole stage: the grid, the model-level check, the scan.
-
-    Args:
-        plan: from :func:`plan`.
-        on_progress: called with a :class:`CaseProgress` after each grid case; None: silent.
-    """
+    """The whole stage: the grid (``on_progress`` called after each case), the model-level
+    check, the scan, the port."""
     params = plan.params
     progress = None if on_progress is None else (lambda done, total: on_progress(CaseProgress(done, total)))
     comparison = run_comparison(device=plan.device, seed=params.seed, full=params.full,

@@ -1,9 +1,6 @@
-"""The judgements: each function looks at collected facts and returns a :class:`Check`.
-
-They take plain values (versions, a device listing, a dict of system facts, an
-environment mapping) rather than probing themselves, so each can be tested with
-made-up input. :func:`hyport_lib.environment.stage.run` gathers
-the facts and calls them.
+"""The judgements of stage 01: each takes collected facts as plain values (never probing,
+so each can be tested with made-up input) and returns a :class:`Check`;
+:func:`hyport_lib.environment.stage.run` gathers the facts and calls them.
 """
 
 from __future__ import annotations
@@ -72,16 +69,9 @@ def check_busy_cards(kind: str, listing, num_cards: Optional[int] = None,
     """Cards held by some process, among the cards this process may use.
 
     FAIL when fewer free cards remain than ``num_cards`` requests, or none at all;
-    WARN when some are busy but enough are free (hyport skips busy cards).
-
-    Args:
-        kind: the backend kind.
-        listing: a :class:`hyport_lib.devices.probe.DeviceListing`.
-        num_cards: cards the next stages will use (None: all of them).
-        visible: host card ids a visible-devices variable leaves visible (see
-            :func:`visible_card_ids`); None when every card is visible. Busy cards
-            outside it are named but do not count, as the grid never uses them.
-        visible_var: the variable that set ``visible``, to name it in the reason.
+    WARN when some are busy but enough are free (hyport skips busy cards). Busy cards
+    outside ``visible`` (the host ids ``visible_var`` leaves visible; None: all) are named
+    but do not count, as the grid never uses them.
     """
     name = "busy_cards"
     if kind == "cpu":

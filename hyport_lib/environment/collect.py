@@ -1,10 +1,5 @@
 """The report of stage 01 (:class:`EnvironmentReport`), the helpers that judge the
-visible-devices variables, and the report as text.
-
-:func:`hyport_lib.environment.stage.run` collects the facts (from
-:mod:`hyport_lib.environment.facts` and :mod:`hyport_lib.devices.probe`) and judges them
-with :mod:`hyport_lib.environment.checks`, which the usual ``env`` commands do not.
-"""
+visible-devices variables, and the report as text (:func:`format_report`)."""
 
 from __future__ import annotations
 
@@ -24,31 +19,17 @@ VISIBLE_DEVICES_VARS = {b.kind: b.visible_devices_var for b in (NpuBackend, Cuda
 
 @dataclass
 class EnvironmentReport:
-    """Everything stage 01 found about this host, and its checks (the stage's verdict is
-    :func:`hyport_lib.environment.stage.summarize`'s).
+    """Everything stage 01 found about this host, and its checks in display order (the
+    stage's verdict is :func:`hyport_lib.environment.stage.summarize`'s)."""
 
-    Attributes:
-        system: OS, CPU, RAM, /dev/shm, Python.
-        versions: package -> version (None when not installed).
-        cann: CANN install info, set_env.sh found, driver version.
-        devices: the cards (see :class:`DeviceInfo`).
-        env_vars: relevant environment variables, secret-named ones dropped.
-        checks: the verdicts, in display order.
-        build: torch build facts (CUDA/HIP/CANN), install paths, accelerate config.
-        container: what the container and driver checks read under ``host_root``
-            (:meth:`hyport_lib.environment.container.ContainerFindings.to_dict`): the
-            container evidence, missing nodes and mounts with their ``docker run`` flags,
-            the driver / firmware / CANN versions.
-    """
-
-    system: dict
-    versions: dict
+    system: dict  # OS, CPU, RAM, /dev/shm, Python
+    versions: dict  # package -> version (None: not installed)
     cann: dict
     devices: list[DeviceInfo]
-    env_vars: dict
+    env_vars: dict  # the relevant variables, secret-named ones dropped
     checks: list[Check]
-    build: dict = field(default_factory=dict)
-    container: dict = field(default_factory=dict)
+    build: dict = field(default_factory=dict)  # torch build, install paths, accelerate config
+    container: dict = field(default_factory=dict)  # ContainerFindings.to_dict()
     device: str = "cpu"
     requested_device: str = "auto"
     num_cards: int = 0
@@ -79,8 +60,8 @@ class EnvironmentReport:
 
     @classmethod
     def from_dict(cls, data) -> "EnvironmentReport":
-        """The report as :meth:`to_dict` recorded it; an older or odd record gives the
-        defaults where it differs (see :mod:`hyport_lib.utils.records`)."""
+        """The report as recorded; defaults where an older record differs (see
+        :mod:`hyport_lib.utils.records`)."""
         return from_mapping(cls, data)
 
 

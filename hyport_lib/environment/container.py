@@ -1,24 +1,14 @@
 """Is this an Ascend container started with everything its jobs need? Device nodes, driver
-mounts and /dev/shm, judged against the ``docker run`` line Huawei's cloud manuals give
-(``docs/containers.md``)::
-
-    docker run -itd --net=bridge --device=/dev/davinci0 ... --device=/dev/davinci7 \\
-      --device=/dev/davinci_manager --device=/dev/devmm_svm --device=/dev/hisi_hdc \\
-      --shm-size=256g -v /usr/local/dcmi:/usr/local/dcmi \\
-      -v /usr/local/Ascend/driver:/usr/local/Ascend/driver -v /var/log/npu/:/usr/slog \\
-      -v /usr/local/sbin/npu-smi:/usr/local/sbin/npu-smi ...
-
-A missing node or mount shows up much later as an opaque torch_npu or HCCL error; here
-each missing item is named with the one flag that adds it.
+mounts and /dev/shm, judged against the ``docker run`` line of Huawei's cloud manuals
+(``docs/containers.md``: ``--device=/dev/davinciN``, ``davinci_manager``, ``devmm_svm``,
+``hisi_hdc``, ``--shm-size``, ``-v`` of dcmi, the driver, ``/usr/slog`` and npu-smi). A
+missing node or mount shows up much later as an opaque torch_npu or HCCL error; here each
+is named with the one flag that adds it.
 
 Every path is read under a ``root`` (``/``: this machine), so a copy of a host's folders
-can be judged offline. Under ``/`` a device node must be a character device; under any
-other root (a copied or test tree, where nodes cannot be made) any file stands for one.
-Folders must be folders and files files: docker turns a ``-v`` source missing on the host
-into an empty folder, so an empty driver folder, or a folder where ``npu-smi`` belongs, is
-a gap. The driver's ``lib64`` is what jobs load (``libascend_hal.so``); ``npu-smi`` is
-accepted at ``/usr/local/sbin`` (the manual) or ``/usr/local/bin`` (vLLM Ascend's
-``docker run`` line). Which card nodes are needed: :mod:`.container_cards`.
+can be judged offline; under any other root (where nodes cannot be made) any file stands
+for a device node. ``npu-smi`` is accepted at ``/usr/local/sbin`` (the manual) or
+``/usr/local/bin`` (vLLM Ascend's line). Which card nodes are needed: :mod:`.container_cards`.
 """
 
 from __future__ import annotations
@@ -47,27 +37,19 @@ CGROUP_WORDS = ("docker", "kubepods", "containerd", "lxc", "libpod")
 
 @dataclass(frozen=True)
 class Item:
-    """One thing the container needs: where, the flag that adds it, how bad its absence is.
-
-    Attributes:
-        path: the path inside the container (``/dev/davinci3``, ``/usr/local/dcmi``).
-        flag: the ``docker run`` flag that adds it.
-        need: what is lost without it, for the reason.
-        missing_verdict: FAIL when jobs cannot start without it, WARN when a tool is lost.
-        kind: ``node`` (a character device under ``/``), ``dir`` or ``file``: docker turns a
-            ``-v`` source missing on the host into an empty folder, so a folder where a file
-            belongs is a gap, not the item.
-        alternatives: other paths where the same thing is accepted (``/usr/local/bin/npu-smi``).
-        nonempty: an empty folder is a gap (a mount whose source was missing on the host).
-    """
+    """One thing the container needs: its path inside the container, the ``docker run``
+    flag that adds it, what is lost without it, and how bad that is (FAIL: jobs cannot
+    start; WARN: a tool is lost)."""
 
     path: str
     flag: str
     need: str
     missing_verdict: str = "FAIL"
+    #: ``node`` (a character device under ``/``), ``dir`` or ``file``: docker turns a ``-v``
+    #: source missing on the host into an empty folder, so a folder where a file belongs is a gap.
     kind: str = "dir"
-    alternatives: tuple[str, ...] = ()
-    nonempty: bool = False
+    alternatives: tuple[str, ...] = ()  # other paths where the same thing is accepted
+    nonempty: bool = False  # an empty folder is a gap (a mount whose source was missing)
 
 
 def card_node(card: int, virtual: bool = False) -> Item:
@@ -114,11 +96,9 @@ EMPTY_MOUNT = "docker makes a -v source missing on the host into an empty folder
 def container_evidence(root: Path, refused: Optional[list[str]] = None) -> Optional[str]:
     """What says ``root`` is a container: a marker file (docker's, podman's, a Kubernetes
     service account folder), a runtime named in /proc/1/cgroup, or an overlay ``/`` (what
-    a cgroup v2 pod on containerd shows); None when nothing does.
-
-    Args:
-        refused: where a /proc file present but not read (a FIFO, a device node, too large)
-            is added as one line: with it, "nothing says container" may be wrong.
+    a cgroup v2 pod on containerd shows); None when nothing does. A /proc file present but
+    not read (a FIFO, too large) is added to ``refused``: "nothing says container" may then
+    be wrong.
     """
     refused = [] if refused is None else refused
     for marker in CONTAINER_MARKERS:
@@ -206,18 +186,12 @@ class ContainerFindings:
     """What the container checks found; ``to_dict`` is the report's ``container`` section.
 
     Attributes:
-        root: the filesystem root read.
-        in_container: a container marker was found under it.
-        evidence: which one (``/.dockerenv``...); None outside a container.
+        evidence: what says container (``/.dockerenv``...); None outside one.
         judged: the node and mount checks ran (a container on an Ascend backend or tree).
-        versions: the driver, firmware and CANN versions read under ``root``.
         cards / cards_from: the card nodes required, and why those.
-        virtual: the cards are vNPUs (ASCEND_RUNTIME_OPTIONS holds VIRTUAL).
         missing: ``{"path", "problem", "flag", "verdict"}`` per item not in place.
         flags: the ``docker run`` flags that add every missing item, each once.
-        shm_total_gb: /dev/shm size read (None: unknown or not read).
         refused: ``PATH: cannot be read: WHY`` for each /proc file present but not read.
-        checks: the checks, for the stage's list.
     """
 
     root: str
@@ -311,18 +285,9 @@ def check_container(root: Path, *, kind: str, requested: str, num_cards: Optiona
                     environ: Mapping[str, str], listed: Optional[list[int]],
                     versions: DriverVersions, shm_gb_per_card: float,
                     machine_shm_gb: Optional[float] = None) -> ContainerFindings:
-    """The container checks of the tree under ``root``.
-
-    Args:
-        root: the filesystem root to read (``/``: this machine).
-        kind: the backend kind judged; requested: the kind asked for.
-        num_cards: cards the next stages will use; None: all.
-        environ: the environment with the Ascend Docker Runtime's variables.
-        listed: card numbers npu-smi listed; None when no listing was read.
-        versions: the driver / firmware / CANN versions read under ``root``.
-        shm_gb_per_card: /dev/shm each card's rank needs.
-        machine_shm_gb: this machine's /dev/shm size, judged by ``dev_shm`` when root is ``/``.
-    """
+    """The container checks of the tree under ``root`` (``/``: this machine, whose /dev/shm
+    size ``machine_shm_gb`` the ``dev_shm`` check judges). ``listed``: the card numbers
+    npu-smi listed (None: no listing read); ``num_cards`` None: all cards."""
     root = Path(root)
     machine = is_machine_root(root)
     where = "" if machine else f" under {root}"

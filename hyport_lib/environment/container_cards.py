@@ -39,14 +39,12 @@ NO_NPU_VALUES = ("", "void")
 
 @dataclass
 class CardNeed:
-    """The card nodes the next stages need in the container, and why.
+    """The card nodes (``N`` of each ``/dev/davinciN``) the next stages need in the
+    container, and where those numbers came from.
 
     Attributes:
-        cards: the ``N`` of each ``/dev/davinciN`` required.
-        source: where those numbers came from, for the reasons.
         short: further card nodes needed whose numbers nothing names (``num_cards`` above
             the cards present): any free card of the host will do.
-        virtual: the cards are vNPUs (host ``/dev/vdavinciN`` mounted as ``/dev/davinciN``).
         no_npu: set when ASCEND_VISIBLE_DEVICES asks the runtime to mount no NPU (the reason).
         problem: why ASCEND_VISIBLE_DEVICES could not be read (it was then ignored).
     """
@@ -135,13 +133,8 @@ def needed_cards(num_cards: Optional[int], environ: Mapping[str, str],
     The cards seen are ASCEND_VISIBLE_DEVICES's (the runtime mounts those numbers), else the
     listing's, else the nodes present; ASCEND_RT_VISIBLE_DEVICES picks positions among them;
     ``num_cards`` keeps the first ones, and asks for more than are seen as ``short``.
-
-    Args:
-        num_cards: cards the next stages will use; None: all of them.
-        environ: the environment holding the runtime's variables.
-        listed: card numbers npu-smi listed (None: no listing was read).
-        present: the ``N`` of the card nodes in the container (None: not looked at; then
-            ``0..num_cards-1`` and positions stand for the numbers, as on a bare host).
+    Without ``listed`` (npu-smi's card numbers) and ``present`` (the card nodes in the
+    container), ``0..num_cards-1`` and positions stand for the numbers, as on a bare host.
     """
     virtual = "VIRTUAL" in environ.get("ASCEND_RUNTIME_OPTIONS", "").upper()
     host_cards, notes, problem, no_npu = None, [], None, None

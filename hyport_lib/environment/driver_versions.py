@@ -1,15 +1,9 @@
 """The Ascend driver, firmware and CANN versions of a host (or a copy of its folders), read
-from their version files, and the one compatibility rule Huawei documents between them.
+under a ``root`` from the driver's and firmware's ``version.info`` (``Version=24.1.rc3``,
+``compatible_version_fw=[7.0.0,7.5.99]`` ...) and the CANN install info, and the one
+compatibility rule Huawei documents between them.
 
-Files read, under a ``root`` (``/`` for this machine):
-
-* ``/usr/local/Ascend/driver/version.info``: ``Version=24.1.rc3``, ``package_version=``,
-  ``Innerversion=V100R001C19SPC001B124``, ``compatible_version_fw=[7.0.0,7.5.99]`` ...
-* ``/usr/local/Ascend/firmware/version.info``: ``Version=7.5.0.1.129``,
-  ``package_version=24.1.rc3``, ``compatible_version_drv=[23.0.0,23.0.0.],[24.1,24.1.]`` ...
-* the CANN install info, as :func:`hyport_lib.environment.facts.collect_cann` finds it.
-
-The one documented rule (see ``docs/containers.md``): the release notes of CANN 8.5.0,
+The rule (see ``docs/containers.md``): the release notes of CANN 8.5.0,
 "CANN Version Mapping / Mapping Between CANN and Driver Versions"
 (hiascend.com/document/detail/en/canncommercial/850/releasenote/releasenote_0000.html),
 pair CANN 8.5.0 with Ascend HDK 25.5.X, 25.3.X, 25.2.X and 25.0.X. The Ascend HDK release
@@ -48,29 +42,17 @@ HDK_SOURCE = ("CANN 8.5.0 release notes, 'Mapping Between CANN and Driver Versio
 
 @dataclass
 class DriverVersions:
-    """What the version files of one tree say.
+    """What the version files of one tree say (None: the file is absent or has no such key);
+    ``errors``: ``PATH: cannot be read: WHY`` for each version file (or CANN info) present
+    but not read (unreadable, a FIFO or device node, too large, a link loop)."""
 
-    Attributes:
-        driver: the driver's ``Version`` (``24.1.rc3``); None when the file is absent or has none.
-        driver_package: its ``package_version``.
-        driver_inner: its ``Innerversion`` (``V100R001C19SPC001B124``).
-        driver_firmware_range: its ``compatible_version_fw``, as written.
-        firmware: the firmware's ``Version`` (``7.5.0.1.129``).
-        firmware_package: its ``package_version`` (the Ascend HDK release it shipped in).
-        firmware_driver_range: its ``compatible_version_drv``, as written.
-        cann: the CANN release (``8.5.0``, ``8.3.RC1``), normalised.
-        driver_file / firmware_file: the files read (None: not found).
-        errors: ``PATH: cannot be read: WHY`` for each version file present but not read
-            (unreadable, a FIFO or device node, too large, a link loop), the CANN info too.
-    """
-
-    driver: Optional[str] = None
+    driver: Optional[str] = None  # the driver's Version (24.1.rc3)
     driver_package: Optional[str] = None
-    driver_inner: Optional[str] = None
-    driver_firmware_range: Optional[str] = None
-    firmware: Optional[str] = None
-    firmware_package: Optional[str] = None
-    firmware_driver_range: Optional[str] = None
+    driver_inner: Optional[str] = None  # Innerversion (V100R001C19SPC001B124)
+    driver_firmware_range: Optional[str] = None  # compatible_version_fw, as written
+    firmware: Optional[str] = None  # the firmware's Version (7.5.0.1.129)
+    firmware_package: Optional[str] = None  # the Ascend HDK release it shipped in
+    firmware_driver_range: Optional[str] = None  # compatible_version_drv, as written
     cann: Optional[str] = None
     driver_file: Optional[str] = None
     firmware_file: Optional[str] = None
@@ -112,15 +94,10 @@ def read_version_file(root: Path, path: str, refused: list[str]) -> tuple[Option
 
 def read_driver_versions(root: Path, cann_version: Optional[str] = None,
                          cann_refused: tuple[str, ...] = ()) -> DriverVersions:
-    """The driver and firmware ``version.info`` files under ``root``, and ``cann_version``.
-
-    Args:
-        root: the filesystem root to read under (``/``: this machine).
-        cann_version: the CANN release found under the same root (see
-            :func:`hyport_lib.environment.facts.collect_cann`); None when none is installed.
-        cann_refused: the CANN files found there but not read (its ``refused``), kept in
-            ``errors``: the pairing cannot be judged without them.
-    """
+    """The driver and firmware ``version.info`` files under ``root``, and the CANN release
+    found there (:func:`hyport_lib.environment.facts.collect_cann`); the CANN files present
+    but not read (``cann_refused``) are kept in ``errors``: without them the pairing cannot
+    be judged."""
     found = DriverVersions(cann=normalise_cann(cann_version))
     driver_path, driver = read_version_file(root, DRIVER_VERSION_FILE, found.errors)
     firmware_path, firmware = read_version_file(root, FIRMWARE_VERSION_FILE, found.errors)
@@ -148,18 +125,13 @@ def hdk_release(driver_version: Optional[str]) -> Optional[str]:
 
 def _cann_release(cann: str) -> str:
     """``8.5.0.1`` / ``8.5.0.alpha001`` -> ``8.5.0``: the release a mapping row names."""
-    parts = cann.split(".")
-    return ".".join(parts[:3])
+    return ".".join(cann.split(".")[:3])
 
 
 def check_driver_cann(versions: DriverVersions, *, applies: bool, where: str = "") -> Check:
     """CANN against the driver, where Huawei documents the pairing; otherwise the versions.
-
-    Args:
-        versions: from :func:`read_driver_versions`.
-        applies: False on a CPU or CUDA backend outside an Ascend host: SKIP.
-        where: `` under TREE`` when the files came from a copied tree, for the reason.
-    """
+    SKIP unless it ``applies`` (an Ascend backend or host); ``where``: `` under TREE`` for a
+    copied tree."""
     name = "driver_cann_compat"
     seen = versions.describe()
     if not applies:

@@ -1,9 +1,7 @@
 """The host's facts, collected without judging them: versions, OS / CPU / RAM /
-``/dev/shm``, the torch build, CANN and the driver, relevant environment variables.
-
-At least what ``accelerate env``, ``transformers env``, ``ds_report`` and vllm-ascend's
-``collect_env`` print. Cheap on purpose: DeepSpeed's version and path come from package
-metadata, never from importing it.
+``/dev/shm``, the torch build, CANN and the driver, relevant environment variables (at
+least what ``accelerate env``, ``transformers env``, ``ds_report`` and vllm-ascend's
+``collect_env`` print). Cheap on purpose: DeepSpeed is found by metadata, never imported.
 """
 
 from __future__ import annotations
@@ -71,13 +69,8 @@ def collect_system() -> dict:
 def collect_cann(ascend_root: Optional[os.PathLike] = None, environ: Optional[Mapping[str, str]] = None,
                  arch: Optional[str] = None) -> dict:
     """This machine's CANN install info file, the set_env.sh scripts present, and the
-    driver version (also under this user's ``~/Ascend``).
-
-    Args:
-        ascend_root: where Ascend software is installed (default ``/usr/local/Ascend``).
-        environ: environment to read ``ASCEND_HOME_PATH`` from (default ``os.environ``).
-        arch: ``aarch64`` / ``x86_64`` (default: this machine).
-    """
+    driver version, under ``ascend_root`` (default ``/usr/local/Ascend``), this user's
+    ``~/Ascend`` and the toolkit that ``ASCEND_HOME_PATH`` of ``environ`` names."""
     environ = os.environ if environ is None else environ
     toolkit_homes = [os.path.abspath(environ[k]) for k in ("ASCEND_HOME_PATH", "ASCEND_TOOLKIT_HOME")
                      if environ.get(k)]
@@ -97,8 +90,8 @@ def collect_cann_under(root: os.PathLike, environ: Mapping[str, str], arch: Opti
 
 def _collect_cann_at(root: Path, ascend_root: str, toolkit_homes: list[str], home: str,
                      arch: Optional[str], home_path: Optional[str]) -> dict:
-    """The CANN facts read under ``root``; every path is as inside it (absolute) and read
-    through :mod:`.tree_files`. ``refused``: the files present but not read, one line each."""
+    """The CANN facts read under ``root`` through :mod:`.tree_files` (paths as inside it);
+    ``refused``: the files present but not read, one line each."""
     arch = arch or platform.machine()
     ascend, user_ascend = ascend_root.rstrip("/"), f"{home.rstrip('/')}/Ascend"
     # CANN >= 8.5 installs under cann/; older releases under ascend-toolkit/latest/.

@@ -1,10 +1,7 @@
-"""Render an :class:`EnvironmentReport` in a notebook: summary line, coloured tables; and
-the stage's index card and draft section from its recorded result.
-
-Everything is displayed as static HTML first (the report's HTML keeps it);
-:func:`environment_widget` adds an ipywidgets button that re-probes in JupyterLab.
-:func:`glance` and :func:`blog_facts` are what the report asks of the stage; its draft
-section is ``blog.<lang>.md.j2`` beside this module (see :mod:`hyport_lib.drafting`).
+"""An :class:`EnvironmentReport` in a notebook (:func:`show_environment`: static HTML the
+report keeps; :func:`environment_widget`: a re-probe button for JupyterLab), and what the
+report asks of the stage (:func:`glance`, :func:`blog_facts`; its draft section is
+``blog.<lang>.md.j2`` beside this module).
 """
 
 from __future__ import annotations
@@ -73,17 +70,9 @@ def show_environment(report: EnvironmentReport, *, system: bool = True) -> None:
 
 def environment_widget(probe: Callable[[], EnvironmentReport],
                        report: Optional[EnvironmentReport] = None):
-    """A "Re-probe" button above an output area that shows the latest report.
-
-    Args:
-        probe: callable returning a fresh report (the notebook's:
-            ``functools.partial(stage.run, plan)``).
-        report: shown first, so opening the notebook shows something before a click.
-
-    Returns:
-        The ipywidgets ``VBox``; display it after the static rendering, which stays
-        for the HTML report (widget views are stripped there).
-    """
+    """A "Re-probe" button (calling ``probe`` for a fresh report) above an output area that
+    shows the latest report, ``report`` at first. Returns the ipywidgets ``VBox``: display
+    it after the static rendering, which stays for the HTML report (widgets are stripped)."""
     import ipywidgets as widgets
 
     button = widgets.Button(description="Re-probe", icon="refresh",

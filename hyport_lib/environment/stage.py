@@ -1,8 +1,6 @@
-"""Stage 01: the environment check — the stage contract.
-
-The notebook and ``hyport env`` both make the :func:`plan` of their :class:`Params`,
-:func:`run` it (collect the host's facts and judge them) and :func:`record` the report
-through :mod:`hyport_lib.results`. Cheap on purpose: well under 3 s on CPU.
+"""Stage 01: the environment check — the stage contract (:func:`plan`, :func:`run`,
+:func:`summarize`, :func:`record`), for the notebook and ``hyport env``. Cheap on purpose:
+well under 3 s on CPU.
 """
 
 from __future__ import annotations
@@ -38,15 +36,9 @@ STAGE = "01_environment"
 
 @dataclass
 class Plan:
-    """What :func:`run` collects for.
-
-    Attributes:
-        params: the stage's parameters.
-        backend: the backend judged: the kind asked for, or the CPU's when that kind is
-            not usable here (this is the stage that must explain why, so it runs anyway).
-        backend_error: why the kind asked for is not usable (the ``backend`` check FAILs
-            with it); None when it is.
-    """
+    """What :func:`run` collects for: the backend judged is the kind asked for, or the
+    CPU's when that kind is not usable here (this stage must explain why, so it runs
+    anyway); ``backend_error`` then says why, and the ``backend`` check FAILs with it."""
 
     params: Params
     backend: Backend
@@ -75,11 +67,8 @@ def run(plan: Plan, *, on_progress: Optional[Callable[[Step], None]] = None) -> 
     """Collect this host's facts and judge them.
 
     The environment variables and the cards are read now, not when planned: a re-probe
-    (the notebook's button) sees a variable set or a card freed since.
-
-    Args:
-        plan: from :func:`plan`.
-        on_progress: called with a :class:`Step` after each part; None: silent.
+    (the notebook's button) sees a variable set or a card freed since. ``on_progress`` is
+    called with a :class:`Step` after each part.
     """
     params, backend = plan.params, plan.backend
     steps = ("versions", "devices", "CANN and build", "system", "container and driver", "checks")

@@ -2,14 +2,10 @@
 
 A copied tree (``hyport env --host-root TREE``) may hold anything where a file belongs: a
 FIFO at ``/proc/1/cgroup`` blocks ``open`` for ever, a device node (``/dev/zero`` copied
-with ``cp -a``) never ends, an absolute link means the tree's path, not this machine's.
-Every file the stage reads goes through here: the path is taken with
-:func:`~hyport_lib.environment.tree_paths.under` (links followed inside the tree) and read
-by :mod:`hyport_lib.utils.bounded_files` (regular files only, never blocking, at most a
-bound per kind of file, never outside the tree).
-
-A file that is absent is no error (most are optional); one that is present but refused is
-a one-line reason (:func:`refusal`) the checks show with the file named.
+with ``cp -a``) never ends. Every file the stage reads goes through here: the path taken
+with :func:`~hyport_lib.environment.tree_paths.under`, read by
+:mod:`hyport_lib.utils.bounded_files` (regular files only, never blocking, bounded). An
+absent file is no error (most are optional); a refused one is a one-line :func:`refusal`.
 """
 
 from __future__ import annotations
@@ -47,16 +43,6 @@ def tree_file(root: os.PathLike, path: str) -> Path:
                              exc.errno or errno.ELOOP) from None
 
 
-def read_tree_text(root: os.PathLike, path: str, max_bytes: int) -> str:
-    """The text of ``path`` under ``root``, at most ``max_bytes`` bytes.
-
-    Raises:
-        UnreadableFile: absent (errno ENOENT / ENOTDIR, see :func:`is_absent`), not a regular
-            file, larger than ``max_bytes``, unreadable, or a link loop.
-    """
-    return read_text(tree_file(root, path), max_bytes, folder=root)
-
-
 def is_absent(exc: UnreadableFile) -> bool:
     """Whether the refusal only says the file is not there."""
     return exc.errno in _ABSENT
@@ -72,10 +58,11 @@ def refusal(exc: UnreadableFile) -> str:
 
 
 def read_optional(root: os.PathLike, path: str, max_bytes: int, refused: list[str]) -> Optional[str]:
-    """:func:`read_tree_text`, or None when the file is absent or refused; a refusal is
-    appended to ``refused`` as one line (:func:`refusal`), so nothing is dropped silently."""
+    """The text of ``path`` under ``root`` (at most ``max_bytes``), or None when the file is
+    absent or refused (not a regular file, too large, unreadable, a link loop); a refusal
+    is appended to ``refused`` as one line (:func:`refusal`), so nothing is dropped silently."""
     try:
-        return read_tree_text(root, path, max_bytes)
+        return read_text(tree_file(root, path), max_bytes, folder=root)
     except UnreadableFile as exc:
         if not is_absent(exc):
             refused.append(refusal(exc))

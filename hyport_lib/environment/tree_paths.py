@@ -1,11 +1,7 @@
-"""Paths as a container sees them, read under a root: this machine's ``/`` or a copied tree.
-
-Stage 01 can judge a copy of a container's or host's folders (the ``host_root``
-parameter, ``hyport env --host-root TREE``). Every path it reads is then taken under that
-root, and a symbolic link in the copy means what it means inside the container: an
-absolute target is the tree's path, not this machine's (``npu-smi ->
-/usr/local/Ascend/driver/tools/npu-smi``). Reading through this machine's ``/`` would
-judge this machine's files as the tree's.
+"""Paths as a container sees them, read under a root: this machine's ``/`` or a copied tree
+(``hyport env --host-root TREE``). A symbolic link in the copy means what it means inside
+the container: an absolute target (``npu-smi -> /usr/local/Ascend/driver/tools/npu-smi``)
+is the tree's path; following it through this machine's ``/`` would judge the wrong files.
 """
 
 from __future__ import annotations
@@ -24,11 +20,8 @@ def is_machine_root(root: os.PathLike) -> bool:
 
 
 def under(root: os.PathLike, path: str) -> Path:
-    """``path`` (absolute, as inside the container; a leading ``/`` may be left out) read
-    under ``root``, its symbolic links followed inside ``root``.
-
-    Under this machine's own ``/`` it is the plain path. ``..`` never leaves the root, as
-    in the container.
+    """``path`` (as inside the container; the leading ``/`` optional) under ``root``, its
+    symbolic links followed inside ``root``; ``..`` never leaves the root, as in the container.
 
     Raises:
         OSError: ``ELOOP``, more than :data:`MAX_LINKS` links on the way (a loop).

@@ -1,11 +1,7 @@
-"""A CPU (any torch device) emulation of ``torch_npu.npu_fusion_attention``.
-
-It follows the documented contract (see docs/npu_fusion_attention.md),
-so that hyport's NPU code path can be run and checked on a host without an NPU. It is
-used by the torch_npu test double and by the numerics comparison; it is never a
-runtime fallback that pretends to be an NPU.
-
-What is emulated:
+"""A CPU (any torch device) emulation of ``torch_npu.npu_fusion_attention`` following its
+documented contract (docs/npu_fusion_attention.md), so that hyport's NPU code path can be
+checked without an NPU (the torch_npu test double, the numerics comparison); never a
+runtime fallback that pretends to be an NPU. What is emulated:
 
 - ``out = dropout(softmax(mask(scale * (pse + Q Kᵀ)))) V``, math in float32 (inputs
   upcast), output cast back to the input dtype; ``scale`` defaults to 1.0 like the NPU.
@@ -71,9 +67,7 @@ def dropout_keep_mask(seed: int, numels: int, keep_prob: float, device=None) -> 
     return keep.to(device) if device is not None else keep
 
 
-# --------------------------------------------------------------------------------------
-# Core
-# --------------------------------------------------------------------------------------
+# --- core --------------------------------------------------------------------------------
 def _attend(q, k, v, masked, scale, pse, keep, keep_prob):
     """fp32 attention on ``[B, N, S, D]`` tensors; ``masked`` True = masked out.
 
@@ -135,8 +129,8 @@ def npu_fusion_attention(query, key, value, head_num, input_layout, pse=None,
         draws (all 0 without dropout).
 
     Raises:
-        ValueError / TypeError naming the argument for inputs the NPU would reject,
-        NotImplementedError for the parts of the contract that are not emulated.
+        ValueError / TypeError: naming the argument, for inputs the NPU would reject.
+        NotImplementedError: the parts of the contract that are not emulated.
     """
     del gen_mask_parallel, sync, prefix  # performance knobs / modes 5-6 only
     if not isinstance(input_layout, str) or input_layout.upper() not in LAYOUTS:
@@ -289,9 +283,3 @@ def _tnd(query, key, value, nq, nkv, atten_mask, scale, keep_prob, seed, pre, nx
         row_max = torch.full((t, nq), float("-inf"), device=query.device)
         row_sum = torch.zeros(t, nq, device=query.device)
     return (out, _stats(row_max), _stats(row_sum), query.new_empty(0), seed, 0, numels)
-
-
-__all__ = [
-    "npu_fusion_attention", "dropout_keep_mask",
-    "SUPPORTED_SPARSE_MODES",
-]

@@ -1,8 +1,6 @@
-"""hyport's attention backends, bound to the one flash-attn implementation.
-
-The implementation is the module ``hyport port`` writes into ported trees
-(:mod:`hyport_lib.port.generated.flash_attn_ascend`); hyport runs the same file.
-``FlashAttnAPI(backend)`` binds its flash-attn functions to one of hyport's backends:
+"""hyport's attention backends, bound to the one flash-attn implementation
+(:mod:`hyport_lib.port.generated.flash_attn_ascend`, the file ``hyport port`` writes into
+ported trees). ``FlashAttnAPI(backend)`` binds its flash-attn functions to one of them:
 
 * ``npu``: ``torch_npu.npu_fusion_attention`` (NFA);
 * ``npu-emulated``: the same argument conversion, executed by hyport's CPU emulation
@@ -32,18 +30,12 @@ def resolve_backend(backend: str = "auto") -> str:
 
 
 class FlashAttnAPI(FlashAttention):
-    """flash-attn's functions on one of hyport's backends.
-
-    Attributes:
-        backend: the resolved backend (``npu``, ``npu-emulated`` or ``sdpa``).
-        requested: the backend string as given.
-        calls: attention calls served (per path). A "ported" model whose forward adds none
-            never reached the swapped attention (e.g. remote code that runs its flash path
-            only ``if q.is_cuda``): the model-level check reports it.
-    """
+    """flash-attn's functions on one of hyport's backends (``backend``: resolved, ``npu``,
+    ``npu-emulated`` or ``sdpa``). ``calls`` counts the attention calls served per path: a
+    "ported" model whose forward adds none never reached the swapped attention (remote code
+    that runs its flash path only ``if q.is_cuda``), which the model-level check reports."""
 
     def __init__(self, backend: str = "auto"):
-        self.requested = backend
         self.backend = resolve_backend(backend)
         super().__init__("sdpa" if self.backend == "sdpa" else "npu")
 

@@ -1,41 +1,27 @@
-"""hyport attention as a transformers ``attn_implementation``.
+"""hyport attention as a transformers ``attn_implementation`` (transformers 4.57 and 5.x).
 
-``register_hyport_attention(backend)`` registers one attention function with
-transformers' ``AttentionInterface`` (and transformers' SDPA mask builder for the same
-name with ``AttentionMaskInterface``, so the model hands it 4-D boolean masks) and
-returns the name to pass as ``attn_implementation=`` — for a text model, a vision
-tower, or per sub-config of a composite model. Names may not contain "flash":
-transformers routes any such name into its FlashAttention checks and rejects it.
+:func:`register_hyport_attention` registers one attention function with
+``AttentionInterface`` (and the SDPA mask builder under the same name with
+``AttentionMaskInterface``, so the model hands it 4-D boolean masks) and returns the name
+to pass as ``attn_implementation=``: for a text model, a vision tower, or per sub-config
+of a composite model (``{"text_config": name, "vision_config": name}``).
 
-The function follows transformers' ``sdpa_attention_forward`` contract:
-``(module, query, key, value, attention_mask, dropout=0.0, scaling=None,
-is_causal=None, **kwargs)`` with q/k/v in (B, N, S, D), returning ``(out (B, S, N, D),
-None)``. ``attention_mask`` may come by keyword (Qwen2-VL's vision attention does).
-What it handles:
+The function follows transformers' ``sdpa_attention_forward`` contract: ``(module, query,
+key, value, attention_mask, dropout=0.0, scaling=None, is_causal=None, **kwargs)`` with
+q/k/v in (B, N, S, D), returning ``(out (B, S, N, D), None)``; ``attention_mask`` may come
+by keyword (Qwen2-VL's vision attention does). It handles:
 
 * padded batches: the 4-D mask (bool True = attend, or additive float) is used as is;
   for the NPU it becomes NFA's ``atten_mask`` (True = masked) in BNSD;
-* packed batches (``position_ids`` restarting at 0, or flash-style ``cu_seq_lens_q``
-  kwargs): computed as varlen (NPU: TND with ``actual_seq_qlen``; SDPA: batched calls
-  per run of equal lengths), after checking once per batch that the model's 4-D mask
-  says exactly "causal within each packed sequence" (otherwise the mask is used
-  densely). When transformers hands over no mask at all (it skips the mask when the
-  2-D mask has no padding, and ignores packing when a cache is in use), restarting
+* packed batches (``position_ids`` restarting at 0, or flash-style ``cu_seq_lens_q``):
+  computed as varlen (NPU: TND with ``actual_seq_qlen``; SDPA: batched calls per run of
+  equal lengths) once the model's 4-D mask is checked to say exactly "causal within each
+  packed sequence" (otherwise it is used densely). Without any mask (transformers skips
+  it when nothing is padded, and ignores packing with a cache), restarting
   ``position_ids`` still mean packing, as with FlashAttention-2;
-* bidirectional spans (the ``hyport_span_ids=`` kwarg, see
+* bidirectional spans (the ``hyport_span_ids=`` kwarg of the model's forward, see
   :mod:`hyport_lib.npu_attention.spans`): same-span tokens attend both ways on top of
   whatever mask the model built.
-
-Works with transformers 4.57 and 5.x (both have ``AttentionInterface`` and
-``AttentionMaskInterface``). Usage::
-
-    name = register_hyport_attention("auto")          # "hyport_npu_fused" on an NPU host
-    model = AutoModelForCausalLM.from_pretrained(path, attn_implementation=name)
-    # composite VLMs: one name for every sub-model, or per sub-config
-    model = AutoModelForImageTextToText.from_pretrained(
-        path, attn_implementation={"text_config": name, "vision_config": name})
-    # Mixture-of-Transformers style image spans (see hyport_lib.npu_attention.spans)
-    logits = model(input_ids, attention_mask=mask, hyport_span_ids=span_ids).logits
 """
 
 from __future__ import annotations
@@ -60,7 +46,7 @@ logger = logging.getLogger(__name__)
 
 #: name -> the FlashAttnAPI behind it (its ``calls`` count what the models used).
 REGISTERED: dict[str, FlashAttnAPI] = {}
-#: Per-batch derived masks (span overlays, NFA bool masks); tiny, entries die with their inputs.
+#: Per-batch derived masks (span overlays, NFA bool masks); entries die with their inputs.
 MASK_CACHE = IdentityCache(maxsize=8)
 
 #: Substrings transformers gives a meaning of its own inside attn_implementation names.
@@ -68,17 +54,12 @@ _RESERVED = ("flash", "sdpa", "flex_attention", "paged")
 
 
 def register_hyport_attention(backend: str = "auto", name: Optional[str] = None) -> str:
-    """Register hyport's attention with transformers and return its name.
+    """Register hyport's attention on a FlashAttnAPI ``backend`` with transformers; returns
+    the name for ``attn_implementation=`` (default by backend: :data:`NAME_OF_BACKEND`).
 
-    Args:
-        backend: FlashAttnAPI backend: ``auto``, ``npu``, ``npu-emulated``, ``sdpa``,
-            ``cpu`` or ``cuda``.
-        name: registered name; default ``hyport_npu_fused``, ``hyport_npu_emulated`` or
-            ``hyport_torch`` by backend. Must not contain "flash", "sdpa",
-            "flex_attention" or "paged", which transformers treats specially.
-
-    Returns:
-        The name to use as ``attn_implementation=`` (or ``model.set_attn_implementation``).
+    Raises:
+        ValueError: ``name`` holds a word transformers treats specially (:data:`_RESERVED`:
+            "flash" is routed into its FlashAttention checks and rejected).
     """
     api = FlashAttnAPI(backend)
     name = name or NAME_OF_BACKEND[api.backend]

@@ -35,9 +35,7 @@ LAYOUTS = ("BSH", "SBH", "BSND", "BNSD", "TND")
 UNBOUNDED = NFA_MAX_TOKENS  # NPU's "no limit" for pre_tockens / next_tockens
 
 
-# --------------------------------------------------------------------------------------
-# Conventions
-# --------------------------------------------------------------------------------------
+# --- conventions -------------------------------------------------------------------------
 def to_npu_mask(keep: torch.Tensor) -> torch.Tensor:
     """Keep mask (True = attend) -> NPU ``atten_mask`` (True = masked out)."""
     return ~keep.bool()
@@ -66,9 +64,7 @@ def lengths_from_cumulative(cumulative: Sequence[int]) -> list[int]:
     return lengths
 
 
-# --------------------------------------------------------------------------------------
-# Mask builders (all: True = attend)
-# --------------------------------------------------------------------------------------
+# --- mask builders (all: True = attend) ----------------------------------------------------
 def _offset(sq: int, skv: int, align: str) -> int:
     if align not in ALIGNS:
         raise ValueError(f"align={align!r}: expected one of {', '.join(ALIGNS)}")
@@ -145,13 +141,9 @@ def _sample_mask(sq, skv, causal, window_size):
 
 def block_diagonal_mask(seqlens_q: Sequence[int], seqlens_kv: Optional[Sequence[int]] = None,
                         causal: bool = False, window_size=(-1, -1)) -> torch.Tensor:
-    """``[Tq, Tkv]`` for packed samples: each sample attends only within itself.
-
-    Args:
-        seqlens_q / seqlens_kv: per-sample lengths (not cumulative); zero is allowed.
-        causal / window_size: applied per sample on its own lengths, aligned
-            bottom-right (flash-attn's varlen semantics).
-    """
+    """``[Tq, Tkv]`` for packed samples of per-sample (not cumulative, possibly 0) lengths:
+    each sample attends only within itself, ``causal`` / ``window_size`` applied on its own
+    lengths, aligned bottom-right (flash-attn's varlen semantics)."""
     seqlens_kv = seqlens_q if seqlens_kv is None else seqlens_kv
     if len(seqlens_kv) != len(seqlens_q):
         raise ValueError(f"seqlens_kv has {len(seqlens_kv)} samples, seqlens_q {len(seqlens_q)}")
@@ -167,17 +159,13 @@ def block_diagonal_mask(seqlens_q: Sequence[int], seqlens_kv: Optional[Sequence[
 
 def bidirectional_span_mask(seq_len: int, spans: Sequence[tuple[int, int]], causal: bool = True,
                             base: Optional[torch.Tensor] = None, device=None) -> torch.Tensor:
-    """Causal (or ``base``) attention plus full attention inside each span.
+    """Causal (or full, or ``base``) attention plus full attention inside each span, as
+    vision-language models let one image's tokens attend each other both ways.
 
-    Vision-language models let the tokens of one image attend each other both ways
-    while text stays causal. ``spans`` are half-open ``(start, end)`` token ranges.
-
-    Args:
-        seq_len: square size when ``base`` is None.
-        spans: ``[(start, end), ...]``; must lie within ``seq_len`` and not overlap.
-        causal: base pattern when ``base`` is None (False = full attention).
-        base: an existing keep mask ``[..., S, S]`` (e.g. a block-diagonal one of
-            packed samples) to add the spans to; spans must lie within one sample.
+    ``spans`` are half-open ``(start, end)`` token ranges within the mask that do not
+    overlap; ``base`` is an existing keep mask ``[..., S, S]`` (e.g. a block-diagonal one
+    of packed samples, then each span within one sample) used instead of a ``seq_len``
+    square (``causal=False``: full attention).
     """
     if base is None:
         base = causal_mask(seq_len, seq_len, device=device) if causal else \
@@ -195,14 +183,10 @@ def bidirectional_span_mask(seq_len: int, spans: Sequence[tuple[int, int]], caus
     return out
 
 
-# --------------------------------------------------------------------------------------
-# Layouts
-# --------------------------------------------------------------------------------------
+# --- layouts -------------------------------------------------------------------------------
 def to_bnsd(x: torch.Tensor, layout: str, num_heads: Optional[int] = None) -> torch.Tensor:
-    """View ``x`` in ``layout`` as ``[B, N, S, D]`` (TND becomes ``[1, N, T, D]``).
-
-    ``num_heads`` is needed for the fused-head layouts BSH / SBH.
-    """
+    """View ``x`` in ``layout`` as ``[B, N, S, D]`` (TND becomes ``[1, N, T, D]``);
+    ``num_heads`` is needed for the fused-head layouts BSH / SBH."""
     layout = layout.upper()
     if layout in ("BSH", "SBH"):
         if not num_heads:
@@ -240,9 +224,7 @@ def from_bnsd(x: torch.Tensor, layout: str) -> torch.Tensor:
     raise ValueError(f"layout={layout!r}: expected one of {', '.join(LAYOUTS)}")
 
 
-# --------------------------------------------------------------------------------------
-# Reference attention
-# --------------------------------------------------------------------------------------
+# --- reference attention -------------------------------------------------------------------
 class ReferenceResult(NamedTuple):
     out: torch.Tensor  # [B, Nq, Sq, D] float64
     row_max: torch.Tensor  # [B, Nq, Sq] max of the scaled, masked scores; -inf if empty
@@ -257,20 +239,13 @@ def attention_reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                         return_stats: bool = False):
     """Attention in float64 on the inputs' device: ``softmax(scale * q kᵀ + bias) v``.
 
-    Args:
-        q: ``[B, Nq, Sq, D]``; k, v: ``[B, Nkv, Skv, D]`` with ``Nq % Nkv == 0`` (query
-            head ``h`` uses kv head ``h // (Nq // Nkv)``).
-        mask: keep mask (True = attend) broadcastable to ``[B, Nq, Sq, Skv]``.
-        scale: multiplies ``q kᵀ``; None means ``1 / sqrt(D)`` (flash-attn's default,
-            not NPU's 1.0).
-        bias: added after scaling (NPU's ``pse`` is added before: pass ``scale * pse``).
-        dropout_keep: bool keep pattern broadcastable to the scores; kept
-            probabilities are divided by ``keep_prob``.
-        return_stats: return a :class:`ReferenceResult` instead of the output alone.
-
-    Returns:
-        The ``[B, Nq, Sq, D]`` float64 output (fully masked rows are 0), or a
-        :class:`ReferenceResult`.
+    q is ``[B, Nq, Sq, D]``, k and v ``[B, Nkv, Skv, D]`` with ``Nq % Nkv == 0`` (query head
+    ``h`` uses kv head ``h // (Nq // Nkv)``); ``mask`` is a keep mask (True = attend)
+    broadcastable to the scores. ``scale`` None means ``1 / sqrt(D)`` (flash-attn's default,
+    not NPU's 1.0). ``bias`` is added after scaling (NPU's ``pse`` is added before: pass
+    ``scale * pse``). Probabilities kept by ``dropout_keep`` are divided by ``keep_prob``.
+    Returns the ``[B, Nq, Sq, D]`` float64 output (fully masked rows are 0), or with
+    ``return_stats`` a :class:`ReferenceResult`.
     """
     if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
         raise ValueError(f"q, k, v must be [B, N, S, D]; got {tuple(q.shape)}, "

@@ -1,42 +1,24 @@
-"""A ``flash_attn`` package for hosts that have none, so unmodified model code imports it.
+"""A ``flash_attn`` package for hosts that have none, so unmodified remote model code
+(``from flash_attn import flash_attn_varlen_func``, ``from flash_attn.bert_padding import
+pad_input``) imports it. :func:`install_flash_attn_shim` puts modules into ``sys.modules``
+whose functions are :mod:`hyport_lib.port.generated.flash_attn_ascend`'s, the attention
+ones bound to one backend by :class:`~hyport_lib.npu_attention.flash_api.FlashAttnAPI`:
+``flash_attn`` (``flash_attn_func``, ``flash_attn_varlen_func``, the ``qkvpacked`` /
+``kvpacked`` variants, ``flash_attn_with_kvcache``), ``flash_attn.flash_attn_interface``
+(the same plus 1.x ``flash_attn_unpadded_*``), ``flash_attn.bert_padding`` (``unpad_input``,
+``pad_input``, ``index_first_axis`` ...) and ``flash_attn.layers.rotary``
+(``apply_rotary_emb*``). Anything else (``flash_attn.ops``, ``RotaryEmbedding`` ...) is
+absent: its ImportError names this file.
 
-Remote model code (``trust_remote_code=True``) often does ``from flash_attn import
-flash_attn_varlen_func`` at module level, or ``from flash_attn.bert_padding import
-pad_input``. On an Ascend host there is no flash-attn wheel. ``install_flash_attn_shim``
-puts module objects into ``sys.modules`` whose functions are those of
-:mod:`hyport_lib.port.generated.flash_attn_ascend` (the module the port writes), the
-attention ones bound to one backend by :class:`~hyport_lib.npu_attention.flash_api.FlashAttnAPI`:
-
-========================================  ==================================================
-module                                    names
-========================================  ==================================================
-``flash_attn``                            ``flash_attn_func``, ``flash_attn_varlen_func``,
-                                          the ``qkvpacked``/``kvpacked`` variants,
-                                          ``flash_attn_with_kvcache``
-``flash_attn.flash_attn_interface``       the same, plus 1.x ``flash_attn_unpadded_*``
-``flash_attn.bert_padding``               ``unpad_input``, ``pad_input``, ``index_first_axis``,
-                                          ``IndexFirstAxis``, ``index_put_first_axis``, ...
-``flash_attn.layers.rotary``              ``apply_rotary_emb`` (+ ``_func``, ``_qkv_``, ``_kv_``)
-========================================  ==================================================
-
-Anything else (``flash_attn.ops``, ``flash_attn.modules``, ``RotaryEmbedding``, ...) is
-absent, so ``import`` fails with the usual ImportError, whose message names this file.
-
-Every shim module carries ``__hyport_shim__ = True`` and a ``ModuleSpec``, so that
-``importlib.util.find_spec("flash_attn")`` answers. transformers is *not* made to
-believe that FlashAttention-2 is installed: its ``is_flash_attn_2_available`` also
-requires a ``flash-attn`` distribution (package metadata) and a CUDA device, which the
-shim does not fake, so ``attn_implementation="flash_attention_2"`` behaves as without
-the shim (transformers' own error on CPU, transformers' own NPU integration on an NPU). Use
-:func:`hyport_lib.npu_attention.hf_integration.register_hyport_attention` for transformers
-models; the shim is for remote code that imports flash_attn itself.
+Each shim module carries ``__hyport_shim__ = True`` and a ``ModuleSpec`` (``find_spec``
+answers). transformers is *not* made to believe FlashAttention-2 is installed: its check
+also wants a ``flash-attn`` distribution and a CUDA device, which the shim does not fake,
+so ``attn_implementation="flash_attention_2"`` behaves as without it. Transformers models
+use :func:`hyport_lib.npu_attention.hf_integration.register_hyport_attention` instead.
 
 The shim lives in one process's ``sys.modules``: every process that imports the model
-code (each torchrun worker, spawned data-loader workers that unpickle it) must call
-:func:`install_flash_attn_shim` itself, before that import.
-
-Importing this module imports torch: the functions it installs are torch code, and
-whoever imports it installs them.
+code (each torchrun worker, spawned data-loader workers) must install it before that
+import. Importing this module imports torch.
 """
 
 from __future__ import annotations
@@ -70,22 +52,12 @@ _PADDING_NAMES = ("IndexFirstAxis", "index_first_axis", "IndexPutFirstAxis",
                   "index_put_first_axis", "unpad_input_for_concatenated_sequences", "pad_input")
 _ROTARY_NAMES = ("apply_rotary_emb", "apply_rotary_emb_func", "apply_rotary_emb_qkv_",
                  "apply_rotary_emb_kv_")
-__all__ = ["DEFAULT_VERSION", "ShimInstall", "build_shim_modules", "current_shim",
-           "install_flash_attn_shim", "make_unpad_input", "real_flash_attn_present",
-           "uninstall_flash_attn_shim"]
 
 
 @dataclass
 class ShimInstall:
-    """What :func:`install_flash_attn_shim` did.
-
-    Attributes:
-        installed: True when shim modules are now in ``sys.modules``.
-        reason: why (not) installed, in words.
-        backend: the resolved FlashAttnAPI backend.
-        version: the ``__version__`` the shim reports.
-        modules: module names the shim put into ``sys.modules``.
-    """
+    """What :func:`install_flash_attn_shim` did: whether and why (not) it installed, the
+    resolved FlashAttnAPI backend, the ``__version__`` reported, the modules it added."""
 
     installed: bool
     reason: str
@@ -174,16 +146,9 @@ def install_flash_attn_shim(backend: str = "auto", *, force: bool = False,
                             version: str = DEFAULT_VERSION) -> ShimInstall:
     """Put the ``flash_attn`` shim into ``sys.modules`` unless a real flash-attn exists.
 
-    Args:
-        backend: FlashAttnAPI backend (``auto``, ``npu``, ``npu-emulated``, ``sdpa``, ...).
-        force: install even when a real flash_attn is importable; the real modules already
-            in ``sys.modules`` are set aside and restored by :func:`uninstall_flash_attn_shim`.
-        version: ``flash_attn.__version__`` to report. Below 2.7, ``unpad_input`` returns 4
-            values (as those releases did) instead of 5.
-
-    Returns:
-        :class:`ShimInstall` describing what happened. Installing again replaces the
-        previous shim (e.g. to switch backend).
+    ``force`` installs over a real flash_attn, whose modules are set aside and restored by
+    :func:`uninstall_flash_attn_shim`. Below ``version`` 2.7, ``unpad_input`` returns 4
+    values (as those releases did) instead of 5. Installing again replaces the previous shim.
     """
     global _current
     with _lock:
@@ -207,11 +172,7 @@ def install_flash_attn_shim(backend: str = "auto", *, force: bool = False,
 
 
 def uninstall_flash_attn_shim() -> list[str]:
-    """Remove exactly the modules the shim added; restore any real ones it set aside.
-
-    Returns:
-        The module names removed (empty when no shim was installed).
-    """
+    """Remove exactly the modules the shim added (returned); restore any real ones it set aside."""
     with _lock:
         return _uninstall_locked()
 
