@@ -1,22 +1,12 @@
 """Keep secrets out of everything hyport writes.
 
-A variable is secret when its *name* contains one of :data:`SECRET_MARKERS`
-(case-insensitive). Such variables are dropped entirely, not masked, so that neither
-their value nor the fact that a particular token exists leaks into a shared report.
-
-Their *values* are scrubbed from free text (logs, notebooks, HTML) in every encoded form
-hyport or the tools it drives write: as is, as a JSON string (ASCII-only and not, and
-JSON inside JSON, as a notebook stores an injected parameter), as a Python literal
-(``repr`` / ``ascii``), HTML-escaped (also with numeric character references) and
-URL-encoded. Credentials inside URLs (``scheme://user:password@host``) are redacted
-wherever they appear, whatever the variable is called.
-
-Text written elsewhere (a log copied from another host, a job's output) can hold secrets
-this environment does not know: :func:`scrub_secret_shapes` redacts those recognisable by
-how they are written (``HF_TOKEN=...``, ``"api_key": "..."``, ``Authorization: Basic ...``,
-``hf_...``, ``glpat-...``, ``curl -u user:pass``, ``sshpass -p ...``, PEM private key blocks).
-Huawei Cloud's access keys are named ``AK`` / ``SK`` (``HUAWEICLOUD_SDK_AK``, ``OBS_SK``), a
-name *part* rather than a marker word: see :func:`is_secret_name`.
+A variable is secret by its *name* (:func:`is_secret_name`); such variables are dropped
+entirely, not masked, so not even the existence of a token leaks into a shared report.
+Their *values* are scrubbed from free text (:func:`scrub_text`) in every encoded form
+hyport or its tools write (:func:`encoded_forms`), and credentials inside URLs wherever
+they appear. Text written elsewhere (a log from another host) can hold secrets this
+environment does not know: :func:`scrub_secret_shapes` redacts those recognisable by how
+they are written.
 
 Every pattern here is linear in the length of the text (a log line can be 128 KiB): no
 repetition can start again at every position of a long run.
@@ -145,11 +135,8 @@ def _scrubber(environ: Mapping[str, str] | None):
 
 
 def scrub_text(text: str, environ: Mapping[str, str] | None = None) -> str:
-    """Replace every secret value, in every encoded form, and URL credentials in ``text``.
-
-    Used on logs, notebooks, HTML and exception messages before they are written,
-    because a failing command can echo its environment.
-    """
+    """Replace every secret value, in every encoded form, and URL credentials in ``text``
+    (logs, notebooks, HTML, exception messages: a failing command can echo its environment)."""
     return _scrubber(environ)(text)
 
 
@@ -397,18 +384,14 @@ class PrivateKeyLines:
 def scrub_secret_shapes(text: str) -> str:
     """Redact secrets recognisable by how they are written, whatever the environment.
 
-    :func:`scrub_text` knows a secret only by its value in the current environment; a log
-    copied from another host, or written by a process that had a token this one lacks,
-    holds values it cannot know. This redacts the value of every assignment to a secret
-    name (:func:`is_secret_parameter`: ``HF_TOKEN=...``, ``password: ...``,
-    ``"api_key": "..."``, ``--hf-token=...``, ``--password ...``, ``HUAWEICLOUD_SDK_AK=...``,
-    ``pwd=...``), the credentials of ``Bearer ...`` and of an ``Authorization`` header
-    (``Basic ...``), tokens with a well-known prefix (``hf_``, ``ghp_``, ``glpat-``, ``sk-``,
-    ``AKIA`` ...), the password of ``curl -u user:password`` and ``sshpass -p``, PEM private
-    key blocks (:func:`redact_private_keys`; across lines read one by one:
-    :class:`PrivateKeyLines`), plus URL credentials. Exception names (``KeyError: 'x'``),
+    The value of every assignment to a secret name (:func:`is_secret_parameter`:
+    ``HF_TOKEN=...``, ``"api_key": "..."``, ``--password ...``, ``HUAWEICLOUD_SDK_AK=...``),
+    ``Bearer`` and ``Authorization`` credentials, tokens with a well-known prefix (``hf_``,
+    ``ghp_``, ``glpat-``, ``sk-``, ``AKIA`` ...), the password of ``curl -u`` and
+    ``sshpass -p``, PEM private key blocks (across lines read one by one:
+    :class:`PrivateKeyLines`) and URL credentials. Exception names (``KeyError: 'x'``),
     settings (``TOKENIZERS_PARALLELISM=false``), the shell's ``PWD=/a/folder`` and numbers
-    given to names that only count or number tokens or keys (``pad_token_id=0``) are left alone.
+    given to names that count tokens or keys (``pad_token_id=0``) are left alone.
     """
     if "://" in text:
         text = redact_url_credentials(text)
@@ -452,11 +435,8 @@ def scrub_json_text(text: str, indent: int = 2, environ: Mapping[str, str] | Non
 
 
 def child_environ(extra: Mapping[str, str] | None = None) -> dict[str, str]:
-    """Environment for processes hyport starts: the parent's, plus ``extra``.
-
-    Secrets are passed through unchanged (a training job may need its token); it is
-    hyport's *outputs* that never contain them.
-    """
+    """Environment for processes hyport starts: the parent's, plus ``extra``. Secrets pass
+    unchanged (a training job may need its token); hyport's *outputs* never hold them."""
     env = dict(os.environ)
     env.update(extra or {})
     return env
