@@ -44,29 +44,19 @@ _EXC_LINE_RE = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Exit|F
 
 @dataclass
 class Child:
-    """A process this module started, in its own process group.
+    """A process this module started, in its own process group (its pid is the group id).
 
-    Attributes:
-        name: what it is, for messages (``"card 3"``, ``"torchrun"``).
-        proc: the ``Popen`` object; its pid is also its process-group id.
-        started: ``time.monotonic()`` at start.
-        deadline: monotonic time after which the launcher stops it (None: no limit).
-        log_path: where its stdout and stderr go.
-        lifeline: write end of its stdin; closing it ends the child (see the module
-            docstring). None once cut.
-        unsent: the part of the stdin payload the pipe has not taken yet.
-        log_tail_bytes: once it ends, its log is cut to this many last bytes before it
-            is scrubbed (None: kept whole), so that scrubbing never reads what a child
-            printed in bulk.
+    ``log_tail_bytes``: once it ends, its log is cut to this many last bytes before it is
+    scrubbed (None: kept whole), so scrubbing never reads what a child printed in bulk.
     """
 
-    name: str
+    name: str  # for messages: "card 3", "torchrun"
     proc: subprocess.Popen
-    started: float
-    deadline: Optional[float]
+    started: float  # time.monotonic()
+    deadline: Optional[float]  # monotonic time after which the launcher stops it
     log_path: Path
-    lifeline: Optional[int] = None
-    unsent: bytes = b""
+    lifeline: Optional[int] = None  # write end of its stdin (see the module docstring)
+    unsent: bytes = b""  # what the pipe has not taken yet of the payload
     log_tail_bytes: Optional[int] = None
 
     @property
@@ -143,12 +133,8 @@ def has_exited(proc: subprocess.Popen) -> bool:
 
 
 def kill_groups(children: Iterable[Child], grace_s: float) -> None:
-    """SIGTERM, then after ``grace_s`` SIGKILL, the process groups of ``children``.
-
-    Only groups this module started: each group id is a child's pid, and the child is
-    never reaped before the SIGKILL, so the id cannot have passed to an unrelated
-    process. All groups share one grace period, so eight hung workers cost one wait.
-    """
+    """SIGTERM, then after ``grace_s`` SIGKILL, the process groups of ``children`` (never
+    reaped before, so no id has passed to another process); one grace period for all."""
     children = list(children)
     for child in children:
         try:
@@ -247,14 +233,9 @@ class ChildGroup:
 
     def wait(self, on_exit: Callable[[Child, int, bool], None], *, poll_interval_s: float,
              kill_grace_s: float, on_tick: Optional[Callable[[], None]] = None) -> None:
-        """Watch until every child has ended.
-
-        A child that exited has what it left in its group killed (:func:`reap_leftovers`);
-        the groups of those past their deadline are killed together (one ``kill_grace_s``
-        for all). Each ended child is reaped, its log scrubbed (:func:`finish`), and
-        passed to ``on_exit(child, exit_status, timed_out)``. ``on_tick`` is called
-        between polls while any child runs.
-        """
+        """Watch until every child has ended: leftovers of an exited one killed, those past
+        their deadline killed together; each then finished (:func:`finish`) and passed to
+        ``on_exit(child, exit_status, timed_out)``. ``on_tick`` runs between polls."""
         while self.running:
             for child in self.running:
                 feed(child)
@@ -357,11 +338,8 @@ def describe_exit(code: Optional[int]) -> str:
 
 # --------------------------------------------------------------------------- child side
 def start_guard(log=None) -> Optional[int]:
-    """In a child: start the stdin guard (see the module docstring); its pid, or None.
-
-    None (and a note on ``log``, default stdout) when this process does not lead its
-    own process group: then its group is someone else's and must not be killed.
-    """
+    """In a child: start the stdin guard (see the module docstring); its pid. None (and a
+    note on ``log``) when this process does not lead its group: that group is not ours."""
     out = log or sys.stdout
     if not hasattr(os, "getpgrp") or os.getpgrp() != os.getpid():
         print("[hyport] not a process-group leader: no guard, this process will not "
@@ -373,13 +351,9 @@ def start_guard(log=None) -> Optional[int]:
 
 
 def exit_without_teardown(code: int) -> None:
-    """Leave a worker process at once, its result already on disk.
-
-    With torch and a model loaded, the interpreter's orderly teardown frees every module
-    and object: about a second of pure waste per worker. Workers that hold an
-    accelerator keep the normal exit instead, so the device runtime's own exit handlers
-    release the card in order.
-    """
+    """Leave a worker process at once, its result already on disk: with torch and a model
+    loaded, the orderly teardown wastes about a second. Workers holding an accelerator
+    exit normally instead, so the runtime's exit handlers release the card in order."""
     import logging
 
     logging.shutdown()

@@ -79,8 +79,6 @@ def invoke(name: str, run: Callable, args) -> int:
 
 #: A full disk or quota is the machine's state, not a defect: one line, not a traceback.
 _FULL_DISK = (errno.ENOSPC, errno.EDQUOT)
-#: Exit status when the reader of the output went away (``| head``), as a shell reports
-#: a process ended by SIGPIPE.
 PIPE_CLOSED_EXIT = 128 + signal.SIGPIPE
 
 
@@ -97,10 +95,8 @@ def _stdout_closed() -> bool:
 
 
 def _reader_gone() -> int:
-    """The reader of the output went away (``hyport triage ... | head``): nothing to report.
-
-    Standard output is pointed at the null device, so that Python's flush at exit does
-    not fail a second time (the recipe of the ``signal`` module's documentation)."""
+    """The reader of the output went away: stdout to the null device, so that Python's flush
+    at exit does not fail again (the ``signal`` module documentation's recipe)."""
     devnull = os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, sys.stdout.fileno())
     os.close(devnull)

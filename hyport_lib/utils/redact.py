@@ -24,11 +24,9 @@ import urllib.parse
 from typing import Iterable, Mapping
 
 SECRET_MARKERS = ("SECRET", "TOKEN", "KEY", "PASSWORD", "PASSWD", "CREDENTIAL", "AUTH", "ACCESS")
-#: Whole name parts (between ``_``, ``-`` or ``.``) that name a secret although no marker
-#: is inside them: Huawei Cloud's access key id and secret key (``HUAWEICLOUD_SDK_AK``,
-#: ``OBS_SK``) and the password of connection strings and clients (``PWD=``, ``MYSQL_PWD``).
-#: As parts only: ``TASK`` or ``DISK`` hold no ``SK`` part. ``SSHPASS`` is the variable
-#: ``sshpass -e`` reads its password from.
+#: Whole name parts (between ``_``, ``-`` or ``.``) that name a secret without a marker:
+#: Huawei Cloud's keys (``HUAWEICLOUD_SDK_AK``, ``OBS_SK``; ``TASK`` holds no ``SK`` part),
+#: passwords (``PWD=``, ``MYSQL_PWD``) and ``SSHPASS`` (read by ``sshpass -e``).
 SECRET_NAME_PARTS = frozenset({"AK", "SK", "PWD", "SSHPASS"})
 #: A part that names a password only as the last of several (``DB_PASS``, ``SMTP_PASS``):
 #: alone it is a test's verdict (``PASS: test_a``) or a count (``--pass 2``).
@@ -37,10 +35,9 @@ _LAST_SECRET_PARTS = frozenset({"PASS"})
 _WORKING_FOLDER_NAMES = frozenset({"PWD", "OLDPWD"})
 _NAME_PART_SPLIT = re.compile(r"[^A-Z0-9]+")
 REDACTED = "[redacted]"
-#: ``scheme://user:password@`` or ``scheme://token@``: everything up to the *last* ``@``
-#: before the host goes (a password may hold ``@``, quotes or ``:``). The scheme is at most
-#: 32 characters and needs no word boundary before it: an unbounded scheme started again at
-#: every ``.`` or ``-`` of a long ``a.b-c.d...`` run (quadratic: minutes on a 128 KiB line).
+#: ``scheme://user:password@`` or ``scheme://token@``: up to the *last* ``@`` before the
+#: host (a password may hold ``@``, quotes or ``:``). The scheme is bounded (32 chars):
+#: unbounded, it restarted at every ``.`` of a long ``a.b-c.d...`` run (quadratic).
 _URL_CREDENTIALS = re.compile(r"(?P<scheme>[a-zA-Z][a-zA-Z0-9+.\-]{0,31}://)(?P<userinfo>[^/\s]+)@")
 _MIN_SECRET_LEN = 4
 #: Values of secret-named variables that are settings, not secrets
@@ -64,11 +61,9 @@ def is_secret_name(name: str) -> bool:
 
 
 def is_secret_parameter(name: str) -> bool:
-    """A notebook parameter that holds a secret: a secret marker anywhere in its name
-    (``hf_token``, ``hfToken``, ``wandbapikey``), as for environment variables, except
-    inside the words that only count or name tokens (``max_new_tokens``,
-    ``tokenizer_path``): those must reach the report, they are part of the command to
-    reproduce."""
+    """A notebook parameter that holds a secret: a marker anywhere in its name (``hfToken``),
+    except inside words that count or name tokens (``max_new_tokens``, ``tokenizer_path``):
+    those must reach the report, as part of the command to reproduce."""
     upper = re.sub(r"TOKENS|TOKENIZER", "", name.upper())
     return any(marker in upper for marker in SECRET_MARKERS) or _has_secret_part(upper)
 
@@ -349,11 +344,9 @@ def _secret_continued(line: str) -> bool:
 
 
 class PrivateKeyLines:
-    """Redacts, from text read one line at a time (a log), what only the lines before say
-    is a secret: PEM private keys (the lines between a ``-----BEGIN ... PRIVATE KEY-----``
-    line and its end marker hold nothing that says they are a key, so whether a block is
-    open is carried from line to line) and the value that a ``\\`` continuation moved to
-    the next line (``sshpass -p \\``, ``--password \\``)."""
+    """Redacts, from text read one line at a time (a log), what only the lines before say is
+    a secret: the body of a PEM private key (whether a block is open is carried from line
+    to line) and a value a ``\\`` continuation moved to the next line (``sshpass -p \\``)."""
 
     def __init__(self) -> None:
         self.inside = False
