@@ -203,11 +203,8 @@ def read_result(path: os.PathLike) -> dict:
 
 
 def load_result(path: os.PathLike) -> StageResult:
-    """Read a result file back as a checked :class:`StageResult`; errors name the file.
-
-    Raises:
-        ValueError: the file is missing, unreadable or not a valid result.
-    """
+    """Read a result file back as a checked :class:`StageResult`; a ValueError naming the
+    file when it is missing, unreadable or not a valid result."""
     path = Path(path)
     try:
         return StageResult(**read_result(path))

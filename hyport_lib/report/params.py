@@ -122,12 +122,9 @@ class RunParameters:
 def resolve_parameters(from_profile: dict, overrides: dict, stages: list[Stage], *,
                        profile_name: str = "the profile", allow_unknown: bool = False,
                        base: Optional[Path] = None) -> RunParameters:
-    """Merge, type, convert and absolutize. A key no stage declares is an error naming the
-    closest declared one (``allow_unknown`` accepts it; the index lists it as ignored).
-
-    Raises:
-        ParameterError: unknown keys (with the closest declared ones) or bad values.
-    """
+    """Merge, type, convert and absolutize; a :class:`ParameterError` for bad values and for
+    keys no stage declares, naming the closest declared ones (``allow_unknown`` accepts
+    those; the index lists them as ignored)."""
     declared = {s.id: stage_fields(s) for s in stages}
     fields: dict[str, Field] = {}
     for stage_fields_ in declared.values():

@@ -20,11 +20,8 @@ FIGURES_DIR = "figures"
 
 
 def draw_figures(run_dir: Path, views: list[StageView]) -> tuple[dict[str, str], list[str]]:
-    """Draw what the recorded results allow.
-
-    Returns:
-        ``({name: path relative to the run folder}, [why a figure is missing])``.
-    """
+    """Draw what the recorded results allow: ``({name: path relative to the run folder},
+    [why a figure is missing])``."""
     figures: dict[str, str] = {}
     problems: list[str] = []
     drawn_by: dict[str, str] = {}
