@@ -276,14 +276,9 @@ def detect_kind() -> str:
 
 
 def get_backend(device: str = "auto", num_cards: Optional[int] = None) -> Backend:
-    """Backend for ``device`` (``auto``, ``npu``, ``cuda`` or ``cpu``).
-
-    Args:
-        device: ``auto`` detects; an explicit kind is honoured, and fails with a clear
-            error when that kind is not usable here.
-        num_cards: cards to use. On accelerators it caps the visible count; on CPU it
-            is the number of worker processes (default 2).
-    """
+    """Backend for ``device``: ``auto`` detects; an explicit kind (``npu``, ``cuda``,
+    ``cpu``) is honoured or a RuntimeError says why it is not usable here. ``num_cards``
+    caps the visible cards; on CPU it is the number of worker processes (default 2)."""
     device = (device or "auto").lower().strip()
     if device.split(":")[0] not in (*BACKEND_KINDS, "auto"):
         raise ValueError(f"device={device!r}: expected one of auto, npu, cuda, cpu")

@@ -1,12 +1,6 @@
-"""Display helpers shared by the notebooks: verdict colouring and live, rate-limited output.
-
-Compute and display stay apart: library functions return dataclasses or DataFrames,
-and the ``show_*`` functions of each stage render them with what is here.
-
-The live pattern is the one of transformers' ``NotebookProgressCallback``: a single
-``display(..., display_id=True)`` handle, updated at most every ``min_interval_s``
-seconds. In JupyterLab it stays live; under papermill the last update is the one
-image (or table) left in the saved notebook.
+"""Display helpers shared by the notebooks: verdict colouring and live, rate-limited output
+(as transformers' ``NotebookProgressCallback``: one ``display_id`` handle; under papermill
+the last update is what the saved notebook keeps).
 """
 
 from __future__ import annotations
@@ -50,14 +44,8 @@ def figure_png(fig, dpi: int = 100):
 
 
 class LiveDisplay:
-    """One display handle, updated at most every ``min_interval_s`` seconds.
-
-    Example:
-        live = LiveDisplay()
-        for step in ...:
-            live.update(make_png())      # rate-limited
-        live.update(make_png(), force=True)   # always leave the final state
-    """
+    """One display handle, updated at most every ``min_interval_s`` seconds (``force``: the
+    final state, always)."""
 
     def __init__(self, min_interval_s: float = 1.0):
         self.min_interval_s = min_interval_s

@@ -8,17 +8,11 @@ A stage declares its parameters in its ``params.py`` as a dataclass deriving fro
         max_steps: Optional[int] = param(20, "optimizer steps; None: full epochs", min=1)
         zero_stage: int = param(2, "DeepSpeed ZeRO stage", choices=(0, 2, 3))
 
-From that class come the notebook's ``parameters`` cell (a test compares the cell's
-names and default literals with the fields), the command's flags
-(:func:`add_arguments` / :func:`from_arguments`), the report's namespace and its
-validation, ``--help`` and the docs' parameter table (:func:`markdown_table`). A value
-is checked in one place, :meth:`StageParams.__post_init__` (each field by its type and
-:class:`Spec`, then the class's own :meth:`StageParams.check` for rules across fields),
-so the same bad value gives the same one-line error from a notebook, the command line
-and ``hyport report``.
-
-Text from papermill, YAML or the command line (``"16"``, ``"false"``) is converted by
-the field's type, strictly (:mod:`hyport_lib.utils.values`).
+From that class come the notebook's ``parameters`` cell (a test compares them), the
+command's flags, the report's namespace, ``--help`` and the docs' table. A value is
+checked in one place, :meth:`StageParams.__post_init__` (each field by its type and
+:class:`Spec`, then :meth:`StageParams.check` across fields), so a bad value gives the
+same one-line error from a notebook, the command line and ``hyport report``.
 """
 
 from __future__ import annotations
@@ -138,11 +132,8 @@ class Field:
         return text + (" (or null)" if self.optional else "")
 
     def convert(self, value: Any) -> Any:
-        """``value`` as the stage wants it.
-
-        Raises:
-            ParameterError: one line naming the parameter, the value and what it accepts.
-        """
+        """``value`` as the stage wants it, else a one-line :class:`ParameterError` naming
+        the parameter, the value and what it accepts."""
         name, spec = self.name, self.spec
         if isinstance(value, str) and self.optional and self.kind != "str" \
                 and value.strip().lower() in _NULL_WORDS:
@@ -233,20 +224,13 @@ class StageParams:
         self.check()
 
     def check(self) -> None:
-        """Rules across fields, checked after every field is converted (override).
-
-        Raises:
-            ParameterError: naming the parameter(s) and the value.
-        """
+        """Rules across fields, checked after every field is converted (override); raises
+        :class:`ParameterError` naming the parameter(s) and the value."""
 
     @classmethod
     def from_values(cls, values: Mapping[str, Any], *, where: str = "") -> "StageParams":
-        """Parameters from a mapping; a key the class does not declare is an error
-        naming the closest declared one (``where`` says where the mapping came from).
-
-        Raises:
-            ParameterError: unknown keys or bad values.
-        """
+        """Parameters from a mapping; a key the class does not declare is a
+        :class:`ParameterError` naming the closest declared one (and ``where``)."""
         names = [f.name for f in parameter_fields(cls)]
         unknown = sorted(k for k in values if k not in names)
         if unknown:
@@ -327,12 +311,9 @@ def trust_remote_code_param(doc: str = "run the checkpoint's own model code (off
 # --------------------------------------------------------------------------- command line
 def add_arguments(parser: argparse.ArgumentParser, cls: type, *, positional: Sequence[str] = (),
                   skip: Sequence[str] = ()) -> None:
-    """One flag per parameter of ``cls`` (``--max-steps``), help from its doc and default.
-
-    Values stay text here and are converted by the class, so the command line gives the
-    same errors as a notebook and the report. ``positional`` parameters become optional
-    positional arguments (``hyport verify PATH``).
-    """
+    """One flag per parameter of ``cls`` (``--max-steps``), help from its doc and default;
+    values stay text, converted by the class. ``positional`` parameters become optional
+    positional arguments (``hyport verify PATH``)."""
     for f in parameter_fields(cls):
         if f.name in skip:
             continue
@@ -353,14 +334,8 @@ def add_arguments(parser: argparse.ArgumentParser, cls: type, *, positional: Seq
 
 
 def from_arguments(cls: type, args: argparse.Namespace, **fixed: Any) -> "StageParams":
-    """``cls`` from the flags given (the rest keep their defaults) and ``fixed`` values.
-
-    Text is parsed as YAML would for non-text parameters (``[a, b]`` for a list), and
-    ``null`` / ``none`` means None for optional ones.
-
-    Raises:
-        ParameterError: a bad value, in the same words as everywhere else.
-    """
+    """``cls`` from the flags given (the rest keep their defaults) and ``fixed`` values,
+    text read by :func:`parse_text`."""
     values = dict(fixed)
     for f in parameter_fields(cls):
         if f.name in values or not hasattr(args, f.name):
@@ -372,10 +347,9 @@ def from_arguments(cls: type, args: argparse.Namespace, **fixed: Any) -> "StageP
 def parse_text(f: Field, value: Any) -> Any:
     """A value typed as text (``-p key=value``, a command-line flag) for parameter ``f``.
 
-    Text parameters keep the text (a prompt ``yes`` stays ``"yes"``; a folder named
-    ``2024`` stays a path); ``null`` (and, for a number, nothing) means None where None is
-    accepted; lists and dicts
-    are read as YAML, and so are numbers and flags when the text is one (``-3``,
+    Text parameters keep the text (a prompt ``yes`` stays ``"yes"``, a folder ``2024`` a
+    path); ``null`` (and, for a number, nothing) means None where None is accepted; lists
+    and dicts are read as YAML, and so are numbers and flags when the text is one (``-3``,
     ``true``); anything else is left to :meth:`Field.convert` to refuse.
     """
     if not isinstance(value, str):

@@ -1,36 +1,23 @@
 """Child processes hyport starts, watches and stops: the inference workers, torchrun.
 
-Long work runs in fresh processes (``subprocess.Popen``: fork + exec, never a fork of a
-process that touched the device; accelerate refuses one with "Cannot re-initialize NPU
-in forked subprocess"). This module holds what every such launch needs, whatever runs
-inside:
+Long work runs in fresh processes (fork + exec, never a fork of a process that touched
+the device: "Cannot re-initialize NPU in forked subprocess"). Every launch gets:
 
-* **Own process group.** Each child starts a new session, so it and every process it
-  starts can be stopped as a whole (:func:`kill_groups`), and only groups hyport
-  started are ever signalled.
-* **Lifeline.** The child's stdin is a pipe whose write end only the launcher holds.
-  The launcher may first write a payload on it (a JSON line: the configuration, so that
-  secret values never touch the disk); the child then starts a tiny ``sh`` guard in its
-  own group (:func:`start_guard`) that waits for end-of-file on that pipe and SIGKILLs
-  the group. The kernel closes the pipe however the launcher ends, even by SIGKILL or by
-  ipykernel's ``os._exit`` when papermill goes away, so children never outlive it. Every
-  descendant that inherits the stdin (torchrun's workers do) can start its own guard.
-  Linux's ``PR_SET_PDEATHSIG`` is not used: it would SIGKILL the child alone and orphan
-  its own children, it fires when the spawning *thread* exits, and macOS lacks it. A
-  watchdog thread inside the child is not used either: a child stuck in a C call may
-  hold the GIL.
-* **Never reaped early.** :func:`has_exited` looks without reaping, so a child's pid
-  (= its group id) cannot pass to an unrelated process before hyport is done with the
-  group: a SIGKILL to it after exit reaches only leftovers of that child
-  (:func:`reap_leftovers`).
-* **Watched to the end.** :class:`ChildGroup` (many children: the inference grid) and
-  :func:`run_child` (one: torchrun, the weights' child tasks) feed the payload, enforce
-  each child's deadline, reap and scrub the children as they end, and stop whatever
-  still runs when the caller is interrupted (a stop signal is a ``KeyboardInterrupt``
-  here: :mod:`hyport_lib.utils.signals`).
-* **Logs without secrets.** A child's log is rewritten without secret values once the
-  child exits (:func:`scrub_log`); :func:`read_log_tail` and :func:`last_exception` read
-  it back for the tables.
+* **Its own process group** (a new session), stopped as a whole (:func:`kill_groups`);
+  only groups hyport started are ever signalled.
+* **A lifeline.** The child's stdin is a pipe whose write end only the launcher holds
+  (first carrying a payload, the configuration, so secrets never touch the disk). The
+  child starts a ``sh`` guard (:func:`start_guard`) that SIGKILLs its group at
+  end-of-file, which the kernel delivers however the launcher ends (SIGKILL, ipykernel's
+  ``os._exit``); descendants that inherit stdin (torchrun's workers) start their own.
+  Not ``PR_SET_PDEATHSIG``: it kills the child alone, orphaning its children, fires when
+  the spawning *thread* exits, and macOS lacks it; not a watchdog thread: a child stuck
+  in a C call may hold the GIL.
+* **No early reaping.** :func:`has_exited` does not reap, so a child's pid (= its group
+  id) cannot pass to an unrelated process while hyport may still signal the group.
+* **A watch to the end** (:class:`ChildGroup`, :func:`run_child`): payload fed, deadlines
+  enforced, children reaped and their logs scrubbed (:func:`scrub_log`) as they end,
+  and whatever still runs stopped when the caller is interrupted.
 """
 
 from __future__ import annotations
@@ -57,29 +44,19 @@ _EXC_LINE_RE = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Exit|F
 
 @dataclass
 class Child:
-    """A process this module started, in its own process group.
+    """A process this module started, in its own process group (its pid is the group id).
 
-    Attributes:
-        name: what it is, for messages (``"card 3"``, ``"torchrun"``).
-        proc: the ``Popen`` object; its pid is also its process-group id.
-        started: ``time.monotonic()`` at start.
-        deadline: monotonic time after which the launcher stops it (None: no limit).
-        log_path: where its stdout and stderr go.
-        lifeline: write end of its stdin; closing it ends the child (see the module
-            docstring). None once cut.
-        unsent: the part of the stdin payload the pipe has not taken yet.
-        log_tail_bytes: once it ends, its log is cut to this many last bytes before it
-            is scrubbed (None: kept whole), so that scrubbing never reads what a child
-            printed in bulk.
+    ``log_tail_bytes``: once it ends, its log is cut to this many last bytes before it is
+    scrubbed (None: kept whole), so scrubbing never reads what a child printed in bulk.
     """
 
-    name: str
+    name: str  # for messages: "card 3", "torchrun"
     proc: subprocess.Popen
-    started: float
-    deadline: Optional[float]
+    started: float  # time.monotonic()
+    deadline: Optional[float]  # monotonic time after which the launcher stops it
     log_path: Path
-    lifeline: Optional[int] = None
-    unsent: bytes = b""
+    lifeline: Optional[int] = None  # write end of its stdin (see the module docstring)
+    unsent: bytes = b""  # what the pipe has not taken yet of the payload
     log_tail_bytes: Optional[int] = None
 
     @property
@@ -91,19 +68,10 @@ def start_child(cmd: Sequence[str], *, env: Mapping[str, str], log_path: os.Path
                 payload: bytes = b"", timeout_s: Optional[float] = None,
                 cwd: Optional[os.PathLike] = None, name: str = "",
                 log_tail_bytes: Optional[int] = None) -> Child:
-    """Start ``cmd`` in a new session with a lifeline on its stdin.
-
-    Args:
-        cmd: the command line (e.g. ``[sys.executable, "-m", ...]``).
-        env: its whole environment.
-        log_path: file for its stdout and stderr (truncated).
-        payload: bytes written to its stdin before anything else (the pipe is
-            non-blocking: what does not fit now is written by later :func:`feed` calls).
-        timeout_s: sets ``deadline``; the caller enforces it.
-        cwd: working directory.
-        name: label for messages.
-        log_tail_bytes: see :class:`Child`.
-    """
+    """Start ``cmd`` in a new session with a lifeline on its stdin, its output to
+    ``log_path`` (truncated). ``payload`` goes to its stdin first (what the non-blocking
+    pipe does not take now, later :func:`feed` calls write); ``timeout_s`` sets the
+    ``deadline`` the caller enforces."""
     log_path = Path(log_path)
     read_end, lifeline = os.pipe()  # both non-inheritable: no other child gets the write end
     started = time.monotonic()
@@ -165,12 +133,8 @@ def has_exited(proc: subprocess.Popen) -> bool:
 
 
 def kill_groups(children: Iterable[Child], grace_s: float) -> None:
-    """SIGTERM, then after ``grace_s`` SIGKILL, the process groups of ``children``.
-
-    Only groups this module started: each group id is a child's pid, and the child is
-    never reaped before the SIGKILL, so the id cannot have passed to an unrelated
-    process. All groups share one grace period, so eight hung workers cost one wait.
-    """
+    """SIGTERM, then after ``grace_s`` SIGKILL, the process groups of ``children`` (never
+    reaped before, so no id has passed to another process); one grace period for all."""
     children = list(children)
     for child in children:
         try:
@@ -242,16 +206,10 @@ def stop_all(children: Iterable[Child], grace_s: float = 0.0,
 class ChildGroup:
     """Children started together, watched to their ends, and never left behind.
 
-    Leaving the ``with`` block stops every child still running (:func:`stop_all`, after
-    ``stop_grace_s``), however the block ends: a stop signal while children are being
-    started or watched leaves none of them behind, and their logs scrubbed. What the
-    caller keeps of an interrupted run (rows, metrics) it reads inside the block, from
-    :attr:`running`, before the stop goes on.
-
-    Args:
-        environ: where the secret values scrubbed from the logs are looked up (default
-            ``os.environ``).
-        stop_grace_s: between SIGTERM and SIGKILL when the block ends with children running.
+    Leaving the ``with`` block, however it ends, stops every child still running
+    (:func:`stop_all`, ``stop_grace_s`` between SIGTERM and SIGKILL) and scrubs its log
+    (secrets looked up in ``environ``). What the caller keeps of an interrupted run it
+    reads inside the block, from :attr:`running`.
     """
 
     def __init__(self, *, environ: Optional[Mapping[str, str]] = None, stop_grace_s: float = 0.0):
@@ -275,14 +233,9 @@ class ChildGroup:
 
     def wait(self, on_exit: Callable[[Child, int, bool], None], *, poll_interval_s: float,
              kill_grace_s: float, on_tick: Optional[Callable[[], None]] = None) -> None:
-        """Watch until every child has ended.
-
-        A child that exited has what it left in its group killed (:func:`reap_leftovers`);
-        the groups of those past their deadline are killed together (one ``kill_grace_s``
-        for all). Each ended child is reaped, its log scrubbed (:func:`finish`), and
-        passed to ``on_exit(child, exit_status, timed_out)``. ``on_tick`` is called
-        between polls while any child runs.
-        """
+        """Watch until every child has ended: leftovers of an exited one killed, those past
+        their deadline killed together; each then finished (:func:`finish`) and passed to
+        ``on_exit(child, exit_status, timed_out)``. ``on_tick`` runs between polls."""
         while self.running:
             for child in self.running:
                 feed(child)
@@ -330,12 +283,8 @@ def run_child(cmd: Sequence[str], *, poll_interval_s: float, kill_grace_s: float
 
 
 def scrub_log(path: os.PathLike | str, environ: Optional[Mapping[str, str]] = None) -> bool:
-    """Rewrite a log without secret values (atomically); True when it changed.
-
-    Args:
-        path: the log file; a missing one is left alone.
-        environ: where the secret variables are looked up (default ``os.environ``).
-    """
+    """Rewrite a log without secret values (atomically; a missing one is left alone); True
+    when it changed."""
     path = Path(path)
     if not secret_values(environ) or not path.is_file():
         return False
@@ -389,11 +338,8 @@ def describe_exit(code: Optional[int]) -> str:
 
 # --------------------------------------------------------------------------- child side
 def start_guard(log=None) -> Optional[int]:
-    """In a child: start the stdin guard (see the module docstring); its pid, or None.
-
-    None (and a note on ``log``, default stdout) when this process does not lead its
-    own process group: then its group is someone else's and must not be killed.
-    """
+    """In a child: start the stdin guard (see the module docstring); its pid. None (and a
+    note on ``log``) when this process does not lead its group: that group is not ours."""
     out = log or sys.stdout
     if not hasattr(os, "getpgrp") or os.getpgrp() != os.getpid():
         print("[hyport] not a process-group leader: no guard, this process will not "
@@ -405,13 +351,9 @@ def start_guard(log=None) -> Optional[int]:
 
 
 def exit_without_teardown(code: int) -> None:
-    """Leave a worker process at once, its result already on disk.
-
-    With torch and a model loaded, the interpreter's orderly teardown frees every module
-    and object: about a second of pure waste per worker. Workers that hold an
-    accelerator keep the normal exit instead, so the device runtime's own exit handlers
-    release the card in order.
-    """
+    """Leave a worker process at once, its result already on disk: with torch and a model
+    loaded, the orderly teardown wastes about a second. Workers holding an accelerator
+    exit normally instead, so the runtime's exit handlers release the card in order."""
     import logging
 
     logging.shutdown()

@@ -1,11 +1,6 @@
-"""Stage results: the one helper every notebook and CLI command records through.
-
-A result is written to ``$HYPORT_RESULTS_DIR/<stage>.json`` (the report runner sets
-the variable for each notebook's kernel). Outside a report run it goes to
-``outputs/interactive/results/`` so exploring in JupyterLab also leaves a record.
-
-Every result carries its provenance (device kind, real or emulated) so that a figure
-from the CPU or from the NPU emulation is never shown as an NPU figure.
+"""Stage results, written to ``$HYPORT_RESULTS_DIR/<stage>.json`` (set by the report runner;
+else ``outputs/interactive/results/``) with their provenance, so that a CPU or emulated
+figure is never shown as an NPU one.
 """
 
 from __future__ import annotations
@@ -71,12 +66,9 @@ class StageResult:
 
 @dataclass
 class StageRecord(Generic[D]):
-    """A recorded result as the report reads it back: :class:`StageResult`'s fields,
-    unchecked (an odd verdict still shows as recorded), with ``data`` typed.
-
-    Built by :meth:`from_dict`, which never raises for a shape problem (see
-    :mod:`hyport_lib.utils.records`): the show modules read older or half-written records.
-    """
+    """A recorded result as the show modules read it back: :class:`StageResult`'s fields,
+    unchecked (an odd verdict shows as recorded), ``data`` typed; :meth:`from_dict` never
+    raises for a shape problem (:mod:`hyport_lib.utils.records`)."""
 
     stage: Optional[str] = None
     verdict: Optional[str] = None
@@ -97,25 +89,17 @@ class StageRecord(Generic[D]):
 
 @dataclass
 class TrainedWeights:
-    """What the training stage hands to the stage that checks weights: the folders it
-    wrote and the model it started from. Stage 04 writes it into its result's data
-    (:meth:`to_dict`'s keys); stage 05 reads it back with :meth:`from_dict` (stages never
-    import one another, so the hand-over lives here).
-
-    Attributes:
-        final_dir: the final weights, None when none were written (the training failed).
-        last_checkpoint: the last complete checkpoint, None when none was saved.
-        model_path: the model the training started from.
-    """
+    """What stage 04 hands to stage 05: in its result's data (:meth:`to_dict`'s keys), read
+    back with :meth:`from_dict` (stages never import one another, so it lives here)."""
 
     #: The result (``<results>/<stage>.json``) that holds it, and the stage's name as
     #: parameters name it (``written_by``).
     STAGE: ClassVar[str] = "04_train"
     STAGE_NAME: ClassVar[str] = "train"
 
-    final_dir: Optional[str] = None
-    last_checkpoint: Optional[str] = None
-    model_path: Optional[str] = None
+    final_dir: Optional[str] = None  # None: the training wrote no final weights
+    last_checkpoint: Optional[str] = None  # the last complete one
+    model_path: Optional[str] = None  # the model the training started from
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -140,11 +124,8 @@ class StageSummary:
 
 
 def results_dir() -> Path:
-    """``$HYPORT_RESULTS_DIR``, else ``outputs/interactive/results`` of the checkout.
-
-    Anchored to the project (not the working directory) so a notebook opened from
-    ``notebooks/`` in JupyterLab writes into the git-ignored ``outputs/``.
-    """
+    """``$HYPORT_RESULTS_DIR``, else ``outputs/interactive/results`` of the checkout (not of
+    the working directory: a notebook in ``notebooks/`` writes into the ignored ``outputs/``)."""
     env = os.environ.get(RESULTS_DIR_ENV)
     if env:
         return Path(env)
@@ -174,17 +155,8 @@ def record_result(stage: str, verdict: str, *, summary: str = "",
                   headline: Optional[dict] = None, data: Optional[dict] = None,
                   provenance: Optional[Provenance] = None,
                   directory: Optional[os.PathLike] = None) -> Path:
-    """Write one stage's result atomically and return its path.
-
-    Args:
-        stage: stage id as in the notebook name, e.g. ``"01_environment"``.
-        verdict: PASS, WARN, FAIL or SKIP.
-        summary: one line for the report index.
-        headline: a few figures for the index table (name -> value).
-        data: anything JSON-serialisable the stage wants to keep.
-        provenance: where the figures came from; labelled in the report.
-        directory: override the destination folder.
-    """
+    """Write one stage's result (``stage``: ``"01_environment"``) atomically; its path.
+    ``headline``: a few figures for the index; ``data``: anything JSON-serialisable."""
     result = StageResult(
         stage=stage, verdict=verdict, summary=summary, headline=dict(headline or {}),
         provenance=provenance.to_dict() if provenance else None, data=dict(data or {}),
@@ -202,13 +174,8 @@ def result_file(directory: os.PathLike, stage: str) -> Path:
 
 
 class UnreadableResult(ValueError):
-    """A result file that is there but holds no JSON object: half-written by a kernel that
-    was killed, or not a result at all.
-
-    Attributes:
-        path: the file.
-        reason: what is wrong with it (the parser's message).
-    """
+    """A result file that is there but holds no JSON object (half-written by a killed
+    kernel, or not a result); ``reason``: the parser's message."""
 
     def __init__(self, path: Path, reason: str):
         super().__init__(f"{path.name}: {reason}")
@@ -216,11 +183,8 @@ class UnreadableResult(ValueError):
 
 
 def read_result(path: os.PathLike) -> dict:
-    """The one reader of result files: the recorded JSON object, as written.
-
-    Readers that show what a stage recorded (the report's index, cards and drafts) take
-    it as it is, so that an older or odd record still shows what it holds;
-    :func:`load_result` checks it as a :class:`StageResult`.
+    """The one reader of result files: the recorded JSON object, as written (an older or odd
+    record still shows what it holds; :func:`load_result` checks it).
 
     Raises:
         FileNotFoundError: no such file (the stage recorded nothing).
@@ -239,11 +203,8 @@ def read_result(path: os.PathLike) -> dict:
 
 
 def load_result(path: os.PathLike) -> StageResult:
-    """Read a result file back as a checked :class:`StageResult`; errors name the file.
-
-    Raises:
-        ValueError: the file is missing, unreadable or not a valid result.
-    """
+    """Read a result file back as a checked :class:`StageResult`; a ValueError naming the
+    file when it is missing, unreadable or not a valid result."""
     path = Path(path)
     try:
         return StageResult(**read_result(path))

@@ -24,11 +24,9 @@ _STAGE_RE = re.compile(r"^(\d{2})_([a-z0-9_]+)\.ipynb$")
 
 @runtime_checkable
 class StageContract(Protocol):
-    """What a stage's ``hyport_lib.<name>.stage`` module provides (as torchtune's recipes
-    keep one interface): notebook, command and report call these and nothing else.
-
-    Each stage names its own Plan, Result and progress types (in its ``stage.py``, or
-    the module that builds them); the contract is their shape:
+    """What a stage's ``hyport_lib.<name>.stage`` module provides (as torchtune's recipes):
+    notebook, command and report call these and nothing else; each stage names its own
+    Plan, Result and progress types.
 
     * ``plan(params)``: every check, nothing written; raises on a bad parameter.
     * ``run(plan, *, on_progress=None)``: the work; stopped, it leaves what finished on
@@ -92,14 +90,9 @@ def select_stages(stages: list[Stage], only: Optional[Iterable[str]]) -> list[St
 
 
 def stage_part(stage_name: str, part: str) -> Optional[ModuleType]:
-    """The module ``hyport_lib.<stage_name>.<part>`` (``stage``, ``params``, ``show``): the
-    package is named as the notebook, and only the module asked for is imported (the
-    others may pull in heavy libraries). None for a notebook-only stage: no package of its
-    name, or no such module in it.
-
-    Raises:
-        ImportError: the module is there but does not import (a bug to see, not to hide).
-    """
+    """The module ``hyport_lib.<stage_name>.<part>`` (``stage``, ``params``, ``show``), only
+    that one imported (the others may pull in heavy libraries); None for a notebook-only
+    stage. A module that is there but does not import raises (a bug to see, not to hide)."""
     if not stage_name.isidentifier():
         return None
     package = f"hyport_lib.{stage_name}"

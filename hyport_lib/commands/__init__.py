@@ -1,15 +1,9 @@
-"""The ``hyport`` command line: an explicit registry of its commands.
+"""The ``hyport`` command line: an explicit registry of its commands (as accelerate keeps).
 
-:data:`COMMANDS` names every command, its help and its module in this package (as
-accelerate lists its own). A stage command's module declares ``COMMAND``, a
-:class:`~._stage.StageCommand` (the one generic stage command: flags from the stage's
-``Params``, then the stage contract); any other command's module defines
-``add_arguments(parser)`` and ``run(args) -> int``. Usage errors (exit 2) and stop
-signals (exit 130) are handled for every command in one place, :mod:`._cli`.
-
-A command module imports its stage, and a stage imports what it runs (torch, pandas,
-papermill, ...). So ``hyport --help`` reads the registry without importing any command,
-and ``hyport COMMAND ...`` imports that one command.
+A stage command's module declares ``COMMAND`` (a :class:`~._stage.StageCommand`); any other
+defines ``add_arguments(parser)`` and ``run(args) -> int``. Exit statuses: :mod:`._cli`.
+``hyport --help`` imports no command module (they import torch, pandas, papermill ...);
+``hyport COMMAND`` imports that one.
 """
 
 from __future__ import annotations
@@ -50,12 +44,8 @@ def command_target(name: str):
 
 
 def build_parser(only: Optional[Sequence[str]] = None) -> argparse.ArgumentParser:
-    """The ``hyport`` parser: every command listed with its help.
-
-    Args:
-        only: the commands whose modules are imported and whose arguments are added
-            (default: all); the others are listed but take no arguments.
-    """
+    """The ``hyport`` parser: every command listed with its help; only those in ``only``
+    (default: all) imported and given their arguments."""
     parser = argparse.ArgumentParser(
         prog="hyport", description="Porting workbook for Hugging Face models on Ascend NPUs.")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
@@ -70,11 +60,8 @@ def build_parser(only: Optional[Sequence[str]] = None) -> argparse.ArgumentParse
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    """Parse ``argv`` (default: ``sys.argv[1:]``) and run that command through :func:`invoke`.
-
-    Returns:
-        The command's exit status (see :mod:`._cli` for 2, 3 and 130).
-    """
+    """Parse ``argv`` (default: ``sys.argv[1:]``) and run that command through :func:`invoke`;
+    its exit status."""
     argv = list(sys.argv[1:] if argv is None else argv)
     # The top-level parser has no option but -h: the first word, when a command, is it.
     args = build_parser(only=argv[:1]).parse_args(argv)
@@ -82,11 +69,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
 
 def cli() -> None:
-    """The ``hyport`` executable: :func:`main`, then exit with its status.
-
-    A command that was stopped has already written what it keeps; a further Ctrl-C
-    while the interpreter shuts down must not turn exit 130 into death by SIGINT.
-    """
+    """The ``hyport`` executable: :func:`main`, then exit with its status. A stopped command
+    has written what it keeps: a further Ctrl-C at shutdown must not turn 130 into SIGINT."""
     code = main()
     if code == STOPPED_EXIT:
         for sig in (signal.SIGINT, *STOP_SIGNALS):

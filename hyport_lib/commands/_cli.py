@@ -1,21 +1,14 @@
 """How every ``hyport`` command ends: one place for usage errors and stop signals.
 
-* A usage error (a bad argument, a missing file, a device that is not there: the
-  exceptions in :data:`USAGE_ERRORS`) prints one line, ``hyport <command>: <message>``,
-  on stderr and exits 2; an error that carries ``details`` (every bad record of a
-  dataset) lists them below it. ``HYPORT_DEBUG=1`` shows the traceback instead.
-* Any other exception is a defect of hyport, not of the input: its traceback is
-  printed (it is what a bug report needs), then one line, and the command exits 3,
-  so that scripts can tell it from a command's own "failed" (1) and a usage error (2).
-* When the reader of the output goes away (``hyport triage ... | head``), the command
-  ends quietly with 141, as a shell reports a process ended by SIGPIPE.
-* Ctrl-C (SIGINT), SIGTERM (``timeout``, ``kill``, a scheduler) and SIGHUP (a closed
-  terminal or ssh session) raise :class:`Stopped` (a ``KeyboardInterrupt``) inside the
-  command, so its ``finally`` blocks stop the processes it started and keep the
-  partial result; the command then exits 130.
-* While a command writes its partial result inside :func:`shielded`, a further stop
-  signal is noted but does not abort the write; it is honoured (raised) when the
-  block ends.
+* A usage error (:data:`USAGE_ERRORS`, or a full disk) prints one line,
+  ``hyport <command>: <message>`` (and an error's ``details`` below it) and exits 2;
+  ``HYPORT_DEBUG=1`` shows the traceback instead.
+* Any other exception is a defect of hyport: its traceback, one line, exit 3, so that
+  scripts tell it from a command's own "failed" (1) and a usage error (2).
+* The reader of the output gone (``| head``): quietly 141, as a shell reports SIGPIPE.
+* SIGINT, SIGTERM and SIGHUP raise :class:`Stopped` inside the command, whose
+  ``finally`` blocks stop its processes and keep the partial result (written under
+  :func:`shielded`); exit 130.
 
 Commands never catch these themselves: :func:`invoke` does, around ``run(args)``.
 """
@@ -86,8 +79,6 @@ def invoke(name: str, run: Callable, args) -> int:
 
 #: A full disk or quota is the machine's state, not a defect: one line, not a traceback.
 _FULL_DISK = (errno.ENOSPC, errno.EDQUOT)
-#: Exit status when the reader of the output went away (``| head``), as a shell reports
-#: a process ended by SIGPIPE.
 PIPE_CLOSED_EXIT = 128 + signal.SIGPIPE
 
 
@@ -104,10 +95,8 @@ def _stdout_closed() -> bool:
 
 
 def _reader_gone() -> int:
-    """The reader of the output went away (``hyport triage ... | head``): nothing to report.
-
-    Standard output is pointed at the null device, so that Python's flush at exit does
-    not fail a second time (the recipe of the ``signal`` module's documentation)."""
+    """The reader of the output went away: stdout to the null device, so that Python's flush
+    at exit does not fail again (the ``signal`` module documentation's recipe)."""
     devnull = os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, sys.stdout.fileno())
     os.close(devnull)
@@ -126,9 +115,8 @@ def _internal(name: str, exc: BaseException) -> int:
 
 
 def run_showing_partial(call: Callable, bar, show: Callable):
-    """``show(call())``; stopped (Ctrl-C, SIGTERM), ``show`` the partial result the
-    exception carries (``exc.partial``: what finished) before the stop goes on, so that it
-    is printed and recorded; the progress bar is closed either way."""
+    """``show(call())``; stopped, ``show`` the partial result the exception carries
+    (``exc.partial``) before the stop goes on; the progress bar is closed either way."""
     try:
         result = call()
     except KeyboardInterrupt as exc:

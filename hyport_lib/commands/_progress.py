@@ -1,9 +1,5 @@
-"""One tqdm bar on stderr, fed by a stage's ``on_update`` / ``on_progress`` callback.
-
-Each command says how to read its stage's progress object (total, done, an optional
-postfix and phase); the bar itself (created on the first update, restarted when the
-phase changes, closed once) is the same for all of them.
-"""
+"""One tqdm bar on stderr, fed by a stage's ``on_progress`` callback; each command says how
+to read its stage's progress object."""
 
 from __future__ import annotations
 
@@ -14,17 +10,8 @@ Reader = Callable[[Any], Any]
 
 
 class TerminalBar:
-    """A callable progress callback drawing one tqdm bar on stderr.
-
-    Args:
-        desc: label of the bar (replaced by the phase when ``phase`` is given).
-        unit: tqdm's unit (``"step"``, ``"card"``, ``"B"``).
-        total: reads the total from a progress object.
-        done: reads how much is done from a progress object.
-        postfix: optional, reads a short status text shown after the bar.
-        phase: optional, reads the phase; a new phase starts a new bar.
-        unit_scale: tqdm's ``unit_scale`` (``True`` for bytes).
-    """
+    """A progress callback drawing one tqdm bar on stderr. ``total``, ``done``, ``postfix``
+    and ``phase`` read a progress object; a new phase starts a new bar, labelled by it."""
 
     def __init__(self, desc: str, unit: str, *, total: Reader, done: Reader,
                  postfix: Optional[Reader] = None, phase: Optional[Reader] = None,

@@ -1,19 +1,13 @@
 """The one stage command: its flags are the stage's ``Params``, its work the stage contract.
 
-``hyport env | attention | infer | train | verify`` are each a :class:`StageCommand`: one
-flag per field of the stage's ``Params`` (:func:`hyport_lib.params.add_arguments`), plus
-``--json`` and ``--no-record``; then, as notebook and report do, ``plan(params)``, ``run(plan,
-on_progress=...)`` with a progress bar on stderr, ``record(result)``, and the exit status
-from ``summarize(result)``, the one place a stage's verdict is decided:
+``hyport env | attention | infer | train | verify``: one flag per ``Params`` field, plus
+``--json`` and ``--no-record``; then ``plan``, ``run`` (a progress bar on stderr),
+``record``, and the exit status from ``summarize``:
 
-* 0: the verdict is PASS or WARN; 1: it is FAIL;
-* 2: a bad parameter, a missing file, a device that is not usable here, a results folder
-  that cannot be written (named before the stage runs): one line (:mod:`._cli`);
-* 130: stopped (Ctrl-C, SIGTERM, SIGHUP): the stage's run stops the processes it started,
-  and the partial result it left on the exception is shown and recorded.
-
-What differs between stages is how the result reads on a terminal and what the progress
-bar counts: each stage's command module declares those, and nothing else.
+* 0: PASS or WARN; 1: FAIL;
+* 2: a bad parameter, a missing file, a device not usable here, a results folder that
+  cannot be written (named before the stage runs): one line (:mod:`._cli`);
+* 130: stopped; the partial result left on the exception is shown and recorded.
 """
 
 from __future__ import annotations
@@ -35,25 +29,20 @@ from hyport_lib.utils.redact import scrub_obj, scrub_text
 
 @dataclass(frozen=True)
 class StageCommand:
-    """One stage's command line.
+    """One stage's command line: what differs between stages is how the result reads on
+    a terminal and what the progress bar counts.
 
     Attributes:
         stage: the stage's package (``"inference"``): its ``params.Params`` and ``stage``.
         text: the result as the terminal shows it (scrubbed when printed).
-        bar: makes the progress bar ``run`` feeds (a :class:`TerminalBar`).
-        planning: the context the plan runs in (training shows a bar while its plan
-            reads and tokenises the dataset).
-        plan_lines: what the plan decided, one line each, said on stderr before it runs.
-        json: the result as ``--json`` writes it (default: its ``to_dict()``).
-        json_file: ``--json OUT`` writes the JSON to a file beside the text, instead of
-            printing it instead of the text.
-        recording_optional: ``--no-record`` is offered.
+        planning: the context the plan runs in (training's dataset bar).
+        plan_lines: what the plan decided, said on stderr before it runs.
+        json: the result as ``--json`` writes it.
+        json_file: ``--json OUT`` writes the JSON to a file as well as printing the text.
         positional: parameters given as positional arguments (``hyport verify PATH``).
-        switches: boolean parameters that are off unless given here (``--reload``),
-            where the notebook's defaults are on.
-        arguments: flags of the command's own, added after the parameters.
-        adjust: ``adjust(plan, args)`` -> the plan as the command's own flags change it
-            (checked here, before the stage runs).
+        switches: boolean parameters off unless given (``--reload``), where the
+            notebook's defaults are on.
+        arguments: the command's own flags; ``adjust(plan, args)`` applies them to the plan.
     """
 
     stage: str

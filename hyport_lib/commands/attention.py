@@ -1,9 +1,6 @@
-"""``hyport attention``: the attention numerics comparison from the command line.
-
-Prints the case x backend table against the float64 reference, the model-level check
-(eager vs swapped attention on the model), the static scan's counts and the port, and
-records the stage result; ``--json OUT`` also writes every row to OUT (see
-:mod:`._stage` for the exit status).
+"""``hyport attention``: stage 02's numerics comparison from the command line: the case x
+backend table against float64, the model-level check, the scan's counts and the port;
+``--json OUT`` also writes every row to OUT.
 """
 
 from __future__ import annotations

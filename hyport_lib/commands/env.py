@@ -1,9 +1,5 @@
-"""``hyport env``: the environment check from the command line (stage 01's other client).
-
-Prints the report (``--json``: as JSON) and records the stage result (see
-:mod:`._stage` for the flags and exit status). ``--host-root TREE`` judges the container
-and driver checks on a copy of a host's or a container's folders instead of this
-machine's (``docs/containers.md``).
+"""``hyport env``: stage 01's environment check from the command line. ``--host-root TREE``
+judges a copy of a host's or container's folders instead (``docs/containers.md``).
 """
 
 from __future__ import annotations

@@ -1,11 +1,6 @@
-"""``hyport infer``: the N-card inference grid from the command line.
-
-The same stage as notebook 03 (:mod:`hyport_lib.inference.stage`), with a progress bar on
-stderr instead of the live table (see :mod:`._stage` for the flags and exit status: a
-card that failed, timed out or was stopped, or no card run, is a FAIL; busy cards
-skipped are not). Stopped, the grid's cleanup kills the workers' process groups and
-scrubs their logs first; even without it, the workers follow the launcher's exit (see
-:mod:`hyport_lib.processes`).
+"""``hyport infer``: stage 03's N-card inference grid from the command line, a progress bar
+instead of the live table. A card that failed, timed out or was stopped, or no card run,
+is a FAIL; busy cards skipped are not.
 """
 
 from __future__ import annotations

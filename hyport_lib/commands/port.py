@@ -1,11 +1,7 @@
-"""``hyport port SRC --out DST``: a reviewed, proven port of CUDA / flash-attn model code.
-
-Writes the ported copy, ``DST/port.diff`` and ``DST/port.json``, prints every change
-and every spot left for a human, then, with ``--proof`` only (it imports and runs the
-model code), proves the port in a child process (see :mod:`hyport_lib.port.proof_run`).
-Exit status: 0 when the port is written and its proof PASSes (or WARNs: the tree holds
-no model class to build; or is not run, without ``--proof``), 1 when the proof FAILs,
-2 on bad input.
+"""``hyport port SRC --out DST``: a reviewed, proven port of CUDA / flash-attn model code
+(:mod:`hyport_lib.port`). Exit status: 0 when the port is written and its proof PASSes,
+WARNs (no model class to build) or is not run (no ``--proof``), 1 when it FAILs, 2 on
+bad input.
 """
 
 from __future__ import annotations

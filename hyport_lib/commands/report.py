@@ -18,7 +18,6 @@ from hyport_lib.report.profiles import parse_overrides
 from hyport_lib.report.runner import DEFAULT_CELL_TIMEOUT_S, check_output_root, run_report
 
 
-
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--profile", default="default",
                         help="profile name in parameters/ or a YAML path; 'none' for notebook defaults")

@@ -1,8 +1,6 @@
-"""``hyport scan PATH``: the static port scan from the command line.
-
-Prints ``file:line  category  snippet  -> suggestion`` grouped by category, then a count
-per category. Exit status: 0 when nothing was found (or with ``--exit-zero``), 1 when
-something was, 2 when PATH cannot be scanned.
+"""``hyport scan PATH``: the static port scan from the command line. Exit status: 0 when
+nothing was found (or with ``--exit-zero``), 1 when something was, 2 when PATH cannot be
+scanned.
 """
 
 from __future__ import annotations

@@ -1,11 +1,6 @@
-"""``hyport train``: stage 04's smoke training from the command line.
-
-The same stage as notebook 04 (:mod:`hyport_lib.train.stage`), with a progress bar on
-stderr while the plan reads the dataset and one showing the loss while it trains (see
-:mod:`._stage` for the flags and exit status: a run that finished with non-finite
-values or skipped steps WARNs, named in the output; a bad dataset is exit 2 with
-nothing started or written; stopped, torchrun and its workers are stopped first and the
-steps that finished are shown and recorded).
+"""``hyport train``: stage 04's smoke training from the command line, with a bar while the
+plan reads the dataset and one showing the loss. Non-finite values or skipped steps WARN;
+a bad dataset is exit 2 with nothing started or written.
 """
 
 from __future__ import annotations

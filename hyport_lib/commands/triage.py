@@ -1,13 +1,9 @@
-"""``hyport triage PATH [PATH ...]``: what the logs of a failed NPU job mean, and what to do.
+"""``hyport triage PATH [PATH ...]``: what the logs of a failed NPU job mean, and what to do
+(:mod:`hyport_lib.triage`).
 
-Reads a run folder (``outputs/<run-id>/``), log folders or log files and, with
-``--cann-logs`` / ``--since`` / ``--all``, CANN's own log folder; prints each known failure
-(title, file:line, the line, what it means, what to do) and the error lines nothing
-explains under "not recognised" (:mod:`hyport_lib.triage`). Exit status: 0 when no error
-line was found (a warning alone, such as a CPU fallback, is not a failure), 1 when a
-failure was found (recognised or not), 2 for a path that does not exist, a bad argument,
-or when no log could be read at all (nothing found, or only unreadable files, pipes or
-sockets), since "no error line" would then be claimed of logs nobody read.
+Exit status: 0 when no error line was found (a warning alone is no failure), 1 when a
+failure was found (recognised or not), 2 for a missing path, a bad argument, or when no
+log could be read at all ("no error line" would then be claimed of logs nobody read).
 """
 
 from __future__ import annotations
@@ -19,7 +15,6 @@ from datetime import datetime
 from pathlib import Path
 
 from hyport_lib.triage import Triage, cann_log_dir, triage, triage_text
-
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

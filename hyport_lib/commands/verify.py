@@ -1,14 +1,9 @@
 """``hyport verify PATH``: stage 05's weight verification from the command line.
 
-The same stage as notebook 05 (:mod:`hyport_lib.weights.stage`): the headers, index and
-config always; ``--full-scan`` reads every tensor (NaN/Inf, a checksum each; a progress
-bar on stderr); ``--reload`` loads the folder in a fresh process as the seed did
-(``LOAD_OK``); ``--base-path`` compares with the model before fine-tuning,
-``--checkpoint-path`` with a folder that should hold the same model (and lists its
-DeepSpeed ZeRO states; ``--logits-parity`` and ``--consolidate-zero`` go further, and need
-it). Without PATH it checks what stage 04 recorded, else the embedded tiny model, as the
-notebook does. See :mod:`._stage` for the exit status: a finding of error severity is a
-FAIL; a path that does not exist, or a check that needs a checkpoint without one, is exit 2.
+Headers, index and config always; the deeper checks only when their switch is given.
+Without PATH it checks what stage 04 recorded, else the embedded tiny model. A finding of
+error severity is a FAIL; a missing path, or a check that needs a checkpoint without one,
+is exit 2.
 """
 
 from __future__ import annotations

@@ -1,9 +1,5 @@
-"""Markdown of the blog drafts: code spans, table rows, quotations, fenced blocks (the
-templates' filters, :mod:`hyport_lib.drafting.templates`).
-
-Recorded texts that are not figures (summaries, errors, paths, model outputs) are shown
-as recorded and marked: as code (:func:`code`) or as a quotation (:func:`quote`), so a
-reader can tell the drafts' own sentences from what the tools wrote.
+"""Markdown of the blog drafts: code spans, table rows, quotations, fenced blocks. Recorded
+texts are marked as such, so a reader tells the drafts' own sentences from what tools wrote.
 """
 
 from __future__ import annotations

@@ -1,17 +1,10 @@
-"""The Jinja environment the blog drafts are written in, and the filters their templates use.
+"""The Jinja environment of the blog drafts and their templates' filters.
 
-The drafts are Markdown, not HTML: nothing is escaped by Jinja (``autoescape`` off).
-Recorded texts are marked instead, as the templates' filters do: ``code`` (a code span),
-``quote`` (a quotation), ``recorded`` (plain in English, code in Chinese, so that the
-Chinese draft holds no English outside marked recorded text) and ``fenced`` (a block);
-numbers are written with ``num`` (:mod:`hyport_lib.drafting.values`), table rows with
-``row``. A value missing from an older or odd record is Jinja's chainable ``Undefined``:
-``r.data.scan.hits`` is simply undefined when ``scan`` is, and the filters take it as a
-missing value (``—``).
-
-Templates are found by their path under the ``hyport_lib`` package (and any folder added
-to its ``__path__``): the frame is ``report/templates/blog/blog.<lang>.md.j2``, a stage's
-section ``<stage>/blog.<lang>.md.j2`` (see :mod:`hyport_lib.drafting`).
+The drafts are Markdown: nothing is escaped (``autoescape`` off); recorded texts are
+marked by the filters ``code``, ``quote``, ``recorded`` and ``fenced``
+(:mod:`~hyport_lib.drafting.markdown`). A value missing from an older record is Jinja's
+chainable ``Undefined`` (``r.data.scan.hits`` when ``scan`` is), which the filters show as
+``—``. Templates are found by path under the ``hyport_lib`` package (:mod:`hyport_lib.drafting`).
 """
 
 from __future__ import annotations
@@ -36,11 +29,7 @@ _FENCE = re.compile(r"^(`{3,})[^`]*$")
 
 
 def check_lang(lang: str) -> str:
-    """``lang`` when there are drafts in it.
-
-    Raises:
-        ValueError: naming the languages there are.
-    """
+    """``lang`` when there are drafts in it; else a ValueError naming those there are."""
     if lang not in LANGS:
         raise ValueError(f"lang={lang!r}: expected one of {', '.join(LANGS)}")
     return lang

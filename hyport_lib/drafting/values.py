@@ -9,14 +9,11 @@ are few and fixed (the tests re-derive each number with them):
   :data:`FLOAT_CHARS` characters, else rounded to 4 significant digits (``.4g``) below
   1,000 and to one decimal with separators from 1,000 on (``12,345.7``, never
   ``1.235e+04``);
-* a ratio the drafts derive themselves (the worst error over its bound, per attention
-  implementation) is rounded to 3 significant digits (``.3g``), as the stage's headline;
+* a ratio the drafts derive (an error over its bound) has 3 significant digits (``.3g``);
 * a recorded text is never cut short: cutting ``2048x2048`` could leave a number that
   was never recorded.
 
-:func:`num` writes the drafts' figures, :func:`fmt_value` the index cards' (plain text,
-``yes`` / ``no``). :func:`as_list` and :func:`as_dict` read a nested part of a record
-that its typed reader keeps as it was recorded.
+:func:`num` writes the drafts' figures, :func:`fmt_value` the index cards'.
 """
 
 from __future__ import annotations
@@ -47,8 +44,7 @@ def num(value: Any) -> str:
 
 
 def ratio(value: float) -> str:
-    """A ratio the drafts derive (an error over its bound): 3 significant digits, as the
-    stage's own headline rounds it."""
+    """A ratio the drafts derive: 3 significant digits, as the stage's headline rounds it."""
     return f"{value:.3g}"
 
 
@@ -59,9 +55,8 @@ def is_number(value: Any) -> bool:
 
 def fmt_value(value: Any, digits: int = 4) -> str:
     """A recorded value on an index card or in the stages table: ``—`` when not recorded
-    (a failed run: never Python's ``None``), bools as yes / no, floats rounded to
-    ``digits`` significant digits below 1,000 and to one decimal with separators above
-    (``12,345.7`` s, not ``1.235e+04``)."""
+    (never ``None``), bools as yes / no, floats to ``digits`` significant digits below
+    1,000 and one decimal with separators above (``12,345.7``, not ``1.235e+04``)."""
     if value is None:
         return MISSING
     if isinstance(value, bool):

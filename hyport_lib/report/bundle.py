@@ -1,14 +1,9 @@
-"""``report.html``: the whole run in one file to send — the index and every stage page.
+"""``report.html``: the index and every stage page in one file to send; :func:`zip_run`
+packs the whole run folder (``hyport report --zip``).
 
-Each stage page is embedded whole in an ``<iframe srcdoc=...>`` (its own styles stay its
-own), so the file needs nothing beside it: images are already data URIs, no script or
-font is fetched. The index's links to the stage pages become links inside the file;
-links to files that stay in the run folder (notebooks, logs) are shown as their paths.
-A stage page's own anchors (``href="#..."``) are pointed at ``about:srcdoc#...``: in a
-srcdoc frame a bare ``#x`` resolves against report.html, which would load the whole
-report into the frame.
-
-:func:`zip_run` packs the whole run folder (``hyport report --zip``).
+Each stage page is embedded whole in an ``<iframe srcdoc=...>`` (its styles stay its own;
+images are already data URIs). Its own anchors point at ``about:srcdoc#...``: in a srcdoc
+frame a bare ``#x`` resolves against report.html and would load the whole report into it.
 """
 
 from __future__ import annotations

@@ -1,20 +1,10 @@
 """Runs that were killed: found, made truthful and cleaned, by the next run or ``--clean``.
 
-A run killed with SIGKILL (or by a second Ctrl-C at the wrong moment, or a lost machine)
-never finishes its own bookkeeping: its ``run.json`` still says a stage is ``RUNNING``,
-and the stage's executed notebook sits unscrubbed in ``.partial/`` (papermill saves it
-after every cell). At the start of every ``hyport report`` and with
-``hyport report --clean``, each run folder under the output root whose runner is no
-longer alive (its recorded pid is gone, or belongs to a newer process) is cleaned:
-
-* the partial notebooks are removed (they may hold values that were never scrubbed);
-* every text file of the run is scrubbed of the secret values set now;
-* ``RUNNING`` becomes ``INTERRUPTED`` and ``PENDING`` becomes ``NOT RUN``, the run's status
-  ``killed``, and ``run.json`` and ``index.html`` are rewritten to say so.
-
-A run whose runner may still be alive is never touched: the runner holds a lock on a
-file in its folder for its whole life (valid across containers sharing the volume), and
-runs recorded by another host are left alone.
+A killed run's ``run.json`` still says ``RUNNING`` and its notebook sits unscrubbed in
+``.partial/``. Cleaning removes the partial notebooks, scrubs every text file of the run
+of the secret values set now, marks ``RUNNING`` as ``INTERRUPTED``, ``PENDING`` as
+``NOT RUN`` and the run ``killed``, and rewrites ``run.json`` and ``index.html``. Only a
+run proven dead is touched (:func:`runner_alive`); another host's runs are left alone.
 """
 
 from __future__ import annotations
@@ -108,7 +98,7 @@ def clean_runs(output_root: Path, say: Optional[Callable[[str], None]] = None) -
 
 
 def clean_run(run_dir: Path, data: dict) -> None:
-    """See the module docstring."""
+    """Clean one dead run (see the module docstring)."""
     shutil.rmtree(run_dir / PARTIAL_DIR, ignore_errors=True)
     for path in run_dir.rglob("*"):
         if path.is_file() and path.suffix in _TEXT_SUFFIXES and path.name != "run.json":

@@ -1,9 +1,5 @@
-"""The run at a glance: the few figures of each stage a reader looks for first.
-
-Read from what each stage recorded (``results/NN_stage.json``), never recomputed: each
-stage's ``show.glance(record)`` gives its card's figures and ``show.glance_svg(record)``
-an inline SVG under them (no script, no image file, nothing fetched). A stage without
-``glance`` shows its recorded headline.
+"""The index's cards: each stage's recorded figures (``show.glance``, else its headline)
+and inline SVG (``show.glance_svg``), never recomputed (see :mod:`hyport_lib.drafting`).
 """
 
 from __future__ import annotations

@@ -1,12 +1,9 @@
 """Executed notebook -> self-contained HTML that makes no network request.
 
-Decision (see README): widgets are rendered *statically*. nbconvert's widget support
-loads its renderer from a CDN, which air-gapped clusters cannot reach, and bundling
-it would still leave interactive state that the report does not need: every notebook
-shows a static rendering next to each widget. So widget-view outputs are replaced by a
-short note, the saved widget state is dropped, and a template without the
-require.js / MathJax / mermaid / widget script tags is used. Images are already
-embedded as data URIs by nbconvert; its CSS is inlined.
+Widgets are rendered statically (see README): nbconvert's widget renderer comes from a
+CDN that air-gapped clusters cannot reach, and every notebook shows a static rendering
+next to each widget. Widget views become a note, widget state is dropped, and the
+template has no require.js / MathJax / mermaid / widget scripts.
 """
 
 from __future__ import annotations
@@ -42,12 +39,9 @@ def staticize_widgets(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
 
 
 def nbconvert_template_dirs() -> list[str]:
-    """Folders holding nbconvert's own templates (``lab``, ``base``...), wherever pip put them.
-
-    jupyter looks under ``sys.prefix/share/jupyter`` and the user's folders; an install
-    with ``pip install --target DIR`` (seen on a GPU host) puts them in ``DIR/share/jupyter``,
-    next to the nbconvert package, where nobody looks: every page then fails with "No
-    template sub-directory with name 'lab' found".
+    """Folders holding nbconvert's own templates (``lab``, ``base``...), wherever pip put them:
+    ``pip install --target DIR`` (seen on a GPU host) puts them in ``DIR/share/jupyter``,
+    where jupyter does not look ("No template sub-directory with name 'lab' found").
 
     Raises:
         RuntimeError: no ``lab`` template anywhere; names ``JUPYTER_PATH``.

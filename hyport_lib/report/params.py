@@ -1,18 +1,10 @@
 """The parameters of a report run: profile + ``-p``, checked once before anything runs.
 
-The namespace is the union of every discovered stage's ``Params`` fields
-(:mod:`hyport_lib.params`): a key no stage declares is an error naming the closest
-declared one (``allow_unknown=True`` accepts it and the index lists it as ignored).
-``-p`` text is read by the field's type (:func:`hyport_lib.params.parse_text`), path
-fields are made absolute against the caller's working directory (each notebook runs in
-its own folder), and then each selected stage's ``Params`` is built and its
-``plan(params)`` made: the very checks the stage makes when it runs, so a wrong value
-stops the run before anything is written, in the same words as the notebook and the
-command line.
-
-A notebook that has no stage package (a notebook-only stage) declares its names in its
-``parameters`` cell; its values are typed by the kind of the cell's default and it has
-no pre-run plan.
+The namespace is the union of every stage's ``Params`` fields (:mod:`hyport_lib.params`);
+a notebook-only stage's are its ``parameters`` cell's names, typed by their defaults.
+:func:`resolve_parameters` types and absolutizes them; :func:`check_before_running` makes
+each selected stage's ``plan``, so a wrong value stops the run before anything is
+written, in the same words as the notebook and the command line.
 """
 
 from __future__ import annotations
@@ -94,12 +86,9 @@ def coerce_overrides(raw: dict, fields: dict[str, Field]) -> dict:
 
 
 def absolutize_paths(params: dict, fields: dict[str, Field], base: Path) -> dict:
-    """Relative path values made absolute against ``base`` (the caller's folder).
-
-    Every path field is resolved there, existing or not, so that a missing file is named
-    where the user looked for it, not in the notebook's folder; values that name no file
-    stay as written (a field's ``not_paths``, such as ``tiny`` or ``auto``, and a hub id
-    that is no folder here).
+    """Relative path values made absolute against ``base`` (the caller's folder: each
+    notebook runs in its own), existing or not, so a missing file is named where the user
+    looked; a field's ``not_paths`` (``tiny``) and a hub id that is no folder stay as written.
     """
     out = {}
     for key, value in params.items():
@@ -133,11 +122,9 @@ class RunParameters:
 def resolve_parameters(from_profile: dict, overrides: dict, stages: list[Stage], *,
                        profile_name: str = "the profile", allow_unknown: bool = False,
                        base: Optional[Path] = None) -> RunParameters:
-    """Merge, type, convert and absolutize (see the module docstring).
-
-    Raises:
-        ParameterError: unknown keys (with the closest declared ones) or bad values.
-    """
+    """Merge, type, convert and absolutize; a :class:`ParameterError` for bad values and for
+    keys no stage declares, naming the closest declared ones (``allow_unknown`` accepts
+    those; the index lists them as ignored)."""
     declared = {s.id: stage_fields(s) for s in stages}
     fields: dict[str, Field] = {}
     for stage_fields_ in declared.values():
@@ -183,18 +170,10 @@ class PlanRequest:
 
 @dataclass
 class PreRunCheck:
-    """What the pre-run plans found.
+    """What the pre-run plans found."""
 
-    Attributes:
-        refused: a value a stage refuses (a parameter, a file, a record): the run must not
-            start.
-        host: what the host cannot do now (a device kind not usable, busy cards): the
-            stage meets it again when it runs, and stage 01 explains it; no reason to run
-            nothing.
-    """
-
-    refused: list[str]
-    host: list[str]
+    refused: list[str]  # values a stage refuses (a parameter, a file, a record): no run
+    host: list[str]  # what the host cannot do now (busy cards): said; the run goes on
 
 
 def plan_requests(params: RunParameters, selected: list[Stage]) -> list[PlanRequest]:
@@ -212,11 +191,7 @@ def plan_requests(params: RunParameters, selected: list[Stage]) -> list[PlanRequ
 def make_plans(requests: list[PlanRequest]) -> PreRunCheck:
     """Each stage's ``Params`` built from all its values (so that rules across them hold
     as given) and its ``plan`` made with the paths an earlier stage writes left out.
-
-    Runs in a fresh child process (:func:`check_before_running`): a plan may ask the
-    device runtime (a card's name, bf16 support), which must not start in the report's
-    own long-lived process, where it would hold a card the stages then find busy.
-    """
+    Runs in the child of :func:`check_before_running`."""
     refused, host = [], []
     with _as_a_new_run():
         for request in requests:
@@ -237,16 +212,14 @@ def make_plans(requests: list[PlanRequest]) -> PreRunCheck:
 
 
 def check_before_running(params: RunParameters, selected: list[Stage]) -> list[str]:
-    """Each selected stage's ``Params`` built and its ``plan(params)`` made, before any
-    stage runs, in a fresh child process (:func:`make_plans`): a value a stage would
-    refuse stops the run before anything is written.
-
-    A path that an earlier selected stage writes (``written_by``) and that lies inside
-    that stage's output folder (its ``output`` field) cannot exist yet: it is left to the
-    plan the stage makes when it runs.
+    """Each selected stage's ``plan`` made before any stage runs (:func:`make_plans`), in a
+    fresh child process: a plan may start the device runtime, which in the report's own
+    long-lived process would hold a card the stages then find busy. A path inside the
+    output folder of an earlier selected stage that writes it (``written_by``) is left
+    to the plan the stage makes when it runs.
 
     Returns:
-        What the host cannot do now (to be said; the run goes on and stage 01 explains it).
+        What the host cannot do now (said; the run goes on and stage 01 explains it).
 
     Raises:
         ParameterError: each refused value, naming the stage.

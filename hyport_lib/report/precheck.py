@@ -1,9 +1,7 @@
 """``python -m hyport_lib.report.precheck``: the report's pre-run plans, in a fresh process.
 
-Reads the plan requests (JSON, on stdin) that :func:`hyport_lib.report.params.check_before_running`
-sends, makes every plan and prints what they found as one JSON line. A plan may start the
-device runtime; here it dies with this process instead of holding a card for the whole
-report.
+Reads the requests of :func:`hyport_lib.report.params.check_before_running` (JSON on
+stdin) and prints what the plans found as one JSON line.
 """
 
 from __future__ import annotations

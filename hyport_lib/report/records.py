@@ -1,16 +1,9 @@
-"""What the report reads of each planned stage: its outcome, its recorded result and what
-its ``show`` module offers.
+"""What the report reads of each planned stage: outcome, recorded result, ``show`` hooks.
 
-The index, ``report.html`` and the blog drafts are rewritten at the start of a run
-(every stage ``PENDING``), after every stage and when the run is stopped, so nothing
-here may assume a stage ran: a result file may be missing, half-written by a killed
-kernel, or not a JSON object; each such case becomes a :class:`StageView` with no result
-and a ``problem`` saying why, which the stage's card and section then state.
-
-The report knows no stage by name: a stage's card, section and figures come from the
-functions of its ``hyport_lib.<name>.show`` module (:func:`stage_hook`; the interface is
-described in :mod:`hyport_lib.drafting`), and a stage without them (a notebook-only
-stage) gets the generic rendering of its recorded headline.
+The run's files are rewritten from the start of a run (every stage ``PENDING``), so
+nothing here assumes a stage ran: a missing, half-written or odd result file becomes a
+:class:`StageView` with no result (and a ``problem`` saying why). The report knows no
+stage by name: its hooks come from ``hyport_lib.<name>.show`` (:mod:`hyport_lib.drafting`).
 """
 
 from __future__ import annotations
@@ -29,25 +22,18 @@ FINISHED = ("PASS", "WARN", "FAIL", "SKIP")
 
 
 def stage_hook(stage_id: str, name: str) -> Optional[Callable]:
-    """The function ``name`` (``glance``, ``blog_values``...) of the ``show`` module of
-    stage ``NN_name``, or None when the stage has none (a notebook-only stage has no
-    ``show`` module)."""
+    """The function ``name`` (``glance``, ``blog_values``...) of stage ``NN_name``'s ``show``
+    module, or None (a notebook-only stage has no ``show`` module)."""
     return getattr(stage_part(stage_id.partition("_")[2], "show"), name, None)
 
 
 @dataclass
 class StageView:
-    """One planned stage as the report sees it.
+    """One planned stage as the report sees it."""
 
-    Attributes:
-        outcome: the runner's record of the stage (verdict, summary, error, headline).
-        result: the parsed ``results/<stage>.json``; None when absent or unreadable.
-        problem: why ``result`` is None when a file was there but could not be read.
-    """
-
-    outcome: StageOutcome
-    result: Optional[dict] = None
-    problem: str = ""
+    outcome: StageOutcome  # the runner's record of it (verdict, summary, error, headline)
+    result: Optional[dict] = None  # ``results/<stage>.json``; None when absent or unreadable
+    problem: str = ""  # why a file that was there could not be read
 
     @property
     def stage(self) -> str:

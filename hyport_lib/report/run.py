@@ -1,13 +1,6 @@
-"""The data model of a report run: one :class:`ReportRun` with a :class:`StageOutcome`
-per stage. The runner fills it; the index, the blog drafts and ``run.json`` read it.
-Kept apart from the runner so that the modules that render a run do not import the
-module that executes one.
-
-``run.json`` and the index are written when the run starts, with every planned stage
-``PENDING``, and again whenever a stage starts (``RUNNING``) and ends (its verdict), so
-that whatever ends the run, they tell the truth: a run killed with SIGKILL shows the
-stage it was in as ``RUNNING`` and the run as not finished; the next run marks it
-``INTERRUPTED`` (see :mod:`hyport_lib.report.cleanup`).
+"""The data model of a report run: one :class:`ReportRun` with a :class:`StageOutcome` per
+stage. The runner fills it; the index, the drafts and ``run.json`` read it (kept apart
+from the runner so that rendering a run never imports the module that executes one).
 """
 
 from __future__ import annotations

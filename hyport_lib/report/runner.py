@@ -13,15 +13,13 @@ Layout of a run folder::
       results/NN_x.json     what each notebook recorded (hyport_lib.results)
       logs/NN_x.log         cell outputs streamed by papermill, and the kernel's messages
 
-Before anything runs, the parameters are checked (:mod:`hyport_lib.report.params`) and
-the output folder must be writable; runs killed earlier are cleaned
-(:mod:`hyport_lib.report.cleanup`). ``run.json`` and the index are written at the start
-(every stage ``PENDING``) and whenever a stage starts and ends
-(:mod:`hyport_lib.report.run_files`), so any end of the run
-leaves a true picture. A stage that fails still leaves its notebook, HTML and log; the
-next stages run; the index shows FAIL with the exception; the command exits non-zero.
-A stop signal ends the run after marking the stage ``INTERRUPTED`` and writing the
-files, a write that a second signal does not cut short.
+Before anything runs, the parameters are checked (:mod:`~hyport_lib.report.params`) and
+runs killed earlier are cleaned (:mod:`~hyport_lib.report.cleanup`). ``run.json`` and the
+index are written at the start (every stage ``PENDING``) and whenever a stage starts and
+ends, so any end of the run leaves a true picture (a SIGKILL leaves ``RUNNING``, which the
+next run marks ``INTERRUPTED``). A failed stage keeps its files and the next stages run.
+A stop signal marks the stage ``INTERRUPTED`` and writes the files, which a second signal
+does not cut short.
 """
 
 from __future__ import annotations
@@ -84,7 +82,7 @@ def run_report(*, profile: Optional[str] = None, overrides: Optional[dict] = Non
                kernel_name: Optional[str] = None, show_inputs: bool = True,
                progress: Optional[Callable[[str], None]] = None,
                progress_bar: bool = False, allow_unknown_parameters: bool = False) -> ReportRun:
-    """Run the selected stages and write the run folder. See the module docstring."""
+    """Run the selected stages and write the run folder (see the module docstring)."""
     say = progress or _say
     profile_path = resolve_profile(profile)
     all_stages = discover_stages(notebooks_dir)

@@ -1,12 +1,9 @@
 """Running one stage's notebook with papermill, and collecting what it left.
 
-The executed notebook is written to ``<run>/.partial/`` while it runs (papermill saves
-after every cell) and only its scrubbed copy reaches ``notebooks/``: a run killed in the
-middle of a stage leaves the unscrubbed file in ``.partial/``, where the next run (or
-``hyport report --clean``) finds and removes it (:mod:`hyport_lib.report.cleanup`).
-While the stage runs, everything the kernel writes to the terminal (its start-up
-warnings, the tracebacks of a kernel stopped by Ctrl-C) goes to the stage's log instead,
-scrubbed of secret values like the rest.
+The executed notebook is saved in ``<run>/.partial/`` after every cell; only its scrubbed
+copy reaches ``notebooks/`` (a killed run's partial file is removed by
+:mod:`~hyport_lib.report.cleanup`). What the kernel writes to the terminal goes to the
+stage's log, scrubbed like the rest.
 """
 
 from __future__ import annotations
@@ -79,11 +76,8 @@ def sweep_partial(run_dir: Path) -> list[str]:
 
 
 def scrub_notebook(source: Path, target: Path) -> bool:
-    """Write ``source`` (an executed notebook) scrubbed to ``target``; False when absent.
-
-    Scrubbed by structure (every string of the JSON, each in every encoded form, so the
-    file stays valid JSON); a file half-written by a dying kernel is scrubbed as text.
-    """
+    """Write ``source`` (an executed notebook) scrubbed to ``target`` (by structure, so it
+    stays valid JSON; as text when half-written); False when absent."""
     if not source.exists():
         return False
     text = source.read_text(encoding="utf-8", errors="replace")
@@ -93,12 +87,9 @@ def scrub_notebook(source: Path, target: Path) -> bool:
 
 @contextlib.contextmanager
 def _terminal_to_log(log_path: Path):
-    """Send this process's stderr (file descriptor 2, which the kernel inherits) to the log.
-
-    The kernel's own messages ("Kernel is running over TCP without encryption", the
-    ZMQError and KeyboardInterrupt tracebacks of a kernel stopped by a signal) then land
-    in the stage log, not on the user's terminal. The log is scrubbed afterwards.
-    """
+    """Send this process's stderr (fd 2, which the kernel inherits) to the log: the
+    kernel's own messages ("Kernel is running over TCP without encryption", the tracebacks
+    of a kernel stopped by a signal) land there, scrubbed afterwards, not on the terminal."""
     sys.stderr.flush()
     saved = os.dup(2)
     with open(log_path, "ab") as log:

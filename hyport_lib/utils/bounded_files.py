@@ -1,18 +1,9 @@
-"""One reader for every file hyport reads from a folder or tree the user names.
-
-A path handed to hyport (a container's copied tree, a model's source folder, a folder of
-logs, a dataset) may hold anything: a FIFO that blocks ``open`` until a writer comes, a
-device node that never ends, a link to ``/etc/shadow``, a log of a gigabyte. Every read
-from such a place goes through this module, which
-
-* opens only regular files, and without blocking (a FIFO is refused at once, a device
-  node is never read: it is refused from ``stat`` before it is opened);
-* reads at most ``max_bytes`` and says so in one line when a file is larger (files in
-  ``/proc`` report a size of 0, so the bound is on the bytes actually read, not ``st_size``);
-* with ``folder=`` given, refuses a path whose links lead out of that folder.
-
-Every refusal is an :class:`UnreadableFile` (an ``OSError``) whose message names the file
-and says why, ready to be shown as one line.
+"""One reader for every file hyport reads from a folder or tree the user names, which may
+hold a FIFO that blocks ``open``, a device node that never ends, a link to
+``/etc/shadow`` or a log of a gigabyte. Only regular files are opened, without blocking;
+at most ``max_bytes`` are read (``/proc`` files report size 0, so the bound is on bytes
+read); with ``folder=``, links out of it are refused. Every refusal is an
+:class:`UnreadableFile` whose message is one line naming the file and why.
 """
 
 from __future__ import annotations
@@ -20,7 +11,6 @@ from __future__ import annotations
 import errno
 import os
 import stat
-from pathlib import Path
 from typing import BinaryIO, Optional
 
 
@@ -117,12 +107,8 @@ def open_regular(path: os.PathLike | str, folder: Optional[os.PathLike | str] = 
 
 def read_bytes(path: os.PathLike | str, max_bytes: int,
                folder: Optional[os.PathLike | str] = None) -> bytes:
-    """The whole of a regular file of at most ``max_bytes`` bytes.
-
-    Raises:
-        UnreadableFile: not a regular file, missing, outside ``folder``, or
-            :class:`FileTooLarge` with the bound in the message.
-    """
+    """The whole of a regular file of at most ``max_bytes`` bytes (else :class:`FileTooLarge`;
+    :class:`UnreadableFile` as :func:`check_regular` raises it)."""
     with open_regular(path, folder) as handle:
         data = handle.read(max_bytes + 1)
     if len(data) > max_bytes:

@@ -53,8 +53,8 @@ def _device_of(folder: Path) -> str:
 
 
 def human_size(count: float) -> str:
-    for unit in ("B", "KB", "MB", "GB", "TB"):
-        if count < 1024 or unit == "TB":
+    for unit in ("B", "KB", "MB", "GB"):
+        if count < 1024:
             return f"{count:.0f} {unit}" if unit == "B" else f"{count:.1f} {unit}"
         count /= 1024
-    return f"{count} B"
+    return f"{count:.1f} TB"

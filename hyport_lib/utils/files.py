@@ -1,8 +1,5 @@
-"""Atomic file writes: a reader never sees half a file, a crash never leaves one.
-
-JSON is written strictly: Python's ``json`` would write NaN and Infinity, which are not
-JSON (jq, JavaScript and most parsers refuse them), so non-finite floats become
-``null`` (:func:`json_ready`), as pandas' ``to_json`` does.
+"""Atomic file writes: a reader never sees half a file. JSON is strict: NaN and Infinity,
+which parsers refuse, become ``null`` (:func:`json_ready`), as pandas' ``to_json`` does.
 """
 
 from __future__ import annotations

@@ -1,11 +1,6 @@
-"""Cached availability checks for optional packages.
-
-The pattern follows accelerate's ``utils/imports.py``: every check is cached, and the
-optional import happens inside the check so that a broken install is *reported*
-instead of crashing whoever asked. ``torch_npu`` is the important case: on a host
-without CANN an installed ``torch_npu`` fails on import (``libhccl.so`` missing), and
-torch's device-backend autoloading may make ``import torch`` itself fail; only the
-backend seam (:func:`hyport_lib.backend.import_torch_npu`) asks for it.
+"""Cached availability checks for optional packages (as accelerate's ``utils/imports.py``):
+a broken install is *reported*, not raised. ``torch_npu`` without CANN fails on import
+(``libhccl.so`` missing); only :func:`hyport_lib.backend.import_torch_npu` asks for it.
 """
 
 from __future__ import annotations
@@ -30,12 +25,8 @@ def package_version(dist_name: str) -> Optional[str]:
 
 @functools.lru_cache(maxsize=None)
 def try_import(module_name: str) -> tuple[object | None, Optional[str]]:
-    """Import ``module_name`` if it can be found.
-
-    Returns:
-        ``(module, None)`` on success, ``(None, None)`` when the module is not
-        installed, ``(None, "<ExcType>: message")`` when it is installed but broken.
-    """
+    """``(module, None)``; ``(None, None)`` when not installed; ``(None, "<ExcType>: message")``
+    when installed but broken."""
     try:
         if importlib.util.find_spec(module_name) is None:
             return None, None

@@ -1,9 +1,5 @@
-"""Text from outside (a log, a model's error, a file name) made safe to print on a terminal.
-
-A log's colours, a title-setting OSC sequence or a screen clear would act on the user's
-terminal if printed raw, and NUL or other control characters make a text file binary
-to grep. :func:`printable` removes escape sequences and shows other control characters
-as ``\\xNN``, keeping only the ones the caller's text is laid out with.
+"""Text from outside (a log, a model's error) made safe to print: escape sequences would act
+on the user's terminal, and NUL makes a text file binary to grep.
 """
 
 from __future__ import annotations

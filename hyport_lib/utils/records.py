@@ -1,12 +1,9 @@
-"""Typed records read back without trusting their shape.
+"""Typed records read back without trusting their shape (an older or half-written file).
 
-A stage writes its result typed (a dataclass's ``to_dict``); the report reads it back
-from a file that may come from an older version, or be half-written. :func:`from_mapping`
-builds the dataclass from such a mapping field by field: a missing key, or a value of
-another type, gives the field's default (or an empty value of its type: ``None`` for an
-``Optional``, ``""``, ``0``, ``[]``, ``{}``), and a list keeps only the items of its type.
-A shape problem never raises. Numbers are kept as recorded (an ``int`` in a ``float``
-field stays an ``int``: the drafts write ``3``, not ``3.0``).
+:func:`from_mapping` builds a dataclass field by field: a missing key, or a value of
+another type, gives the field's default (or an empty value of its type), and a list keeps
+only the items of its type; a shape problem never raises. Numbers stay as recorded (an
+``int`` in a ``float`` field stays an ``int``: the drafts write ``3``, not ``3.0``).
 """
 
 from __future__ import annotations

@@ -1,22 +1,12 @@
 """Keep secrets out of everything hyport writes.
 
-A variable is secret when its *name* contains one of :data:`SECRET_MARKERS`
-(case-insensitive). Such variables are dropped entirely, not masked, so that neither
-their value nor the fact that a particular token exists leaks into a shared report.
-
-Their *values* are scrubbed from free text (logs, notebooks, HTML) in every encoded form
-hyport or the tools it drives write: as is, as a JSON string (ASCII-only and not, and
-JSON inside JSON, as a notebook stores an injected parameter), as a Python literal
-(``repr`` / ``ascii``), HTML-escaped (also with numeric character references) and
-URL-encoded. Credentials inside URLs (``scheme://user:password@host``) are redacted
-wherever they appear, whatever the variable is called.
-
-Text written elsewhere (a log copied from another host, a job's output) can hold secrets
-this environment does not know: :func:`scrub_secret_shapes` redacts those recognisable by
-how they are written (``HF_TOKEN=...``, ``"api_key": "..."``, ``Authorization: Basic ...``,
-``hf_...``, ``glpat-...``, ``curl -u user:pass``, ``sshpass -p ...``, PEM private key blocks).
-Huawei Cloud's access keys are named ``AK`` / ``SK`` (``HUAWEICLOUD_SDK_AK``, ``OBS_SK``), a
-name *part* rather than a marker word: see :func:`is_secret_name`.
+A variable is secret by its *name* (:func:`is_secret_name`); such variables are dropped
+entirely, not masked, so not even the existence of a token leaks into a shared report.
+Their *values* are scrubbed from free text (:func:`scrub_text`) in every encoded form
+hyport or its tools write (:func:`encoded_forms`), and credentials inside URLs wherever
+they appear. Text written elsewhere (a log from another host) can hold secrets this
+environment does not know: :func:`scrub_secret_shapes` redacts those recognisable by how
+they are written.
 
 Every pattern here is linear in the length of the text (a log line can be 128 KiB): no
 repetition can start again at every position of a long run.
@@ -34,11 +24,9 @@ import urllib.parse
 from typing import Iterable, Mapping
 
 SECRET_MARKERS = ("SECRET", "TOKEN", "KEY", "PASSWORD", "PASSWD", "CREDENTIAL", "AUTH", "ACCESS")
-#: Whole name parts (between ``_``, ``-`` or ``.``) that name a secret although no marker
-#: is inside them: Huawei Cloud's access key id and secret key (``HUAWEICLOUD_SDK_AK``,
-#: ``OBS_SK``) and the password of connection strings and clients (``PWD=``, ``MYSQL_PWD``).
-#: As parts only: ``TASK`` or ``DISK`` hold no ``SK`` part. ``SSHPASS`` is the variable
-#: ``sshpass -e`` reads its password from.
+#: Whole name parts (between ``_``, ``-`` or ``.``) that name a secret without a marker:
+#: Huawei Cloud's keys (``HUAWEICLOUD_SDK_AK``, ``OBS_SK``; ``TASK`` holds no ``SK`` part),
+#: passwords (``PWD=``, ``MYSQL_PWD``) and ``SSHPASS`` (read by ``sshpass -e``).
 SECRET_NAME_PARTS = frozenset({"AK", "SK", "PWD", "SSHPASS"})
 #: A part that names a password only as the last of several (``DB_PASS``, ``SMTP_PASS``):
 #: alone it is a test's verdict (``PASS: test_a``) or a count (``--pass 2``).
@@ -47,10 +35,9 @@ _LAST_SECRET_PARTS = frozenset({"PASS"})
 _WORKING_FOLDER_NAMES = frozenset({"PWD", "OLDPWD"})
 _NAME_PART_SPLIT = re.compile(r"[^A-Z0-9]+")
 REDACTED = "[redacted]"
-#: ``scheme://user:password@`` or ``scheme://token@``: everything up to the *last* ``@``
-#: before the host goes (a password may hold ``@``, quotes or ``:``). The scheme is at most
-#: 32 characters and needs no word boundary before it: an unbounded scheme started again at
-#: every ``.`` or ``-`` of a long ``a.b-c.d...`` run (quadratic: minutes on a 128 KiB line).
+#: ``scheme://user:password@`` or ``scheme://token@``: up to the *last* ``@`` before the
+#: host (a password may hold ``@``, quotes or ``:``). The scheme is bounded (32 chars):
+#: unbounded, it restarted at every ``.`` of a long ``a.b-c.d...`` run (quadratic).
 _URL_CREDENTIALS = re.compile(r"(?P<scheme>[a-zA-Z][a-zA-Z0-9+.\-]{0,31}://)(?P<userinfo>[^/\s]+)@")
 _MIN_SECRET_LEN = 4
 #: Values of secret-named variables that are settings, not secrets
@@ -74,11 +61,9 @@ def is_secret_name(name: str) -> bool:
 
 
 def is_secret_parameter(name: str) -> bool:
-    """A notebook parameter that holds a secret: a secret marker anywhere in its name
-    (``hf_token``, ``hfToken``, ``wandbapikey``), as for environment variables, except
-    inside the words that only count or name tokens (``max_new_tokens``,
-    ``tokenizer_path``): those must reach the report, they are part of the command to
-    reproduce."""
+    """A notebook parameter that holds a secret: a marker anywhere in its name (``hfToken``),
+    except inside words that count or name tokens (``max_new_tokens``, ``tokenizer_path``):
+    those must reach the report, as part of the command to reproduce."""
     upper = re.sub(r"TOKENS|TOKENIZER", "", name.upper())
     return any(marker in upper for marker in SECRET_MARKERS) or _has_secret_part(upper)
 
@@ -145,11 +130,8 @@ def _scrubber(environ: Mapping[str, str] | None):
 
 
 def scrub_text(text: str, environ: Mapping[str, str] | None = None) -> str:
-    """Replace every secret value, in every encoded form, and URL credentials in ``text``.
-
-    Used on logs, notebooks, HTML and exception messages before they are written,
-    because a failing command can echo its environment.
-    """
+    """Replace every secret value, in every encoded form, and URL credentials in ``text``
+    (logs, notebooks, HTML, exception messages: a failing command can echo its environment)."""
     return _scrubber(environ)(text)
 
 
@@ -362,11 +344,9 @@ def _secret_continued(line: str) -> bool:
 
 
 class PrivateKeyLines:
-    """Redacts, from text read one line at a time (a log), what only the lines before say
-    is a secret: PEM private keys (the lines between a ``-----BEGIN ... PRIVATE KEY-----``
-    line and its end marker hold nothing that says they are a key, so whether a block is
-    open is carried from line to line) and the value that a ``\\`` continuation moved to
-    the next line (``sshpass -p \\``, ``--password \\``)."""
+    """Redacts, from text read one line at a time (a log), what only the lines before say is
+    a secret: the body of a PEM private key (whether a block is open is carried from line
+    to line) and a value a ``\\`` continuation moved to the next line (``sshpass -p \\``)."""
 
     def __init__(self) -> None:
         self.inside = False
@@ -397,18 +377,14 @@ class PrivateKeyLines:
 def scrub_secret_shapes(text: str) -> str:
     """Redact secrets recognisable by how they are written, whatever the environment.
 
-    :func:`scrub_text` knows a secret only by its value in the current environment; a log
-    copied from another host, or written by a process that had a token this one lacks,
-    holds values it cannot know. This redacts the value of every assignment to a secret
-    name (:func:`is_secret_parameter`: ``HF_TOKEN=...``, ``password: ...``,
-    ``"api_key": "..."``, ``--hf-token=...``, ``--password ...``, ``HUAWEICLOUD_SDK_AK=...``,
-    ``pwd=...``), the credentials of ``Bearer ...`` and of an ``Authorization`` header
-    (``Basic ...``), tokens with a well-known prefix (``hf_``, ``ghp_``, ``glpat-``, ``sk-``,
-    ``AKIA`` ...), the password of ``curl -u user:password`` and ``sshpass -p``, PEM private
-    key blocks (:func:`redact_private_keys`; across lines read one by one:
-    :class:`PrivateKeyLines`), plus URL credentials. Exception names (``KeyError: 'x'``),
+    The value of every assignment to a secret name (:func:`is_secret_parameter`:
+    ``HF_TOKEN=...``, ``"api_key": "..."``, ``--password ...``, ``HUAWEICLOUD_SDK_AK=...``),
+    ``Bearer`` and ``Authorization`` credentials, tokens with a well-known prefix (``hf_``,
+    ``ghp_``, ``glpat-``, ``sk-``, ``AKIA`` ...), the password of ``curl -u`` and
+    ``sshpass -p``, PEM private key blocks (across lines read one by one:
+    :class:`PrivateKeyLines`) and URL credentials. Exception names (``KeyError: 'x'``),
     settings (``TOKENIZERS_PARALLELISM=false``), the shell's ``PWD=/a/folder`` and numbers
-    given to names that only count or number tokens or keys (``pad_token_id=0``) are left alone.
+    given to names that count tokens or keys (``pad_token_id=0``) are left alone.
     """
     if "://" in text:
         text = redact_url_credentials(text)
@@ -452,11 +428,8 @@ def scrub_json_text(text: str, indent: int = 2, environ: Mapping[str, str] | Non
 
 
 def child_environ(extra: Mapping[str, str] | None = None) -> dict[str, str]:
-    """Environment for processes hyport starts: the parent's, plus ``extra``.
-
-    Secrets are passed through unchanged (a training job may need its token); it is
-    hyport's *outputs* that never contain them.
-    """
+    """Environment for processes hyport starts: the parent's, plus ``extra``. Secrets pass
+    unchanged (a training job may need its token); hyport's *outputs* never hold them."""
     env = dict(os.environ)
     env.update(extra or {})
     return env

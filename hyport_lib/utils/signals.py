@@ -1,10 +1,5 @@
-"""Stop signals as exceptions, and writes they cannot cut short.
-
-:func:`stop_signals_raise` turns SIGINT, SIGTERM and SIGHUP into :class:`Stopped` (a
-``KeyboardInterrupt``) inside a block, so that ``finally`` blocks stop child processes and
-keep partial results. Inside :func:`shielded` a stop signal is held back, not lost, and
-raised when the block ends: a partial report being written is finished even when the
-user presses Ctrl-C again.
+"""Stop signals as exceptions (:func:`stop_signals_raise`), and writes they cannot cut
+short (:func:`shielded`: a partial report is finished even when Ctrl-C comes again).
 """
 
 from __future__ import annotations
@@ -52,11 +47,8 @@ def shielded():
 
 @contextlib.contextmanager
 def stop_signals_raise():
-    """SIGINT, SIGTERM and SIGHUP raise :class:`Stopped` within the block.
-
-    Outside the main thread (where Python cannot set handlers) nothing changes. The
-    previous handlers are restored on the way out.
-    """
+    """SIGINT, SIGTERM and SIGHUP raise :class:`Stopped` within the block, so ``finally``
+    blocks stop child processes (nothing changes outside the main thread)."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return

@@ -1,6 +1,5 @@
-"""Parameter values as users hand them over: papermill, YAML and the command line give
-text (``"16"``, ``"false"``), so numbers and flags are parsed here, strictly, with
-errors that name the parameter. ``bool("false")`` would be True; these refuse it.
+"""Parameter values parsed strictly from what papermill, YAML and the command line give
+(``"16"``, ``"false"``), with errors that name the parameter.
 """
 
 from __future__ import annotations

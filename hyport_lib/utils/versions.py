@@ -1,7 +1,5 @@
-"""Version strings compared as numbers, and what flash-attn's API looked like by version.
-
-Here, below both, so that the scan (which reports the version a project pins) and the
-flash-attn drop-in (which serves that version's API) share one answer.
+"""Version strings compared as numbers, and flash-attn's API by version: one answer for the
+scan (the version a project pins) and the drop-in (which serves that version's API).
 """
 
 from __future__ import annotations

@@ -1,11 +1,5 @@
 """What the drafts' templates are written from: the run, and one :class:`StagePart` per
-stage of the run's notebooks folder.
-
-A stage's part carries its view (outcome, recorded result), the template of its own
-section (``<stage>/blog.<lang>.md.j2``, None for a stage without one) and the record
-that section is fed: :func:`stage_record` is the one place the templates get a stage's
-recorded result from. Run-wide facts come from the stages' ``blog_facts`` (see
-:func:`stage_facts`); what could not be read is listed among the caveats.
+stage of the run's notebooks folder (:func:`build_context`).
 """
 
 from __future__ import annotations
@@ -23,25 +17,19 @@ NO_DATA_YET = (PENDING, RUNNING, NOT_RUN)
 
 
 def stage_record(view: Optional[StageView]) -> Any:
-    """The recorded result a stage's template is fed (None when there is none to show)."""
+    """The recorded result a stage's template is fed (None when there is none to show):
+    the one place the templates get it from."""
     return view.result if view is not None and view.has_data else None
 
 
 @dataclass
 class StagePart:
-    """One stage as the drafts' templates see it.
+    """One stage as the drafts' templates see it."""
 
-    Attributes:
-        stage: the stage id (``NN_name``).
-        template: its own template, or None (its headline is shown as a table).
-        view: the planned stage; None for one the run left out (``--only``).
-        record: what its section is drawn from (:func:`stage_record`).
-    """
-
-    stage: str
-    template: Optional[str]
-    view: Optional[StageView]
-    record: Any
+    stage: str  # NN_name
+    template: Optional[str]  # its own template; None: its headline is shown as a table
+    view: Optional[StageView]  # None for a stage the run left out (``--only``)
+    record: Any  # what its section is drawn from (:func:`stage_record`)
 
     @property
     def number(self) -> str:

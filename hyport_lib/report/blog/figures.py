@@ -1,13 +1,7 @@
-"""The PNG figures beside the blog drafts, under ``<run>/figures/``.
-
-Each stage's ``show.blog_figures(record)`` names its figures and how to draw each from
-the recorded result (see :mod:`hyport_lib.drafting`); ``figures/<name>.png`` is written
-here, titled and labelled by the stage with the figures' provenance.
-
-The drafts are rewritten after every stage, so a figure is drawn only when its stage has
-finished, and drawn again only when the result file is newer than the PNG: most
-rewrites cost a ``stat``. A figure that cannot be drawn is left out and the reason is
-returned for the caveats; it never stops the drafts.
+"""The drafts' PNG figures, ``<run>/figures/<name>.png``, from each stage's
+``show.blog_figures`` (:mod:`hyport_lib.drafting`). The drafts are rewritten after every
+stage, so a figure is drawn once its stage finished and redrawn only when the result file
+is newer. A figure that cannot be drawn is left out, its reason returned for the caveats.
 """
 
 from __future__ import annotations
@@ -26,11 +20,8 @@ FIGURES_DIR = "figures"
 
 
 def draw_figures(run_dir: Path, views: list[StageView]) -> tuple[dict[str, str], list[str]]:
-    """Draw what the recorded results allow.
-
-    Returns:
-        ``({name: path relative to the run folder}, [why a figure is missing])``.
-    """
+    """Draw what the recorded results allow: ``({name: path relative to the run folder},
+    [why a figure is missing])``."""
     figures: dict[str, str] = {}
     problems: list[str] = []
     drawn_by: dict[str, str] = {}

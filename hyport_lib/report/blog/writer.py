@@ -1,23 +1,10 @@
 """Blog-post drafts of a run: ``blog.en.md`` (also as ``blog.md``) and ``blog.zh.md``.
 
-The drafts take the shape of the seed's write-up of a bring-up: the porting problem,
-then one section per stage drawn by the stage's own template, the sections stages add
-after theirs, caveats and the commands that reproduce the run. Each language is one
-frame template (``report/templates/blog/blog.<lang>.md.j2``) that takes each stage's
-template (``<stage>/blog.<lang>.md.j2``, see :mod:`hyport_lib.drafting`), fed by
-:mod:`~hyport_lib.report.blog.context`. Figures are PNG files in ``figures/`` beside the
-drafts, linked relatively (:mod:`~hyport_lib.report.blog.figures`).
-
-Every number comes from the run's recorded files (``results/NN_stage.json`` and
-``run.json``), written as recorded or with the rounding of
-:mod:`hyport_lib.drafting.values`; every figure keeps its provenance, so a CPU or
-emulated number is never shown as an NPU one. A stage that did not run or failed says
-so in its section, with its recorded error quoted; recorded texts stay as recorded,
-marked as code or quotations.
-
-:func:`write_blog_drafts` runs at the start of a run (every stage ``PENDING``), after
-every stage and when the run is stopped: it reads whatever is there, never raises on a
-partial run, and draws a figure only once its data exists.
+Shaped as the seed's write-up of a bring-up: the porting problem, one section per stage,
+the sections stages add after theirs, caveats, the commands that reproduce the run. One
+frame template per language (``report/templates/blog/blog.<lang>.md.j2``) takes each
+stage's template (:mod:`hyport_lib.drafting`). Every number is copied from the run's
+recorded files with its provenance; a partial run never makes the drafts raise.
 """
 
 from __future__ import annotations
