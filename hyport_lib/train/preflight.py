@@ -1,17 +1,9 @@
 """Everything checked before a training process starts, and the plan it produces.
 
-:func:`prepare` turns :class:`~hyport_lib.train.params.Params` into a :class:`LaunchPlan`
-or raises an error that names the parameter, the file or the record: the model folder,
-the dataset (every malformed record, see :mod:`hyport_lib.train.dataset`; too-long
-samples after tokenisation), the output folder (writable, no other run in it, no files
-hyport did not write), the cards (none busy), the rendezvous port (free, or a free one
-picked), the resume point (complete, same world size and versions).
-
-It writes nothing: no folder is made, no file written, no lock kept (``hyport report``
-plans every stage before any runs, so a bad value stops the run with nothing on disk).
-What the run needs there (the output folder and its lock, the bundled smoke set, the
-DeepSpeed JSON, the listing of skipped records) :func:`hyport_lib.train.launch.launch`
-writes under the folder's lock, then starts torchrun.
+:func:`prepare` turns :class:`~hyport_lib.train.params.Params` into a :class:`LaunchPlan` or
+raises an error naming the parameter, the file or the record. It writes nothing (``hyport
+report`` plans every stage before any runs, so a bad value leaves nothing on disk); what the run
+needs on disk :func:`hyport_lib.train.launch.launch` writes under the folder's lock.
 """
 
 from __future__ import annotations
@@ -50,16 +42,10 @@ SMOKE_FOLDER = "smoke_data"
 @dataclass
 class LaunchPlan:
     """What will run (all paths absolute); :meth:`to_dict` is what the record keeps.
-
-    Attributes:
-        params: the parameters as given (checked once, here); the workers rebuild them
-            from :meth:`worker_spec` without a second check.
-        bundled_dataset: no ``dataset_path`` was given: the launch writes the bundled
-            smoke set to ``dataset_path``.
-        deepspeed: the few DeepSpeed settings a reader wants to see;
-            ``deepspeed_json`` is the whole configuration, written to
-            ``deepspeed_config_path`` by the launch.
-        dataset: what the check of the dataset found (counts, every problem, notes).
+    ``params`` are checked once, here (the workers rebuild them from :meth:`worker_spec`);
+    ``bundled_dataset``: the launch writes the bundled smoke set to ``dataset_path``;
+    ``deepspeed``: the settings a reader wants to see, ``deepspeed_json`` the whole
+    configuration; ``dataset``: what the check of the dataset found.
     """
 
     params: Params
@@ -111,12 +97,10 @@ def default_output_dir(run_name: str) -> Path:
 
 
 def prepare(params: Params, backend) -> LaunchPlan:
-    """Check everything and plan the launch on ``backend`` (see the module docstring).
-
-    Raises:
-        ValueError, PermissionError, RuntimeError: naming the parameter, file or record;
-            :class:`~hyport_lib.train.dataset.DatasetError` lists every bad record.
-    """
+    """Check everything and plan the launch on ``backend``: the model folder, the dataset, the
+    output folder (writable, unlocked, nothing foreign), the cards, the rendezvous port, the
+    resume point. Raises ValueError, PermissionError or RuntimeError naming what is wrong;
+    :class:`~hyport_lib.train.dataset.DatasetError` lists every bad record."""
     nproc = _cards(backend, params.num_cards)
     world = nproc * params.nnodes
     model_path = check_model_path(params.model_path, local_only="stage 04 (training)")
@@ -259,13 +243,7 @@ def _output_dir(params: Params) -> Path:
 def _check_dataset(params: Params, report: DatasetReport, model_path: str,
                    world: int) -> tuple[dict, list[int], LoadedProcessor]:
     """``(summary, indices of the records to skip, the processor)``: the dataset tokenised
-    as the workers will, every problem named.
-
-    Raises:
-        DatasetError: problems, and ``skip_bad_records`` is off.
-        ValueError: the processor does not load, packing would change the model, no
-            record is left, or ZeRO-3 would mix text-only and image batches.
-    """
+    as the workers will, every problem named (:class:`DatasetError` unless ``skip_bad_records``)."""
     from transformers.utils import logging as hf_logging
 
     try:
@@ -325,14 +303,8 @@ def _check_dataset(params: Params, report: DatasetReport, model_path: str,
 
 
 def _check_mixed_images(params: Params, world: int, path: str, samples) -> None:
-    """ZeRO-3 on several processes cannot mix text-only and image batches.
-
-    A text-only batch does not run the vision tower, so that rank gathers other
-    parameters than a rank with images and DeepSpeed's collectives abort or hang. ZeRO 0
-    to 2 run a blank image on text-only batches instead (see the Trainer in
-    ``callbacks``); under ZeRO-3 that hangs too, so rows (packed or not) without an image
-    beside rows with one are refused here.
-    """
+    """ZeRO-3 on several processes cannot mix text-only and image batches: the blank image
+    ZeRO 0-2 run instead (:class:`~hyport_lib.train.callbacks.CountingTrainer`) hangs there."""
     if params.zero_stage != 3 or world < 2:
         return
     rows = training_rows(samples, params.max_seq_len, params.packing)
