@@ -37,10 +37,7 @@ class Checkpoint:
 
     def record(self) -> dict:
         """What the run that saved it recorded (empty when incomplete)."""
-        try:
-            return json.loads((self.path / MARKER).read_text(encoding="utf-8"))
-        except (OSError, json.JSONDecodeError):
-            return {}
+        return read_json_object(self.path / MARKER)[0] or {}
 
 
 def library_versions() -> dict[str, Optional[str]]:
@@ -72,8 +69,8 @@ def list_checkpoints(output_dir: os.PathLike) -> list[Checkpoint]:
     return sorted(found, key=lambda c: c.step)
 
 
-def _read_json_file(path: Path) -> tuple[Optional[dict], str]:
-    """``(object, "")`` or ``(None, why it is unreadable)``."""
+def read_json_object(path: Path) -> tuple[Optional[dict], str]:
+    """``(object, "")`` or ``(None, why it is missing, unreadable or not an object)``."""
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
@@ -86,12 +83,12 @@ def _why_incomplete(folder: Path, step: int) -> str:
     state and every rank's ZeRO optimizer states, checked before any process starts."""
     if not (folder / MARKER).is_file():
         return f"no {MARKER} (the save did not finish)"
-    marker, why = _read_json_file(folder / MARKER)
+    marker, why = read_json_object(folder / MARKER)
     if marker is None:
         return f"{MARKER} is unreadable ({why})"
     if not (folder / "trainer_state.json").is_file():
         return "no trainer_state.json"
-    state, why = _read_json_file(folder / "trainer_state.json")
+    state, why = read_json_object(folder / "trainer_state.json")
     if state is None:
         return f"trainer_state.json is unreadable ({why})"
     world, stage = marker.get("world_size"), marker.get("zero_stage")

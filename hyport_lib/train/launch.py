@@ -21,7 +21,7 @@ import hyport_lib
 from hyport_lib.models.model_cache import default_cache_root
 from hyport_lib.processes import describe_exit, last_exception, read_log_tail, run_child, scrub_log
 from hyport_lib.results import Provenance
-from hyport_lib.train.checkpoints import list_checkpoints
+from hyport_lib.train.checkpoints import list_checkpoints, read_json_object
 from hyport_lib.train.first_batch import clear_first_batches
 from hyport_lib.train.metrics import read_metrics, summarize_metrics
 from hyport_lib.train.ownership import check_foreign, lock_output_dir, release_output_dir
@@ -163,7 +163,7 @@ def collect(plan: LaunchPlan, code: Optional[int], wall_s: float, timed_out: boo
     """Read what the run left into a :class:`TrainResult` (``stopped``: by a stop signal)."""
     out = Path(plan.output_dir)
     records = read_metrics(plan.metrics_path)
-    worker = _read_json(out / RESULT_FILE)
+    worker = read_json_object(out / RESULT_FILE)[0] or {}
     tail = read_log_tail(plan.log_path, 30)
     if stopped:
         steps = [r.get("step") for r in records]
@@ -248,14 +248,6 @@ def first_failure(log_path: os.PathLike) -> Optional[str]:
                 return f"rank {rank}: {found}"
     found = last_exception("\n".join(lines))
     return f"torchrun: {found}" if found else None
-
-
-def _read_json(path: Path) -> dict:
-    try:
-        value = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError):
-        return {}
-    return value if isinstance(value, dict) else {}
 
 
 def launch_logs(out: Path, log_path: os.PathLike, started_at: float) -> list[Path]:

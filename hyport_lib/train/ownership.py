@@ -10,11 +10,10 @@ from __future__ import annotations
 
 import datetime as _dt
 import fcntl
-import json
 import os
 from pathlib import Path
 
-from hyport_lib.train.checkpoints import is_hyport_checkpoint, list_checkpoints
+from hyport_lib.train.checkpoints import is_hyport_checkpoint, list_checkpoints, read_json_object
 from hyport_lib.utils.files import atomic_write_json
 
 RUN_MARKER = "hyport_run.json"
@@ -101,11 +100,7 @@ def release_output_dir(output_dir: Path) -> None:
 
 
 def _run_marker(output_dir: Path) -> dict:
-    try:
-        data = json.loads((output_dir / RUN_MARKER).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
+    return read_json_object(output_dir / RUN_MARKER)[0] or {}
 
 
 def owned_final_files(output_dir: Path) -> set[str]:

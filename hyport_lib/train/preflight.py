@@ -169,11 +169,10 @@ def _resume(params: Params, output_dir: Path, world: int) -> tuple[Optional[Chec
     if checkpoint is None:
         earlier = [c.path.name for c in list_checkpoints(output_dir)]
         if earlier:  # the workers remove them (drop_checkpoints_after): say so before they do
-            named = f"{', '.join(earlier[:3])}{', ...' if len(earlier) > 3 else ''}"
             why = ("none of them is complete" if params.resume_from.lower() == "auto"
                    else "resume_from='auto' would resume the newest complete one instead")
             notes.append(f"starts from scratch in a folder with {len(earlier)} earlier checkpoint(s) "
-                         f"({named}): they will be removed; {why}")
+                         f"({_first_three(earlier)}): they will be removed; {why}")
         return None, notes
     check_compatible(checkpoint, world_size=world, zero_stage=params.zero_stage,
                      finetuning_type=params.finetuning_type)
@@ -190,14 +189,17 @@ def _resume(params: Params, output_dir: Path, world: int) -> tuple[Optional[Chec
     if dropped_complete and not params.overwrite_output_dir:
         raise ValueError(f"resume_from={params.resume_from!r} resumes {checkpoint.path.name}, but "
                          f"output_dir holds {len(dropped_complete)} later complete checkpoint(s) "
-                         f"({', '.join(dropped_complete[:3])}{', ...' if len(dropped_complete) > 3 else ''}) "
+                         f"({_first_three(dropped_complete)}) "
                          "that the run would remove; resume_from='auto' takes the newest, or allow it "
                          "with overwrite_output_dir=True")
     if later:  # the workers remove them (drop_checkpoints_after): say so before they do
-        notes.append(f"{len(later)} later checkpoint(s) in output_dir ({', '.join(later[:3])}"
-                     f"{', ...' if len(later) > 3 else ''}) will be removed: the run continues "
-                     f"from step {checkpoint.step} and writes its own")
+        notes.append(f"{len(later)} later checkpoint(s) in output_dir ({_first_three(later)}) will be "
+                     f"removed: the run continues from step {checkpoint.step} and writes its own")
     return checkpoint, notes
+
+
+def _first_three(names: list[str]) -> str:
+    return ", ".join(names[:3]) + (", ..." if len(names) > 3 else "")
 
 
 def _cards(backend, num_cards: Optional[int]) -> int:
