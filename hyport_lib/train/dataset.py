@@ -38,13 +38,12 @@ class Problem:
 
     ``index``: the record's position in the file (0-based; JSON Lines: blank lines not counted).
     ``field``: where in the record, in the format's own terms (``conversations[2].from``,
-    ``history[0][1]``). ``kind``, a stable name: ``not_json``, ``not_object``, ``missing_id``, ``duplicate_id``,
-            ``missing_conversations``, ``empty_conversations``, ``unknown_role``,
-            ``first_turn_not_human``, ``roles_not_alternating``, ``empty_value``,
-            ``not_text``, ``bad_history``, ``no_answer``, ``image_in_answer``,
-            ``image_in_system``, ``image_count``, ``image_missing``, ``image_embedded``,
-            ``image_unreadable``, ``image_too_large``, ``too_long``, ``encode_failed``,
-            ``not_applicable``, ``duplicate_key``, ``unsupported_column``.
+    ``history[0][1]``). ``kind``, a stable name: ``not_json``, ``not_object``, ``missing_id``,
+    ``duplicate_id``, ``missing_conversations``, ``empty_conversations``, ``unknown_role``,
+    ``first_turn_not_human``, ``roles_not_alternating``, ``empty_value``, ``not_text``, ``bad_history``,
+    ``no_answer``, ``image_in_answer``, ``image_in_system``, ``image_count``, ``image_missing``,
+    ``image_embedded``, ``image_unreadable``, ``image_too_large``, ``too_long``, ``encode_failed``,
+    ``not_applicable``, ``duplicate_key``, ``unsupported_column``.
     ``message``: one line a user can act on, cut to :data:`MAX_MESSAGE_CHARS`.
     """
 

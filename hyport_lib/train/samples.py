@@ -163,12 +163,9 @@ class Encoder:
         size = sum(len(text) for _, text in record.turns) + len(record.system or "")
         if size > self.max_chars:
             # Never tokenise a huge record whole: its memory would grow with its size.
-            if self.overflow == "drop":
-                return None, Problem(record.index, record.record_id, record.text_field, "too_long",
-                                     f"{size:,} characters > max_seq_len={self.max_seq_len} tokens of "
-                                     f"this tokenizer (at most {self.max_chars:,} characters) (overflow='drop')")
             clipped = _clipped(record, self.max_chars)
-            why = (": truncating would cut an image's tokens; raise max_seq_len"
+            why = (" (overflow='drop')" if self.overflow == "drop" else
+                   ": truncating would cut an image's tokens; raise max_seq_len"
                    if len(clipped.images) < len(record.images) else
                    ": truncated, no answer would be left" if self.loaded.prompt_format == "prefix"
                    and (not clipped.turns or clipped.turns[-1][0] != "assistant"
