@@ -1,10 +1,8 @@
 """``python -m hyport_lib.train.agent ARGS...``: torchrun, made to die with its launcher.
 
-hyport starts torchrun through this module: it starts the stdin guard of
-:func:`hyport_lib.processes.start_guard` in its own process group (the launcher put it
-in a new session) and then *becomes* torchrun (``exec``: same pid, same group). When
-the launcher goes away in any way, the guard kills torchrun; torchrun's workers, each
-in a session of its own, have guards of their own (:mod:`hyport_lib.train.worker`).
+It starts the stdin guard of :func:`hyport_lib.processes.start_guard` in its own process group
+and then *becomes* torchrun (``exec``: same pid, same group): when the launcher goes away, the
+guard kills torchrun; its workers have guards of their own (:mod:`hyport_lib.train.worker`).
 """
 
 from __future__ import annotations

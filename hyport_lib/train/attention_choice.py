@@ -1,16 +1,9 @@
 """Which attention the workers run, decided before launch and proven on the user's model.
 
-Packing needs hyport's attention (it keeps packed samples apart from the cumulative
-lengths); an unpacked run uses it when ``attn_implementation`` names it. Either way the
-swap first proves itself (:func:`hyport_lib.models.attention_proof.prove_swap`) on the
-model shrunk from its own config and the first batch the collator makes from the data.
-A proof that does not pass is a decision stated in the plan, never a launch that dies at
-step 1 or trains a different model:
-
-* packing: the run stops before launch (exit 2), with the proof's reason and the way out
-  (``packing=False``, which keeps the model on eager attention);
-* an unpacked run that asked for hyport's attention keeps eager attention instead, and
-  the plan says why.
+Packing needs hyport's attention (it keeps packed samples apart from the cumulative lengths); an
+unpacked run uses it when ``attn_implementation`` names it. Either way :func:`choose_attention`
+first proves the swap on the model shrunk from its own config and the data's first batch: a
+proof that does not pass is a decision stated in the plan, never a launch that dies at step 1.
 """
 
 from __future__ import annotations
@@ -45,12 +38,9 @@ class SwapRefused(ValueError):
 
 def choose_attention(params: Params, backend_kind: str, model_path: str, loaded: LoadedProcessor,
                      records: Sequence, skip: Sequence[int]) -> AttentionChoice:
-    """The workers' attention (see the module docstring).
-
-    Raises:
-        SwapRefused: packing, and the proof did not pass.
-        ValueError: an ``attn_implementation`` no process could load.
-    """
+    """The workers' attention. A failed proof raises :class:`SwapRefused` when packing (the run
+    stops before launch, exit 2); an unpacked run then keeps eager attention and the plan says
+    why. ValueError: an ``attn_implementation`` no process could load."""
     api_backend = "npu" if backend_kind == "npu" else "sdpa"
     wanted = "eager" if params.attn_implementation == AUTO_ATTENTION else params.attn_implementation
     if not params.packing:
@@ -90,14 +80,11 @@ IMAGE_SEARCH_RECORDS = 256
 
 def proof_batches(params: Params, model_path: str, loaded: LoadedProcessor, records: Sequence,
                   skip: Sequence[int]) -> list[tuple[dict, Optional[list[list[dict]]]]]:
-    """What the proof runs: the first rows of the data as rank 0's collator makes them (the
-    records in order, bad ones skipped as the workers skip them, encoded as the workers
-    encode them: an M-RoPE model's packed rows with the positions the model computes for
-    each sample, cut into ``per_device_train_batch_size`` rows); and, for a VLM whose first
-    rows hold no image, also the first row that holds one (the Trainer draws rows at random,
-    and the vision tower's attention must be proven too). Each batch comes with its rows'
-    samples collated alone when packing (the proof's eager reference: each sample trained by
-    itself); None without."""
+    """What the proof runs: the first ``per_device_train_batch_size`` rows as rank 0's collator
+    makes them (bad records skipped and samples encoded as the workers do); for a VLM whose
+    first rows hold no image, also the first row that holds one (the Trainer draws rows at
+    random, and the vision tower's attention must be proven too). When packing, each batch
+    comes with its samples collated alone (the proof's eager reference); None without."""
     encoder, rows, later, rest = _first_rows(params, model_path, loaded, records, skip)
     batches = [_collated(params, loaded, encoder, rows)]
     if loaded.traits.multimodal and not any(s.pixel_values is not None for row in rows for s in row):

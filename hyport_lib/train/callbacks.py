@@ -1,23 +1,9 @@
 """Inside the training processes: the Trainer pieces hyport adds (imports transformers).
 
-* :class:`CountingTrainer` — a ``transformers.Trainer`` that takes the batch's token
-  counts (real and padded, put there by the collator) out of the inputs before the
-  model sees them, and notes each micro-step's token counts and loss for the current
-  step; runs a blank image, times zero, on a text-only batch (so that every rank gives
-  gradients to the same parameters); gives a cross-attention VLM's rows that see no
-  image no image states (see :mod:`hyport_lib.models.training_inputs`).
-* :class:`MetricsCallback` — after every optimizer step, on every rank: sums the step's
-  loss and token counts over the ranks, takes the largest peak memory, reads
-  DeepSpeed's skipped (overflow) steps; rank 0 appends the step's line to the metrics
-  file (:mod:`hyport_lib.train.metrics`) once the Trainer logged the learning rate
-  and gradient norm. When a checkpoint has been saved, rank 0 marks it complete
-  (:mod:`hyport_lib.train.checkpoints`).
-
-The loss in the metrics is the step's own (the sum of its micro-steps' losses, the mean
-over ranks: what the Trainer logs with ``logging_steps=1``), measured here rather than
-taken from the Trainer's log: the Trainer replaces a non-finite loss by the running mean
-(``logging_nan_inf_filter``, which it needs, since its running sum would stay NaN
-forever), and a smoke run exists to show exactly that step.
+:class:`CountingTrainer` takes the collator's token counts out of each batch and notes each
+micro-step's counts and loss; it gives a text-only batch a blank image, times zero, so that
+every rank gives gradients to the same parameters. :class:`MetricsCallback` writes one metrics
+line per optimizer step (:mod:`hyport_lib.train.metrics`) and marks saved checkpoints complete.
 """
 
 from __future__ import annotations
@@ -64,7 +50,9 @@ class StepCounts:
 
 
 class CountingTrainer(Trainer):
-    """``Trainer`` that removes hyport's count keys from each batch and counts them."""
+    """``Trainer`` that removes hyport's count keys from each batch and counts them; runs a
+    blank image on text-only batches; gives a cross-attention VLM's rows that see no image no
+    image states (see :mod:`hyport_lib.models.training_inputs`)."""
 
     def __init__(self, *args, step_counts: Optional[StepCounts] = None, dummy_image_inputs=None, **kwargs):
         super().__init__(*args, **kwargs)
@@ -92,15 +80,13 @@ class CountingTrainer(Trainer):
         gets 0 x its features. Returns the hook to remove (None when the model has no
         ``get_image_features`` or input embeddings).
 
-        A text-only batch never runs the image path, so on that rank its parameters are
-        neither gathered (ZeRO-3) nor given a gradient, while a rank with images does
-        both; DeepSpeed's collectives then differ between ranks and abort ("Received
-        data size doesn't match expected size"). LLaMA-Factory feeds a placeholder image
-        for the same reason. The blank image runs right after the token embeddings, the
-        point where LLaVA-style forwards run the image path, so every rank reduces the
-        same gradients in the same order; times zero, it changes no loss. Under ZeRO-3
-        the job still hangs this way, so the worker leaves it off there and preflight
-        refuses text-only rows beside image rows.
+        A text-only batch never runs the image path, so that rank gives its parameters no
+        gradient while a rank with images does; DeepSpeed's collectives then differ and abort
+        ("Received data size doesn't match expected size"). LLaMA-Factory feeds a placeholder
+        image for the same reason. Run right after the token embeddings (where LLaVA-style
+        forwards run the image path), every rank reduces the same gradients in the same
+        order; times zero, it changes no loss. Under ZeRO-3 the job still hangs, so the worker
+        leaves it off there and preflight refuses text-only rows beside image rows.
         """
         net = self.accelerator.unwrap_model(model)
         get = getattr(net, "get_image_features", None)
@@ -126,15 +112,12 @@ class CountingTrainer(Trainer):
         through cross-attention (mllama), and a per-token image mask of zeros (no token may
         see it).
 
-        Such a model skips its cross-attention layers without images, and the embeddings
-        hook of :meth:`_run_image_path_after_embeddings` cannot reach them: they run on
-        image states the model's own forward computes, right before its language model. So
-        the blank image goes through the forward itself, where a real image's runs, and
-        every module an image batch runs runs here too, in the same order. Its states are
-        zeros by the time the language model reads them (``image_states_of_rows``: no row
-        sees an image), so each cross-attention layer adds exactly 0, as when skipped: the
-        loss is the text-only batch's own, and every parameter of the image path gets a
-        gradient of 0.
+        Such a model skips its cross-attention layers without images, out of the reach of the
+        embeddings hook (:meth:`_run_image_path_after_embeddings`): so the blank image goes
+        through the forward itself, and every module an image batch runs runs here too, in the
+        same order. Its states are zeros by the time the language model reads them
+        (``image_states_of_rows``), so each cross-attention layer adds exactly 0: the loss is the
+        text-only batch's own, and every parameter of the image path gets a gradient of 0.
         """
         import torch
 
@@ -279,14 +262,14 @@ def _tensors(value):
 
 
 class MetricsCallback(TrainerCallback):
-    """See the module docstring.
+    """After every optimizer step, on every rank: sums the step's loss and token counts over
+    the ranks, takes the largest peak memory, reads DeepSpeed's skipped (overflow) steps; rank 0
+    appends the line to ``metrics_path`` once the Trainer logged the learning rate and gradient
+    norm, and marks each saved checkpoint complete with ``marker``'s fields.
 
-    Args:
-        metrics_path: the JSON Lines file rank 0 appends to.
-        backend: the device seam (peak memory).
-        step_counts: shared with :class:`CountingTrainer`.
-        marker: fields for each checkpoint's completeness marker (world size, ZeRO
-            stage, finetuning type).
+    The loss is measured here (the sum of the step's micro-steps, the mean over ranks), not taken
+    from the Trainer's log: the Trainer replaces a non-finite loss by the running mean
+    (``logging_nan_inf_filter``), and a smoke run exists to show exactly that step.
     """
 
     def __init__(self, metrics_path: os.PathLike, backend, step_counts: StepCounts, marker: dict):

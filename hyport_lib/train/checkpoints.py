@@ -1,15 +1,10 @@
 """Checkpoints a run can safely resume from.
 
-The Trainer writes ``checkpoint-N/`` piece by piece (weights, the DeepSpeed ZeRO states
-of every rank under ``global_stepN/``, ``trainer_state.json``, RNG states); a process
-killed in the middle leaves a folder that looks like a checkpoint and is not one.
-transformers' ``get_last_checkpoint`` would take it anyway. So once the Trainer reports
-a checkpoint saved (``on_save``, after every rank's part is written), rank 0 adds
-``hyport_checkpoint.json``: the step, the world size, the ZeRO stage and the library
-versions. Only a folder with that file (and its ``trainer_state.json``) is complete,
-and resuming compares what it recorded with the run about to start: a different world
-size or library version is an error that says which, instead of a DeepSpeed
-traceback in the middle of loading.
+A process killed while the Trainer writes ``checkpoint-N/`` leaves a folder that looks like a
+checkpoint and is not one (transformers' ``get_last_checkpoint`` would take it). So once every
+rank's part is saved, rank 0 adds :data:`MARKER` (step, world size, ZeRO stage, library
+versions): only such a folder is complete, and resuming names any difference from the run about
+to start (:func:`check_compatible`) instead of a DeepSpeed traceback in the middle of loading.
 """
 
 from __future__ import annotations
@@ -42,10 +37,7 @@ class Checkpoint:
 
     def record(self) -> dict:
         """What the run that saved it recorded (empty when incomplete)."""
-        try:
-            return json.loads((self.path / MARKER).read_text(encoding="utf-8"))
-        except (OSError, json.JSONDecodeError):
-            return {}
+        return read_json_object(self.path / MARKER)[0] or {}
 
 
 def library_versions() -> dict[str, Optional[str]]:
@@ -77,8 +69,8 @@ def list_checkpoints(output_dir: os.PathLike) -> list[Checkpoint]:
     return sorted(found, key=lambda c: c.step)
 
 
-def _read_json_file(path: Path) -> tuple[Optional[dict], str]:
-    """``(object, "")`` or ``(None, why it is unreadable)``."""
+def read_json_object(path: Path) -> tuple[Optional[dict], str]:
+    """``(object, "")`` or ``(None, why it is missing, unreadable or not an object)``."""
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
@@ -91,12 +83,12 @@ def _why_incomplete(folder: Path, step: int) -> str:
     state and every rank's ZeRO optimizer states, checked before any process starts."""
     if not (folder / MARKER).is_file():
         return f"no {MARKER} (the save did not finish)"
-    marker, why = _read_json_file(folder / MARKER)
+    marker, why = read_json_object(folder / MARKER)
     if marker is None:
         return f"{MARKER} is unreadable ({why})"
     if not (folder / "trainer_state.json").is_file():
         return "no trainer_state.json"
-    state, why = _read_json_file(folder / "trainer_state.json")
+    state, why = read_json_object(folder / "trainer_state.json")
     if state is None:
         return f"trainer_state.json is unreadable ({why})"
     world, stage = marker.get("world_size"), marker.get("zero_stage")
@@ -115,11 +107,8 @@ def newest_complete(output_dir: os.PathLike) -> Optional[Checkpoint]:
 
 
 def resolve_resume(resume_from: str, output_dir: os.PathLike) -> Optional[Checkpoint]:
-    """The checkpoint to resume from: ``auto`` (newest complete), ``none`` or a folder.
-
-    Raises:
-        ValueError: a given folder is not a complete checkpoint (names what is missing).
-    """
+    """The checkpoint to resume from: ``auto`` (newest complete), ``none`` or a folder;
+    ValueError when a given folder is not a complete checkpoint (naming what is missing)."""
     value = str(resume_from).strip()
     if value.lower() == "none":
         return None
@@ -144,13 +133,11 @@ def is_hyport_checkpoint(folder: os.PathLike) -> bool:
 
 def drop_checkpoints_after(output_dir: os.PathLike, step: int) -> list[str]:
     """Remove hyport's ``checkpoint-N`` folders of ``output_dir`` with ``N > step``; their
-    names. A folder without hyport's markers is never removed (the pre-launch check has
-    refused it already, unless ``overwrite_output_dir``; even then it is left as it is).
+    names. A folder without hyport's markers is never removed.
 
-    They come from an earlier run (or attempt) that went further than the point this one
-    starts from: left in place, the Trainer would write into them piece by piece (with
-    the old files still there) and ``resume_from=auto`` or stage 05 would take them for
-    this run's.
+    They come from an earlier run (or attempt) that went further than this one starts from:
+    left in place, the Trainer would write into them over the old files, and
+    ``resume_from=auto`` or stage 05 would take them for this run's.
     """
     import shutil
 

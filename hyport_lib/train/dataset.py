@@ -1,26 +1,10 @@
 """The smoke-training dataset: reading it and finding every malformed record up front.
 
-A dataset is a file (JSON list, JSON Lines or parquet, see
-:mod:`hyport_lib.train.dataset_files`) of records in one of LLaMA-Factory's formats
-(alpaca, sharegpt, openai; see :mod:`hyport_lib.train.dataset_formats`), or an entry of
-a LLaMA-Factory ``dataset_info.json`` (:mod:`hyport_lib.train.dataset_info`). The seed's
-``test_data_packing.json`` is the sharegpt format::
-
-    {"id": "sample-3",
-     "image": "images/a.png" | ["a.png", "b.png"] | absent,
-     "conversations": [{"from": "human", "value": "<image>\\nWhat is shown?"},
-                       {"from": "gpt", "value": "A red circle."}, ...]}
-
-Every format becomes the same :class:`Record` (a system prompt, user / assistant turns,
-images) and is checked the same way here. Image paths are relative to ``image_root``
-(default: the dataset file's folder; a ``dataset_info.json`` entry: that json's folder).
-Each ``<image>`` in the user turns takes the next image of the record, in order.
-
-:func:`load_dataset` checks structure and images; the length check needs the
-tokenizer and lives in :mod:`hyport_lib.train.samples`. Every problem names the
-record (its index and, when it has one, its id), the field in the format's own terms
-and what is wrong, so a bad dataset is reported in full before any training process
-starts.
+:func:`load_dataset` reads a file (:mod:`hyport_lib.train.dataset_files`) in one of
+LLaMA-Factory's formats (:mod:`hyport_lib.train.dataset_formats`), or a ``dataset_info.json``
+entry (:mod:`hyport_lib.train.dataset_info`), into :class:`Record` objects, and names every
+:class:`Problem` before any training process starts. The length check needs the tokenizer
+and lives in :mod:`hyport_lib.train.samples`.
 """
 
 from __future__ import annotations
@@ -52,21 +36,15 @@ NO_IDS = ("ids only name records: to name them by position instead, leave the id
 class Problem:
     """One thing wrong with one record.
 
-    Attributes:
-        index: position of the record in the file (0-based; JSON Lines: line - 1, blank
-            lines not counted; parquet: the row).
-        record_id: its id (None when it has none).
-        field: where in the record, in the format's own terms, e.g.
-            ``conversations[2].from``, ``messages[1].content``, ``output``, ``history[0][1]``.
-        kind: a stable name: ``not_json``, ``not_object``, ``missing_id``, ``duplicate_id``,
-            ``missing_conversations``, ``empty_conversations``, ``unknown_role``,
-            ``first_turn_not_human``, ``roles_not_alternating``, ``empty_value``,
-            ``not_text``, ``bad_history``, ``no_answer``, ``image_in_answer``,
-            ``image_in_system``, ``image_count``, ``image_missing``, ``image_embedded``,
-            ``image_unreadable``, ``image_too_large``, ``too_long``, ``encode_failed``,
-            ``not_applicable``, ``duplicate_key``, ``unsupported_column``.
-        message: one line a user can act on (cut to :data:`MAX_MESSAGE_CHARS`: it may
-            quote a value of any size, e.g. a 30-million-character image path).
+    ``index``: the record's position in the file (0-based; JSON Lines: blank lines not counted).
+    ``field``: where in the record, in the format's own terms (``conversations[2].from``,
+    ``history[0][1]``). ``kind``, a stable name: ``not_json``, ``not_object``, ``missing_id``,
+    ``duplicate_id``, ``missing_conversations``, ``empty_conversations``, ``unknown_role``,
+    ``first_turn_not_human``, ``roles_not_alternating``, ``empty_value``, ``not_text``, ``bad_history``,
+    ``no_answer``, ``image_in_answer``, ``image_in_system``, ``image_count``, ``image_missing``,
+    ``image_embedded``, ``image_unreadable``, ``image_too_large``, ``too_long``, ``encode_failed``,
+    ``not_applicable``, ``duplicate_key``, ``unsupported_column``.
+    ``message``: one line a user can act on, cut to :data:`MAX_MESSAGE_CHARS`.
     """
 
     index: int
@@ -93,17 +71,11 @@ class Problem:
 class Record:
     """A record that passed validation, whatever its format.
 
-    Attributes:
-        index: its position in the file.
-        record_id: its id, or ``#<index>`` when it has none.
-        turns: ``(role, text)`` with role ``user`` / ``assistant``, alternating, user first.
-        images: absolute paths, one per ``<image>`` in the user turns, in order.
-        system: the system prompt (rendered by the chat template before the turns), or None.
-        text_field: the field(s) holding the turns, in the format's terms (``conversations``,
-            ``messages``, ``instruction/input/output``): what a problem of the whole
-            record (too long, refused by the processor) names.
-        system_field: where the system prompt is (``system``, ``messages[0].content``).
-        image_field: the images column (``image``, ``images``).
+    ``record_id`` is ``#<index>`` when it has none; ``turns`` are ``(role, text)`` with role
+    ``user`` / ``assistant``, alternating, user first; ``images`` absolute paths, one per
+    ``<image>`` in the user turns, in order. The ``*_field`` names say where the turns (what a
+    problem of the whole record names), the system prompt and the images are, in the format's
+    terms (``conversations``, ``messages[0].content``, ``images``).
     """
 
     index: int
@@ -163,22 +135,13 @@ class DatasetError(ValueError):
 def load_dataset(path: os.PathLike, image_root: Optional[os.PathLike] = None, check_images: bool = True,
                  options: DatasetOptions = DatasetOptions(), on_progress: Optional[OnProgress] = None
                  ) -> DatasetReport:
-    """Read and validate a dataset; see the module docstring.
+    """Read and validate a dataset.
 
-    Args:
-        path: the data file, or (``options.entry`` set) a ``dataset_info.json`` or its folder.
-        image_root: folder image paths are relative to (default: the data file's folder,
-            or the ``dataset_info.json``'s).
-        check_images: open every image (PIL ``verify``) to find unreadable ones (each file
-            once, however many records name it).
-        options: the format, column names and tags, or the ``dataset_info.json`` entry.
-        on_progress: gets a :class:`~hyport_lib.train.dataset_progress.DatasetProgress`
-            at once and then every half second or so while records are read (None: silent).
-
-    Raises:
-        FileNotFoundError, IsADirectoryError: the path (or the entry's file) is not a file.
-        ValueError: the file cannot be read as a whole, the entry cannot be used, or the
-            format cannot be detected (one line naming the file, entry or record).
+    ``path``: the data file, or (``options.entry`` set) a ``dataset_info.json`` or its folder;
+    ``image_root`` defaults to that file's folder; ``check_images`` opens every image file once
+    (PIL ``verify``); ``on_progress``: see :mod:`hyport_lib.train.dataset_progress`.
+    Raises FileNotFoundError or IsADirectoryError (the path, or the entry's file, is not a file)
+    or ValueError (the file, the entry or the format cannot be used; one line naming which).
     """
     path = Path(path).expanduser()
     layout: Optional[DatasetLayout] = None

@@ -1,12 +1,8 @@
 """One record of a file, read in its :class:`~hyport_lib.train.dataset_formats.DatasetLayout`.
 
 :func:`convert` turns a record (a JSON object) of any format into its system prompt and
-``(role, text)`` turns, reporting every problem through a ``problem(field, kind,
-message)`` callback with the field in the format's own terms (``output``,
-``history[1][0]``, ``messages[2].role``). It also says which fields a later problem of
-the whole record (too long after tokenisation, refused by the processor) should name:
-``instruction/input/output`` for alpaca, ``messages`` for openai, the system column or
-system turn for an oversized system prompt.
+``(role, text)`` turns, reporting every problem through a ``problem(field, kind, message)``
+callback with the field in the format's own terms (``history[1][0]``, ``messages[2].role``).
 """
 
 from __future__ import annotations
@@ -22,15 +18,9 @@ ProblemSink = Callable[[str, str, str], None]
 
 @dataclass(frozen=True)
 class Converted:
-    """A record's content as read, and where it came from.
-
-    Attributes:
-        turns: ``(role, text)``, role ``user`` / ``assistant``.
-        system: the system prompt, or None.
-        text_field: the field(s) holding the turns (``conversations``, ``messages``,
-            ``instruction/input/output``).
-        system_field: where the system prompt is (``system``, ``messages[0].content``).
-    """
+    """A record's content as read, and where it came from: the fields a later problem of the
+    whole record (too long, refused by the processor) names (``text_field``:
+    ``instruction/input/output``, ``messages``), and where the system prompt is."""
 
     turns: list
     system: Optional[str]

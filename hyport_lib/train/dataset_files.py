@@ -1,33 +1,10 @@
-"""Reading a dataset file into raw records: a JSON list, JSON Lines, or parquet.
+"""Reading a dataset file into raw records: a JSON list, JSON Lines, or parquet (docs/datasets.md,
+"File types"); :func:`iter_raw` yields ``(value, unreadable)`` per record in file order.
 
-Whatever the format of the records (alpaca, sharegpt, openai; see
-:mod:`hyport_lib.train.dataset_formats`), the file is one of three kinds:
-
-* **JSON**: the first non-blank character is ``[``; the whole list is parsed at once.
-* **JSON Lines**: one JSON value per non-blank line, read line by line; a line that is
-  not JSON is a ``not_json`` problem of its own record, the others are still read. A file
-  with no JSON line at all (CSV or YAML named ``.json`` / ``.jsonl``) is one error naming
-  the file.
-* **parquet**: ``.parquet`` / ``.pq`` files and any file starting with parquet's magic
-  bytes; read with pyarrow one record batch at a time (a large file is never
-  materialised as one table), each row a dict of its columns (nested lists and structs
-  become Python lists and dicts, nulls become None). Column data that cannot be read
-  (corrupt compressed pages: snappy's ``OSError``) is one error naming the file, the rows
-  and the column.
-
-Every file is opened through :mod:`hyport_lib.utils.bounded_files`: a FIFO, socket or
-device node is refused at once (never waited on), naming what it is. A JSON list is
-parsed whole, so a file larger than :data:`MAX_JSON_LIST_BYTES` is refused from its size,
-never read; JSON Lines and parquet are read record by record, so their size is not bounded,
-but a JSON Lines line is read only up to :data:`MAX_JSON_LINE_CHARS` (a longer one is a
-``not_json`` problem of its record, skipped without being held: a file of a gigabyte without
-a line break is not read whole).
-
-A key that appears twice in one JSON object (``{"id": 1, "id": 2}``: Python's json keeps
-the last value silently) is a ``duplicate_key`` problem of its record, naming the key.
-
-:func:`iter_raw` yields ``(value, unreadable)`` per record, in file order; the record's
-index is its position in that sequence (JSON Lines: blank lines do not count).
+Every file is opened through :mod:`hyport_lib.utils.bounded_files` (a FIFO or device is refused,
+never waited on). A JSON list is parsed whole, so its size is bounded (:data:`MAX_JSON_LIST_BYTES`);
+JSON Lines and parquet are read record by record. A key repeated in one JSON object (json keeps
+the last value silently) is a ``duplicate_key`` problem of its record (:func:`duplicate_key_paths`).
 """
 
 from __future__ import annotations
@@ -109,10 +86,7 @@ def _loads(text: str):
 
 def file_kind(path: os.PathLike) -> str:
     """``json``, ``jsonl`` or ``parquet``: what :func:`iter_raw` will read ``path`` as.
-
-    Raises:
-        ValueError: a kind hyport does not read (CSV, Arrow), or an unreadable file.
-    """
+    Raises ValueError for a kind hyport does not read (CSV, Arrow) or an unreadable file."""
     path = Path(path)
     suffix = path.suffix.lower()
     if suffix in UNREAD_SUFFIXES:
@@ -137,11 +111,9 @@ Unreadable = Optional[tuple[str, str]]
 
 def iter_raw(path: os.PathLike) -> Iterator[tuple[Any, Unreadable]]:
     """The file's records in order: ``(value, None)``, or ``(None, (field, message))`` for
-    a JSON Lines line that is not JSON (``field`` is ``line N``).
-
-    Raises:
-        ValueError: the file cannot be read as a whole (not valid JSON, one JSON object
-            instead of a list, not parquet, no records), naming the file.
+    a JSON Lines line that is not JSON (``field`` is ``line N``; blank lines do not count).
+    Raises ValueError naming the file when it cannot be read as a whole (not valid JSON, one
+    JSON object instead of a list, not parquet, no records).
     """
     path = Path(path)
     kind = file_kind(path)

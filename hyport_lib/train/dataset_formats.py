@@ -1,29 +1,10 @@
-"""The record formats stage 04 reads, as LLaMA-Factory defines them, and their detection.
+"""The record formats stage 04 reads (alpaca, sharegpt, openai, as LLaMA-Factory defines them;
+docs/datasets.md) and their detection.
 
-Three formats, each turned into hyport's :class:`~hyport_lib.train.dataset.Record`
-(a system prompt, ``(role, text)`` turns with role ``user`` / ``assistant``, images):
-
-* **alpaca**: ``instruction`` and ``input`` (joined by a newline) are the prompt,
-  ``output`` the answer; optional ``system`` and ``history`` (a list of
-  ``[query, response]`` pairs, earlier turns whose answers are learned too), and an
-  ``id`` when the file has one.
-* **sharegpt**: a list of turns (column ``conversations``), each ``{"from": tag,
-  "value": text}`` with tags ``human`` / ``gpt`` (any other names through the tags:
-  ``user`` / ``assistant`` are common); a system prompt as a first turn tagged
-  ``system`` or in a ``system`` column. The seed's ``test_data_packing.json`` is sharegpt
-  with its images in ``image`` and an ``id`` per record.
-* **openai**: a ``messages`` list of ``{"role": ..., "content": ...}`` with roles
-  ``system`` / ``user`` / ``assistant`` (sharegpt with other default names).
-
-Images are paths in a column (``images``, LLaMA-Factory's name, or ``image``, the seed's,
-unless a column is named), one per ``<image>`` placeholder in the user turns.
-
-:class:`DatasetOptions` is what the user asked for (``dataset_format``,
-``dataset_columns``, ``dataset_tags``); :func:`resolve_layout` makes the
-:class:`DatasetLayout` every record is read with, detecting an ``auto`` format from the
-first record whose keys (and, for turns, role tags: a user and an assistant tag both
-shown) tell it and saying what it chose. Reading one record in a
-layout is :mod:`hyport_lib.train.dataset_convert`.
+:class:`DatasetOptions` is what the user asked for; :func:`resolve_layout` makes the
+:class:`DatasetLayout` every record is read with, detecting an ``auto`` format from the first
+record whose keys (and role tags) tell it. Reading one record in a layout is
+:mod:`hyport_lib.train.dataset_convert`.
 """
 
 from __future__ import annotations
@@ -76,13 +57,10 @@ class UndetectedFormat(ValueError):
     """``auto`` cannot tell the format from one record (its keys, its turns' keys, or its
     role tags): a later record may still tell it.
 
-    Attributes:
-        guess: ``(format, columns, tags, what was seen)`` when the record's turns column
-            says sharegpt or openai but its turns do not show the role tags (an empty list,
-            one side of the dialogue), else None.
-        fallback: the layout of that guess, the format's default tags standing for the ones
-            not shown (set by :func:`resolve_layout`): what the records are read in when no
-            record of the file tells more, so that each is named as its own problem.
+    ``guess``: ``(format, columns, tags, what was seen)`` when the turns column says sharegpt
+    or openai but its turns do not show the role tags, else None. ``fallback``: that guess's
+    layout with the format's default tags (set by :func:`resolve_layout`), read in when no
+    record of the file tells more, so that each record is named as its own problem.
     """
 
     def __init__(self, message: str, guess: Optional[tuple] = None):
@@ -93,14 +71,9 @@ class UndetectedFormat(ValueError):
 
 @dataclass(frozen=True)
 class DatasetOptions:
-    """How the user asked for the dataset to be read.
-
-    Attributes:
-        format: ``auto`` (detected from the records' keys) or one of :data:`FORMATS`.
-        columns: column names overriding the format's (dataset_info.json's ``columns``).
-        tags: role and content tags overriding the format's (dataset_info.json's ``tags``).
-        entry: the entry of a ``dataset_info.json`` to read (then the path names that file,
-            and the entry alone says format, columns and tags).
+    """How the user asked for the dataset to be read: ``format`` (``auto`` or one of
+    :data:`FORMATS`), ``columns`` and ``tags`` overriding the format's names (as
+    dataset_info.json's), or the ``dataset_info.json`` ``entry`` (which alone then says them all).
     """
 
     format: str = "auto"
@@ -113,19 +86,13 @@ class DatasetOptions:
 class DatasetLayout:
     """How every record of one file is read.
 
-    Attributes:
-        format: ``alpaca``, ``sharegpt`` or ``openai``.
-        columns: role -> column name; None: not read; a tuple: the first of these
-            present in a record (the default images column).
-        tags: role and content tags of a turn (sharegpt, openai).
-        chosen_by: one line saying where the layout came from (detected, given, an entry).
-        caveat: where hyport reads the records differently from LLaMA-Factory (a plan
-            note), or None.
-        refused_columns: :data:`UNSUPPORTED_COLUMNS` a record may not hold with a value
-            (a ``tools`` column would change the prompt the model sees: read without it,
-            the training means something else). A file read directly refuses them all but
-            those ``dataset_columns`` sets to None; a ``dataset_info.json`` entry none (it
-            reads only the columns it names, as LLaMA-Factory does).
+    ``columns``: role -> column name (None: not read; a tuple: the first of these a record
+    has). ``chosen_by``: where the layout came from; ``caveat``: where hyport reads the records
+    differently from LLaMA-Factory (a plan note), or None. ``refused_columns``:
+    :data:`UNSUPPORTED_COLUMNS` a record may not hold with a value (read without a ``tools``
+    column, the training would mean something else). A file read directly refuses all but those
+    ``dataset_columns`` sets to None; a ``dataset_info.json`` entry none (it reads only the
+    columns it names, as LLaMA-Factory does).
     """
 
     format: str
@@ -212,11 +179,8 @@ def _fit_problems(format: str, columns: Mapping, tags: Mapping, columns_name: st
 
 def layout_for(format: str, columns: Mapping, tags: Mapping, chosen_by: str) -> DatasetLayout:
     """The direct layout of ``format`` with ``columns`` / ``tags`` overriding its names
-    (an unsupported column set to None is not read, so it is left out).
-
-    Raises:
-        ValueError: an unsupported column (``tools``, ``videos``, ...) that is named.
-    """
+    (an unsupported column set to None is not read, so it is left out). Raises ValueError
+    for an unsupported column (``tools``, ``videos``, ...) that is named."""
     for key, value in columns.items():
         if key in UNSUPPORTED_COLUMNS and value is not None:
             raise ValueError(f"dataset_columns[{key!r}]: {UNSUPPORTED_COLUMNS[key]} are not supported; "
@@ -230,14 +194,9 @@ def layout_for(format: str, columns: Mapping, tags: Mapping, chosen_by: str) -> 
 
 def resolve_layout(options: DatasetOptions, first: Optional[tuple[int, Any]]) -> DatasetLayout:
     """The layout for ``options``; ``auto`` looks at ``first`` (``(index, value)`` of a
-    record that is a JSON object, or None).
-
-    Raises:
-        UndetectedFormat: ``auto`` cannot tell the format from this record.
-        ValueError: no record to detect from, a record that is ambiguous (both
-            ``conversations`` and ``messages``), or columns / tags given that do not fit
-            the format detected.
-    """
+    record that is a JSON object, or None). Raises :class:`UndetectedFormat` when this record
+    does not tell the format, ValueError when there is no record to detect from, the record is
+    ambiguous (both ``conversations`` and ``messages``), or the names given do not fit."""
     if options.format != "auto":
         layout = layout_for(options.format, options.columns, options.tags, f"dataset_format={options.format!r}")
         return _images_named_as_in(layout, first)
@@ -302,13 +261,9 @@ def _detect(record: dict, columns: Mapping, tags: Mapping, index: int) -> tuple[
 
 
 def _detect_turns(record: dict, key: str, tags: Mapping, index: int) -> tuple[str, dict, dict, str]:
-    """sharegpt or openai, and the role tags, from the turns in ``record[key]``.
-
-    Raises:
-        UndetectedFormat: the turns do not show the role key, or do not show both a user
-            and an assistant tag (an empty list, one side of the dialogue): a later record
-            decides, and this one is then named as its own problem.
-    """
+    """sharegpt or openai, and the role tags, from the turns in ``record[key]``; raises
+    :class:`UndetectedFormat` when they do not show the role key, or both a user and an
+    assistant tag (a later record decides, and this one is named as its own problem)."""
     where = f"dataset_format='auto': record {index}, {key}"
     turns = [t for t in record.get(key) or [] if isinstance(t, dict)]
     if not turns:

@@ -1,26 +1,9 @@
 """A dataset's image files: checked once per file, decoded once per file, bounded in size.
 
-A PNG of one colour at 20,000 × 20,000 pixels is a few KB on disk and 1.2 GB decoded;
-read by five records, the check and the tokenisation decoded it ten times (the probe:
-a 657 KB PNG, 86 s and 2.7 GB). So:
-
-* an image file larger than :data:`MAX_IMAGE_FILE_BYTES` is refused from its size before
-  PIL reads it (PIL holds a PNG chunk whole: a PNG with an 800 MB chunk took 2.4 GB);
-* the memory an image takes decoded (width × height × the bytes PIL holds a pixel of its
-  mode in, plus 4 a pixel for the RGB copy the model gets, from its header: PIL's
-  ``Image.open`` is lazy and reads no pixel before ``load``) is checked first, and an image
-  over :data:`MAX_DECODED_IMAGE_BYTES` is an ``image_too_large`` problem of the record,
-  never decoded;
-* :class:`ImageChecks` remembers each file's verdict for one reading of the dataset:
-  five records naming one file decode it once;
-* :class:`DecodedImages` keeps the RGB images the tokenisation decoded (least recently
-  used first out, at most :data:`DECODED_CACHE_BYTES`), so a file shared by records is
-  decoded once there too;
-* every file is opened through :mod:`hyport_lib.utils.bounded_files` (a FIFO is refused,
-  never waited on).
-
-An image that fails there is :class:`UnreadableImage`, whose message names the record,
-the field and the file.
+A PNG of one colour at 20,000 × 20,000 pixels is a few KB on disk and 1.2 GB decoded: an image's
+decoded size is judged from its header before any pixel is read (:data:`MAX_DECODED_IMAGE_BYTES`),
+and :class:`ImageChecks` / :class:`DecodedImages` decode a file shared by records once. Files are
+opened through :mod:`hyport_lib.utils.bounded_files`; a failure is :class:`UnreadableImage`.
 """
 
 from __future__ import annotations
@@ -156,11 +139,7 @@ class DecodedImages:
         self.decoded = 0
 
     def rgb(self, path: str, record_index: int, field: str):
-        """The image at ``path`` as RGB.
-
-        Raises:
-            UnreadableImage: naming record ``record_index``, ``field`` and the file.
-        """
+        """The image at ``path`` as RGB; :class:`UnreadableImage` names the record, field and file."""
         if path in self._images:
             self._images.move_to_end(path)
             return self._images[path]

@@ -1,35 +1,9 @@
 """LLaMA-Factory's ``dataset_info.json``: one named entry, read as LLaMA-Factory reads it.
 
-A user who trains with LLaMA-Factory already describes a dataset there::
-
-    "my_data": {"file_name": "my_data.json", "formatting": "sharegpt",
-                "columns": {"messages": "conversations", "images": "images"},
-                "tags": {"user_tag": "user", "assistant_tag": "assistant"}}
-
-hyport takes ``dataset_path`` = that ``dataset_info.json`` (or its folder, LLaMA-Factory's
-``dataset_dir``) and ``dataset`` = the entry's name, and honours:
-
-* ``file_name``: one file (JSON, JSON Lines, parquet), relative to the json's folder;
-* ``formatting``: ``alpaca`` (the default), ``sharegpt`` or ``openai``;
-* ``columns`` and ``tags``: as LLaMA-Factory's ``DatasetAttr.join`` reads them. An entry
-  without ``columns`` gets the defaults (``instruction`` / ``input`` / ``output``,
-  ``conversations``; no ``system``, ``history`` or ``images``); an entry with ``columns``
-  reads only the columns it names (no ``columns.query``: the ``input`` is not read).
-  The same for ``tags``: without them ``from`` / ``value``, ``human`` / ``gpt``,
-  ``system`` (whatever the formatting); with them, only the tags named (no
-  ``tags.system_tag``: a first turn tagged ``system`` is an unknown role, a record
-  LLaMA-Factory skips). A name hyport needs that the entry leaves unnamed (``response``,
-  ``messages``, ``role_tag``, ``content_tag``, ``user_tag``, ``assistant_tag``, or both
-  ``prompt`` and ``query``) is refused in one line. hyport adds ``id`` (read when
-  present, unless ``columns.id`` is null) to name records in problems.
-* ``split``: ``train`` only (a local file has no other split).
-
-Everything that would fetch data or train something other than supervised answers is
-refused in one line naming the entry and the field: ``hf_hub_url``, ``ms_hub_url``,
-``om_hub_url``, ``script_url``, ``cloud_file_name`` (downloads), ``ranking`` and the
-``chosen`` / ``rejected`` / ``kto_tag`` columns (preference data), ``tools``, ``videos``,
-``audios``, a folder as ``file_name``, and ``num_samples`` / ``subset`` / ``folder``.
-Images are relative to the json's folder (LLaMA-Factory's ``media_dir`` default).
+:func:`read_entry` honours ``file_name``, ``formatting``, ``columns``, ``tags`` (as
+``DatasetAttr.join`` reads them) and ``split``, and refuses in one line naming the entry and
+the field whatever would download data or train other than supervised answers. The rules,
+with examples, are in docs/datasets.md ("LLaMA-Factory's dataset_info.json").
 """
 
 from __future__ import annotations
@@ -73,14 +47,7 @@ _KNOWN_KEYS = {"file_name", "formatting", "columns", "tags", "split", "ranking"}
 
 @dataclass(frozen=True)
 class DatasetEntry:
-    """One ``dataset_info.json`` entry, resolved.
-
-    Attributes:
-        name: the entry's name.
-        info_path: the ``dataset_info.json`` (absolute).
-        data_file: the file the entry names (absolute).
-        layout: how its records are read.
-    """
+    """One ``dataset_info.json`` entry, resolved (``info_path`` and ``data_file`` absolute)."""
 
     name: str
     info_path: Path
@@ -97,10 +64,8 @@ def info_file(path: os.PathLike) -> Path:
 def read_entry(path: os.PathLike, name: str) -> DatasetEntry:
     """The entry ``name`` of the ``dataset_info.json`` at ``path`` (or in folder ``path``).
 
-    Raises:
-        FileNotFoundError: no such json, or the entry's file is missing.
-        ValueError: the json cannot be read, the entry is missing, or it holds a field
-            hyport cannot use (named).
+    Raises FileNotFoundError (no such json, or the entry's file is missing) or ValueError (the
+    json cannot be read, the entry is missing, or it holds a field hyport cannot use, named).
     """
     if "," in name:
         raise ValueError(multiple_entries_message(name))

@@ -1,15 +1,9 @@
-"""Progress of reading and tokenising a dataset, said while it happens.
+"""Progress of reading and tokenising a dataset (minutes for 100,000 records on a CPU), said
+while it happens through a :class:`ProgressTicker`.
 
-Tokenising 100,000 records takes minutes on a CPU; before this, ``hyport train`` said
-nothing until every record was done. The readers (:func:`hyport_lib.train.dataset.load_dataset`,
-:func:`hyport_lib.train.samples.encode_records`) report through a :class:`ProgressTicker`:
-once at the start (the first line comes at once), then at most every
-:data:`TICK_SECONDS`, then once at the end.
-
-They report to the ``on_progress`` callback they are given or, without one, to the one
-:func:`reporting_to` sets for a block of code: the stage contract's ``plan(params)`` takes
-no callback, so ``hyport train`` wraps its plan in ``with reporting_to(bar):``. Outside
-such a block (notebooks, ``hyport report``, the training processes) reading is silent.
+The readers report to the ``on_progress`` they are given or, without one, to the one
+:func:`reporting_to` sets for a block: the stage contract's ``plan(params)`` takes no callback,
+so ``hyport train`` wraps it in ``with reporting_to(bar):``. Elsewhere reading is silent.
 """
 
 from __future__ import annotations
@@ -27,14 +21,8 @@ TICK_SECONDS = 0.5
 
 @dataclass(frozen=True)
 class DatasetProgress:
-    """Where the reading of a dataset stands.
-
-    Attributes:
-        phase: ``reading dataset`` or ``tokenising dataset``.
-        done: records read (or tokenised) so far.
-        total: records to do, when known (None while reading a file: its length is known at the end).
-        path: the data file.
-    """
+    """Where the reading (``phase``: ``reading dataset`` or ``tokenising dataset``) of the data
+    file ``path`` stands; ``total`` is None while reading a file (known at the end)."""
 
     phase: str
     done: int

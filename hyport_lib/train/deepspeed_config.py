@@ -88,9 +88,10 @@ def describe(data: dict) -> dict:
     """The few settings a reader wants to see in the report."""
     zero = data.get("zero_optimization") or {}
     optimizer = data.get("optimizer") or {}
+    fp16 = data.get("fp16") or {}
     return {"zero_stage": zero.get("stage"), "bf16": bool((data.get("bf16") or {}).get("enabled")),
-            "fp16": bool((data.get("fp16") or {}).get("enabled")),
-            "loss_scale": (data.get("fp16") or {}).get("loss_scale") if (data.get("fp16") or {}).get("enabled") else None,
+            "fp16": bool(fp16.get("enabled")),
+            "loss_scale": fp16.get("loss_scale") if fp16.get("enabled") else None,
             "offload_optimizer": (zero.get("offload_optimizer") or {}).get("device"),
             "optimizer": optimizer.get("type"),
             "torch_adam": bool((optimizer.get("params") or {}).get("torch_adam"))}

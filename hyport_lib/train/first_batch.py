@@ -1,18 +1,9 @@
 """What the model received first: each rank's first batch, decoded, in ``logs/first_batch*.json``.
 
-A dataset in a new format can go wrong silently: a system prompt that never reaches
-the chat template, labels on the question instead of the answer, a column read as
-empty. As LLaMA-Factory prints its first training example, each training process
-writes the first batch its collator built, as the model receives it (rank 0 in
-``first_batch.json``, rank r in ``first_batch.rank<r>.json``: together they are the
-first optimizer step's data, which a reader can check the first loss against):
-per row, the records packed into it, the decoded tokens (padding left out) and the
-decoded answer spans: the input tokens at the positions whose labels are set, one string
-per contiguous run. Labels sit on the tokens they name (the model shifts them), so a
-set label differs from its input token only when the collator misplaced the labels:
-``label_mismatches`` counts those positions, 0 in a correct batch.
-In the decoded text a run of one image token (an image's hundreds of tokens) is kept
-as one token.
+As LLaMA-Factory prints its first training example, each rank writes its first batch
+(:class:`FirstBatchRecorder`): a system prompt that never reached the template or labels on the
+question show there. Together the ranks' files are the first optimizer step's data. The fields
+are described in docs/datasets.md ("What the model received").
 """
 
 from __future__ import annotations
@@ -54,7 +45,9 @@ def clear_first_batches(output_dir: os.PathLike) -> list[Path]:
 
 def describe_batch(rows: Sequence[Sequence[Sample]], batch: dict, decode: Callable[[list[int]], str],
                    image_token_ids: frozenset = frozenset()) -> dict:
-    """The collated ``batch`` of ``rows``, decoded row by row (see the module docstring)."""
+    """The collated ``batch`` of ``rows``, decoded row by row: the record ids, the text (padding
+    left out) and the answer spans (the input tokens where labels are set). Labels sit on the
+    tokens they name (the model shifts them): ``label_mismatches`` is 0 in a correct batch."""
     described = []
     for r, row in enumerate(rows):
         samples = list(row) if isinstance(row, (list, tuple)) else [row]
@@ -90,14 +83,8 @@ def _squeezed(ids: list[int], image_token_ids: frozenset) -> list[int]:
 
 
 class FirstBatchRecorder:
-    """A collator that writes the first batch it builds, then only collates.
-
-    Args:
-        collator: the collator the Trainer would use.
-        tokenizer: decodes the token ids.
-        path: where to write (:func:`first_batch_path`).
-        image_token_ids: the processor's image token ids (their runs are shortened).
-    """
+    """A collator that writes the first batch it builds to ``path`` (:func:`first_batch_path`),
+    then only collates; runs of one of ``image_token_ids`` are decoded as one token."""
 
     def __init__(self, collator: Callable[[Any], dict], tokenizer, path: os.PathLike,
                  image_token_ids: frozenset = frozenset()):

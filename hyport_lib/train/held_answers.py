@@ -1,11 +1,8 @@
 """Answers to held prompts before and after training: what the run changed, in words.
 
-A loss curve says the model fitted the data; the answers say what it now says. Rank 0
-answers the prompts of the first text-only training samples (the answer the data
-teaches is shown beside them) with the model it starts from and with the trained one,
-greedily. On random weights the answers mean nothing and the record says so instead
-(:func:`hyport_lib.models.answers.random_weights_reason`). Under ZeRO-3 the parameters
-are partitioned across the ranks, and rank 0 alone cannot generate: the record says so.
+Rank 0 answers the prompts of the first text-only training samples greedily, with the model it
+starts from and with the trained one, beside the answer the data teaches. On random weights, or
+under ZeRO-3 (rank 0 alone cannot generate), the record says why instead.
 """
 
 from __future__ import annotations

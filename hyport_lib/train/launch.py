@@ -1,20 +1,9 @@
 """Start torchrun for a :class:`~hyport_lib.train.preflight.LaunchPlan` and watch it.
 
-The plan wrote nothing; the launch takes the output folder's lock
-(:mod:`hyport_lib.train.ownership`), checks again that the folder holds nothing hyport
-did not write, writes what the workers read (the bundled smoke set, the DeepSpeed JSON,
-the listing of skipped records), and then starts one child process
-(:mod:`hyport_lib.processes`): ``python -m hyport_lib.train.agent`` running ``torchrun
---nnodes N --node-rank R --nproc-per-node n --master-addr A --master-port P
---max-restarts K -m hyport_lib.train.worker`` in its own process group, with a lifeline
-so that it (and every worker) ends with the launcher. The launcher never touches a
-device: it reads the metrics file rank 0 appends and calls ``on_progress`` with the
-records so far (the notebook's live plot, the CLI's progress bar), at most every
-``poll_interval_s``. A run past ``train_timeout_s`` is stopped
-(SIGTERM to torchrun, which stops its workers, then SIGKILL). Interrupted (Ctrl-C in the
-notebook, a stop signal in the CLI), the launcher stops torchrun the same way before
-the interrupt goes on. torchrun's output and every rank's are in ``logs/``, scrubbed of
-secret values when the run ends.
+:func:`launch` takes the output folder's lock, writes what the workers read, and runs ``python -m
+hyport_lib.train.agent`` (torchrun, then ``-m hyport_lib.train.worker``) as one child of
+:func:`hyport_lib.processes.run_child`: stopped past ``train_timeout_s`` or when interrupted. The
+launcher never touches a device; it reads the metrics file rank 0 appends for ``on_progress``.
 """
 
 from __future__ import annotations
@@ -32,7 +21,7 @@ import hyport_lib
 from hyport_lib.models.model_cache import default_cache_root
 from hyport_lib.processes import describe_exit, last_exception, read_log_tail, run_child, scrub_log
 from hyport_lib.results import Provenance
-from hyport_lib.train.checkpoints import list_checkpoints
+from hyport_lib.train.checkpoints import list_checkpoints, read_json_object
 from hyport_lib.train.first_batch import clear_first_batches
 from hyport_lib.train.metrics import read_metrics, summarize_metrics
 from hyport_lib.train.ownership import check_foreign, lock_output_dir, release_output_dir
@@ -89,13 +78,9 @@ def _environment(plan: LaunchPlan) -> dict[str, str]:
 
 def launch(plan: LaunchPlan, on_progress: Optional[Callable[[TrainProgress], None]] = None,
            poll_interval_s: float = 0.5, kill_grace_s: float = 15.0) -> TrainResult:
-    """Run the plan to the end (or the timeout); see the module docstring. The output
-    folder is locked for this process (this node) until the run has ended: a second run
-    into it is refused here, naming this one.
-
-    Raises:
-        OutputDirBusy: another run holds the folder; ForeignFiles: files hyport did not
-            write appeared there since the plan; OSError: the folder cannot be written.
+    """Run the plan to the end (or the timeout), the output folder locked for this process
+    (this node) throughout. Raises OutputDirBusy (another run holds the folder), ForeignFiles
+    (files hyport did not write appeared since the plan) or OSError (the folder is not writable).
     """
     out = Path(plan.output_dir)
     lock_output_dir(out, plan.params.node_rank)
@@ -178,7 +163,7 @@ def collect(plan: LaunchPlan, code: Optional[int], wall_s: float, timed_out: boo
     """Read what the run left into a :class:`TrainResult` (``stopped``: by a stop signal)."""
     out = Path(plan.output_dir)
     records = read_metrics(plan.metrics_path)
-    worker = _read_json(out / RESULT_FILE)
+    worker = read_json_object(out / RESULT_FILE)[0] or {}
     tail = read_log_tail(plan.log_path, 30)
     if stopped:
         steps = [r.get("step") for r in records]
@@ -263,14 +248,6 @@ def first_failure(log_path: os.PathLike) -> Optional[str]:
                 return f"rank {rank}: {found}"
     found = last_exception("\n".join(lines))
     return f"torchrun: {found}" if found else None
-
-
-def _read_json(path: Path) -> dict:
-    try:
-        value = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError):
-        return {}
-    return value if isinstance(value, dict) else {}
 
 
 def launch_logs(out: Path, log_path: os.PathLike, started_at: float) -> list[Path]:

@@ -1,26 +1,10 @@
 """The training metrics file: one JSON line per optimizer step, and what it sums up to.
 
-Rank 0 of the run appends a line per step (:mod:`hyport_lib.train.callbacks`); the
-launcher, the notebook's live plot and the CLI's progress bar read the file while the
-run goes on. A line::
-
-    {"step": 7, "loss": 1.93, "learning_rate": 9.1e-05, "grad_norm": 3.2,
-     "real_tokens": 301, "tokens": 1024, "step_s": 0.41, "world_size": 2,
-     "tokens_per_s_per_card": 1248.8, "real_tokens_per_s_per_card": 367.1,
-     "nonfinite_loss": false, "nonfinite_grad_norm": false, "skipped": false,
-     "skipped_total": 0, "peak_memory_mb": 812.4, "memory_source": "process-rss",
-     "epoch": 0.5, "restart": 0, "process_step": 7, "time": 1764535000.1}
-
-``step_s`` runs from the end of the step before (the first step of a process: from its
-start), so data loading, logging, checkpoint saving and hyport's own bookkeeping are all
-inside it. ``process_step`` counts the steps of the process that wrote the line (1 = its
-first): after a restart or a resume the new processes warm up again.
-
-**Throughput** follows the usual definition: tokens/s/p = global batch × sequence
-length / (cards × seconds per step), i.e. every token the step processed (padding
-included) over cards × step time; ``real_tokens_per_s_per_card`` counts real
-(non-pad) tokens only. The summary leaves the first ``warmup_steps`` steps of every process out
-(on an NPU they include compiling operators) and says so.
+Rank 0 appends a line per step (:class:`hyport_lib.train.callbacks.MetricsCallback`); the launcher,
+the live plot and the progress bar read the file while the run goes on. ``step_s`` runs from the
+end of the step before, so data loading, logging and checkpoint saving are inside it;
+``process_step`` counts the steps of the process that wrote the line (after a restart or a resume
+the new processes warm up again). :func:`summarize_metrics` follows :data:`THROUGHPUT_DEFINITION`.
 """
 
 from __future__ import annotations
@@ -159,16 +143,8 @@ def summarize_metrics(records: list[dict], warmup_steps: int = 2) -> MetricsSumm
 
 
 def loss_span(summary, digits: int = 4) -> Optional[str]:
-    """``first → last`` finite loss, saying so when the run's last steps had no finite loss.
-
-    Args:
-        summary: a :class:`MetricsSummary` or its ``to_dict()``.
-        digits: decimals of the losses.
-
-    Returns:
-        e.g. ``"6.7093 → 6.4344"`` or ``"6.7093 → 6.7093 (last finite: step 1 of 6)"``;
-        None when no finite loss was logged.
-    """
+    """``first → last`` finite loss of a :class:`MetricsSummary` (or its ``to_dict()``), e.g.
+    ``"6.7093 → 6.7093 (last finite: step 1 of 6)"``; None when no finite loss was logged."""
     get = summary.get if isinstance(summary, dict) else lambda k: getattr(summary, k, None)
     first, last = get("first_loss"), get("last_loss")
     if first is None or last is None:

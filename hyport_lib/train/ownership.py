@@ -1,41 +1,19 @@
 """What in ``output_dir`` hyport wrote, and one training run per folder.
 
-**Ownership.** hyport removes or overwrites only what it can prove it wrote:
-
-* its own files (the metrics, the logs, the DeepSpeed config, the bundled smoke set,
-  the dataset listing, the run marker, the lock);
-* checkpoints carrying one of its markers (``hyport_saving.json``, written before the
-  Trainer saves, or ``hyport_checkpoint.json``, written once the save is complete), so a
-  checkpoint killed mid-save by hyport is still hyport's;
-* the final weights and processor files a finished run listed in ``hyport_run.json``.
-
-Anything else (another tool's ``checkpoint-500``, a model someone saved there) stops
-the run before launch, named, unless ``overwrite_output_dir=True`` — and so does
-dropping later checkpoints for an older ``resume_from``.
-
-**One run per folder.** The launcher holds an exclusive advisory lock
-(``fcntl.flock``) on ``output_dir/.hyport_train.node<N>.lock`` (one per node: the nodes
-of one job may share the folder) from before it writes there to the end of the run; the
-kernel releases it when the process dies, so a SIGKILL never leaves a stale lock. The
-lock file holds the holder's pid and start time, and a second run is refused with them,
-already when it is planned (:func:`check_not_locked`, which takes nothing and writes
-nothing).
-
-**The final files.** Before the final save, rank 0 notes the folder's entries in
-``hyport_run.json`` (``before``); after it, the entries the save added or rewrote
-(``files``). A run killed during the final save still has its ``before`` list, so what
-the save wrote is known as hyport's (no clocks involved).
+hyport removes or overwrites only what it can prove it wrote: its own files (:data:`OWN_NAMES`),
+checkpoints carrying one of its markers (:mod:`hyport_lib.train.checkpoints`), and the final files
+a run listed in its run marker. Anything else stops the run before launch (:func:`check_foreign`)
+unless ``overwrite_output_dir=True``. One run per folder: :func:`lock_output_dir`.
 """
 
 from __future__ import annotations
 
 import datetime as _dt
 import fcntl
-import json
 import os
 from pathlib import Path
 
-from hyport_lib.train.checkpoints import is_hyport_checkpoint, list_checkpoints
+from hyport_lib.train.checkpoints import is_hyport_checkpoint, list_checkpoints, read_json_object
 from hyport_lib.utils.files import atomic_write_json
 
 RUN_MARKER = "hyport_run.json"
@@ -69,11 +47,10 @@ class ForeignFiles(ValueError):
 
 
 def lock_output_dir(output_dir: Path, node_rank: int = 0) -> None:
-    """Take (or keep) this process's exclusive lock on ``output_dir`` for ``node_rank``.
-
-    Raises:
-        OutputDirBusy: another process holds it; names its pid and start time.
-    """
+    """Take (or keep) this process's exclusive ``flock`` on ``output_dir`` for ``node_rank`` (one
+    lock per node: the nodes of one job may share the folder). The kernel releases it when the
+    process dies, so a SIGKILL never leaves a stale lock. Raises :class:`OutputDirBusy` naming
+    the holder's pid and start time."""
     key = str(output_dir)
     if key in _HELD:
         return
@@ -95,11 +72,7 @@ def lock_output_dir(output_dir: Path, node_rank: int = 0) -> None:
 
 def check_not_locked(output_dir: Path, node_rank: int = 0) -> None:
     """Refuse a folder another process's run holds (for ``node_rank``), without taking the
-    lock or writing anything: the plan's check; the launch takes the lock itself.
-
-    Raises:
-        OutputDirBusy: another process holds it; names its pid and start time.
-    """
+    lock or writing anything: the plan's check; the launch takes the lock itself."""
     if str(output_dir) in _HELD:
         return  # this process's own run: lock_output_dir takes it again
     try:
@@ -127,11 +100,7 @@ def release_output_dir(output_dir: Path) -> None:
 
 
 def _run_marker(output_dir: Path) -> dict:
-    try:
-        data = json.loads((output_dir / RUN_MARKER).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
+    return read_json_object(output_dir / RUN_MARKER)[0] or {}
 
 
 def owned_final_files(output_dir: Path) -> set[str]:
@@ -163,11 +132,7 @@ def foreign_entries(output_dir: Path) -> list[str]:
 
 def check_foreign(output_dir: Path, overwrite: bool) -> list[str]:
     """Refuse a folder with files hyport did not write, unless ``overwrite``; the plan's
-    notes (what will be overwritten).
-
-    Raises:
-        ForeignFiles: naming up to five entries and the option that allows it.
-    """
+    notes (what will be overwritten). :class:`ForeignFiles` names up to five entries."""
     foreign = foreign_entries(output_dir)
     if not foreign:
         return []
@@ -195,7 +160,8 @@ def _listing(output_dir: Path) -> dict[str, list[int]]:
 
 
 def mark_final_save_start(output_dir: Path) -> dict:
-    """Before the final save: note the folder's entries (see the module docstring)."""
+    """Before the final save: note the folder's entries (``before``), so that a run killed
+    during the save still knows what the save wrote (no clocks involved)."""
     earlier = sorted(owned_final_files(output_dir))
     before = _listing(output_dir)
     atomic_write_json(output_dir / RUN_MARKER, {"before": before, "earlier": earlier})

@@ -1,32 +1,9 @@
-"""Batches for training: packed (several samples per row) or padded (one per row).
+"""Batches for training: packed (:class:`PackedCollator`, several whole samples per row) or
+padded (:class:`PaddedCollator`, one per row, with an ``attention_mask``).
 
-**Packing** (``packing=True``) fills each row with whole samples, in order, up to
-``max_seq_len`` tokens (a sample never spans two rows), then pads the row to exactly
-``max_seq_len``: fixed shapes, so an NPU compiles its operators once. Each sample keeps
-its own positions (``position_ids`` restart at 0) and the padding forms one more
-segment of its own; the batch also carries the cumulative lengths
-(``cu_seq_lens_q`` / ``cu_seq_lens_k``, flash-attn style, with the leading 0) over the
-flattened rows, computed here once per batch. hyport's registered attention
-(:mod:`hyport_lib.npu_attention.hf_integration`) reads them and attends within each
-sample only: TND ``npu_fusion_attention`` on an NPU, the varlen path elsewhere. There
-is no ``attention_mask`` in a packed batch.
-
-**Padding** (``packing=False``) puts one sample per row, padded on the right to the
-longest row of the batch, with an ``attention_mask``.
-
-Per-token keys of the processor, of any rank (``mm_token_type_ids``, ``token_type_ids``,
-mllama's ``cross_attention_mask`` of images x tiles per token), travel with the ids (0 on
-padding) and the image tensors are joined as the model reads them
-(:mod:`hyport_lib.models.training_inputs`). A per-token key that indexes images (a tensor
-per token) means the model reads each row's images from its own row: every row gets
-image rows (padding images for a text-only one), and such samples are never packed
-together (a token that sees no image would still attend to the other samples' images).
-Packed rows of an M-RoPE model carry the positions the model computes for each sample
-alone, with the per-sample text positions as their first row.
-
-Labels are ``-100`` on padding in both. Every batch also says how many of its tokens
-are real and how many it holds in all (``hyport_real_tokens`` / ``hyport_tokens``, popped
-before the model sees the batch), for tokens/s/p.
+Per-token keys of the processor travel with the ids (0 on padding) and the image tensors are
+joined as the model reads them (:mod:`hyport_lib.models.training_inputs`). Labels are ``-100`` on
+padding; every batch counts its real and total tokens (:data:`COUNT_KEYS`) for tokens/s/p.
 """
 
 from __future__ import annotations
@@ -58,13 +35,17 @@ def pack_samples(samples: Sequence[Sample], max_seq_len: int) -> list[list[Sampl
 
 
 class PackedCollator:
-    """Rows of packed samples -> a packed batch (see the module docstring)."""
+    """Rows of packed samples -> a packed batch, each row padded to exactly ``max_seq_len``
+    (fixed shapes: an NPU compiles its operators once). Positions restart at 0 per sample, the
+    padding is one more segment, and ``cu_seq_lens_q/k`` (flash-attn style, leading 0) let
+    hyport's attention (:mod:`hyport_lib.npu_attention.hf_integration`) attend within each
+    sample; there is no ``attention_mask``. M-RoPE rows carry the positions the model computes
+    for each sample alone."""
 
     def __init__(self, pad_id: int, max_seq_len: int, mrope_text_row: bool = True):
         self.pad_id = int(pad_id)
         self.max_seq_len = int(max_seq_len)
-        #: M-RoPE positions get a first row of per-sample text positions (see
-        #: :attr:`hyport_lib.models.families.ModelTraits.mrope_text_row`)
+        #: see :attr:`hyport_lib.models.families.ModelTraits.mrope_text_row`
         self.mrope_text_row = mrope_text_row
 
     def __call__(self, rows: Sequence[Sequence[Sample]]) -> dict:

@@ -1,13 +1,8 @@
 """Stage 04's parameters: every knob of the smoke training, declared once.
 
-The names follow the seed's training script and LLaMA-Factory's YAML where they exist
-(``max_steps``, ``save_steps``, ``per_device_train_batch_size``,
-``gradient_accumulation_steps``, ``learning_rate``, ``finetuning_type``, ``lora_rank`` /
-``lora_alpha`` / ``lora_target``, ``packing``, ``output_dir``, ``run_name``). Notebook
+The names follow the seed's training script and LLaMA-Factory's YAML where they exist. Notebook
 04's ``parameters`` cell, ``hyport train``'s flags and ``hyport report -p`` all come from
-:class:`Params`, and every value is checked here (each field by its spec, the rules
-across fields in :meth:`Params.check`), so a bad value is refused in the same words
-everywhere and before anything starts.
+:class:`Params`, so a bad value is refused in the same words everywhere, before anything starts.
 """
 
 from __future__ import annotations
@@ -30,8 +25,8 @@ LR_SCHEDULERS = ("linear", "cosine", "cosine_with_restarts", "polynomial", "cons
 
 @dataclass
 class Params(StageParams):
-    """What stage 04 trains and how (see the module docstring; each field's doc is its
-    line in notebook 04's ``parameters`` cell)."""
+    """What stage 04 trains and how (each field's doc is its line in notebook 04's
+    ``parameters`` cell; the rules across fields are :meth:`check`'s)."""
 
     device: str = device_param()
     num_cards: Optional[int] = num_cards_param("processes per node; None: every visible card (CPU: 2 processes)")
@@ -106,11 +101,8 @@ class Params(StageParams):
     seed: int = param(0, "seeds the data order and new (LoRA) weights", min=0)
 
     def check(self) -> None:
-        """The rules across fields, and the single-field ones a spec cannot say.
-
-        Raises:
-            ParameterError: one line per rule broken, naming the parameters and values.
-        """
+        """The rules across fields, and the single-field ones a spec cannot say:
+        :class:`ParameterError` with one line per rule broken."""
         problems = []
         if "/" in self.run_name:
             problems.append(f"run_name={self.run_name!r}: a name without '/' (it names a folder)")

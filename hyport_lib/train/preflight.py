@@ -1,17 +1,9 @@
 """Everything checked before a training process starts, and the plan it produces.
 
-:func:`prepare` turns :class:`~hyport_lib.train.params.Params` into a :class:`LaunchPlan`
-or raises an error that names the parameter, the file or the record: the model folder,
-the dataset (every malformed record, see :mod:`hyport_lib.train.dataset`; too-long
-samples after tokenisation), the output folder (writable, no other run in it, no files
-hyport did not write), the cards (none busy), the rendezvous port (free, or a free one
-picked), the resume point (complete, same world size and versions).
-
-It writes nothing: no folder is made, no file written, no lock kept (``hyport report``
-plans every stage before any runs, so a bad value stops the run with nothing on disk).
-What the run needs there (the output folder and its lock, the bundled smoke set, the
-DeepSpeed JSON, the listing of skipped records) :func:`hyport_lib.train.launch.launch`
-writes under the folder's lock, then starts torchrun.
+:func:`prepare` turns :class:`~hyport_lib.train.params.Params` into a :class:`LaunchPlan` or
+raises an error naming the parameter, the file or the record. It writes nothing (``hyport
+report`` plans every stage before any runs, so a bad value leaves nothing on disk); what the run
+needs on disk :func:`hyport_lib.train.launch.launch` writes under the folder's lock.
 """
 
 from __future__ import annotations
@@ -50,16 +42,10 @@ SMOKE_FOLDER = "smoke_data"
 @dataclass
 class LaunchPlan:
     """What will run (all paths absolute); :meth:`to_dict` is what the record keeps.
-
-    Attributes:
-        params: the parameters as given (checked once, here); the workers rebuild them
-            from :meth:`worker_spec` without a second check.
-        bundled_dataset: no ``dataset_path`` was given: the launch writes the bundled
-            smoke set to ``dataset_path``.
-        deepspeed: the few DeepSpeed settings a reader wants to see;
-            ``deepspeed_json`` is the whole configuration, written to
-            ``deepspeed_config_path`` by the launch.
-        dataset: what the check of the dataset found (counts, every problem, notes).
+    ``params`` are checked once, here (the workers rebuild them from :meth:`worker_spec`);
+    ``bundled_dataset``: the launch writes the bundled smoke set to ``dataset_path``;
+    ``deepspeed``: the settings a reader wants to see, ``deepspeed_json`` the whole
+    configuration; ``dataset``: what the check of the dataset found.
     """
 
     params: Params
@@ -111,12 +97,10 @@ def default_output_dir(run_name: str) -> Path:
 
 
 def prepare(params: Params, backend) -> LaunchPlan:
-    """Check everything and plan the launch on ``backend`` (see the module docstring).
-
-    Raises:
-        ValueError, PermissionError, RuntimeError: naming the parameter, file or record;
-            :class:`~hyport_lib.train.dataset.DatasetError` lists every bad record.
-    """
+    """Check everything and plan the launch on ``backend``: the model folder, the dataset, the
+    output folder (writable, unlocked, nothing foreign), the cards, the rendezvous port, the
+    resume point. Raises ValueError, PermissionError or RuntimeError naming what is wrong;
+    :class:`~hyport_lib.train.dataset.DatasetError` lists every bad record."""
     nproc = _cards(backend, params.num_cards)
     world = nproc * params.nnodes
     model_path = check_model_path(params.model_path, local_only="stage 04 (training)")
@@ -185,11 +169,10 @@ def _resume(params: Params, output_dir: Path, world: int) -> tuple[Optional[Chec
     if checkpoint is None:
         earlier = [c.path.name for c in list_checkpoints(output_dir)]
         if earlier:  # the workers remove them (drop_checkpoints_after): say so before they do
-            named = f"{', '.join(earlier[:3])}{', ...' if len(earlier) > 3 else ''}"
             why = ("none of them is complete" if params.resume_from.lower() == "auto"
                    else "resume_from='auto' would resume the newest complete one instead")
             notes.append(f"starts from scratch in a folder with {len(earlier)} earlier checkpoint(s) "
-                         f"({named}): they will be removed; {why}")
+                         f"({_first_three(earlier)}): they will be removed; {why}")
         return None, notes
     check_compatible(checkpoint, world_size=world, zero_stage=params.zero_stage,
                      finetuning_type=params.finetuning_type)
@@ -206,14 +189,17 @@ def _resume(params: Params, output_dir: Path, world: int) -> tuple[Optional[Chec
     if dropped_complete and not params.overwrite_output_dir:
         raise ValueError(f"resume_from={params.resume_from!r} resumes {checkpoint.path.name}, but "
                          f"output_dir holds {len(dropped_complete)} later complete checkpoint(s) "
-                         f"({', '.join(dropped_complete[:3])}{', ...' if len(dropped_complete) > 3 else ''}) "
+                         f"({_first_three(dropped_complete)}) "
                          "that the run would remove; resume_from='auto' takes the newest, or allow it "
                          "with overwrite_output_dir=True")
     if later:  # the workers remove them (drop_checkpoints_after): say so before they do
-        notes.append(f"{len(later)} later checkpoint(s) in output_dir ({', '.join(later[:3])}"
-                     f"{', ...' if len(later) > 3 else ''}) will be removed: the run continues "
-                     f"from step {checkpoint.step} and writes its own")
+        notes.append(f"{len(later)} later checkpoint(s) in output_dir ({_first_three(later)}) will be "
+                     f"removed: the run continues from step {checkpoint.step} and writes its own")
     return checkpoint, notes
+
+
+def _first_three(names: list[str]) -> str:
+    return ", ".join(names[:3]) + (", ..." if len(names) > 3 else "")
 
 
 def _cards(backend, num_cards: Optional[int]) -> int:
@@ -259,13 +245,7 @@ def _output_dir(params: Params) -> Path:
 def _check_dataset(params: Params, report: DatasetReport, model_path: str,
                    world: int) -> tuple[dict, list[int], LoadedProcessor]:
     """``(summary, indices of the records to skip, the processor)``: the dataset tokenised
-    as the workers will, every problem named.
-
-    Raises:
-        DatasetError: problems, and ``skip_bad_records`` is off.
-        ValueError: the processor does not load, packing would change the model, no
-            record is left, or ZeRO-3 would mix text-only and image batches.
-    """
+    as the workers will, every problem named (:class:`DatasetError` unless ``skip_bad_records``)."""
     from transformers.utils import logging as hf_logging
 
     try:
@@ -325,14 +305,8 @@ def _check_dataset(params: Params, report: DatasetReport, model_path: str,
 
 
 def _check_mixed_images(params: Params, world: int, path: str, samples) -> None:
-    """ZeRO-3 on several processes cannot mix text-only and image batches.
-
-    A text-only batch does not run the vision tower, so that rank gathers other
-    parameters than a rank with images and DeepSpeed's collectives abort or hang. ZeRO 0
-    to 2 run a blank image on text-only batches instead (see the Trainer in
-    ``callbacks``); under ZeRO-3 that hangs too, so rows (packed or not) without an image
-    beside rows with one are refused here.
-    """
+    """ZeRO-3 on several processes cannot mix text-only and image batches: the blank image
+    ZeRO 0-2 run instead (:class:`~hyport_lib.train.callbacks.CountingTrainer`) hangs there."""
     if params.zero_stage != 3 or world < 2:
         return
     rows = training_rows(samples, params.max_seq_len, params.packing)

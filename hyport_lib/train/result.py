@@ -1,9 +1,6 @@
-"""What a training launch leaves behind.
-
-:class:`TrainResult` holds the exit, the metrics (one record per step), their summary,
-what rank 0 reported at the end (``train_result.json``: the Trainer's ``train_loss``
-and runtime, the final folder), the checkpoints found and the plan that ran. Its
-verdict is :func:`hyport_lib.train.stage.summarize`'s.
+"""What a training launch leaves behind: :class:`TrainResult` (the exit, the metrics and their
+summary, rank 0's ``train_result.json``, the checkpoints, the plan that ran); its verdict is
+:func:`hyport_lib.train.stage.summarize`'s.
 """
 
 from __future__ import annotations

@@ -1,37 +1,9 @@
-"""Records -> token sequences with their labels, through the model's own conventions.
+"""Records -> token sequences with their labels, through the model's own chat template.
 
-A record's turns become chat messages (``user`` / ``assistant``, whatever the dataset's
-own tags; a system prompt first as a ``system`` message; each ``<image>`` becomes an
-image item) and the whole conversation is rendered with the
-processor's chat template and tokenised with the processor (which expands each image
-placeholder into the model's image tokens). Labels are the token ids of the
-assistant answers (their text and end-of-turn marker) and ``-100`` everywhere else:
-the user turns, the template's role headers, and padding.
-
-Where each answer starts and ends is found from prefixes of the conversation rendered
-by the same template: the tokens of "everything up to this answer's header" and of
-"everything up to and including this answer". This works for any template that
-renders a prefix of the messages as a prefix of the text (the usual case); a template
-that does not is reported, rather than producing wrong labels.
-
-A processor without a chat template (PaliGemma: ``prefix`` format) takes the
-conversation up to the last question as its prefix (the system prompt, when there is
-one, opens it) and the last answer as its suffix; the processor itself builds the
-labels (the answer) and ``token_type_ids``.
-
-What the processor returns besides the ids is kept with the sample
-(:mod:`hyport_lib.models.training_inputs`): per-token keys (``mm_token_type_ids``,
-``token_type_ids``) and image tensors. Given a positions function (packing an M-RoPE
-model), each sample also gets the multimodal positions the model computes for it alone.
-
-Records the model cannot take are problems of kind ``not_applicable``: a record with
-images for a text-only model, a record without one for a model whose processor needs
-an image with every prompt.
-
-A chat template that refuses a ``system`` message (Gemma-2's raises "System role not
-supported") or leaves it out gets the system prompt at the start of the first user turn,
-followed by a blank line, as LLaMA-Factory's own templates do for such models; the plan
-says so in a note (:func:`system_prompt_note`), it is never done silently.
+Labels are the token ids of the assistant answers (their text and end-of-turn marker) and
+``-100`` elsewhere. Entry points: :func:`encode_records`, :class:`Encoder`; the plan's notes
+:func:`system_prompt_note` and :func:`prefix_format_note`. Records the model cannot take are
+problems of kind ``not_applicable`` (:func:`not_applicable`).
 """
 
 from __future__ import annotations
@@ -55,21 +27,13 @@ OVERFLOW_MODES = ("truncate", "drop")
 
 @dataclass
 class Sample:
-    """One encoded record.
-
-    Attributes:
-        record_id: the record's id.
-        input_ids: token ids (images expanded).
-        labels: ``input_ids`` on answer tokens, ``-100`` elsewhere.
-        pixel_values: the processor's pixel tensor of the record's images, or None for a
-            text-only record.
-        truncated: the sample was cut to ``max_seq_len``.
-        image_extras: the processor's other image tensors (``image_grid_thw``,
-            ``image_sizes``, ``pixel_attention_mask``, ...).
-        token_extras: per-token keys (``mm_token_type_ids``, ``token_type_ids``; mllama's
-            ``cross_attention_mask``, images x tiles as nested lists), one value per token.
-        rope_positions: ``(axes, length)`` multimodal positions the model computes for
-            this sample alone (M-RoPE models, when packing), or None.
+    """One encoded record: ``input_ids`` (images expanded), ``labels`` (``-100`` off the
+    answers), ``pixel_values`` (None for a text-only record) and the processor's other image
+    tensors (``image_extras``: ``image_grid_thw``, ``image_sizes`` ...) and per-token keys
+    (``token_extras``: ``mm_token_type_ids``, ``token_type_ids``; mllama's ``cross_attention_mask``
+    as nested lists), one value per token (:mod:`hyport_lib.models.training_inputs`).
+    ``rope_positions``: ``(axes, length)`` multimodal positions the model computes for this
+    sample alone (M-RoPE models, when packing), or None.
     """
 
     record_id: str
@@ -97,12 +61,8 @@ class Sample:
 
 def messages_of(record: Record, fold_system: bool = False) -> list[dict]:
     """The record's turns as chat messages with ``{"type": "image"}`` items, after its
-    system prompt (a ``system`` message of text only) when it has one.
-
-    Args:
-        record: the record.
-        fold_system: put the system prompt at the start of the first user turn instead
-            (a template that takes no system message).
+    system prompt (a ``system`` message) when it has one; ``fold_system`` puts the system
+    prompt at the start of the first user turn instead (a template that takes no system message).
     """
     messages = []
     if record.system and not fold_system:
@@ -135,14 +95,9 @@ def not_applicable(loaded: LoadedProcessor, record: Record) -> Optional[Problem]
 
 
 class Encoder:
-    """Encodes records for one processor.
-
-    Args:
-        loaded: the model's processor (:func:`hyport_lib.models.loading.load_processor`).
-        max_seq_len: the longest sample allowed.
-        overflow: ``truncate`` (cut the sample, keeping every image token) or ``drop``.
-        positions: multimodal positions of one sample
-            (:func:`hyport_lib.models.training_inputs.rope_positions_function`), or None.
+    """Encodes records for one processor. ``overflow``: ``truncate`` (cut the sample, keeping
+    every image token) or ``drop``; ``positions``: multimodal positions of one sample
+    (:func:`hyport_lib.models.training_inputs.rope_positions_function`), or None.
     """
 
     def __init__(self, loaded: LoadedProcessor, max_seq_len: int, overflow: str = "truncate",
@@ -208,12 +163,9 @@ class Encoder:
         size = sum(len(text) for _, text in record.turns) + len(record.system or "")
         if size > self.max_chars:
             # Never tokenise a huge record whole: its memory would grow with its size.
-            if self.overflow == "drop":
-                return None, Problem(record.index, record.record_id, record.text_field, "too_long",
-                                     f"{size:,} characters > max_seq_len={self.max_seq_len} tokens of "
-                                     f"this tokenizer (at most {self.max_chars:,} characters) (overflow='drop')")
             clipped = _clipped(record, self.max_chars)
-            why = (": truncating would cut an image's tokens; raise max_seq_len"
+            why = (" (overflow='drop')" if self.overflow == "drop" else
+                   ": truncating would cut an image's tokens; raise max_seq_len"
                    if len(clipped.images) < len(record.images) else
                    ": truncated, no answer would be left" if self.loaded.prompt_format == "prefix"
                    and (not clipped.turns or clipped.turns[-1][0] != "assistant"
@@ -236,6 +188,9 @@ class Encoder:
         return sample, problem
 
     def _encode_chat(self, record: Record, images: list) -> Sample:
+        """Each answer's span is found from prefixes rendered by the same template ("up to this
+        answer's header", "up to and including it"); a template that does not render a prefix of
+        the messages as a prefix of the text is reported rather than mislabelled."""
         messages = messages_of(record, fold_system=self.system_refused is not None)
         ids, per_token, image = split_processor_output(self._call(self._render(messages), images),
                                                        self.image_keys)
@@ -260,8 +215,8 @@ class Encoder:
         return _sample(record, ids, labels, per_token, image)
 
     def _encode_prefix(self, record: Record, images: list) -> Sample:
-        """Prefix format: everything before the last answer is the prefix, the last
-        answer the suffix (the processor labels the suffix)."""
+        """Prefix format (PaliGemma): the system prompt and everything before the last answer
+        are the prefix, the last answer the suffix (the processor labels the suffix)."""
         *before, (_, answer) = record.turns
         texts = ([record.system] if record.system else []) + [text for _, text in before]
         prefix = "\n".join(text.replace(IMAGE_PLACEHOLDER, "").strip() for text in texts)
@@ -393,7 +348,8 @@ def system_role_refused(loaded: LoadedProcessor) -> Optional[str]:
 
 def system_prompt_note(loaded: LoadedProcessor, records: list[Record]) -> Optional[str]:
     """A note for the plan when records carry a system prompt the chat template cannot
-    take as a system message (they are folded into the first user turn), else None."""
+    take as a system message (Gemma-2 raises "System role not supported"): it is folded into
+    the first user turn, never silently. None otherwise."""
     why = system_role_refused(loaded)
     carrying = [r for r in records if r.system]
     if why is None or not carrying:

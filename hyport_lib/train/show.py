@@ -1,15 +1,9 @@
 """Rendering of stage 04 for notebooks: the plan, the live loss plot, the summary tables.
 
-The live plot follows the pattern of transformers' ``NotebookProgressCallback``: one
-display handle (:class:`hyport_lib.display.LiveDisplay`) updated with a PNG at most every
-few seconds while torchrun runs, plus a text progress line; it stays live in
-JupyterLab and leaves one final image under papermill. No ``ipywidgets.Output``: a plot
-drawn inside one exists only in the widget state and is lost from static HTML.
-
-:func:`glance`, :func:`glance_svg`, :func:`blog_values`, :func:`blog_figures`,
-:func:`blog_facts` and :func:`blog_notes` are what the report asks of the stage's recorded
-result; its draft section and the dataset notes are ``blog.<lang>.md.j2`` beside this
-module (see :mod:`hyport_lib.drafting`).
+The live plot is one display handle (:class:`hyport_lib.display.LiveDisplay`) updated with a PNG,
+as transformers' ``NotebookProgressCallback`` does: no ``ipywidgets.Output``, whose plots are lost
+from static HTML. :func:`glance`, :func:`glance_svg` and the ``blog_*`` functions are what the
+report asks of the recorded result (the draft itself: ``blog.<lang>.md.j2`` beside this module).
 """
 
 from __future__ import annotations
@@ -89,12 +83,8 @@ def progress_line(progress: TrainProgress) -> str:
 
 
 class LiveTrainingDisplay:
-    """``on_progress`` for :func:`hyport_lib.train.stage.run`: a plot and a progress line.
-
-    Args:
-        min_interval_s: the least time between two redraws of the PNG; the last state is
-            always drawn.
-    """
+    """``on_progress`` for :func:`hyport_lib.train.stage.run`: a plot and a progress line
+    (the PNG redrawn at most every ``min_interval_s``; the last state always)."""
 
     def __init__(self, min_interval_s: float = 2.0, title: str = ""):
         self.plot = LiveDisplay(min_interval_s)
@@ -319,7 +309,7 @@ def blog_values(record: dict) -> dict:
     words, whether the Trainer's own train_loss differs from the headline's (it covers only
     a resumed run's last attempt and counts a NaN step as 0), whether the last loss is an
     earlier step's, the answers' table cells and the ``hyport train`` command."""
-    result = StageRecord.from_dict(record, TrainResult).data
+    result = _read(record).data
     summary, plan = result.summary, result.plan
     mean_loss = summary.mean_loss
     trainer_loss = as_dict(result.worker.get("train_metrics")).get("train_loss")

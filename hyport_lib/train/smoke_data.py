@@ -1,9 +1,7 @@
-"""The bundled smoke dataset: 14 records in the seed's format, images drawn offline.
+"""The bundled smoke dataset: 14 records in the seed's format, images drawn offline with PIL.
 
-Like the repository's ``test_data_packing.json`` in the seed: short, repetitive answers
-(the loss falls quickly, which says nothing about the model), single-image,
-multi-image, multi-turn and text-only records. Nothing is downloaded: the pictures are
-drawn with PIL from fixed shapes and colours.
+Like the seed's ``test_data_packing.json``: short, repetitive answers (the loss falls quickly,
+which says nothing about the model), single-image, multi-image, multi-turn and text-only records.
 """
 
 from __future__ import annotations
@@ -87,10 +85,8 @@ def _draw(name: str, path: Path) -> None:
 
 
 def write_smoke_dataset(folder: os.PathLike) -> Path:
-    """Write the dataset file and its images into ``folder``; returns the file's path.
-
-    Safe to call again (and from several processes): files are replaced atomically.
-    """
+    """Write the dataset file and its images into ``folder``; returns the file's path. Safe to
+    call again, and from several processes: files are replaced atomically."""
     folder = Path(folder)
     (folder / IMAGE_FOLDER).mkdir(parents=True, exist_ok=True)
     for name in _SHAPES:

@@ -1,15 +1,9 @@
 """Stage 04: smoke training — the stage contract.
 
-Notebook 04, ``hyport train`` and ``hyport report`` all go through these four functions:
-:func:`plan` checks everything and writes nothing (nothing starts when the dataset, the
-model or the resume point is wrong), :func:`run` runs that plan (torchrun + DeepSpeed,
-watched from here), :func:`summarize` judges it and :func:`record` writes the result
-(which names the last checkpoint and the final weights for stage 05).
-
-The verdict: PASS when torchrun exited 0, every step from 1 to the last was logged exactly
-once, no loss or gradient norm was non-finite, no step was skipped and the final
-weights exist; WARN when it finished but with non-finite values or skipped steps;
-FAIL otherwise.
+Notebook 04, ``hyport train`` and ``hyport report`` all go through :func:`plan` (checks
+everything, writes nothing), :func:`run` (torchrun + DeepSpeed, watched from here),
+:func:`summarize` (the verdict) and :func:`record` (the result that names the last checkpoint
+and the final weights for stage 05).
 """
 
 from __future__ import annotations
@@ -35,11 +29,8 @@ STAGE = TrainedWeights.STAGE
 def plan(params: Params) -> LaunchPlan:
     """Check everything and plan the launch on ``params.device``
     (:func:`hyport_lib.train.preflight.prepare`); no file, folder or lock is left behind.
-
-    Raises:
-        ValueError, PermissionError, RuntimeError: one line naming the parameter, file,
-            record or card (a bad dataset lists every problem in ``details``).
-    """
+    Raises ValueError, PermissionError or RuntimeError naming the parameter, file, record or
+    card (a bad dataset lists every problem in ``details``)."""
     return prepare(params, get_backend(params.device, num_cards=params.num_cards))
 
 
@@ -57,7 +48,9 @@ class TrainSummary(StageSummary):
 
 
 def summarize(result: TrainResult) -> TrainSummary:
-    """The verdict (see the module docstring), why, one line and the index's figures."""
+    """The verdict, why, one line and the index's figures. PASS: torchrun exited 0, every step
+    from 1 to the last logged exactly once, no non-finite loss or gradient norm, no skipped step,
+    the final weights exist; WARN: finished with non-finite values or skipped steps; else FAIL."""
     verdict, why = _verdict(result)
     s = result.summary
     span = loss_span(s)

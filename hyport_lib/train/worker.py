@@ -1,19 +1,9 @@
 """One training process: what ``torchrun`` starts on every card (``-m hyport_lib.train.worker``).
 
-The launcher (:mod:`hyport_lib.train.launch`) has already checked the parameters,
-the dataset and the resume point; it hands the plan over in the environment variable
-``HYPORT_TRAIN_SPEC`` (JSON; every rank, and every restarted rank, reads the same).
-Each rank then:
-
-1. starts the stdin guard (:func:`hyport_lib.processes.start_guard`): torchrun puts
-   every worker in its own session, and the guard ends it when the launcher goes away;
-2. finds the newest complete checkpoint again (after a torchrun restart it is newer
-   than at launch) and checks it against this run (world size, versions);
-3. loads the model (LoRA through peft when asked), the processor, the dataset
-   (bad records skipped as the launcher listed them), and trains with the
-   Trainer under DeepSpeed, logging one metrics line per step (rank 0);
-4. saves the final weights (safetensors, with the processor files) in ``output_dir``,
-   the seed's layout, and rank 0 writes ``train_result.json``.
+The launcher (:mod:`hyport_lib.train.launch`) has checked everything and hands the plan over in
+``HYPORT_TRAIN_SPEC`` (every rank, and every restarted rank, reads the same). :func:`run` resumes
+the newest complete checkpoint (after a torchrun restart it is newer than at launch), trains under
+DeepSpeed and saves the final weights in ``output_dir``; rank 0 writes ``train_result.json``.
 """
 
 from __future__ import annotations
@@ -67,12 +57,8 @@ def load_spec() -> dict:
 
 
 def _quiet_deepspeed_cpu(backend) -> None:
-    """On CPU, skip DeepSpeed's shared-memory allreduce op.
-
-    DeepSpeed's CPU accelerator compiles that C++ op at start-up (a compiler and about
-    70 s on a cold cache) only to speed up allreduce between CPU ranks; gloo does the
-    same job. Accelerator backends never build it.
-    """
+    """On CPU, skip DeepSpeed's shared-memory allreduce op: its CPU accelerator compiles that
+    C++ op at start-up (about 70 s on a cold cache) only to speed up what gloo does anyway."""
     if backend.kind != "cpu":
         return
     import importlib
@@ -85,11 +71,9 @@ def _quiet_deepspeed_cpu(backend) -> None:
 def init_distributed(backend) -> None:
     """The default process group, under a key prefix per torchrun attempt.
 
-    torchrun keeps one key-value store across ``--max-restarts`` attempts, and the
-    address keys the communication backend writes there are not per attempt: restarted
-    workers can read the dead workers' addresses and fail ("Gloo connectFullMesh failed
-    ... Connection refused") or hang. Prefixing the store with the restart count keeps
-    the attempts apart; accelerate and DeepSpeed then use this group.
+    torchrun keeps one key-value store across ``--max-restarts`` attempts, and the address keys
+    written there are not per attempt: restarted workers can read the dead workers' addresses
+    and fail ("Gloo connectFullMesh failed ... Connection refused") or hang.
     """
     import torch.distributed as dist
 
@@ -318,7 +302,6 @@ def run(spec: dict) -> dict:
         if backend.is_accelerator and params.zero_stage < 3:  # the Trainer would move it there anyway
             model.to(backend.device(int(os.environ.get("LOCAL_RANK", "0") or 0)))
         answer(held, model, loaded.tokenizer, spec["model_path"], params.zero_stage, "before")
-    samples = len(samples)
     counts = StepCounts()
     metrics = MetricsCallback(spec["metrics_path"], backend, counts, marker={
         "world_size": world, "zero_stage": params.zero_stage,
@@ -334,19 +317,17 @@ def run(spec: dict) -> dict:
     final = save_final(trainer, processor, spec, params)
     if trainer.is_world_process_zero():
         write_run_marker(Path(spec["output_dir"]), before)
-    if trainer.is_world_process_zero():
         answer(held, trainer.accelerator.unwrap_model(trainer.model), loaded.tokenizer, spec["model_path"],
                params.zero_stage, "after")
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
-    result = {
+    return {
         "status": "ok", "train_metrics": dict(output.metrics), "global_step": trainer.state.global_step,
         "final_dir": final, "resumed_from": str(checkpoint.path) if checkpoint else None,
         "resumed_step": step, "world_size": world,
-        "samples": samples, "rows": len(rows), "trainable_parameters": int(trainable),
+        "samples": len(samples), "rows": len(rows), "trainable_parameters": int(trainable),
         "restart": restart, "held_answers": held.to_dict(),
         "worker_s": round(time.monotonic() - started, 3),
     }
-    return result
 
 
 def main() -> int:
