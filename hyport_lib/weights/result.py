@@ -1,9 +1,7 @@
-"""What the weights stage leaves behind and its line in the seed's shape.
-
-The seed summed its proof up as: 2 shards, 978 tensors in the index, shards of
-5,000,007,256 and 3,065,167,368 bytes holding 472 and 506 keys, model type
-hunyuan_vl_mot, 3,785,086,960 parameters, ``LOAD_OK``. :meth:`WeightsResult.seed_line`
-says the same of any checkpoint. The verdict is :func:`hyport_lib.weights.stage.summarize`'s.
+"""What the weights stage found (:class:`WeightsResult`) and the record read back
+(:class:`WeightsRecord`). :meth:`WeightsResult.seed_line` sums it up as the seed did: "2 shards,
+978 tensors in the index, shards of 5,000,007,256 and 3,065,167,368 bytes holding 472 and 506
+keys, model type hunyuan_vl_mot, 3,785,086,960 parameters, LOAD_OK".
 """
 
 from __future__ import annotations
@@ -49,8 +47,7 @@ class WeightsResult:
 
     def seed_line(self) -> str:
         """The seed's summary: shards, index tensors, bytes and keys per shard, type, parameters."""
-        insp = self.inspection
-        shards = insp.shards
+        insp, shards = self.inspection, self.inspection.shards
         if insp.index is not None:
             head = f"{len(insp.index.shards)} shards, {insp.index.tensors:,} tensors in the index"
         elif len(shards) == 1:
@@ -110,9 +107,8 @@ class WeightsResult:
 
 @dataclass
 class WeightsRecord:
-    """:meth:`WeightsResult.to_dict` read back, as the report shows it (the nested checks
-    kept as recorded). An older or odd record gives the defaults where it differs (see
-    :mod:`hyport_lib.utils.records`)."""
+    """:meth:`WeightsResult.to_dict` read back (nested checks as recorded); an older or odd
+    record gives the defaults where it differs (:mod:`hyport_lib.utils.records`)."""
 
     verdict: Optional[str] = None
     why: str = ""
