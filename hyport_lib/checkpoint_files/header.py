@@ -17,6 +17,7 @@ safetensors' own words.
 from __future__ import annotations
 
 import json
+import math
 import os
 import stat
 import struct
@@ -52,10 +53,7 @@ class TensorEntry:
 
     @property
     def numel(self) -> int:
-        n = 1
-        for d in self.shape:
-            n *= d
-        return n
+        return math.prod(self.shape)
 
     @property
     def nbytes(self) -> int:

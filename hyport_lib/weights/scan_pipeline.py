@@ -168,7 +168,8 @@ class Pipeline:
                         self.output.put(Chunk(buffer, end - begin, pieces, self._free))
                         sent_whole.update(p.entry.name for p in pieces if p.last)
         except OSError as exc:
-            self.output.put(ReadFailure(shard, exc, tuple(e.name for e in entries if e.name not in sent_whole)))
+            unread = tuple(e.name for e in entries if e.name not in sent_whole)
+            self.output.put(ReadFailure(shard, exc, unread))
         return True
 
 

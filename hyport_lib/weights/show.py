@@ -1,12 +1,7 @@
-"""Rendering of stage 05 for notebooks (and the frames ``hyport verify`` prints).
-
-The ``*_frame`` functions turn a :class:`~hyport_lib.weights.result.WeightsResult` into
-DataFrames; the ``show_*`` functions display them (pandas Styler, a matplotlib PNG
-through :func:`hyport_lib.display.figure_png`). :class:`LiveScanDisplay` is the scan's
-progress line, rate-limited through :class:`hyport_lib.display.LiveDisplay`.
-:func:`glance` and :func:`blog_values` are what the report asks of the stage's recorded
-result; its draft section is ``blog.<lang>.md.j2`` beside this module (see
-:mod:`hyport_lib.drafting`).
+"""Rendering of stage 05: ``*_frame`` (DataFrames, also printed by ``hyport verify``),
+``show_*`` (the notebook), :class:`LiveScanDisplay` (the scan's progress line), and what the
+report asks of the record: :func:`glance` and :func:`blog_values` (for ``blog.<lang>.md.j2``
+beside this module).
 """
 
 from __future__ import annotations
@@ -281,9 +276,9 @@ _COMPARED = {"base": "tensors changed vs base", "checkpoint": "checkpoint tensor
 
 
 def blog_values(record: dict) -> dict:
-    """What the draft's section (``blog.<lang>.md.j2``) derives from the record: the folder's
-    files as a listing, the comparisons' headline figures by a short name, and the ``hyport verify --reload`` command for the folder with what
-    the reload printed (no command when it was not reloaded)."""
+    """What the draft's section derives from the record: the folder's files as a listing,
+    the comparisons' headline figures by a short name, and the ``hyport verify --reload``
+    command for the folder with what the reload printed (none when not reloaded)."""
     data = as_dict(record.get("data"))
     index, path = data.get("index"), data.get("path")
     files = ([index["file"]] if isinstance(index, dict) and index.get("file") else []) + [
