@@ -69,7 +69,11 @@ def ram_need_per_rank(kind: str, num_parameters: int, mode: str, *, dtype: str =
 def host_memory() -> dict:
     """``ram_total_gb`` and ``ram_available_gb`` this process may use (None when unknown):
     the host's, capped by the container's memory limit (cgroup v2 or v1) when lower."""
-    memory = _memory()
+    import psutil
+
+    vm = psutil.virtual_memory()
+    memory = {"ram_total_gb": round(vm.total / 2**30, 2),
+              "ram_available_gb": round(vm.available / 2**30, 2)}
     limit = cgroup_memory_limit_gb()
     if limit is not None and memory.get("ram_total_gb") is not None and limit < memory["ram_total_gb"]:
         used = cgroup_memory_used_gb() or 0.0
@@ -102,14 +106,6 @@ def cgroup_memory_used_gb(root: Path = Path("/sys/fs/cgroup")) -> Optional[float
         if value is not None:
             return value / 2 ** 30
     return None
-
-
-def _memory() -> dict:
-    import psutil
-
-    vm = psutil.virtual_memory()
-    return {"ram_total_gb": round(vm.total / 2**30, 2),
-            "ram_available_gb": round(vm.available / 2**30, 2)}
 
 
 def check_host_memory(kind: str, num_cards: int, system: Mapping,
