@@ -6,7 +6,7 @@ keys, model type hunyuan_vl_mot, 3,785,086,960 parameters, LOAD_OK".
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Optional
 
 from hyport_lib.results import Provenance
@@ -98,8 +98,8 @@ class WeightsResult:
             "reload": self.reload.to_dict() if self.reload else None,
             "comparisons": [c.to_dict() for c in self.comparisons],
             "parity": self.parity.to_dict() if self.parity else None,
-            "zero": self.zero.to_dict() if self.zero else None,
-            "zero_compare": self.zero_compare.to_dict() if self.zero_compare else None,
+            "zero": asdict(self.zero) if self.zero else None,
+            "zero_compare": asdict(self.zero_compare) if self.zero_compare else None,
             "wall_s": round(self.wall_s, 3),
             "provenance": self.provenance.to_dict(),
         }

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 import os
 import re
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
@@ -63,9 +63,6 @@ class ZeroListing:
     @property
     def present(self) -> bool:
         return self.tag is not None
-
-    def to_dict(self) -> dict:
-        return asdict(self)
 
 
 def find_tag(checkpoint: Path) -> Optional[str]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 import os
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
@@ -45,9 +45,6 @@ class ZeroComparison:
     log_path: Optional[str] = None
     log_tail: str = ""
     wall_s: Optional[float] = None
-
-    def to_dict(self) -> dict:
-        return asdict(self)
 
 
 def consolidate(checkpoint: os.PathLike, targets: list[tuple[str, os.PathLike]], *,
