@@ -1,18 +1,8 @@
-"""What the weight verifier can find: one :class:`Finding` per problem, with a class.
-
-Every check of the stage reports through this module, so the findings table, the
-verdict and the exit status of ``hyport verify`` read one list. A finding names its
-class (a stable identifier that tests and scripts can match), a severity, the file it
-is about (relative to the checkpoint folder where possible) and a message written for
-a person. Checks never raise for what they find in a checkpoint: they add findings.
-
-Severities:
-
-* ``error``: the checkpoint is not what it claims to be (a shard truncated, a weight
-  missing or NaN, a reload that fails); ``hyport verify`` exits 1, the stage FAILs.
-* ``warning``: worth a look, may be intended (an extra shard file, training that changed
-  no weight, logits that differ between a checkpoint and the final folder); WARN.
-* ``info``: context (a tied duplicate saved twice, a dtype changed by training).
+"""What the weight verifier can find: one :class:`Finding` per problem, of a class of
+:data:`CLASSES` (stable: tests and scripts match it). Checks never raise for what they find
+in a checkpoint: they add findings, and the table, the verdict and ``hyport verify``'s exit
+status read that one list. Severities: ``error`` (not what it claims to be: the stage FAILs,
+``hyport verify`` exits 1), ``warning`` (worth a look, may be intended: WARN), ``info``.
 """
 
 from __future__ import annotations
@@ -94,15 +84,9 @@ FINDING_COLUMNS = ("severity", "class", "file", "message")
 
 @dataclass
 class Finding:
-    """One problem (or note) about a checkpoint.
-
-    Attributes:
-        cls: the class, a key of :data:`CLASSES`.
-        file: the file it is about (relative to the checkpoint folder when inside it).
-        message: what is wrong, for a person.
-        severity: ``error`` / ``warning`` / ``info``; defaults to the class's.
-        tensors: the tensors concerned (all of them, even when the message names a few).
-    """
+    """One problem (or note) about a checkpoint: ``file`` relative to the checkpoint folder
+    when inside it, ``severity`` the class's unless given, ``tensors`` all those concerned
+    (the message names a few)."""
 
     cls: str
     file: str

@@ -1,22 +1,17 @@
-"""The safetensors file format, read from the header alone.
+"""The safetensors file format, read from the header alone (:func:`read_header`).
 
-A safetensors file is an unsigned 64-bit little-endian length ``N``, then ``N`` bytes
-of UTF-8 JSON (``{"__metadata__": {...}, name: {"dtype", "shape", "data_offsets":
-[begin, end)}}``, padded with spaces), then the data buffer; offsets are relative to
-byte ``8 + N``. The writer packs tensors back to back from offset 0, so a valid file's
-tensors, sorted by offset, cover the buffer exactly once (docs/weights.md).
-
-:func:`read_header` reads the 8 bytes and the JSON only (never the data, so its time
-follows the tensor count, not the file size) and checks the layout against the file
-size. Every defect becomes a :class:`~hyport_lib.checkpoint_files.findings.Finding`; nothing
-raises for a malformed file. What these checks pass is also opened once with
-``safetensors.safe_open``, so a defect they do not know still shows up, in
-safetensors' own words.
+A safetensors file is a little-endian u64 length ``N``, ``N`` bytes of UTF-8 JSON
+(``{"__metadata__": {...}, name: {"dtype", "shape", "data_offsets": [begin, end)}}``), then
+the data buffer, offsets relative to byte ``8 + N``. The writer packs tensors back to back,
+so a valid file's tensors cover the buffer exactly once (docs/weights.md). Every defect is a
+finding; what these checks pass is also opened with ``safetensors.safe_open``, so a defect
+they do not know still shows, in safetensors' own words.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import stat
 import struct
@@ -52,10 +47,7 @@ class TensorEntry:
 
     @property
     def numel(self) -> int:
-        n = 1
-        for d in self.shape:
-            n *= d
-        return n
+        return math.prod(self.shape)
 
     @property
     def nbytes(self) -> int:
@@ -84,14 +76,10 @@ class ShardHeader:
     """What one file's header says, and what is wrong with it.
 
     Attributes:
-        path: the file.
         label: how findings name it (relative to the checkpoint folder).
-        size: file size in bytes.
         header_len: ``N``, the JSON header's length (None when unreadable).
-        metadata: ``__metadata__`` (transformers writes ``{"format": "pt"}``).
         tensors: the valid entries, by name, in header order.
         invalid: names whose entries are malformed (not in ``tensors``).
-        findings: every defect found (see the module docstring).
         readable: the header parsed; ``tensors`` may still have layout defects.
     """
 
@@ -131,12 +119,9 @@ class ShardHeader:
 
 
 def read_header(path: os.PathLike, *, validate: bool = True) -> ShardHeader:
-    """Read and check one safetensors file's header (never its data).
-
-    Args:
-        path: the file (its name labels the findings).
-        validate: also open it with ``safetensors.safe_open`` when no defect was found.
-    """
+    """Read and check one safetensors file's header, never its data (its time follows the
+    tensor count, not the file size); ``validate``: also ``safe_open`` it when no defect
+    was found."""
     path = Path(path)
     shard = ShardHeader(path, path.name)
     add = shard.findings.append

@@ -11,8 +11,8 @@ from __future__ import annotations
 import os
 import re
 import subprocess
-from dataclasses import asdict, dataclass, field, is_dataclass
-from typing import TYPE_CHECKING, Any, Optional
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Optional
 
 from hyport_lib.backend import Backend
 from hyport_lib.devices.host_memory import require_host_ram
@@ -94,11 +94,9 @@ def available_cards(backend: Backend, num_cards: Optional[int] = None) -> list[i
 
 
 def inherited_card_ids(var: str, value: str) -> list[int]:
-    """Host card ids listed by an inherited visible-devices variable, in order.
-
-    The grid pins each worker with ``var=<id>``, so it must know the host index
-    behind every card this process sees. Anything it cannot map that way is an error
-    naming the variable, rather than a crash or a worker pinned to the wrong card.
+    """Host card ids listed by an inherited visible-devices variable, in order: the grid
+    pins each worker with ``var=<id>``, so what it cannot map is an error naming the
+    variable, never a worker pinned to the wrong card.
 
     Raises:
         ValueError: the value hides every card, selects cards by UUID, holds a range
@@ -136,14 +134,6 @@ def inherited_card_ids(var: str, value: str) -> list[int]:
     return ids
 
 
-def _as_dict(process: Any) -> dict:
-    if is_dataclass(process):
-        return asdict(process)
-    if isinstance(process, dict):
-        return dict(process)
-    return {k: getattr(process, k, None) for k in ("pid", "name", "memory_mb")}
-
-
 def _busy_from_environment(backend: Backend) -> tuple[dict, Optional[str]]:
     """Ask the environment check which cards hold processes; unknown is not busy."""
     try:
@@ -164,13 +154,10 @@ def plan_grid(backend: Backend, num_cards: Optional[int] = None, allow_busy_card
     """Preflight: which cards run, which are skipped because another process holds them.
 
     Args:
-        backend: the backend seam for the device kind.
         num_cards: how many cards (None: all available; CPU default 2).
-        allow_busy_cards: run on busy cards anyway (nothing is ever killed).
         cards: explicit card ids instead of the first ``num_cards``.
-        busy: ``{card: [process, ...]}``; by default asked from the environment
-            check (``hyport_lib.devices.probe.probe_devices``: npu-smi on
-            Ascend, nvidia-smi on CUDA, nothing is busy on CPU).
+        busy: ``{card: [process, ...]}`` (dicts or device processes); by default
+            from :func:`hyport_lib.devices.probe.probe_devices` (nothing is busy on CPU).
     """
     ids = [int(c) for c in cards] if cards is not None else available_cards(backend, num_cards)
     if len(set(ids)) != len(ids):
@@ -180,7 +167,7 @@ def plan_grid(backend: Backend, num_cards: Optional[int] = None, allow_busy_card
         busy, preflight_error = _busy_from_environment(backend)
     plans = []
     for card in ids:
-        procs = [_as_dict(p) for p in (busy.get(card) or [])]
+        procs = [dict(p) if isinstance(p, dict) else asdict(p) for p in (busy.get(card) or [])]
         plans.append(CardPlan(card=card, run=allow_busy_cards or not procs, busy_processes=procs))
     return GridPlan(kind=backend.kind, cards=plans, allow_busy_cards=allow_busy_cards,
                     preflight_error=preflight_error)

@@ -1,8 +1,6 @@
 """Host memory against what the ranks of a stage need: RAM (capped by the container's
-cgroup limit) and /dev/shm, per card.
-
-Stage 01 shows these checks; the inference grid and the training launcher refuse a
-card count the host's RAM cannot hold with the same figure.
+cgroup limit) and /dev/shm, per card. Stage 01 shows these checks; the inference grid and
+the training launcher refuse a card count with the same figure (:func:`require_host_ram`).
 """
 
 from __future__ import annotations
@@ -19,7 +17,6 @@ from hyport_lib.devices.records import Check
 #: ranks each load the model on the host before moving it; CPU workers run tiny models.
 DEFAULT_RAM_GB_PER_CARD = {"npu": 16.0, "cuda": 16.0, "cpu": 1.0}
 DEFAULT_SHM_GB_PER_CARD = {"npu": 1.0, "cuda": 1.0, "cpu": 0.25}
-
 
 #: Host GB a rank needs besides the model: Python, torch and transformers; on an
 #: accelerator also the device runtime's host side.
@@ -72,7 +69,11 @@ def ram_need_per_rank(kind: str, num_parameters: int, mode: str, *, dtype: str =
 def host_memory() -> dict:
     """``ram_total_gb`` and ``ram_available_gb`` this process may use (None when unknown):
     the host's, capped by the container's memory limit (cgroup v2 or v1) when lower."""
-    memory = _memory()
+    import psutil
+
+    vm = psutil.virtual_memory()
+    memory = {"ram_total_gb": round(vm.total / 2**30, 2),
+              "ram_available_gb": round(vm.available / 2**30, 2)}
     limit = cgroup_memory_limit_gb()
     if limit is not None and memory.get("ram_total_gb") is not None and limit < memory["ram_total_gb"]:
         used = cgroup_memory_used_gb() or 0.0
@@ -105,14 +106,6 @@ def cgroup_memory_used_gb(root: Path = Path("/sys/fs/cgroup")) -> Optional[float
         if value is not None:
             return value / 2 ** 30
     return None
-
-
-def _memory() -> dict:
-    import psutil
-
-    vm = psutil.virtual_memory()
-    return {"ram_total_gb": round(vm.total / 2**30, 2),
-            "ram_available_gb": round(vm.available / 2**30, 2)}
 
 
 def check_host_memory(kind: str, num_cards: int, system: Mapping,
@@ -162,14 +155,8 @@ def shm_size_from_mounts(text: str) -> Optional[float]:
 
 def check_container_shm(total_gb: Optional[float], num_cards: int, per_card_gb: float,
                         where: str = "") -> Check:
-    """A container's /dev/shm (its ``--shm-size``) against ``num_cards`` × ``per_card_gb``.
-
-    Args:
-        total_gb: the size of /dev/shm in GB; None when unknown (SKIP).
-        num_cards: the cards the next stages will use.
-        per_card_gb: GB of /dev/shm each card's rank needs.
-        where: `` in TREE`` when the size was read from a copied tree, for the reason.
-    """
+    """A container's /dev/shm (``total_gb``, its ``--shm-size``; None: SKIP) against
+    ``num_cards`` × ``per_card_gb``; ``where``: `` in TREE`` when read from a copied tree."""
     need = per_card_gb * max(num_cards, 1)
     wanted = f"{need:g} GB needed for {num_cards} cards ({per_card_gb:g} GB each)"
     if total_gb is None:

@@ -47,8 +47,8 @@ class NpuSmiInfo:
         driver_version: the version after ``Version:`` (the driver's).
         devices: one entry per chip, in listing order, processes attached.
         idle_npus: NPU numbers printed as ``No running processes found in NPU n``.
-        unmatched_processes: process rows whose NPU/chip is not in the chip table,
-            as ``(npu_id, chip_id, process)``.
+        unmatched_processes: ``(npu_id, chip_id, process)`` rows whose NPU/chip is not in
+            the chip table.
     """
 
     tool_version: Optional[str] = None
@@ -229,15 +229,7 @@ class _Parser:
 
 
 def parse_npu_smi_info(text: str) -> NpuSmiInfo:
-    """Parse the output of ``npu-smi info``.
-
-    Args:
-        text: the command's stdout.
-
-    Returns:
-        Versions, one :class:`DeviceInfo` per chip (processes attached) and the
-        idle NPUs. Lines that fit no known row are ignored.
-    """
+    """Parse the output of ``npu-smi info``; lines that fit no known row are ignored."""
     parser = _Parser()
     for line in text.splitlines():
         parser.feed(line)

@@ -35,14 +35,13 @@ class DeviceListing:
     """Cards plus where they came from.
 
     Attributes:
-        devices: the cards.
         source: ``npu-smi``, ``nvidia-smi``, ``torch`` (tool missing or failed) or ``cpu``.
         error: why the preferred tool could not be used; None when it was.
         driver_version: as the tool printed it, when it did.
         processes_known: False when no tool could list processes (fallback listing).
         raw: the tool's own output, kept for a bug report.
         distrust: why the listing cannot be trusted (it disagrees with the runtime's
-            card count); None when it can.
+            card count).
     """
 
     devices: list[DeviceInfo] = field(default_factory=list)

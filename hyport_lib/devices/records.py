@@ -1,10 +1,5 @@
 """Records of device discovery (a card, a process holding one) and of the checks that
-judge a host (a verdict with its reason).
-
-Kept apart from the modules that fill them so that the parsers (``npu_smi``), the probe
-(``probe``), the card plan and stage 01's checks can all use them without importing one
-another.
-"""
+judge a host, apart from the modules that fill them so that none imports another."""
 
 from __future__ import annotations
 
@@ -19,13 +14,8 @@ SEVERITY = {"PASS": 0, "WARN": 1, "FAIL": 2}
 
 @dataclass(frozen=True)
 class Check:
-    """One judged fact about the host.
-
-    Attributes:
-        name: stable identifier, e.g. ``"torch_npu_compat"``.
-        verdict: PASS, WARN, FAIL or SKIP.
-        reason: one line a user can act on.
-    """
+    """One judged fact about the host: a stable ``name`` (``"torch_npu_compat"``), its
+    verdict and one line a user can act on."""
 
     name: str
     verdict: str
@@ -66,8 +56,6 @@ class DeviceProcess:
     Attributes:
         pid: the id as seen from this host or container (``Process id in container``
             when npu-smi prints it, otherwise the host pid).
-        name: process name; empty when the tool printed none.
-        memory_mb: device memory held, None when unknown.
         host_pid: the host's pid when it differs from ``pid`` (inside a container).
     """
 
@@ -91,10 +79,7 @@ class DeviceInfo:
             position of the chip in ``npu-smi info`` (or ``nvidia-smi``) order.
         npu_id: the NPU number npu-smi prints (GPU index on CUDA); None on CPU.
         chip_id: chip number within the NPU (0, or 0/1 on Atlas A3 and 310P Duo).
-        name: product name as the tool prints it (``910B3``, ``Ascend910``, ...).
-        health: ``OK``, ``Warning``, ``Alarm``, ``Critical``...; None when unknown.
         hbm_used_mb / hbm_total_mb: HBM use; None where the card has no HBM (310P).
-        processes: processes holding memory on this card.
         memory_used_mb / memory_total_mb: the "Memory-Usage" column (DDR); on 310P
             this is the card's device memory.
         phy_id: physical id (``Chip Phy-ID``, 25.x/A3) or device id (``Chip Device``,

@@ -1,8 +1,6 @@
 """The visible-devices variable (``ASCEND_RT_VISIBLE_DEVICES`` / ``CUDA_VISIBLE_DEVICES``):
-what the runtime will actually see, and a judgement of the value.
-
-The Ascend runtime stops reading at the first space or bad entry (``"1, 2,3"`` is card
-1 only); CUDA strips spaces and accepts GPU UUIDs. The checks name the fix.
+what the runtime will actually see (:func:`parse_visible_devices`), and a judgement of the
+value that names the fix (:func:`check_visible_devices`).
 """
 
 from __future__ import annotations
@@ -71,18 +69,12 @@ def visible_card_ids(value: Optional[str], var_name: str) -> Optional[list[int]]
 
 def check_visible_devices(value: Optional[str], var_name: str,
                           available: Optional[int] = None, kind: Optional[str] = None) -> Check:
-    """Validate a visible-devices variable's syntax (and range, given ``available``).
+    """Validate a visible-devices variable's ``value`` (None: unset), and its range given
+    the host's ``available`` card count.
 
-    Only the backend that reads the variable is judged strictly: a CI box that hides its
-    GPUs with ``CUDA_VISIBLE_DEVICES=`` or ``=-1`` is fine on cpu and npu.
-
-    Args:
-        value: the variable's value; None when it is not set.
-        var_name: ``ASCEND_RT_VISIBLE_DEVICES`` or ``CUDA_VISIBLE_DEVICES``.
-        available: cards on the host, to catch indices that do not exist.
-        kind: the active backend kind; None judges the variable for the backend that
-            reads it (npu for Ascend's, cuda for CUDA's). For any other kind the verdict
-            is at most WARN, never FAIL.
+    Only the backend that reads the variable is judged strictly: for another ``kind`` (a
+    CI box hiding its GPUs with ``CUDA_VISIBLE_DEVICES=-1`` on cpu) the verdict is at most
+    WARN. ``kind`` None: the backend that reads it.
     """
     owner = visible_devices_owner(var_name)
     kind = kind or owner

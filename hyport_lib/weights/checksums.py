@@ -1,23 +1,13 @@
 """The checksums of the full scan, by the name the ``checksum`` parameter takes.
 
-* ``xxh3`` (the default): xxHash's XXH3, 64-bit, seed 0 (the value ``xxhsum -H3`` prints;
-  in Python ``xxhash.xxh3_64``). About 20-30 GB/s on one core of the development VM,
-  so the full scan is bound by the read, not by the checksum. Not a cryptographic hash:
-  it finds corruption and accidental differences, not deliberate tampering.
-* ``crc32``: zlib's CRC-32 (``zlib.crc32``), about 2-4 GB/s: the previous default, kept
-  for comparing with scans recorded before.
-* ``sha256``: ``hashlib.sha256``, about 1.2-1.8 GB/s with SHA-NI: when a checksum must
-  stand up against deliberate changes.
+* ``xxh3`` (the default): XXH3-64, seed 0 (what ``xxhsum -H3`` prints), 20-30 GB/s on one
+  core, so the scan is bound by the read. Finds corruption, not deliberate tampering.
+* ``crc32``: zlib's CRC-32, 2-4 GB/s, for comparing with scans recorded with it.
+* ``sha256``: 1.2-1.8 GB/s with SHA-NI, when a checksum must stand up to deliberate changes.
 
-Each object made by a factory of :data:`HASHERS` takes ``update(bytes-like)`` and
-``hexdigest()``. The full scan (:mod:`.scan`) calls ``update`` in the caller's thread
-while the reader thread (:mod:`.scan_pipeline`) fills the next buffers, so each update
-must release the GIL on large buffers to overlap with the read: all three do. python-xxhash 4.x releases it inside ``update`` for
-inputs over 64 KiB (``XXHASH_DO_UPDATE`` in its ``src/_xxhash.c``; 3.x released it
-always), ``zlib.crc32`` above 5 KiB and ``hashlib`` above 2 KiB.
-
-Checksums of different algorithms say nothing about each other: each tensor's record
-names the algorithm that made its checksum.
+``update`` must release the GIL on large buffers to overlap with the reader thread
+(:mod:`.scan_pipeline`): python-xxhash 4.x does above 64 KiB (``XXHASH_DO_UPDATE`` in its
+``src/_xxhash.c``), ``zlib.crc32`` above 5 KiB, ``hashlib`` above 2 KiB.
 """
 
 from __future__ import annotations
@@ -69,8 +59,7 @@ def new_hasher(algorithm: str):
     """A fresh hasher of ``algorithm``.
 
     Raises:
-        ValueError: ``algorithm`` is not a key of :data:`HASHERS` (the stage's ``Params``
-            refuses such a value before any scan; this guards direct callers).
+        ValueError: ``algorithm`` is not a key of :data:`HASHERS`.
     """
     try:
         return HASHERS[algorithm]()

@@ -1,20 +1,13 @@
-"""Two checkpoints tensor by tensor: the weights against a base, or against a checkpoint.
+"""Two checkpoints tensor by tensor (:func:`compare_weights`): against a base (training
+must have changed it: else ``weights_unchanged``) or a checkpoint (same model expected:
+else ``checkpoint_differs``).
 
-Keys are matched by the model's names (:mod:`.names`), so a folder saved by another
-transformers version or by DeepSpeed (``lm_head.weight`` beside
-``language_model.lm_head.weight``) still lines up. Each pair of tensors is read in
-chunks of whole elements (16 MiB) from both files at once (memory stays about two chunks,
-whatever the tensor size) and compared:
-
-* byte-identical tensors of the same dtype are ``same`` without any arithmetic;
-* otherwise the other side is first rounded to the weights' dtype (a float32 base
-  against bfloat16 weights would otherwise count every rounding as training), then
-  ``max |Δ|`` and the relative change ``‖a − b‖ / ‖b‖`` are computed in float64 (no
-  relative change against a base of zeros).
-
-With ``role="base"`` the comparison is the proof that training changed the weights
-(``weights_unchanged`` when no tensor differs); with ``role="checkpoint"`` the two
-should hold the same model and any difference is a ``checkpoint_differs`` finding.
+Keys are matched by the model's names (:mod:`.names`), so folders saved by another
+transformers version or by DeepSpeed still line up. Each pair is read in chunks of whole
+elements from both files at once. Byte-identical tensors of one dtype are ``same`` with no
+arithmetic; otherwise the other side is first rounded to the weights' dtype (a float32 base
+against bfloat16 weights would count every rounding as training), then ``max |Δ|`` and
+``‖a − b‖ / ‖b‖`` are computed in float64.
 """
 
 from __future__ import annotations
@@ -32,9 +25,8 @@ from hyport_lib.checkpoint_files.header import DTYPE_BITS, ShardHeader, TensorEn
 from hyport_lib.weights.layout import Inspection
 from hyport_lib.weights.scan import ScanProgress
 
-#: Bytes read from each side per step. Its own size, not the full scan's 2 MiB: that one
-#: was measured for the scan's reader and its consumers (docs/weights.md, "Full scan"); the
-#: comparison reads two files in one thread and keeps the 16 MiB it was written with.
+#: Bytes read from each side per step: not the full scan's 2 MiB, measured for its reader
+#: thread; the comparison reads two files in one thread.
 CHUNK_BYTES = 16 << 20
 ROLES = ("base", "checkpoint")
 DIFF_COLUMNS = ("tensor", "status", "dtype", "other dtype", "shape", "other shape",
@@ -49,14 +41,8 @@ _TORCH_DTYPES = {
 
 @dataclass
 class Comparison:
-    """The weights against one other folder.
-
-    Attributes:
-        role: ``base`` (training should have changed it) or ``checkpoint`` (same model).
-        path, other_path: the two folders.
-        rows: one dict per tensor (see :data:`DIFF_COLUMNS`).
-        findings: what the comparison found (classes in the module docstring).
-    """
+    """The weights (``path``) against one other folder in a ``role`` of :data:`ROLES`;
+    ``rows``: one dict per tensor (:data:`DIFF_COLUMNS`)."""
 
     role: str
     path: str
@@ -85,14 +71,9 @@ class Comparison:
                 "rows": self.rows, "findings": [f.to_dict() for f in self.findings]}
 
 
-def _ids(insp: Inspection, names=None) -> dict[str, str]:
-    """Model name -> on-disk key; the on-disk key where two keys share a model name.
-
-    Args:
-        names: the :class:`~hyport_lib.weights.names.ModelNames` to map with (default:
-            the inspection's own).
-    """
-    names = names or insp.names
+def _ids(insp: Inspection, names) -> dict[str, str]:
+    """Model name (by ``names``) -> on-disk key; the on-disk key where two keys share a
+    model name."""
     counts = Counter(names.to_model(k) for k in insp.tensors)
     out = {}
     for key in insp.tensors:

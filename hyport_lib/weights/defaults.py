@@ -1,19 +1,8 @@
-"""Which folders the stage checks when none is given.
-
-In a report run stage 04 has just trained: its result (``<results>/04_train.json``)
-holds its hand-over (:class:`hyport_lib.results.TrainedWeights`): the final weights, the
-last complete checkpoint and the model it started from. The
-stage then checks the final weights, against that checkpoint (same model expected)
-and against the starting model (training must have changed it).
-
-Without a stage-04 result (the notebook run on its own) it checks the embedded tiny
-model saved in two shards, against the same model saved as one file: two folders that
-hold the same weights, so every comparison must find them equal. A stage-04 result that
-names no weights (the training failed) is an error, not a reason to check the tiny
-model instead: a PASS there would read as the trained weights' PASS. So is a report run
-(``HYPORT_RUN_DIR``) whose ``run.json`` lists stage 04 when stage 04 left no usable
-weights, whatever its record says (it writes none when its pre-launch checks refuse
-the run).
+"""Which folders the stage checks when none is given: stage 04's hand-over
+(:class:`hyport_lib.results.TrainedWeights`: final weights against its last checkpoint and
+its starting model), else the embedded tiny model in two shards against the same model in
+one file. A stage 04 that trained nothing (its record, or a report run's ``run.json``
+listing it) is an error, never the tiny model: that PASS would read as the trained weights'.
 """
 
 from __future__ import annotations
@@ -27,7 +16,6 @@ from typing import Optional
 from hyport_lib.models.tiny import ensure_tiny_model, tiny_model_dir
 from hyport_lib.results import RUN_DIR_ENV, StageResult, TrainedWeights, load_result, result_file, results_dir
 
-TRAIN_STAGE = TrainedWeights.STAGE
 #: The tiny model is about 850 KB in float32: this gives two shards.
 TINY_SHARD_SIZE = "500KB"
 _NOT_THE_TINY_MODEL = ("stage 05 does not check the embedded model instead, which would read as the trained "
@@ -36,11 +24,8 @@ _NOT_THE_TINY_MODEL = ("stage 05 does not check the embedded model instead, whic
 
 @dataclass
 class Sources:
-    """The folders to check and where they came from (``note``, for the notebook).
-
-    ``tiny``: the folders are the embedded tiny model's cache, which
-    :func:`build_tiny_sources` makes when the stage runs (naming them writes nothing).
-    """
+    """The folders to check and where they came from (``note``); ``tiny``: the embedded
+    tiny model's cache, made by :func:`build_tiny_sources` when the stage runs."""
 
     weights: str
     base: Optional[str]
@@ -54,9 +39,8 @@ def _existing(path) -> Optional[str]:
 
 
 def _stage04_record(results: Optional[os.PathLike]) -> tuple[Path, Optional[StageResult]]:
-    """Stage 04's result file, and its record (None: no file, or an unreadable one, which
-    is no record: the tiny default is used)."""
-    path = result_file(results or results_dir(), TRAIN_STAGE)
+    """Stage 04's result file, and its record (None: no file, or an unreadable one)."""
+    path = result_file(results or results_dir(), TrainedWeights.STAGE)
     if not path.is_file():
         return path, None
     try:
@@ -76,7 +60,7 @@ def stage04_of_this_run(environ: Optional[dict] = None) -> Optional[str]:
     except (OSError, ValueError, AttributeError):
         return None
     for stage in stages:
-        if isinstance(stage, dict) and stage.get("stage") == TRAIN_STAGE:
+        if isinstance(stage, dict) and stage.get("stage") == TrainedWeights.STAGE:
             summary = str(stage.get("error") or stage.get("summary") or "").strip().splitlines()
             return f"{stage.get('verdict')}" + (f": {summary[0][:200]}" if summary else "")
     return None
@@ -85,10 +69,8 @@ def stage04_of_this_run(environ: Optional[dict] = None) -> Optional[str]:
 def resolve_paths(weights_path: Optional[os.PathLike] = None, base_path: Optional[os.PathLike] = None,
                   checkpoint_path: Optional[os.PathLike] = None, *,
                   results: Optional[os.PathLike] = None) -> Sources:
-    """The folders to check: those given, else stage 04's, else the tiny model's.
-
-    A path given always wins; with ``weights_path`` given nothing else is guessed. Nothing
-    is written: the tiny model's folders are named, and built by :func:`build_tiny_sources`.
+    """The folders to check: those given, else stage 04's, else the tiny model's (named,
+    not built). A path given wins; with ``weights_path`` given nothing else is guessed.
 
     Raises:
         ValueError: stage 04 (of this run, or as recorded) trained no weights to check.

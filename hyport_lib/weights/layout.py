@@ -1,18 +1,8 @@
-"""A checkpoint folder from its headers: shards, index, config and parameter totals.
-
-:func:`inspect_checkpoint` reads every weight file's header (:mod:`.format`), the index
-and ``config.json`` and cross-checks them, without reading any tensor data:
-
-* sharded (``model.safetensors.index.json`` + ``model-0000i-of-0000n.safetensors``):
-  every index key is in the shard it names, every shard key is in the index, no key is
-  in two shards, no shard named by the index is missing and no other shard file lies
-  beside them, ``metadata.total_size`` equals the sum of the tensor byte sizes (and
-  ``total_parameters``, which transformers 5 writes, the sum of their elements);
-* single file (``model.safetensors``, no index), or one ``.safetensors`` file given
-  directly;
-* ``config.json``: model type, architectures, dtype; the model class built from it on
-  the meta device (:mod:`.names`) gives the expected shapes (ZeRO-3 placeholders) and
-  the tied weights (the parameter total without tied duplicates).
+"""A checkpoint folder from its headers: :func:`inspect_checkpoint` reads every weight
+file's header (:mod:`hyport_lib.checkpoint_files.header`), the index and ``config.json``
+and cross-checks them (keys against the index, ``metadata.total_size`` and
+``total_parameters`` against the headers), reading no tensor data; the model class built
+on the meta device (:mod:`.names`) adds :mod:`.model_checks`.
 """
 
 from __future__ import annotations
@@ -20,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import stat
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -29,7 +20,7 @@ from typing import Optional
 from hyport_lib.checkpoint_files.findings import Finding, finding, name_some
 from hyport_lib.checkpoint_files.header import ShardHeader, TensorEntry, read_header
 from hyport_lib.weights.model_checks import model_checks
-from hyport_lib.weights.names import ModelNames, identity_names, model_names
+from hyport_lib.weights.names import ModelNames, model_names
 
 INDEX_FILE = "model.safetensors.index.json"
 SINGLE_FILE = "model.safetensors"
@@ -64,13 +55,9 @@ class Inspection:
         path: the folder (or the single file given).
         kind: ``sharded``, ``single``, ``file`` (one file given) or ``none``.
         shards: the weight files read, in file-name order.
-        index: the index, when there is one.
-        config: what ``config.json`` says.
-        names: the model's view of the names (identity when no class could be built).
-        findings: every problem found in the headers, index and config.
-        seconds: how long reading and checking the headers, index and config took.
-        model_seconds: how long building the model class on the meta device took (the
-            first time in a process, mostly importing its transformers module).
+        seconds: reading and checking the headers, index and config.
+        model_seconds: building the model class on the meta device (the first time in a
+            process, mostly importing its transformers module).
     """
 
     path: str
@@ -78,7 +65,7 @@ class Inspection:
     shards: list[ShardHeader] = field(default_factory=list)
     index: Optional[IndexInfo] = None
     config: ConfigInfo = field(default_factory=ConfigInfo)
-    names: ModelNames = field(default_factory=identity_names)
+    names: ModelNames = field(default_factory=ModelNames)
     findings: list[Finding] = field(default_factory=list)
     seconds: float = 0.0
     model_seconds: float = 0.0
@@ -127,15 +114,9 @@ class Inspection:
 
 def inspect_checkpoint(path: os.PathLike, *, trust_remote_code: bool = False,
                        with_model: bool = True, validate: bool = True) -> Inspection:
-    """Inspect the headers of the checkpoint at ``path`` (a folder or one file).
-
-    Args:
-        path: a checkpoint folder, or one ``.safetensors`` file.
-        trust_remote_code: allow remote code when building the model class from the
-            config (for the names; nothing is loaded).
-        with_model: build the model class on the meta device (names, tied weights,
-            expected shapes); False skips it (headers only).
-        validate: also let safetensors open every file the checks pass.
+    """Inspect the headers of the checkpoint at ``path`` (a folder or one ``.safetensors``
+    file). ``with_model=False``: headers only, no model class on the meta device;
+    ``validate``: also let safetensors open every file the checks pass.
 
     Raises:
         FileNotFoundError: ``path`` does not exist (every other problem is a finding).
@@ -202,8 +183,6 @@ def _inspect_folder(folder: Path, validate: bool) -> Inspection:
 
 def _not_a_file(path: Path) -> str:
     """What a path that is not a regular file is, in a few words."""
-    import stat
-
     try:
         mode = path.stat().st_mode
     except OSError:

@@ -6,6 +6,7 @@ file) and tied weights saved under both names. Run by
 
 from __future__ import annotations
 
+import math
 import re
 
 from hyport_lib.checkpoint_files.findings import finding, name_some
@@ -28,7 +29,7 @@ def _placeholders(result) -> None:
             if not entry.is_float or entry.numel:
                 continue
             want = expected.get(result.names.to_model(key))
-            if want is not None and _numel(want) == 0:
+            if want is not None and math.prod(want) == 0:
                 continue  # the model itself has an empty tensor here
             found.append((key, entry, want))
         if found:
@@ -40,13 +41,6 @@ def _placeholders(result) -> None:
                 f"{entry.dtype} {list(entry.shape)}{hint}: ZeRO-3 placeholders saved instead of the "
                 f"weights (save with stage3_gather_16bit_weights_on_model_save, or consolidate "
                 f"with zero_to_fp32)", tensors=[k for k, _, _ in found]))
-
-
-def _numel(shape) -> int:
-    n = 1
-    for d in shape:
-        n *= d
-    return n
 
 
 def _absent(result) -> None:

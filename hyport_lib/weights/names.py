@@ -1,22 +1,13 @@
-"""On-disk tensor names against the model's own names, through transformers itself.
+"""On-disk tensor names against the model's own names, through transformers itself
+(:func:`model_names`; docs/weights.md, "Names").
 
-transformers 5 renames weights when it loads them and reverts the renaming when it
-saves, so a LLaVA folder holds ``language_model.model.embed_tokens.weight`` while the
-model (and DeepSpeed, which sees the model) calls it
-``model.language_model.embed_tokens.weight``. A hand-written regex gets this wrong
-(``model.language_model.model.*``); the mapping transformers uses is exact, so it is
-what is used here: the model class is built from ``config.json`` on the ``meta``
-device (no memory, no weights read) and its conversion mapping renames each key
-(docs/weights.md, "Names").
-
-The same meta model gives the shapes the model expects (a ``[0]`` tensor where it
-expects ``[128, 64]`` is a ZeRO-3 placeholder) and which parameters are tied (one
-tensor under two names), so the parameter total can leave tied duplicates out.
-
-On transformers 4.57 (the seed host) the model class carries the regexes itself
-(``_checkpoint_conversion_mapping``), applied the way its loader applies them. When the
-class cannot be built (remote code that is not trusted, an unknown architecture) the
-names are used as they are and :attr:`ModelNames.error` says why.
+transformers 5 renames weights when it loads them and reverts that when it saves: a LLaVA
+folder holds ``language_model.model.embed_tokens.weight``, the model (and DeepSpeed) calls
+it ``model.language_model.embed_tokens.weight``. A hand-written regex gets this wrong, so
+the model class is built from ``config.json`` on the ``meta`` device (no memory, no weights
+read) and its own conversion mapping renames each key (on transformers 4.57: the class's
+``_checkpoint_conversion_mapping`` regexes). The same meta model gives the expected shapes
+(ZeRO-3 placeholders) and the tied parameters.
 """
 
 from __future__ import annotations
@@ -31,16 +22,15 @@ from typing import Callable, Optional
 
 @dataclass
 class ModelNames:
-    """The model's view of a checkpoint's names.
+    """The model's view of a checkpoint's names; every name maps to itself when the class
+    could not be built (``error`` says why).
 
     Attributes:
-        class_name: the model class built from the config (None when it could not be).
         expected: model name -> shape, for every entry of the model's state dict.
         tied: tied target -> its source (``lm_head.weight`` -> ``...embed_tokens.weight``).
         parameters: the model's parameter count, tied weights counted once.
         optional: patterns of names the class may lack on disk
             (``_keys_to_ignore_on_load_missing``).
-        error: why the class could not be built (then names map to themselves).
     """
 
     class_name: Optional[str] = None
@@ -59,15 +49,6 @@ class ModelNames:
         """True when a converter (several keys into one tensor, e.g. fused experts) maps it."""
         return self._rename(key)[1] if self._rename else False
 
-    def mapping(self, keys) -> dict[str, str]:
-        """On-disk key -> model name for every key."""
-        return {k: self.to_model(k) for k in keys}
-
-
-def identity_names(error: Optional[str] = None) -> ModelNames:
-    """Names used as they are (no config, or a class that cannot be built)."""
-    return ModelNames(error=error)
-
 
 def model_names(folder: os.PathLike, *, trust_remote_code: bool = False) -> ModelNames:
     """Build the model class of ``folder/config.json`` on the meta device; its names.
@@ -77,7 +58,7 @@ def model_names(folder: os.PathLike, *, trust_remote_code: bool = False) -> Mode
     try:
         return _model_names(Path(folder), trust_remote_code)
     except Exception as exc:  # any failure of a third-party model class: names as they are
-        return identity_names(f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
+        return ModelNames(error=f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
 
 
 def model_class(config, *, trust_remote_code: bool = False):

@@ -1,10 +1,6 @@
-"""The parameters of stage 05, declared once: notebook 05's ``parameters`` cell,
-``hyport verify``'s flags and ``hyport report -p`` all derive from :class:`Params`.
-
-The folders default to what stage 04 recorded in this run (see
-:mod:`hyport_lib.weights.defaults`); :func:`hyport_lib.weights.stage.plan` resolves and
-checks them.
-"""
+"""The parameters of stage 05: notebook 05's ``parameters`` cell, ``hyport verify``'s
+flags and ``hyport report -p`` all derive from :class:`Params`. The folders default to what
+stage 04 recorded (:mod:`hyport_lib.weights.defaults`)."""
 
 from __future__ import annotations
 
@@ -16,10 +12,6 @@ from hyport_lib.params import (ParameterError, StageParams, attn_implementation_
 from hyport_lib.results import TrainedWeights
 from hyport_lib.weights.checksums import HASHERS
 
-#: The stage that writes ``weights_path`` and ``checkpoint_path`` in a report run (inside
-#: its ``output_dir``), so the report accepts them before it has run.
-TRAIN_STAGE_NAME = TrainedWeights.STAGE_NAME
-
 
 @dataclass
 class Params(StageParams):
@@ -28,13 +20,13 @@ class Params(StageParams):
     weights_path: Optional[str] = param(
         None, "a checkpoint folder or one .safetensors file; None: stage 04's final weights, "
               "else the tiny model in 2 shards",
-        nonempty=True, path="any", written_by=TRAIN_STAGE_NAME)
+        nonempty=True, path="any", written_by=TrainedWeights.STAGE_NAME)
     base_path: Optional[str] = param(
         None, "the model before fine-tuning; None: the model stage 04 started from",
         nonempty=True, path="any", must_exist=True)
     checkpoint_path: Optional[str] = param(
         None, "a folder that should hold the same model; None: stage 04's last checkpoint",
-        nonempty=True, path="any", written_by=TRAIN_STAGE_NAME)
+        nonempty=True, path="any", written_by=TrainedWeights.STAGE_NAME)
     full_scan: bool = param(True, "read every tensor: NaN/Inf and a checksum each")
     checksum: str = param(
         "xxh3", "checksum of each tensor in the full scan: xxh3 (XXH3-64, fastest) | crc32 | sha256",
@@ -52,9 +44,8 @@ class Params(StageParams):
         600, "limit of each child process (reload, logits parity, consolidation)", min_exclusive=0)
 
     def check(self) -> None:
-        """A folder given without a checkpoint cannot be compared with one: nothing else is
-        guessed when ``weights_path`` is given (:func:`hyport_lib.weights.defaults.resolve_paths`),
-        so this is refused here, before a report run trains for hours first.
+        """Refuse ``logits_parity`` for a ``weights_path`` given without a checkpoint (nothing
+        else is guessed then), here: before a report run trains for hours first.
 
         Raises:
             ParameterError: ``logits_parity`` asked for with no checkpoint to compare with.

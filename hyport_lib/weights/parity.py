@@ -1,13 +1,8 @@
-"""Logits parity: two folders that should hold the same model, on one fixed prompt.
-
-The last ``checkpoint-N/`` and the final folder of a run that stopped at step N should
-be the same model; a checkpoint re-saved in shards should be too. :func:`logits_parity`
-loads both in one fresh process (:mod:`.runner`), in float32 with eager attention on
-the CPU, where identical weights give bit-identical logits, tokenises one text prompt
-once and reports the maximum ``|Δ logits|``, the top-1 agreement over the positions and
-the largest per-position KL divergence. Trainer checkpoints often carry no tokenizer
-files (and ``AutoTokenizer`` on such a folder fails with a misleading message about
-sentencepiece), so the tokenizer comes from whichever folder has one.
+"""Logits parity (:func:`logits_parity`): two folders that should hold the same model (the
+last ``checkpoint-N/`` and the final folder of a run stopped at step N) on one prompt, in
+one fresh process (:mod:`.runner`), float32 and eager attention on the CPU, where identical
+weights give bit-identical logits. Trainer checkpoints often carry no tokenizer files
+(``AutoTokenizer`` then blames sentencepiece), so the tokenizer comes from either folder.
 """
 
 from __future__ import annotations
@@ -30,6 +25,8 @@ ATOL = 1e-5
 
 @dataclass
 class ParityResult:
+    """Max and mean ``|Δ logits|``, top-1 agreement and the largest per-position KL."""
+
     path: str
     other_path: str
     status: str  # ok | failed | timeout

@@ -1,20 +1,10 @@
-"""The seed's reload check, in a fresh process: ``LOAD_OK <model_type> <parameters>``.
+"""The seed's reload check, in a fresh process (:mod:`.runner`): ``LOAD_OK <model_type>
+<parameters>``, as the seed printed after ``from_pretrained`` of its model and processor.
 
-The seed proved its saved weights by loading them in a new Python process with
-``AutoModelForImageTextToText.from_pretrained(out, torch_dtype=torch.bfloat16,
-attn_implementation="eager")`` and ``AutoProcessor.from_pretrained(out)`` and printing
-``LOAD_OK``, the model type and the parameter count. :func:`reload` does the same through
-:mod:`.runner` (a child that dies with its launcher) and records more:
-
-* the class from ``config.json`` (its architecture, else the Auto classes), loaded with
-  ``local_files_only=True`` and ``trust_remote_code`` only when asked (the result says
-  which), in the requested dtype and attention implementation;
-* ``output_loading_info=True``: a *missing* key loads without any error and leaves that
-  weight randomly initialised, so missing, unexpected and mismatched keys are findings;
-* the processor (or the tokenizer) where the folder has its files;
-* seconds and peak memory, measured inside the child (``RUSAGE_SELF``);
-* on failure, one line (the exception) and the log's tail (transformers logs its
-  "LOAD REPORT" table there before raising).
+:func:`reload` loads the class from ``config.json`` (``local_files_only``, remote code only
+when asked) with ``output_loading_info=True``: a *missing* key loads without any error and
+leaves that weight random, so missing, unexpected and mismatched keys are findings. On
+failure the log's tail is kept (transformers logs its "LOAD REPORT" table there).
 """
 
 from __future__ import annotations
@@ -36,10 +26,10 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model",
 
 @dataclass
 class ReloadResult:
-    """The reload of one folder (see the module docstring)."""
+    """The reload of one folder; ``status``: LOAD_OK, failed or timeout."""
 
     path: str
-    status: str  # LOAD_OK | failed | timeout
+    status: str
     dtype: str
     attn_implementation: str
     trust_remote_code: bool
@@ -163,9 +153,8 @@ def reload_in_child(spec: dict) -> dict:
 
 
 def _processor(folder: Path, common: dict) -> tuple[Optional[str], Optional[str]]:
-    """Load the processor (or tokenizer) where the folder has its files, the way the
-    stages load it (:func:`hyport_lib.models.loading.load_processor`: a VLM's processor
-    without its video part where torchvision is missing, and that said)."""
+    """Load the processor (or tokenizer) where the folder has its files, as the stages do
+    (:func:`hyport_lib.models.loading.load_processor`)."""
     if not any((folder / f).is_file() for f in PROCESSOR_FILES + TOKENIZER_FILES):
         return None, None
     try:

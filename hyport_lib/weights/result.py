@@ -1,14 +1,12 @@
-"""What the weights stage leaves behind and its line in the seed's shape.
-
-The seed summed its proof up as: 2 shards, 978 tensors in the index, shards of
-5,000,007,256 and 3,065,167,368 bytes holding 472 and 506 keys, model type
-hunyuan_vl_mot, 3,785,086,960 parameters, ``LOAD_OK``. :meth:`WeightsResult.seed_line`
-says the same of any checkpoint. The verdict is :func:`hyport_lib.weights.stage.summarize`'s.
+"""What the weights stage found (:class:`WeightsResult`) and the record read back
+(:class:`WeightsRecord`). :meth:`WeightsResult.seed_line` sums it up as the seed did: "2 shards,
+978 tensors in the index, shards of 5,000,007,256 and 3,065,167,368 bytes holding 472 and 506
+keys, model type hunyuan_vl_mot, 3,785,086,960 parameters, LOAD_OK".
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Optional
 
 from hyport_lib.results import Provenance
@@ -49,8 +47,7 @@ class WeightsResult:
 
     def seed_line(self) -> str:
         """The seed's summary: shards, index tensors, bytes and keys per shard, type, parameters."""
-        insp = self.inspection
-        shards = insp.shards
+        insp, shards = self.inspection, self.inspection.shards
         if insp.index is not None:
             head = f"{len(insp.index.shards)} shards, {insp.index.tensors:,} tensors in the index"
         elif len(shards) == 1:
@@ -101,8 +98,8 @@ class WeightsResult:
             "reload": self.reload.to_dict() if self.reload else None,
             "comparisons": [c.to_dict() for c in self.comparisons],
             "parity": self.parity.to_dict() if self.parity else None,
-            "zero": self.zero.to_dict() if self.zero else None,
-            "zero_compare": self.zero_compare.to_dict() if self.zero_compare else None,
+            "zero": asdict(self.zero) if self.zero else None,
+            "zero_compare": asdict(self.zero_compare) if self.zero_compare else None,
             "wall_s": round(self.wall_s, 3),
             "provenance": self.provenance.to_dict(),
         }
@@ -110,9 +107,8 @@ class WeightsResult:
 
 @dataclass
 class WeightsRecord:
-    """:meth:`WeightsResult.to_dict` read back, as the report shows it (the nested checks
-    kept as recorded). An older or odd record gives the defaults where it differs (see
-    :mod:`hyport_lib.utils.records`)."""
+    """:meth:`WeightsResult.to_dict` read back (nested checks as recorded); an older or odd
+    record gives the defaults where it differs (:mod:`hyport_lib.utils.records`)."""
 
     verdict: Optional[str] = None
     why: str = ""

@@ -1,15 +1,9 @@
-"""The stage's child processes: reload, logits parity, ZeRO consolidation.
+"""The stage's child processes (reload, logits parity, ZeRO consolidation), launcher side.
 
-Loading a model (or DeepSpeed's optimizer states) in the process that verifies would
-prove little (modules already imported, memory already used) and could take the
-notebook's kernel down with it, so each such task runs in a fresh interpreter started
-through :mod:`hyport_lib.processes`: its own process group, the configuration as one
-JSON line on a stdin lifeline (it dies with its launcher, even one killed by
-SIGKILL), its log scrubbed of secrets, its result a JSON file written atomically.
-A task that runs past its timeout, or a launcher interrupted, kills the child's whole
-group, and only that group.
-
-The child side is :mod:`hyport_lib.weights.worker`.
+Loading a model in the verifying process would prove little (modules already imported)
+and could take the notebook's kernel down, so each task runs in a fresh interpreter
+(:mod:`hyport_lib.processes`: own process group, configuration on a stdin lifeline, log
+scrubbed, killed as a group past its timeout). The child side is :mod:`.worker`.
 """
 
 from __future__ import annotations
@@ -29,18 +23,14 @@ from hyport_lib.results import fresh_folder_beside_results
 from hyport_lib.utils.redact import child_environ
 
 KILL_GRACE_S = 2.0
+POLL_S = 0.05
 
 
 @dataclass
 class ChildOutcome:
-    """How one child task ended.
-
-    Attributes:
-        status: ``ok`` (the task wrote a result saying so), ``failed`` or ``timeout``.
-        result: what the child wrote (scrubbed); empty when it wrote nothing.
-        reason: one line when not ``ok``.
-        log_path: its log; ``log_tail`` its last lines (scrubbed).
-    """
+    """How one child task ended: ``status`` ``ok`` (its result says so), ``failed`` or
+    ``timeout``; ``result`` what it wrote (scrubbed, empty when nothing); ``reason`` one
+    line when not ok."""
 
     task: str
     status: str
@@ -73,17 +63,10 @@ def child_env(task: str) -> dict[str, str]:
 
 
 def run_task(task: str, spec: dict, *, timeout_s: float, log_dir: Optional[os.PathLike] = None,
-             name: Optional[str] = None, poll_s: float = 0.05) -> ChildOutcome:
-    """Run one task in a fresh child process and wait for it (at most ``timeout_s``).
-
-    Args:
-        task: a key of :data:`hyport_lib.weights.worker.TASK_FUNCTIONS` (the worker
-            refuses any other, as a failed result).
-        spec: the task's configuration (JSON-serialisable; sent on stdin, never written).
-        timeout_s: wall-clock limit; past it the child's process group is killed.
-        log_dir: where ``<name>.log`` and ``<name>.json`` go (default
-            :func:`default_log_dir`).
-        name: file stem (default: the task).
+             name: Optional[str] = None) -> ChildOutcome:
+    """Run ``task`` (a key of :data:`hyport_lib.weights.worker.TASK_FUNCTIONS`) in a fresh
+    child and wait at most ``timeout_s``. ``spec`` goes on stdin, never to a file;
+    ``<name>.log`` and ``<name>.json`` go to ``log_dir`` (default :func:`default_log_dir`).
     """
     log_dir = Path(log_dir) if log_dir else default_log_dir()
     log_dir.mkdir(parents=True, exist_ok=True)
@@ -93,7 +76,7 @@ def run_task(task: str, spec: dict, *, timeout_s: float, log_dir: Optional[os.Pa
     cmd = [sys.executable, "-m", "hyport_lib.weights.worker", "--result", str(result_path)]
     payload = json.dumps({"task": task, **spec}, default=str).encode() + b"\n"
     ended = run_child(cmd, env=child_env(task), log_path=log_path, payload=payload,
-                      timeout_s=float(timeout_s), name=name, poll_interval_s=poll_s,
+                      timeout_s=float(timeout_s), name=name, poll_interval_s=POLL_S,
                       kill_grace_s=KILL_GRACE_S)
     return _outcome(task, log_path, result_path, ended.code, ended.timed_out, float(timeout_s),
                     time.monotonic() - ended.child.started)

@@ -1,31 +1,16 @@
-"""The full scan: every tensor read once, checked for NaN/Inf and checksummed.
+"""The full scan (:func:`full_scan`): every tensor read once, checked for NaN/Inf and
+checksummed (:mod:`.checksums`), with bounded memory whatever the checkpoint's size.
 
-Streaming with bounded memory whatever the checkpoint's size, in two threads
-(:mod:`.scan_pipeline`): a reader fills a fixed set of buffers (three of ``chunk_bytes``,
-2 MiB, by default) with ``readinto`` while the caller's thread checks and hashes the
-chunk it was handed, so reading overlaps the work on the previous chunk (``readinto``,
-numpy's reductions and the hashers release the GIL). Checking and hashing the same chunk
-one after the other keeps it in the core's cache; a third thread for the hash (the
-previous design, when CRC-32 was the bottleneck) cost more in hand-offs than it saved
-once XXH3 hashes at tens of GB/s (docs/weights.md, "Full scan"). Reads follow the file:
-a chunk may hold several small tensors, and a tensor larger than a chunk is several
-chunks, each cut after whole elements, so results are per tensor whatever the chunk size.
+A reader thread (:mod:`.scan_pipeline`) fills the buffers while the caller's thread checks
+and hashes the chunk it was handed: both on one chunk in turn keep it in the core's cache,
+and a third thread for the hash cost more in hand-offs than it saved once XXH3 hashes at
+tens of GB/s (docs/weights.md, "Full scan").
 
-The non-finite test works on the raw bits with numpy, not ``torch.isfinite`` (20-40
-times slower on the CPU): a value is NaN or Inf when its exponent field is all ones,
-that is when its bits without the sign are at least the exponent mask. Two max
-reductions find whether any element is so (the signed view's maximum for the positive
-values, the unsigned view's for the negative ones), with no temporary array; only a
-chunk that has one is counted element by element. The checksum is XXH3-64 by default
-(:mod:`.checksums`: ``crc32`` and ``sha256`` on request); each tensor's record names the
-algorithm that made its checksum.
-
-Only what the reader reports about a file (a :class:`.scan_pipeline.ReadFailure`: the
-file is missing, unreadable or shorter than its header says) becomes a
-``file_unreadable`` finding, naming that file; the scan goes on with the next file and
-lists the tensors it could not read in ``skipped``. Any other error, in the hash, in the
-check or in ``on_progress``, is raised: a scan never returns with a tensor silently
-left out.
+The non-finite test works on the raw bits with numpy, not ``torch.isfinite`` (20-40 times
+slower on the CPU): an element is NaN or Inf when its bits without the sign are at least
+the exponent mask. Two max reductions (the signed view's for positive values, the
+unsigned view's for negative ones) find whether any is, with no temporary array; only
+such a chunk is counted element by element.
 """
 
 from __future__ import annotations
@@ -59,11 +44,8 @@ _SPECIAL_BITS = {
 
 @dataclass
 class TensorScan:
-    """One tensor's scan: its checksum and NaN/Inf counts.
-
-    ``algorithm`` (keyword only, required) names what made ``checksum``: there is no
-    default, so a record can never claim an algorithm that did not make it.
-    """
+    """One tensor's scan: its checksum and NaN/Inf counts. ``algorithm`` has no default,
+    so a record never claims an algorithm that did not make its checksum."""
 
     key: str
     file: str
@@ -163,26 +145,21 @@ def full_scan(shards: list[ShardHeader], *, checksum: str = DEFAULT_CHECKSUM, ch
               min_interval_s: float = 0.2) -> ScanResult:
     """Read every tensor of ``shards`` once: NaN/Inf counts and a checksum per tensor.
 
-    Args:
-        shards: the files' headers (:attr:`Inspection.shards`).
-        checksum: a key of :data:`HASHERS` (the stage's ``checksum`` parameter, checked there).
-        chunk_bytes: read size, a positive multiple of 8.
-        buffers: how many chunks may be in flight; memory stays ``buffers * chunk_bytes``
-            (plus, only for a chunk holding NaN/Inf, the temporaries that count them).
-        on_progress: called at most every ``min_interval_s`` seconds, and at the end.
+    Memory stays ``buffers * chunk_bytes`` (``chunk_bytes`` a positive multiple of 8),
+    plus, only for a chunk holding NaN/Inf, the temporaries that count them.
+    ``on_progress`` is called at most every ``min_interval_s`` seconds, and at the end.
 
     Returns:
-        A :class:`ScanResult`; a file that cannot be read (or that ends before its
-        header says) is a ``file_unreadable`` finding naming it, the tensors read before
-        the error kept and the other files scanned; ``skipped`` lists the tensors not
-        scanned: those of a file that failed and not read whole, and those outside their
-        file or of the wrong byte length (header findings already).
+        A :class:`ScanResult`. A file the reader cannot read (missing, unreadable, shorter
+        than its header says) is a ``file_unreadable`` finding naming it, and the scan goes
+        on; ``skipped`` lists the tensors not scanned: those of such a file not read whole,
+        and those outside their file or of the wrong byte length (header findings already).
 
     Raises:
         ValueError: ``checksum``, ``chunk_bytes`` or ``buffers`` out of range.
         Exception: whatever the hasher, the check or ``on_progress`` raised, unchanged (an
-            ``OSError`` among them too: only the reader's errors are findings), after the
-            reader was asked to stop (and waited for, up to 5 s).
+            ``OSError`` too: only the reader's errors are findings), after the reader was
+            stopped: a scan never returns with a tensor silently left out.
     """
     new_hasher(checksum)  # an unknown name fails here, before the reader starts
     started = time.perf_counter()
@@ -190,8 +167,7 @@ def full_scan(shards: list[ShardHeader], *, checksum: str = DEFAULT_CHECKSUM, ch
     result = ScanResult(checksum, skipped=skipped)
     total = sum(e.nbytes for _, entries in plan for e in entries)
     count = sum(len(entries) for _, entries in plan)
-    pipeline = Pipeline(plan, consumers=1, chunk_bytes=chunk_bytes, buffers=buffers)
-    inbox = pipeline.outputs[0]
+    pipeline = Pipeline(plan, chunk_bytes=chunk_bytes, buffers=buffers)
     last_note = 0.0
 
     def note(file: str, force: bool = False) -> None:
@@ -206,7 +182,7 @@ def full_scan(shards: list[ShardHeader], *, checksum: str = DEFAULT_CHECKSUM, ch
     pipeline.start()
     try:
         while True:
-            chunk = inbox.get()
+            chunk = pipeline.output.get()
             if chunk is END:
                 break
             if isinstance(chunk, BaseException):

@@ -1,28 +1,18 @@
-"""The full scan's read pipeline: one reader thread, a fixed set of buffers.
-
-A reader thread fills buffers of ``chunk_bytes`` with ``readinto`` and hands each filled
-buffer to its consumers (the full scan has one: the caller's thread, which checks and
-hashes it, :func:`hyport_lib.weights.scan.full_scan`). A buffer goes back to the reader
-only when every consumer has released it, so memory is ``buffers x chunk_bytes``
-whatever the checkpoint, and the read of the next chunks overlaps the work on this one
-(``readinto``, numpy's reductions and the hashers release the GIL).
+"""The full scan's read pipeline: one reader thread fills a fixed set of buffers with
+``readinto`` (which releases the GIL) and hands each to the consumer
+(:func:`hyport_lib.weights.scan.full_scan`), which gives it back by :meth:`Chunk.release`:
+memory is ``buffers x chunk_bytes`` whatever the checkpoint. Three buffers of 2 MiB took
+less CPU per byte than 4-16 MiB ones: they stay in the caches (docs/weights.md, "Full scan").
 
 Reads follow the file, not the tensors: a run of adjacent tensors is read in chunks that
-may hold the end of one tensor, several small ones and the start of the next, so small
-tensors cost no read of their own. A chunk ends where the tensor it cuts has a
-multiple of 8 bytes in it (counted from the tensor's first byte), so every piece holds
-whole elements of any dtype up to 8 bytes; a gap or an overlap between tensors (not
-written by ``safetensors``, but possible) starts a new run with a seek.
+may hold several small tensors, so those cost no read of their own. A chunk ends where
+the tensor it cuts has a multiple of 8 bytes in it, so every piece holds whole elements;
+a gap or an overlap between tensors (possible, though ``safetensors`` writes none) starts
+a new run with a seek.
 
-A file that cannot be read to the end (missing, unreadable, or shorter than its header
-says: it changed after the headers were read) costs only its own tensors: the reader
-sends a :class:`ReadFailure` naming that file and the tensors of it not read whole, then
-goes on with the next file. Any other exception in the reader is a defect: it is sent
-to the consumers, which raise it.
-
-Small buffers stay in the caches between the read that fills them and the passes that
-consume them: three buffers of 2 MiB took less CPU per byte than buffers of 4-16 MiB on
-the development VM (docs/weights.md, "Full scan").
+A file that cannot be read to the end (it may have changed since its header was read)
+costs only its own tensors: a :class:`ReadFailure`, then the next file. Any other
+exception in the reader is a defect, sent to the consumer, which raises it.
 """
 
 from __future__ import annotations
@@ -42,14 +32,8 @@ END = object()
 
 @dataclass(frozen=True)
 class ReadFailure:
-    """What the reader sends when one file fails (it goes on with the next file).
-
-    Attributes:
-        shard: the file that failed.
-        error: the ``OSError`` that stopped its reading.
-        unread: its tensors whose bytes were not all sent (a consumer drops what it has
-            of the one that was cut).
-    """
+    """One file failed (``error`` stopped its reading); ``unread``: its tensors whose bytes
+    were not all sent (the consumer drops what it has of the one that was cut)."""
 
     shard: ShardHeader
     error: OSError
@@ -58,15 +42,9 @@ class ReadFailure:
 
 @dataclass(frozen=True)
 class Piece:
-    """The part of one tensor that one chunk holds.
-
-    Attributes:
-        shard: the file.
-        entry: the tensor.
-        start: where the piece begins in the chunk's buffer.
-        length: its bytes (whole elements; 0 for a zero-size tensor).
-        last: the tensor's last piece (its checksum and counts are complete after it).
-    """
+    """The part of one tensor that one chunk holds: ``start`` in the chunk's buffer,
+    ``length`` bytes (whole elements; 0 for a zero-size tensor), ``last``: the tensor's
+    last piece."""
 
     shard: ShardHeader
     entry: TensorEntry
@@ -76,32 +54,19 @@ class Piece:
 
 
 class Chunk:
-    """One filled buffer and the pieces of tensors it holds, shared by the consumers.
+    """One filled buffer (``size`` bytes read) and the pieces of tensors it holds, in file
+    order; the buffer goes back to ``free`` on :meth:`release`."""
 
-    Args:
-        buffer: the pipeline's buffer (reused after the last :meth:`release`).
-        size: the bytes read into it.
-        pieces: the tensors' parts, in file order.
-        consumers: how many :meth:`release` calls give the buffer back.
-        free: where the buffer goes back to.
-    """
-
-    def __init__(self, buffer: bytearray, size: int, pieces: list[Piece], consumers: int,
-                 free: queue.SimpleQueue):
+    def __init__(self, buffer: bytearray, size: int, pieces: list[Piece], free: queue.SimpleQueue):
         self.buffer, self.size, self.pieces = buffer, size, pieces
-        self._pending, self._free = consumers, free
-        self._lock = threading.Lock()
+        self._free = free
 
     def view(self, piece: Piece) -> memoryview:
         return memoryview(self.buffer)[piece.start: piece.start + piece.length]
 
     def release(self) -> None:
-        """One consumer is done with the buffer; the last one gives it back to the reader."""
-        with self._lock:
-            self._pending -= 1
-            done = self._pending == 0
-        if done:
-            self._free.put(self.buffer)
+        """The consumer is done with the buffer: the reader may fill it again."""
+        self._free.put(self.buffer)
 
 
 def runs(entries: list[TensorEntry]) -> list[list[TensorEntry]]:
@@ -144,24 +109,18 @@ def chunk_layout(run: list[TensorEntry], chunk_bytes: int) -> Iterator[tuple[int
 
 
 class Pipeline:
-    """The reader thread and the buffers; the consumers take :class:`Chunk` objects and
-    :class:`ReadFailure` records from :attr:`outputs` (one queue each, all in file order)
-    until :data:`END` or an exception (a defect of the reader).
+    """The reader thread and the buffers; the consumer takes :class:`Chunk` objects and
+    :class:`ReadFailure` records from :attr:`output` (in file order) until :data:`END` or an
+    exception (a defect of the reader). ``plan``: per file, its tensors in offset order
+    (:func:`hyport_lib.weights.scan.plan_reads`)."""
 
-    Args:
-        plan: per file, its tensors in offset order (:func:`hyport_lib.weights.scan.plan_reads`).
-        consumers: how many consumers share each chunk.
-        chunk_bytes: the read size (a positive multiple of 8).
-        buffers: how many buffers exist; at most this many chunks are in flight.
-    """
-
-    def __init__(self, plan, consumers: int, chunk_bytes: int = CHUNK_BYTES, buffers: int = BUFFERS):
+    def __init__(self, plan, chunk_bytes: int = CHUNK_BYTES, buffers: int = BUFFERS):
         if chunk_bytes <= 0 or chunk_bytes % 8:
             raise ValueError(f"chunk_bytes={chunk_bytes}: expected a positive multiple of 8")
         if buffers < 1:
             raise ValueError(f"buffers={buffers}: expected at least 1")
         self.plan, self.chunk_bytes, self.buffers = plan, chunk_bytes, buffers
-        self.outputs = [queue.SimpleQueue() for _ in range(consumers)]
+        self.output: queue.SimpleQueue = queue.SimpleQueue()
         self._free: queue.SimpleQueue = queue.SimpleQueue()
         for _ in range(buffers):
             self._free.put(bytearray(chunk_bytes))
@@ -179,18 +138,14 @@ class Pipeline:
         if self._thread.is_alive():
             self._thread.join(timeout=timeout)
 
-    def _send(self, item) -> None:
-        for out in self.outputs:
-            out.put(item)
-
     def _read(self) -> None:
         try:
             for shard, entries in self.plan:
                 if entries and not self._read_file(shard, entries):
                     return
-            self._send(END)
-        except BaseException as exc:  # a defect: handed to every consumer, which raise it
-            self._send(exc)
+            self.output.put(END)
+        except BaseException as exc:  # a defect: handed to the consumer, which raises it
+            self.output.put(exc)
 
     def _read_file(self, shard: ShardHeader, entries: list[TensorEntry]) -> bool:
         """Send the chunks of one file; False when the pipeline was stopped meanwhile. An
@@ -210,10 +165,11 @@ class Pipeline:
                             self._free.put(buffer)  # nothing was sent in it: it stays usable
                             raise
                         pieces = [Piece(shard, *p) for p in layout]
-                        self._send(Chunk(buffer, end - begin, pieces, len(self.outputs), self._free))
+                        self.output.put(Chunk(buffer, end - begin, pieces, self._free))
                         sent_whole.update(p.entry.name for p in pieces if p.last)
         except OSError as exc:
-            self._send(ReadFailure(shard, exc, tuple(e.name for e in entries if e.name not in sent_whole)))
+            unread = tuple(e.name for e in entries if e.name not in sent_whole)
+            self.output.put(ReadFailure(shard, exc, unread))
         return True
 
 

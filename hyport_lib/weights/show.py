@@ -1,12 +1,7 @@
-"""Rendering of stage 05 for notebooks (and the frames ``hyport verify`` prints).
-
-The ``*_frame`` functions turn a :class:`~hyport_lib.weights.result.WeightsResult` into
-DataFrames; the ``show_*`` functions display them (pandas Styler, a matplotlib PNG
-through :func:`hyport_lib.display.figure_png`). :class:`LiveScanDisplay` is the scan's
-progress line, rate-limited through :class:`hyport_lib.display.LiveDisplay`.
-:func:`glance` and :func:`blog_values` are what the report asks of the stage's recorded
-result; its draft section is ``blog.<lang>.md.j2`` beside this module (see
-:mod:`hyport_lib.drafting`).
+"""Rendering of stage 05: ``*_frame`` (DataFrames, also printed by ``hyport verify``),
+``show_*`` (the notebook), :class:`LiveScanDisplay` (the scan's progress line), and what the
+report asks of the record: :func:`glance` and :func:`blog_values` (for ``blog.<lang>.md.j2``
+beside this module).
 """
 
 from __future__ import annotations
@@ -157,105 +152,99 @@ def change_figure(comparison: Comparison):
     return fig
 
 
-def show_sources(sources: Sources) -> None:
+def _show(*items) -> None:
+    """Display each item in the notebook, a ``str`` as Markdown."""
     from IPython.display import Markdown, display
 
+    for item in items:
+        display(Markdown(item) if isinstance(item, str) else item)
+
+
+def show_sources(sources: Sources) -> None:
     lines = [f"- **weights**: `{sources.weights}`",
              f"- **checkpoint** (same model expected): `{sources.checkpoint}`" if sources.checkpoint
              else "- **checkpoint**: none",
              f"- **base** (training must have changed it): `{sources.base}`" if sources.base
              else "- **base**: none", f"\nFrom: {sources.note}."]
-    display(Markdown("\n".join(lines)))
+    _show("\n".join(lines))
 
 
 def show_summary(result: WeightsResult) -> None:
-    from IPython.display import Markdown, display
-
-    display(Markdown(f"**{result.seed_line()}**"))
-    display(summary_frame(result).style.hide(axis="index").map(verdict_colour, subset=["value"]))
-    display(shards_frame(result).style.hide(axis="index"))
+    _show(f"**{result.seed_line()}**")
+    _show(summary_frame(result).style.hide(axis="index").map(verdict_colour, subset=["value"]))
+    _show(shards_frame(result).style.hide(axis="index"))
 
 
 def show_findings(result: WeightsResult) -> None:
-    from IPython.display import Markdown, display
-
     n = result.counts
-    display(Markdown(f"{n['error']} error(s), {n['warning']} warning(s), {n['info']} note(s)."))
+    _show(f"{n['error']} error(s), {n['warning']} warning(s), {n['info']} note(s).")
     if result.findings:
-        display(_severity_styler(findings_frame(result.findings)))
+        _show(_severity_styler(findings_frame(result.findings)))
 
 
 def show_scan(result: WeightsResult) -> None:
-    from IPython.display import Markdown, display
-
     s = result.scan
     if s is None:
-        display(Markdown("Full scan not run (`full_scan=False`): headers only."))
+        _show("Full scan not run (`full_scan=False`): headers only.")
         return
     rate = f", {s.throughput_gb_s:.2f} GB/s" if s.throughput_gb_s else ""
-    display(Markdown(f"Read {len(s.tensors)} tensors, {s.bytes_read:,} bytes in {s.seconds:.2f} s{rate}; "
-                     f"checksums {checksum_name(s.checksum)}; {len(s.nonfinite_tensors)} tensor(s) with NaN/Inf; "
-                     f"{len(s.skipped)} tensor(s) not readable from their file."))
+    _show(f"Read {len(s.tensors)} tensors, {s.bytes_read:,} bytes in {s.seconds:.2f} s{rate}; "
+          f"checksums {checksum_name(s.checksum)}; {len(s.nonfinite_tensors)} tensor(s) with NaN/Inf; "
+          f"{len(s.skipped)} tensor(s) not readable from their file.")
 
 
 def show_reload(result: WeightsResult) -> None:
-    from IPython.display import Markdown, display
-
     if result.reload is None:
-        display(Markdown("Reload not run (`reload=False`)."))
+        _show("Reload not run (`reload=False`).")
         return
-    display(reload_frame(result).style.hide(axis="index").map(verdict_colour, subset=["value"]))
+    _show(reload_frame(result).style.hide(axis="index").map(verdict_colour, subset=["value"]))
     if not result.reload.load_ok and result.reload.log_tail:
-        display(Markdown("Last lines of the reload log:\n\n```\n" + result.reload.log_tail + "\n```"))
+        _show("Last lines of the reload log:\n\n```\n" + result.reload.log_tail + "\n```")
 
 
 def show_comparisons(result: WeightsResult) -> None:
-    from IPython.display import Markdown, display
-
     if not result.comparisons:
-        display(Markdown("No base and no checkpoint to compare with."))
+        _show("No base and no checkpoint to compare with.")
     for c in result.comparisons:
         statuses = ", ".join(f"{k} {v}" for k, v in c.to_dict()["statuses"].items())
-        display(Markdown(f"**Against the {c.role}** `{c.other_path}`: {statuses} "
-                         f"({c.bytes_read:,} bytes read in {c.seconds:.2f} s)."))
+        _show(f"**Against the {c.role}** `{c.other_path}`: {statuses} "
+              f"({c.bytes_read:,} bytes read in {c.seconds:.2f} s).")
         limit = 15 if c.count("same") < len(c.rows) else 5  # all equal: a few rows say it
-        display(comparison_frame(c, limit).style.hide(axis="index").format(precision=4, na_rep="—"))
+        _show(comparison_frame(c, limit).style.hide(axis="index").format(precision=4, na_rep="—"))
         if c.role == "base" and c.compared:
-            display(figure_png(change_figure(c)))
+            _show(figure_png(change_figure(c)))
     p = result.parity
     if p is not None:
         text = (f"max |Δ logits| {p.max_abs_diff:.3g}, top-1 agreement {p.top1_agreement:.3f}, max KL "
                 f"{p.max_kl:.3g} over {p.tokens} tokens (float32, CPU; tokenizer from `{p.tokenizer_path}`)"
                 if p.status == "ok" else f"{p.status}: {p.reason}")
-        display(Markdown(f"**Logits parity** with `{p.other_path}`: {text}."))
+        _show(f"**Logits parity** with `{p.other_path}`: {text}.")
 
 
 def show_zero(result: WeightsResult) -> None:
-    from IPython.display import Markdown, display
-
     z = result.zero
     if z is None or not z.present:
-        display(Markdown("No DeepSpeed ZeRO states to check (no checkpoint, or no `global_stepN/` in it)."))
+        _show("No DeepSpeed ZeRO states to check (no checkpoint, or no `global_stepN/` in it).")
         return
-    display(Markdown(f"`{z.tag}/` of `{z.checkpoint}`: ZeRO-{z.zero_stage}, written by DeepSpeed "
-                     f"{z.ds_version} for {z.dp_world_size} data-parallel rank(s) "
-                     f"({z.world_size} optimizer-state file(s), precision {z.precision or 'fp32'}); "
-                     f"{_num(z.parameters)} trainable parameters in `param_shapes`."))
-    display(zero_frame(result).style.hide(axis="index"))
+    _show(f"`{z.tag}/` of `{z.checkpoint}`: ZeRO-{z.zero_stage}, written by DeepSpeed "
+          f"{z.ds_version} for {z.dp_world_size} data-parallel rank(s) "
+          f"({z.world_size} optimizer-state file(s), precision {z.precision or 'fp32'}); "
+          f"{_num(z.parameters)} trainable parameters in `param_shapes`.")
+    _show(zero_frame(result).style.hide(axis="index"))
     zc = result.zero_compare
     if zc is None:
-        display(Markdown("Consolidation not run (`consolidate_zero=False`)."))
+        _show("Consolidation not run (`consolidate_zero=False`).")
         return
     if zc.status != "ok":
-        display(Markdown(f"**zero_to_fp32 failed**: {zc.reason}\n\n```\n{zc.log_tail}\n```"))
+        _show(f"**zero_to_fp32 failed**: {zc.reason}\n\n```\n{zc.log_tail}\n```")
         return
     rows = [{"compared with": t["folder"], "role": t["role"], "tensors": t["compared"],
              "identical after cast": t["matching"], "differing": t["differing"],
              "max |fp32→saved − saved|": t["max_abs_cast"], "max |fp32 − saved|": t["max_abs_fp32"],
              "only in ZeRO": len(t["only_in_zero"]), "only in files": len(t["only_in_file"])}
             for t in zc.targets]
-    display(Markdown("DeepSpeed says: " + "; ".join(zc.deepspeed_says)))
-    display(pd.DataFrame(rows).style.hide(axis="index").format(precision=6))
+    _show("DeepSpeed says: " + "; ".join(zc.deepspeed_says))
+    _show(pd.DataFrame(rows).style.hide(axis="index").format(precision=6))
 
 
 # --------------------------------------------------------------------------- the report
@@ -281,9 +270,9 @@ _COMPARED = {"base": "tensors changed vs base", "checkpoint": "checkpoint tensor
 
 
 def blog_values(record: dict) -> dict:
-    """What the draft's section (``blog.<lang>.md.j2``) derives from the record: the folder's
-    files as a listing, the comparisons' headline figures by a short name, and the ``hyport verify --reload`` command for the folder with what
-    the reload printed (no command when it was not reloaded)."""
+    """What the draft's section derives from the record: the folder's files as a listing,
+    the comparisons' headline figures by a short name, and the ``hyport verify --reload``
+    command for the folder with what the reload printed (none when not reloaded)."""
     data = as_dict(record.get("data"))
     index, path = data.get("index"), data.get("path")
     files = ([index["file"]] if isinstance(index, dict) and index.get("file") else []) + [

@@ -1,10 +1,6 @@
-"""Stage 05: the weights — the stage contract.
-
-:func:`plan` resolves the folders (those given, else what stage 04 recorded in this run,
-else the embedded tiny model in two shards) and checks them, writing nothing;
-:func:`run` verifies them; :func:`summarize` judges the result and :func:`record` keeps it.
-Notebook 05, ``hyport verify`` and ``hyport report`` all go through these. The verdict:
-FAIL on any error-severity finding, WARN on any warning, PASS otherwise.
+"""Stage 05's contract: :func:`plan` (resolve and check the folders, writing nothing),
+:func:`run`, :func:`summarize` and :func:`record`, used by notebook 05, ``hyport verify`` and
+``hyport report``. The verdict: FAIL on any error finding, WARN on any warning, else PASS.
 """
 
 from __future__ import annotations
@@ -27,10 +23,7 @@ STAGE = "05_weights"
 
 
 def plan(params: Params) -> WeightsPlan:
-    """The folders to check, resolved and checked; nothing is written.
-
-    The children's logs go to a fresh folder beside the results (``hyport verify
-    --log-dir`` sets :attr:`WeightsPlan.log_dir` instead).
+    """The folders to check (given, else stage 04's, else the tiny model's), checked.
 
     Raises:
         ParameterError: a folder given that does not exist, or a check that needs a
@@ -64,11 +57,8 @@ def _trainer_checkpoint(weights: str) -> bool:
 
 def run(plan: WeightsPlan, *,
         on_progress: Optional[Callable[[ScanProgress], None]] = None) -> WeightsResult:
-    """Verify the planned folders (the tiny model's are built first when they stand in).
-
-    Args:
-        plan: from :func:`plan`.
-        on_progress: called while the scan and the comparisons read; None: silent.
+    """Verify the planned folders (the tiny model's are built first when they stand in);
+    ``on_progress`` is called while the scan and the comparisons read.
 
     Raises:
         KeyboardInterrupt: stopped; the checks that finished are on ``exc.partial``.

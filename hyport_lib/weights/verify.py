@@ -1,17 +1,8 @@
-"""The whole verification of one checkpoint, in the order the notebook shows it.
-
-1. headers, index and config (:mod:`.layout`), always;
-2. the full scan (:mod:`.scan`) when ``full_scan``;
-3. the reload in a fresh process (:mod:`.reload`) when ``reload``;
-4. against a base (:mod:`.compare`, role ``base``) when there is one;
-5. against a checkpoint when there is one: its tensors (role ``checkpoint``), its
-   logits (:mod:`.parity`) when ``logits_parity``, its DeepSpeed ZeRO states listed
-   (:mod:`.zero`) and, when ``consolidate_zero``, consolidated and compared with the
-   exported weights (:mod:`.zero_consolidate`). A Trainer checkpoint given as the weights
-   is its own checkpoint: its ZeRO states are listed and compared the same way.
-
-What to check is a :class:`WeightsPlan` (made and checked by
-:func:`hyport_lib.weights.stage.plan`); every problem of the files becomes a finding.
+"""The whole verification of one checkpoint (:func:`verify`), in the notebook's order:
+headers, index and config (:mod:`.layout`); the full scan (:mod:`.scan`); the reload
+(:mod:`.reload`); against a base (:mod:`.compare`); against a checkpoint: its tensors,
+logits (:mod:`.parity`) and DeepSpeed ZeRO states (:mod:`.zero`, :mod:`.zero_consolidate`).
+A Trainer checkpoint given as the weights is its own checkpoint.
 """
 
 from __future__ import annotations
@@ -38,14 +29,9 @@ from hyport_lib.weights.zero_consolidate import ADAPTER_FILE, consolidate, zero_
 
 @dataclass
 class WeightsPlan:
-    """What stage 05 checks: the parameters and the folders they resolved to.
-
-    Attributes:
-        params: the stage's parameters, as given.
-        sources: the weights, base and checkpoint to check, and where they came from.
-        log_dir: where the child processes' logs go; None: a fresh folder beside the
-            results, made when the first child starts.
-    """
+    """What stage 05 checks: the parameters and the folders they resolved to
+    (:func:`hyport_lib.weights.stage.plan`). ``log_dir``: the child processes' logs; None:
+    a fresh folder beside the results, made when the first child starts."""
 
     params: Params
     sources: Sources
@@ -53,11 +39,8 @@ class WeightsPlan:
 
 
 def verify(plan: WeightsPlan, on_progress: Optional[Callable[[ScanProgress], None]] = None) -> WeightsResult:
-    """Every check ``plan`` asks for, in the order of the module docstring.
-
-    Args:
-        plan: what to check (its folders must exist: the tiny model's are built first).
-        on_progress: called while the scan and the comparisons read.
+    """Every check ``plan`` asks for (its folders must exist), each problem a finding;
+    ``on_progress`` is called while the scan and the comparisons read.
 
     Raises:
         KeyboardInterrupt: stopped; the checks that finished are on ``exc.partial``.

@@ -1,16 +1,9 @@
-"""The child side of :mod:`hyport_lib.weights.runner`: one task in a fresh process.
+"""The child side of :mod:`.runner`: ``python -m hyport_lib.weights.worker --result PATH``.
 
-Run by the runner, never imported by it::
-
-    python -m hyport_lib.weights.worker --result PATH
-
-The task's configuration is one JSON line on stdin (``{"task": "reload", ...}``); then
-the worker starts the guard of :func:`hyport_lib.processes.start_guard`, so it and
-anything it started end when the launcher does. The task function's return value is written, with ``status: ok``, to
-``--result`` atomically; an exception is written as ``status: failed`` with its type
-and first line, its traceback goes to the log. The peak memory of the process
-(``ru_maxrss`` of this process alone: ``RUSAGE_CHILDREN`` would be the maximum over
-every child the launcher ever reaped) is added to every result.
+Reads one JSON line of configuration on stdin (the rest of stdin is the guard's lifeline,
+:func:`hyport_lib.processes.start_guard`), runs the task and writes its return value
+(``status: ok``) or its exception (``status: failed``, type and first line; the traceback
+to the log) to ``--result`` atomically, with the process's peak memory.
 """
 
 from __future__ import annotations
@@ -38,7 +31,8 @@ TASK_FUNCTIONS = {
 
 
 def peak_rss_bytes() -> int:
-    """This process's peak resident memory (Linux reports KiB, macOS bytes)."""
+    """This process's peak resident memory (Linux reports KiB, macOS bytes); RUSAGE_SELF,
+    as ``RUSAGE_CHILDREN`` would be the maximum over every child the launcher reaped."""
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return int(peak if sys.platform == "darwin" else peak * 1024)
 

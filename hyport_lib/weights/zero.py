@@ -1,22 +1,18 @@
-"""DeepSpeed ZeRO states in a Trainer checkpoint, listed while reading as little as possible.
+"""DeepSpeed ZeRO states in a Trainer checkpoint (:func:`list_zero`), read as little as possible.
 
-A Trainer checkpoint saved under DeepSpeed holds ``global_stepN/`` (named by the
-``latest`` file) with one model-states file (``mp_rank_00_model_states.pt``; ZeRO-3: one
-``zero_pp_rank_{r}_mp_rank_00_model_states.pt`` per rank) and one optimizer-state file
-per data-parallel rank (``zero_pp_rank_{r}_mp_rank_00_optim_states.pt``, prefixed
-``bf16_`` or ``fp16_`` with those precisions). The world size the states were written
-for comes from the file names and from the model-states file, which
-``torch.load(..., mmap=True, weights_only=True)`` reads in milliseconds without
-importing DeepSpeed (``dp_world_size``, ``ds_version``, the ZeRO stage of its
-``ds_config``, ``param_shapes``). The optimizer states, which hold the fp32 master
-weights, are only read by the consolidation (:mod:`.zero_consolidate`), in a child.
+``global_stepN/`` (named by ``latest``) holds model-states files (``mp_rank_00_model_states.pt``;
+ZeRO-3: one per rank) and one ``[bf16_|fp16_]zero_pp_rank_{r}_mp_rank_00_optim_states.pt``
+per data-parallel rank. The model-states file, read with ``torch.load(mmap=True,
+weights_only=True)`` in milliseconds and without DeepSpeed, records the world size, version,
+ZeRO stage and ``param_shapes``; the optimizer states are read only by :mod:`.zero_consolidate`.
 """
 
 from __future__ import annotations
 
+import math
 import os
 import re
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
@@ -39,15 +35,13 @@ class ZeroFile:
 
 @dataclass
 class ZeroListing:
-    """The ZeRO states of one checkpoint (see the module docstring).
+    """The ZeRO states of one checkpoint.
 
     Attributes:
-        checkpoint: the checkpoint folder.
         tag: ``global_stepN`` (from ``latest``, else the highest present).
         files: every states file, model states first.
         world_size: ranks with an optimizer-state file (highest rank + 1).
         dp_world_size: the data-parallel world size the model-states file records.
-        zero_stage, ds_version, precision: what the files record.
         parameters: elements of ``param_shapes`` (trainable parameters, without reading weights).
         error: why the model-states file could not be read.
     """
@@ -69,9 +63,6 @@ class ZeroListing:
     @property
     def present(self) -> bool:
         return self.tag is not None
-
-    def to_dict(self) -> dict:
-        return asdict(self)
 
 
 def find_tag(checkpoint: Path) -> Optional[str]:
@@ -171,10 +162,7 @@ def _numel(groups) -> Optional[int]:
     try:
         for group in groups:
             for shape in dict(group).values():
-                n = 1
-                for d in shape:
-                    n *= int(d)
-                total += n
+                total += math.prod(int(d) for d in shape)
     except (TypeError, ValueError, OverflowError):  # not DeepSpeed's layout: no count, not a crash
         return None
     return total

@@ -1,23 +1,17 @@
 """DeepSpeed's fp32 master weights against the exported safetensors.
 
-DeepSpeed keeps the fp32 master copy of the weights partitioned across the ranks'
-optimizer states; the safetensors beside it are the 16-bit weights the Trainer
-exported. :func:`consolidate` runs DeepSpeed's own helper,
-``deepspeed.utils.zero_to_fp32.get_fp32_state_dict_from_zero_checkpoint`` (ZeRO-2 and
-ZeRO-3, on the CPU), in a fresh child (:mod:`.runner`: it imports DeepSpeed and loads
-every rank's optimizer states) and compares each consolidated tensor with the saved
-one: ``max |fp32 cast to the saved dtype − saved|`` must be 0 (it is, for ZeRO-2 and
-ZeRO-3 checkpoints of the Trainer), ``max |fp32 − saved|`` shows the rounding.
-
-DeepSpeed names tensors as the model does (``model.language_model.*``); the files use
-the on-disk names (``language_model.model.*``), mapped with transformers' own
-conversion (:mod:`.names`).
+:func:`consolidate` runs DeepSpeed's ``get_fp32_state_dict_from_zero_checkpoint`` (ZeRO-2
+and 3, on the CPU) in a fresh child (:mod:`.runner`) and compares each consolidated tensor
+with the saved one, by the model's names (:mod:`.names`): ``max |fp32 cast to the saved
+dtype − saved|`` must be 0 (it is for the Trainer's checkpoints); ``max |fp32 − saved|``
+shows the rounding.
 """
 
 from __future__ import annotations
 
+import math
 import os
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
@@ -34,14 +28,9 @@ ADAPTER_NAME = "default"
 
 @dataclass
 class ZeroComparison:
-    """The consolidation and its comparison with each exported folder.
-
-    Attributes:
-        targets: per folder compared: ``folder``, ``role`` (``checkpoint``: the
-            checkpoint's own safetensors; ``adapter``: its LoRA adapter file;
-            ``weights``: the folder verified), counts, worst differences and one row
-            per tensor.
-    """
+    """The consolidation and its comparison with each exported folder (``targets``: its
+    ``folder``, ``role`` (``checkpoint``, ``adapter``: its LoRA file, or ``weights``: the
+    folder verified), counts, worst differences and one row per tensor)."""
 
     checkpoint: str
     status: str  # ok | failed | timeout
@@ -56,9 +45,6 @@ class ZeroComparison:
     log_path: Optional[str] = None
     log_tail: str = ""
     wall_s: Optional[float] = None
-
-    def to_dict(self) -> dict:
-        return asdict(self)
 
 
 def consolidate(checkpoint: os.PathLike, targets: list[tuple[str, os.PathLike]], *,
@@ -123,17 +109,10 @@ def consolidate_in_child(spec: dict) -> dict:
     targets = [_compare(role, folder, state, bool(spec.get("trust_remote_code")))
                for role, folder in spec["targets"]]
     return {"tag": spec.get("tag") or find_tag(Path(spec["checkpoint"])), "zero_tensors": len(state),
-            "zero_parameters": int(sum(_numel(t.shape) for t in state.values())),
+            "zero_parameters": int(sum(math.prod(t.shape) for t in state.values())),
             "consolidate_s": round(seconds, 3),
             "deepspeed_says": [s.strip() for s in said.getvalue().splitlines() if s.strip()][:6],
             "targets": targets}
-
-
-def _numel(shape) -> int:
-    n = 1
-    for d in shape:
-        n *= int(d)
-    return n
 
 
 def _compare(role: str, folder: str, state: dict, trust_remote_code: bool) -> dict:

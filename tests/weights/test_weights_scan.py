@@ -171,17 +171,13 @@ def test_chunks_follow_the_file_and_cut_tensors_after_whole_elements(tmp_path):
 def test_the_pipeline_keeps_its_buffers_bounded(tmp_path):
     path, _ = _mixed_file(tmp_path)
     plan = plan_reads([read_header(path)])[0]
-    pipeline = Pipeline(plan, consumers=2, chunk_bytes=64, buffers=3).start()
+    pipeline = Pipeline(plan, chunk_bytes=64, buffers=3).start()
     try:
-        held = [pipeline.outputs[0].get(timeout=10) for _ in range(3)]
-        assert [pipeline.outputs[1].get(timeout=10) for _ in range(3)] == held  # both consumers see each
+        held = [pipeline.output.get(timeout=10) for _ in range(3)]
         with pytest.raises(queue.Empty):  # three buffers in use: the reader waits
-            pipeline.outputs[0].get(timeout=0.3)
-        held[0].release()  # one consumer of two: the buffer is still in use
-        with pytest.raises(queue.Empty):
-            pipeline.outputs[0].get(timeout=0.3)
-        held[0].release()  # both: the reader reads into that very buffer next
-        fourth = pipeline.outputs[0].get(timeout=10)
+            pipeline.output.get(timeout=0.3)
+        held[0].release()  # the reader reads into that very buffer next
+        fourth = pipeline.output.get(timeout=10)
         assert fourth.buffer is held[0].buffer
     finally:
         pipeline.stop()
