@@ -7,14 +7,10 @@ from __future__ import annotations
 from typing import Optional
 
 from hyport_lib.drafting.values import as_dict, as_list, num
+from hyport_lib.utils.printable import shortened
 
 #: Longest answer shown in a table cell (the record keeps the whole answer).
 ANSWER_CHARS = 160
-
-
-def _short(text: str) -> str:
-    text = " ".join(str(text or "").split())
-    return text if len(text) <= ANSWER_CHARS else text[:ANSWER_CHARS - 1] + "…"
 
 
 def _difference(pair: dict) -> str:
@@ -35,7 +31,7 @@ def behaviour_frame(behaviour: Optional[dict]):
                **{pair.get("label"): as_list(pair.get("answers")) for pair in pairs}}
     rows = []
     for index, prompt in enumerate(as_list(behaviour.get("prompts"))):
-        rows.append({"prompt": prompt, **{name: _short(answers[index]) if index < len(answers) else ""
+        rows.append({"prompt": prompt, **{name: shortened(answers[index], ANSWER_CHARS) if index < len(answers) else ""
                                           for name, answers in columns.items()}})
     return pd.DataFrame(rows)
 
@@ -81,6 +77,6 @@ def behaviour_values(behaviour: Optional[dict]) -> dict:
     behaviour = as_dict(behaviour)
     answers = as_list(behaviour.get("eager_answers"))
     pairs = [as_dict(p) for p in as_list(behaviour.get("pairs"))]
-    return {"answers": [(p, _short(answers[i]) if i < len(answers) else "")
+    return {"answers": [(p, shortened(answers[i], ANSWER_CHARS) if i < len(answers) else "")
                         for i, p in enumerate(as_list(behaviour.get("prompts")))],
             "pairs": [(p, _difference(p)) for p in pairs]}

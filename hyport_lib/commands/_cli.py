@@ -23,6 +23,7 @@ import sys
 import traceback
 from typing import Callable
 
+from hyport_lib.utils.printable import first_line
 from hyport_lib.utils.redact import scrub_text
 from hyport_lib.utils.signals import Stopped, shielded, stop_signals_raise
 
@@ -37,11 +38,10 @@ INTERNAL_EXIT = 3
 
 def one_line(exc: BaseException) -> str:
     """The first line of an exception's message (its type when it has none)."""
-    text = str(exc).strip()
     if isinstance(exc, (FileNotFoundError, PermissionError, NotADirectoryError, IsADirectoryError)) \
             and exc.filename and exc.strerror:
-        text = f"{exc.strerror}: {exc.filename}"
-    return (text.splitlines() or [type(exc).__name__])[0]
+        return f"{exc.strerror}: {exc.filename}".splitlines()[0]
+    return first_line(exc)
 
 
 def invoke(name: str, run: Callable, args) -> int:

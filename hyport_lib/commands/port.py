@@ -11,6 +11,7 @@ import json
 
 from hyport_lib.port.proof_run import DEFAULT_TIMEOUT_S, proof_not_run, prove_port_in_child
 from hyport_lib.port.tree import port_tree, write_record
+from hyport_lib.utils.printable import shortened
 
 SNIPPET_WIDTH = 70
 
@@ -51,20 +52,15 @@ def config_overrides(values: list[str]) -> dict:
     return out
 
 
-def _cut(text: str) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= SNIPPET_WIDTH else text[:SNIPPET_WIDTH - 1] + "…"
-
-
 def format_text(result) -> str:
     """The port as a reader wants it: changes, spots for a human, the proof."""
     out = [f"ported {result.src} -> {result.dst}: {len(result.changes)} change(s) in "
            f"{len(result.files_changed)} file(s), {len(result.manual)} spot(s) left for a human"]
     for change in result.changes:
-        out.append(f"  {change.file}:{change.line}  {change.kind}  {_cut(change.before)}  ->  "
-                   f"{_cut(change.after)}")
+        out.append(f"  {change.file}:{change.line}  {change.kind}  {shortened(change.before, SNIPPET_WIDTH)}  ->  "
+                   f"{shortened(change.after, SNIPPET_WIDTH)}")
     for spot in result.manual:
-        out.append(f"  LEFT {spot.file}:{spot.line}  {spot.kind}  {_cut(spot.snippet)}: {spot.why}")
+        out.append(f"  LEFT {spot.file}:{spot.line}  {spot.kind}  {shortened(spot.snippet, SNIPPET_WIDTH)}: {spot.why}")
     for rel in result.generated:
         out.append(f"  added {rel}")
     for file, error in result.unparsable:

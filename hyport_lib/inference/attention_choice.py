@@ -25,6 +25,7 @@ from hyport_lib.models.prompts import PromptNotApplicable, encode_prompts
 from hyport_lib.models.tiny import resolve_model_path
 from hyport_lib.npu_attention.names import BACKEND_OF_NAME, NAME_OF_BACKEND, backend_of, check_runs_on
 from hyport_lib.params import AUTO_ATTENTION
+from hyport_lib.utils.printable import first_line
 from hyport_lib.utils.redact import scrub_text
 
 #: What ``auto`` runs on each device kind when the proof passes (eager where absent).
@@ -68,9 +69,8 @@ def choose_attention(asked: str, backend_kind: str, config: InferenceConfig) -> 
     try:
         proof = _prove(wanted, config)
     except Exception as exc:  # noqa: BLE001 — the model's processor or config: said, and eager kept
-        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         return InferenceAttention(asked, "eager", None, scrub_text(
-            f"{wanted} not used: its proof could not run ({type(exc).__name__}: {first}); the grid keeps "
+            f"{wanted} not used: its proof could not run ({type(exc).__name__}: {first_line(exc)}); the grid keeps "
             "eager attention")[:400])
     if proof.passed:
         return InferenceAttention(asked, wanted, proof, f"{wanted}: {proof.line()}")

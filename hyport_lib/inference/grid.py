@@ -27,7 +27,7 @@ from hyport_lib.backend import Backend
 from hyport_lib.devices.card_plan import CardPlan, GridPlan
 from hyport_lib.inference.attention_choice import InferenceAttention
 from hyport_lib.inference.params import Params
-from hyport_lib.inference.table import COLUMNS, GridProgress, GridResult, consistency, preview, scan_fallbacks
+from hyport_lib.inference.table import COLUMNS, GridProgress, GridResult, PREVIEW_CHARS, consistency, scan_fallbacks
 from hyport_lib.models.generation_config import InferenceConfig
 from hyport_lib.models.tiny import TINY_MODEL_NAME, ensure_tiny_model
 from hyport_lib.triage import Triage, cann_log_dir
@@ -35,6 +35,7 @@ from hyport_lib.triage.child_logs import diagnose, own_cann_log_env, shared_cann
 from hyport_lib.processes import Child, ChildGroup, describe_exit, last_exception, read_log_tail, scrub_log
 from hyport_lib.results import Provenance
 from hyport_lib.utils.files import atomic_write_json, ensure_writable
+from hyport_lib.utils.printable import shortened
 from hyport_lib.utils.redact import child_environ, scrub_obj
 
 
@@ -159,8 +160,8 @@ def _row_for(worker: _Worker, timed_out: bool, timeout_s: float, device: str,
             new_tokens=out.get("new_tokens"),
             peak_memory_mb=round(peak / 2**20, 1) if peak else None,
             memory_source=raw.get("memory_source"),
-            single_output=preview(out.get("single_output")),
-            batch_outputs=[preview(t) for t in (out.get("batch_outputs") or [])],
+            single_output=shortened(out.get("single_output"), PREVIEW_CHARS),
+            batch_outputs=[shortened(t, PREVIEW_CHARS) for t in (out.get("batch_outputs") or [])],
             output_hash=out.get("output_hash"),
             not_applicable=list(out.get("not_applicable") or []) + list(out.get("processor_unavailable") or []))
     row["status"] = status

@@ -15,13 +15,14 @@ from hyport_lib.display import LiveDisplay, style_verdicts
 from hyport_lib.devices.card_plan import GridPlan
 from hyport_lib.drafting.values import as_list, fmt_value, is_number
 from hyport_lib.inference.table import (
-    GridProgress, GridRecord, GridResult, consistency, given, preview,
+    GridProgress, GridRecord, GridResult, consistency, given,
 )
 from hyport_lib.inference.stage import summarize
 from hyport_lib.models.answers import random_weights_reason
 from hyport_lib.results import StageRecord
 from hyport_lib.triage import Triage, show_triage
 from hyport_lib.triage.show import diagnosis_line
+from hyport_lib.utils.printable import shortened
 
 #: Columns of the table shown in notebooks (the full frame has more).
 DISPLAY_COLUMNS = [
@@ -180,7 +181,7 @@ def glance(record: dict) -> list[tuple[str, str]]:
         card, text = sample
         why = random_weights_reason(str(grid.config.get("model_path") or ""))
         rows.append((f"card {card} answered", "random weights: only shows the cards agree" if why
-                     else preview(text, GLANCE_ANSWER_CHARS)))
+                     else shortened(text, GLANCE_ANSWER_CHARS)))
     if grid.diagnoses:
         card, first = next(iter(grid.diagnoses.items()))
         rows.append((f"card {card} diagnosis", diagnosis_line(first)))

@@ -165,11 +165,6 @@ def scan_fallbacks(path: os.PathLike | str) -> tuple[int, list[str]]:
     return text.count(FALLBACK_MARKER), ops
 
 
-def preview(text: Any, chars: int = PREVIEW_CHARS) -> str:
-    text = " ".join(str(text or "").split())
-    return text if len(text) <= chars else text[: chars - 1] + "…"
-
-
 def consistency(frame: pd.DataFrame) -> tuple[bool, list[int], Optional[str]]:
     """``(consistent, differing cards, reference hash)`` of the ok cards' output hashes: the
     reference is the most common (ties: the lowest card's); no ok card: not consistent."""

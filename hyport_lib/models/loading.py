@@ -24,6 +24,7 @@ from hyport_lib.models.families import ModelTraits, describe_config, read_config
 from hyport_lib.models.model_cache import transformers_major
 from hyport_lib.models.pretrained import SMOLLM2_NAME
 from hyport_lib.models.tiny import TINY_MODEL_NAME
+from hyport_lib.utils.printable import first_line
 
 
 @dataclass
@@ -207,10 +208,6 @@ def _needs_torchvision(exc: BaseException, *, words=("torchvision", "video")) ->
     return False
 
 
-def _first_line(exc: BaseException) -> str:
-    return (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
-
-
 def _processor_class(path: str, traits: ModelTraits):
     """The processor class the folder names (``processor_class`` in its processor,
     preprocessor or tokenizer config, as AutoProcessor looks), else the model type's; None
@@ -235,7 +232,7 @@ def _image_side_processor(path: str, traits: ModelTraits, common: dict, cause: B
     processor_class = _processor_class(path, traits)
     if processor_class is None:
         raise ProcessorUnavailable(f"{path}: its processor needs torchvision ({problem}) and hyport knows "
-                                   f"no processor class to build without it ({_first_line(cause)}); "
+                                   f"no processor class to build without it ({first_line(cause)[:200]}); "
                                    f"{torchvision_hint()}")
     try:
         subclass = without_video(processor_class)
@@ -247,7 +244,7 @@ def _image_side_processor(path: str, traits: ModelTraits, common: dict, cause: B
         if not _needs_torchvision(exc, words=("torchvision",)):
             raise
         raise ProcessorUnavailable(f"{path}: {processor_class.__name__} needs torchvision ({problem}) "
-                                   f"even without its video part: {_first_line(exc)}; "
+                                   f"even without its video part: {first_line(exc)[:200]}; "
                                    f"{torchvision_hint()}") from None
 
 

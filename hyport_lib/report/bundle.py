@@ -9,9 +9,7 @@ frame a bare ``#x`` resolves against report.html and would load the whole report
 from __future__ import annotations
 
 import html
-import os
 import re
-import tempfile
 import zipfile
 from pathlib import Path
 from typing import Optional
@@ -19,7 +17,7 @@ from typing import Optional
 from hyport_lib.report.index import render_index
 from hyport_lib.report.records import StageView
 from hyport_lib.report.run import ReportRun
-from hyport_lib.utils.files import atomic_write_text
+from hyport_lib.utils.files import atomic_target, atomic_write_text
 
 BUNDLE = "report.html"
 _PAGE_LINK = re.compile(r'href="html/([^"]+)\.html"')
@@ -71,19 +69,11 @@ def zip_run(run_dir: Path) -> Path:
     Written to a temporary name, then renamed: a reader never sees half an archive."""
     run_dir = Path(run_dir)
     target = run_dir.parent / f"{run_dir.name}.zip"
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=run_dir.parent)
-    os.close(fd)
-    try:
-        with zipfile.ZipFile(tmp, "w", allowZip64=True) as archive:
-            for path in sorted(run_dir.rglob("*")):
-                relative = path.relative_to(run_dir).as_posix()
-                if not path.is_file() or path.is_symlink() or _NOT_PACKED.search(relative):
-                    continue
-                method = zipfile.ZIP_STORED if path.name.endswith(_STORED) else zipfile.ZIP_DEFLATED
-                archive.write(path, f"{run_dir.name}/{relative}", compress_type=method)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with atomic_target(target, mode=0o644) as tmp, zipfile.ZipFile(tmp, "w", allowZip64=True) as archive:
+        for path in sorted(run_dir.rglob("*")):
+            relative = path.relative_to(run_dir).as_posix()
+            if not path.is_file() or path.is_symlink() or _NOT_PACKED.search(relative):
+                continue
+            method = zipfile.ZIP_STORED if path.name.endswith(_STORED) else zipfile.ZIP_DEFLATED
+            archive.write(path, f"{run_dir.name}/{relative}", compress_type=method)
     return target

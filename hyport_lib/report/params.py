@@ -36,6 +36,7 @@ from hyport_lib.report.run import RESULTS_DIR
 from hyport_lib.results import RESULTS_DIR_ENV, RUN_DIR_ENV
 from hyport_lib.stages import Stage, params_class, stage_part
 from hyport_lib.utils.environ import environ_set
+from hyport_lib.utils.printable import first_line
 from hyport_lib.utils.redact import is_secret_parameter, scrub_text
 
 
@@ -203,10 +204,10 @@ def make_plans(requests: list[PlanRequest]) -> PreRunCheck:
             except ParameterError as exc:
                 refused += [f"{where}: {line}" for line in (exc.details or [str(exc)])]
             except RuntimeError as exc:
-                host.append(f"{where}: {_first_line(exc)}")
+                host.append(f"{where}: {first_line(exc)}")
             except (ValueError, OSError) as exc:
                 # a refusal with a line per record (a bad dataset) is said once, then its lines
-                refused.append(f"{where}: {_first_line(exc)}")
+                refused.append(f"{where}: {first_line(exc)}")
                 refused += [f"{where}:   {line}" for line in getattr(exc, "details", None) or []]
     return PreRunCheck(refused, host)
 
@@ -250,10 +251,6 @@ def _child_environ() -> dict:
     # hyport_lib must import in the child even when it is not installed
     root = str(Path(hyport_lib.__file__).resolve().parents[1])
     return {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)}
-
-
-def _first_line(exc: BaseException) -> str:
-    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
 
 
 @contextlib.contextmanager

@@ -8,14 +8,10 @@ from typing import Optional
 from hyport_lib.drafting.values import as_dict, as_list
 from hyport_lib.results import StageRecord
 from hyport_lib.train.result import TrainResult
+from hyport_lib.utils.printable import shortened
 
 #: Longest text shown in a table cell (the record keeps all of it).
 CELL_CHARS = 120
-
-
-def _cell(text) -> str:
-    text = " ".join(str(text or "").split())
-    return text if len(text) <= CELL_CHARS else text[:CELL_CHARS - 1] + "…"
 
 
 def held_of(record: dict) -> dict:
@@ -28,7 +24,7 @@ def answer_cells(held: Optional[dict]) -> list[tuple[str, str, str, str]]:
     to :data:`CELL_CHARS`."""
     held = as_dict(held)
     columns = [as_list(held.get(c)) for c in ("prompts", "taught", "before", "after")]
-    return [tuple(_cell(values[i]) if i < len(values) else "" for values in columns)
+    return [tuple(shortened(values[i], CELL_CHARS) if i < len(values) else "" for values in columns)
             for i in range(len(columns[0]))]
 
 
@@ -48,7 +44,7 @@ def glance_row(record: dict) -> list[tuple[str, str]]:
     before, after = as_list(held.get("before")), as_list(held.get("after"))
     if not after:
         return []
-    rows = [("asked", _cell(as_list(held.get("prompts"))[0]))] if as_list(held.get("prompts")) else []
+    rows = [("asked", shortened(as_list(held.get("prompts"))[0], CELL_CHARS))] if as_list(held.get("prompts")) else []
     if before:
-        rows.append(("answer before", _cell(before[0])))
-    return rows + [("answer after", _cell(after[0]))]
+        rows.append(("answer before", shortened(before[0], CELL_CHARS)))
+    return rows + [("answer after", shortened(after[0], CELL_CHARS))]

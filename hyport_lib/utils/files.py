@@ -4,12 +4,13 @@ which parsers refuse, become ``null`` (:func:`json_ready`), as pandas' ``to_json
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator, Optional
 
 
 def _umask() -> int:
@@ -18,26 +19,39 @@ def _umask() -> int:
     return mask
 
 
-def atomic_write_text(path: str | os.PathLike, text: str, encoding: str = "utf-8") -> Path:
-    """Write ``text`` to ``path`` through a temporary file and a rename.
+@contextlib.contextmanager
+def atomic_target(path: str | os.PathLike, mode: Optional[int] = None) -> Iterator[str]:
+    """A temporary file beside ``path`` for the block to write; renamed onto ``path`` when
+    the block ends, removed when it raises.
 
-    The file gets the permissions an ordinary ``open(path, "w")`` would give
+    The file gets ``mode``, else the permissions an ordinary ``open(path, "w")`` would give
     (0666 less the umask), not mkstemp's 0600: reports are meant to be shared.
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
-        os.fchmod(fd, 0o666 & ~_umask())
-        with os.fdopen(fd, "w", encoding=encoding) as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
+        os.fchmod(fd, 0o666 & ~_umask() if mode is None else mode)
+        os.close(fd)
+        yield tmp
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
-    return path
+
+
+def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:
+    """Write ``data`` to ``path`` through a temporary file and a rename (:func:`atomic_target`)."""
+    with atomic_target(path) as tmp, open(tmp, "wb") as fh:
+        fh.write(data)
+        fh.flush()
+        os.fsync(fh.fileno())
+    return Path(path)
+
+
+def atomic_write_text(path: str | os.PathLike, text: str, encoding: str = "utf-8") -> Path:
+    """Write ``text`` to ``path`` through a temporary file and a rename."""
+    return atomic_write_bytes(path, text.encode(encoding))
 
 
 def json_ready(data: Any) -> Any:

@@ -23,3 +23,14 @@ def printable(text: str, keep: str = "\t") -> str:
         return text
     text = ESCAPE_SEQUENCE.sub("", text)
     return _ANY_CONTROL.sub(lambda m: m.group() if m.group() in keep else f"\\x{ord(m.group()):02x}", text)
+
+
+def shortened(text, chars: int) -> str:
+    """``text`` on one line (each run of whitespace one space), cut to ``chars`` with "…"."""
+    text = " ".join(str(text or "").split())
+    return text if len(text) <= chars else text[:chars - 1] + "…"
+
+
+def first_line(exc: BaseException) -> str:
+    """The first line of an exception's message (its type's name when it has none)."""
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]

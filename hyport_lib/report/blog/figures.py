@@ -7,14 +7,13 @@ is newer. A figure that cannot be drawn is left out, its reason returned for the
 from __future__ import annotations
 
 import io
-import os
-import tempfile
 from pathlib import Path
 from typing import Callable, Optional
 
 from hyport_lib.report.records import StageView
 from hyport_lib.report.run import RESULTS_DIR
 from hyport_lib.results import result_file
+from hyport_lib.utils.files import atomic_write_bytes
 
 FIGURES_DIR = "figures"
 
@@ -69,15 +68,4 @@ def _write_png(fig, target: Path) -> None:
     """Save ``fig`` as a PNG atomically (a reader never sees half an image) and close it."""
     buffer = io.BytesIO()  # the figures are bare matplotlib Figures: nothing to close
     fig.savefig(buffer, format="png", dpi=100, bbox_inches="tight")
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-    try:
-        mask = os.umask(0)
-        os.umask(mask)
-        os.fchmod(fd, 0o666 & ~mask)  # shared like the other report files, not mkstemp's 0600
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(buffer.getvalue())
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    atomic_write_bytes(target, buffer.getvalue())
