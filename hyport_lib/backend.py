@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 import resource
 import sys
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Optional
 
 from hyport_lib.utils.imports import try_import
@@ -35,9 +35,6 @@ class MemoryStats:
     reserved: int
     peak: int
     source: str  # "device" or "process-rss"
-
-    def to_dict(self) -> dict:
-        return asdict(self)
 
 
 class Backend:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import time
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
@@ -201,7 +202,7 @@ def run_inference(config: InferenceConfig) -> InferenceOutcome:
                                 or config.attn_implementation),
         trust_remote_code=config.trust_remote_code,
         batch_s=batch_s,
-        memory=backend.memory_stats(index).to_dict(),
+        memory=asdict(backend.memory_stats(index)),
         model_path=config.model_path,
         cold_s=cold_s,
         warmup_runs=config.warmup_runs,
