@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Iterable, Optional
 
 SNIPPET_MAX = 200
@@ -68,14 +68,7 @@ class ScanReport:
         if categories is None:
             return self
         keep = set(categories) | {"unparsable"}
-        return ScanReport(
-            root=self.root,
-            hits=[h for h in self.hits if h.category in keep],
-            unparsable=list(self.unparsable),
-            files_scanned=self.files_scanned,
-            skipped=list(self.skipped),
-            pinned=dict(self.pinned),
-        )
+        return replace(self, hits=[h for h in self.hits if h.category in keep])
 
     def to_dict(self) -> dict:
         return {

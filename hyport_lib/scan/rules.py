@@ -127,14 +127,12 @@ QUALIFIED_CATEGORIES = {
 #: Qualified-name prefix -> suggestion; the longest matching prefix wins.
 SUGGESTIONS = {
     "flash_attn": _SHIM + "; on NPU torch_npu.npu_fusion_attention",
-    "flash_attn.flash_attn_varlen_func": _NFA_VARLEN,
-    "flash_attn.flash_attn_varlen_qkvpacked_func": _NFA_VARLEN,
-    "flash_attn.flash_attn_varlen_kvpacked_func": _NFA_VARLEN,
-    "flash_attn.flash_attn_interface.flash_attn_varlen_func": _NFA_VARLEN,
-    "flash_attn.flash_attn_func": _NFA_DENSE,
-    "flash_attn.flash_attn_qkvpacked_func": _NFA_DENSE,
-    "flash_attn.flash_attn_kvpacked_func": _NFA_DENSE,
-    "flash_attn.flash_attn_interface.flash_attn_func": _NFA_DENSE,
+    **dict.fromkeys(("flash_attn.flash_attn_varlen_func", "flash_attn.flash_attn_varlen_qkvpacked_func",
+                     "flash_attn.flash_attn_varlen_kvpacked_func",
+                     "flash_attn.flash_attn_interface.flash_attn_varlen_func"), _NFA_VARLEN),
+    **dict.fromkeys(("flash_attn.flash_attn_func", "flash_attn.flash_attn_qkvpacked_func",
+                     "flash_attn.flash_attn_kvpacked_func", "flash_attn.flash_attn_interface.flash_attn_func"),
+                    _NFA_DENSE),
     "flash_attn.bert_padding": ("pure-PyTorch (un)padding helpers: keep a copy (a few lines of "
                                 "torch index ops) or rely on install_flash_attn_shim if it "
                                 "provides flash_attn.bert_padding"),
