@@ -2,7 +2,8 @@
 is the launcher's, whatever the number of ranks): another tool's files are never removed
 or overwritten without overwrite_output_dir, and two runs into one folder cannot
 interleave (an exclusive lock; the second is refused naming the first). A later run into
-a folder of hyport's own files: test_training_run's reused-folder test."""
+a folder of hyport's own files: test_training_run's reused-folder test. Those tests start a
+process and are marked slow; the last two (which files are hyport's, the locks) start none."""
 
 from __future__ import annotations
 
@@ -15,12 +16,13 @@ from pathlib import Path
 
 import pytest
 
-from hyport_lib.train import stage
+from hyport_lib.backend import get_backend
+from hyport_lib.train import ownership, stage
 from hyport_lib.train.ownership import (RUN_MARKER, OutputDirBusy, foreign_entries, lock_file,
                                         lock_output_dir, release_output_dir)
 from hyport_lib.train.params import Params
+from hyport_lib.train.preflight import prepare
 
-pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -32,6 +34,7 @@ def _train(out: Path, *args: str, wait: bool = True):
     return subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=600)
 
 
+@pytest.mark.slow
 def test_another_tools_files_stop_the_run_and_survive_an_allowed_one(tmp_path):
     out = tmp_path / "out"
     foreign = out / "checkpoint-500"
@@ -57,6 +60,7 @@ def test_another_tools_files_stop_the_run_and_survive_an_allowed_one(tmp_path):
     stage.plan(Params(output_dir=str(out), max_steps=2, num_cards=1, device="cpu", resume_from="none"))
 
 
+@pytest.mark.slow
 def test_a_second_run_into_the_same_folder_is_refused_naming_the_first(tmp_path):
     out = tmp_path / "out"
     first = _train(out, "--max-steps", "10", wait=False)
@@ -80,6 +84,7 @@ def test_a_second_run_into_the_same_folder_is_refused_naming_the_first(tmp_path)
     release_output_dir(out)
 
 
+@pytest.mark.slow
 def test_the_lock_dies_with_a_killed_launcher(tmp_path):
     out = tmp_path / "out"
     holder = subprocess.Popen(
@@ -96,6 +101,7 @@ def test_the_lock_dies_with_a_killed_launcher(tmp_path):
     release_output_dir(out)
 
 
+@pytest.mark.slow
 def test_a_bad_record_stops_the_report_before_stage_04_or_05_runs(tmp_path):
     """hyport report plans every selected stage first: stage 04's bad record stops the run
     (exit 2, naming the stage and the dataset) before anything is written, so stage 05 never
@@ -109,3 +115,27 @@ def test_a_bad_record_stops_the_report_before_stage_04_or_05_runs(tmp_path):
     assert done.returncode == 2, done.stdout + done.stderr
     assert f"04_train: 1 records in {data}: 0 good, 1 with problems" in done.stderr, done.stderr
     assert not (tmp_path / "out").exists()
+
+
+def test_a_final_save_killed_before_its_file_list_leaves_its_files_hyports(tmp_path):
+    # the final save killed before its file list: what it wrote is still hyport's, what was
+    # there before it (another tool's file) is not
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "someone_else.bin").write_bytes(b"x")
+    (out / RUN_MARKER).write_text(json.dumps({"before": ownership._listing(out)}))
+    (out / "model.safetensors").write_bytes(b"x")
+    for leftover in (".hyport-write-test-ab12", ".hyport_run.json.k2j3.tmp", ".metrics.jsonl.zz.tmp"):
+        (out / leftover).write_text("")
+    assert foreign_entries(out) == ["someone_else.bin"]
+
+
+def test_the_plan_keeps_no_lock_and_the_nodes_of_one_job_lock_apart(tmp_path):
+    out = tmp_path / "run"
+    prepare(Params(max_steps=6, num_cards=2, output_dir=str(out)), get_backend("cpu", num_cards=2))
+    assert not ownership._HELD
+    lock_output_dir(out, node_rank=1)
+    lock_output_dir(tmp_path / "other")
+    release_output_dir(out)
+    release_output_dir(tmp_path / "other")
+    assert not ownership._HELD

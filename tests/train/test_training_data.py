@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from PIL import Image
 
 from hyport_lib.train.dataset import DatasetError, load_dataset
 from hyport_lib.train.packing import (COUNT_KEYS, PackedCollator, PaddedCollator,
@@ -246,6 +247,52 @@ def test_a_packed_batch_has_the_loss_of_the_unpacked_batch(smoke, processor):
             results[use_cache] = eager(**batch, use_cache=use_cache).loss.item()
     assert results[False] == pytest.approx(padded, rel=1e-4)
     assert abs(results[True] - padded) > 1e-4  # with a cache, eager attends across samples
+
+
+def test_a_cut_image_a_turn_that_is_no_object_and_an_image_in_an_answer_are_named_in_a_bom_file(tmp_path):
+    # images: a truncated JPEG, a turn that is no object, an image in an answer, a BOM
+    img = tmp_path / "img"
+    img.mkdir()
+    Image.new("RGB", (64, 64), (1, 2, 3)).save(img / "ok.jpg", quality=95)
+    data = (img / "ok.jpg").read_bytes()
+    (img / "cut.jpg").write_bytes(data[: len(data) // 2])
+    records = [{"id": "cut", "image": "img/cut.jpg",
+                "conversations": [{"from": "human", "value": "<image> what?"}, {"from": "gpt", "value": "x"}]},
+               {"id": "str-turn", "conversations": ["hello", {"from": "gpt", "value": "a"}]},
+               {"id": "img-answer", "image": "img/ok.jpg",
+                "conversations": [{"from": "human", "value": "hi"}, {"from": "gpt", "value": "<image>"}]}]
+    path = tmp_path / "data.json"
+    path.write_text(json.dumps(records), encoding="utf-8-sig")  # with a BOM
+    report = load_dataset(path)
+    kinds = {(p.record_id, p.kind) for p in report.problems}
+    assert ("cut", "image_unreadable") in kinds and ("img-answer", "image_in_answer") in kinds
+    assert ("str-turn", "unknown_role") in kinds and report.total == 3
+
+
+def test_a_list_as_role_a_too_long_image_path_and_a_decompression_bomb_are_named(tmp_path):
+    turns = [{"from": "human", "value": "<image> what?"}, {"from": "gpt", "value": "x"}]
+    (tmp_path / "img").mkdir()
+    bomb = Image.new("1", (1, 1))
+    bomb.save(tmp_path / "img" / "bomb.png")
+    raw = bytearray((tmp_path / "img" / "bomb.png").read_bytes())
+    raw[16:24] = (20000).to_bytes(4, "big") * 2  # the IHDR claims 20000 x 20000 pixels
+    (tmp_path / "img" / "bomb.png").write_bytes(bytes(raw))
+    records = [{"id": "list-role", "conversations": [{"from": ["human"], "value": "q"}, turns[1]]},
+               {"id": "long-path", "image": "a" * 5000 + ".png", "conversations": turns},
+               {"id": "bomb", "image": "img/bomb.png", "conversations": turns}]
+    path = tmp_path / "data.json"
+    path.write_text(json.dumps(records))
+    kinds = {(p.record_id, p.kind) for p in load_dataset(path).problems}
+    assert kinds >= {("list-role", "unknown_role"), ("long-path", "image_missing"), ("bomb", "image_unreadable")}
+
+
+def test_one_json_object_over_several_lines_is_named_as_such(tmp_path):
+    # named as one object, not as 5 lines that are not JSON
+    wrapped = tmp_path / "wrapped.json"
+    wrapped.write_text(json.dumps({"data": [{"id": "a", "conversations": _turns(("human", "q"), ("gpt", "a"))}]},
+                                  indent=2))
+    with pytest.raises(ValueError, match="wrapped.json: one JSON object .*expected a JSON list"):
+        load_dataset(wrapped)
 
 
 def test_dataset_error_lists_every_problem(tmp_path):

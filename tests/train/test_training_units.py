@@ -3,18 +3,27 @@ metrics, the pre-launch checks and the CLI's refusal of a bad dataset."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import shutil
 import socket
 from pathlib import Path
 
 import pytest
 
 from hyport_lib.backend import get_backend
+from hyport_lib.models.tiny import ensure_tiny_model
 from hyport_lib.train import checkpoints as ck
 from hyport_lib.train import stage
+from hyport_lib.train.dataset import DatasetError
 from hyport_lib.train.deepspeed_config import build_deepspeed_config, resolve_precision
-from hyport_lib.train.metrics import ema, loss_span, spikes, summarize_metrics, truncate_metrics
+from hyport_lib.train.launch import first_failure
+from hyport_lib.train.metrics import (MetricsSummary, ema, loss_span, spikes, summarize_metrics,
+                                      truncate_metrics)
 from hyport_lib.train.params import Params
+from hyport_lib.train.preflight import prepare
+from hyport_lib.train.rendezvous import is_local
+from hyport_lib.train.result import TrainResult
 
 
 # --------------------------------------------------------------------------- DeepSpeed JSON
@@ -41,6 +50,13 @@ def test_own_deepspeed_file_must_agree_with_zero_stage(tmp_path):
         build_deepspeed_config(Params(deepspeed_config=str(own)), get_backend("cpu"), "bf16")
     own.write_text("{not json")
     with pytest.raises(ValueError, match="ds.json"):
+        build_deepspeed_config(Params(deepspeed_config=str(own)), get_backend("cpu"), "bf16")
+
+
+def test_own_deepspeed_file_with_stage_auto_names_the_file_and_the_field(tmp_path):
+    own = tmp_path / "ds.json"
+    own.write_text(json.dumps({"zero_optimization": {"stage": "auto"}}))
+    with pytest.raises(ValueError, match="ds.json.*zero_optimization.stage is 'auto'"):
         build_deepspeed_config(Params(deepspeed_config=str(own)), get_backend("cpu"), "bf16")
 
 
@@ -168,7 +184,6 @@ def test_a_bad_dataset_stops_before_any_process_starts(tmp_path, monkeypatch, ca
 
 
 def test_skip_bad_records_plans_without_them(tmp_path):
-    from hyport_lib.train.preflight import prepare
     from hyport_lib.train.smoke_data import write_smoke_dataset
 
     smoke = write_smoke_dataset(tmp_path / "data")
@@ -185,8 +200,6 @@ def test_skip_bad_records_plans_without_them(tmp_path):
 
 
 def test_unwritable_output_dir_and_missing_model_are_named(tmp_path):
-    from hyport_lib.train.preflight import prepare
-
     blocker = tmp_path / "file"
     blocker.write_text("x")
     with pytest.raises(PermissionError, match="output_dir="):
@@ -197,8 +210,6 @@ def test_unwritable_output_dir_and_missing_model_are_named(tmp_path):
 
 
 def test_first_failure_names_the_root_cause_rank(tmp_path):
-    from hyport_lib.train.launch import first_failure
-
     log = tmp_path / "node0.log"
     log.write_text(
         "[default1]:[hyport train rank 1] test fault: SIGKILL at step 3\n"
@@ -223,7 +234,6 @@ def test_the_npu_branch_plans_hccl_tnd_attention_and_refuses_busy_cards(
     """On an Ascend host (the torch_npu double): packed runs use the fused NPU attention,
     bf16 is chosen, the workers init hccl, and a card another process holds stops the
     launch before anything starts."""
-    from hyport_lib.train.preflight import prepare
     from hyport_lib.train.worker import init_distributed  # noqa: F401 (imports on the double)
 
     data = Path(__file__).parents[1] / "data" / "npu_smi"
@@ -241,65 +251,44 @@ def test_the_npu_branch_plans_hccl_tnd_attention_and_refuses_busy_cards(
         prepare(Params(output_dir=str(tmp_path / "out3"), num_cards=9), npu)
 
 
-def test_training_review_regressions(tmp_path):
-    """Found by the review of stage 04, each reproduced first."""
-    from PIL import Image
-
-    from hyport_lib.train.checkpoints import drop_checkpoints_after, list_checkpoints
-    from hyport_lib.train.dataset import load_dataset
-    from hyport_lib.train.launch import first_failure
-    from hyport_lib.train.preflight import prepare
-
+def test_first_failure_reads_a_ranks_exception_behind_torchs_rank_prefix(tmp_path):
     # a worker's exception, as torch prints it: "[rank0]: " after torchrun's "[default0]:"
     log = tmp_path / "node0.log"
     log.write_text("[default0]:[rank0]: peft.utils.error.NoMatchingPeftModuleError: Target modules "
                    "{'qkv_proj'} not found\nRoot Cause (first observed failure):\n[0]:\n"
                    "  rank      : 0 (local_rank: 0)\n  exitcode  : 1 (pid: 1)\n")
     assert first_failure(log).startswith("rank 0: peft.utils.error.NoMatchingPeftModuleError")
-    # images: a truncated JPEG, a turn that is no object, an image in an answer, a BOM
-    img = tmp_path / "img"
-    img.mkdir()
-    Image.new("RGB", (64, 64), (1, 2, 3)).save(img / "ok.jpg", quality=95)
-    data = (img / "ok.jpg").read_bytes()
-    (img / "cut.jpg").write_bytes(data[: len(data) // 2])
-    records = [{"id": "cut", "image": "img/cut.jpg",
-                "conversations": [{"from": "human", "value": "<image> what?"}, {"from": "gpt", "value": "x"}]},
-               {"id": "str-turn", "conversations": ["hello", {"from": "gpt", "value": "a"}]},
-               {"id": "img-answer", "image": "img/ok.jpg",
-                "conversations": [{"from": "human", "value": "hi"}, {"from": "gpt", "value": "<image>"}]}]
-    path = tmp_path / "data.json"
-    path.write_text(json.dumps(records), encoding="utf-8-sig")  # with a BOM
-    report = load_dataset(path)
-    kinds = {(p.record_id, p.kind) for p in report.problems}
-    assert ("cut", "image_unreadable") in kinds and ("img-answer", "image_in_answer") in kinds
-    assert ("str-turn", "unknown_role") in kinds and report.total == 3
+
+
+def test_only_hyports_checkpoints_after_the_starting_point_are_dropped(tmp_path):
     # hyport's checkpoints beyond the starting point are dropped; another tool's stays
     for step in (2, 4, 6):
         (tmp_path / "run" / f"checkpoint-{step}").mkdir(parents=True)
         (tmp_path / "run" / f"checkpoint-{step}" / "hyport_saving.json").write_text("{}")
     (tmp_path / "run" / "checkpoint-500").mkdir()
-    assert drop_checkpoints_after(tmp_path / "run", 2) == ["checkpoint-4", "checkpoint-6"]
-    assert [c.step for c in list_checkpoints(tmp_path / "run")] == [2, 500]
-    (tmp_path / "run" / "checkpoint-500").rmdir()
-    # LoRA targets that name no layer are refused before launch
+    assert ck.drop_checkpoints_after(tmp_path / "run", 2) == ["checkpoint-4", "checkpoint-6"]
+    assert [c.step for c in ck.list_checkpoints(tmp_path / "run")] == [2, 500]
+
+
+def test_lora_targets_that_name_no_layer_are_refused_before_launch(tmp_path):
     with pytest.raises(ValueError, match="lora_target='qkv_proj': no layer"):
         prepare(Params(finetuning_type="lora", lora_target="qkv_proj",
                        output_dir=str(tmp_path / "lora")), get_backend("cpu"))
-    # ... and LoRA without peft installed is named as such, not a ModuleNotFoundError in a rank
-    import importlib.util
 
+
+def test_lora_without_peft_is_named_before_launch(tmp_path, monkeypatch):
+    # named as such, not a ModuleNotFoundError in a rank
     real_find_spec = importlib.util.find_spec
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(importlib.util, "find_spec",
-                   lambda name, *a: None if name == "peft" else real_find_spec(name, *a))
-        with pytest.raises(ValueError, match="finetuning_type='lora' needs peft"):
-            prepare(Params(finetuning_type="lora", output_dir=str(tmp_path / "lora2")),
-                    get_backend("cpu"))
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "peft" else real_find_spec(name, *a))
+    with pytest.raises(ValueError, match="finetuning_type='lora' needs peft"):
+        prepare(Params(finetuning_type="lora", output_dir=str(tmp_path / "lora2")), get_backend("cpu"))
+
+
+def test_every_problem_of_a_big_bad_dataset_is_in_the_error_and_no_folder_is_made(tmp_path):
     # every problem of a big bad dataset is in the error, the first 50 in its lines; no file
     many = tmp_path / "many.json"
     many.write_text(json.dumps([{"id": f"r{i}", "conversations": []} for i in range(60)]))
-    from hyport_lib.train.dataset import DatasetError
-
     with pytest.raises(DatasetError) as info:
         prepare(Params(dataset_path=str(many), output_dir=str(tmp_path / "many-out")),
                 get_backend("cpu"))
@@ -308,66 +297,54 @@ def test_training_review_regressions(tmp_path):
     assert not (tmp_path / "many-out").exists()
 
 
-def test_second_training_review_regressions(tmp_path, monkeypatch):
-    """Found by the second review of stage 04, each reproduced first."""
-    from PIL import Image
-
-    from hyport_lib.train.dataset import load_dataset
-    from hyport_lib.train.metrics import MetricsSummary
-    from hyport_lib.train.preflight import prepare
-    from hyport_lib.train.result import TrainResult
-
-    cpu = get_backend("cpu")
-    turns = [{"from": "human", "value": "<image> what?"}, {"from": "gpt", "value": "x"}]
-    (tmp_path / "img").mkdir()
-    Image.new("RGB", (32, 32)).save(tmp_path / "img" / "ok.png")
-    bomb = Image.new("1", (1, 1))
-    bomb.save(tmp_path / "img" / "bomb.png")
-    raw = bytearray((tmp_path / "img" / "bomb.png").read_bytes())
-    raw[16:24] = (20000).to_bytes(4, "big") * 2  # the IHDR claims 20000 x 20000 pixels
-    (tmp_path / "img" / "bomb.png").write_bytes(bytes(raw))
-    records = [{"id": "list-role", "conversations": [{"from": ["human"], "value": "q"}, turns[1]]},
-               {"id": "long-path", "image": "a" * 5000 + ".png", "conversations": turns},
-               {"id": "bomb", "image": "img/bomb.png", "conversations": turns}]
-    path = tmp_path / "data.json"
-    path.write_text(json.dumps(records))
-    kinds = {(p.record_id, p.kind) for p in load_dataset(path).problems}
-    assert kinds >= {("list-role", "unknown_role"), ("long-path", "image_missing"), ("bomb", "image_unreadable")}
-    # one JSON object over several lines is named as such, not as 5 lines that are not JSON
-    wrapped = tmp_path / "wrapped.json"
-    wrapped.write_text(json.dumps({"data": records[:1]}, indent=2))
-    with pytest.raises(ValueError, match="wrapped.json: one JSON object .*expected a JSON list"):
-        load_dataset(wrapped)
-    # a DeepSpeed file with "stage": "auto" names the file and the field
-    own = tmp_path / "ds.json"
-    own.write_text(json.dumps({"zero_optimization": {"stage": "auto"}}))
-    with pytest.raises(ValueError, match="ds.json.*zero_optimization.stage is 'auto'"):
-        build_deepspeed_config(Params(deepspeed_config=str(own)), cpu, "bf16")
+def test_a_master_addr_that_does_not_resolve_is_refused(tmp_path):
     # an address that does not resolve would make torchrun retry for ever
     with pytest.raises(ValueError, match="master_addr='no.such.host.invalid' does not resolve"):
-        prepare(Params(master_addr="no.such.host.invalid", output_dir=str(tmp_path / "a")), cpu)
-    # loopback and unspecified addresses, IPv6 included, are this machine
-    from hyport_lib.train.rendezvous import is_local
+        prepare(Params(master_addr="no.such.host.invalid", output_dir=str(tmp_path / "a")), get_backend("cpu"))
 
+
+def test_loopback_and_unspecified_addresses_ipv6_included_are_this_machine():
     assert all(is_local(a) for a in ("::1", "0.0.0.0", "127.0.0.1", socket.gethostname()))
+
+
+def test_zero3_on_two_processes_needs_an_image_in_every_training_row(tmp_path):
     # ZeRO-3 on two processes with text-only and image records would abort in DeepSpeed
+    cpu = get_backend("cpu")
     with pytest.raises(ValueError, match="training rows hold no image.*zero_stage=3"):
         prepare(Params(zero_stage=3, num_cards=2, packing=False, output_dir=str(tmp_path / "z3")), cpu)
     prepare(Params(zero_stage=3, num_cards=2, output_dir=str(tmp_path / "z3p")), cpu)  # packed: all rows have images
-    # resuming at or past max_steps trains nothing: refused; a relative folder reaches the workers absolute
+
+
+def test_resuming_at_or_past_max_steps_is_refused(tmp_path):
+    # resuming at or past max_steps trains nothing
     out = tmp_path / "run"
     _checkpoint(out, 4)
     with pytest.raises(ValueError, match="step 4.*max_steps=3: nothing is left to train"):
-        prepare(Params(resume_from="auto", max_steps=3, num_cards=2, output_dir=str(out)), cpu)
+        prepare(Params(resume_from="auto", max_steps=3, num_cards=2, output_dir=str(out)), get_backend("cpu"))
+
+
+def test_the_worker_spec_holds_the_resume_folder_absolute_and_the_params_as_they_are(tmp_path, monkeypatch):
+    out = tmp_path / "run"
+    _checkpoint(out, 4)
+    # a relative folder reaches the workers absolute
     monkeypatch.chdir(tmp_path)
     plan = prepare(Params(resume_from="run/checkpoint-4", max_steps=6, num_cards=2,
-                          output_dir=str(tmp_path / "other")), cpu)
+                          output_dir=str(tmp_path / "other")), get_backend("cpu"))
     assert plan.worker_spec()["resume_checkpoint"] == str(out / "checkpoint-4")
     # the workers rebuild the plan's parameters from the spec as they are (checked once, here)
     assert Params.from_plan(json.loads(json.dumps(plan.worker_spec()))["params"]) == plan.params
-    fresh = prepare(Params(resume_from="none", max_steps=6, num_cards=2, output_dir=str(out)), cpu)
+
+
+def test_a_fresh_start_says_it_removes_the_earlier_checkpoints(tmp_path):
+    out = tmp_path / "run"
+    _checkpoint(out, 4)
+    fresh = prepare(Params(resume_from="none", max_steps=6, num_cards=2, output_dir=str(out)), get_backend("cpu"))
     assert any("1 earlier checkpoint(s) (checkpoint-4): they will be removed" in n for n in fresh.notes)
-    # a run that logged no step is no PASS, even with weights written
+
+
+def test_a_run_that_logged_no_step_is_no_pass_even_with_weights_written(tmp_path):
+    out = tmp_path / "run"
+    out.mkdir()
     (out / "model.safetensors").write_bytes(b"")
     empty = TrainResult(status="ok", exit_code=0, wall_s=1.0, plan={"params": {"max_steps": None}},
                         metrics=[], summary=MetricsSummary(), worker={"final_dir": str(out)})
@@ -375,31 +352,32 @@ def test_second_training_review_regressions(tmp_path, monkeypatch):
     assert (judged.verdict, judged.why) == ("FAIL", "no step was trained (no step in the metrics)")
 
 
-def test_third_training_review_regressions(tmp_path):
-    import shutil
-
-    from hyport_lib.backend import get_backend
-    from hyport_lib.models.tiny import ensure_tiny_model
-    from hyport_lib.train.preflight import prepare
-
-    cpu = get_backend("cpu")
+def test_a_model_folder_without_processor_files_is_named_before_launch(tmp_path):
     # a model folder without tokenizer / processor files: named before launch, no traceback
     bare = tmp_path / "bare"
     bare.mkdir()
     for name in ("config.json", "model.safetensors"):
         shutil.copy(ensure_tiny_model() / name, bare / name)
     with pytest.raises(ValueError, match="model_path=.*bare.*processor / tokenizer does not load"):
-        prepare(Params(model_path=str(bare), output_dir=str(tmp_path / "o1"), num_cards=2), cpu)
+        prepare(Params(model_path=str(bare), output_dir=str(tmp_path / "o1"), num_cards=2), get_backend("cpu"))
+
+
+def test_an_output_dir_that_is_the_model_folder_is_refused(tmp_path):
     # the final weights would overwrite the model being trained
     model = tmp_path / "model"
     shutil.copytree(ensure_tiny_model(), model)
     with pytest.raises(ValueError, match="output_dir=.* is the model folder"):
-        prepare(Params(model_path=str(model), output_dir=str(model), num_cards=2), cpu)
-    # an attention no rank could load is refused before torchrun
+        prepare(Params(model_path=str(model), output_dir=str(model), num_cards=2), get_backend("cpu"))
+
+
+def test_an_attention_no_rank_could_load_is_refused_before_torchrun(tmp_path):
     with pytest.raises(ValueError, match="attn_implementation='foo'"):
         prepare(Params(packing=False, attn_implementation="foo", output_dir=str(tmp_path / "o2"),
-                       num_cards=2), cpu)
-    # resuming an older checkpoint removes the later ones: only when allowed, and said
+                       num_cards=2), get_backend("cpu"))
+
+
+def test_resuming_an_older_checkpoint_removes_the_later_ones_only_when_allowed_and_says_so(tmp_path):
+    cpu = get_backend("cpu")
     out = tmp_path / "run"
     for step in (4, 6, 8):
         _checkpoint(out, step)
@@ -433,8 +411,6 @@ def test_an_unreadable_marker_state_or_missing_rank_file_is_named_before_launch(
 
 
 def test_overflow_drop_drops_too_long_records_and_counts_them(tmp_path):
-    from hyport_lib.train.preflight import prepare
-
     plan = prepare(Params(output_dir=str(tmp_path / "o"), overflow="drop", max_seq_len=40, num_cards=2),
                    get_backend("cpu", num_cards=2))
     assert plan.dataset["samples"] == 3
@@ -464,44 +440,21 @@ def test_the_plan_refuses_a_locked_folder_without_taking_the_lock(tmp_path):
     assert sorted(p.name for p in out.iterdir()) == [lock_file(0)]
 
 
-def test_ownership_review_regressions(tmp_path):
-    """hyport's own leftovers are its own; a save killed half-way is resumed past."""
-    from hyport_lib.train import ownership
-    from hyport_lib.train.preflight import prepare
-    from hyport_lib.utils.disk import disk_full_error
-
-    cpu = get_backend("cpu", num_cards=2)
+def test_a_save_killed_half_way_is_resumed_past_and_named(tmp_path):
+    """A save killed half-way (hyport's saving marker, no completion) is hyport's own: resumed past."""
     out = tmp_path / "run"
     _checkpoint(out, 2)
     killed = out / "checkpoint-4"  # a save killed half-way: hyport's marker, no completion
     killed.mkdir()
     (killed / ck.SAVING_MARKER).write_text("{}")
-    plan = prepare(Params(max_steps=6, num_cards=2, output_dir=str(out)), cpu)
+    plan = prepare(Params(max_steps=6, num_cards=2, output_dir=str(out)), get_backend("cpu", num_cards=2))
     assert plan.resume_checkpoint.endswith("checkpoint-2")
     assert any("checkpoint-4 (no hyport_checkpoint.json" in n for n in plan.notes), plan.notes
-    # the final save killed before its file list: what it wrote is still hyport's, what was
-    # there before it (another tool's file) is not
-    (out / "someone_else.bin").write_bytes(b"x")
-    (out / ownership.RUN_MARKER).write_text(json.dumps({"before": ownership._listing(out)}))
-    (out / "model.safetensors").write_bytes(b"x")
-    for leftover in (".hyport-write-test-ab12", ".hyport_run.json.k2j3.tmp", ".metrics.jsonl.zz.tmp"):
-        (out / leftover).write_text("")
-    assert ownership.foreign_entries(out) == ["someone_else.bin"]
-    # the plan does not keep the folder locked; the nodes of one job lock apart
-    assert not ownership._HELD
-    ownership.lock_output_dir(out, node_rank=1)
-    ownership.lock_output_dir(tmp_path / "other")
-    ownership.release_output_dir(out)
-    ownership.release_output_dir(tmp_path / "other")
-    assert not ownership._HELD
-    # a full /dev/shm (or another disk) is not this folder's disk being full
-    assert disk_full_error(RuntimeError("No space left on device (28)"), out, 10) is None
 
 
 def test_the_plan_reckons_host_ram_from_the_models_parameters_and_the_run(tmp_path):
     """It assumed 1 GB per CPU rank whatever the model (a 135 M full fine-tune peaked at 4.3 GB)."""
     from hyport_lib.devices.host_memory import ram_need_per_rank
-    from hyport_lib.train.preflight import prepare
 
     full = ram_need_per_rank("cpu", 135_000_000, "full", zero_stage=2, world_size=2)
     assert 3.8 < full.per_rank_gb < 4.6  # near the 4.3 GB measured
