@@ -31,8 +31,9 @@ def behaviour_frame(behaviour: Optional[dict]):
                **{pair.get("label"): as_list(pair.get("answers")) for pair in pairs}}
     rows = []
     for index, prompt in enumerate(as_list(behaviour.get("prompts"))):
-        rows.append({"prompt": prompt, **{name: shortened(answers[index], ANSWER_CHARS) if index < len(answers) else ""
-                                          for name, answers in columns.items()}})
+        rows.append({"prompt": prompt,
+                     **{name: shortened(answers[index], ANSWER_CHARS) if index < len(answers) else ""
+                        for name, answers in columns.items()}})
     return pd.DataFrame(rows)
 
 

@@ -24,7 +24,7 @@ from hyport_lib.commands._progress import TerminalBar
 from hyport_lib.results import ensure_results_dir
 from hyport_lib.stages import StageContract, stage_part
 from hyport_lib.utils.files import atomic_write_text, dumps_json
-from hyport_lib.utils.redact import scrub_obj, scrub_text
+from hyport_lib.utils.redact import scrub_text
 
 
 @dataclass(frozen=True)
@@ -103,13 +103,16 @@ class StageCommand:
     def _show(self, result, args: argparse.Namespace, recording: bool) -> int:
         stage = self.contract
         summary = stage.summarize(result)
-        payload = dumps_json(scrub_obj(self.json(result)), indent=1 if self.json_file else 2)
-        if args.json and not self.json_file:
-            print(scrub_text(payload))
+        # Scrubbed once, as text: every value whatever type dumps_json wrote it from, in every
+        # encoded form (JSON escapes included).
+        payload = scrub_text(dumps_json(self.json(result), indent=1 if self.json_file else 2)) \
+            if args.json else None
+        if payload is not None and not self.json_file:
+            print(payload)
         else:
             print(scrub_text(self.text(result)))
         if recording:
             print(f"result: {stage.record(result)}", file=sys.stderr)
-        if args.json and self.json_file:
-            atomic_write_text(args.json, scrub_text(payload))
+        if payload is not None and self.json_file:
+            atomic_write_text(args.json, payload)
         return 1 if summary.verdict == "FAIL" else 0
