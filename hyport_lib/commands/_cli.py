@@ -21,7 +21,7 @@ import select
 import signal
 import sys
 import traceback
-from typing import Callable
+from typing import Callable, Optional
 
 from hyport_lib.utils.printable import first_line
 from hyport_lib.utils.redact import scrub_text
@@ -73,8 +73,26 @@ def invoke(name: str, run: Callable, args) -> int:
         where = f" ({exc.filename})" if exc.filename else ""
         print(scrub_text(f"hyport {name}: {exc.strerror or one_line(exc)}{where}"), file=sys.stderr)
         return USAGE_EXIT
-    except Exception as exc:  # a defect: keep the traceback, but say what it is and exit apart
-        return _internal(name, exc)
+    except Exception as exc:
+        stop = _stop_behind(exc)
+        if stop is not None:
+            # A library's cleanup failed while the stop unwound it (libcst's codegen raises
+            # KeyError from a `finally` cut short): the stop is what happened, not a defect.
+            print(f"hyport {name}: stopped by {signal.Signals(stop.signum).name}; "
+                  f"what was finished is kept", file=sys.stderr)
+            return STOPPED_EXIT
+        return _internal(name, exc)  # a defect: keep the traceback, say what it is, exit apart
+
+
+def _stop_behind(exc: BaseException) -> Optional[Stopped]:
+    """The stop signal an exception was raised while handling, if any."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, Stopped):
+            return exc
+        exc = exc.__context__
+    return None
 
 
 #: A full disk or quota is the machine's state, not a defect: one line, not a traceback.

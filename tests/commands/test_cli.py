@@ -200,3 +200,27 @@ def test_a_broken_pipe_of_the_commands_own_is_still_a_defect():
     out, err = proc.communicate(timeout=60)
     assert out.strip() == "ready" and proc.returncode == _cli.INTERNAL_EXIT
     assert "internal error (BrokenPipeError" in err
+
+
+def test_a_cleanup_that_fails_while_a_stop_unwinds_is_the_stop_not_a_defect(capsys):
+    """libcst's codegen raised KeyError from a ``finally`` a SIGTERM cut short: exit 3 and a
+    traceback where the user had stopped the port (seen in CI)."""
+    import signal as signals
+
+    from hyport_lib.commands._cli import invoke
+    from hyport_lib.utils.signals import Stopped
+
+    def run(args):
+        try:
+            raise Stopped(signals.SIGTERM)
+        finally:
+            raise KeyError("IndentedBlock()")
+
+    assert invoke("port", run, None) == 130
+    err = capsys.readouterr().err
+    assert "stopped by SIGTERM" in err and "internal error" not in err
+
+    def broken(args):
+        raise KeyError("a real defect")
+
+    assert invoke("port", broken, None) == 3
