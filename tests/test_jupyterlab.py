@@ -10,7 +10,10 @@ failed; then, per notebook:
 - 03: the card picker, switched to another card, shows that card's log tail;
 - 04: the live loss plot (one display handle) was redrawn while torchrun trained, and
   the progress line ends "(finished)" at step N/N;
-- 02, 05: they run without an error.
+- 02, 05: they run without an error;
+- every notebook: its form (made from the stage's Params) shows a bad value's one-line
+  error under the field and runs nothing; with a changed value, "Run stage" runs the
+  stage and the recorded result reflects the value.
 
 Every request must stay on 127.0.0.1. (The index of a real report run, opened offline in
 Chromium: test_offline_report.py, on the session's five-stage run and on an ``--only 01``
@@ -34,6 +37,12 @@ import pytest
 
 from browser import (CHROMIUM_ARGS, SCREENSHOT_MAX_WIDTH, chromium_path, readme_picture_path,
                      save_readme_picture)
+from hyport_lib.attention.params import Params as AttentionParams
+from hyport_lib.environment.params import Params as EnvironmentParams
+from hyport_lib.inference.params import Params as InferenceParams
+from hyport_lib.params import ParameterError, parameter_fields, parse_text
+from hyport_lib.train.params import Params as TrainParams
+from hyport_lib.weights.params import Params as WeightsParams
 from jupyterlab_session import (LabServer, NetworkGuard, copy_notebook, open_notebook,
                                 page_errors, run_all_cells, save_notebook, saved_errors,
                                 shutdown_kernels, start_lab, stop_lab)
@@ -55,7 +64,9 @@ SCREENSHOT_VIEWPORT = {"width": SCREENSHOT_MAX_WIDTH, "height": 800}
 TRAIN_STEPS = 60
 
 WIDGET_01 = '.widget-vbox:has(button.widget-button:has-text("Re-probe"))'
-WIDGET_03 = ".widget-vbox:has(.widget-dropdown select)"
+# the card picker: a box with a dropdown that is not the form or one of its rows
+WIDGET_03 = ".widget-vbox:not(.hyport-form):not(.hyport-form .widget-vbox):has(.widget-dropdown select)"
+FORM_RUN_S = 300  # a stage run from the form: 04's torchrun takes ~20 s to start on 2 cores
 
 # Records every text the status widget shows, so a transient "probing..." is seen even
 # if it is replaced before Playwright polls.
@@ -207,6 +218,52 @@ def _checks_table(page) -> list[dict]:
     }""")
 
 
+def _form(page):
+    """The notebook's one stage form."""
+    form = page.locator(".hyport-form")
+    form.first.wait_for(state="visible", timeout=60_000)
+    assert form.count() == 1
+    return form
+
+
+def _set_field(form, name: str, value) -> None:
+    """Type ``value`` into the field's text box, or (a bool) tick or untick its checkbox."""
+    control = form.locator(f".hyport-field-{name}").locator("input, textarea, select").first
+    control.scroll_into_view_if_needed()
+    if isinstance(value, bool):
+        control.set_checked(value)
+    else:
+        control.fill(str(value))
+        control.press("Tab")  # the change reaches the kernel before the click
+
+
+def _refused_under_field(page, form, params_class: type, name: str, bad: str) -> None:
+    """A bad value: the click shows the command line's one-line error under its field."""
+    field = next(f for f in parameter_fields(params_class) if f.name == name)
+    with pytest.raises(ParameterError) as refused:  # what `hyport <stage> --flag bad` says
+        params_class.from_values({name: parse_text(field, bad)})
+    expected = str(refused.value)
+    _set_field(form, name, bad)
+    form.locator("button", has_text="Run stage").click()
+    error = form.locator(f".hyport-field-{name} .hyport-error")
+    page.wait_for_function("el => el.textContent.trim().length > 0", arg=error.element_handle(),
+                           timeout=PICK_S * 1000)
+    assert error.inner_text().strip() == expected
+    assert "to fix" in form.locator(".hyport-status").inner_text()
+
+
+def _run_form(page, lab: Lab, form, stage: str) -> dict:
+    """Press "Run stage" and wait until it finished; the result it recorded."""
+    started = time.time()
+    form.locator("button", has_text="Run stage").click()
+    status = form.locator(".hyport-status")
+    page.wait_for_function("el => /finished|stopped/.test(el.textContent)", arg=status.element_handle(),
+                           timeout=FORM_RUN_S * 1000)
+    assert "finished" in status.inner_text(), status.inner_text()
+    assert [e for e in form.locator(".hyport-error").all_inner_texts() if e.strip()] == []
+    return _recorded(lab, stage, started)
+
+
 def test_01_environment_runs_and_reprobe_is_live(lab):
     path = copy_notebook(NOTEBOOKS / "01_environment.ipynb", lab.root, {"device": "cpu"})
     started = time.time()
@@ -247,6 +304,18 @@ def test_01_environment_runs_and_reprobe_is_live(lab):
         reprobed = output.locator("table", has=page.locator("thead th", has_text="verdict"))
         assert reprobed.count() >= 1
         assert reprobed.first.locator("tbody tr").count() == len(rows)
+
+        # the form: a bad value is refused under its field; unticking check_ports runs
+        # the stage without the HCCL port check
+        form = _form(page)
+        _refused_under_field(page, form, EnvironmentParams, "num_cards", "0")
+        _set_field(form, "num_cards", "None")
+        _set_field(form, "check_ports", False)
+        again = _run_form(page, lab, form, "01_environment")
+        names = [c["name"] for c in again["data"]["checks"]]
+        assert "hccl_ports" in [r["name"] for r in rows] and "hccl_ports" not in names
+        shown = form.locator(".widget-output table", has=page.locator("thead th", has_text="verdict"))
+        assert [t.strip() for t in shown.first.locator("tbody tr td:first-child").all_inner_texts()] == names
         _assert_stayed_local(network)
 
 
@@ -261,6 +330,14 @@ def test_02_attention_runs(lab):
         # the comparison grid and the heatmap rendered
         assert page.locator(".jp-NotebookPanel .jp-OutputArea-output table").count() >= 2
         assert page.locator(".jp-NotebookPanel .jp-OutputArea-output img").count() >= 1
+        assert {r.get("dtype") for r in result["data"]["rows"]} >= {"float32", "bfloat16"}
+
+        form = _form(page)
+        _refused_under_field(page, form, AttentionParams, "seed", "x")
+        _set_field(form, "seed", "0")
+        _set_field(form, "dtypes", "[float32]")
+        again = _run_form(page, lab, form, "02_attention")
+        assert {r.get("dtype") for r in again["data"]["rows"]} == {"float32"}
         _assert_stayed_local(network)
 
 
@@ -303,6 +380,12 @@ def test_03_inference_runs_and_card_picker_is_live(lab):
             arg=output.element_handle(), timeout=PICK_S * 1000)
         assert shown() == tail(1)
         assert select.evaluate("el => el.selectedIndex") == 1
+
+        form = _form(page)
+        _refused_under_field(page, form, InferenceParams, "max_new_tokens", "0")
+        _set_field(form, "max_new_tokens", "3")
+        again = _run_form(page, lab, form, "03_inference")
+        assert '"max_new_tokens": 3' in json.dumps(again["data"]["plan"]), again["data"]["plan"]
         _assert_stayed_local(network)
 
 
@@ -321,6 +404,14 @@ def test_05_weights_runs_by_itself(lab):
                             has_text="no stage 04 result").count() >= 1
         assert page.locator(".jp-NotebookPanel .jp-OutputArea-output",
                             has_text="LOAD_OK").count() >= 1
+        assert result["data"]["reload"]
+
+        form = _form(page)
+        _refused_under_field(page, form, WeightsParams, "base_path", str(lab.scratch / "no-such-weights"))
+        _set_field(form, "base_path", "None")
+        _set_field(form, "reload", False)
+        again = _run_form(page, lab, form, "05_weights")
+        assert not again["data"]["reload"], again["data"]["reload"]
         _assert_stayed_local(network)
 
 
@@ -391,6 +482,14 @@ def test_04_train_live_plot_and_progress_line(lab, tmp_path):
             arg=image.element_handle(), timeout=10_000)
         shot = save_readme_picture(page.screenshot(), readme_picture_path(tmp_path, "jupyterlab_04_live_plot.png"))
         assert shot.exists()
+
+        form = _form(page)
+        _refused_under_field(page, form, TrainParams, "max_steps", "0")
+        _set_field(form, "max_steps", "3")
+        _set_field(form, "output_dir", str(lab.scratch / "train-form"))
+        again = _run_form(page, lab, form, "04_train")
+        assert again["verdict"] == "PASS" and len(again["data"]["metrics"]) == 3
+        assert Path(again["data"]["final_dir"]).is_relative_to(lab.scratch / "train-form")
         _assert_stayed_local(network)
 
 

@@ -1,0 +1,157 @@
+"""The form made from a stage's Params: the right control per field, values read as the
+command line reads them, each error under its field, Run with the checked values."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Optional
+
+import ipywidgets as widgets
+import pytest
+
+from hyport_lib.params import ParameterError, StageParams, param
+from hyport_lib.stages import discover_stages, params_class
+from hyport_lib.workbook.form import StageForm, model_folders, problem_field, stage_form
+
+
+@dataclass
+class Demo(StageParams):
+    device: str = param("auto", "where", choices=("auto", "npu", "cuda", "cpu"))
+    steps: Optional[int] = param(20, "optimizer steps", min=1)
+    shards: int = param(2, "shards", min=1, max=8)
+    packing: bool = param(False, "pack samples")
+    dtypes: list = param(["float16"], "dtypes")
+    model_path: str = param("tiny", "a model", nonempty=True, path="dir", not_paths=("tiny", "smollm2"))
+    note: Optional[str] = param(None, "a label")
+
+    def check(self) -> None:
+        if self.packing and self.device == "cpu":
+            raise ParameterError([f"packing=True: not with device={self.device!r}"])
+
+
+def _form(namespace=None, run=None) -> StageForm:
+    calls = []
+    form = stage_form(Demo, dict(namespace or {}), run or (lambda p: calls.append(p) or "done"))
+    form.calls = calls
+    return form
+
+
+def test_each_field_gets_the_control_its_declaration_asks_for():
+    form = _form()
+    kinds = {name: type(row.control) for name, row in form.fields.items()}
+    assert kinds == {"device": widgets.Dropdown, "steps": widgets.Text, "shards": widgets.BoundedIntText,
+                     "packing": widgets.Checkbox, "dtypes": widgets.Textarea,
+                     "model_path": widgets.Combobox, "note": widgets.Text}
+    assert form.fields["shards"].control.min == 1 and form.fields["shards"].control.max == 8
+    assert form.fields["steps"].control.tooltip == "optimizer steps"
+    assert form.fields["model_path"].control.options == ("tiny", "smollm2")
+
+
+def test_untouched_form_gives_the_namespace_values():
+    ns = {"device": "cpu", "steps": None, "dtypes": ["bfloat16", "float32"], "note": "x"}
+    params = _form(ns).check()
+    assert params == Demo(device="cpu", steps=None, dtypes=["bfloat16", "float32"], note="x")
+
+
+@pytest.mark.parametrize("stage", discover_stages(), ids=lambda s: s.name)
+def test_every_stage_form_round_trips_its_defaults(stage, monkeypatch, tmp_path):
+    monkeypatch.chdir(tmp_path)  # relative default paths are judged here, not in the repo
+    cls = params_class(stage)
+    defaults = cls().to_dict()
+    form = stage_form(cls, dict(defaults), lambda p: None)
+    assert form.check().to_dict() == defaults
+
+
+def test_a_bad_value_shows_the_command_lines_error_under_its_field():
+    form = _form()
+    form.fields["steps"].control.value = "-3"
+    assert form.check() is None
+    with pytest.raises(ParameterError) as cli:
+        Demo(steps=-3)
+    assert form.fields["steps"].problem == str(cli.value)
+    assert "&gt;= 1" in form.fields["steps"].error.value  # shown as text, not as markup
+    assert form.fields["device"].problem == form.fields["device"].error.value == ""
+    assert "1 value(s) to fix" in form.status.value
+
+
+def test_a_rule_across_fields_is_shown_under_the_field_it_names():
+    form = _form()
+    form.fields["packing"].control.value = True
+    form.fields["device"].control.value = "cpu"
+    assert form.check() is None
+    assert form.fields["packing"].problem == "packing=True: not with device='cpu'"
+
+
+def test_text_that_is_no_yaml_is_named():
+    form = _form()
+    form.fields["dtypes"].control.value = "[float16"
+    assert form.check() is None
+    assert form.fields["dtypes"].problem.startswith("dtypes='[float16': not valid YAML")
+
+
+def test_run_writes_the_checked_values_back_and_runs_with_them():
+    namespace = {"steps": 20}
+    seen = []
+    form = stage_form(Demo, namespace, lambda p: seen.append(p) or "result")
+    form.fields["steps"].control.value = "7"
+    form.fields["note"].control.value = "None"
+    assert form.submit() == "result"
+    assert seen == [Demo(steps=7)] and namespace["steps"] == 7 and namespace["note"] is None
+    assert "finished" in form.status.value and not form.button.disabled
+
+
+def test_run_with_a_bad_value_runs_nothing_and_changes_no_variable():
+    namespace = {"steps": 20}
+    form = stage_form(Demo, namespace, lambda p: pytest.fail("ran"))
+    form.fields["steps"].control.value = "0"
+    assert form.submit() is None and namespace == {"steps": 20}
+
+
+def test_a_run_that_raises_says_so_and_frees_the_button():
+    def boom(params):
+        raise RuntimeError("disk full")
+
+    form = stage_form(Demo, {}, boom)
+    with pytest.raises(RuntimeError):
+        form.submit()
+    assert "disk full" in form.status.value and not form.button.disabled
+
+
+def test_an_unknown_choice_in_the_namespace_is_kept_for_the_check_to_name():
+    form = _form({"device": "tpu"})
+    assert form.fields["device"].control.value == "tpu"
+    assert form.check() is None and form.fields["device"].problem.startswith("device='tpu': expected one of")
+
+
+def test_the_path_note_follows_the_text(tmp_path):
+    form = _form()
+    row = form.fields["model_path"]
+    assert "preset" in row.note.value
+    row.control.value = str(tmp_path)
+    assert "exists" in row.note.value
+    row.control.value = str(tmp_path / "nope")
+    assert "not found" in row.note.value
+
+
+def test_problem_field_names_only_declared_parameters():
+    assert problem_field("steps=-3: expected an integer >= 1", ["steps"]) == "steps"
+    assert problem_field("dataset: no entry", ["dataset"]) == "dataset"
+    assert problem_field("3 parameters are wrong: x=1", ["steps"]) is None
+
+
+def test_model_folders_lists_checkpoints_and_follows_no_link_out(tmp_path):
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / "config.json").write_text("{}")
+    (tmp_path / "org" / "b").mkdir(parents=True)
+    (tmp_path / "org" / "b" / "config.json").write_text("{}")
+    (tmp_path / "empty").mkdir()
+    outside = tmp_path.parent / f"{tmp_path.name}-outside"
+    outside.mkdir()
+    (outside / "config.json").write_text("{}")
+    os.symlink(outside, tmp_path / "link")
+    assert model_folders(tmp_path) == [str(tmp_path / "a"), str(tmp_path / "org" / "b")]
+    assert model_folders(tmp_path / "missing") == []
+    form = stage_form(Demo, {}, lambda p: None, models_folder=str(tmp_path))
+    assert form.fields["model_path"].control.options == ("tiny", "smollm2", str(tmp_path / "a"),
+                                                         str(tmp_path / "org" / "b"))
