@@ -287,7 +287,7 @@ def test_01_environment_runs_and_reprobe_is_live(lab):
         button = widget.locator("button.widget-button")
         status = widget.locator(".widget-html-content")
         output = widget.locator(".widget-output")
-        assert "Environment:" in status.inner_text()
+        expect(status).to_contain_text("Environment:", timeout=60_000)  # synced from the kernel
         assert output.locator(".jp-OutputArea-output").count() == 0  # nothing until a click
         status.evaluate(WATCH_STATUS)
         button.scroll_into_view_if_needed()
