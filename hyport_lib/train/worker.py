@@ -1,8 +1,7 @@
 """One training process: what ``torchrun`` starts on every card (``-m hyport_lib.train.worker``).
 
-The launcher (:mod:`hyport_lib.train.launch`) has checked everything and hands the plan over in
-``HYPORT_TRAIN_SPEC`` (every rank, and every restarted rank, reads the same). :func:`run` resumes
-the newest complete checkpoint (after a torchrun restart it is newer than at launch), trains under
+Every rank (restarted ones too) reads the checked plan from ``HYPORT_TRAIN_SPEC``, resumes the
+newest complete checkpoint (after a torchrun restart it is newer than at launch), trains under
 DeepSpeed and saves the final weights in ``output_dir``; rank 0 writes ``train_result.json``.
 """
 
@@ -25,7 +24,7 @@ from hyport_lib.models.tied_weights import retie
 from hyport_lib.models.training_inputs import rope_positions_function
 from hyport_lib.npu_attention.hf_integration import UnsupportedAttentionArgument, register_hyport_attention
 from hyport_lib.processes import start_guard
-from hyport_lib.train.callbacks import CountingTrainer, MetricsCallback, StepCounts
+from hyport_lib.train.callbacks import CountingTrainer, MetricsCallback, StepCounts, barrier, process_group
 from hyport_lib.train.held_answers import answer, held_prompts
 from hyport_lib.train.checkpoints import check_compatible, drop_checkpoints_after, newest_complete, resolve_resume
 from hyport_lib.train.dataset import load_dataset
@@ -88,13 +87,6 @@ def init_distributed(backend) -> None:
                             rank=rank, world_size=world)
 
 
-def _barrier() -> None:
-    import torch.distributed as dist
-
-    if dist.is_available() and dist.is_initialized():
-        dist.barrier()
-
-
 def _load_model(spec: dict, params: Params):
     loaded = load_processor(spec["model_path"], trust_remote_code=params.trust_remote_code)
     for part in loaded.unavailable:
@@ -110,14 +102,19 @@ def _load_model(spec: dict, params: Params):
         # tensors does not require grad".
         model.enable_input_require_grads()
     if params.finetuning_type == "lora":
-        from peft import LoraConfig, get_peft_model
         from transformers import set_seed
 
         set_seed(params.seed)  # the LoRA weights are drawn here, before the Trainer seeds
-        lora = LoraConfig(r=params.lora_rank, lora_alpha=params.lora_alpha, lora_dropout=0.0,
-                          target_modules=lora_target_pattern(language_model_path(model), params.lora_targets))
-        model = get_peft_model(model, lora)
+        model = _with_lora(model, params)
     return model, loaded
+
+
+def _with_lora(model, params: Params):
+    from peft import LoraConfig, get_peft_model
+
+    return get_peft_model(model, LoraConfig(r=params.lora_rank, lora_alpha=params.lora_alpha, lora_dropout=0.0,
+                                            target_modules=lora_target_pattern(language_model_path(model),
+                                                                               params.lora_targets)))
 
 
 def without_kv_cache(model) -> None:
@@ -198,21 +195,18 @@ def save_final(trainer, processor, spec: dict, params: Params) -> str:
     """Final weights in ``output_dir`` (the seed's layout); LoRA: merged, adapter beside."""
     out = Path(spec["output_dir"])
     state_dict = trainer.accelerator.get_state_dict(trainer.deepspeed or trainer.model)  # ZeRO-3: gathers
-    shard = params.max_shard_size
     if not trainer.is_world_process_zero():
         return str(out)
     model = trainer.accelerator.unwrap_model(trainer.model)
     retie(model, state_dict)  # copies hide ties from save_pretrained: a tied weight saved twice
-    kwargs = {"state_dict": state_dict, "safe_serialization": True}
-    if shard:
-        kwargs["max_shard_size"] = shard
+    sharding = {"max_shard_size": params.max_shard_size} if params.max_shard_size else {}
     if params.finetuning_type == "lora":
         model.save_pretrained(str(out / "adapter"), state_dict=state_dict)
         with _zero3_set_aside():  # a plain model on rank 0 alone: no ZeRO-3 gathering
             merged = _merged_lora(spec, params, state_dict)
-        merged.save_pretrained(str(out), **({"max_shard_size": shard} if shard else {}))
+        merged.save_pretrained(str(out), **sharding)
     else:
-        model.save_pretrained(str(out), **kwargs)
+        model.save_pretrained(str(out), state_dict=state_dict, safe_serialization=True, **sharding)
         if params.zero_stage == 3:
             _count_saved_parameters(out)
     processor.save_pretrained(str(out))
@@ -250,12 +244,7 @@ def _count_saved_parameters(out: Path) -> None:
 
 def _merged_lora(spec: dict, params: Params, state_dict: dict):
     """A fresh base model on the CPU with the trained LoRA weights merged in."""
-    from peft import LoraConfig, get_peft_model
-
-    base = load_model(spec["model_path"], trust_remote_code=params.trust_remote_code)
-    lora = LoraConfig(r=params.lora_rank, lora_alpha=params.lora_alpha, lora_dropout=0.0,
-                      target_modules=lora_target_pattern(language_model_path(base), params.lora_targets))
-    wrapped = get_peft_model(base, lora)
+    wrapped = _with_lora(load_model(spec["model_path"], trust_remote_code=params.trust_remote_code), params)
     # Only the trained LoRA weights: the frozen base stays as it was loaded, not as the
     # (possibly bf16) copy DeepSpeed trained with.
     trained = {k: v.float() for k, v in state_dict.items() if "lora_" in k}
@@ -291,7 +280,7 @@ def run(spec: dict) -> dict:
              f"{checkpoint.path if checkpoint else 'scratch'} ({kept} metric lines kept"
              + (f"; removed {', '.join(dropped)}: later than the resume point" if dropped else "")
              + ")")
-    _barrier()
+    barrier()
     if spec["attn_implementation"].startswith("hyport"):
         register_hyport_attention(spec["attention_backend"], spec["attn_implementation"])
     model, loaded = _load_model(spec, params)
@@ -337,11 +326,10 @@ def main() -> int:
     result = run(spec)
     if _rank() == 0:
         atomic_write_json(Path(spec["output_dir"]) / RESULT_FILE, scrub_obj(result))
-    import torch.distributed as dist
-
-    if dist.is_available() and dist.is_initialized():
-        dist.barrier()
-        dist.destroy_process_group()
+    group = process_group()
+    if group:
+        group.barrier()
+        group.destroy_process_group()
     _say("done")
     # About 1 run in 12 aborted in the interpreter's teardown after a good run
     # ("terminate called without an active exception"), and torchrun then reports the
