@@ -19,7 +19,7 @@ from typing import Callable, Optional
 
 import hyport_lib
 from hyport_lib.models.model_cache import default_cache_root
-from hyport_lib.processes import describe_exit, last_exception, read_log_tail, run_child, scrub_log
+from hyport_lib.processes import describe_exit, last_exception, log_size, read_log_tail, run_child, scrub_log
 from hyport_lib.results import Provenance
 from hyport_lib.train.checkpoints import list_checkpoints, read_json_object
 from hyport_lib.train.first_batch import clear_first_batches
@@ -114,11 +114,11 @@ def _launch(plan: LaunchPlan, on_progress: Optional[Callable[[TrainProgress], No
     (out / RESULT_FILE).unlink(missing_ok=True)  # never read an earlier run's result
     env = _environment(plan)
     started = time.monotonic()
-    seen_size = -1
+    seen_size = 0  # no metrics yet: nothing to show
 
     def notify(running: bool) -> None:
         nonlocal seen_size
-        size = _size(plan.metrics_path)
+        size = log_size(plan.metrics_path)
         if on_progress is None or (running and size == seen_size):
             return
         seen_size = size
@@ -272,13 +272,6 @@ def _mtime(path: Path) -> float:
         return path.stat().st_mtime
     except OSError:
         return 0.0
-
-
-def _size(path: str) -> int:
-    try:
-        return os.path.getsize(path)
-    except OSError:
-        return -1
 
 
 def _scrub_rank_logs(out: Path, env: dict) -> None:

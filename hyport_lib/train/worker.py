@@ -23,7 +23,7 @@ from hyport_lib.models.lora_targets import language_model_path, lora_target_patt
 from hyport_lib.models.tied_weights import retie
 from hyport_lib.models.training_inputs import rope_positions_function
 from hyport_lib.npu_attention.hf_integration import UnsupportedAttentionArgument, register_hyport_attention
-from hyport_lib.processes import start_guard
+from hyport_lib.processes import exit_without_teardown, start_guard
 from hyport_lib.train.callbacks import CountingTrainer, MetricsCallback, StepCounts, barrier, process_group
 from hyport_lib.train.held_answers import answer, held_prompts
 from hyport_lib.train.checkpoints import check_compatible, drop_checkpoints_after, newest_complete, resolve_resume
@@ -112,9 +112,9 @@ def _load_model(spec: dict, params: Params):
 def _with_lora(model, params: Params):
     from peft import LoraConfig, get_peft_model
 
+    targets = lora_target_pattern(language_model_path(model), params.lora_targets)
     return get_peft_model(model, LoraConfig(r=params.lora_rank, lora_alpha=params.lora_alpha, lora_dropout=0.0,
-                                            target_modules=lora_target_pattern(language_model_path(model),
-                                                                               params.lora_targets)))
+                                            target_modules=targets))
 
 
 def without_kv_cache(model) -> None:
@@ -334,9 +334,7 @@ def main() -> int:
     # About 1 run in 12 aborted in the interpreter's teardown after a good run
     # ("terminate called without an active exception"), and torchrun then reports the
     # job failed: everything is written, so leave without the teardown.
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)
+    exit_without_teardown(0)
 
 
 if __name__ == "__main__":
