@@ -1,10 +1,9 @@
 """Checkpoints a run can safely resume from.
 
 A process killed while the Trainer writes ``checkpoint-N/`` leaves a folder that looks like a
-checkpoint and is not one (transformers' ``get_last_checkpoint`` would take it). So once every
-rank's part is saved, rank 0 adds :data:`MARKER` (step, world size, ZeRO stage, library
-versions): only such a folder is complete, and resuming names any difference from the run about
-to start (:func:`check_compatible`) instead of a DeepSpeed traceback in the middle of loading.
+checkpoint and is not one (transformers' ``get_last_checkpoint`` would take it): once every
+rank's part is saved, rank 0 adds :data:`MARKER`, and only such a folder is complete. Resuming
+names any difference from the run about to start instead of a DeepSpeed traceback mid-load.
 """
 
 from __future__ import annotations
@@ -132,13 +131,9 @@ def is_hyport_checkpoint(folder: os.PathLike) -> bool:
 
 
 def drop_checkpoints_after(output_dir: os.PathLike, step: int) -> list[str]:
-    """Remove hyport's ``checkpoint-N`` folders of ``output_dir`` with ``N > step``; their
-    names. A folder without hyport's markers is never removed.
-
-    They come from an earlier run (or attempt) that went further than this one starts from:
-    left in place, the Trainer would write into them over the old files, and
-    ``resume_from=auto`` or stage 05 would take them for this run's.
-    """
+    """Remove hyport's ``checkpoint-N`` folders (never one without its markers) with ``N > step``;
+    their names. Left from an earlier run or attempt, the Trainer would write into them over the
+    old files, and ``resume_from=auto`` or stage 05 would take them for this run's."""
     import shutil
 
     dropped = []

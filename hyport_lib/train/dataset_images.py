@@ -1,9 +1,7 @@
 """A dataset's image files: checked once per file, decoded once per file, bounded in size.
 
 A PNG of one colour at 20,000 × 20,000 pixels is a few KB on disk and 1.2 GB decoded: an image's
-decoded size is judged from its header before any pixel is read (:data:`MAX_DECODED_IMAGE_BYTES`),
-and :class:`ImageChecks` / :class:`DecodedImages` decode a file shared by records once. Files are
-opened through :mod:`hyport_lib.utils.bounded_files`; a failure is :class:`UnreadableImage`.
+decoded size is judged from its header before any pixel is read (:data:`MAX_DECODED_IMAGE_BYTES`).
 """
 
 from __future__ import annotations

@@ -1,9 +1,6 @@
-"""Start torchrun for a :class:`~hyport_lib.train.preflight.LaunchPlan` and watch it.
-
-:func:`launch` takes the output folder's lock, writes what the workers read, and runs ``python -m
-hyport_lib.train.agent`` (torchrun, then ``-m hyport_lib.train.worker``) as one child of
-:func:`hyport_lib.processes.run_child`: stopped past ``train_timeout_s`` or when interrupted. The
-launcher never touches a device; it reads the metrics file rank 0 appends for ``on_progress``.
+"""Start torchrun for a :class:`~hyport_lib.train.preflight.LaunchPlan` (under the output folder's
+lock, as one child of :func:`hyport_lib.processes.run_child`) and watch it. The launcher never
+touches a device: it reads the metrics file rank 0 appends.
 """
 
 from __future__ import annotations
@@ -78,9 +75,8 @@ def _environment(plan: LaunchPlan) -> dict[str, str]:
 
 def launch(plan: LaunchPlan, on_progress: Optional[Callable[[TrainProgress], None]] = None,
            poll_interval_s: float = 0.5, kill_grace_s: float = 15.0) -> TrainResult:
-    """Run the plan to the end (or the timeout), the output folder locked for this process
-    (this node) throughout. Raises OutputDirBusy (another run holds the folder), ForeignFiles
-    (files hyport did not write appeared since the plan) or OSError (the folder is not writable).
+    """Run the plan to the end (or the timeout), the output folder locked for this node. Raises
+    OutputDirBusy, ForeignFiles (appeared since the plan) or OSError (the folder is not writable).
     """
     out = Path(plan.output_dir)
     lock_output_dir(out, plan.params.node_rank)
@@ -151,10 +147,8 @@ def _launch(plan: LaunchPlan, on_progress: Optional[Callable[[TrainProgress], No
 
 
 def _checkpoint_estimate(plan: LaunchPlan) -> int:
-    """About what one checkpoint of this run takes, from the starting weights' file sizes:
-    the weights, plus DeepSpeed's fp32 master copy and two Adam moments (12 bytes a
-    parameter, counted as if the files held fp32: 4 x their size; bf16 files need more,
-    LoRA far less)."""
+    """About what one checkpoint takes: the weights plus DeepSpeed's fp32 master copy and two Adam
+    moments (12 bytes a parameter), as if the files held fp32: 4 x their size."""
     return 4 * sum(f.stat().st_size for f in Path(plan.model_path).glob("*.safetensors") if f.is_file())
 
 
@@ -208,14 +202,12 @@ _ROOT_EXIT = re.compile(r"^\s*exitcode\s*:\s*(-?\d+)(?:.*\((SIG\w+)\))?")
 
 
 def first_failure(log_path: os.PathLike) -> Optional[str]:
-    """Which rank failed first, and why: ``rank R: SomeError: message`` or ``rank R:
-    killed by SIGKILL``.
+    """Which rank failed first, and why: ``rank R: SomeError: message`` or ``rank R: killed by SIGKILL``.
 
-    torchrun prints a "Root Cause (first observed failure)" block naming the rank and its
-    exit code; that rank's own last exception line (torchrun's ``--tee`` prefixes each
-    of its lines with ``[defaultR]:``) says why. Other ranks usually fail as an echo of
-    it (a peer's "Connection closed by peer"). Without the block, the first exception of
-    any rank is taken.
+    torchrun's "Root Cause (first observed failure)" block names the rank and its exit code; that
+    rank's last exception line (``--tee`` prefixes its lines with ``[defaultR]:``) says why. Other
+    ranks usually fail as its echo ("Connection closed by peer"). Without the block, the first
+    exception of any rank is taken.
     """
     try:
         lines = Path(log_path).read_text(encoding="utf-8", errors="replace").splitlines()
@@ -251,9 +243,8 @@ def first_failure(log_path: os.PathLike) -> Optional[str]:
 
 
 def launch_logs(out: Path, log_path: os.PathLike, started_at: float) -> list[Path]:
-    """The logs one launch into ``out`` wrote: torchrun's own (``log_path``, rewritten at
-    each launch) and the rank logs modified since ``started_at``; an earlier launch into
-    the same folder left rank logs of its own, which must not be blamed for this one."""
+    """The logs one launch into ``out`` wrote: torchrun's own (rewritten at each launch) and the
+    rank logs modified since ``started_at`` (an earlier launch's must not be blamed)."""
     ranks = [p for p in sorted((out / "logs" / "ranks").rglob("*.log")) if _mtime(p) >= started_at]
     return [Path(log_path), *ranks]
 

@@ -1,9 +1,8 @@
 """What in ``output_dir`` hyport wrote, and one training run per folder.
 
 hyport removes or overwrites only what it can prove it wrote: its own files (:data:`OWN_NAMES`),
-checkpoints carrying one of its markers (:mod:`hyport_lib.train.checkpoints`), and the final files
-a run listed in its run marker. Anything else stops the run before launch (:func:`check_foreign`)
-unless ``overwrite_output_dir=True``. One run per folder: :func:`lock_output_dir`.
+checkpoints carrying one of its markers, and the final files a run listed in its run marker.
+Anything else stops the run before launch unless ``overwrite_output_dir=True``.
 """
 
 from __future__ import annotations
@@ -47,10 +46,9 @@ class ForeignFiles(ValueError):
 
 
 def lock_output_dir(output_dir: Path, node_rank: int = 0) -> None:
-    """Take (or keep) this process's exclusive ``flock`` on ``output_dir`` for ``node_rank`` (one
-    lock per node: the nodes of one job may share the folder). The kernel releases it when the
-    process dies, so a SIGKILL never leaves a stale lock. Raises :class:`OutputDirBusy` naming
-    the holder's pid and start time."""
+    """Take (or keep) this process's exclusive ``flock`` on ``output_dir`` for ``node_rank`` (the
+    nodes of one job may share the folder). The kernel releases it when the process dies: a
+    SIGKILL never leaves a stale lock. :class:`OutputDirBusy` names the holder's pid and start."""
     key = str(output_dir)
     if key in _HELD:
         return

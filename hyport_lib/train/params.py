@@ -1,8 +1,6 @@
-"""Stage 04's parameters: every knob of the smoke training, declared once.
-
-The names follow the seed's training script and LLaMA-Factory's YAML where they exist. Notebook
-04's ``parameters`` cell, ``hyport train``'s flags and ``hyport report -p`` all come from
-:class:`Params`, so a bad value is refused in the same words everywhere, before anything starts.
+"""Stage 04's parameters: every knob of the smoke training, declared once (notebook 04's
+``parameters`` cell, ``hyport train``'s flags, ``hyport report -p``). The names follow the seed's
+training script and LLaMA-Factory's YAML where they exist.
 """
 
 from __future__ import annotations

@@ -1,7 +1,4 @@
-"""What a training launch leaves behind: :class:`TrainResult` (the exit, the metrics and their
-summary, rank 0's ``train_result.json``, the checkpoints, the plan that ran); its verdict is
-:func:`hyport_lib.train.stage.summarize`'s.
-"""
+"""What a training launch leaves behind (its verdict: :func:`hyport_lib.train.stage.summarize`)."""
 
 from __future__ import annotations
 

@@ -1,9 +1,7 @@
-"""Rendering of stage 04 for notebooks: the plan, the live loss plot, the summary tables.
-
-The live plot is one display handle (:class:`hyport_lib.display.LiveDisplay`) updated with a PNG,
-as transformers' ``NotebookProgressCallback`` does: no ``ipywidgets.Output``, whose plots are lost
-from static HTML. :func:`glance`, :func:`glance_svg` and the ``blog_*`` functions are what the
-report asks of the recorded result (the draft itself: ``blog.<lang>.md.j2`` beside this module).
+"""Rendering of stage 04: the plan, the live loss plot, the summary tables, and what the report
+asks of the recorded result. The live plot is one display handle updated with a PNG, as
+transformers' ``NotebookProgressCallback`` does: an ``ipywidgets.Output``'s plots are lost from
+static HTML.
 """
 
 from __future__ import annotations
@@ -305,10 +303,8 @@ def _recorded_loss_figure(read: StageRecord[TrainResult]):
 
 
 def blog_values(record: dict) -> dict:
-    """What the draft's sections (``blog.<lang>.md.j2``) derive from the record: the proof's
-    words, whether the Trainer's own train_loss differs from the headline's (it covers only
-    a resumed run's last attempt and counts a NaN step as 0), whether the last loss is an
-    earlier step's, the answers' table cells and the ``hyport train`` command."""
+    """What the draft's sections (``blog.<lang>.md.j2``) derive from the record (the Trainer's own
+    train_loss covers only a resumed run's last attempt and counts a NaN step as 0)."""
     result = _read(record).data
     summary, plan = result.summary, result.plan
     mean_loss = summary.mean_loss

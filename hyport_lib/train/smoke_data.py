@@ -1,8 +1,6 @@
-"""The bundled smoke dataset: 14 records in the seed's format, images drawn offline with PIL.
-
-Like the seed's ``test_data_packing.json``: short, repetitive answers (the loss falls quickly,
-which says nothing about the model), single-image, multi-image, multi-turn and text-only records.
-"""
+"""The bundled smoke dataset: 14 records in the seed's format (as its ``test_data_packing.json``:
+short, repetitive answers, whose loss falls quickly and says nothing about the model), images
+drawn offline with PIL."""
 
 from __future__ import annotations
 

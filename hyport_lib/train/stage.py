@@ -1,10 +1,5 @@
-"""Stage 04: smoke training — the stage contract.
-
-Notebook 04, ``hyport train`` and ``hyport report`` all go through :func:`plan` (checks
-everything, writes nothing), :func:`run` (torchrun + DeepSpeed, watched from here),
-:func:`summarize` (the verdict) and :func:`record` (the result that names the last checkpoint
-and the final weights for stage 05).
-"""
+"""Stage 04: smoke training — the stage contract that notebook 04, ``hyport train`` and ``hyport
+report`` all go through."""
 
 from __future__ import annotations
 
@@ -27,10 +22,8 @@ STAGE = TrainedWeights.STAGE
 
 
 def plan(params: Params) -> LaunchPlan:
-    """Check everything and plan the launch on ``params.device``
-    (:func:`hyport_lib.train.preflight.prepare`); no file, folder or lock is left behind.
-    Raises ValueError, PermissionError or RuntimeError naming the parameter, file, record or
-    card (a bad dataset lists every problem in ``details``)."""
+    """Check everything and plan the launch (:func:`hyport_lib.train.preflight.prepare`); no file,
+    folder or lock is left behind (a bad dataset lists every problem in ``details``)."""
     return prepare(params, get_backend(params.device, num_cards=params.num_cards))
 
 

@@ -68,12 +68,9 @@ def _quiet_deepspeed_cpu(backend) -> None:
 
 
 def init_distributed(backend) -> None:
-    """The default process group, under a key prefix per torchrun attempt.
-
-    torchrun keeps one key-value store across ``--max-restarts`` attempts, and the address keys
-    written there are not per attempt: restarted workers can read the dead workers' addresses
-    and fail ("Gloo connectFullMesh failed ... Connection refused") or hang.
-    """
+    """The default process group, under a key prefix per torchrun attempt: torchrun keeps one
+    store across ``--max-restarts`` attempts, and restarted workers could read the dead workers'
+    addresses and fail ("Gloo connectFullMesh failed ... Connection refused") or hang."""
     import torch.distributed as dist
 
     if "RANK" not in os.environ or dist.is_initialized():
@@ -118,13 +115,10 @@ def _with_lora(model, params: Params):
 
 
 def without_kv_cache(model) -> None:
-    """No KV cache in training, on the model's config and every sub-config.
-
-    Some families (Mistral, Phi-3, Qwen2, Starcoder2 in transformers 4.57) create a cache in
-    training when ``use_cache`` is on, and transformers then skips its packed-sequence mask:
-    a sliding-window mask over a whole packed row would let samples see each other. The
-    proof before launch runs without one too, so the workers run what it proved.
-    """
+    """No KV cache in training, on the model's config and every sub-config: some families
+    (Mistral, Phi-3, Qwen2, Starcoder2 in transformers 4.57) create one when ``use_cache`` is on,
+    and transformers then skips its packed-sequence mask (a sliding-window mask over a whole
+    packed row lets samples see each other). The proof before launch runs without one too."""
     configs = [model.config, *(getattr(model.config, key, None) for key in ("text_config", "llm_config"))]
     for config in configs:
         if config is not None and hasattr(config, "use_cache"):
@@ -159,10 +153,8 @@ def _dataset(spec: dict, params: Params, loaded, model):
 
 
 def _blank_image_inputs(loaded) -> Optional[dict]:
-    """The image processor's tensors for one blank image (see
-    ``CountingTrainer._run_image_path_after_embeddings``): ``pixel_values`` and whatever
-    the model's image path needs beside them (grid or image sizes, pixel masks); None
-    for a text-only model."""
+    """The image processor's tensors for one blank image (``CountingTrainer``'s), or None for a
+    text-only model."""
     image_processor = getattr(loaded.processor, "image_processor", None)
     if not loaded.traits.multimodal or image_processor is None:
         return None
