@@ -54,13 +54,7 @@ def lock_output_dir(output_dir: Path, node_rank: int = 0) -> None:
         return
     output_dir.mkdir(parents=True, exist_ok=True)
     handle = open(output_dir / lock_file(node_rank), "a+", encoding="utf-8")  # noqa: SIM115 — held open
-    try:
-        fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        handle.seek(0)
-        holder = handle.read().strip() or "unknown"
-        handle.close()
-        raise OutputDirBusy(_busy(key, holder)) from None
+    _locked(handle, key)
     handle.seek(0)
     handle.truncate()
     handle.write(f"pid {os.getpid()}, started {_dt.datetime.now().isoformat(timespec='seconds')}\n")
@@ -77,17 +71,21 @@ def check_not_locked(output_dir: Path, node_rank: int = 0) -> None:
         handle = open(output_dir / lock_file(node_rank), encoding="utf-8")  # noqa: SIM115 — closed below
     except FileNotFoundError:
         return  # no run ever locked it
-    with handle:
-        try:
-            # Read-only is enough for flock; closing the file drops the probe's lock.
-            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise OutputDirBusy(_busy(str(output_dir), handle.read().strip() or "unknown")) from None
+    # Read-only is enough for flock; closing the file drops the probe's lock.
+    _locked(handle, str(output_dir)).close()
 
 
-def _busy(output_dir: str, holder: str) -> str:
-    return (f"output_dir={output_dir!r}: another hyport train is running into it ({holder}); "
-            "wait for it to end, or choose another output_dir")
+def _locked(handle, output_dir: str):
+    """``handle`` under its exclusive ``flock``, or (closed) :class:`OutputDirBusy` naming the holder."""
+    try:
+        fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.seek(0)
+        holder = handle.read().strip() or "unknown"
+        handle.close()
+        raise OutputDirBusy(f"output_dir={output_dir!r}: another hyport train is running into it ({holder}); "
+                            "wait for it to end, or choose another output_dir") from None
+    return handle
 
 
 def release_output_dir(output_dir: Path) -> None:
