@@ -23,8 +23,7 @@ from hyport_lib.train.samples import Encoder
 
 @dataclass
 class AttentionChoice:
-    """``attn_implementation`` and FlashAttnAPI backend of the workers, the proof behind
-    them (None when no swap was asked for) and the plan's note."""
+    """The workers' attention and FlashAttnAPI backend, the proof behind them and the plan's note."""
 
     attn_implementation: str
     backend: str

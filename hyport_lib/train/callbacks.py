@@ -152,8 +152,8 @@ class CountingTrainer(Trainer):
             self.save_seconds += time.perf_counter() - started
 
     def _checkpoint_bytes(self) -> int:
-        """About what a checkpoint takes: the weights in their dtype, plus DeepSpeed's fp32
-        master copy and two Adam moments of every trained parameter (12 bytes each)."""
+        """About what a checkpoint takes: the weights, DeepSpeed's fp32 master copy and two Adam
+        moments of every trained parameter (12 bytes each)."""
         total = 0
         for parameter in self.model.parameters():
             count = int(getattr(parameter, "ds_numel", 0) or parameter.numel())

@@ -34,14 +34,9 @@ class Checkpoint:
     complete: bool
     why_incomplete: str = ""
 
-    def record(self) -> dict:
-        """What the run that saved it recorded (empty when incomplete)."""
-        return read_json_object(self.path / MARKER)[0] or {}
-
 
 def library_versions() -> dict[str, Optional[str]]:
-    return {name: package_version(name.replace("_", "-")) or package_version(name)
-            for name in VERSIONED}
+    return {name: package_version(name.replace("_", "-")) or package_version(name) for name in VERSIONED}
 
 
 def write_marker(checkpoint_dir: os.PathLike, *, step: int, world_size: int, zero_stage: int,
@@ -147,7 +142,7 @@ def drop_checkpoints_after(output_dir: os.PathLike, step: int) -> list[str]:
 def check_compatible(checkpoint: Checkpoint, *, world_size: int, zero_stage: int,
                      finetuning_type: str) -> None:
     """Raise ValueError naming every difference between the checkpoint and this run."""
-    saved = checkpoint.record()
+    saved = read_json_object(checkpoint.path / MARKER)[0] or {}
     problems = []
     if saved.get("world_size") != world_size:
         problems.append(f"world size {saved.get('world_size')} when saved, {world_size} now "

@@ -234,8 +234,7 @@ def load_dataset(path: os.PathLike, image_root: Optional[os.PathLike] = None, ch
 def validate_record(index: int, value: dict, layout: DatasetLayout, image_root: Path,
                     check_images: bool = True, image_checks: Optional[ImageChecks] = None
                     ) -> tuple[list[Problem], Record]:
-    """Every problem of one record (a JSON object), and the record as read (``image_checks``:
-    shared by the records of one reading)."""
+    """Every problem of one record (a JSON object), and the record as read."""
     problems: list[Problem] = []
     has_id, record_id = record_id_of(value, layout)
 
@@ -262,8 +261,7 @@ def validate_record(index: int, value: dict, layout: DatasetLayout, image_root: 
 
 def _check_images(raw: Any, column: str, image_root: Path, problem,
                   checks: Optional[ImageChecks]) -> Optional[list[str]]:
-    """The record's image paths made absolute, or None when one of them is a problem (``checks``
-    None: the files are not opened)."""
+    """The record's image paths made absolute, or None when one of them is a problem."""
     if raw is None:
         return []
     entries = raw if isinstance(raw, list) else [raw]

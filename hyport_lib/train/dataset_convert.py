@@ -15,8 +15,7 @@ ProblemSink = Callable[[str, str, str], None]
 
 @dataclass(frozen=True)
 class Converted:
-    """A record's content as read, and where the turns (``instruction/input/output``, what a
-    problem of the whole record names) and the system prompt are."""
+    """A record's content as read, and where its turns and system prompt are."""
 
     turns: list
     system: Optional[str]
@@ -164,8 +163,7 @@ def alpaca_turns(value: dict, layout: DatasetLayout, problem: ProblemSink) -> Co
 
 
 def message_turns(value: dict, layout: DatasetLayout, problem: ProblemSink) -> Converted:
-    """A sharegpt / openai record's content; every problem named in its column and tags
-    (``conversations[2].from``, ``messages[1].content``)."""
+    """A sharegpt / openai record's content; every problem named in its column and tags."""
     column, t = layout.columns["messages"], layout.tags
     role_tag, content_tag = t["role_tag"], t["content_tag"]
     user, assistant, system_tag = t["user_tag"], t["assistant_tag"], t.get("system_tag")

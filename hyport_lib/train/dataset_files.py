@@ -107,11 +107,9 @@ Unreadable = Optional[tuple[str, str]]
 
 
 def iter_raw(path: os.PathLike) -> Iterator[tuple[Any, Unreadable]]:
-    """The file's records in order: ``(value, None)``, or ``(None, (field, message))`` for
-    a JSON Lines line that is not JSON (``field`` is ``line N``; blank lines do not count).
-    Raises ValueError naming the file when it cannot be read as a whole (not valid JSON, one
-    JSON object instead of a list, not parquet, no records).
-    """
+    """The file's records in order: ``(value, None)``, or ``(None, ("line N", message))`` for a
+    JSON Lines line that is not JSON (blank lines do not count). ValueError naming the file when it
+    cannot be read as a whole."""
     path = Path(path)
     kind = file_kind(path)
     if kind == "parquet":

@@ -114,8 +114,7 @@ class DatasetLayout:
 
 
 def option_problems(format: str, columns: Mapping, tags: Mapping, entry: Optional[str]) -> list[str]:
-    """What is wrong with ``dataset_format`` / ``_columns`` / ``_tags`` / ``dataset`` together
-    (one line each, naming the parameter)."""
+    """What is wrong with ``dataset_format`` / ``_columns`` / ``_tags`` / ``dataset`` together."""
     problems = []
     if entry is not None and (format != "auto" or columns or tags):
         given = [name for name, value in (("dataset_format", format != "auto"), ("dataset_columns", columns),

@@ -31,8 +31,7 @@ Problem = tuple[str, str]
 
 
 class UnreadableImage(ValueError):
-    """An image of a record that cannot be used, found while tokenising: one line naming
-    the record, the field and the file (``kind`` is the problem's kind)."""
+    """An image of a record that cannot be used, found while tokenising (``kind``: the problem's)."""
 
     def __init__(self, message: str, field: str, kind: str = "image_unreadable"):
         super().__init__(message)

@@ -44,8 +44,7 @@ def read_metrics(path: os.PathLike) -> list[dict]:
 
 
 def truncate_metrics(path: os.PathLike, last_step: int) -> int:
-    """Keep only lines up to ``last_step`` (a resume continues from there); returns how
-    many were kept. Written atomically."""
+    """Keep only lines up to ``last_step`` (a resume continues from there); how many were kept."""
     path = Path(path)
     kept = [r for r in read_metrics(path) if r["step"] <= last_step]
     if path.exists() or kept:

@@ -99,8 +99,7 @@ class Params(StageParams):
     seed: int = param(0, "seeds the data order and new (LoRA) weights", min=0)
 
     def check(self) -> None:
-        """The rules across fields, and the single-field ones a spec cannot say:
-        :class:`ParameterError` with one line per rule broken."""
+        """The rules across fields, and the single-field ones a spec cannot say."""
         problems = []
         if "/" in self.run_name:
             problems.append(f"run_name={self.run_name!r}: a name without '/' (it names a folder)")
@@ -124,8 +123,7 @@ class Params(StageParams):
             raise ParameterError(problems)
 
     def _dataset_problems(self) -> list[str]:
-        """How the dataset parameters combine (a dataset_info.json entry, or a file read
-        in a format with column and tag names)."""
+        """How the dataset parameters combine."""
         problems = option_problems(self.dataset_format, self.dataset_columns, self.dataset_tags, self.dataset)
         path = Path(self.dataset_path).expanduser() if self.dataset_path else None
         if path is not None and not path.exists():

@@ -82,9 +82,8 @@ class LaunchPlan:
 
 
 def default_output_dir(run_name: str) -> Path:
-    """``<run folder>/train/<run_name>`` in a report run; elsewhere a new
-    ``<run_name>-<timestamp>`` folder beside the interactive results, so that running the
-    notebook again trains again (give ``output_dir`` to resume a run)."""
+    """``<run folder>/train/<run_name>`` in a report run; elsewhere a new ``<run_name>-<timestamp>``
+    folder beside the interactive results: running the notebook again trains again."""
     run_dir = os.environ.get(RUN_DIR_ENV)
     if run_dir:
         return Path(run_dir) / "train" / run_name

@@ -49,8 +49,7 @@ def _bind_host(addr: str) -> str:
 
 
 def is_local(addr: str) -> bool:
-    """Is ``addr`` this machine (loopback or unspecified, its name, or one of its
-    interfaces' addresses, IPv4 or IPv6)?"""
+    """Is ``addr`` this machine (loopback, unspecified, its name, one of its interfaces' addresses)?"""
     import ipaddress
 
     if addr in ("localhost", socket.gethostname()):

@@ -74,9 +74,8 @@ class TrainResult:
 
     @classmethod
     def from_dict(cls, data) -> "TrainResult":
-        """The result as :meth:`to_dict` recorded it (the verdict and the folders it named
-        are derived again, not read); an older or odd record gives the defaults where it
-        differs (see :mod:`hyport_lib.utils.records`)."""
+        """The result as :meth:`to_dict` recorded it (the verdict and the folders derived again); an
+        older or odd record gives the defaults where it differs (:mod:`hyport_lib.utils.records`)."""
         return from_mapping(cls, data)
 
 

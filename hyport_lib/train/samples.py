@@ -332,9 +332,8 @@ def system_role_refused(loaded: LoadedProcessor) -> Optional[str]:
 
 
 def system_prompt_note(loaded: LoadedProcessor, records: list[Record]) -> Optional[str]:
-    """The plan's note when records carry a system prompt the chat template cannot take
-    (Gemma-2 raises "System role not supported"): it is folded into the first user turn, never
-    silently."""
+    """The plan's note when records carry a system prompt the chat template cannot take (Gemma-2
+    raises "System role not supported"): it is folded into the first user turn, never silently."""
     why = system_role_refused(loaded)
     carrying = [r for r in records if r.system]
     if why is None or not carrying:

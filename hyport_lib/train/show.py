@@ -30,8 +30,7 @@ from hyport_lib.triage.show import diagnosis_line
 
 
 def loss_figure(records: list[dict], total_steps: Optional[int] = None, title: str = ""):
-    """Loss (with an EMA line and marked spikes / non-finite steps), learning rate and
-    tokens/s/p against the step."""
+    """Loss (EMA, spikes, non-finite steps marked), learning rate and tokens/s/p by step."""
     # A bare Figure, not pyplot: nothing is registered with (or switches) the kernel's
     # backend, so the inline plots of the user's own cells keep working in JupyterLab,
     # and a redraw from the polling loop leaves no open figure behind.
@@ -236,13 +235,11 @@ def _read(record: dict) -> StageRecord[TrainResult]:
 
 
 def glance(record: dict) -> list[tuple[str, str]]:
-    """The index card: exit code, steps, first → last loss, tokens/s/p, total time; what the
-    logs of a failed run say (its diagnosis)."""
+    """The index card (and what the logs of a failed run say)."""
     read = _read(record)
     head = read.headline
-    rows = [("exit code", fmt_value(head.get("exit code"))), ("steps", fmt_value(head.get("steps"))),
-            ("loss first → last", fmt_value(head.get("loss first → last"))),
-            ("tokens/s/p", fmt_value(head.get("tokens/s/p"))), ("total s", fmt_value(head.get("total s")))]
+    keys = ("exit code", "steps", "loss first → last", "tokens/s/p", "total s")
+    rows = [(key, fmt_value(head.get(key))) for key in keys]
     if head.get("attention proof"):
         rows.append(("attention", f"{fmt_value(head.get('attention'))}; proof {head['attention proof']}"))
     rows += answers_glance_row(record)

@@ -83,8 +83,7 @@ def _draw(name: str, path: Path) -> None:
 
 
 def write_smoke_dataset(folder: os.PathLike) -> Path:
-    """Write the dataset file and its images into ``folder``; returns the file's path. Safe to
-    call again, and from several processes: files are replaced atomically."""
+    """Write the dataset file and its images into ``folder`` (atomically: several processes may); its path."""
     folder = Path(folder)
     (folder / IMAGE_FOLDER).mkdir(parents=True, exist_ok=True)
     for name in _SHAPES:

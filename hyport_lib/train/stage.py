@@ -28,8 +28,7 @@ def plan(params: Params) -> LaunchPlan:
 
 
 def run(plan: LaunchPlan, *, on_progress: Optional[Callable[[TrainProgress], None]] = None) -> TrainResult:
-    """Run ``plan`` to its end: lock and fill the output folder, start torchrun, watch it
-    (``on_progress`` gets the metrics so far as they grow; None: silent)."""
+    """Run ``plan`` to its end (``on_progress`` gets the metrics so far as they grow)."""
     return launch(plan, on_progress=on_progress)
 
 
@@ -116,8 +115,7 @@ def _headline(result: TrainResult) -> dict:
 
 
 def result_data(result: TrainResult) -> dict:
-    """The result as recorded and as ``hyport train --json`` prints it: with the verdict
-    and why of :func:`summarize`."""
+    """The result as recorded and as ``hyport train --json`` prints it, with the verdict and why."""
     summary = summarize(result)
     return {"verdict": summary.verdict, "why": summary.why, **result.to_dict()}
 
