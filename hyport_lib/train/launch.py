@@ -37,17 +37,14 @@ SPEC_ENV = "HYPORT_TRAIN_SPEC"
 PROBLEMS_FILE = "dataset_problems.jsonl"
 
 
-def torchrun_args(plan: LaunchPlan) -> list[str]:
+def command(plan: LaunchPlan) -> list[str]:
+    """torchrun's arguments, run by :mod:`hyport_lib.train.agent`."""
     c = plan.params
-    return ["--nnodes", str(c.nnodes), "--node-rank", str(c.node_rank),
-            "--nproc-per-node", str(plan.nproc_per_node), "--master-addr", plan.master_addr,
+    return [sys.executable, "-m", "hyport_lib.train.agent", "--nnodes", str(c.nnodes), "--node-rank",
+            str(c.node_rank), "--nproc-per-node", str(plan.nproc_per_node), "--master-addr", plan.master_addr,
             "--master-port", str(plan.master_port), "--max-restarts", str(c.max_restarts),
             "--log-dir", str(Path(plan.output_dir) / "logs" / "ranks"), "--tee", "3",
             "-m", "hyport_lib.train.worker"]
-
-
-def command(plan: LaunchPlan) -> list[str]:
-    return [sys.executable, "-m", "hyport_lib.train.agent", *torchrun_args(plan)]
 
 
 def _environment(plan: LaunchPlan) -> dict[str, str]:
@@ -249,13 +246,13 @@ def launch_logs(out: Path, log_path: os.PathLike, started_at: float) -> list[Pat
     return [Path(log_path), *ranks]
 
 
-def _own_cann_dir(out: Path) -> Path:
-    return out / "logs" / "cann"
-
-
 def _cann_environ(out: Path) -> dict[str, str]:
     """The CANN log variable as the workers of a launch into ``out`` had it."""
     return {**os.environ, **own_cann_log_env(_own_cann_dir(out))}
+
+
+def _own_cann_dir(out: Path) -> Path:
+    return out / "logs" / "cann"
 
 
 def _mtime(path: Path) -> float:

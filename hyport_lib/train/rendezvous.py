@@ -8,7 +8,6 @@ import socket
 
 
 def check_master_addr(params) -> None:
-    """An address that does not resolve makes torchrun retry for ever: say so now."""
     try:
         socket.getaddrinfo(params.master_addr, None)
     except (OSError, UnicodeError) as exc:
