@@ -1,8 +1,6 @@
-"""``python -m hyport_lib.train.agent ARGS...``: torchrun, made to die with its launcher.
-
-It starts the stdin guard of :func:`hyport_lib.processes.start_guard` in its own process group
-and then *becomes* torchrun (``exec``: same pid, same group): when the launcher goes away, the
-guard kills torchrun; its workers have guards of their own (:mod:`hyport_lib.train.worker`).
+"""``python -m hyport_lib.train.agent ARGS...``: torchrun, made to die with its launcher: the
+stdin guard (:func:`hyport_lib.processes.start_guard`) starts in this process group, which then
+*becomes* torchrun (``exec``: same pid, same group); the workers have guards of their own.
 """
 
 from __future__ import annotations

@@ -20,8 +20,7 @@ def held_of(record: dict) -> dict:
 
 
 def answer_cells(held: Optional[dict]) -> list[tuple[str, str, str, str]]:
-    """One row per held prompt: the prompt, the data's answer, before and after, each cut
-    to :data:`CELL_CHARS`."""
+    """One row per held prompt: the prompt, the data's answer, before and after (cut)."""
     held = as_dict(held)
     columns = [as_list(held.get(c)) for c in ("prompts", "taught", "before", "after")]
     return [tuple(shortened(values[i], CELL_CHARS) if i < len(values) else "" for values in columns)

@@ -1,9 +1,9 @@
 """Which attention the workers run, decided before launch and proven on the user's model.
 
-Packing needs hyport's attention (it keeps packed samples apart from the cumulative lengths); an
-unpacked run uses it when ``attn_implementation`` names it. Either way :func:`choose_attention`
-first proves the swap on the model shrunk from its own config and the data's first batch: a
-proof that does not pass is a decision stated in the plan, never a launch that dies at step 1.
+Packing needs hyport's attention (it keeps packed samples apart by their cumulative lengths); an
+unpacked run uses it when ``attn_implementation`` names it. The swap is first proven on the model
+shrunk from its own config and the data's first batch: a proof that does not pass is a decision
+stated in the plan, never a launch that dies at step 1.
 """
 
 from __future__ import annotations
@@ -23,8 +23,7 @@ from hyport_lib.train.samples import Encoder
 
 @dataclass
 class AttentionChoice:
-    """``attn_implementation`` and FlashAttnAPI backend of the workers, the proof behind
-    them (None when no swap was asked for) and the plan's note."""
+    """The workers' attention and FlashAttnAPI backend, the proof behind them and the plan's note."""
 
     attn_implementation: str
     backend: str
@@ -81,10 +80,9 @@ IMAGE_SEARCH_RECORDS = 256
 def proof_batches(params: Params, model_path: str, loaded: LoadedProcessor, records: Sequence,
                   skip: Sequence[int]) -> list[tuple[dict, Optional[list[list[dict]]]]]:
     """What the proof runs: the first ``per_device_train_batch_size`` rows as rank 0's collator
-    makes them (bad records skipped and samples encoded as the workers do); for a VLM whose
-    first rows hold no image, also the first row that holds one (the Trainer draws rows at
-    random, and the vision tower's attention must be proven too). When packing, each batch
-    comes with its samples collated alone (the proof's eager reference); None without."""
+    makes them; for a VLM whose first rows hold no image, also the first row that holds one (the
+    Trainer draws rows at random: the vision tower's attention must be proven too). Packed
+    batches come with their samples collated alone (the proof's eager reference)."""
     encoder, rows, later, rest = _first_rows(params, model_path, loaded, records, skip)
     batches = [_collated(params, loaded, encoder, rows)]
     if loaded.traits.multimodal and not any(s.pixel_values is not None for row in rows for s in row):

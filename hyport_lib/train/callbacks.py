@@ -1,16 +1,13 @@
-"""Inside the training processes: the Trainer pieces hyport adds (imports transformers).
-
-:class:`CountingTrainer` takes the collator's token counts out of each batch and notes each
-micro-step's counts and loss; it gives a text-only batch a blank image, times zero, so that
-every rank gives gradients to the same parameters. :class:`MetricsCallback` writes one metrics
-line per optimizer step (:mod:`hyport_lib.train.metrics`) and marks saved checkpoints complete.
-"""
+"""Inside the training processes: the Trainer pieces hyport adds (imports transformers): the
+token counts and losses of each step, a blank image for text-only batches, one metrics line per
+optimizer step (:mod:`hyport_lib.train.metrics`), checkpoints marked complete."""
 
 from __future__ import annotations
 
 import math
 import os
 import time
+from dataclasses import astuple, dataclass
 from pathlib import Path
 from typing import Optional
 
@@ -23,18 +20,14 @@ from hyport_lib.train.packing import COUNT_KEYS
 from hyport_lib.utils.disk import disk_full_error
 from hyport_lib.utils.files import dumps_json
 
+@dataclass
 class StepCounts:
     """Token counts and losses of the micro-batches of the step under way (this rank)."""
 
-    def __init__(self):
-        self.real = 0
-        self.total = 0
-        self.loss = 0.0
-        self.nonfinite = 0
-
-    def add(self, real: int, total: int) -> None:
-        self.real += int(real)
-        self.total += int(total)
+    real: int = 0
+    total: int = 0
+    loss: float = 0.0
+    nonfinite: int = 0
 
     def add_loss(self, value: float) -> None:
         if math.isfinite(value):
@@ -43,16 +36,15 @@ class StepCounts:
             self.nonfinite += 1
 
     def take(self) -> tuple[int, int, float, int]:
-        counts = (self.real, self.total, self.loss, self.nonfinite)
-        self.real = self.total = self.nonfinite = 0
-        self.loss = 0.0
+        counts = astuple(self)
+        self.real, self.total, self.loss, self.nonfinite = 0, 0, 0.0, 0
         return counts
 
 
 class CountingTrainer(Trainer):
-    """``Trainer`` that removes hyport's count keys from each batch and counts them; runs a
-    blank image on text-only batches; gives a cross-attention VLM's rows that see no image no
-    image states (see :mod:`hyport_lib.models.training_inputs`)."""
+    """``Trainer`` that counts hyport's count keys of each batch; runs a blank image on text-only
+    batches, so that every rank gives gradients to the same parameters (a cross-attention VLM's rows
+    that see no image get no image states: :mod:`hyport_lib.models.training_inputs`)."""
 
     def __init__(self, *args, step_counts: Optional[StepCounts] = None, dummy_image_inputs=None, **kwargs):
         super().__init__(*args, **kwargs)
@@ -76,16 +68,14 @@ class CountingTrainer(Trainer):
         return loss
 
     def _run_image_path_after_embeddings(self, model, holder: dict):
-        """Run the image path on a blank image where a real image's runs; ``holder["zero"]``
-        gets 0 x its features. Returns the hook to remove (None when the model has no
-        ``get_image_features`` or input embeddings).
+        """The hook (to remove; None without ``get_image_features`` or input embeddings) that runs
+        the image path on a blank image right after the token embeddings, where LLaVA-style
+        forwards run it; ``holder["zero"]`` gets 0 x its features.
 
         A text-only batch never runs the image path, so that rank gives its parameters no
-        gradient while a rank with images does; DeepSpeed's collectives then differ and abort
-        ("Received data size doesn't match expected size"). LLaMA-Factory feeds a placeholder
-        image for the same reason. Run right after the token embeddings (where LLaVA-style
-        forwards run the image path), every rank reduces the same gradients in the same
-        order; times zero, it changes no loss. Under ZeRO-3 the job still hangs, so the worker
+        gradient while a rank with images does, and DeepSpeed's collectives abort ("Received data
+        size doesn't match expected size"); LLaMA-Factory feeds a placeholder image for the same
+        reason. Times zero, it changes no loss. Under ZeRO-3 the job still hangs: the worker
         leaves it off there and preflight refuses text-only rows beside image rows.
         """
         net = self.accelerator.unwrap_model(model)
@@ -108,16 +98,14 @@ class CountingTrainer(Trainer):
         return embeddings.register_forward_hook(after_embeddings)
 
     def _blank_image_rows(self, net, inputs: dict) -> dict:
-        """The blank image as every row's image, for a model that reads each row's images
-        through cross-attention (mllama), and a per-token image mask of zeros (no token may
-        see it).
+        """The blank image as every row's image and a per-token image mask of zeros, for a
+        model that reads each row's images through cross-attention (mllama).
 
-        Such a model skips its cross-attention layers without images, out of the reach of the
-        embeddings hook (:meth:`_run_image_path_after_embeddings`): so the blank image goes
-        through the forward itself, and every module an image batch runs runs here too, in the
-        same order. Its states are zeros by the time the language model reads them
-        (``image_states_of_rows``), so each cross-attention layer adds exactly 0: the loss is the
-        text-only batch's own, and every parameter of the image path gets a gradient of 0.
+        Such a model skips its cross-attention layers without images, out of the embeddings
+        hook's reach: the blank image goes through the forward itself, so every module an image
+        batch runs runs here too, in the same order. Its states are zeros by the time the
+        language model reads them (``image_states_of_rows``): each cross-attention layer adds
+        exactly 0, and every parameter of the image path gets a gradient of 0.
         """
         import torch
 
@@ -164,8 +152,8 @@ class CountingTrainer(Trainer):
             self.save_seconds += time.perf_counter() - started
 
     def _checkpoint_bytes(self) -> int:
-        """About what a checkpoint takes: the weights in their dtype, plus DeepSpeed's fp32
-        master copy and two Adam moments of every trained parameter (12 bytes each)."""
+        """About what a checkpoint takes: the weights, DeepSpeed's fp32 master copy and two Adam
+        moments of every trained parameter (12 bytes each)."""
         total = 0
         for parameter in self.model.parameters():
             count = int(getattr(parameter, "ds_numel", 0) or parameter.numel())
@@ -175,7 +163,8 @@ class CountingTrainer(Trainer):
     def compute_loss(self, model, inputs, *args, **kwargs):
         counts = [inputs.pop(key, 0) for key in COUNT_KEYS]
         if model.training:
-            self.step_counts.add(int(counts[0]), int(counts[1]))
+            self.step_counts.real += int(counts[0])
+            self.step_counts.total += int(counts[1])
         net = _transformers_model(self.accelerator.unwrap_model(model))
         image_path: dict = {}
         hook = None
@@ -206,27 +195,24 @@ class CountingTrainer(Trainer):
         return result
 
 
-#: Parts of a vision model output that hold the tower's own states, not what the model
-#: feeds on.
+#: Parts of a vision model output that hold the tower's own states, not what the model feeds on.
 _TOWER_STATES = ("last_hidden_state", "hidden_states", "attentions")
 
 
 def _image_features(output):
-    """What of ``get_image_features``' output the model feeds on. transformers 5 returns a
-    model output: ``pooler_output`` holds the projected features, and extra features
-    (Qwen3-VL's deepstack features) sit beside the vision tower's own last hidden state,
-    which some models never use (LLaVA-OneVision takes an earlier layer): a blank image
-    touching it would give parameters a gradient that a real image does not, and the
-    ranks' reductions would differ again. transformers 4.x returns the features themselves."""
+    """What of ``get_image_features``' output the model feeds on. transformers 5 returns a model
+    output: ``pooler_output`` (the projected features) and extra features (Qwen3-VL's deepstack)
+    sit beside the tower's own last hidden state, which some models never use (LLaVA-OneVision
+    takes an earlier layer): touching it would give parameters a gradient a real image does not.
+    transformers 4.x returns the features themselves."""
     if isinstance(output, dict) and output.get("pooler_output") is not None:
         return [value for key, value in output.items() if key not in _TOWER_STATES]
     return output
 
 
 def _transformers_model(net):
-    """The transformers model under a peft wrapper (LoRA), else ``net``: the model whose
-    ``forward`` names its inputs (a ``PeftModel``'s takes ``**kwargs``) and whose
-    language model the hooks go on."""
+    """The transformers model under a peft wrapper (LoRA), else ``net``: its ``forward`` names
+    its inputs (a ``PeftModel``'s takes ``**kwargs``)."""
     get = getattr(net, "get_base_model", None)
     return get() if callable(get) else net
 
@@ -262,14 +248,14 @@ def _tensors(value):
 
 
 class MetricsCallback(TrainerCallback):
-    """After every optimizer step, on every rank: sums the step's loss and token counts over
-    the ranks, takes the largest peak memory, reads DeepSpeed's skipped (overflow) steps; rank 0
-    appends the line to ``metrics_path`` once the Trainer logged the learning rate and gradient
-    norm, and marks each saved checkpoint complete with ``marker``'s fields.
+    """After every optimizer step, on every rank: the step's loss and token counts summed over
+    the ranks, the largest peak memory, DeepSpeed's skipped (overflow) steps; rank 0 appends the
+    line to ``metrics_path`` once the Trainer logged the learning rate and gradient norm, and
+    marks each saved checkpoint complete with ``marker``'s fields.
 
-    The loss is measured here (the sum of the step's micro-steps, the mean over ranks), not taken
-    from the Trainer's log: the Trainer replaces a non-finite loss by the running mean
-    (``logging_nan_inf_filter``), and a smoke run exists to show exactly that step.
+    The loss is measured here, not taken from the Trainer's log: the Trainer replaces a
+    non-finite loss by the running mean (``logging_nan_inf_filter``), and a smoke run exists to
+    show exactly that step.
     """
 
     def __init__(self, metrics_path: os.PathLike, backend, step_counts: StepCounts, marker: dict):
@@ -336,7 +322,7 @@ class MetricsCallback(TrainerCallback):
         record, self._pending = self._pending, {}
         grad_norm = _number(logs.get("grad_norm"))
         record.update(learning_rate=_number(logs.get("learning_rate")), grad_norm=grad_norm,
-                      nonfinite_grad_norm=grad_norm is not None and not _finite(grad_norm),
+                      nonfinite_grad_norm=grad_norm is not None and not math.isfinite(grad_norm),
                       logged_loss=_number(logs.get("loss")), time=time.time())
         if state.is_world_process_zero:
             with open(self.metrics_path, "a", encoding="utf-8") as fh:
@@ -345,10 +331,7 @@ class MetricsCallback(TrainerCallback):
                 fh.flush()
 
     def on_save(self, args, state, control, **kwargs):
-        import torch.distributed as dist
-
-        if dist.is_available() and dist.is_initialized():
-            dist.barrier()  # every rank's part (its RNG state too) is on disk first
+        barrier()  # every rank's part (its RNG state too) is on disk first
         if not state.is_world_process_zero:
             return
         folder = Path(args.output_dir) / f"checkpoint-{state.global_step}"
@@ -361,10 +344,20 @@ class MetricsCallback(TrainerCallback):
         return int(getattr(engine, "skipped_steps", 0) or 0)
 
 
-def _world_size() -> int:
+def process_group():
+    """``torch.distributed`` once its process group is up, else None (one process)."""
     import torch.distributed as dist
 
-    return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
+    return dist if dist.is_available() and dist.is_initialized() else None
+
+
+def barrier() -> None:
+    if process_group():
+        process_group().barrier()
+
+
+def _world_size() -> int:
+    return process_group().get_world_size() if process_group() else 1
 
 
 def _reduce(sums: list[float], peak_mb: float, backend, index: int) -> list[float]:
@@ -377,7 +370,7 @@ def _reduce(sums: list[float], peak_mb: float, backend, index: int) -> list[floa
     import torch
     import torch.distributed as dist
 
-    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+    if _world_size() == 1:
         return [*sums, peak_mb]
     device = backend.torch_device(index) if backend.is_accelerator else torch.device("cpu")
     real, total, loss, nonfinite = sums
@@ -399,6 +392,3 @@ def _number(value) -> Optional[float]:
     except (TypeError, ValueError):
         return None
 
-
-def _finite(value) -> bool:
-    return value is not None and math.isfinite(value)

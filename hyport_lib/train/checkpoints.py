@@ -1,10 +1,9 @@
 """Checkpoints a run can safely resume from.
 
 A process killed while the Trainer writes ``checkpoint-N/`` leaves a folder that looks like a
-checkpoint and is not one (transformers' ``get_last_checkpoint`` would take it). So once every
-rank's part is saved, rank 0 adds :data:`MARKER` (step, world size, ZeRO stage, library
-versions): only such a folder is complete, and resuming names any difference from the run about
-to start (:func:`check_compatible`) instead of a DeepSpeed traceback in the middle of loading.
+checkpoint and is not one (transformers' ``get_last_checkpoint`` would take it): once every
+rank's part is saved, rank 0 adds :data:`MARKER`, and only such a folder is complete. Resuming
+names any difference from the run about to start instead of a DeepSpeed traceback mid-load.
 """
 
 from __future__ import annotations
@@ -35,14 +34,9 @@ class Checkpoint:
     complete: bool
     why_incomplete: str = ""
 
-    def record(self) -> dict:
-        """What the run that saved it recorded (empty when incomplete)."""
-        return read_json_object(self.path / MARKER)[0] or {}
-
 
 def library_versions() -> dict[str, Optional[str]]:
-    return {name: package_version(name.replace("_", "-")) or package_version(name)
-            for name in VERSIONED}
+    return {name: package_version(name.replace("_", "-")) or package_version(name) for name in VERSIONED}
 
 
 def write_marker(checkpoint_dir: os.PathLike, *, step: int, world_size: int, zero_stage: int,
@@ -132,13 +126,9 @@ def is_hyport_checkpoint(folder: os.PathLike) -> bool:
 
 
 def drop_checkpoints_after(output_dir: os.PathLike, step: int) -> list[str]:
-    """Remove hyport's ``checkpoint-N`` folders of ``output_dir`` with ``N > step``; their
-    names. A folder without hyport's markers is never removed.
-
-    They come from an earlier run (or attempt) that went further than this one starts from:
-    left in place, the Trainer would write into them over the old files, and
-    ``resume_from=auto`` or stage 05 would take them for this run's.
-    """
+    """Remove hyport's ``checkpoint-N`` folders (never one without its markers) with ``N > step``;
+    their names. Left from an earlier run or attempt, the Trainer would write into them over the
+    old files, and ``resume_from=auto`` or stage 05 would take them for this run's."""
     import shutil
 
     dropped = []
@@ -152,7 +142,7 @@ def drop_checkpoints_after(output_dir: os.PathLike, step: int) -> list[str]:
 def check_compatible(checkpoint: Checkpoint, *, world_size: int, zero_stage: int,
                      finetuning_type: str) -> None:
     """Raise ValueError naming every difference between the checkpoint and this run."""
-    saved = checkpoint.record()
+    saved = read_json_object(checkpoint.path / MARKER)[0] or {}
     problems = []
     if saved.get("world_size") != world_size:
         problems.append(f"world size {saved.get('world_size')} when saved, {world_size} now "

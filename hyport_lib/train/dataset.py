@@ -1,10 +1,6 @@
-"""The smoke-training dataset: reading it and finding every malformed record up front.
-
-:func:`load_dataset` reads a file (:mod:`hyport_lib.train.dataset_files`) in one of
-LLaMA-Factory's formats (:mod:`hyport_lib.train.dataset_formats`), or a ``dataset_info.json``
-entry (:mod:`hyport_lib.train.dataset_info`), into :class:`Record` objects, and names every
-:class:`Problem` before any training process starts. The length check needs the tokenizer
-and lives in :mod:`hyport_lib.train.samples`.
+"""The smoke-training dataset read into :class:`Record` objects, every malformed record named as a
+:class:`Problem` before any training process starts (the length check needs the tokenizer:
+:mod:`hyport_lib.train.samples`).
 """
 
 from __future__ import annotations
@@ -69,13 +65,10 @@ class Problem:
 
 @dataclass
 class Record:
-    """A record that passed validation, whatever its format.
-
-    ``record_id`` is ``#<index>`` when it has none; ``turns`` are ``(role, text)`` with role
-    ``user`` / ``assistant``, alternating, user first; ``images`` absolute paths, one per
-    ``<image>`` in the user turns, in order. The ``*_field`` names say where the turns (what a
-    problem of the whole record names), the system prompt and the images are, in the format's
-    terms (``conversations``, ``messages[0].content``, ``images``).
+    """A record that passed validation, whatever its format: ``record_id`` ``#<index>`` when it
+    has none; ``turns`` ``(role, text)``, ``user`` / ``assistant`` alternating, user first;
+    ``images`` absolute paths, one per ``<image>`` in the user turns. The ``*_field`` names say
+    where the turns, system prompt and images are, in the format's terms (``messages[0].content``).
     """
 
     index: int
@@ -114,9 +107,8 @@ class DatasetReport:
 
 
 class DatasetError(ValueError):
-    """The dataset has problems and ``skip_bad_records`` is off: the first ``limit``
-    problems are listed in the message, every one is in ``report.problems`` (nothing is
-    written: the plan that finds them leaves no file behind)."""
+    """The dataset has problems and ``skip_bad_records`` is off: the first ``limit`` are in the
+    message, every one in ``report.problems`` (nothing is written)."""
 
     def __init__(self, report: DatasetReport, limit: int = 50):
         self.report = report
@@ -135,13 +127,10 @@ class DatasetError(ValueError):
 def load_dataset(path: os.PathLike, image_root: Optional[os.PathLike] = None, check_images: bool = True,
                  options: DatasetOptions = DatasetOptions(), on_progress: Optional[OnProgress] = None
                  ) -> DatasetReport:
-    """Read and validate a dataset.
-
-    ``path``: the data file, or (``options.entry`` set) a ``dataset_info.json`` or its folder;
-    ``image_root`` defaults to that file's folder; ``check_images`` opens every image file once
-    (PIL ``verify``); ``on_progress``: see :mod:`hyport_lib.train.dataset_progress`.
-    Raises FileNotFoundError or IsADirectoryError (the path, or the entry's file, is not a file)
-    or ValueError (the file, the entry or the format cannot be used; one line naming which).
+    """Read and validate a dataset: ``path`` is the data file, or (``options.entry`` set) a
+    ``dataset_info.json`` or its folder; ``image_root`` defaults to that file's folder;
+    ``check_images`` opens every image file once. Raises FileNotFoundError or IsADirectoryError
+    (not a file) or ValueError (the file, the entry or the format cannot be used; one line).
     """
     path = Path(path).expanduser()
     layout: Optional[DatasetLayout] = None
@@ -245,8 +234,7 @@ def load_dataset(path: os.PathLike, image_root: Optional[os.PathLike] = None, ch
 def validate_record(index: int, value: dict, layout: DatasetLayout, image_root: Path,
                     check_images: bool = True, image_checks: Optional[ImageChecks] = None
                     ) -> tuple[list[Problem], Record]:
-    """Every problem of one record (a JSON object), and the record as read (``image_checks``:
-    the verdicts on image files so far, shared by the records of one reading)."""
+    """Every problem of one record (a JSON object), and the record as read."""
     problems: list[Problem] = []
     has_id, record_id = record_id_of(value, layout)
 
@@ -273,8 +261,7 @@ def validate_record(index: int, value: dict, layout: DatasetLayout, image_root: 
 
 def _check_images(raw: Any, column: str, image_root: Path, problem,
                   checks: Optional[ImageChecks]) -> Optional[list[str]]:
-    """The record's image paths made absolute, or None when one of them is a problem
-    (``checks`` None: the files are not opened)."""
+    """The record's image paths made absolute, or None when one of them is a problem."""
     if raw is None:
         return []
     entries = raw if isinstance(raw, list) else [raw]

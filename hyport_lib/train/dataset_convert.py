@@ -1,9 +1,6 @@
-"""One record of a file, read in its :class:`~hyport_lib.train.dataset_formats.DatasetLayout`.
-
-:func:`convert` turns a record (a JSON object) of any format into its system prompt and
-``(role, text)`` turns, reporting every problem through a ``problem(field, kind, message)``
-callback with the field in the format's own terms (``history[1][0]``, ``messages[2].role``).
-"""
+"""One record (a JSON object) of a file read in its :class:`~hyport_lib.train.dataset_formats.DatasetLayout`
+into its system prompt and ``(role, text)`` turns (:func:`convert`), each problem named in the
+format's own terms (``history[1][0]``, ``messages[2].role``)."""
 
 from __future__ import annotations
 
@@ -18,9 +15,7 @@ ProblemSink = Callable[[str, str, str], None]
 
 @dataclass(frozen=True)
 class Converted:
-    """A record's content as read, and where it came from: the fields a later problem of the
-    whole record (too long, refused by the processor) names (``text_field``:
-    ``instruction/input/output``, ``messages``), and where the system prompt is."""
+    """A record's content as read, and where its turns and system prompt are."""
 
     turns: list
     system: Optional[str]
@@ -38,9 +33,8 @@ def record_id_of(value: dict, layout: DatasetLayout) -> tuple[bool, Optional[str
 
 
 def unsupported_columns(value: dict, layout: DatasetLayout, problem: ProblemSink) -> None:
-    """Name each column of ``layout.refused_columns`` the record holds with a value: read
-    without it (a ``tools`` list the chat template would render into the prompt), the
-    record would train something other than what it says."""
+    """Name each column of ``layout.refused_columns`` the record holds with a value (read without
+    a ``tools`` list, the record would train something other than what it says)."""
     for column in layout.refused_columns:
         held = value.get(column)
         if held is None or held == "" or held == [] or held == {}:
@@ -65,8 +59,8 @@ def image_column(value: dict, layout: DatasetLayout, problem: ProblemSink) -> tu
 
 
 def _system_text(text: Any, where: str, problem: ProblemSink) -> Optional[str]:
-    """A system prompt as read (None: none); an image placeholder in it is named (the
-    processor would expand it into image tokens with no image to fill them)."""
+    """A system prompt as read (None: none); an image placeholder in it is named (it would
+    expand into image tokens with no image to fill them)."""
     if isinstance(text, str) and IMAGE_PLACEHOLDER in text:
         problem(where, "image_in_system", f"{IMAGE_PLACEHOLDER} in the system prompt: images belong to the "
                                           "user turns")
@@ -85,8 +79,8 @@ def _text(value: dict, column: Optional[str], problem: ProblemSink) -> Optional[
 
 
 def _turn_text(text: Any, where: str, problem: ProblemSink) -> str:
-    """A turn's text; missing or blank text and a value that is not text are named
-    (as different problems: ``42`` is not an empty turn), and read as ""."""
+    """A turn's text; missing or blank text and a value that is not text (``42`` is not an empty
+    turn) are different problems, read as ""."""
     if isinstance(text, str) and text.strip():
         return text
     if text is None or isinstance(text, str):
@@ -100,8 +94,8 @@ def _turn_text(text: Any, where: str, problem: ProblemSink) -> str:
 
 
 def _system_turn_text(text: Any, where: str, problem: ProblemSink) -> Optional[str]:
-    """A system turn's text: blank or missing is no system prompt (as a blank system column
-    is, and as LLaMA-Factory's templates read it); a value that is not text is named."""
+    """A system turn's text: blank or missing is no system prompt (as LLaMA-Factory's templates
+    read it); a value that is not text is named."""
     if text is None or (isinstance(text, str) and not text.strip()):
         return None
     return _turn_text(text, where, problem) or None
@@ -112,8 +106,7 @@ _TURN_COLUMNS = {"conversations": "sharegpt", "messages": "openai"}
 
 
 def _other_turns_hint(value: dict, column: str) -> str:
-    """`` (the record has 'messages': the openai format?)`` when the turns column read is
-    missing but the other format's is there."""
+    """`` (the record has 'messages': the openai format?)`` when the other format's turns are there."""
     others = [name for name in _TURN_COLUMNS if name != column and isinstance(value.get(name), list)]
     if not others:
         return ""
@@ -170,8 +163,7 @@ def alpaca_turns(value: dict, layout: DatasetLayout, problem: ProblemSink) -> Co
 
 
 def message_turns(value: dict, layout: DatasetLayout, problem: ProblemSink) -> Converted:
-    """A sharegpt / openai record's content; every problem named in its column and tags
-    (``conversations[2].from``, ``messages[1].content``)."""
+    """A sharegpt / openai record's content; every problem named in its column and tags."""
     column, t = layout.columns["messages"], layout.tags
     role_tag, content_tag = t["role_tag"], t["content_tag"]
     user, assistant, system_tag = t["user_tag"], t["assistant_tag"], t.get("system_tag")

@@ -1,10 +1,7 @@
 """Reading a dataset file into raw records: a JSON list, JSON Lines, or parquet (docs/datasets.md,
-"File types"); :func:`iter_raw` yields ``(value, unreadable)`` per record in file order.
-
-Every file is opened through :mod:`hyport_lib.utils.bounded_files` (a FIFO or device is refused,
-never waited on). A JSON list is parsed whole, so its size is bounded (:data:`MAX_JSON_LIST_BYTES`);
-JSON Lines and parquet are read record by record. A key repeated in one JSON object (json keeps
-the last value silently) is a ``duplicate_key`` problem of its record (:func:`duplicate_key_paths`).
+"File types"). Files are opened through :mod:`hyport_lib.utils.bounded_files` (a FIFO or device is
+refused, never waited on); a JSON list is parsed whole, so its size is bounded; JSON Lines and
+parquet are read record by record.
 """
 
 from __future__ import annotations
@@ -36,8 +33,8 @@ _SKIP_CHARS = 2**20
 
 
 class _DuplicateKeys(dict):
-    """A JSON object in which a key appeared more than once (the last value kept, as
-    json does); ``duplicates`` names those keys, for :func:`duplicate_key_paths`."""
+    """A JSON object in which a key appeared more than once (json keeps the last value silently:
+    a ``duplicate_key`` problem of its record); ``duplicates`` names those keys."""
 
     duplicates: list
 
@@ -110,25 +107,22 @@ Unreadable = Optional[tuple[str, str]]
 
 
 def iter_raw(path: os.PathLike) -> Iterator[tuple[Any, Unreadable]]:
-    """The file's records in order: ``(value, None)``, or ``(None, (field, message))`` for
-    a JSON Lines line that is not JSON (``field`` is ``line N``; blank lines do not count).
-    Raises ValueError naming the file when it cannot be read as a whole (not valid JSON, one
-    JSON object instead of a list, not parquet, no records).
-    """
+    """The file's records in order: ``(value, None)``, or ``(None, ("line N", message))`` for a
+    JSON Lines line that is not JSON (blank lines do not count). ValueError naming the file when it
+    cannot be read as a whole."""
     path = Path(path)
     kind = file_kind(path)
     if kind == "parquet":
         yield from _iter_parquet(path)
     elif kind == "json":
-        for value in _read_json_list(path):
-            yield value, None
+        yield from ((value, None) for value in _read_json_list(path))
     else:
         yield from _iter_json_lines(path)
 
 
 def _over_list_bound(path: Path) -> None:
-    """Raise :class:`FileTooLarge` when ``path`` is larger than a JSON list may be, from its
-    size (reading it first would hold up to the bound in memory for nothing)."""
+    """:class:`FileTooLarge` from the file's size, before reading it (that would hold up to the
+    bound in memory for nothing)."""
     if check_regular(path).st_size > MAX_JSON_LIST_BYTES:
         raise FileTooLarge(path, f"larger than {MAX_JSON_LIST_BYTES / 2**30:g} GiB, the most hyport reads of "
                                  "such a file", errno.EFBIG)
@@ -168,10 +162,9 @@ def _one_object_error(path: Path) -> Optional[ValueError]:
     """One object over many lines, e.g. ``{"data": [...]}``: said as such, rather than
     every line of it reported as a record that is not JSON."""
     try:  # (larger than a JSON list may be: not one object hyport could read; its lines are the problems)
-        _over_list_bound(path)
-        text = read_bytes(path, MAX_JSON_LIST_BYTES).decode("utf-8-sig")
+        text = _read_text(path)
         whole = _loads(text)
-    except (UnreadableFile, UnicodeDecodeError, json.JSONDecodeError, _NotJsonConstant, RecursionError):
+    except (ValueError, RecursionError):  # unreadable, not JSON, NaN
         return None
     if isinstance(whole, dict) and text.strip().count("\n"):
         keys = ", ".join(repr(k) for k in list(whole)[:3])

@@ -1,10 +1,6 @@
 """The record formats stage 04 reads (alpaca, sharegpt, openai, as LLaMA-Factory defines them;
-docs/datasets.md) and their detection.
-
-:class:`DatasetOptions` is what the user asked for; :func:`resolve_layout` makes the
-:class:`DatasetLayout` every record is read with, detecting an ``auto`` format from the first
-record whose keys (and role tags) tell it. Reading one record in a layout is
-:mod:`hyport_lib.train.dataset_convert`.
+docs/datasets.md): what the user asked for (:class:`DatasetOptions`) made into the layout every
+record is read with (:func:`resolve_layout`), ``auto`` detected from the first record that tells it.
 """
 
 from __future__ import annotations
@@ -54,13 +50,12 @@ DETECT_LIMIT = 100
 
 
 class UndetectedFormat(ValueError):
-    """``auto`` cannot tell the format from one record (its keys, its turns' keys, or its
-    role tags): a later record may still tell it.
+    """``auto`` cannot tell the format from one record: a later record may still tell it.
 
     ``guess``: ``(format, columns, tags, what was seen)`` when the turns column says sharegpt
-    or openai but its turns do not show the role tags, else None. ``fallback``: that guess's
-    layout with the format's default tags (set by :func:`resolve_layout`), read in when no
-    record of the file tells more, so that each record is named as its own problem.
+    or openai but its turns do not show the role tags. ``fallback``: that guess's layout (set by
+    :func:`resolve_layout`), read in when no record tells more, so that each record is named as
+    its own problem.
     """
 
     def __init__(self, message: str, guess: Optional[tuple] = None):
@@ -71,10 +66,8 @@ class UndetectedFormat(ValueError):
 
 @dataclass(frozen=True)
 class DatasetOptions:
-    """How the user asked for the dataset to be read: ``format`` (``auto`` or one of
-    :data:`FORMATS`), ``columns`` and ``tags`` overriding the format's names (as
-    dataset_info.json's), or the ``dataset_info.json`` ``entry`` (which alone then says them all).
-    """
+    """How the user asked for the dataset to be read (Params' ``dataset_*``): an ``entry`` of a
+    dataset_info.json alone then says format, columns and tags."""
 
     format: str = "auto"
     columns: Mapping[str, str] = field(default_factory=dict)
@@ -87,12 +80,11 @@ class DatasetLayout:
     """How every record of one file is read.
 
     ``columns``: role -> column name (None: not read; a tuple: the first of these a record
-    has). ``chosen_by``: where the layout came from; ``caveat``: where hyport reads the records
-    differently from LLaMA-Factory (a plan note), or None. ``refused_columns``:
-    :data:`UNSUPPORTED_COLUMNS` a record may not hold with a value (read without a ``tools``
-    column, the training would mean something else). A file read directly refuses all but those
-    ``dataset_columns`` sets to None; a ``dataset_info.json`` entry none (it reads only the
-    columns it names, as LLaMA-Factory does).
+    has). ``caveat``: where hyport reads the records differently from LLaMA-Factory (a plan
+    note). ``refused_columns``: :data:`UNSUPPORTED_COLUMNS` a record may not hold with a value
+    (read without a ``tools`` column, the training would mean something else): a file read
+    directly refuses all but those ``dataset_columns`` sets to None; a ``dataset_info.json``
+    entry none (it reads only the columns it names, as LLaMA-Factory does).
     """
 
     format: str
@@ -108,8 +100,7 @@ class DatasetLayout:
                 "caveat": self.caveat}
 
     def note(self) -> str:
-        """Where the layout came from and what it is, e.g. ``dataset_format='alpaca':
-        alpaca (instruction/input/output)``."""
+        """e.g. ``dataset_format='alpaca': alpaca (instruction/input/output)``."""
         return f"{self.chosen_by}: {self.describe()}"
 
     def describe(self) -> str:
@@ -123,8 +114,7 @@ class DatasetLayout:
 
 
 def option_problems(format: str, columns: Mapping, tags: Mapping, entry: Optional[str]) -> list[str]:
-    """What is wrong with ``dataset_format`` / ``dataset_columns`` / ``dataset_tags`` /
-    ``dataset`` as a combination (one line each, naming the parameter)."""
+    """What is wrong with ``dataset_format`` / ``_columns`` / ``_tags`` / ``dataset`` together."""
     problems = []
     if entry is not None and (format != "auto" or columns or tags):
         given = [name for name, value in (("dataset_format", format != "auto"), ("dataset_columns", columns),
@@ -154,7 +144,7 @@ def option_problems(format: str, columns: Mapping, tags: Mapping, entry: Optiona
         elif not isinstance(value, str) or not value.strip():
             problems.append(f"dataset_tags[{key!r}]={value!r}: expected a tag (text)")
     if format != "auto":
-        problems.extend(_fit_problems(format, columns, tags, "dataset_columns", "dataset_tags"))
+        problems.extend(_fit_problems(format, columns, tags))
     return problems
 
 
@@ -166,25 +156,20 @@ def multiple_entries_message(entry: str) -> str:
             f"comma-separated list mixes several); name them one at a time ({one_by_one})")
 
 
-def _fit_problems(format: str, columns: Mapping, tags: Mapping, columns_name: str, tags_name: str) -> list[str]:
+def _fit_problems(format: str, columns: Mapping, tags: Mapping) -> list[str]:
     """Columns and tags that do not belong to ``format``."""
     allowed = ALPACA_COLUMNS if format == "alpaca" else MESSAGE_COLUMNS
-    problems = [f"{columns_name}[{key!r}]: not a column of the {format} format ({', '.join(allowed)})"
+    problems = [f"dataset_columns[{key!r}]: not a column of the {format} format ({', '.join(allowed)})"
                 for key in columns if key not in allowed and key not in UNSUPPORTED_COLUMNS
                 and key in set(ALPACA_COLUMNS) | set(MESSAGE_COLUMNS)]
     if format == "alpaca" and tags:
-        problems.append(f"{tags_name}: role tags apply to the sharegpt and openai formats, not alpaca")
+        problems.append("dataset_tags: role tags apply to the sharegpt and openai formats, not alpaca")
     return problems
 
 
 def layout_for(format: str, columns: Mapping, tags: Mapping, chosen_by: str) -> DatasetLayout:
-    """The direct layout of ``format`` with ``columns`` / ``tags`` overriding its names
-    (an unsupported column set to None is not read, so it is left out). Raises ValueError
-    for an unsupported column (``tools``, ``videos``, ...) that is named."""
-    for key, value in columns.items():
-        if key in UNSUPPORTED_COLUMNS and value is not None:
-            raise ValueError(f"dataset_columns[{key!r}]: {UNSUPPORTED_COLUMNS[key]} are not supported; "
-                             "leave it out or set it to None (not read)")
+    """The direct layout of ``format`` with ``columns`` / ``tags`` overriding its names (an
+    unsupported column is named only as None, :func:`option_problems`: not read, left out)."""
     refused = tuple(key for key in UNSUPPORTED_COLUMNS if key not in columns)
     columns = {key: value for key, value in columns.items() if key not in UNSUPPORTED_COLUMNS}
     merged_columns = {**DIRECT_COLUMNS[format], **columns}
@@ -193,10 +178,9 @@ def layout_for(format: str, columns: Mapping, tags: Mapping, chosen_by: str) -> 
 
 
 def resolve_layout(options: DatasetOptions, first: Optional[tuple[int, Any]]) -> DatasetLayout:
-    """The layout for ``options``; ``auto`` looks at ``first`` (``(index, value)`` of a
-    record that is a JSON object, or None). Raises :class:`UndetectedFormat` when this record
-    does not tell the format, ValueError when there is no record to detect from, the record is
-    ambiguous (both ``conversations`` and ``messages``), or the names given do not fit."""
+    """The layout for ``options``; ``auto`` looks at ``first`` (``(index, value)`` of a record
+    that is a JSON object, or None). Raises :class:`UndetectedFormat` when this record does not
+    tell the format, ValueError when nothing can (no record, an ambiguous one, names that do not fit)."""
     if options.format != "auto":
         layout = layout_for(options.format, options.columns, options.tags, f"dataset_format={options.format!r}")
         return _images_named_as_in(layout, first)
@@ -209,12 +193,12 @@ def resolve_layout(options: DatasetOptions, first: Optional[tuple[int, Any]]) ->
     except UndetectedFormat as exc:
         if exc.guess is not None:
             format, columns, tags, seen = exc.guess
-            if not _fit_problems(format, options.columns, options.tags, "dataset_columns", "dataset_tags"):
+            if not _fit_problems(format, options.columns, options.tags):
                 exc.fallback = _detected_layout(format, columns, tags, options, first,
                                                 f"guessed from record {index} ({seen}; no record shows both a "
                                                 "user and an assistant tag)")
         raise
-    misfit = _fit_problems(format, options.columns, options.tags, "dataset_columns", "dataset_tags")
+    misfit = _fit_problems(format, options.columns, options.tags)
     if misfit:
         raise ValueError(f"dataset_format='auto' detected {format} from record {index}, but " + "; ".join(misfit))
     return _detected_layout(format, columns, tags, options, first, f"detected from record {index} ({seen})")
@@ -261,9 +245,8 @@ def _detect(record: dict, columns: Mapping, tags: Mapping, index: int) -> tuple[
 
 
 def _detect_turns(record: dict, key: str, tags: Mapping, index: int) -> tuple[str, dict, dict, str]:
-    """sharegpt or openai, and the role tags, from the turns in ``record[key]``; raises
-    :class:`UndetectedFormat` when they do not show the role key, or both a user and an
-    assistant tag (a later record decides, and this one is named as its own problem)."""
+    """sharegpt or openai, and the role tags, from the turns in ``record[key]``;
+    :class:`UndetectedFormat` when they do not show the role key, a user and an assistant tag."""
     where = f"dataset_format='auto': record {index}, {key}"
     turns = [t for t in record.get(key) or [] if isinstance(t, dict)]
     if not turns:

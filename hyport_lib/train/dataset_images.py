@@ -1,9 +1,7 @@
 """A dataset's image files: checked once per file, decoded once per file, bounded in size.
 
 A PNG of one colour at 20,000 × 20,000 pixels is a few KB on disk and 1.2 GB decoded: an image's
-decoded size is judged from its header before any pixel is read (:data:`MAX_DECODED_IMAGE_BYTES`),
-and :class:`ImageChecks` / :class:`DecodedImages` decode a file shared by records once. Files are
-opened through :mod:`hyport_lib.utils.bounded_files`; a failure is :class:`UnreadableImage`.
+decoded size is judged from its header before any pixel is read (:data:`MAX_DECODED_IMAGE_BYTES`).
 """
 
 from __future__ import annotations
@@ -14,7 +12,7 @@ import warnings
 from collections import OrderedDict
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Optional
+from typing import Any, Callable, Optional
 
 from hyport_lib.utils.bounded_files import FileTooLarge, UnreadableFile, open_regular
 
@@ -28,11 +26,12 @@ MAX_IMAGE_FILE_BYTES = 256 * 2**20
 #: The decoded RGB images :class:`DecodedImages` keeps, counted as PIL holds them (4 bytes
 #: a pixel): at least one RGB image of the largest size allowed.
 DECODED_CACHE_BYTES = 256 * 2**20
+#: ``(kind, reason)`` of an image file that cannot be used.
+Problem = tuple[str, str]
 
 
 class UnreadableImage(ValueError):
-    """An image of a record that cannot be used, found while tokenising: one line naming
-    the record, the field and the file (``kind`` is the problem's kind)."""
+    """An image of a record that cannot be used, found while tokenising (``kind``: the problem's)."""
 
     def __init__(self, message: str, field: str, kind: str = "image_unreadable"):
         super().__init__(message)
@@ -88,39 +87,40 @@ def _too_large(img) -> Optional[str]:
             "resize it (the model's processor shrinks it anyway)")
 
 
-def image_problem(path: Path) -> Optional[tuple[str, str]]:
-    """``(kind, reason)`` when the image file cannot be used (``image_too_large``,
-    ``image_unreadable``), else None. Its size is checked from its header before any pixel
-    is decoded; then its structure (PIL ``verify``) and its pixels (``load``: verify does not
-    read a JPEG's image data)."""
+def _opened(path, use: Callable, unreadable: Callable[[str], str] = str) -> tuple[Any, Optional[Problem]]:
+    """``(use(img), None)`` for the image at ``path`` opened lazily, or ``(None, (kind, reason))``
+    when it is too large (judged from its header) or unreadable (``unreadable`` words the reason
+    of a file that opens but does not decode)."""
     from PIL import Image, UnidentifiedImageError
 
     try:
         with _lazy_open(path) as img:
             why = _too_large(img)
-            if why:
-                return "image_too_large", why
-            img.verify()
-        with _lazy_open(path) as img:
-            img.load()
+            return (None, ("image_too_large", why)) if why else (use(img), None)
     except Image.DecompressionBombError as exc:  # PIL's own bound (pixels), met before the header is read out
-        return "image_too_large", f"{type(exc).__name__}: {str(exc)[:120]}"
+        return None, ("image_too_large", f"{type(exc).__name__}: {str(exc)[:120]}")
     except FileTooLarge as exc:
-        return "image_too_large", exc.reason
+        return None, ("image_too_large", exc.reason)
     except UnreadableFile as exc:
-        return "image_unreadable", exc.reason
+        return None, ("image_unreadable", exc.reason)
     except (OSError, UnidentifiedImageError, SyntaxError, ValueError) as exc:
-        return "image_unreadable", f"{type(exc).__name__}: {str(exc)[:80]}"
-    return None
+        return None, ("image_unreadable", unreadable(f"{type(exc).__name__}: {str(exc)[:80]}"))
+
+
+def image_problem(path: Path) -> Optional[Problem]:
+    """``(kind, reason)`` when the image file cannot be used (``image_too_large``,
+    ``image_unreadable``), else None: its size from its header, then its structure (PIL
+    ``verify``) and its pixels (``load``: verify does not read a JPEG's image data)."""
+    return _opened(path, lambda img: img.verify())[1] or _opened(path, lambda img: img.load())[1]
 
 
 class ImageChecks:
     """:func:`image_problem` of each file, worked out once per file for one reading of a dataset."""
 
     def __init__(self):
-        self._verdicts: dict[str, Optional[tuple[str, str]]] = {}
+        self._verdicts: dict[str, Optional[Problem]] = {}
 
-    def problem(self, path: Path) -> Optional[tuple[str, str]]:
+    def problem(self, path: Path) -> Optional[Problem]:
         key = str(path)
         if key not in self._verdicts:
             self._verdicts[key] = image_problem(path)
@@ -154,26 +154,12 @@ class DecodedImages:
         return image
 
     def _decode(self, path: str, record_index: int, field: str):
-        from PIL import Image, UnidentifiedImageError
+        def rgb(img):
+            self.decoded += 1
+            return img.convert("RGB")
 
-        where = f"record {record_index}, {field}: image {path}"
-        kind, why, image = "image_unreadable", None, None
-        try:
-            with _lazy_open(path) as img:
-                why = _too_large(img)
-                if why is None:
-                    self.decoded += 1
-                    image = img.convert("RGB")
-                else:
-                    kind = "image_too_large"
-        except Image.DecompressionBombError as exc:
-            kind, why = "image_too_large", f"{type(exc).__name__}: {str(exc)[:120]}"
-        except FileTooLarge as exc:
-            kind, why = "image_too_large", exc.reason
-        except UnreadableFile as exc:
-            why = exc.reason
-        except (OSError, UnidentifiedImageError, SyntaxError, ValueError) as exc:
-            why = f"not a readable image ({type(exc).__name__}: {str(exc)[:80]})"
-        if image is None:
-            raise UnreadableImage(f"{where}: {why}", field, kind)
+        image, problem = _opened(path, rgb, lambda why: f"not a readable image ({why})")
+        if problem is not None:
+            kind, why = problem
+            raise UnreadableImage(f"record {record_index}, {field}: image {path}: {why}", field, kind)
         return image

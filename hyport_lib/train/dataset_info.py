@@ -1,9 +1,7 @@
-"""LLaMA-Factory's ``dataset_info.json``: one named entry, read as LLaMA-Factory reads it.
-
-:func:`read_entry` honours ``file_name``, ``formatting``, ``columns``, ``tags`` (as
-``DatasetAttr.join`` reads them) and ``split``, and refuses in one line naming the entry and
-the field whatever would download data or train other than supervised answers. The rules,
-with examples, are in docs/datasets.md ("LLaMA-Factory's dataset_info.json").
+"""LLaMA-Factory's ``dataset_info.json``: one named entry, read as LLaMA-Factory reads it
+(``DatasetAttr.join``); whatever would download data or train other than supervised answers is
+refused in one line naming the entry and the field (docs/datasets.md, "LLaMA-Factory's
+dataset_info.json").
 """
 
 from __future__ import annotations
@@ -63,10 +61,7 @@ def info_file(path: os.PathLike) -> Path:
 
 def read_entry(path: os.PathLike, name: str) -> DatasetEntry:
     """The entry ``name`` of the ``dataset_info.json`` at ``path`` (or in folder ``path``).
-
-    Raises FileNotFoundError (no such json, or the entry's file is missing) or ValueError (the
-    json cannot be read, the entry is missing, or it holds a field hyport cannot use, named).
-    """
+    Raises FileNotFoundError (no json, no data file) or ValueError (naming what cannot be used)."""
     if "," in name:
         raise ValueError(multiple_entries_message(name))
     info = info_file(path).resolve()

@@ -1,9 +1,8 @@
-"""Progress of reading and tokenising a dataset (minutes for 100,000 records on a CPU), said
-while it happens through a :class:`ProgressTicker`.
+"""Progress of reading and tokenising a dataset (minutes for 100,000 records on a CPU).
 
-The readers report to the ``on_progress`` they are given or, without one, to the one
-:func:`reporting_to` sets for a block: the stage contract's ``plan(params)`` takes no callback,
-so ``hyport train`` wraps it in ``with reporting_to(bar):``. Elsewhere reading is silent.
+The readers report to the ``on_progress`` they are given or to the one :func:`reporting_to` sets
+for a block: the stage contract's ``plan(params)`` takes no callback, so ``hyport train`` wraps
+it in ``with reporting_to(bar):``. Elsewhere reading is silent.
 """
 
 from __future__ import annotations

@@ -1,8 +1,6 @@
-"""The run's DeepSpeed JSON: a bundled ``parameters/deepspeed/zero<N>.json`` (or the
-user's file) with what depends on the host and the parameters filled in.
-
-See ``parameters/deepspeed/README.md``. Precision is resolved here too, since DeepSpeed
-and the Trainer must agree on it: ``auto`` is bf16 where the backend has it, else fp32.
+"""The run's DeepSpeed JSON: a bundled ``parameters/deepspeed/zero<N>.json`` (README there) or
+the user's file, with what depends on the host and the parameters filled in; and the precision,
+which DeepSpeed and the Trainer must agree on.
 """
 
 from __future__ import annotations

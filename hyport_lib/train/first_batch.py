@@ -1,9 +1,6 @@
-"""What the model received first: each rank's first batch, decoded, in ``logs/first_batch*.json``.
-
-As LLaMA-Factory prints its first training example, each rank writes its first batch
-(:class:`FirstBatchRecorder`): a system prompt that never reached the template or labels on the
-question show there. Together the ranks' files are the first optimizer step's data. The fields
-are described in docs/datasets.md ("What the model received").
+"""What the model received first: each rank's first batch, decoded, in ``logs/first_batch*.json``
+(as LLaMA-Factory prints its first example: a system prompt that never reached the template or
+labels on the question show there). The fields: docs/datasets.md ("What the model received").
 """
 
 from __future__ import annotations

@@ -1,8 +1,5 @@
-"""Answers to held prompts before and after training: what the run changed, in words.
-
-Rank 0 answers the prompts of the first text-only training samples greedily, with the model it
-starts from and with the trained one, beside the answer the data teaches. On random weights, or
-under ZeRO-3 (rank 0 alone cannot generate), the record says why instead.
+"""Answers to held prompts before and after training: what the run changed, in words (rank 0,
+greedy, the first text-only samples; on random weights or under ZeRO-3 the record says why not).
 """
 
 from __future__ import annotations
@@ -41,11 +38,9 @@ class HeldAnswers:
 
 def held_prompts(samples: Sequence[Sample], tokenizer, questions: Mapping[str, str],
                  count: int = HELD_PROMPTS) -> HeldAnswers:
-    """The prompts (everything before the first answer token) of the first text-only samples.
-
-    ``questions`` maps a record id to its first user turn: what the report shows as the
-    prompt. The model is given the whole templated prompt, but the template's own words
-    (a default system prompt, role names) are not what the user asked."""
+    """The prompts (everything before the first answer token) of the first text-only samples;
+    shown as ``questions`` (record id -> first user turn): the template's own words (a default
+    system prompt, role names) are not what the user asked."""
     held = HeldAnswers()
     for sample in samples:
         if sample.pixel_values is not None or IGNORE_INDEX not in sample.labels:

@@ -1,9 +1,6 @@
-"""Start torchrun for a :class:`~hyport_lib.train.preflight.LaunchPlan` and watch it.
-
-:func:`launch` takes the output folder's lock, writes what the workers read, and runs ``python -m
-hyport_lib.train.agent`` (torchrun, then ``-m hyport_lib.train.worker``) as one child of
-:func:`hyport_lib.processes.run_child`: stopped past ``train_timeout_s`` or when interrupted. The
-launcher never touches a device; it reads the metrics file rank 0 appends for ``on_progress``.
+"""Start torchrun for a :class:`~hyport_lib.train.preflight.LaunchPlan` (under the output folder's
+lock, as one child of :func:`hyport_lib.processes.run_child`) and watch it. The launcher never
+touches a device: it reads the metrics file rank 0 appends.
 """
 
 from __future__ import annotations
@@ -19,7 +16,7 @@ from typing import Callable, Optional
 
 import hyport_lib
 from hyport_lib.models.model_cache import default_cache_root
-from hyport_lib.processes import describe_exit, last_exception, read_log_tail, run_child, scrub_log
+from hyport_lib.processes import describe_exit, last_exception, log_size, read_log_tail, run_child, scrub_log
 from hyport_lib.results import Provenance
 from hyport_lib.train.checkpoints import list_checkpoints, read_json_object
 from hyport_lib.train.first_batch import clear_first_batches
@@ -40,17 +37,14 @@ SPEC_ENV = "HYPORT_TRAIN_SPEC"
 PROBLEMS_FILE = "dataset_problems.jsonl"
 
 
-def torchrun_args(plan: LaunchPlan) -> list[str]:
+def command(plan: LaunchPlan) -> list[str]:
+    """torchrun's arguments, run by :mod:`hyport_lib.train.agent`."""
     c = plan.params
-    return ["--nnodes", str(c.nnodes), "--node-rank", str(c.node_rank),
-            "--nproc-per-node", str(plan.nproc_per_node), "--master-addr", plan.master_addr,
+    return [sys.executable, "-m", "hyport_lib.train.agent", "--nnodes", str(c.nnodes), "--node-rank",
+            str(c.node_rank), "--nproc-per-node", str(plan.nproc_per_node), "--master-addr", plan.master_addr,
             "--master-port", str(plan.master_port), "--max-restarts", str(c.max_restarts),
             "--log-dir", str(Path(plan.output_dir) / "logs" / "ranks"), "--tee", "3",
             "-m", "hyport_lib.train.worker"]
-
-
-def command(plan: LaunchPlan) -> list[str]:
-    return [sys.executable, "-m", "hyport_lib.train.agent", *torchrun_args(plan)]
 
 
 def _environment(plan: LaunchPlan) -> dict[str, str]:
@@ -78,9 +72,8 @@ def _environment(plan: LaunchPlan) -> dict[str, str]:
 
 def launch(plan: LaunchPlan, on_progress: Optional[Callable[[TrainProgress], None]] = None,
            poll_interval_s: float = 0.5, kill_grace_s: float = 15.0) -> TrainResult:
-    """Run the plan to the end (or the timeout), the output folder locked for this process
-    (this node) throughout. Raises OutputDirBusy (another run holds the folder), ForeignFiles
-    (files hyport did not write appeared since the plan) or OSError (the folder is not writable).
+    """Run the plan to the end (or the timeout), the output folder locked for this node. Raises
+    OutputDirBusy, ForeignFiles (appeared since the plan) or OSError (the folder is not writable).
     """
     out = Path(plan.output_dir)
     lock_output_dir(out, plan.params.node_rank)
@@ -114,11 +107,11 @@ def _launch(plan: LaunchPlan, on_progress: Optional[Callable[[TrainProgress], No
     (out / RESULT_FILE).unlink(missing_ok=True)  # never read an earlier run's result
     env = _environment(plan)
     started = time.monotonic()
-    seen_size = -1
+    seen_size = 0  # no metrics yet: nothing to show
 
     def notify(running: bool) -> None:
         nonlocal seen_size
-        size = _size(plan.metrics_path)
+        size = log_size(plan.metrics_path)
         if on_progress is None or (running and size == seen_size):
             return
         seen_size = size
@@ -151,10 +144,8 @@ def _launch(plan: LaunchPlan, on_progress: Optional[Callable[[TrainProgress], No
 
 
 def _checkpoint_estimate(plan: LaunchPlan) -> int:
-    """About what one checkpoint of this run takes, from the starting weights' file sizes:
-    the weights, plus DeepSpeed's fp32 master copy and two Adam moments (12 bytes a
-    parameter, counted as if the files held fp32: 4 x their size; bf16 files need more,
-    LoRA far less)."""
+    """About what one checkpoint takes: the weights plus DeepSpeed's fp32 master copy and two Adam
+    moments (12 bytes a parameter), as if the files held fp32: 4 x their size."""
     return 4 * sum(f.stat().st_size for f in Path(plan.model_path).glob("*.safetensors") if f.is_file())
 
 
@@ -208,14 +199,12 @@ _ROOT_EXIT = re.compile(r"^\s*exitcode\s*:\s*(-?\d+)(?:.*\((SIG\w+)\))?")
 
 
 def first_failure(log_path: os.PathLike) -> Optional[str]:
-    """Which rank failed first, and why: ``rank R: SomeError: message`` or ``rank R:
-    killed by SIGKILL``.
+    """Which rank failed first, and why: ``rank R: SomeError: message`` or ``rank R: killed by SIGKILL``.
 
-    torchrun prints a "Root Cause (first observed failure)" block naming the rank and its
-    exit code; that rank's own last exception line (torchrun's ``--tee`` prefixes each
-    of its lines with ``[defaultR]:``) says why. Other ranks usually fail as an echo of
-    it (a peer's "Connection closed by peer"). Without the block, the first exception of
-    any rank is taken.
+    torchrun's "Root Cause (first observed failure)" block names the rank and its exit code; that
+    rank's last exception line (``--tee`` prefixes its lines with ``[defaultR]:``) says why. Other
+    ranks usually fail as its echo ("Connection closed by peer"). Without the block, the first
+    exception of any rank is taken.
     """
     try:
         lines = Path(log_path).read_text(encoding="utf-8", errors="replace").splitlines()
@@ -251,15 +240,10 @@ def first_failure(log_path: os.PathLike) -> Optional[str]:
 
 
 def launch_logs(out: Path, log_path: os.PathLike, started_at: float) -> list[Path]:
-    """The logs one launch into ``out`` wrote: torchrun's own (``log_path``, rewritten at
-    each launch) and the rank logs modified since ``started_at``; an earlier launch into
-    the same folder left rank logs of its own, which must not be blamed for this one."""
+    """The logs one launch into ``out`` wrote: torchrun's own (rewritten at each launch) and the
+    rank logs modified since ``started_at`` (an earlier launch's must not be blamed)."""
     ranks = [p for p in sorted((out / "logs" / "ranks").rglob("*.log")) if _mtime(p) >= started_at]
     return [Path(log_path), *ranks]
-
-
-def _own_cann_dir(out: Path) -> Path:
-    return out / "logs" / "cann"
 
 
 def _cann_environ(out: Path) -> dict[str, str]:
@@ -267,18 +251,15 @@ def _cann_environ(out: Path) -> dict[str, str]:
     return {**os.environ, **own_cann_log_env(_own_cann_dir(out))}
 
 
+def _own_cann_dir(out: Path) -> Path:
+    return out / "logs" / "cann"
+
+
 def _mtime(path: Path) -> float:
     try:
         return path.stat().st_mtime
     except OSError:
         return 0.0
-
-
-def _size(path: str) -> int:
-    try:
-        return os.path.getsize(path)
-    except OSError:
-        return -1
 
 
 def _scrub_rank_logs(out: Path, env: dict) -> None:

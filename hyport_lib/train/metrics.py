@@ -1,10 +1,8 @@
-"""The training metrics file: one JSON line per optimizer step, and what it sums up to.
+"""The training metrics file: one JSON line per optimizer step (rank 0's), and what it sums up to.
 
-Rank 0 appends a line per step (:class:`hyport_lib.train.callbacks.MetricsCallback`); the launcher,
-the live plot and the progress bar read the file while the run goes on. ``step_s`` runs from the
-end of the step before, so data loading, logging and checkpoint saving are inside it;
-``process_step`` counts the steps of the process that wrote the line (after a restart or a resume
-the new processes warm up again). :func:`summarize_metrics` follows :data:`THROUGHPUT_DEFINITION`.
+``step_s`` runs from the end of the step before (data loading, logging and checkpoint saving are
+inside it); ``process_step`` counts the steps of the process that wrote the line (after a restart
+or a resume the new processes warm up again).
 """
 
 from __future__ import annotations
@@ -46,8 +44,7 @@ def read_metrics(path: os.PathLike) -> list[dict]:
 
 
 def truncate_metrics(path: os.PathLike, last_step: int) -> int:
-    """Keep only lines up to ``last_step`` (a resume continues from there); returns how
-    many were kept. Written atomically."""
+    """Keep only lines up to ``last_step`` (a resume continues from there); how many were kept."""
     path = Path(path)
     kept = [r for r in read_metrics(path) if r["step"] <= last_step]
     if path.exists() or kept:
@@ -143,14 +140,13 @@ def summarize_metrics(records: list[dict], warmup_steps: int = 2) -> MetricsSumm
 
 
 def loss_span(summary, digits: int = 4) -> Optional[str]:
-    """``first → last`` finite loss of a :class:`MetricsSummary` (or its ``to_dict()``), e.g.
-    ``"6.7093 → 6.7093 (last finite: step 1 of 6)"``; None when no finite loss was logged."""
-    get = summary.get if isinstance(summary, dict) else lambda k: getattr(summary, k, None)
-    first, last = get("first_loss"), get("last_loss")
+    """``first → last`` finite loss, e.g. ``"6.7093 → 6.7093 (last finite: step 1 of 6)"``; None
+    when no finite loss was logged."""
+    first, last = summary.first_loss, summary.last_loss
     if first is None or last is None:
         return None
     text = f"{first:.{digits}f} → {last:.{digits}f}"
-    at, end = get("last_loss_step"), get("last_step")
+    at, end = summary.last_loss_step, summary.last_step
     if at is not None and end is not None and at != end:
         text += f" (last finite: step {at} of {end})"
     return text

@@ -1,9 +1,8 @@
 """What in ``output_dir`` hyport wrote, and one training run per folder.
 
 hyport removes or overwrites only what it can prove it wrote: its own files (:data:`OWN_NAMES`),
-checkpoints carrying one of its markers (:mod:`hyport_lib.train.checkpoints`), and the final files
-a run listed in its run marker. Anything else stops the run before launch (:func:`check_foreign`)
-unless ``overwrite_output_dir=True``. One run per folder: :func:`lock_output_dir`.
+checkpoints carrying one of its markers, and the final files a run listed in its run marker.
+Anything else stops the run before launch unless ``overwrite_output_dir=True``.
 """
 
 from __future__ import annotations
@@ -47,22 +46,15 @@ class ForeignFiles(ValueError):
 
 
 def lock_output_dir(output_dir: Path, node_rank: int = 0) -> None:
-    """Take (or keep) this process's exclusive ``flock`` on ``output_dir`` for ``node_rank`` (one
-    lock per node: the nodes of one job may share the folder). The kernel releases it when the
-    process dies, so a SIGKILL never leaves a stale lock. Raises :class:`OutputDirBusy` naming
-    the holder's pid and start time."""
+    """Take (or keep) this process's exclusive ``flock`` on ``output_dir`` for ``node_rank`` (the
+    nodes of one job may share the folder). The kernel releases it when the process dies: a
+    SIGKILL never leaves a stale lock. :class:`OutputDirBusy` names the holder's pid and start."""
     key = str(output_dir)
     if key in _HELD:
         return
     output_dir.mkdir(parents=True, exist_ok=True)
     handle = open(output_dir / lock_file(node_rank), "a+", encoding="utf-8")  # noqa: SIM115 — held open
-    try:
-        fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        handle.seek(0)
-        holder = handle.read().strip() or "unknown"
-        handle.close()
-        raise OutputDirBusy(_busy(key, holder)) from None
+    _locked(handle, key)
     handle.seek(0)
     handle.truncate()
     handle.write(f"pid {os.getpid()}, started {_dt.datetime.now().isoformat(timespec='seconds')}\n")
@@ -79,17 +71,21 @@ def check_not_locked(output_dir: Path, node_rank: int = 0) -> None:
         handle = open(output_dir / lock_file(node_rank), encoding="utf-8")  # noqa: SIM115 — closed below
     except FileNotFoundError:
         return  # no run ever locked it
-    with handle:
-        try:
-            # Read-only is enough for flock; closing the file drops the probe's lock.
-            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise OutputDirBusy(_busy(str(output_dir), handle.read().strip() or "unknown")) from None
+    # Read-only is enough for flock; closing the file drops the probe's lock.
+    _locked(handle, str(output_dir)).close()
 
 
-def _busy(output_dir: str, holder: str) -> str:
-    return (f"output_dir={output_dir!r}: another hyport train is running into it ({holder}); "
-            "wait for it to end, or choose another output_dir")
+def _locked(handle, output_dir: str):
+    """``handle`` under its exclusive ``flock``, or (closed) :class:`OutputDirBusy` naming the holder."""
+    try:
+        fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.seek(0)
+        holder = handle.read().strip() or "unknown"
+        handle.close()
+        raise OutputDirBusy(f"output_dir={output_dir!r}: another hyport train is running into it ({holder}); "
+                            "wait for it to end, or choose another output_dir") from None
+    return handle
 
 
 def release_output_dir(output_dir: Path) -> None:

@@ -1,9 +1,7 @@
-"""Batches for training: packed (:class:`PackedCollator`, several whole samples per row) or
-padded (:class:`PaddedCollator`, one per row, with an ``attention_mask``).
-
-Per-token keys of the processor travel with the ids (0 on padding) and the image tensors are
-joined as the model reads them (:mod:`hyport_lib.models.training_inputs`). Labels are ``-100`` on
-padding; every batch counts its real and total tokens (:data:`COUNT_KEYS`) for tokens/s/p.
+"""Batches for training: packed (several whole samples per row) or padded (one per row, with an
+``attention_mask``). Per-token keys travel with the ids (0 on padding), image tensors are joined
+as the model reads them (:mod:`hyport_lib.models.training_inputs`); every batch counts its real
+and total tokens (:data:`COUNT_KEYS`) for tokens/s/p.
 """
 
 from __future__ import annotations
@@ -35,12 +33,10 @@ def pack_samples(samples: Sequence[Sample], max_seq_len: int) -> list[list[Sampl
 
 
 class PackedCollator:
-    """Rows of packed samples -> a packed batch, each row padded to exactly ``max_seq_len``
-    (fixed shapes: an NPU compiles its operators once). Positions restart at 0 per sample, the
-    padding is one more segment, and ``cu_seq_lens_q/k`` (flash-attn style, leading 0) let
-    hyport's attention (:mod:`hyport_lib.npu_attention.hf_integration`) attend within each
-    sample; there is no ``attention_mask``. M-RoPE rows carry the positions the model computes
-    for each sample alone."""
+    """Rows of packed samples -> a batch, each row padded to exactly ``max_seq_len`` (fixed shapes:
+    an NPU compiles its operators once). Positions restart at 0 per sample, the padding is one more
+    segment, and ``cu_seq_lens_q/k`` (flash-attn style) let hyport's attention attend within each
+    sample (no ``attention_mask``); M-RoPE rows carry each sample's own positions."""
 
     def __init__(self, pad_id: int, max_seq_len: int, mrope_text_row: bool = True):
         self.pad_id = int(pad_id)
@@ -139,10 +135,8 @@ class PaddedCollator:
 
 
 def image_batch(samples: Sequence[Sample], per_row: bool = False) -> dict:
-    """``pixel_values`` and the other image tensors of ``samples``, images in order; {}
-    without images. ``per_row``: each sample is a row and gets image rows of its own
-    (padding images for a text-only one; see
-    :func:`hyport_lib.models.training_inputs.join_image_tensors`)."""
+    """The image tensors of ``samples``, images in order ({} without); ``per_row``: each sample
+    gets image rows of its own (:func:`hyport_lib.models.training_inputs.join_image_tensors`)."""
     return join_image_tensors([s.image_tensors() for s in samples], per_row=per_row)
 
 

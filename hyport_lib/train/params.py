@@ -1,8 +1,6 @@
-"""Stage 04's parameters: every knob of the smoke training, declared once.
-
-The names follow the seed's training script and LLaMA-Factory's YAML where they exist. Notebook
-04's ``parameters`` cell, ``hyport train``'s flags and ``hyport report -p`` all come from
-:class:`Params`, so a bad value is refused in the same words everywhere, before anything starts.
+"""Stage 04's parameters: every knob of the smoke training, declared once (notebook 04's
+``parameters`` cell, ``hyport train``'s flags, ``hyport report -p``). The names follow the seed's
+training script and LLaMA-Factory's YAML where they exist.
 """
 
 from __future__ import annotations
@@ -101,8 +99,7 @@ class Params(StageParams):
     seed: int = param(0, "seeds the data order and new (LoRA) weights", min=0)
 
     def check(self) -> None:
-        """The rules across fields, and the single-field ones a spec cannot say:
-        :class:`ParameterError` with one line per rule broken."""
+        """The rules across fields, and the single-field ones a spec cannot say."""
         problems = []
         if "/" in self.run_name:
             problems.append(f"run_name={self.run_name!r}: a name without '/' (it names a folder)")
@@ -126,8 +123,7 @@ class Params(StageParams):
             raise ParameterError(problems)
 
     def _dataset_problems(self) -> list[str]:
-        """How the dataset parameters combine (a dataset_info.json entry, or a file read
-        in a format with column and tag names)."""
+        """How the dataset parameters combine."""
         problems = option_problems(self.dataset_format, self.dataset_columns, self.dataset_tags, self.dataset)
         path = Path(self.dataset_path).expanduser() if self.dataset_path else None
         if path is not None and not path.exists():

@@ -1,9 +1,6 @@
-"""Everything checked before a training process starts, and the plan it produces.
-
-:func:`prepare` turns :class:`~hyport_lib.train.params.Params` into a :class:`LaunchPlan` or
-raises an error naming the parameter, the file or the record. It writes nothing (``hyport
-report`` plans every stage before any runs, so a bad value leaves nothing on disk); what the run
-needs on disk :func:`hyport_lib.train.launch.launch` writes under the folder's lock.
+"""Everything checked before a training process starts, and the plan it produces. Nothing is
+written (``hyport report`` plans every stage before any runs): what the run needs on disk the
+launch writes under the folder's lock.
 """
 
 from __future__ import annotations
@@ -41,11 +38,9 @@ SMOKE_FOLDER = "smoke_data"
 
 @dataclass
 class LaunchPlan:
-    """What will run (all paths absolute); :meth:`to_dict` is what the record keeps.
-    ``params`` are checked once, here (the workers rebuild them from :meth:`worker_spec`);
-    ``bundled_dataset``: the launch writes the bundled smoke set to ``dataset_path``;
-    ``deepspeed``: the settings a reader wants to see, ``deepspeed_json`` the whole
-    configuration; ``dataset``: what the check of the dataset found.
+    """What will run (all paths absolute). ``params`` are checked once, here (the workers rebuild
+    them from :meth:`worker_spec`); ``bundled_dataset``: the launch writes the smoke set to
+    ``dataset_path``; ``deepspeed``: the settings a reader wants to see, ``deepspeed_json`` all.
     """
 
     params: Params
@@ -87,9 +82,8 @@ class LaunchPlan:
 
 
 def default_output_dir(run_name: str) -> Path:
-    """``<run folder>/train/<run_name>`` in a report run; elsewhere a new
-    ``<run_name>-<timestamp>`` folder beside the interactive results, so that running the
-    notebook again trains again (give ``output_dir`` to resume a run)."""
+    """``<run folder>/train/<run_name>`` in a report run; elsewhere a new ``<run_name>-<timestamp>``
+    folder beside the interactive results: running the notebook again trains again."""
     run_dir = os.environ.get(RUN_DIR_ENV)
     if run_dir:
         return Path(run_dir) / "train" / run_name
@@ -97,10 +91,8 @@ def default_output_dir(run_name: str) -> Path:
 
 
 def prepare(params: Params, backend) -> LaunchPlan:
-    """Check everything and plan the launch on ``backend``: the model folder, the dataset, the
-    output folder (writable, unlocked, nothing foreign), the cards, the rendezvous port, the
-    resume point. Raises ValueError, PermissionError or RuntimeError naming what is wrong;
-    :class:`~hyport_lib.train.dataset.DatasetError` lists every bad record."""
+    """Check everything and plan the launch on ``backend``. Raises ValueError, PermissionError or
+    RuntimeError naming what is wrong (:class:`~hyport_lib.train.dataset.DatasetError`: every bad record)."""
     nproc = _cards(backend, params.num_cards)
     world = nproc * params.nnodes
     model_path = check_model_path(params.model_path, local_only="stage 04 (training)")
@@ -244,8 +236,8 @@ def _output_dir(params: Params) -> Path:
 
 def _check_dataset(params: Params, report: DatasetReport, model_path: str,
                    world: int) -> tuple[dict, list[int], LoadedProcessor]:
-    """``(summary, indices of the records to skip, the processor)``: the dataset tokenised
-    as the workers will, every problem named (:class:`DatasetError` unless ``skip_bad_records``)."""
+    """``(summary, records to skip, the processor)``: the dataset tokenised as the workers will
+    (:class:`DatasetError` unless ``skip_bad_records``)."""
     from transformers.utils import logging as hf_logging
 
     try:
@@ -331,9 +323,8 @@ def _host_ram_need(params: Params, kind: str, model_path: str, precision: str, w
 
 
 def _check_lora_targets(params: Params, model_path: str) -> list[str]:
-    """The LoRA targets must name layers of the model: checked on an empty (meta) model,
-    before an 8-card job loads the weights only to fail in peft. Returns notes for the
-    plan (MoE experts LoRA does not reach)."""
+    """The LoRA targets must name layers of the model: checked on an empty (meta) model before an
+    8-card job loads the weights only to fail in peft; the notes name MoE experts LoRA misses."""
     if importlib.util.find_spec("peft") is None:
         raise ValueError("finetuning_type='lora' needs peft, which is not installed here "
                          "(pip install 'peft>=0.10'; it leaves torch as it is)")

@@ -8,7 +8,6 @@ import socket
 
 
 def check_master_addr(params) -> None:
-    """An address that does not resolve makes torchrun retry for ever: say so now."""
     try:
         socket.getaddrinfo(params.master_addr, None)
     except (OSError, UnicodeError) as exc:
@@ -49,8 +48,7 @@ def _bind_host(addr: str) -> str:
 
 
 def is_local(addr: str) -> bool:
-    """Is ``addr`` this machine (loopback or unspecified, its name, or one of its
-    interfaces' addresses, IPv4 or IPv6)?"""
+    """Is ``addr`` this machine (loopback, unspecified, its name, one of its interfaces' addresses)?"""
     import ipaddress
 
     if addr in ("localhost", socket.gethostname()):

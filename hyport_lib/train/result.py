@@ -1,7 +1,4 @@
-"""What a training launch leaves behind: :class:`TrainResult` (the exit, the metrics and their
-summary, rank 0's ``train_result.json``, the checkpoints, the plan that ran); its verdict is
-:func:`hyport_lib.train.stage.summarize`'s.
-"""
+"""What a training launch leaves behind (its verdict: :func:`hyport_lib.train.stage.summarize`)."""
 
 from __future__ import annotations
 
@@ -77,9 +74,8 @@ class TrainResult:
 
     @classmethod
     def from_dict(cls, data) -> "TrainResult":
-        """The result as :meth:`to_dict` recorded it (the verdict and the folders it named
-        are derived again, not read); an older or odd record gives the defaults where it
-        differs (see :mod:`hyport_lib.utils.records`)."""
+        """The result as :meth:`to_dict` recorded it (the verdict and the folders derived again); an
+        older or odd record gives the defaults where it differs (:mod:`hyport_lib.utils.records`)."""
         return from_mapping(cls, data)
 
 

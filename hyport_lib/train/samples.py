@@ -1,9 +1,5 @@
-"""Records -> token sequences with their labels, through the model's own chat template.
-
-Labels are the token ids of the assistant answers (their text and end-of-turn marker) and
-``-100`` elsewhere. Entry points: :func:`encode_records`, :class:`Encoder`; the plan's notes
-:func:`system_prompt_note` and :func:`prefix_format_note`. Records the model cannot take are
-problems of kind ``not_applicable`` (:func:`not_applicable`).
+"""Records -> token sequences with their labels, through the model's own chat template: labels
+are the token ids of the assistant answers (their text and end-of-turn marker), ``-100`` elsewhere.
 """
 
 from __future__ import annotations
@@ -22,7 +18,6 @@ from hyport_lib.train.dataset_images import DecodedImages, UnreadableImage
 from hyport_lib.train.dataset_progress import OnProgress, ProgressTicker
 
 IGNORE_INDEX = -100
-OVERFLOW_MODES = ("truncate", "drop")
 
 
 @dataclass
@@ -60,10 +55,9 @@ class Sample:
 
 
 def messages_of(record: Record, fold_system: bool = False) -> list[dict]:
-    """The record's turns as chat messages with ``{"type": "image"}`` items, after its
-    system prompt (a ``system`` message) when it has one; ``fold_system`` puts the system
-    prompt at the start of the first user turn instead (a template that takes no system message).
-    """
+    """The record's turns as chat messages with ``{"type": "image"}`` items, after its system
+    prompt; ``fold_system`` opens the first user turn with it instead (a template that takes no
+    system message)."""
     messages = []
     if record.system and not fold_system:
         messages.append({"role": "system", "content": [{"type": "text", "text": record.system}]})
@@ -95,17 +89,12 @@ def not_applicable(loaded: LoadedProcessor, record: Record) -> Optional[Problem]
 
 
 class Encoder:
-    """Encodes records for one processor. ``overflow``: ``truncate`` (cut the sample, keeping
-    every image token) or ``drop``; ``positions``: multimodal positions of one sample
-    (:func:`hyport_lib.models.training_inputs.rope_positions_function`), or None.
+    """Encodes records for one processor (``overflow`` as :class:`~hyport_lib.train.params.Params`
+    says; ``positions``: :func:`hyport_lib.models.training_inputs.rope_positions_function`, or None).
     """
 
     def __init__(self, loaded: LoadedProcessor, max_seq_len: int, overflow: str = "truncate",
                  positions: Optional[PositionsFunction] = None):
-        if overflow not in OVERFLOW_MODES:
-            raise ValueError(f"overflow={overflow!r}: expected one of {', '.join(OVERFLOW_MODES)}")
-        if int(max_seq_len) < 8:
-            raise ValueError(f"max_seq_len={max_seq_len!r}: expected at least 8 tokens")
         self.loaded = loaded
         self.processor = loaded.processor
         self.max_seq_len = int(max_seq_len)
@@ -133,9 +122,6 @@ class Encoder:
         keys = ["mm_token_type_ids"] + (["token_type_ids"] if self.loaded.prompt_format == "chat" else [])
         marked = {i for key in keys for i, v in enumerate(sample.token_extras.get(key, ())) if v}
         return sorted(marked | {i for i, t in enumerate(sample.input_ids) if t in self.image_token_ids})
-
-    def _render(self, messages: list[dict], generation_prompt: bool = False) -> str:
-        return render_messages(self.loaded, messages, generation_prompt=generation_prompt)
 
     def _call(self, text: str, images: list, **extra):
         call: dict[str, Any] = {"text": [text], "return_tensors": "pt", **extra}
@@ -192,8 +178,8 @@ class Encoder:
         answer's header", "up to and including it"); a template that does not render a prefix of
         the messages as a prefix of the text is reported rather than mislabelled."""
         messages = messages_of(record, fold_system=self.system_refused is not None)
-        ids, per_token, image = split_processor_output(self._call(self._render(messages), images),
-                                                       self.image_keys)
+        rendered = self._call(render_messages(self.loaded, messages), images)
+        ids, per_token, image = split_processor_output(rendered, self.image_keys)
         if not self.loaded.traits.multimodal:
             per_token = {}  # a text tokenizer's token_type_ids are no model input of a causal LM
         labels = [IGNORE_INDEX] * len(ids)
@@ -202,10 +188,12 @@ class Encoder:
             seen_images += sum(1 for c in message["content"] if c["type"] == "image")
             if message["role"] != "assistant":
                 continue
-            header = self._ids(self._render(messages[:k], True), images[:seen_images])
+            header = self._ids(render_messages(self.loaded, messages[:k], generation_prompt=True),
+                               images[:seen_images])
             # the last answer ends the conversation: "up to it" is the whole of it, tokenised above
             last = k == len(messages) - 1
-            upto = ids if last else self._ids(self._render(messages[:k + 1]), images[:seen_images])
+            upto = ids if last else self._ids(render_messages(self.loaded, messages[:k + 1]),
+                                              images[:seen_images])
             if ids[:len(header)] != header or ids[:len(upto)] != upto:
                 raise ValueError(
                     f"record {record.index} (id {record.record_id!r}): this model's chat template "
@@ -262,9 +250,8 @@ def _longest_token_chars(tokenizer) -> int:
 
 
 def _clipped(record: Record, budget: int) -> Record:
-    """The record's first ``budget`` characters of text: turns after the cut are left out,
-    and the images whose placeholders are cut with them (truncation then fits the rest).
-    The system prompt is kept whole and counts against the budget."""
+    """The record's first ``budget`` characters of text (the system prompt kept whole and counted),
+    without the images whose placeholders are cut; truncation then fits the rest."""
     turns: list[tuple[str, str]] = []
     budget -= len(record.system or "")
     for role, text in record.turns:
@@ -304,9 +291,8 @@ def _image_field(record: Record, i: int) -> str:
 def encode_records(records: list[Record], loaded: LoadedProcessor, max_seq_len: int,
                    overflow: str = "truncate", on_progress: Optional[OnProgress] = None,
                    path: str = "") -> tuple[list[Sample], list[Problem]]:
-    """Encode every record; the ones the model cannot take or that are too long come
-    back as problems (``on_progress``: told how many are done, see dataset_progress;
-    ``path``: the data file it names)."""
+    """Encode every record; the ones the model cannot take or that are too long come back as
+    problems (``on_progress``: see dataset_progress; ``path``: the data file it names)."""
     encoder = Encoder(loaded, max_seq_len, overflow)
     samples, problems = [], []
     ticker = ProgressTicker(on_progress, "tokenising dataset", path, len(records))
@@ -328,9 +314,8 @@ def encode_records(records: list[Record], loaded: LoadedProcessor, max_seq_len: 
 
 
 def system_role_refused(loaded: LoadedProcessor) -> Optional[str]:
-    """Why the chat template cannot take a ``system`` message, or None when it can (or
-    the processor has no chat template: a prefix-format prompt opens with the system
-    prompt anyway). One short conversation is rendered with a system message and without."""
+    """Why the chat template cannot take a ``system`` message, or None when it can (or there is
+    no chat template: a prefix-format prompt opens with the system prompt anyway)."""
     if loaded.prompt_format != "chat":
         return None
     probe = "hyport system probe"
@@ -347,9 +332,8 @@ def system_role_refused(loaded: LoadedProcessor) -> Optional[str]:
 
 
 def system_prompt_note(loaded: LoadedProcessor, records: list[Record]) -> Optional[str]:
-    """A note for the plan when records carry a system prompt the chat template cannot
-    take as a system message (Gemma-2 raises "System role not supported"): it is folded into
-    the first user turn, never silently. None otherwise."""
+    """The plan's note when records carry a system prompt the chat template cannot take (Gemma-2
+    raises "System role not supported"): it is folded into the first user turn, never silently."""
     why = system_role_refused(loaded)
     carrying = [r for r in records if r.system]
     if why is None or not carrying:
@@ -362,10 +346,9 @@ def system_prompt_note(loaded: LoadedProcessor, records: list[Record]) -> Option
 
 
 def prefix_format_note(loaded: LoadedProcessor, records: list[Record]) -> Optional[str]:
-    """A note for the plan when a prefix-format model (no chat template: PaliGemma's
-    prefix and suffix) gets records with more than one answer: only the last answer is
-    labelled, the earlier turns become unlabelled prompt text, where LLaMA-Factory (with
-    a chat template) would learn every answer. None otherwise."""
+    """The plan's note when a prefix-format model (PaliGemma's prefix and suffix) gets records with
+    more than one answer: only the last is labelled, where LLaMA-Factory (with a chat template)
+    would learn every answer."""
     if loaded.prompt_format != "prefix":
         return None
     several = [r for r in records if sum(role == "assistant" for role, _ in r.turns) > 1]

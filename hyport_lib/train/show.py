@@ -1,9 +1,7 @@
-"""Rendering of stage 04 for notebooks: the plan, the live loss plot, the summary tables.
-
-The live plot is one display handle (:class:`hyport_lib.display.LiveDisplay`) updated with a PNG,
-as transformers' ``NotebookProgressCallback`` does: no ``ipywidgets.Output``, whose plots are lost
-from static HTML. :func:`glance`, :func:`glance_svg` and the ``blog_*`` functions are what the
-report asks of the recorded result (the draft itself: ``blog.<lang>.md.j2`` beside this module).
+"""Rendering of stage 04: the plan, the live loss plot, the summary tables, and what the report
+asks of the recorded result. The live plot is one display handle updated with a PNG, as
+transformers' ``NotebookProgressCallback`` does: an ``ipywidgets.Output``'s plots are lost from
+static HTML.
 """
 
 from __future__ import annotations
@@ -32,8 +30,7 @@ from hyport_lib.triage.show import diagnosis_line
 
 
 def loss_figure(records: list[dict], total_steps: Optional[int] = None, title: str = ""):
-    """Loss (with an EMA line and marked spikes / non-finite steps), learning rate and
-    tokens/s/p against the step."""
+    """Loss (EMA, spikes, non-finite steps marked), learning rate and tokens/s/p by step."""
     # A bare Figure, not pyplot: nothing is registered with (or switches) the kernel's
     # backend, so the inline plots of the user's own cells keep working in JupyterLab,
     # and a redraw from the polling loop leaves no open figure behind.
@@ -238,13 +235,11 @@ def _read(record: dict) -> StageRecord[TrainResult]:
 
 
 def glance(record: dict) -> list[tuple[str, str]]:
-    """The index card: exit code, steps, first → last loss, tokens/s/p, total time; what the
-    logs of a failed run say (its diagnosis)."""
+    """The index card (and what the logs of a failed run say)."""
     read = _read(record)
     head = read.headline
-    rows = [("exit code", fmt_value(head.get("exit code"))), ("steps", fmt_value(head.get("steps"))),
-            ("loss first → last", fmt_value(head.get("loss first → last"))),
-            ("tokens/s/p", fmt_value(head.get("tokens/s/p"))), ("total s", fmt_value(head.get("total s")))]
+    keys = ("exit code", "steps", "loss first → last", "tokens/s/p", "total s")
+    rows = [(key, fmt_value(head.get(key))) for key in keys]
     if head.get("attention proof"):
         rows.append(("attention", f"{fmt_value(head.get('attention'))}; proof {head['attention proof']}"))
     rows += answers_glance_row(record)
@@ -305,10 +300,8 @@ def _recorded_loss_figure(read: StageRecord[TrainResult]):
 
 
 def blog_values(record: dict) -> dict:
-    """What the draft's sections (``blog.<lang>.md.j2``) derive from the record: the proof's
-    words, whether the Trainer's own train_loss differs from the headline's (it covers only
-    a resumed run's last attempt and counts a NaN step as 0), whether the last loss is an
-    earlier step's, the answers' table cells and the ``hyport train`` command."""
+    """What the draft's sections (``blog.<lang>.md.j2``) derive from the record (the Trainer's own
+    train_loss covers only a resumed run's last attempt and counts a NaN step as 0)."""
     result = _read(record).data
     summary, plan = result.summary, result.plan
     mean_loss = summary.mean_loss

@@ -1,8 +1,6 @@
-"""The bundled smoke dataset: 14 records in the seed's format, images drawn offline with PIL.
-
-Like the seed's ``test_data_packing.json``: short, repetitive answers (the loss falls quickly,
-which says nothing about the model), single-image, multi-image, multi-turn and text-only records.
-"""
+"""The bundled smoke dataset: 14 records in the seed's format (as its ``test_data_packing.json``:
+short, repetitive answers, whose loss falls quickly and says nothing about the model), images
+drawn offline with PIL."""
 
 from __future__ import annotations
 
@@ -85,8 +83,7 @@ def _draw(name: str, path: Path) -> None:
 
 
 def write_smoke_dataset(folder: os.PathLike) -> Path:
-    """Write the dataset file and its images into ``folder``; returns the file's path. Safe to
-    call again, and from several processes: files are replaced atomically."""
+    """Write the dataset file and its images into ``folder`` (atomically: several processes may); its path."""
     folder = Path(folder)
     (folder / IMAGE_FOLDER).mkdir(parents=True, exist_ok=True)
     for name in _SHAPES:

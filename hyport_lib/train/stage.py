@@ -1,10 +1,5 @@
-"""Stage 04: smoke training — the stage contract.
-
-Notebook 04, ``hyport train`` and ``hyport report`` all go through :func:`plan` (checks
-everything, writes nothing), :func:`run` (torchrun + DeepSpeed, watched from here),
-:func:`summarize` (the verdict) and :func:`record` (the result that names the last checkpoint
-and the final weights for stage 05).
-"""
+"""Stage 04: smoke training — the stage contract that notebook 04, ``hyport train`` and ``hyport
+report`` all go through."""
 
 from __future__ import annotations
 
@@ -27,16 +22,13 @@ STAGE = TrainedWeights.STAGE
 
 
 def plan(params: Params) -> LaunchPlan:
-    """Check everything and plan the launch on ``params.device``
-    (:func:`hyport_lib.train.preflight.prepare`); no file, folder or lock is left behind.
-    Raises ValueError, PermissionError or RuntimeError naming the parameter, file, record or
-    card (a bad dataset lists every problem in ``details``)."""
+    """Check everything and plan the launch (:func:`hyport_lib.train.preflight.prepare`); no file,
+    folder or lock is left behind (a bad dataset lists every problem in ``details``)."""
     return prepare(params, get_backend(params.device, num_cards=params.num_cards))
 
 
 def run(plan: LaunchPlan, *, on_progress: Optional[Callable[[TrainProgress], None]] = None) -> TrainResult:
-    """Run ``plan`` to its end: lock and fill the output folder, start torchrun, watch it
-    (``on_progress`` gets the metrics so far as they grow; None: silent)."""
+    """Run ``plan`` to its end (``on_progress`` gets the metrics so far as they grow)."""
     return launch(plan, on_progress=on_progress)
 
 
@@ -123,8 +115,7 @@ def _headline(result: TrainResult) -> dict:
 
 
 def result_data(result: TrainResult) -> dict:
-    """The result as recorded and as ``hyport train --json`` prints it: with the verdict
-    and why of :func:`summarize`."""
+    """The result as recorded and as ``hyport train --json`` prints it, with the verdict and why."""
     summary = summarize(result)
     return {"verdict": summary.verdict, "why": summary.why, **result.to_dict()}
 

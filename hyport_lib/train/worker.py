@@ -1,8 +1,7 @@
 """One training process: what ``torchrun`` starts on every card (``-m hyport_lib.train.worker``).
 
-The launcher (:mod:`hyport_lib.train.launch`) has checked everything and hands the plan over in
-``HYPORT_TRAIN_SPEC`` (every rank, and every restarted rank, reads the same). :func:`run` resumes
-the newest complete checkpoint (after a torchrun restart it is newer than at launch), trains under
+Every rank (restarted ones too) reads the checked plan from ``HYPORT_TRAIN_SPEC``, resumes the
+newest complete checkpoint (after a torchrun restart it is newer than at launch), trains under
 DeepSpeed and saves the final weights in ``output_dir``; rank 0 writes ``train_result.json``.
 """
 
@@ -24,8 +23,8 @@ from hyport_lib.models.lora_targets import language_model_path, lora_target_patt
 from hyport_lib.models.tied_weights import retie
 from hyport_lib.models.training_inputs import rope_positions_function
 from hyport_lib.npu_attention.hf_integration import UnsupportedAttentionArgument, register_hyport_attention
-from hyport_lib.processes import start_guard
-from hyport_lib.train.callbacks import CountingTrainer, MetricsCallback, StepCounts
+from hyport_lib.processes import exit_without_teardown, start_guard
+from hyport_lib.train.callbacks import CountingTrainer, MetricsCallback, StepCounts, barrier, process_group
 from hyport_lib.train.held_answers import answer, held_prompts
 from hyport_lib.train.checkpoints import check_compatible, drop_checkpoints_after, newest_complete, resolve_resume
 from hyport_lib.train.dataset import load_dataset
@@ -69,12 +68,9 @@ def _quiet_deepspeed_cpu(backend) -> None:
 
 
 def init_distributed(backend) -> None:
-    """The default process group, under a key prefix per torchrun attempt.
-
-    torchrun keeps one key-value store across ``--max-restarts`` attempts, and the address keys
-    written there are not per attempt: restarted workers can read the dead workers' addresses
-    and fail ("Gloo connectFullMesh failed ... Connection refused") or hang.
-    """
+    """The default process group, under a key prefix per torchrun attempt: torchrun keeps one
+    store across ``--max-restarts`` attempts, and restarted workers could read the dead workers'
+    addresses and fail ("Gloo connectFullMesh failed ... Connection refused") or hang."""
     import torch.distributed as dist
 
     if "RANK" not in os.environ or dist.is_initialized():
@@ -86,13 +82,6 @@ def init_distributed(backend) -> None:
     attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
     dist.init_process_group(backend.dist_backend, store=dist.PrefixStore(f"attempt_{attempt}", store),
                             rank=rank, world_size=world)
-
-
-def _barrier() -> None:
-    import torch.distributed as dist
-
-    if dist.is_available() and dist.is_initialized():
-        dist.barrier()
 
 
 def _load_model(spec: dict, params: Params):
@@ -110,24 +99,26 @@ def _load_model(spec: dict, params: Params):
         # tensors does not require grad".
         model.enable_input_require_grads()
     if params.finetuning_type == "lora":
-        from peft import LoraConfig, get_peft_model
         from transformers import set_seed
 
         set_seed(params.seed)  # the LoRA weights are drawn here, before the Trainer seeds
-        lora = LoraConfig(r=params.lora_rank, lora_alpha=params.lora_alpha, lora_dropout=0.0,
-                          target_modules=lora_target_pattern(language_model_path(model), params.lora_targets))
-        model = get_peft_model(model, lora)
+        model = _with_lora(model, params)
     return model, loaded
 
 
-def without_kv_cache(model) -> None:
-    """No KV cache in training, on the model's config and every sub-config.
+def _with_lora(model, params: Params):
+    from peft import LoraConfig, get_peft_model
 
-    Some families (Mistral, Phi-3, Qwen2, Starcoder2 in transformers 4.57) create a cache in
-    training when ``use_cache`` is on, and transformers then skips its packed-sequence mask:
-    a sliding-window mask over a whole packed row would let samples see each other. The
-    proof before launch runs without one too, so the workers run what it proved.
-    """
+    targets = lora_target_pattern(language_model_path(model), params.lora_targets)
+    return get_peft_model(model, LoraConfig(r=params.lora_rank, lora_alpha=params.lora_alpha, lora_dropout=0.0,
+                                            target_modules=targets))
+
+
+def without_kv_cache(model) -> None:
+    """No KV cache in training, on the model's config and every sub-config: some families
+    (Mistral, Phi-3, Qwen2, Starcoder2 in transformers 4.57) create one when ``use_cache`` is on,
+    and transformers then skips its packed-sequence mask (a sliding-window mask over a whole
+    packed row lets samples see each other). The proof before launch runs without one too."""
     configs = [model.config, *(getattr(model.config, key, None) for key in ("text_config", "llm_config"))]
     for config in configs:
         if config is not None and hasattr(config, "use_cache"):
@@ -162,10 +153,8 @@ def _dataset(spec: dict, params: Params, loaded, model):
 
 
 def _blank_image_inputs(loaded) -> Optional[dict]:
-    """The image processor's tensors for one blank image (see
-    ``CountingTrainer._run_image_path_after_embeddings``): ``pixel_values`` and whatever
-    the model's image path needs beside them (grid or image sizes, pixel masks); None
-    for a text-only model."""
+    """The image processor's tensors for one blank image (``CountingTrainer``'s), or None for a
+    text-only model."""
     image_processor = getattr(loaded.processor, "image_processor", None)
     if not loaded.traits.multimodal or image_processor is None:
         return None
@@ -198,21 +187,18 @@ def save_final(trainer, processor, spec: dict, params: Params) -> str:
     """Final weights in ``output_dir`` (the seed's layout); LoRA: merged, adapter beside."""
     out = Path(spec["output_dir"])
     state_dict = trainer.accelerator.get_state_dict(trainer.deepspeed or trainer.model)  # ZeRO-3: gathers
-    shard = params.max_shard_size
     if not trainer.is_world_process_zero():
         return str(out)
     model = trainer.accelerator.unwrap_model(trainer.model)
     retie(model, state_dict)  # copies hide ties from save_pretrained: a tied weight saved twice
-    kwargs = {"state_dict": state_dict, "safe_serialization": True}
-    if shard:
-        kwargs["max_shard_size"] = shard
+    sharding = {"max_shard_size": params.max_shard_size} if params.max_shard_size else {}
     if params.finetuning_type == "lora":
         model.save_pretrained(str(out / "adapter"), state_dict=state_dict)
         with _zero3_set_aside():  # a plain model on rank 0 alone: no ZeRO-3 gathering
             merged = _merged_lora(spec, params, state_dict)
-        merged.save_pretrained(str(out), **({"max_shard_size": shard} if shard else {}))
+        merged.save_pretrained(str(out), **sharding)
     else:
-        model.save_pretrained(str(out), **kwargs)
+        model.save_pretrained(str(out), state_dict=state_dict, safe_serialization=True, **sharding)
         if params.zero_stage == 3:
             _count_saved_parameters(out)
     processor.save_pretrained(str(out))
@@ -250,12 +236,7 @@ def _count_saved_parameters(out: Path) -> None:
 
 def _merged_lora(spec: dict, params: Params, state_dict: dict):
     """A fresh base model on the CPU with the trained LoRA weights merged in."""
-    from peft import LoraConfig, get_peft_model
-
-    base = load_model(spec["model_path"], trust_remote_code=params.trust_remote_code)
-    lora = LoraConfig(r=params.lora_rank, lora_alpha=params.lora_alpha, lora_dropout=0.0,
-                      target_modules=lora_target_pattern(language_model_path(base), params.lora_targets))
-    wrapped = get_peft_model(base, lora)
+    wrapped = _with_lora(load_model(spec["model_path"], trust_remote_code=params.trust_remote_code), params)
     # Only the trained LoRA weights: the frozen base stays as it was loaded, not as the
     # (possibly bf16) copy DeepSpeed trained with.
     trained = {k: v.float() for k, v in state_dict.items() if "lora_" in k}
@@ -291,7 +272,7 @@ def run(spec: dict) -> dict:
              f"{checkpoint.path if checkpoint else 'scratch'} ({kept} metric lines kept"
              + (f"; removed {', '.join(dropped)}: later than the resume point" if dropped else "")
              + ")")
-    _barrier()
+    barrier()
     if spec["attn_implementation"].startswith("hyport"):
         register_hyport_attention(spec["attention_backend"], spec["attn_implementation"])
     model, loaded = _load_model(spec, params)
@@ -337,18 +318,15 @@ def main() -> int:
     result = run(spec)
     if _rank() == 0:
         atomic_write_json(Path(spec["output_dir"]) / RESULT_FILE, scrub_obj(result))
-    import torch.distributed as dist
-
-    if dist.is_available() and dist.is_initialized():
-        dist.barrier()
-        dist.destroy_process_group()
+    group = process_group()
+    if group:
+        group.barrier()
+        group.destroy_process_group()
     _say("done")
     # About 1 run in 12 aborted in the interpreter's teardown after a good run
     # ("terminate called without an active exception"), and torchrun then reports the
     # job failed: everything is written, so leave without the teardown.
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)
+    exit_without_teardown(0)
 
 
 if __name__ == "__main__":
