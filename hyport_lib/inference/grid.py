@@ -101,8 +101,7 @@ def _launch(group: ChildGroup, backend: Backend, card: int, spec: dict, log_dir:
     result_path.unlink(missing_ok=True)  # never read a previous run's result
     # The file is a record for people; the worker gets the real values on its stdin.
     atomic_write_json(config_path, scrub_obj(spec, secrets_env))
-    cmd = [sys.executable, "-m", "hyport_lib.inference.worker",
-           "--config", "-", "--result", str(result_path), "--die-with-stdin"]
+    cmd = [sys.executable, "-m", "hyport_lib.inference.worker", "--result", str(result_path)]
     # CANN's logs of an NPU card in a folder of its own (unless the user chose one), so that a
     # failure is diagnosed from this card's logs, not from a neighbour's.
     own_folder = log_dir / "cann" / f"card{card}"

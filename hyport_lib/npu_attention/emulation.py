@@ -194,18 +194,8 @@ def npu_fusion_attention(query, key, value, head_num, input_layout, pse=None,
                              f"{(b, nq, sq, skv)}") from exc
     masked = None
     if atten_mask is not None:
-        dev = query.device
-        if sparse_mode in (0, 1):
-            masked = full_mask_4d(atten_mask, b, nq, sq, skv)
-            if sparse_mode == 0:
-                band = band_mask(sq, skv, pre_tockens, next_tockens, "top_left", dev)
-                masked = masked | ~band
-        elif sparse_mode == 2:
-            masked = ~causal_mask(sq, skv, "top_left", dev)
-        elif sparse_mode == 3:
-            masked = ~causal_mask(sq, skv, "bottom_right", dev)
-        else:  # 4
-            masked = ~band_mask(sq, skv, pre_tockens, next_tockens, "bottom_right", dev)
+        given = full_mask_4d(atten_mask, b, nq, sq, skv) if sparse_mode in (0, 1) else None
+        masked = _masked(given, sq, skv, sparse_mode, pre_tockens, next_tockens, query.device)
     numels = b * nq * sq * skv if dropout else 0
     keep = dropout_keep_mask(seed, numels, keep_prob, query.device) if dropout else None
     out, row_max, row_sum = _attend(q, k, v, masked, scale, pse, keep, keep_prob)
@@ -213,24 +203,14 @@ def npu_fusion_attention(query, key, value, head_num, input_layout, pse=None,
     return (out, _stats(row_max), _stats(row_sum), query.new_empty(0), seed, 0, numels)
 
 
-def _sample_masked(i, sq, skv, atten_mask, sparse_mode, pre, nxt, band_sample, dev):
-    """NPU mask (True = masked) of packed sample ``i`` or None for full attention."""
-    if atten_mask is None:
-        return None
+def _masked(given, sq, skv, sparse_mode, pre, nxt, dev):
+    """NPU mask (True = masked) of ``sparse_mode`` 0-4 for ``sq x skv`` scores; ``given``:
+    the caller's ``atten_mask`` fitted to them (read by modes 0 and 1 only)."""
     if sparse_mode in (0, 1):
-        masked = atten_mask[:sq, :skv].bool()
-        if sparse_mode == 0:
-            masked = masked | ~band_mask(sq, skv, pre, nxt, "top_left", dev)
-        return masked
-    if sparse_mode == 2:
-        return ~causal_mask(sq, skv, "top_left", dev)
-    if sparse_mode == 3:
-        return ~causal_mask(sq, skv, "bottom_right", dev)
-    if sparse_mode == 4 or (sparse_mode in (7, 8) and i == band_sample):
+        return given | ~band_mask(sq, skv, pre, nxt, "top_left", dev) if sparse_mode == 0 else given
+    if sparse_mode == 4:
         return ~band_mask(sq, skv, pre, nxt, "bottom_right", dev)
-    if sparse_mode == 7:
-        return ~causal_mask(sq, skv, "bottom_right", dev)
-    return ~causal_mask(sq, skv, "top_left", dev)  # 8
+    return ~causal_mask(sq, skv, "top_left" if sparse_mode == 2 else "bottom_right", dev)
 
 
 def _tnd(query, key, value, nq, nkv, atten_mask, scale, keep_prob, seed, pre, nxt,
@@ -250,7 +230,7 @@ def _tnd(query, key, value, nq, nkv, atten_mask, scale, keep_prob, seed, pre, nx
                              f"takes an SS mask of maxSq x maxSkv = {want}")
     nonempty = [i for i, n in enumerate(lens_q) if n > 0]
     band_sample = None
-    if nonempty:
+    if nonempty and sparse_mode in TND_ONLY_SPARSE_MODES:
         band_sample = nonempty[-1] if sparse_mode == 7 else nonempty[0]
     numels = nq * sum(a * b for a, b in zip(lens_q, lens_kv)) if dropout else 0
     keep_all = dropout_keep_mask(seed, numels, keep_prob, query.device) if dropout else None
@@ -264,8 +244,12 @@ def _tnd(query, key, value, nq, nkv, atten_mask, scale, keep_prob, seed, pre, nx
         q0, k0 = q0 + sq, k0 + skv
         if sq == 0:
             continue
-        masked = _sample_masked(i, sq, skv, atten_mask, sparse_mode, pre, nxt, band_sample,
-                                query.device)
+        masked = None
+        if atten_mask is not None:
+            # 7 / 8: the band sample is mode 4, the others causal bottom-right / top-left.
+            mode = 4 if i == band_sample else {7: 3, 8: 2}.get(sparse_mode, sparse_mode)
+            given = atten_mask[:sq, :skv].bool() if mode in (0, 1) else None
+            masked = _masked(given, sq, skv, mode, pre, nxt, query.device)
         keep = None
         if keep_all is not None:
             count = nq * sq * skv

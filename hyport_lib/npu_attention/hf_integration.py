@@ -39,8 +39,8 @@ from hyport_lib.npu_attention.spans import overlay_spans, segment_ids_from_posit
 from hyport_lib.port.generated.flash_attn_ascend import (HOST_CACHE, FlashAttnUnsupported,
                                                          IdentityCache, attend_band,
                                                          host_cu_seqlens, nfa_sparse_arguments,
-                                                         nfa_varlen, resolve_window, sdpa_dense,
-                                                         sdpa_varlen)
+                                                         nfa_varlen, repeat_kv, resolve_window,
+                                                         sdpa_dense, sdpa_varlen)
 
 logger = logging.getLogger(__name__)
 
@@ -365,11 +365,9 @@ def _sdpa_dense(query, key, value, attend, scale, dropout, window):
         return sdpa_dense(query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2),
                          scale, dropout, window)
     groups = query.shape[1] // key.shape[1]
-    if groups > 1:
-        key = key.repeat_interleave(groups, dim=1)
-        value = value.repeat_interleave(groups, dim=1)
     out = torch.nn.functional.scaled_dot_product_attention(
-        query, key, value, attn_mask=_sdpa_mask(attend), dropout_p=dropout, scale=scale)
+        query, repeat_kv(key, groups, 1), repeat_kv(value, groups, 1), attn_mask=_sdpa_mask(attend),
+        dropout_p=dropout, scale=scale)
     return out.transpose(1, 2)
 
 
