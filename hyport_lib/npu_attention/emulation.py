@@ -107,13 +107,6 @@ def _stats(x):
     return x.float().unsqueeze(-1).expand(*x.shape, STATS_WIDTH).contiguous()
 
 
-def _warn_ignored_mode(sparse_mode):
-    warnings.warn(
-        f"npu_fusion_attention: sparse_mode={sparse_mode} with atten_mask=None; the NPU "
-        "ignores the mode and computes full attention. Pass the compressed 2048x2048 "
-        "triu(ones, 1) mask.", stacklevel=3)
-
-
 def npu_fusion_attention(query, key, value, head_num, input_layout, pse=None,
                          padding_mask=None, atten_mask=None, scale=1.0, keep_prob=1.0,
                          pre_tockens=NFA_MAX_TOKENS, next_tockens=NFA_MAX_TOKENS, inner_precise=0,
@@ -162,7 +155,9 @@ def npu_fusion_attention(query, key, value, head_num, input_layout, pse=None,
         if sparse_mode in COMPRESSED_MODES:
             check_compressed(atten_mask, sparse_mode)
     elif sparse_mode in COMPRESSED_MODES:
-        _warn_ignored_mode(sparse_mode)
+        warnings.warn(f"npu_fusion_attention: sparse_mode={sparse_mode} with atten_mask=None; the NPU "
+                      "ignores the mode and computes full attention. Pass the compressed 2048x2048 "
+                      "triu(ones, 1) mask.", stacklevel=2)
     dropout = float(keep_prob) < 1.0
     seed = int(torch.randint(0, 2 ** 31 - 1, (1,)).item()) if dropout else 0
 
