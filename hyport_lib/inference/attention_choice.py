@@ -43,8 +43,7 @@ class InferenceAttention:
     note: str = ""
 
     def to_dict(self) -> dict:
-        return {"asked": self.asked, "attn_implementation": self.attn_implementation, "note": self.note,
-                "proof": self.proof.to_dict() if self.proof else None}
+        return dataclasses.asdict(self)  # the proof too, as AttentionProof.to_dict gives it
 
 
 def choose_attention(asked: str, backend_kind: str, config: InferenceConfig) -> InferenceAttention:

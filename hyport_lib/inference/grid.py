@@ -101,8 +101,7 @@ def _launch(group: ChildGroup, backend: Backend, card: int, spec: dict, log_dir:
     result_path.unlink(missing_ok=True)  # never read a previous run's result
     # The file is a record for people; the worker gets the real values on its stdin.
     atomic_write_json(config_path, scrub_obj(spec, secrets_env))
-    cmd = [sys.executable, "-m", "hyport_lib.inference.worker",
-           "--config", "-", "--result", str(result_path), "--die-with-stdin"]
+    cmd = [sys.executable, "-m", "hyport_lib.inference.worker", "--result", str(result_path)]
     # CANN's logs of an NPU card in a folder of its own (unless the user chose one), so that a
     # failure is diagnosed from this card's logs, not from a neighbour's.
     own_folder = log_dir / "cann" / f"card{card}"
@@ -154,15 +153,13 @@ def _row_for(worker: _Worker, timed_out: bool, timeout_s: float, device: str,
     if raw.get("status") == "ok":
         out = raw.get("outcome") or {}
         peak = raw.get("peak_memory_bytes")
+        row.update({key: out.get(key) for key in ("load_s", "cold_s", "first_token_s", "tokens_per_s",
+                                                  "decode_tokens_per_s", "new_tokens", "output_hash")})
         row.update(
-            load_s=out.get("load_s"), cold_s=out.get("cold_s"), first_token_s=out.get("first_token_s"),
-            tokens_per_s=out.get("tokens_per_s"), decode_tokens_per_s=out.get("decode_tokens_per_s"),
-            new_tokens=out.get("new_tokens"),
             peak_memory_mb=round(peak / 2**20, 1) if peak else None,
             memory_source=raw.get("memory_source"),
             single_output=shortened(out.get("single_output"), PREVIEW_CHARS),
             batch_outputs=[shortened(t, PREVIEW_CHARS) for t in (out.get("batch_outputs") or [])],
-            output_hash=out.get("output_hash"),
             not_applicable=list(out.get("not_applicable") or []) + list(out.get("processor_unavailable") or []))
     row["status"] = status
     if reason:
@@ -192,8 +189,7 @@ def _frame(rows: dict[int, dict], order: list[int]) -> pd.DataFrame:
 
 
 def run_grid(plan: InferencePlan, *, on_progress: Optional[Callable[[GridProgress], None]] = None,
-             extra_env: Optional[dict] = None, poll_interval_s: float = 0.1,
-             kill_grace_s: float = 2.0) -> GridResult:
+             extra_env: Optional[dict] = None, kill_grace_s: float = 2.0) -> GridResult:
     """Run the plan as it is (the card table a notebook showed is what runs): the same
     inference on every card it chose, one fresh process each.
 
@@ -284,7 +280,7 @@ def run_grid(plan: InferencePlan, *, on_progress: Optional[Callable[[GridProgres
                 else:
                     workers[worker.child.pid] = worker
             notify()
-            group.wait(done, poll_interval_s=poll_interval_s, kill_grace_s=kill_grace_s)
+            group.wait(done, poll_interval_s=0.1, kill_grace_s=kill_grace_s)
         except KeyboardInterrupt as exc:
             # Stopped: the cards that finished are kept; the caller finds them on the exception.
             for worker in (workers[c.pid] for c in group.running if c.pid in workers):

@@ -15,7 +15,7 @@ from hyport_lib.display import LiveDisplay, style_verdicts
 from hyport_lib.devices.card_plan import GridPlan
 from hyport_lib.drafting.values import as_list, fmt_value, is_number
 from hyport_lib.inference.table import (
-    GridProgress, GridRecord, GridResult, consistency, given,
+    COLUMNS, GridProgress, GridRecord, GridResult, consistency, given,
 )
 from hyport_lib.inference.stage import summarize
 from hyport_lib.models.answers import random_weights_reason
@@ -24,14 +24,10 @@ from hyport_lib.triage import Triage, show_triage
 from hyport_lib.triage.show import diagnosis_line
 from hyport_lib.utils.printable import shortened
 
-#: Columns of the table shown in notebooks (the full frame has more).
-DISPLAY_COLUMNS = [
-    "card", "device", "status", "load_s", "cold_s", "first_token_s", "tokens_per_s",
-    "decode_tokens_per_s",
-    "peak_memory_mb",
-    "single_output", "batch_outputs", "output_hash", "same_output", "cpu_fallback_warnings",
-    "fallback_ops", "error", "diagnosis",
-]
+#: The table shown in notebooks: the frame's columns but these, ``same_output`` after the hash.
+DISPLAY_COLUMNS = [c for c in COLUMNS if c not in ("new_tokens", "memory_source", "wall_s", "log_path",
+                                                   "not_applicable")]
+DISPLAY_COLUMNS.insert(DISPLAY_COLUMNS.index("output_hash") + 1, "same_output")
 
 
 def compact_frame(frame: pd.DataFrame) -> pd.DataFrame:

@@ -49,14 +49,11 @@ def plan(params: Params) -> InferencePlan:
     # "tiny" is built when the grid runs, or for a swap's proof; it takes every prompt.
     if model_path != TINY_MODEL_NAME:
         model_path = check_model_path(model_path, allow_download=params.allow_download)
-    config = InferenceConfig(
-        model_path=model_path, dtype=params.dtype, attn_implementation=params.attn_implementation,
-        max_new_tokens=params.max_new_tokens, trust_remote_code=params.trust_remote_code,
-        single_prompt=params.single_prompt,
-        batch_prompts=tuple((text, uses_image) for text, uses_image in params.batch_prompts),
-        image=params.image, enable_thinking=params.enable_thinking,
-        allow_download=params.allow_download, warmup_runs=params.warmup_runs,
-        skip_not_applicable=params.skip_not_applicable)
+    # The parameters of the same name; each worker sets its own device.
+    same_name = {f.name: getattr(params, f.name) for f in dataclasses.fields(InferenceConfig)
+                 if f.name != "device" and hasattr(params, f.name)}
+    config = InferenceConfig(**{**same_name, "model_path": model_path,
+                                "batch_prompts": tuple(map(tuple, params.batch_prompts))})
     notes = []
     if Path(model_path).is_dir():
         check_prompts(config, model_path)

@@ -115,23 +115,13 @@ class GridResult:
 
 @dataclass
 class GridRecord:
-    """:meth:`GridResult.to_dict` read back (the table as rows, the plan as its dict): what
-    the report shows. An older or odd record gives the defaults where it differs (see
+    """What the report reads of :meth:`GridResult.to_dict` (the table as rows, the plan as
+    its dict). An older or odd record gives the defaults where it differs (see
     :mod:`hyport_lib.utils.records`)."""
 
     rows: list[dict] = field(default_factory=list)
-    consistent: Optional[bool] = None
-    differing_cards: list[int] = field(default_factory=list)
-    consistency: str = ""
-    counts: dict[str, int] = field(default_factory=dict)
-    log_dir: str = ""
-    wall_s: Optional[float] = None
-    timeout_s: Optional[float] = None
-    provenance: dict = field(default_factory=dict)
     plan: dict = field(default_factory=dict)
     config: dict = field(default_factory=dict)
-    attention: Optional[dict] = None
-    notes: list[str] = field(default_factory=list)
     #: card -> {"single": the answer to the single prompt, "batch": the batch's answers}
     outputs: dict[str, dict] = field(default_factory=dict)
     #: card -> what its logs say (``Triage.to_dict()``)

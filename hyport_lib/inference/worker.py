@@ -1,11 +1,11 @@
 """One inference worker of the grid: one fresh process pinned to one card (index 0 inside).
 
 Started by :func:`hyport_lib.inference.grid.run_grid` as
-``python -m hyport_lib.inference.worker --config - --result PATH --die-with-stdin``:
-``{"card", "device_kind", "num_threads", "inference"}`` arrives as one line on stdin, and
-``--die-with-stdin`` ends the worker with its launcher
-(:func:`hyport_lib.processes.start_guard`). The result file is written atomically, a
-failure's too (status ``failed``); a worker that dies writes none.
+``python -m hyport_lib.inference.worker --result PATH``: ``{"card", "device_kind",
+"num_threads", "inference"}`` arrives as one line on stdin, and the rest of stdin is the
+lifeline that ends the worker with its launcher (:func:`hyport_lib.processes.start_guard`).
+The result file is written atomically, a failure's too (status ``failed``); a worker that
+dies writes none.
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ import os
 import sys
 import time
 import traceback
-from pathlib import Path
 from typing import Optional, Sequence
 
 from hyport_lib.backend import get_backend
@@ -26,21 +25,15 @@ from hyport_lib.processes import exit_without_teardown, start_guard
 from hyport_lib.utils.files import atomic_write_json
 from hyport_lib.utils.redact import scrub_obj, scrub_text
 
-def load_spec(text: str) -> dict:
-    """The worker spec from inline JSON, a JSON file or ``-`` (a line on stdin);
-    errors name the argument."""
-    source = text.strip()
+
+def load_spec() -> dict:
+    """The worker spec: one JSON line on stdin (whatever follows belongs to the guard)."""
     try:
-        if source == "-":
-            # One line only: whatever follows belongs to the guard (end-of-file).
-            source = sys.stdin.buffer.readline().decode("utf-8")
-        elif not source.startswith("{"):
-            source = Path(text).read_text(encoding="utf-8")
-        spec = json.loads(source)
-    except (OSError, json.JSONDecodeError) as exc:
-        raise ValueError(f"--config {text!r}: not a JSON object or a readable JSON file ({exc})") from exc
+        spec = json.loads(sys.stdin.buffer.readline().decode("utf-8"))
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ValueError(f"the worker spec on stdin is not a JSON object ({exc})") from exc
     if not isinstance(spec, dict) or "card" not in spec or "inference" not in spec:
-        raise ValueError(f"--config {text!r}: expected an object with 'card' and 'inference'")
+        raise ValueError("the worker spec on stdin: expected an object with 'card' and 'inference'")
     return spec
 
 
@@ -74,16 +67,11 @@ def run_worker(spec: dict) -> dict:
 def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m hyport_lib.inference.worker",
                                      description="One card of the hyport inference grid.")
-    parser.add_argument("--config", required=True,
-                        help="worker spec: JSON object, JSON file, or - for one line on stdin")
     parser.add_argument("--result", required=True, help="where to write the result JSON")
-    parser.add_argument("--die-with-stdin", action="store_true",
-                        help="kill this process group when stdin reaches end-of-file "
-                             "(the launcher is gone)")
     args = parser.parse_args(argv)
     started = time.monotonic()
-    spec = load_spec(args.config)
-    guard = start_guard() if args.die_with_stdin else None
+    spec = load_spec()
+    guard = start_guard()
     card = int(spec["card"])
     visible = {k: v for k, v in os.environ.items() if k.endswith("VISIBLE_DEVICES")}
     print(f"[hyport worker] card {card} pid {os.getpid()} kind {spec.get('device_kind')} "

@@ -184,18 +184,13 @@ def prove_swap(model_path: str, batch: Mapping, *, backend: str, trust_remote_co
     traits = traits or traits_of(model_path, trust_remote_code)
     _run_proof(proof, config, batch, samples, name, traits, trust_remote_code, seed, keep_layers, decode_steps)
     proof.seconds = round(time.perf_counter() - started, 2)
-    if use_cache:
-        _store(cached, proof)
-    return proof
-
-
-def _store(path: Path, proof: AttentionProof) -> None:
-    """Best effort by design: a cache that cannot be written costs the next launch a proof."""
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write_json(path, proof.to_dict())
+    try:  # best effort by design: a cache that cannot be written costs the next launch a proof
+        if use_cache:
+            cached.parent.mkdir(parents=True, exist_ok=True)
+            atomic_write_json(cached, proof.to_dict())
     except OSError:
-        return
+        pass
+    return proof
 
 
 def _run_proof(proof: AttentionProof, config, batch: Mapping, samples, name: str, traits: ModelTraits,

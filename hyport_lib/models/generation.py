@@ -181,7 +181,12 @@ def run_inference(config: InferenceConfig) -> InferenceOutcome:
         raise UnsupportedAttentionArgument(f"attn_implementation={config.attn_implementation!r}: {refusal}; "
                                            "use attn_implementation='eager'")
 
-    cold_s = warm_up(model, loaded, config)
+    cold_s = None  # the first untimed call's seconds (start-up costs): the cold call
+    for i in range(config.warmup_runs):
+        started = time.perf_counter()
+        run_single(model, loaded, config)
+        backend.synchronize()
+        cold_s = time.perf_counter() - started if i == 0 else cold_s
     single, stats = run_single(model, loaded, config)
     started = time.perf_counter()
     batch = run_batch(model, loaded, config)
@@ -212,20 +217,6 @@ def run_inference(config: InferenceConfig) -> InferenceOutcome:
         attention_calls=REGISTERED[config.attn_implementation].calls.total()
         if config.attn_implementation in REGISTERED else None,
     )
-
-
-def warm_up(model, loaded: LoadedProcessor, config: InferenceConfig) -> Optional[float]:
-    """``config.warmup_runs`` untimed single inferences; the first one's seconds (the cold
-    call: start-up costs), or None when there is none."""
-    backend, _, _ = _backend_for(config.device)
-    cold = None
-    for i in range(config.warmup_runs):
-        started = time.perf_counter()
-        run_single(model, loaded, config)
-        backend.synchronize()
-        if i == 0:
-            cold = time.perf_counter() - started
-    return cold
 
 
 def output_hash(single: str, batch: Sequence[str]) -> str:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import ast
 import functools
 import importlib.util
+import operator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
@@ -33,6 +34,7 @@ _TOWER_WORDS = ("Vision", "Visual", "Audio", "Speech")
 _NAMED_HOOKS = ("block_sequence_ids", "or_mask_function")
 #: A value the scan cannot know from the config (an input such as ``token_type_ids``).
 _UNKNOWN = object()
+_COMPARISONS = {ast.Eq: operator.eq, ast.NotEq: operator.ne, ast.Is: operator.is_, ast.IsNot: operator.is_not}
 
 
 @dataclass(frozen=True)
@@ -337,14 +339,8 @@ def _config_attribute(owner, name: str):
 def _compare(op, left, right):
     if left is _UNKNOWN or right is _UNKNOWN:
         return _UNKNOWN
-    if isinstance(op, ast.Eq):
-        return left == right
-    if isinstance(op, ast.NotEq):
-        return left != right
-    if isinstance(op, ast.Is):
-        return left is right
-    if isinstance(op, ast.IsNot):
-        return left is not right
+    if type(op) in _COMPARISONS:
+        return _COMPARISONS[type(op)](left, right)
     if isinstance(op, (ast.In, ast.NotIn)) and isinstance(right, tuple):
         return (left in right) is isinstance(op, ast.In)
     return _UNKNOWN

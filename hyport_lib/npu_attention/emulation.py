@@ -107,13 +107,6 @@ def _stats(x):
     return x.float().unsqueeze(-1).expand(*x.shape, STATS_WIDTH).contiguous()
 
 
-def _warn_ignored_mode(sparse_mode):
-    warnings.warn(
-        f"npu_fusion_attention: sparse_mode={sparse_mode} with atten_mask=None; the NPU "
-        "ignores the mode and computes full attention. Pass the compressed 2048x2048 "
-        "triu(ones, 1) mask.", stacklevel=3)
-
-
 def npu_fusion_attention(query, key, value, head_num, input_layout, pse=None,
                          padding_mask=None, atten_mask=None, scale=1.0, keep_prob=1.0,
                          pre_tockens=NFA_MAX_TOKENS, next_tockens=NFA_MAX_TOKENS, inner_precise=0,
@@ -162,7 +155,9 @@ def npu_fusion_attention(query, key, value, head_num, input_layout, pse=None,
         if sparse_mode in COMPRESSED_MODES:
             check_compressed(atten_mask, sparse_mode)
     elif sparse_mode in COMPRESSED_MODES:
-        _warn_ignored_mode(sparse_mode)
+        warnings.warn(f"npu_fusion_attention: sparse_mode={sparse_mode} with atten_mask=None; the NPU "
+                      "ignores the mode and computes full attention. Pass the compressed 2048x2048 "
+                      "triu(ones, 1) mask.", stacklevel=2)
     dropout = float(keep_prob) < 1.0
     seed = int(torch.randint(0, 2 ** 31 - 1, (1,)).item()) if dropout else 0
 
@@ -194,18 +189,8 @@ def npu_fusion_attention(query, key, value, head_num, input_layout, pse=None,
                              f"{(b, nq, sq, skv)}") from exc
     masked = None
     if atten_mask is not None:
-        dev = query.device
-        if sparse_mode in (0, 1):
-            masked = full_mask_4d(atten_mask, b, nq, sq, skv)
-            if sparse_mode == 0:
-                band = band_mask(sq, skv, pre_tockens, next_tockens, "top_left", dev)
-                masked = masked | ~band
-        elif sparse_mode == 2:
-            masked = ~causal_mask(sq, skv, "top_left", dev)
-        elif sparse_mode == 3:
-            masked = ~causal_mask(sq, skv, "bottom_right", dev)
-        else:  # 4
-            masked = ~band_mask(sq, skv, pre_tockens, next_tockens, "bottom_right", dev)
+        given = full_mask_4d(atten_mask, b, nq, sq, skv) if sparse_mode in (0, 1) else None
+        masked = _masked(given, sq, skv, sparse_mode, pre_tockens, next_tockens, query.device)
     numels = b * nq * sq * skv if dropout else 0
     keep = dropout_keep_mask(seed, numels, keep_prob, query.device) if dropout else None
     out, row_max, row_sum = _attend(q, k, v, masked, scale, pse, keep, keep_prob)
@@ -213,24 +198,14 @@ def npu_fusion_attention(query, key, value, head_num, input_layout, pse=None,
     return (out, _stats(row_max), _stats(row_sum), query.new_empty(0), seed, 0, numels)
 
 
-def _sample_masked(i, sq, skv, atten_mask, sparse_mode, pre, nxt, band_sample, dev):
-    """NPU mask (True = masked) of packed sample ``i`` or None for full attention."""
-    if atten_mask is None:
-        return None
+def _masked(given, sq, skv, sparse_mode, pre, nxt, dev):
+    """NPU mask (True = masked) of ``sparse_mode`` 0-4 for ``sq x skv`` scores; ``given``:
+    the caller's ``atten_mask`` fitted to them (read by modes 0 and 1 only)."""
     if sparse_mode in (0, 1):
-        masked = atten_mask[:sq, :skv].bool()
-        if sparse_mode == 0:
-            masked = masked | ~band_mask(sq, skv, pre, nxt, "top_left", dev)
-        return masked
-    if sparse_mode == 2:
-        return ~causal_mask(sq, skv, "top_left", dev)
-    if sparse_mode == 3:
-        return ~causal_mask(sq, skv, "bottom_right", dev)
-    if sparse_mode == 4 or (sparse_mode in (7, 8) and i == band_sample):
+        return given | ~band_mask(sq, skv, pre, nxt, "top_left", dev) if sparse_mode == 0 else given
+    if sparse_mode == 4:
         return ~band_mask(sq, skv, pre, nxt, "bottom_right", dev)
-    if sparse_mode == 7:
-        return ~causal_mask(sq, skv, "bottom_right", dev)
-    return ~causal_mask(sq, skv, "top_left", dev)  # 8
+    return ~causal_mask(sq, skv, "top_left" if sparse_mode == 2 else "bottom_right", dev)
 
 
 def _tnd(query, key, value, nq, nkv, atten_mask, scale, keep_prob, seed, pre, nxt,
@@ -250,7 +225,7 @@ def _tnd(query, key, value, nq, nkv, atten_mask, scale, keep_prob, seed, pre, nx
                              f"takes an SS mask of maxSq x maxSkv = {want}")
     nonempty = [i for i, n in enumerate(lens_q) if n > 0]
     band_sample = None
-    if nonempty:
+    if nonempty and sparse_mode in TND_ONLY_SPARSE_MODES:
         band_sample = nonempty[-1] if sparse_mode == 7 else nonempty[0]
     numels = nq * sum(a * b for a, b in zip(lens_q, lens_kv)) if dropout else 0
     keep_all = dropout_keep_mask(seed, numels, keep_prob, query.device) if dropout else None
@@ -264,8 +239,12 @@ def _tnd(query, key, value, nq, nkv, atten_mask, scale, keep_prob, seed, pre, nx
         q0, k0 = q0 + sq, k0 + skv
         if sq == 0:
             continue
-        masked = _sample_masked(i, sq, skv, atten_mask, sparse_mode, pre, nxt, band_sample,
-                                query.device)
+        masked = None
+        if atten_mask is not None:
+            # 7 / 8: the band sample is mode 4, the others causal bottom-right / top-left.
+            mode = 4 if i == band_sample else {7: 3, 8: 2}.get(sparse_mode, sparse_mode)
+            given = atten_mask[:sq, :skv].bool() if mode in (0, 1) else None
+            masked = _masked(given, sq, skv, mode, pre, nxt, query.device)
         keep = None
         if keep_all is not None:
             count = nq * sq * skv

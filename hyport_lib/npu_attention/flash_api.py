@@ -19,16 +19,6 @@ from hyport_lib.port.generated.flash_attn_ascend import FlashAttention
 BACKEND_CHOICES = ("auto", "npu", "npu-emulated", "sdpa", "cpu", "cuda")
 
 
-def resolve_backend(backend: str = "auto") -> str:
-    """Map a requested backend to ``npu``, ``npu-emulated`` or ``sdpa``."""
-    name = (backend or "auto").lower().strip()
-    if name not in BACKEND_CHOICES:
-        raise ValueError(f"backend={backend!r}: expected one of {', '.join(BACKEND_CHOICES)}")
-    if name == "auto":
-        name = get_backend().kind
-    return "sdpa" if name in ("cpu", "cuda", "sdpa") else name
-
-
 class FlashAttnAPI(FlashAttention):
     """flash-attn's functions on one of hyport's backends (``backend``: resolved, ``npu``,
     ``npu-emulated`` or ``sdpa``). ``calls`` counts the attention calls served per path: a
@@ -36,7 +26,11 @@ class FlashAttnAPI(FlashAttention):
     that runs its flash path only ``if q.is_cuda``), which the model-level check reports."""
 
     def __init__(self, backend: str = "auto"):
-        self.backend = resolve_backend(backend)
+        name = (backend or "auto").lower().strip()
+        if name not in BACKEND_CHOICES:
+            raise ValueError(f"backend={backend!r}: expected one of {', '.join(BACKEND_CHOICES)}")
+        name = get_backend().kind if name == "auto" else name
+        self.backend = "sdpa" if name in ("cpu", "cuda", "sdpa") else name
         super().__init__("sdpa" if self.backend == "sdpa" else "npu")
 
     def __repr__(self) -> str:

@@ -26,6 +26,7 @@ by keyword (Qwen2-VL's vision attention does). It handles:
 
 from __future__ import annotations
 
+import functools
 import logging
 from typing import Optional
 
@@ -39,8 +40,8 @@ from hyport_lib.npu_attention.spans import overlay_spans, segment_ids_from_posit
 from hyport_lib.port.generated.flash_attn_ascend import (HOST_CACHE, FlashAttnUnsupported,
                                                          IdentityCache, attend_band,
                                                          host_cu_seqlens, nfa_sparse_arguments,
-                                                         nfa_varlen, resolve_window, sdpa_dense,
-                                                         sdpa_varlen)
+                                                         nfa_varlen, repeat_kv, resolve_window,
+                                                         sdpa_dense, sdpa_varlen)
 
 logger = logging.getLogger(__name__)
 
@@ -78,15 +79,8 @@ def register_hyport_attention(backend: str = "auto", name: Optional[str] = None)
 
 
 def make_attention_forward(api: FlashAttnAPI):
-    """The transformers attention function bound to ``api``'s backend."""
-
-    def hyport_attention_forward(module, query, key, value, attention_mask=None, dropout=0.0,
-                                 scaling=None, is_causal=None, **kwargs):
-        return attention_forward(api, module, query, key, value, attention_mask=attention_mask,
-                                 dropout=dropout, scaling=scaling, is_causal=is_causal, **kwargs)
-
-    hyport_attention_forward.__qualname__ = f"hyport_attention_forward[{api.backend}]"
-    return hyport_attention_forward
+    """The transformers attention function bound to ``api``'s backend (its repr names it)."""
+    return functools.partial(attention_forward, api)
 
 
 class UnsupportedAttentionArgument(FlashAttnUnsupported):
@@ -177,7 +171,8 @@ def attention_forward(api: FlashAttnAPI, module, query, key, value, attention_ma
         # kept output columns (v padded: the extra columns are cropped), as transformers'
         # own flash integration does.
         width = max(head_dim, value_dim)
-        query, key, value = (_pad_head_dim(t, width) for t in (query, key, value))
+        query, key, value = (torch.nn.functional.pad(t, (0, width - t.shape[-1])) if t.shape[-1] < width
+                             else t for t in (query, key, value))
     causal = bool(is_causal if is_causal is not None else getattr(module, "is_causal", True))
     scale = float(scaling) if scaling is not None else head_dim ** -0.5
     dropout = float(dropout or 0.0)
@@ -205,11 +200,6 @@ def attention_forward(api: FlashAttnAPI, module, query, key, value, attention_ma
         out = _nfa_bnsd_masked(api.fusion_attention(), query, key, value, scale, dropout, masked,
                               window).transpose(1, 2)
     return out[..., :value_dim].contiguous(), None
-
-
-def _pad_head_dim(tensor: torch.Tensor, width: int) -> torch.Tensor:
-    missing = width - tensor.shape[-1]
-    return tensor if missing <= 0 else torch.nn.functional.pad(tensor, (0, missing))
 
 
 def _window(causal: bool, sliding_window) -> tuple:
@@ -365,11 +355,9 @@ def _sdpa_dense(query, key, value, attend, scale, dropout, window):
         return sdpa_dense(query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2),
                          scale, dropout, window)
     groups = query.shape[1] // key.shape[1]
-    if groups > 1:
-        key = key.repeat_interleave(groups, dim=1)
-        value = value.repeat_interleave(groups, dim=1)
     out = torch.nn.functional.scaled_dot_product_attention(
-        query, key, value, attn_mask=_sdpa_mask(attend), dropout_p=dropout, scale=scale)
+        query, repeat_kv(key, groups, 1), repeat_kv(value, groups, 1), attn_mask=_sdpa_mask(attend),
+        dropout_p=dropout, scale=scale)
     return out.transpose(1, 2)
 
 

@@ -65,12 +65,6 @@ def lengths_from_cumulative(cumulative: Sequence[int]) -> list[int]:
 
 
 # --- mask builders (all: True = attend) ----------------------------------------------------
-def _offset(sq: int, skv: int, align: str) -> int:
-    if align not in ALIGNS:
-        raise ValueError(f"align={align!r}: expected one of {', '.join(ALIGNS)}")
-    return skv - sq if align == "bottom_right" else 0
-
-
 def band_mask(sq: int, skv: int, pre_tokens: int = UNBOUNDED, next_tokens: int = UNBOUNDED,
               align: str = "top_left", device=None) -> torch.Tensor:
     """``[sq, skv]`` band: query ``i`` attends key ``j`` when ``-pre <= j - i - off <= next``.
@@ -79,7 +73,9 @@ def band_mask(sq: int, skv: int, pre_tokens: int = UNBOUNDED, next_tokens: int =
     ``bottom_right`` (NPU ``sparse_mode=4``, flash-attn ``window_size``). Negative
     values are allowed (``next_tokens=-2`` excludes the diagonal and one more).
     """
-    off = _offset(sq, skv, align)
+    if align not in ALIGNS:
+        raise ValueError(f"align={align!r}: expected one of {', '.join(ALIGNS)}")
+    off = skv - sq if align == "bottom_right" else 0
     i = torch.arange(sq, device=device).view(-1, 1)
     j = torch.arange(skv, device=device).view(1, -1)
     rel = j - i - off
