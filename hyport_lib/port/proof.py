@@ -287,14 +287,11 @@ def prove_port(src: str | Path, dst: str | Path, *, dtype: str = "auto", seed: i
                device: str = "auto", config_overrides: Optional[dict] = None,
                on_phase: Optional[Callable[[str], None]] = None) -> PortProof:
     """Prove the port of ``src`` in ``dst``, in this process, on ``device`` (``auto``: the NPU
-    when there is one). ``dtype="auto"`` proves in float32, then in bfloat16 when the code
-    keeps flash attention to half precision (the record says why).
-
-    ``config_overrides``: config fields set last, for code that needs a field its config
-    class does not default; ``on_phase`` is told each step (:data:`IMPORT_ORIGINAL`, ...)
-    before it starts. Returns PASS or FAIL; WARN (with ``error``) when the tree holds no
-    model class the proof can build.
-    """
+    when there is one); ``dtype="auto"``: float32, then bfloat16 when the code keeps flash
+    attention to half precision (the record says why). ``config_overrides``: config fields
+    set last, for code that needs a field its config class does not default; ``on_phase`` is
+    told each step before it starts. WARN (with ``error``) when the tree holds no model class
+    the proof can build."""
     if dtype != "auto" and dtype not in DTYPES:
         raise ValueError(f"dtype={dtype!r}: expected auto, {', '.join(DTYPES)}")
     backend = get_backend(device)
