@@ -77,9 +77,8 @@ class WeightsResult:
             "summary": self.seed_line(), "source": self.source,
             "path": insp.path, "kind": insp.kind, "options": self.options,
             "shards": shard_rows(insp),
-            "index": None if insp.index is None else {
-                "file": insp.index.file, "tensors": insp.index.tensors, "shards": insp.index.shards,
-                "total_size": insp.index.total_size, "total_parameters": insp.index.total_parameters},
+            "index": None if insp.index is None else {  # the weight_map is in the rows
+                k: v for k, v in vars(insp.index).items() if k != "weight_map"},
             "tensor_count": len(insp.tensors), "tensor_bytes": insp.tensor_bytes,
             "parameters": insp.parameters, "parameters_without_tied": insp.unique_parameters,
             "tied_duplicates": insp.tied_duplicates,
