@@ -73,25 +73,17 @@ class TensorEntry:
 
 @dataclass
 class ShardHeader:
-    """What one file's header says, and what is wrong with it.
-
-    Attributes:
-        label: how findings name it (relative to the checkpoint folder).
-        header_len: ``N``, the JSON header's length (None when unreadable).
-        tensors: the valid entries, by name, in header order.
-        invalid: names whose entries are malformed (not in ``tensors``).
-        readable: the header parsed; ``tensors`` may still have layout defects.
-    """
+    """What one file's header says, and what is wrong with it."""
 
     path: Path
-    label: str
+    label: str  # how findings name it (relative to the checkpoint folder)
     size: int = 0
-    header_len: Optional[int] = None
+    header_len: Optional[int] = None  # N; None when unreadable
     metadata: dict = field(default_factory=dict)
-    tensors: dict[str, TensorEntry] = field(default_factory=dict)
-    invalid: list[str] = field(default_factory=list)
+    tensors: dict[str, TensorEntry] = field(default_factory=dict)  # the valid entries, in header order
+    invalid: list[str] = field(default_factory=list)  # names of malformed entries (not in tensors)
     findings: list[Finding] = field(default_factory=list)
-    readable: bool = False
+    readable: bool = False  # the header parsed; tensors may still have layout defects
 
     @property
     def data_start(self) -> int:

@@ -137,17 +137,10 @@ class PortTransformer(cst.CSTTransformer):
         else:
             self._targets.add(id(node))
 
-    def visit_AssignTarget(self, node: cst.AssignTarget) -> None:
+    def _visit_target(self, node) -> None:
         self._add_targets(node.target)
 
-    def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
-        self._add_targets(node.target)
-
-    def visit_AugAssign(self, node: cst.AugAssign) -> None:
-        self._add_targets(node.target)
-
-    def visit_Del(self, node: cst.Del) -> None:
-        self._add_targets(node.target)
+    visit_AssignTarget = visit_AnnAssign = visit_AugAssign = visit_Del = _visit_target
 
     def visit_Attribute(self, node: cst.Attribute) -> None:
         self._attribute_values.add(id(node.value))

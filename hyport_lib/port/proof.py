@@ -18,6 +18,7 @@ import copy
 import json
 import sys
 import traceback
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable, Optional
 
@@ -77,21 +78,38 @@ def _greedy(model, ids: torch.Tensor) -> list[int]:
     return tokens[0, ids.shape[1]:].tolist()
 
 
-def _build_reference(src: Path, only, choice_kwargs, dtype, device, seed, overrides, on_phase):
-    """The original tree under the shim: (modules, choice, model)."""
-    on_phase(IMPORT_ORIGINAL)
-    modules = tiny.load_tree(src, "original", only)
-    on_phase(RUN_ORIGINAL)
-    choice = tiny.pick_model(modules)
-    cls = getattr(next(m for m in modules if m.__name__.endswith("." + choice.module)),
-                  choice.class_name)
-    kwargs = tiny.tiny_config_kwargs(cls.config_class, dtype, tiny.read_config_json(src), overrides)
-    choice_kwargs.update(kwargs)
-    model = tiny.build(modules, choice, copy.deepcopy(kwargs), dtype, device, seed)
-    return modules, choice, model
+@dataclass
+class _Run:
+    """One proof's setting: the trees, dtype, device and seed, and who is told each step."""
+
+    src: Path  # the original tree's folder
+    dst: Path
+    only: Optional[str]  # one file ported: that file, in both trees
+    dtype: torch.dtype
+    device: torch.device
+    seed: int
+    overrides: Optional[dict]
+    on_phase: Callable[[str], None]
+
+    @property
+    def roots(self) -> dict[str, Path]:
+        return {"original": self.src, "port": self.dst}
 
 
-def _run(model, batch) -> torch.Tensor:
+@dataclass
+class _Reference:
+    """The original code's half of a proof, which the port must match."""
+
+    choice: tiny.ModelChoice
+    kwargs: dict  # of the tiny config
+    model: torch.nn.Module
+    cases: list[tiny.Batch]
+    expected: list[torch.Tensor]
+    calls: list[Optional[int]]  # flash-attn calls per case; None where its flash path did not run
+    greedy: list[list[int]]
+
+
+def _forward(model, batch) -> torch.Tensor:
     with torch.no_grad():
         return tiny.first_tensor(model(**batch.inputs, **({"use_cache": False}
                                                            if batch.kind in ("dense", "padded") else {})))
@@ -109,90 +127,89 @@ def _expects_attention(dst: Path) -> bool:
     return any(c.get("kind") == "flash_attn_import" for c in changes if isinstance(c, dict))
 
 
-def _prove_in(src: Path, dst: Path, dtype, device, seed, overrides, on_phase) -> PortProof:
+def _prove_in(run: _Run) -> PortProof:
     """One proof in one dtype; what it loads is forgotten after, the caller's shim put back."""
     before_modules = set(sys.modules)
     before_shim = current_shim()
     try:
-        return _prove_loaded(src, dst, dtype, device, seed, overrides, on_phase)
+        proof = PortProof(verdict="FAIL", dtype=str(run.dtype).replace("torch.", ""), device=str(run.device))
+        # The flash-attn API the code was written against: unpad_input's 4 or 5 values.
+        generated = next((p.read_text(encoding="utf-8") for p in run.dst.rglob(f"{GENERATED_MODULE}.py")), "")
+        version = "2.6.3" if "UNPAD_INPUT_RETURNS = 4\n" in generated else DEFAULT_VERSION
+        shim = install_flash_attn_shim("sdpa", force=True, version=version)
+        if not shim.installed:
+            raise _ProofFailure(f"the flash_attn shim could not be installed: {shim.reason}")
+        reference = _reference(run, proof)
+        uninstall_flash_attn_shim()
+        with tiny.without_flash_attn():
+            return _prove_port_side(run, proof, reference, _expects_attention(run.dst))
     finally:
         uninstall_flash_attn_shim()
         if before_shim is not None and before_shim.installed:
             install_flash_attn_shim(before_shim.backend, version=before_shim.version,
                                     force=bool(before_shim._replaced))
-        roots = (src.parent if src.is_file() else src, dst)
         for key in [k for k in sys.modules if k not in before_modules]:
             module = sys.modules[key]
             path = getattr(module, "__file__", None)
             if key.startswith("_hyport_port_") or (
-                    path and any(Path(path).resolve().is_relative_to(r) for r in roots)):
+                    path and any(Path(path).resolve().is_relative_to(r) for r in (run.src, run.dst))):
                 del sys.modules[key]
 
 
-def _prove_loaded(src: Path, dst: Path, dtype, device, seed, overrides, on_phase) -> PortProof:
-    only = src.name if src.is_file() else None  # one file ported: that file, in both trees
-    src = src.parent if src.is_file() else src
-    roots = {"original": src, "port": dst}
-    proof = PortProof(verdict="FAIL", dtype=str(dtype).replace("torch.", ""), device=str(device))
-    expects_attention = _expects_attention(dst)
-    # The flash-attn API the code was written against: unpad_input's 4 or 5 values.
-    generated_text = next((p.read_text(encoding="utf-8") for p in dst.rglob(f"{GENERATED_MODULE}.py")), "")
-    version = "2.6.3" if "UNPAD_INPUT_RETURNS = 4\n" in generated_text else DEFAULT_VERSION
-    shim = install_flash_attn_shim("sdpa", force=True, version=version)
-    if not shim.installed:
-        raise _ProofFailure(f"the flash_attn shim could not be installed: {shim.reason}")
-    kwargs: dict = {}
-    original, choice, reference = _build_reference(src, only, kwargs, dtype, device, seed, overrides,
-                                                   on_phase)
+def _reference(run: _Run, proof: PortProof) -> _Reference:
+    """The original tree under the shim: its model, outputs and flash-attn calls per case."""
+    run.on_phase(IMPORT_ORIGINAL)
+    original = tiny.load_tree(run.src, "original", run.only)
+    run.on_phase(RUN_ORIGINAL)
+    choice = tiny.pick_model(original)
+    cls = getattr(next(m for m in original if m.__name__.endswith("." + choice.module)),
+                  choice.class_name)
+    kwargs = tiny.tiny_config_kwargs(cls.config_class, run.dtype, tiny.read_config_json(run.src),
+                                     run.overrides)
+    model = tiny.build(original, choice, copy.deepcopy(kwargs), run.dtype, run.device, run.seed)
     proof.model_class, proof.model_kind, proof.config = choice.class_name, choice.kind, dict(kwargs)
-    cases = tiny.batches(choice, reference.config, device, seed)
+    cases = tiny.batches(choice, model.config, run.device, run.seed)
     shim_api = getattr(sys.modules["flash_attn"], "__hyport_api__", None)
     proof.reference = "the original code, its flash path on hyport's flash_attn shim (SDPA)"
-    reference_calls: list[Optional[int]] = []
+    calls: list[Optional[int]] = []
     try:
         expected = []
         for batch in cases:
             calls_before = shim_api.calls.total() if shim_api is not None else 0
-            expected.append(_run(reference, batch))
-            reference_calls.append(shim_api.calls.total() - calls_before if shim_api is not None else None)
-        if not any(reference_calls):
-            reference_calls = [None] * len(cases)
+            expected.append(_forward(model, batch))
+            calls.append(shim_api.calls.total() - calls_before if shim_api is not None else None)
+        if not any(calls):
+            calls = [None] * len(cases)
             proof.reference = ("the original code's own non-flash path: its flash path did "
                                "not run on this host (no call reached the flash_attn shim)")
     except AssertionError as exc:
-        where = _where(exc, roots)
-        reference = tiny.build(original, choice, copy.deepcopy(tiny.without_flash(kwargs)),
-                               dtype, device, seed)
+        where = _where(exc, run.roots)
+        model = tiny.build(original, choice, copy.deepcopy(tiny.without_flash(kwargs)),
+                           run.dtype, run.device, run.seed)
         proof.reference = (f"the original code's own non-flash path: its flash path stops "
                            f"on this host at {where or 'an assert'}")
-        expected = [_run(reference, batch) for batch in cases]
-        reference_calls = [None] * len(cases)
-    greedy_ref = [_greedy(reference, batch.inputs["input_ids"][i:i + 1])
-                  for batch in cases[:1] if choice.kind == tiny.LM for i in range(2)]
-    uninstall_flash_attn_shim()
-    with tiny.without_flash_attn():
-        return _prove_port_side(proof, dst, only, roots, choice, kwargs, reference, cases, expected,
-                                reference_calls, greedy_ref, expects_attention, dtype, device, seed,
-                                on_phase)
+        expected = [_forward(model, batch) for batch in cases]
+        calls = [None] * len(cases)
+    greedy = [_greedy(model, batch.inputs["input_ids"][i:i + 1])
+              for batch in cases[:1] if choice.kind == tiny.LM for i in range(2)]
+    return _Reference(choice, kwargs, model, cases, expected, calls, greedy)
 
 
-def _prove_port_side(proof, dst, only, roots, choice, kwargs, reference, cases, expected,
-                     reference_calls, greedy_ref, expects_attention, dtype, device, seed,
-                     on_phase) -> PortProof:
+def _prove_port_side(run: _Run, proof: PortProof, ref: _Reference, expects_attention: bool) -> PortProof:
     """The ported tree's half of the proof, run with flash_attn unimportable."""
-    on_phase(IMPORT_PORTED)
+    run.on_phase(IMPORT_PORTED)
     try:
-        ported = tiny.load_tree(dst, "ported", only)
+        ported = tiny.load_tree(run.dst, "ported", run.only)
     except ImportError as exc:
         left = " (an import the port left: flash_attn is not importable here)" \
             if "flash_attn" in str(exc) and GENERATED_MODULE not in str(exc) else ""
         raise _ProofFailure(f"the ported code does not import: {exc}{left}") from exc
-    generated_by_path = tiny.generated_modules(dst, ported)
-    on_phase(RUN_PORTED)
+    generated_by_path = tiny.generated_modules(run.dst, ported)
+    run.on_phase(RUN_PORTED)
     generated = list(generated_by_path.values())
     if expects_attention and not generated:
         raise _ProofFailure(f"the ported tree has no {GENERATED_MODULE}.py next to the model")
-    nfa, proof.ported_path, proof.emulated = _nfa_source(device)
+    nfa, proof.ported_path, proof.emulated = _nfa_source(run.device)
     for module in generated:
         module.BACKEND = "npu"
         if nfa is not None:
@@ -201,19 +218,20 @@ def _prove_port_side(proof, dst, only, roots, choice, kwargs, reference, cases, 
     def npu_calls() -> int:
         return sum(module.CALLS["npu"] for module in generated)
 
-    model = tiny.build(ported, choice, copy.deepcopy(kwargs), dtype, device, seed)
-    model.load_state_dict(reference.state_dict())
-    for batch, ref, want_calls in zip(cases, expected, reference_calls):
+    dtype = run.dtype
+    model = tiny.build(ported, ref.choice, copy.deepcopy(ref.kwargs), dtype, run.device, run.seed)
+    model.load_state_dict(ref.model.state_dict())
+    for batch, expected, want_calls in zip(ref.cases, ref.expected, ref.calls):
         before = npu_calls()
         try:
-            out = _run(model, batch)
+            out = _forward(model, batch)
         except Exception as exc:  # the case fails, the proof goes on to the next one
             proof.cases.append(ProofCase(batch.name, batch.kind, "FAIL",
                                          detail=f"{type(exc).__name__}: {exc} "
-                                                f"{_where(exc, roots)}".strip()))
+                                                f"{_where(exc, run.roots)}".strip()))
             continue
         calls = npu_calls() - before
-        max_abs, bound, cosine, finite = compare_outputs(ref, out, dtype, batch.valid)
+        max_abs, bound, cosine, finite = compare_outputs(expected, out, dtype, batch.valid)
         problems = []
         if not finite:
             problems.append("non-finite output (port or reference)")
@@ -234,9 +252,9 @@ def _prove_port_side(proof, dst, only, roots, choice, kwargs, reference, cases, 
             FUNCTIONS + (f" of {where}" if len(generated) > 1 else ""), "grid",
             "FAIL" if check.problems else "PASS", check.max_abs, check.bound, None,
             check.npu_calls, None, "; ".join(check.problems[:3])))
-    if greedy_ref:
-        ids = cases[0].inputs["input_ids"]
-        for i, want in enumerate(greedy_ref):
+    if ref.greedy:
+        ids = ref.cases[0].inputs["input_ids"]
+        for i, want in enumerate(ref.greedy):
             before = npu_calls()
             got = _greedy(model, ids[i:i + 1])
             calls = npu_calls() - before
@@ -269,14 +287,11 @@ def prove_port(src: str | Path, dst: str | Path, *, dtype: str = "auto", seed: i
                device: str = "auto", config_overrides: Optional[dict] = None,
                on_phase: Optional[Callable[[str], None]] = None) -> PortProof:
     """Prove the port of ``src`` in ``dst``, in this process, on ``device`` (``auto``: the NPU
-    when there is one). ``dtype="auto"`` proves in float32, then in bfloat16 when the code
-    keeps flash attention to half precision (the record says why).
-
-    ``config_overrides``: config fields set last, for code that needs a field its config
-    class does not default; ``on_phase`` is told each step (:data:`IMPORT_ORIGINAL`, ...)
-    before it starts. Returns PASS or FAIL; WARN (with ``error``) when the tree holds no
-    model class the proof can build.
-    """
+    when there is one); ``dtype="auto"``: float32, then bfloat16 when the code keeps flash
+    attention to half precision (the record says why). ``config_overrides``: config fields
+    set last, for code that needs a field its config class does not default; ``on_phase`` is
+    told each step before it starts. WARN (with ``error``) when the tree holds no model class
+    the proof can build."""
     if dtype != "auto" and dtype not in DTYPES:
         raise ValueError(f"dtype={dtype!r}: expected auto, {', '.join(DTYPES)}")
     backend = get_backend(device)
@@ -285,23 +300,21 @@ def prove_port(src: str | Path, dst: str | Path, *, dtype: str = "auto", seed: i
     real_npu = backend.kind == "npu" and not getattr(torch_npu, "__hyport_double__", False)
     torch_device = backend.torch_device(0) if real_npu else torch.device("cpu")
     src, dst = Path(src).resolve(), Path(dst).resolve()
-    on_phase = on_phase or (lambda phase: None)
+    run = _Run(src.parent if src.is_file() else src, dst, src.name if src.is_file() else None,
+               DTYPES["float32" if dtype == "auto" else dtype], torch_device, seed, config_overrides,
+               on_phase or (lambda phase: None))
     try:
-        first = DTYPES["float32" if dtype == "auto" else dtype]
-        proof = _prove_in(src, dst, first, torch_device, seed, config_overrides, on_phase)
+        proof = _prove_in(run)
         why = _half_only(proof) if dtype == "auto" else None
         if why:
-            proof = _prove_in(src, dst, torch.bfloat16, torch_device, seed, config_overrides,
-                              on_phase)
+            proof = _prove_in(replace(run, dtype=torch.bfloat16))
             proof.notes.append(f"{why}: proved in bfloat16")
     except tiny.NoModelClass as exc:  # nothing to build: no proof, which is not a failed one
-        return PortProof(verdict="WARN", error=f"no proof: {exc}", device=str(torch_device),
-                         emulated=False)
+        return PortProof(verdict="WARN", error=f"no proof: {exc}", device=str(torch_device))
     except _ProofFailure as exc:
-        return PortProof(verdict="FAIL", error=str(exc), device=str(torch_device), emulated=False)
+        return PortProof(verdict="FAIL", error=str(exc), device=str(torch_device))
     except Exception as exc:  # the model code itself failed to build or run: a FAIL with why
-        where = _where(exc, {"original": src.parent if src.is_file() else src, "port": dst})
+        where = _where(exc, run.roots)
         return PortProof(verdict="FAIL", error=f"{type(exc).__name__}: {exc}"
-                                               + (f" at {where}" if where else ""),
-                         device=str(torch_device), emulated=False)
+                                               + (f" at {where}" if where else ""), device=str(torch_device))
     return proof

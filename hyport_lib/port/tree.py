@@ -42,32 +42,23 @@ class PortError(ValueError):
 
 @dataclass
 class PortResult:
-    """What ``port_tree`` did (paths relative to ``src``; ``port.json`` is :meth:`to_dict`).
-
-    Attributes:
-        generated: files the port added (the generated module, once per folder).
-        unparsable: ``(file, error)`` for Python files that do not parse (copied as is).
-        not_rewritten: ``(file, why)`` for code files copied as they were (too large,
-            not text in their encoding); ``skipped``: ``(path, why)`` for entries not copied.
-        removed_staging: staging folders of earlier, killed ports that this one removed.
-        diff: the unified diff of the whole port (``a/`` = source, ``b/`` = port).
-        proof: the proof's record, once made (see :mod:`hyport_lib.port.proof`).
-    """
+    """What ``port_tree`` did (paths relative to ``src``; ``port.json`` is :meth:`to_dict`)."""
 
     src: str
     dst: str
     changes: list[Change] = field(default_factory=list)
     manual: list[ManualSpot] = field(default_factory=list)
     files_changed: list[str] = field(default_factory=list)
-    generated: list[str] = field(default_factory=list)
-    unparsable: list[tuple[str, str]] = field(default_factory=list)
+    generated: list[str] = field(default_factory=list)  # the generated module, once per folder
+    unparsable: list[tuple[str, str]] = field(default_factory=list)  # (file, error): copied as is
+    #: (file, why): code files copied as they were (too large, not text in their encoding)
     not_rewritten: list[tuple[str, str]] = field(default_factory=list)
-    skipped: list[tuple[str, str]] = field(default_factory=list)
+    skipped: list[tuple[str, str]] = field(default_factory=list)  # (path, why): not copied
     links: list[tuple[str, str]] = field(default_factory=list)
-    removed_staging: list[str] = field(default_factory=list)
-    diff: str = ""
+    removed_staging: list[str] = field(default_factory=list)  # of earlier, killed ports
+    diff: str = ""  # of the whole port (a/ = source, b/ = port)
     flash_attn_pin: Optional[str] = None
-    proof: Optional[dict] = None
+    proof: Optional[dict] = None  # the proof's record, once made (:mod:`hyport_lib.port.proof`)
 
     def to_dict(self) -> dict:
         return {

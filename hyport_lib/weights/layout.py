@@ -49,25 +49,18 @@ class IndexInfo:
 
 @dataclass
 class Inspection:
-    """What the headers say about one checkpoint.
-
-    Attributes:
-        path: the folder (or the single file given).
-        kind: ``sharded``, ``single``, ``file`` (one file given) or ``none``.
-        shards: the weight files read, in file-name order.
-        seconds: reading and checking the headers, index and config.
-        model_seconds: building the model class on the meta device (the first time in a
-            process, mostly importing its transformers module).
-    """
+    """What the headers say about one checkpoint (``path``: the folder, or the one file given)."""
 
     path: str
-    kind: str
-    shards: list[ShardHeader] = field(default_factory=list)
+    kind: str  # sharded | single | file (one file given) | none
+    shards: list[ShardHeader] = field(default_factory=list)  # in file-name order
     index: Optional[IndexInfo] = None
     config: ConfigInfo = field(default_factory=ConfigInfo)
     names: ModelNames = field(default_factory=ModelNames)
     findings: list[Finding] = field(default_factory=list)
-    seconds: float = 0.0
+    seconds: float = 0.0  # reading and checking the headers, index and config
+    #: building the model class on the meta device (the first time in a process, mostly
+    #: importing its transformers module)
     model_seconds: float = 0.0
 
     @property
@@ -115,12 +108,9 @@ class Inspection:
 def inspect_checkpoint(path: os.PathLike, *, trust_remote_code: bool = False,
                        with_model: bool = True, validate: bool = True) -> Inspection:
     """Inspect the headers of the checkpoint at ``path`` (a folder or one ``.safetensors``
-    file). ``with_model=False``: headers only, no model class on the meta device;
-    ``validate``: also let safetensors open every file the checks pass.
-
-    Raises:
-        FileNotFoundError: ``path`` does not exist (every other problem is a finding).
-    """
+    file); ``with_model=False``: no model class on the meta device; ``validate``: also let
+    safetensors open every file the checks pass. FileNotFoundError when ``path`` does not
+    exist; every other problem is a finding."""
     started = time.perf_counter()
     path = Path(path).expanduser()
     if not path.exists():

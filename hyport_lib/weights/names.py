@@ -23,21 +23,14 @@ from typing import Callable, Optional
 @dataclass
 class ModelNames:
     """The model's view of a checkpoint's names; every name maps to itself when the class
-    could not be built (``error`` says why).
-
-    Attributes:
-        expected: model name -> shape, for every entry of the model's state dict.
-        tied: tied target -> its source (``lm_head.weight`` -> ``...embed_tokens.weight``).
-        parameters: the model's parameter count, tied weights counted once.
-        optional: patterns of names the class may lack on disk
-            (``_keys_to_ignore_on_load_missing``).
-    """
+    could not be built (``error`` says why)."""
 
     class_name: Optional[str] = None
-    expected: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    expected: dict[str, tuple[int, ...]] = field(default_factory=dict)  # model name -> shape
+    #: tied target -> its source (``lm_head.weight`` -> ``...embed_tokens.weight``)
     tied: dict[str, str] = field(default_factory=dict)
-    parameters: Optional[int] = None
-    optional: list[str] = field(default_factory=list)
+    parameters: Optional[int] = None  # tied weights counted once
+    optional: list[str] = field(default_factory=list)  # _keys_to_ignore_on_load_missing
     error: Optional[str] = None
     _rename: Optional[Callable[[str], tuple[str, bool]]] = field(default=None, repr=False)
 

@@ -16,7 +16,7 @@ from hyport_lib.checkpoint_files.findings import Finding, finding
 from hyport_lib.models.loading import dtype_kwarg
 from hyport_lib.weights.names import model_class
 from hyport_lib.weights.reload import TOKENIZER_FILES
-from hyport_lib.weights.runner import run_task
+from hyport_lib.weights.runner import ChildRun, run_task
 
 PROMPT = "The quick brown fox jumps over the lazy dog. 1 2 3 4 5"
 #: fp32 on the CPU is deterministic: same weights, same logits to the last bit.
@@ -24,7 +24,7 @@ ATOL = 1e-5
 
 
 @dataclass
-class ParityResult:
+class ParityResult(ChildRun):
     """Max and mean ``|Δ logits|``, top-1 agreement and the largest per-position KL."""
 
     path: str
@@ -37,10 +37,6 @@ class ParityResult:
     top1_agreement: Optional[float] = None
     max_kl: Optional[float] = None
     identical: Optional[bool] = None
-    reason: Optional[str] = None
-    log_path: Optional[str] = None
-    log_tail: str = ""
-    wall_s: Optional[float] = None
 
     @property
     def same_model(self) -> bool:
@@ -74,11 +70,9 @@ def logits_parity(path: os.PathLike, other_path: os.PathLike, *, prompt: str = P
     spec = {"path": str(a), "other_path": str(b), "tokenizer_path": str(tok), "prompt": prompt,
             "trust_remote_code": bool(trust_remote_code)}
     out = run_task("parity", spec, timeout_s=timeout_s, log_dir=log_dir, name="parity")
-    result = ParityResult(str(a), str(b), out.status, tokenizer_path=str(tok), reason=out.reason,
-                          log_path=out.log_path, log_tail=out.log_tail, wall_s=out.wall_s)
+    result = ParityResult.from_outcome(out, str(a), str(b), out.status, tokenizer_path=str(tok), taken=(
+        "tokens", "max_abs_diff", "mean_abs_diff", "top1_agreement", "max_kl", "identical"))
     if out.status == "ok":
-        for key in ("tokens", "max_abs_diff", "mean_abs_diff", "top1_agreement", "max_kl", "identical"):
-            setattr(result, key, out.result.get(key))
         for key in ("max_abs_diff", "mean_abs_diff", "max_kl"):
             if getattr(result, key) is None:  # JSON carries NaN / Inf as null: NaN logits, say so
                 setattr(result, key, float("nan"))

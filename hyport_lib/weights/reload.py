@@ -18,14 +18,14 @@ from typing import Optional
 from hyport_lib.checkpoint_files.findings import Finding, finding, name_some
 from hyport_lib.models.loading import dtype_kwarg, load_processor
 from hyport_lib.weights.names import model_class
-from hyport_lib.weights.runner import run_task
+from hyport_lib.weights.runner import ChildRun, run_task
 
 PROCESSOR_FILES = ("processor_config.json", "preprocessor_config.json")
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
 
 
 @dataclass
-class ReloadResult:
+class ReloadResult(ChildRun):
     """The reload of one folder; ``status``: LOAD_OK, failed or timeout."""
 
     path: str
@@ -47,10 +47,6 @@ class ReloadResult:
     processor_error: Optional[str] = None
     #: how the class was chosen when architectures names none this transformers has
     class_fallback: Optional[str] = None
-    reason: Optional[str] = None
-    log_path: Optional[str] = None
-    log_tail: str = ""
-    wall_s: Optional[float] = None
 
     @property
     def load_ok(self) -> bool:
@@ -81,17 +77,11 @@ def reload(path: os.PathLike, *, dtype: str = "bfloat16", attn_implementation: s
     spec = {"path": str(folder), "dtype": dtype, "attn_implementation": attn_implementation,
             "trust_remote_code": bool(trust_remote_code)}
     out = run_task("reload", spec, timeout_s=timeout_s, log_dir=log_dir, name="reload")
-    res = out.result
-    result = ReloadResult(
-        str(folder), "LOAD_OK" if out.status == "ok" else out.status, dtype, attn_implementation,
-        bool(trust_remote_code), reason=out.reason, log_path=out.log_path, log_tail=out.log_tail,
-        wall_s=out.wall_s, peak_rss_bytes=res.get("peak_rss_bytes"))
-    if out.status == "ok":
-        for key in ("model_type", "model_class", "parameters", "loaded_dtype", "load_s",
-                    "missing_keys", "unexpected_keys", "mismatched_keys", "processor",
-                    "processor_error", "class_fallback"):
-            setattr(result, key, res.get(key, getattr(result, key)))
-    return result
+    return ReloadResult.from_outcome(
+        out, str(folder), "LOAD_OK" if out.status == "ok" else out.status, dtype, attn_implementation,
+        bool(trust_remote_code), peak_rss_bytes=out.result.get("peak_rss_bytes"), taken=(
+            "model_type", "model_class", "parameters", "loaded_dtype", "load_s", "missing_keys",
+            "unexpected_keys", "mismatched_keys", "processor", "processor_error", "class_fallback"))
 
 
 def reload_findings(result: ReloadResult) -> list[Finding]:

@@ -1,4 +1,4 @@
-"""What the weights stage found (:class:`WeightsResult`) and the record read back
+"""What the weights stage found (:class:`WeightsResult`) and what the report reads back
 (:class:`WeightsRecord`). :meth:`WeightsResult.seed_line` sums it up as the seed did: "2 shards,
 978 tensors in the index, shards of 5,000,007,256 and 3,065,167,368 bytes holding 472 and 506
 keys, model type hunyuan_vl_mot, 3,785,086,960 parameters, LOAD_OK".
@@ -77,9 +77,8 @@ class WeightsResult:
             "summary": self.seed_line(), "source": self.source,
             "path": insp.path, "kind": insp.kind, "options": self.options,
             "shards": shard_rows(insp),
-            "index": None if insp.index is None else {
-                "file": insp.index.file, "tensors": insp.index.tensors, "shards": insp.index.shards,
-                "total_size": insp.index.total_size, "total_parameters": insp.index.total_parameters},
+            "index": None if insp.index is None else {  # the weight_map is in the rows
+                k: v for k, v in vars(insp.index).items() if k != "weight_map"},
             "tensor_count": len(insp.tensors), "tensor_bytes": insp.tensor_bytes,
             "parameters": insp.parameters, "parameters_without_tied": insp.unique_parameters,
             "tied_duplicates": insp.tied_duplicates,
@@ -107,32 +106,16 @@ class WeightsResult:
 
 @dataclass
 class WeightsRecord:
-    """:meth:`WeightsResult.to_dict` read back (nested checks as recorded); an older or odd
-    record gives the defaults where it differs (:mod:`hyport_lib.utils.records`)."""
+    """What the report reads back of :meth:`WeightsResult.to_dict`; an older or odd record
+    gives the defaults where it differs (:mod:`hyport_lib.utils.records`)."""
 
-    verdict: Optional[str] = None
-    why: str = ""
-    summary: str = ""
     #: where the folders came from (:attr:`hyport_lib.weights.defaults.Sources.note`)
     source: str = ""
     path: Optional[str] = None
-    kind: Optional[str] = None
     options: dict = field(default_factory=dict)
     shards: list[dict] = field(default_factory=list)
     index: Optional[dict] = None
-    tensor_count: Optional[int] = None
-    parameters: Optional[int] = None
-    config: dict = field(default_factory=dict)
-    counts: dict[str, int] = field(default_factory=dict)
-    findings: list[dict] = field(default_factory=list)
-    scan: Optional[dict] = None
     reload: Optional[dict] = None
-    comparisons: list[dict] = field(default_factory=list)
-    parity: Optional[dict] = None
-    zero: Optional[dict] = None
-    zero_compare: Optional[dict] = None
-    wall_s: Optional[float] = None
-    provenance: dict = field(default_factory=dict)
 
     @classmethod
     def from_dict(cls, data) -> "WeightsRecord":

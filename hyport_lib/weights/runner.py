@@ -42,6 +42,25 @@ class ChildOutcome:
     wall_s: float
 
 
+@dataclass(kw_only=True)
+class ChildRun:
+    """What each task's result keeps of its child: why it did not succeed, its log, its time."""
+
+    reason: Optional[str] = None
+    log_path: Optional[str] = None
+    log_tail: str = ""
+    wall_s: Optional[float] = None
+
+    @classmethod
+    def from_outcome(cls, out: ChildOutcome, *args, taken: tuple[str, ...] = (), **kwargs):
+        """``cls(*args, **kwargs)`` with the child's reason, log and time, and the ``taken``
+        fields of its result when it succeeded (a field it left out keeps ``kwargs``')."""
+        if out.status == "ok":
+            kwargs.update({key: out.result[key] for key in taken if key in out.result})
+        return cls(*args, reason=out.reason, log_path=out.log_path, log_tail=out.log_tail,
+                   wall_s=out.wall_s, **kwargs)
+
+
 def default_log_dir() -> Path:
     """A fresh folder beside the results: ``<results>/../weights_logs/<stamp>-<pid>``."""
     return fresh_folder_beside_results("weights_logs")

@@ -143,23 +143,17 @@ def plan_reads(shards: list[ShardHeader]) -> tuple[list[tuple[ShardHeader, list[
 def full_scan(shards: list[ShardHeader], *, checksum: str = DEFAULT_CHECKSUM, chunk_bytes: int = CHUNK_BYTES,
               buffers: int = BUFFERS, on_progress: Optional[Callable[[ScanProgress], None]] = None,
               min_interval_s: float = 0.2) -> ScanResult:
-    """Read every tensor of ``shards`` once: NaN/Inf counts and a checksum per tensor.
+    """Read every tensor of ``shards`` once: NaN/Inf counts and a checksum per tensor, in
+    ``buffers * chunk_bytes`` of memory (plus, for a chunk holding NaN/Inf, the temporaries
+    that count them); ``on_progress`` at most every ``min_interval_s`` seconds, and at the end.
 
-    Memory stays ``buffers * chunk_bytes`` (``chunk_bytes`` a positive multiple of 8),
-    plus, only for a chunk holding NaN/Inf, the temporaries that count them.
-    ``on_progress`` is called at most every ``min_interval_s`` seconds, and at the end.
-
-    Returns:
-        A :class:`ScanResult`. A file the reader cannot read (missing, unreadable, shorter
-        than its header says) is a ``file_unreadable`` finding naming it, and the scan goes
-        on; ``skipped`` lists the tensors not scanned: those of such a file not read whole,
-        and those outside their file or of the wrong byte length (header findings already).
-
-    Raises:
-        ValueError: ``checksum``, ``chunk_bytes`` or ``buffers`` out of range.
-        Exception: whatever the hasher, the check or ``on_progress`` raised, unchanged (an
-            ``OSError`` too: only the reader's errors are findings), after the reader was
-            stopped: a scan never returns with a tensor silently left out.
+    A file the reader cannot read (missing, unreadable, shorter than its header says) is a
+    ``file_unreadable`` finding and the scan goes on; ``skipped`` lists the tensors not
+    scanned: such a file's not read whole, and those outside their file or of the wrong byte
+    length (header findings already). ValueError: ``checksum``, ``chunk_bytes`` or ``buffers``
+    out of range. Whatever the hasher, the check or ``on_progress`` raises (an OSError too:
+    only the reader's errors are findings) is raised unchanged once the reader stopped: a
+    scan never returns with a tensor silently left out.
     """
     new_hasher(checksum)  # an unknown name fails here, before the reader starts
     started = time.perf_counter()

@@ -8,11 +8,8 @@ Reads follow the file, not the tensors: a run of adjacent tensors is read in chu
 may hold several small tensors, so those cost no read of their own. A chunk ends where
 the tensor it cuts has a multiple of 8 bytes in it, so every piece holds whole elements;
 a gap or an overlap between tensors (possible, though ``safetensors`` writes none) starts
-a new run with a seek.
-
-A file that cannot be read to the end (it may have changed since its header was read)
-costs only its own tensors: a :class:`ReadFailure`, then the next file. Any other
-exception in the reader is a defect, sent to the consumer, which raises it.
+a new run with a seek. A file that cannot be read to the end (it may have changed since
+its header was read) costs only its own tensors (:class:`ReadFailure`).
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ import pandas as pd
 
 from hyport_lib.checkpoint_files.findings import findings_frame
 from hyport_lib.display import LiveDisplay, figure_png, verdict_colour
-from hyport_lib.drafting.values import as_dict, as_list, fmt_value
+from hyport_lib.drafting.values import fmt_value
 from hyport_lib.results import StageRecord
 from hyport_lib.weights.checksums import checksum_name
 from hyport_lib.weights.compare import DIFF_COLUMNS, Comparison
@@ -273,17 +273,15 @@ def blog_values(record: dict) -> dict:
     """What the draft's section derives from the record: the folder's files as a listing,
     the comparisons' headline figures by a short name, and the ``hyport verify --reload``
     command for the folder with what the reload printed (none when not reloaded)."""
-    data = as_dict(record.get("data"))
-    index, path = data.get("index"), data.get("path")
-    files = ([index["file"]] if isinstance(index, dict) and index.get("file") else []) + [
-        str(s.get("file")) for s in as_list(data.get("shards")) if isinstance(s, dict)]
-    reload = data.get("reload")
-    head = as_dict(record.get("headline"))
+    read = StageRecord.from_dict(record, WeightsRecord)
+    data, head = read.data, read.headline
+    files = ([data.index["file"]] if data.index and data.index.get("file") else []) + [
+        str(s.get("file")) for s in data.shards]
+    reload, path, options = data.reload, data.path, data.options
     values = {"files": [f"{path}/"] + [f"  {f}" for f in files] if files else [],
               "compared": {name: head[key] for name, key in _COMPARED.items() if key in head}}
-    if not isinstance(reload, dict):
+    if reload is None:
         return values
-    options = as_dict(data.get("options"))
     words = ["hyport", "verify", str(reload.get("path") or path), "--reload",
              "--dtype", str(reload.get("dtype") or options.get("dtype")),
              "--attn-implementation", str(reload.get("attn_implementation") or options.get("attn_implementation"))]

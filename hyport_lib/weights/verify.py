@@ -8,7 +8,7 @@ A Trainer checkpoint given as the weights is its own checkpoint.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Callable, Optional
 
@@ -48,10 +48,8 @@ def verify(plan: WeightsPlan, on_progress: Optional[Callable[[ScanProgress], Non
     started = time.perf_counter()
     p, sources = plan.params, plan.sources
     insp = inspect_checkpoint(sources.weights, trust_remote_code=p.trust_remote_code)
-    options = {"full_scan": p.full_scan, "reload": p.reload, "logits_parity": p.logits_parity,
-               "consolidate_zero": p.consolidate_zero, "dtype": p.dtype,
-               "attn_implementation": p.attn_implementation, "trust_remote_code": p.trust_remote_code,
-               "reload_timeout_s": p.reload_timeout_s, "checksum": p.checksum,
+    # The parameters as run: the folders as resolved, not as given.
+    options = {**{f.name: getattr(p, f.name) for f in fields(p) if f.name != "weights_path"},
                "base_path": sources.base, "checkpoint_path": sources.checkpoint}
     result = WeightsResult(insp, options, findings=list(insp.findings), source=sources.note)
     reload, logits_parity = p.reload, p.logits_parity

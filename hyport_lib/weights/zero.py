@@ -35,30 +35,22 @@ class ZeroFile:
 
 @dataclass
 class ZeroListing:
-    """The ZeRO states of one checkpoint.
-
-    Attributes:
-        tag: ``global_stepN`` (from ``latest``, else the highest present).
-        files: every states file, model states first.
-        world_size: ranks with an optimizer-state file (highest rank + 1).
-        dp_world_size: the data-parallel world size the model-states file records.
-        parameters: elements of ``param_shapes`` (trainable parameters, without reading weights).
-        error: why the model-states file could not be read.
-    """
+    """The ZeRO states of one checkpoint (``dp_world_size`` and the rest as the model-states
+    file records them)."""
 
     checkpoint: str
-    tag: Optional[str] = None
-    files: list[ZeroFile] = field(default_factory=list)
-    world_size: Optional[int] = None
+    tag: Optional[str] = None  # global_stepN: from ``latest``, else the highest present
+    files: list[ZeroFile] = field(default_factory=list)  # model states first
+    world_size: Optional[int] = None  # ranks with an optimizer-state file (highest rank + 1)
     dp_world_size: Optional[int] = None
     mp_world_size: Optional[int] = None
     zero_stage: Optional[int] = None
     ds_version: Optional[str] = None
     precision: Optional[str] = None
-    parameters: Optional[int] = None
+    parameters: Optional[int] = None  # of param_shapes: trainable, no weight read
     frozen_parameters: Optional[int] = None
     global_steps: Optional[int] = None
-    error: Optional[str] = None
+    error: Optional[str] = None  # why the model-states file could not be read
 
     @property
     def present(self) -> bool:

@@ -17,7 +17,7 @@ from typing import Optional
 
 from hyport_lib.checkpoint_files.findings import Finding, finding, name_some
 from hyport_lib.weights.layout import inspect_checkpoint
-from hyport_lib.weights.runner import run_task
+from hyport_lib.weights.runner import ChildRun, run_task
 from hyport_lib.weights.zero import find_tag
 
 #: PEFT's file of a LoRA checkpoint; its keys lack the adapter name DeepSpeed's carry
@@ -27,7 +27,7 @@ ADAPTER_NAME = "default"
 
 
 @dataclass
-class ZeroComparison:
+class ZeroComparison(ChildRun):
     """The consolidation and its comparison with each exported folder (``targets``: its
     ``folder``, ``role`` (``checkpoint``, ``adapter``: its LoRA file, or ``weights``: the
     folder verified), counts, worst differences and one row per tensor)."""
@@ -41,10 +41,6 @@ class ZeroComparison:
     deepspeed_says: list[str] = field(default_factory=list)
     targets: list[dict] = field(default_factory=list)
     peak_rss_bytes: Optional[int] = None
-    reason: Optional[str] = None
-    log_path: Optional[str] = None
-    log_tail: str = ""
-    wall_s: Optional[float] = None
 
 
 def consolidate(checkpoint: os.PathLike, targets: list[tuple[str, os.PathLike]], *,
@@ -55,13 +51,9 @@ def consolidate(checkpoint: os.PathLike, targets: list[tuple[str, os.PathLike]],
     spec = {"checkpoint": str(folder), "tag": tag, "trust_remote_code": bool(trust_remote_code),
             "targets": [[role, str(Path(t).expanduser().resolve())] for role, t in targets]}
     out = run_task("zero", spec, timeout_s=timeout_s, log_dir=log_dir, name="zero_to_fp32")
-    result = ZeroComparison(str(folder), out.status, tag=tag, reason=out.reason, log_path=out.log_path,
-                            log_tail=out.log_tail, wall_s=out.wall_s,
-                            peak_rss_bytes=out.result.get("peak_rss_bytes"))
-    if out.status == "ok":
-        for key in ("tag", "zero_tensors", "zero_parameters", "consolidate_s", "deepspeed_says", "targets"):
-            setattr(result, key, out.result.get(key, getattr(result, key)))
-    return result
+    return ZeroComparison.from_outcome(
+        out, str(folder), out.status, tag=tag, peak_rss_bytes=out.result.get("peak_rss_bytes"),
+        taken=("tag", "zero_tensors", "zero_parameters", "consolidate_s", "deepspeed_says", "targets"))
 
 
 def zero_findings(result: ZeroComparison) -> list[Finding]:
