@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING, Optional
 from hyport_lib.backend import Backend
 from hyport_lib.devices.host_memory import require_host_ram
 from hyport_lib.devices.probe import probe_devices
-from hyport_lib.devices.visible_devices import parse_visible_devices
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -95,13 +94,9 @@ def available_cards(backend: Backend, num_cards: Optional[int] = None) -> list[i
 
 def inherited_card_ids(var: str, value: str) -> list[int]:
     """Host card ids listed by an inherited visible-devices variable, in order: the grid
-    pins each worker with ``var=<id>``, so what it cannot map is an error naming the
-    variable, never a worker pinned to the wrong card.
-
-    Raises:
-        ValueError: the value hides every card, selects cards by UUID, holds a range
-            (``0-1``), a non-number, an empty entry, a duplicate, or (Ascend) a space.
-    """
+    pins each worker with ``var=<id>``, so what it cannot map (every card hidden, a UUID, a
+    range, an empty entry, a duplicate, an Ascend space) is a ValueError naming the variable,
+    never a worker pinned to the wrong card."""
     ascend = var.upper().startswith("ASCEND")
     shown = f"{var}={value!r}"
     text = value.strip()
@@ -126,12 +121,7 @@ def inherited_card_ids(var: str, value: str) -> list[int]:
     duplicates = sorted({i for i in ids if ids.count(i) > 1})
     if duplicates:
         raise ValueError(f"{shown} lists card {duplicates[0]} more than once; list each card once")
-    # What the runtime itself reads must be what the grid maps (e.g. CUDA strips spaces).
-    seen = parse_visible_devices(value, var)
-    if seen != ids:
-        raise ValueError(f"{shown}: the runtime reads cards {seen} from it, the grid {ids}; "
-                         f"write it as {','.join(map(str, ids))}")
-    return ids
+    return ids  # what the runtime reads too: every entry a number, no space on Ascend, none twice
 
 
 def _busy_from_environment(backend: Backend) -> tuple[dict, Optional[str]]:
@@ -151,14 +141,9 @@ def _busy_from_environment(backend: Backend) -> tuple[dict, Optional[str]]:
 
 def plan_grid(backend: Backend, num_cards: Optional[int] = None, allow_busy_cards: bool = False,
               cards: Optional[list[int]] = None, busy: Optional[dict] = None) -> GridPlan:
-    """Preflight: which cards run, which are skipped because another process holds them.
-
-    Args:
-        num_cards: how many cards (None: all available; CPU default 2).
-        cards: explicit card ids instead of the first ``num_cards``.
-        busy: ``{card: [process, ...]}`` (dicts or device processes); by default
-            from :func:`hyport_lib.devices.probe.probe_devices` (nothing is busy on CPU).
-    """
+    """Preflight: which of ``cards`` (default: the first ``num_cards`` available) run, which
+    are skipped because another process holds them. ``busy``: ``{card: [process, ...]}``
+    (dicts or device processes), by default from :func:`~hyport_lib.devices.probe.probe_devices`."""
     ids = [int(c) for c in cards] if cards is not None else available_cards(backend, num_cards)
     if len(set(ids)) != len(ids):
         raise ValueError(f"cards={cards!r}: each card may appear once")

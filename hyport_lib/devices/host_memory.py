@@ -41,15 +41,10 @@ class RamNeed:
 
 def ram_need_per_rank(kind: str, num_parameters: int, mode: str, *, dtype: str = "float32",
                       zero_stage: int = 0, world_size: int = 1) -> RamNeed:
-    """Host RAM one rank needs for a model of ``num_parameters``.
-
-    Args:
-        kind: ``cpu`` (the model lives in host RAM) or an accelerator (the host holds the
-            weights while they load, then the device does).
-        mode: ``inference``, ``full`` (fine-tune with Adam) or ``lora`` (frozen weights).
-        dtype: the weights' dtype (``bf16``/``bfloat16``, ``fp32``/``float32``, ...).
-        zero_stage, world_size: DeepSpeed's partitioning (ZeRO-3 splits the model itself).
-    """
+    """Host RAM one rank needs for a model of ``num_parameters`` in ``mode`` (``inference``,
+    ``full``: fine-tune with Adam, ``lora``: frozen weights). On ``cpu`` the model lives in
+    host RAM; on an accelerator the host holds the weights while they load. ZeRO-3
+    (``zero_stage``) splits the model itself over ``world_size`` ranks."""
     if mode not in ("inference", "full", "lora"):
         raise ValueError(f"mode={mode!r}: expected inference, full or lora")
     width = DTYPE_BYTES.get(str(dtype).replace("torch.", ""), 4)
@@ -171,13 +166,8 @@ def check_container_shm(total_gb: Optional[float], num_cards: int, per_card_gb: 
 
 def require_host_ram(kind: str, num_cards: int, what: str = "workers",
                      need: Optional[RamNeed] = None) -> None:
-    """Refuse ``num_cards`` ranks the host's RAM cannot hold (the ``host_ram`` check's figure,
-    or ``need`` when the model is known).
-
-    Raises:
-        ValueError: naming the count, the RAM it needs (and how it was reckoned) and what
-            the host has.
-    """
+    """ValueError for ``num_cards`` ranks the host's RAM cannot hold (the ``host_ram`` check's
+    figure, or ``need`` when the model is known), naming the RAM needed, how, and what is there."""
     check = check_host_memory(kind, num_cards, host_memory(),
                               ram_gb_per_card=need.per_rank_gb if need else None)[0]
     if check.verdict == "FAIL":

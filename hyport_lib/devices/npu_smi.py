@@ -40,16 +40,9 @@ class NpuSmiError(RuntimeError):
 
 @dataclass
 class NpuSmiInfo:
-    """What one ``npu-smi info`` table says.
-
-    Attributes:
-        tool_version: the version after ``npu-smi`` in the title line.
-        driver_version: the version after ``Version:`` (the driver's).
-        devices: one entry per chip, in listing order, processes attached.
-        idle_npus: NPU numbers printed as ``No running processes found in NPU n``.
-        unmatched_processes: ``(npu_id, chip_id, process)`` rows whose NPU/chip is not in
-            the chip table.
-    """
+    """What one ``npu-smi info`` table says: the tool's and the driver's version (title
+    line), one device per chip in listing order with its processes, the NPUs printed idle, and
+    ``(npu_id, chip_id, process)`` rows whose NPU/chip is not in the chip table."""
 
     tool_version: Optional[str] = None
     driver_version: Optional[str] = None
@@ -237,12 +230,8 @@ def parse_npu_smi_info(text: str) -> NpuSmiInfo:
 
 
 def run_npu_smi(args: Sequence[str] = ("info",), timeout_s: float = 15.0) -> Optional[str]:
-    """Run ``npu-smi`` and return its stdout, or None when the binary is not on PATH.
-
-    Raises:
-        NpuSmiError: on a non-zero exit or a timeout (npu-smi hangs when the driver
-            is wedged; the caller reports that instead of waiting forever).
-    """
+    """``npu-smi``'s stdout, or None when it is not on PATH; NpuSmiError on a non-zero exit
+    or a timeout (npu-smi hangs when the driver is wedged: the caller reports that instead)."""
     exe = shutil.which("npu-smi")
     if exe is None:
         return None

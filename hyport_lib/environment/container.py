@@ -308,11 +308,12 @@ def check_container(root: Path, *, kind: str, requested: str, num_cards: Optiona
     if evidence is None:
         why = (f"not a container (no /.dockerenv, /run/.containerenv or Kubernetes service account folder, "
                f"no runtime in /proc/1/cgroup, / not an overlay mount{where}): the docker run checks do not apply")
-        findings.checks = [Check(n, "SKIP", why) for n in names]
-        return findings
-    if not ascend_backend and not signs:
+    elif not ascend_backend and not signs:
         why = (f"a container ({evidence}{where}) with no Ascend device or /usr/local/Ascend: "
                f"nothing to check for the {kind} backend")
+    else:
+        why = None
+    if why:
         findings.checks = [Check(n, "SKIP", why) for n in names]
         return findings
     findings.judged = True
