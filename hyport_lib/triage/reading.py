@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Optional, Sequence
 
+from hyport_lib.triage.discovery import NAMED_UNREAD, named
 from hyport_lib.utils import bounded_files
 
 #: Longest part of a line read at once: a longer line keeps this much of its start and end.
@@ -23,8 +24,6 @@ MAX_READ_BYTES = 64 * 1024
 MAX_BYTES = 512 * 2**20
 #: Block size for counting the lines of a part of a file that is skipped.
 _COUNT_BLOCK = 1 << 20
-#: Files named in a note about what the budget left unread.
-_NAMED_UNREAD = 5
 
 
 #: What ends a word where a long line is cut (a token holds none of them).
@@ -145,18 +144,12 @@ class Planned:
     limit: Optional[int] = None
 
 
-def _size(path: Path) -> int:
+def _stat(path: Path, field: str) -> float:
+    """``path``'s ``st_size`` or ``st_mtime``; 0 when it cannot be had (reading it will say why)."""
     try:
-        return path.stat().st_size
-    except OSError:  # reading it will say why
-        return 0
-
-
-def _mtime(path: Path) -> float:
-    try:
-        return path.stat().st_mtime
+        return getattr(path.stat(), field)
     except OSError:
-        return 0.0
+        return 0
 
 
 def plan_reading(own: Sequence[Path], cann: Sequence[Path],
@@ -176,8 +169,8 @@ def plan_reading(own: Sequence[Path], cann: Sequence[Path],
     chosen: dict[Path, Planned] = {}
     unread: list[Path] = []
     notes: list[str] = []
-    for path in [*own, *sorted(cann, key=_mtime, reverse=True)]:
-        size = _size(path)
+    for path in [*own, *sorted(cann, key=lambda p: _stat(p, "st_mtime"), reverse=True)]:
+        size = _stat(path, "st_size")
         if size <= left:
             chosen[path] = Planned(path, 0, size if size else None)
             left -= size
@@ -189,8 +182,6 @@ def plan_reading(own: Sequence[Path], cann: Sequence[Path],
         else:
             unread.append(path)
     if unread:
-        named = ", ".join(str(p) for p in unread[:_NAMED_UNREAD])
-        more = f" and {len(unread) - _NAMED_UNREAD} more" if len(unread) > _NAMED_UNREAD else ""
         notes.append(f"byte budget of {max_bytes / 2**20:.0f} MiB spent: {len(unread)} log file(s) "
-                     f"not read: {named}{more}")
+                     f"not read: {named(unread, NAMED_UNREAD)}")
     return [chosen[p] for p in [*own, *cann] if p in chosen], unread, notes
