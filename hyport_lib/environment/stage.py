@@ -63,12 +63,9 @@ def plan(params: Params) -> Plan:
 
 
 def run(plan: Plan, *, on_progress: Optional[Callable[[Step], None]] = None) -> EnvironmentReport:
-    """Collect this host's facts and judge them.
-
-    The environment variables and the cards are read now, not when planned: a re-probe
-    (the notebook's button) sees a variable set or a card freed since. ``on_progress`` is
-    called with a :class:`Step` after each part.
-    """
+    """Collect this host's facts and judge them; ``on_progress`` gets a :class:`Step` after
+    each part. The variables and the cards are read now, not when planned: a re-probe (the
+    notebook's button) sees a variable set or a card freed since."""
     params, backend = plan.params, plan.backend
     steps = ("versions", "devices", "CANN and build", "system", "container and driver", "checks")
 
@@ -152,11 +149,9 @@ def _video_processor_wanted(model_path) -> tuple[str, Optional[bool]]:
 
 def container_and_driver(plan: Plan, environ: dict, listing, cann: dict,
                          system: dict) -> tuple[ContainerFindings, Check]:
-    """The container checks and the driver / CANN pairing of the tree under ``host_root``.
-
-    They run on an Ascend backend, or on any backend when the tree holds Ascend software or
-    devices: a container checked before torch_npu is installed is judged for NPU use.
-    """
+    """The container checks and the driver / CANN pairing of the tree under ``host_root``: on
+    an Ascend backend, or on any backend when the tree holds Ascend software or devices (a
+    container checked before torch_npu is installed is judged for NPU use)."""
     params, kind = plan.params, plan.backend.kind
     root = Path(params.host_root)
     machine = is_machine_root(root)
