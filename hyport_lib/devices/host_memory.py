@@ -67,40 +67,31 @@ def host_memory() -> dict:
     import psutil
 
     vm = psutil.virtual_memory()
-    memory = {"ram_total_gb": round(vm.total / 2**30, 2),
-              "ram_available_gb": round(vm.available / 2**30, 2)}
+    total, available = round(vm.total / 2**30, 2), round(vm.available / 2**30, 2)
     limit = cgroup_memory_limit_gb()
-    if limit is not None and memory.get("ram_total_gb") is not None and limit < memory["ram_total_gb"]:
-        used = cgroup_memory_used_gb() or 0.0
-        memory = {"ram_total_gb": round(limit, 2),
-                  "ram_available_gb": round(max(0.0, min(memory["ram_available_gb"] or limit, limit - used)), 2),
-                  "ram_limit": "cgroup"}
-    return memory
+    if limit is not None and limit < total:
+        used = _cgroup_gb(("memory.current", "memory/memory.usage_in_bytes")) or 0.0
+        return {"ram_total_gb": round(limit, 2),
+                "ram_available_gb": round(max(0.0, min(available or limit, limit - used)), 2),
+                "ram_limit": "cgroup"}
+    return {"ram_total_gb": total, "ram_available_gb": available}
 
 
-def _read_number(path: Path) -> Optional[int]:
-    try:
-        text = path.read_text().strip()
-    except OSError:
-        return None
-    return int(text) if text.isdigit() else None
+def _cgroup_gb(names: tuple[str, ...], root: Path = Path("/sys/fs/cgroup")) -> Optional[float]:
+    """The first of the cgroup (v2, then v1) files ``names`` that holds a number, in GB."""
+    for name in names:
+        try:
+            text = (root / name).read_text().strip()
+        except OSError:
+            continue
+        if text.isdigit() and int(text) < 2 ** 60:  # v1 writes a huge number for "no limit"
+            return int(text) / 2 ** 30
+    return None
 
 
 def cgroup_memory_limit_gb(root: Path = Path("/sys/fs/cgroup")) -> Optional[float]:
     """The memory limit of this process's cgroup in GB, or None when unlimited/unknown."""
-    for path in (root / "memory.max", root / "memory" / "memory.limit_in_bytes"):
-        value = _read_number(path)
-        if value is not None and value < 2 ** 60:  # v1 writes a huge number for "no limit"
-            return value / 2 ** 30
-    return None
-
-
-def cgroup_memory_used_gb(root: Path = Path("/sys/fs/cgroup")) -> Optional[float]:
-    for path in (root / "memory.current", root / "memory" / "memory.usage_in_bytes"):
-        value = _read_number(path)
-        if value is not None:
-            return value / 2 ** 30
-    return None
+    return _cgroup_gb(("memory.max", "memory/memory.limit_in_bytes"), root)
 
 
 def check_host_memory(kind: str, num_cards: int, system: Mapping,

@@ -76,9 +76,7 @@ def check_visible_devices(value: Optional[str], var_name: str,
     CI box hiding its GPUs with ``CUDA_VISIBLE_DEVICES=-1`` on cpu) the verdict is at most
     WARN. ``kind`` None: the backend that reads it.
     """
-    owner = visible_devices_owner(var_name)
-    kind = kind or owner
-    if kind != owner:
+    if kind and kind != visible_devices_owner(var_name):
         return _foreign_visible_devices(value, var_name, kind)
     return _judge_visible_devices(value, var_name, available)
 
