@@ -67,13 +67,9 @@ class GridPlan:
 
 
 def available_cards(backend: Backend, num_cards: Optional[int] = None) -> list[int]:
-    """Card ids the grid may use, as the device tools number them.
-
-    On CPU "cards" are worker processes ``0..num_cards-1`` (default: the backend's
-    count, 2). On an accelerator they are the visible cards; when this process already
-    runs under a visible-devices variable (e.g. ``ASCEND_RT_VISIBLE_DEVICES=4,5``),
-    its entries are the ids a child must be pinned to.
-    """
+    """Card ids the grid may use, as the device tools number them: on CPU worker processes
+    ``0..num_cards-1``; on an accelerator the visible cards, the entries of an inherited
+    visible-devices variable (``ASCEND_RT_VISIBLE_DEVICES=4,5``) when there is one."""
     if num_cards is not None and int(num_cards) < 1:
         raise ValueError(f"num_cards={num_cards!r}: expected a positive number or None (all cards)")
     if backend.kind == "cpu":

@@ -51,12 +51,9 @@ def hides_all_cards(value: Optional[str], var_name: str) -> bool:
 
 
 def visible_card_ids(value: Optional[str], var_name: str) -> Optional[list[int]]:
-    """Host card ids (as npu-smi / nvidia-smi number them) that ``value`` leaves visible.
-
-    These are the ids :func:`hyport_lib.devices.card_plan.available_cards` pins children
-    to, in the runtime's order. None when the variable is unset or selects by GPU UUID
-    (nothing to map: every listed card is judged); ``[]`` when it hides every card.
-    """
+    """Host card ids (as npu-smi / nvidia-smi number them, in the runtime's order) that
+    ``value`` leaves visible; None when unset or selecting by GPU UUID (every listed card is
+    judged); ``[]`` when it hides every card."""
     if value is None:
         return None
     if hides_all_cards(value, var_name):
@@ -69,13 +66,9 @@ def visible_card_ids(value: Optional[str], var_name: str) -> Optional[list[int]]
 
 def check_visible_devices(value: Optional[str], var_name: str,
                           available: Optional[int] = None, kind: Optional[str] = None) -> Check:
-    """Validate a visible-devices variable's ``value`` (None: unset), and its range given
-    the host's ``available`` card count.
-
-    Only the backend that reads the variable is judged strictly: for another ``kind`` (a
-    CI box hiding its GPUs with ``CUDA_VISIBLE_DEVICES=-1`` on cpu) the verdict is at most
-    WARN. ``kind`` None: the backend that reads it.
-    """
+    """Judge a visible-devices variable's ``value`` (None: unset), and its range given the
+    host's ``available`` cards; strictly only for the backend that reads it: for another
+    ``kind`` (a CI box hiding its GPUs with ``CUDA_VISIBLE_DEVICES=-1`` on cpu) at most WARN."""
     if kind and kind != visible_devices_owner(var_name):
         return _foreign_visible_devices(value, var_name, kind)
     return _judge_visible_devices(value, var_name, available)

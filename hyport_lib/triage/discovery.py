@@ -91,11 +91,8 @@ def named(paths: list, shown: int = _NAMED) -> str:
 def walk_files(root: Path, wanted: Callable[[Path, bool], bool],
                max_depth: int = MAX_DEPTH) -> tuple[list[Path], list[str]]:
     """``(files, notes)``: the files under ``root`` that ``wanted(path, beside_model)`` keeps,
-    walked with a stack (a deep tree overflowed recursion), at most ``max_depth`` levels.
-
-    Links to folders are not walked, a link to a file is kept only when it stays inside
-    ``root``; notes name folders too deep or unreadable and links out of ``root``.
-    """
+    walked with a stack (a deep tree overflowed recursion) at most ``max_depth`` levels; links
+    to folders are not walked, links to files only kept inside ``root``."""
     found: list[Path] = []
     too_deep: list[Path] = []
     outside: list[Path] = []

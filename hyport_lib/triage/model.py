@@ -40,14 +40,9 @@ class Place:
 
 @dataclass
 class Finding:
-    """One known failure (fields of its catalogue entry), however many files and lines show it.
-
-    Attributes:
-        file, line, text: the first place it shows and that line, scrubbed and cut.
-        context: a few lines around it (the matched line included), scrubbed.
-        places: the first line of each file that shows it; ``more_places``: files beyond.
-        occurrences: how many lines matched, over every file.
-    """
+    """One known failure (fields of its catalogue entry), however many files and lines show
+    it: ``file:line`` and ``text`` of the first, scrubbed and cut, with a few lines of
+    ``context``; ``places``: the first line in each file (``more_places``: files beyond)."""
 
     key: str
     title: str
@@ -81,15 +76,9 @@ class Unrecognised:
 
 @dataclass
 class Triage:
-    """The result of :func:`hyport_lib.triage.triage`.
-
-    Attributes:
-        findings: the errors that are causes, then those that usually follow another
-            failure, then warnings; each group in order of first appearance.
-        root: the folder paths are shown relative to.
-        since: only CANN logs modified at or after this time (seconds since the epoch) were read.
-        unread: log files found but not read (unreadable, or left by a budget); notes name them.
-    """
+    """The result of :func:`hyport_lib.triage.triage`: ``findings`` (causes, consequences,
+    warnings), paths shown relative to ``root``, CANN logs read from ``since`` (seconds since
+    the epoch); ``unread``: log files found but not read (the notes name them)."""
 
     findings: list[Finding] = field(default_factory=list)
     unrecognised: list[Unrecognised] = field(default_factory=list)

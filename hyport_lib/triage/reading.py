@@ -94,15 +94,10 @@ def _passed(deadline: Optional[float]) -> bool:
 
 def read_lines(path: Path, start: int = 0, limit: Optional[int] = None,
                deadline: Optional[float] = None) -> Iterator[tuple[int, str]]:
-    """``(line number, text)`` of a regular file, streaming, without line ends; undecodable
-    bytes replaced, a long line cut (see the module docstring).
-
-    Reading begins with the first whole line at or after byte ``start`` (numbers still count
-    from the top), reads at most ``limit`` bytes (a growing file stays in budget), and raises
-    :class:`DeadlinePassed` past ``deadline`` (``time.monotonic()``). OSError
-    (:class:`~hyport_lib.utils.bounded_files.UnreadableFile`) for a file that is not regular:
-    a pipe named ``*.log`` would block forever.
-    """
+    """``(line number, text)`` of a regular file (OSError otherwise: a pipe named ``*.log``
+    would block forever), streaming, from the first whole line at or after byte ``start``
+    (numbers still count from the top), at most ``limit`` bytes (a growing file stays in
+    budget); :class:`DeadlinePassed` past ``deadline`` (``time.monotonic()``)."""
     with bounded_files.open_regular(path) as handle:
         number = _skip_to(handle, start) if start > 0 else 0
         consumed = 0
@@ -155,12 +150,8 @@ def _stat(path: Path, field: str) -> float:
 def plan_reading(own: Sequence[Path], cann: Sequence[Path],
                  max_bytes: Optional[int]) -> tuple[list[Planned], list[Path], list[str]]:
     """``(planned, unread, notes)``: which files, and which part of each, fit in ``max_bytes``
-    (None: no limit), in reading order (``own``, then ``cann``).
-
-    The run's own logs come first, then CANN's newest first (its folder holds older jobs'
-    files too). A file larger than what is left is read from its end, where a failure is;
-    notes name the files read in part or not at all.
-    """
+    (None: no limit): the run's own logs, then CANN's newest first (its folder holds older
+    jobs' files too). A file larger than what is left is read from its end, where a failure is."""
     if max_bytes is None:
         return [Planned(p) for p in [*own, *cann]], [], []
     if isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes <= 0:
