@@ -9,7 +9,6 @@ killed to free a card. The plan is a value: the notebook shows it, then
 from __future__ import annotations
 
 import os
-import re
 import subprocess
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Optional
@@ -17,6 +16,7 @@ from typing import TYPE_CHECKING, Optional
 from hyport_lib.backend import Backend
 from hyport_lib.devices.host_memory import require_host_ram
 from hyport_lib.devices.probe import probe_devices
+from hyport_lib.devices.visible_devices import inherited_card_ids
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -86,38 +86,6 @@ def available_cards(backend: Backend, num_cards: Optional[int] = None) -> list[i
             raise ValueError(f"num_cards={num_cards}: only {len(ids)} {backend.kind} card(s) are visible")
         ids = ids[:int(num_cards)]
     return ids
-
-
-def inherited_card_ids(var: str, value: str) -> list[int]:
-    """Host card ids listed by an inherited visible-devices variable, in order: the grid
-    pins each worker with ``var=<id>``, so what it cannot map (every card hidden, a UUID, a
-    range, an empty entry, a duplicate, an Ascend space) is a ValueError naming the variable,
-    never a worker pinned to the wrong card."""
-    ascend = var.upper().startswith("ASCEND")
-    shown = f"{var}={value!r}"
-    text = value.strip()
-    if not text or (not ascend and text == "-1"):
-        raise ValueError(f"{shown} hides every card: unset it, or list the card indices to use (e.g. 0,1)")
-    if ascend and re.search(r"\s", text):
-        raise ValueError(f"{shown}: remove the spaces (the Ascend runtime stops reading at one)")
-    entries = [e.strip() for e in text.split(",")]
-    if len(entries) > 1 and not entries[-1]:
-        entries.pop()  # a trailing comma: the runtimes ignore it
-    for entry in entries:
-        if not ascend and entry.upper().startswith(("GPU-", "MIG-")):
-            raise ValueError(
-                f"{shown} selects cards by UUID; the grid pins each worker by card index, so set "
-                f"it to indices instead (nvidia-smi -L lists each GPU's index and UUID)")
-        if not entry:
-            raise ValueError(f"{shown} has an empty entry; list the card indices, e.g. 0,1")
-        if not (entry.isascii() and entry.isdigit()):  # not a full-width ３
-            hint = " (ranges are not understood: list each card, e.g. 0,1)" if "-" in entry else ""
-            raise ValueError(f"{shown}: {entry!r} is not a card index{hint}")
-    ids = [int(e) for e in entries]
-    duplicates = sorted({i for i in ids if ids.count(i) > 1})
-    if duplicates:
-        raise ValueError(f"{shown} lists card {duplicates[0]} more than once; list each card once")
-    return ids  # what the runtime reads too: every entry a number, no space on Ascend, none twice
 
 
 def _busy_from_environment(backend: Backend) -> tuple[dict, Optional[str]]:

@@ -1,6 +1,7 @@
 """The visible-devices variable (``ASCEND_RT_VISIBLE_DEVICES`` / ``CUDA_VISIBLE_DEVICES``):
-what the runtime will actually see (:func:`parse_visible_devices`), and a judgement of the
-value that names the fix (:func:`check_visible_devices`).
+what the runtime will actually see (:func:`parse_visible_devices`), the ids the grid pins
+workers to (:func:`inherited_card_ids`), and a judgement that names the fix
+(:func:`check_visible_devices`).
 """
 
 from __future__ import annotations
@@ -35,6 +36,38 @@ def parse_visible_devices(value: str, var_name: str = "ASCEND_RT_VISIBLE_DEVICES
             return [] if not _is_ascend_var(var_name) else seen
         seen.append(index)
     return seen
+
+
+def inherited_card_ids(var: str, value: str) -> list[int]:
+    """Host card ids listed by an inherited visible-devices variable, in order: the grid
+    pins each worker with ``var=<id>``, so what it cannot map (every card hidden, a UUID, a
+    range, an empty entry, a duplicate, an Ascend space) is a ValueError naming the variable,
+    never a worker pinned to the wrong card."""
+    ascend = _is_ascend_var(var)
+    shown = f"{var}={value!r}"
+    text = value.strip()
+    if hides_all_cards(value, var):
+        raise ValueError(f"{shown} hides every card: unset it, or list the card indices to use (e.g. 0,1)")
+    if ascend and re.search(r"\s", text):
+        raise ValueError(f"{shown}: remove the spaces (the Ascend runtime stops reading at one)")
+    entries = [e.strip() for e in text.split(",")]
+    if len(entries) > 1 and not entries[-1]:
+        entries.pop()  # a trailing comma: the runtimes ignore it
+    for entry in entries:
+        if not ascend and entry.upper().startswith(("GPU-", "MIG-")):
+            raise ValueError(
+                f"{shown} selects cards by UUID; the grid pins each worker by card index, so set "
+                f"it to indices instead (nvidia-smi -L lists each GPU's index and UUID)")
+        if not entry:
+            raise ValueError(f"{shown} has an empty entry; list the card indices, e.g. 0,1")
+        if not (entry.isascii() and entry.isdigit()):  # not a full-width ３
+            hint = " (ranges are not understood: list each card, e.g. 0,1)" if "-" in entry else ""
+            raise ValueError(f"{shown}: {entry!r} is not a card index{hint}")
+    ids = [int(e) for e in entries]
+    duplicates = sorted({i for i in ids if ids.count(i) > 1})
+    if duplicates:
+        raise ValueError(f"{shown} lists card {duplicates[0]} more than once; list each card once")
+    return ids  # what the runtime reads too: every entry a number, no space on Ascend, none twice
 
 
 def visible_devices_owner(var_name: str) -> str:
