@@ -9,7 +9,6 @@ killed to free a card. The plan is a value: the notebook shows it, then
 from __future__ import annotations
 
 import os
-import re
 import subprocess
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Optional
@@ -17,7 +16,7 @@ from typing import TYPE_CHECKING, Optional
 from hyport_lib.backend import Backend
 from hyport_lib.devices.host_memory import require_host_ram
 from hyport_lib.devices.probe import probe_devices
-from hyport_lib.devices.visible_devices import parse_visible_devices
+from hyport_lib.devices.visible_devices import inherited_card_ids
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -68,13 +67,9 @@ class GridPlan:
 
 
 def available_cards(backend: Backend, num_cards: Optional[int] = None) -> list[int]:
-    """Card ids the grid may use, as the device tools number them.
-
-    On CPU "cards" are worker processes ``0..num_cards-1`` (default: the backend's
-    count, 2). On an accelerator they are the visible cards; when this process already
-    runs under a visible-devices variable (e.g. ``ASCEND_RT_VISIBLE_DEVICES=4,5``),
-    its entries are the ids a child must be pinned to.
-    """
+    """Card ids the grid may use, as the device tools number them: on CPU worker processes
+    ``0..num_cards-1``; on an accelerator the visible cards, the entries of an inherited
+    visible-devices variable (``ASCEND_RT_VISIBLE_DEVICES=4,5``) when there is one."""
     if num_cards is not None and int(num_cards) < 1:
         raise ValueError(f"num_cards={num_cards!r}: expected a positive number or None (all cards)")
     if backend.kind == "cpu":
@@ -90,47 +85,6 @@ def available_cards(backend: Backend, num_cards: Optional[int] = None) -> list[i
         if int(num_cards) > len(ids):
             raise ValueError(f"num_cards={num_cards}: only {len(ids)} {backend.kind} card(s) are visible")
         ids = ids[:int(num_cards)]
-    return ids
-
-
-def inherited_card_ids(var: str, value: str) -> list[int]:
-    """Host card ids listed by an inherited visible-devices variable, in order: the grid
-    pins each worker with ``var=<id>``, so what it cannot map is an error naming the
-    variable, never a worker pinned to the wrong card.
-
-    Raises:
-        ValueError: the value hides every card, selects cards by UUID, holds a range
-            (``0-1``), a non-number, an empty entry, a duplicate, or (Ascend) a space.
-    """
-    ascend = var.upper().startswith("ASCEND")
-    shown = f"{var}={value!r}"
-    text = value.strip()
-    if not text or (not ascend and text == "-1"):
-        raise ValueError(f"{shown} hides every card: unset it, or list the card indices to use (e.g. 0,1)")
-    if ascend and re.search(r"\s", text):
-        raise ValueError(f"{shown}: remove the spaces (the Ascend runtime stops reading at one)")
-    entries = [e.strip() for e in text.split(",")]
-    if len(entries) > 1 and not entries[-1]:
-        entries.pop()  # a trailing comma: the runtimes ignore it
-    for entry in entries:
-        if not ascend and entry.upper().startswith(("GPU-", "MIG-")):
-            raise ValueError(
-                f"{shown} selects cards by UUID; the grid pins each worker by card index, so set "
-                f"it to indices instead (nvidia-smi -L lists each GPU's index and UUID)")
-        if not entry:
-            raise ValueError(f"{shown} has an empty entry; list the card indices, e.g. 0,1")
-        if not (entry.isascii() and entry.isdigit()):  # not a full-width ３
-            hint = " (ranges are not understood: list each card, e.g. 0,1)" if "-" in entry else ""
-            raise ValueError(f"{shown}: {entry!r} is not a card index{hint}")
-    ids = [int(e) for e in entries]
-    duplicates = sorted({i for i in ids if ids.count(i) > 1})
-    if duplicates:
-        raise ValueError(f"{shown} lists card {duplicates[0]} more than once; list each card once")
-    # What the runtime itself reads must be what the grid maps (e.g. CUDA strips spaces).
-    seen = parse_visible_devices(value, var)
-    if seen != ids:
-        raise ValueError(f"{shown}: the runtime reads cards {seen} from it, the grid {ids}; "
-                         f"write it as {','.join(map(str, ids))}")
     return ids
 
 
@@ -151,14 +105,9 @@ def _busy_from_environment(backend: Backend) -> tuple[dict, Optional[str]]:
 
 def plan_grid(backend: Backend, num_cards: Optional[int] = None, allow_busy_cards: bool = False,
               cards: Optional[list[int]] = None, busy: Optional[dict] = None) -> GridPlan:
-    """Preflight: which cards run, which are skipped because another process holds them.
-
-    Args:
-        num_cards: how many cards (None: all available; CPU default 2).
-        cards: explicit card ids instead of the first ``num_cards``.
-        busy: ``{card: [process, ...]}`` (dicts or device processes); by default
-            from :func:`hyport_lib.devices.probe.probe_devices` (nothing is busy on CPU).
-    """
+    """Preflight: which of ``cards`` (default: the first ``num_cards`` available) run, which
+    are skipped because another process holds them. ``busy``: ``{card: [process, ...]}``
+    (dicts or device processes), by default from :func:`~hyport_lib.devices.probe.probe_devices`."""
     ids = [int(c) for c in cards] if cards is not None else available_cards(backend, num_cards)
     if len(set(ids)) != len(ids):
         raise ValueError(f"cards={cards!r}: each card may appear once")

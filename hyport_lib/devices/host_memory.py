@@ -41,15 +41,10 @@ class RamNeed:
 
 def ram_need_per_rank(kind: str, num_parameters: int, mode: str, *, dtype: str = "float32",
                       zero_stage: int = 0, world_size: int = 1) -> RamNeed:
-    """Host RAM one rank needs for a model of ``num_parameters``.
-
-    Args:
-        kind: ``cpu`` (the model lives in host RAM) or an accelerator (the host holds the
-            weights while they load, then the device does).
-        mode: ``inference``, ``full`` (fine-tune with Adam) or ``lora`` (frozen weights).
-        dtype: the weights' dtype (``bf16``/``bfloat16``, ``fp32``/``float32``, ...).
-        zero_stage, world_size: DeepSpeed's partitioning (ZeRO-3 splits the model itself).
-    """
+    """Host RAM one rank needs for a model of ``num_parameters`` in ``mode`` (``inference``,
+    ``full``: fine-tune with Adam, ``lora``: frozen weights). On ``cpu`` the model lives in
+    host RAM; on an accelerator the host holds the weights while they load. ZeRO-3
+    (``zero_stage``) splits the model itself over ``world_size`` ranks."""
     if mode not in ("inference", "full", "lora"):
         raise ValueError(f"mode={mode!r}: expected inference, full or lora")
     width = DTYPE_BYTES.get(str(dtype).replace("torch.", ""), 4)
@@ -72,40 +67,31 @@ def host_memory() -> dict:
     import psutil
 
     vm = psutil.virtual_memory()
-    memory = {"ram_total_gb": round(vm.total / 2**30, 2),
-              "ram_available_gb": round(vm.available / 2**30, 2)}
+    total, available = round(vm.total / 2**30, 2), round(vm.available / 2**30, 2)
     limit = cgroup_memory_limit_gb()
-    if limit is not None and memory.get("ram_total_gb") is not None and limit < memory["ram_total_gb"]:
-        used = cgroup_memory_used_gb() or 0.0
-        memory = {"ram_total_gb": round(limit, 2),
-                  "ram_available_gb": round(max(0.0, min(memory["ram_available_gb"] or limit, limit - used)), 2),
-                  "ram_limit": "cgroup"}
-    return memory
+    if limit is not None and limit < total:
+        used = _cgroup_gb(("memory.current", "memory/memory.usage_in_bytes")) or 0.0
+        return {"ram_total_gb": round(limit, 2),
+                "ram_available_gb": round(max(0.0, min(available or limit, limit - used)), 2),
+                "ram_limit": "cgroup"}
+    return {"ram_total_gb": total, "ram_available_gb": available}
 
 
-def _read_number(path: Path) -> Optional[int]:
-    try:
-        text = path.read_text().strip()
-    except OSError:
-        return None
-    return int(text) if text.isdigit() else None
+def _cgroup_gb(names: tuple[str, ...], root: Path = Path("/sys/fs/cgroup")) -> Optional[float]:
+    """The first of the cgroup (v2, then v1) files ``names`` that holds a number, in GB."""
+    for name in names:
+        try:
+            text = (root / name).read_text().strip()
+        except OSError:
+            continue
+        if text.isdigit() and int(text) < 2 ** 60:  # v1 writes a huge number for "no limit"
+            return int(text) / 2 ** 30
+    return None
 
 
 def cgroup_memory_limit_gb(root: Path = Path("/sys/fs/cgroup")) -> Optional[float]:
     """The memory limit of this process's cgroup in GB, or None when unlimited/unknown."""
-    for path in (root / "memory.max", root / "memory" / "memory.limit_in_bytes"):
-        value = _read_number(path)
-        if value is not None and value < 2 ** 60:  # v1 writes a huge number for "no limit"
-            return value / 2 ** 30
-    return None
-
-
-def cgroup_memory_used_gb(root: Path = Path("/sys/fs/cgroup")) -> Optional[float]:
-    for path in (root / "memory.current", root / "memory" / "memory.usage_in_bytes"):
-        value = _read_number(path)
-        if value is not None:
-            return value / 2 ** 30
-    return None
+    return _cgroup_gb(("memory.max", "memory/memory.limit_in_bytes"), root)
 
 
 def check_host_memory(kind: str, num_cards: int, system: Mapping,
@@ -171,13 +157,8 @@ def check_container_shm(total_gb: Optional[float], num_cards: int, per_card_gb: 
 
 def require_host_ram(kind: str, num_cards: int, what: str = "workers",
                      need: Optional[RamNeed] = None) -> None:
-    """Refuse ``num_cards`` ranks the host's RAM cannot hold (the ``host_ram`` check's figure,
-    or ``need`` when the model is known).
-
-    Raises:
-        ValueError: naming the count, the RAM it needs (and how it was reckoned) and what
-            the host has.
-    """
+    """ValueError for ``num_cards`` ranks the host's RAM cannot hold (the ``host_ram`` check's
+    figure, or ``need`` when the model is known), naming the RAM needed, how, and what is there."""
     check = check_host_memory(kind, num_cards, host_memory(),
                               ram_gb_per_card=need.per_rank_gb if need else None)[0]
     if check.verdict == "FAIL":

@@ -31,6 +31,9 @@ from hyport_lib.devices.records import DeviceInfo, DeviceProcess
 _VERSION_RE = re.compile(r"npu-smi\s+(\S+)\s+Version:\s*(\S+)")
 _IDLE_RE = re.compile(r"No running processes found in NPU\s+(\d+)", re.IGNORECASE)
 _PAIR_RE = re.compile(r"(\d+)\s*/\s*(\d+)")
+#: The process table's columns, by the start of their header.
+_PROCESS_COLUMNS = (("container_pid", "Process id in container"), ("pid", "Process id"),
+                    ("name", "Process name"), ("memory", "Process memory"))
 _BUS_RE = re.compile(r"^[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-9A-Fa-f]$")
 
 
@@ -40,16 +43,9 @@ class NpuSmiError(RuntimeError):
 
 @dataclass
 class NpuSmiInfo:
-    """What one ``npu-smi info`` table says.
-
-    Attributes:
-        tool_version: the version after ``npu-smi`` in the title line.
-        driver_version: the version after ``Version:`` (the driver's).
-        devices: one entry per chip, in listing order, processes attached.
-        idle_npus: NPU numbers printed as ``No running processes found in NPU n``.
-        unmatched_processes: ``(npu_id, chip_id, process)`` rows whose NPU/chip is not in
-            the chip table.
-    """
+    """What one ``npu-smi info`` table says: the tool's and the driver's version (title
+    line), one device per chip in listing order with its processes, the NPUs printed idle, and
+    ``(npu_id, chip_id, process)`` rows whose NPU/chip is not in the chip table."""
 
     tool_version: Optional[str] = None
     driver_version: Optional[str] = None
@@ -67,10 +63,7 @@ def _cells(line: str) -> Optional[list[str]]:
 
 
 def _int(token: Optional[str]) -> Optional[int]:
-    if token is None:
-        return None
-    token = token.strip()
-    return int(token) if token.isdigit() else None
+    return int(token) if token is not None and token.strip().isdigit() else None
 
 
 def _float(token: Optional[str]) -> Optional[float]:
@@ -92,14 +85,10 @@ def _second_row_metrics(cell: str) -> dict:
     """AICore %, memory and HBM from ``0  0 / 0  3318 / 65536`` (310P: one pair)."""
     tokens = cell.split()
     pairs = [(int(a), int(b)) for a, b in _PAIR_RE.findall(cell)]
-    out = {"aicore_pct": _int(tokens[0]) if tokens else None,
-           "memory_used_mb": None, "memory_total_mb": None,
-           "hbm_used_mb": None, "hbm_total_mb": None}
-    if pairs:
-        out["memory_used_mb"], out["memory_total_mb"] = pairs[0]
-    if len(pairs) >= 2:  # the last pair is HBM; 310P prints none
-        out["hbm_used_mb"], out["hbm_total_mb"] = pairs[-1]
-    return out
+    memory = pairs[0] if pairs else (None, None)
+    hbm = pairs[-1] if len(pairs) >= 2 else (None, None)  # the last pair is HBM; 310P prints none
+    return {"aicore_pct": _int(tokens[0]) if tokens else None, "memory_used_mb": memory[0],
+            "memory_total_mb": memory[1], "hbm_used_mb": hbm[0], "hbm_total_mb": hbm[1]}
 
 
 class _Parser:
@@ -181,15 +170,10 @@ class _Parser:
     def _process_header(self, cells: list[str]) -> None:
         self.section = "procs"
         self.proc_columns = {}
-        for i, cell in enumerate(cells):
-            if cell.startswith("Process id in container"):
-                self.proc_columns["container_pid"] = i
-            elif cell.startswith("Process id"):
-                self.proc_columns["pid"] = i
-            elif cell.startswith("Process name"):
-                self.proc_columns["name"] = i
-            elif cell.startswith("Process memory"):
-                self.proc_columns["memory"] = i
+        for i, cell in enumerate(cells):  # "Process id in container" before "Process id"
+            key = next((k for k, head in _PROCESS_COLUMNS if cell.startswith(head)), None)
+            if key:
+                self.proc_columns[key] = i
 
     def _process_row(self, cells: list[str]) -> None:
         cols = self.proc_columns
@@ -202,9 +186,8 @@ class _Parser:
             return
         npu_id = int(tokens[0])
         chip_id = int(tokens[1]) if len(tokens) > 1 and tokens[1].isdigit() else None
-        container_pid = None
-        if "container_pid" in cols and cols["container_pid"] < len(cells):
-            container_pid = _int(cells[cols["container_pid"]])
+        container_i = cols.get("container_pid", len(cells))
+        container_pid = _int(cells[container_i]) if container_i < len(cells) else None
         process = DeviceProcess(
             pid=container_pid if container_pid is not None else host_pid,
             name=cells[name_i], memory_mb=_int(cells[mem_i]),
@@ -237,12 +220,8 @@ def parse_npu_smi_info(text: str) -> NpuSmiInfo:
 
 
 def run_npu_smi(args: Sequence[str] = ("info",), timeout_s: float = 15.0) -> Optional[str]:
-    """Run ``npu-smi`` and return its stdout, or None when the binary is not on PATH.
-
-    Raises:
-        NpuSmiError: on a non-zero exit or a timeout (npu-smi hangs when the driver
-            is wedged; the caller reports that instead of waiting forever).
-    """
+    """``npu-smi``'s stdout, or None when it is not on PATH; NpuSmiError on a non-zero exit
+    or a timeout (npu-smi hangs when the driver is wedged: the caller reports that instead)."""
     exe = shutil.which("npu-smi")
     if exe is None:
         return None

@@ -32,17 +32,10 @@ NVIDIA_APPS_QUERY = ("--query-compute-apps=gpu_uuid,pid,process_name,used_memory
 
 @dataclass
 class DeviceListing:
-    """Cards plus where they came from.
-
-    Attributes:
-        source: ``npu-smi``, ``nvidia-smi``, ``torch`` (tool missing or failed) or ``cpu``.
-        error: why the preferred tool could not be used; None when it was.
-        driver_version: as the tool printed it, when it did.
-        processes_known: False when no tool could list processes (fallback listing).
-        raw: the tool's own output, kept for a bug report.
-        distrust: why the listing cannot be trusted (it disagrees with the runtime's
-            card count).
-    """
+    """Cards plus where they came from (``source``: ``npu-smi``, ``nvidia-smi``, ``torch``
+    when the tool is missing or failed, ``cpu``); ``error``: why the preferred tool could not
+    be used; ``raw``: the tool's output, for a bug report; ``distrust``: why the listing
+    cannot be trusted (it disagrees with the runtime's card count)."""
 
     devices: list[DeviceInfo] = field(default_factory=list)
     source: str = ""
@@ -97,11 +90,8 @@ def _probe_npu(backend) -> DeviceListing:
 
 # --- CUDA -----------------------------------------------------------------------------
 def parse_nvidia_smi_gpus(text: str) -> dict[str, DeviceInfo]:
-    """Parse ``nvidia-smi --query-gpu=index,uuid,name,memory.used,memory.total``.
-
-    Returns:
-        ``{gpu uuid: card}`` in listing order (the uuid maps compute apps to cards).
-    """
+    """``{gpu uuid: card}`` in listing order from :data:`NVIDIA_GPU_QUERY`'s output (the
+    uuid maps compute apps to cards)."""
     devices: dict[str, DeviceInfo] = {}
     for row in csv.reader(io.StringIO(text)):
         row = [c.strip() for c in row]

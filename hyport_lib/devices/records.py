@@ -51,13 +51,8 @@ def count_verdicts(checks: Iterable[Check]) -> dict[str, int]:
 
 @dataclass(frozen=True)
 class DeviceProcess:
-    """A process holding memory on a card.
-
-    Attributes:
-        pid: the id as seen from this host or container (``Process id in container``
-            when npu-smi prints it, otherwise the host pid).
-        host_pid: the host's pid when it differs from ``pid`` (inside a container).
-    """
+    """A process holding memory on a card: ``pid`` as seen from here (npu-smi's ``Process id
+    in container`` when printed), ``host_pid`` the host's when it differs (in a container)."""
 
     pid: int
     name: str

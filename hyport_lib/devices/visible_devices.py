@@ -1,6 +1,7 @@
 """The visible-devices variable (``ASCEND_RT_VISIBLE_DEVICES`` / ``CUDA_VISIBLE_DEVICES``):
-what the runtime will actually see (:func:`parse_visible_devices`), and a judgement of the
-value that names the fix (:func:`check_visible_devices`).
+what the runtime will actually see (:func:`parse_visible_devices`), the ids the grid pins
+workers to (:func:`inherited_card_ids`), and a judgement that names the fix
+(:func:`check_visible_devices`).
 """
 
 from __future__ import annotations
@@ -37,6 +38,38 @@ def parse_visible_devices(value: str, var_name: str = "ASCEND_RT_VISIBLE_DEVICES
     return seen
 
 
+def inherited_card_ids(var: str, value: str) -> list[int]:
+    """Host card ids listed by an inherited visible-devices variable, in order: the grid
+    pins each worker with ``var=<id>``, so what it cannot map (every card hidden, a UUID, a
+    range, an empty entry, a duplicate, an Ascend space) is a ValueError naming the variable,
+    never a worker pinned to the wrong card."""
+    ascend = _is_ascend_var(var)
+    shown = f"{var}={value!r}"
+    text = value.strip()
+    if hides_all_cards(value, var):
+        raise ValueError(f"{shown} hides every card: unset it, or list the card indices to use (e.g. 0,1)")
+    if ascend and re.search(r"\s", text):
+        raise ValueError(f"{shown}: remove the spaces (the Ascend runtime stops reading at one)")
+    entries = [e.strip() for e in text.split(",")]
+    if len(entries) > 1 and not entries[-1]:
+        entries.pop()  # a trailing comma: the runtimes ignore it
+    for entry in entries:
+        if not ascend and entry.upper().startswith(("GPU-", "MIG-")):
+            raise ValueError(
+                f"{shown} selects cards by UUID; the grid pins each worker by card index, so set "
+                f"it to indices instead (nvidia-smi -L lists each GPU's index and UUID)")
+        if not entry:
+            raise ValueError(f"{shown} has an empty entry; list the card indices, e.g. 0,1")
+        if not (entry.isascii() and entry.isdigit()):  # not a full-width ３
+            hint = " (ranges are not understood: list each card, e.g. 0,1)" if "-" in entry else ""
+            raise ValueError(f"{shown}: {entry!r} is not a card index{hint}")
+    ids = [int(e) for e in entries]
+    duplicates = sorted({i for i in ids if ids.count(i) > 1})
+    if duplicates:
+        raise ValueError(f"{shown} lists card {duplicates[0]} more than once; list each card once")
+    return ids  # what the runtime reads too: every entry a number, no space on Ascend, none twice
+
+
 def visible_devices_owner(var_name: str) -> str:
     """The backend kind that reads ``var_name``: ``npu`` for Ascend's, ``cuda`` otherwise."""
     return "npu" if _is_ascend_var(var_name) else "cuda"
@@ -51,12 +84,9 @@ def hides_all_cards(value: Optional[str], var_name: str) -> bool:
 
 
 def visible_card_ids(value: Optional[str], var_name: str) -> Optional[list[int]]:
-    """Host card ids (as npu-smi / nvidia-smi number them) that ``value`` leaves visible.
-
-    These are the ids :func:`hyport_lib.devices.card_plan.available_cards` pins children
-    to, in the runtime's order. None when the variable is unset or selects by GPU UUID
-    (nothing to map: every listed card is judged); ``[]`` when it hides every card.
-    """
+    """Host card ids (as npu-smi / nvidia-smi number them, in the runtime's order) that
+    ``value`` leaves visible; None when unset or selecting by GPU UUID (every listed card is
+    judged); ``[]`` when it hides every card."""
     if value is None:
         return None
     if hides_all_cards(value, var_name):
@@ -69,16 +99,10 @@ def visible_card_ids(value: Optional[str], var_name: str) -> Optional[list[int]]
 
 def check_visible_devices(value: Optional[str], var_name: str,
                           available: Optional[int] = None, kind: Optional[str] = None) -> Check:
-    """Validate a visible-devices variable's ``value`` (None: unset), and its range given
-    the host's ``available`` card count.
-
-    Only the backend that reads the variable is judged strictly: for another ``kind`` (a
-    CI box hiding its GPUs with ``CUDA_VISIBLE_DEVICES=-1`` on cpu) the verdict is at most
-    WARN. ``kind`` None: the backend that reads it.
-    """
-    owner = visible_devices_owner(var_name)
-    kind = kind or owner
-    if kind != owner:
+    """Judge a visible-devices variable's ``value`` (None: unset), and its range given the
+    host's ``available`` cards; strictly only for the backend that reads it: for another
+    ``kind`` (a CI box hiding its GPUs with ``CUDA_VISIBLE_DEVICES=-1`` on cpu) at most WARN."""
+    if kind and kind != visible_devices_owner(var_name):
         return _foreign_visible_devices(value, var_name, kind)
     return _judge_visible_devices(value, var_name, available)
 

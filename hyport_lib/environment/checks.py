@@ -66,19 +66,16 @@ def check_hccl_ports(kind: str, num_cards: int, environ: Mapping[str, str],
 def check_busy_cards(kind: str, listing, num_cards: Optional[int] = None,
                      visible: Optional[list[int]] = None,
                      visible_var: Optional[str] = None) -> Check:
-    """Cards held by some process, among the cards this process may use.
-
-    FAIL when fewer free cards remain than ``num_cards`` requests, or none at all;
-    WARN when some are busy but enough are free (hyport skips busy cards). Busy cards
-    outside ``visible`` (the host ids ``visible_var`` leaves visible; None: all) are named
-    but do not count, as the grid never uses them.
-    """
+    """Cards held by some process, among those this process may use: FAIL when fewer free
+    cards remain than ``num_cards`` requests, or none; WARN when some are busy but enough are
+    free (hyport skips busy cards). Busy cards outside ``visible`` (the host ids
+    ``visible_var`` leaves visible; None: all) are named but do not count."""
     name = "busy_cards"
     if kind == "cpu":
         return Check(name, "SKIP", "CPU backend: the cards are worker processes hyport starts")
     if not listing.processes_known:
         return Check(name, "WARN", f"cannot see which processes hold the cards: {listing.error}")
-    if getattr(listing, "distrust", None):
+    if listing.distrust:
         return Check(name, "WARN", f"not judged: {listing.distrust}")
     devices, ignored, via = listing.devices, [], ""
     if visible is not None:
@@ -121,12 +118,12 @@ def check_card_health(kind: str, listing) -> Check:
     name = "card_health"
     if kind == "cpu":
         return Check(name, "SKIP", "CPU backend")
-    if getattr(listing, "distrust", None):
+    if listing.distrust:
         return Check(name, "WARN", f"not judged: {listing.distrust}")
     known = [d for d in listing.devices if d.health]
     if not known:
         if kind == "npu":  # npu-smi always reports Health: without it the listing was not read
-            why = getattr(listing, "error", None) or "the listing has no Health column"
+            why = listing.error or "the listing has no Health column"
             return Check(name, "WARN", f"not judged: health not reported by npu-smi ({why}; "
                                        f"source {listing.source})")
         return Check(name, "SKIP", f"health not reported ({listing.source})")

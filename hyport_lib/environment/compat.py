@@ -109,12 +109,8 @@ def _suggest(torch_version: Version) -> str:
 
 
 def check_torch_npu_compat(torch_version: Optional[str], torch_npu_version: Optional[str]) -> Check:
-    """Judge a torch / torch_npu pair.
-
-    FAIL when major.minor differ (the wheel cannot load), WARN when the patch
-    release differs from the one torch_npu is built for, PASS otherwise. SKIP when
-    either is not installed.
-    """
+    """A torch / torch_npu pair: FAIL when major.minor differ (the wheel cannot load), WARN
+    when the patch release is not the one torch_npu is built for."""
     name = "torch_npu_compat"
     if not torch_npu_version:
         return Check(name, "SKIP", "torch_npu is not installed")
@@ -148,11 +144,8 @@ def normalise_cann(version: Optional[str]) -> Optional[str]:
 
 
 def check_cann_compat(torch_npu_version: Optional[str], cann_version: Optional[str]) -> Check:
-    """Compare the installed CANN with the one the torch_npu release is published with.
-
-    WARN (not FAIL) on a difference: newer CANN releases usually keep older
-    torch_npu working, but it is the first thing to align when ops misbehave.
-    """
+    """The installed CANN against the one the torch_npu release is published with: WARN (not
+    FAIL) on a difference, as newer CANN releases usually keep older torch_npu working."""
     name = "cann_compat"
     if not torch_npu_version:
         return Check(name, "SKIP", "torch_npu is not installed")

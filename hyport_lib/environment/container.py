@@ -176,23 +176,12 @@ def locate(root: Path, item: Item) -> tuple[Optional[str], Optional[str]]:
     return None, problem
 
 
-def item_state(root: Path, item: Item) -> Optional[str]:
-    """None when ``item`` is in place under ``root``; otherwise what is wrong with it."""
-    return locate(root, item)[1]
-
-
 @dataclass
 class ContainerFindings:
     """What the container checks found; ``to_dict`` is the report's ``container`` section.
-
-    Attributes:
-        evidence: what says container (``/.dockerenv``...); None outside one.
-        judged: the node and mount checks ran (a container on an Ascend backend or tree).
-        cards / cards_from: the card nodes required, and why those.
-        missing: ``{"path", "problem", "flag", "verdict"}`` per item not in place.
-        flags: the ``docker run`` flags that add every missing item, each once.
-        refused: ``PATH: cannot be read: WHY`` for each /proc file present but not read.
-    """
+    ``judged``: the node and mount checks ran (a container on an Ascend backend or tree);
+    ``missing``: ``{"path", "problem", "flag", "verdict"}`` per item not in place; ``flags``:
+    the ``docker run`` flags that add them, each once; ``refused``: /proc files not read."""
 
     root: str
     in_container: bool
@@ -216,8 +205,7 @@ class ContainerFindings:
 
 def _judge_items(name: str, root: Path, items: list[Item], where: str, missing: list[dict],
                  more_gaps: list[tuple[Item, str]] = ()) -> Check:
-    """One check over ``items`` (and ``more_gaps`` found otherwise): PASS when all are in
-    place, else every gap with its flag."""
+    """One check over ``items`` and ``more_gaps``: PASS, or every gap with its flag."""
     gaps, elsewhere = [], []
     for item in items:
         found, problem = locate(root, item)
@@ -241,15 +229,15 @@ def _judge_items(name: str, root: Path, items: list[Item], where: str, missing: 
 def _mount_items(root: Path) -> list[Item]:
     """The mounts to judge: the driver's lib64 and version.info only when the driver folder
     itself is in place (a missing or empty folder is one gap, not three)."""
-    driver_ok = item_state(root, DRIVER) is None
+    driver_ok = locate(root, DRIVER)[1] is None
     return [i for i in MOUNTS if driver_ok or i not in (DRIVER_LIB64, DRIVER_VERSION)]
 
 
 def listed_cards(listing) -> Optional[list[int]]:
     """The card numbers an npu-smi listing shows (its NPU ids when each NPU has one chip,
-    else the chips' order); None when the cards were not listed by npu-smi, or the listing
-    is not trusted (a table cut short names too few cards)."""
-    if getattr(listing, "source", None) != "npu-smi" or not listing.devices or getattr(listing, "distrust", None):
+    else the chips' order); None without a trusted npu-smi listing (a table cut short names
+    too few cards)."""
+    if listing.source != "npu-smi" or not listing.devices or listing.distrust:
         return None
     ids = [d.npu_id for d in listing.devices]
     if None in ids or len(set(ids)) != len(ids):
@@ -268,7 +256,7 @@ def present_card_nodes(root: Path, virtual: bool = False) -> list[int]:
         for path in dev.glob(f"{prefix}[0-9]*"):
             number = path.name[len(prefix):]
             probe = Item(f"/dev/{path.name}", "", "", kind="node")
-            if number.isdigit() and item_state(root, probe) is None:
+            if number.isdigit() and locate(root, probe)[1] is None:
                 numbers.add(int(number))
     return sorted(numbers)
 
@@ -308,11 +296,12 @@ def check_container(root: Path, *, kind: str, requested: str, num_cards: Optiona
     if evidence is None:
         why = (f"not a container (no /.dockerenv, /run/.containerenv or Kubernetes service account folder, "
                f"no runtime in /proc/1/cgroup, / not an overlay mount{where}): the docker run checks do not apply")
-        findings.checks = [Check(n, "SKIP", why) for n in names]
-        return findings
-    if not ascend_backend and not signs:
+    elif not ascend_backend and not signs:
         why = (f"a container ({evidence}{where}) with no Ascend device or /usr/local/Ascend: "
                f"nothing to check for the {kind} backend")
+    else:
+        why = None
+    if why:
         findings.checks = [Check(n, "SKIP", why) for n in names]
         return findings
     findings.judged = True
@@ -331,7 +320,7 @@ def check_container(root: Path, *, kind: str, requested: str, num_cards: Optiona
     verdict = worst_verdict([devices.verdict, "WARN" if need.problem else "PASS"])
     devices = Check(devices.name, verdict, f"{devices.reason} (cards from {need.source})")
     mounts = _judge_items("container_mounts", root, _mount_items(root), where, findings.missing)
-    has_driver, has_smi = (item_state(root, i) is None for i in (DRIVER, NPU_SMI))
+    has_driver, has_smi = (locate(root, i)[1] is None for i in (DRIVER, NPU_SMI))
     if has_driver != has_smi:
         mounts = Check(mounts.name, mounts.verdict, f"{mounts.reason}; the manual mounts the driver "
                                                     f"and npu-smi together")

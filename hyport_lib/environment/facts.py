@@ -20,6 +20,7 @@ from hyport_lib.devices.host_memory import host_memory
 from hyport_lib.environment.compat import normalise_cann
 from hyport_lib.environment.container import container_evidence
 from hyport_lib.environment.driver_versions import read_version_file
+from hyport_lib.environment.tree_paths import is_machine_root
 from hyport_lib.environment.tree_files import (MAX_CONFIG_BYTES, MAX_VERSION_BYTES, is_absent, refusal,
                                                regular_file_in_tree)
 from hyport_lib.utils.bounded_files import UnreadableFile, open_regular, read_text
@@ -66,34 +67,22 @@ def collect_system() -> dict:
     return facts
 
 
-def collect_cann(ascend_root: Optional[os.PathLike] = None, environ: Optional[Mapping[str, str]] = None,
-                 arch: Optional[str] = None) -> dict:
-    """This machine's CANN install info file, the set_env.sh scripts present, and the
-    driver version, under ``ascend_root`` (default ``/usr/local/Ascend``), this user's
-    ``~/Ascend`` and the toolkit that ``ASCEND_HOME_PATH`` of ``environ`` names."""
+def collect_cann(environ: Optional[Mapping[str, str]] = None, root: os.PathLike = Path("/"),
+                 arch: Optional[str] = None, ascend_root: Optional[os.PathLike] = None) -> dict:
+    """The CANN install info file, the set_env.sh scripts present, and the driver version,
+    under ``ascend_root`` (default ``/usr/local/Ascend``), this user's ``~/Ascend`` and the
+    toolkit that ``ASCEND_HOME_PATH`` of ``environ`` names; ``refused``: the files present
+    but not read, one line each. Under a ``root`` other than ``/`` (a copy of a host's
+    folders) those paths are the tree's, every link followed inside it
+    (``ascend-toolkit/latest -> /usr/local/Ascend/...`` is the tree's)."""
     environ = os.environ if environ is None else environ
-    toolkit_homes = [os.path.abspath(environ[k]) for k in ("ASCEND_HOME_PATH", "ASCEND_TOOLKIT_HOME")
-                     if environ.get(k)]
-    return _collect_cann_at(Path("/"), os.path.abspath(ascend_root or DEFAULT_ASCEND_ROOT), toolkit_homes,
-                            os.path.abspath(Path.home()), arch,
-                            environ.get("ASCEND_HOME_PATH"))
-
-
-def collect_cann_under(root: os.PathLike, environ: Mapping[str, str], arch: Optional[str] = None) -> dict:
-    """:func:`collect_cann` of the tree under ``root`` (a copy of a host's folders): the
-    variables' toolkit paths and the home folder are read under it too, and every link is
-    followed inside it (``ascend-toolkit/latest -> /usr/local/Ascend/...`` is the tree's)."""
-    toolkit_homes = [environ[k] for k in ("ASCEND_HOME_PATH", "ASCEND_TOOLKIT_HOME") if environ.get(k)]
-    return _collect_cann_at(Path(root), str(DEFAULT_ASCEND_ROOT), toolkit_homes, str(Path.home()), arch,
-                            environ.get("ASCEND_HOME_PATH"))
-
-
-def _collect_cann_at(root: Path, ascend_root: str, toolkit_homes: list[str], home: str,
-                     arch: Optional[str], home_path: Optional[str]) -> dict:
-    """The CANN facts read under ``root`` through :mod:`.tree_files` (paths as inside it);
-    ``refused``: the files present but not read, one line each."""
+    # on this machine a relative path means the working folder's; in a tree, the tree's
+    shown = os.path.abspath if is_machine_root(root) else str
+    toolkit_homes = [shown(environ[k]) for k in ("ASCEND_HOME_PATH", "ASCEND_TOOLKIT_HOME") if environ.get(k)]
+    root = Path(root)
     arch = arch or platform.machine()
-    ascend, user_ascend = ascend_root.rstrip("/"), f"{home.rstrip('/')}/Ascend"
+    ascend = shown(ascend_root or DEFAULT_ASCEND_ROOT).rstrip("/")
+    user_ascend = f"{shown(Path.home()).rstrip('/')}/Ascend"
     # CANN >= 8.5 installs under cann/; older releases under ascend-toolkit/latest/.
     toolkit_roots = [*toolkit_homes, f"{ascend}/cann", f"{ascend}/ascend-toolkit/latest",
                      f"{user_ascend}/cann", f"{user_ascend}/ascend-toolkit/latest"]
@@ -116,7 +105,7 @@ def _collect_cann_at(root: Path, ascend_root: str, toolkit_homes: list[str], hom
         "set_env": set_envs[0] if set_envs else None,
         "set_env_found": set_envs,
         "nnal_set_env": str(nnal) if nnal is not None else None,
-        "home_path": home_path,
+        "home_path": environ.get("ASCEND_HOME_PATH"),
         "driver_version": driver.get("Version") or driver.get("version"),
         "refused": refused,
     }

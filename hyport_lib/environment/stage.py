@@ -22,8 +22,7 @@ from hyport_lib.environment.collect import (EnvironmentReport, card_count, forma
 from hyport_lib.environment.compat import check_cann_compat, check_torch_npu_compat, normalise_cann
 from hyport_lib.environment.container import ContainerFindings, ascend_signs, check_container, listed_cards
 from hyport_lib.environment.driver_versions import check_driver_cann, read_driver_versions
-from hyport_lib.environment.facts import (collect_build, collect_cann, collect_cann_under, collect_env_vars,
-                                          collect_system)
+from hyport_lib.environment.facts import collect_build, collect_cann, collect_env_vars, collect_system
 from hyport_lib.environment.params import Params
 from hyport_lib.environment.tree_paths import is_machine_root
 from hyport_lib.models.loading import torchvision_problem, wants_video_processor
@@ -64,12 +63,9 @@ def plan(params: Params) -> Plan:
 
 
 def run(plan: Plan, *, on_progress: Optional[Callable[[Step], None]] = None) -> EnvironmentReport:
-    """Collect this host's facts and judge them.
-
-    The environment variables and the cards are read now, not when planned: a re-probe
-    (the notebook's button) sees a variable set or a card freed since. ``on_progress`` is
-    called with a :class:`Step` after each part.
-    """
+    """Collect this host's facts and judge them; ``on_progress`` gets a :class:`Step` after
+    each part. The variables and the cards are read now, not when planned: a re-probe (the
+    notebook's button) sees a variable set or a card freed since."""
     params, backend = plan.params, plan.backend
     steps = ("versions", "devices", "CANN and build", "system", "container and driver", "checks")
 
@@ -153,15 +149,13 @@ def _video_processor_wanted(model_path) -> tuple[str, Optional[bool]]:
 
 def container_and_driver(plan: Plan, environ: dict, listing, cann: dict,
                          system: dict) -> tuple[ContainerFindings, Check]:
-    """The container checks and the driver / CANN pairing of the tree under ``host_root``.
-
-    They run on an Ascend backend, or on any backend when the tree holds Ascend software or
-    devices: a container checked before torch_npu is installed is judged for NPU use.
-    """
+    """The container checks and the driver / CANN pairing of the tree under ``host_root``: on
+    an Ascend backend, or on any backend when the tree holds Ascend software or devices (a
+    container checked before torch_npu is installed is judged for NPU use)."""
     params, kind = plan.params, plan.backend.kind
     root = Path(params.host_root)
     machine = is_machine_root(root)
-    tree_cann = cann if machine else collect_cann_under(root, environ)
+    tree_cann = cann if machine else collect_cann(environ, root)
     versions = read_driver_versions(root, tree_cann.get("version"), tuple(tree_cann["refused"]))
     requested = params.device
     shm_per_card = params.shm_gb_per_card or DEFAULT_SHM_GB_PER_CARD["npu"]

@@ -110,9 +110,7 @@ CATALOGUE: tuple[KnownFailure, ...] = (
     # First: a line that names hyport's own refusal is that refusal, whatever else it
     # quotes, and it is a cause; the HCCL or gloo timeouts of the ranks that waited for the
     # refusing one are its consequences (listed after it, see ``consequence``).
-    KnownFailure(
-        key="hyport_attention_refused",
-        title="hyport attention refused an argument or feature",
+    KnownFailure("hyport_attention_refused", "hyport attention refused an argument or feature",
         patterns=(
             # The exception's class, as a traceback's last line prints it (qualified:
             # ``hyport_lib.npu_attention.hf_integration.UnsupportedAttentionArgument: ...``,
@@ -149,9 +147,7 @@ CATALOGUE: tuple[KnownFailure, ...] = (
         sources=("unsupported_attention_argument.gemma2-torchrun.log",
                  "flash_attn_unsupported.dropin-softcap.log"),
     ),
-    KnownFailure(
-        key="hccl_port_in_use",
-        title="HCCL port already in use",
+    KnownFailure("hccl_port_in_use", "HCCL port already in use",
         patterns=(
             r"Failed to bind the IP port\. Reason: The IP address and port have been bound already",
             r"host nic listen start failed, port\[\d+\]",
@@ -178,9 +174,7 @@ CATALOGUE: tuple[KnownFailure, ...] = (
         sources=("hccl_port_in_use.vllm-ascend-405.log", "hccl_port_in_use.vllm-ascend-4725.log",
                  "hccl_connect_timeout.vllm-ascend-1955.log"),
     ),
-    KnownFailure(
-        key="hccl_link_error",
-        title="HCCL link between NPUs failed",
+    KnownFailure("hccl_link_error", "HCCL link between NPUs failed",
         patterns=(
             r"Transport init error\. Reason: \[Create\]\[DestLink\]Create Dest error",
             r"Execution_Error_ROCE_CQE\(EI0013\)",
@@ -198,9 +192,7 @@ CATALOGUE: tuple[KnownFailure, ...] = (
         sources=("hccl_link_error.vllm-ascend-3162.log", "hccl_link_error.vllm-ascend-7384.log"),
         consequence=True,
     ),
-    KnownFailure(
-        key="hccl_connect_timeout",
-        title="HCCL connection set-up timed out",
+    KnownFailure("hccl_connect_timeout", "HCCL connection set-up timed out",
         patterns=(
             r"Getting socket times out\. Reason: Remote Rank did not send the data in time",
             r"wait socket establish timeout, role\[\d+\] rank\[\d+\] timeout\[\d+\]",
@@ -217,9 +209,7 @@ CATALOGUE: tuple[KnownFailure, ...] = (
                  "hccl_connect_timeout.vllm-ascend-1955.log"),
         consequence=True,
     ),
-    KnownFailure(
-        key="hccl_exec_timeout",
-        title="HCCL collective timed out",
+    KnownFailure("hccl_exec_timeout", "HCCL collective timed out",
         patterns=(
             r"The wait execution of the Notify register times out",
             r"Watchdog caught collective operation timeout: WorkHCCL\(",
@@ -235,9 +225,7 @@ CATALOGUE: tuple[KnownFailure, ...] = (
         sources=("hccl_exec_timeout.vllm-ascend-3413.log", "hccl_exec_timeout.vllm-ascend-382.log"),
         consequence=True,
     ),
-    KnownFailure(
-        key="npu_out_of_memory",
-        title="device out of memory",
+    KnownFailure("npu_out_of_memory", "device out of memory",
         patterns=(r"NPU out of memory\. Tried to allocate",),
         meaning=("The NPU's memory (HBM) is full: the model, its activations and the optimizer "
                  "state need more than the card has free, or another process holds part of it."),
@@ -247,9 +235,7 @@ CATALOGUE: tuple[KnownFailure, ...] = (
                 "fragmentation: `export PYTORCH_NPU_ALLOC_CONF=expandable_segments:True`."),
         sources=("npu_oom.vllm-ascend-1127.log", "npu_oom.llama-factory-5491.log"),
     ),
-    KnownFailure(
-        key="device_in_use",
-        title="NPU held by another process",
+    KnownFailure("device_in_use", "NPU held by another process",
         patterns=(
             r"Failed to initialize the HCCP process\. Reason: Maybe the last training process is running",
             r"dcmi module initialize failed\. ret is -8005",
@@ -266,9 +252,7 @@ CATALOGUE: tuple[KnownFailure, ...] = (
         sources=("device_in_use.llama-factory-3839.log", "device_in_use.vllm-ascend-2698.log"),
     ),
     # Before the CANN / torch_npu entries: without a usable driver nothing above it can start.
-    KnownFailure(
-        key="driver_mismatch",
-        title="NPU driver missing or not usable",
+    KnownFailure("driver_mismatch", "NPU driver missing or not usable",
         patterns=(r"libascend_hal\.so: cannot open shared object file",),
         meaning=("torch_npu could not load the NPU driver's user-space library (libascend_hal.so, "
                  "which the driver package installs under /usr/local/Ascend/driver/lib64/driver): "
@@ -285,9 +269,7 @@ CATALOGUE: tuple[KnownFailure, ...] = (
                 "and reboot."),
         sources=("driver_mismatch.vllm-ascend-1440.log",),
     ),
-    KnownFailure(
-        key="version_mismatch",
-        title="torch_npu and CANN libraries do not match",
+    KnownFailure("version_mismatch", "torch_npu and CANN libraries do not match",
         # At most 16 folders below torch_npu/ or Ascend/: ``\S*`` ran to the end of the
         # path from every ``Ascend/`` of a long LD_LIBRARY_PATH (quadratic on a long line).
         patterns=(r"(?:torch_npu|Ascend)/(?:[^\s/]*/){0,16}[^\s/]*\.so: undefined symbol:",),
@@ -300,9 +282,7 @@ CATALOGUE: tuple[KnownFailure, ...] = (
                 "`hyport env` records driver, firmware, CANN and torch_npu versions."),
         sources=("version_mismatch.vllm-ascend-117.log", "version_mismatch.torch_npu-99.log"),
     ),
-    KnownFailure(
-        key="cann_init_failed",
-        title="CANN failed to start",
+    KnownFailure("cann_init_failed", "CANN failed to start",
         patterns=(
             r"AclSetCompileopt\(aclCompileOpt::ACL_PRECISION_MODE, precision_mode\), error code is 500001",
             r"init runtime platform info failed, SocVersion",
@@ -317,9 +297,7 @@ CATALOGUE: tuple[KnownFailure, ...] = (
                 "dependencies (`pip install 'numpy<2' decorator sympy cffi pyyaml attrs psutil`)."),
         sources=("cann_init_failed.vllm-ascend-692.log",),
     ),
-    KnownFailure(
-        key="unsupported_operator",
-        title="operator or dtype not supported on this NPU",
+    KnownFailure("unsupported_operator", "operator or dtype not supported on this NPU",
         patterns=(
             r"No supported Ops kernel and engine are found for \[",
             r"Optype \[\w+\] of Ops kernel \[\w+\] is unsupported",
@@ -338,9 +316,7 @@ CATALOGUE: tuple[KnownFailure, ...] = (
         sources=("unsupported_op.vllm-ascend-4454.log", "unsupported_op.vllm-ascend-811.log",
                  "unsupported_dtype.torch_npu-158.log"),
     ),
-    KnownFailure(
-        key="aicore_exception",
-        title="AI Core / vector core kernel fault",
+    KnownFailure("aicore_exception", "AI Core / vector core kernel fault",
         patterns=(
             r"RTS_HWTS: aicore exception",
             r"The (?:aicore|vector core) execution is abnormal",
@@ -357,9 +333,7 @@ CATALOGUE: tuple[KnownFailure, ...] = (
                 "inputs of that operator (e.g. ids < vocabulary size); try it on the CPU."),
         sources=("aicore_exception.llama-factory-3670.log", "aicore_exception.torch_npu-66.log"),
     ),
-    KnownFailure(
-        key="cpu_fallback",
-        title="operator falls back to the CPU",
+    KnownFailure("cpu_fallback", "operator falls back to the CPU",
         patterns=(r"is not currently supported on the NPU backend and will fall back to run on the CPU",),
         meaning=("torch_npu has no NPU kernel for this operator, so it copies the inputs to the "
                  "CPU, runs it there and copies back: the job goes on, more slowly."),

@@ -20,13 +20,9 @@ CANN_LOG_VAR = "ASCEND_PROCESS_LOG_PATH"
 
 
 def own_cann_log_env(folder: os.PathLike, environ: Optional[Mapping[str, str]] = None) -> dict[str, str]:
-    """The CANN log variable for a child's environment.
-
-    ``{ASCEND_PROCESS_LOG_PATH: folder}`` (the folder is created) when the user did not
-    set the variable; ``{}`` when they set it to an absolute path (their folder is kept);
-    their relative path made absolute, because the child may start in another working
-    folder than the one hyport reads the logs from.
-    """
+    """The CANN log variable for a child's environment: ``folder`` (created) when the user
+    did not set it; ``{}`` for their absolute path; their relative path made absolute (the
+    child may start in another working folder than the one hyport reads the logs from)."""
     environ = os.environ if environ is None else environ
     chosen = (environ.get(CANN_LOG_VAR) or "").strip()
     if chosen:

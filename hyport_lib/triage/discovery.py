@@ -33,6 +33,8 @@ MAX_CANN_FILES = 400
 MAX_DEPTH = 64
 #: Paths named in a note about folders or links left out.
 _NAMED = 3
+#: Files named in a note about what a budget left unread.
+NAMED_UNREAD = 5
 
 
 def cann_log_dir(environ: Optional[Mapping[str, str]] = None) -> Optional[Path]:
@@ -80,19 +82,17 @@ def _wanted(path: Path, beside_model: bool) -> bool:
     return not (beside_model and path.suffix.lower() == ".txt" and "log" not in path.stem.lower())
 
 
-def _named(paths: list[Path]) -> str:
-    more = f" and {len(paths) - _NAMED} more" if len(paths) > _NAMED else ""
-    return ", ".join(str(p) for p in paths[:_NAMED]) + more
+def named(paths: list, shown: int = _NAMED) -> str:
+    """The first ``shown`` of ``paths``, then how many more."""
+    more = f" and {len(paths) - shown} more" if len(paths) > shown else ""
+    return ", ".join(str(p) for p in paths[:shown]) + more
 
 
 def walk_files(root: Path, wanted: Callable[[Path, bool], bool],
                max_depth: int = MAX_DEPTH) -> tuple[list[Path], list[str]]:
     """``(files, notes)``: the files under ``root`` that ``wanted(path, beside_model)`` keeps,
-    walked with a stack (a deep tree overflowed recursion), at most ``max_depth`` levels.
-
-    Links to folders are not walked, a link to a file is kept only when it stays inside
-    ``root``; notes name folders too deep or unreadable and links out of ``root``.
-    """
+    walked with a stack (a deep tree overflowed recursion) at most ``max_depth`` levels; links
+    to folders are not walked, links to files only kept inside ``root``."""
     found: list[Path] = []
     too_deep: list[Path] = []
     outside: list[Path] = []
@@ -132,9 +132,9 @@ def walk_files(root: Path, wanted: Callable[[Path, bool], bool],
                     found.append(path)
     if too_deep:
         notes.append(f"{root}: {len(too_deep)} folder(s) deeper than {max_depth} levels not walked: "
-                     f"{_named(too_deep)}")
+                     f"{named(too_deep)}")
     if outside:
-        notes.append(f"{root}: {len(outside)} link(s) out of the folder not followed: {_named(outside)}")
+        notes.append(f"{root}: {len(outside)} link(s) out of the folder not followed: {named(outside)}")
     return found, notes
 
 

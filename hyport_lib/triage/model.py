@@ -10,7 +10,8 @@ from hyport_lib.triage.catalogue import ERROR, WARNING
 
 
 def _build(cls, data: Any, what: str):
-    """``cls(**data)`` with a one-line error naming ``what`` and the missing fields."""
+    """``cls(**data)``, its ``list[...]`` fields of records built too (:data:`_PARTS`), with
+    a one-line error naming ``what`` and the missing fields."""
     if not isinstance(data, dict):
         raise ValueError(f"{what}: expected a dict, got {type(data).__name__}")
     names = {f.name for f in fields(cls)}
@@ -18,7 +19,11 @@ def _build(cls, data: Any, what: str):
     missing = sorted(required - set(data))
     if missing:
         raise ValueError(f"{what}: missing field(s) {', '.join(missing)}")
-    return cls(**{k: v for k, v in data.items() if k in names})
+    built = cls(**{k: v for k, v in data.items() if k in names})
+    for name, (part, part_what) in _PARTS.get(cls.__name__, {}).items():
+        setattr(built, name, [p if isinstance(p, part) else _build(part, p, part_what)
+                              for p in getattr(built, name)])
+    return built
 
 
 @dataclass
@@ -35,14 +40,9 @@ class Place:
 
 @dataclass
 class Finding:
-    """One known failure (fields of its catalogue entry), however many files and lines show it.
-
-    Attributes:
-        file, line, text: the first place it shows and that line, scrubbed and cut.
-        context: a few lines around it (the matched line included), scrubbed.
-        places: the first line of each file that shows it; ``more_places``: files beyond.
-        occurrences: how many lines matched, over every file.
-    """
+    """One known failure (fields of its catalogue entry), however many files and lines show
+    it: ``file:line`` and ``text`` of the first, scrubbed and cut, with a few lines of
+    ``context``; ``places``: the first line in each file (``more_places``: files beyond)."""
 
     key: str
     title: str
@@ -63,13 +63,6 @@ class Finding:
     def where(self) -> str:
         return f"{self.file}:{self.line}"
 
-    @classmethod
-    def from_dict(cls, data: dict) -> "Finding":
-        finding = _build(cls, data, "triage finding")
-        finding.places = [p if isinstance(p, Place) else _build(Place, p, "triage finding place")
-                          for p in finding.places]
-        return finding
-
 
 @dataclass
 class Unrecognised:
@@ -80,24 +73,12 @@ class Unrecognised:
     lines: list[list] = field(default_factory=list)
     count: int = 0
 
-    @classmethod
-    def from_dict(cls, data: dict) -> "Unrecognised":
-        item = _build(cls, data, "triage unrecognised entry")
-        item.lines = [list(pair) for pair in item.lines]
-        return item
-
 
 @dataclass
 class Triage:
-    """The result of :func:`hyport_lib.triage.triage`.
-
-    Attributes:
-        findings: the errors that are causes, then those that usually follow another
-            failure, then warnings; each group in order of first appearance.
-        root: the folder paths are shown relative to.
-        since: only CANN logs modified at or after this time (seconds since the epoch) were read.
-        unread: log files found but not read (unreadable, or left by a budget); notes name them.
-    """
+    """The result of :func:`hyport_lib.triage.triage`: ``findings`` (causes, consequences,
+    warnings), paths shown relative to ``root``, CANN logs read from ``since`` (seconds since
+    the epoch); ``unread``: log files found but not read (the notes name them)."""
 
     findings: list[Finding] = field(default_factory=list)
     unrecognised: list[Unrecognised] = field(default_factory=list)
@@ -157,7 +138,10 @@ class Triage:
     @classmethod
     def from_dict(cls, data: dict) -> "Triage":
         """A :class:`Triage` from :meth:`to_dict`'s output; ValueError naming a bad field."""
-        result = _build(cls, data, "triage")
-        result.findings = [Finding.from_dict(f) for f in result.findings]
-        result.unrecognised = [Unrecognised.from_dict(u) for u in result.unrecognised]
-        return result
+        return _build(cls, data, "triage")
+
+
+#: The fields of each record that hold records, their class and what an error calls them.
+_PARTS = {"Finding": {"places": (Place, "triage finding place")},
+          "Triage": {"findings": (Finding, "triage finding"),
+                     "unrecognised": (Unrecognised, "triage unrecognised entry")}}

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Optional, Sequence
 
+from hyport_lib.triage.discovery import NAMED_UNREAD, named
 from hyport_lib.utils import bounded_files
 
 #: Longest part of a line read at once: a longer line keeps this much of its start and end.
@@ -23,8 +24,6 @@ MAX_READ_BYTES = 64 * 1024
 MAX_BYTES = 512 * 2**20
 #: Block size for counting the lines of a part of a file that is skipped.
 _COUNT_BLOCK = 1 << 20
-#: Files named in a note about what the budget left unread.
-_NAMED_UNREAD = 5
 
 
 #: What ends a word where a long line is cut (a token holds none of them).
@@ -95,15 +94,10 @@ def _passed(deadline: Optional[float]) -> bool:
 
 def read_lines(path: Path, start: int = 0, limit: Optional[int] = None,
                deadline: Optional[float] = None) -> Iterator[tuple[int, str]]:
-    """``(line number, text)`` of a regular file, streaming, without line ends; undecodable
-    bytes replaced, a long line cut (see the module docstring).
-
-    Reading begins with the first whole line at or after byte ``start`` (numbers still count
-    from the top), reads at most ``limit`` bytes (a growing file stays in budget), and raises
-    :class:`DeadlinePassed` past ``deadline`` (``time.monotonic()``). OSError
-    (:class:`~hyport_lib.utils.bounded_files.UnreadableFile`) for a file that is not regular:
-    a pipe named ``*.log`` would block forever.
-    """
+    """``(line number, text)`` of a regular file (OSError otherwise: a pipe named ``*.log``
+    would block forever), streaming, from the first whole line at or after byte ``start``
+    (numbers still count from the top), at most ``limit`` bytes (a growing file stays in
+    budget); :class:`DeadlinePassed` past ``deadline`` (``time.monotonic()``)."""
     with bounded_files.open_regular(path) as handle:
         number = _skip_to(handle, start) if start > 0 else 0
         consumed = 0
@@ -145,29 +139,19 @@ class Planned:
     limit: Optional[int] = None
 
 
-def _size(path: Path) -> int:
+def _stat(path: Path, field: str) -> float:
+    """``path``'s ``st_size`` or ``st_mtime``; 0 when it cannot be had (reading it will say why)."""
     try:
-        return path.stat().st_size
-    except OSError:  # reading it will say why
-        return 0
-
-
-def _mtime(path: Path) -> float:
-    try:
-        return path.stat().st_mtime
+        return getattr(path.stat(), field)
     except OSError:
-        return 0.0
+        return 0
 
 
 def plan_reading(own: Sequence[Path], cann: Sequence[Path],
                  max_bytes: Optional[int]) -> tuple[list[Planned], list[Path], list[str]]:
     """``(planned, unread, notes)``: which files, and which part of each, fit in ``max_bytes``
-    (None: no limit), in reading order (``own``, then ``cann``).
-
-    The run's own logs come first, then CANN's newest first (its folder holds older jobs'
-    files too). A file larger than what is left is read from its end, where a failure is;
-    notes name the files read in part or not at all.
-    """
+    (None: no limit): the run's own logs, then CANN's newest first (its folder holds older
+    jobs' files too). A file larger than what is left is read from its end, where a failure is."""
     if max_bytes is None:
         return [Planned(p) for p in [*own, *cann]], [], []
     if isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes <= 0:
@@ -176,8 +160,8 @@ def plan_reading(own: Sequence[Path], cann: Sequence[Path],
     chosen: dict[Path, Planned] = {}
     unread: list[Path] = []
     notes: list[str] = []
-    for path in [*own, *sorted(cann, key=_mtime, reverse=True)]:
-        size = _size(path)
+    for path in [*own, *sorted(cann, key=lambda p: _stat(p, "st_mtime"), reverse=True)]:
+        size = _stat(path, "st_size")
         if size <= left:
             chosen[path] = Planned(path, 0, size if size else None)
             left -= size
@@ -189,8 +173,6 @@ def plan_reading(own: Sequence[Path], cann: Sequence[Path],
         else:
             unread.append(path)
     if unread:
-        named = ", ".join(str(p) for p in unread[:_NAMED_UNREAD])
-        more = f" and {len(unread) - _NAMED_UNREAD} more" if len(unread) > _NAMED_UNREAD else ""
         notes.append(f"byte budget of {max_bytes / 2**20:.0f} MiB spent: {len(unread)} log file(s) "
-                     f"not read: {named}{more}")
+                     f"not read: {named(unread, NAMED_UNREAD)}")
     return [chosen[p] for p in [*own, *cann] if p in chosen], unread, notes

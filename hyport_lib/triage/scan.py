@@ -1,9 +1,8 @@
 """Read the logs, match their lines against the catalogue, and gather a :class:`Triage`.
 
-Each line is read once (:mod:`.reading`); only what a finding shows is kept, scrubbed of
-secrets (secret values, secret shapes, private key blocks across lines), cut to
-:data:`MAX_LINE_CHARS` around the match and made printable, so that printing a triage never
-drives the terminal. Entry: :func:`triage`.
+Only what a finding shows is kept: scrubbed of secrets (values, shapes, private key blocks
+across lines), cut to :data:`MAX_LINE_CHARS` around the match and printable, so that
+printing a triage never drives the terminal.
 """
 
 from __future__ import annotations
@@ -17,7 +16,7 @@ from pathlib import Path
 from typing import Callable, Iterable, Mapping, Optional, Sequence, Union
 
 from hyport_lib.triage.catalogue import ERROR, recognise
-from hyport_lib.triage.discovery import cann_logs, find_logs
+from hyport_lib.triage.discovery import NAMED_UNREAD, cann_logs, find_logs, named
 from hyport_lib.triage.model import Finding, Place, Triage, Unrecognised
 from hyport_lib.triage.reading import MAX_BYTES, DeadlinePassed, plan_reading, read_lines
 from hyport_lib.utils.printable import printable
@@ -26,8 +25,6 @@ from hyport_lib.utils.redact import PrivateKeyLines, scrub_secret_shapes, scrub_
 #: Seconds one triage reads at most (the byte budget alone does not bound the time: a
 #: slow disk, or lines that are costly to match); notes name what was left unread.
 MAX_SECONDS = 120.0
-#: Files named in a note about what the time limit left unread.
-_NAMED_UNREAD = 5
 
 #: What makes a line an error line: a traceback, an exception name, an ERROR tag, a CANN
 #: error code (EI0002, EZ9999, E39999 ...) or a torch_npu one (ERR00100).
@@ -159,8 +156,7 @@ class _Collector:
 
     def read(self, path: Path, shown: str, start: int = 0, limit: Optional[int] = None,
              deadline: Optional[float] = None) -> Optional[int]:
-        """Read one file; the last line read when ``deadline`` stopped it (None: read all).
-        What was found up to there is kept."""
+        """Read one file; the last line read when ``deadline`` stopped it (None: read all)."""
         before: deque[str] = deque(maxlen=CONTEXT_BEFORE)
         pending: list[list] = []  # [finding, lines still wanted after its first line]
         in_file: set[str] = set()
@@ -226,8 +222,7 @@ class _Collector:
         in_file.add(entry.key)
 
     def ordered(self) -> list[Finding]:
-        """Errors that are causes, then errors that usually follow another, then warnings;
-        each group in order of first appearance (a stable sort keeps it)."""
+        """Causes, then consequences, then warnings; each in order of first appearance."""
         found = [self.findings[k] for k in self.order]
         return sorted(found, key=lambda f: (f.severity != ERROR, f.consequence))
 
@@ -238,18 +233,11 @@ def triage(paths: Iterable[os.PathLike | str], *, cann_log_dir: Optional[os.Path
            max_seconds: Optional[float] = MAX_SECONDS) -> Triage:
     """What the logs under ``paths`` (run folders, log folders or files) say went wrong.
 
-    Args:
-        cann_log_dir: CANN's log folder to read as well; a missing one is noted, not an error.
-        since: read only CANN logs modified at or after this time (seconds since the epoch or
-            a datetime); it does not filter ``paths``.
-        environ: variables whose secret values must not appear in the result, besides this
-            process's own (the failed job's environment may hold a token this one lacks).
-        max_bytes, max_seconds: budgets over all files (None: none); a file the time limit
-            stops is kept as read so far; notes name what was left unread.
-
-    Raises:
-        FileNotFoundError: a path does not exist (named in the message).
-        ValueError: ``max_bytes`` or ``max_seconds`` is not a positive number.
+    ``cann_log_dir`` is read too (a missing one is noted), its logs only from ``since`` on
+    (seconds since the epoch or a datetime; ``paths`` are not filtered). ``environ``: variables
+    whose secret values must not appear besides this process's (the failed job's may hold a
+    token this one lacks). ``max_bytes`` / ``max_seconds`` bound all files (None: no bound);
+    notes name what was left unread. FileNotFoundError for a path that does not exist.
     """
     deadline = _deadline(max_seconds)
     roots = [Path(p) for p in paths]
@@ -288,9 +276,8 @@ def triage(paths: Iterable[os.PathLike | str], *, cann_log_dir: Optional[os.Path
             left = [_shown(p.path, base) for p in planned[index + 1:]]
             break
     if left:
-        more = f" and {len(left) - _NAMED_UNREAD} more" if len(left) > _NAMED_UNREAD else ""
         notes.append(f"time limit of {max_seconds:g} s reached: {len(left)} log file(s) not read: "
-                     f"{', '.join(left[:_NAMED_UNREAD])}{more}")
+                     f"{named(left, NAMED_UNREAD)}")
     return Triage(findings=collector.ordered(), unrecognised=collector.unrecognised,
                   files_read=read, root=printable(str(base)) if base else None,
                   cann_log_dir=printable(str(cann_dir)) if cann_dir is not None else None,
@@ -309,14 +296,10 @@ def _deadline(max_seconds: Optional[float]) -> Optional[float]:
 
 def _unique(paths: Iterable[Path]) -> list[Path]:
     """``paths`` without repeats (the same file reached twice), first one kept."""
-    seen: set[Path] = set()
-    kept = []
+    kept: dict[Path, Path] = {}
     for path in paths:
-        key = path.resolve()
-        if key not in seen:
-            seen.add(key)
-            kept.append(path)
-    return kept
+        kept.setdefault(path.resolve(), path)
+    return list(kept.values())
 
 
 def _scrubber(environ: Optional[Mapping[str, str]]) -> Callable[[str], str]:

@@ -17,7 +17,7 @@ import pytest
 
 from hyport_lib.devices.host_memory import check_container_shm, shm_size_flag, shm_size_from_mounts
 from hyport_lib.environment import stage
-from hyport_lib.environment.container import Item, check_container, container_evidence, item_state
+from hyport_lib.environment.container import Item, check_container, container_evidence, locate
 from hyport_lib.environment.container_cards import needed_cards, parse_card_list
 from hyport_lib.environment.driver_versions import (DriverVersions, check_driver_cann, hdk_release,
                                                     parse_version_info, read_driver_versions)
@@ -283,10 +283,10 @@ def test_a_pod_on_cgroup_v2_is_a_container(tmp_path, files, evidence):
 
 def test_under_the_machine_root_a_node_must_be_a_character_device():
     root = Path("/")
-    assert item_state(root, Item("/dev/null", "--device=/dev/null", "a node", kind="node")) is None
+    assert locate(root, Item("/dev/null", "--device=/dev/null", "a node", kind="node"))[1] is None
     plain_file = str(Path(__file__).resolve())
-    assert item_state(root, Item(plain_file, "", "a node", kind="node")) == "not a character device"
-    assert item_state(root, Item("/dev/davinci_no_such", "", "a node", kind="node")) == "missing"
+    assert locate(root, Item(plain_file, "", "a node", kind="node"))[1] == "not a character device"
+    assert locate(root, Item("/dev/davinci_no_such", "", "a node", kind="node"))[1] == "missing"
 
 
 # --- version files ------------------------------------------------------------------------------

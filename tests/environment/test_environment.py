@@ -436,7 +436,7 @@ def test_collect_cann_toolkit_layout(tmp_path):
                   "package_name=Ascend-cann-toolkit\nversion=8.2.RC1\narch=aarch64\n")
     set_env = _write(tmp_path / "ascend-toolkit/set_env.sh", "export ASCEND_HOME_PATH=...\n")
     _write(tmp_path / "driver/version.info", "Version=24.1.rc2\nascendhal_version=7.35.23\n")
-    cann = collect_cann(tmp_path, environ={}, arch="aarch64")
+    cann = collect_cann({}, ascend_root=tmp_path, arch="aarch64")
     assert cann["version"] == "8.2.RC1" and cann["info_file"] == str(info)
     assert cann["set_env"] == str(set_env) and cann["driver_version"] == "24.1.rc2"
     check = C.check_cann_env("npu", cann, environ={})
@@ -448,12 +448,12 @@ def test_collect_cann_toolkit_layout(tmp_path):
 def test_collect_cann_85_layout(tmp_path):
     _write(tmp_path / "cann/x86_64-linux/ascend_toolkit_install.info", "version=8.5.0\n")
     _write(tmp_path / "cann/set_env.sh", "")
-    cann = collect_cann(tmp_path, environ={}, arch="x86_64")
+    cann = collect_cann({}, ascend_root=tmp_path, arch="x86_64")
     assert cann["version"] == "8.5.0" and cann["set_env"].endswith("cann/set_env.sh")
 
 
 def test_no_cann_is_skip_on_cpu(tmp_path):
-    cann = collect_cann(tmp_path, environ={}, arch="x86_64")
+    cann = collect_cann({}, ascend_root=tmp_path, arch="x86_64")
     assert cann["version"] is None and cann["set_env"] is None
     assert C.check_cann_env("cpu", cann, {}).verdict == "SKIP"
 

@@ -31,7 +31,7 @@ from test_container_checks import CANN_850_INFO, DRIVER_25_0, _by_name, _judge, 
 from hyport_lib.environment import facts, stage
 from hyport_lib.environment.container import ascend_signs
 from hyport_lib.environment.driver_versions import read_driver_versions
-from hyport_lib.environment.facts import collect_cann_under
+from hyport_lib.environment.facts import collect_cann
 from hyport_lib.environment.tree_files import MAX_PROC_BYTES, MAX_VERSION_BYTES
 from hyport_lib.utils.files import dumps_json
 
@@ -132,7 +132,7 @@ def test_a_fifo_or_device_node_as_the_cann_info_is_named(tmp_path, make):
     root = build_tree(tmp_path)
     make(root / CANN_INFO)
     with _guarded():
-        cann = collect_cann_under(root, {}, arch="x86_64")
+        cann = collect_cann({}, root, arch="x86_64")
         versions = read_driver_versions(root, cann["version"], tuple(cann["refused"]))
     assert cann["version"] is None and len(cann["refused"]) == 1
     assert cann["refused"][0].startswith(f"{root / CANN_INFO}: cannot be read: ")
@@ -162,14 +162,14 @@ def test_a_link_to_dev_zero_is_the_trees_dev_zero(tmp_path):
     (root / DRIVER_VERSION).unlink()
     (root / DRIVER_VERSION).symlink_to("/dev/zero")
     with _guarded():
-        cann = collect_cann_under(root, {}, arch="x86_64")
+        cann = collect_cann({}, root, arch="x86_64")
         versions = read_driver_versions(root, cann["version"])
         mounts = _by_name(_judge(root).checks)["container_mounts"]
     assert cann["driver_version"] is None and cann["refused"] == []
     assert versions.driver is None and versions.driver_file is None and versions.errors == []
     assert mounts.verdict == "WARN" and "/usr/local/Ascend/driver/version.info missing" in mounts.reason
     _write(root / "dev/zero", DRIVER_25_0)  # the tree's own /dev/zero, a plain file
-    assert collect_cann_under(root, {}, arch="x86_64")["driver_version"] == "25.0.rc1.1"
+    assert collect_cann({}, root, arch="x86_64")["driver_version"] == "25.0.rc1.1"
     assert read_driver_versions(root).driver_file == str(root / "dev/zero")
 
 
@@ -190,24 +190,24 @@ def test_an_absolute_link_to_this_machines_toolkit_is_the_trees_path(tmp_path):
     toolkit.mkdir(parents=True)
     (toolkit / "latest").symlink_to(machine)
     (toolkit / "set_env.sh").symlink_to(machine / "set_env.sh")
-    cann = collect_cann_under(root, {}, arch="x86_64")
+    cann = collect_cann({}, root, arch="x86_64")
     assert cann["version"] is None and cann["info_file"] is None and cann["set_env"] is None, cann
     report = _run(root, num_cards=8)
     assert report.container["versions"]["cann"] is None
     assert "CANN not found" in _by_name(report.checks)["driver_cann_compat"].reason
     # the same path inside the tree is the one read
     _write(root / str(machine).lstrip("/") / "x86_64-linux/ascend_toolkit_install.info", CANN_850_INFO)
-    assert collect_cann_under(root, {}, arch="x86_64")["version"] == "8.5.0"
+    assert collect_cann({}, root, arch="x86_64")["version"] == "8.5.0"
 
 
 def test_the_toolkit_variables_and_their_links_stay_in_the_tree(tmp_path):
     """ASCEND_HOME_PATH names a path of the tree, and a link below it stays in the tree."""
     machine = _machine_toolkit(tmp_path)
     root = build_tree(tmp_path, omit=("/usr/local/Ascend/cann",))
-    assert collect_cann_under(root, {"ASCEND_HOME_PATH": str(machine)}, arch="x86_64")["version"] is None
+    assert collect_cann({"ASCEND_HOME_PATH": str(machine)}, root, arch="x86_64")["version"] is None
     (root / "opt/cann").mkdir(parents=True)
     (root / "opt/cann/x86_64-linux").symlink_to(machine / "x86_64-linux")
-    assert collect_cann_under(root, {"ASCEND_HOME_PATH": "/opt/cann"}, arch="x86_64")["version"] is None
+    assert collect_cann({"ASCEND_HOME_PATH": "/opt/cann"}, root, arch="x86_64")["version"] is None
 
 
 # --- bounds ----------------------------------------------------------------------------------------

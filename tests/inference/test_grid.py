@@ -23,7 +23,8 @@ import pytest
 
 from hyport_lib.backend import Backend, CpuBackend, get_backend
 from hyport_lib.commands import main
-from hyport_lib.devices.card_plan import available_cards, inherited_card_ids, plan_grid
+from hyport_lib.devices.card_plan import available_cards, plan_grid
+from hyport_lib.devices.visible_devices import inherited_card_ids
 from hyport_lib.inference import stage
 from hyport_lib.inference.grid import run_grid
 from hyport_lib.inference.params import Params
