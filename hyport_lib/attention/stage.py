@@ -11,7 +11,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional
 
-from hyport_lib.attention.behaviour import Behaviour, PairResult
 from hyport_lib.attention.compare import ComparisonResult, provenance, run_comparison
 from hyport_lib.attention.implementations import device_label
 from hyport_lib.attention.model_check import ModelComparison, compare_model, model_check_dtype, swapped_backend
@@ -95,9 +94,9 @@ class AttentionRecord:
     notes: list[str] = field(default_factory=list)
     seconds: Optional[float] = None
     full: Optional[bool] = None
-    model: Optional[dict] = None
+    model: Optional[ModelComparison] = None
     flash_attn_version: Optional[str] = None
-    scan: Optional[dict] = None
+    scan: Optional[ScanReport] = None
     port: Optional[dict] = None
     port_error: str = ""
 
@@ -209,30 +208,27 @@ def summarize(result: AttentionStageResult) -> StageSummary:
             f"{counts.get('WARN', 0)} WARN")
     if model is not None:
         line += f"; model {model.verdict}" + (f" ({model.detail})" if model.verdict == "REFUSED" else "")
-        if (model.behaviour or {}).get("meaningful"):
-            behaviour = Behaviour(**{**model.behaviour, "pairs": [PairResult(**p) for p in model.behaviour["pairs"]]})
-            line += f"; {behaviour.line()}"
+        if model.behaviour is not None and model.behaviour.meaningful:
+            line += f"; {model.behaviour.line()}"
             headline["greedy answers identical"] = ", ".join(
-                f"{p.dtype} {'yes' if p.identical else 'no'}" for p in behaviour.pairs)
+                f"{p.dtype} {'yes' if p.identical else 'no'}" for p in model.behaviour.pairs)
     if result.port_error:
         verdict = "FAIL"
         line += f"; port not made: {result.port_error}"
-    elif result.port is not None and result.port.proof is None:
-        headline["port changes"] = 0
-        headline["port spots left for a human"] = len(result.port.manual)
-        line += f"; port: nothing to rewrite, {len(result.port.manual)} left for a human"
     elif result.port is not None:
-        proof = result.port.proof
-        headline["port changes"] = len(result.port.changes)
-        headline["port spots left for a human"] = len(result.port.manual)
-        headline["port proof"] = proof.get("verdict") + (" (emulated)" if proof.get("emulated") else "")
-        if proof.get("verdict") == "WARN" and verdict == "PASS":
-            verdict = "WARN"  # a port with no model class to prove it on
-        elif proof.get("verdict") not in ("PASS", "WARN", SKIP):  # SKIP: not asked for
-            verdict = "FAIL"
-        line += (f"; port: {len(result.port.changes)} change(s), {len(result.port.manual)} left "
-                 f"for a human, proof {proof.get('verdict')}"
-                 + (" (NPU path emulated on CPU)" if proof.get("emulated") else ""))
+        port, proof = result.port, result.port.proof
+        headline["port changes"] = len(port.changes)  # none when there is no proof
+        headline["port spots left for a human"] = len(port.manual)
+        if proof is None:
+            line += f"; port: nothing to rewrite, {len(port.manual)} left for a human"
+        else:
+            headline["port proof"] = proof.get("verdict") + (" (emulated)" if proof.get("emulated") else "")
+            if proof.get("verdict") == "WARN" and verdict == "PASS":
+                verdict = "WARN"  # a port with no model class to prove it on
+            elif proof.get("verdict") not in ("PASS", "WARN", SKIP):  # SKIP: not asked for
+                verdict = "FAIL"
+            line += (f"; port: {len(port.changes)} change(s), {len(port.manual)} left for a human, "
+                     f"proof {proof.get('verdict')}" + (" (NPU path emulated on CPU)" if proof.get("emulated") else ""))
     return StageSummary(verdict, line, headline)
 
 

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, replace
-from typing import Iterable, Optional
+from typing import Any, Iterable, Optional
+
+from hyport_lib.utils.records import from_mapping
 
 SNIPPET_MAX = 200
 
@@ -81,3 +84,13 @@ class ScanReport:
             "skipped": [{"file": f, "why": w} for f, w in self.skipped],
             "pinned": dict(self.pinned),
         }
+
+    @classmethod
+    def from_dict(cls, data: Any) -> "ScanReport":
+        """:meth:`to_dict` read back; an odd record gives defaults (see
+        :mod:`hyport_lib.utils.records`)."""
+        data = data if isinstance(data, Mapping) else {}
+        pairs = {key: [(str(d.get(first)), str(d.get(second))) for d in data.get(key) or []
+                       if isinstance(d, Mapping)]
+                 for key, first, second in (("unparsable", "file", "error"), ("skipped", "file", "why"))}
+        return from_mapping(cls, {**data, **pairs})
