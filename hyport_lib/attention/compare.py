@@ -11,8 +11,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Callable, Optional, Sequence
 
-from hyport_lib.attention.case_data import CaseData, make_case_data
-from hyport_lib.attention.cases import AttentionCase, build_grid
+from hyport_lib.attention.cases import AttentionCase, CaseData, build_grid, make_case_data
 from hyport_lib.attention.implementations import Implementation, available_implementations, eager_attention
 from hyport_lib.attention.metrics import METRIC_COLUMNS, compute_metrics, decide
 from hyport_lib.attention.params import DTYPES

@@ -8,14 +8,11 @@ from __future__ import annotations
 import math
 from typing import Callable, Optional
 
-from hyport_lib.attention.behaviour_view import behaviour_frame, behaviour_markdown, pairs_frame
-from hyport_lib.attention.behaviour_view import behaviour_values
-from hyport_lib.attention.behaviour_view import glance_row as behaviour_glance_row
 from hyport_lib.attention.compare import provenance
-from hyport_lib.attention.port_view import glance_rows as port_glance_rows
-from hyport_lib.attention.port_view import port_kinds, proof_frame, proof_markdown
 from hyport_lib.attention.stage import AttentionRecord, AttentionStageResult, summarize
-from hyport_lib.attention.tallies import backend_rows, case_tally
+from hyport_lib.attention.views import (backend_rows, behaviour_frame, behaviour_glance_row,
+                                        behaviour_markdown, behaviour_values, case_tally, pairs_frame,
+                                        port_glance_rows, port_kinds, proof_frame, proof_markdown)
 from hyport_lib.display import figure_png, style_verdicts
 from hyport_lib.drafting.values import fmt_value, is_number
 from hyport_lib.results import StageRecord, StageSummary
@@ -280,7 +277,8 @@ def glance(record: dict) -> list[tuple[str, str]]:
                                   f"{worst['max_abs'] / worst['bound']:.3g} of the bound"))
     model = attention.model
     if model is not None:
-        out.append(("model", f"{fmt_value(model.verdict)}, max |Δ logits| {fmt_value(model.max_abs_logits, 3)}"))
+        out.append(("model", f"{fmt_value(model.verdict)}, max |Δ logits| "
+                             f"{fmt_value(model.max_abs_logits, 3)}"))
         out += behaviour_glance_row(model.behaviour)
     return out + port_glance_rows(attention)
 
@@ -313,9 +311,9 @@ def blog_values(record: dict) -> dict:
     read = _read(record)
     data = read.data
     scan = data.scan or ScanReport("")
-    pins = []
+    pins, served = [], data.flash_attn_version
     for name, spec in scan.pinned.items():
-        version, served = pinned_version(spec), data.flash_attn_version
+        version = pinned_version(spec)
         pins.append({"name": name, "spec": spec, "version": version, "mismatch": bool(
             served and version and unpad_input_values(version) != unpad_input_values(str(served)))})
     worst = next((v for k, v in read.headline.items() if str(k).startswith("worst ") and is_number(v)), None)

@@ -14,14 +14,14 @@ from hyport_lib.attention import stage
 from hyport_lib.attention.params import Params
 from hyport_lib.npu_attention import reference as R
 from hyport_lib.attention.implementations import Implementation, eager_attention
-from hyport_lib.attention.case_data import case_keep_mask, make_case_data
+from hyport_lib.attention.cases import case_keep_mask, make_case_data
 from hyport_lib.attention.cases import BATCH_KINDS, MASK_KINDS, AttentionCase, build_grid
 from hyport_lib.port.generated.flash_attn_ascend import compressed_causal_mask
 from hyport_lib.npu_attention.emulation import npu_fusion_attention as emulated
 from hyport_lib.attention.metrics import Metrics, compute_metrics, decide
 from hyport_lib.attention.model_check import ModelComparison, compare_model
-from hyport_lib.attention.nfa_calls import nfa_mapping, run_nfa
-from hyport_lib.attention.port_scan import planted_example, run_scan
+from hyport_lib.attention.implementations import nfa_mapping, run_nfa
+from hyport_lib.attention.stage import planted_example, run_scan
 from hyport_lib.results import StageSummary
 from hyport_lib.utils.records import from_mapping
 from hyport_lib.attention.behaviour import Behaviour
@@ -558,11 +558,12 @@ def type_module(qualified: str) -> str:
 
 def test_behaviour_on_flat_logits_is_not_meaningful_and_is_drawn_in_one_line(tmp_path):
     """A random-weight model other than the tiny one is recognised by its flat logits."""
-    from hyport_lib.attention.behaviour_view import glance_row
+    from hyport_lib.attention.views import behaviour_glance_row
     from blog_drafts import stage_draft
 
     record = {"behaviour": {"meaningful": False, "why": "random weights: not meaningful (flat logits)"}}
-    assert glance_row(from_mapping(Behaviour, record["behaviour"])) == [("behaviour", "random weights: not meaningful (flat logits)")]
+    flat = from_mapping(Behaviour, record["behaviour"])
+    assert behaviour_glance_row(flat) == [("behaviour", "random weights: not meaningful (flat logits)")]
     text = stage_draft(tmp_path, "02_attention", {"model": record})
     assert "\nBehaviour (greedy answers, perplexity) not compared: random weights" in text
     real = {"behaviour": {"meaningful": True, "new_tokens": 32, "prompts": ["Capital?"],
@@ -572,7 +573,7 @@ def test_behaviour_on_flat_logits_is_not_meaningful_and_is_drawn_in_one_line(tmp
                               {"label": "NPU emulation, bfloat16", "dtype": "bfloat16", "identical": False,
                                "answers": ["Lyon."], "perplexity": 4.8, "eager_perplexity": 4.82,
                                "first_difference": {"prompt": 0, "token": 0, "eager": "Paris", "swapped": "Lyon"}}]}}
-    said = glance_row(from_mapping(Behaviour, real["behaviour"]))[0][1]
+    said = behaviour_glance_row(from_mapping(Behaviour, real["behaviour"]))[0][1]
     assert said.startswith("32-token answers: hyport_npu_emulated, float32: identical; NPU emulation")
     assert "prompt 0, token 0: 'Paris' → 'Lyon'" in said
     text = stage_draft(tmp_path, "02_attention", {"model": real}, "zh")
