@@ -31,9 +31,6 @@ class Hit:
     snippet: str
     suggestion: str
 
-    def to_dict(self) -> dict:
-        return asdict(self)
-
 
 @dataclass
 class ScanReport:
@@ -79,7 +76,7 @@ class ScanReport:
             "files_scanned": self.files_scanned,
             "clean": self.clean,
             "counts": self.counts(),
-            "hits": [h.to_dict() for h in self.hits],
+            "hits": [asdict(h) for h in self.hits],
             "unparsable": [{"file": f, "error": e} for f, e in self.unparsable],
             "skipped": [{"file": f, "why": w} for f, w in self.skipped],
             "pinned": dict(self.pinned),
