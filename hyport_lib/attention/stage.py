@@ -126,8 +126,8 @@ class AttentionStageResult:
 
 @dataclass
 class AttentionRecord:
-    """:meth:`AttentionStageResult.to_dict` read back (model check, scan and port as
-    recorded); defaults where an older record differs (see :mod:`hyport_lib.utils.records`)."""
+    """:meth:`AttentionStageResult.to_dict` read back (the model check and the scan typed, the
+    port as recorded); defaults where an older record differs (:mod:`hyport_lib.utils.records`)."""
 
     rows: list[dict] = field(default_factory=list)
     backends: list = field(default_factory=list)
