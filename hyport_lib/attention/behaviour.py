@@ -18,7 +18,7 @@ difference is the swap's, not the dtype's):
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Callable, Optional, Sequence
 
 import torch
@@ -61,9 +61,6 @@ class Behaviour:
     eager_answers: list[str] = field(default_factory=list)
     top1_probability: Optional[float] = None
     pairs: list[PairResult] = field(default_factory=list)
-
-    def to_dict(self) -> dict:
-        return asdict(self)
 
     def line(self) -> str:
         """One line for the stage summary."""

@@ -1,7 +1,9 @@
-"""The cases of the attention numerics comparison and the grid they form.
+"""The cases of the attention numerics comparison, the grid they form and their tensors.
 
 An :class:`AttentionCase` only describes a case (layout, dtype, mask, batch kind,
-lengths, heads); :mod:`hyport_lib.attention.case_data` draws its tensors.
+lengths, heads); :func:`make_case_data` draws its tensors, in canonical BNSD form (a
+packed batch is ``[1, N, T, D]``); backends convert to their own layouts (see
+:func:`hyport_lib.attention.implementations.nfa_mapping`).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from typing import Optional, Sequence
 import torch
 
 from hyport_lib.attention.params import DTYPES
+from hyport_lib.npu_attention import reference as R
 from hyport_lib.npu_attention.reference import LAYOUTS
 
 MASK_KINDS = ("causal", "bidirectional", "band", "spans")
@@ -185,3 +188,57 @@ def _full_grid() -> list[dict]:
 def build_grid(full: bool = False, dtypes: Sequence[str] = DTYPES) -> list[AttentionCase]:
     """The comparison grid: every base case in every dtype of ``dtypes``."""
     return [AttentionCase(dtype=d, **base) for base in _base_cases(full) for d in dtypes]
+
+
+@dataclass
+class CaseData:
+    """Inputs in canonical BNSD form (packed: ``[1, N, T, D]``), already in the case dtype."""
+
+    q: torch.Tensor
+    k: torch.Tensor
+    v: torch.Tensor
+    keep: torch.Tensor  # bool, True = attend, broadcastable to [B, Nq, Sq, Skv]
+    ref: torch.Tensor  # float64 reference output
+    empty_rows: torch.Tensor  # [B, Nq, Sq] rows that attend nothing
+    valid_rows: torch.Tensor  # [B, Nq, Sq] rows whose output is compared
+
+
+def _global_spans(case: AttentionCase) -> list[tuple[int, int]]:
+    """The spans of every sample as token ranges of the packed batch."""
+    out, offset = [], 0
+    for n, spans in zip(case.lengths_q, case.spans):
+        out += [(offset + s, offset + e) for s, e in spans]
+        offset += n
+    return out
+
+
+def case_keep_mask(case: AttentionCase) -> torch.Tensor:
+    """The case's keep mask (True = attend) for the canonical tensors."""
+    if case.batch == "packed":
+        keep = R.block_diagonal_mask(case.lengths_q, case.lengths_kv, causal=case.causal,
+                                     window_size=case.window_size)
+        if case.mask == "spans":
+            keep = R.bidirectional_span_mask(0, _global_spans(case), base=keep)
+        return keep.view(1, 1, *keep.shape)
+    keep = R.padded_mask(case.lengths_q, case.lengths_kv, case.sq, case.skv, causal=case.causal,
+                         window_size=case.window_size)
+    if case.mask == "spans":
+        for b, spans in enumerate(case.spans):
+            keep[b] = R.bidirectional_span_mask(0, spans, base=keep[b])
+    return keep
+
+
+def make_case_data(case: AttentionCase, seed: int = 0) -> CaseData:
+    """Seeded inputs (drawn in fp32, rounded to the case dtype) and the float64 reference."""
+    g = torch.Generator().manual_seed(seed)
+    if case.batch == "packed":
+        b, sq, skv = 1, sum(case.lengths_q), sum(case.lengths_kv)
+    else:
+        b, sq, skv = len(case.lengths_q), case.sq, case.skv
+    dt = case.torch_dtype
+    q = torch.randn(b, case.nq, sq, case.head_dim, generator=g).to(dt)
+    k = torch.randn(b, case.nkv, skv, case.head_dim, generator=g).to(dt)
+    v = torch.randn(b, case.nkv, skv, case.head_dim, generator=g).to(dt)
+    keep = case_keep_mask(case)
+    res = R.attention_reference(q, k, v, keep, scale=case.scale, return_stats=True)
+    return CaseData(q, k, v, keep, res.out, res.empty_rows, valid_rows=~res.empty_rows)

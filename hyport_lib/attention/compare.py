@@ -8,11 +8,10 @@ low-precision inputs; metrics and verdicts by :mod:`~hyport_lib.attention.metric
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Callable, Optional, Sequence
 
-from hyport_lib.attention.case_data import CaseData, make_case_data
-from hyport_lib.attention.cases import AttentionCase, build_grid
+from hyport_lib.attention.cases import AttentionCase, CaseData, build_grid, make_case_data
 from hyport_lib.attention.implementations import Implementation, available_implementations, eager_attention
 from hyport_lib.attention.metrics import METRIC_COLUMNS, compute_metrics, decide
 from hyport_lib.attention.params import DTYPES
@@ -45,9 +44,6 @@ class ComparisonResult:
         for r in self.rows:
             out[r["verdict"]] = out.get(r["verdict"], 0) + 1
         return out
-
-    def to_dict(self) -> dict:
-        return asdict(self)
 
 
 def _error_row(case: AttentionCase, be: Implementation, exc: Exception, data: CaseData) -> dict:

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import torch
 
-from hyport_lib.attention.case_data import CaseData
+from hyport_lib.attention.cases import CaseData
 
 REL_FLOOR = 1e-6
 COSINE_MIN = 0.99

@@ -73,7 +73,7 @@ class ModelComparison:
     packed_refused: bool = False  # the packed row was refused or raised (said in packed_detail)
     # Greedy answers and perplexity against eager (attention/behaviour.py); on random
     # weights it only says why it is not meaningful.
-    behaviour: Optional[dict] = None
+    behaviour: Optional[Behaviour] = None
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -221,10 +221,9 @@ def _compare(result: ModelComparison, model_path: str, registered: dict, name: s
     try:
         result.behaviour = compare_behaviour(
             model_path, eager, swapped, loaded, f"{name}, {dtype}", load_pair, dtype,
-            bf16_label=f"{'npu_fusion_attention' if result.backend == 'npu' else 'NPU emulation'}, bfloat16"
-        ).to_dict()
+            bf16_label=f"{'npu_fusion_attention' if result.backend == 'npu' else 'NPU emulation'}, bfloat16")
     except Exception as exc:  # the logits' verdict stands; the record says why this part is missing
-        result.behaviour = Behaviour(False, f"not compared: {type(exc).__name__}: {exc}").to_dict()
+        result.behaviour = Behaviour(False, f"not compared: {type(exc).__name__}: {exc}")
     result.verdict, result.detail = _model_verdict(result, active, name)
     if "not applicable" in result.batch:
         result.detail += f"; compared {result.batch}"
@@ -326,9 +325,9 @@ def _model_verdict(result: ModelComparison, active: str, name: str) -> tuple[str
     verdict, detail = _padded_verdict(result, active, name, tol)
     if verdict != "PASS":
         return verdict, detail
-    same_dtype = ((result.behaviour or {}).get("pairs") or [None])[0]
-    if same_dtype and not same_dtype.get("identical"):
-        diff = same_dtype.get("first_difference") or {}
+    same_dtype = result.behaviour.pairs[0] if result.behaviour and result.behaviour.pairs else None
+    if same_dtype and not same_dtype.identical:
+        diff = same_dtype.first_difference or {}
         return "WARN", (f"{detail}; on real weights the swap's greedy answer differs from eager's at "
                         f"token {diff.get('token')} of prompt {diff.get('prompt')}")
     packed_said = (f"; {result.packed_detail}: max |Δ logits| {packed:.1e}" if packed is not None

@@ -8,19 +8,16 @@ from __future__ import annotations
 import math
 from typing import Callable, Optional
 
-from hyport_lib.attention.behaviour_view import behaviour_frame, behaviour_markdown, pairs_frame
-from hyport_lib.attention.behaviour_view import behaviour_values
-from hyport_lib.attention.behaviour_view import glance_row as behaviour_glance_row
 from hyport_lib.attention.compare import provenance
-from hyport_lib.attention.port_view import glance_rows as port_glance_rows
-from hyport_lib.attention.port_view import port_kinds, proof_frame, proof_markdown
 from hyport_lib.attention.stage import AttentionRecord, AttentionStageResult, summarize
-from hyport_lib.attention.tallies import backend_rows, case_tally
+from hyport_lib.attention.views import (backend_rows, behaviour_frame, behaviour_glance_row,
+                                        behaviour_markdown, behaviour_values, case_tally, pairs_frame,
+                                        port_glance_rows, port_kinds, proof_frame, proof_markdown)
 from hyport_lib.display import figure_png, style_verdicts
-from hyport_lib.drafting.values import as_dict, as_list, fmt_value, is_number
-from hyport_lib.results import StageRecord
+from hyport_lib.drafting.values import fmt_value, is_number
+from hyport_lib.results import StageRecord, StageSummary
 from hyport_lib.scan.grouping import group_hits
-from hyport_lib.scan.show import show_scan
+from hyport_lib.scan.model import ScanReport
 from hyport_lib.utils.versions import pinned_version, unpad_input_values
 
 TABLE_COLUMNS = ("case", "backend", "source", "max_abs", "bound", "cosine", "max_rel",
@@ -60,15 +57,10 @@ def _pct(value):
 def styled_comparison(result):
     """pandas Styler of the comparison with coloured verdicts and compact numbers."""
     df = comparison_table(result)
-    numeric = [c for c in ("max_abs", "bound", "max_rel", "rmse") if c in df.columns]
-    styler = style_verdicts(df)
-    fmt = {c: _fmt for c in numeric}
-    for c in ("rel_gt_1e-3", "rel_gt_5e-3"):
-        if c in df.columns:
-            fmt[c] = _pct
-    if "cosine" in df.columns:
-        fmt["cosine"] = lambda v: "" if _missing(v) else f"{v:.6f}"
-    return styler.format(fmt)
+    fmt = {**dict.fromkeys(("max_abs", "bound", "max_rel", "rmse"), _fmt),
+           **dict.fromkeys(("rel_gt_1e-3", "rel_gt_5e-3"), _pct),
+           "cosine": lambda v: "" if _missing(v) else f"{v:.6f}"}
+    return style_verdicts(df).format({c: f for c, f in fmt.items() if c in df.columns})
 
 
 def provenance_note(result) -> str:
@@ -76,39 +68,29 @@ def provenance_note(result) -> str:
     backends = ", ".join(b["source"] for b in result.backends)
     text = (f"**Provenance:** {provenance(result).label}. Backends: {backends}. "
             f"{result.cases} cases in {result.seconds:.1f} s.")
-    for note in result.notes:
-        text += f" {note}"
-    return text
+    return text + "".join(f" {note}" for note in result.notes)
+
+
+def _heatmap_cell(kind: str, raw: float) -> tuple[float, str]:
+    """A heatmap cell of a metric of ``kind``: the value it is coloured by and its text."""
+    if kind == "log":
+        return (math.log10(max(raw, 1e-12)) if not math.isnan(raw) else raw), f"{raw:.1e}"
+    if kind == "cos":
+        gap = 1.0 - raw
+        return (math.log10(max(gap, 1e-12)) if not math.isnan(gap) else gap), f"{gap:.1e}"
+    return raw, f"{100 * raw:.0f}%" if kind == "share" else f"{raw:.2f}"
 
 
 def _heatmap_values(df):
     import numpy as np
 
-    values, annotations = [], []
+    cells = []
     for _, row in df.iterrows():
-        vals, notes = [], []
-        for _, col, kind in HEATMAP_METRICS:
-            if kind == "ratio":
-                raw = (row["max_abs"] / row["bound"]) if row.get("bound") else float("nan")
-            else:
-                raw = row.get(col)
-            raw = float("nan") if raw is None else float(raw)
-            if kind == "log":
-                val = math.log10(max(raw, 1e-12)) if not math.isnan(raw) else float("nan")
-                note = f"{raw:.1e}"
-            elif kind == "cos":
-                gap = 1.0 - raw if not math.isnan(raw) else float("nan")
-                val = math.log10(max(gap, 1e-12)) if not math.isnan(gap) else float("nan")
-                note = f"{gap:.1e}"
-            elif kind == "share":
-                val, note = raw, f"{100 * raw:.0f}%"
-            else:
-                val, note = raw, f"{raw:.2f}"
-            vals.append(val)
-            notes.append(note)
-        values.append(vals)
-        annotations.append(notes)
-    return np.array(values, dtype=float), annotations
+        raws = [((row["max_abs"] / row["bound"]) if row.get("bound") else None) if kind == "ratio"
+                else row.get(col) for _, col, kind in HEATMAP_METRICS]
+        cells.append([_heatmap_cell(kind, float("nan") if raw is None else float(raw))
+                      for (_, _, kind), raw in zip(HEATMAP_METRICS, raws)])
+    return np.array([[v for v, _ in r] for r in cells], dtype=float), [[t for _, t in r] for r in cells]
 
 
 def rows_heatmap(df, backend: Optional[str] = None):
@@ -235,18 +217,9 @@ def show_model_comparison(model):
         return
     _display(styled_model(model))
     _markdown(behaviour_markdown(model.behaviour))
-    if (model.behaviour or {}).get("meaningful"):
+    if model.behaviour is not None and model.behaviour.meaningful:
         _display(behaviour_frame(model.behaviour))
         _display(pairs_frame(model.behaviour))
-
-
-def show_scan_result(report, path: str, served: Optional[str] = None):
-    """The scan's counts and table; ``served``: the flash-attn version whose API the
-    drop-in served, checked against the project's pin."""
-    if report is None:
-        _markdown(f"`{path}` was not scanned.")
-        return
-    show_scan(report, served)
 
 
 def show_port(port, error: str = "") -> None:
@@ -269,12 +242,10 @@ def show_port(port, error: str = "") -> None:
         _display(style_verdicts(proof_frame(port.proof)))
 
 
-def summary_markdown(summary, result=None) -> str:
-    """The stage verdict and headline figures (a ``StageSummary`` or its dict) as Markdown."""
-    if hasattr(summary, "to_dict"):
-        summary = summary.to_dict()
-    lines = [f"**{summary['verdict']}** — {summary['summary']}", ""]
-    lines += [f"- {k}: {v}" for k, v in summary["headline"].items()]
+def summary_markdown(summary: StageSummary, result=None) -> str:
+    """The stage verdict and headline figures as Markdown."""
+    lines = [f"**{summary.verdict}** — {summary.summary}", ""]
+    lines += [f"- {k}: {v}" for k, v in summary.headline.items()]
     if result is not None:
         lines.append(f"- provenance: {provenance(result).label}")
     return "\n".join(lines)
@@ -305,10 +276,10 @@ def glance(record: dict) -> list[tuple[str, str]]:
         out.append(("worst case", f"{worst.get('case')} on {worst.get('backend')}: error "
                                   f"{worst['max_abs'] / worst['bound']:.3g} of the bound"))
     model = attention.model
-    if model:
-        out.append(("model", f"{fmt_value(model.get('verdict'))}, max |Δ logits| "
-                             f"{fmt_value(model.get('max_abs_logits'), 3)}"))
-        out += behaviour_glance_row(model)
+    if model is not None:
+        out.append(("model", f"{fmt_value(model.verdict)}, max |Δ logits| "
+                             f"{fmt_value(model.max_abs_logits, 3)}"))
+        out += behaviour_glance_row(model.behaviour)
     return out + port_glance_rows(attention)
 
 
@@ -337,19 +308,17 @@ def blog_values(record: dict) -> dict:
     hits by kind (one line per source line, each suggestion once), the pins whose API the
     drop-in did not serve, the worst error over its bound, one row per implementation,
     the port's changes by kind and the behaviour's answers."""
-    data = as_dict(record.get("data"))
-    scan = as_dict(data.get("scan"))
-    hits = [h for h in as_list(scan.get("hits")) if isinstance(h, dict)]
-    served = data.get("flash_attn_version")
-    pins = []
-    for name, spec in as_dict(scan.get("pinned")).items():
+    read = _read(record)
+    data = read.data
+    scan = data.scan or ScanReport("")
+    pins, served = [], data.flash_attn_version
+    for name, spec in scan.pinned.items():
         version = pinned_version(spec)
         pins.append({"name": name, "spec": spec, "version": version, "mismatch": bool(
             served and version and unpad_input_values(version) != unpad_input_values(str(served)))})
-    head = as_dict(record.get("headline"))
-    worst = next((v for k, v in head.items() if str(k).startswith("worst ") and is_number(v)), None)
-    backends = backend_rows(as_list(data.get("rows")))
-    return {"scan_hits": len(hits), "scan_groups": group_hits(hits), "pins": pins, "worst": worst,
+    worst = next((v for k, v in read.headline.items() if str(k).startswith("worst ") and is_number(v)), None)
+    backends = backend_rows(data.rows)
+    return {"scan_hits": len(scan.hits), "scan_groups": group_hits(scan.hits), "pins": pins, "worst": worst,
             "implementations": backends, "skips": any(b["SKIP"] for b in backends),
-            "port_kinds": port_kinds(as_dict(data.get("port"))),
-            "behaviour": behaviour_values(as_dict(data.get("model")).get("behaviour"))}
+            "port_kinds": port_kinds(data.port or {}),
+            "behaviour": behaviour_values(data.model.behaviour if data.model is not None else None)}

@@ -7,16 +7,15 @@ numerics grid (:mod:`~hyport_lib.attention.compare`), the model-level check
 from __future__ import annotations
 
 import os
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional
 
-from hyport_lib.attention.behaviour import Behaviour, PairResult
 from hyport_lib.attention.compare import ComparisonResult, provenance, run_comparison
 from hyport_lib.attention.implementations import device_label
 from hyport_lib.attention.model_check import ModelComparison, compare_model, model_check_dtype, swapped_backend
 from hyport_lib.attention.params import Params
-from hyport_lib.attention.port_scan import run_scan
 from hyport_lib.backend import get_backend
 from hyport_lib.models.preflight import check_model_path
 from hyport_lib.models.tiny import TINY_MODEL_NAME, ensure_tiny_model
@@ -25,9 +24,49 @@ from hyport_lib.port.proof_run import SKIP, proof_not_run, prove_port_in_child
 from hyport_lib.port.tree import PortError, PortResult, port_tree, write_record
 from hyport_lib.results import StageSummary, fresh_folder_beside_results, record_summary
 from hyport_lib.scan.model import ScanReport
+from hyport_lib.scan.scanner import scan_path
 from hyport_lib.utils.records import from_mapping
 
 STAGE = "02_attention"
+#: What the static scan reads when no ``code_path`` is given.
+PLANTED_EXAMPLE = '''\
+"""A model file as it often arrives from a CUDA codebase (planted by hyport)."""
+import torch
+from flash_attn import flash_attn_func, flash_attn_varlen_func
+from flash_attn.bert_padding import pad_input, unpad_input
+
+
+class Attention(torch.nn.Module):
+    def forward(self, q, k, v, cu_seqlens=None, max_seqlen=None):
+        if cu_seqlens is not None:
+            return flash_attn_varlen_func(q, k, v, cu_seqlens, cu_seqlens,
+                                          max_seqlen, max_seqlen, causal=True)
+        return flash_attn_func(q, k, v, causal=True)
+
+
+def load(path):
+    model = torch.load(path).cuda()
+    torch.cuda.synchronize()
+    return model.to("cuda")
+'''
+PLANTED_REQUIREMENTS = "torch\nflash-attn==2.6.3\ntransformers\n"
+
+
+def planted_example(directory=None) -> Path:
+    """Write the planted example (a model file + requirements) and return its folder."""
+    # A fixed folder, rewritten on each call: runs do not pile up temporary folders.
+    folder = Path(directory) if directory else Path(tempfile.gettempdir()) / "hyport-planted-example"
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "modeling_example.py").write_text(PLANTED_EXAMPLE, encoding="utf-8")
+    (folder / "requirements.txt").write_text(PLANTED_REQUIREMENTS, encoding="utf-8")
+    return folder
+
+
+def run_scan(code_path: str = "") -> tuple[ScanReport, str]:
+    """Scan ``code_path`` (empty: the planted example, written first) with
+    :func:`hyport_lib.scan.scanner.scan_path`; returns the report and what was scanned."""
+    path = str(code_path or "").strip() or str(planted_example())
+    return scan_path(path), path
 
 
 @dataclass
@@ -87,17 +126,17 @@ class AttentionStageResult:
 
 @dataclass
 class AttentionRecord:
-    """:meth:`AttentionStageResult.to_dict` read back (model check, scan and port as
-    recorded); defaults where an older record differs (see :mod:`hyport_lib.utils.records`)."""
+    """:meth:`AttentionStageResult.to_dict` read back (the model check and the scan typed, the
+    port as recorded); defaults where an older record differs (:mod:`hyport_lib.utils.records`)."""
 
     rows: list[dict] = field(default_factory=list)
     backends: list = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     seconds: Optional[float] = None
     full: Optional[bool] = None
-    model: Optional[dict] = None
+    model: Optional[ModelComparison] = None
     flash_attn_version: Optional[str] = None
-    scan: Optional[dict] = None
+    scan: Optional[ScanReport] = None
     port: Optional[dict] = None
     port_error: str = ""
 
@@ -209,30 +248,28 @@ def summarize(result: AttentionStageResult) -> StageSummary:
             f"{counts.get('WARN', 0)} WARN")
     if model is not None:
         line += f"; model {model.verdict}" + (f" ({model.detail})" if model.verdict == "REFUSED" else "")
-        if (model.behaviour or {}).get("meaningful"):
-            behaviour = Behaviour(**{**model.behaviour, "pairs": [PairResult(**p) for p in model.behaviour["pairs"]]})
-            line += f"; {behaviour.line()}"
+        if model.behaviour is not None and model.behaviour.meaningful:
+            line += f"; {model.behaviour.line()}"
             headline["greedy answers identical"] = ", ".join(
-                f"{p.dtype} {'yes' if p.identical else 'no'}" for p in behaviour.pairs)
+                f"{p.dtype} {'yes' if p.identical else 'no'}" for p in model.behaviour.pairs)
     if result.port_error:
         verdict = "FAIL"
         line += f"; port not made: {result.port_error}"
-    elif result.port is not None and result.port.proof is None:
-        headline["port changes"] = 0
-        headline["port spots left for a human"] = len(result.port.manual)
-        line += f"; port: nothing to rewrite, {len(result.port.manual)} left for a human"
     elif result.port is not None:
-        proof = result.port.proof
-        headline["port changes"] = len(result.port.changes)
-        headline["port spots left for a human"] = len(result.port.manual)
-        headline["port proof"] = proof.get("verdict") + (" (emulated)" if proof.get("emulated") else "")
-        if proof.get("verdict") == "WARN" and verdict == "PASS":
-            verdict = "WARN"  # a port with no model class to prove it on
-        elif proof.get("verdict") not in ("PASS", "WARN", SKIP):  # SKIP: not asked for
-            verdict = "FAIL"
-        line += (f"; port: {len(result.port.changes)} change(s), {len(result.port.manual)} left "
-                 f"for a human, proof {proof.get('verdict')}"
-                 + (" (NPU path emulated on CPU)" if proof.get("emulated") else ""))
+        port, proof = result.port, result.port.proof
+        headline["port changes"] = len(port.changes)  # none when there is no proof
+        headline["port spots left for a human"] = len(port.manual)
+        if proof is None:
+            line += f"; port: nothing to rewrite, {len(port.manual)} left for a human"
+        else:
+            emulated = " (emulated)" if proof.get("emulated") else ""
+            headline["port proof"] = proof.get("verdict") + emulated
+            if proof.get("verdict") == "WARN" and verdict == "PASS":
+                verdict = "WARN"  # a port with no model class to prove it on
+            elif proof.get("verdict") not in ("PASS", "WARN", SKIP):  # SKIP: not asked for
+                verdict = "FAIL"
+            line += (f"; port: {len(port.changes)} change(s), {len(port.manual)} left for a human, "
+                     f"proof {proof.get('verdict')}" + (" (NPU path emulated on CPU)" if emulated else ""))
     return StageSummary(verdict, line, headline)
 
 

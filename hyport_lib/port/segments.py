@@ -12,7 +12,7 @@ import ast
 import re
 from dataclasses import dataclass, field
 
-from hyport_lib.scan.guards import is_cuda_guards
+from hyport_lib.scan.ast_tests import is_cuda_guards
 
 #: Every rule of :class:`~hyport_lib.port.codemod.PortTransformer` starts from one of these words.
 TRIGGER_WORDS = ("cuda", "nccl", "flash", "jit", "triton", "apex", "xformers", "cpp_extension")

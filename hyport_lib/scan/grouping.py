@@ -1,12 +1,14 @@
 """Scan findings as a reader wants them: by kind, one row per source line, each
 suggestion once with the lines it covers (a line importing three flash-attn helpers is
-three findings but one place to change), from ``Hit`` objects or their recorded dicts.
+three findings but one place to change).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Iterable
+
+from hyport_lib.scan.model import Hit
 
 
 @dataclass
@@ -22,34 +24,18 @@ class HitGroup:
         return [f"{file}:{line}" for file, line, _ in self.places]
 
 
-def _get(hit: Any, name: str):
-    return hit.get(name) if isinstance(hit, dict) else getattr(hit, name, None)
-
-
-def _line(hit: Any) -> int:
-    try:
-        return int(_get(hit, "line") or 0)
-    except (TypeError, ValueError):
-        return 0
-
-
-def group_hits(hits: Iterable[Any]) -> list[HitGroup]:
-    """One :class:`HitGroup` per (category, suggestion), by category, then first place.
-    Entries that are neither a ``Hit`` nor a dict are ignored (a recorded result may be odd)."""
-    usable = [h for h in hits if isinstance(h, dict) or hasattr(h, "category")]
-    ordered = sorted(usable, key=lambda h: (str(_get(h, "category")), str(_get(h, "file")), _line(h)))
+def group_hits(hits: Iterable[Hit]) -> list[HitGroup]:
+    """One :class:`HitGroup` per (category, suggestion), by category, then first place."""
     groups: dict[tuple[str, str], HitGroup] = {}
-    for hit in ordered:
-        category = str(_get(hit, "category") or "")
-        suggestion = str(_get(hit, "suggestion") or "").split(" | ")[0]
-        group = groups.setdefault((category, suggestion), HitGroup(category, suggestion))
-        file, line = str(_get(hit, "file") or ""), _line(hit)
-        if all((f, n) != (file, line) for f, n, _ in group.places):
-            group.places.append((file, line, str(_get(hit, "snippet") or "")))
+    for hit in sorted(hits, key=lambda h: (h.category, h.file, h.line)):
+        suggestion = hit.suggestion.split(" | ")[0]
+        group = groups.setdefault((hit.category, suggestion), HitGroup(hit.category, suggestion))
+        if all((f, n) != (hit.file, hit.line) for f, n, _ in group.places):
+            group.places.append((hit.file, hit.line, hit.snippet))
     return list(groups.values())
 
 
-def lines_frame(hits: Iterable[Any]):
+def lines_frame(hits: Iterable[Hit]):
     """One row per source line (file, line, kinds, snippet) as a DataFrame."""
     import pandas as pd
 
@@ -64,12 +50,10 @@ def lines_frame(hits: Iterable[Any]):
                         columns=["file", "line", "kind", "snippet"])
 
 
-def suggestions_frame(hits: Iterable[Any]):
+def suggestions_frame(hits: Iterable[Hit]):
     """One row per kind and suggestion, with the lines it covers, as a DataFrame."""
     import pandas as pd
 
     return pd.DataFrame([{"kind": g.category, "suggestion": g.suggestion, "lines": ", ".join(g.where())}
                          for g in group_hits(hits)], columns=["kind", "suggestion", "lines"])
 
-
-__all__ = ["HitGroup", "group_hits", "lines_frame", "suggestions_frame"]

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, replace
-from typing import Iterable, Optional
+from typing import Any, Iterable, Optional
+
+from hyport_lib.utils.records import from_mapping
 
 SNIPPET_MAX = 200
 
@@ -27,9 +30,6 @@ class Hit:
     category: str
     snippet: str
     suggestion: str
-
-    def to_dict(self) -> dict:
-        return asdict(self)
 
 
 @dataclass
@@ -76,8 +76,18 @@ class ScanReport:
             "files_scanned": self.files_scanned,
             "clean": self.clean,
             "counts": self.counts(),
-            "hits": [h.to_dict() for h in self.hits],
+            "hits": [asdict(h) for h in self.hits],
             "unparsable": [{"file": f, "error": e} for f, e in self.unparsable],
             "skipped": [{"file": f, "why": w} for f, w in self.skipped],
             "pinned": dict(self.pinned),
         }
+
+    @classmethod
+    def from_dict(cls, data: Any) -> "ScanReport":
+        """:meth:`to_dict` read back; an odd record gives defaults (see
+        :mod:`hyport_lib.utils.records`)."""
+        data = data if isinstance(data, Mapping) else {}
+        pairs = {key: [(str(d.get(first)), str(d.get(second))) for d in data.get(key) or []
+                       if isinstance(d, Mapping)]
+                 for key, first, second in (("unparsable", "file", "error"), ("skipped", "file", "why"))}
+        return from_mapping(cls, {**data, **pairs})

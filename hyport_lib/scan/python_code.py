@@ -18,16 +18,14 @@ from typing import Optional
 from hyport_lib.scan import dependencies, rules
 from hyport_lib.scan.ast_tests import (
     attr_position, call_context, catches_import_error, cuda_kind_branch, cuda_literal,
-    is_availability_test, is_kind, names_npu,
+    is_availability_test, is_cuda_guards, is_kind, names_npu,
 )
-from hyport_lib.scan.guards import is_cuda_guards
 from hyport_lib.scan.model import Hit
-from hyport_lib.scan.source import decode_source, hit_at, line_scan, split_lines
+from hyport_lib.scan.source import FALLBACK_NOTE, decode_source, hit_at, line_scan, split_lines
 
 _ATTR_BUILTINS = {"getattr", "hasattr", "setattr", "delattr"}
 #: Categories that a ``backend.kind == "cuda"`` guard makes deliberate.
 _KIND_GUARDED = {rules.CUDA_CALL, rules.CUDA_DEVICE}
-_FALLBACK_NOTE = " (line scan: the file does not parse)"
 
 
 def scan_python(data: bytes, rel: str, *,
@@ -58,7 +56,7 @@ def scan_python(data: bytes, rel: str, *,
                    f"{error}; scanned line by line instead: fix the file or port it by hand")]
     for number, code in enumerate(lines, start=1):
         if not code.lstrip().startswith("#"):  # `!pip install ...` of a notebook export
-            hits += dependencies.install_hits(rel, lines, number, note=_FALLBACK_NOTE)
+            hits += dependencies.install_hits(rel, lines, number, note=FALLBACK_NOTE)
     return hits + line_scan(rel, lines), error
 
 

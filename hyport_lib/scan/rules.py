@@ -154,24 +154,23 @@ SUGGESTIONS = {
     "torch.cuda.device": "backend.set_device(i) / backend.device(i)",
     "torch.cuda.memory_allocated": "backend.memory_stats(i).allocated",
     "torch.cuda.max_memory_allocated": "backend.memory_stats(i).peak",
-    "torch.cuda.memory_reserved": "backend.memory_stats(i).reserved",
-    "torch.cuda.max_memory_reserved": "backend.memory_stats(i).reserved",
+    **dict.fromkeys(("torch.cuda.memory_reserved", "torch.cuda.max_memory_reserved"),
+                    "backend.memory_stats(i).reserved"),
     "torch.cuda.memory_stats": "backend.memory_stats(i)",
-    "torch.cuda.reset_peak_memory_stats": "backend.reset_peak_memory(i)",
-    "torch.cuda.reset_max_memory_allocated": "backend.reset_peak_memory(i)",
+    **dict.fromkeys(("torch.cuda.reset_peak_memory_stats", "torch.cuda.reset_max_memory_allocated"),
+                    "backend.reset_peak_memory(i)"),
     "torch.cuda.empty_cache": "torch.npu.empty_cache() on NPU; keep it behind backend.kind",
     "torch.cuda.is_bf16_supported": "backend.supports_bf16()",
-    "torch.cuda.get_device_name": "backend.describe()",
-    "torch.cuda.get_device_properties": "backend.describe()",
-    "torch.cuda.manual_seed": "torch.manual_seed(seed) (seeds every device)",
-    "torch.cuda.manual_seed_all": "torch.manual_seed(seed) (seeds every device)",
+    **dict.fromkeys(("torch.cuda.get_device_name", "torch.cuda.get_device_properties"), "backend.describe()"),
+    **dict.fromkeys(("torch.cuda.manual_seed", "torch.cuda.manual_seed_all"),
+                    "torch.manual_seed(seed) (seeds every device)"),
     "torch.cuda.amp": "torch.autocast(device_type=backend.kind, dtype=torch.bfloat16)",
     "torch.cuda.amp.GradScaler": ("torch.amp.GradScaler(backend.kind) (torch >= 2.3); "
                                   "not needed with bf16"),
     "torch.cuda.amp.custom_fwd": "torch.amp.custom_fwd(device_type=backend.kind)",
     "torch.cuda.amp.custom_bwd": "torch.amp.custom_bwd(device_type=backend.kind)",
-    "torch.cuda.Stream": "torch.npu.Stream on NPU; keep it behind backend.kind",
-    "torch.cuda.Event": "torch.npu.Event on NPU; keep it behind backend.kind",
+    **{f"torch.cuda.{name}": f"torch.npu.{name} on NPU; keep it behind backend.kind"
+       for name in ("Stream", "Event")},
     "torch.cuda.nvtx": "CUDA-only profiler markers: drop, or guard with backend.kind == 'cuda'",
     "torch.backends.cuda": ("CUDA-only switch: guard with backend.kind == 'cuda' (TF32 has no "
                             "effect on NPU; torch_npu's counterpart is "
@@ -235,9 +234,8 @@ ENV_SUGGESTIONS = {
     "CUDA_LAUNCH_BLOCKING": "ASCEND_LAUNCH_BLOCKING=1 on Ascend",
     "PYTORCH_CUDA_ALLOC_CONF": "PYTORCH_NPU_ALLOC_CONF on Ascend (e.g. expandable_segments:True)",
     "NCCL_SOCKET_IFNAME": "HCCL_SOCKET_IFNAME on Ascend",
-    "NCCL_TIMEOUT": "HCCL_CONNECT_TIMEOUT / HCCL_EXEC_TIMEOUT on Ascend",
-    "NCCL_BLOCKING_WAIT": "HCCL_CONNECT_TIMEOUT / HCCL_EXEC_TIMEOUT on Ascend",
-    "NCCL_ASYNC_ERROR_HANDLING": "HCCL_CONNECT_TIMEOUT / HCCL_EXEC_TIMEOUT on Ascend",
+    **dict.fromkeys(("NCCL_TIMEOUT", "NCCL_BLOCKING_WAIT", "NCCL_ASYNC_ERROR_HANDLING"),
+                    "HCCL_CONNECT_TIMEOUT / HCCL_EXEC_TIMEOUT on Ascend"),
     "NCCL_DEBUG": "ASCEND_GLOBAL_LOG_LEVEL / ASCEND_SLOG_PRINT_TO_STDOUT on Ascend",
     # The HF Spaces idiom for installing flash-attn without compiling it: goes with the install.
     "FLASH_ATTENTION_SKIP_CUDA_BUILD": ("part of a flash-attn install: drop it with the install; "
@@ -268,24 +266,18 @@ CUDA_METHOD_SUGGESTION = (".to(backend.device(i)) (device from hyport_lib.backen
 GUARDED_PREFIX = "guarded import (optional, the code has a fallback): "
 
 # --- dependency declarations ---------------------------------------------------------
+_CUDA_RUNTIME = "CUDA runtime: not needed on Ascend (CANN provides the runtime)"
 _PACKAGE_SUGGESTIONS = {
-    "flash-attn": "remove: " + _SHIM + "; torch_npu provides npu_fusion_attention",
-    "flash-attention": "remove: " + _SHIM + "; torch_npu provides npu_fusion_attention",
-    "apex": "remove: " + SUGGESTIONS["apex"],
-    "xformers": "remove: " + SUGGESTIONS["xformers"],
-    "triton": "remove: " + SUGGESTIONS["triton"],
+    **dict.fromkeys(("flash-attn", "flash-attention"),
+                    "remove: " + _SHIM + "; torch_npu provides npu_fusion_attention"),
+    **{name: "remove: " + SUGGESTIONS[name] for name in ("apex", "xformers", "triton", "bitsandbytes")},
     "pytorch-triton": "remove: " + SUGGESTIONS["triton"],
-    "bitsandbytes": "remove: " + SUGGESTIONS["bitsandbytes"],
     "vllm": "vllm-ascend on Ascend (matching the installed vllm and torch_npu)",
     "cupy": "no Ascend build: replace with torch / numpy",
-    "pynvml": "npu-smi info (hyport env reads it)",
-    "nvidia-ml-py": "npu-smi info (hyport env reads it)",
-    "mamba-ssm": "CUDA-only kernels: use the model's pure-PyTorch path",
-    "causal-conv1d": "CUDA-only kernels: use the model's pure-PyTorch path",
+    **dict.fromkeys(("pynvml", "nvidia-ml-py"), "npu-smi info (hyport env reads it)"),
+    **dict.fromkeys(("mamba-ssm", "causal-conv1d"), "CUDA-only kernels: use the model's pure-PyTorch path"),
     "liger-kernel": "Triton kernels, no Ascend build: drop (use the PyTorch modules)",
-    "cudatoolkit": "CUDA runtime: not needed on Ascend (CANN provides the runtime)",
-    "pytorch-cuda": "CUDA runtime: not needed on Ascend (CANN provides the runtime)",
-    "cudnn": "CUDA runtime: not needed on Ascend (CANN provides the runtime)",
+    **dict.fromkeys(("cudatoolkit", "pytorch-cuda", "cudnn"), _CUDA_RUNTIME),
     "nccl": "CUDA collectives: not needed on Ascend (HCCL ships with CANN)",
 }
 _PREFIX_SUGGESTIONS = (

@@ -34,7 +34,7 @@ def hit_at(rel: str, lines: list[str], line: int, col: int, category: str, sugge
 
 
 # --- line scan, for files the parser rejects -------------------------------------------
-_FALLBACK_NOTE = " (line scan: the file does not parse)"
+FALLBACK_NOTE = " (line scan: the file does not parse)"
 _FALLBACK_RULES = (
     (re.compile(r"^\s*(?:from|import)\s+((?:flash_attn\w*|apex|amp_C|xformers|triton|bitsandbytes)"
                 r"(?:\.\w+)*)"),
@@ -65,5 +65,5 @@ def line_scan(rel: str, lines: list[str]) -> list[Hit]:
             if match:
                 category, suggestion = describe(match)
                 hits.append(hit_at(rel, lines, number, match.start(), category,
-                                   suggestion + _FALLBACK_NOTE))
+                                   suggestion + FALLBACK_NOTE))
     return sorted(set(hits))

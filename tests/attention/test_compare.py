@@ -14,14 +14,17 @@ from hyport_lib.attention import stage
 from hyport_lib.attention.params import Params
 from hyport_lib.npu_attention import reference as R
 from hyport_lib.attention.implementations import Implementation, eager_attention
-from hyport_lib.attention.case_data import case_keep_mask, make_case_data
+from hyport_lib.attention.cases import case_keep_mask, make_case_data
 from hyport_lib.attention.cases import BATCH_KINDS, MASK_KINDS, AttentionCase, build_grid
 from hyport_lib.port.generated.flash_attn_ascend import compressed_causal_mask
 from hyport_lib.npu_attention.emulation import npu_fusion_attention as emulated
 from hyport_lib.attention.metrics import Metrics, compute_metrics, decide
 from hyport_lib.attention.model_check import ModelComparison, compare_model
-from hyport_lib.attention.nfa_calls import nfa_mapping, run_nfa
-from hyport_lib.attention.port_scan import planted_example, run_scan
+from hyport_lib.attention.implementations import nfa_mapping, run_nfa
+from hyport_lib.attention.stage import planted_example, run_scan
+from hyport_lib.results import StageSummary
+from hyport_lib.utils.records import from_mapping
+from hyport_lib.attention.behaviour import Behaviour
 
 
 def _case(**kw):
@@ -352,8 +355,8 @@ def test_model_level_tiny_model_pass(monkeypatch):
     assert m.max_abs_logits < 1e-3 and 0 <= m.kl_divergence < 1e-6
     assert m.positions > 0
     # random weights: greedy answers and perplexity would mean nothing, and the record says so
-    assert m.behaviour["meaningful"] is False and m.behaviour["pairs"] == []
-    assert m.behaviour["why"] == "random weights: not meaningful (the embedded tiny model)"
+    assert m.behaviour.meaningful is False and m.behaviour.pairs == []
+    assert m.behaviour.why == "random weights: not meaningful (the embedded tiny model)"
 
 
 def test_model_level_catches_a_broken_attention(monkeypatch):
@@ -383,7 +386,7 @@ def test_a_skipped_model_check_shows_blanks():
     m = ModelComparison("tiny", "", "npu-emulated", "float32", "cpu", detail="not run")
     html = show.styled_model(m).to_html()  # blanks for the missing figures, no "nan%"
     assert "SKIP" in html and "nan" not in html.lower()
-    text = show.summary_markdown({"verdict": "SKIP", "summary": "no model", "headline": {"a": 1}})
+    text = show.summary_markdown(StageSummary("SKIP", "no model", {"a": 1}))
     assert text.startswith("**SKIP** — no model") and "- a: 1" in text
 
 
@@ -555,11 +558,12 @@ def type_module(qualified: str) -> str:
 
 def test_behaviour_on_flat_logits_is_not_meaningful_and_is_drawn_in_one_line(tmp_path):
     """A random-weight model other than the tiny one is recognised by its flat logits."""
-    from hyport_lib.attention.behaviour_view import glance_row
+    from hyport_lib.attention.views import behaviour_glance_row
     from blog_drafts import stage_draft
 
     record = {"behaviour": {"meaningful": False, "why": "random weights: not meaningful (flat logits)"}}
-    assert glance_row(record) == [("behaviour", "random weights: not meaningful (flat logits)")]
+    flat = from_mapping(Behaviour, record["behaviour"])
+    assert behaviour_glance_row(flat) == [("behaviour", "random weights: not meaningful (flat logits)")]
     text = stage_draft(tmp_path, "02_attention", {"model": record})
     assert "\nBehaviour (greedy answers, perplexity) not compared: random weights" in text
     real = {"behaviour": {"meaningful": True, "new_tokens": 32, "prompts": ["Capital?"],
@@ -569,7 +573,7 @@ def test_behaviour_on_flat_logits_is_not_meaningful_and_is_drawn_in_one_line(tmp
                               {"label": "NPU emulation, bfloat16", "dtype": "bfloat16", "identical": False,
                                "answers": ["Lyon."], "perplexity": 4.8, "eager_perplexity": 4.82,
                                "first_difference": {"prompt": 0, "token": 0, "eager": "Paris", "swapped": "Lyon"}}]}}
-    said = glance_row(real)[0][1]
+    said = behaviour_glance_row(from_mapping(Behaviour, real["behaviour"]))[0][1]
     assert said.startswith("32-token answers: hyport_npu_emulated, float32: identical; NPU emulation")
     assert "prompt 0, token 0: 'Paris' → 'Lyon'" in said
     text = stage_draft(tmp_path, "02_attention", {"model": real}, "zh")

@@ -94,7 +94,7 @@ def test_a_port_that_cannot_be_made_is_said(tmp_path):
 
 def test_without_port_proof_the_code_is_ported_and_the_record_says_why_it_is_not_proven(
         tmp_path, monkeypatch, capsys):
-    from hyport_lib.attention.port_scan import planted_example
+    from hyport_lib.attention.stage import planted_example
     from hyport_lib.commands import main
 
     monkeypatch.setenv("HYPORT_RESULTS_DIR", str(tmp_path / "results"))

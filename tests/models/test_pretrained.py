@@ -53,11 +53,11 @@ def test_stage_02_compares_32_token_answers_and_perplexity_on_real_weights(smoll
     The float32 swap must answer as eager; the bf16 NPU emulation is compared with eager in
     bf16 and its first difference, if any, is located."""
     from hyport_lib.attention.behaviour import NEW_TOKENS
-    from hyport_lib.attention.behaviour_view import glance_row
+    from hyport_lib.attention.views import behaviour_glance_row
     from hyport_lib.attention.model_check import compare_model
 
     model = compare_model(smollm2)
-    behaviour = model.behaviour
+    behaviour = model.to_dict()["behaviour"]
     assert behaviour["meaningful"] and behaviour["new_tokens"] == NEW_TOKENS >= 32
     assert behaviour["top1_probability"] > 0.3
     assert "Paris" in behaviour["eager_answers"][0]
@@ -69,7 +69,8 @@ def test_stage_02_compares_32_token_answers_and_perplexity_on_real_weights(smoll
     assert bf16["identical"] or {"prompt", "token", "eager", "swapped"} <= set(bf16["first_difference"])
     assert abs(bf16["perplexity"] - bf16["eager_perplexity"]) < 0.05 * bf16["eager_perplexity"]
     assert model.verdict == "PASS", model.detail
-    assert glance_row(model.to_dict())[0][1].startswith("32-token answers: hyport_npu_emulated, float32: identical")
+    said = behaviour_glance_row(model.behaviour)[0][1]
+    assert said.startswith("32-token answers: hyport_npu_emulated, float32: identical")
 
 
 def test_the_starting_model_answers_a_held_prompt_before_training(smollm2):

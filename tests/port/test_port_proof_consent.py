@@ -141,7 +141,7 @@ def test_the_proofs_messages_hold_no_nul_no_escape_and_no_secret_in_utf16(monkey
 
 
 def test_a_tree_without_a_model_class_warns(tmp_path):
-    from hyport_lib.attention.port_scan import planted_example
+    from hyport_lib.attention.stage import planted_example
     from hyport_lib.port.proof import prove_port
     from hyport_lib.port.tree import port_tree
 

@@ -12,7 +12,7 @@ import zipfile
 from pathlib import Path
 
 from hyport_lib.attention import show as attention_show
-from hyport_lib.attention.tallies import backend_rows
+from hyport_lib.attention.views import backend_rows
 from hyport_lib.drafting.values import fmt_value, num
 from hyport_lib.report.bundle import render_bundle, zip_run
 from hyport_lib.report.glance import card_figures
