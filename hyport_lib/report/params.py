@@ -1,7 +1,6 @@
 """The parameters of a report run: profile + ``-p``, checked once before anything runs.
 
-The namespace is the union of every stage's ``Params`` fields (:mod:`hyport_lib.params`);
-a notebook-only stage's are its ``parameters`` cell's names, typed by their defaults.
+The namespace is the union of every stage's ``Params`` fields (:mod:`hyport_lib.params`).
 :func:`resolve_parameters` types and absolutizes them; :func:`check_before_running` makes
 each selected stage's ``plan``, so a wrong value stops the run before anything is
 written, in the same words as the notebook and the command line.
@@ -9,7 +8,6 @@ written, in the same words as the notebook and the command line.
 
 from __future__ import annotations
 
-import ast
 import contextlib
 import dataclasses
 import json
@@ -19,14 +17,13 @@ import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional
+from typing import Optional
 
 import hyport_lib
 from hyport_lib.models.preflight import HUB_ID
 from hyport_lib.params import (
     Field,
     ParameterError,
-    Spec,
     parameter_fields,
     parse_text,
     unknown_parameter,
@@ -40,42 +37,9 @@ from hyport_lib.utils.printable import first_line
 from hyport_lib.utils.redact import is_secret_parameter, scrub_text
 
 
-def notebook_defaults(stage: Stage) -> dict[str, Any]:
-    """Names of the notebook's ``parameters`` cell -> their default literals.
-
-    papermill's own inspection finds the names (the parser that injects values).
-    """
-    # Imported here: papermill brings nbformat and so jsonschema, whose format checkers
-    # build an RFC 3987 grammar on import (~2.7 s); the pre-run child never needs it.
-    import papermill
-
-    defaults = {}
-    for name, spec in papermill.inspect_notebook(str(stage.path)).items():
-        try:
-            defaults[name] = ast.literal_eval(spec.get("default") or "None")
-        except (ValueError, SyntaxError):
-            defaults[name] = None
-    return defaults
-
-
-def _kind_of_default(value: Any) -> Optional[str]:
-    if isinstance(value, bool):
-        return "bool"
-    for kind, types in (("int", int), ("float", float), ("str", str), ("list", (list, tuple)),
-                        ("dict", dict)):
-        if isinstance(value, types):
-            return kind
-    return None
-
-
 def stage_fields(stage: Stage) -> dict[str, Field]:
-    """The stage's declared parameters: its ``Params`` fields, or for a notebook-only
-    stage its cell's names typed by their defaults."""
-    cls = params_class(stage)
-    if cls is not None:
-        return {f.name: f for f in parameter_fields(cls)}
-    return {name: Field(name, _kind_of_default(value), value is None, value, Spec(doc=""))
-            for name, value in notebook_defaults(stage).items()}
+    """The stage's declared parameters: its ``Params`` fields."""
+    return {f.name: f for f in parameter_fields(params_class(stage))}
 
 
 def coerce_overrides(raw: dict, fields: dict[str, Field]) -> dict:
@@ -178,11 +142,9 @@ class PreRunCheck:
 
 
 def plan_requests(params: RunParameters, selected: list[Stage]) -> list[PlanRequest]:
-    """One request per selected stage that has a package (see :func:`check_before_running`)."""
+    """One request per selected stage (see :func:`check_before_running`)."""
     requests = []
     for index, stage in enumerate(selected):
-        if params_class(stage) is None:
-            continue
         values = params.for_stage(stage)
         written = _written_earlier(values, params.declared[stage.id], selected[:index], params)
         requests.append(PlanRequest(stage.name, stage.id, values, written))
@@ -227,8 +189,6 @@ def check_before_running(params: RunParameters, selected: list[Stage]) -> list[s
         RuntimeError: the check itself could not run (its output names why).
     """
     requests = plan_requests(params, selected)
-    if not requests:
-        return []
     done = subprocess.run(
         [sys.executable, "-m", "hyport_lib.report.precheck"],
         input=json.dumps([dataclasses.asdict(r) for r in requests]), capture_output=True, text=True,
