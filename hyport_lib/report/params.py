@@ -37,11 +37,6 @@ from hyport_lib.utils.printable import first_line
 from hyport_lib.utils.redact import is_secret_parameter, scrub_text
 
 
-def stage_fields(stage: Stage) -> dict[str, Field]:
-    """The stage's declared parameters: its ``Params`` fields."""
-    return {f.name: f for f in parameter_fields(params_class(stage))}
-
-
 def coerce_overrides(raw: dict, fields: dict[str, Field]) -> dict:
     """``-p`` values read by their field's type; a key no stage declares (accepted with
     ``allow_unknown``) is read as YAML, as its profile line would be."""
@@ -90,10 +85,10 @@ def resolve_parameters(from_profile: dict, overrides: dict, stages: list[Stage],
     """Merge, type, convert and absolutize; a :class:`ParameterError` for bad values and for
     keys no stage declares, naming the closest declared ones (``allow_unknown`` accepts
     those; the index lists them as ignored)."""
-    declared = {s.id: stage_fields(s) for s in stages}
+    declared = {s.id: {f.name: f for f in parameter_fields(params_class(s))} for s in stages}
     fields: dict[str, Field] = {}
-    for stage_fields_ in declared.values():
-        for name, f in stage_fields_.items():
+    for by_name in declared.values():
+        for name, f in by_name.items():
             known = fields.setdefault(name, f)
             if f.optional and not known.optional:
                 # null must read as None when any stage takes None (02's model_path skips its
@@ -235,14 +230,8 @@ def _written_earlier(values: dict, fields: dict[str, Field], earlier: list[Stage
         if writer is None or not isinstance(value, str) or not value or Path(value).expanduser().exists():
             continue
         folders = [params.merged.get(f.name) for f in params.declared[writer.id].values() if f.spec.output]
-        if any(isinstance(folder, str) and folder and _inside(Path(value), Path(folder)) for folder in folders):
+        inside = Path(value).expanduser().resolve().is_relative_to
+        if any(isinstance(folder, str) and folder and inside(Path(folder).expanduser().resolve())
+               for folder in folders):
             out.append(key)
     return out
-
-
-def _inside(path: Path, folder: Path) -> bool:
-    try:
-        path.expanduser().resolve().relative_to(folder.expanduser().resolve())
-        return True
-    except ValueError:
-        return False
