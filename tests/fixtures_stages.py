@@ -1,5 +1,6 @@
-"""Throw-away stages for the report's tests: a stage is a notebook plus its package, so a
-planted notebook comes with a package ``hyport_lib.<name>`` in a temporary folder."""
+"""Plugin: throw-away stages for the report's tests. A stage is a notebook plus its
+package, so a planted notebook comes with a package ``hyport_lib.<name>`` in a temporary
+folder."""
 
 from __future__ import annotations
 
