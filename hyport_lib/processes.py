@@ -317,14 +317,6 @@ def last_exception(log_text: str) -> Optional[str]:
     return None
 
 
-def signal_name(number: int) -> str:
-    """``9`` -> ``"SIGKILL"``."""
-    try:
-        return signal.Signals(number).name
-    except ValueError:
-        return f"signal {number}"
-
-
 def describe_exit(code: Optional[int]) -> str:
     """An exit status in words: ``exit code 1`` or ``killed by signal SIGKILL (-9)``."""
     if code is None:
@@ -332,7 +324,11 @@ def describe_exit(code: Optional[int]) -> str:
     if code < 0:
         hint = (" (SIGKILL is also how the out-of-memory killer ends a process)"
                 if -code == signal.SIGKILL else "")
-        return f"killed by signal {signal_name(-code)} ({code}){hint}"
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        return f"killed by signal {name} ({code}){hint}"
     return f"exit code {code}"
 
 

@@ -1,13 +1,14 @@
 """Stages are discovered from the notebooks folder: ``NN_name.ipynb``.
 
-Adding a stage means adding a notebook (and, unless it is notebook-only, the package of
-its name whose ``stage.py`` keeps :class:`StageContract`); no list elsewhere needs
-editing but the command registry, when the stage has a command.
+A stage is a notebook plus the package of its name (``stage.py`` keeping
+:class:`StageContract`, ``params.py``, ``show.py``); adding one edits no list elsewhere
+but the command registry, when the stage has a command.
 """
 
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import os
 import re
 from dataclasses import dataclass
@@ -71,6 +72,10 @@ def discover_stages(notebooks_dir: Optional[Path] = None) -> list[Stage]:
     for path in sorted(folder.iterdir()):
         match = _STAGE_RE.match(path.name)
         if match:
+            package = importlib.util.find_spec(f"hyport_lib.{match.group(2)}")
+            if package is None or package.submodule_search_locations is None:
+                raise ValueError(f"{path}: no package hyport_lib.{match.group(2)} "
+                                 f"(a stage is a notebook plus its package)")
             stages.append(Stage(match.group(1), match.group(2), path))
     return stages
 
@@ -89,22 +94,12 @@ def select_stages(stages: list[Stage], only: Optional[Iterable[str]]) -> list[St
     return [s for s in stages if s in picked]
 
 
-def stage_part(stage_name: str, part: str) -> Optional[ModuleType]:
+def stage_part(stage_name: str, part: str) -> ModuleType:
     """The module ``hyport_lib.<stage_name>.<part>`` (``stage``, ``params``, ``show``), only
-    that one imported (the others may pull in heavy libraries); None for a notebook-only
-    stage. A module that is there but does not import raises (a bug to see, not to hide)."""
-    if not stage_name.isidentifier():
-        return None
-    package = f"hyport_lib.{stage_name}"
-    try:
-        return importlib.import_module(f"{package}.{part}")
-    except ModuleNotFoundError as exc:
-        if exc.name in (package, f"{package}.{part}"):
-            return None
-        raise
+    that one imported (the others may pull in heavy libraries)."""
+    return importlib.import_module(f"hyport_lib.{stage_name}.{part}")
 
 
-def params_class(stage: Stage) -> Optional[type]:
-    """The stage's ``Params`` class, or None for a notebook-only stage."""
-    module = stage_part(stage.name, "params")
-    return None if module is None else module.Params
+def params_class(stage: Stage) -> type:
+    """The stage's ``Params`` class."""
+    return stage_part(stage.name, "params").Params

@@ -25,10 +25,8 @@ several stages declare (`device`, `model_path`, ...) is given to each of them.
 def render() -> str:
     parts = [HEADER]
     for stage in discover_stages():
-        cls = params_class(stage)
-        if cls is None:
-            continue
-        parts.append(f"## {stage.id} (`hyport_lib/{stage.name}/params.py`)\n\n{markdown_table(cls)}\n")
+        table = markdown_table(params_class(stage))
+        parts.append(f"## {stage.id} (`hyport_lib/{stage.name}/params.py`)\n\n{table}\n")
     return "\n".join(parts)
 
 

@@ -11,9 +11,10 @@ import torch
 
 #: Plugins of this suite: the guard that keeps processes out of the fast tier, the
 #: expensive runs (the default report, a ZeRO-2 training, ...) made once per session, the
-#: xdist scheduling that keeps the tests sharing one on one worker, and pytester
+#: throw-away stages the report's tests plant, the xdist scheduling that keeps the tests
+#: sharing one on one worker, and pytester
 #: (test_process_guard.py and test_fixtures_workers.py run planted tests).
-pytest_plugins = ["fixtures_processes", "fixtures_runs", "fixtures_workers", "pytester"]
+pytest_plugins = ["fixtures_processes", "fixtures_runs", "fixtures_stages", "fixtures_workers", "pytester"]
 
 # One intra-op thread for torch in this process. The tests' models are tiny (hidden sizes of
 # 32-64): a second OpenMP thread gains nothing on them, and on a 2-core machine shared with

@@ -130,6 +130,7 @@ def test_logs_are_scrubbed_and_read_back(tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("code, words", [(0, "exit code 0"), (3, "exit code 3"),
-                                         (-9, "SIGKILL"), (-15, "SIGTERM"), (None, "running")])
+                                         (-9, "SIGKILL"), (-15, "SIGTERM"), (-99, "signal 99 (-99)"),
+                                         (None, "running")])
 def test_describe_exit(code, words):
     assert words in P.describe_exit(code)

@@ -1,11 +1,11 @@
 """What a stage gives the report: its index card, its draft section, its figures.
 
 The report knows no stage by name: it calls the functions below that the stage's
-``hyport_lib.<name>.show`` module defines; a stage without them (or without a package)
-gets its recorded headline as a table. ``record`` is the dict read from
-``results/NN_name.json`` (``stage``, ``verdict``, ``summary``, ``headline``,
-``provenance``, ``data``), possibly older or odd: read it with
-:meth:`hyport_lib.results.StageRecord.from_dict`, which never raises for a shape problem.
+``hyport_lib.<name>.show`` module defines; a stage without them gets its recorded
+headline as a table. ``record`` is the dict read from ``results/NN_name.json``
+(``stage``, ``verdict``, ``summary``, ``headline``, ``provenance``, ``data``), possibly
+older or odd: read it with :meth:`hyport_lib.results.StageRecord.from_dict`, which never
+raises for a shape problem.
 An exception in a function is shown in place of its output; it never stops the report.
 
 * ``glance(record) -> list[tuple[str, str]]``: the index card's figures, values written

@@ -1,7 +1,6 @@
 """The parameters of a report run: profile + ``-p``, checked once before anything runs.
 
-The namespace is the union of every stage's ``Params`` fields (:mod:`hyport_lib.params`);
-a notebook-only stage's are its ``parameters`` cell's names, typed by their defaults.
+The namespace is the union of every stage's ``Params`` fields (:mod:`hyport_lib.params`).
 :func:`resolve_parameters` types and absolutizes them; :func:`check_before_running` makes
 each selected stage's ``plan``, so a wrong value stops the run before anything is
 written, in the same words as the notebook and the command line.
@@ -9,7 +8,6 @@ written, in the same words as the notebook and the command line.
 
 from __future__ import annotations
 
-import ast
 import contextlib
 import dataclasses
 import json
@@ -19,14 +17,13 @@ import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional
+from typing import Optional
 
 import hyport_lib
 from hyport_lib.models.preflight import HUB_ID
 from hyport_lib.params import (
     Field,
     ParameterError,
-    Spec,
     parameter_fields,
     parse_text,
     unknown_parameter,
@@ -38,44 +35,6 @@ from hyport_lib.stages import Stage, params_class, stage_part
 from hyport_lib.utils.environ import environ_set
 from hyport_lib.utils.printable import first_line
 from hyport_lib.utils.redact import is_secret_parameter, scrub_text
-
-
-def notebook_defaults(stage: Stage) -> dict[str, Any]:
-    """Names of the notebook's ``parameters`` cell -> their default literals.
-
-    papermill's own inspection finds the names (the parser that injects values).
-    """
-    # Imported here: papermill brings nbformat and so jsonschema, whose format checkers
-    # build an RFC 3987 grammar on import (~2.7 s); the pre-run child never needs it.
-    import papermill
-
-    defaults = {}
-    for name, spec in papermill.inspect_notebook(str(stage.path)).items():
-        try:
-            defaults[name] = ast.literal_eval(spec.get("default") or "None")
-        except (ValueError, SyntaxError):
-            defaults[name] = None
-    return defaults
-
-
-def _kind_of_default(value: Any) -> Optional[str]:
-    if isinstance(value, bool):
-        return "bool"
-    for kind, types in (("int", int), ("float", float), ("str", str), ("list", (list, tuple)),
-                        ("dict", dict)):
-        if isinstance(value, types):
-            return kind
-    return None
-
-
-def stage_fields(stage: Stage) -> dict[str, Field]:
-    """The stage's declared parameters: its ``Params`` fields, or for a notebook-only
-    stage its cell's names typed by their defaults."""
-    cls = params_class(stage)
-    if cls is not None:
-        return {f.name: f for f in parameter_fields(cls)}
-    return {name: Field(name, _kind_of_default(value), value is None, value, Spec(doc=""))
-            for name, value in notebook_defaults(stage).items()}
 
 
 def coerce_overrides(raw: dict, fields: dict[str, Field]) -> dict:
@@ -126,10 +85,10 @@ def resolve_parameters(from_profile: dict, overrides: dict, stages: list[Stage],
     """Merge, type, convert and absolutize; a :class:`ParameterError` for bad values and for
     keys no stage declares, naming the closest declared ones (``allow_unknown`` accepts
     those; the index lists them as ignored)."""
-    declared = {s.id: stage_fields(s) for s in stages}
+    declared = {s.id: {f.name: f for f in parameter_fields(params_class(s))} for s in stages}
     fields: dict[str, Field] = {}
-    for stage_fields_ in declared.values():
-        for name, f in stage_fields_.items():
+    for by_name in declared.values():
+        for name, f in by_name.items():
             known = fields.setdefault(name, f)
             if f.optional and not known.optional:
                 # null must read as None when any stage takes None (02's model_path skips its
@@ -178,11 +137,9 @@ class PreRunCheck:
 
 
 def plan_requests(params: RunParameters, selected: list[Stage]) -> list[PlanRequest]:
-    """One request per selected stage that has a package (see :func:`check_before_running`)."""
+    """One request per selected stage (see :func:`check_before_running`)."""
     requests = []
     for index, stage in enumerate(selected):
-        if params_class(stage) is None:
-            continue
         values = params.for_stage(stage)
         written = _written_earlier(values, params.declared[stage.id], selected[:index], params)
         requests.append(PlanRequest(stage.name, stage.id, values, written))
@@ -227,8 +184,6 @@ def check_before_running(params: RunParameters, selected: list[Stage]) -> list[s
         RuntimeError: the check itself could not run (its output names why).
     """
     requests = plan_requests(params, selected)
-    if not requests:
-        return []
     done = subprocess.run(
         [sys.executable, "-m", "hyport_lib.report.precheck"],
         input=json.dumps([dataclasses.asdict(r) for r in requests]), capture_output=True, text=True,
@@ -275,14 +230,8 @@ def _written_earlier(values: dict, fields: dict[str, Field], earlier: list[Stage
         if writer is None or not isinstance(value, str) or not value or Path(value).expanduser().exists():
             continue
         folders = [params.merged.get(f.name) for f in params.declared[writer.id].values() if f.spec.output]
-        if any(isinstance(folder, str) and folder and _inside(Path(value), Path(folder)) for folder in folders):
+        inside = Path(value).expanduser().resolve().is_relative_to
+        if any(isinstance(folder, str) and folder and inside(Path(folder).expanduser().resolve())
+               for folder in folders):
             out.append(key)
     return out
-
-
-def _inside(path: Path, folder: Path) -> bool:
-    try:
-        path.expanduser().resolve().relative_to(folder.expanduser().resolve())
-        return True
-    except ValueError:
-        return False

@@ -23,7 +23,7 @@ FINISHED = ("PASS", "WARN", "FAIL", "SKIP")
 
 def stage_hook(stage_id: str, name: str) -> Optional[Callable]:
     """The function ``name`` (``glance``, ``blog_values``...) of stage ``NN_name``'s ``show``
-    module, or None (a notebook-only stage has no ``show`` module)."""
+    module, or None where the module does not define it."""
     return getattr(stage_part(stage_id.partition("_")[2], "show"), name, None)
 
 

@@ -287,10 +287,11 @@ def _key_line(line: str) -> bool:
 
 
 def _redact_key_blocks(text: str) -> tuple[str, bool]:
-    """``text`` with the bodies of its PEM private key blocks redacted, and whether the last
-    block is still open at the end of ``text``. Linear: each marker is searched for once.
-    A block without its end marker is redacted to the end of its line and over the lines
-    after it that may be key (:func:`_key_line`)."""
+    """``text`` with the bodies of its PEM private key blocks redacted (markers kept; also a
+    block on one line with ``\\n`` escapes, a key inside JSON), and whether the last block
+    is still open at the end of ``text``. Linear: each marker is searched for once. A block
+    without its end marker is redacted to the end of its line and over the lines after it
+    that may be key (:func:`_key_line`): the rest of a key cut short is still the key."""
     if "PRIVATE KEY" not in text:
         return text, False
     pieces, written = [], 0
@@ -310,14 +311,6 @@ def _redact_key_blocks(text: str) -> tuple[str, bool]:
         pieces.append(end.group())
         written = end.end()
     return "".join(pieces) + text[written:], False
-
-
-def redact_private_keys(text: str) -> str:
-    """The body of every PEM private key block replaced by :data:`REDACTED`, its markers
-    kept; a block without its end marker is redacted to the end of ``text`` (the rest of a
-    key cut short is still the key). Also a block written on one line with ``\\n`` escapes
-    (a key inside JSON)."""
-    return _redact_key_blocks(text)[0]
 
 
 #: The first word of a line (quoted or not): a secret's value after a ``\\`` continuation.
@@ -388,7 +381,7 @@ def scrub_secret_shapes(text: str) -> str:
     """
     if "://" in text:
         text = redact_url_credentials(text)
-    text = redact_private_keys(text)
+    text = _redact_key_blocks(text)[0]
     text = _TOKEN_SHAPES.sub(REDACTED, text)
     lower = text.lower()  # the patterns below are tried only where their word is
     if "bearer" in lower or "authorization" in lower:

@@ -42,8 +42,9 @@ def test_a_failed_training_shows_dashes_not_none():
     assert found["loss first → last"] == "—" and found["tokens/s/p"] == "—" and found["exit code"] == "1"
 
 
-def test_a_stage_without_a_card_of_its_own_shows_its_headline_and_an_odd_record_says_so():
-    plain = StageView(StageOutcome("07_notebook_only", "PASS"), {"headline": {"level": 7, "ratio": 0.123456}})
+def test_a_stage_without_a_card_of_its_own_shows_its_headline_and_an_odd_record_says_so(monkeypatch):
+    monkeypatch.delattr(weights_show, "glance")  # a show module that draws no card
+    plain = StageView(StageOutcome("05_weights", "PASS"), {"headline": {"level": 7, "ratio": 0.123456}})
     assert card_figures(plain) == [("level", "7"), ("ratio", "0.1235")]
     odd = StageView(StageOutcome("02_attention", "PASS"),
                     {"data": {"rows": [{"case": "a", "max_abs": 1.0, "bound": "tight"}]}})

@@ -14,6 +14,7 @@ import pytest
 
 from hyport_lib.commands import main
 from hyport_lib.report import html as report_html
+from hyport_lib.report import runner
 from hyport_lib.report.profiles import load_profile, parse_overrides, resolve_profile
 from hyport_lib.params import Field, ParameterError, Spec
 from hyport_lib.report.params import (absolutize_paths, coerce_overrides, make_plans, plan_requests,
@@ -25,30 +26,16 @@ from hyport_lib.stages import discover_stages, select_stages
 REPO = Path(__file__).resolve().parents[2]
 
 
-def make_notebook(path: Path, params: str, body: str) -> Path:
-    nb = nbformat.v4.new_notebook()
-    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
-    cell = nbformat.v4.new_code_cell(params)
-    cell.metadata["tags"] = ["parameters"]
-    nb.cells = [nbformat.v4.new_markdown_cell("# test stage"), cell, nbformat.v4.new_code_cell(body)]
-    nbformat.write(nb, str(path))
-    return path
-
-
 @pytest.fixture
-def stage_dir(tmp_path):
+def stage_dir(tmp_path, plant_stage):
     folder = tmp_path / "nbs"
-    folder.mkdir()
-    make_notebook(folder / "01_good.ipynb", "device = 'auto'\nlevel = 1",
-                  "from hyport_lib.results import record_result, Provenance\n"
-                  "import os\nprint('cwd', os.getcwd())\n"
-                  "record_result('01_good', 'PASS', summary=f'level {level}', "
-                  "headline={'level': level}, provenance=Provenance(device='cpu'))")
-    make_notebook(folder / "02_boom.ipynb", "device = 'auto'",
-                  "raise RuntimeError('planted failure in stage 02')")
-    make_notebook(folder / "03_after.ipynb", "device = 'auto'",
-                  "from hyport_lib.results import record_result\n"
-                  "record_result('03_after', 'WARN', summary='still ran after a failure')")
+    plant_stage(folder, "01_good", "from hyport_lib.results import record_result, Provenance\n"
+                "import os\nprint('cwd', os.getcwd())\n"
+                "record_result('01_good', 'PASS', summary=f'level {level}', "
+                "headline={'level': level}, provenance=Provenance(device='cpu'))", level=1)
+    plant_stage(folder, "02_boom", "raise RuntimeError('planted failure in stage 02')")
+    plant_stage(folder, "03_after", "from hyport_lib.results import record_result\n"
+                "record_result('03_after', 'WARN', summary='still ran after a failure')")
     return folder
 
 
@@ -228,10 +215,9 @@ def test_blog_and_index_escape_what_they_show(tmp_path):
 
 
 @pytest.mark.slow
-def test_a_hung_cell_is_stopped_by_the_cell_timeout(tmp_path):
+def test_a_hung_cell_is_stopped_by_the_cell_timeout(tmp_path, plant_stage):
     folder = tmp_path / "nbs"
-    folder.mkdir()
-    make_notebook(folder / "01_hang.ipynb", "device = 'auto'", "import time\ntime.sleep(600)")
+    plant_stage(folder, "01_hang", "import time\ntime.sleep(600)")
     said = []
     run = run_report(profile=None, notebooks_dir=folder, output_root=tmp_path / "out",
                      cell_timeout_s=3, progress=said.append)
@@ -244,18 +230,16 @@ def test_a_hung_cell_is_stopped_by_the_cell_timeout(tmp_path):
 
 
 @pytest.mark.slow
-def test_relative_output_dir_and_awkward_secrets(stage_dir, tmp_path, monkeypatch):
+def test_relative_output_dir_and_awkward_secrets(stage_dir, tmp_path, monkeypatch, plant_stage):
     """A relative --output-dir still collects results; a secret with quotes, a backslash
     and non-ASCII characters is scrubbed from every file; files are shareable (0644)."""
     secret = 'pa"ss\\wörd-7c1f'
     monkeypatch.setenv("DB_PASSWORD", secret)
-    folder = tmp_path / "nbs"
-    make_notebook(folder / "04_leaky.ipynb", "device = 'auto'",
-                  "import os\nfrom hyport_lib.results import record_result\n"
-                  "print(os.environ['DB_PASSWORD'])\n"
-                  "record_result('04_leaky', 'PASS', summary=os.environ['DB_PASSWORD'])")
+    plant_stage(stage_dir, "04_leaky", "import os\nfrom hyport_lib.results import record_result\n"
+                "print(os.environ['DB_PASSWORD'])\n"
+                "record_result('04_leaky', 'PASS', summary=os.environ['DB_PASSWORD'])")
     monkeypatch.chdir(tmp_path)
-    run = run_report(profile=None, notebooks_dir=folder, only=["01", "04"],
+    run = run_report(profile=None, notebooks_dir=stage_dir, only=["01", "04"],
                      output_root=Path("relative-out"), progress=lambda m: None)
     assert run.run_dir.is_absolute() and run.run_dir.parent == tmp_path / "relative-out"
     assert [s.verdict for s in run.stages] == ["PASS", "PASS"]
@@ -298,6 +282,8 @@ def test_an_interrupted_run_still_leaves_its_index(stage_dir, tmp_path, monkeypa
         raise KeyboardInterrupt
 
     monkeypatch.setattr(papermill, "execute_notebook", interrupted)
+    # the pre-run plans are a child process (none in the fast tier); they accept these stages
+    monkeypatch.setattr(runner, "check_before_running", lambda params, stages: [])
     with pytest.raises(KeyboardInterrupt):
         run_report(profile=None, notebooks_dir=stage_dir, output_root=tmp_path / "o",
                    progress=lambda m: None)
@@ -311,16 +297,14 @@ def test_an_interrupted_run_still_leaves_its_index(stage_dir, tmp_path, monkeypa
     assert "INTERRUPTED" in index and "NOT RUN" in index and "interrupted</b> by a stop signal" in index
 
 
-def test_an_old_parameter_name_is_refused_naming_the_new_one(tmp_path):
+def test_an_old_parameter_name_is_refused_naming_the_new_one(tmp_path, plant_stage):
     """The project is 0.x: a renamed key has no alias; the old one is refused before
     anything runs, and the error names the new one."""
-    folder = tmp_path / "nbs"
-    folder.mkdir()
-    make_notebook(folder / "01_limit.ipynb", "infer_timeout_s = 300", "print(infer_timeout_s)")
+    plant_stage(tmp_path / "nbs", "01_limit", "print(infer_timeout_s)", infer_timeout_s=300)
     profile = tmp_path / "old.yaml"
     profile.write_text("# hyport report --profile old.yaml\ntimeout_s: 42\n")
     with pytest.raises(ParameterError, match="unknown parameter 'timeout_s'; did you mean 'infer_timeout_s'"):
-        run_report(profile=str(profile), notebooks_dir=folder, output_root=tmp_path / "o",
+        run_report(profile=str(profile), notebooks_dir=tmp_path / "nbs", output_root=tmp_path / "o",
                    progress=lambda m: None)
     assert not (tmp_path / "o").exists()
 
@@ -441,6 +425,20 @@ def test_an_empty_notebooks_folder_is_an_error(tmp_path, capsys):
     (tmp_path / "nbs").mkdir()
     assert main(["report", "--notebooks", str(tmp_path / "nbs"), "--output-dir", str(tmp_path / "o")]) == 2
     assert "no stage notebooks" in capsys.readouterr().err
+
+
+def test_a_notebook_without_its_package_is_refused_naming_it(tmp_path, capsys):
+    """A stage is a notebook plus its package: a notebook alone is a usage error."""
+    folder = tmp_path / "nbs"
+    folder.mkdir()
+    for name in ("01_environment.ipynb", "02_no_package.ipynb"):  # discovery reads names only
+        (folder / name).write_text("{}")
+    with pytest.raises(ValueError, match="02_no_package.ipynb: no package hyport_lib.no_package"):
+        discover_stages(folder)
+    assert main(["report", "--notebooks", str(folder), "--output-dir", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "02_no_package.ipynb: no package hyport_lib.no_package" in err
+    assert not (tmp_path / "o").exists()
 
 
 @pytest.mark.slow  # the report's pre-run plans run in a child process

@@ -9,17 +9,14 @@ copies of the real ones) then runs through ``run_report`` and appears in ``index
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
-import sys
 import textwrap
 from pathlib import Path
 
 import nbformat
 import pytest
 
-import hyport_lib
 from hyport_lib.stages import discover_stages
 from blog_drafts import english_runs, unsourced
 
@@ -49,6 +46,10 @@ STAGE_PY = '''
     STAGE = "06_extra"
 
 
+    def plan(params):
+        return params
+
+
     def run(count: int) -> dict:
         return {"widgets": count, "notes": ["widgets were counted on the CPU"]}
 
@@ -60,6 +61,17 @@ STAGE_PY = '''
     def record(result: dict, *, directory=None):
         return record_summary(STAGE, summarize(result), data=result, provenance=Provenance(device="cpu"),
                               directory=directory)
+'''
+
+PARAMS_PY = '''
+    from dataclasses import dataclass
+
+    from hyport_lib.params import StageParams, param
+
+
+    @dataclass
+    class Params(StageParams):
+        count: int = param(7, "widgets to count", min=0)
 '''
 
 SHOW_PY = '''
@@ -132,17 +144,6 @@ BLOG = {"en": '''
     {% endmacro %}
 '''}
 
-SITECUSTOMIZE = '''
-    """Test only: the papermill kernel finds ``hyport_lib.extra`` in a temporary folder."""
-
-    import os
-
-    import hyport_lib
-
-    hyport_lib.__path__.append(os.environ["HYPORT_TEST_EXTRA_PACKAGES"])
-'''
-
-
 def _notebook(path: Path) -> None:
     nb = nbformat.v4.new_notebook()
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
@@ -155,32 +156,21 @@ def _notebook(path: Path) -> None:
 
 
 @pytest.fixture
-def sixth_stage(tmp_path, monkeypatch):
+def sixth_stage(tmp_path, stage_packages):
     """A notebooks folder with the five real notebooks and ``06_extra.ipynb``, and the
     package ``hyport_lib.extra`` importable here and in the papermill kernel."""
-    packages = tmp_path / "packages"
-    (packages / "extra").mkdir(parents=True)
-    (packages / "extra" / "__init__.py").write_text('"""A throw-away sixth stage."""\n')
-    (packages / "extra" / "stage.py").write_text(textwrap.dedent(STAGE_PY).lstrip())
-    (packages / "extra" / "show.py").write_text(textwrap.dedent(SHOW_PY).lstrip())
-    for lang, text in BLOG.items():
-        (packages / "extra" / f"blog.{lang}.md.j2").write_text(textwrap.dedent(text).lstrip())
-    # The kernel is a new process: a sitecustomize on its PYTHONPATH extends the package
-    # path there as monkeypatch does here.
-    site = tmp_path / "site"
-    site.mkdir()
-    (site / "sitecustomize.py").write_text(textwrap.dedent(SITECUSTOMIZE).lstrip())
-    monkeypatch.setenv("HYPORT_TEST_EXTRA_PACKAGES", str(packages))
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(p for p in (str(site), os.environ.get("PYTHONPATH")) if p))
-    monkeypatch.setattr(hyport_lib, "__path__", [*hyport_lib.__path__, str(packages)])
+    package = stage_packages / "extra"
+    package.mkdir()
+    (package / "__init__.py").write_text('"""A throw-away sixth stage."""\n')
+    for name, text in {"params.py": PARAMS_PY, "stage.py": STAGE_PY, "show.py": SHOW_PY,
+                       **{f"blog.{lang}.md.j2": text for lang, text in BLOG.items()}}.items():
+        (package / name).write_text(textwrap.dedent(text).lstrip())
     notebooks = tmp_path / "notebooks"
     notebooks.mkdir()
     for stage in discover_stages():
         shutil.copy(stage.path, notebooks / stage.path.name)
     _notebook(notebooks / "06_extra.ipynb")
-    yield notebooks
-    for name in [n for n in sys.modules if n == "hyport_lib.extra" or n.startswith("hyport_lib.extra.")]:
-        del sys.modules[name]
+    return notebooks
 
 
 @pytest.mark.slow
