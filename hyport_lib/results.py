@@ -19,6 +19,10 @@ from hyport_lib.utils.redact import scrub_obj
 D = TypeVar("D")
 
 VERDICTS = ("PASS", "WARN", "FAIL", "SKIP")
+#: A stage's verdict may also say it was stopped (Ctrl-C, Kernel → Interrupt, a Stop
+#: button) before it finished: what finished is recorded, and never judged as a whole.
+INTERRUPTED = "INTERRUPTED"
+STAGE_VERDICTS = (*VERDICTS, INTERRUPTED)
 RESULTS_DIR_ENV = "HYPORT_RESULTS_DIR"
 #: The report run's folder, set by the report runner for each stage it runs (unset in an
 #: interactive session): stages find this run's other outputs under it.
@@ -58,8 +62,8 @@ class StageResult:
 
     def __post_init__(self):
         self.verdict = self.verdict.upper()
-        if self.verdict not in VERDICTS:
-            raise ValueError(f"verdict={self.verdict!r}: expected one of {', '.join(VERDICTS)}")
+        if self.verdict not in STAGE_VERDICTS:
+            raise ValueError(f"verdict={self.verdict!r}: expected one of {', '.join(STAGE_VERDICTS)}")
         if not self.stage:
             raise ValueError("stage must be a non-empty name such as '01_environment'")
 

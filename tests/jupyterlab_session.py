@@ -258,9 +258,19 @@ def run_all_cells(page) -> list[str]:
     kernel drops the rest, whose prompts go back to ``[ ]``), so a failing notebook
     ends quickly rather than at the timeout; callers check the outputs and prompts.
     """
-    prompts = "[...document.querySelectorAll('.jp-NotebookPanel .jp-CodeCell .jp-InputArea-prompt')]"
+    start_run_all(page)
+    return wait_for_run_all(page)
+
+
+def start_run_all(page) -> None:
+    """Run → Run All Cells, returning at once (the run goes on: see :func:`wait_for_run_all`)."""
     page.click('.lm-MenuBar-itemLabel:text-is("Run")')
     page.click('.lm-Menu-item[data-command="runmenu:run-all"]')
+
+
+def wait_for_run_all(page) -> list[str]:
+    """The code cells' prompts once a Run All has ended (see :func:`run_all_cells`)."""
+    prompts = "[...document.querySelectorAll('.jp-NotebookPanel .jp-CodeCell .jp-InputArea-prompt')]"
     page.wait_for_function(
         f"""() => {{ const p = {prompts}.map(e => e.textContent.trim());
                     return !p.includes('[*]:') && p.some(t => /^\\[\\d+\\]:$/.test(t)); }}""",

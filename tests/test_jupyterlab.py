@@ -44,8 +44,8 @@ from hyport_lib.params import ParameterError, parameter_fields, parse_text
 from hyport_lib.train.params import Params as TrainParams
 from hyport_lib.weights.params import Params as WeightsParams
 from jupyterlab_session import (LabServer, NetworkGuard, copy_notebook, open_notebook,
-                                page_errors, run_all_cells, save_notebook, saved_errors,
-                                shutdown_kernels, start_lab, stop_lab)
+                                page_errors, save_notebook, saved_errors, shutdown_kernels,
+                                start_lab, start_run_all, stop_lab, wait_for_run_all)
 
 pytestmark = pytest.mark.slow
 
@@ -170,10 +170,14 @@ def notebook_page(lab: Lab, viewport=VIEWPORT):
         shutdown_kernels(lab.server)
 
 
-def _run_all(page, lab: Lab, path: Path) -> tuple[list[str], dict]:
-    """Run all cells of the open notebook, save it; assert that no cell failed and that
-    every code cell ran. Returns the prompts and the saved notebook."""
-    prompts = run_all_cells(page)
+def _run_all(page, lab: Lab, path: Path, during=None) -> tuple[list[str], dict]:
+    """Run all cells of the open notebook (``during()`` while they run), save it; assert
+    that no cell failed and that every code cell ran. Returns the prompts and the saved
+    notebook."""
+    start_run_all(page)
+    if during is not None:
+        during()
+    prompts = wait_for_run_all(page)
     assert page_errors(page) == []
     save_notebook(page)
     saved = json.loads(path.read_text())
@@ -385,7 +389,7 @@ def test_03_inference_runs_and_card_picker_is_live(lab):
         _refused_under_field(page, form, InferenceParams, "max_new_tokens", "0")
         _set_field(form, "max_new_tokens", "3")
         again = _run_form(page, lab, form, "03_inference")
-        assert '"max_new_tokens": 3' in json.dumps(again["data"]["plan"]), again["data"]["plan"]
+        assert again["data"]["config"]["max_new_tokens"] == 3, again["data"]["config"]
         _assert_stayed_local(network)
 
 
@@ -419,7 +423,7 @@ def _train_cell_index(notebook: dict) -> int:
     """Index among all cells of the one code cell that runs the training."""
     found = [i for i, c in enumerate(notebook["cells"])
              if c["cell_type"] == "code" and "LiveTrainingDisplay(" in "".join(c["source"])
-             and "stage.run(" in "".join(c["source"])]
+             and "run_stoppable(stage.run" in "".join(c["source"])]
     assert len(found) == 1, found
     return found[0]
 
@@ -500,3 +504,48 @@ def _hide_left_sidebar(page) -> None:
         return
     page.click(".jp-SideBar.jp-mod-left .lm-TabBar-tab.lm-mod-current", timeout=10_000)
     page.locator("#jp-left-stack").wait_for(state="hidden", timeout=10_000)
+
+
+#: Far more steps than the run lasts: it ends by the Stop button only.
+STOP_STEPS = 5000
+
+
+def test_04_stop_button_ends_the_run_and_records_interrupted(lab):
+    import psutil
+
+    out = lab.scratch / "train-stop"
+    path = copy_notebook(NOTEBOOKS / "04_train.ipynb", lab.root,
+                         {"device": "cpu", "max_steps": STOP_STEPS, "save_steps": STOP_STEPS,
+                          "output_dir": str(out)})
+    index = _train_cell_index(json.loads(path.read_text()))
+    started = time.time()
+    with notebook_page(lab) as (page, network):
+        open_notebook(page, lab.server, path.name)
+        cell = page.locator(".jp-NotebookPanel .jp-Notebook .jp-Cell").nth(index)
+        cell.scroll_into_view_if_needed()
+        cell.evaluate(WATCH_LIVE)
+
+        def press_stop_after_two_steps():
+            page.wait_for_function(
+                """() => (window.__hyportLive || []).some(s => /step ([2-9]|\d\d+)\/\d+/.test(s.line))""",
+                timeout=FORM_RUN_S * 1000)
+            cell.locator("button.hyport-stop").click()
+
+        _, saved = _run_all(page, lab, path, during=press_stop_after_two_steps)
+        result = _recorded(lab, "04_train", started)
+        assert result["verdict"] == "INTERRUPTED", result["summary"]
+        steps = [m["step"] for m in result["data"]["metrics"]]
+        assert 2 <= len(steps) < STOP_STEPS and steps == list(range(1, len(steps) + 1))
+
+        # the line said what the run did from its first seconds, and how it ended
+        lines = [s["line"] for s in page.evaluate("window.__hyportLive") if s["line"]]
+        assert lines[0].startswith("starting torchrun: 2 rank(s) (cpu)"), lines[:3]
+        final = cell.locator(".jp-OutputArea-output code").inner_text()
+        assert f"interrupted after step {steps[-1]}" in final, final
+        assert cell.locator("button.hyport-stop").is_disabled()
+        # no traceback anywhere, the cells after it ran (the record is theirs), and no
+        # process of the run is left
+        assert saved_errors(saved) == []
+        assert not [p for p in psutil.process_iter(["cmdline"]) if str(out) in " ".join(p.info["cmdline"] or [])]
+        _assert_stayed_local(network)
+

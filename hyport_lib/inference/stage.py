@@ -23,7 +23,7 @@ from hyport_lib.models.loading import build_empty_model
 from hyport_lib.models.preflight import check_model_path
 from hyport_lib.models.tiny import TINY_MODEL_NAME
 from hyport_lib.params import ParameterError
-from hyport_lib.results import StageSummary, fresh_folder_beside_results, record_summary
+from hyport_lib.results import INTERRUPTED, StageSummary, fresh_folder_beside_results, record_summary
 from hyport_lib.utils.redact import scrub_text
 
 STAGE = "03_inference"
@@ -108,9 +108,13 @@ def run(plan: InferencePlan, *, on_progress: Optional[Callable[[GridProgress], N
 def summarize(result: GridResult) -> StageSummary:
     """The verdict, the consistency line and the index's figures. PASS: every launched
     card ok and all agree; WARN: ok but busy cards skipped or outputs differ; FAIL: a card
-    failed, timed out or was interrupted, or none ran."""
+    failed or timed out, or none ran; INTERRUPTED: stopped before every card finished."""
     counts = result.counts
-    if counts["failed"] or counts["timeout"] or counts["interrupted"] or counts["ok"] == 0:
+    if counts["failed"] or counts["timeout"]:
+        verdict = "FAIL"
+    elif counts["interrupted"]:
+        verdict = INTERRUPTED
+    elif counts["ok"] == 0:
         verdict = "FAIL"
     elif counts["skipped-busy"] or not result.consistent:
         verdict = "WARN"

@@ -107,16 +107,19 @@ def _launch(plan: LaunchPlan, on_progress: Optional[Callable[[TrainProgress], No
     (out / RESULT_FILE).unlink(missing_ok=True)  # never read an earlier run's result
     env = _environment(plan)
     started = time.monotonic()
-    seen_size = 0  # no metrics yet: nothing to show
+    seen_size, records = 0, []  # the metrics file is read again only when it grew
 
-    def notify(running: bool) -> None:
-        nonlocal seen_size
-        size = log_size(plan.metrics_path)
-        if on_progress is None or (running and size == seen_size):
+    def notify(running: bool, stopped: bool = False) -> None:
+        # At every poll, from the first second: torchrun takes seconds to start its ranks,
+        # and the caller's display says so (and a Stop button is answered from here).
+        nonlocal seen_size, records
+        if on_progress is None:
             return
-        seen_size = size
-        progress = TrainProgress(read_metrics(plan.metrics_path), params.max_steps,
-                                 time.monotonic() - started, running)
+        size = log_size(plan.metrics_path)
+        if size != seen_size:
+            seen_size, records = size, read_metrics(plan.metrics_path)
+        progress = TrainProgress(records, params.max_steps, time.monotonic() - started, running,
+                                 ranks=plan.nproc_per_node, device=plan.device_kind, stopped=stopped)
         try:
             on_progress(progress)
         except Exception as exc:  # a broken display must not abandon a running job
@@ -135,8 +138,9 @@ def _launch(plan: LaunchPlan, on_progress: Optional[Callable[[TrainProgress], No
         _scrub_rank_logs(out, env)
         if isinstance(exc, KeyboardInterrupt):
             # Stopped: what finished (metrics, complete checkpoints) is kept, and the caller
-            # finds it on the exception to show and record.
+            # finds it on the exception to show and record; the display says it stopped.
             exc.partial = collect(plan, None, time.monotonic() - started, False, stopped=True)
+            notify(False, stopped=True)
         raise
     _scrub_rank_logs(out, env)
     notify(False)

@@ -16,12 +16,20 @@ RESULT_FILE = "train_result.json"
 
 @dataclass
 class TrainProgress:
-    """Passed to ``on_progress`` while the run goes on."""
+    """Passed to ``on_progress`` at every poll of the launcher (about twice a second) from
+    the start of torchrun, and once more when the run ended (``running`` False)."""
 
     records: list[dict]
     total_steps: Optional[int]
     elapsed_s: float
     running: bool = True
+    ranks: int = 0  # processes torchrun starts on this node
+    device: str = ""  # npu | cuda | cpu
+    stopped: bool = False  # ended by an interrupt (Kernel → Interrupt, a Stop button, a signal)
+
+    @property
+    def provenance(self) -> Optional[Provenance]:
+        return Provenance(device=self.device) if self.device else None
 
     @property
     def done_steps(self) -> int:

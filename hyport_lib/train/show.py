@@ -66,6 +66,12 @@ def loss_figure(records: list[dict], total_steps: Optional[int] = None, title: s
 
 
 def progress_line(progress: TrainProgress) -> str:
+    """``[####....] step 7/20  loss 1.2345  12s  (running)``; before the first step, what
+    torchrun is doing; stopped, ``(interrupted after step 7: ...)``."""
+    if progress.running and not progress.records:
+        where = f" ({progress.device})" if progress.device else ""
+        return (f"starting torchrun: {progress.ranks or '?'} rank(s){where}, loading the model and "
+                f"the data …  {progress.elapsed_s:.0f}s")
     total = progress.total_steps or "?"
     last = progress.records[-1] if progress.records else {}
     loss = last.get("loss")
@@ -75,6 +81,9 @@ def progress_line(progress: TrainProgress) -> str:
         done = int(20 * progress.done_steps / progress.total_steps)
         bar = "[" + "#" * done + "." * (20 - done) + "] "
     state = "running" if progress.running else "finished"
+    if progress.stopped:
+        state = (f"interrupted after step {progress.done_steps}: metrics and complete checkpoints kept"
+                 if progress.records else "interrupted before the first step")
     return (f"{bar}step {progress.done_steps}/{total}  loss {shown}  "
             f"{progress.elapsed_s:.0f}s  ({state})")
 
@@ -88,15 +97,22 @@ class LiveTrainingDisplay:
         self.line = LiveDisplay(0.0)
         self.title = title
         self.redraws = 0
+        self._drawn_steps = 0
 
     def __call__(self, progress: TrainProgress) -> None:
         from IPython.display import Markdown
 
         self.line.update(Markdown(f"`{progress_line(progress)}`"), force=True)
-        if not progress.records or not (self.plot.due() or not progress.running):
+        steps = len(progress.records)
+        if not steps or (steps == self._drawn_steps and progress.running):
+            return  # nothing new to draw (the launcher calls twice a second)
+        if progress.running and not self.plot.due():
             return  # drawing a PNG costs more than the check: only when it will be shown
-        fig = loss_figure(progress.records, progress.total_steps, self.title)
-        self.plot.update(figure_png(fig), force=True)
+        # The x axis grows with the steps run; the title says where the figures come from.
+        label = progress.provenance.label if progress.provenance else ""
+        title = " · ".join(t for t in (self.title, label) if t)
+        self.plot.update(figure_png(loss_figure(progress.records, None, title)), force=True)
+        self._drawn_steps = steps
         self.redraws += 1
 
 

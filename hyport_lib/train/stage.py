@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from hyport_lib.backend import get_backend
-from hyport_lib.results import StageSummary, TrainedWeights, record_summary
+from hyport_lib.results import INTERRUPTED, StageSummary, TrainedWeights, record_summary
 from hyport_lib.train.launch import launch
 from hyport_lib.train.metrics import loss_span
 from hyport_lib.train.params import Params
@@ -57,6 +57,8 @@ def summarize(result: TrainResult) -> TrainSummary:
 
 def _verdict(result: TrainResult) -> tuple[str, str]:
     s = result.summary
+    if result.status == "interrupted":
+        return INTERRUPTED, result.reason or "stopped"
     if result.status != "ok":
         why = result.reason or result.status
         if result.diagnosis:

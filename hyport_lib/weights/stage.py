@@ -1,6 +1,7 @@
 """Stage 05's contract: :func:`plan` (resolve and check the folders, writing nothing),
 :func:`run`, :func:`summarize` and :func:`record`, used by notebook 05, ``hyport verify`` and
-``hyport report``. The verdict: FAIL on any error finding, WARN on any warning, else PASS.
+``hyport report``. The verdict: FAIL on any error finding, INTERRUPTED when stopped before
+every check ran (with no error found), WARN on any warning, else PASS.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from hyport_lib.params import ParameterError
-from hyport_lib.results import StageSummary, record_summary
+from hyport_lib.results import INTERRUPTED, StageSummary, record_summary
 from hyport_lib.weights.defaults import build_tiny_sources, checked_label, resolve_paths
 from hyport_lib.weights.params import NO_CHECKPOINT_FOR_LOGITS, Params
 from hyport_lib.weights.result import WeightsResult
@@ -88,7 +89,11 @@ def summarize(result: WeightsResult) -> WeightsSummary:
 
 def _verdict(result: WeightsResult) -> tuple[str, str]:
     n = result.counts
-    errors = [f for f in result.findings if f.severity == "error"]
+    errors = [f for f in result.findings if f.severity == "error" and f.cls != "verify_stopped"]
+    stopped = [f for f in result.findings if f.cls == "verify_stopped"]
+    if stopped and not errors:  # an error found before the stop is still a FAIL
+        return INTERRUPTED, stopped[0].message
+    errors += stopped
     if errors:
         more = f" (+{len(errors) - 1} more error(s))" if len(errors) > 1 else ""
         return "FAIL", f"{errors[0].cls} in {errors[0].file}: {errors[0].message}{more}"

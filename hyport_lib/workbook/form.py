@@ -23,6 +23,7 @@ import yaml
 from hyport_lib.params import Field, ParameterError, StageParams, parameter_fields, parse_text
 from hyport_lib.results import RUN_DIR_ENV
 from hyport_lib.stages import StageContract
+from hyport_lib.workbook.stop import StopButton, run_stoppable
 
 #: What a stage's "Run stage" button calls with the checked parameters.
 RunStage = Callable[[StageParams], Any]
@@ -227,7 +228,7 @@ class StageForm:
             return None
         self.namespace.update(params.to_dict())
         self.button.disabled = True
-        self.status.value = "running…"
+        self.status.value = "running… (Kernel → Interrupt stops it; what finished is kept)"
         self.output.clear_output()
         try:
             with self.output:
@@ -257,13 +258,18 @@ def stage_form(params_class: type, namespace: MutableMapping[str, Any], run: Run
 
 def stage_runner(stage: StageContract, *views: Callable[[Any], Any],
                  progress: Optional[Callable[[StageParams], Any]] = None) -> RunStage:
-    """What "Run stage" does for ``stage``: plan, run (with a fresh ``progress()`` display
-    display, made from the parameters, when given), show the result through each of ``views``, record it and print the
-    verdict line the notebook's last cell prints."""
+    """What "Run stage" does for ``stage``: plan, run (with a fresh ``progress(params)``
+    display when given, and then a Stop button), show the result through each of ``views``,
+    record it and print the verdict line the notebook's last cell prints. Stopped, the
+    partial result is shown and recorded (INTERRUPTED)."""
 
     def run(params: StageParams) -> Any:
         plan = stage.plan(params)
-        result = stage.run(plan, on_progress=progress(params)) if progress else stage.run(plan)
+        if progress is None:
+            result = run_stoppable(stage.run, plan)
+        else:
+            stop = StopButton().show()
+            result = run_stoppable(stage.run, plan, on_progress=stop.watch(progress(params)))
         for view in views:
             view(result)
         path = stage.record(result)

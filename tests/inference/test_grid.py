@@ -483,7 +483,7 @@ def test_a_stopped_infer_keeps_and_records_the_cards_that_finished(fault_switche
     assert "interrupted" in out and "logs: " in out, out
     saved = json.loads((results / "03_inference.json").read_text())
     statuses = {row["card"]: row["status"] for row in saved["data"]["rows"]}
-    assert statuses == {0: "ok", 1: "interrupted"} and saved["verdict"] == "FAIL"
+    assert statuses == {0: "ok", 1: "interrupted"} and saved["verdict"] == "INTERRUPTED"
 
 
 def test_a_log_dir_that_is_a_file_is_one_line(tmp_path, capsys):

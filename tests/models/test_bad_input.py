@@ -144,7 +144,7 @@ def test_a_stopped_train_records_the_steps_that_finished(tmp_path):
     _, err = child.communicate(timeout=120)
     assert child.returncode == 130, err[-2000:]
     record = json.loads((results / "04_train.json").read_text())
-    assert record["verdict"] == "FAIL" and record["data"]["status"] == "interrupted"
+    assert record["verdict"] == "INTERRUPTED" and record["data"]["status"] == "interrupted"
     steps = [m["step"] for m in record["data"]["metrics"]]
     assert steps and steps == list(range(1, len(steps) + 1))
     assert record["data"]["reason"].startswith(f"stopped by a signal after step {steps[-1]}")

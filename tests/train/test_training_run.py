@@ -245,3 +245,29 @@ def test_a_reused_output_dir_never_passes_off_old_checkpoints(zero2_run, tmp_pat
     judged = stage.summarize(resumed)
     assert resumed.worker["resumed_step"] == 2 and judged.verdict == "PASS", judged
     assert [c["step"] for c in resumed.checkpoints] == [2, 5]  # no checkpoint-4: 100000 won
+
+
+def test_the_stop_button_ends_torchrun_and_records_interrupted(tmp_path):
+    # What notebook 04 does: the Stop button's callback raises from the launcher's poll;
+    # torchrun and its ranks stop, and the steps that finished come back INTERRUPTED.
+    import psutil
+
+    from hyport_lib.workbook.stop import StopButton, run_stoppable
+
+    stop, seen = StopButton(), []
+
+    def display(progress):
+        seen.append(progress)
+        if progress.done_steps >= 2:
+            stop.request()  # a click, as the kernel would hand it over
+
+    plan = stage.plan(Params(output_dir=str(tmp_path / "run"), max_steps=500, num_cards=1,
+                             save_steps=1000, resume_from="none"))
+    result = run_stoppable(stage.run, plan, on_progress=stop.watch(display))
+    assert result.status == "interrupted" and stage.summarize(result).verdict == "INTERRUPTED"
+    assert 2 <= len(result.metrics) < 500 and result.reason.startswith("stopped by a signal after step")
+    assert not seen[0].records and seen[0].ranks == 1 and seen[0].device == "cpu"  # from the first poll
+    assert seen[-1].stopped and not seen[-1].running  # the display heard how it ended
+    assert psutil.Process().children(recursive=True) == []  # torchrun and its rank are gone
+    path = stage.record(result)
+    assert json.loads(Path(path).read_text())["verdict"] == "INTERRUPTED"
