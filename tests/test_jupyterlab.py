@@ -261,7 +261,7 @@ def _run_form(page, lab: Lab, form, stage: str) -> dict:
     started = time.time()
     form.locator("button", has_text="Run stage").click()
     status = form.locator(".hyport-status")
-    page.wait_for_function("el => /finished|stopped/.test(el.textContent)", arg=status.element_handle(),
+    page.wait_for_function("el => /^\\s*(finished|stopped)/.test(el.textContent)", arg=status.element_handle(),
                            timeout=FORM_RUN_S * 1000)
     assert "finished" in status.inner_text(), status.inner_text()
     assert [e for e in form.locator(".hyport-error").all_inner_texts() if e.strip()] == []

@@ -82,8 +82,10 @@ def test_the_notebook_cell_declares_exactly_the_params_fields_with_their_default
 def test_the_notebook_builds_its_params_in_one_line_and_calls_the_contract(stage):
     code = _code(stage.path)
     assert re.search(r"^params = Params\.from_namespace\(globals\(\)\)$", code, re.MULTILINE), stage.path.name
-    for call in ("stage.plan(params)", "stage.run(", "stage.record("):
+    for call in ("stage.plan(params)", "stage.record("):
         assert call in code, f"{stage.path.name}: no {call}"
+    # the run, directly or stoppable (the partial result of a stop instead of a traceback)
+    assert "stage.run(" in code or "run_stoppable(stage.run," in code, f"{stage.path.name}: no stage.run"
     assert "get_backend(" not in code, f"{stage.path.name}: the plan resolves the backend, not the notebook"
 
 

@@ -232,12 +232,17 @@ def run_grid(plan: InferencePlan, *, on_progress: Optional[Callable[[GridProgres
     total = len(order)
     raws: dict[int, dict] = {}
 
-    def notify(card=None, status=None):
+    last_notified = [0.0]
+
+    def notify(card=None, status=None, running=True, stopped=False):
         if on_progress is None:
             return
+        last_notified[0] = time.monotonic()
         done = sum(1 for r in rows.values() if r["status"] != "running")
+        elapsed = {w.card: round(time.time() - w.started_at, 1) for w in workers.values()
+                   if rows[w.card]["status"] == "running"}
         try:
-            on_progress(GridProgress(_frame(rows, order), done, total, card, status))
+            on_progress(GridProgress(_frame(rows, order), done, total, card, status, elapsed, running, stopped))
         except Exception as exc:  # a broken display must not abandon running workers
             warnings.warn(f"run_grid: on_progress failed ({type(exc).__name__}: {exc}); "
                           "the grid goes on", RuntimeWarning, stacklevel=2)
@@ -280,12 +285,18 @@ def run_grid(plan: InferencePlan, *, on_progress: Optional[Callable[[GridProgres
                 else:
                     workers[worker.child.pid] = worker
             notify()
-            group.wait(done, poll_interval_s=0.1, kill_grace_s=kill_grace_s)
+
+            def tick() -> None:  # the seconds each card has run, said every second
+                if time.monotonic() - last_notified[0] >= 1.0:
+                    notify()
+
+            group.wait(done, poll_interval_s=0.1, kill_grace_s=kill_grace_s, on_tick=tick)
         except KeyboardInterrupt as exc:
             # Stopped: the cards that finished are kept; the caller finds them on the exception.
             for worker in (workers[c.pid] for c in group.running if c.pid in workers):
                 rows[worker.card].update(status="interrupted", error="stopped before this card finished")
             exc.partial = result()
+            notify(running=False, stopped=True)
             raise
-
+    notify(running=False)
     return result()

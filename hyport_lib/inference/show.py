@@ -144,14 +144,32 @@ def card_log_picker(result: GridResult, lines: int = 40):
 
 
 def live_grid_display() -> Callable[[GridProgress], None]:
-    """An ``on_progress`` callback for ``run_grid``: one table, redrawn as each card finishes
-    (no rate limit: it could hide cards that finished just before a long wait)."""
-    live = LiveDisplay(min_interval_s=0.0)
+    """An ``on_progress`` callback for ``run_grid``: a line saying how long each running card
+    has run (every second), over one table redrawn as each card finishes (no rate limit: it
+    could hide cards that finished just before a long wait)."""
+    from IPython.display import Markdown
+
+    line, table = LiveDisplay(min_interval_s=0.0), LiveDisplay(min_interval_s=0.0)
+    drawn = []  # the table is drawn first, then again only when a card's row changed
 
     def update(progress: GridProgress) -> None:
-        live.update(grid_styler(progress.frame), force=True)
+        line.update(Markdown(f"`{grid_progress_line(progress)}`"), force=True)
+        if not drawn or progress.card is not None or not progress.running:
+            table.update(grid_styler(progress.frame), force=True)
+            drawn.append(progress.done)
 
     return update
+
+
+def grid_progress_line(progress: GridProgress) -> str:
+    """``1/2 cards finished; running: card 1 (12 s)``, then ``finished`` or ``interrupted``."""
+    text = f"{progress.done}/{progress.total} cards finished"
+    if progress.elapsed_s:
+        text += "; running: " + ", ".join(f"card {card} ({seconds:.0f} s)"
+                                          for card, seconds in sorted(progress.elapsed_s.items()))
+    if progress.stopped:
+        return text + " (interrupted: the cards that finished are kept)"
+    return text + ("" if progress.running else " (finished)")
 
 
 # --------------------------------------------------------------------------- the report

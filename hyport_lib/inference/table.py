@@ -35,13 +35,18 @@ COLUMNS = [
 
 @dataclass
 class GridProgress:
-    """Passed to ``on_progress``: the table so far (unfinished cards say ``running``)."""
+    """Passed to ``on_progress``: the table so far (unfinished cards say ``running``), at the
+    start, whenever a card finishes, every second or so between, and at the end (``running``
+    False; ``stopped`` when interrupted)."""
 
     frame: pd.DataFrame
     done: int
     total: int
-    card: Optional[int] = None  # the card that just finished; None for the first call
+    card: Optional[int] = None  # the card that just finished; None otherwise
     status: Optional[str] = None
+    elapsed_s: dict = field(default_factory=dict)  # card -> seconds since its worker started
+    running: bool = True
+    stopped: bool = False
 
 
 @dataclass

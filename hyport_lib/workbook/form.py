@@ -228,7 +228,7 @@ class StageForm:
             return None
         self.namespace.update(params.to_dict())
         self.button.disabled = True
-        self.status.value = "running… (Kernel → Interrupt stops it; what finished is kept)"
+        self.status.value = "running… (Stop or Kernel → Interrupt ends it; what finished is kept)"
         self.output.clear_output()
         try:
             with self.output:
@@ -259,7 +259,7 @@ def stage_form(params_class: type, namespace: MutableMapping[str, Any], run: Run
 def stage_runner(stage: StageContract, *views: Callable[[Any], Any],
                  progress: Optional[Callable[[StageParams], Any]] = None) -> RunStage:
     """What "Run stage" does for ``stage``: plan, run (with a fresh ``progress(params)``
-    display when given, and then a Stop button), show the result through each of ``views``,
+    display when given, under a Stop button), show the result through each of ``views``,
     record it and print the verdict line the notebook's last cell prints. Stopped, the
     partial result is shown and recorded (INTERRUPTED)."""
 

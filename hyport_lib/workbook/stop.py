@@ -1,31 +1,84 @@
-"""Stopping a stage from the notebook: Kernel → Interrupt and the Stop button end a run the
+"""Stopping a stage from the notebook: the Stop button and Kernel → Interrupt end a run the
 same way a Ctrl-C ends ``hyport train``.
 
 A stage stopped by ``KeyboardInterrupt`` stops its processes and leaves what finished on the
 exception (``exc.partial``: the steps, cards or checks done). :func:`run_stoppable` returns
 that partial result instead of a traceback, so the notebook shows and records it
-(INTERRUPTED). The Stop button raises the same interrupt from the run's progress callback:
-a click on a widget is a message the kernel reads only between cells, so the callback has
-the kernel read the waiting messages (``jupyter_ui_poll``) while the stage runs. Under
-``hyport report`` the stop is the report's: it goes on, and the report records the stage.
+(INTERRUPTED). Under ``hyport report`` the stop is the report's: it goes on, and the report
+records the stage.
+
+The Stop button interrupts its own kernel from the browser (the Jupyter server's
+``POST /api/kernels/<id>/interrupt``, what Kernel → Interrupt sends). A widget click the
+kernel would have to answer cannot work here: the kernel reads widget messages only between
+cells, and ipykernel 7 holds them while a cell runs, however the cell waits.
 """
 
 from __future__ import annotations
 
 import os
+import re
+from pathlib import Path
 from typing import Any, Callable, Optional, TypeVar
+
+import anywidget
+import traitlets
 
 from hyport_lib.results import RUN_DIR_ENV
 
 R = TypeVar("R")
 
-
-class StopRequested(KeyboardInterrupt):
-    """The Stop button was pressed: the stage stops as on Kernel → Interrupt."""
+#: The button's code in the browser: one click, one interrupt of the kernel that drew it.
+_STOP_ESM = """
+function config() {
+  const el = document.getElementById("jupyter-config-data");
+  try { return el ? JSON.parse(el.textContent) : {}; } catch (e) { return {}; }
+}
+export default {
+  render({ model, el }) {
+    const button = document.createElement("button");
+    button.className = "hyport-stop jupyter-button mod-danger";
+    const note = document.createElement("span");
+    note.className = "hyport-stop-note";
+    note.style.marginLeft = "0.8em";
+    // "stopping" stays in the page: the kernel hears of the click as an interrupt only
+    let clicked = false;
+    const draw = () => {
+      const done = model.get("state") === "done";
+      button.textContent = clicked && !done ? "stopping…" : "■ Stop";
+      button.disabled = clicked || done;
+      note.textContent = model.get("note");
+    };
+    button.addEventListener("click", async () => {
+      const kernel = model.get("kernel_id");
+      if (!kernel || clicked || model.get("state") === "done") return;
+      clicked = true;
+      draw();
+      const cfg = config();
+      const base = (cfg.baseUrl || "/").replace(/\\/?$/, "/");
+      const headers = {};
+      if (cfg.token) headers["Authorization"] = "token " + cfg.token;
+      const xsrf = document.cookie.match(/(?:^|;\\s*)_xsrf=([^;]+)/);
+      if (xsrf) headers["X-XSRFToken"] = decodeURIComponent(xsrf[1]);
+      try {
+        const reply = await fetch(base + "api/kernels/" + kernel + "/interrupt",
+                                  { method: "POST", headers, credentials: "same-origin" });
+        if (!reply.ok) note.textContent = "the server refused the interrupt (" + reply.status + "): use Kernel → Interrupt";
+      } catch (e) {
+        note.textContent = "could not reach the server: use Kernel → Interrupt";
+      }
+    });
+    model.on("change:state", draw);
+    model.on("change:note", draw);
+    draw();
+    el.appendChild(button);
+    el.appendChild(note);
+  },
+};
+"""
 
 
 def run_stoppable(run: Callable[..., R], *args: Any, **kwargs: Any) -> R:
-    """``run(*args, **kwargs)``; stopped (Kernel → Interrupt, the Stop button), the partial
+    """``run(*args, **kwargs)``; stopped (the Stop button, Kernel → Interrupt), the partial
     result the stage left on the exception, with no traceback. An interrupt that left no
     partial result (it came before the stage started anything), or one under ``hyport
     report``, goes on."""
@@ -38,84 +91,52 @@ def run_stoppable(run: Callable[..., R], *args: Any, **kwargs: Any) -> R:
         return partial
 
 
-class StopButton:
-    """A "Stop" button for a stage run from a notebook cell.
+def kernel_id() -> str:
+    """This kernel's id, as the Jupyter server names it (from its connection file's name,
+    ``kernel-<id>.json``); empty outside a kernel."""
+    try:
+        from ipykernel.connect import get_connection_file
 
-    Pass :meth:`watch` the run's ``on_progress`` display: the wrapped callback reads the
-    widget messages that arrived since its last call and, once Stop was clicked, raises
-    :class:`StopRequested` there, inside the stage's own polling loop, which then stops its
-    processes as on any interrupt. ``widget`` is shown above the run's output."""
+        name = Path(get_connection_file()).name
+    except Exception:  # not in a kernel (a script, a test): nothing to interrupt
+        return ""
+    match = re.fullmatch(r"kernel-([0-9A-Za-z-]+)\.json", name)
+    return match.group(1) if match else ""
 
-    def __init__(self, description: str = "Stop"):
-        import ipywidgets as widgets
 
-        self.requested = False
-        self.live = False  # shown in a notebook: widget messages may arrive
-        self.button = widgets.Button(description=description, button_style="danger", icon="stop",
-                                     tooltip="stop the run: its processes end, what finished is kept")
-        self.button.add_class("hyport-stop")
-        self.button.on_click(lambda _: self.request())
-        self.widget = self.button
+class StopButton(anywidget.AnyWidget):
+    """A Stop button for a stage run from the notebook: a click interrupts this kernel, and
+    :func:`run_stoppable` turns the interrupt into the stage's partial result.
+
+    :meth:`watch` wraps the run's ``on_progress`` display so that the button is retired
+    when the run ends (and says how)."""
+
+    _esm = _STOP_ESM
+    kernel_id = traitlets.Unicode("").tag(sync=True)
+    state = traitlets.Unicode("ready").tag(sync=True)  # ready | done (the run ended)
+    note = traitlets.Unicode("").tag(sync=True)
+
+    def __init__(self, **kwargs: Any):
+        super().__init__(kernel_id=kernel_id(), **kwargs)
 
     def show(self) -> "StopButton":
-        """Display the button when a notebook cell runs the stage. Not under ``hyport
-        report`` (headless: nothing could click it, and the kernel's messages are left
-        alone), and not from a widget's own callback (a form's Run: the kernel is answering
-        that click, and reading further messages there would hold back every cell after
-        it; Kernel → Interrupt stops such a run)."""
-        if not os.environ.get(RUN_DIR_ENV) and _in_cell():
+        """Display the button, except under ``hyport report`` (headless: nothing can click it)."""
+        if not os.environ.get(RUN_DIR_ENV):
             from IPython.display import display
 
-            display(self.widget)
-            self.live = True
+            display(self)
         return self
 
-    def request(self) -> None:
-        """What a click does (callable from code)."""
-        self.requested = True
-        self.button.disabled = True
-        self.button.description = "stopping…"
-
-    def check(self) -> None:
-        """Read the waiting widget messages; raise :class:`StopRequested` once Stop was
-        clicked. A button never shown (a script, a test, a report) only reads the flag."""
-        if not self.requested and self.live:
-            from jupyter_ui_poll import ui_events
-
-            with ui_events() as read_messages:
-                read_messages(20)
-        if self.requested:
-            raise StopRequested("stopped from the Stop button")
-
-    def finished(self) -> None:
-        """The run ended: the button can no longer stop anything."""
-        self.button.disabled = True
-        if not self.requested:
-            self.button.description = "finished"
-
     def watch(self, on_progress: Optional[Callable[[Any], None]]) -> Callable[[Any], None]:
-        """``on_progress`` that also answers the Stop button; a stop raises before the display
-        is drawn again, and a run that ends (not ``running``) disables the button."""
+        """``on_progress`` that also retires the button once the run ended (``running``
+        False), saying whether it was stopped."""
 
         def watched(progress: Any) -> None:
-            if getattr(progress, "running", True):
-                self.check()
-            else:
-                self.finished()
+            if not getattr(progress, "running", True):
+                self.state = "done"
+                self.note = "stopped: what finished is kept" if getattr(progress, "stopped", False) \
+                    else "finished"
             if on_progress is not None:
                 on_progress(progress)
 
         return watched
-
-
-def _in_cell() -> bool:
-    """Whether this runs in a kernel, for a cell being executed (not for a widget message)."""
-    try:
-        from IPython import get_ipython
-    except ImportError:
-        return False
-    kernel = getattr(get_ipython(), "kernel", None)
-    if kernel is None or not hasattr(kernel, "get_parent"):
-        return False
-    parent = kernel.get_parent() or {}
-    return parent.get("header", {}).get("msg_type") == "execute_request"

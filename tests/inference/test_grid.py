@@ -256,7 +256,8 @@ def eight_cards(tmp_path_factory):
     updates = []
     log_dir = tmp_path_factory.mktemp("grid8")
     result = stage.run(_plan(device="cpu", num_cards=8, infer_timeout_s=240, log_dir=str(log_dir)),
-                       on_progress=lambda p: updates.append((p.done, p.total, p.card, p.status)))
+                       on_progress=lambda p: updates.append((p.done, p.total, p.card, p.status, p.running,
+                                                             dict(p.elapsed_s))))
     return result, updates
 
 
@@ -277,9 +278,14 @@ def test_eight_cpu_workers_agree(eight_cards):
         assert (result.log_dir / f"card{card}.log").is_file()
         raw = json.loads((result.log_dir / f"card{card}.json").read_text())
         assert raw["status"] == "ok" and raw["card"] == card
-    # one update at the start, then one per card, ending with everything done
-    assert updates[0][:2] == (0, 8) and [u[0] for u in updates] == list(range(9))
-    assert sorted(u[2] for u in updates[1:]) == list(range(8))
+    # one update at the start, one per card as it finishes (the seconds each running card
+    # has run said between), and a last one when everything is done
+    finished = [u for u in updates if u[2] is not None]
+    assert updates[0][:2] == (0, 8) and [u[0] for u in finished] == list(range(1, 9))
+    assert sorted(u[2] for u in finished) == list(range(8))
+    assert all(u[4] for u in updates[:-1]) and updates[-1][:1] == (8,) and updates[-1][4] is False
+    assert all(set(u[5]) <= set(range(8)) and all(s >= 0 for s in u[5].values()) for u in updates)
+    assert updates[-1][5] == {}  # nothing runs any more
     assert stage.summarize(result).verdict == "PASS"
     headline = stage.summarize(result).headline
     assert headline["cards ok"] == "8/8" and headline["consistent"] is True

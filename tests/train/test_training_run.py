@@ -247,9 +247,11 @@ def test_a_reused_output_dir_never_passes_off_old_checkpoints(zero2_run, tmp_pat
     assert [c["step"] for c in resumed.checkpoints] == [2, 5]  # no checkpoint-4: 100000 won
 
 
-def test_the_stop_button_ends_torchrun_and_records_interrupted(tmp_path):
-    # What notebook 04 does: the Stop button's callback raises from the launcher's poll;
-    # torchrun and its ranks stop, and the steps that finished come back INTERRUPTED.
+def test_an_interrupt_ends_torchrun_and_records_interrupted(tmp_path):
+    # What notebook 04 does: the Stop button (or Kernel -> Interrupt) sends the kernel a
+    # SIGINT; torchrun and its ranks stop, and the steps that finished come back INTERRUPTED.
+    import signal
+
     import psutil
 
     from hyport_lib.workbook.stop import StopButton, run_stoppable
@@ -258,8 +260,8 @@ def test_the_stop_button_ends_torchrun_and_records_interrupted(tmp_path):
 
     def display(progress):
         seen.append(progress)
-        if progress.done_steps >= 2:
-            stop.request()  # a click, as the kernel would hand it over
+        if progress.done_steps >= 2 and progress.running:
+            signal.raise_signal(signal.SIGINT)  # the server's interrupt, as the kernel gets it
 
     plan = stage.plan(Params(output_dir=str(tmp_path / "run"), max_steps=500, num_cards=1,
                              save_steps=1000, resume_from="none"))
@@ -268,6 +270,7 @@ def test_the_stop_button_ends_torchrun_and_records_interrupted(tmp_path):
     assert 2 <= len(result.metrics) < 500 and result.reason.startswith("stopped by a signal after step")
     assert not seen[0].records and seen[0].ranks == 1 and seen[0].device == "cpu"  # from the first poll
     assert seen[-1].stopped and not seen[-1].running  # the display heard how it ended
+    assert stop.state == "done" and stop.note.startswith("stopped")
     assert psutil.Process().children(recursive=True) == []  # torchrun and its rank are gone
     path = stage.record(result)
     assert json.loads(Path(path).read_text())["verdict"] == "INTERRUPTED"

@@ -1,5 +1,5 @@
-"""Stopping a stage from a notebook: the partial result instead of a traceback, the Stop
-button raising the same interrupt from the progress callback."""
+"""Stopping a stage from a notebook: the partial result instead of a traceback; the Stop
+button interrupts its own kernel from the browser and is retired when the run ends."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ from types import SimpleNamespace
 import pytest
 
 from hyport_lib.results import RUN_DIR_ENV
-from hyport_lib.workbook.stop import StopButton, StopRequested, run_stoppable
+from hyport_lib.workbook import stop as stop_module
+from hyport_lib.workbook.stop import StopButton, run_stoppable
 
 
 def _stopped_with(partial):
@@ -39,29 +40,36 @@ def test_under_the_report_the_stop_is_the_reports(monkeypatch, tmp_path):
         run_stoppable(_stopped_with("partial"))
 
 
-def test_the_stop_button_raises_from_the_progress_callback_once_clicked():
+def test_the_button_names_the_kernel_the_server_knows(monkeypatch):
+    monkeypatch.setattr("ipykernel.connect.get_connection_file",
+                        lambda: "/run/jupyter/kernel-3f2a9c1e-77b0-4c4e-9a53-0d2b1c9e8f10.json")
+    assert stop_module.kernel_id() == "3f2a9c1e-77b0-4c4e-9a53-0d2b1c9e8f10"
+    assert StopButton().kernel_id == "3f2a9c1e-77b0-4c4e-9a53-0d2b1c9e8f10"
+    monkeypatch.setattr("ipykernel.connect.get_connection_file", lambda: "/tmp/odd-name.json")
+    assert stop_module.kernel_id() == ""  # nothing the button could interrupt
+
+
+def test_the_esm_interrupts_through_the_servers_api():
+    esm = StopButton._esm
+    assert 'api/kernels/" + kernel + "/interrupt' in esm and 'method: "POST"' in esm
+    assert "X-XSRFToken" in esm and "jupyter-config-data" in esm
+
+
+def test_the_button_is_retired_when_the_run_ends_and_says_how():
     seen = []
     stop = StopButton()
     watched = stop.watch(seen.append)
     watched(SimpleNamespace(running=True, step=1))
-    stop.button.click()  # what the browser's click does in the kernel
-    assert stop.requested and stop.button.disabled
-    with pytest.raises(StopRequested) as raised:
-        watched(SimpleNamespace(running=True, step=2))
-    assert isinstance(raised.value, KeyboardInterrupt)  # stopped as on Kernel -> Interrupt
-    assert [p.step for p in seen] == [1]  # the display is not drawn again after a stop
-    watched(SimpleNamespace(running=False, step=2))  # the last call, once stopped, is shown
-    assert [p.step for p in seen] == [1, 2]
+    assert stop.state == "ready" and stop.note == ""
+    watched(SimpleNamespace(running=False, stopped=True, step=2))
+    assert stop.state == "done" and stop.note.startswith("stopped")
+    assert [p.step for p in seen] == [1, 2]  # the display hears every call
+    other = StopButton()
+    other.watch(None)(SimpleNamespace(running=False, stopped=False))
+    assert other.state == "done" and other.note == "finished"
 
 
-def test_a_run_that_ends_retires_the_button():
-    stop = StopButton()
-    stop.watch(None)(SimpleNamespace(running=False))
-    assert stop.button.disabled and stop.button.description == "finished" and not stop.requested
-
-
-def test_outside_a_notebook_cell_the_button_is_not_shown(monkeypatch):
-    monkeypatch.delenv(RUN_DIR_ENV, raising=False)
-    stop = StopButton().show()  # no kernel here: nothing to click it, nothing polled
-    assert not stop.live
-    stop.check()  # reads only the flag
+def test_under_the_report_the_button_is_not_shown(monkeypatch, tmp_path, capsys):
+    monkeypatch.setenv(RUN_DIR_ENV, str(tmp_path))
+    StopButton().show()
+    assert capsys.readouterr().out == ""
