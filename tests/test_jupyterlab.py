@@ -41,6 +41,8 @@ from hyport_lib.attention.params import Params as AttentionParams
 from hyport_lib.environment.params import Params as EnvironmentParams
 from hyport_lib.inference.params import Params as InferenceParams
 from hyport_lib.params import ParameterError, parameter_fields, parse_text
+from hyport_lib.results import STAGE_VERDICTS
+from hyport_lib.results import VERDICTS as CHECK_VERDICTS
 from hyport_lib.train.params import Params as TrainParams
 from hyport_lib.weights.params import Params as WeightsParams
 from jupyterlab_session import (LabServer, NetworkGuard, copy_notebook, open_notebook,
@@ -51,7 +53,7 @@ pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parents[1]
 NOTEBOOKS = REPO / "notebooks"
-VERDICTS = {"PASS", "WARN", "FAIL", "SKIP"}
+VERDICTS = set(STAGE_VERDICTS)
 REPROBE_S = 120  # one environment probe (stage.run) in the kernel takes ~1-2 s
 PICK_S = 60  # a Dropdown change, answered by the kernel through the Output widget
 VIEWPORT = {"width": 1400, "height": 1000}
@@ -279,7 +281,7 @@ def test_01_environment_runs_and_reprobe_is_live(lab):
         # the checks table rendered, one row per recorded check
         rows = _checks_table(page)
         assert rows, "no name | verdict | reason table in the outputs"
-        assert {r["verdict"] for r in rows} <= VERDICTS
+        assert {r["verdict"] for r in rows} <= set(CHECK_VERDICTS)
         assert [r["name"] for r in rows] == [c["name"] for c in result["data"]["checks"]]
 
         # the widget is live: a click makes the kernel probe again and update it
@@ -527,7 +529,7 @@ def test_04_stop_button_ends_the_run_and_records_interrupted(lab):
 
         def press_stop_after_two_steps():
             page.wait_for_function(
-                """() => (window.__hyportLive || []).some(s => /step ([2-9]|\d\d+)\/\d+/.test(s.line))""",
+                r"""() => (window.__hyportLive || []).some(s => /step ([2-9]|\d\d+)\/\d+/.test(s.line))""",
                 timeout=FORM_RUN_S * 1000)
             cell.locator("button.hyport-stop").click()
 

@@ -220,7 +220,10 @@ def show_summary(result: TrainResult) -> None:
         display(answers_frame(held).style.hide(axis="index"))
     if result.diagnosis:
         show_triage(Triage.from_dict(result.diagnosis))
-    if result.status != "ok" and result.log_tail:
+    if result.status == "interrupted":
+        # torchrun's own traceback from the stop signal says nothing the reason does not
+        display(Markdown(f"Stopped as asked; the launch log: `{result.plan.get('log_path', '')}`"))
+    elif result.status != "ok" and result.log_tail:
         display(Markdown("Last lines of the launch log:\n\n```\n" + result.log_tail + "\n```"))
 
 

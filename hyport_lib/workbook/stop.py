@@ -17,6 +17,9 @@ from __future__ import annotations
 
 import os
 import re
+import signal
+import threading
+import time
 from pathlib import Path
 from typing import Any, Callable, Optional, TypeVar
 
@@ -81,14 +84,46 @@ def run_stoppable(run: Callable[..., R], *args: Any, **kwargs: Any) -> R:
     """``run(*args, **kwargs)``; stopped (the Stop button, Kernel → Interrupt), the partial
     result the stage left on the exception, with no traceback. An interrupt that left no
     partial result (it came before the stage started anything), or one under ``hyport
-    report``, goes on."""
+    report``, goes on.
+
+    Given an ``on_progress``, the interrupt is taken at the stage's next progress call (the
+    stage calls it between polls, every second or so): a signal raised anywhere else could
+    land in code that swallows it (a display being drawn, a message being sent) and the run
+    would go on. A second interrupt before that call stops at once.
+    """
+    interactive = not os.environ.get(RUN_DIR_ENV)
+    deferred = interactive and kwargs.get("on_progress") is not None \
+        and threading.current_thread() is threading.main_thread()
+    if deferred:
+        kwargs["on_progress"], previous = _deferring_interrupts(kwargs["on_progress"])
     try:
         return run(*args, **kwargs)
     except KeyboardInterrupt as exc:
         partial = getattr(exc, "partial", None)
-        if partial is None or os.environ.get(RUN_DIR_ENV):
+        if partial is None or not interactive:
             raise
         return partial
+    finally:
+        if deferred:
+            signal.signal(signal.SIGINT, previous)
+
+
+def _deferring_interrupts(on_progress: Callable[[Any], None]):
+    """``on_progress`` that raises the interrupt a SIGINT noted (from its next call while the
+    run goes on), and the SIGINT handler it replaces (installed here)."""
+    pending: list[float] = []
+
+    def note(signum, frame):
+        if pending:  # asked twice: now, wherever the run is
+            raise KeyboardInterrupt
+        pending.append(time.monotonic())
+
+    def checked(progress: Any) -> None:
+        if pending and getattr(progress, "running", True):
+            raise KeyboardInterrupt("stopped from the notebook")
+        on_progress(progress)
+
+    return checked, signal.signal(signal.SIGINT, note)
 
 
 def kernel_id() -> str:

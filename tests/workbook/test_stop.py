@@ -3,6 +3,7 @@ button interrupts its own kernel from the browser and is retired when the run en
 
 from __future__ import annotations
 
+import signal
 from types import SimpleNamespace
 
 import pytest
@@ -73,3 +74,43 @@ def test_under_the_report_the_button_is_not_shown(monkeypatch, tmp_path, capsys)
     monkeypatch.setenv(RUN_DIR_ENV, str(tmp_path))
     StopButton().show()
     assert capsys.readouterr().out == ""
+
+
+def test_an_interrupt_is_taken_at_the_stages_next_progress_call(monkeypatch):
+    # A SIGINT (the Stop button, Kernel -> Interrupt) is noted, and raised where the stage
+    # polls: never inside whatever the run was doing when it came.
+    monkeypatch.delenv(RUN_DIR_ENV, raising=False)
+    before, seen, steps = signal.getsignal(signal.SIGINT), [], []
+
+    def run(on_progress):
+        on_progress(SimpleNamespace(running=True, step=1))
+        signal.raise_signal(signal.SIGINT)
+        steps.append("went on after the signal")
+        try:
+            on_progress(SimpleNamespace(running=True, step=2))
+        except KeyboardInterrupt as exc:
+            exc.partial = "1 step"
+            on_progress(SimpleNamespace(running=False, step=1))  # the stage says how it ended
+            raise
+        return "ran to the end"
+
+    assert run_stoppable(run, on_progress=seen.append) == "1 step"
+    assert steps == ["went on after the signal"] and [p.step for p in seen] == [1, 1]
+    assert signal.getsignal(signal.SIGINT) is before  # the kernel's own handler is back
+
+
+def test_a_second_interrupt_stops_at_once(monkeypatch):
+    monkeypatch.delenv(RUN_DIR_ENV, raising=False)
+    steps = []
+
+    def run(on_progress):
+        signal.raise_signal(signal.SIGINT)
+        steps.append("noted")
+        try:
+            signal.raise_signal(signal.SIGINT)
+            steps.append("never")
+        except KeyboardInterrupt as exc:
+            exc.partial = "stopped at once"
+            raise
+
+    assert run_stoppable(run, on_progress=lambda p: None) == "stopped at once" and steps == ["noted"]
