@@ -200,7 +200,8 @@ def port_and_prove(plan: Plan) -> tuple[Optional[PortResult], str]:
     proof = prove_port_in_child(port.src, port.dst, seed=params.seed,
                                 config_overrides=params.port_proof_config,
                                 timeout_s=params.port_proof_timeout_s,
-                                timeout_setting="port_proof_timeout_s") \
+                                timeout_setting="port_proof_timeout_s",
+                                config_setting="port_proof_config") \
         if params.port_proof else proof_not_run(port.src, port.dst, "set port_proof=true")
     port.proof = proof.to_dict()
     write_record(port)

@@ -28,7 +28,7 @@ from hyport_lib.backend import get_backend, import_torch_npu
 from hyport_lib.npu_attention import emulation
 from hyport_lib.npu_attention.shim import (DEFAULT_VERSION, current_shim,
                                            install_flash_attn_shim, uninstall_flash_attn_shim)
-from hyport_lib.port import tiny
+from hyport_lib.port import proof_hint, tiny
 from hyport_lib.scan.rules import GENERATED_MODULE
 from hyport_lib.port.function_check import NAME as FUNCTIONS
 from hyport_lib.port.function_check import check_functions
@@ -44,15 +44,29 @@ class _ProofFailure(Exception):
     """A step of the proof that ends it with a FAIL and a reason."""
 
 
-def _where(exc: BaseException, roots: dict[str, Path]) -> str:
-    """``<tree> file:line `code``` of the innermost frame inside the model trees."""
+class _BuildFailure(Exception):
+    """The tiny model could not be built from the config (the cause is the model code's
+    exception); ``config``: the fields it was given."""
+
+    def __init__(self, config: dict):
+        super().__init__("the tiny model could not be built")
+        self.config = config
+
+
+def _frame(exc: BaseException, roots: dict[str, Path]) -> Optional[tuple[str, Path, int, str]]:
+    """(tree, file in it, line number, code) of the innermost frame inside the model trees."""
     for frame in reversed(traceback.extract_tb(exc.__traceback__)):
         path = Path(frame.filename)
         for label, root in roots.items():
             if root in path.parents:
-                return (f"{label} {path.relative_to(root)}:{frame.lineno} "
-                        f"`{(frame.line or '').strip()}`")
-    return ""
+                return label, path.relative_to(root), frame.lineno, (frame.line or "").strip()
+    return None
+
+
+def _where(exc: BaseException, roots: dict[str, Path]) -> str:
+    """``<tree> file:line `code``` of the innermost frame inside the model trees."""
+    found = _frame(exc, roots)
+    return "" if found is None else f"{found[0]} {found[1]}:{found[2]} `{found[3]}`"
 
 
 def _nfa_source(device: torch.device) -> tuple[Optional[object], str, bool]:
@@ -90,6 +104,7 @@ class _Run:
     seed: int
     overrides: Optional[dict]
     on_phase: Callable[[str], None]
+    config_setting: str = "--proof-config"  # what sets ``overrides``, for the build's error
 
     @property
     def roots(self) -> dict[str, Path]:
@@ -164,9 +179,13 @@ def _reference(run: _Run, proof: PortProof) -> _Reference:
     choice = tiny.pick_model(original)
     cls = getattr(next(m for m in original if m.__name__.endswith("." + choice.module)),
                   choice.class_name)
-    kwargs = tiny.tiny_config_kwargs(cls.config_class, run.dtype, tiny.read_config_json(run.src),
-                                     run.overrides)
-    model = tiny.build(original, choice, copy.deepcopy(kwargs), run.dtype, run.device, run.seed)
+    base = tiny.read_config_json(run.src)
+    kwargs = dict(run.overrides or {})
+    try:
+        kwargs = tiny.tiny_config_kwargs(cls.config_class, run.dtype, base, run.overrides)
+        model = tiny.build(original, choice, copy.deepcopy(kwargs), run.dtype, run.device, run.seed)
+    except Exception as exc:  # the model code's own: it said which field it missed
+        raise _BuildFailure(kwargs) from exc
     proof.model_class, proof.model_kind, proof.config = choice.class_name, choice.kind, dict(kwargs)
     cases = tiny.batches(choice, model.config, run.device, run.seed)
     shim_api = getattr(sys.modules["flash_attn"], "__hyport_api__", None)
@@ -285,11 +304,13 @@ def _half_only(proof: PortProof) -> Optional[str]:
 
 def prove_port(src: str | Path, dst: str | Path, *, dtype: str = "auto", seed: int = 0,
                device: str = "auto", config_overrides: Optional[dict] = None,
-               on_phase: Optional[Callable[[str], None]] = None) -> PortProof:
+               on_phase: Optional[Callable[[str], None]] = None,
+               config_setting: str = "--proof-config") -> PortProof:
     """Prove the port of ``src`` in ``dst``, in this process, on ``device`` (``auto``: the NPU
     when there is one); ``dtype="auto"``: float32, then bfloat16 when the code keeps flash
     attention to half precision (the record says why). ``config_overrides``: config fields
-    set last, for code that needs a field its config class does not default; ``on_phase`` is
+    set last, for code that needs a field its config class does not default (a build that
+    fails names ``config_setting``, what sets them, with the value to try); ``on_phase`` is
     told each step before it starts. WARN (with ``error``) when the tree holds no model class
     the proof can build."""
     if dtype != "auto" and dtype not in DTYPES:
@@ -302,7 +323,7 @@ def prove_port(src: str | Path, dst: str | Path, *, dtype: str = "auto", seed: i
     src, dst = Path(src).resolve(), Path(dst).resolve()
     run = _Run(src.parent if src.is_file() else src, dst, src.name if src.is_file() else None,
                DTYPES["float32" if dtype == "auto" else dtype], torch_device, seed, config_overrides,
-               on_phase or (lambda phase: None))
+               on_phase or (lambda phase: None), config_setting)
     try:
         proof = _prove_in(run)
         why = _half_only(proof) if dtype == "auto" else None
@@ -313,6 +334,13 @@ def prove_port(src: str | Path, dst: str | Path, *, dtype: str = "auto", seed: i
         return PortProof(verdict="WARN", error=f"no proof: {exc}", device=str(torch_device))
     except _ProofFailure as exc:
         return PortProof(verdict="FAIL", error=str(exc), device=str(torch_device))
+    except _BuildFailure as failure:
+        cause, where = failure.__cause__, _where(failure.__cause__, run.roots)
+        frame = _frame(cause, run.roots)
+        fix = proof_hint.config_fix(cause, frame[3] if frame else "", failure.config)
+        error = f"{type(cause).__name__}: {cause}" + (f" at {where}" if where else "")
+        return PortProof(verdict="FAIL", error=proof_hint.build_failure(error, config_setting, fix),
+                         device=str(torch_device))
     except Exception as exc:  # the model code itself failed to build or run: a FAIL with why
         where = _where(exc, run.roots)
         return PortProof(verdict="FAIL", error=f"{type(exc).__name__}: {exc}"

@@ -26,7 +26,8 @@ def main() -> int:
         atomic_write_text(spec["phase"], phase)
 
     proof = prove_port(spec["src"], spec["dst"], dtype=spec["dtype"], seed=int(spec["seed"]),
-                       config_overrides=spec["config_overrides"] or None, on_phase=on_phase)
+                       config_overrides=spec["config_overrides"] or None, on_phase=on_phase,
+                       config_setting=spec["config_setting"])
     record = scrub_obj(proof.to_dict())
     atomic_write_json(spec["result"], record)
     print(scrub_text(f"[hyport port proof] {record['verdict']}"), flush=True)

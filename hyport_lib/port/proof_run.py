@@ -154,10 +154,11 @@ def _child_environment() -> dict[str, str]:
 def prove_port_in_child(src: os.PathLike | str, dst: os.PathLike | str, *, dtype: str = "auto",
                         seed: int = 0, config_overrides: Optional[dict] = None,
                         timeout_s: float = DEFAULT_TIMEOUT_S,
-                        timeout_setting: str = "--proof-timeout") -> PortProof:
+                        timeout_setting: str = "--proof-timeout",
+                        config_setting: str = "--proof-config") -> PortProof:
     """:func:`~hyport_lib.port.proof.prove_port` in a child process (see the module docstring);
     past ``timeout_s`` its process group is killed and the proof is a FAIL naming
-    ``timeout_setting``."""
+    ``timeout_setting``; a tiny model that cannot be built names ``config_setting``."""
     if not timeout_s > 0:
         raise ValueError(f"{timeout_setting}={timeout_s!r}: expected a number of seconds > 0")
     with tempfile.TemporaryDirectory(prefix="hyport-proof-") as scratch:
@@ -168,6 +169,7 @@ def prove_port_in_child(src: os.PathLike | str, dst: os.PathLike | str, *, dtype
         log_path = scratch / "proof.log"
         payload = json.dumps({"src": str(Path(src).resolve()), "dst": str(Path(dst).resolve()),
                               "dtype": dtype, "seed": seed, "config_overrides": config_overrides or {},
+                              "config_setting": config_setting,
                               "result": str(result_path), "phase": str(phase_path)}).encode() + b"\n"
         cmd = [sys.executable, "-B", "-P", "-m", "hyport_lib.port.proof_child"]
         reaper = _Adopter()

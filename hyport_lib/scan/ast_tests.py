@@ -15,10 +15,12 @@ from hyport_lib.scan import rules
 
 _IMPORT_ERRORS = {"ImportError", "ModuleNotFoundError", "Exception", "BaseException"}
 _GUARD_NAME_RE = re.compile(r"available|^TYPE_CHECKING$|^_?(has|HAS|use|USE)_")
-#: ``backend.kind``, ``kind``, ``device.type``: a comparison of these with "cuda" is the
-#: seam's own idiom, not a hard-coded device.
+#: ``backend.kind``, ``kind``, ``device.type``, ``accelerator_type()`` (what the scan's
+#: suggestions and the port write): a comparison of these with "cuda" is a device test,
+#: not a hard-coded device.
 _KIND_ATTRS = {"kind", "type"}
 _KIND_NAMES = {"kind"}
+_KIND_CALLS = {"accelerator_type"}
 
 
 def attr_position(node: ast.Attribute) -> tuple[int, int]:
@@ -52,7 +54,12 @@ def cuda_literal(node: ast.expr) -> Optional[ast.Constant]:
 
 
 def is_kind(node: ast.expr) -> bool:
-    """``backend.kind``, ``kind``, ``x.device.type``: the seam's way to name a backend."""
+    """``backend.kind``, ``kind``, ``x.device.type``, ``accelerator_type()``: a way to name
+    the backend in use."""
+    if isinstance(node, ast.Call) and not node.args:
+        func = node.func
+        return (func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)) \
+            in _KIND_CALLS
     if isinstance(node, ast.Attribute):
         return node.attr in _KIND_ATTRS
     return isinstance(node, ast.Name) and node.id in _KIND_NAMES
@@ -107,8 +114,8 @@ STOPS = ("stops the flash path: on an NPU tensor this assert fails before the sw
          "is reached; drop it or test `tensor.device.type in ('cuda', 'npu')`; "
          + rules.port_writes("is_cuda_guard"))
 FALLS_BACK = ("silently falls back: on an NPU the other branch (eager) runs and the swapped "
-              "attention is never called; test `tensor.device.type in ('cuda', 'npu')` (or "
-              "backend.kind) instead, and check that a forward makes swapped-attention calls "
+              "attention is never called; test `tensor.device.type in ('cuda', 'npu')` "
+              "instead, and check that a forward makes swapped-attention calls "
               "(hyport attention's model check counts them); " + rules.port_writes("is_cuda_guard"))
 
 

@@ -6,8 +6,9 @@ Findings (tables in :mod:`.rules`): imports of CUDA-only modules (``guarded`` be
 backend, implementation, package or variable name, or an install command. Prose is never a
 finding: comments are not in the AST, and a docstring never equals such a value.
 
-Code that already follows the advice is left alone: ``"cuda"`` compared with ``backend.kind``
-/ ``device.type``, listed with ``"npu"``, or used inside ``if backend.kind == "cuda":``.
+Code that already follows the advice is left alone: ``"cuda"`` compared with
+``accelerator_type()`` / ``backend.kind`` / ``device.type``, listed with ``"npu"``, or used
+inside ``if accelerator_type() == "cuda":``.
 """
 
 from __future__ import annotations
@@ -88,7 +89,7 @@ class _Scanner(ast.NodeVisitor):
 
     def add(self, line: int, col: int, category: str, suggestion: str) -> None:
         if category in _KIND_GUARDED and line in self.kind_guarded:
-            return  # behind `backend.kind == "cuda"`: exactly what the suggestions ask for
+            return  # behind `accelerator_type() == "cuda"`: exactly what the suggestions ask for
         hit = hit_at(self.rel, self.lines, line, col, category, suggestion)
         self._hits.setdefault((line, col, category), hit)
 

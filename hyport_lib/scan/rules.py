@@ -3,8 +3,10 @@
 rewrites (and into what), and what the port leaves for a human (and why).
 
 One table per kind of construct, so that a new rule is one line. The port's rewrite
-(:mod:`hyport_lib.port.codemod`) reads the "port" tables; a scan suggestion names what the
-port writes (or why it leaves the construct), hyport's seam, and the ``torch_npu`` call.
+(:mod:`hyport_lib.port.codemod`) reads the "port" tables. A scan suggestion is read by the
+owner of the scanned code, who has no hyport objects: it names what they can write (the
+functions of the module the port writes, plain ``torch`` / ``torch_npu`` calls) and, where
+the port rewrites the construct, ends with what the port writes there (:func:`port_writes`).
 """
 
 from __future__ import annotations
@@ -93,17 +95,27 @@ def port_writes(kind: str) -> str:
     return f"hyport port writes {PORT_WRITES[kind]} (from {GENERATED_MODULE})"
 
 
-_REGISTER = "hyport_lib.npu_attention.hf_integration.register_hyport_attention(...)"
-_SHIM = ("hyport_lib.npu_attention.shim.install_flash_attn_shim(backend) before the model's import, "
-         f"or attn_implementation={_REGISTER}")
-_NFA_VARLEN = (f"{_SHIM}; on NPU torch_npu.npu_fusion_attention(q, k, v, head_num, 'TND', "
+#: What replaces flash-attn in the user's code: the generated module serves its API.
+_FLASH = (f"{GENERATED_MODULE}, the module hyport port writes, serves flash-attn's API "
+          "(torch_npu.npu_fusion_attention on NPU, SDPA elsewhere): import its names from there")
+#: For transformers models: its own attention choice instead of flash-attn.
+_HF_ATTN = ("attn_implementation=hf_attn_implementation() (from "
+            f"{GENERATED_MODULE}: 'flash_attention_2' on a card, served on Ascend by "
+            "transformers' own NPU flash path; 'sdpa' on a CPU host)")
+_NFA_VARLEN = (f"{_FLASH}; by hand on NPU torch_npu.npu_fusion_attention(q, k, v, head_num, 'TND', "
                "actual_seq_qlen=cu_seqlens_q[1:] (host list, no leading 0), actual_seq_kvlen="
                "cu_seqlens_k[1:], scale=softmax_scale or 1/sqrt(d) (NFA defaults to 1.0); "
                "causal -> sparse_mode=3 + 2048x2048 triu(1) mask")
-_NFA_DENSE = (f"{_SHIM}; on NPU torch_npu.npu_fusion_attention(q, k, v, head_num, 'BSND' "
+_NFA_DENSE = (f"{_FLASH}; by hand on NPU torch_npu.npu_fusion_attention(q, k, v, head_num, 'BSND' "
               "(or 'BNSD'), scale=softmax_scale or 1/sqrt(d) (NFA defaults to 1.0)); causal -> "
               "sparse_mode=3 + 2048x2048 triu(1) mask")
-_BACKEND = "hyport_lib.backend.get_backend()"
+#: The test that keeps CUDA-only code on CUDA (the scan leaves code behind it alone).
+_ON_CUDA = f"accelerator_type() == 'cuda' (from {GENERATED_MODULE})"
+_MEMORY_NAMES = ("memory_allocated", "max_memory_allocated", "memory_reserved",
+                 "max_memory_reserved", "memory_stats", "reset_peak_memory_stats",
+                 "reset_max_memory_allocated", "empty_cache", "is_bf16_supported",
+                 "get_device_name", "get_device_properties", "mem_get_info", "device_count",
+                 "synchronize", "Stream", "Event", "stream", "current_stream")
 
 #: Top-level module -> category. Imports (static or by name) of these are findings.
 MODULE_CATEGORIES = {
@@ -126,66 +138,56 @@ QUALIFIED_CATEGORIES = {
 
 #: Qualified-name prefix -> suggestion; the longest matching prefix wins.
 SUGGESTIONS = {
-    "flash_attn": _SHIM + "; on NPU torch_npu.npu_fusion_attention",
+    "flash_attn": f"{_FLASH}; or {_HF_ATTN}",
     **dict.fromkeys(("flash_attn.flash_attn_varlen_func", "flash_attn.flash_attn_varlen_qkvpacked_func",
                      "flash_attn.flash_attn_varlen_kvpacked_func",
                      "flash_attn.flash_attn_interface.flash_attn_varlen_func"), _NFA_VARLEN),
     **dict.fromkeys(("flash_attn.flash_attn_func", "flash_attn.flash_attn_qkvpacked_func",
                      "flash_attn.flash_attn_kvpacked_func", "flash_attn.flash_attn_interface.flash_attn_func"),
                     _NFA_DENSE),
-    "flash_attn.bert_padding": ("pure-PyTorch (un)padding helpers: keep a copy (a few lines of "
-                                "torch index ops) or rely on install_flash_attn_shim if it "
-                                "provides flash_attn.bert_padding"),
-    "flash_attn.layers.rotary": "torch_npu.npu_rotary_mul on NPU, or the model's rotate_half path",
+    "flash_attn.bert_padding": (f"pure-PyTorch (un)padding helpers: {GENERATED_MODULE} has "
+                                "unpad_input / pad_input / index_first_axis, or keep a copy "
+                                "(a few lines of torch index ops)"),
+    "flash_attn.layers.rotary": (f"{GENERATED_MODULE}.apply_rotary_emb, torch_npu.npu_rotary_mul "
+                                 "on NPU, or the model's rotate_half path"),
     "flash_attn.ops": "torch_npu.npu_rms_norm / torch.nn.RMSNorm / torch.nn.LayerNorm",
     "flash_attn.losses": "torch.nn.functional.cross_entropy",
-    "flash_attn_2_cuda": "flash-attn's CUDA extension: no Ascend build; " + _SHIM,
-    "flash_attn_interface": "flash-attn 3 (Hopper only): " + _SHIM,
+    "flash_attn_2_cuda": "flash-attn's CUDA extension: no Ascend build; " + _FLASH,
+    "flash_attn_interface": "flash-attn 3 (Hopper only): " + _FLASH,
     "transformers.modeling_flash_attention_utils": (
-        "transformers' flash-attn wrapper; on Ascend use "
-        f"attn_implementation={_REGISTER} or 'sdpa'"),
-    "torch.cuda": f"go through {_BACKEND} (the same call exists as torch.npu.* on NPU)",
-    "torch.cuda.synchronize": "backend.synchronize()",
-    "torch.cuda.is_available": ("backend.is_accelerator / backend.kind (after transfer_to_npu "
-                                "torch.cuda.is_available() answers for the NPU)"),
-    "torch.cuda.device_count": "backend.num_cards()",
-    "torch.cuda.set_device": "backend.set_device(i)",
-    "torch.cuda.current_device": "the local rank; backend.device(local_rank)",
-    "torch.cuda.device": "backend.set_device(i) / backend.device(i)",
-    "torch.cuda.memory_allocated": "backend.memory_stats(i).allocated",
-    "torch.cuda.max_memory_allocated": "backend.memory_stats(i).peak",
-    **dict.fromkeys(("torch.cuda.memory_reserved", "torch.cuda.max_memory_reserved"),
-                    "backend.memory_stats(i).reserved"),
-    "torch.cuda.memory_stats": "backend.memory_stats(i)",
-    **dict.fromkeys(("torch.cuda.reset_peak_memory_stats", "torch.cuda.reset_max_memory_allocated"),
-                    "backend.reset_peak_memory(i)"),
-    "torch.cuda.empty_cache": "torch.npu.empty_cache() on NPU; keep it behind backend.kind",
-    "torch.cuda.is_bf16_supported": "backend.supports_bf16()",
-    **dict.fromkeys(("torch.cuda.get_device_name", "torch.cuda.get_device_properties"), "backend.describe()"),
+        f"transformers' flash-attn wrapper; on Ascend {_HF_ATTN}, or 'sdpa'"),
+    "torch.cuda": ("torch.npu.* on NPU (torch_npu has the same calls); "
+                   f"accelerator_module() (from {GENERATED_MODULE}) is torch.npu or torch.cuda"),
+    **{f"torch.cuda.{name}": f"torch.npu.{name} on NPU" for name in _MEMORY_NAMES},
+    "torch.cuda.is_available": ("accelerator_type() != 'cpu' (after "
+                                "`import torch_npu.contrib.transfer_to_npu` torch.cuda."
+                                "is_available() answers for the NPU)"),
+    "torch.cuda.set_device": "torch.npu.set_device(i) on NPU",
+    "torch.cuda.current_device": "the local rank; accelerator_device(local_rank)",
+    "torch.cuda.device": "accelerator_device(i) for a device; torch.npu.device(i) on NPU",
     **dict.fromkeys(("torch.cuda.manual_seed", "torch.cuda.manual_seed_all"),
                     "torch.manual_seed(seed) (seeds every device)"),
-    "torch.cuda.amp": "torch.autocast(device_type=backend.kind, dtype=torch.bfloat16)",
-    "torch.cuda.amp.GradScaler": ("torch.amp.GradScaler(backend.kind) (torch >= 2.3); "
+    "torch.cuda.amp": "torch.autocast(device_type=accelerator_type(), dtype=torch.bfloat16)",
+    "torch.cuda.amp.GradScaler": ("torch.amp.GradScaler(accelerator_type()) (torch >= 2.3); "
                                   "not needed with bf16"),
-    "torch.cuda.amp.custom_fwd": "torch.amp.custom_fwd(device_type=backend.kind)",
-    "torch.cuda.amp.custom_bwd": "torch.amp.custom_bwd(device_type=backend.kind)",
-    **{f"torch.cuda.{name}": f"torch.npu.{name} on NPU; keep it behind backend.kind"
-       for name in ("Stream", "Event")},
-    "torch.cuda.nvtx": "CUDA-only profiler markers: drop, or guard with backend.kind == 'cuda'",
-    "torch.backends.cuda": ("CUDA-only switch: guard with backend.kind == 'cuda' (TF32 has no "
-                            "effect on NPU; torch_npu's counterpart is "
-                            "torch.npu.matmul.allow_hf32)"),
+    "torch.cuda.amp.custom_fwd": "torch.amp.custom_fwd(device_type=accelerator_type())",
+    "torch.cuda.amp.custom_bwd": "torch.amp.custom_bwd(device_type=accelerator_type())",
+    "torch.cuda.nvtx": f"CUDA-only profiler markers: drop, or guard with {_ON_CUDA}",
+    "torch.backends.cuda": (f"CUDA-only switch: guard with {_ON_CUDA} (TF32 has no effect on "
+                            "NPU; torch_npu's counterpart is torch.npu.matmul.allow_hf32)"),
     "torch.backends.cuda.sdp_kernel": ("torch.nn.attention.sdpa_kernel, CUDA only: guard with "
-                                       "backend.kind"),
+                                       + _ON_CUDA),
     "torch.utils.cpp_extension": ("custom CUDA kernels: no Ascend build (port to an Ascend C "
                                   "custom op or fall back to the PyTorch reference)"),
-    "torch.distributed.Backend.NCCL": "backend.dist_backend ('hccl' on Ascend)",
+    "torch.distributed.Backend.NCCL": (f"distributed_backend() (from {GENERATED_MODULE}): "
+                                       "'hccl' on Ascend"),
     "apex": ("torch.optim.AdamW(fused=True) / torch_npu's fused optimizers (torch_npu.optim); "
              "torch.autocast instead of apex.amp; torch.nn.LayerNorm/RMSNorm instead of "
              "apex.normalization"),
     "amp_C": "apex's CUDA extension: drop with apex (torch.optim fused=True)",
     "xformers": ("torch.nn.functional.scaled_dot_product_attention, or "
-                 "torch_npu.npu_fusion_attention on NPU (see hyport_lib.npu_attention)"),
+                 f"torch_npu.npu_fusion_attention on NPU ({GENERATED_MODULE}'s flash_attn_* "
+                 "functions call it)"),
     "triton": ("no Ascend equivalent in this stack (triton-ascend is a separate project): "
                "use the PyTorch reference path"),
     "bitsandbytes": ("not supported on Ascend: load in bf16/fp16 (or use an Ascend "
@@ -197,20 +199,21 @@ _FALLBACK_RUNS = "False on Ascend: the fallback path runs"
 #: Attribute / function names that are findings wherever they appear.
 NAME_RULES = {
     re.compile(r"^is_flash_attn\w*$"): (FLASH_ATTN, (
-        "False on Ascend, so the code takes its non-flash path; to keep the flash path "
-        "install_flash_attn_shim(backend) or use register_hyport_attention")),
+        "False on Ascend, so the code takes its non-flash path; to keep the flash path: "
+        + _FLASH + ", or " + _HF_ATTN)),
     re.compile(r"^is_xformers\w*_available$"): (XFORMERS, _FALLBACK_RUNS),
     re.compile(r"^is_triton\w*_available$"): (TRITON, _FALLBACK_RUNS),
     re.compile(r"^is_bitsandbytes\w*_available$"): (BITSANDBYTES, _FALLBACK_RUNS),
     re.compile(r"^is_apex\w*_available$"): (APEX, _FALLBACK_RUNS),
     re.compile(r"^enable_xformers_memory_efficient_attention$"): (XFORMERS, (
-        "drop it: SDPA (the default) is used instead; NPU attention via hyport_lib.npu_attention")),
-    re.compile(r"^is_nccl_available$"): (NCCL, "check backend.dist_backend instead"),
+        "drop it: SDPA (the default) is used instead; on NPU torch_npu.npu_fusion_attention")),
+    re.compile(r"^is_nccl_available$"): (NCCL, (
+        f"test distributed_backend() (from {GENERATED_MODULE}; 'hccl' on Ascend) instead")),
 }
 #: Like ``NAME_RULES``, but only as an attribute (``x.is_cuda``; a local ``is_cuda`` is fine).
 IS_CUDA_RE = re.compile(r"^is_cuda$")
 ATTRIBUTE_RULES = {
-    IS_CUDA_RE: (CUDA_DEVICE, "tensor.device.type == backend.kind; " + port_writes("is_cuda")),
+    IS_CUDA_RE: (CUDA_DEVICE, "tensor.device.type in ('cuda', 'npu'); " + port_writes("is_cuda")),
 }
 
 # --- string literals -----------------------------------------------------------------
@@ -229,8 +232,7 @@ ENV_VAR_NAMES = (r"CUDA_VISIBLE_DEVICES|CUDA_LAUNCH_BLOCKING|PYTORCH_CUDA_ALLOC_
 ENV_VAR_RE = re.compile(rf"(?:^|[\s;&])({ENV_VAR_NAMES})(?:=|$)")
 
 ENV_SUGGESTIONS = {
-    "CUDA_VISIBLE_DEVICES": ("backend.visible_devices_var / backend.visible_devices_env(ids) "
-                             "(ASCEND_RT_VISIBLE_DEVICES on Ascend; no spaces in the list)"),
+    "CUDA_VISIBLE_DEVICES": "ASCEND_RT_VISIBLE_DEVICES on Ascend (no spaces in the list)",
     "CUDA_LAUNCH_BLOCKING": "ASCEND_LAUNCH_BLOCKING=1 on Ascend",
     "PYTORCH_CUDA_ALLOC_CONF": "PYTORCH_NPU_ALLOC_CONF on Ascend (e.g. expandable_segments:True)",
     "NCCL_SOCKET_IFNAME": "HCCL_SOCKET_IFNAME on Ascend",
@@ -239,37 +241,39 @@ ENV_SUGGESTIONS = {
     "NCCL_DEBUG": "ASCEND_GLOBAL_LOG_LEVEL / ASCEND_SLOG_PRINT_TO_STDOUT on Ascend",
     # The HF Spaces idiom for installing flash-attn without compiling it: goes with the install.
     "FLASH_ATTENTION_SKIP_CUDA_BUILD": ("part of a flash-attn install: drop it with the install; "
-                                        + _SHIM),
+                                        + _FLASH),
 }
 #: Variables whose category is not ``cuda_env`` (NCCL_* are ``nccl``).
 _ENV_CATEGORIES = {"FLASH_ATTENTION_SKIP_CUDA_BUILD": FLASH_ATTN}
 NCCL_ENV_DEFAULT = ("no effect under HCCL; see HCCL_IF_BASE_PORT, HCCL_SOCKET_IFNAME, "
                     "HCCL_CONNECT_TIMEOUT, HCCL_EXEC_TIMEOUT")
 
-DEVICE_SUGGESTION = f"backend.device(i) from {_BACKEND}"
+DEVICE_SUGGESTION = (f"accelerator_device(i) (from {GENERATED_MODULE}; "
+                     "torch.device('npu', i) on NPU)")
 #: By where the string is used; the port rewrites one given as ``.to(...)`` or ``device=``.
 DEVICE_CONTEXT_SUGGESTIONS = {
-    "to": ".to(backend.device(i)); " + port_writes("cuda_device"),
-    "device": "backend.device(i) / backend.torch_device(i); " + port_writes("cuda_device"),
-    "device_map": "device_map=backend.device(i) (or 'auto')",
-    "device_type": "device_type=backend.kind",
-    "autocast": "device_type=backend.kind",
-    "GradScaler": "torch.amp.GradScaler(backend.kind)",
-    "compare": "compare with backend.kind ('npu' on Ascend)",
+    "to": "torch.device('npu', i) on NPU; " + port_writes("cuda_device"),
+    "device": "torch.device('npu', i) on NPU; " + port_writes("cuda_device"),
+    "device_map": f"device_map=accelerator_device(i) (from {GENERATED_MODULE}), or 'auto'",
+    "device_type": "device_type=accelerator_type()",
+    "autocast": f"device_type=accelerator_type() (from {GENERATED_MODULE})",
+    "GradScaler": f"torch.amp.GradScaler(accelerator_type()) (from {GENERATED_MODULE})",
+    "compare": (f"compare with accelerator_type() (from {GENERATED_MODULE}; 'npu' on Ascend), "
+                "or test tensor.device.type in ('cuda', 'npu')"),
 }
-NCCL_SUGGESTION = "backend.dist_backend ('hccl' on Ascend); " + port_writes("nccl")
-FLASH_IMPL_SUGGESTION = (f"attn_implementation={_REGISTER} "
-                         "(or 'sdpa'); transformers' own NPU flash path as a baseline; "
+NCCL_SUGGESTION = "the accelerator's collective backend ('hccl' on Ascend); " + port_writes("nccl")
+FLASH_IMPL_SUGGESTION = ("CPU hosts have no flash_attention_2: 'sdpa' there, 'flash_attention_2' "
+                         "on a card (transformers' own NPU flash path on Ascend); "
                          + port_writes("attn_implementation"))
-CUDA_METHOD_SUGGESTION = (".to(backend.device(i)) (device from hyport_lib.backend.get_backend()); "
-                          + port_writes("cuda_call"))
+CUDA_METHOD_SUGGESTION = ("x.npu() / x.to('npu:i') on NPU (.cuda() needs torch_npu's "
+                          "transfer_to_npu); " + port_writes("cuda_call"))
 GUARDED_PREFIX = "guarded import (optional, the code has a fallback): "
 
 # --- dependency declarations ---------------------------------------------------------
 _CUDA_RUNTIME = "CUDA runtime: not needed on Ascend (CANN provides the runtime)"
 _PACKAGE_SUGGESTIONS = {
     **dict.fromkeys(("flash-attn", "flash-attention"),
-                    "remove: " + _SHIM + "; torch_npu provides npu_fusion_attention"),
+                    "remove: " + _FLASH),
     **{name: "remove: " + SUGGESTIONS[name] for name in ("apex", "xformers", "triton", "bitsandbytes")},
     "pytorch-triton": "remove: " + SUGGESTIONS["triton"],
     "vllm": "vllm-ascend on Ascend (matching the installed vllm and torch_npu)",

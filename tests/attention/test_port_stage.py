@@ -142,3 +142,58 @@ def test_a_bad_proof_config_is_one_line():
 
     with pytest.raises(ParameterError, match="port_proof_config"):
         Params(port_proof_config={1: 2}).check()
+
+
+#: Remote code that reads rope_scaling["type"], with the config transformers 5 fills in
+#: (key "rope_type"): the tiny build stops with the issue's bare ``KeyError: 'type'``.
+OLD_ROPE_MODEL = '''\
+import torch
+from flash_attn import flash_attn_func
+from transformers import PretrainedConfig, PreTrainedModel
+
+
+class RopeConfig(PretrainedConfig):
+    model_type = "rope_type_reader"
+
+    def __init__(self, vocab_size=64, hidden_size=32, rope_scaling=None, **kwargs):
+        super().__init__(**kwargs)
+        self.vocab_size, self.hidden_size = vocab_size, hidden_size
+        self.rope_scaling = rope_scaling or {"rope_type": "default", "rope_theta": 10000.0}
+
+
+class RopeForCausalLM(PreTrainedModel):
+    config_class = RopeConfig
+
+    def __init__(self, config):
+        super().__init__(config)
+        self.kind = config.rope_scaling["type"]
+        self.embed = torch.nn.Embedding(config.vocab_size, config.hidden_size)
+        self.post_init()
+
+    def forward(self, input_ids, attention_mask=None, use_cache=False):
+        x = self.embed(input_ids).view(*input_ids.shape, 2, -1)
+        return (flash_attn_func(x, x, x, causal=True).flatten(2),)
+'''
+
+
+@pytest.mark.slow
+def test_a_config_the_proof_cannot_build_names_port_proof_config_with_the_value(
+        tmp_path, monkeypatch):
+    """Notebook 02's port section and the record say which parameter fixes the proof."""
+    from hyport_lib.attention.views import proof_markdown
+
+    code = tmp_path / "code"
+    code.mkdir()
+    (code / "modeling_rope.py").write_text(OLD_ROPE_MODEL)
+    monkeypatch.setenv("HYPORT_RESULTS_DIR", str(tmp_path / "results"))
+    plan = stage.plan(Params(code_path=str(code), model_path=None, dtypes=["float32"], port_proof=True))
+    port, error = stage.port_and_prove(plan)
+    assert error == "" and port.proof["verdict"] == "FAIL"
+    said = port.proof["error"]
+    assert said.startswith("the tiny model could not be built from your config (KeyError: 'type' at "
+                           "original modeling_rope.py:")
+    assert said.endswith("; set port_proof_config to override the config fields the build needs, "
+                         "e.g. port_proof_config={'rope_scaling': {'type': 'dynamic', 'factor': 2.0}}")
+    assert said in proof_markdown(port.proof)
+    recorded = json.loads((Path(port.dst) / "port.json").read_text())
+    assert recorded["proof"]["error"] == said

@@ -185,8 +185,48 @@ def test_model_code_that_fails_to_build_is_a_fail_with_its_reason(tmp_path, fake
     result = port_tree(src, tmp_path / "dst")
     proof = prove_port(src, result.dst)
     assert proof.verdict == "FAIL" and proof.cases == []
-    assert proof.error.startswith("AttributeError: ") and "missing_field" in proof.error
+    assert proof.error.startswith("the tiny model could not be built from your config (AttributeError: ")
     assert "at original modeling_own.py:" in proof.error
+    # the command line's flag, with the field the failing line reads
+    assert proof.error.endswith("set --proof-config to override the config fields the build needs, "
+                                "e.g. --proof-config 'missing_field=\"<value>\"'")
+
+
+#: Remote code written before transformers renamed rope_scaling's "type" to "rope_type":
+#: the config below holds what transformers 5 fills in, the model reads the old key.
+OWN_ROPE_MODEL = OWN_MODEL.replace(
+    "    def __init__(self, vocab_size=1000, hidden_size=512, num_attention_heads=8, **kwargs):\n"
+    "        super().__init__(**kwargs)\n",
+    "    def __init__(self, vocab_size=1000, hidden_size=512, num_attention_heads=8, rope_scaling=None,\n"
+    "                 **kwargs):\n"
+    "        super().__init__(**kwargs)\n"
+    "        self.rope_scaling = rope_scaling or {'rope_type': 'default', 'rope_theta': 10000.0}\n",
+).replace("        self.post_init()",
+          "        self.rope_kind = (config.rope_scaling['type'], config.rope_scaling['factor'])\n"
+          "        self.post_init()")
+
+
+def test_a_config_the_tiny_build_cannot_use_names_the_setting_and_the_value_that_fixes_it(
+        tmp_path, fake_npu):
+    """The issue's ``KeyError: 'type'``: the error names stage 02's port_proof_config with a
+    value, and that very value makes the proof pass."""
+    import ast
+
+    assert OWN_ROPE_MODEL.count("rope_scaling['type']") == 1
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "modeling_own.py").write_text(OWN_ROPE_MODEL)
+    result = port_tree(src, tmp_path / "dst")
+    proof = prove_port(src, result.dst, config_setting="port_proof_config")
+    assert proof.verdict == "FAIL" and proof.cases == []
+    assert proof.error.startswith("the tiny model could not be built from your config (KeyError: 'type' "
+                                  "at original modeling_own.py:")
+    assert "; set port_proof_config to override the config fields the build needs, e.g. " \
+           "port_proof_config={'rope_scaling': {'type': 'dynamic', 'factor': 2.0}}" in proof.error
+    suggested = ast.literal_eval(proof.error.rsplit("port_proof_config=", 1)[1])
+    fixed = prove_port(src, result.dst, config_overrides=suggested, config_setting="port_proof_config")
+    assert fixed.verdict == "PASS", (fixed.error, [(c.name, c.detail) for c in fixed.cases])
+    assert fixed.config["rope_scaling"] == {"type": "dynamic", "factor": 2.0}
 
 
 @pytest.mark.slow

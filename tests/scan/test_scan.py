@@ -109,16 +109,16 @@ def test_suggestions_are_the_ascend_replacements(report):
     by_line = {(h.file, h.line, h.category): h.suggestion for h in report.hits}
     varlen = by_line[("model/modeling_vlm.py", 17, "flash_attn")]
     assert "'TND'" in varlen and "actual_seq_qlen=cu_seqlens_q[1:]" in varlen
-    assert "install_flash_attn_shim" in varlen
-    assert "backend.device(i)" in by_line[("model/modeling_vlm.py", 25, "cuda_call")]
+    assert "import its names from there" in varlen and "flash_attn_ascend" in varlen
+    assert "x.to(accelerator_device(i))" in by_line[("model/modeling_vlm.py", 25, "cuda_call")]
     assert by_line[("model/modeling_vlm.py", 30, "cuda_call")] == (
-        "backend.synchronize(); hyport port writes accelerator_module().synchronize "
+        "torch.npu.synchronize on NPU; hyport port writes accelerator_module().synchronize "
         "(from flash_attn_ascend)")
     assert "hccl" in by_line[("model/modeling_vlm.py", 23, "nccl")]
     assert "ASCEND_RT_VISIBLE_DEVICES" in by_line[("model/modeling_vlm.py", 22, "cuda_env")]
     autocast = by_line[("model/guarded.py", 22, "cuda_call")]
-    assert "torch.autocast(device_type=backend.kind" in autocast
-    assert "register_hyport_attention" in by_line[("model/modeling_vlm.py", 38, "flash_attn")]
+    assert "torch.autocast(device_type=accelerator_type()" in autocast
+    assert "hf_attn_implementation()" in by_line[("model/modeling_vlm.py", 38, "flash_attn")]
     assert "not supported on Ascend" in by_line[("requirements-extra.txt", 1, "requirement")]
     assert "torch_npu" in by_line[("requirements.txt", 2, "requirement")]
 
@@ -239,7 +239,7 @@ def test_show_scan_renders(report, monkeypatch):
     monkeypatch.setattr(IPython.display, "display", lambda obj, **kw: shown.append(obj))
     assert show_scan(report) is None
     assert "13 files scanned" in shown[0].data and "legacy/broken_py2.py" in shown[0].data
-    assert "backend.synchronize()" in shown[-1].to_html()
+    assert "torch.npu.synchronize" in shown[-1].to_html()
     shown.clear()
     show_scan(scan_path(TREE / "model" / "clean_module.py"))
     assert len(shown) == 1 and "clean" in shown[0].data
@@ -309,7 +309,7 @@ def test_install_commands_in_python_strings(tmp_path):
     assert _triples(found) == {("app.py", 2, "requirement"), ("app.py", 3, "flash_attn"),
                                ("app.py", 4, "requirement")}
     by_line = {h.line: h.suggestion for h in found.hits}
-    assert "flash_attn_shim" in by_line[2] and "drop it with the install" in by_line[3]
+    assert "flash_attn_ascend" in by_line[2] and "drop it with the install" in by_line[3]
     assert by_line[4].startswith("xformers: remove: torch.nn.functional.scaled_dot_product")
     assert " | bitsandbytes: remove: not supported on Ascend" in by_line[4]
 

@@ -1,0 +1,61 @@
+"""What to set when the proof's tiny model cannot be built from the user's config.
+
+Remote code often reads config fields its config class does not default, or reads them
+key by key in an older shape (InternLM2's ``config.rope_scaling['type']``, which
+transformers 5 fills in as ``{"rope_type": ...}``). The proof's build then fails with a
+bare ``KeyError: 'type'``; the fix is one setting (stage 02's ``port_proof_config``,
+``hyport port --proof-config``), and the failing line says which field it needs.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Optional
+
+#: Where the failing line says which field but not its value.
+UNKNOWN = "<value>"
+#: The values real checkpoints set for fields that remote code reads key by key
+#: (InternLM2, and the Llama-derived code written before transformers 4.45 renamed
+#: ``type`` to ``rope_type``).
+TYPICAL = {"rope_scaling": {"type": "dynamic", "factor": 2.0}}
+_NO_ATTRIBUTE = re.compile(r"has no attribute '(\w+)'")
+
+
+def config_fix(exc: BaseException, line: str, config: dict) -> Optional[dict]:
+    """The config override the failing ``line`` asks for (``config``: the fields the build
+    was given), or None when the line names no config field."""
+    if isinstance(exc, KeyError) and exc.args and isinstance(exc.args[0], str):
+        key = exc.args[0]
+        match = re.search(rf"config\.(\w+)\s*\[\s*['\"]{re.escape(key)}['\"]\s*\]", line)
+        if match is None:
+            return None
+        field = match.group(1)
+        if key in TYPICAL.get(field, {}):
+            return {field: TYPICAL[field]}
+        given = config.get(field)
+        return {field: {**(given if isinstance(given, dict) else {}), key: UNKNOWN}}
+    if isinstance(exc, AttributeError):
+        match = _NO_ATTRIBUTE.search(str(exc))
+        if match is None or f"config.{match.group(1)}" not in line:
+            return None
+        return {match.group(1): TYPICAL.get(match.group(1), UNKNOWN)}
+    return None
+
+
+def render(setting: str, fix: dict) -> str:
+    """``fix`` as the user writes it: ``--proof-config 'KEY=JSON'`` flags on the command
+    line, ``setting={...}`` as a parameter."""
+    if setting.startswith("--"):
+        return " ".join(f"{setting} '{key}={json.dumps(value)}'" for key, value in fix.items())
+    return f"{setting}={fix!r}"
+
+
+def build_failure(error: str, setting: str, fix: Optional[dict]) -> str:
+    """The proof's one-line error when the tiny model could not be built: ``error`` (the
+    exception and where), the setting that fixes it and, where derived, the value to try."""
+    text = (f"the tiny model could not be built from your config ({error}); set {setting} to "
+            "override the config fields the build needs")
+    if fix is None:
+        return text + " (the fields the model code reads from its config)"
+    return text + f", e.g. {render(setting, fix)}"
