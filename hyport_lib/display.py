@@ -96,6 +96,51 @@ def fit(table) -> FittedTable:
     return FittedTable(styled(table) if isinstance(table, pd.DataFrame) else table)
 
 
+
+def explore(df, sort_by: Optional[str] = None, descending: bool = True, query: str = ""):
+    """The rows of ``df`` holding ``query`` (case-insensitive, in any column's text), sorted
+    by the column ``sort_by`` (missing values last; None: as listed)."""
+    view = df
+    if query.strip():
+        needle = query.strip().lower()
+        hit = df.astype(str).apply(lambda col: col.str.lower().str.contains(needle, regex=False)).any(axis=1)
+        view = df[hit]
+    if sort_by is None:
+        return view
+    if sort_by not in df.columns:
+        raise ValueError(f"sort_by={sort_by!r}: no such column (have: {list(df.columns)})")
+    try:
+        return view.sort_values(sort_by, ascending=not descending, na_position="last", kind="stable")
+    except TypeError:  # numbers and text in one column: ordered as text
+        return view.sort_values(sort_by, ascending=not descending, na_position="last", kind="stable",
+                                key=lambda col: col.map(lambda v: v if v is None else str(v)))
+
+
+def table_explorer(df, style=styled, what: str = "rows", max_height: str = "28em"):
+    """A sort-by dropdown, an order checkbox and a filter box above ``df`` (redrawn on each
+    change) for JupyterLab: an ipywidgets ``VBox``. Widgets are not in the report: show a
+    static table as well. ``style`` turns a frame into a Styler (:func:`styled`)."""
+    import ipywidgets as widgets
+
+    sort = widgets.Dropdown(options=[("as listed", None)] + [(str(c), c) for c in df.columns],
+                            description="Sort by")
+    descending = widgets.Checkbox(value=True, description="largest first", indent=False)
+    query = widgets.Text(placeholder="text in any column", description="Filter")
+    count, table = widgets.HTML(), widgets.HTML()
+
+    def render(_=None) -> None:
+        view = explore(df, sort.value, descending.value, query.value)
+        count.value = f"{len(view)} of {len(df)} {html.escape(what)}"
+        table.value = (f'<div style="max-height: {max_height}; overflow-y: auto">'
+                       f"{fit(style(view)).to_html()}</div>")
+
+    for control in (sort, descending, query):
+        control.observe(render, names="value")
+    render()
+    box = widgets.VBox([widgets.HBox([sort, descending, query, count]), table])
+    box.controls, box.table, box.count = (sort, descending, query), table, count
+    return box
+
 def figure_png(fig, dpi: int = 100):
     """Render a matplotlib figure to an IPython PNG image and close the figure."""
     import matplotlib.pyplot as plt

@@ -127,3 +127,35 @@ def test_02_shows_the_model_table_down_the_pane_the_port_side_by_side_and_the_he
     top = [t.label2 for t in fig.axes[0].xaxis.get_major_ticks()]
     assert all(label.get_visible() for label in top) and top[0].get_text() == show.HEATMAP_METRICS[0][0]
 
+
+
+def test_05s_tensors_can_be_sorted_and_filtered_above_a_static_table(monkeypatch):
+    from hyport_lib.weights import show
+    from hyport_lib.weights.compare import DIFF_COLUMNS
+
+    frame = pd.DataFrame([{"name": "model.layers.0.q_proj.weight", "relative change": 0.5},
+                          {"name": "model.layers.1.k_proj.weight", "relative change": None},
+                          {"name": "lm_head.weight", "relative change": 0.9}])
+    assert list(D.explore(frame, "relative change")["name"]) == [
+        "lm_head.weight", "model.layers.0.q_proj.weight", "model.layers.1.k_proj.weight"]  # missing last
+    assert list(D.explore(frame, "relative change", descending=False)["relative change"])[:2] == [0.5, 0.9]
+    assert list(D.explore(frame, query="LAYERS.1")["name"]) == ["model.layers.1.k_proj.weight"]
+    assert list(D.explore(frame, "name", query="proj")["name"])[0] == "model.layers.1.k_proj.weight"
+    box = D.table_explorer(frame, what="tensors")
+    sort, descending, query = box.controls
+    assert box.count.value == "3 of 3 tensors" and "lm_head" in box.table.value
+    sort.value, query.value = "relative change", "proj"  # each change redraws the table
+    assert box.count.value == "2 of 3 tensors"
+    assert box.table.value.index("q_proj") < box.table.value.index("k_proj") and "lm_head" not in box.table.value
+
+    rows = [{c: None for c in DIFF_COLUMNS} | {"name": f"t{i}", "status": "changed", "relative change": i / 100}
+            for i in range(52)]
+    comparison = type("C", (), {"role": "base", "other_path": "/base", "rows": rows, "bytes_read": 1, "seconds": 0.1,
+                                "compared": 0, "to_dict": lambda self: {"statuses": {"changed": 52}},
+                                "count": lambda self, status: 0})()
+    result = type("R", (), {"comparisons": [comparison], "parity": None})()
+    shown = _captured(monkeypatch, show)
+    show.show_comparisons(result)
+    explorer, static = shown[1], shown[2]
+    assert explorer.count.value == "52 of 52 tensors" and explorer.table.value.count("<tr") == 53
+    assert isinstance(static, D.FittedTable) and len(static.data) == 15  # what the report keeps

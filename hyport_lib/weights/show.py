@@ -12,7 +12,8 @@ from typing import Optional
 import pandas as pd
 
 from hyport_lib.checkpoint_files.findings import findings_frame
-from hyport_lib.display import MISSING, LiveDisplay, figure_png, fit, styled, verdict_colour
+from hyport_lib.display import (MISSING, LiveDisplay, figure_png, fit, styled, table_explorer,
+                                verdict_colour)
 from hyport_lib.drafting.values import fmt_value
 from hyport_lib.results import StageRecord
 from hyport_lib.weights.checksums import checksum_name
@@ -123,6 +124,10 @@ def zero_frame(result: WeightsResult) -> pd.DataFrame:
                         columns=["file", "kind", "rank", "bytes"])
 
 
+def _comparison_styler(frame: pd.DataFrame):
+    return styled(frame).format(precision=4, na_rep=MISSING)
+
+
 def _severity_styler(frame: pd.DataFrame):
     return styled(frame, colour=("severity",), cell_colour=lambda v: verdict_colour(_SEVERITY_AS.get(v, v)))
 
@@ -209,7 +214,9 @@ def show_comparisons(result: WeightsResult) -> None:
         _show(f"**Against the {c.role}** `{c.other_path}`: {statuses} "
               f"({c.bytes_read:,} bytes read in {c.seconds:.2f} s).")
         limit = 15 if c.count("same") < len(c.rows) else 5  # all equal: a few rows say it
-        _show(fit(styled(comparison_frame(c, limit)).format(precision=4, na_rep=MISSING)))
+        if len(c.rows) > limit:  # every tensor, sortable and filterable (JupyterLab only)
+            _show(table_explorer(comparison_frame(c, None), _comparison_styler, what="tensors"))
+        _show(fit(_comparison_styler(comparison_frame(c, limit))))
         if c.role == "base" and c.compared:
             _show(figure_png(change_figure(c)))
     p = result.parity
