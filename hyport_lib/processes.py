@@ -297,7 +297,9 @@ def scrub_log(path: os.PathLike | str, environ: Optional[Mapping[str, str]] = No
 
 
 def read_log_tail(path: os.PathLike | str, lines: int = LOG_TAIL_LINES) -> str:
-    """Last ``lines`` lines of a log, secrets scrubbed; empty when there is no log."""
+    """Last ``lines`` lines of a log as a terminal shows them (:func:`terminal_lines`: a
+    progress bar's carriage-return redraws are one line, its last state), secrets
+    scrubbed; empty when there is no log."""
     path = Path(path)
     if not path.is_file():
         return ""
@@ -305,7 +307,19 @@ def read_log_tail(path: os.PathLike | str, lines: int = LOG_TAIL_LINES) -> str:
         fh.seek(0, os.SEEK_END)
         fh.seek(max(0, fh.tell() - 64 * 1024))
         text = fh.read().decode("utf-8", errors="replace")
-    return scrub_text("\n".join(text.splitlines()[-lines:]))
+    return scrub_text("\n".join(terminal_lines(text)[-lines:]))
+
+
+def terminal_lines(text: str) -> list[str]:
+    """``text``'s lines as a terminal leaves them: tqdm redraws its bar after a carriage
+    return (``0%|`` ... ``100%|``), which ``str.splitlines`` would make one line each."""
+    out = []
+    for line in text.split("\n"):
+        line = line.rstrip("\r")  # a CRLF ending is no redraw
+        out.append(line[line.rfind("\r") + 1:])
+    if out and not out[-1]:
+        out.pop()  # the newline ending the last line
+    return out
 
 
 def last_exception(log_text: str) -> Optional[str]:

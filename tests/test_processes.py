@@ -129,6 +129,14 @@ def test_logs_are_scrubbed_and_read_back(tmp_path, monkeypatch):
     assert P.read_log_tail(tmp_path / "missing.log") == ""
 
 
+def test_a_log_tail_shows_a_progress_bar_as_a_terminal_does(tmp_path):
+    log = tmp_path / "card0.log"
+    log.write_bytes(b"loading\r\n  0%|          | 0/2 [00:00<?, ?it/s]\r 50%|#####     | 1/2\r"
+                    b"100%|##########| 2/2 [00:01<00:00]\nwarm-up done\n")
+    assert P.read_log_tail(log, 5).splitlines() == [
+        "loading", "100%|##########| 2/2 [00:01<00:00]", "warm-up done"]
+
+
 @pytest.mark.parametrize("code, words", [(0, "exit code 0"), (3, "exit code 3"),
                                          (-9, "SIGKILL"), (-15, "SIGTERM"), (-99, "signal 99 (-99)"),
                                          (None, "running")])

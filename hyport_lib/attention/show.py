@@ -13,7 +13,7 @@ from hyport_lib.attention.stage import AttentionRecord, AttentionStageResult, su
 from hyport_lib.attention.views import (backend_rows, behaviour_frame, behaviour_glance_row,
                                         behaviour_markdown, behaviour_values, case_tally, pairs_frame,
                                         port_glance_rows, port_kinds, proof_frame, proof_markdown)
-from hyport_lib.display import figure_png, style_verdicts
+from hyport_lib.display import MISSING, diff_html, figure_png, fit, style_verdicts, styled
 from hyport_lib.drafting.values import fmt_value, is_number
 from hyport_lib.results import StageRecord, StageSummary
 from hyport_lib.scan.grouping import group_hits
@@ -46,12 +46,16 @@ def _missing(value) -> bool:
 
 
 def _fmt(value, digits=2):
-    """Errors in scientific notation; blanks for a missing value."""
-    return "" if _missing(value) else f"{float(value):.{digits}e}"
+    """Errors in scientific notation; :data:`~hyport_lib.display.MISSING` for a missing value."""
+    return MISSING if _missing(value) else f"{float(value):.{digits}e}"
 
 
 def _pct(value):
-    return "" if _missing(value) else f"{100 * float(value):.1f}%"
+    return MISSING if _missing(value) else f"{100 * float(value):.1f}%"
+
+
+def _text(value) -> str:
+    return MISSING if _missing(value) else str(value)
 
 
 def styled_comparison(result):
@@ -59,7 +63,7 @@ def styled_comparison(result):
     df = comparison_table(result)
     fmt = {**dict.fromkeys(("max_abs", "bound", "max_rel", "rmse"), _fmt),
            **dict.fromkeys(("rel_gt_1e-3", "rel_gt_5e-3"), _pct),
-           "cosine": lambda v: "" if _missing(v) else f"{v:.6f}"}
+           "cosine": lambda v: MISSING if _missing(v) else f"{v:.6f}"}
     return style_verdicts(df).format({c: f for c, f in fmt.items() if c in df.columns})
 
 
@@ -125,6 +129,10 @@ def rows_heatmap(df, backend: Optional[str] = None):
     ax.imshow(np.ma.masked_invalid(norm), aspect="auto", cmap="magma_r", vmin=0, vmax=1)
     ax.set_xticks(range(len(HEATMAP_METRICS)))
     ax.set_xticklabels([m[0] for m in HEATMAP_METRICS], rotation=30, ha="right", fontsize=8)
+    # The labels above the cells as well: 45 rows put the bottom ones a screen away.
+    ax.tick_params(axis="x", top=True, labeltop=True)
+    for tick in ax.xaxis.get_major_ticks():
+        tick.label2.set(rotation=30, ha="left", fontsize=8)
     ax.set_yticks(range(len(sub)))
     ax.set_yticklabels(list(sub["case"]), fontsize=7)
     for i, row in enumerate(notes):
@@ -164,6 +172,12 @@ def _markdown(text: str):
     _display(Markdown(text))
 
 
+def _html(text: str):
+    from IPython.display import HTML
+
+    return HTML(text)
+
+
 def backend_summary(result):
     """One row per backend × dtype: verdict counts, worst error/bound and cosine."""
     import pandas as pd
@@ -184,20 +198,18 @@ def backend_summary(result):
 def show_comparison(result):
     """Provenance note, a per-backend summary, the failing rows, then every row (hundreds
     with ``full=True``) folded in a ``<details>`` block that travels with the HTML report."""
-    from IPython.display import HTML
-
     _markdown(provenance_note(result))
     summary = style_verdicts(backend_summary(result)).format(
-        {"worst err/bound": lambda v: "" if _missing(v) else f"{v:.3f}",
-         "min cosine": lambda v: "" if _missing(v) else f"{v:.6f}"})
-    _display(summary)
+        {"worst err/bound": lambda v: MISSING if _missing(v) else f"{v:.3f}",
+         "min cosine": lambda v: MISSING if _missing(v) else f"{v:.6f}"})
+    _display(fit(summary))
     table = comparison_table(result)
     bad = table[table["verdict"].isin(["FAIL", "WARN"])]
     if len(bad):
         _markdown(f"**{len(bad)} row(s) not passing:**")
-        _display(styled_comparison(result).hide(table.index[~table["verdict"].isin(["FAIL", "WARN"])]))
-    rows = styled_comparison(result).to_html()
-    _display(HTML(f"<details><summary>All {len(table)} rows (case × backend)</summary>{rows}</details>"))
+        _display(fit(styled_comparison(result).hide(table.index[~table["verdict"].isin(["FAIL", "WARN"])])))
+    rows = fit(styled_comparison(result)).to_html()
+    _display(_html(f"<details><summary>All {len(table)} rows (case × backend)</summary>{rows}</details>"))
 
 
 def show_heatmap(result, backend: Optional[str] = None):
@@ -205,21 +217,30 @@ def show_heatmap(result, backend: Optional[str] = None):
     _display(figure_png(rows_heatmap(result.frame(), backend)))
 
 
+#: How the model table's figures read (other fields: as text).
+_MODEL_FORMATS = {"max_abs_logits": _fmt, "kl_divergence": _fmt, "top1_agreement": _pct}
+
+
 def styled_model(model):
-    """pandas Styler of the model-level comparison."""
-    styler = style_verdicts(model_table(model))
-    return styler.format({"max_abs_logits": _fmt, "kl_divergence": _fmt, "top1_agreement": _pct})
+    """pandas Styler of the model-level comparison, one field per row (its 18 fields side
+    by side were twice as wide as a JupyterLab pane), the verdict coloured."""
+    import pandas as pd
+
+    row = model_table(model).iloc[0]
+    frame = pd.DataFrame([(k, _MODEL_FORMATS.get(k, _text)(v)) for k, v in row.items()],
+                         columns=["field", "value"])
+    return styled(frame, colour=("value",))
 
 
 def show_model_comparison(model):
     if model is None:
         _markdown("The model-level check was skipped (`model_path` is `none`).")
         return
-    _display(styled_model(model))
+    _display(fit(styled_model(model)))
     _markdown(behaviour_markdown(model.behaviour))
     if model.behaviour is not None and model.behaviour.meaningful:
-        _display(behaviour_frame(model.behaviour))
-        _display(pairs_frame(model.behaviour))
+        _display(fit(behaviour_frame(model.behaviour)))
+        _display(fit(pairs_frame(model.behaviour)))
 
 
 def show_port(port, error: str = "") -> None:
@@ -234,12 +255,21 @@ def show_port(port, error: str = "") -> None:
     _markdown(f"Ported `{port.src}` → `{port.dst}`: {len(port.changes)} change(s) in "
               f"{len(port.files_changed)} file(s), {len(port.manual)} spot(s) left for a human; "
               f"the diff is `{port.dst}/port.diff`, the record `{port.dst}/port.json`.")
-    _display(port.frame())
+    _display(fit(port_styler(port)))
+    if port.diff:
+        _display(_html(f"<details open><summary>The changes side by side ({len(port.files_changed)} "
+                       f"file(s))</summary>{diff_html(port.diff)}</details>"))
     if not port.changes:
         _markdown("Nothing was rewritten: there is no port to prove.")
     elif port.proof is not None:
         _markdown(proof_markdown(port.proof))
-        _display(style_verdicts(proof_frame(port.proof)))
+        _display(fit(style_verdicts(proof_frame(port.proof))))
+
+
+def port_styler(port):
+    """The port's changes and spots left for a human, code in its own lines and font."""
+    code = {"font-family": "monospace", "white-space": "pre-wrap", "text-align": "left"}
+    return styled(port.frame()).set_properties(subset=["before", "after"], **code)
 
 
 def summary_markdown(summary: StageSummary, result=None) -> str:

@@ -9,7 +9,8 @@ from __future__ import annotations
 import html
 from typing import Callable, Optional
 
-from hyport_lib.display import VERDICT_COLOURS, style_verdicts
+from hyport_lib.display import (MISSING, VERDICT_COLOURS, fit, style_verdicts, styled,
+                                verdict_label)
 from hyport_lib.drafting.values import fmt_value
 from hyport_lib.environment.collect import EnvironmentReport
 from hyport_lib.environment.stage import summarize
@@ -22,9 +23,7 @@ def summary_html(report: EnvironmentReport) -> str:
     verdict = summarize(report).verdict
     colour = VERDICT_COLOURS.get(verdict, "#ffffff")
     counts = report.summary()
-    badges = " ".join(
-        f'<span style="background:{VERDICT_COLOURS[k]};padding:1px 6px;border-radius:3px">'
-        f"{counts[k]} {k}</span>" for k in ("PASS", "WARN", "FAIL", "SKIP"))
+    badges = " ".join(verdict_label(k, f"{counts[k]} {k}") for k in ("PASS", "WARN", "FAIL", "SKIP"))
     return (f'<div style="padding:6px;border-left:6px solid {colour}">'
             f"<b>Environment: {verdict}</b> &nbsp; {badges} &nbsp; "
             f"backend <code>{html.escape(report.device)}</code>, {report.num_cards} cards, "
@@ -43,8 +42,18 @@ def _device_colour(value) -> str:
 
 def style_devices(df):
     """Devices table with status (FREE/BUSY) and health coloured like verdicts."""
-    present = [c for c in ("health", "status") if c in df.columns]
-    return df.style.map(_device_colour, subset=present).hide(axis="index")
+    return styled(df, colour=("health", "status"), cell_colour=_device_colour)
+
+
+def devices_note(report: EnvironmentReport) -> str:
+    """What the devices table's blanks mean: the figures its source does not report."""
+    frame = devices_frame(report)
+    blank = [c for c in frame.columns if frame[c].isna().any()]
+    if not blank:
+        return ""
+    why = ("the CPU backend has no cards, only worker processes" if report.device == "cpu"
+           else f"not reported by {report.device_source}")
+    return f"{MISSING} ({', '.join(blank)}): {why}."
 
 
 def show_environment(report: EnvironmentReport, *, system: bool = True) -> None:
@@ -53,19 +62,22 @@ def show_environment(report: EnvironmentReport, *, system: bool = True) -> None:
 
     display(HTML(summary_html(report)))
     display(Markdown("**Checks**"))
-    display(style_verdicts(checks_frame(report)))
+    display(fit(style_verdicts(checks_frame(report))))
     display(Markdown(f"**Devices** (source: {report.device_source}"
                      + (f"; note: {report.device_error}" if report.device_error else "") + ")"))
-    display(style_devices(devices_frame(report)))
+    display(fit(style_devices(devices_frame(report))))
+    note = devices_note(report)
+    if note:
+        display(Markdown(note))
     display(Markdown("**Versions**"))
-    display(versions_frame(report).style.hide(axis="index"))
+    display(fit(versions_frame(report)))
     display(Markdown(f"**Container and driver** (read under `{report.container.get('root', '/')}`)"))
-    display(container_frame(report).style.hide(axis="index"))
+    display(fit(container_frame(report)))
     display(Markdown("**Environment variables** (names that look secret are never shown)"))
-    display(env_vars_frame(report).style.hide(axis="index"))
+    display(fit(env_vars_frame(report)))
     if system:
         display(Markdown("**System**"))
-        display(system_frame(report).style.hide(axis="index"))
+        display(fit(system_frame(report)))
 
 
 def environment_widget(probe: Callable[[], EnvironmentReport],

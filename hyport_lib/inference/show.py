@@ -11,7 +11,7 @@ from typing import Callable
 
 import pandas as pd
 
-from hyport_lib.display import LiveDisplay, style_verdicts
+from hyport_lib.display import MISSING, LiveDisplay, fit, style_verdicts, verdict_label
 from hyport_lib.devices.card_plan import GridPlan
 from hyport_lib.drafting.values import as_list, fmt_value, is_number
 from hyport_lib.inference.table import (
@@ -52,17 +52,22 @@ def grid_styler(frame: pd.DataFrame):
     styler = style_verdicts(compact, columns=("status",))
     styler = styler.map(lambda v: "background-color: #ffcdd2" if v == "NO" else "",
                         subset=["same_output"])
-    return styler.format(precision=3, na_rep="")
+    return styler.format(precision=3, na_rep=MISSING)
+
+
+def grid_table(frame: pd.DataFrame):
+    """The compact table as displayed: in a box that scrolls sideways, long cells wrapped."""
+    return fit(grid_styler(frame))
 
 
 def show_plan(plan: GridPlan) -> None:
     """Display the preflight: which cards run, which are skipped and who holds them."""
     from IPython.display import Markdown, display
 
-    display(style_verdicts(plan.frame(), columns=("status",)))
+    display(fit(style_verdicts(plan.frame(), columns=("status",))))
     if plan.preflight_error:
-        display(Markdown(f"⚠️ {plan.preflight_error}: the cards were not checked for other "
-                         "processes."))
+        display(Markdown(f"{verdict_label('WARN')} {plan.preflight_error}: the cards were not "
+                         "checked for other processes."))
 
 
 def show_summary(result: GridResult) -> None:
@@ -71,12 +76,11 @@ def show_summary(result: GridResult) -> None:
 
     counts = ", ".join(f"{n} {s}" for s, n in result.counts.items() if n)
     verdict = summarize(result).verdict
-    mark = {"PASS": "✅", "WARN": "⚠️"}.get(verdict, "❌")
-    lines = [f"{mark} **{verdict}.** {result.consistency_line}",
+    lines = [f"{verdict_label(verdict)} {result.consistency_line}",
              f"Cards: {counts}. Wall time {result.wall_s:.1f} s (timeout {result.timeout_s:g} s per card). "
              f"Logs: `{result.log_dir}`. Figures: {result.provenance.label}."]
     if result.plan and result.plan.preflight_error:
-        lines.append(f"⚠️ Preflight: {result.plan.preflight_error}; "
+        lines.append(f"{verdict_label('WARN')} Preflight: {result.plan.preflight_error}; "
                      "cards were not checked for other processes.")
     display(Markdown("\n\n".join(lines)))
     for card in result.cards:
@@ -155,7 +159,7 @@ def live_grid_display() -> Callable[[GridProgress], None]:
     def update(progress: GridProgress) -> None:
         line.update(Markdown(f"`{grid_progress_line(progress)}`"), force=True)
         if not drawn or progress.card is not None or not progress.running:
-            table.update(grid_styler(progress.frame), force=True)
+            table.update(grid_table(progress.frame), force=True)
             drawn.append(progress.done)
 
     return update

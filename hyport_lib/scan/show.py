@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Optional
 
+from hyport_lib.display import fit, styled
 from hyport_lib.scan import rules
 from hyport_lib.scan.grouping import lines_frame, suggestions_frame
 from hyport_lib.scan.model import ScanReport
@@ -31,12 +32,11 @@ def scan_tables(report: ScanReport):
     import pandas as pd
 
     counts = pd.DataFrame(sorted(report.counts().items()), columns=["category", "hits"])
-    lines = lines_frame(report.hits).style.hide(axis="index").set_properties(
-        subset=["snippet"], **{"font-family": "monospace", "text-align": "left"})
-    suggestions = suggestions_frame(report.hits).style.hide(axis="index").set_properties(
+    lines = styled(lines_frame(report.hits)).set_properties(
+        subset=["snippet"], **{"font-family": "monospace", "text-align": "left", "white-space": "pre-wrap"})
+    suggestions = styled(suggestions_frame(report.hits), colour=("kind",) if report.hits else (),
+                         cell_colour=_category_colour).set_properties(
         subset=["suggestion", "lines"], **{"text-align": "left"})
-    if report.hits:
-        suggestions = suggestions.map(_category_colour, subset=["kind"])
     return counts, lines, suggestions
 
 
@@ -69,6 +69,6 @@ def show_scan(report: ScanReport, served: Optional[str] = None) -> None:
     display(Markdown("\n\n".join(lines)))
     if report.hits:
         counts, by_line, suggestions = scan_tables(report)
-        display(counts.style.hide(axis="index"))
-        display(by_line)
-        display(suggestions)
+        display(fit(counts))
+        display(fit(by_line))
+        display(fit(suggestions))

@@ -14,7 +14,7 @@ from typing import Callable, Optional
 
 import pandas as pd
 
-from hyport_lib.display import VERDICT_COLOURS, LiveDisplay, figure_png
+from hyport_lib.display import LiveDisplay, figure_png, fit, styled
 from hyport_lib.drafting.values import as_dict, as_list, fmt_value
 from hyport_lib.params import parameter_fields
 from hyport_lib.results import StageRecord
@@ -203,21 +203,19 @@ def _rate(value) -> str:
 def show_plan(plan: LaunchPlan) -> None:
     from IPython.display import display
 
-    display(plan_frame(plan).style.hide(axis="index"))
+    display(fit(plan_frame(plan)))
 
 
 def show_summary(result: TrainResult) -> None:
     from IPython.display import Markdown, display
 
     frame = summary_frame(result)
-    display(frame.style.hide(axis="index").map(
-        lambda v: f"background-color: {VERDICT_COLOURS.get(str(v), '')}" if str(v) in VERDICT_COLOURS
-        else "", subset=["value"]))
+    display(fit(styled(frame, colour=("value",))))
     held = result.worker.get("held_answers") or {}
     if held.get("why_not"):
         display(Markdown(f"Answers before and after training: {held['why_not']}."))
     elif held.get("after"):
-        display(answers_frame(held).style.hide(axis="index"))
+        display(fit(answers_frame(held)))
     if result.diagnosis:
         show_triage(Triage.from_dict(result.diagnosis))
     if result.status == "interrupted":
@@ -245,7 +243,7 @@ def outputs_frame(result: TrainResult) -> pd.DataFrame:
 def show_outputs(result: TrainResult) -> None:
     from IPython.display import display
 
-    display(outputs_frame(result).style.hide(axis="index"))
+    display(fit(outputs_frame(result)))
 
 
 # --------------------------------------------------------------------------- the report

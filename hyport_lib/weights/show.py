@@ -12,7 +12,8 @@ from typing import Optional
 import pandas as pd
 
 from hyport_lib.checkpoint_files.findings import findings_frame
-from hyport_lib.display import LiveDisplay, figure_png, verdict_colour
+from hyport_lib.display import (MISSING, LiveDisplay, figure_png, fit, styled, table_explorer,
+                                verdict_colour)
 from hyport_lib.drafting.values import fmt_value
 from hyport_lib.results import StageRecord
 from hyport_lib.weights.checksums import checksum_name
@@ -76,7 +77,7 @@ def summary_frame(result: WeightsResult) -> pd.DataFrame:
 
 def _text_frame(rows) -> pd.DataFrame:
     """A what/value table whose values are text: no float formatting of mixed columns."""
-    return pd.DataFrame([(k, "—" if v is None else str(v)) for k, v in rows], columns=["what", "value"])
+    return pd.DataFrame([(k, MISSING if v is None else str(v)) for k, v in rows], columns=["what", "value"])
 
 
 def _num(value) -> Optional[str]:
@@ -119,13 +120,16 @@ def zero_frame(result: WeightsResult) -> pd.DataFrame:
     z = result.zero
     if z is None or not z.present:
         return pd.DataFrame(columns=["file", "kind", "rank", "bytes"])
-    return pd.DataFrame([{**vars(f), "rank": "—" if f.rank is None else str(f.rank)} for f in z.files],
+    return pd.DataFrame([{**vars(f), "rank": MISSING if f.rank is None else str(f.rank)} for f in z.files],
                         columns=["file", "kind", "rank", "bytes"])
 
 
+def _comparison_styler(frame: pd.DataFrame):
+    return styled(frame).format(precision=4, na_rep=MISSING)
+
+
 def _severity_styler(frame: pd.DataFrame):
-    return frame.style.map(lambda v: verdict_colour(_SEVERITY_AS.get(v, v)),
-                           subset=["severity"]).hide(axis="index")
+    return styled(frame, colour=("severity",), cell_colour=lambda v: verdict_colour(_SEVERITY_AS.get(v, v)))
 
 
 def change_figure(comparison: Comparison):
@@ -171,15 +175,15 @@ def show_sources(sources: Sources) -> None:
 
 def show_summary(result: WeightsResult) -> None:
     _show(f"**{result.seed_line()}**")
-    _show(summary_frame(result).style.hide(axis="index").map(verdict_colour, subset=["value"]))
-    _show(shards_frame(result).style.hide(axis="index"))
+    _show(fit(styled(summary_frame(result), colour=("value",))))
+    _show(fit(shards_frame(result)))
 
 
 def show_findings(result: WeightsResult) -> None:
     n = result.counts
     _show(f"{n['error']} error(s), {n['warning']} warning(s), {n['info']} note(s).")
     if result.findings:
-        _show(_severity_styler(findings_frame(result.findings)))
+        _show(fit(_severity_styler(findings_frame(result.findings))))
 
 
 def show_scan(result: WeightsResult) -> None:
@@ -197,7 +201,7 @@ def show_reload(result: WeightsResult) -> None:
     if result.reload is None:
         _show("Reload not run (`reload=False`).")
         return
-    _show(reload_frame(result).style.hide(axis="index").map(verdict_colour, subset=["value"]))
+    _show(fit(styled(reload_frame(result), colour=("value",))))
     if not result.reload.load_ok and result.reload.log_tail:
         _show("Last lines of the reload log:\n\n```\n" + result.reload.log_tail + "\n```")
 
@@ -210,7 +214,9 @@ def show_comparisons(result: WeightsResult) -> None:
         _show(f"**Against the {c.role}** `{c.other_path}`: {statuses} "
               f"({c.bytes_read:,} bytes read in {c.seconds:.2f} s).")
         limit = 15 if c.count("same") < len(c.rows) else 5  # all equal: a few rows say it
-        _show(comparison_frame(c, limit).style.hide(axis="index").format(precision=4, na_rep="—"))
+        if len(c.rows) > limit:  # every tensor, sortable and filterable (JupyterLab only)
+            _show(table_explorer(comparison_frame(c, None), _comparison_styler, what="tensors"))
+        _show(fit(_comparison_styler(comparison_frame(c, limit))))
         if c.role == "base" and c.compared:
             _show(figure_png(change_figure(c)))
     p = result.parity
@@ -230,7 +236,7 @@ def show_zero(result: WeightsResult) -> None:
           f"{z.ds_version} for {z.dp_world_size} data-parallel rank(s) "
           f"({z.world_size} optimizer-state file(s), precision {z.precision or 'fp32'}); "
           f"{_num(z.parameters)} trainable parameters in `param_shapes`.")
-    _show(zero_frame(result).style.hide(axis="index"))
+    _show(fit(zero_frame(result)))
     zc = result.zero_compare
     if zc is None:
         _show("Consolidation not run (`consolidate_zero=False`).")
@@ -244,7 +250,7 @@ def show_zero(result: WeightsResult) -> None:
              "only in ZeRO": len(t["only_in_zero"]), "only in files": len(t["only_in_file"])}
             for t in zc.targets]
     _show("DeepSpeed says: " + "; ".join(zc.deepspeed_says))
-    _show(pd.DataFrame(rows).style.hide(axis="index").format(precision=6))
+    _show(fit(styled(pd.DataFrame(rows)).format(precision=6, na_rep=MISSING)))
 
 
 # --------------------------------------------------------------------------- the report
