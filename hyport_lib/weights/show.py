@@ -29,6 +29,8 @@ _SEVERITY_AS = {"error": "FAIL", "warning": "WARN", "info": "SKIP"}
 
 
 def progress_line(p: ScanProgress) -> str:
+    if not p.total_bytes and not p.tensors_total:  # a step with nothing to count (a process)
+        return f"{p.phase} …"
     rate = p.done_bytes / p.elapsed_s / 1e6 if p.elapsed_s > 0 else 0.0
     return (f"{p.phase}: {p.fraction:6.1%}  {p.done_bytes / 1e6:,.1f} / {p.total_bytes / 1e6:,.1f} MB, "
             f"{p.tensors_done}/{p.tensors_total} tensors, {rate:,.0f} MB/s  ({p.file})")

@@ -90,6 +90,7 @@ def _checks(result: WeightsResult, insp: Inspection, plan: WeightsPlan, reload: 
         result.scan = scan_tensors(insp.shards, checksum=p.checksum, on_progress=on_progress)
         result.findings += result.scan.findings
     if reload:
+        _announce(on_progress, "reload: from_pretrained in a fresh process")
         attention = "eager" if p.attn_implementation == AUTO_ATTENTION else p.attn_implementation
         result.reload = reload_folder(insp.folder, dtype=p.dtype, attn_implementation=attention, **child)
         result.findings += reload_findings(result.reload)
@@ -105,6 +106,13 @@ def _checks(result: WeightsResult, insp: Inspection, plan: WeightsPlan, reload: 
     if checkpoint_path:
         _checkpoint(result, Path(checkpoint_path).expanduser(), logits_parity, p.consolidate_zero,
                     child, on_progress)
+
+
+def _announce(on_progress, step: str) -> None:
+    """Say which step starts: the reload, the parity and the consolidation each run a
+    process for seconds with nothing read to count (a progress with no bytes to read)."""
+    if on_progress is not None:
+        on_progress(ScanProgress(step, 0, 0, 0, 0, "", 0.0))
 
 
 def _prefixed(insp: Inspection, role: str) -> list[Finding]:
@@ -136,6 +144,7 @@ def _checkpoint(result: WeightsResult, path: Path, parity: bool, zero: bool, chi
         result.comparisons.append(comparison)
         result.findings += comparison.findings
         if parity and insp.kind != "file" and ck.kind != "file":
+            _announce(on_progress, "logits parity: the weights against the checkpoint, in a fresh process")
             result.parity = compare_logits(insp.folder, ck.folder, **child)
             result.findings += parity_findings(result.parity)
     if ck.kind == "file":
@@ -151,5 +160,6 @@ def _checkpoint(result: WeightsResult, path: Path, parity: bool, zero: bool, chi
         else:
             targets = ([("checkpoint", ck.folder)] if ck.shards else []) + (
                 [("weights", insp.folder)] if not same_folder and insp.shards else [])
+        _announce(on_progress, "ZeRO states: zero_to_fp32 consolidation, in a fresh process")
         result.zero_compare = consolidate(ck.folder, targets, tag=result.zero.tag, **child)
         result.findings += zero_findings(result.zero_compare)

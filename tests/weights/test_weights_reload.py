@@ -139,3 +139,20 @@ def test_sigterm_to_hyport_verify_stops_the_reload_child(tiny, tmp_path):
     assert proc.returncode == 130, err
     assert "stopped by SIGTERM" in err and "Traceback" not in err
     assert _workers(logs) == []
+
+
+@pytest.mark.slow
+def test_the_reload_step_is_named_while_it_runs(tiny, tmp_path):
+    # Notebook 05 used to sit on its last "100%" line while the reload ran for seconds.
+    from hyport_lib.weights import stage
+    from hyport_lib.weights.params import Params
+    from hyport_lib.weights.show import progress_line
+
+    seen = []
+    plan = stage.plan(Params(weights_path=str(tiny), full_scan=True, reload=True, logits_parity=False,
+                             consolidate_zero=False))
+    result = stage.run(plan, on_progress=seen.append)
+    assert result.reload is not None and result.reload.load_ok
+    phases = list(dict.fromkeys(p.phase for p in seen))
+    assert phases[-1] == "reload: from_pretrained in a fresh process" and len(phases) >= 2, phases
+    assert progress_line(seen[-1]) == "reload: from_pretrained in a fresh process …"
