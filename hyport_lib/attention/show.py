@@ -9,11 +9,12 @@ import math
 from typing import Callable, Optional
 
 from hyport_lib.attention.compare import provenance
-from hyport_lib.attention.stage import AttentionRecord, AttentionStageResult, summarize
+from hyport_lib.attention.stage import (GRID_STEP, AttentionRecord, AttentionStageResult, CaseProgress,
+                                        summarize)
 from hyport_lib.attention.views import (backend_rows, behaviour_frame, behaviour_glance_row,
                                         behaviour_markdown, behaviour_values, case_tally, pairs_frame,
                                         port_glance_rows, port_kinds, proof_frame, proof_markdown)
-from hyport_lib.display import MISSING, diff_html, figure_png, fit, style_verdicts, styled
+from hyport_lib.display import MISSING, LiveDisplay, diff_html, figure_png, fit, style_verdicts, styled
 from hyport_lib.drafting.values import fmt_value, is_number
 from hyport_lib.results import StageRecord, StageSummary
 from hyport_lib.scan.grouping import group_hits
@@ -33,6 +34,27 @@ HEATMAP_METRICS = (
     ("1 - cosine (log10)", "cosine", "cos"),
     ("err / bound", "ratio", "ratio"),
 )
+
+
+def step_line(progress: CaseProgress) -> str:
+    """``grid: 12/45 cases`` while the grid runs, then the step that started."""
+    if progress.step == GRID_STEP:
+        return f"grid: {progress.done}/{progress.total} cases"
+    return f"grid: {progress.total} cases done; {progress.step} …"
+
+
+def live_step_display(min_interval_s: float = 0.5) -> Callable[[CaseProgress], None]:
+    """``on_progress`` for notebook 02: one line naming the step under way (the grid's
+    cases counted), so that the stage's half minute never looks stalled."""
+    from IPython.display import Markdown
+
+    line = LiveDisplay(min_interval_s)
+
+    def update(progress: CaseProgress) -> None:
+        line.update(Markdown(f"`{step_line(progress)}`"),
+                    force=progress.step != GRID_STEP or progress.done == progress.total)
+
+    return update
 
 
 def comparison_table(result):

@@ -88,12 +88,19 @@ class Plan:
     port_out: Optional[Path] = None
 
 
+#: :attr:`CaseProgress.step` while the comparison grid runs.
+GRID_STEP = "grid"
+
+
 @dataclass(frozen=True)
 class CaseProgress:
-    """A progress update of :func:`run`: ``done`` of the comparison's ``total`` cases."""
+    """A progress update of :func:`run`: ``done`` of the comparison's ``total`` cases while
+    ``step`` is the grid, then once as each later step starts (the model check, the scan,
+    the port), which take seconds with nothing to count."""
 
     done: int
     total: int
+    step: str = GRID_STEP
 
 
 @dataclass
@@ -169,18 +176,27 @@ def run(plan: Plan, *, on_progress: Optional[Callable[[CaseProgress], None]] = N
     check, the scan, the port."""
     params = plan.params
     progress = None if on_progress is None else (lambda done, total: on_progress(CaseProgress(done, total)))
+
+    def starting(step: str) -> None:
+        if on_progress is not None:
+            on_progress(CaseProgress(comparison.cases, comparison.cases, step))
+
     comparison = run_comparison(device=plan.device, seed=params.seed, full=params.full,
                                 dtypes=params.dtypes, progress=progress,
                                 flash_attn_version=plan.flash_attn_version)
     model = None
     if plan.model_path is not None:
+        starting("model check: eager against the swap, on the model")
         model_path = str(ensure_tiny_model()) if plan.model_path == TINY_MODEL_NAME else plan.model_path
         backend, where = swapped_backend(comparison.device)
         model = compare_model(model_path, backend=backend, device=where, seed=params.seed,
                               dtype=model_check_dtype(params.model_dtype, comparison.device),
                               trust_remote_code=params.trust_remote_code,
                               flash_attn_version=plan.flash_attn_version)
+    starting("scan: CUDA-only constructs in the code")
     scan, scanned = run_scan(params.code_path)
+    if plan.port_out is not None:
+        starting("port: rewriting the code, then its proof on a tiny model")
     port, port_error = (None, "") if plan.port_out is None else port_and_prove(plan)
     return AttentionStageResult(comparison, model, scan, scanned, plan.flash_attn_version,
                                 port, port_error)

@@ -16,6 +16,8 @@ class _GridBar(TerminalBar):
     scan that follow are not the grid's time."""
 
     def __call__(self, update: stage.CaseProgress) -> None:
+        if update.step != stage.GRID_STEP:
+            return
         super().__call__(update)
         if update.done == update.total:
             self.close()

@@ -257,9 +257,10 @@ def stage_form(params_class: type, namespace: MutableMapping[str, Any], run: Run
 
 
 def stage_runner(stage: StageContract, *views: Callable[[Any], Any],
-                 progress: Optional[Callable[[StageParams], Any]] = None) -> RunStage:
+                 progress: Optional[Callable[[StageParams], Any]] = None, stop: bool = True) -> RunStage:
     """What "Run stage" does for ``stage``: plan, run (with a fresh ``progress(params)``
-    display when given, under a Stop button), show the result through each of ``views``,
+    display when given, under a Stop button unless ``stop`` is False: a stage that keeps
+    nothing when stopped), show the result through each of ``views``,
     record it and print the verdict line the notebook's last cell prints. Stopped, the
     partial result is shown and recorded (INTERRUPTED)."""
 
@@ -268,8 +269,10 @@ def stage_runner(stage: StageContract, *views: Callable[[Any], Any],
         if progress is None:
             result = run_stoppable(stage.run, plan)
         else:
-            stop = StopButton().show()
-            result = run_stoppable(stage.run, plan, on_progress=stop.watch(progress(params)))
+            display = progress(params)
+            if stop:
+                display = StopButton().show().watch(display)
+            result = run_stoppable(stage.run, plan, on_progress=display)
         for view in views:
             view(result)
         path = stage.record(result)

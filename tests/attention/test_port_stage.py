@@ -197,3 +197,20 @@ def test_a_config_the_proof_cannot_build_names_port_proof_config_with_the_value(
     assert said in proof_markdown(port.proof)
     recorded = json.loads((Path(port.dst) / "port.json").read_text())
     assert recorded["proof"]["error"] == said
+
+
+@pytest.mark.slow
+def test_the_stage_names_each_step_as_it_starts(tmp_path):
+    # Notebook 02 used to show nothing for its half minute: the grid's cases are counted,
+    # then each later step is named as it starts.
+    from hyport_lib.attention.show import step_line
+
+    seen = []
+    result = stage.run(stage.plan(Params(device="cpu", dtypes=["float32"], model_path=None)),
+                       on_progress=seen.append)
+    grid = [p for p in seen if p.step == stage.GRID_STEP]
+    assert [p.done for p in grid] == list(range(1, result.comparison.cases + 1))
+    later = [p.step for p in seen if p.step != stage.GRID_STEP]
+    assert later == ["scan: CUDA-only constructs in the code"]  # no model check, no port asked
+    assert step_line(grid[-1]) == f"grid: {result.comparison.cases}/{result.comparison.cases} cases"
+    assert step_line(seen[-1]).endswith("scan: CUDA-only constructs in the code …")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from types import SimpleNamespace
 from typing import Optional
 
 import ipywidgets as widgets
@@ -12,7 +13,7 @@ import pytest
 
 from hyport_lib.params import ParameterError, StageParams, param
 from hyport_lib.stages import discover_stages, params_class
-from hyport_lib.workbook.form import StageForm, model_folders, problem_field, stage_form
+from hyport_lib.workbook.form import StageForm, model_folders, problem_field, stage_form, stage_runner
 
 
 @dataclass
@@ -155,3 +156,38 @@ def test_model_folders_lists_checkpoints_and_follows_no_link_out(tmp_path):
     form = stage_form(Demo, {}, lambda p: None, models_folder=str(tmp_path))
     assert form.fields["model_path"].control.options == ("tiny", "smollm2", str(tmp_path / "a"),
                                                          str(tmp_path / "org" / "b"))
+
+
+def test_the_runner_plans_runs_shows_records_and_says_the_verdict(capsys):
+    calls = []
+
+    class Stage:
+        STAGE = "99_demo"
+
+        @staticmethod
+        def plan(params):
+            calls.append(("plan", params.steps))
+            return "plan"
+
+        @staticmethod
+        def run(plan, on_progress=None):
+            calls.append(("run", plan))
+            if on_progress is not None:
+                on_progress(SimpleNamespace(running=False))
+            return "result"
+
+        @staticmethod
+        def record(result):
+            calls.append(("record", result))
+            return "/results/99_demo.json"
+
+        @staticmethod
+        def summarize(result):
+            return SimpleNamespace(verdict="PASS", summary="all good")
+
+    shown = []
+    run = stage_runner(Stage, shown.append, progress=lambda p: shown.append, stop=False)
+    assert run(Demo(steps=3)) == "result"
+    assert calls == [("plan", 3), ("run", "plan"), ("record", "result")]
+    assert shown[0].running is False and shown[1] == "result"  # the progress display, then the view
+    assert capsys.readouterr().out.strip() == "PASS: all good -> /results/99_demo.json"
