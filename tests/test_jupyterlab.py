@@ -478,6 +478,16 @@ def test_04_train_live_plot_and_progress_line(lab, tmp_path):
                 if "image/png" in o.get("data", {})]
         assert len(pngs) == 1 and src == "data:image/png;base64," + "".join(pngs[0]).replace("\n", "")
 
+        # the loss to explore: drawn by JupyterLab's own Vega renderer (offline), with its
+        # smoothing slider; the saved notebook keeps the spec and the PNG for the report
+        explorer = page.locator(".jp-NotebookPanel .vega-embed")
+        explorer.first.wait_for(state="attached", timeout=60_000)
+        assert explorer.count() == 1 and explorer.locator("canvas, svg").count() >= 1
+        assert explorer.locator("input[type=range]").count() == 1
+        bundles = [o["data"] for c in saved["cells"] for o in c.get("outputs", [])
+                   if "application/vnd.vegalite.v5+json" in o.get("data", {})]
+        assert len(bundles) == 1 and "image/png" in bundles[0]
+
         # README picture: the heading, the cell, its progress line and the plot
         _hide_left_sidebar(page)
         page.locator(".jp-NotebookPanel .jp-Notebook .jp-Cell").nth(index - 1).evaluate(
