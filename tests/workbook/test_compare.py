@@ -18,7 +18,9 @@ from hyport_lib.train import stage as train_stage
 from hyport_lib.train.metrics import summarize_metrics
 from hyport_lib.train.params import Params as TrainParams
 from hyport_lib.train.result import TrainResult
+from hyport_lib.commands import main
 from hyport_lib.workbook.compare import MISSING, compare_runs, find_run, list_runs
+from hyport_lib.workbook.compare_show import COMPARE_PAGE, loss_figure, run_picker
 
 CPU = Provenance(device="cpu")
 NPU = Provenance(device="npu")
@@ -141,3 +143,42 @@ def test_an_unreadable_record_is_a_note_not_a_traceback(outputs):
     c = compare_runs([_cpu_train(outputs), "20990101"], outputs=outputs)
     assert any("03_inference.json is not a result" in n for n in c.notes)
     assert c.cards.empty
+
+
+# ------------------------------------------------------------------ front ends
+def test_the_compare_command_writes_one_offline_page_into_the_run_folder(outputs, capsys):
+    cpu = _cpu_train(outputs)
+    assert main(["compare", str(outputs / "20990101-000000-npu"), cpu.id, "--outputs", str(outputs)]) == 0
+    page = outputs / "20990101-000000-npu" / COMPARE_PAGE
+    text = page.read_text()
+    assert "<script" not in text and "http" not in text.replace("http-equiv", "")  # offline, static
+    assert f"{cpu.id} (interactive run, 04_train): CPU (not an NPU measurement)" in text
+    assert "20990101-000000-npu (report run, 02_attention, 03_inference, 04_train): NPU<" in text
+    assert text.count("data:image/png;base64,") == 1  # the overlaid loss
+    assert "Tokens/s side by side" in text and "900.0" in text
+    assert f"compare page: {page}" in capsys.readouterr().out
+    assert not list(page.parent.glob("*.tmp*"))
+
+
+def test_the_compare_command_lists_runs_and_names_a_missing_one(outputs, capsys):
+    assert main(["compare", "--list", "--outputs", str(outputs)]) == 0
+    listed = capsys.readouterr().out.splitlines()
+    assert [line.split("\t")[1] for line in listed] == ["report", "interactive", "interactive"]
+    assert main(["compare", "20990101", "nope", "--outputs", str(outputs)]) == 2
+    assert "run 'nope': no such run folder or run id" in capsys.readouterr().err
+
+
+def test_the_loss_figure_names_every_run_with_its_provenance(outputs):
+    fig = loss_figure(compare_runs([_cpu_train(outputs), "20990101"], stages=["04_train"], outputs=outputs))
+    legend = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    assert len(legend) == 2 and any("CPU (not an NPU measurement)" in t for t in legend)
+    assert "1 of 2 not NPU measurements" in fig.axes[0].get_title()
+
+
+def test_the_run_picker_offers_the_runs_and_shows_a_bad_pair_as_one_line(outputs):
+    picker = run_picker(outputs)
+    first, second, button = picker.children[:3]
+    assert [value for _, value in first.options] == [r.id for r in list_runs(outputs)]
+    second.value = first.value  # the same run twice
+    button.click()
+    assert "the same run twice" in picker.children[3].value
