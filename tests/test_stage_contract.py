@@ -86,7 +86,8 @@ def test_the_notebook_builds_its_params_in_one_line_and_calls_the_contract(stage
     assert re.search(r"^params = Params\.from_namespace\(globals\(\)\)$", code, re.MULTILINE), stage.path.name
     # the record keeps the parameters the stage ran with (the history compares them)
     assert "stage.plan(params)" in code, f"{stage.path.name}: no stage.plan(params)"
-    assert re.search(r"stage\.record\(\w+, params=params\)", code), f"{stage.path.name}: no stage.record(..., params=params)"
+    assert re.search(r"stage\.record\(\w+, params=params\)", code), \
+        f"{stage.path.name}: no stage.record(..., params=params)"
     # the run, directly or stoppable (the partial result of a stop instead of a traceback)
     assert "stage.run(" in code or "run_stoppable(stage.run," in code, f"{stage.path.name}: no stage.run"
     assert "get_backend(" not in code, f"{stage.path.name}: the plan resolves the backend, not the notebook"

@@ -138,9 +138,10 @@ def comparison_html(c: Comparison) -> str:
     style = ("body{font-family:sans-serif;margin:1.5em;max-width:80em}table{border-collapse:collapse;font-size:90%}"
              "td,th{border:1px solid #ccc;padding:2px 6px;vertical-align:top}"
              "div.wrap{overflow-x:auto}img{max-width:100%}")
+    # Wide tables scroll inside their own box, not the page.
+    body = body.replace("<table", "<div class=wrap><table").replace("</table>", "</table></div>")
     return (f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{title}</title><style>{style}</style>"
-            f"</head><body><h1>{title}</h1>{body.replace('<table', '<div class=wrap><table').replace('</table>', '</table></div>')}"
-            "</body></html>")
+            f"</head><body><h1>{title}</h1>{body}</body></html>")
 
 
 def write_compare_page(c: Comparison, path: os.PathLike) -> Path:
