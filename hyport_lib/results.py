@@ -1,6 +1,12 @@
 """Stage results, written to ``$HYPORT_RESULTS_DIR/<stage>.json`` (set by the report runner;
 else ``outputs/interactive/results/``) with their provenance, so that a CPU or emulated
 figure is never shown as an NPU one.
+
+Outside a report run, each record is also kept as ``history/<run-id>/<stage>.json`` beside
+the results folder (the latest stays where stage 05 and the show modules read it): an
+interactive run is never lost to the next one, and two can be compared
+(:mod:`hyport_lib.workbook.compare`). A report run folder keeps its own results, so
+nothing is duplicated there.
 """
 
 from __future__ import annotations
@@ -8,10 +14,12 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import os
+import secrets
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Generic, Optional, TypeVar
 
+from hyport_lib.params import StageParams
 from hyport_lib.utils.files import atomic_write_json, ensure_writable
 from hyport_lib.utils.records import from_mapping
 from hyport_lib.utils.redact import scrub_obj
@@ -27,6 +35,8 @@ RESULTS_DIR_ENV = "HYPORT_RESULTS_DIR"
 #: The report run's folder, set by the report runner for each stage it runs (unset in an
 #: interactive session): stages find this run's other outputs under it.
 RUN_DIR_ENV = "HYPORT_RUN_DIR"
+#: Beside the interactive results folder: one folder per recorded run.
+HISTORY_DIR = "history"
 
 
 @dataclass
@@ -59,6 +69,11 @@ class StageResult:
     provenance: Optional[dict] = None
     data: dict[str, Any] = field(default_factory=dict)
     recorded_at: str = ""
+    #: The stage's effective parameters (every field, not only the changed ones); {} when
+    #: the caller recorded none.
+    params: dict[str, Any] = field(default_factory=dict)
+    #: The run's folder under ``history/`` ("" in a report run: its folder is the run).
+    run_id: str = ""
 
     def __post_init__(self):
         self.verdict = self.verdict.upper()
@@ -81,6 +96,8 @@ class StageRecord(Generic[D]):
     provenance: dict[str, Any] = field(default_factory=dict)
     data: Any = None
     recorded_at: str = ""
+    params: dict[str, Any] = field(default_factory=dict)
+    run_id: str = ""
 
     @classmethod
     def from_dict(cls, record: Any, data_type: type[D]) -> "StageRecord[D]":
@@ -158,18 +175,38 @@ def ensure_results_dir(directory: Optional[os.PathLike] = None) -> Path:
 def record_result(stage: str, verdict: str, *, summary: str = "",
                   headline: Optional[dict] = None, data: Optional[dict] = None,
                   provenance: Optional[Provenance] = None,
+                  params: Optional[StageParams] = None,
                   directory: Optional[os.PathLike] = None) -> Path:
     """Write one stage's result (``stage``: ``"01_environment"``) atomically; its path.
-    ``headline``: a few figures for the index; ``data``: anything JSON-serialisable."""
+    ``headline``: a few figures for the index; ``data``: anything JSON-serialisable;
+    ``params``: the parameters the stage ran with. Into the default folder outside a report
+    run, the record is first kept under :func:`history_dir` too (``run_id`` names it)."""
+    now = _dt.datetime.now(_dt.timezone.utc)
+    keep = directory is None and not os.environ.get(RUN_DIR_ENV)
     result = StageResult(
         stage=stage, verdict=verdict, summary=summary, headline=dict(headline or {}),
         provenance=provenance.to_dict() if provenance else None, data=dict(data or {}),
-        recorded_at=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        recorded_at=now.isoformat(timespec="seconds"),
+        params=params.to_dict() if params is not None else {},
+        run_id=new_run_id(stage, now) if keep else "",
     )
     # Through JSON first (default=str turns any object into text), then scrub every
     # string: no secret value survives in any field, escaped or not.
-    data = scrub_obj(json.loads(json.dumps(asdict(result), default=str)))
-    return atomic_write_json(result_file(Path(directory) if directory else results_dir(), stage), data)
+    record = scrub_obj(json.loads(json.dumps(asdict(result), default=str)))
+    if keep:
+        atomic_write_json(result_file(history_dir() / result.run_id, stage), record)
+    return atomic_write_json(result_file(Path(directory) if directory else results_dir(), stage), record)
+
+
+def new_run_id(stage: str, when: _dt.datetime) -> str:
+    """``20250131-142501-04_train-3fa9c2``: sorts by time (UTC), says the stage, and two
+    runs recorded in the same second still get their own folders."""
+    return f"{when.strftime('%Y%m%d-%H%M%S')}-{stage}-{secrets.token_hex(3)}"
+
+
+def history_dir() -> Path:
+    """Where interactive runs are kept: ``history/`` beside :func:`results_dir`."""
+    return results_dir().parent / HISTORY_DIR
 
 
 def result_file(directory: os.PathLike, stage: str) -> Path:
@@ -219,12 +256,12 @@ def load_result(path: os.PathLike) -> StageResult:
 
 
 def record_summary(stage: str, summary: StageSummary, *, data: Optional[dict] = None,
-                   provenance: Optional[Provenance] = None,
+                   provenance: Optional[Provenance] = None, params: Optional[StageParams] = None,
                    directory: Optional[os.PathLike] = None) -> Path:
     """:func:`record_result` for a :class:`StageSummary`: what every stage's ``record`` calls."""
     return record_result(stage, summary.verdict, summary=summary.summary,
                          headline=summary.headline, data=data, provenance=provenance,
-                         directory=directory)
+                         params=params, directory=directory)
 
 
 def fresh_folder_beside_results(kind: str, name: str = "") -> Path:

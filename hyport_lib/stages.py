@@ -34,7 +34,8 @@ class StageContract(Protocol):
       the exception (``exc.partial``).
     * ``summarize(result)``: the verdict (PASS, WARN or FAIL), one line and the index's
       figures: the command's exit status and the report's row come from it.
-    * ``record(result, *, directory=None)``: the result file; its path.
+    * ``record(result, *, params=None, directory=None)``: the result file (with the
+      parameters it ran with, when given); its path.
     """
 
     STAGE: str  # "NN_name", the notebook's stem
@@ -45,7 +46,8 @@ class StageContract(Protocol):
 
     def summarize(self, result: Any) -> StageSummary: ...
 
-    def record(self, result: Any, *, directory: Optional[os.PathLike] = None) -> Path: ...
+    def record(self, result: Any, *, params: Optional[StageParams] = None,
+               directory: Optional[os.PathLike] = None) -> Path: ...
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,7 @@
 Every discovered stage has a package named as its notebook with ``params.Params`` (the
 only declaration of its parameters) and ``stage.py`` with ``plan(params)``,
 ``run(plan, *, on_progress=None)``, ``summarize(result)`` and
-``record(result, *, directory=None)``. The notebook's ``parameters`` cell holds the same
+``record(result, *, params=None, directory=None)``. The notebook's ``parameters`` cell holds the same
 names and default literals as ``Params``; the command's flags are ``Params``' fields;
 and a bad value gives the same one-line error from the notebook, the command line and
 ``hyport report``.
@@ -66,7 +66,9 @@ def test_the_stage_package_is_named_as_its_notebook_and_keeps_the_contract(stage
     assert rest[0].kind is inspect.Parameter.KEYWORD_ONLY and rest[0].default is None
     assert list(inspect.signature(module.summarize).parameters) == ["result"]
     record = inspect.signature(module.record).parameters
-    assert list(record) == ["result", "directory"] and record["directory"].kind is inspect.Parameter.KEYWORD_ONLY
+    assert list(record) == ["result", "params", "directory"], f"{stage.id}: record(result, *, params, directory)"
+    assert all(record[k].kind is inspect.Parameter.KEYWORD_ONLY and record[k].default is None
+               for k in ("params", "directory"))
 
 
 @pytest.mark.parametrize("stage", STAGES, ids=lambda s: s.id)
@@ -82,8 +84,10 @@ def test_the_notebook_cell_declares_exactly_the_params_fields_with_their_default
 def test_the_notebook_builds_its_params_in_one_line_and_calls_the_contract(stage):
     code = _code(stage.path)
     assert re.search(r"^params = Params\.from_namespace\(globals\(\)\)$", code, re.MULTILINE), stage.path.name
-    for call in ("stage.plan(params)", "stage.record("):
-        assert call in code, f"{stage.path.name}: no {call}"
+    # the record keeps the parameters the stage ran with (the history compares them)
+    assert "stage.plan(params)" in code, f"{stage.path.name}: no stage.plan(params)"
+    assert re.search(r"stage\.record\(\w+, params=params\)", code), \
+        f"{stage.path.name}: no stage.record(..., params=params)"
     # the run, directly or stoppable (the partial result of a stop instead of a traceback)
     assert "stage.run(" in code or "run_stoppable(stage.run," in code, f"{stage.path.name}: no stage.run"
     assert "get_backend(" not in code, f"{stage.path.name}: the plan resolves the backend, not the notebook"

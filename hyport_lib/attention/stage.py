@@ -290,7 +290,9 @@ def summarize(result: AttentionStageResult) -> StageSummary:
     return StageSummary(verdict, line, headline)
 
 
-def record(result: AttentionStageResult, *, directory: Optional[os.PathLike] = None) -> Path:
-    """Write the stage result; returns the file written."""
+def record(result: AttentionStageResult, *, params: Optional[Params] = None,
+           directory: Optional[os.PathLike] = None) -> Path:
+    """Write the stage result; returns the file written.
+    ``params``: what it ran with (kept in the record, with every field)."""
     return record_summary(STAGE, summarize(result), data=result.to_dict(),
-                          provenance=provenance(result.comparison), directory=directory)
+                          provenance=provenance(result.comparison), params=params, directory=directory)

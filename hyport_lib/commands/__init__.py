@@ -21,6 +21,8 @@ from hyport_lib.utils.signals import STOP_SIGNALS
 #: Every command (= its module's name) and its help, in the order ``hyport --help`` lists them.
 COMMANDS: dict[str, str] = {
     "attention": "Compare attention backends (NPU / emulated / sdpa / eager) with a float64 reference.",
+    "compare": ("Compare recorded runs side by side (verdicts, tokens/s, 02's differing cases, 03's cards, "
+                "04's losses overlaid) into compare.html in the first run's folder."),
     "env": "Collect and judge this host's environment (paste the output into a bug report).",
     "infer": "run the same generation on every card, one fresh process per card, and compare",
     "port": ("Rewrite a copy of model code for Ascend (flash_attn -> npu_fusion_attention, .cuda(), "

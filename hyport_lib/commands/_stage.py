@@ -96,11 +96,11 @@ class StageCommand:
             print(scrub_text(line), file=sys.stderr)
         bar = self.bar()
         if bar is None:
-            return self._show(stage.run(plan), args, recording)
+            return self._show(stage.run(plan), args, given, recording)
         return run_showing_partial(lambda: stage.run(plan, on_progress=bar), bar,
-                                   lambda result: self._show(result, args, recording))
+                                   lambda result: self._show(result, args, given, recording))
 
-    def _show(self, result, args: argparse.Namespace, recording: bool) -> int:
+    def _show(self, result, args: argparse.Namespace, given, recording: bool) -> int:
         stage = self.contract
         summary = stage.summarize(result)
         # Scrubbed once, as text: every value whatever type dumps_json wrote it from, in every
@@ -112,7 +112,7 @@ class StageCommand:
         else:
             print(scrub_text(self.text(result)))
         if recording:
-            print(f"result: {stage.record(result)}", file=sys.stderr)
+            print(f"result: {stage.record(result, params=given)}", file=sys.stderr)
         if payload is not None and self.json_file:
             atomic_write_text(args.json, payload)
         return 1 if summary.verdict == "FAIL" else 0

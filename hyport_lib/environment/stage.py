@@ -195,7 +195,9 @@ def result_data(result: EnvironmentReport) -> dict:
     return {"verdict": summarize(result).verdict, **result.to_dict()}
 
 
-def record(result: EnvironmentReport, *, directory: Optional[os.PathLike] = None) -> Path:
-    """Write the environment report as the stage result; returns the file written."""
+def record(result: EnvironmentReport, *, params: Optional[Params] = None,
+           directory: Optional[os.PathLike] = None) -> Path:
+    """Write the environment report as the stage result; returns the file written.
+    ``params``: what it ran with (kept in the record, with every field)."""
     return record_summary(STAGE, summarize(result), data=result_data(result),
-                          provenance=Provenance(device=result.device), directory=directory)
+                          provenance=Provenance(device=result.device), params=params, directory=directory)

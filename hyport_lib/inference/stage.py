@@ -144,7 +144,9 @@ def _headline(result: GridResult) -> dict:
     }
 
 
-def record(result: GridResult, *, directory: Optional[os.PathLike] = None) -> Path:
-    """Write the grid as the stage result; returns the file written."""
+def record(result: GridResult, *, params: Optional[Params] = None,
+           directory: Optional[os.PathLike] = None) -> Path:
+    """Write the grid as the stage result; returns the file written.
+    ``params``: what it ran with (kept in the record, with every field)."""
     return record_summary(STAGE, summarize(result), data=result.to_dict(),
-                          provenance=result.provenance, directory=directory)
+                          provenance=result.provenance, params=params, directory=directory)

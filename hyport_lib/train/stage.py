@@ -122,7 +122,9 @@ def result_data(result: TrainResult) -> dict:
     return {"verdict": summary.verdict, "why": summary.why, **result.to_dict()}
 
 
-def record(result: TrainResult, *, directory: Optional[os.PathLike] = None) -> Path:
-    """Write the stage result (it names the last checkpoint and the final weights for 05)."""
+def record(result: TrainResult, *, params: Optional[Params] = None,
+           directory: Optional[os.PathLike] = None) -> Path:
+    """Write the stage result (it names the last checkpoint and the final weights for 05).
+    ``params``: what it ran with (kept in the record, with every field)."""
     return record_summary(STAGE, summarize(result), data=result_data(result),
-                          provenance=result.provenance, directory=directory)
+                          provenance=result.provenance, params=params, directory=directory)

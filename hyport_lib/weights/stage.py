@@ -137,7 +137,9 @@ def result_data(result: WeightsResult) -> dict:
     return {"verdict": summary.verdict, "why": summary.why, **result.to_dict()}
 
 
-def record(result: WeightsResult, *, directory: Optional[os.PathLike] = None) -> Path:
-    """Write the stage result (labelled CPU: every check here runs on the CPU)."""
+def record(result: WeightsResult, *, params: Optional[Params] = None,
+           directory: Optional[os.PathLike] = None) -> Path:
+    """Write the stage result (labelled CPU: every check here runs on the CPU).
+    ``params``: what it ran with (kept in the record, with every field)."""
     return record_summary(STAGE, summarize(result), data=result_data(result),
-                          provenance=result.provenance, directory=directory)
+                          provenance=result.provenance, params=params, directory=directory)

@@ -275,7 +275,7 @@ def stage_runner(stage: StageContract, *views: Callable[[Any], Any],
             result = run_stoppable(stage.run, plan, on_progress=display)
         for view in views:
             view(result)
-        path = stage.record(result)
+        path = stage.record(result, params=params)
         summary = stage.summarize(result)
         print(f"{summary.verdict}: {summary.summary} -> {path}")
         return result

@@ -1,0 +1,46 @@
+"""``hyport compare RUN OTHER [...]``: recorded runs side by side (verdicts, headline
+figures, tokens/s, 02's differing cases, 03's cards, 04's losses overlaid) as one offline
+page, ``compare.html``, written into the first run's folder (:mod:`hyport_lib.workbook.compare`).
+
+A run is a report run folder (``outputs/<run-id>``), an interactive run kept under
+``outputs/interactive/history/``, or the id (or the start of one) of either.
+Exit status: 0 when the page was written (or the runs listed), 2 for a run not found or a
+bad argument.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from hyport_lib.workbook.compare import compare_runs, list_runs
+from hyport_lib.workbook.compare_show import COMPARE_PAGE, run_lines, write_compare_page
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("runs", nargs="*", metavar="RUN",
+                        help="two runs or more: run folders or run ids (see --list)")
+    parser.add_argument("--stage", action="append", default=None, metavar="NN_name",
+                        help="compare only this stage (repeatable); default every stage recorded")
+    parser.add_argument("--outputs", type=Path, default=None,
+                        help="where run ids are looked up (default: the checkout's outputs/)")
+    parser.add_argument("--out", type=Path, default=None,
+                        help=f"the page to write (default: {COMPARE_PAGE} in the first run's folder)")
+    parser.add_argument("--list", action="store_true", help="list the recorded runs, newest first, and exit")
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.list:
+        for found in list_runs(args.outputs):
+            print(f"{found.id}\t{found.kind}\t{','.join(found.stages)}\t{found.folder}")
+        return 0
+    comparison = compare_runs(args.runs, stages=args.stage, outputs=args.outputs)
+    first = comparison.runs[0]
+    # A report run's page lies beside its index (the run folder); an interactive run's in
+    # its history folder.
+    folder = first.folder.parent if first.kind == "report" and first.folder.name == "results" else first.folder
+    path = write_compare_page(comparison, args.out or folder / COMPARE_PAGE)
+    for line in run_lines(comparison) + comparison.notes:
+        print(line)
+    print(f"compare page: {path}")
+    return 0

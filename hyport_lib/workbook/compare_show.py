@@ -1,0 +1,194 @@
+"""Rendering a :class:`~hyport_lib.workbook.compare.Comparison`: tables with the runs as
+columns, the losses overlaid as a PNG (each run labelled with where its figures came
+from), one offline page for ``hyport compare``, and a run picker in JupyterLab.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+import os
+from pathlib import Path
+from typing import Any, Optional
+
+import pandas as pd
+
+from hyport_lib.display import VERDICT_COLOURS, figure_png
+from hyport_lib.utils.files import atomic_write_text
+from hyport_lib.workbook.compare import MISSING, Comparison, compare_runs, list_runs
+
+#: The page's file name in a run folder.
+COMPARE_PAGE = "compare.html"
+
+
+def overview_table(c: Comparison) -> pd.DataFrame:
+    """Stage by run: ``VERDICT: summary``."""
+    if c.overview.empty:
+        return pd.DataFrame()
+    cells = c.overview.assign(cell=c.overview["verdict"].astype(str) + ": " + c.overview["summary"].astype(str))
+    return cells.pivot(index="stage", columns="run", values="cell").reindex(columns=[r.id for r in c.runs]) \
+        .fillna(MISSING).dropna(axis=1, how="all")
+
+
+def headline_table(c: Comparison) -> pd.DataFrame:
+    """(stage, figure) by run, and whether the runs differ there."""
+    if c.headlines.empty:
+        return pd.DataFrame()
+    values = c.headlines.assign(value=c.headlines["value"].map(_text))
+    wide = values.pivot_table(index=["stage", "key"], columns="run", values="value", aggfunc="first", sort=False)
+    wide = wide.reindex(columns=[r.id for r in c.runs if r.id in wide.columns]).fillna(MISSING)
+    wide["differs"] = wide.nunique(axis=1) > 1
+    return wide
+
+
+def throughput_table(c: Comparison) -> pd.DataFrame:
+    """(stage, measure) by run: tokens/s."""
+    if c.throughput.empty:
+        return pd.DataFrame()
+    wide = c.throughput.pivot_table(index=["stage", "measure"], columns="run", values="tokens_per_s",
+                                    aggfunc="first", dropna=False, sort=False)
+    return wide.reindex(columns=[r.id for r in c.runs if r.id in wide.columns]).round(1)
+
+
+def _text(value: Any) -> str:
+    return MISSING if value is None else str(value)
+
+
+def run_lines(c: Comparison) -> list[str]:
+    """One line per run: id, kind, where its figures came from (per stage when they differ)."""
+    lines = []
+    for run in c.runs:
+        labels = c.overview[c.overview["run"] == run.id]["label"].str.extract(r"\((.*)\)$")[0].dropna().unique()
+        where = "; ".join(labels) or "no record compared"
+        lines.append(f"{run.id} ({run.kind} run, {', '.join(run.stages)}): {where}")
+    return lines
+
+
+def loss_figure(c: Comparison):
+    """The loss per step of every run with stage 04, overlaid; None when no run has one.
+    The legend names each run with its provenance (a CPU or emulated run says so)."""
+    if c.losses.empty:
+        return None
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(8, 4))
+    ax = fig.subplots()
+    for label, points in c.losses.groupby("label", sort=False):
+        ax.plot(points["step"], points["loss"], ".-", label=label, alpha=0.8)
+    ax.set_xlabel("step")
+    ax.set_ylabel("loss")
+    measured = c.losses["label"].unique()
+    not_npu = [label for label in measured if "not an NPU measurement" in label]
+    note = f" ({len(not_npu)} of {len(measured)} not NPU measurements)" if not_npu else ""
+    ax.set_title(f"04_train loss per step, {len(measured)} runs overlaid{note}")
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
+    return fig
+
+
+def loss_png(c: Comparison) -> Optional[bytes]:
+    """:func:`loss_figure` as PNG bytes, or None."""
+    fig = loss_figure(c)
+    if fig is None:
+        return None
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=100, bbox_inches="tight")
+    return buf.getvalue()
+
+
+def _colour_verdicts(value: Any) -> str:
+    word = str(value).split(":", 1)[0].strip().upper()
+    colour = VERDICT_COLOURS.get(word)
+    return f"background-color: {colour}" if colour else ""
+
+
+def _table_html(frame: pd.DataFrame) -> str:
+    if frame.empty:
+        return "<p class='none'>nothing to compare</p>"
+    return frame.style.map(_colour_verdicts).format(na_rep=MISSING, precision=1).to_html()
+
+
+def sections(c: Comparison) -> list[tuple[str, str]]:
+    """(title, HTML) of each part, in reading order; parts with nothing are left out."""
+    parts = [("Runs", "<ul>" + "".join(f"<li>{html.escape(line)}</li>" for line in run_lines(c)) + "</ul>"),
+             ("Verdict of every stage", _table_html(overview_table(c)))]
+    if not c.headlines.empty:
+        parts.append(("Headline figures (differs: not the same in every run)", _table_html(headline_table(c))))
+    if not c.throughput.empty:
+        parts.append(("Tokens/s side by side", _table_html(throughput_table(c))))
+    if "02_attention" in c.stages:
+        parts.append(("02 attention: cases whose verdict differs", _table_html(c.attention)))
+    if not c.cards.empty:
+        parts.append(("03 inference: cards side by side (agrees: with its run's reference answer)",
+                      _table_html(c.cards.set_index("card"))))
+    if c.notes:
+        parts.append(("Notes", "<ul>" + "".join(f"<li>{html.escape(n)}</li>" for n in c.notes) + "</ul>"))
+    return parts
+
+
+def comparison_html(c: Comparison) -> str:
+    """One offline page (no script, the figure inline): what ``hyport compare`` writes."""
+    png = loss_png(c)
+    body = "".join(f"<h2>{html.escape(title)}</h2>{part}" for title, part in sections(c))
+    if png is not None:
+        body += ("<h2>04 train: loss per step overlaid</h2><img alt='loss per step of each run' src="
+                 f"'data:image/png;base64,{base64.b64encode(png).decode()}'>")
+    title = html.escape("hyport compare: " + " vs ".join(r.id for r in c.runs))
+    style = ("body{font-family:sans-serif;margin:1.5em;max-width:80em}table{border-collapse:collapse;font-size:90%}"
+             "td,th{border:1px solid #ccc;padding:2px 6px;vertical-align:top}"
+             "div.wrap{overflow-x:auto}img{max-width:100%}")
+    # Wide tables scroll inside their own box, not the page.
+    body = body.replace("<table", "<div class=wrap><table").replace("</table>", "</table></div>")
+    return (f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{title}</title><style>{style}</style>"
+            f"</head><body><h1>{title}</h1>{body}</body></html>")
+
+
+def write_compare_page(c: Comparison, path: os.PathLike) -> Path:
+    """Write :func:`comparison_html` atomically to ``path``; its path."""
+    return atomic_write_text(path, comparison_html(c))
+
+
+def show_comparison(c: Comparison) -> None:
+    """In a notebook: the tables, then the overlaid loss."""
+    from IPython.display import HTML, display
+
+    display(HTML("".join(f"<h4>{html.escape(title)}</h4><div style='overflow-x:auto'>{part}</div>"
+                         for title, part in sections(c))))
+    fig = loss_figure(c)
+    if fig is not None:
+        display(figure_png(fig))
+
+
+def show_compare(*refs: Any, stages=None, outputs: Optional[os.PathLike] = None) -> Comparison:
+    """Compare runs (ids or folders) and show it; the :class:`Comparison`."""
+    c = compare_runs(refs, stages=stages, outputs=Path(outputs) if outputs else None)
+    show_comparison(c)
+    return c
+
+
+def run_picker(outputs: Optional[os.PathLike] = None):
+    """Two run pickers and a Compare button (ipywidgets); the widget to display."""
+    import ipywidgets as widgets
+
+    runs = list_runs(Path(outputs) if outputs else None)
+    options = [(f"{r.id} ({r.kind}: {', '.join(r.stages)})", r.id) for r in runs]
+    first = widgets.Dropdown(options=options, description="run", layout={"width": "46em"})
+    second = widgets.Dropdown(options=options, description="with", layout={"width": "46em"},
+                              value=options[1][1] if len(options) > 1 else None)
+    button = widgets.Button(description="Compare", button_style="primary")
+    # The one-line error in a widget of its own: it shows whatever the Output area captures.
+    note = widgets.HTML("" if len(runs) > 1 else "<i>fewer than two recorded runs: run a stage twice</i>")
+    out = widgets.Output()
+
+    def compare(_=None) -> None:
+        out.clear_output()
+        note.value = ""
+        with out:
+            try:
+                show_compare(first.value, second.value, outputs=outputs)
+            except ValueError as exc:
+                note.value = f"<span style='color:#b00020'>{html.escape(str(exc))}</span>"
+
+    button.on_click(compare)
+    return widgets.VBox([first, second, button, note, out])

@@ -1,0 +1,61 @@
+"""Every interactive record kept under ``history/<run-id>/`` with its parameters, the
+latest still where stage 05 and the show modules read it; a report run keeps its own."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from hyport_lib.results import (HISTORY_DIR, RESULTS_DIR_ENV, RUN_DIR_ENV, StageSummary, history_dir,
+                                load_result, read_result, record_summary)
+from hyport_lib.train.params import Params as TrainParams
+
+
+@pytest.fixture
+def interactive(tmp_path, monkeypatch):
+    """An interactive session: the results folder of a checkout, no report run."""
+    results = tmp_path / "interactive" / "results"
+    monkeypatch.setenv(RESULTS_DIR_ENV, str(results))
+    monkeypatch.delenv(RUN_DIR_ENV, raising=False)
+    return results
+
+
+def test_each_interactive_run_is_kept_with_its_effective_parameters(interactive):
+    first = record_summary("04_train", StageSummary("PASS", "20 steps"), params=TrainParams(max_steps=20))
+    second = record_summary("04_train", StageSummary("FAIL", "NaN at step 3"), params=TrainParams(max_steps=3))
+    assert first == second == interactive / "04_train.json"  # the latest stays where 05 reads it
+    latest = read_result(second)
+    assert latest["verdict"] == "FAIL" and latest["params"]["max_steps"] == 3
+    # every field, not only the one changed: the run can be told apart later
+    assert set(latest["params"]) == set(TrainParams().to_dict()) and "model_path" in latest["params"]
+
+    runs = sorted(history_dir().iterdir())
+    assert history_dir() == interactive.parent / HISTORY_DIR and len(runs) == 2
+    kept = [read_result(run / "04_train.json") for run in runs]
+    assert {k["run_id"] for k in kept} == {run.name for run in runs}
+    assert [k["params"]["max_steps"] for k in sorted(kept, key=lambda k: k["verdict"])] == [3, 20]
+    assert kept[[k["run_id"] for k in kept].index(latest["run_id"])] == latest  # the latest is one of them
+    assert all("04_train" in run.name for run in runs)
+
+
+def test_a_report_run_keeps_its_own_results_and_no_history(interactive, tmp_path, monkeypatch):
+    run = tmp_path / "20250101-run"
+    monkeypatch.setenv(RUN_DIR_ENV, str(run))
+    monkeypatch.setenv(RESULTS_DIR_ENV, str(run / "results"))
+    path = record_summary("03_inference", StageSummary("PASS", "2 cards agree"))
+    assert path == run / "results" / "03_inference.json"
+    assert read_result(path)["run_id"] == "" and not (run / HISTORY_DIR).exists()
+    assert not (interactive.parent / HISTORY_DIR).exists()
+
+
+def test_a_record_into_a_chosen_folder_is_not_kept_twice(interactive, tmp_path):
+    path = record_summary("02_attention", StageSummary("WARN", "1 case"), directory=tmp_path / "mine")
+    assert path.is_file() and not history_dir().exists()
+
+
+def test_an_older_record_without_parameters_still_loads(tmp_path):
+    old = tmp_path / "01_environment.json"
+    old.write_text(json.dumps({"stage": "01_environment", "verdict": "PASS", "summary": "ok"}))
+    result = load_result(old)
+    assert result.params == {} and result.run_id == ""

@@ -1,0 +1,184 @@
+"""Comparing recorded runs: records written by the real writers (the stages' ``record`` and
+:func:`hyport_lib.results.record_summary`), into the interactive history and into report
+run folders, read back side by side."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from hyport_lib.inference import stage as inference_stage
+from hyport_lib.inference.params import Params as InferenceParams
+from hyport_lib.inference.table import COLUMNS, GridResult
+from hyport_lib.results import (RESULTS_DIR_ENV, RUN_DIR_ENV, Provenance, StageSummary, history_dir, read_result,
+                                record_summary)
+from hyport_lib.train import stage as train_stage
+from hyport_lib.train.metrics import summarize_metrics
+from hyport_lib.train.params import Params as TrainParams
+from hyport_lib.train.result import TrainResult
+from hyport_lib.commands import main
+from hyport_lib.workbook.compare import MISSING, compare_runs, find_run, list_runs
+from hyport_lib.workbook.compare_show import COMPARE_PAGE, loss_figure, run_picker
+
+CPU = Provenance(device="cpu")
+NPU = Provenance(device="npu")
+
+
+def _train(losses, provenance, tokens_s):
+    metrics = [{"step": i + 1, "loss": loss, "step_s": 0.5, "tokens": 1000, "real_tokens": 800}
+               for i, loss in enumerate(losses)]
+    summary = summarize_metrics(metrics, warmup_steps=0)
+    summary.tokens_per_s_per_card = tokens_s
+    return TrainResult("ok", 0, 3.0, {"world_size": 1}, metrics, summary, provenance=provenance)
+
+
+def _grid(statuses, hashes, tokens_s, provenance, tmp_path):
+    rows = [{**{c: None for c in COLUMNS}, "card": card, "device": f"{provenance.device}:{card}",
+             "status": status, "output_hash": digest, "tokens_per_s": tokens_s, "decode_tokens_per_s": tokens_s * 2}
+            for card, (status, digest) in enumerate(zip(statuses, hashes))]
+    frame = pd.DataFrame(rows, columns=COLUMNS)
+    return GridResult(frame, len(set(hashes)) == 1, [], tmp_path, 1.0, provenance)
+
+
+def _attention(verdicts, provenance, **where):
+    rows = [{"case": f"case{i}", "layout": "BSND", "dtype": "float32", "mask": "causal", "backend": "npu",
+             "verdict": v} for i, v in enumerate(verdicts)]
+    return record_summary("02_attention", StageSummary("WARN" if "WARN" in verdicts else "PASS", "cases"),
+                          data={"rows": rows}, provenance=provenance, **where)
+
+
+@pytest.fixture
+def outputs(tmp_path, monkeypatch):
+    """``outputs/`` with an interactive CPU run of 04 (and one of 02), and a report run
+    folder on the NPU with 02, 03 and 04."""
+    root = tmp_path / "outputs"
+    monkeypatch.setenv(RESULTS_DIR_ENV, str(root / "interactive" / "results"))
+    monkeypatch.delenv(RUN_DIR_ENV, raising=False)
+    train_stage.record(_train([2.0, 1.5, 1.2], CPU, 50.0), params=TrainParams(max_steps=3))
+    _attention(["PASS", "PASS", "FAIL"], CPU)
+    report = root / "20990101-000000-npu" / "results"
+    train_stage.record(_train([2.0, 1.4, 1.0, 0.9], NPU, 900.0), directory=report)
+    _attention(["PASS", "WARN"], NPU, directory=report)
+    inference_stage.record(_grid(["ok", "ok"], ["aa", "bb"], 30.0, NPU, tmp_path), directory=report,
+                           params=InferenceParams())
+    return root
+
+
+def test_runs_are_listed_from_the_history_and_the_report_folders(outputs):
+    runs = list_runs(outputs)
+    assert [r.kind for r in runs] == ["report", "interactive", "interactive"]  # newest first
+    assert runs[0].id == "20990101-000000-npu" and runs[0].stages == ("02_attention", "03_inference", "04_train")
+    assert {r.stages for r in runs[1:]} == {("02_attention",), ("04_train",)}
+    assert all(r.folder.parent == history_dir() for r in runs[1:])
+    # by id, by the start of one, by folder (the run, its results, a history folder)
+    assert find_run("20990101", outputs) == runs[0]
+    assert find_run(outputs / "20990101-000000-npu", outputs).folder == runs[0].folder
+    assert find_run(runs[0].folder).id == runs[0].id
+    assert find_run(runs[1].folder) == runs[1]
+
+
+def test_a_run_that_is_not_there_is_named_with_the_runs_there_are(outputs, tmp_path):
+    with pytest.raises(ValueError, match=r"run 'nope': no such run folder or run id under .*runs: 20990101-000000-npu"):
+        find_run("nope", outputs)
+    with pytest.raises(ValueError, match="matches several runs"):
+        find_run("2", outputs)  # every id starts with its year
+    with pytest.raises(ValueError, match="holds no stage result"):
+        find_run(tmp_path)
+    with pytest.raises(ValueError, match="name two runs"):
+        compare_runs(["20990101"], outputs=outputs)
+
+
+def _cpu_train(outputs):
+    return next(r for r in list_runs(outputs) if r.kind == "interactive" and "04_train" in r.stages)
+
+
+def test_loss_curves_overlaid_and_tokens_side_by_side_with_their_provenance(outputs):
+    cpu = _cpu_train(outputs)
+    c = compare_runs([cpu.id, "20990101-000000-npu"], stages=["04_train"], outputs=outputs)
+    assert c.stages == ["04_train"] and c.notes == []
+    by_run = c.losses.groupby("run")["loss"].apply(list).to_dict()
+    assert by_run == {cpu.id: [2.0, 1.5, 1.2], "20990101-000000-npu": [2.0, 1.4, 1.0, 0.9]}
+    labels = dict(zip(c.losses["run"], c.losses["label"]))
+    assert "CPU (not an NPU measurement)" in labels[cpu.id] and labels["20990101-000000-npu"].endswith("(NPU)")
+    per_card = c.throughput[c.throughput["measure"] == "tokens/s per card"]
+    assert dict(zip(per_card["run"], per_card["tokens_per_s"])) == {cpu.id: 50.0, "20990101-000000-npu": 900.0}
+    verdicts = c.overview.set_index("run")["verdict"].to_dict()
+    assert verdicts == {r.id: read_result(r.folder / "04_train.json")["verdict"] for r in c.runs}
+    steps = c.headlines[c.headlines["key"] == "steps"].set_index("run")["value"].to_dict()
+    assert steps == {cpu.id: 3, "20990101-000000-npu": 4}
+
+
+def test_attention_cases_whose_verdict_differs_and_the_cards_side_by_side(outputs):
+    cpu_attention = next(r for r in list_runs(outputs) if r.stages == ("02_attention",))
+    c = compare_runs([cpu_attention, "20990101"], outputs=outputs)
+    # case0 PASS in both: not listed; case1 PASS vs WARN; case2 only in the CPU run
+    diff = c.attention.set_index("case")
+    assert list(diff.index) == ["case1", "case2"]
+    assert diff.loc["case1", cpu_attention.id] == "PASS" and diff.loc["case1", "20990101-000000-npu"] == "WARN"
+    assert diff.loc["case2", "20990101-000000-npu"] == MISSING
+    # the stages only one run has are said, and still shown for the run that has them
+    assert f"run {cpu_attention.id} has no 03_inference result" in c.notes
+    cards = c.cards.set_index("card")
+    assert list(cards.index) == [0, 1] and cards.loc[0, "20990101-000000-npu status"] == "ok"
+    assert not any(col.startswith(cpu_attention.id) for col in cards.columns)
+    # two cards, two answers: card 0 holds the reference (tie: the lowest card), card 1 differs
+    assert cards["20990101-000000-npu agrees"].tolist() == [True, False]
+    assert cards["same output"].tolist() == [None, None]  # one run has cards: nothing to compare across runs
+
+
+def test_the_same_card_answering_alike_in_two_runs_is_said(outputs, tmp_path):
+    other = outputs / "20990102-000000-npu" / "results"
+    inference_stage.record(_grid(["ok", "failed"], ["aa", None], 31.0, NPU, tmp_path), directory=other)
+    cards = compare_runs(["20990101", "20990102"], outputs=outputs).cards.set_index("card")
+    assert cards["same output"].tolist() == [True, False]
+    assert cards["20990102-000000-npu status"].tolist() == ["ok", "failed"]
+    assert cards["20990102-000000-npu tokens/s"].tolist()[0] == 31.0
+
+
+def test_an_unreadable_record_is_a_note_not_a_traceback(outputs):
+    report = Path(outputs / "20990101-000000-npu" / "results" / "03_inference.json")
+    report.write_text("{half")
+    c = compare_runs([_cpu_train(outputs), "20990101"], outputs=outputs)
+    assert any("03_inference.json is not a result" in n for n in c.notes)
+    assert c.cards.empty
+
+
+# ------------------------------------------------------------------ front ends
+def test_the_compare_command_writes_one_offline_page_into_the_run_folder(outputs, capsys):
+    cpu = _cpu_train(outputs)
+    assert main(["compare", str(outputs / "20990101-000000-npu"), cpu.id, "--outputs", str(outputs)]) == 0
+    page = outputs / "20990101-000000-npu" / COMPARE_PAGE
+    text = page.read_text()
+    assert "<script" not in text and "http" not in text.replace("http-equiv", "")  # offline, static
+    assert f"{cpu.id} (interactive run, 04_train): CPU (not an NPU measurement)" in text
+    assert "20990101-000000-npu (report run, 02_attention, 03_inference, 04_train): NPU<" in text
+    assert text.count("data:image/png;base64,") == 1  # the overlaid loss
+    assert "Tokens/s side by side" in text and "900.0" in text
+    assert f"compare page: {page}" in capsys.readouterr().out
+    assert not list(page.parent.glob("*.tmp*"))
+
+
+def test_the_compare_command_lists_runs_and_names_a_missing_one(outputs, capsys):
+    assert main(["compare", "--list", "--outputs", str(outputs)]) == 0
+    listed = capsys.readouterr().out.splitlines()
+    assert [line.split("\t")[1] for line in listed] == ["report", "interactive", "interactive"]
+    assert main(["compare", "20990101", "nope", "--outputs", str(outputs)]) == 2
+    assert "run 'nope': no such run folder or run id" in capsys.readouterr().err
+
+
+def test_the_loss_figure_names_every_run_with_its_provenance(outputs):
+    fig = loss_figure(compare_runs([_cpu_train(outputs), "20990101"], stages=["04_train"], outputs=outputs))
+    legend = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    assert len(legend) == 2 and any("CPU (not an NPU measurement)" in t for t in legend)
+    assert "1 of 2 not NPU measurements" in fig.axes[0].get_title()
+
+
+def test_the_run_picker_offers_the_runs_and_shows_a_bad_pair_as_one_line(outputs):
+    picker = run_picker(outputs)
+    first, second, button = picker.children[:3]
+    assert [value for _, value in first.options] == [r.id for r in list_runs(outputs)]
+    second.value = first.value  # the same run twice
+    button.click()
+    assert "the same run twice" in picker.children[3].value
