@@ -177,8 +177,8 @@ def test_the_runner_plans_runs_shows_records_and_says_the_verdict(capsys):
             return "result"
 
         @staticmethod
-        def record(result):
-            calls.append(("record", result))
+        def record(result, *, params=None):
+            calls.append(("record", result, params.steps))
             return "/results/99_demo.json"
 
         @staticmethod
@@ -188,6 +188,6 @@ def test_the_runner_plans_runs_shows_records_and_says_the_verdict(capsys):
     shown = []
     run = stage_runner(Stage, shown.append, progress=lambda p: shown.append, stop=False)
     assert run(Demo(steps=3)) == "result"
-    assert calls == [("plan", 3), ("run", "plan"), ("record", "result")]
+    assert calls == [("plan", 3), ("run", "plan"), ("record", "result", 3)]  # recorded with its params
     assert shown[0].running is False and shown[1] == "result"  # the progress display, then the view
     assert capsys.readouterr().out.strip() == "PASS: all good -> /results/99_demo.json"
