@@ -270,7 +270,7 @@ def _run_form(page, lab: Lab, form, stage: str) -> dict:
     return _recorded(lab, stage, started)
 
 
-def test_01_environment_runs_and_reprobe_is_live(lab):
+def test_01_environment_runs_and_reprobe_is_live(lab, tmp_path):
     path = copy_notebook(NOTEBOOKS / "01_environment.ipynb", lab.root, {"device": "cpu"})
     started = time.time()
     with notebook_page(lab) as (page, network):
@@ -315,6 +315,9 @@ def test_01_environment_runs_and_reprobe_is_live(lab):
         # the stage without the HCCL port check
         form = _form(page)
         _refused_under_field(page, form, EnvironmentParams, "num_cards", "0")
+        # README picture: the form, its bad value refused under the field
+        shot = save_readme_picture(form.screenshot(), readme_picture_path(tmp_path, "jupyterlab_form.png"))
+        assert shot.exists()
         _set_field(form, "num_cards", "None")
         _set_field(form, "check_ports", False)
         again = _run_form(page, lab, form, "01_environment")
@@ -522,7 +525,7 @@ def _hide_left_sidebar(page) -> None:
 STOP_STEPS = 5000
 
 
-def test_04_stop_button_ends_the_run_and_records_interrupted(lab):
+def test_04_stop_button_ends_the_run_and_records_interrupted(lab, tmp_path):
     import psutil
 
     out = lab.scratch / "train-stop"
@@ -541,6 +544,10 @@ def test_04_stop_button_ends_the_run_and_records_interrupted(lab):
             page.wait_for_function(
                 r"""() => (window.__hyportLive || []).some(s => /step ([2-9]|\d\d+)\/\d+/.test(s.line))""",
                 timeout=FORM_RUN_S * 1000)
+            # README picture: a live run with its Stop button (the heading above it too)
+            _hide_left_sidebar(page)
+            cell.evaluate("el => el.scrollIntoView({block: 'start'})")
+            save_readme_picture(cell.screenshot(), readme_picture_path(tmp_path, "jupyterlab_04_stop.png"))
             cell.locator("button.hyport-stop").click()
 
         _, saved = _run_all(page, lab, path, during=press_stop_after_two_steps)
@@ -559,5 +566,22 @@ def test_04_stop_button_ends_the_run_and_records_interrupted(lab):
         # process of the run is left
         assert saved_errors(saved) == []
         assert not [p for p in psutil.process_iter(["cmdline"]) if str(out) in " ".join(p.info["cmdline"] or [])]
+
+        # the compare view: the stopped run against the first 04 run of this module (every
+        # interactive run is kept), losses overlaid, each run saying where its figures came from
+        picker = page.locator(".widget-vbox:has(button:has-text('Compare'))").last
+        picker.scroll_into_view_if_needed()
+        selects = picker.locator("select")
+        runs = [o.get_attribute("value") for o in selects.first.locator("option").all()]
+        trains = [r for r in runs if "-04_train-" in r]
+        assert len(trains) >= 2, runs
+        selects.nth(0).select_option(trains[0])  # the newest: this stopped run
+        selects.nth(1).select_option(trains[-1])  # the first: 60 steps, finished
+        picker.locator("button", has_text="Compare").click()
+        picker.locator(".widget-output img").first.wait_for(state="visible", timeout=PICK_S * 1000)
+        shown = picker.locator(".widget-output").inner_text()
+        assert trains[0] in shown and trains[-1] in shown and "CPU" in shown, shown[:2000]
+        assert "INTERRUPTED" in shown and "PASS" in shown
+        save_readme_picture(picker.screenshot(), readme_picture_path(tmp_path, "jupyterlab_compare.png"))
         _assert_stayed_local(network)
 

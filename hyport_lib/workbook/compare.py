@@ -67,10 +67,12 @@ def _stages_in(folder: Path) -> tuple[str, ...]:
 
 def list_runs(outputs: Optional[Path] = None) -> list[Run]:
     """Every run under ``outputs`` (default :func:`default_outputs`): the interactive
-    history and each report run folder, newest first (the ids begin with their time)."""
+    history and each report run folder, newest first (the ids begin with their time). By
+    default the history is where this session records (:func:`history_dir`, which
+    ``HYPORT_RESULTS_DIR`` may have moved out of ``outputs/``)."""
+    history = Path(outputs) / _INTERACTIVE / HISTORY_DIR if outputs else history_dir()
     outputs = Path(outputs) if outputs else default_outputs()
     runs = []
-    history = outputs / _INTERACTIVE / HISTORY_DIR
     for folder in sorted(history.iterdir()) if history.is_dir() else ():
         if stages := _stages_in(folder):
             runs.append(Run(folder.name, "interactive", folder, stages))

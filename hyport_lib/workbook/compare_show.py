@@ -15,6 +15,7 @@ from typing import Any, Optional
 import pandas as pd
 
 from hyport_lib.display import VERDICT_COLOURS, figure_png
+from hyport_lib.results import RUN_DIR_ENV
 from hyport_lib.utils.files import atomic_write_text
 from hyport_lib.workbook.compare import MISSING, Comparison, compare_runs, list_runs
 
@@ -192,3 +193,16 @@ def run_picker(outputs: Optional[os.PathLike] = None):
 
     button.on_click(compare)
     return widgets.VBox([first, second, button, note, out])
+
+
+def show_run_picker(outputs: Optional[os.PathLike] = None):
+    """Display :func:`run_picker` in JupyterLab and return it; under ``hyport report``
+    (headless, its run folder set) show nothing and return None (``hyport compare`` writes
+    the same view as a page)."""
+    if os.environ.get(RUN_DIR_ENV):
+        return None
+    from IPython.display import display
+
+    picker = run_picker(outputs)
+    display(picker)
+    return picker
