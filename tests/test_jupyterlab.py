@@ -466,7 +466,7 @@ def test_04_train_live_plot_and_progress_line(lab, tmp_path):
         # the progress line rendered and ended at N/N, finished
         lines = [s["line"] for s in history if s["line"]]
         assert any(line.endswith("(running)") for line in lines), lines
-        final = cell.locator(".jp-OutputArea-output code").inner_text()
+        final = cell.locator(".jp-OutputArea-output code").text_content()  # laid out or not
         assert final == lines[-1]
         match = re.search(r"step (\d+)/(\d+)\s.*\(finished\)$", final)
         assert match and match.groups() == (str(TRAIN_STEPS), str(TRAIN_STEPS)), final
@@ -559,7 +559,7 @@ def test_04_stop_button_ends_the_run_and_records_interrupted(lab, tmp_path):
         # the line said what the run did from its first seconds, and how it ended
         lines = [s["line"] for s in page.evaluate("window.__hyportLive") if s["line"]]
         assert lines[0].startswith("starting torchrun: 2 rank(s) (cpu)"), lines[:3]
-        final = cell.locator(".jp-OutputArea-output code").inner_text()
+        final = cell.locator(".jp-OutputArea-output code").text_content()  # laid out or not
         assert f"interrupted after step {steps[-1]}" in final, final
         assert cell.locator("button.hyport-stop").is_disabled()
         # no traceback anywhere, the cells after it ran (the record is theirs), and no
@@ -572,11 +572,13 @@ def test_04_stop_button_ends_the_run_and_records_interrupted(lab, tmp_path):
         picker = page.locator(".widget-vbox:has(button:has-text('Compare'))").last
         picker.scroll_into_view_if_needed()
         selects = picker.locator("select")
-        runs = [o.get_attribute("value") for o in selects.first.locator("option").all()]
+        # an option reads "<run id> (<kind>: <stages>)"
+        runs = [o.get_attribute("value").split(" ")[0] for o in selects.first.locator("option").all()]
         trains = [r for r in runs if "-04_train-" in r]
         assert len(trains) >= 2, runs
-        selects.nth(0).select_option(trains[0])  # the newest: this stopped run
-        selects.nth(1).select_option(trains[-1])  # the first: 60 steps, finished
+        options = [o.get_attribute("value") for o in selects.first.locator("option").all()]
+        selects.nth(0).select_option(options[runs.index(trains[0])])  # the newest: this stopped run
+        selects.nth(1).select_option(options[runs.index(trains[-1])])  # the first: 60 steps, finished
         picker.locator("button", has_text="Compare").click()
         picker.locator(".widget-output img").first.wait_for(state="visible", timeout=PICK_S * 1000)
         shown = picker.locator(".widget-output").inner_text()
