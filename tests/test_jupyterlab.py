@@ -584,6 +584,7 @@ def test_04_stop_button_ends_the_run_and_records_interrupted(lab, tmp_path):
         shown = picker.locator(".widget-output").inner_text()
         assert trains[0] in shown and trains[-1] in shown and "CPU" in shown, shown[:2000]
         assert "INTERRUPTED" in shown and "PASS" in shown
-        save_readme_picture(picker.screenshot(), readme_picture_path(tmp_path, "jupyterlab_compare.png"))
+        picker.evaluate("el => el.scrollIntoView({block: 'start'})")  # the pickers, verdicts, losses
+        save_readme_picture(page.screenshot(), readme_picture_path(tmp_path, "jupyterlab_compare.png"))
         _assert_stayed_local(network)
 

@@ -14,7 +14,7 @@ from typing import Any, Optional
 
 import pandas as pd
 
-from hyport_lib.display import VERDICT_COLOURS, figure_png
+from hyport_lib.display import VERDICT_COLOURS
 from hyport_lib.results import RUN_DIR_ENV
 from hyport_lib.utils.files import atomic_write_text
 from hyport_lib.workbook.compare import MISSING, Comparison, compare_runs, list_runs
@@ -114,6 +114,10 @@ def sections(c: Comparison) -> list[tuple[str, str]]:
     """(title, HTML) of each part, in reading order; parts with nothing are left out."""
     parts = [("Runs", "<ul>" + "".join(f"<li>{html.escape(line)}</li>" for line in run_lines(c)) + "</ul>"),
              ("Verdict of every stage", _table_html(overview_table(c)))]
+    png = loss_png(c)
+    if png is not None:  # the first thing to look at when two trainings differ
+        parts.append(("04 train: loss per step overlaid", "<img alt='loss per step of each run' src="
+                      f"'data:image/png;base64,{base64.b64encode(png).decode()}'>"))
     if not c.headlines.empty:
         parts.append(("Headline figures (differs: not the same in every run)", _table_html(headline_table(c))))
     if not c.throughput.empty:
@@ -130,11 +134,7 @@ def sections(c: Comparison) -> list[tuple[str, str]]:
 
 def comparison_html(c: Comparison) -> str:
     """One offline page (no script, the figure inline): what ``hyport compare`` writes."""
-    png = loss_png(c)
     body = "".join(f"<h2>{html.escape(title)}</h2>{part}" for title, part in sections(c))
-    if png is not None:
-        body += ("<h2>04 train: loss per step overlaid</h2><img alt='loss per step of each run' src="
-                 f"'data:image/png;base64,{base64.b64encode(png).decode()}'>")
     title = html.escape("hyport compare: " + " vs ".join(r.id for r in c.runs))
     style = ("body{font-family:sans-serif;margin:1.5em;max-width:80em}table{border-collapse:collapse;font-size:90%}"
              "td,th{border:1px solid #ccc;padding:2px 6px;vertical-align:top}"
@@ -151,14 +151,11 @@ def write_compare_page(c: Comparison, path: os.PathLike) -> Path:
 
 
 def show_comparison(c: Comparison) -> None:
-    """In a notebook: the tables, then the overlaid loss."""
+    """In a notebook: the same parts as the page (the overlaid loss after the verdicts)."""
     from IPython.display import HTML, display
 
     display(HTML("".join(f"<h4>{html.escape(title)}</h4><div style='overflow-x:auto'>{part}</div>"
                          for title, part in sections(c))))
-    fig = loss_figure(c)
-    if fig is not None:
-        display(figure_png(fig))
 
 
 def show_compare(*refs: Any, stages=None, outputs: Optional[os.PathLike] = None) -> Comparison:

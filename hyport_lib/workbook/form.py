@@ -110,7 +110,7 @@ def _control(f: Field, value: Any):
             options.append((repr(value), value))  # kept as given, for the check to name it
         return widgets.Dropdown(options=options, value=value, **common)
     if f.kind == "bool" and not f.optional:
-        return widgets.Checkbox(value=bool(value), indent=False, **common)
+        return widgets.Checkbox(value=bool(value), **common)
     if f.kind in ("int", "float") and not f.optional and spec.min is not None and spec.max is not None:
         box = widgets.BoundedIntText if f.kind == "int" else widgets.BoundedFloatText
         return box(value=value, min=spec.min, max=spec.max, **common)
