@@ -19,7 +19,8 @@ index are written at the start (every stage ``PENDING``) and whenever a stage st
 ends, so any end of the run leaves a true picture (a SIGKILL leaves ``RUNNING``, which the
 next run marks ``INTERRUPTED``). A failed stage keeps its files and the next stages run.
 A stop signal marks the stage ``INTERRUPTED`` and writes the files, which a second signal
-does not cut short.
+does not cut short. Whatever ends the run, the folder is left with neither ``.partial/``
+nor ``.runner.lock`` (:func:`~hyport_lib.report.cleanup.release_run_folder`).
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ import sys
 from pathlib import Path
 from typing import Callable, Iterable, Optional
 
-from hyport_lib.report.cleanup import clean_runs, hold_run_lock, process_start_time
+from hyport_lib.report.cleanup import clean_runs, hold_run_lock, process_start_time, release_run_folder
 from hyport_lib.report.params import check_before_running, resolve_parameters, safe_parameters
 from hyport_lib.report.profiles import load_profile, resolve_profile
 from hyport_lib.report.run import (
@@ -113,7 +114,8 @@ def run_report(*, profile: Optional[str] = None, overrides: Optional[dict] = Non
                            kernel_name=kernel_name, show_inputs=show_inputs,
                            progress_bar=progress_bar)
     finally:
-        lock.close()
+        with shielded():
+            release_run_folder(run_dir, lock)
 
 
 def _run_stages(run: ReportRun, stages, params, say, **stage_options) -> ReportRun:
