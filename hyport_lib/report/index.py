@@ -23,8 +23,9 @@ _CSS = """
 body{font-family:system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:2em auto;max-width:1200px;
 color:#222;padding:0 1em}
 h1{margin-bottom:.2em} .sub{color:#666;margin-top:0}
-table{border-collapse:collapse;margin:1em 0;width:100%} th,td{border:1px solid #ccc;padding:.35em .6em;
-text-align:left;vertical-align:top;font-size:.92em} th{background:#f3f3f3}
+table.hy{border-collapse:collapse;margin:1em 0;width:100%} table.hy th,table.hy td{border:1px solid #ccc;
+padding:.35em .6em;text-align:left;vertical-align:top;font-size:.92em;overflow-wrap:break-word}
+table.hy th{background:#f3f3f3} table.hy code{word-break:break-all}
 .verdict{font-weight:bold;text-align:center} .err{color:#b00020;font-family:monospace;white-space:pre-wrap}
 .prov{color:#555;font-size:.85em} code{background:#f5f5f5;padding:0 .2em}
 .summary span{display:inline-block;margin-right:1em;padding:.2em .6em;border-radius:4px}
@@ -132,13 +133,13 @@ def render_index(run: ReportRun, views: Optional[list[StageView]] = None) -> str
 as such in the <i>source</i> column and are not NPU measurements.</p>
 {_glance(views)}
 <h2>Stages</h2>
-<table id="stages"><thead><tr><th>stage</th><th>verdict</th><th>summary</th><th>duration</th>
+<table class="hy" id="stages"><thead><tr><th>stage</th><th>verdict</th><th>summary</th><th>duration</th>
 <th>headline figures</th><th>source</th><th>details</th></tr></thead>
 <tbody>{''.join(rows)}</tbody></table>
 <h2>Parameters</h2>{unused}
-<table id="parameters"><tbody>{params or '<tr><td>(none)</td></tr>'}</tbody></table>
+<table class="hy" id="parameters"><tbody>{params or '<tr><td>(none)</td></tr>'}</tbody></table>
 <h2>Versions</h2>
-<table id="versions"><tbody>{versions}</tbody></table>
+<table class="hy" id="versions"><tbody>{versions}</tbody></table>
 </body></html>
 """
 
