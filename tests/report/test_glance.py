@@ -140,6 +140,33 @@ def test_the_bundle_inlines_every_stage_page_with_its_own_anchors(tmp_path):
     assert "@media print" in text and "break-before:page" in text
 
 
+def test_the_parameters_are_every_stages_effective_values_with_paths_in_the_run(tmp_path):
+    """Not only the overrides: each stage's every parameter, where it came from, the stages
+    that ran with it; a path under the run folder relative to it; the profile by its name."""
+    from hyport_lib.report.profiles import default_profiles_dir
+
+    run = _run(tmp_path, {"03_inference": "PASS", "04_train": "PASS"})
+    run.profile = str(default_profiles_dir() / "default.yaml")
+    run.parameter_sources = {"device": "profile", "max_steps": "-p"}
+    run.stages[0].parameters = {"device": "cpu", "model_path": "tiny", "attn_implementation": "auto"}
+    run.stages[1].parameters = {"device": "cpu", "model_path": "tiny", "attn_implementation": "eager",
+                                "max_steps": 7, "output_dir": str(tmp_path / "train" / "smoke")}
+    index = render_index(run)
+    table = index[index.index('id="parameters"'):]
+    rows = re.findall(r"<tr( class=\"given\")?><td><code>([^<]*)</code></td><td><code>([^<]*)</code></td>"
+                      r"<td>([^<]*)</td><td>([^<]*)</td></tr>", table)
+    assert ("", "model_path", "&quot;tiny&quot;", "default", "03_inference, 04_train") in rows
+    assert (' class="given"', "device", "&quot;cpu&quot;", "profile", "03_inference, 04_train") in rows
+    assert (' class="given"', "max_steps", "7", "-p", "04_train") in rows
+    assert ("", "attn_implementation", "&quot;auto&quot;", "default", "03_inference") in rows
+    assert ("", "attn_implementation", "&quot;eager&quot;", "default", "04_train") in rows
+    assert ("", "output_dir", "&quot;&lt;run&gt;/train/smoke&quot;", "default", "04_train") in rows
+    assert str(tmp_path) not in index
+    assert "· profile default</p>" in index
+    run.profile = "/somewhere/private/mine.yaml"
+    assert "· profile …/mine.yaml</p>" in render_index(run) and "/somewhere" not in render_index(run)
+
+
 def test_the_zip_leaves_out_the_lock_partial_notebooks_and_temporary_files(tmp_path):
     run_dir = tmp_path / "20300101-000000-abcdef"
     for name in ("index.html", "results/01.json", ".runner.lock", ".partial/01.ipynb",

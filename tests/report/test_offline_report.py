@@ -147,6 +147,23 @@ def test_the_index_shows_each_stage_at_a_glance(full_run):
     assert "Where the figures come from" in index and "NPU-emulated on CPU" in index
 
 
+def test_the_parameters_are_what_each_stage_ran_with(full_run):
+    """Every stage's effective values (its defaults too: max_steps, model_path), where each
+    came from, paths relative to the run folder, and the profile by its name."""
+    _, run_dir = full_run
+    index = (run_dir / "index.html").read_text(encoding="utf-8")
+    table = index[index.index('id="parameters"'):index.index("<h2>Versions")]
+    rows = {(name, source): (value, stages) for name, value, source, stages in re.findall(
+        r"<td><code>([^<]*)</code></td><td><code>([^<]*)</code></td><td>([^<]*)</td><td>([^<]*)</td>", table)}
+    assert rows[("max_steps", "default")] == ("20", "04_train")
+    assert rows[("save_steps", "profile")] == ("20", "04_train")
+    assert rows[("device", "profile")] == ("&quot;cpu&quot;", "01_environment, 02_attention, 03_inference, "
+                                                             "04_train")
+    assert ("model_path", "default") in rows and ("output_dir", "default") in rows
+    assert str(run_dir) not in table
+    assert "· profile default</p>" in index
+
+
 @pytest.mark.skipif(chromium_path() is None and not os.environ.get("CI"),
                     reason="Debian chromium not installed (scripts/setup.sh --browser installs it)")
 def test_one_file_to_send_and_the_zip(full_run, tmp_path):
