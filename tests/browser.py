@@ -105,6 +105,18 @@ def visit(path: Path, selectors: dict[str, str], screenshot: Path | None = None,
     return result
 
 
+def print_to_pdf(path: Path, target: Path) -> list[str]:
+    """Print ``path`` to the PDF ``target`` as Chromium's "Save as PDF" does (print media,
+    A4, backgrounds) with the network blocked; the text of each printed page, in order
+    (read back with pypdf)."""
+    from pypdf import PdfReader
+
+    with open_offline(path) as (page, seen):
+        page.pdf(path=str(target), format="A4", print_background=True)
+    assert seen.blocked == [] and seen.page_errors == [], (seen.blocked, seen.page_errors)
+    return [p.extract_text() or "" for p in PdfReader(str(target)).pages]
+
+
 def readme_picture_path(tmp_path: Path, name: str) -> Path:
     """``docs/images/<name>`` with HYPORT_UPDATE_SCREENSHOTS=1, else the test's tmp."""
     if os.environ.get(UPDATE_SCREENSHOTS) == "1":

@@ -1,9 +1,12 @@
 """``report.html``: the index and every stage page in one file to send; :func:`zip_run`
 packs the whole run folder (``hyport report --zip``).
 
-Each stage page is embedded whole in an ``<iframe srcdoc=...>`` (its styles stay its own;
-images are already data URIs). Its own anchors point at ``about:srcdoc#...``: in a srcdoc
-frame a bare ``#x`` resolves against report.html and would load the whole report into it.
+Each stage page is inlined whole, not framed: printed or captured full-page, every
+stage shows all its results. The pages share nbconvert's JupyterLab styles, which come
+once, in the head; each page's ids (and the links to them) get the stage as a prefix, so
+that two notebooks' "Parameters" headings stay two anchors. Code cells are collapsed
+(the pages' own template), wide tables scroll on screen and wrap in print, and each
+stage starts a printed page. No script: it opens, and prints, offline.
 """
 
 from __future__ import annotations
@@ -22,32 +25,75 @@ from hyport_lib.utils.files import atomic_target, atomic_write_text
 BUNDLE = "report.html"
 _PAGE_LINK = re.compile(r'href="html/([^"]+)\.html"')
 _FILE_LINK = re.compile(r'<a href="((?:notebooks|logs)/[^"]+)">([^<]*)</a>')
-_OWN_ANCHOR = re.compile(r'href="#')
 _BODY = re.compile(r"<body[^>]*>")
+_STYLE = re.compile(r"<style[^>]*>.*?</style>", re.S)
+_MAIN = re.compile(r"<main>(.*)</main>", re.S)
+_BODY_CONTENT = re.compile(r"<body[^>]*>(.*)</body>", re.S)
+_IN_PAGE_LINK = re.compile(r'href="#([^"]+)"')
+_ID = re.compile(r'(?<![\w-])id="([^"]+)"')
+_CELL = re.compile(r"(<t[hd]\b[^>]*>)([^<]*)(</t[hd]>)")
+_BREAK_AFTER = re.compile(r"([_/])(?=\w)")
+
+#: The bundle's own rules: the stage pages, inlined, on screen and in print.
+BUNDLE_CSS = """
+.hy-stage{margin-top:2.5em;border-top:3px solid #ccc;padding-top:.5em}
+.hy-stage .jp-Notebook{padding:0;overflow:visible;background:transparent}
+.hy-stage h2.hy-stage-title{margin:.2em 0 .6em 0}
+@media print{
+  body{max-width:none;margin:0;padding:0}
+  .hy-stage{break-before:page;border-top:none;margin-top:0}
+  .hy-top,.hy-note{display:none}
+}
+"""
+
+
+def stage_page_parts(text: str, prefix: str) -> tuple[list[str], str]:
+    """A stage page (nbconvert's offline HTML) as its ``<style>`` blocks and its body.
+
+    In the body, the ids that its own links point at (its headings) and those links get
+    ``prefix``; other ids (a styled table's, which its scoped CSS names) stay as they are.
+    A table cell may break after an underscore or a slash (``decode_tokens_per_s``, a
+    path), so that a wide table fits a printed page with its words and numbers whole.
+    """
+    head, _, _ = text.partition("<body")
+    body = _MAIN.search(text) or _BODY_CONTENT.search(text)
+    content = body.group(1) if body else ""
+    targets = set(_IN_PAGE_LINK.findall(content))
+    content = _IN_PAGE_LINK.sub(lambda m: f'href="#{prefix}{m.group(1)}"', content)
+    content = _ID.sub(lambda m: f'id="{prefix}{m.group(1)}"' if m.group(1) in targets else m.group(0),
+                      content)
+    content = _CELL.sub(lambda m: m.group(1) + _BREAK_AFTER.sub(r"\1<wbr>", m.group(2)) + m.group(3),
+                        content)
+    return _STYLE.findall(head), content
 
 
 def render_bundle(run: ReportRun, views: Optional[list[StageView]] = None) -> str:
-    """The index, then one section per stage page that exists; ``views`` as for
+    """The index, then one section per stage page that exists, inline; ``views`` as for
     :func:`~hyport_lib.report.index.render_index`."""
     index = render_index(run, views)
     index = _PAGE_LINK.sub(lambda m: f'href="#page-{m.group(1)}"', index)
     index = _FILE_LINK.sub(lambda m: f'<span title="in the run folder: {m.group(1)}">{m.group(2)}</span>',
                            index)
+    styles: dict[str, None] = {}  # the pages' styles, each once, in order
     sections = []
     for stage in run.stages:
-        if not stage.html:
+        page = Path(run.run_dir) / stage.html if stage.html else None
+        if page is None or not page.is_file():
             continue
-        page = Path(run.run_dir) / stage.html
-        if not page.is_file():
-            continue
-        doc = _OWN_ANCHOR.sub('href="about:srcdoc#', page.read_text(encoding="utf-8"))
+        name = html.escape(stage.stage)
+        page_styles, content = stage_page_parts(page.read_text(encoding="utf-8"), f"{stage.stage}--")
+        styles.update(dict.fromkeys(page_styles))
         sections.append(
-            f'<section id="page-{html.escape(stage.stage)}"><h2>{html.escape(stage.stage)} — '
-            f'{html.escape(stage.verdict)} <a href="#top" class="prov">(top)</a></h2>'
-            f'<iframe title="{html.escape(stage.stage)}" srcdoc="{html.escape(doc, quote=True)}" '
-            'style="width:100%;height:85vh;border:1px solid #ccc"></iframe></section>')
-    note = ('<p class="prov">One file: the index above and every stage page below (each in its '
-            'own frame). Notebooks and logs stay in the run folder.</p>')
+            f'<section class="hy-stage" id="page-{name}"><h2 class="hy-stage-title">{name} — '
+            f'{html.escape(stage.verdict)} <a href="#top" class="prov hy-top">(top)</a></h2>'
+            f'<div class="jp-Notebook" data-jp-theme-light="true" data-jp-theme-name="JupyterLab Light">'
+            f'{content}</div></section>')
+    note = ('<p class="prov hy-note">One file: the index above and every stage page below, '
+            'code cells collapsed (click "code" to open one). Notebooks and logs stay in the '
+            'run folder.</p>')
+    # the pages' styles first: the index's own rules, and the bundle's, win where both apply
+    index = index.replace("<style>", "".join(styles) + "<style>", 1)
+    index = index.replace("</head>", f"<style>{BUNDLE_CSS}</style></head>", 1)
     index = _BODY.sub(lambda m: m.group(0) + '<a id="top"></a>', index, count=1)
     return index.replace("</body>", note + "".join(sections) + "</body>", 1)
 

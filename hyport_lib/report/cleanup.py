@@ -1,14 +1,15 @@
 """Runs that were killed: found, made truthful and cleaned, by the next run or ``--clean``.
 
 A killed run's ``run.json`` still says ``RUNNING`` and its notebook sits unscrubbed in
-``.partial/``. Cleaning removes the partial notebooks, scrubs every text file of the run
-of the secret values set now, marks ``RUNNING`` as ``INTERRUPTED``, ``PENDING`` as
+``.partial/``. Cleaning removes the partial notebooks and the dead runner's lock file,
+scrubs every text file of the run of the secret values set now, marks ``RUNNING`` as ``INTERRUPTED``, ``PENDING`` as
 ``NOT RUN`` and the run ``killed``, and rewrites ``run.json`` and ``index.html``. Only a
 run proven dead is touched (:func:`runner_alive`); another host's runs are left alone.
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import json
 import shutil
@@ -17,7 +18,7 @@ from typing import Callable, Optional
 
 from hyport_lib.report.run import INTERRUPTED, NOT_RUN, PENDING, RUNNING, ReportRun
 from hyport_lib.report.run_files import write_run_files
-from hyport_lib.report.stage_run import PARTIAL_DIR, scrub_file
+from hyport_lib.report.stage_run import PARTIAL_DIR, scrub_file, sweep_partial
 
 _TEXT_SUFFIXES = {".ipynb", ".html", ".json", ".jsonl", ".log", ".md", ".txt", ".yaml"}
 
@@ -48,6 +49,25 @@ def hold_run_lock(run_dir: Path):
     return handle
 
 
+def release_run_folder(run_dir: Path, lock) -> list[str]:
+    """The last thing a run does, whatever ended it (a normal end, a failed stage, a stop
+    signal; the caller holds stop signals back meanwhile): a notebook still in ``.partial/``
+    is scrubbed into ``notebooks/`` and ``.partial/`` removed, then the lock file, then the
+    lock released. The folder then holds only the run's own files. Returns the notebooks
+    swept (none unless a stop came between a stage's end and its collection)."""
+    run_dir = Path(run_dir)
+    try:
+        swept = sweep_partial(run_dir)
+        with contextlib.suppress(FileNotFoundError):
+            (run_dir / PARTIAL_DIR).rmdir()
+    finally:
+        # Unlinked while still held: a runner_alive() of another process that looks now
+        # finds no lock file and asks the pid, which is still this live process.
+        (run_dir / LOCK_FILE).unlink(missing_ok=True)
+        lock.close()
+    return swept
+
+
 def runner_alive(run_dir: Path, data: dict) -> bool:
     """Could the run's runner still be running? Only a run proven dead is cleaned: its lock
     is free, it ran on this host, and its pid is gone or belongs to a newer process."""
@@ -56,9 +76,13 @@ def runner_alive(run_dir: Path, data: dict) -> bool:
 
     if data.get("host") and data.get("host") != socket.gethostname():
         return True  # another machine: its lock may not be visible from here
-    lock = Path(run_dir) / LOCK_FILE
-    if lock.exists():
-        with open(lock, "a") as handle:
+    try:
+        # read-only: opening must never create the lock file of a run that just removed it
+        handle = open(Path(run_dir) / LOCK_FILE)
+    except FileNotFoundError:
+        handle = None
+    if handle is not None:
+        with handle:
             try:
                 fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
             except OSError:
@@ -100,6 +124,7 @@ def clean_runs(output_root: Path, say: Optional[Callable[[str], None]] = None) -
 def clean_run(run_dir: Path, data: dict) -> None:
     """Clean one dead run (see the module docstring)."""
     shutil.rmtree(run_dir / PARTIAL_DIR, ignore_errors=True)
+    (run_dir / LOCK_FILE).unlink(missing_ok=True)  # its runner is proven dead: nothing holds it
     for path in run_dir.rglob("*"):
         if path.is_file() and path.suffix in _TEXT_SUFFIXES and path.name != "run.json":
             scrub_file(path)

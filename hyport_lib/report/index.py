@@ -8,12 +8,15 @@ from __future__ import annotations
 
 import html
 import json
+import os
 from collections import Counter
+from pathlib import Path
 from typing import Optional
 
 from hyport_lib.display import VERDICT_COLOURS
 from hyport_lib.drafting.values import fmt_value
 from hyport_lib.report.glance import card_svg, figure_rows, sources
+from hyport_lib.report.profiles import default_profiles_dir
 from hyport_lib.report.records import StageView, load_views
 from hyport_lib.report.run import NOT_RUN, PENDING, RUNNING, ReportRun
 from hyport_lib.utils.files import atomic_write_text
@@ -23,8 +26,9 @@ _CSS = """
 body{font-family:system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:2em auto;max-width:1200px;
 color:#222;padding:0 1em}
 h1{margin-bottom:.2em} .sub{color:#666;margin-top:0}
-table{border-collapse:collapse;margin:1em 0;width:100%} th,td{border:1px solid #ccc;padding:.35em .6em;
-text-align:left;vertical-align:top;font-size:.92em} th{background:#f3f3f3}
+table.hy{border-collapse:collapse;margin:1em 0;width:100%} table.hy th,table.hy td{border:1px solid #ccc;
+padding:.35em .6em;text-align:left;vertical-align:top;font-size:.92em;overflow-wrap:break-word}
+table.hy th{background:#f3f3f3} table.hy code{word-break:break-all}
 .verdict{font-weight:bold;text-align:center} .err{color:#b00020;font-family:monospace;white-space:pre-wrap}
 .prov{color:#555;font-size:.85em} code{background:#f5f5f5;padding:0 .2em}
 .summary span{display:inline-block;margin-right:1em;padding:.2em .6em;border-radius:4px}
@@ -33,6 +37,7 @@ text-align:left;vertical-align:top;font-size:.92em} th{background:#f3f3f3}
 .card h3{margin:.1em 0 .4em 0;font-size:1em} .card dl{margin:0;display:grid;
 grid-template-columns:auto 1fr;gap:.1em .6em} .card dt{color:#555} .card dd{margin:0}
 .card .prov{margin-top:.4em} .verdict-tag{padding:0 .4em;border-radius:3px;font-weight:bold}
+#parameters tr.given td{font-weight:bold}
 """
 
 
@@ -80,6 +85,54 @@ def _glance(views: list[StageView]) -> str:
     return f'<h2>At a glance</h2><div class="glance">{"".join(cards)}</div>{legend}'
 
 
+def shown_path(value: str, run_dir: Path) -> str:
+    """A path as the report shows it: under the run folder ``<run>/train/smoke``, under the
+    repository ``<repo>/parameters/x.yaml``, anything else as it is (a model folder, which
+    the reader may need to reproduce the run)."""
+    if not isinstance(value, str) or not os.path.isabs(value):
+        return value
+    path = Path(value)
+    for root, name in ((Path(run_dir), "<run>"), (default_profiles_dir().parent, "<repo>")):
+        if path == root:
+            return name
+        if path.is_relative_to(root):
+            return f"{name}/{path.relative_to(root).as_posix()}"
+    return value
+
+
+def shown_profile(profile: Optional[str], run_dir: Path) -> str:
+    """The profile by its name when bundled, else by a path under the run or the
+    repository, else by its file name: never a local absolute path."""
+    if not profile:
+        return "(none: notebook defaults)"
+    path = Path(profile)
+    if path.parent == default_profiles_dir():
+        return path.stem
+    shown = shown_path(str(path), run_dir)
+    return shown if shown != str(path) else f"…/{path.name}"
+
+
+def _parameter_rows(run: ReportRun) -> str:
+    """One row per parameter and value: every stage's effective parameters (given by the
+    profile or ``-p``, else the stage's default), the stages that run with it, paths
+    relative to the run folder."""
+    grouped: dict[tuple[str, str], list[str]] = {}
+    for stage in run.stages:
+        for name, value in stage.parameters.items():
+            shown = json.dumps(shown_path(value, run.run_dir), default=str, ensure_ascii=False)
+            grouped.setdefault((name, shown), []).append(stage.stage)
+    if not grouped:  # a run.json from before the effective values were recorded
+        grouped = {(k, json.dumps(shown_path(v, run.run_dir), default=str, ensure_ascii=False)): []
+                   for k, v in run.parameters.items()}
+    rows = []
+    for (name, shown), stages in sorted(grouped.items(), key=lambda item: (item[1][:1], item[0])):
+        source = run.parameter_sources.get(name, "default")
+        cls = ' class="given"' if source != "default" else ""
+        rows.append(f"<tr{cls}><td><code>{_esc(name)}</code></td><td><code>{_esc(shown)}</code></td>"
+                    f"<td>{_esc(source)}</td><td>{_esc(', '.join(stages))}</td></tr>")
+    return "".join(rows)
+
+
 def render_index(run: ReportRun, views: Optional[list[StageView]] = None) -> str:
     """The index page; ``views``: the stages as :func:`~hyport_lib.report.records.load_views`
     reads them (read here when not given)."""
@@ -113,8 +166,7 @@ def render_index(run: ReportRun, views: Optional[list[StageView]] = None) -> str
     trust = run.parameters.get("trust_remote_code", False)
     trust_line = ("<b>trust_remote_code is ON</b> (remote model code was allowed to run)"
                   if trust else "trust_remote_code: off")
-    params = "".join(f"<tr><td><code>{_esc(k)}</code></td><td><code>{_esc(json.dumps(v, default=str))}</code></td></tr>"
-                     for k, v in sorted(run.parameters.items()))
+    params = _parameter_rows(run)
     unused = (f"<p>Parameters no stage declares (ignored, accepted with "
               f"--allow-unknown-parameters): {_esc(', '.join(run.unused_parameters))}</p>"
               if run.unused_parameters else "")
@@ -126,19 +178,22 @@ def render_index(run: ReportRun, views: Optional[list[StageView]] = None) -> str
 <body>
 <h1>hyport report</h1>
 <p class="sub">run <code>{_esc(run.run_id)}</code> · started {_esc(run.started)} · ended {_esc(run.finished or '-')}
- · status {status} · profile {_esc(run.profile or '(none: notebook defaults)')}</p>
+ · status {status} · profile {_esc(shown_profile(run.profile, run.run_dir))}</p>
 <p class="summary">{summary}</p>{notes}
 <p>{trust_line}. Figures measured on CPU or computed by hyport's NPU emulation are labelled
 as such in the <i>source</i> column and are not NPU measurements.</p>
 {_glance(views)}
 <h2>Stages</h2>
-<table id="stages"><thead><tr><th>stage</th><th>verdict</th><th>summary</th><th>duration</th>
+<table class="hy" id="stages"><thead><tr><th>stage</th><th>verdict</th><th>summary</th><th>duration</th>
 <th>headline figures</th><th>source</th><th>details</th></tr></thead>
 <tbody>{''.join(rows)}</tbody></table>
 <h2>Parameters</h2>{unused}
-<table id="parameters"><tbody>{params or '<tr><td>(none)</td></tr>'}</tbody></table>
+<p class="prov">What each stage ran with: every parameter it declares, given by the profile or
+<code>-p</code> (in bold) or its own default; paths under the run folder start with <code>&lt;run&gt;</code>.</p>
+<table class="hy" id="parameters"><thead><tr><th>parameter</th><th>value</th><th>from</th><th>stages</th></tr></thead>
+<tbody>{params or '<tr><td colspan="4">(none)</td></tr>'}</tbody></table>
 <h2>Versions</h2>
-<table id="versions"><tbody>{versions}</tbody></table>
+<table class="hy" id="versions"><tbody>{versions}</tbody></table>
 </body></html>
 """
 

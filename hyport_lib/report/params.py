@@ -78,6 +78,11 @@ class RunParameters:
     def for_stage(self, stage: Stage) -> dict:
         return {k: v for k, v in self.merged.items() if k in self.declared[stage.id]}
 
+    def effective(self, stage: Stage) -> dict:
+        """Every parameter the stage declares as it runs: the run's value (profile, ``-p``)
+        where given, else the declared default."""
+        return {name: self.merged.get(name, f.default) for name, f in self.declared[stage.id].items()}
+
 
 def resolve_parameters(from_profile: dict, overrides: dict, stages: list[Stage], *,
                        profile_name: str = "the profile", allow_unknown: bool = False,

@@ -33,6 +33,7 @@ class StageOutcome:
     error: Optional[str] = None
     headline: dict = field(default_factory=dict)
     provenance: Optional[dict] = None
+    #: Every parameter of the stage as it runs (given or its default), secrets left out.
     parameters: dict = field(default_factory=dict)
     interrupted: bool = False
 
@@ -56,6 +57,9 @@ class ReportRun:
     notes: list[str] = field(default_factory=list)
     #: Stages of the notebooks folder that ``--only`` left out of this run.
     left_out: list[str] = field(default_factory=list)
+    #: Where each given parameter came from: ``profile`` or ``-p`` (the rest of a stage's
+    #: parameters, in its ``StageOutcome.parameters``, are its declared defaults).
+    parameter_sources: dict = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:

@@ -19,7 +19,8 @@ index are written at the start (every stage ``PENDING``) and whenever a stage st
 ends, so any end of the run leaves a true picture (a SIGKILL leaves ``RUNNING``, which the
 next run marks ``INTERRUPTED``). A failed stage keeps its files and the next stages run.
 A stop signal marks the stage ``INTERRUPTED`` and writes the files, which a second signal
-does not cut short.
+does not cut short. Whatever ends the run, the folder is left with neither ``.partial/``
+nor ``.runner.lock`` (:func:`~hyport_lib.report.cleanup.release_run_folder`).
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ import sys
 from pathlib import Path
 from typing import Callable, Iterable, Optional
 
-from hyport_lib.report.cleanup import clean_runs, hold_run_lock, process_start_time
+from hyport_lib.report.cleanup import clean_runs, hold_run_lock, process_start_time, release_run_folder
 from hyport_lib.report.params import check_before_running, resolve_parameters, safe_parameters
 from hyport_lib.report.profiles import load_profile, resolve_profile
 from hyport_lib.report.run import (
@@ -89,8 +90,9 @@ def run_report(*, profile: Optional[str] = None, overrides: Optional[dict] = Non
     if not all_stages:
         raise FileNotFoundError(f"no stage notebooks (NN_name.ipynb) in {notebooks_dir or 'notebooks/'}")
     stages = select_stages(all_stages, only)
+    from_profile = load_profile(profile_path)
     params = resolve_parameters(
-        load_profile(profile_path), overrides or {}, all_stages,
+        from_profile, overrides or {}, all_stages,
         profile_name=f"profile {profile_path.name}" if profile_path else "profile",
         allow_unknown=allow_unknown_parameters)
     for problem in check_before_running(params, stages):
@@ -104,16 +106,20 @@ def run_report(*, profile: Optional[str] = None, overrides: Optional[dict] = Non
     run = ReportRun(
         run_id=run_id, run_dir=run_dir, profile=str(profile_path) if profile_path else None,
         parameters=safe_parameters(params.merged),
-        stages=[StageOutcome(stage=s.id, verdict=PENDING) for s in stages],
+        stages=[StageOutcome(stage=s.id, verdict=PENDING, parameters=safe_parameters(params.effective(s)))
+                for s in stages],
         versions=collect_versions(), started=_now(), unused_parameters=params.unused,
         pid=os.getpid(), pid_started=process_start_time(os.getpid()) or 0.0,
-        host=socket.gethostname(), left_out=[s.id for s in all_stages if s not in stages])
+        host=socket.gethostname(), left_out=[s.id for s in all_stages if s not in stages],
+        parameter_sources={k: "-p" if k in (overrides or {}) else "profile" for k in params.merged
+                           if k in (overrides or {}) or k in from_profile})
     try:
         return _run_stages(run, stages, params, say, cell_timeout_s=cell_timeout_s,
                            kernel_name=kernel_name, show_inputs=show_inputs,
                            progress_bar=progress_bar)
     finally:
-        lock.close()
+        with shielded():
+            release_run_folder(run_dir, lock)
 
 
 def _run_stages(run: ReportRun, stages, params, say, **stage_options) -> ReportRun:

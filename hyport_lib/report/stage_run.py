@@ -132,7 +132,8 @@ def run_stage(stage: Stage, run_dir: Path, params: dict, *, cell_timeout_s: int,
                    run_dir / RESULTS_DIR):
         folder.mkdir(parents=True, exist_ok=True)
     outcome = outcome if outcome is not None else StageOutcome(stage=stage.id, verdict="FAIL")
-    outcome.verdict, outcome.parameters = "FAIL", safe_parameters(params)
+    outcome.verdict = "FAIL"
+    outcome.parameters = outcome.parameters or safe_parameters(params)  # the runner's, with defaults
     outcome.notebook = str(nb_out.relative_to(run_dir))
     outcome.log = str(log_out.relative_to(run_dir))
     env = {RESULTS_DIR_ENV: str(run_dir / RESULTS_DIR), RUN_DIR_ENV: str(run_dir),

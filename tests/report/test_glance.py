@@ -110,15 +110,61 @@ def test_a_stage_that_did_not_run_says_so_on_its_card(tmp_path):
     assert "did not run: the run stopped before this stage" in _card(index, "02_attention")
 
 
-def test_the_bundle_keeps_a_pages_own_anchors_inside_its_frame(tmp_path):
-    run = _run(tmp_path, {"01_environment": "PASS"})
+def _page(heading: str, table: str = "") -> str:
+    return ('<html><head><style>.jp-Cell{margin:0}</style></head><body class="jp-Notebook"><main>'
+            f'<h2 id="Parameters">{heading}<a class="anchor-link" href="#Parameters">¶</a></h2>'
+            f'<a href="https://x.org/#y">out</a>{table}</main></body></html>')
+
+
+def test_the_bundle_inlines_every_stage_page_with_its_own_anchors(tmp_path):
+    """No frames: each page's body is in the file, the shared styles once, and two pages'
+    "Parameters" headings stay two anchors; a styled table keeps the ids its CSS names."""
+    run = _run(tmp_path, {"01_environment": "PASS", "03_inference": "WARN"})
     (tmp_path / "html").mkdir()
-    (tmp_path / "html" / "01_environment.html").write_text(
-        '<html><body><h1 id="A">A</h1><a href="#A">¶</a><a href="https://x.org/#y">out</a></body></html>')
-    run.stages[0].html = "html/01_environment.html"
+    styled = ('<style>#T_1_row0_col0{background:#c8e6c9}</style><table id="T_1"><tr>'
+              '<th id="T_1_h">decode_tokens_per_s</th><td id="T_1_row0_col0">/tmp/run/x</td></tr></table>')
+    for stage, table in (("01_environment", ""), ("03_inference", styled)):
+        (tmp_path / "html" / f"{stage}.html").write_text(_page(f"{stage} parameters", table))
+        run.stages[-1 if stage.startswith("03") else 0].html = f"html/{stage}.html"
     text = render_bundle(run)
-    assert "href=&quot;about:srcdoc#A&quot;" in text and "https://x.org/#y" in text
+    assert "<iframe" not in text and "srcdoc" not in text
+    assert text.count(".jp-Cell{margin:0}") == 1
+    for stage in ("01_environment", "03_inference"):
+        assert f'<section class="hy-stage" id="page-{stage}">' in text
+        assert f'id="{stage}--Parameters"' in text and f'href="#{stage}--Parameters"' in text
+        assert f"{stage} parameters" in text
+    assert 'id="T_1_row0_col0"' in text and "#T_1_row0_col0{" in text
+    assert "decode_<wbr>tokens_<wbr>per_<wbr>s" in text and "/<wbr>tmp/<wbr>run/<wbr>x" in text
+    assert "https://x.org/#y" in text
     assert re.search(r'<body[^>]*><a id="top"></a>', text)  # "(top)" goes to the top of the file
+    assert "@media print" in text and "break-before:page" in text
+
+
+def test_the_parameters_are_every_stages_effective_values_with_paths_in_the_run(tmp_path):
+    """Not only the overrides: each stage's every parameter, where it came from, the stages
+    that ran with it; a path under the run folder relative to it; the profile by its name."""
+    from hyport_lib.report.profiles import default_profiles_dir
+
+    run = _run(tmp_path, {"03_inference": "PASS", "04_train": "PASS"})
+    run.profile = str(default_profiles_dir() / "default.yaml")
+    run.parameter_sources = {"device": "profile", "max_steps": "-p"}
+    run.stages[0].parameters = {"device": "cpu", "model_path": "tiny", "attn_implementation": "auto"}
+    run.stages[1].parameters = {"device": "cpu", "model_path": "tiny", "attn_implementation": "eager",
+                                "max_steps": 7, "output_dir": str(tmp_path / "train" / "smoke")}
+    index = render_index(run)
+    table = index[index.index('id="parameters"'):]
+    rows = re.findall(r"<tr( class=\"given\")?><td><code>([^<]*)</code></td><td><code>([^<]*)</code></td>"
+                      r"<td>([^<]*)</td><td>([^<]*)</td></tr>", table)
+    assert ("", "model_path", "&quot;tiny&quot;", "default", "03_inference, 04_train") in rows
+    assert (' class="given"', "device", "&quot;cpu&quot;", "profile", "03_inference, 04_train") in rows
+    assert (' class="given"', "max_steps", "7", "-p", "04_train") in rows
+    assert ("", "attn_implementation", "&quot;auto&quot;", "default", "03_inference") in rows
+    assert ("", "attn_implementation", "&quot;eager&quot;", "default", "04_train") in rows
+    assert ("", "output_dir", "&quot;&lt;run&gt;/train/smoke&quot;", "default", "04_train") in rows
+    assert str(tmp_path) not in index
+    assert "· profile default</p>" in index
+    run.profile = "/somewhere/private/mine.yaml"
+    assert "· profile …/mine.yaml</p>" in render_index(run) and "/somewhere" not in render_index(run)
 
 
 def test_the_zip_leaves_out_the_lock_partial_notebooks_and_temporary_files(tmp_path):

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from browser import chromium_path, open_offline, readme_picture_path, visit
+from browser import chromium_path, open_offline, print_to_pdf, readme_picture_path, visit
 from fixtures_runs import MARKER, SECRETS
 
 pytestmark = pytest.mark.slow
@@ -147,6 +147,23 @@ def test_the_index_shows_each_stage_at_a_glance(full_run):
     assert "Where the figures come from" in index and "NPU-emulated on CPU" in index
 
 
+def test_the_parameters_are_what_each_stage_ran_with(full_run):
+    """Every stage's effective values (its defaults too: max_steps, model_path), where each
+    came from, paths relative to the run folder, and the profile by its name."""
+    _, run_dir = full_run
+    index = (run_dir / "index.html").read_text(encoding="utf-8")
+    table = index[index.index('id="parameters"'):index.index("<h2>Versions")]
+    rows = {(name, source): (value, stages) for name, value, source, stages in re.findall(
+        r"<td><code>([^<]*)</code></td><td><code>([^<]*)</code></td><td>([^<]*)</td><td>([^<]*)</td>", table)}
+    assert rows[("max_steps", "default")] == ("20", "04_train")
+    assert rows[("save_steps", "profile")] == ("20", "04_train")
+    assert rows[("device", "profile")] == ("&quot;cpu&quot;", "01_environment, 02_attention, 03_inference, "
+                                                             "04_train")
+    assert ("model_path", "default") in rows and ("output_dir", "default") in rows
+    assert str(run_dir) not in table
+    assert "· profile default</p>" in index
+
+
 @pytest.mark.skipif(chromium_path() is None and not os.environ.get("CI"),
                     reason="Debian chromium not installed (scripts/setup.sh --browser installs it)")
 def test_one_file_to_send_and_the_zip(full_run, tmp_path):
@@ -157,31 +174,67 @@ def test_one_file_to_send_and_the_zip(full_run, tmp_path):
     _, run_dir = full_run
     bundle = run_dir / "report.html"
     text = bundle.read_text()
-    assert text.count("<iframe") == 5 and 'href="#page-04_train"' in text
+    assert "<iframe" not in text and 'href="#page-04_train"' in text
     assert 'href="html/' not in text  # every stage link stays inside the file
-    seen = visit(bundle, {"frames": "iframe", "cards": ".card", "title": "h1"}, screenshot=tmp_path / "b.png")
+    seen = visit(bundle, {"stages": "section.hy-stage", "cards": ".card", "title": "h1",
+                          "code": "details.hy-code", "open": "details.hy-code[open]"},
+                 screenshot=tmp_path / "b.png")
     assert seen.blocked == [] and seen.failed == [], seen.blocked
     assert seen.console_errors == [] and seen.page_errors == [], seen
-    assert seen.counts["frames"] == 5 and seen.counts["cards"] == 5
+    assert seen.counts["stages"] == 5 and seen.counts["cards"] == 5
+    assert seen.counts["code"] >= 10 and seen.counts["open"] == 0  # code cells collapsed
     archive = run_dir.parent / f"{run_dir.name}.zip"
     names = zipfile.ZipFile(archive).namelist()
     assert f"{run_dir.name}/index.html" in names and f"{run_dir.name}/report.html" in names
     assert any(n.startswith(f"{run_dir.name}/train/") for n in names)
     assert not [n for n in names if ".runner.lock" in n or "/.partial" in n or n.endswith(".tmp")]
+    # a finished run leaves only its own files: no lock, no partial notebooks folder
+    assert not (run_dir / ".runner.lock").exists() and not (run_dir / ".partial").exists()
     packed = {n for n in names if not n.endswith("/")}
     on_disk = {f"{run_dir.name}/{p.relative_to(run_dir).as_posix()}" for p in run_dir.rglob("*")
-               if p.is_file() and p.name != ".runner.lock" and ".partial" not in p.parts}
+               if p.is_file()}
     assert packed == on_disk
-    # inside the file, a stage page's own anchors stay in its frame and "(top)" goes to the top
+    # inside the file, a stage page's own anchors go to its own heading, "(top)" to the top
     with open_offline(bundle) as (page, _):
-        frame = page.frames[1]
-        # the pilcrow links show on hover only: a script click follows them as a user's would
-        frame.locator('a.anchor-link').first.evaluate("a => a.click()")
+        page.locator("#page-05_weights a.anchor-link").first.evaluate("a => a.click()")
         page.wait_for_timeout(300)
-        assert page.frames[1].url.startswith("about:srcdoc") and len(page.frames) == 6
+        assert page.evaluate("location.hash").startswith("#05_weights--")
+        assert page.evaluate("window.scrollY") > 1000
         page.locator('#page-05_weights a[href="#top"]').click()
         page.wait_for_timeout(300)
         assert page.evaluate("window.scrollY") < 50
+
+
+@pytest.mark.skipif(chromium_path() is None and not os.environ.get("CI"),
+                    reason="Debian chromium not installed (scripts/setup.sh --browser installs it)")
+def test_report_html_printed_to_pdf_shows_every_stages_results(full_run, tmp_path):
+    """Printed (Chromium's Save as PDF), report.html shows each stage's results, not a frame's
+    first screen: each stage starts a page with its title, and its pages hold its headline
+    (the summary it recorded, also in the index) and its notebook's last output."""
+    _, run_dir = full_run
+    pages = [_flat(text) for text in print_to_pdf(run_dir / "report.html", tmp_path / "report.pdf")]
+    stages = json.loads((run_dir / "run.json").read_text())["stages"]
+    starts = {}
+    for stage in stages:
+        title = _flat(f"{stage['stage']} — {stage['verdict']}")
+        found = [i for i, text in enumerate(pages) if text.startswith(title)]
+        assert len(found) == 1, f"{stage['stage']}: no printed page starts with its title"
+        starts[stage["stage"]] = found[0]
+    assert list(starts.values()) == sorted(starts.values())
+    ends = [*list(starts.values())[1:], len(pages)]
+    for stage, end in zip(stages, ends):
+        printed = "".join(pages[starts[stage["stage"]]:end])
+        assert _flat(stage["summary"]) in printed, (stage["stage"], stage["summary"])
+        cells = json.loads((run_dir / stage["notebook"]).read_text())["cells"]
+        texts = ["".join(o.get("text") or o.get("data", {}).get("text/plain", "")) for c in cells
+                 for o in c.get("outputs", [])]
+        last = [line for line in "".join(texts[-1:]).splitlines() if line.strip()][-1]
+        assert _flat(last)[-40:] in printed, (stage["stage"], last)
+
+
+def _flat(text: str) -> str:
+    """Text as a PDF gives it back, compared without its line breaks, spaces and ligatures."""
+    return re.sub(r"\s+", "", text.replace("ﬁ", "fi").replace("ﬂ", "fl").replace("ﬀ", "ff"))
 
 
 def test_the_attention_proof_before_launch_is_recorded_carded_and_drafted(full_run):

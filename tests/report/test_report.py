@@ -173,6 +173,7 @@ def test_failing_stage_is_reported_and_later_stages_run(stage_dir, tmp_path, mon
     assert f"cwd {stage_dir}" in (run.run_dir / run.stages[0].notebook).read_text()
     assert json.loads((run.run_dir / "run.json").read_text())["ok"] is False
     assert "02 boom — FAIL" in (run.run_dir / "blog.md").read_text()
+    assert not (run.run_dir / ".partial").exists() and not (run.run_dir / ".runner.lock").exists()
     assert "失败的阶段：02_boom" in (run.run_dir / "blog.zh.md").read_text()
 
 
@@ -295,6 +296,63 @@ def test_an_interrupted_run_still_leaves_its_index(stage_dir, tmp_path, monkeypa
     assert data["status"] == "interrupted" and data["ok"] is False and data["finished"]
     index = (run_dir / "index.html").read_text()
     assert "INTERRUPTED" in index and "NOT RUN" in index and "interrupted</b> by a stop signal" in index
+
+
+#: Where the second Ctrl-C of a double Ctrl-C lands (the first stops the stage's notebook).
+SECOND_STOP = ["none", "papermill-saving", "collecting", "writing-the-report", "releasing"]
+
+
+@pytest.mark.parametrize("second", SECOND_STOP)
+def test_a_double_ctrl_c_leaves_no_partial_notebook_nor_lock(second, stage_dir, tmp_path, monkeypatch):
+    """Real SIGINTs, as a terminal sends them, at each point of a stop: the run folder ends
+    with the stage INTERRUPTED, its notebook scrubbed into notebooks/, and neither
+    ``.partial/`` nor ``.runner.lock`` (both once seen left behind)."""
+    import signal
+
+    import papermill
+
+    from hyport_lib.report import cleanup, stage_run
+    from hyport_lib.utils.signals import stop_signals_raise
+
+    monkeypatch.setenv("HF_TOKEN", "hf_doublestopsecret123")
+
+    def ctrl_c(where):
+        if where == second:
+            os.kill(os.getpid(), signal.SIGINT)
+
+    def executed(source, target, **kwargs):
+        nb = nbformat.read(source, as_version=4)
+        nb.cells.append(nbformat.v4.new_code_cell("token = 'hf_doublestopsecret123'"))
+        try:
+            Path(target).write_text(nbformat.writes(nb))
+            os.kill(os.getpid(), signal.SIGINT)  # the first Ctrl-C, while a cell runs
+        finally:
+            ctrl_c("papermill-saving")  # papermill saves the notebook once more on its way out
+            Path(target).write_text(nbformat.writes(nb))
+
+    def wrapped(module, name, where, when=lambda *args: True):
+        real = getattr(module, name)
+
+        def call(*args, **kwargs):
+            if when(*args):
+                ctrl_c(where)
+            return real(*args, **kwargs)
+        monkeypatch.setattr(module, name, call)
+
+    monkeypatch.setattr(papermill, "execute_notebook", executed)
+    monkeypatch.setattr(runner, "check_before_running", lambda params, stages: [])
+    wrapped(stage_run, "scrub_file", "collecting")
+    wrapped(runner, "write_run_files", "writing-the-report", lambda run, *_: run.status == "interrupted")
+    wrapped(cleanup, "sweep_partial", "releasing")
+    with pytest.raises(KeyboardInterrupt), stop_signals_raise():
+        run_report(profile=None, notebooks_dir=stage_dir, only=["01"], output_root=tmp_path / "o",
+                   progress=lambda m: None)
+    (run_dir,) = (tmp_path / "o").iterdir()
+    assert sorted(p.name for p in run_dir.glob(".*")) == []
+    data = json.loads((run_dir / "run.json").read_text())
+    assert data["status"] == "interrupted" and [s["verdict"] for s in data["stages"]] == ["INTERRUPTED"]
+    kept = (run_dir / "notebooks" / "01_good.ipynb").read_text()
+    assert "token = " in kept and "hf_doublestopsecret123" not in kept
 
 
 def test_an_old_parameter_name_is_refused_naming_the_new_one(tmp_path, plant_stage):

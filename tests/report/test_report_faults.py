@@ -129,7 +129,7 @@ def test_a_stopped_run_tells_the_truth_and_leaves_nothing(how, stage, only, tmp_
         assert data["status"] == "interrupted" and data["ok"] is False
         index = (run_dir / "index.html").read_text()
         assert "INTERRUPTED" in index and "interrupted</b> by a stop signal" in index
-        assert not (run_dir / ".partial").exists() or not any((run_dir / ".partial").iterdir())
+        assert not (run_dir / ".partial").exists() and not (run_dir / ".runner.lock").exists()
         assert _leaks(run_dir) == []
         text = stderr.read_text(errors="replace")
         assert "Traceback" not in text and "ZMQError" not in text, text[-2000:]
@@ -167,6 +167,7 @@ def killed_then_next(tmp_path_factory) -> dict:
         seen["cleaned"] = json.loads((run_dir / "run.json").read_text())
         seen["cleaned_index"] = (run_dir / "index.html").read_text()
         seen["partial_left"] = (run_dir / ".partial").exists()
+        seen["lock_left"] = (run_dir / ".runner.lock").exists()
         seen["killed_leaks"] = _leaks(run_dir)
         # And the next run: a --clean while it runs, then its end.
         nxt, _ = _start(out)
@@ -177,6 +178,7 @@ def killed_then_next(tmp_path_factory) -> dict:
         seen["next_dir"], seen["next"] = _run_json(out)
         seen["alive_status"] = json.loads((alive_dir / "run.json").read_text())["status"]
         seen["next_leaks"] = _leaks(seen["next_dir"])
+        seen["next_left"] = sorted(p.name for p in seen["next_dir"].glob(".*"))
     finally:
         _kill_all(_tree(proc.pid) + procs + (_tree(nxt.pid) if nxt else []))
     return seen
@@ -197,13 +199,14 @@ def test_sigkill_leaves_a_true_record_that_the_next_run_cleans(killed_then_next)
     assert {s["stage"]: s["verdict"] for s in data["stages"]} == {
         "01_environment": "PASS", "03_inference": "INTERRUPTED"}
     assert data["status"] == "killed" and "killed" in seen["cleaned_index"]
-    assert not seen["partial_left"]
+    assert not seen["partial_left"] and not seen["lock_left"]
     assert seen["killed_leaks"] == []
     # And the next run works.
     assert seen["next_exit"] == 0
     new_dir, new = seen["next_dir"], seen["next"]
     assert new_dir != run_dir and new["status"] == "finished" and new["ok"] is True
     assert seen["next_leaks"] == []
+    assert seen["next_left"] == []  # neither .partial/ nor .runner.lock
 
 
 def test_a_run_still_alive_is_never_cleaned_by_another(killed_then_next):
