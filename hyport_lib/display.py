@@ -10,8 +10,11 @@ import difflib
 import html
 import io
 import re
+import os
 import time
 from typing import Any, Optional
+
+from hyport_lib.results import RUN_DIR_ENV
 
 #: Background colours per verdict / status, shared by every table in the workbook.
 VERDICT_COLOURS = {
@@ -140,6 +143,18 @@ def table_explorer(df, style=styled, what: str = "rows", max_height: str = "28em
     box = widgets.VBox([widgets.HBox([sort, descending, query, count]), table])
     box.controls, box.table, box.count = (sort, descending, query), table, count
     return box
+
+def explorable_table(df, style=styled, what: str = "rows", limit: int = 10) -> list:
+    """What to display for ``df``: the whole static table under ``hyport report`` (the page
+    keeps no widget) and up to ``limit`` rows in JupyterLab; past that, an explorer of every
+    row (:func:`table_explorer`) over a static copy of the first ``limit``, which a notebook
+    saved without its widget state still shows."""
+    if os.environ.get(RUN_DIR_ENV) or len(df) <= limit:
+        return [fit(style(df))]
+    return [table_explorer(df, style, what=what),
+            f"The first {limit} of {len(df)} {what} (every one in the explorer above):",
+            fit(style(df.head(limit)))]
+
 
 def figure_png(fig, dpi: int = 100):
     """Render a matplotlib figure to an IPython PNG image and close the figure."""

@@ -24,6 +24,11 @@ pytest_plugins = ["fixtures_processes", "fixtures_runs", "fixtures_stages", "fix
 # thread counts of their workers themselves, and a notebook kernel has its own default.
 torch.set_num_threads(1)
 
+# matplotlib lists the host's fonts (``fc-list``, a child process) the first time it draws
+# text on a machine without its font cache: done here, before any test, so the first fast
+# test to draw a figure on a fresh machine is not refused a process it never asked for.
+import matplotlib.font_manager  # noqa: E402,F401
+
 DOUBLES = Path(__file__).parent / "doubles"
 REPO = Path(__file__).resolve().parents[1]
 

@@ -159,3 +159,26 @@ def test_05s_tensors_can_be_sorted_and_filtered_above_a_static_table(monkeypatch
     explorer, static = shown[1], shown[2]
     assert explorer.count.value == "52 of 52 tensors" and explorer.table.value.count("<tr") == 53
     assert isinstance(static, D.FittedTable) and len(static.data) == 15  # what the report keeps
+
+
+def test_05s_findings_are_explorable_in_the_lab_and_whole_in_the_report(monkeypatch):
+    from hyport_lib.checkpoint_files.findings import Finding
+    from hyport_lib.results import RUN_DIR_ENV
+    from hyport_lib.weights import show
+
+    findings = [Finding(cls="key_removed" if i % 2 else "shape_changed", file=f"model-{i}.safetensors",
+                        message=f"finding {i}") for i in range(14)]
+    result = type("R", (), {"counts": {"error": 7, "warning": 7, "info": 0}, "findings": findings})()
+    monkeypatch.delenv(RUN_DIR_ENV, raising=False)
+    shown = _captured(monkeypatch, show)
+    show.show_findings(result)
+    explorer, static = shown[1], shown[3]
+    assert explorer.count.value == "14 of 14 findings" and "The first 10 of 14 findings" in shown[2].data
+    explorer.controls[2].value = "model-13"  # the filter box
+    assert explorer.count.value == "1 of 14 findings" and "finding 13" in explorer.table.value
+    assert isinstance(static, D.FittedTable) and len(static.data) == 10
+    # under hyport report the page keeps no widget: every finding, in one static table
+    monkeypatch.setenv(RUN_DIR_ENV, "/tmp/run")
+    shown.clear()
+    show.show_findings(result)
+    assert len(shown) == 2 and isinstance(shown[1], D.FittedTable) and len(shown[1].data) == 14

@@ -362,6 +362,8 @@ def test_03_inference_runs_and_card_picker_is_live(lab):
         assert result["verdict"] in ("PASS", "WARN")
         logs = {int(r["card"]): r["log_path"] for r in result["data"]["rows"]}
         assert sorted(logs) == [0, 1], logs  # the CPU default: two worker processes
+        # the live view kept each card's log tail (a fold per card, no kernel needed)
+        assert page.locator(".jp-NotebookPanel .hyport-card-log").count() == 2
 
         widget = page.locator(WIDGET_03)
         widget.wait_for(state="visible", timeout=60_000)

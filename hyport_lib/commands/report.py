@@ -16,6 +16,8 @@ from hyport_lib.report.bundle import zip_run
 from hyport_lib.report.cleanup import clean_runs
 from hyport_lib.report.profiles import parse_overrides
 from hyport_lib.report.runner import DEFAULT_CELL_TIMEOUT_S, check_output_root, run_report
+from hyport_lib.workbook.compare import compare_runs, find_run
+from hyport_lib.workbook.compare_show import COMPARE_PAGE, write_compare_page
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -34,6 +36,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="accept profile keys no notebook declares (listed as ignored)")
     parser.add_argument("--zip", action="store_true",
                         help="also write outputs/<run-id>.zip: the whole run folder, to send")
+    parser.add_argument("--compare", default=None, metavar="RUN",
+                        help="also write compare.html into the run folder: this run beside RUN (an "
+                             "earlier run folder or run id, see hyport compare --list)")
     parser.add_argument("--clean", action="store_true",
                         help="only clean runs that were killed (remove their partial notebooks, "
                              "scrub their files, mark them INTERRUPTED), then exit")
@@ -68,6 +73,8 @@ def run(args: argparse.Namespace) -> int:
     if args.cell_timeout <= 0:
         raise ValueError(f"--cell-timeout {args.cell_timeout}: expected a positive number of seconds")
     profile = None if args.profile in ("", "none") else args.profile
+    # The run to compare with is found before any stage starts: a wrong name is exit 2.
+    other = find_run(args.compare, args.output_dir) if args.compare else None
     report = run_report(
         profile=profile, overrides=parse_overrides(args.param), only=_only(args.only),
         output_root=args.output_dir, notebooks_dir=args.notebooks,
@@ -78,6 +85,9 @@ def run(args: argparse.Namespace) -> int:
         progress_bar=False,
         allow_unknown_parameters=args.allow_unknown_parameters,
     )
+    if other is not None:
+        page = write_compare_page(compare_runs([report.run_dir, other]), report.run_dir / COMPARE_PAGE)
+        print(f"compare: {page}", file=sys.stderr)
     if args.zip:
         packed = zip_run(report.run_dir)
         print(f"zip: {packed} ({packed.stat().st_size / 1e6:.1f} MB)", file=sys.stderr)

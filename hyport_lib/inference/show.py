@@ -19,6 +19,7 @@ from hyport_lib.inference.table import (
 )
 from hyport_lib.inference.stage import summarize
 from hyport_lib.models.answers import random_weights_reason
+from hyport_lib.processes import read_log_tail
 from hyport_lib.results import StageRecord
 from hyport_lib.triage import Triage, show_triage
 from hyport_lib.triage.show import diagnosis_line
@@ -147,22 +148,50 @@ def card_log_picker(result: GridResult, lines: int = 40):
     return widgets.VBox([picker, out])
 
 
-def live_grid_display() -> Callable[[GridProgress], None]:
+#: Lines of each card's log the live view shows while the grid runs.
+LIVE_LOG_LINES = 12
+
+
+def live_grid_display(log_interval_s: float = 2.0) -> Callable[[GridProgress], None]:
     """An ``on_progress`` callback for ``run_grid``: a line saying how long each running card
     has run (every second), over one table redrawn as each card finishes (no rate limit: it
-    could hide cards that finished just before a long wait)."""
-    from IPython.display import Markdown
+    could hide cards that finished just before a long wait), over every card's log tail
+    (every ``log_interval_s``), a running card's open: a hung card shows its log at once,
+    not after ``infer_timeout_s``."""
+    from IPython.display import HTML, Markdown
 
     line, table = LiveDisplay(min_interval_s=0.0), LiveDisplay(min_interval_s=0.0)
+    logs = LiveDisplay(min_interval_s=log_interval_s)
     drawn = []  # the table is drawn first, then again only when a card's row changed
 
     def update(progress: GridProgress) -> None:
         line.update(Markdown(f"`{grid_progress_line(progress)}`"), force=True)
-        if not drawn or progress.card is not None or not progress.running:
+        changed = not drawn or progress.card is not None or not progress.running
+        if changed:
             table.update(grid_table(progress.frame), force=True)
             drawn.append(progress.done)
+        if changed or logs.due():
+            logs.update(HTML(live_log_tails(progress)), force=True)
 
     return update
+
+
+def live_log_tails(progress: GridProgress, lines: int = LIVE_LOG_LINES) -> str:
+    """Each launched card's log tail as a fold (HTML, no script: it works while the kernel
+    is busy with the grid), open while the card runs, with its seconds so far."""
+    parts = []
+    for row in progress.frame.to_dict(orient="records"):
+        if row.get("status") == "skipped-busy" or not row.get("log_path"):
+            continue
+        card, status = row["card"], row.get("status")
+        seconds = progress.elapsed_s.get(card)
+        state = f"running {seconds:.0f} s" if seconds is not None else str(status)
+        tail = read_log_tail(row["log_path"], lines) or "(nothing logged yet)"
+        parts.append(f"<details class='hyport-card-log'{' open' if status == 'running' else ''}>"
+                     f"<summary>card {html.escape(str(card))}: {html.escape(state)} "
+                     f"<code>{html.escape(str(row['log_path']))}</code></summary>"
+                     f"<pre style='max-height:14em;overflow:auto'>{html.escape(tail)}</pre></details>")
+    return "".join(parts)
 
 
 def grid_progress_line(progress: GridProgress) -> str:

@@ -12,8 +12,8 @@ from typing import Optional
 import pandas as pd
 
 from hyport_lib.checkpoint_files.findings import findings_frame
-from hyport_lib.display import (MISSING, LiveDisplay, figure_png, fit, styled, table_explorer,
-                                verdict_colour)
+from hyport_lib.display import (MISSING, LiveDisplay, explorable_table, figure_png, fit, styled,
+                                table_explorer, verdict_colour)
 from hyport_lib.drafting.values import fmt_value
 from hyport_lib.results import StageRecord
 from hyport_lib.weights.checksums import checksum_name
@@ -178,14 +178,14 @@ def show_sources(sources: Sources) -> None:
 def show_summary(result: WeightsResult) -> None:
     _show(f"**{result.seed_line()}**")
     _show(fit(styled(summary_frame(result), colour=("value",))))
-    _show(fit(shards_frame(result)))
+    _show(*explorable_table(shards_frame(result), what="shards"))
 
 
 def show_findings(result: WeightsResult) -> None:
     n = result.counts
     _show(f"{n['error']} error(s), {n['warning']} warning(s), {n['info']} note(s).")
     if result.findings:
-        _show(fit(_severity_styler(findings_frame(result.findings))))
+        _show(*explorable_table(findings_frame(result.findings), _severity_styler, what="findings"))
 
 
 def show_scan(result: WeightsResult) -> None:
@@ -238,7 +238,7 @@ def show_zero(result: WeightsResult) -> None:
           f"{z.ds_version} for {z.dp_world_size} data-parallel rank(s) "
           f"({z.world_size} optimizer-state file(s), precision {z.precision or 'fp32'}); "
           f"{_num(z.parameters)} trainable parameters in `param_shapes`.")
-    _show(fit(zero_frame(result)))
+    _show(*explorable_table(zero_frame(result), what="files"))
     zc = result.zero_compare
     if zc is None:
         _show("Consolidation not run (`consolidate_zero=False`).")

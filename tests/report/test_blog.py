@@ -200,6 +200,20 @@ def test_the_reproduce_command_names_the_profile_and_what_differs(tmp_path):
     assert "hyport report --profile default -p max_steps=7" in en
 
 
+def test_a_profile_outside_the_project_is_never_written_by_its_local_path(tmp_path):
+    # A draft is sent to others: /home/<user>/... says nothing to them and tells about the host.
+    profile = tmp_path / "private" / "mine.yaml"
+    profile.parent.mkdir()
+    profile.write_text("device: cpu\nmax_steps: 7\n")
+    run = make_run(tmp_path, {}, parameters={"device": "cpu", "max_steps": 7})
+    run.profile = str(profile)
+    for lang in ("en", "zh"):
+        text = render_blog(run, lang)
+        assert str(profile.parent) not in text and "…/mine.yaml" in text
+        # the command still gives every parameter back, without the file
+        assert "hyport report --profile none -p device=cpu -p max_steps=7" in text
+
+
 def test_without_a_profile_the_command_says_profile_none(tmp_path):
     # Leaving --profile out would apply parameters/default.yaml: not what ran.
     run = make_run(tmp_path, {}, parameters={"device": "cpu", "max_steps": 7})

@@ -518,3 +518,23 @@ def test_a_model_path_stage_03_would_refuse_stops_the_report_at_once(tmp_path, c
                  "--output-dir", str(tmp_path / "out")]) == 2
     err = capsys.readouterr().err
     assert "03_inference: model_path=" in err and not (tmp_path / "out").exists()
+
+
+def test_a_run_to_compare_with_that_is_not_there_is_one_line_before_anything(tmp_path, capsys):
+    assert main(["report", "--only", "01", "--compare", "no-such-run",
+                 "--output-dir", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "run 'no-such-run': no such run folder or run id" in err
+    assert not (tmp_path / "out").exists()  # nothing ran, nothing was written
+
+
+@pytest.mark.slow  # one stage of a real report run
+def test_the_report_writes_its_compare_page_beside_an_earlier_run(default_report, tmp_path, capsys):
+    out = tmp_path / "out"
+    assert main(["report", "--only", "01", "--output-dir", str(out), "-p", "device=cpu",
+                 "--compare", str(default_report.run_dir)]) == 0
+    run_dir = next(p for p in out.iterdir() if p.is_dir())
+    page = (run_dir / "compare.html").read_text()
+    assert run_dir.name in page and default_report.run_dir.name in page
+    assert "Verdict of every stage" in page and "01_environment" in page and "<script" not in page
+    assert f"compare: {run_dir / 'compare.html'}" in capsys.readouterr().err
