@@ -497,10 +497,13 @@ def test_04_train_live_plot_and_progress_line(lab, tmp_path):
         _hide_left_sidebar(page)
         page.locator(".jp-NotebookPanel .jp-Notebook .jp-Cell").nth(index - 1).evaluate(
             "el => el.scrollIntoView({block: 'start'})")
+        # a plot taller than what is left below the heading is brought up to the bottom edge
         page.wait_for_function(
-            """el => { const r = el.getBoundingClientRect();
+            """el => { if (el.complete && el.getBoundingClientRect().bottom > window.innerHeight)
+                           el.scrollIntoView({block: 'end'});
+                       const r = el.getBoundingClientRect();
                        return el.complete && r.width > 400 && r.top >= 0 && r.bottom <= window.innerHeight; }""",
-            arg=image.element_handle(), timeout=10_000)
+            arg=image.element_handle(), timeout=30_000)
         shot = save_readme_picture(page.screenshot(), readme_picture_path(tmp_path, "jupyterlab_04_live_plot.png"))
         assert shot.exists()
 
