@@ -116,7 +116,12 @@ def explore(df, sort_by: Optional[str] = None, descending: bool = True, query: s
         return view.sort_values(sort_by, ascending=not descending, na_position="last", kind="stable")
     except TypeError:  # numbers and text in one column: ordered as text
         return view.sort_values(sort_by, ascending=not descending, na_position="last", kind="stable",
-                                key=lambda col: col.map(lambda v: v if v is None else str(v)))
+                                key=lambda col: col.map(lambda v: None if _missing(v) else str(v)))
+
+
+def _missing(value: Any) -> bool:
+    """None or NaN (a float's NaN compares unequal to itself)."""
+    return value is None or (isinstance(value, float) and value != value)
 
 
 def table_explorer(df, style=styled, what: str = "rows", max_height: str = "28em"):
@@ -144,16 +149,24 @@ def table_explorer(df, style=styled, what: str = "rows", max_height: str = "28em
     box.controls, box.table, box.count = (sort, descending, query), table, count
     return box
 
-def explorable_table(df, style=styled, what: str = "rows", limit: int = 10) -> list:
-    """What to display for ``df``: the whole static table under ``hyport report`` (the page
-    keeps no widget) and up to ``limit`` rows in JupyterLab; past that, an explorer of every
-    row (:func:`table_explorer`) over a static copy of the first ``limit``, which a notebook
-    saved without its widget state still shows."""
-    if os.environ.get(RUN_DIR_ENV) or len(df) <= limit:
+def explorable_table(df, style=styled, what: str = "rows", limit: int = 10,
+                     report_limit: Optional[int] = None) -> list:
+    """What to display for ``df`` (a ``str`` is a line of Markdown): up to ``limit`` rows, a
+    static table; past that, in JupyterLab, an explorer of every row (:func:`table_explorer`)
+    over a static copy of the first ``limit`` (what a notebook saved without its widget
+    state still shows). Under ``hyport report`` (the page keeps no widget) the static table
+    is whole, or its first ``report_limit`` rows when given, with a line saying so."""
+    if os.environ.get(RUN_DIR_ENV):
+        if report_limit is None or len(df) <= report_limit:
+            return [fit(style(df))]
+        limit, where = report_limit, "every one in the stage's record and the notebook's explorer"
+    elif len(df) <= limit:
         return [fit(style(df))]
-    return [table_explorer(df, style, what=what),
-            f"The first {limit} of {len(df)} {what} (every one in the explorer above):",
-            fit(style(df.head(limit)))]
+    else:
+        where = "every one in the explorer above"
+    shown = [fit(style(df.head(limit)))]
+    explorer = [] if os.environ.get(RUN_DIR_ENV) else [table_explorer(df, style, what=what)]
+    return [*explorer, f"The first {limit} of {len(df)} {what} ({where}):", *shown]
 
 
 def figure_png(fig, dpi: int = 100):

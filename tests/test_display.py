@@ -10,6 +10,7 @@ from pathlib import Path
 import pandas as pd
 
 from hyport_lib import display as D
+from hyport_lib.results import RUN_DIR_ENV
 
 REPO = Path(__file__).resolve().parents[1]
 #: Pictographs and dingbats (✅ ❌ ⚠ ✓ ...), and the emoji variation selector.
@@ -148,22 +149,29 @@ def test_05s_tensors_can_be_sorted_and_filtered_above_a_static_table(monkeypatch
     assert box.count.value == "2 of 3 tensors"
     assert box.table.value.index("q_proj") < box.table.value.index("k_proj") and "lm_head" not in box.table.value
 
-    rows = [{c: None for c in DIFF_COLUMNS} | {"name": f"t{i}", "status": "changed", "relative change": i / 100}
+    rows = [{c: None for c in DIFF_COLUMNS} | {"tensor": f"t{i}", "status": "changed", "relative change": i / 100}
             for i in range(52)]
     comparison = type("C", (), {"role": "base", "other_path": "/base", "rows": rows, "bytes_read": 1, "seconds": 0.1,
                                 "compared": 0, "to_dict": lambda self: {"statuses": {"changed": 52}},
                                 "count": lambda self, status: 0})()
     result = type("R", (), {"comparisons": [comparison], "parity": None})()
+    monkeypatch.delenv(RUN_DIR_ENV, raising=False)
     shown = _captured(monkeypatch, show)
     show.show_comparisons(result)
-    explorer, static = shown[1], shown[2]
+    explorer, static = shown[1], shown[3]
     assert explorer.count.value == "52 of 52 tensors" and explorer.table.value.count("<tr") == 53
-    assert isinstance(static, D.FittedTable) and len(static.data) == 15  # what the report keeps
+    assert isinstance(static, D.FittedTable) and len(static.data) == 15  # a saved notebook keeps it
+    assert list(static.data["tensor"][:2]) == ["t51", "t50"]  # the largest changes first
+    # the report keeps no widget: the 15 that changed most, and a line saying there are more
+    monkeypatch.setenv(RUN_DIR_ENV, "/tmp/run")
+    shown.clear()
+    show.show_comparisons(result)
+    assert not any(hasattr(item, "controls") for item in shown)
+    assert "The first 15 of 52 tensors" in shown[1].data and len(shown[2].data) == 15
 
 
 def test_05s_findings_are_explorable_in_the_lab_and_whole_in_the_report(monkeypatch):
     from hyport_lib.checkpoint_files.findings import Finding
-    from hyport_lib.results import RUN_DIR_ENV
     from hyport_lib.weights import show
 
     findings = [Finding(cls="key_removed" if i % 2 else "shape_changed", file=f"model-{i}.safetensors",
@@ -182,3 +190,10 @@ def test_05s_findings_are_explorable_in_the_lab_and_whole_in_the_report(monkeypa
     shown.clear()
     show.show_findings(result)
     assert len(shown) == 2 and isinstance(shown[1], D.FittedTable) and len(shown[1].data) == 14
+
+
+def test_a_column_of_numbers_and_text_sorts_its_missing_values_last():
+    frame = pd.DataFrame({"x": [1, "a", None, float("nan"), 3]})
+    order = list(D.explore(frame, "x", descending=False)["x"])
+    assert order[:3] == [1, 3, "a"]  # as text: "1" < "3" < "a"
+    assert all(v is None or v != v for v in order[3:])  # both missing ones last

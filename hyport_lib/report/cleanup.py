@@ -54,7 +54,9 @@ def release_run_folder(run_dir: Path, lock) -> list[str]:
     signal; the caller holds stop signals back meanwhile): a notebook still in ``.partial/``
     is scrubbed into ``notebooks/`` and ``.partial/`` removed, then the lock file, then the
     lock released. The folder then holds only the run's own files. Returns the notebooks
-    swept (none unless a stop came between a stage's end and its collection)."""
+    swept (none unless a stop came between a stage's end and its collection). ``lock``
+    None: a stop came before the lock was taken. A folder left empty (stopped before the
+    run wrote anything) is removed: no run to clean or to list."""
     run_dir = Path(run_dir)
     try:
         swept = sweep_partial(run_dir)
@@ -64,7 +66,10 @@ def release_run_folder(run_dir: Path, lock) -> list[str]:
         # Unlinked while still held: a runner_alive() of another process that looks now
         # finds no lock file and asks the pid, which is still this live process.
         (run_dir / LOCK_FILE).unlink(missing_ok=True)
-        lock.close()
+        if lock is not None:
+            lock.close()
+        with contextlib.suppress(OSError):  # only when empty
+            run_dir.rmdir()
     return swept
 
 

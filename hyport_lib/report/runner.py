@@ -101,19 +101,21 @@ def run_report(*, profile: Optional[str] = None, overrides: Optional[dict] = Non
     check_kernel(kernel_name)
     output_root = check_output_root(Path(output_root) if output_root else Path.cwd() / "outputs")
     clean_runs(output_root, say)
+    versions = collect_versions()
     run_id, run_dir = new_run_dir(output_root)
-    lock = hold_run_lock(run_dir)  # held until this function returns: the run is alive
-    run = ReportRun(
-        run_id=run_id, run_dir=run_dir, profile=str(profile_path) if profile_path else None,
-        parameters=safe_parameters(params.merged),
-        stages=[StageOutcome(stage=s.id, verdict=PENDING, parameters=safe_parameters(params.effective(s)))
-                for s in stages],
-        versions=collect_versions(), started=_now(), unused_parameters=params.unused,
-        pid=os.getpid(), pid_started=process_start_time(os.getpid()) or 0.0,
-        host=socket.gethostname(), left_out=[s.id for s in all_stages if s not in stages],
-        parameter_sources={k: "-p" if k in (overrides or {}) else "profile" for k in params.merged
-                           if k in (overrides or {}) or k in from_profile})
-    try:
+    lock = None
+    try:  # from the folder's first moment: a stop at any point below leaves no lock behind
+        lock = hold_run_lock(run_dir)  # held until this function returns: the run is alive
+        run = ReportRun(
+            run_id=run_id, run_dir=run_dir, profile=str(profile_path) if profile_path else None,
+            parameters=safe_parameters(params.merged),
+            stages=[StageOutcome(stage=s.id, verdict=PENDING, parameters=safe_parameters(params.effective(s)))
+                    for s in stages],
+            versions=versions, started=_now(), unused_parameters=params.unused,
+            pid=os.getpid(), pid_started=process_start_time(os.getpid()) or 0.0,
+            host=socket.gethostname(), left_out=[s.id for s in all_stages if s not in stages],
+            parameter_sources={k: "-p" if k in (overrides or {}) else "profile" for k in params.merged
+                               if k in (overrides or {}) or k in from_profile})
         return _run_stages(run, stages, params, say, cell_timeout_s=cell_timeout_s,
                            kernel_name=kernel_name, show_inputs=show_inputs,
                            progress_bar=progress_bar)

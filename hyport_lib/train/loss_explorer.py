@@ -21,7 +21,8 @@ from hyport_lib.train.result import TrainResult
 VEGA_LITE_MIME = "application/vnd.vegalite.v5+json"
 #: The slider's positions: 0 is the raw loss; s smooths as TensorBoard does (EMA, α = 1 − s).
 SMOOTHING = tuple(round(0.1 * i, 1) for i in range(10))
-DEFAULT_SMOOTHING = 0.6
+#: Where the slider starts: the static PNG's EMA (α = 0.3), so both first show one curve.
+DEFAULT_SMOOTHING = 0.7
 
 
 def _number(value: Any) -> Optional[float]:

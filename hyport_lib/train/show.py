@@ -14,7 +14,7 @@ from typing import Callable, Optional
 
 import pandas as pd
 
-from hyport_lib.display import LiveDisplay, figure_png, fit, styled
+from hyport_lib.display import MISSING, LiveDisplay, figure_png, fit, styled
 from hyport_lib.drafting.values import as_dict, as_list, fmt_value
 from hyport_lib.params import parameter_fields
 from hyport_lib.results import StageRecord
@@ -75,7 +75,7 @@ def progress_line(progress: TrainProgress) -> str:
     total = progress.total_steps or "?"
     last = progress.records[-1] if progress.records else {}
     loss = last.get("loss")
-    shown = f"{loss:.4f}" if finite(loss) else ("nan" if last.get("nonfinite_loss") or loss is not None else "—")
+    shown = f"{loss:.4f}" if finite(loss) else ("nan" if last.get("nonfinite_loss") or loss is not None else MISSING)
     bar = ""
     if progress.total_steps:
         done = int(20 * progress.done_steps / progress.total_steps)
@@ -159,7 +159,7 @@ def _deepspeed(d: dict) -> str:
 
 def _train_loss(s, trainer_loss) -> str:
     if s.mean_loss is None:
-        return "—"
+        return MISSING
     text = f"{s.mean_loss:.4f} (mean of the {s.finite_losses} finite step losses logged)"
     if trainer_loss is not None and abs(float(trainer_loss) - s.mean_loss) > 5e-5:
         text += (f"; the Trainer reports {float(trainer_loss):.4f}, over the steps of its own "
@@ -175,18 +175,18 @@ def summary_frame(result: TrainResult) -> pd.DataFrame:
         ("verdict", judged.verdict), ("why", judged.why), ("exit code", result.exit_code),
         ("total time", f"{result.wall_s:.2f} s (launch to exit, torchrun start-up included)"),
         ("train_loss", _train_loss(s, train_loss)),
-        ("loss first → last", loss_span(s) or "—"),
+        ("loss first → last", loss_span(s) or MISSING),
         ("steps logged", f"{s.steps} ({s.first_step}..{s.last_step}); repeated {s.repeated_steps or 'none'}, "
                          f"missing {s.missing_steps or 'none'}"),
         ("mean step time", (f"{s.mean_step_s:.3f} s over {s.measured_steps} step(s)"
                             + (f"; {s.checkpoint_s:.2f} s of checkpoint saves left out" if s.checkpoint_s else ""))
-         if s.mean_step_s else "—"),
+         if s.mean_step_s else MISSING),
         ("tokens/s/p", _rate(s.tokens_per_s_per_card)), ("real tokens/s/p", _rate(s.real_tokens_per_s_per_card)),
         ("throughput definition", s.throughput_definition),
         ("non-finite loss steps", s.nonfinite_loss_steps or "none"),
         ("non-finite grad-norm steps", s.nonfinite_grad_norm_steps or "none"),
         ("skipped (overflow) steps", s.skipped_steps),
-        ("peak memory", f"{s.peak_memory_mb:.0f} MB ({s.memory_source})" if s.peak_memory_mb else "—"),
+        ("peak memory", f"{s.peak_memory_mb:.0f} MB ({s.memory_source})" if s.peak_memory_mb else MISSING),
         ("restarts", s.restarts), ("last checkpoint", result.last_checkpoint or "none"),
         ("final weights", result.final_dir or "none"),
         ("where", result.provenance.label if result.provenance else ""),
@@ -197,7 +197,7 @@ def summary_frame(result: TrainResult) -> pd.DataFrame:
 
 
 def _rate(value) -> str:
-    return f"{value:,.1f}" if value and not math.isnan(value) else "—"
+    return f"{value:,.1f}" if value and not math.isnan(value) else MISSING
 
 
 def show_plan(plan: LaunchPlan) -> None:

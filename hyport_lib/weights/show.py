@@ -12,8 +12,7 @@ from typing import Optional
 import pandas as pd
 
 from hyport_lib.checkpoint_files.findings import findings_frame
-from hyport_lib.display import (MISSING, LiveDisplay, explorable_table, figure_png, fit, styled,
-                                table_explorer, verdict_colour)
+from hyport_lib.display import MISSING, LiveDisplay, explorable_table, figure_png, fit, styled, verdict_colour
 from hyport_lib.drafting.values import fmt_value
 from hyport_lib.results import StageRecord
 from hyport_lib.weights.checksums import checksum_name
@@ -216,9 +215,9 @@ def show_comparisons(result: WeightsResult) -> None:
         _show(f"**Against the {c.role}** `{c.other_path}`: {statuses} "
               f"({c.bytes_read:,} bytes read in {c.seconds:.2f} s).")
         limit = 15 if c.count("same") < len(c.rows) else 5  # all equal: a few rows say it
-        if len(c.rows) > limit:  # every tensor, sortable and filterable (JupyterLab only)
-            _show(table_explorer(comparison_frame(c, None), _comparison_styler, what="tensors"))
-        _show(fit(_comparison_styler(comparison_frame(c, limit))))
+        # every tensor, sortable and filterable in the lab; the report keeps those that changed most
+        _show(*explorable_table(comparison_frame(c, None), _comparison_styler, what="tensors",
+                                limit=limit, report_limit=limit))
         if c.role == "base" and c.compared:
             _show(figure_png(change_figure(c)))
     p = result.parity

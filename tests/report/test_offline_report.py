@@ -230,6 +230,15 @@ def test_report_html_printed_to_pdf_shows_every_stages_results(full_run, tmp_pat
                  for o in c.get("outputs", [])]
         last = [line for line in "".join(texts[-1:]).splitlines() if line.strip()][-1]
         assert _flat(last)[-40:] in printed, (stage["stage"], last)
+    # and no table is cut at the page's right edge (a box that scrolls on screen prints only
+    # what it shows): each table fits the printed width, its last column included
+    with open_offline(run_dir / "report.html", {"width": 794, "height": 1123}) as (page, _):
+        page.emulate_media(media="print")
+        cut = page.evaluate("""() => [...document.querySelectorAll('table')]
+            .filter(t => t.getBoundingClientRect().right > document.documentElement.clientWidth + 1
+                         || t.scrollWidth > t.parentElement.clientWidth + 1)
+            .map(t => (t.closest('section') || {}).id + ': ' + t.innerText.slice(0, 60))""")
+    assert cut == [], cut
 
 
 def _flat(text: str) -> str:

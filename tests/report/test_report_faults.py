@@ -231,3 +231,22 @@ def test_a_notebook_left_in_partial_by_a_late_stop_is_scrubbed_into_notebooks(tm
     assert not any(partial.iterdir())
     kept = (tmp_path / "notebooks" / "03_inference.ipynb").read_text()
     assert "hf_sweepsecret12345" not in kept and "cells" in json.loads(kept)
+
+
+@pytest.mark.parametrize("where", ["hold_run_lock", "process_start_time"])
+def test_a_stop_before_the_run_wrote_anything_leaves_no_folder(where, tmp_path, monkeypatch):
+    """A Ctrl-C landing right after the run folder was made (taking its lock, or while the
+    run's record is built): no lock, no empty folder, nothing for a later --clean to find."""
+    from hyport_lib.report import runner
+
+    real = getattr(runner, where)
+    calls = []
+
+    def stopped_after(*args, **kwargs):
+        calls.append(real(*args, **kwargs))  # the lock is really taken, then the stop lands
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(runner, where, stopped_after)
+    with pytest.raises(KeyboardInterrupt):
+        runner.run_report(profile=None, only=["01"], output_root=tmp_path / "runs")
+    assert calls and list((tmp_path / "runs").iterdir()) == []

@@ -62,3 +62,11 @@ def test_the_title_says_where_the_figures_come_from(monkeypatch):
 
     show_loss_explorer(Result(), "smoke")
     assert shown[0][VEGA_LITE_MIME]["title"] == "smoke · CPU (not an NPU measurement)"
+
+
+def test_the_slider_starts_on_the_curve_the_static_png_draws():
+    import inspect
+
+    from hyport_lib.train.metrics import ema
+
+    assert round(1 - DEFAULT_SMOOTHING, 2) == inspect.signature(ema).parameters["alpha"].default
