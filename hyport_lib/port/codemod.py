@@ -20,9 +20,9 @@ from libcst.codemod.visitors import AddImportsVisitor
 from libcst.metadata import MetadataWrapper, PositionProvider
 
 from hyport_lib.port.segments import SourcePlan, UnparsableSource, parse, plan
-from hyport_lib.scan.rules import (CUDA_DEVICE_LITERAL_RE, CUDA_NAMES_BY_HAND, GENERATED_MODULE,
+from hyport_lib.scan.rules import (CUDA_DEVICE_LITERAL_RE, CUDA_IMPORTS_BY_HAND, GENERATED_MODULE,
                                    SERVED_CUDA_NAMES, SERVED_FLASH_MODULES, SERVED_FLASH_NAMES,
-                                   UNPORTABLE_MODULES)
+                                   UNPORTABLE_MODULES, cuda_name_by_hand)
 
 
 @dataclass(frozen=True)
@@ -215,9 +215,7 @@ class PortTransformer(cst.CSTTransformer):
                     self._cuda_names.add(alias.asname.name.value if alias.asname else "cuda")
             return updated_node
         if module == "torch.cuda" or module.startswith("torch.cuda."):
-            self._leave_for_human(original_node, "torch_cuda",
-                                  "names imported from torch.cuda: import them from the device's "
-                                  "module (accelerator_module()) by hand")
+            self._leave_for_human(original_node, "torch_cuda", CUDA_IMPORTS_BY_HAND)
             return updated_node
         imported = [] if isinstance(updated_node.names, cst.ImportStar) else \
             [_dotted(a.name) for a in updated_node.names]
@@ -277,9 +275,7 @@ class PortTransformer(cst.CSTTransformer):
             if attr in SERVED_CUDA_NAMES:
                 new = cst.Attribute(value=_call_helper("accelerator_module"), attr=updated_node.attr)
                 return self._change(original_node, new, "torch_cuda", "accelerator_module")
-            why = CUDA_NAMES_BY_HAND.get(attr, f"torch.cuda.{attr} has no checked NPU counterpart: "
-                                               "port it by hand")
-            self._leave_for_human(original_node, "torch_cuda", why)
+            self._leave_for_human(original_node, "torch_cuda", cuda_name_by_hand(attr))
             return updated_node
         if self._torch_cuda(original_node) and id(original_node) not in self._attribute_values:
             self._leave_for_human(original_node, "torch_cuda",

@@ -339,8 +339,8 @@ def prove_port(src: str | Path, dst: str | Path, *, dtype: str = "auto", seed: i
         frame = _frame(cause, run.roots)
         fix = proof_hint.config_fix(cause, frame[3] if frame else "", failure.config)
         error = f"{type(cause).__name__}: {cause}" + (f" at {where}" if where else "")
-        return PortProof(verdict="FAIL", error=proof_hint.build_failure(error, config_setting, fix),
-                         device=str(torch_device))
+        hint = proof_hint.build_failure(error, config_setting, fix, run.overrides or {})
+        return PortProof(verdict="FAIL", error=hint, device=str(torch_device))
     except Exception as exc:  # the model code itself failed to build or run: a FAIL with why
         where = _where(exc, run.roots)
         return PortProof(verdict="FAIL", error=f"{type(exc).__name__}: {exc}"

@@ -51,11 +51,13 @@ def render(setting: str, fix: dict) -> str:
     return f"{setting}={fix!r}"
 
 
-def build_failure(error: str, setting: str, fix: Optional[dict]) -> str:
+def build_failure(error: str, setting: str, fix: Optional[dict], overrides: dict) -> str:
     """The proof's one-line error when the tiny model could not be built: ``error`` (the
-    exception and where), the setting that fixes it and, where derived, the value to try."""
+    exception and where), the setting that fixes it and, where derived, the value to try:
+    ``fix`` merged into the ``overrides`` the proof was given (setting the suggested value
+    must not drop the user's other fields)."""
     text = (f"the tiny model could not be built from your config ({error}); set {setting} to "
             "override the config fields the build needs")
     if fix is None:
         return text + " (the fields the model code reads from its config)"
-    return text + f", e.g. {render(setting, fix)}"
+    return text + f", e.g. {render(setting, {**overrides, **fix})}"

@@ -159,7 +159,7 @@ class _Scanner(ast.NodeVisitor):
         for name in qualified:
             category = rules.category_for(name)
             if category:
-                text = rules.suggestion_for(name)
+                text = rules.suggestion_for(name, imported=isinstance(node, ast.ImportFrom))
                 found.setdefault(category, [])
                 if text not in found[category]:
                     found[category].append(text)
@@ -198,7 +198,14 @@ class _Scanner(ast.NodeVisitor):
         # Kernels are written in triton.language; their import already says it all.
         kernel_body = qualified.startswith("triton.language")  # hyport-scan: ignore
         if category != rules.TRITON or not kernel_body:
-            self.add(node.lineno, node.col_offset, category, rules.suggestion_for(qualified))
+            root = node
+            while isinstance(root, ast.Attribute):
+                root = root.value
+            # a name bound by `from torch.cuda import x`: the port leaves it and its uses
+            imported = isinstance(root, ast.Name) and \
+                self.aliases.get(root.id, "").startswith("torch.cuda.")
+            self.add(node.lineno, node.col_offset, category,
+                     rules.suggestion_for(qualified, imported))
         return True
 
     def _report_name_rule(self, table: dict, name: str, line: int, col: int) -> None:

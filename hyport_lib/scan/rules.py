@@ -68,6 +68,16 @@ CUDA_NAMES_BY_HAND = {
                               "test of the compute capability must be rewritten by hand"),
     "amp": "use torch.amp.autocast(device_type=accelerator_type()) / torch.amp.GradScaler",
 }
+#: Why the port leaves names imported from ``torch.cuda`` (``from torch.cuda import x``).
+CUDA_IMPORTS_BY_HAND = ("names imported from torch.cuda: import them from the device's module "
+                        "(accelerator_module()) by hand")
+
+
+def cuda_name_by_hand(name: str) -> str:
+    """Why the port leaves ``torch.cuda.<name>`` (a name not in ``SERVED_CUDA_NAMES``)."""
+    return CUDA_NAMES_BY_HAND.get(name, f"torch.cuda.{name} has no checked NPU counterpart: "
+                                        "port it by hand")
+
 #: Modules with no Ascend build: the port leaves their imports for a human, and why.
 UNPORTABLE_MODULES = {
     "triton": "a Triton kernel: Ascend has no Triton backend here; port it to torch ops "
@@ -115,7 +125,8 @@ _MEMORY_NAMES = ("memory_allocated", "max_memory_allocated", "memory_reserved",
                  "max_memory_reserved", "memory_stats", "reset_peak_memory_stats",
                  "reset_max_memory_allocated", "empty_cache", "is_bf16_supported",
                  "get_device_name", "get_device_properties", "mem_get_info", "device_count",
-                 "synchronize", "Stream", "Event", "stream", "current_stream")
+                 "synchronize", "Stream", "Event", "stream", "current_stream",
+                 "current_device", "device")
 
 #: Top-level module -> category. Imports (static or by name) of these are findings.
 MODULE_CATEGORIES = {
@@ -159,12 +170,10 @@ SUGGESTIONS = {
     "torch.cuda": ("torch.npu.* on NPU (torch_npu has the same calls); "
                    f"accelerator_module() (from {GENERATED_MODULE}) is torch.npu or torch.cuda"),
     **{f"torch.cuda.{name}": f"torch.npu.{name} on NPU" for name in _MEMORY_NAMES},
-    "torch.cuda.is_available": ("accelerator_type() != 'cpu' (after "
+    "torch.cuda.is_available": ("torch.npu.is_available() on NPU (after "
                                 "`import torch_npu.contrib.transfer_to_npu` torch.cuda."
                                 "is_available() answers for the NPU)"),
     "torch.cuda.set_device": "torch.npu.set_device(i) on NPU",
-    "torch.cuda.current_device": "the local rank; accelerator_device(local_rank)",
-    "torch.cuda.device": "accelerator_device(i) for a device; torch.npu.device(i) on NPU",
     **dict.fromkeys(("torch.cuda.manual_seed", "torch.cuda.manual_seed_all"),
                     "torch.manual_seed(seed) (seeds every device)"),
     "torch.cuda.amp": "torch.autocast(device_type=accelerator_type(), dtype=torch.bfloat16)",
@@ -316,26 +325,32 @@ def cuda_wheel_in(text: str) -> bool:
     return bool(_CUDA_WHEEL_RE.search(text))
 
 
-def suggestion_for(qualified: str) -> str:
+def suggestion_for(qualified: str, imported: bool = False) -> str:
     """Suggestion for a dotted name: the longest prefix of it found in ``SUGGESTIONS``,
-    then what ``hyport port`` does with it."""
+    then what ``hyport port`` does with it. ``imported``: the name was imported by
+    ``from torch.cuda import``, which the port leaves. A ``torch.cuda`` name the port
+    leaves with no entry of its own says only why (the port's hand fix), not the generic
+    ``torch.cuda`` text."""
     parts = qualified.split(".")
-    text = next((SUGGESTIONS[".".join(parts[:end])] for end in range(len(parts), 0, -1)
-                 if ".".join(parts[:end]) in SUGGESTIONS),
-                f"no direct Ascend equivalent known for {qualified}")
-    port = port_note(qualified)
+    prefix = next((".".join(parts[:end]) for end in range(len(parts), 0, -1)
+                   if ".".join(parts[:end]) in SUGGESTIONS), None)
+    port = port_note(qualified, imported)
+    if prefix == "torch.cuda" and port and port.startswith("hyport port leaves it"):
+        return port
+    text = SUGGESTIONS[prefix] if prefix else f"no direct Ascend equivalent known for {qualified}"
     return f"{text}; {port}" if port else text
 
 
-def port_note(qualified: str) -> Optional[str]:
+def port_note(qualified: str, imported: bool = False) -> Optional[str]:
     """What ``hyport port`` writes for a dotted name, or why it leaves it; None when the
-    table has nothing to say about it."""
+    table has nothing to say about it. ``imported``: as in :func:`suggestion_for`."""
     parts = qualified.split(".")
     if parts[:2] == ["torch", "cuda"] and len(parts) > 2:
+        if imported:
+            return f"hyport port leaves it: {CUDA_IMPORTS_BY_HAND}"
         if parts[2] in SERVED_CUDA_NAMES:
             return f"hyport port writes accelerator_module().{parts[2]} (from {GENERATED_MODULE})"
-        if parts[2] in CUDA_NAMES_BY_HAND:
-            return f"hyport port leaves it: {CUDA_NAMES_BY_HAND[parts[2]]}"
+        return f"hyport port leaves it: {cuda_name_by_hand(parts[2])}"
     if ".".join(parts[:-1]) in SERVED_FLASH_MODULES and parts[-1] in SERVED_FLASH_NAMES:
         return f"hyport port imports it from {GENERATED_MODULE}"
     if parts[0] in UNPORTABLE_MODULES:

@@ -183,13 +183,14 @@ def test_model_code_that_fails_to_build_is_a_fail_with_its_reason(tmp_path, fake
     broken = OWN_MODEL.replace("self.post_init()", "self.width = config.missing_field\n        self.post_init()")
     (src / "modeling_own.py").write_text(broken)
     result = port_tree(src, tmp_path / "dst")
-    proof = prove_port(src, result.dst)
+    proof = prove_port(src, result.dst, config_overrides={"user_field": 3})
     assert proof.verdict == "FAIL" and proof.cases == []
     assert proof.error.startswith("the tiny model could not be built from your config (AttributeError: ")
     assert "at original modeling_own.py:" in proof.error
-    # the command line's flag, with the field the failing line reads
+    # the command line's flags: the user's own, then the field the failing line reads
     assert proof.error.endswith("set --proof-config to override the config fields the build needs, "
-                                "e.g. --proof-config 'missing_field=\"<value>\"'")
+                                "e.g. --proof-config 'user_field=3' "
+                                "--proof-config 'missing_field=\"<value>\"'")
 
 
 #: Remote code written before transformers renamed rope_scaling's "type" to "rope_type":
@@ -217,16 +218,20 @@ def test_a_config_the_tiny_build_cannot_use_names_the_setting_and_the_value_that
     src.mkdir()
     (src / "modeling_own.py").write_text(OWN_ROPE_MODEL)
     result = port_tree(src, tmp_path / "dst")
-    proof = prove_port(src, result.dst, config_setting="port_proof_config")
+    proof = prove_port(src, result.dst, config_overrides={"user_field": 3},
+                       config_setting="port_proof_config")
     assert proof.verdict == "FAIL" and proof.cases == []
     assert proof.error.startswith("the tiny model could not be built from your config (KeyError: 'type' "
                                   "at original modeling_own.py:")
+    # the user's own field is kept in the value to set
     assert "; set port_proof_config to override the config fields the build needs, e.g. " \
-           "port_proof_config={'rope_scaling': {'type': 'dynamic', 'factor': 2.0}}" in proof.error
+           "port_proof_config={'user_field': 3, 'rope_scaling': {'type': 'dynamic', 'factor': 2.0}}" \
+           in proof.error
     suggested = ast.literal_eval(proof.error.rsplit("port_proof_config=", 1)[1])
     fixed = prove_port(src, result.dst, config_overrides=suggested, config_setting="port_proof_config")
     assert fixed.verdict == "PASS", (fixed.error, [(c.name, c.detail) for c in fixed.cases])
     assert fixed.config["rope_scaling"] == {"type": "dynamic", "factor": 2.0}
+    assert fixed.config["user_field"] == 3
 
 
 @pytest.mark.slow

@@ -30,10 +30,22 @@ def test_the_message_is_written_as_each_place_sets_the_value():
         "port_proof_config={'rope_scaling': {'type': 'dynamic', 'factor': 2.0}}")
     assert render("--proof-config", fix) == (
         "--proof-config 'rope_scaling={\"type\": \"dynamic\", \"factor\": 2.0}'")
-    text = build_failure("KeyError: 'type'", "port_proof_config", fix)
+    text = build_failure("KeyError: 'type'", "port_proof_config", fix, {})
     assert text == ("the tiny model could not be built from your config (KeyError: 'type'); set "
                     "port_proof_config to override the config fields the build needs, e.g. "
                     "port_proof_config={'rope_scaling': {'type': 'dynamic', 'factor': 2.0}}")
-    assert build_failure("ValueError: bad", "--proof-config", None).endswith(
+    assert build_failure("ValueError: bad", "--proof-config", None, {}).endswith(
         "set --proof-config to override the config fields the build needs (the fields the model "
         "code reads from its config)")
+
+
+def test_the_suggested_value_keeps_the_fields_the_user_already_set():
+    """Setting the suggested value must not drop the user's other overrides; a field the fix
+    sets anew replaces the user's value of it."""
+    fix = {"rope_scaling": {"type": "dynamic", "factor": 2.0}}
+    given = {"foo": 1, "rope_scaling": {"rope_type": "default"}}
+    assert build_failure("KeyError: 'type'", "port_proof_config", fix, given).endswith(
+        "e.g. port_proof_config={'foo': 1, 'rope_scaling': {'type': 'dynamic', 'factor': 2.0}}")
+    assert build_failure("KeyError: 'type'", "--proof-config", fix, given).endswith(
+        "e.g. --proof-config 'foo=1' --proof-config "
+        "'rope_scaling={\"type\": \"dynamic\", \"factor\": 2.0}'")

@@ -6,7 +6,9 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from hyport_lib.port.codemod import port_python
 from hyport_lib.scan import ast_tests, rules
+from hyport_lib.scan.python_code import scan_python
 from hyport_lib.scan.scanner import scan_path
 
 TREE = Path(__file__).resolve().parents[1] / "data" / "scan_tree"
@@ -90,3 +92,71 @@ def test_code_written_as_the_suggestions_say_is_not_flagged(tmp_path):
     found = scan_path(tmp_path)
     # a call of any other function compared with "cuda" is still a hard-coded device
     assert [(h.line, h.category) for h in found.hits] == [(9, "cuda_device")]
+
+
+#: An ``is_cuda`` test that decides whether flash attention runs.
+GUARDED_ATTENTION = ("from flash_attn import flash_attn_func\n"
+                     "class Attention:\n"
+                     "    def forward(self, x):\n"
+                     "        return flash_attn_func(x, x, x) if x.is_cuda else self.eager(x)\n")
+#: The generated module's helpers a suggestion may name.
+HELPERS = re.compile(r"\b(accelerator_(?:device|type|module)|distributed_backend|on_accelerator|"
+                     r"flash_supported|hf_attn_implementation)\(")
+#: One snippet per construct of the table that the port rewrites (the construct on the last
+#: line; ``i`` for an index, as the suggestions write it).
+REWRITTEN = [
+    *[f"import torch\ntorch.cuda.{name}\n" for name in sorted(rules.SERVED_CUDA_NAMES)],
+    "x.cuda(i)\n", "x.to('cuda')\n", "x.to(f'cuda:{i}')\n", "y = f(x, device='cuda')\n",
+    "dist.init_process_group('nccl')\n", "same = backend == 'nccl'\n", "ok = x.is_cuda\n",
+    GUARDED_ATTENTION, "m = M.from_pretrained(p, attn_implementation='flash_attention_2')\n",
+]
+#: ``torch.cuda`` constructs the port leaves for a human: its table, a name it does not
+#: know, and a name imported from torch.cuda.
+LEFT = [*[f"import torch\ntorch.cuda.{name}\n" for name in sorted(rules.CUDA_NAMES_BY_HAND)],
+        "import torch\ntorch.cuda.memory_stats\n", "from torch.cuda import current_device\n"]
+
+
+def _port_and_scan(code: str) -> tuple:
+    """What the port does with ``code`` (its rewrite, in this process) and the scan's
+    suggestions for its last line."""
+    done = port_python(code, "snippet.py", relative=False)
+    hits, error = scan_python(code.encode(), "snippet.py")
+    assert error is None
+    last = code.count("\n")
+    return done, [h.suggestion for h in hits if h.line == last]
+
+
+def test_the_suggestion_names_the_very_code_the_port_writes():
+    kinds = set()
+    for code in REWRITTEN:
+        done, said = _port_and_scan(code)
+        changes = [c for c in done.changes if c.line == code.count("\n")]
+        assert changes and said, code
+        for change in changes:
+            kinds.add(change.kind)
+            written = re.sub(r"^\w+=", "", change.after)  # an argument's value, not its keyword
+            writes = [s.split("hyport port writes ", 1)[1] for s in said if "hyport port writes " in s]
+            assert any(written in w for w in writes), (code, change.after, said)
+        # no other helper is suggested than the port writes: a device where an int is
+        # returned (torch.cuda.current_device) would contradict the port
+        for text in said:
+            before, _, writes = text.partition("hyport port writes ")
+            assert set(HELPERS.findall(before)) <= set(HELPERS.findall(writes)), (code, text)
+    assert kinds == set(rules.PORT_WRITES) | {"torch_cuda"}
+    for module in rules.SERVED_FLASH_MODULES:
+        for name in sorted(rules.SERVED_FLASH_NAMES):
+            done, said = _port_and_scan(f"from {module} import {name}\n")
+            assert [c.after for c in done.changes] == [f"from {rules.GENERATED_MODULE} import {name}"]
+            assert [s for s in said if s.endswith("hyport port imports it from flash_attn_ascend")], said
+
+
+def test_a_construct_the_port_leaves_is_suggested_with_the_ports_hand_fix():
+    for code in LEFT:
+        done, said = _port_and_scan(code)
+        [spot] = [s for s in done.manual if s.snippet == code.splitlines()[-1]]
+        assert not done.changes and len(said) == 1, (code, said)
+        assert said[0].endswith(f"hyport port leaves it: {spot.why}"), (code, said)
+        assert "hyport port writes" not in said[0] and "same calls" not in said[0], said
+    _, [said] = _port_and_scan("import torch\ntorch.cuda.get_device_capability\n")
+    assert said == ("hyport port leaves it: torch.npu.get_device_capability() returns None on "
+                    "torch_npu: a test of the compute capability must be rewritten by hand")
