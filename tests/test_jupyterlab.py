@@ -263,11 +263,12 @@ def _run_form(page, lab: Lab, form, stage: str) -> dict:
     started = time.time()
     form.locator("button", has_text="Run stage").click()
     status = form.locator(".hyport-status")
-    page.wait_for_function("el => /^\\s*(finished|stopped)/.test(el.textContent)", arg=status.element_handle(),
+    page.wait_for_function("el => /^\\s*([A-Z]+: |stopped)/.test(el.textContent)", arg=status.element_handle(),
                            timeout=FORM_RUN_S * 1000)
-    assert "finished" in status.inner_text(), status.inner_text()
     assert [e for e in form.locator(".hyport-error").all_inner_texts() if e.strip()] == []
-    return _recorded(lab, stage, started)
+    result = _recorded(lab, stage, started)
+    assert status.inner_text().strip().startswith(f"{result['verdict']}: "), status.inner_text()  # the status says it
+    return result
 
 
 def test_01_environment_runs_and_reprobe_is_live(lab, tmp_path):

@@ -1,6 +1,6 @@
 """How every ``hyport`` command ends: one place for usage errors and stop signals.
 
-* A usage error (:data:`USAGE_ERRORS`, or a full disk) prints one line,
+* A usage error (:data:`~hyport_lib.utils.usage.USAGE_ERRORS`, or a full disk) prints one line,
   ``hyport <command>: <message>`` (and an error's ``details`` below it) and exits 2;
   ``HYPORT_DEBUG=1`` shows the traceback instead.
 * Any other exception is a defect of hyport: its traceback, one line, exit 3, so that
@@ -23,25 +23,14 @@ import sys
 import traceback
 from typing import Callable, Optional
 
-from hyport_lib.utils.printable import first_line
 from hyport_lib.utils.redact import scrub_text
 from hyport_lib.utils.signals import Stopped, shielded, stop_signals_raise
+from hyport_lib.utils.usage import USAGE_ERRORS, one_line
 
-#: Exceptions that mean "the user asked for something that cannot be done as asked".
-USAGE_ERRORS = (ValueError, TypeError, FileNotFoundError, NotADirectoryError,
-                IsADirectoryError, PermissionError, RuntimeError)
 #: Exit status of a stopped command (as a shell reports Ctrl-C).
 STOPPED_EXIT = 130
 USAGE_EXIT = 2
 INTERNAL_EXIT = 3
-
-
-def one_line(exc: BaseException) -> str:
-    """The first line of an exception's message (its type when it has none)."""
-    if isinstance(exc, (FileNotFoundError, PermissionError, NotADirectoryError, IsADirectoryError)) \
-            and exc.filename and exc.strerror:
-        return f"{exc.strerror}: {exc.filename}".splitlines()[0]
-    return first_line(exc)
 
 
 def invoke(name: str, run: Callable, args) -> int:

