@@ -82,7 +82,8 @@ def sample_datasets(folder: Path = SAMPLE_DATASETS) -> list[str]:
 
 def dataset_entries(dataset_path: Any) -> list[str]:
     """The entries of the ``dataset_info.json`` that ``dataset_path`` names (the file or its
-    folder); none when it names none (the check says what is wrong with it)."""
+    folder) whose data file lies beside it; none when it names none (the check says what is
+    wrong with it)."""
     if not isinstance(dataset_path, str) or not dataset_path.strip():
         return []
     path = Path(dataset_path.strip()).expanduser()
@@ -93,7 +94,12 @@ def dataset_entries(dataset_path: Any) -> list[str]:
         entries = json.loads(read_text(info, _MAX_INFO_BYTES, encoding="utf-8-sig"))
     except (OSError, ValueError):  # unreadable or no JSON: no presets; the run names what is wrong
         return []
-    return sorted(str(name) for name in entries) if isinstance(entries, dict) else []
+    if not isinstance(entries, dict):
+        return []
+    # only entries whose data file is there: a hub entry cannot run offline, a missing file not at all
+    return sorted(str(name) for name, entry in entries.items()
+                  if isinstance(entry, dict) and isinstance(entry.get("file_name"), str)
+                  and (info.parent / entry["file_name"]).is_file())
 
 
 def as_text(f: Field, value: Any) -> str:

@@ -286,7 +286,9 @@ def test_dataset_presets_are_the_samples_and_the_entries_of_the_named_dataset_in
     assert list(form.fields["dataset_path"].control.options) == samples
     assert form.fields["dataset"].control.options == ()
     form.fields["dataset_path"].control.value = str(SAMPLE_DATASETS)  # the json's folder
-    assert "guide_chat" in form.fields["dataset"].control.options
+    offered = form.fields["dataset"].control.options
+    assert "guide_chat" in offered and "calc_alpaca" in offered
+    assert "from_hub" not in offered and "missing_file" not in offered  # nothing that cannot run here
     assert list(form.fields["dataset"].control.options) == dataset_entries(str(SAMPLE_DATASETS / "dataset_info.json"))
     (tmp_path / "dataset_info.json").write_text("{not json")
     form.fields["dataset_path"].control.value = str(tmp_path)
