@@ -98,6 +98,7 @@ class PortTransformer(cst.CSTTransformer):
         self._module: Optional[cst.Module] = None
         self._targets: set[int] = set()  # id() of nodes assigned to or deleted
         self._attribute_values: set[int] = set()  # id() of nodes that are an attribute's object
+        self._imported_names: set[int] = set()  # id() of the dotted names an import statement names
         # names bound to the torch module and to torch.cuda, in the whole file
         self._torch_names = set(source_plan.torch_names)
         self._cuda_names = set(source_plan.cuda_names)
@@ -144,6 +145,13 @@ class PortTransformer(cst.CSTTransformer):
 
     def visit_Attribute(self, node: cst.Attribute) -> None:
         self._attribute_values.add(id(node.value))
+
+    def visit_Import(self, node: cst.Import) -> None:
+        self._imported_names.update(id(alias.name) for alias in node.names)
+
+    def visit_ImportFrom(self, node: cst.ImportFrom) -> None:
+        if node.module is not None:
+            self._imported_names.add(id(node.module))
 
     def _torch_cuda(self, node) -> bool:
         """Whether ``node`` is ``torch.cuda`` (through the file's own names for them)."""
@@ -277,7 +285,8 @@ class PortTransformer(cst.CSTTransformer):
                 return self._change(original_node, new, "torch_cuda", "accelerator_module")
             self._leave_for_human(original_node, "torch_cuda", cuda_name_by_hand(attr))
             return updated_node
-        if self._torch_cuda(original_node) and id(original_node) not in self._attribute_values:
+        if self._torch_cuda(original_node) and id(original_node) not in self._attribute_values \
+                and id(original_node) not in self._imported_names:  # `from torch.cuda import x`: its names are judged
             self._leave_for_human(original_node, "torch_cuda",
                                   "torch.cuda used as a module: use accelerator_module() by hand")
             return updated_node

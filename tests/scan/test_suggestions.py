@@ -153,7 +153,8 @@ def test_the_suggestion_names_the_very_code_the_port_writes():
 def test_a_construct_the_port_leaves_is_suggested_with_the_ports_hand_fix():
     for code in LEFT:
         done, said = _port_and_scan(code)
-        [spot] = [s for s in done.manual if s.snippet == code.splitlines()[-1]]
+        [spot] = done.manual  # one note: `from torch.cuda import x` is not also "torch.cuda as a module"
+        assert spot.snippet == code.splitlines()[-1], (code, done.manual)
         assert not done.changes and len(said) == 1, (code, said)
         assert said[0].endswith(f"hyport port leaves it: {spot.why}"), (code, said)
         assert "hyport port writes" not in said[0] and "same calls" not in said[0], said
