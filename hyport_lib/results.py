@@ -199,9 +199,10 @@ def record_result(stage: str, verdict: str, *, summary: str = "",
 
 
 def new_run_id(stage: str, when: _dt.datetime) -> str:
-    """``20250131-142501-04_train-3fa9c2``: sorts by time (UTC), says the stage, and two
-    runs recorded in the same second still get their own folders."""
-    return f"{when.strftime('%Y%m%d-%H%M%S')}-{stage}-{secrets.token_hex(3)}"
+    """``20250131-142501-04_train-3fa9c2``: sorts by time (local, the clock of the report
+    run folders it is listed with), says the stage, and two runs recorded in the same
+    second still get their own folders."""
+    return f"{when.astimezone().strftime('%Y%m%d-%H%M%S')}-{stage}-{secrets.token_hex(3)}"
 
 
 def history_dir() -> Path:

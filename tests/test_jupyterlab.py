@@ -66,8 +66,9 @@ SCREENSHOT_VIEWPORT = {"width": SCREENSHOT_MAX_WIDTH, "height": 800}
 TRAIN_STEPS = 60
 
 WIDGET_01 = '.widget-vbox:has(button.widget-button:has-text("Re-probe"))'
-# the card picker: a box with a dropdown that is not the form or one of its rows
-WIDGET_03 = ".widget-vbox:not(.hyport-form):not(.hyport-form .widget-vbox):has(.widget-dropdown select)"
+# the card picker: a box with a dropdown that is not the form or one of its rows, nor the run picker
+WIDGET_03 = (".widget-vbox:not(.hyport-form):not(.hyport-form .widget-vbox):not(.hyport-compare)"
+             ":has(.widget-dropdown select)")
 FORM_RUN_S = 300  # a stage run from the form: 04's torchrun takes ~20 s to start on 2 cores
 
 # Records every text the status widget shows, so a transient "probing..." is seen even

@@ -3,7 +3,9 @@ figures, tokens/s, 02's differing cases, 03's cards, 04's losses overlaid) as on
 page, ``compare.html``, written into the first run's folder (:mod:`hyport_lib.workbook.compare`).
 
 A run is a report run folder (``outputs/<run-id>``), an interactive run kept under
-``outputs/interactive/history/``, or the id (or the start of one) of either.
+``outputs/interactive/history/``, or the id (or the start of one) of either: report runs
+are looked up where ``hyport report`` writes them (``./outputs``, or ``--outputs``),
+interactive runs in the history beside the interactive results.
 Exit status: 0 when the page was written (or the runs listed), 2 for a run not found or a
 bad argument.
 """
@@ -20,26 +22,27 @@ from hyport_lib.workbook.compare_show import COMPARE_PAGE, run_lines, write_comp
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("runs", nargs="*", metavar="RUN",
                         help="two runs or more: run folders or run ids (see --list)")
-    parser.add_argument("--stage", action="append", default=None, metavar="NN_name",
-                        help="compare only this stage (repeatable); default every stage recorded")
+    parser.add_argument("--stage", action="append", default=None, metavar="STAGE",
+                        help="compare only this stage: number, name or id, as report --only takes "
+                             "them (04, train, 04_train; repeatable); default every stage recorded")
     parser.add_argument("--outputs", type=Path, default=None,
-                        help="where run ids are looked up (default: the checkout's outputs/)")
+                        help="where report run ids are looked up, as report --output-dir "
+                             "(default ./outputs); interactive runs: their history")
     parser.add_argument("--out", type=Path, default=None,
                         help=f"the page to write (default: {COMPARE_PAGE} in the first run's folder)")
     parser.add_argument("--list", action="store_true", help="list the recorded runs, newest first, and exit")
 
 
 def run(args: argparse.Namespace) -> int:
+    outputs = args.outputs or Path.cwd() / "outputs"  # where hyport report writes its runs
     if args.list:
-        for found in list_runs(args.outputs):
+        for found in list_runs(outputs):
             print(f"{found.id}\t{found.kind}\t{','.join(found.stages)}\t{found.folder}")
         return 0
-    comparison = compare_runs(args.runs, stages=args.stage, outputs=args.outputs)
-    first = comparison.runs[0]
+    comparison = compare_runs(args.runs, stages=args.stage, outputs=outputs)
     # A report run's page lies beside its index (the run folder); an interactive run's in
     # its history folder.
-    folder = first.folder.parent if first.kind == "report" and first.folder.name == "results" else first.folder
-    path = write_compare_page(comparison, args.out or folder / COMPARE_PAGE)
+    path = write_compare_page(comparison, args.out or comparison.runs[0].root / COMPARE_PAGE)
     for line in run_lines(comparison) + comparison.notes:
         print(line)
     print(f"compare page: {path}")

@@ -73,8 +73,9 @@ def run(args: argparse.Namespace) -> int:
     if args.cell_timeout <= 0:
         raise ValueError(f"--cell-timeout {args.cell_timeout}: expected a positive number of seconds")
     profile = None if args.profile in ("", "none") else args.profile
-    # The run to compare with is found before any stage starts: a wrong name is exit 2.
-    other = find_run(args.compare, args.output_dir) if args.compare else None
+    # The run to compare with is found before any stage starts (a wrong name is exit 2):
+    # report runs under the root this run writes to, interactive ones in their history.
+    other = find_run(args.compare, args.output_dir or Path.cwd() / "outputs") if args.compare else None
     report = run_report(
         profile=profile, overrides=parse_overrides(args.param), only=_only(args.only),
         output_root=args.output_dir, notebooks_dir=args.notebooks,
@@ -86,8 +87,13 @@ def run(args: argparse.Namespace) -> int:
         allow_unknown_parameters=args.allow_unknown_parameters,
     )
     if other is not None:
-        page = write_compare_page(compare_runs([report.run_dir, other]), report.run_dir / COMPARE_PAGE)
-        print(f"compare: {page}", file=sys.stderr)
+        # The report is written: a run that recorded nothing to compare costs its page,
+        # not the report's exit status or the index line.
+        try:
+            page = write_compare_page(compare_runs([report.run_dir, other]), report.run_dir / COMPARE_PAGE)
+            print(f"compare: {page}", file=sys.stderr)
+        except (ValueError, OSError) as exc:
+            print(f"compare: not written: {exc}", file=sys.stderr)
     if args.zip:
         packed = zip_run(report.run_dir)
         print(f"zip: {packed} ({packed.stat().st_size / 1e6:.1f} MB)", file=sys.stderr)

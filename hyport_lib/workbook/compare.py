@@ -10,7 +10,9 @@ renders them (tables, the overlaid loss as a PNG, an offline page).
 
 from __future__ import annotations
 
+import json
 import math
+import os
 import re
 import statistics
 from collections import Counter
@@ -43,19 +45,27 @@ class Run:
     folder: Path  # holds <stage>.json
     stages: tuple[str, ...]
 
+    @property
+    def root(self) -> Path:
+        """The run's own folder: a report run's (its index, ``results/``), or the history one."""
+        return self.folder.parent if self.kind == "report" and self.folder.name == _REPORT_RESULTS else self.folder
+
     def record(self, stage: str) -> dict:
         """The stage's record as written; ValueError naming the file when unreadable."""
         path = self.folder / f"{stage}.json"
+        # The file by its name only: the message lands in compare.html, which may be sent on.
         try:
             return read_result(path)
         except FileNotFoundError:
-            raise ValueError(f"run {self.id}: no {stage} result ({path})") from None
+            raise ValueError(f"run {self.id}: no {path.name}") from None
         except UnreadableResult as exc:
-            raise ValueError(f"run {self.id}: {path} is not a result ({exc.reason})") from None
+            reason = exc.reason.replace(str(path), path.name)
+            raise ValueError(f"run {self.id}: {path.name} is not a result ({reason})") from None
 
 
 def default_outputs() -> Path:
-    """``outputs/`` of the checkout: the parent of the interactive folder."""
+    """``outputs/`` of the checkout: the parent of the interactive folder (where a report
+    started in the checkout writes its runs)."""
     return history_dir().parent.parent
 
 
@@ -66,11 +76,11 @@ def _stages_in(folder: Path) -> tuple[str, ...]:
 
 
 def list_runs(outputs: Optional[Path] = None) -> list[Run]:
-    """Every run under ``outputs`` (default :func:`default_outputs`): the interactive
-    history and each report run folder, newest first (the ids begin with their time). By
-    default the history is where this session records (:func:`history_dir`, which
-    ``HYPORT_RESULTS_DIR`` may have moved out of ``outputs/``)."""
-    history = Path(outputs) / _INTERACTIVE / HISTORY_DIR if outputs else history_dir()
+    """Every recorded run, newest first (the ids begin with their local time): each report
+    run folder under ``outputs`` (the report's output root; default
+    :func:`default_outputs`) and the interactive runs where every interactive run is kept,
+    :func:`history_dir` (a report never writes into a history)."""
+    history = history_dir()
     outputs = Path(outputs) if outputs else default_outputs()
     runs = []
     for folder in sorted(history.iterdir()) if history.is_dir() else ():
@@ -109,7 +119,7 @@ def find_run(ref: Any, outputs: Optional[Path] = None) -> Run:
     where = Path(outputs) if outputs else default_outputs()
     known = ", ".join(r.id for r in runs[:6]) + (" …" if len(runs) > 6 else "") or "none"
     what = "matches several runs" if matches else "no such run folder or run id"
-    raise ValueError(f"run {ref!r}: {what} under {where} (runs: {known})")
+    raise ValueError(f"run {ref!r}: {what} under {where} or {history_dir()} (runs: {known})")
 
 
 def run_label(run: Run, record: dict) -> str:
@@ -132,13 +142,18 @@ class Comparison:
     headlines: pd.DataFrame
     #: run, label, step, loss (04's metrics per step, finite losses only)
     losses: pd.DataFrame
-    #: case, layout, dtype, mask, backend and one verdict column per run (02: cases whose
-    #: verdict differs, a case missing in a run included)
+    #: case, layout, dtype, mask, backend and per run its verdict (column: the run id) and
+    #: what computed it (``<run> source``): 02's cases whose verdict differs among the runs
+    #: that have the backend, a case missing there included
     attention: pd.DataFrame
+    #: run, backend, source, cases, verdicts: 02's backends that not every run has
+    attention_unshared: pd.DataFrame
     #: card and, per run, ``<run> status`` / ``<run> agrees`` / ``<run> tokens/s`` (03)
     cards: pd.DataFrame
     #: run, label, stage, measure, tokens_per_s (03 and 04)
     throughput: pd.DataFrame
+    #: stage, parameter, run, value (as text): the parameters each record holds
+    parameters: pd.DataFrame
     #: runs that lack a stage the others have, unreadable records
     notes: list[str] = field(default_factory=list)
 
@@ -146,17 +161,20 @@ class Comparison:
 def compare_runs(refs: Sequence[Any], *, stages: Optional[Iterable[str]] = None,
                  outputs: Optional[Path] = None) -> Comparison:
     """Compare the runs ``refs`` (ids or folders, see :func:`find_run`), on ``stages``
-    (default: every stage any of them recorded).
+    (by number, name or id, as ``hyport report --only`` takes them; default: every stage
+    any of them recorded).
 
     Raises:
-        ValueError: fewer than two runs, the same run twice, or a run that cannot be found.
+        ValueError: fewer than two runs, the same run twice, a run that cannot be found, or
+            a stage none of them recorded.
     """
     runs = [find_run(ref, outputs) for ref in refs]
     if len(runs) < 2:
         raise ValueError(f"compare: name two runs or more (got {len(runs)})")
     if len({r.folder.resolve() for r in runs}) < len(runs):
         raise ValueError(f"compare: the same run twice ({', '.join(r.id for r in runs)})")
-    wanted = sorted(set(stages) if stages else {s for r in runs for s in r.stages})
+    recorded = sorted({s for r in runs for s in r.stages})
+    wanted = _pick_stages(stages, recorded) if stages else recorded
     notes, records = [], {}
     for run in runs:
         for stage in wanted:
@@ -168,11 +186,31 @@ def compare_runs(refs: Sequence[Any], *, stages: Optional[Iterable[str]] = None,
             except ValueError as exc:
                 notes.append(str(exc))
     by_stage = {s: [(r, records[r.id, s]) for r in runs if (r.id, s) in records] for s in wanted}
+    attention = by_stage.get("02_attention", [])
     return Comparison(runs, wanted, _overview(by_stage), _headlines(by_stage),
                       loss_curves(by_stage.get("04_train", [])),
-                      attention_differences(by_stage.get("02_attention", [])),
+                      attention_differences(attention), attention_unshared(attention),
                       card_table(by_stage.get("03_inference", [])),
-                      _throughput(by_stage), notes)
+                      _throughput(by_stage), _parameters(by_stage, notes), notes)
+
+
+def _pick_stages(wanted: Iterable[str], recorded: Sequence[str]) -> list[str]:
+    """The stage ids of ``wanted`` (``04``, ``4``, ``train`` or ``04_train``, as
+    :func:`hyport_lib.stages.select_stages` reads ``--only``) among ``recorded``.
+
+    Raises:
+        ValueError: one line naming the stages no run recorded, and those there are.
+    """
+    known = {}
+    for stage in recorded:
+        number, _, name = stage.partition("_")
+        known.update({number: stage, name: stage, stage: stage})
+    wanted = [w.strip() for w in wanted if w.strip()]
+    unknown = [w for w in wanted if w not in known and w.zfill(2) not in known]
+    if unknown or not wanted:
+        raise ValueError(f"--stage {', '.join(unknown) or repr('')}: not a stage these runs recorded "
+                         f"(recorded: {', '.join(recorded) or 'none'})")
+    return sorted({known.get(w) or known[w.zfill(2)] for w in wanted})
 
 
 def _overview(by_stage: dict[str, list[tuple[Run, dict]]]) -> pd.DataFrame:
@@ -187,6 +225,28 @@ def _headlines(by_stage: dict[str, list[tuple[Run, dict]]]) -> pd.DataFrame:
             for stage, pairs in by_stage.items() for run, rec in pairs
             for key, value in (rec.get("headline") if isinstance(rec.get("headline"), dict) else {}).items()]
     return pd.DataFrame(rows, columns=["stage", "key", "run", "value"])
+
+
+def _parameters(by_stage: dict[str, list[tuple[Run, dict]]], notes: list[str]) -> pd.DataFrame:
+    rows = []
+    for stage, pairs in by_stage.items():
+        for run, rec in pairs:
+            params = rec.get("params") if isinstance(rec.get("params"), dict) else {}
+            if not params:  # an older record: "–" under every parameter would read as a difference
+                notes.append(f"run {run.id}: its {stage} record holds no parameters")
+            rows += [{"stage": stage, "parameter": name, "run": run.id, "value": _value_text(value, run)}
+                     for name, value in params.items()]
+    return pd.DataFrame(rows, columns=["stage", "parameter", "run", "value"])
+
+
+def _value_text(value: Any, run: Run) -> str:
+    """A parameter as one comparable text: a path inside the run's folder as ``<run>/…``
+    (as the report's index shows it: no local folder on a page that is sent on, and two
+    runs' own folders compare equal), other strings as they are, the rest as JSON (a list
+    ``["float16"]`` and a text ``float16`` stay apart)."""
+    if isinstance(value, str) and os.path.isabs(value) and Path(value).is_relative_to(run.root):
+        return Path("<run>", Path(value).relative_to(run.root)).as_posix()
+    return value if isinstance(value, str) else json.dumps(value, sort_keys=True, default=str)
 
 
 def _data(record: dict) -> dict:
@@ -208,20 +268,71 @@ def loss_curves(pairs: Sequence[tuple[Run, dict]]) -> pd.DataFrame:
 
 
 _CASE_KEYS = ("case", "layout", "dtype", "mask", "backend")
+#: hyport's CPU emulation of npu_fusion_attention in a stage-02 backend's name: ``npu-emulated``,
+#: ``flash-api (npu-emulated)``; the same name with ``npu`` is the same contract on an NPU.
+_EMULATED, _ON_NPU = "npu-emulated", "npu"
+
+
+@dataclass
+class _AttentionRun:
+    run: Run
+    #: case key (backend: as matched across runs) -> (verdict, what computed it)
+    cases: dict[tuple, tuple[Any, str]]
+
+
+def _attention_runs(pairs: Sequence[tuple[Run, dict]]) -> list[_AttentionRun]:
+    """Each run's stage-02 rows by case key. An emulated backend is matched with its NPU
+    counterpart where no run recorded both (the CPU emulation run beside an NPU run): the
+    same cases, computed by the emulation in one run and by the NPU in the other."""
+    rows = {run.id: [r for r in _data(rec).get("rows") or [] if isinstance(r, dict)] for run, rec in pairs}
+    recorded = [{r.get("backend") for r in run_rows} for run_rows in rows.values()]
+    every = set().union(*recorded) if recorded else set()
+    counterpart = {b: b.replace(_EMULATED, _ON_NPU) for b in every if isinstance(b, str) and _EMULATED in b}
+    matched = {b: npu for b, npu in counterpart.items()
+               if npu in every and not any({b, npu} <= backends for backends in recorded)}
+    found = []
+    for run, _ in pairs:
+        cases = {}
+        for row in rows[run.id]:
+            key = tuple(row.get(k) for k in _CASE_KEYS[:-1]) + (matched.get(row.get("backend"), row.get("backend")),)
+            cases[key] = (row.get("verdict"), str(row.get("source") or row.get("backend")))
+        found.append(_AttentionRun(run, cases))
+    return found
 
 
 def attention_differences(pairs: Sequence[tuple[Run, dict]]) -> pd.DataFrame:
     """The stage-02 cases (by case, layout, dtype, mask, backend) whose verdict is not the
-    same in every run, one verdict column per run (:data:`MISSING`: the run has no such row)."""
-    verdicts: dict[tuple, dict[str, str]] = {}
-    for run, rec in pairs:
-        for row in _data(rec).get("rows") or []:
-            if isinstance(row, dict):
-                verdicts.setdefault(tuple(row.get(k) for k in _CASE_KEYS), {})[run.id] = row.get("verdict")
-    ids = [run.id for run, _ in pairs]
-    rows = [{**dict(zip(_CASE_KEYS, key)), **{i: seen.get(i, MISSING) for i in ids}}
-            for key, seen in verdicts.items() if len({seen.get(i, MISSING) for i in ids}) > 1]
-    return pd.DataFrame(rows, columns=[*_CASE_KEYS, *ids])
+    same in the runs that have the backend, each run's verdict (:data:`MISSING`: no such
+    row) and what computed it (``<run> source``: an emulation run paired with an NPU run
+    says which is which). Backends that not every run has: :func:`attention_unshared`."""
+    runs = _attention_runs(pairs)
+    shared = set.intersection(*[{k[-1] for k in a.cases} for a in runs]) if runs else set()
+    rows = []
+    for key in dict.fromkeys(k for a in runs for k in a.cases if k[-1] in shared):
+        seen = {a.run.id: a.cases.get(key, (MISSING, MISSING)) for a in runs}
+        if len({verdict for verdict, _ in seen.values()}) > 1:
+            rows.append({**dict(zip(_CASE_KEYS, key)),
+                         **{col: value for i, (verdict, source) in seen.items()
+                            for col, value in ((i, verdict), (f"{i} source", source))}})
+    columns = [*_CASE_KEYS, *[col for a in runs for col in (a.run.id, f"{a.run.id} source")]]
+    return pd.DataFrame(rows, columns=columns)
+
+
+def attention_unshared(pairs: Sequence[tuple[Run, dict]]) -> pd.DataFrame:
+    """run, backend, source, cases, verdicts (``PASS 45, WARN 2``) of each stage-02 backend
+    that not every run has (the NPU kernel in an NPU run beside a CPU one): not a difference
+    of verdicts, a backend the other run could not run."""
+    runs = _attention_runs(pairs)
+    backends = [{k[-1] for k in a.cases} for a in runs]
+    rows = []
+    for a, own in zip(runs, backends):
+        for backend in sorted(b for b in own if not all(b in other for other in backends)):
+            mine = [value for k, value in a.cases.items() if k[-1] == backend]
+            counts = Counter(str(verdict) for verdict, _ in mine)
+            rows.append({"run": a.run.id, "backend": backend,
+                         "source": ", ".join(sorted({source for _, source in mine})), "cases": len(mine),
+                         "verdicts": ", ".join(f"{v} {n}" for v, n in sorted(counts.items()))})
+    return pd.DataFrame(rows, columns=["run", "backend", "source", "cases", "verdicts"])
 
 
 def _reference_hash(rows: list[dict]) -> Optional[str]:

@@ -52,6 +52,20 @@ def throughput_table(c: Comparison) -> pd.DataFrame:
     return wide.reindex(columns=[r.id for r in c.runs if r.id in wide.columns]).round(1)
 
 
+def parameter_table(c: Comparison) -> pd.DataFrame:
+    """(stage, parameter) by run: the parameters whose recorded value is not the same in
+    every run that recorded the stage's parameters (:data:`MISSING`: not in that record)."""
+    if c.parameters.empty:
+        return pd.DataFrame()
+    wide = c.parameters.pivot_table(index=["stage", "parameter"], columns="run", values="value",
+                                    aggfunc="first", sort=False)
+    wide = wide.reindex(columns=[r.id for r in c.runs if r.id in wide.columns])
+    # Only among the runs that recorded the stage's parameters (an older record holds none).
+    recorded = c.parameters.groupby("stage")["run"].unique()
+    differs = [len(set(row[recorded[stage]].fillna(MISSING))) > 1 for (stage, _), row in wide.iterrows()]
+    return wide[differs].fillna(MISSING)
+
+
 def _text(value: Any) -> str:
     return MISSING if value is None else str(value)
 
@@ -107,7 +121,9 @@ def _colour_verdicts(value: Any) -> str:
 def _table_html(frame: pd.DataFrame) -> str:
     if frame.empty:
         return "<p class='none'>nothing to compare</p>"
-    return frame.style.map(_colour_verdicts).format(na_rep=MISSING, precision=1).to_html()
+    # Recorded text is escaped (a parameter "<run>/train", a summary with "<"), the index too.
+    return frame.style.map(_colour_verdicts).format(na_rep=MISSING, precision=1, escape="html") \
+        .format_index(escape="html", axis=0).to_html()
 
 
 def sections(c: Comparison) -> list[tuple[str, str]]:
@@ -120,10 +136,16 @@ def sections(c: Comparison) -> list[tuple[str, str]]:
                       f"'data:image/png;base64,{base64.b64encode(png).decode()}'>"))
     if not c.headlines.empty:
         parts.append(("Headline figures (differs: not the same in every run)", _table_html(headline_table(c))))
+    if not c.parameters.empty:
+        parts.append(("Parameters that differ", _table_html(parameter_table(c))))
     if not c.throughput.empty:
         parts.append(("Tokens/s side by side", _table_html(throughput_table(c))))
     if "02_attention" in c.stages:
-        parts.append(("02 attention: cases whose verdict differs", _table_html(c.attention)))
+        parts.append(("02 attention: cases whose verdict differs (source: what computed it in each run)",
+                      _table_html(c.attention)))
+    if not c.attention_unshared.empty:
+        parts.append(("02 attention: backends not every run has (not differences)",
+                      _table_html(c.attention_unshared)))
     if not c.cards.empty:
         parts.append(("03 inference: cards side by side (agrees: with its run's reference answer)",
                       _table_html(c.cards.set_index("card"))))
@@ -165,34 +187,47 @@ def show_compare(*refs: Any, stages=None, outputs: Optional[os.PathLike] = None)
     return c
 
 
-def run_picker(outputs: Optional[os.PathLike] = None):
-    """Two run pickers and a Compare button (ipywidgets); the widget to display."""
+def run_picker(outputs: Optional[os.PathLike] = None, stage: Optional[str] = None):
+    """Two run pickers, a Compare button and a Refresh button (lists the runs again: one
+    recorded since shows up); the widget to display. ``stage``: only the runs that recorded
+    it, compared on it."""
     import ipywidgets as widgets
 
-    runs = list_runs(Path(outputs) if outputs else None)
-    options = [(f"{r.id} ({r.kind}: {', '.join(r.stages)})", r.id) for r in runs]
-    first = widgets.Dropdown(options=options, description="run", layout={"width": "46em"})
-    second = widgets.Dropdown(options=options, description="with", layout={"width": "46em"},
-                              value=options[1][1] if len(options) > 1 else None)
+    first = widgets.Dropdown(description="run", layout={"width": "46em"})
+    second = widgets.Dropdown(description="with", layout={"width": "46em"})
     button = widgets.Button(description="Compare", button_style="primary")
+    refresh = widgets.Button(description="Refresh", tooltip="list the recorded runs again")
     # The one-line error in a widget of its own: it shows whatever the Output area captures.
-    note = widgets.HTML("" if len(runs) > 1 else "<i>fewer than two recorded runs: run a stage twice</i>")
+    note = widgets.HTML()
     out = widgets.Output()
+
+    def list_again(_=None) -> None:
+        runs = [r for r in list_runs(Path(outputs) if outputs else None) if stage is None or stage in r.stages]
+        options = [(f"{r.id} ({r.kind}: {', '.join(r.stages)})", r.id) for r in runs]
+        first.options, second.options = options, options
+        # The newest two: after a Refresh, the run just recorded beside the one before it.
+        first.value = options[0][1] if options else None
+        second.value = options[1][1] if len(options) > 1 else None
+        note.value = "" if len(runs) > 1 else "<i>fewer than two recorded runs: run a stage twice</i>"
 
     def compare(_=None) -> None:
         out.clear_output()
         note.value = ""
         with out:
             try:
-                show_compare(first.value, second.value, outputs=outputs)
+                show_compare(first.value, second.value, stages=[stage] if stage else None, outputs=outputs)
             except ValueError as exc:
                 note.value = f"<span style='color:#b00020'>{html.escape(str(exc))}</span>"
 
+    list_again()
     button.on_click(compare)
-    return widgets.VBox([first, second, button, note, out])
+    refresh.on_click(list_again)
+    picker = widgets.VBox([first, second, widgets.HBox([button, refresh]), note, out])
+    picker.add_class("hyport-compare")
+    return picker
 
 
-def show_run_picker(outputs: Optional[os.PathLike] = None):
+def show_run_picker(outputs: Optional[os.PathLike] = None, stage: Optional[str] = None):
     """Display :func:`run_picker` in JupyterLab and return it; under ``hyport report``
     (headless, its run folder set) show nothing and return None (``hyport compare`` writes
     the same view as a page)."""
@@ -200,6 +235,6 @@ def show_run_picker(outputs: Optional[os.PathLike] = None):
         return None
     from IPython.display import display
 
-    picker = run_picker(outputs)
+    picker = run_picker(outputs, stage)
     display(picker)
     return picker

@@ -13,13 +13,15 @@ import nbformat
 import pytest
 
 from hyport_lib.commands import main
+from hyport_lib.commands import report as report_command
 from hyport_lib.report import html as report_html
 from hyport_lib.report import runner
 from hyport_lib.report.profiles import load_profile, parse_overrides, resolve_profile
 from hyport_lib.params import Field, ParameterError, Spec
 from hyport_lib.report.params import (absolutize_paths, coerce_overrides, make_plans, plan_requests,
                                       resolve_parameters, safe_parameters)
-from hyport_lib.report.run import new_run_dir
+from hyport_lib.report.run import ReportRun, new_run_dir
+from hyport_lib.results import RESULTS_DIR_ENV, RUN_DIR_ENV, read_result, record_result
 from hyport_lib.report.runner import run_report
 from hyport_lib.stages import discover_stages, select_stages
 
@@ -529,12 +531,47 @@ def test_a_run_to_compare_with_that_is_not_there_is_one_line_before_anything(tmp
 
 
 @pytest.mark.slow  # one stage of a real report run
-def test_the_report_writes_its_compare_page_beside_an_earlier_run(default_report, tmp_path, capsys):
+def test_the_report_writes_its_compare_page_beside_an_earlier_run(tmp_path, capsys):
+    earlier = tmp_path / "earlier" / "20990101-000000-abcdef"
+    record_result("01_environment", "WARN", summary="an earlier run", directory=earlier / "results")
     out = tmp_path / "out"
     assert main(["report", "--only", "01", "--output-dir", str(out), "-p", "device=cpu",
-                 "--compare", str(default_report.run_dir)]) == 0
+                 "--compare", str(earlier)]) == 0
     run_dir = next(p for p in out.iterdir() if p.is_dir())
     page = (run_dir / "compare.html").read_text()
-    assert run_dir.name in page and default_report.run_dir.name in page
+    assert run_dir.name in page and earlier.name in page and "an earlier run" in page
     assert "Verdict of every stage" in page and "01_environment" in page and "<script" not in page
+    assert str(tmp_path) not in page and os.path.realpath(tmp_path) not in page  # no local folder
     assert f"compare: {run_dir / 'compare.html'}" in capsys.readouterr().err
+
+
+def test_the_compare_run_is_found_where_the_report_writes_and_a_failed_compare_keeps_the_report(
+        tmp_path, monkeypatch, capsys):
+    """--compare finds report runs under the report's output root (./outputs or --output-dir)
+    and interactive runs in their history; a compare that fails after the run is one line,
+    and the report keeps its exit status and index line."""
+    monkeypatch.setenv(RESULTS_DIR_ENV, str(tmp_path / "home" / "interactive" / "results"))
+    monkeypatch.delenv(RUN_DIR_ENV, raising=False)
+    interactive = read_result(record_result("01_environment", "PASS"))["run_id"]
+    earlier = tmp_path / "work" / "outputs" / "20990101-000000-abcdef"
+    record_result("01_environment", "WARN", directory=earlier / "results")
+    made = []
+
+    def report_that_records(output_root=None, **_):  # the runner's folders, its stages left out
+        run_dir = (output_root or Path.cwd() / "outputs") / f"2099010{2 + len(made)}-000000-new"
+        (run_dir / "results").mkdir(parents=True)
+        if not made:
+            record_result("01_environment", "PASS", directory=run_dir / "results")
+        made.append(run_dir)
+        return ReportRun(run_dir.name, run_dir, None, {}, [], {}, "", status="finished")
+
+    monkeypatch.setattr(report_command, "run_report", report_that_records)
+    monkeypatch.chdir((tmp_path / "work").resolve())
+    assert main(["report", "--only", "01", "--compare", "20990101"]) == 0  # a report run in ./outputs
+    assert "20990101-000000-abcdef" in (made[0] / "compare.html").read_text()
+    # an interactive run by id with --output-dir elsewhere; this run recorded nothing
+    assert main(["report", "--only", "01", "--output-dir", str(tmp_path / "other"), "--compare", interactive]) == 0
+    out, err = capsys.readouterr()
+    assert out.splitlines()[-1] == str(made[1] / "index.html")
+    assert err.count("compare: not written: run ") == 1 and "holds no stage result" in err
+    assert not (made[1] / "compare.html").exists()

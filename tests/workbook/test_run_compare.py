@@ -4,6 +4,9 @@ run folders, read back side by side."""
 
 from __future__ import annotations
 
+import datetime as dt
+import os
+import time
 from pathlib import Path
 
 import pandas as pd
@@ -19,8 +22,10 @@ from hyport_lib.train.metrics import summarize_metrics
 from hyport_lib.train.params import Params as TrainParams
 from hyport_lib.train.result import TrainResult
 from hyport_lib.commands import main
+from hyport_lib.workbook import compare_show
+from hyport_lib.report.run import new_run_dir
 from hyport_lib.workbook.compare import MISSING, compare_runs, find_run, list_runs
-from hyport_lib.workbook.compare_show import COMPARE_PAGE, loss_figure, run_picker
+from hyport_lib.workbook.compare_show import COMPARE_PAGE, comparison_html, loss_figure, parameter_table, run_picker
 
 CPU = Provenance(device="cpu")
 NPU = Provenance(device="npu")
@@ -59,7 +64,9 @@ def outputs(tmp_path, monkeypatch):
     train_stage.record(_train([2.0, 1.5, 1.2], CPU, 50.0), params=TrainParams(max_steps=3))
     _attention(["PASS", "PASS", "FAIL"], CPU)
     report = root / "20990101-000000-npu" / "results"
-    train_stage.record(_train([2.0, 1.4, 1.0, 0.9], NPU, 900.0), directory=report)
+    # output_dir inside the report run folder, as the report makes a relative one absolute
+    train_stage.record(_train([2.0, 1.4, 1.0, 0.9], NPU, 900.0), directory=report,
+                       params=TrainParams(max_steps=4, output_dir=str(report.parent / "train" / "smoke")))
     _attention(["PASS", "WARN"], NPU, directory=report)
     inference_stage.record(_grid(["ok", "ok"], ["aa", "bb"], 30.0, NPU, tmp_path), directory=report,
                            params=InferenceParams())
@@ -177,8 +184,119 @@ def test_the_loss_figure_names_every_run_with_its_provenance(outputs):
 
 def test_the_run_picker_offers_the_runs_and_shows_a_bad_pair_as_one_line(outputs):
     picker = run_picker(outputs)
-    first, second, button = picker.children[:3]
+    first, second, (button, _) = picker.children[0], picker.children[1], picker.children[2].children
     assert [value for _, value in first.options] == [r.id for r in list_runs(outputs)]
     second.value = first.value  # the same run twice
     button.click()
     assert "the same run twice" in picker.children[3].value
+
+
+def test_the_run_picker_lists_a_stage_s_runs_and_refresh_finds_a_new_one(outputs, monkeypatch):
+    shown = []
+    monkeypatch.setattr(compare_show, "show_comparison", shown.append)
+    picker = run_picker(outputs, stage="02_attention")
+    first, (button, refresh) = picker.children[0], picker.children[2].children
+    before = [value for _, value in first.options]
+    assert before == [r.id for r in list_runs(outputs) if "02_attention" in r.stages] and len(before) == 2
+    _attention(["FAIL"], CPU)  # recorded after the picker was made
+    assert [value for _, value in first.options] == before
+    refresh.click()
+    after = [value for _, value in first.options]
+    assert len(after) == 3 and set(before) < set(after)
+    assert (first.value, picker.children[1].value) == tuple(after[:2])  # the newest two
+    first.value, picker.children[1].value = before  # compared on the picker's stage only
+    button.click()
+    assert picker.children[3].value == "" and [c.stages for c in shown] == [["02_attention"]]
+
+
+def test_report_runs_are_found_under_the_given_root_and_interactive_runs_in_their_history(outputs, tmp_path,
+                                                                                          monkeypatch, capsys):
+    elsewhere = tmp_path / "elsewhere"  # a report run with --output-dir elsewhere
+    train_stage.record(_train([1.0], NPU, 800.0), directory=elsewhere / "20990105-000000-npu" / "results")
+    runs = list_runs(elsewhere)
+    assert [r.kind for r in runs] == ["report", "interactive", "interactive"]
+    assert runs[0].id == "20990105-000000-npu" and "20990101-000000-npu" not in [r.id for r in runs]
+    # hyport compare looks up report runs where hyport report writes them: ./outputs
+    monkeypatch.chdir(outputs.parent)
+    assert main(["compare", "20990101", _cpu_train(outputs).id]) == 0
+    assert (outputs / "20990101-000000-npu" / COMPARE_PAGE).is_file()
+    assert main(["compare", "20990105", _cpu_train(outputs).id, "--outputs", str(elsewhere)]) == 0
+    assert (elsewhere / "20990105-000000-npu" / COMPARE_PAGE).is_file()
+
+
+def test_report_and_interactive_run_ids_read_one_clock(outputs, monkeypatch):
+    monkeypatch.setenv("TZ", "Asia/Shanghai")  # 8 hours from UTC
+    time.tzset()
+    try:
+        report_id, _ = new_run_dir(outputs)
+        recorded = _attention(["PASS"], CPU)
+    finally:
+        monkeypatch.undo()
+        time.tzset()
+    interactive_id = read_result(recorded)["run_id"]
+    stamps = [dt.datetime.strptime(i[:15], "%Y%m%d-%H%M%S") for i in (report_id, interactive_id)]
+    assert abs(stamps[1] - stamps[0]) <= dt.timedelta(seconds=2), (report_id, interactive_id)
+
+
+def _attention_rows(backends: dict[str, str], verdicts: dict[str, str]) -> list[dict]:
+    """Two cases per backend (backend -> its source); verdicts: backend -> case1's verdict."""
+    return [{"case": f"case{i}", "layout": "BSND", "dtype": "float16", "mask": "causal", "backend": backend,
+             "source": source, "verdict": verdicts.get(backend, "PASS") if i else "PASS"}
+            for backend, source in backends.items() for i in range(2)]
+
+
+def test_an_emulation_run_is_matched_with_an_npu_run_and_unshared_backends_are_apart(outputs):
+    cpu = _attention_rows({"eager": "eager (CPU)", "npu-emulated": "npu-emulated (CPU)",
+                           "flash-api (npu-emulated)": "flash-api 2.7.4 → npu-emulated (CPU)"},
+                          {"flash-api (npu-emulated)": "FAIL"})
+    npu = _attention_rows({"eager": "eager (NPU)", "npu-emulated": "npu-emulated (CPU)", "npu": "npu (NPU)",
+                           "flash-api (npu)": "flash-api 2.7.4 → npu (NPU)"}, {})
+    for rows, provenance, run in ((cpu, CPU, "20990201-000000-cpu"), (npu, NPU, "20990202-000000-npu")):
+        record_summary("02_attention", StageSummary("PASS", "cases"), data={"rows": rows}, provenance=provenance,
+                       directory=outputs / run / "results")
+    c = compare_runs(["20990201", "20990202"], outputs=outputs)
+    # the one case whose verdict differs: the drop-in emulated on the CPU vs on the NPU, each labelled
+    assert len(c.attention) == 1
+    row = c.attention.iloc[0]
+    assert (row["case"], row["backend"]) == ("case1", "flash-api (npu)")
+    assert (row["20990201-000000-cpu"], row["20990202-000000-npu"]) == ("FAIL", "PASS")
+    assert row["20990201-000000-cpu source"].endswith("npu-emulated (CPU)")
+    assert row["20990202-000000-npu source"].endswith("npu (NPU)")
+    # the NPU kernel only the NPU run has: listed apart, not as a difference
+    assert c.attention_unshared.to_dict("records") == [
+        {"run": "20990202-000000-npu", "backend": "npu", "source": "npu (NPU)", "cases": 2, "verdicts": "PASS 2"}]
+    page = comparison_html(c)
+    assert "backends not every run has" in page and "npu (NPU)" in page
+
+
+def test_the_parameters_that_differ_are_shown_and_no_local_folder_is(outputs, tmp_path):
+    cpu = _cpu_train(outputs)
+    c = compare_runs([cpu.id, "20990101"], outputs=outputs)
+    table = parameter_table(c)
+    assert table.loc[("04_train", "max_steps"), cpu.id] == "3"
+    assert table.loc[("04_train", "max_steps"), "20990101-000000-npu"] == "4"
+    # the run's own folder as <run>/..., the same parameters not listed
+    assert table.loc[("04_train", "output_dir"), "20990101-000000-npu"] == "<run>/train/smoke"
+    assert ("04_train", "zero_stage") not in table.index
+    # 02 of the report run was recorded without parameters: said, and nothing differs there
+    assert "run 20990101-000000-npu: its 02_attention record holds no parameters" in c.notes
+    assert not any(stage == "02_attention" for stage, _ in table.index)
+    # the page: the table, and no local folder (a missing and a half-written record's notes included)
+    (outputs / "20990101-000000-npu" / "results" / "03_inference.json").write_text("{half")
+    (cpu.folder / "03_inference.json").write_text("{half")
+    page = comparison_html(compare_runs([cpu.id, "20990101"], outputs=outputs))
+    assert "Parameters that differ" in page and "&lt;run&gt;/train/smoke" in page
+    assert "03_inference.json is not a result" in page
+    assert str(tmp_path) not in page and os.path.realpath(tmp_path) not in page
+
+
+def test_stages_are_named_as_report_only_names_them(outputs, capsys):
+    cpu = _cpu_train(outputs)
+    for name in ("04", "4", "train", "04_train"):
+        assert compare_runs([cpu.id, "20990101"], stages=[name], outputs=outputs).stages == ["04_train"]
+    assert main(["compare", cpu.id, "20990101", "--outputs", str(outputs), "--stage", "train", "--stage", "02"]) == 0
+    assert "02_attention" in capsys.readouterr().out  # the report run's line names its stages
+    assert main(["compare", cpu.id, "20990101", "--outputs", str(outputs), "--stage", "nope"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "--stage nope: not a stage these runs recorded" in err
+    assert "02_attention, 03_inference, 04_train" in err
