@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Optional
 
 from hyport_lib.report.index import render_index
+from hyport_lib.report.paths import relative_text
 from hyport_lib.report.records import StageView
 from hyport_lib.report.run import ReportRun
 from hyport_lib.utils.files import atomic_target, atomic_write_text
@@ -81,7 +82,9 @@ def render_bundle(run: ReportRun, views: Optional[list[StageView]] = None) -> st
         if page is None or not page.is_file():
             continue
         name = html.escape(stage.stage)
-        page_styles, content = stage_page_parts(page.read_text(encoding="utf-8"), f"{stage.stage}--")
+        # a page written before its paths were made relative to the run gets them here
+        text = relative_text(page.read_text(encoding="utf-8"), run.run_dir, "html")
+        page_styles, content = stage_page_parts(text, f"{stage.stage}--")
         styles.update(dict.fromkeys(page_styles))
         sections.append(
             f'<section class="hy-stage" id="page-{name}"><h2 class="hy-stage-title">{name} — '

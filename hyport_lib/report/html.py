@@ -12,6 +12,7 @@ import copy
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from hyport_lib.report.paths import relative_text
 from hyport_lib.utils.files import atomic_write_text
 from hyport_lib.utils.redact import scrub_text
 
@@ -61,9 +62,10 @@ def nbconvert_template_dirs() -> list[str]:
     return found
 
 
-def notebook_to_html(notebook_path: Path, html_path: Path, *, show_inputs: bool = True,
+def notebook_to_html(notebook_path: Path, html_path: Path, *, run_dir: Path, show_inputs: bool = True,
                      title: str | None = None) -> Path:
-    """Export ``notebook_path`` to an offline HTML file written atomically."""
+    """Export ``notebook_path`` to an offline HTML file written atomically, its paths
+    relative to ``run_dir`` (the notebook keeps them absolute)."""
     # Imported when a page is written, as nbconvert is: nbformat brings jsonschema, whose
     # format checkers build an RFC 3987 grammar on import (~3 s), which a report refusing
     # its input before any stage runs should not wait for.
@@ -80,4 +82,4 @@ def notebook_to_html(notebook_path: Path, html_path: Path, *, show_inputs: bool 
     )
     resources = {"metadata": {"name": title or Path(notebook_path).stem}}
     body, _ = exporter.from_notebook_node(nb, resources=resources)
-    return atomic_write_text(html_path, scrub_text(body))
+    return atomic_write_text(html_path, relative_text(scrub_text(body), run_dir, "html"))

@@ -8,17 +8,18 @@ from __future__ import annotations
 
 import html
 import json
-import os
+import re
 from collections import Counter
-from pathlib import Path
 from typing import Optional
 
-from hyport_lib.display import VERDICT_COLOURS
+from hyport_lib.display import MISSING, VERDICT_COLOURS
 from hyport_lib.drafting.values import fmt_value
+from hyport_lib.params import parameter_fields
 from hyport_lib.report.glance import card_svg, figure_rows, sources
-from hyport_lib.report.profiles import default_profiles_dir
+from hyport_lib.report.paths import relative_text, shown_path, shown_profile
 from hyport_lib.report.records import StageView, load_views
 from hyport_lib.report.run import NOT_RUN, PENDING, RUNNING, ReportRun
+from hyport_lib.stages import stage_part
 from hyport_lib.utils.files import atomic_write_text
 from hyport_lib.utils.redact import scrub_text
 
@@ -85,31 +86,17 @@ def _glance(views: list[StageView]) -> str:
     return f'<h2>At a glance</h2><div class="glance">{"".join(cards)}</div>{legend}'
 
 
-def shown_path(value: str, run_dir: Path) -> str:
-    """A path as the report shows it: under the run folder ``<run>/train/smoke``, under the
-    repository ``<repo>/parameters/x.yaml``, anything else as it is (a model folder, which
-    the reader may need to reproduce the run)."""
-    if not isinstance(value, str) or not os.path.isabs(value):
-        return value
-    path = Path(value)
-    for root, name in ((Path(run_dir), "<run>"), (default_profiles_dir().parent, "<repo>")):
-        if path == root:
-            return name
-        if path.is_relative_to(root):
-            return f"{name}/{path.relative_to(root).as_posix()}"
-    return value
+#: What a parameter's doc says its None means: ``...; None: the built-in sample picture``.
+_NONE_MEANS = re.compile(r"\bNone:?\s+(.+)$")
 
 
-def shown_profile(profile: Optional[str], run_dir: Path) -> str:
-    """The profile by its name when bundled, else by a path under the run or the
-    repository, else by its file name: never a local absolute path."""
-    if not profile:
-        return "(none: notebook defaults)"
-    path = Path(profile)
-    if path.parent == default_profiles_dir():
-        return path.stem
-    shown = shown_path(str(path), run_dir)
-    return shown if shown != str(path) else f"…/{path.name}"
+def _none_means(stage: Optional[str], name: str) -> str:
+    """A parameter left None, as the index shows it: "–" and what the stage (``NN_name``)
+    then does, from the parameter's doc (that the stage decides, where its doc says not)."""
+    fields = ({f.name: f for f in parameter_fields(stage_part(stage.partition("_")[2], "params").Params)}
+              if stage else {})
+    found = _NONE_MEANS.search(fields[name].spec.doc) if name in fields else None
+    return f"{MISSING} ({found.group(1) if found else 'the stage decides'})"
 
 
 def _parameter_rows(run: ReportRun) -> str:
@@ -126,6 +113,7 @@ def _parameter_rows(run: ReportRun) -> str:
                    for k, v in run.parameters.items()}
     rows = []
     for (name, shown), stages in sorted(grouped.items(), key=lambda item: (item[1][:1], item[0])):
+        shown = _none_means(stages[0] if stages else None, name) if shown == "null" else shown
         source = run.parameter_sources.get(name, "default")
         cls = ' class="given"' if source != "default" else ""
         rows.append(f"<tr{cls}><td><code>{_esc(name)}</code></td><td><code>{_esc(shown)}</code></td>"
@@ -134,8 +122,9 @@ def _parameter_rows(run: ReportRun) -> str:
 
 
 def render_index(run: ReportRun, views: Optional[list[StageView]] = None) -> str:
-    """The index page; ``views``: the stages as :func:`~hyport_lib.report.records.load_views`
-    reads them (read here when not given)."""
+    """The index page, paths relative to the run (:func:`~hyport_lib.report.paths.relative_text`);
+    ``views``: the stages as :func:`~hyport_lib.report.records.load_views` reads them (read
+    here when not given)."""
     views = load_views(run) if views is None else views
     counts = Counter(s.verdict for s in run.stages)
     shown = ["PASS", "WARN", "FAIL", "SKIP"] + [v for v in ("RUNNING", "INTERRUPTED", "PENDING", "NOT RUN")
@@ -172,7 +161,7 @@ def render_index(run: ReportRun, views: Optional[list[StageView]] = None) -> str
               if run.unused_parameters else "")
     versions = "".join(f"<tr><td>{_esc(k)}</td><td>{_esc(v if v is not None else 'not installed')}</td></tr>"
                        for k, v in run.versions.items())
-    return f"""<!DOCTYPE html>
+    return relative_text(f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>hyport report {_esc(run.run_id)}</title>
 <style>{_CSS}</style></head>
 <body>
@@ -189,13 +178,14 @@ as such in the <i>source</i> column and are not NPU measurements.</p>
 <tbody>{''.join(rows)}</tbody></table>
 <h2>Parameters</h2>{unused}
 <p class="prov">What each stage ran with: every parameter it declares, given by the profile or
-<code>-p</code> (in bold) or its own default; paths under the run folder start with <code>&lt;run&gt;</code>.</p>
+<code>-p</code> (in bold) or its own default; paths under the run folder start with <code>&lt;run&gt;</code>,
+under the repository with <code>&lt;repo&gt;</code>; {MISSING}: none given, and what the stage then does.</p>
 <table class="hy" id="parameters"><thead><tr><th>parameter</th><th>value</th><th>from</th><th>stages</th></tr></thead>
 <tbody>{params or '<tr><td colspan="4">(none)</td></tr>'}</tbody></table>
 <h2>Versions</h2>
 <table class="hy" id="versions"><tbody>{versions}</tbody></table>
 </body></html>
-"""
+""", run.run_dir, "html")
 
 
 def write_index(run: ReportRun, views: Optional[list[StageView]] = None):

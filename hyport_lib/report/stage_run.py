@@ -172,7 +172,7 @@ def _collect(stage: Stage, run_dir: Path, outcome: StageOutcome, error: Optional
     if scrub_notebook(nb_partial, nb_out):
         nb_partial.unlink()
         try:
-            notebook_to_html(nb_out, html_out, show_inputs=show_inputs, title=stage.id)
+            notebook_to_html(nb_out, html_out, run_dir=run_dir, show_inputs=show_inputs, title=stage.id)
             outcome.html = str(html_out.relative_to(run_dir))
         except Exception as exc:  # noqa: BLE001 — keep the stage row even if export fails
             error = (error + "; " if error else "") + f"HTML export failed: {_describe_error(exc)}"

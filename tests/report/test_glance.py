@@ -148,7 +148,8 @@ def test_the_parameters_are_every_stages_effective_values_with_paths_in_the_run(
     run = _run(tmp_path, {"03_inference": "PASS", "04_train": "PASS"})
     run.profile = str(default_profiles_dir() / "default.yaml")
     run.parameter_sources = {"device": "profile", "max_steps": "-p"}
-    run.stages[0].parameters = {"device": "cpu", "model_path": "tiny", "attn_implementation": "auto"}
+    run.stages[0].parameters = {"device": "cpu", "model_path": "tiny", "attn_implementation": "auto",
+                                "image": None}
     run.stages[1].parameters = {"device": "cpu", "model_path": "tiny", "attn_implementation": "eager",
                                 "max_steps": 7, "output_dir": str(tmp_path / "train" / "smoke")}
     index = render_index(run)
@@ -161,6 +162,12 @@ def test_the_parameters_are_every_stages_effective_values_with_paths_in_the_run(
     assert ("", "attn_implementation", "&quot;auto&quot;", "default", "03_inference") in rows
     assert ("", "attn_implementation", "&quot;eager&quot;", "default", "04_train") in rows
     assert ("", "output_dir", "&quot;&lt;run&gt;/train/smoke&quot;", "default", "04_train") in rows
+    # None as "–" and what the stage then does, from the parameter's doc
+    assert ("", "image", "– (the built-in sample picture)", "default", "03_inference") in rows
+    assert "null" not in table
+    run.stages[0].parameters = run.stages[1].parameters = {}  # a run.json from before they were recorded
+    run.parameters = {"log_dir": None}
+    assert "<code>log_dir</code></td><td><code>– (the stage decides)</code>" in render_index(run)
     assert str(tmp_path) not in index
     assert "· profile default</p>" in index
     run.profile = "/somewhere/private/mine.yaml"

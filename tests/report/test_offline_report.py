@@ -164,6 +164,27 @@ def test_the_parameters_are_what_each_stage_ran_with(full_run):
     assert "· profile default</p>" in index
 
 
+def test_the_pages_and_drafts_name_no_local_folder_and_their_links_still_work(full_run):
+    """What is sent names the run folder ``<run>`` (the drafts say so once), never its
+    absolute path; the run's data keeps it; every link to a file in the run resolves."""
+    _, run_dir = full_run
+    sent = ["index.html", "report.html", "blog.en.md", "blog.zh.md",
+            *(p.relative_to(run_dir).as_posix() for p in (run_dir / "html").glob("*.html"))]
+    assert len(sent) == 9
+    texts = {name: (run_dir / name).read_text(encoding="utf-8") for name in sent}
+    assert [name for name, text in texts.items() if str(run_dir) in text] == []
+    assert "&lt;run&gt;/train/smoke" in texts["html/04_train.html"]
+    assert "`<run>/train/smoke`" in texts["blog.en.md"] and "`<run>/train/smoke`" in texts["blog.zh.md"]
+    assert "`<run>` stands for this run's folder" in texts["blog.en.md"]
+    assert "`<run>` 指本次运行的目录" in texts["blog.zh.md"]
+    assert str(run_dir) in (run_dir / "results" / "04_train.json").read_text()  # the data is untouched
+    for name, text in texts.items():
+        page = (run_dir / name).parent
+        links = [a or b for a, b in re.findall(r'(?:href|src)="([^"#][^"]*)"|!\[[^\]]*\]\(([^)\s]+)\)', text)
+                 if not (a or b).startswith(("data:", "http:", "https:"))]
+        assert [link for link in links if not (page / link).exists()] == [], name
+
+
 @pytest.mark.skipif(chromium_path() is None and not os.environ.get("CI"),
                     reason="Debian chromium not installed (scripts/setup.sh --browser installs it)")
 def test_one_file_to_send_and_the_zip(full_run, tmp_path):

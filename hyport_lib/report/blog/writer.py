@@ -15,6 +15,7 @@ from typing import Optional
 from hyport_lib.drafting.templates import LANGS, environment, frame_template, tidy
 from hyport_lib.report.blog.context import build_context
 from hyport_lib.report.blog.figures import draw_figures
+from hyport_lib.report.paths import relative_text
 from hyport_lib.report.records import StageView, load_views
 from hyport_lib.report.run import ReportRun
 from hyport_lib.utils.files import atomic_write_text
@@ -26,14 +27,15 @@ DRAFTS = {"blog.md": "en", "blog.en.md": "en", "blog.zh.md": "zh"}
 
 def render_blog(run: ReportRun, lang: str = "en", *, figures: Optional[dict] = None,
                 notes: Optional[list] = None, views: Optional[list[StageView]] = None) -> str:
-    """The draft in ``lang`` as Markdown, scrubbed of secret values (ValueError for a
+    """The draft in ``lang`` as Markdown, scrubbed of secret values, its paths relative to
+    the run (:func:`~hyport_lib.report.paths.relative_text`) (ValueError for a
     language there is no text for). ``figures`` and ``notes`` are what
     :func:`~hyport_lib.report.blog.figures.draw_figures` drew and met; ``views`` as
     :func:`~hyport_lib.report.records.load_views` reads them (read here when not given)."""
     template = environment().get_template(frame_template(lang))
     views = load_views(run) if views is None else views
     text = template.render(build_context(run, lang, views, figures or {}, notes or []))
-    return scrub_text(tidy(text))
+    return relative_text(scrub_text(tidy(text)), Path(run.run_dir), "markdown")
 
 
 def write_blog_drafts(run: ReportRun, views: Optional[list[StageView]] = None) -> list[Path]:

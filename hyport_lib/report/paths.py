@@ -1,0 +1,101 @@
+"""Paths as the report shows them: under the run folder ``<run>/...``, under the repository
+``<repo>/...``, so that a page or a draft sent elsewhere names no local folder
+(``/home/<user>/...``). The run's data (notebooks, results) keeps its absolute paths; only
+what the report writes for people is rewritten (:func:`relative_text`).
+"""
+
+from __future__ import annotations
+
+import html
+import os
+import re
+import urllib.parse
+from pathlib import Path
+from typing import Optional
+
+from hyport_lib.report.profiles import default_profiles_dir
+
+RUN, REPO = "<run>", "<repo>"
+#: A root ends where its last folder name ends: ``/x/run-1`` is not the start of
+#: ``/x/run-10`` nor of ``/x/run-1.zip``, but is of ``/x/run-1/a`` and of "``/x/run-1``.".
+_NAME_CHAR = r"[A-Za-z0-9_\-]"
+_BEFORE, _AFTER = rf"(?<!{_NAME_CHAR})(?<!\.)", rf"(?!{_NAME_CHAR}|\.{_NAME_CHAR})"
+#: A Markdown code fence (``` or ~~~), which opens or closes a code block.
+_FENCE = re.compile(r"^ {0,3}(```|~~~)")
+
+
+def _roots(run_dir: Path) -> list[tuple[str, str]]:
+    """(folder, its name in the report), the run folder first (it may lie under the
+    repository), each as written and as resolved (a symlinked /tmp)."""
+    roots = ((run_dir, RUN), (default_profiles_dir().parent, REPO))
+    return list(dict.fromkeys((spelled(root), name) for root, name in roots
+                              for spelled in (os.path.abspath, os.path.realpath)))
+
+
+def shown_path(value: str, run_dir: Path) -> str:
+    """A path as the report shows it: under the run folder ``<run>/train/smoke``, under the
+    repository ``<repo>/parameters/x.yaml``, anything else as it is (a model folder, which
+    the reader may need to reproduce the run)."""
+    if not isinstance(value, str) or not os.path.isabs(value):
+        return value
+    path = Path(value)
+    for root, name in _roots(run_dir):
+        if path == Path(root):
+            return name
+        if path.is_relative_to(root):
+            return f"{name}/{path.relative_to(root).as_posix()}"
+    return value
+
+
+def shown_profile(profile: Optional[str], run_dir: Path) -> str:
+    """The profile by its name when bundled, else by a path under the run or the
+    repository, else by its file name: never a local absolute path."""
+    if not profile:
+        return "(none: notebook defaults)"
+    path = Path(profile)
+    if path.parent == default_profiles_dir():
+        return path.stem
+    shown = shown_path(str(path), run_dir)
+    return shown if shown != str(path) else f"…/{path.name}"
+
+
+def _pattern(forms: dict[str, str]) -> re.Pattern:
+    alternatives = "|".join(re.escape(form) for form in sorted(forms, key=len, reverse=True))
+    return re.compile(f"{_BEFORE}(?:{alternatives}){_AFTER}")
+
+
+def relative_text(text: str, run_dir: Path, markup: str) -> str:
+    """``text`` (a page, ``markup="html"``, or a draft, ``"markdown"``) with every path
+    under the run folder written ``<run>/...`` and under the repository ``<repo>/...``.
+
+    In HTML the folders are also found HTML-escaped and URL-quoted, and named in the same
+    form; relative links (``notebooks/...``) hold no folder and are left as they are. In
+    Markdown the name is ``<run>`` in code and ``\\<run>`` in prose (where ``<run>`` would
+    be read as an HTML tag).
+    """
+    if markup not in ("html", "markdown"):
+        raise ValueError(f"markup must be 'html' or 'markdown', not {markup!r}")
+    for root, name in _roots(run_dir):
+        if markup == "html":
+            # where two forms are one (no character to escape), the plain one's name wins
+            forms = {urllib.parse.quote(root): urllib.parse.quote(name), html.escape(root): html.escape(name),
+                     root: html.escape(name)}
+            text = _pattern(forms).sub(lambda m: forms[m.group(0)], text)
+        else:
+            text = _markdown_named(text, _pattern({root: name}), name)
+    return text
+
+
+def _markdown_named(text: str, pattern: re.Pattern, name: str) -> str:
+    """``pattern``'s matches in Markdown ``text`` replaced by ``name``, escaped outside code
+    (a fenced block, or an odd number of backticks before it on its line)."""
+    lines, in_fence = [], False
+    for line in text.split("\n"):
+        fence = _FENCE.match(line)
+        if fence or in_fence:
+            lines.append(pattern.sub(name, line))
+        else:
+            lines.append(pattern.sub(
+                lambda m, line=line: name if line[:m.start()].count("`") % 2 else "\\" + name, line))
+        in_fence = in_fence != bool(fence)
+    return "\n".join(lines)

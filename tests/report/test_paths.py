@@ -1,0 +1,57 @@
+"""Paths as the report shows them: ``<run>/...`` and ``<repo>/...`` in the pages and drafts."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from hyport_lib.report.paths import relative_text, shown_path
+from hyport_lib.report.profiles import default_profiles_dir
+
+REPO = default_profiles_dir().parent
+_LINKS = re.compile(r'(?:href|src)="([^"]*)"')
+
+
+def test_a_page_names_the_run_folder_and_the_repository_not_a_sibling_that_starts_alike():
+    run = Path("/x/run-1")
+    page = (f'<p>PASS: 01 -&gt; /x/run-1/results/01_environment.json</p><td>/x/run-1</td>'
+            f'<td>/x/run-10/train</td><td>/x/run-1.zip</td><td>/y/x/run-1/z</td><p>in "/x/run-1".</p>'
+            f'<code>{REPO}/parameters/default.yaml</code><a href="notebooks/01_environment.ipynb">nb</a>'
+            f'<img src="figures/loss.png"><a href="#01_environment--Record">r</a>')
+    shown = relative_text(page, run, "html")
+    assert "&lt;run&gt;/results/01_environment.json" in shown and "<td>&lt;run&gt;</td>" in shown
+    assert '<p>in "&lt;run&gt;".</p>' in shown
+    assert "<td>/x/run-10/train</td><td>/x/run-1.zip</td><td>/y/x/run-1/z</td>" in shown
+    assert "<code>&lt;repo&gt;/parameters/default.yaml</code>" in shown and str(REPO) not in shown
+    assert _LINKS.findall(shown) == _LINKS.findall(page) == [
+        "notebooks/01_environment.ipynb", "figures/loss.png", "#01_environment--Record"]
+
+
+def test_a_run_folder_under_the_repository_is_the_run_and_its_escaped_forms_are_found_too():
+    run = REPO / "outputs" / "a b&c"
+    page = (f"<pre>{REPO}/outputs/a b&amp;c/train/smoke</pre><a href=\"file://{REPO}/outputs/a%20b%26c/x.png\">"
+            f"{run}</a><p>{REPO}/outputs/a b&amp;cd/</p>")
+    shown = relative_text(page, run, "html")
+    assert "<pre>&lt;run&gt;/train/smoke</pre>" in shown and "file://%3Crun%3E/x.png" in shown
+    assert ">&lt;run&gt;</a>" in shown and "<p>&lt;repo&gt;/outputs/a b&amp;cd/</p>" in shown
+    assert shown_path(f"{run}/train", run) == "<run>/train"
+
+
+def test_a_draft_names_the_run_in_code_as_it_is_and_in_prose_escaped():
+    run = Path("/x/run-1")
+    draft = ("The logs are under `/x/run-1/inference_logs/1`.\n"
+             "> stage 04 of this run (/x/run-1/results/04_train.json): its weights\n"
+             "```bash\nhyport verify /x/run-1/train/smoke --reload\n```\n"
+             "| Final weights | `/x/run-1/train/smoke` | /x/run-10/train |\n")
+    shown = relative_text(draft, run, "markdown").splitlines()
+    assert shown[0] == "The logs are under `<run>/inference_logs/1`."
+    assert shown[1] == r"> stage 04 of this run (\<run>/results/04_train.json): its weights"
+    assert shown[3] == "hyport verify <run>/train/smoke --reload"
+    assert shown[5] == "| Final weights | `<run>/train/smoke` | /x/run-10/train |"
+
+
+def test_an_unknown_markup_is_refused():
+    with pytest.raises(ValueError, match="markup must be 'html' or 'markdown'"):
+        relative_text("x", Path("/x"), "rst")
