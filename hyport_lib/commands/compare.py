@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from hyport_lib.report.paths import relative_text
 from hyport_lib.workbook.compare import compare_runs, list_runs
 from hyport_lib.workbook.compare_show import COMPARE_PAGE, run_lines, write_compare_page
 
@@ -42,7 +43,9 @@ def run(args: argparse.Namespace) -> int:
     comparison = compare_runs(args.runs, stages=args.stage, outputs=outputs)
     # A report run's page lies beside its index (the run folder); an interactive run's in
     # its history folder.
-    path = write_compare_page(comparison, args.out or comparison.runs[0].root / COMPARE_PAGE)
+    first = comparison.runs[0].root
+    path = write_compare_page(comparison, args.out or first / COMPARE_PAGE,
+                              lambda text: relative_text(text, first, "html"))
     for line in run_lines(comparison) + comparison.notes:
         print(line)
     print(f"compare page: {path}")

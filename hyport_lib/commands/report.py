@@ -14,6 +14,7 @@ from pathlib import Path
 
 from hyport_lib.report.bundle import zip_run
 from hyport_lib.report.cleanup import clean_runs
+from hyport_lib.report.paths import relative_text
 from hyport_lib.report.profiles import parse_overrides
 from hyport_lib.report.runner import DEFAULT_CELL_TIMEOUT_S, check_output_root, run_report
 from hyport_lib.workbook.compare import compare_runs, find_run
@@ -90,7 +91,8 @@ def run(args: argparse.Namespace) -> int:
         # The report is written: a run that recorded nothing to compare costs its page,
         # not the report's exit status or the index line.
         try:
-            page = write_compare_page(compare_runs([report.run_dir, other]), report.run_dir / COMPARE_PAGE)
+            page = write_compare_page(compare_runs([report.run_dir, other]), report.run_dir / COMPARE_PAGE,
+                                      lambda text: relative_text(text, report.run_dir, "html"))
             print(f"compare: {page}", file=sys.stderr)
         except (ValueError, OSError) as exc:
             print(f"compare: not written: {exc}", file=sys.stderr)

@@ -20,9 +20,9 @@ from libcst.codemod.visitors import AddImportsVisitor
 from libcst.metadata import MetadataWrapper, PositionProvider
 
 from hyport_lib.port.segments import SourcePlan, UnparsableSource, parse, plan
-from hyport_lib.scan.rules import (CUDA_DEVICE_LITERAL_RE, CUDA_IMPORTS_BY_HAND, GENERATED_MODULE,
-                                   SERVED_CUDA_NAMES, SERVED_FLASH_MODULES, SERVED_FLASH_NAMES,
-                                   UNPORTABLE_MODULES, cuda_name_by_hand)
+from hyport_lib.scan.rules import (CUDA_DEVICE_LITERAL_RE, GENERATED_MODULE, SERVED_CUDA_NAMES,
+                                   SERVED_FLASH_MODULES, SERVED_FLASH_NAMES, UNPORTABLE_MODULES,
+                                   cuda_import_by_hand, cuda_name_by_hand)
 
 
 @dataclass(frozen=True)
@@ -150,8 +150,10 @@ class PortTransformer(cst.CSTTransformer):
         self._imported_names.update(id(alias.name) for alias in node.names)
 
     def visit_ImportFrom(self, node: cst.ImportFrom) -> None:
-        if node.module is not None:
-            self._imported_names.add(id(node.module))
+        module = node.module  # torch.cuda.amp: the statement's note covers each of its parts
+        while isinstance(module, cst.Attribute):
+            self._imported_names.add(id(module))
+            module = module.value
 
     def _torch_cuda(self, node) -> bool:
         """Whether ``node`` is ``torch.cuda`` (through the file's own names for them)."""
@@ -223,7 +225,7 @@ class PortTransformer(cst.CSTTransformer):
                     self._cuda_names.add(alias.asname.name.value if alias.asname else "cuda")
             return updated_node
         if module == "torch.cuda" or module.startswith("torch.cuda."):
-            self._leave_for_human(original_node, "torch_cuda", CUDA_IMPORTS_BY_HAND)
+            self._leave_for_human(original_node, "torch_cuda", cuda_import_by_hand(module))
             return updated_node
         imported = [] if isinstance(updated_node.names, cst.ImportStar) else \
             [_dotted(a.name) for a in updated_node.names]
@@ -278,6 +280,8 @@ class PortTransformer(cst.CSTTransformer):
         return updated_node
 
     def leave_Attribute(self, original_node, updated_node):
+        if id(original_node) in self._imported_names:  # an import statement's name: noted there
+            return updated_node
         attr = original_node.attr.value
         if self._torch_cuda(original_node.value):
             if attr in SERVED_CUDA_NAMES:
@@ -285,8 +289,7 @@ class PortTransformer(cst.CSTTransformer):
                 return self._change(original_node, new, "torch_cuda", "accelerator_module")
             self._leave_for_human(original_node, "torch_cuda", cuda_name_by_hand(attr))
             return updated_node
-        if self._torch_cuda(original_node) and id(original_node) not in self._attribute_values \
-                and id(original_node) not in self._imported_names:  # `from torch.cuda import x`: its names are judged
+        if self._torch_cuda(original_node) and id(original_node) not in self._attribute_values:
             self._leave_for_human(original_node, "torch_cuda",
                                   "torch.cuda used as a module: use accelerator_module() by hand")
             return updated_node

@@ -21,7 +21,9 @@ RUN, REPO = "<run>", "<repo>"
 _NAME_CHAR = r"[A-Za-z0-9_\-]"
 _BEFORE, _AFTER = rf"(?<!{_NAME_CHAR})(?<!\.)", rf"(?!{_NAME_CHAR}|\.{_NAME_CHAR})"
 #: A Markdown code fence (``` or ~~~), which opens or closes a code block.
-_FENCE = re.compile(r"^ {0,3}(```|~~~)")
+_FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})")
+#: A run of backticks, which opens or closes inline code.
+_TICKS = re.compile(r"`+")
 
 
 def _roots(run_dir: Path) -> list[tuple[str, str]]:
@@ -86,16 +88,36 @@ def relative_text(text: str, run_dir: Path, markup: str) -> str:
     return text
 
 
+def _code_spans(line: str) -> list[tuple[int, int]]:
+    """Where a line's inline code lies: a run of backticks opens a span that the next run
+    of the same length closes (CommonMark: `` `a` `` in a double-backtick span is code)."""
+    runs, spans, i = list(_TICKS.finditer(line)), [], 0
+    while i < len(runs):
+        closer = next((j for j in range(i + 1, len(runs)) if len(runs[j].group()) == len(runs[i].group())), None)
+        if closer is None:
+            i += 1
+            continue
+        spans.append((runs[i].end(), runs[closer].start()))
+        i = closer + 1
+    return spans
+
+
 def _markdown_named(text: str, pattern: re.Pattern, name: str) -> str:
     """``pattern``'s matches in Markdown ``text`` replaced by ``name``, escaped outside code
-    (a fenced block, or an odd number of backticks before it on its line)."""
-    lines, in_fence = [], False
+    (a fenced block, closed only by a fence of its own character at least as long; or an
+    inline code span)."""
+    lines, fence = [], ""  # the open block's fence, "" outside one
     for line in text.split("\n"):
-        fence = _FENCE.match(line)
-        if fence or in_fence:
+        found = _FENCE.match(line)
+        if fence or found:
             lines.append(pattern.sub(name, line))
         else:
+            spans = _code_spans(line)
             lines.append(pattern.sub(
-                lambda m, line=line: name if line[:m.start()].count("`") % 2 else "\\" + name, line))
-        in_fence = in_fence != bool(fence)
+                lambda m, spans=spans: name if any(a <= m.start() < b for a, b in spans) else "\\" + name, line))
+        if found and not fence:
+            fence = found.group(1)
+        elif found and found.group(1)[0] == fence[0] and len(found.group(1)) >= len(fence) \
+                and not line.strip()[len(found.group(1)):].strip():
+            fence = ""  # a closing fence carries no info string
     return "\n".join(lines)

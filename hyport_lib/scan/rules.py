@@ -73,6 +73,13 @@ CUDA_IMPORTS_BY_HAND = ("names imported from torch.cuda: import them from the de
                         "(accelerator_module()) by hand")
 
 
+def cuda_import_by_hand(module: str) -> str:
+    """Why the port leaves ``from <module> import ...`` (``torch.cuda`` or a submodule): a
+    submodule with a hand fix of its own (``torch.cuda.amp``) says that one."""
+    parts = module.split(".")
+    return CUDA_NAMES_BY_HAND.get(parts[2], CUDA_IMPORTS_BY_HAND) if len(parts) > 2 else CUDA_IMPORTS_BY_HAND
+
+
 def cuda_name_by_hand(name: str) -> str:
     """Why the port leaves ``torch.cuda.<name>`` (a name not in ``SERVED_CUDA_NAMES``)."""
     return CUDA_NAMES_BY_HAND.get(name, f"torch.cuda.{name} has no checked NPU counterpart: "
@@ -347,7 +354,7 @@ def port_note(qualified: str, imported: bool = False) -> Optional[str]:
     parts = qualified.split(".")
     if parts[:2] == ["torch", "cuda"] and len(parts) > 2:
         if imported:
-            return f"hyport port leaves it: {CUDA_IMPORTS_BY_HAND}"
+            return f"hyport port leaves it: {cuda_import_by_hand(qualified.rsplit('.', 1)[0])}"
         if parts[2] in SERVED_CUDA_NAMES:
             return f"hyport port writes accelerator_module().{parts[2]} (from {GENERATED_MODULE})"
         return f"hyport port leaves it: {cuda_name_by_hand(parts[2])}"

@@ -29,12 +29,17 @@ from hyport_lib.triage import Triage, show_triage
 from hyport_lib.triage.show import diagnosis_line
 
 
+#: The narrowest step axis of a live plot.
+_MIN_AXIS_STEPS = 5
+
+
 def loss_figure(records: list[dict], total_steps: Optional[int] = None, title: str = ""):
     """Loss (EMA, spikes, non-finite steps marked), learning rate and tokens/s/p by step."""
     # A bare Figure, not pyplot: nothing is registered with (or switches) the kernel's
     # backend, so the inline plots of the user's own cells keep working in JupyterLab,
     # and a redraw from the polling loop leaves no open figure behind.
     from matplotlib.figure import Figure
+    from matplotlib.ticker import MaxNLocator
 
     steps = [r["step"] for r in records]
     loss = [r.get("loss") if finite(r.get("loss")) else float("nan") for r in records]
@@ -57,10 +62,13 @@ def loss_figure(records: list[dict], total_steps: Optional[int] = None, title: s
     ax_tps.plot(steps, [r.get("real_tokens_per_s_per_card") for r in records], "-", label="real tokens")
     ax_tps.set_title("tokens/s per card")
     ax_tps.legend(fontsize=7)
+    # Whole steps on an axis that grows with the run (at least 5 wide: one step alone would
+    # be drawn on 0.96..1.04), or spans the whole run when its length is given.
+    right = max(total_steps or _MIN_AXIS_STEPS, max(steps, default=1))
     for ax in (ax_loss, ax_lr, ax_tps):
         ax.set_xlabel("step")
-        if total_steps:
-            ax.set_xlim(0.5, max(total_steps, max(steps, default=1)) + 0.5)
+        ax.set_xlim(0.5, right + 0.5)
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     fig.tight_layout()
     return fig
 

@@ -103,6 +103,7 @@ def find_run(ref: Any, outputs: Optional[Path] = None) -> Run:
         return ref
     path = Path(str(ref)).expanduser()
     if path.is_dir():
+        path = path.resolve()  # absolute, as the records' own paths are (a run's folders compare equal)
         if stages := _stages_in(path / _REPORT_RESULTS):
             return Run(path.resolve().name, "report", path / _REPORT_RESULTS, stages)
         if stages := _stages_in(path):

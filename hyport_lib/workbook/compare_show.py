@@ -10,7 +10,7 @@ import html
 import io
 import os
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import pandas as pd
 
@@ -167,9 +167,10 @@ def comparison_html(c: Comparison) -> str:
             f"</head><body><h1>{title}</h1>{body}</body></html>")
 
 
-def write_compare_page(c: Comparison, path: os.PathLike) -> Path:
-    """Write :func:`comparison_html` atomically to ``path``; its path."""
-    return atomic_write_text(path, comparison_html(c))
+def write_compare_page(c: Comparison, path: os.PathLike, rewrite: Callable[[str], str] = str) -> Path:
+    """Write :func:`comparison_html` atomically to ``path``, through ``rewrite`` (the
+    command names local folders as the report does); its path."""
+    return atomic_write_text(path, rewrite(comparison_html(c)))
 
 
 def show_comparison(c: Comparison) -> None:

@@ -28,6 +28,7 @@ from hyport_lib.results import RUN_DIR_ENV, StageSummary
 from hyport_lib.stages import StageContract
 from hyport_lib.utils.bounded_files import read_text
 from hyport_lib.utils.printable import first_line, shortened
+from hyport_lib.utils.redact import scrub_text
 from hyport_lib.utils.usage import USAGE_ERRORS, one_line
 from hyport_lib.workbook.stop import StopButton, run_stoppable
 
@@ -325,10 +326,11 @@ class StageForm:
         """A value the stage refused (in its plan, mostly), as the command line says it: one
         line, under the field it names; its details (every bad record) listed below."""
         several = isinstance(exc, ParameterError) and exc.details
-        self._show_problems(exc.details if several else [one_line(exc)])
+        # scrubbed as the command line's line is: a message may quote a token's value
+        self._show_problems([scrub_text(str(d)) for d in exc.details] if several else [scrub_text(one_line(exc))])
         if not several:
             for line in getattr(exc, "details", None) or ():
-                print(f"  {line}")
+                print(f"  {scrub_text(str(line))}")
 
     def submit(self) -> Optional[StageSummary]:
         """What "Run stage" does: check, write the values back, run; the recorded verdict
@@ -350,7 +352,7 @@ class StageForm:
                     self._refused(exc)
                     return None
                 except BaseException as exc:
-                    self.status.value = _error_html(f"stopped: {type(exc).__name__}: {first_line(exc)}")
+                    self.status.value = _error_html(scrub_text(f"stopped: {type(exc).__name__}: {first_line(exc)}"))
                     raise  # its traceback in the output
                 self.status.value = verdict_label(summary.verdict,
                                                   f"{summary.verdict}: {shortened(summary.summary, 200)}")
@@ -383,6 +385,11 @@ def stage_form(params_class: type, namespace: MutableMapping[str, Any], run: Run
     return StageForm(params_class, namespace, run, presets=presets, title=title, models_folder=models_folder)
 
 
+class ViewFailed(Exception):
+    """A view failed on a result the stage recorded: a defect, shown with its traceback;
+    never said as a refused value (it is not one of the usage errors)."""
+
+
 def stage_runner(stage: StageContract, *views: Callable[[Any], Any],
                  progress: Optional[Callable[[StageParams], Any]] = None, stop: bool = True) -> RunStage:
     """What "Run stage" does for ``stage``: plan, run (with a fresh ``progress(params)``
@@ -400,10 +407,14 @@ def stage_runner(stage: StageContract, *views: Callable[[Any], Any],
             if stop:
                 display = StopButton().show().watch(display)
             result = run_stoppable(stage.run, plan, on_progress=display)
-        for view in views:
-            view(result)
+        # Recorded before it is shown: a view that fails loses nothing.
         path = stage.record(result, params=params)
         summary = stage.summarize(result)
+        try:
+            for view in views:
+                view(result)
+        except USAGE_ERRORS as exc:  # a defect of the display, not a value to refuse
+            raise ViewFailed(f"showing the result failed ({type(exc).__name__}); it is recorded: {path}") from exc
         print(f"{summary.verdict}: {summary.summary} -> {path}")
         return summary
 

@@ -92,7 +92,8 @@ def run_stoppable(run: Callable[..., R], *args: Any, **kwargs: Any) -> R:
     would go on. A second interrupt before that call stops at once. Once the interrupt is
     raised the stage is stopping (its workers given their grace, what finished put on the
     exception): further interrupts change nothing, since a fresh one would cut that short
-    and lose what finished.
+    and lose what finished; but a stage that reports running again had the interrupt
+    swallowed, and gets it again at that call.
     """
     interactive = not os.environ.get(RUN_DIR_ENV)
     deferred = interactive and kwargs.get("on_progress") is not None \
@@ -129,7 +130,10 @@ def _deferring_interrupts(on_progress: Callable[[Any], None]):
         asked.append(time.monotonic())
 
     def checked(progress: Any) -> None:
-        if asked and not raised and getattr(progress, "running", True):
+        running = getattr(progress, "running", True)
+        # A stage that stops says so (running False); one still running after the raise
+        # had the interrupt swallowed somewhere: raised again here, or it could never stop.
+        if running and (raised or asked):
             stop("stopped from the notebook")
         on_progress(progress)
 

@@ -52,6 +52,16 @@ def test_a_draft_names_the_run_in_code_as_it_is_and_in_prose_escaped():
     assert shown[5] == "| Final weights | `<run>/train/smoke` | /x/run-10/train |"
 
 
+def test_code_spans_and_fences_are_read_as_markdown_reads_them():
+    run = Path("/x/run-1")
+    draft = ("``a `b`: '/x/run-1/m.safetensors'`` and /x/run-1/log\n"  # a double-backtick span
+             "````\n```\n/x/run-1/inside\n````\n"  # a shorter fence inside a longer one
+             "after /x/run-1/out\n")
+    shown = relative_text(draft, run, "markdown").splitlines()
+    assert shown[0] == r"``a `b`: '<run>/m.safetensors'`` and \<run>/log"
+    assert shown[3] == "<run>/inside" and shown[5] == r"after \<run>/out"
+
+
 def test_an_unknown_markup_is_refused():
     with pytest.raises(ValueError, match="markup must be 'html' or 'markdown'"):
         relative_text("x", Path("/x"), "rst")

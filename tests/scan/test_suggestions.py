@@ -113,7 +113,8 @@ REWRITTEN = [
 #: ``torch.cuda`` constructs the port leaves for a human: its table, a name it does not
 #: know, and a name imported from torch.cuda.
 LEFT = [*[f"import torch\ntorch.cuda.{name}\n" for name in sorted(rules.CUDA_NAMES_BY_HAND)],
-        "import torch\ntorch.cuda.memory_stats\n", "from torch.cuda import current_device\n"]
+        "import torch\ntorch.cuda.memory_stats\n", "from torch.cuda import current_device\n",
+        "import torch\nfrom torch.cuda.amp import autocast\n", "from torch.cuda.memory import x\n"]
 
 
 def _port_and_scan(code: str) -> tuple:

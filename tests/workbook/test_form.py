@@ -328,3 +328,30 @@ def test_the_runner_plans_runs_shows_records_and_says_the_verdict(capsys):
     assert calls == [("plan", 3), ("run", "plan"), ("record", "result", 3)]  # recorded with its params
     assert shown[0].running is False and shown[1] == "result"  # the progress display, then the view
     assert capsys.readouterr().out.strip() == "PASS: all good -> /results/99_demo.json"
+
+
+def test_a_view_that_fails_is_a_defect_with_its_traceback_and_the_result_is_recorded(kernel_shell):
+    recorded = []
+
+    class Stage:
+        STAGE = "99_demo"
+        plan = staticmethod(lambda params: "plan")
+        run = staticmethod(lambda plan, on_progress=None: "result")
+        record = staticmethod(lambda result, params=None: recorded.append(result) or "/r/99_demo.json")
+        summarize = staticmethod(lambda result: SimpleNamespace(verdict="PASS", summary="all good"))
+
+    def broken_view(result):
+        return "{:.2f}".format(result)  # a display bug: ValueError, which a refusal also is
+
+    form = stage_form(Demo, {}, stage_runner(Stage, broken_view))
+    assert form.submit() is None and recorded == ["result"]  # kept, though not shown
+    assert "stopped: ViewFailed" in form.status.value and "/r/99_demo.json" in form.status.value
+    assert all(f.problem == "" for f in form.fields.values())  # no value is blamed
+
+
+def test_a_refusal_quoting_a_secret_is_scrubbed_as_the_command_line_does(kernel_shell, monkeypatch):
+    monkeypatch.setenv("HF_TOKEN", "hf_SuperSecretValue12345")
+    form = stage_form(Demo, {}, _refusing(RuntimeError("steps: the hub refused token hf_SuperSecretValue12345")))
+    assert form.submit() is None
+    assert "hf_SuperSecretValue12345" not in form.fields["steps"].problem
+    assert "[redacted]" in form.fields["steps"].problem

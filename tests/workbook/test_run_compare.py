@@ -300,3 +300,25 @@ def test_stages_are_named_as_report_only_names_them(outputs, capsys):
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and "--stage nope: not a stage these runs recorded" in err
     assert "02_attention, 03_inference, 04_train" in err
+
+
+def test_the_command_names_folders_as_the_report_does_and_relative_refs_compare_equal(tmp_path, monkeypatch):
+    """``hyport compare outputs/A outputs/B``: the runs' own folders compare equal given
+    relative to the working folder, and a folder in the repository reads <repo>/... on the
+    page, as in the report (a page sent along names no local folder it can avoid)."""
+    repo_folder = Path(__file__).resolve().parent  # inside the repository
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv(RUN_DIR_ENV, raising=False)
+    for name, steps, images in (("20990101-000000-aaaaaa", 2, repo_folder),
+                                ("20990102-000000-bbbbbb", 3, repo_folder.parent)):
+        run = tmp_path / "outputs" / name
+        train_stage.record(_train([2.0, 1.5, 1.2][:steps], CPU, 9.0), directory=run / "results",
+                           params=TrainParams(max_steps=steps, output_dir=str(run / "train" / "smoke"),
+                                              image_root=str(images)))
+    assert main(["compare", "outputs/20990101-000000-aaaaaa", "outputs/20990102-000000-bbbbbb"]) == 0
+    page = (tmp_path / "outputs" / "20990101-000000-aaaaaa" / COMPARE_PAGE).read_text()
+    table = parameter_table(compare_runs(["outputs/20990101-000000-aaaaaa", "outputs/20990102-000000-bbbbbb"]))
+    # output_dir is <run>/train/smoke in both: not a difference
+    assert sorted(table.index) == [("04_train", "image_root"), ("04_train", "max_steps")]
+    assert "&lt;repo&gt;/tests/workbook" in page and "&lt;repo&gt;/tests<" in page
+    assert str(repo_folder.parent) not in page and str(tmp_path) not in page

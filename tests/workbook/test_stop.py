@@ -152,3 +152,27 @@ def test_after_a_second_interrupt_stopped_at_once_a_third_changes_nothing(monkey
             raise
 
     assert run_stoppable(run, on_progress=lambda p: None) == "stopped at once" and steps == ["workers stopped"]
+
+
+def test_an_interrupt_swallowed_by_the_stage_is_raised_again_at_its_next_progress_call(monkeypatch):
+    # The stop landed in code that swallows it (a display being drawn): the stage reports it
+    # is still running, so it gets the stop again there; it could never be stopped otherwise.
+    monkeypatch.delenv(RUN_DIR_ENV, raising=False)
+    steps = []
+
+    def run(on_progress):
+        signal.raise_signal(signal.SIGINT)
+        try:
+            signal.raise_signal(signal.SIGINT)  # "stop at once", swallowed
+        except KeyboardInterrupt:
+            steps.append("swallowed")
+        for step in range(3):
+            try:
+                on_progress(SimpleNamespace(running=True, step=step))
+            except KeyboardInterrupt as exc:
+                exc.partial = f"stopped at step {step}"
+                raise
+            steps.append(step)
+        return "ran to the end"
+
+    assert run_stoppable(run, on_progress=lambda p: None) == "stopped at step 0" and steps == ["swallowed"]
