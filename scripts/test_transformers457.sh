@@ -20,6 +20,7 @@ if [ ! -f "$overlay/.complete" ]; then
     transformers==4.57.0 huggingface_hub==0.36.0 tokenizers==0.22.1
   touch "$overlay/.complete"
 fi
+unset PYTHONDONTWRITEBYTECODE  # as scripts/test.sh: compiled once, not in every process
 export PYTHONPATH="$PWD/$overlay${PYTHONPATH:+:$PYTHONPATH}"
 export HYPORT_CACHE="$PWD/$overlay/hyport-cache"
 .venv/bin/python -c "import transformers; assert transformers.__version__ == '4.57.0', transformers.__version__; print('transformers', transformers.__version__)"
