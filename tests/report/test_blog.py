@@ -280,7 +280,9 @@ def test_real_run_tables_carry_the_recorded_values(real_run):
     for shard in weights["shards"]:
         assert f"{shard['bytes']:,} / {shard['tensors']}" in en
     assert f"```text\n{weights['reload']['line']}\n```" in zh and weights["reload"]["line"].startswith("LOAD_OK")
-    assert f"hyport verify {weights['path']} --reload" in en
+    # the run's folder as <run> (a draft names no local folder); the rest of the path as recorded
+    relative = Path(weights["path"]).relative_to(run_dir).as_posix()
+    assert f"hyport verify <run>/{relative} --reload" in en and weights["path"] not in en
     inference = results["03_inference"]["data"]
     assert inference["outputs"]["0"]["single"] in en
     assert "hyport report --profile default" in en and "hyport report --profile default" in zh
