@@ -548,8 +548,11 @@ def test_04_stop_button_ends_the_run_and_records_interrupted(lab, tmp_path):
         cell.evaluate(WATCH_LIVE)
 
         def press_stop_after_two_steps():
+            # two steps run and the plot drawn three times (the picture shows a curve, not a dot)
             page.wait_for_function(
-                r"""() => (window.__hyportLive || []).some(s => /step ([2-9]|\d\d+)\/\d+/.test(s.line))""",
+                r"""() => { const seen = window.__hyportLive || [];
+                            return seen.some(s => /step ([2-9]|\d\d+)\/\d+/.test(s.line))
+                                && new Set(seen.filter(s => s.images.length).map(s => s.images[0])).size >= 3; }""",
                 timeout=FORM_RUN_S * 1000)
             # README picture: a live run with its Stop button (the heading above it too)
             _hide_left_sidebar(page)
