@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from hyport_lib.train import stage
+from hyport_lib.train.loss_explorer import VEGA_LITE_MIME
 from hyport_lib.train.params import Params
 from hyport_lib.train.rendezvous import free_port
 from fault_injection.hyport_faults import KILL_FAULT_ENV, NAN_FAULT_ENV
@@ -221,7 +222,10 @@ def test_the_users_papermill_command_works(where, papermill_04):
     nb = json.loads(done.notebook.read_text())
     outputs = [o for c in nb["cells"] for o in c.get("outputs", [])]
     assert not [o for o in outputs if o.get("output_type") == "error"]
-    assert sum(1 for o in outputs if "image/png" in o.get("data", {})) == 1  # the final plot, once
+    pngs = [o["data"] for o in outputs if "image/png" in o.get("data", {})]
+    # the live plot's final state, once (one display handle), and the loss explorer's static
+    # PNG in its own Vega-Lite bundle (what the report shows of it)
+    assert sorted(VEGA_LITE_MIME in data for data in pngs) == [False, True], [sorted(d) for d in pngs]
     text = json.dumps(outputs)
     assert "step 20/20" in text and "finished" in text
     recorded = json.loads((done.results / "04_train.json").read_text())
