@@ -1,9 +1,12 @@
 """The parameters of a report run: profile + ``-p``, checked once before anything runs.
 
 The namespace is the union of every stage's ``Params`` fields (:mod:`hyport_lib.params`).
-:func:`resolve_parameters` types and absolutizes them; :func:`check_before_running` makes
-each selected stage's ``plan``, so a wrong value stops the run before anything is
-written, in the same words as the notebook and the command line.
+:func:`resolve_parameters` reads each value once into its declared type (and absolutizes
+paths); :func:`plan_requests` builds each selected stage's ``Params`` from those values
+without converting them again; :func:`check_before_running` makes each selected stage's
+``plan`` from them (rebuilt unchecked in its child), so a wrong value stops the run before
+anything is written, in the same words as the notebook and the command line. Each stage's
+notebook then reads its injected values once more, in its own kernel.
 """
 
 from __future__ import annotations
@@ -112,9 +115,8 @@ def resolve_parameters(from_profile: dict, overrides: dict, stages: list[Stage],
         if key in fields:
             try:
                 # types only: whether a path exists is each selected stage's question
-                # (check_before_running), not one for a stage this run leaves out
-                typed = dataclasses.replace(fields[key], spec=dataclasses.replace(fields[key].spec, must_exist=False))
-                merged[key] = typed.convert(value)
+                # (plan_requests), not one for a stage this run leaves out
+                merged[key] = fields[key].convert(value)
             except ParameterError as exc:
                 problems.append(str(exc))
     if problems:
@@ -129,8 +131,9 @@ class PlanRequest:
 
     stage: str  # the stage's name (its package)
     stage_id: str
-    values: dict  # its parameters, typed
+    values: dict  # every parameter of its Params, checked (rebuilt unchecked for the plan)
     left_to_the_run: list[str]  # paths an earlier stage of the run writes: planned as not given
+    refused: list[str]  # what its Params refused: then no plan is made
 
 
 @dataclass
@@ -142,26 +145,34 @@ class PreRunCheck:
 
 
 def plan_requests(params: RunParameters, selected: list[Stage]) -> list[PlanRequest]:
-    """One request per selected stage (see :func:`check_before_running`)."""
+    """One request per selected stage (see :func:`check_before_running`), its ``Params``
+    built here from all its values (so that rules across them hold as given), each value as
+    :func:`resolve_parameters` typed it (:meth:`~hyport_lib.params.StageParams.from_typed`)."""
     requests = []
     for index, stage in enumerate(selected):
         values = params.for_stage(stage)
         written = _written_earlier(values, params.declared[stage.id], selected[:index], params)
-        requests.append(PlanRequest(stage.name, stage.id, values, written))
+        try:
+            checked, refused = params_class(stage).from_typed(values).to_dict(), []
+        except ParameterError as exc:
+            checked, refused = {}, [f"{stage.id}: {line}" for line in (exc.details or [str(exc)])]
+        requests.append(PlanRequest(stage.name, stage.id, checked, written, refused))
     return requests
 
 
 def make_plans(requests: list[PlanRequest]) -> PreRunCheck:
-    """Each stage's ``Params`` built from all its values (so that rules across them hold
-    as given) and its ``plan`` made with the paths an earlier stage writes left out.
-    Runs in the child of :func:`check_before_running`."""
+    """Each stage's ``plan`` made with the paths an earlier stage writes left out, from its
+    checked parameters (not checked again). Runs in the child of :func:`check_before_running`."""
     refused, host = [], []
     with _as_a_new_run():
         for request in requests:
             where = request.stage_id
+            refused += request.refused
+            if request.refused:
+                continue
             try:
-                given = stage_part(request.stage, "params").Params.from_values(request.values)
-                planned = dataclasses.replace(given, **{key: None for key in request.left_to_the_run})
+                planned = stage_part(request.stage, "params").Params.trusted(
+                    {**request.values, **{key: None for key in request.left_to_the_run}})
                 stage_part(request.stage, "stage").plan(planned)
             except ParameterError as exc:
                 refused += [f"{where}: {line}" for line in (exc.details or [str(exc)])]

@@ -147,15 +147,6 @@ class Params(StageParams):
                             "bundled smoke set needs none")
         return problems
 
-    @classmethod
-    def from_plan(cls, values: dict) -> "Params":
-        """The values of a plan that :func:`~hyport_lib.train.preflight.prepare` already
-        checked (the worker spec), rebuilt as they are: every rank would otherwise check
-        them again (dataset paths, the shard size through transformers) before its work."""
-        params = cls.__new__(cls)
-        params.__dict__.update(values)
-        return params
-
     @property
     def dataset_options(self) -> DatasetOptions:
         """How :func:`hyport_lib.train.dataset.load_dataset` reads ``dataset_path``."""

@@ -304,7 +304,7 @@ class StageForm:
                 problems.append(str(exc))
         if not problems:
             try:
-                return self.params_class.from_values(values)
+                return self.params_class(**values)
             except ParameterError as exc:
                 problems = exc.details or [str(exc)]
         self._show_problems(problems)
