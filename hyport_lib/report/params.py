@@ -32,10 +32,8 @@ from hyport_lib.params import (
     unknown_parameter,
 )
 from hyport_lib.report.profiles import parse_yaml_value
-from hyport_lib.report.run import RESULTS_DIR
-from hyport_lib.results import RESULTS_DIR_ENV, RUN_DIR_ENV
+from hyport_lib.report.run import run_folder_env
 from hyport_lib.stages import Stage, params_class, stage_part
-from hyport_lib.utils.environ import environ_set
 from hyport_lib.utils.printable import first_line
 from hyport_lib.utils.redact import is_secret_parameter, scrub_text
 
@@ -230,7 +228,7 @@ def _as_a_new_run():
     interactive results folder, where an old stage-04 record would stand in for this
     run's). Plans write nothing, so the folder is still empty when it is removed."""
     with tempfile.TemporaryDirectory(prefix="hyport-plan-") as folder:
-        with environ_set({RUN_DIR_ENV: folder, RESULTS_DIR_ENV: str(Path(folder) / RESULTS_DIR)}):
+        with run_folder_env(Path(folder)):
             yield
 
 
