@@ -37,6 +37,10 @@ from hyport_lib.utils.values import as_flag, as_float, as_int
 
 _META_KEY = "hyport"
 _NULL_WORDS = ("none", "null", "~")
+#: The types a parameter may have, by the name its messages use.
+_TYPES = {"bool": bool, "int": int, "float": float, "str": str, "list": list, "dict": dict}
+#: How numbers and flags are read (from their text too, as a notebook or YAML gives them).
+_READERS = {"int": as_int, "float": as_float, "bool": as_flag}
 
 
 class ParameterError(ValueError):
@@ -148,22 +152,13 @@ class Field:
                 if not matches or isinstance(value, bool) != isinstance(matches[0], bool):
                     raise ValueError
                 value = matches[0]
-            elif self.kind == "int":
-                value = as_int(name, value)
-            elif self.kind == "float":
-                value = as_float(name, value)
-            elif self.kind == "bool":
-                value = as_flag(name, value)
-            elif self.kind == "str":
-                if not isinstance(value, str) or (spec.nonempty and not value.strip()):
-                    raise ValueError
-            elif self.kind == "list":
-                if isinstance(value, tuple):
+            elif self.kind in _READERS:
+                value = _READERS[self.kind](name, value)
+            else:
+                if self.kind == "list" and isinstance(value, tuple):
                     value = list(value)
-                if not isinstance(value, list):
+                if not isinstance(value, _TYPES[self.kind]) or (spec.nonempty and not value.strip()):
                     raise ValueError
-            elif self.kind == "dict" and not isinstance(value, dict):
-                raise ValueError
         except ValueError as exc:
             # as_int / as_float say more when the value is a fraction or not finite; else
             # the whole of what the parameter accepts (bounds included) is said
@@ -205,9 +200,8 @@ def _kind_of(annotation: Any) -> tuple[str, bool]:
         annotation = args[0] if len(args) == 1 else annotation
         origin = typing.get_origin(annotation)
     base = origin or annotation
-    for kind, py in (("bool", bool), ("int", int), ("float", float), ("str", str),
-                     ("list", list), ("dict", dict)):
-        if base is py:
+    for kind, python_type in _TYPES.items():
+        if base is python_type:
             return kind, optional
     raise TypeError(f"parameter type {annotation!r} is not supported")
 

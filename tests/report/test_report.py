@@ -442,6 +442,23 @@ def test_whether_a_file_exists_is_the_selected_stages_question_not_the_namespace
     assert merged["image"] == "/nonexistent.png"
 
 
+def test_each_selected_stage_takes_the_typed_values_and_says_what_it_refuses():
+    """The namespace takes model_path=None (stage 02 skips its model check then); each stage
+    that needs a model says so, before any plan is made, in the words of its own Params."""
+    stages = discover_stages()
+    params = resolve_parameters({}, {"model_path": "null", "max_steps": "5", "image": "/nonexistent.png"}, stages)
+    assert params.merged["max_steps"] == 5 and params.merged["model_path"] is None
+    requests = {r.stage: r for r in plan_requests(params, select_stages(stages, ["01", "02", "03"]))}
+    required = "model_path=None: a value is required (a non-empty text)"
+    assert requests["environment"].refused == [f"01_environment: {required}"]
+    assert requests["attention"].refused == [] and requests["attention"].values["model_path"] is None
+    assert requests["inference"].refused == [f"03_inference: {required}",
+                                             "03_inference: image='/nonexistent.png': no such file"]
+    only_04 = plan_requests(params, select_stages(stages, ["04"]))[0]
+    assert only_04.refused == [f"04_train: {required}"]
+    assert make_plans([requests["environment"]]).refused == requests["environment"].refused  # said, not planned
+
+
 def test_stage_05_paths_may_be_written_by_the_training_stage_of_the_same_run(tmp_path):
     """A weights_path that does not exist yet is fine when stage 04 runs first and it lies
     inside 04's output_dir; a fractional reload_timeout_s is a number, not a type error."""
