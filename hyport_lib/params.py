@@ -211,10 +211,16 @@ class StageParams:
     """Base of every stage's ``Params``: typed, converted and checked on creation."""
 
     def __post_init__(self) -> None:
+        self._check_fields(convert=True)
+
+    def _check_fields(self, *, convert: bool) -> None:
         problems = []
         for f in parameter_fields(type(self)):
+            value = getattr(self, f.name)
             try:
-                value = f.convert(getattr(self, f.name))
+                # typed already (convert=False), a None may still be one this stage refuses
+                if convert or (value is None and not f.optional):
+                    value = f.convert(value)
                 f.check_exists(value)
                 setattr(self, f.name, value)
             except ParameterError as exc:
@@ -240,18 +246,7 @@ class StageParams:
         what is left is this stage's own say: a None where it needs a value (the namespace
         takes None when any stage does), whether its paths exist, and :meth:`check`."""
         params = cls.trusted(values)
-        problems = []
-        for f in parameter_fields(cls):
-            value = getattr(params, f.name)
-            try:
-                if value is None and not f.optional:
-                    f.convert(value)  # refuses it in the words of every front end
-                f.check_exists(value)
-            except ParameterError as exc:
-                problems.append(str(exc))
-        if problems:
-            raise ParameterError(problems)
-        params.check()
+        params._check_fields(convert=False)
         return params
 
     @classmethod

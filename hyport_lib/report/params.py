@@ -47,16 +47,14 @@ def coerce_overrides(raw: dict, fields: dict[str, Field]) -> dict:
 
 
 def absolutize_paths(params: dict, fields: dict[str, Field], base: Path) -> dict:
-    """Relative path values made absolute against ``base`` (the caller's folder: each
-    notebook runs in its own), existing or not, so a missing file is named where the user
-    looked; a field's ``not_paths`` (``tiny``) and a hub id that is no folder stay as written.
-    """
+    """Relative path values (converted: ``~`` is the home folder already) made absolute
+    against ``base`` (the caller's folder: each notebook runs in its own), existing or not,
+    so a missing file is named where the user looked; a field's ``not_paths`` (``tiny``) and
+    a hub id that is no folder stay as written."""
     out = {}
     for key, value in params.items():
         spec = fields[key].spec if key in fields else None
         if spec is not None and spec.path and isinstance(value, str) and value:
-            if value.startswith("~"):
-                value = os.path.expanduser(value)
             hub_id = spec.hub_id and HUB_ID.match(value) and not (base / value).exists()
             if not os.path.isabs(value) and value.strip().lower() not in spec.not_paths and not hub_id:
                 value = str((base / value).resolve())

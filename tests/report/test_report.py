@@ -411,8 +411,8 @@ def _any_path_fields(*names: str) -> dict:
 
 def test_a_tilde_is_the_home_folder_not_a_folder_under_the_working_directory(tmp_path, monkeypatch):
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
-    assert absolutize_paths({"model_path": "~/mymodel"}, _any_path_fields("model_path"), tmp_path / "cwd") == \
-        {"model_path": str(tmp_path / "home" / "mymodel")}
+    merged = resolve_parameters({"model_path": "~/mymodel"}, {}, discover_stages(), base=tmp_path / "cwd").merged
+    assert merged == {"model_path": str(tmp_path / "home" / "mymodel")}
 
 
 def test_null_for_a_path_still_means_none():
