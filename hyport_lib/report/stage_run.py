@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Optional
 
 from hyport_lib.report.html import notebook_to_html
-from hyport_lib.report.params import safe_parameters
+from hyport_lib.report.run_parameters import safe_parameters
 from hyport_lib.report.run import RESULTS_DIR, StageOutcome, run_folder_env
 from hyport_lib.results import load_result, result_file
 from hyport_lib.stages import Stage

@@ -18,8 +18,8 @@ from hyport_lib.report import html as report_html
 from hyport_lib.report import runner
 from hyport_lib.report.profiles import load_profile, parse_overrides, resolve_profile
 from hyport_lib.params import Field, ParameterError, Spec
-from hyport_lib.report.params import (absolutize_paths, coerce_overrides, make_plans, plan_requests,
-                                      resolve_parameters, safe_parameters)
+from hyport_lib.report.run_parameters import (absolutize_paths, coerce_overrides, make_plans, plan_requests,
+                                              resolve_parameters, safe_parameters)
 from hyport_lib.report.run import ReportRun, new_run_dir
 from hyport_lib.results import RESULTS_DIR_ENV, RUN_DIR_ENV, read_result, record_result
 from hyport_lib.report.runner import run_report
