@@ -13,8 +13,7 @@ command's flags, the report's namespace, ``--help`` and the docs' table. A value
 checked in one place, :meth:`StageParams.__post_init__` (each field by its type and
 :class:`Spec`, then :meth:`StageParams.check` across fields), so a bad value gives the
 same one-line error from a notebook, the command line and ``hyport report``; and once per
-run: the report types each value once (:meth:`StageParams.from_typed`), and what was
-checked is rebuilt without a second check (:meth:`StageParams.trusted`).
+run (:meth:`StageParams.from_typed`, :meth:`StageParams.trusted`).
 """
 
 from __future__ import annotations
@@ -103,8 +102,6 @@ def param(default: Any, doc: str, **spec: Any) -> Any:
 
 @dataclass(frozen=True)
 class Field:
-    """One declared parameter: name, type, default and spec."""
-
     name: str
     kind: str  # int, float, bool, str, list or dict
     optional: bool  # None is accepted
@@ -260,7 +257,6 @@ class StageParams:
         return params
 
     def to_dict(self) -> dict:
-        """name -> value."""
         return {f.name: copy.deepcopy(getattr(self, f.name)) for f in parameter_fields(type(self))}
 
 
@@ -346,14 +342,13 @@ def add_arguments(parser: argparse.ArgumentParser, cls: type, *, positional: Seq
         if f.name in positional:
             parser.add_argument(f.name, nargs="?", default=argparse.SUPPRESS, metavar=f.name.upper(),
                                 help=help_text)
+        elif f.kind == "bool":
+            # ``--reload`` alone means true, as a switch reads; ``--packing false`` too
+            parser.add_argument(f.flag, dest=f.name, default=argparse.SUPPRESS, nargs="?",
+                                const=True, metavar="BOOL", help=help_text)
         else:
-            if f.kind == "bool":
-                # ``--reload`` alone means true, as a switch reads; ``--packing false`` too
-                parser.add_argument(f.flag, dest=f.name, default=argparse.SUPPRESS, nargs="?",
-                                    const=True, metavar="BOOL", help=help_text)
-            else:
-                parser.add_argument(f.flag, dest=f.name, default=argparse.SUPPRESS,
-                                    metavar=f.name.upper(), help=help_text)
+            parser.add_argument(f.flag, dest=f.name, default=argparse.SUPPRESS,
+                                metavar=f.name.upper(), help=help_text)
 
 
 def from_arguments(cls: type, args: argparse.Namespace) -> "StageParams":
