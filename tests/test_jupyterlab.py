@@ -248,7 +248,7 @@ def _refused_under_field(page, form, params_class: type, name: str, bad: str) ->
     """A bad value: the click shows the command line's one-line error under its field."""
     field = next(f for f in parameter_fields(params_class) if f.name == name)
     with pytest.raises(ParameterError) as refused:  # what `hyport <stage> --flag bad` says
-        params_class.from_values({name: parse_text(field, bad)})
+        params_class(**{name: parse_text(field, bad)})
     expected = str(refused.value)
     _set_field(form, name, bad)
     form.locator("button", has_text="Run stage").click()

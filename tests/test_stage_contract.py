@@ -12,6 +12,7 @@ and a bad value gives the same one-line error from the notebook, the command lin
 from __future__ import annotations
 
 import ast
+import dataclasses
 import inspect
 import json
 import re
@@ -24,7 +25,7 @@ from hyport_lib.commands import COMMANDS, build_parser, command_target, main
 from hyport_lib.commands._stage import StageCommand
 from hyport_lib.params import ParameterError, StageParams, markdown_table, parameter_fields
 from hyport_lib.report.blog.frame import cli_value
-from hyport_lib.report.params import check_before_running, make_plans, plan_requests, resolve_parameters
+from hyport_lib.report.run_parameters import check_before_running, make_plans, plan_requests, resolve_parameters
 from hyport_lib.report.profiles import parse_overrides
 from hyport_lib.stages import StageContract, discover_stages, params_class, stage_part
 
@@ -108,6 +109,21 @@ def test_every_stage_has_a_command_whose_flags_are_its_params_fields():
         missing = [f.name for f in parameter_fields(params_class(stage))
                    if f.name not in dests]
         assert not missing, f"hyport {name}: no flag for {missing}"
+
+
+def test_a_key_several_stages_declare_is_declared_alike_but_for_none():
+    """The report types a shared key once, by one field (resolve_parameters), and each
+    stage's Params takes the value as typed (StageParams.from_typed): the stages may word
+    its doc their own way and differ in taking None (each says so itself), nothing else."""
+    by_name: dict[str, list] = {}
+    for stage in STAGES:
+        for f in parameter_fields(params_class(stage)):
+            by_name.setdefault(f.name, []).append(f)
+    shared = {name: fields for name, fields in by_name.items() if len(fields) > 1}
+    assert {"device", "model_path"} <= set(shared)
+    for name, fields in shared.items():
+        alike = {(f.kind, dataclasses.replace(f.spec, doc="")) for f in fields}
+        assert len(alike) == 1, f"{name}: declared differently by the stages: {alike}"
 
 
 def test_the_docs_parameter_table_is_current():

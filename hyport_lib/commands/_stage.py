@@ -67,12 +67,7 @@ class StageCommand:
         return stage_part(self.stage, "params").Params
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
-        cls = self.params_class
-        params.add_arguments(parser, cls, positional=self.positional, skip=self.switches)
-        for f in params.parameter_fields(cls):
-            if f.name in self.switches:
-                parser.add_argument(f.flag, dest=f.name, action="store_true",
-                                    help=f"{f.spec.doc} (off unless given)")
+        params.add_arguments(parser, self.params_class, positional=self.positional, switches=self.switches)
         self.arguments(parser)
         if self.json_file:
             parser.add_argument("--json", metavar="OUT", help="also write the result as JSON to OUT")

@@ -1,6 +1,6 @@
 """``python -m hyport_lib.report.precheck``: the report's pre-run plans, in a fresh process.
 
-Reads the requests of :func:`hyport_lib.report.params.check_before_running` (JSON on
+Reads the requests of :func:`hyport_lib.report.run_parameters.check_before_running` (JSON on
 stdin) and prints what the plans found as one JSON line.
 """
 
@@ -10,7 +10,7 @@ import dataclasses
 import json
 import sys
 
-from hyport_lib.report.params import PlanRequest, make_plans
+from hyport_lib.report.run_parameters import PlanRequest, make_plans
 
 
 def main() -> int:

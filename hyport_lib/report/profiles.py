@@ -71,7 +71,7 @@ def load_profile(path: Optional[Path]) -> dict:
 def parse_overrides(items: Iterable[str]) -> dict[str, str]:
     """``["max_steps=20", "device=cpu"]`` -> ``{"max_steps": "20", ...}``, values as text.
 
-    Typing happens later (:func:`hyport_lib.report.params.coerce_overrides`), by the
+    Typing happens later (:func:`hyport_lib.report.run_parameters.coerce_overrides`), by the
     type each stage's ``Params`` declares.
     """
     result = {}

@@ -5,12 +5,15 @@ from the runner so that rendering a run never imports the module that executes o
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
+import os
 import secrets
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Optional
+from typing import Iterator, Optional
 
+from hyport_lib.results import RESULTS_DIR_ENV, RUN_DIR_ENV
 from hyport_lib.utils.records import from_mapping
 
 
@@ -89,3 +92,21 @@ def new_run_dir(output_root: Path) -> tuple[str, Path]:
             return run_id, run_dir
         except FileExistsError:
             continue
+
+
+@contextlib.contextmanager
+def run_folder_env(run_dir: Path, **more: str) -> Iterator[None]:
+    """``run_dir`` as the run folder of what records a result inside the block (through
+    ``os.environ``, which a stage's kernel inherits), with ``more`` variables; each one put
+    back (or removed, when it was unset) afterwards, also when the block raises."""
+    values = {RUN_DIR_ENV: str(run_dir), RESULTS_DIR_ENV: str(Path(run_dir) / RESULTS_DIR), **more}
+    saved = {name: os.environ.get(name) for name in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value

@@ -13,7 +13,7 @@ Layout of a run folder::
       results/NN_x.json     what each notebook recorded (hyport_lib.results)
       logs/NN_x.log         cell outputs streamed by papermill, and the kernel's messages
 
-Before anything runs, the parameters are checked (:mod:`~hyport_lib.report.params`) and
+Before anything runs, the parameters are checked (:mod:`~hyport_lib.report.run_parameters`) and
 runs killed earlier are cleaned (:mod:`~hyport_lib.report.cleanup`). ``run.json`` and the
 index are written at the start (every stage ``PENDING``) and whenever a stage starts and
 ends, so any end of the run leaves a true picture (a SIGKILL leaves ``RUNNING``, which the
@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Callable, Iterable, Optional
 
 from hyport_lib.report.cleanup import clean_runs, hold_run_lock, process_start_time, release_run_folder
-from hyport_lib.report.params import check_before_running, resolve_parameters, safe_parameters
+from hyport_lib.report.run_parameters import check_before_running, resolve_parameters, safe_parameters
 from hyport_lib.report.profiles import load_profile, resolve_profile
 from hyport_lib.report.run import (
     INTERRUPTED, NOT_RUN, PENDING, RUNNING, ReportRun, StageOutcome, new_run_dir,

@@ -18,11 +18,10 @@ from pathlib import Path
 from typing import Optional
 
 from hyport_lib.report.html import notebook_to_html
-from hyport_lib.report.params import safe_parameters
-from hyport_lib.report.run import RESULTS_DIR, StageOutcome
-from hyport_lib.results import RESULTS_DIR_ENV, RUN_DIR_ENV, load_result, result_file
+from hyport_lib.report.run_parameters import safe_parameters
+from hyport_lib.report.run import RESULTS_DIR, StageOutcome, run_folder_env
+from hyport_lib.results import load_result, result_file
 from hyport_lib.stages import Stage
-from hyport_lib.utils.environ import environ_set
 from hyport_lib.utils.files import atomic_write_text
 from hyport_lib.utils.redact import scrub_json_text, scrub_text
 from hyport_lib.utils.signals import shielded
@@ -136,12 +135,10 @@ def run_stage(stage: Stage, run_dir: Path, params: dict, *, cell_timeout_s: int,
     outcome.parameters = outcome.parameters or safe_parameters(params)  # the runner's, with defaults
     outcome.notebook = str(nb_out.relative_to(run_dir))
     outcome.log = str(log_out.relative_to(run_dir))
-    env = {RESULTS_DIR_ENV: str(run_dir / RESULTS_DIR), RUN_DIR_ENV: str(run_dir),
-           "HYPORT_STAGE": stage.id}
     started = time.monotonic()
     error = None
     try:
-        with _stage_logging(log_out), environ_set(env), _terminal_to_log(log_out):
+        with _stage_logging(log_out), run_folder_env(run_dir, HYPORT_STAGE=stage.id), _terminal_to_log(log_out):
             try:
                 papermill.execute_notebook(
                     str(stage.path), str(nb_partial), parameters=params, kernel_name=kernel_name,

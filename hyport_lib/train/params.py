@@ -14,6 +14,9 @@ from hyport_lib.params import (ParameterError, StageParams, attn_implementation_
 from hyport_lib.train.dataset_formats import FORMAT_CHOICES, DatasetOptions, option_problems
 from hyport_lib.train.dataset_info import INFO_FILE
 
+#: Sample data of every format this stage reads (docs/datasets.md), shipped with hyport:
+#: the workbook's form offers them.
+SAMPLE_DATASETS = Path(__file__).resolve().parent / "sample_datasets"
 #: The schedules that need no ``lr_scheduler_kwargs`` (cosine_with_min_lr and
 #: warmup_stable_decay need some) and no evaluation loop (reduce_lr_on_plateau): the
 #: Trainer gets neither, so the others would fail only after every rank loaded the model.
@@ -31,7 +34,8 @@ class Params(StageParams):
     model_path: str = model_path_param()
     # (must exist: checked in check(), where a folder is accepted only with dataset)
     dataset_path: str = param("", 'a data file (JSON, JSON Lines, parquet), or a LLaMA-Factory dataset_info.json '
-                              '(or its folder) with dataset; "": the bundled 14-record smoke set', path="any")
+                              '(or its folder) with dataset; "": the bundled 14-record smoke set', path="any",
+                              presets=tuple(sorted(str(p) for p in SAMPLE_DATASETS.iterdir())))
     dataset: Optional[str] = param(None, "the dataset_info.json entry to train on (dataset_path names the json); "
                                    "None: dataset_path is the data file", nonempty=True)
     dataset_format: str = param("auto", "auto (detected from the first record whose keys tell it) | alpaca | "
@@ -146,15 +150,6 @@ class Params(StageParams):
             problems.append("dataset_format / dataset_columns / dataset_tags: they describe a dataset_path; the "
                             "bundled smoke set needs none")
         return problems
-
-    @classmethod
-    def from_plan(cls, values: dict) -> "Params":
-        """The values of a plan that :func:`~hyport_lib.train.preflight.prepare` already
-        checked (the worker spec), rebuilt as they are: every rank would otherwise check
-        them again (dataset paths, the shard size through transformers) before its work."""
-        params = cls.__new__(cls)
-        params.__dict__.update(values)
-        return params
 
     @property
     def dataset_options(self) -> DatasetOptions:

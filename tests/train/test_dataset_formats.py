@@ -16,9 +16,8 @@ from hyport_lib.params import ParameterError
 from hyport_lib.train import dataset_files
 from hyport_lib.train.dataset import DatasetError, load_dataset
 from hyport_lib.train.dataset_formats import DatasetOptions
+from hyport_lib.train.params import SAMPLE_DATASETS as DATA
 from hyport_lib.train.params import Params
-
-DATA = Path(__file__).parents[1] / "data" / "datasets"
 
 ALPACA = json.loads((DATA / "alpaca.json").read_text())
 MESSAGES = json.loads((DATA / "openai_messages.json").read_text())
@@ -241,6 +240,21 @@ def test_dataset_info_entries_are_read_as_llama_factory_reads_them(tmp_path):
     assert problem.kind == "image_count"
 
 
+#: Entries of a dataset_info.json that hyport refuses (the shipped one lists none of them).
+REFUSED_ENTRIES = {
+    "from_hub": {"hf_hub_url": "someone/some-dataset"},
+    "from_modelscope": {"ms_hub_url": "someone/some-dataset"},
+    "from_script": {"script_url": "my_script"},
+    "preferences": {"file_name": "alpaca.json", "ranking": True,
+                    "columns": {"prompt": "instruction", "chosen": "chosen", "rejected": "rejected"}},
+    "with_tools": {"file_name": "sharegpt_user_assistant.json", "formatting": "sharegpt",
+                   "columns": {"messages": "conversations", "tools": "tools"}},
+    "with_videos": {"file_name": "sharegpt_user_assistant.json", "formatting": "sharegpt",
+                    "columns": {"messages": "conversations", "videos": "videos"}},
+    "missing_file": {"file_name": "not_here.json"},
+}
+
+
 @pytest.mark.parametrize("entry, said", [
     ("from_hub", "entry 'from_hub', hf_hub_url: hyport reads local files only and downloads nothing"),
     ("from_modelscope", "entry 'from_modelscope', ms_hub_url: hyport reads local files only"),
@@ -252,9 +266,9 @@ def test_dataset_info_entries_are_read_as_llama_factory_reads_them(tmp_path):
     ("missing_file", "entry 'missing_file', file_name: 'not_here.json': no such file in"),
     ("nope", "dataset='nope': no such entry in"),
 ])
-def test_dataset_info_entries_hyport_cannot_use_are_one_line_naming_entry_and_field(entry, said):
+def test_dataset_info_entries_hyport_cannot_use_are_one_line_naming_entry_and_field(entry, said, tmp_path):
     with pytest.raises((ValueError, FileNotFoundError)) as caught:
-        load_dataset(DATA / "dataset_info.json", options=DatasetOptions(entry=entry))
+        load_dataset(_info_copy(tmp_path, REFUSED_ENTRIES), options=DatasetOptions(entry=entry))
     text = str(caught.value)
     assert said in text and "\n" not in text
     assert "dataset_info.json" in text

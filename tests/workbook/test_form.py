@@ -3,8 +3,11 @@ command line reads them, each error under its field, Run with the checked values
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 from dataclasses import dataclass
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Optional
 
@@ -12,12 +15,16 @@ import ipywidgets as widgets
 import pytest
 from IPython.core.interactiveshell import InteractiveShell
 
+import hyport_lib
+
 from hyport_lib.display import VERDICT_COLOURS
-from hyport_lib.params import ParameterError, StageParams, param
+from hyport_lib.params import ParameterError, StageParams, model_path_param, param
 from hyport_lib.results import StageSummary
 from hyport_lib.stages import discover_stages, params_class
-from hyport_lib.workbook.form import (SAMPLE_DATASETS, StageForm, dataset_entries, model_folders, problem_field,
-                                      sample_datasets, stage_form, stage_runner)
+from hyport_lib.train.params import SAMPLE_DATASETS
+from hyport_lib.train.params import Params as TrainParams
+from hyport_lib.workbook.form import (StageForm, dataset_entries, model_folders, problem_field, stage_form,
+                                      stage_runner)
 
 
 @dataclass
@@ -27,7 +34,7 @@ class Demo(StageParams):
     shards: int = param(2, "shards", min=1, max=8)
     packing: bool = param(False, "pack samples")
     dtypes: list = param(["float16"], "dtypes")
-    model_path: str = param("tiny", "a model", nonempty=True, path="dir", not_paths=("tiny", "smollm2"))
+    model_path: str = model_path_param("a model")
     note: Optional[str] = param(None, "a label")
 
     def check(self) -> None:
@@ -273,23 +280,25 @@ def test_the_models_folder_box_refreshes_the_model_presets(tmp_path):
     assert "no such folder" in form.models_note.value
 
 
-@dataclass
-class Data(StageParams):
-    dataset_path: str = param("", "a data file", path="any")
-    dataset: Optional[str] = param(None, "an entry", nonempty=True)
-
-
-def test_dataset_presets_are_the_samples_and_the_entries_of_the_named_dataset_info(tmp_path):
-    samples = sample_datasets()
+def test_dataset_presets_are_the_shipped_samples_and_the_entries_of_the_named_dataset_info(tmp_path):
+    form = stage_form(TrainParams, {}, lambda p: None)
+    samples = list(form.fields["dataset_path"].control.options)
     assert str(SAMPLE_DATASETS / "dataset_info.json") in samples and str(SAMPLE_DATASETS / "alpaca.json") in samples
-    form = stage_form(Data, {}, lambda p: None)
-    assert list(form.fields["dataset_path"].control.options) == samples
+    package = Path(hyport_lib.__file__).parent  # what hyport ships, never a test's data
+    assert all(Path(sample).is_relative_to(package) and Path(sample).is_file() for sample in samples)
     assert form.fields["dataset"].control.options == ()
     form.fields["dataset_path"].control.value = str(SAMPLE_DATASETS)  # the json's folder
     offered = form.fields["dataset"].control.options
     assert "guide_chat" in offered and "calc_alpaca" in offered
-    assert "from_hub" not in offered and "missing_file" not in offered  # nothing that cannot run here
     assert list(form.fields["dataset"].control.options) == dataset_entries(str(SAMPLE_DATASETS / "dataset_info.json"))
+    copy = shutil.copytree(SAMPLE_DATASETS, tmp_path / "data")
+    entries = json.loads((copy / "dataset_info.json").read_text())
+    entries.update(from_hub={"hf_hub_url": "someone/some-dataset"}, missing_file={"file_name": "not_here.json"})
+    (copy / "dataset_info.json").write_text(json.dumps(entries))
+    form.fields["dataset_path"].control.value = str(copy)
+    offered = form.fields["dataset"].control.options
+    # nothing that cannot run here
+    assert "guide_chat" in offered and "from_hub" not in offered and "missing_file" not in offered
     (tmp_path / "dataset_info.json").write_text("{not json")
     form.fields["dataset_path"].control.value = str(tmp_path)
     assert form.fields["dataset"].control.options == ()  # nothing offered; the run names the file

@@ -1,9 +1,12 @@
 """The parameters of a report run: profile + ``-p``, checked once before anything runs.
 
 The namespace is the union of every stage's ``Params`` fields (:mod:`hyport_lib.params`).
-:func:`resolve_parameters` types and absolutizes them; :func:`check_before_running` makes
-each selected stage's ``plan``, so a wrong value stops the run before anything is
-written, in the same words as the notebook and the command line.
+:func:`resolve_parameters` reads each value once into its declared type (and absolutizes
+paths); :func:`plan_requests` builds each selected stage's ``Params`` from those values
+without converting them again; :func:`check_before_running` makes each selected stage's
+``plan`` from them (rebuilt unchecked in its child), so a wrong value stops the run before
+anything is written, in the same words as the notebook and the command line. Each stage's
+notebook then reads its injected values once more, in its own kernel.
 """
 
 from __future__ import annotations
@@ -29,10 +32,8 @@ from hyport_lib.params import (
     unknown_parameter,
 )
 from hyport_lib.report.profiles import parse_yaml_value
-from hyport_lib.report.run import RESULTS_DIR
-from hyport_lib.results import RESULTS_DIR_ENV, RUN_DIR_ENV
+from hyport_lib.report.run import run_folder_env
 from hyport_lib.stages import Stage, params_class, stage_part
-from hyport_lib.utils.environ import environ_set
 from hyport_lib.utils.printable import first_line
 from hyport_lib.utils.redact import is_secret_parameter, scrub_text
 
@@ -46,16 +47,14 @@ def coerce_overrides(raw: dict, fields: dict[str, Field]) -> dict:
 
 
 def absolutize_paths(params: dict, fields: dict[str, Field], base: Path) -> dict:
-    """Relative path values made absolute against ``base`` (the caller's folder: each
-    notebook runs in its own), existing or not, so a missing file is named where the user
-    looked; a field's ``not_paths`` (``tiny``) and a hub id that is no folder stay as written.
-    """
+    """Relative path values (converted: ``~`` is the home folder already) made absolute
+    against ``base`` (the caller's folder: each notebook runs in its own), existing or not,
+    so a missing file is named where the user looked; a field's ``not_paths`` (``tiny``) and
+    a hub id that is no folder stay as written."""
     out = {}
     for key, value in params.items():
         spec = fields[key].spec if key in fields else None
         if spec is not None and spec.path and isinstance(value, str) and value:
-            if value.startswith("~"):
-                value = os.path.expanduser(value)
             hub_id = spec.hub_id and HUB_ID.match(value) and not (base / value).exists()
             if not os.path.isabs(value) and value.strip().lower() not in spec.not_paths and not hub_id:
                 value = str((base / value).resolve())
@@ -112,9 +111,8 @@ def resolve_parameters(from_profile: dict, overrides: dict, stages: list[Stage],
         if key in fields:
             try:
                 # types only: whether a path exists is each selected stage's question
-                # (check_before_running), not one for a stage this run leaves out
-                typed = dataclasses.replace(fields[key], spec=dataclasses.replace(fields[key].spec, must_exist=False))
-                merged[key] = typed.convert(value)
+                # (plan_requests), not one for a stage this run leaves out
+                merged[key] = fields[key].convert(value)
             except ParameterError as exc:
                 problems.append(str(exc))
     if problems:
@@ -129,8 +127,9 @@ class PlanRequest:
 
     stage: str  # the stage's name (its package)
     stage_id: str
-    values: dict  # its parameters, typed
+    values: dict  # every parameter of its Params, checked (rebuilt unchecked for the plan)
     left_to_the_run: list[str]  # paths an earlier stage of the run writes: planned as not given
+    refused: list[str]  # what its Params refused: then no plan is made
 
 
 @dataclass
@@ -142,26 +141,34 @@ class PreRunCheck:
 
 
 def plan_requests(params: RunParameters, selected: list[Stage]) -> list[PlanRequest]:
-    """One request per selected stage (see :func:`check_before_running`)."""
+    """One request per selected stage (see :func:`check_before_running`), its ``Params``
+    built here from all its values (so that rules across them hold as given), each value as
+    :func:`resolve_parameters` typed it (:meth:`~hyport_lib.params.StageParams.from_typed`)."""
     requests = []
     for index, stage in enumerate(selected):
         values = params.for_stage(stage)
         written = _written_earlier(values, params.declared[stage.id], selected[:index], params)
-        requests.append(PlanRequest(stage.name, stage.id, values, written))
+        try:
+            checked, refused = params_class(stage).from_typed(values).to_dict(), []
+        except ParameterError as exc:
+            checked, refused = {}, [f"{stage.id}: {line}" for line in (exc.details or [str(exc)])]
+        requests.append(PlanRequest(stage.name, stage.id, checked, written, refused))
     return requests
 
 
 def make_plans(requests: list[PlanRequest]) -> PreRunCheck:
-    """Each stage's ``Params`` built from all its values (so that rules across them hold
-    as given) and its ``plan`` made with the paths an earlier stage writes left out.
-    Runs in the child of :func:`check_before_running`."""
+    """Each stage's ``plan`` made with the paths an earlier stage writes left out, from its
+    checked parameters (not checked again). Runs in the child of :func:`check_before_running`."""
     refused, host = [], []
     with _as_a_new_run():
         for request in requests:
             where = request.stage_id
+            refused += request.refused
+            if request.refused:
+                continue
             try:
-                given = stage_part(request.stage, "params").Params.from_values(request.values)
-                planned = dataclasses.replace(given, **{key: None for key in request.left_to_the_run})
+                planned = stage_part(request.stage, "params").Params.trusted(
+                    {**request.values, **{key: None for key in request.left_to_the_run}})
                 stage_part(request.stage, "stage").plan(planned)
             except ParameterError as exc:
                 refused += [f"{where}: {line}" for line in (exc.details or [str(exc)])]
@@ -219,7 +226,7 @@ def _as_a_new_run():
     interactive results folder, where an old stage-04 record would stand in for this
     run's). Plans write nothing, so the folder is still empty when it is removed."""
     with tempfile.TemporaryDirectory(prefix="hyport-plan-") as folder:
-        with environ_set({RUN_DIR_ENV: folder, RESULTS_DIR_ENV: str(Path(folder) / RESULTS_DIR)}):
+        with run_folder_env(Path(folder)):
             yield
 
 
