@@ -1,4 +1,5 @@
-"""Child processes hyport starts, watches and stops: the inference workers, torchrun.
+"""Child processes hyport starts, watches and stops: the inference workers, torchrun, and
+every task run in a fresh interpreter (:func:`task_command`, :func:`task_main`).
 
 Long work runs in fresh processes (fork + exec, never a fork of a process that touched
 the device: "Cannot re-initialize NPU in forked subprocess"). Every launch gets:
@@ -22,23 +23,38 @@ the device: "Cannot re-initialize NPU in forked subprocess"). Every launch gets:
 
 from __future__ import annotations
 
+import argparse
+import importlib
+import json
 import os
 import re
+import resource
 import signal
 import subprocess
 import sys
 import time
+import traceback
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable, Mapping, Optional, Sequence
 
-from hyport_lib.utils.files import atomic_write_text
-from hyport_lib.utils.redact import scrub_text, secret_values
+import hyport_lib
+from hyport_lib.utils.bounded_files import read_text
+from hyport_lib.utils.files import atomic_write_json, atomic_write_text
+from hyport_lib.utils.redact import child_environ, scrub_obj, scrub_text, secret_values
 
 #: The guard: wait for end-of-file on stdin, then SIGKILL its own process group (the
 #: child's). ``read`` fails at end-of-file; nothing but the payload is ever written.
 GUARD_SCRIPT = "while read -r line; do :; done; kill -s KILL 0"
 LOG_TAIL_LINES = 8
+#: A task's result file bigger than this was not written by :func:`task_main` (the code the
+#: task ran may have planted one).
+MAX_TASK_RESULT_BYTES = 16 * 1024 * 1024
+#: What :func:`task_main` adds to the task's own result.
+TASK_FIELDS = ("status", "pid", "peak_rss_bytes", "wall_s")
+#: The child's command: ``-c``, as ``-m hyport_lib.processes`` would run this module twice
+#: (as ``__main__``, then imported by the task).
+_TASK_MAIN = "from hyport_lib.processes import task_main; task_main()"
 _EXC_LINE_RE = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Exit|Fault))(?::\s?(.*))?$")
 
 
@@ -346,7 +362,89 @@ def describe_exit(code: Optional[int]) -> str:
     return f"exit code {code}"
 
 
-# --------------------------------------------------------------------------- child side
+# --------------------------------------------------------------------------- child tasks
+def task_environ(extra: Optional[Mapping[str, str]] = None) -> dict[str, str]:
+    """A child's environment: this one (:func:`~hyport_lib.utils.redact.child_environ`),
+    unbuffered, hyport importable even where it is not installed, then ``extra``."""
+    root = str(Path(hyport_lib.__file__).resolve().parents[1])
+    path = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH", "")) if p)
+    return child_environ({"PYTHONUNBUFFERED": "1", "PYTHONPATH": path, **(extra or {})})
+
+
+def task_command(target: str, spec: dict, result_path: os.PathLike | str, *, label: str,
+                 teardown: bool = False, python_flags: Sequence[str] = ()) -> tuple[list[str], bytes]:
+    """The command that runs ``target`` (``"module:function"``, imported only in the child)
+    through :func:`task_main`, and the payload for its lifeline: ``spec`` as one JSON line
+    (never a file: it may hold secrets). ``label`` starts the child's log lines;
+    ``teardown``: exit normally, so that a child holding an accelerator releases it in order."""
+    cmd = [sys.executable, *python_flags, "-c", _TASK_MAIN, target, "--result", str(result_path),
+           "--label", label]
+    return cmd + ["--teardown"] * teardown, json.dumps(spec, default=str).encode() + b"\n"
+
+
+def read_task_result(path: os.PathLike | str) -> dict:
+    """What :func:`task_main` wrote (scrubbed there): empty when it wrote nothing, a failed
+    result naming the file when that is unreadable or no JSON object."""
+    path = Path(path)
+    if not path.exists():
+        return {}
+    try:
+        result = json.loads(read_text(path, MAX_TASK_RESULT_BYTES))
+        if not isinstance(result, dict):
+            raise ValueError("not a JSON object")
+    except (OSError, ValueError) as exc:
+        return {"status": "failed", "error_type": type(exc).__name__,
+                "error": f"unreadable result file {path}: {exc}"}
+    return result
+
+
+def task_main(argv: Optional[Sequence[str]] = None) -> None:
+    """The child side of :func:`task_command`: the spec from stdin (one line; the rest is the
+    lifeline of :func:`start_guard`), the function called with it, and ``{"status": "ok",
+    **what it returned}`` or ``{"status": "failed", "error_type", "error"}`` (its first line;
+    the traceback to the log) written atomically and scrubbed, with :data:`TASK_FIELDS`.
+    Exit status 0 or 1."""
+    parser = argparse.ArgumentParser(prog="hyport task", description="One task in a fresh interpreter.")
+    parser.add_argument("target", help="module:function, called with the spec")
+    parser.add_argument("--result", required=True, help="where to write the result JSON")
+    parser.add_argument("--label", required=True, help="what starts the log's lines")
+    parser.add_argument("--teardown", action="store_true", help="exit normally")
+    args = parser.parse_args(argv)
+    started = time.monotonic()
+    line = sys.stdin.buffer.readline()
+    guard = start_guard()
+    visible = {k: v for k, v in os.environ.items() if k.endswith("VISIBLE_DEVICES")}
+    print(scrub_text(f"{args.label} pid {os.getpid()} visible {visible or '-'}"
+                     + (f" guard pid {guard}" if guard else "")), flush=True)
+    try:
+        try:
+            spec = json.loads(line.decode("utf-8"))
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise ValueError(f"the task's spec on stdin is not JSON ({exc})") from None
+        module, _, function = args.target.partition(":")
+        result = {"status": "ok", **getattr(importlib.import_module(module), function)(spec)}
+        code = 0
+    except Exception as exc:  # the process boundary: every failure becomes a result
+        sys.stderr.write(scrub_text(traceback.format_exc()))
+        sys.stderr.flush()
+        error = (scrub_text(str(exc)).strip().splitlines() or [""])[0][:2000]
+        result, code = {"status": "failed", "error_type": type(exc).__name__, "error": error}, 1
+    result.update(pid=os.getpid(), peak_rss_bytes=_peak_rss_bytes(),
+                  wall_s=round(time.monotonic() - started, 3))
+    atomic_write_json(args.result, scrub_obj(result))
+    print(scrub_text(f"{args.label} {result['status']} in {result['wall_s']:.1f}s"), flush=True)
+    if not args.teardown:
+        exit_without_teardown(code)
+    sys.exit(code)
+
+
+def _peak_rss_bytes() -> int:
+    """This process's peak resident memory (Linux reports KiB, macOS bytes); RUSAGE_SELF,
+    as ``RUSAGE_CHILDREN`` would be the maximum over every child the launcher reaped."""
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return int(peak if sys.platform == "darwin" else peak * 1024)
+
+
 def start_guard(log=None) -> Optional[int]:
     """In a child: start the stdin guard (see the module docstring); its pid. None (and a
     note on ``log``) when this process does not lead its group: that group is not ours."""

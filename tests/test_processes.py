@@ -142,3 +142,83 @@ def test_a_log_tail_shows_a_progress_bar_as_a_terminal_does(tmp_path):
                                          (None, "running")])
 def test_describe_exit(code, words):
     assert words in P.describe_exit(code)
+
+
+# --------------------------------------------------------------------------- child tasks
+TASKS = '''
+def echo(spec):
+    return {"echo": spec}
+
+
+def fail(spec):
+    raise RuntimeError(f"first line {spec['token']}\\nsecond line")
+'''
+SECRET = "tok-secret-of-the-task-123"
+
+
+def _run_task(tmp_path, monkeypatch, target, spec, payload=None, **options):
+    """``target`` of a module in ``tmp_path`` run through the one child runner: (exit status,
+    result, log text)."""
+    monkeypatch.setenv("HYPORT_TEST_API_TOKEN", SECRET)
+    (tmp_path / "hyport_test_tasks.py").write_text(TASKS)
+    env = P.task_environ()
+    env["PYTHONPATH"] += os.pathsep + str(tmp_path)
+    result, log = tmp_path / f"{target}.json", tmp_path / f"{target}.log"
+    cmd, spec_line = P.task_command(f"hyport_test_tasks:{target}", spec, result, label="[hyport test]",
+                                    **options)
+    ended = P.run_child(cmd, env=env, log_path=log, payload=payload or spec_line, timeout_s=60,
+                        poll_interval_s=0.05, kill_grace_s=1.0)
+    return ended.code, P.read_task_result(result), log.read_text()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("teardown", [False, True])
+def test_a_task_returns_its_result_scrubbed_with_the_child_facts(tmp_path, monkeypatch, teardown):
+    code, result, log = _run_task(tmp_path, monkeypatch, "echo", {"n": 1, "token": SECRET},
+                                  teardown=teardown)
+    assert code == 0
+    assert result["status"] == "ok" and result["echo"] == {"n": 1, "token": "[redacted]"}
+    assert set(P.TASK_FIELDS) <= set(result) and result["pid"] > 0 and result["peak_rss_bytes"] > 2**20
+    assert f"[hyport test] pid {result['pid']} visible " in log and " guard pid " in log
+    assert "[hyport test] ok in " in log and SECRET not in log
+
+
+@pytest.mark.slow
+def test_a_task_that_raises_is_a_failed_result_of_one_line(tmp_path, monkeypatch):
+    code, result, log = _run_task(tmp_path, monkeypatch, "fail", {"token": SECRET})
+    assert code == 1
+    assert {k: result[k] for k in ("status", "error_type", "error")} == {
+        "status": "failed", "error_type": "RuntimeError", "error": "first line [redacted]"}
+    assert "Traceback" in log and "second line" in log and SECRET not in log
+    assert "[hyport test] failed in " in log
+
+
+@pytest.mark.slow
+def test_a_spec_that_is_no_json_is_a_failed_result(tmp_path, monkeypatch):
+    code, result, _ = _run_task(tmp_path, monkeypatch, "echo", {}, payload=b"{not json\n")
+    assert code == 1 and result["status"] == "failed" and result["error_type"] == "ValueError"
+    assert result["error"].startswith("the task's spec on stdin is not JSON")
+
+
+def test_the_task_command_names_the_function_and_carries_the_spec_on_one_line(tmp_path):
+    cmd, payload = P.task_command("pkg.mod:fn", {"a": tmp_path}, tmp_path / "r.json", label="[x] y",
+                                  python_flags=("-B",))
+    assert cmd[:3] == [sys.executable, "-B", "-c"] and "task_main" in cmd[3]
+    assert cmd[4:] == ["pkg.mod:fn", "--result", str(tmp_path / "r.json"), "--label", "[x] y"]
+    assert payload.endswith(b"\n") and payload.count(b"\n") == 1 and str(tmp_path).encode() in payload
+    teardown, _ = P.task_command("pkg.mod:fn", {}, "r.json", label="x", teardown=True)
+    assert teardown[-1] == "--teardown"
+
+
+def test_a_task_result_is_read_back_or_named_unreadable(tmp_path):
+    path = tmp_path / "r.json"
+    assert P.read_task_result(path) == {}  # the child wrote none
+    path.write_text('{"status": "ok", "x": 1}')
+    assert P.read_task_result(path) == {"status": "ok", "x": 1}
+    for planted in ("[1, 2]", "{cut"):
+        path.write_text(planted)
+        result = P.read_task_result(path)
+        assert result["status"] == "failed" and result["error"].startswith(f"unreadable result file {path}")
+    path.unlink()
+    os.mkfifo(path)  # a FIFO would block a plain read
+    assert P.read_task_result(path)["status"] == "failed"

@@ -11,9 +11,7 @@ finish, and the call always returns a :class:`GridResult`.
 
 from __future__ import annotations
 
-import json
 import os
-import sys
 import time
 import warnings
 from dataclasses import dataclass, field
@@ -22,7 +20,6 @@ from typing import Callable, Optional
 
 import pandas as pd
 
-import hyport_lib
 from hyport_lib.backend import Backend
 from hyport_lib.devices.card_plan import CardPlan, GridPlan
 from hyport_lib.inference.attention_choice import InferenceAttention
@@ -32,11 +29,12 @@ from hyport_lib.models.generation_config import InferenceConfig
 from hyport_lib.models.tiny import TINY_MODEL_NAME, ensure_tiny_model
 from hyport_lib.triage import Triage, cann_log_dir
 from hyport_lib.triage.child_logs import diagnose, own_cann_log_env, shared_cann_note
-from hyport_lib.processes import Child, ChildGroup, describe_exit, last_exception, read_log_tail, scrub_log
+from hyport_lib.processes import (Child, ChildGroup, describe_exit, last_exception, read_log_tail, read_task_result,
+                                  scrub_log, task_command, task_environ)
 from hyport_lib.results import Provenance
 from hyport_lib.utils.files import atomic_write_json, ensure_writable
 from hyport_lib.utils.printable import shortened
-from hyport_lib.utils.redact import child_environ, scrub_obj
+from hyport_lib.utils.redact import scrub_obj
 
 
 @dataclass
@@ -71,18 +69,10 @@ class _Worker:
 
 def _worker_env(backend: Backend, card: int, num_threads: Optional[int],
                 extra_env: Optional[dict]) -> dict[str, str]:
-    extra = {
-        "PYTHONUNBUFFERED": "1",
-        "TOKENIZERS_PARALLELISM": "false",
-        # hyport_lib must import in the child even when it is not installed.
-        "PYTHONPATH": os.pathsep.join(p for p in (
-            str(Path(hyport_lib.__file__).resolve().parents[1]), os.environ.get("PYTHONPATH", "")) if p),
-    }
-    extra.update(backend.visible_devices_env([card]))
+    extra = {"TOKENIZERS_PARALLELISM": "false", **backend.visible_devices_env([card])}
     if num_threads:
         extra.update({"OMP_NUM_THREADS": str(num_threads), "MKL_NUM_THREADS": str(num_threads)})
-    extra.update(extra_env or {})
-    return child_environ(extra)
+    return task_environ({**extra, **(extra_env or {})})
 
 
 def _threads_per_worker(backend: Backend, workers: int) -> Optional[int]:
@@ -101,16 +91,16 @@ def _launch(group: ChildGroup, backend: Backend, card: int, spec: dict, log_dir:
     result_path.unlink(missing_ok=True)  # never read a previous run's result
     # The file is a record for people; the worker gets the real values on its stdin.
     atomic_write_json(config_path, scrub_obj(spec, secrets_env))
-    cmd = [sys.executable, "-m", "hyport_lib.inference.worker", "--result", str(result_path)]
+    cmd, payload = task_command("hyport_lib.models.generation:run_on_card", spec, result_path,
+                                label=f"[hyport worker] card {card}", teardown=backend.kind != "cpu")
     # CANN's logs of an NPU card in a folder of its own (unless the user chose one), so that a
     # failure is diagnosed from this card's logs, not from a neighbour's.
     own_folder = log_dir / "cann" / f"card{card}"
     own_cann = own_cann_log_env(own_folder, {**os.environ, **(extra_env or {})}) if backend.kind == "npu" else {}
     env = _worker_env(backend, card, spec.get("num_threads"), {**own_cann, **(extra_env or {})})
     started_at = time.time()
-    child = group.start(
-        cmd, env=env, log_path=log_path, payload=json.dumps(spec, default=str).encode() + b"\n",
-        timeout_s=timeout_s, name=f"card {card}")
+    child = group.start(cmd, env=env, log_path=log_path, payload=payload, timeout_s=timeout_s,
+                        name=f"card {card}")
     cann_dir = cann_log_dir(env) if backend.kind == "npu" else None
     return _Worker(card, child, result_path, cann_dir=cann_dir, started_at=started_at,
                    cann_shared=cann_dir is not None and cann_dir != own_folder)
@@ -122,13 +112,7 @@ def _row_for(worker: _Worker, timed_out: bool, timeout_s: float, device: str,
     worker scrubbed its result, the log was scrubbed when the worker was reaped."""
     rc = worker.child.proc.returncode
     wall = time.monotonic() - worker.child.started
-    raw: dict = {}
-    if worker.result_path.is_file():
-        try:
-            raw = json.loads(worker.result_path.read_text(encoding="utf-8"))
-        except (OSError, json.JSONDecodeError) as exc:
-            raw = {"status": "failed", "error_type": type(exc).__name__,
-                   "error": f"unreadable result file {worker.result_path}: {exc}"}
+    raw = read_task_result(worker.result_path)
     tail = read_log_tail(worker.child.log_path)
     fallbacks, fallback_ops = scan_fallbacks(worker.child.log_path)
     row = {c: None for c in COLUMNS}

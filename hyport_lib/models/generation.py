@@ -2,8 +2,8 @@
 
 :func:`load_model`, :func:`run_single` (one image + text prompt, "Result: ...") and
 :func:`run_batch` (a left-padded mixed batch, "Batch Sample 1: ..."); :func:`run_inference`
-does all three and times them. Greedy decoding of one checkpoint must give the same
-``output_hash`` on every card.
+does all three and times them, :func:`run_on_card` in a grid worker. Greedy decoding of one
+checkpoint must give the same ``output_hash`` on every card.
 """
 
 from __future__ import annotations
@@ -217,6 +217,26 @@ def run_inference(config: InferenceConfig) -> InferenceOutcome:
         attention_calls=REGISTERED[config.attn_implementation].calls.total()
         if config.attn_implementation in REGISTERED else None,
     )
+
+
+def run_on_card(spec: dict) -> dict:
+    """One card of stage 03's grid (``inference.grid``), in the child its launcher started
+    pinned to the card, which is index 0 here; ``spec``: ``card``, ``device_kind``,
+    ``num_threads``, ``inference`` (an :class:`InferenceConfig`'s fields)."""
+    backend = get_backend(spec.get("device_kind", "cpu"))
+    backend.set_device(0)
+    if spec.get("num_threads"):
+        import torch
+
+        torch.set_num_threads(int(spec["num_threads"]))
+    config = InferenceConfig.from_dict({**spec["inference"], "device": backend.device(0)})
+    backend.reset_peak_memory(0)
+    outcome = run_inference(config)
+    backend.synchronize(0)
+    memory = backend.memory_stats(0)
+    return {"card": int(spec["card"]), "device": backend.device(0), "device_kind": backend.kind,
+            "outcome": outcome.to_dict(), "peak_memory_bytes": memory.peak,
+            "memory_source": memory.source}
 
 
 def output_hash(single: str, batch: Sequence[str]) -> str:

@@ -3,9 +3,10 @@
 
 LibCST keeps everything it does not touch byte for byte (comments, blank lines, quotes),
 so the diff holds the ported lines only. What it rewrites, into what, and what it leaves
-is the table of :mod:`hyport_lib.scan.rules`; each rewrite is a :class:`Change`, each
-construct left as it was (nothing inside a ``torch.jit.script`` function is changed: the
-helpers are not scriptable) a :class:`ManualSpot` with its reason. Entry: :func:`port_python`.
+is the table of :mod:`hyport_lib.scan.rules`, matched by its matchers (the scan's walker
+calls the same ones); each rewrite is a :class:`Change`, each construct left as it was
+(nothing inside a ``torch.jit.script`` function is changed: the helpers are not
+scriptable) a :class:`ManualSpot` with its reason. Entry: :func:`port_python`.
 """
 
 from __future__ import annotations
@@ -20,9 +21,8 @@ from libcst.codemod.visitors import AddImportsVisitor
 from libcst.metadata import MetadataWrapper, PositionProvider
 
 from hyport_lib.port.segments import SourcePlan, UnparsableSource, parse, plan
-from hyport_lib.scan.rules import (CUDA_DEVICE_LITERAL_RE, GENERATED_MODULE, SERVED_CUDA_NAMES,
-                                   SERVED_FLASH_MODULES, SERVED_FLASH_NAMES, UNPORTABLE_MODULES,
-                                   cuda_import_by_hand, cuda_name_by_hand)
+from hyport_lib.scan.rules import (GENERATED_MODULE, GUARD_PORT, METHOD_RULES, SERVED_FLASH_NAMES,
+                                   UNPORTABLE_MODULES, Port, name_rule, port_of, string_rule)
 
 
 @dataclass(frozen=True)
@@ -76,6 +76,17 @@ def _is_jit_script(decorator: cst.Decorator) -> bool:
 
 def _call_helper(name: str, *args: cst.Arg) -> cst.Call:
     return cst.Call(func=cst.Name(name), args=list(args))
+
+
+def _string_port(node, keyword: Optional[str] = None, anywhere: bool = False) -> Optional[Port]:
+    """The port's part of the rule a string literal matches, where it stands: an argument
+    with ``keyword`` (None: positional), or ``anywhere`` (a comparison, an assignment)."""
+    text = _string_value(node)
+    rule = string_rule(text) if text is not None else None
+    port = rule.port if rule else None
+    if port is None or (port.keywords is not None and (anywhere or keyword not in port.keywords)):
+        return None
+    return port
 
 
 class PortTransformer(cst.CSTTransformer):
@@ -215,34 +226,28 @@ class PortTransformer(cst.CSTTransformer):
         if updated_node.relative:
             return updated_node
         module = _dotted(updated_node.module) or ""
-        top = module.split(".")[0]
-        if top in UNPORTABLE_MODULES:
-            self._leave_for_human(original_node, top, UNPORTABLE_MODULES[top])
+        star = isinstance(updated_node.names, cst.ImportStar)
+        imported = ["*"] if star else [_dotted(a.name) for a in updated_node.names]
+        ports = [port_of(f"{module}.{name}", imported=True) for name in imported]
+        left = next((port for port in ports if port and port.why), None)
+        if left:  # a module with no Ascend build, names imported from torch.cuda
+            self._leave_for_human(original_node, left.kind, left.why)
             return updated_node
-        if module == "torch" and not isinstance(updated_node.names, cst.ImportStar):
-            for alias in updated_node.names:
-                if _dotted(alias.name) == "cuda":
-                    self._cuda_names.add(alias.asname.name.value if alias.asname else "cuda")
+        if module == "torch":
+            self._cuda_names.update(alias.asname.name.value if alias.asname else "cuda"
+                                    for alias in ([] if star else updated_node.names)
+                                    if _dotted(alias.name) == "cuda")
             return updated_node
-        if module == "torch.cuda" or module.startswith("torch.cuda."):
-            self._leave_for_human(original_node, "torch_cuda", cuda_import_by_hand(module))
-            return updated_node
-        imported = [] if isinstance(updated_node.names, cst.ImportStar) else \
-            [_dotted(a.name) for a in updated_node.names]
         if module.startswith("torch.utils.cpp_extension") or (module == "torch.utils"
                                                              and "cpp_extension" in imported):
             self._leave_for_human(original_node, "cuda_extension",
                                   "builds a C++/CUDA extension: it has no NPU build; port the "
                                   "kernel by hand")
             return updated_node
-        if top != "flash_attn":
+        if module.split(".")[0] != "flash_attn":
             return updated_node
-        names = updated_node.names
-        served = (module in SERVED_FLASH_MODULES and not isinstance(names, cst.ImportStar)
-                  and all(_dotted(a.name) in SERVED_FLASH_NAMES for a in names))
-        if not served:
-            missing = "*" if isinstance(names, cst.ImportStar) else ", ".join(
-                n for a in names if (n := _dotted(a.name)) not in SERVED_FLASH_NAMES) or module
+        if not all(port and port.kind == "flash_attn_import" for port in ports):
+            missing = ", ".join(n for n in imported if n not in SERVED_FLASH_NAMES) or module
             self._leave_for_human(original_node, "flash_attn_unserved",
                                   f"{module}: {missing} has no counterpart in "
                                   f"{GENERATED_MODULE}.py; the import is left as it was (behind "
@@ -264,8 +269,9 @@ class PortTransformer(cst.CSTTransformer):
                                   "scripted code runs unscripted on the NPU")
             return updated_node
         owner = _dotted(func.value) if isinstance(func, cst.Attribute) else None
-        if isinstance(func, cst.Attribute) and func.attr.value == "cuda" \
+        if isinstance(func, cst.Attribute) and func.attr.value in METHOD_RULES \
                 and not (owner and owner.split(".")[0] in self._torch_names):
+            port = METHOD_RULES[func.attr.value].port
             device_args = [a for a in updated_node.args
                            if a.keyword is None or a.keyword.value == "device"]
             other = [a for a in updated_node.args if a not in device_args]
@@ -275,8 +281,8 @@ class PortTransformer(cst.CSTTransformer):
             # `1 .cuda()` are Python only with them
             new = updated_node.with_changes(
                 func=func.with_changes(attr=cst.Name("to")),
-                args=[cst.Arg(_call_helper("accelerator_device", *helper_args)), *other])
-            return self._change(original_node, new, "cuda_call", "accelerator_device")
+                args=[cst.Arg(_call_helper(port.helper, *helper_args)), *other])
+            return self._change(original_node, new, port.kind, port.helper)
         return updated_node
 
     def leave_Attribute(self, original_node, updated_node):
@@ -284,10 +290,11 @@ class PortTransformer(cst.CSTTransformer):
             return updated_node
         attr = original_node.attr.value
         if self._torch_cuda(original_node.value):
-            if attr in SERVED_CUDA_NAMES:
-                new = cst.Attribute(value=_call_helper("accelerator_module"), attr=updated_node.attr)
-                return self._change(original_node, new, "torch_cuda", "accelerator_module")
-            self._leave_for_human(original_node, "torch_cuda", cuda_name_by_hand(attr))
+            port = port_of(f"torch.cuda.{attr}")
+            if port.helper:
+                new = cst.Attribute(value=_call_helper(port.helper), attr=updated_node.attr)
+                return self._change(original_node, new, port.kind, port.helper)
+            self._leave_for_human(original_node, port.kind, port.why)
             return updated_node
         if self._torch_cuda(original_node) and id(original_node) not in self._attribute_values:
             self._leave_for_human(original_node, "torch_cuda",
@@ -299,32 +306,21 @@ class PortTransformer(cst.CSTTransformer):
                                   "torch.backends.cuda settings (matmul / SDPA kernels) have no "
                                   "NPU meaning: decide by hand")
             return updated_node
-        if attr == "is_cuda" and id(original_node) not in self._targets:
+        rule = name_rule(attr, attribute=True)
+        if rule and rule.port and id(original_node) not in self._targets:
             line_col = self.get_metadata(PositionProvider, original_node).start
-            if (line_col.line + self.line_offset, line_col.column) in self.guard_lines:
-                helper, kind = "flash_supported", "is_cuda_guard"
-            else:
-                helper, kind = "on_accelerator", "is_cuda"
-            new = _call_helper(helper, cst.Arg(updated_node.value))
-            return self._change(original_node, new, kind, helper)
+            guard = (line_col.line + self.line_offset, line_col.column) in self.guard_lines
+            port = GUARD_PORT if guard else rule.port
+            new = _call_helper(port.helper, cst.Arg(updated_node.value))
+            return self._change(original_node, new, port.kind, port.helper)
         return updated_node
 
     def leave_Arg(self, original_node, updated_node):
         keyword = original_node.keyword.value if original_node.keyword else None
-        text = _string_value(updated_node.value)
-        if keyword in ("attn_implementation", "_attn_implementation") and text == "flash_attention_2":
-            new = updated_node.with_changes(value=_call_helper("hf_attn_implementation"))
-            return self._change(original_node, new, "attn_implementation", "hf_attn_implementation")
-        if text is not None and (match := CUDA_DEVICE_LITERAL_RE.match(text)) and keyword in (None, "device"):
-            device = _call_helper("accelerator_type")
-            if match.group(2) is not None:
-                device = _call_helper("accelerator_device", cst.Arg(cst.Integer(match.group(2))))
-            new = updated_node.with_changes(value=device)
-            helper = "accelerator_type" if match.group(2) is None else "accelerator_device"
-            return self._change(original_node, new, "cuda_device", helper)
-        if text == "nccl":
-            new = updated_node.with_changes(value=_call_helper("distributed_backend"))
-            return self._change(original_node, new, "nccl", "distributed_backend")
+        port = _string_port(updated_node.value, keyword)
+        if port:
+            new = updated_node.with_changes(value=self._written(port))
+            return self._change(original_node, new, port.kind, port.helper)
         if isinstance(updated_node.value, cst.FormattedString) and keyword in (None, "device"):
             parts = updated_node.value.parts
             if len(parts) == 2 and isinstance(parts[0], cst.FormattedStringText) \
@@ -339,23 +335,28 @@ class PortTransformer(cst.CSTTransformer):
     def leave_Comparison(self, original_node, updated_node):
         # `backend == "nccl"`: the backend of the device, on either side
         left = updated_node.left
-        if _string_value(left) == "nccl":
-            left = self._nccl(original_node.left)
+        if _string_port(left, anywhere=True):
+            left = self._rewrite_value(original_node.left)
         targets = []
         for before, target in zip(original_node.comparisons, updated_node.comparisons):
-            if _string_value(target.comparator) == "nccl":
-                target = target.with_changes(comparator=self._nccl(before.comparator))
+            if _string_port(target.comparator, anywhere=True):
+                target = target.with_changes(comparator=self._rewrite_value(before.comparator))
             targets.append(target)
         return updated_node.with_changes(left=left, comparisons=targets)
 
     def leave_Assign(self, original_node, updated_node):
-        if _string_value(updated_node.value) == "nccl":
-            return updated_node.with_changes(value=self._nccl(original_node.value))
+        if _string_port(updated_node.value, anywhere=True):
+            return updated_node.with_changes(value=self._rewrite_value(original_node.value))
         return updated_node
 
-    def _nccl(self, original):
-        return self._change(original, _call_helper("distributed_backend"), "nccl",
-                            "distributed_backend")
+    @staticmethod
+    def _written(port: Port) -> cst.Call:
+        """The call the port writes for a rule: ``helper(*args)``."""
+        return _call_helper(port.helper, *(cst.Arg(cst.Integer(arg)) for arg in port.args))
+
+    def _rewrite_value(self, original):
+        port = _string_port(original, anywhere=True)
+        return self._change(original, self._written(port), port.kind, port.helper)
 
 
 @dataclass
@@ -424,4 +425,4 @@ def port_python(source: str, rel: str, *, relative: bool) -> FileResult:
                                "please report it") from None
     return FileResult(code if code != source else None,
                       sorted(changes, key=lambda c: (c.line, c.kind)),
-                      sorted(manual, key=lambda m: (m.line, m.kind)))
+                      sorted(manual, key=lambda m: (m.line, m.kind, m.snippet, m.why)))

@@ -35,6 +35,7 @@ from hyport_lib.port.function_check import check_functions
 from hyport_lib.port.outputs import COSINE_MIN, compare_outputs
 from hyport_lib.port.proof_record import (IMPORT_ORIGINAL, IMPORT_PORTED, RUN_ORIGINAL, RUN_PORTED,
                                           PortProof, ProofCase)
+from hyport_lib.utils.files import atomic_write_text
 
 GREEDY_STEPS = 4
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -346,3 +347,15 @@ def prove_port(src: str | Path, dst: str | Path, *, dtype: str = "auto", seed: i
         return PortProof(verdict="FAIL", error=f"{type(exc).__name__}: {exc}"
                                                + (f" at {where}" if where else ""), device=str(torch_device))
     return proof
+
+
+def prove_in_child(spec: dict) -> dict:
+    """:func:`prove_port` in the child of :func:`hyport_lib.port.proof_run.prove_port_in_child`
+    (run by :func:`hyport_lib.processes.task_main`), each step written to the ``phase`` file
+    before it starts."""
+    sys.dont_write_bytecode = True  # -B says so already; it is what keeps SRC byte-identical
+    proof = prove_port(spec["src"], spec["dst"], dtype=spec["dtype"], seed=int(spec["seed"]),
+                       config_overrides=spec["config_overrides"] or None,
+                       on_phase=lambda phase: atomic_write_text(spec["phase"], phase),
+                       config_setting=spec["config_setting"])
+    return proof.to_dict()

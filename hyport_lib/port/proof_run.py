@@ -2,7 +2,7 @@
 (``hyport port --proof``, stage 02's ``port_proof``, as ``trust_remote_code``), and never in
 hyport's process. Without consent :func:`proof_not_run` names the files it would import.
 
-:func:`prove_port_in_child` runs it in a fresh interpreter (:mod:`.proof_child`): its own
+:func:`prove_port_in_child` runs it in a fresh interpreter (``proof.prove_in_child``): its own
 process group (killed past the time limit, on Ctrl-C, when the parent dies), ``-B`` so SRC
 stays byte-identical, ``-P`` and an empty working folder so no user file shadows a module;
 the child records its result and its current step in files, so a child that dies without
@@ -12,7 +12,6 @@ a result is a FAIL naming the step; all it prints or records is scrubbed of secr
 from __future__ import annotations
 
 import ctypes
-import json
 import os
 import signal
 import sys
@@ -21,13 +20,14 @@ import time
 from pathlib import Path
 from typing import Mapping, Optional
 
-import hyport_lib
 from hyport_lib.scan.rules import GENERATED_MODULE
 from hyport_lib.port.proof_record import PortProof, ProofCase, model_files
-from hyport_lib.processes import ChildGroup, Ended, describe_exit, last_exception, log_size, read_log_tail
+from hyport_lib.processes import (MAX_TASK_RESULT_BYTES, TASK_FIELDS, ChildGroup, Ended, describe_exit,
+                                  last_exception, log_size, read_log_tail, read_task_result, task_command,
+                                  task_environ)
 from hyport_lib.utils.bounded_files import UnreadableFile, read_text
 from hyport_lib.utils.printable import printable
-from hyport_lib.utils.redact import child_environ, scrub_secret_shapes, scrub_text
+from hyport_lib.utils.redact import scrub_secret_shapes, scrub_text
 
 #: The proof's time limit when none is given: the three vendored models prove in 5-40 s
 #: on 2 CPU cores; ten minutes leaves room for a big config on a slow host.
@@ -35,8 +35,6 @@ DEFAULT_TIMEOUT_S = 600.0
 SKIP = "SKIP"
 KILL_GRACE_S = 2.0
 POLL_S = 0.05
-#: A result or phase file bigger than this was not written by the proof.
-MAX_RESULT_BYTES = 16 * 1024 * 1024
 #: The step of a child that died before the proof told its first one.
 STARTING = "the child's start (before the proof began)"
 #: The most the child may print: past it its process group is killed (a model printing
@@ -99,13 +97,6 @@ def proof_from_dict(data: dict, environ: Optional[Mapping[str, str]] = None) -> 
     return PortProof(**{**data, "cases": cases})
 
 
-def _read_small(path: Path) -> Optional[str]:
-    """The text of a file the child wrote, None when it wrote none."""
-    if not path.exists():
-        return None
-    return read_text(path, MAX_RESULT_BYTES)
-
-
 def child_outcome(result_path: Path, phase_path: Path, log_path: Path, code: Optional[int],
                   timed_out: bool, timeout_s: float, timeout_setting: str,
                   environ: Optional[Mapping[str, str]] = None, too_loud: bool = False) -> PortProof:
@@ -113,19 +104,20 @@ def child_outcome(result_path: Path, phase_path: Path, log_path: Path, code: Opt
     (``code``: its exit status, negative for a signal; ``timeout_setting``: what sets the
     limit, for the message; ``too_loud``: stopped past :data:`MAX_LOG_BYTES` of output)."""
     try:
-        phase = _read_small(phase_path) or STARTING
-        text = None if timed_out or too_loud else _read_small(result_path)
+        phase = (read_text(phase_path, MAX_TASK_RESULT_BYTES) if phase_path.exists() else "") or STARTING
     except UnreadableFile as exc:  # a FIFO or a huge file planted by the model code
         return PortProof(verdict="FAIL", error=scrub(f"the proof's result is unreadable: {exc}", environ))
+    # A failed result is an exception the proof did not catch: said below as the log says it.
+    result = {} if timed_out or too_loud else read_task_result(result_path)
     if too_loud:
         error = (f"the proof printed more than {MAX_LOG_BYTES >> 20} MiB during {phase}: its "
                  "process group was killed")
     elif timed_out:
         error = (f"the proof ran past its time limit of {timeout_s:g} s ({timeout_setting}) during "
                  f"{phase}: its process group was killed")
-    elif text is not None:
+    elif result.get("status") == "ok":
         try:
-            return proof_from_dict(json.loads(text), environ)
+            return proof_from_dict({k: v for k, v in result.items() if k not in TASK_FIELDS}, environ)
         except (ValueError, TypeError) as exc:
             error = f"the proof's result {result_path.name} is not a proof record: {exc}"
     elif phase == STARTING:
@@ -138,17 +130,6 @@ def child_outcome(result_path: Path, phase_path: Path, log_path: Path, code: Opt
         error = (f"the model code exited ({status}) during {phase}, before the proof wrote its "
                  f"result" + (f"; last error: {line}" if line else ""))
     return PortProof(verdict="FAIL", error=scrub(" ".join(error.split()), environ))
-
-
-def _child_environment() -> dict[str, str]:
-    """This environment (secrets included, as every child of hyport's), hyport importable,
-    and no bytecode written by the child or anything it starts."""
-    hyport_root = str(Path(hyport_lib.__file__).resolve().parents[1])
-    return child_environ({
-        "PYTHONDONTWRITEBYTECODE": "1",
-        "PYTHONUNBUFFERED": "1",
-        "PYTHONPATH": os.pathsep.join(p for p in (hyport_root, os.environ.get("PYTHONPATH", "")) if p),
-    })
 
 
 def prove_port_in_child(src: os.PathLike | str, dst: os.PathLike | str, *, dtype: str = "auto",
@@ -167,17 +148,19 @@ def prove_port_in_child(src: os.PathLike | str, dst: os.PathLike | str, *, dtype
         work.mkdir()
         result_path, phase_path = scratch / "proof.json", scratch / "phase.txt"
         log_path = scratch / "proof.log"
-        payload = json.dumps({"src": str(Path(src).resolve()), "dst": str(Path(dst).resolve()),
-                              "dtype": dtype, "seed": seed, "config_overrides": config_overrides or {},
-                              "config_setting": config_setting,
-                              "result": str(result_path), "phase": str(phase_path)}).encode() + b"\n"
-        cmd = [sys.executable, "-B", "-P", "-m", "hyport_lib.port.proof_child"]
+        spec = {"src": str(Path(src).resolve()), "dst": str(Path(dst).resolve()), "dtype": dtype,
+                "seed": seed, "config_overrides": config_overrides or {},
+                "config_setting": config_setting, "phase": str(phase_path)}
+        cmd, payload = task_command("hyport_lib.port.proof:prove_in_child", spec, result_path,
+                                    label="[hyport port proof]", python_flags=("-B", "-P"))
         reaper = _Adopter()
         too_loud, ended = False, []
         try:
             # Interrupted (Ctrl-C), the group stops the child before the interrupt goes on.
             with ChildGroup() as group:
-                child = group.start(cmd, env=_child_environment(), log_path=log_path, payload=payload,
+                # no bytecode written by the child or anything it starts
+                child = group.start(cmd, env=task_environ({"PYTHONDONTWRITEBYTECODE": "1"}),
+                                    log_path=log_path, payload=payload,
                                     timeout_s=timeout_s, cwd=work, name="port proof",
                                     log_tail_bytes=LOG_TAIL_BYTES)
 

@@ -13,9 +13,10 @@ import re
 from dataclasses import dataclass, field
 
 from hyport_lib.scan.ast_tests import is_cuda_guards
+from hyport_lib.scan.rules import UNPORTABLE_MODULES
 
 #: Every rule of :class:`~hyport_lib.port.codemod.PortTransformer` starts from one of these words.
-TRIGGER_WORDS = ("cuda", "nccl", "flash", "jit", "triton", "apex", "xformers", "cpp_extension")
+TRIGGER_WORDS = ("cuda", "nccl", "flash", "jit", "cpp_extension", *UNPORTABLE_MODULES)
 _RELATIVE_IMPORT = re.compile(r"\bfrom\s+\.")
 _ESCAPE = re.compile(r"\\[xuUN0-7]")  # a string that may spell a trigger word in escapes
 

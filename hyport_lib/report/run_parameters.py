@@ -13,16 +13,12 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import json
 import os
-import subprocess
-import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-import hyport_lib
 from hyport_lib.models.preflight import HUB_ID
 from hyport_lib.params import (
     Field,
@@ -31,6 +27,8 @@ from hyport_lib.params import (
     parse_text,
     unknown_parameter,
 )
+from hyport_lib.processes import (describe_exit, read_log_tail, read_task_result, run_child, task_command,
+                                  task_environ)
 from hyport_lib.report.profiles import parse_yaml_value
 from hyport_lib.report.run import run_folder_env
 from hyport_lib.stages import Stage, params_class, stage_part
@@ -195,29 +193,30 @@ def check_before_running(params: RunParameters, selected: list[Stage]) -> list[s
         ParameterError: each refused value, naming the stage.
         RuntimeError: the check itself could not run (its output names why).
     """
-    requests = plan_requests(params, selected)
-    done = subprocess.run(
-        [sys.executable, "-m", "hyport_lib.report.precheck"],
-        input=json.dumps([dataclasses.asdict(r) for r in requests]), capture_output=True, text=True,
-        timeout=PLAN_TIMEOUT_S, env=_child_environ(), start_new_session=True)
-    try:
-        found = PreRunCheck(**json.loads(done.stdout.strip().splitlines()[-1]))
-    except (IndexError, ValueError, TypeError):
-        raise RuntimeError(f"the pre-run check failed (exit {done.returncode}): "
-                           f"{scrub_text(done.stderr.strip()[-2000:])}") from None
-    if found.refused:
-        raise ParameterError(found.refused)
-    return found.host
+    requests = {"requests": [dataclasses.asdict(r) for r in plan_requests(params, selected)]}
+    with tempfile.TemporaryDirectory(prefix="hyport-precheck-") as folder:
+        result_path, log_path = Path(folder) / "plans.json", Path(folder) / "plans.log"
+        cmd, payload = task_command("hyport_lib.report.run_parameters:plans_in_child", requests, result_path,
+                                    label="[hyport pre-check]", teardown=True)
+        ended = run_child(cmd, env=task_environ(), log_path=log_path, payload=payload,
+                          timeout_s=PLAN_TIMEOUT_S, poll_interval_s=0.05, kill_grace_s=2.0)
+        found = read_task_result(result_path)
+        if found.get("status") != "ok":
+            how = f"no result after {PLAN_TIMEOUT_S} s" if ended.timed_out else describe_exit(ended.code)
+            why = f"{found['error_type']}: {found['error']}" if found else read_log_tail(log_path)
+            raise RuntimeError(f"the pre-run check failed ({how}): {why}")
+    if found["refused"]:
+        raise ParameterError(found["refused"])
+    return found["host"]
+
+
+def plans_in_child(spec: dict) -> dict:
+    """:func:`make_plans` in the child of :func:`check_before_running`."""
+    return dataclasses.asdict(make_plans([PlanRequest(**item) for item in spec["requests"]]))
 
 
 #: The plans load processors and read datasets: minutes only for a huge dataset.
 PLAN_TIMEOUT_S = 1800
-
-
-def _child_environ() -> dict:
-    # hyport_lib must import in the child even when it is not installed
-    root = str(Path(hyport_lib.__file__).resolve().parents[1])
-    return {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)}
 
 
 @contextlib.contextmanager

@@ -59,8 +59,8 @@ def requirement_name(spec: str) -> Optional[str]:
         if archive is None:
             if spec.startswith("-"):
                 return None  # an option such as --extra-index-url
-            # a repository URL: its last path component (https://github.com/NVIDIA/apex)
-            repo = re.search(r"://\S*/([A-Za-z0-9][\w.-]*?)/?(?:[@#].*)?$", target)
+            # a repository URL: its last path component (https://github.com/NVIDIA/apex.git@v1)
+            repo = re.search(r"://\S*/([A-Za-z0-9][\w.-]*?)(?:\.git)?/?(?:[@#].*)?$", target)
             return repo.group(1) if repo else None
         # wheels and sdists: the name ends at the first "-" that precedes a digit
         return re.split(r"-(?=\d)", archive.group(1), maxsplit=1)[0]

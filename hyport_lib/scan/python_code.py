@@ -176,7 +176,7 @@ class _Scanner(ast.NodeVisitor):
         qualified = self.aliases.get(node.id)
         if qualified and self._report_qualified(node, qualified):
             return
-        self._report_name_rule(rules.NAME_RULES, node.id, node.lineno, node.col_offset)
+        self._report_rule(node.lineno, node.col_offset, rules.name_rule(node.id))
 
     def visit_Attribute(self, node: ast.Attribute) -> None:
         qualified = self.qualify(node)
@@ -187,8 +187,7 @@ class _Scanner(ast.NodeVisitor):
             if id(node) in self.cuda_guards:
                 self.add(line, col, rules.IS_CUDA_GUARD, self.cuda_guards[id(node)])
                 return self.generic_visit(node)
-            table = {**rules.NAME_RULES, **rules.ATTRIBUTE_RULES}
-            self._report_name_rule(table, node.attr, line, col)
+            self._report_rule(line, col, rules.name_rule(node.attr, attribute=True))
         self.generic_visit(node)
 
     def _report_qualified(self, node: ast.expr, qualified: str) -> bool:
@@ -208,19 +207,16 @@ class _Scanner(ast.NodeVisitor):
                      rules.suggestion_for(qualified, imported))
         return True
 
-    def _report_name_rule(self, table: dict, name: str, line: int, col: int) -> None:
-        for pattern, (category, suggestion) in table.items():
-            if pattern.match(name):
-                self.add(line, col, category, suggestion)
-                return
+    def _report_rule(self, line: int, col: int, rule: Optional[rules.Rule]) -> None:
+        if rule is not None:
+            self.add(line, col, rule.category, rule.suggestion)
 
     # --- calls, comparisons, strings ------------------------------------------------------
     def visit_Call(self, node: ast.Call) -> None:
         func = node.func
-        is_method = isinstance(func, ast.Attribute) and func.attr == "cuda"  # hyport-scan: ignore
-        if is_method and self.qualify(func) != "torch.cuda":
-            line, col = attr_position(func)
-            self.add(line, col, rules.CUDA_CALL, rules.CUDA_METHOD_SUGGESTION)
+        is_method = isinstance(func, ast.Attribute) and func.attr in rules.METHOD_RULES
+        if is_method and self.qualify(func) != f"torch.{func.attr}":
+            self._report_rule(*attr_position(func), rules.METHOD_RULES[func.attr])
         if isinstance(func, ast.Name) and func.id in _ATTR_BUILTINS and len(node.args) >= 2:
             self._dynamic_attribute(node)
         context = call_context(func)
@@ -289,12 +285,9 @@ class _Scanner(ast.NodeVisitor):
             return
         value = node.value
         where = (node.lineno, node.col_offset)
-        if rules.CUDA_DEVICE_RE.match(value):
-            self.add(*where, rules.CUDA_DEVICE, rules.DEVICE_SUGGESTION)
-        elif rules.FLASH_IMPL_RE.match(value):
-            self.add(*where, rules.FLASH_ATTN, rules.FLASH_IMPL_SUGGESTION)
-        elif rules.NCCL_STRING_RE.search(value):
-            self.add(*where, rules.NCCL, rules.NCCL_SUGGESTION)
+        rule = rules.string_rule(value)
+        if rule is not None:
+            self._report_rule(*where, rule)
         elif self.package_strings and rules.PACKAGE_NAME_RE.match(value):
             self.add(*where, rules.module_category(value),
                      "names the package (dynamic import or availability probe): "

@@ -2,8 +2,11 @@
 """The one table of CUDA-only constructs: what the scan reports, what ``hyport port``
 rewrites (and into what), and what the port leaves for a human (and why).
 
-One table per kind of construct, so that a new rule is one line. The port's rewrite
-(:mod:`hyport_lib.port.codemod`) reads the "port" tables. A scan suggestion is read by the
+One table per kind of construct, so that a new rule is one line, and one matcher per kind
+(:func:`string_rule`, :func:`name_rule`, :data:`METHOD_RULES`, :func:`port_of`) that both
+the scan's walker (:mod:`.python_code`, reporting) and the port's
+(:mod:`hyport_lib.port.codemod`, rewriting) call: a :class:`Rule` is what the scan reports,
+its :class:`Port` what the port does there. A scan suggestion is read by the
 owner of the scanned code, who has no hyport objects: it names what they can write (the
 functions of the module the port writes, plain ``torch`` / ``torch_npu`` calls) and, where
 the port rewrites the construct, ends with what the port writes there (:func:`port_writes`).
@@ -12,6 +15,7 @@ the port rewrites the construct, ends with what the port writes there (:func:`po
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from typing import Optional
 
 # --- categories (short, stable: they appear in JSON output and tests) ---------------
@@ -31,6 +35,31 @@ IS_CUDA_GUARD = "is_cuda_guard"  # an `is_cuda` test deciding whether attention 
 
 CATEGORIES = (FLASH_ATTN, CUDA_CALL, CUDA_DEVICE, CUDA_ENV, CUDA_EXT, NCCL, APEX, XFORMERS,
               TRITON, BITSANDBYTES, REQUIREMENT, UNPARSABLE, IS_CUDA_GUARD)
+
+
+@dataclass(frozen=True)
+class Port:
+    """What ``hyport port`` does where a rule matched: writes a call of the generated
+    module's ``helper`` (with ``args``, literal integers) in its place, or leaves the code
+    for a human because ``why``; ``kind`` names it in the port's record. A string is
+    rewritten only as an argument with one of ``keywords`` (None in it: positional), or,
+    without ``keywords``, wherever it stands (an argument, a comparison, an assignment)."""
+
+    kind: str
+    helper: Optional[str] = None
+    args: tuple[str, ...] = ()
+    why: Optional[str] = None
+    keywords: Optional[tuple[Optional[str], ...]] = None
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One construct of the table: the scan's category and suggestion, the port's part."""
+
+    category: str
+    suggestion: str
+    port: Optional[Port] = None
+
 
 # --- what hyport port rewrites, and what it leaves --------------------------------------
 #: The module ``hyport port`` writes next to ported code: flash-attn's API and the device
@@ -94,8 +123,6 @@ UNPORTABLE_MODULES = {
     "xformers": f"xformers is CUDA-only: replace its attention with {GENERATED_MODULE}'s "
                 "functions or SDPA by hand",
 }
-#: ``"cuda"`` / ``"cuda:N"``: the device strings the port can rewrite (group 2: N).
-CUDA_DEVICE_LITERAL_RE = re.compile(r"^cuda(:(\d+))?$")
 #: What the port writes for each kind of construct it rewrites (its ``Change.kind``).
 PORT_WRITES = {
     "cuda_call": "x.to(accelerator_device(i))",
@@ -214,23 +241,34 @@ _FALLBACK_RUNS = "False on Ascend: the fallback path runs"
 
 #: Attribute / function names that are findings wherever they appear.
 NAME_RULES = {
-    re.compile(r"^is_flash_attn\w*$"): (FLASH_ATTN, (
+    re.compile(r"^is_flash_attn\w*$"): Rule(FLASH_ATTN, (
         "False on Ascend, so the code takes its non-flash path; to keep the flash path: "
         + _FLASH + ", or " + _HF_ATTN)),
-    re.compile(r"^is_xformers\w*_available$"): (XFORMERS, _FALLBACK_RUNS),
-    re.compile(r"^is_triton\w*_available$"): (TRITON, _FALLBACK_RUNS),
-    re.compile(r"^is_bitsandbytes\w*_available$"): (BITSANDBYTES, _FALLBACK_RUNS),
-    re.compile(r"^is_apex\w*_available$"): (APEX, _FALLBACK_RUNS),
-    re.compile(r"^enable_xformers_memory_efficient_attention$"): (XFORMERS, (
+    re.compile(r"^is_xformers\w*_available$"): Rule(XFORMERS, _FALLBACK_RUNS),
+    re.compile(r"^is_triton\w*_available$"): Rule(TRITON, _FALLBACK_RUNS),
+    re.compile(r"^is_bitsandbytes\w*_available$"): Rule(BITSANDBYTES, _FALLBACK_RUNS),
+    re.compile(r"^is_apex\w*_available$"): Rule(APEX, _FALLBACK_RUNS),
+    re.compile(r"^enable_xformers_memory_efficient_attention$"): Rule(XFORMERS, (
         "drop it: SDPA (the default) is used instead; on NPU torch_npu.npu_fusion_attention")),
-    re.compile(r"^is_nccl_available$"): (NCCL, (
+    re.compile(r"^is_nccl_available$"): Rule(NCCL, (
         f"test distributed_backend() (from {GENERATED_MODULE}; 'hccl' on Ascend) instead")),
 }
-#: Like ``NAME_RULES``, but only as an attribute (``x.is_cuda``; a local ``is_cuda`` is fine).
-IS_CUDA_RE = re.compile(r"^is_cuda$")
+#: Like ``NAME_RULES``, but only as an attribute (``x.is_cuda``; a local ``is_cuda`` is fine);
+#: the port writes ``helper(x)``.
 ATTRIBUTE_RULES = {
-    IS_CUDA_RE: (CUDA_DEVICE, "tensor.device.type in ('cuda', 'npu'); " + port_writes("is_cuda")),
+    re.compile(r"^is_cuda$"): Rule(CUDA_DEVICE, "tensor.device.type in ('cuda', 'npu'); "
+                                   + port_writes("is_cuda"), Port("is_cuda", "on_accelerator")),
 }
+#: An ``is_cuda`` test deciding whether attention code runs (``IS_CUDA_GUARD``): what the
+#: port writes instead of :data:`ATTRIBUTE_RULES`' rewrite.
+GUARD_PORT = Port("is_cuda_guard", "flash_supported")
+
+
+def name_rule(name: str, attribute: bool = False) -> Optional[Rule]:
+    """The rule a name matches (``attribute``: as ``x.<name>``), or None."""
+    table = {**NAME_RULES, **ATTRIBUTE_RULES} if attribute else NAME_RULES
+    return next((rule for pattern, rule in table.items() if pattern.match(name)), None)
+
 
 # --- string literals -----------------------------------------------------------------
 #: "cuda", "cuda:0", and the first part of built names: "cuda:" + str(i), f"cuda:{i}",
@@ -283,13 +321,43 @@ FLASH_IMPL_SUGGESTION = ("CPU hosts have no flash_attention_2: 'sdpa' there, 'fl
                          + port_writes("attn_implementation"))
 CUDA_METHOD_SUGGESTION = ("x.npu() / x.to('npu:i') on NPU (.cuda() needs torch_npu's "
                           "transfer_to_npu); " + port_writes("cuda_call"))
+#: Methods that are findings on anything but the torch module; the port writes
+#: ``x.to(helper(<the device argument>))``.
+METHOD_RULES = {"cuda": Rule(CUDA_CALL, CUDA_METHOD_SUGGESTION, Port("cuda_call", "accelerator_device"))}
+_ON_DEVICE = (None, "device")  # where the port rewrites a device: positional, or device=
+
+
+def string_rule(value: str) -> Optional[Rule]:
+    """The rule a string's whole value matches (a CUDA device, flash-attn's implementation,
+    the NCCL backend), or None; the port rewrites only the plain spellings (``"cuda:0"``,
+    not ``"cuda:%d"``)."""
+    device = CUDA_DEVICE_RE.match(value)
+    if device:
+        index = device.group(2)
+        if device.group(1) is None:
+            port = Port("cuda_device", "accelerator_type", keywords=_ON_DEVICE)
+        elif index and index.isdigit():
+            port = Port("cuda_device", "accelerator_device", (index,), keywords=_ON_DEVICE)
+        else:
+            port = None  # "cuda:", "cuda:%d": the rest is added at run time
+        return Rule(CUDA_DEVICE, DEVICE_SUGGESTION, port)
+    if FLASH_IMPL_RE.match(value):
+        port = Port("attn_implementation", "hf_attn_implementation",
+                    keywords=("attn_implementation", "_attn_implementation"))
+        return Rule(FLASH_ATTN, FLASH_IMPL_SUGGESTION, port if value == "flash_attention_2" else None)
+    if NCCL_STRING_RE.search(value):
+        return Rule(NCCL, NCCL_SUGGESTION, Port("nccl", "distributed_backend") if value == "nccl" else None)
+    return None
+
+
 GUARDED_PREFIX = "guarded import (optional, the code has a fallback): "
 
 # --- dependency declarations ---------------------------------------------------------
 _CUDA_RUNTIME = "CUDA runtime: not needed on Ascend (CANN provides the runtime)"
+#: flash-attn's distributions (PEP 503 names): the scan flags them, the port removes them.
+FLASH_ATTN_PACKAGES = ("flash-attn", "flash-attn-2", "flash-attention")
 _PACKAGE_SUGGESTIONS = {
-    **dict.fromkeys(("flash-attn", "flash-attention"),
-                    "remove: " + _FLASH),
+    **dict.fromkeys(FLASH_ATTN_PACKAGES, "remove: " + _FLASH),
     **{name: "remove: " + SUGGESTIONS[name] for name in ("apex", "xformers", "triton", "bitsandbytes")},
     "pytorch-triton": "remove: " + SUGGESTIONS["triton"],
     "vllm": "vllm-ascend on Ascend (matching the installed vllm and torch_npu)",
@@ -349,19 +417,33 @@ def suggestion_for(qualified: str, imported: bool = False) -> str:
 
 
 def port_note(qualified: str, imported: bool = False) -> Optional[str]:
-    """What ``hyport port`` writes for a dotted name, or why it leaves it; None when the
-    table has nothing to say about it. ``imported``: as in :func:`suggestion_for`."""
+    """What ``hyport port`` writes for a dotted name, or why it leaves it (:func:`port_of`);
+    None when the table has nothing to say about it."""
+    port = port_of(qualified, imported)
+    if port is None:
+        return None
+    if port.why:
+        return f"hyport port leaves it: {port.why}"
+    if port.helper:
+        return f"hyport port writes {port.helper}().{qualified.split('.')[2]} (from {GENERATED_MODULE})"
+    return f"hyport port imports it from {GENERATED_MODULE}"
+
+
+def port_of(qualified: str, imported: bool = False) -> Optional[Port]:
+    """What ``hyport port`` does with a dotted name: a ``torch.cuda`` name (``imported``:
+    as a name of ``from torch.cuda import``), a name of flash-attn's API, a module with no
+    Ascend build; None for any other."""
     parts = qualified.split(".")
     if parts[:2] == ["torch", "cuda"] and len(parts) > 2:
         if imported:
-            return f"hyport port leaves it: {cuda_import_by_hand(qualified.rsplit('.', 1)[0])}"
+            return Port("torch_cuda", why=cuda_import_by_hand(qualified.rsplit(".", 1)[0]))
         if parts[2] in SERVED_CUDA_NAMES:
-            return f"hyport port writes accelerator_module().{parts[2]} (from {GENERATED_MODULE})"
-        return f"hyport port leaves it: {cuda_name_by_hand(parts[2])}"
+            return Port("torch_cuda", "accelerator_module")
+        return Port("torch_cuda", why=cuda_name_by_hand(parts[2]))
     if ".".join(parts[:-1]) in SERVED_FLASH_MODULES and parts[-1] in SERVED_FLASH_NAMES:
-        return f"hyport port imports it from {GENERATED_MODULE}"
+        return Port("flash_attn_import")
     if parts[0] in UNPORTABLE_MODULES:
-        return f"hyport port leaves it: {UNPORTABLE_MODULES[parts[0]]}"
+        return Port(parts[0], why=UNPORTABLE_MODULES[parts[0]])
     return None
 
 

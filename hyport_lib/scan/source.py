@@ -46,7 +46,7 @@ _FALLBACK_RULES = (
     (re.compile(r"""(?<!\w)[fF]?["']cuda(?::(?:\d*|\{[^}"']*\}|%[ds]))?["']"""),
      lambda m: (rules.CUDA_DEVICE, rules.DEVICE_SUGGESTION)),
     (re.compile(r"\.is_cuda\b"),
-     lambda m: (rules.CUDA_DEVICE, rules.ATTRIBUTE_RULES[rules.IS_CUDA_RE][1])),
+     lambda m: (rules.CUDA_DEVICE, rules.name_rule("is_cuda", attribute=True).suggestion)),
     (re.compile(r"""["']nccl["']"""), lambda m: (rules.NCCL, rules.NCCL_SUGGESTION)),
     (re.compile(r"""["']flash_attention_[23]["']"""),
      lambda m: (rules.FLASH_ATTN, rules.FLASH_IMPL_SUGGESTION)),

@@ -3,27 +3,30 @@
 Loading a model in the verifying process would prove little (modules already imported)
 and could take the notebook's kernel down, so each task runs in a fresh interpreter
 (:mod:`hyport_lib.processes`: own process group, configuration on a stdin lifeline, log
-scrubbed, killed as a group past its timeout). The child side is :mod:`.worker`.
+scrubbed, killed as a group past its timeout); :data:`TASK_FUNCTIONS` names what each runs.
 """
 
 from __future__ import annotations
 
-import json
 import os
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-import hyport_lib
 from hyport_lib.backend import detect_kind
-from hyport_lib.processes import describe_exit, last_exception, read_log_tail, run_child
+from hyport_lib.processes import (describe_exit, last_exception, read_log_tail, read_task_result, run_child,
+                                  task_command, task_environ)
 from hyport_lib.results import fresh_folder_beside_results
-from hyport_lib.utils.redact import child_environ
 
 KILL_GRACE_S = 2.0
 POLL_S = 0.05
+#: task -> the function its child runs (``module:function``, imported only there).
+TASK_FUNCTIONS = {
+    "reload": "hyport_lib.weights.reload:reload_in_child",
+    "parity": "hyport_lib.weights.parity:parity_in_child",
+    "zero": "hyport_lib.weights.zero_consolidate:consolidate_in_child",
+}
 
 
 @dataclass
@@ -67,33 +70,27 @@ def default_log_dir() -> Path:
 
 
 def child_env(task: str) -> dict[str, str]:
-    """The child's environment: this one, hyport importable, DeepSpeed on the CPU here."""
-    extra = {
-        "PYTHONUNBUFFERED": "1",
-        "TOKENIZERS_PARALLELISM": "false",
-        "PYTHONPATH": os.pathsep.join(p for p in (
-            str(Path(hyport_lib.__file__).resolve().parents[1]), os.environ.get("PYTHONPATH", "")) if p),
-    }
+    """The child's environment (:func:`~hyport_lib.processes.task_environ`), DeepSpeed on the
+    CPU here."""
+    extra = {"TOKENIZERS_PARALLELISM": "false"}
     if task == "zero" and detect_kind() == "cpu" and "DS_ACCELERATOR" not in os.environ:
         # DeepSpeed otherwise probes for an accelerator it does not find and warns; the
         # consolidation itself only needs the CPU.
         extra["DS_ACCELERATOR"] = "cpu"
-    return child_environ(extra)
+    return task_environ(extra)
 
 
 def run_task(task: str, spec: dict, *, timeout_s: float, log_dir: Optional[os.PathLike] = None,
              name: Optional[str] = None) -> ChildOutcome:
-    """Run ``task`` (a key of :data:`hyport_lib.weights.worker.TASK_FUNCTIONS`) in a fresh
-    child and wait at most ``timeout_s``. ``spec`` goes on stdin, never to a file;
-    ``<name>.log`` and ``<name>.json`` go to ``log_dir`` (default :func:`default_log_dir`).
-    """
+    """Run ``task`` (a key of :data:`TASK_FUNCTIONS`) in a fresh child and wait at most
+    ``timeout_s``. ``spec`` goes on stdin, never to a file; ``<name>.log`` and
+    ``<name>.json`` go to ``log_dir`` (default :func:`default_log_dir`)."""
     log_dir = Path(log_dir) if log_dir else default_log_dir()
     log_dir.mkdir(parents=True, exist_ok=True)
     name = name or task
     log_path, result_path = log_dir / f"{name}.log", log_dir / f"{name}.json"
     result_path.unlink(missing_ok=True)  # never read an earlier run's result
-    cmd = [sys.executable, "-m", "hyport_lib.weights.worker", "--result", str(result_path)]
-    payload = json.dumps({"task": task, **spec}, default=str).encode() + b"\n"
+    cmd, payload = task_command(TASK_FUNCTIONS[task], spec, result_path, label=f"[hyport weights] {task}")
     ended = run_child(cmd, env=child_env(task), log_path=log_path, payload=payload,
                       timeout_s=float(timeout_s), name=name, poll_interval_s=POLL_S,
                       kill_grace_s=KILL_GRACE_S)
@@ -104,13 +101,7 @@ def run_task(task: str, spec: dict, *, timeout_s: float, log_dir: Optional[os.Pa
 def _outcome(task: str, log_path: Path, result_path: Path, code: Optional[int], timed_out: bool,
              timeout_s: float, wall_s: float) -> ChildOutcome:
     # The child scrubbed what it wrote (its environment holds this one's secrets: child_env).
-    result: dict = {}
-    if result_path.is_file():
-        try:
-            result = json.loads(result_path.read_text(encoding="utf-8"))
-        except (OSError, json.JSONDecodeError) as exc:
-            result = {"status": "failed", "error_type": type(exc).__name__,
-                      "error": f"unreadable result file {result_path}: {exc}"}
+    result = read_task_result(result_path)
     tail = read_log_tail(log_path, 12)
     if timed_out:
         status, reason = "timeout", f"no result after {timeout_s:g}s: the process group was killed"

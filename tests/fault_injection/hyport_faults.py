@@ -17,11 +17,12 @@ test starts, and sets a switch:
 * ``HYPORT_TEST_NAN_AT_STEP=<step>``: that step's loss is NaN on every rank.
 
 How: Python imports this folder's ``sitecustomize`` at start-up, which calls
-:func:`install`. When a switch is set, a finder answers for the two worker modules. A
-worker runs as ``python -m hyport_lib.<stage>.worker``: runpy asks that finder for the
-code to run as ``__main__`` and gets a stub that imports the worker as an ordinary module
-(patched as it loads: the inference worker's ``run_worker`` fires the card's fault first,
-the training worker's ``CountingTrainer`` gains the step faults), then calls its
+:func:`install`. When a switch is set, a finder answers for the modules of :data:`PATCHES`
+and patches each as it loads: the inference worker's function (``run_on_card``, imported
+by :func:`hyport_lib.processes.task_main`) fires the card's fault first, the training
+worker's ``CountingTrainer`` gains the step faults. The training worker runs as ``python -m
+hyport_lib.train.worker``: runpy asks the finder for the code to run as ``__main__`` and
+gets a stub that imports the worker as an ordinary module (so patched), then calls its
 ``main()``.
 """
 
@@ -131,13 +132,13 @@ def inject_fault(card: int) -> None:
 
 
 def _patch_inference_worker(module) -> None:
-    run_worker = module.run_worker
+    run_on_card = module.run_on_card
 
-    def faulty_run_worker(spec: dict) -> dict:
+    def faulty_run_on_card(spec: dict) -> dict:
         inject_fault(int(spec["card"]))
-        return run_worker(spec)
+        return run_on_card(spec)
 
-    module.run_worker = faulty_run_worker
+    module.run_on_card = faulty_run_on_card
 
 
 # -- the training worker -----------------------------------------------------------------
@@ -210,7 +211,7 @@ def _patch_train_worker(module) -> None:
 
 # -- the hook ----------------------------------------------------------------------------
 PATCHES: dict[str, Callable] = {
-    "hyport_lib.inference.worker": _patch_inference_worker,
+    "hyport_lib.models.generation": _patch_inference_worker,
     "hyport_lib.train.worker": _patch_train_worker,
 }
 

@@ -302,7 +302,7 @@ def test_line_endings_and_encodings_are_kept(tmp_path):
 
 
 def test_requirements_continuations_editables_and_tabs():
-    from hyport_lib.port.requirements import port_requirements
+    from hyport_lib.port.tree import port_requirements
 
     text = ("torch==2.1.0\nflash-attn==2.5.8 \\\n    --hash=sha256:0123\n"
             "-e git+https://github.com/Dao-AILab/flash-attention.git@v2.5.8#egg=flash-attn\n"

@@ -112,11 +112,21 @@ def test_a_child_that_ends_without_a_result_is_a_fail_saying_during_what(tmp_pat
                           "of the original code (SRC): its process group was killed")
 
 
+def test_an_exception_the_proof_did_not_catch_is_a_fail_saying_during_what(tmp_path):
+    # the child runner's failed result: what the log's traceback ends with is said
+    proof = _outcome(tmp_path, code=1, phase=IMPORT_ORIGINAL,
+                     result={"status": "failed", "error_type": "RuntimeError", "error": "boom"},
+                     log="Traceback (most recent call last):\nRuntimeError: boom\n")
+    assert proof.verdict == "FAIL"
+    assert proof.error == ("the model code exited (status 1) during import of the original code "
+                           "(SRC), before the proof wrote its result; last error: RuntimeError: boom")
+
+
 def test_what_the_child_records_is_scrubbed(tmp_path, monkeypatch):
     monkeypatch.setenv("HF_TOKEN", SECRET)
     error = f"RuntimeError: token {SECRET} and {SHAPED} at original modeling_own.py:4"
     proof = _outcome(tmp_path, code=0, phase="x", result={
-        "verdict": "FAIL", "error": error, "notes": [SECRET],
+        "status": "ok", "verdict": "FAIL", "error": error, "notes": [SECRET],
         "cases": [{"name": "dense", "kind": "dense", "verdict": "FAIL", "detail": f"x {SHAPED}"}]})
     text = json.dumps(proof.to_dict())
     assert SECRET not in text and SHAPED not in text
@@ -127,7 +137,7 @@ def test_what_the_child_records_is_scrubbed(tmp_path, monkeypatch):
 
 
 def test_a_result_that_is_no_proof_record_is_a_fail(tmp_path):
-    proof = _outcome(tmp_path, code=0, phase="x", result={"verdict": "PASS", "planted": 1})
+    proof = _outcome(tmp_path, code=0, phase="x", result={"status": "ok", "verdict": "PASS", "planted": 1})
     assert proof.verdict == "FAIL" and "is not a proof record" in proof.error and "planted" in proof.error
     with pytest.raises(ValueError, match="not a proof case"):
         proof_from_dict({"verdict": "PASS", "cases": [{"name": "x", "forged": True}]})

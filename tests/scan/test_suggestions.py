@@ -6,8 +6,13 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
+
+from hyport_lib.port import segments
 from hyport_lib.port.codemod import port_python
+from hyport_lib.port.tree import port_requirements
 from hyport_lib.scan import ast_tests, rules
+from hyport_lib.scan.dependencies import scan_requirements_txt
 from hyport_lib.scan.python_code import scan_python
 from hyport_lib.scan.scanner import scan_path
 
@@ -58,7 +63,7 @@ def test_every_suggestion_for_a_rewritten_construct_names_what_the_port_writes()
         "cuda_call": [rules.CUDA_METHOD_SUGGESTION],
         "cuda_device": [rules.DEVICE_CONTEXT_SUGGESTIONS["to"], rules.DEVICE_CONTEXT_SUGGESTIONS["device"]],
         "nccl": [rules.NCCL_SUGGESTION],
-        "is_cuda": [rules.ATTRIBUTE_RULES[rules.IS_CUDA_RE][1]],
+        "is_cuda": [rules.name_rule("is_cuda", attribute=True).suggestion],
         "is_cuda_guard": [ast_tests.STOPS, ast_tests.FALLS_BACK],
         "attn_implementation": [rules.FLASH_IMPL_SUGGESTION],
     }
@@ -162,3 +167,44 @@ def test_a_construct_the_port_leaves_is_suggested_with_the_ports_hand_fix():
     _, [said] = _port_and_scan("import torch\ntorch.cuda.get_device_capability\n")
     assert said == ("hyport port leaves it: torch.npu.get_device_capability() returns None on "
                     "torch_npu: a test of the compute capability must be rewritten by hand")
+
+
+#: Each way a requirement names a flash-attn package (``{}``: its name).
+REQUIREMENT_FORMS = ("{}==2.5.8", "{}[test] >=2 ; sys_platform == 'linux'", "{} --no-build-isolation")
+
+
+@pytest.mark.parametrize("name", rules.FLASH_ATTN_PACKAGES)
+def test_each_flash_attn_package_is_flagged_by_the_scan_and_removed_by_the_port(name):
+    for form in REQUIREMENT_FORMS:
+        line = form.format(name) + "\n"
+        [hit] = scan_requirements_txt(line, "requirements.txt")
+        assert hit.suggestion.startswith("remove: flash_attn_ascend"), (line, hit)
+        new, changes = port_requirements(line, "requirements.txt")
+        assert len(changes) == 1 and new.startswith(f"# {line.strip()}  (removed by hyport port"), line
+
+
+def test_the_flash_attention_repository_is_flagged_and_removed_at_any_tag():
+    for line in ("git+https://github.com/Dao-AILab/flash-attention.git@v2.5.8\n",
+                 "git+https://github.com/Dao-AILab/flash-attention.git\n"):
+        assert len(scan_requirements_txt(line, "requirements.txt")) == 1, line
+        assert len(port_requirements(line, "requirements.txt")[1]) == 1, line
+
+
+def test_a_new_rule_is_one_line_of_the_table_and_both_walkers_see_it(monkeypatch):
+    """The scan and the port match constructs with the table's own matchers: a rule added
+    to ``rules`` alone is a scan finding and a port rewrite."""
+    rule = rules.Rule(rules.CUDA_DEVICE, "said by the new rule", rules.Port("on_cuda", "on_accelerator"))
+    monkeypatch.setitem(rules.ATTRIBUTE_RULES, re.compile(r"^on_cuda$"), rule)
+    code = "ok = x.on_cuda\n"
+    done, said = _port_and_scan(code)
+    assert said == ["said by the new rule"]
+    assert [(c.kind, c.after) for c in done.changes] == [("on_cuda", "on_accelerator(x)")]
+
+
+def test_every_module_the_port_leaves_is_one_the_scan_flags_and_the_port_reads():
+    assert rules.UNPORTABLE_MODULES
+    for module, why in rules.UNPORTABLE_MODULES.items():
+        assert rules.category_for(module) is not None, module
+        assert module in segments.TRIGGER_WORDS, module
+        done, said = _port_and_scan(f"import {module}\n")
+        assert [m.why for m in done.manual] == [why] and said[0].endswith(f"hyport port leaves it: {why}")

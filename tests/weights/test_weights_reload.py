@@ -103,7 +103,7 @@ def _workers(logs: Path) -> list[int]:
             cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
         except OSError:
             continue
-        if "hyport_lib.weights.worker" in cmdline and str(logs) in cmdline:
+        if "hyport_lib.weights." in cmdline and str(logs) in cmdline:
             found.append(int(pid))
     return found
 
