@@ -4,6 +4,7 @@ the launcher, stopped as a whole, their logs scrubbed."""
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -222,3 +223,24 @@ def test_a_task_result_is_read_back_or_named_unreadable(tmp_path):
     path.unlink()
     os.mkfifo(path)  # a FIFO would block a plain read
     assert P.read_task_result(path)["status"] == "failed"
+
+
+def test_every_task_target_in_the_library_names_a_function_that_exists():
+    """A task runs in a child by its "module:function" text: a renamed module or function
+    would only fail there, at run time. Every such text in hyport_lib resolves here."""
+    import ast
+    import importlib
+    from pathlib import Path
+
+    import hyport_lib
+
+    targets = set()
+    for path in Path(hyport_lib.__file__).parent.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) \
+                    and re.fullmatch(r"hyport_lib(\.\w+)+:\w+", node.value):
+                targets.add(node.value)
+    assert len(targets) >= 4, targets  # the grid's card, the weights' tasks, the port proof, the pre-check
+    for target in sorted(targets):
+        module, _, function = target.partition(":")
+        assert callable(getattr(importlib.import_module(module), function, None)), target
