@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import sys
 
-from hyport_lib.port.proof import prove_port
+from hyport_lib.proof.port import prove_port
 from hyport_lib.processes import exit_without_teardown, start_guard
 from hyport_lib.utils.files import atomic_write_json, atomic_write_text
 from hyport_lib.utils.redact import scrub_obj, scrub_text

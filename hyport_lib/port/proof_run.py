@@ -23,7 +23,7 @@ from typing import Mapping, Optional
 
 import hyport_lib
 from hyport_lib.scan.rules import GENERATED_MODULE
-from hyport_lib.port.proof_record import PortProof, ProofCase, model_files
+from hyport_lib.proof.port_record import PortProof, ProofCase, model_files
 from hyport_lib.processes import ChildGroup, Ended, describe_exit, last_exception, log_size, read_log_tail
 from hyport_lib.utils.bounded_files import UnreadableFile, read_text
 from hyport_lib.utils.printable import printable
@@ -156,7 +156,7 @@ def prove_port_in_child(src: os.PathLike | str, dst: os.PathLike | str, *, dtype
                         timeout_s: float = DEFAULT_TIMEOUT_S,
                         timeout_setting: str = "--proof-timeout",
                         config_setting: str = "--proof-config") -> PortProof:
-    """:func:`~hyport_lib.port.proof.prove_port` in a child process (see the module docstring);
+    """:func:`~hyport_lib.proof.port.prove_port` in a child process (see the module docstring);
     past ``timeout_s`` its process group is killed and the proof is a FAIL naming
     ``timeout_setting``; a tiny model that cannot be built names ``config_setting``."""
     if not timeout_s > 0:
