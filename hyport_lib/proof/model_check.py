@@ -28,7 +28,7 @@ from hyport_lib.port.generated.flash_attn_ascend import FlashAttnUnsupported
 from hyport_lib.proof.behaviour import Behaviour, eager_behaviour, eager_reference, swapped_pair
 from hyport_lib.proof.choice import KEPT_ON_EAGER
 from hyport_lib.proof.swap import switch_attention
-from hyport_lib.proof.tolerance import LOGITS, TOLERANCE, compare
+from hyport_lib.proof.tolerance import LOGITS, TOLERANCE, TOP1, compare
 from hyport_lib.results import FAIL, PASS, REFUSED, SKIP, WARN
 
 #: The longest packed row the check runs (a window longer than this is said, not exercised).
@@ -159,17 +159,8 @@ def compare_model(model_path: str = "tiny", backend: str = "npu-emulated",
             return _compare(result, shim_api, max_new_tokens)
 
 
-@dataclass
-class _Run:
-    """One attention's outputs on the check's inputs."""
-
-    logits: torch.Tensor  # of the real tokens, float64 on the CPU
-    generated: torch.Tensor
-    packed: Optional[torch.Tensor] = None  # the packed row's logits (eager: each sample alone)
-
-
 def _compare(result: ModelComparison, shim_api, max_new_tokens: int) -> ModelComparison:
-    name = result.attn_implementation
+    name, greedy = result.attn_implementation, {"max_new_tokens": max_new_tokens, "do_sample": False}
 
     def load(dtype: str, attn_implementation: str):
         return load_model(InferenceConfig(model_path=result.model_path, device=result.device, dtype=dtype,
@@ -178,20 +169,19 @@ def _compare(result: ModelComparison, shim_api, max_new_tokens: int) -> ModelCom
 
     model, loaded = load(result.dtype, "eager")
     result.model_kind = loaded.traits.kind
+    result.model_class = f"{type(model).__module__}.{type(model).__qualname__}"
     inputs, result.batch = _model_inputs(loaded, model.device)
     refusal = sdpa_refusal(model)
     if refusal:
-        result.model_class = f"{type(model).__module__}.{type(model).__qualname__}"
         result.verdict, result.detail = REFUSED, f"{refusal}; {KEPT_ON_EAGER}"
         return result
     real = inputs["attention_mask"].bool()
     result.sliding_window = smallest_window(model.config)
     row, result.packed_detail = _packed_row(loaded, result.sliding_window, rope_positions_function(model))
     with torch.no_grad():
-        eager = _Run(model(**inputs).logits[real], model.generate(**inputs, max_new_tokens=max_new_tokens,
-                                                                  do_sample=False).cpu())
-        eager.packed = _eager_packed_row(result, model, row)
-        behaviour, reference = _behaviour(lambda: eager_behaviour(result.model_path, model, loaded))
+        eager_logits, eager_tokens = model(**inputs).logits[real], model.generate(**inputs, **greedy).cpu()
+        eager_packed = _eager_packed_row(result, model, row)
+        result.behaviour, reference = _behaviour(lambda: eager_behaviour(result.model_path, model, loaded))
         model = switch_attention(model, name, lambda: load(result.dtype, name)[0])
         result.model_class = f"{type(model).__module__}.{type(model).__qualname__}"
         # Swapped attention reached through transformers (the registered function) or through
@@ -204,20 +194,18 @@ def _compare(result: ModelComparison, shim_api, max_new_tokens: int) -> ModelCom
             result.verdict, result.detail = REFUSED, f"{exc}; {KEPT_ON_EAGER}"
             return result
         result.swapped_calls = sum(a.calls.total() for a in apis) - before if apis else None
-        swapped = _Run(swapped_logits, model.generate(**inputs, max_new_tokens=max_new_tokens, do_sample=False).cpu(),
-                       _swapped_packed_row(result, model, row) if eager.packed is not None else None)
-    logits = compare(LOGITS, eager.logits, swapped.logits, result.dtype)
+        swapped_tokens = model.generate(**inputs, **greedy).cpu()
+        swapped_packed = None if eager_packed is None else _swapped_packed_row(result, model, row)
+    logits = compare(LOGITS, eager_logits, swapped_logits, result.dtype)
     result.max_abs_logits, result.top1_agreement, result.kl_divergence = logits.max_abs, logits.top1, logits.kl
-    result.greedy_identical = bool(torch.equal(eager.generated, swapped.generated))
-    result.new_tokens = int(eager.generated.shape[1] - inputs["input_ids"].shape[1])
+    result.greedy_identical = bool(torch.equal(eager_tokens, swapped_tokens))
+    result.new_tokens = int(eager_tokens.shape[1] - inputs["input_ids"].shape[1])
     result.positions = int(real.sum())
-    packed = None
-    if swapped.packed is not None:
-        packed = compare(LOGITS, eager.packed, swapped.packed, result.dtype)
+    packed = None if swapped_packed is None else compare(LOGITS, eager_packed, swapped_packed, result.dtype)
+    if packed is not None:
         result.packed_tokens, result.packed_max_abs_logits = int(row["input_ids"].shape[1]), packed.max_abs
-    result.behaviour = behaviour
     if reference is not None:
-        _swapped_behaviour(result, model, loaded, reference, load)
+        result.behaviour, _ = _behaviour(lambda: _swapped_behaviour(result, model, loaded, reference, load))
     active = str(getattr(model.config, "_attn_implementation", "") or "")
     result.verdict, result.detail = _model_verdict(result, active, name, logits, packed)
     if "not applicable" in result.batch:
@@ -233,22 +221,18 @@ def _behaviour(run):
         return Behaviour(False, f"not compared: {type(exc).__name__}: {exc}"), None
 
 
-def _swapped_behaviour(result: ModelComparison, model, loaded, reference, load) -> None:
-    """The swap's answers against eager's, in the check's dtype; then, when that is not
-    bfloat16, a bfloat16 model loaded once, eager then switched to the NPU emulation."""
+def _swapped_behaviour(result: ModelComparison, model, loaded, reference, load):
+    """The swap's answers against eager's in the check's dtype; then, when that is not
+    bfloat16, a bfloat16 model loaded once, eager then switched to the swap."""
     name, behaviour = result.attn_implementation, result.behaviour
-
-    def pairs():
-        behaviour.pairs.append(swapped_pair(f"{name}, {result.dtype}", result.dtype, model, loaded, reference))
-        if result.dtype != "bfloat16":
-            half, _ = load("bfloat16", "eager")
-            half_reference, _ = eager_reference(half, loaded)
-            half = switch_attention(half, name, lambda: load("bfloat16", name)[0])
-            label = f"{'npu_fusion_attention' if result.backend == 'npu' else 'NPU emulation'}, bfloat16"
-            behaviour.pairs.append(swapped_pair(label, "bfloat16", half, loaded, half_reference))
-        return behaviour, None
-
-    result.behaviour, _ = _behaviour(pairs)
+    behaviour.pairs.append(swapped_pair(f"{name}, {result.dtype}", result.dtype, model, loaded, reference))
+    if result.dtype != "bfloat16":
+        half, _ = load("bfloat16", "eager")
+        half_reference, _ = eager_reference(half, loaded)
+        half = switch_attention(half, name, lambda: load("bfloat16", name)[0])
+        label = f"{'npu_fusion_attention' if result.backend == 'npu' else 'NPU emulation'}, bfloat16"
+        behaviour.pairs.append(swapped_pair(label, "bfloat16", half, loaded, half_reference))
+    return behaviour, None
 
 
 def smallest_window(config) -> Optional[int]:
@@ -353,7 +337,7 @@ def _model_verdict(result: ModelComparison, active: str, name: str, logits, pack
 
 
 def _padded_verdict(result: ModelComparison, active: str, name: str, logits) -> tuple[str, str]:
-    tolerance = TOLERANCE[result.dtype]
+    floor = TOLERANCE[result.dtype][TOP1]
     if active != name:
         return FAIL, f"swapped model reports attn_implementation={active!r}, not {name!r}"
     if not logits.finite:
@@ -364,7 +348,7 @@ def _padded_verdict(result: ModelComparison, active: str, name: str, logits) -> 
                       "silently runs the eager path on an NPU; run `hyport scan` on the model "
                       "code)")
     if logits.top1 < 1.0 or not result.greedy_identical:
-        if logits.top1 < tolerance.top1 or tolerance.top1 == 1.0:
+        if logits.top1 < floor or floor == 1.0:
             return FAIL, "top-1 or greedy generation differs between eager and swapped attention"
         # In half precision two kernels round differently, and a near-tie flips: a limit of
         # the dtype (eager in bf16 flips against eager in fp32 too), not a wrong attention.

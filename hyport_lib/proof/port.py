@@ -28,12 +28,12 @@ import torch
 from hyport_lib.backend import get_backend, import_torch_npu
 from hyport_lib.npu_attention import emulation
 from hyport_lib.npu_attention.flash_api import FlashAttnAPI
-from hyport_lib.npu_attention.shim import DEFAULT_VERSION, callers_shim_kept, install_flash_attn_shim, \
-    uninstall_flash_attn_shim
+from hyport_lib.npu_attention.shim import (DEFAULT_VERSION, callers_shim_kept, install_flash_attn_shim,
+                                           uninstall_flash_attn_shim)
 from hyport_lib.proof import port_model
 from hyport_lib.proof.port_record import (IMPORT_ORIGINAL, IMPORT_PORTED, RUN_ORIGINAL, RUN_PORTED,
                                           PortProof, ProofCase, build_failure, config_fix)
-from hyport_lib.proof.tolerance import OUTPUTS, TOLERANCE, compare, dtype_name
+from hyport_lib.proof.tolerance import COSINE, OUTPUTS, TOLERANCE, compare
 from hyport_lib.results import FAIL, PASS, WARN
 from hyport_lib.scan.rules import GENERATED_MODULE
 
@@ -131,7 +131,7 @@ class _Reference:
 def _forward(model, batch) -> torch.Tensor:
     with torch.no_grad():
         return port_model.first_tensor(model(**batch.inputs, **({"use_cache": False}
-                                                           if batch.kind in ("dense", "padded") else {})))
+                                                                 if batch.kind in ("dense", "padded") else {})))
 
 
 def _expects_attention(dst: Path) -> bool:
@@ -151,7 +151,7 @@ def _prove_in(run: _Run) -> PortProof:
     before_modules = set(sys.modules)
     try:
         with callers_shim_kept():
-            proof = PortProof(verdict=FAIL, dtype=dtype_name(run.dtype), device=str(run.device))
+            proof = PortProof(verdict=FAIL, dtype=str(run.dtype).replace("torch.", ""), device=str(run.device))
             # The flash-attn API the code was written against: unpad_input's 4 or 5 values.
             generated = next((p.read_text(encoding="utf-8") for p in run.dst.rglob(f"{GENERATED_MODULE}.py")), "")
             version = "2.6.3" if "UNPAD_INPUT_RETURNS = 4\n" in generated else DEFAULT_VERSION
@@ -204,7 +204,7 @@ def _reference(run: _Run, proof: PortProof) -> _Reference:
     except AssertionError as exc:
         where = _where(exc, run.roots)
         model = port_model.build(original, choice, copy.deepcopy(port_model.without_flash(kwargs)),
-                           run.dtype, run.device, run.seed)
+                                 run.dtype, run.device, run.seed)
         proof.reference = (f"the original code's own non-flash path: its flash path stops "
                            f"on this host at {where or 'an assert'}")
         expected = [_forward(model, batch) for batch in cases]
@@ -250,8 +250,8 @@ def _prove_port_side(run: _Run, proof: PortProof, ref: _Reference, expects_atten
                                                 f"{_where(exc, run.roots)}".strip()))
             continue
         calls = npu_calls() - before
-        outputs = compare(OUTPUTS, expected, out, dtype_name(dtype), batch.valid)
-        least_cosine = TOLERANCE[outputs.dtype].cosine
+        outputs = compare(OUTPUTS, expected, out, proof.dtype, batch.valid)
+        least_cosine = TOLERANCE[proof.dtype][COSINE]
         problems = []
         if not outputs.finite:
             problems.append("non-finite output (port or reference)")

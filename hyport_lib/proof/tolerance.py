@@ -13,52 +13,31 @@ import math
 from dataclasses import dataclass
 from typing import Optional
 
+#: What is compared: the forward's logits, those of each cached decoding step (the tokens
+#: decoded one at a time), the loss, the gradients, a ported model's outputs.
 LOGITS, DECODING, LOSS, GRADIENTS, OUTPUTS = "logits", "decoding", "loss", "gradients", "outputs"
+#: Floors, not bounds: a port's outputs' cosine with the reference's, the share of
+#: positions whose top-1 token agrees.
+COSINE, TOP1 = "cosine", "top-1"
 
-
-@dataclass(frozen=True)
-class Tolerance:
-    """What one dtype allows. The bounds are on max |Δ|, in units of :func:`scale_of` the
-    reference; ``None``: no proof compares that quantity in that dtype."""
-
-    logits: float  # the forward's logits
-    decoding: float  # the logits of each cached decoding step (the tokens decoded one at a time)
-    loss: Optional[float]
-    gradients: Optional[float]
-    outputs: float  # a ported model's outputs (the port's proof)
-    cosine: float  # the least cosine of a port's outputs with the reference's
-    top1: float  # the least share of positions whose top-1 token agrees
-
-
-#: float32: the same math, only the order of the sums differs (a dropped bias or a wrong
-#: mask moves logits by 1e-2 and more). Half precision: two kernels round differently and a
-#: near-tie flips a token (eager in bf16 flips against eager in fp32 too). The swap's proof
-#: of loss and gradients runs in float32 only.
+#: Max |Δ| by dtype and quantity, in units of the reference: logits absolutely, gradients
+#: relative to the largest one, a loss and outputs to their magnitude when above 1. float32:
+#: the same math, only the order of the sums differs (a dropped bias or a wrong mask moves
+#: logits by 1e-2 and more). Half precision: two kernels round differently and a near-tie
+#: flips a token (eager in bf16 flips against eager in fp32 too); the swap's proof of loss
+#: and gradients runs in float32 only.
 TOLERANCE = {
-    "float32": Tolerance(logits=1e-3, decoding=1e-3, loss=1e-4, gradients=1e-3, outputs=1e-4,
-                         cosine=0.99999, top1=1.0),
-    "bfloat16": Tolerance(logits=0.25, decoding=0.25, loss=None, gradients=None, outputs=3e-2,
-                          cosine=0.999, top1=0.98),
-    "float16": Tolerance(logits=0.05, decoding=0.05, loss=None, gradients=None, outputs=5e-3,
-                         cosine=0.9999, top1=0.98),
+    "float32": {LOGITS: 1e-3, DECODING: 1e-3, LOSS: 1e-4, GRADIENTS: 1e-3, OUTPUTS: 1e-4,
+                COSINE: 0.99999, TOP1: 1.0},
+    "bfloat16": {LOGITS: 0.25, DECODING: 0.25, OUTPUTS: 3e-2, COSINE: 0.999, TOP1: 0.98},
+    "float16": {LOGITS: 0.05, DECODING: 0.05, OUTPUTS: 5e-3, COSINE: 0.9999, TOP1: 0.98},
 }
-
-
-def scale_of(quantity: str, peak: float) -> float:
-    """What a bound of ``quantity`` is relative to, given the reference's ``peak`` max |value|:
-    logits are compared absolutely, gradients against the largest one, a loss and outputs
-    against their magnitude when it is above 1."""
-    if quantity in (LOGITS, DECODING):
-        return 1.0
-    if quantity == GRADIENTS:
-        return peak or 1.0
-    return max(1.0, peak)
 
 
 @dataclass(frozen=True)
 class Compared:
-    """One quantity of two runs: the figures and whether they pass. ``top1`` and ``kl``
-    (mean KL(reference || candidate)) are for logits, None when not finite."""
+    """One quantity of two runs, judged; ``top1`` and ``kl`` (mean KL(reference ||
+    candidate)) for logits only, and only when finite."""
 
     quantity: str
     dtype: str
@@ -71,7 +50,7 @@ class Compared:
 
     @property
     def bound(self) -> float:
-        return getattr(TOLERANCE[self.dtype], self.quantity) * self.scale
+        return TOLERANCE[self.dtype][self.quantity] * self.scale
 
     @property
     def relative(self) -> float:
@@ -80,7 +59,7 @@ class Compared:
     @property
     def passed(self) -> bool:
         within = self.finite and self.max_abs <= self.bound
-        return within and (self.quantity != OUTPUTS or self.cosine >= TOLERANCE[self.dtype].cosine)
+        return within and (self.quantity != OUTPUTS or self.cosine >= TOLERANCE[self.dtype][COSINE])
 
 
 def compare(quantity: str, reference, candidate, dtype: str = "float32", valid=None) -> Compared:
@@ -89,7 +68,7 @@ def compare(quantity: str, reference, candidate, dtype: str = "float32", valid=N
     (a model's gradients, never copied all at once)."""
     import torch
 
-    if getattr(TOLERANCE[dtype], quantity) is None:
+    if quantity not in TOLERANCE[dtype]:
         raise ValueError(f"no tolerance for {quantity} in {dtype}: the proofs compare it in float32")
     pairs = [(reference, candidate)] if isinstance(reference, torch.Tensor) else \
         list(zip(reference, candidate, strict=True))
@@ -115,14 +94,9 @@ def compare(quantity: str, reference, candidate, dtype: str = "float32", valid=N
             positions += ref[..., 0].numel()
             log_ref, log_out = torch.log_softmax(ref, -1), torch.log_softmax(out, -1)
             kl += float((log_ref.exp() * (log_ref - log_out)).sum())
-    scale = scale_of(quantity, peak)
+    scale = 1.0 if quantity in (LOGITS, DECODING) else (peak or 1.0) if quantity == GRADIENTS else max(1.0, peak)
     if not finite:
         return Compared(quantity, dtype, math.inf, scale, False, math.nan)
     cosine = dot / max(math.sqrt(ref_sq * out_sq), 1e-8) if ref_sq or out_sq else math.nan
     top1, mean_kl = (agree / positions, kl / positions) if positions else (None, None)
     return Compared(quantity, dtype, worst, scale, True, cosine, top1, mean_kl)
-
-
-def dtype_name(dtype) -> str:
-    """``torch.bfloat16`` -> ``"bfloat16"``: the table's key of a torch dtype."""
-    return str(dtype).replace("torch.", "")
