@@ -1,14 +1,9 @@
-"""Which attention the workers run (stage 03's grid, stage 04's training), decided before
-any worker starts and proven on the user's model.
-
-``auto`` runs what :data:`GRID` or :data:`TRAINING` says for the device kind (the grid: the
-fused kernel on an NPU, what stage 03 exists to show; training: eager); packing needs
-hyport's attention (it keeps packed samples apart by their cumulative lengths). A swap
-first proves itself (:func:`~hyport_lib.proof.swap.prove_swap`) on batches the stage makes
-as its workers will (the grid's prompts, prefill and cached decoding; training's first
-rows): a proof that does not pass keeps eager and the plan says why, or refuses packing.
-Never workers running an attention that computes something else, nor a launch that dies at
-step 1.
+"""Which attention the workers of stage 03 (the grid) and 04 (training) run, decided before
+any worker starts. A swap first proves itself (:func:`~hyport_lib.proof.swap.prove_swap`)
+on batches the stage makes as its workers will; one that does not pass keeps eager, and the
+plan says why, or refuses packing (which needs hyport's attention to keep packed samples
+apart): never workers running an attention that computes something else, nor a launch that
+dies at step 1.
 """
 
 from __future__ import annotations

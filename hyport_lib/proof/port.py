@@ -19,7 +19,7 @@ import copy
 import json
 import sys
 import traceback
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable, Optional
 
@@ -267,11 +267,7 @@ def _prove_port_side(run: _Run, proof: PortProof, ref: _Reference, expects_atten
         proof.cases.append(ProofCase(batch.name, batch.kind, FAIL if problems else PASS, outputs.max_abs,
                                      outputs.bound, outputs.cosine, calls, None, "; ".join(problems)))
     for where, module in generated_by_path.items():
-        check = check_functions(module)
-        proof.cases.append(ProofCase(
-            FUNCTIONS + (f" of {where}" if len(generated) > 1 else ""), "grid",
-            FAIL if check.problems else PASS, check.max_abs, check.bound, None,
-            check.npu_calls, None, "; ".join(check.problems[:3])))
+        proof.cases.append(check_functions(module, FUNCTIONS + (f" of {where}" if len(generated) > 1 else "")))
     if ref.greedy:
         ids = ref.cases[0].inputs["input_ids"]
         for i, want in enumerate(ref.greedy):
@@ -349,20 +345,11 @@ def prove_port(src: str | Path, dst: str | Path, *, dtype: str = "auto", seed: i
     return proof
 
 
-@dataclass
-class FunctionCheck:
-    """The worst error over the calls, its bound, the NPU calls made, what failed."""
-
-    max_abs: float
-    bound: float
-    npu_calls: int
-    problems: list[str] = field(default_factory=list)
-
-
-def check_functions(generated) -> FunctionCheck:
-    """The generated module's functions against :class:`FlashAttnAPI` (SDPA), on the NPU
-    path, in float32: GQA, windows, fewer or more queries than keys, varlen with different
-    lengths, flash-attn 1.x's top-left causal, dropout reaching the kernel as ``keep_prob``."""
+def check_functions(generated, name: str) -> ProofCase:
+    """The case ``name``: the generated module's functions against :class:`FlashAttnAPI`
+    (SDPA), on the NPU path, in float32: GQA, windows, fewer or more queries than keys,
+    varlen with different lengths, flash-attn 1.x's top-left causal, dropout reaching the
+    kernel as ``keep_prob``."""
     reference = FlashAttnAPI("sdpa")
     generator = torch.Generator().manual_seed(0)
 
@@ -385,17 +372,18 @@ def check_functions(generated) -> FunctionCheck:
     calls.append(("flash_attn_unpadded_func", (tq, tk, tv, cu_q, cu_k, 5, 7, 0.0), {"causal": True}))
     worst, bound, before, problems = 0.0, 0.0, generated.CALLS["npu"], []
     problems += _dropout_problems(generated, q, k, v, tq, tk, tv, cu_q, cu_k)
-    for name, args, kwargs in calls:
+    for function, args, kwargs in calls:
         try:
-            out = getattr(generated, name)(*args, **kwargs)
+            out = getattr(generated, function)(*args, **kwargs)
         except Exception as exc:  # a broken mapping: the case fails, naming the call
-            problems.append(f"{name}({kwargs}): {type(exc).__name__}: {exc}")
+            problems.append(f"{function}({kwargs}): {type(exc).__name__}: {exc}")
             continue
-        outputs = compare(OUTPUTS, getattr(reference, name)(*args, **kwargs), out)
+        outputs = compare(OUTPUTS, getattr(reference, function)(*args, **kwargs), out)
         worst, bound = max(worst, outputs.max_abs), max(bound, outputs.bound)
         if not outputs.finite or not outputs.max_abs <= outputs.bound:
-            problems.append(f"{name}({kwargs}): max|diff| {outputs.max_abs:.3g} > {outputs.bound:.3g}")
-    return FunctionCheck(worst, bound, generated.CALLS["npu"] - before, problems)
+            problems.append(f"{function}({kwargs}): max|diff| {outputs.max_abs:.3g} > {outputs.bound:.3g}")
+    return ProofCase(name, "grid", FAIL if problems else PASS, worst, bound, None, generated.CALLS["npu"] - before,
+                     None, "; ".join(problems[:3]))
 
 
 def _dropout_problems(generated, q, k, v, tq, tk, tv, cu_q, cu_k) -> list[str]:

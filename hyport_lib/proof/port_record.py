@@ -1,16 +1,12 @@
 """What the port's proof records, which files of a tree it imports, and what it says when
-the tiny model cannot be built: no torch here.
+the tiny model cannot be built, with no torch: ``hyport port`` without ``--proof`` names
+the files the proof would import, and the parent of a proof run reads the child's record
+back; neither should pay for importing torch (seconds and ~240 MB).
 
-``hyport port`` without ``--proof`` names the files the proof would import, and the
-parent of a proof run reads the child's record back; neither should pay for importing
-torch (several seconds and ~240 MB before a 1 MB file is even read).
-
-Remote code often reads config fields its config class does not default, or reads them
-key by key in an older shape (InternLM2's ``config.rope_scaling['type']``, which
-transformers 5 fills in as ``{"rope_type": ...}``). The proof's build then fails with a
-bare ``KeyError: 'type'``; the fix is one setting (stage 02's ``port_proof_config``,
-``hyport port --proof-config``), and the failing line says which field it needs
-(:func:`config_fix`, :func:`build_failure`).
+Remote code often reads config fields its config class does not default, or in an older
+shape (InternLM2's ``config.rope_scaling['type']``, which transformers 5 fills in as
+``{"rope_type": ...}``): the build fails with a bare ``KeyError: 'type'``, and the failing
+line says which field the one setting that fixes it needs (:func:`config_fix`).
 """
 
 from __future__ import annotations

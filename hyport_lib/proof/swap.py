@@ -1,15 +1,10 @@
-"""The swap proves itself on the user's model before any worker starts.
-
-:func:`prove_swap` runs the first batch training will see (packed rows included) forward
-and backward through the model shrunk from its own config (:mod:`.shrunk`), with eager
-and with hyport's attention on the same weights (:func:`switch_attention`), and compares
-logits, loss, the gradient set and gradients with :mod:`.tolerance`; for inference also
-the logits of cached decoding, one new query at a time against a growing KV cache. It
-runs on the CPU in float32 (on an NPU host the swap is hyport's CPU emulation of
-``npu_fusion_attention``: the planning process never touches a card, so workers start on
-clean devices). A raise in the swapped model is a failed proof with that line as its
-reason; what to do with a failed proof is the caller's decision. Proofs are cached
-(:func:`_cache_key`).
+"""The swap proves itself on the user's model before any worker starts (:func:`prove_swap`):
+the first batch the workers will see, forward and backward (and cached decoding, for
+inference) through the model shrunk from its own config, with eager and then with
+hyport's attention on the same weights. It runs on the CPU in float32 (on an NPU host the
+swap is hyport's CPU emulation of ``npu_fusion_attention``): the planning process never
+touches a card, so workers start on clean devices. A raise in the swapped model is a
+failed proof with that line as its reason; what to do with it is the caller's decision.
 """
 
 from __future__ import annotations
@@ -377,21 +372,6 @@ def _compare(proof: AttentionProof, eager_out, swapped_out) -> list[str]:
     return problems
 
 
-class _ForceTokens:
-    """A logits processor choosing ``tokens[row]`` at every step (the raw logits, which
-    ``output_logits`` returns, are left as they are)."""
-
-    def __init__(self, tokens):
-        self.tokens = tokens
-
-    def __call__(self, input_ids, scores):
-        import torch
-
-        forced = torch.full_like(scores, float("-inf"))
-        forced.scatter_(1, self.tokens.to(scores.device)[:, None], 0.0)
-        return forced
-
-
 def decode_logits(model, inputs: dict, steps: int) -> list:
     """Each step's raw logits (rows x vocabulary, float32; step 0 is the prefill's) of
     ``steps`` new tokens of ``model`` on ``inputs`` (a left-padded prompt batch), decoded
@@ -400,25 +380,18 @@ def decode_logits(model, inputs: dict, steps: int) -> list:
     swap can be exact on the prefill and wrong here (a causal mask aligned top-left instead
     of bottom-right masks every cached key but the first)."""
     import torch
-    from transformers import LogitsProcessorList
 
     kwargs = {k: v for k, v in inputs.items() if k not in ("labels", "use_cache")}
-    forced = _forced_tokens(kwargs["input_ids"], model.generation_config.eos_token_id)
-    with torch.no_grad():
+    ends = model.generation_config.eos_token_id
+    ends = set(ends if isinstance(ends, (list, tuple)) else [ends]) - {None}
+    # Decoding must not stop: the last prompt token that ends no sequence, row by row.
+    forced = [next((t for t in reversed(row) if t not in ends), row[-1]) for row in kwargs["input_ids"].tolist()]
+    with torch.no_grad():  # output_logits: the raw logits, before forcing the token
         out = model.generate(**kwargs, max_new_tokens=steps, do_sample=False, use_cache=True,
                              output_logits=True, return_dict_in_generate=True,
-                             logits_processor=LogitsProcessorList([_ForceTokens(forced)]),
+                             prefix_allowed_tokens_fn=lambda row, _: [forced[row]],
                              pad_token_id=_unused_pad(kwargs["input_ids"]))
     return [step.float() for step in out.logits]
-
-
-def _forced_tokens(input_ids, eos):
-    """Per row, the last prompt token that does not end a sequence (decoding must not stop)."""
-    import torch
-
-    ends = set(eos if isinstance(eos, (list, tuple)) else [eos]) - {None}
-    chosen = [next((t for t in reversed(row) if t not in ends), row[-1]) for row in input_ids.tolist()]
-    return torch.tensor(chosen, dtype=input_ids.dtype, device=input_ids.device)
 
 
 def _unused_pad(input_ids) -> int:
