@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Optional, Sequence
+from typing import Optional
 
 import torch
 
@@ -88,33 +88,30 @@ class Reference:
     perplexity: float
 
 
-def eager_behaviour(model_path: str, eager, loaded, new_tokens: int = NEW_TOKENS,
-                    prompts: Sequence[str] = PROMPTS) -> tuple[Behaviour, Optional[Reference]]:
+def eager_behaviour(model_path: str, eager, loaded) -> tuple[Behaviour, Optional[Reference]]:
     """Eager's half of the comparison, and its reference for the swap's half (None when
     the weights make the comparison meaningless: the behaviour then says why)."""
     reason = random_weights_reason(model_path)
     if reason:
         return Behaviour(False, reason), None
-    reference, mean_top1 = eager_reference(eager, loaded, new_tokens, prompts)
+    reference, mean_top1 = eager_reference(eager, loaded)
     reason = random_weights_reason(model_path, mean_top1)
     if reason:
-        return Behaviour(False, reason, prompts=list(prompts), top1_probability=mean_top1), None
+        return Behaviour(False, reason, prompts=list(PROMPTS), top1_probability=mean_top1), None
     decode = loaded.tokenizer.decode
-    return Behaviour(True, prompts=list(prompts), new_tokens=new_tokens, top1_probability=mean_top1,
+    return Behaviour(True, prompts=list(PROMPTS), new_tokens=NEW_TOKENS, top1_probability=mean_top1,
                      eager_answers=[decode(a, skip_special_tokens=True) for a in reference.answers]), reference
 
 
-def eager_reference(eager, loaded, new_tokens: int = NEW_TOKENS,
-                    prompts: Sequence[str] = PROMPTS) -> tuple[Reference, float]:
+def eager_reference(eager, loaded) -> tuple[Reference, float]:
     """Eager's :class:`Reference`, and the mean probability of the tokens it chose."""
-    answers, top1 = zip(*(greedy(eager, _encode(loaded, text, eager.device), new_tokens) for text in prompts))
+    answers, top1 = zip(*(greedy(eager, _encode(loaded, text, eager.device), NEW_TOKENS) for text in PROMPTS))
     return Reference(list(answers), perplexity(eager, loaded)), sum(top1) / len(top1)
 
 
-def swapped_pair(label: str, dtype: str, swapped, loaded, reference: Reference,
-                 new_tokens: int = NEW_TOKENS, prompts: Sequence[str] = PROMPTS) -> PairResult:
+def swapped_pair(label: str, dtype: str, swapped, loaded, reference: Reference) -> PairResult:
     """The swap's answers and perplexity against eager's ``reference`` in the same ``dtype``."""
-    answers = [greedy(swapped, _encode(loaded, text, swapped.device), new_tokens)[0] for text in prompts]
+    answers = [greedy(swapped, _encode(loaded, text, swapped.device), NEW_TOKENS)[0] for text in PROMPTS]
     token = loaded.tokenizer.decode
     pair = PairResult(label, dtype, identical=all(a == b for a, b in zip(reference.answers, answers)),
                       answers=[token(a, skip_special_tokens=True) for a in answers],

@@ -28,6 +28,7 @@ from hyport_lib.proof.shrunk import KEEP_LAYERS, compact_vocabulary, shrunk_conf
 from hyport_lib.proof.tolerance import DECODING, GRADIENTS, LOGITS, LOSS, compare
 from hyport_lib.results import FAIL, PASS, REFUSED
 from hyport_lib.utils.files import atomic_write_json
+from hyport_lib.utils.records import from_mapping
 from hyport_lib.utils.redact import scrub_text
 from hyport_lib.utils.imports import package_version
 
@@ -83,10 +84,6 @@ class AttentionProof:
 
     def to_dict(self) -> dict:
         return asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: Mapping) -> "AttentionProof":
-        return cls(**{k: v for k, v in data.items() if k in cls.__dataclass_fields__})
 
     def line(self) -> str:
         """One line: the verdict and its figures (or its reason)."""
@@ -158,10 +155,10 @@ def prove_swap(model_path: str, batch: Mapping, *, backend: str, trust_remote_co
     cached = default_cache_root() / "attention-proofs" / f"{key}.json"
     if use_cache and cached.is_file():
         try:
-            found = AttentionProof.from_dict(json.loads(cached.read_text(encoding="utf-8")))
-        except (OSError, ValueError, TypeError):
-            found = None  # an unreadable cache entry is proven again, and rewritten
-        if found is not None:
+            found = from_mapping(AttentionProof, json.loads(cached.read_text(encoding="utf-8")))
+        except (OSError, ValueError):
+            found = None  # an unreadable cache entry (or no proof's) is proven again, and rewritten
+        if found is not None and found.model_path:
             found.cached = True
             return found
     traits = traits_of(model_path, trust_remote_code)
