@@ -1,7 +1,7 @@
 """Benchmark the proof before launch (prints times and ratios; not a test).
 
 For every zoo architecture (tests/zoo.py) and both batch kinds (packed, padded), the
-training plan's attention decision (:func:`hyport_lib.train.attention_choice.choose_attention`:
+training plan's attention decision (:func:`hyport_lib.proof.choice.choose_attention`:
 the first batch from the bundled smoke set, the model shrunk from its config, eager vs the
 swap forward and backward) is timed cold (an empty proof cache) and again with the cache
 filled, side by side in one run. Target: the cold proof ≤ 10 s per launch on 2 cores; the
@@ -39,8 +39,9 @@ def main() -> int:
         import torch
 
         from hyport_lib.models.loading import load_processor
-        from hyport_lib.train.attention_choice import choose_attention
+        from hyport_lib.proof.choice import TRAINING, choose_attention
         from hyport_lib.train.dataset import load_dataset
+        from hyport_lib.train.packing import proof_batches
         from hyport_lib.train.params import Params
         from hyport_lib.train.smoke_data import write_smoke_dataset
 
@@ -55,11 +56,17 @@ def main() -> int:
                 line = f"{name:16} {'packed' if packing else 'padded':7}"
                 try:
                     loaded = load_processor(str(zoo[name]))
+
+                    def decide():
+                        return choose_attention(params.attn_implementation, "cpu", TRAINING, str(zoo[name]),
+                                                lambda folder: proof_batches(params, folder, loaded, records, []),
+                                                packing=packing)
+
                     started = time.perf_counter()
-                    choice = choose_attention(params, "cpu", str(zoo[name]), loaded, records, [])
+                    choice = decide()
                     cold = time.perf_counter() - started
                     started = time.perf_counter()
-                    again = choose_attention(params, "cpu", str(zoo[name]), loaded, records, [])
+                    again = decide()
                     cached = time.perf_counter() - started
                 except ValueError as exc:
                     print(f"{line} {'-':>7} {'-':>9} {'-':>7}  refused: {str(exc)[:110]}")

@@ -37,7 +37,7 @@ def main() -> int:
     names = [n for n in args.only.split(",") if n] or list(MODELS)
     import torch
 
-    from hyport_lib.port.proof import prove_port
+    from hyport_lib.proof.port import prove_port
     from hyport_lib.port.proof_run import prove_port_in_child
     from hyport_lib.port.tree import port_tree
 

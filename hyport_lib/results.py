@@ -26,7 +26,10 @@ from hyport_lib.utils.redact import scrub_obj
 
 D = TypeVar("D")
 
-VERDICTS = ("PASS", "WARN", "FAIL", "SKIP")
+PASS, WARN, FAIL, SKIP = "PASS", "WARN", "FAIL", "SKIP"
+VERDICTS = (PASS, WARN, FAIL, SKIP)
+#: A proof's verdict (not a stage's) when the model declares it cannot take the swap.
+REFUSED = "REFUSED"
 #: A stage's verdict may also say it was stopped (Ctrl-C, Kernel → Interrupt, a Stop
 #: button) before it finished: what finished is recorded, and never judged as a whole.
 INTERRUPTED = "INTERRUPTED"

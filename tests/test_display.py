@@ -102,7 +102,7 @@ def test_the_devices_table_shows_a_dash_and_says_why(monkeypatch):
 
 def test_02_shows_the_model_table_down_the_pane_the_port_side_by_side_and_the_heatmap_labels_on_top(monkeypatch):
     from hyport_lib.attention import show
-    from hyport_lib.attention.model_check import ModelComparison
+    from hyport_lib.proof.model_check import ModelComparison
     from hyport_lib.port.codemod import Change
     from hyport_lib.port.tree import PortResult
 

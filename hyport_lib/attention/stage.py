@@ -1,7 +1,7 @@
 """Stage 02: the attention swap — the stage contract (:func:`plan`, :func:`run`,
 :func:`summarize`, :func:`record`), for the notebook and ``hyport attention``: the
 numerics grid (:mod:`~hyport_lib.attention.compare`), the model-level check
-(:mod:`~hyport_lib.attention.model_check`) and the static scan and port of the model code.
+(:mod:`~hyport_lib.proof.model_check`) and the static scan and port of the model code.
 """
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ from typing import Callable, Optional
 
 from hyport_lib.attention.compare import ComparisonResult, provenance, run_comparison
 from hyport_lib.attention.implementations import device_label
-from hyport_lib.attention.model_check import ModelComparison, compare_model, model_check_dtype, swapped_backend
 from hyport_lib.attention.params import Params
 from hyport_lib.backend import get_backend
 from hyport_lib.models.preflight import check_model_path
@@ -22,6 +21,7 @@ from hyport_lib.models.tiny import TINY_MODEL_NAME, ensure_tiny_model
 from hyport_lib.npu_attention.shim import DEFAULT_VERSION
 from hyport_lib.port.proof_run import SKIP, proof_not_run, prove_port_in_child
 from hyport_lib.port.tree import PortError, PortResult, port_tree, write_record
+from hyport_lib.proof.model_check import ModelComparison, compare_model, model_check_dtype, swapped_backend
 from hyport_lib.results import StageSummary, fresh_folder_beside_results, record_summary
 from hyport_lib.scan.model import ScanReport
 from hyport_lib.scan.scanner import scan_path

@@ -1,6 +1,6 @@
 """Parts of stage 02 as the notebook and the report tell them: the behaviour's answers
-(computed in :mod:`~hyport_lib.attention.behaviour`), the port's proof as a table and in
-words (computed in :mod:`hyport_lib.port`), the index card's lines, and tallies of the
+(computed in :mod:`~hyport_lib.proof.behaviour`), the port's proof as a table and in
+words (computed in :mod:`hyport_lib.proof.port`), the index card's lines, and tallies of the
 recorded rows (``data.rows``; an older or half-written record gives what it holds)."""
 
 from __future__ import annotations
@@ -8,9 +8,9 @@ from __future__ import annotations
 import math
 from typing import Optional
 
-from hyport_lib.attention.behaviour import Behaviour, PairResult
 from hyport_lib.attention.stage import AttentionRecord
 from hyport_lib.drafting.values import as_dict, as_list, is_number, num
+from hyport_lib.proof.behaviour import Behaviour, PairResult
 from hyport_lib.utils.printable import shortened
 
 #: Longest answer shown in a table cell (the record keeps the whole answer).

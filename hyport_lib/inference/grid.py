@@ -22,10 +22,10 @@ import pandas as pd
 
 from hyport_lib.backend import Backend
 from hyport_lib.devices.card_plan import CardPlan, GridPlan
-from hyport_lib.inference.attention_choice import InferenceAttention
 from hyport_lib.inference.params import Params
 from hyport_lib.inference.table import COLUMNS, GridProgress, GridResult, PREVIEW_CHARS, consistency, scan_fallbacks
 from hyport_lib.models.generation_config import InferenceConfig
+from hyport_lib.proof.choice import AttentionChoice
 from hyport_lib.models.tiny import TINY_MODEL_NAME, ensure_tiny_model
 from hyport_lib.triage import Triage, cann_log_dir
 from hyport_lib.triage.child_logs import diagnose, own_cann_log_env, shared_cann_note
@@ -51,7 +51,7 @@ class InferencePlan:
     card_plan: GridPlan
     config: InferenceConfig
     log_dir: Path
-    attention: Optional[InferenceAttention] = None
+    attention: Optional[AttentionChoice] = None
     notes: list[str] = field(default_factory=list)
 
 

@@ -13,16 +13,17 @@ from typing import Callable, Optional
 from hyport_lib.backend import get_backend
 from hyport_lib.devices.card_plan import plan_grid
 from hyport_lib.devices.host_memory import RamNeed, ram_need_per_rank, require_host_ram
-from hyport_lib.inference.attention_choice import choose_attention
 from hyport_lib.inference.grid import InferencePlan, run_grid
 from hyport_lib.inference.params import Params
 from hyport_lib.inference.table import GridProgress, GridResult, given
-from hyport_lib.models.generation import check_processor, check_prompts
+from hyport_lib.models.generation import batch_prompts, check_processor, check_prompts, single_prompt
 from hyport_lib.models.generation_config import InferenceConfig
-from hyport_lib.models.loading import build_empty_model
+from hyport_lib.models.loading import build_empty_model, load_processor, tokenizer_of
 from hyport_lib.models.preflight import check_model_path
+from hyport_lib.models.prompts import PromptNotApplicable, encode_prompts
 from hyport_lib.models.tiny import TINY_MODEL_NAME
 from hyport_lib.params import ParameterError
+from hyport_lib.proof.choice import GRID, ProofBatch, choose_attention
 from hyport_lib.results import INTERRUPTED, StageSummary, fresh_folder_beside_results, record_summary
 from hyport_lib.utils.redact import scrub_text
 
@@ -32,7 +33,7 @@ STAGE = "03_inference"
 def plan(params: Params) -> InferencePlan:
     """Every check the grid needs before a worker starts (cards, log folder, model, prompts,
     host RAM), refused here in one line rather than once per card; the workers' attention
-    is chosen and a swap proven (:mod:`~hyport_lib.inference.attention_choice`). Nothing is
+    is chosen and a swap proven (:mod:`~hyport_lib.proof.choice`). Nothing is
     written but hyport's cache (a proof, and the tiny model a proof needs).
 
     Raises:
@@ -68,12 +69,32 @@ def plan(params: Params) -> InferencePlan:
         else:
             require_host_ram(backend.kind, len(card_plan.to_run), need=need)
             notes.append(f"host RAM: {need.how}")
-    attention = choose_attention(params.attn_implementation, backend.kind, config)
+    attention = choose_attention(params.attn_implementation, backend.kind, GRID, config.model_path,
+                                 lambda folder: _proof_batches(dataclasses.replace(config, model_path=folder)),
+                                 trust_remote_code=config.trust_remote_code)
     config = dataclasses.replace(config, attn_implementation=attention.attn_implementation)
     if attention.note:
         notes.append(f"attention: {attention.note}")
     return InferencePlan(params=params, backend=backend, card_plan=card_plan, config=config, log_dir=log_dir,
                          attention=attention, notes=notes)
+
+
+def _proof_batches(config: InferenceConfig) -> list[ProofBatch]:
+    """What a swap is proven on: the single prompt and the batch, each encoded as the
+    workers encode them (left-padded)."""
+    loaded = load_processor(config.model_path, trust_remote_code=config.trust_remote_code)
+    tokenizer_of(loaded.processor).padding_side = "left"
+    try:
+        groups = [("the single prompt", [single_prompt(loaded, config)])]
+    except PromptNotApplicable:
+        groups = []  # the grid leaves it out (skip_not_applicable); the batch is proven
+    batch, _ = batch_prompts(loaded, config)
+    groups += [("the batch prompts", batch)] if batch else []
+    if not groups:
+        raise ValueError("attn_implementation: no prompt of this grid fits the model, so the swap cannot be "
+                         "proven on it")
+    return [(label, encode_prompts(loaded, prompts, enable_thinking=config.enable_thinking), None)
+            for label, prompts in groups]
 
 
 def _host_ram_need(params: Params, kind: str, model_path: str) -> RamNeed:

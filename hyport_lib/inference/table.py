@@ -63,7 +63,7 @@ class GridResult:
     config: dict = field(default_factory=dict)
     timeout_s: float = 0.0
     cards: list[dict] = field(default_factory=list)  # raw worker results, full outputs
-    #: the workers' attention as the plan chose it, with its proof (InferenceAttention.to_dict)
+    #: the workers' attention as the plan chose it, with its proof (AttentionChoice.to_dict)
     attention: Optional[dict] = None
     #: the plan's notes (host RAM, attention), one line each
     notes: list[str] = field(default_factory=list)

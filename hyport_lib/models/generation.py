@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any, Optional, Sequence
 
 from hyport_lib.backend import get_backend
-from hyport_lib.models.attention_proof import sdpa_refusal
 from hyport_lib.models.generation_config import DEFAULT_BATCH_PROMPTS, InferenceConfig, InferenceOutcome
 from hyport_lib.models.loading import (LoadedProcessor, ProcessorUnavailable, load_processor, tokenizer_of,
                                        traits_of)
@@ -24,7 +23,7 @@ from hyport_lib.models.prompts import Prompt, PromptNotApplicable, check_applica
 from hyport_lib.models.sample_image import sample_image
 from hyport_lib.models.tiny import resolve_model_path
 from hyport_lib.npu_attention.hf_integration import (REGISTERED, UnsupportedAttentionArgument,
-                                                    register_hyport_attention)
+                                                    register_hyport_attention, sdpa_refusal)
 from hyport_lib.npu_attention.names import BACKEND_OF_NAME, backend_of, check_runs_on
 
 

@@ -92,6 +92,18 @@ class UnsupportedAttentionArgument(FlashAttnUnsupported):
     """
 
 
+def sdpa_refusal(model) -> Optional[str]:
+    """Why ``model`` must not get an SDPA-like kernel, or None: one of its pretrained
+    classes (a composite model's sub-models included) declares ``_supports_sdpa = False``."""
+    classes = {type(m) for m in model.modules() if hasattr(type(m), "_supports_sdpa")
+               and isinstance(m, torch.nn.Module)}
+    declared = sorted(c.__name__ for c in classes if getattr(c, "_supports_sdpa", None) is False)
+    if not declared:
+        return None
+    return (f"{declared[0]} declares _supports_sdpa = False (its authors say its attention needs "
+            f"what an SDPA-like kernel does not take: soft-capping, sinks, a bias on the scores)")
+
+
 #: Keyword arguments hyport's attention computes with (see the module docstring).
 UNDERSTOOD_ARGUMENTS = frozenset({
     "position_ids", "cu_seq_lens_q", "cu_seq_lens_k", "max_length_q", "max_length_k",

@@ -23,6 +23,7 @@ import. Importing this module imports torch.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.machinery
 import importlib.util
 import sys
@@ -196,6 +197,19 @@ def _uninstall_locked() -> list[str]:
 def current_shim() -> Optional[ShimInstall]:
     """The active installation, or None."""
     return _current
+
+
+@contextlib.contextmanager
+def callers_shim_kept():
+    """Whatever shim the block installs or removes, the caller's (or none) is back after it,
+    as it was: a proof that installs its own never leaves the user's notebook without theirs."""
+    before = _current
+    try:
+        yield
+    finally:
+        uninstall_flash_attn_shim()
+        if before is not None and before.installed:
+            install_flash_attn_shim(before.backend, version=before.version, force=bool(before._replaced))
 
 
 def _forget_import_answers() -> None:

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Mapping, Optional
 
 from hyport_lib.scan.rules import GENERATED_MODULE
-from hyport_lib.port.proof_record import PortProof, ProofCase, model_files
+from hyport_lib.proof.port_record import PortProof, ProofCase, model_files
 from hyport_lib.processes import (MAX_TASK_RESULT_BYTES, TASK_FIELDS, ChildGroup, Ended, describe_exit,
                                   last_exception, log_size, read_log_tail, read_task_result, task_command,
                                   task_environ)
@@ -137,7 +137,7 @@ def prove_port_in_child(src: os.PathLike | str, dst: os.PathLike | str, *, dtype
                         timeout_s: float = DEFAULT_TIMEOUT_S,
                         timeout_setting: str = "--proof-timeout",
                         config_setting: str = "--proof-config") -> PortProof:
-    """:func:`~hyport_lib.port.proof.prove_port` in a child process (see the module docstring);
+    """:func:`~hyport_lib.proof.port.prove_port` in a child process (see the module docstring);
     past ``timeout_s`` its process group is killed and the proof is a FAIL naming
     ``timeout_setting``; a tiny model that cannot be built names ``config_setting``."""
     if not timeout_s > 0:
@@ -151,7 +151,7 @@ def prove_port_in_child(src: os.PathLike | str, dst: os.PathLike | str, *, dtype
         spec = {"src": str(Path(src).resolve()), "dst": str(Path(dst).resolve()), "dtype": dtype,
                 "seed": seed, "config_overrides": config_overrides or {},
                 "config_setting": config_setting, "phase": str(phase_path)}
-        cmd, payload = task_command("hyport_lib.port.proof:prove_in_child", spec, result_path,
+        cmd, payload = task_command("hyport_lib.proof.port:prove_in_child", spec, result_path,
                                     label="[hyport port proof]", python_flags=("-B", "-P"))
         reaper = _Adopter()
         too_loud, ended = False, []

@@ -129,7 +129,7 @@ class PortResult:
     removed_staging: list[str] = field(default_factory=list)  # of earlier, killed ports
     diff: str = ""  # of the whole port (a/ = source, b/ = port)
     flash_attn_pin: Optional[str] = None
-    proof: Optional[dict] = None  # the proof's record, once made (:mod:`hyport_lib.port.proof`)
+    proof: Optional[dict] = None  # the proof's record, once made (:mod:`hyport_lib.proof.port`)
 
     def to_dict(self) -> dict:
         return {

@@ -8,9 +8,11 @@ from __future__ import annotations
 
 from typing import Any, Optional, Sequence
 
+from hyport_lib.models.loading import LoadedProcessor, build_empty_model
 from hyport_lib.models.training_inputs import (indexes_images, join_image_tensors, packed_positions,
-                                               token_tensor)
-from hyport_lib.train.samples import IGNORE_INDEX, Sample
+                                               rope_positions_function, token_tensor)
+from hyport_lib.train.params import Params
+from hyport_lib.train.samples import IGNORE_INDEX, Encoder, Sample
 
 #: Keys of a batch that are hyport's bookkeeping, not model inputs.
 COUNT_KEYS = ("hyport_real_tokens", "hyport_tokens")
@@ -168,3 +170,64 @@ def training_rows(samples: Sequence[Sample], max_seq_len: int, packing: bool) ->
 
 def make_collator(pad_id: int, max_seq_len: int, packing: bool, mrope_text_row: bool = True):
     return PackedCollator(pad_id, max_seq_len, mrope_text_row) if packing else PaddedCollator(pad_id)
+
+
+#: How many records past the first rows are read to find an image row for the proof.
+IMAGE_SEARCH_RECORDS = 256
+
+
+def proof_batches(params: Params, model_path: str, loaded: LoadedProcessor, records: Sequence,
+                  skip: Sequence[int]) -> list[tuple[str, dict, Optional[list[list[dict]]]]]:
+    """What the swap's proof runs (:func:`hyport_lib.proof.choice.choose_attention`): the first
+    ``per_device_train_batch_size`` rows as rank 0's collator makes them; for a VLM whose first
+    rows hold no image, also the first row that holds one (the Trainer draws rows at random:
+    the vision tower's attention must be proven too). Packed batches come with their samples
+    collated alone (the proof's eager reference)."""
+    encoder, rows, later, rest = _first_rows(params, model_path, loaded, records, skip)
+    batches = [("the first rows", *_collated(params, loaded, encoder, rows))]
+    if loaded.traits.multimodal and not any(s.pixel_values is not None for row in rows for s in row):
+        encoded = (encoder.encode(record)[0] for record in rest[:IMAGE_SEARCH_RECORDS])
+        for sample in (*later, *encoded):
+            if sample is not None and sample.pixel_values is not None:
+                batches.append(("an image row", *_collated(params, loaded, encoder, [[sample]])))
+                break
+    return batches
+
+
+def _first_rows(params: Params, model_path: str, loaded: LoadedProcessor, records: Sequence,
+                skip: Sequence[int]):
+    """``(encoder, the first rows, samples encoded past them, the records not read)``."""
+    positions = None
+    if params.packing:  # as the workers do; get_rope_index reads the config only, so the
+        # module tree without weights serves it
+        positions = rope_positions_function(build_empty_model(model_path,
+                                                              trust_remote_code=params.trust_remote_code))
+    encoder = Encoder(loaded, params.max_seq_len, params.overflow, positions=positions)
+    wanted_rows = params.per_device_train_batch_size
+    skipped = set(skip)
+    samples, rows = [], []
+    kept = [r for r in records if r.index not in skipped]
+    read = 0
+    for record in kept:
+        read += 1
+        sample, _ = encoder.encode(record)
+        if sample is None:
+            continue
+        samples.append(sample)
+        rows = training_rows(samples, params.max_seq_len, params.packing)
+        if len(rows) > wanted_rows:  # the first rows are complete once a later one starts
+            break
+    if not rows:
+        raise ValueError("attention proof: no record encodes into a training row")
+    first = rows[:wanted_rows]
+    used = sum(len(row) for row in first)
+    return encoder, first, samples[used:], kept[read:]
+
+
+def _collated(params: Params, loaded: LoadedProcessor, encoder, rows) -> tuple[dict, Optional[list[list[dict]]]]:
+    collator = make_collator(encoder.pad_id, params.max_seq_len, params.packing,
+                             mrope_text_row=loaded.traits.mrope_text_row)
+    if not params.packing:
+        return collator(rows), None
+    alone = make_collator(encoder.pad_id, params.max_seq_len, packing=False)
+    return collator(rows), [[alone([sample]) for sample in row] for row in rows]

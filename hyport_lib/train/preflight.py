@@ -19,14 +19,14 @@ from hyport_lib.models.loading import LoadedProcessor, ProcessorUnavailable, bui
 from hyport_lib.models.lora_targets import (fused_experts, language_model_path, leaf_names,
                                             lora_target_pattern, matched_layers)
 from hyport_lib.models.preflight import check_model_path
+from hyport_lib.proof.choice import TRAINING, choose_attention
 from hyport_lib.results import RUN_DIR_ENV, fresh_folder_beside_results
 from hyport_lib.train import deepspeed_config as ds
-from hyport_lib.train.attention_choice import choose_attention
 from hyport_lib.train.checkpoints import Checkpoint, check_compatible, list_checkpoints, resolve_resume
 from hyport_lib.train.dataset import DatasetError, DatasetReport, load_dataset
 from hyport_lib.train.metrics import METRICS_FILE
 from hyport_lib.train.ownership import check_foreign, check_not_locked
-from hyport_lib.train.packing import training_rows
+from hyport_lib.train.packing import proof_batches, training_rows
 from hyport_lib.train.params import Params
 from hyport_lib.train.rendezvous import check_master_addr, rendezvous_port
 from hyport_lib.train.samples import encode_records, prefix_format_note, system_prompt_note
@@ -111,13 +111,19 @@ def prepare(params: Params, backend) -> LaunchPlan:
             report.path = str(dataset_path)
             summary, skip, loaded = _check_dataset(params, report, model_path, world)
             # Here too: the records' images are read from the private copy.
-            attention = choose_attention(params, backend.kind, model_path, loaded, report.records, skip)
+            attention = choose_attention(
+                params.attn_implementation, backend.kind, TRAINING, model_path,
+                lambda folder: proof_batches(params, folder, loaded, report.records, skip),
+                packing=params.packing, trust_remote_code=params.trust_remote_code, seed=params.seed)
     else:
         dataset_path = Path(params.dataset_path).expanduser().resolve()
         image_root = str(Path(params.image_root).expanduser().resolve()) if params.image_root else None
         report = load_dataset(dataset_path, image_root, options=params.dataset_options)
         summary, skip, loaded = _check_dataset(params, report, model_path, world)
-        attention = choose_attention(params, backend.kind, model_path, loaded, report.records, skip)
+        attention = choose_attention(
+            params.attn_implementation, backend.kind, TRAINING, model_path,
+            lambda folder: proof_batches(params, folder, loaded, report.records, skip),
+            packing=params.packing, trust_remote_code=params.trust_remote_code, seed=params.seed)
         if report.layout is not None:
             notes += [f"dataset {report.path}: {t}" for t in (report.layout.note(), report.layout.caveat) if t]
     notes.extend(summary.get("notes", []))

@@ -17,12 +17,12 @@ from typing import Optional
 
 from hyport_lib.backend import get_backend
 from hyport_lib.checkpoint_files.header import read_header
-from hyport_lib.models.attention_proof import sdpa_refusal
 from hyport_lib.models.loading import load_model, load_processor
 from hyport_lib.models.lora_targets import language_model_path, lora_target_pattern
 from hyport_lib.models.tied_weights import retie
 from hyport_lib.models.training_inputs import rope_positions_function
-from hyport_lib.npu_attention.hf_integration import UnsupportedAttentionArgument, register_hyport_attention
+from hyport_lib.npu_attention.hf_integration import (UnsupportedAttentionArgument, register_hyport_attention,
+                                                    sdpa_refusal)
 from hyport_lib.processes import exit_without_teardown, start_guard
 from hyport_lib.train.callbacks import CountingTrainer, MetricsCallback, StepCounts, barrier, process_group
 from hyport_lib.train.held_answers import answer, held_prompts

@@ -19,12 +19,12 @@ from hyport_lib.attention.cases import BATCH_KINDS, MASK_KINDS, AttentionCase, b
 from hyport_lib.port.generated.flash_attn_ascend import compressed_causal_mask
 from hyport_lib.npu_attention.emulation import npu_fusion_attention as emulated
 from hyport_lib.attention.metrics import Metrics, compute_metrics, decide
-from hyport_lib.attention.model_check import ModelComparison, compare_model
 from hyport_lib.attention.implementations import nfa_mapping, run_nfa
 from hyport_lib.attention.stage import planted_example, run_scan
+from hyport_lib.proof.behaviour import Behaviour
+from hyport_lib.proof.model_check import ModelComparison
 from hyport_lib.results import StageSummary
 from hyport_lib.utils.records import from_mapping
-from hyport_lib.attention.behaviour import Behaviour
 
 
 def _case(**kw):
@@ -334,52 +334,8 @@ def test_cli_writes_json_and_exit_code(tmp_path, monkeypatch, capsys):
 
 
 # --------------------------------------------------------------------------------------
-# Model level
+# Model level: how stage 02 shows it (the check itself: tests/proof/test_model_check.py)
 # --------------------------------------------------------------------------------------
-def test_model_level_tiny_model_pass(monkeypatch):
-    from hyport_lib.npu_attention import emulation
-
-    calls = []
-    real = emulation.npu_fusion_attention
-
-    def counting(*args, **kwargs):
-        calls.append(kwargs.get("input_layout", args[4] if len(args) > 4 else None))
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(emulation, "npu_fusion_attention", counting)
-    m = compare_model("tiny", backend="npu-emulated", device="cpu", max_new_tokens=4)
-    assert calls, "the swapped model never reached the NPU emulation"
-    assert m.verdict == "PASS", m.detail
-    assert m.attn_implementation and m.source == "npu-emulated (CPU)"
-    assert m.top1_agreement == 1.0 and m.greedy_identical and m.new_tokens == 4
-    assert m.max_abs_logits < 1e-3 and 0 <= m.kl_divergence < 1e-6
-    assert m.positions > 0
-    # random weights: greedy answers and perplexity would mean nothing, and the record says so
-    assert m.behaviour.meaningful is False and m.behaviour.pairs == []
-    assert m.behaviour.why == "random weights: not meaningful (the embedded tiny model)"
-
-
-def test_model_level_catches_a_broken_attention(monkeypatch):
-    from transformers import AttentionInterface
-    from transformers.integrations.sdpa_attention import sdpa_attention_forward
-    from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
-
-    from hyport_lib.npu_attention import hf_integration
-
-    def broken(module, query, key, value, attention_mask, scaling=None, **kwargs):
-        scaling = (scaling or query.shape[-1] ** -0.5) * 4  # a wrong softmax scale
-        return sdpa_attention_forward(module, query, key, value, attention_mask,
-                                      scaling=scaling, **kwargs)
-
-    AttentionInterface.register("hyport_test_broken", broken)
-    AttentionMaskInterface.register("hyport_test_broken", sdpa_mask)
-    monkeypatch.setattr(hf_integration, "register_hyport_attention",
-                        lambda backend="auto": "hyport_test_broken")
-    m = compare_model("tiny", backend="npu-emulated", device="cpu", max_new_tokens=4)
-    assert m.verdict in ("FAIL", "WARN") and m.max_abs_logits > 1e-3
-    assert m.kl_divergence > 0
-
-
 def test_a_skipped_model_check_shows_blanks():
     from hyport_lib.attention import show
 
@@ -443,29 +399,6 @@ def test_the_summary_names_the_device_of_each_implementation():
     assert stage.where_each_ran(backends) == "eager, sdpa on CUDA; npu-emulated, flash-api (npu-emulated) on CPU"
 
 
-def test_a_forward_that_never_reaches_the_swapped_attention_is_a_warn(monkeypatch):
-    """A "ported" model whose code bypasses attn_implementation (remote code running its
-    flash path only `if q.is_cuda:`) makes no swapped-attention call: WARN, naming why."""
-    from transformers import AttentionInterface
-    from transformers.integrations.sdpa_attention import sdpa_attention_forward
-
-    from hyport_lib.npu_attention import hf_integration
-
-    real = hf_integration.register_hyport_attention
-
-    def bypassed(backend="auto", name=None):
-        registered = real(backend, "hyport_test_bypassed")
-        AttentionInterface.register(registered, sdpa_attention_forward)  # never calls hyport
-        return registered
-
-    monkeypatch.setattr(hf_integration, "register_hyport_attention", bypassed)
-    m = compare_model("tiny", backend="npu-emulated", device="cpu", max_new_tokens=2)
-    assert m.swapped_calls == 0 and m.verdict == "WARN" and "is_cuda" in m.detail
-    monkeypatch.undo()
-    ok = compare_model("tiny", backend="npu-emulated", device="cpu", max_new_tokens=2)
-    assert ok.swapped_calls >= 4  # vision tower and text model layers, one forward
-
-
 def test_the_drop_in_serves_the_pinned_flash_attn_version():
     """Code pinned to flash-attn < 2.7 unpacks 4 values from unpad_input: the padded cases
     run that way under the 2.5.8 API, and the stage says which API it served."""
@@ -477,83 +410,6 @@ def test_the_drop_in_serves_the_pinned_flash_attn_version():
     result = stage.run(stage.plan(Params(device="cpu", dtypes=["float32"], model_path=None,
                                          flash_attn_version="2.5.8")))
     assert stage.summarize(result).headline["flash-attn API served"] == "2.5.8"
-
-
-REMOTE_MODEL = '''
-import torch
-from flash_attn import flash_attn_func  # remote code imports flash_attn at module level
-from transformers import LlavaForConditionalGeneration
-
-LOADED = []
-
-
-class GatedLlava(LlavaForConditionalGeneration):
-    def __init__(self, config):
-        super().__init__(config)
-        LOADED.append(flash_attn_func.__module__)
-
-        def own_flash_call(module, args):  # the remote code's own flash-attn call, once a forward
-            q = torch.randn(1, 4, 2, 8)
-            flash_attn_func(q, q, q)
-        self.register_forward_pre_hook(own_flash_call)
-'''
-
-
-def test_the_model_check_loads_remote_code_only_when_asked_with_the_shim_in_place(tmp_path):
-    """trust_remote_code reaches the model check: the checkpoint's own class is loaded
-    (its module-level `from flash_attn import ...` served by the shim), the record says
-    so, and the shim is gone afterwards; off, the library's class is loaded."""
-    import shutil
-    import sys
-
-    from hyport_lib.npu_attention.shim import current_shim
-    from hyport_lib.models.tiny import ensure_tiny_model
-
-    folder = tmp_path / "remote"
-    shutil.copytree(ensure_tiny_model(), folder)
-    (folder / "modeling_gated.py").write_text(REMOTE_MODEL)
-    # Weights under the class's own names: transformers renames a legacy checkpoint's keys
-    # for its own classes, not for remote ones.
-    from safetensors.torch import save_file
-    from transformers import AutoModelForImageTextToText
-
-    state = AutoModelForImageTextToText.from_pretrained(folder).state_dict()
-    for old in list(folder.glob("model*.safetensors*")):
-        old.unlink()
-    save_file({k: v.contiguous() for k, v in state.items()}, str(folder / "model.safetensors"),
-              metadata={"format": "pt"})
-    config = json.loads((folder / "config.json").read_text())
-    config["auto_map"] = {"AutoModelForImageTextToText": "modeling_gated.GatedLlava"}
-    (folder / "config.json").write_text(json.dumps(config))
-
-    plain = compare_model(str(folder), max_new_tokens=2)
-    assert plain.trust_remote_code is False and "modeling_gated" not in plain.model_class
-    assert plain.verdict == "PASS", plain.detail
-    remote = compare_model(str(folder), max_new_tokens=2, trust_remote_code=True,
-                           flash_attn_version="2.5.8")
-    assert remote.trust_remote_code is True and remote.model_class.endswith("modeling_gated.GatedLlava")
-    module = sys.modules[type_module(remote.model_class)]
-    assert module.LOADED and module.LOADED[0] == "hyport_lib.port.generated.flash_attn_ascend"  # the shim serves it
-    assert remote.verdict == "PASS" and remote.swapped_calls > 0, remote.detail
-    assert current_shim() is None and "flash_attn" not in sys.modules
-    # again in the same process (a notebook cell re-run): the model code imports this check's
-    # shim, not the first one's, so its flash-attn call is counted again
-    again = compare_model(str(folder), max_new_tokens=2, trust_remote_code=True)
-    assert again.swapped_calls == remote.swapped_calls
-    # a shim the user installed is back afterwards, as it was
-    from hyport_lib.npu_attention.shim import install_flash_attn_shim, uninstall_flash_attn_shim
-
-    install_flash_attn_shim("sdpa", version="2.5.8")
-    try:
-        compare_model(str(folder), max_new_tokens=2, trust_remote_code=True)
-        assert current_shim() is not None and current_shim().version == "2.5.8"
-        assert current_shim().backend == "sdpa"
-    finally:
-        uninstall_flash_attn_shim()
-
-
-def type_module(qualified: str) -> str:
-    return qualified.rsplit(".", 1)[0]
 
 
 def test_behaviour_on_flat_logits_is_not_meaningful_and_is_drawn_in_one_line(tmp_path):
@@ -578,22 +434,3 @@ def test_behaviour_on_flat_logits_is_not_meaningful_and_is_drawn_in_one_line(tmp
     assert "prompt 0, token 0: 'Paris' → 'Lyon'" in said
     text = stage_draft(tmp_path, "02_attention", {"model": real}, "zh")
     assert "Paris." in text and "4.82 → 4.8" in text
-
-
-def test_the_model_check_runs_in_the_runs_dtype_and_judges_half_precision_near_ties_as_warn():
-    from hyport_lib.attention.model_check import _padded_verdict, model_check_dtype
-
-    assert model_check_dtype("auto", "npu") == "bfloat16"  # the dtype an NPU run trains and serves in
-    assert model_check_dtype("auto", "cpu") == model_check_dtype("auto", "cuda") == "float32"
-    assert model_check_dtype("float16", "npu") == "float16"
-
-    def verdict(dtype, top1, greedy=True):
-        m = ModelComparison("m", "hyport_npu_emulated", "npu-emulated", dtype, "cpu", max_abs_logits=0.01,
-                            top1_agreement=top1, greedy_identical=greedy, swapped_calls=2)
-        return _padded_verdict(m, "hyport_npu_emulated", "hyport_npu_emulated", 0.25)[0]
-
-    assert verdict("float32", 0.995) == "FAIL"  # exact math: any flip is a wrong attention
-    assert verdict("bfloat16", 0.995) == "WARN" and verdict("bfloat16", 1.0, greedy=False) == "WARN"
-    assert verdict("bfloat16", 0.9) == "FAIL"  # more than near-ties
-    m = compare_model("tiny", backend="npu-emulated", device="cpu", dtype="bfloat16", max_new_tokens=2)
-    assert m.dtype == "bfloat16" and m.verdict in ("PASS", "WARN") and m.swapped_calls > 0, m.detail

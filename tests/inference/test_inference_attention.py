@@ -1,4 +1,4 @@
-"""Which attention the inference grid runs (inference/attention_choice.py), decided and proven
+"""Which attention the inference grid runs (proof/choice.py), decided and proven
 in the plan: ``auto`` is the fused kernel on an NPU once the swap proves itself on the
 model's prefill and cached decoding, eager elsewhere; a swap that fails its proof keeps
 the grid on eager, and the plan says why."""
@@ -10,7 +10,7 @@ import pytest
 
 from hyport_lib.inference import stage
 from hyport_lib.inference.params import Params
-from hyport_lib.models.decode_proof import DECODE_STEPS
+from hyport_lib.proof.swap import DECODE_STEPS
 from hyport_lib.npu_attention import hf_integration
 
 SMALL = dict(max_new_tokens=4, num_cards=1)
@@ -115,11 +115,9 @@ def test_vlm_prompts_prove_the_swap_they_used_to_fail(family, zoo, tmp_path, mon
 def test_auto_means_eager_in_training_and_in_the_reload(tmp_path, monkeypatch):
     from hyport_lib.models.tiny import ensure_tiny_model
 
-    from hyport_lib.train.attention_choice import choose_attention as training_attention
-    from hyport_lib.train.params import Params as TrainParams
+    from hyport_lib.proof.choice import TRAINING, choose_attention
 
-    choice = training_attention(TrainParams(packing=False, attn_implementation="auto"), "cpu", "unused",
-                                None, [], [])
+    choice = choose_attention("auto", "cpu", TRAINING, "unused", lambda folder: [])
     assert choice.attn_implementation == "eager" and choice.proof is None
     from hyport_lib.weights import verify
     from hyport_lib.weights.params import Params as WeightsParams
@@ -141,9 +139,8 @@ def test_auto_means_eager_in_training_and_in_the_reload(tmp_path, monkeypatch):
 
 
 def test_a_hub_id_on_auto_keeps_eager_and_says_why_without_fetching(fake_npu, tmp_path):
-    from hyport_lib.inference.attention_choice import choose_attention
-    from hyport_lib.models.generation_config import InferenceConfig
+    from hyport_lib.proof.choice import GRID, choose_attention
 
-    choice = choose_attention("auto", "npu", InferenceConfig(model_path="org/some-model"))
+    choice = choose_attention("auto", "npu", GRID, "org/some-model", lambda folder: [])
     assert choice.attn_implementation == "eager" and choice.proof is None
     assert "not a local folder" in choice.note

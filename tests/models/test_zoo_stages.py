@@ -19,17 +19,17 @@ import torch
 from hyport_lib.inference import stage as inference_stage
 from hyport_lib.inference.params import Params as InferenceParams
 from hyport_lib.npu_attention.hf_integration import register_hyport_attention
-from hyport_lib.attention.model_check import compare_model
 from hyport_lib.models.generation_config import InferenceConfig
 from hyport_lib.models.generation import run_inference
 from hyport_lib.models.families import describe_config, read_config
 from hyport_lib.models.loading import ProcessorUnavailable, has_torchvision, load_model, load_processor
 from hyport_lib.models.lora_targets import language_model_path, lora_target_pattern, matched_layers
 from hyport_lib.models.training_inputs import rope_positions_function
+from hyport_lib.proof.choice import SwapRefused
+from hyport_lib.proof.model_check import compare_model
 from hyport_lib.train import stage as train_stage
 from hyport_lib.train.dataset import DatasetError, load_dataset
 from hyport_lib.train.packing import COUNT_KEYS, PackedCollator, PaddedCollator
-from hyport_lib.train.attention_choice import SwapRefused
 from hyport_lib.train.params import Params as TrainParams
 from hyport_lib.train.samples import Encoder
 from hyport_lib.train.smoke_data import write_smoke_dataset

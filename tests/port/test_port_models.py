@@ -21,8 +21,8 @@ from pathlib import Path
 import pytest
 import transformers
 
-from hyport_lib.port.proof import prove_port
 from hyport_lib.port.tree import port_tree
+from hyport_lib.proof.port import prove_port
 
 REMOTE = Path(__file__).parents[1] / "data" / "remote_code"
 #: The config fields each model needs beyond its config class's defaults.

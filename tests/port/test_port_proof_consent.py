@@ -19,9 +19,10 @@ import pytest
 
 from hyport_lib import processes
 from hyport_lib.commands import main
-from hyport_lib.port import proof_run, tiny
-from hyport_lib.port.proof_record import IMPORT_ORIGINAL, model_files
+from hyport_lib.port import proof_run
 from hyport_lib.port.proof_run import STARTING, child_outcome, proof_from_dict
+from hyport_lib.proof import port_model
+from hyport_lib.proof.port_record import IMPORT_ORIGINAL, model_files
 from test_port_models import OWN_MODEL
 
 SECRET = "s3cr3t-value-of-the-environment-0123456789"
@@ -78,7 +79,7 @@ def test_setup_py_is_never_imported(tmp_path):
     src = model_tree(tmp_path / "src", name="own_model.py", setup_py=True)
     (src / "own_model.py").write_text("LOADED = True\n")  # no flash_attn to import here
     assert [p.name for p in model_files(src)] == ["own_model.py"]
-    modules = tiny.load_tree(src, "original")
+    modules = port_model.load_tree(src, "original")
     assert [m.__name__.rpartition(".")[2] for m in modules] == ["own_model"]
     assert not (tmp_path / "SETUP_RAN").exists()
 
@@ -152,7 +153,7 @@ def test_the_proofs_messages_hold_no_nul_no_escape_and_no_secret_in_utf16(monkey
 
 def test_a_tree_without_a_model_class_warns(tmp_path):
     from hyport_lib.attention.stage import planted_example
-    from hyport_lib.port.proof import prove_port
+    from hyport_lib.proof.port import prove_port
     from hyport_lib.port.tree import port_tree
 
     result = port_tree(planted_example(tmp_path / "code"), tmp_path / "dst")

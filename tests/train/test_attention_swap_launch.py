@@ -16,7 +16,7 @@ import torch
 
 from hyport_lib.models.loading import load_model, load_processor
 from hyport_lib.train import stage
-from hyport_lib.train.attention_choice import proof_batches
+from hyport_lib.train.packing import proof_batches
 from hyport_lib.train.params import Params
 from biased_attention_model import write_biased_model
 
@@ -67,7 +67,7 @@ def test_unpacked_training_keeps_eager_and_its_loss_is_eagers(biased_model, one_
     assert "FAIL" in record.headline["attention proof"] and record.headline["attention"] == "eager"
 
     loaded = load_processor(biased_model, trust_remote_code=True)
-    batch, _ = proof_batches(params, biased_model, loaded, _records(one_record), [])[0]
+    _, batch, _ = proof_batches(params, biased_model, loaded, _records(one_record), [])[0]
     model = load_model(biased_model, attn_implementation="eager", trust_remote_code=True).float()
     with torch.no_grad():
         eager_loss = float(model(**{k: v for k, v in batch.items() if not k.startswith("hyport_")}).loss)

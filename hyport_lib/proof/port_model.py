@@ -25,7 +25,7 @@ from typing import Optional
 import torch
 
 from hyport_lib.scan.rules import GENERATED_MODULE
-from hyport_lib.port.proof_record import model_files
+from hyport_lib.proof.port_record import model_files
 
 #: Config fields shrunk when the config has them (a field it lacks is not added).
 SHRINK = {
@@ -48,7 +48,7 @@ class NoModelClass(LookupError):
 
 
 def load_tree(root: Path, label: str, only: Optional[str] = None) -> list[types.ModuleType]:
-    """Import :func:`~.proof_record.model_files` of ``root`` as modules of a fresh package
+    """Import :func:`~.port_record.model_files` of ``root`` as modules of a fresh package
     (relative imports between them work), with ``root`` on ``sys.path`` meanwhile for code
     that imports its siblings by their plain names."""
     name = f"_hyport_port_{label}_{next(_counter)}"

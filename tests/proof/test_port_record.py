@@ -1,8 +1,9 @@
-"""The value a failed tiny build asks for, derived from the line that failed."""
+"""What the port's proof says when its tiny model cannot be built (proof/port_record.py): the
+value a failed tiny build asks for, derived from the line that failed."""
 
 from __future__ import annotations
 
-from hyport_lib.port.proof_hint import UNKNOWN, build_failure, config_fix, render
+from hyport_lib.proof.port_record import UNKNOWN, build_failure, config_fix, render
 
 
 def test_a_key_read_from_a_config_field_names_the_field_with_the_key():

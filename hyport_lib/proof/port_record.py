@@ -1,18 +1,29 @@
-"""What to set when the proof's tiny model cannot be built from the user's config.
+"""What the port's proof records, which files of a tree it imports, and what it says when
+the tiny model cannot be built, with no torch: ``hyport port`` without ``--proof`` names
+the files the proof would import, and the parent of a proof run reads the child's record
+back; neither should pay for importing torch (seconds and ~240 MB).
 
-Remote code often reads config fields its config class does not default, or reads them
-key by key in an older shape (InternLM2's ``config.rope_scaling['type']``, which
-transformers 5 fills in as ``{"rope_type": ...}``). The proof's build then fails with a
-bare ``KeyError: 'type'``; the fix is one setting (stage 02's ``port_proof_config``,
-``hyport port --proof-config``), and the failing line says which field it needs.
+Remote code often reads config fields its config class does not default, or in an older
+shape (InternLM2's ``config.rope_scaling['type']``, which transformers 5 fills in as
+``{"rope_type": ...}``): the build fails with a bare ``KeyError: 'type'``, and the failing
+line says which field the one setting that fixes it needs (:func:`config_fix`).
 """
 
 from __future__ import annotations
 
 import json
 import re
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Optional
 
+from hyport_lib.scan.rules import GENERATED_MODULE
+
+#: What the proof is doing, as told to ``on_phase`` (a child that dies says when it did).
+IMPORT_ORIGINAL = "import of the original code (SRC)"
+RUN_ORIGINAL = "the original model's build and forward"
+IMPORT_PORTED = "import of the ported code (DST)"
+RUN_PORTED = "the ported model's build and forward"
 #: Where the failing line says which field but not its value.
 UNKNOWN = "<value>"
 #: The values real checkpoints set for fields that remote code reads key by key
@@ -20,6 +31,53 @@ UNKNOWN = "<value>"
 #: ``type`` to ``rope_type``).
 TYPICAL = {"rope_scaling": {"type": "dynamic", "factor": 2.0}}
 _NO_ATTRIBUTE = re.compile(r"has no attribute '(\w+)'")
+
+
+@dataclass
+class ProofCase:
+    """One input case of the proof."""
+
+    name: str
+    kind: str
+    verdict: str
+    max_abs: Optional[float] = None
+    bound: Optional[float] = None
+    cosine: Optional[float] = None
+    npu_calls: int = 0
+    tokens_match: Optional[bool] = None
+    detail: str = ""
+
+
+@dataclass
+class PortProof:
+    """The proof's record (a stage-02 record in the report)."""
+
+    verdict: str
+    model_class: str = ""
+    model_kind: str = ""
+    config: dict = field(default_factory=dict)
+    dtype: str = ""
+    device: str = ""
+    reference: str = ""
+    ported_path: str = ""
+    emulated: bool = False
+    cases: list[ProofCase] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    error: str = ""
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def model_files(root: Path, only: Optional[str] = None) -> list[Path]:
+    """The files :func:`load_tree` imports: ``only``, else the ``modeling*.py`` files (they
+    import what they need; a helper beside them may build a CUDA extension on import), else
+    every ``.py`` file of ``root`` but ``setup.py`` (importing it runs a build)."""
+    if only is not None:
+        files = [root / only]
+    else:
+        files = sorted(root.glob("modeling*.py")) or sorted(root.glob("*.py"))
+    return [file for file in files if file.stem not in ("__init__", "setup", GENERATED_MODULE)]
 
 
 def config_fix(exc: BaseException, line: str, config: dict) -> Optional[dict]:

@@ -1,13 +1,10 @@
-"""The swap proves itself on the user's model before any worker starts.
-
-:func:`prove_swap` runs the first batch training will see (packed rows included) forward
-and backward through the model shrunk from its own config (:mod:`shrunk_model`), with eager
-and with hyport's attention on the same weights, and compares logits, loss, the gradient
-set and gradients (and cached decoding: :mod:`decode_proof`). It runs on the CPU in
-float32 (on an NPU host the swap is hyport's CPU emulation of ``npu_fusion_attention``: the
-planning process never touches a card, so workers start on clean devices). A raise in the
-swapped model is a failed proof with that line as its reason; what to do with a failed
-proof is the caller's decision. Proofs are cached (:func:`_cache_key`).
+"""The swap proves itself on the user's model before any worker starts (:func:`prove_swap`):
+the first batch the workers will see, forward and backward (and cached decoding, for
+inference) through the model shrunk from its own config, with eager and then with
+hyport's attention on the same weights. It runs on the CPU in float32 (on an NPU host the
+swap is hyport's CPU emulation of ``npu_fusion_attention``): the planning process never
+touches a card, so workers start on clean devices. A raise in the swapped model is a
+failed proof with that line as its reason; what to do with it is the caller's decision.
 """
 
 from __future__ import annotations
@@ -19,33 +16,32 @@ import os
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Mapping, Optional, Sequence
+from typing import Callable, Mapping, Optional, Sequence
 
 from hyport_lib.models.families import ModelTraits
 from hyport_lib.models.loading import auto_model_class, traits_of
-from hyport_lib.models import decode_proof, shrunk_model
-from hyport_lib.models.decode_proof import compare_decoding, decode_logits
-from hyport_lib.models.shrunk_model import KEEP_LAYERS, compact_vocabulary, shrunk_config
 from hyport_lib.models.model_cache import default_cache_root
 from hyport_lib.npu_attention import hf_integration
-from hyport_lib.npu_attention.hf_integration import REGISTERED, register_hyport_attention
+from hyport_lib.npu_attention.hf_integration import REGISTERED, register_hyport_attention, sdpa_refusal
+from hyport_lib.proof import shrunk, tolerance
+from hyport_lib.proof.shrunk import KEEP_LAYERS, compact_vocabulary, shrunk_config
+from hyport_lib.proof.tolerance import DECODING, GRADIENTS, LOGITS, LOSS, compare
+from hyport_lib.results import FAIL, PASS, REFUSED
 from hyport_lib.utils.files import atomic_write_json
+from hyport_lib.utils.records import from_mapping
 from hyport_lib.utils.redact import scrub_text
 from hyport_lib.utils.imports import package_version
 
 #: Bump when the proof's method changes: cached proofs of an older method are not reused.
-PROOF_VERSION = 2
-#: max |Δ logits| and |Δ loss| allowed in float32 (the math is the same; only the order of
-#: the sums differs). A dropped bias or a wrong mask moves logits by 1e-2 and more.
-LOGIT_TOLERANCE = 1e-3
-LOSS_TOLERANCE = 1e-4
-#: max |Δ grad| relative to the largest gradient of the eager model.
-GRAD_TOLERANCE = 1e-3
-PASS, FAIL, REFUSED = "PASS", "FAIL", "REFUSED"
+#: 3: a NaN or an Inf in logits, loss or gradients fails the proof.
+PROOF_VERSION = 3
+#: New tokens decoded by an inference proof: the prefill's logits, then DECODE_STEPS - 1
+#: cached decoding steps.
+DECODE_STEPS = 4
 #: The batch's keys that hold token ids.
 _ID_KEYS = ("input_ids", "labels")
 #: hyport's code a proof depends on (the swap's whole package): a change to any proves again.
-_OWN_SOURCES = (Path(__file__), Path(shrunk_model.__file__), Path(decode_proof.__file__),
+_OWN_SOURCES = (Path(__file__), Path(shrunk.__file__), Path(tolerance.__file__),
                 *sorted(Path(hf_integration.__file__).parent.glob("*.py")))
 #: At most this much of a model's own code file goes into the cache key.
 _SOURCE_BYTES = 4 << 20
@@ -89,10 +85,6 @@ class AttentionProof:
     def to_dict(self) -> dict:
         return asdict(self)
 
-    @classmethod
-    def from_dict(cls, data: Mapping) -> "AttentionProof":
-        return cls(**{k: v for k, v in data.items() if k in cls.__dataclass_fields__})
-
     def line(self) -> str:
         """One line: the verdict and its figures (or its reason)."""
         where = f"{self.source}{', cached' if self.cached else ''}"
@@ -104,20 +96,6 @@ class AttentionProof:
                 f"{self.max_abs_logits:.2e}, loss {self.loss_eager:.6f} vs {self.loss_swapped:.6f}, "
                 f"same gradient set ({self.grad_parameters} parameters, max rel Δ grad "
                 f"{self.max_rel_grad:.1e}){decoding}, {self.seconds:.1f} s")
-
-
-def sdpa_refusal(model) -> Optional[str]:
-    """Why ``model`` must not get an SDPA-like kernel, or None: one of its pretrained
-    classes (a composite model's sub-models included) declares ``_supports_sdpa = False``."""
-    import torch
-
-    classes = {type(m) for m in model.modules() if hasattr(type(m), "_supports_sdpa")
-               and isinstance(m, torch.nn.Module)}
-    declared = sorted(c.__name__ for c in classes if getattr(c, "_supports_sdpa", None) is False)
-    if not declared:
-        return None
-    return (f"{declared[0]} declares _supports_sdpa = False (its authors say its attention needs "
-            f"what an SDPA-like kernel does not take: soft-capping, sinks, a bias on the scores)")
 
 
 def _cache_key(model_path: str, config_dict: dict, batch: Mapping, backend: str, name: str,
@@ -150,16 +128,16 @@ def _cache_key(model_path: str, config_dict: dict, batch: Mapping, backend: str,
 
 
 def prove_swap(model_path: str, batch: Mapping, *, backend: str, trust_remote_code: bool = False,
-               traits: Optional[ModelTraits] = None, seed: int = 0, use_cache: bool = True,
-               keep_layers: int = KEEP_LAYERS, samples: Optional[Sequence[Sequence[Mapping]]] = None,
-               decode_steps: int = 0) -> AttentionProof:
+               seed: int = 0, use_cache: bool = True, keep_layers: int = KEEP_LAYERS,
+               samples: Optional[Sequence[Sequence[Mapping]]] = None, decode_steps: int = 0) -> AttentionProof:
     """Eager vs hyport's attention (``backend``: ``sdpa`` or ``npu-emulated``) on the
     shrunk model and ``batch``; a model declaring ``_supports_sdpa = False`` is REFUSED.
 
     ``samples``: for a packed ``batch``, each row's samples collated alone; eager runs them
     one by one, so the reference is "each sample trained alone" whatever the model's mask
     code makes of packed positions. ``decode_steps``: also compare this many greedy tokens
-    decoded with the KV cache (``batch`` is then a left-padded prompt batch).
+    decoded with the KV cache (``batch`` is then a left-padded prompt batch; without
+    ``labels``, each real token's next one is its label).
     """
     from transformers import AutoConfig
 
@@ -168,6 +146,8 @@ def prove_swap(model_path: str, batch: Mapping, *, backend: str, trust_remote_co
     proof = AttentionProof(model_path=model_path, attn_implementation=name, backend=backend,
                            source="CPU, float32" + (", NPU attention emulated" if backend == "npu-emulated" else ""))
     config = AutoConfig.from_pretrained(model_path, trust_remote_code=trust_remote_code)
+    if "labels" not in batch:
+        batch = {**batch, "labels": _prompt_labels(batch, config.get_text_config().vocab_size)}
     key = _cache_key(model_path, config.to_dict(), batch, backend, name,
                      {"trust_remote_code": trust_remote_code, "seed": seed, "keep_layers": keep_layers,
                       "samples": samples is not None,
@@ -175,13 +155,13 @@ def prove_swap(model_path: str, batch: Mapping, *, backend: str, trust_remote_co
     cached = default_cache_root() / "attention-proofs" / f"{key}.json"
     if use_cache and cached.is_file():
         try:
-            found = AttentionProof.from_dict(json.loads(cached.read_text(encoding="utf-8")))
-        except (OSError, ValueError, TypeError):
-            found = None  # an unreadable cache entry is proven again, and rewritten
-        if found is not None:
+            found = from_mapping(AttentionProof, json.loads(cached.read_text(encoding="utf-8")))
+        except (OSError, ValueError):
+            found = None  # an unreadable cache entry (or no proof's) is proven again, and rewritten
+        if found is not None and found.model_path:
             found.cached = True
             return found
-    traits = traits or traits_of(model_path, trust_remote_code)
+    traits = traits_of(model_path, trust_remote_code)
     _run_proof(proof, config, batch, samples, name, traits, trust_remote_code, seed, keep_layers, decode_steps)
     proof.seconds = round(time.perf_counter() - started, 2)
     try:  # best effort by design: a cache that cannot be written costs the next launch a proof
@@ -191,6 +171,17 @@ def prove_swap(model_path: str, batch: Mapping, *, backend: str, trust_remote_co
     except OSError:
         pass
     return proof
+
+
+def _prompt_labels(batch: Mapping, text_vocabulary: int):
+    """The labels of a left-padded prompt batch. A pad position's output is never read, and
+    the one before the first real token predicts it: neither is compared (eager and the swap
+    may differ there, to no effect). An image token past the text vocabulary (mllama's
+    <|image|>) is no class the language model head predicts."""
+    pad = batch["attention_mask"] == 0
+    labels = batch["input_ids"].masked_fill(pad, -100)
+    labels[:, 1:] = labels[:, 1:].masked_fill(pad[:, :-1], -100)
+    return labels.masked_fill(labels >= text_vocabulary, -100)
 
 
 def _run_proof(proof: AttentionProof, config, batch: Mapping, samples, name: str, traits: ModelTraits,
@@ -228,7 +219,10 @@ def _run_proof(proof: AttentionProof, config, batch: Mapping, samples, name: str
         proof.reason = scrub_text(f"the proof could not run: eager on the model shrunk from its config "
                                   f"raised {failure}")[:400]
         return
-    model = _switched(model, cls, small, name, trust_remote_code, seed)
+    model = switch_attention(model, name, lambda: _build(cls, small, seed, trust_remote_code, name))
+    if model.config._attn_implementation != name:
+        proof.reason = f"the model runs {model.config._attn_implementation!r}, not {name!r}"
+        return
     api = REGISTERED[name]
     calls = api.calls.total()
     running = "the model with the swapped attention"
@@ -244,13 +238,11 @@ def _run_proof(proof: AttentionProof, config, batch: Mapping, samples, name: str
         # each sample alone): either way the workers would raise the same at step 1.
         proof.reason = scrub_text(f"{running} raised {type(exc).__name__}: {first}")[:400]
         return
-    _compare(proof, eager_out, swapped_out)
+    problems = _compare(proof, eager_out, swapped_out)
     if eager_decoding is not None:
-        proof.max_abs_decode_logits, proof.decode_steps, problem = compare_decoding(
-            eager_decoding, swapped_decoding, LOGIT_TOLERANCE)
-        if problem:
-            proof.verdict = FAIL
-            proof.reason = "; ".join(filter(None, [proof.reason, problem]))
+        problems += _compare_decoding(proof, eager_decoding, swapped_decoding)
+    proof.verdict = FAIL if problems else PASS
+    proof.reason = "; ".join(problems)
 
 
 def _with_compact_vocabulary(config, inputs: dict, per_sample):
@@ -264,20 +256,17 @@ def _with_compact_vocabulary(config, inputs: dict, per_sample):
     return config, mapped(inputs), [[mapped(one) for one in row] for row in per_sample] if per_sample else None
 
 
-def _switched(model, cls, config, name: str, trust_remote_code: bool, seed: int):
-    """``model``'s weights under the swap: the same model switched where transformers can
-    switch it (one model in memory), else a second one built with the swap and given the
-    same weights (models whose code transformers cannot tell follows its AttentionInterface,
-    remote code among them)."""
-    model.zero_grad(set_to_none=True)
+def switch_attention(model, name: str, rebuild: Callable[[], object]):
+    """``model``'s weights under attention ``name``: the same model switched where
+    transformers can switch it (one model in memory), else ``rebuild()`` (the model built
+    again with ``name``) given the same weights: models whose code transformers cannot tell
+    follows its AttentionInterface, remote code among them. The caller checks that the
+    model it gets runs ``name``."""
     model.set_attn_implementation(name)
     if model.config._attn_implementation == name:
         return model
-    swapped = _build(cls, config, seed, trust_remote_code, name)
+    swapped = rebuild()
     swapped.load_state_dict(model.state_dict())
-    del model
-    if swapped.config._attn_implementation != name:
-        raise RuntimeError(f"attention proof: the model runs {swapped.config._attn_implementation!r}, not {name!r}")
     return swapped
 
 
@@ -346,34 +335,81 @@ def _causal_lm_loss(rows, labels):
     return torch.nn.functional.cross_entropy(logits, targets.to(logits.device), ignore_index=-100)
 
 
-def _compare(proof: AttentionProof, eager_out, swapped_out) -> None:
+def _compare(proof: AttentionProof, eager_out, swapped_out) -> list[str]:
+    """The forward's figures on ``proof``; what differs from eager, in words."""
     import torch
 
     logits_e, loss_e, grads_e, _ = eager_out
     logits_s, loss_s, grads_s, _ = swapped_out
-    proof.max_abs_logits = max(float((e.double() - s.double()).abs().max()) for e, s in zip(logits_e, logits_s))
-    proof.loss_eager, proof.loss_swapped = loss_e, loss_s
+    shared = sorted(set(grads_e) & set(grads_s))
+    logits = compare(LOGITS, logits_e, logits_s)
+    loss = compare(LOSS, torch.tensor(loss_e), torch.tensor(loss_s))
+    grads = compare(GRADIENTS, [grads_e[n] for n in shared], [grads_s[n] for n in shared])
+    proof.max_abs_logits, proof.loss_eager, proof.loss_swapped = logits.max_abs, loss_e, loss_s
     proof.grads_only_eager = sorted(set(grads_e) - set(grads_s))[:5]
     proof.grads_only_swapped = sorted(set(grads_s) - set(grads_e))[:5]
-    shared = set(grads_e) & set(grads_s)
-    proof.grad_parameters = len(shared)
-    scale = max((float(g.abs().max()) for g in grads_e.values()), default=0.0) or 1.0
-    proof.max_rel_grad = max((float((grads_e[n].double() - grads_s[n].double()).abs().max()) / scale
-                              for n in shared), default=0.0)
+    proof.grad_parameters, proof.max_rel_grad = len(shared), grads.relative
     problems = []
     if proof.swapped_calls == 0:
         problems.append("the swapped model never called hyport's attention (its code bypasses "
                         "the attention interface)")
-    if not torch.isfinite(torch.tensor([loss_e, loss_s])).all():
+    if not loss.finite:
         problems.append(f"a non-finite loss (eager {loss_e}, swapped {loss_s})")
-    if proof.max_abs_logits > LOGIT_TOLERANCE:
-        problems.append(f"logits differ from eager by {proof.max_abs_logits:.3g} (> {LOGIT_TOLERANCE:g})")
-    if abs(loss_e - loss_s) > LOSS_TOLERANCE * max(1.0, abs(loss_e)):
+    elif not loss.passed:
         problems.append(f"loss {loss_s:.6f} vs eager {loss_e:.6f}")
+    if not logits.passed:
+        problems.append(f"logits differ from eager by {logits.max_abs:.3g} (> {logits.bound:g})"
+                        if logits.finite else "non-finite logits (eager or swapped)")
     if proof.grads_only_eager or proof.grads_only_swapped:
         problems.append(f"other gradient set (only eager: {proof.grads_only_eager or 'none'}; only "
                         f"swapped: {proof.grads_only_swapped or 'none'})")
-    if proof.max_rel_grad > GRAD_TOLERANCE:
-        problems.append(f"gradients differ from eager by {proof.max_rel_grad:.3g} of the largest")
-    proof.verdict = FAIL if problems else PASS
-    proof.reason = "; ".join(problems)
+    if not grads.passed:
+        problems.append(f"gradients differ from eager by {grads.relative:.3g} of the largest"
+                        if grads.finite else "non-finite gradients (eager or swapped)")
+    return problems
+
+
+def decode_logits(model, inputs: dict, steps: int) -> list:
+    """Each step's raw logits (rows x vocabulary, float32; step 0 is the prefill's) of
+    ``steps`` new tokens of ``model`` on ``inputs`` (a left-padded prompt batch), decoded
+    with the KV cache through ``generate``, each forced to the row's last prompt token that
+    ends no sequence: eager and the swap read the same prefixes whatever their logits. A
+    swap can be exact on the prefill and wrong here (a causal mask aligned top-left instead
+    of bottom-right masks every cached key but the first)."""
+    import torch
+
+    kwargs = {k: v for k, v in inputs.items() if k not in ("labels", "use_cache")}
+    ends = model.generation_config.eos_token_id
+    ends = set(ends if isinstance(ends, (list, tuple)) else [ends]) - {None}
+    # Decoding must not stop: the last prompt token that ends no sequence, row by row.
+    forced = [next((t for t in reversed(row) if t not in ends), row[-1]) for row in kwargs["input_ids"].tolist()]
+    with torch.no_grad():  # output_logits: the raw logits, before forcing the token
+        out = model.generate(**kwargs, max_new_tokens=steps, do_sample=False, use_cache=True,
+                             output_logits=True, return_dict_in_generate=True,
+                             prefix_allowed_tokens_fn=lambda row, _: [forced[row]],
+                             pad_token_id=_unused_pad(kwargs["input_ids"]))
+    return [step.float() for step in out.logits]
+
+
+def _unused_pad(input_ids) -> int:
+    """A pad id no row ends with: no row finishes, so it is never written, but transformers
+    4.x reads a prompt ending in the pad id as right padding and warns."""
+    last = set(input_ids[:, -1].tolist())
+    return next(i for i in range(len(last) + 1) if i not in last)
+
+
+def _compare_decoding(proof: AttentionProof, eager: list, swapped: list) -> list[str]:
+    """The cached decoding steps of two :func:`decode_logits` on ``proof`` (the prefill
+    step is the forward pass's, compared already); what differs, in words."""
+    if len(eager) != len(swapped):
+        return [f"cached decoding ran {len(swapped)} steps, eager {len(eager)}"]
+    if len(eager) < 2:
+        return ["cached decoding produced no step past the prompt to compare"]
+    decoding = compare(DECODING, eager[1:], swapped[1:])
+    proof.max_abs_decode_logits, proof.decode_steps = decoding.max_abs, len(eager) - 1
+    if decoding.passed:
+        return []
+    if not decoding.finite:
+        return [f"cached decoding: non-finite logits (eager or swapped) within {proof.decode_steps} step(s)"]
+    return [f"cached decoding: logits differ from eager by {decoding.max_abs:.3g} (> {decoding.bound:g}) "
+            f"within {proof.decode_steps} step(s)"]

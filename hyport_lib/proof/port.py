@@ -4,9 +4,10 @@
   path cannot run on this host (``assert q.is_cuda`` on a CPU) its own non-flash path, said so.
 * **Port**: the ported tree with ``flash_attn`` unimportable, its generated module on the
   NPU path (``torch_npu.npu_fusion_attention``; off an NPU hyport's CPU emulation, labelled).
-* **Verdict** per case (:mod:`.tiny` builds the cases): outputs finite and within the dtype's
-  tolerance, cosine above the floor, greedy tokens identical, and at least one NPU attention
-  call per forward (a port whose attention never runs proves nothing: FAIL).
+* **Verdict** per case (:mod:`.port_model` builds the cases): outputs finite and within the
+  dtype's tolerance, cosine above the floor (:mod:`.tolerance`), greedy tokens identical, and
+  at least one NPU attention call per forward (a port whose attention never runs proves
+  nothing: FAIL); then the generated module's functions on their own (:func:`check_functions`).
 
 This runs the user's code in the calling process: callers run it in a child, only when
 asked (:mod:`hyport_lib.port.proof_run`).
@@ -26,19 +27,22 @@ import torch
 
 from hyport_lib.backend import get_backend, import_torch_npu
 from hyport_lib.npu_attention import emulation
-from hyport_lib.npu_attention.shim import (DEFAULT_VERSION, current_shim,
-                                           install_flash_attn_shim, uninstall_flash_attn_shim)
-from hyport_lib.port import proof_hint, tiny
+from hyport_lib.npu_attention.flash_api import FlashAttnAPI
+from hyport_lib.npu_attention.shim import (DEFAULT_VERSION, callers_shim_kept, install_flash_attn_shim,
+                                           uninstall_flash_attn_shim)
+from hyport_lib.proof import port_model
+from hyport_lib.proof.port_record import (IMPORT_ORIGINAL, IMPORT_PORTED, RUN_ORIGINAL, RUN_PORTED,
+                                          PortProof, ProofCase, build_failure, config_fix)
+from hyport_lib.proof.tolerance import COSINE, OUTPUTS, TOLERANCE, compare
+from hyport_lib.results import FAIL, PASS, WARN
 from hyport_lib.scan.rules import GENERATED_MODULE
-from hyport_lib.port.function_check import NAME as FUNCTIONS
-from hyport_lib.port.function_check import check_functions
-from hyport_lib.port.outputs import COSINE_MIN, compare_outputs
-from hyport_lib.port.proof_record import (IMPORT_ORIGINAL, IMPORT_PORTED, RUN_ORIGINAL, RUN_PORTED,
-                                          PortProof, ProofCase)
 from hyport_lib.utils.files import atomic_write_text
 
 GREEDY_STEPS = 4
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+#: The name of the generated module's case of its own, against hyport's reference semantics of
+#: flash-attn: what a tiny model's forward may not reach (:func:`check_functions`).
+FUNCTIONS = "attention functions (GQA, windows, Sq != Sk, varlen, 1.x causal, dropout)"
 
 
 class _ProofFailure(Exception):
@@ -88,7 +92,7 @@ def _greedy(model, ids: torch.Tensor) -> list[int]:
     tokens = ids
     with torch.no_grad():
         for _ in range(GREEDY_STEPS):
-            logits = tiny.first_tensor(model(input_ids=tokens, use_cache=False))
+            logits = port_model.first_tensor(model(input_ids=tokens, use_cache=False))
             tokens = torch.cat([tokens, logits[:, -1:].argmax(-1)], dim=1)
     return tokens[0, ids.shape[1]:].tolist()
 
@@ -116,10 +120,10 @@ class _Run:
 class _Reference:
     """The original code's half of a proof, which the port must match."""
 
-    choice: tiny.ModelChoice
+    choice: port_model.ModelChoice
     kwargs: dict  # of the tiny config
     model: torch.nn.Module
-    cases: list[tiny.Batch]
+    cases: list[port_model.Batch]
     expected: list[torch.Tensor]
     calls: list[Optional[int]]  # flash-attn calls per case; None where its flash path did not run
     greedy: list[list[int]]
@@ -127,8 +131,8 @@ class _Reference:
 
 def _forward(model, batch) -> torch.Tensor:
     with torch.no_grad():
-        return tiny.first_tensor(model(**batch.inputs, **({"use_cache": False}
-                                                           if batch.kind in ("dense", "padded") else {})))
+        return port_model.first_tensor(model(**batch.inputs, **({"use_cache": False}
+                                                                 if batch.kind in ("dense", "padded") else {})))
 
 
 def _expects_attention(dst: Path) -> bool:
@@ -146,24 +150,20 @@ def _expects_attention(dst: Path) -> bool:
 def _prove_in(run: _Run) -> PortProof:
     """One proof in one dtype; what it loads is forgotten after, the caller's shim put back."""
     before_modules = set(sys.modules)
-    before_shim = current_shim()
     try:
-        proof = PortProof(verdict="FAIL", dtype=str(run.dtype).replace("torch.", ""), device=str(run.device))
-        # The flash-attn API the code was written against: unpad_input's 4 or 5 values.
-        generated = next((p.read_text(encoding="utf-8") for p in run.dst.rglob(f"{GENERATED_MODULE}.py")), "")
-        version = "2.6.3" if "UNPAD_INPUT_RETURNS = 4\n" in generated else DEFAULT_VERSION
-        shim = install_flash_attn_shim("sdpa", force=True, version=version)
-        if not shim.installed:
-            raise _ProofFailure(f"the flash_attn shim could not be installed: {shim.reason}")
-        reference = _reference(run, proof)
-        uninstall_flash_attn_shim()
-        with tiny.without_flash_attn():
-            return _prove_port_side(run, proof, reference, _expects_attention(run.dst))
+        with callers_shim_kept():
+            proof = PortProof(verdict=FAIL, dtype=str(run.dtype).replace("torch.", ""), device=str(run.device))
+            # The flash-attn API the code was written against: unpad_input's 4 or 5 values.
+            generated = next((p.read_text(encoding="utf-8") for p in run.dst.rglob(f"{GENERATED_MODULE}.py")), "")
+            version = "2.6.3" if "UNPAD_INPUT_RETURNS = 4\n" in generated else DEFAULT_VERSION
+            shim = install_flash_attn_shim("sdpa", force=True, version=version)
+            if not shim.installed:
+                raise _ProofFailure(f"the flash_attn shim could not be installed: {shim.reason}")
+            reference = _reference(run, proof)
+            uninstall_flash_attn_shim()
+            with port_model.without_flash_attn():
+                return _prove_port_side(run, proof, reference, _expects_attention(run.dst))
     finally:
-        uninstall_flash_attn_shim()
-        if before_shim is not None and before_shim.installed:
-            install_flash_attn_shim(before_shim.backend, version=before_shim.version,
-                                    force=bool(before_shim._replaced))
         for key in [k for k in sys.modules if k not in before_modules]:
             module = sys.modules[key]
             path = getattr(module, "__file__", None)
@@ -175,20 +175,20 @@ def _prove_in(run: _Run) -> PortProof:
 def _reference(run: _Run, proof: PortProof) -> _Reference:
     """The original tree under the shim: its model, outputs and flash-attn calls per case."""
     run.on_phase(IMPORT_ORIGINAL)
-    original = tiny.load_tree(run.src, "original", run.only)
+    original = port_model.load_tree(run.src, "original", run.only)
     run.on_phase(RUN_ORIGINAL)
-    choice = tiny.pick_model(original)
+    choice = port_model.pick_model(original)
     cls = getattr(next(m for m in original if m.__name__.endswith("." + choice.module)),
                   choice.class_name)
-    base = tiny.read_config_json(run.src)
+    base = port_model.read_config_json(run.src)
     kwargs = dict(run.overrides or {})
     try:
-        kwargs = tiny.tiny_config_kwargs(cls.config_class, run.dtype, base, run.overrides)
-        model = tiny.build(original, choice, copy.deepcopy(kwargs), run.dtype, run.device, run.seed)
+        kwargs = port_model.tiny_config_kwargs(cls.config_class, run.dtype, base, run.overrides)
+        model = port_model.build(original, choice, copy.deepcopy(kwargs), run.dtype, run.device, run.seed)
     except Exception as exc:  # the model code's own: it said which field it missed
         raise _BuildFailure(kwargs) from exc
     proof.model_class, proof.model_kind, proof.config = choice.class_name, choice.kind, dict(kwargs)
-    cases = tiny.batches(choice, model.config, run.device, run.seed)
+    cases = port_model.batches(choice, model.config, run.device, run.seed)
     shim_api = getattr(sys.modules["flash_attn"], "__hyport_api__", None)
     proof.reference = "the original code, its flash path on hyport's flash_attn shim (SDPA)"
     calls: list[Optional[int]] = []
@@ -204,14 +204,14 @@ def _reference(run: _Run, proof: PortProof) -> _Reference:
                                "not run on this host (no call reached the flash_attn shim)")
     except AssertionError as exc:
         where = _where(exc, run.roots)
-        model = tiny.build(original, choice, copy.deepcopy(tiny.without_flash(kwargs)),
-                           run.dtype, run.device, run.seed)
+        model = port_model.build(original, choice, copy.deepcopy(port_model.without_flash(kwargs)),
+                                 run.dtype, run.device, run.seed)
         proof.reference = (f"the original code's own non-flash path: its flash path stops "
                            f"on this host at {where or 'an assert'}")
         expected = [_forward(model, batch) for batch in cases]
         calls = [None] * len(cases)
     greedy = [_greedy(model, batch.inputs["input_ids"][i:i + 1])
-              for batch in cases[:1] if choice.kind == tiny.LM for i in range(2)]
+              for batch in cases[:1] if choice.kind == port_model.LM for i in range(2)]
     return _Reference(choice, kwargs, model, cases, expected, calls, greedy)
 
 
@@ -219,12 +219,12 @@ def _prove_port_side(run: _Run, proof: PortProof, ref: _Reference, expects_atten
     """The ported tree's half of the proof, run with flash_attn unimportable."""
     run.on_phase(IMPORT_PORTED)
     try:
-        ported = tiny.load_tree(run.dst, "ported", run.only)
+        ported = port_model.load_tree(run.dst, "ported", run.only)
     except ImportError as exc:
         left = " (an import the port left: flash_attn is not importable here)" \
             if "flash_attn" in str(exc) and GENERATED_MODULE not in str(exc) else ""
         raise _ProofFailure(f"the ported code does not import: {exc}{left}") from exc
-    generated_by_path = tiny.generated_modules(run.dst, ported)
+    generated_by_path = port_model.generated_modules(run.dst, ported)
     run.on_phase(RUN_PORTED)
     generated = list(generated_by_path.values())
     if expects_attention and not generated:
@@ -239,39 +239,36 @@ def _prove_port_side(run: _Run, proof: PortProof, ref: _Reference, expects_atten
         return sum(module.CALLS["npu"] for module in generated)
 
     dtype = run.dtype
-    model = tiny.build(ported, ref.choice, copy.deepcopy(ref.kwargs), dtype, run.device, run.seed)
+    model = port_model.build(ported, ref.choice, copy.deepcopy(ref.kwargs), dtype, run.device, run.seed)
     model.load_state_dict(ref.model.state_dict())
     for batch, expected, want_calls in zip(ref.cases, ref.expected, ref.calls):
         before = npu_calls()
         try:
             out = _forward(model, batch)
         except Exception as exc:  # the case fails, the proof goes on to the next one
-            proof.cases.append(ProofCase(batch.name, batch.kind, "FAIL",
+            proof.cases.append(ProofCase(batch.name, batch.kind, FAIL,
                                          detail=f"{type(exc).__name__}: {exc} "
                                                 f"{_where(exc, run.roots)}".strip()))
             continue
         calls = npu_calls() - before
-        max_abs, bound, cosine, finite = compare_outputs(expected, out, dtype, batch.valid)
+        outputs = compare(OUTPUTS, expected, out, proof.dtype, batch.valid)
+        least_cosine = TOLERANCE[proof.dtype][COSINE]
         problems = []
-        if not finite:
+        if not outputs.finite:
             problems.append("non-finite output (port or reference)")
-        elif not max_abs <= bound:
-            problems.append(f"max|diff| {max_abs:.3g} > {bound:.3g}")
-        if finite and not cosine >= COSINE_MIN[dtype]:
-            problems.append(f"cosine {cosine:.6f} < {COSINE_MIN[dtype]}")
+        elif not outputs.max_abs <= outputs.bound:
+            problems.append(f"max|diff| {outputs.max_abs:.3g} > {outputs.bound:.3g}")
+        if outputs.finite and not outputs.cosine >= least_cosine:
+            problems.append(f"cosine {outputs.cosine:.6f} < {least_cosine}")
         if expects_attention and calls == 0:
             problems.append("no NPU attention call: the forward never reached the port")
         elif want_calls is not None and calls != want_calls:
             problems.append(f"{calls} NPU attention call(s) where the original made {want_calls} "
                             "flash-attn call(s): part of the model bypasses the port")
-        proof.cases.append(ProofCase(batch.name, batch.kind, "FAIL" if problems else "PASS",
-                                     max_abs, bound, cosine, calls, None, "; ".join(problems)))
+        proof.cases.append(ProofCase(batch.name, batch.kind, FAIL if problems else PASS, outputs.max_abs,
+                                     outputs.bound, outputs.cosine, calls, None, "; ".join(problems)))
     for where, module in generated_by_path.items():
-        check = check_functions(module)
-        proof.cases.append(ProofCase(
-            FUNCTIONS + (f" of {where}" if len(generated) > 1 else ""), "grid",
-            "FAIL" if check.problems else "PASS", check.max_abs, check.bound, None,
-            check.npu_calls, None, "; ".join(check.problems[:3])))
+        proof.cases.append(check_functions(module, FUNCTIONS + (f" of {where}" if len(generated) > 1 else "")))
     if ref.greedy:
         ids = ref.cases[0].inputs["input_ids"]
         for i, want in enumerate(ref.greedy):
@@ -281,13 +278,13 @@ def _prove_port_side(run: _Run, proof: PortProof, ref: _Reference, expects_atten
             same = got == want
             reached = calls > 0 or not expects_attention
             proof.cases.append(ProofCase(
-                f"greedy, prompt {i + 1}", "greedy", "PASS" if same and reached else "FAIL",
+                f"greedy, prompt {i + 1}", "greedy", PASS if same and reached else FAIL,
                 npu_calls=calls, tokens_match=same,
                 detail="" if same else f"tokens {got} != reference {want}"))
     if not expects_attention:
         proof.notes.append("the code imports no flash-attn: the model is compared, no NPU "
                            "attention call is expected")
-    proof.verdict = "PASS" if proof.cases and all(c.verdict == "PASS" for c in proof.cases) else "FAIL"
+    proof.verdict = PASS if proof.cases and all(c.verdict == PASS for c in proof.cases) else FAIL
     return proof
 
 
@@ -331,20 +328,20 @@ def prove_port(src: str | Path, dst: str | Path, *, dtype: str = "auto", seed: i
         if why:
             proof = _prove_in(replace(run, dtype=torch.bfloat16))
             proof.notes.append(f"{why}: proved in bfloat16")
-    except tiny.NoModelClass as exc:  # nothing to build: no proof, which is not a failed one
-        return PortProof(verdict="WARN", error=f"no proof: {exc}", device=str(torch_device))
+    except port_model.NoModelClass as exc:  # nothing to build: no proof, which is not a failed one
+        return PortProof(verdict=WARN, error=f"no proof: {exc}", device=str(torch_device))
     except _ProofFailure as exc:
-        return PortProof(verdict="FAIL", error=str(exc), device=str(torch_device))
+        return PortProof(verdict=FAIL, error=str(exc), device=str(torch_device))
     except _BuildFailure as failure:
         cause, where = failure.__cause__, _where(failure.__cause__, run.roots)
         frame = _frame(cause, run.roots)
-        fix = proof_hint.config_fix(cause, frame[3] if frame else "", failure.config)
+        fix = config_fix(cause, frame[3] if frame else "", failure.config)
         error = f"{type(cause).__name__}: {cause}" + (f" at {where}" if where else "")
-        hint = proof_hint.build_failure(error, config_setting, fix, run.overrides or {})
-        return PortProof(verdict="FAIL", error=hint, device=str(torch_device))
+        hint = build_failure(error, config_setting, fix, run.overrides or {})
+        return PortProof(verdict=FAIL, error=hint, device=str(torch_device))
     except Exception as exc:  # the model code itself failed to build or run: a FAIL with why
         where = _where(exc, run.roots)
-        return PortProof(verdict="FAIL", error=f"{type(exc).__name__}: {exc}"
+        return PortProof(verdict=FAIL, error=f"{type(exc).__name__}: {exc}"
                                                + (f" at {where}" if where else ""), device=str(torch_device))
     return proof
 
@@ -359,3 +356,68 @@ def prove_in_child(spec: dict) -> dict:
                        on_phase=lambda phase: atomic_write_text(spec["phase"], phase),
                        config_setting=spec["config_setting"])
     return proof.to_dict()
+
+
+def check_functions(generated, name: str) -> ProofCase:
+    """The case ``name``: the generated module's functions against :class:`FlashAttnAPI`
+    (SDPA), on the NPU path, in float32: GQA, windows, fewer or more queries than keys,
+    varlen with different lengths, flash-attn 1.x's top-left causal, dropout reaching the
+    kernel as ``keep_prob``."""
+    reference = FlashAttnAPI("sdpa")
+    generator = torch.Generator().manual_seed(0)
+
+    def rand(*shape):
+        return torch.randn(*shape, generator=generator)
+
+    q, k, v = rand(2, 7, 4, 32), rand(2, 5, 2, 32), rand(2, 5, 2, 32)
+    tq, tk, tv = rand(9, 4, 32), rand(12, 2, 32), rand(12, 2, 32)
+    cu_q = torch.tensor([0, 4, 9], dtype=torch.int32)
+    cu_k = torch.tensor([0, 7, 12], dtype=torch.int32)
+    calls: list = []
+    for causal, window in ((False, (-1, -1)), (True, (-1, -1)), (False, (3, 1)), (True, (2, -1))):
+        calls.append(("flash_attn_func", (q, k, v), {"causal": causal, "window_size": window}))
+        calls.append(("flash_attn_func", (k.repeat(1, 1, 2, 1), q, q), {"causal": causal,
+                                                                         "window_size": window}))
+        calls.append(("flash_attn_varlen_func", (tq, tk, tv, cu_q, cu_k, 5, 7),
+                      {"causal": causal, "window_size": window}))
+    calls.append(("flash_attn_varlen_func", (tq, tk, tv, cu_q, cu_k, 5, 7),
+                  {"softmax_scale": 0.3, "causal": True}))
+    calls.append(("flash_attn_unpadded_func", (tq, tk, tv, cu_q, cu_k, 5, 7, 0.0), {"causal": True}))
+    worst, bound, before, problems = 0.0, 0.0, generated.CALLS["npu"], []
+    problems += _dropout_problems(generated, q, k, v, tq, tk, tv, cu_q, cu_k)
+    for function, args, kwargs in calls:
+        try:
+            out = getattr(generated, function)(*args, **kwargs)
+        except Exception as exc:  # a broken mapping: the case fails, naming the call
+            problems.append(f"{function}({kwargs}): {type(exc).__name__}: {exc}")
+            continue
+        outputs = compare(OUTPUTS, getattr(reference, function)(*args, **kwargs), out)
+        worst, bound = max(worst, outputs.max_abs), max(bound, outputs.bound)
+        if not outputs.finite or not outputs.max_abs <= outputs.bound:
+            problems.append(f"{function}({kwargs}): max|diff| {outputs.max_abs:.3g} > {outputs.bound:.3g}")
+    return ProofCase(name, "grid", FAIL if problems else PASS, worst, bound, None, generated.CALLS["npu"] - before,
+                     None, "; ".join(problems[:3]))
+
+
+def _dropout_problems(generated, q, k, v, tq, tk, tv, cu_q, cu_k) -> list[str]:
+    """``dropout_p`` must reach the kernel as ``keep_prob = 1 - dropout_p`` (the output is
+    random, the argument is not: it is recorded on its way to the kernel)."""
+    previous = generated.npu_fusion_attention
+    inner = previous if previous is not None else import_torch_npu()[0].npu_fusion_attention
+    seen = []
+
+    def recording(*args, **kwargs):
+        seen.append(kwargs.get("keep_prob"))
+        return inner(*args, **kwargs)
+
+    generated.npu_fusion_attention = recording
+    try:
+        generated.flash_attn_func(q, k, v, dropout_p=0.25)
+        generated.flash_attn_varlen_func(tq, tk, tv, cu_q, cu_k, 5, 7, dropout_p=0.25)
+    except Exception as exc:  # a broken mapping: named in the grid's case
+        return [f"dropout: {type(exc).__name__}: {exc}"]
+    finally:
+        generated.npu_fusion_attention = previous
+    if seen != [0.75, 0.75]:
+        return [f"dropout_p=0.25 reached the kernel as keep_prob={seen} (expected 0.75)"]
+    return []

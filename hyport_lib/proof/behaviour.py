@@ -6,8 +6,8 @@ original. On random weights (the embedded tiny model) the logits are nearly flat
 greedy token flips on a rounding difference and a perplexity is the vocabulary size, so
 the comparison would mean nothing and is not made; the record says why.
 
-Two pairs are compared, each model against eager attention in its own dtype (so that a
-difference is the swap's, not the dtype's):
+Two pairs are compared, each one model loaded once and run with eager attention, then
+switched to the swap, in its own dtype (so that a difference is the swap's, not the dtype's):
 
 * the swap as the model check runs it (float32 on a CPU: hyport's emulation of
   ``npu_fusion_attention``);
@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Callable, Optional, Sequence
+from typing import Optional
 
 import torch
 
@@ -37,6 +37,8 @@ NEW_TOKENS = 32
 PERPLEXITY_TEXT = ("The Eiffel Tower is a wrought-iron lattice tower in Paris, France. It was "
                    "built for the 1889 World's Fair and is one of the most visited monuments "
                    "in the world.")
+
+
 @dataclass
 class PairResult:
     """One swapped model against eager in the same dtype."""
@@ -77,43 +79,47 @@ class Behaviour:
         return "behaviour: " + "; ".join(said)
 
 
-def compare_behaviour(model_path: str, eager, swapped, loaded, swapped_label: str,
-                      load_pair: Callable[[str], tuple], dtype: str, bf16_label: str,
-                      new_tokens: int = NEW_TOKENS, prompts: Sequence[str] = PROMPTS) -> Behaviour:
-    """Greedy answers and perplexity of ``swapped`` (the model check's, in ``dtype``) and of
-    a bf16 pair (``load_pair("bfloat16")``; ``bf16_label`` says which kernel) against eager."""
+@dataclass
+class Reference:
+    """Eager's greedy answers (token ids) and perplexity in one dtype: what the swap in that
+    dtype is compared with."""
+
+    answers: list[list[int]]
+    perplexity: float
+
+
+def eager_behaviour(model_path: str, eager, loaded) -> tuple[Behaviour, Optional[Reference]]:
+    """Eager's half of the comparison, and its reference for the swap's half (None when
+    the weights make the comparison meaningless: the behaviour then says why)."""
     reason = random_weights_reason(model_path)
     if reason:
-        return Behaviour(False, reason)
-    encoded = [_encode(loaded, text, eager.device) for text in prompts]
-    eager_answers, top1 = zip(*(greedy(eager, inputs, new_tokens) for inputs in encoded))
-    mean_top1 = sum(top1) / len(top1)
-    decode = loaded.tokenizer.decode
+        return Behaviour(False, reason), None
+    reference, mean_top1 = eager_reference(eager, loaded)
     reason = random_weights_reason(model_path, mean_top1)
     if reason:
-        return Behaviour(False, reason, prompts=list(prompts), top1_probability=mean_top1)
-    result = Behaviour(True, prompts=list(prompts), new_tokens=new_tokens, top1_probability=mean_top1,
-                       eager_answers=[decode(a, skip_special_tokens=True) for a in eager_answers])
-    result.pairs.append(_pair(swapped_label, dtype, eager, swapped, eager_answers, encoded, loaded, new_tokens))
-    if dtype != "bfloat16":
-        eager16, emulated16 = load_pair("bfloat16")
-        encoded16 = [_encode(loaded, text, eager16.device) for text in prompts]
-        answers16 = [greedy(eager16, inputs, new_tokens)[0] for inputs in encoded16]
-        result.pairs.append(_pair(bf16_label, "bfloat16", eager16, emulated16, answers16,
-                                  encoded16, loaded, new_tokens))
-    return result
+        return Behaviour(False, reason, prompts=list(PROMPTS), top1_probability=mean_top1), None
+    decode = loaded.tokenizer.decode
+    return Behaviour(True, prompts=list(PROMPTS), new_tokens=NEW_TOKENS, top1_probability=mean_top1,
+                     eager_answers=[decode(a, skip_special_tokens=True) for a in reference.answers]), reference
 
 
-def _pair(label, dtype, eager, swapped, eager_answers, encoded, loaded, new_tokens) -> PairResult:
-    answers = [greedy(swapped, inputs, new_tokens)[0] for inputs in encoded]
-    pair = PairResult(label, dtype, identical=all(a == b for a, b in zip(eager_answers, answers)),
-                      answers=[loaded.tokenizer.decode(a, skip_special_tokens=True) for a in answers],
-                      perplexity=perplexity(swapped, loaded), eager_perplexity=perplexity(eager, loaded))
-    for index, (ours, theirs) in enumerate(zip(eager_answers, answers)):
+def eager_reference(eager, loaded) -> tuple[Reference, float]:
+    """Eager's :class:`Reference`, and the mean probability of the tokens it chose."""
+    answers, top1 = zip(*(greedy(eager, _encode(loaded, text, eager.device), NEW_TOKENS) for text in PROMPTS))
+    return Reference(list(answers), perplexity(eager, loaded)), sum(top1) / len(top1)
+
+
+def swapped_pair(label: str, dtype: str, swapped, loaded, reference: Reference) -> PairResult:
+    """The swap's answers and perplexity against eager's ``reference`` in the same ``dtype``."""
+    answers = [greedy(swapped, _encode(loaded, text, swapped.device), NEW_TOKENS)[0] for text in PROMPTS]
+    token = loaded.tokenizer.decode
+    pair = PairResult(label, dtype, identical=all(a == b for a, b in zip(reference.answers, answers)),
+                      answers=[token(a, skip_special_tokens=True) for a in answers],
+                      perplexity=perplexity(swapped, loaded), eager_perplexity=reference.perplexity)
+    for index, (ours, theirs) in enumerate(zip(reference.answers, answers)):
         at = next((i for i, (a, b) in enumerate(zip(ours, theirs)) if a != b),
                   None if len(ours) == len(theirs) else min(len(ours), len(theirs)))
         if at is not None:
-            token = loaded.tokenizer.decode
             pair.first_difference = {
                 "prompt": index, "token": at,
                 "eager": token(ours[at:at + 1]) if at < len(ours) else "(end)",

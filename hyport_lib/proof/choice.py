@@ -1,0 +1,125 @@
+"""Which attention the workers of stage 03 (the grid) and 04 (training) run, decided before
+any worker starts. A swap first proves itself (:func:`~hyport_lib.proof.swap.prove_swap`)
+on batches the stage makes as its workers will; one that does not pass keeps eager, and the
+plan says why, or refuses packing (which needs hyport's attention to keep packed samples
+apart): never workers running an attention that computes something else, nor a launch that
+dies at step 1.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Mapping, Optional, Sequence
+
+from hyport_lib.models.preflight import check_attn_implementation
+from hyport_lib.models.tiny import resolve_model_path
+from hyport_lib.npu_attention.names import BACKEND_OF_NAME, NAME_OF_BACKEND, backend_of, check_runs_on
+from hyport_lib.params import AUTO_ATTENTION
+from hyport_lib.proof.swap import DECODE_STEPS, AttentionProof, prove_swap
+from hyport_lib.utils.printable import first_line
+from hyport_lib.utils.redact import scrub_text
+
+#: What a model the swap refuses gets in training (stage 02 says it beside its refusal).
+KEPT_ON_EAGER = ("training keeps this model on eager attention, so packing (which needs the "
+                 "swap) is refused for it")
+
+#: What a proof runs: ``(what the batch is, the batch, each packed row's samples collated
+#: alone or None)``; the first batch's words are never said.
+ProofBatch = tuple[str, Mapping, Optional[list]]
+
+
+@dataclass(frozen=True)
+class Runner:
+    """Who runs the chosen attention: what ``auto`` runs on each device kind (eager where
+    absent), how many cached decoding steps its proof compares, and how its notes read."""
+
+    auto: Mapping[str, str]
+    decode_steps: int
+    who: str  # "the grid", "the run"
+    passed: str  # the note of a proof that passed: ``{name}``, ``{said}``
+    not_used: str  # the note of a swap not used, before "; {who} keeps eager attention"
+
+
+GRID = Runner(auto={"npu": NAME_OF_BACKEND["npu"]}, decode_steps=DECODE_STEPS, who="the grid",
+              passed="{name}: {said}", not_used="{name} not used: {said}")
+TRAINING = Runner(auto={}, decode_steps=0, who="the run", passed="{said}",
+                  not_used="attn_implementation={name!r} not used: {said}")
+
+
+@dataclass
+class AttentionChoice:
+    """The workers' ``attn_implementation`` and FlashAttnAPI ``backend``, the proof behind
+    them (None when no swap was asked for) and the plan's note ("" when there is nothing
+    to say)."""
+
+    asked: str
+    attn_implementation: str
+    backend: str
+    proof: Optional[AttentionProof] = None
+    note: str = ""
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)  # the proof too, as AttentionProof.to_dict gives it
+
+
+class SwapRefused(ValueError):
+    """Packing needs hyport's attention, and on this model it did not prove itself."""
+
+
+def choose_attention(asked: str, device_kind: str, runner: Runner, model_path: str,
+                     batches: Callable[[str], Sequence[ProofBatch]], *, packing: bool = False,
+                     trust_remote_code: bool = False, seed: int = 0) -> AttentionChoice:
+    """The workers' attention for ``asked`` on ``device_kind``; ``batches(model folder)``
+    makes what the swap is proven on, only when one is wanted. A hub id is never proven
+    (eager). Raises ValueError for a name no worker could load or this device cannot run,
+    :class:`SwapRefused` when ``packing`` and the swap does not prove itself."""
+    default = "npu" if device_kind == "npu" else "sdpa"
+    if packing:
+        name = NAME_OF_BACKEND[default]
+    elif asked == AUTO_ATTENTION:
+        name = runner.auto.get(device_kind)
+        if name is None:
+            return AttentionChoice(asked, "eager", default)
+    else:
+        check_attn_implementation(asked)
+        if asked not in BACKEND_OF_NAME:
+            return AttentionChoice(asked, asked, default)
+        check_runs_on(asked, device_kind)
+        name = asked
+    backend = backend_of(name)
+
+    def keep_eager(said: str, proof: Optional[AttentionProof] = None) -> AttentionChoice:
+        if packing:
+            raise SwapRefused(f"packing=True needs hyport's attention, which does not compute this model's "
+                              f"attention exactly: {said}; train with packing=False and "
+                              f"attn_implementation='eager'")
+        note = runner.not_used.format(name=name, said=said) + f"; {runner.who} keeps eager attention"
+        return AttentionChoice(asked, "eager", backend, proof, note)
+
+    # A swap proves itself on the model's folder ("tiny" is built for it, into hyport's cache).
+    folder = resolve_model_path(model_path)
+    if not Path(folder).is_dir():
+        return keep_eager(f"model_path is not a local folder, so the swap cannot be proven before {runner.who}")
+    try:
+        proofs = []
+        for label, batch, samples in batches(folder):
+            # The plan never touches a card: on an NPU host the proof runs hyport's CPU
+            # emulation of npu_fusion_attention, the mapping the fused kernel gets.
+            proof = prove_swap(folder, batch, backend="sdpa" if backend == "sdpa" else "npu-emulated",
+                               trust_remote_code=trust_remote_code, seed=seed, samples=samples,
+                               decode_steps=runner.decode_steps)
+            proofs.append((label, proof))
+            if not proof.passed:
+                break
+    except Exception as exc:  # noqa: BLE001 — the model's processor or config: said, and eager kept
+        if packing:
+            raise
+        return keep_eager(scrub_text(f"its proof could not run ({type(exc).__name__}: {first_line(exc)})")[:400])
+    proof = next((p for _, p in proofs if not p.passed), proofs[0][1])
+    proof.also = [p.line() for _, p in proofs if p is not proof]
+    said = "; ".join(p.line() if i == 0 else f"and on {label}: {p.line()}" for i, (label, p) in enumerate(proofs))
+    if proof.passed:
+        return AttentionChoice(asked, name, backend, proof, runner.passed.format(name=name, said=said))
+    return keep_eager(said, proof)

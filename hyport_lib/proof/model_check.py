@@ -1,0 +1,359 @@
+"""Stage 02's model check: the user's checkpoint, loaded once, run with eager attention and
+then switched to hyport's (:func:`~hyport_lib.proof.swap.switch_attention`).
+
+It runs a left-padded batch (an image + text sample next to a text-only one) and the packed
+row training sees; logits are compared on real tokens (:mod:`.tolerance`), greedy generation
+must give the same tokens, and on real weights so must greedy answers (:mod:`.behaviour`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from types import SimpleNamespace
+from dataclasses import asdict, dataclass
+from typing import Optional
+
+import torch
+
+from hyport_lib.models.generation import load_model
+from hyport_lib.models.generation_config import InferenceConfig
+from hyport_lib.models.prompts import Prompt, encode_prompts, needs_image
+from hyport_lib.models.sample_image import sample_image
+from hyport_lib.models.training_inputs import packed_positions, rope_positions_function
+from hyport_lib.npu_attention import hf_integration
+from hyport_lib.npu_attention.hf_integration import sdpa_refusal
+from hyport_lib.npu_attention.shim import DEFAULT_VERSION, callers_shim_kept, install_flash_attn_shim
+from hyport_lib.port.generated.flash_attn_ascend import FlashAttnUnsupported
+from hyport_lib.proof.behaviour import Behaviour, eager_behaviour, eager_reference, swapped_pair
+from hyport_lib.proof.choice import KEPT_ON_EAGER
+from hyport_lib.proof.swap import switch_attention
+from hyport_lib.proof.tolerance import LOGITS, TOLERANCE, TOP1, compare
+from hyport_lib.results import FAIL, PASS, REFUSED, SKIP, WARN
+
+#: The longest packed row the check runs (a window longer than this is said, not exercised).
+PACKED_ROW_LIMIT = 1024
+PACKED_TEXT = ("The robot looks at the scene, plans the next step and moves its hand to the handle. "
+               "Attention uses queries, keys and values; the mask keeps the model from seeing the future.")
+
+
+@dataclass
+class ModelComparison:
+    """Eager vs swapped attention on one model (logits and greedy generation)."""
+
+    model_path: str
+    attn_implementation: str
+    backend: str
+    dtype: str
+    device: str
+    max_abs_logits: Optional[float] = None
+    top1_agreement: Optional[float] = None
+    kl_divergence: Optional[float] = None  # mean KL(eager || swapped) over real tokens
+    greedy_identical: Optional[bool] = None
+    new_tokens: int = 0
+    positions: int = 0
+    verdict: str = SKIP
+    detail: str = ""
+    source: str = ""
+    swapped_calls: Optional[int] = None  # swapped-attention calls one forward made
+    trust_remote_code: bool = False  # the checkpoint's own model code was loaded
+    model_class: str = ""  # the class that was loaded (a remote one shows its module)
+    model_kind: str = ""  # image-text-to-text or text-only
+    batch: str = ""  # what the compared batch holds (and which image parts do not apply)
+    # The packed row training sees: two samples packed into one row (restarting positions,
+    # cumulative lengths), the first longer than the model's smallest sliding window.
+    packed_tokens: Optional[int] = None
+    packed_max_abs_logits: Optional[float] = None
+    sliding_window: Optional[int] = None
+    packed_detail: str = ""
+    packed_refused: bool = False  # the packed row was refused or raised (said in packed_detail)
+    # Greedy answers and perplexity against eager (proof/behaviour.py); on random
+    # weights it only says why it is not meaningful.
+    behaviour: Optional[Behaviour] = None
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def model_check_dtype(asked: str, kind: str) -> str:
+    """The model check's dtype: ``auto`` is bfloat16 on an NPU (the dtype a run trains and
+    serves in there) and float32 elsewhere (a CPU has no fast bf16, and the emulation's
+    exactness shows best in float32)."""
+    if asked != "auto":
+        return asked
+    return "bfloat16" if kind == "npu" else "float32"
+
+
+def swapped_backend(kind: str) -> tuple[str, str]:
+    """(attention backend, torch device) of the model-level check on a host of ``kind``."""
+    return ("npu", "npu:0") if kind == "npu" else ("npu-emulated", "cpu")
+
+
+def _model_inputs(loaded, device) -> tuple[dict, str]:
+    """A left-padded batch (padding rows are fully masked) through the processor's own
+    conventions: one image + text prompt next to a text-only one, as the reference batch
+    does; two text prompts for a text-only model, two image prompts for a processor that
+    needs an image with each. Returns the inputs and what the batch holds, in words."""
+    texts = ["How do I open a fridge?", "Hi"]
+    if not loaded.traits.multimodal:
+        prompts, held = [Prompt(t) for t in texts], "two text prompts (images not applicable: text-only model)"
+    elif needs_image(loaded):
+        prompts = [Prompt(t, [sample_image()]) for t in texts]
+        held = "two image + text prompts (text-only prompts not applicable: its processor needs an image)"
+    else:
+        prompts, held = [Prompt(texts[0], [sample_image()]), Prompt(texts[1])], "image + text beside text only"
+    inputs = encode_prompts(loaded, prompts)
+    return {k: (v.to(device) if hasattr(v, "to") else v) for k, v in inputs.items()}, held
+
+
+@contextlib.contextmanager
+def _quiet_loading():
+    """No "Loading weights" progress bars in notebook output (restored afterwards)."""
+    from transformers.utils import logging as hf_logging
+
+    was_enabled = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            hf_logging.enable_progress_bar()
+
+
+@contextlib.contextmanager
+def _remote_code_shim(trust_remote_code: bool, backend: str, version: Optional[str]):
+    """With remote code on, the flash_attn shim is in place while the model code is
+    imported and run (as a user porting that model would have it); yields the shim's
+    FlashAttnAPI (None without one: remote code off, or a real flash_attn present).
+
+    transformers keeps remote model modules in ``sys.modules``: one imported under an
+    earlier shim still holds that shim's functions (its call counter, its version's
+    ``unpad_input``). They are dropped first, so the model code imports this shim.
+    """
+    if not trust_remote_code:
+        yield None
+        return
+    with callers_shim_kept():
+        for name in [n for n in sys.modules if n == "transformers_modules" or n.startswith("transformers_modules.")]:
+            del sys.modules[name]
+        shim = install_flash_attn_shim(backend, version=version or DEFAULT_VERSION)
+        yield sys.modules["flash_attn"].__hyport_api__ if shim.installed else None
+
+
+def compare_model(model_path: str = "tiny", backend: str = "npu-emulated",
+                  dtype: str = "float32", device: str = "cpu", max_new_tokens: int = 8,
+                  seed: int = 0, *, trust_remote_code: bool = False,
+                  flash_attn_version: Optional[str] = None) -> ModelComparison:
+    """Load ``model_path`` once, run it with eager attention, switch it to hyport's on
+    ``backend`` and run it again, and compare. With ``trust_remote_code`` the flash_attn
+    shim (serving ``flash_attn_version``'s API) is installed for the checkpoint's own code,
+    and the calls it serves count as swapped."""
+    result = ModelComparison(model_path=model_path, attn_implementation="", backend=backend,
+                             dtype=dtype, device=device, trust_remote_code=trust_remote_code,
+                             source=f"{backend} ({str(device).split(':')[0].upper()})")
+    with _remote_code_shim(trust_remote_code, backend, flash_attn_version) as shim_api:
+        # Looked up at call time: a test swaps the registration for a broken attention.
+        result.attn_implementation = hf_integration.register_hyport_attention(backend=backend)
+        torch.manual_seed(seed)
+        with _quiet_loading():
+            return _compare(result, shim_api, max_new_tokens)
+
+
+def _compare(result: ModelComparison, shim_api, max_new_tokens: int) -> ModelComparison:
+    name, greedy = result.attn_implementation, {"max_new_tokens": max_new_tokens, "do_sample": False}
+
+    def load(dtype: str, attn_implementation: str):
+        return load_model(InferenceConfig(model_path=result.model_path, device=result.device, dtype=dtype,
+                                          trust_remote_code=result.trust_remote_code,
+                                          attn_implementation=attn_implementation))
+
+    model, loaded = load(result.dtype, "eager")
+    result.model_kind = loaded.traits.kind
+    result.model_class = f"{type(model).__module__}.{type(model).__qualname__}"
+    inputs, result.batch = _model_inputs(loaded, model.device)
+    refusal = sdpa_refusal(model)
+    if refusal:
+        result.verdict, result.detail = REFUSED, f"{refusal}; {KEPT_ON_EAGER}"
+        return result
+    real = inputs["attention_mask"].bool()
+    result.sliding_window = smallest_window(model.config)
+    row, result.packed_detail = _packed_row(loaded, result.sliding_window, rope_positions_function(model))
+    with torch.no_grad():
+        eager_logits, eager_tokens = model(**inputs).logits[real], model.generate(**inputs, **greedy).cpu()
+        eager_packed = _eager_packed_row(result, model, row)
+        result.behaviour, reference = _behaviour(lambda: eager_behaviour(result.model_path, model, loaded))
+        model = switch_attention(model, name, lambda: load(result.dtype, name)[0])
+        result.model_class = f"{type(model).__module__}.{type(model).__qualname__}"
+        # Swapped attention reached through transformers (the registered function) or through
+        # remote code importing flash_attn (the shim); None: neither is hyport's.
+        apis = [a for a in (hf_integration.REGISTERED.get(name), shim_api) if a is not None]
+        before = sum(a.calls.total() for a in apis)
+        try:
+            swapped_logits = model(**inputs).logits[real]
+        except FlashAttnUnsupported as exc:  # a refused argument or feature, named by the swap
+            result.verdict, result.detail = REFUSED, f"{exc}; {KEPT_ON_EAGER}"
+            return result
+        result.swapped_calls = sum(a.calls.total() for a in apis) - before if apis else None
+        swapped_tokens = model.generate(**inputs, **greedy).cpu()
+        swapped_packed = None if eager_packed is None else _swapped_packed_row(result, model, row)
+    logits = compare(LOGITS, eager_logits, swapped_logits, result.dtype)
+    result.max_abs_logits, result.top1_agreement, result.kl_divergence = logits.max_abs, logits.top1, logits.kl
+    result.greedy_identical = bool(torch.equal(eager_tokens, swapped_tokens))
+    result.new_tokens = int(eager_tokens.shape[1] - inputs["input_ids"].shape[1])
+    result.positions = int(real.sum())
+    packed = None if swapped_packed is None else compare(LOGITS, eager_packed, swapped_packed, result.dtype)
+    if packed is not None:
+        result.packed_tokens, result.packed_max_abs_logits = int(row["input_ids"].shape[1]), packed.max_abs
+    if reference is not None:
+        result.behaviour, _ = _behaviour(lambda: _swapped_behaviour(result, model, loaded, reference, load))
+    active = str(getattr(model.config, "_attn_implementation", "") or "")
+    result.verdict, result.detail = _model_verdict(result, active, name, logits, packed)
+    if "not applicable" in result.batch:
+        result.detail += f"; compared {result.batch}"
+    return result
+
+
+def _behaviour(run):
+    """``run()``, or a behaviour that says why it is missing: the logits' verdict stands."""
+    try:
+        return run()
+    except Exception as exc:  # noqa: BLE001 — the record says why this part is missing
+        return Behaviour(False, f"not compared: {type(exc).__name__}: {exc}"), None
+
+
+def _swapped_behaviour(result: ModelComparison, model, loaded, reference, load):
+    """The swap's answers against eager's in the check's dtype; then, when that is not
+    bfloat16, a bfloat16 model loaded once, eager then switched to the swap."""
+    name, behaviour = result.attn_implementation, result.behaviour
+    behaviour.pairs.append(swapped_pair(f"{name}, {result.dtype}", result.dtype, model, loaded, reference))
+    if result.dtype != "bfloat16":
+        half, _ = load("bfloat16", "eager")
+        half_reference, _ = eager_reference(half, loaded)
+        half = switch_attention(half, name, lambda: load("bfloat16", name)[0])
+        label = f"{'npu_fusion_attention' if result.backend == 'npu' else 'NPU emulation'}, bfloat16"
+        behaviour.pairs.append(swapped_pair(label, "bfloat16", half, loaded, half_reference))
+    return behaviour, None
+
+
+def smallest_window(config) -> Optional[int]:
+    """The smallest sliding window any attention layer of the model uses (None: none)."""
+    windows = []
+    for sub in [config, *(getattr(config, key, None) for key in ("text_config", "vision_config"))]:
+        window = getattr(sub, "sliding_window", None) if sub is not None else None
+        kinds = getattr(sub, "layer_types", None) if sub is not None else None
+        if isinstance(window, int) and window > 0 and (
+                not isinstance(kinds, (list, tuple)) or any("sliding" in str(k) for k in kinds)
+                or getattr(sub, "use_sliding_window", True)):
+            windows.append(window)
+    return min(windows) if windows else None
+
+
+def _packed_row(loaded, window: Optional[int], rope) -> tuple[Optional[dict], str]:
+    """One packed row as the training collator makes it: a first sample longer than the
+    window (48 tokens without one), a second of 16, positions restarting at the second;
+    None and the reason when the window is longer than this check runs on the CPU."""
+    first = (window + 8) if window else 48
+    if first > PACKED_ROW_LIMIT:
+        return None, (f"sliding window of {window} tokens: a row longer than it ({first} tokens) is "
+                      f"beyond this check's {PACKED_ROW_LIMIT}-token limit, so the window is not "
+                      f"exercised here (training's proof before launch runs the real first batch)")
+    tokenizer = loaded.tokenizer
+    special = set(getattr(tokenizer, "all_special_ids", []) or [])
+    ids = [i for i in tokenizer(PACKED_TEXT, add_special_tokens=False)["input_ids"] if i not in special]
+    if not ids:
+        return None, "the tokenizer gives no ordinary token for the packed row's text"
+    second = 16
+    tokens = (ids * (1 + (first + second) // len(ids)))[:first + second]
+    position_ids = torch.tensor([list(range(first)) + list(range(second))])
+    if rope is not None:  # M-RoPE: each sample's own positions, as the training collator packs them
+        # Text tokens only: every token type is 0 (the function passes on the keys the
+        # model's get_rope_index takes).
+        samples = [SimpleNamespace(rope_positions=rope(part, {"mm_token_type_ids": [0] * len(part),
+                                                              "token_type_ids": [0] * len(part)}, {}))
+                   for part in (tokens[:first], tokens[first:])]
+        position_ids = packed_positions(samples, first + second, loaded.traits.mrope_text_row).unsqueeze(1)
+    cu = torch.tensor([0, first, first + second], dtype=torch.int32)
+    row = {"input_ids": torch.tensor([tokens]), "position_ids": position_ids,
+           "cu_seq_lens_q": cu, "cu_seq_lens_k": cu, "max_length_q": first, "max_length_k": first,
+           "use_cache": False}
+    said = f"a packed row of {first} + {second} tokens"
+    return row, said + (f", the first past the sliding window of {window}" if window else "")
+
+
+def _eager_packed_row(result: ModelComparison, model, row: Optional[dict]) -> Optional[torch.Tensor]:
+    """The packed row's reference: each sample run alone through eager, what packing must
+    equal whatever the model's own mask code makes of packed positions (some M-RoPE models
+    cannot see them); None when there is no row or the model's own code refused it (said)."""
+    if row is None:
+        return None
+    ids = row["input_ids"].to(model.device)
+    first = int(row["cu_seq_lens_q"][1])
+    try:
+        return torch.cat([model(input_ids=part, use_cache=False).logits[0] for part in (ids[:, :first], ids[:, first:])])
+    except Exception as exc:  # noqa: BLE001 — the model's own code refused the row: say so
+        result.packed_detail += f": not compared, eager raised {type(exc).__name__}: {str(exc)[:200]}"
+        return None
+
+
+def _swapped_packed_row(result: ModelComparison, model, row: dict) -> Optional[torch.Tensor]:
+    """The swap on the packed row at once (see :func:`_packed_row`); None when it was refused
+    or raised (said)."""
+    said = result.packed_detail
+    try:
+        return model(**{k: (v.to(model.device) if isinstance(v, torch.Tensor) else v)
+                        for k, v in row.items()}).logits[0]
+    except FlashAttnUnsupported as exc:  # refused by name: the swap cannot serve the row
+        result.packed_detail = f"{said}: the swapped attention refused it: {exc}"
+    except Exception as exc:  # noqa: BLE001 — e.g. a linear-attention layer that cannot keep
+        # packed samples apart: packing this model fails in transformers too. Said, with
+        # the padded batch's comparison kept.
+        result.packed_detail = (f"{said}: not compared, the model raised {type(exc).__name__} on "
+                                f"the packed row: {str(exc)[:200]} (packed training would too)")
+    result.packed_refused = True
+    return None
+
+
+def _model_verdict(result: ModelComparison, active: str, name: str, logits, packed) -> tuple[str, str]:
+    """(verdict, detail): the swap must be active and change no token; logits within
+    tolerance, on the padded batch and on the packed row; NaN or Inf fails."""
+    if result.packed_refused:
+        verdict, detail = _padded_verdict(result, active, name, logits)
+        return (WARN if verdict == PASS else verdict), f"{detail}; {result.packed_detail}"
+    if packed is not None and not packed.passed:
+        return FAIL, (f"{result.packed_detail}: logits differ from eager by {packed.max_abs:.3g} "
+                      f"(> {packed.bound:g} for {result.dtype})" if packed.finite else
+                      f"{result.packed_detail}: non-finite logits (eager or swapped)")
+    verdict, detail = _padded_verdict(result, active, name, logits)
+    if verdict != PASS:
+        return verdict, detail
+    same_dtype = result.behaviour.pairs[0] if result.behaviour and result.behaviour.pairs else None
+    if same_dtype and not same_dtype.identical:
+        diff = same_dtype.first_difference or {}
+        return WARN, (f"{detail}; on real weights the swap's greedy answer differs from eager's at "
+                      f"token {diff.get('token')} of prompt {diff.get('prompt')}")
+    packed_said = (f"; {result.packed_detail}: max |Δ logits| {packed.max_abs:.1e}" if packed is not None
+                   else f"; {result.packed_detail}" if result.packed_detail else "")
+    return PASS, detail + packed_said
+
+
+def _padded_verdict(result: ModelComparison, active: str, name: str, logits) -> tuple[str, str]:
+    floor = TOLERANCE[result.dtype][TOP1]
+    if active != name:
+        return FAIL, f"swapped model reports attn_implementation={active!r}, not {name!r}"
+    if not logits.finite:
+        return FAIL, "non-finite logits (eager or swapped)"
+    if result.swapped_calls == 0:
+        return WARN, ("a forward pass made no call to the swapped attention: the model's code "
+                      "bypasses it (often a flash path guarded by `if q.is_cuda:`, which "
+                      "silently runs the eager path on an NPU; run `hyport scan` on the model "
+                      "code)")
+    if logits.top1 < 1.0 or not result.greedy_identical:
+        if logits.top1 < floor or floor == 1.0:
+            return FAIL, "top-1 or greedy generation differs between eager and swapped attention"
+        # In half precision two kernels round differently, and a near-tie flips: a limit of
+        # the dtype (eager in bf16 flips against eager in fp32 too), not a wrong attention.
+        return WARN, (f"in {result.dtype} the top-1 token differs at {1 - logits.top1:.1%} of "
+                      "positions or a greedy token flipped: near-ties rounded differently")
+    if not logits.passed:
+        return WARN, f"max |Δ logits| above {logits.bound:g} for {result.dtype}"
+    return PASS, f"same top-1 and greedy tokens; max |Δ logits| ≤ {logits.bound:g}"

@@ -1,0 +1,175 @@
+"""The swap proves itself on the user's model before a launch (proof/swap.py): eager and the
+swap on the same weights of the model shrunk from its config; a swap that computes
+something else, raises, or gives a NaN or an Inf anywhere fails; a model that declares it
+cannot take such a kernel is refused; proofs are cached per model, batch and code."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from hyport_lib.npu_attention import hf_integration
+from hyport_lib.proof import swap
+from hyport_lib.proof.swap import prove_swap
+from biased_attention_model import write_biased_model
+
+
+@pytest.fixture(scope="module")
+def biased_model(tmp_path_factory, zoo):
+    return str(write_biased_model(tmp_path_factory.mktemp("biased"), zoo["llama"]))
+
+
+def _text_batch(seed=0, packed=True):
+    generator = torch.Generator().manual_seed(seed)
+    ids = torch.randint(3, 500, (1, 24), generator=generator)
+    labels = ids.clone()
+    labels[0, :3] = -100
+    batch = {"input_ids": ids, "labels": labels}
+    if packed:
+        batch["position_ids"] = torch.tensor([list(range(10)) + list(range(14))])
+        batch["cu_seq_lens_q"] = batch["cu_seq_lens_k"] = torch.tensor([0, 10, 24], dtype=torch.int32)
+    else:
+        batch["attention_mask"] = torch.ones_like(ids)
+    return batch
+
+
+@pytest.fixture
+def proof_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("HYPORT_CACHE", str(tmp_path / "cache"))
+    return tmp_path / "cache" / "attention-proofs"
+
+
+def test_the_proof_passes_a_model_the_swap_serves(zoo, proof_cache):
+    proof = prove_swap(str(zoo["llama"]), _text_batch(), backend="sdpa")
+    assert proof.verdict == "PASS", proof.reason
+    assert proof.packed and proof.swapped_calls == 2  # one call per decoder layer
+    assert proof.max_abs_logits < 1e-5 and abs(proof.loss_eager - proof.loss_swapped) < 1e-6
+    assert proof.grad_parameters > 10 and not proof.grads_only_eager and not proof.grads_only_swapped
+    assert proof.source == "CPU, float32"
+
+
+def test_the_proof_is_cached_per_model_and_batch(zoo, proof_cache):
+    first = prove_swap(str(zoo["llama"]), _text_batch(), backend="sdpa")
+    again = prove_swap(str(zoo["llama"]), _text_batch(), backend="sdpa")
+    other = prove_swap(str(zoo["llama"]), _text_batch(seed=1), backend="sdpa")
+    assert not first.cached and again.cached and not other.cached
+    assert again.max_abs_logits == first.max_abs_logits
+    assert len(list(proof_cache.glob("*.json"))) == 2
+
+
+def test_the_proof_refuses_an_argument_the_model_hands_over(biased_model, proof_cache):
+    proof = prove_swap(biased_model, _text_batch(), backend="sdpa", trust_remote_code=True)
+    assert proof.verdict == "FAIL"
+    assert "UnsupportedAttentionArgument" in proof.reason and "position_bias" in proof.reason
+
+
+@pytest.mark.parametrize("backend", ["sdpa", "npu-emulated"])
+def test_the_proof_catches_a_swap_that_drops_an_argument(biased_model, proof_cache, monkeypatch, backend):
+    """What hyport did before the contract: position_bias dropped. The logits, the loss and
+    the gradients then differ from eager, and the proof fails on them."""
+    monkeypatch.setattr(hf_integration, "PASSED_THROUGH_ARGUMENTS",
+                        hf_integration.PASSED_THROUGH_ARGUMENTS | {"position_bias"})
+    proof = prove_swap(biased_model, _text_batch(), backend=backend, trust_remote_code=True, use_cache=False)
+    assert proof.verdict == "FAIL"
+    assert proof.max_abs_logits > 1e-2 and "logits differ from eager" in proof.reason
+    assert "gradients differ" in proof.reason
+
+
+def test_a_model_that_declares_no_sdpa_is_refused_before_running(zoo, proof_cache, monkeypatch):
+    """A pretrained class of the model (here Llama's, as Gemma2's and GPT-OSS's do) says
+    it cannot take an SDPA-like kernel: refused without running either attention."""
+    from transformers.models.llama.modeling_llama import LlamaPreTrainedModel
+
+    calls = []
+    monkeypatch.setattr(swap, "_forward_backward", lambda *a, **k: calls.append(a))
+    monkeypatch.setattr(LlamaPreTrainedModel, "_supports_sdpa", False)
+    proof = prove_swap(str(zoo["llama"]), _text_batch(), backend="sdpa", use_cache=False)
+    assert proof.verdict == "REFUSED" and "LlamaForCausalLM declares _supports_sdpa = False" in proof.reason
+    assert not calls
+
+
+def test_a_padded_batch_of_several_rows_compares_the_real_tokens_of_each(zoo, proof_cache):
+    batch = _text_batch(packed=False)
+    batch = {k: torch.cat([v, v]) for k, v in batch.items()}
+    batch["attention_mask"][1, 20:] = 0  # the second row right-padded, as the collator pads
+    batch["labels"][1, 20:] = -100
+    proof = prove_swap(str(zoo["llama"]), batch, backend="sdpa")
+    assert proof.verdict == "PASS" and not proof.packed, proof.reason
+    assert proof.batch == "padded batch (2, 24)"
+
+
+def test_the_cache_follows_the_models_own_code(biased_model, proof_cache, tmp_path):
+    """A remote-code model whose modeling file changed is proven again, not served the old
+    verdict."""
+    import shutil
+
+    folder = tmp_path / "model"
+    shutil.copytree(biased_model, folder)
+    modeling = folder / "modeling_biased.py"
+    source = modeling.read_text()
+    # revision 1: no bias at all (neither attention gets one): the swap serves it
+    modeling.write_text(source.replace("position_bias=bias, **kwargs)", "**kwargs)"))
+    first = prove_swap(str(folder), _text_batch(), backend="sdpa", trust_remote_code=True)
+    assert first.verdict == "PASS", first.reason
+    modeling.write_text(source)  # revision 2: the bias handed over, so refused by name
+    second = prove_swap(str(folder), _text_batch(), backend="sdpa", trust_remote_code=True)
+    assert not second.cached and second.verdict == "FAIL" and "position_bias" in second.reason
+
+
+def test_a_model_whose_shrunk_config_cannot_run_fails_the_proof_in_one_line(zoo, proof_cache, monkeypatch):
+    def broken(*args, **kwargs):
+        raise ValueError("The set of layer types producing a cache is different\nsecond line")
+
+    monkeypatch.setattr(swap, "_build", broken)
+    proof = prove_swap(str(zoo["llama"]), _text_batch(), backend="sdpa", use_cache=False)
+    assert proof.verdict == "FAIL"
+    assert proof.reason == ("the proof could not run: eager on the model shrunk from its config raised "
+                            "ValueError: The set of layer types producing a cache is different")
+
+
+def _swapped_run_altered(monkeypatch, alter):
+    """``_forward_backward`` with ``alter(logits, loss, grads)`` applied to the swap's run (the
+    second); returns the list of runs made."""
+    real, runs = swap._forward_backward, []
+
+    def altered(*args, **kwargs):
+        logits, loss, grads, lengths = real(*args, **kwargs)
+        runs.append(len(runs))
+        if len(runs) == 2:
+            logits, loss, grads = alter(logits, loss, grads)
+        return logits, loss, grads, lengths
+
+    monkeypatch.setattr(swap, "_forward_backward", altered)
+    return runs
+
+
+def test_a_nan_in_one_gradient_of_the_swap_fails_the_proof(zoo, proof_cache, monkeypatch):
+    """``max_rel_grad > tolerance`` is False for a NaN: the proof used to pass it."""
+
+    def nan_in_one_gradient(logits, loss, grads):
+        grads[sorted(grads)[0]].view(-1)[0] = float("nan")
+        return logits, loss, grads
+
+    runs = _swapped_run_altered(monkeypatch, nan_in_one_gradient)
+    proof = prove_swap(str(zoo["llama"]), _text_batch(), backend="sdpa", use_cache=False)
+    assert runs == [0, 1]
+    assert proof.verdict == "FAIL" and proof.reason == "non-finite gradients (eager or swapped)"
+    assert proof.max_abs_logits < 1e-5  # the logits and the loss alone would have passed
+
+
+def test_nan_logits_of_the_swap_fail_the_proof(zoo, proof_cache, monkeypatch):
+    def nan_logits(logits, loss, grads):
+        logits[0][0, 0] = float("nan")
+        return logits, loss, grads
+
+    runs = _swapped_run_altered(monkeypatch, nan_logits)
+    proof = prove_swap(str(zoo["llama"]), _text_batch(), backend="sdpa", use_cache=False)
+    assert runs == [0, 1]
+    assert proof.verdict == "FAIL" and "non-finite logits (eager or swapped)" in proof.reason
+
+
+def test_an_inf_loss_of_the_swap_fails_the_proof(zoo, proof_cache, monkeypatch):
+    runs = _swapped_run_altered(monkeypatch, lambda logits, loss, grads: (logits, float("inf"), grads))
+    proof = prove_swap(str(zoo["llama"]), _text_batch(), backend="sdpa", use_cache=False)
+    assert runs == [0, 1]
+    assert proof.verdict == "FAIL" and "a non-finite loss (eager " in proof.reason and "swapped inf" in proof.reason
