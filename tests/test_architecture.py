@@ -1,6 +1,6 @@
 """The house rules of the code base, checked: one shape per stage, imports that point
-down the layers with no circle and none hidden in a function, modules of a readable
-length, one device seam, no document cited outside the repository.
+down the layers with no circle and none hidden in a function, one device
+seam, no document cited outside the repository.
 
 Layers (imports only point down; a module of no layer fails
 :func:`test_every_module_has_a_layer`):
@@ -11,11 +11,6 @@ Layers (imports only point down; a module of no layer fails
   (:func:`hyport_lib.stages.discover_stages`); a stage never imports another;
 * runtime: :data:`RUNTIME`;
 * utilities: :data:`UTILITIES`.
-
-Module length: a module over :data:`LONG_MODULE_LINES` lines is named in pytest's
-warnings summary (split it by concern), not failed. Phrase tables are exempt: modules
-named ``*_text.py`` or ``*phrases.py``, or any module with a line that is exactly
-:data:`PHRASE_TABLE_MARKER` (for a module that is mostly string tables).
 """
 
 from __future__ import annotations
@@ -23,7 +18,6 @@ from __future__ import annotations
 import ast
 import re
 import subprocess
-import warnings
 from pathlib import Path
 
 import pytest
@@ -41,9 +35,6 @@ RUNTIME = ("hyport_lib.backend", "hyport_lib.models", "hyport_lib.npu_attention"
            "hyport_lib.port", "hyport_lib.proof", "hyport_lib.triage")
 UTILITIES = ("hyport_lib.utils", "hyport_lib.results", "hyport_lib.display", "hyport_lib.stages", "hyport_lib.workbook",
              "hyport_lib.params", "hyport_lib.drafting")
-
-LONG_MODULE_LINES = 500
-PHRASE_TABLE_MARKER = "# hyport: phrase table"
 
 
 def _module_name(path: Path, root: Path = REPO) -> str:
@@ -276,46 +267,6 @@ def test_the_layer_check_finds_planted_breaches():
         "hyport_lib.train.stage:3: stage hyport_lib.train.stage imports another stage, "
         "hyport_lib.weights.scan",
         "hyport_lib.utils.files:9: utility hyport_lib.utils.files imports runtime hyport_lib.models.tiny"]
-
-
-# --------------------------------------------------------------------------- module length
-def _long_modules(paths, limit: int = LONG_MODULE_LINES) -> list[tuple[Path, int]]:
-    """``(path, lines)`` of the modules over ``limit`` lines, phrase tables left out."""
-    long = []
-    for path in paths:
-        text = path.read_text(encoding="utf-8")
-        if path.name.endswith(("_text.py", "phrases.py")) or PHRASE_TABLE_MARKER in text.splitlines():
-            continue
-        lines = len(text.splitlines())
-        if lines > limit:
-            long.append((path, lines))
-    return long
-
-
-class LongModuleWarning(UserWarning):
-    """A module over :data:`LONG_MODULE_LINES` lines: worth splitting by concern."""
-
-
-def _warn_long_modules(paths, root: Path = REPO) -> None:
-    for path, lines in _long_modules(paths):
-        warnings.warn(LongModuleWarning(f"{path.relative_to(root)}: {lines} lines (over "
-                                        f"{LONG_MODULE_LINES}); split it by concern"), stacklevel=2)
-
-
-def test_long_modules_are_named_in_the_warnings_summary():
-    _warn_long_modules(MODULES)
-
-
-def test_the_length_check_spares_phrase_tables(tmp_path):
-    body = "x = 1\n" * (LONG_MODULE_LINES + 1)
-    files = {"long.py": body, "short.py": "x = 1\n" * LONG_MODULE_LINES, "blog_text.py": body,
-             "phrases.py": body, "marked.py": f"{PHRASE_TABLE_MARKER}\n{body}"}
-    for name, text in files.items():
-        (tmp_path / name).write_text(text)
-    with pytest.warns(LongModuleWarning) as caught:
-        _warn_long_modules(sorted(tmp_path / name for name in files), tmp_path)
-    assert [str(w.message) for w in caught] == [
-        f"long.py: {LONG_MODULE_LINES + 1} lines (over {LONG_MODULE_LINES}); split it by concern"]
 
 
 def _tracked_text_files():
