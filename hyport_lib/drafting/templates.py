@@ -54,9 +54,10 @@ def translations(search_path: tuple[str, ...], lang: str) -> gettext.NullTransla
     if lang == LANGS[0]:
         return gettext.NullTranslations()
     paths = [path for root in map(Path, search_path)
-             for path in (root / Path(FRAME_TEMPLATE).with_name(f"blog.{lang}.po"), *root.glob(f"*/blog.{lang}.po"))]
+             for path in (root / Path(FRAME_TEMPLATE).with_name(f"blog.{lang}.po"), *sorted(root.glob(f"*/blog.{lang}.po")))
+             if path.is_file()]
     merged, first = Catalog(locale=lang), {}
-    for path in sorted(path for path in paths if path.is_file()):
+    for path in paths:
         with path.open("rb") as handle:
             for message in read_po(handle):
                 if not message.id or not message.string:  # the header; a text not translated yet

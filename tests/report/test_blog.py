@@ -90,18 +90,20 @@ def test_no_english_sentence_in_any_chinese_text():
         assert not found, (where, found)
 
 
-def test_the_catalogues_agree_and_a_language_without_text_is_refused():
-    """One English text has one Chinese in every part of a draft (the catalogues merge),
-    and English is the templates' own."""
-    parts = [catalogue(path) for path in draft_templates().values()]
-    shared = [key for i, first in enumerate(parts) for key in first
-              if any(key in other and other[key] != first[key] for other in parts[i + 1:])]
-    assert not shared, shared
+def test_the_catalogues_merge_and_a_language_without_text_is_refused(tmp_path, monkeypatch):
+    """One English text has one Chinese in every part of a draft: the catalogues merge, and
+    a stage whose catalogue says a shared text otherwise is named. English is the templates' own."""
     said = '{{ _("Prompt") }} {{ pgettext("verdict", "PASS") }}'
     assert environment("zh").from_string(said).render() == "提示 通过"
     assert environment("en").from_string(said).render() == "Prompt PASS"
     with pytest.raises(ValueError, match="lang='fr'"):
         environment("fr")
+    planted = tmp_path / "extra" / "blog.zh.po"
+    planted.parent.mkdir()
+    planted.write_text('msgid "Prompt"\nmsgstr "提问"\n', encoding="utf-8")
+    monkeypatch.setattr(hyport_lib, "__path__", [*hyport_lib.__path__, str(tmp_path)])
+    with pytest.raises(ValueError, match=r"extra/blog\.zh\.po: 'Prompt' is translated otherwise in .*blog\.zh\.po"):
+        environment("zh")
 
 
 def test_the_checkers_can_fail(tmp_path):
