@@ -1,6 +1,6 @@
 """The attention stage's results as tables and the error heatmap in a notebook, and its
 recorded result in the report (:func:`glance`, :func:`blog_values`, :func:`blog_figures`,
-:func:`blog_notes`; the draft section is ``blog.<lang>.md.j2`` beside this module).
+:func:`blog_notes`; the draft section is ``blog.md.j2`` beside this module).
 """
 
 from __future__ import annotations
@@ -356,7 +356,7 @@ def _recorded_heatmap(attention: AttentionRecord):
 
 
 def blog_values(record: dict) -> dict:
-    """What the draft's section (``blog.<lang>.md.j2``) derives from the record: the scan's
+    """What the draft's section (``blog.md.j2``) derives from the record: the scan's
     hits by kind (one line per source line, each suggestion once), the pins whose API the
     drop-in did not serve, the worst error over its bound, one row per implementation,
     the port's changes by kind and the behaviour's answers."""

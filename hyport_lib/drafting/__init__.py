@@ -21,16 +21,20 @@ An exception in a function is shown in place of its output; it never stops the r
 * ``blog_notes(record) -> list[str]``: notes that qualify its figures, quoted among the
   caveats.
 
-A stage's draft part is a Jinja template per language beside its ``show`` module,
-``blog.<lang>.md.j2``, imported by the frame (``report/templates/blog/blog.<lang>.md.j2``)
-with ``lang``, ``host``, ``parameters``, ``versions``, ``facts``, ``figures`` (name ->
-relative path) and the shared macros (``item``, ``value_word``, ``result_word``,
-``value``, ``yes_no``, ``prov``). It defines ``title()``; ``section(r, x)`` (the record
-and its ``blog_values``; called only when the stage finished and recorded data, after
-the report's heading, verdict, provenance and summary); and optionally
+A stage's draft part is one Jinja template beside its ``show`` module, ``blog.md.j2``,
+imported by the frame (``report/templates/blog/blog.md.j2``) with ``host``,
+``parameters``, ``versions``, ``facts``, ``figures`` (name -> relative path) and the
+shared macros (``item``, ``value_word``, ``result_word``, ``value``, ``yes_no``,
+``prov``). It defines ``title()``; ``section(r, x)`` (the record and its
+``blog_values``; called only when the stage finished and recorded data, after the
+report's heading, verdict, provenance and summary); and optionally
 ``appendix(r, x, in_run)``, a section of its own after the stages' (``r`` None without
-data, ``in_run`` False when the run left the stage out). Recorded texts go through the
-filters of :mod:`~hyport_lib.drafting.templates`, numbers through ``num``: a test checks
-every number of a draft against the recorded files, that no template sentence holds a
-digit, and the Chinese draft for English prose.
+data, ``in_run`` False when the run left the stage out). Its sentences are English, each
+one ``_("... %(name)s ...", name=value)`` (``pgettext`` where one English word says two
+things); the Chinese of each is in the gettext catalogue ``blog.zh.po`` beside the
+template, so adding a stage is adding files. Recorded texts go through the filters of
+:mod:`~hyport_lib.drafting.templates`, numbers through ``num``: a test checks every
+number of a draft against the recorded files, that no template sentence holds a digit,
+that every sentence has its Chinese with the same values, and the Chinese draft for
+English prose.
 """

@@ -1,49 +1,75 @@
-"""The Jinja environment of the blog drafts and their templates' filters.
+"""The Jinja environment of the blog drafts, their templates' filters and their catalogues.
 
 The drafts are Markdown: nothing is escaped (``autoescape`` off); recorded texts are
 marked by the filters ``code``, ``quote``, ``recorded`` and ``fenced``
 (:mod:`~hyport_lib.drafting.markdown`). A value missing from an older record is Jinja's
 chainable ``Undefined`` (``r.data.scan.hits`` when ``scan`` is), which the filters show as
 ``—``. Templates are found by path under the ``hyport_lib`` package (:mod:`hyport_lib.drafting`).
+
+One template serves every language (``jinja2.ext.i18n``): its text is English, and a
+language other than English reads it from the gettext catalogues ``blog.<lang>.po``
+beside the frame and each stage's template, merged into one (the same English says the
+same thing in every part of a draft).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import gettext
+import io
 import re
 from collections.abc import Mapping
 from functools import lru_cache
+from pathlib import Path
 from typing import Any, Callable, NamedTuple
 
 import jinja2
+from babel.messages import Catalog
+from babel.messages.mofile import write_mo
+from babel.messages.pofile import read_po
 
 import hyport_lib
 from hyport_lib.drafting.markdown import code, fenced, quote, recorded, row
 from hyport_lib.drafting.values import is_number, num, ratio
 
-#: The languages of the drafts.
+#: The languages of the drafts: the templates' own (English), then those of the catalogues.
 LANGS = ("en", "zh")
+#: The frame of the drafts: title, background, the stages, caveats, commands.
+FRAME_TEMPLATE = "report/templates/blog/blog.md.j2"
 
 #: A fence line of the drafts (``fenced`` makes each longer than what it holds).
 _FENCE = re.compile(r"^(`{3,})[^`]*$")
 
 
-def check_lang(lang: str) -> str:
-    """``lang`` when there are drafts in it; else a ValueError naming those there are."""
-    if lang not in LANGS:
-        raise ValueError(f"lang={lang!r}: expected one of {', '.join(LANGS)}")
-    return lang
-
-
-def frame_template(lang: str) -> str:
-    """The frame of the draft in ``lang``: title, background, the stages, caveats, commands."""
-    return f"report/templates/blog/blog.{check_lang(lang)}.md.j2"
-
-
-def stage_template(stage_name: str, lang: str) -> str:
+def stage_template(stage_name: str) -> str:
     """The template of a stage's own part of the draft (``title``, ``section``,
     ``appendix`` macros)."""
-    return f"{stage_name}/blog.{lang}.md.j2"
+    return f"{stage_name}/blog.md.j2"
+
+
+def translations(search_path: tuple[str, ...], lang: str) -> gettext.NullTranslations:
+    """The text of ``lang``: the templates' own for English, else the catalogues beside the
+    frame and each stage's template, merged (ValueError where two give one English text
+    two translations)."""
+    if lang == LANGS[0]:
+        return gettext.NullTranslations()
+    paths = [path for root in map(Path, search_path)
+             for path in (root / Path(FRAME_TEMPLATE).with_name(f"blog.{lang}.po"), *sorted(root.glob(f"*/blog.{lang}.po")))
+             if path.is_file()]
+    merged, first = Catalog(locale=lang), {}
+    for path in paths:
+        with path.open("rb") as handle:
+            for message in read_po(handle):
+                if not message.id or not message.string:  # the header; a text not translated yet
+                    continue
+                text, where = first.setdefault((message.context, message.id), (message.string, path))
+                if text != message.string:
+                    raise ValueError(f"{path}: {message.id!r} is translated otherwise in {where}")
+                merged.add(message.id, message.string, context=message.context)
+    compiled = io.BytesIO()
+    write_mo(compiled, merged)
+    compiled.seek(0)
+    return gettext.GNUTranslations(compiled)
 
 
 def _given(value: Any) -> Any:
@@ -84,12 +110,6 @@ def attempt(part: Callable, *args: Any) -> Attempt:
         return Attempt("", f"{type(exc).__name__}: {exc}")
 
 
-@jinja2.pass_context
-def _recorded(context, value: Any, lang: str = "") -> str:
-    """:func:`~hyport_lib.drafting.markdown.recorded` in the draft's language (or ``lang``)."""
-    return recorded(_given(value), lang or context.get("lang", "en"))
-
-
 def _row(*cells: Any) -> str:
     return row(*("" if _given(c) is None else c for c in cells))
 
@@ -99,33 +119,34 @@ def header(*cells: Any) -> str:
     return f"{_row(*cells)}\n|" + "---|" * len(cells)
 
 
-@lru_cache(maxsize=8)
-def _environment(search_path: tuple[str, ...]) -> jinja2.Environment:
+@lru_cache(maxsize=16)
+def _environment(search_path: tuple[str, ...], lang: str) -> jinja2.Environment:
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(list(search_path)),
                              undefined=jinja2.ChainableUndefined, autoescape=False,
                              trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True,
-                             extensions=["jinja2.ext.do"])
+                             extensions=["jinja2.ext.do", "jinja2.ext.i18n"])
+    # newstyle: _("... %(name)s ...", name=value) fills its placeholders after translating.
+    env.install_gettext_translations(translations(search_path, lang), newstyle=True)
     env.filters.update(code=lambda v: code(_given(v)), quote=lambda v: "\n".join(quote(_given(v))),
                        fenced=lambda v, info="": "\n".join(fenced(str(_given(v)), info)),
-                       num=lambda v: num(_given(v)), ratio=ratio, recorded=_recorded,
+                       num=lambda v: num(_given(v)), ratio=ratio,
+                       recorded=lambda v, language=lang: recorded(_given(v), language),
                        as_list=as_list, records=records)
     env.tests.update(record=is_record, figure=lambda v: is_number(_given(v)))
     env.globals.update(row=_row, header=header, attempt=attempt)
     return env
 
 
-def environment() -> jinja2.Environment:
-    """The drafts' environment over the package's folders as they are now (a stage's folder
-    may be added to ``hyport_lib.__path__``)."""
-    return _environment(tuple(hyport_lib.__path__))
+def environment(lang: str) -> jinja2.Environment:
+    """The drafts' environment in ``lang`` over the package's folders as they are now (a
+    stage's folder may be added to ``hyport_lib.__path__``)."""
+    if lang not in LANGS:
+        raise ValueError(f"lang={lang!r}: expected one of {', '.join(LANGS)}")
+    return _environment(tuple(hyport_lib.__path__), lang)
 
 
 def has_template(name: str) -> bool:
-    try:
-        environment().get_template(name)
-    except jinja2.TemplateNotFound:
-        return False
-    return True
+    return any((Path(root) / name).is_file() for root in hyport_lib.__path__)
 
 
 def tidy(text: str) -> str:

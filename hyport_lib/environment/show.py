@@ -1,7 +1,7 @@
 """An :class:`EnvironmentReport` in a notebook (:func:`show_environment`: static HTML the
 report keeps; :func:`environment_widget`: a re-probe button for JupyterLab), and what the
 report asks of the stage (:func:`glance`, :func:`blog_facts`; its draft section is
-``blog.<lang>.md.j2`` beside this module).
+``blog.md.j2`` beside this module).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Rendering of the inference grid for notebooks (table, consistency line, log tails) and
 of its record in the report (:func:`glance`, :func:`blog_values`, :func:`blog_facts`; the
-draft section is ``blog.<lang>.md.j2`` beside this module). A widget (the card picker)
+draft section is ``blog.md.j2`` beside this module). A widget (the card picker)
 always has a static twin (:func:`show_log_tails`): the report's HTML strips widgets.
 """
 

@@ -325,7 +325,7 @@ def _recorded_loss_figure(read: StageRecord[TrainResult]):
 
 
 def blog_values(record: dict) -> dict:
-    """What the draft's sections (``blog.<lang>.md.j2``) derive from the record (the Trainer's own
+    """What the draft's sections (``blog.md.j2``) derive from the record (the Trainer's own
     train_loss covers only a resumed run's last attempt and counts a NaN step as 0)."""
     result = _read(record).data
     summary, plan = result.summary, result.plan

@@ -1,6 +1,6 @@
 """Rendering of stage 05: ``*_frame`` (DataFrames, also printed by ``hyport verify``),
 ``show_*`` (the notebook), :class:`LiveScanDisplay` (the scan's progress line), and what the
-report asks of the record: :func:`glance` and :func:`blog_values` (for ``blog.<lang>.md.j2``
+report asks of the record: :func:`glance` and :func:`blog_values` (for ``blog.md.j2``
 beside this module).
 """
 

@@ -76,7 +76,7 @@ PARAMS_PY = '''
 
 SHOW_PY = '''
     """Stage 06 in the report: its card, its notes, its figure (its draft section is
-    blog.<lang>.md.j2 beside this module)."""
+    blog.md.j2 beside this module, its Chinese text blog.zh.po)."""
 
     from dataclasses import dataclass, field
     from typing import Optional
@@ -123,25 +123,25 @@ SHOW_PY = '''
         return fig
 '''
 
-#: The stage's draft section, per language.
-BLOG = {"en": '''
-    {% macro title() %}Extra checks{% endmacro %}
+#: The stage's draft section (one template for every language) and its Chinese text.
+BLOG = {"blog.md.j2": '''
+    {% macro title() %}{{ _("Extra checks") }}{% endmacro %}
     {% macro section(r, x) %}
-    The extra stage counted {{ r.data.widgets|num }} widgets.
+    {{ _("The extra stage counted %(widgets)s widgets.", widgets=r.data.widgets|num) }}
 
     {% if figures.widgets %}
-    ![Widgets]({{ figures.widgets }})
+    ![{{ _("Widgets") }}]({{ figures.widgets }})
     {% endif %}
     {% endmacro %}
-''', "zh": '''
-    {% macro title() %}额外检查{% endmacro %}
-    {% macro section(r, x) %}
-    额外阶段数出 {{ r.data.widgets|num }} 个部件。
+''', "blog.zh.po": '''
+    msgid "Extra checks"
+    msgstr "额外检查"
 
-    {% if figures.widgets %}
-    ![部件]({{ figures.widgets }})
-    {% endif %}
-    {% endmacro %}
+    msgid "The extra stage counted %(widgets)s widgets."
+    msgstr "额外阶段数出 %(widgets)s 个部件。"
+
+    msgid "Widgets"
+    msgstr "部件"
 '''}
 
 def _notebook(path: Path) -> None:
@@ -162,8 +162,7 @@ def sixth_stage(tmp_path, stage_packages):
     package = stage_packages / "extra"
     package.mkdir()
     (package / "__init__.py").write_text('"""A throw-away sixth stage."""\n')
-    for name, text in {"params.py": PARAMS_PY, "stage.py": STAGE_PY, "show.py": SHOW_PY,
-                       **{f"blog.{lang}.md.j2": text for lang, text in BLOG.items()}}.items():
+    for name, text in {"params.py": PARAMS_PY, "stage.py": STAGE_PY, "show.py": SHOW_PY, **BLOG}.items():
         (package / name).write_text(textwrap.dedent(text).lstrip())
     notebooks = tmp_path / "notebooks"
     notebooks.mkdir()

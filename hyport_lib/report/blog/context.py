@@ -41,8 +41,8 @@ class StagePart:
         return self.stage.partition("_")[2].replace("_", " ")
 
 
-def stage_part(stage: str, view: Optional[StageView], lang: str) -> StagePart:
-    template = stage_template(stage.partition("_")[2], lang)
+def stage_part(stage: str, view: Optional[StageView]) -> StagePart:
+    template = stage_template(stage.partition("_")[2])
     return StagePart(stage, template if has_template(template) else None, view, stage_record(view))
 
 
@@ -76,19 +76,19 @@ def recorded_notes(run: ReportRun, views: list[StageView]) -> list[str]:
     return notes
 
 
-def build_context(run: ReportRun, lang: str, views: list[StageView], figures: dict, notes: list) -> dict:
-    """The variables of the draft's templates in ``lang``."""
+def build_context(run: ReportRun, views: list[StageView], figures: dict, notes: list) -> dict:
+    """The variables of the drafts' templates (the same in every language)."""
     facts, unread = stage_facts(views)
-    parts = [stage_part(view.stage, view, lang) for view in views]
-    left_out = [stage_part(str(stage), None, lang) for stage in run.left_out]
+    parts = [stage_part(view.stage, view) for view in views]
+    left_out = [stage_part(str(stage), None) for stage in run.left_out]
     # The sections stages add after theirs, in the stages' order, a stage left out told so.
     appendices = sorted((p for p in parts + left_out if p.template), key=lambda p: p.stage)
-    return {"lang": lang, "run": run, "parameters": run.parameters, "facts": facts, "host": run.host,
+    return {"run": run, "parameters": run.parameters, "facts": facts, "host": run.host,
             "versions": run.versions, "figures": dict(figures), "profile": profile_name(run.profile) if run.profile else None, "stages": parts, "left_out": left_out,
             "appendices": appendices, "figure_problems": list(notes), "unread_facts": unread,
             "recorded_notes": lambda: recorded_notes(run, views), "no_data_yet": NO_DATA_YET,
             "interrupted": INTERRUPTED, "reproduce": lambda: reproduce_command(run, run.parameters, views),
-            "values": lambda part: _values(part)}
+            "values": _values}
 
 
 def _values(part: StagePart) -> dict:

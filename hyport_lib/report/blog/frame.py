@@ -1,6 +1,6 @@
 """What the drafts' frame derives from the run, beyond its recorded values: the profile's
 name and the command that reproduces the run. The frame's text is its template's
-(``report/templates/blog/blog.<lang>.md.j2``).
+(``report/templates/blog/blog.md.j2``) and its catalogues'.
 """
 
 from __future__ import annotations

@@ -2,8 +2,8 @@
 
 Shaped as the seed's write-up of a bring-up: the porting problem, one section per stage,
 the sections stages add after theirs, caveats, the commands that reproduce the run. One
-frame template per language (``report/templates/blog/blog.<lang>.md.j2``) takes each
-stage's template (:mod:`hyport_lib.drafting`). Every number is copied from the run's
+frame template (``report/templates/blog/blog.md.j2``) takes each stage's template, both
+in every language (:mod:`hyport_lib.drafting`). Every number is copied from the run's
 recorded files with its provenance; a partial run never makes the drafts raise.
 """
 
@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Optional
 
-from hyport_lib.drafting.templates import LANGS, environment, frame_template, tidy
+from hyport_lib.drafting.templates import FRAME_TEMPLATE, LANGS, environment, tidy
 from hyport_lib.report.blog.context import build_context
 from hyport_lib.report.blog.figures import draw_figures
 from hyport_lib.report.paths import relative_text
@@ -32,9 +32,9 @@ def render_blog(run: ReportRun, lang: str = "en", *, figures: Optional[dict] = N
     language there is no text for). ``figures`` and ``notes`` are what
     :func:`~hyport_lib.report.blog.figures.draw_figures` drew and met; ``views`` as
     :func:`~hyport_lib.report.records.load_views` reads them (read here when not given)."""
-    template = environment().get_template(frame_template(lang))
+    template = environment(lang).get_template(FRAME_TEMPLATE)
     views = load_views(run) if views is None else views
-    text = template.render(build_context(run, lang, views, figures or {}, notes or []))
+    text = template.render(build_context(run, views, figures or {}, notes or []))
     return relative_text(scrub_text(tidy(text)), Path(run.run_dir), "markdown")
 
 
