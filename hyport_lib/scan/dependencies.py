@@ -12,8 +12,7 @@ import re
 from typing import Iterable, Optional
 
 from hyport_lib.scan import rules
-from hyport_lib.scan.model import Hit
-from hyport_lib.scan.source import decode_source, hit_at, split_lines
+from hyport_lib.scan.hits import Hit, decode_source, hit_at, split_lines
 
 try:
     import tomllib
