@@ -1,31 +1,27 @@
 """``port_tree``: copy a source tree, rewrite the copy, write ``port.diff`` and ``port.json``.
 
-The source is only read; the copy is staged beside the destination (:mod:`.staging`).
+The source is only read; the copy is staged beside the destination (:mod:`.files`).
 Porting a ported tree again changes nothing: no rewrite matches the code a rewrite writes.
 Python files are rewritten by :mod:`.codemod`; requirement files here
-(:func:`port_requirements`: flash-attn out, a note on torch_npu in), each line read with
-``packaging``'s requirement parser (a wheel file or URL of flash-attn counts too), lines that
-are not requirements (options, comments, blank) kept as they are.
+(:func:`port_requirements`: flash-attn out, a note on torch_npu in), each line read as the
+scan reads it (a wheel file, an archive or the repository of flash-attn counts too).
 """
 
 from __future__ import annotations
 
 import json
 import os
-import re
 import stat
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Optional
 
-from packaging.requirements import InvalidRequirement, Requirement
-
 from hyport_lib.port.codemod import Change, ManualSpot, port_python
+from hyport_lib.port.files import (SourceText, SourceTree, copy_file, make_staging, read_code, remove_stale,
+                                   remove_staging, walk_source)
 from hyport_lib.port.patch import file_diff
 from hyport_lib.port.segments import UnparsableSource, unpad_arities, uses_relative_imports
-from hyport_lib.port.source_tree import (SourceText, SourceTree, copy_file, read_code,
-                                         walk_source)
-from hyport_lib.port.staging import make_staging, remove_stale, remove_staging
+from hyport_lib.scan.dependencies import requirement_name, requirement_spec
 from hyport_lib.scan.rules import FLASH_ATTN_PACKAGES, GENERATED_MODULE, normalize_dist_name
 from hyport_lib.scan.scanner import file_kind
 from hyport_lib.utils.bounded_files import UnreadableFile, kind_of
@@ -45,21 +41,12 @@ def generated_module_text(unpad_returns: int = 5) -> str:
 TORCH_NPU_NOTE = ("# torch-npu: install the release built for this host's torch and CANN "
                   "(e.g. torch-npu==2.8.0.post2 with torch==2.8.0, CANN 8.5); never let pip "
                   "replace torch")
-_ARCHIVE = re.compile(r"(^|/)flash[-_]attn-[\w.+-]+\.(whl|tar\.gz|zip)\b")
 
 
 def _is_flash_attn(logical: str) -> bool:
-    code = re.split(r"\s#", logical, maxsplit=1)[0].strip()
-    if not code or code.startswith("#"):
-        return False
-    if _ARCHIVE.search(code) or "flash-attention.git" in code or "flash-attention@" in code:
-        return True  # a wheel, an archive or the repository, also after -e / --editable
-    if code.startswith("-"):
-        return False
-    try:
-        return normalize_dist_name(Requirement(code.split(" --")[0].strip()).name) in FLASH_ATTN_PACKAGES
-    except InvalidRequirement:
-        return False
+    spec = requirement_spec(logical)
+    name = requirement_name(spec) if spec else None
+    return name is not None and normalize_dist_name(name) in FLASH_ATTN_PACKAGES
 
 
 def _logical_lines(lines: list[str]) -> list[tuple[int, list[str]]]:
