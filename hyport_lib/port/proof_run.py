@@ -222,16 +222,6 @@ class _Adopter:
 
 
 def _children() -> set[int]:
-    """The pids whose parent is this process (``/proc``)."""
-    me, found = os.getpid(), set()
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/stat", "rb") as handle:
-                fields = handle.read().rsplit(b")", 1)[1].split()
-        except (OSError, IndexError):
-            continue
-        if int(fields[1]) == me:
-            found.add(int(name))
-    return found
+    import psutil
+
+    return {child.pid for child in psutil.Process().children()}
