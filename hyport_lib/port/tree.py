@@ -1,6 +1,6 @@
 """``port_tree``: copy a source tree, rewrite the copy, write ``port.diff`` and ``port.json``.
 
-The source is only read; the copy is staged beside the destination (:mod:`.files`).
+The source is only read; the copy is staged beside the destination (:mod:`.staging`).
 Porting a ported tree again changes nothing: no rewrite matches the code a rewrite writes.
 Python files are rewritten by :mod:`.codemod`; requirement files here
 (:func:`port_requirements`: flash-attn out, a note on torch_npu in), each line read as the
@@ -26,9 +26,9 @@ from pathlib import Path
 from typing import Optional
 
 from hyport_lib.port.codemod import Change, ManualSpot, port_python
-from hyport_lib.port.files import (SourceText, SourceTree, copy_file, make_staging, read_code, remove_stale,
-                                   remove_staging, walk_source)
 from hyport_lib.port.segments import UnparsableSource, unpad_arities, uses_relative_imports
+from hyport_lib.port.staging import (SourceText, SourceTree, copy_file, make_staging, read_code, remove_stale,
+                                     remove_staging, walk_source)
 from hyport_lib.scan.dependencies import requirement_name, requirement_spec
 from hyport_lib.scan.rules import FLASH_ATTN_PACKAGES, GENERATED_MODULE, normalize_dist_name
 from hyport_lib.scan.scanner import file_kind

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from hyport_lib.commands import main
-from hyport_lib.port import codemod, files, tree as port_tree_module
+from hyport_lib.port import codemod, staging, tree as port_tree_module
 from hyport_lib.port.tree import DIFF_NAME, JSON_NAME, PortError, port_tree
 
 REPO = Path(__file__).resolve().parents[2]
@@ -49,7 +49,7 @@ def test_a_code_file_over_the_bound_is_copied_as_it_was_and_named(tmp_path, monk
     src = _src(tmp_path)
     big = CUDA_FILE + _plain_functions(100)
     (src / "big.py").write_text(big)
-    monkeypatch.setattr(files, "MAX_REWRITE_BYTES", len(big) - 1)
+    monkeypatch.setattr(staging, "MAX_REWRITE_BYTES", len(big) - 1)
     result = port_tree(src, tmp_path / "dst")
     assert result.not_rewritten == [("big.py", f"larger than {(len(big) - 1) >> 20} MiB "
                                                 "(copied as it was)")]
@@ -167,9 +167,9 @@ def test_staging_left_by_a_killed_port_is_removed_only_when_its_owner_is_gone(tm
 def test_staging_of_another_host_is_kept_this_hosts_and_old_names_go(tmp_path):
     src = _src(tmp_path)
     gone = 4194305  # above Linux's largest PID: no such process here
-    other = "0" * 8 if files.host_id() != "0" * 8 else "1" * 8
+    other = "0" * 8 if staging.host_id() != "0" * 8 else "1" * 8
     foreign = tmp_path / f".dst.hyport-staging-{other}-{gone}-1-abc123"
-    mine = tmp_path / f".dst.hyport-staging-{files.host_id()}-{gone}-1-abc123"
+    mine = tmp_path / f".dst.hyport-staging-{staging.host_id()}-{gone}-1-abc123"
     old = tmp_path / f".dst.hyport-staging-{gone}-1-def456"
     for folder in (foreign, mine, old):
         folder.mkdir()

@@ -1,4 +1,4 @@
-"""The port's files on disk: what of SRC it copies, and the staging folder DST is built in.
+"""The staged copy of a port: what of SRC it copies, and the staging folder DST is built in.
 
 The walk never follows a link. A link that stays inside SRC is recreated as a relative
 link, so its target is ported once (a link copied as a file would be a second, unported
