@@ -1,5 +1,7 @@
-"""Scan suggestions are read by the owner of the scanned code: they name what that code can
-write (the module the port writes, plain torch / torch_npu), never hyport's internals."""
+"""The one table of CUDA-only constructs (:mod:`hyport_lib.scan.rules`), read by the scan and
+the port alike. Its suggestions are read by the owner of the scanned code: they name what
+that code can write (the module the port writes, plain torch / torch_npu), never hyport's
+internals, and what the port writes or why it leaves the construct."""
 
 from __future__ import annotations
 
