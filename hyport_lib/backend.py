@@ -22,7 +22,6 @@ from typing import Optional
 
 from hyport_lib.utils.imports import try_import
 
-BACKEND_KINDS = ("npu", "cuda", "cpu")
 DEFAULT_CPU_CARDS = 2
 
 
@@ -258,7 +257,7 @@ def get_backend(device: str = "auto", num_cards: Optional[int] = None) -> Backen
     ``cpu``) is honoured or a RuntimeError says why it is not usable here. ``num_cards``
     caps the visible cards; on CPU it is the number of worker processes (default 2)."""
     device = (device or "auto").lower().strip()
-    if device.split(":")[0] not in (*BACKEND_KINDS, "auto"):
+    if device.split(":")[0] not in (*_BACKENDS, "auto"):
         raise ValueError(f"device={device!r}: expected one of auto, npu, cuda, cpu")
     kind = detect_kind() if device == "auto" else device.split(":")[0]
     if kind == "npu" and not npu_available():
