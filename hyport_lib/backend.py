@@ -15,7 +15,6 @@ it must not be mistaken for a GPU host.
 
 from __future__ import annotations
 
-import os
 import resource
 import sys
 from dataclasses import dataclass
@@ -23,7 +22,6 @@ from typing import Optional
 
 from hyport_lib.utils.imports import try_import
 
-BACKEND_KINDS = ("npu", "cuda", "cpu")
 DEFAULT_CPU_CARDS = 2
 
 
@@ -57,16 +55,6 @@ class Backend:
         import torch
 
         return torch.device(self.device(index))
-
-    def describe(self) -> dict:
-        return {
-            "kind": self.kind,
-            "dist_backend": self.dist_backend,
-            "visible_devices_var": self.visible_devices_var,
-            "num_cards": self.num_cards(),
-            "bf16": self.supports_bf16(),
-            "is_accelerator": self.is_accelerator,
-        }
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(kind={self.kind!r}, num_cards={self.num_cards()})"
@@ -120,11 +108,10 @@ class CpuBackend(Backend):
         return True  # emulated in software by torch; slow but correct
 
     def memory_stats(self, index: int = 0) -> MemoryStats:
-        rss = _current_rss_bytes()
-        # ru_maxrss is KiB on Linux, bytes on macOS.
-        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-        peak = peak if sys.platform == "darwin" else peak * 1024
-        return MemoryStats(allocated=rss, reserved=rss, peak=max(peak, rss), source="process-rss")
+        import psutil
+
+        rss = psutil.Process().memory_info().rss
+        return MemoryStats(allocated=rss, reserved=rss, peak=max(peak_rss_bytes(), rss), source="process-rss")
 
 
 class _DeviceModuleBackend(Backend):
@@ -204,10 +191,7 @@ _BACKENDS = {"npu": NpuBackend, "cuda": CudaBackend, "cpu": CpuBackend}
 
 def import_torch_npu():
     """``(torch_npu, None)``, ``(None, None)`` when not installed, or ``(None, error)``
-    when installed but broken (e.g. CANN not sourced: ``libhccl.so`` missing). Cached.
-
-    The one place hyport imports torch_npu: a broken install is reported, not raised.
-    """
+    when installed but broken (e.g. CANN not sourced: ``libhccl.so`` missing). Cached."""
     return try_import("torch_npu")
 
 
@@ -232,12 +216,8 @@ def npu_available() -> bool:
 
 
 def cuda_available() -> bool:
-    """A real CUDA (or ROCm) device is present.
-
-    Deliberately not ``torch.cuda.is_available()`` alone, which ``transfer_to_npu``
-    redirects to the NPU: the build must carry CUDA/HIP and ``torch.cuda`` must not be
-    patched by torch_npu.
-    """
+    """A real CUDA (or ROCm) device is present: a CUDA/HIP build whose ``torch.cuda`` torch_npu
+    has not patched (``transfer_to_npu`` redirects ``torch.cuda.is_available()`` to the NPU)."""
     torch, _ = try_import("torch")
     if torch is None:
         return False
@@ -277,7 +257,7 @@ def get_backend(device: str = "auto", num_cards: Optional[int] = None) -> Backen
     ``cpu``) is honoured or a RuntimeError says why it is not usable here. ``num_cards``
     caps the visible cards; on CPU it is the number of worker processes (default 2)."""
     device = (device or "auto").lower().strip()
-    if device.split(":")[0] not in (*BACKEND_KINDS, "auto"):
+    if device.split(":")[0] not in (*_BACKENDS, "auto"):
         raise ValueError(f"device={device!r}: expected one of auto, npu, cuda, cpu")
     kind = detect_kind() if device == "auto" else device.split(":")[0]
     if kind == "npu" and not npu_available():
@@ -289,11 +269,8 @@ def get_backend(device: str = "auto", num_cards: Optional[int] = None) -> Backen
     return _BACKENDS[kind](num_cards=num_cards)
 
 
-def _current_rss_bytes() -> int:
-    try:
-        with open("/proc/self/statm") as fh:
-            pages = int(fh.read().split()[1])
-        return pages * os.sysconf("SC_PAGE_SIZE")
-    except (OSError, ValueError, IndexError):
-        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-        return peak if sys.platform == "darwin" else peak * 1024
+def peak_rss_bytes() -> int:
+    """This process's peak resident memory in bytes (``ru_maxrss``: KiB on Linux, bytes on
+    macOS); ``RUSAGE_SELF``, as ``RUSAGE_CHILDREN`` is the maximum over every child reaped."""
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return int(peak if sys.platform == "darwin" else peak * 1024)

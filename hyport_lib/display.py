@@ -78,7 +78,6 @@ class FittedTable:
 
     @property
     def data(self):
-        """The frame behind the table."""
         return self.styler.data
 
     def to_html(self) -> str:
@@ -97,7 +96,6 @@ def fit(table) -> FittedTable:
     import pandas as pd
 
     return FittedTable(styled(table) if isinstance(table, pd.DataFrame) else table)
-
 
 
 def explore(df, sort_by: Optional[str] = None, descending: bool = True, query: str = ""):
@@ -148,6 +146,7 @@ def table_explorer(df, style=styled, what: str = "rows", max_height: str = "28em
     box = widgets.VBox([widgets.HBox([sort, descending, query, count]), table])
     box.controls, box.table, box.count = (sort, descending, query), table, count
     return box
+
 
 def explorable_table(df, style=styled, what: str = "rows", limit: int = 10,
                      report_limit: Optional[int] = None) -> list:
@@ -215,22 +214,14 @@ _WORD_RE = re.compile(r"\w+|\s+|[^\w\s]")
 _REMOVED, _ADDED = ("#ffebee", "#ffcdd2"), ("#e8f5e9", "#a5d6a7")  # (line, changed characters)
 
 
-def _marked(text: str, spans: list[tuple[int, int]], colour: str) -> str:
-    """``text`` escaped, its ``spans`` (start, end) on a stronger background."""
+def _marked(tokens: list[str], pieces: list[tuple[int, int]], colour: str) -> str:
+    """The joined ``tokens`` escaped, the token ranges ``pieces`` on a stronger background."""
     out, at = [], 0
-    for start, end in spans:
-        out += [html.escape(text[at:start]),
-                f'<span style="background:{colour}">{html.escape(text[start:end])}</span>']
+    for start, end in (piece for piece in pieces if piece[1] > piece[0]):
+        out += [html.escape("".join(tokens[at:start])),
+                f'<span style="background:{colour}">{html.escape("".join(tokens[start:end]))}</span>']
         at = end
-    return "".join(out) + html.escape(text[at:])
-
-
-def _spans(tokens: list[str], pieces: list[tuple[int, int]]) -> list[tuple[int, int]]:
-    """Token ranges ``pieces`` as character ranges of the joined ``tokens``."""
-    starts = [0]
-    for token in tokens:
-        starts.append(starts[-1] + len(token))
-    return [(starts[i], starts[j]) for i, j in pieces if j > i]
+    return "".join(out) + html.escape("".join(tokens[at:]))
 
 
 def _pair_cells(old: Optional[str], new: Optional[str]) -> tuple[str, str]:
@@ -240,8 +231,8 @@ def _pair_cells(old: Optional[str], new: Optional[str]) -> tuple[str, str]:
         return (html.escape(old or ""), html.escape(new or ""))
     a, b = _WORD_RE.findall(old), _WORD_RE.findall(new)
     ops = difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes()
-    return (_marked(old, _spans(a, [(i1, i2) for tag, i1, i2, _, _ in ops if tag != "equal"]), _REMOVED[1]),
-            _marked(new, _spans(b, [(j1, j2) for tag, _, _, j1, j2 in ops if tag != "equal"]), _ADDED[1]))
+    return (_marked(a, [(i1, i2) for tag, i1, i2, _, _ in ops if tag != "equal"], _REMOVED[1]),
+            _marked(b, [(j1, j2) for tag, _, _, j1, j2 in ops if tag != "equal"], _ADDED[1]))
 
 
 def _diff_row(left_no, left, right_no, right, left_bg="", right_bg="") -> str:

@@ -4,8 +4,8 @@ every task run in a fresh interpreter (:func:`task_command`, :func:`task_main`).
 Long work runs in fresh processes (fork + exec, never a fork of a process that touched
 the device: "Cannot re-initialize NPU in forked subprocess"). Every launch gets:
 
-* **Its own process group** (a new session), stopped as a whole (:func:`kill_groups`);
-  only groups hyport started are ever signalled.
+* **Its own process group** (a new session), stopped as a whole; only groups hyport
+  started are ever signalled.
 * **A lifeline.** The child's stdin is a pipe whose write end only the launcher holds
   (first carrying a payload, the configuration, so secrets never touch the disk). The
   child starts a ``sh`` guard (:func:`start_guard`) that SIGKILLs its group at
@@ -14,11 +14,10 @@ the device: "Cannot re-initialize NPU in forked subprocess"). Every launch gets:
   Not ``PR_SET_PDEATHSIG``: it kills the child alone, orphaning its children, fires when
   the spawning *thread* exits, and macOS lacks it; not a watchdog thread: a child stuck
   in a C call may hold the GIL.
-* **No early reaping.** :func:`has_exited` does not reap, so a child's pid (= its group
-  id) cannot pass to an unrelated process while hyport may still signal the group.
-* **A watch to the end** (:class:`ChildGroup`, :func:`run_child`): payload fed, deadlines
-  enforced, children reaped and their logs scrubbed (:func:`scrub_log`) as they end,
-  and whatever still runs stopped when the caller is interrupted.
+* **No early reaping** (:func:`has_exited`), so a child's pid (= its group id) cannot
+  pass to an unrelated process while hyport may still signal the group.
+* **A watch to the end** (:class:`ChildGroup`, :func:`run_child`): deadlines enforced,
+  logs scrubbed as children end, whatever still runs stopped when the caller is interrupted.
 """
 
 from __future__ import annotations
@@ -28,7 +27,6 @@ import importlib
 import json
 import os
 import re
-import resource
 import signal
 import subprocess
 import sys
@@ -39,6 +37,7 @@ from pathlib import Path
 from typing import Callable, Iterable, Mapping, Optional, Sequence
 
 import hyport_lib
+from hyport_lib.backend import peak_rss_bytes
 from hyport_lib.utils.bounded_files import read_text
 from hyport_lib.utils.files import atomic_write_json, atomic_write_text
 from hyport_lib.utils.redact import child_environ, scrub_obj, scrub_text, secret_values
@@ -208,24 +207,13 @@ def _keep_tail(log_path: Path, tail_bytes: int) -> None:
     os.replace(kept, log_path)
 
 
-def stop_all(children: Iterable[Child], grace_s: float = 0.0,
-             environ: Optional[Mapping[str, str]] = None) -> None:
-    """Stop whatever is still running of ``children`` (an interrupted launcher's cleanup)."""
-    children = list(children)
-    if not children:
-        return
-    kill_groups(children, grace_s)
-    for child in children:
-        finish(child, environ)
-
-
 class ChildGroup:
     """Children started together, watched to their ends, and never left behind.
 
     Leaving the ``with`` block, however it ends, stops every child still running
-    (:func:`stop_all`, ``stop_grace_s`` between SIGTERM and SIGKILL) and scrubs its log
-    (secrets looked up in ``environ``). What the caller keeps of an interrupted run it
-    reads inside the block, from :attr:`running`.
+    (``stop_grace_s`` between SIGTERM and SIGKILL) and scrubs its log (secrets looked up in
+    ``environ``). What the caller keeps of an interrupted run it reads inside the block,
+    from :attr:`running`.
     """
 
     def __init__(self, *, environ: Optional[Mapping[str, str]] = None, stop_grace_s: float = 0.0):
@@ -238,7 +226,10 @@ class ChildGroup:
 
     def __exit__(self, *exc_info) -> bool:
         running, self.running = self.running, []
-        stop_all(running, self.stop_grace_s, self.environ)
+        if running:
+            kill_groups(running, self.stop_grace_s)
+            for child in running:
+                finish(child, self.environ)
         return False
 
     def start(self, cmd: Sequence[str], **options) -> Child:
@@ -429,20 +420,13 @@ def task_main(argv: Optional[Sequence[str]] = None) -> None:
         sys.stderr.flush()
         error = (scrub_text(str(exc)).strip().splitlines() or [""])[0][:2000]
         result, code = {"status": "failed", "error_type": type(exc).__name__, "error": error}, 1
-    result.update(pid=os.getpid(), peak_rss_bytes=_peak_rss_bytes(),
+    result.update(pid=os.getpid(), peak_rss_bytes=peak_rss_bytes(),
                   wall_s=round(time.monotonic() - started, 3))
     atomic_write_json(args.result, scrub_obj(result))
     print(scrub_text(f"{args.label} {result['status']} in {result['wall_s']:.1f}s"), flush=True)
     if not args.teardown:
         exit_without_teardown(code)
     sys.exit(code)
-
-
-def _peak_rss_bytes() -> int:
-    """This process's peak resident memory (Linux reports KiB, macOS bytes); RUSAGE_SELF,
-    as ``RUSAGE_CHILDREN`` would be the maximum over every child the launcher reaped."""
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return int(peak if sys.platform == "darwin" else peak * 1024)
 
 
 def start_guard(log=None) -> Optional[int]:

@@ -67,7 +67,9 @@ def test_payload_reaches_the_child_and_cutting_the_lifeline_ends_its_group(tmp_p
         assert P.finish(child) == -signal.SIGKILL
         assert "SIGKILL" in P.describe_exit(child.proc.returncode)
     finally:
-        P.stop_all([child] if child.proc.returncode is None else [])
+        if child.proc.returncode is None:
+            P.kill_groups([child], grace_s=0)
+            P.finish(child)
 
 
 @pytest.mark.slow

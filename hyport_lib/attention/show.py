@@ -17,7 +17,7 @@ from hyport_lib.attention.views import (backend_rows, behaviour_frame, behaviour
 from hyport_lib.display import MISSING, LiveDisplay, diff_html, figure_png, fit, style_verdicts, styled
 from hyport_lib.drafting.values import fmt_value, is_number
 from hyport_lib.results import StageRecord, StageSummary
-from hyport_lib.scan.model import ScanReport
+from hyport_lib.scan.hits import ScanReport
 from hyport_lib.scan.show import group_hits
 from hyport_lib.utils.versions import pinned_version, unpad_input_values
 

@@ -23,7 +23,7 @@ from hyport_lib.port.proof_run import SKIP, proof_not_run, prove_port_in_child
 from hyport_lib.port.tree import PortError, PortResult, port_tree, write_record
 from hyport_lib.proof.model_check import ModelComparison, compare_model, model_check_dtype, swapped_backend
 from hyport_lib.results import StageSummary, fresh_folder_beside_results, record_summary
-from hyport_lib.scan.model import ScanReport
+from hyport_lib.scan.hits import ScanReport
 from hyport_lib.scan.scanner import scan_path
 from hyport_lib.utils.records import from_mapping
 

@@ -8,9 +8,9 @@ from __future__ import annotations
 import argparse
 from itertools import groupby
 
+from hyport_lib.scan.hits import ScanReport
 from hyport_lib.scan.rules import CATEGORIES
 from hyport_lib.scan.scanner import DEFAULT_EXCLUDE, scan_path
-from hyport_lib.scan.model import ScanReport
 from hyport_lib.utils.files import dumps_json
 
 SNIPPET_WIDTH = 90

@@ -67,11 +67,12 @@ def _string_value(node) -> Optional[str]:
     return None
 
 
-def _is_jit_script(decorator: cst.Decorator) -> bool:
+_JIT_SCRIPT = ("torch.jit.script", "jit.script", "torch.jit.script_method")
+
+
+def _decorator_name(decorator: cst.Decorator) -> str:
     target = decorator.decorator
-    if isinstance(target, cst.Call):
-        target = target.func
-    return _dotted(target) in ("torch.jit.script", "jit.script", "torch.jit.script_method")
+    return _dotted(target.func if isinstance(target, cst.Call) else target) or ""
 
 
 def _call_helper(name: str, *args: cst.Arg) -> cst.Call:
@@ -175,10 +176,8 @@ class PortTransformer(cst.CSTTransformer):
 
     # --- torch.jit.script / triton ------------------------------------------------------
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
-        for decorator in node.decorators:
-            name = _dotted(decorator.decorator.func if isinstance(decorator.decorator, cst.Call)
-                           else decorator.decorator) or ""
-            if _is_jit_script(decorator):
+        for name in map(_decorator_name, node.decorators):
+            if name in _JIT_SCRIPT:
                 self._scripted_depth += 1
                 self._leave_for_human(node, "jit_script",
                                       "torch.jit.script: transfer_to_npu disables it, and code "
@@ -187,7 +186,7 @@ class PortTransformer(cst.CSTTransformer):
                 self._leave_for_human(node, "triton_kernel", UNPORTABLE_MODULES["triton"])
 
     def leave_FunctionDef(self, original_node, updated_node):
-        if any(_is_jit_script(d) for d in original_node.decorators):
+        if any(_decorator_name(d) in _JIT_SCRIPT for d in original_node.decorators):
             self._scripted_depth -= 1
         return updated_node
 
@@ -209,13 +208,9 @@ class PortTransformer(cst.CSTTransformer):
             return updated_node
         if len(names) == 1 and _dotted(names[0].name) == "flash_attn":
             asname = names[0].asname.name.value if names[0].asname else "flash_attn"
-            if self.relative:
-                new = cst.ImportFrom(module=None, relative=[cst.Dot()], names=[
-                    cst.ImportAlias(name=cst.Name(GENERATED_MODULE),
-                                    asname=cst.AsName(name=cst.Name(asname)))])
-            else:
-                new = cst.Import(names=[cst.ImportAlias(
-                    name=cst.Name(GENERATED_MODULE), asname=cst.AsName(name=cst.Name(asname)))])
+            alias = cst.ImportAlias(name=cst.Name(GENERATED_MODULE), asname=cst.AsName(name=cst.Name(asname)))
+            new = cst.ImportFrom(module=None, relative=[cst.Dot()], names=[alias]) if self.relative \
+                else cst.Import(names=[alias])
             return self._change(original_node, new, "flash_attn_import")
         self._leave_for_human(original_node, "flash_attn_unserved",
                               "imports a flash_attn submodule as a module (or with other "
@@ -351,7 +346,6 @@ class PortTransformer(cst.CSTTransformer):
 
     @staticmethod
     def _written(port: Port) -> cst.Call:
-        """The call the port writes for a rule: ``helper(*args)``."""
         return _call_helper(port.helper, *(cst.Arg(cst.Integer(arg)) for arg in port.args))
 
     def _rewrite_value(self, original):
@@ -370,8 +364,6 @@ class FileResult:
 
 def _rewrite_segment(text: str, rel: str, source_plan: SourcePlan, relative: bool,
                      first_line: int) -> tuple[str, PortTransformer]:
-    """One segment's new text, and the transformer that visited it (its changes, spots
-    and helpers)."""
     try:
         module = cst.parse_module(text)
     except cst.ParserSyntaxError as exc:

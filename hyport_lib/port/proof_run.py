@@ -44,21 +44,15 @@ LOG_TAIL_BYTES = 64 * 1024
 _PR_SET_CHILD_SUBREAPER, _PR_GET_CHILD_SUBREAPER = 36, 37
 
 
-def files_the_proof_imports(src: os.PathLike | str, dst: os.PathLike | str) -> tuple[list[str], list[str]]:
-    """The files of SRC and of DST the proof imports first (each imports what it needs)."""
-    src, dst = Path(src), Path(dst)
-    only = src.name if src.is_file() else None
-    root = src.parent if only else src
-    original = [p.name for p in model_files(root, only)]
-    ported = [p.name for p in model_files(dst, only)]
-    ported += [p.relative_to(dst).as_posix() for p in sorted(dst.rglob(f"{GENERATED_MODULE}.py"))]
-    return original, ported
-
-
 def proof_not_run(src: os.PathLike | str, dst: os.PathLike | str, allow: str) -> PortProof:
     """The record of a proof not asked for: a SKIP whose ``error`` is one line naming the
-    files it would import and ``allow``, how to ask for it (``"add --proof"``)."""
-    original, ported = files_the_proof_imports(src, dst)
+    files it would import first (each imports what it needs) and ``allow``, how to ask for
+    it (``"add --proof"``)."""
+    src, dst = Path(src), Path(dst)
+    only = src.name if src.is_file() else None
+    original = [p.name for p in model_files(src.parent if only else src, only)]
+    ported = [p.name for p in model_files(dst, only)]
+    ported += [p.relative_to(dst).as_posix() for p in sorted(dst.rglob(f"{GENERATED_MODULE}.py"))]
     return PortProof(verdict=SKIP, error=(
         f"not run: the proof imports and runs your model code (SRC: {', '.join(original) or 'no file'}; "
         f"DST: {', '.join(ported) or 'no file'}); {allow} to run it in a child process"))
@@ -222,16 +216,6 @@ class _Adopter:
 
 
 def _children() -> set[int]:
-    """The pids whose parent is this process (``/proc``)."""
-    me, found = os.getpid(), set()
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/stat", "rb") as handle:
-                fields = handle.read().rsplit(b")", 1)[1].split()
-        except (OSError, IndexError):
-            continue
-        if int(fields[1]) == me:
-            found.add(int(name))
-    return found
+    import psutil
+
+    return {child.pid for child in psutil.Process().children()}

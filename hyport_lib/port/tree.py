@@ -3,29 +3,33 @@
 The source is only read; the copy is staged beside the destination (:mod:`.staging`).
 Porting a ported tree again changes nothing: no rewrite matches the code a rewrite writes.
 Python files are rewritten by :mod:`.codemod`; requirement files here
-(:func:`port_requirements`: flash-attn out, a note on torch_npu in), each line read with
-``packaging``'s requirement parser (a wheel file or URL of flash-attn counts too), lines that
-are not requirements (options, comments, blank) kept as they are.
+(:func:`port_requirements`: flash-attn out, a note on torch_npu in), each line read as the
+scan reads it (a wheel file, an archive or the repository of flash-attn counts too).
+
+``port.diff`` applies with ``git apply`` and ``patch -p1`` and is fast on big files:
+:class:`difflib.SequenceMatcher` is quadratic in the worst case (12 s for a 1 MB file with a
+few hundred rewritten lines), so lines are matched the *patience* way: lines found once on
+each side anchor the match, and only the short stretches between anchors go to
+SequenceMatcher. Hunks are written exactly as :func:`difflib.unified_diff` writes them.
 """
 
 from __future__ import annotations
 
+import bisect
 import json
 import os
-import re
 import stat
+from collections import Counter
 from dataclasses import asdict, dataclass, field
+from difflib import SequenceMatcher
 from pathlib import Path
 from typing import Optional
 
-from packaging.requirements import InvalidRequirement, Requirement
-
 from hyport_lib.port.codemod import Change, ManualSpot, port_python
-from hyport_lib.port.patch import file_diff
 from hyport_lib.port.segments import UnparsableSource, unpad_arities, uses_relative_imports
-from hyport_lib.port.source_tree import (SourceText, SourceTree, copy_file, read_code,
-                                         walk_source)
-from hyport_lib.port.staging import make_staging, remove_stale, remove_staging
+from hyport_lib.port.staging import (SourceText, SourceTree, copy_file, make_staging, read_code, remove_stale,
+                                     remove_staging, walk_source)
+from hyport_lib.scan.dependencies import requirement_name, requirement_spec
 from hyport_lib.scan.rules import FLASH_ATTN_PACKAGES, GENERATED_MODULE, normalize_dist_name
 from hyport_lib.scan.scanner import file_kind
 from hyport_lib.utils.bounded_files import UnreadableFile, kind_of
@@ -45,44 +49,29 @@ def generated_module_text(unpad_returns: int = 5) -> str:
 TORCH_NPU_NOTE = ("# torch-npu: install the release built for this host's torch and CANN "
                   "(e.g. torch-npu==2.8.0.post2 with torch==2.8.0, CANN 8.5); never let pip "
                   "replace torch")
-_ARCHIVE = re.compile(r"(^|/)flash[-_]attn-[\w.+-]+\.(whl|tar\.gz|zip)\b")
 
 
 def _is_flash_attn(logical: str) -> bool:
-    code = re.split(r"\s#", logical, maxsplit=1)[0].strip()
-    if not code or code.startswith("#"):
-        return False
-    if _ARCHIVE.search(code) or "flash-attention.git" in code or "flash-attention@" in code:
-        return True  # a wheel, an archive or the repository, also after -e / --editable
-    if code.startswith("-"):
-        return False
-    try:
-        return normalize_dist_name(Requirement(code.split(" --")[0].strip()).name) in FLASH_ATTN_PACKAGES
-    except InvalidRequirement:
-        return False
+    spec = requirement_spec(logical)
+    name = requirement_name(spec) if spec else None
+    return name is not None and normalize_dist_name(name) in FLASH_ATTN_PACKAGES
 
 
 def _logical_lines(lines: list[str]) -> list[tuple[int, list[str]]]:
     """(first line number, physical lines) of each requirement, ``\\`` continuations joined."""
-    out, current, start = [], [], 1
+    out: list[tuple[int, list[str]]] = []
     for number, line in enumerate(lines, start=1):
-        if not current:
-            start = number
-        current.append(line)
-        if not line.rstrip("\r\n").endswith("\\"):
-            out.append((start, current))
-            current = []
-    if current:
-        out.append((start, current))
+        if out and out[-1][1][-1].rstrip("\r\n").endswith("\\"):
+            out[-1][1].append(line)
+        else:
+            out.append((number, [line]))
     return out
 
 
 def port_requirements(text: str, rel: str) -> tuple[str | None, list[Change]]:
     """The requirement file without flash-attn, and one change per removed requirement
-    (each of its physical lines commented out, line endings kept).
-
-    Returns ``(None, [])`` when the file names no flash-attn.
-    """
+    (each of its physical lines commented out, line endings kept); ``(None, [])`` when the
+    file names no flash-attn."""
     lines = text.splitlines(keepends=True)
     changes, out = [], []
     newline = "\r\n" if "\r\n" in text else "\n"
@@ -326,3 +315,117 @@ def write_record(result: PortResult) -> Path:
     """Rewrite ``port.json`` in the destination (after the proof has been added)."""
     return atomic_write_text(Path(result.dst) / JSON_NAME,
                              json.dumps(result.to_dict(), indent=2) + "\n")
+
+
+# --------------------------------------------------------------------------- port.diff
+#: A stretch between anchors with more lines than this on both sides (no line in it is
+#: unique) is written as replaced rather than matched line by line: still a correct
+#: patch, and SequenceMatcher's cost stays bounded.
+SMALL_STRETCH = 2000
+CONTEXT = 3
+
+
+def _longest_increasing(pairs: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """The longest run of ``pairs`` (sorted by their first item) whose second items rise."""
+    tails: list[int] = []  # smallest second item ending a run of each length
+    tail_index: list[int] = []
+    previous: list[int] = []
+    for index, (_, j) in enumerate(pairs):
+        k = bisect.bisect_left(tails, j)
+        if k == len(tails):
+            tails.append(j)
+            tail_index.append(index)
+        else:
+            tails[k], tail_index[k] = j, index
+        previous.append(tail_index[k - 1] if k else -1)
+    run, index = [], tail_index[-1] if tail_index else -1
+    while index >= 0:
+        run.append(pairs[index])
+        index = previous[index]
+    return run[::-1]
+
+
+def _matched_pairs(a: list[str], b: list[str]) -> list[tuple[int, int]]:
+    """(i, j) of each line of ``a`` matched with line j of ``b``, rising in both."""
+    pairs: list[tuple[int, int]] = []
+    stack = [(0, len(a), 0, len(b))]
+    while stack:
+        alo, ahi, blo, bhi = stack.pop()
+        while alo < ahi and blo < bhi and a[alo] == b[blo]:
+            pairs.append((alo, blo))
+            alo, blo = alo + 1, blo + 1
+        while alo < ahi and blo < bhi and a[ahi - 1] == b[bhi - 1]:
+            ahi, bhi = ahi - 1, bhi - 1
+            pairs.append((ahi, bhi))
+        if alo == ahi or blo == bhi:
+            continue
+        count_a, count_b = Counter(a[alo:ahi]), Counter(b[blo:bhi])
+        where_b = {b[j]: j for j in range(blo, bhi) if count_b[b[j]] == 1}
+        anchors = _longest_increasing([(i, where_b[a[i]]) for i in range(alo, ahi)
+                                       if count_a[a[i]] == 1 and a[i] in where_b])
+        if anchors:
+            pairs += anchors
+            bounds = [(alo - 1, blo - 1), *anchors, (ahi, bhi)]
+            stack += [(i1 + 1, i2, j1 + 1, j2) for (i1, j1), (i2, j2) in zip(bounds, bounds[1:])]
+        elif ahi - alo <= SMALL_STRETCH or bhi - blo <= SMALL_STRETCH:
+            matcher = SequenceMatcher(None, a[alo:ahi], b[blo:bhi], autojunk=False)
+            pairs += [(alo + i + k, blo + j + k) for i, j, size in matcher.get_matching_blocks()
+                      for k in range(size)]
+    return sorted(pairs)
+
+
+def _matching_blocks(a: list[str], b: list[str]) -> list[tuple[int, int, int]]:
+    blocks: list[list[int]] = []
+    for i, j in _matched_pairs(a, b):
+        if blocks and blocks[-1][0] + blocks[-1][2] == i and blocks[-1][1] + blocks[-1][2] == j:
+            blocks[-1][2] += 1
+        else:
+            blocks.append([i, j, 1])
+    return [tuple(block) for block in blocks] + [(len(a), len(b), 0)]
+
+
+def _range(start: int, stop: int) -> str:
+    """A hunk's range as unified diffs write it (difflib's own rule)."""
+    beginning, length = start + 1, stop - start
+    if length == 1:
+        return f"{beginning}"
+    if not length:
+        beginning -= 1  # an empty range starts before the first line
+    return f"{beginning},{length}"
+
+
+def unified_lines(a: list[str], b: list[str], fromfile: str, tofile: str) -> list[str]:
+    """What ``difflib.unified_diff(a, b, fromfile, tofile)`` yields, matched as above."""
+    matcher = SequenceMatcher(None, [], [])
+    matcher.a, matcher.b = a, b
+    matcher.matching_blocks, matcher.opcodes = _matching_blocks(a, b), None
+    out: list[str] = []
+    for group in matcher.get_grouped_opcodes(CONTEXT):
+        if not out:
+            out += [f"--- {fromfile}\n", f"+++ {tofile}\n"]
+        first, last = group[0], group[-1]
+        out.append(f"@@ -{_range(first[1], last[2])} +{_range(first[3], last[4])} @@\n")
+        for tag, i1, i2, j1, j2 in group:
+            if tag == "equal":
+                out += [" " + line for line in a[i1:i2]]
+                continue
+            if tag in ("replace", "delete"):
+                out += ["-" + line for line in a[i1:i2]]
+            if tag in ("replace", "insert"):
+                out += ["+" + line for line in b[j1:j2]]
+    return out
+
+
+def file_diff(rel: str, before: Optional[str], after: str) -> str:
+    """The unified diff of one file (``a/`` = source, ``b/`` = port; a new file from
+    ``/dev/null``), lines split at ``\\n`` only: a form feed or U+2028 inside a line is
+    not a line end to ``patch``."""
+    def lines(text: str) -> list[str]:
+        parts = text.split("\n")
+        out = [part + "\n" for part in parts[:-1]] + ([parts[-1]] if parts[-1] else [])
+        if out and not out[-1].endswith("\n"):
+            out[-1] += "\n\\ No newline at end of file\n"
+        return out
+
+    return "".join(unified_lines(lines(before or ""), lines(after),
+                                 "/dev/null" if before is None else f"a/{rel}", f"b/{rel}"))

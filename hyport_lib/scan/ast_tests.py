@@ -54,8 +54,6 @@ def cuda_literal(node: ast.expr) -> Optional[ast.Constant]:
 
 
 def is_kind(node: ast.expr) -> bool:
-    """``backend.kind``, ``kind``, ``x.device.type``, ``accelerator_type()``: a way to name
-    the backend in use."""
     if isinstance(node, ast.Call) and not node.args:
         func = node.func
         return (func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)) \

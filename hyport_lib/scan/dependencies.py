@@ -12,8 +12,7 @@ import re
 from typing import Iterable, Optional
 
 from hyport_lib.scan import rules
-from hyport_lib.scan.model import Hit
-from hyport_lib.scan.source import decode_source, hit_at, split_lines
+from hyport_lib.scan.hits import Hit, decode_source, hit_at, split_lines
 
 try:
     import tomllib
@@ -44,8 +43,14 @@ _CONDA_CHANNEL_RE = re.compile(r"^[\w.-]+::")
 _SETUP_CFG_KEYS = {"install_requires", "setup_requires", "tests_require"}
 
 
+def requirement_spec(line: str) -> str:
+    """The requirement of a requirements-file line: no comment, no ``-e``; empty for none."""
+    spec = re.split(r"(^|\s)#", line, maxsplit=1)[0].strip()
+    return spec.split(None, 1)[1] if spec.startswith(("-e ", "--editable ", "-e\t")) else spec
+
+
 def requirement_name(spec: str) -> Optional[str]:
-    """Distribution name a requirement line / URL / conda spec refers to, or None."""
+    """Distribution name a requirement line / URL / archive / conda spec refers to, or None."""
     spec = _CONDA_CHANNEL_RE.sub("", spec.strip().strip("'\""))
     egg = re.search(r"#egg=([A-Za-z0-9][\w.-]*)", spec)
     if egg:
@@ -53,7 +58,7 @@ def requirement_name(spec: str) -> Optional[str]:
     direct = re.match(r"^([A-Za-z0-9][A-Za-z0-9._-]*)\s*(\[[^\]]*\])?\s*@", spec)
     if direct:
         return direct.group(1)
-    if "://" in spec or spec.startswith(("-", ".", "/")):
+    if "://" in spec or spec.startswith(("-", ".", "/")) or _ARCHIVE_RE.search(spec):
         target = spec.split()[-1] if spec.split() else ""
         archive = _ARCHIVE_RE.search(target)
         if archive is None:
@@ -100,12 +105,8 @@ def scan_requirements_txt(text: str, rel: str) -> list[Hit]:
     lines = split_lines(text)
     hits = []
     for number, raw in enumerate(lines, start=1):
-        spec = re.split(r"(^|\s)#", raw, maxsplit=1)[0].strip()
-        if not spec:
-            continue
-        if spec.startswith(("-e ", "--editable ", "-e\t")):
-            spec = spec.split(None, 1)[1]
-        hit = _line_hit(rel, lines, number, spec)
+        spec = requirement_spec(raw)
+        hit = _line_hit(rel, lines, number, spec) if spec else None
         if hit:
             hits.append(hit)
     return hits

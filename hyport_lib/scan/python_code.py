@@ -1,4 +1,5 @@
-"""Python files: CUDA-isms found through the AST (a line scan for files that do not parse).
+"""Python files: CUDA-isms found through the AST, or by a line scan when the file does not
+parse.
 
 Findings (tables in :mod:`.rules`): imports of CUDA-only modules (``guarded`` behind
 ``try/except ImportError`` or ``if is_..._available():``) and names resolving into them;
@@ -14,6 +15,7 @@ inside ``if accelerator_type() == "cuda":``.
 from __future__ import annotations
 
 import ast
+import re
 from typing import Optional
 
 from hyport_lib.scan import dependencies, rules
@@ -21,8 +23,7 @@ from hyport_lib.scan.ast_tests import (
     attr_position, call_context, catches_import_error, cuda_kind_branch, cuda_literal,
     is_availability_test, is_cuda_guards, is_kind, names_npu,
 )
-from hyport_lib.scan.model import Hit
-from hyport_lib.scan.source import FALLBACK_NOTE, decode_source, hit_at, line_scan, split_lines
+from hyport_lib.scan.hits import Hit, decode_source, hit_at, split_lines
 
 _ATTR_BUILTINS = {"getattr", "hasattr", "setattr", "delattr"}
 #: Categories that a ``backend.kind == "cuda"`` guard makes deliberate.
@@ -66,6 +67,42 @@ def _describe_parse_error(exc: BaseException) -> str:
         where = f" (line {exc.lineno})" if exc.lineno else ""
         return f"{type(exc).__name__}: {exc.msg}{where}"
     return f"{type(exc).__name__}: {exc}"
+
+
+# --- line scan, for files the parser rejects -------------------------------------------
+FALLBACK_NOTE = " (line scan: the file does not parse)"
+_FALLBACK_RULES = (
+    (re.compile(r"^\s*(?:from|import)\s+((?:flash_attn\w*|apex|amp_C|xformers|triton|bitsandbytes)"
+                r"(?:\.\w+)*)"),
+     lambda m: (rules.module_category(m.group(1)), rules.suggestion_for(m.group(1)))),
+    (re.compile(r"\.cuda\("), lambda m: (rules.CUDA_CALL, rules.CUDA_METHOD_SUGGESTION)),
+    (re.compile(r"\btorch\.(?:backends\.)?cuda(?:\.\w+)*"),
+     lambda m: (rules.CUDA_CALL, rules.suggestion_for(m.group(0)))),
+    # "cuda", 'cuda:0', f"cuda:{rank}", "cuda:%d" % i, "cuda:" + str(i)
+    (re.compile(r"""(?<!\w)[fF]?["']cuda(?::(?:\d*|\{[^}"']*\}|%[ds]))?["']"""),
+     lambda m: (rules.CUDA_DEVICE, rules.DEVICE_SUGGESTION)),
+    (re.compile(r"\.is_cuda\b"),
+     lambda m: (rules.CUDA_DEVICE, rules.name_rule("is_cuda", attribute=True).suggestion)),
+    (re.compile(r"""["']nccl["']"""), lambda m: (rules.NCCL, rules.NCCL_SUGGESTION)),
+    (re.compile(r"""["']flash_attention_[23]["']"""),
+     lambda m: (rules.FLASH_ATTN, rules.FLASH_IMPL_SUGGESTION)),
+    (re.compile(rf"\b({rules.ENV_VAR_NAMES})\b"), lambda m: rules.env_var_rule(m.group(1))),
+)
+
+
+def line_scan(rel: str, lines: list[str]) -> list[Hit]:
+    """Regex rules over code lines (comment lines skipped); one hit per rule and line."""
+    hits = []
+    for number, line in enumerate(lines, start=1):
+        if line.lstrip().startswith("#"):
+            continue
+        for pattern, describe in _FALLBACK_RULES:
+            match = pattern.search(line)
+            if match:
+                category, suggestion = describe(match)
+                hits.append(hit_at(rel, lines, number, match.start(), category,
+                                   suggestion + FALLBACK_NOTE))
+    return sorted(set(hits))
 
 
 class _Scanner(ast.NodeVisitor):

@@ -101,19 +101,6 @@ CUDA_NAMES_BY_HAND = {
 CUDA_IMPORTS_BY_HAND = ("names imported from torch.cuda: import them from the device's module "
                         "(accelerator_module()) by hand")
 
-
-def cuda_import_by_hand(module: str) -> str:
-    """Why the port leaves ``from <module> import ...`` (``torch.cuda`` or a submodule): a
-    submodule with a hand fix of its own (``torch.cuda.amp``) says that one."""
-    parts = module.split(".")
-    return CUDA_NAMES_BY_HAND.get(parts[2], CUDA_IMPORTS_BY_HAND) if len(parts) > 2 else CUDA_IMPORTS_BY_HAND
-
-
-def cuda_name_by_hand(name: str) -> str:
-    """Why the port leaves ``torch.cuda.<name>`` (a name not in ``SERVED_CUDA_NAMES``)."""
-    return CUDA_NAMES_BY_HAND.get(name, f"torch.cuda.{name} has no checked NPU counterpart: "
-                                        "port it by hand")
-
 #: Modules with no Ascend build: the port leaves their imports for a human, and why.
 UNPORTABLE_MODULES = {
     "triton": "a Triton kernel: Ascend has no Triton backend here; port it to torch ops "
@@ -435,11 +422,13 @@ def port_of(qualified: str, imported: bool = False) -> Optional[Port]:
     Ascend build; None for any other."""
     parts = qualified.split(".")
     if parts[:2] == ["torch", "cuda"] and len(parts) > 2:
-        if imported:
-            return Port("torch_cuda", why=cuda_import_by_hand(qualified.rsplit(".", 1)[0]))
+        if imported:  # from a submodule with a hand fix of its own (torch.cuda.amp): that one
+            return Port("torch_cuda", why=CUDA_NAMES_BY_HAND.get(parts[2], CUDA_IMPORTS_BY_HAND)
+                        if len(parts) > 3 else CUDA_IMPORTS_BY_HAND)
         if parts[2] in SERVED_CUDA_NAMES:
             return Port("torch_cuda", "accelerator_module")
-        return Port("torch_cuda", why=cuda_name_by_hand(parts[2]))
+        return Port("torch_cuda", why=CUDA_NAMES_BY_HAND.get(
+            parts[2], f"torch.cuda.{parts[2]} has no checked NPU counterpart: port it by hand"))
     if ".".join(parts[:-1]) in SERVED_FLASH_MODULES and parts[-1] in SERVED_FLASH_NAMES:
         return Port("flash_attn_import")
     if parts[0] in UNPORTABLE_MODULES:

@@ -10,9 +10,8 @@ from pathlib import Path
 from typing import Iterable, Iterator, Optional
 
 from hyport_lib.scan import dependencies, rules
-from hyport_lib.scan.model import Hit, ScanReport, make_snippet
+from hyport_lib.scan.hits import Hit, ScanReport, hit_at, split_lines
 from hyport_lib.scan.python_code import scan_python
-from hyport_lib.scan.source import split_lines
 
 #: Directory or file names (glob patterns; a pattern with "/" matches the relative path)
 #: that are never scanned: tooling, virtual environments, build output.
@@ -51,13 +50,11 @@ def file_kind(path: Path, explicit: bool = False) -> Optional[str]:
 
 
 def scan_path(path: str | os.PathLike, *, exclude: Iterable[str] = DEFAULT_EXCLUDE) -> ScanReport:
-    """Scan a source tree (or one file, its kind taken from the extension) for CUDA-only code
-    and dependencies; hits name files relative to ``path`` (to its folder for a file).
-
-    ``exclude``: glob patterns of names to skip (one holding ``/`` matches the relative
-    path). Files that do not parse are reported, never fatal; FileNotFoundError for a
-    missing ``path``, ValueError for a file of a kind the scan does not read.
-    """
+    """Scan a source tree (or one file, its kind taken from the extension); hits name files
+    relative to ``path`` (to its folder for a file). ``exclude``: glob patterns of names to
+    skip (one holding ``/`` matches the relative path). Files that do not parse are reported,
+    never fatal; FileNotFoundError for a missing ``path``, ValueError for a file of a kind the
+    scan does not read."""
     root = Path(path)
     if not root.exists():
         link = not_regular(root) if root.is_symlink() else None
@@ -94,8 +91,6 @@ def scan_path(path: str | os.PathLike, *, exclude: Iterable[str] = DEFAULT_EXCLU
 
 
 _FLASH_PIN_RE = re.compile(r"flash[-_]attn\s*((?:[=<>!~]=?|===)\s*[\w.*+]+(?:\s*,\s*(?:[=<>!~]=?)\s*[\w.*+]+)*)")
-
-
 #: A wheel or sdist file name (``flash_attn-2.5.8+cu122torch2.3...whl``), the usual way
 #: flash-attn gets pinned, or a git tag of its repository (``flash-attention.git@v2.5.8``).
 _FLASH_ARCHIVE_RE = re.compile(r"flash[-_]attn-(\d+(?:\.\d+)+(?:\.post\d+)?)[^/\s]*\.(?:whl|tar\.gz|zip)\b")
@@ -197,10 +192,8 @@ def _scan_file(file: Path, rel: str, kind: str) -> tuple[list[Hit], Optional[str
         hits, error = dependencies.scan_pyproject(text, rel)
         if error is not None:
             line = int(m.group(1)) if (m := re.search(r"line (\d+)", error)) else 1
-            lines = split_lines(text)
-            snippet = make_snippet(lines[line - 1]) if line <= len(lines) else ""
-            hits.append(Hit(rel, line, 0, rules.UNPARSABLE, snippet,
-                            f"{error}; quoted requirement strings checked instead"))
+            hits.append(hit_at(rel, split_lines(text), line, 0, rules.UNPARSABLE,
+                               f"{error}; quoted requirement strings checked instead"))
         return hits, error
     scanner = {
         "requirements": dependencies.scan_requirements_txt,

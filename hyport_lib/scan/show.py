@@ -1,9 +1,6 @@
 """Notebook rendering of a ``ScanReport``: a one-line verdict, the flash-attn pin, counts per
-category, the lines found and each suggestion once per kind.
-
-Findings are shown as a reader wants them: by kind, one row per source line, each
-suggestion once with the lines it covers (a line importing three flash-attn helpers is
-three findings but one place to change).
+category, one row per source line, and each suggestion once per kind with the lines it
+covers (a line importing three flash-attn helpers is three findings but one place to change).
 """
 
 from __future__ import annotations
@@ -13,7 +10,7 @@ from typing import Iterable, Optional
 
 from hyport_lib.display import fit, styled
 from hyport_lib.scan import rules
-from hyport_lib.scan.model import Hit, ScanReport
+from hyport_lib.scan.hits import Hit, ScanReport
 from hyport_lib.utils.versions import pinned_version, unpad_input_values
 
 #: Red: blocks the port outright; yellow: a one-line change through the backend seam;
@@ -78,9 +75,7 @@ def _category_colour(value) -> str:
 
 
 def scan_tables(report: ScanReport):
-    """``(counts_frame, lines_styler, suggestions_styler)``: what ``show_scan`` displays,
-    for reuse in reports. One row per source line, then each suggestion once per kind
-    with the lines it covers (:func:`group_hits`)."""
+    """``(counts_frame, lines_styler, suggestions_styler)``: what ``show_scan`` displays."""
     import pandas as pd
 
     counts = pd.DataFrame(sorted(report.counts().items()), columns=["category", "hits"])

@@ -1,5 +1,7 @@
-"""Scan suggestions are read by the owner of the scanned code: they name what that code can
-write (the module the port writes, plain torch / torch_npu), never hyport's internals."""
+"""The one table of CUDA-only constructs (:mod:`hyport_lib.scan.rules`), read by the scan and
+the port alike. Its suggestions are read by the owner of the scanned code: they name what
+that code can write (the module the port writes, plain torch / torch_npu), never hyport's
+internals, and what the port writes or why it leaves the construct."""
 
 from __future__ import annotations
 
@@ -208,3 +210,15 @@ def test_every_module_the_port_leaves_is_one_the_scan_flags_and_the_port_reads()
         assert module in segments.TRIGGER_WORDS, module
         done, said = _port_and_scan(f"import {module}\n")
         assert [m.why for m in done.manual] == [why] and said[0].endswith(f"hyport port leaves it: {why}")
+
+
+def test_a_flash_attn_archive_by_file_name_or_an_editable_repository_is_flagged_and_removed():
+    """The port reads a requirement line as the scan does (``requirement_name``), so they
+    agree on every spelling, a bare wheel file name included."""
+    for line in ("flash_attn-2.5.8-cp310-cp310-linux_x86_64.whl\n", "./wheels/flash_attn-2.5.8.tar.gz\n",
+                 "-e git+https://github.com/Dao-AILab/flash-attention.git@v2.5.8\n", "flash-attn==\n"):
+        assert len(scan_requirements_txt(line, "requirements.txt")) == 1, line
+        assert len(port_requirements(line, "requirements.txt")[1]) == 1, line
+    for line in ("-r flash-attn.txt\n", "-f https://github.com/Dao-AILab/flash-attention/releases\n",
+                 "flash-attn-cuda==1\n"):
+        assert port_requirements(line, "requirements.txt") == (None, []), line

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from hyport_lib.commands import main as hyport_main
+from hyport_lib.scan.hits import ScanReport
 from hyport_lib.scan.rules import CATEGORIES
 from hyport_lib.scan.scanner import DEFAULT_EXCLUDE, scan_path
-from hyport_lib.scan.model import ScanReport
 from hyport_lib.scan.show import scan_tables, show_scan
 
 TREE = Path(__file__).parents[1] / "data" / "scan_tree"
@@ -83,6 +83,7 @@ def test_fixture_tree_hits_are_exactly_the_planted_ones(report):
 
 
 def test_snippet_is_the_source_line_the_hit_names(report):
+    assert report.hits
     for hit in report.hits:
         lines = (TREE / hit.file).read_text(encoding="utf-8").splitlines()
         assert hit.snippet == lines[hit.line - 1].strip(), hit

@@ -1,19 +1,37 @@
-"""The scan's results: one ``Hit`` per finding, gathered in a ``ScanReport``."""
+"""What the scan found: one :class:`Hit` per finding, gathered in a :class:`ScanReport`,
+and the source-text helpers every scanner makes its hits with."""
 
 from __future__ import annotations
 
+import re
+import tokenize
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, replace
+from io import BytesIO
 from typing import Any, Iterable, Optional
 
 from hyport_lib.utils.records import from_mapping
 
 SNIPPET_MAX = 200
+_LINE_SPLIT_RE = re.compile(r"\r\n|\r|\n")
 
 
-def make_snippet(source_line: str) -> str:
-    """The source line, stripped and cut to ``SNIPPET_MAX`` characters."""
+def split_lines(text: str) -> list[str]:
+    """Lines as the Python tokenizer counts them (form feeds etc. are not line breaks)."""
+    return _LINE_SPLIT_RE.split(text)
+
+
+def decode_source(data: bytes) -> tuple[str, Optional[str]]:
+    """Decode Python source by its coding cookie; ``(text, error)``, text is always usable."""
+    try:
+        encoding, _ = tokenize.detect_encoding(BytesIO(data).readline)
+        return data.decode(encoding), None
+    except (SyntaxError, UnicodeDecodeError, LookupError) as exc:
+        return data.decode("utf-8", errors="replace"), f"{type(exc).__name__}: {exc}"
+
+
+def _snippet(source_line: str) -> str:
     text = source_line.strip()
     return text if len(text) <= SNIPPET_MAX else text[:SNIPPET_MAX - 1] + "…"
 
@@ -21,8 +39,7 @@ def make_snippet(source_line: str) -> str:
 @dataclass(frozen=True, order=True)
 class Hit:
     """One finding: ``file`` relative to the scanned root (``/`` separators), 1-based
-    ``line``, 0-based ``col``, a :data:`~hyport_lib.scan.rules.CATEGORIES` ``category``,
-    the stripped source line and what to write instead on Ascend."""
+    ``line``, 0-based ``col``, the stripped source line and what to write instead on Ascend."""
 
     file: str
     line: int
@@ -32,16 +49,17 @@ class Hit:
     suggestion: str
 
 
+def hit_at(rel: str, lines: list[str], line: int, col: int, category: str, suggestion: str) -> Hit:
+    """A hit whose snippet is line ``line`` (1-based) of ``lines``."""
+    source = lines[line - 1] if 0 < line <= len(lines) else ""
+    return Hit(rel, line, col, category, _snippet(source), suggestion)
+
+
 @dataclass
 class ScanReport:
-    """Everything one ``scan_path`` call found.
-
-    Attributes:
-        root: the scanned path as given (a folder or one file).
-        unparsable: ``(file, error)`` for files that could not be parsed (also hits of
-            category ``unparsable``, and scanned line by line instead).
-        skipped: ``(file, why)`` for names that are not regular files: never opened.
-    """
+    """Everything one ``scan_path`` call found. ``root``: the path as given; ``unparsable``:
+    files that could not be parsed (also ``unparsable`` hits, and scanned line by line);
+    ``skipped``: names that are not regular files, never opened."""
 
     root: str
     hits: list[Hit] = field(default_factory=list)
@@ -59,7 +77,6 @@ class ScanReport:
         return not self.hits and not self.unparsable
 
     def counts(self) -> dict[str, int]:
-        """Hits per category, categories sorted by name."""
         return dict(sorted(Counter(h.category for h in self.hits).items()))
 
     def only(self, categories: Optional[Iterable[str]]) -> "ScanReport":
