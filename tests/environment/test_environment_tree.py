@@ -26,7 +26,7 @@ import stat
 from pathlib import Path
 
 import pytest
-from test_container_checks import CANN_850_INFO, DRIVER_25_0, _by_name, _judge, _run, _write, build_tree
+from .test_container_checks import CANN_850_INFO, DRIVER_25_0, _by_name, _judge, _run, _write, build_tree
 
 from hyport_lib.environment import facts, stage
 from hyport_lib.environment.checks import check_video_processors

@@ -23,7 +23,7 @@ from hyport_lib.port import proof_run
 from hyport_lib.port.proof_run import STARTING, child_outcome, proof_from_dict
 from hyport_lib.proof import port_model
 from hyport_lib.proof.port_record import IMPORT_ORIGINAL, model_files
-from test_port_models import OWN_MODEL
+from .test_port_models import OWN_MODEL
 
 SECRET = "s3cr3t-value-of-the-environment-0123456789"
 #: A token no variable holds, recognisable by its shape alone.

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from hyport_lib.port import codemod, segments
-from test_tree import CUDA_FILE, _plain_functions
+from .test_tree import CUDA_FILE, _plain_functions
 
 
 def test_only_segments_with_cuda_words_go_through_libcst(monkeypatch):

@@ -8,7 +8,7 @@ import os
 
 from hyport_lib.port import staging
 from hyport_lib.port.tree import JSON_NAME, port_tree
-from test_tree import CUDA_FILE, _plain_functions, _src
+from .test_tree import CUDA_FILE, _plain_functions, _src
 
 
 def test_a_code_file_over_the_bound_is_copied_as_it_was_and_named(tmp_path, monkeypatch):

@@ -22,7 +22,7 @@ from hyport_lib.commands import main
 from hyport_lib.port import tree as port_tree_module
 from hyport_lib.port.tree import (DIFF_NAME, JSON_NAME, PortError, file_diff, port_requirements, port_tree,
                                   unified_lines)
-from test_codemod import PLANTED
+from .test_codemod import PLANTED
 
 REPO = Path(__file__).resolve().parents[2]
 CUDA_FILE = "import torch\n\n\ndef f(x):\n    return x.cuda()\n"

@@ -20,7 +20,7 @@ from hyport_lib.train import stage
 from hyport_lib.train.dataset import load_dataset
 from hyport_lib.train.first_batch import first_batch_path
 from hyport_lib.train.params import Params
-from test_dataset_formats import ALPACA, DATA, write_records
+from .test_dataset_formats import ALPACA, DATA, write_records
 
 pytestmark = pytest.mark.slow
 
