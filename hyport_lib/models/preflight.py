@@ -13,7 +13,6 @@ from pathlib import Path
 from hyport_lib.checkpoint_files.header import read_header
 from hyport_lib.models.pretrained import SMOLLM2_NAME, PretrainedUnavailable, ensure_smollm2
 from hyport_lib.models.tiny import TINY_MODEL_NAME, ensure_tiny_model
-from hyport_lib.npu_attention.names import backend_of
 
 HUB_ID = re.compile(r"^[A-Za-z0-9][\w.\-]*/[\w.\-]+$")
 
@@ -85,26 +84,6 @@ def _check_config(path: Path, param: str, text: str) -> None:
     if (not isinstance(data.get("model_type"), str) or not data["model_type"]) and "auto_map" not in data:
         raise ModelPathError(f"{param}={text!r}: {config.resolve()} names no model_type "
                              f"(transformers cannot tell which model class to build)")
-
-
-def check_attn_implementation(name: str, param: str = "attn_implementation") -> None:
-    """Refuse, before any process starts, an attention name no process could load:
-    transformers' own, one registered with its AttentionInterface, one of hyport's
-    (:data:`~hyport_lib.npu_attention.names.BACKEND_OF_NAME`, registered in each
-    worker), a hub kernel (``org/repo``) or a ``paged|...`` variant of these."""
-    from transformers import AttentionInterface
-
-    known = {"eager", "sdpa", "flash_attention_2", "flash_attention_3", "flex_attention"}
-    registered = set(getattr(AttentionInterface, "_global_mapping", {}) or {})
-    text = str(name or "")
-    base = text.split("|", 1)[1] if text.startswith("paged|") else text
-    if base.startswith("hyport") and base not in registered:
-        backend_of(base)  # a name no worker registers is refused here, not on every card
-        return
-    if base in known | registered or "/" in base:
-        return
-    raise ValueError(f"{param}={name!r}: not an attention transformers knows; expected one of "
-                     f"{', '.join(sorted(known | registered))}, a hyport_* name or a hub kernel")
 
 
 def _check_weights(path: Path, param: str, text: str) -> None:

@@ -2,14 +2,10 @@
 
 :func:`register_hyport_attention` registers one attention function with
 ``AttentionInterface`` (and the SDPA mask builder under the same name with
-``AttentionMaskInterface``, so the model hands it 4-D boolean masks) and returns the name
-to pass as ``attn_implementation=``: for a text model, a vision tower, or per sub-config
-of a composite model (``{"text_config": name, "vision_config": name}``).
-
-The function follows transformers' ``sdpa_attention_forward`` contract: ``(module, query,
-key, value, attention_mask, dropout=0.0, scaling=None, is_causal=None, **kwargs)`` with
-q/k/v in (B, N, S, D), returning ``(out (B, S, N, D), None)``; ``attention_mask`` may come
-by keyword (Qwen2-VL's vision attention does). It handles:
+``AttentionMaskInterface``, so the model hands it 4-D boolean masks); the name serves a
+text model, a vision tower, or a composite model per sub-config. The function follows
+transformers' ``sdpa_attention_forward`` contract (``attention_mask`` may come by keyword,
+as in Qwen2-VL's vision attention) and handles:
 
 * padded batches: the 4-D mask (bool True = attend, or additive float) is used as is;
   for the NPU it becomes NFA's ``atten_mask`` (True = masked) in BNSD;
@@ -19,9 +15,12 @@ by keyword (Qwen2-VL's vision attention does). It handles:
   packed sequence" (otherwise it is used densely). Without any mask (transformers skips
   it when nothing is padded, and ignores packing with a cache), restarting
   ``position_ids`` still mean packing, as with FlashAttention-2;
-* bidirectional spans (the ``hyport_span_ids=`` kwarg of the model's forward, see
-  :mod:`hyport_lib.npu_attention.spans`): same-span tokens attend both ways on top of
-  whatever mask the model built.
+* bidirectional spans, as Mixture-of-Transformers VLMs (the seed's HY-Embodied) attend
+  within one image: the ``hyport_span_ids=`` keyword of the model's ``forward``
+  (``(batch, seqlen)``: 0 for text, one positive id per span, unique within a row) lets
+  same-span tokens attend both ways on top of whatever mask the model built, never across
+  packed sequences. transformers hands unknown keywords down to the attention function
+  (Llama-style models do), and gradient checkpointing re-runs forward with the same ones.
 """
 
 from __future__ import annotations
@@ -35,8 +34,6 @@ import torch
 from hyport_lib.npu_attention.flash_api import FlashAttnAPI
 from hyport_lib.npu_attention.names import NAME_OF_BACKEND
 from hyport_lib.npu_attention.reference import cumulative_lengths
-from hyport_lib.npu_attention.seqlens import packed_segments
-from hyport_lib.npu_attention.spans import overlay_spans, segment_ids_from_position_ids
 from hyport_lib.port.generated.flash_attn_ascend import (HOST_CACHE, FlashAttnUnsupported,
                                                          IdentityCache, attend_band,
                                                          host_cu_seqlens, nfa_sparse_arguments,
@@ -204,7 +201,7 @@ def attention_forward(api: FlashAttnAPI, module, query, key, value, attention_ma
 
     attend = _attend_mask(attention_mask, batch, sq, sk, window, query)
     if span_ids is not None:
-        attend = _with_spans(attend, span_ids, position_ids, batch, sq, sk, window, query)
+        attend = _with_spans(attend, span_ids, position_ids, sq, sk, window, query)
     if api.backend == "sdpa":
         out = _sdpa_dense(query, key, value, attend, scale, dropout, window)
     else:
@@ -221,11 +218,15 @@ def _window(causal: bool, sliding_window) -> tuple:
     return resolve_window(causal, (-1, -1))
 
 
+def _cu_seqlens(kwargs):
+    cu = kwargs.get("cu_seq_lens_q")
+    # cu_seqlens: the one-name spelling of vision towers' code (both sides alike)
+    return cu if cu is not None else kwargs.get("cu_seqlens")
+
+
 def _segments(kwargs, position_ids, batch: int, seqlen: int):
     """Packed segment lengths over the flattened (B*S) tokens, or None when not packed."""
-    cu = kwargs.get("cu_seq_lens_q")
-    if cu is None:  # the one-name spelling of vision towers' code (both sides alike)
-        cu = kwargs.get("cu_seqlens")
+    cu = _cu_seqlens(kwargs)
     if cu is not None:  # flash-style kwargs, e.g. DataCollatorWithFlattening
         values = host_cu_seqlens(cu, "cu_seq_lens_q")
         cu_k = kwargs.get("cu_seq_lens_k")
@@ -243,6 +244,43 @@ def _segments(kwargs, position_ids, batch: int, seqlen: int):
     if segments is None or sum(segments) != batch * seqlen:
         return None
     return segments
+
+
+def packed_segments(position_ids) -> Optional[tuple[int, ...]]:
+    """Segment lengths over the flattened ``(B*S,)`` tokens, or None when the batch is not
+    packed: every segment (a run where the position grows by exactly 1) must start at 0
+    and outnumber the rows, so left-padded generation batches (pads carry position 1) and
+    plain batches are not packed. Read from the device once per tensor (``HOST_CACHE``,
+    which also holds the host copies of ``cu_seqlens``): 24 layers cost one copy."""
+    if position_ids is None or not hasattr(position_ids, "dim") or position_ids.dim() not in (1, 2):
+        return None
+
+    def compute():
+        pos = position_ids if position_ids.dim() == 2 else position_ids.unsqueeze(0)
+        rows, length = pos.shape
+        if length == 0:
+            return None
+        first = pos[:, :1] - 1
+        starts = torch.diff(pos, prepend=first, dim=-1) != 1
+        starts[:, 0] = True
+        start_idx = torch.nonzero(starts.reshape(-1)).flatten()
+        start_pos = pos.reshape(-1)[start_idx]
+        # One small host transfer carries both the boundaries and their first positions.
+        idx, first_pos = torch.stack([start_idx, start_pos.to(start_idx.dtype)]).tolist()
+        if len(idx) <= rows or any(p != 0 for p in first_pos):
+            return None
+        ends = idx[1:] + [rows * length]
+        return tuple(e - s for s, e in zip(idx, ends))
+
+    return HOST_CACHE.get("packed_segments", (position_ids,), compute)
+
+
+def segment_ids_from_position_ids(position_ids: torch.Tensor) -> torch.Tensor:
+    """(batch, seqlen) segment index that grows wherever the position does not grow by 1."""
+    if position_ids.dim() != 2:
+        raise ValueError(f"position_ids must be (batch, seqlen), got {tuple(position_ids.shape)}")
+    first = position_ids[:, :1] - 1
+    return torch.cumsum((torch.diff(position_ids, prepend=first, dim=-1) != 1).long(), dim=-1)
 
 
 def _segment_attend(segments, batch: int, seqlen: int, window, device) -> torch.Tensor:
@@ -264,8 +302,7 @@ def _mask_is_segment_causal(mask, segments, batch, seqlen, window, position_ids,
     """True when ``mask`` equals "within each packed sequence, the window/causal band"."""
     if mask.dim() != 4 or mask.shape[-2:] != (seqlen, seqlen) or mask.shape[0] not in (1, batch):
         return False
-    ids_source = kwargs.get("cu_seq_lens_q")
-    ids_source = ids_source if ids_source is not None else kwargs.get("cu_seqlens")
+    ids_source = _cu_seqlens(kwargs)
     ids_source = ids_source if ids_source is not None else position_ids
 
     def compute():
@@ -306,7 +343,9 @@ def _attend_mask(mask, batch, sq, sk, window, query) -> Optional[torch.Tensor]:
     return mask
 
 
-def _with_spans(attend, span_ids, position_ids, batch, sq, sk, window, query):
+def _with_spans(attend, span_ids, position_ids, sq, sk, window, query):
+    """``attend`` OR "same non-zero span (and packed sequence)"; the queries are the last
+    ``sq`` of the ``sk`` positions the spans describe."""
     if span_ids.shape[-1] != sk:
         if sq == 1:
             return attend  # decoding a text token: causal already sees every earlier token
@@ -314,14 +353,19 @@ def _with_spans(attend, span_ids, position_ids, batch, sq, sk, window, query):
                          f"attention has {sk} keys")
 
     def compute():
-        base = (attend_band(sq, sk, window, query.device).expand(1, 1, sq, sk)
-                if attend is None else _as_attend(attend))
-        if attend is None and isinstance(position_ids, torch.Tensor) and position_ids.dim() == 2 \
-                and position_ids.shape[-1] == sk:
-            seg = segment_ids_from_position_ids(position_ids.expand(span_ids.shape[0], -1))
-            base = base & (seg[:, sk - sq:].unsqueeze(-1) == seg.unsqueeze(-2)).unsqueeze(1)
-        pos = position_ids if isinstance(position_ids, torch.Tensor) else None
-        return overlay_spans(base, span_ids.to(query.device), pos)
+        spans = span_ids.to(query.device)
+        same_sequence = None
+        if isinstance(position_ids, torch.Tensor) and position_ids.dim() == 2 and position_ids.shape[-1] == sk:
+            seg = segment_ids_from_position_ids(position_ids.expand(spans.shape[0], -1))
+            same_sequence = (seg[:, sk - sq:].unsqueeze(-1) == seg.unsqueeze(-2)).unsqueeze(1)
+        if attend is None:
+            base = attend_band(sq, sk, window, query.device).expand(1, 1, sq, sk)
+            base = base if same_sequence is None else base & same_sequence
+        else:
+            base = _as_attend(attend)
+        q_spans = spans[:, sk - sq:]
+        same_span = ((q_spans.unsqueeze(-1) == spans.unsqueeze(-2)) & (q_spans != 0).unsqueeze(-1)).unsqueeze(1)
+        return base | (same_span if same_sequence is None else same_span & same_sequence)
 
     return MASK_CACHE.get(("spans", sq, sk, window), (attend, span_ids, position_ids), compute)
 
