@@ -127,13 +127,3 @@ def _uses_mrope(value: Any) -> bool:
     """Does any (sub-)config ask for multimodal rotary sections (``mrope_section``)?"""
     return isinstance(value, dict) and (bool(value.get("mrope_section"))
                                         or any(_uses_mrope(v) for v in value.values()))
-
-
-def rope_index_function(model):
-    """The model's own ``get_rope_index``, or None; looked up on its sub-modules too (the
-    VLM's inner model holds it, and so a peft- or DeepSpeed-wrapped model is found)."""
-    for module in model.modules():
-        function = getattr(type(module), "get_rope_index", None)
-        if callable(function):
-            return getattr(module, "get_rope_index")
-    return None

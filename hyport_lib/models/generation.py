@@ -19,8 +19,7 @@ from hyport_lib.models.generation_config import DEFAULT_BATCH_PROMPTS, Inference
 from hyport_lib.models.loading import (LoadedProcessor, ProcessorUnavailable, load_processor, tokenizer_of,
                                        traits_of)
 from hyport_lib.models.loading import load_model as load_checkpoint  # ours: load_model(config)
-from hyport_lib.models.prompts import Prompt, PromptNotApplicable, check_applicable, encode_prompts
-from hyport_lib.models.sample_image import sample_image
+from hyport_lib.models.prompts import Prompt, PromptNotApplicable, check_applicable, encode_prompts, sample_image
 from hyport_lib.models.tiny import resolve_model_path
 from hyport_lib.npu_attention.hf_integration import (REGISTERED, UnsupportedAttentionArgument,
                                                     register_hyport_attention, sdpa_refusal)

@@ -21,8 +21,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from hyport_lib.models.families import ModelTraits, describe_config, read_config
-from hyport_lib.models.model_cache import transformers_major
-from hyport_lib.models.pretrained import SMOLLM2_NAME
+from hyport_lib.models.model_cache import SMOLLM2_NAME, transformers_major
 from hyport_lib.models.tiny import TINY_MODEL_NAME
 from hyport_lib.utils.printable import first_line
 

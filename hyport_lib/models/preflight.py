@@ -11,7 +11,8 @@ import re
 from pathlib import Path
 
 from hyport_lib.checkpoint_files.header import read_header
-from hyport_lib.models.pretrained import SMOLLM2_NAME, PretrainedUnavailable, ensure_smollm2
+from hyport_lib.models.families import read_config
+from hyport_lib.models.model_cache import SMOLLM2_NAME, PretrainedUnavailable, ensure_smollm2
 from hyport_lib.models.tiny import TINY_MODEL_NAME, ensure_tiny_model
 
 HUB_ID = re.compile(r"^[A-Za-z0-9][\w.\-]*/[\w.\-]+$")
@@ -25,14 +26,9 @@ def check_model_path(model_path: str, *, param: str = "model_path", allow_downlo
                      local_only: str = "") -> str:
     """The folder to load (absolute), or ``model_path`` itself for a hub id when
     ``allow_download`` (offline otherwise). ``local_only``: who loads local folders only
-    (e.g. ``"stage 02"``), said when a hub id is refused.
-
-    Checks, cheapest first: the folder, ``config.json`` (JSON, with a model type), the
-    weights (an index and its shards, or single files) and each safetensors header.
-
-    Raises:
-        ModelPathError: missing or not a loadable model; PermissionError: the tiny model's
-            cache (``HYPORT_CACHE``) cannot be written.
+    (e.g. ``"stage 02"``), said when a hub id is refused. Checks, cheapest first: the
+    folder, ``config.json``, the weights and each safetensors header. Raises PermissionError
+    when the cache (``HYPORT_CACHE``) the tiny model or SmolLM2 is built in cannot be written.
     """
     text = str(model_path or "").strip()
     if not text:
@@ -71,7 +67,7 @@ def _check_config(path: Path, param: str, text: str) -> None:
     if not config.is_file():
         raise ModelPathError(f"{param}={text!r}: not a model folder: no config.json in {path.resolve()}")
     try:
-        data = json.loads(config.read_text(encoding="utf-8"))
+        data = read_config(path)
     except json.JSONDecodeError as exc:
         raise ModelPathError(f"{param}={text!r}: {config.resolve()} is not valid JSON (line "
                              f"{exc.lineno}, column {exc.colno}: {exc.msg})") from None

@@ -13,8 +13,7 @@ from __future__ import annotations
 import inspect
 from typing import Any, Callable, Optional, Sequence
 
-from hyport_lib.models.families import rope_index_function
-from hyport_lib.models.lora_targets import language_model_path
+from hyport_lib.models.module_tree import language_model_path, rope_index_function
 
 #: Keys that are the tokens themselves or rebuilt by the collators.
 _REBUILT_KEYS = frozenset({"input_ids", "attention_mask", "labels", "position_ids"})

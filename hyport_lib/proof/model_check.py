@@ -18,8 +18,7 @@ import torch
 
 from hyport_lib.models.generation import load_model
 from hyport_lib.models.generation_config import InferenceConfig
-from hyport_lib.models.prompts import Prompt, encode_prompts, needs_image
-from hyport_lib.models.sample_image import sample_image
+from hyport_lib.models.prompts import Prompt, encode_prompts, needs_image, sample_image
 from hyport_lib.models.training_inputs import packed_positions, rope_positions_function
 from hyport_lib.npu_attention import hf_integration
 from hyport_lib.npu_attention.hf_integration import sdpa_refusal

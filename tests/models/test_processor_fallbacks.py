@@ -30,7 +30,7 @@ from hyport_lib.models.loading import (AbsentVideoProcessor, LoadedProcessor, Pr
                                        VideoSettingUnavailable, _attribute_names, has_torchvision,
                                        load_processor, without_video)
 from hyport_lib.models.prompts import render_messages
-from hyport_lib.models.tiny_tokenizer import train_byte_bpe
+from hyport_lib.models.tiny import train_byte_bpe
 
 MAJOR = int(transformers.__version__.split(".")[0])
 CORPUS = ["Describe the image. A red circle and a blue square.", "What is this? It is a picture.",

@@ -14,7 +14,7 @@ import pytest
 
 from hyport_lib.models import model_cache, tiny
 from hyport_lib.models.tiny import MARKER_FILE, ensure_tiny_model, resolve_model_path
-from hyport_lib.models.sample_image import sample_image
+from hyport_lib.models.prompts import sample_image
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -1,4 +1,4 @@
-"""A tied weight saved once from a state dict of copies (models/tied_weights.py)."""
+"""Parts found in a model's module tree (models/module_tree.py): a tied weight saved once from a state dict of copies."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import torch
 from safetensors import safe_open
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from hyport_lib.models.tied_weights import retie, tied_names
+from hyport_lib.models.module_tree import retie, tied_names
 
 
 @pytest.fixture(scope="module")
