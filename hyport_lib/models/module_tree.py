@@ -16,9 +16,9 @@ ALL_LINEAR = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "d
 
 
 def language_model_path(model) -> str:
-    """Dotted path of the language model (decoder) inside ``model`` (``""``: the model itself):
-    transformers' ``get_decoder``, else the sub-module holding token embeddings and layers.
-    Raises ValueError when none looks like a decoder."""
+    """Dotted path of the decoder inside ``model`` (``""``: the model itself): transformers'
+    ``get_decoder``, else the sub-module holding token embeddings and layers; ValueError
+    where none looks like a decoder."""
     decoder = _decoder(model)
     for name, module in model.named_modules():
         if module is decoder:
@@ -50,13 +50,13 @@ def lora_target_pattern(prefix: str, targets: list[str]) -> str:
 
 
 def matched_layers(model, pattern: str) -> list[str]:
-    """Names of the modules ``pattern`` selects (as peft matches them: the full name)."""
+    """The modules ``pattern`` selects, as peft matches them: the full name."""
     compiled = re.compile(pattern)
     return [name for name, _ in model.named_modules() if name and compiled.fullmatch(name)]
 
 
 def leaf_names(model, prefix: str) -> list[str]:
-    """The first 20 distinct last names of the leaf modules under ``prefix`` (for messages)."""
+    """The first 20 distinct last names of the leaf modules under ``prefix``, for messages."""
     start = f"{prefix}." if prefix else ""
     leaves = sorted({name.rsplit(".", 1)[-1] for name, module in model.named_modules()
                      if name.startswith(start) and not list(module.children())})
@@ -77,7 +77,6 @@ def fused_experts(model, prefix: str) -> list[str]:
 
 
 def tied_names(model) -> list[list[str]]:
-    """Groups of parameter names that are one parameter in ``model`` (two or more each)."""
     groups: dict[int, list[str]] = {}
     for name, parameter in model.named_parameters(remove_duplicate=False):
         groups.setdefault(id(parameter), []).append(name)

@@ -17,7 +17,7 @@ from hyport_lib.models.loading import (LoadedProcessor, ProcessorUnavailable, Vi
 
 @dataclass
 class Prompt:
-    """One prompt: its text and the images that go with it (PIL images, in order)."""
+    """A prompt's text and its PIL images, in order."""
 
     text: str
     images: list = field(default_factory=list)
@@ -29,7 +29,6 @@ class PromptNotApplicable(ValueError):
 
 
 def check_applicable(loaded: LoadedProcessor, prompt: Prompt, what: str) -> None:
-    """Raise :class:`PromptNotApplicable`, naming ``what``, when ``prompt`` cannot go to the model."""
     if prompt.images and not loaded.traits.multimodal:
         raise PromptNotApplicable(f"{what}: has an image, but {loaded.traits.model_type or 'the model'} "
                                   "is a text-only model")
@@ -44,7 +43,6 @@ def needs_image(loaded: LoadedProcessor) -> bool:
 
 
 def chat_text(loaded: LoadedProcessor, prompt: Prompt, *, enable_thinking: Optional[bool] = None) -> str:
-    """The text the model sees for ``prompt`` (chat template, or the prefix as is)."""
     if loaded.prompt_format == "prefix":
         return prefix_text(loaded, prompt.text, len(prompt.images))
     content = [{"type": "image"} for _ in prompt.images] + [{"type": "text", "text": prompt.text}]
@@ -53,18 +51,17 @@ def chat_text(loaded: LoadedProcessor, prompt: Prompt, *, enable_thinking: Optio
 
 
 def prefix_text(loaded: LoadedProcessor, text: str, images: int) -> str:
-    """A prefix-format prompt: one image token per image in front (where the processor
-    names one; it expands each into the image's tokens), then the text."""
+    """One image token per image in front (where the processor names one; it expands each
+    into the image's tokens), then the text."""
     token = getattr(loaded.processor, "image_token", None) if images else None
     return f"{token * images}{text}" if token else text
 
 
 def render_messages(loaded: LoadedProcessor, messages: list[dict], *, generation_prompt: bool = False,
                     enable_thinking: Optional[bool] = None) -> str:
-    """Chat messages rendered by the processor's (or tokenizer's) template; a text-only
-    model's gets string contents (many text templates do not read content parts). Raises
-    :class:`ProcessorUnavailable` when the template reads a setting of a video processor
-    that was not loaded."""
+    """A text-only model's template gets string contents (many text templates do not read
+    content parts); one reading a setting of a video processor that was not loaded raises
+    ProcessorUnavailable."""
     if not loaded.traits.multimodal:
         messages = [{"role": m["role"], "content": _text_of(m["content"])} for m in messages]
     extra: dict[str, Any] = {}
@@ -87,8 +84,7 @@ def _text_of(content) -> str:
 
 def encode_prompts(loaded: LoadedProcessor, prompts: Sequence[Prompt], *,
                    enable_thinking: Optional[bool] = None) -> dict:
-    """The processor's tensors for a batch of prompts, padded on the left (generation
-    appends on the right)."""
+    """Padded on the left: generation appends on the right."""
     texts = [chat_text(loaded, p, enable_thinking=enable_thinking) for p in prompts]
     tokenizer_of(loaded.processor).padding_side = "left"
     call: dict[str, Any] = {"text": texts, "padding": True, "return_tensors": "pt"}

@@ -37,8 +37,7 @@ _PATCH_SIZE = 8
 
 def tiny_model_dir(cache_dir: Optional[Union[str, os.PathLike]] = None,
                    *, max_shard_size: Optional[str] = None) -> Path:
-    """The folder the checkpoint lives in (whether or not it exists yet); a sharded copy
-    (``max_shard_size``) has its own."""
+    """A sharded copy (``max_shard_size``) has a folder of its own."""
     tag = str(max_shard_size or "").strip().upper()
     if max_shard_size is not None and not (tag[:1].isdigit() and tag.isalnum()):
         raise ValueError(f"max_shard_size={max_shard_size!r}: expected e.g. '100KB' or '2MB'")
@@ -48,17 +47,15 @@ def tiny_model_dir(cache_dir: Optional[Union[str, os.PathLike]] = None,
 
 def ensure_tiny_model(cache_dir: Optional[Union[str, os.PathLike]] = None,
                       *, max_shard_size: Optional[str] = None) -> Path:
-    """The tiny checkpoint's folder, built first if it is not cached (safe from several
-    processes at once). ``max_shard_size`` (e.g. ``"100KB"``) saves the weights in shards,
-    for the weights stage to exercise sharded checkpoints."""
+    """The tiny checkpoint's folder, built first if it is not cached. ``max_shard_size`` (e.g.
+    ``"100KB"``) saves the weights in shards, for the weights stage to exercise them."""
     folder = tiny_model_dir(cache_dir, max_shard_size=max_shard_size)
     return build_once(folder, MARKER_FILE, lambda tmp: _build(tmp, max_shard_size=max_shard_size),
                       "the tiny model")
 
 
 def resolve_model_path(model_path: str) -> str:
-    """``"tiny"`` becomes the embedded checkpoint's folder; anything else (a local
-    folder or a hub id) is returned unchanged."""
+    """``"tiny"`` becomes the embedded checkpoint's folder; a folder or a hub id stays as it is."""
     if not isinstance(model_path, (str, os.PathLike)) or not str(model_path).strip():
         raise ValueError(f"model_path={model_path!r}: expected 'tiny', a folder or a hub id")
     if str(model_path).strip() == TINY_MODEL_NAME:
@@ -73,14 +70,9 @@ FLAT_TOP1 = 0.2
 RANDOM_WEIGHTS = "random weights: not meaningful"
 
 
-def is_tiny_model(model_path: str) -> bool:
-    """The embedded tiny model, by name or by folder (random weights by construction)."""
-    return str(model_path) == TINY_MODEL_NAME or (Path(str(model_path)) / MARKER_FILE).is_file()
-
-
 def random_weights_reason(model_path: str, mean_top1: Optional[float] = None) -> Optional[str]:
     """Why answers of this model mean nothing, or None when they may."""
-    if is_tiny_model(model_path):
+    if str(model_path) == TINY_MODEL_NAME or (Path(str(model_path)) / MARKER_FILE).is_file():
         return f"{RANDOM_WEIGHTS} (the embedded tiny model)"
     if mean_top1 is not None and mean_top1 < FLAT_TOP1:
         return (f"{RANDOM_WEIGHTS} (the greedy token's mean probability is {mean_top1:.2f}: "
@@ -138,7 +130,6 @@ def _build(out_dir: Path, *, max_shard_size: Optional[str]) -> None:
         "build_s": round(time.perf_counter() - started, 3),
         "pid": os.getpid(),
     }
-    # Last file written: its presence is what marks the folder complete.
     (out_dir / MARKER_FILE).write_text(json.dumps(marker, indent=2) + "\n", encoding="utf-8")
 
 
@@ -255,8 +246,7 @@ Please describe what you see in this picture in one or two sentences.
 
 
 def train_byte_bpe(lines, special_tokens, vocab_size: int):
-    """A byte-level BPE (``tokenizers``) trained on ``lines``, its first ids being
-    ``special_tokens`` in order."""
+    """A byte-level BPE trained on ``lines``, its first ids being ``special_tokens`` in order."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
     tokenizer = Tokenizer(models.BPE())
@@ -274,8 +264,6 @@ def train_byte_bpe(lines, special_tokens, vocab_size: int):
 
 
 def build_tokenizer(vocab_size: int = VOCAB_SIZE):
-    """The byte-level BPE as a ``PreTrainedTokenizerFast`` (bos/eos/pad, left padding, the
-    chat template)."""
     from transformers import PreTrainedTokenizerFast
 
     tokenizer = train_byte_bpe(_CORPUS.splitlines(), SPECIAL_TOKENS, vocab_size)
@@ -298,8 +286,8 @@ def build_tokenizer(vocab_size: int = VOCAB_SIZE):
 
 def invisible_token_ids(tokenizer) -> list[int]:
     """Ids whose text is not visible on its own (special tokens, control bytes, partial
-    UTF-8, whitespace): the embedded model suppresses them so random weights still decode
-    to readable text and never stop at eos after one token."""
+    UTF-8, whitespace): suppressed, so random weights still decode to readable text and
+    never stop at eos after one token."""
     special = set(tokenizer.all_special_ids)
     hidden = []
     for token_id in range(len(tokenizer)):

@@ -31,13 +31,10 @@ SPARSE_MODE_NAMES = {
 }
 STATS_WIDTH = 8  # softmax_max / softmax_sum repeat each value over a last axis of 8
 
-def dropout_keep_mask(seed: int, numels: int, keep_prob: float, device=None) -> torch.Tensor:
-    """Flat bool keep pattern of one call: ``numels`` draws of a generator seeded ``seed``.
 
-    The emulation consumes it in order: for BNSD-shaped scores ``[B, N, Sq, Skv]``
-    row-major; for TND sample after sample, each ``[N, sq_i, skv_i]``. Drawn on the CPU
-    so that every device gets the same pattern.
-    """
+def dropout_keep_mask(seed: int, numels: int, keep_prob: float, device=None) -> torch.Tensor:
+    """Flat bool keep pattern of one call, consumed in order: BNSD scores row-major, TND
+    sample after sample. Drawn on the CPU so that every device gets the same pattern."""
     gen = torch.Generator(device="cpu")
     gen.manual_seed(int(seed))
     keep = torch.rand(int(numels), generator=gen) < float(keep_prob)
@@ -74,7 +71,6 @@ def check_tensors(query, key, value, input_layout):
 
 
 def head_counts(query, key, head_num, input_layout):
-    """(Nq, Nkv, D) from the layout, with errors naming the argument."""
     if isinstance(head_num, bool) or not isinstance(head_num, int) or head_num <= 0:
         raise ValueError(f"head_num={head_num!r}: expected a positive int")
     if input_layout in ("BSH", "SBH"):
@@ -151,7 +147,6 @@ def check_compressed(atten_mask, sparse_mode):
 
 
 def full_mask_4d(atten_mask, b, n, sq, skv):
-    """Validated BNSS / B1SS / 11SS / SS mask as a bool tensor broadcastable to BNSS."""
     shape = tuple(atten_mask.shape)
     ok = (atten_mask.dim() == 2 and shape == (sq, skv)) or (
         atten_mask.dim() == 4 and shape[2:] == (sq, skv)
@@ -166,10 +161,7 @@ def full_mask_4d(atten_mask, b, n, sq, skv):
 
 # --- core --------------------------------------------------------------------------------
 def _attend(q, k, v, masked, scale, pse, keep, keep_prob):
-    """fp32 attention on ``[B, N, S, D]`` tensors; ``masked`` True = masked out.
-
-    Returns (out fp32 [B, Nq, Sq, D], row_max [B, Nq, Sq], row_sum [B, Nq, Sq]).
-    """
+    """fp32 ``(out, row_max, row_sum)`` on ``[B, N, S, D]`` tensors; ``masked`` True = masked out."""
     nq, nkv = q.shape[1], k.shape[1]
     if k.shape[2] == 0:  # nothing to attend (an empty packed kv sample): the 0-row rule
         b, _, sq, _ = q.shape
@@ -200,7 +192,6 @@ def _attend(q, k, v, masked, scale, pse, keep, keep_prob):
 
 
 def _stats(x):
-    """[..., S] -> [..., S, 8] fp32, like the NPU's softmax_max / softmax_sum."""
     return x.float().unsqueeze(-1).expand(*x.shape, STATS_WIDTH).contiguous()
 
 
@@ -209,19 +200,8 @@ def npu_fusion_attention(query, key, value, head_num, input_layout, pse=None,
                          pre_tockens=NFA_MAX_TOKENS, next_tockens=NFA_MAX_TOKENS, inner_precise=0,
                          prefix=None, actual_seq_qlen=None, actual_seq_kvlen=None,
                          sparse_mode=0, gen_mask_parallel=True, sync=False):
-    """Emulate ``torch_npu.npu_fusion_attention`` (same signature, same return tuple).
-
-    Returns:
-        ``(attention_out, softmax_max, softmax_sum, softmax_out, seed, offset, numels)``:
-        the output in ``input_layout`` and the input dtype; ``softmax_max`` /
-        ``softmax_sum`` fp32 ``[B, N, Sq, 8]`` (TND: ``[T, N, 8]``); ``softmax_out`` an
-        empty tensor (reserved); the dropout seed, offset (0) and number of dropout
-        draws (all 0 without dropout).
-
-    Raises:
-        ValueError / TypeError: naming the argument, for inputs the NPU would reject.
-        NotImplementedError: the parts of the contract that are not emulated.
-    """
+    """``torch_npu.npu_fusion_attention``'s signature and return tuple (docs/npu_fusion_attention.md);
+    fully masked rows come out 0, with ``softmax_max`` -inf and ``softmax_sum`` 0."""
     del gen_mask_parallel, sync, prefix  # performance knobs / modes 5-6 only
     if not isinstance(input_layout, str) or input_layout.upper() not in LAYOUTS:
         raise ValueError(f"input_layout={input_layout!r}: expected one of {', '.join(LAYOUTS)}")
@@ -296,8 +276,8 @@ def npu_fusion_attention(query, key, value, head_num, input_layout, pse=None,
 
 
 def _masked(given, sq, skv, sparse_mode, pre, nxt, dev):
-    """NPU mask (True = masked) of ``sparse_mode`` 0-4 for ``sq x skv`` scores; ``given``:
-    the caller's ``atten_mask`` fitted to them (read by modes 0 and 1 only)."""
+    """NPU mask (True = masked) of ``sparse_mode`` 0-4; ``given``: the caller's ``atten_mask``
+    fitted to the scores (read by modes 0 and 1 only)."""
     if sparse_mode in (0, 1):
         return given | ~band_mask(sq, skv, pre, nxt, "top_left", dev) if sparse_mode == 0 else given
     if sparse_mode == 4:

@@ -94,8 +94,7 @@ _ROTARY_NAMES = ("apply_rotary_emb", "apply_rotary_emb_func", "apply_rotary_emb_
 
 @dataclass
 class ShimInstall:
-    """What :func:`install_flash_attn_shim` did: whether and why (not) it installed, the
-    resolved FlashAttnAPI backend, the ``__version__`` reported, the modules it added."""
+    """What :func:`install_flash_attn_shim` did, and why (not)."""
 
     installed: bool
     reason: str
@@ -109,7 +108,6 @@ _current: Optional[ShimInstall] = None
 
 
 def real_flash_attn_present() -> bool:
-    """True when a real (non-shim) ``flash_attn`` is importable or already imported."""
     module = sys.modules.get("flash_attn")
     if module is not None:
         return not getattr(module, "__hyport_shim__", False)
@@ -138,7 +136,6 @@ def _module(name: str, doc: str, names: dict, is_package: bool) -> types.ModuleT
 
 
 def build_shim_modules(backend: str = "auto", version: str = DEFAULT_VERSION) -> dict:
-    """The shim's module objects by name, not installed anywhere (for inspection/tests)."""
     api = FlashAttnAPI(backend)
     funcs = {name: getattr(api, name) for name in _API_NAMES}
     v1 = {name: getattr(api, name) for name in _V1_NAMES}
@@ -232,7 +229,6 @@ def _uninstall_locked() -> list[str]:
 
 
 def current_shim() -> Optional[ShimInstall]:
-    """The active installation, or None."""
     return _current
 
 

@@ -52,13 +52,9 @@ _RESERVED = ("flash", "sdpa", "flex_attention", "paged")
 
 
 def register_hyport_attention(backend: str = "auto", name: Optional[str] = None) -> str:
-    """Register hyport's attention on a FlashAttnAPI ``backend`` with transformers; returns
-    the name for ``attn_implementation=`` (default by backend: :data:`NAME_OF_BACKEND`).
-
-    Raises:
-        ValueError: ``name`` holds a word transformers treats specially (:data:`_RESERVED`:
-            "flash" is routed into its FlashAttention checks and rejected).
-    """
+    """The name for ``attn_implementation=`` (default by backend: :data:`NAME_OF_BACKEND`);
+    ValueError for a name holding a word transformers treats specially ("flash" is routed
+    into its FlashAttention checks and rejected)."""
     api = FlashAttnAPI(backend)
     name = name or NAME_OF_BACKEND[api.backend]
     reserved = [word for word in _RESERVED if word in name.lower()]
@@ -76,22 +72,20 @@ def register_hyport_attention(backend: str = "auto", name: Optional[str] = None)
 
 
 def make_attention_forward(api: FlashAttnAPI):
-    """The transformers attention function bound to ``api``'s backend (its repr names it)."""
+    """A partial, so its repr names the backend."""
     return functools.partial(attention_forward, api)
 
 
 class UnsupportedAttentionArgument(FlashAttnUnsupported):
-    """The model handed hyport's attention an argument it does not compute with.
-
-    Dropping such an argument would run a different attention than the model's own (a
-    relative position bias, per-token sink logits, a soft cap): the call is refused,
-    naming the argument and the module, so that the model is kept on eager instead.
+    """The model handed hyport's attention an argument it does not compute with. Dropping it
+    would run a different attention than the model's own (a relative position bias,
+    per-token sink logits, a soft cap), so the model is kept on eager instead.
     """
 
 
 def sdpa_refusal(model) -> Optional[str]:
-    """Why ``model`` must not get an SDPA-like kernel, or None: one of its pretrained
-    classes (a composite model's sub-models included) declares ``_supports_sdpa = False``."""
+    """Why ``model`` must not get an SDPA-like kernel, or None: one of its classes (a composite
+    model's sub-models included) declares ``_supports_sdpa = False``."""
     classes = {type(m) for m in model.modules() if hasattr(type(m), "_supports_sdpa")
                and isinstance(m, torch.nn.Module)}
     declared = sorted(c.__name__ for c in classes if getattr(c, "_supports_sdpa", None) is False)
@@ -101,7 +95,7 @@ def sdpa_refusal(model) -> Optional[str]:
             f"what an SDPA-like kernel does not take: soft-capping, sinks, a bias on the scores)")
 
 
-#: Keyword arguments hyport's attention computes with (see the module docstring).
+#: Keyword arguments hyport's attention computes with.
 UNDERSTOOD_ARGUMENTS = frozenset({
     "position_ids", "cu_seq_lens_q", "cu_seq_lens_k", "max_length_q", "max_length_k",
     "cu_seqlens", "max_seqlen", "sliding_window", "hyport_span_ids"})
@@ -126,13 +120,8 @@ _KNOWN_MEANINGS = {
 
 
 def check_attention_arguments(module, kwargs: dict) -> None:
-    """Refuse every keyword argument hyport's attention would otherwise drop.
-
-    A value of None, 0 or False asks for nothing and passes; so does every argument of
-    :data:`UNDERSTOOD_ARGUMENTS` and :data:`PASSED_THROUGH_ARGUMENTS`. Anything else (a
-    tensor such as ``position_bias`` or ``sinks``, ``softcap=50.0``, an unknown flag set
-    to True) raises :class:`UnsupportedAttentionArgument` naming it and the module.
-    """
+    """Refuse every keyword argument hyport's attention would otherwise drop; a value of
+    None, 0 or False asks for nothing and passes."""
     for name, value in kwargs.items():
         if name in UNDERSTOOD_ARGUMENTS or name in PASSED_THROUGH_ARGUMENTS:
             continue
@@ -147,7 +136,7 @@ def check_attention_arguments(module, kwargs: dict) -> None:
 
 
 def describe_module(module) -> str:
-    """``Gemma2Attention (layer 3)``: the class, and the layer where the module knows it."""
+    """``Gemma2Attention (layer 3)``: the layer where the module knows it."""
     layer = getattr(module, "layer_idx", None)
     return f"{type(module).__name__}" + (f" (layer {layer})" if isinstance(layer, int) else "")
 
@@ -161,7 +150,6 @@ def describe_value(value) -> str:
 
 def attention_forward(api: FlashAttnAPI, module, query, key, value, attention_mask=None,
                       dropout=0.0, scaling=None, is_causal=None, **kwargs):
-    """See the module docstring. q/k/v (B, N, S, D) -> ((B, Sq, N, Dv), None)."""
     api.calls[api.path] += 1
     check_attention_arguments(module, kwargs)
     if query.dim() != 4 or key.dim() != 4 or value.dim() != 4:
@@ -292,14 +280,14 @@ def _segment_attend(segments, batch: int, seqlen: int, window, device) -> torch.
 
 
 def _as_attend(mask: torch.Tensor) -> torch.Tensor:
-    """4-D transformers mask -> bool True = attend (float masks: 0 attend, very negative not)."""
+    """Float masks: 0 attends, very negative does not."""
     if mask.dtype == torch.bool:
         return mask
     return mask > torch.finfo(mask.dtype).min / 2
 
 
 def _mask_is_segment_causal(mask, segments, batch, seqlen, window, position_ids, kwargs) -> bool:
-    """True when ``mask`` equals "within each packed sequence, the window/causal band"."""
+    """Does ``mask`` say exactly "within each packed sequence, the window/causal band"?"""
     if mask.dim() != 4 or mask.shape[-2:] != (seqlen, seqlen) or mask.shape[0] not in (1, batch):
         return False
     ids_source = _cu_seqlens(kwargs)
@@ -329,7 +317,7 @@ def _varlen_forward(api, query, key, value, segments, scale, dropout, window):
 
 
 def _attend_mask(mask, batch, sq, sk, window, query) -> Optional[torch.Tensor]:
-    """transformers' mask -> 4-D (bool attend or additive float), or None (window rules)."""
+    """4-D (bool attend or additive float), or None: the window rules."""
     if mask is None:
         return None
     if mask.dim() == 2:  # (B, Sk) padding mask, 1 = real token
@@ -371,12 +359,9 @@ def _with_spans(attend, span_ids, position_ids, sq, sk, window, query):
 
 
 def _unmask_unattended(attend: torch.Tensor) -> torch.Tensor:
-    """Let rows that see no key (left-padding queries) see every key.
-
-    Their outputs are discarded by the model, but a kernel may write NaN there (older
-    SDPA math kernels do; NFA does not document it), and NaN in a padding position
-    leaks into real tokens through ``0 * NaN`` in later layers.
-    """
+    """Let rows that see no key (left-padding queries) see every key: their outputs are
+    discarded, but a kernel may write NaN there (older SDPA math kernels do; NFA does not
+    document it), which leaks into real tokens through ``0 * NaN`` in later layers."""
     empty = ~attend.any(dim=-1, keepdim=True)
     return attend | empty
 
@@ -388,7 +373,6 @@ def _sdpa_mask(attend: torch.Tensor) -> torch.Tensor:
 
 
 def _nfa_mask(attend: torch.Tensor) -> torch.Tensor:
-    """bool-attend or additive float mask -> NFA ``atten_mask`` (True = masked), contiguous."""
 
     def compute():
         if attend.dtype != torch.bool:
@@ -406,7 +390,7 @@ def _nfa_mask(attend: torch.Tensor) -> torch.Tensor:
 
 
 def _sdpa_dense(query, key, value, attend, scale, dropout, window):
-    """SDPA on (B, N, S, D) with a transformers-style mask; returns (B, Sq, N, D)."""
+    """(B, N, S, D) in, (B, Sq, N, D) out."""
     if attend is None:
         return sdpa_dense(query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2),
                          scale, dropout, window)
@@ -418,8 +402,8 @@ def _sdpa_dense(query, key, value, attend, scale, dropout, window):
 
 
 def _nfa_bnsd_masked(nfa, q, k, v, scale, dropout_p, masked, window):
-    """NFA in BNSD with an explicit ``atten_mask`` (True = masked out), (B|1, 1, Sq, Sk),
-    or without one the window's sparse mode. Returns (B, N, Sq, D)."""
+    """NFA in BNSD with ``masked`` (True = masked out) as ``atten_mask``, or without one the
+    window's sparse mode."""
     extra = nfa_sparse_arguments(window, q.device) if masked is None else \
         {"atten_mask": masked, "sparse_mode": 0}
     return nfa(q, k, v, head_num=q.shape[1], input_layout="BNSD", scale=float(scale),
