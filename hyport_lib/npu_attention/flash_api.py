@@ -10,15 +10,12 @@ conversion run by hyport's CPU emulation of that op, so the NPU mapping is check
 host), ``sdpa`` (also ``cpu`` / ``cuda``), ``auto`` (``npu`` where the backend seam finds
 one, else ``sdpa``).
 
-The shim holds ``flash_attn``, ``flash_attn.flash_attn_interface`` (with 1.x's
-``flash_attn_unpadded_*``), ``flash_attn.bert_padding`` and ``flash_attn.layers.rotary``;
-anything else (``flash_attn.ops``, ``RotaryEmbedding`` ...) is absent and its ImportError
-names this file. transformers is *not* made to believe FlashAttention-2 is installed: its
-check also wants a ``flash-attn`` distribution and a CUDA device, which the shim does not
-fake; transformers models use
-:func:`hyport_lib.npu_attention.hf_integration.register_hyport_attention` instead. The shim
-lives in one process's ``sys.modules``: every process that imports the model code (each
-torchrun worker, spawned data-loader workers) must install it before that import.
+What the shim lacks (``flash_attn.ops``, ``RotaryEmbedding`` ...) fails to import, naming
+this file. transformers is *not* made to believe FlashAttention-2 is installed (its check
+also wants a ``flash-attn`` distribution and a CUDA device); transformers models use
+:mod:`~hyport_lib.npu_attention.hf_integration` instead. The shim lives in one process's
+``sys.modules``: every process that imports the model code (each torchrun worker, spawned
+data-loader workers) must install it before that import.
 """
 
 from __future__ import annotations

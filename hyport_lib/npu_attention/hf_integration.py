@@ -238,10 +238,9 @@ def packed_segments(position_ids) -> Optional[tuple[int, ...]]:
     """Segment lengths over the flattened ``(B*S,)`` tokens, or None when the batch is not
     packed: every segment (a run where the position grows by exactly 1) must start at 0
     and outnumber the rows, so left-padded generation batches (pads carry position 1) and
-    plain batches are not packed. Read from the device once per tensor (``HOST_CACHE``,
-    which also holds the host copies of ``cu_seqlens``): 24 layers cost one copy."""
-    if position_ids is None or not hasattr(position_ids, "dim") or position_ids.dim() not in (1, 2):
-        return None
+    plain batches are not packed. ``position_ids``: 1-D or 2-D, read from the device once
+    per tensor (``HOST_CACHE``, which also holds the host copies of ``cu_seqlens``): 24
+    layers cost one copy."""
 
     def compute():
         pos = position_ids if position_ids.dim() == 2 else position_ids.unsqueeze(0)
