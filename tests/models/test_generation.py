@@ -1,4 +1,5 @@
-"""Inference library on the embedded tiny model: single, batch, timings, determinism."""
+"""Inference as a library (models/generation.py, generation_config.py) on the embedded tiny model:
+single, batch, timings, determinism."""
 
 from __future__ import annotations
 
