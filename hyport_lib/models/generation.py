@@ -27,8 +27,8 @@ from hyport_lib.npu_attention.names import BACKEND_OF_NAME, backend_of, check_ru
 
 
 def load_model(config: InferenceConfig):
-    """``(model in eval mode on config.device, its LoadedProcessor padding on the left)``; a
-    hyport ``attn_implementation`` is registered in this process first."""
+    """``(model, loaded)``: the model in eval mode on ``config.device`` and its processor,
+    padding on the left; a hyport ``attn_implementation`` is registered in this process first."""
     import torch
 
     backend, index, device = _backend_for(config.device)
