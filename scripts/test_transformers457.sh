@@ -25,11 +25,11 @@ unset PYTHONDONTWRITEBYTECODE  # as scripts/test.sh: compiled once, not in every
 export PYTHONPATH="$PWD/$overlay${PYTHONPATH:+:$PYTHONPATH}"
 export HYPORT_CACHE="$PWD/$overlay/hyport-cache"
 .venv/bin/python -c "import transformers; assert transformers.__version__ == '4.57.0', transformers.__version__; print('transformers', transformers.__version__)"
-exec .venv/bin/python -m pytest -n "${HYPORT_TEST_WORKERS:-auto}" tests/models/test_tiny_model.py tests/models/test_generate.py \
-  tests/npu_attention/test_hf_attention.py tests/npu_attention/test_shim.py tests/npu_attention/test_flash_attn_ascend.py tests/attention/test_compare.py \
+exec .venv/bin/python -m pytest -n "${HYPORT_TEST_WORKERS:-auto}" tests/models/test_tiny.py tests/models/test_generation.py \
+  tests/npu_attention/test_hf_integration.py tests/npu_attention/test_flash_api.py tests/npu_attention/test_flash_attn_ascend.py tests/attention/test_compare.py \
   tests/proof/test_model_check.py \
   tests/weights/test_weights_findings.py tests/weights/test_weights_scan.py tests/weights/test_weights_reload.py \
-  tests/train/test_training_data.py tests/port/test_codemod.py tests/port/test_tree.py tests/port/test_port_models.py tests/models/test_tied_weights.py \
+  tests/train/test_training_data.py tests/port/test_codemod.py tests/port/test_tree.py tests/port/test_port_models.py tests/models/test_module_tree.py \
   tests/inference/test_inference_attention.py \
   --deselect tests/inference/test_inference_attention.py::test_vlm_prompts_prove_the_swap_they_used_to_fail \
   --deselect tests/proof/test_model_check.py::test_stage_02_keeps_the_padded_verdict_when_the_packed_row_raises \

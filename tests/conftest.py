@@ -124,7 +124,7 @@ requires_full_stack = pytest.mark.skipif(
 #: What shapes a zoo checkpoint: the zoo's own code, the hyport code it builds with, and the
 #: versions of the libraries that write the files. A change to any makes a new cache folder.
 _ZOO_SOURCES = (Path(__file__).parent / "zoo.py", Path(__file__).parent / "zoo_templates.py",
-                REPO / "hyport_lib" / "models" / "tiny_tokenizer.py", REPO / "hyport_lib" / "models" / "loading.py")
+                REPO / "hyport_lib" / "models" / "tiny.py", REPO / "hyport_lib" / "models" / "loading.py")
 _ZOO_PACKAGES = ("torch", "transformers", "tokenizers", "huggingface_hub", "safetensors", "torchvision")
 
 

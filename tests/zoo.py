@@ -48,7 +48,7 @@ from pathlib import Path
 from typing import Callable, Iterable, Optional
 
 from hyport_lib.models.loading import has_torchvision, without_video
-from hyport_lib.models.tiny_tokenizer import train_byte_bpe
+from hyport_lib.models.tiny import train_byte_bpe
 
 try:  # imported as ``tests.zoo`` or, with tests/ on sys.path, as ``zoo``
     from . import zoo_templates as templates

@@ -27,8 +27,7 @@ from hyport_lib.attention.cases import AttentionCase, CaseData
 from hyport_lib.backend import get_backend, npu_fusion_attention_op
 from hyport_lib.npu_attention import emulation
 from hyport_lib.npu_attention import reference as R
-from hyport_lib.npu_attention.flash_api import FlashAttnAPI
-from hyport_lib.npu_attention.shim import DEFAULT_VERSION, make_unpad_input
+from hyport_lib.npu_attention.flash_api import DEFAULT_VERSION, FlashAttnAPI, make_unpad_input
 from hyport_lib.port.generated.flash_attn_ascend import (compressed_causal_mask, nfa_sparse_arguments,
                                                          pad_input, repeat_kv, resolve_window, unpad_input)
 from hyport_lib.utils.imports import is_flash_attn_available

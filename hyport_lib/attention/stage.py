@@ -18,7 +18,7 @@ from hyport_lib.attention.params import Params
 from hyport_lib.backend import get_backend
 from hyport_lib.models.preflight import check_model_path
 from hyport_lib.models.tiny import TINY_MODEL_NAME, ensure_tiny_model
-from hyport_lib.npu_attention.shim import DEFAULT_VERSION
+from hyport_lib.npu_attention.flash_api import DEFAULT_VERSION
 from hyport_lib.port.proof_run import SKIP, proof_not_run, prove_port_in_child
 from hyport_lib.port.tree import PortError, PortResult, port_tree, write_record
 from hyport_lib.proof.model_check import ModelComparison, compare_model, model_check_dtype, swapped_backend

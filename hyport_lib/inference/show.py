@@ -18,7 +18,7 @@ from hyport_lib.inference.table import (
     COLUMNS, GridProgress, GridRecord, GridResult, consistency, given,
 )
 from hyport_lib.inference.stage import summarize
-from hyport_lib.models.answers import random_weights_reason
+from hyport_lib.models.tiny import random_weights_reason
 from hyport_lib.processes import read_log_tail
 from hyport_lib.results import StageRecord
 from hyport_lib.triage import Triage, show_triage

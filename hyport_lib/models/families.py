@@ -1,15 +1,15 @@
 """What a checkpoint is, read from its config: the one place that knows model families.
 
-Stages never assume LLaVA: :func:`describe_config` says whether a model reads images, the
-auto class that loads it, whether it takes multimodal rotary positions (M-RoPE: the
-Qwen-VL family, HunYuan-VL; packed rows must carry them per sample) and why packing would
-change its meaning, where it would (:func:`packing_refusal`, read from the model's code).
+Stages never assume LLaVA: :class:`ModelTraits` say whether a model reads images, the auto
+class that loads it, whether it takes multimodal rotary positions (M-RoPE: the Qwen-VL
+family, HunYuan-VL; packed rows must carry them per sample) and why packing would change
+its meaning, where it would.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
@@ -34,9 +34,9 @@ _MROPE_WITHOUT_TEXT_ROW = frozenset({"hunyuan_vl"})
 
 @dataclass(frozen=True)
 class ModelTraits:
-    """What hyport needs to know about a checkpoint before loading it. ``model_type`` is
-    ``""`` for remote code without one; ``mrope_text_row``: packed M-RoPE positions start
-    with a row of per-sample text positions (the Qwen-VL family's layout)."""
+    """``model_type`` is ``""`` for remote code without one; ``mrope_text_row``: packed
+    M-RoPE positions start with a row of per-sample text positions (the Qwen-VL family's
+    layout)."""
 
     model_type: str
     multimodal: bool
@@ -46,9 +46,6 @@ class ModelTraits:
     remote_code: bool = False
     mrope_text_row: bool = True
 
-    def to_dict(self) -> dict:
-        return asdict(self)
-
     @property
     def kind(self) -> str:
         """``image-text-to-text`` or ``text-only``: how plans and records name it."""
@@ -56,10 +53,9 @@ class ModelTraits:
 
 
 def describe_config(data: dict) -> ModelTraits:
-    """Traits of a checkpoint from its ``config.json`` contents (the model's code is read for
-    :func:`packing_refusal`, never imported). Raises ValueError for a model type
-    transformers cannot load as a causal or image-text-to-text model, without remote code.
-    """
+    """Traits from ``config.json``'s contents (the model's code is read, never imported);
+    ValueError for a model type transformers cannot load as a causal or image-text-to-text
+    model, without remote code."""
     from transformers.models.auto.modeling_auto import (
         MODEL_FOR_CAUSAL_LM_MAPPING_NAMES,
         MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES,
@@ -85,14 +81,9 @@ def describe_config(data: dict) -> ModelTraits:
                        remote_code=bool(auto_map), mrope_text_row=model_type not in _MROPE_WITHOUT_TEXT_ROW)
 
 
-# --------------------------------------------------------------------------------------
-# masks that attend both ways, read from the model's code
-# --------------------------------------------------------------------------------------
-
 def packing_refusal(data: dict) -> Optional[str]:
     """Why packed rows (causal per sample) would change what the model of config ``data``
-    computes, or None: its code lets some tokens attend both ways
-    (:func:`~hyport_lib.models.mask_source.bidirectional_mask`) or it cross-attends."""
+    computes, or None: its code lets some tokens attend both ways, or it cross-attends."""
     name = str(data.get("model_type") or "the model")
     if any(isinstance(sub, dict) and sub.get("cross_attention_layers")
            for sub in (data, data.get("text_config"))):
@@ -114,26 +105,11 @@ MAX_CONFIG_BYTES = 4 * 2**20
 
 
 def read_config(model_dir: str | Path) -> dict:
-    """``config.json`` of a local checkpoint folder, as a dict.
-
-    Raises:
-        UnreadableFile: not a regular file (a FIFO would block), larger than
-            :data:`MAX_CONFIG_BYTES`, or missing; ValueError: not JSON.
-    """
+    """``config.json`` of a local checkpoint folder; UnreadableFile for one that is not a
+    regular file (a FIFO would block), too large or missing, ValueError for one not JSON."""
     return json.loads(read_text(Path(model_dir) / "config.json", MAX_CONFIG_BYTES, errors="strict"))
 
 
 def _uses_mrope(value: Any) -> bool:
-    """Does any (sub-)config ask for multimodal rotary sections (``mrope_section``)?"""
     return isinstance(value, dict) and (bool(value.get("mrope_section"))
                                         or any(_uses_mrope(v) for v in value.values()))
-
-
-def rope_index_function(model):
-    """The model's own ``get_rope_index``, or None; looked up on its sub-modules too (the
-    VLM's inner model holds it, and so a peft- or DeepSpeed-wrapped model is found)."""
-    for module in model.modules():
-        function = getattr(type(module), "get_rope_index", None)
-        if callable(function):
-            return getattr(module, "get_rope_index")
-    return None

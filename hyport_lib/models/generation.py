@@ -1,9 +1,9 @@
 """Inference as a library: the HY-Embodied reference ``inference.py`` as functions.
 
-:func:`load_model`, :func:`run_single` (one image + text prompt, "Result: ...") and
-:func:`run_batch` (a left-padded mixed batch, "Batch Sample 1: ..."); :func:`run_inference`
-does all three and times them, :func:`run_on_card` in a grid worker. Greedy decoding of one
-checkpoint must give the same ``output_hash`` on every card.
+:func:`run_single` is its one image + text prompt ("Result: ..."), :func:`run_batch` its
+left-padded mixed batch ("Batch Sample 1: ..."); :func:`run_inference` loads, runs and
+times both, :func:`run_on_card` in a grid worker. Greedy decoding of one checkpoint must
+give the same ``output_hash`` on every card.
 """
 
 from __future__ import annotations
@@ -19,8 +19,7 @@ from hyport_lib.models.generation_config import DEFAULT_BATCH_PROMPTS, Inference
 from hyport_lib.models.loading import (LoadedProcessor, ProcessorUnavailable, load_processor, tokenizer_of,
                                        traits_of)
 from hyport_lib.models.loading import load_model as load_checkpoint  # ours: load_model(config)
-from hyport_lib.models.prompts import Prompt, PromptNotApplicable, check_applicable, encode_prompts
-from hyport_lib.models.sample_image import sample_image
+from hyport_lib.models.prompts import Prompt, PromptNotApplicable, check_applicable, encode_prompts, sample_image
 from hyport_lib.models.tiny import resolve_model_path
 from hyport_lib.npu_attention.hf_integration import (REGISTERED, UnsupportedAttentionArgument,
                                                     register_hyport_attention, sdpa_refusal)
@@ -28,10 +27,8 @@ from hyport_lib.npu_attention.names import BACKEND_OF_NAME, backend_of, check_ru
 
 
 def load_model(config: InferenceConfig):
-    """``(model, loaded)``: the model through its family's auto class, in eval mode on
-    ``config.device``, and its :class:`~hyport_lib.models.loading.LoadedProcessor` (the
-    tokenizer pads on the left). A hyport ``attn_implementation`` is registered in this
-    process first."""
+    """``(model, loaded)``: the model in eval mode on ``config.device`` and its processor,
+    padding on the left; a hyport ``attn_implementation`` is registered in this process first."""
     import torch
 
     backend, index, device = _backend_for(config.device)
@@ -53,11 +50,8 @@ def load_model(config: InferenceConfig):
 
 
 def single_prompt(loaded: LoadedProcessor, config: InferenceConfig) -> Prompt:
-    """The single inference's prompt: with the image, or text only for a text-only model.
-
-    Raises:
-        PromptNotApplicable: ``image`` was given for a text-only model.
-    """
+    """The single inference's prompt: with the image, or text only for a text-only model
+    (PromptNotApplicable where ``image`` was given for one)."""
     if not loaded.traits.multimodal:
         if config.image is not None:
             raise PromptNotApplicable(f"image={config.image!r}: {loaded.traits.model_type or 'the model'} "
@@ -68,11 +62,8 @@ def single_prompt(loaded: LoadedProcessor, config: InferenceConfig) -> Prompt:
 
 def batch_prompts(loaded: LoadedProcessor, config: InferenceConfig) -> tuple[list[Prompt], list[str]]:
     """The batch's prompts this model can take, and each one it cannot, named with why.
-
-    Raises:
-        PromptNotApplicable: a prompt the user chose cannot go to this model and
-            ``skip_not_applicable`` is off (the default prompts are always fitted).
-    """
+    A prompt the user chose that cannot go to this model raises PromptNotApplicable unless
+    ``skip_not_applicable`` (the default prompts are always fitted)."""
     fit = config.skip_not_applicable or tuple(config.batch_prompts) == DEFAULT_BATCH_PROMPTS
     prompts, skipped = [], []
     for i, (text, uses_image) in enumerate(config.batch_prompts):
@@ -93,9 +84,8 @@ def batch_prompts(loaded: LoadedProcessor, config: InferenceConfig) -> tuple[lis
 
 
 def check_prompts(config: InferenceConfig, model_dir: str) -> None:
-    """Before any worker starts: raise :class:`PromptNotApplicable` (naming the parameter)
-    for what a text-only model in ``model_dir`` cannot take, by the workers' rules, from
-    the config alone (no processor is loaded)."""
+    """Before any worker starts, from the config alone: PromptNotApplicable for what a
+    text-only model cannot take, by the workers' rules."""
     try:
         traits = traits_of(model_dir, config.trust_remote_code)
     except ValueError:
@@ -107,8 +97,8 @@ def check_prompts(config: InferenceConfig, model_dir: str) -> None:
 
 
 def check_processor(config: InferenceConfig, model_dir: str) -> None:
-    """Before any worker starts: raise :class:`ProcessorUnavailable` for a processor this
-    stack cannot build (it needs the missing torchvision), in one line, not once per card."""
+    """Before any worker starts: ProcessorUnavailable for a processor this stack cannot
+    build (it needs the missing torchvision), in one line, not once per card."""
     try:
         load_processor(model_dir, trust_remote_code=config.trust_remote_code)
     except ProcessorUnavailable:
@@ -118,7 +108,6 @@ def check_processor(config: InferenceConfig, model_dir: str) -> None:
 
 
 def not_applicable_parts(loaded: LoadedProcessor, config: InferenceConfig) -> list[str]:
-    """What of the configured inference this model cannot run, each with why."""
     parts = []
     if not loaded.traits.multimodal:
         parts.append(f"single prompt runs without its image: {loaded.traits.model_type or 'the model'} "
@@ -127,8 +116,7 @@ def not_applicable_parts(loaded: LoadedProcessor, config: InferenceConfig) -> li
 
 
 def run_single(model, loaded: LoadedProcessor, config: InferenceConfig) -> tuple[str, dict]:
-    """One image + text prompt (text only for a text-only model): ``(text, stats)``, stats
-    holding the single inference's :class:`InferenceOutcome` fields by name."""
+    """``(text, stats)``: stats are the single inference's :class:`InferenceOutcome` fields."""
     inputs = _to_device(encode_prompts(loaded, [single_prompt(loaded, config)],
                                        enable_thinking=config.enable_thinking), model)
     prompt_tokens = int(inputs["input_ids"].shape[1])
@@ -153,8 +141,8 @@ def run_single(model, loaded: LoadedProcessor, config: InferenceConfig) -> tuple
 
 
 def run_batch(model, loaded: LoadedProcessor, config: InferenceConfig) -> list[str]:
-    """The batch's answers (prompts this model cannot take left out: :func:`batch_prompts`).
-    Left padding: generation appends on the right, so every prompt ends at the same column."""
+    """The batch's answers, prompts this model cannot take left out. Left padding:
+    generation appends on the right, so every prompt ends at the same column."""
     prompts, _ = batch_prompts(loaded, config)
     if not prompts:
         return []
@@ -164,8 +152,7 @@ def run_batch(model, loaded: LoadedProcessor, config: InferenceConfig) -> list[s
 
 
 def run_inference(config: InferenceConfig) -> InferenceOutcome:
-    """Load, answer the single prompt, answer the batch, and time it all. ``load_s`` leaves
-    out the one-off import of transformers and building the tiny model's cache."""
+    """``load_s`` leaves out the one-off import of transformers and building the tiny model's cache."""
     # Done before the clock starts: one-off costs, not loading.
     import transformers  # noqa: F401
 
@@ -220,8 +207,7 @@ def run_inference(config: InferenceConfig) -> InferenceOutcome:
 
 def run_on_card(spec: dict) -> dict:
     """One card of stage 03's grid (``inference.grid``), in the child its launcher started
-    pinned to the card, which is index 0 here; ``spec``: ``card``, ``device_kind``,
-    ``num_threads``, ``inference`` (an :class:`InferenceConfig`'s fields)."""
+    pinned to the card, which is index 0 here."""
     backend = get_backend(spec.get("device_kind", "cpu"))
     backend.set_device(0)
     if spec.get("num_threads"):
@@ -239,21 +225,17 @@ def run_on_card(spec: dict) -> dict:
 
 
 def output_hash(single: str, batch: Sequence[str]) -> str:
-    """sha256 hex of the single output and the batch outputs joined by newlines."""
     return hashlib.sha256("\n".join([single, *batch]).encode("utf-8")).hexdigest()
 
 
 def decode_rate(new_tokens: int, generate_s: float,
                 first_token_s: Optional[float]) -> Optional[float]:
-    """Decoding speed without the prefill: ``(new_tokens - 1) / (generate_s - first_token_s)``,
-    or None with fewer than two new tokens, no first-token time or no time after it."""
+    """Decoding speed without the prefill, or None where it cannot be told."""
     if first_token_s is None or new_tokens < 2:
         return None
     decode_s = generate_s - first_token_s
     return (new_tokens - 1) / decode_s if decode_s > 0 else None
 
-
-# --- helpers -------------------------------------------------------------------------
 
 def _backend_for(device: str):
     """``(backend, card index, torch device string)``; ``"auto"``: the best backend's card 0."""
@@ -282,8 +264,7 @@ def _load_image(config: InferenceConfig):
 
 
 def _to_device(inputs, model):
-    """Move every tensor to the model's device; floating ones also to its dtype
-    (pixel values come out of the image processor as float32)."""
+    """Floating tensors also take the model's dtype (pixel values come out as float32)."""
     import torch
 
     moved = {}
@@ -334,8 +315,8 @@ class _FirstTokenTimer:
 
 
 def greedy(model, inputs: dict, new_tokens: int) -> tuple[list[int], float]:
-    """The greedy answer's token ids (without the prompt) and the mean probability of each
-    token chosen (stage 02's behaviour check, stage 04's answers before and after)."""
+    """The greedy answer's token ids (without the prompt) and the mean probability of the
+    tokens chosen (stage 02's behaviour check, stage 04's answers before and after)."""
     import torch
 
     # use_cache: a training worker turns the KV cache off in the config; generating without

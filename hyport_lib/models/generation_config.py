@@ -24,13 +24,8 @@ class InferenceConfig:
     """What to run and how. Nothing is checked here: stage 03's
     :class:`~hyport_lib.inference.params.Params` checks what a user types (and documents
     each field) and its plan derives this; library callers pass typed values.
-
-    ``device`` ``"auto"`` takes card 0 of the best backend here; ``temperature`` 0 is
-    greedy, above 0 samples with ``seed`` (set before each generate call); ``image`` None
-    draws the sample image. ``warmup_runs`` are untimed: a process's first call pays for
-    the device context and kernel loading (on an NPU, operator compilation), so it is
-    reported apart (``cold_s``). The default prompts are always fitted to the model, as
-    ``skip_not_applicable`` fits the user's (the user did not choose them).
+    ``warmup_runs`` are untimed: a process's first call pays for the device context and
+    kernel loading (on an NPU, operator compilation), so it is reported apart (``cold_s``).
     """
 
     model_path: str = "tiny"
@@ -61,8 +56,7 @@ class InferenceConfig:
 
     @classmethod
     def from_dict(cls, data: dict) -> "InferenceConfig":
-        """Inverse of :meth:`to_dict` (how a worker reads its configuration); a key this
-        class does not have is an error naming it, never silently dropped."""
+        """A key this class does not have is an error naming it, never silently dropped."""
         data = dict(data)
         if "batch_prompts" in data:
             # JSON has no tuples; the pairs become what DEFAULT_BATCH_PROMPTS is compared with.
@@ -72,16 +66,13 @@ class InferenceConfig:
 
 @dataclass
 class InferenceOutcome:
-    """Timings and texts of one :func:`run_inference` call.
-
-    The token counts and timings describe the single (image + text) inference, ``batch_s``
-    the batch; ``output_hash`` (:func:`~hyport_lib.models.generation.output_hash`): equal
-    hashes mean equal texts. ``first_token_s`` covers prefill, vision encoder and one
-    decoding step. The two rates differ on purpose: ``tokens_per_s`` (the grid's
-    "tokens/s" column, ``new_tokens / generate_s``) *includes* the prefill, so with few new
+    """Timings and texts of one :func:`run_inference` call. The token counts and timings
+    describe the single (image + text) inference, ``batch_s`` the batch. ``first_token_s``
+    covers prefill, vision encoder and one decoding step. The two rates differ on purpose:
+    ``tokens_per_s`` (the grid's "tokens/s" column) *includes* the prefill, so with few new
     tokens and a long image prompt it is far below the decoding speed; compare it only
-    between runs with the same prompt and max_new_tokens. ``decode_tokens_per_s``
-    (:func:`~hyport_lib.models.generation.decode_rate`) is decoding alone, or None.
+    between runs with the same prompt and max_new_tokens. ``decode_tokens_per_s`` is
+    decoding alone.
     """
 
     load_s: float

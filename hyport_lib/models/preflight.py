@@ -11,9 +11,9 @@ import re
 from pathlib import Path
 
 from hyport_lib.checkpoint_files.header import read_header
-from hyport_lib.models.pretrained import SMOLLM2_NAME, PretrainedUnavailable, ensure_smollm2
+from hyport_lib.models.families import read_config
+from hyport_lib.models.model_cache import SMOLLM2_NAME, PretrainedUnavailable, ensure_smollm2
 from hyport_lib.models.tiny import TINY_MODEL_NAME, ensure_tiny_model
-from hyport_lib.npu_attention.names import backend_of
 
 HUB_ID = re.compile(r"^[A-Za-z0-9][\w.\-]*/[\w.\-]+$")
 
@@ -26,14 +26,9 @@ def check_model_path(model_path: str, *, param: str = "model_path", allow_downlo
                      local_only: str = "") -> str:
     """The folder to load (absolute), or ``model_path`` itself for a hub id when
     ``allow_download`` (offline otherwise). ``local_only``: who loads local folders only
-    (e.g. ``"stage 02"``), said when a hub id is refused.
-
-    Checks, cheapest first: the folder, ``config.json`` (JSON, with a model type), the
-    weights (an index and its shards, or single files) and each safetensors header.
-
-    Raises:
-        ModelPathError: missing or not a loadable model; PermissionError: the tiny model's
-            cache (``HYPORT_CACHE``) cannot be written.
+    (e.g. ``"stage 02"``), said when a hub id is refused. Checks, cheapest first: the
+    folder, ``config.json``, the weights and each safetensors header. Raises PermissionError
+    when the cache (``HYPORT_CACHE``) the tiny model or SmolLM2 is built in cannot be written.
     """
     text = str(model_path or "").strip()
     if not text:
@@ -72,7 +67,7 @@ def _check_config(path: Path, param: str, text: str) -> None:
     if not config.is_file():
         raise ModelPathError(f"{param}={text!r}: not a model folder: no config.json in {path.resolve()}")
     try:
-        data = json.loads(config.read_text(encoding="utf-8"))
+        data = read_config(path)
     except json.JSONDecodeError as exc:
         raise ModelPathError(f"{param}={text!r}: {config.resolve()} is not valid JSON (line "
                              f"{exc.lineno}, column {exc.colno}: {exc.msg})") from None
@@ -85,26 +80,6 @@ def _check_config(path: Path, param: str, text: str) -> None:
     if (not isinstance(data.get("model_type"), str) or not data["model_type"]) and "auto_map" not in data:
         raise ModelPathError(f"{param}={text!r}: {config.resolve()} names no model_type "
                              f"(transformers cannot tell which model class to build)")
-
-
-def check_attn_implementation(name: str, param: str = "attn_implementation") -> None:
-    """Refuse, before any process starts, an attention name no process could load:
-    transformers' own, one registered with its AttentionInterface, one of hyport's
-    (:data:`~hyport_lib.npu_attention.names.BACKEND_OF_NAME`, registered in each
-    worker), a hub kernel (``org/repo``) or a ``paged|...`` variant of these."""
-    from transformers import AttentionInterface
-
-    known = {"eager", "sdpa", "flash_attention_2", "flash_attention_3", "flex_attention"}
-    registered = set(getattr(AttentionInterface, "_global_mapping", {}) or {})
-    text = str(name or "")
-    base = text.split("|", 1)[1] if text.startswith("paged|") else text
-    if base.startswith("hyport") and base not in registered:
-        backend_of(base)  # a name no worker registers is refused here, not on every card
-        return
-    if base in known | registered or "/" in base:
-        return
-    raise ValueError(f"{param}={name!r}: not an attention transformers knows; expected one of "
-                     f"{', '.join(sorted(known | registered))}, a hyport_* name or a hub kernel")
 
 
 def _check_weights(path: Path, param: str, text: str) -> None:

@@ -17,7 +17,7 @@ from hyport_lib.models.loading import (LoadedProcessor, ProcessorUnavailable, Vi
 
 @dataclass
 class Prompt:
-    """One prompt: its text and the images that go with it (PIL images, in order)."""
+    """A prompt's text and its PIL images, in order."""
 
     text: str
     images: list = field(default_factory=list)
@@ -29,7 +29,6 @@ class PromptNotApplicable(ValueError):
 
 
 def check_applicable(loaded: LoadedProcessor, prompt: Prompt, what: str) -> None:
-    """Raise :class:`PromptNotApplicable`, naming ``what``, when ``prompt`` cannot go to the model."""
     if prompt.images and not loaded.traits.multimodal:
         raise PromptNotApplicable(f"{what}: has an image, but {loaded.traits.model_type or 'the model'} "
                                   "is a text-only model")
@@ -44,7 +43,6 @@ def needs_image(loaded: LoadedProcessor) -> bool:
 
 
 def chat_text(loaded: LoadedProcessor, prompt: Prompt, *, enable_thinking: Optional[bool] = None) -> str:
-    """The text the model sees for ``prompt`` (chat template, or the prefix as is)."""
     if loaded.prompt_format == "prefix":
         return prefix_text(loaded, prompt.text, len(prompt.images))
     content = [{"type": "image"} for _ in prompt.images] + [{"type": "text", "text": prompt.text}]
@@ -53,18 +51,17 @@ def chat_text(loaded: LoadedProcessor, prompt: Prompt, *, enable_thinking: Optio
 
 
 def prefix_text(loaded: LoadedProcessor, text: str, images: int) -> str:
-    """A prefix-format prompt: one image token per image in front (where the processor
-    names one; it expands each into the image's tokens), then the text."""
+    """One image token per image in front (where the processor names one; it expands each
+    into the image's tokens), then the text."""
     token = getattr(loaded.processor, "image_token", None) if images else None
     return f"{token * images}{text}" if token else text
 
 
 def render_messages(loaded: LoadedProcessor, messages: list[dict], *, generation_prompt: bool = False,
                     enable_thinking: Optional[bool] = None) -> str:
-    """Chat messages rendered by the processor's (or tokenizer's) template; a text-only
-    model's gets string contents (many text templates do not read content parts). Raises
-    :class:`ProcessorUnavailable` when the template reads a setting of a video processor
-    that was not loaded."""
+    """A text-only model's template gets string contents (many text templates do not read
+    content parts); one reading a setting of a video processor that was not loaded raises
+    ProcessorUnavailable."""
     if not loaded.traits.multimodal:
         messages = [{"role": m["role"], "content": _text_of(m["content"])} for m in messages]
     extra: dict[str, Any] = {}
@@ -87,8 +84,7 @@ def _text_of(content) -> str:
 
 def encode_prompts(loaded: LoadedProcessor, prompts: Sequence[Prompt], *,
                    enable_thinking: Optional[bool] = None) -> dict:
-    """The processor's tensors for a batch of prompts, padded on the left (generation
-    appends on the right)."""
+    """Padded on the left: generation appends on the right."""
     texts = [chat_text(loaded, p, enable_thinking=enable_thinking) for p in prompts]
     tokenizer_of(loaded.processor).padding_side = "left"
     call: dict[str, Any] = {"text": texts, "padding": True, "return_tensors": "pt"}
@@ -100,3 +96,42 @@ def encode_prompts(loaded: LoadedProcessor, prompts: Sequence[Prompt], *,
     if any(p.images for p in prompts):
         call["images"] = [list(p.images) for p in prompts]
     return dict(loaded.processor(**call))
+
+
+def sample_image(size: tuple[int, int] = (64, 64)):
+    """An RGB picture of a small scene, ``size`` ``(width, height)`` at least 16 pixels each,
+    drawn offline. The same size always gives the same pixels, so the cards of a grid can
+    compare outputs by hash."""
+    from PIL import Image, ImageDraw
+
+    width, height = (int(v) for v in size)
+    if width < 16 or height < 16:
+        raise ValueError(f"size={size!r}: width and height must be at least 16 pixels")
+    image = Image.new("RGB", (width, height))
+    draw = ImageDraw.Draw(image)
+    horizon = height * 3 // 5
+    for y in range(height):
+        if y < horizon:  # sky: light blue fading to white
+            t = y / max(horizon - 1, 1)
+            colour = (int(135 + 120 * t), int(190 + 65 * t), 250)
+        else:  # table top: warm grey
+            t = (y - horizon) / max(height - horizon - 1, 1)
+            colour = (int(170 - 50 * t), int(150 - 45 * t), int(130 - 40 * t))
+        draw.line([(0, y), (width - 1, y)], fill=colour)
+
+    def box(x0, y0, x1, y1):
+        return [int(x0 * width), int(y0 * height), int(x1 * width), int(y1 * height)]
+
+    draw.ellipse(box(0.72, 0.06, 0.92, 0.26), fill=(250, 210, 40))  # sun
+    draw.ellipse(box(0.08, 0.45, 0.36, 0.73), fill=(215, 40, 40), outline=(90, 10, 10))
+    draw.rectangle(box(0.40, 0.50, 0.64, 0.74), fill=(40, 80, 210), outline=(10, 20, 90))
+    draw.polygon(
+        [
+            (int(0.68 * width), int(0.76 * height)),
+            (int(0.96 * width), int(0.76 * height)),
+            (int(0.82 * width), int(0.46 * height)),
+        ],
+        fill=(40, 170, 70),
+        outline=(10, 70, 20),
+    )
+    return image

@@ -1,11 +1,10 @@
 """Training inputs that keep each family's meaning: per-token keys, image tensors, positions.
 
-:func:`split_processor_output` splits one sample's processor output into token ids,
-**per-token keys** (``mm_token_type_ids``, ``token_type_ids``, mllama's
-``cross_attention_mask``: the model builds positions or masks from them, so they travel
-with the ids through truncation, packing and padding: :func:`token_tensor`) and **image
-tensors** (joined across samples by :func:`join_image_tensors`). Packed M-RoPE rows carry
-each sample's own positions (:func:`rope_positions_function`, :func:`packed_positions`).
+One sample's processor output splits into token ids, **per-token keys**
+(``mm_token_type_ids``, ``token_type_ids``, mllama's ``cross_attention_mask``: the model
+builds positions or masks from them, so they travel with the ids through truncation,
+packing and padding) and **image tensors** (joined across samples). Packed M-RoPE rows
+carry each sample's own positions.
 """
 
 from __future__ import annotations
@@ -13,8 +12,7 @@ from __future__ import annotations
 import inspect
 from typing import Any, Callable, Optional, Sequence
 
-from hyport_lib.models.families import rope_index_function
-from hyport_lib.models.lora_targets import language_model_path
+from hyport_lib.models.module_tree import language_model_path, rope_index_function
 
 #: Keys that are the tokens themselves or rebuilt by the collators.
 _REBUILT_KEYS = frozenset({"input_ids", "attention_mask", "labels", "position_ids"})
@@ -31,10 +29,10 @@ PositionsFunction = Callable[[Sequence[int], dict, dict], Any]
 
 
 def image_processor_keys(processor) -> frozenset:
-    """The keys the processor's image (and video) processor returns (``model_input_names``):
-    image tensors whatever their shape, even one whose second dimension happens to equal
-    the sample's token count (Gemma-4's ``image_position_ids`` of 2520 patches beside a
-    2520-token sample, Aria's 980-wide ``pixel_mask``)."""
+    """The keys the image (and video) processor returns: image tensors whatever their shape,
+    even one whose second dimension happens to equal the sample's token count (Gemma-4's
+    ``image_position_ids`` of 2520 patches beside a 2520-token sample, Aria's 980-wide
+    ``pixel_mask``)."""
     keys = set()
     for part in ("image_processor", "video_processor"):
         names = getattr(getattr(processor, part, None), "model_input_names", None)
@@ -45,9 +43,7 @@ def image_processor_keys(processor) -> frozenset:
 
 def split_processor_output(out, image_keys: frozenset = frozenset()) -> tuple[list[int], dict[str, list], dict[str, Any]]:
     """``(ids, per-token keys, image tensors)`` of a one-sample processor output; a
-    per-token key's value is a list over the tokens (of nested lists for a key of rank
-    above 2, as ``tolist`` gives it). ``image_keys``: keys that are image tensors
-    whatever their shape (:func:`image_processor_keys`)."""
+    per-token key's value is a list over the tokens (nested for a key of rank above 2)."""
     import torch
 
     ids = out["input_ids"]
@@ -65,9 +61,7 @@ def split_processor_output(out, image_keys: frozenset = frozenset()) -> tuple[li
 
 
 def _is_per_token(value, length: int) -> bool:
-    """Is ``value`` (one sample's processor output) laid out along the tokens?
-
-    Decided from its shape, not a list of key names (which would miss the next family's):
+    """Decided from the shape, not a list of key names (which would miss the next family's):
     transformers documents every per-token input as ``(batch_size, sequence_length, ...)``.
     No image tensor looks like that: pixel values are floating point, and an integer image
     tensor's dim 1 (images, tiles, a fixed width) is always below the token count.
@@ -84,16 +78,11 @@ def indexes_images(values: Sequence) -> bool:
 
 
 def token_tensor(key: str, rows: Sequence[Sequence[tuple[int, Optional[Sequence]]]], width: int):
-    """One per-token key of a batch, ``(len(rows), width, *trailing)`` int64.
-
-    Each row lists its samples in order as ``(length, values)`` (``values`` None: the
-    sample lacks the key). Every place no sample fills is 0 (padding, trailing dims beyond
-    the sample's own, a sample without the key): what the processors put there themselves,
-    a text token's type and mllama's "this token may not see this tile".
-
-    Raises:
-        ValueError: a sample lacks a key of one value per token (every sample's processor
-            output has those: a missing one means samples processed differently).
+    """One per-token key of a batch, ``(len(rows), width, *trailing)`` int64; each row lists
+    its samples as ``(length, values or None)``. Every place no sample fills is 0: what the
+    processors put there themselves, a text token's type and mllama's "this token may not
+    see this tile". ValueError where a sample lacks a key of one value per token (every
+    sample's processor output has those: samples processed differently).
     """
     import torch
 
@@ -123,15 +112,12 @@ def token_tensor(key: str, rows: Sequence[Sequence[tuple[int, Optional[Sequence]
 
 
 def join_image_tensors(parts: Sequence[dict], per_row: bool = False) -> dict:
-    """The image tensors of several samples (``parts``, ``{}`` for none) as one batch.
-
-    Joined on the dimension the model reads: cat on dim 0 (one row per image or patch), or,
-    for per-sample pixel values (5-D of Idefics3 and LLaVA-OneVision, mllama's 6-D
-    ``(sample, image, tile, C, H, W)``), images and tiles zero-padded (these models drop or
-    mask them) then cat. ``per_row``: every sample is a row and gets rows of its own, a
-    sample without images padding images (aspect ratio id 0, which mllama reserves for
-    padding); else samples without images are left out. A key only some samples with
-    images have cannot be lined up with the images, and is left out.
+    """The image tensors of several samples (``{}`` for none) as one batch, joined on the
+    dimension the model reads: cat on dim 0, or, for per-sample pixel values (5-D of
+    Idefics3 and LLaVA-OneVision, mllama's 6-D), images and tiles zero-padded (these models
+    drop or mask them) then cat. ``per_row``: a sample without images gets padding images
+    (aspect ratio id 0, which mllama reserves for padding) instead of being left out. A key
+    only some samples with images have cannot be lined up with the images: left out.
     """
     import torch
 
@@ -171,7 +157,6 @@ def _sample_major(values: list, pixels: list) -> bool:
 
 
 def _pad_to(value, shape: Sequence[int]):
-    """``value`` with its dims 1, 2, ... zero-padded at the end to the sizes ``shape``."""
     import torch
 
     inner = tuple(int(s) for s in value.shape[1:len(shape) + 1])
@@ -188,11 +173,11 @@ def image_states_of_rows(model, seeing) -> Optional[dict]:
 
     transformers' mllama lets a token that may see no image attend to every image of its
     row (it zeroes such rows after the MLP only; transformers issue 39379), so a text-only
-    row would read its padding images. For a model taking :data:`IMAGE_STATES`, until
-    ``holder["remove"]()`` every forward multiplies each row's image states by its
-    ``seeing`` (``(rows,)`` bool): the cross-attention of a text-only row then adds exactly
-    0, as the layers skipped for the sample alone do. ``holder["calls"]`` counts the
-    forwards that did it. Returns None for a model without image states.
+    row would read its padding images. Until ``holder["remove"]()`` every forward
+    multiplies each row's image states by its ``seeing`` (``(rows,)`` bool): a text-only
+    row's cross-attention then adds exactly 0, as the layers skipped for the sample alone
+    do. ``holder["calls"]`` counts the forwards that did it; None for a model without
+    image states.
     """
     if IMAGE_STATES not in inspect.signature(model.forward).parameters:
         return None
@@ -217,9 +202,8 @@ def image_states_of_rows(model, seeing) -> Optional[dict]:
 
 
 def rows_seeing_images(batch: dict):
-    """``(rows,)`` bool: which rows hold a token that may see an image, read from the
-    batch's per-token keys that index images (a tensor per token: mllama's
-    ``cross_attention_mask``); None when the batch has none."""
+    """``(rows,)`` bool: which rows hold a token that may see an image, read from the keys
+    that index images (mllama's ``cross_attention_mask``); None when the batch has none."""
     ids = batch.get("input_ids")
     if ids is None:
         return None
@@ -234,8 +218,8 @@ def rows_seeing_images(batch: dict):
 
 
 def rope_positions_function(model) -> Optional[PositionsFunction]:
-    """A function giving one sample's multimodal rotary positions ``(axes, length)`` from
-    the model's own ``get_rope_index``; None for a model without one."""
+    """One sample's multimodal rotary positions ``(axes, length)`` from the model's own
+    ``get_rope_index``; None for a model without one."""
     get = rope_index_function(model)
     if get is None:
         return None
@@ -260,10 +244,9 @@ def rope_positions_function(model) -> Optional[PositionsFunction]:
 
 
 def packed_positions(samples: Sequence, width: int, text_row: bool = True):
-    """One packed row's positions: each sample's own multimodal positions, concatenated;
-    with ``text_row``, a first row restarting per sample (the ``(axes + 1, ...)`` layout
-    the Qwen-VL family reads as packed: row 0 builds the mask, the others rotate), else
-    ``(axes, width)``. The padding segment counts from 0 on every row."""
+    """One packed row's positions: each sample's own, concatenated; with ``text_row``, a
+    first row restarting per sample (the layout the Qwen-VL family reads as packed: row 0
+    builds the mask, the others rotate). The padding segment counts from 0 on every row."""
     import torch
 
     columns = []

@@ -1,32 +1,14 @@
-"""A CPU (any torch device) emulation of ``torch_npu.npu_fusion_attention`` following its
-documented contract (docs/npu_fusion_attention.md), so that hyport's NPU code path can be
-checked without an NPU (the torch_npu test double, the numerics comparison); never a
-runtime fallback that pretends to be an NPU. What is emulated:
+"""A CPU (any torch device) emulation of ``torch_npu.npu_fusion_attention``, following the
+contract of docs/npu_fusion_attention.md, so that hyport's NPU code path can be checked
+without an NPU (the torch_npu test double, the numerics comparison); never a runtime
+fallback that pretends to be an NPU. Math in float32 (inputs upcast), the output cast back
+to the input dtype.
 
-- ``out = dropout(softmax(mask(scale * (pse + Q Kᵀ)))) V``, math in float32 (inputs
-  upcast), output cast back to the input dtype; ``scale`` defaults to 1.0 like the NPU.
-- Layouts BSH, SBH, BSND, BNSD and TND (packed, with ``actual_seq_qlen`` /
-  ``actual_seq_kvlen`` as cumulative ends without a leading 0).
-- ``atten_mask`` True / 1 = masked out; bool or uint8; BNSS, B1SS, 11SS or SS
-  (TND: SS = maxSq x maxSkv only).
-- ``sparse_mode`` 0 (mask as given + ``pre_tockens`` / ``next_tockens`` band from the
-  top-left), 1 (mask as given), 2 / 3 (causal top-left / bottom-right), 4 (band from
-  the bottom-right) and, for TND only, 7 / 8 (split-query varlen: the last / first
-  non-empty sample is a bottom-right band, the others causal bottom-right / top-left).
-  Modes 2, 3, 4, 7 and 8 require the compressed ``triu(ones(2048, 2048), 1)`` mask.
-  With ``atten_mask=None`` the mode and the band are ignored (full attention), as on
-  the NPU; for modes 2-4 and 7-8 this also warns, since it is almost always a bug.
-- GQA (``Nq % Nkv == 0``, query head ``h`` uses kv head ``h // (Nq // Nkv)``).
-- ``keep_prob`` dropout: the seed is drawn from torch's default CPU generator (so
-  ``torch.manual_seed`` makes it reproducible) and returned; the keep pattern is
-  :func:`dropout_keep_mask` ``(seed, numels, keep_prob)``.
-
-Fully-masked rows (a query with no key to attend) give an output of **0**, like
-flash-attn, whatever ``inner_precise`` says; their ``softmax_max`` is ``-inf`` and
-``softmax_sum`` is 0. The real NPU does not document this case.
-
-Not emulated (raise ``NotImplementedError``): ``sparse_mode`` 5, 6 and any other
-value, ``padding_mask`` (reserved by torch_npu) and ``pse`` in TND.
+Every argument error names the argument, as torch_npu's own do, so a porting mistake
+reads the same under the emulation as on an NPU. Dropout draws its seed from torch's
+default CPU generator (``torch.manual_seed`` makes it repeatable) and returns it; the keep
+pattern is :func:`dropout_keep_mask`. Not emulated (``NotImplementedError``): sparse modes
+5, 6 and unknown ones, ``padding_mask`` (reserved by torch_npu) and ``pse`` in TND.
 """
 
 from __future__ import annotations
@@ -35,14 +17,9 @@ import warnings
 
 import torch
 
-from hyport_lib.npu_attention.nfa_checks import (
-    check_batch, check_compressed, check_mask_dtype, check_tensors,
-    full_mask_4d, head_counts, seq_lengths,
-)
-from hyport_lib.npu_attention.reference import (
-    LAYOUTS, band_mask, causal_mask, from_bnsd, to_bnsd,
-)
-from hyport_lib.port.generated.flash_attn_ascend import NFA_MAX_TOKENS
+from hyport_lib.npu_attention.reference import (LAYOUTS, band_mask, causal_mask, from_bnsd,
+                                                lengths_from_cumulative, to_bnsd)
+from hyport_lib.port.generated.flash_attn_ascend import NFA_MASK_SIZE, NFA_MAX_TOKENS, compressed_causal_mask
 
 SUPPORTED_SPARSE_MODES = (0, 1, 2, 3, 4, 7, 8)
 TND_ONLY_SPARSE_MODES = (7, 8)
@@ -54,25 +31,137 @@ SPARSE_MODE_NAMES = {
 }
 STATS_WIDTH = 8  # softmax_max / softmax_sum repeat each value over a last axis of 8
 
-def dropout_keep_mask(seed: int, numels: int, keep_prob: float, device=None) -> torch.Tensor:
-    """Flat bool keep pattern of one call: ``numels`` draws of a generator seeded ``seed``.
 
-    The emulation consumes it in order: for BNSD-shaped scores ``[B, N, Sq, Skv]``
-    row-major; for TND sample after sample, each ``[N, sq_i, skv_i]``. Drawn on the CPU
-    so that every device gets the same pattern.
-    """
+def dropout_keep_mask(seed: int, numels: int, keep_prob: float, device=None) -> torch.Tensor:
+    """Flat bool keep pattern of one call, consumed in order: BNSD scores row-major, TND
+    sample after sample. Drawn on the CPU so that every device gets the same pattern."""
     gen = torch.Generator(device="cpu")
     gen.manual_seed(int(seed))
     keep = torch.rand(int(numels), generator=gen) < float(keep_prob)
     return keep.to(device) if device is not None else keep
 
 
+# --- argument checks ------------------------------------------------------------------
+SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+_DIMS = {"BSH": 3, "SBH": 3, "BSND": 4, "BNSD": 4, "TND": 3}
+_SHAPE_NAMES = {"BSH": "(B, S, H)", "SBH": "(S, B, H)", "BSND": "(B, S, N, D)",
+                "BNSD": "(B, N, S, D)", "TND": "(T, N, D)"}
+
+
+def check_tensors(query, key, value, input_layout):
+    for name, t in (("query", query), ("key", key), ("value", value)):
+        if not torch.is_tensor(t):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+        if t.dim() != _DIMS[input_layout]:
+            raise ValueError(
+                f"input_layout={input_layout!r} expects {name} of shape "
+                f"{_SHAPE_NAMES[input_layout]}; got {name} of shape {tuple(t.shape)}")
+    if query.dtype not in SUPPORTED_DTYPES:
+        raise TypeError(f"query dtype {query.dtype} is not supported: expected float16, "
+                        "bfloat16 or float32")
+    for name, t in (("key", key), ("value", value)):
+        if t.dtype != query.dtype:
+            raise TypeError(f"query, key and value must share one dtype: query is "
+                            f"{query.dtype}, {name} is {t.dtype}")
+        if t.device != query.device:
+            raise ValueError(f"{name} is on {t.device}, query on {query.device}")
+    if tuple(key.shape) != tuple(value.shape):
+        raise ValueError(f"value shape {tuple(value.shape)} must equal key shape "
+                         f"{tuple(key.shape)}")
+
+
+def head_counts(query, key, head_num, input_layout):
+    if isinstance(head_num, bool) or not isinstance(head_num, int) or head_num <= 0:
+        raise ValueError(f"head_num={head_num!r}: expected a positive int")
+    if input_layout in ("BSH", "SBH"):
+        hq, hkv = query.shape[-1], key.shape[-1]
+        if hq % head_num:
+            raise ValueError(f"head_num={head_num} does not divide query's H={hq} "
+                             f"(input_layout={input_layout!r})")
+        d = hq // head_num
+        if hkv % d:
+            raise ValueError(f"key's H={hkv} is not a multiple of the head dim D={d} "
+                             f"(query H={hq} / head_num={head_num})")
+        nkv = hkv // d
+    else:
+        n_axis = 1 if input_layout == "BNSD" else (2 if input_layout == "BSND" else 1)
+        if query.shape[n_axis] != head_num:
+            raise ValueError(f"head_num={head_num} does not match query's N="
+                             f"{query.shape[n_axis]} for input_layout={input_layout!r}")
+        d, nkv = query.shape[-1], key.shape[n_axis]
+        if key.shape[-1] != d:
+            raise ValueError(f"key head dim D={key.shape[-1]} differs from query's D={d}")
+    if nkv == 0 or head_num % nkv:
+        raise ValueError(f"head_num={head_num} is not a multiple of key's head count "
+                         f"Nkv={nkv} (GQA needs Nq % Nkv == 0)")
+    return head_num, nkv, d
+
+
+def check_batch(query, key, input_layout):
+    if input_layout == "TND":
+        return
+    b_axis = 1 if input_layout == "SBH" else 0
+    if query.shape[b_axis] != key.shape[b_axis]:
+        raise ValueError(f"key batch {key.shape[b_axis]} differs from query batch "
+                         f"{query.shape[b_axis]} (input_layout={input_layout!r})")
+
+
+def seq_lengths(name, values, total):
+    if values is None:
+        raise ValueError(f"input_layout='TND' needs {name} (cumulative end offsets without "
+                         "a leading 0, e.g. lengths 2,2,2 -> [2, 4, 6])")
+    raw = values.tolist() if torch.is_tensor(values) else list(values)
+    if not raw:
+        raise ValueError(f"{name} is empty")
+    if any(isinstance(x, float) and not float(x).is_integer() for x in raw):
+        raise ValueError(f"{name}={raw}: expected ints")
+    try:
+        lengths = lengths_from_cumulative([int(x) for x in raw])
+    except ValueError as exc:
+        raise ValueError(f"{name}={raw}: must be cumulative (non-decreasing)") from exc
+    if sum(lengths) != total:
+        raise ValueError(f"{name}={raw}: last value {int(raw[-1])} must equal the packed "
+                         f"token count T={total} (no leading 0: flash-attn's cu_seqlens "
+                         "[0, 2, 4] becomes [2, 4])")
+    return lengths
+
+
+def check_mask_dtype(atten_mask):
+    if not torch.is_tensor(atten_mask):
+        raise TypeError(f"atten_mask must be a torch.Tensor, got {type(atten_mask).__name__}")
+    if atten_mask.dtype not in (torch.bool, torch.uint8):
+        raise TypeError(f"atten_mask dtype {atten_mask.dtype}: expected bool or uint8 "
+                        "(True / 1 = masked out)")
+
+
+def check_compressed(atten_mask, sparse_mode):
+    shape = tuple(atten_mask.shape)
+    if shape != (NFA_MASK_SIZE, NFA_MASK_SIZE):
+        raise ValueError(f"atten_mask shape {shape}: sparse_mode={sparse_mode} takes the "
+                         "compressed 2048x2048 triu(ones, 1) mask")
+    expected = compressed_causal_mask(atten_mask.device)
+    if atten_mask is not expected and not torch.equal(atten_mask.bool(), expected):
+        raise ValueError(f"atten_mask: sparse_mode={sparse_mode} takes the compressed mask "
+                         "triu(ones(2048, 2048), 1) with True = masked; this one differs "
+                         "(a keep mask with True = attend?)")
+
+
+def full_mask_4d(atten_mask, b, n, sq, skv):
+    shape = tuple(atten_mask.shape)
+    ok = (atten_mask.dim() == 2 and shape == (sq, skv)) or (
+        atten_mask.dim() == 4 and shape[2:] == (sq, skv)
+        and (shape[0], shape[1]) in ((b, n), (b, 1), (1, 1)))
+    if not ok:
+        raise ValueError(
+            f"atten_mask shape {shape} does not fit: expected BNSS {(b, n, sq, skv)}, "
+            f"B1SS {(b, 1, sq, skv)}, 11SS {(1, 1, sq, skv)} or SS {(sq, skv)}")
+    mask = atten_mask.bool()
+    return mask.view(1, 1, sq, skv) if mask.dim() == 2 else mask
+
+
 # --- core --------------------------------------------------------------------------------
 def _attend(q, k, v, masked, scale, pse, keep, keep_prob):
-    """fp32 attention on ``[B, N, S, D]`` tensors; ``masked`` True = masked out.
-
-    Returns (out fp32 [B, Nq, Sq, D], row_max [B, Nq, Sq], row_sum [B, Nq, Sq]).
-    """
+    """fp32 ``(out, row_max, row_sum)`` on ``[B, N, S, D]`` tensors; ``masked`` True = masked out."""
     nq, nkv = q.shape[1], k.shape[1]
     if k.shape[2] == 0:  # nothing to attend (an empty packed kv sample): the 0-row rule
         b, _, sq, _ = q.shape
@@ -103,7 +192,6 @@ def _attend(q, k, v, masked, scale, pse, keep, keep_prob):
 
 
 def _stats(x):
-    """[..., S] -> [..., S, 8] fp32, like the NPU's softmax_max / softmax_sum."""
     return x.float().unsqueeze(-1).expand(*x.shape, STATS_WIDTH).contiguous()
 
 
@@ -112,19 +200,8 @@ def npu_fusion_attention(query, key, value, head_num, input_layout, pse=None,
                          pre_tockens=NFA_MAX_TOKENS, next_tockens=NFA_MAX_TOKENS, inner_precise=0,
                          prefix=None, actual_seq_qlen=None, actual_seq_kvlen=None,
                          sparse_mode=0, gen_mask_parallel=True, sync=False):
-    """Emulate ``torch_npu.npu_fusion_attention`` (same signature, same return tuple).
-
-    Returns:
-        ``(attention_out, softmax_max, softmax_sum, softmax_out, seed, offset, numels)``:
-        the output in ``input_layout`` and the input dtype; ``softmax_max`` /
-        ``softmax_sum`` fp32 ``[B, N, Sq, 8]`` (TND: ``[T, N, 8]``); ``softmax_out`` an
-        empty tensor (reserved); the dropout seed, offset (0) and number of dropout
-        draws (all 0 without dropout).
-
-    Raises:
-        ValueError / TypeError: naming the argument, for inputs the NPU would reject.
-        NotImplementedError: the parts of the contract that are not emulated.
-    """
+    """``torch_npu.npu_fusion_attention``'s signature and return tuple (docs/npu_fusion_attention.md);
+    fully masked rows come out 0, with ``softmax_max`` -inf and ``softmax_sum`` 0."""
     del gen_mask_parallel, sync, prefix  # performance knobs / modes 5-6 only
     if not isinstance(input_layout, str) or input_layout.upper() not in LAYOUTS:
         raise ValueError(f"input_layout={input_layout!r}: expected one of {', '.join(LAYOUTS)}")
@@ -199,8 +276,8 @@ def npu_fusion_attention(query, key, value, head_num, input_layout, pse=None,
 
 
 def _masked(given, sq, skv, sparse_mode, pre, nxt, dev):
-    """NPU mask (True = masked) of ``sparse_mode`` 0-4 for ``sq x skv`` scores; ``given``:
-    the caller's ``atten_mask`` fitted to them (read by modes 0 and 1 only)."""
+    """NPU mask (True = masked) of ``sparse_mode`` 0-4; ``given``: the caller's ``atten_mask``
+    fitted to the scores (read by modes 0 and 1 only)."""
     if sparse_mode in (0, 1):
         return given | ~band_mask(sq, skv, pre, nxt, "top_left", dev) if sparse_mode == 0 else given
     if sparse_mode == 4:

@@ -2,14 +2,10 @@
 
 :func:`register_hyport_attention` registers one attention function with
 ``AttentionInterface`` (and the SDPA mask builder under the same name with
-``AttentionMaskInterface``, so the model hands it 4-D boolean masks) and returns the name
-to pass as ``attn_implementation=``: for a text model, a vision tower, or per sub-config
-of a composite model (``{"text_config": name, "vision_config": name}``).
-
-The function follows transformers' ``sdpa_attention_forward`` contract: ``(module, query,
-key, value, attention_mask, dropout=0.0, scaling=None, is_causal=None, **kwargs)`` with
-q/k/v in (B, N, S, D), returning ``(out (B, S, N, D), None)``; ``attention_mask`` may come
-by keyword (Qwen2-VL's vision attention does). It handles:
+``AttentionMaskInterface``, so the model hands it 4-D boolean masks); the name serves a
+text model, a vision tower, or a composite model per sub-config. The function follows
+transformers' ``sdpa_attention_forward`` contract (``attention_mask`` may come by keyword,
+as in Qwen2-VL's vision attention) and handles:
 
 * padded batches: the 4-D mask (bool True = attend, or additive float) is used as is;
   for the NPU it becomes NFA's ``atten_mask`` (True = masked) in BNSD;
@@ -19,9 +15,12 @@ by keyword (Qwen2-VL's vision attention does). It handles:
   packed sequence" (otherwise it is used densely). Without any mask (transformers skips
   it when nothing is padded, and ignores packing with a cache), restarting
   ``position_ids`` still mean packing, as with FlashAttention-2;
-* bidirectional spans (the ``hyport_span_ids=`` kwarg of the model's forward, see
-  :mod:`hyport_lib.npu_attention.spans`): same-span tokens attend both ways on top of
-  whatever mask the model built.
+* bidirectional spans, as Mixture-of-Transformers VLMs (the seed's HY-Embodied) attend
+  within one image: the ``hyport_span_ids=`` keyword of the model's ``forward``
+  (``(batch, seqlen)``: 0 for text, one positive id per span, unique within a row) lets
+  same-span tokens attend both ways on top of whatever mask the model built, never across
+  packed sequences. transformers hands unknown keywords down to the attention function
+  (Llama-style models do), and gradient checkpointing re-runs forward with the same ones.
 """
 
 from __future__ import annotations
@@ -35,8 +34,6 @@ import torch
 from hyport_lib.npu_attention.flash_api import FlashAttnAPI
 from hyport_lib.npu_attention.names import NAME_OF_BACKEND
 from hyport_lib.npu_attention.reference import cumulative_lengths
-from hyport_lib.npu_attention.seqlens import packed_segments
-from hyport_lib.npu_attention.spans import overlay_spans, segment_ids_from_position_ids
 from hyport_lib.port.generated.flash_attn_ascend import (HOST_CACHE, FlashAttnUnsupported,
                                                          IdentityCache, attend_band,
                                                          host_cu_seqlens, nfa_sparse_arguments,
@@ -55,13 +52,9 @@ _RESERVED = ("flash", "sdpa", "flex_attention", "paged")
 
 
 def register_hyport_attention(backend: str = "auto", name: Optional[str] = None) -> str:
-    """Register hyport's attention on a FlashAttnAPI ``backend`` with transformers; returns
-    the name for ``attn_implementation=`` (default by backend: :data:`NAME_OF_BACKEND`).
-
-    Raises:
-        ValueError: ``name`` holds a word transformers treats specially (:data:`_RESERVED`:
-            "flash" is routed into its FlashAttention checks and rejected).
-    """
+    """The name for ``attn_implementation=`` (default by backend: :data:`NAME_OF_BACKEND`);
+    ValueError for a name holding a word transformers treats specially ("flash" is routed
+    into its FlashAttention checks and rejected)."""
     api = FlashAttnAPI(backend)
     name = name or NAME_OF_BACKEND[api.backend]
     reserved = [word for word in _RESERVED if word in name.lower()]
@@ -79,22 +72,20 @@ def register_hyport_attention(backend: str = "auto", name: Optional[str] = None)
 
 
 def make_attention_forward(api: FlashAttnAPI):
-    """The transformers attention function bound to ``api``'s backend (its repr names it)."""
+    """A partial, so its repr names the backend."""
     return functools.partial(attention_forward, api)
 
 
 class UnsupportedAttentionArgument(FlashAttnUnsupported):
-    """The model handed hyport's attention an argument it does not compute with.
-
-    Dropping such an argument would run a different attention than the model's own (a
-    relative position bias, per-token sink logits, a soft cap): the call is refused,
-    naming the argument and the module, so that the model is kept on eager instead.
+    """The model handed hyport's attention an argument it does not compute with. Dropping it
+    would run a different attention than the model's own (a relative position bias,
+    per-token sink logits, a soft cap), so the model is kept on eager instead.
     """
 
 
 def sdpa_refusal(model) -> Optional[str]:
-    """Why ``model`` must not get an SDPA-like kernel, or None: one of its pretrained
-    classes (a composite model's sub-models included) declares ``_supports_sdpa = False``."""
+    """Why ``model`` must not get an SDPA-like kernel, or None: one of its classes (a composite
+    model's sub-models included) declares ``_supports_sdpa = False``."""
     classes = {type(m) for m in model.modules() if hasattr(type(m), "_supports_sdpa")
                and isinstance(m, torch.nn.Module)}
     declared = sorted(c.__name__ for c in classes if getattr(c, "_supports_sdpa", None) is False)
@@ -104,7 +95,7 @@ def sdpa_refusal(model) -> Optional[str]:
             f"what an SDPA-like kernel does not take: soft-capping, sinks, a bias on the scores)")
 
 
-#: Keyword arguments hyport's attention computes with (see the module docstring).
+#: Keyword arguments hyport's attention computes with.
 UNDERSTOOD_ARGUMENTS = frozenset({
     "position_ids", "cu_seq_lens_q", "cu_seq_lens_k", "max_length_q", "max_length_k",
     "cu_seqlens", "max_seqlen", "sliding_window", "hyport_span_ids"})
@@ -129,13 +120,8 @@ _KNOWN_MEANINGS = {
 
 
 def check_attention_arguments(module, kwargs: dict) -> None:
-    """Refuse every keyword argument hyport's attention would otherwise drop.
-
-    A value of None, 0 or False asks for nothing and passes; so does every argument of
-    :data:`UNDERSTOOD_ARGUMENTS` and :data:`PASSED_THROUGH_ARGUMENTS`. Anything else (a
-    tensor such as ``position_bias`` or ``sinks``, ``softcap=50.0``, an unknown flag set
-    to True) raises :class:`UnsupportedAttentionArgument` naming it and the module.
-    """
+    """Refuse every keyword argument hyport's attention would otherwise drop; a value of
+    None, 0 or False asks for nothing and passes."""
     for name, value in kwargs.items():
         if name in UNDERSTOOD_ARGUMENTS or name in PASSED_THROUGH_ARGUMENTS:
             continue
@@ -150,7 +136,7 @@ def check_attention_arguments(module, kwargs: dict) -> None:
 
 
 def describe_module(module) -> str:
-    """``Gemma2Attention (layer 3)``: the class, and the layer where the module knows it."""
+    """``Gemma2Attention (layer 3)``: the layer where the module knows it."""
     layer = getattr(module, "layer_idx", None)
     return f"{type(module).__name__}" + (f" (layer {layer})" if isinstance(layer, int) else "")
 
@@ -164,7 +150,6 @@ def describe_value(value) -> str:
 
 def attention_forward(api: FlashAttnAPI, module, query, key, value, attention_mask=None,
                       dropout=0.0, scaling=None, is_causal=None, **kwargs):
-    """See the module docstring. q/k/v (B, N, S, D) -> ((B, Sq, N, Dv), None)."""
     api.calls[api.path] += 1
     check_attention_arguments(module, kwargs)
     if query.dim() != 4 or key.dim() != 4 or value.dim() != 4:
@@ -204,7 +189,7 @@ def attention_forward(api: FlashAttnAPI, module, query, key, value, attention_ma
 
     attend = _attend_mask(attention_mask, batch, sq, sk, window, query)
     if span_ids is not None:
-        attend = _with_spans(attend, span_ids, position_ids, batch, sq, sk, window, query)
+        attend = _with_spans(attend, span_ids, position_ids, sq, sk, window, query)
     if api.backend == "sdpa":
         out = _sdpa_dense(query, key, value, attend, scale, dropout, window)
     else:
@@ -221,11 +206,15 @@ def _window(causal: bool, sliding_window) -> tuple:
     return resolve_window(causal, (-1, -1))
 
 
+def _cu_seqlens(kwargs):
+    cu = kwargs.get("cu_seq_lens_q")
+    # cu_seqlens: the one-name spelling of vision towers' code (both sides alike)
+    return cu if cu is not None else kwargs.get("cu_seqlens")
+
+
 def _segments(kwargs, position_ids, batch: int, seqlen: int):
     """Packed segment lengths over the flattened (B*S) tokens, or None when not packed."""
-    cu = kwargs.get("cu_seq_lens_q")
-    if cu is None:  # the one-name spelling of vision towers' code (both sides alike)
-        cu = kwargs.get("cu_seqlens")
+    cu = _cu_seqlens(kwargs)
     if cu is not None:  # flash-style kwargs, e.g. DataCollatorWithFlattening
         values = host_cu_seqlens(cu, "cu_seq_lens_q")
         cu_k = kwargs.get("cu_seq_lens_k")
@@ -245,6 +234,42 @@ def _segments(kwargs, position_ids, batch: int, seqlen: int):
     return segments
 
 
+def packed_segments(position_ids) -> Optional[tuple[int, ...]]:
+    """Segment lengths over the flattened ``(B*S,)`` tokens, or None when the batch is not
+    packed: every segment (a run where the position grows by exactly 1) must start at 0
+    and outnumber the rows, so left-padded generation batches (pads carry position 1) and
+    plain batches are not packed. ``position_ids``: 1-D or 2-D, read from the device once
+    per tensor (``HOST_CACHE``, which also holds the host copies of ``cu_seqlens``): 24
+    layers cost one copy."""
+
+    def compute():
+        pos = position_ids if position_ids.dim() == 2 else position_ids.unsqueeze(0)
+        rows, length = pos.shape
+        if length == 0:
+            return None
+        first = pos[:, :1] - 1
+        starts = torch.diff(pos, prepend=first, dim=-1) != 1
+        starts[:, 0] = True
+        start_idx = torch.nonzero(starts.reshape(-1)).flatten()
+        start_pos = pos.reshape(-1)[start_idx]
+        # One small host transfer carries both the boundaries and their first positions.
+        idx, first_pos = torch.stack([start_idx, start_pos.to(start_idx.dtype)]).tolist()
+        if len(idx) <= rows or any(p != 0 for p in first_pos):
+            return None
+        ends = idx[1:] + [rows * length]
+        return tuple(e - s for s, e in zip(idx, ends))
+
+    return HOST_CACHE.get("packed_segments", (position_ids,), compute)
+
+
+def segment_ids_from_position_ids(position_ids: torch.Tensor) -> torch.Tensor:
+    """(batch, seqlen) segment index that grows wherever the position does not grow by 1."""
+    if position_ids.dim() != 2:
+        raise ValueError(f"position_ids must be (batch, seqlen), got {tuple(position_ids.shape)}")
+    first = position_ids[:, :1] - 1
+    return torch.cumsum((torch.diff(position_ids, prepend=first, dim=-1) != 1).long(), dim=-1)
+
+
 def _segment_attend(segments, batch: int, seqlen: int, window, device) -> torch.Tensor:
     lengths = torch.tensor(segments, device=device)
     seg = torch.repeat_interleave(torch.arange(len(segments), device=device), lengths)
@@ -254,18 +279,17 @@ def _segment_attend(segments, batch: int, seqlen: int, window, device) -> torch.
 
 
 def _as_attend(mask: torch.Tensor) -> torch.Tensor:
-    """4-D transformers mask -> bool True = attend (float masks: 0 attend, very negative not)."""
+    """Float masks: 0 attends, very negative does not."""
     if mask.dtype == torch.bool:
         return mask
     return mask > torch.finfo(mask.dtype).min / 2
 
 
 def _mask_is_segment_causal(mask, segments, batch, seqlen, window, position_ids, kwargs) -> bool:
-    """True when ``mask`` equals "within each packed sequence, the window/causal band"."""
+    """Does ``mask`` say exactly "within each packed sequence, the window/causal band"?"""
     if mask.dim() != 4 or mask.shape[-2:] != (seqlen, seqlen) or mask.shape[0] not in (1, batch):
         return False
-    ids_source = kwargs.get("cu_seq_lens_q")
-    ids_source = ids_source if ids_source is not None else kwargs.get("cu_seqlens")
+    ids_source = _cu_seqlens(kwargs)
     ids_source = ids_source if ids_source is not None else position_ids
 
     def compute():
@@ -292,7 +316,7 @@ def _varlen_forward(api, query, key, value, segments, scale, dropout, window):
 
 
 def _attend_mask(mask, batch, sq, sk, window, query) -> Optional[torch.Tensor]:
-    """transformers' mask -> 4-D (bool attend or additive float), or None (window rules)."""
+    """4-D (bool attend or additive float), or None: the window rules."""
     if mask is None:
         return None
     if mask.dim() == 2:  # (B, Sk) padding mask, 1 = real token
@@ -306,7 +330,9 @@ def _attend_mask(mask, batch, sq, sk, window, query) -> Optional[torch.Tensor]:
     return mask
 
 
-def _with_spans(attend, span_ids, position_ids, batch, sq, sk, window, query):
+def _with_spans(attend, span_ids, position_ids, sq, sk, window, query):
+    """``attend`` OR "same non-zero span (and packed sequence)"; the queries are the last
+    ``sq`` of the ``sk`` positions the spans describe."""
     if span_ids.shape[-1] != sk:
         if sq == 1:
             return attend  # decoding a text token: causal already sees every earlier token
@@ -314,25 +340,27 @@ def _with_spans(attend, span_ids, position_ids, batch, sq, sk, window, query):
                          f"attention has {sk} keys")
 
     def compute():
-        base = (attend_band(sq, sk, window, query.device).expand(1, 1, sq, sk)
-                if attend is None else _as_attend(attend))
-        if attend is None and isinstance(position_ids, torch.Tensor) and position_ids.dim() == 2 \
-                and position_ids.shape[-1] == sk:
-            seg = segment_ids_from_position_ids(position_ids.expand(span_ids.shape[0], -1))
-            base = base & (seg[:, sk - sq:].unsqueeze(-1) == seg.unsqueeze(-2)).unsqueeze(1)
-        pos = position_ids if isinstance(position_ids, torch.Tensor) else None
-        return overlay_spans(base, span_ids.to(query.device), pos)
+        spans = span_ids.to(query.device)
+        same_sequence = None
+        if isinstance(position_ids, torch.Tensor) and position_ids.dim() == 2 and position_ids.shape[-1] == sk:
+            seg = segment_ids_from_position_ids(position_ids.expand(spans.shape[0], -1))
+            same_sequence = (seg[:, sk - sq:].unsqueeze(-1) == seg.unsqueeze(-2)).unsqueeze(1)
+        if attend is None:
+            base = attend_band(sq, sk, window, query.device).expand(1, 1, sq, sk)
+            base = base if same_sequence is None else base & same_sequence
+        else:
+            base = _as_attend(attend)
+        q_spans = spans[:, sk - sq:]
+        same_span = ((q_spans.unsqueeze(-1) == spans.unsqueeze(-2)) & (q_spans != 0).unsqueeze(-1)).unsqueeze(1)
+        return base | (same_span if same_sequence is None else same_span & same_sequence)
 
     return MASK_CACHE.get(("spans", sq, sk, window), (attend, span_ids, position_ids), compute)
 
 
 def _unmask_unattended(attend: torch.Tensor) -> torch.Tensor:
-    """Let rows that see no key (left-padding queries) see every key.
-
-    Their outputs are discarded by the model, but a kernel may write NaN there (older
-    SDPA math kernels do; NFA does not document it), and NaN in a padding position
-    leaks into real tokens through ``0 * NaN`` in later layers.
-    """
+    """Let rows that see no key (left-padding queries) see every key: their outputs are
+    discarded, but a kernel may write NaN there (older SDPA math kernels do; NFA does not
+    document it), which leaks into real tokens through ``0 * NaN`` in later layers."""
     empty = ~attend.any(dim=-1, keepdim=True)
     return attend | empty
 
@@ -344,7 +372,6 @@ def _sdpa_mask(attend: torch.Tensor) -> torch.Tensor:
 
 
 def _nfa_mask(attend: torch.Tensor) -> torch.Tensor:
-    """bool-attend or additive float mask -> NFA ``atten_mask`` (True = masked), contiguous."""
 
     def compute():
         if attend.dtype != torch.bool:
@@ -362,7 +389,7 @@ def _nfa_mask(attend: torch.Tensor) -> torch.Tensor:
 
 
 def _sdpa_dense(query, key, value, attend, scale, dropout, window):
-    """SDPA on (B, N, S, D) with a transformers-style mask; returns (B, Sq, N, D)."""
+    """(B, N, S, D) in, (B, Sq, N, D) out."""
     if attend is None:
         return sdpa_dense(query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2),
                          scale, dropout, window)
@@ -374,8 +401,8 @@ def _sdpa_dense(query, key, value, attend, scale, dropout, window):
 
 
 def _nfa_bnsd_masked(nfa, q, k, v, scale, dropout_p, masked, window):
-    """NFA in BNSD with an explicit ``atten_mask`` (True = masked out), (B|1, 1, Sq, Sk),
-    or without one the window's sparse mode. Returns (B, N, Sq, D)."""
+    """NFA in BNSD with ``masked`` (True = masked out) as ``atten_mask``, or without one the
+    window's sparse mode."""
     extra = nfa_sparse_arguments(window, q.device) if masked is None else \
         {"atten_mask": masked, "sparse_mode": 0}
     return nfa(q, k, v, head_num=q.shape[1], input_layout="BNSD", scale=float(scale),

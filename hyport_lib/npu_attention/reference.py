@@ -14,9 +14,6 @@ Alignment of causal masks when ``Sq != Skv``:
   (flash-attn >= 2.1 and NPU ``sparse_mode=3``). With ``Sq > Skv`` the first
   ``Sq - Skv`` rows then see nothing.
 
-Fully masked rows (a query that may attend no key) give an output of **0**, the rule of
-flash-attn; their softmax max is ``-inf`` and their softmax sum ``0``.
-
 Lengths: flash-attn's ``cu_seqlens`` has a leading 0 (``[0, 2, 4, 6]``); NPU's
 ``actual_seq_qlen`` is the same without it (``[2, 4, 6]``).
 """
@@ -37,12 +34,11 @@ UNBOUNDED = NFA_MAX_TOKENS  # NPU's "no limit" for pre_tockens / next_tockens
 
 # --- conventions -------------------------------------------------------------------------
 def to_npu_mask(keep: torch.Tensor) -> torch.Tensor:
-    """Keep mask (True = attend) -> NPU ``atten_mask`` (True = masked out)."""
     return ~keep.bool()
 
 
 def cumulative_lengths(lengths: Sequence[int], leading_zero: bool = False) -> list[int]:
-    """Per-sample lengths -> cumulative ends; ``leading_zero=True`` gives flash-attn's form."""
+    """``leading_zero=True`` gives flash-attn's form."""
     out, total = ([0] if leading_zero else []), 0
     for n in lengths:
         if int(n) < 0:
@@ -53,7 +49,6 @@ def cumulative_lengths(lengths: Sequence[int], leading_zero: bool = False) -> li
 
 
 def lengths_from_cumulative(cumulative: Sequence[int]) -> list[int]:
-    """Cumulative ends (NPU form, no leading 0) -> per-sample lengths."""
     values = [int(x) for x in cumulative]
     lengths, previous = [], 0
     for end in values:
@@ -67,12 +62,10 @@ def lengths_from_cumulative(cumulative: Sequence[int]) -> list[int]:
 # --- mask builders (all: True = attend) ----------------------------------------------------
 def band_mask(sq: int, skv: int, pre_tokens: int = UNBOUNDED, next_tokens: int = UNBOUNDED,
               align: str = "top_left", device=None) -> torch.Tensor:
-    """``[sq, skv]`` band: query ``i`` attends key ``j`` when ``-pre <= j - i - off <= next``.
-
-    ``off`` is 0 for ``top_left`` (NPU ``sparse_mode=0``) and ``skv - sq`` for
-    ``bottom_right`` (NPU ``sparse_mode=4``, flash-attn ``window_size``). Negative
-    values are allowed (``next_tokens=-2`` excludes the diagonal and one more).
-    """
+    """``[sq, skv]``: query ``i`` attends key ``j`` when ``-pre <= j - i - off <= next``, ``off``
+    0 for ``top_left`` (NPU ``sparse_mode=0``) and ``skv - sq`` for ``bottom_right`` (NPU
+    ``sparse_mode=4``, flash-attn ``window_size``). ``next_tokens=-2`` excludes the diagonal
+    and one more."""
     if align not in ALIGNS:
         raise ValueError(f"align={align!r}: expected one of {', '.join(ALIGNS)}")
     off = skv - sq if align == "bottom_right" else 0
@@ -83,7 +76,6 @@ def band_mask(sq: int, skv: int, pre_tokens: int = UNBOUNDED, next_tokens: int =
 
 
 def causal_mask(sq: int, skv: int, align: str = "top_left", device=None) -> torch.Tensor:
-    """``[sq, skv]`` causal mask aligned ``top_left`` or ``bottom_right`` (see module doc)."""
     return band_mask(sq, skv, UNBOUNDED, 0, align=align, device=device)
 
 
@@ -97,7 +89,7 @@ def window_mask(sq: int, skv: int, window_size=(-1, -1), causal: bool = False,
 
 
 def padding_mask(lengths: Sequence[int], max_len: Optional[int] = None, device=None) -> torch.Tensor:
-    """``[B, max_len]`` of a right-padded batch: True where a token is real (not padding)."""
+    """``[B, max_len]`` of a right-padded batch: True where a token is real."""
     lengths = [int(n) for n in lengths]
     max_len = max(lengths, default=0) if max_len is None else int(max_len)
     if any(n > max_len or n < 0 for n in lengths):
@@ -109,10 +101,9 @@ def padding_mask(lengths: Sequence[int], max_len: Optional[int] = None, device=N
 def padded_mask(lengths_q: Sequence[int], lengths_kv: Optional[Sequence[int]] = None,
                 sq: Optional[int] = None, skv: Optional[int] = None, causal: bool = False,
                 window_size=(-1, -1)) -> torch.Tensor:
-    """``[B, 1, sq, skv]`` for a right-padded batch: sample ``b`` is a ``lq_b x lkv_b``
-    block (causal / windowed on its own lengths, as flash-attn's unpad -> varlen path does);
-    padding rows and columns are not attended, so padded query rows are fully masked.
-    """
+    """``[B, 1, sq, skv]`` for a right-padded batch: each sample a block, causal / windowed on
+    its own lengths as flash-attn's unpad -> varlen path does; padded query rows are fully
+    masked."""
     lengths_kv = lengths_q if lengths_kv is None else lengths_kv
     if len(lengths_kv) != len(lengths_q):
         raise ValueError(f"lengths_kv has {len(lengths_kv)} samples, lengths_q {len(lengths_q)}")
@@ -127,7 +118,7 @@ def padded_mask(lengths_q: Sequence[int], lengths_kv: Optional[Sequence[int]] = 
 
 
 def _sample_mask(sq, skv, causal, window_size):
-    """One sample's keep mask, aligned bottom-right as flash-attn's varlen path aligns it."""
+    """Aligned bottom-right, as flash-attn's varlen path aligns it."""
     if tuple(window_size) != (-1, -1):
         return window_mask(sq, skv, window_size, causal=causal)
     if causal:
@@ -137,9 +128,8 @@ def _sample_mask(sq, skv, causal, window_size):
 
 def block_diagonal_mask(seqlens_q: Sequence[int], seqlens_kv: Optional[Sequence[int]] = None,
                         causal: bool = False, window_size=(-1, -1)) -> torch.Tensor:
-    """``[Tq, Tkv]`` for packed samples of per-sample (not cumulative, possibly 0) lengths:
-    each sample attends only within itself, ``causal`` / ``window_size`` applied on its own
-    lengths, aligned bottom-right (flash-attn's varlen semantics)."""
+    """``[Tq, Tkv]`` for packed samples of per-sample (not cumulative, possibly 0) lengths,
+    each attending within itself (flash-attn's varlen semantics)."""
     seqlens_kv = seqlens_q if seqlens_kv is None else seqlens_kv
     if len(seqlens_kv) != len(seqlens_q):
         raise ValueError(f"seqlens_kv has {len(seqlens_kv)} samples, seqlens_q {len(seqlens_q)}")
@@ -155,13 +145,10 @@ def block_diagonal_mask(seqlens_q: Sequence[int], seqlens_kv: Optional[Sequence[
 
 def bidirectional_span_mask(seq_len: int, spans: Sequence[tuple[int, int]], causal: bool = True,
                             base: Optional[torch.Tensor] = None, device=None) -> torch.Tensor:
-    """Causal (or full, or ``base``) attention plus full attention inside each span, as
-    vision-language models let one image's tokens attend each other both ways.
-
-    ``spans`` are half-open ``(start, end)`` token ranges within the mask that do not
-    overlap; ``base`` is an existing keep mask ``[..., S, S]`` (e.g. a block-diagonal one
-    of packed samples, then each span within one sample) used instead of a ``seq_len``
-    square (``causal=False``: full attention).
+    """Causal (or full, or ``base``) attention plus full attention inside each half-open,
+    non-overlapping ``(start, end)`` span, as vision-language models let one image's tokens
+    attend each other both ways. ``base``: an existing keep mask ``[..., S, S]`` (e.g. a
+    block-diagonal one of packed samples) instead of a ``seq_len`` square.
     """
     if base is None:
         base = causal_mask(seq_len, seq_len, device=device) if causal else \
@@ -181,8 +168,8 @@ def bidirectional_span_mask(seq_len: int, spans: Sequence[tuple[int, int]], caus
 
 # --- layouts -------------------------------------------------------------------------------
 def to_bnsd(x: torch.Tensor, layout: str, num_heads: Optional[int] = None) -> torch.Tensor:
-    """View ``x`` in ``layout`` as ``[B, N, S, D]`` (TND becomes ``[1, N, T, D]``);
-    ``num_heads`` is needed for the fused-head layouts BSH / SBH."""
+    """``x`` viewed as ``[B, N, S, D]`` (TND: ``[1, N, T, D]``); the fused-head layouts BSH /
+    SBH need ``num_heads``."""
     layout = layout.upper()
     if layout in ("BSH", "SBH"):
         if not num_heads:
@@ -202,7 +189,7 @@ def to_bnsd(x: torch.Tensor, layout: str, num_heads: Optional[int] = None) -> to
 
 
 def from_bnsd(x: torch.Tensor, layout: str) -> torch.Tensor:
-    """Inverse of :func:`to_bnsd` (returns a contiguous tensor)."""
+    """Inverse of :func:`to_bnsd`, contiguous."""
     layout = layout.upper()
     b, n, s, d = x.shape
     if layout == "BSH":
@@ -233,15 +220,11 @@ def attention_reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                         bias: Optional[torch.Tensor] = None,
                         dropout_keep: Optional[torch.Tensor] = None, keep_prob: float = 1.0,
                         return_stats: bool = False):
-    """Attention in float64 on the inputs' device: ``softmax(scale * q kᵀ + bias) v``.
-
-    q is ``[B, Nq, Sq, D]``, k and v ``[B, Nkv, Skv, D]`` with ``Nq % Nkv == 0`` (query head
-    ``h`` uses kv head ``h // (Nq // Nkv)``); ``mask`` is a keep mask (True = attend)
-    broadcastable to the scores. ``scale`` None means ``1 / sqrt(D)`` (flash-attn's default,
-    not NPU's 1.0). ``bias`` is added after scaling (NPU's ``pse`` is added before: pass
-    ``scale * pse``). Probabilities kept by ``dropout_keep`` are divided by ``keep_prob``.
-    Returns the ``[B, Nq, Sq, D]`` float64 output (fully masked rows are 0), or with
-    ``return_stats`` a :class:`ReferenceResult`.
+    """Attention in float64 on the inputs' device: ``softmax(scale * q kᵀ + bias) v`` on
+    ``[B, N, S, D]`` tensors (GQA: query head ``h`` uses kv head ``h // (Nq // Nkv)``).
+    ``scale`` None means ``1 / sqrt(D)`` (flash-attn's default, not NPU's 1.0); ``bias`` is
+    added after scaling (NPU's ``pse`` is added before: pass ``scale * pse``); kept dropout
+    probabilities are divided by ``keep_prob``. Fully masked rows come out 0.
     """
     if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
         raise ValueError(f"q, k, v must be [B, N, S, D]; got {tuple(q.shape)}, "

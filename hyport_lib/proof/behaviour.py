@@ -23,10 +23,9 @@ from typing import Optional
 
 import torch
 
-from hyport_lib.models.answers import random_weights_reason
+from hyport_lib.models.tiny import random_weights_reason
 from hyport_lib.models.generation import greedy
-from hyport_lib.models.prompts import Prompt, encode_prompts, needs_image
-from hyport_lib.models.sample_image import sample_image
+from hyport_lib.models.prompts import Prompt, encode_prompts, needs_image, sample_image
 
 #: Prompts whose answers a pretrained chat model gives with confidence.
 PROMPTS = ("What is the capital of France?", "Write one sentence about the sea.",

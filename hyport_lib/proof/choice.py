@@ -13,9 +13,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Mapping, Optional, Sequence
 
-from hyport_lib.models.preflight import check_attn_implementation
 from hyport_lib.models.tiny import resolve_model_path
-from hyport_lib.npu_attention.names import BACKEND_OF_NAME, NAME_OF_BACKEND, backend_of, check_runs_on
+from hyport_lib.npu_attention.names import (BACKEND_OF_NAME, NAME_OF_BACKEND, backend_of, check_attn_implementation,
+                                           check_runs_on)
 from hyport_lib.params import AUTO_ATTENTION
 from hyport_lib.proof.swap import DECODE_STEPS, AttentionProof, prove_swap
 from hyport_lib.utils.printable import first_line

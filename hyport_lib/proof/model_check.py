@@ -18,12 +18,11 @@ import torch
 
 from hyport_lib.models.generation import load_model
 from hyport_lib.models.generation_config import InferenceConfig
-from hyport_lib.models.prompts import Prompt, encode_prompts, needs_image
-from hyport_lib.models.sample_image import sample_image
+from hyport_lib.models.prompts import Prompt, encode_prompts, needs_image, sample_image
 from hyport_lib.models.training_inputs import packed_positions, rope_positions_function
 from hyport_lib.npu_attention import hf_integration
 from hyport_lib.npu_attention.hf_integration import sdpa_refusal
-from hyport_lib.npu_attention.shim import DEFAULT_VERSION, callers_shim_kept, install_flash_attn_shim
+from hyport_lib.npu_attention.flash_api import DEFAULT_VERSION, callers_shim_kept, install_flash_attn_shim
 from hyport_lib.port.generated.flash_attn_ascend import FlashAttnUnsupported
 from hyport_lib.proof.behaviour import Behaviour, eager_behaviour, eager_reference, swapped_pair
 from hyport_lib.proof.choice import KEPT_ON_EAGER

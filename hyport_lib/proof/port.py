@@ -27,9 +27,8 @@ import torch
 
 from hyport_lib.backend import get_backend, import_torch_npu
 from hyport_lib.npu_attention import emulation
-from hyport_lib.npu_attention.flash_api import FlashAttnAPI
-from hyport_lib.npu_attention.shim import (DEFAULT_VERSION, callers_shim_kept, install_flash_attn_shim,
-                                           uninstall_flash_attn_shim)
+from hyport_lib.npu_attention.flash_api import (DEFAULT_VERSION, FlashAttnAPI, callers_shim_kept,
+                                               install_flash_attn_shim, uninstall_flash_attn_shim)
 from hyport_lib.proof import port_model
 from hyport_lib.proof.port_record import (IMPORT_ORIGINAL, IMPORT_PORTED, RUN_ORIGINAL, RUN_PORTED,
                                           PortProof, ProofCase, build_failure, config_fix)

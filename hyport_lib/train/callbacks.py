@@ -13,7 +13,7 @@ from typing import Optional
 
 from transformers import Trainer, TrainerCallback
 
-from hyport_lib.models.tied_weights import retie
+from hyport_lib.models.module_tree import retie
 from hyport_lib.models.training_inputs import IMAGE_MASK, IMAGE_STATES, image_states_of_rows, rows_seeing_images
 from hyport_lib.train.checkpoints import MARKER, SAVING_MARKER, write_marker
 from hyport_lib.train.packing import COUNT_KEYS

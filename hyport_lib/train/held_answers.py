@@ -9,7 +9,7 @@ from typing import Mapping, Sequence
 
 import torch
 
-from hyport_lib.models.answers import random_weights_reason
+from hyport_lib.models.tiny import random_weights_reason
 from hyport_lib.models.generation import greedy
 from hyport_lib.train.samples import IGNORE_INDEX, Sample
 

@@ -16,8 +16,8 @@ from typing import Optional
 from hyport_lib.devices.card_plan import plan_grid
 from hyport_lib.devices.host_memory import RamNeed, ram_need_per_rank, require_host_ram
 from hyport_lib.models.loading import LoadedProcessor, ProcessorUnavailable, build_empty_model, load_processor
-from hyport_lib.models.lora_targets import (fused_experts, language_model_path, leaf_names,
-                                            lora_target_pattern, matched_layers)
+from hyport_lib.models.module_tree import (fused_experts, language_model_path, leaf_names,
+                                          lora_target_pattern, matched_layers)
 from hyport_lib.models.preflight import check_model_path
 from hyport_lib.proof.choice import TRAINING, choose_attention
 from hyport_lib.results import RUN_DIR_ENV, fresh_folder_beside_results

@@ -18,8 +18,7 @@ from typing import Optional
 from hyport_lib.backend import get_backend
 from hyport_lib.checkpoint_files.header import read_header
 from hyport_lib.models.loading import load_model, load_processor
-from hyport_lib.models.lora_targets import language_model_path, lora_target_pattern
-from hyport_lib.models.tied_weights import retie
+from hyport_lib.models.module_tree import language_model_path, lora_target_pattern, retie
 from hyport_lib.models.training_inputs import rope_positions_function
 from hyport_lib.npu_attention.hf_integration import (UnsupportedAttentionArgument, register_hyport_attention,
                                                     sdpa_refusal)

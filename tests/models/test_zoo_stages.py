@@ -23,7 +23,7 @@ from hyport_lib.models.generation_config import InferenceConfig
 from hyport_lib.models.generation import run_inference
 from hyport_lib.models.families import describe_config, read_config
 from hyport_lib.models.loading import ProcessorUnavailable, has_torchvision, load_model, load_processor
-from hyport_lib.models.lora_targets import language_model_path, lora_target_pattern, matched_layers
+from hyport_lib.models.module_tree import language_model_path, lora_target_pattern, matched_layers
 from hyport_lib.models.training_inputs import rope_positions_function
 from hyport_lib.proof.choice import SwapRefused
 from hyport_lib.proof.model_check import compare_model
@@ -102,11 +102,9 @@ def test_inference_through_the_processors_conventions(zoo, name):
 
 
 def test_an_image_for_a_text_only_model_is_refused_in_one_line(zoo, tmp_path):
-    from hyport_lib.models.prompts import PromptNotApplicable
+    from hyport_lib.models.prompts import PromptNotApplicable, sample_image
 
     image = tmp_path / "a.png"
-    from hyport_lib.models.sample_image import sample_image
-
     sample_image().save(image)
     with pytest.raises(PromptNotApplicable, match=r"image=.*qwen3 is a text-only model"):
         run_inference(InferenceConfig(model_path=str(zoo["qwen3"]), image=str(image), warmup_runs=0))
@@ -312,6 +310,7 @@ def test_the_worker_builds_the_blank_image_of_any_vlm(zoo):
 def test_zoo_folders_are_checkpoints_hyport_accepts(zoo):
     from hyport_lib.models.preflight import check_model_path
 
+    assert ZOO_NAMES
     for name in ZOO_NAMES:
         assert Path(check_model_path(str(zoo[name]))) == Path(zoo[name])
 
@@ -319,7 +318,7 @@ def test_zoo_folders_are_checkpoints_hyport_accepts(zoo):
 def test_a_cut_inside_gemma3s_image_is_refused_not_trained(zoo, tmp_path):
     """Gemma3's processor names <start_of_image> as its image token, the model counts
     the soft tokens: a truncation inside them must be refused (it would crash the forward)."""
-    from hyport_lib.models.sample_image import sample_image
+    from hyport_lib.models.prompts import sample_image
     from hyport_lib.train.dataset import Record
     from hyport_lib.train.samples import encode_records
 
@@ -331,24 +330,10 @@ def test_a_cut_inside_gemma3s_image_is_refused_not_trained(zoo, tmp_path):
                     [str(image)])
     full, _ = Encoder(loaded, 4096).encode(record)
     soft = [i for i, t in enumerate(full.token_extras["token_type_ids"]) if t]
+    assert soft, "the image's soft tokens are marked in token_type_ids"
     for limit in (soft[0], soft[len(soft) // 2]):
         samples, problems = encode_records([record], loaded, limit)
         assert not samples and "would cut an image's tokens" in problems[0].message, limit
-
-
-def test_remote_code_vlms_loaded_as_causal_lms_are_still_vlms():
-    from hyport_lib.models.families import describe_config
-
-    phi3v = describe_config({"model_type": "phi3_v", "img_processor": {},
-                             "auto_map": {"AutoConfig": "c.C", "AutoModelForCausalLM": "m.M"}})
-    assert phi3v.multimodal and phi3v.auto_class == "AutoModelForCausalLM"
-    minicpm = describe_config({"model_type": "minicpmv", "vision_config": {},
-                               "auto_map": {"AutoConfig": "c.C", "AutoModel": "m.M"}})
-    assert minicpm.multimodal and minicpm.auto_class == "AutoModel"
-    plain = describe_config({"model_type": "x", "auto_map": {"AutoModelForCausalLM": "m.M"}})
-    assert not plain.multimodal
-    with pytest.raises(ValueError, match="auto_map names no model class"):
-        describe_config({"model_type": "x", "auto_map": {"AutoTokenizer": "t.T"}})
 
 
 def test_image_prompts_the_user_chose_are_refused_for_a_text_only_model(zoo):

@@ -276,8 +276,8 @@ def test_a_wrong_port_of_the_model_file_fails_the_proof(fault, tmp_path, fake_np
 
 
 def test_the_proof_leaves_the_callers_modules_and_shim_alone(tmp_path, fake_npu):
-    from hyport_lib.npu_attention.shim import (current_shim, install_flash_attn_shim,
-                                               uninstall_flash_attn_shim)
+    from hyport_lib.npu_attention.flash_api import (current_shim, install_flash_attn_shim,
+                                                   uninstall_flash_attn_shim)
 
     src = tmp_path / "src"
     (src / ".venv" / "site").mkdir(parents=True)
@@ -300,7 +300,7 @@ def test_the_proof_leaves_the_callers_modules_and_shim_alone(tmp_path, fake_npu)
 
 
 def test_an_import_the_port_left_fails_even_where_flash_attn_imports(tmp_path, fake_npu):
-    from hyport_lib.npu_attention.shim import install_flash_attn_shim, uninstall_flash_attn_shim
+    from hyport_lib.npu_attention.flash_api import install_flash_attn_shim, uninstall_flash_attn_shim
 
     src = tmp_path / "src"
     src.mkdir()

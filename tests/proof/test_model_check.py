@@ -101,7 +101,7 @@ def test_the_model_check_loads_remote_code_only_when_asked_with_the_shim_in_plac
     import shutil
     import sys
 
-    from hyport_lib.npu_attention.shim import current_shim
+    from hyport_lib.npu_attention.flash_api import current_shim
     from hyport_lib.models.tiny import ensure_tiny_model
 
     folder = tmp_path / "remote"
@@ -136,7 +136,7 @@ def test_the_model_check_loads_remote_code_only_when_asked_with_the_shim_in_plac
     again = compare_model(str(folder), max_new_tokens=2, trust_remote_code=True)
     assert again.swapped_calls == remote.swapped_calls
     # a shim the user installed is back afterwards, as it was
-    from hyport_lib.npu_attention.shim import install_flash_attn_shim, uninstall_flash_attn_shim
+    from hyport_lib.npu_attention.flash_api import install_flash_attn_shim, uninstall_flash_attn_shim
 
     install_flash_attn_shim("sdpa", version="2.5.8")
     try:

@@ -415,7 +415,7 @@ def test_stages_left_out_with_only_are_named_in_the_drafts_and_the_index(tmp_pat
 
 def test_the_scan_is_told_by_kind_one_line_per_source_line_and_a_mismatched_pin_is_named(tmp_path):
     run = make_run(tmp_path, {"02_attention": "PASS"})
-    long = "hyport_lib.npu_attention.shim.install_flash_attn_shim(backend) before the model's import"
+    long = "hyport_lib.npu_attention.flash_api.install_flash_attn_shim(backend) before the model's import"
     hits = [{"file": "m.py", "line": 3, "category": "flash_attn", "snippet": "from flash_attn import a, b, c",
              "suggestion": long} for _ in range(3)]
     hits += [{"file": "m.py", "line": 9, "category": "flash_attn", "snippet": "a(q, k, v)", "suggestion": long},

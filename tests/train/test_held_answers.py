@@ -6,9 +6,7 @@ import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from hyport_lib.models.answers import RANDOM_WEIGHTS
-from hyport_lib.models.tiny import ensure_tiny_model
-from hyport_lib.models.tiny_tokenizer import build_tokenizer
+from hyport_lib.models.tiny import RANDOM_WEIGHTS, build_tokenizer, ensure_tiny_model
 from hyport_lib.train.answers_view import answers_frame, glance_row
 from hyport_lib.train.held_answers import answer, held_prompts
 from hyport_lib.train.samples import IGNORE_INDEX, Sample

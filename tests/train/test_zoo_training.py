@@ -139,7 +139,7 @@ def test_mllama_with_lora_gives_its_cross_attention_adapters_gradients_on_a_text
     gradients on a text-only batch as on an image batch."""
     from peft import LoraConfig, get_peft_model
 
-    from hyport_lib.models.lora_targets import language_model_path, lora_target_pattern
+    from hyport_lib.models.module_tree import language_model_path, lora_target_pattern
 
     loaded = load_processor(str(zoo["mllama"]))
     records = {r.record_id: r for r in load_dataset(write_smoke_dataset(tmp_path / "data")).records}

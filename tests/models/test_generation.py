@@ -1,4 +1,5 @@
-"""Inference library on the embedded tiny model: single, batch, timings, determinism."""
+"""Inference as a library (models/generation.py, generation_config.py) on the embedded tiny model:
+single, batch, timings, determinism."""
 
 from __future__ import annotations
 
@@ -15,9 +16,8 @@ from hyport_lib.models import generation, model_cache
 from hyport_lib.models.generation import load_model, run_batch, run_inference, run_single
 from hyport_lib.models.generation_config import InferenceConfig, InferenceOutcome
 from hyport_lib.models.loading import dtype_kwarg
-from hyport_lib.models.prompts import encode_prompts
+from hyport_lib.models.prompts import encode_prompts, sample_image
 from hyport_lib.models.tiny import ensure_tiny_model
-from hyport_lib.models.sample_image import sample_image
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -1,4 +1,6 @@
-"""A tied weight saved once from a state dict of copies (models/tied_weights.py)."""
+"""Parts found in a model's module tree (models/module_tree.py): LoRA's layers under the
+language model only, a tied weight saved once from a state dict of copies. (The same on
+every family of the zoo: test_zoo_stages.py.)"""
 
 from __future__ import annotations
 
@@ -7,7 +9,9 @@ import torch
 from safetensors import safe_open
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from hyport_lib.models.tied_weights import retie, tied_names
+from hyport_lib.models.module_tree import (ALL_LINEAR, fused_experts, language_model_path, leaf_names,
+                                          lora_target_pattern, matched_layers, retie, rope_index_function,
+                                          tied_names)
 
 
 @pytest.fixture(scope="module")
@@ -50,3 +54,21 @@ def _saved_names_direct(model, folder) -> set[str]:
 def test_names_absent_from_the_state_dict_are_left_alone(tied_model):
     partial = {"lm_head.weight": torch.zeros(1)}
     assert retie(tied_model, partial) == {"lm_head.weight": partial["lm_head.weight"]}
+
+
+def test_lora_names_the_language_models_linear_layers_only(tied_model):
+    prefix = language_model_path(tied_model)
+    assert prefix == "model"
+    layers = matched_layers(tied_model, lora_target_pattern(prefix, ["all"]))
+    assert layers and all(name.startswith("model.layers.0.") for name in layers)
+    assert sorted(name.rsplit(".", 1)[-1] for name in layers) == sorted(ALL_LINEAR)
+    assert matched_layers(tied_model, lora_target_pattern(prefix, ["q_proj"])) == ["model.layers.0.self_attn.q_proj"]
+    assert matched_layers(tied_model, lora_target_pattern(prefix, ["lm_head"])) == []  # outside the prefix
+    assert {"q_proj", "embed_tokens", "lm_head"} - set(leaf_names(tied_model, "")) == set()
+    assert "lm_head" not in leaf_names(tied_model, prefix)
+    assert fused_experts(tied_model, prefix) == [] and rope_index_function(tied_model) is None
+
+
+def test_a_model_without_a_decoder_is_refused_naming_its_class():
+    with pytest.raises(ValueError, match=r"^Linear: no language model"):
+        language_model_path(torch.nn.Linear(2, 2))

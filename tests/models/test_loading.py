@@ -1,4 +1,4 @@
-"""Processor fallbacks that refuse, never crash (issue 28, item 6).
+"""Loading processors (models/loading.py): fallbacks that refuse, never crash (issue 28, item 6).
 
 * :func:`without_video` builds a class for every processor transformers exports, and a
   processor so built loads, saves and reloads whatever the place of its video argument;
@@ -6,9 +6,7 @@
   image processor, needs it) is refused in one line naming the folder and what to
   install; one that can loses its video part only, and says so;
 * a processor that reads its video processor's settings (SmolVLM's ``num_frames``)
-  renders with the checkpoint's values, or refuses in one line where it has none;
-* packing is refused for a model whose own transformers code attends both ways, read
-  from that code and the config, not from a list of names.
+  renders with the checkpoint's values, or refuses in one line where it has none.
 
 The fixtures are built here (tokenizers trained offline, configs from transformers'
 own classes); nothing is downloaded.
@@ -25,12 +23,12 @@ import transformers
 from transformers import CONFIG_MAPPING, AutoTokenizer, PreTrainedTokenizerFast, ProcessorMixin
 
 from hyport_lib.utils.usage import USAGE_ERRORS
-from hyport_lib.models.families import IMAGE_TEXT_TO_TEXT, ModelTraits, describe_config, packing_refusal
+from hyport_lib.models.families import IMAGE_TEXT_TO_TEXT, ModelTraits
 from hyport_lib.models.loading import (AbsentVideoProcessor, LoadedProcessor, ProcessorUnavailable,
                                        VideoSettingUnavailable, _attribute_names, has_torchvision,
                                        load_processor, without_video)
 from hyport_lib.models.prompts import render_messages
-from hyport_lib.models.tiny_tokenizer import train_byte_bpe
+from hyport_lib.models.tiny import train_byte_bpe
 
 MAJOR = int(transformers.__version__.split(".")[0])
 CORPUS = ["Describe the image. A red circle and a blue square.", "What is this? It is a picture.",
@@ -348,43 +346,3 @@ def test_a_video_setting_read_in_the_processors_own_init_is_answered(tmp_path):
     (folder / "video_preprocessor_config.json").write_text(json.dumps({"slice_mode": "pad"}))
     processor = without_video(SlicingProcessor).from_pretrained(folder, local_files_only=True)
     assert processor.slice_mode == "pad" and processor.video_processor.slice_mode == "pad"
-
-
-# ------------------------------------------------------------------ (d) bidirectional masks
-def _config(model_type: str, **changes) -> dict:
-    if model_type not in CONFIG_MAPPING:
-        pytest.skip(f"transformers {transformers.__version__} has no {model_type}")
-    data = CONFIG_MAPPING[model_type]().to_dict()
-    for key, value in changes.items():
-        target = data.get("text_config") if key.startswith("text.") else data
-        target[key.removeprefix("text.")] = value
-    return data
-
-
-@pytest.mark.parametrize("model_type, changes", [
-    ("gemma3", {}),
-    ("paligemma", {}),
-    # Not named anywhere in hyport: found in their code.
-    ("gemma3_text", {"use_bidirectional_attention": True}),
-    ("gemma4", {"text.use_bidirectional_attention": "vision"}),
-    ("molmo2", {}),
-    # Its model class is another family's (Gemma3ForConditionalGeneration): read where defined.
-    ("shieldgemma2", {}),
-])
-def test_packing_is_refused_for_a_model_whose_code_attends_both_ways(model_type, changes):
-    data = _config(model_type, **changes)
-    refusal = describe_config(data).packing_refusal
-    assert refusal is not None, model_type
-    assert refusal == packing_refusal(data)
-    assert refusal.startswith(f"{model_type} attends both ways") and refusal.endswith("use packing=false")
-    assert "\n" not in refusal
-
-
-@pytest.mark.parametrize("model_type, changes", [
-    ("llama", {}), ("qwen2", {}), ("qwen3", {}), ("qwen2_vl", {}), ("llava", {}),
-    ("gemma3_text", {}),  # the same code as the first refusal above, its switch off
-    ("gemma4", {}),       # the same code as gemma4 above, its switch unset
-])
-def test_packing_is_kept_for_a_causal_model(model_type, changes):
-    data = _config(model_type, **changes)
-    assert describe_config(data).packing_refusal is None, model_type

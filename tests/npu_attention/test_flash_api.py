@@ -10,8 +10,7 @@ import types
 import pytest
 import torch
 
-from hyport_lib.npu_attention.shim import install_flash_attn_shim, uninstall_flash_attn_shim
-from hyport_lib.npu_attention.flash_api import FlashAttnAPI
+from hyport_lib.npu_attention.flash_api import FlashAttnAPI, install_flash_attn_shim, uninstall_flash_attn_shim
 from hyport_lib.port.generated.flash_attn_ascend import FlashAttnUnsupported
 
 REMOTE_CODE = '''
@@ -140,7 +139,7 @@ def test_shim_modules_look_like_flash_attn(clean_modules):
 
 def test_missing_names_fail_loudly(clean_modules):
     install_flash_attn_shim("sdpa")
-    with pytest.raises(ImportError, match="RotaryEmbedding.*shim.py"):
+    with pytest.raises(ImportError, match="RotaryEmbedding.*flash_api.py"):
         from flash_attn.layers.rotary import RotaryEmbedding  # noqa: F401
     with pytest.raises(ModuleNotFoundError):
         importlib.import_module("flash_attn.ops.rms_norm")

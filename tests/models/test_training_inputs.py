@@ -1,7 +1,7 @@
 """hyport_lib.models.training_inputs on hand-made tensors: what is per token (of any
 rank), what is an image tensor, how per-token tensors and image tensors of any rank are
 padded and joined, how packed M-RoPE rows are laid out. (The same on the zoo's mllama, and
-what its model computes from them: test_zoo_training.py.)"""
+what its model computes from them: tests/train/test_zoo_training.py.)"""
 
 from __future__ import annotations
 

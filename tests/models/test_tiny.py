@@ -1,22 +1,17 @@
-"""The embedded tiny checkpoint: built offline, cached by version, loadable like a real one."""
+"""The embedded tiny checkpoint (models/tiny.py): built offline, cached by version, loadable like a
+real one; answers on random weights are said to mean nothing."""
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
-import stat
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from hyport_lib.models import model_cache, tiny
-from hyport_lib.models.tiny import MARKER_FILE, ensure_tiny_model, resolve_model_path
-from hyport_lib.models.sample_image import sample_image
-
-REPO = Path(__file__).resolve().parents[2]
+from hyport_lib.models import tiny
+from hyport_lib.models.prompts import sample_image
+from hyport_lib.models.tiny import (FLAT_TOP1, MARKER_FILE, RANDOM_WEIGHTS, ensure_tiny_model, random_weights_reason,
+                                    resolve_model_path)
 
 
 def read_marker(folder: Path) -> dict:
@@ -153,46 +148,6 @@ def test_sharded_save_has_index_and_same_weights(tiny_dir, cache_root):
     assert all((merged[k] == whole[k]).all() for k in whole)
 
 
-@contextlib.contextmanager
-def _umask(mask):
-    old = os.umask(mask)
-    try:
-        yield
-    finally:
-        os.umask(old)
-
-
-def _modes(folder: Path) -> dict:
-    return {p.name: stat.S_IMODE(p.stat().st_mode) for p in [folder, *folder.iterdir()]}
-
-
-@pytest.mark.parametrize("shards", [None, "100KB"])
-def test_cached_checkpoint_is_readable_by_everyone(tmp_path, shards):
-    # transformers writes weights -rw-------; a shared cache needs them 0o644.
-    with _umask(0o022):
-        folder = ensure_tiny_model(tmp_path, max_shard_size=shards)
-    modes = _modes(folder)
-    weights = [n for n in modes if n.endswith(".safetensors")]
-    assert weights and (len(weights) > 1) == (shards is not None)
-    assert modes.pop(folder.name) == 0o755
-    assert modes and set(modes.values()) == {0o644}, modes
-
-
-def test_shared_modes_follow_the_umask(tmp_path):
-    (tmp_path / "sub").mkdir(mode=0o700)
-    for name in ("model.safetensors", "sub/shard.bin"):
-        (tmp_path / name).write_bytes(b"x")
-        os.chmod(tmp_path / name, 0o600)
-    with _umask(0o002):
-        assert model_cache.current_umask() == 0o002
-        model_cache.share_modes(tmp_path)
-        assert os.umask(0o002) == 0o002, "reading the umask must not change it"
-    assert stat.S_IMODE(tmp_path.stat().st_mode) == 0o775
-    assert stat.S_IMODE((tmp_path / "sub").stat().st_mode) == 0o775
-    assert stat.S_IMODE((tmp_path / "model.safetensors").stat().st_mode) == 0o664
-    assert stat.S_IMODE((tmp_path / "sub" / "shard.bin").stat().st_mode) == 0o664
-
-
 @pytest.mark.parametrize("bad", ["", "lots", "-5KB", 0, 1.5])
 def test_bad_shard_size_is_rejected(bad, tmp_path):
     with pytest.raises(ValueError, match="max_shard_size"):
@@ -209,35 +164,11 @@ def test_resolve_model_path(tmp_path, monkeypatch):
         resolve_model_path("  ")
 
 
-def test_sample_image_is_deterministic_and_colourful():
-    a, b = sample_image(), sample_image()
-    assert a.size == (64, 64) and a.mode == "RGB"
-    assert a.tobytes() == b.tobytes()
-    assert len(a.getcolors(maxcolors=64 * 64)) >= 8, "shapes and a gradient, not a flat picture"
-    assert sample_image((96, 48)).size == (96, 48)
-    with pytest.raises(ValueError, match="size"):
-        sample_image((8, 8))
-
-
-@pytest.mark.slow
-def test_concurrent_processes_share_one_build(tmp_path):
-    code = (
-        "import json, sys\n"
-        "from hyport_lib.models.tiny import MARKER_FILE, ensure_tiny_model\n"
-        "p = ensure_tiny_model(sys.argv[1])\n"
-        "print(p, json.loads((p / MARKER_FILE).read_text())['pid'])\n"
-    )
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    procs = [
-        subprocess.Popen([sys.executable, "-c", code, str(tmp_path)], stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, text=True, env=env)
-        for _ in range(2)
-    ]
-    results = [proc.communicate(timeout=120) for proc in procs]
-    for proc, (out, err) in zip(procs, results):
-        assert proc.returncode == 0, err[-2000:]
-    lines = [out.strip().splitlines()[-1].split() for out, _ in results]
-    assert lines[0] == lines[1], "both saw the same folder, built by the same process"
-    assert int(lines[0][1]) in {proc.pid for proc in procs}
-    leftovers = [p.name for p in tmp_path.iterdir() if ".build-" in p.name]
-    assert leftovers == []
+def test_answers_of_random_weights_are_said_to_mean_nothing(tmp_path):
+    assert random_weights_reason("tiny") == f"{RANDOM_WEIGHTS} (the embedded tiny model)"
+    (tmp_path / MARKER_FILE).write_text("{}")  # the tiny model's folder, by its marker
+    assert random_weights_reason(str(tmp_path)) == f"{RANDOM_WEIGHTS} (the embedded tiny model)"
+    real = str(tmp_path / "real")
+    assert random_weights_reason(real) is None and random_weights_reason(real, FLAT_TOP1 + 0.5) is None
+    flat = random_weights_reason(real, FLAT_TOP1 / 2)
+    assert flat.startswith(RANDOM_WEIGHTS) and "mean probability is 0.10: flat logits" in flat
