@@ -8,7 +8,7 @@ from __future__ import annotations
 import socket
 from typing import Iterable, Mapping, Optional
 
-from hyport_lib.devices.records import Check
+from hyport_lib.results import Check
 from hyport_lib.utils.printable import printable
 
 #: Packages every stage needs; a missing one FAILs the environment check.

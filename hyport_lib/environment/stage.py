@@ -1,5 +1,5 @@
 """Stage 01: the environment check — the stage contract (:func:`plan`, :func:`run`,
-:func:`summarize`, :func:`record`), for the notebook and ``hyport env``. Cheap on purpose:
+:func:`summarize`), for the notebook and ``hyport env``. Cheap on purpose:
 well under 3 s on CPU.
 """
 
@@ -15,7 +15,6 @@ from typing import Callable, Optional
 from hyport_lib.backend import Backend, get_backend, import_torch_npu
 from hyport_lib.devices.host_memory import DEFAULT_SHM_GB_PER_CARD, check_host_memory
 from hyport_lib.devices.probe import probe_devices
-from hyport_lib.devices.records import Check, worst_verdict
 from hyport_lib.environment import checks as C
 from hyport_lib.environment.collect import (EnvironmentReport, card_count, format_report, visible_cards,
                                             visible_device_checks)
@@ -26,11 +25,13 @@ from hyport_lib.environment.facts import collect_build, collect_cann, collect_en
 from hyport_lib.environment.params import Params
 from hyport_lib.environment.tree_paths import is_machine_root
 from hyport_lib.models.loading import torchvision_problem, wants_video_processor
-from hyport_lib.results import Provenance, StageSummary, record_summary
+from hyport_lib.results import Check, StageSummary, worst_verdict
 from hyport_lib.utils.imports import collect_versions, is_flash_attn_available
 from hyport_lib.utils.redact import scrub_text
+from hyport_lib.utils.typed_records import to_mapping
 
 STAGE = "01_environment"
+RESULT = EnvironmentReport
 
 
 @dataclass
@@ -130,7 +131,7 @@ def run(plan: Plan, *, on_progress: Optional[Callable[[Step], None]] = None) -> 
     return EnvironmentReport(
         system=system, versions=versions, cann=cann, devices=listing.devices,
         env_vars=collect_env_vars(environ), checks=checks, build=build,
-        container=findings.to_dict(), device=kind,
+        container=findings, device=kind,
         requested_device=params.device, num_cards=cards, device_source=listing.source,
         device_error=listing.error or listing.distrust,
         device_tool_output=scrub_text(listing.raw) if listing.raw else None,
@@ -192,12 +193,4 @@ def report_text(result: EnvironmentReport) -> str:
 def result_data(result: EnvironmentReport) -> dict:
     """The report as recorded and as ``hyport env --json`` prints it: with the verdict of
     :func:`summarize`."""
-    return {"verdict": summarize(result).verdict, **result.to_dict()}
-
-
-def record(result: EnvironmentReport, *, params: Optional[Params] = None,
-           directory: Optional[os.PathLike] = None) -> Path:
-    """Write the environment report as the stage result; returns the file written.
-    ``params``: what it ran with (kept in the record, with every field)."""
-    return record_summary(STAGE, summarize(result), data=result_data(result),
-                          provenance=Provenance(device=result.device), params=params, directory=directory)
+    return {"verdict": summarize(result).verdict, **to_mapping(result)}

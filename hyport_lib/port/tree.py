@@ -15,6 +15,7 @@ from typing import Optional
 
 from hyport_lib.port.codemod import Change, ManualSpot, port_python
 from hyport_lib.port.patch import file_diff
+from hyport_lib.port.proof_record import PortProof
 from hyport_lib.port.requirements import port_requirements
 from hyport_lib.port.segments import UnparsableSource, unpad_arities, uses_relative_imports
 from hyport_lib.port.source_tree import (SourceText, SourceTree, copy_file, read_code,
@@ -58,7 +59,7 @@ class PortResult:
     removed_staging: list[str] = field(default_factory=list)  # of earlier, killed ports
     diff: str = ""  # of the whole port (a/ = source, b/ = port)
     flash_attn_pin: Optional[str] = None
-    proof: Optional[dict] = None  # the proof's record, once made (:mod:`hyport_lib.port.proof`)
+    proof: Optional[PortProof] = None  # once made (:mod:`hyport_lib.port.proof`)
 
     def to_dict(self) -> dict:
         return {
@@ -72,7 +73,7 @@ class PortResult:
             "links": [{"path": p, "target": t} for p, t in self.links],
             "removed_staging": self.removed_staging,
             "flash_attn_pin": self.flash_attn_pin,
-            "proof": self.proof,
+            "proof": self.proof.to_dict() if self.proof is not None else None,
         }
 
     def frame(self):

@@ -20,7 +20,7 @@ from typing import Optional
 from hyport_lib.report.html import notebook_to_html
 from hyport_lib.report.params import safe_parameters
 from hyport_lib.report.run import RESULTS_DIR, StageOutcome
-from hyport_lib.results import RESULTS_DIR_ENV, RUN_DIR_ENV, load_result, result_file
+from hyport_lib.results import RESULTS_DIR_ENV, RUN_DIR_ENV, load_record, result_file
 from hyport_lib.stages import Stage
 from hyport_lib.utils.environ import environ_set
 from hyport_lib.utils.files import atomic_write_text
@@ -181,7 +181,7 @@ def _collect(stage: Stage, run_dir: Path, outcome: StageOutcome, error: Optional
     result_path = result_file(run_dir / RESULTS_DIR, stage.id)
     if result_path.exists():
         try:
-            result = load_result(result_path)
+            result = load_record(result_path)
             outcome.verdict, outcome.summary = result.verdict, result.summary
             outcome.headline, outcome.provenance = result.headline, result.provenance
         except ValueError as exc:

@@ -18,8 +18,7 @@ from hyport_lib.results import StageRecord
 from hyport_lib.weights.checksums import checksum_name
 from hyport_lib.weights.compare import DIFF_COLUMNS, Comparison
 from hyport_lib.weights.defaults import Sources, checked_label
-from hyport_lib.weights.layout import shard_rows
-from hyport_lib.weights.result import WeightsRecord, WeightsResult
+from hyport_lib.weights.result import WeightsResult
 from hyport_lib.weights.stage import summarize
 from hyport_lib.weights.scan import ScanProgress
 
@@ -86,8 +85,7 @@ def _num(value) -> Optional[str]:
 
 
 def shards_frame(result: WeightsResult) -> pd.DataFrame:
-    return pd.DataFrame(shard_rows(result.inspection),
-                        columns=["file", "bytes", "tensors", "dtypes", "parameters", "header bytes", "ok"])
+    return pd.DataFrame(result.shards, columns=["file", "bytes", "tensors", "dtypes", "parameters", "header bytes", "ok"])
 
 
 def reload_frame(result: WeightsResult) -> pd.DataFrame:
@@ -255,15 +253,15 @@ def show_zero(result: WeightsResult) -> None:
 
 
 # --------------------------------------------------------------------------- the report
-def glance(record: dict) -> list[tuple[str, str]]:
+def glance(record: StageRecord[WeightsResult]) -> list[tuple[str, str]]:
     """The index card: what was checked, shards, tensors, parameters, findings, LOAD_OK,
     and the comparisons with the starting model and the checkpoint."""
-    read = StageRecord.from_dict(record, WeightsRecord)
-    head = read.headline
-    out = [("checked", checked_label(read.data.source))]
-    out += [(k, fmt_value(head.get(k))) for k in ("shards", "tensors", "parameters")]
-    out.append(("findings", f"{fmt_value(head.get('errors'))} error(s), {fmt_value(head.get('warnings'))} warning(s)"))
-    out.append(("LOAD_OK", fmt_value(head.get("LOAD_OK")) if "LOAD_OK" in head else "not reloaded"))
+    head = record.headline
+    out = [("checked", checked_label(record.data.source))]
+    out += [(k, fmt_value(record.figure(k))) for k in ("shards", "tensors", "parameters")]
+    out.append(("findings", f"{fmt_value(record.figure('errors'))} error(s), "
+                            f"{fmt_value(record.figure('warnings'))} warning(s)"))
+    out.append(("LOAD_OK", fmt_value(head["LOAD_OK"]) if "LOAD_OK" in head else "not reloaded"))
     if "tensors changed vs base" in head:
         out.append(("vs base", f"{fmt_value(head['tensors changed vs base'])} tensors changed"))
     if "checkpoint tensors identical" in head:
@@ -276,23 +274,20 @@ _COMPARED = {"base": "tensors changed vs base", "checkpoint": "checkpoint tensor
              "parity": "checkpoint max |Δ logits|", "zero": "ZeRO fp32→saved max |Δ|"}
 
 
-def blog_values(record: dict) -> dict:
+def blog_values(record: StageRecord[WeightsResult]) -> dict:
     """What the draft's section derives from the record: the folder's files as a listing,
     the comparisons' headline figures by a short name, and the ``hyport verify --reload``
     command for the folder with what the reload printed (none when not reloaded)."""
-    read = StageRecord.from_dict(record, WeightsRecord)
-    data, head = read.data, read.headline
-    files = ([data.index["file"]] if data.index and data.index.get("file") else []) + [
-        str(s.get("file")) for s in data.shards]
-    reload, path, options = data.reload, data.path, data.options
+    data, head = record.data, record.headline
+    files = ([data.index.file] if data.index and data.index.file else []) + \
+        [str(f) for f in shards_frame(data)["file"]]
+    reload, path = data.reload, data.path
     values = {"files": [f"{path}/"] + [f"  {f}" for f in files] if files else [],
               "compared": {name: head[key] for name, key in _COMPARED.items() if key in head}}
     if reload is None:
         return values
-    words = ["hyport", "verify", str(reload.get("path") or path), "--reload",
-             "--dtype", str(reload.get("dtype") or options.get("dtype")),
-             "--attn-implementation", str(reload.get("attn_implementation") or options.get("attn_implementation"))]
-    if reload.get("trust_remote_code"):
+    words = ["hyport", "verify", reload.path or path, "--reload", "--dtype", reload.dtype,
+             "--attn-implementation", reload.attn_implementation]
+    if reload.trust_remote_code:
         words.append("--trust-remote-code")
-    said = reload.get("line") or " ".join(str(x) for x in (reload.get("status"), reload.get("reason")) if x)
-    return {**values, "reload_command": " ".join(shlex.quote(w) for w in words), "reload_said": str(said)}
+    return {**values, "reload_command": " ".join(shlex.quote(w) for w in words), "reload_said": reload.line}

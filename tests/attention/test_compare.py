@@ -23,7 +23,7 @@ from hyport_lib.attention.model_check import ModelComparison, compare_model
 from hyport_lib.attention.implementations import nfa_mapping, run_nfa
 from hyport_lib.attention.stage import planted_example, run_scan
 from hyport_lib.results import StageSummary
-from hyport_lib.utils.records import from_mapping
+from hyport_lib.utils.typed_records import from_mapping
 from hyport_lib.attention.behaviour import Behaviour
 
 

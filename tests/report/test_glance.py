@@ -17,7 +17,7 @@ from hyport_lib.drafting.values import fmt_value, num
 from hyport_lib.report.bundle import render_bundle, zip_run
 from hyport_lib.report.glance import card_figures
 from hyport_lib.report.index import render_index
-from hyport_lib.report.records import StageView
+from hyport_lib.report.run import StageView
 from hyport_lib.report.run import NOT_RUN, ReportRun, StageOutcome
 from hyport_lib.train import show as train_show
 from hyport_lib.weights import show as weights_show

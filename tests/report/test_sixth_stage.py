@@ -83,7 +83,7 @@ SHOW_PY = '''
 
     from hyport_lib.drafting.values import fmt_value
     from hyport_lib.results import StageRecord
-    from hyport_lib.utils.records import from_mapping
+    from hyport_lib.utils.typed_records import from_mapping
 
 
     @dataclass
