@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from hyport_lib.environment.collect import EnvironmentReport, container_facts
+from hyport_lib.utils.typed_records import to_mapping
 
 #: Variables worth showing even when unset, with their default (docs/ascend_field_notes.md).
 NOTABLE_VARIABLES = {
@@ -26,7 +27,7 @@ def checks_frame(report: EnvironmentReport):
     """One row per check: name, verdict, reason."""
     import pandas as pd
 
-    return pd.DataFrame([c.to_dict() for c in report.checks], columns=["name", "verdict", "reason"])
+    return pd.DataFrame([to_mapping(c) for c in report.checks], columns=["name", "verdict", "reason"])
 
 
 def devices_frame(report: EnvironmentReport):

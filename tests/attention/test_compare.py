@@ -22,7 +22,7 @@ from hyport_lib.attention.metrics import Metrics, compute_metrics, decide
 from hyport_lib.attention.model_check import ModelComparison, compare_model
 from hyport_lib.attention.implementations import nfa_mapping, run_nfa
 from hyport_lib.attention.stage import planted_example, run_scan
-from hyport_lib.results import StageSummary
+from hyport_lib.results import StageSummary, record
 from hyport_lib.utils.typed_records import from_mapping
 from hyport_lib.attention.behaviour import Behaviour
 
@@ -284,19 +284,20 @@ def test_show_renders_table_and_heatmap(default_result):
 
 
 def test_summary_and_record(default_result, tmp_path):
-    result = stage.AttentionStageResult(default_result, None, *run_scan(""), "2.7.4.post1")
-    stage.record(result, directory=tmp_path)
-    summary = stage.summarize(result).to_dict()
+    result = stage.AttentionStageResult(**vars(default_result), scan=run_scan(""), flash_attn_version="2.7.4.post1")
+    record(stage, result, directory=tmp_path)
+    summary = stage.summarize(result)
     saved = json.loads((tmp_path / "02_attention.json").read_text())
-    assert saved["verdict"] == summary["verdict"] == "PASS"
+    assert saved["verdict"] == summary.verdict == "PASS"
     assert saved["provenance"]["emulated"] is True
     assert len(saved["data"]["rows"]) == len(default_result.rows)
-    assert 0 < summary["headline"]["worst npu-emulated err/bound"] <= 1
+    assert saved["data"]["scan"]["path"] == saved["data"]["scan"]["root"] == result.scan.root
+    assert 0 < summary.headline["worst npu-emulated err/bound"] <= 1
 
 
 def test_planted_scan():
-    report, path = run_scan("")
-    assert path.endswith("hyport-planted-example")
+    report = run_scan("")
+    assert report.root.endswith("hyport-planted-example")
     assert report.counts().get("flash_attn", 0) >= 1
 
 

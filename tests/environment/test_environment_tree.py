@@ -193,7 +193,7 @@ def test_an_absolute_link_to_this_machines_toolkit_is_the_trees_path(tmp_path):
     cann = collect_cann({}, root, arch="x86_64")
     assert cann["version"] is None and cann["info_file"] is None and cann["set_env"] is None, cann
     report = _run(root, num_cards=8)
-    assert report.container["versions"]["cann"] is None
+    assert report.container.versions.cann is None
     assert "CANN not found" in _by_name(report.checks)["driver_cann_compat"].reason
     # the same path inside the tree is the one read
     _write(root / str(machine).lstrip("/") / "x86_64-linux/ascend_toolkit_install.info", CANN_850_INFO)
