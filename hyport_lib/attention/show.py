@@ -202,15 +202,15 @@ def backend_summary(result):
     import pandas as pd
 
     df = result.frame()
-    df = df.assign(ratio=df["max_abs"] / df["bound"])
+    df = df.assign(ratio=error_ratio(df))
     rows = []
     for (backend, source, dtype), group in df.groupby(["backend", "source", "dtype"], sort=False):
         counts = group["verdict"].value_counts()
         worst = next((v for v in ("FAIL", "WARN", "PASS") if counts.get(v)), "SKIP")
         rows.append({"backend": backend, "source": source, "dtype": dtype, "cases": len(group),
-                     "PASS": int(counts.get("PASS", 0)), "WARN": int(counts.get("WARN", 0)),
-                     "FAIL": int(counts.get("FAIL", 0)), "worst err/bound": group["ratio"].max(),
-                     "min cosine": group["cosine"].min(), "verdict": worst})
+                     **{v: int(counts.get(v, 0)) for v in ("PASS", "WARN", "FAIL")},
+                     "worst err/bound": group["ratio"].max(), "min cosine": group["cosine"].min(),
+                     "verdict": worst})
     return pd.DataFrame(rows)
 
 

@@ -10,7 +10,7 @@ import html
 import math
 import numbers
 import statistics
-from typing import Callable, Optional
+from typing import Any, Callable, NamedTuple, Optional
 
 import pandas as pd
 
@@ -178,16 +178,16 @@ def live_log_tails(progress: GridProgress, lines: int = LIVE_LOG_LINES) -> str:
     """Each launched card's log tail as a fold (HTML, no script: it works while the kernel
     is busy with the grid), open while the card runs, with its seconds so far."""
     parts = []
-    for row in progress.frame.to_dict(orient="records"):
-        if row.get("status") == "skipped-busy" or not row.get("log_path"):
+    for row in progress.frame.itertuples():
+        if row.status == "skipped-busy" or not given(row.log_path) or not row.log_path:
             continue
-        card, status = row["card"], row.get("status")
+        card, status = row.card, row.status
         seconds = progress.elapsed_s.get(card)
         state = f"running {seconds:.0f} s" if seconds is not None else str(status)
-        tail = read_log_tail(row["log_path"], lines) or "(nothing logged yet)"
+        tail = read_log_tail(row.log_path, lines) or "(nothing logged yet)"
         parts.append(f"<details class='hyport-card-log'{' open' if status == 'running' else ''}>"
                      f"<summary>card {html.escape(str(card))}: {html.escape(state)} "
-                     f"<code>{html.escape(str(row['log_path']))}</code></summary>"
+                     f"<code>{html.escape(str(row.log_path))}</code></summary>"
                      f"<pre style='max-height:14em;overflow:auto'>{html.escape(tail)}</pre></details>")
     return "".join(parts)
 
@@ -254,26 +254,17 @@ def compare(runs: list[RunRecord]) -> StageComparison:
     """Each card per run: its status, whether it agrees with its run's reference answer, its
     tokens/s; and whether the cards answered the same across runs. Beside the other stages'
     throughput: the median of the finished cards' tokens/s."""
-    per_run = {}
-    for r in runs:
-        frame = r.record.data.frame
-        frame = frame[frame["card"].notna()]
-        _, differing, reference = consistency(frame)
-        per_run[r.run.id] = {int(row.card): {
-            "status": row.status, "hash": row.output_hash,
-            "agrees": int(row.card) not in differing if row.status == "ok" and reference else None,
-            "tokens/s": _number(row.tokens_per_s)} for row in frame.itertuples()}
+    per_run = {r.run.id: _cards(r.record.data.frame) for r in runs}
     ids = list(per_run)
     columns = ["card", *[f"{i} {what}" for i in ids for what in ("status", "agrees", "tokens/s")], "same output"]
     rows = []
     for card in sorted({c for cards in per_run.values() for c in cards}):
         row = {"card": card}
         for i in ids:
-            seen = per_run[i].get(card, {})
-            row.update({f"{i} status": seen.get("status", NOT_RECORDED), f"{i} agrees": seen.get("agrees"),
-                        f"{i} tokens/s": seen.get("tokens/s")})
+            seen = per_run[i].get(card, _Card(NOT_RECORDED, None, None, None))
+            row.update({f"{i} status": seen.status, f"{i} agrees": seen.agrees, f"{i} tokens/s": seen.tokens_per_s})
         # Across runs only when two runs or more have the card (None: nothing to compare).
-        hashes = [per_run[i][card]["hash"] for i in ids if card in per_run[i]]
+        hashes = [per_run[i][card].hash for i in ids if card in per_run[i]]
         row["same output"] = len(set(hashes)) == 1 and None not in hashes if len(hashes) > 1 else None
         rows.append(row)
     cards = pd.DataFrame(rows, columns=columns).set_index("card")
@@ -285,6 +276,22 @@ def compare(runs: list[RunRecord]) -> StageComparison:
         columns=THROUGHPUT_COLUMNS)
     parts = [Part("cards", "03 inference: cards side by side (agrees: with its run's reference answer)", cards)]
     return StageComparison(parts if rows else [], throughput)
+
+
+class _Card(NamedTuple):
+    status: Any
+    agrees: Optional[bool]  # with its run's reference answer (None: not a finished card)
+    tokens_per_s: Optional[float]
+    hash: Optional[str]
+
+
+def _cards(frame: pd.DataFrame) -> dict[int, _Card]:
+    """One run's cards, as the grid itself judges agreement (the most common hash)."""
+    frame = frame[frame["card"].notna()]
+    _, differing, reference = consistency(frame)
+    return {int(row.card): _Card(row.status, int(row.card) not in differing if row.status == "ok" and reference
+                                 else None, _number(row.tokens_per_s), row.output_hash if given(row.output_hash) else None)
+            for row in frame.itertuples()}
 
 
 def _number(value) -> Optional[float]:

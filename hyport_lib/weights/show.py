@@ -107,12 +107,11 @@ def reload_frame(result: WeightsResult) -> pd.DataFrame:
 
 def comparison_frame(comparison: Comparison, limit: Optional[int] = 15) -> pd.DataFrame:
     """The tensors that differ most first (then the others), at most ``limit`` rows."""
-    def order(row):
-        rel, top = row.get("relative change"), row.get("max |Δ|")
-        return (row["status"] == "same", rel is None, -(rel or 0.0), -(top or 0.0))
-
-    rows = sorted(comparison.rows, key=order)
-    return pd.DataFrame(rows[:limit] if limit else rows, columns=list(DIFF_COLUMNS))
+    frame = pd.DataFrame(comparison.rows, columns=list(DIFF_COLUMNS))
+    order = pd.DataFrame({"same": frame["status"] == "same", "no change": frame["relative change"].isna(),
+                          "change": -frame["relative change"].fillna(0.0), "top": -frame["max |Δ|"].fillna(0.0)})
+    frame = frame.loc[order.sort_values(list(order.columns), kind="stable").index].reset_index(drop=True)
+    return frame.head(limit) if limit else frame
 
 
 def zero_frame(result: WeightsResult) -> pd.DataFrame:
@@ -137,8 +136,8 @@ def change_figure(comparison: Comparison):
     # off the inline backend, and pyplot would keep the figure open.
     from matplotlib.figure import Figure
 
-    values = sorted((r["relative change"] for r in comparison.rows
-                     if r.get("relative change") is not None), reverse=True)
+    values = sorted(pd.DataFrame(comparison.rows, columns=list(DIFF_COLUMNS))["relative change"].dropna(),
+                    reverse=True)
     fig = Figure(figsize=(8, 2.8))
     ax = fig.subplots()
     shown = [v if v > 0 else float("nan") for v in values]
