@@ -16,7 +16,7 @@ from hyport_lib.attention.views import (backend_rows, behaviour_frame, behaviour
                                         port_glance_rows, port_kinds, proof_frame, proof_markdown)
 from hyport_lib.display import MISSING, LiveDisplay, diff_html, figure_png, fit, style_verdicts, styled
 from hyport_lib.drafting.values import fmt_value, is_number
-from hyport_lib.results import StageRecord, StageSummary
+from hyport_lib.results import StageRecord, StageSummary, worst_verdict
 from hyport_lib.workbook.compare import MISSING, Part, RunRecord, StageComparison
 from hyport_lib.scan.grouping import group_hits
 from hyport_lib.scan.model import ScanReport
@@ -206,11 +206,10 @@ def backend_summary(result):
     rows = []
     for (backend, source, dtype), group in df.groupby(["backend", "source", "dtype"], sort=False):
         counts = group["verdict"].value_counts()
-        worst = next((v for v in ("FAIL", "WARN", "PASS") if counts.get(v)), "SKIP")
         rows.append({"backend": backend, "source": source, "dtype": dtype, "cases": len(group),
                      **{v: int(counts.get(v, 0)) for v in ("PASS", "WARN", "FAIL")},
                      "worst err/bound": group["ratio"].max(), "min cosine": group["cosine"].min(),
-                     "verdict": worst})
+                     "verdict": worst_verdict(group["verdict"])})
     return pd.DataFrame(rows)
 
 

@@ -22,7 +22,7 @@ from hyport_lib.models.tiny import TINY_MODEL_NAME, ensure_tiny_model
 from hyport_lib.npu_attention.shim import DEFAULT_VERSION
 from hyport_lib.port.proof_run import SKIP, proof_not_run, prove_port_in_child
 from hyport_lib.port.tree import PortError, PortResult, port_tree, write_record
-from hyport_lib.results import REFUSED, Provenance, StageSummary, fresh_folder_beside_results
+from hyport_lib.results import REFUSED, Provenance, StageSummary, fresh_folder_beside_results, worst_verdict
 from hyport_lib.scan.model import ScanReport
 from hyport_lib.scan.scanner import scan_path
 from hyport_lib.utils.typed_records import to_mapping
@@ -213,7 +213,7 @@ def summarize(result: AttentionStageResult) -> StageSummary:
     primary = "npu" if (measured["backend"] == "npu").any() else "npu-emulated"
     worst = error_ratio(measured[measured["backend"] == primary]).max()
     # The grid's: its worst row (SKIP: no row ran), made worse by the model check.
-    verdict = next((v for v in ("FAIL", "WARN", "PASS") if counts.get(v)), "SKIP")
+    verdict = worst_verdict(frame["verdict"])
     if model is not None and model.verdict == "FAIL":
         verdict = "FAIL"
     elif model is not None and model.verdict in ("WARN", REFUSED) and verdict == "PASS":

@@ -262,7 +262,7 @@ def run_grid(plan: InferencePlan, *, on_progress: Optional[Callable[[GridProgres
         outcomes = {c: raws[c].get("outcome") for c in order if c in raws}
         return GridResult(
             rows=[dict(rows[c]) for c in order], consistent=consistent, differing_cards=differing,
-            log_dir=str(log_dir), wall_s=round(time.monotonic() - t0, 3), timeout_s=timeout_s,
+            log_dir=log_dir, wall_s=round(time.monotonic() - t0, 3), timeout_s=timeout_s,
             provenance=Provenance(device=backend.kind), plan=card_plan,
             config=InferenceConfig.from_dict(scrub_obj(inference, secrets_env)),
             attention=plan.attention, notes=list(plan.notes),  # scrubbed by the plan, which the notebook prints

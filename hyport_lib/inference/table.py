@@ -69,7 +69,7 @@ class GridResult:
     rows: list[dict]
     consistent: bool
     differing_cards: list[int]
-    log_dir: str
+    log_dir: Path
     wall_s: float
     timeout_s: float = 0.0
     provenance: Optional[Provenance] = None

@@ -24,7 +24,10 @@ _WRONG = object()
 
 
 def to_mapping(value: Any) -> Any:
-    """``value`` as JSON-ready data (see the module docstring); tuples become lists."""
+    """``value`` as JSON-ready data (see the module docstring); tuples become lists, paths
+    text."""
+    if isinstance(value, PurePath):
+        return str(value)
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         own = getattr(value, "to_dict", None)
         return own() if own is not None else fields_of(value)

@@ -23,7 +23,7 @@ import pandas as pd
 from hyport_lib.results import HISTORY_DIR, StageRecord, UnreadableResult, history_dir, read_result
 from hyport_lib.stages import read_stage_record, stage_hook
 
-#: A stage's result file: ``04_train.json``.
+#: A stage's result file: ``NN_name.json``.
 _STAGE_FILE = re.compile(r"^(\d{2}_[a-z0-9_]+)\.json$")
 #: The report runner's results folder inside a run folder (hyport_lib.report.run.RESULTS_DIR,
 #: which this utility layer may not import).
@@ -222,7 +222,7 @@ def compare_runs(refs: Sequence[Any], *, stages: Optional[Iterable[str]] = None,
 
 
 def _pick_stages(wanted: Iterable[str], recorded: Sequence[str]) -> list[str]:
-    """The stage ids of ``wanted`` (``04``, ``4``, ``train`` or ``04_train``, as
+    """The stage ids of ``wanted`` (``NN``, ``N``, ``name`` or ``NN_name``, as
     :func:`hyport_lib.stages.select_stages` reads ``--only``) among ``recorded``.
 
     Raises:

@@ -22,18 +22,22 @@ from blog_drafts import english_runs, unsourced
 
 REPO = Path(__file__).resolve().parents[2]
 REPORT = REPO / "hyport_lib" / "report"
+WORKBOOK = REPO / "hyport_lib" / "workbook"
 
 
 
-def test_the_report_names_no_stage():
-    """No stage name (as a string or a package), no stage id, anywhere in report/."""
+def test_the_report_and_the_workbook_name_no_stage():
+    """No stage name (as a string or a package), no stage id, anywhere in report/ or in
+    workbook/ (the comparison of runs asks each stage's ``compare`` hook)."""
     found = set()
-    for path in sorted(REPORT.rglob("*.py")):
+    paths = sorted([*REPORT.rglob("*.py"), *WORKBOOK.rglob("*.py")])
+    assert paths
+    for path in paths:
         text = path.read_text(encoding="utf-8")
         for stage in discover_stages():
             for pattern in (f'"{stage.name}"', f"'{stage.name}'", f"hyport_lib.{stage.name}", stage.id):
                 if pattern in text:
-                    found.add((str(path.relative_to(REPORT)), pattern))
+                    found.add((str(path.relative_to(REPO)), pattern))
     assert not found, sorted(found)
 
 

@@ -57,7 +57,7 @@ def test_nested_classes_write_through_their_own_to_dict_and_read_paths_and_typed
     assert to_mapping(Provenance("npu", emulated=True)) == {
         "device": "npu", "emulated": True, "label": "NPU-emulated on NPU (not an NPU measurement)"}
     assert to_mapping({"a": (Checkpoint(Path("/c"), 2, False),)}) == {
-        "a": [{"path": Path("/c"), "step": 2, "complete": False, "why_incomplete": ""}]}
+        "a": [{"path": "/c", "step": 2, "complete": False, "why_incomplete": ""}]}
     assert from_mapping(Checkpoint, {"path": "/c", "step": 2, "complete": True}).path == Path("/c")
     read = read_record({"data": {"diagnoses": {"0": {"notes": ["x"]}, "1": "odd"}}})
     assert read.data == {"diagnoses": {"0": {"notes": ["x"]}, "1": "odd"}}  # no type: as recorded

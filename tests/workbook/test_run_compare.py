@@ -47,7 +47,7 @@ def _grid(statuses, hashes, tokens_s, provenance, tmp_path):
     rows = [{**{c: None for c in COLUMNS}, "card": card, "device": f"{provenance.device}:{card}",
              "status": status, "output_hash": digest, "tokens_per_s": tokens_s, "decode_tokens_per_s": tokens_s * 2}
             for card, (status, digest) in enumerate(zip(statuses, hashes))]
-    return GridResult(rows, len(set(hashes)) == 1, [], str(tmp_path), 1.0, provenance=provenance)
+    return GridResult(rows, len(set(hashes)) == 1, [], tmp_path, 1.0, provenance=provenance)
 
 
 def _attention_result(rows, provenance) -> AttentionStageResult:
