@@ -24,13 +24,22 @@ ROW_COLUMNS = ("case", "layout", "dtype", "mask", "backend", "source", "max_abs"
 
 
 @dataclass
+class BackendInfo:
+    """An implementation as the grid ran it: its name, what it is and where it ran."""
+
+    name: str
+    source: str = ""
+    device: str = "cpu"
+    emulated: bool = False  # hyport's CPU emulation of the NPU operator
+
+
+@dataclass
 class ComparisonResult:
-    """Rows of one grid run (one per case and implementation) and the implementations:
-    ``{"name", "source", "device", "emulated"}`` each; NPU figures come from the emulation
-    when no real NPU took part."""
+    """Rows of one grid run (one per case and implementation) and the implementations; NPU
+    figures come from the emulation when no real NPU took part."""
 
     rows: list[dict]
-    backends: list[dict]
+    backends: list[BackendInfo]
     notes: list[str] = field(default_factory=list)
     seconds: float = 0.0
     full: bool = False
@@ -49,7 +58,7 @@ class ComparisonResult:
 
     @property
     def emulated(self) -> bool:
-        return not any(b["name"] == "npu" for b in self.backends)
+        return not any(b.name == "npu" for b in self.backends)
 
     @property
     def counts(self) -> dict[str, int]:
@@ -120,8 +129,7 @@ def run_comparison(cases: Optional[Sequence[AttentionCase]] = None, device: str 
         notes.append("No NPU here: NPU figures come from hyport's CPU emulation of "
                      "npu_fusion_attention (the documented contract), not from an NPU.")
     return ComparisonResult(
-        rows=rows, backends=[{"name": b.name, "source": b.source, "device": b.device,
-                              "emulated": b.emulated} for b in backends],
+        rows=rows, backends=[BackendInfo(b.name, b.source, b.device, b.emulated) for b in backends],
         notes=notes, seconds=time.perf_counter() - started, full=full)
 
 

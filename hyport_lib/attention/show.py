@@ -92,7 +92,7 @@ def styled_comparison(result):
 
 def provenance_note(result) -> str:
     """A one-paragraph Markdown note saying where the NPU figures come from."""
-    backends = ", ".join(b["source"] for b in result.backends)
+    backends = ", ".join(b.source for b in result.backends)
     text = (f"**Provenance:** {provenance(result).label}. Backends: {backends}. "
             f"{result.cases} cases in {result.seconds:.1f} s.")
     return text + "".join(f" {note}" for note in result.notes)

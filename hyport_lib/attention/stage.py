@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional
 
-from hyport_lib.attention.compare import ComparisonResult, error_ratio, provenance, run_comparison
+from hyport_lib.attention.compare import BackendInfo, ComparisonResult, error_ratio, provenance, run_comparison
 from hyport_lib.attention.implementations import device_label
 from hyport_lib.attention.model_check import ModelComparison, compare_model, model_check_dtype, swapped_backend
 from hyport_lib.attention.params import Params
@@ -198,11 +198,11 @@ def port_and_prove(plan: Plan) -> tuple[Optional[PortResult], str]:
     return port, ""
 
 
-def where_each_ran(backends: list[dict]) -> str:
+def where_each_ran(backends: list[BackendInfo]) -> str:
     """``"eager, sdpa on CUDA; npu-emulated on CPU"``: every implementation's device."""
     by_device: dict[str, list[str]] = {}
     for b in backends:
-        by_device.setdefault(device_label(b["device"]), []).append(b["name"])
+        by_device.setdefault(device_label(b.device), []).append(b.name)
     return "; ".join(f"{', '.join(names)} on {device}" for device, names in by_device.items())
 
 

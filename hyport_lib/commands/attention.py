@@ -10,6 +10,7 @@ from hyport_lib.attention.show import comparison_table, model_table
 from hyport_lib.commands._progress import TerminalBar
 from hyport_lib.commands._stage import StageCommand
 from hyport_lib.port.proof_record import PortProof
+from hyport_lib.utils.typed_records import to_mapping
 
 
 class _GridBar(TerminalBar):
@@ -31,7 +32,7 @@ def _text(result: stage.AttentionStageResult) -> str:
     with pd.option_context("display.width", 250, "display.max_rows", None,
                            "display.max_columns", None, "display.max_colwidth", 90):
         out = [comparison_table(result).drop(columns=["source"]).to_string(index=False), ""]
-        out += [f"backend {b['name']}: {b['source']}" for b in result.backends]
+        out += [f"backend {b.name}: {b.source}" for b in result.backends]
         out += [f"note: {note}" for note in result.notes]
         if model is not None:
             out += ["", model_table(model).to_string(index=False)]
@@ -52,7 +53,7 @@ def _text(result: stage.AttentionStageResult) -> str:
 def _json(result: stage.AttentionStageResult) -> dict:
     summary, model = stage.summarize(result), result.model
     return {"verdict": summary.verdict, "summary": summary.summary, "rows": result.rows,
-            "backends": result.backends, "notes": result.notes,
+            "backends": to_mapping(result.backends), "notes": result.notes,
             "model": model.to_dict() if model else None}
 
 

@@ -253,7 +253,7 @@ def test_default_grid_passes_and_is_labelled(default_result):
     df = res.frame()
     assert "PASS" in res.counts and not {"FAIL", "WARN"} & set(res.counts), \
         df[df.verdict != "PASS"][["case", "backend", "rule"]]
-    names = {b["name"] for b in res.backends}
+    names = {b.name for b in res.backends}
     assert {"eager", "sdpa", "npu-emulated"} <= names and "npu" not in names
     assert res.emulated and C.provenance(res).emulated and C.provenance(res).device == "cpu"
     emu = df[df.backend == "npu-emulated"]
@@ -439,8 +439,8 @@ def test_tolerance_scales_with_the_magnitude_of_the_reference():
 
 
 def test_the_summary_names_the_device_of_each_implementation():
-    backends = [{"name": "eager", "device": "cuda:0"}, {"name": "sdpa", "device": "cuda:0"},
-                {"name": "npu-emulated", "device": "cpu"}, {"name": "flash-api (npu-emulated)", "device": "cpu"}]
+    backends = [C.BackendInfo("eager", device="cuda:0"), C.BackendInfo("sdpa", device="cuda:0"),
+                C.BackendInfo("npu-emulated", device="cpu"), C.BackendInfo("flash-api (npu-emulated)", device="cpu")]
     assert stage.where_each_ran(backends) == "eager, sdpa on CUDA; npu-emulated, flash-api (npu-emulated) on CPU"
 
 
@@ -474,7 +474,7 @@ def test_the_drop_in_serves_the_pinned_flash_attn_version():
     legacy = C.run_comparison(cases=cases, dtypes=["float32"], flash_attn_version="2.5.8")
     rows = [r for r in legacy.rows if r["backend"].startswith("flash-api")]
     assert rows and all(r["verdict"] == "PASS" for r in rows)
-    assert any("flash-api 2.5.8" in b["source"] for b in legacy.backends)
+    assert any("flash-api 2.5.8" in b.source for b in legacy.backends)
     result = stage.run(stage.plan(Params(device="cpu", dtypes=["float32"], model_path=None,
                                          flash_attn_version="2.5.8")))
     assert stage.summarize(result).headline["flash-attn API served"] == "2.5.8"

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from hyport_lib.attention import stage as attention_stage
+from hyport_lib.attention.compare import BackendInfo
 from hyport_lib.attention.stage import AttentionStageResult
 from hyport_lib.inference import stage as inference_stage
 from hyport_lib.inference.params import Params as InferenceParams
@@ -52,8 +53,8 @@ def _grid(statuses, hashes, tokens_s, provenance, tmp_path):
 
 def _attention_result(rows, provenance) -> AttentionStageResult:
     """Stage 02's result with ``rows``; ``provenance`` says where the backends ran."""
-    backends = [{"name": "npu" if provenance.device == "npu" else "npu-emulated", "source": "", "device": "cpu",
-                 "emulated": provenance.device != "npu"}]
+    backends = [BackendInfo("npu" if provenance.device == "npu" else "npu-emulated", device=provenance.device,
+                            emulated=provenance.device != "npu")]
     return AttentionStageResult(rows, backends, scan=ScanReport("planted"))
 
 
