@@ -11,6 +11,7 @@ from hyport_lib.devices import visible_devices
 from hyport_lib.devices.cards import DeviceInfo
 from hyport_lib.devices.probe import DeviceListing
 from hyport_lib.environment.container import ContainerFindings
+from hyport_lib.environment.facts import CannFacts
 from hyport_lib.results import VERDICTS, Check, Provenance
 from hyport_lib.utils.redact import scrub_text
 from hyport_lib.utils.typed_records import fields_of
@@ -26,7 +27,7 @@ class EnvironmentReport:
 
     system: dict  # OS, CPU, RAM, /dev/shm, Python
     versions: dict  # package -> version (None: not installed)
-    cann: dict
+    cann: CannFacts
     devices: list[DeviceInfo]
     env_vars: dict  # the relevant variables, secret-named ones dropped
     checks: list[Check]
@@ -117,7 +118,7 @@ def format_report(report: EnvironmentReport, verdict: str) -> str:
             add(key, report.build[key])
     lines += ["", "CANN"]
     for key in ("version", "info_file", "set_env", "nnal_set_env", "home_path", "driver_version"):
-        add(key, c.get(key))
+        add(key, getattr(c, key))
     lines += ["", "Container and driver"] + [f"- {k}: {v}" for k, v in container_facts(report.container)]
     lines += ["", f"Devices (source: {report.device_source or '?'})"]
     if report.device_error:

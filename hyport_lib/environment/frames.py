@@ -56,8 +56,8 @@ def versions_frame(report: EnvironmentReport):
     for key in ("torch_cuda", "torch_hip", "torch_cann"):
         if report.build.get(key):
             rows.append({"package": key.replace("_", " "), "version": str(report.build[key])})
-    rows.append({"package": "CANN", "version": report.cann.get("version") or "not found"})
-    rows.append({"package": "driver", "version": report.cann.get("driver_version") or "not found"})
+    rows.append({"package": "CANN", "version": report.cann.version or "not found"})
+    rows.append({"package": "driver", "version": report.cann.driver_version or "not found"})
     return pd.DataFrame(rows, columns=["package", "version"])
 
 
