@@ -37,8 +37,8 @@ def _train(zoo, tmp_path, name, **params):
     result = stage.run(stage.plan(Params(model_path=str(zoo[name]), output_dir=str(tmp_path / name),
                                          **params)))
     assert result.status == "ok" and result.exit_code == 0, result.reason
-    assert [r["step"] for r in result.metrics] == list(range(1, params["max_steps"] + 1))
-    assert all(r["world_size"] == 2 for r in result.metrics)
+    assert [r.step for r in result.metrics] == list(range(1, params["max_steps"] + 1))
+    assert all(r.world_size == 2 for r in result.metrics)
     return result
 
 
