@@ -32,6 +32,7 @@ from typing import Any, Mapping, Optional, Sequence
 
 import yaml
 
+from hyport_lib.utils.typed_records import field_values
 from hyport_lib.utils.values import as_flag, as_float, as_int
 
 _META_KEY = "hyport"
@@ -258,6 +259,15 @@ class StageParams:
 
     def to_dict(self) -> dict:
         return {f.name: copy.deepcopy(getattr(self, f.name)) for f in parameter_fields(type(self))}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "StageParams":
+        """The parameters a record holds, typed but not checked again: a folder named then
+        may be gone now (:func:`~hyport_lib.utils.typed_records.from_mapping` reads a
+        record's plan through it)."""
+        params = object.__new__(cls)
+        params.__dict__.update(field_values(cls, data))
+        return params
 
 
 def unknown_parameter(key: str, known: Sequence[str], where: str = "") -> str:

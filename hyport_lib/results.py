@@ -15,25 +15,29 @@ import datetime as _dt
 import json
 import os
 import secrets
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, Generic, Optional, TypeVar
+from typing import Any, ClassVar, Generic, Iterable, Optional, TypeVar
 
 from hyport_lib.params import StageParams
 from hyport_lib.utils.files import atomic_write_json, ensure_writable
-from hyport_lib.utils.records import from_mapping
 from hyport_lib.utils.redact import scrub_obj
+from hyport_lib.utils.typed_records import from_mapping, to_mapping
 
 D = TypeVar("D")
 
+#: The verdict of a check, a case, a proof and a finished stage.
 PASS, WARN, FAIL, SKIP = "PASS", "WARN", "FAIL", "SKIP"
 VERDICTS = (PASS, WARN, FAIL, SKIP)
-#: A proof's verdict (not a stage's) when the model declares it cannot take the swap.
-REFUSED = "REFUSED"
 #: A stage's verdict may also say it was stopped (Ctrl-C, Kernel → Interrupt, a Stop
 #: button) before it finished: what finished is recorded, and never judged as a whole.
 INTERRUPTED = "INTERRUPTED"
 STAGE_VERDICTS = (*VERDICTS, INTERRUPTED)
+#: A proof's verdict when the swap says plainly that it cannot serve the model: a limit to
+#: know, not a wrong result.
+REFUSED = "REFUSED"
+#: Severity used to take the worst verdict; SKIP does not count.
+SEVERITY = {"PASS": 0, "WARN": 1, "FAIL": 2}
 RESULTS_DIR_ENV = "HYPORT_RESULTS_DIR"
 #: The report run's folder, set by the report runner for each stage it runs (unset in an
 #: interactive session): stages find this run's other outputs under it.
@@ -42,35 +46,71 @@ RUN_DIR_ENV = "HYPORT_RUN_DIR"
 HISTORY_DIR = "history"
 
 
+def worst_verdict(verdicts: Iterable[str]) -> str:
+    """FAIL > WARN > PASS; SKIP is ignored. Only SKIPs (or nothing) gives SKIP."""
+    judged = [v for v in verdicts if v in SEVERITY]
+    if not judged:
+        return "SKIP"
+    return max(judged, key=SEVERITY.__getitem__)
+
+
+@dataclass(frozen=True)
+class Check:
+    """One judged fact about the host: a stable ``name`` (``"torch_npu_compat"``), its
+    verdict and one line a user can act on."""
+
+    name: str
+    verdict: str
+    reason: str
+
+    def __post_init__(self):
+        verdict = str(self.verdict).upper()
+        if verdict not in VERDICTS:
+            raise ValueError(f"Check {self.name!r}: verdict={self.verdict!r}, "
+                             f"expected one of {', '.join(VERDICTS)}")
+        object.__setattr__(self, "verdict", verdict)
+        if "\n" in self.reason:
+            object.__setattr__(self, "reason", " ".join(self.reason.split()))
+
+
 @dataclass
 class Provenance:
-    """Where a figure came from."""
+    """Where a figure came from; ``label`` says it in words (recorded with it)."""
 
     device: str  # npu | cuda | cpu
     emulated: bool = False  # computed by hyport's NPU emulation, not by an NPU
+    label: str = field(init=False)
 
-    @property
-    def label(self) -> str:
+    def __post_init__(self):
         if self.emulated:
-            return f"NPU-emulated on {self.device.upper()} (not an NPU measurement)"
-        if self.device == "npu":
-            return "NPU"
-        if self.device == "cuda":
-            return "CUDA GPU"
-        return "CPU (not an NPU measurement)"
-
-    def to_dict(self) -> dict:
-        return {**asdict(self), "label": self.label}
+            self.label = f"NPU-emulated on {self.device.upper()} (not an NPU measurement)"
+        else:
+            self.label = {"npu": "NPU", "cuda": "CUDA GPU"}.get(self.device, "CPU (not an NPU measurement)")
 
 
 @dataclass
-class StageResult:
-    stage: str
+class StageSummary:
+    """What a stage's ``summarize(result)`` returns: the verdict, one line, a few figures,
+    and where a stage says it, the reason for the verdict in a few words (``why``)."""
+
     verdict: str
+    summary: str
+    headline: dict[str, Any] = field(default_factory=dict)
+    why: str = ""
+
+
+@dataclass
+class StageRecord(Generic[D]):
+    """One stage's recorded result, ``<results>/<stage>.json``: written by :func:`record`,
+    read back by :func:`read_record` (an odd verdict shows as recorded, ``data`` is the
+    stage's result class) and checked by :func:`load_record`."""
+
+    stage: Optional[str] = None
+    verdict: Optional[str] = None
     summary: str = ""
     headline: dict[str, Any] = field(default_factory=dict)
-    provenance: Optional[dict] = None
-    data: dict[str, Any] = field(default_factory=dict)
+    provenance: Optional[Provenance] = None
+    data: Any = None
     recorded_at: str = ""
     #: The stage's effective parameters (every field, not only the changed ones); {} when
     #: the caller recorded none.
@@ -78,43 +118,15 @@ class StageResult:
     #: The run's folder under ``history/`` ("" in a report run: its folder is the run).
     run_id: str = ""
 
-    def __post_init__(self):
-        self.verdict = self.verdict.upper()
-        if self.verdict not in STAGE_VERDICTS:
-            raise ValueError(f"verdict={self.verdict!r}: expected one of {', '.join(STAGE_VERDICTS)}")
-        if not self.stage:
-            raise ValueError("stage must be a non-empty name such as '01_environment'")
-
-
-@dataclass
-class StageRecord(Generic[D]):
-    """A recorded result as the show modules read it back: :class:`StageResult`'s fields,
-    unchecked (an odd verdict shows as recorded), ``data`` typed; :meth:`from_dict` never
-    raises for a shape problem (:mod:`hyport_lib.utils.records`)."""
-
-    stage: Optional[str] = None
-    verdict: Optional[str] = None
-    summary: str = ""
-    headline: dict[str, Any] = field(default_factory=dict)
-    provenance: dict[str, Any] = field(default_factory=dict)
-    data: Any = None
-    recorded_at: str = ""
-    params: dict[str, Any] = field(default_factory=dict)
-    run_id: str = ""
-
-    @classmethod
-    def from_dict(cls, record: Any, data_type: type[D]) -> "StageRecord[D]":
-        """``record`` (a result file's object) with its ``data`` read as ``data_type``
-        (through ``data_type.from_dict``)."""
-        read = from_mapping(cls, record)
-        read.data = data_type.from_dict(read.data)
-        return read
+    def figure(self, name: str) -> Any:
+        """The headline figure ``name``; None where the record has none."""
+        return self.headline.get(name)
 
 
 @dataclass
 class TrainedWeights:
-    """What stage 04 hands to stage 05: in its result's data (:meth:`to_dict`'s keys), read
-    back with :meth:`from_dict` (stages never import one another, so it lives here)."""
+    """What stage 04 hands to stage 05, in its result's data (stages never import one
+    another, so it lives here)."""
 
     #: The result (``<results>/<stage>.json``) that holds it, and the stage's name as
     #: parameters name it (``written_by``).
@@ -124,27 +136,6 @@ class TrainedWeights:
     final_dir: Optional[str] = None  # None: the training wrote no final weights
     last_checkpoint: Optional[str] = None  # the last complete one
     model_path: Optional[str] = None  # the model the training started from
-
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: Any) -> "TrainedWeights":
-        """The hand-over in a stage-04 result's data; an older or odd record gives None
-        where it differs."""
-        return from_mapping(cls, data)
-
-
-@dataclass
-class StageSummary:
-    """What a stage's ``summarize(result)`` returns: the verdict, one line, a few figures."""
-
-    verdict: str
-    summary: str
-    headline: dict[str, Any] = field(default_factory=dict)
-
-    def to_dict(self) -> dict:
-        return asdict(self)
 
 
 def results_dir() -> Path:
@@ -175,30 +166,48 @@ def ensure_results_dir(directory: Optional[os.PathLike] = None) -> Path:
     return folder
 
 
-def record_result(stage: str, verdict: str, *, summary: str = "",
-                  headline: Optional[dict] = None, data: Optional[dict] = None,
-                  provenance: Optional[Provenance] = None,
-                  params: Optional[StageParams] = None,
-                  directory: Optional[os.PathLike] = None) -> Path:
-    """Write one stage's result (``stage``: ``"01_environment"``) atomically; its path.
-    ``headline``: a few figures for the index; ``data``: anything JSON-serialisable;
-    ``params``: the parameters the stage ran with. Into the default folder outside a report
-    run, the record is first kept under :func:`history_dir` too (``run_id`` names it)."""
+def record(stage: Any, result: Any, *, params: Optional[StageParams] = None,
+           directory: Optional[os.PathLike] = None) -> Path:
+    """Write ``result`` as the record of ``stage`` (a stage module: its ``STAGE``, its
+    ``summarize``, its ``result_data`` where it records more than the result's fields) with
+    the result's provenance and the ``params`` it ran with; the file written."""
+    summary = stage.summarize(result)
+    return write_record(StageRecord(stage.STAGE, summary.verdict, summary.summary, summary.headline,
+                                    getattr(result, "provenance", None), recorded_data(stage, result),
+                                    params=params.to_dict() if params is not None else {}), directory)
+
+
+def recorded_data(stage: Any, result: Any) -> Any:
+    """What ``stage`` records of ``result`` (and ``--json`` prints): its ``result_data(result)``
+    where it has one, else the result field by field."""
+    return getattr(stage, "result_data", to_mapping)(result)
+
+
+def write_record(record: StageRecord, directory: Optional[os.PathLike] = None) -> Path:
+    """Write ``record`` atomically, stamped now; its path. Into the default folder outside
+    a report run, the record is first kept under :func:`history_dir` too (``run_id``
+    names it).
+
+    Raises:
+        ValueError: no stage name, or a verdict not in :data:`STAGE_VERDICTS`.
+    """
+    verdict = str(record.verdict).upper()
+    if verdict not in STAGE_VERDICTS:
+        raise ValueError(f"verdict={record.verdict!r}: expected one of {', '.join(STAGE_VERDICTS)}")
+    if not record.stage:
+        raise ValueError("stage must be a non-empty name such as '01_environment'")
     now = _dt.datetime.now(_dt.timezone.utc)
     keep = directory is None and not os.environ.get(RUN_DIR_ENV)
-    result = StageResult(
-        stage=stage, verdict=verdict, summary=summary, headline=dict(headline or {}),
-        provenance=provenance.to_dict() if provenance else None, data=dict(data or {}),
-        recorded_at=now.isoformat(timespec="seconds"),
-        params=params.to_dict() if params is not None else {},
-        run_id=new_run_id(stage, now) if keep else "",
-    )
+    stamped = StageRecord(record.stage, verdict, record.summary, dict(record.headline), record.provenance,
+                          record.data if record.data is not None else {},
+                          now.isoformat(timespec="seconds"), dict(record.params),
+                          new_run_id(record.stage, now) if keep else "")
     # Through JSON first (default=str turns any object into text), then scrub every
     # string: no secret value survives in any field, escaped or not.
-    record = scrub_obj(json.loads(json.dumps(asdict(result), default=str)))
+    written = scrub_obj(json.loads(json.dumps(to_mapping(stamped), default=str)))
     if keep:
-        atomic_write_json(result_file(history_dir() / result.run_id, stage), record)
-    return atomic_write_json(result_file(Path(directory) if directory else results_dir(), stage), record)
+        atomic_write_json(result_file(history_dir() / stamped.run_id, record.stage), written)
+    return atomic_write_json(result_file(Path(directory) if directory else results_dir(), record.stage), written)
 
 
 def new_run_id(stage: str, when: _dt.datetime) -> str:
@@ -229,7 +238,7 @@ class UnreadableResult(ValueError):
 
 def read_result(path: os.PathLike) -> dict:
     """The one reader of result files: the recorded JSON object, as written (an older or odd
-    record still shows what it holds; :func:`load_result` checks it).
+    record still shows what it holds; :func:`load_record` checks it).
 
     Raises:
         FileNotFoundError: no such file (the stage recorded nothing).
@@ -247,25 +256,26 @@ def read_result(path: os.PathLike) -> dict:
     return raw
 
 
-def load_result(path: os.PathLike) -> StageResult:
-    """Read a result file back as a checked :class:`StageResult`; a ValueError naming the
-    file when it is missing, unreadable or not a valid result."""
+def read_record(raw: Any, data_type: Optional[type[D]] = None) -> StageRecord[D]:
+    """A result file's object as a :class:`StageRecord`, its ``data`` read as ``data_type``
+    (as recorded when None); never raises for a shape problem."""
+    read = from_mapping(StageRecord, raw)
+    if data_type is not None:
+        read.data = from_mapping(data_type, read.data)
+    return read
+
+
+def load_record(path: os.PathLike, data_type: Optional[type[D]] = None) -> StageRecord[D]:
+    """:func:`read_record` of a result file, checked: a ValueError naming the file when it
+    is missing, unreadable, or holds no stage name or a verdict not in :data:`STAGE_VERDICTS`."""
     path = Path(path)
     try:
-        return StageResult(**read_result(path))
-    except UnreadableResult as exc:
-        raise ValueError(f"{path}: not a valid hyport result ({exc.reason})") from exc
-    except (OSError, TypeError, ValueError) as exc:
-        raise ValueError(f"{path}: not a valid hyport result ({exc})") from exc
-
-
-def record_summary(stage: str, summary: StageSummary, *, data: Optional[dict] = None,
-                   provenance: Optional[Provenance] = None, params: Optional[StageParams] = None,
-                   directory: Optional[os.PathLike] = None) -> Path:
-    """:func:`record_result` for a :class:`StageSummary`: what every stage's ``record`` calls."""
-    return record_result(stage, summary.verdict, summary=summary.summary,
-                         headline=summary.headline, data=data, provenance=provenance,
-                         params=params, directory=directory)
+        read = read_record(read_result(path), data_type)
+    except (OSError, UnreadableResult) as exc:
+        raise ValueError(f"{path}: not a valid hyport result ({getattr(exc, 'reason', exc)})") from exc
+    if not read.stage or read.verdict not in STAGE_VERDICTS:
+        raise ValueError(f"{path}: not a valid hyport result (stage={read.stage!r}, verdict={read.verdict!r})")
+    return read
 
 
 def fresh_folder_beside_results(kind: str, name: str = "") -> Path:

@@ -1,15 +1,14 @@
 """Stages are discovered from the notebooks folder: ``NN_name.ipynb``.
 
 A stage is a notebook plus the package of its name (``stage.py`` keeping
-:class:`StageContract`, ``params.py``, ``show.py``); adding one edits no list elsewhere
-but the command registry, when the stage has a command.
+:class:`StageContract`, ``params.py``, ``show.py`` with its optional hooks: :func:`stage_hook`);
+adding one edits no list elsewhere but the command registry, when the stage has a command.
 """
 
 from __future__ import annotations
 
 import importlib
 import importlib.util
-import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,7 +17,7 @@ from typing import Any, Callable, Iterable, Optional, Protocol, runtime_checkabl
 
 import hyport_lib
 from hyport_lib.params import StageParams
-from hyport_lib.results import StageSummary
+from hyport_lib.results import StageRecord, StageSummary, read_record
 
 _STAGE_RE = re.compile(r"^(\d{2})_([a-z0-9_]+)\.ipynb$")
 
@@ -27,27 +26,27 @@ _STAGE_RE = re.compile(r"^(\d{2})_([a-z0-9_]+)\.ipynb$")
 class StageContract(Protocol):
     """What a stage's ``hyport_lib.<name>.stage`` module provides (as torchtune's recipes):
     notebook, command and report call these and nothing else; each stage names its own
-    Plan, Result and progress types.
+    Plan, Result and progress types. :func:`hyport_lib.results.record` writes the result.
 
+    * ``RESULT``: the result's dataclass: written field by field
+      (:func:`~hyport_lib.utils.typed_records.to_mapping`, or the module's
+      ``result_data(result)`` where the record holds more), read back with
+      :func:`~hyport_lib.utils.typed_records.from_mapping`; its ``provenance`` is recorded.
     * ``plan(params)``: every check, nothing written; raises on a bad parameter.
     * ``run(plan, *, on_progress=None)``: the work; stopped, it leaves what finished on
       the exception (``exc.partial``).
     * ``summarize(result)``: the verdict (PASS, WARN or FAIL), one line and the index's
       figures: the command's exit status and the report's row come from it.
-    * ``record(result, *, params=None, directory=None)``: the result file (with the
-      parameters it ran with, when given); its path.
     """
 
     STAGE: str  # "NN_name", the notebook's stem
+    RESULT: type
 
     def plan(self, params: StageParams) -> Any: ...
 
     def run(self, plan: Any, *, on_progress: Optional[Callable[[Any], None]] = None) -> Any: ...
 
     def summarize(self, result: Any) -> StageSummary: ...
-
-    def record(self, result: Any, *, params: Optional[StageParams] = None,
-               directory: Optional[os.PathLike] = None) -> Path: ...
 
 
 @dataclass(frozen=True)
@@ -94,6 +93,29 @@ def select_stages(stages: list[Stage], only: Optional[Iterable[str]]) -> list[St
         raise ValueError(f"--only: unknown stage(s) {', '.join(unknown)}; available: {names}")
     picked = {known.get(w) or known[w.zfill(2)] for w in wanted}
     return [s for s in stages if s in picked]
+
+
+def stage_hook(stage_id: str, name: str) -> Optional[Callable]:
+    """The function ``name`` (``glance``, ``blog_values``, ``compare``...) of stage
+    ``NN_name``'s ``show`` module; None where the module does not define it, or the stage
+    has no package here (a record of a stage this checkout does not have)."""
+    package = _package(stage_id)
+    return None if package is None else getattr(importlib.import_module(f"{package}.show"), name, None)
+
+
+def read_stage_record(stage_id: str, raw: Any) -> StageRecord:
+    """``raw`` (a result file's object) as stage ``NN_name``'s :class:`StageRecord`, its
+    data read as the stage's ``RESULT`` (as recorded where it declares none, or the stage
+    has no package here)."""
+    package = _package(stage_id)
+    stage = importlib.import_module(f"{package}.stage") if package else None
+    return read_record(raw, getattr(stage, "RESULT", None))
+
+
+def _package(stage_id: str) -> Optional[str]:
+    name = stage_id.partition("_")[2]
+    package = f"hyport_lib.{name}"
+    return package if name and importlib.util.find_spec(package) is not None else None
 
 
 def stage_part(stage_name: str, part: str) -> ModuleType:

@@ -84,11 +84,13 @@ def _captured(monkeypatch, module):
 
 
 def test_the_devices_table_shows_a_dash_and_says_why(monkeypatch):
-    from hyport_lib.devices.records import DeviceInfo
+    from hyport_lib.devices.cards import DeviceInfo
     from hyport_lib.environment import show
-    from hyport_lib.environment.collect import Check, EnvironmentReport
+    from hyport_lib.environment.collect import EnvironmentReport
+    from hyport_lib.environment.facts import CannFacts
+    from hyport_lib.results import Check
 
-    report = EnvironmentReport(system={}, versions={}, cann={}, env_vars={}, device="cpu",
+    report = EnvironmentReport(system={}, versions={}, cann=CannFacts(), env_vars={}, device="cpu",
                                devices=[DeviceInfo(0, None, None, "cpu worker 0", None, None, None)],
                                checks=[Check("backend", "PASS", "cpu")])
     shown = _captured(monkeypatch, show)

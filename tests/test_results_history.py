@@ -4,12 +4,16 @@ latest still where stage 05 and the show modules read it; a report run keeps its
 from __future__ import annotations
 
 import json
+from types import SimpleNamespace
 
 import pytest
 
-from hyport_lib.results import (HISTORY_DIR, RESULTS_DIR_ENV, RUN_DIR_ENV, StageSummary, history_dir,
-                                load_result, read_result, record_summary)
+from hyport_lib.results import (HISTORY_DIR, RESULTS_DIR_ENV, RUN_DIR_ENV, StageRecord, StageSummary, history_dir,
+                                load_record, read_result, record, write_record)
 from hyport_lib.train.params import Params as TrainParams
+
+#: A stage whose result is its summary: what :func:`record` asks of a stage module.
+TRAIN = SimpleNamespace(STAGE="04_train", summarize=lambda summary: summary)
 
 
 @pytest.fixture
@@ -22,8 +26,8 @@ def interactive(tmp_path, monkeypatch):
 
 
 def test_each_interactive_run_is_kept_with_its_effective_parameters(interactive):
-    first = record_summary("04_train", StageSummary("PASS", "20 steps"), params=TrainParams(max_steps=20))
-    second = record_summary("04_train", StageSummary("FAIL", "NaN at step 3"), params=TrainParams(max_steps=3))
+    first = record(TRAIN, StageSummary("PASS", "20 steps"), params=TrainParams(max_steps=20))
+    second = record(TRAIN, StageSummary("FAIL", "NaN at step 3"), params=TrainParams(max_steps=3))
     assert first == second == interactive / "04_train.json"  # the latest stays where 05 reads it
     latest = read_result(second)
     assert latest["verdict"] == "FAIL" and latest["params"]["max_steps"] == 3
@@ -43,19 +47,19 @@ def test_a_report_run_keeps_its_own_results_and_no_history(interactive, tmp_path
     run = tmp_path / "20250101-run"
     monkeypatch.setenv(RUN_DIR_ENV, str(run))
     monkeypatch.setenv(RESULTS_DIR_ENV, str(run / "results"))
-    path = record_summary("03_inference", StageSummary("PASS", "2 cards agree"))
+    path = write_record(StageRecord("03_inference", "PASS", "2 cards agree"))
     assert path == run / "results" / "03_inference.json"
     assert read_result(path)["run_id"] == "" and not (run / HISTORY_DIR).exists()
     assert not (interactive.parent / HISTORY_DIR).exists()
 
 
 def test_a_record_into_a_chosen_folder_is_not_kept_twice(interactive, tmp_path):
-    path = record_summary("02_attention", StageSummary("WARN", "1 case"), directory=tmp_path / "mine")
+    path = write_record(StageRecord("02_attention", "WARN", "1 case"), directory=tmp_path / "mine")
     assert path.is_file() and not history_dir().exists()
 
 
 def test_an_older_record_without_parameters_still_loads(tmp_path):
     old = tmp_path / "01_environment.json"
     old.write_text(json.dumps({"stage": "01_environment", "verdict": "PASS", "summary": "ok"}))
-    result = load_result(old)
+    result = load_record(old)
     assert result.params == {} and result.run_id == ""

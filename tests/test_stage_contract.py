@@ -1,9 +1,10 @@
 """The one stage contract and the one parameter class per stage.
 
 Every discovered stage has a package named as its notebook with ``params.Params`` (the
-only declaration of its parameters) and ``stage.py`` with ``plan(params)``,
-``run(plan, *, on_progress=None)``, ``summarize(result)`` and
-``record(result, *, params=None, directory=None)``. The notebook's ``parameters`` cell holds the same
+only declaration of its parameters) and ``stage.py`` with ``RESULT`` (its result's
+dataclass, which :func:`hyport_lib.results.record` writes and the report reads back),
+``plan(params)``, ``run(plan, *, on_progress=None)`` and ``summarize(result)``, and no
+``record`` of its own. The notebook's ``parameters`` cell holds the same
 names and default literals as ``Params``; the command's flags are ``Params``' fields;
 and a bad value gives the same one-line error from the notebook, the command line and
 ``hyport report``.
@@ -28,6 +29,7 @@ from hyport_lib.report.blog.frame import cli_value
 from hyport_lib.report.run_parameters import check_before_running, make_plans, plan_requests, resolve_parameters
 from hyport_lib.report.profiles import parse_overrides
 from hyport_lib.stages import StageContract, discover_stages, params_class, stage_part
+from hyport_lib.utils.typed_records import from_mapping
 
 REPO = Path(__file__).resolve().parents[1]
 STAGES = discover_stages()
@@ -55,7 +57,7 @@ def _code(path: Path) -> str:
 def test_the_stage_package_is_named_as_its_notebook_and_keeps_the_contract(stage):
     module = stage_part(stage.name, "stage")
     assert module is not None, f"{stage.path.name}: no package hyport_lib.{stage.name} with a stage.py"
-    assert isinstance(module, StageContract), f"{stage.id}: STAGE, plan, run, summarize, record"
+    assert isinstance(module, StageContract), f"{stage.id}: STAGE, RESULT, plan, run, summarize"
     assert module.__name__ == f"hyport_lib.{stage.name}.stage" and module.STAGE == stage.id
     cls = params_class(stage)
     assert cls is not None and issubclass(cls, StageParams), f"hyport_lib.{stage.name}.params.Params"
@@ -66,10 +68,10 @@ def test_the_stage_package_is_named_as_its_notebook_and_keeps_the_contract(stage
     assert first.name == "plan" and [p.name for p in rest] == ["on_progress"], f"{stage.id}: run(plan, *, on_progress)"
     assert rest[0].kind is inspect.Parameter.KEYWORD_ONLY and rest[0].default is None
     assert list(inspect.signature(module.summarize).parameters) == ["result"]
-    record = inspect.signature(module.record).parameters
-    assert list(record) == ["result", "params", "directory"], f"{stage.id}: record(result, *, params, directory)"
-    assert all(record[k].kind is inspect.Parameter.KEYWORD_ONLY and record[k].default is None
-               for k in ("params", "directory"))
+    # one writer for every stage (results.record); the result reads back from any record
+    assert not hasattr(module, "record"), f"{stage.id}: results.record writes the result"
+    assert dataclasses.is_dataclass(module.RESULT), f"{stage.id}: RESULT, the result's dataclass"
+    assert isinstance(from_mapping(module.RESULT, {}), module.RESULT), f"{stage.id}: an empty record reads"
 
 
 @pytest.mark.parametrize("stage", STAGES, ids=lambda s: s.id)
@@ -87,8 +89,8 @@ def test_the_notebook_builds_its_params_in_one_line_and_calls_the_contract(stage
     assert re.search(r"^params = Params\.from_namespace\(globals\(\)\)$", code, re.MULTILINE), stage.path.name
     # the record keeps the parameters the stage ran with (the history compares them)
     assert "stage.plan(params)" in code, f"{stage.path.name}: no stage.plan(params)"
-    assert re.search(r"stage\.record\(\w+, params=params\)", code), \
-        f"{stage.path.name}: no stage.record(..., params=params)"
+    assert re.search(r"record\(stage, \w+, params=params\)", code), \
+        f"{stage.path.name}: no record(stage, ..., params=params)"
     # the run, directly or stoppable (the partial result of a stop instead of a traceback)
     assert "stage.run(" in code or "run_stoppable(stage.run," in code, f"{stage.path.name}: no stage.run"
     assert "get_backend(" not in code, f"{stage.path.name}: the plan resolves the backend, not the notebook"

@@ -15,35 +15,63 @@ from hyport_lib.attention.cases import AttentionCase, CaseData, build_grid, make
 from hyport_lib.attention.implementations import Implementation, available_implementations, eager_attention
 from hyport_lib.attention.metrics import METRIC_COLUMNS, compute_metrics, decide
 from hyport_lib.attention.params import DTYPES
-from hyport_lib.backend import get_backend
 from hyport_lib.results import Provenance
+
+
+#: The columns every reader of the rows relies on (an older record's rows may lack some).
+ROW_COLUMNS = ("case", "layout", "dtype", "mask", "backend", "source", "max_abs", "bound", "cosine",
+               "finite", "verdict")
+
+
+@dataclass
+class BackendInfo:
+    """An implementation as the grid ran it: its name, what it is and where it ran."""
+
+    name: str
+    source: str = ""
+    device: str = "cpu"
+    emulated: bool = False  # hyport's CPU emulation of the NPU operator
 
 
 @dataclass
 class ComparisonResult:
-    """Rows of one grid run plus where the figures came from."""
+    """Rows of one grid run (one per case and implementation) and the implementations; NPU
+    figures come from the emulation when no real NPU took part."""
 
     rows: list[dict]
-    backends: list[dict]
-    device: str
-    emulated: bool  # True when no real NPU took part: NPU figures come from the emulation
-    seconds: float
-    cases: int
-    full: bool = False
+    backends: list[BackendInfo]
     notes: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+    full: bool = False
 
     def frame(self):
-        """One row per (case, backend); metric columns named as in :data:`METRIC_COLUMNS`."""
+        """One row per (case, backend); metric columns named as in :data:`METRIC_COLUMNS`,
+        :data:`ROW_COLUMNS` always there."""
         import pandas as pd
 
-        return pd.DataFrame(self.rows)
+        frame = pd.DataFrame([r for r in self.rows if isinstance(r, dict)])
+        return frame.reindex(columns=[*frame.columns, *(c for c in ROW_COLUMNS if c not in frame.columns)])
+
+    @property
+    def cases(self) -> int:
+        return int(self.frame()["case"].nunique())
+
+    @property
+    def emulated(self) -> bool:
+        return not any(b.name == "npu" for b in self.backends)
 
     @property
     def counts(self) -> dict[str, int]:
-        out: dict[str, int] = {}
-        for r in self.rows:
-            out[r["verdict"]] = out.get(r["verdict"], 0) + 1
-        return out
+        return {str(k): int(n) for k, n in self.frame()["verdict"].value_counts(sort=False).items()}
+
+
+def error_ratio(frame):
+    """Each row's ``max_abs / bound`` of :meth:`ComparisonResult.frame` (NaN where either is
+    missing or the bound is 0)."""
+    import pandas as pd
+
+    bound = pd.to_numeric(frame["bound"], errors="coerce")
+    return pd.to_numeric(frame["max_abs"], errors="coerce") / bound.where(bound != 0)
 
 
 def _error_row(case: AttentionCase, be: Implementation, exc: Exception, data: CaseData) -> dict:
@@ -96,16 +124,13 @@ def run_comparison(cases: Optional[Sequence[AttentionCase]] = None, device: str 
         rows += compare_case(case, backends, seed + i)
         if progress is not None:
             progress(i + 1, len(cases))
-    real_npu = any(b.name == "npu" for b in backends)
     notes = []
-    if not real_npu:
+    if not any(b.name == "npu" for b in backends):
         notes.append("No NPU here: NPU figures come from hyport's CPU emulation of "
                      "npu_fusion_attention (the documented contract), not from an NPU.")
     return ComparisonResult(
-        rows=rows, backends=[{"name": b.name, "source": b.source, "device": b.device,
-                              "emulated": b.emulated} for b in backends],
-        device=get_backend(device).kind, emulated=not real_npu,
-        seconds=time.perf_counter() - started, cases=len(cases), full=full, notes=notes)
+        rows=rows, backends=[BackendInfo(b.name, b.source, b.device, b.emulated) for b in backends],
+        notes=notes, seconds=time.perf_counter() - started, full=full)
 
 
 def provenance(result: ComparisonResult) -> Provenance:

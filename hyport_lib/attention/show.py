@@ -6,19 +6,20 @@ recorded result in the report (:func:`glance`, :func:`blog_values`, :func:`blog_
 from __future__ import annotations
 
 import math
-from typing import Callable, Optional
+from collections import Counter
+from typing import Any, Callable, Optional
 
-from hyport_lib.attention.compare import provenance
-from hyport_lib.attention.stage import (GRID_STEP, AttentionRecord, AttentionStageResult, CaseProgress,
-                                        summarize)
+from hyport_lib.attention.compare import error_ratio, provenance
+from hyport_lib.attention.stage import GRID_STEP, AttentionStageResult, CaseProgress, summarize
 from hyport_lib.attention.views import (backend_rows, behaviour_frame, behaviour_glance_row,
                                         behaviour_markdown, behaviour_values, case_tally, pairs_frame,
                                         port_glance_rows, port_kinds, proof_frame, proof_markdown)
 from hyport_lib.display import MISSING, LiveDisplay, diff_html, figure_png, fit, style_verdicts, styled
 from hyport_lib.drafting.values import fmt_value, is_number
-from hyport_lib.results import StageRecord, StageSummary
+from hyport_lib.results import StageRecord, StageSummary, worst_verdict
 from hyport_lib.scan.hits import ScanReport
 from hyport_lib.scan.show import group_hits
+from hyport_lib.workbook.compare import Part, RunRecord, StageComparison
 from hyport_lib.utils.versions import pinned_version, unpad_input_values
 
 TABLE_COLUMNS = ("case", "backend", "source", "max_abs", "bound", "cosine", "max_rel",
@@ -91,7 +92,7 @@ def styled_comparison(result):
 
 def provenance_note(result) -> str:
     """A one-paragraph Markdown note saying where the NPU figures come from."""
-    backends = ", ".join(b["source"] for b in result.backends)
+    backends = ", ".join(b.source for b in result.backends)
     text = (f"**Provenance:** {provenance(result).label}. Backends: {backends}. "
             f"{result.cases} cases in {result.seconds:.1f} s.")
     return text + "".join(f" {note}" for note in result.notes)
@@ -110,12 +111,8 @@ def _heatmap_cell(kind: str, raw: float) -> tuple[float, str]:
 def _heatmap_values(df):
     import numpy as np
 
-    cells = []
-    for _, row in df.iterrows():
-        raws = [((row["max_abs"] / row["bound"]) if row.get("bound") else None) if kind == "ratio"
-                else row.get(col) for _, col, kind in HEATMAP_METRICS]
-        cells.append([_heatmap_cell(kind, float("nan") if raw is None else float(raw))
-                      for (_, _, kind), raw in zip(HEATMAP_METRICS, raws)])
+    cells = [[_heatmap_cell(kind, float("nan") if _missing(row.get(col)) else float(row.get(col)))
+              for _, col, kind in HEATMAP_METRICS] for _, row in df.assign(ratio=error_ratio(df)).iterrows()]
     return np.array([[v for v, _ in r] for r in cells], dtype=float), [[t for _, t in r] for r in cells]
 
 
@@ -205,15 +202,14 @@ def backend_summary(result):
     import pandas as pd
 
     df = result.frame()
-    df = df.assign(ratio=df["max_abs"] / df["bound"])
+    df = df.assign(ratio=error_ratio(df))
     rows = []
     for (backend, source, dtype), group in df.groupby(["backend", "source", "dtype"], sort=False):
         counts = group["verdict"].value_counts()
-        worst = next((v for v in ("FAIL", "WARN", "PASS") if counts.get(v)), "SKIP")
         rows.append({"backend": backend, "source": source, "dtype": dtype, "cases": len(group),
-                     "PASS": int(counts.get("PASS", 0)), "WARN": int(counts.get("WARN", 0)),
-                     "FAIL": int(counts.get("FAIL", 0)), "worst err/bound": group["ratio"].max(),
-                     "min cosine": group["cosine"].min(), "verdict": worst})
+                     **{v: int(counts.get(v, 0)) for v in ("PASS", "WARN", "FAIL")},
+                     "worst err/bound": group["ratio"].max(), "min cosine": group["cosine"].min(),
+                     "verdict": worst_verdict(group["verdict"])})
     return pd.DataFrame(rows)
 
 
@@ -305,72 +301,127 @@ def summary_markdown(summary: StageSummary, result=None) -> str:
 
 def show_summary(result: AttentionStageResult):
     """The stage verdict, its headline figures and where the NPU figures came from."""
-    _markdown(summary_markdown(summarize(result), result.comparison))
+    _markdown(summary_markdown(summarize(result), result))
 
 
 # --------------------------------------------------------------------------- the report
-def _read(record: dict) -> StageRecord[AttentionRecord]:
-    return StageRecord.from_dict(record, AttentionRecord)
-
-
-def glance(record: dict) -> list[tuple[str, str]]:
+def glance(record: StageRecord[AttentionStageResult]) -> list[tuple[str, str]]:
     """The index card: cases (a case passes when every implementation passed it), the
     worst one, the model-level check."""
-    attention = _read(record).data
-    rows = attention.rows
-    passed, cases, worst = case_tally(rows)
-    out = [("cases passed", f"{passed} / {cases} ({len(rows)} results)")]
-    nonfinite = next((r for r in rows if r.get("finite") is False), None)
-    if nonfinite:  # NaN / Inf in an output: worse than any finite error
-        out.append(("worst case", f"{nonfinite.get('case')} on {nonfinite.get('backend')}: "
-                                  f"non-finite output"))
+    result = record.data
+    frame = result.frame()
+    passed, cases, worst = case_tally(frame)
+    out = [("cases passed", f"{passed} / {cases} ({len(frame)} results)")]
+    nonfinite = frame[frame["finite"].eq(False)]
+    if len(nonfinite):  # NaN / Inf in an output: worse than any finite error
+        first = nonfinite.iloc[0]
+        out.append(("worst case", f"{first['case']} on {first['backend']}: non-finite output"))
     elif worst:
-        out.append(("worst case", f"{worst.get('case')} on {worst.get('backend')}: error "
+        out.append(("worst case", f"{worst['case']} on {worst['backend']}: error "
                                   f"{worst['max_abs'] / worst['bound']:.3g} of the bound"))
-    model = attention.model
+    model = result.model
     if model is not None:
         out.append(("model", f"{fmt_value(model.verdict)}, max |Δ logits| "
                              f"{fmt_value(model.max_abs_logits, 3)}"))
         out += behaviour_glance_row(model.behaviour)
-    return out + port_glance_rows(attention)
+    return out + port_glance_rows(result)
 
 
-def blog_notes(record: dict) -> list[str]:
+def blog_notes(record: StageRecord[AttentionStageResult]) -> list[str]:
     """The comparison's own notes (what was emulated, what was left out)."""
-    return [n for n in _read(record).data.notes if n]
+    return [n for n in record.data.notes if n]
 
 
-def blog_figures(record: dict) -> dict[str, Callable]:
+def blog_figures(record: StageRecord[AttentionStageResult]) -> dict[str, Callable]:
     """``attention``: the error heatmap of the NPU rows (None when none was measured)."""
-    return {"attention": lambda: _recorded_heatmap(_read(record).data)}
+    return {"attention": lambda: _recorded_heatmap(record.data)}
 
 
-def _recorded_heatmap(attention: AttentionRecord):
-    import pandas as pd
-
-    rows = attention.rows
-    if not any(r.get("backend") in ("npu", "npu-emulated") and r.get("max_abs") is not None
-               for r in rows):
+def _recorded_heatmap(result: AttentionStageResult):
+    frame = result.frame()
+    if not (frame["backend"].isin(("npu", "npu-emulated")) & frame["max_abs"].notna()).any():
         return None
-    return rows_heatmap(pd.DataFrame(rows))
+    return rows_heatmap(frame)
 
 
-def blog_values(record: dict) -> dict:
+def blog_values(record: StageRecord[AttentionStageResult]) -> dict:
     """What the draft's section (``blog.md.j2``) derives from the record: the scan's
     hits by kind (one line per source line, each suggestion once), the pins whose API the
     drop-in did not serve, the worst error over its bound, one row per implementation,
     the port's changes by kind and the behaviour's answers."""
-    read = _read(record)
-    data = read.data
+    data = record.data
     scan = data.scan or ScanReport("")
     pins, served = [], data.flash_attn_version
     for name, spec in scan.pinned.items():
         version = pinned_version(spec)
         pins.append({"name": name, "spec": spec, "version": version, "mismatch": bool(
             served and version and unpad_input_values(version) != unpad_input_values(str(served)))})
-    worst = next((v for k, v in read.headline.items() if str(k).startswith("worst ") and is_number(v)), None)
-    backends = backend_rows(data.rows)
+    worst = next((v for k, v in record.headline.items() if str(k).startswith("worst ") and is_number(v)), None)
+    backends = backend_rows(data.frame())
     return {"scan_hits": len(scan.hits), "scan_groups": group_hits(scan.hits), "pins": pins, "worst": worst,
             "implementations": backends, "skips": any(b["SKIP"] for b in backends),
-            "port_kinds": port_kinds(data.port or {}),
+            "port_kinds": port_kinds(data.port),
             "behaviour": behaviour_values(data.model.behaviour if data.model is not None else None)}
+
+
+# --------------------------------------------------------------------------- compare
+_CASE_KEYS = ("case", "layout", "dtype", "mask", "backend")
+#: hyport's CPU emulation of npu_fusion_attention in a backend's name: ``npu-emulated``,
+#: ``flash-api (npu-emulated)``; the same name with ``npu`` is the same contract on an NPU.
+_EMULATED, _ON_NPU = "npu-emulated", "npu"
+
+
+def _cases_by_run(runs: list[RunRecord]) -> dict[str, dict[tuple, tuple[Any, str]]]:
+    """Each run's rows: case key (backend: as matched across runs) -> (verdict, what
+    computed it). An emulated backend is matched with its NPU counterpart where no run
+    recorded both (the CPU emulation run beside an NPU run): the same cases, computed by
+    the emulation in one run and by the NPU in the other."""
+    frames = {r.run.id: r.record.data.frame() for r in runs}
+    recorded = [set(frame["backend"].dropna()) for frame in frames.values()]
+    every = set().union(*recorded) if recorded else set()
+    counterpart = {b: b.replace(_EMULATED, _ON_NPU) for b in every if isinstance(b, str) and _EMULATED in b}
+    matched = {b: npu for b, npu in counterpart.items()
+               if npu in every and not any({b, npu} <= backends for backends in recorded)}
+    found = {}
+    for run_id, frame in frames.items():
+        frame = frame.astype(object).where(frame.notna(), None)
+        found[run_id] = {(*(row[k] for k in _CASE_KEYS[:-1]), matched.get(row["backend"], row["backend"])):
+                         (row["verdict"], str(row["source"] or row["backend"])) for _, row in frame.iterrows()}
+    return found
+
+
+def compare(runs: list[RunRecord]) -> StageComparison:
+    """The cases (by case, layout, dtype, mask, backend) whose verdict is not the same in
+    the runs that have the backend, each run's verdict (:data:`MISSING`: no such row) and
+    what computed it (``<run> source``: an emulation run paired with an NPU run says which
+    is which); apart, the backends that not every run has (the NPU kernel in an NPU run
+    beside a CPU one): not a difference of verdicts, a backend the other run could not run."""
+    import pandas as pd
+
+    cases = _cases_by_run(runs)
+    backends = {run_id: {k[-1] for k in found} for run_id, found in cases.items()}
+    shared = set.intersection(*backends.values()) if backends else set()
+    rows = []
+    for key in dict.fromkeys(k for found in cases.values() for k in found if k[-1] in shared):
+        seen = {run_id: found.get(key, (MISSING, MISSING)) for run_id, found in cases.items()}
+        if len({verdict for verdict, _ in seen.values()}) > 1:
+            rows.append({**dict(zip(_CASE_KEYS, key)),
+                         **{col: value for i, (verdict, source) in seen.items()
+                            for col, value in ((i, verdict), (f"{i} source", source))}})
+    columns = [*_CASE_KEYS, *[col for i in cases for col in (i, f"{i} source")]]
+    differs = pd.DataFrame(rows, columns=columns)
+    rows = []
+    for run_id, found in cases.items():
+        for backend in sorted(b for b in backends[run_id] if not all(b in other for other in backends.values())):
+            mine = [value for k, value in found.items() if k[-1] == backend]
+            counts = Counter(str(verdict) for verdict, _ in mine)
+            rows.append({"run": run_id, "backend": backend,
+                         "source": ", ".join(sorted({source for _, source in mine})), "cases": len(mine),
+                         "verdicts": ", ".join(f"{v} {n}" for v, n in sorted(counts.items()))})
+    unshared = pd.DataFrame(rows, columns=["run", "backend", "source", "cases", "verdicts"])
+    parts = [Part("attention", "02 attention: cases whose verdict differs (source: what computed it in each run)",
+                  differs)]
+    if not unshared.empty:
+        parts.append(Part("attention_unshared", "02 attention: backends not every run has (not differences)",
+                          unshared))
+    return StageComparison(parts)

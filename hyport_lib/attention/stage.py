@@ -1,18 +1,18 @@
 """Stage 02: the attention swap — the stage contract (:func:`plan`, :func:`run`,
-:func:`summarize`, :func:`record`), for the notebook and ``hyport attention``: the
+:func:`summarize`), for the notebook and ``hyport attention``: the
 numerics grid (:mod:`~hyport_lib.attention.compare`), the model-level check
 (:mod:`~hyport_lib.proof.model_check`) and the static scan and port of the model code.
 """
 
 from __future__ import annotations
 
-import os
+import math
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional
 
-from hyport_lib.attention.compare import ComparisonResult, provenance, run_comparison
+from hyport_lib.attention.compare import BackendInfo, ComparisonResult, error_ratio, provenance, run_comparison
 from hyport_lib.attention.implementations import device_label
 from hyport_lib.attention.params import Params
 from hyport_lib.backend import get_backend
@@ -22,10 +22,10 @@ from hyport_lib.npu_attention.flash_api import DEFAULT_VERSION
 from hyport_lib.port.proof_run import SKIP, proof_not_run, prove_port_in_child
 from hyport_lib.port.tree import PortError, PortResult, port_tree, write_record
 from hyport_lib.proof.model_check import ModelComparison, compare_model, model_check_dtype, swapped_backend
-from hyport_lib.results import StageSummary, fresh_folder_beside_results, record_summary
+from hyport_lib.results import REFUSED, Provenance, StageSummary, fresh_folder_beside_results, worst_verdict
 from hyport_lib.scan.hits import ScanReport
 from hyport_lib.scan.scanner import scan_path
-from hyport_lib.utils.records import from_mapping
+from hyport_lib.utils.typed_records import to_mapping
 
 STAGE = "02_attention"
 #: What the static scan reads when no ``code_path`` is given.
@@ -62,11 +62,10 @@ def planted_example(directory=None) -> Path:
     return folder
 
 
-def run_scan(code_path: str = "") -> tuple[ScanReport, str]:
+def run_scan(code_path: str = "") -> ScanReport:
     """Scan ``code_path`` (empty: the planted example, written first) with
-    :func:`hyport_lib.scan.scanner.scan_path`; returns the report and what was scanned."""
-    path = str(code_path or "").strip() or str(planted_example())
-    return scan_path(path), path
+    :func:`hyport_lib.scan.scanner.scan_path`; its ``root`` is what was scanned."""
+    return scan_path(str(code_path or "").strip() or str(planted_example()))
 
 
 @dataclass
@@ -104,52 +103,27 @@ class CaseProgress:
 
 
 @dataclass
-class AttentionStageResult:
-    """Everything stage 02 found (``model``, ``port``: None when not made).
+class AttentionStageResult(ComparisonResult):
+    """Everything stage 02 found: the grid (:class:`ComparisonResult`), the model-level
+    check, the scan of the code (``scan.root``: the planted example when no path was given)
+    and its port (``model``, ``port``: None when not made).
 
     Attributes:
-        scanned_path: what was scanned (the planted example when no path was given).
         port_error: why the port could not be made (the destination in the way, ...).
     """
 
-    comparison: ComparisonResult
-    model: Optional[ModelComparison]
-    scan: ScanReport
-    scanned_path: str
-    flash_attn_version: str
+    model: Optional[ModelComparison] = None
+    flash_attn_version: str = ""
+    scan: Optional[ScanReport] = None
     port: Optional[PortResult] = None
     port_error: str = ""
 
-    def to_dict(self) -> dict:
-        c = self.comparison
-        return {"rows": c.rows, "backends": c.backends, "notes": c.notes,
-                "seconds": c.seconds, "full": c.full,
-                "model": self.model.to_dict() if self.model is not None else None,
-                "flash_attn_version": self.flash_attn_version,
-                "scan": {"path": self.scanned_path, **self.scan.to_dict()},
-                "port": None if self.port is None else self.port.to_dict(),
-                "port_error": self.port_error}
+    @property
+    def provenance(self) -> Provenance:
+        return provenance(self)
 
 
-@dataclass
-class AttentionRecord:
-    """:meth:`AttentionStageResult.to_dict` read back (the model check and the scan typed, the
-    port as recorded); defaults where an older record differs (:mod:`hyport_lib.utils.records`)."""
-
-    rows: list[dict] = field(default_factory=list)
-    backends: list = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
-    seconds: Optional[float] = None
-    full: Optional[bool] = None
-    model: Optional[ModelComparison] = None
-    flash_attn_version: Optional[str] = None
-    scan: Optional[ScanReport] = None
-    port: Optional[dict] = None
-    port_error: str = ""
-
-    @classmethod
-    def from_dict(cls, data) -> "AttentionRecord":
-        return from_mapping(cls, data)
+RESULT = AttentionStageResult
 
 
 def plan(params: Params) -> Plan:
@@ -188,18 +162,18 @@ def run(plan: Plan, *, on_progress: Optional[Callable[[CaseProgress], None]] = N
     if plan.model_path is not None:
         starting("model check: eager against the swap, on the model")
         model_path = str(ensure_tiny_model()) if plan.model_path == TINY_MODEL_NAME else plan.model_path
-        backend, where = swapped_backend(comparison.device)
+        backend, where = swapped_backend(plan.device)
         model = compare_model(model_path, backend=backend, device=where, seed=params.seed,
-                              dtype=model_check_dtype(params.model_dtype, comparison.device),
+                              dtype=model_check_dtype(params.model_dtype, plan.device),
                               trust_remote_code=params.trust_remote_code,
                               flash_attn_version=plan.flash_attn_version)
     starting("scan: CUDA-only constructs in the code")
-    scan, scanned = run_scan(params.code_path)
+    scan = run_scan(params.code_path)
     if plan.port_out is not None:
         starting("port: rewriting the code, then its proof on a tiny model")
     port, port_error = (None, "") if plan.port_out is None else port_and_prove(plan)
-    return AttentionStageResult(comparison, model, scan, scanned, plan.flash_attn_version,
-                                port, port_error)
+    return AttentionStageResult(**vars(comparison), model=model, flash_attn_version=plan.flash_attn_version,
+                                scan=scan, port=port, port_error=port_error)
 
 
 def port_and_prove(plan: Plan) -> tuple[Optional[PortResult], str]:
@@ -219,40 +193,37 @@ def port_and_prove(plan: Plan) -> tuple[Optional[PortResult], str]:
                                 timeout_setting="port_proof_timeout_s",
                                 config_setting="port_proof_config") \
         if params.port_proof else proof_not_run(port.src, port.dst, "set port_proof=true")
-    port.proof = proof.to_dict()
+    port.proof = proof
     write_record(port)
     return port, ""
 
 
-def where_each_ran(backends: list[dict]) -> str:
+def where_each_ran(backends: list[BackendInfo]) -> str:
     """``"eager, sdpa on CUDA; npu-emulated on CPU"``: every implementation's device."""
     by_device: dict[str, list[str]] = {}
     for b in backends:
-        by_device.setdefault(device_label(b.get("device", "cpu")), []).append(b["name"])
+        by_device.setdefault(device_label(b.device), []).append(b.name)
     return "; ".join(f"{', '.join(names)} on {device}" for device, names in by_device.items())
 
 
 def summarize(result: AttentionStageResult) -> StageSummary:
     """Stage verdict (the grid's, made worse by the model check), line and figures."""
-    comparison, model = result.comparison, result.model
-    counts = comparison.counts
-    npu_rows = [r for r in comparison.rows
-                if r.get("max_abs") is not None and r["backend"] in ("npu", "npu-emulated")]
-    primary = "npu" if any(r["backend"] == "npu" for r in npu_rows) else "npu-emulated"
-    worst = max((r["max_abs"] / r["bound"] for r in npu_rows
-                 if r["backend"] == primary and r["bound"]), default=None)
+    counts, model, frame = result.counts, result.model, result.frame()
+    measured = frame[frame["backend"].isin(("npu", "npu-emulated")) & frame["max_abs"].notna()]
+    primary = "npu" if (measured["backend"] == "npu").any() else "npu-emulated"
+    worst = error_ratio(measured[measured["backend"] == primary]).max()
     # The grid's: its worst row (SKIP: no row ran), made worse by the model check.
-    verdict = next((v for v in ("FAIL", "WARN", "PASS") if counts.get(v)), "SKIP")
+    verdict = worst_verdict(frame["verdict"])
     if model is not None and model.verdict == "FAIL":
         verdict = "FAIL"
-    elif model is not None and model.verdict in ("WARN", "REFUSED") and verdict == "PASS":
+    elif model is not None and model.verdict in ("WARN", REFUSED) and verdict == "PASS":
         # REFUSED: the swap says plainly that it cannot serve this model (training keeps
         # eager attention): a limit to know, not a wrong result.
         verdict = "WARN"
     headline = {
-        "cases": comparison.cases,
+        "cases": result.cases,
         "rows PASS/WARN/FAIL": f"{counts.get('PASS', 0)}/{counts.get('WARN', 0)}/{counts.get('FAIL', 0)}",
-        f"worst {primary} err/bound": None if worst is None else round(worst, 3),
+        f"worst {primary} err/bound": None if math.isnan(worst) else round(float(worst), 3),
     }
     if model is not None and model.max_abs_logits is not None:
         headline["model max |Δ logits|"] = float(f"{model.max_abs_logits:.3g}")
@@ -260,11 +231,11 @@ def summarize(result: AttentionStageResult) -> StageSummary:
         headline["swapped-attention calls per forward"] = model.swapped_calls
     headline["scan findings"] = len(result.scan.hits)
     headline["flash-attn API served"] = result.flash_attn_version
-    line = (f"{comparison.cases} cases × {len(comparison.backends)} backends vs float64 "
-            f"({where_each_ran(comparison.backends)}): {counts.get('FAIL', 0)} FAIL, "
+    line = (f"{result.cases} cases × {len(result.backends)} backends vs float64 "
+            f"({where_each_ran(result.backends)}): {counts.get('FAIL', 0)} FAIL, "
             f"{counts.get('WARN', 0)} WARN")
     if model is not None:
-        line += f"; model {model.verdict}" + (f" ({model.detail})" if model.verdict == "REFUSED" else "")
+        line += f"; model {model.verdict}" + (f" ({model.detail})" if model.verdict == REFUSED else "")
         if model.behaviour is not None and model.behaviour.meaningful:
             line += f"; {model.behaviour.line()}"
             headline["greedy answers identical"] = ", ".join(
@@ -279,20 +250,17 @@ def summarize(result: AttentionStageResult) -> StageSummary:
         if proof is None:
             line += f"; port: nothing to rewrite, {len(port.manual)} left for a human"
         else:
-            emulated = " (emulated)" if proof.get("emulated") else ""
-            headline["port proof"] = proof.get("verdict") + emulated
-            if proof.get("verdict") == "WARN" and verdict == "PASS":
+            emulated = " (emulated)" if proof.emulated else ""
+            headline["port proof"] = proof.verdict + emulated
+            if proof.verdict == "WARN" and verdict == "PASS":
                 verdict = "WARN"  # a port with no model class to prove it on
-            elif proof.get("verdict") not in ("PASS", "WARN", SKIP):  # SKIP: not asked for
+            elif proof.verdict not in ("PASS", "WARN", SKIP):  # SKIP: not asked for
                 verdict = "FAIL"
             line += (f"; port: {len(port.changes)} change(s), {len(port.manual)} left for a human, "
-                     f"proof {proof.get('verdict')}" + (" (NPU path emulated on CPU)" if emulated else ""))
+                     f"proof {proof.verdict}" + (" (NPU path emulated on CPU)" if emulated else ""))
     return StageSummary(verdict, line, headline)
 
 
-def record(result: AttentionStageResult, *, params: Optional[Params] = None,
-           directory: Optional[os.PathLike] = None) -> Path:
-    """Write the stage result; returns the file written.
-    ``params``: what it ran with (kept in the record, with every field)."""
-    return record_summary(STAGE, summarize(result), data=result.to_dict(),
-                          provenance=provenance(result.comparison), params=params, directory=directory)
+def result_data(result: AttentionStageResult) -> dict:
+    """The result as recorded: its fields, the scan with the path it read first (``path``)."""
+    return {**to_mapping(result), "scan": {"path": result.scan.root, **result.scan.to_dict()}}

@@ -1,23 +1,28 @@
 """Parts of stage 02 as the notebook and the report tell them: the behaviour's answers
 (computed in :mod:`~hyport_lib.proof.behaviour`), the port's proof as a table and in
 words (computed in :mod:`hyport_lib.proof.port`), the index card's lines, and tallies of the
-recorded rows (``data.rows``; an older or half-written record gives what it holds)."""
+rows (:meth:`~hyport_lib.attention.compare.ComparisonResult.frame`; an older or
+half-written record gives what it holds)."""
 
 from __future__ import annotations
 
 import math
+from collections import Counter
 from typing import Optional
 
-from hyport_lib.attention.stage import AttentionRecord
-from hyport_lib.drafting.values import as_dict, as_list, is_number, num
+from hyport_lib.attention.compare import error_ratio
+from hyport_lib.attention.stage import AttentionStageResult
+from hyport_lib.drafting.values import num
+from hyport_lib.port.tree import PortResult
 from hyport_lib.proof.behaviour import Behaviour, PairResult
+from hyport_lib.proof.port_record import PortProof
+from hyport_lib.results import VERDICTS
 from hyport_lib.utils.printable import shortened
 
 #: Longest answer shown in a table cell (the record keeps the whole answer).
 ANSWER_CHARS = 160
 PROOF_COLUMNS = ("name", "kind", "verdict", "max_abs", "bound", "cosine", "npu_calls",
                  "tokens_match", "detail")
-_VERDICTS = ("PASS", "WARN", "FAIL", "SKIP")
 
 
 # --- the behaviour --------------------------------------------------------------------
@@ -85,82 +90,73 @@ def behaviour_values(behaviour: Optional[Behaviour]) -> dict:
 
 
 # --- the port -------------------------------------------------------------------------
-def proof_frame(proof: dict):
+def proof_frame(proof: PortProof):
     """The proof's cases as a DataFrame (one row per input case)."""
     import pandas as pd
 
-    return pd.DataFrame([{c: case.get(c) for c in PROOF_COLUMNS} for case in proof.get("cases") or []],
+    return pd.DataFrame([{c: getattr(case, c) for c in PROOF_COLUMNS} for case in proof.cases],
                         columns=list(PROOF_COLUMNS))
 
 
-def proof_markdown(proof: dict) -> str:
+def proof_markdown(proof: PortProof) -> str:
     """The proof's verdict and what was compared with what, as Markdown."""
-    if proof.get("error"):
-        return f"**Proof {proof.get('verdict')}**: {proof['error']}"
-    lines = [f"**Proof {proof.get('verdict')}**: `{proof.get('model_class')}` "
-             f"({proof.get('model_kind')}), tiny random weights, {proof.get('dtype')} on "
-             f"{proof.get('device')}", "",
-             f"- reference: {proof.get('reference')}",
-             f"- port: {proof.get('ported_path')}"]
-    lines += [f"- note: {n}" for n in proof.get("notes") or []]
+    if proof.error:
+        return f"**Proof {proof.verdict}**: {proof.error}"
+    lines = [f"**Proof {proof.verdict}**: `{proof.model_class}` ({proof.model_kind}), tiny random "
+             f"weights, {proof.dtype} on {proof.device}", "",
+             f"- reference: {proof.reference}",
+             f"- port: {proof.ported_path}"]
+    lines += [f"- note: {n}" for n in proof.notes]
     return "\n".join(lines)
 
 
-def port_glance_rows(attention: AttentionRecord) -> list[tuple[str, str]]:
+def port_glance_rows(result: AttentionStageResult) -> list[tuple[str, str]]:
     """The index card's line for the port, when one was made."""
-    if attention.port_error:
-        return [("port", f"not made: {attention.port_error}")]
-    port = attention.port
+    if result.port_error:
+        return [("port", f"not made: {result.port_error}")]
+    port = result.port
     if port is None:
         return []
-    proof = as_dict(port.get("proof"))
-    said = f"proof {proof.get('verdict')}" + (" (emulated)" if proof.get("emulated") else "") \
-        if proof else "nothing to prove"
-    return [("port", f"{len(as_list(port.get('changes')))} changes, "
-                     f"{len(as_list(port.get('manual')))} left for a human, {said}")]
+    proof = port.proof
+    said = f"proof {proof.verdict}" + (" (emulated)" if proof.emulated else "") if proof else "nothing to prove"
+    return [("port", f"{len(port.changes)} changes, {len(port.manual)} left for a human, {said}")]
 
 
-def port_kinds(port: dict) -> list[tuple[str, int]]:
+def port_kinds(port: Optional[PortResult]) -> list[tuple[str, int]]:
     """The port's changes by kind, for the drafts' table."""
-    kinds: dict[str, int] = {}
-    for change in as_list(port.get("changes")):
-        if isinstance(change, dict):
-            kinds[str(change.get("kind"))] = kinds.get(str(change.get("kind")), 0) + 1
-    return sorted(kinds.items())
+    return sorted(Counter(str(change.kind) for change in port.changes).items()) if port else []
 
 
-# --- the recorded rows ----------------------------------------------------------------
-def case_tally(rows: list[dict]) -> tuple[int, int, Optional[dict]]:
+# --- the rows -------------------------------------------------------------------------
+def case_tally(frame) -> tuple[int, int, Optional[dict]]:
     """``(cases passed, cases, worst row)``: a case passes when every implementation passed
     it; the worst row has the largest ``max_abs / bound`` (None when no row was judged)."""
-    by_case: dict[str, list[dict]] = {}
-    for r in rows:
-        by_case.setdefault(str(r.get("case")), []).append(r)
-    passed = sum(1 for case in by_case.values() if all(r.get("verdict") == "PASS" for r in case))
-    judged = [r for r in rows if r.get("bound") and r.get("max_abs") is not None]
-    worst = max(judged, key=lambda r: r["max_abs"] / r["bound"], default=None)
-    return passed, len(by_case), worst
+    verdicts = frame.groupby(frame["case"].astype(str), sort=False)["verdict"]
+    passed = int(verdicts.apply(lambda v: bool((v == "PASS").all())).sum())
+    ratio = error_ratio(frame)
+    worst = frame.loc[ratio.idxmax()].to_dict() if ratio.notna().any() else None
+    return passed, verdicts.ngroups, worst
 
 
-def backend_rows(rows: list[dict]) -> list[dict]:
+def backend_rows(frame) -> list[dict]:
     """Per implementation, in the recorded order: where it ran, its rows per verdict, its
     largest ``max_abs`` and its worst ``max_abs / bound``."""
-    out: dict[str, dict] = {}
-    for r in rows:
-        if not isinstance(r, dict) or not r.get("backend"):
-            continue
-        entry = out.setdefault(r["backend"], {"name": r["backend"], "source": r.get("source"),
-                                              "rows": 0, "max_abs": None, "ratio": None,
-                                              **{v: 0 for v in _VERDICTS}})
-        entry["rows"] += 1
-        if r.get("verdict") in _VERDICTS:
-            entry[r["verdict"]] += 1
-        value, bound = r.get("max_abs"), r.get("bound")
-        if r.get("finite") is False:  # NaN / Inf in the output (its max_abs was recorded as null)
-            value = math.inf
-        if is_number(value):
-            entry["max_abs"] = value if entry["max_abs"] is None else max(entry["max_abs"], value)
-            if is_number(bound) and bound:
-                share = value / bound
-                entry["ratio"] = share if entry["ratio"] is None else max(entry["ratio"], share)
-    return list(out.values())
+    import pandas as pd
+
+    frame = frame[frame["backend"].notna() & (frame["backend"] != "")]
+    # NaN / Inf in the output: its max_abs was recorded as null
+    value = pd.to_numeric(frame["max_abs"], errors="coerce").mask(frame["finite"].eq(False), math.inf)
+    bound = pd.to_numeric(frame["bound"], errors="coerce")
+    frame = frame.assign(value=value, share=value / bound.where(bound != 0))
+    out = []
+    for name, group in frame.groupby("backend", sort=False):
+        counts = group["verdict"].value_counts()
+        source = group["source"].iloc[0]
+        out.append({"name": name, "source": None if pd.isna(source) else source, "rows": len(group),
+                    "max_abs": _largest(group["value"]), "ratio": _largest(group["share"]),
+                    **{v: int(counts.get(v, 0)) for v in VERDICTS}})
+    return out
+
+
+def _largest(values) -> Optional[float]:
+    return None if values.isna().all() else float(values.max())

@@ -1,8 +1,8 @@
 """The one stage command: its flags are the stage's ``Params``, its work the stage contract.
 
 ``hyport env | attention | infer | train | verify``: one flag per ``Params`` field, plus
-``--json`` and ``--no-record``; then ``plan``, ``run`` (a progress bar on stderr),
-``record``, and the exit status from ``summarize``:
+``--json`` and ``--no-record``; then ``plan``, ``run`` (a progress bar on stderr), the
+record (:func:`hyport_lib.results.record`), and the exit status from ``summarize``:
 
 * 0: PASS or WARN; 1: FAIL;
 * 2: a bad parameter, a missing file, a device not usable here, a results folder that
@@ -21,7 +21,7 @@ from typing import Any, Callable, ContextManager, Optional, Sequence, cast
 from hyport_lib import params
 from hyport_lib.commands._cli import run_showing_partial
 from hyport_lib.commands._progress import TerminalBar
-from hyport_lib.results import ensure_results_dir
+from hyport_lib.results import ensure_results_dir, record, recorded_data
 from hyport_lib.stages import StageContract, stage_part
 from hyport_lib.utils.files import atomic_write_text, dumps_json
 from hyport_lib.utils.redact import scrub_text
@@ -37,7 +37,7 @@ class StageCommand:
         text: the result as the terminal shows it (scrubbed when printed).
         planning: the context the plan runs in (training's dataset bar).
         plan_lines: what the plan decided, said on stderr before it runs.
-        json: the result as ``--json`` writes it.
+        json: the result as ``--json`` writes it (None: as it is recorded).
         json_file: ``--json OUT`` writes the JSON to a file as well as printing the text.
         positional: parameters given as positional arguments (``hyport verify PATH``).
         switches: boolean parameters off unless given (``--reload``), where the
@@ -50,7 +50,7 @@ class StageCommand:
     bar: Callable[[], Optional[TerminalBar]] = lambda: None
     planning: Callable[[], ContextManager] = contextlib.nullcontext
     plan_lines: Callable[[Any], Sequence[str]] = lambda plan: ()
-    json: Callable[[Any], Any] = lambda result: result.to_dict()
+    json: Optional[Callable[[Any], Any]] = None
     json_file: bool = False
     recording_optional: bool = True
     positional: Sequence[str] = ()
@@ -100,14 +100,16 @@ class StageCommand:
         summary = stage.summarize(result)
         # Scrubbed once, as text: every value whatever type dumps_json wrote it from, in every
         # encoded form (JSON escapes included).
-        payload = scrub_text(dumps_json(self.json(result), indent=1 if self.json_file else 2)) \
-            if args.json else None
+        payload = None
+        if args.json:
+            data = self.json(result) if self.json is not None else recorded_data(stage, result)
+            payload = scrub_text(dumps_json(data, indent=1 if self.json_file else 2))
         if payload is not None and not self.json_file:
             print(payload)
         else:
             print(scrub_text(self.text(result)))
         if recording:
-            print(f"result: {stage.record(result, params=given)}", file=sys.stderr)
+            print(f"result: {record(stage, result, params=given)}", file=sys.stderr)
         if payload is not None and self.json_file:
             atomic_write_text(args.json, payload)
         return 1 if summary.verdict == "FAIL" else 0

@@ -9,6 +9,8 @@ from hyport_lib.attention import stage
 from hyport_lib.attention.show import comparison_table, model_table
 from hyport_lib.commands._progress import TerminalBar
 from hyport_lib.commands._stage import StageCommand
+from hyport_lib.proof.port_record import PortProof
+from hyport_lib.utils.typed_records import to_mapping
 
 
 class _GridBar(TerminalBar):
@@ -26,32 +28,32 @@ class _GridBar(TerminalBar):
 def _text(result: stage.AttentionStageResult) -> str:
     import pandas as pd
 
-    comparison, model, scan = result.comparison, result.model, result.scan
+    model, scan = result.model, result.scan
     with pd.option_context("display.width", 250, "display.max_rows", None,
                            "display.max_columns", None, "display.max_colwidth", 90):
-        out = [comparison_table(comparison).drop(columns=["source"]).to_string(index=False), ""]
-        out += [f"backend {b['name']}: {b['source']}" for b in comparison.backends]
-        out += [f"note: {note}" for note in comparison.notes]
+        out = [comparison_table(result).drop(columns=["source"]).to_string(index=False), ""]
+        out += [f"backend {b.name}: {b.source}" for b in result.backends]
+        out += [f"note: {note}" for note in result.notes]
         if model is not None:
             out += ["", model_table(model).to_string(index=False)]
-    out += ["", f"scan of {result.scanned_path}: {scan.files_scanned} files, {len(scan.hits)} "
+    out += ["", f"scan of {scan.root}: {scan.files_scanned} files, {len(scan.hits)} "
                 f"findings {scan.counts()}"]
     if result.port_error:
         out.append(f"port: not made: {result.port_error}")
     elif result.port is not None:
-        proof = result.port.proof or {"verdict": "none (nothing was rewritten)"}
+        proof = result.port.proof or PortProof("none (nothing was rewritten)")
         out.append(f"port: {result.port.dst}: {len(result.port.changes)} change(s), "
                    f"{len(result.port.manual)} left for a human (port.json); proof "
-                   f"{proof.get('verdict')}{' (NPU path emulated on CPU)' if proof.get('emulated') else ''}"
-                   f"{': ' + proof['error'] if proof.get('error') else ''}")
+                   f"{proof.verdict}{' (NPU path emulated on CPU)' if proof.emulated else ''}"
+                   f"{': ' + proof.error if proof.error else ''}")
     summary = stage.summarize(result)
     return "\n".join(out + ["", f"{summary.verdict}: {summary.summary}"])
 
 
 def _json(result: stage.AttentionStageResult) -> dict:
-    summary, comparison, model = stage.summarize(result), result.comparison, result.model
-    return {"verdict": summary.verdict, "summary": summary.summary, "rows": comparison.rows,
-            "backends": comparison.backends, "notes": comparison.notes,
+    summary, model = stage.summarize(result), result.model
+    return {"verdict": summary.verdict, "summary": summary.summary, "rows": result.rows,
+            "backends": to_mapping(result.backends), "notes": result.notes,
             "model": model.to_dict() if model else None}
 
 

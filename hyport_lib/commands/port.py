@@ -73,7 +73,7 @@ def format_text(result) -> str:
         out.append(f"  LINK {path} -> {link_target} (a link inside SRC: kept as a link)")
     for path in result.removed_staging:
         out.append(f"  removed {path}: the staging folder of an earlier port that was killed")
-    proof = result.proof
+    proof = result.proof.to_dict() if result.proof is not None else None
     if proof is None:
         out.append("proof: none (nothing was rewritten)")
         return "\n".join(out)
@@ -108,7 +108,7 @@ def run(args: argparse.Namespace) -> int:
         proof = prove_port_in_child(result.src, result.dst, dtype=args.proof_dtype, seed=args.seed,
                                     config_overrides=overrides, timeout_s=args.proof_timeout) \
             if args.proof else proof_not_run(result.src, result.dst, "add --proof")
-        result.proof = proof.to_dict()
+        result.proof = proof
         write_record(result)
     print(json.dumps(result.to_dict(), indent=2) if args.json else format_text(result))
-    return 1 if result.proof is not None and result.proof["verdict"] == "FAIL" else 0
+    return 1 if result.proof is not None and result.proof.verdict == "FAIL" else 0

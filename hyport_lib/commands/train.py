@@ -13,7 +13,6 @@ from hyport_lib.train.dataset_progress import reporting_to
 from hyport_lib.train.preflight import LaunchPlan
 from hyport_lib.train.result import TrainProgress
 from hyport_lib.train.show import summary_frame
-from hyport_lib.train.stage import result_data
 
 
 @contextlib.contextmanager
@@ -30,10 +29,10 @@ def _reading_dataset():
 
 
 def _last_loss(progress: TrainProgress) -> str:
-    last = progress.records[-1] if progress.records else {}
-    if last.get("loss") is not None:
-        return f"loss {last['loss']:.4f}"
-    return "loss nan" if last.get("nonfinite_loss") else ""
+    last = progress.records[-1] if progress.records else None
+    if last is not None and last.loss is not None:
+        return f"loss {last.loss:.4f}"
+    return "loss nan" if last is not None and last.nonfinite_loss else ""
 
 
 def _plan_lines(plan: LaunchPlan) -> list[str]:
@@ -42,7 +41,7 @@ def _plan_lines(plan: LaunchPlan) -> list[str]:
 
 
 COMMAND = StageCommand(
-    "train", text=lambda result: summary_frame(result).to_string(index=False), json=result_data,
+    "train", text=lambda result: summary_frame(result).to_string(index=False),
     planning=_reading_dataset, plan_lines=_plan_lines,
     bar=lambda: TerminalBar("train", "step", total=lambda p: p.total_steps, done=lambda p: p.done_steps,
                             postfix=_last_loss))

@@ -19,7 +19,7 @@ from hyport_lib.utils.files import ensure_writable
 from hyport_lib.weights.checksums import checksum_name
 from hyport_lib.weights.result import WeightsResult
 from hyport_lib.weights.show import comparison_frame, reload_frame, shards_frame
-from hyport_lib.weights.stage import result_data, summarize
+from hyport_lib.weights.stage import summarize
 from hyport_lib.weights.verify import WeightsPlan
 
 #: Switches here, off unless given: a bare ``hyport verify PATH`` reads the headers in
@@ -50,8 +50,8 @@ def _text(result: WeightsResult) -> str:
     judged = summarize(result)
     n = result.counts
     out = [result.seed_line(),
-           f"{len(result.inspection.tensors)} tensors, {result.inspection.parameters:,} parameters "
-           f"({result.inspection.unique_parameters:,} without tied duplicates)", "",
+           f"{result.tensor_count} tensors, {result.parameters:,} parameters "
+           f"({result.parameters_without_tied:,} without tied duplicates)", "",
            shards_frame(result).to_string(index=False), ""]
     if result.scan is not None:
         s = result.scan
@@ -85,7 +85,7 @@ def _text(result: WeightsResult) -> str:
 
 
 COMMAND = StageCommand(
-    "weights", text=_text, json=result_data, positional=("weights_path",), switches=SWITCHES,
+    "weights", text=_text, positional=("weights_path",), switches=SWITCHES,
     arguments=_log_dir_argument, adjust=_with_log_dir,
     bar=lambda: TerminalBar("weights", "B", total=lambda p: p.total_bytes, done=lambda p: p.done_bytes,
                             phase=lambda p: p.phase, unit_scale=True))

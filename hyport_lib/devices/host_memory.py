@@ -11,7 +11,7 @@ from pathlib import Path
 from dataclasses import dataclass
 from typing import Mapping, Optional
 
-from hyport_lib.devices.records import Check
+from hyport_lib.results import Check
 
 #: GB per card, by backend kind, when the caller gives no requirement. Accelerator
 #: ranks each load the model on the host before moving it; CPU workers run tiny models.

@@ -26,7 +26,7 @@ import subprocess
 from dataclasses import dataclass, field
 from typing import Optional, Sequence
 
-from hyport_lib.devices.records import DeviceInfo, DeviceProcess
+from hyport_lib.devices.cards import DeviceInfo, DeviceProcess
 
 _VERSION_RE = re.compile(r"npu-smi\s+(\S+)\s+Version:\s*(\S+)")
 _IDLE_RE = re.compile(r"No running processes found in NPU\s+(\d+)", re.IGNORECASE)

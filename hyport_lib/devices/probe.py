@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from hyport_lib.devices.npu_smi import NpuSmiError, parse_npu_smi_info, run_npu_smi
-from hyport_lib.devices.records import DeviceInfo, DeviceProcess
+from hyport_lib.devices.cards import DeviceInfo, DeviceProcess
 
 NVIDIA_GPU_QUERY = ("--query-gpu=index,uuid,name,memory.used,memory.total",
                     "--format=csv,noheader,nounits")

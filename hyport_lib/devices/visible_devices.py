@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from typing import Optional
 
-from hyport_lib.devices.records import Check
+from hyport_lib.results import Check
 
 
 def _is_ascend_var(var_name: str) -> bool:

@@ -2,10 +2,9 @@
 
 The report knows no stage by name: it calls the functions below that the stage's
 ``hyport_lib.<name>.show`` module defines; a stage without them gets its recorded
-headline as a table. ``record`` is the dict read from ``results/NN_name.json``
-(``stage``, ``verdict``, ``summary``, ``headline``, ``provenance``, ``data``), possibly
-older or odd: read it with :meth:`hyport_lib.results.StageRecord.from_dict`, which never
-raises for a shape problem.
+headline as a table. ``record`` is ``results/NN_name.json`` as a
+:class:`hyport_lib.results.StageRecord` whose ``data`` is the stage's ``RESULT``, read
+without trusting its shape (an older or odd record gives defaults, never an exception).
 An exception in a function is shown in place of its output; it never stops the report.
 
 * ``glance(record) -> list[tuple[str, str]]``: the index card's figures, values written
@@ -25,8 +24,8 @@ A stage's draft part is one Jinja template beside its ``show`` module, ``blog.md
 imported by the frame (``report/templates/blog/blog.md.j2``) with ``host``,
 ``parameters``, ``versions``, ``facts``, ``figures`` (name -> relative path) and the
 shared macros (``item``, ``value_word``, ``result_word``, ``value``, ``yes_no``,
-``prov``). It defines ``title()``; ``section(r, x)`` (the record and its
-``blog_values``; called only when the stage finished and recorded data, after the
+``prov``). It defines ``title()``; ``section(r, x)`` (the record as written, a mapping,
+and its ``blog_values``; called only when the stage finished and recorded data, after the
 report's heading, verdict, provenance and summary); and optionally
 ``appendix(r, x, in_run)``, a section of its own after the stages' (``r`` None without
 data, ``in_run`` False when the run left the stage out). Its sentences are English, each

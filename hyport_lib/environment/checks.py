@@ -8,7 +8,8 @@ from __future__ import annotations
 import socket
 from typing import Iterable, Mapping, Optional
 
-from hyport_lib.devices.records import Check
+from hyport_lib.environment.facts import CannFacts
+from hyport_lib.results import Check
 from hyport_lib.utils.printable import printable
 
 #: Packages every stage needs; a missing one FAILs the environment check.
@@ -266,12 +267,12 @@ def check_torch_npu_import(kind: str, version: Optional[str], error: Optional[st
     return Check(name, "PASS", f"torch_npu {version} imports")
 
 
-def check_cann_env(kind: str, cann: Mapping, environ: Mapping[str, str]) -> Check:
+def check_cann_env(kind: str, cann: CannFacts, environ: Mapping[str, str]) -> Check:
     """Is a CANN installed, and is its environment sourced in this process?"""
     name = "cann_env"
-    set_env = cann.get("set_env")
+    set_env = cann.set_env
     home = environ.get("ASCEND_HOME_PATH") or environ.get("ASCEND_TOOLKIT_HOME")
-    version = cann.get("version")
+    version = cann.version
     if not set_env and not home:
         if kind == "npu":
             return Check(name, "WARN", "no set_env.sh under /usr/local/Ascend or ~/Ascend and "

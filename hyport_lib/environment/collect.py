@@ -3,15 +3,18 @@ visible-devices variables, and the report as text (:func:`format_report`)."""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Mapping, Optional
 
 from hyport_lib.backend import CudaBackend, NpuBackend
 from hyport_lib.devices import visible_devices
+from hyport_lib.devices.cards import DeviceInfo
 from hyport_lib.devices.probe import DeviceListing
-from hyport_lib.devices.records import Check, DeviceInfo, count_verdicts
-from hyport_lib.utils.records import from_mapping
+from hyport_lib.environment.container import ContainerFindings
+from hyport_lib.environment.facts import CannFacts
+from hyport_lib.results import VERDICTS, Check, Provenance
 from hyport_lib.utils.redact import scrub_text
+from hyport_lib.utils.typed_records import fields_of
 
 #: Visible-devices variable of each accelerator kind, as the backend seam names them.
 VISIBLE_DEVICES_VARS = {b.kind: b.visible_devices_var for b in (NpuBackend, CudaBackend)}
@@ -24,13 +27,13 @@ class EnvironmentReport:
 
     system: dict  # OS, CPU, RAM, /dev/shm, Python
     versions: dict  # package -> version (None: not installed)
-    cann: dict
+    cann: CannFacts
     devices: list[DeviceInfo]
     env_vars: dict  # the relevant variables, secret-named ones dropped
     checks: list[Check]
     build: dict = field(default_factory=dict)  # torch build, install paths, accelerate config
-    container: dict = field(default_factory=dict)  # ContainerFindings.to_dict()
-    device: str = "cpu"
+    container: Optional[ContainerFindings] = None
+    device: str = ""
     requested_device: str = "auto"
     num_cards: int = 0
     device_source: str = ""
@@ -39,30 +42,24 @@ class EnvironmentReport:
     collected_at: str = ""
     elapsed_s: float = 0.0
 
+    @property
+    def provenance(self) -> Provenance:
+        return Provenance(device=self.device)
+
     def summary(self) -> dict[str, int]:
         """Number of checks per verdict: ``{"PASS": 9, "WARN": 1, "FAIL": 0, "SKIP": 3}``."""
-        return count_verdicts(self.checks)
+        return {v: sum(c.verdict == v for c in self.checks) for v in VERDICTS}
 
     def summary_line(self, skip: bool = True) -> str:
         counts = self.summary()
-        keys = ("PASS", "WARN", "FAIL", "SKIP") if skip else ("PASS", "WARN", "FAIL")
-        return " / ".join(f"{counts[k]} {k}" for k in keys)
+        return " / ".join(f"{counts[k]} {k}" for k in (VERDICTS if skip else VERDICTS[:3]))
 
     def check(self, name: str) -> Optional[Check]:
         """The first check called ``name``, or None."""
         return next((c for c in self.checks if c.name == name), None)
 
     def to_dict(self) -> dict:
-        data = asdict(self)
-        data["devices"] = [d.to_dict() for d in self.devices]
-        data["summary"] = self.summary()
-        return data
-
-    @classmethod
-    def from_dict(cls, data) -> "EnvironmentReport":
-        """The report as recorded; defaults where an older record differs (see
-        :mod:`hyport_lib.utils.records`)."""
-        return from_mapping(cls, data)
+        return {**fields_of(self), "summary": self.summary()}
 
 
 # --- judging helpers -----------------------------------------------------------------------
@@ -121,7 +118,7 @@ def format_report(report: EnvironmentReport, verdict: str) -> str:
             add(key, report.build[key])
     lines += ["", "CANN"]
     for key in ("version", "info_file", "set_env", "nnal_set_env", "home_path", "driver_version"):
-        add(key, c.get(key))
+        add(key, getattr(c, key))
     lines += ["", "Container and driver"] + [f"- {k}: {v}" for k, v in container_facts(report.container)]
     lines += ["", f"Devices (source: {report.device_source or '?'})"]
     if report.device_error:
@@ -142,34 +139,33 @@ def format_report(report: EnvironmentReport, verdict: str) -> str:
     return scrub_text("\n".join(lines)) + "\n"
 
 
-def container_facts(container: Mapping) -> list[tuple[str, str]]:
+def container_facts(container: Optional[ContainerFindings]) -> list[tuple[str, str]]:
     """The report's ``container`` section as (fact, value) rows: where it was read, the
     container evidence, the versions, and the ``docker run`` flags that add what is missing."""
-    if not container:
+    if container is None:
         return [("container", "not collected")]
-    versions = container.get("versions") or {}
+    versions = container.versions
 
     def shown(value) -> str:
         return "not found" if value in (None, "", []) else str(value)
 
-    rows = [("root read", shown(container.get("root"))),
-            ("in container", f"yes ({container.get('evidence')})" if container.get("in_container") else "no")]
-    if container.get("judged"):
-        cards = ", ".join(str(c) for c in container.get("cards") or [])
-        rows.append(("card nodes needed", f"{cards or 'none'} (from {container.get('cards_from')})"))
-        shm = container.get("shm_total_gb")
-        rows.append(("/dev/shm (GB)", shown(shm)))
+    rows = [("root read", shown(container.root)),
+            ("in container", f"yes ({container.evidence})" if container.in_container else "no")]
+    if container.judged:
+        cards = ", ".join(str(c) for c in container.cards)
+        rows.append(("card nodes needed", f"{cards or 'none'} (from {container.cards_from})"))
+        rows.append(("/dev/shm (GB)", shown(container.shm_total_gb)))
     for key, label in (("driver", "driver version"), ("driver_package", "driver package"),
                        ("driver_inner", "driver inner version"),
                        ("driver_firmware_range", "driver compatible_version_fw"),
                        ("firmware", "firmware version"), ("firmware_package", "firmware package"),
                        ("firmware_driver_range", "firmware compatible_version_drv"),
                        ("cann", "CANN (under the root)")):
-        rows.append((label, shown(versions.get(key))))
-    for error in [*(versions.get("errors") or []), *(container.get("refused") or [])]:
+        rows.append((label, shown(getattr(versions, key))))
+    for error in [*versions.errors, *container.refused]:
         rows.append(("unreadable", error))
-    if container.get("flags"):
-        rows.append(("docker run flags to add", " ".join(container["flags"])))
+    if container.flags:
+        rows.append(("docker run flags to add", " ".join(container.flags)))
     return rows
 
 

@@ -17,7 +17,7 @@ from typing import NamedTuple, Optional
 
 from packaging.version import InvalidVersion, Version
 
-from hyport_lib.devices.records import Check
+from hyport_lib.results import Check
 
 
 class Pairing(NamedTuple):

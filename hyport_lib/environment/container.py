@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Mapping, Optional
 
 from hyport_lib.devices.host_memory import check_container_shm, shm_size_flag, shm_size_from_mounts
-from hyport_lib.devices.records import Check, worst_verdict
+from hyport_lib.results import Check, worst_verdict
 from hyport_lib.environment.container_cards import CardNeed, needed_cards, suggested_cards
 from hyport_lib.environment.driver_versions import DriverVersions
 from hyport_lib.environment.tree_files import MAX_PROC_BYTES, read_optional

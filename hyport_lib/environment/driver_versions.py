@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
-from hyport_lib.devices.records import Check
+from hyport_lib.results import Check
 from hyport_lib.environment.compat import normalise_cann
 from hyport_lib.environment.tree_files import MAX_VERSION_BYTES, read_optional, tree_file
 from hyport_lib.utils.printable import printable

@@ -13,6 +13,7 @@ import re
 import shutil
 import subprocess
 import sys
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping, Optional
 
@@ -67,8 +68,23 @@ def collect_system() -> dict:
     return facts
 
 
+@dataclass
+class CannFacts:
+    """Where CANN is installed and what it says of itself (None: not found)."""
+
+    version: Optional[str] = None
+    info_file: Optional[str] = None  # ascend_toolkit_install.info
+    info: dict[str, str] = field(default_factory=dict)  # that file's keys and values
+    set_env: Optional[str] = None  # the first set_env.sh found
+    set_env_found: list[str] = field(default_factory=list)
+    nnal_set_env: Optional[str] = None
+    home_path: Optional[str] = None  # ASCEND_HOME_PATH
+    driver_version: Optional[str] = None
+    refused: list[str] = field(default_factory=list)  # files present but not read, one line each
+
+
 def collect_cann(environ: Optional[Mapping[str, str]] = None, root: os.PathLike = Path("/"),
-                 arch: Optional[str] = None, ascend_root: Optional[os.PathLike] = None) -> dict:
+                 arch: Optional[str] = None, ascend_root: Optional[os.PathLike] = None) -> CannFacts:
     """The CANN install info file, the set_env.sh scripts present, and the driver version,
     under ``ascend_root`` (default ``/usr/local/Ascend``), this user's ``~/Ascend`` and the
     toolkit that ``ASCEND_HOME_PATH`` of ``environ`` names; ``refused``: the files present
@@ -98,17 +114,9 @@ def collect_cann(environ: Optional[Mapping[str, str]] = None, root: os.PathLike 
         if found is not None]
     _, driver = read_version_file(root, f"{ascend}/driver/version.info", refused)
     nnal = regular_file_in_tree(root, f"{ascend}/nnal/atb/set_env.sh")
-    return {
-        "version": normalise_cann(info.get("version")),
-        "info_file": info_file,
-        "info": info,
-        "set_env": set_envs[0] if set_envs else None,
-        "set_env_found": set_envs,
-        "nnal_set_env": str(nnal) if nnal is not None else None,
-        "home_path": environ.get("ASCEND_HOME_PATH"),
-        "driver_version": driver.get("Version") or driver.get("version"),
-        "refused": refused,
-    }
+    return CannFacts(normalise_cann(info.get("version")), info_file, info, set_envs[0] if set_envs else None,
+                     set_envs, str(nnal) if nnal is not None else None, environ.get("ASCEND_HOME_PATH"),
+                     driver.get("Version") or driver.get("version"), refused)
 
 
 def collect_env_vars(environ: Optional[Mapping[str, str]] = None) -> dict[str, str]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from hyport_lib.environment.collect import EnvironmentReport, container_facts
+from hyport_lib.utils.typed_records import to_mapping
 
 #: Variables worth showing even when unset, with their default (docs/ascend_field_notes.md).
 NOTABLE_VARIABLES = {
@@ -26,7 +27,7 @@ def checks_frame(report: EnvironmentReport):
     """One row per check: name, verdict, reason."""
     import pandas as pd
 
-    return pd.DataFrame([c.to_dict() for c in report.checks], columns=["name", "verdict", "reason"])
+    return pd.DataFrame([to_mapping(c) for c in report.checks], columns=["name", "verdict", "reason"])
 
 
 def devices_frame(report: EnvironmentReport):
@@ -55,8 +56,8 @@ def versions_frame(report: EnvironmentReport):
     for key in ("torch_cuda", "torch_hip", "torch_cann"):
         if report.build.get(key):
             rows.append({"package": key.replace("_", " "), "version": str(report.build[key])})
-    rows.append({"package": "CANN", "version": report.cann.get("version") or "not found"})
-    rows.append({"package": "driver", "version": report.cann.get("driver_version") or "not found"})
+    rows.append({"package": "CANN", "version": report.cann.version or "not found"})
+    rows.append({"package": "driver", "version": report.cann.driver_version or "not found"})
     return pd.DataFrame(rows, columns=["package", "version"])
 
 

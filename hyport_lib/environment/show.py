@@ -14,7 +14,7 @@ from hyport_lib.display import (MISSING, VERDICT_COLOURS, fit, style_verdicts, s
 from hyport_lib.drafting.values import fmt_value
 from hyport_lib.environment.collect import EnvironmentReport
 from hyport_lib.environment.stage import summarize
-from hyport_lib.results import StageRecord
+from hyport_lib.results import VERDICTS, StageRecord
 from hyport_lib.environment.frames import (checks_frame, container_frame, devices_frame,
                                            env_vars_frame, system_frame, versions_frame)
 
@@ -23,7 +23,7 @@ def summary_html(report: EnvironmentReport) -> str:
     verdict = summarize(report).verdict
     colour = VERDICT_COLOURS.get(verdict, "#ffffff")
     counts = report.summary()
-    badges = " ".join(verdict_label(k, f"{counts[k]} {k}") for k in ("PASS", "WARN", "FAIL", "SKIP"))
+    badges = " ".join(verdict_label(k, f"{counts[k]} {k}") for k in VERDICTS)
     return (f'<div style="padding:6px;border-left:6px solid {colour}">'
             f"<b>Environment: {verdict}</b> &nbsp; {badges} &nbsp; "
             f"backend <code>{html.escape(report.device)}</code>, {report.num_cards} cards, "
@@ -71,7 +71,7 @@ def show_environment(report: EnvironmentReport, *, system: bool = True) -> None:
         display(Markdown(note))
     display(Markdown("**Versions**"))
     display(fit(versions_frame(report)))
-    display(Markdown(f"**Container and driver** (read under `{report.container.get('root', '/')}`)"))
+    display(Markdown(f"**Container and driver** (read under `{report.container.root if report.container else '/'}`)"))
     display(fit(container_frame(report)))
     display(Markdown("**Environment variables** (names that look secret are never shown)"))
     display(fit(env_vars_frame(report)))
@@ -116,26 +116,16 @@ def environment_widget(probe: Callable[[], EnvironmentReport],
 
 
 # --------------------------------------------------------------------------- the report
-def _read(record: dict) -> StageRecord[EnvironmentReport]:
-    return StageRecord.from_dict(record, EnvironmentReport)
-
-
-def glance(record: dict) -> list[tuple[str, str]]:
+def glance(record: StageRecord[EnvironmentReport]) -> list[tuple[str, str]]:
     """The index card: verdict, checks, device × cards, the checks to look at."""
-    read = _read(record)
-    head = read.headline
-    failing = [c.name for c in read.data.checks if c.verdict in ("FAIL", "WARN")]
-    return [("verdict", fmt_value(read.verdict)), ("checks", fmt_value(head.get("checks"))),
-            ("device", f"{fmt_value(head.get('device'))} × {fmt_value(head.get('cards'))}"),
+    failing = [c.name for c in record.data.checks if c.verdict in ("FAIL", "WARN")]
+    return [("verdict", fmt_value(record.verdict)), ("checks", fmt_value(record.figure("checks"))),
+            ("device", f"{fmt_value(record.figure('device'))} × {fmt_value(record.figure('cards'))}"),
             ("to look at", ", ".join(failing) or "nothing")]
 
 
-def blog_facts(record: dict) -> dict:
-    """The backend the run used and the cards the next stages use, for the draft's title."""
-    report = _read(record).data
-    # The typed reader gives a missing field the writer's default ("cpu", 0 cards): a
-    # record without them must not claim those for the run.
-    recorded = record.get("data") if isinstance(record, dict) else None
-    recorded = recorded if isinstance(recorded, dict) else {}
-    return {"device": report.device if "device" in recorded else None,
-            "cards": report.num_cards if "num_cards" in recorded else None}
+def blog_facts(record: StageRecord[EnvironmentReport]) -> dict:
+    """The backend the run used and the cards the next stages use, for the draft's title
+    (none where the record does not say: a record without them must not claim the
+    reader's defaults for the run)."""
+    return {"device": record.data.device or None, "cards": record.data.num_cards or None}

@@ -1,5 +1,5 @@
 """Stage 01: the environment check — the stage contract (:func:`plan`, :func:`run`,
-:func:`summarize`, :func:`record`), for the notebook and ``hyport env``. Cheap on purpose:
+:func:`summarize`), for the notebook and ``hyport env``. Cheap on purpose:
 well under 3 s on CPU.
 """
 
@@ -15,22 +15,23 @@ from typing import Callable, Optional
 from hyport_lib.backend import Backend, get_backend, import_torch_npu
 from hyport_lib.devices.host_memory import DEFAULT_SHM_GB_PER_CARD, check_host_memory
 from hyport_lib.devices.probe import probe_devices
-from hyport_lib.devices.records import Check, worst_verdict
 from hyport_lib.environment import checks as C
 from hyport_lib.environment.collect import (EnvironmentReport, card_count, format_report, visible_cards,
                                             visible_device_checks)
 from hyport_lib.environment.compat import check_cann_compat, check_torch_npu_compat, normalise_cann
 from hyport_lib.environment.container import ContainerFindings, ascend_signs, check_container, listed_cards
 from hyport_lib.environment.driver_versions import check_driver_cann, read_driver_versions
-from hyport_lib.environment.facts import collect_build, collect_cann, collect_env_vars, collect_system
+from hyport_lib.environment.facts import CannFacts, collect_build, collect_cann, collect_env_vars, collect_system
 from hyport_lib.environment.params import Params
 from hyport_lib.environment.tree_paths import is_machine_root
 from hyport_lib.models.loading import torchvision_problem, wants_video_processor
-from hyport_lib.results import Provenance, StageSummary, record_summary
+from hyport_lib.results import Check, StageSummary, worst_verdict
 from hyport_lib.utils.imports import collect_versions, is_flash_attn_available
 from hyport_lib.utils.redact import scrub_text
+from hyport_lib.utils.typed_records import to_mapping
 
 STAGE = "01_environment"
+RESULT = EnvironmentReport
 
 
 @dataclass
@@ -86,11 +87,11 @@ def run(plan: Plan, *, on_progress: Optional[Callable[[Step], None]] = None) -> 
     listing = probe_devices(backend)
     step("devices")
     cann = collect_cann(environ=environ)
-    if not cann["driver_version"] and listing.driver_version:
-        cann["driver_version"] = listing.driver_version
+    if not cann.driver_version and listing.driver_version:
+        cann.driver_version = listing.driver_version
     build = collect_build(versions)
-    if not cann["version"] and build.get("torch_cann"):
-        cann["version"] = normalise_cann(build["torch_cann"])
+    if not cann.version and build.get("torch_cann"):
+        cann.version = normalise_cann(build["torch_cann"])
     step("CANN and build")
     system = collect_system()
     step("system")
@@ -105,11 +106,11 @@ def run(plan: Plan, *, on_progress: Optional[Callable[[Step], None]] = None) -> 
         C.check_backend(params.device, kind, cards, plan.backend_error),
         C.check_packages(versions, kind),
         C.check_torch_npu_import(kind, versions["torch_npu"], torch_npu_error, params.device,
-                                 cann_found=bool(cann.get("info_file") or cann.get("set_env")),
+                                 cann_found=bool(cann.info_file or cann.set_env),
                                  torch_version=versions["torch"]),
         check_torch_npu_compat(versions["torch"], versions["torch_npu"]),
         C.check_cann_env(kind, cann, environ),
-        check_cann_compat(versions["torch_npu"], cann["version"]),
+        check_cann_compat(versions["torch_npu"], cann.version),
         *visible_device_checks(judged_kind, listing, environ),
         C.check_busy_cards(kind, listing, params.num_cards, *visible_cards(kind, environ)),
         C.check_card_health(kind, listing),
@@ -130,7 +131,7 @@ def run(plan: Plan, *, on_progress: Optional[Callable[[Step], None]] = None) -> 
     return EnvironmentReport(
         system=system, versions=versions, cann=cann, devices=listing.devices,
         env_vars=collect_env_vars(environ), checks=checks, build=build,
-        container=findings.to_dict(), device=kind,
+        container=findings, device=kind,
         requested_device=params.device, num_cards=cards, device_source=listing.source,
         device_error=listing.error or listing.distrust,
         device_tool_output=scrub_text(listing.raw) if listing.raw else None,
@@ -147,7 +148,7 @@ def _video_processor_wanted(model_path) -> tuple[str, Optional[bool]]:
         return "", None
 
 
-def container_and_driver(plan: Plan, environ: dict, listing, cann: dict,
+def container_and_driver(plan: Plan, environ: dict, listing, cann: CannFacts,
                          system: dict) -> tuple[ContainerFindings, Check]:
     """The container checks and the driver / CANN pairing of the tree under ``host_root``: on
     an Ascend backend, or on any backend when the tree holds Ascend software or devices (a
@@ -156,7 +157,7 @@ def container_and_driver(plan: Plan, environ: dict, listing, cann: dict,
     root = Path(params.host_root)
     machine = is_machine_root(root)
     tree_cann = cann if machine else collect_cann(environ, root)
-    versions = read_driver_versions(root, tree_cann.get("version"), tuple(tree_cann["refused"]))
+    versions = read_driver_versions(root, tree_cann.version, tuple(tree_cann.refused))
     requested = params.device
     shm_per_card = params.shm_gb_per_card or DEFAULT_SHM_GB_PER_CARD["npu"]
     findings = check_container(root, kind=kind, requested=requested, num_cards=params.num_cards,
@@ -192,12 +193,4 @@ def report_text(result: EnvironmentReport) -> str:
 def result_data(result: EnvironmentReport) -> dict:
     """The report as recorded and as ``hyport env --json`` prints it: with the verdict of
     :func:`summarize`."""
-    return {"verdict": summarize(result).verdict, **result.to_dict()}
-
-
-def record(result: EnvironmentReport, *, params: Optional[Params] = None,
-           directory: Optional[os.PathLike] = None) -> Path:
-    """Write the environment report as the stage result; returns the file written.
-    ``params``: what it ran with (kept in the record, with every field)."""
-    return record_summary(STAGE, summarize(result), data=result_data(result),
-                          provenance=Provenance(device=result.device), params=params, directory=directory)
+    return {"verdict": summarize(result).verdict, **to_mapping(result)}

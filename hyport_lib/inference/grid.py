@@ -23,7 +23,8 @@ import pandas as pd
 from hyport_lib.backend import Backend
 from hyport_lib.devices.card_plan import CardPlan, GridPlan
 from hyport_lib.inference.params import Params
-from hyport_lib.inference.table import COLUMNS, GridProgress, GridResult, PREVIEW_CHARS, consistency, scan_fallbacks
+from hyport_lib.inference.table import (COLUMNS, PREVIEW_CHARS, CardOutputs, GridProgress, GridResult, consistency,
+                                        scan_fallbacks)
 from hyport_lib.models.generation_config import InferenceConfig
 from hyport_lib.proof.choice import AttentionChoice
 from hyport_lib.models.tiny import TINY_MODEL_NAME, ensure_tiny_model
@@ -241,15 +242,19 @@ def run_grid(plan: InferencePlan, *, on_progress: Optional[Callable[[GridProgres
         notify(worker.card, rows[worker.card]["status"])
 
     def result() -> GridResult:
-        frame = _frame(rows, order)
-        consistent, differing, _ = consistency(frame)
+        consistent, differing, _ = consistency(_frame(rows, order))
+        outcomes = {c: raws[c].get("outcome") for c in order if c in raws}
         return GridResult(
-            frame=frame, consistent=consistent, differing_cards=differing, log_dir=log_dir,
-            wall_s=time.monotonic() - t0, provenance=Provenance(device=backend.kind), plan=card_plan,
-            config=scrub_obj(inference, secrets_env), timeout_s=timeout_s,
-            cards=[raws[c] for c in order if c in raws],
-            attention=scrub_obj(plan.attention.to_dict(), secrets_env) if plan.attention else None,
-            notes=list(plan.notes))  # scrubbed by the plan, which the notebook prints
+            rows=[dict(rows[c]) for c in order], consistent=consistent, differing_cards=differing,
+            log_dir=log_dir, wall_s=round(time.monotonic() - t0, 3), timeout_s=timeout_s,
+            provenance=Provenance(device=backend.kind), plan=card_plan,
+            config=InferenceConfig.from_dict(scrub_obj(inference, secrets_env)),
+            attention=plan.attention, notes=list(plan.notes),  # scrubbed by the plan, which the notebook prints
+            # Full texts, not previews: what each card said, for the report.
+            outputs={str(c): CardOutputs(out.get("single_output"), out.get("batch_outputs"))
+                     for c, out in outcomes.items() if out},
+            diagnoses={str(c): Triage.from_dict(raws[c]["diagnosis"]) for c in order
+                       if c in raws and raws[c].get("diagnosis")})
 
     workers: dict[int, _Worker] = {}  # by pid
     # Interrupted (KeyboardInterrupt in the notebook, SIGTERM in the CLI): the group leaves

@@ -7,23 +7,24 @@ always has a static twin (:func:`show_log_tails`): the report's HTML strips widg
 from __future__ import annotations
 
 import html
-from typing import Callable
+import math
+import numbers
+import statistics
+from typing import Any, Callable, NamedTuple, Optional
 
 import pandas as pd
 
 from hyport_lib.display import MISSING, LiveDisplay, fit, style_verdicts, verdict_label
 from hyport_lib.devices.card_plan import GridPlan
-from hyport_lib.drafting.values import as_list, fmt_value, is_number
-from hyport_lib.inference.table import (
-    COLUMNS, GridProgress, GridRecord, GridResult, consistency, given,
-)
-from hyport_lib.inference.stage import summarize
+from hyport_lib.drafting.values import fmt_value
+from hyport_lib.inference.table import COLUMNS, GridProgress, GridResult, consistency, given
+from hyport_lib.inference.stage import STAGE, summarize
 from hyport_lib.models.tiny import random_weights_reason
 from hyport_lib.processes import read_log_tail
 from hyport_lib.results import StageRecord
-from hyport_lib.triage import Triage, show_triage
-from hyport_lib.triage.show import diagnosis_line
+from hyport_lib.triage import show_triage
 from hyport_lib.utils.printable import shortened
+from hyport_lib.workbook.compare import THROUGHPUT_COLUMNS, Part, RunRecord, StageComparison
 
 #: The table shown in notebooks: the frame's columns but these, ``same_output`` after the hash.
 DISPLAY_COLUMNS = [c for c in COLUMNS if c not in ("new_tokens", "memory_source", "wall_s", "log_path",
@@ -84,29 +85,25 @@ def show_summary(result: GridResult) -> None:
         lines.append(f"{verdict_label('WARN')} Preflight: {result.plan.preflight_error}; "
                      "cards were not checked for other processes.")
     display(Markdown("\n\n".join(lines)))
-    for card in result.cards:
-        if card.get("diagnosis"):
-            display(Markdown(f"**Card {card.get('card')}: what its logs say**"))
-            show_triage(Triage.from_dict(card["diagnosis"]))
+    for card, diagnosis in result.diagnoses.items():
+        display(Markdown(f"**Card {card}: what its logs say**"))
+        show_triage(diagnosis)
 
 
 def show_outputs(result: GridResult) -> None:
     """The full texts of the first finished card (all agreeing cards said the same)."""
     from IPython.display import Markdown, display
 
-    ok = [c for c in result.cards if c.get("status") == "ok"]
-    if not ok:
+    if not result.outputs:
         display(Markdown("No card finished, so there is no output to show."))
         return
-    first = ok[0]
-    out = first.get("outcome") or {}
-    prompts = result.config.get("batch_prompts") or []
-    prompt = html.escape(str(result.config.get("single_prompt")))
-    why = random_weights_reason(str(result.config.get("model_path") or ""))
+    card, out = next(iter(result.outputs.items()))
+    prompts = result.config.batch_prompts
+    prompt = html.escape(str(result.config.single_prompt))
+    why = random_weights_reason(result.config.model_path)
     lines = ([f"*{why}: the texts below only show that every card gives the same answer.*"] if why else [])
-    lines += [f"**Card {first['card']}**, single prompt *{prompt}*:",
-             f"```text\n{out.get('single_output', '')}\n```"]
-    for i, text in enumerate(out.get("batch_outputs") or []):
+    lines += [f"**Card {card}**, single prompt *{prompt}*:", f"```text\n{out.single or ''}\n```"]
+    for i, text in enumerate(out.batch or []):
         prompt = prompts[i][0] if i < len(prompts) else f"sample {i + 1}"
         lines += [f"Batch sample {i + 1}, *{html.escape(str(prompt))}*:", f"```text\n{text}\n```"]
     display(Markdown("\n\n".join(lines)))
@@ -180,16 +177,16 @@ def live_log_tails(progress: GridProgress, lines: int = LIVE_LOG_LINES) -> str:
     """Each launched card's log tail as a fold (HTML, no script: it works while the kernel
     is busy with the grid), open while the card runs, with its seconds so far."""
     parts = []
-    for row in progress.frame.to_dict(orient="records"):
-        if row.get("status") == "skipped-busy" or not row.get("log_path"):
+    for row in progress.frame.itertuples():
+        if row.status == "skipped-busy" or not given(row.log_path) or not row.log_path:
             continue
-        card, status = row["card"], row.get("status")
+        card, status = row.card, row.status
         seconds = progress.elapsed_s.get(card)
         state = f"running {seconds:.0f} s" if seconds is not None else str(status)
-        tail = read_log_tail(row["log_path"], lines) or "(nothing logged yet)"
+        tail = read_log_tail(row.log_path, lines) or "(nothing logged yet)"
         parts.append(f"<details class='hyport-card-log'{' open' if status == 'running' else ''}>"
                      f"<summary>card {html.escape(str(card))}: {html.escape(state)} "
-                     f"<code>{html.escape(str(row['log_path']))}</code></summary>"
+                     f"<code>{html.escape(str(row.log_path))}</code></summary>"
                      f"<pre style='max-height:14em;overflow:auto'>{html.escape(tail)}</pre></details>")
     return "".join(parts)
 
@@ -210,46 +207,98 @@ def grid_progress_line(progress: GridProgress) -> str:
 GLANCE_ANSWER_CHARS = 90
 
 
-def glance(record: dict) -> list[tuple[str, str]]:
+def glance(record: StageRecord[GridResult]) -> list[tuple[str, str]]:
     """The index card: cards ok, whether they agreed, warm tokens/s, the cold first call;
     what the logs of the first failed card say (its diagnosis)."""
-    read = StageRecord.from_dict(record, GridRecord)
-    head, grid = read.headline, read.data
-    consistent = head.get("consistent")
-    rows = [("cards ok", fmt_value(head.get("cards ok"))),
+    grid, consistent = record.data, record.figure("consistent")
+    rows = [("cards ok", fmt_value(record.figure("cards ok"))),
             ("consistent", fmt_value(consistent) if consistent is not None else "—"),
-            ("warm tokens/s (median)", fmt_value(head.get("tokens/s incl. prefill (median)"))),
-            ("cold first call s (median)", fmt_value(head.get("cold first call s (median)")))]
-    attention = grid.config.get("attn_implementation")
-    if attention:
-        rows.append(("attention", str(attention)))
+            ("warm tokens/s (median)", fmt_value(record.figure("tokens/s incl. prefill (median)"))),
+            ("cold first call s (median)", fmt_value(record.figure("cold first call s (median)")))]
+    if grid.config.attn_implementation:
+        rows.append(("attention", grid.config.attn_implementation))
     sample = grid.sample_answer()
     if sample is not None:
         card, text = sample
-        why = random_weights_reason(str(grid.config.get("model_path") or ""))
+        why = random_weights_reason(grid.config.model_path)
         rows.append((f"card {card} answered", "random weights: only shows the cards agree" if why
                      else shortened(text, GLANCE_ANSWER_CHARS)))
     if grid.diagnoses:
         card, first = next(iter(grid.diagnoses.items()))
-        rows.append((f"card {card} diagnosis", diagnosis_line(first)))
+        rows.append((f"card {card} diagnosis", first.summary_line()))
     return rows
 
 
-def blog_facts(record: dict) -> dict:
+def blog_facts(record: StageRecord[GridResult]) -> dict:
     """The model folder the workers loaded (``tiny`` resolves to a built folder) and the
     number of cards the grid ran on."""
-    grid = StageRecord.from_dict(record, GridRecord).data
-    cards = [c for c in as_list(grid.plan.get("cards")) if isinstance(c, dict) and c.get("run")]
-    return {"model_folder": grid.config.get("model_path"), "cards": len(cards) or None}
+    grid = record.data
+    cards = [c for c in grid.plan.cards if c.run] if grid.plan else []
+    return {"model_folder": grid.config.model_path, "cards": len(cards) or None}
 
 
-def blog_values(record: dict) -> dict:
+def blog_values(record: StageRecord[GridResult]) -> dict:
     """What the draft's section derives from the record: whether its figures are warm
     (warm-up calls made and the cold one recorded apart; older records and
     ``warmup_runs=0`` timed the first call), the first answer, and why a random-weight
     answer shows only that the cards agree."""
-    grid = StageRecord.from_dict(record, GridRecord).data
-    warmup = grid.config.get("warmup_runs")
-    return {"warm": is_number(warmup) and warmup > 0 and any(r.get("cold_s") is not None for r in grid.rows),
+    grid = record.data
+    return {"warm": grid.config.warmup_runs > 0 and bool(grid.frame["cold_s"].notna().any()),
             "sample": grid.sample_answer(),
-            "random_why": random_weights_reason(str(grid.config.get("model_path", "")))}
+            "random_why": random_weights_reason(grid.config.model_path)}
+
+
+# --------------------------------------------------------------------------- compare
+def compare(runs: list[RunRecord]) -> StageComparison:
+    """Each card per run: its status, whether it agrees with its run's reference answer, its
+    tokens/s; and whether the cards answered the same across runs. Beside the other stages'
+    throughput: the median of the finished cards' tokens/s."""
+    per_run = {r.run.id: _cards(r.record.data.frame) for r in runs}
+    ids = list(per_run)
+    columns = ["card", *[f"{i} {what}" for i in ids for what in ("status", "agrees", "tokens/s")], "same output"]
+    rows = []
+    for card in sorted({c for cards in per_run.values() for c in cards}):
+        row = {"card": card}
+        for i in ids:
+            seen = per_run[i].get(card, _Card(MISSING, None, None, None))
+            row.update({f"{i} status": seen.status, f"{i} agrees": seen.agrees, f"{i} tokens/s": seen.tokens_per_s})
+        # Across runs only when two runs or more have the card (None: nothing to compare).
+        hashes = [per_run[i][card].hash for i in ids if card in per_run[i]]
+        row["same output"] = len(set(hashes)) == 1 and None not in hashes if len(hashes) > 1 else None
+        rows.append(row)
+    cards = pd.DataFrame(rows, columns=columns).set_index("card")
+    throughput = pd.DataFrame(
+        [{"run": r.run.id, "label": r.label, "stage": STAGE, "measure": measure,
+          "tokens_per_s": _median(r.record.data.frame, column)}
+         for r in runs for measure, column in (("tokens/s incl. prefill (median of cards)", "tokens_per_s"),
+                                               ("decode tokens/s (median of cards)", "decode_tokens_per_s"))],
+        columns=THROUGHPUT_COLUMNS)
+    parts = [Part("cards", "03 inference: cards side by side (agrees: with its run's reference answer)", cards)]
+    return StageComparison(parts if rows else [], throughput)
+
+
+class _Card(NamedTuple):
+    status: Any
+    agrees: Optional[bool]  # with its run's reference answer (None: not a finished card)
+    tokens_per_s: Optional[float]
+    hash: Optional[str]
+
+
+def _cards(frame: pd.DataFrame) -> dict[int, _Card]:
+    """One run's cards, as the grid itself judges agreement (the most common hash)."""
+    frame = frame[frame["card"].notna()]
+    _, differing, reference = consistency(frame)
+    return {int(row.card): _Card(row.status, int(row.card) not in differing if row.status == "ok" and reference
+                                 else None, _number(row.tokens_per_s), row.output_hash if given(row.output_hash) else None)
+            for row in frame.itertuples()}
+
+
+def _number(value) -> Optional[float]:
+    """A finite recorded figure as a float, else None."""
+    real = isinstance(value, numbers.Real) and not isinstance(value, bool)
+    return float(value) if real and math.isfinite(value) else None
+
+
+def _median(frame: pd.DataFrame, column: str) -> Optional[float]:
+    kept = [v for v in map(_number, frame[frame["status"] == "ok"][column]) if v is not None]
+    return statistics.median(kept) if kept else None

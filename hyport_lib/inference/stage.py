@@ -1,5 +1,5 @@
 """Stage 03: inference on every card — :func:`plan` (every check, nothing written),
-:func:`run` (the grid), :func:`summarize` (the verdict), :func:`record`.
+:func:`run` (the grid), :func:`summarize` (the verdict).
 """
 
 from __future__ import annotations
@@ -24,10 +24,11 @@ from hyport_lib.models.prompts import PromptNotApplicable, encode_prompts
 from hyport_lib.models.tiny import TINY_MODEL_NAME
 from hyport_lib.params import ParameterError
 from hyport_lib.proof.choice import GRID, ProofBatch, choose_attention
-from hyport_lib.results import INTERRUPTED, StageSummary, fresh_folder_beside_results, record_summary
+from hyport_lib.results import INTERRUPTED, StageSummary, fresh_folder_beside_results
 from hyport_lib.utils.redact import scrub_text
 
 STAGE = "03_inference"
+RESULT = GridResult
 
 
 def plan(params: Params) -> InferencePlan:
@@ -163,11 +164,3 @@ def _headline(result: GridResult) -> dict:
         "first token s (median)": median("first_token_s"),
         "CPU fallback warnings": int(sum(int(v) for v in result.frame["cpu_fallback_warnings"] if given(v))),
     }
-
-
-def record(result: GridResult, *, params: Optional[Params] = None,
-           directory: Optional[os.PathLike] = None) -> Path:
-    """Write the grid as the stage result; returns the file written.
-    ``params``: what it ran with (kept in the record, with every field)."""
-    return record_summary(STAGE, summarize(result), data=result.to_dict(),
-                          provenance=result.provenance, params=params, directory=directory)

@@ -14,9 +14,12 @@ from typing import Any, Optional
 import pandas as pd
 
 from hyport_lib.devices.card_plan import GridPlan
+from hyport_lib.proof.choice import AttentionChoice
+from hyport_lib.models.generation_config import InferenceConfig
 from hyport_lib.processes import read_log_tail
 from hyport_lib.results import Provenance
-from hyport_lib.utils.records import from_mapping
+from hyport_lib.triage import Triage
+from hyport_lib.utils.typed_records import fields_of
 
 STATUSES = ("ok", "failed", "timeout", "skipped-busy", "interrupted")
 #: What torch_npu prints when an operator has no NPU kernel.
@@ -50,23 +53,38 @@ class GridProgress:
 
 
 @dataclass
-class GridResult:
-    """The grid's answer: one row per card plus the cross-card comparison."""
+class CardOutputs:
+    """What one card said, in full: the answer to the single prompt, the batch's answers."""
 
-    frame: pd.DataFrame
+    single: Optional[str] = None
+    batch: Optional[list[str]] = None
+
+
+@dataclass
+class GridResult:
+    """The grid's answer: one row per card (:data:`COLUMNS`) plus the cross-card comparison;
+    ``outputs``: each finished card's full texts (the rows hold previews), ``diagnoses``:
+    what the logs of each card that did not finish say (:mod:`hyport_lib.triage`)."""
+
+    rows: list[dict]
     consistent: bool
     differing_cards: list[int]
     log_dir: Path
     wall_s: float
-    provenance: Provenance
-    plan: Optional[GridPlan] = None
-    config: dict = field(default_factory=dict)
     timeout_s: float = 0.0
-    cards: list[dict] = field(default_factory=list)  # raw worker results, full outputs
-    #: the workers' attention as the plan chose it, with its proof (AttentionChoice.to_dict)
-    attention: Optional[dict] = None
+    provenance: Optional[Provenance] = None
+    plan: Optional[GridPlan] = None
+    config: InferenceConfig = field(default_factory=InferenceConfig)
+    #: the workers' attention as the plan chose it, with its proof
+    attention: Optional[AttentionChoice] = None
     #: the plan's notes (host RAM, attention), one line each
     notes: list[str] = field(default_factory=list)
+    outputs: dict[str, CardOutputs] = field(default_factory=dict)
+    diagnoses: dict[str, Triage] = field(default_factory=dict)
+
+    @property
+    def frame(self) -> pd.DataFrame:
+        return pd.DataFrame(self.rows, columns=COLUMNS)
 
     @property
     def counts(self) -> dict[str, int]:
@@ -75,14 +93,15 @@ class GridResult:
     @property
     def consistency_line(self) -> str:
         """One sentence on whether the cards agree."""
-        ok = self.frame[self.frame["status"] == "ok"]
+        frame = self.frame
+        ok = frame[frame["status"] == "ok"]
         if ok.empty:
             # Say why: the first card's error is usually every card's (a bad argument).
-            errors = [str(e) for e in self.frame.get("error", []) if isinstance(e, str) and e.strip()]
-            why = f" Card {int(self.frame.iloc[0]['card'])}: {errors[0].strip().splitlines()[0][:300]}" \
-                if errors and len(self.frame) else ""
+            errors = [str(e) for e in frame["error"] if isinstance(e, str) and e.strip()]
+            why = f" Card {int(frame.iloc[0]['card'])}: {errors[0].strip().splitlines()[0][:300]}" \
+                if errors and len(frame) else ""
             return f"No card finished, so there is nothing to compare.{why}"
-        _, differing, reference = consistency(self.frame)
+        _, differing, reference = consistency(frame)
         reference = (reference or "")[:12]
         return _agreement(self, ok, differing, reference) + _not_applicable(ok)
 
@@ -93,56 +112,16 @@ class GridResult:
         path = row.iloc[0]["log_path"]
         return read_log_tail(path, lines) if given(path) else "(not launched: no log)"
 
-    def to_dict(self) -> dict:
-        frame = self.frame.astype(object).where(self.frame.notna(), None)
-        return {
-            "rows": frame.to_dict(orient="records"),
-            "consistent": self.consistent,
-            "differing_cards": list(self.differing_cards),
-            "consistency": self.consistency_line,
-            "counts": self.counts,
-            "log_dir": str(self.log_dir),
-            "wall_s": round(self.wall_s, 3),
-            "timeout_s": self.timeout_s,
-            "provenance": self.provenance.to_dict(),
-            "plan": self.plan.to_dict() if self.plan else None,
-            "config": self.config,
-            "attention": self.attention,
-            "notes": list(self.notes),
-            # Full texts, not previews: what each card said, for the report.
-            "outputs": {str(c["card"]): {"single": (c.get("outcome") or {}).get("single_output"),
-                                         "batch": (c.get("outcome") or {}).get("batch_outputs")}
-                        for c in self.cards if c.get("outcome")},
-            # What the logs of each card that did not finish say (hyport_lib.triage).
-            "diagnoses": {str(c["card"]): c["diagnosis"] for c in self.cards if c.get("diagnosis")},
-        }
-
-
-@dataclass
-class GridRecord:
-    """What the report reads of :meth:`GridResult.to_dict` (the table as rows, the plan as
-    its dict). An older or odd record gives the defaults where it differs (see
-    :mod:`hyport_lib.utils.records`)."""
-
-    rows: list[dict] = field(default_factory=list)
-    plan: dict = field(default_factory=dict)
-    config: dict = field(default_factory=dict)
-    #: card -> {"single": the answer to the single prompt, "batch": the batch's answers}
-    outputs: dict[str, dict] = field(default_factory=dict)
-    #: card -> what its logs say (``Triage.to_dict()``)
-    diagnoses: dict[str, Any] = field(default_factory=dict)
-
-    @classmethod
-    def from_dict(cls, data) -> "GridRecord":
-        return from_mapping(cls, data)
-
     def sample_answer(self) -> Optional[tuple[Any, str]]:
         """``(card, answer)`` of the first card that answered the single prompt, or None."""
         for key in sorted(self.outputs, key=lambda k: (len(str(k)), str(k))):
-            answer = self.outputs[key].get("single") if isinstance(self.outputs[key], dict) else None
-            if answer:
-                return (int(key) if str(key).isdigit() else key), answer
+            if self.outputs[key].single:
+                return (int(key) if str(key).isdigit() else key), self.outputs[key].single
         return None
+
+    def to_dict(self) -> dict:
+        """The record: the fields, the cards' agreement in words and their counts by status."""
+        return {**fields_of(self), "consistency": self.consistency_line, "counts": self.counts}
 
 
 def given(value: Any) -> bool:
@@ -175,12 +154,12 @@ def consistency(frame: pd.DataFrame) -> tuple[bool, list[int], Optional[str]]:
 
 def _not_applicable(ok: pd.DataFrame) -> str:
     """What of the configured inference this model could not run (the same on every card)."""
-    parts = next((list(v) for v in ok.get("not_applicable", []) if isinstance(v, list) and v), [])
+    parts = next((list(v) for v in ok["not_applicable"] if isinstance(v, list) and v), [])
     return f" Not applicable to this model: {'; '.join(parts)}." if parts else ""
 
 
 def _agreement(result: GridResult, ok: pd.DataFrame, differing: list[int], reference: str) -> str:
-    sampling = float(result.config.get("temperature") or 0.0) > 0
+    sampling = float(result.config.temperature or 0.0) > 0
     note = " (sampling is on, so differences may be legitimate)" if sampling else ""
     if not differing:
         if len(ok) == 1:

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Optional
 
 from hyport_lib.port.codemod import Change, ManualSpot, port_python
+from hyport_lib.proof.port_record import PortProof
 from hyport_lib.port.segments import UnparsableSource, unpad_arities, uses_relative_imports
 from hyport_lib.port.staging import (SourceText, SourceTree, copy_file, make_staging, read_code, remove_stale,
                                      remove_staging, walk_source)
@@ -118,7 +119,7 @@ class PortResult:
     removed_staging: list[str] = field(default_factory=list)  # of earlier, killed ports
     diff: str = ""  # of the whole port (a/ = source, b/ = port)
     flash_attn_pin: Optional[str] = None
-    proof: Optional[dict] = None  # the proof's record, once made (:mod:`hyport_lib.proof.port`)
+    proof: Optional[PortProof] = None  # once made (:mod:`hyport_lib.proof.port`)
 
     def to_dict(self) -> dict:
         return {
@@ -132,7 +133,7 @@ class PortResult:
             "links": [{"path": p, "target": t} for p, t in self.links],
             "removed_staging": self.removed_staging,
             "flash_attn_pin": self.flash_attn_pin,
-            "proof": self.proof,
+            "proof": self.proof.to_dict() if self.proof is not None else None,
         }
 
     def frame(self):

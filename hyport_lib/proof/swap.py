@@ -28,7 +28,7 @@ from hyport_lib.proof.shrunk import KEEP_LAYERS, compact_vocabulary, shrunk_conf
 from hyport_lib.proof.tolerance import DECODING, GRADIENTS, LOGITS, LOSS, compare
 from hyport_lib.results import FAIL, PASS, REFUSED
 from hyport_lib.utils.files import atomic_write_json
-from hyport_lib.utils.records import from_mapping
+from hyport_lib.utils.typed_records import from_mapping
 from hyport_lib.utils.redact import scrub_text
 from hyport_lib.utils.imports import package_version
 

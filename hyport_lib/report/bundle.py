@@ -19,8 +19,7 @@ from typing import Optional
 
 from hyport_lib.report.index import render_index
 from hyport_lib.report.paths import relative_text
-from hyport_lib.report.records import StageView
-from hyport_lib.report.run import ReportRun
+from hyport_lib.report.run import ReportRun, StageView
 from hyport_lib.utils.files import atomic_target, atomic_write_text
 
 BUNDLE = "report.html"

@@ -16,9 +16,10 @@ import shutil
 from pathlib import Path
 from typing import Callable, Optional
 
-from hyport_lib.report.run import INTERRUPTED, NOT_RUN, PENDING, RUNNING, ReportRun
+from hyport_lib.report.run import NOT_RUN, PENDING, RUNNING, ReportRun
 from hyport_lib.report.run_files import write_run_files
 from hyport_lib.report.stage_run import PARTIAL_DIR, scrub_file, sweep_partial
+from hyport_lib.results import INTERRUPTED
 
 _TEXT_SUFFIXES = {".ipynb", ".html", ".json", ".jsonl", ".log", ".md", ".txt", ".yaml"}
 

@@ -7,24 +7,25 @@ from __future__ import annotations
 import html
 from typing import Optional
 
-from hyport_lib.drafting.values import as_dict, fmt_value
-from hyport_lib.report.records import StageView
+from hyport_lib.drafting.values import fmt_value
+from hyport_lib.report.run import StageView
+from hyport_lib.results import StageRecord
 
 Figures = list[tuple[str, str]]
 
 
-def headline_figures(record: dict) -> Figures:
+def headline_figures(record: StageRecord) -> Figures:
     """A stage's recorded headline as card figures: the generic card."""
-    return [(k, fmt_value(v)) for k, v in as_dict(record.get("headline")).items()]
+    return [(k, fmt_value(v)) for k, v in record.headline.items()]
 
 
 def card_figures(view: StageView) -> Figures:
     """The figures on a stage's card, from its recorded result (none when it wrote none)."""
-    if not view.result:
+    if view.record is None:
         return []
     glance = view.hook("glance") or headline_figures
     try:
-        return glance(view.result)
+        return glance(view.record)
     except (TypeError, ValueError, KeyError, AttributeError, ZeroDivisionError) as exc:  # an odd record: say so
         return [("(figures unreadable)", f"{type(exc).__name__}: {exc}")]
 
@@ -32,10 +33,10 @@ def card_figures(view: StageView) -> Figures:
 def card_svg(view: StageView) -> str:
     """The stage's inline SVG under its figures ("" when it draws none)."""
     draw = view.hook("glance_svg")
-    if not view.result or draw is None:
+    if view.record is None or draw is None:
         return ""
     try:
-        return draw(view.result)
+        return draw(view.record)
     except (TypeError, ValueError, KeyError, AttributeError, ZeroDivisionError) as exc:
         return f'<p class="prov">(figure unreadable: {html.escape(type(exc).__name__)})</p>'
 
@@ -52,7 +53,6 @@ def sources(views: list[StageView]) -> dict[str, list[str]]:
     """Provenance label -> the numbers of the stages whose recorded figures came from there."""
     by_label: dict[str, list[str]] = {}
     for view in views:
-        label = as_dict(as_dict(view.result).get("provenance")).get("label")
-        if label:
-            by_label.setdefault(label, []).append(view.number)
+        if view.record is not None and view.record.provenance is not None:
+            by_label.setdefault(view.record.provenance.label, []).append(view.number)
     return by_label

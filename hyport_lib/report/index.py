@@ -17,8 +17,8 @@ from hyport_lib.drafting.values import fmt_value
 from hyport_lib.params import parameter_fields
 from hyport_lib.report.glance import card_svg, figure_rows, sources
 from hyport_lib.report.paths import relative_text, shown_path, shown_profile
-from hyport_lib.report.records import StageView, load_views
-from hyport_lib.report.run import NOT_RUN, PENDING, RUNNING, ReportRun
+from hyport_lib.report.run import NOT_RUN, PENDING, RUNNING, ReportRun, StageView, load_views
+from hyport_lib.results import INTERRUPTED, VERDICTS
 from hyport_lib.stages import stage_part
 from hyport_lib.utils.files import atomic_write_text
 from hyport_lib.utils.redact import scrub_text
@@ -75,7 +75,7 @@ def _glance(views: list[StageView]) -> str:
         colour = VERDICT_COLOURS.get(s.verdict.upper(), "#ffffff")
         body = f"<dl>{rows}</dl>" if rows else f"<p>{_esc(s.error or _NO_FIGURES.get(s.verdict, 'no figures recorded'))}</p>"
         spark = card_svg(view)
-        prov = (s.provenance or {}).get("label", "")
+        prov = s.provenance.label if s.provenance else ""
         cards.append(
             f'<div class="card" id="glance-{_esc(s.stage)}"><h3>{_link(s.html, s.stage) or _esc(s.stage)} '
             f'<span class="verdict-tag" style="background:{colour}">{_esc(s.verdict)}</span></h3>'
@@ -123,12 +123,11 @@ def _parameter_rows(run: ReportRun) -> str:
 
 def render_index(run: ReportRun, views: Optional[list[StageView]] = None) -> str:
     """The index page, paths relative to the run (:func:`~hyport_lib.report.paths.relative_text`);
-    ``views``: the stages as :func:`~hyport_lib.report.records.load_views` reads them (read
+    ``views``: the stages as :func:`~hyport_lib.report.run.load_views` reads them (read
     here when not given)."""
     views = load_views(run) if views is None else views
     counts = Counter(s.verdict for s in run.stages)
-    shown = ["PASS", "WARN", "FAIL", "SKIP"] + [v for v in ("RUNNING", "INTERRUPTED", "PENDING", "NOT RUN")
-                                                if counts.get(v)]
+    shown = [*VERDICTS, *(v for v in (RUNNING, INTERRUPTED, PENDING, NOT_RUN) if counts.get(v))]
     summary = "".join(
         f'<span style="background:{VERDICT_COLOURS[v]}">{v}: {counts.get(v, 0)}</span>'
         for v in shown)
@@ -141,7 +140,7 @@ def render_index(run: ReportRun, views: Optional[list[StageView]] = None) -> str
     notes = f"<ul>{notes}</ul>" if notes else ""
     rows = []
     for s in run.stages:
-        prov = (s.provenance or {}).get("label", "")
+        prov = s.provenance.label if s.provenance else ""
         error = f'<div class="err">{_esc(s.error)}</div>' if s.error else ""
         rows.append(
             "<tr>"

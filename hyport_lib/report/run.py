@@ -1,6 +1,7 @@
 """The data model of a report run: one :class:`ReportRun` with a :class:`StageOutcome` per
-stage. The runner fills it; the index, the drafts and ``run.json`` read it (kept apart
-from the runner so that rendering a run never imports the module that executes one).
+stage, and each planned stage as the pages read it (:class:`StageView`). The runner fills
+the run; the index, the drafts and ``run.json`` read it (kept apart from the runner so
+that rendering a run never imports the module that executes one).
 """
 
 from __future__ import annotations
@@ -11,16 +12,17 @@ import os
 import secrets
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Iterator, Optional
+from typing import Any, Callable, Iterator, Optional
 
-from hyport_lib.results import RESULTS_DIR_ENV, RUN_DIR_ENV
-from hyport_lib.utils.records import from_mapping
-
+from hyport_lib.results import (INTERRUPTED, RESULTS_DIR_ENV, RUN_DIR_ENV, VERDICTS, Provenance, StageRecord,
+                                UnreadableResult, read_record, read_result, result_file)
+from hyport_lib.stages import read_stage_record, stage_hook
+from hyport_lib.utils.typed_records import from_mapping
 
 #: The folder of a run that holds what each stage recorded (``results/NN_name.json``).
 RESULTS_DIR = "results"
 #: Statuses of a stage that has no verdict (yet).
-PENDING, RUNNING, INTERRUPTED, NOT_RUN = "PENDING", "RUNNING", "INTERRUPTED", "NOT RUN"
+PENDING, RUNNING, NOT_RUN = "PENDING", "RUNNING", "NOT RUN"
 UNFINISHED = (PENDING, RUNNING, INTERRUPTED, NOT_RUN)
 
 
@@ -35,7 +37,7 @@ class StageOutcome:
     log: Optional[str] = None
     error: Optional[str] = None
     headline: dict = field(default_factory=dict)
-    provenance: Optional[dict] = None
+    provenance: Optional[Provenance] = None
     #: Every parameter of the stage as it runs (given or its default), secrets left out.
     parameters: dict = field(default_factory=dict)
     interrupted: bool = False
@@ -78,6 +80,69 @@ class ReportRun:
     @classmethod
     def from_dict(cls, data: dict) -> "ReportRun":
         return replace(from_mapping(cls, data), run_dir=Path(data["run_dir"]))
+
+
+@dataclass
+class StageView:
+    """One planned stage as the pages see it: the runner's outcome, and the stage's record
+    where it wrote one (``result``: the file's object as written, which the drafts'
+    templates read; ``record``: read as the stage's typed result, which its ``show`` hooks
+    read). A missing, half-written or odd file is no record (``problem`` says why)."""
+
+    outcome: StageOutcome
+    result: Optional[dict] = None
+    record: Optional[StageRecord] = None
+    problem: str = ""
+
+    @property
+    def stage(self) -> str:
+        return self.outcome.stage
+
+    @property
+    def number(self) -> str:
+        return self.outcome.stage.partition("_")[0]
+
+    @property
+    def verdict(self) -> str:
+        return str(self.outcome.verdict or "")
+
+    @property
+    def finished(self) -> bool:
+        return self.verdict in VERDICTS
+
+    @property
+    def has_data(self) -> bool:
+        """The stage finished and recorded data the stage's own section can show."""
+        return self.finished and self.result is not None and bool(read_record(self.result).data)
+
+    @property
+    def headline(self) -> dict:
+        return (self.record.headline if self.record is not None else {}) or self.outcome.headline
+
+    @property
+    def provenance(self) -> Optional[Provenance]:
+        return (self.record.provenance if self.record is not None else None) or self.outcome.provenance
+
+    def hook(self, name: str) -> Optional[Callable[[StageRecord], Any]]:
+        """The stage's ``show`` function ``name``, or None (:func:`~hyport_lib.stages.stage_hook`)."""
+        return stage_hook(self.stage, name)
+
+
+def read_view(outcome: StageOutcome, results: Path) -> StageView:
+    """The :class:`StageView` of one planned stage, its result read from ``results``."""
+    try:
+        raw = read_result(result_file(results, outcome.stage))
+    except FileNotFoundError:
+        return StageView(outcome)
+    except UnreadableResult as exc:
+        return StageView(outcome, problem=str(exc))
+    return StageView(outcome, raw, read_stage_record(outcome.stage, raw))
+
+
+def load_views(run: ReportRun) -> list[StageView]:
+    """A :class:`StageView` per planned stage, in the run's order."""
+    results = Path(run.run_dir) / RESULTS_DIR
+    return [read_view(outcome, results) for outcome in run.stages]
 
 
 def new_run_dir(output_root: Path) -> tuple[str, Path]:

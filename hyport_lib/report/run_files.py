@@ -6,8 +6,7 @@ from __future__ import annotations
 from hyport_lib.report.blog.writer import write_blog_drafts
 from hyport_lib.report.bundle import write_bundle
 from hyport_lib.report.index import write_index
-from hyport_lib.report.records import load_views
-from hyport_lib.report.run import ReportRun
+from hyport_lib.report.run import ReportRun, load_views
 from hyport_lib.utils.files import atomic_write_json
 from hyport_lib.utils.redact import scrub_obj
 

@@ -35,11 +35,10 @@ from typing import Callable, Iterable, Optional
 from hyport_lib.report.cleanup import clean_runs, hold_run_lock, process_start_time, release_run_folder
 from hyport_lib.report.run_parameters import check_before_running, resolve_parameters, safe_parameters
 from hyport_lib.report.profiles import load_profile, resolve_profile
-from hyport_lib.report.run import (
-    INTERRUPTED, NOT_RUN, PENDING, RUNNING, ReportRun, StageOutcome, new_run_dir,
-)
+from hyport_lib.report.run import NOT_RUN, PENDING, RUNNING, ReportRun, StageOutcome, new_run_dir
 from hyport_lib.report.run_files import write_run_files
 from hyport_lib.report.stage_run import FAILED_SUMMARY, run_stage, sweep_partial
+from hyport_lib.results import INTERRUPTED
 from hyport_lib.stages import discover_stages, select_stages
 from hyport_lib.utils.files import ensure_writable
 from hyport_lib.utils.imports import collect_versions

@@ -20,7 +20,7 @@ from typing import Optional
 from hyport_lib.report.html import notebook_to_html
 from hyport_lib.report.run_parameters import safe_parameters
 from hyport_lib.report.run import RESULTS_DIR, StageOutcome, run_folder_env
-from hyport_lib.results import load_result, result_file
+from hyport_lib.results import load_record, result_file
 from hyport_lib.stages import Stage
 from hyport_lib.utils.files import atomic_write_text
 from hyport_lib.utils.redact import scrub_json_text, scrub_text
@@ -178,7 +178,7 @@ def _collect(stage: Stage, run_dir: Path, outcome: StageOutcome, error: Optional
     result_path = result_file(run_dir / RESULTS_DIR, stage.id)
     if result_path.exists():
         try:
-            result = load_result(result_path)
+            result = load_record(result_path)
             outcome.verdict, outcome.summary = result.verdict, result.summary
             outcome.headline, outcome.provenance = result.headline, result.provenance
         except ValueError as exc:

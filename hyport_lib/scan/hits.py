@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass, field, replace
 from io import BytesIO
 from typing import Any, Iterable, Optional
 
-from hyport_lib.utils.records import from_mapping
+from hyport_lib.utils.typed_records import from_mapping
 
 SNIPPET_MAX = 200
 _LINE_SPLIT_RE = re.compile(r"\r\n|\r|\n")
@@ -102,7 +102,7 @@ class ScanReport:
     @classmethod
     def from_dict(cls, data: Any) -> "ScanReport":
         """:meth:`to_dict` read back; an odd record gives defaults (see
-        :mod:`hyport_lib.utils.records`)."""
+        :mod:`hyport_lib.utils.typed_records`)."""
         data = data if isinstance(data, Mapping) else {}
         pairs = {key: [(str(d.get(first)), str(d.get(second))) for d in data.get(key) or []
                        if isinstance(d, Mapping)]

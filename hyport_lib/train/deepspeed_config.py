@@ -8,7 +8,9 @@ from __future__ import annotations
 import copy
 import json
 import os
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Optional
 
 import hyport_lib
 from hyport_lib.train.params import Params
@@ -82,15 +84,26 @@ def build_deepspeed_config(params: Params, backend, precision: str) -> dict:
     return data
 
 
-def describe(data: dict) -> dict:
-    """The few settings a reader wants to see in the report."""
+@dataclass
+class DeepSpeedSettings:
+    """The few settings of a DeepSpeed config a reader wants to see in the report."""
+
+    zero_stage: Optional[int] = None
+    bf16: bool = False
+    fp16: bool = False
+    loss_scale: Optional[float] = None  # fp16 only; None: dynamic
+    offload_optimizer: Optional[str] = None  # where to: cpu, nvme
+    optimizer: Optional[str] = None
+    torch_adam: bool = False
+
+
+def describe(data: dict) -> DeepSpeedSettings:
+    """The settings of the DeepSpeed config ``data`` a reader wants to see."""
     zero = data.get("zero_optimization") or {}
     optimizer = data.get("optimizer") or {}
     fp16 = data.get("fp16") or {}
-    return {"zero_stage": zero.get("stage"), "bf16": bool((data.get("bf16") or {}).get("enabled")),
-            "fp16": bool(fp16.get("enabled")),
-            "loss_scale": fp16.get("loss_scale") if fp16.get("enabled") else None,
-            "offload_optimizer": (zero.get("offload_optimizer") or {}).get("device"),
-            "optimizer": optimizer.get("type"),
-            "torch_adam": bool((optimizer.get("params") or {}).get("torch_adam"))}
+    return DeepSpeedSettings(zero.get("stage"), bool((data.get("bf16") or {}).get("enabled")),
+                             bool(fp16.get("enabled")), fp16.get("loss_scale") if fp16.get("enabled") else None,
+                             (zero.get("offload_optimizer") or {}).get("device"), optimizer.get("type"),
+                             bool((optimizer.get("params") or {}).get("torch_adam")))
 

@@ -23,13 +23,15 @@ from hyport_lib.train.first_batch import clear_first_batches
 from hyport_lib.train.metrics import read_metrics, summarize_metrics
 from hyport_lib.train.ownership import check_foreign, lock_output_dir, release_output_dir
 from hyport_lib.train.preflight import LaunchPlan
-from hyport_lib.train.result import RESULT_FILE, TrainProgress, TrainResult
+from hyport_lib.train.result import (RESULT_FILE, TrainProgress, TrainResult, WorkerResult, final_weights,
+                                     last_complete)
 from hyport_lib.train.smoke_data import write_smoke_dataset
-from hyport_lib.triage import cann_log_dir
+from hyport_lib.triage import Triage, cann_log_dir
 from hyport_lib.triage.child_logs import diagnose, own_cann_log_env
 from hyport_lib.utils.disk import disk_full_error
 from hyport_lib.utils.files import atomic_write_json, atomic_write_text, ensure_writable
-from hyport_lib.utils.redact import child_environ, scrub_obj
+from hyport_lib.utils.redact import child_environ
+from hyport_lib.utils.typed_records import from_mapping
 
 #: The environment variable that hands every rank the plan (JSON, :meth:`LaunchPlan.worker_spec`).
 SPEC_ENV = "HYPORT_TRAIN_SPEC"
@@ -158,16 +160,17 @@ def collect(plan: LaunchPlan, code: Optional[int], wall_s: float, timed_out: boo
     """Read what the run left into a :class:`TrainResult` (``stopped``: by a stop signal)."""
     out = Path(plan.output_dir)
     records = read_metrics(plan.metrics_path)
-    worker = read_json_object(out / RESULT_FILE)[0] or {}
+    written = read_json_object(out / RESULT_FILE)[0]
+    worker = from_mapping(WorkerResult, written) if written else None
     tail = read_log_tail(plan.log_path, 30)
     if stopped:
-        steps = [r.get("step") for r in records]
+        steps = [r.step for r in records]
         status, reason = "interrupted", (f"stopped by a signal after step {steps[-1]} (metrics and complete "
                                          "checkpoints kept)" if steps else "stopped by a signal before "
                                          "the first step")
     elif timed_out:
         status, reason = "timeout", f"stopped after train_timeout_s={plan.params.train_timeout_s:g}"
-    elif code == 0 and (worker.get("status") == "ok" or plan.params.node_rank > 0):
+    elif code == 0 and ((worker is not None and worker.status == "ok") or plan.params.node_rank > 0):
         status, reason = "ok", None  # node rank > 0: rank 0 (elsewhere) writes the result
     else:
         status = "failed"
@@ -184,17 +187,17 @@ def collect(plan: LaunchPlan, code: Optional[int], wall_s: float, timed_out: boo
         # wrote (an earlier launch into the folder left its own), and the CANN logs written
         # since it started (a margin for the file system's clock granularity).
         started_at = time.time() - wall_s - 2
-        diagnosis = diagnose(launch_logs(out, plan.log_path, started_at),
-                             cann_dir=cann_log_dir(_cann_environ(out)) if plan.device_kind == "npu" else None,
-                             since=started_at,
-                             environ=_environment(plan))
-    checkpoints = [{"path": str(c.path), "step": c.step, "complete": c.complete,
-                    "why_incomplete": c.why_incomplete} for c in list_checkpoints(out)]
+        diagnosis = Triage.from_dict(diagnose(
+            launch_logs(out, plan.log_path, started_at),
+            cann_dir=cann_log_dir(_cann_environ(out)) if plan.device_kind == "npu" else None,
+            since=started_at, environ=_environment(plan)))
+    checkpoints = list_checkpoints(out)
     return TrainResult(
-        status=status, exit_code=code, wall_s=wall_s, plan=scrub_obj(plan.to_dict()),
-        metrics=records, summary=summarize_metrics(records, plan.params.throughput_warmup_steps),
-        worker=worker, checkpoints=checkpoints, reason=reason, log_tail=tail,
-        provenance=Provenance(device=plan.device_kind), diagnosis=diagnosis)
+        status=status, exit_code=code, wall_s=round(wall_s, 3), reason=reason, plan=plan,
+        summary=summarize_metrics(records, plan.params.throughput_warmup_steps), worker=worker,
+        checkpoints=checkpoints, final_dir=final_weights(worker), last_checkpoint=last_complete(checkpoints),
+        model_path=plan.model_path, metrics=records, log_tail=tail, diagnosis=diagnosis,
+        provenance=Provenance(device=plan.device_kind))
 
 
 _RANK_LINE = re.compile(r"^\[(?:default)?(\d+)\]:(?:\[rank\d+\]:\s?)?(.*)$")

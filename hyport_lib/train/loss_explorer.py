@@ -15,7 +15,7 @@ from typing import Any, Optional
 
 from hyport_lib.display import figure_png
 from hyport_lib.train.show import loss_figure
-from hyport_lib.train.metrics import ema, finite
+from hyport_lib.train.metrics import StepMetrics, ema, finite
 from hyport_lib.train.result import TrainResult
 
 VEGA_LITE_MIME = "application/vnd.vegalite.v5+json"
@@ -30,18 +30,18 @@ def _number(value: Any) -> Optional[float]:
     return float(value) if finite(value) else None
 
 
-def loss_spec(records: list[dict], title: str = "") -> dict:
+def loss_spec(records: list[StepMetrics], title: str = "") -> dict:
     """The Vega-Lite spec of the loss by step: the raw loss (points, with the step's learning
     rate and tokens/s in the tooltip), its smoothing chosen on a slider, zoom on the axes."""
-    steps = [r["step"] for r in records]
-    losses = [r.get("loss") if finite(r.get("loss")) else math.nan for r in records]
+    steps = [r.step for r in records]
+    losses = [r.loss if finite(r.loss) else math.nan for r in records]
     rows = []
     for smoothing in SMOOTHING:
         smoothed = losses if smoothing == 0 else ema(losses, alpha=round(1 - smoothing, 2))
         for step, record, loss, smooth in zip(steps, records, losses, smoothed):
             rows.append({"step": step, "smoothing": smoothing, "loss": _number(loss),
-                         "smoothed": _number(smooth), "learning_rate": _number(record.get("learning_rate")),
-                         "tokens_per_s_per_card": _number(record.get("tokens_per_s_per_card"))})
+                         "smoothed": _number(smooth), "learning_rate": _number(record.learning_rate),
+                         "tokens_per_s_per_card": _number(record.tokens_per_s_per_card)})
     tooltip = [{"field": "step", "type": "quantitative"},
                {"field": "loss", "type": "quantitative", "format": ".4f"},
                {"field": "smoothed", "type": "quantitative", "format": ".4f"},
@@ -69,7 +69,7 @@ def loss_spec(records: list[dict], title: str = "") -> dict:
     }
 
 
-def loss_bundle(records: list[dict], title: str = "") -> dict:
+def loss_bundle(records: list[StepMetrics], title: str = "") -> dict:
     """The output's formats: the spec for JupyterLab, the PNG for everything else."""
     png = figure_png(loss_figure(records, None, title)).data
     return {VEGA_LITE_MIME: loss_spec(records, title),

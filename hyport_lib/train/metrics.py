@@ -11,11 +11,12 @@ import json
 import math
 import os
 import statistics
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
 from hyport_lib.utils.files import atomic_write_text
+from hyport_lib.utils.typed_records import from_mapping, to_mapping
 
 METRICS_FILE = "metrics.jsonl"
 THROUGHPUT_DEFINITION = ("tokens/s/p = global batch × sequence length / (cards × seconds per step); "
@@ -24,7 +25,36 @@ THROUGHPUT_DEFINITION = ("tokens/s/p = global batch × sequence length / (cards 
                          "checkpoints")
 
 
-def read_metrics(path: os.PathLike) -> list[dict]:
+@dataclass
+class StepMetrics:
+    """One line of the metrics file: one optimizer step as rank 0 logged it (a non-finite
+    loss or gradient norm is null, its flag says which; the tokens are summed over ranks)."""
+
+    step: int = 0
+    loss: Optional[float] = None
+    nonfinite_loss: bool = False
+    real_tokens: int = 0
+    tokens: int = 0
+    step_s: Optional[float] = None
+    save_s: Optional[float] = None  # the checkpoint saved inside this step
+    world_size: Optional[int] = None
+    tokens_per_s_per_card: Optional[float] = None
+    real_tokens_per_s_per_card: Optional[float] = None
+    skipped: bool = False  # by the optimizer (overflow)
+    skipped_total: int = 0
+    peak_memory_mb: Optional[float] = None
+    memory_source: Optional[str] = None
+    epoch: Optional[float] = None
+    restart: int = 0
+    process_step: Optional[int] = None
+    learning_rate: Optional[float] = None
+    grad_norm: Optional[float] = None
+    nonfinite_grad_norm: bool = False
+    logged_loss: Optional[float] = None
+    time: Optional[float] = None
+
+
+def read_metrics(path: os.PathLike) -> list[StepMetrics]:
     """Every complete line of a metrics file (a half-written last line is skipped)."""
     path = Path(path)
     if not path.is_file():
@@ -39,16 +69,16 @@ def read_metrics(path: os.PathLike) -> list[dict]:
         except json.JSONDecodeError:
             continue  # being written right now
         if isinstance(value, dict) and isinstance(value.get("step"), int):
-            records.append(value)
+            records.append(from_mapping(StepMetrics, value))
     return records
 
 
 def truncate_metrics(path: os.PathLike, last_step: int) -> int:
     """Keep only lines up to ``last_step`` (a resume continues from there); how many were kept."""
     path = Path(path)
-    kept = [r for r in read_metrics(path) if r["step"] <= last_step]
+    kept = [r for r in read_metrics(path) if r.step <= last_step]
     if path.exists() or kept:
-        atomic_write_text(path, "".join(json.dumps(r) + "\n" for r in kept))
+        atomic_write_text(path, "".join(json.dumps(to_mapping(r)) + "\n" for r in kept))
     return len(kept)
 
 
@@ -87,53 +117,49 @@ class MetricsSummary:
     restarts: int = 0
     throughput_definition: str = ""
 
-    def to_dict(self) -> dict:
-        return asdict(self)
 
-
-def summarize_metrics(records: list[dict], warmup_steps: int = 2) -> MetricsSummary:
+def summarize_metrics(records: list[StepMetrics], warmup_steps: int = 2) -> MetricsSummary:
     """Loss, step time and throughput (warm-up left out), flags, and step continuity."""
     out = MetricsSummary(warmup_steps=warmup_steps,
                          throughput_definition=THROUGHPUT_DEFINITION.format(warmup=warmup_steps))
     if not records:
         return out
-    steps = [r["step"] for r in records]
+    steps = [r.step for r in records]
     out.steps = len(set(steps))
     out.first_step, out.last_step = min(steps), max(steps)
     out.repeated_steps = sorted({s for s in steps if steps.count(s) > 1})
     out.missing_steps = sorted(set(range(out.first_step, out.last_step + 1)) - set(steps))
-    finite_rows = [r for r in records if finite(r.get("loss"))]
-    finite_losses = [r["loss"] for r in finite_rows]
+    finite_rows = [r for r in records if finite(r.loss)]
+    finite_losses = [r.loss for r in finite_rows]
     out.first_loss = finite_losses[0] if finite_losses else None
     out.last_loss = finite_losses[-1] if finite_losses else None
-    out.last_loss_step = finite_rows[-1]["step"] if finite_rows else None
+    out.last_loss_step = finite_rows[-1].step if finite_rows else None
     out.mean_loss = statistics.fmean(finite_losses) if finite_losses else None
     out.finite_losses = len(finite_losses)
-    out.nonfinite_loss_steps = [r["step"] for r in records if r.get("nonfinite_loss")]
-    out.nonfinite_grad_norm_steps = [r["step"] for r in records if r.get("nonfinite_grad_norm")]
-    out.skipped_steps = sum(1 for r in records if r.get("skipped"))
-    memory = [r["peak_memory_mb"] for r in records if finite(r.get("peak_memory_mb"))]
+    out.nonfinite_loss_steps = [r.step for r in records if r.nonfinite_loss]
+    out.nonfinite_grad_norm_steps = [r.step for r in records if r.nonfinite_grad_norm]
+    out.skipped_steps = sum(1 for r in records if r.skipped)
+    memory = [r.peak_memory_mb for r in records if finite(r.peak_memory_mb)]
     out.peak_memory_mb = max(memory) if memory else None
-    out.memory_source = next((r.get("memory_source") for r in records if r.get("memory_source")), None)
-    out.restarts = max((int(r.get("restart") or 0) for r in records), default=0)
-    measured = [r for r in records if int(r.get("process_step") or r["step"]) > warmup_steps
-                and finite(r.get("step_s")) and r["step_s"] > 0]
+    out.memory_source = next((r.memory_source for r in records if r.memory_source), None)
+    out.restarts = max((r.restart for r in records), default=0)
+    measured = [r for r in records if (r.process_step or r.step) > warmup_steps
+                and finite(r.step_s) and r.step_s > 0]
     if not measured:  # too few steps: keep a figure, and say which steps it covers
-        measured = [r for r in records if finite(r.get("step_s")) and r["step_s"] > 0]
+        measured = [r for r in records if finite(r.step_s) and r.step_s > 0]
         out.warmup_steps = 0
         out.throughput_definition = THROUGHPUT_DEFINITION.format(warmup=0) + \
             " (too few steps to leave any out)"
     out.measured_steps = len(measured)
     if measured:
         # Training seconds: a checkpoint written between two steps is not training.
-        busy = [max(r["step_s"] - (r.get("save_s") if finite(r.get("save_s")) else 0.0), 1e-9)
-                for r in measured]
-        out.checkpoint_s = round(sum(r["step_s"] for r in measured) - sum(busy), 6)
+        busy = [max(r.step_s - (r.save_s if finite(r.save_s) else 0.0), 1e-9) for r in measured]
+        out.checkpoint_s = round(sum(r.step_s for r in measured) - sum(busy), 6)
         out.mean_step_s = sum(busy) / len(measured)
-        cards = [r.get("world_size") or 1 for r in measured]
+        cards = [r.world_size or 1 for r in measured]
         card_seconds = sum(b * c for b, c in zip(busy, cards))
-        tokens = sum(r.get("tokens") or 0 for r in measured)
-        real = sum(r.get("real_tokens") or 0 for r in measured)
+        tokens = sum(r.tokens for r in measured)
+        real = sum(r.real_tokens for r in measured)
         out.tokens_per_s_per_card = tokens / card_seconds if card_seconds else None
         out.real_tokens_per_s_per_card = real / card_seconds if card_seconds else None
     return out

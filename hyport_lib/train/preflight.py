@@ -9,7 +9,7 @@ import errno
 import importlib.util
 import os
 import tempfile
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
@@ -20,6 +20,7 @@ from hyport_lib.models.module_tree import (fused_experts, language_model_path, l
                                           lora_target_pattern, matched_layers)
 from hyport_lib.models.preflight import check_model_path
 from hyport_lib.proof.choice import TRAINING, choose_attention
+from hyport_lib.proof.swap import AttentionProof
 from hyport_lib.results import RUN_DIR_ENV, fresh_folder_beside_results
 from hyport_lib.train import deepspeed_config as ds
 from hyport_lib.train.checkpoints import Checkpoint, check_compatible, list_checkpoints, resolve_resume
@@ -56,7 +57,7 @@ class LaunchPlan:
     precision: str
     attn_implementation: str
     attention_backend: str
-    deepspeed: dict
+    deepspeed: ds.DeepSpeedSettings
     deepspeed_json: dict
     deepspeed_config_path: str
     master_addr: str
@@ -66,12 +67,7 @@ class LaunchPlan:
     skip_records: list[int] = field(default_factory=list)
     resume_checkpoint: Optional[str] = None
     notes: list[str] = field(default_factory=list)
-    attention_proof: Optional[dict] = None
-
-    def to_dict(self) -> dict:
-        data = asdict(self)
-        data["params"] = self.params.to_dict()
-        return data
+    attention_proof: Optional[AttentionProof] = None
 
     def worker_spec(self) -> dict:
         """What every rank reads from ``HYPORT_TRAIN_SPEC``."""
@@ -157,7 +153,7 @@ def prepare(params: Params, backend) -> LaunchPlan:
         master_port=port, bundled_dataset=bundled, dataset=summary, skip_records=skip,
         # absolute: the workers start inside output_dir, where a relative folder points elsewhere
         resume_checkpoint=str(checkpoint.path.resolve()) if checkpoint else None,
-        notes=notes, attention_proof=attention.proof.to_dict() if attention.proof else None)
+        notes=notes, attention_proof=attention.proof)
 
 
 def _resume(params: Params, output_dir: Path, world: int) -> tuple[Optional[Checkpoint], list[str]]:

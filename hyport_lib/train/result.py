@@ -6,9 +6,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
-from hyport_lib.results import Provenance, TrainedWeights
-from hyport_lib.train.metrics import MetricsSummary
-from hyport_lib.utils.records import from_mapping
+from hyport_lib.proof.swap import AttentionProof
+from hyport_lib.results import Provenance
+from hyport_lib.train.checkpoints import Checkpoint
+from hyport_lib.train.held_answers import HeldAnswers
+from hyport_lib.train.metrics import MetricsSummary, StepMetrics
+from hyport_lib.train.preflight import LaunchPlan
+from hyport_lib.triage import Triage
 
 #: What rank 0 writes into output_dir at the end of a run (read by the launcher).
 RESULT_FILE = "train_result.json"
@@ -19,7 +23,7 @@ class TrainProgress:
     """Passed to ``on_progress`` at every poll of the launcher (about twice a second) from
     the start of torchrun, and once more when the run ended (``running`` False)."""
 
-    records: list[dict]
+    records: list[StepMetrics]
     total_steps: Optional[int]
     elapsed_s: float
     running: bool = True
@@ -33,71 +37,83 @@ class TrainProgress:
 
     @property
     def done_steps(self) -> int:
-        return max((r["step"] for r in self.records), default=0)
+        return max((r.step for r in self.records), default=0)
+
+
+@dataclass
+class WorkerResult:
+    """What rank 0 writes into output_dir (:data:`RESULT_FILE`) when its training ended well."""
+
+    status: str = ""
+    #: the Trainer's own figures (``trainer.train().metrics``: which, transformers decides)
+    train_metrics: dict[str, float] = field(default_factory=dict)
+    global_step: Optional[int] = None
+    final_dir: Optional[str] = None
+    resumed_from: Optional[str] = None
+    resumed_step: Optional[int] = None
+    world_size: Optional[int] = None
+    samples: Optional[int] = None
+    rows: Optional[int] = None
+    trainable_parameters: Optional[int] = None
+    restart: Optional[int] = None
+    held_answers: Optional[HeldAnswers] = None
+    worker_s: Optional[float] = None
+
+    @property
+    def trainer_loss(self) -> Optional[float]:
+        """The Trainer's train_loss: over the steps of its own process only (not those
+        before a resume), a non-finite step loss counted as 0."""
+        return self.train_metrics.get("train_loss")
 
 
 @dataclass
 class TrainResult:
-    status: str  # ok | failed | timeout
-    exit_code: Optional[int]
-    wall_s: float
-    plan: dict
-    metrics: list[dict]
-    summary: MetricsSummary
-    worker: dict = field(default_factory=dict)
-    checkpoints: list[dict] = field(default_factory=list)
+    """One launch: its plan, what rank 0 logged and wrote (``worker``: None when it wrote
+    nothing), the checkpoints, and the hand-over to stage 05 (``final_dir``: None when no
+    final weights were written, ``last_checkpoint``: the last complete one, ``model_path``:
+    the model it started from)."""
+
+    status: str  # ok | failed | timeout | interrupted
+    exit_code: Optional[int] = None
+    wall_s: float = 0.0
     reason: Optional[str] = None
+    plan: LaunchPlan = None
+    summary: MetricsSummary = field(default_factory=MetricsSummary)
+    worker: Optional[WorkerResult] = None
+    checkpoints: list[Checkpoint] = field(default_factory=list)
+    final_dir: Optional[str] = None
+    last_checkpoint: Optional[str] = None
+    model_path: Optional[str] = None
+    metrics: list[StepMetrics] = field(default_factory=list)
     log_tail: str = ""
-    provenance: Optional[Provenance] = None
     #: What :func:`hyport_lib.triage.triage` found in the logs of a run that did not end
-    #: well (``Triage.to_dict()``); None when the run succeeded.
-    diagnosis: Optional[dict] = None
-
-    @property
-    def final_dir(self) -> Optional[str]:
-        final = self.worker.get("final_dir")
-        if final and _has_weights(Path(final)):
-            return final
-        return None
-
-    @property
-    def last_checkpoint(self) -> Optional[str]:
-        complete = [c for c in self.checkpoints if c["complete"]]
-        return complete[-1]["path"] if complete else None
-
-    def handover(self) -> TrainedWeights:
-        """What stage 05 checks: the final weights, the last checkpoint, the starting model."""
-        return TrainedWeights(self.final_dir, self.last_checkpoint, self.plan.get("model_path"))
-
-    def to_dict(self) -> dict:
-        """The result without its verdict (:func:`hyport_lib.train.stage.result_data` adds it)."""
-        return {
-            "status": self.status, "exit_code": self.exit_code, "wall_s": round(self.wall_s, 3),
-            "reason": self.reason, "plan": self.plan,
-            "summary": self.summary.to_dict(), "worker": self.worker,
-            "checkpoints": self.checkpoints, **self.handover().to_dict(), "metrics": self.metrics,
-            "log_tail": self.log_tail, "diagnosis": self.diagnosis,
-            "provenance": self.provenance.to_dict() if self.provenance else None,
-        }
-
-    @classmethod
-    def from_dict(cls, data) -> "TrainResult":
-        """The result as :meth:`to_dict` recorded it (the verdict and the folders derived again); an
-        older or odd record gives the defaults where it differs (:mod:`hyport_lib.utils.records`)."""
-        return from_mapping(cls, data)
+    #: well; None when the run succeeded.
+    diagnosis: Optional[Triage] = None
+    provenance: Optional[Provenance] = None
 
 
-def proof_summary(proof) -> Optional[str]:
+def final_weights(worker: Optional[WorkerResult]) -> Optional[str]:
+    """The final folder rank 0 wrote, when it holds weights."""
+    final = worker.final_dir if worker is not None else None
+    return final if final and _has_weights(Path(final)) else None
+
+
+def last_complete(checkpoints: list[Checkpoint]) -> Optional[str]:
+    complete = [c for c in checkpoints if c.complete]
+    return str(complete[-1].path) if complete else None
+
+
+def proof_summary(proof: Optional[AttentionProof]) -> Optional[str]:
     """The attention proof before launch in a few words (None when no swap was asked for):
     ``PASS: max |Δ logits| 3.0e-07, same gradient set (CPU, float32)``."""
-    if not isinstance(proof, dict) or not proof.get("verdict"):
+    if proof is None or not proof.verdict:
         return None
-    where = proof.get("source") or "CPU"
-    if proof["verdict"] != "PASS":
-        return f"{proof['verdict']} ({where}): {proof.get('reason') or 'no reason recorded'}"
-    delta = proof.get("max_abs_logits")
+    where = proof.source or "CPU"
+    if proof.verdict != "PASS":
+        return f"{proof.verdict} ({where}): {proof.reason or 'no reason recorded'}"
+    delta = proof.max_abs_logits
     figure = f"max |Δ logits| {delta:.1e}" if isinstance(delta, (int, float)) else "logits equal"
-    return f"PASS: {figure}, same gradient set ({where}{', cached' if proof.get('cached') else ''})"
+    return f"PASS: {figure}, same gradient set ({where}{', cached' if proof.cached else ''})"
 
 
 def _has_weights(folder: Path) -> bool:

@@ -15,25 +15,26 @@ from typing import Callable, Optional
 import pandas as pd
 
 from hyport_lib.display import MISSING, LiveDisplay, figure_png, fit, styled
-from hyport_lib.drafting.values import as_dict, as_list, fmt_value
+from hyport_lib.drafting.values import fmt_value
 from hyport_lib.params import parameter_fields
 from hyport_lib.results import StageRecord
 from hyport_lib.train.answers_view import answer_cells, answers_frame, held_of
 from hyport_lib.train.answers_view import glance_row as answers_glance_row
-from hyport_lib.train.metrics import ema, finite, loss_span, spikes
+from hyport_lib.train.deepspeed_config import DeepSpeedSettings
+from hyport_lib.train.metrics import StepMetrics, ema, finite, loss_span, spikes
 from hyport_lib.train.params import Params
 from hyport_lib.train.preflight import LaunchPlan
 from hyport_lib.train.result import TrainProgress, TrainResult, proof_summary
-from hyport_lib.train.stage import summarize
-from hyport_lib.triage import Triage, show_triage
-from hyport_lib.triage.show import diagnosis_line
+from hyport_lib.train.stage import STAGE, summarize
+from hyport_lib.triage import show_triage
+from hyport_lib.workbook.compare import THROUGHPUT_COLUMNS, Part, RunRecord, StageComparison
 
 
 #: The narrowest step axis of a live plot.
 _MIN_AXIS_STEPS = 5
 
 
-def loss_figure(records: list[dict], total_steps: Optional[int] = None, title: str = ""):
+def loss_figure(records: list[StepMetrics], total_steps: Optional[int] = None, title: str = ""):
     """Loss (EMA, spikes, non-finite steps marked), learning rate and tokens/s/p by step."""
     # A bare Figure, not pyplot: nothing is registered with (or switches) the kernel's
     # backend, so the inline plots of the user's own cells keep working in JupyterLab,
@@ -41,25 +42,25 @@ def loss_figure(records: list[dict], total_steps: Optional[int] = None, title: s
     from matplotlib.figure import Figure
     from matplotlib.ticker import MaxNLocator
 
-    steps = [r["step"] for r in records]
-    loss = [r.get("loss") if finite(r.get("loss")) else float("nan") for r in records]
+    steps = [r.step for r in records]
+    loss = [r.loss if finite(r.loss) else float("nan") for r in records]
     fig = Figure(figsize=(12, 3.2))
     ax_loss, ax_lr, ax_tps = fig.subplots(1, 3)
     ax_loss.plot(steps, loss, ".-", color="#1f77b4", label="loss", alpha=0.6)
     ax_loss.plot(steps, ema(loss), "-", color="#d62728", label="EMA (α=0.3)")
     for i in spikes(loss):
         ax_loss.axvline(steps[i], color="#ff7f0e", alpha=0.4, lw=1)
-    bad = [r["step"] for r in records if r.get("nonfinite_loss") or r.get("nonfinite_grad_norm")]
+    bad = [r.step for r in records if r.nonfinite_loss or r.nonfinite_grad_norm]
     for step in bad:
         ax_loss.axvline(step, color="black", ls="--", lw=1)
     if bad:
         ax_loss.plot([], [], "k--", label="non-finite loss / grad")
     ax_loss.set_title("loss" + (f" ({title})" if title else ""))
     ax_loss.legend(fontsize=7)
-    ax_lr.plot(steps, [r.get("learning_rate") for r in records], "-", color="#2ca02c")
+    ax_lr.plot(steps, [r.learning_rate for r in records], "-", color="#2ca02c")
     ax_lr.set_title("learning rate")
-    ax_tps.plot(steps, [r.get("tokens_per_s_per_card") for r in records], "-", label="all tokens")
-    ax_tps.plot(steps, [r.get("real_tokens_per_s_per_card") for r in records], "-", label="real tokens")
+    ax_tps.plot(steps, [r.tokens_per_s_per_card for r in records], "-", label="all tokens")
+    ax_tps.plot(steps, [r.real_tokens_per_s_per_card for r in records], "-", label="real tokens")
     ax_tps.set_title("tokens/s per card")
     ax_tps.legend(fontsize=7)
     # Whole steps on an axis that grows with the run (at least 5 wide: one step alone would
@@ -81,9 +82,9 @@ def progress_line(progress: TrainProgress) -> str:
         return (f"starting torchrun: {progress.ranks or '?'} rank(s){where}, loading the model and "
                 f"the data …  {progress.elapsed_s:.0f}s")
     total = progress.total_steps or "?"
-    last = progress.records[-1] if progress.records else {}
-    loss = last.get("loss")
-    shown = f"{loss:.4f}" if finite(loss) else ("nan" if last.get("nonfinite_loss") or loss is not None else MISSING)
+    last = progress.records[-1] if progress.records else StepMetrics()
+    loss = last.loss
+    shown = f"{loss:.4f}" if finite(loss) else ("nan" if last.nonfinite_loss or loss is not None else MISSING)
     bar = ""
     if progress.total_steps:
         done = int(20 * progress.done_steps / progress.total_steps)
@@ -134,7 +135,7 @@ def plan_frame(plan: LaunchPlan) -> pd.DataFrame:
         ("model", plan.model_path), ("finetuning", _finetuning(c)),
         ("DeepSpeed", _deepspeed(plan.deepspeed)), ("precision", plan.precision),
         ("attention", plan.attn_implementation),
-        ("data", f"{plan.dataset.get('samples')} samples ({plan.dataset.get('skipped', 0)} skipped), "
+        ("data", f"{plan.dataset['samples']} samples ({plan.dataset['skipped']} skipped), "
                  f"{'packed' if c.packing else 'padded'} to max_seq_len {c.max_seq_len}"),
         ("steps", f"max_steps {c.max_steps if c.max_steps is not None else '(full epochs)'}, "
                   f"save_steps {c.save_steps}, batch {c.per_device_train_batch_size} × accum "
@@ -154,14 +155,14 @@ def _finetuning(c) -> str:
     return "full"
 
 
-def _deepspeed(d: dict) -> str:
-    parts = [f"ZeRO-{d.get('zero_stage')}", d.get("optimizer") or ""]
-    if d.get("offload_optimizer"):
-        parts.append(f"optimizer offload to {d['offload_optimizer']}")
-    if d.get("torch_adam"):
+def _deepspeed(d: DeepSpeedSettings) -> str:
+    parts = [f"ZeRO-{d.zero_stage}", d.optimizer or ""]
+    if d.offload_optimizer:
+        parts.append(f"optimizer offload to {d.offload_optimizer}")
+    if d.torch_adam:
         parts.append("torch Adam")
-    if d.get("fp16"):
-        parts.append(f"fp16 loss scale {d.get('loss_scale') or 'dynamic'}")
+    if d.fp16:
+        parts.append(f"fp16 loss scale {d.loss_scale or 'dynamic'}")
     return ", ".join(p for p in parts if p)
 
 
@@ -178,7 +179,7 @@ def _train_loss(s, trainer_loss) -> str:
 def summary_frame(result: TrainResult) -> pd.DataFrame:
     """The seed's results table: exit code, total time, train_loss, step time, ..."""
     s, judged = result.summary, summarize(result)
-    train_loss = (result.worker.get("train_metrics") or {}).get("train_loss")
+    train_loss = result.worker.trainer_loss if result.worker is not None else None
     rows = [
         ("verdict", judged.verdict), ("why", judged.why), ("exit code", result.exit_code),
         ("total time", f"{result.wall_s:.2f} s (launch to exit, torchrun start-up included)"),
@@ -219,24 +220,24 @@ def show_summary(result: TrainResult) -> None:
 
     frame = summary_frame(result)
     display(fit(styled(frame, colour=("value",))))
-    held = result.worker.get("held_answers") or {}
-    if held.get("why_not"):
-        display(Markdown(f"Answers before and after training: {held['why_not']}."))
-    elif held.get("after"):
+    held = held_of(result)
+    if held is not None and held.why_not:
+        display(Markdown(f"Answers before and after training: {held.why_not}."))
+    elif held is not None and held.after:
         display(fit(answers_frame(held)))
     if result.diagnosis:
-        show_triage(Triage.from_dict(result.diagnosis))
+        show_triage(result.diagnosis)
     if result.status == "interrupted":
         # torchrun's own traceback from the stop signal says nothing the reason does not
-        display(Markdown(f"Stopped as asked; the launch log: `{result.plan.get('log_path', '')}`"))
+        display(Markdown(f"Stopped as asked; the launch log: `{result.plan.log_path}`"))
     elif result.status != "ok" and result.log_tail:
         display(Markdown("Last lines of the launch log:\n\n```\n" + result.log_tail + "\n```"))
 
 
 def outputs_frame(result: TrainResult) -> pd.DataFrame:
     """Checkpoints (complete or not) and the final folder's files with their sizes."""
-    rows = [{"what": f"checkpoint-{c['step']}", "path": c["path"],
-             "detail": "complete" if c["complete"] else f"INCOMPLETE: {c['why_incomplete']}"}
+    rows = [{"what": f"checkpoint-{c.step}", "path": str(c.path),
+             "detail": "complete" if c.complete else f"INCOMPLETE: {c.why_incomplete}"}
             for c in result.checkpoints]
     final = result.final_dir
     if final:
@@ -255,29 +256,23 @@ def show_outputs(result: TrainResult) -> None:
 
 
 # --------------------------------------------------------------------------- the report
-def _read(record: dict) -> StageRecord[TrainResult]:
-    return StageRecord.from_dict(record, TrainResult)
-
-
-def glance(record: dict) -> list[tuple[str, str]]:
+def glance(record: StageRecord[TrainResult]) -> list[tuple[str, str]]:
     """The index card (and what the logs of a failed run say)."""
-    read = _read(record)
-    head = read.headline
     keys = ("exit code", "steps", "loss first → last", "tokens/s/p", "total s")
-    rows = [(key, fmt_value(head.get(key))) for key in keys]
-    if head.get("attention proof"):
-        rows.append(("attention", f"{fmt_value(head.get('attention'))}; proof {head['attention proof']}"))
-    rows += answers_glance_row(record)
-    if read.data.diagnosis is not None:
-        rows.append(("diagnosis", diagnosis_line(read.data.diagnosis)))
+    rows = [(key, fmt_value(record.figure(key))) for key in keys]
+    if record.figure("attention proof"):
+        rows.append(("attention", f"{fmt_value(record.figure('attention'))}; proof "
+                                  f"{record.figure('attention proof')}"))
+    rows += answers_glance_row(record.data)
+    if record.data.diagnosis is not None:
+        rows.append(("diagnosis", record.data.diagnosis.summary_line()))
     return rows
 
 
-def glance_svg(record: dict, width: int = 220, height: int = 60) -> str:
+def glance_svg(record: StageRecord[TrainResult], width: int = 220, height: int = 60) -> str:
     """The card's small inline SVG of the loss by step (empty with fewer than two finite
     losses): no script, no image file, nothing fetched."""
-    points = [(m["step"], m["loss"]) for m in _read(record).data.metrics
-              if isinstance(m.get("loss"), (int, float)) and math.isfinite(m["loss"])]
+    points = [(m.step, m.loss) for m in record.data.metrics if finite(m.loss)]
     if len(points) < 2:
         return ""
     steps, losses = [p[0] for p in points], [p[1] for p in points]
@@ -296,48 +291,45 @@ def glance_svg(record: dict, width: int = 220, height: int = 60) -> str:
             f'<polyline fill="none" stroke="#1f77b4" stroke-width="1.5" points="{line}"/></svg>')
 
 
-def blog_facts(record: dict) -> dict:
+def blog_facts(record: StageRecord[TrainResult]) -> dict:
     """The model folder the training loaded and its processes on this node (one a card)."""
-    plan = _read(record).data.plan
-    return {"model_folder": plan.get("model_path"), "cards": plan.get("nproc_per_node")}
+    plan = record.data.plan
+    return {"model_folder": plan.model_path, "cards": plan.nproc_per_node}
 
 
-def blog_notes(record: dict) -> list[str]:
+def blog_notes(record: StageRecord[TrainResult]) -> list[str]:
     """The plan's notes and how tokens/s were counted."""
-    result = _read(record).data
-    notes = [str(n) for n in as_list(result.plan.get("notes")) if n]
+    result = record.data
     definition = result.summary.throughput_definition
-    return notes + ([definition] if definition else [])
+    return [n for n in result.plan.notes if n] + ([definition] if definition else [])
 
 
-def blog_figures(record: dict) -> dict[str, Callable]:
+def blog_figures(record: StageRecord[TrainResult]) -> dict[str, Callable]:
     """``loss``: :func:`loss_figure` of the logged steps (None when no step was logged)."""
-    return {"loss": lambda: _recorded_loss_figure(_read(record))}
+    return {"loss": lambda: _recorded_loss_figure(record)}
 
 
-def _recorded_loss_figure(read: StageRecord[TrainResult]):
-    records = [r for r in read.data.metrics if isinstance(r.get("step"), (int, float))]
-    if not records:
+def _recorded_loss_figure(record: StageRecord[TrainResult]):
+    if not record.data.metrics:
         return None
-    total = as_dict(read.data.plan.get("params")).get("max_steps")
-    return loss_figure(records, total if isinstance(total, int) else None,
-                       title=str(read.provenance.get("label") or ""))
+    return loss_figure(record.data.metrics, record.data.plan.params.max_steps,
+                       title=record.provenance.label if record.provenance else "")
 
 
-def blog_values(record: dict) -> dict:
+def blog_values(record: StageRecord[TrainResult]) -> dict:
     """What the draft's sections (``blog.md.j2``) derive from the record (the Trainer's own
     train_loss covers only a resumed run's last attempt and counts a NaN step as 0)."""
-    result = _read(record).data
+    result = record.data
     summary, plan = result.summary, result.plan
     mean_loss = summary.mean_loss
-    trainer_loss = as_dict(result.worker.get("train_metrics")).get("train_loss")
+    trainer_loss = result.worker.trainer_loss if result.worker is not None else None
     at, end = summary.last_loss_step, summary.last_step
-    return {"proof": proof_summary(plan.get("attention_proof")),
-            "trainer_loss_differs": isinstance(trainer_loss, (int, float)) and (
+    return {"proof": proof_summary(plan.attention_proof),
+            "trainer_loss_differs": trainer_loss is not None and (
                 mean_loss is None or abs(float(trainer_loss) - mean_loss) > 5e-5),
             "loss_last_finite": summary.last_loss is not None and None not in (at, end) and at != end,
-            "answers": answer_cells(held_of(record)),
-            "command": train_command(as_dict(plan.get("params")))}
+            "answers": answer_cells(held_of(result)),
+            "command": train_command(plan.params.to_dict())}
 
 
 def train_command(params: dict) -> str:
@@ -360,3 +352,43 @@ def _flag_text(value) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     return str(value)
+
+
+# --------------------------------------------------------------------------- compare
+def compare(runs: list[RunRecord]) -> StageComparison:
+    """The losses of every run overlaid (finite losses only; each run named with where its
+    figures came from) and the tokens/s per card side by side."""
+    losses = pd.DataFrame([{"run": r.run.id, "label": r.label, "step": m.step, "loss": m.loss}
+                           for r in runs for m in r.record.data.metrics if finite(m.loss)],
+                          columns=["run", "label", "step", "loss"])
+    throughput = pd.DataFrame([{"run": r.run.id, "label": r.label, "stage": STAGE, "measure": measure,
+                                "tokens_per_s": value if finite(value) else None}
+                               for r in runs for measure, value in (
+                                   ("tokens/s per card", r.record.data.summary.tokens_per_s_per_card),
+                                   ("real tokens/s per card (no padding)",
+                                    r.record.data.summary.real_tokens_per_s_per_card))],
+                              columns=THROUGHPUT_COLUMNS)
+    return StageComparison([Part("losses", "04 train: loss per step overlaid", losses,
+                                 lambda: overlaid_losses(losses))], throughput)
+
+
+def overlaid_losses(losses: pd.DataFrame):
+    """The loss per step of every run, overlaid; None when no run logged one. The legend
+    names each run with its provenance (a CPU or emulated run says so)."""
+    if losses.empty:
+        return None
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(8, 4))
+    ax = fig.subplots()
+    for label, points in losses.groupby("label", sort=False):
+        ax.plot(points["step"], points["loss"], ".-", label=label, alpha=0.8)
+    ax.set_xlabel("step")
+    ax.set_ylabel("loss")
+    measured = losses["label"].unique()
+    not_npu = [label for label in measured if "not an NPU measurement" in label]
+    note = f" ({len(not_npu)} of {len(measured)} not NPU measurements)" if not_npu else ""
+    ax.set_title(f"04_train loss per step, {len(measured)} runs overlaid{note}")
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
+    return fig

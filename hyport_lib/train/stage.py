@@ -3,22 +3,20 @@ report`` all go through."""
 
 from __future__ import annotations
 
-import os
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Callable, Optional
 
 from hyport_lib.backend import get_backend
-from hyport_lib.results import INTERRUPTED, StageSummary, TrainedWeights, record_summary
+from hyport_lib.results import INTERRUPTED, StageSummary, TrainedWeights
 from hyport_lib.train.launch import launch
 from hyport_lib.train.metrics import loss_span
 from hyport_lib.train.params import Params
 from hyport_lib.train.preflight import LaunchPlan, prepare
 from hyport_lib.train.result import TrainProgress, TrainResult, proof_summary
-from hyport_lib.triage import Triage
+from hyport_lib.utils.typed_records import to_mapping
 
 #: The result stage 05 reads its hand-over from (:class:`TrainedWeights`) is this stage's.
 STAGE = TrainedWeights.STAGE
+RESULT = TrainResult
 
 
 def plan(params: Params) -> LaunchPlan:
@@ -32,14 +30,7 @@ def run(plan: LaunchPlan, *, on_progress: Optional[Callable[[TrainProgress], Non
     return launch(plan, on_progress=on_progress)
 
 
-@dataclass
-class TrainSummary(StageSummary):
-    """The stage summary and the reason for its verdict in a few words (recorded as ``why``)."""
-
-    why: str = ""
-
-
-def summarize(result: TrainResult) -> TrainSummary:
+def summarize(result: TrainResult) -> StageSummary:
     """The verdict, why, one line and the index's figures. PASS: torchrun exited 0, every step
     from 1 to the last logged exactly once, no non-finite loss or gradient norm, no skipped step,
     the final weights exist; WARN: finished with non-finite values or skipped steps; else FAIL."""
@@ -47,12 +38,12 @@ def summarize(result: TrainResult) -> TrainSummary:
     s = result.summary
     span = loss_span(s)
     loss = f"loss {span}" if span else "no loss logged"
-    line = (f"{s.steps} steps on {result.plan.get('world_size')} {result.plan.get('device_kind')} "
-            f"process(es), ZeRO-{result.plan.get('deepspeed', {}).get('zero_stage')}, "
-            f"{result.plan.get('precision')}: exit {result.exit_code}, {loss}"
+    plan = result.plan
+    line = (f"{s.steps} steps on {plan.world_size} {plan.device_kind} process(es), "
+            f"ZeRO-{plan.deepspeed.zero_stage}, {plan.precision}: exit {result.exit_code}, {loss}"
             # the PASS reason only repeats the steps and exit code said just before
             + ("; final weights written" if verdict == "PASS" else f"; {why}"))
-    return TrainSummary(verdict, line, _headline(result), why)
+    return StageSummary(verdict, line, _headline(result), why)
 
 
 def _verdict(result: TrainResult) -> tuple[str, str]:
@@ -62,20 +53,20 @@ def _verdict(result: TrainResult) -> tuple[str, str]:
     if result.status != "ok":
         why = result.reason or result.status
         if result.diagnosis:
-            why += f"; diagnosis: {Triage.from_dict(result.diagnosis).summary_line()}"
+            why += f"; diagnosis: {result.diagnosis.summary_line()}"
         return "FAIL", why
-    node = int(result.plan.get("params", {}).get("node_rank") or 0)
-    if node > 0:  # global rank 0, on node 0, writes the metrics and the weights
-        nodes = result.plan.get("params", {}).get("nnodes")
-        return "PASS", f"node {node} of {nodes}: its ranks exited 0 (metrics and weights are on node 0)"
+    params, worker = result.plan.params, result.worker
+    if params.node_rank > 0:  # global rank 0, on node 0, writes the metrics and the weights
+        return "PASS", (f"node {params.node_rank} of {params.nnodes}: its ranks exited 0 (metrics and "
+                        f"weights are on node 0)")
     if not result.final_dir:
         return "FAIL", "torchrun exited 0 but no final weights were written"
     if not s.steps:
         return "FAIL", "no step was trained (no step in the metrics)"
     # max_steps when given: the worker's own global_step cannot disagree with itself.
-    expected = result.plan["params"].get("max_steps") or result.worker.get("global_step")
+    expected = params.max_steps or (worker.global_step if worker else None)
     # Resumed from a checkpoint of another folder, the metrics start after it.
-    first_ok = (None, 1, int(result.worker.get("resumed_step") or 0) + 1)
+    first_ok = (None, 1, ((worker.resumed_step if worker else 0) or 0) + 1)
     if s.repeated_steps or s.missing_steps or (expected and s.last_step != expected) \
             or (s.first_step not in first_ok):
         return "FAIL", (f"metrics are not steps {first_ok[-1] if s.first_step != 1 else 1}..{expected} exactly once "
@@ -108,23 +99,15 @@ def _headline(result: TrainResult) -> dict:
         "mean step s": round(s.mean_step_s, 3) if s.mean_step_s else None,
         "total s": round(result.wall_s, 1),
         "skipped steps": s.skipped_steps,
-        "cards": plan.get("world_size"),
-        "ZeRO": plan.get("deepspeed", {}).get("zero_stage"),
-        "precision": plan.get("precision"),
-        "attention": plan.get("attn_implementation"),
-        "attention proof": proof_summary(plan.get("attention_proof")),
+        "cards": plan.world_size,
+        "ZeRO": plan.deepspeed.zero_stage,
+        "precision": plan.precision,
+        "attention": plan.attn_implementation,
+        "attention proof": proof_summary(plan.attention_proof),
     }
 
 
 def result_data(result: TrainResult) -> dict:
     """The result as recorded and as ``hyport train --json`` prints it, with the verdict and why."""
     summary = summarize(result)
-    return {"verdict": summary.verdict, "why": summary.why, **result.to_dict()}
-
-
-def record(result: TrainResult, *, params: Optional[Params] = None,
-           directory: Optional[os.PathLike] = None) -> Path:
-    """Write the stage result (it names the last checkpoint and the final weights for 05).
-    ``params``: what it ran with (kept in the record, with every field)."""
-    return record_summary(STAGE, summarize(result), data=result_data(result),
-                          provenance=result.provenance, params=params, directory=directory)
+    return {"verdict": summary.verdict, "why": summary.why, **to_mapping(result)}

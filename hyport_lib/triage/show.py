@@ -93,13 +93,3 @@ def show_triage(triage: Triage) -> None:
     from IPython.display import Markdown, display
 
     display(Markdown("\n".join(triage_markdown(triage))))
-
-
-def diagnosis_line(record: dict) -> str:
-    """The one-line summary of a recorded diagnosis (``Triage.to_dict()``), for an index
-    card; a record that does not read says so instead of taking the card's other figures
-    with it."""
-    try:
-        return Triage.from_dict(record).summary_line()
-    except (TypeError, ValueError) as exc:
-        return f"(diagnosis unreadable: {exc})"

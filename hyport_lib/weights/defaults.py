@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Optional
 
 from hyport_lib.models.tiny import ensure_tiny_model, tiny_model_dir
-from hyport_lib.results import RUN_DIR_ENV, StageResult, TrainedWeights, load_result, result_file, results_dir
+from hyport_lib.results import RUN_DIR_ENV, StageRecord, TrainedWeights, load_record, result_file, results_dir
 
 #: The tiny model is about 850 KB in float32: this gives two shards.
 TINY_SHARD_SIZE = "500KB"
@@ -38,13 +38,13 @@ def _existing(path) -> Optional[str]:
     return str(path) if path and Path(path).exists() else None
 
 
-def _stage04_record(results: Optional[os.PathLike]) -> tuple[Path, Optional[StageResult]]:
+def _stage04_record(results: Optional[os.PathLike]) -> tuple[Path, Optional[StageRecord[TrainedWeights]]]:
     """Stage 04's result file, and its record (None: no file, or an unreadable one)."""
     path = result_file(results or results_dir(), TrainedWeights.STAGE)
     if not path.is_file():
         return path, None
     try:
-        return path, load_result(path)
+        return path, load_record(path, TrainedWeights)
     except ValueError:
         return path, None
 
@@ -78,7 +78,7 @@ def resolve_paths(weights_path: Optional[os.PathLike] = None, base_path: Optiona
     if weights_path:
         return Sources(str(weights_path), _str(base_path), _str(checkpoint_path), "as given")
     record_path, record = _stage04_record(results)
-    handed = TrainedWeights.from_dict(record.data) if record is not None else None
+    handed = record.data if record is not None else None
     if handed is not None and not handed.final_dir:
         raise ValueError(f"stage 04 trained no weights to check ({record_path}: {record.verdict}: "
                          f"{record.summary or 'no final weights'}); {_NOT_THE_TINY_MODEL}")

@@ -18,8 +18,7 @@ from hyport_lib.results import StageRecord
 from hyport_lib.weights.checksums import checksum_name
 from hyport_lib.weights.compare import DIFF_COLUMNS, Comparison
 from hyport_lib.weights.defaults import Sources, checked_label
-from hyport_lib.weights.layout import shard_rows
-from hyport_lib.weights.result import WeightsRecord, WeightsResult
+from hyport_lib.weights.result import WeightsResult
 from hyport_lib.weights.stage import summarize
 from hyport_lib.weights.scan import ScanProgress
 
@@ -86,8 +85,7 @@ def _num(value) -> Optional[str]:
 
 
 def shards_frame(result: WeightsResult) -> pd.DataFrame:
-    return pd.DataFrame(shard_rows(result.inspection),
-                        columns=["file", "bytes", "tensors", "dtypes", "parameters", "header bytes", "ok"])
+    return pd.DataFrame(result.shards, columns=["file", "bytes", "tensors", "dtypes", "parameters", "header bytes", "ok"])
 
 
 def reload_frame(result: WeightsResult) -> pd.DataFrame:
@@ -109,12 +107,11 @@ def reload_frame(result: WeightsResult) -> pd.DataFrame:
 
 def comparison_frame(comparison: Comparison, limit: Optional[int] = 15) -> pd.DataFrame:
     """The tensors that differ most first (then the others), at most ``limit`` rows."""
-    def order(row):
-        rel, top = row.get("relative change"), row.get("max |Δ|")
-        return (row["status"] == "same", rel is None, -(rel or 0.0), -(top or 0.0))
-
-    rows = sorted(comparison.rows, key=order)
-    return pd.DataFrame(rows[:limit] if limit else rows, columns=list(DIFF_COLUMNS))
+    frame = pd.DataFrame(comparison.rows, columns=list(DIFF_COLUMNS))
+    order = pd.DataFrame({"same": frame["status"] == "same", "no change": frame["relative change"].isna(),
+                          "change": -frame["relative change"].fillna(0.0), "top": -frame["max |Δ|"].fillna(0.0)})
+    frame = frame.loc[order.sort_values(list(order.columns), kind="stable").index].reset_index(drop=True)
+    return frame.head(limit) if limit else frame
 
 
 def zero_frame(result: WeightsResult) -> pd.DataFrame:
@@ -139,8 +136,8 @@ def change_figure(comparison: Comparison):
     # off the inline backend, and pyplot would keep the figure open.
     from matplotlib.figure import Figure
 
-    values = sorted((r["relative change"] for r in comparison.rows
-                     if r.get("relative change") is not None), reverse=True)
+    values = sorted(pd.DataFrame(comparison.rows, columns=list(DIFF_COLUMNS))["relative change"].dropna(),
+                    reverse=True)
     fig = Figure(figsize=(8, 2.8))
     ax = fig.subplots()
     shown = [v if v > 0 else float("nan") for v in values]
@@ -255,15 +252,15 @@ def show_zero(result: WeightsResult) -> None:
 
 
 # --------------------------------------------------------------------------- the report
-def glance(record: dict) -> list[tuple[str, str]]:
+def glance(record: StageRecord[WeightsResult]) -> list[tuple[str, str]]:
     """The index card: what was checked, shards, tensors, parameters, findings, LOAD_OK,
     and the comparisons with the starting model and the checkpoint."""
-    read = StageRecord.from_dict(record, WeightsRecord)
-    head = read.headline
-    out = [("checked", checked_label(read.data.source))]
-    out += [(k, fmt_value(head.get(k))) for k in ("shards", "tensors", "parameters")]
-    out.append(("findings", f"{fmt_value(head.get('errors'))} error(s), {fmt_value(head.get('warnings'))} warning(s)"))
-    out.append(("LOAD_OK", fmt_value(head.get("LOAD_OK")) if "LOAD_OK" in head else "not reloaded"))
+    head = record.headline
+    out = [("checked", checked_label(record.data.source))]
+    out += [(k, fmt_value(record.figure(k))) for k in ("shards", "tensors", "parameters")]
+    out.append(("findings", f"{fmt_value(record.figure('errors'))} error(s), "
+                            f"{fmt_value(record.figure('warnings'))} warning(s)"))
+    out.append(("LOAD_OK", fmt_value(head["LOAD_OK"]) if "LOAD_OK" in head else "not reloaded"))
     if "tensors changed vs base" in head:
         out.append(("vs base", f"{fmt_value(head['tensors changed vs base'])} tensors changed"))
     if "checkpoint tensors identical" in head:
@@ -276,23 +273,20 @@ _COMPARED = {"base": "tensors changed vs base", "checkpoint": "checkpoint tensor
              "parity": "checkpoint max |Δ logits|", "zero": "ZeRO fp32→saved max |Δ|"}
 
 
-def blog_values(record: dict) -> dict:
+def blog_values(record: StageRecord[WeightsResult]) -> dict:
     """What the draft's section derives from the record: the folder's files as a listing,
     the comparisons' headline figures by a short name, and the ``hyport verify --reload``
     command for the folder with what the reload printed (none when not reloaded)."""
-    read = StageRecord.from_dict(record, WeightsRecord)
-    data, head = read.data, read.headline
-    files = ([data.index["file"]] if data.index and data.index.get("file") else []) + [
-        str(s.get("file")) for s in data.shards]
-    reload, path, options = data.reload, data.path, data.options
+    data, head = record.data, record.headline
+    files = ([data.index.file] if data.index and data.index.file else []) + \
+        [str(f) for f in shards_frame(data)["file"]]
+    reload, path = data.reload, data.path
     values = {"files": [f"{path}/"] + [f"  {f}" for f in files] if files else [],
               "compared": {name: head[key] for name, key in _COMPARED.items() if key in head}}
     if reload is None:
         return values
-    words = ["hyport", "verify", str(reload.get("path") or path), "--reload",
-             "--dtype", str(reload.get("dtype") or options.get("dtype")),
-             "--attn-implementation", str(reload.get("attn_implementation") or options.get("attn_implementation"))]
-    if reload.get("trust_remote_code"):
+    words = ["hyport", "verify", reload.path or path, "--reload", "--dtype", reload.dtype,
+             "--attn-implementation", reload.attn_implementation]
+    if reload.trust_remote_code:
         words.append("--trust-remote-code")
-    said = reload.get("line") or " ".join(str(x) for x in (reload.get("status"), reload.get("reason")) if x)
-    return {**values, "reload_command": " ".join(shlex.quote(w) for w in words), "reload_said": str(said)}
+    return {**values, "reload_command": " ".join(shlex.quote(w) for w in words), "reload_said": reload.line}

@@ -1,18 +1,17 @@
 """Stage 05's contract: :func:`plan` (resolve and check the folders, writing nothing),
-:func:`run`, :func:`summarize` and :func:`record`, used by notebook 05, ``hyport verify`` and
+:func:`run` and :func:`summarize`, used by notebook 05, ``hyport verify`` and
 ``hyport report``. The verdict: FAIL on any error finding, INTERRUPTED when stopped before
 every check ran (with no error found), WARN on any warning, else PASS.
 """
 
 from __future__ import annotations
 
-import os
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional
 
 from hyport_lib.params import ParameterError
-from hyport_lib.results import INTERRUPTED, StageSummary, record_summary
+from hyport_lib.results import INTERRUPTED, StageSummary
+from hyport_lib.utils.typed_records import to_mapping
 from hyport_lib.weights.defaults import build_tiny_sources, checked_label, resolve_paths
 from hyport_lib.weights.params import NO_CHECKPOINT_FOR_LOGITS, Params
 from hyport_lib.weights.result import WeightsResult
@@ -21,6 +20,7 @@ from hyport_lib.weights.verify import WeightsPlan, verify
 from hyport_lib.weights.zero import find_tag
 
 STAGE = "05_weights"
+RESULT = WeightsResult
 
 
 def plan(params: Params) -> WeightsPlan:
@@ -68,14 +68,7 @@ def run(plan: WeightsPlan, *,
     return verify(plan, on_progress=on_progress)
 
 
-@dataclass
-class WeightsSummary(StageSummary):
-    """The stage summary and the reason for its verdict in a few words (recorded as ``why``)."""
-
-    why: str = ""
-
-
-def summarize(result: WeightsResult) -> WeightsSummary:
+def summarize(result: WeightsResult) -> StageSummary:
     """The verdict (see the module docstring), why, the seed's line and the index's figures."""
     verdict, why = _verdict(result)
     n = result.counts
@@ -84,7 +77,7 @@ def summarize(result: WeightsResult) -> WeightsSummary:
         line = f"{checked_label(result.source)}: {line}"
     if verdict != "PASS":
         line += f": {why}"
-    return WeightsSummary(verdict, line, _headline(result), why)
+    return StageSummary(verdict, line, _headline(result), why)
 
 
 def _verdict(result: WeightsResult) -> tuple[str, str]:
@@ -104,13 +97,13 @@ def _verdict(result: WeightsResult) -> tuple[str, str]:
 
 
 def _headline(result: WeightsResult) -> dict:
-    insp, n = result.inspection, result.counts
+    n = result.counts
     out = {
-        "shards": len(insp.shards),
-        "tensors": len(insp.tensors),
-        "parameters": insp.parameters,
-        "parameters without tied duplicates": insp.unique_parameters,
-        "model type": insp.config.model_type,
+        "shards": len(result.shards),
+        "tensors": result.tensor_count,
+        "parameters": result.parameters,
+        "parameters without tied duplicates": result.parameters_without_tied,
+        "model type": result.config.model_type,
         "errors": n["error"], "warnings": n["warning"],
         "LOAD_OK": result.reload.load_ok if result.reload else None,
     }
@@ -134,12 +127,4 @@ def result_data(result: WeightsResult) -> dict:
     """The result as recorded and as ``hyport verify --json`` prints it: with the verdict
     and why of :func:`summarize`."""
     summary = summarize(result)
-    return {"verdict": summary.verdict, "why": summary.why, **result.to_dict()}
-
-
-def record(result: WeightsResult, *, params: Optional[Params] = None,
-           directory: Optional[os.PathLike] = None) -> Path:
-    """Write the stage result (labelled CPU: every check here runs on the CPU).
-    ``params``: what it ran with (kept in the record, with every field)."""
-    return record_summary(STAGE, summarize(result), data=result_data(result),
-                          provenance=result.provenance, params=params, directory=directory)
+    return {"verdict": summary.verdict, "why": summary.why, **to_mapping(result)}

@@ -20,7 +20,7 @@ from hyport_lib.weights.layout import Inspection, inspect_checkpoint
 from hyport_lib.weights.params import Params
 from hyport_lib.weights.parity import logits_parity as compare_logits, parity_findings
 from hyport_lib.weights.reload import reload as reload_folder, reload_findings
-from hyport_lib.weights.result import WeightsResult
+from hyport_lib.weights.result import WeightsResult, inspected
 from hyport_lib.weights.runner import default_log_dir
 from hyport_lib.weights.scan import ScanProgress, full_scan as scan_tensors
 from hyport_lib.weights.zero import find_tag, list_zero
@@ -51,7 +51,7 @@ def verify(plan: WeightsPlan, on_progress: Optional[Callable[[ScanProgress], Non
     # The parameters as run: the folders as resolved, not as given.
     options = {**{f.name: getattr(p, f.name) for f in fields(p) if f.name != "weights_path"},
                "base_path": sources.base, "checkpoint_path": sources.checkpoint}
-    result = WeightsResult(insp, options, findings=list(insp.findings), source=sources.note)
+    result = inspected(insp, options, sources.note)
     reload, logits_parity = p.reload, p.logits_parity
     if (reload or logits_parity) and insp.kind == "file":
         # One file has no config.json beside it that is sure to belong to it: nothing to

@@ -1,6 +1,6 @@
 """Rendering a :class:`~hyport_lib.workbook.compare.Comparison`: tables with the runs as
-columns, the losses overlaid as a PNG (each run labelled with where its figures came
-from), one offline page for ``hyport compare``, and a run picker in JupyterLab.
+columns, the stages' figures as PNG (each run labelled with where its figures came from),
+one offline page for ``hyport compare``, and a run picker in JupyterLab.
 """
 
 from __future__ import annotations
@@ -14,10 +14,10 @@ from typing import Any, Callable, Optional
 
 import pandas as pd
 
-from hyport_lib.display import VERDICT_COLOURS
+from hyport_lib.display import MISSING, VERDICT_COLOURS
 from hyport_lib.results import RUN_DIR_ENV
 from hyport_lib.utils.files import atomic_write_text
-from hyport_lib.workbook.compare import MISSING, Comparison, compare_runs, list_runs
+from hyport_lib.workbook.compare import Comparison, Part, compare_runs, list_runs
 
 #: The page's file name in a run folder.
 COMPARE_PAGE = "compare.html"
@@ -80,31 +80,9 @@ def run_lines(c: Comparison) -> list[str]:
     return lines
 
 
-def loss_figure(c: Comparison):
-    """The loss per step of every run with stage 04, overlaid; None when no run has one.
-    The legend names each run with its provenance (a CPU or emulated run says so)."""
-    if c.losses.empty:
-        return None
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=(8, 4))
-    ax = fig.subplots()
-    for label, points in c.losses.groupby("label", sort=False):
-        ax.plot(points["step"], points["loss"], ".-", label=label, alpha=0.8)
-    ax.set_xlabel("step")
-    ax.set_ylabel("loss")
-    measured = c.losses["label"].unique()
-    not_npu = [label for label in measured if "not an NPU measurement" in label]
-    note = f" ({len(not_npu)} of {len(measured)} not NPU measurements)" if not_npu else ""
-    ax.set_title(f"04_train loss per step, {len(measured)} runs overlaid{note}")
-    ax.legend(fontsize=8)
-    ax.grid(alpha=0.3)
-    return fig
-
-
-def loss_png(c: Comparison) -> Optional[bytes]:
-    """:func:`loss_figure` as PNG bytes, or None."""
-    fig = loss_figure(c)
+def figure_png(part: Part) -> Optional[bytes]:
+    """The part's figure as PNG bytes, or None when it draws none."""
+    fig = part.figure() if part.figure is not None else None
     if fig is None:
         return None
     buf = io.BytesIO()
@@ -130,25 +108,18 @@ def sections(c: Comparison) -> list[tuple[str, str]]:
     """(title, HTML) of each part, in reading order; parts with nothing are left out."""
     parts = [("Runs", "<ul>" + "".join(f"<li>{html.escape(line)}</li>" for line in run_lines(c)) + "</ul>"),
              ("Verdict of every stage", _table_html(overview_table(c)))]
-    png = loss_png(c)
-    if png is not None:  # the first thing to look at when two trainings differ
-        parts.append(("04 train: loss per step overlaid", "<img alt='loss per step of each run' src="
-                      f"'data:image/png;base64,{base64.b64encode(png).decode()}'>"))
+    for part in c.parts:  # a figure first: what to look at when two runs differ
+        png = figure_png(part)
+        if png is not None:
+            parts.append((part.title, f"<img alt='{html.escape(part.title)}' src="
+                                      f"'data:image/png;base64,{base64.b64encode(png).decode()}'>"))
     if not c.headlines.empty:
         parts.append(("Headline figures (differs: not the same in every run)", _table_html(headline_table(c))))
     if not c.parameters.empty:
         parts.append(("Parameters that differ", _table_html(parameter_table(c))))
     if not c.throughput.empty:
         parts.append(("Tokens/s side by side", _table_html(throughput_table(c))))
-    if "02_attention" in c.stages:
-        parts.append(("02 attention: cases whose verdict differs (source: what computed it in each run)",
-                      _table_html(c.attention)))
-    if not c.attention_unshared.empty:
-        parts.append(("02 attention: backends not every run has (not differences)",
-                      _table_html(c.attention_unshared)))
-    if not c.cards.empty:
-        parts.append(("03 inference: cards side by side (agrees: with its run's reference answer)",
-                      _table_html(c.cards.set_index("card"))))
+    parts += [(part.title, _table_html(part.frame)) for part in c.parts if part.figure is None]
     if c.notes:
         parts.append(("Notes", "<ul>" + "".join(f"<li>{html.escape(n)}</li>" for n in c.notes) + "</ul>"))
     return parts
@@ -174,7 +145,7 @@ def write_compare_page(c: Comparison, path: os.PathLike, rewrite: Callable[[str]
 
 
 def show_comparison(c: Comparison) -> None:
-    """In a notebook: the same parts as the page (the overlaid loss after the verdicts)."""
+    """In a notebook: the same parts as the page (the stages' figures after the verdicts)."""
     from IPython.display import HTML, display
 
     display(HTML("".join(f"<h4>{html.escape(title)}</h4><div style='overflow-x:auto'>{part}</div>"

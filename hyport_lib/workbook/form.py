@@ -24,7 +24,7 @@ import yaml
 
 from hyport_lib.display import verdict_label
 from hyport_lib.params import Field, ParameterError, StageParams, parameter_fields, parse_text
-from hyport_lib.results import RUN_DIR_ENV, StageSummary
+from hyport_lib.results import RUN_DIR_ENV, StageSummary, record
 from hyport_lib.stages import StageContract
 from hyport_lib.utils.bounded_files import read_text
 from hyport_lib.utils.printable import first_line, shortened
@@ -398,7 +398,7 @@ def stage_runner(stage: StageContract, *views: Callable[[Any], Any],
                 display = StopButton().show().watch(display)
             result = run_stoppable(stage.run, plan, on_progress=display)
         # Recorded before it is shown: a view that fails loses nothing.
-        path = stage.record(result, params=params)
+        path = record(stage, result, params=params)
         summary = stage.summarize(result)
         try:
             for view in views:

@@ -23,8 +23,8 @@ from hyport_lib.attention.implementations import nfa_mapping, run_nfa
 from hyport_lib.attention.stage import planted_example, run_scan
 from hyport_lib.proof.behaviour import Behaviour
 from hyport_lib.proof.model_check import ModelComparison
-from hyport_lib.results import StageSummary
-from hyport_lib.utils.records import from_mapping
+from hyport_lib.results import StageSummary, record
+from hyport_lib.utils.typed_records import from_mapping
 
 
 def _case(**kw):
@@ -253,7 +253,7 @@ def test_default_grid_passes_and_is_labelled(default_result):
     df = res.frame()
     assert "PASS" in res.counts and not {"FAIL", "WARN"} & set(res.counts), \
         df[df.verdict != "PASS"][["case", "backend", "rule"]]
-    names = {b["name"] for b in res.backends}
+    names = {b.name for b in res.backends}
     assert {"eager", "sdpa", "npu-emulated"} <= names and "npu" not in names
     assert res.emulated and C.provenance(res).emulated and C.provenance(res).device == "cpu"
     emu = df[df.backend == "npu-emulated"]
@@ -284,19 +284,20 @@ def test_show_renders_table_and_heatmap(default_result):
 
 
 def test_summary_and_record(default_result, tmp_path):
-    result = stage.AttentionStageResult(default_result, None, *run_scan(""), "2.7.4.post1")
-    stage.record(result, directory=tmp_path)
-    summary = stage.summarize(result).to_dict()
+    result = stage.AttentionStageResult(**vars(default_result), scan=run_scan(""), flash_attn_version="2.7.4.post1")
+    record(stage, result, directory=tmp_path)
+    summary = stage.summarize(result)
     saved = json.loads((tmp_path / "02_attention.json").read_text())
-    assert saved["verdict"] == summary["verdict"] == "PASS"
+    assert saved["verdict"] == summary.verdict == "PASS"
     assert saved["provenance"]["emulated"] is True
     assert len(saved["data"]["rows"]) == len(default_result.rows)
-    assert 0 < summary["headline"]["worst npu-emulated err/bound"] <= 1
+    assert saved["data"]["scan"]["path"] == saved["data"]["scan"]["root"] == result.scan.root
+    assert 0 < summary.headline["worst npu-emulated err/bound"] <= 1
 
 
 def test_planted_scan():
-    report, path = run_scan("")
-    assert path.endswith("hyport-planted-example")
+    report = run_scan("")
+    assert report.root.endswith("hyport-planted-example")
     assert report.counts().get("flash_attn", 0) >= 1
 
 
@@ -394,8 +395,8 @@ def test_tolerance_scales_with_the_magnitude_of_the_reference():
 
 
 def test_the_summary_names_the_device_of_each_implementation():
-    backends = [{"name": "eager", "device": "cuda:0"}, {"name": "sdpa", "device": "cuda:0"},
-                {"name": "npu-emulated", "device": "cpu"}, {"name": "flash-api (npu-emulated)", "device": "cpu"}]
+    backends = [C.BackendInfo("eager", device="cuda:0"), C.BackendInfo("sdpa", device="cuda:0"),
+                C.BackendInfo("npu-emulated", device="cpu"), C.BackendInfo("flash-api (npu-emulated)", device="cpu")]
     assert stage.where_each_ran(backends) == "eager, sdpa on CUDA; npu-emulated, flash-api (npu-emulated) on CPU"
 
 
@@ -406,7 +407,7 @@ def test_the_drop_in_serves_the_pinned_flash_attn_version():
     legacy = C.run_comparison(cases=cases, dtypes=["float32"], flash_attn_version="2.5.8")
     rows = [r for r in legacy.rows if r["backend"].startswith("flash-api")]
     assert rows and all(r["verdict"] == "PASS" for r in rows)
-    assert any("flash-api 2.5.8" in b["source"] for b in legacy.backends)
+    assert any("flash-api 2.5.8" in b.source for b in legacy.backends)
     result = stage.run(stage.plan(Params(device="cpu", dtypes=["float32"], model_path=None,
                                          flash_attn_version="2.5.8")))
     assert stage.summarize(result).headline["flash-attn API served"] == "2.5.8"

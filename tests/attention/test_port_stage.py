@@ -4,6 +4,7 @@ record, on the report's index card and in both drafts. The proof runs the code: 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -14,6 +15,7 @@ from hyport_lib.attention.params import Params
 from hyport_lib.attention.show import glance
 from hyport_lib.report.blog.writer import render_blog
 from hyport_lib.report.run import ReportRun, StageOutcome
+from hyport_lib.results import read_record, record
 from blog_drafts import english_runs, stage_draft, unsourced
 
 REMOTE = Path(__file__).parents[1] / "data" / "remote_code"
@@ -33,7 +35,7 @@ def ported_stage(tmp_path_factory):
         plan = stage.plan(params)
         assert plan.port_out is not None and not plan.port_out.exists()  # a plan writes nothing
         result = stage.run(plan)
-        path = stage.record(result)
+        path = record(stage, result)
     finally:
         monkeypatch.undo()
     return result, json.loads(path.read_text()), results.parent
@@ -50,17 +52,17 @@ def test_the_port_and_its_proof_are_recorded(ported_stage):
     assert record["headline"]["port proof"] == "PASS (emulated)"
     assert record["headline"]["port changes"] == len(port["changes"]) == 2
     assert "proof PASS (NPU path emulated on CPU)" in record["summary"]
-    assert ("port", "2 changes, 0 left for a human, proof PASS (emulated)") in glance(record)
+    assert ("port", "2 changes, 0 left for a human, proof PASS (emulated)") in glance(read_record(record, stage.RESULT))
 
 
 @pytest.mark.slow
 def test_a_failed_proof_fails_the_stage(ported_stage):
     result, _, _ = ported_stage
-    result.port.proof = dict(result.port.proof, verdict="FAIL")
+    result.port.proof = dataclasses.replace(result.port.proof, verdict="FAIL")
     try:
         assert stage.summarize(result).verdict == "FAIL"
     finally:
-        result.port.proof = dict(result.port.proof, verdict="PASS")
+        result.port.proof = dataclasses.replace(result.port.proof, verdict="PASS")
 
 
 @pytest.mark.slow
@@ -89,7 +91,8 @@ def test_a_port_that_cannot_be_made_is_said(tmp_path):
     lines = stage_draft(tmp_path, "02_attention", record["data"]).splitlines()
     assert "The port of the code could not be made:" in lines
     assert any("not an empty folder" in line for line in lines)
-    assert ("port", "not made: hyport port: --out '/x' exists and is not an empty folder") in glance(record)
+    assert ("port", "not made: hyport port: --out '/x' exists and is not an empty folder") in \
+        glance(read_record(record, stage.RESULT))
 
 
 def test_without_port_proof_the_code_is_ported_and_the_record_says_why_it_is_not_proven(
@@ -124,7 +127,7 @@ def test_a_port_that_cannot_be_written_keeps_the_grid_and_says_why(tmp_path, mon
     assert result.port is None and "which is not a folder" in result.port_error
     summary = stage.summarize(result)
     assert summary.verdict == "FAIL" and "port not made: --out " in summary.summary
-    assert result.comparison.rows  # the grid's results are kept
+    assert result.rows  # the grid's results are kept
 
 
 def test_code_with_nothing_to_rewrite_gets_no_proof(tmp_path, monkeypatch):
@@ -188,8 +191,8 @@ def test_a_config_the_proof_cannot_build_names_port_proof_config_with_the_value(
     monkeypatch.setenv("HYPORT_RESULTS_DIR", str(tmp_path / "results"))
     plan = stage.plan(Params(code_path=str(code), model_path=None, dtypes=["float32"], port_proof=True))
     port, error = stage.port_and_prove(plan)
-    assert error == "" and port.proof["verdict"] == "FAIL"
-    said = port.proof["error"]
+    assert error == "" and port.proof.verdict == "FAIL"
+    said = port.proof.error
     assert said.startswith("the tiny model could not be built from your config (KeyError: 'type' at "
                            "original modeling_rope.py:")
     assert said.endswith("; set port_proof_config to override the config fields the build needs, "
@@ -209,8 +212,8 @@ def test_the_stage_names_each_step_as_it_starts(tmp_path):
     result = stage.run(stage.plan(Params(device="cpu", dtypes=["float32"], model_path=None)),
                        on_progress=seen.append)
     grid = [p for p in seen if p.step == stage.GRID_STEP]
-    assert [p.done for p in grid] == list(range(1, result.comparison.cases + 1))
+    assert [p.done for p in grid] == list(range(1, result.cases + 1))
     later = [p.step for p in seen if p.step != stage.GRID_STEP]
     assert later == ["scan: CUDA-only constructs in the code"]  # no model check, no port asked
-    assert step_line(grid[-1]) == f"grid: {result.comparison.cases}/{result.comparison.cases} cases"
+    assert step_line(grid[-1]) == f"grid: {result.cases}/{result.cases} cases"
     assert step_line(seen[-1]).endswith("scan: CUDA-only constructs in the code …")

@@ -121,10 +121,10 @@ def test_missing_card_node_and_driver_mount_fail_with_their_flags(tmp_path):
     assert mounts.verdict == "FAIL" and f"add {DRIVER_FLAG}" in mounts.reason
     assert "version.info" not in mounts.reason  # the folder is the gap, not its file too
     assert stage.summarize(report).verdict == "FAIL"
-    assert report.container["flags"] == ["--device=/dev/davinci3", DRIVER_FLAG]
+    assert report.container.flags == ["--device=/dev/davinci3", DRIVER_FLAG]
     text = stage.report_text(report)
     assert f"- docker run flags to add: --device=/dev/davinci3 {DRIVER_FLAG}" in text
-    assert [m["path"] for m in report.container["missing"]] == ["/dev/davinci3", "/usr/local/Ascend/driver"]
+    assert [m["path"] for m in report.container.missing] == ["/dev/davinci3", "/usr/local/Ascend/driver"]
 
 
 def test_a_complete_tree_passes_every_container_check(tmp_path):
@@ -136,9 +136,9 @@ def test_a_complete_tree_passes_every_container_check(tmp_path):
     assert "/dev/davinci7" in checks["container_devices"].reason
     assert "256 GB, 8 GB needed for 8 cards" in checks["container_shm"].reason
     assert "Ascend HDK 25.0.X" in checks["driver_cann_compat"].reason
-    assert report.container["flags"] == [] and report.container["missing"] == []
-    assert report.container["versions"]["firmware"] == "7.7.0.1.231"
-    assert report.container["evidence"] == "/.dockerenv"
+    assert report.container.flags == [] and report.container.missing == []
+    assert report.container.versions.firmware == "7.7.0.1.231"
+    assert report.container.evidence == "/.dockerenv"
 
 
 def test_outside_a_container_the_checks_do_not_apply_but_versions_are_read(tmp_path):
@@ -148,9 +148,9 @@ def test_outside_a_container_the_checks_do_not_apply_but_versions_are_read(tmp_p
     checks = _by_name(report.checks)
     for name in ("container_devices", "container_mounts", "container_shm"):
         assert checks[name].verdict == "SKIP" and "not a container" in checks[name].reason
-    assert report.container["in_container"] is False and report.container["flags"] == []
-    assert report.container["versions"]["driver"] == "24.1.rc3"
-    assert report.container["versions"]["firmware"] == "7.5.0.1.129"
+    assert report.container.in_container is False and report.container.flags == []
+    assert report.container.versions.driver == "24.1.rc3"
+    assert report.container.versions.firmware == "7.5.0.1.129"
     # CANN 8.5.0 is documented with HDK 25.x only: a 24.1 driver is named, with the source
     compat = checks["driver_cann_compat"]
     assert compat.verdict == "FAIL" and "25.5.X, 25.3.X, 25.2.X, 25.0.X" in compat.reason

@@ -15,14 +15,15 @@ import pytest
 from hyport_lib.backend import get_backend
 from hyport_lib.commands import main
 from hyport_lib.environment.compat import TORCH_NPU_COMPAT, check_cann_compat, check_torch_npu_compat
-from hyport_lib.devices.records import Check, DeviceProcess
+from hyport_lib.devices.cards import DeviceProcess
+from hyport_lib.results import Check
 from hyport_lib.environment import stage
 from hyport_lib.environment.collect import EnvironmentReport
 from hyport_lib.environment.params import Params
 from hyport_lib.devices.probe import probe_devices
 from hyport_lib.devices.visible_devices import check_visible_devices, parse_visible_devices
 from hyport_lib.environment.frames import checks_frame
-from hyport_lib.environment.facts import collect_cann, collect_env_vars
+from hyport_lib.environment.facts import CannFacts, collect_cann, collect_env_vars
 from hyport_lib.utils.imports import clear_import_caches, collect_versions
 from hyport_lib.devices import host_memory, visible_devices
 from hyport_lib.environment import checks as C
@@ -30,7 +31,8 @@ from hyport_lib.environment.compat import releases_for_torch
 from hyport_lib.devices.probe import (DeviceListing, parse_nvidia_smi_apps,
                                            parse_nvidia_smi_gpus)
 from hyport_lib.environment.frames import devices_frame
-from hyport_lib.devices.records import DeviceInfo, worst_verdict
+from hyport_lib.devices.cards import DeviceInfo
+from hyport_lib.results import worst_verdict
 
 from conftest import requires_full_stack
 
@@ -336,7 +338,7 @@ def test_collect_environment_on_fake_npu(fake_npu, npu_smi_sample, monkeypatch):
     torch_minor = ".".join(report.versions["torch"].split(".")[:2])
     assert got["torch_npu_compat"] == ("PASS" if torch_minor == "2.8" else "FAIL")
     assert stage.summarize(report).verdict == "FAIL"
-    assert report.cann["driver_version"] == "24.1.rc1"
+    assert report.cann.driver_version == "24.1.rc1"
     assert "pid 576489 python 60703 MB" in stage.report_text(report)
     monkeypatch.delenv("ASCEND_RT_VISIBLE_DEVICES")
     monkeypatch.setenv("HYPORT_FAKE_NPU_COUNT", "3")  # the sample's host: 3 cards
@@ -437,8 +439,8 @@ def test_collect_cann_toolkit_layout(tmp_path):
     set_env = _write(tmp_path / "ascend-toolkit/set_env.sh", "export ASCEND_HOME_PATH=...\n")
     _write(tmp_path / "driver/version.info", "Version=24.1.rc2\nascendhal_version=7.35.23\n")
     cann = collect_cann({}, ascend_root=tmp_path, arch="aarch64")
-    assert cann["version"] == "8.2.RC1" and cann["info_file"] == str(info)
-    assert cann["set_env"] == str(set_env) and cann["driver_version"] == "24.1.rc2"
+    assert cann.version == "8.2.RC1" and cann.info_file == str(info)
+    assert cann.set_env == str(set_env) and cann.driver_version == "24.1.rc2"
     check = C.check_cann_env("npu", cann, environ={})
     assert check.verdict == "WARN" and f"source {set_env}" in check.reason
     sourced = C.check_cann_env("npu", cann, environ={"ASCEND_HOME_PATH": str(info.parent.parent)})
@@ -449,12 +451,12 @@ def test_collect_cann_85_layout(tmp_path):
     _write(tmp_path / "cann/x86_64-linux/ascend_toolkit_install.info", "version=8.5.0\n")
     _write(tmp_path / "cann/set_env.sh", "")
     cann = collect_cann({}, ascend_root=tmp_path, arch="x86_64")
-    assert cann["version"] == "8.5.0" and cann["set_env"].endswith("cann/set_env.sh")
+    assert cann.version == "8.5.0" and cann.set_env.endswith("cann/set_env.sh")
 
 
 def test_no_cann_is_skip_on_cpu(tmp_path):
     cann = collect_cann({}, ascend_root=tmp_path, arch="x86_64")
-    assert cann["version"] is None and cann["set_env"] is None
+    assert cann.version is None and cann.set_env is None
     assert C.check_cann_env("cpu", cann, {}).verdict == "SKIP"
 
 
@@ -512,7 +514,7 @@ def test_packages_check():
 # --- report ------------------------------------------------------------------------------------------
 def _report(*verdicts):
     checks = [Check(f"c{i}", v, "why") for i, v in enumerate(verdicts)]
-    return EnvironmentReport(system={}, versions={}, cann={}, devices=[], env_vars={}, checks=checks)
+    return EnvironmentReport(system={}, versions={}, cann=CannFacts(), devices=[], env_vars={}, checks=checks)
 
 
 def test_verdict_is_the_worst_ignoring_skip():

@@ -135,10 +135,10 @@ def test_a_fifo_or_device_node_as_the_cann_info_is_named(tmp_path, make):
     make(root / CANN_INFO)
     with _guarded():
         cann = collect_cann({}, root, arch="x86_64")
-        versions = read_driver_versions(root, cann["version"], tuple(cann["refused"]))
-    assert cann["version"] is None and len(cann["refused"]) == 1
-    assert cann["refused"][0].startswith(f"{root / CANN_INFO}: cannot be read: ")
-    assert versions.errors == cann["refused"]
+        versions = read_driver_versions(root, cann.version, tuple(cann.refused))
+    assert cann.version is None and len(cann.refused) == 1
+    assert cann.refused[0].startswith(f"{root / CANN_INFO}: cannot be read: ")
+    assert versions.errors == cann.refused
 
 
 def test_the_command_judges_a_tree_of_fifos_and_exits_as_for_any_bad_tree(tmp_path, capsys):
@@ -165,13 +165,13 @@ def test_a_link_to_dev_zero_is_the_trees_dev_zero(tmp_path):
     (root / DRIVER_VERSION).symlink_to("/dev/zero")
     with _guarded():
         cann = collect_cann({}, root, arch="x86_64")
-        versions = read_driver_versions(root, cann["version"])
+        versions = read_driver_versions(root, cann.version)
         mounts = _by_name(_judge(root).checks)["container_mounts"]
-    assert cann["driver_version"] is None and cann["refused"] == []
+    assert cann.driver_version is None and cann.refused == []
     assert versions.driver is None and versions.driver_file is None and versions.errors == []
     assert mounts.verdict == "WARN" and "/usr/local/Ascend/driver/version.info missing" in mounts.reason
     _write(root / "dev/zero", DRIVER_25_0)  # the tree's own /dev/zero, a plain file
-    assert collect_cann({}, root, arch="x86_64")["driver_version"] == "25.0.rc1.1"
+    assert collect_cann({}, root, arch="x86_64").driver_version == "25.0.rc1.1"
     assert read_driver_versions(root).driver_file == str(root / "dev/zero")
 
 
@@ -193,23 +193,23 @@ def test_an_absolute_link_to_this_machines_toolkit_is_the_trees_path(tmp_path):
     (toolkit / "latest").symlink_to(machine)
     (toolkit / "set_env.sh").symlink_to(machine / "set_env.sh")
     cann = collect_cann({}, root, arch="x86_64")
-    assert cann["version"] is None and cann["info_file"] is None and cann["set_env"] is None, cann
+    assert cann.version is None and cann.info_file is None and cann.set_env is None, cann
     report = _run(root, num_cards=8)
-    assert report.container["versions"]["cann"] is None
+    assert report.container.versions.cann is None
     assert "CANN not found" in _by_name(report.checks)["driver_cann_compat"].reason
     # the same path inside the tree is the one read
     _write(root / str(machine).lstrip("/") / "x86_64-linux/ascend_toolkit_install.info", CANN_850_INFO)
-    assert collect_cann({}, root, arch="x86_64")["version"] == "8.5.0"
+    assert collect_cann({}, root, arch="x86_64").version == "8.5.0"
 
 
 def test_the_toolkit_variables_and_their_links_stay_in_the_tree(tmp_path):
     """ASCEND_HOME_PATH names a path of the tree, and a link below it stays in the tree."""
     machine = _machine_toolkit(tmp_path)
     root = build_tree(tmp_path, omit=("/usr/local/Ascend/cann",))
-    assert collect_cann({"ASCEND_HOME_PATH": str(machine)}, root, arch="x86_64")["version"] is None
+    assert collect_cann({"ASCEND_HOME_PATH": str(machine)}, root, arch="x86_64").version is None
     (root / "opt/cann").mkdir(parents=True)
     (root / "opt/cann/x86_64-linux").symlink_to(machine / "x86_64-linux")
-    assert collect_cann({"ASCEND_HOME_PATH": "/opt/cann"}, root, arch="x86_64")["version"] is None
+    assert collect_cann({"ASCEND_HOME_PATH": "/opt/cann"}, root, arch="x86_64").version is None
 
 
 # --- bounds ----------------------------------------------------------------------------------------

@@ -33,6 +33,7 @@ from hyport_lib.inference.table import (
 )
 from hyport_lib.models.tiny import ensure_tiny_model
 from hyport_lib.params import ParameterError, from_arguments
+from hyport_lib.utils.typed_records import to_mapping
 from hyport_lib.processes import last_exception, scrub_log
 from fault_injection.hyport_faults import FAULT_ENV, parse_faults
 
@@ -553,7 +554,7 @@ def test_secret_values_stay_out_of_logs_configs_and_results(tmp_path, monkeypatc
     assert record["inference"]["model_path"].endswith("ckpt-[redacted]")
     assert record["inference"]["single_prompt"] == "Say hello to [redacted]."
     assert SECRET not in json.dumps(result.to_dict(), default=str)
-    assert SECRET not in json.dumps(result.cards, default=str)
+    assert SECRET not in json.dumps(to_mapping([result.outputs, result.diagnoses]), default=str)
 
     # A load that fails in the worker (the folder passes the preflight, its model type is
     # unknown to transformers): the error quotes the secret-bearing model type; the log and

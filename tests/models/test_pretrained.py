@@ -171,7 +171,7 @@ def test_a_packed_lora_run_on_two_ranks_starts_at_plain_cross_entropy_and_learns
                     max_steps=10, save_steps=10, packing=True, max_seq_len=PACKED_ROW_TOKENS, precision="fp32",
                     finetuning_type="lora", lora_target="all", learning_rate=2e-3, lr_scheduler_type="constant")
     assert result.status == "ok", result.reason
-    assert result.plan["attn_implementation"].startswith("hyport")  # packing runs on the swap
+    assert result.plan.attn_implementation.startswith("hyport")  # packing runs on the swap
     per_rank = _first_step_records(result.final_dir)
     assert len(per_rank) == 2 and sorted(len(records) for records in per_rank) == [2, 2], per_rank
     assert sorted(sum(per_rank, [])) == [f"velmora-{i}" for i in range(4)]  # a different row on each rank
@@ -183,11 +183,11 @@ def test_a_packed_lora_run_on_two_ranks_starts_at_plain_cross_entropy_and_learns
     counts = [sum(count for _, count in sums[rank]) for rank in sums]
     assert counts[0] != counts[1]  # so that the token mean is not a mean of the ranks' means
     plain = sum(loss for rank in sums for loss, _ in sums[rank]) / sum(counts)
-    first = result.metrics[0]["loss"]
+    first = result.metrics[0].loss
     assert first == pytest.approx(plain, rel=2e-6), (first, plain, per_rank)  # a wrong mask: 1e-3 and more
 
-    assert result.metrics[-1]["loss"] < first / 10, result.metrics
-    held = result.worker["held_answers"]
-    assert held["prompts"] == [question for question, _ in FACTS[:2]] and not held["why_not"]
-    assert not any("Oskel" in before for before in held["before"]), held["before"]
-    assert all("Tarin Oskel" in after for after in held["after"]), held["after"]
+    assert result.metrics[-1].loss < first / 10, result.metrics
+    held = result.worker.held_answers
+    assert held.prompts == [question for question, _ in FACTS[:2]] and not held.why_not
+    assert not any("Oskel" in before for before in held.before), held.before
+    assert all("Tarin Oskel" in after for after in held.after), held.after

@@ -380,7 +380,7 @@ def test_a_packed_plan_proves_the_swap_or_refuses_in_one_line(zoo, tmp_path, mon
         return
     plan = train_stage.plan(params)
     proof = plan.attention_proof
-    assert plan.attn_implementation == "hyport_torch" and proof["verdict"] == "PASS", proof["reason"]
-    assert proof["packed"] and "samples one by one" in proof["batch"]
-    assert proof["max_abs_logits"] < 1e-4 and proof["grad_parameters"] > 10 and proof["swapped_calls"] > 0
+    assert plan.attn_implementation == "hyport_torch" and proof.verdict == "PASS", proof.reason
+    assert proof.packed and "samples one by one" in proof.batch
+    assert proof.max_abs_logits < 1e-4 and proof.grad_parameters > 10 and proof.swapped_calls > 0
     assert any(note.startswith("attention proof PASS") for note in plan.notes)

@@ -17,10 +17,15 @@ from hyport_lib.drafting.values import fmt_value, num
 from hyport_lib.report.bundle import render_bundle, zip_run
 from hyport_lib.report.glance import card_figures
 from hyport_lib.report.index import render_index
-from hyport_lib.report.records import StageView
-from hyport_lib.report.run import NOT_RUN, ReportRun, StageOutcome
+from hyport_lib.report.run import NOT_RUN, ReportRun, StageOutcome, StageView
+from hyport_lib.stages import read_stage_record
 from hyport_lib.train import show as train_show
 from hyport_lib.weights import show as weights_show
+
+
+def _view(stage: str, verdict: str, raw: dict) -> StageView:
+    """The stage as the report reads it from a result file holding ``raw``."""
+    return StageView(StageOutcome(stage, verdict), raw, read_stage_record(stage, raw))
 
 
 def _run(tmp_path: Path, verdicts: dict) -> ReportRun:
@@ -37,17 +42,23 @@ def _card(index: str, stage: str) -> str:
 def test_a_failed_training_shows_dashes_not_none():
     record = {"headline": {"exit code": 1, "steps": 0, "loss first → last": None, "tokens/s/p": None,
                            "total s": 12.3}, "data": {}}
-    found = dict(card_figures(StageView(StageOutcome("04_train", "FAIL"), record)))
-    assert found == dict(train_show.glance(record))  # the report lays out the stage's own card
+    found = dict(card_figures(_view("04_train", "FAIL", record)))
+    assert found == dict(train_show.glance(read_stage_record("04_train", record)))  # the stage's own card
     assert found["loss first → last"] == "—" and found["tokens/s/p"] == "—" and found["exit code"] == "1"
 
 
 def test_a_stage_without_a_card_of_its_own_shows_its_headline_and_an_odd_record_says_so(monkeypatch):
     monkeypatch.delattr(weights_show, "glance")  # a show module that draws no card
-    plain = StageView(StageOutcome("05_weights", "PASS"), {"headline": {"level": 7, "ratio": 0.123456}})
+    plain = _view("05_weights", "PASS", {"headline": {"level": 7, "ratio": 0.123456}})
     assert card_figures(plain) == [("level", "7"), ("ratio", "0.1235")]
-    odd = StageView(StageOutcome("02_attention", "PASS"),
-                    {"data": {"rows": [{"case": "a", "max_abs": 1.0, "bound": "tight"}]}})
+    # an odd value reads as the field's default: the card still counts what it can
+    odd = _view("02_attention", "PASS", {"data": {"rows": [{"case": "a", "max_abs": 1.0, "bound": "tight"}]}})
+    assert dict(card_figures(odd)) == {"cases passed": "0 / 1 (1 results)"}
+
+    def broken(record):  # a card the record trips up: said in place of its figures
+        return [("cases", record.data.rows[0]["max_abs"] / record.data.rows[0]["bound"])]
+
+    monkeypatch.setattr(attention_show, "glance", broken)
     [(name, why)] = card_figures(odd)
     assert name == "(figures unreadable)" and why.startswith("TypeError")
     assert card_figures(StageView(StageOutcome("05_weights", "PENDING"))) == []
@@ -72,7 +83,7 @@ def test_attention_counts_cases_not_rows():
     rows = [{"case": "a", "backend": b, "verdict": "PASS", "max_abs": 0.1, "bound": 1.0} for b in "xyz"]
     rows += [{"case": "b", "backend": "x", "verdict": "PASS", "max_abs": 0.5, "bound": 1.0},
              {"case": "b", "backend": "y", "verdict": "FAIL", "max_abs": 2.0, "bound": 1.0}]
-    found = dict(attention_show.glance({"data": {"rows": rows}}))
+    found = dict(attention_show.glance(read_stage_record("02_attention", {"data": {"rows": rows}})))
     assert found["cases passed"] == "1 / 2 (5 results)"
     assert found["worst case"] == "b on y: error 2 of the bound"
 
@@ -85,21 +96,22 @@ def test_a_non_finite_attention_output_is_the_worst_case_even_as_json_null():
             {"case": "c2", "backend": "npu", "max_abs": 5e-4, "bound": 1e-3, "verdict": "PASS", "finite": True}]
     written = json.loads(dumps_json({"data": {"rows": rows}}))
     assert written["data"]["rows"][0]["max_abs"] is None  # strict JSON: no Infinity
-    found = dict(attention_show.glance(written))
+    read = read_stage_record("02_attention", written)
+    found = dict(attention_show.glance(read))
     assert found["worst case"] == "c1 on npu: non-finite output"
-    [npu] = backend_rows(written["data"]["rows"])
+    [npu] = backend_rows(read.data.frame())
     assert npu["ratio"] == float("inf") and npu["FAIL"] == 1
 
 
 def test_the_weights_card_says_when_the_trained_weights_were_not_checked():
     fallback = {"headline": {"shards": 2, "LOAD_OK": True, "errors": 0, "warnings": 0},
                 "data": {"source": "no stage 04 result in /x/results: the embedded tiny model ..."}}
-    found = dict(weights_show.glance(fallback))
+    found = dict(weights_show.glance(read_stage_record("05_weights", fallback)))
     assert found["checked"] == "the embedded tiny model (no weights from stage 04 in this run)"
     assert found["LOAD_OK"] == "yes" and found["findings"] == "0 error(s), 0 warning(s)"
     trained = {"headline": {}, "data": {"source": "stage 04 of this run (/r/04_train.json): ..."}}
-    assert dict(weights_show.glance(trained))["checked"] == "stage 04's final weights"
-    assert dict(weights_show.glance(trained))["LOAD_OK"] == "not reloaded"
+    card = dict(weights_show.glance(read_stage_record("05_weights", trained)))
+    assert card["checked"] == "stage 04's final weights" and card["LOAD_OK"] == "not reloaded"
 
 
 def test_a_stage_that_did_not_run_says_so_on_its_card(tmp_path):
@@ -210,9 +222,10 @@ def test_the_inference_card_names_the_attention_and_what_a_card_answered():
     record = {"headline": {"cards ok": "2/2", "consistent": True},
               "data": {"config": {"attn_implementation": "hyport_npu_fused", "model_path": "/models/real"},
                        "outputs": {"0": {"single": "The capital of France is Paris. " * 10, "batch": []}}}}
-    rows = dict(inference_show.glance(record))
+    rows = dict(inference_show.glance(read_stage_record("03_inference", record)))
     assert rows["attention"] == "hyport_npu_fused"
     assert rows["card 0 answered"].startswith("The capital of France is Paris.")
     assert len(rows["card 0 answered"]) <= inference_show.GLANCE_ANSWER_CHARS
     record["data"]["config"]["model_path"] = str(ensure_tiny_model())
-    assert dict(inference_show.glance(record))["card 0 answered"] == "random weights: only shows the cards agree"
+    assert dict(inference_show.glance(read_stage_record("03_inference", record)))["card 0 answered"] == \
+        "random weights: only shows the cards agree"

@@ -21,7 +21,7 @@ from hyport_lib.params import Field, ParameterError, Spec
 from hyport_lib.report.run_parameters import (absolutize_paths, coerce_overrides, make_plans, plan_requests,
                                               resolve_parameters, safe_parameters)
 from hyport_lib.report.run import ReportRun, new_run_dir
-from hyport_lib.results import RESULTS_DIR_ENV, RUN_DIR_ENV, read_result, record_result
+from hyport_lib.results import RESULTS_DIR_ENV, RUN_DIR_ENV, StageRecord, read_result, write_record
 from hyport_lib.report.runner import run_report
 from hyport_lib.stages import discover_stages, select_stages
 
@@ -31,13 +31,13 @@ REPO = Path(__file__).resolve().parents[2]
 @pytest.fixture
 def stage_dir(tmp_path, plant_stage):
     folder = tmp_path / "nbs"
-    plant_stage(folder, "01_good", "from hyport_lib.results import record_result, Provenance\n"
+    plant_stage(folder, "01_good", "from hyport_lib.results import Provenance, StageRecord, write_record\n"
                 "import os\nprint('cwd', os.getcwd())\n"
-                "record_result('01_good', 'PASS', summary=f'level {level}', "
-                "headline={'level': level}, provenance=Provenance(device='cpu'))", level=1)
+                "write_record(StageRecord('01_good', 'PASS', summary=f'level {level}', "
+                "headline={'level': level}, provenance=Provenance(device='cpu')))", level=1)
     plant_stage(folder, "02_boom", "raise RuntimeError('planted failure in stage 02')")
-    plant_stage(folder, "03_after", "from hyport_lib.results import record_result\n"
-                "record_result('03_after', 'WARN', summary='still ran after a failure')")
+    plant_stage(folder, "03_after", "from hyport_lib.results import StageRecord, write_record\n"
+                "write_record(StageRecord('03_after', 'WARN', summary='still ran after a failure'))")
     return folder
 
 
@@ -198,10 +198,10 @@ def test_blog_and_index_escape_what_they_show(tmp_path):
     from hyport_lib.report.blog.writer import render_blog
     from hyport_lib.report.index import render_index
     from hyport_lib.report.run import ReportRun, StageOutcome
+    from hyport_lib.results import Provenance
 
     stage = StageOutcome(stage="02_attention", verdict="PASS", summary="<b>x</b>",
-                         headline={"max |Δ logits|": 1e-7},
-                         provenance={"label": "NPU-emulated on CPU (not an NPU measurement)"})
+                         headline={"max |Δ logits|": 1e-7}, provenance=Provenance("cpu", emulated=True))
     run = ReportRun(run_id="r1", run_dir=tmp_path, profile=None,
                     parameters={"trust_remote_code": True}, stages=[stage], versions={}, started="t")
     blog = render_blog(run)
@@ -238,9 +238,9 @@ def test_relative_output_dir_and_awkward_secrets(stage_dir, tmp_path, monkeypatc
     and non-ASCII characters is scrubbed from every file; files are shareable (0644)."""
     secret = 'pa"ss\\wörd-7c1f'
     monkeypatch.setenv("DB_PASSWORD", secret)
-    plant_stage(stage_dir, "04_leaky", "import os\nfrom hyport_lib.results import record_result\n"
+    plant_stage(stage_dir, "04_leaky", "import os\nfrom hyport_lib.results import StageRecord, write_record\n"
                 "print(os.environ['DB_PASSWORD'])\n"
-                "record_result('04_leaky', 'PASS', summary=os.environ['DB_PASSWORD'])")
+                "write_record(StageRecord('04_leaky', 'PASS', summary=os.environ['DB_PASSWORD']))")
     monkeypatch.chdir(tmp_path)
     run = run_report(profile=None, notebooks_dir=stage_dir, only=["01", "04"],
                      output_root=Path("relative-out"), progress=lambda m: None)
@@ -550,7 +550,7 @@ def test_a_run_to_compare_with_that_is_not_there_is_one_line_before_anything(tmp
 @pytest.mark.slow  # one stage of a real report run
 def test_the_report_writes_its_compare_page_beside_an_earlier_run(tmp_path, capsys):
     earlier = tmp_path / "earlier" / "20990101-000000-abcdef"
-    record_result("01_environment", "WARN", summary="an earlier run", directory=earlier / "results")
+    write_record(StageRecord("01_environment", "WARN", "an earlier run"), directory=earlier / "results")
     out = tmp_path / "out"
     assert main(["report", "--only", "01", "--output-dir", str(out), "-p", "device=cpu",
                  "--compare", str(earlier)]) == 0
@@ -569,16 +569,16 @@ def test_the_compare_run_is_found_where_the_report_writes_and_a_failed_compare_k
     and the report keeps its exit status and index line."""
     monkeypatch.setenv(RESULTS_DIR_ENV, str(tmp_path / "home" / "interactive" / "results"))
     monkeypatch.delenv(RUN_DIR_ENV, raising=False)
-    interactive = read_result(record_result("01_environment", "PASS"))["run_id"]
+    interactive = read_result(write_record(StageRecord("01_environment", "PASS")))["run_id"]
     earlier = tmp_path / "work" / "outputs" / "20990101-000000-abcdef"
-    record_result("01_environment", "WARN", directory=earlier / "results")
+    write_record(StageRecord("01_environment", "WARN"), directory=earlier / "results")
     made = []
 
     def report_that_records(output_root=None, **_):  # the runner's folders, its stages left out
         run_dir = (output_root or Path.cwd() / "outputs") / f"2099010{2 + len(made)}-000000-new"
         (run_dir / "results").mkdir(parents=True)
         if not made:
-            record_result("01_environment", "PASS", directory=run_dir / "results")
+            write_record(StageRecord("01_environment", "PASS"), directory=run_dir / "results")
         made.append(run_dir)
         return ReportRun(run_dir.name, run_dir, None, {}, [], {}, "", status="finished")
 

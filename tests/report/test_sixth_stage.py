@@ -22,18 +22,22 @@ from blog_drafts import english_runs, unsourced
 
 REPO = Path(__file__).resolve().parents[2]
 REPORT = REPO / "hyport_lib" / "report"
+WORKBOOK = REPO / "hyport_lib" / "workbook"
 
 
 
-def test_the_report_names_no_stage():
-    """No stage name (as a string or a package), no stage id, anywhere in report/."""
+def test_the_report_and_the_workbook_name_no_stage():
+    """No stage name (as a string or a package), no stage id, anywhere in report/ or in
+    workbook/ (the comparison of runs asks each stage's ``compare`` hook)."""
     found = set()
-    for path in sorted(REPORT.rglob("*.py")):
+    paths = sorted([*REPORT.rglob("*.py"), *WORKBOOK.rglob("*.py")])
+    assert paths
+    for path in paths:
         text = path.read_text(encoding="utf-8")
         for stage in discover_stages():
             for pattern in (f'"{stage.name}"', f"'{stage.name}'", f"hyport_lib.{stage.name}", stage.id):
                 if pattern in text:
-                    found.add((str(path.relative_to(REPORT)), pattern))
+                    found.add((str(path.relative_to(REPO)), pattern))
     assert not found, sorted(found)
 
 
@@ -41,26 +45,36 @@ def test_the_report_names_no_stage():
 STAGE_PY = '''
     """Stage 06: count widgets (a stand-in for a new stage)."""
 
-    from hyport_lib.results import Provenance, StageSummary, record_summary
+    from dataclasses import dataclass, field
+
+    from hyport_lib.results import Provenance, StageSummary
 
     STAGE = "06_extra"
+
+
+    @dataclass
+    class Widgets:
+        widgets: int = 0
+        notes: list[str] = field(default_factory=list)
+
+        @property
+        def provenance(self) -> Provenance:
+            return Provenance(device="cpu")
+
+
+    RESULT = Widgets
 
 
     def plan(params):
         return params
 
 
-    def run(count: int) -> dict:
-        return {"widgets": count, "notes": ["widgets were counted on the CPU"]}
+    def run(count: int) -> Widgets:
+        return Widgets(count, ["widgets were counted on the CPU"])
 
 
-    def summarize(result: dict) -> StageSummary:
-        return StageSummary("PASS", f"counted {result['widgets']} widgets", {"widgets": result["widgets"]})
-
-
-    def record(result: dict, *, directory=None):
-        return record_summary(STAGE, summarize(result), data=result, provenance=Provenance(device="cpu"),
-                              directory=directory)
+    def summarize(result: Widgets) -> StageSummary:
+        return StageSummary("PASS", f"counted {result.widgets} widgets", {"widgets": result.widgets})
 '''
 
 PARAMS_PY = '''
@@ -78,46 +92,26 @@ SHOW_PY = '''
     """Stage 06 in the report: its card, its notes, its figure (its draft section is
     blog.md.j2 beside this module, its Chinese text blog.zh.po)."""
 
-    from dataclasses import dataclass, field
-    from typing import Optional
-
     from hyport_lib.drafting.values import fmt_value
+    from hyport_lib.extra.stage import Widgets
     from hyport_lib.results import StageRecord
-    from hyport_lib.utils.records import from_mapping
 
 
-    @dataclass
-    class Widgets:
-        widgets: Optional[int] = None
-        notes: list[str] = field(default_factory=list)
-
-        @classmethod
-        def from_dict(cls, data) -> "Widgets":
-            return from_mapping(cls, data)
+    def glance(record: StageRecord[Widgets]) -> list[tuple[str, str]]:
+        return [("widgets", fmt_value(record.data.widgets))]
 
 
-    def _read(record: dict) -> Widgets:
-        return StageRecord.from_dict(record, Widgets).data
+    def blog_notes(record: StageRecord[Widgets]) -> list[str]:
+        return record.data.notes
 
 
-    def glance(record: dict) -> list[tuple[str, str]]:
-        return [("widgets", fmt_value(_read(record).widgets))]
+    def blog_figures(record: StageRecord[Widgets]) -> dict:
+        return {"widgets": lambda: _bars(record.data.widgets)}
 
 
-    def blog_notes(record: dict) -> list[str]:
-        return _read(record).notes
-
-
-    def blog_figures(record: dict) -> dict:
-        return {"widgets": lambda: _bars(record)}
-
-
-    def _bars(record: dict):
+    def _bars(widgets: int):
         from matplotlib.figure import Figure
 
-        widgets = _read(record).widgets
-        if widgets is None:
-            return None
         fig = Figure(figsize=(2, 2))
         fig.subplots().bar([0], [widgets])
         return fig
@@ -150,8 +144,8 @@ def _notebook(path: Path) -> None:
     params = nbformat.v4.new_code_cell("count = 7")
     params.metadata["tags"] = ["parameters"]
     nb.cells = [nbformat.v4.new_markdown_cell("# 06 Extra checks"), params,
-                nbformat.v4.new_code_cell("from hyport_lib.extra import stage\n\n"
-                                          "result = stage.run(count)\nprint(stage.record(result))")]
+                nbformat.v4.new_code_cell("from hyport_lib.extra import stage\nfrom hyport_lib.results import record\n\n"
+                                          "result = stage.run(count)\nprint(record(stage, result))")]
     nbformat.write(nb, str(path))
 
 

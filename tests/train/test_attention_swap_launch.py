@@ -59,7 +59,7 @@ def test_unpacked_training_keeps_eager_and_its_loss_is_eagers(biased_model, one_
                     max_steps=1, precision="fp32", zero_stage=0, output_dir=str(tmp_path / "run"))
     plan = stage.plan(params)
     assert plan.attn_implementation == "eager"
-    assert plan.attention_proof["verdict"] == "FAIL" and "position_bias" in plan.attention_proof["reason"]
+    assert plan.attention_proof.verdict == "FAIL" and "position_bias" in plan.attention_proof.reason
     assert any(note.startswith("attn_implementation='hyport_torch' not used") for note in plan.notes)
     result = stage.run(plan)
     assert result.exit_code == 0, result.reason
@@ -71,7 +71,7 @@ def test_unpacked_training_keeps_eager_and_its_loss_is_eagers(biased_model, one_
     model = load_model(biased_model, attn_implementation="eager", trust_remote_code=True).float()
     with torch.no_grad():
         eager_loss = float(model(**{k: v for k, v in batch.items() if not k.startswith("hyport_")}).loss)
-    assert result.metrics[0]["loss"] == pytest.approx(eager_loss, rel=1e-5)
+    assert result.metrics[0].loss == pytest.approx(eager_loss, rel=1e-5)
 
 
 def _records(path):

@@ -3,12 +3,13 @@ steps on it, or the whole run when its length is given."""
 
 from __future__ import annotations
 
+from hyport_lib.train.metrics import StepMetrics
 from hyport_lib.train.show import loss_figure
 
 
-def _records(n: int) -> list[dict]:
-    return [{"step": i, "loss": 7.0 - 0.1 * i, "learning_rate": 1e-4, "tokens_per_s_per_card": 800.0,
-             "real_tokens_per_s_per_card": 700.0} for i in range(1, n + 1)]
+def _records(n: int) -> list[StepMetrics]:
+    return [StepMetrics(step=i, loss=7.0 - 0.1 * i, learning_rate=1e-4, tokens_per_s_per_card=800.0,
+                        real_tokens_per_s_per_card=700.0) for i in range(1, n + 1)]
 
 
 def test_the_axis_grows_with_the_steps_from_a_few_steps_wide():

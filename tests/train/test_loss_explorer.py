@@ -10,9 +10,9 @@ import math
 from hyport_lib.results import Provenance
 from hyport_lib.train.loss_explorer import (DEFAULT_SMOOTHING, SMOOTHING, VEGA_LITE_MIME, loss_bundle,
                                             loss_spec, show_loss_explorer)
-from hyport_lib.train.metrics import ema
+from hyport_lib.train.metrics import StepMetrics, ema
 
-RECORDS = [{"step": s, "loss": loss, "learning_rate": 1e-4 * s, "tokens_per_s_per_card": 100.0 + s}
+RECORDS = [StepMetrics(step=s, loss=loss, learning_rate=1e-4 * s, tokens_per_s_per_card=100.0 + s)
            for s, loss in zip(range(1, 7), [2.0, 1.5, math.nan, 1.2, 1.0, 0.9])]
 
 

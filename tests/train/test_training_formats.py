@@ -49,10 +49,10 @@ def test_two_steps_train_on_each_format_and_the_model_gets_the_answers(tmp_path,
     assert any(note.startswith("dataset ") and format in note for note in plan.notes), plan.notes
     result = stage.run(plan)
     assert result.status == "ok" and result.exit_code == 0, result.reason
-    assert [m["step"] for m in result.metrics] == [1, 2]
-    assert all(m["loss"] > 0 for m in result.metrics)
+    assert [m.step for m in result.metrics] == [1, 2]
+    assert all(m.loss > 0 for m in result.metrics)
     records = {r.record_id: r for r in load_dataset(path, options=params.dataset_options).records}
-    assert result.worker["samples"] == len(records) == 3  # every record became a training sample
+    assert result.worker.samples == len(records) == 3  # every record became a training sample
 
     listed = json.loads(first_batch_path(plan.output_dir).read_text())["rows"]
     assert listed and all(row["record_ids"] for row in listed)

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from hyport_lib.results import record
 from hyport_lib.train import stage
 from hyport_lib.train.loss_explorer import VEGA_LITE_MIME
 from hyport_lib.train.params import Params
@@ -34,7 +35,7 @@ def _train(tmp_path, name="run", **params):
 
 
 def _steps(result):
-    return [r["step"] for r in result.metrics]
+    return [r.step for r in result.metrics]
 
 
 def _reload(folder):
@@ -59,30 +60,29 @@ def test_zero2_run_exits_0_and_its_weights_reload(zero2_run, tmp_path):
     assert stage.summarize(result).verdict == "PASS", stage.summarize(result)
     assert result.diagnosis is None  # logs are diagnosed only after a failure
     assert _steps(result) == list(range(1, ZERO2_STEPS + 1))
-    assert all(r["world_size"] == 2 and r["tokens"] > r["real_tokens"] > 0 for r in result.metrics)
-    complete = [c["step"] for c in result.checkpoints if c["complete"]]
+    assert all(r.world_size == 2 and r.tokens > r.real_tokens > 0 for r in result.metrics)
+    complete = [c.step for c in result.checkpoints if c.complete]
     assert complete == list(range(2, ZERO2_STEPS + 1, 2))
     checkpoint = Path(result.last_checkpoint)
     assert (checkpoint / f"global_step{ZERO2_STEPS}").is_dir() and (checkpoint / "hyport_checkpoint.json").is_file()
-    assert result.final_dir == result.plan["output_dir"]
+    assert result.final_dir == result.plan.output_dir
     model = _reload(result.final_dir)
     assert sum(p.numel() for p in model.parameters()) == _tiny_parameters()
     assert (Path(result.final_dir) / "tokenizer.json").is_file()  # processor files beside the weights
     summary = result.summary
-    warmup = result.plan["params"]["throughput_warmup_steps"]
+    warmup = result.plan.params.throughput_warmup_steps
     assert warmup > 0 and summary.tokens_per_s_per_card > 0
     assert summary.measured_steps == ZERO2_STEPS - warmup  # warm-up left out
-    assert result.worker["train_metrics"]["train_loss"] > 0
-    assert result.plan["precision"] == "bf16" and result.plan["deepspeed"]["torch_adam"] is True
-    record = stage.record(result, directory=tmp_path / "results")
-    saved = json.loads(record.read_text())
+    assert result.worker.trainer_loss > 0
+    assert result.plan.precision == "bf16" and result.plan.deepspeed.torch_adam is True
+    saved = json.loads(record(stage, result, directory=tmp_path / "results").read_text())
     assert saved["provenance"]["device"] == "cpu" and saved["data"]["final_dir"] == result.final_dir
 
 
 def test_zero3_run_saves_real_weights_that_reload(tmp_path):
     result = _train(tmp_path, zero_stage=3, max_shard_size="300KB")
     assert result.status == "ok", result.reason
-    assert result.plan["deepspeed"]["zero_stage"] == 3
+    assert result.plan.deepspeed.zero_stage == 3
     index = json.loads((Path(result.final_dir) / "model.safetensors.index.json").read_text())
     assert len(set(index["weight_map"].values())) >= 2  # sharded as asked
     model = _reload(result.final_dir)
@@ -111,7 +111,7 @@ def test_lora_run_saves_an_adapter_and_merged_weights(tmp_path):
     result = _train(tmp_path, finetuning_type="lora", lora_rank=4, lora_alpha=8, learning_rate=1e-2,
                     num_cards=1)
     assert result.status == "ok", result.reason
-    assert result.worker["trainable_parameters"] < _tiny_parameters() / 10
+    assert result.worker.trainable_parameters < _tiny_parameters() / 10
     assert (Path(result.final_dir) / "adapter" / "adapter_config.json").is_file()
     merged = _reload(result.final_dir)
     base = _reload(str(ensure_tiny_model()))
@@ -124,7 +124,7 @@ def test_a_rank_killed_mid_run_is_restarted_and_resumes(zero2_run, fault_switche
     # The reference is the session's ZeRO-2 run: the same parameters as the killed run
     # below (6 steps, save_steps 2, ZeRO-2), without the kill.
     reference = zero2_run
-    assert reference.plan["params"]["max_steps"] == 6 and reference.plan["params"]["save_steps"] == 2
+    assert reference.plan.params.max_steps == 6 and reference.plan.params.save_steps == 2
     monkeypatch.setenv(KILL_FAULT_ENV, "3:1")
     # resume_from="none" for the first attempt: a restart still resumes this launch's
     # newest complete checkpoint instead of starting over.
@@ -132,14 +132,14 @@ def test_a_rank_killed_mid_run_is_restarted_and_resumes(zero2_run, fault_switche
                     resume_from="none")
     assert result.status == "ok", result.reason
     assert _steps(result) == [1, 2, 3, 4, 5, 6]  # step 3 was lost with the kill, redone once
-    assert result.summary.restarts == 1 and result.worker["resumed_step"] == 2
-    assert [r["restart"] for r in result.metrics] == [0, 0, 1, 1, 1, 1]
+    assert result.summary.restarts == 1 and result.worker.resumed_step == 2
+    assert [r.restart for r in result.metrics] == [0, 0, 1, 1, 1, 1]
     for got, want in zip(result.metrics, reference.metrics):  # loss and lr continue
         # The loss moves ~1 % over the run: only a tight tolerance tells a resumed run
         # from one that lost its weights (resumed runs match the reference bit for bit).
-        assert got["learning_rate"] == pytest.approx(want["learning_rate"], rel=1e-6)
-        assert got["loss"] == pytest.approx(want["loss"], rel=1e-5)
-        assert got["grad_norm"] == pytest.approx(want["grad_norm"], rel=1e-4)
+        assert got.learning_rate == pytest.approx(want.learning_rate, rel=1e-6)
+        assert got.loss == pytest.approx(want.loss, rel=1e-5)
+        assert got.grad_norm == pytest.approx(want.grad_norm, rel=1e-4)
 
 
 def test_a_killed_run_relaunched_with_resume_auto_ends_at_max_steps(fault_switches, tmp_path, monkeypatch):
@@ -150,7 +150,7 @@ def test_a_killed_run_relaunched_with_resume_auto_ends_at_max_steps(fault_switch
     monkeypatch.delenv(KILL_FAULT_ENV)
     resumed = _train(tmp_path, "job", max_steps=5, save_steps=2, resume_from="auto", num_cards=1)
     assert resumed.status == "ok", resumed.reason
-    assert resumed.plan["resume_checkpoint"].endswith("checkpoint-2")
+    assert resumed.plan.resume_checkpoint.endswith("checkpoint-2")
     assert _steps(resumed) == [1, 2, 3, 4, 5]
     assert stage.summarize(resumed).verdict == "PASS"
 
@@ -163,7 +163,7 @@ def test_text_only_and_image_batches_on_different_ranks_train(tmp_path):
     assert result.status == "ok", result.reason
     assert _steps(result) == list(range(1, 9)) and stage.summarize(result).verdict == "PASS"
     # the train_loss shown is the mean of the logged step losses
-    losses = [r["loss"] for r in result.metrics]
+    losses = [r.loss for r in result.metrics]
     assert stage.summarize(result).headline["train_loss"] == pytest.approx(sum(losses) / len(losses),
                                                                            abs=1e-4)
 
@@ -172,17 +172,17 @@ def test_injected_nan_shows_in_the_flags(fault_switches, tmp_path, monkeypatch):
     monkeypatch.setenv(NAN_FAULT_ENV, "2")
     result = _train(tmp_path, max_steps=3, save_steps=100000, num_cards=1)
     assert result.status == "ok", result.reason
-    flagged = {r["step"]: r["nonfinite_loss"] for r in result.metrics}
+    flagged = {r.step: r.nonfinite_loss for r in result.metrics}
     # the metrics file is strict JSON: the NaN is a null beside its flag
-    lines = Path(result.plan["metrics_path"]).read_text().splitlines()
+    lines = Path(result.plan.metrics_path).read_text().splitlines()
     assert all(json.loads(line, parse_constant=lambda c: pytest.fail(f"bare {c}")) for line in lines)
-    assert result.metrics[1]["loss"] is None
+    assert result.metrics[1].loss is None
     assert flagged[2] is True and flagged[1] is False and flagged[3] is False
     judged = stage.summarize(result)
     assert judged.verdict == "WARN" and "non-finite loss at steps [2]" in judged.why
-    finite = [r["loss"] for r in result.metrics if r["step"] != 2]  # not a NaN counted as 0
+    finite = [r.loss for r in result.metrics if r.step != 2]  # not a NaN counted as 0
     assert judged.headline["train_loss"] == pytest.approx(sum(finite) / 2, abs=1e-4)
-    assert result.metrics[1]["skipped"] is True or result.metrics[1]["nonfinite_grad_norm"] is True
+    assert result.metrics[1].skipped is True or result.metrics[1].nonfinite_grad_norm is True
 
 
 def test_two_node_launch_on_one_host(tmp_path):
@@ -206,7 +206,7 @@ def test_two_node_launch_on_one_host(tmp_path):
             second.kill()
     assert first.status == "ok", first.reason
     assert second.returncode == 0, out[-3000:]
-    assert _steps(first) == [1, 2, 3] and first.metrics[0]["world_size"] == 2
+    assert _steps(first) == [1, 2, 3] and first.metrics[0].world_size == 2
     assert first.final_dir  # rank 0 (on node 0) saved the weights
 
 
@@ -240,15 +240,15 @@ def test_a_reused_output_dir_never_passes_off_old_checkpoints(zero2_run, tmp_pat
     # The first run is the session's ZeRO-2 run (save_steps 2, as _train's default),
     # copied: the later runs write into the folder.
     first = zero2_run
-    shutil.copytree(first.plan["output_dir"], tmp_path / "job")
-    assert [c["step"] for c in first.checkpoints] == list(range(2, ZERO2_STEPS + 1, 2))
+    shutil.copytree(first.plan.output_dir, tmp_path / "job")
+    assert [c.step for c in first.checkpoints] == list(range(2, ZERO2_STEPS + 1, 2))
     again = _train(tmp_path, "job", max_steps=2, save_steps=2, resume_from="none", num_cards=1)
-    assert [c["step"] for c in again.checkpoints] == [2] and again.last_checkpoint.endswith("checkpoint-2")
+    assert [c.step for c in again.checkpoints] == [2] and again.last_checkpoint.endswith("checkpoint-2")
     assert stage.summarize(again).verdict == "PASS"
     resumed = _train(tmp_path, "job", max_steps=5, save_steps=100000, resume_from="auto", num_cards=1)
     judged = stage.summarize(resumed)
-    assert resumed.worker["resumed_step"] == 2 and judged.verdict == "PASS", judged
-    assert [c["step"] for c in resumed.checkpoints] == [2, 5]  # no checkpoint-4: 100000 won
+    assert resumed.worker.resumed_step == 2 and judged.verdict == "PASS", judged
+    assert [c.step for c in resumed.checkpoints] == [2, 5]  # no checkpoint-4: 100000 won
 
 
 def test_an_interrupt_ends_torchrun_and_records_interrupted(tmp_path):
@@ -276,5 +276,5 @@ def test_an_interrupt_ends_torchrun_and_records_interrupted(tmp_path):
     assert seen[-1].stopped and not seen[-1].running  # the display heard how it ended
     assert stop.state == "done" and stop.note.startswith("stopped")
     assert psutil.Process().children(recursive=True) == []  # torchrun and its rank are gone
-    path = stage.record(result)
+    path = record(stage, result)
     assert json.loads(Path(path).read_text())["verdict"] == "INTERRUPTED"

@@ -18,12 +18,13 @@ from hyport_lib.train import stage
 from hyport_lib.train.dataset import DatasetError
 from hyport_lib.train.deepspeed_config import build_deepspeed_config, resolve_precision
 from hyport_lib.train.launch import first_failure
-from hyport_lib.train.metrics import (MetricsSummary, ema, loss_span, spikes, summarize_metrics,
+from hyport_lib.train.metrics import (MetricsSummary, StepMetrics, ema, loss_span, spikes, summarize_metrics,
                                       truncate_metrics)
 from hyport_lib.train.params import Params
-from hyport_lib.train.preflight import prepare
+from hyport_lib.train.preflight import LaunchPlan, prepare
 from hyport_lib.train.rendezvous import is_local
-from hyport_lib.train.result import TrainResult
+from hyport_lib.train.result import TrainResult, WorkerResult, final_weights
+from hyport_lib.utils.typed_records import from_mapping, to_mapping
 
 
 # --------------------------------------------------------------------------- DeepSpeed JSON
@@ -99,8 +100,8 @@ def test_resume_refuses_another_world_size_or_library_version(tmp_path):
 
 # --------------------------------------------------------------------------- metrics
 def _records(steps, **extra):
-    return [{"step": s, "loss": 5.0 - 0.1 * s, "step_s": 0.5 if s > 2 else 3.0, "tokens": 1000,
-             "real_tokens": 600, "world_size": 2, "process_step": s, **extra} for s in steps]
+    return [StepMetrics(step=s, loss=5.0 - 0.1 * s, step_s=0.5 if s > 2 else 3.0, tokens=1000, real_tokens=600,
+                        world_size=2, process_step=s, **extra) for s in steps]
 
 
 def test_summary_leaves_warmup_out_and_finds_gaps_and_repeats():
@@ -117,7 +118,7 @@ def test_summary_leaves_warmup_out_and_finds_gaps_and_repeats():
 
 def test_checkpoint_seconds_are_left_out_of_step_time_and_throughput():
     records = _records(range(1, 7))
-    records[3]["save_s"] = 0.4  # step 4 came after a checkpoint save: 0.5 s wall, 0.1 s training
+    records[3].save_s = 0.4  # step 4 came after a checkpoint save: 0.5 s wall, 0.1 s training
     summary = summarize_metrics(records, warmup_steps=2)
     assert summary.checkpoint_s == pytest.approx(0.4)
     assert summary.mean_step_s == pytest.approx((0.5 * 3 + 0.1) / 4)
@@ -129,16 +130,16 @@ def test_loss_span_says_when_the_last_steps_had_no_finite_loss():
     records = _records(range(1, 5))
     assert loss_span(summarize_metrics(records)) == "4.9000 → 4.6000"
     for r in records[1:]:
-        r["loss"] = float("nan")
+        r.loss = float("nan")
     summary = summarize_metrics(records)
     assert summary.last_loss == summary.first_loss and summary.last_loss_step == 1
     assert loss_span(summary) == "4.9000 → 4.9000 (last finite: step 1 of 4)"
-    assert loss_span(summarize_metrics([{"step": 1, "loss": None}])) is None
+    assert loss_span(summarize_metrics([StepMetrics(step=1, loss=None)])) is None
 
 
 def test_truncate_keeps_steps_up_to_the_checkpoint(tmp_path):
     path = tmp_path / "metrics.jsonl"
-    path.write_text("".join(json.dumps(r) + "\n" for r in _records(range(1, 8))) + '{"step": 8, "lo')
+    path.write_text("".join(json.dumps(to_mapping(r)) + "\n" for r in _records(range(1, 8))) + '{"step": 8, "lo')
     assert truncate_metrics(path, 4) == 4
     assert [json.loads(line)["step"] for line in path.read_text().splitlines()] == [1, 2, 3, 4]
     assert truncate_metrics(tmp_path / "none.jsonl", 0) == 0
@@ -345,8 +346,9 @@ def test_a_run_that_logged_no_step_is_no_pass_even_with_weights_written(tmp_path
     out = tmp_path / "run"
     out.mkdir()
     (out / "model.safetensors").write_bytes(b"")
-    empty = TrainResult(status="ok", exit_code=0, wall_s=1.0, plan={"params": {"max_steps": None}},
-                        metrics=[], summary=MetricsSummary(), worker={"final_dir": str(out)})
+    worker = WorkerResult(status="ok", final_dir=str(out))
+    empty = TrainResult("ok", 0, 1.0, None, from_mapping(LaunchPlan, {"params": {"max_steps": None}}),
+                        MetricsSummary(), worker, final_dir=final_weights(worker))
     judged = stage.summarize(empty)
     assert (judged.verdict, judged.why) == ("FAIL", "no step was trained (no step in the metrics)")
 

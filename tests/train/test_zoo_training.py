@@ -37,15 +37,15 @@ def _train(zoo, tmp_path, name, **params):
     result = stage.run(stage.plan(Params(model_path=str(zoo[name]), output_dir=str(tmp_path / name),
                                          **params)))
     assert result.status == "ok" and result.exit_code == 0, result.reason
-    assert [r["step"] for r in result.metrics] == list(range(1, params["max_steps"] + 1))
-    assert all(r["world_size"] == 2 for r in result.metrics)
+    assert [r.step for r in result.metrics] == list(range(1, params["max_steps"] + 1))
+    assert all(r.world_size == 2 for r in result.metrics)
     return result
 
 
 @pytest.mark.slow
 def test_an_mrope_vlm_trains_packed(zoo, tmp_path):
     result = _train(zoo, tmp_path, "qwen2_vl", packing=True)
-    assert result.plan["dataset"]["image_samples"] == 11
+    assert result.plan.dataset["image_samples"] == 11
     from transformers import AutoModelForImageTextToText
 
     model, info = AutoModelForImageTextToText.from_pretrained(result.final_dir, output_loading_info=True)
@@ -56,8 +56,8 @@ def test_an_mrope_vlm_trains_packed(zoo, tmp_path):
 def test_gemma3_trains_with_a_text_only_rank_every_step(zoo, tmp_path):
     data = mixed_dataset(tmp_path / "data")
     result = _train(zoo, tmp_path, "gemma3", packing=False, dataset_path=str(data))
-    assert result.plan["dataset"]["samples"] == 2 and result.plan["dataset"]["image_samples"] == 1
-    assert result.worker["rows"] == 2
+    assert result.plan.dataset["samples"] == 2 and result.plan.dataset["image_samples"] == 1
+    assert result.worker.rows == 2
 
 
 @pytest.mark.slow
@@ -66,16 +66,16 @@ def test_mllama_trains_with_a_text_only_rank_every_step(zoo, tmp_path):
     image: both ranks reduce the same gradients, where DeepSpeed aborted before."""
     data = mixed_dataset(tmp_path / "data")
     result = _train(zoo, tmp_path, "mllama", packing=False, dataset_path=str(data))
-    assert result.plan["dataset"]["samples"] == 2 and result.plan["dataset"]["image_samples"] == 1
-    assert result.worker["rows"] == 2
+    assert result.plan.dataset["samples"] == 2 and result.plan.dataset["image_samples"] == 1
+    assert result.worker.rows == 2
 
 
 @pytest.mark.slow
 def test_a_text_only_moe_trains_with_lora(zoo, tmp_path):
     result = _train(zoo, tmp_path, "qwen3_moe", packing=True, finetuning_type="lora")
-    assert result.plan["dataset"]["model_kind"] == "text-only" and result.plan["dataset"]["samples"] == 3
-    assert any("not applicable" in note for note in result.plan["notes"])
-    assert 0 < result.worker["trainable_parameters"]
+    assert result.plan.dataset["model_kind"] == "text-only" and result.plan.dataset["samples"] == 3
+    assert any("not applicable" in note for note in result.plan.notes)
+    assert 0 < result.worker.trainable_parameters
 
 
 # ------------------------------------------------------------------ in-process, no torchrun

@@ -24,6 +24,7 @@ from hyport_lib.backend import get_backend
 from hyport_lib.inference import grid
 from hyport_lib.inference.grid import run_grid
 from hyport_lib.inference.params import Params as InferenceParams
+from hyport_lib.stages import read_stage_record
 from hyport_lib.train import show as train_show
 from hyport_lib.train.launch import launch_logs
 from hyport_lib.triage import Triage, child_logs
@@ -95,7 +96,7 @@ def test_a_failed_card_gets_the_diagnosis_of_its_log(fake_npu, fault_switches, m
     # The worker's own error is no known failure: shown as not recognised, not guessed at.
     assert any("injected test fault on card 1" in text for u in card1.unrecognised for _, text in u.lines)
 
-    card = dict(inference_show.glance({"headline": {}, "data": record}))
+    card = dict(inference_show.glance(read_stage_record("03_inference", {"headline": {}, "data": record})))
     assert card["card 0 diagnosis"] == rows[0]["diagnosis"]
     # Neither the record nor the card's own CANN log keeps the job's secret.
     assert secret not in json.dumps(record) and secret not in plog.read_text(encoding="utf-8")
@@ -132,8 +133,8 @@ def test_a_relative_user_cann_folder_is_made_absolute(tmp_path, monkeypatch):
 
 def test_an_unreadable_diagnosis_costs_the_index_card_only_its_own_line():
     record = {"headline": {"exit code": 1}, "data": {"diagnosis": {"findings": "not a list"}}}
-    card = dict(train_show.glance(record))
-    assert card["exit code"] == "1" and card["diagnosis"].startswith("(diagnosis unreadable")
+    card = dict(train_show.glance(read_stage_record("04_train", record)))
+    assert card["exit code"] == "1" and "diagnosis" not in card  # the reader leaves it out
 
 
 def test_a_malformed_replay_switch_names_itself():
@@ -200,7 +201,7 @@ def test_a_failed_rank_is_diagnosed_in_the_result_and_the_report(failed_training
     assert found.cann_log_dir is None
     assert not (Path(data["plan"]["output_dir"]) / "logs" / "cann").exists()
 
-    card = dict(train_show.glance(record))
+    card = dict(train_show.glance(read_stage_record("04_train", record)))
     assert card["diagnosis"].startswith("HCCL collective timed out")
     index = (run_dir / "index.html").read_text(encoding="utf-8")
     assert "HCCL collective timed out" in index

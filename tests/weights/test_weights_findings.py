@@ -579,13 +579,13 @@ def test_the_summary_stays_one_short_line_for_any_shard_count(sources, tmp_path,
     from transformers import AutoModelForImageTextToText
 
     from hyport_lib.weights.layout import inspect_checkpoint
-    from hyport_lib.weights.result import LISTED_SHARDS, WeightsResult
+    from hyport_lib.weights.result import LISTED_SHARDS, inspected
 
     folder = tmp_path / "sharded"
     model = AutoModelForImageTextToText.from_pretrained(sources["single"])
     model.save_pretrained(folder, max_shard_size=shard_size)
     insp = inspect_checkpoint(folder)
-    line = WeightsResult(insp, {}).seed_line()
+    line = inspected(insp, {}, "").seed_line()
     assert (len(insp.shards) > LISTED_SHARDS) is many
     assert "\n" not in line and len(line) < 300, line
     assert ("in all" in line) is many

@@ -471,7 +471,8 @@ def test_names_map_every_key_to_the_model(tiny):
 
 
 def test_default_folders(tmp_path, monkeypatch):
-    from hyport_lib.results import TrainedWeights, record_result
+    from hyport_lib.results import StageRecord, TrainedWeights, write_record
+    from hyport_lib.utils.typed_records import to_mapping
     from hyport_lib.weights.defaults import TINY_SHARD_SIZE, resolve_paths
 
     results = tmp_path / "results"
@@ -481,21 +482,21 @@ def test_default_folders(tmp_path, monkeypatch):
     assert "no stage 04 result" in picked.note
     final, checkpoint = tmp_path / "run", tmp_path / "run" / "checkpoint-2"
     checkpoint.mkdir(parents=True)
-    data = TrainedWeights(str(final), str(checkpoint), str(ensure_tiny_model())).to_dict()
-    record_result("04_train", "PASS", data=data, directory=results)
+    data = to_mapping(TrainedWeights(str(final), str(checkpoint), str(ensure_tiny_model())))
+    write_record(StageRecord("04_train", "PASS", data=data), directory=results)
     picked = resolve_paths(results=results)
     assert (picked.weights, picked.checkpoint, picked.base) == (str(final), str(checkpoint), str(ensure_tiny_model()))
     assert "stage 04" in picked.note
     given = resolve_paths("/x", None, None, results=results)
     assert (given.weights, given.base, given.checkpoint) == ("/x", None, None)
     data["final_dir"] = str(tmp_path / "gone")  # a record whose folder was deleted: tiny again
-    record_result("04_train", "PASS", data=data, directory=results)
+    write_record(StageRecord("04_train", "PASS", data=data), directory=results)
     assert resolve_paths(results=results).checkpoint == str(ensure_tiny_model())
     assert "no usable stage 04 weights" in resolve_paths(results=results).note  # and says why
     (results / "04_train.json").write_text(json.dumps([1]))  # unreadable: tiny again
     assert "no usable stage 04 weights" in resolve_paths(results=results).note
     # stage 04 failed without weights: an error, never a PASS on the tiny model in its place
-    record_result("04_train", "FAIL", summary="torchrun exited 1", data={"final_dir": None}, directory=results)
+    write_record(StageRecord("04_train", "FAIL", "torchrun exited 1", data={"final_dir": None}), directory=results)
     with pytest.raises(ValueError, match="stage 04 trained no weights to check .*FAIL: torchrun exited 1"):
         resolve_paths(results=results)
     assert resolve_paths("/x", None, None, results=results).weights == "/x"  # a path given still wins

@@ -38,7 +38,7 @@ def test_zero_states_are_listed_with_their_world_size(trained):
     listing, found = list_zero(trained.last_checkpoint)
     assert found == []
     assert listing.tag == _tag(trained) and listing.zero_stage == 2
-    assert listing.world_size == listing.dp_world_size == trained.plan["world_size"] == 2
+    assert listing.world_size == listing.dp_world_size == trained.plan.world_size == 2
     optim = [f for f in listing.files if f.kind == "optim_states"]
     assert [f.rank for f in optim] == [0, 1]
     assert all(f.file == f"bf16_zero_pp_rank_{f.rank}_mp_rank_00_optim_states.pt" for f in optim)
@@ -61,19 +61,20 @@ def test_zero_to_fp32_consolidates_to_the_exported_weights(trained, tmp_path):
 
 def test_the_stage_on_a_training_run(trained, tmp_path):
     """As notebook 05 runs after 04: everything on, every proof passes."""
-    from hyport_lib.results import load_result
+    from hyport_lib.results import load_record, record
 
-    params = Params(weights_path=trained.final_dir, base_path=trained.plan["model_path"],
+    params = Params(weights_path=trained.final_dir, base_path=trained.plan.model_path,
                     checkpoint_path=trained.last_checkpoint)  # the notebook's defaults: every check on
     r = stage.run(dataclasses.replace(stage.plan(params), log_dir=tmp_path))
-    stage.record(r, directory=tmp_path)
+    record(stage, r, directory=tmp_path)
     assert not [f for f in r.findings if f.severity != "info"], [f.message for f in r.findings]
     assert r.reload.load_ok and r.parity.identical
     base = r.comparison("base")
     assert base.changed > 0  # training changed the weights
-    assert r.comparison("checkpoint").count("same") == len(r.inspection.tensors)
-    recorded = load_result(tmp_path / "05_weights.json")
-    assert recorded.verdict == "PASS" and recorded.provenance["device"] == "cpu"
+    assert r.comparison("checkpoint").count("same") == len(r.inspection.tensors) == r.tensor_count
+    recorded = load_record(tmp_path / "05_weights.json", stage.RESULT)
+    assert recorded.verdict == "PASS" and recorded.provenance.device == "cpu"
+    assert recorded.data.reload.load_ok and recorded.data.tensor_count == r.tensor_count
     assert recorded.headline["LOAD_OK"] is True
     assert recorded.headline["tensors changed vs base"] == f"{base.changed}/{base.compared}"
 

@@ -23,6 +23,7 @@ from hyport_lib.results import StageSummary
 from hyport_lib.stages import discover_stages, params_class
 from hyport_lib.train.params import SAMPLE_DATASETS
 from hyport_lib.train.params import Params as TrainParams
+from hyport_lib.workbook import form as form_module
 from hyport_lib.workbook.form import (StageForm, dataset_entries, model_folders, problem_field, stage_form,
                                       stage_runner)
 
@@ -209,8 +210,9 @@ def test_in_a_kernel_a_defect_is_shown_and_never_reads_as_finished(kernel_shell)
     assert "stopped: KeyError" in form.status.value
 
 
-def test_the_runner_plans_in_the_form_so_a_plan_refusal_records_nothing(kernel_shell):
+def test_the_runner_plans_in_the_form_so_a_plan_refusal_records_nothing(kernel_shell, monkeypatch):
     recorded = []
+    monkeypatch.setattr(form_module, "record", lambda stage, result, params=None: recorded.append(result))
 
     class Stage:
         STAGE = "99_demo"
@@ -220,7 +222,6 @@ def test_the_runner_plans_in_the_form_so_a_plan_refusal_records_nothing(kernel_s
             raise ParameterError([f"steps={params.steps}: more than this host can do"])
 
         run = staticmethod(lambda plan, on_progress=None: pytest.fail("ran"))
-        record = staticmethod(lambda result, params=None: recorded.append(result))
         summarize = staticmethod(lambda result: pytest.fail("summarized"))
 
     form = stage_form(Demo, {}, stage_runner(Stage))
@@ -304,8 +305,14 @@ def test_dataset_presets_are_the_shipped_samples_and_the_entries_of_the_named_da
     assert form.fields["dataset"].control.options == ()  # nothing offered; the run names the file
 
 
-def test_the_runner_plans_runs_shows_records_and_says_the_verdict(capsys):
+def test_the_runner_plans_runs_shows_records_and_says_the_verdict(capsys, monkeypatch):
     calls = []
+
+    def record(stage, result, *, params=None):
+        calls.append(("record", result, params.steps))
+        return "/results/99_demo.json"
+
+    monkeypatch.setattr(form_module, "record", record)
 
     class Stage:
         STAGE = "99_demo"
@@ -323,11 +330,6 @@ def test_the_runner_plans_runs_shows_records_and_says_the_verdict(capsys):
             return "result"
 
         @staticmethod
-        def record(result, *, params=None):
-            calls.append(("record", result, params.steps))
-            return "/results/99_demo.json"
-
-        @staticmethod
         def summarize(result):
             return SimpleNamespace(verdict="PASS", summary="all good")
 
@@ -339,14 +341,15 @@ def test_the_runner_plans_runs_shows_records_and_says_the_verdict(capsys):
     assert capsys.readouterr().out.strip() == "PASS: all good -> /results/99_demo.json"
 
 
-def test_a_view_that_fails_is_a_defect_with_its_traceback_and_the_result_is_recorded(kernel_shell):
+def test_a_view_that_fails_is_a_defect_with_its_traceback_and_the_result_is_recorded(kernel_shell, monkeypatch):
     recorded = []
+    monkeypatch.setattr(form_module, "record",
+                        lambda stage, result, params=None: recorded.append(result) or "/r/99_demo.json")
 
     class Stage:
         STAGE = "99_demo"
         plan = staticmethod(lambda params: "plan")
         run = staticmethod(lambda plan, on_progress=None: "result")
-        record = staticmethod(lambda result, params=None: recorded.append(result) or "/r/99_demo.json")
         summarize = staticmethod(lambda result: SimpleNamespace(verdict="PASS", summary="all good"))
 
     def broken_view(result):

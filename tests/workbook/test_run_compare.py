@@ -1,6 +1,6 @@
-"""Comparing recorded runs: records written by the real writers (the stages' ``record`` and
-:func:`hyport_lib.results.record_summary`), into the interactive history and into report
-run folders, read back side by side."""
+"""Comparing recorded runs: records written by the real writer (:func:`hyport_lib.results.record`
+of the stages' results), into the interactive history and into report run folders, read back
+side by side."""
 
 from __future__ import annotations
 
@@ -9,49 +9,60 @@ import os
 import time
 from pathlib import Path
 
-import pandas as pd
 import pytest
 
+from hyport_lib.attention import stage as attention_stage
+from hyport_lib.attention.compare import BackendInfo
+from hyport_lib.attention.stage import AttentionStageResult
 from hyport_lib.inference import stage as inference_stage
 from hyport_lib.inference.params import Params as InferenceParams
 from hyport_lib.inference.table import COLUMNS, GridResult
-from hyport_lib.results import (RESULTS_DIR_ENV, RUN_DIR_ENV, Provenance, StageSummary, history_dir, read_result,
-                                record_summary)
+from hyport_lib.results import RESULTS_DIR_ENV, RUN_DIR_ENV, Provenance, history_dir, read_result, record
+from hyport_lib.scan.hits import ScanReport
 from hyport_lib.train import stage as train_stage
-from hyport_lib.train.metrics import summarize_metrics
+from hyport_lib.train.metrics import StepMetrics, summarize_metrics
 from hyport_lib.train.params import Params as TrainParams
+from hyport_lib.train.preflight import LaunchPlan
 from hyport_lib.train.result import TrainResult
 from hyport_lib.commands import main
+from hyport_lib.utils.typed_records import from_mapping
 from hyport_lib.workbook import compare_show
 from hyport_lib.report.run import new_run_dir
-from hyport_lib.workbook.compare import MISSING, compare_runs, find_run, list_runs
-from hyport_lib.workbook.compare_show import COMPARE_PAGE, comparison_html, loss_figure, parameter_table, run_picker
+from hyport_lib.display import MISSING
+from hyport_lib.workbook.compare import compare_runs, find_run, list_runs
+from hyport_lib.workbook.compare_show import COMPARE_PAGE, comparison_html, parameter_table, run_picker
 
 CPU = Provenance(device="cpu")
 NPU = Provenance(device="npu")
 
 
 def _train(losses, provenance, tokens_s):
-    metrics = [{"step": i + 1, "loss": loss, "step_s": 0.5, "tokens": 1000, "real_tokens": 800}
+    metrics = [StepMetrics(step=i + 1, loss=loss, step_s=0.5, tokens=1000, real_tokens=800)
                for i, loss in enumerate(losses)]
     summary = summarize_metrics(metrics, warmup_steps=0)
     summary.tokens_per_s_per_card = tokens_s
-    return TrainResult("ok", 0, 3.0, {"world_size": 1}, metrics, summary, provenance=provenance)
+    return TrainResult("ok", 0, 3.0, None, from_mapping(LaunchPlan, {"world_size": 1}), summary, metrics=metrics,
+                       provenance=provenance)
 
 
 def _grid(statuses, hashes, tokens_s, provenance, tmp_path):
     rows = [{**{c: None for c in COLUMNS}, "card": card, "device": f"{provenance.device}:{card}",
              "status": status, "output_hash": digest, "tokens_per_s": tokens_s, "decode_tokens_per_s": tokens_s * 2}
             for card, (status, digest) in enumerate(zip(statuses, hashes))]
-    frame = pd.DataFrame(rows, columns=COLUMNS)
-    return GridResult(frame, len(set(hashes)) == 1, [], tmp_path, 1.0, provenance)
+    return GridResult(rows, len(set(hashes)) == 1, [], tmp_path, 1.0, provenance=provenance)
+
+
+def _attention_result(rows, provenance) -> AttentionStageResult:
+    """Stage 02's result with ``rows``; ``provenance`` says where the backends ran."""
+    backends = [BackendInfo("npu" if provenance.device == "npu" else "npu-emulated", device=provenance.device,
+                            emulated=provenance.device != "npu")]
+    return AttentionStageResult(rows, backends, scan=ScanReport("planted"))
 
 
 def _attention(verdicts, provenance, **where):
     rows = [{"case": f"case{i}", "layout": "BSND", "dtype": "float32", "mask": "causal", "backend": "npu",
              "verdict": v} for i, v in enumerate(verdicts)]
-    return record_summary("02_attention", StageSummary("WARN" if "WARN" in verdicts else "PASS", "cases"),
-                          data={"rows": rows}, provenance=provenance, **where)
+    return record(attention_stage, _attention_result(rows, provenance), **where)
 
 
 @pytest.fixture
@@ -61,14 +72,14 @@ def outputs(tmp_path, monkeypatch):
     root = tmp_path / "outputs"
     monkeypatch.setenv(RESULTS_DIR_ENV, str(root / "interactive" / "results"))
     monkeypatch.delenv(RUN_DIR_ENV, raising=False)
-    train_stage.record(_train([2.0, 1.5, 1.2], CPU, 50.0), params=TrainParams(max_steps=3))
+    record(train_stage, _train([2.0, 1.5, 1.2], CPU, 50.0), params=TrainParams(max_steps=3))
     _attention(["PASS", "PASS", "FAIL"], CPU)
     report = root / "20990101-000000-npu" / "results"
     # output_dir inside the report run folder, as the report makes a relative one absolute
-    train_stage.record(_train([2.0, 1.4, 1.0, 0.9], NPU, 900.0), directory=report,
+    record(train_stage, _train([2.0, 1.4, 1.0, 0.9], NPU, 900.0), directory=report,
                        params=TrainParams(max_steps=4, output_dir=str(report.parent / "train" / "smoke")))
     _attention(["PASS", "WARN"], NPU, directory=report)
-    inference_stage.record(_grid(["ok", "ok"], ["aa", "bb"], 30.0, NPU, tmp_path), directory=report,
+    record(inference_stage, _grid(["ok", "ok"], ["aa", "bb"], 30.0, NPU, tmp_path), directory=report,
                            params=InferenceParams())
     return root
 
@@ -105,9 +116,10 @@ def test_loss_curves_overlaid_and_tokens_side_by_side_with_their_provenance(outp
     cpu = _cpu_train(outputs)
     c = compare_runs([cpu.id, "20990101-000000-npu"], stages=["04_train"], outputs=outputs)
     assert c.stages == ["04_train"] and c.notes == []
-    by_run = c.losses.groupby("run")["loss"].apply(list).to_dict()
+    losses = c.part("losses").frame
+    by_run = losses.groupby("run")["loss"].apply(list).to_dict()
     assert by_run == {cpu.id: [2.0, 1.5, 1.2], "20990101-000000-npu": [2.0, 1.4, 1.0, 0.9]}
-    labels = dict(zip(c.losses["run"], c.losses["label"]))
+    labels = dict(zip(losses["run"], losses["label"]))
     assert "CPU (not an NPU measurement)" in labels[cpu.id] and labels["20990101-000000-npu"].endswith("(NPU)")
     per_card = c.throughput[c.throughput["measure"] == "tokens/s per card"]
     assert dict(zip(per_card["run"], per_card["tokens_per_s"])) == {cpu.id: 50.0, "20990101-000000-npu": 900.0}
@@ -121,13 +133,13 @@ def test_attention_cases_whose_verdict_differs_and_the_cards_side_by_side(output
     cpu_attention = next(r for r in list_runs(outputs) if r.stages == ("02_attention",))
     c = compare_runs([cpu_attention, "20990101"], outputs=outputs)
     # case0 PASS in both: not listed; case1 PASS vs WARN; case2 only in the CPU run
-    diff = c.attention.set_index("case")
+    diff = c.part("attention").frame.set_index("case")
     assert list(diff.index) == ["case1", "case2"]
     assert diff.loc["case1", cpu_attention.id] == "PASS" and diff.loc["case1", "20990101-000000-npu"] == "WARN"
     assert diff.loc["case2", "20990101-000000-npu"] == MISSING
     # the stages only one run has are said, and still shown for the run that has them
     assert f"run {cpu_attention.id} has no 03_inference result" in c.notes
-    cards = c.cards.set_index("card")
+    cards = c.part("cards").frame
     assert list(cards.index) == [0, 1] and cards.loc[0, "20990101-000000-npu status"] == "ok"
     assert not any(col.startswith(cpu_attention.id) for col in cards.columns)
     # two cards, two answers: card 0 holds the reference (tie: the lowest card), card 1 differs
@@ -137,8 +149,8 @@ def test_attention_cases_whose_verdict_differs_and_the_cards_side_by_side(output
 
 def test_the_same_card_answering_alike_in_two_runs_is_said(outputs, tmp_path):
     other = outputs / "20990102-000000-npu" / "results"
-    inference_stage.record(_grid(["ok", "failed"], ["aa", None], 31.0, NPU, tmp_path), directory=other)
-    cards = compare_runs(["20990101", "20990102"], outputs=outputs).cards.set_index("card")
+    record(inference_stage, _grid(["ok", "failed"], ["aa", None], 31.0, NPU, tmp_path), directory=other)
+    cards = compare_runs(["20990101", "20990102"], outputs=outputs).part("cards").frame
     assert cards["same output"].tolist() == [True, False]
     assert cards["20990102-000000-npu status"].tolist() == ["ok", "failed"]
     assert cards["20990102-000000-npu tokens/s"].tolist()[0] == 31.0
@@ -149,7 +161,7 @@ def test_an_unreadable_record_is_a_note_not_a_traceback(outputs):
     report.write_text("{half")
     c = compare_runs([_cpu_train(outputs), "20990101"], outputs=outputs)
     assert any("03_inference.json is not a result" in n for n in c.notes)
-    assert c.cards.empty
+    assert c.part("cards") is None
 
 
 # ------------------------------------------------------------------ front ends
@@ -176,7 +188,7 @@ def test_the_compare_command_lists_runs_and_names_a_missing_one(outputs, capsys)
 
 
 def test_the_loss_figure_names_every_run_with_its_provenance(outputs):
-    fig = loss_figure(compare_runs([_cpu_train(outputs), "20990101"], stages=["04_train"], outputs=outputs))
+    fig = compare_runs([_cpu_train(outputs), "20990101"], stages=["04_train"], outputs=outputs).part("losses").figure()
     legend = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
     assert len(legend) == 2 and any("CPU (not an NPU measurement)" in t for t in legend)
     assert "1 of 2 not NPU measurements" in fig.axes[0].get_title()
@@ -212,7 +224,7 @@ def test_the_run_picker_lists_a_stage_s_runs_and_refresh_finds_a_new_one(outputs
 def test_report_runs_are_found_under_the_given_root_and_interactive_runs_in_their_history(outputs, tmp_path,
                                                                                           monkeypatch, capsys):
     elsewhere = tmp_path / "elsewhere"  # a report run with --output-dir elsewhere
-    train_stage.record(_train([1.0], NPU, 800.0), directory=elsewhere / "20990105-000000-npu" / "results")
+    record(train_stage, _train([1.0], NPU, 800.0), directory=elsewhere / "20990105-000000-npu" / "results")
     runs = list_runs(elsewhere)
     assert [r.kind for r in runs] == ["report", "interactive", "interactive"]
     assert runs[0].id == "20990105-000000-npu" and "20990101-000000-npu" not in [r.id for r in runs]
@@ -252,18 +264,18 @@ def test_an_emulation_run_is_matched_with_an_npu_run_and_unshared_backends_are_a
     npu = _attention_rows({"eager": "eager (NPU)", "npu-emulated": "npu-emulated (CPU)", "npu": "npu (NPU)",
                            "flash-api (npu)": "flash-api 2.7.4 → npu (NPU)"}, {})
     for rows, provenance, run in ((cpu, CPU, "20990201-000000-cpu"), (npu, NPU, "20990202-000000-npu")):
-        record_summary("02_attention", StageSummary("PASS", "cases"), data={"rows": rows}, provenance=provenance,
-                       directory=outputs / run / "results")
+        record(attention_stage, _attention_result(rows, provenance), directory=outputs / run / "results")
     c = compare_runs(["20990201", "20990202"], outputs=outputs)
     # the one case whose verdict differs: the drop-in emulated on the CPU vs on the NPU, each labelled
-    assert len(c.attention) == 1
-    row = c.attention.iloc[0]
+    differs = c.part("attention").frame
+    assert len(differs) == 1
+    row = differs.iloc[0]
     assert (row["case"], row["backend"]) == ("case1", "flash-api (npu)")
     assert (row["20990201-000000-cpu"], row["20990202-000000-npu"]) == ("FAIL", "PASS")
     assert row["20990201-000000-cpu source"].endswith("npu-emulated (CPU)")
     assert row["20990202-000000-npu source"].endswith("npu (NPU)")
     # the NPU kernel only the NPU run has: listed apart, not as a difference
-    assert c.attention_unshared.to_dict("records") == [
+    assert c.part("attention_unshared").frame.to_dict("records") == [
         {"run": "20990202-000000-npu", "backend": "npu", "source": "npu (NPU)", "cases": 2, "verdicts": "PASS 2"}]
     page = comparison_html(c)
     assert "backends not every run has" in page and "npu (NPU)" in page
@@ -312,7 +324,7 @@ def test_the_command_names_folders_as_the_report_does_and_relative_refs_compare_
     for name, steps, images in (("20990101-000000-aaaaaa", 2, repo_folder),
                                 ("20990102-000000-bbbbbb", 3, repo_folder.parent)):
         run = tmp_path / "outputs" / name
-        train_stage.record(_train([2.0, 1.5, 1.2][:steps], CPU, 9.0), directory=run / "results",
+        record(train_stage, _train([2.0, 1.5, 1.2][:steps], CPU, 9.0), directory=run / "results",
                            params=TrainParams(max_steps=steps, output_dir=str(run / "train" / "smoke"),
                                               image_root=str(images)))
     assert main(["compare", "outputs/20990101-000000-aaaaaa", "outputs/20990102-000000-bbbbbb"]) == 0

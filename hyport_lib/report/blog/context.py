@@ -9,8 +9,9 @@ from typing import Any, Optional
 
 from hyport_lib.drafting.templates import has_template, stage_template
 from hyport_lib.report.blog.frame import profile_name, reproduce_command
-from hyport_lib.report.records import StageView, stage_hook
-from hyport_lib.report.run import INTERRUPTED, NOT_RUN, PENDING, RUNNING, ReportRun
+from hyport_lib.report.run import NOT_RUN, PENDING, RUNNING, ReportRun, StageView
+from hyport_lib.results import INTERRUPTED
+from hyport_lib.stages import stage_hook
 
 #: Statuses of a stage that has recorded nothing yet (nor will, in this run).
 NO_DATA_YET = (PENDING, RUNNING, NOT_RUN)
@@ -53,10 +54,10 @@ def stage_facts(views: list[StageView]) -> tuple[dict, list[str]]:
     problems: list[str] = []
     for view in views:
         give = view.hook("blog_facts")
-        if view.result is None or give is None:
+        if view.record is None or give is None:
             continue
         try:
-            found = give(view.result)
+            found = give(view.record)
         except Exception as exc:  # noqa: BLE001 — odd recorded data must not stop the drafts
             problems.append(f"{view.stage}: {type(exc).__name__}: {exc}")
             continue
@@ -71,8 +72,8 @@ def recorded_notes(run: ReportRun, views: list[StageView]) -> list[str]:
     notes = [str(n) for n in run.notes]
     for view in views:
         give = view.hook("blog_notes")
-        if view.result is not None and give is not None:
-            notes += give(view.result)
+        if view.record is not None and give is not None:
+            notes += give(view.record)
     return notes
 
 
@@ -94,4 +95,4 @@ def build_context(run: ReportRun, views: list[StageView], figures: dict, notes: 
 def _values(part: StagePart) -> dict:
     """What the stage's ``blog_values`` derives from its record for its template ({} without)."""
     derive = stage_hook(part.stage, "blog_values")
-    return derive(part.record) if derive is not None and part.record is not None else {}
+    return derive(part.view.record) if derive is not None and part.record is not None else {}

@@ -10,8 +10,7 @@ import io
 from pathlib import Path
 from typing import Callable, Optional
 
-from hyport_lib.report.records import StageView
-from hyport_lib.report.run import RESULTS_DIR
+from hyport_lib.report.run import RESULTS_DIR, StageView
 from hyport_lib.results import result_file
 from hyport_lib.utils.files import atomic_write_bytes
 
@@ -26,10 +25,10 @@ def draw_figures(run_dir: Path, views: list[StageView]) -> tuple[dict[str, str],
     drawn_by: dict[str, str] = {}
     for view in views:
         named = view.hook("blog_figures")
-        if named is None or not view.finished:
+        if named is None or not view.finished or view.record is None:
             continue
         try:
-            makers = named(view.result or {})
+            makers = named(view.record)
         except Exception as exc:  # noqa: BLE001 — odd recorded data: the drafts go on
             problems.append(f"{view.stage}: {type(exc).__name__}: {exc}")
             continue

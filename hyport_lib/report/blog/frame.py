@@ -11,8 +11,7 @@ from pathlib import Path
 from typing import NamedTuple, Optional
 
 from hyport_lib.report.profiles import default_profiles_dir, load_profile
-from hyport_lib.report.records import StageView
-from hyport_lib.report.run import ReportRun
+from hyport_lib.report.run import ReportRun, StageView
 from hyport_lib.stages import discover_stages
 
 

@@ -16,8 +16,7 @@ from hyport_lib.drafting.templates import FRAME_TEMPLATE, LANGS, environment, ti
 from hyport_lib.report.blog.context import build_context
 from hyport_lib.report.blog.figures import draw_figures
 from hyport_lib.report.paths import relative_text
-from hyport_lib.report.records import StageView, load_views
-from hyport_lib.report.run import ReportRun
+from hyport_lib.report.run import ReportRun, StageView, load_views
 from hyport_lib.utils.files import atomic_write_text
 from hyport_lib.utils.redact import scrub_text
 
@@ -31,7 +30,7 @@ def render_blog(run: ReportRun, lang: str = "en", *, figures: Optional[dict] = N
     the run (:func:`~hyport_lib.report.paths.relative_text`) (ValueError for a
     language there is no text for). ``figures`` and ``notes`` are what
     :func:`~hyport_lib.report.blog.figures.draw_figures` drew and met; ``views`` as
-    :func:`~hyport_lib.report.records.load_views` reads them (read here when not given)."""
+    :func:`~hyport_lib.report.run.load_views` reads them (read here when not given)."""
     template = environment(lang).get_template(FRAME_TEMPLATE)
     views = load_views(run) if views is None else views
     text = template.render(build_context(run, views, figures or {}, notes or []))

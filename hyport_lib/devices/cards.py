@@ -1,52 +1,12 @@
-"""Records of device discovery (a card, a process holding one) and of the checks that
-judge a host, apart from the modules that fill them so that none imports another."""
+"""What device discovery finds: a card (:class:`DeviceInfo`) and a process holding one
+(:class:`DeviceProcess`), apart from the modules that fill them so that none imports another."""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
-from typing import Iterable, Optional
+from dataclasses import dataclass, field
+from typing import Optional
 
-from hyport_lib.results import VERDICTS
-
-#: Severity used to take the worst verdict; SKIP does not count.
-SEVERITY = {"PASS": 0, "WARN": 1, "FAIL": 2}
-
-
-@dataclass(frozen=True)
-class Check:
-    """One judged fact about the host: a stable ``name`` (``"torch_npu_compat"``), its
-    verdict and one line a user can act on."""
-
-    name: str
-    verdict: str
-    reason: str
-
-    def __post_init__(self):
-        verdict = str(self.verdict).upper()
-        if verdict not in VERDICTS:
-            raise ValueError(f"Check {self.name!r}: verdict={self.verdict!r}, "
-                             f"expected one of {', '.join(VERDICTS)}")
-        object.__setattr__(self, "verdict", verdict)
-        if "\n" in self.reason:
-            object.__setattr__(self, "reason", " ".join(self.reason.split()))
-
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-
-def worst_verdict(verdicts: Iterable[str]) -> str:
-    """FAIL > WARN > PASS; SKIP is ignored. Only SKIPs (or nothing) gives SKIP."""
-    judged = [v for v in verdicts if v in SEVERITY]
-    if not judged:
-        return "SKIP"
-    return max(judged, key=SEVERITY.__getitem__)
-
-
-def count_verdicts(checks: Iterable[Check]) -> dict[str, int]:
-    counts = {v: 0 for v in VERDICTS}
-    for check in checks:
-        counts[check.verdict] += 1
-    return counts
+from hyport_lib.utils.typed_records import fields_of
 
 
 @dataclass(frozen=True)
@@ -113,6 +73,4 @@ class DeviceInfo:
         return self.hbm_total_mb if self.hbm_total_mb is not None else self.memory_total_mb
 
     def to_dict(self) -> dict:
-        data = asdict(self)
-        data["busy"] = self.busy
-        return data
+        return {**fields_of(self), "busy": self.busy}

@@ -1,9 +1,12 @@
-"""Typed records read back without trusting their shape (an older or half-written file).
+"""Typed records written field by field and read back without trusting their shape (an
+older or half-written file): one class is both the writer's and the reader's.
 
-:func:`from_mapping` builds a dataclass field by field: a missing key, or a value of
-another type, gives the field's default (or an empty value of its type), and a list keeps
-only the items of its type; a shape problem never raises. Numbers stay as recorded (an
-``int`` in a ``float`` field stays an ``int``: the drafts write ``3``, not ``3.0``).
+:func:`to_mapping` writes a dataclass as :func:`dataclasses.asdict` does, except that a
+nested class with its own ``to_dict`` is written through it. :func:`from_mapping` builds a
+dataclass field by field: a missing key, or a value of another type, gives the field's
+default (or an empty value of its type), and a list or a dict keeps only the items of its
+type; a shape problem never raises. Numbers stay as recorded (an ``int`` in a ``float``
+field stays an ``int``: the drafts write ``3``, not ``3.0``).
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ import dataclasses
 import types
 import typing
 from collections.abc import Mapping
+from pathlib import PurePath
 from typing import Any, TypeVar, Union
 
 T = TypeVar("T")
@@ -19,8 +23,34 @@ T = TypeVar("T")
 _WRONG = object()
 
 
+def to_mapping(value: Any) -> Any:
+    """``value`` as JSON-ready data (see the module docstring); tuples become lists, paths
+    text."""
+    if isinstance(value, PurePath):
+        return str(value)
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        own = getattr(value, "to_dict", None)
+        return own() if own is not None else fields_of(value)
+    if isinstance(value, (list, tuple)):
+        return [to_mapping(v) for v in value]
+    if isinstance(value, dict):
+        return {k: to_mapping(v) for k, v in value.items()}
+    return value
+
+
+def fields_of(value: Any) -> dict:
+    """The dataclass ``value``'s fields, each through :func:`to_mapping` (what a ``to_dict``
+    that adds derived keys starts from)."""
+    return {f.name: to_mapping(getattr(value, f.name)) for f in dataclasses.fields(value)}
+
+
 def from_mapping(cls: type[T], data: Any) -> T:
     """An instance of the dataclass ``cls`` from ``data`` (see the module docstring)."""
+    return cls(**field_values(cls, data))
+
+
+def field_values(cls: type, data: Any) -> dict[str, Any]:
+    """What :func:`from_mapping` passes to ``cls``: each of its fields read from ``data``."""
     data = data if isinstance(data, Mapping) else {}
     hints = typing.get_type_hints(cls)
     values = {}
@@ -29,12 +59,12 @@ def from_mapping(cls: type[T], data: Any) -> T:
             continue
         value = _read(hints[f.name], data[f.name]) if f.name in data else _WRONG
         values[f.name] = _default(f, hints[f.name]) if value is _WRONG else value
-    return cls(**values)
+    return values
 
 
 def _read(kind: Any, value: Any) -> Any:
     """``value`` as a ``kind``, or :data:`_WRONG`."""
-    if kind is Any:
+    if kind is Any or isinstance(kind, TypeVar):
         return value
     origin, args = typing.get_origin(kind), typing.get_args(kind)
     if origin in (Union, types.UnionType):
@@ -58,11 +88,16 @@ def _read(kind: Any, value: Any) -> Any:
         item = args[0] if args else Any
         return [r for r in (_read(item, v) for v in value) if r is not _WRONG]
     if origin is dict or kind is dict:
-        return value if isinstance(value, dict) else _WRONG
+        if not isinstance(value, dict):
+            return _WRONG
+        item = args[1] if len(args) == 2 else Any
+        return {k: r for k, r in ((k, _read(item, v)) for k, v in value.items()) if r is not _WRONG}
     if kind is float:
         return value if isinstance(value, (int, float)) and not isinstance(value, bool) else _WRONG
     if kind is int:
         return value if isinstance(value, int) and not isinstance(value, bool) else _WRONG
+    if isinstance(kind, type) and issubclass(kind, PurePath):
+        return kind(value) if isinstance(value, (str, PurePath)) else _WRONG
     if isinstance(kind, type):
         return value if isinstance(value, kind) else _WRONG
     return value
