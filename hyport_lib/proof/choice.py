@@ -8,7 +8,6 @@ dies at step 1.
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Mapping, Optional, Sequence
@@ -59,9 +58,6 @@ class AttentionChoice:
     backend: str
     proof: Optional[AttentionProof] = None
     note: str = ""
-
-    def to_dict(self) -> dict:
-        return dataclasses.asdict(self)  # the proof too, as AttentionProof.to_dict gives it
 
 
 class SwapRefused(ValueError):

@@ -18,10 +18,10 @@ from hyport_lib.attention.cases import case_keep_mask, make_case_data
 from hyport_lib.attention.cases import BATCH_KINDS, MASK_KINDS, AttentionCase, build_grid
 from hyport_lib.port.generated.flash_attn_ascend import compressed_causal_mask
 from hyport_lib.npu_attention.emulation import npu_fusion_attention as emulated
-from hyport_lib.attention.metrics import Metrics, compute_metrics, decide
+from hyport_lib.attention.compare import Metrics, compute_metrics, decide
 from hyport_lib.attention.implementations import nfa_mapping, run_nfa
 from hyport_lib.attention.stage import planted_example, run_scan
-from hyport_lib.proof.behaviour import Behaviour
+from hyport_lib.proof.model_check import Behaviour
 from hyport_lib.proof.model_check import ModelComparison
 from hyport_lib.results import StageSummary, record
 from hyport_lib.utils.typed_records import from_mapping
@@ -255,7 +255,7 @@ def test_default_grid_passes_and_is_labelled(default_result):
         df[df.verdict != "PASS"][["case", "backend", "rule"]]
     names = {b.name for b in res.backends}
     assert {"eager", "sdpa", "npu-emulated"} <= names and "npu" not in names
-    assert res.emulated and C.provenance(res).emulated and C.provenance(res).device == "cpu"
+    assert res.provenance.emulated and res.provenance.device == "cpu"
     emu = df[df.backend == "npu-emulated"]
     assert len(emu) == res.cases and set(emu.source) == {"npu-emulated (CPU)"}
     assert df.source.notna().all()
@@ -376,7 +376,7 @@ def test_tolerance_scales_with_the_magnitude_of_the_reference():
     scale (a gross error) still fails."""
     import torch
 
-    from hyport_lib.attention.metrics import Metrics, decide, ulp_atol
+    from hyport_lib.attention.compare import Metrics, decide, ulp_atol
 
     one_ulp = float(torch.finfo(torch.float32).eps * 4)
     assert one_ulp == pytest.approx(4.77e-07, rel=1e-2)

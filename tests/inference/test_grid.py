@@ -26,11 +26,8 @@ from hyport_lib.commands import main
 from hyport_lib.devices.card_plan import available_cards, plan_grid
 from hyport_lib.devices.visible_devices import inherited_card_ids
 from hyport_lib.inference import stage
-from hyport_lib.inference.grid import run_grid
+from hyport_lib.inference.grid import COLUMNS, FALLBACK_MARKER, consistency, run_grid, scan_fallbacks
 from hyport_lib.inference.params import Params
-from hyport_lib.inference.table import (
-    COLUMNS, FALLBACK_MARKER, consistency, scan_fallbacks,
-)
 from hyport_lib.models.tiny import ensure_tiny_model
 from hyport_lib.params import ParameterError, from_arguments
 from hyport_lib.utils.typed_records import to_mapping

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pandas as pd
 
 from hyport_lib.inference.show import grid_progress_line, live_log_tails
-from hyport_lib.inference.table import COLUMNS, GridProgress
+from hyport_lib.inference.grid import COLUMNS, GridProgress
 
 
 def _progress(tmp_path, running=True):
