@@ -45,8 +45,7 @@ def step_line(progress: CaseProgress) -> str:
 
 
 def live_step_display(min_interval_s: float = 0.5) -> Callable[[CaseProgress], None]:
-    """``on_progress`` for notebook 02: one line naming the step under way (the grid's
-    cases counted), so that the stage's half minute never looks stalled."""
+    """``on_progress`` for notebook 02: the stage's half minute never looks stalled."""
     from IPython.display import Markdown
 
     line = LiveDisplay(min_interval_s)
@@ -85,7 +84,7 @@ def provenance_note(result) -> str:
 
 
 def _heatmap_cell(kind: str, raw: float) -> tuple[float, str]:
-    """A heatmap cell of a metric of ``kind``: the value it is coloured by and its text."""
+    """The value a cell is coloured by, and its text."""
     if kind == "log":
         return (math.log10(max(raw, 1e-12)) if not math.isnan(raw) else raw), f"{raw:.1e}"
     if kind == "cos":
@@ -188,8 +187,8 @@ def backend_summary(result):
 
 
 def show_comparison(result):
-    """Provenance note, a per-backend summary, the failing rows, then every row (hundreds
-    with ``full=True``) folded in a ``<details>`` block that travels with the HTML report."""
+    """Every row (hundreds with ``full=True``) folded in a ``<details>`` block that travels
+    with the HTML report, below the per-backend summary and the failing rows."""
     _markdown(provenance_note(result))
     summary = style_verdicts(backend_summary(result)).format(
         {"worst err/bound": "{:.3f}", "min cosine": "{:.6f}"}, na_rep=MISSING)
@@ -235,7 +234,6 @@ def show_model_comparison(model):
 
 
 def show_port(port, error: str = "") -> None:
-    """Notebook 02's "Port it": the changes, the spots left for a human, the proof."""
     if error:
         _markdown(f"**The port was not made**: {error}")
         return
@@ -272,8 +270,7 @@ def show_summary(result: AttentionStageResult):
 
 # --------------------------------------------------------------------------- the report
 def glance(record: StageRecord[AttentionStageResult]) -> list[tuple[str, str]]:
-    """The index card: cases (a case passes when every implementation passed it), the
-    worst one, the model-level check."""
+    """A case passes when every implementation passed it."""
     result = record.data
     frame = result.frame()
     passed, cases, worst = case_tally(frame)
@@ -299,7 +296,7 @@ def blog_notes(record: StageRecord[AttentionStageResult]) -> list[str]:
 
 
 def blog_figures(record: StageRecord[AttentionStageResult]) -> dict[str, Callable]:
-    """``attention``: the error heatmap of the NPU rows (None when none was measured)."""
+    """The error heatmap of the NPU rows (None when none was measured)."""
     return {"attention": lambda: _recorded_heatmap(record.data)}
 
 
@@ -328,10 +325,9 @@ _EMULATED, _ON_NPU = "npu-emulated", "npu"
 
 
 def _cases_by_run(runs: list[RunRecord]) -> dict[str, dict[tuple, tuple[Any, str]]]:
-    """Each run's rows: case key (backend: as matched across runs) -> (verdict, what
-    computed it). An emulated backend is matched with its NPU counterpart where no run
-    recorded both (the CPU emulation run beside an NPU run): the same cases, computed by
-    the emulation in one run and by the NPU in the other."""
+    """Each run's rows: case key -> (verdict, what computed it). An emulated backend is
+    matched with its NPU counterpart where no run recorded both (the CPU emulation run beside
+    an NPU run): the same cases, computed by the emulation in one run, the NPU in the other."""
     frames = {r.run.id: r.record.data.frame() for r in runs}
     recorded = [set(frame["backend"].dropna()) for frame in frames.values()]
     every = set().union(*recorded) if recorded else set()
@@ -347,11 +343,10 @@ def _cases_by_run(runs: list[RunRecord]) -> dict[str, dict[tuple, tuple[Any, str
 
 
 def compare(runs: list[RunRecord]) -> StageComparison:
-    """The cases (by case, layout, dtype, mask, backend) whose verdict is not the same in
-    the runs that have the backend, each run's verdict (:data:`MISSING`: no such row) and
-    what computed it (``<run> source``: an emulation run paired with an NPU run says which
-    is which); apart, the backends that not every run has (the NPU kernel in an NPU run
-    beside a CPU one): not a difference of verdicts, a backend the other run could not run."""
+    """The cases whose verdict is not the same in the runs that have the backend, with what
+    computed it in each run (an emulation run paired with an NPU run says which is which);
+    apart, the backends that not every run has (the NPU kernel in an NPU run beside a CPU
+    one): not a difference of verdicts, a backend the other run could not run."""
     import pandas as pd
 
     cases = _cases_by_run(runs)
