@@ -1,5 +1,6 @@
-"""03 while its cards run: each card's seconds on one line, each card's log tail live (a
-hung card shows its log at once, not at infer_timeout_s)."""
+"""Stage 03 in the notebook (inference/show.py) while its cards run: each card's seconds on
+one line, each card's log tail live (a hung card shows its log at once, not at
+infer_timeout_s)."""
 
 from __future__ import annotations
 
