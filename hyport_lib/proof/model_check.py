@@ -93,8 +93,7 @@ class Behaviour:
 
 @dataclass
 class Reference:
-    """Eager's greedy answers (token ids) and perplexity in one dtype: what the swap in that
-    dtype is compared with."""
+    """Eager's greedy answers (token ids) and perplexity: the swap's in one dtype against it."""
 
     answers: list[list[int]]
     perplexity: float
@@ -427,9 +426,7 @@ def _model_verdict(result: ModelComparison, active: str, name: str, logits, pack
         verdict, detail = _padded_verdict(result, active, name, logits)
         return (WARN if verdict == PASS else verdict), f"{detail}; {result.packed_detail}"
     if packed is not None and not packed.passed:
-        return FAIL, (f"{result.packed_detail}: logits differ from eager by {packed.max_abs:.3g} "
-                      f"(> {packed.bound:g} for {result.dtype})" if packed.finite else
-                      f"{result.packed_detail}: non-finite logits (eager or swapped)")
+        return FAIL, f"{result.packed_detail}: {packed.differs('logits', f' for {result.dtype}')}"
     verdict, detail = _padded_verdict(result, active, name, logits)
     if verdict != PASS:
         return verdict, detail
@@ -448,7 +445,7 @@ def _padded_verdict(result: ModelComparison, active: str, name: str, logits) -> 
     if active != name:
         return FAIL, f"swapped model reports attn_implementation={active!r}, not {name!r}"
     if not logits.finite:
-        return FAIL, "non-finite logits (eager or swapped)"
+        return FAIL, logits.differs("logits")
     if result.swapped_calls == 0:
         return WARN, ("a forward pass made no call to the swapped attention: the model's code "
                       "bypasses it (often a flash path guarded by `if q.is_cuda:`, which "

@@ -348,14 +348,13 @@ def _compare(proof: AttentionProof, eager_out, swapped_out) -> list[str]:
     elif not loss.passed:
         problems.append(f"loss {loss_s:.6f} vs eager {loss_e:.6f}")
     if not logits.passed:
-        problems.append(f"logits differ from eager by {logits.max_abs:.3g} (> {logits.bound:g})"
-                        if logits.finite else "non-finite logits (eager or swapped)")
+        problems.append(logits.differs("logits"))
     if proof.grads_only_eager or proof.grads_only_swapped:
         problems.append(f"other gradient set (only eager: {proof.grads_only_eager or 'none'}; only "
                         f"swapped: {proof.grads_only_swapped or 'none'})")
-    if not grads.passed:
+    if not grads.passed:  # relative to the largest gradient, not to a bound
         problems.append(f"gradients differ from eager by {grads.relative:.3g} of the largest"
-                        if grads.finite else "non-finite gradients (eager or swapped)")
+                        if grads.finite else grads.differs("gradients"))
     return problems
 
 
@@ -394,9 +393,5 @@ def _compare_decoding(proof: AttentionProof, eager: list, swapped: list) -> list
         return ["cached decoding produced no step past the prompt to compare"]
     decoding = compare(DECODING, eager[1:], swapped[1:])
     proof.max_abs_decode_logits, proof.decode_steps = decoding.max_abs, len(eager) - 1
-    if decoding.passed:
-        return []
-    if not decoding.finite:
-        return [f"cached decoding: non-finite logits (eager or swapped) within {proof.decode_steps} step(s)"]
-    return [f"cached decoding: logits differ from eager by {decoding.max_abs:.3g} (> {decoding.bound:g}) "
-            f"within {proof.decode_steps} step(s)"]
+    return [] if decoding.passed else [
+        f"cached decoding: {decoding.differs('logits')} within {proof.decode_steps} step(s)"]
