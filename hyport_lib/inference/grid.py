@@ -121,7 +121,18 @@ class GridResult:
             return f"No card finished, so there is nothing to compare.{why}"
         _, differing, reference = consistency(frame)
         reference = (reference or "")[:12]
-        return _agreement(self, ok, differing, reference) + _not_applicable(ok)
+        sampling = float(self.config.temperature or 0.0) > 0
+        note = " (sampling is on, so differences may be legitimate)" if sampling else ""
+        if differing:
+            said = (f"Cards {', '.join(map(str, differing))} differ from the majority output "
+                    f"(hash {reference}, {len(ok) - len(differing)} of {len(ok)} cards){note}.")
+        elif len(ok) == 1:
+            said = f"Only card {int(ok.iloc[0]['card'])} finished (output hash {reference}); nothing to compare."
+        else:
+            said = f"All {len(ok)} finished cards produced identical outputs (hash {reference}){note}."
+        # What of the configured inference this model could not run (the same on every card).
+        parts = next((list(v) for v in ok["not_applicable"] if isinstance(v, list) and v), [])
+        return said + (f" Not applicable to this model: {'; '.join(parts)}." if parts else "")
 
     def log_tail(self, card: int, lines: int = 40) -> str:
         row = self.frame.loc[self.frame["card"] == card]
@@ -182,24 +193,6 @@ def consistency(frame: pd.DataFrame) -> tuple[bool, list[int], Optional[str]]:
     return not differing, differing, reference
 
 
-def _not_applicable(ok: pd.DataFrame) -> str:
-    """What of the configured inference this model could not run (the same on every card)."""
-    parts = next((list(v) for v in ok["not_applicable"] if isinstance(v, list) and v), [])
-    return f" Not applicable to this model: {'; '.join(parts)}." if parts else ""
-
-
-def _agreement(result: GridResult, ok: pd.DataFrame, differing: list[int], reference: str) -> str:
-    sampling = float(result.config.temperature or 0.0) > 0
-    note = " (sampling is on, so differences may be legitimate)" if sampling else ""
-    if not differing:
-        if len(ok) == 1:
-            card = int(ok.iloc[0]["card"])
-            return f"Only card {card} finished (output hash {reference}); nothing to compare."
-        return f"All {len(ok)} finished cards produced identical outputs (hash {reference}){note}."
-    return (f"Cards {', '.join(map(str, differing))} differ from the majority output "
-            f"(hash {reference}, {len(ok) - len(differing)} of {len(ok)} cards){note}.")
-
-
 @dataclass
 class InferencePlan:
     """What the grid runs, every check made. ``config`` is what every worker runs (each
@@ -225,14 +218,6 @@ class _Worker:
     started_at: float = 0.0  # time.time() at start: CANN logs older than this are not its own
 
 
-def _worker_env(backend: Backend, card: int, num_threads: Optional[int],
-                extra_env: Optional[dict]) -> dict[str, str]:
-    extra = {"TOKENIZERS_PARALLELISM": "false", **backend.visible_devices_env([card])}
-    if num_threads:
-        extra.update({"OMP_NUM_THREADS": str(num_threads), "MKL_NUM_THREADS": str(num_threads)})
-    return task_environ({**extra, **(extra_env or {})})
-
-
 def _threads_per_worker(backend: Backend, workers: int) -> Optional[int]:
     """On CPU the workers share the cores: split them so they do not oversubscribe."""
     if backend.kind != "cpu" or workers < 1:
@@ -255,7 +240,10 @@ def _launch(group: ChildGroup, backend: Backend, card: int, spec: dict, log_dir:
     # failure is diagnosed from this card's logs, not from a neighbour's.
     own_folder = log_dir / "cann" / f"card{card}"
     own_cann = own_cann_log_env(own_folder, {**os.environ, **(extra_env or {})}) if backend.kind == "npu" else {}
-    env = _worker_env(backend, card, spec.get("num_threads"), {**own_cann, **(extra_env or {})})
+    threads = spec.get("num_threads")
+    env = task_environ({"TOKENIZERS_PARALLELISM": "false", **backend.visible_devices_env([card]),
+                        **({"OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)} if threads else {}),
+                        **own_cann, **(extra_env or {})})
     started_at = time.time()
     child = group.start(cmd, env=env, log_path=log_path, payload=payload, timeout_s=timeout_s,
                         name=f"card {card}")
