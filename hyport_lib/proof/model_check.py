@@ -136,9 +136,8 @@ class ModelComparison:
 
 
 def model_check_dtype(asked: str, kind: str) -> str:
-    """The model check's dtype: ``auto`` is bfloat16 on an NPU (the dtype a run trains and
-    serves in there) and float32 elsewhere (a CPU has no fast bf16, and the emulation's
-    exactness shows best in float32)."""
+    """``auto`` is bfloat16 on an NPU (the dtype a run trains and serves in there), float32
+    elsewhere (a CPU has no fast bf16, and the emulation's exactness shows best in float32)."""
     if asked != "auto":
         return asked
     return "bfloat16" if kind == "npu" else "float32"
