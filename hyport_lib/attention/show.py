@@ -154,8 +154,7 @@ def model_table(model):
             "top1_agreement", "kl_divergence", "greedy_identical", "new_tokens", "positions",
             "packed_tokens", "sliding_window", "packed_max_abs_logits",
             "swapped_calls", "trust_remote_code", "model_class", "verdict", "detail")
-    data = model.to_dict()
-    return pd.DataFrame([{k: data.get(k) for k in keys}])
+    return pd.DataFrame([{k: getattr(model, k) for k in keys}])
 
 
 # --- notebook display -------------------------------------------------------------------

@@ -13,7 +13,7 @@ import hashlib
 import json
 import os
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Mapping, Optional, Sequence
 
@@ -30,7 +30,7 @@ from hyport_lib.utils.files import atomic_write_json
 from hyport_lib.utils.imports import package_version
 from hyport_lib.utils.printable import first_line
 from hyport_lib.utils.redact import scrub_text
-from hyport_lib.utils.typed_records import from_mapping
+from hyport_lib.utils.typed_records import from_mapping, to_mapping
 
 #: Bump when the proof's method changes: cached proofs of an older method are not reused.
 #: 3: a NaN or an Inf in logits, loss or gradients fails the proof.
@@ -81,9 +81,6 @@ class AttentionProof:
     @property
     def passed(self) -> bool:
         return self.verdict == PASS
-
-    def to_dict(self) -> dict:
-        return asdict(self)
 
     def line(self) -> str:
         where = f"{self.source}{', cached' if self.cached else ''}"
@@ -162,7 +159,7 @@ def prove_swap(model_path: str, batch: Mapping, *, backend: str, trust_remote_co
     try:  # best effort by design: a cache that cannot be written costs the next launch a proof
         if use_cache:
             cached.parent.mkdir(parents=True, exist_ok=True)
-            atomic_write_json(cached, proof.to_dict())
+            atomic_write_json(cached, to_mapping(proof))
     except OSError:
         pass
     return proof
