@@ -20,7 +20,7 @@ from typing import Callable, Optional
 
 import numpy as np
 
-from hyport_lib.checkpoint_files.findings import Finding, finding, name_some
+from hyport_lib.checkpoint_files.findings import Finding, name_some
 from hyport_lib.checkpoint_files.header import DTYPE_BITS, ShardHeader, TensorEntry
 from hyport_lib.weights.layout import Inspection
 from hyport_lib.weights.scan import ScanProgress
@@ -129,7 +129,7 @@ def compare_weights(weights: Inspection, other: Inspection, *, role: str = "base
                 row.update(reader.compare(a, b))
             except OSError as exc:
                 row["status"] = "unreadable"
-                result.findings.append(finding("compare_failed", a[0].label, f"`{row['tensor']}`: {exc}"))
+                result.findings.append(Finding("compare_failed", a[0].label, f"`{row['tensor']}`: {exc}"))
             result.bytes_read += a[1].nbytes + b[1].nbytes
             now = time.perf_counter()
             if on_progress and (now - last >= min_interval_s or done == len(pairs) - 1):
@@ -245,7 +245,7 @@ def _findings(result: Comparison, weights: Inspection, other: Inspection) -> Non
     other_label = f"{other.path} ({result.role})"
     if dtype_rows:
         kinds = Counter(f"{r['other dtype']} → {r['dtype']}" for r in dtype_rows)
-        add(finding("dtype_changed", other_label,
+        add(Finding("dtype_changed", other_label,
                     f"{len(dtype_rows)} tensor(s) changed dtype ({', '.join(f'{k}: {v}' for k, v in kinds.items())}); "
                     f"values compared after rounding the {result.role} to the saved dtype",
                     tensors=[r["tensor"] for r in dtype_rows]))
@@ -253,7 +253,7 @@ def _findings(result: Comparison, weights: Inspection, other: Inspection) -> Non
         differ = by["removed"] + by["added"] + by["shape"] + by["changed"]
         if differ:
             parts = [f"{len(by[s])} {s}" for s in ("changed", "added", "removed", "shape") if by[s]]
-            add(finding("checkpoint_differs", other_label,
+            add(Finding("checkpoint_differs", other_label,
                         f"{', '.join(parts).replace('shape', 'shape changed')} of {len(rows)} tensor(s): "
                         f"{name_some(r['tensor'] for r in differ)}",
                         tensors=[r["tensor"] for r in differ]))
@@ -261,23 +261,23 @@ def _findings(result: Comparison, weights: Inspection, other: Inspection) -> Non
     shared = len(rows) - len(by["removed"]) - len(by["added"])
     base_tensors = len(rows) - len(by["added"])
     if base_tensors and shared * 2 < base_tensors:
-        add(finding("base_mismatch", other_label,
+        add(Finding("base_mismatch", other_label,
                     f"only {shared} of the base's {base_tensors} tensors are in the weights: the base "
                     "is another model (or another layout); give the model training started from"))
     if by["removed"]:
-        add(finding("key_removed", other_label, f"{len(by['removed'])} tensor(s) of the base are not in "
+        add(Finding("key_removed", other_label, f"{len(by['removed'])} tensor(s) of the base are not in "
                     f"the weights: {name_some(r['tensor'] for r in by['removed'])}",
                     tensors=[r["tensor"] for r in by["removed"]]))
     if by["added"]:
-        add(finding("key_added", weights.path, f"{len(by['added'])} tensor(s) not in the base: "
+        add(Finding("key_added", weights.path, f"{len(by['added'])} tensor(s) not in the base: "
                     f"{name_some(r['tensor'] for r in by['added'])}",
                     tensors=[r["tensor"] for r in by["added"]]))
     if by["shape"]:
         r = by["shape"][0]
-        add(finding("shape_changed", weights.path, f"{len(by['shape'])} tensor(s) changed shape, e.g. "
+        add(Finding("shape_changed", weights.path, f"{len(by['shape'])} tensor(s) changed shape, e.g. "
                     f"`{r['tensor']}` {r['other shape']} → {r['shape']}",
                     tensors=[r["tensor"] for r in by["shape"]]))
     if by["same"] and not by["changed"]:
-        add(finding("weights_unchanged", weights.path,
+        add(Finding("weights_unchanged", weights.path,
                     f"none of the {len(by['same'])} compared tensors differs from the base "
                     f"{other.path}: training changed nothing (or the wrong folder was saved)"))

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 import re
 
-from hyport_lib.checkpoint_files.findings import finding, name_some
+from hyport_lib.checkpoint_files.findings import Finding, name_some
 
 # ``result`` below is a ``layout.Inspection``; not imported (layout imports this module).
 
@@ -35,7 +35,7 @@ def _placeholders(result) -> None:
         if found:
             key, entry, want = found[0]
             hint = f" where the model expects {list(want)}" if want else ""
-            result.findings.append(finding(
+            result.findings.append(Finding(
                 "zero3_placeholder", shard.label,
                 f"{len(found)} floating tensor(s) with no elements, e.g. `{key}` "
                 f"{entry.dtype} {list(entry.shape)}{hint}: ZeRO-3 placeholders saved instead of the "
@@ -56,7 +56,7 @@ def _absent(result) -> None:
     absent = [m for m in names.expected if m not in present and tied.get(m) not in present
               and not any(p.search(m) for p in optional)]
     if absent:
-        result.findings.append(finding(
+        result.findings.append(Finding(
             "weight_missing", result.index.file if result.index else result.shards[0].label,
             f"{len(absent)} weight(s) of {names.class_name} are in no file: {name_some(absent)} "
             f"(from_pretrained would initialise them at random)", tensors=absent))
@@ -66,7 +66,7 @@ def _tied_note(result) -> None:
     dups = result.tied_duplicates
     if dups:
         tensors = result.tensors
-        result.findings.append(finding(
+        result.findings.append(Finding(
             "tied_duplicate", tensors[dups[0]][0].label,
             f"{len(dups)} tied weight(s) saved under both names ({name_some(dups)}); the "
             f"parameter total without them is {result.unique_parameters:,}", tensors=dups))

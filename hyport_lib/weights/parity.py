@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Optional
 
-from hyport_lib.checkpoint_files.findings import Finding, finding
+from hyport_lib.checkpoint_files.findings import Finding
 from hyport_lib.models.loading import dtype_kwarg
 from hyport_lib.weights.names import model_class
 from hyport_lib.weights.reload import TOKENIZER_FILES
@@ -82,11 +82,11 @@ def logits_parity(path: os.PathLike, other_path: os.PathLike, *, prompt: str = P
 def parity_findings(result: ParityResult) -> list[Finding]:
     other = Path(result.other_path).name
     if result.status != "ok":
-        return [finding("compare_failed", other, f"logits parity could not run: {result.reason}",
+        return [Finding("compare_failed", other, f"logits parity could not run: {result.reason}",
                         severity="warning")]
     if result.same_model:
         return []
-    return [finding("logits_differ", other,
+    return [Finding("logits_differ", other,
                     f"logits differ from {result.path}: max |Δ| {result.max_abs_diff:.3g}, top-1 "
                     f"agreement {result.top1_agreement:.3f}, max KL {result.max_kl:.3g} over "
                     f"{result.tokens} tokens")]

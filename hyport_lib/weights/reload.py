@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Optional
 
-from hyport_lib.checkpoint_files.findings import Finding, finding, name_some
+from hyport_lib.checkpoint_files.findings import Finding, name_some
 from hyport_lib.models.loading import dtype_kwarg, load_processor
 from hyport_lib.weights.names import model_class
 from hyport_lib.weights.runner import ChildRun, run_task
@@ -89,18 +89,18 @@ def reload_findings(result: ReloadResult) -> list[Finding]:
     here = Path(result.path).name
     out = []
     if not result.load_ok:
-        out.append(finding("reload_failed", here, f"from_pretrained in a fresh process: {result.reason}"))
+        out.append(Finding("reload_failed", here, f"from_pretrained in a fresh process: {result.reason}"))
         return out
     for cls, keys, why in (
             ("reload_missing_keys", result.missing_keys, "are missing: the model initialised them randomly"),
             ("reload_mismatched_keys", result.mismatched_keys, "have another shape than the model expects"),
             ("reload_unexpected_keys", result.unexpected_keys, "are not used by the model")):
         if keys:
-            out.append(finding(cls, here, f"{len(keys)} weight(s) {why}: {name_some(keys)}", tensors=keys))
+            out.append(Finding(cls, here, f"{len(keys)} weight(s) {why}: {name_some(keys)}", tensors=keys))
     if result.class_fallback:
-        out.append(finding("reload_class_fallback", here, result.class_fallback))
+        out.append(Finding("reload_class_fallback", here, result.class_fallback))
     if result.processor_error:
-        out.append(finding("processor_failed", here, f"the processor/tokenizer files do not load: "
+        out.append(Finding("processor_failed", here, f"the processor/tokenizer files do not load: "
                                                      f"{result.processor_error}"))
     return out
 

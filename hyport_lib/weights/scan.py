@@ -21,7 +21,7 @@ from typing import Callable, Optional
 
 import numpy as np
 
-from hyport_lib.checkpoint_files.findings import Finding, finding
+from hyport_lib.checkpoint_files.findings import Finding
 from hyport_lib.checkpoint_files.header import ShardHeader, TensorEntry
 from hyport_lib.weights.checksums import DEFAULT_CHECKSUM, new_hasher
 from hyport_lib.weights.scan_pipeline import BUFFERS, CHUNK_BYTES, END, Pipeline, ReadFailure
@@ -183,7 +183,7 @@ def full_scan(shards: list[ShardHeader], *, checksum: str = DEFAULT_CHECKSUM, ch
                 raise chunk
             if isinstance(chunk, ReadFailure):  # that file only: the reader goes on with the next
                 current, file = None, chunk.shard.label
-                result.findings.append(finding("file_unreadable", chunk.shard.label,
+                result.findings.append(Finding("file_unreadable", chunk.shard.label,
                                                f"full scan stopped reading this file: {chunk.error}"))
                 result.skipped.extend(chunk.unread)
                 continue
@@ -219,6 +219,6 @@ def _nonfinite_findings(result: ScanResult) -> None:
     for file, bad in by_file.items():
         shown = ", ".join(f"`{t.key}` ({t.nan} NaN, {t.inf} Inf)" for t in bad[:3])
         more = f" and {len(bad) - 3} more" if len(bad) > 3 else ""
-        result.findings.append(finding("non_finite", file,
+        result.findings.append(Finding("non_finite", file,
                                        f"{len(bad)} tensor(s) hold non-finite values: {shown}{more}",
                                        tensors=[t.key for t in bad]))

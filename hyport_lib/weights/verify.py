@@ -12,7 +12,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Callable, Optional
 
-from hyport_lib.checkpoint_files.findings import Finding, finding
+from hyport_lib.checkpoint_files.findings import Finding
 from hyport_lib.params import AUTO_ATTENTION
 from hyport_lib.weights.compare import compare_weights
 from hyport_lib.weights.defaults import Sources
@@ -59,7 +59,7 @@ def verify(plan: WeightsPlan, on_progress: Optional[Callable[[ScanProgress], Non
         asked = [n for n, on in (("reload", reload), ("logits check", logits_parity and sources.checkpoint)) if on]
         if asked:
             two = len(asked) > 1
-            result.findings.append(finding(
+            result.findings.append(Finding(
                 "reload_skipped", insp.shards[0].label if insp.shards else sources.weights,
                 f"the {' and the '.join(asked)} need{'' if two else 's'} the model folder (config.json "
                 f"beside the weights), not one file: skipped; give the folder to run "
@@ -69,7 +69,7 @@ def verify(plan: WeightsPlan, on_progress: Optional[Callable[[ScanProgress], Non
         _checks(result, insp, plan, reload, logits_parity, on_progress)
     except KeyboardInterrupt as exc:
         # Stopped: the checks that finished are kept; the caller finds them on the exception.
-        result.findings.append(finding("verify_stopped", insp.path, "stopped by a signal before every "
+        result.findings.append(Finding("verify_stopped", insp.path, "stopped by a signal before every "
                                        "check ran: the checks listed are the ones that finished"))
         result.wall_s = time.perf_counter() - started
         exc.partial = result

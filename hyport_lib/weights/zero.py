@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
-from hyport_lib.checkpoint_files.findings import Finding, finding
+from hyport_lib.checkpoint_files.findings import Finding
 
 _OPTIM_RE = re.compile(r"^(?:(?P<prec>bf16|fp16)_)?zero_pp_rank_(?P<rank>\d+)_mp_rank_(?P<mp>\d+)_optim_states\.pt$")
 _MODEL_RE = re.compile(r"^(?:zero_pp_rank_(?P<rank>\d+)_)?mp_rank_(?P<mp>\d+)_model_states\.pt$")
@@ -98,13 +98,13 @@ def list_zero(checkpoint: os.PathLike) -> tuple[ZeroListing, list[Finding]]:
     else:
         listing.error = "no *_model_states.pt file"
     if listing.error:
-        findings.append(finding("zero_unreadable", f"{tag}/", f"the model states could not be read: "
+        findings.append(Finding("zero_unreadable", f"{tag}/", f"the model states could not be read: "
                                                              f"{listing.error}"))
     expected = listing.dp_world_size or listing.world_size
     present = set(ranks)
     missing = [r for r in range(min(expected or 0, _MAX_RANKS)) if r not in present]
     if missing or (expected and listing.world_size and listing.world_size > expected):
-        findings.append(finding(
+        findings.append(Finding(
             "zero_incomplete", f"{tag}/",
             f"written for {expected} rank(s) but optimizer states exist for rank(s) {sorted(ranks)}"
             + (f": missing {missing[:8]}{' and more' if len(missing) > 8 else ''}" if missing else "") + " (a rank did not finish saving?)"))

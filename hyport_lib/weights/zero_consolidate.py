@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
-from hyport_lib.checkpoint_files.findings import Finding, finding, name_some
+from hyport_lib.checkpoint_files.findings import Finding, name_some
 from hyport_lib.weights.layout import inspect_checkpoint
 from hyport_lib.weights.runner import ChildRun, run_task
 from hyport_lib.weights.zero import find_tag
@@ -59,26 +59,26 @@ def consolidate(checkpoint: os.PathLike, targets: list[tuple[str, os.PathLike]],
 def zero_findings(result: ZeroComparison) -> list[Finding]:
     here = Path(result.checkpoint).name
     if result.status != "ok":
-        return [finding("zero_failed", here, f"zero_to_fp32 in a fresh process: {result.reason}")]
+        return [Finding("zero_failed", here, f"zero_to_fp32 in a fresh process: {result.reason}")]
     out = []
     for target in result.targets:
         own = target["role"] in ("checkpoint", "adapter")
         where = Path(target["folder"]).name
         if target["differing"]:
             note = "" if own else (" (expected only when training went on after this checkpoint)")
-            out.append(finding(
+            out.append(Finding(
                 "zero_mismatch", where,
                 f"{target['differing']} of {target['compared']} tensor(s) of {where} differ from "
                 f"{here}'s consolidated fp32 weights cast to their dtype (worst {target['max_abs_cast']:.3g}): "
                 f"{name_some(target['differing_keys'])}{note}",
-                tensors=target["differing_keys"], severity=None if own else "warning"))
+                tensors=target["differing_keys"], severity="" if own else "warning"))
         lonely = target["only_in_zero"] + target["only_in_file"]
         if lonely:
-            out.append(finding(
+            out.append(Finding(
                 "zero_keys_differ", where,
                 f"{len(target['only_in_zero'])} tensor(s) only in the ZeRO states, "
                 f"{len(target['only_in_file'])} only in the files: {name_some(lonely)}",
-                tensors=lonely, severity=None if own else "warning"))
+                tensors=lonely, severity="" if own else "warning"))
     return out
 
 
