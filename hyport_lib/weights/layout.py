@@ -1,13 +1,13 @@
-"""A checkpoint folder from its headers: :func:`inspect_checkpoint` reads every weight
-file's header (:mod:`hyport_lib.checkpoint_files.header`), the index and ``config.json``
-and cross-checks them (keys against the index, ``metadata.total_size`` and
-``total_parameters`` against the headers), reading no tensor data; the model class built
-on the meta device (:mod:`.names`) adds :mod:`.model_checks`.
+"""A checkpoint folder from its headers (:func:`inspect_checkpoint`), reading no tensor
+data: every weight file's header, the index and ``config.json`` cross-checked, then the
+files against the model class built on the meta device (:mod:`.names`): ZeRO-3
+placeholders, weights in no file, tied weights saved under both names.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import stat
@@ -19,7 +19,6 @@ from typing import Optional
 
 from hyport_lib.checkpoint_files.findings import Finding, name_some
 from hyport_lib.checkpoint_files.header import ShardHeader, TensorEntry, read_header
-from hyport_lib.weights.model_checks import model_checks
 from hyport_lib.weights.names import ModelNames, model_names
 
 INDEX_FILE = "model.safetensors.index.json"
@@ -70,11 +69,8 @@ class Inspection:
 
     @property
     def tensors(self) -> dict[str, tuple[ShardHeader, TensorEntry]]:
-        """Every tensor key -> (its file, its entry).
-
-        A key stored in two files is the copy the index names (the one from_pretrained
-        loads), else the copy in the first file.
-        """
+        """Key -> (its file, its entry); a key in two files is the copy the index names
+        (the one from_pretrained loads), else the first file's."""
         named = self.index.weight_map if self.index else {}
         out: dict[str, tuple[ShardHeader, TensorEntry]] = {}
         for shard in self.shards:
@@ -107,10 +103,9 @@ class Inspection:
 
 def inspect_checkpoint(path: os.PathLike, *, trust_remote_code: bool = False,
                        with_model: bool = True, validate: bool = True) -> Inspection:
-    """Inspect the headers of the checkpoint at ``path`` (a folder or one ``.safetensors``
-    file); ``with_model=False``: no model class on the meta device; ``validate``: also let
-    safetensors open every file the checks pass. FileNotFoundError when ``path`` does not
-    exist; every other problem is a finding."""
+    """``path``: a folder or one ``.safetensors`` file; ``validate``: also let safetensors
+    open every file the checks pass. FileNotFoundError when ``path`` does not exist; every
+    other problem is a finding."""
     started = time.perf_counter()
     path = Path(path).expanduser()
     if not path.exists():
@@ -130,7 +125,9 @@ def inspect_checkpoint(path: os.PathLike, *, trust_remote_code: bool = False,
         if result.names.error:
             result.findings.append(Finding("model_class_unknown", "config.json",
                                            f"names are used as they are: {result.names.error}"))
-    model_checks(result)
+    _placeholders(result)
+    _absent(result)
+    _tied_note(result)
     return result
 
 
@@ -341,8 +338,58 @@ def _read_config(result: Inspection) -> None:
     info.tie_word_embeddings = raw.get("tie_word_embeddings", text.get("tie_word_embeddings"))
 
 
+def _placeholders(result: Inspection) -> None:
+    expected = result.names.expected
+    for shard in result.shards:
+        found = []
+        for key, entry in shard.tensors.items():
+            if not entry.is_float or entry.numel:
+                continue
+            want = expected.get(result.names.to_model(key))
+            if want is not None and math.prod(want) == 0:
+                continue  # the model itself has an empty tensor here
+            found.append((key, entry, want))
+        if found:
+            key, entry, want = found[0]
+            hint = f" where the model expects {list(want)}" if want else ""
+            result.findings.append(Finding(
+                "zero3_placeholder", shard.label,
+                f"{len(found)} floating tensor(s) with no elements, e.g. `{key}` "
+                f"{entry.dtype} {list(entry.shape)}{hint}: ZeRO-3 placeholders saved instead of the "
+                f"weights (save with stage3_gather_16bit_weights_on_model_save, or consolidate "
+                f"with zero_to_fp32)", tensors=[k for k, _, _ in found]))
+
+
+def _absent(result: Inspection) -> None:
+    """Weights the model class has that no file (and no index entry) holds."""
+    names = result.names
+    if not names.class_name or not result.shards or result.kind == "file":
+        return
+    keys = [*result.tensors, *(result.index.weight_map if result.index else ())]
+    keys += [k for s in result.shards for k in s.invalid]
+    present = {names.to_model(k) for k in keys}
+    tied = {**names.tied, **{v: k for k, v in names.tied.items()}}
+    optional = [re.compile(p) for p in names.optional]
+    absent = [m for m in names.expected if m not in present and tied.get(m) not in present
+              and not any(p.search(m) for p in optional)]
+    if absent:
+        result.findings.append(Finding(
+            "weight_missing", result.index.file if result.index else result.shards[0].label,
+            f"{len(absent)} weight(s) of {names.class_name} are in no file: {name_some(absent)} "
+            f"(from_pretrained would initialise them at random)", tensors=absent))
+
+
+def _tied_note(result: Inspection) -> None:
+    dups = result.tied_duplicates
+    if dups:
+        tensors = result.tensors
+        result.findings.append(Finding(
+            "tied_duplicate", tensors[dups[0]][0].label,
+            f"{len(dups)} tied weight(s) saved under both names ({name_some(dups)}); the "
+            f"parameter total without them is {result.unique_parameters:,}", tensors=dups))
+
+
 def shard_rows(result: Inspection) -> list[dict]:
-    """One row per weight file: bytes, tensors, dtypes, parameters."""
     rows = []
     for shard in result.shards:
         dtypes = Counter(e.dtype for e in shard.tensors.values())

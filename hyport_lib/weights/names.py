@@ -44,10 +44,7 @@ class ModelNames:
 
 
 def model_names(folder: os.PathLike, *, trust_remote_code: bool = False) -> ModelNames:
-    """Build the model class of ``folder/config.json`` on the meta device; its names.
-
-    Never raises: a failure is kept in :attr:`ModelNames.error`.
-    """
+    """Never raises: a failure is kept in :attr:`ModelNames.error`."""
     try:
         return _model_names(Path(folder), trust_remote_code)
     except Exception as exc:  # any failure of a third-party model class: names as they are
@@ -55,12 +52,9 @@ def model_names(folder: os.PathLike, *, trust_remote_code: bool = False) -> Mode
 
 
 def model_class(config, *, trust_remote_code: bool = False):
-    """The class to load ``config`` with: its architecture, else an Auto class.
-
-    ``architectures[0]`` when transformers has it (imported here, so that loading
-    timers do not count the import); remote code through the Auto classes when trusted;
-    else ``AutoModelForImageTextToText`` when it knows the model type, else ``AutoModel``.
-    """
+    """The class to load ``config`` with: ``architectures[0]`` when transformers has it,
+    else an Auto class (transformers is imported here, so that loading timers that start
+    after this call do not count the import)."""
     import transformers
 
     arch = (getattr(config, "architectures", None) or [None])[0]
