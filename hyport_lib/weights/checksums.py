@@ -22,7 +22,7 @@ DEFAULT_CHECKSUM = "xxh3"
 
 
 class _Crc32:
-    """zlib's CRC-32 with the ``update`` / ``hexdigest`` interface of :mod:`hashlib`."""
+    """zlib's CRC-32 as a :mod:`hashlib` hasher."""
 
     def __init__(self):
         self.value = 0
@@ -56,11 +56,7 @@ def checksum_name(algorithm: str) -> str:
 
 
 def new_hasher(algorithm: str):
-    """A fresh hasher of ``algorithm``.
-
-    Raises:
-        ValueError: ``algorithm`` is not a key of :data:`HASHERS`.
-    """
+    """ValueError when ``algorithm`` is not a key of :data:`HASHERS`."""
     try:
         return HASHERS[algorithm]()
     except KeyError:

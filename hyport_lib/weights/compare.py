@@ -23,7 +23,7 @@ import numpy as np
 from hyport_lib.checkpoint_files.findings import Finding, name_some
 from hyport_lib.checkpoint_files.header import DTYPE_BITS, ShardHeader, TensorEntry
 from hyport_lib.weights.layout import Inspection
-from hyport_lib.weights.scan import ScanProgress
+from hyport_lib.weights.scan import ScanProgress, read_exactly
 
 #: Bytes read from each side per step: not the full scan's 2 MiB, measured for its reader
 #: thread; the comparison reads two files in one thread.
@@ -94,7 +94,6 @@ def compare_weights(weights: Inspection, other: Inspection, *, role: str = "base
                     chunk_bytes: int = CHUNK_BYTES,
                     on_progress: Optional[Callable[[ScanProgress], None]] = None,
                     min_interval_s: float = 0.2) -> Comparison:
-    """Compare every tensor of ``weights`` with ``other`` (see the module docstring)."""
     if role not in ROLES:
         raise ValueError(f"role={role!r}: expected one of {', '.join(ROLES)}")
     started = time.perf_counter()
@@ -166,12 +165,8 @@ class _PairReader:
         fh = self._open(shard)
         fh.seek(shard.data_start + offset)
         view = memoryview(buf)[:n]
-        got = 0
-        while got < n:
-            k = fh.readinto(view[got:])
-            if not k:
-                raise OSError(f"{shard.label} ended early (changed while being read?)")
-            got += k
+        if read_exactly(fh, view) < n:
+            raise OSError(f"{shard.label} ended early (changed while being read?)")
         return view
 
     def compare(self, a: tuple[ShardHeader, TensorEntry], b: tuple[ShardHeader, TensorEntry]) -> dict:

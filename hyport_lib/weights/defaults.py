@@ -69,12 +69,9 @@ def stage04_of_this_run(environ: Optional[dict] = None) -> Optional[str]:
 def resolve_paths(weights_path: Optional[os.PathLike] = None, base_path: Optional[os.PathLike] = None,
                   checkpoint_path: Optional[os.PathLike] = None, *,
                   results: Optional[os.PathLike] = None) -> Sources:
-    """The folders to check: those given, else stage 04's, else the tiny model's (named,
-    not built). A path given wins; with ``weights_path`` given nothing else is guessed.
-
-    Raises:
-        ValueError: stage 04 (of this run, or as recorded) trained no weights to check.
-    """
+    """The tiny model's folders are named, not built. A path given wins; with
+    ``weights_path`` given nothing else is guessed. ValueError: stage 04 (of this run, or as
+    recorded) trained no weights to check."""
     if weights_path:
         return Sources(str(weights_path), _str(base_path), _str(checkpoint_path), "as given")
     record_path, record = _stage04_record(results)

@@ -10,7 +10,6 @@ import json
 import math
 import os
 import re
-import stat
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -19,6 +18,7 @@ from typing import Optional
 
 from hyport_lib.checkpoint_files.findings import Finding, name_some
 from hyport_lib.checkpoint_files.header import ShardHeader, TensorEntry, read_header
+from hyport_lib.utils.bounded_files import kind_of
 from hyport_lib.weights.names import ModelNames, model_names
 
 INDEX_FILE = "model.safetensors.index.json"
@@ -169,18 +169,11 @@ def _inspect_folder(folder: Path, validate: bool) -> Inspection:
 
 
 def _not_a_file(path: Path) -> str:
-    """What a path that is not a regular file is, in a few words."""
     try:
         mode = path.stat().st_mode
     except OSError:
         return "a broken link"
-    if stat.S_ISDIR(mode):
-        return "a folder"
-    if stat.S_ISFIFO(mode):
-        return "a named pipe (FIFO)"
-    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
-        return f"a device{' (through a link)' if path.is_symlink() else ''}"
-    return "not a regular file"
+    return kind_of(mode) + (" (through a link)" if path.is_symlink() else "")
 
 
 def _inspect_sharded(folder: Path, index_path: Path, validate: bool) -> Inspection:

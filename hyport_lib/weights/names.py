@@ -13,6 +13,7 @@ read) and its own conversion mapping renames each key (on transformers 4.57: the
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import re
 from dataclasses import dataclass, field
@@ -121,41 +122,37 @@ def _tied(model) -> dict[str, str]:
 
 
 def _renamer(model, state: dict) -> Callable[[str], tuple[str, bool]]:
-    cache: dict[str, tuple[str, bool]] = {}
     try:
         from transformers.conversion_mapping import get_model_conversion_mapping
         from transformers.core_model_loading import (WeightConverter, WeightRenaming,
                                                      rename_source_key)
     except ImportError:  # transformers 4.x: the class's own regexes
-        return _legacy_renamer(model, cache)
+        return _legacy_renamer(model)
     transforms = get_model_conversion_mapping(model)
     renamings = [t for t in transforms if isinstance(t, WeightRenaming)]
     converters = [t for t in transforms if isinstance(t, WeightConverter)]
     prefix = model.base_model_prefix
 
+    @functools.cache
     def rename(key: str) -> tuple[str, bool]:
-        if key not in cache:
-            new, pattern = rename_source_key(key, renamings, converters,
-                                             base_model_prefix=prefix, meta_state_dict=state)
-            cache[key] = (new, pattern is not None)
-        return cache[key]
+        new, pattern = rename_source_key(key, renamings, converters,
+                                         base_model_prefix=prefix, meta_state_dict=state)
+        return new, pattern is not None
 
     return rename
 
 
-def _legacy_renamer(model, cache: dict) -> Callable[[str], tuple[str, bool]]:
+def _legacy_renamer(model) -> Callable[[str], tuple[str, bool]]:
     """transformers 4.57: the first matching ``_checkpoint_conversion_mapping`` regex."""
     patterns = [(re.compile(p), r) for p, r in
                 (getattr(model, "_checkpoint_conversion_mapping", None) or {}).items()]
 
+    @functools.cache
     def rename(key: str) -> tuple[str, bool]:
-        if key not in cache:
-            new = key
-            for pattern, replacement in patterns:
-                new, hits = pattern.subn(replacement, key)
-                if hits:
-                    break
-            cache[key] = (new, False)
-        return cache[key]
+        for pattern, replacement in patterns:
+            new, hits = pattern.subn(replacement, key)
+            if hits:
+                return new, False
+        return key, False
 
     return rename

@@ -58,13 +58,11 @@ class ChildOutcome:
     ``timeout``; ``result`` what it wrote (scrubbed, empty when nothing); ``reason`` one
     line when not ok."""
 
-    task: str
     status: str
     result: dict
     reason: Optional[str]
     log_path: str
     log_tail: str
-    exit_code: Optional[int]
     wall_s: float
 
 
@@ -114,12 +112,12 @@ def run_task(task: str, spec: dict, *, timeout_s: float, log_dir: Optional[os.Pa
     ended = run_child(cmd, env=child_env(task), log_path=log_path, payload=payload,
                       timeout_s=float(timeout_s), name=name, poll_interval_s=POLL_S,
                       kill_grace_s=KILL_GRACE_S)
-    return _outcome(task, log_path, result_path, ended.code, ended.timed_out, float(timeout_s),
+    return _outcome(log_path, result_path, ended.code, ended.timed_out, float(timeout_s),
                     time.monotonic() - ended.child.started)
 
 
-def _outcome(task: str, log_path: Path, result_path: Path, code: Optional[int], timed_out: bool,
-             timeout_s: float, wall_s: float) -> ChildOutcome:
+def _outcome(log_path: Path, result_path: Path, code: Optional[int], timed_out: bool, timeout_s: float,
+             wall_s: float) -> ChildOutcome:
     # The child scrubbed what it wrote (its environment holds this one's secrets: child_env).
     result = read_task_result(result_path)
     tail = read_log_tail(log_path, 12)
@@ -133,7 +131,7 @@ def _outcome(task: str, log_path: Path, result_path: Path, code: Optional[int], 
         line = last_exception(tail)
         status, reason = "failed", f"{describe_exit(code)} without a result" + (f"; {line}" if line else "")
     reason = reason.splitlines()[0] if reason else None
-    return ChildOutcome(task, status, result, reason, str(log_path), tail, code, round(wall_s, 3))
+    return ChildOutcome(status, result, reason, str(log_path), tail, round(wall_s, 3))
 
 
 # --------------------------------------------------------------------------- the reload
@@ -287,13 +285,6 @@ class ParityResult(ChildRun):
         return {**asdict(self), "same_model": self.same_model}
 
 
-def tokenizer_folder(*folders: os.PathLike) -> Optional[Path]:
-    for folder in folders:
-        if folder and any((Path(folder) / f).is_file() for f in TOKENIZER_FILES):
-            return Path(folder)
-    return None
-
-
 def logits_parity(path: os.PathLike, other_path: os.PathLike, *, prompt: str = PROMPT,
                   trust_remote_code: bool = False, timeout_s: float = 600.0,
                   log_dir: Optional[os.PathLike] = None) -> ParityResult:
@@ -301,7 +292,7 @@ def logits_parity(path: os.PathLike, other_path: os.PathLike, *, prompt: str = P
     for name, folder in (("weights path", a), ("checkpoint path", b)):
         if not folder.is_dir():
             raise FileNotFoundError(f"{name} {str(folder)!r}: not a folder")
-    tok = tokenizer_folder(a, b)
+    tok = next((f for f in (a, b) if any((f / name).is_file() for name in TOKENIZER_FILES)), None)
     if tok is None:
         return ParityResult(str(a), str(b), "failed",
                             reason=f"neither {a} nor {b} holds tokenizer files")

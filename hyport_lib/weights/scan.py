@@ -34,6 +34,7 @@ import numpy as np
 
 from hyport_lib.checkpoint_files.findings import Finding
 from hyport_lib.checkpoint_files.header import ShardHeader, TensorEntry
+from hyport_lib.utils.typed_records import fields_of
 from hyport_lib.weights.checksums import DEFAULT_CHECKSUM, new_hasher
 
 CHUNK_BYTES = 2 << 20
@@ -59,13 +60,10 @@ _SPECIAL_BITS = {
 
 @dataclass
 class TensorScan:
-    """One tensor's scan: its checksum and NaN/Inf counts. ``algorithm`` has no default,
-    so a record never claims an algorithm that did not make its checksum."""
+    """``algorithm`` has no default, so a record never claims an algorithm that did not make
+    its checksum."""
 
-    key: str
     file: str
-    dtype: str
-    nbytes: int
     checksum: str
     nan: int = 0
     inf: int = 0
@@ -73,8 +71,8 @@ class TensorScan:
 
     def __post_init__(self):
         if not isinstance(self.algorithm, str) or not self.algorithm:
-            raise ValueError(f"TensorScan {self.key!r}: algorithm={self.algorithm!r}, expected the name "
-                             f"of the checksum's algorithm")
+            raise ValueError(f"TensorScan of {self.file!r}: algorithm={self.algorithm!r}, expected the "
+                             f"name of the checksum's algorithm")
 
 
 @dataclass
@@ -115,11 +113,10 @@ class ScanResult:
         return [k for k, t in self.tensors.items() if t.nan or t.inf]
 
     def to_dict(self) -> dict:
-        """The record: each checksum names its algorithm (checksums of two never compare)."""
-        return {"checksum": self.checksum, "bytes_read": self.bytes_read, "seconds": round(self.seconds, 3),
-                "skipped": self.skipped, "nonfinite_tensors": self.nonfinite_tensors,
-                "tensors": {k: {"file": t.file, "checksum": t.checksum, "algorithm": t.algorithm,
-                                "nan": t.nan, "inf": t.inf} for k, t in self.tensors.items()}}
+        """The record, less the findings (the result's own list holds them)."""
+        data = fields_of(self)
+        del data["findings"]
+        return {**data, "seconds": round(self.seconds, 3), "nonfinite_tensors": self.nonfinite_tensors}
 
 
 def nonfinite_counts(data, dtype: str) -> tuple[int, int]:
@@ -285,7 +282,11 @@ class Pipeline:
                         if buffer is None or self._stop.is_set():
                             return False
                         try:
-                            _read_exactly(fh, memoryview(buffer)[: end - begin], shard, layout)
+                            got = read_exactly(fh, memoryview(buffer)[: end - begin])
+                            if got < end - begin:
+                                inside = next(e.name for e, start, length, _ in layout if start + length > got)
+                                raise OSError(f"{shard.label}: the file ended inside `{inside}` (it changed "
+                                              f"while being read?)")
                         except OSError:
                             self._free.put(buffer)  # nothing was sent in it: it stays usable
                             raise
@@ -298,15 +299,15 @@ class Pipeline:
         return True
 
 
-def _read_exactly(fh, view: memoryview, shard: ShardHeader, layout: list[tuple]) -> None:
+def read_exactly(fh, view: memoryview) -> int:
+    """The bytes read into ``view``: fewer than its length only where the file ends."""
     got = 0
     while got < len(view):
         n = fh.readinto(view[got:])
         if not n:
-            inside = next((entry.name for entry, start, length, _ in layout if start + length > got),
-                          layout[-1][0].name)
-            raise OSError(f"{shard.label}: the file ended inside `{inside}` (it changed while being read?)")
+            break
         got += n
+    return got
 
 
 def full_scan(shards: list[ShardHeader], *, checksum: str = DEFAULT_CHECKSUM, chunk_bytes: int = CHUNK_BYTES,
@@ -365,8 +366,8 @@ def full_scan(shards: list[ShardHeader], *, checksum: str = DEFAULT_CHECKSUM, ch
                 result.bytes_read += piece.length
                 if piece.last:
                     entry = piece.entry
-                    result.tensors[entry.name] = TensorScan(entry.name, file, entry.dtype, entry.nbytes,
-                                                            hasher.hexdigest(), nan, inf, algorithm=checksum)
+                    result.tensors[entry.name] = TensorScan(file, hasher.hexdigest(), nan, inf,
+                                                            algorithm=checksum)
                     current = None
             chunk.release()
             note(file)
@@ -379,13 +380,11 @@ def full_scan(shards: list[ShardHeader], *, checksum: str = DEFAULT_CHECKSUM, ch
 
 
 def _nonfinite_findings(result: ScanResult) -> None:
-    by_file: dict[str, list[TensorScan]] = {}
-    for t in result.tensors.values():
-        if t.nan or t.inf:
-            by_file.setdefault(t.file, []).append(t)
+    by_file: dict[str, list[str]] = {}
+    for key in result.nonfinite_tensors:
+        by_file.setdefault(result.tensors[key].file, []).append(key)
     for file, bad in by_file.items():
-        shown = ", ".join(f"`{t.key}` ({t.nan} NaN, {t.inf} Inf)" for t in bad[:3])
+        shown = ", ".join(f"`{k}` ({result.tensors[k].nan} NaN, {result.tensors[k].inf} Inf)" for k in bad[:3])
         more = f" and {len(bad) - 3} more" if len(bad) > 3 else ""
         result.findings.append(Finding("non_finite", file,
-                                       f"{len(bad)} tensor(s) hold non-finite values: {shown}{more}",
-                                       tensors=[t.key for t in bad]))
+                                       f"{len(bad)} tensor(s) hold non-finite values: {shown}{more}", tensors=bad))

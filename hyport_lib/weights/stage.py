@@ -45,12 +45,8 @@ class WeightsPlan:
 
 def plan(params: Params) -> WeightsPlan:
     """The folders to check: those given, else stage 04's, else the tiny model's.
-
-    Raises:
-        ParameterError: a folder given that does not exist, or a check that needs a
-            checkpoint where there is none.
-        ValueError: no folder given, and stage 04 trained no weights to check.
-    """
+    ParameterError: a folder given that does not exist, or a check that needs a checkpoint
+    where there is none; ValueError: no folder given, and stage 04 trained none to check."""
     sources = resolve_paths(params.weights_path, params.base_path, params.checkpoint_path)
     problems = []
     # base_path is checked where it is declared (it must exist); the other two may be
@@ -77,13 +73,9 @@ def _trainer_checkpoint(weights: str) -> bool:
 
 def run(plan: WeightsPlan, *,
         on_progress: Optional[Callable[[ScanProgress], None]] = None) -> WeightsResult:
-    """Every check the plan asks for, each problem a finding (the tiny model's folders
-    are built first when they stand in); ``on_progress`` is called while the scan and the
-    comparisons read.
-
-    Raises:
-        KeyboardInterrupt: stopped; the checks that finished are on ``exc.partial``.
-    """
+    """Each problem a finding (the tiny model's folders are built first when they stand
+    in); ``on_progress`` is called while the scan and the comparisons read. Stopped: the
+    KeyboardInterrupt carries the checks that finished on ``exc.partial``."""
     build_tiny_sources(plan.sources)
     started = time.perf_counter()
     p, sources = plan.params, plan.sources

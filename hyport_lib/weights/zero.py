@@ -16,9 +16,12 @@ checkpoints); ``max |fp32 − saved|`` shows the rounding.
 
 from __future__ import annotations
 
+import contextlib
+import io
 import math
 import os
 import re
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
@@ -232,10 +235,6 @@ def zero_findings(result: ZeroComparison) -> list[Finding]:
 
 # --------------------------------------------------------------------------- child side
 def consolidate_in_child(spec: dict) -> dict:
-    import contextlib
-    import io
-    import time
-
     from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint
 
     started = time.perf_counter()

@@ -164,15 +164,15 @@ def test_the_reload_step_is_named_while_it_runs(tiny, tmp_path):
 def test_a_childs_end_is_read_from_its_result_else_from_its_log(tmp_path):
     log, result = tmp_path / "reload.log", tmp_path / "reload.json"
     log.write_text("loading\nTraceback (most recent call last):\nValueError: bad config\n")
-    out = _outcome("reload", log, result, 1, False, 600.0, 1.23456)
-    assert (out.status, out.result, out.exit_code, out.wall_s) == ("failed", {}, 1, 1.235)
+    out = _outcome(log, result, 1, False, 600.0, 1.23456)
+    assert (out.status, out.result, out.wall_s) == ("failed", {}, 1.235)
     assert out.reason == "exit code 1 without a result; ValueError: bad config"
     result.write_text(json.dumps({"status": "failed", "error_type": "OSError", "error": "no file\nsecond line"}))
-    assert _outcome("reload", log, result, 1, False, 600.0, 1.0).reason == "OSError: no file"  # one line
-    timed_out = _outcome("reload", log, result, None, True, 0.5, 1.0)
+    assert _outcome(log, result, 1, False, 600.0, 1.0).reason == "OSError: no file"  # one line
+    timed_out = _outcome(log, result, None, True, 0.5, 1.0)
     assert timed_out.status == "timeout" and timed_out.reason == "no result after 0.5s: the process group was killed"
     result.write_text(json.dumps({"status": "ok", "tokens": 3}))
-    ok = _outcome("reload", log, result, 0, False, 600.0, 1.0)
+    ok = _outcome(log, result, 0, False, 600.0, 1.0)
     assert (ok.status, ok.reason, ok.result["tokens"]) == ("ok", None, 3)
     assert ok.log_tail.endswith("ValueError: bad config") and ok.log_path == str(log)
 

@@ -341,9 +341,9 @@ def test_a_tensor_scan_always_names_its_algorithm():
     """No default algorithm: a CRC-32 record cannot claim XXH3 by omission."""
     crc = f"{zlib.crc32(b'abc'):08x}"
     with pytest.raises(TypeError, match="algorithm"):
-        TensorScan("x", "f", "F32", 4, crc)
+        TensorScan("f", crc)
     with pytest.raises(ValueError, match="algorithm=''"):
-        TensorScan("x", "f", "F32", 4, crc, algorithm="")
+        TensorScan("f", crc, algorithm="")
 
 
 def test_scan_bad_arguments_name_themselves(tiny):

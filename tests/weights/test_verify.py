@@ -566,7 +566,7 @@ def test_a_model_safetensors_that_is_no_file_is_named_for_what_it_is(tmp_path, k
     target = folder / "model.safetensors"
     {"folder": target.mkdir, "fifo": lambda: os.mkfifo(target),
      "device link": lambda: target.symlink_to("/dev/zero")}[kind]()
-    expected = {"folder": "a folder", "fifo": "a named pipe (FIFO)", "device link": "a device (through a link)"}
+    expected = {"folder": "a folder", "fifo": "a FIFO (named pipe)", "device link": "a device node (through a link)"}
     messages = [f.message for f in inspect_checkpoint(folder).findings if f.cls == "no_weights"]
     assert messages == [f"{target} is {expected[kind]}, not a safetensors file"]
     with pytest.raises(ModelPathError, match="model.safetensors is not a regular file"):
