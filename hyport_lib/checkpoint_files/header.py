@@ -101,11 +101,8 @@ class ShardHeader:
         return sum(t.numel for t in self.tensors.values())
 
     def can_read(self, entry: TensorEntry) -> bool:
-        """Can the tensor's bytes be read from this file as the tensor its header describes?
-
-        Inside the data section and exactly dtype x shape long: a tensor of the wrong
-        length (a ``size_mismatch`` finding) would be read short or into its neighbour.
-        """
+        """Inside the data section and exactly dtype x shape long: a tensor of the wrong
+        length (a ``size_mismatch`` finding) would be read short or into its neighbour."""
         return 0 <= entry.begin <= entry.end <= self.data_len and entry.expected_nbytes == entry.nbytes
 
 

@@ -53,4 +53,5 @@ def test_the_plan_refuses_what_cannot_be_checked_in_one_line_each(tmp_path, tiny
     # a Trainer checkpoint given as the weights holds its own ZeRO states
     trainer_checkpoint = shutil.copytree(tiny, tmp_path / "checkpoint-2")
     (trainer_checkpoint / "global_step2").mkdir()
-    assert stage.plan(Params(weights_path=str(trainer_checkpoint), **{**headers_only, "consolidate_zero": True}))
+    plan = stage.plan(Params(weights_path=str(trainer_checkpoint), **{**headers_only, "consolidate_zero": True}))
+    assert (plan.sources.weights, plan.sources.checkpoint) == (str(trainer_checkpoint), None)
