@@ -79,6 +79,7 @@ class ShardHeader:
     label: str  # how findings name it (relative to the checkpoint folder)
     size: int = 0
     header_len: Optional[int] = None  # N; None when unreadable
+    metadata: dict = field(default_factory=dict)
     tensors: dict[str, TensorEntry] = field(default_factory=dict)  # the valid entries, in header order
     invalid: list[str] = field(default_factory=list)  # names of malformed entries (not in tensors)
     findings: list[Finding] = field(default_factory=list)
@@ -174,7 +175,9 @@ def _entries(header: dict, shard: ShardHeader) -> None:
     bad: dict[str, str] = {}
     meta = header.pop("__metadata__", None)
     if meta is not None:
-        if not isinstance(meta, dict) or not all(isinstance(v, str) for v in meta.values()):
+        if isinstance(meta, dict) and all(isinstance(v, str) for v in meta.values()):
+            shard.metadata = dict(meta)
+        else:
             bad["__metadata__"] = "must map names to strings"
     for name, info in header.items():
         why = _entry_problem(info)

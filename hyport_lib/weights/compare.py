@@ -22,6 +22,7 @@ import numpy as np
 
 from hyport_lib.checkpoint_files.findings import Finding, name_some
 from hyport_lib.checkpoint_files.header import DTYPE_BITS, ShardHeader, TensorEntry
+from hyport_lib.utils.typed_records import fields_of
 from hyport_lib.weights.layout import Inspection
 from hyport_lib.weights.scan import ScanProgress, read_exactly
 
@@ -64,11 +65,8 @@ class Comparison:
         return self.count("changed") + self.count("same")
 
     def to_dict(self) -> dict:
-        statuses = Counter(r["status"] for r in self.rows)
-        return {"role": self.role, "path": self.path, "other_path": self.other_path,
-                "statuses": dict(statuses), "changed": self.changed, "compared": self.compared,
-                "bytes_read": self.bytes_read, "seconds": round(self.seconds, 3),
-                "rows": self.rows, "findings": [f.to_dict() for f in self.findings]}
+        return {**fields_of(self), "seconds": round(self.seconds, 3), "changed": self.changed,
+                "compared": self.compared, "statuses": dict(Counter(r["status"] for r in self.rows))}
 
 
 def _ids(insp: Inspection, names) -> dict[str, str]:
