@@ -33,15 +33,11 @@ class ModelNames:
     parameters: Optional[int] = None  # tied weights counted once
     optional: list[str] = field(default_factory=list)  # _keys_to_ignore_on_load_missing
     error: Optional[str] = None
-    _rename: Optional[Callable[[str], tuple[str, bool]]] = field(default=None, repr=False)
+    _rename: Optional[Callable[[str], str]] = field(default=None, repr=False)
 
     def to_model(self, key: str) -> str:
         """The model's name for an on-disk key (the key itself when nothing maps it)."""
-        return self._rename(key)[0] if self._rename else key
-
-    def converted(self, key: str) -> bool:
-        """True when a converter (several keys into one tensor, e.g. fused experts) maps it."""
-        return self._rename(key)[1] if self._rename else False
+        return self._rename(key) if self._rename else key
 
 
 def model_names(folder: os.PathLike, *, trust_remote_code: bool = False) -> ModelNames:
@@ -121,7 +117,7 @@ def _tied(model) -> dict[str, str]:
     return {target: names[0] for names in groups.values() for target in names[1:]}
 
 
-def _renamer(model, state: dict) -> Callable[[str], tuple[str, bool]]:
+def _renamer(model, state: dict) -> Callable[[str], str]:
     try:
         from transformers.conversion_mapping import get_model_conversion_mapping
         from transformers.core_model_loading import (WeightConverter, WeightRenaming,
@@ -134,25 +130,24 @@ def _renamer(model, state: dict) -> Callable[[str], tuple[str, bool]]:
     prefix = model.base_model_prefix
 
     @functools.cache
-    def rename(key: str) -> tuple[str, bool]:
-        new, pattern = rename_source_key(key, renamings, converters,
-                                         base_model_prefix=prefix, meta_state_dict=state)
-        return new, pattern is not None
+    def rename(key: str) -> str:
+        return rename_source_key(key, renamings, converters, base_model_prefix=prefix,
+                                 meta_state_dict=state)[0]
 
     return rename
 
 
-def _legacy_renamer(model) -> Callable[[str], tuple[str, bool]]:
+def _legacy_renamer(model) -> Callable[[str], str]:
     """transformers 4.57: the first matching ``_checkpoint_conversion_mapping`` regex."""
     patterns = [(re.compile(p), r) for p, r in
                 (getattr(model, "_checkpoint_conversion_mapping", None) or {}).items()]
 
     @functools.cache
-    def rename(key: str) -> tuple[str, bool]:
+    def rename(key: str) -> str:
         for pattern, replacement in patterns:
             new, hits = pattern.subn(replacement, key)
             if hits:
-                return new, False
-        return key, False
+                return new
+        return key
 
     return rename
