@@ -6,7 +6,7 @@
 * ``sha256``: 1.2-1.8 GB/s with SHA-NI, when a checksum must stand up to deliberate changes.
 
 ``update`` must release the GIL on large buffers to overlap with the reader thread
-(:mod:`.scan_pipeline`): python-xxhash 4.x does above 64 KiB (``XXHASH_DO_UPDATE`` in its
+(:mod:`.scan`): python-xxhash 4.x does above 64 KiB (``XXHASH_DO_UPDATE`` in its
 ``src/_xxhash.c``), ``zlib.crc32`` above 5 KiB, ``hashlib`` above 2 KiB.
 """
 

@@ -1,24 +1,22 @@
-"""The checks that load the folder with transformers, each in a fresh process: the seed's
-reload (:func:`reload`: ``LOAD_OK <model_type> <parameters>``, as the seed printed after
-``from_pretrained`` of its model and processor) and the logits parity of two folders
-(:func:`logits_parity`). The ZeRO consolidation (:mod:`.zero`) runs its child here too.
+"""The checks that load the folder with transformers, each in a fresh interpreter
+(:func:`run_task`, shared with the ZeRO consolidation of :mod:`.zero`): loading a model in
+the verifying process would prove little (modules already imported) and could take the
+notebook's kernel down. A child has its own process group, its configuration on a stdin
+lifeline and its log scrubbed, and is killed as a group past its timeout
+(:mod:`hyport_lib.processes`); :data:`TASK_FUNCTIONS` names what each runs.
 
-Loading a model in the verifying process would prove little (modules already imported)
-and could take the notebook's kernel down, so each task runs in a fresh interpreter
-(:mod:`hyport_lib.processes`: own process group, configuration on a stdin lifeline, log
-scrubbed, killed as a group past its timeout); :data:`TASK_FUNCTIONS` names what each runs.
+The seed's reload (:func:`reload`: ``LOAD_OK <model_type> <parameters>``) loads the class
+from ``config.json`` (``local_files_only``, remote code only when asked) with
+``output_loading_info=True``: a *missing* key loads without any error and leaves that
+weight random, so missing, unexpected and mismatched keys are findings. On failure the
+log's tail is kept (transformers logs its "LOAD REPORT" table there).
 
-The reload loads the class from ``config.json`` (``local_files_only``, remote code only
-when asked) with ``output_loading_info=True``: a *missing* key loads without any error and
-leaves that weight random, so missing, unexpected and mismatched keys are findings. On
-failure the log's tail is kept (transformers logs its "LOAD REPORT" table there).
-
-The parity loads two folders that should hold the same model (the last ``checkpoint-N/``
-and the final folder of a run stopped at step N) in one child, in float32 with eager
-attention on the CPU, where identical weights give bit-identical logits; they are judged by
-the proofs' one tolerance table (:mod:`hyport_lib.proof.tolerance`). Trainer checkpoints
-often carry no tokenizer files (``AutoTokenizer`` then blames sentencepiece), so the
-tokenizer comes from either folder.
+The logits parity (:func:`logits_parity`) loads two folders that should hold the same
+model (the last ``checkpoint-N/`` and the final folder of a run stopped at step N) in one
+child, in float32 with eager attention on the CPU, where identical weights give
+bit-identical logits; they are judged by the proofs' one tolerance table
+(:mod:`hyport_lib.proof.tolerance`). Trainer checkpoints often carry no tokenizer files
+(``AutoTokenizer`` then blames sentencepiece), so the tokenizer comes from either folder.
 """
 
 from __future__ import annotations
