@@ -28,7 +28,8 @@ export HYPORT_CACHE="$PWD/$overlay/hyport-cache"
 exec .venv/bin/python -m pytest -n "${HYPORT_TEST_WORKERS:-auto}" tests/models/test_tiny.py tests/models/test_generation.py \
   tests/npu_attention/test_hf_integration.py tests/npu_attention/test_flash_api.py tests/npu_attention/test_flash_attn_ascend.py tests/attention/test_compare.py \
   tests/proof/test_model_check.py \
-  tests/weights/test_weights_findings.py tests/weights/test_weights_scan.py tests/weights/test_weights_reload.py \
+  tests/weights/test_verify.py tests/weights/test_layout.py tests/weights/test_result.py tests/weights/test_scan.py \
+  tests/weights/test_compare.py tests/weights/test_names.py tests/weights/test_reload.py \
   tests/train/test_training_data.py tests/port/test_codemod.py tests/port/test_tree.py tests/port/test_port_models.py tests/models/test_module_tree.py \
   tests/inference/test_inference_attention.py \
   --deselect tests/inference/test_inference_attention.py::test_vlm_prompts_prove_the_swap_they_used_to_fail \
