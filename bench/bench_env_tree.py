@@ -33,8 +33,7 @@ sys.path[:0] = [str(REPO), str(REPO / "tests"), str(REPO / "tests" / "environmen
 from test_container_checks import CANN_850_INFO, build_tree  # noqa: E402
 
 from hyport_lib.environment.container import check_container  # noqa: E402
-from hyport_lib.environment.driver_versions import read_driver_versions  # noqa: E402
-from hyport_lib.environment.facts import collect_cann  # noqa: E402
+from hyport_lib.environment.facts import collect_cann, read_driver_versions  # noqa: E402
 
 TARGET_RATIO = 2.0
 TARGET_SECONDS = 0.1
@@ -75,7 +74,7 @@ def hostile_tree(base: Path) -> tuple[Path, str]:
 def tree_part(root: Path) -> tuple[str, str]:
     """Stage 01's reads of ``root`` (what ``container_and_driver`` does); its CANN and verdicts."""
     cann = collect_cann({}, root, arch="x86_64")
-    versions = read_driver_versions(root, cann["version"], tuple(cann["refused"]))
+    versions = read_driver_versions(root, cann.version, tuple(cann.refused))
     findings = check_container(root, kind="npu", requested="npu", num_cards=8, environ={}, listed=None,
                                versions=versions, shm_gb_per_card=1.0)
     return str(versions.cann), " ".join(f"{c.name}={c.verdict}" for c in findings.checks)

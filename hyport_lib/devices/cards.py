@@ -1,5 +1,5 @@
-"""What device discovery finds: a card (:class:`DeviceInfo`) and a process holding one
-(:class:`DeviceProcess`), apart from the modules that fill them so that none imports another."""
+"""What device discovery (:mod:`.probe`) finds and stage 01 records: a card and a process
+holding one."""
 
 from __future__ import annotations
 
@@ -27,37 +27,27 @@ class DeviceProcess:
 
 @dataclass
 class DeviceInfo:
-    """One card (on Ascend: one chip, the unit a visible-devices index selects).
+    """One card (on Ascend: one chip, the unit a visible-devices index selects)."""
 
-    Attributes:
-        index: logical card index, as used with the visible-devices variable: the
-            position of the chip in ``npu-smi info`` (or ``nvidia-smi``) order.
-        npu_id: the NPU number npu-smi prints (GPU index on CUDA); None on CPU.
-        chip_id: chip number within the NPU (0, or 0/1 on Atlas A3 and 310P Duo).
-        hbm_used_mb / hbm_total_mb: HBM use; None where the card has no HBM (310P).
-        memory_used_mb / memory_total_mb: the "Memory-Usage" column (DDR); on 310P
-            this is the card's device memory.
-        phy_id: physical id (``Chip Phy-ID``, 25.x/A3) or device id (``Chip Device``,
-            310P) when printed.
-        source: where the facts came from: npu-smi, nvidia-smi, torch, cpu.
-    """
-
+    #: The visible-devices index: the chip's position in ``npu-smi info`` (or ``nvidia-smi``) order.
     index: int
-    npu_id: Optional[int]
-    chip_id: Optional[int]
+    npu_id: Optional[int]  # the NPU number npu-smi prints (GPU index on CUDA); None on CPU
+    chip_id: Optional[int]  # within the NPU: 0, or 0/1 on Atlas A3 and 310P Duo
     name: str
     health: Optional[str]
-    hbm_used_mb: Optional[int]
+    hbm_used_mb: Optional[int]  # None where the card has no HBM (310P)
     hbm_total_mb: Optional[int]
     processes: list[DeviceProcess] = field(default_factory=list)
+    #: The "Memory-Usage" column (DDR); on 310P the card's device memory.
     memory_used_mb: Optional[int] = None
     memory_total_mb: Optional[int] = None
+    #: ``Chip Phy-ID`` (25.x, A3) or ``Chip Device`` (310P) when printed.
     phy_id: Optional[int] = None
     bus_id: Optional[str] = None
     power_w: Optional[float] = None
     temp_c: Optional[int] = None
     aicore_pct: Optional[int] = None
-    source: str = ""
+    source: str = ""  # npu-smi, nvidia-smi, torch or cpu
 
     @property
     def busy(self) -> bool:

@@ -8,6 +8,9 @@ from __future__ import annotations
 import socket
 from typing import Iterable, Mapping, Optional
 
+from hyport_lib.backend import CudaBackend, NpuBackend
+from hyport_lib.devices.probe import DeviceListing
+from hyport_lib.devices.visible_devices import check_visible_devices, visible_card_ids
 from hyport_lib.environment.facts import CannFacts
 from hyport_lib.results import Check
 from hyport_lib.utils.printable import printable
@@ -22,7 +25,8 @@ TRANSFORMERS_RANGE = ((4, 57), (6, 0))  # [low, high)
 HCCL_BASE_PORT = 60000  # host side; HCCL_IF_BASE_PORT moves it
 HCCL_DEVICE_PORT = 16666
 HCCL_CONNECT_TIMEOUT_RANGE = (120, 7200)
-
+#: Visible-devices variable of each accelerator kind, as the backend seam names them.
+VISIBLE_DEVICES_VARS = {b.kind: b.visible_devices_var for b in (NpuBackend, CudaBackend)}
 
 
 # --- ports --------------------------------------------------------------------------------
@@ -64,6 +68,27 @@ def check_hccl_ports(kind: str, num_cards: int, environ: Mapping[str, str],
 
 
 # --- cards ---------------------------------------------------------------------------------
+def visible_device_checks(kind: str, listing: DeviceListing,
+                          environ: Mapping[str, str]) -> list[Check]:
+    """One check per visible-devices variable: strict for ``kind``'s own, lenient for others."""
+    own = VISIBLE_DEVICES_VARS.get(kind)
+    names = [v for v in VISIBLE_DEVICES_VARS.values() if v in environ or v == own]
+    if not names:
+        return [Check("visible_devices", "SKIP", "no visible-devices variable set")]
+    names.sort(key=lambda v: v != own)  # the variable that matters first
+    host_cards = len(listing.devices) if listing.source in ("npu-smi", "nvidia-smi") else None
+    return [check_visible_devices(environ.get(v), v, host_cards if v == own else None, kind) for v in names]
+
+
+def visible_cards(kind: str,
+                  environ: Mapping[str, str]) -> tuple[Optional[list[int]], Optional[str]]:
+    """Host card ids the backend's variable leaves visible (None: all), and ``VAR=value``."""
+    var = VISIBLE_DEVICES_VARS.get(kind)
+    if var is None or var not in environ:
+        return None, None
+    return visible_card_ids(environ[var], var), f"{var}={environ[var]}"
+
+
 def check_busy_cards(kind: str, listing, num_cards: Optional[int] = None,
                      visible: Optional[list[int]] = None,
                      visible_var: Optional[str] = None) -> Check:

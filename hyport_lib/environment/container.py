@@ -22,18 +22,10 @@ from typing import Mapping, Optional
 from hyport_lib.devices.host_memory import check_container_shm, shm_size_flag, shm_size_from_mounts
 from hyport_lib.results import Check, worst_verdict
 from hyport_lib.environment.container_cards import CardNeed, needed_cards, suggested_cards
-from hyport_lib.environment.driver_versions import DriverVersions
-from hyport_lib.environment.tree_files import MAX_PROC_BYTES, read_optional
-from hyport_lib.environment.tree_paths import is_machine_root, present, under
+from hyport_lib.environment.facts import DriverVersions, container_evidence
+from hyport_lib.environment.tree import MAX_PROC_BYTES, is_machine_root, present, read_optional, under
 from hyport_lib.utils.bounded_files import kind_of
 from hyport_lib.utils.printable import printable
-
-#: Files whose presence says "container", relative to the root.
-#: containerd (Kubernetes) writes neither file; a pod gets its service account's folder.
-CONTAINER_MARKERS = (".dockerenv", "run/.containerenv", "var/run/secrets/kubernetes.io")
-#: Words in /proc/1/cgroup that name a container runtime (cgroup v1 paths).
-CGROUP_WORDS = ("docker", "kubepods", "containerd", "lxc", "libpod")
-
 
 @dataclass(frozen=True)
 class Item:
@@ -91,38 +83,6 @@ MOUNTS = (
 )
 #: What docker leaves where a ``-v`` source did not exist on the host.
 EMPTY_MOUNT = "docker makes a -v source missing on the host into an empty folder"
-
-
-def container_evidence(root: Path, refused: Optional[list[str]] = None) -> Optional[str]:
-    """What says ``root`` is a container: a marker file (docker's, podman's, a Kubernetes
-    service account folder), a runtime named in /proc/1/cgroup, or an overlay ``/`` (what
-    a cgroup v2 pod on containerd shows); None when nothing does. A /proc file present but
-    not read (a FIFO, too large) is added to ``refused``: "nothing says container" may then
-    be wrong.
-    """
-    refused = [] if refused is None else refused
-    for marker in CONTAINER_MARKERS:
-        if present(root, marker):
-            return f"/{marker}"
-    cgroup = read_optional(root, "proc/1/cgroup", MAX_PROC_BYTES, refused)
-    word = next((w for w in CGROUP_WORDS if w in (cgroup or "")), None)
-    if word:
-        return f"/proc/1/cgroup names {word}"
-    # cgroup v2 shows ``0::/`` inside a container; its root is then an overlay mount
-    return "/ is an overlay mount (/proc/1/mountinfo)" if _root_is_overlay(root, refused) else None
-
-
-def _root_is_overlay(root: Path, refused: list[str]) -> bool:
-    """Whether the first process's ``/`` is an overlay filesystem, as container runtimes
-    mount an image (a mountinfo line: ``... <root> <mount point> ... - <type> ...``)."""
-    text = read_optional(root, "proc/1/mountinfo", MAX_PROC_BYTES, refused)
-    kind = None
-    for line in (text or "").splitlines():  # the last mount on / is the one in effect
-        fields, _, rest = line.partition(" - ")
-        parts = fields.split()
-        if len(parts) >= 5 and parts[4] == "/":
-            kind = (rest.split() or [None])[0]
-    return kind == "overlay"
 
 
 def ascend_signs(root: Path) -> list[str]:

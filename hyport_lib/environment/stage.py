@@ -16,14 +16,13 @@ from hyport_lib.backend import Backend, get_backend, import_torch_npu
 from hyport_lib.devices.host_memory import DEFAULT_SHM_GB_PER_CARD, check_host_memory
 from hyport_lib.devices.probe import probe_devices
 from hyport_lib.environment import checks as C
-from hyport_lib.environment.collect import (EnvironmentReport, card_count, format_report, visible_cards,
-                                            visible_device_checks)
-from hyport_lib.environment.compat import check_cann_compat, check_torch_npu_compat, normalise_cann
+from hyport_lib.environment.compat import check_cann_compat, check_driver_cann, check_torch_npu_compat
 from hyport_lib.environment.container import ContainerFindings, ascend_signs, check_container, listed_cards
-from hyport_lib.environment.driver_versions import check_driver_cann, read_driver_versions
-from hyport_lib.environment.facts import CannFacts, collect_build, collect_cann, collect_env_vars, collect_system
+from hyport_lib.environment.facts import (CannFacts, collect_build, collect_cann, collect_env_vars, collect_system,
+                                          normalise_cann, read_driver_versions)
 from hyport_lib.environment.params import Params
-from hyport_lib.environment.tree_paths import is_machine_root
+from hyport_lib.environment.report import EnvironmentReport, format_report
+from hyport_lib.environment.tree import is_machine_root
 from hyport_lib.models.loading import torchvision_problem, wants_video_processor
 from hyport_lib.results import Check, StageSummary, worst_verdict
 from hyport_lib.utils.imports import collect_versions, is_flash_attn_available
@@ -77,7 +76,10 @@ def run(plan: Plan, *, on_progress: Optional[Callable[[Step], None]] = None) -> 
     started = time.perf_counter()
     environ = dict(os.environ)
     kind = backend.kind
-    cards = card_count(backend)
+    try:
+        cards = int(backend.num_cards())
+    except RuntimeError:  # the device cannot be asked: the backend check says why
+        cards = 0
 
     versions = collect_versions()
     torch_npu, torch_npu_error = import_torch_npu()
@@ -111,8 +113,8 @@ def run(plan: Plan, *, on_progress: Optional[Callable[[Step], None]] = None) -> 
         check_torch_npu_compat(versions["torch"], versions["torch_npu"]),
         C.check_cann_env(kind, cann, environ),
         check_cann_compat(versions["torch_npu"], cann.version),
-        *visible_device_checks(judged_kind, listing, environ),
-        C.check_busy_cards(kind, listing, params.num_cards, *visible_cards(kind, environ)),
+        *C.visible_device_checks(judged_kind, listing, environ),
+        C.check_busy_cards(kind, listing, params.num_cards, *C.visible_cards(kind, environ)),
         C.check_card_health(kind, listing),
     ]
     if params.check_ports:

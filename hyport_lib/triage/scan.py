@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import Callable, Iterable, Mapping, Optional, Sequence, Union
 
 from hyport_lib.triage.catalogue import ERROR, recognise
-from hyport_lib.triage.discovery import NAMED_UNREAD, cann_logs, find_logs, named
-from hyport_lib.triage.model import Finding, Place, Triage, Unrecognised
-from hyport_lib.triage.reading import MAX_BYTES, DeadlinePassed, plan_reading, read_lines
+from hyport_lib.triage.log_files import (MAX_BYTES, NAMED_UNREAD, DeadlinePassed, cann_logs, find_logs,
+                                         named, plan_reading, read_lines)
+from hyport_lib.triage.result import Finding, Place, Triage, Unrecognised
 from hyport_lib.utils.printable import printable
 from hyport_lib.utils.redact import PrivateKeyLines, scrub_secret_shapes, scrub_text
 
@@ -310,3 +310,17 @@ def _scrubber(environ: Optional[Mapping[str, str]]) -> Callable[[str], str]:
     for name, value in (environ or {}).items():
         every[name if every.get(name, value) == value else f"{name} (given)"] = value
     return lambda text: scrub_secret_shapes(scrub_text(text, every))
+
+
+def diagnose(paths, *, cann_dir: Optional[Path], since: float,
+             environ: Optional[Mapping[str, str]] = None) -> dict:
+    """:func:`triage` of a failed worker's logs (``paths`` that exist, CANN logs of
+    ``cann_dir`` since ``since``), as ``Triage.to_dict()``. Never raises: a stage calls it
+    with its results still to write, so a failure becomes the record's note."""
+    existing = [Path(p) for p in paths if p and Path(p).exists()]
+    try:
+        return triage(existing, cann_log_dir=cann_dir, since=since, environ=environ).to_dict()
+    except Exception as exc:  # a diagnosis must never cost the stage its results
+        note = f"the logs could not be read for a diagnosis: {type(exc).__name__}: {exc}"
+        note = scrub_secret_shapes(scrub_text(printable(note), {**os.environ, **(environ or {})}))
+        return Triage(notes=[note]).to_dict()

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from hyport_lib.commands import main
-from hyport_lib.devices.npu_smi import parse_npu_smi_info
+from hyport_lib.devices.probe import parse_npu_smi_info
 from hyport_lib.devices.cards import DeviceProcess
 
 DATA = Path(__file__).parents[1] / "data" / "npu_smi"

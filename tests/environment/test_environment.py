@@ -18,11 +18,11 @@ from hyport_lib.environment.compat import TORCH_NPU_COMPAT, check_cann_compat, c
 from hyport_lib.devices.cards import DeviceProcess
 from hyport_lib.results import Check
 from hyport_lib.environment import stage
-from hyport_lib.environment.collect import EnvironmentReport
+from hyport_lib.environment.report import EnvironmentReport
 from hyport_lib.environment.params import Params
 from hyport_lib.devices.probe import probe_devices
 from hyport_lib.devices.visible_devices import check_visible_devices, parse_visible_devices
-from hyport_lib.environment.frames import checks_frame
+from hyport_lib.environment.show import checks_frame
 from hyport_lib.environment.facts import CannFacts, collect_cann, collect_env_vars
 from hyport_lib.utils.imports import clear_import_caches, collect_versions
 from hyport_lib.devices import host_memory, visible_devices
@@ -30,7 +30,7 @@ from hyport_lib.environment import checks as C
 from hyport_lib.environment.compat import releases_for_torch
 from hyport_lib.devices.probe import (DeviceListing, parse_nvidia_smi_apps,
                                            parse_nvidia_smi_gpus)
-from hyport_lib.environment.frames import devices_frame
+from hyport_lib.environment.show import devices_frame
 from hyport_lib.devices.cards import DeviceInfo
 from hyport_lib.results import worst_verdict
 

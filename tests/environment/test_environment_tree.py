@@ -31,9 +31,9 @@ from .test_container_checks import CANN_850_INFO, DRIVER_25_0, _by_name, _judge,
 from hyport_lib.environment import facts, stage
 from hyport_lib.environment.checks import check_video_processors
 from hyport_lib.environment.container import ascend_signs
-from hyport_lib.environment.driver_versions import read_driver_versions
+from hyport_lib.environment.facts import read_driver_versions
 from hyport_lib.environment.facts import collect_cann
-from hyport_lib.environment.tree_files import MAX_PROC_BYTES, MAX_VERSION_BYTES
+from hyport_lib.environment.tree import MAX_PROC_BYTES, MAX_VERSION_BYTES
 from hyport_lib.models.loading import torchvision_problem
 from hyport_lib.utils.files import dumps_json
 

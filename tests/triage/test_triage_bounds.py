@@ -13,8 +13,8 @@ import tracemalloc
 from pathlib import Path
 
 from hyport_lib.commands import main
-from hyport_lib.triage import discovery, find_logs, recognise, triage, triage_text
-from hyport_lib.triage.reading import MAX_READ_BYTES, read_lines
+from hyport_lib.triage import find_logs, log_files, recognise, triage, triage_text
+from hyport_lib.triage.log_files import MAX_READ_BYTES, read_lines
 from hyport_lib.utils.redact import REDACTED, PrivateKeyLines, scrub_secret_shapes
 
 OOM = "RuntimeError: NPU out of memory. Tried to allocate 1 GiB"
@@ -134,9 +134,9 @@ def test_a_folder_deeper_than_pythons_recursion_is_walked_to_a_bound_with_a_note
         (_deep(run, 1100) / "deep.log").write_text("E39999: Inner Error!\n", encoding="utf-8")
         found, notes = find_logs(run)
         assert found == [run / "rank0.log"]
-        assert notes == [f"{run}: 1 folder(s) deeper than {discovery.MAX_DEPTH} levels not walked: "
-                         f"{run / '/'.join(['d'] * (discovery.MAX_DEPTH + 1))}"]
-        shallow, _ = discovery.walk_files(run, lambda path, _: path.suffix == ".log", max_depth=2000)
+        assert notes == [f"{run}: 1 folder(s) deeper than {log_files.MAX_DEPTH} levels not walked: "
+                         f"{run / '/'.join(['d'] * (log_files.MAX_DEPTH + 1))}"]
+        shallow, _ = log_files.walk_files(run, lambda path, _: path.suffix == ".log", max_depth=2000)
         assert len(shallow) == 2  # within the bound, the walk reaches the bottom
     finally:
         _remove_deep(run)
@@ -159,7 +159,7 @@ def test_a_link_out_of_the_folder_given_is_not_followed(tmp_path):
     assert result.files_read == ["old/rank1.txt", "rank0.log"] and not result.unrecognised
     assert result.notes == [f"{run}: 2 link(s) out of the folder not followed: {run / 'elsewhere'}, "
                             f"{run / 'escape.log'}"]
-    cann, notes = discovery.cann_logs(run)
+    cann, notes = log_files.cann_logs(run)
     assert run / "escape.log" not in cann and "link(s) out of the folder" in notes[0]
 
 

@@ -27,8 +27,7 @@ from hyport_lib.inference.params import Params as InferenceParams
 from hyport_lib.stages import read_stage_record
 from hyport_lib.train import show as train_show
 from hyport_lib.train.launch import launch_logs
-from hyport_lib.triage import Triage, child_logs
-from hyport_lib.triage.child_logs import own_cann_log_env
+from hyport_lib.triage import Triage, own_cann_log_env, scan
 from fault_injection.hyport_faults import (
     FAULT_ENV, REPLAY_FAULT_ENV, ReplayedFailure, parse_faults, parse_replay_switch, replay_failure,
     with_fault_switches,
@@ -165,8 +164,8 @@ def test_a_diagnosis_that_cannot_read_the_logs_is_a_note_not_a_lost_result(tmp_p
     def unreadable(*args, **kwargs):
         raise PermissionError("permission denied: plog")
 
-    monkeypatch.setattr(child_logs, "triage", unreadable)
-    found = Triage.from_dict(child_logs.diagnose([tmp_path], cann_dir=None, since=0.0))
+    monkeypatch.setattr(scan, "triage", unreadable)
+    found = Triage.from_dict(scan.diagnose([tmp_path], cann_dir=None, since=0.0))
     assert not found.findings and "PermissionError: permission denied: plog" in found.notes[0]
 
 

@@ -1,23 +1,17 @@
-"""The report of stage 01 (:class:`EnvironmentReport`), the helpers that judge the
-visible-devices variables, and the report as text (:func:`format_report`)."""
+"""The report of stage 01 (:class:`EnvironmentReport`) and the report as text
+(:func:`format_report`)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Mapping, Optional
+from typing import Optional
 
-from hyport_lib.backend import CudaBackend, NpuBackend
-from hyport_lib.devices import visible_devices
 from hyport_lib.devices.cards import DeviceInfo
-from hyport_lib.devices.probe import DeviceListing
 from hyport_lib.environment.container import ContainerFindings
 from hyport_lib.environment.facts import CannFacts
 from hyport_lib.results import VERDICTS, Check, Provenance
 from hyport_lib.utils.redact import scrub_text
 from hyport_lib.utils.typed_records import fields_of
-
-#: Visible-devices variable of each accelerator kind, as the backend seam names them.
-VISIBLE_DEVICES_VARS = {b.kind: b.visible_devices_var for b in (NpuBackend, CudaBackend)}
 
 
 @dataclass
@@ -62,38 +56,6 @@ class EnvironmentReport:
         return {**fields_of(self), "summary": self.summary()}
 
 
-# --- judging helpers -----------------------------------------------------------------------
-def visible_device_checks(kind: str, listing: DeviceListing,
-                          environ: Mapping[str, str]) -> list[Check]:
-    """One check per visible-devices variable: strict for ``kind``'s own, lenient for others."""
-    own = VISIBLE_DEVICES_VARS.get(kind)
-    names = [v for v in VISIBLE_DEVICES_VARS.values() if v in environ or v == own]
-    if not names:
-        return [Check("visible_devices", "SKIP", "no visible-devices variable set")]
-    names.sort(key=lambda v: v != own)  # the variable that matters first
-    host_cards = len(listing.devices) if listing.source in ("npu-smi", "nvidia-smi") else None
-    return [visible_devices.check_visible_devices(environ.get(v), v, host_cards if v == own else None, kind)
-            for v in names]
-
-
-def visible_cards(kind: str,
-                  environ: Mapping[str, str]) -> tuple[Optional[list[int]], Optional[str]]:
-    """Host card ids the backend's variable leaves visible (None: all), and ``VAR=value``."""
-    var = VISIBLE_DEVICES_VARS.get(kind)
-    if var is None or var not in environ:
-        return None, None
-    return visible_devices.visible_card_ids(environ[var], var), f"{var}={environ[var]}"
-
-
-def card_count(backend) -> int:
-    """The backend's card count; 0 when the device cannot be asked (the backend check says why)."""
-    try:
-        return int(backend.num_cards())
-    except RuntimeError:
-        return 0
-
-
-# --- text ----------------------------------------------------------------------------------------
 def format_report(report: EnvironmentReport, verdict: str) -> str:
     """The report and its ``verdict`` as ``- key: value`` lines under a few headings,
     pasteable into a bug report (secrets already out)."""
