@@ -84,7 +84,7 @@ def _captured(monkeypatch, module):
 
 
 def test_the_devices_table_shows_a_dash_and_says_why(monkeypatch):
-    from hyport_lib.devices.cards import DeviceInfo
+    from hyport_lib.devices.probe import DeviceInfo
     from hyport_lib.environment import show
     from hyport_lib.environment.report import EnvironmentReport
     from hyport_lib.environment.facts import CannFacts

@@ -10,18 +10,16 @@ Card indices are logical: the position in the tool's listing, i.e. the number to
 is nvidia-smi's PCI order; set ``CUDA_DEVICE_ORDER=PCI_BUS_ID`` for the CUDA runtime to
 agree). On Ascend a card is a chip: the unit ``ASCEND_RT_VISIBLE_DEVICES`` selects.
 
-The ``npu-smi info`` table changes between releases and products, so its parser reads cells
-between ``|`` characters instead of fixed columns, and decides what a row is from its content:
+The ``npu-smi info`` table changes between releases and products
+(``docs/ascend_field_notes.md``), so its parser reads cells between ``|`` instead of fixed
+columns, and a row's content says what it is:
 
 - 24.x (910B): ``| 0  910B3 | OK | 101.8 43 0 / 0 |`` then ``| 0 | 0000:C1:00.0 | 0  0 / 0  3318 / 65536 |``
-- 25.x and Atlas A3: the second header reads ``Chip  Phy-ID`` and the second row
-  holds the chip and its physical id; A3 prints two chips per NPU, the second with
-  power ``-``.
-- 310P: the header reads ``Chip  Device`` and there is no HBM column: one
-  ``used / total`` pair (device memory) instead of two.
-- newer releases add a ``Process id in container`` column (``NA`` outside a
-  container); the process name may be empty; an idle NPU prints
-  ``No running processes found in NPU n``.
+- 25.x and Atlas A3: the second header reads ``Chip  Phy-ID``, the second row holds the
+  chip and its physical id; A3 prints two chips per NPU, the second with power ``-``.
+- 310P: the header reads ``Chip  Device``; one ``used / total`` pair (device memory), no HBM.
+- newer releases add a ``Process id in container`` column (``NA`` outside a container);
+  the process name may be empty; an idle NPU prints ``No running processes found in NPU n``.
 - Ascend 950 (``NPU ID`` header): one cell per field, second row with empty cells.
 """
 
@@ -36,7 +34,7 @@ import subprocess
 from dataclasses import dataclass, field
 from typing import Optional
 
-from hyport_lib.devices.cards import DeviceInfo, DeviceProcess
+from hyport_lib.utils.typed_records import fields_of
 
 NVIDIA_GPU_QUERY = ("--query-gpu=index,uuid,name,memory.used,memory.total",
                     "--format=csv,noheader,nounits")
@@ -44,12 +42,68 @@ NVIDIA_APPS_QUERY = ("--query-compute-apps=gpu_uuid,pid,process_name,used_memory
                      "--format=csv,noheader,nounits")
 
 
+@dataclass(frozen=True)
+class DeviceProcess:
+    """A process holding memory on a card: ``pid`` as seen from here (npu-smi's ``Process id
+    in container`` when printed), ``host_pid`` the host's when it differs (in a container)."""
+
+    pid: int
+    name: str
+    memory_mb: Optional[int] = None
+    host_pid: Optional[int] = None
+
+    def describe(self) -> str:
+        name = self.name or "?"
+        mem = f" {self.memory_mb} MB" if self.memory_mb is not None else ""
+        return f"pid {self.pid} {name}{mem}"
+
+
+@dataclass
+class DeviceInfo:
+    """One card (on Ascend: one chip, the unit a visible-devices index selects)."""
+
+    #: The visible-devices index: the chip's position in ``npu-smi info`` (or ``nvidia-smi``) order.
+    index: int
+    npu_id: Optional[int]  # the NPU number npu-smi prints (GPU index on CUDA); None on CPU
+    chip_id: Optional[int]  # within the NPU: 0, or 0/1 on Atlas A3 and 310P Duo
+    name: str
+    health: Optional[str]
+    hbm_used_mb: Optional[int]  # None where the card has no HBM (310P)
+    hbm_total_mb: Optional[int]
+    processes: list[DeviceProcess] = field(default_factory=list)
+    #: The "Memory-Usage" column (DDR); on 310P the card's device memory.
+    memory_used_mb: Optional[int] = None
+    memory_total_mb: Optional[int] = None
+    #: ``Chip Phy-ID`` (25.x, A3) or ``Chip Device`` (310P) when printed.
+    phy_id: Optional[int] = None
+    bus_id: Optional[str] = None
+    power_w: Optional[float] = None
+    temp_c: Optional[int] = None
+    aicore_pct: Optional[int] = None
+    source: str = ""  # npu-smi, nvidia-smi, torch or cpu
+
+    @property
+    def busy(self) -> bool:
+        return bool(self.processes)
+
+    @property
+    def used_mb(self) -> Optional[int]:
+        """Device memory in use: HBM where there is HBM, otherwise Memory-Usage."""
+        return self.hbm_used_mb if self.hbm_total_mb is not None else self.memory_used_mb
+
+    @property
+    def total_mb(self) -> Optional[int]:
+        return self.hbm_total_mb if self.hbm_total_mb is not None else self.memory_total_mb
+
+    def to_dict(self) -> dict:
+        return {**fields_of(self), "busy": self.busy}
+
+
 @dataclass
 class DeviceListing:
-    """Cards plus where they came from (``source``: ``npu-smi``, ``nvidia-smi``, ``torch``
-    when the tool is missing or failed, ``cpu``); ``error``: why the preferred tool could not
-    be used; ``raw``: the tool's output, for a bug report; ``distrust``: why the listing
-    cannot be trusted (it disagrees with the runtime's card count)."""
+    """``source``: ``npu-smi``, ``nvidia-smi``, ``torch`` (the tool is missing or failed:
+    ``error`` says why) or ``cpu``; ``raw``: the tool's output, for a bug report;
+    ``distrust``: why the listing cannot be trusted (it disagrees with the runtime's count)."""
 
     devices: list[DeviceInfo] = field(default_factory=list)
     source: str = ""
@@ -61,7 +115,6 @@ class DeviceListing:
 
 
 def probe_devices(backend) -> DeviceListing:
-    """List the cards of ``backend`` (a :class:`hyport_lib.backend.Backend`)."""
     if backend.kind == "npu":
         return _probe_npu(backend)
     if backend.kind == "cuda":
@@ -88,9 +141,8 @@ class NpuSmiError(RuntimeError):
 
 @dataclass
 class NpuSmiInfo:
-    """What one ``npu-smi info`` table says: the tool's and the driver's version (title
-    line), one device per chip in listing order with its processes, the NPUs printed idle, and
-    ``(npu_id, chip_id, process)`` rows whose NPU/chip is not in the chip table."""
+    """One ``npu-smi info`` table: one device per chip in listing order, and
+    ``unmatched_processes``: ``(npu_id, chip_id, process)`` rows of chips not in the table."""
 
     tool_version: Optional[str] = None
     driver_version: Optional[str] = None
@@ -257,7 +309,7 @@ class _Parser:
 
 
 def parse_npu_smi_info(text: str) -> NpuSmiInfo:
-    """Parse the output of ``npu-smi info``; lines that fit no known row are ignored."""
+    """Lines that fit no known row are ignored."""
     parser = _Parser()
     for line in text.splitlines():
         parser.feed(line)
@@ -325,7 +377,7 @@ def parse_nvidia_smi_gpus(text: str) -> dict[str, DeviceInfo]:
 
 
 def parse_nvidia_smi_apps(text: str) -> dict[str, list[DeviceProcess]]:
-    """Parse ``--query-compute-apps=gpu_uuid,pid,process_name,used_memory``: uuid -> processes."""
+    """:data:`NVIDIA_APPS_QUERY`'s output: gpu uuid -> processes."""
     by_uuid: dict[str, list[DeviceProcess]] = {}
     for row in csv.reader(io.StringIO(text)):
         row = [c.strip() for c in row]

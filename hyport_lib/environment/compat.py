@@ -8,16 +8,10 @@ that records this; add a row when Ascend publishes a release. A torch_npu releas
 from the table is still judged by the version-number rule. Source: the version table of
 the Ascend Extension for PyTorch README (gitcode.com/Ascend/pytorch).
 
-The driver rule (see ``docs/containers.md``): the release notes of CANN 8.5.0, "CANN
-Version Mapping / Mapping Between CANN and Driver Versions"
-(hiascend.com/document/detail/en/canncommercial/850/releasenote/releasenote_0000.html),
-pair CANN 8.5.0 with Ascend HDK 25.5.X, 25.3.X, 25.2.X and 25.0.X. The Ascend HDK release
-is the driver's ``Version`` (``25.0.rc1.1`` belongs to HDK 25.0). Other CANN releases are
-not in :data:`HDK_FOR_CANN`: their versions are reported, never judged. The
-``compatible_version_fw`` / ``compatible_version_drv`` fields are reported as written, not
-judged: their meaning is not documented, and Huawei's own example of the files (a 24.1.rc1
-driver beside a firmware whose ``compatible_version_drv`` lists only 23.0 releases) shows
-that a plain reading of them would call a working host broken.
+The driver is judged only where a CANN release note documents its pairing
+(:data:`HDK_FOR_CANN`); the source, and why ``compatible_version_fw`` /
+``compatible_version_drv`` are shown but never judged: ``docs/containers.md``, "Versions
+and the one documented pairing".
 """
 
 from __future__ import annotations

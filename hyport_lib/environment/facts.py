@@ -53,7 +53,6 @@ MAX_CONFIG_DEPTH = 16
 
 
 def collect_system() -> dict:
-    """OS, CPU, RAM, /dev/shm and Python facts."""
     uname = platform.uname()
     facts = {
         "os": _os_release() or f"{uname.system} {uname.release}",
@@ -91,12 +90,9 @@ class CannFacts:
 
 def collect_cann(environ: Optional[Mapping[str, str]] = None, root: os.PathLike = Path("/"),
                  arch: Optional[str] = None, ascend_root: Optional[os.PathLike] = None) -> CannFacts:
-    """The CANN install info file, the set_env.sh scripts present, and the driver version,
-    under ``ascend_root`` (default ``/usr/local/Ascend``), this user's ``~/Ascend`` and the
-    toolkit that ``ASCEND_HOME_PATH`` of ``environ`` names; ``refused``: the files present
-    but not read, one line each. Under a ``root`` other than ``/`` (a copy of a host's
-    folders) those paths are the tree's, every link followed inside it
-    (``ascend-toolkit/latest -> /usr/local/Ascend/...`` is the tree's)."""
+    """CANN as found under ``ascend_root`` (``/usr/local/Ascend``), ``~/Ascend`` and the
+    toolkit ``ASCEND_HOME_PATH`` names; under a ``root`` other than ``/`` those paths are
+    the tree's (``ascend-toolkit/latest -> /usr/local/Ascend/...`` too)."""
     environ = os.environ if environ is None else environ
     # on this machine a relative path means the working folder's; in a tree, the tree's
     shown = os.path.abspath if is_machine_root(root) else str
@@ -179,8 +175,7 @@ def parse_version_info(text: str) -> dict[str, str]:
 
 
 def read_version_file(root: Path, path: str, refused: list[str]) -> tuple[Optional[str], dict[str, str]]:
-    """``(file read, its key=value pairs)``; ``(None, {})`` when it is absent, or refused
-    (then ``refused`` gets the one line saying why)."""
+    """``(file read, its key=value pairs)``; ``(None, {})`` when absent or refused."""
     text = read_optional(root, path, MAX_VERSION_BYTES, refused)
     if text is None:
         return None, {}
@@ -211,11 +206,9 @@ def read_driver_versions(root: Path, cann_version: Optional[str] = None,
 
 
 def container_evidence(root: Path, refused: Optional[list[str]] = None) -> Optional[str]:
-    """What says ``root`` is a container: a marker file (docker's, podman's, a Kubernetes
-    service account folder), a runtime named in /proc/1/cgroup, or an overlay ``/`` (what
-    a cgroup v2 pod on containerd shows); None when nothing does. A /proc file present but
-    not read (a FIFO, too large) is added to ``refused``: "nothing says container" may then
-    be wrong."""
+    """What says ``root`` is a container (a marker file, a runtime named in /proc/1/cgroup, an
+    overlay ``/``: what a cgroup v2 pod on containerd shows), or None. A /proc file present
+    but not read goes to ``refused``: "nothing says container" may then be wrong."""
     refused = [] if refused is None else refused
     for marker in CONTAINER_MARKERS:
         if present(root, marker):
@@ -242,7 +235,7 @@ def _root_is_overlay(root: Path, refused: list[str]) -> bool:
 
 
 def collect_env_vars(environ: Optional[Mapping[str, str]] = None) -> dict[str, str]:
-    """Relevant variables; any whose name looks secret is dropped entirely."""
+    """Any variable whose name looks secret is dropped entirely."""
     return filter_environ(ENV_PREFIXES, ENV_NAMES, environ)
 
 
@@ -335,12 +328,8 @@ def _accelerate_config() -> Optional[dict]:
 
 def _config_shown(value, budget: list[int], depth: int):
     """A config's value as the report shows it: secret-named keys dropped at every level,
-    text without secret shapes or terminal escapes, other scalars as they are.
-
-    Raises:
-        ValueError: more than :data:`MAX_CONFIG_VALUES` values (aliases expanding) or
-            :data:`MAX_CONFIG_DEPTH` levels.
-    """
+    text without secret shapes or terminal escapes; ValueError past the budget of values
+    (aliases expanding) or ``depth`` levels."""
     budget[0] -= 1
     if budget[0] < 0:
         raise ValueError(f"more than {MAX_CONFIG_VALUES} values (YAML aliases expanding?), not shown")

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Optional
 
-from hyport_lib.devices.cards import DeviceInfo
+from hyport_lib.devices.probe import DeviceInfo
 from hyport_lib.environment.container import ContainerFindings
 from hyport_lib.environment.facts import CannFacts
 from hyport_lib.results import VERDICTS, Check, Provenance
@@ -16,8 +16,7 @@ from hyport_lib.utils.typed_records import fields_of
 
 @dataclass
 class EnvironmentReport:
-    """Everything stage 01 found about this host, and its checks in display order (the
-    stage's verdict is :func:`hyport_lib.environment.stage.summarize`'s)."""
+    """Everything stage 01 found about this host, and its checks in display order."""
 
     system: dict  # OS, CPU, RAM, /dev/shm, Python
     versions: dict  # package -> version (None: not installed)
@@ -49,7 +48,6 @@ class EnvironmentReport:
         return " / ".join(f"{counts[k]} {k}" for k in (VERDICTS if skip else VERDICTS[:3]))
 
     def check(self, name: str) -> Optional[Check]:
-        """The first check called ``name``, or None."""
         return next((c for c in self.checks if c.name == name), None)
 
     def to_dict(self) -> dict:
@@ -57,8 +55,7 @@ class EnvironmentReport:
 
 
 def format_report(report: EnvironmentReport, verdict: str) -> str:
-    """The report and its ``verdict`` as ``- key: value`` lines under a few headings,
-    pasteable into a bug report (secrets already out)."""
+    """``- key: value`` lines under a few headings, pasteable into a bug report."""
     s, c = report.system, report.cann
     lines = ["hyport environment report (paste into a bug report; "
              "variables whose names look secret are left out)", ""]
@@ -102,8 +99,7 @@ def format_report(report: EnvironmentReport, verdict: str) -> str:
 
 
 def container_facts(container: Optional[ContainerFindings]) -> list[tuple[str, str]]:
-    """The report's ``container`` section as (fact, value) rows: where it was read, the
-    container evidence, the versions, and the ``docker run`` flags that add what is missing."""
+    """The report's ``container`` section as (fact, value) rows."""
     if container is None:
         return [("container", "not collected")]
     versions = container.versions

@@ -68,7 +68,7 @@ def versions_frame(report: EnvironmentReport):
 
 
 def env_vars_frame(report: EnvironmentReport):
-    """Set variables plus the notable ones with their defaults."""
+    """Set variables, then the notable ones unset with their defaults."""
     rows = [{"variable": k, "value": v, "note": NOTABLE_VARIABLES.get(k, "")}
             for k, v in report.env_vars.items()]
     rows += [{"variable": k, "value": "(unset)", "note": f"default: {note}"}
@@ -87,7 +87,6 @@ def container_frame(report: EnvironmentReport):
 
 
 def summary_html(report: EnvironmentReport) -> str:
-    """One coloured line: overall verdict and counts per verdict."""
     verdict = summarize(report).verdict
     colour = VERDICT_COLOURS.get(verdict, "#ffffff")
     counts = report.summary()
@@ -109,12 +108,11 @@ def _device_colour(value) -> str:
 
 
 def style_devices(df):
-    """Devices table with status (FREE/BUSY) and health coloured like verdicts."""
     return styled(df, colour=("health", "status"), cell_colour=_device_colour)
 
 
 def devices_note(report: EnvironmentReport) -> str:
-    """What the devices table's blanks mean: the figures its source does not report."""
+    """What the devices table's blanks mean."""
     frame = devices_frame(report)
     blank = [c for c in frame.columns if frame[c].isna().any()]
     if not blank:
@@ -125,7 +123,6 @@ def devices_note(report: EnvironmentReport) -> str:
 
 
 def show_environment(report: EnvironmentReport, *, system: bool = True) -> None:
-    """Display the summary line, checks (coloured), devices, versions and variables."""
     from IPython.display import HTML, Markdown, display
 
     display(HTML(summary_html(report)))
@@ -150,9 +147,8 @@ def show_environment(report: EnvironmentReport, *, system: bool = True) -> None:
 
 def environment_widget(probe: Callable[[], EnvironmentReport],
                        report: Optional[EnvironmentReport] = None):
-    """A "Re-probe" button (calling ``probe`` for a fresh report) above an output area that
-    shows the latest report, ``report`` at first. Returns the ipywidgets ``VBox``: display
-    it after the static rendering, which stays for the HTML report (widgets are stripped)."""
+    """A "Re-probe" button above the latest report (``report`` at first): display it after
+    the static rendering, which stays for the HTML report (widgets are stripped)."""
     import ipywidgets as widgets
 
     button = widgets.Button(description="Re-probe", icon="refresh",
@@ -185,7 +181,7 @@ def environment_widget(probe: Callable[[], EnvironmentReport],
 
 # --------------------------------------------------------------------------- the report
 def glance(record: StageRecord[EnvironmentReport]) -> list[tuple[str, str]]:
-    """The index card: verdict, checks, device × cards, the checks to look at."""
+    """The index card."""
     failing = [c.name for c in record.data.checks if c.verdict in ("FAIL", "WARN")]
     return [("verdict", fmt_value(record.verdict)), ("checks", fmt_value(record.figure("checks"))),
             ("device", f"{fmt_value(record.figure('device'))} × {fmt_value(record.figure('cards'))}"),

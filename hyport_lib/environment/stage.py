@@ -1,7 +1,5 @@
-"""Stage 01: the environment check — the stage contract (:func:`plan`, :func:`run`,
-:func:`summarize`), for the notebook and ``hyport env``. Cheap on purpose:
-well under 3 s on CPU.
-"""
+"""Stage 01: the environment check, for the notebook and ``hyport env``. Cheap on purpose:
+well under 3 s on CPU."""
 
 from __future__ import annotations
 
@@ -18,8 +16,8 @@ from hyport_lib.devices.probe import probe_devices
 from hyport_lib.environment import checks as C
 from hyport_lib.environment.compat import check_cann_compat, check_driver_cann, check_torch_npu_compat
 from hyport_lib.environment.container import ContainerFindings, ascend_signs, check_container, listed_cards
-from hyport_lib.environment.facts import (CannFacts, collect_build, collect_cann, collect_env_vars, collect_system,
-                                          normalise_cann, read_driver_versions)
+from hyport_lib.environment.facts import (CannFacts, collect_build, collect_cann, collect_env_vars,
+                                          collect_system, normalise_cann, read_driver_versions)
 from hyport_lib.environment.params import Params
 from hyport_lib.environment.report import EnvironmentReport, format_report
 from hyport_lib.environment.tree import is_machine_root
@@ -35,9 +33,8 @@ RESULT = EnvironmentReport
 
 @dataclass
 class Plan:
-    """What :func:`run` collects for: the backend judged is the kind asked for, or the
-    CPU's when that kind is not usable here (this stage must explain why, so it runs
-    anyway); ``backend_error`` then says why, and the ``backend`` check FAILs with it."""
+    """The backend judged is the kind asked for, or the CPU's when that kind is not usable
+    here (this stage must explain why, so it runs anyway): ``backend_error`` says why."""
 
     params: Params
     backend: Backend
@@ -46,7 +43,7 @@ class Plan:
 
 @dataclass(frozen=True)
 class Step:
-    """A progress update of :func:`run`: ``done`` of ``total`` steps, ``name`` just done."""
+    """A progress update of :func:`run`: ``name`` just done."""
 
     name: str
     done: int
@@ -54,17 +51,16 @@ class Step:
 
 
 def plan(params: Params) -> Plan:
-    """The backend to judge. Never refuses a device: a kind that is not usable here is
-    collected on the CPU and named by the ``backend`` check."""
+    """Never refuses a device: a kind that is not usable here is collected on the CPU and
+    named by the ``backend`` check."""
     try:
         return Plan(params, get_backend(params.device, params.num_cards))
-    except RuntimeError as exc:  # the kind asked for is not usable here
+    except RuntimeError as exc:
         return Plan(params, get_backend("cpu", params.num_cards), str(exc))
 
 
 def run(plan: Plan, *, on_progress: Optional[Callable[[Step], None]] = None) -> EnvironmentReport:
-    """Collect this host's facts and judge them; ``on_progress`` gets a :class:`Step` after
-    each part. The variables and the cards are read now, not when planned: a re-probe (the
+    """The variables and the cards are read now, not when planned: a re-probe (the
     notebook's button) sees a variable set or a card freed since."""
     params, backend = plan.params, plan.backend
     steps = ("versions", "devices", "CANN and build", "system", "container and driver", "checks")
@@ -142,8 +138,7 @@ def run(plan: Plan, *, on_progress: Optional[Callable[[Step], None]] = None) -> 
 
 
 def _video_processor_wanted(model_path) -> tuple[str, Optional[bool]]:
-    """:func:`wants_video_processor`, or "cannot be told" for a config.json nested past
-    Python's recursion limit (a JSON document of ``[[[...]]]``: RecursionError)."""
+    """"Cannot be told" for a config.json nested past Python's recursion limit (``[[[...]]]``)."""
     try:
         return wants_video_processor(model_path)
     except RecursionError:
@@ -152,9 +147,8 @@ def _video_processor_wanted(model_path) -> tuple[str, Optional[bool]]:
 
 def container_and_driver(plan: Plan, environ: dict, listing, cann: CannFacts,
                          system: dict) -> tuple[ContainerFindings, Check]:
-    """The container checks and the driver / CANN pairing of the tree under ``host_root``: on
-    an Ascend backend, or on any backend when the tree holds Ascend software or devices (a
-    container checked before torch_npu is installed is judged for NPU use)."""
+    """The driver / CANN pairing applies on an Ascend backend, or on any backend when the tree
+    holds Ascend software or devices (a container checked before torch_npu is installed)."""
     params, kind = plan.params, plan.backend.kind
     root = Path(params.host_root)
     machine = is_machine_root(root)
@@ -180,19 +174,17 @@ def summary_line(report: EnvironmentReport) -> str:
 
 
 def summarize(result: EnvironmentReport) -> StageSummary:
-    """The worst verdict of the checks (FAIL > WARN > PASS; SKIP ignored, unless every
-    check is one), :func:`summary_line` and the index's figures."""
+    """The worst verdict of the checks (SKIP ignored, unless every check is one)."""
     return StageSummary(worst_verdict(c.verdict for c in result.checks), summary_line(result),
                         {"checks": result.summary_line(skip=False), "device": result.device,
                          "cards": result.num_cards})
 
 
 def report_text(result: EnvironmentReport) -> str:
-    """The report with its verdict as ``- key: value`` lines (``hyport env``, notebook 01)."""
+    """``hyport env``'s and notebook 01's text."""
     return format_report(result, summarize(result).verdict)
 
 
 def result_data(result: EnvironmentReport) -> dict:
-    """The report as recorded and as ``hyport env --json`` prints it: with the verdict of
-    :func:`summarize`."""
+    """The report as recorded and as ``hyport env --json`` prints it: with its verdict."""
     return {"verdict": summarize(result).verdict, **to_mapping(result)}

@@ -1,11 +1,10 @@
 """Paths and files as a container sees them, read under a root: this machine's ``/`` or a
-copied tree (``hyport env --host-root TREE``).
+copied tree (``hyport env --host-root TREE``, ``docs/containers.md``).
 
-A symbolic link in the copy means what it means inside the container: an absolute target
-(``npu-smi -> /usr/local/Ascend/driver/tools/npu-smi``) is the tree's path; following it
-through this machine's ``/`` would judge the wrong files. A copied tree may also hold
-anything where a file belongs: a FIFO at ``/proc/1/cgroup`` blocks ``open`` for ever, a
-device node (``/dev/zero`` copied with ``cp -a``) never ends. So every file the stage
+A link in the copy means what it means inside the container: an absolute target is the
+tree's path; following it through this machine's ``/`` would judge the wrong files. A copy
+may also hold a FIFO where ``/proc/1/cgroup`` belongs (``open`` blocks for ever) or a
+device node (``/dev/zero`` copied with ``cp -a`` never ends), so every file the stage
 reads is found with :func:`under` and read by :mod:`hyport_lib.utils.bounded_files`. An
 absent file is no error (most are optional); a refused one is a one-line :func:`refusal`.
 """
@@ -29,8 +28,6 @@ MAX_PROC_BYTES = 1 << 20
 MAX_VERSION_BYTES = 64 << 10
 #: A YAML configuration (accelerate's): a few hundred lines at most.
 MAX_CONFIG_BYTES = 1 << 20
-#: errno of a file that is simply not there (a folder above it may be a file).
-_ABSENT = (errno.ENOENT, errno.ENOTDIR)
 
 
 def is_machine_root(root: os.PathLike) -> bool:
@@ -87,7 +84,7 @@ def tree_file(root: os.PathLike, path: str) -> Path:
 
 
 def is_absent(exc: UnreadableFile) -> bool:
-    return exc.errno in _ABSENT
+    return exc.errno in (errno.ENOENT, errno.ENOTDIR)  # a folder above it may be a file
 
 
 def refusal(exc: UnreadableFile) -> str:

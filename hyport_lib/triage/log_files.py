@@ -1,15 +1,6 @@
 """The log files a triage reads: which (:func:`find_logs`, :func:`cann_logs`), which part
-of each fits its byte budget (:func:`plan_reading`), and their lines (:func:`read_lines`).
-
-Every ``*.log``, ``*.txt``, ``*.out``, ``*.err``, ``stdout`` and ``stderr`` file is read,
-checkpoint folders skipped. A folder holding a model or tokenizer is still walked (training
-saves weights beside its ``logs/``), but its ``*.txt`` files only when named for a log
-(``vocab.txt`` is none; LLaMA-Factory's ``running_log.txt`` is). CANN's folder collects
-every job's logs, so :func:`cann_logs` keeps the files modified since the failed run began,
-and each NPU worker hyport starts gets a CANN folder of its own (:func:`own_cann_log_env`).
-
-Lines are numbered as ``grep -n`` numbers them: a line ends at ``\\n`` only (a progress
-bar's ``\\r`` rewrites are one line, as in an editor). A line longer than twice
+of each fits its byte budget (:func:`plan_reading`), and their lines (:func:`read_lines`),
+as ``docs/triage.md`` ("Finding the logs") describes. A line longer than twice
 :data:`MAX_READ_BYTES` keeps its start and end, the middle read past, never held; each side
 drops the word the cut went through, so no piece of a token is shown where no redaction
 can recognise it.
@@ -60,11 +51,8 @@ CUT = " … "
 
 
 def cann_log_dir(environ: Optional[Mapping[str, str]] = None) -> Optional[Path]:
-    """Where CANN writes its logs: ``$ASCEND_PROCESS_LOG_PATH``, else
-    ``$ASCEND_WORK_PATH/log``, else ``$HOME/ascend/log`` (CANN's environment reference,
-    envref_07_0007). None without any of them and no home folder (a container user without
-    a passwd entry): CANN then has no default folder either.
-    """
+    """Where CANN writes its logs, in CANN's own order (its environment reference,
+    envref_07_0007); None without a home folder either: CANN then has no default folder."""
     environ = os.environ if environ is None else environ
     configured = (environ.get(CANN_LOG_VAR) or "").strip()
     if configured:
@@ -82,11 +70,10 @@ def cann_log_dir(environ: Optional[Mapping[str, str]] = None) -> Optional[Path]:
 
 
 def own_cann_log_env(folder: os.PathLike, environ: Optional[Mapping[str, str]] = None) -> dict[str, str]:
-    """The CANN log variable for a child's environment. CANN's default folder is shared by
-    every job of the user, so a triage of it could blame one card for another's error: a
-    child gets ``folder`` (created) unless the user set the variable; ``{}`` for their
-    absolute path; their relative path made absolute (the child may start in another
-    working folder than the one hyport reads the logs from)."""
+    """The CANN log variable for a child: CANN's default folder is shared by every job of the
+    user, so a triage of it could blame one card for another's error. ``{}`` keeps the
+    user's absolute path; their relative one is made absolute (the child may start in
+    another working folder than the one hyport reads the logs from)."""
     environ = os.environ if environ is None else environ
     chosen = (environ.get(CANN_LOG_VAR) or "").strip()
     if chosen:
@@ -102,7 +89,7 @@ def shared_cann_note(folder: Optional[Path]) -> str:
 
 
 def natural_key(path: Path) -> list:
-    """Sort key that puts ``ranks/2`` before ``ranks/10``."""
+    """``ranks/2`` before ``ranks/10``."""
     return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", str(path))]
 
 
@@ -111,8 +98,7 @@ def is_log_file(path: Path) -> bool:
 
 
 def holds_model_files(names: Iterable[str]) -> bool:
-    """Whether a folder with these file names holds a model or a tokenizer (whose ``*.txt``
-    files are vocabularies, not logs)."""
+    """A model's or a tokenizer's folder, whose ``*.txt`` files are vocabularies, not logs."""
     names = set(names)
     return any(n in names for n in TOKENIZER_FILES) or (
         "config.json" in names and any(n.endswith(WEIGHT_SUFFIXES) for n in names))
@@ -132,9 +118,8 @@ def named(paths: list, shown: int = _NAMED) -> str:
 
 def walk_files(root: Path, wanted: Callable[[Path, bool], bool],
                max_depth: int = MAX_DEPTH) -> tuple[list[Path], list[str]]:
-    """``(files, notes)``: the files under ``root`` that ``wanted(path, beside_model)`` keeps,
-    walked with a stack (a deep tree overflowed recursion) at most ``max_depth`` levels; links
-    to folders are not walked, links to files only kept inside ``root``."""
+    """``(files, notes)``: walked with a stack (a deep tree overflowed recursion); links to
+    folders are not walked, links to files only kept inside ``root``."""
     found: list[Path] = []
     too_deep: list[Path] = []
     outside: list[Path] = []
@@ -181,8 +166,8 @@ def walk_files(root: Path, wanted: Callable[[Path, bool], bool],
 
 
 def find_logs(path: os.PathLike | str, limit: int = MAX_FILES) -> tuple[list[Path], list[str]]:
-    """``(files, notes)``: the log files under ``path`` (a folder, or one file read whatever
-    its name), in natural order, at most ``limit``; FileNotFoundError when it does not exist."""
+    """``(files, notes)`` in natural order; one file is read whatever its name;
+    FileNotFoundError when ``path`` does not exist."""
     root = Path(path)
     if not root.exists():
         raise FileNotFoundError(f"{root}: no such file or folder")
@@ -200,9 +185,8 @@ def find_logs(path: os.PathLike | str, limit: int = MAX_FILES) -> tuple[list[Pat
 
 def cann_logs(folder: os.PathLike | str, since: Optional[float] = None,
               limit: int = MAX_CANN_FILES) -> tuple[list[Path], list[str]]:
-    """``(files, notes)``: CANN's log files under ``folder`` modified at or after ``since``
-    (seconds since the epoch; None: all), the newest ``limit``, in natural order. A missing
-    folder (a host without an NPU) gives a note."""
+    """``(files, notes)``: the newest ``limit`` modified at or after ``since`` (seconds since
+    the epoch; None: all), in natural order. A missing folder (no NPU here) gives a note."""
     root = Path(folder)
     if not root.is_dir():
         return [], [f"CANN log folder {root} does not exist; not read"]

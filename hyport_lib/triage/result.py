@@ -28,8 +28,7 @@ def _require_fields(cls, data: Any, what: str) -> None:
 
 @dataclass
 class Place:
-    """Where a failure shows: a file (relative to the triage's root when inside it) and a
-    1-based line number."""
+    """A file (relative to the triage's root when inside it) and a 1-based line number."""
 
     file: str
     line: int
@@ -40,9 +39,8 @@ class Place:
 
 @dataclass
 class Finding:
-    """One known failure (fields of its catalogue entry), however many files and lines show
-    it: ``file:line`` and ``text`` of the first, scrubbed and cut, with a few lines of
-    ``context``; ``places``: the first line in each file (``more_places``: files beyond)."""
+    """One known failure, however many files and lines show it: ``file:line`` and ``text`` of
+    the first, scrubbed and cut; ``places``: the first line in each file."""
 
     key: str
     title: str
@@ -66,8 +64,7 @@ class Finding:
 
 @dataclass
 class Unrecognised:
-    """A file with error lines that no catalogue entry explains: ``[line number, text]`` of
-    the first ones, scrubbed, and the ``count`` of all."""
+    """A file's error lines no entry explains: ``[line number, text]`` of the first ones."""
 
     file: str
     lines: list[list] = field(default_factory=list)
@@ -76,9 +73,8 @@ class Unrecognised:
 
 @dataclass
 class Triage:
-    """The result of :func:`hyport_lib.triage.triage`: ``findings`` (causes, consequences,
-    warnings), paths shown relative to ``root``, CANN logs read from ``since`` (seconds since
-    the epoch); ``unread``: log files found but not read (the notes name them)."""
+    """What :func:`~hyport_lib.triage.scan.triage` found (``docs/triage.md``, "What a triage
+    holds")."""
 
     findings: list[Finding] = field(default_factory=list)
     unrecognised: list[Unrecognised] = field(default_factory=list)
@@ -99,16 +95,15 @@ class Triage:
 
     @property
     def unrecognised_count(self) -> int:
-        """Error lines no entry explains, over every file."""
         return sum(item.count for item in self.unrecognised)
 
     @property
     def failed(self) -> bool:
-        """A failure showed: a known error, or error lines nothing explains."""
+        """A known error, or error lines nothing explains."""
         return bool(self.errors or self.unrecognised)
 
     def summary_line(self) -> str:
-        """One line for a table cell: the first known error and where, else what is left."""
+        """The first known error and where, else what is left."""
         unread = (f"; {self.unread} log file{'s' if self.unread != 1 else ''} could not be read"
                   if self.unread else "")
         if self.errors:
@@ -159,8 +154,7 @@ def _places(finding) -> str:
 
 
 def triage_frame(triage: Triage):
-    """One row per finding (errors, then warnings) and one per file with unrecognised error
-    lines, as a ``pandas.DataFrame`` with :data:`FRAME_COLUMNS`."""
+    """One row per finding and one per file with unrecognised error lines."""
     import pandas as pd
 
     rows = []
@@ -182,8 +176,7 @@ def _fence(lines: list[str]) -> list[str]:
 
 
 def triage_markdown(triage: Triage) -> list[str]:
-    """Markdown lines for the report: the summary, each finding (where, the lines, what it
-    means, what to do) and, under "Not recognised", the error lines nothing explains."""
+    """Markdown lines for the report."""
     out = [f"**Log triage:** {triage.summary_line()}", ""]
     for f in triage.findings:
         label = "Warning" if f.severity == "warning" else "Failure"
@@ -206,8 +199,7 @@ def triage_markdown(triage: Triage) -> list[str]:
 
 
 def triage_text(triage: Triage) -> list[str]:
-    """Plain lines for a terminal: each finding (title, where, the line, meaning, what to do),
-    then the unrecognised lines under "not recognised"."""
+    """Plain lines for a terminal."""
     out = [f"{len(triage.files_read)} file(s) read: {triage.summary_line()}"]
     for f in triage.findings:
         out.append("")
@@ -228,7 +220,6 @@ def triage_text(triage: Triage) -> list[str]:
 
 
 def show_triage(triage: Triage) -> None:
-    """Display :func:`triage_markdown` in a notebook."""
     from IPython.display import Markdown, display
 
     display(Markdown("\n".join(triage_markdown(triage))))

@@ -9,7 +9,7 @@ import pytest
 
 from hyport_lib.commands import main
 from hyport_lib.devices.probe import parse_npu_smi_info
-from hyport_lib.devices.cards import DeviceProcess
+from hyport_lib.devices.probe import DeviceProcess
 
 DATA = Path(__file__).parents[1] / "data" / "npu_smi"
 

@@ -18,8 +18,7 @@ import pytest
 from hyport_lib.devices.host_memory import check_container_shm, shm_size_flag, shm_size_from_mounts
 from hyport_lib.environment import stage
 from hyport_lib.environment.compat import check_driver_cann, hdk_release
-from hyport_lib.environment.container import Item, check_container, locate
-from hyport_lib.environment.container_cards import needed_cards, parse_card_list
+from hyport_lib.environment.container import Item, check_container, locate, needed_cards, parse_card_list
 from hyport_lib.environment.facts import DriverVersions, container_evidence, parse_version_info, read_driver_versions
 from hyport_lib.environment.params import Params
 

@@ -15,7 +15,7 @@ import pytest
 from hyport_lib.backend import get_backend
 from hyport_lib.commands import main
 from hyport_lib.environment.compat import TORCH_NPU_COMPAT, check_cann_compat, check_torch_npu_compat
-from hyport_lib.devices.cards import DeviceProcess
+from hyport_lib.devices.probe import DeviceProcess
 from hyport_lib.results import Check
 from hyport_lib.environment import stage
 from hyport_lib.environment.report import EnvironmentReport
@@ -31,7 +31,7 @@ from hyport_lib.environment.compat import releases_for_torch
 from hyport_lib.devices.probe import (DeviceListing, parse_nvidia_smi_apps,
                                            parse_nvidia_smi_gpus)
 from hyport_lib.environment.show import devices_frame
-from hyport_lib.devices.cards import DeviceInfo
+from hyport_lib.devices.probe import DeviceInfo
 from hyport_lib.results import worst_verdict
 
 from conftest import requires_full_stack
