@@ -1,6 +1,6 @@
 """Benchmark ``hyport env --host-root`` on a hostile tree (prints numbers beside their targets; not a test).
 
-A complete copied tree (``tests/environment/test_container_checks.build_tree``) beside the same tree
+A complete copied tree (``tests/environment/test_container.build_tree``) beside the same tree
 made hostile (issue 29): no ``/.dockerenv`` and FIFOs at ``proc/1/cgroup``, ``proc/1/mountinfo`` and
 ``proc/mounts``, a device node (``/dev/zero``'s 1,5, when this user may make one; else a
 FIFO) as the driver's ``version.info``, a 2 MiB CANN install info, and
@@ -30,7 +30,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO), str(REPO / "tests"), str(REPO / "tests" / "environment")]
 
-from test_container_checks import CANN_850_INFO, build_tree  # noqa: E402
+from test_container import CANN_850_INFO, build_tree  # noqa: E402
 
 from hyport_lib.environment.container import check_container  # noqa: E402
 from hyport_lib.environment.facts import collect_cann, read_driver_versions  # noqa: E402

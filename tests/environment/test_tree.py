@@ -9,7 +9,7 @@ What a tree's files (and the model's and accelerate's configs) put in the report
 without terminal escapes or secrets; a config nested without end, or expanding through YAML
 aliases, is named, not a crash or an endless walk.
 
-The trees come from :func:`test_container_checks.build_tree`. A test that would hang on a
+The trees come from :func:`test_container.build_tree`. A test that would hang on a
 regression runs under :func:`_guarded`, so it fails instead of blocking the suite or
 filling its memory.
 """
@@ -26,7 +26,7 @@ import stat
 from pathlib import Path
 
 import pytest
-from .test_container_checks import CANN_850_INFO, DRIVER_25_0, _by_name, _judge, _run, _write, build_tree
+from .test_container import CANN_850_INFO, DRIVER_25_0, _by_name, _judge, _run, _write, build_tree
 
 from hyport_lib.environment import facts, stage
 from hyport_lib.environment.checks import check_video_processors
