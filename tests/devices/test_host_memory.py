@@ -33,7 +33,6 @@ def test_the_ram_check_follows_the_container_limit(tmp_path):
 #: /proc/mounts lines of a container started with --shm-size=256g, and of docker's default.
 MOUNTS_256G = "overlay / overlay rw,relatime 0 0\nshm /dev/shm tmpfs rw,nosuid,nodev,noexec,relatime,size=268435456k 0 0\n"
 
-
 MOUNTS_DOCKER_DEFAULT = "shm /dev/shm tmpfs rw,nosuid,nodev,noexec,relatime,size=65536k 0 0\n"
 
 

@@ -33,22 +33,18 @@ compatible_version_fw=[7.0.0,7.5.99]
 package_version=24.1.rc3
 """
 
-
 FIRMWARE_7_5 = """Version=7.5.0.1.129
 firmware_version=1.0
 package_version=24.1.rc3
 compatible_version_drv=[23.0.0,23.0.0.],[24.0,24.0.],[24.1,24.1.]
 """
 
-
 #: An Ascend HDK 25.0.RC1.1 pair, the same shape.
 DRIVER_25_0 = DRIVER_24_1_RC3.replace("24.1.rc3", "25.0.rc1.1").replace(
     "C19SPC001B124", "C21SPC002B220").replace("7.5.99", "7.7.99")
 
-
 FIRMWARE_7_7 = FIRMWARE_7_5.replace("7.5.0.1.129", "7.7.0.1.231").replace(
     "24.1.rc3", "25.0.rc1.1").replace("[24.1,24.1.]", "[24.1,24.1.],[25.0,25.0.]")
-
 
 #: CANN 8.5.0's install info, as Huawei's log-collection guide shows it.
 CANN_850_INFO = """package_name=Ascend-cann-toolkit
@@ -60,13 +56,10 @@ os=linux
 path=/usr/local/Ascend/cann-8.5.0/x86_64-linux
 """
 
-
 #: /proc/mounts lines of a container started with --shm-size=256g, and of docker's default.
 MOUNTS_256G = "overlay / overlay rw,relatime 0 0\nshm /dev/shm tmpfs rw,nosuid,nodev,noexec,relatime,size=268435456k 0 0\n"
 
-
 MOUNTS_DOCKER_DEFAULT = "shm /dev/shm tmpfs rw,nosuid,nodev,noexec,relatime,size=65536k 0 0\n"
-
 
 DRIVER_FLAG = "-v /usr/local/Ascend/driver:/usr/local/Ascend/driver"
 

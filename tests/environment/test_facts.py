@@ -61,7 +61,6 @@ def test_container_evidence_is_read_under_the_root(tmp_path):
 
 HOST_MOUNTINFO = "22 1 252:1 / / rw,relatime shared:1 - ext4 /dev/vda1 rw\n"
 
-
 POD_MOUNTINFO = ("1380 1228 0:301 / / rw,relatime master:420 - overlay overlay rw,lowerdir=/var/lib/"
                  "containerd/io.containerd.snapshotter.v1.overlayfs/snapshots/12/fs,upperdir=/x,workdir=/y\n"
                  "1381 1380 0:303 / /proc rw,nosuid,nodev,noexec,relatime - proc proc rw\n")

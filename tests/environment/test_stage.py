@@ -26,7 +26,6 @@ from .test_container import DRIVER_24_1_RC3, DRIVER_FLAG, FIRMWARE_7_5, _run, bu
 
 REPO = Path(__file__).resolve().parents[2]
 
-
 SAMPLES = Path(__file__).parents[1] / "data" / "npu_smi"
 
 
