@@ -26,6 +26,9 @@ class CardPlan:
     run: bool
     busy_processes: list[dict] = field(default_factory=list)
 
+    def to_dict(self) -> dict:
+        return {**asdict(self), "busy_reason": self.busy_reason}
+
     @property
     def busy_reason(self) -> str:
         procs = ", ".join(
@@ -54,11 +57,6 @@ class GridPlan:
             "status": ("run (busy, allowed)" if c.busy_processes else "run") if c.run else "skipped-busy",
             "processes": c.busy_reason.removeprefix("card busy: ") or "none",
         } for c in self.cards], columns=["card", "status", "processes"])
-
-    def to_dict(self) -> dict:
-        return {"kind": self.kind, "allow_busy_cards": self.allow_busy_cards,
-                "preflight_error": self.preflight_error,
-                "cards": [{**asdict(c), "busy_reason": c.busy_reason} for c in self.cards]}
 
 
 def available_cards(backend: Backend, num_cards: Optional[int] = None) -> list[int]:

@@ -14,8 +14,7 @@ import pandas as pd
 from hyport_lib.display import (MISSING, VERDICT_COLOURS, fit, style_verdicts, styled,
                                 verdict_label)
 from hyport_lib.drafting.values import fmt_value
-from hyport_lib.environment.report import EnvironmentReport, container_facts
-from hyport_lib.environment.stage import summarize
+from hyport_lib.environment.stage import EnvironmentReport, container_facts, summarize
 from hyport_lib.results import VERDICTS, StageRecord
 from hyport_lib.utils.typed_records import to_mapping
 

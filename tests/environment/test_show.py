@@ -6,7 +6,7 @@ from hyport_lib import display as D
 from hyport_lib.devices.probe import DeviceInfo, DeviceProcess
 from hyport_lib.environment import show
 from hyport_lib.environment.facts import CannFacts
-from hyport_lib.environment.report import EnvironmentReport
+from hyport_lib.environment.stage import EnvironmentReport
 from hyport_lib.environment.show import checks_frame, devices_frame
 from hyport_lib.results import Check
 

@@ -1,5 +1,6 @@
 """Stage 01 as a whole: collected on this host and on the torch_npu double, ``hyport env``
-(text, JSON, exit code, a copied tree), the notebook, the verdict and the drafts."""
+(text, JSON, exit code, a copied tree), the notebook, the verdict and the drafts; nothing
+secret in the report's text or JSON."""
 
 from __future__ import annotations
 
@@ -15,7 +16,6 @@ from hyport_lib.devices.probe import DeviceProcess, probe_devices
 from hyport_lib.environment import stage
 from hyport_lib.environment.facts import CannFacts
 from hyport_lib.environment.params import Params
-from hyport_lib.environment.report import EnvironmentReport
 from hyport_lib.results import Check, worst_verdict
 from hyport_lib.utils.imports import clear_import_caches, collect_versions
 
@@ -29,7 +29,7 @@ REPO = Path(__file__).resolve().parents[2]
 SAMPLES = Path(__file__).parents[1] / "data" / "npu_smi"
 
 
-def _collect(**values) -> EnvironmentReport:
+def _collect(**values) -> stage.EnvironmentReport:
     """Stage 01 run as the notebook runs it, with these parameters."""
     return stage.run(stage.plan(Params(**values)))
 
@@ -173,7 +173,7 @@ def test_collect_environment_on_fake_npu(fake_npu, npu_smi_sample, monkeypatch):
 
 def _report(*verdicts):
     checks = [Check(f"c{i}", v, "why") for i, v in enumerate(verdicts)]
-    return EnvironmentReport(system={}, versions={}, cann=CannFacts(), devices=[], env_vars={}, checks=checks)
+    return stage.EnvironmentReport(system={}, versions={}, cann=CannFacts(), devices=[], env_vars={}, checks=checks)
 
 
 def test_verdict_is_the_worst_ignoring_skip():
@@ -317,3 +317,19 @@ def test_the_drafts_show_the_recorded_driver_and_firmware(tmp_path):
         assert rows[driver] == "24.1.rc3" and rows[firmware] == "7.5.0.1.129"
     section = zh.split("## 01")[1].split("\n## ")[0]
     assert not english_runs(section), english_runs(section)
+
+
+SECRETS = {"HCCL_AUTH_TOKEN": "tok-1234567", "ASCEND_ACCESS_KEY": "ak-7654321",
+           "NCCL_PASSWORD": "pw-abcdefg", "DS_SECRET": "sec-9999999", "MASTER_CREDENTIAL": "cred-8888"}
+
+
+def test_report_never_contains_secrets(monkeypatch):
+    for key, value in SECRETS.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setenv("HCCL_CONNECT_TIMEOUT", "600")
+    report = _collect(device="cpu", check_ports=False)
+    assert report.env_vars["HCCL_CONNECT_TIMEOUT"] == "600"
+    outputs = [stage.report_text(report), json.dumps(report.to_dict(), default=str)]
+    for text in outputs:
+        for key, value in SECRETS.items():
+            assert key not in text and value not in text
