@@ -1,9 +1,8 @@
 """Which cards this host has, their memory, and which processes hold them.
 
 On Ascend the facts come from ``npu-smi info`` (the only place that lists other users'
-processes), on CUDA from ``nvidia-smi --query-*``, on CPU the "cards" are the worker
-processes hyport would start. When the tool is missing or fails, the listing falls back to
-the device count torch reports, and says so in ``error``.
+processes), on CUDA from ``nvidia-smi``, on CPU the "cards" are the worker processes
+hyport would start; when the tool is missing or fails, from torch's device count.
 
 Card indices are logical: the position in the tool's listing, i.e. the number to put in
 ``ASCEND_RT_VISIBLE_DEVICES`` / ``CUDA_VISIBLE_DEVICES`` for a child process (on CUDA that

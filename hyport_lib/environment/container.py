@@ -19,7 +19,7 @@ import re
 import stat
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Mapping, Optional, Sequence
+from typing import Mapping, Optional
 
 from hyport_lib.devices.host_memory import check_container_shm, shm_size_flag, shm_size_from_mounts
 from hyport_lib.devices.visible_devices import parse_visible_devices
@@ -293,20 +293,6 @@ def parse_card_list(value: str) -> list[int]:
     return sorted(cards)
 
 
-def _first_free(taken: Sequence[int], count: int) -> list[int]:
-    free, taken_set, number = [], set(taken), 0
-    while len(free) < count:
-        if number not in taken_set:
-            free.append(number)
-        number += 1
-    return free
-
-
-def suggested_cards(need: CardNeed, present: Sequence[int]) -> list[int]:
-    """Card numbers to name in the fix for ``need.short``: the lowest ones not yet there."""
-    return _first_free(list(present) + need.cards, need.short)
-
-
 def needed_cards(num_cards: Optional[int], environ: Mapping[str, str],
                  listed: Optional[list[int]] = None,
                  present: Optional[list[int]] = None) -> CardNeed:
@@ -371,11 +357,13 @@ def needed_cards(num_cards: Optional[int], environ: Mapping[str, str],
 
 
 def _shortfall(need: CardNeed, present: list[int]) -> list[tuple[Item, str]]:
-    """A gap per card node asked for beyond those present, with a free card number as the
-    example (any free card of the host will do)."""
+    """A gap per card node asked for beyond those present, named by the lowest numbers not
+    taken (any free card of the host will do)."""
     why = (f"missing ({len(need.cards) + need.short} card nodes needed, {len(present)} present; "
            f"any free card of the host will do, this number is the first free one)")
-    return [(card_node(n, need.virtual), why) for n in suggested_cards(need, present)]
+    taken = {*present, *need.cards}
+    free = [n for n in range(len(taken) + need.short) if n not in taken][:need.short]
+    return [(card_node(n, need.virtual), why) for n in free]
 
 
 def check_container(root: Path, *, kind: str, requested: str, num_cards: Optional[int],

@@ -93,10 +93,6 @@ def natural_key(path: Path) -> list:
     return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", str(path))]
 
 
-def is_log_file(path: Path) -> bool:
-    return path.suffix.lower() in LOG_SUFFIXES or path.name in STREAM_NAMES
-
-
 def holds_model_files(names: Iterable[str]) -> bool:
     """A model's or a tokenizer's folder, whose ``*.txt`` files are vocabularies, not logs."""
     names = set(names)
@@ -105,7 +101,7 @@ def holds_model_files(names: Iterable[str]) -> bool:
 
 
 def _wanted(path: Path, beside_model: bool) -> bool:
-    if not is_log_file(path):
+    if path.suffix.lower() not in LOG_SUFFIXES and path.name not in STREAM_NAMES:
         return False
     return not (beside_model and path.suffix.lower() == ".txt" and "log" not in path.stem.lower())
 
@@ -244,27 +240,16 @@ def _skip_to(handle, start: int) -> int:
     return lines
 
 
-def _head_words(head: bytes) -> bytes:
-    """The start of a cut line without the word the cut went through (b"" when the start is
-    one word)."""
-    last = max(head.rfind(space) for space in (b" ", b"\t", b"\r", b"\v", b"\f"))
-    return head[:last + 1] if last >= 0 else b""
-
-
-def _tail_words(tail: bytes) -> bytes:
-    """The end of a cut line without the word the cut went through."""
-    first = _SPACE.search(tail)
-    return tail[first.end():] if first else b""
-
-
 def _cut_line(head: bytes, rest: bytearray, whole: bool) -> str:
     """A long line as text: ``head`` (its first read) and ``rest`` (what followed, all of it
     when ``whole``, else its last :data:`MAX_READ_BYTES`), joined by :data:`CUT` when the
-    middle was read past."""
+    middle was read past; each side then drops the word the cut went through."""
     if whole:
         return _decode(head + bytes(rest)).rstrip("\r\n")
-    return (_decode(_head_words(head)).rstrip("\r") + CUT
-            + _decode(_tail_words(bytes(rest))).rstrip("\r\n"))
+    head_end = max((space.end() for space in _SPACE.finditer(head)), default=0)
+    tail = _SPACE.search(rest)
+    return (_decode(head[:head_end]).rstrip("\r") + CUT
+            + _decode(bytes(rest[tail.end():]) if tail else b"").rstrip("\r\n"))
 
 
 def _passed(deadline: Optional[float]) -> bool:
