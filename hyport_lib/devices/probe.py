@@ -39,6 +39,7 @@ NVIDIA_GPU_QUERY = ("--query-gpu=index,uuid,name,memory.used,memory.total",
                     "--format=csv,noheader,nounits")
 NVIDIA_APPS_QUERY = ("--query-compute-apps=gpu_uuid,pid,process_name,used_memory",
                      "--format=csv,noheader,nounits")
+NVIDIA_DRIVER_QUERY = ("--query-gpu=driver_version", "--format=csv,noheader")
 
 
 @dataclass(frozen=True)
@@ -398,9 +399,9 @@ def _probe_cuda(backend) -> DeviceListing:
     exe = shutil.which("nvidia-smi")
     if exe is None:
         return _fallback(backend, "nvidia-smi not found on PATH")
-    try:
-        gpus = subprocess.run([exe, *NVIDIA_GPU_QUERY], capture_output=True, text=True, timeout=15)
-        apps = subprocess.run([exe, *NVIDIA_APPS_QUERY], capture_output=True, text=True, timeout=15)
+    try:  # each query bounded: nvidia-smi hangs when the driver is wedged
+        gpus, apps, driver = [subprocess.run([exe, *query], capture_output=True, text=True, timeout=15)
+                              for query in (NVIDIA_GPU_QUERY, NVIDIA_APPS_QUERY, NVIDIA_DRIVER_QUERY)]
     except subprocess.TimeoutExpired:
         return _fallback(backend, "nvidia-smi did not answer within 15 s")
     if gpus.returncode != 0:
@@ -411,8 +412,6 @@ def _probe_cuda(backend) -> DeviceListing:
     by_uuid = parse_nvidia_smi_apps(apps.stdout) if apps.returncode == 0 else {}
     for uuid, device in devices.items():
         device.processes = by_uuid.get(uuid, [])
-    driver = subprocess.run([exe, "--query-gpu=driver_version", "--format=csv,noheader"],
-                            capture_output=True, text=True, timeout=15)
     lines = driver.stdout.strip().splitlines() if driver.returncode == 0 else []
     version = lines[0] if lines else None
     return DeviceListing(devices=list(devices.values()), source="nvidia-smi", driver_version=version,

@@ -2,16 +2,12 @@
 CANN release with the Ascend driver; the checks that judge an installation against them.
 
 torch_npu X.Y.* works only with torch X.Y (anything else ends in ``undefined symbol``
-inside ``libtorch_npu.so``). Within X.Y a torch_npu release is built against one torch
-patch release, and ships with one CANN release. :data:`TORCH_NPU_COMPAT` is the one place
-that records this; add a row when Ascend publishes a release. A torch_npu release missing
-from the table is still judged by the version-number rule. Source: the version table of
-the Ascend Extension for PyTorch README (gitcode.com/Ascend/pytorch).
-
-The driver is judged only where a CANN release note documents its pairing
-(:data:`HDK_FOR_CANN`); the source, and why ``compatible_version_fw`` /
-``compatible_version_drv`` are shown but never judged: ``docs/containers.md``, "Versions
-and the one documented pairing".
+inside ``libtorch_npu.so``); within X.Y a release is built against one torch patch release
+and ships with one CANN release. :data:`TORCH_NPU_COMPAT` records this (source: the version
+table of the Ascend Extension for PyTorch README, gitcode.com/Ascend/pytorch): add a row
+when Ascend publishes a release; one missing is still judged by the version-number rule.
+The driver is judged only where a CANN release note documents its pairing (the source,
+and why ``compatible_version_*`` are shown but never judged: ``docs/containers.md``).
 """
 
 from __future__ import annotations
