@@ -82,25 +82,6 @@ def _captured(monkeypatch, module):
     return shown
 
 
-def test_the_devices_table_shows_a_dash_and_says_why(monkeypatch):
-    from hyport_lib.devices.cards import DeviceInfo
-    from hyport_lib.environment import show
-    from hyport_lib.environment.collect import EnvironmentReport
-    from hyport_lib.environment.facts import CannFacts
-    from hyport_lib.results import Check
-
-    report = EnvironmentReport(system={}, versions={}, cann=CannFacts(), env_vars={}, device="cpu",
-                               devices=[DeviceInfo(0, None, None, "cpu worker 0", None, None, None)],
-                               checks=[Check("backend", "PASS", "cpu")])
-    shown = _captured(monkeypatch, show)
-    show.show_environment(report, system=False)
-    devices = next(s for s in shown if hasattr(s, "data") and "chip" in getattr(s.data, "columns", []))
-    assert "None" not in devices.to_html() and f">{D.MISSING}<" in devices.to_html()
-    note = next(s.data for s in shown if isinstance(getattr(s, "data", None), str) and s.data.startswith(D.MISSING))
-    assert "npu" in note and "the CPU backend has no cards" in note
-    assert all(isinstance(s, D.FittedTable) for s in shown if hasattr(s, "to_html") and not isinstance(s.data, str))
-
-
 def test_02_shows_the_model_table_down_the_pane_the_port_side_by_side_and_the_heatmap_labels_on_top(monkeypatch):
     from hyport_lib.attention import show
     from hyport_lib.proof.model_check import ModelComparison

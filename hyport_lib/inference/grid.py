@@ -28,8 +28,7 @@ from hyport_lib.inference.table import (COLUMNS, PREVIEW_CHARS, CardOutputs, Gri
 from hyport_lib.models.generation_config import InferenceConfig
 from hyport_lib.proof.choice import AttentionChoice
 from hyport_lib.models.tiny import TINY_MODEL_NAME, ensure_tiny_model
-from hyport_lib.triage import Triage, cann_log_dir
-from hyport_lib.triage.child_logs import diagnose, own_cann_log_env, shared_cann_note
+from hyport_lib.triage import Triage, cann_log_dir, diagnose, own_cann_log_env, shared_cann_note
 from hyport_lib.processes import (Child, ChildGroup, describe_exit, last_exception, read_log_tail, read_task_result,
                                   scrub_log, task_command, task_environ)
 from hyport_lib.results import Provenance
