@@ -1,6 +1,6 @@
 """Benchmark ``hyport env --host-root`` on a hostile tree (prints numbers beside their targets; not a test).
 
-A complete copied tree (``tests/environment/test_container_checks.build_tree``) beside the same tree
+A complete copied tree (``tests/environment/test_container.build_tree``) beside the same tree
 made hostile (issue 29): no ``/.dockerenv`` and FIFOs at ``proc/1/cgroup``, ``proc/1/mountinfo`` and
 ``proc/mounts``, a device node (``/dev/zero``'s 1,5, when this user may make one; else a
 FIFO) as the driver's ``version.info``, a 2 MiB CANN install info, and
@@ -30,11 +30,10 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO), str(REPO / "tests"), str(REPO / "tests" / "environment")]
 
-from test_container_checks import CANN_850_INFO, build_tree  # noqa: E402
+from test_container import CANN_850_INFO, build_tree  # noqa: E402
 
 from hyport_lib.environment.container import check_container  # noqa: E402
-from hyport_lib.environment.driver_versions import read_driver_versions  # noqa: E402
-from hyport_lib.environment.facts import collect_cann  # noqa: E402
+from hyport_lib.environment.facts import collect_cann, read_driver_versions  # noqa: E402
 
 TARGET_RATIO = 2.0
 TARGET_SECONDS = 0.1
@@ -75,7 +74,7 @@ def hostile_tree(base: Path) -> tuple[Path, str]:
 def tree_part(root: Path) -> tuple[str, str]:
     """Stage 01's reads of ``root`` (what ``container_and_driver`` does); its CANN and verdicts."""
     cann = collect_cann({}, root, arch="x86_64")
-    versions = read_driver_versions(root, cann["version"], tuple(cann["refused"]))
+    versions = read_driver_versions(root, cann.version, tuple(cann.refused))
     findings = check_container(root, kind="npu", requested="npu", num_cards=8, environ={}, listed=None,
                                versions=versions, shm_gb_per_card=1.0)
     return str(versions.cann), " ".join(f"{c.name}={c.verdict}" for c in findings.checks)

@@ -51,8 +51,7 @@ sys.path.insert(0, str(REPO))
 
 from hyport_lib.weights.layout import inspect_checkpoint  # noqa: E402
 from hyport_lib.weights.checksums import DEFAULT_CHECKSUM, HASHERS  # noqa: E402
-from hyport_lib.weights.scan import full_scan  # noqa: E402
-from hyport_lib.weights.scan_pipeline import CHUNK_BYTES  # noqa: E402
+from hyport_lib.weights.scan import CHUNK_BYTES, full_scan  # noqa: E402
 
 BLOCK = 16 << 20
 

@@ -5,7 +5,7 @@
   test_blog, test_notebooks).
 - ``zero2_run``: one torchrun + DeepSpeed ZeRO-2 training on 2 CPU processes, 6 steps with a
   checkpoint every 2 (read by test_training_run, where it is also the reference run of the
-  killed-and-resumed test, and by test_weights_zero).
+  killed-and-resumed test, and by tests/weights/test_zero.py).
 - ``papermill_04``: the user's ``papermill 04_train.ipynb out.ipynb -p max_steps 20`` from
   the repository root or from notebooks/, each at most once (test_training_run,
   test_notebooks).

@@ -10,7 +10,6 @@ from pathlib import Path
 import pandas as pd
 
 from hyport_lib import display as D
-from hyport_lib.results import RUN_DIR_ENV
 
 REPO = Path(__file__).resolve().parents[1]
 #: Pictographs and dingbats (✅ ❌ ⚠ ✓ ...), and the emoji variation selector.
@@ -72,40 +71,7 @@ def test_a_diff_is_shown_side_by_side_with_its_line_numbers_and_changed_characte
     assert D.diff_html("") == ""
 
 
-def _captured(monkeypatch, module):
-    """What ``module``'s show functions display, in order."""
-    import IPython.display
-
-    shown = []
-    monkeypatch.setattr(IPython.display, "display", lambda obj, **kw: shown.append(obj))
-    if hasattr(module, "_display"):
-        monkeypatch.setattr(module, "_display", shown.append)
-    return shown
-
-
-def test_the_devices_table_shows_a_dash_and_says_why(monkeypatch):
-    from hyport_lib.devices.cards import DeviceInfo
-    from hyport_lib.environment import show
-    from hyport_lib.environment.collect import EnvironmentReport
-    from hyport_lib.environment.facts import CannFacts
-    from hyport_lib.results import Check
-
-    report = EnvironmentReport(system={}, versions={}, cann=CannFacts(), env_vars={}, device="cpu",
-                               devices=[DeviceInfo(0, None, None, "cpu worker 0", None, None, None)],
-                               checks=[Check("backend", "PASS", "cpu")])
-    shown = _captured(monkeypatch, show)
-    show.show_environment(report, system=False)
-    devices = next(s for s in shown if hasattr(s, "data") and "chip" in getattr(s.data, "columns", []))
-    assert "None" not in devices.to_html() and f">{D.MISSING}<" in devices.to_html()
-    note = next(s.data for s in shown if isinstance(getattr(s, "data", None), str) and s.data.startswith(D.MISSING))
-    assert "npu" in note and "the CPU backend has no cards" in note
-    assert all(isinstance(s, D.FittedTable) for s in shown if hasattr(s, "to_html") and not isinstance(s.data, str))
-
-
-def test_05s_tensors_can_be_sorted_and_filtered_above_a_static_table(monkeypatch):
-    from hyport_lib.weights import show
-    from hyport_lib.weights.compare import DIFF_COLUMNS
-
+def test_a_table_can_be_sorted_and_filtered_above_a_static_table():
     frame = pd.DataFrame([{"name": "model.layers.0.q_proj.weight", "relative change": 0.5},
                           {"name": "model.layers.1.k_proj.weight", "relative change": None},
                           {"name": "lm_head.weight", "relative change": 0.9}])
@@ -120,48 +86,6 @@ def test_05s_tensors_can_be_sorted_and_filtered_above_a_static_table(monkeypatch
     sort.value, query.value = "relative change", "proj"  # each change redraws the table
     assert box.count.value == "2 of 3 tensors"
     assert box.table.value.index("q_proj") < box.table.value.index("k_proj") and "lm_head" not in box.table.value
-
-    rows = [{c: None for c in DIFF_COLUMNS} | {"tensor": f"t{i}", "status": "changed", "relative change": i / 100}
-            for i in range(52)]
-    comparison = type("C", (), {"role": "base", "other_path": "/base", "rows": rows, "bytes_read": 1, "seconds": 0.1,
-                                "compared": 0, "to_dict": lambda self: {"statuses": {"changed": 52}},
-                                "count": lambda self, status: 0})()
-    result = type("R", (), {"comparisons": [comparison], "parity": None})()
-    monkeypatch.delenv(RUN_DIR_ENV, raising=False)
-    shown = _captured(monkeypatch, show)
-    show.show_comparisons(result)
-    explorer, static = shown[1], shown[3]
-    assert explorer.count.value == "52 of 52 tensors" and explorer.table.value.count("<tr") == 53
-    assert isinstance(static, D.FittedTable) and len(static.data) == 15  # a saved notebook keeps it
-    assert list(static.data["tensor"][:2]) == ["t51", "t50"]  # the largest changes first
-    # the report keeps no widget: the 15 that changed most, and a line saying there are more
-    monkeypatch.setenv(RUN_DIR_ENV, "/tmp/run")
-    shown.clear()
-    show.show_comparisons(result)
-    assert not any(hasattr(item, "controls") for item in shown)
-    assert "The first 15 of 52 tensors" in shown[1].data and len(shown[2].data) == 15
-
-
-def test_05s_findings_are_explorable_in_the_lab_and_whole_in_the_report(monkeypatch):
-    from hyport_lib.checkpoint_files.findings import Finding
-    from hyport_lib.weights import show
-
-    findings = [Finding(cls="key_removed" if i % 2 else "shape_changed", file=f"model-{i}.safetensors",
-                        message=f"finding {i}") for i in range(14)]
-    result = type("R", (), {"counts": {"error": 7, "warning": 7, "info": 0}, "findings": findings})()
-    monkeypatch.delenv(RUN_DIR_ENV, raising=False)
-    shown = _captured(monkeypatch, show)
-    show.show_findings(result)
-    explorer, static = shown[1], shown[3]
-    assert explorer.count.value == "14 of 14 findings" and "The first 10 of 14 findings" in shown[2].data
-    explorer.controls[2].value = "model-13"  # the filter box
-    assert explorer.count.value == "1 of 14 findings" and "finding 13" in explorer.table.value
-    assert isinstance(static, D.FittedTable) and len(static.data) == 10
-    # under hyport report the page keeps no widget: every finding, in one static table
-    monkeypatch.setenv(RUN_DIR_ENV, "/tmp/run")
-    shown.clear()
-    show.show_findings(result)
-    assert len(shown) == 2 and isinstance(shown[1], D.FittedTable) and len(shown[1].data) == 14
 
 
 def test_a_column_of_numbers_and_text_sorts_its_missing_values_last():

@@ -8,7 +8,7 @@ status read that one list. Severities: ``error`` (not what it claims to be: the 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Iterable, Optional
+from typing import TYPE_CHECKING, Iterable
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -100,17 +100,12 @@ class Finding:
         self.severity = self.severity or CLASSES[self.cls][0]
         if self.severity not in SEVERITIES:
             raise ValueError(f"severity={self.severity!r}: expected one of {', '.join(SEVERITIES)}")
+        self.file, self.tensors = str(self.file), list(self.tensors)
 
     def to_dict(self) -> dict:
         data = asdict(self)
         data["class"] = data.pop("cls")
         return data
-
-
-def finding(cls: str, file: str, message: str, *, tensors: Iterable[str] = (),
-            severity: Optional[str] = None) -> Finding:
-    """Shorthand for :class:`Finding` (severity from the class unless given)."""
-    return Finding(cls, str(file), message, severity or "", list(tensors))
 
 
 def name_some(names: Iterable[str], limit: int = 3) -> str:
@@ -121,7 +116,6 @@ def name_some(names: Iterable[str], limit: int = 3) -> str:
 
 
 def counts(findings: Iterable[Finding]) -> dict[str, int]:
-    """``{"error": n, "warning": n, "info": n}``."""
     out = {s: 0 for s in SEVERITIES}
     for f in findings:
         out[f.severity] += 1

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
-from hyport_lib.checkpoint_files.findings import Finding, finding, name_some
+from hyport_lib.checkpoint_files.findings import Finding, name_some
 
 #: Bits per element of every dtype safetensors knows (F4 and F6 are packed).
 DTYPE_BITS = {
@@ -102,11 +102,8 @@ class ShardHeader:
         return sum(t.numel for t in self.tensors.values())
 
     def can_read(self, entry: TensorEntry) -> bool:
-        """Can the tensor's bytes be read from this file as the tensor its header describes?
-
-        Inside the data section and exactly dtype x shape long: a tensor of the wrong
-        length (a ``size_mismatch`` finding) would be read short or into its neighbour.
-        """
+        """Inside the data section and exactly dtype x shape long: a tensor of the wrong
+        length (a ``size_mismatch`` finding) would be read short or into its neighbour."""
         return 0 <= entry.begin <= entry.end <= self.data_len and entry.expected_nbytes == entry.nbytes
 
 
@@ -121,29 +118,29 @@ def read_header(path: os.PathLike, *, validate: bool = True) -> ShardHeader:
         st = path.stat()
         shard.size = st.st_size
         if not stat.S_ISREG(st.st_mode):  # a FIFO would block open() forever
-            add(finding("file_unreadable", shard.label,
+            add(Finding("file_unreadable", shard.label,
                         "not a regular file (a FIFO, socket or device): not read"))
             return shard
         with open(path, "rb") as fh:
             head = fh.read(8)
             if len(head) < 8:
-                add(finding("truncated_shard", shard.label,
+                add(Finding("truncated_shard", shard.label,
                             f"the file is {shard.size} bytes: shorter than the 8-byte header length"))
                 return shard
             (n,) = struct.unpack("<Q", head)
             shard.header_len = n
             if n > shard.size - 8:
-                add(finding("header_length_beyond_file", shard.label,
+                add(Finding("header_length_beyond_file", shard.label,
                             f"the header length field says {n:,} bytes but only {shard.size - 8:,} "
                             f"bytes follow it (a truncated file, or not a safetensors file)"))
                 return shard
             if n > MAX_HEADER_BYTES:
-                add(finding("header_too_large", shard.label,
+                add(Finding("header_too_large", shard.label,
                             f"the header is {n:,} bytes; safetensors refuses more than {MAX_HEADER_BYTES:,}"))
                 return shard
             raw = fh.read(n)
     except OSError as exc:
-        add(finding("file_unreadable", shard.label, f"cannot read: {exc.strerror or exc}"))
+        add(Finding("file_unreadable", shard.label, f"cannot read: {exc.strerror or exc}"))
         return shard
     header = _parse_json(raw, shard)
     if header is None:
@@ -169,7 +166,7 @@ def _parse_json(raw: bytes, shard: ShardHeader) -> Optional[dict]:
         if isinstance(header, dict):
             return header
         why = f"JSON {type(header).__name__}, not an object"
-    shard.findings.append(finding("header_not_json", shard.label,
+    shard.findings.append(Finding("header_not_json", shard.label,
                                   f"the {len(raw):,}-byte header is {why}"))
     return None
 
@@ -193,7 +190,7 @@ def _entries(header: dict, shard: ShardHeader) -> None:
     if bad:
         details = "; ".join(f"`{k}`: {v}" for k, v in list(bad.items())[:3])
         more = f" (and {len(bad) - 3} more)" if len(bad) > 3 else ""
-        shard.findings.append(finding("header_bad_entry", shard.label,
+        shard.findings.append(Finding("header_bad_entry", shard.label,
                                       f"{len(bad)} header entr{'y' if len(bad) == 1 else 'ies'} "
                                       f"invalid: {details}{more}", tensors=bad))
 
@@ -226,7 +223,7 @@ def _layout(shard: ShardHeader) -> None:
     wrong = [t for t in entries if t.begin <= t.end and t.expected_nbytes != t.nbytes]
     if wrong:
         t = wrong[0]
-        add(finding("size_mismatch", shard.label,
+        add(Finding("size_mismatch", shard.label,
                     f"{len(wrong)} tensor(s) whose dtype x shape is not their byte length, e.g. "
                     f"`{t.name}`: {t.dtype} {list(t.shape)} needs {t.expected_nbytes} bytes, "
                     f"its offsets give {t.nbytes}", tensors=[w.name for w in wrong]))
@@ -244,13 +241,13 @@ def _layout(shard: ShardHeader) -> None:
     data_len = shard.data_len
     if overlaps:
         a, b = overlaps[0]
-        add(finding("offsets_overlap", shard.label,
+        add(Finding("offsets_overlap", shard.label,
                     f"{len(overlaps)} overlap(s): `{b}` starts inside `{a}`",
                     tensors=sorted({n for pair in overlaps for n in pair})))
     contiguous = not overlaps and not gaps and not reversed_
     if pos > data_len and contiguous:
         cut = [t.name for t in ordered if t.end > data_len]
-        add(finding("truncated_shard", shard.label,
+        add(Finding("truncated_shard", shard.label,
                     f"the file is {shard.size:,} bytes but its header needs {shard.data_start + pos:,} "
                     f"({shard.data_start + pos - shard.size:,} bytes missing): truncated; "
                     f"{len(cut)} tensor(s) cut: {name_some(cut)}", tensors=cut))
@@ -263,7 +260,7 @@ def _layout(shard: ShardHeader) -> None:
                 what.append(f"{len(reversed_)} with begin > end")
             if beyond:
                 what.append(f"{len(beyond)} ending past the {data_len:,}-byte data buffer")
-            add(finding("offsets_out_of_bounds", shard.label,
+            add(Finding("offsets_out_of_bounds", shard.label,
                         f"data_offsets out of bounds: {', '.join(what)}: {name_some(names)}",
                         tensors=names))
     if shard.invalid:
@@ -274,7 +271,7 @@ def _layout(shard: ShardHeader) -> None:
     if uncovered:
         total = sum(e - b for b, e in uncovered)
         b, e = uncovered[0]
-        add(finding("offsets_not_covering", shard.label,
+        add(Finding("offsets_not_covering", shard.label,
                     f"{total:,} byte(s) of the data buffer belong to no tensor "
                     f"(first: bytes {b:,}..{e:,} of {data_len:,})"))
 
@@ -287,5 +284,5 @@ def _safe_open_check(shard: ShardHeader) -> None:
         with safe_open(str(shard.path), framework="numpy") as fh:
             fh.keys()
     except Exception as exc:  # SafetensorError and anything else: report, never raise
-        shard.findings.append(finding("safetensors_rejects", shard.label,
+        shard.findings.append(Finding("safetensors_rejects", shard.label,
                                       f"safetensors refuses it: {str(exc).splitlines()[0]}"))

@@ -19,8 +19,7 @@ from hyport_lib.utils.files import ensure_writable
 from hyport_lib.weights.checksums import checksum_name
 from hyport_lib.weights.result import WeightsResult
 from hyport_lib.weights.show import comparison_frame, reload_frame, shards_frame
-from hyport_lib.weights.stage import summarize
-from hyport_lib.weights.verify import WeightsPlan
+from hyport_lib.weights.stage import WeightsPlan, summarize
 
 #: Switches here, off unless given: a bare ``hyport verify PATH`` reads the headers in
 #: milliseconds, where the notebook runs every check (the cell's defaults are on).

@@ -1,9 +1,7 @@
-"""Preflight of the inference grid: which cards run, which are skipped and why.
-
-The environment check (:mod:`hyport_lib.devices.probe`) says which cards hold
-processes; a busy card is skipped unless ``allow_busy_cards=True``. Nothing is ever
-killed to free a card. The plan is a value: the notebook shows it, then
-:func:`~hyport_lib.inference.grid.run_grid` runs exactly that plan.
+"""Preflight of the inference grid and of a training launch: which cards run, which are
+skipped and why. A busy card (:mod:`.probe`) is skipped unless ``allow_busy_cards=True``;
+nothing is ever killed to free a card. The plan is a value: the notebook shows it, then the
+grid runs exactly that plan.
 """
 
 from __future__ import annotations
@@ -24,11 +22,12 @@ if TYPE_CHECKING:
 
 @dataclass
 class CardPlan:
-    """What the preflight decided for one card."""
-
     card: int
     run: bool
     busy_processes: list[dict] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return {**asdict(self), "busy_reason": self.busy_reason}
 
     @property
     def busy_reason(self) -> str:
@@ -50,7 +49,6 @@ class GridPlan:
         return [c.card for c in self.cards if c.run]
 
     def frame(self) -> pd.DataFrame:
-        """One row per card: what the preflight decided and why."""
         # pandas only here, for the table: planning a grid (the stage's import) stays light.
         import pandas as pd
 
@@ -60,16 +58,10 @@ class GridPlan:
             "processes": c.busy_reason.removeprefix("card busy: ") or "none",
         } for c in self.cards], columns=["card", "status", "processes"])
 
-    def to_dict(self) -> dict:
-        return {"kind": self.kind, "allow_busy_cards": self.allow_busy_cards,
-                "preflight_error": self.preflight_error,
-                "cards": [{**asdict(c), "busy_reason": c.busy_reason} for c in self.cards]}
-
 
 def available_cards(backend: Backend, num_cards: Optional[int] = None) -> list[int]:
-    """Card ids the grid may use, as the device tools number them: on CPU worker processes
-    ``0..num_cards-1``; on an accelerator the visible cards, the entries of an inherited
-    visible-devices variable (``ASCEND_RT_VISIBLE_DEVICES=4,5``) when there is one."""
+    """Card ids as the device tools number them: on CPU worker processes; on an accelerator
+    the visible cards, the entries of an inherited visible-devices variable when there is one."""
     if num_cards is not None and int(num_cards) < 1:
         raise ValueError(f"num_cards={num_cards!r}: expected a positive number or None (all cards)")
     if backend.kind == "cpu":
@@ -89,7 +81,7 @@ def available_cards(backend: Backend, num_cards: Optional[int] = None) -> list[i
 
 
 def _busy_from_environment(backend: Backend) -> tuple[dict, Optional[str]]:
-    """Ask the environment check which cards hold processes; unknown is not busy."""
+    """Unknown is not busy."""
     try:
         listing = probe_devices(backend)
     except (OSError, RuntimeError, ValueError, subprocess.SubprocessError) as exc:
@@ -105,9 +97,8 @@ def _busy_from_environment(backend: Backend) -> tuple[dict, Optional[str]]:
 
 def plan_grid(backend: Backend, num_cards: Optional[int] = None, allow_busy_cards: bool = False,
               cards: Optional[list[int]] = None, busy: Optional[dict] = None) -> GridPlan:
-    """Preflight: which of ``cards`` (default: the first ``num_cards`` available) run, which
-    are skipped because another process holds them. ``busy``: ``{card: [process, ...]}``
-    (dicts or device processes), by default from :func:`~hyport_lib.devices.probe.probe_devices`."""
+    """``cards``: default the first ``num_cards`` available; ``busy``: ``{card: [process, ...]}``
+    (dicts or device processes), by default what :func:`.probe.probe_devices` finds."""
     ids = [int(c) for c in cards] if cards is not None else available_cards(backend, num_cards)
     if len(set(ids)) != len(ids):
         raise ValueError(f"cards={cards!r}: each card may appear once")

@@ -33,18 +33,15 @@ DTYPE_BYTES = {"float32": 4, "fp32": 4, "bfloat16": 2, "bf16": 2, "float16": 2, 
 
 @dataclass(frozen=True)
 class RamNeed:
-    """Host GB one rank needs, and how the figure was made (for the plan)."""
-
     per_rank_gb: float
-    how: str
+    how: str  # how the figure was made, for the plan
 
 
 def ram_need_per_rank(kind: str, num_parameters: int, mode: str, *, dtype: str = "float32",
                       zero_stage: int = 0, world_size: int = 1) -> RamNeed:
-    """Host RAM one rank needs for a model of ``num_parameters`` in ``mode`` (``inference``,
-    ``full``: fine-tune with Adam, ``lora``: frozen weights). On ``cpu`` the model lives in
-    host RAM; on an accelerator the host holds the weights while they load. ZeRO-3
-    (``zero_stage``) splits the model itself over ``world_size`` ranks."""
+    """``mode``: ``inference``, ``full`` (fine-tune with Adam) or ``lora`` (frozen weights). On
+    ``cpu`` the model lives in host RAM; on an accelerator the host holds the weights while
+    they load. ZeRO-3 (``zero_stage``) splits the model itself over ``world_size`` ranks."""
     if mode not in ("inference", "full", "lora"):
         raise ValueError(f"mode={mode!r}: expected inference, full or lora")
     width = DTYPE_BYTES.get(str(dtype).replace("torch.", ""), 4)
@@ -62,8 +59,8 @@ def ram_need_per_rank(kind: str, num_parameters: int, mode: str, *, dtype: str =
 
 
 def host_memory() -> dict:
-    """``ram_total_gb`` and ``ram_available_gb`` this process may use (None when unknown):
-    the host's, capped by the container's memory limit (cgroup v2 or v1) when lower."""
+    """``ram_total_gb`` and ``ram_available_gb`` this process may use: the host's, capped by
+    the container's memory limit (cgroup v2 or v1) when lower."""
     import psutil
 
     vm = psutil.virtual_memory()
@@ -78,7 +75,7 @@ def host_memory() -> dict:
 
 
 def _cgroup_gb(names: tuple[str, ...], root: Path = Path("/sys/fs/cgroup")) -> Optional[float]:
-    """The first of the cgroup (v2, then v1) files ``names`` that holds a number, in GB."""
+    """The first of the cgroup files ``names`` that holds a number, in GB."""
     for name in names:
         try:
             text = (root / name).read_text().strip()
@@ -90,14 +87,13 @@ def _cgroup_gb(names: tuple[str, ...], root: Path = Path("/sys/fs/cgroup")) -> O
 
 
 def cgroup_memory_limit_gb(root: Path = Path("/sys/fs/cgroup")) -> Optional[float]:
-    """The memory limit of this process's cgroup in GB, or None when unlimited/unknown."""
+    """None when unlimited or unknown."""
     return _cgroup_gb(("memory.max", "memory/memory.limit_in_bytes"), root)
 
 
 def check_host_memory(kind: str, num_cards: int, system: Mapping,
                       ram_gb_per_card: Optional[float] = None,
                       shm_gb_per_card: Optional[float] = None) -> list[Check]:
-    """Host RAM and /dev/shm against what ``num_cards`` ranks need."""
     ram_per = DEFAULT_RAM_GB_PER_CARD.get(kind, 1.0) if ram_gb_per_card is None else ram_gb_per_card
     shm_per = DEFAULT_SHM_GB_PER_CARD.get(kind, 0.25) if shm_gb_per_card is None else shm_gb_per_card
     shm_need = shm_per * num_cards
@@ -112,7 +108,7 @@ def check_host_memory(kind: str, num_cards: int, system: Mapping,
 
 
 def shm_size_flag(need_gb: float) -> str:
-    """The ``docker run`` flag that gives ``need_gb`` of /dev/shm, in whole GB rounded up."""
+    """``--shm-size`` in whole GB, rounded up."""
     return f"--shm-size={max(1, math.ceil(need_gb - 1e-9))}g"
 
 
@@ -122,14 +118,10 @@ _SIZE_UNIT_GB = {"": 1 / 2 ** 30, "k": 1 / 2 ** 20, "m": 1 / 2 ** 10, "g": 1.0}
 
 
 def shm_size_from_mounts(text: str) -> Optional[float]:
-    """The size in GB of the tmpfs mounted on /dev/shm, from /proc/mounts text (as a
-    container's ``--shm-size`` sets it: ``shm /dev/shm tmpfs rw,...,size=65536k 0 0``).
-
-    /proc/mounts lists mounts in the order they were made, and a later mount on the same
-    folder hides the earlier one (Kubernetes mounts a memory ``emptyDir`` over the
-    runtime's 64 MB /dev/shm), so the last /dev/shm line is the one in effect. None when
-    /dev/shm is not listed, or its last line has no ``size=`` option (tmpfs then takes half
-    the RAM, which the mount line does not say)."""
+    """The GB of the tmpfs on /dev/shm, from /proc/mounts (``shm /dev/shm tmpfs rw,...,size=65536k
+    0 0``, as ``--shm-size`` sets it). A later mount on the same folder hides the earlier one
+    (Kubernetes mounts a memory ``emptyDir`` over the runtime's 64 MB), so the last line is
+    the one in effect. None without a line or ``size=`` (tmpfs then takes half the RAM)."""
     options = None
     for line in text.splitlines():
         fields = line.split()
@@ -141,8 +133,7 @@ def shm_size_from_mounts(text: str) -> Optional[float]:
 
 def check_container_shm(total_gb: Optional[float], num_cards: int, per_card_gb: float,
                         where: str = "") -> Check:
-    """A container's /dev/shm (``total_gb``, its ``--shm-size``; None: SKIP) against
-    ``num_cards`` × ``per_card_gb``; ``where``: `` in TREE`` when read from a copied tree."""
+    """``total_gb``: the container's ``--shm-size`` (None: SKIP); ``where``: `` in TREE``."""
     need = per_card_gb * max(num_cards, 1)
     wanted = f"{need:g} GB needed for {num_cards} cards ({per_card_gb:g} GB each)"
     if total_gb is None:
@@ -157,8 +148,8 @@ def check_container_shm(total_gb: Optional[float], num_cards: int, per_card_gb: 
 
 def require_host_ram(kind: str, num_cards: int, what: str = "workers",
                      need: Optional[RamNeed] = None) -> None:
-    """ValueError for ``num_cards`` ranks the host's RAM cannot hold (the ``host_ram`` check's
-    figure, or ``need`` when the model is known), naming the RAM needed, how, and what is there."""
+    """ValueError for ``num_cards`` ranks the host's RAM cannot hold: the ``host_ram`` check's
+    figure, or ``need`` when the model is known."""
     check = check_host_memory(kind, num_cards, host_memory(),
                               ram_gb_per_card=need.per_rank_gb if need else None)[0]
     if check.verdict == "FAIL":
@@ -168,8 +159,8 @@ def require_host_ram(kind: str, num_cards: int, what: str = "workers",
 
 def _room_check(name: str, label: str, total: Optional[float], free: Optional[float],
                 per_card: float, num_cards: int, too_small: str, hint: str = "") -> Check:
-    """One capacity check: SKIP when unknown, ``too_small`` when the total cannot hold
-    ``num_cards`` × ``per_card`` GB, WARN when only the free part falls short."""
+    """SKIP when unknown, ``too_small`` when the total cannot hold the cards, WARN when only
+    the free part falls short."""
     need = per_card * num_cards
     wanted = f"{need:.2f} GB needed for {num_cards} cards ({per_card:g} GB each)"
     if total is None:

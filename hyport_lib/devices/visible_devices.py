@@ -1,8 +1,6 @@
 """The visible-devices variable (``ASCEND_RT_VISIBLE_DEVICES`` / ``CUDA_VISIBLE_DEVICES``):
-what the runtime will actually see (:func:`parse_visible_devices`), the ids the grid pins
-workers to (:func:`inherited_card_ids`), and a judgement that names the fix
-(:func:`check_visible_devices`).
-"""
+what the runtime will actually see, the ids the grid pins workers to, and a judgement that
+names the fix."""
 
 from __future__ import annotations
 
@@ -17,12 +15,9 @@ def _is_ascend_var(var_name: str) -> bool:
 
 
 def parse_visible_devices(value: str, var_name: str = "ASCEND_RT_VISIBLE_DEVICES") -> list[int]:
-    """The card indices the runtime will actually see for ``value``.
-
-    Ascend stops reading at the first space (``"1, 2,3"`` -> ``[1]``). CUDA (as torch
-    parses it) strips each entry, stops at the first entry that is not a number and
-    shows no card at all when one is listed twice. GPU UUIDs give ``[]`` here.
-    """
+    """The card indices the runtime will actually see: Ascend stops reading at the first space
+    (``"1, 2,3"`` -> ``[1]``); CUDA (as torch parses it) strips each entry, stops at the first
+    that is not a number and shows no card when one is listed twice. UUIDs give ``[]``."""
     text = value.strip()
     if _is_ascend_var(var_name):
         text = text.split()[0] if text else ""
@@ -39,10 +34,9 @@ def parse_visible_devices(value: str, var_name: str = "ASCEND_RT_VISIBLE_DEVICES
 
 
 def inherited_card_ids(var: str, value: str) -> list[int]:
-    """Host card ids listed by an inherited visible-devices variable, in order: the grid
-    pins each worker with ``var=<id>``, so what it cannot map (every card hidden, a UUID, a
-    range, an empty entry, a duplicate, an Ascend space) is a ValueError naming the variable,
-    never a worker pinned to the wrong card."""
+    """Host card ids an inherited visible-devices variable lists: the grid pins each worker
+    with ``var=<id>``, so what it cannot map (every card hidden, a UUID, a range, an empty
+    entry, a duplicate, an Ascend space) is a ValueError naming the variable."""
     ascend = _is_ascend_var(var)
     shown = f"{var}={value!r}"
     text = value.strip()
@@ -71,12 +65,12 @@ def inherited_card_ids(var: str, value: str) -> list[int]:
 
 
 def visible_devices_owner(var_name: str) -> str:
-    """The backend kind that reads ``var_name``: ``npu`` for Ascend's, ``cuda`` otherwise."""
+    """The backend kind that reads ``var_name``."""
     return "npu" if _is_ascend_var(var_name) else "cuda"
 
 
 def hides_all_cards(value: Optional[str], var_name: str) -> bool:
-    """True for the usual ways of hiding every card: empty, or ``-1`` for CUDA."""
+    """Empty, or ``-1`` for CUDA."""
     if value is None:
         return False
     text = value.strip()
@@ -84,9 +78,8 @@ def hides_all_cards(value: Optional[str], var_name: str) -> bool:
 
 
 def visible_card_ids(value: Optional[str], var_name: str) -> Optional[list[int]]:
-    """Host card ids (as npu-smi / nvidia-smi number them, in the runtime's order) that
-    ``value`` leaves visible; None when unset or selecting by GPU UUID (every listed card is
-    judged); ``[]`` when it hides every card."""
+    """Host card ids (as npu-smi / nvidia-smi number them) that ``value`` leaves visible; None
+    when unset or selecting by GPU UUID (every listed card is judged)."""
     if value is None:
         return None
     if hides_all_cards(value, var_name):
@@ -99,16 +92,14 @@ def visible_card_ids(value: Optional[str], var_name: str) -> Optional[list[int]]
 
 def check_visible_devices(value: Optional[str], var_name: str,
                           available: Optional[int] = None, kind: Optional[str] = None) -> Check:
-    """Judge a visible-devices variable's ``value`` (None: unset), and its range given the
-    host's ``available`` cards; strictly only for the backend that reads it: for another
-    ``kind`` (a CI box hiding its GPUs with ``CUDA_VISIBLE_DEVICES=-1`` on cpu) at most WARN."""
+    """``value`` None: unset. Strict only for the backend that reads it: for another ``kind``
+    (a CI box hiding its GPUs with ``CUDA_VISIBLE_DEVICES=-1`` on cpu) at most WARN."""
     if kind and kind != visible_devices_owner(var_name):
         return _foreign_visible_devices(value, var_name, kind)
     return _judge_visible_devices(value, var_name, available)
 
 
 def _foreign_visible_devices(value: Optional[str], var_name: str, kind: str) -> Check:
-    """A variable the active backend does not read: report it, never FAIL on it."""
     name = "visible_devices"
     owner = visible_devices_owner(var_name)
     not_read = f"the {kind} backend does not read it"
@@ -129,7 +120,6 @@ def _foreign_visible_devices(value: Optional[str], var_name: str, kind: str) -> 
 
 def _judge_visible_devices(value: Optional[str], var_name: str,
                            available: Optional[int]) -> Check:
-    """Strict judgement, for the backend that reads ``var_name``."""
     name = "visible_devices"
     if value is None:
         return Check(name, "SKIP", f"{var_name} not set: every card is visible")

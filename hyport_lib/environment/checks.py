@@ -1,13 +1,16 @@
 """The judgements of stage 01: each takes collected facts as plain values (never probing,
-so each can be tested with made-up input) and returns a :class:`Check`;
-:func:`hyport_lib.environment.stage.run` gathers the facts and calls them.
-"""
+so each can be tested with made-up input) and returns a :class:`Check`."""
 
 from __future__ import annotations
 
 import socket
 from typing import Iterable, Mapping, Optional
 
+from packaging.version import InvalidVersion, Version
+
+from hyport_lib.backend import CudaBackend, NpuBackend
+from hyport_lib.devices.probe import DeviceListing
+from hyport_lib.devices.visible_devices import check_visible_devices, visible_card_ids
 from hyport_lib.environment.facts import CannFacts
 from hyport_lib.results import Check
 from hyport_lib.utils.printable import printable
@@ -22,12 +25,12 @@ TRANSFORMERS_RANGE = ((4, 57), (6, 0))  # [low, high)
 HCCL_BASE_PORT = 60000  # host side; HCCL_IF_BASE_PORT moves it
 HCCL_DEVICE_PORT = 16666
 HCCL_CONNECT_TIMEOUT_RANGE = (120, 7200)
-
+#: Visible-devices variable of each accelerator kind, as the backend seam names them.
+VISIBLE_DEVICES_VARS = {b.kind: b.visible_devices_var for b in (NpuBackend, CudaBackend)}
 
 
 # --- ports --------------------------------------------------------------------------------
 def port_taken(port: int, hosts: Iterable[str] = ("0.0.0.0", "127.0.0.1")) -> bool:
-    """True when binding ``port`` fails on any of ``hosts``; the socket closes at once."""
     for host in hosts:
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
             # SO_REUSEADDR: a port in TIME_WAIT is usable by the next job, so not "taken".
@@ -40,7 +43,7 @@ def port_taken(port: int, hosts: Iterable[str] = ("0.0.0.0", "127.0.0.1")) -> bo
 
 
 def hccl_ports(num_cards: int, environ: Mapping[str, str]) -> list[int]:
-    """Host ports HCCL binds for ``num_cards`` ranks on this host, plus the device port."""
+    """The host ports HCCL binds for ``num_cards`` ranks, plus the device port."""
     base_text = environ.get("HCCL_IF_BASE_PORT", "")
     base = int(base_text) if base_text.strip().isdigit() else HCCL_BASE_PORT
     return [base + i for i in range(max(int(num_cards), 1))] + [HCCL_DEVICE_PORT]
@@ -48,7 +51,7 @@ def hccl_ports(num_cards: int, environ: Mapping[str, str]) -> list[int]:
 
 def check_hccl_ports(kind: str, num_cards: int, environ: Mapping[str, str],
                      probe=port_taken) -> Check:
-    """Are the ports HCCL will bind free? Judged on NPU; reported (SKIP) elsewhere."""
+    """Judged on NPU; reported (SKIP) elsewhere."""
     ports = hccl_ports(num_cards, environ)
     taken = [p for p in ports if probe(p)]
     span = f"{ports[0]}-{ports[-2]}" if len(ports) > 2 else str(ports[0])
@@ -64,13 +67,33 @@ def check_hccl_ports(kind: str, num_cards: int, environ: Mapping[str, str],
 
 
 # --- cards ---------------------------------------------------------------------------------
+def visible_device_checks(kind: str, listing: DeviceListing,
+                          environ: Mapping[str, str]) -> list[Check]:
+    """One check per visible-devices variable: strict for ``kind``'s own, lenient for others."""
+    own = VISIBLE_DEVICES_VARS.get(kind)
+    names = [v for v in VISIBLE_DEVICES_VARS.values() if v in environ or v == own]
+    if not names:
+        return [Check("visible_devices", "SKIP", "no visible-devices variable set")]
+    names.sort(key=lambda v: v != own)  # the variable that matters first
+    host_cards = len(listing.devices) if listing.source in ("npu-smi", "nvidia-smi") else None
+    return [check_visible_devices(environ.get(v), v, host_cards if v == own else None, kind) for v in names]
+
+
+def visible_cards(kind: str,
+                  environ: Mapping[str, str]) -> tuple[Optional[list[int]], Optional[str]]:
+    """Host card ids the backend's variable leaves visible (None: all), and ``VAR=value``."""
+    var = VISIBLE_DEVICES_VARS.get(kind)
+    if var is None or var not in environ:
+        return None, None
+    return visible_card_ids(environ[var], var), f"{var}={environ[var]}"
+
+
 def check_busy_cards(kind: str, listing, num_cards: Optional[int] = None,
                      visible: Optional[list[int]] = None,
                      visible_var: Optional[str] = None) -> Check:
-    """Cards held by some process, among those this process may use: FAIL when fewer free
-    cards remain than ``num_cards`` requests, or none; WARN when some are busy but enough are
-    free (hyport skips busy cards). Busy cards outside ``visible`` (the host ids
-    ``visible_var`` leaves visible; None: all) are named but do not count."""
+    """FAIL when fewer free cards remain than ``num_cards`` requests, or none; WARN when some
+    are busy but enough are free (hyport skips busy cards). Busy cards outside ``visible``
+    (the host ids ``visible_var`` leaves visible; None: all) are named but do not count."""
     name = "busy_cards"
     if kind == "cpu":
         return Check(name, "SKIP", "CPU backend: the cards are worker processes hyport starts")
@@ -173,8 +196,7 @@ def check_video_processors(transformers_version: Optional[str], torchvision_prob
                            model_type: str = "", wants_video: Optional[bool] = None) -> Check:
     """Processors whose video part needs torchvision (transformers 5: the Qwen-VL family,
     LLaVA-OneVision, InternVL) load whole only where torchvision imports; elsewhere hyport
-    loads their image side alone. WARN when the model at hand has such a processor (or
-    cannot be told); a model without one needs no torchvision."""
+    loads their image side alone. WARN when the model's processor has one (or cannot be told)."""
     name = "video_processors"
     model_type = printable(model_type)  # read from the model's config.json
     if torchvision_problem is None:
@@ -206,10 +228,8 @@ def check_packages(versions: Mapping[str, Optional[str]], kind: str = "cpu") -> 
     notes = []
     tf = versions.get("transformers")
     try:
-        from packaging.version import Version
-
         release = Version(tf).release[:2] if tf else None
-    except ValueError:
+    except InvalidVersion:
         release = None
     low, high = TRANSFORMERS_RANGE
     if release is not None and not (low <= release < high):
@@ -223,23 +243,14 @@ def check_packages(versions: Mapping[str, Optional[str]], kind: str = "cpu") -> 
     return Check("packages", "PASS", f"all {len(REQUIRED_PACKAGES)} required packages installed")
 
 
-def _release(version: str) -> str:
-    """``2.6.0a0`` / ``2.4.0rc1`` / ``2.1.0.post3`` -> the release torch-npu pairs with."""
-    from packaging.version import InvalidVersion, Version
-
-    try:
-        return Version(version).base_version if version else version
-    except InvalidVersion:
-        return version  # not PEP 440: shown as written
-
-
 def torch_npu_install_command(torch_version: Optional[str]) -> str:
-    """The pip command that adds torch-npu for the *installed* torch and keeps that torch.
-
-    An open ``pip install torch-npu`` takes the newest release, which needs its own torch
-    and replaces the host's; torch-npu X.Y.Z.* goes with torch X.Y.Z.
-    """
-    base = _release((torch_version or "").split("+")[0].strip())
+    """The pip command that adds torch-npu for the *installed* torch and keeps that torch: an
+    open ``pip install torch-npu`` takes the newest release, which replaces the host's torch."""
+    base = (torch_version or "").split("+")[0].strip()
+    try:  # 2.6.0a0 / 2.4.0rc1 / 2.1.0.post3: torch-npu pairs with the release 2.6.0 / 2.4.0 / 2.1.0
+        base = Version(base).base_version if base else base
+    except InvalidVersion:
+        pass  # not PEP 440: shown as written
     if not base:
         return "pip install torch torch-npu  # no torch installed: pick the pair CANN supports"
     return f'pip install "torch-npu=={base}.*" "torch=={base}"'
@@ -268,7 +279,7 @@ def check_torch_npu_import(kind: str, version: Optional[str], error: Optional[st
 
 
 def check_cann_env(kind: str, cann: CannFacts, environ: Mapping[str, str]) -> Check:
-    """Is a CANN installed, and is its environment sourced in this process?"""
+    """Is a CANN installed, and its environment sourced in this process?"""
     name = "cann_env"
     set_env = cann.set_env
     home = environ.get("ASCEND_HOME_PATH") or environ.get("ASCEND_TOOLKIT_HOME")
@@ -287,7 +298,6 @@ def check_cann_env(kind: str, cann: CannFacts, environ: Mapping[str, str]) -> Ch
 
 
 def check_hccl_env(kind: str, environ: Mapping[str, str]) -> Check:
-    """Sanity of the HCCL / Ascend variables that change behaviour."""
     name = "hccl_env"
     problems = []
     timeout = environ.get("HCCL_CONNECT_TIMEOUT")

@@ -1,13 +1,13 @@
-"""Which torch and CANN each torch_npu release is built for, and the checks that use it.
+"""Which releases go together: each torch_npu release with its torch and CANN, and each
+CANN release with the Ascend driver; the checks that judge an installation against them.
 
-The rule that matters most is simple: torch_npu X.Y.* works only with torch X.Y
-(anything else ends in ``undefined symbol`` inside ``libtorch_npu.so``). Within X.Y
-a torch_npu release is built against one torch patch release, and ships with one
-CANN release. :data:`TORCH_NPU_COMPAT` is the one place that records this; add a row
-when Ascend publishes a release. A torch_npu release missing from the table is still
-judged by the version-number rule.
-
-Source: the version table of the Ascend Extension for PyTorch README (gitcode.com/Ascend/pytorch).
+torch_npu X.Y.* works only with torch X.Y (anything else ends in ``undefined symbol``
+inside ``libtorch_npu.so``); within X.Y a release is built against one torch patch release
+and ships with one CANN release. :data:`TORCH_NPU_COMPAT` records this (source: the version
+table of the Ascend Extension for PyTorch README, gitcode.com/Ascend/pytorch): add a row
+when Ascend publishes a release; one missing is still judged by the version-number rule.
+The driver is judged only where a CANN release note documents its pairing (the source,
+and why ``compatible_version_*`` are shown but never judged: ``docs/containers.md``).
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from typing import NamedTuple, Optional
 
 from packaging.version import InvalidVersion, Version
 
+from hyport_lib.environment.facts import DriverVersions, normalise_cann
 from hyport_lib.results import Check
 
 
@@ -71,6 +72,13 @@ TORCH_NPU_COMPAT: dict[str, Pairing] = {
     "2.1.0.post6": Pairing("2.1.0", "8.0.RC2"),
     "1.11.0.post14": Pairing("1.11.0", "8.0.RC2"),
 }
+
+#: CANN release -> the Ascend HDK releases (driver ``major.minor``) its release notes pair it with.
+HDK_FOR_CANN: dict[str, tuple[str, ...]] = {
+    "8.5.0": ("25.5", "25.3", "25.2", "25.0"),
+}
+HDK_SOURCE = ("CANN 8.5.0 release notes, 'Mapping Between CANN and Driver Versions' "
+              "(hiascend.com canncommercial/850 releasenote_0000)")
 
 
 def _version(text: str, what: str) -> Version:
@@ -132,17 +140,6 @@ def check_torch_npu_compat(torch_version: Optional[str], torch_npu_version: Opti
     return Check(name, "PASS", f"{pair}: built for each other{where}")
 
 
-def normalise_cann(version: Optional[str]) -> Optional[str]:
-    """``CANN-8.3.RC1`` / ``8.3.rc1`` -> ``8.3.RC1``; None stays None."""
-    if not version:
-        return None
-    text = str(version).strip()
-    for prefix in ("CANN", "cann"):
-        if text.startswith(prefix):
-            text = text[len(prefix):].lstrip(" -_")
-    return re.sub(r"(?i)rc", "RC", text) if text else None
-
-
 def check_cann_compat(torch_npu_version: Optional[str], cann_version: Optional[str]) -> Check:
     """The installed CANN against the one the torch_npu release is published with: WARN (not
     FAIL) on a difference, as newer CANN releases usually keep older torch_npu working."""
@@ -160,3 +157,53 @@ def check_cann_compat(torch_npu_version: Optional[str], cann_version: Optional[s
         return Check(name, "PASS", f"CANN {cann} is the release torch_npu {torch_npu_version} ships with")
     return Check(name, "WARN", f"torch_npu {torch_npu_version} is published for CANN {pairing.cann}, "
                                f"installed CANN {cann}")
+
+
+def hdk_release(driver_version: Optional[str]) -> Optional[str]:
+    """``25.0.rc1.1`` / ``25.3.RC1`` / ``24.1.0`` -> ``25.0`` / ``25.3`` / ``24.1``; None
+    when the text does not start with two numbers."""
+    match = re.match(r"\s*(\d+)\.(\d+)", driver_version or "")
+    return f"{int(match.group(1))}.{int(match.group(2))}" if match else None
+
+
+def _release_key(release: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in release.split("."))
+
+
+def check_driver_cann(versions: DriverVersions, *, applies: bool, where: str = "") -> Check:
+    """CANN against the driver, where Huawei documents the pairing; otherwise the versions.
+    SKIP unless it ``applies`` (an Ascend backend or host); ``where``: `` under TREE`` for a
+    copied tree."""
+    name = "driver_cann_compat"
+    seen = versions.describe()
+    if not applies:
+        return Check(name, "SKIP", f"not an Ascend host ({seen}{where})")
+    if versions.errors:
+        return Check(name, "WARN", f"{'; '.join(versions.errors)} ({seen}{where}: the pairing is not judged)")
+    if not versions.driver or not versions.cann:
+        if versions.driver_file and not versions.driver:
+            missing = f"{versions.driver_file} has no Version= line"
+        else:
+            missing = "no driver version.info" if not versions.driver else "no CANN install info"
+        return Check(name, "SKIP", f"{seen}{where}: {missing}, nothing to pair")
+    release = ".".join(versions.cann.split(".")[:3])  # 8.5.0.1 / 8.5.0.alpha001: the release 8.5.0
+    documented = HDK_FOR_CANN.get(release)
+    hdk = hdk_release(versions.driver)
+    if documented is None:
+        return Check(name, "SKIP", f"{seen}{where}: hyport knows no vendor-documented driver "
+                                   f"pairing for CANN {versions.cann}; versions reported, not judged")
+    wanted = ", ".join(f"{r}.X" for r in documented)
+    if hdk in documented:
+        return Check(name, "PASS", f"{seen}{where}: driver {versions.driver} is Ascend HDK {hdk}.X, "
+                                   f"which CANN {release} pairs with ({HDK_SOURCE})")
+    oldest = min(documented, key=_release_key)
+    if hdk is not None and _release_key(hdk) < _release_key(oldest):
+        return Check(name, "FAIL", f"{seen}{where}: CANN {release} pairs only with Ascend HDK {wanted} "
+                                   f"({HDK_SOURCE}); driver {versions.driver} is older than all of them: "
+                                   f"install a listed driver on the host, or use an image built for a "
+                                   f"CANN that supports this driver")
+    # A release note lists the drivers that existed when it was written; a later driver is
+    # paired with this CANN by later notes, if at all, which hyport does not hold.
+    return Check(name, "WARN", f"{seen}{where}: CANN {release}'s notes list Ascend HDK {wanted} "
+                               f"({HDK_SOURCE}); driver {versions.driver} is not among them and not "
+                               f"older than them: check the pairing in the driver's own release notes")

@@ -1,45 +1,39 @@
 """Is this an Ascend container started with everything its jobs need? Device nodes, driver
 mounts and /dev/shm, judged against the ``docker run`` line of Huawei's cloud manuals
-(``docs/containers.md``: ``--device=/dev/davinciN``, ``davinci_manager``, ``devmm_svm``,
-``hisi_hdc``, ``--shm-size``, ``-v`` of dcmi, the driver, ``/usr/slog`` and npu-smi). A
-missing node or mount shows up much later as an opaque torch_npu or HCCL error; here each
-is named with the one flag that adds it.
+(``docs/containers.md``). A missing node or mount shows up much later as an opaque
+torch_npu or HCCL error; here each is named with the one flag that adds it. Every path is
+read under a ``root`` (``/``: this machine), so a copy of a host's folders can be judged
+offline; under any other root (where nodes cannot be made) any file stands for a node.
 
-Every path is read under a ``root`` (``/``: this machine), so a copy of a host's folders
-can be judged offline; under any other root (where nodes cannot be made) any file stands
-for a device node. ``npu-smi`` is accepted at ``/usr/local/sbin`` (the manual) or
-``/usr/local/bin`` (vLLM Ascend's line). Which card nodes are needed: :mod:`.container_cards`.
+The card nodes needed are read from the Ascend Docker Runtime's variables as the runtime
+reads them, the npu-smi listing, ``num_cards`` and the nodes present (``docs/containers.md``,
+"Which cards", names the variables' meaning and sources). Without a variable or a listing,
+a container's cards are the nodes present: ``docker run --device=/dev/davinci4`` gives a
+one-card container whose card is 4, not 0.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import stat
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Mapping, Optional
 
 from hyport_lib.devices.host_memory import check_container_shm, shm_size_flag, shm_size_from_mounts
+from hyport_lib.devices.visible_devices import parse_visible_devices
 from hyport_lib.results import Check, worst_verdict
-from hyport_lib.environment.container_cards import CardNeed, needed_cards, suggested_cards
-from hyport_lib.environment.driver_versions import DriverVersions
-from hyport_lib.environment.tree_files import MAX_PROC_BYTES, read_optional
-from hyport_lib.environment.tree_paths import is_machine_root, present, under
+from hyport_lib.environment.facts import DriverVersions, container_evidence
+from hyport_lib.environment.tree import MAX_PROC_BYTES, is_machine_root, present, read_optional, under
 from hyport_lib.utils.bounded_files import kind_of
 from hyport_lib.utils.printable import printable
-
-#: Files whose presence says "container", relative to the root.
-#: containerd (Kubernetes) writes neither file; a pod gets its service account's folder.
-CONTAINER_MARKERS = (".dockerenv", "run/.containerenv", "var/run/secrets/kubernetes.io")
-#: Words in /proc/1/cgroup that name a container runtime (cgroup v1 paths).
-CGROUP_WORDS = ("docker", "kubepods", "containerd", "lxc", "libpod")
 
 
 @dataclass(frozen=True)
 class Item:
     """One thing the container needs: its path inside the container, the ``docker run``
-    flag that adds it, what is lost without it, and how bad that is (FAIL: jobs cannot
-    start; WARN: a tool is lost)."""
+    flag that adds it, what is lost without it, and how bad that is."""
 
     path: str
     flag: str
@@ -91,42 +85,16 @@ MOUNTS = (
 )
 #: What docker leaves where a ``-v`` source did not exist on the host.
 EMPTY_MOUNT = "docker makes a -v source missing on the host into an empty folder"
-
-
-def container_evidence(root: Path, refused: Optional[list[str]] = None) -> Optional[str]:
-    """What says ``root`` is a container: a marker file (docker's, podman's, a Kubernetes
-    service account folder), a runtime named in /proc/1/cgroup, or an overlay ``/`` (what
-    a cgroup v2 pod on containerd shows); None when nothing does. A /proc file present but
-    not read (a FIFO, too large) is added to ``refused``: "nothing says container" may then
-    be wrong.
-    """
-    refused = [] if refused is None else refused
-    for marker in CONTAINER_MARKERS:
-        if present(root, marker):
-            return f"/{marker}"
-    cgroup = read_optional(root, "proc/1/cgroup", MAX_PROC_BYTES, refused)
-    word = next((w for w in CGROUP_WORDS if w in (cgroup or "")), None)
-    if word:
-        return f"/proc/1/cgroup names {word}"
-    # cgroup v2 shows ``0::/`` inside a container; its root is then an overlay mount
-    return "/ is an overlay mount (/proc/1/mountinfo)" if _root_is_overlay(root, refused) else None
-
-
-def _root_is_overlay(root: Path, refused: list[str]) -> bool:
-    """Whether the first process's ``/`` is an overlay filesystem, as container runtimes
-    mount an image (a mountinfo line: ``... <root> <mount point> ... - <type> ...``)."""
-    text = read_optional(root, "proc/1/mountinfo", MAX_PROC_BYTES, refused)
-    kind = None
-    for line in (text or "").splitlines():  # the last mount on / is the one in effect
-        fields, _, rest = line.partition(" - ")
-        parts = fields.split()
-        if len(parts) >= 5 and parts[4] == "/":
-            kind = (rest.split() or [None])[0]
-    return kind == "overlay"
+#: The highest right end of a range the Ascend Docker Runtime accepts (``maxDevice``).
+MAX_RANGE_END = 128
+#: ``AscendXXX-Y`` as the runtime matches it.
+CHIP_NAME = re.compile(r"^Ascend(910|310|310B|310P)-(\d+)$")
+#: Values of ASCEND_VISIBLE_DEVICES with which the runtime mounts no NPU.
+NO_NPU_VALUES = ("", "void")
 
 
 def ascend_signs(root: Path) -> list[str]:
-    """Paths under ``root`` that show Ascend software or devices (empty on a plain host)."""
+    """Paths under ``root`` that show Ascend software or devices."""
     signs = [p for p in ("/usr/local/Ascend", "/dev/davinci_manager") if present(root, p)]
     if present(root, "/dev"):
         signs += sorted(printable(f"/dev/{p.name}") for p in under(root, "dev").glob("davinci[0-9]*"))[:1]
@@ -134,7 +102,7 @@ def ascend_signs(root: Path) -> list[str]:
 
 
 def _path_problem(root: Path, path: str, item: Item) -> Optional[str]:
-    """None when ``path`` under ``root`` is what ``item`` needs there; otherwise what is wrong."""
+    """What is wrong with ``path`` under ``root`` for ``item``; None when nothing is."""
     try:
         target = under(root, path)
         mode = os.stat(target).st_mode
@@ -178,10 +146,9 @@ def locate(root: Path, item: Item) -> tuple[Optional[str], Optional[str]]:
 
 @dataclass
 class ContainerFindings:
-    """What the container checks found; ``to_dict`` is the report's ``container`` section.
-    ``judged``: the node and mount checks ran (a container on an Ascend backend or tree);
-    ``missing``: ``{"path", "problem", "flag", "verdict"}`` per item not in place; ``flags``:
-    the ``docker run`` flags that add them, each once; ``refused``: /proc files not read."""
+    """The report's ``container`` section; ``judged``: the node and mount checks ran (a
+    container on an Ascend backend or tree); ``missing``: ``{"path", "problem", "flag",
+    "verdict"}`` per item not in place; ``flags``: the flags that add them, each once."""
 
     root: str
     in_container: bool
@@ -205,7 +172,7 @@ class ContainerFindings:
 
 def _judge_items(name: str, root: Path, items: list[Item], where: str, missing: list[dict],
                  more_gaps: list[tuple[Item, str]] = ()) -> Check:
-    """One check over ``items`` and ``more_gaps``: PASS, or every gap with its flag."""
+    """PASS, or every gap with its flag."""
     gaps, elsewhere = [], []
     for item in items:
         found, problem = locate(root, item)
@@ -233,6 +200,7 @@ def _mount_items(root: Path) -> list[Item]:
     return [i for i in MOUNTS if driver_ok or i not in (DRIVER_LIB64, DRIVER_VERSION)]
 
 
+# --- which card nodes --------------------------------------------------------------------
 def listed_cards(listing) -> Optional[list[int]]:
     """The card numbers an npu-smi listing shows (its NPU ids when each NPU has one chip,
     else the chips' order); None without a trusted npu-smi listing (a table cut short names
@@ -261,21 +229,149 @@ def present_card_nodes(root: Path, virtual: bool = False) -> list[int]:
     return sorted(numbers)
 
 
+@dataclass
+class CardNeed:
+    """The card nodes (``N`` of each ``/dev/davinciN``) the next stages need in the
+    container, and where those numbers came from."""
+
+    cards: list[int]
+    source: str
+    #: Further nodes needed whose numbers nothing names (``num_cards`` above the cards
+    #: present): any free card of the host will do.
+    short: int = 0
+    virtual: bool = False
+    no_npu: Optional[str] = None  # why: ASCEND_VISIBLE_DEVICES asks the runtime to mount none
+    problem: Optional[str] = None  # why ASCEND_VISIBLE_DEVICES could not be read (then ignored)
+
+
+def _card_range(entry: str, value: str) -> range:
+    low, _, high = (part.strip() for part in entry.partition("-"))
+    if not (low.isdigit() and high.isdigit()):
+        raise ValueError(f"ASCEND_VISIBLE_DEVICES={value!r}: {entry!r} is not a card number "
+                         f"or a range like 0-3")
+    first, last = int(low), int(high)
+    if last > MAX_RANGE_END:
+        raise ValueError(f"ASCEND_VISIBLE_DEVICES={value!r}: range {entry!r} ends above "
+                         f"{MAX_RANGE_END}, which the Ascend Docker Runtime refuses")
+    if first > last:
+        raise ValueError(f"ASCEND_VISIBLE_DEVICES={value!r}: range {entry!r} runs backwards "
+                         f"(write {last}-{first})")
+    return range(first, last + 1)
+
+
+def _chip_names(entries: list[str], value: str) -> list[int]:
+    cards, chips = [], set()
+    for entry in entries:
+        match = CHIP_NAME.match(entry)
+        if not match:
+            raise ValueError(f"ASCEND_VISIBLE_DEVICES={value!r}: {entry!r} is not a chip name "
+                             f"like Ascend910-1 (names and numbers do not mix)")
+        chips.add(match.group(1))
+        cards.append(int(match.group(2)))
+    if len(chips) > 1:
+        raise ValueError(f"ASCEND_VISIBLE_DEVICES={value!r}: names chips of {len(chips)} types "
+                         f"({', '.join(sorted('Ascend' + c for c in chips))}); the runtime "
+                         f"takes one type")
+    return cards
+
+
+def parse_card_list(value: str) -> list[int]:
+    """ASCEND_VISIBLE_DEVICES as the runtime reads it: ``0-3,6`` or ``Ascend910-0,Ascend910-1``
+    -> the card numbers, sorted, each once; ValueError naming an entry the runtime refuses."""
+    entries = [e.strip() for e in value.split(",") if e.strip()]
+    if "Ascend" in value:
+        return sorted(set(_chip_names(entries, value)))
+    cards: set[int] = set()
+    for entry in entries:
+        if "-" in entry:
+            cards.update(_card_range(entry, value))
+        elif entry.isdigit():
+            cards.add(int(entry))
+        else:
+            raise ValueError(f"ASCEND_VISIBLE_DEVICES={value!r}: {entry!r} is not a card number "
+                             f"or a range like 0-3")
+    return sorted(cards)
+
+
+def needed_cards(num_cards: Optional[int], environ: Mapping[str, str],
+                 listed: Optional[list[int]] = None,
+                 present: Optional[list[int]] = None) -> CardNeed:
+    """The cards seen are ASCEND_VISIBLE_DEVICES's (the runtime mounts those numbers), else
+    the listing's, else the nodes present; ASCEND_RT_VISIBLE_DEVICES picks positions among
+    them; ``num_cards`` keeps the first ones, and asks for more than are seen as ``short``.
+    Without ``listed`` (npu-smi's card numbers) and ``present`` (the card nodes in the
+    container), ``0..num_cards-1`` and positions stand for the numbers, as on a bare host."""
+    virtual = "VIRTUAL" in environ.get("ASCEND_RUNTIME_OPTIONS", "").upper()
+    host_cards, notes, problem, no_npu = None, [], None, None
+    host_var = environ.get("ASCEND_VISIBLE_DEVICES")
+    if host_var is not None:
+        text = host_var.strip()
+        if text.lower() in NO_NPU_VALUES:
+            no_npu = (f"ASCEND_VISIBLE_DEVICES={host_var!r} asks the Ascend Docker Runtime to "
+                      f"mount no NPU")
+            notes.append(f"{no_npu}; the card nodes added by hand are judged")
+        elif environ.get("ASCEND_VNPU_SPECS", "").strip():
+            notes.append(f"ASCEND_VNPU_SPECS={environ['ASCEND_VNPU_SPECS'].strip()}: a vNPU cut "
+                         f"from card {text}, mounted under the ID the runtime created")
+        else:
+            try:
+                host_cards = parse_card_list(text)
+            except ValueError as exc:
+                problem = str(exc)
+                notes.append(f"{problem} (ignored)")
+    if host_cards is not None:
+        seen, seen_from = host_cards, f"ASCEND_VISIBLE_DEVICES={host_var.strip()}"
+    elif listed is not None:
+        seen, seen_from = list(listed), "the cards npu-smi lists"
+    elif present is not None:
+        seen, seen_from = list(present), "the card nodes present"
+    else:
+        seen, seen_from = None, ""
+    if no_npu and not seen:
+        return CardNeed([], no_npu, virtual=virtual, no_npu=no_npu)
+    short = 0
+    runtime_var = environ.get("ASCEND_RT_VISIBLE_DEVICES")
+    if runtime_var is not None and runtime_var.strip():
+        # positions among the cards seen; a position past them names a card not mounted
+        positions = parse_visible_devices(runtime_var, "ASCEND_RT_VISIBLE_DEVICES")
+        source = f"ASCEND_RT_VISIBLE_DEVICES={runtime_var}"
+        if seen is None:
+            cards, source = positions, source + " (no listing: positions taken as card numbers)"
+        else:
+            cards = [seen[p] for p in positions if p < len(seen)]
+            short, source = len(positions) - len(cards), f"{source} within {seen_from}"
+    elif seen is not None:
+        cards, source = list(seen), seen_from
+        if num_cards and len(cards) < num_cards:
+            short, source = num_cards - len(cards), f"num_cards={num_cards}, {len(cards)} in {source}"
+        elif not num_cards and not cards:
+            short, source = 1, f"{source}: no card count known, at least one card node needed"
+    elif num_cards:
+        cards, source = list(range(num_cards)), f"num_cards={num_cards}"
+    else:
+        cards, source = [], "no card count known"
+    if num_cards and len(cards) > num_cards:
+        cards, source = cards[:num_cards], f"the first {num_cards} of {source}"
+    source = "; ".join(notes + [source])
+    return CardNeed(cards, source, short, virtual, no_npu, problem)
+
+
 def _shortfall(need: CardNeed, present: list[int]) -> list[tuple[Item, str]]:
-    """A gap per card node asked for beyond those present, with a free card number as the
-    example (any free card of the host will do)."""
+    """A gap per card node asked for beyond those present, named by the lowest numbers not
+    taken (any free card of the host will do)."""
     why = (f"missing ({len(need.cards) + need.short} card nodes needed, {len(present)} present; "
            f"any free card of the host will do, this number is the first free one)")
-    return [(card_node(n, need.virtual), why) for n in suggested_cards(need, present)]
+    taken = {*present, *need.cards}
+    free = [n for n in range(len(taken) + need.short) if n not in taken][:need.short]
+    return [(card_node(n, need.virtual), why) for n in free]
 
 
 def check_container(root: Path, *, kind: str, requested: str, num_cards: Optional[int],
                     environ: Mapping[str, str], listed: Optional[list[int]],
                     versions: DriverVersions, shm_gb_per_card: float,
                     machine_shm_gb: Optional[float] = None) -> ContainerFindings:
-    """The container checks of the tree under ``root`` (``/``: this machine, whose /dev/shm
-    size ``machine_shm_gb`` the ``dev_shm`` check judges). ``listed``: the card numbers
-    npu-smi listed (None: no listing read); ``num_cards`` None: all cards."""
+    """``root`` ``/`` is this machine, whose /dev/shm (``machine_shm_gb``) the ``dev_shm``
+    check judges; ``listed``: the card numbers npu-smi listed (None: no listing read)."""
     root = Path(root)
     machine = is_machine_root(root)
     where = "" if machine else f" under {root}"

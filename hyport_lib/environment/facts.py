@@ -1,7 +1,8 @@
 """The host's facts, collected without judging them: versions, OS / CPU / RAM /
-``/dev/shm``, the torch build, CANN and the driver, relevant environment variables (at
-least what ``accelerate env``, ``transformers env``, ``ds_report`` and vllm-ascend's
-``collect_env`` print). Cheap on purpose: DeepSpeed is found by metadata, never imported.
+``/dev/shm``, the torch build, CANN, the driver's and firmware's version files, whether it
+is a container, relevant environment variables (at least what ``accelerate env``,
+``transformers env``, ``ds_report`` and vllm-ascend's ``collect_env`` print). Cheap on
+purpose: DeepSpeed is found by metadata, never imported.
 """
 
 from __future__ import annotations
@@ -18,16 +19,21 @@ from pathlib import Path
 from typing import Mapping, Optional
 
 from hyport_lib.devices.host_memory import host_memory
-from hyport_lib.environment.compat import normalise_cann
-from hyport_lib.environment.container import container_evidence
-from hyport_lib.environment.driver_versions import read_version_file
-from hyport_lib.environment.tree_paths import is_machine_root
-from hyport_lib.environment.tree_files import (MAX_CONFIG_BYTES, MAX_VERSION_BYTES, is_absent, refusal,
-                                               regular_file_in_tree)
+from hyport_lib.environment.tree import (MAX_CONFIG_BYTES, MAX_PROC_BYTES, MAX_VERSION_BYTES, is_absent,
+                                         is_machine_root, present, read_optional, refusal,
+                                         regular_file_in_tree, tree_file)
 from hyport_lib.utils.bounded_files import UnreadableFile, open_regular, read_text
 from hyport_lib.utils.imports import try_import
 from hyport_lib.utils.printable import printable
 from hyport_lib.utils.redact import filter_environ, is_secret_name, scrub_secret_shapes
+
+#: Files whose presence says "container", relative to the root.
+#: containerd (Kubernetes) writes neither file; a pod gets its service account's folder.
+CONTAINER_MARKERS = (".dockerenv", "run/.containerenv", "var/run/secrets/kubernetes.io")
+#: Words in /proc/1/cgroup that name a container runtime (cgroup v1 paths).
+CGROUP_WORDS = ("docker", "kubepods", "containerd", "lxc", "libpod")
+DRIVER_VERSION_FILE = "usr/local/Ascend/driver/version.info"
+FIRMWARE_VERSION_FILE = "usr/local/Ascend/firmware/version.info"
 
 #: Variables collected by prefix, and by name (docs/ascend_field_notes.md).
 ENV_PREFIXES = ("ASCEND_", "HCCL_", "PYTORCH_NPU_", "TORCH_", "NPU_", "CUDA_", "NCCL_", "DS_",
@@ -47,7 +53,6 @@ MAX_CONFIG_DEPTH = 16
 
 
 def collect_system() -> dict:
-    """OS, CPU, RAM, /dev/shm and Python facts."""
     uname = platform.uname()
     facts = {
         "os": _os_release() or f"{uname.system} {uname.release}",
@@ -85,12 +90,9 @@ class CannFacts:
 
 def collect_cann(environ: Optional[Mapping[str, str]] = None, root: os.PathLike = Path("/"),
                  arch: Optional[str] = None, ascend_root: Optional[os.PathLike] = None) -> CannFacts:
-    """The CANN install info file, the set_env.sh scripts present, and the driver version,
-    under ``ascend_root`` (default ``/usr/local/Ascend``), this user's ``~/Ascend`` and the
-    toolkit that ``ASCEND_HOME_PATH`` of ``environ`` names; ``refused``: the files present
-    but not read, one line each. Under a ``root`` other than ``/`` (a copy of a host's
-    folders) those paths are the tree's, every link followed inside it
-    (``ascend-toolkit/latest -> /usr/local/Ascend/...`` is the tree's)."""
+    """CANN as found under ``ascend_root`` (``/usr/local/Ascend``), ``~/Ascend`` and the
+    toolkit ``ASCEND_HOME_PATH`` names; under a ``root`` other than ``/`` those paths are
+    the tree's (``ascend-toolkit/latest -> /usr/local/Ascend/...`` too)."""
     environ = os.environ if environ is None else environ
     # on this machine a relative path means the working folder's; in a tree, the tree's
     shown = os.path.abspath if is_machine_root(root) else str
@@ -119,8 +121,121 @@ def collect_cann(environ: Optional[Mapping[str, str]] = None, root: os.PathLike 
                      driver.get("Version") or driver.get("version"), refused)
 
 
+def normalise_cann(version: Optional[str]) -> Optional[str]:
+    """``CANN-8.3.RC1`` / ``8.3.rc1`` -> ``8.3.RC1``; None stays None."""
+    if not version:
+        return None
+    text = str(version).strip()
+    for prefix in ("CANN", "cann"):
+        if text.startswith(prefix):
+            text = text[len(prefix):].lstrip(" -_")
+    return re.sub(r"(?i)rc", "RC", text) if text else None
+
+
+@dataclass
+class DriverVersions:
+    """What the driver's and firmware's ``version.info`` of one tree say (None: the file is
+    absent or has no such key); ``errors``: one ``PATH: cannot be read: WHY`` line per
+    version file (or CANN info) present but not read."""
+
+    driver: Optional[str] = None  # the driver's Version (24.1.rc3)
+    driver_package: Optional[str] = None
+    driver_inner: Optional[str] = None  # Innerversion (V100R001C19SPC001B124)
+    driver_firmware_range: Optional[str] = None  # compatible_version_fw, as written
+    firmware: Optional[str] = None  # the firmware's Version (7.5.0.1.129)
+    firmware_package: Optional[str] = None  # the Ascend HDK release it shipped in
+    firmware_driver_range: Optional[str] = None  # compatible_version_drv, as written
+    cann: Optional[str] = None
+    driver_file: Optional[str] = None
+    firmware_file: Optional[str] = None
+    errors: list[str] = field(default_factory=list)
+
+    def describe(self) -> str:
+        """``driver 24.1.rc3, firmware 7.5.0.1.129, CANN 8.0.RC3`` (``not found`` for a
+        missing file, ``unknown`` for a file that names no version)."""
+        def shown(value: Optional[str], path: Optional[str]) -> str:
+            return value or ("unknown" if path else "not found")
+
+        return ", ".join(f"{label} {shown(value, path)}" for label, value, path in
+                         (("driver", self.driver, self.driver_file),
+                          ("firmware", self.firmware, self.firmware_file), ("CANN", self.cann, self.cann)))
+
+
+def parse_version_info(text: str) -> dict[str, str]:
+    """``key=value`` lines of a ``version.info``; comment and secret-named lines dropped, the
+    values without terminal escapes or secret-shaped text (they go into the report as
+    they are)."""
+    values: dict[str, str] = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition("=")
+        key = key.strip()
+        if sep and key and not key.startswith("#") and not is_secret_name(key):
+            values[key] = printable(scrub_secret_shapes(value.strip().strip('"')))
+    return values
+
+
+def read_version_file(root: Path, path: str, refused: list[str]) -> tuple[Optional[str], dict[str, str]]:
+    """``(file read, its key=value pairs)``; ``(None, {})`` when absent or refused."""
+    text = read_optional(root, path, MAX_VERSION_BYTES, refused)
+    if text is None:
+        return None, {}
+    return str(tree_file(root, path)), parse_version_info(text)
+
+
+def read_driver_versions(root: Path, cann_version: Optional[str] = None,
+                         cann_refused: tuple[str, ...] = ()) -> DriverVersions:
+    """The driver's and firmware's version files under ``root``, and the CANN release found
+    there (:func:`collect_cann`); the CANN files present but not read (``cann_refused``) are
+    kept in ``errors``: without them the pairing cannot be judged."""
+    found = DriverVersions(cann=normalise_cann(cann_version))
+    driver_path, driver = read_version_file(root, DRIVER_VERSION_FILE, found.errors)
+    firmware_path, firmware = read_version_file(root, FIRMWARE_VERSION_FILE, found.errors)
+    found.errors = list(dict.fromkeys(found.errors + list(cann_refused)))  # the driver file may be in both
+    if driver_path is not None:
+        found.driver_file = driver_path
+        found.driver = driver.get("Version") or driver.get("version") or None
+        found.driver_package = driver.get("package_version") or None
+        found.driver_inner = driver.get("Innerversion") or None
+        found.driver_firmware_range = driver.get("compatible_version_fw") or None
+    if firmware_path is not None:
+        found.firmware_file = firmware_path
+        found.firmware = firmware.get("Version") or firmware.get("version") or None
+        found.firmware_package = firmware.get("package_version") or None
+        found.firmware_driver_range = firmware.get("compatible_version_drv") or None
+    return found
+
+
+def container_evidence(root: Path, refused: Optional[list[str]] = None) -> Optional[str]:
+    """What says ``root`` is a container (a marker file, a runtime named in /proc/1/cgroup, an
+    overlay ``/``: what a cgroup v2 pod on containerd shows), or None. A /proc file present
+    but not read goes to ``refused``: "nothing says container" may then be wrong."""
+    refused = [] if refused is None else refused
+    for marker in CONTAINER_MARKERS:
+        if present(root, marker):
+            return f"/{marker}"
+    cgroup = read_optional(root, "proc/1/cgroup", MAX_PROC_BYTES, refused)
+    word = next((w for w in CGROUP_WORDS if w in (cgroup or "")), None)
+    if word:
+        return f"/proc/1/cgroup names {word}"
+    # cgroup v2 shows ``0::/`` inside a container; its root is then an overlay mount
+    return "/ is an overlay mount (/proc/1/mountinfo)" if _root_is_overlay(root, refused) else None
+
+
+def _root_is_overlay(root: Path, refused: list[str]) -> bool:
+    """Whether the first process's ``/`` is an overlay, as container runtimes mount an image
+    (a mountinfo line: ``... <root> <mount point> ... - <type> ...``)."""
+    text = read_optional(root, "proc/1/mountinfo", MAX_PROC_BYTES, refused)
+    kind = None
+    for line in (text or "").splitlines():  # the last mount on / is the one in effect
+        fields, _, rest = line.partition(" - ")
+        parts = fields.split()
+        if len(parts) >= 5 and parts[4] == "/":
+            kind = (rest.split() or [None])[0]
+    return kind == "overlay"
+
+
 def collect_env_vars(environ: Optional[Mapping[str, str]] = None) -> dict[str, str]:
-    """Relevant variables; any whose name looks secret is dropped entirely."""
+    """Any variable whose name looks secret is dropped entirely."""
     return filter_environ(ENV_PREFIXES, ENV_NAMES, environ)
 
 
@@ -213,12 +328,8 @@ def _accelerate_config() -> Optional[dict]:
 
 def _config_shown(value, budget: list[int], depth: int):
     """A config's value as the report shows it: secret-named keys dropped at every level,
-    text without secret shapes or terminal escapes, other scalars as they are.
-
-    Raises:
-        ValueError: more than :data:`MAX_CONFIG_VALUES` values (aliases expanding) or
-            :data:`MAX_CONFIG_DEPTH` levels.
-    """
+    text without secret shapes or terminal escapes; ValueError past the budget of values
+    (aliases expanding) or ``depth`` levels."""
     budget[0] -= 1
     if budget[0] < 0:
         raise ValueError(f"more than {MAX_CONFIG_VALUES} values (YAML aliases expanding?), not shown")

@@ -1,7 +1,7 @@
 """An :class:`EnvironmentReport` in a notebook (:func:`show_environment`: static HTML the
-report keeps; :func:`environment_widget`: a re-probe button for JupyterLab), and what the
-report asks of the stage (:func:`glance`, :func:`blog_facts`; its draft section is
-``blog.md.j2`` beside this module).
+report keeps; :func:`environment_widget`: a re-probe button for JupyterLab), its tables as
+pandas DataFrames, and what the report asks of the stage (:func:`glance`,
+:func:`blog_facts`; its draft section is ``blog.md.j2`` beside this module).
 """
 
 from __future__ import annotations
@@ -9,17 +9,83 @@ from __future__ import annotations
 import html
 from typing import Callable, Optional
 
+import pandas as pd
+
 from hyport_lib.display import (MISSING, VERDICT_COLOURS, fit, style_verdicts, styled,
                                 verdict_label)
 from hyport_lib.drafting.values import fmt_value
-from hyport_lib.environment.collect import EnvironmentReport
-from hyport_lib.environment.stage import summarize
+from hyport_lib.environment.stage import EnvironmentReport, container_facts, summarize
 from hyport_lib.results import VERDICTS, StageRecord
-from hyport_lib.environment.frames import (checks_frame, container_frame, devices_frame,
-                                           env_vars_frame, system_frame, versions_frame)
+from hyport_lib.utils.typed_records import to_mapping
+
+#: Variables worth showing even when unset, with their default (docs/ascend_field_notes.md).
+NOTABLE_VARIABLES = {
+    "ASCEND_RT_VISIBLE_DEVICES": "all cards; comma-separated, no spaces",
+    "HCCL_CONNECT_TIMEOUT": "120 s (range 120-7200)",
+    "HCCL_EXEC_TIMEOUT": "1836 s on CANN 8.x",
+    "HCCL_IF_BASE_PORT": "60000",
+    "HCCL_SOCKET_IFNAME": "auto",
+    "ASCEND_LAUNCH_BLOCKING": "0 (1 = synchronous, slow)",
+    "TASK_QUEUE_ENABLE": "1",
+    "CPU_AFFINITY_CONF": "unset",
+    "PYTORCH_NPU_ALLOC_CONF": "unset (expandable_segments:True against fragmentation)",
+    "ASCEND_GLOBAL_LOG_LEVEL": "3 (error)",
+    "ASCEND_SLOG_PRINT_TO_STDOUT": "0",
+    "TORCH_DEVICE_BACKEND_AUTOLOAD": "1 (torch imports torch_npu itself)",
+    "NPU_FA2_SPARSE_MODE": "unset",
+}
+
+
+def checks_frame(report: EnvironmentReport):
+    return pd.DataFrame([to_mapping(c) for c in report.checks], columns=["name", "verdict", "reason"])
+
+
+def devices_frame(report: EnvironmentReport):
+    rows = []
+    for d in report.devices:
+        rows.append({
+            "card": d.index, "npu": d.npu_id, "chip": d.chip_id, "name": d.name,
+            "health": d.health,
+            "memory used (MB)": d.used_mb, "memory total (MB)": d.total_mb,
+            "memory kind": "HBM" if d.hbm_total_mb is not None else ("device" if d.total_mb else None),
+            "processes": "; ".join(p.describe() for p in d.processes),
+            "status": "BUSY" if d.processes else ("FREE" if report.device != "cpu" else "-"),
+        })
+    return pd.DataFrame(rows, columns=["card", "npu", "chip", "name", "health", "memory used (MB)",
+                                       "memory total (MB)", "memory kind", "processes", "status"])
+
+
+def versions_frame(report: EnvironmentReport):
+    rows = [{"package": k, "version": v if v is not None else "not installed"}
+            for k, v in report.versions.items()]
+    for key in ("torch_cuda", "torch_hip", "torch_cann"):
+        if report.build.get(key):
+            rows.append({"package": key.replace("_", " "), "version": str(report.build[key])})
+    rows.append({"package": "CANN", "version": report.cann.version or "not found"})
+    rows.append({"package": "driver", "version": report.cann.driver_version or "not found"})
+    return pd.DataFrame(rows, columns=["package", "version"])
+
+
+def env_vars_frame(report: EnvironmentReport):
+    """Set variables, then the notable ones unset with their defaults."""
+    rows = [{"variable": k, "value": v, "note": NOTABLE_VARIABLES.get(k, "")}
+            for k, v in report.env_vars.items()]
+    rows += [{"variable": k, "value": "(unset)", "note": f"default: {note}"}
+             for k, note in NOTABLE_VARIABLES.items() if k not in report.env_vars]
+    return pd.DataFrame(rows, columns=["variable", "value", "note"])
+
+
+def system_frame(report: EnvironmentReport):
+    return pd.DataFrame([{"fact": k, "value": "" if v is None else str(v)}
+                         for k, v in report.system.items()], columns=["fact", "value"])
+
+
+def container_frame(report: EnvironmentReport):
+    return pd.DataFrame([{"fact": k, "value": v} for k, v in container_facts(report.container)],
+                        columns=["fact", "value"])
+
 
 def summary_html(report: EnvironmentReport) -> str:
-    """One coloured line: overall verdict and counts per verdict."""
     verdict = summarize(report).verdict
     colour = VERDICT_COLOURS.get(verdict, "#ffffff")
     counts = report.summary()
@@ -41,12 +107,11 @@ def _device_colour(value) -> str:
 
 
 def style_devices(df):
-    """Devices table with status (FREE/BUSY) and health coloured like verdicts."""
     return styled(df, colour=("health", "status"), cell_colour=_device_colour)
 
 
 def devices_note(report: EnvironmentReport) -> str:
-    """What the devices table's blanks mean: the figures its source does not report."""
+    """What the devices table's blanks mean."""
     frame = devices_frame(report)
     blank = [c for c in frame.columns if frame[c].isna().any()]
     if not blank:
@@ -57,7 +122,6 @@ def devices_note(report: EnvironmentReport) -> str:
 
 
 def show_environment(report: EnvironmentReport, *, system: bool = True) -> None:
-    """Display the summary line, checks (coloured), devices, versions and variables."""
     from IPython.display import HTML, Markdown, display
 
     display(HTML(summary_html(report)))
@@ -82,9 +146,8 @@ def show_environment(report: EnvironmentReport, *, system: bool = True) -> None:
 
 def environment_widget(probe: Callable[[], EnvironmentReport],
                        report: Optional[EnvironmentReport] = None):
-    """A "Re-probe" button (calling ``probe`` for a fresh report) above an output area that
-    shows the latest report, ``report`` at first. Returns the ipywidgets ``VBox``: display
-    it after the static rendering, which stays for the HTML report (widgets are stripped)."""
+    """A "Re-probe" button above the latest report (``report`` at first): display it after
+    the static rendering, which stays for the HTML report (widgets are stripped)."""
     import ipywidgets as widgets
 
     button = widgets.Button(description="Re-probe", icon="refresh",
@@ -117,7 +180,7 @@ def environment_widget(probe: Callable[[], EnvironmentReport],
 
 # --------------------------------------------------------------------------- the report
 def glance(record: StageRecord[EnvironmentReport]) -> list[tuple[str, str]]:
-    """The index card: verdict, checks, device × cards, the checks to look at."""
+    """The index card."""
     failing = [c.name for c in record.data.checks if c.verdict in ("FAIL", "WARN")]
     return [("verdict", fmt_value(record.verdict)), ("checks", fmt_value(record.figure("checks"))),
             ("device", f"{fmt_value(record.figure('device'))} × {fmt_value(record.figure('cards'))}"),

@@ -1,44 +1,82 @@
-"""Stage 01: the environment check — the stage contract (:func:`plan`, :func:`run`,
-:func:`summarize`), for the notebook and ``hyport env``. Cheap on purpose:
-well under 3 s on CPU.
-"""
+"""Stage 01: the environment check, for the notebook and ``hyport env``: its report
+(:class:`EnvironmentReport`), the stage contract and the report as text. Cheap on purpose:
+well under 3 s on CPU."""
 
 from __future__ import annotations
 
 import datetime as _dt
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional
 
 from hyport_lib.backend import Backend, get_backend, import_torch_npu
 from hyport_lib.devices.host_memory import DEFAULT_SHM_GB_PER_CARD, check_host_memory
-from hyport_lib.devices.probe import probe_devices
+from hyport_lib.devices.probe import DeviceInfo, probe_devices
 from hyport_lib.environment import checks as C
-from hyport_lib.environment.collect import (EnvironmentReport, card_count, format_report, visible_cards,
-                                            visible_device_checks)
-from hyport_lib.environment.compat import check_cann_compat, check_torch_npu_compat, normalise_cann
+from hyport_lib.environment.compat import check_cann_compat, check_driver_cann, check_torch_npu_compat
 from hyport_lib.environment.container import ContainerFindings, ascend_signs, check_container, listed_cards
-from hyport_lib.environment.driver_versions import check_driver_cann, read_driver_versions
-from hyport_lib.environment.facts import CannFacts, collect_build, collect_cann, collect_env_vars, collect_system
+from hyport_lib.environment.facts import (CannFacts, collect_build, collect_cann, collect_env_vars,
+                                          collect_system, normalise_cann, read_driver_versions)
 from hyport_lib.environment.params import Params
-from hyport_lib.environment.tree_paths import is_machine_root
+from hyport_lib.environment.tree import is_machine_root
 from hyport_lib.models.loading import torchvision_problem, wants_video_processor
-from hyport_lib.results import Check, StageSummary, worst_verdict
+from hyport_lib.results import VERDICTS, Check, Provenance, StageSummary, worst_verdict
 from hyport_lib.utils.imports import collect_versions, is_flash_attn_available
 from hyport_lib.utils.redact import scrub_text
-from hyport_lib.utils.typed_records import to_mapping
+from hyport_lib.utils.typed_records import fields_of, to_mapping
 
 STAGE = "01_environment"
+
+
+@dataclass
+class EnvironmentReport:
+    """Everything stage 01 found about this host, and its checks in display order."""
+
+    system: dict  # OS, CPU, RAM, /dev/shm, Python
+    versions: dict  # package -> version (None: not installed)
+    cann: CannFacts
+    devices: list[DeviceInfo]
+    env_vars: dict  # the relevant variables, secret-named ones dropped
+    checks: list[Check]
+    build: dict = field(default_factory=dict)  # torch build, install paths, accelerate config
+    container: Optional[ContainerFindings] = None
+    device: str = ""
+    requested_device: str = "auto"
+    num_cards: int = 0
+    device_source: str = ""
+    device_error: Optional[str] = None
+    device_tool_output: Optional[str] = None  # the raw npu-smi / nvidia-smi output
+    collected_at: str = ""
+    elapsed_s: float = 0.0
+
+    @property
+    def provenance(self) -> Provenance:
+        return Provenance(device=self.device)
+
+    def summary(self) -> dict[str, int]:
+        """Number of checks per verdict: ``{"PASS": 9, "WARN": 1, "FAIL": 0, "SKIP": 3}``."""
+        return {v: sum(c.verdict == v for c in self.checks) for v in VERDICTS}
+
+    def summary_line(self, skip: bool = True) -> str:
+        counts = self.summary()
+        return " / ".join(f"{counts[k]} {k}" for k in (VERDICTS if skip else VERDICTS[:3]))
+
+    def check(self, name: str) -> Optional[Check]:
+        return next((c for c in self.checks if c.name == name), None)
+
+    def to_dict(self) -> dict:
+        return {**fields_of(self), "summary": self.summary()}
+
+
 RESULT = EnvironmentReport
 
 
 @dataclass
 class Plan:
-    """What :func:`run` collects for: the backend judged is the kind asked for, or the
-    CPU's when that kind is not usable here (this stage must explain why, so it runs
-    anyway); ``backend_error`` then says why, and the ``backend`` check FAILs with it."""
+    """The backend judged is the kind asked for, or the CPU's when that kind is not usable
+    here (this stage must explain why, so it runs anyway): ``backend_error`` says why."""
 
     params: Params
     backend: Backend
@@ -47,7 +85,7 @@ class Plan:
 
 @dataclass(frozen=True)
 class Step:
-    """A progress update of :func:`run`: ``done`` of ``total`` steps, ``name`` just done."""
+    """A progress update of :func:`run`: ``name`` just done."""
 
     name: str
     done: int
@@ -55,17 +93,16 @@ class Step:
 
 
 def plan(params: Params) -> Plan:
-    """The backend to judge. Never refuses a device: a kind that is not usable here is
-    collected on the CPU and named by the ``backend`` check."""
+    """Never refuses a device: a kind that is not usable here is collected on the CPU and
+    named by the ``backend`` check."""
     try:
         return Plan(params, get_backend(params.device, params.num_cards))
-    except RuntimeError as exc:  # the kind asked for is not usable here
+    except RuntimeError as exc:
         return Plan(params, get_backend("cpu", params.num_cards), str(exc))
 
 
 def run(plan: Plan, *, on_progress: Optional[Callable[[Step], None]] = None) -> EnvironmentReport:
-    """Collect this host's facts and judge them; ``on_progress`` gets a :class:`Step` after
-    each part. The variables and the cards are read now, not when planned: a re-probe (the
+    """The variables and the cards are read now, not when planned: a re-probe (the
     notebook's button) sees a variable set or a card freed since."""
     params, backend = plan.params, plan.backend
     steps = ("versions", "devices", "CANN and build", "system", "container and driver", "checks")
@@ -77,7 +114,10 @@ def run(plan: Plan, *, on_progress: Optional[Callable[[Step], None]] = None) -> 
     started = time.perf_counter()
     environ = dict(os.environ)
     kind = backend.kind
-    cards = card_count(backend)
+    try:
+        cards = int(backend.num_cards())
+    except RuntimeError:  # the device cannot be asked: the backend check says why
+        cards = 0
 
     versions = collect_versions()
     torch_npu, torch_npu_error = import_torch_npu()
@@ -111,8 +151,8 @@ def run(plan: Plan, *, on_progress: Optional[Callable[[Step], None]] = None) -> 
         check_torch_npu_compat(versions["torch"], versions["torch_npu"]),
         C.check_cann_env(kind, cann, environ),
         check_cann_compat(versions["torch_npu"], cann.version),
-        *visible_device_checks(judged_kind, listing, environ),
-        C.check_busy_cards(kind, listing, params.num_cards, *visible_cards(kind, environ)),
+        *C.visible_device_checks(judged_kind, listing, environ),
+        C.check_busy_cards(kind, listing, params.num_cards, *C.visible_cards(kind, environ)),
         C.check_card_health(kind, listing),
     ]
     if params.check_ports:
@@ -140,8 +180,7 @@ def run(plan: Plan, *, on_progress: Optional[Callable[[Step], None]] = None) -> 
 
 
 def _video_processor_wanted(model_path) -> tuple[str, Optional[bool]]:
-    """:func:`wants_video_processor`, or "cannot be told" for a config.json nested past
-    Python's recursion limit (a JSON document of ``[[[...]]]``: RecursionError)."""
+    """"Cannot be told" for a config.json nested past Python's recursion limit (``[[[...]]]``)."""
     try:
         return wants_video_processor(model_path)
     except RecursionError:
@@ -150,9 +189,8 @@ def _video_processor_wanted(model_path) -> tuple[str, Optional[bool]]:
 
 def container_and_driver(plan: Plan, environ: dict, listing, cann: CannFacts,
                          system: dict) -> tuple[ContainerFindings, Check]:
-    """The container checks and the driver / CANN pairing of the tree under ``host_root``: on
-    an Ascend backend, or on any backend when the tree holds Ascend software or devices (a
-    container checked before torch_npu is installed is judged for NPU use)."""
+    """The driver / CANN pairing applies on an Ascend backend, or on any backend when the tree
+    holds Ascend software or devices (a container checked before torch_npu is installed)."""
     params, kind = plan.params, plan.backend.kind
     root = Path(params.host_root)
     machine = is_machine_root(root)
@@ -178,19 +216,101 @@ def summary_line(report: EnvironmentReport) -> str:
 
 
 def summarize(result: EnvironmentReport) -> StageSummary:
-    """The worst verdict of the checks (FAIL > WARN > PASS; SKIP ignored, unless every
-    check is one), :func:`summary_line` and the index's figures."""
+    """The worst verdict of the checks (SKIP ignored, unless every check is one)."""
     return StageSummary(worst_verdict(c.verdict for c in result.checks), summary_line(result),
                         {"checks": result.summary_line(skip=False), "device": result.device,
                          "cards": result.num_cards})
 
 
-def report_text(result: EnvironmentReport) -> str:
-    """The report with its verdict as ``- key: value`` lines (``hyport env``, notebook 01)."""
-    return format_report(result, summarize(result).verdict)
-
-
 def result_data(result: EnvironmentReport) -> dict:
-    """The report as recorded and as ``hyport env --json`` prints it: with the verdict of
-    :func:`summarize`."""
+    """The report as recorded and as ``hyport env --json`` prints it: with its verdict."""
     return {"verdict": summarize(result).verdict, **to_mapping(result)}
+
+
+def report_text(report: EnvironmentReport) -> str:
+    """``hyport env``'s and notebook 01's text: ``- key: value`` lines under a few headings,
+    pasteable into a bug report."""
+    s, c = report.system, report.cann
+    lines = ["hyport environment report (paste into a bug report; "
+             "variables whose names look secret are left out)", ""]
+
+    def add(key, value):
+        lines.append(f"- {key}: {'not found' if value is None else value}")
+
+    add("verdict", f"{summarize(report).verdict} ({report.summary_line()})")
+    add("backend", f"{report.device} ({report.num_cards} cards; requested {report.requested_device})")
+    for key in ("os", "kernel", "arch", "libc", "cpu_model", "cpu_count", "cpu_affinity",
+                "numa_nodes", "ram_total_gb", "ram_available_gb", "shm_total_gb", "shm_free_gb",
+                "python", "python_executable", "in_container"):
+        add(key, s.get(key))
+    lines += ["", "Versions"]
+    for key, value in report.versions.items():
+        add(key, value)
+    for key in ("torch_cuda", "torch_hip", "torch_cann", "torch_path", "deepspeed_path"):
+        if key in report.build:
+            add(key, report.build[key])
+    lines += ["", "CANN"]
+    for key in ("version", "info_file", "set_env", "nnal_set_env", "home_path", "driver_version"):
+        add(key, getattr(c, key))
+    lines += ["", "Container and driver"] + [f"- {k}: {v}" for k, v in container_facts(report.container)]
+    lines += ["", f"Devices (source: {report.device_source or '?'})"]
+    if report.device_error:
+        add("note", report.device_error)
+    for d in report.devices:
+        add(f"card {d.index}", describe_device(d))
+    lines += ["", "Environment variables"]
+    if not report.env_vars:
+        add("variables", "none of the relevant ones is set")
+    for key, value in report.env_vars.items():
+        add(key, value)
+    lines += ["", "Checks"]
+    for check in report.checks:
+        lines.append(f"- [{check.verdict}] {check.name}: {check.reason}")
+    if report.device_tool_output and report.device_error:
+        # The listing could not be trusted or read: its raw output belongs in the report.
+        lines += ["", f"{report.device_source} output, as printed", report.device_tool_output.rstrip()]
+    return scrub_text("\n".join(lines)) + "\n"
+
+
+def container_facts(container: Optional[ContainerFindings]) -> list[tuple[str, str]]:
+    """The report's ``container`` section as (fact, value) rows."""
+    if container is None:
+        return [("container", "not collected")]
+    versions = container.versions
+
+    def shown(value) -> str:
+        return "not found" if value in (None, "", []) else str(value)
+
+    rows = [("root read", shown(container.root)),
+            ("in container", f"yes ({container.evidence})" if container.in_container else "no")]
+    if container.judged:
+        cards = ", ".join(str(c) for c in container.cards)
+        rows.append(("card nodes needed", f"{cards or 'none'} (from {container.cards_from})"))
+        rows.append(("/dev/shm (GB)", shown(container.shm_total_gb)))
+    for key, label in (("driver", "driver version"), ("driver_package", "driver package"),
+                       ("driver_inner", "driver inner version"),
+                       ("driver_firmware_range", "driver compatible_version_fw"),
+                       ("firmware", "firmware version"), ("firmware_package", "firmware package"),
+                       ("firmware_driver_range", "firmware compatible_version_drv"),
+                       ("cann", "CANN (under the root)")):
+        rows.append((label, shown(getattr(versions, key))))
+    for error in [*versions.errors, *container.refused]:
+        rows.append(("unreadable", error))
+    if container.flags:
+        rows.append(("docker run flags to add", " ".join(container.flags)))
+    return rows
+
+
+def describe_device(d: DeviceInfo) -> str:
+    parts = [d.name]
+    if d.npu_id is not None:
+        parts.append(f"npu {d.npu_id} chip {d.chip_id}" if d.chip_id is not None else f"gpu {d.npu_id}")
+    if d.health:
+        parts.append(f"health {d.health}")
+    if d.hbm_total_mb is not None:
+        parts.append(f"HBM {d.hbm_used_mb} / {d.hbm_total_mb} MB")
+    elif d.memory_total_mb:
+        parts.append(f"memory {d.memory_used_mb} / {d.memory_total_mb} MB")
+    if d.processes:
+        parts.append("processes: " + ", ".join(p.describe() for p in d.processes))
+    return ", ".join(str(p) for p in parts)

@@ -35,8 +35,7 @@ from hyport_lib.processes import (Child, ChildGroup, describe_exit, last_excepti
                                   scrub_log, task_command, task_environ)
 from hyport_lib.proof.choice import AttentionChoice
 from hyport_lib.results import Provenance
-from hyport_lib.triage import Triage, cann_log_dir
-from hyport_lib.triage.child_logs import diagnose, own_cann_log_env, shared_cann_note
+from hyport_lib.triage import Triage, cann_log_dir, diagnose, own_cann_log_env, shared_cann_note
 from hyport_lib.utils.files import atomic_write_json, ensure_writable
 from hyport_lib.utils.printable import shortened
 from hyport_lib.utils.redact import scrub_obj

@@ -26,8 +26,7 @@ from hyport_lib.train.preflight import LaunchPlan
 from hyport_lib.train.result import (RESULT_FILE, TrainProgress, TrainResult, WorkerResult, final_weights,
                                      last_complete)
 from hyport_lib.train.smoke_data import write_smoke_dataset
-from hyport_lib.triage import Triage, cann_log_dir
-from hyport_lib.triage.child_logs import diagnose, own_cann_log_env
+from hyport_lib.triage import Triage, cann_log_dir, diagnose, own_cann_log_env
 from hyport_lib.utils.disk import disk_full_error
 from hyport_lib.utils.files import atomic_write_json, atomic_write_text, ensure_writable
 from hyport_lib.utils.redact import child_environ

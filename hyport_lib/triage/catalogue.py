@@ -23,23 +23,18 @@ WARNING = "warning"
 
 @dataclass(frozen=True)
 class KnownFailure:
-    """One recognisable failure: a line matching any of ``patterns`` shows it.
+    """One recognisable failure: a line matching any of ``patterns`` shows it."""
 
-    Attributes:
-        key: stable identifier, used in results files and tests.
-        sources: the vendored logs the entry was built from.
-        consequence: this failure usually follows another one (a rank waiting in a
-            collective times out because a peer died first); a triage lists it after the
-            causes, so that its summary names the cause.
-    """
-
-    key: str
+    key: str  # stable: results files and tests name it
     title: str
     patterns: tuple[str, ...]
     meaning: str
     action: str
-    sources: tuple[str, ...]
+    sources: tuple[str, ...]  # the vendored logs the entry was built from
     severity: str = ERROR
+    #: This failure usually follows another one (a rank waiting in a collective times out
+    #: because a peer died first): a triage lists it after the causes, so that its summary
+    #: names the cause.
     consequence: bool = False
     compiled: tuple[tuple[str, re.Pattern], ...] = field(init=False, repr=False, compare=False)
 
@@ -47,7 +42,6 @@ class KnownFailure:
         object.__setattr__(self, "compiled", tuple((needle(p), re.compile(p)) for p in self.patterns))
 
     def matches(self, line: str) -> bool:
-        """True when ``line`` shows this failure."""
         return any(text in line and rx.search(line) for text, rx in self.compiled)
 
     def find(self, line: str) -> Optional[re.Match]:
@@ -354,7 +348,7 @@ NEEDLES = tuple(sorted({text for entry in CATALOGUE for text, _ in entry.compile
 
 
 def recognise(line: str) -> KnownFailure | None:
-    """The first catalogue entry whose patterns match ``line``; None for no entry."""
+    """The first catalogue entry whose patterns match ``line``."""
     if "" not in NEEDLES and not any(map(line.__contains__, NEEDLES)):
         return None
     return next((entry for entry in CATALOGUE if entry.matches(line)), None)

@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import Callable, Iterable, Mapping, Optional, Sequence, Union
 
 from hyport_lib.triage.catalogue import ERROR, recognise
-from hyport_lib.triage.discovery import NAMED_UNREAD, cann_logs, find_logs, named
-from hyport_lib.triage.model import Finding, Place, Triage, Unrecognised
-from hyport_lib.triage.reading import MAX_BYTES, DeadlinePassed, plan_reading, read_lines
+from hyport_lib.triage.log_files import (MAX_BYTES, NAMED_UNREAD, DeadlinePassed, cann_logs, find_logs,
+                                         named, plan_reading, read_lines)
+from hyport_lib.triage.result import Finding, Place, Triage, Unrecognised
 from hyport_lib.utils.printable import printable
 from hyport_lib.utils.redact import PrivateKeyLines, scrub_secret_shapes, scrub_text
 
@@ -26,15 +26,13 @@ from hyport_lib.utils.redact import PrivateKeyLines, scrub_secret_shapes, scrub_
 #: slow disk, or lines that are costly to match); notes name what was left unread.
 MAX_SECONDS = 120.0
 
-#: What makes a line an error line: a traceback, an exception name, an ERROR tag, a CANN
-#: error code (EI0002, EZ9999, E39999 ...) or a torch_npu one (ERR00100).
+#: What makes a line an error line (``docs/triage.md``, "What counts as an error line").
 #: Written around the letter E so that a line is searched quickly (a plog has millions).
 ERROR_LINE = re.compile(r"E(?:rror\b|RROR\b|RR\d{5}\b|(?<=\bE)[A-Z0-9]\d{4}\b)"
                         r"|Traceback \(most recent call last\)")
-#: The first level tag of a line: a logger's (``WARNING``, ``[INFO]``, glog's ``[W ``), a
-#: Python warning's class (``UserWarning:``) or an exception's name. A line whose first tag
-#: is a warning or information is no error line, whatever it goes on to quote (vLLM's
-#: ``WARNING ... Failed to import from vllm._C with ModuleNotFoundError(...)``).
+#: The first level tag of a line: a logger's, a Python warning's class or an exception's
+#: name. A line whose first tag is a warning or information is no error line, whatever it
+#: goes on to quote.
 _LEVEL_TAG = re.compile(
     r"\[(?P<bracket>[WIDEF]|WARNING|WARN|INFO|DEBUG|EVENT|TRACE|ERROR|FATAL|CRITICAL)[\s\]]"
     r"|\b(?P<word>WARNING|WARN|INFO|DEBUG|EVENT|TRACE|NOTICE|ERROR|FATAL|CRITICAL)\b"
@@ -137,7 +135,6 @@ def _common_root(paths: Sequence[Path]) -> Optional[Path]:
 
 
 class _Collector:
-    """Findings and unrecognised lines as the files are read."""
 
     def __init__(self, scrub: Callable[[str], str]) -> None:
         self.scrub = scrub
@@ -222,7 +219,7 @@ class _Collector:
         in_file.add(entry.key)
 
     def ordered(self) -> list[Finding]:
-        """Causes, then consequences, then warnings; each in order of first appearance."""
+        """Causes, then consequences, then warnings."""
         found = [self.findings[k] for k in self.order]
         return sorted(found, key=lambda f: (f.severity != ERROR, f.consequence))
 
@@ -231,14 +228,11 @@ def triage(paths: Iterable[os.PathLike | str], *, cann_log_dir: Optional[os.Path
            since: Since = None, environ: Optional[Mapping[str, str]] = None,
            max_bytes: Optional[int] = MAX_BYTES,
            max_seconds: Optional[float] = MAX_SECONDS) -> Triage:
-    """What the logs under ``paths`` (run folders, log folders or files) say went wrong.
-
-    ``cann_log_dir`` is read too (a missing one is noted), its logs only from ``since`` on
-    (seconds since the epoch or a datetime; ``paths`` are not filtered). ``environ``: variables
-    whose secret values must not appear besides this process's (the failed job's may hold a
-    token this one lacks). ``max_bytes`` / ``max_seconds`` bound all files (None: no bound);
-    notes name what was left unread. FileNotFoundError for a path that does not exist.
-    """
+    """What the logs under ``paths`` (run folders, log folders or files) say went wrong
+    (``docs/triage.md``). ``cann_log_dir``'s logs are read from ``since`` on (``paths`` are
+    not filtered); ``environ``: the failed job's variables, whose secrets must not appear
+    either; ``max_bytes`` / ``max_seconds`` bound all files (None: no bound), and notes name
+    what was left unread. FileNotFoundError for a path that does not exist."""
     deadline = _deadline(max_seconds)
     roots = [Path(p) for p in paths]
     seconds = _since_seconds(since)
@@ -286,7 +280,6 @@ def triage(paths: Iterable[os.PathLike | str], *, cann_log_dir: Optional[os.Path
 
 
 def _deadline(max_seconds: Optional[float]) -> Optional[float]:
-    """The ``time.monotonic()`` after which a triage reads no more; ValueError for a bad limit."""
     if max_seconds is None:
         return None
     if isinstance(max_seconds, bool) or not isinstance(max_seconds, (int, float)) or not max_seconds > 0:
@@ -295,7 +288,7 @@ def _deadline(max_seconds: Optional[float]) -> Optional[float]:
 
 
 def _unique(paths: Iterable[Path]) -> list[Path]:
-    """``paths`` without repeats (the same file reached twice), first one kept."""
+    """The same file reached twice is read once."""
     kept: dict[Path, Path] = {}
     for path in paths:
         kept.setdefault(path.resolve(), path)
@@ -310,3 +303,17 @@ def _scrubber(environ: Optional[Mapping[str, str]]) -> Callable[[str], str]:
     for name, value in (environ or {}).items():
         every[name if every.get(name, value) == value else f"{name} (given)"] = value
     return lambda text: scrub_secret_shapes(scrub_text(text, every))
+
+
+def diagnose(paths, *, cann_dir: Optional[Path], since: float,
+             environ: Optional[Mapping[str, str]] = None) -> dict:
+    """:func:`triage` of a failed worker's logs (``paths`` that exist, CANN logs of
+    ``cann_dir`` since ``since``), as ``Triage.to_dict()``. Never raises: a stage calls it
+    with its results still to write, so a failure becomes the record's note."""
+    existing = [Path(p) for p in paths if p and Path(p).exists()]
+    try:
+        return triage(existing, cann_log_dir=cann_dir, since=since, environ=environ).to_dict()
+    except Exception as exc:  # a diagnosis must never cost the stage its results
+        note = f"the logs could not be read for a diagnosis: {type(exc).__name__}: {exc}"
+        note = scrub_secret_shapes(scrub_text(printable(note), {**os.environ, **(environ or {})}))
+        return Triage(notes=[note]).to_dict()

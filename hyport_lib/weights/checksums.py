@@ -6,7 +6,7 @@
 * ``sha256``: 1.2-1.8 GB/s with SHA-NI, when a checksum must stand up to deliberate changes.
 
 ``update`` must release the GIL on large buffers to overlap with the reader thread
-(:mod:`.scan_pipeline`): python-xxhash 4.x does above 64 KiB (``XXHASH_DO_UPDATE`` in its
+(:mod:`.scan`): python-xxhash 4.x does above 64 KiB (``XXHASH_DO_UPDATE`` in its
 ``src/_xxhash.c``), ``zlib.crc32`` above 5 KiB, ``hashlib`` above 2 KiB.
 """
 
@@ -22,7 +22,7 @@ DEFAULT_CHECKSUM = "xxh3"
 
 
 class _Crc32:
-    """zlib's CRC-32 with the ``update`` / ``hexdigest`` interface of :mod:`hashlib`."""
+    """zlib's CRC-32 as a :mod:`hashlib` hasher."""
 
     def __init__(self):
         self.value = 0
@@ -56,11 +56,7 @@ def checksum_name(algorithm: str) -> str:
 
 
 def new_hasher(algorithm: str):
-    """A fresh hasher of ``algorithm``.
-
-    Raises:
-        ValueError: ``algorithm`` is not a key of :data:`HASHERS`.
-    """
+    """ValueError when ``algorithm`` is not a key of :data:`HASHERS`."""
     try:
         return HASHERS[algorithm]()
     except KeyError:

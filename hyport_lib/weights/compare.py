@@ -20,10 +20,11 @@ from typing import Callable, Optional
 
 import numpy as np
 
-from hyport_lib.checkpoint_files.findings import Finding, finding, name_some
+from hyport_lib.checkpoint_files.findings import Finding, name_some
 from hyport_lib.checkpoint_files.header import DTYPE_BITS, ShardHeader, TensorEntry
+from hyport_lib.utils.typed_records import fields_of
 from hyport_lib.weights.layout import Inspection
-from hyport_lib.weights.scan import ScanProgress
+from hyport_lib.weights.scan import ScanProgress, read_exactly
 
 #: Bytes read from each side per step: not the full scan's 2 MiB, measured for its reader
 #: thread; the comparison reads two files in one thread.
@@ -64,11 +65,8 @@ class Comparison:
         return self.count("changed") + self.count("same")
 
     def to_dict(self) -> dict:
-        statuses = Counter(r["status"] for r in self.rows)
-        return {"role": self.role, "path": self.path, "other_path": self.other_path,
-                "statuses": dict(statuses), "changed": self.changed, "compared": self.compared,
-                "bytes_read": self.bytes_read, "seconds": round(self.seconds, 3),
-                "rows": self.rows, "findings": [f.to_dict() for f in self.findings]}
+        return {**fields_of(self), "seconds": round(self.seconds, 3), "changed": self.changed,
+                "compared": self.compared, "statuses": dict(Counter(r["status"] for r in self.rows))}
 
 
 def _ids(insp: Inspection, names) -> dict[str, str]:
@@ -94,7 +92,6 @@ def compare_weights(weights: Inspection, other: Inspection, *, role: str = "base
                     chunk_bytes: int = CHUNK_BYTES,
                     on_progress: Optional[Callable[[ScanProgress], None]] = None,
                     min_interval_s: float = 0.2) -> Comparison:
-    """Compare every tensor of ``weights`` with ``other`` (see the module docstring)."""
     if role not in ROLES:
         raise ValueError(f"role={role!r}: expected one of {', '.join(ROLES)}")
     started = time.perf_counter()
@@ -129,7 +126,7 @@ def compare_weights(weights: Inspection, other: Inspection, *, role: str = "base
                 row.update(reader.compare(a, b))
             except OSError as exc:
                 row["status"] = "unreadable"
-                result.findings.append(finding("compare_failed", a[0].label, f"`{row['tensor']}`: {exc}"))
+                result.findings.append(Finding("compare_failed", a[0].label, f"`{row['tensor']}`: {exc}"))
             result.bytes_read += a[1].nbytes + b[1].nbytes
             now = time.perf_counter()
             if on_progress and (now - last >= min_interval_s or done == len(pairs) - 1):
@@ -166,12 +163,8 @@ class _PairReader:
         fh = self._open(shard)
         fh.seek(shard.data_start + offset)
         view = memoryview(buf)[:n]
-        got = 0
-        while got < n:
-            k = fh.readinto(view[got:])
-            if not k:
-                raise OSError(f"{shard.label} ended early (changed while being read?)")
-            got += k
+        if read_exactly(fh, view) < n:
+            raise OSError(f"{shard.label} ended early (changed while being read?)")
         return view
 
     def compare(self, a: tuple[ShardHeader, TensorEntry], b: tuple[ShardHeader, TensorEntry]) -> dict:
@@ -245,7 +238,7 @@ def _findings(result: Comparison, weights: Inspection, other: Inspection) -> Non
     other_label = f"{other.path} ({result.role})"
     if dtype_rows:
         kinds = Counter(f"{r['other dtype']} → {r['dtype']}" for r in dtype_rows)
-        add(finding("dtype_changed", other_label,
+        add(Finding("dtype_changed", other_label,
                     f"{len(dtype_rows)} tensor(s) changed dtype ({', '.join(f'{k}: {v}' for k, v in kinds.items())}); "
                     f"values compared after rounding the {result.role} to the saved dtype",
                     tensors=[r["tensor"] for r in dtype_rows]))
@@ -253,7 +246,7 @@ def _findings(result: Comparison, weights: Inspection, other: Inspection) -> Non
         differ = by["removed"] + by["added"] + by["shape"] + by["changed"]
         if differ:
             parts = [f"{len(by[s])} {s}" for s in ("changed", "added", "removed", "shape") if by[s]]
-            add(finding("checkpoint_differs", other_label,
+            add(Finding("checkpoint_differs", other_label,
                         f"{', '.join(parts).replace('shape', 'shape changed')} of {len(rows)} tensor(s): "
                         f"{name_some(r['tensor'] for r in differ)}",
                         tensors=[r["tensor"] for r in differ]))
@@ -261,23 +254,23 @@ def _findings(result: Comparison, weights: Inspection, other: Inspection) -> Non
     shared = len(rows) - len(by["removed"]) - len(by["added"])
     base_tensors = len(rows) - len(by["added"])
     if base_tensors and shared * 2 < base_tensors:
-        add(finding("base_mismatch", other_label,
+        add(Finding("base_mismatch", other_label,
                     f"only {shared} of the base's {base_tensors} tensors are in the weights: the base "
                     "is another model (or another layout); give the model training started from"))
     if by["removed"]:
-        add(finding("key_removed", other_label, f"{len(by['removed'])} tensor(s) of the base are not in "
+        add(Finding("key_removed", other_label, f"{len(by['removed'])} tensor(s) of the base are not in "
                     f"the weights: {name_some(r['tensor'] for r in by['removed'])}",
                     tensors=[r["tensor"] for r in by["removed"]]))
     if by["added"]:
-        add(finding("key_added", weights.path, f"{len(by['added'])} tensor(s) not in the base: "
+        add(Finding("key_added", weights.path, f"{len(by['added'])} tensor(s) not in the base: "
                     f"{name_some(r['tensor'] for r in by['added'])}",
                     tensors=[r["tensor"] for r in by["added"]]))
     if by["shape"]:
         r = by["shape"][0]
-        add(finding("shape_changed", weights.path, f"{len(by['shape'])} tensor(s) changed shape, e.g. "
+        add(Finding("shape_changed", weights.path, f"{len(by['shape'])} tensor(s) changed shape, e.g. "
                     f"`{r['tensor']}` {r['other shape']} → {r['shape']}",
                     tensors=[r["tensor"] for r in by["shape"]]))
     if by["same"] and not by["changed"]:
-        add(finding("weights_unchanged", weights.path,
+        add(Finding("weights_unchanged", weights.path,
                     f"none of the {len(by['same'])} compared tensors differs from the base "
                     f"{other.path}: training changed nothing (or the wrong folder was saved)"))

@@ -49,10 +49,10 @@ def _stage04_record(results: Optional[os.PathLike]) -> tuple[Path, Optional[Stag
         return path, None
 
 
-def stage04_of_this_run(environ: Optional[dict] = None) -> Optional[str]:
+def _stage04_of_this_run() -> Optional[str]:
     """In a report run that includes stage 04, its verdict and summary as the run file
     has them (e.g. ``FAIL: dataset: 2 bad records``); None outside such a run."""
-    run_dir = (environ if environ is not None else os.environ).get(RUN_DIR_ENV)
+    run_dir = os.environ.get(RUN_DIR_ENV)
     if not run_dir:
         return None
     try:
@@ -69,12 +69,9 @@ def stage04_of_this_run(environ: Optional[dict] = None) -> Optional[str]:
 def resolve_paths(weights_path: Optional[os.PathLike] = None, base_path: Optional[os.PathLike] = None,
                   checkpoint_path: Optional[os.PathLike] = None, *,
                   results: Optional[os.PathLike] = None) -> Sources:
-    """The folders to check: those given, else stage 04's, else the tiny model's (named,
-    not built). A path given wins; with ``weights_path`` given nothing else is guessed.
-
-    Raises:
-        ValueError: stage 04 (of this run, or as recorded) trained no weights to check.
-    """
+    """The tiny model's folders are named, not built. A path given wins; with
+    ``weights_path`` given nothing else is guessed. ValueError: stage 04 (of this run, or as
+    recorded) trained no weights to check."""
     if weights_path:
         return Sources(str(weights_path), _str(base_path), _str(checkpoint_path), "as given")
     record_path, record = _stage04_record(results)
@@ -85,7 +82,7 @@ def resolve_paths(weights_path: Optional[os.PathLike] = None, base_path: Optiona
     # Final weights deleted since the record was written fall back to the tiny model, and
     # the note says which.
     final = _existing(handed.final_dir) if handed is not None else None
-    in_run = None if final else stage04_of_this_run()
+    in_run = None if final else _stage04_of_this_run()
     if in_run is not None:
         raise ValueError(f"stage 04 of this run trained no weights to check ({in_run}); {_NOT_THE_TINY_MODEL}")
     if final:

@@ -1,25 +1,24 @@
-"""A checkpoint folder from its headers: :func:`inspect_checkpoint` reads every weight
-file's header (:mod:`hyport_lib.checkpoint_files.header`), the index and ``config.json``
-and cross-checks them (keys against the index, ``metadata.total_size`` and
-``total_parameters`` against the headers), reading no tensor data; the model class built
-on the meta device (:mod:`.names`) adds :mod:`.model_checks`.
+"""A checkpoint folder from its headers (:func:`inspect_checkpoint`), reading no tensor
+data: every weight file's header, the index and ``config.json`` cross-checked, then the
+files against the model class built on the meta device (:mod:`.names`): ZeRO-3
+placeholders, weights in no file, tied weights saved under both names.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
-import stat
 import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
-from hyport_lib.checkpoint_files.findings import Finding, finding, name_some
+from hyport_lib.checkpoint_files.findings import Finding, name_some
 from hyport_lib.checkpoint_files.header import ShardHeader, TensorEntry, read_header
-from hyport_lib.weights.model_checks import model_checks
+from hyport_lib.utils.bounded_files import kind_of
 from hyport_lib.weights.names import ModelNames, model_names
 
 INDEX_FILE = "model.safetensors.index.json"
@@ -70,11 +69,8 @@ class Inspection:
 
     @property
     def tensors(self) -> dict[str, tuple[ShardHeader, TensorEntry]]:
-        """Every tensor key -> (its file, its entry).
-
-        A key stored in two files is the copy the index names (the one from_pretrained
-        loads), else the copy in the first file.
-        """
+        """Key -> (its file, its entry); a key in two files is the copy the index names
+        (the one from_pretrained loads), else the first file's."""
         named = self.index.weight_map if self.index else {}
         out: dict[str, tuple[ShardHeader, TensorEntry]] = {}
         for shard in self.shards:
@@ -107,10 +103,9 @@ class Inspection:
 
 def inspect_checkpoint(path: os.PathLike, *, trust_remote_code: bool = False,
                        with_model: bool = True, validate: bool = True) -> Inspection:
-    """Inspect the headers of the checkpoint at ``path`` (a folder or one ``.safetensors``
-    file); ``with_model=False``: no model class on the meta device; ``validate``: also let
-    safetensors open every file the checks pass. FileNotFoundError when ``path`` does not
-    exist; every other problem is a finding."""
+    """``path``: a folder or one ``.safetensors`` file; ``validate``: also let safetensors
+    open every file the checks pass. FileNotFoundError when ``path`` does not exist; every
+    other problem is a finding."""
     started = time.perf_counter()
     path = Path(path).expanduser()
     if not path.exists():
@@ -128,9 +123,11 @@ def inspect_checkpoint(path: os.PathLike, *, trust_remote_code: bool = False,
         result.names = model_names(result.folder, trust_remote_code=trust_remote_code)
         result.model_seconds = time.perf_counter() - started
         if result.names.error:
-            result.findings.append(finding("model_class_unknown", "config.json",
+            result.findings.append(Finding("model_class_unknown", "config.json",
                                            f"names are used as they are: {result.names.error}"))
-    model_checks(result)
+    _placeholders(result)
+    _absent(result)
+    _tied_note(result)
     return result
 
 
@@ -142,7 +139,7 @@ def _inspect_folder(folder: Path, validate: bool) -> Inspection:
     if single.is_file():
         result = Inspection(str(folder), "single", shards=[read_header(single, validate=validate)])
         if indexes:
-            result.findings.append(finding(
+            result.findings.append(Finding(
                 "index_ignored", indexes[0].name,
                 f"{SINGLE_FILE} and {indexes[0].name} in one folder: from_pretrained loads "
                 f"{SINGLE_FILE} and never reads the index or its shards (left over from an "
@@ -154,36 +151,29 @@ def _inspect_folder(folder: Path, validate: bool) -> Inspection:
     shards = [p for p in files if _SHARD_RE.match(p.name)]
     if shards:
         result = Inspection(str(folder), "sharded", shards=[read_header(p, validate=validate) for p in shards])
-        result.findings.append(finding(
+        result.findings.append(Finding(
             "index_missing", INDEX_FILE,
             f"{len(shards)} shard file(s) ({name_some([p.name for p in shards])}) but no index: "
             f"from_pretrained fails with 'no file named model.safetensors'"))
         return result
     result = Inspection(str(folder), "none")
     if single.exists() or single.is_symlink():  # there, but no regular file: say what it is
-        result.findings.append(finding("no_weights", SINGLE_FILE,
+        result.findings.append(Finding("no_weights", SINGLE_FILE,
                                        f"{single} is {_not_a_file(single)}, not a safetensors file"))
         return result
     others = [p.name for p in files] + [p.name for p in sorted(folder.glob("*.bin"))]
     found = f"; found only {name_some(others)}" if others else ""
-    result.findings.append(finding("no_weights", folder.name or str(folder),
+    result.findings.append(Finding("no_weights", folder.name or str(folder),
                                    f"no {SINGLE_FILE} and no {INDEX_FILE} in {folder}{found}"))
     return result
 
 
 def _not_a_file(path: Path) -> str:
-    """What a path that is not a regular file is, in a few words."""
     try:
         mode = path.stat().st_mode
     except OSError:
         return "a broken link"
-    if stat.S_ISDIR(mode):
-        return "a folder"
-    if stat.S_ISFIFO(mode):
-        return "a named pipe (FIFO)"
-    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
-        return f"a device{' (through a link)' if path.is_symlink() else ''}"
-    return "not a regular file"
+    return kind_of(mode) + (" (through a link)" if path.is_symlink() else "")
 
 
 def _inspect_sharded(folder: Path, index_path: Path, validate: bool) -> Inspection:
@@ -196,7 +186,7 @@ def _inspect_sharded(folder: Path, index_path: Path, validate: bool) -> Inspecti
         shard_path = folder / name
         keys = [k for k, v in index.weight_map.items() if v == name]
         if not shard_path.is_file():
-            result.findings.append(finding(
+            result.findings.append(Finding(
                 "shard_missing", name, f"{index.file} names {name} for {len(keys)} tensor(s) "
                 f"({name_some(keys)}) but the file is not in the folder", tensors=keys))
             continue
@@ -205,7 +195,7 @@ def _inspect_sharded(folder: Path, index_path: Path, validate: bool) -> Inspecti
     named = set(index.shards)
     for extra in sorted(folder.glob(f"{prefix}*.safetensors")):
         if extra.name not in named:
-            result.findings.append(finding(
+            result.findings.append(Finding(
                 "extra_shard", extra.name, f"a weight file that {index.file} does not name: "
                 f"its tensors are never loaded (left over from an earlier save?)"))
     _cross_check(result, index)
@@ -229,7 +219,7 @@ def _read_index(path: Path, result: Inspection) -> Optional[IndexInfo]:
             raise ValueError("weight_map names no tensor (from_pretrained cannot load it)")
     except (OSError, UnicodeDecodeError, KeyError, TypeError, ValueError, RecursionError) as exc:
         why = f"missing {exc}" if isinstance(exc, KeyError) else str(exc) or type(exc).__name__
-        result.findings.append(finding("index_unreadable", path.name, f"cannot use the index: {why}"))
+        result.findings.append(Finding("index_unreadable", path.name, f"cannot use the index: {why}"))
         return None
     # File-name order (model-00001-of-N first), as the files sit on disk; the order of
     # first appearance in weight_map depends on how the saving library sorted the keys.
@@ -239,7 +229,7 @@ def _read_index(path: Path, result: Inspection) -> Optional[IndexInfo]:
         value = meta.get(name)
         totals[name] = _count_or_none(value)
         if value is not None and totals[name] is None:
-            result.findings.append(finding(
+            result.findings.append(Finding(
                 "total_size_mismatch", path.name, f"metadata.{name} is {str(value)[:40]!r}, not a count"))
     return IndexInfo(path.name, len(weight_map), shards, dict(weight_map),
                      totals["total_size"], totals["total_parameters"])
@@ -268,13 +258,13 @@ def _cross_check(result: Inspection, index: IndexInfo) -> None:
     for shard, keys in missing.items():
         elsewhere = [k for k in keys if holders.get(k)]
         note = f" ({len(elsewhere)} of them are in another shard)" if elsewhere else ""
-        add(finding("key_missing_from_shard", shard,
+        add(Finding("key_missing_from_shard", shard,
                     f"{len(keys)} key(s) the index places in {shard} are not in it{note}: "
                     f"{name_some(keys)}", tensors=keys))
     for shard in result.shards:
         extra = [k for k in shard.tensors if k not in index.weight_map]
         if extra:
-            add(finding("key_not_in_index", shard.label,
+            add(Finding("key_not_in_index", shard.label,
                         f"{len(extra)} key(s) of {shard.label} are not in {index.file} "
                         f"(from_pretrained would not load them): {name_some(extra)}", tensors=extra))
     # A key in two shards is blamed on the copy the index does not point to.
@@ -286,7 +276,7 @@ def _cross_check(result: Inspection, index: IndexInfo) -> None:
                 by_file.setdefault(stray, []).append(key)
     for shard, keys in by_file.items():
         others = sorted({f for k in keys for f in holders[k]} - {shard})
-        add(finding("key_in_two_shards", shard,
+        add(Finding("key_in_two_shards", shard,
                     f"{len(keys)} key(s) also stored in {', '.join(others)}: {name_some(keys)}",
                     tensors=keys))
     if all(s.readable and not s.invalid for s in result.shards) and len(result.shards) == len(index.shards):
@@ -302,7 +292,7 @@ def _cross_check(result: Inspection, index: IndexInfo) -> None:
             problems.append(f"metadata.total_parameters is {index.total_parameters:,} but the "
                             f"indexed tensors hold {params:,} elements")
         if problems:
-            add(finding("total_size_mismatch", index.file, "; ".join(problems)))
+            add(Finding("total_size_mismatch", index.file, "; ".join(problems)))
 
 
 def _read_config(result: Inspection) -> None:
@@ -310,7 +300,7 @@ def _read_config(result: Inspection) -> None:
     info = result.config
     if not path.is_file():
         if result.kind != "none":
-            result.findings.append(finding("config_missing", "config.json",
+            result.findings.append(Finding("config_missing", "config.json",
                                            f"no config.json in {result.folder}: from_pretrained "
                                            f"cannot build the model"))
         return
@@ -323,7 +313,7 @@ def _read_config(result: Inspection) -> None:
             raise ValueError("no model_type")
     except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
         info.error = (str(exc).splitlines() or [type(exc).__name__])[0]
-        result.findings.append(finding("config_unreadable", "config.json",
+        result.findings.append(Finding("config_unreadable", "config.json",
                                        f"config.json cannot be used: {info.error}"))
         return
     text = raw.get("text_config") if isinstance(raw.get("text_config"), dict) else {}
@@ -331,7 +321,7 @@ def _read_config(result: Inspection) -> None:
     architectures = raw.get("architectures") or []
     if not isinstance(architectures, list):
         # a bare string would be read letter by letter as class names
-        result.findings.append(finding("config_suspect", "config.json",
+        result.findings.append(Finding("config_suspect", "config.json",
                                        f"architectures is a {type(architectures).__name__} "
                                        f"({architectures!r}), not a list of class names"))
         architectures = [architectures]
@@ -341,8 +331,58 @@ def _read_config(result: Inspection) -> None:
     info.tie_word_embeddings = raw.get("tie_word_embeddings", text.get("tie_word_embeddings"))
 
 
+def _placeholders(result: Inspection) -> None:
+    expected = result.names.expected
+    for shard in result.shards:
+        found = []
+        for key, entry in shard.tensors.items():
+            if not entry.is_float or entry.numel:
+                continue
+            want = expected.get(result.names.to_model(key))
+            if want is not None and math.prod(want) == 0:
+                continue  # the model itself has an empty tensor here
+            found.append((key, entry, want))
+        if found:
+            key, entry, want = found[0]
+            hint = f" where the model expects {list(want)}" if want else ""
+            result.findings.append(Finding(
+                "zero3_placeholder", shard.label,
+                f"{len(found)} floating tensor(s) with no elements, e.g. `{key}` "
+                f"{entry.dtype} {list(entry.shape)}{hint}: ZeRO-3 placeholders saved instead of the "
+                f"weights (save with stage3_gather_16bit_weights_on_model_save, or consolidate "
+                f"with zero_to_fp32)", tensors=[k for k, _, _ in found]))
+
+
+def _absent(result: Inspection) -> None:
+    """Weights the model class has that no file (and no index entry) holds."""
+    names = result.names
+    if not names.class_name or not result.shards or result.kind == "file":
+        return
+    keys = [*result.tensors, *(result.index.weight_map if result.index else ())]
+    keys += [k for s in result.shards for k in s.invalid]
+    present = {names.to_model(k) for k in keys}
+    tied = {**names.tied, **{v: k for k, v in names.tied.items()}}
+    optional = [re.compile(p) for p in names.optional]
+    absent = [m for m in names.expected if m not in present and tied.get(m) not in present
+              and not any(p.search(m) for p in optional)]
+    if absent:
+        result.findings.append(Finding(
+            "weight_missing", result.index.file if result.index else result.shards[0].label,
+            f"{len(absent)} weight(s) of {names.class_name} are in no file: {name_some(absent)} "
+            f"(from_pretrained would initialise them at random)", tensors=absent))
+
+
+def _tied_note(result: Inspection) -> None:
+    dups = result.tied_duplicates
+    if dups:
+        tensors = result.tensors
+        result.findings.append(Finding(
+            "tied_duplicate", tensors[dups[0]][0].label,
+            f"{len(dups)} tied weight(s) saved under both names ({name_some(dups)}); the "
+            f"parameter total without them is {result.unique_parameters:,}", tensors=dups))
+
+
 def shard_rows(result: Inspection) -> list[dict]:
-    """One row per weight file: bytes, tensors, dtypes, parameters."""
     rows = []
     for shard in result.shards:
         dtypes = Counter(e.dtype for e in shard.tensors.values())

@@ -13,6 +13,7 @@ read) and its own conversion mapping renames each key (on transformers 4.57: the
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import re
 from dataclasses import dataclass, field
@@ -32,22 +33,15 @@ class ModelNames:
     parameters: Optional[int] = None  # tied weights counted once
     optional: list[str] = field(default_factory=list)  # _keys_to_ignore_on_load_missing
     error: Optional[str] = None
-    _rename: Optional[Callable[[str], tuple[str, bool]]] = field(default=None, repr=False)
+    _rename: Optional[Callable[[str], str]] = field(default=None, repr=False)
 
     def to_model(self, key: str) -> str:
         """The model's name for an on-disk key (the key itself when nothing maps it)."""
-        return self._rename(key)[0] if self._rename else key
-
-    def converted(self, key: str) -> bool:
-        """True when a converter (several keys into one tensor, e.g. fused experts) maps it."""
-        return self._rename(key)[1] if self._rename else False
+        return self._rename(key) if self._rename else key
 
 
 def model_names(folder: os.PathLike, *, trust_remote_code: bool = False) -> ModelNames:
-    """Build the model class of ``folder/config.json`` on the meta device; its names.
-
-    Never raises: a failure is kept in :attr:`ModelNames.error`.
-    """
+    """Never raises: a failure is kept in :attr:`ModelNames.error`."""
     try:
         return _model_names(Path(folder), trust_remote_code)
     except Exception as exc:  # any failure of a third-party model class: names as they are
@@ -55,12 +49,9 @@ def model_names(folder: os.PathLike, *, trust_remote_code: bool = False) -> Mode
 
 
 def model_class(config, *, trust_remote_code: bool = False):
-    """The class to load ``config`` with: its architecture, else an Auto class.
-
-    ``architectures[0]`` when transformers has it (imported here, so that loading
-    timers do not count the import); remote code through the Auto classes when trusted;
-    else ``AutoModelForImageTextToText`` when it knows the model type, else ``AutoModel``.
-    """
+    """The class to load ``config`` with: ``architectures[0]`` when transformers has it,
+    else an Auto class (transformers is imported here, so that loading timers that start
+    after this call do not count the import)."""
     import transformers
 
     arch = (getattr(config, "architectures", None) or [None])[0]
@@ -126,42 +117,37 @@ def _tied(model) -> dict[str, str]:
     return {target: names[0] for names in groups.values() for target in names[1:]}
 
 
-def _renamer(model, state: dict) -> Callable[[str], tuple[str, bool]]:
-    cache: dict[str, tuple[str, bool]] = {}
+def _renamer(model, state: dict) -> Callable[[str], str]:
     try:
         from transformers.conversion_mapping import get_model_conversion_mapping
         from transformers.core_model_loading import (WeightConverter, WeightRenaming,
                                                      rename_source_key)
     except ImportError:  # transformers 4.x: the class's own regexes
-        return _legacy_renamer(model, cache)
+        return _legacy_renamer(model)
     transforms = get_model_conversion_mapping(model)
     renamings = [t for t in transforms if isinstance(t, WeightRenaming)]
     converters = [t for t in transforms if isinstance(t, WeightConverter)]
     prefix = model.base_model_prefix
 
-    def rename(key: str) -> tuple[str, bool]:
-        if key not in cache:
-            new, pattern = rename_source_key(key, renamings, converters,
-                                             base_model_prefix=prefix, meta_state_dict=state)
-            cache[key] = (new, pattern is not None)
-        return cache[key]
+    @functools.cache
+    def rename(key: str) -> str:
+        return rename_source_key(key, renamings, converters, base_model_prefix=prefix,
+                                 meta_state_dict=state)[0]
 
     return rename
 
 
-def _legacy_renamer(model, cache: dict) -> Callable[[str], tuple[str, bool]]:
+def _legacy_renamer(model) -> Callable[[str], str]:
     """transformers 4.57: the first matching ``_checkpoint_conversion_mapping`` regex."""
     patterns = [(re.compile(p), r) for p, r in
                 (getattr(model, "_checkpoint_conversion_mapping", None) or {}).items()]
 
-    def rename(key: str) -> tuple[str, bool]:
-        if key not in cache:
-            new = key
-            for pattern, replacement in patterns:
-                new, hits = pattern.subn(replacement, key)
-                if hits:
-                    break
-            cache[key] = (new, False)
-        return cache[key]
+    @functools.cache
+    def rename(key: str) -> str:
+        for pattern, replacement in patterns:
+            new, hits = pattern.subn(replacement, key)
+            if hits:
+                return new
+        return key
 
     return rename

@@ -1,6 +1,5 @@
-"""The parameters of stage 05: notebook 05's ``parameters`` cell, ``hyport verify``'s
-flags and ``hyport report -p`` all derive from :class:`Params`. The folders default to what
-stage 04 recorded (:mod:`hyport_lib.weights.defaults`)."""
+"""The parameters of stage 05. The folders default to what stage 04 recorded
+(:mod:`hyport_lib.weights.defaults`)."""
 
 from __future__ import annotations
 
@@ -15,8 +14,6 @@ from hyport_lib.weights.checksums import HASHERS
 
 @dataclass
 class Params(StageParams):
-    """What stage 05 checks and how (the notebook's ``parameters`` cell, field for field)."""
-
     weights_path: Optional[str] = param(
         None, "a checkpoint folder or one .safetensors file; None: stage 04's final weights, "
               "else the tiny model in 2 shards",
@@ -44,12 +41,8 @@ class Params(StageParams):
         600, "limit of each child process (reload, logits parity, consolidation)", min_exclusive=0)
 
     def check(self) -> None:
-        """Refuse ``logits_parity`` for a ``weights_path`` given without a checkpoint (nothing
-        else is guessed then), here: before a report run trains for hours first.
-
-        Raises:
-            ParameterError: ``logits_parity`` asked for with no checkpoint to compare with.
-        """
+        """A ``weights_path`` given without a checkpoint has none (nothing is guessed then):
+        ``logits_parity`` is refused here, before a report run trains for hours first."""
         if self.weights_path and not self.checkpoint_path and self.logits_parity:
             raise ParameterError([NO_CHECKPOINT_FOR_LOGITS])
 

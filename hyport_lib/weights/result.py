@@ -14,20 +14,16 @@ from hyport_lib.results import Provenance
 from hyport_lib.utils.typed_records import fields_of
 from hyport_lib.weights.compare import Comparison
 from hyport_lib.weights.layout import ConfigInfo, IndexInfo, Inspection, shard_rows
-from hyport_lib.weights.parity import ParityResult
-from hyport_lib.weights.reload import ReloadResult
+from hyport_lib.weights.reload import ParityResult, ReloadResult
 from hyport_lib.weights.scan import ScanResult
-from hyport_lib.weights.zero import ZeroListing
-from hyport_lib.weights.zero_consolidate import ZeroComparison
+from hyport_lib.weights.zero import ZeroComparison, ZeroListing
 
 
 @dataclass
 class WeightsResult:
-    """Everything one verification found (each check None when not asked for): where the
-    folders came from (``source``, :attr:`hyport_lib.weights.defaults.Sources.note`), the
-    checkpoint as its headers tell it (``path`` to ``model_class_s``: :func:`inspected`;
-    ``shards``: one row per weight file), the findings and the checks. ``inspection``, every
-    header, is the run's only: a record holds what it says above."""
+    """Each check None when not asked for; ``source``: where the folders came from
+    (:attr:`.defaults.Sources.note`). ``inspection``, every header, is the run's only: a
+    record holds what it says in the fields above it."""
 
     source: str = ""
     path: str = ""
@@ -64,7 +60,6 @@ class WeightsResult:
         return next((c for c in self.comparisons if c.role == role), None)
 
     def seed_line(self) -> str:
-        """The seed's summary: shards, index tensors, bytes and keys per shard, type, parameters."""
         shards = self.shards
         if self.index is not None:
             head = f"{len(self.index.shards)} shards, {self.index.tensors:,} tensors in the index"
@@ -89,25 +84,17 @@ class WeightsResult:
         return line
 
     def to_dict(self) -> dict:
-        """The record (the verdict is :func:`hyport_lib.weights.stage.result_data`'s): the
-        fields but the inspection, with the seed's line and the findings' counts."""
+        """The record (the verdict is :func:`.stage.result_data`'s): the fields but the
+        inspection, with the seed's line and the findings' counts."""
         data = {"summary": self.seed_line(), **fields_of(self), "counts": self.counts}
         del data["inspection"]
         if self.index is not None:  # its weight_map is in the rows
             del data["index"]["weight_map"]
-        if self.scan is not None:
-            # Each checksum names its algorithm: checksums of two algorithms never compare.
-            data["scan"] = {"checksum": self.scan.checksum, "bytes_read": self.scan.bytes_read,
-                            "seconds": round(self.scan.seconds, 3), "skipped": self.scan.skipped,
-                            "nonfinite_tensors": self.scan.nonfinite_tensors,
-                            "tensors": {k: {"file": t.file, "checksum": t.checksum, "algorithm": t.algorithm,
-                                            "nan": t.nan, "inf": t.inf} for k, t in self.scan.tensors.items()}}
         return data
 
 
 def inspected(insp: Inspection, options: dict, source: str) -> WeightsResult:
-    """The result of a verification of ``insp`` (its findings the first), with ``options``
-    as run and where the folders came from."""
+    """The result as the headers tell it (their findings the first), before any other check."""
     return WeightsResult(source, insp.path, insp.kind, options, shard_rows(insp), insp.index, len(insp.tensors),
                          insp.tensor_bytes, insp.parameters, insp.unique_parameters, insp.tied_duplicates,
                          insp.config, insp.names.class_name, insp.names.error, round(insp.seconds, 4),

@@ -1,10 +1,19 @@
 """The full scan (:func:`full_scan`): every tensor read once, checked for NaN/Inf and
-checksummed (:mod:`.checksums`), with bounded memory whatever the checkpoint's size.
+checksummed (:mod:`.checksums`), in ``buffers x chunk_bytes`` of memory whatever the
+checkpoint's size (docs/weights.md, "Full scan").
 
-A reader thread (:mod:`.scan_pipeline`) fills the buffers while the caller's thread checks
-and hashes the chunk it was handed: both on one chunk in turn keep it in the core's cache,
-and a third thread for the hash cost more in hand-offs than it saved once XXH3 hashes at
-tens of GB/s (docs/weights.md, "Full scan").
+One reader thread (:class:`Pipeline`) fills a fixed set of buffers with ``readinto``
+(which releases the GIL) while the caller's thread checks and hashes the chunk it was
+handed: both on one chunk in turn keep it in the core's cache, and a third thread for the
+hash cost more in hand-offs than it saved once XXH3 hashes at tens of GB/s. Three buffers
+of 2 MiB took less CPU per byte than 4-16 MiB ones: they stay in the caches.
+
+Reads follow the file, not the tensors: a run of adjacent tensors is read in chunks that
+may hold several small tensors, so those cost no read of their own. A chunk ends where
+the tensor it cuts has a multiple of 8 bytes in it, so every piece holds whole elements;
+a gap or an overlap between tensors (possible, though ``safetensors`` writes none) starts
+a new run with a seek. A file that cannot be read to the end (it may have changed since
+its header was read) costs only its own tensors (:class:`ReadFailure`).
 
 The non-finite test works on the raw bits with numpy, not ``torch.isfinite`` (20-40 times
 slower on the CPU): an element is NaN or Inf when its bits without the sign are at least
@@ -15,16 +24,23 @@ such a chunk is counted element by element.
 
 from __future__ import annotations
 
+import queue
+import threading
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Optional
+from typing import Callable, Iterator, Optional
 
 import numpy as np
 
-from hyport_lib.checkpoint_files.findings import Finding, finding
+from hyport_lib.checkpoint_files.findings import Finding
 from hyport_lib.checkpoint_files.header import ShardHeader, TensorEntry
+from hyport_lib.utils.typed_records import fields_of
 from hyport_lib.weights.checksums import DEFAULT_CHECKSUM, new_hasher
-from hyport_lib.weights.scan_pipeline import BUFFERS, CHUNK_BYTES, END, Pipeline, ReadFailure
+
+CHUNK_BYTES = 2 << 20
+BUFFERS = 3
+#: What the reader sends after its last chunk.
+END = object()
 
 #: dtype -> (unsigned view, signed view or None when the format has no sign bit, special
 #: mask, mantissa mask or None when the format has no infinity). An element is special
@@ -44,13 +60,10 @@ _SPECIAL_BITS = {
 
 @dataclass
 class TensorScan:
-    """One tensor's scan: its checksum and NaN/Inf counts. ``algorithm`` has no default,
-    so a record never claims an algorithm that did not make its checksum."""
+    """``algorithm`` has no default, so a record never claims an algorithm that did not make
+    its checksum."""
 
-    key: str
     file: str
-    dtype: str
-    nbytes: int
     checksum: str
     nan: int = 0
     inf: int = 0
@@ -58,8 +71,8 @@ class TensorScan:
 
     def __post_init__(self):
         if not isinstance(self.algorithm, str) or not self.algorithm:
-            raise ValueError(f"TensorScan {self.key!r}: algorithm={self.algorithm!r}, expected the name "
-                             f"of the checksum's algorithm")
+            raise ValueError(f"TensorScan of {self.file!r}: algorithm={self.algorithm!r}, expected the "
+                             f"name of the checksum's algorithm")
 
 
 @dataclass
@@ -81,8 +94,8 @@ class ScanProgress:
 
 @dataclass
 class ScanResult:
-    """A full scan; ``checksum`` is the algorithm (a key of :data:`HASHERS`), ``skipped``
-    the tensors not scanned (see :func:`full_scan`)."""
+    """``checksum``: the algorithm (a key of :data:`.checksums.HASHERS`); ``skipped``: the
+    tensors not scanned (see :func:`full_scan`)."""
 
     checksum: str
     tensors: dict[str, TensorScan] = field(default_factory=dict)
@@ -99,13 +112,16 @@ class ScanResult:
     def nonfinite_tensors(self) -> list[str]:
         return [k for k, t in self.tensors.items() if t.nan or t.inf]
 
+    def to_dict(self) -> dict:
+        """The record, less the findings (the result's own list holds them)."""
+        data = fields_of(self)
+        del data["findings"]
+        return {**data, "seconds": round(self.seconds, 3), "nonfinite_tensors": self.nonfinite_tensors}
+
 
 def nonfinite_counts(data, dtype: str) -> tuple[int, int]:
-    """``(NaN, Inf)`` counts in raw little-endian bytes of ``dtype`` (0, 0 for integers).
-
-    Raises:
-        ValueError: ``data`` is not a whole number of elements.
-    """
+    """``(NaN, Inf)`` counts in raw little-endian bytes of ``dtype`` (0, 0 for integers);
+    ValueError when ``data`` is not a whole number of elements."""
     spec = _SPECIAL_BITS.get(dtype)
     if spec is None or len(data) == 0:
         return 0, 0
@@ -140,20 +156,172 @@ def plan_reads(shards: list[ShardHeader]) -> tuple[list[tuple[ShardHeader, list[
     return plan, skipped
 
 
+@dataclass(frozen=True)
+class ReadFailure:
+    """One file failed (``error`` stopped its reading); ``unread``: its tensors whose bytes
+    were not all sent (the consumer drops what it has of the one that was cut)."""
+
+    shard: ShardHeader
+    error: OSError
+    unread: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Piece:
+    """The part of one tensor that one chunk holds: ``start`` in the chunk's buffer,
+    ``length`` bytes (whole elements; 0 for a zero-size tensor), ``last``: the tensor's
+    last piece."""
+
+    shard: ShardHeader
+    entry: TensorEntry
+    start: int
+    length: int
+    last: bool
+
+
+class Chunk:
+    """One filled buffer and the pieces of tensors it holds, in file order; the buffer goes
+    back to ``free`` on :meth:`release`."""
+
+    def __init__(self, buffer: bytearray, pieces: list[Piece], free: queue.SimpleQueue):
+        self.buffer, self.pieces, self._free = buffer, pieces, free
+
+    def view(self, piece: Piece) -> memoryview:
+        return memoryview(self.buffer)[piece.start: piece.start + piece.length]
+
+    def release(self) -> None:
+        """The consumer is done with the buffer: the reader may fill it again."""
+        self._free.put(self.buffer)
+
+
+def runs(entries: list[TensorEntry]) -> list[list[TensorEntry]]:
+    """``entries`` (in offset order) cut where a tensor does not begin at the previous end."""
+    out: list[list[TensorEntry]] = []
+    for entry in entries:
+        if out and entry.begin == out[-1][-1].end:
+            out[-1].append(entry)
+        else:
+            out.append([entry])
+    return out
+
+
+def chunk_layout(run: list[TensorEntry], chunk_bytes: int) -> Iterator[tuple[int, int, list[tuple]]]:
+    """The reads of one run: ``(first byte, end, [(entry, offset in chunk, length, last)])``,
+    offsets relative to the file's data section; see the module docstring for the cuts."""
+    index, pos, run_end = 0, run[0].begin, run[-1].end
+    while True:
+        end = min(run_end, pos + chunk_bytes)
+        pieces = []
+        while index < len(run):
+            entry = run[index]
+            lo = max(entry.begin, pos)
+            if entry.end <= end:  # the tensor ends in this chunk (a zero-size one too)
+                pieces.append((entry, lo - pos, entry.end - lo, True))
+                index += 1
+                continue
+            # The chunk cuts this tensor: after a whole number of 8-byte groups of it.
+            cut = entry.begin + (end - entry.begin) // 8 * 8
+            if cut > lo:
+                pieces.append((entry, lo - pos, cut - lo, False))
+            end = max(cut, lo)  # lo > pos here unless chunk_bytes < 8: the loop advances
+            break
+        yield pos, end, pieces
+        pos = end
+        if index == len(run):
+            return
+
+
+class Pipeline:
+    """The reader thread and the buffers; the consumer takes :class:`Chunk` objects and
+    :class:`ReadFailure` records from :attr:`output` (in file order) until :data:`END` or an
+    exception (a defect of the reader). ``plan``: :func:`plan_reads`' first part."""
+
+    def __init__(self, plan, chunk_bytes: int = CHUNK_BYTES, buffers: int = BUFFERS):
+        if chunk_bytes <= 0 or chunk_bytes % 8:
+            raise ValueError(f"chunk_bytes={chunk_bytes}: expected a positive multiple of 8")
+        if buffers < 1:
+            raise ValueError(f"buffers={buffers}: expected at least 1")
+        self.plan, self.chunk_bytes, self.buffers = plan, chunk_bytes, buffers
+        self.output: queue.SimpleQueue = queue.SimpleQueue()
+        self._free: queue.SimpleQueue = queue.SimpleQueue()
+        for _ in range(buffers):
+            self._free.put(bytearray(chunk_bytes))
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._read, name="hyport-weights-reader", daemon=True)
+
+    def start(self) -> "Pipeline":
+        self._thread.start()
+        return self
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """Stop the reader (also while it waits for a buffer) and wait for it."""
+        self._stop.set()
+        self._free.put(None)  # wakes a reader waiting for a buffer
+        if self._thread.is_alive():
+            self._thread.join(timeout=timeout)
+
+    def _read(self) -> None:
+        try:
+            for shard, entries in self.plan:
+                if entries and not self._read_file(shard, entries):
+                    return
+            self.output.put(END)
+        except BaseException as exc:  # a defect: handed to the consumer, which raises it
+            self.output.put(exc)
+
+    def _read_file(self, shard: ShardHeader, entries: list[TensorEntry]) -> bool:
+        """Send the chunks of one file; False when the pipeline was stopped meanwhile. An
+        ``OSError`` of this file is sent as a :class:`ReadFailure`, naming this file."""
+        sent_whole: set[str] = set()
+        try:
+            with open(shard.path, "rb", buffering=0) as fh:
+                for run in runs(entries):
+                    fh.seek(shard.data_start + run[0].begin)
+                    for begin, end, layout in chunk_layout(run, self.chunk_bytes):
+                        buffer = self._free.get()
+                        if buffer is None or self._stop.is_set():
+                            return False
+                        try:
+                            got = read_exactly(fh, memoryview(buffer)[: end - begin])
+                            if got < end - begin:
+                                inside = next(e.name for e, start, length, _ in layout if start + length > got)
+                                raise OSError(f"{shard.label}: the file ended inside `{inside}` (it changed "
+                                              f"while being read?)")
+                        except OSError:
+                            self._free.put(buffer)  # nothing was sent in it: it stays usable
+                            raise
+                        pieces = [Piece(shard, *p) for p in layout]
+                        self.output.put(Chunk(buffer, pieces, self._free))
+                        sent_whole.update(p.entry.name for p in pieces if p.last)
+        except OSError as exc:
+            unread = tuple(e.name for e in entries if e.name not in sent_whole)
+            self.output.put(ReadFailure(shard, exc, unread))
+        return True
+
+
+def read_exactly(fh, view: memoryview) -> int:
+    """The bytes read into ``view``: fewer than its length only where the file ends."""
+    got = 0
+    while got < len(view):
+        n = fh.readinto(view[got:])
+        if not n:
+            break
+        got += n
+    return got
+
+
 def full_scan(shards: list[ShardHeader], *, checksum: str = DEFAULT_CHECKSUM, chunk_bytes: int = CHUNK_BYTES,
               buffers: int = BUFFERS, on_progress: Optional[Callable[[ScanProgress], None]] = None,
               min_interval_s: float = 0.2) -> ScanResult:
-    """Read every tensor of ``shards`` once: NaN/Inf counts and a checksum per tensor, in
-    ``buffers * chunk_bytes`` of memory (plus, for a chunk holding NaN/Inf, the temporaries
-    that count them); ``on_progress`` at most every ``min_interval_s`` seconds, and at the end.
+    """``on_progress`` at most every ``min_interval_s`` seconds, and at the end. Memory:
+    ``buffers * chunk_bytes``, plus the temporaries that count a chunk holding NaN/Inf.
 
     A file the reader cannot read (missing, unreadable, shorter than its header says) is a
     ``file_unreadable`` finding and the scan goes on; ``skipped`` lists the tensors not
     scanned: such a file's not read whole, and those outside their file or of the wrong byte
-    length (header findings already). ValueError: ``checksum``, ``chunk_bytes`` or ``buffers``
-    out of range. Whatever the hasher, the check or ``on_progress`` raises (an OSError too:
-    only the reader's errors are findings) is raised unchanged once the reader stopped: a
-    scan never returns with a tensor silently left out.
+    length (header findings already). Whatever the hasher, the check or ``on_progress``
+    raises (an OSError too: only the reader's errors are findings) is raised unchanged once
+    the reader stopped: a scan never returns with a tensor silently left out.
     """
     new_hasher(checksum)  # an unknown name fails here, before the reader starts
     started = time.perf_counter()
@@ -183,7 +351,7 @@ def full_scan(shards: list[ShardHeader], *, checksum: str = DEFAULT_CHECKSUM, ch
                 raise chunk
             if isinstance(chunk, ReadFailure):  # that file only: the reader goes on with the next
                 current, file = None, chunk.shard.label
-                result.findings.append(finding("file_unreadable", chunk.shard.label,
+                result.findings.append(Finding("file_unreadable", chunk.shard.label,
                                                f"full scan stopped reading this file: {chunk.error}"))
                 result.skipped.extend(chunk.unread)
                 continue
@@ -198,8 +366,8 @@ def full_scan(shards: list[ShardHeader], *, checksum: str = DEFAULT_CHECKSUM, ch
                 result.bytes_read += piece.length
                 if piece.last:
                     entry = piece.entry
-                    result.tensors[entry.name] = TensorScan(entry.name, file, entry.dtype, entry.nbytes,
-                                                            hasher.hexdigest(), nan, inf, algorithm=checksum)
+                    result.tensors[entry.name] = TensorScan(file, hasher.hexdigest(), nan, inf,
+                                                            algorithm=checksum)
                     current = None
             chunk.release()
             note(file)
@@ -212,13 +380,11 @@ def full_scan(shards: list[ShardHeader], *, checksum: str = DEFAULT_CHECKSUM, ch
 
 
 def _nonfinite_findings(result: ScanResult) -> None:
-    by_file: dict[str, list[TensorScan]] = {}
-    for t in result.tensors.values():
-        if t.nan or t.inf:
-            by_file.setdefault(t.file, []).append(t)
+    by_file: dict[str, list[str]] = {}
+    for key in result.nonfinite_tensors:
+        by_file.setdefault(result.tensors[key].file, []).append(key)
     for file, bad in by_file.items():
-        shown = ", ".join(f"`{t.key}` ({t.nan} NaN, {t.inf} Inf)" for t in bad[:3])
+        shown = ", ".join(f"`{k}` ({result.tensors[k].nan} NaN, {result.tensors[k].inf} Inf)" for k in bad[:3])
         more = f" and {len(bad) - 3} more" if len(bad) > 3 else ""
-        result.findings.append(finding("non_finite", file,
-                                       f"{len(bad)} tensor(s) hold non-finite values: {shown}{more}",
-                                       tensors=[t.key for t in bad]))
+        result.findings.append(Finding("non_finite", file,
+                                       f"{len(bad)} tensor(s) hold non-finite values: {shown}{more}", tensors=bad))

@@ -1,7 +1,6 @@
 """Rendering of stage 05: ``*_frame`` (DataFrames, also printed by ``hyport verify``),
-``show_*`` (the notebook), :class:`LiveScanDisplay` (the scan's progress line), and what the
-report asks of the record: :func:`glance` and :func:`blog_values` (for ``blog.md.j2``
-beside this module).
+``show_*`` (the notebook), :class:`LiveScanDisplay` (the scan's progress line), and the
+report's hooks on the record (:func:`glance`, :func:`blog_values` for ``blog.md.j2``).
 """
 
 from __future__ import annotations
@@ -51,8 +50,7 @@ class LiveScanDisplay:
 
 
 def summary_frame(result: WeightsResult) -> pd.DataFrame:
-    """The seed's proof, one row per figure: shards, index tensors, bytes and keys per
-    shard, model type, parameters, LOAD_OK."""
+    """The seed's proof, one row per figure."""
     insp = result.inspection
     rows = [("folder", insp.path), ("layout", insp.kind)]
     if insp.index is not None:
@@ -253,8 +251,6 @@ def show_zero(result: WeightsResult) -> None:
 
 # --------------------------------------------------------------------------- the report
 def glance(record: StageRecord[WeightsResult]) -> list[tuple[str, str]]:
-    """The index card: what was checked, shards, tensors, parameters, findings, LOAD_OK,
-    and the comparisons with the starting model and the checkpoint."""
     head = record.headline
     out = [("checked", checked_label(record.data.source))]
     out += [(k, fmt_value(record.figure(k))) for k in ("shards", "tensors", "parameters")]
@@ -274,9 +270,8 @@ _COMPARED = {"base": "tensors changed vs base", "checkpoint": "checkpoint tensor
 
 
 def blog_values(record: StageRecord[WeightsResult]) -> dict:
-    """What the draft's section derives from the record: the folder's files as a listing,
-    the comparisons' headline figures by a short name, and the ``hyport verify --reload``
-    command for the folder with what the reload printed (none when not reloaded)."""
+    """The folder's files as a listing, the comparisons' headline figures by a short name,
+    and the ``hyport verify --reload`` command with what the reload printed."""
     data, head = record.data, record.headline
     files = ([data.index.file] if data.index and data.index.file else []) + \
         [str(f) for f in shards_frame(data)["file"]]

@@ -1,36 +1,52 @@
-"""Stage 05's contract: :func:`plan` (resolve and check the folders, writing nothing),
-:func:`run` and :func:`summarize`, used by notebook 05, ``hyport verify`` and
-``hyport report``. The verdict: FAIL on any error finding, INTERRUPTED when stopped before
-every check ran (with no error found), WARN on any warning, else PASS.
+"""Stage 05's contract, used by notebook 05, ``hyport verify`` and ``hyport report``:
+:func:`plan` (the folders resolved and checked, nothing written), :func:`run` (every check,
+in the notebook's order: headers, index and config (:mod:`.layout`); the full scan
+(:mod:`.scan`); the reload (:mod:`.reload`); against a base (:mod:`.compare`); against a
+checkpoint: its tensors, logits and DeepSpeed ZeRO states (:mod:`.zero`)) and
+:func:`summarize`. A Trainer checkpoint given as the weights is its own checkpoint.
+
+The verdict: FAIL on any error finding, INTERRUPTED when stopped before every check ran
+(with no error found), WARN on any warning, else PASS.
 """
 
 from __future__ import annotations
 
+import time
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Callable, Optional
 
-from hyport_lib.params import ParameterError
+from hyport_lib.checkpoint_files.findings import Finding
+from hyport_lib.params import AUTO_ATTENTION, ParameterError
 from hyport_lib.results import INTERRUPTED, StageSummary
 from hyport_lib.utils.typed_records import to_mapping
-from hyport_lib.weights.defaults import build_tiny_sources, checked_label, resolve_paths
+from hyport_lib.weights.compare import compare_weights
+from hyport_lib.weights.defaults import Sources, build_tiny_sources, checked_label, resolve_paths
+from hyport_lib.weights.layout import Inspection, inspect_checkpoint
 from hyport_lib.weights.params import NO_CHECKPOINT_FOR_LOGITS, Params
-from hyport_lib.weights.result import WeightsResult
-from hyport_lib.weights.scan import ScanProgress
-from hyport_lib.weights.verify import WeightsPlan, verify
-from hyport_lib.weights.zero import find_tag
+from hyport_lib.weights.reload import default_log_dir, logits_parity, parity_findings, reload, reload_findings
+from hyport_lib.weights.result import WeightsResult, inspected
+from hyport_lib.weights.scan import ScanProgress, full_scan
+from hyport_lib.weights.zero import ADAPTER_FILE, consolidate, find_tag, list_zero, zero_findings
 
 STAGE = "05_weights"
 RESULT = WeightsResult
 
 
-def plan(params: Params) -> WeightsPlan:
-    """The folders to check (given, else stage 04's, else the tiny model's), checked.
+@dataclass
+class WeightsPlan:
+    """``log_dir``: the child processes' logs; None: a fresh folder beside the results, made
+    when the first child starts."""
 
-    Raises:
-        ParameterError: a folder given that does not exist, or a check that needs a
-            checkpoint where there is none.
-        ValueError: no folder given, and stage 04 trained no weights to check.
-    """
+    params: Params
+    sources: Sources
+    log_dir: Optional[Path] = None
+
+
+def plan(params: Params) -> WeightsPlan:
+    """The folders to check: those given, else stage 04's, else the tiny model's.
+    ParameterError: a folder given that does not exist, or a check that needs a checkpoint
+    where there is none; ValueError: no folder given, and stage 04 trained none to check."""
     sources = resolve_paths(params.weights_path, params.base_path, params.checkpoint_path)
     problems = []
     # base_path is checked where it is declared (it must exist); the other two may be
@@ -51,25 +67,136 @@ def plan(params: Params) -> WeightsPlan:
 
 
 def _trainer_checkpoint(weights: str) -> bool:
-    """The weights folder is a Trainer checkpoint with ZeRO states: its own checkpoint."""
     folder = Path(weights).expanduser()
     return folder.is_dir() and find_tag(folder) is not None
 
 
 def run(plan: WeightsPlan, *,
         on_progress: Optional[Callable[[ScanProgress], None]] = None) -> WeightsResult:
-    """Verify the planned folders (the tiny model's are built first when they stand in);
-    ``on_progress`` is called while the scan and the comparisons read.
-
-    Raises:
-        KeyboardInterrupt: stopped; the checks that finished are on ``exc.partial``.
-    """
+    """Each problem a finding (the tiny model's folders are built first when they stand
+    in); ``on_progress`` is called while the scan and the comparisons read. Stopped: the
+    KeyboardInterrupt carries the checks that finished on ``exc.partial``."""
     build_tiny_sources(plan.sources)
-    return verify(plan, on_progress=on_progress)
+    started = time.perf_counter()
+    p, sources = plan.params, plan.sources
+    insp = inspect_checkpoint(sources.weights, trust_remote_code=p.trust_remote_code)
+    # The parameters as run: the folders as resolved, not as given.
+    options = {**{f.name: getattr(p, f.name) for f in fields(p) if f.name != "weights_path"},
+               "base_path": sources.base, "checkpoint_path": sources.checkpoint}
+    result = inspected(insp, options, sources.note)
+    reload_asked, parity_asked = p.reload, p.logits_parity
+    if (reload_asked or parity_asked) and insp.kind == "file":
+        # One file has no config.json beside it that is sure to belong to it: nothing to
+        # load a model from. Said as a finding, so the header checks still count.
+        asked = [n for n, on in (("reload", reload_asked), ("logits check", parity_asked and sources.checkpoint))
+                 if on]
+        if asked:
+            two = len(asked) > 1
+            result.findings.append(Finding(
+                "reload_skipped", insp.shards[0].label if insp.shards else sources.weights,
+                f"the {' and the '.join(asked)} need{'' if two else 's'} the model folder (config.json "
+                f"beside the weights), not one file: skipped; give the folder to run "
+                f"{'them' if two else 'it'}"))
+        reload_asked = parity_asked = False
+    try:
+        _checks(result, insp, plan, reload_asked, parity_asked, on_progress)
+    except KeyboardInterrupt as exc:
+        result.findings.append(Finding("verify_stopped", insp.path, "stopped by a signal before every "
+                                       "check ran: the checks listed are the ones that finished"))
+        result.wall_s = time.perf_counter() - started
+        exc.partial = result
+        raise
+    result.wall_s = time.perf_counter() - started
+    return result
+
+
+def _checks(result: WeightsResult, insp: Inspection, plan: WeightsPlan, reload_asked: bool,
+            parity_asked: bool, on_progress) -> None:
+    """The checks that read tensors or start processes (the two flags off for one file)."""
+    p, base_path, checkpoint_path = plan.params, plan.sources.base, plan.sources.checkpoint
+    # One log folder for every child of this verification.
+    log_dir = plan.log_dir or (default_log_dir() if reload_asked or checkpoint_path else None)
+    child = {"trust_remote_code": p.trust_remote_code, "timeout_s": p.reload_timeout_s, "log_dir": log_dir}
+    if p.full_scan:
+        result.scan = full_scan(insp.shards, checksum=p.checksum, on_progress=on_progress)
+        result.findings += result.scan.findings
+    if reload_asked:
+        _announce(on_progress, "reload: from_pretrained in a fresh process")
+        attention = "eager" if p.attn_implementation == AUTO_ATTENTION else p.attn_implementation
+        result.reload = reload(insp.folder, dtype=p.dtype, attn_implementation=attention, **child)
+        result.findings += reload_findings(result.reload)
+    if base_path:
+        base = inspect_checkpoint(base_path, trust_remote_code=p.trust_remote_code)
+        result.findings += _prefixed(base, "base")
+        if base.shards:
+            comparison = compare_weights(insp, base, role="base", on_progress=on_progress)
+            result.comparisons.append(comparison)
+            result.findings += comparison.findings
+    if not checkpoint_path and insp.kind != "file" and find_tag(insp.folder):
+        checkpoint_path = insp.folder  # a Trainer checkpoint given as the weights: its own ZeRO states
+    if checkpoint_path:
+        _checkpoint(result, Path(checkpoint_path).expanduser(), parity_asked, p.consolidate_zero,
+                    child, on_progress)
+
+
+def _announce(on_progress, step: str) -> None:
+    """The reload, the parity and the consolidation each run a process for seconds with
+    nothing read to count: a progress with no bytes says which step runs."""
+    if on_progress is not None:
+        on_progress(ScanProgress(step, 0, 0, 0, 0, "", 0.0))
+
+
+def _prefixed(insp: Inspection, role: str) -> list[Finding]:
+    """Another folder's findings, its files named as ``<folder>/<file>``."""
+    name = Path(insp.path).name
+    out = []
+    for f in insp.findings:
+        if role == "checkpoint" and f.cls == "no_weights":
+            # ZeRO-3 without gathered weights leaves no safetensors in the checkpoint: legitimate.
+            f = Finding("no_weights", f.file, f.message + " (a checkpoint may hold no full weights: "
+                        "ZeRO-3 without gathered 16-bit weights, or LoRA adapters only; its ZeRO "
+                        "states are what counts)", "info", f.tensors)
+        out.append(Finding(f.cls, f"{name}/{f.file}" if not f.file.startswith(name) else f.file,
+                           f"[{role}] {f.message}", f.severity, f.tensors))
+    return out
+
+
+def _checkpoint(result: WeightsResult, path: Path, parity: bool, zero: bool, child: dict,
+                on_progress) -> None:
+    insp = result.inspection
+    same_folder = path.resolve() == insp.folder.resolve()
+    if same_folder:
+        ck = insp
+    else:
+        ck = inspect_checkpoint(path, trust_remote_code=child["trust_remote_code"])
+        result.findings += _prefixed(ck, "checkpoint")
+    if ck.shards and not same_folder:
+        comparison = compare_weights(insp, ck, role="checkpoint", on_progress=on_progress)
+        result.comparisons.append(comparison)
+        result.findings += comparison.findings
+        if parity and insp.kind != "file" and ck.kind != "file":
+            _announce(on_progress, "logits parity: the weights against the checkpoint, in a fresh process")
+            result.parity = logits_parity(insp.folder, ck.folder, **child)
+            result.findings += parity_findings(result.parity)
+    if ck.kind == "file":
+        return
+    result.zero, found = list_zero(ck.folder)
+    result.findings += found
+    if zero and result.zero.present:
+        adapter = ck.folder / ADAPTER_FILE
+        if (ck.folder / "adapter_config.json").is_file() and adapter.is_file():
+            # LoRA: the ZeRO states hold the adapter's weights; the final folder holds them
+            # merged into the base, which no tensor of the states can equal.
+            targets = [("adapter", adapter)]
+        else:
+            targets = ([("checkpoint", ck.folder)] if ck.shards else []) + (
+                [("weights", insp.folder)] if not same_folder and insp.shards else [])
+        _announce(on_progress, "ZeRO states: zero_to_fp32 consolidation, in a fresh process")
+        result.zero_compare = consolidate(ck.folder, targets, tag=result.zero.tag, **child)
+        result.findings += zero_findings(result.zero_compare)
 
 
 def summarize(result: WeightsResult) -> StageSummary:
-    """The verdict (see the module docstring), why, the seed's line and the index's figures."""
     verdict, why = _verdict(result)
     n = result.counts
     line = f"{result.seed_line()}; {n['error']} error(s), {n['warning']} warning(s)"

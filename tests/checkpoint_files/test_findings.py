@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from hyport_lib.checkpoint_files.findings import (CLASSES, FINDING_COLUMNS, SEVERITIES, Finding, counts,
-                                                  finding, findings_frame, name_some)
+                                                  findings_frame, name_some)
 
 
 def test_every_class_has_a_severity_and_a_meaning():
@@ -18,9 +18,9 @@ def test_every_class_has_a_severity_and_a_meaning():
 
 
 def test_a_finding_takes_its_class_severity_unless_given():
-    made = finding("key_added", Path("model.safetensors"), "one more", tensors=("a", "b"))
+    made = Finding("key_added", Path("model.safetensors"), "one more", tensors=("a", "b"))
     assert (made.severity, made.file, made.tensors) == ("info", "model.safetensors", ["a", "b"])
-    assert finding("key_added", "m", "x", severity="warning").severity == "warning"
+    assert Finding("key_added", "m", "x", severity="warning").severity == "warning"
     assert made.to_dict() == {"class": "key_added", "file": "model.safetensors", "message": "one more",
                               "severity": "info", "tensors": ["a", "b"]}
     with pytest.raises(ValueError, match="unknown finding class 'no_such'"):
@@ -35,8 +35,8 @@ def test_a_message_names_a_few_tensors():
 
 
 def test_findings_are_counted_and_tabled_errors_first():
-    found = [finding("key_added", "m", "note"), finding("shard_missing", "m", "error"),
-             finding("extra_shard", "m", "warn"), finding("non_finite", "m", "error 2")]
+    found = [Finding("key_added", "m", "note"), Finding("shard_missing", "m", "error"),
+             Finding("extra_shard", "m", "warn"), Finding("non_finite", "m", "error 2")]
     assert counts(found) == {"error": 2, "warning": 1, "info": 1}
     assert counts([]) == {"error": 0, "warning": 0, "info": 0}
     frame = findings_frame(found)

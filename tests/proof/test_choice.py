@@ -118,7 +118,7 @@ def test_a_vlm_whose_first_rows_hold_no_image_is_also_proven_on_an_image_row(zoo
 def test_auto_means_eager_in_training_and_in_the_reload(tmp_path, monkeypatch):
     choice = choose_attention("auto", "cpu", TRAINING, "unused", lambda folder: [])
     assert choice.attn_implementation == "eager" and choice.proof is None
-    from hyport_lib.weights import verify
+    from hyport_lib.weights import stage as weights_stage
     from hyport_lib.weights.params import Params as WeightsParams
 
     seen = {}
@@ -127,8 +127,7 @@ def test_auto_means_eager_in_training_and_in_the_reload(tmp_path, monkeypatch):
         seen["attn_implementation"] = attn_implementation
         raise RuntimeError("stop here: the reload's attention is what is checked")
 
-    monkeypatch.setattr(verify, "reload_folder", reload_folder)
-    from hyport_lib.weights import stage as weights_stage
+    monkeypatch.setattr(weights_stage, "reload", reload_folder)
 
     with pytest.raises(RuntimeError, match="stop here"):
         weights_stage.run(weights_stage.plan(WeightsParams(

@@ -54,7 +54,7 @@ def _tiny_parameters():
 
 def test_zero2_run_exits_0_and_its_weights_reload(zero2_run, tmp_path):
     # The session's ZeRO-2 run (tests/fixtures_runs.py: ZERO2_STEPS steps, save_steps 2),
-    # also read by test_weights_zero.py and by the killed-run and reused-folder tests below.
+    # also read by tests/weights/test_zero.py and by the killed-run and reused-folder tests below.
     result = zero2_run
     assert result.status == "ok" and result.exit_code == 0, result.reason
     assert stage.summarize(result).verdict == "PASS", stage.summarize(result)

@@ -18,24 +18,23 @@ from types import SimpleNamespace
 
 import pytest
 
-from hyport_lib.inference import stage as inference
-from hyport_lib.inference import show as inference_show
 from hyport_lib.backend import get_backend
-from hyport_lib.inference import grid
+from hyport_lib.inference import grid, show as inference_show, stage as inference
 from hyport_lib.inference.grid import run_grid
 from hyport_lib.inference.params import Params as InferenceParams
 from hyport_lib.stages import read_stage_record
 from hyport_lib.train import show as train_show
 from hyport_lib.train.launch import launch_logs
-from hyport_lib.triage import Triage, child_logs
-from hyport_lib.triage.child_logs import own_cann_log_env
-from fault_injection.hyport_faults import (
-    FAULT_ENV, REPLAY_FAULT_ENV, ReplayedFailure, parse_faults, parse_replay_switch, replay_failure,
-    with_fault_switches,
-)
+from hyport_lib.triage import Triage
+
+from fault_injection.hyport_faults import (FAULT_ENV, REPLAY_FAULT_ENV, ReplayedFailure, parse_faults,
+                                           parse_replay_switch, replay_failure, with_fault_switches)
 from tests.fixtures_runs import run_report_command
 
+
 LOGS = Path(__file__).parents[1] / "data" / "npu_logs"
+
+
 OOM_LOG = LOGS / "npu_oom.llama-factory-5491.log"
 HCCL_TIMEOUT_LOG = LOGS / "hccl_exec_timeout.vllm-ascend-382.log"
 
@@ -125,12 +124,6 @@ def test_a_grid_worker_keeps_the_users_cann_folder_and_says_it_is_shared(fake_np
     assert "ASCEND_PROCESS_LOG_PATH" not in started["env"]
 
 
-def test_a_relative_user_cann_folder_is_made_absolute(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    assert own_cann_log_env(tmp_path / "x", {"ASCEND_PROCESS_LOG_PATH": "plog"}) == {
-        "ASCEND_PROCESS_LOG_PATH": str(tmp_path / "plog")}
-
-
 def test_an_unreadable_diagnosis_costs_the_index_card_only_its_own_line():
     record = {"headline": {"exit code": 1}, "data": {"diagnosis": {"findings": "not a list"}}}
     card = dict(train_show.glance(read_stage_record("04_train", record)))
@@ -154,20 +147,6 @@ def test_a_launch_is_diagnosed_from_its_own_rank_logs(tmp_path):
     os.utime(old, (started - 86400, started - 86400))
     torchrun_log = tmp_path / "logs" / "torchrun.log"
     assert launch_logs(tmp_path, torchrun_log, started - 2) == [torchrun_log, new]
-
-
-def test_own_cann_log_folder_unless_the_user_chose_one(tmp_path):
-    assert own_cann_log_env(tmp_path, {}) == {"ASCEND_PROCESS_LOG_PATH": str(tmp_path)}
-    assert own_cann_log_env(tmp_path, {"ASCEND_PROCESS_LOG_PATH": "/var/log/mine"}) == {}
-
-
-def test_a_diagnosis_that_cannot_read_the_logs_is_a_note_not_a_lost_result(tmp_path, monkeypatch):
-    def unreadable(*args, **kwargs):
-        raise PermissionError("permission denied: plog")
-
-    monkeypatch.setattr(child_logs, "triage", unreadable)
-    found = Triage.from_dict(child_logs.diagnose([tmp_path], cann_dir=None, since=0.0))
-    assert not found.findings and "PermissionError: permission denied: plog" in found.notes[0]
 
 
 @pytest.fixture(scope="module")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from hyport_lib.environment.collect import EnvironmentReport
+from hyport_lib.environment.stage import EnvironmentReport
 from hyport_lib.results import Provenance, TrainedWeights, read_record
 from hyport_lib.train import stage
 from hyport_lib.train.checkpoints import Checkpoint

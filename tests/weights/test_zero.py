@@ -11,14 +11,13 @@ import shutil
 from pathlib import Path
 
 import pytest
+import torch
+from safetensors.torch import save_file
 
 from hyport_lib.weights import stage
 from hyport_lib.weights.layout import inspect_checkpoint
 from hyport_lib.weights.params import Params
-from hyport_lib.weights.zero import list_zero
-from hyport_lib.weights.zero_consolidate import consolidate, zero_findings
-
-pytestmark = pytest.mark.slow
+from hyport_lib.weights.zero import ADAPTER_FILE, _compare, consolidate, list_zero, zero_findings
 
 
 @pytest.fixture(scope="module")
@@ -34,6 +33,7 @@ def _tag(trained) -> str:
     return f"global_step{Path(trained.last_checkpoint).name.rpartition('-')[2]}"
 
 
+@pytest.mark.slow
 def test_zero_states_are_listed_with_their_world_size(trained):
     listing, found = list_zero(trained.last_checkpoint)
     assert found == []
@@ -45,6 +45,7 @@ def test_zero_states_are_listed_with_their_world_size(trained):
     assert listing.parameters == inspect_checkpoint(trained.final_dir).parameters
 
 
+@pytest.mark.slow
 def test_zero_to_fp32_consolidates_to_the_exported_weights(trained, tmp_path):
     ck, final = trained.last_checkpoint, trained.final_dir
     result = consolidate(ck, [("checkpoint", ck), ("weights", final)], log_dir=tmp_path)
@@ -59,6 +60,7 @@ def test_zero_to_fp32_consolidates_to_the_exported_weights(trained, tmp_path):
     assert zero_findings(result) == []
 
 
+@pytest.mark.slow
 def test_the_stage_on_a_training_run(trained, tmp_path):
     """As notebook 05 runs after 04: everything on, every proof passes."""
     from hyport_lib.results import load_record, record
@@ -79,6 +81,7 @@ def test_the_stage_on_a_training_run(trained, tmp_path):
     assert recorded.headline["tensors changed vs base"] == f"{base.changed}/{base.compared}"
 
 
+@pytest.mark.slow
 def test_a_missing_rank_is_reported(trained, tmp_path):
     ck = tmp_path / Path(trained.last_checkpoint).name
     shutil.copytree(trained.last_checkpoint, ck)
@@ -91,3 +94,16 @@ def test_a_missing_rank_is_reported(trained, tmp_path):
     assert "missing [1]" in classes["zero_incomplete"].message
     assert "Expected 2" in classes["zero_failed"].message  # DeepSpeed's own words, one line
     assert stage.summarize(result).verdict == "FAIL"
+
+
+def test_zero_states_compare_with_a_lora_adapter_file(tmp_path):
+    """DeepSpeed names LoRA weights with the adapter name, PEFT's file without it."""
+    a = torch.randn(4, 8)
+    b = torch.randn(8, 4)
+    path = tmp_path / ADAPTER_FILE
+    save_file({"m.q_proj.lora_A.weight": a.to(torch.bfloat16), "m.q_proj.lora_B.weight": b.to(torch.bfloat16)},
+              str(path))
+    state = {"m.q_proj.lora_A.default.weight": a, "m.q_proj.lora_B.default.weight": b + 1}
+    target = _compare("adapter", str(path), state, False)
+    assert (target["compared"], target["matching"], target["differing_keys"]) == (2, 1, ["m.q_proj.lora_B.weight"])
+    assert target["max_abs_cast"] == pytest.approx(1.0, abs=0.02) and not target["only_in_zero"]

@@ -1,10 +1,5 @@
-"""Stage 01's container and driver checks, judged on container trees built in tmp_path.
-
-A tree is a copy of what a container sees: marker files, ``/dev`` nodes (plain files here:
-tests cannot make device nodes, and under a root other than ``/`` any file stands for one),
-the driver / dcmi / npu-smi / slog mounts, ``/proc/mounts`` for the ``--shm-size`` and the
-version files. The version files hold the contents public threads show for real hosts.
-"""
+"""The container checks of stage 01 on trees laid out as ``docker run`` leaves them: card
+nodes from the Ascend Docker Runtime's variables, control nodes, mounts, /dev/shm."""
 
 from __future__ import annotations
 
@@ -15,13 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from hyport_lib.devices.host_memory import check_container_shm, shm_size_flag, shm_size_from_mounts
 from hyport_lib.environment import stage
-from hyport_lib.environment.container import Item, check_container, container_evidence, locate
-from hyport_lib.environment.container_cards import needed_cards, parse_card_list
-from hyport_lib.environment.driver_versions import (DriverVersions, check_driver_cann, hdk_release,
-                                                    parse_version_info, read_driver_versions)
+from hyport_lib.environment.compat import check_driver_cann
+from hyport_lib.environment.container import Item, check_container, locate, needed_cards, parse_card_list
+from hyport_lib.environment.facts import read_driver_versions
 from hyport_lib.environment.params import Params
+
 
 #: A 24.1.rc3 driver and its firmware, as `cat version.info` printed them in a public
 #: MindIE deployment note (Atlas 800I A2).
@@ -38,16 +32,20 @@ compatible_version=[V100R001C13],[V100R001C15],[V100R001C17],[V100R001C18],[V100
 compatible_version_fw=[7.0.0,7.5.99]
 package_version=24.1.rc3
 """
+
 FIRMWARE_7_5 = """Version=7.5.0.1.129
 firmware_version=1.0
 package_version=24.1.rc3
 compatible_version_drv=[23.0.0,23.0.0.],[24.0,24.0.],[24.1,24.1.]
 """
+
 #: An Ascend HDK 25.0.RC1.1 pair, the same shape.
 DRIVER_25_0 = DRIVER_24_1_RC3.replace("24.1.rc3", "25.0.rc1.1").replace(
     "C19SPC001B124", "C21SPC002B220").replace("7.5.99", "7.7.99")
+
 FIRMWARE_7_7 = FIRMWARE_7_5.replace("7.5.0.1.129", "7.7.0.1.231").replace(
     "24.1.rc3", "25.0.rc1.1").replace("[24.1,24.1.]", "[24.1,24.1.],[25.0,25.0.]")
+
 #: CANN 8.5.0's install info, as Huawei's log-collection guide shows it.
 CANN_850_INFO = """package_name=Ascend-cann-toolkit
 version=8.5.0
@@ -57,8 +55,10 @@ arch=x86_64
 os=linux
 path=/usr/local/Ascend/cann-8.5.0/x86_64-linux
 """
+
 #: /proc/mounts lines of a container started with --shm-size=256g, and of docker's default.
 MOUNTS_256G = "overlay / overlay rw,relatime 0 0\nshm /dev/shm tmpfs rw,nosuid,nodev,noexec,relatime,size=268435456k 0 0\n"
+
 MOUNTS_DOCKER_DEFAULT = "shm /dev/shm tmpfs rw,nosuid,nodev,noexec,relatime,size=65536k 0 0\n"
 
 DRIVER_FLAG = "-v /usr/local/Ascend/driver:/usr/local/Ascend/driver"
@@ -109,7 +109,6 @@ def _by_name(checks):
     return {c.name: c for c in checks}
 
 
-# --- the stage on whole trees -----------------------------------------------------------------
 def test_missing_card_node_and_driver_mount_fail_with_their_flags(tmp_path):
     root = build_tree(tmp_path, omit=("/dev/davinci3", "/usr/local/Ascend/driver"))
     report = _run(root, num_cards=8)
@@ -174,7 +173,6 @@ def test_an_ascend_tree_is_judged_on_cpu_before_torch_npu_is_installed(tmp_path)
     assert "though the backend is cpu" in devices.reason
 
 
-# --- each item on its own -----------------------------------------------------------------------
 @pytest.mark.parametrize("omit, check, verdict, flag", [
     ("/dev/davinci_manager", "container_devices", "FAIL", "--device=/dev/davinci_manager"),
     ("/dev/devmm_svm", "container_devices", "FAIL", "--device=/dev/devmm_svm"),
@@ -211,19 +209,6 @@ def test_a_small_shm_in_the_tree_gives_the_flag_for_the_cards(tmp_path):
     assert _by_name(unknown.checks)["container_shm"].verdict == "SKIP"
 
 
-def test_shm_judged_from_plain_numbers():
-    assert shm_size_from_mounts(MOUNTS_DOCKER_DEFAULT) == 0.0625
-    assert shm_size_from_mounts(MOUNTS_256G) == 256.0
-    assert shm_size_from_mounts("tmpfs /dev/shm tmpfs rw,size=512m 0 0") == 0.5
-    assert shm_size_from_mounts("tmpfs /dev/shm tmpfs rw,nosuid 0 0") is None  # no size= given
-    assert shm_size_flag(2.5) == "--shm-size=3g" and shm_size_flag(0.25) == "--shm-size=1g"
-    assert shm_size_flag(16.0) == "--shm-size=16g"
-    assert check_container_shm(16.0, 4, 4.0).verdict == "PASS"
-    low = check_container_shm(15.9, 4, 4.0)
-    assert low.verdict == "WARN" and low.reason.endswith("--shm-size=16g")
-
-
-# --- which cards --------------------------------------------------------------------------------
 @pytest.mark.parametrize("num_cards, environ, listed, cards", [
     (8, {}, None, list(range(8))),
     (None, {"ASCEND_VISIBLE_DEVICES": "0-3"}, None, [0, 1, 2, 3]),
@@ -251,36 +236,6 @@ def test_the_visible_devices_variable_picks_the_nodes(tmp_path):
     assert "ASCEND_VISIBLE_DEVICES=2-5" in devices.reason
 
 
-# --- detection and device nodes -----------------------------------------------------------------
-def test_container_evidence_is_read_under_the_root(tmp_path):
-    assert container_evidence(tmp_path) is None
-    _write(tmp_path / "proc/1/cgroup", "12:memory:/kubepods/burstable/pod1234/abcd\n")
-    assert container_evidence(tmp_path) == "/proc/1/cgroup names kubepods"
-    _write(tmp_path / "run/.containerenv")
-    assert container_evidence(tmp_path) == "/run/.containerenv"
-
-
-HOST_MOUNTINFO = "22 1 252:1 / / rw,relatime shared:1 - ext4 /dev/vda1 rw\n"
-POD_MOUNTINFO = ("1380 1228 0:301 / / rw,relatime master:420 - overlay overlay rw,lowerdir=/var/lib/"
-                 "containerd/io.containerd.snapshotter.v1.overlayfs/snapshots/12/fs,upperdir=/x,workdir=/y\n"
-                 "1381 1380 0:303 / /proc rw,nosuid,nodev,noexec,relatime - proc proc rw\n")
-
-
-@pytest.mark.parametrize("files, evidence", [
-    ({"proc/1/cgroup": "0::/\n", "proc/1/mountinfo": HOST_MOUNTINFO}, None),
-    # a Kubernetes pod on containerd with cgroup v2: no marker file, 0::/ (review D6)
-    ({"proc/1/cgroup": "0::/\n", "proc/1/mountinfo": POD_MOUNTINFO}, "/ is an overlay mount (/proc/1/mountinfo)"),
-    ({"proc/1/cgroup": "0::/\n", "var/run/secrets/kubernetes.io/serviceaccount/namespace": "default"},
-     "/var/run/secrets/kubernetes.io"),
-    # an overlay shadowed by a later mount on / is not the root in effect
-    ({"proc/1/mountinfo": POD_MOUNTINFO + HOST_MOUNTINFO}, None),
-])
-def test_a_pod_on_cgroup_v2_is_a_container(tmp_path, files, evidence):
-    for name, text in files.items():
-        _write(tmp_path / name, text)
-    assert container_evidence(tmp_path) == evidence
-
-
 def test_under_the_machine_root_a_node_must_be_a_character_device():
     root = Path("/")
     assert locate(root, Item("/dev/null", "--device=/dev/null", "a node", kind="node"))[1] is None
@@ -289,104 +244,6 @@ def test_under_the_machine_root_a_node_must_be_a_character_device():
     assert locate(root, Item("/dev/davinci_no_such", "", "a node", kind="node"))[1] == "missing"
 
 
-# --- version files ------------------------------------------------------------------------------
-def test_version_files_parsed_from_real_contents(tmp_path):
-    root = build_tree(tmp_path, driver=DRIVER_24_1_RC3, firmware=FIRMWARE_7_5)
-    versions = read_driver_versions(root, "CANN-8.0.rc3")
-    assert (versions.driver, versions.driver_package, versions.driver_inner) == \
-        ("24.1.rc3", "24.1.rc3", "V100R001C19SPC001B124")
-    assert versions.driver_firmware_range == "[7.0.0,7.5.99]"
-    assert (versions.firmware, versions.firmware_package) == ("7.5.0.1.129", "24.1.rc3")
-    assert versions.firmware_driver_range == "[23.0.0,23.0.0.],[24.0,24.0.],[24.1,24.1.]"
-    assert versions.cann == "8.0.RC3"
-    assert parse_version_info("# note\nVersion = 23.0.6\nAPI_TOKEN=x\n") == {"Version": "23.0.6"}
-    assert hdk_release("25.0.rc1.1") == "25.0" and hdk_release("25.3.RC1") == "25.3"
-    assert hdk_release("unknown") is None
-
-
-@pytest.mark.parametrize("driver, cann, verdict, words", [
-    ("25.3.rc1", "8.5.0", "PASS", "Ascend HDK 25.3.X"),
-    ("25.5.0", "8.5.0", "PASS", "Ascend HDK 25.5.X"),
-    ("24.1.rc3", "8.5.0", "FAIL", "driver 24.1.rc3 is older than all of them"),
-    # newer than the notes (which predate them): not judged a FAIL
-    ("25.7.rc1", "8.5.0", "WARN", "not among them and not older than them"),
-    ("26.0.rc1", "8.5.0", "WARN", "check the pairing in the driver's own release notes"),
-    ("weird", "8.5.0", "WARN", "driver weird is not among them"),
-    ("25.3.rc1", "8.3.RC1", "SKIP", "versions reported, not judged"),
-    (None, "8.5.0", "SKIP", "no driver version.info"),
-])
-def test_driver_judged_only_where_the_pairing_is_documented(driver, cann, verdict, words):
-    check = check_driver_cann(DriverVersions(driver=driver, firmware="7.7.0.1.231", cann=cann), applies=True)
-    assert check.verdict == verdict and words in check.reason
-    if driver and cann:
-        assert f"driver {driver}" in check.reason and f"CANN {cann}" in check.reason
-
-
-def test_unreadable_version_file_is_named(tmp_path):
-    root = build_tree(tmp_path)
-    path = root / "usr/local/Ascend/driver/version.info"
-    path.chmod(0)
-    try:
-        if _readable(path):
-            pytest.skip("running as root: every file is readable")
-        versions = read_driver_versions(root, "8.5.0")
-        check = check_driver_cann(versions, applies=True)
-        assert check.verdict == "WARN" and str(path) in check.reason
-    finally:
-        path.chmod(0o644)
-
-
-def _readable(path: Path) -> bool:
-    try:
-        path.read_bytes()
-    except PermissionError:
-        return False
-    return True
-
-
-# --- the command line ---------------------------------------------------------------------------
-def test_env_command_judges_a_tree(tmp_path, capsys):
-    from hyport_lib.commands import main
-
-    root = build_tree(tmp_path, omit=("/dev/davinci3", "/usr/local/Ascend/driver"))
-    code = main(["env", "--device", "cpu", "--num-cards", "8", "--check-ports", "false",
-                 "--host-root", str(root), "--no-record"])
-    out = capsys.readouterr().out
-    assert code == 1
-    assert "[FAIL] container_devices" in out and "add --device=/dev/davinci3" in out
-    assert "[FAIL] container_mounts" in out and DRIVER_FLAG in out
-    assert f"- root read: {root}" in out
-
-
-def test_env_command_names_a_missing_root(tmp_path, capsys):
-    from hyport_lib.commands import main
-
-    missing = tmp_path / "no-such-tree"
-    assert main(["env", "--host-root", str(missing), "--no-record"]) == 2
-    err = capsys.readouterr().err.strip()
-    assert err == f"hyport env: host_root={str(missing)!r}: no such folder"
-
-
-# --- the drafts ---------------------------------------------------------------------------------
-def test_the_drafts_show_the_recorded_driver_and_firmware(tmp_path):
-    from blog_drafts import STAGES, english_runs, make_run, write_result
-
-    from hyport_lib.report.blog.writer import render_blog
-
-    root = build_tree(tmp_path / "host", driver=DRIVER_24_1_RC3, firmware=FIRMWARE_7_5)
-    report = _run(root, num_cards=2)
-    run = make_run(tmp_path, {s: "PASS" for s in STAGES})
-    write_result(run, "01_environment", stage.summarize(report).verdict, stage.result_data(report))
-    en, zh = render_blog(run, "en"), render_blog(run, "zh")
-    for text, driver, firmware in ((en, "Ascend driver", "Ascend firmware"), (zh, "昇腾驱动", "昇腾固件")):
-        rows = {line.split("|")[1].strip(): line.split("|")[2].strip(" `") for line in text.splitlines()
-                if line.startswith("| ") and line.count("|") == 3}
-        assert rows[driver] == "24.1.rc3" and rows[firmware] == "7.5.0.1.129"
-    section = zh.split("## 01")[1].split("\n## ")[0]
-    assert not english_runs(section), english_runs(section)
-
-
-# --- review findings: what a real container shows ---------------------------------------------
 def _tree_with_cards(base: Path, cards: tuple[int, ...], **kwargs) -> Path:
     """A complete tree whose only card nodes are ``cards`` (``docker run --device=...`` for each)."""
     root = build_tree(base, cards=0, **kwargs)
@@ -430,23 +287,6 @@ def test_links_in_a_copied_tree_are_followed_inside_the_tree(tmp_path):
         link.symlink_to(loop)
         mounts = _by_name(_judge(root).checks)["container_mounts"]
         assert mounts.verdict == "WARN" and "npu-smi cannot be read" in mounts.reason, (loop, mounts)
-
-
-def test_the_version_files_are_read_through_the_trees_links(tmp_path):
-    """Review E2: a driver folder that is a link (/usr/local/Ascend/driver -> /opt/driver) is
-    the tree's for the version file too, as for the mounts: one report, one answer."""
-    root = build_tree(tmp_path, driver=DRIVER_25_0)
-    driver = root / "usr/local/Ascend/driver"
-    (root / "opt").mkdir()
-    driver.rename(root / "opt/driver")
-    driver.symlink_to("/opt/driver")
-    findings = _judge(root)
-    assert _by_name(findings.checks)["container_mounts"].verdict == "PASS"
-    assert read_driver_versions(root).driver == "25.0.rc1.1"
-    (root / "opt/driver").rename(root / "opt/elsewhere")
-    (root / "opt/driver").symlink_to("/usr/local/Ascend/driver")  # a loop through two links
-    versions = read_driver_versions(root)
-    assert versions.driver is None and "cannot be read" in " ".join(versions.errors), versions
 
 
 def _empty_driver(root: Path) -> None:
@@ -586,18 +426,3 @@ def test_a_huge_range_is_refused_at_once(tmp_path):
     assert elapsed < 2.0, f"{elapsed:.1f} s"
     assert devices.verdict == "WARN" and "ends above 128" in devices.reason, devices
     assert findings.cards == [0, 1]  # the variable is ignored: the nodes present are judged
-
-
-def test_the_last_dev_shm_mount_is_the_one_in_effect():
-    runtime_then_bigger = MOUNTS_DOCKER_DEFAULT + "tmpfs /dev/shm tmpfs rw,relatime,size=8g 0 0\n"
-    assert shm_size_from_mounts(runtime_then_bigger) == 8.0
-    # Kubernetes' memory emptyDir over the runtime's 64 MB, with no size= of its own
-    assert shm_size_from_mounts(MOUNTS_DOCKER_DEFAULT + "tmpfs /dev/shm tmpfs rw,relatime 0 0\n") is None
-
-
-def test_an_empty_driver_version_file_is_named(tmp_path):
-    root = build_tree(tmp_path, driver="")
-    versions = read_driver_versions(root, "8.5.0")
-    check = check_driver_cann(versions, applies=True)
-    assert check.verdict == "SKIP" and "version.info has no Version= line" in check.reason, check
-    assert "no driver version.info" not in check.reason and "driver unknown" in check.reason

@@ -1,6 +1,7 @@
-"""Stage 05's reload in a fresh process: LOAD_OK with the right parameter count, the
-silent failures (missing keys) and the loud ones (placeholders) as findings, and no
-child left behind on a timeout."""
+"""Stage 05's checks that load the folder in a fresh process (:mod:`hyport_lib.weights.reload`):
+LOAD_OK with the right parameter count, the silent failures (missing keys) and the loud
+ones (placeholders) as findings, no child left behind on a timeout, a child's end read
+from its result or its log, and the logits parity judged by the proofs' tolerance table."""
 
 from __future__ import annotations
 
@@ -15,7 +16,9 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 
 from hyport_lib.models.tiny import MARKER_FILE, ensure_tiny_model
-from hyport_lib.weights.reload import reload, reload_findings
+from hyport_lib.proof.tolerance import SAME_WEIGHTS, TOLERANCE
+from hyport_lib.weights.reload import (PROMPT, ParityResult, _outcome, parity_findings, parity_in_child, reload,
+                                       reload_findings)
 
 
 @pytest.fixture(scope="module")
@@ -156,3 +159,56 @@ def test_the_reload_step_is_named_while_it_runs(tiny, tmp_path):
     phases = list(dict.fromkeys(p.phase for p in seen))
     assert phases[-1] == "reload: from_pretrained in a fresh process" and len(phases) >= 2, phases
     assert progress_line(seen[-1]) == "reload: from_pretrained in a fresh process …"
+
+
+def test_a_childs_end_is_read_from_its_result_else_from_its_log(tmp_path):
+    log, result = tmp_path / "reload.log", tmp_path / "reload.json"
+    log.write_text("loading\nTraceback (most recent call last):\nValueError: bad config\n")
+    out = _outcome(log, result, 1, False, 600.0, 1.23456)
+    assert (out.status, out.result, out.wall_s) == ("failed", {}, 1.235)
+    assert out.reason == "exit code 1 without a result; ValueError: bad config"
+    result.write_text(json.dumps({"status": "failed", "error_type": "OSError", "error": "no file\nsecond line"}))
+    assert _outcome(log, result, 1, False, 600.0, 1.0).reason == "OSError: no file"  # one line
+    timed_out = _outcome(log, result, None, True, 0.5, 1.0)
+    assert timed_out.status == "timeout" and timed_out.reason == "no result after 0.5s: the process group was killed"
+    result.write_text(json.dumps({"status": "ok", "tokens": 3}))
+    ok = _outcome(log, result, 0, False, 600.0, 1.0)
+    assert (ok.status, ok.reason, ok.result["tokens"]) == ("ok", None, 3)
+    assert ok.log_tail.endswith("ValueError: bad config") and ok.log_path == str(log)
+
+
+def test_logits_parity_is_judged_by_the_proofs_table_and_nan_never_passes():
+    bound = TOLERANCE["float32"][SAME_WEIGHTS]
+
+    def parity(max_abs_diff, top1_agreement):
+        return ParityResult("/run/final", "/run/checkpoint-2", "ok", tokens=7, max_abs_diff=max_abs_diff,
+                            mean_abs_diff=0.0, top1_agreement=top1_agreement, max_kl=0.0, identical=False)
+
+    assert parity(bound, 1.0).same_model and parity_findings(parity(bound, 1.0)) == []
+    assert parity(bound, 1.0).to_dict()["same_model"] is True
+    nan = float("nan")
+    for figures in ((bound * 2, 1.0), (0.0, 0.9), (nan, 1.0), (nan, nan)):
+        assert not parity(*figures).same_model, figures
+        [found] = parity_findings(parity(*figures))
+        assert (found.cls, found.file, found.severity) == ("logits_differ", "checkpoint-2", "warning")
+    failed = ParityResult("/run/final", "/run/checkpoint-2", "failed", reason="neither holds tokenizer files")
+    [found] = parity_findings(failed)
+    assert not failed.same_model and (found.cls, found.severity) == ("compare_failed", "warning")
+    assert found.message == "logits parity could not run: neither holds tokenizer files"
+
+
+def test_the_parity_child_compares_logits_and_nan_weights_are_no_figure(tmp_path):
+    """In process (the child's function itself): one folder against itself is identical;
+    NaN weights make the largest difference infinite (a null in the record, read as NaN)
+    and the top-1 agreement unknown, never a figure that passes."""
+    tiny = ensure_tiny_model()
+    spec = {"path": str(tiny), "other_path": str(tiny), "tokenizer_path": str(tiny), "prompt": PROMPT}
+    same = parity_in_child(spec)
+    assert same["identical"] and same["max_abs_diff"] == 0.0 and same["top1_agreement"] == 1.0
+    assert same["tokens"] > 5 and same["mean_abs_diff"] == 0.0 and same["max_kl"] == pytest.approx(0.0, abs=1e-6)
+    broken = tmp_path / "nan"
+    shutil.copytree(tiny, broken)
+    _rewrite(broken, lambda t: t.update({k: torch.full_like(v, float("nan")) for k, v in t.items()
+                                         if k.endswith("lm_head.weight")}))
+    nan = parity_in_child({**spec, "other_path": str(broken)})
+    assert not nan["identical"] and nan["max_abs_diff"] == float("inf") and nan["top1_agreement"] is None

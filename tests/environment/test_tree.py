@@ -9,7 +9,7 @@ What a tree's files (and the model's and accelerate's configs) put in the report
 without terminal escapes or secrets; a config nested without end, or expanding through YAML
 aliases, is named, not a crash or an endless walk.
 
-The trees come from :func:`test_container_checks.build_tree`. A test that would hang on a
+The trees come from :func:`test_container.build_tree`. A test that would hang on a
 regression runs under :func:`_guarded`, so it fails instead of blocking the suite or
 filling its memory.
 """
@@ -26,14 +26,14 @@ import stat
 from pathlib import Path
 
 import pytest
-from .test_container_checks import CANN_850_INFO, DRIVER_25_0, _by_name, _judge, _run, _write, build_tree
+from .test_container import CANN_850_INFO, DRIVER_25_0, _by_name, _judge, _run, _write, build_tree
 
 from hyport_lib.environment import facts, stage
 from hyport_lib.environment.checks import check_video_processors
 from hyport_lib.environment.container import ascend_signs
-from hyport_lib.environment.driver_versions import read_driver_versions
+from hyport_lib.environment.facts import read_driver_versions
 from hyport_lib.environment.facts import collect_cann
-from hyport_lib.environment.tree_files import MAX_PROC_BYTES, MAX_VERSION_BYTES
+from hyport_lib.environment.tree import MAX_PROC_BYTES, MAX_VERSION_BYTES
 from hyport_lib.models.loading import torchvision_problem
 from hyport_lib.utils.files import dumps_json
 

@@ -1,5 +1,6 @@
-"""npu-smi parsing: one sample per layout variant (tests/data/npu_smi/), exact values; a
-garbled or cut listing warns instead of failing ``hyport env``."""
+"""Which cards a host has: ``npu-smi info``, one sample per layout variant
+(tests/data/npu_smi/), exact values, a garbled or cut listing warning instead of failing
+``hyport env``; nvidia-smi's queries; torch's count when the tool fails; the CPU's workers."""
 
 from __future__ import annotations
 
@@ -7,9 +8,12 @@ from pathlib import Path
 
 import pytest
 
+from hyport_lib.backend import get_backend
 from hyport_lib.commands import main
-from hyport_lib.devices.npu_smi import parse_npu_smi_info
-from hyport_lib.devices.cards import DeviceProcess
+from hyport_lib.devices.probe import (DeviceProcess, parse_npu_smi_info, parse_nvidia_smi_apps,
+                                      parse_nvidia_smi_gpus, probe_devices)
+from hyport_lib.environment import checks as C
+
 
 DATA = Path(__file__).parents[1] / "data" / "npu_smi"
 
@@ -157,8 +161,6 @@ def test_garbage_gives_no_devices():
     assert info.devices == [] and info.driver_version is None
 
 
-
-
 @pytest.mark.slow
 def test_env_survives_a_garbled_npu_smi_and_warns(fake_npu, npu_smi_sample, monkeypatch, capsys,
                                                    tmp_path):
@@ -185,3 +187,90 @@ def test_env_survives_a_garbled_npu_smi_and_warns(fake_npu, npu_smi_sample, monk
     assert "no chip table" in out and "garbage only" in out
     health = next(line for line in out.splitlines() if line.startswith("- [") and "card_health" in line)
     assert health.startswith("- [WARN]") and "health not reported by npu-smi" in health
+
+
+def _busy(backend) -> dict:
+    """Cards that some process holds: ``{logical index: processes}``."""
+    return {d.index: d.processes for d in probe_devices(backend).devices if d.processes}
+
+
+@pytest.mark.slow
+def test_list_devices_with_fake_npu(fake_npu, npu_smi_sample):
+    npu_smi_sample((DATA / "910b_24x_classic.txt").read_text(encoding="utf-8"))
+    backend = get_backend("npu")
+    assert backend.kind == "npu"
+    devices = probe_devices(backend).devices
+    assert [(d.index, d.npu_id, d.name, d.hbm_used_mb) for d in devices] == [
+        (0, 0, "910B3", 3318), (1, 1, "910B3", 64021), (2, 2, "910B3", 3320)]
+    assert _busy(backend) == {1: [DeviceProcess(pid=576489, name="python", memory_mb=60703)]}
+    listing = probe_devices(backend)
+    assert (listing.source, listing.error, listing.driver_version) == ("npu-smi", None, "24.1.rc1")
+
+
+@pytest.mark.slow
+def test_a3_busy_card_is_the_logical_index(fake_npu, npu_smi_sample):
+    npu_smi_sample((DATA / "a3_two_chips.txt").read_text(encoding="utf-8"))
+    assert list(_busy(get_backend("npu"))) == [3]
+
+
+@pytest.mark.slow
+def test_npu_smi_failure_falls_back_to_torch(fake_npu, monkeypatch):
+    monkeypatch.delenv("HYPORT_FAKE_NPU_SMI_FILE", raising=False)  # the double then exits 2
+    monkeypatch.setenv("HYPORT_FAKE_NPU_COUNT", "2")
+    listing = probe_devices(get_backend("npu"))
+    assert listing.source == "torch" and not listing.processes_known
+    assert "exited 2" in listing.error
+    assert [(d.index, d.name) for d in listing.devices] == [(0, "Ascend910B3"), (1, "Ascend910B3")]
+    assert C.check_busy_cards("npu", listing).verdict == "WARN"
+
+
+def test_cpu_pseudo_cards():
+    backend = get_backend("cpu", num_cards=3)
+    devices = probe_devices(backend).devices
+    assert [d.index for d in devices] == [0, 1, 2]
+    assert all(d.processes == [] and d.source == "cpu" for d in devices)
+    assert _busy(backend) == {}
+
+
+def test_nvidia_smi_parsers():
+    gpus = parse_nvidia_smi_gpus("0, GPU-aaa, NVIDIA H100 80GB HBM3, 1024, 81559\n"
+                                 "1, GPU-bbb, NVIDIA H100 80GB HBM3, [N/A], 81559\n")
+    assert [(d.index, d.name, d.hbm_used_mb, d.hbm_total_mb) for d in gpus.values()] == [
+        (0, "NVIDIA H100 80GB HBM3", 1024, 81559), (1, "NVIDIA H100 80GB HBM3", None, 81559)]
+    apps = parse_nvidia_smi_apps("GPU-bbb, 4242, /usr/bin/python3, 30000\n")
+    assert apps == {"GPU-bbb": [DeviceProcess(pid=4242, name="/usr/bin/python3", memory_mb=30000)]}
+
+
+FAKE_NVIDIA_SMI = """#!/bin/sh
+case "$1" in
+  --query-gpu=index,uuid,name,memory.used,memory.total)
+    echo "0, GPU-aaa, NVIDIA H200, 1200, 143771"; echo "1, GPU-bbb, NVIDIA H200, 70000, 143771";;
+  --query-compute-apps=*) echo "GPU-bbb, 31337, python, 69000";;
+  --query-gpu=driver_version) echo "570.86.15"; echo "570.86.15";;
+  *) exit 3;;
+esac
+"""
+
+
+@pytest.mark.slow
+def test_cuda_listing_through_a_fake_nvidia_smi(tmp_path, monkeypatch):
+    from hyport_lib.backend import CudaBackend
+
+    exe = tmp_path / "nvidia-smi"
+    exe.write_text(FAKE_NVIDIA_SMI)
+    exe.chmod(0o755)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    listing = probe_devices(CudaBackend())
+    assert (listing.source, listing.driver_version, listing.error) == ("nvidia-smi", "570.86.15", None)
+    assert [(d.index, d.name, d.hbm_used_mb) for d in listing.devices] == [
+        (0, "NVIDIA H200", 1200), (1, "NVIDIA H200", 70000)]
+    assert _busy(CudaBackend()) == {1: [DeviceProcess(pid=31337, name="python", memory_mb=69000)]}
+
+
+def test_cuda_listing_without_nvidia_smi(tmp_path, monkeypatch):
+    from hyport_lib.backend import CudaBackend
+
+    monkeypatch.setenv("PATH", str(tmp_path))  # empty folder: no nvidia-smi
+    listing = probe_devices(CudaBackend(num_cards=None))
+    assert listing.source == "torch" and "nvidia-smi not found" in listing.error
+    assert not listing.processes_known

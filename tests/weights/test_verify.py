@@ -506,26 +506,6 @@ def test_nan_logits_are_reported_not_a_crash(sources, tmp_path, capsys):
     assert "max |Δ| nan" in hit["message"] and rc == (1 if result["counts"]["error"] else 0)
 
 
-def test_tied_duplicate_is_counted_once(sources, tmp_path):
-    """A tied model saved the DeepSpeed way (both names) counts its parameters once."""
-    from hyport_lib.weights.layout import inspect_checkpoint
-
-    folder = tmp_path / "tied"
-    shutil.copytree(sources["single"], folder)
-    config = json.loads((folder / "config.json").read_text())
-    # transformers 5 ties LLaVA through the top-level flag only, 4.57 through the text
-    # config's: the model class decides, so set both.
-    config["tie_word_embeddings"] = True
-    config.setdefault("text_config", {})["tie_word_embeddings"] = True
-    (folder / "config.json").write_text(json.dumps(config))
-    untied = inspect_checkpoint(sources["single"])
-    tied = inspect_checkpoint(folder)
-    embed = tied.tensors["language_model.model.embed_tokens.weight"][1].numel
-    assert tied.tied_duplicates == ["language_model.lm_head.weight"]
-    assert tied.parameters == untied.parameters
-    assert tied.unique_parameters == untied.parameters - embed == tied.names.parameters
-    assert any(f.cls == "tied_duplicate" for f in tied.findings)
-
 
 def test_a_fifo_among_the_weights_is_named_not_opened(sources, tmp_path, capsys):
     """A FIFO named like a shard (no index): reported as unreadable at once, never opened
@@ -551,41 +531,3 @@ def test_reversed_offsets_count_the_tensors_size_not_a_negative_span(sources, tm
     rc, result, err = verify_json(ckpt, capsys)
     classes = {f["class"] for f in result["findings"]}
     assert "offsets_out_of_bounds" in classes and "total_size_mismatch" not in classes, classes
-
-
-@pytest.mark.parametrize("kind", ["folder", "fifo", "device link"])
-def test_a_model_safetensors_that_is_no_file_is_named_for_what_it_is(tmp_path, kind):
-    import os
-
-    from hyport_lib.models.preflight import ModelPathError, check_model_path
-    from hyport_lib.weights.layout import inspect_checkpoint
-
-    folder = tmp_path / "m"
-    folder.mkdir()
-    (folder / "config.json").write_text('{"model_type": "llama"}')
-    target = folder / "model.safetensors"
-    {"folder": target.mkdir, "fifo": lambda: os.mkfifo(target),
-     "device link": lambda: target.symlink_to("/dev/zero")}[kind]()
-    expected = {"folder": "a folder", "fifo": "a named pipe (FIFO)", "device link": "a device (through a link)"}
-    messages = [f.message for f in inspect_checkpoint(folder).findings if f.cls == "no_weights"]
-    assert messages == [f"{target} is {expected[kind]}, not a safetensors file"]
-    with pytest.raises(ModelPathError, match="model.safetensors is not a regular file"):
-        check_model_path(str(folder))
-
-
-@pytest.mark.parametrize("shard_size, many", [("200MB", False), ("40KB", True)])
-def test_the_summary_stays_one_short_line_for_any_shard_count(sources, tmp_path, shard_size, many):
-    """A 135 M model sharded at 300 KB made 212 shards and a 3,005-character summary line."""
-    from transformers import AutoModelForImageTextToText
-
-    from hyport_lib.weights.layout import inspect_checkpoint
-    from hyport_lib.weights.result import LISTED_SHARDS, inspected
-
-    folder = tmp_path / "sharded"
-    model = AutoModelForImageTextToText.from_pretrained(sources["single"])
-    model.save_pretrained(folder, max_shard_size=shard_size)
-    insp = inspect_checkpoint(folder)
-    line = inspected(insp, {}, "").seed_line()
-    assert (len(insp.shards) > LISTED_SHARDS) is many
-    assert "\n" not in line and len(line) < 300, line
-    assert ("in all" in line) is many
