@@ -26,13 +26,23 @@ export PYTHONPATH="$PWD/$overlay${PYTHONPATH:+:$PYTHONPATH}"
 export HYPORT_CACHE="$PWD/$overlay/hyport-cache"
 .venv/bin/python -c "import transformers; assert transformers.__version__ == '4.57.0', transformers.__version__; print('transformers', transformers.__version__)"
 exec .venv/bin/python -m pytest -n "${HYPORT_TEST_WORKERS:-auto}" tests/models/test_tiny.py tests/models/test_generation.py \
-  tests/npu_attention/test_hf_integration.py tests/npu_attention/test_flash_api.py tests/npu_attention/test_flash_attn_ascend.py tests/attention/test_compare.py \
+  tests/npu_attention/test_hf_integration.py tests/npu_attention/test_flash_api.py tests/npu_attention/test_flash_attn_ascend.py \
+  tests/attention/test_cases.py tests/attention/test_implementations.py tests/attention/test_compare.py \
+  tests/attention/test_show.py tests/attention/test_views.py tests/attention/test_stage.py::test_summary_and_record \
+  tests/attention/test_stage.py::test_planted_scan tests/attention/test_stage.py::test_cli_writes_json_and_exit_code \
+  tests/attention/test_stage.py::test_the_summary_names_the_device_of_each_implementation \
   tests/proof/test_model_check.py \
   tests/weights/test_verify.py tests/weights/test_layout.py tests/weights/test_result.py tests/weights/test_scan.py \
   tests/weights/test_compare.py tests/weights/test_names.py tests/weights/test_reload.py \
   tests/train/test_training_data.py tests/port/test_codemod.py tests/port/test_tree.py tests/port/test_port_models.py tests/models/test_module_tree.py \
-  tests/inference/test_inference_attention.py \
-  --deselect tests/inference/test_inference_attention.py::test_vlm_prompts_prove_the_swap_they_used_to_fail \
+  tests/inference/test_stage.py::test_auto_runs_eager_off_an_npu_and_proves_nothing \
+  tests/inference/test_stage.py::test_a_named_swap_proves_itself_on_prefill_and_cached_decoding \
+  tests/inference/test_stage.py::test_auto_on_an_npu_runs_the_fused_kernel_once_the_emulation_proves_it \
+  tests/inference/test_stage.py::test_a_swap_wrong_only_when_decoding_keeps_the_grid_on_eager \
+  tests/inference/test_stage.py::test_the_plan_reckons_host_ram_from_the_model \
+  tests/inference/test_stage.py::test_a_tied_embedding_is_counted_once_in_the_host_ram_need \
+  tests/proof/test_choice.py::test_auto_means_eager_in_training_and_in_the_reload \
+  tests/proof/test_choice.py::test_a_hub_id_on_auto_keeps_eager_and_says_why_without_fetching \
   --deselect tests/proof/test_model_check.py::test_stage_02_keeps_the_padded_verdict_when_the_packed_row_raises \
   --deselect tests/npu_attention/test_hf_integration.py::test_the_workers_train_without_a_kv_cache_as_the_proof_ran \
   "tests/train/test_training_run.py::test_zero2_run_exits_0_and_its_weights_reload" \

@@ -71,47 +71,6 @@ def test_a_diff_is_shown_side_by_side_with_its_line_numbers_and_changed_characte
     assert D.diff_html("") == ""
 
 
-def _captured(monkeypatch, module):
-    """What ``module``'s show functions display, in order."""
-    import IPython.display
-
-    shown = []
-    monkeypatch.setattr(IPython.display, "display", lambda obj, **kw: shown.append(obj))
-    if hasattr(module, "_display"):
-        monkeypatch.setattr(module, "_display", shown.append)
-    return shown
-
-
-def test_02_shows_the_model_table_down_the_pane_the_port_side_by_side_and_the_heatmap_labels_on_top(monkeypatch):
-    from hyport_lib.attention import show
-    from hyport_lib.proof.model_check import ModelComparison
-    from hyport_lib.port.codemod import Change
-    from hyport_lib.port.tree import PortResult
-
-    model = ModelComparison("tiny", "", "npu-emulated", "float32", "cpu", detail="not run")
-    table = show.styled_model(model).data
-    assert list(table.columns) == ["field", "value"] and len(table) == len(show.model_table(model).columns)
-    assert table.set_index("field").loc["max_abs_logits", "value"] == D.MISSING
-    before, after = "x = torch.cuda.current_device()\ny = 'line one\\nline two'\n", "x = current_device()\ny = 'line one\\nline two'\n"
-    port = PortResult("src", "dst", changes=[Change("m.py", 1, "cuda_call", "torch.cuda.current_device()\n# more",
-                                                    "current_device()")],
-                      files_changed=["m.py"], diff=_diff(before, after, "m.py"))
-    shown = _captured(monkeypatch, show)
-    monkeypatch.setattr(show, "_markdown", lambda text: None)
-    show.show_port(port)
-    changes, diff = shown[0].to_html(), shown[1].data
-    assert "white-space: pre-wrap" in changes and "torch.cuda.current_device()\n# more" in changes  # whole, in lines
-    assert diff.startswith("<details open>") and "a/m.py → b/m.py" in diff
-    assert "line one\\nline two" in diff  # the file's own escape, not a cell's newline
-    fig = show.rows_heatmap(pd.DataFrame([{"case": f"c{i}", "backend": "npu-emulated", "source": "emulated",
-                                           "max_abs": 1e-3, "bound": 1e-2, "rmse": 1e-4, "max_rel": 1e-3,
-                                           "rel_gt_1e-3": 0.0, "rel_gt_5e-3": 0.0, "cosine": 1.0}
-                                          for i in range(45)]))
-    top = [t.label2 for t in fig.axes[0].xaxis.get_major_ticks()]
-    assert all(label.get_visible() for label in top) and top[0].get_text() == show.HEATMAP_METRICS[0][0]
-
-
-
 def test_a_table_can_be_sorted_and_filtered_above_a_static_table():
     frame = pd.DataFrame([{"name": "model.layers.0.q_proj.weight", "relative change": 0.5},
                           {"name": "model.layers.1.k_proj.weight", "relative change": None},

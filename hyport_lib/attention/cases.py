@@ -1,9 +1,6 @@
-"""The cases of the attention numerics comparison, the grid they form and their tensors.
-
-An :class:`AttentionCase` only describes a case (layout, dtype, mask, batch kind,
-lengths, heads); :func:`make_case_data` draws its tensors, in canonical BNSD form (a
-packed batch is ``[1, N, T, D]``); backends convert to their own layouts (see
-:func:`hyport_lib.attention.implementations.nfa_mapping`).
+"""The cases of stage 02's grid. An :class:`AttentionCase` only describes a case;
+:func:`make_case_data` draws its tensors, in canonical BNSD form (a packed batch is
+``[1, N, T, D]``), which each implementation converts to its own layout.
 """
 
 from __future__ import annotations
@@ -25,34 +22,24 @@ BATCH_KINDS = ("dense", "padded", "packed")
 
 @dataclass(frozen=True)
 class AttentionCase:
-    """One comparison case.
+    """``mask``: ``causal`` (bottom-right when Sq != Skv, flash-attn >= 2.1),
+    ``bidirectional``, ``band`` (``window``) or ``spans`` (causal + bidirectional ``spans``);
+    ``batch``: ``dense`` (every sample ``lengths_q[0] x lengths_kv[0]``), ``padded``
+    (right-padded to the longest) or ``packed`` (TND, no padding)."""
 
-    Attributes:
-        layout: NPU input layout the npu backends are called with (BSH, SBH, BSND,
-            BNSD, TND). ``packed`` batches are always TND.
-        dtype: ``float16``, ``bfloat16`` or ``float32``.
-        mask: ``causal`` (bottom-right when Sq != Skv, flash-attn >= 2.1), ``bidirectional``,
-            ``band`` (``window``) or ``spans`` (causal + bidirectional ``spans``).
-        batch: ``dense`` (every sample ``lengths_q[0] x lengths_kv[0]``), ``padded``
-            (right-padded to the longest) or ``packed`` (TND, no padding).
-        lengths_q / lengths_kv: per-sample lengths.
-        window: flash-attn ``window_size`` (left, right) of a ``band`` case.
-        spans: per-sample half-open ``(start, end)`` bidirectional spans (``spans``).
-        npu_sparse_mode: force the NPU mapping's sparse mode (2 for a top-left causal,
-            0 for a full band mask with pre/next); None derives it from the mask.
-    """
-
-    layout: str
+    layout: str  # the NPU input layout the npu backends are called with
     dtype: str
     mask: str
     batch: str
-    lengths_q: tuple
+    lengths_q: tuple  # per sample
     lengths_kv: tuple
     nq: int
     nkv: int
     head_dim: int
-    window: tuple = (-1, -1)
-    spans: tuple = ()
+    window: tuple = (-1, -1)  # flash-attn's window_size (left, right) of a band case
+    spans: tuple = ()  # per sample, half-open (start, end) bidirectional spans
+    #: forces the NPU mapping's sparse mode (2: a top-left causal, 0: a full band mask
+    #: with pre/next); None derives it from the mask
     npu_sparse_mode: Optional[int] = None
 
     def __post_init__(self):
@@ -104,18 +91,15 @@ class AttentionCase:
 
     @property
     def causal(self) -> bool:
-        """Causal base pattern (``spans`` cases are causal outside their spans)."""
-        return self.mask in ("causal", "spans")
+        return self.mask in ("causal", "spans")  # spans are causal outside their spans
 
     @property
     def window_size(self) -> tuple:
-        """flash-attn's ``window_size``: the band's window, else unbounded ``(-1, -1)``."""
         return tuple(self.window) if self.mask == "band" else (-1, -1)
 
     @property
     def flash_expressible(self) -> bool:
-        """flash-attn's API has no bidirectional spans."""
-        return self.mask != "spans"
+        return self.mask != "spans"  # flash-attn's API has no bidirectional spans
 
     def describe(self) -> dict:
         return {"case": self.name, "layout": self.layout, "dtype": self.dtype,
@@ -124,7 +108,7 @@ class AttentionCase:
 
 
 def _base_cases(full: bool) -> list[dict]:
-    """Case shapes without dtype. The default list touches every dimension once or more."""
+    """Case shapes without dtype; the default list touches every dimension once or more."""
     cases = [
         # dense, every NPU layout
         dict(layout="BSND", mask="causal", batch="dense", lengths_q=(16,) * 2, lengths_kv=(16,) * 2,
@@ -164,7 +148,7 @@ def _base_cases(full: bool) -> list[dict]:
 
 
 def _full_grid() -> list[dict]:
-    """The ``full`` grid's extra cases: a cartesian product on top of the curated list."""
+    """A cartesian product on top of the curated list."""
     cases = []
     shapes = [((1,), (1,)), ((17,), (17,)), ((31,), (65,)), ((128,), (128,))]
     heads = [(4, 4), (8, 2)]
@@ -186,13 +170,12 @@ def _full_grid() -> list[dict]:
 
 
 def build_grid(full: bool = False, dtypes: Sequence[str] = DTYPES) -> list[AttentionCase]:
-    """The comparison grid: every base case in every dtype of ``dtypes``."""
     return [AttentionCase(dtype=d, **base) for base in _base_cases(full) for d in dtypes]
 
 
 @dataclass
 class CaseData:
-    """Inputs in canonical BNSD form (packed: ``[1, N, T, D]``), already in the case dtype."""
+    """Inputs in canonical BNSD form, already in the case dtype."""
 
     q: torch.Tensor
     k: torch.Tensor
@@ -204,7 +187,7 @@ class CaseData:
 
 
 def _global_spans(case: AttentionCase) -> list[tuple[int, int]]:
-    """The spans of every sample as token ranges of the packed batch."""
+    """Every sample's spans as token ranges of the packed batch."""
     out, offset = [], 0
     for n, spans in zip(case.lengths_q, case.spans):
         out += [(offset + s, offset + e) for s, e in spans]
@@ -213,7 +196,7 @@ def _global_spans(case: AttentionCase) -> list[tuple[int, int]]:
 
 
 def case_keep_mask(case: AttentionCase) -> torch.Tensor:
-    """The case's keep mask (True = attend) for the canonical tensors."""
+    """True = attend, for the canonical tensors."""
     if case.batch == "packed":
         keep = R.block_diagonal_mask(case.lengths_q, case.lengths_kv, causal=case.causal,
                                      window_size=case.window_size)
@@ -229,7 +212,7 @@ def case_keep_mask(case: AttentionCase) -> torch.Tensor:
 
 
 def make_case_data(case: AttentionCase, seed: int = 0) -> CaseData:
-    """Seeded inputs (drawn in fp32, rounded to the case dtype) and the float64 reference."""
+    """Inputs drawn in fp32, rounded to the case dtype, and the float64 reference."""
     g = torch.Generator().manual_seed(seed)
     if case.batch == "packed":
         b, sq, skv = 1, sum(case.lengths_q), sum(case.lengths_kv)

@@ -1,17 +1,12 @@
-"""The attention implementations under comparison, and which of them this host has.
+"""The attention implementations stage 02 compares, and which of them this host has.
 
 - ``eager``: plain PyTorch attention in the case's dtype, the ``out_pt`` of flash-attn's
-  rule (scale folded into q first, softmax in the dtype, fully masked rows set to 0,
-  as flash-attn's ``attention_ref(upcast=False, reorder_ops=True)``).
+  rule (as flash-attn's ``attention_ref(upcast=False, reorder_ops=True)``).
 - ``sdpa``: ``torch.nn.functional.scaled_dot_product_attention`` with a bool mask.
-- ``npu-emulated``: hyport's CPU emulation of ``npu_fusion_attention``, called in the
-  case's NPU layout with the NPU mask convention (True = masked out) and sparse mode, and
-  ``actual_seq_*`` without the leading 0: the calls a port writes by hand
-  (:func:`nfa_mapping`; causal and band cases take the same sparse arguments as the
-  drop-in's ``nfa_sparse_arguments``, padded batches and bidirectional spans need a full
-  mask or a second call); ``npu``: the same calls to the real ``torch_npu`` on an NPU.
-- ``flash-api (<backend>)``: hyport's flash-attn drop-in (``FlashAttnAPI``), for the
-  cases flash-attn can express (no bidirectional spans).
+- ``npu-emulated``: hyport's CPU emulation of ``npu_fusion_attention``, given the calls a
+  port writes by hand (:func:`nfa_mapping`); ``npu``: the same calls to the real
+  ``torch_npu`` on an NPU.
+- ``flash-api (<backend>)``: hyport's flash-attn drop-in (``FlashAttnAPI``).
 - ``flash_attn``: the real flash-attn package on a CUDA GPU, when installed.
 """
 
@@ -36,9 +31,9 @@ from hyport_lib.utils.versions import legacy_unpad
 
 @dataclass
 class Implementation:
-    """One attention implementation under comparison (not a device backend: those are
-    :mod:`hyport_lib.backend`'s). ``run(case, data, device)`` returns the output in BNSD
-    form, or None when the implementation cannot express the case (no row is produced)."""
+    """Not a device backend (those are :mod:`hyport_lib.backend`'s). ``run(case, data,
+    device)`` returns the output in BNSD form, or None when the implementation cannot express
+    the case (no row is produced)."""
 
     name: str
     source: str  # e.g. "npu-emulated (CPU)"
@@ -51,13 +46,14 @@ class Implementation:
 
 
 def device_label(device: str) -> str:
-    """``cpu`` -> ``CPU``, ``npu:0`` -> ``NPU``: how a device is named in a row's source."""
+    """``npu:0`` -> ``NPU``: how a device is named in a row's source."""
     kind = str(device).split(":")[0]
     return {"cpu": "CPU", "cuda": "CUDA", "npu": "NPU"}.get(kind, kind.upper())
 
 
 def eager_attention(q, k, v, keep, scale):
-    """Plain PyTorch attention in the inputs' dtype: flash-attn's ``out_pt``."""
+    """flash-attn's ``out_pt``: scale folded into q first, softmax in the dtype, fully masked
+    rows set to 0."""
     groups = q.shape[1] // k.shape[1]
     k, v = repeat_kv(k, groups, 1), repeat_kv(v, groups, 1)
     scores = torch.matmul(q * scale, k.transpose(-1, -2))
@@ -86,10 +82,9 @@ def _run_sdpa(case, data, device):
 
 def run_flash_style(api, case: AttentionCase, data: CaseData, device,
                     unpad=unpad_input) -> Optional[torch.Tensor]:
-    """Run ``case`` through flash-attn's two functions (``api.flash_attn_func`` /
-    ``api.flash_attn_varlen_func``); padded batches go through unpad -> varlen -> pad, as
-    code written for the served flash-attn version calls them (``unpad`` returns 4 values
-    before 2.7, 5 from 2.7 on)."""
+    """``case`` through ``api``'s ``flash_attn_func`` / ``flash_attn_varlen_func``; padded
+    batches through unpad -> varlen -> pad, as code written for the served flash-attn version
+    calls them (``unpad`` returns 4 values before 2.7, 5 from 2.7 on)."""
     if not case.flash_expressible:
         return None
     dev, q, k, v = _inputs_on(data, device)
@@ -118,7 +113,7 @@ def _first(out):
 
 
 def _mask_arguments(case: AttentionCase, compressed: torch.Tensor) -> dict:
-    """``atten_mask`` / ``sparse_mode`` / band of the case's flash-attn causal + window."""
+    """The drop-in's own sparse arguments of the case's causal + window."""
     args = nfa_sparse_arguments(resolve_window(case.causal, case.window_size), compressed.device)
     if args["atten_mask"] is not None:
         args["atten_mask"] = compressed  # the caller's mask object (the emulation checks it)
@@ -127,13 +122,12 @@ def _mask_arguments(case: AttentionCase, compressed: torch.Tensor) -> dict:
 
 def nfa_mapping(case: AttentionCase, data: CaseData, device,
                 compressed: torch.Tensor) -> list[dict]:
-    """The ``npu_fusion_attention`` calls that compute ``case`` (what a port writes), with
-    ``compressed`` the 2048x2048 ``triu(ones, 1)`` mask the sparse modes 2-4 take. Each call
-    is a dict of the tensors in the NPU layout and keyword arguments, and ``rows``: None
-    (its output is the answer) or, for the write-back of bidirectional spans in packed
-    batches, the global token rows it overwrites."""
-    dev = torch.device(device)
-    q, k, v = data.q.to(dev), data.k.to(dev), data.v.to(dev)
+    """The ``npu_fusion_attention`` calls that compute ``case`` (what a port writes: the NPU
+    layout, True = masked out, ``actual_seq_*`` without the leading 0), with ``compressed``
+    the 2048x2048 ``triu(ones, 1)`` mask the sparse modes 2-4 take; padded batches and
+    bidirectional spans need a full mask or a second call. ``rows`` of a call: None (its
+    output is the answer) or the token rows a packed batch's span write-back overwrites."""
+    dev, q, k, v = _inputs_on(data, device)
     base = dict(head_num=case.nq, input_layout=case.layout, scale=case.scale)
     if case.batch == "packed":
         qt, kt, vt = (R.from_bnsd(x, "TND") for x in (q, k, v))
@@ -184,7 +178,6 @@ def _span_writeback(case: AttentionCase, qt, kt, vt, base: dict) -> dict:
 
 
 def run_nfa(fn: Callable, case: AttentionCase, data: CaseData, device) -> torch.Tensor:
-    """Run ``case`` through an ``npu_fusion_attention`` implementation ``fn``."""
     out = None
     for call in nfa_mapping(case, data, device, compressed_causal_mask(device)):
         rows = call.pop("rows")
@@ -199,9 +192,8 @@ def run_nfa(fn: Callable, case: AttentionCase, data: CaseData, device) -> torch.
 
 def available_implementations(device: str = "auto",
                               flash_attn_version: Optional[str] = None) -> list[Implementation]:
-    """Implementations usable on this host. ``device`` picks where eager / sdpa run;
-    ``flash_attn_version`` is the flash-attn API the drop-in serves (label and
-    ``unpad_input``'s arity)."""
+    """``device``: where eager / sdpa run; ``flash_attn_version``: the flash-attn API the
+    drop-in serves."""
     host = get_backend(device)
     kind, dev = host.kind, host.device(0)
     backends = [
@@ -227,7 +219,6 @@ def available_implementations(device: str = "auto",
 
 
 def _flash_api_backend(kind: str, dev: str, version: Optional[str] = None) -> Implementation:
-    """hyport's flash-attn drop-in, serving ``version``'s API (None: the shim's default)."""
     which = "npu" if kind == "npu" else "npu-emulated"
     api = FlashAttnAPI(which)
     where = dev if which == "npu" else "cpu"

@@ -1,6 +1,5 @@
-"""The attention stage's results as tables and the error heatmap in a notebook, and its
-recorded result in the report (:func:`glance`, :func:`blog_values`, :func:`blog_figures`,
-:func:`blog_notes`; the draft section is ``blog.md.j2`` beside this module).
+"""Stage 02's results as tables and the error heatmap in a notebook, its record in the
+report (the draft section is ``blog.md.j2`` beside this module) and the comparison of runs.
 """
 
 from __future__ import annotations
@@ -9,22 +8,24 @@ import math
 from collections import Counter
 from typing import Any, Callable, Optional
 
-from hyport_lib.attention.compare import error_ratio, provenance
+from hyport_lib.attention.compare import error_ratio
 from hyport_lib.attention.stage import GRID_STEP, AttentionStageResult, CaseProgress, summarize
 from hyport_lib.attention.views import (backend_rows, behaviour_frame, behaviour_glance_row,
                                         behaviour_markdown, behaviour_values, case_tally, pairs_frame,
                                         port_glance_rows, port_kinds, proof_frame, proof_markdown)
 from hyport_lib.display import MISSING, LiveDisplay, diff_html, figure_png, fit, style_verdicts, styled
 from hyport_lib.drafting.values import fmt_value, is_number
-from hyport_lib.results import StageRecord, StageSummary, worst_verdict
+from hyport_lib.results import StageRecord, StageSummary
 from hyport_lib.scan.hits import ScanReport
-from hyport_lib.scan.show import group_hits
+from hyport_lib.scan.show import group_hits, pins
 from hyport_lib.workbook.compare import Part, RunRecord, StageComparison
-from hyport_lib.utils.versions import pinned_version, unpad_input_values
 
 TABLE_COLUMNS = ("case", "backend", "source", "max_abs", "bound", "cosine", "max_rel",
                  "rel_gt_1e-3", "rel_gt_5e-3", "rmse", "empty_rows", "empty_rows_out",
                  "verdict", "rule")
+#: How the figures of the comparison table read (a missing one: :data:`MISSING`).
+TABLE_FORMATS = {**dict.fromkeys(("max_abs", "bound", "max_rel", "rmse"), "{:.2e}"),
+                 **dict.fromkeys(("rel_gt_1e-3", "rel_gt_5e-3"), "{:.1%}"), "cosine": "{:.6f}"}
 #: Heatmap columns: (label, frame column, transform). Errors on a log10 scale.
 HEATMAP_METRICS = (
     ("log10 max abs", "max_abs", "log"),
@@ -38,15 +39,13 @@ HEATMAP_METRICS = (
 
 
 def step_line(progress: CaseProgress) -> str:
-    """``grid: 12/45 cases`` while the grid runs, then the step that started."""
     if progress.step == GRID_STEP:
         return f"grid: {progress.done}/{progress.total} cases"
     return f"grid: {progress.total} cases done; {progress.step} …"
 
 
 def live_step_display(min_interval_s: float = 0.5) -> Callable[[CaseProgress], None]:
-    """``on_progress`` for notebook 02: one line naming the step under way (the grid's
-    cases counted), so that the stage's half minute never looks stalled."""
+    """``on_progress`` for notebook 02: the stage's half minute never looks stalled."""
     from IPython.display import Markdown
 
     line = LiveDisplay(min_interval_s)
@@ -59,7 +58,6 @@ def live_step_display(min_interval_s: float = 0.5) -> Callable[[CaseProgress], N
 
 
 def comparison_table(result):
-    """The comparison as a DataFrame with the display columns only."""
     df = result.frame()
     return df[[c for c in TABLE_COLUMNS if c in df.columns]]
 
@@ -68,38 +66,25 @@ def _missing(value) -> bool:
     return value is None or (isinstance(value, float) and math.isnan(value))
 
 
-def _fmt(value, digits=2):
-    """Errors in scientific notation; :data:`~hyport_lib.display.MISSING` for a missing value."""
-    return MISSING if _missing(value) else f"{float(value):.{digits}e}"
-
-
-def _pct(value):
-    return MISSING if _missing(value) else f"{100 * float(value):.1f}%"
-
-
-def _text(value) -> str:
-    return MISSING if _missing(value) else str(value)
+def _text(value, spec: str = "{}") -> str:
+    return MISSING if _missing(value) else spec.format(value)
 
 
 def styled_comparison(result):
-    """pandas Styler of the comparison with coloured verdicts and compact numbers."""
     df = comparison_table(result)
-    fmt = {**dict.fromkeys(("max_abs", "bound", "max_rel", "rmse"), _fmt),
-           **dict.fromkeys(("rel_gt_1e-3", "rel_gt_5e-3"), _pct),
-           "cosine": lambda v: MISSING if _missing(v) else f"{v:.6f}"}
-    return style_verdicts(df).format({c: f for c, f in fmt.items() if c in df.columns})
+    return style_verdicts(df).format({c: f for c, f in TABLE_FORMATS.items() if c in df.columns}, na_rep=MISSING)
 
 
 def provenance_note(result) -> str:
-    """A one-paragraph Markdown note saying where the NPU figures come from."""
+    """Where the NPU figures come from, in one paragraph."""
     backends = ", ".join(b.source for b in result.backends)
-    text = (f"**Provenance:** {provenance(result).label}. Backends: {backends}. "
+    text = (f"**Provenance:** {result.provenance.label}. Backends: {backends}. "
             f"{result.cases} cases in {result.seconds:.1f} s.")
     return text + "".join(f" {note}" for note in result.notes)
 
 
 def _heatmap_cell(kind: str, raw: float) -> tuple[float, str]:
-    """A heatmap cell of a metric of ``kind``: the value it is coloured by and its text."""
+    """The value a cell is coloured by, and its text."""
     if kind == "log":
         return (math.log10(max(raw, 1e-12)) if not math.isnan(raw) else raw), f"{raw:.1e}"
     if kind == "cos":
@@ -117,13 +102,9 @@ def _heatmap_values(df):
 
 
 def rows_heatmap(df, backend: Optional[str] = None):
-    """Cases x metrics heatmap of one backend (default: the real NPU, else its emulation)
-    from the comparison's rows as a DataFrame.
-
-    Each column is coloured on its own scale (darker = larger error); cells carry the
-    raw value. The title names the source, so an emulated figure is never read as an
-    NPU one.
-    """
+    """Cases x metrics of one backend (default: the real NPU, else its emulation), each
+    column coloured on its own scale, cells carrying the raw value; the title names the
+    source, so that an emulated figure is never read as an NPU one."""
     import numpy as np
     # A bare Figure, not pyplot: no backend switch and no figure left open in a kernel.
     from matplotlib.figure import Figure
@@ -167,15 +148,13 @@ def rows_heatmap(df, backend: Optional[str] = None):
 
 
 def model_table(model):
-    """The model-level comparison as a one-row DataFrame for display."""
     import pandas as pd
 
     keys = ("model_path", "source", "attn_implementation", "dtype", "max_abs_logits",
             "top1_agreement", "kl_divergence", "greedy_identical", "new_tokens", "positions",
             "packed_tokens", "sliding_window", "packed_max_abs_logits",
             "swapped_calls", "trust_remote_code", "model_class", "verdict", "detail")
-    data = model.to_dict()
-    return pd.DataFrame([{k: data.get(k) for k in keys}])
+    return pd.DataFrame([{k: getattr(model, k) for k in keys}])
 
 
 # --- notebook display -------------------------------------------------------------------
@@ -201,25 +180,17 @@ def backend_summary(result):
     """One row per backend × dtype: verdict counts, worst error/bound and cosine."""
     import pandas as pd
 
-    df = result.frame()
-    df = df.assign(ratio=error_ratio(df))
-    rows = []
-    for (backend, source, dtype), group in df.groupby(["backend", "source", "dtype"], sort=False):
-        counts = group["verdict"].value_counts()
-        rows.append({"backend": backend, "source": source, "dtype": dtype, "cases": len(group),
-                     **{v: int(counts.get(v, 0)) for v in ("PASS", "WARN", "FAIL")},
-                     "worst err/bound": group["ratio"].max(), "min cosine": group["cosine"].min(),
-                     "verdict": worst_verdict(group["verdict"])})
-    return pd.DataFrame(rows)
+    rows = pd.DataFrame(backend_rows(result.frame(), ("backend", "source", "dtype")))
+    return rows.rename(columns={"rows": "cases", "ratio": "worst err/bound"}).reindex(columns=[
+        "backend", "source", "dtype", "cases", "PASS", "WARN", "FAIL", "worst err/bound", "min cosine", "verdict"])
 
 
 def show_comparison(result):
-    """Provenance note, a per-backend summary, the failing rows, then every row (hundreds
-    with ``full=True``) folded in a ``<details>`` block that travels with the HTML report."""
+    """Every row (hundreds with ``full=True``) folded in a ``<details>`` block that travels
+    with the HTML report, below the per-backend summary and the failing rows."""
     _markdown(provenance_note(result))
     summary = style_verdicts(backend_summary(result)).format(
-        {"worst err/bound": lambda v: MISSING if _missing(v) else f"{v:.3f}",
-         "min cosine": lambda v: MISSING if _missing(v) else f"{v:.6f}"})
+        {"worst err/bound": "{:.3f}", "min cosine": "{:.6f}"}, na_rep=MISSING)
     _display(fit(summary))
     table = comparison_table(result)
     bad = table[table["verdict"].isin(["FAIL", "WARN"])]
@@ -231,21 +202,21 @@ def show_comparison(result):
 
 
 def show_heatmap(result, backend: Optional[str] = None):
-    """The error heatmap as a static PNG (kept in the HTML report)."""
+    """A static PNG: the HTML report keeps it."""
     _display(figure_png(rows_heatmap(result.frame(), backend)))
 
 
 #: How the model table's figures read (other fields: as text).
-_MODEL_FORMATS = {"max_abs_logits": _fmt, "kl_divergence": _fmt, "top1_agreement": _pct}
+_MODEL_FORMATS = {"max_abs_logits": "{:.2e}", "kl_divergence": "{:.2e}", "top1_agreement": "{:.1%}"}
 
 
 def styled_model(model):
-    """pandas Styler of the model-level comparison, one field per row (its 18 fields side
-    by side were twice as wide as a JupyterLab pane), the verdict coloured."""
+    """One field per row (its 18 fields side by side were twice as wide as a JupyterLab
+    pane), the verdict coloured."""
     import pandas as pd
 
     row = model_table(model).iloc[0]
-    frame = pd.DataFrame([(k, _MODEL_FORMATS.get(k, _text)(v)) for k, v in row.items()],
+    frame = pd.DataFrame([(k, _text(v, _MODEL_FORMATS.get(k, "{}"))) for k, v in row.items()],
                          columns=["field", "value"])
     return styled(frame, colour=("value",))
 
@@ -262,7 +233,6 @@ def show_model_comparison(model):
 
 
 def show_port(port, error: str = "") -> None:
-    """Notebook 02's "Port it": the changes, the spots left for a human, the proof."""
     if error:
         _markdown(f"**The port was not made**: {error}")
         return
@@ -273,7 +243,8 @@ def show_port(port, error: str = "") -> None:
     _markdown(f"Ported `{port.src}` → `{port.dst}`: {len(port.changes)} change(s) in "
               f"{len(port.files_changed)} file(s), {len(port.manual)} spot(s) left for a human; "
               f"the diff is `{port.dst}/port.diff`, the record `{port.dst}/port.json`.")
-    _display(fit(port_styler(port)))
+    code = {"font-family": "monospace", "white-space": "pre-wrap", "text-align": "left"}
+    _display(fit(styled(port.frame()).set_properties(subset=["before", "after"], **code)))  # code in its own lines
     if port.diff:
         _display(_html(f"<details open><summary>The changes side by side ({len(port.files_changed)} "
                        f"file(s))</summary>{diff_html(port.diff)}</details>"))
@@ -284,30 +255,21 @@ def show_port(port, error: str = "") -> None:
         _display(fit(style_verdicts(proof_frame(port.proof))))
 
 
-def port_styler(port):
-    """The port's changes and spots left for a human, code in its own lines and font."""
-    code = {"font-family": "monospace", "white-space": "pre-wrap", "text-align": "left"}
-    return styled(port.frame()).set_properties(subset=["before", "after"], **code)
-
-
 def summary_markdown(summary: StageSummary, result=None) -> str:
-    """The stage verdict and headline figures as Markdown."""
     lines = [f"**{summary.verdict}** — {summary.summary}", ""]
     lines += [f"- {k}: {v}" for k, v in summary.headline.items()]
     if result is not None:
-        lines.append(f"- provenance: {provenance(result).label}")
+        lines.append(f"- provenance: {result.provenance.label}")
     return "\n".join(lines)
 
 
 def show_summary(result: AttentionStageResult):
-    """The stage verdict, its headline figures and where the NPU figures came from."""
     _markdown(summary_markdown(summarize(result), result))
 
 
 # --------------------------------------------------------------------------- the report
 def glance(record: StageRecord[AttentionStageResult]) -> list[tuple[str, str]]:
-    """The index card: cases (a case passes when every implementation passed it), the
-    worst one, the model-level check."""
+    """A case passes when every implementation passed it."""
     result = record.data
     frame = result.frame()
     passed, cases, worst = case_tally(frame)
@@ -328,37 +290,27 @@ def glance(record: StageRecord[AttentionStageResult]) -> list[tuple[str, str]]:
 
 
 def blog_notes(record: StageRecord[AttentionStageResult]) -> list[str]:
-    """The comparison's own notes (what was emulated, what was left out)."""
+    """What was emulated, what was left out."""
     return [n for n in record.data.notes if n]
 
 
 def blog_figures(record: StageRecord[AttentionStageResult]) -> dict[str, Callable]:
-    """``attention``: the error heatmap of the NPU rows (None when none was measured)."""
+    """The error heatmap of the NPU rows (None when none was measured)."""
     return {"attention": lambda: _recorded_heatmap(record.data)}
 
 
 def _recorded_heatmap(result: AttentionStageResult):
-    frame = result.frame()
-    if not (frame["backend"].isin(("npu", "npu-emulated")) & frame["max_abs"].notna()).any():
-        return None
-    return rows_heatmap(frame)
+    name, rows = result.npu_rows()
+    return rows_heatmap(rows, name) if len(rows) else None
 
 
 def blog_values(record: StageRecord[AttentionStageResult]) -> dict:
-    """What the draft's section (``blog.md.j2``) derives from the record: the scan's
-    hits by kind (one line per source line, each suggestion once), the pins whose API the
-    drop-in did not serve, the worst error over its bound, one row per implementation,
-    the port's changes by kind and the behaviour's answers."""
     data = record.data
     scan = data.scan or ScanReport("")
-    pins, served = [], data.flash_attn_version
-    for name, spec in scan.pinned.items():
-        version = pinned_version(spec)
-        pins.append({"name": name, "spec": spec, "version": version, "mismatch": bool(
-            served and version and unpad_input_values(version) != unpad_input_values(str(served)))})
     worst = next((v for k, v in record.headline.items() if str(k).startswith("worst ") and is_number(v)), None)
     backends = backend_rows(data.frame())
-    return {"scan_hits": len(scan.hits), "scan_groups": group_hits(scan.hits), "pins": pins, "worst": worst,
+    return {"scan_hits": len(scan.hits), "scan_groups": group_hits(scan.hits), "worst": worst,
+            "pins": pins(scan, data.flash_attn_version),
             "implementations": backends, "skips": any(b["SKIP"] for b in backends),
             "port_kinds": port_kinds(data.port),
             "behaviour": behaviour_values(data.model.behaviour if data.model is not None else None)}
@@ -372,10 +324,9 @@ _EMULATED, _ON_NPU = "npu-emulated", "npu"
 
 
 def _cases_by_run(runs: list[RunRecord]) -> dict[str, dict[tuple, tuple[Any, str]]]:
-    """Each run's rows: case key (backend: as matched across runs) -> (verdict, what
-    computed it). An emulated backend is matched with its NPU counterpart where no run
-    recorded both (the CPU emulation run beside an NPU run): the same cases, computed by
-    the emulation in one run and by the NPU in the other."""
+    """Each run's rows: case key -> (verdict, what computed it). An emulated backend is
+    matched with its NPU counterpart where no run recorded both (the CPU emulation run beside
+    an NPU run): the same cases, computed by the emulation in one run, the NPU in the other."""
     frames = {r.run.id: r.record.data.frame() for r in runs}
     recorded = [set(frame["backend"].dropna()) for frame in frames.values()]
     every = set().union(*recorded) if recorded else set()
@@ -391,11 +342,10 @@ def _cases_by_run(runs: list[RunRecord]) -> dict[str, dict[tuple, tuple[Any, str
 
 
 def compare(runs: list[RunRecord]) -> StageComparison:
-    """The cases (by case, layout, dtype, mask, backend) whose verdict is not the same in
-    the runs that have the backend, each run's verdict (:data:`MISSING`: no such row) and
-    what computed it (``<run> source``: an emulation run paired with an NPU run says which
-    is which); apart, the backends that not every run has (the NPU kernel in an NPU run
-    beside a CPU one): not a difference of verdicts, a backend the other run could not run."""
+    """The cases whose verdict is not the same in the runs that have the backend, with what
+    computed it in each run (an emulation run paired with an NPU run says which is which);
+    apart, the backends that not every run has (the NPU kernel in an NPU run beside a CPU
+    one): not a difference of verdicts, a backend the other run could not run."""
     import pandas as pd
 
     cases = _cases_by_run(runs)

@@ -1,8 +1,5 @@
-"""Stage 02: the attention swap — the stage contract (:func:`plan`, :func:`run`,
-:func:`summarize`), for the notebook and ``hyport attention``: the
-numerics grid (:mod:`~hyport_lib.attention.compare`), the model-level check
-(:mod:`~hyport_lib.proof.model_check`) and the static scan and port of the model code.
-"""
+"""Stage 02: the numerics grid (:mod:`~hyport_lib.attention.compare`), the model-level check
+(:mod:`~hyport_lib.proof.model_check`) and the static scan and port of the model code."""
 
 from __future__ import annotations
 
@@ -12,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional
 
-from hyport_lib.attention.compare import BackendInfo, ComparisonResult, error_ratio, provenance, run_comparison
+from hyport_lib.attention.compare import BackendInfo, ComparisonResult, error_ratio, run_comparison
 from hyport_lib.attention.implementations import device_label
 from hyport_lib.attention.params import Params
 from hyport_lib.backend import get_backend
@@ -22,7 +19,7 @@ from hyport_lib.npu_attention.flash_api import DEFAULT_VERSION
 from hyport_lib.port.proof_run import SKIP, proof_not_run, prove_port_in_child
 from hyport_lib.port.tree import PortError, PortResult, port_tree, write_record
 from hyport_lib.proof.model_check import ModelComparison, compare_model, model_check_dtype, swapped_backend
-from hyport_lib.results import REFUSED, Provenance, StageSummary, fresh_folder_beside_results, worst_verdict
+from hyport_lib.results import REFUSED, StageSummary, fresh_folder_beside_results, worst_verdict
 from hyport_lib.scan.hits import ScanReport
 from hyport_lib.scan.scanner import scan_path
 from hyport_lib.utils.typed_records import to_mapping
@@ -53,8 +50,8 @@ PLANTED_REQUIREMENTS = "torch\nflash-attn==2.6.3\ntransformers\n"
 
 
 def planted_example(directory=None) -> Path:
-    """Write the planted example (a model file + requirements) and return its folder."""
-    # A fixed folder, rewritten on each call: runs do not pile up temporary folders.
+    """The planted example's folder (a model file + requirements), written now: a fixed
+    folder, rewritten on each call, so that runs do not pile up temporary folders."""
     folder = Path(directory) if directory else Path(tempfile.gettempdir()) / "hyport-planted-example"
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "modeling_example.py").write_text(PLANTED_EXAMPLE, encoding="utf-8")
@@ -63,28 +60,20 @@ def planted_example(directory=None) -> Path:
 
 
 def run_scan(code_path: str = "") -> ScanReport:
-    """Scan ``code_path`` (empty: the planted example, written first) with
-    :func:`hyport_lib.scan.scanner.scan_path`; its ``root`` is what was scanned."""
+    """The scan of ``code_path`` (empty: the planted example, written first)."""
     return scan_path(str(code_path or "").strip() or str(planted_example()))
 
 
 @dataclass
 class Plan:
-    """What :func:`run` does, checked.
-
-    Attributes:
-        device: the backend kind eager and sdpa run on (``params.device`` resolved).
-        model_path: the model of the model check: a checked folder, ``"tiny"`` (built,
-            or found in its cache, when run: a plan writes nothing), or None (no check).
-        port_out: where the ported copy of ``code_path`` goes (a fresh folder beside the
-            results); None when there is no port to make.
-    """
+    """What :func:`run` does, checked; ``"tiny"`` is built (or found in its cache) when it
+    runs: a plan writes nothing."""
 
     params: Params
-    device: str
-    model_path: Optional[str]
+    device: str  # the backend kind eager and sdpa run on
+    model_path: Optional[str]  # None: no model check
     flash_attn_version: str
-    port_out: Optional[Path] = None
+    port_out: Optional[Path] = None  # a fresh folder beside the results; None: no port
 
 
 #: :attr:`CaseProgress.step` while the comparison grid runs.
@@ -93,9 +82,8 @@ GRID_STEP = "grid"
 
 @dataclass(frozen=True)
 class CaseProgress:
-    """A progress update of :func:`run`: ``done`` of the comparison's ``total`` cases while
-    ``step`` is the grid, then once as each later step starts (the model check, the scan,
-    the port), which take seconds with nothing to count."""
+    """``done`` of the grid's ``total`` cases, then once as each later step starts (the
+    model check, the scan, the port), which take seconds with nothing to count."""
 
     done: int
     total: int
@@ -104,31 +92,21 @@ class CaseProgress:
 
 @dataclass
 class AttentionStageResult(ComparisonResult):
-    """Everything stage 02 found: the grid (:class:`ComparisonResult`), the model-level
-    check, the scan of the code (``scan.root``: the planted example when no path was given)
-    and its port (``model``, ``port``: None when not made).
-
-    Attributes:
-        port_error: why the port could not be made (the destination in the way, ...).
-    """
+    """The grid, the model-level check, the scan of the code (``scan.root``: the planted
+    example when no path was given) and its port (``model``, ``port``: None when not made)."""
 
     model: Optional[ModelComparison] = None
     flash_attn_version: str = ""
     scan: Optional[ScanReport] = None
     port: Optional[PortResult] = None
-    port_error: str = ""
-
-    @property
-    def provenance(self) -> Provenance:
-        return provenance(self)
+    port_error: str = ""  # why the port could not be made (the destination in the way, ...)
 
 
 RESULT = AttentionStageResult
 
 
 def plan(params: Params) -> Plan:
-    """The device eager and sdpa run on and the model of the model check, checked before
-    the grid's minutes.
+    """Checked before the grid's minutes.
 
     Raises:
         RuntimeError: the device asked for is not usable here (the host, not a value).
@@ -146,8 +124,6 @@ def plan(params: Params) -> Plan:
 
 
 def run(plan: Plan, *, on_progress: Optional[Callable[[CaseProgress], None]] = None) -> AttentionStageResult:
-    """The whole stage: the grid (``on_progress`` called after each case), the model-level
-    check, the scan, the port."""
     params = plan.params
     progress = None if on_progress is None else (lambda done, total: on_progress(CaseProgress(done, total)))
 
@@ -177,9 +153,8 @@ def run(plan: Plan, *, on_progress: Optional[Callable[[CaseProgress], None]] = N
 
 
 def port_and_prove(plan: Plan) -> tuple[Optional[PortResult], str]:
-    """``hyport port`` of ``code_path`` into ``plan.port_out`` and its proof (in a child
-    process, with ``port_proof`` only: it runs the user's code); ``(None, reason)`` when
-    the port cannot be made."""
+    """``hyport port`` of ``code_path`` and its proof (in a child process, with ``port_proof``
+    only: it runs the user's code); ``(None, reason)`` when the port cannot be made."""
     params = plan.params
     try:
         port = port_tree(params.code_path, plan.port_out)
@@ -207,13 +182,11 @@ def where_each_ran(backends: list[BackendInfo]) -> str:
 
 
 def summarize(result: AttentionStageResult) -> StageSummary:
-    """Stage verdict (the grid's, made worse by the model check), line and figures."""
-    counts, model, frame = result.counts, result.model, result.frame()
-    measured = frame[frame["backend"].isin(("npu", "npu-emulated")) & frame["max_abs"].notna()]
-    primary = "npu" if (measured["backend"] == "npu").any() else "npu-emulated"
-    worst = error_ratio(measured[measured["backend"] == primary]).max()
-    # The grid's: its worst row (SKIP: no row ran), made worse by the model check.
-    verdict = worst_verdict(frame["verdict"])
+    counts, model = result.counts, result.model
+    primary, rows = result.npu_rows()
+    worst = error_ratio(rows).max()
+    # The grid's: its worst row (SKIP: no row ran), made worse by the model check and the port.
+    verdict = worst_verdict(result.frame()["verdict"])
     if model is not None and model.verdict == "FAIL":
         verdict = "FAIL"
     elif model is not None and model.verdict in ("WARN", REFUSED) and verdict == "PASS":
@@ -262,5 +235,5 @@ def summarize(result: AttentionStageResult) -> StageSummary:
 
 
 def result_data(result: AttentionStageResult) -> dict:
-    """The result as recorded: its fields, the scan with the path it read first (``path``)."""
+    """The fields, and the scan with the path it read first (``path``)."""
     return {**to_mapping(result), "scan": {"path": result.scan.root, **result.scan.to_dict()}}

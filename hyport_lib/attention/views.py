@@ -1,8 +1,6 @@
-"""Parts of stage 02 as the notebook and the report tell them: the behaviour's answers
-(computed in :mod:`~hyport_lib.proof.behaviour`), the port's proof as a table and in
-words (computed in :mod:`hyport_lib.proof.port`), the index card's lines, and tallies of the
-rows (:meth:`~hyport_lib.attention.compare.ComparisonResult.frame`; an older or
-half-written record gives what it holds)."""
+"""Parts of stage 02 as the notebook and the report both tell them: the model check's
+behaviour, the port's proof, the index card's lines, and the tallies of the grid's rows (an
+older or half-written record gives what it holds)."""
 
 from __future__ import annotations
 
@@ -14,9 +12,9 @@ from hyport_lib.attention.compare import error_ratio
 from hyport_lib.attention.stage import AttentionStageResult
 from hyport_lib.drafting.values import num
 from hyport_lib.port.tree import PortResult
-from hyport_lib.proof.behaviour import Behaviour, PairResult
+from hyport_lib.proof.model_check import Behaviour, PairResult
 from hyport_lib.proof.port_record import PortProof
-from hyport_lib.results import VERDICTS
+from hyport_lib.results import VERDICTS, worst_verdict
 from hyport_lib.utils.printable import shortened
 
 #: Longest answer shown in a table cell (the record keeps the whole answer).
@@ -39,7 +37,7 @@ def _answers(answers: list[str]) -> list[str]:
 
 
 def behaviour_frame(behaviour: Behaviour):
-    """One row per prompt: eager's answer and each swapped model's, and whether they agree."""
+    """One row per prompt: eager's answer and each swapped model's."""
     import pandas as pd
 
     columns = {"eager": _answers(behaviour.eager_answers),
@@ -59,7 +57,6 @@ def pairs_frame(behaviour: Behaviour):
 
 
 def behaviour_markdown(behaviour: Optional[Behaviour]) -> str:
-    """The notebook's heading line for the behaviour part."""
     if behaviour is None:
         return "Behaviour was not compared (a record made before this check existed)."
     if not behaviour.meaningful:
@@ -70,7 +67,6 @@ def behaviour_markdown(behaviour: Optional[Behaviour]) -> str:
 
 
 def behaviour_glance_row(behaviour: Optional[Behaviour]) -> list[tuple[str, str]]:
-    """The index card's behaviour line (none for a record without the part)."""
     if behaviour is None:
         return []
     if not behaviour.meaningful:
@@ -80,8 +76,8 @@ def behaviour_glance_row(behaviour: Optional[Behaviour]) -> list[tuple[str, str]
 
 
 def behaviour_values(behaviour: Optional[Behaviour]) -> dict:
-    """What the drafts show of the behaviour beside its record: each prompt with eager's
-    answer cut short, each swapped model with its first difference."""
+    """For the drafts: each prompt with eager's answer cut short, each swapped model with
+    its first difference."""
     if behaviour is None:
         return {"answers": [], "pairs": []}
     answers = _answers(behaviour.eager_answers)
@@ -91,7 +87,6 @@ def behaviour_values(behaviour: Optional[Behaviour]) -> dict:
 
 # --- the port -------------------------------------------------------------------------
 def proof_frame(proof: PortProof):
-    """The proof's cases as a DataFrame (one row per input case)."""
     import pandas as pd
 
     return pd.DataFrame([{c: getattr(case, c) for c in PROOF_COLUMNS} for case in proof.cases],
@@ -99,7 +94,7 @@ def proof_frame(proof: PortProof):
 
 
 def proof_markdown(proof: PortProof) -> str:
-    """The proof's verdict and what was compared with what, as Markdown."""
+    """The proof's verdict and what was compared with what."""
     if proof.error:
         return f"**Proof {proof.verdict}**: {proof.error}"
     lines = [f"**Proof {proof.verdict}**: `{proof.model_class}` ({proof.model_kind}), tiny random "
@@ -111,7 +106,6 @@ def proof_markdown(proof: PortProof) -> str:
 
 
 def port_glance_rows(result: AttentionStageResult) -> list[tuple[str, str]]:
-    """The index card's line for the port, when one was made."""
     if result.port_error:
         return [("port", f"not made: {result.port_error}")]
     port = result.port
@@ -123,7 +117,6 @@ def port_glance_rows(result: AttentionStageResult) -> list[tuple[str, str]]:
 
 
 def port_kinds(port: Optional[PortResult]) -> list[tuple[str, int]]:
-    """The port's changes by kind, for the drafts' table."""
     return sorted(Counter(str(change.kind) for change in port.changes).items()) if port else []
 
 
@@ -138,9 +131,10 @@ def case_tally(frame) -> tuple[int, int, Optional[dict]]:
     return passed, verdicts.ngroups, worst
 
 
-def backend_rows(frame) -> list[dict]:
-    """Per implementation, in the recorded order: where it ran, its rows per verdict, its
-    largest ``max_abs`` and its worst ``max_abs / bound``."""
+def backend_rows(frame, by=("backend",)) -> list[dict]:
+    """Per implementation (or per ``by`` columns), in the recorded order: where it ran, its
+    rows per verdict and the worst of them, its largest ``max_abs``, its worst ``max_abs /
+    bound`` and its least cosine."""
     import pandas as pd
 
     frame = frame[frame["backend"].notna() & (frame["backend"] != "")]
@@ -149,12 +143,13 @@ def backend_rows(frame) -> list[dict]:
     bound = pd.to_numeric(frame["bound"], errors="coerce")
     frame = frame.assign(value=value, share=value / bound.where(bound != 0))
     out = []
-    for name, group in frame.groupby("backend", sort=False):
+    for keys, group in frame.groupby(list(by), sort=False):
         counts = group["verdict"].value_counts()
         source = group["source"].iloc[0]
-        out.append({"name": name, "source": None if pd.isna(source) else source, "rows": len(group),
-                    "max_abs": _largest(group["value"]), "ratio": _largest(group["share"]),
-                    **{v: int(counts.get(v, 0)) for v in VERDICTS}})
+        out.append({"source": None if pd.isna(source) else source, **dict(zip(by, keys)), "rows": len(group),
+                    **{v: int(counts.get(v, 0)) for v in VERDICTS}, "max_abs": _largest(group["value"]),
+                    "ratio": _largest(group["share"]), "min cosine": group["cosine"].min(),
+                    "verdict": worst_verdict(group["verdict"])})
     return out
 
 

@@ -1,4 +1,6 @@
-"""The N-card inference grid (:func:`run_grid`): one fresh worker process per card.
+"""The N-card inference grid (:func:`run_grid`), one fresh worker process per card, and its
+result: one row per card (:data:`COLUMNS`; a live grid's unfinished rows say ``running``)
+and the cross-card comparison.
 
 Fork + exec, never a bare fork: accelerate refuses a process forked after the device was
 initialised ("Cannot re-initialize NPU in forked subprocess"). Each worker is pinned to its
@@ -11,40 +13,190 @@ finish, and the call always returns a :class:`GridResult`.
 
 from __future__ import annotations
 
+import math
+import numbers
 import os
+import re
+import statistics
 import time
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Any, Callable, Optional
 
 import pandas as pd
 
 from hyport_lib.backend import Backend
 from hyport_lib.devices.card_plan import CardPlan, GridPlan
 from hyport_lib.inference.params import Params
-from hyport_lib.inference.table import (COLUMNS, PREVIEW_CHARS, CardOutputs, GridProgress, GridResult, consistency,
-                                        scan_fallbacks)
 from hyport_lib.models.generation_config import InferenceConfig
-from hyport_lib.proof.choice import AttentionChoice
 from hyport_lib.models.tiny import TINY_MODEL_NAME, ensure_tiny_model
-from hyport_lib.triage import Triage, cann_log_dir, diagnose, own_cann_log_env, shared_cann_note
 from hyport_lib.processes import (Child, ChildGroup, describe_exit, last_exception, read_log_tail, read_task_result,
                                   scrub_log, task_command, task_environ)
+from hyport_lib.proof.choice import AttentionChoice
 from hyport_lib.results import Provenance
+from hyport_lib.triage import Triage, cann_log_dir, diagnose, own_cann_log_env, shared_cann_note
 from hyport_lib.utils.files import atomic_write_json, ensure_writable
 from hyport_lib.utils.printable import shortened
 from hyport_lib.utils.redact import scrub_obj
+from hyport_lib.utils.typed_records import fields_of
+
+STATUSES = ("ok", "failed", "timeout", "skipped-busy", "interrupted")
+#: What torch_npu prints when an operator has no NPU kernel.
+FALLBACK_MARKER = "will fall back to run on the CPU"
+_FALLBACK_OP_RE = re.compile(r"operator '([^']+)'[^\n]*?" + re.escape(FALLBACK_MARKER))
+PREVIEW_CHARS = 60
+
+COLUMNS = [
+    "card", "device", "status", "load_s", "cold_s", "first_token_s", "tokens_per_s",
+    "decode_tokens_per_s",
+    "new_tokens",
+    "peak_memory_mb", "memory_source", "single_output", "batch_outputs", "output_hash",
+    "cpu_fallback_warnings", "fallback_ops", "wall_s", "log_path", "error", "diagnosis", "not_applicable",
+]
+
+
+@dataclass
+class GridProgress:
+    """The table so far, at the start, whenever a card finishes, every second or so between,
+    and at the end (``running`` False; ``stopped`` when interrupted)."""
+
+    frame: pd.DataFrame
+    done: int
+    total: int
+    card: Optional[int] = None  # the card that just finished; None otherwise
+    status: Optional[str] = None
+    elapsed_s: dict = field(default_factory=dict)  # card -> seconds since its worker started
+    running: bool = True
+    stopped: bool = False
+
+
+@dataclass
+class CardOutputs:
+    """What one card said, in full."""
+
+    single: Optional[str] = None
+    batch: Optional[list[str]] = None
+
+
+@dataclass
+class GridResult:
+    """``outputs``: each finished card's full texts (the rows hold previews), ``diagnoses``:
+    what the logs of each card that did not finish say (:mod:`hyport_lib.triage`)."""
+
+    rows: list[dict]
+    consistent: bool
+    differing_cards: list[int]
+    log_dir: Path
+    wall_s: float
+    timeout_s: float = 0.0
+    provenance: Optional[Provenance] = None
+    plan: Optional[GridPlan] = None
+    config: InferenceConfig = field(default_factory=InferenceConfig)
+    #: the workers' attention as the plan chose it, with its proof
+    attention: Optional[AttentionChoice] = None
+    #: the plan's notes (host RAM, attention), one line each
+    notes: list[str] = field(default_factory=list)
+    outputs: dict[str, CardOutputs] = field(default_factory=dict)
+    diagnoses: dict[str, Triage] = field(default_factory=dict)
+
+    @property
+    def frame(self) -> pd.DataFrame:
+        return pd.DataFrame(self.rows, columns=COLUMNS)
+
+    @property
+    def counts(self) -> dict[str, int]:
+        return {s: int((self.frame["status"] == s).sum()) for s in STATUSES}
+
+    @property
+    def consistency_line(self) -> str:
+        frame = self.frame
+        ok = frame[frame["status"] == "ok"]
+        if ok.empty:
+            # Say why: the first card's error is usually every card's (a bad argument).
+            errors = [str(e) for e in frame["error"] if isinstance(e, str) and e.strip()]
+            why = f" Card {int(frame.iloc[0]['card'])}: {errors[0].strip().splitlines()[0][:300]}" \
+                if errors and len(frame) else ""
+            return f"No card finished, so there is nothing to compare.{why}"
+        _, differing, reference = consistency(frame)
+        reference = (reference or "")[:12]
+        sampling = float(self.config.temperature or 0.0) > 0
+        note = " (sampling is on, so differences may be legitimate)" if sampling else ""
+        if differing:
+            said = (f"Cards {', '.join(map(str, differing))} differ from the majority output "
+                    f"(hash {reference}, {len(ok) - len(differing)} of {len(ok)} cards){note}.")
+        elif len(ok) == 1:
+            said = f"Only card {int(ok.iloc[0]['card'])} finished (output hash {reference}); nothing to compare."
+        else:
+            said = f"All {len(ok)} finished cards produced identical outputs (hash {reference}){note}."
+        # What of the configured inference this model could not run (the same on every card).
+        parts = next((list(v) for v in ok["not_applicable"] if isinstance(v, list) and v), [])
+        return said + (f" Not applicable to this model: {'; '.join(parts)}." if parts else "")
+
+    def log_tail(self, card: int, lines: int = 40) -> str:
+        row = self.frame.loc[self.frame["card"] == card]
+        if row.empty:
+            raise KeyError(f"card={card}: not in this grid (cards {list(self.frame['card'])})")
+        path = row.iloc[0]["log_path"]
+        return read_log_tail(path, lines) if given(path) else "(not launched: no log)"
+
+    def sample_answer(self) -> Optional[tuple[Any, str]]:
+        """``(card, answer)`` of the first card that answered the single prompt."""
+        for key in sorted(self.outputs, key=lambda k: (len(str(k)), str(k))):
+            if self.outputs[key].single:
+                return (int(key) if str(key).isdigit() else key), self.outputs[key].single
+        return None
+
+    def to_dict(self) -> dict:
+        """The fields, the cards' agreement in words and their counts by status."""
+        return {**fields_of(self), "consistency": self.consistency_line, "counts": self.counts}
+
+
+def given(value: Any) -> bool:
+    """A table cell holds a value (pandas turns a missing one into None or NaN)."""
+    return value is not None and not (isinstance(value, float) and math.isnan(value))
+
+
+def figure(value: Any) -> Optional[float]:
+    """A finite recorded figure as a float, else None."""
+    real = isinstance(value, numbers.Real) and not isinstance(value, bool)
+    return float(value) if real and math.isfinite(value) else None
+
+
+def ok_median(frame: pd.DataFrame, column: str) -> Optional[float]:
+    """The median of ``column`` over the cards that finished (None: no figure)."""
+    kept = [v for v in map(figure, frame[frame["status"] == "ok"][column]) if v is not None]
+    return statistics.median(kept) if kept else None
+
+
+def scan_fallbacks(path: os.PathLike | str) -> tuple[int, list[str]]:
+    """torch_npu's CPU-fallback warnings in a log, and the operators they name."""
+    path = Path(path)
+    if not path.is_file():
+        return 0, []
+    text = path.read_text(encoding="utf-8", errors="replace")
+    ops = sorted(set(_FALLBACK_OP_RE.findall(text)))
+    return text.count(FALLBACK_MARKER), ops
+
+
+def consistency(frame: pd.DataFrame) -> tuple[bool, list[int], Optional[str]]:
+    """``(consistent, differing cards, reference hash)`` of the ok cards' output hashes: the
+    reference is the most common (ties: the lowest card's); no ok card: not consistent."""
+    ok = frame[frame["status"] == "ok"].sort_values("card")
+    if ok.empty:
+        return False, [], None
+    counts = ok["output_hash"].value_counts()
+    top = counts.max()
+    reference = next(h for h in ok["output_hash"] if counts[h] == top)
+    differing = [int(c) for c, h in zip(ok["card"], ok["output_hash"]) if h != reference]
+    return not differing, differing, reference
 
 
 @dataclass
 class InferencePlan:
-    """What the grid runs, every check made (see :func:`hyport_lib.inference.stage.plan`).
-
-    ``config`` is what every worker runs (each replaces ``device`` with its pinned card);
-    its ``model_path`` is the checked folder, an allowed hub id, or ``"tiny"`` (built when
-    the grid runs). ``notes``: what the plan decided that the reader should know.
-    """
+    """What the grid runs, every check made. ``config`` is what every worker runs (each
+    replaces ``device`` with its pinned card); its ``model_path`` is the checked folder, an
+    allowed hub id, or ``"tiny"`` (built when the grid runs)."""
 
     params: Params
     backend: Backend
@@ -52,27 +204,17 @@ class InferencePlan:
     config: InferenceConfig
     log_dir: Path
     attention: Optional[AttentionChoice] = None
-    notes: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # what the plan decided that the reader should know
 
 
 @dataclass
 class _Worker:
-    """One card's worker: the started child plus where it writes its result."""
-
     card: int
     child: Child
     result_path: Path
     cann_dir: Optional[Path] = None  # where CANN writes this worker's logs
     cann_shared: bool = False  # that folder is the user's, shared with the other cards
     started_at: float = 0.0  # time.time() at start: CANN logs older than this are not its own
-
-
-def _worker_env(backend: Backend, card: int, num_threads: Optional[int],
-                extra_env: Optional[dict]) -> dict[str, str]:
-    extra = {"TOKENIZERS_PARALLELISM": "false", **backend.visible_devices_env([card])}
-    if num_threads:
-        extra.update({"OMP_NUM_THREADS": str(num_threads), "MKL_NUM_THREADS": str(num_threads)})
-    return task_environ({**extra, **(extra_env or {})})
 
 
 def _threads_per_worker(backend: Backend, workers: int) -> Optional[int]:
@@ -97,7 +239,10 @@ def _launch(group: ChildGroup, backend: Backend, card: int, spec: dict, log_dir:
     # failure is diagnosed from this card's logs, not from a neighbour's.
     own_folder = log_dir / "cann" / f"card{card}"
     own_cann = own_cann_log_env(own_folder, {**os.environ, **(extra_env or {})}) if backend.kind == "npu" else {}
-    env = _worker_env(backend, card, spec.get("num_threads"), {**own_cann, **(extra_env or {})})
+    threads = spec.get("num_threads")
+    env = task_environ({"TOKENIZERS_PARALLELISM": "false", **backend.visible_devices_env([card]),
+                        **({"OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)} if threads else {}),
+                        **own_cann, **(extra_env or {})})
     started_at = time.time()
     child = group.start(cmd, env=env, log_path=log_path, payload=payload, timeout_s=timeout_s,
                         name=f"card {card}")
@@ -115,10 +260,8 @@ def _row_for(worker: _Worker, timed_out: bool, timeout_s: float, device: str,
     raw = read_task_result(worker.result_path)
     tail = read_log_tail(worker.child.log_path)
     fallbacks, fallback_ops = scan_fallbacks(worker.child.log_path)
-    row = {c: None for c in COLUMNS}
-    row.update(card=worker.card, device=device, wall_s=round(wall, 3),
-               log_path=str(worker.child.log_path), cpu_fallback_warnings=fallbacks,
-               fallback_ops=", ".join(fallback_ops))
+    row = _blank_row(card=worker.card, device=device, wall_s=round(wall, 3), log_path=str(worker.child.log_path),
+                     cpu_fallback_warnings=fallbacks, fallback_ops=", ".join(fallback_ops))
     if timed_out:
         status, reason = "timeout", f"timeout after {timeout_s:g}s; process group killed"
         if raw.get("status") == "ok":
@@ -161,11 +304,15 @@ def _row_for(worker: _Worker, timed_out: bool, timeout_s: float, device: str,
     return row, raw
 
 
-def _skipped_row(plan: CardPlan, device: str) -> dict:
-    row = {c: None for c in COLUMNS}
-    row.update(card=plan.card, device=device, status="skipped-busy", cpu_fallback_warnings=0,
-               error=plan.busy_reason + " (pass allow_busy_cards=True to use it anyway)")
-    return row
+def _blank_row(**values) -> dict:
+    return {**dict.fromkeys(COLUMNS), **values}
+
+
+def _first_row(plan: CardPlan, device: str, log_dir: Path) -> dict:
+    if plan.run:
+        return _blank_row(card=plan.card, device=device, status="running", log_path=str(log_dir / f"card{plan.card}.log"))
+    return _blank_row(card=plan.card, device=device, status="skipped-busy", cpu_fallback_warnings=0,
+                      error=plan.busy_reason + " (pass allow_busy_cards=True to use it anyway)")
 
 
 def _frame(rows: dict[int, dict], order: list[int]) -> pd.DataFrame:
@@ -174,13 +321,10 @@ def _frame(rows: dict[int, dict], order: list[int]) -> pd.DataFrame:
 
 def run_grid(plan: InferencePlan, *, on_progress: Optional[Callable[[GridProgress], None]] = None,
              extra_env: Optional[dict] = None, kill_grace_s: float = 2.0) -> GridResult:
-    """Run the plan as it is (the card table a notebook showed is what runs): the same
-    inference on every card it chose, one fresh process each.
-
-    ``on_progress`` gets a :class:`GridProgress` at the start and whenever a card finishes;
-    ``extra_env`` goes to the workers (its secret-looking values are scrubbed like this
-    process's); ``kill_grace_s`` lies between SIGTERM and SIGKILL of a timed-out group.
-    Returns one row per card (:data:`COLUMNS`), no secret value in it or the log folder.
+    """The plan as it is (the card table a notebook showed is what runs). ``extra_env`` goes
+    to the workers (its secret-looking values are scrubbed like this process's);
+    ``kill_grace_s`` lies between SIGTERM and SIGKILL of a timed-out group. No secret value
+    is in the result or the log folder.
 
     Raises:
         PermissionError: the log folder or the tiny model's cache cannot be written.
@@ -206,13 +350,7 @@ def run_grid(plan: InferencePlan, *, on_progress: Optional[Callable[[GridProgres
         return "cpu" if backend.kind == "cpu" else f"{backend.kind}:{card}"
 
     threads = _threads_per_worker(backend, len(card_plan.to_run))
-
-    rows: dict[int, dict] = {}
-    for p in card_plan.cards:
-        row = _skipped_row(p, label(p.card)) if not p.run else {
-            **{c: None for c in COLUMNS}, "card": p.card, "device": label(p.card), "status": "running",
-            "log_path": str(log_dir / f"card{p.card}.log")}
-        rows[p.card] = row
+    rows = {p.card: _first_row(p, label(p.card), log_dir) for p in card_plan.cards}
     total = len(order)
     raws: dict[int, dict] = {}
 

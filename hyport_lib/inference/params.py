@@ -1,8 +1,5 @@
-"""Stage 03's parameters: every name of notebook 03's ``parameters`` cell, declared once.
-
-The notebook cell, ``hyport infer``'s flags and ``hyport report -p`` all become a
-:class:`Params`, and this class is the only place their values are checked.
-"""
+"""Stage 03's parameters: notebook 03's ``parameters`` cell, ``hyport infer``'s flags and
+``hyport report -p``'s keys, declared and checked once (see :mod:`hyport_lib.params`)."""
 
 from __future__ import annotations
 
@@ -19,8 +16,6 @@ from hyport_lib.utils.values import as_flag
 
 @dataclass
 class Params(StageParams):
-    """What stage 03 runs: the model, the prompts, the cards and their limits."""
-
     device: str = device_param()
     model_path: str = model_path_param()
     num_cards: Optional[int] = num_cards_param()
@@ -48,31 +43,26 @@ class Params(StageParams):
                                    path="dir", output=True)
 
     def check(self) -> None:
-        """Each item of the batch becomes a ``[text, uses_image]`` pair (:func:`batch_pairs`)."""
-        self.batch_prompts = [list(pair) for pair in batch_pairs(self.batch_prompts)]
-
-
-def batch_pairs(prompts: list) -> list[tuple[str, bool]]:
-    """``(text, uses_image)`` for each item of ``batch_prompts``: a pair (its flag may be
-    text, as YAML or papermill hand it over), a bare text (text-only) or a ``{"text",
-    "image"}`` mapping. Raises ParameterError naming the item (``batch_prompts[1]``)."""
-    if not prompts:
-        raise ParameterError([f"batch_prompts={prompts!r}: expected at least one [text, uses_image] pair"])
-    pairs = []
-    for i, item in enumerate(prompts):
-        name = f"batch_prompts[{i}]"
-        if isinstance(item, str):
-            text, uses_image = item, False
-        elif isinstance(item, dict) and set(item) <= {"text", "image"}:
-            text, uses_image = item.get("text"), item.get("image", False)
-        elif isinstance(item, (list, tuple)) and len(item) == 2:
-            text, uses_image = item
-        else:
-            raise ParameterError([f"{name}={item!r}: expected [text, uses_image]"])
-        if not isinstance(text, str) or not text.strip():
-            raise ParameterError([f"{name}={item!r}: expected a non-empty text"])
-        try:
-            pairs.append((text, as_flag(name, uses_image)))
-        except ValueError as exc:
-            raise ParameterError([str(exc)]) from None
-    return pairs
+        """Each item of the batch becomes a ``[text, uses_image]`` pair: from a pair (its flag
+        may be text, as YAML or papermill hand it over), a bare text (text-only) or a
+        ``{"text", "image"}`` mapping; a ParameterError names the item (``batch_prompts[1]``)."""
+        if not self.batch_prompts:
+            raise ParameterError([f"batch_prompts={self.batch_prompts!r}: expected at least one [text, uses_image] pair"])
+        pairs = []
+        for i, item in enumerate(self.batch_prompts):
+            name = f"batch_prompts[{i}]"
+            if isinstance(item, str):
+                text, uses_image = item, False
+            elif isinstance(item, dict) and set(item) <= {"text", "image"}:
+                text, uses_image = item.get("text"), item.get("image", False)
+            elif isinstance(item, (list, tuple)) and len(item) == 2:
+                text, uses_image = item
+            else:
+                raise ParameterError([f"{name}={item!r}: expected [text, uses_image]"])
+            if not isinstance(text, str) or not text.strip():
+                raise ParameterError([f"{name}={item!r}: expected a non-empty text"])
+            try:
+                pairs.append([text, as_flag(name, uses_image)])
+            except ValueError as exc:
+                raise ParameterError([str(exc)]) from None
+        self.batch_prompts = pairs

@@ -1,15 +1,12 @@
-"""Rendering of the inference grid for notebooks (table, consistency line, log tails) and
-of its record in the report (:func:`glance`, :func:`blog_values`, :func:`blog_facts`; the
-draft section is ``blog.md.j2`` beside this module). A widget (the card picker)
-always has a static twin (:func:`show_log_tails`): the report's HTML strips widgets.
+"""The inference grid in notebooks (table, consistency line, log tails), its record in the
+report (the draft section is ``blog.md.j2`` beside this module) and the comparison of runs.
+A widget (the card picker) always has a static twin (:func:`show_log_tails`): the report's
+HTML strips widgets.
 """
 
 from __future__ import annotations
 
 import html
-import math
-import numbers
-import statistics
 from typing import Any, Callable, NamedTuple, Optional
 
 import pandas as pd
@@ -17,7 +14,7 @@ import pandas as pd
 from hyport_lib.display import MISSING, LiveDisplay, fit, style_verdicts, verdict_label
 from hyport_lib.devices.card_plan import GridPlan
 from hyport_lib.drafting.values import fmt_value
-from hyport_lib.inference.table import COLUMNS, GridProgress, GridResult, consistency, given
+from hyport_lib.inference.grid import COLUMNS, GridProgress, GridResult, consistency, figure, given, ok_median
 from hyport_lib.inference.stage import STAGE, summarize
 from hyport_lib.models.tiny import random_weights_reason
 from hyport_lib.processes import read_log_tail
@@ -33,8 +30,8 @@ DISPLAY_COLUMNS.insert(DISPLAY_COLUMNS.index("output_hash") + 1, "same_output")
 
 
 def compact_frame(frame: pd.DataFrame) -> pd.DataFrame:
-    """The grid table for reading: short hashes, joined previews, first error line,
-    and ``same_output`` (does this card agree with the majority of ok cards)."""
+    """Short hashes, joined previews, first error lines, and ``same_output`` (does this card
+    agree with the majority of ok cards)."""
     out = frame.copy()
     _, differing, _ = consistency(frame)
     out["same_output"] = [
@@ -49,7 +46,7 @@ def compact_frame(frame: pd.DataFrame) -> pd.DataFrame:
 
 
 def grid_styler(frame: pd.DataFrame):
-    """Styler of the compact table, status cells coloured, disagreeing cards marked."""
+    """Status cells coloured, disagreeing cards marked."""
     compact = compact_frame(frame)
     styler = style_verdicts(compact, columns=("status",))
     styler = styler.map(lambda v: "background-color: #ffcdd2" if v == "NO" else "",
@@ -57,13 +54,8 @@ def grid_styler(frame: pd.DataFrame):
     return styler.format(precision=3, na_rep=MISSING)
 
 
-def grid_table(frame: pd.DataFrame):
-    """The compact table as displayed: in a box that scrolls sideways, long cells wrapped."""
-    return fit(grid_styler(frame))
-
-
 def show_plan(plan: GridPlan) -> None:
-    """Display the preflight: which cards run, which are skipped and who holds them."""
+    """The preflight: which cards run, which are skipped and who holds them."""
     from IPython.display import Markdown, display
 
     display(fit(style_verdicts(plan.frame(), columns=("status",))))
@@ -73,7 +65,6 @@ def show_plan(plan: GridPlan) -> None:
 
 
 def show_summary(result: GridResult) -> None:
-    """The consistency line, status counts, wall time, log folder and provenance."""
     from IPython.display import Markdown, display
 
     counts = ", ".join(f"{n} {s}" for s, n in result.counts.items() if n)
@@ -91,7 +82,7 @@ def show_summary(result: GridResult) -> None:
 
 
 def show_outputs(result: GridResult) -> None:
-    """The full texts of the first finished card (all agreeing cards said the same)."""
+    """The full texts of the first finished card (agreeing cards said the same)."""
     from IPython.display import Markdown, display
 
     if not result.outputs:
@@ -110,7 +101,7 @@ def show_outputs(result: GridResult) -> None:
 
 
 def log_tails_html(result: GridResult, lines: int = 20) -> str:
-    """Every card's log tail as static HTML (also what the report keeps)."""
+    """Static HTML: the report keeps it."""
     parts = []
     for card, status in zip(result.frame["card"], result.frame["status"]):
         tail = result.log_tail(int(card), lines)
@@ -120,14 +111,13 @@ def log_tails_html(result: GridResult, lines: int = 20) -> str:
 
 
 def show_log_tails(result: GridResult, lines: int = 20) -> None:
-    """Static rendering of every card's log tail."""
     from IPython.display import HTML, display
 
     display(HTML(log_tails_html(result, lines)))
 
 
 def card_log_picker(result: GridResult, lines: int = 40):
-    """A VBox: a Dropdown of cards and an Output showing the chosen card's log tail."""
+    """A Dropdown of cards above the chosen card's log tail."""
     import ipywidgets as widgets
 
     options = [(f"card {int(c)} ({s})", int(c)) for c, s in zip(result.frame["card"], result.frame["status"])]
@@ -150,11 +140,10 @@ LIVE_LOG_LINES = 12
 
 
 def live_grid_display(log_interval_s: float = 2.0) -> Callable[[GridProgress], None]:
-    """An ``on_progress`` callback for ``run_grid``: a line saying how long each running card
-    has run (every second), over one table redrawn as each card finishes (no rate limit: it
-    could hide cards that finished just before a long wait), over every card's log tail
-    (every ``log_interval_s``), a running card's open: a hung card shows its log at once,
-    not after ``infer_timeout_s``."""
+    """``on_progress`` for the notebook: how long each running card has run (every second),
+    over the table redrawn as each card finishes (no rate limit: it could hide cards that
+    finished just before a long wait), over every card's log tail (every ``log_interval_s``),
+    a running card's open: a hung card shows its log at once, not after ``infer_timeout_s``."""
     from IPython.display import HTML, Markdown
 
     line, table = LiveDisplay(min_interval_s=0.0), LiveDisplay(min_interval_s=0.0)
@@ -165,7 +154,7 @@ def live_grid_display(log_interval_s: float = 2.0) -> Callable[[GridProgress], N
         line.update(Markdown(f"`{grid_progress_line(progress)}`"), force=True)
         changed = not drawn or progress.card is not None or not progress.running
         if changed:
-            table.update(grid_table(progress.frame), force=True)
+            table.update(fit(grid_styler(progress.frame)), force=True)
             drawn.append(progress.done)
         if changed or logs.due():
             logs.update(HTML(live_log_tails(progress)), force=True)
@@ -175,7 +164,7 @@ def live_grid_display(log_interval_s: float = 2.0) -> Callable[[GridProgress], N
 
 def live_log_tails(progress: GridProgress, lines: int = LIVE_LOG_LINES) -> str:
     """Each launched card's log tail as a fold (HTML, no script: it works while the kernel
-    is busy with the grid), open while the card runs, with its seconds so far."""
+    is busy with the grid), open while the card runs."""
     parts = []
     for row in progress.frame.itertuples():
         if row.status == "skipped-busy" or not given(row.log_path) or not row.log_path:
@@ -192,7 +181,6 @@ def live_log_tails(progress: GridProgress, lines: int = LIVE_LOG_LINES) -> str:
 
 
 def grid_progress_line(progress: GridProgress) -> str:
-    """``1/2 cards finished; running: card 1 (12 s)``, then ``finished`` or ``interrupted``."""
     text = f"{progress.done}/{progress.total} cards finished"
     if progress.elapsed_s:
         text += "; running: " + ", ".join(f"card {card} ({seconds:.0f} s)"
@@ -208,8 +196,6 @@ GLANCE_ANSWER_CHARS = 90
 
 
 def glance(record: StageRecord[GridResult]) -> list[tuple[str, str]]:
-    """The index card: cards ok, whether they agreed, warm tokens/s, the cold first call;
-    what the logs of the first failed card say (its diagnosis)."""
     grid, consistent = record.data, record.figure("consistent")
     rows = [("cards ok", fmt_value(record.figure("cards ok"))),
             ("consistent", fmt_value(consistent) if consistent is not None else "—"),
@@ -230,18 +216,15 @@ def glance(record: StageRecord[GridResult]) -> list[tuple[str, str]]:
 
 
 def blog_facts(record: StageRecord[GridResult]) -> dict:
-    """The model folder the workers loaded (``tiny`` resolves to a built folder) and the
-    number of cards the grid ran on."""
+    """The model folder the workers loaded (``tiny`` resolves to a built folder)."""
     grid = record.data
     cards = [c for c in grid.plan.cards if c.run] if grid.plan else []
     return {"model_folder": grid.config.model_path, "cards": len(cards) or None}
 
 
 def blog_values(record: StageRecord[GridResult]) -> dict:
-    """What the draft's section derives from the record: whether its figures are warm
-    (warm-up calls made and the cold one recorded apart; older records and
-    ``warmup_runs=0`` timed the first call), the first answer, and why a random-weight
-    answer shows only that the cards agree."""
+    """``warm``: warm-up calls made and the cold one recorded apart (older records and
+    ``warmup_runs=0`` timed the first call)."""
     grid = record.data
     return {"warm": grid.config.warmup_runs > 0 and bool(grid.frame["cold_s"].notna().any()),
             "sample": grid.sample_answer(),
@@ -269,7 +252,7 @@ def compare(runs: list[RunRecord]) -> StageComparison:
     cards = pd.DataFrame(rows, columns=columns).set_index("card")
     throughput = pd.DataFrame(
         [{"run": r.run.id, "label": r.label, "stage": STAGE, "measure": measure,
-          "tokens_per_s": _median(r.record.data.frame, column)}
+          "tokens_per_s": ok_median(r.record.data.frame, column)}
          for r in runs for measure, column in (("tokens/s incl. prefill (median of cards)", "tokens_per_s"),
                                                ("decode tokens/s (median of cards)", "decode_tokens_per_s"))],
         columns=THROUGHPUT_COLUMNS)
@@ -289,16 +272,5 @@ def _cards(frame: pd.DataFrame) -> dict[int, _Card]:
     frame = frame[frame["card"].notna()]
     _, differing, reference = consistency(frame)
     return {int(row.card): _Card(row.status, int(row.card) not in differing if row.status == "ok" and reference
-                                 else None, _number(row.tokens_per_s), row.output_hash if given(row.output_hash) else None)
+                                 else None, figure(row.tokens_per_s), row.output_hash if given(row.output_hash) else None)
             for row in frame.itertuples()}
-
-
-def _number(value) -> Optional[float]:
-    """A finite recorded figure as a float, else None."""
-    real = isinstance(value, numbers.Real) and not isinstance(value, bool)
-    return float(value) if real and math.isfinite(value) else None
-
-
-def _median(frame: pd.DataFrame, column: str) -> Optional[float]:
-    kept = [v for v in map(_number, frame[frame["status"] == "ok"][column]) if v is not None]
-    return statistics.median(kept) if kept else None

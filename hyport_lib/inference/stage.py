@@ -1,21 +1,17 @@
-"""Stage 03: inference on every card — :func:`plan` (every check, nothing written),
-:func:`run` (the grid), :func:`summarize` (the verdict).
-"""
+"""Stage 03: inference on every card; the plan checks everything and writes nothing."""
 
 from __future__ import annotations
 
 import dataclasses
 import os
-import statistics
 from pathlib import Path
 from typing import Callable, Optional
 
 from hyport_lib.backend import get_backend
 from hyport_lib.devices.card_plan import plan_grid
 from hyport_lib.devices.host_memory import RamNeed, ram_need_per_rank, require_host_ram
-from hyport_lib.inference.grid import InferencePlan, run_grid
+from hyport_lib.inference.grid import GridProgress, GridResult, InferencePlan, given, ok_median, run_grid
 from hyport_lib.inference.params import Params
-from hyport_lib.inference.table import GridProgress, GridResult, given
 from hyport_lib.models.generation import batch_prompts, check_processor, check_prompts, single_prompt
 from hyport_lib.models.generation_config import InferenceConfig
 from hyport_lib.models.loading import build_empty_model, load_processor, tokenizer_of
@@ -25,6 +21,7 @@ from hyport_lib.models.tiny import TINY_MODEL_NAME
 from hyport_lib.params import ParameterError
 from hyport_lib.proof.choice import GRID, ProofBatch, choose_attention
 from hyport_lib.results import INTERRUPTED, StageSummary, fresh_folder_beside_results
+from hyport_lib.utils.printable import first_line
 from hyport_lib.utils.redact import scrub_text
 
 STAGE = "03_inference"
@@ -32,10 +29,9 @@ RESULT = GridResult
 
 
 def plan(params: Params) -> InferencePlan:
-    """Every check the grid needs before a worker starts (cards, log folder, model, prompts,
-    host RAM), refused here in one line rather than once per card; the workers' attention
-    is chosen and a swap proven (:mod:`~hyport_lib.proof.choice`). Nothing is
-    written but hyport's cache (a proof, and the tiny model a proof needs).
+    """Every check the grid needs (cards, log folder, model, prompts, host RAM), refused here
+    in one line rather than once per card; the workers' attention chosen and a swap proven.
+    Nothing is written but hyport's cache (a proof, and the tiny model a proof needs).
 
     Raises:
         ParameterError: ``log_dir`` names a file, or a place no folder can be made in.
@@ -46,7 +42,7 @@ def plan(params: Params) -> InferencePlan:
     card_plan = plan_grid(backend, num_cards=params.num_cards, allow_busy_cards=params.allow_busy_cards)
     log_dir = Path(params.log_dir).expanduser().resolve() if params.log_dir \
         else fresh_folder_beside_results("inference_logs")
-    _check_log_dir(log_dir, given=params.log_dir is not None)
+    _check_log_dir(log_dir, named=params.log_dir is not None)
     model_path = params.model_path
     # "tiny" is built when the grid runs, or for a swap's proof; it takes every prompt.
     if model_path != TINY_MODEL_NAME:
@@ -64,9 +60,8 @@ def plan(params: Params) -> InferencePlan:
             need = _host_ram_need(params, backend.kind, model_path)
         except Exception as exc:  # noqa: BLE001 — a model transformers cannot build: every worker
             # says so in its card's row (scrubbed); the plan keeps the default per-card figure.
-            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
             notes.append(scrub_text(f"host RAM: the default per-card figure (the model's size could not be "
-                                    f"read: {type(exc).__name__}: {first})")[:400])
+                                    f"read: {type(exc).__name__}: {first_line(exc)})")[:400])
         else:
             require_host_ram(backend.kind, len(card_plan.to_run), need=need)
             notes.append(f"host RAM: {need.how}")
@@ -81,8 +76,7 @@ def plan(params: Params) -> InferencePlan:
 
 
 def _proof_batches(config: InferenceConfig) -> list[ProofBatch]:
-    """What a swap is proven on: the single prompt and the batch, each encoded as the
-    workers encode them (left-padded)."""
+    """The single prompt and the batch, each encoded as the workers encode them."""
     loaded = load_processor(config.model_path, trust_remote_code=config.trust_remote_code)
     tokenizer_of(loaded.processor).padding_side = "left"
     try:
@@ -99,8 +93,7 @@ def _proof_batches(config: InferenceConfig) -> list[ProofBatch]:
 
 
 def _host_ram_need(params: Params, kind: str, model_path: str) -> RamNeed:
-    """What one worker needs of the host's RAM for this model (counted on an empty model):
-    its weights in the grid's dtype, and the runtime."""
+    """One worker's weights in the grid's dtype (counted on an empty model), and the runtime."""
     model = build_empty_model(model_path, trust_remote_code=params.trust_remote_code)
     count = sum(p.numel() for p in model.parameters())
     dtype = params.dtype if params.dtype != "auto" else \
@@ -108,10 +101,10 @@ def _host_ram_need(params: Params, kind: str, model_path: str) -> RamNeed:
     return ram_need_per_rank(kind, count, "inference", dtype=dtype)
 
 
-def _check_log_dir(log_dir: Path, *, given: bool) -> None:
-    """Raise ParameterError unless ``log_dir`` exists or can be made (its nearest existing
-    parent is a writable folder); ``given``: the user named it (else it is the default)."""
-    shown = f"log_dir={str(log_dir)!r}" if given else f"log_dir=None (the default folder {log_dir})"
+def _check_log_dir(log_dir: Path, *, named: bool) -> None:
+    """ParameterError unless ``log_dir`` exists or can be made (its nearest existing parent
+    is a writable folder)."""
+    shown = f"log_dir={str(log_dir)!r}" if named else f"log_dir=None (the default folder {log_dir})"
     existing = log_dir
     while not existing.exists() and existing != existing.parent:
         existing = existing.parent
@@ -123,14 +116,13 @@ def _check_log_dir(log_dir: Path, *, given: bool) -> None:
 
 
 def run(plan: InferencePlan, *, on_progress: Optional[Callable[[GridProgress], None]] = None) -> GridResult:
-    """Run the plan on every card it chose (:func:`~hyport_lib.inference.grid.run_grid`)."""
     return run_grid(plan, on_progress=on_progress)
 
 
 def summarize(result: GridResult) -> StageSummary:
-    """The verdict, the consistency line and the index's figures. PASS: every launched
-    card ok and all agree; WARN: ok but busy cards skipped or outputs differ; FAIL: a card
-    failed or timed out, or none ran; INTERRUPTED: stopped before every card finished."""
+    """PASS: every launched card ok and all agree; WARN: ok but busy cards skipped or
+    outputs differ; FAIL: a card failed or timed out, or none ran; INTERRUPTED: stopped
+    before every card finished."""
     counts = result.counts
     if counts["failed"] or counts["timeout"]:
         verdict = "FAIL"
@@ -150,8 +142,8 @@ def _headline(result: GridResult) -> dict:
     launched = len(result.frame) - result.counts["skipped-busy"]
 
     def median(col):
-        values = [float(v) for v in ok[col] if given(v)]
-        return round(statistics.median(values), 3) if values else None
+        value = ok_median(result.frame, col)
+        return None if value is None else round(value, 3)
 
     return {
         "cards ok": f"{len(ok)}/{launched}",

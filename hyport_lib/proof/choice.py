@@ -8,7 +8,6 @@ dies at step 1.
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Mapping, Optional, Sequence
@@ -50,18 +49,13 @@ TRAINING = Runner(auto={}, decode_steps=0, who="the run", passed="{said}",
 
 @dataclass
 class AttentionChoice:
-    """The workers' ``attn_implementation`` and FlashAttnAPI ``backend``, the proof behind
-    them (None when no swap was asked for) and the plan's note ("" when there is nothing
-    to say)."""
+    """The workers' ``attn_implementation`` and FlashAttnAPI ``backend``."""
 
     asked: str
     attn_implementation: str
     backend: str
-    proof: Optional[AttentionProof] = None
-    note: str = ""
-
-    def to_dict(self) -> dict:
-        return dataclasses.asdict(self)  # the proof too, as AttentionProof.to_dict gives it
+    proof: Optional[AttentionProof] = None  # None when no swap was asked for
+    note: str = ""  # the plan's ("" when there is nothing to say)
 
 
 class SwapRefused(ValueError):

@@ -1,30 +1,36 @@
 """Stage 02's model check: the user's checkpoint, loaded once, run with eager attention and
-then switched to hyport's (:func:`~hyport_lib.proof.swap.switch_attention`).
+then switched to hyport's (:func:`~hyport_lib.proof.swap.switch_attention`), on a
+left-padded batch and on the packed row training sees; logits are compared on real tokens
+(:mod:`.tolerance`) and greedy generation must give the same tokens.
 
-It runs a left-padded batch (an image + text sample next to a text-only one) and the packed
-row training sees; logits are compared on real tokens (:mod:`.tolerance`), greedy generation
-must give the same tokens, and on real weights so must greedy answers (:mod:`.behaviour`).
+Behaviour too, on pretrained weights only: their logits are peaked, so the same greedy
+answers and the same perplexity of a fixed text say that the swapped model *behaves* as the
+original. Random weights give flat logits (a greedy token flips on a rounding difference, a
+perplexity is the vocabulary size): the record says why nothing is compared. Each pair runs
+one model, eager then switched, in one dtype, so that a difference is the swap's: the check's
+dtype, then bfloat16 (what an NPU runs; a late bf16 difference is bf16 accumulation).
 """
 
 from __future__ import annotations
 
 import contextlib
+import math
 import sys
 from types import SimpleNamespace
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Optional
 
 import torch
 
-from hyport_lib.models.generation import load_model
+from hyport_lib.models.generation import greedy, load_model
 from hyport_lib.models.generation_config import InferenceConfig
 from hyport_lib.models.prompts import Prompt, encode_prompts, needs_image, sample_image
+from hyport_lib.models.tiny import random_weights_reason
 from hyport_lib.models.training_inputs import packed_positions, rope_positions_function
 from hyport_lib.npu_attention import hf_integration
 from hyport_lib.npu_attention.hf_integration import sdpa_refusal
 from hyport_lib.npu_attention.flash_api import DEFAULT_VERSION, callers_shim_kept, install_flash_attn_shim
 from hyport_lib.port.generated.flash_attn_ascend import FlashAttnUnsupported
-from hyport_lib.proof.behaviour import Behaviour, eager_behaviour, eager_reference, swapped_pair
 from hyport_lib.proof.choice import KEPT_ON_EAGER
 from hyport_lib.proof.swap import switch_attention
 from hyport_lib.proof.tolerance import LOGITS, TOLERANCE, TOP1, compare
@@ -34,6 +40,63 @@ from hyport_lib.results import FAIL, PASS, REFUSED, SKIP, WARN
 PACKED_ROW_LIMIT = 1024
 PACKED_TEXT = ("The robot looks at the scene, plans the next step and moves its hand to the handle. "
                "Attention uses queries, keys and values; the mask keeps the model from seeing the future.")
+#: Prompts whose answers a pretrained chat model gives with confidence.
+PROMPTS = ("What is the capital of France?", "Write one sentence about the sea.",
+           "Name three primary colours.")
+#: New tokens per answer (the issue's floor: fewer would hide a late divergence).
+NEW_TOKENS = 32
+#: A fixed text whose perplexity each model gives.
+PERPLEXITY_TEXT = ("The Eiffel Tower is a wrought-iron lattice tower in Paris, France. It was "
+                   "built for the 1889 World's Fair and is one of the most visited monuments "
+                   "in the world.")
+
+
+@dataclass
+class PairResult:
+    """One swapped model against eager in the same dtype."""
+
+    label: str
+    dtype: str
+    identical: bool
+    first_difference: Optional[dict] = None  # prompt, token index, eager's and the swap's token
+    perplexity: Optional[float] = None
+    eager_perplexity: Optional[float] = None
+    answers: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Behaviour:
+    """Greedy answers and perplexity, eager vs the swap; on random weights only ``why`` it
+    is not meaningful (see the module docstring)."""
+
+    meaningful: bool
+    why: str = ""
+    prompts: list[str] = field(default_factory=list)
+    new_tokens: int = 0
+    eager_answers: list[str] = field(default_factory=list)
+    top1_probability: Optional[float] = None
+    pairs: list[PairResult] = field(default_factory=list)
+
+    def line(self) -> str:
+        if not self.meaningful:
+            return f"behaviour: {self.why}"
+        said = []
+        for pair in self.pairs:
+            if pair.identical:
+                said.append(f"{pair.label}: {self.new_tokens}-token answers identical")
+            else:
+                diff = pair.first_difference or {}
+                said.append(f"{pair.label}: first difference at token {diff.get('token')} of "
+                            f"prompt {diff.get('prompt')}")
+        return "behaviour: " + "; ".join(said)
+
+
+@dataclass
+class Reference:
+    """Eager's greedy answers (token ids) and perplexity: the swap's in one dtype against it."""
+
+    answers: list[list[int]]
+    perplexity: float
 
 
 @dataclass
@@ -66,8 +129,6 @@ class ModelComparison:
     sliding_window: Optional[int] = None
     packed_detail: str = ""
     packed_refused: bool = False  # the packed row was refused or raised (said in packed_detail)
-    # Greedy answers and perplexity against eager (proof/behaviour.py); on random
-    # weights it only says why it is not meaningful.
     behaviour: Optional[Behaviour] = None
 
     def to_dict(self) -> dict:
@@ -75,24 +136,21 @@ class ModelComparison:
 
 
 def model_check_dtype(asked: str, kind: str) -> str:
-    """The model check's dtype: ``auto`` is bfloat16 on an NPU (the dtype a run trains and
-    serves in there) and float32 elsewhere (a CPU has no fast bf16, and the emulation's
-    exactness shows best in float32)."""
+    """``auto`` is bfloat16 on an NPU (the dtype a run trains and serves in there), float32
+    elsewhere (a CPU has no fast bf16, and the emulation's exactness shows best in float32)."""
     if asked != "auto":
         return asked
     return "bfloat16" if kind == "npu" else "float32"
 
 
 def swapped_backend(kind: str) -> tuple[str, str]:
-    """(attention backend, torch device) of the model-level check on a host of ``kind``."""
+    """(attention backend, torch device) of the check on a host of ``kind``."""
     return ("npu", "npu:0") if kind == "npu" else ("npu-emulated", "cpu")
 
 
 def _model_inputs(loaded, device) -> tuple[dict, str]:
-    """A left-padded batch (padding rows are fully masked) through the processor's own
-    conventions: one image + text prompt next to a text-only one, as the reference batch
-    does; two text prompts for a text-only model, two image prompts for a processor that
-    needs an image with each. Returns the inputs and what the batch holds, in words."""
+    """A left-padded batch (padding rows fully masked) and what it holds, in words: an
+    image + text prompt beside a text-only one where the model and its processor allow."""
     texts = ["How do I open a fridge?", "Hi"]
     if not loaded.traits.multimodal:
         prompts, held = [Prompt(t) for t in texts], "two text prompts (images not applicable: text-only model)"
@@ -101,13 +159,16 @@ def _model_inputs(loaded, device) -> tuple[dict, str]:
         held = "two image + text prompts (text-only prompts not applicable: its processor needs an image)"
     else:
         prompts, held = [Prompt(texts[0], [sample_image()]), Prompt(texts[1])], "image + text beside text only"
-    inputs = encode_prompts(loaded, prompts)
-    return {k: (v.to(device) if hasattr(v, "to") else v) for k, v in inputs.items()}, held
+    return _on(encode_prompts(loaded, prompts), device), held
+
+
+def _on(inputs: dict, device) -> dict:
+    return {k: (v.to(device) if hasattr(v, "to") else v) for k, v in inputs.items()}
 
 
 @contextlib.contextmanager
 def _quiet_loading():
-    """No "Loading weights" progress bars in notebook output (restored afterwards)."""
+    """No "Loading weights" progress bars in notebook output."""
     from transformers.utils import logging as hf_logging
 
     was_enabled = hf_logging.is_progress_bar_enabled()
@@ -123,12 +184,11 @@ def _quiet_loading():
 def _remote_code_shim(trust_remote_code: bool, backend: str, version: Optional[str]):
     """With remote code on, the flash_attn shim is in place while the model code is
     imported and run (as a user porting that model would have it); yields the shim's
-    FlashAttnAPI (None without one: remote code off, or a real flash_attn present).
+    FlashAttnAPI (None: remote code off, or a real flash_attn present).
 
     transformers keeps remote model modules in ``sys.modules``: one imported under an
     earlier shim still holds that shim's functions (its call counter, its version's
-    ``unpad_input``). They are dropped first, so the model code imports this shim.
-    """
+    ``unpad_input``). They are dropped first, so the model code imports this shim."""
     if not trust_remote_code:
         yield None
         return
@@ -143,10 +203,8 @@ def compare_model(model_path: str = "tiny", backend: str = "npu-emulated",
                   dtype: str = "float32", device: str = "cpu", max_new_tokens: int = 8,
                   seed: int = 0, *, trust_remote_code: bool = False,
                   flash_attn_version: Optional[str] = None) -> ModelComparison:
-    """Load ``model_path`` once, run it with eager attention, switch it to hyport's on
-    ``backend`` and run it again, and compare. With ``trust_remote_code`` the flash_attn
-    shim (serving ``flash_attn_version``'s API) is installed for the checkpoint's own code,
-    and the calls it serves count as swapped."""
+    """With ``trust_remote_code`` the flash_attn shim (serving ``flash_attn_version``'s API)
+    is installed for the checkpoint's own code, and the calls it serves count as swapped."""
     result = ModelComparison(model_path=model_path, attn_implementation="", backend=backend,
                              dtype=dtype, device=device, trust_remote_code=trust_remote_code,
                              source=f"{backend} ({str(device).split(':')[0].upper()})")
@@ -159,7 +217,7 @@ def compare_model(model_path: str = "tiny", backend: str = "npu-emulated",
 
 
 def _compare(result: ModelComparison, shim_api, max_new_tokens: int) -> ModelComparison:
-    name, greedy = result.attn_implementation, {"max_new_tokens": max_new_tokens, "do_sample": False}
+    name, generation = result.attn_implementation, {"max_new_tokens": max_new_tokens, "do_sample": False}
 
     def load(dtype: str, attn_implementation: str):
         return load_model(InferenceConfig(model_path=result.model_path, device=result.device, dtype=dtype,
@@ -178,9 +236,9 @@ def _compare(result: ModelComparison, shim_api, max_new_tokens: int) -> ModelCom
     result.sliding_window = smallest_window(model.config)
     row, result.packed_detail = _packed_row(loaded, result.sliding_window, rope_positions_function(model))
     with torch.no_grad():
-        eager_logits, eager_tokens = model(**inputs).logits[real], model.generate(**inputs, **greedy).cpu()
+        eager_logits, eager_tokens = model(**inputs).logits[real], model.generate(**inputs, **generation).cpu()
         eager_packed = _eager_packed_row(result, model, row)
-        result.behaviour, reference = _behaviour(lambda: eager_behaviour(result.model_path, model, loaded))
+        result.behaviour, reference = _behaviour(lambda: _eager_behaviour(result.model_path, model, loaded))
         model = switch_attention(model, name, lambda: load(result.dtype, name)[0])
         result.model_class = f"{type(model).__module__}.{type(model).__qualname__}"
         # Swapped attention reached through transformers (the registered function) or through
@@ -193,7 +251,7 @@ def _compare(result: ModelComparison, shim_api, max_new_tokens: int) -> ModelCom
             result.verdict, result.detail = REFUSED, f"{exc}; {KEPT_ON_EAGER}"
             return result
         result.swapped_calls = sum(a.calls.total() for a in apis) - before if apis else None
-        swapped_tokens = model.generate(**inputs, **greedy).cpu()
+        swapped_tokens = model.generate(**inputs, **generation).cpu()
         swapped_packed = None if eager_packed is None else _swapped_packed_row(result, model, row)
     logits = compare(LOGITS, eager_logits, swapped_logits, result.dtype)
     result.max_abs_logits, result.top1_agreement, result.kl_divergence = logits.max_abs, logits.top1, logits.kl
@@ -221,17 +279,70 @@ def _behaviour(run):
 
 
 def _swapped_behaviour(result: ModelComparison, model, loaded, reference, load):
-    """The swap's answers against eager's in the check's dtype; then, when that is not
-    bfloat16, a bfloat16 model loaded once, eager then switched to the swap."""
+    """In the check's dtype, then in bfloat16: a second model, eager then switched."""
     name, behaviour = result.attn_implementation, result.behaviour
-    behaviour.pairs.append(swapped_pair(f"{name}, {result.dtype}", result.dtype, model, loaded, reference))
+    behaviour.pairs.append(_swapped_pair(f"{name}, {result.dtype}", result.dtype, model, loaded, reference))
     if result.dtype != "bfloat16":
         half, _ = load("bfloat16", "eager")
-        half_reference, _ = eager_reference(half, loaded)
+        half_reference, _ = _eager_reference(half, loaded)
         half = switch_attention(half, name, lambda: load("bfloat16", name)[0])
         label = f"{'npu_fusion_attention' if result.backend == 'npu' else 'NPU emulation'}, bfloat16"
-        behaviour.pairs.append(swapped_pair(label, "bfloat16", half, loaded, half_reference))
+        behaviour.pairs.append(_swapped_pair(label, "bfloat16", half, loaded, half_reference))
     return behaviour, None
+
+
+def _eager_behaviour(model_path: str, eager, loaded) -> tuple[Behaviour, Optional[Reference]]:
+    """Eager's half, and the reference for the swap's (None: the weights make the
+    comparison meaningless, and the behaviour says why)."""
+    reason = random_weights_reason(model_path)
+    if reason:
+        return Behaviour(False, reason), None
+    reference, mean_top1 = _eager_reference(eager, loaded)
+    reason = random_weights_reason(model_path, mean_top1)
+    if reason:
+        return Behaviour(False, reason, prompts=list(PROMPTS), top1_probability=mean_top1), None
+    decode = loaded.tokenizer.decode
+    return Behaviour(True, prompts=list(PROMPTS), new_tokens=NEW_TOKENS, top1_probability=mean_top1,
+                     eager_answers=[decode(a, skip_special_tokens=True) for a in reference.answers]), reference
+
+
+def _eager_reference(eager, loaded) -> tuple[Reference, float]:
+    """Eager's reference, and the mean probability of the tokens it chose."""
+    answers, top1 = zip(*(greedy(eager, _encode(loaded, text, eager.device), NEW_TOKENS) for text in PROMPTS))
+    return Reference(list(answers), _perplexity(eager, loaded)), sum(top1) / len(top1)
+
+
+def _swapped_pair(label: str, dtype: str, swapped, loaded, reference: Reference) -> PairResult:
+    answers = [greedy(swapped, _encode(loaded, text, swapped.device), NEW_TOKENS)[0] for text in PROMPTS]
+    token = loaded.tokenizer.decode
+    pair = PairResult(label, dtype, identical=all(a == b for a, b in zip(reference.answers, answers)),
+                      answers=[token(a, skip_special_tokens=True) for a in answers],
+                      perplexity=_perplexity(swapped, loaded), eager_perplexity=reference.perplexity)
+    for index, (ours, theirs) in enumerate(zip(reference.answers, answers)):
+        at = next((i for i, (a, b) in enumerate(zip(ours, theirs)) if a != b),
+                  None if len(ours) == len(theirs) else min(len(ours), len(theirs)))
+        if at is not None:
+            pair.first_difference = {
+                "prompt": index, "token": at,
+                "eager": token(ours[at:at + 1]) if at < len(ours) else "(end)",
+                "swapped": token(theirs[at:at + 1]) if at < len(theirs) else "(end)",
+                "agreed_before": token(ours[:at], skip_special_tokens=True)}
+            break
+    return pair
+
+
+def _encode(loaded, text: str, device) -> dict:
+    prompt = Prompt(text, [sample_image()]) if needs_image(loaded) else Prompt(text)
+    return _on(encode_prompts(loaded, [prompt]), device)
+
+
+@torch.no_grad()
+def _perplexity(model, loaded) -> float:
+    """exp(mean next-token cross-entropy) of the fixed text (plain text, no chat template)."""
+    ids = loaded.tokenizer(PERPLEXITY_TEXT, return_tensors="pt")["input_ids"].to(model.device)
+    logits = model(input_ids=ids).logits.float()
+    loss = torch.nn.functional.cross_entropy(logits[0, :-1], ids[0, 1:])
+    return float(math.exp(float(loss)))
 
 
 def smallest_window(config) -> Optional[int]:
@@ -248,9 +359,8 @@ def smallest_window(config) -> Optional[int]:
 
 
 def _packed_row(loaded, window: Optional[int], rope) -> tuple[Optional[dict], str]:
-    """One packed row as the training collator makes it: a first sample longer than the
-    window (48 tokens without one), a second of 16, positions restarting at the second;
-    None and the reason when the window is longer than this check runs on the CPU."""
+    """One packed row as the training collator makes it, its first sample past the sliding
+    window; None and the reason when the window is longer than this check runs on the CPU."""
     first = (window + 8) if window else 48
     if first > PACKED_ROW_LIMIT:
         return None, (f"sliding window of {window} tokens: a row longer than it ({first} tokens) is "
@@ -280,9 +390,8 @@ def _packed_row(loaded, window: Optional[int], rope) -> tuple[Optional[dict], st
 
 
 def _eager_packed_row(result: ModelComparison, model, row: Optional[dict]) -> Optional[torch.Tensor]:
-    """The packed row's reference: each sample run alone through eager, what packing must
-    equal whatever the model's own mask code makes of packed positions (some M-RoPE models
-    cannot see them); None when there is no row or the model's own code refused it (said)."""
+    """Each sample run alone through eager: what packing must equal whatever the model's own
+    mask code makes of packed positions (some M-RoPE models cannot see them)."""
     if row is None:
         return None
     ids = row["input_ids"].to(model.device)
@@ -295,12 +404,9 @@ def _eager_packed_row(result: ModelComparison, model, row: Optional[dict]) -> Op
 
 
 def _swapped_packed_row(result: ModelComparison, model, row: dict) -> Optional[torch.Tensor]:
-    """The swap on the packed row at once (see :func:`_packed_row`); None when it was refused
-    or raised (said)."""
     said = result.packed_detail
     try:
-        return model(**{k: (v.to(model.device) if isinstance(v, torch.Tensor) else v)
-                        for k, v in row.items()}).logits[0]
+        return model(**_on(row, model.device)).logits[0]
     except FlashAttnUnsupported as exc:  # refused by name: the swap cannot serve the row
         result.packed_detail = f"{said}: the swapped attention refused it: {exc}"
     except Exception as exc:  # noqa: BLE001 — e.g. a linear-attention layer that cannot keep
@@ -313,15 +419,13 @@ def _swapped_packed_row(result: ModelComparison, model, row: dict) -> Optional[t
 
 
 def _model_verdict(result: ModelComparison, active: str, name: str, logits, packed) -> tuple[str, str]:
-    """(verdict, detail): the swap must be active and change no token; logits within
-    tolerance, on the padded batch and on the packed row; NaN or Inf fails."""
+    """The swap must be active and change no token, its logits within tolerance on the
+    padded batch and on the packed row; NaN or Inf fails."""
     if result.packed_refused:
         verdict, detail = _padded_verdict(result, active, name, logits)
         return (WARN if verdict == PASS else verdict), f"{detail}; {result.packed_detail}"
     if packed is not None and not packed.passed:
-        return FAIL, (f"{result.packed_detail}: logits differ from eager by {packed.max_abs:.3g} "
-                      f"(> {packed.bound:g} for {result.dtype})" if packed.finite else
-                      f"{result.packed_detail}: non-finite logits (eager or swapped)")
+        return FAIL, f"{result.packed_detail}: {packed.differs('logits', f' for {result.dtype}')}"
     verdict, detail = _padded_verdict(result, active, name, logits)
     if verdict != PASS:
         return verdict, detail
@@ -340,7 +444,7 @@ def _padded_verdict(result: ModelComparison, active: str, name: str, logits) -> 
     if active != name:
         return FAIL, f"swapped model reports attn_implementation={active!r}, not {name!r}"
     if not logits.finite:
-        return FAIL, "non-finite logits (eager or swapped)"
+        return FAIL, logits.differs("logits")
     if result.swapped_calls == 0:
         return WARN, ("a forward pass made no call to the swapped attention: the model's code "
                       "bypasses it (often a flash path guarded by `if q.is_cuda:`, which "

@@ -4,10 +4,10 @@
   path cannot run on this host (``assert q.is_cuda`` on a CPU) its own non-flash path, said so.
 * **Port**: the ported tree with ``flash_attn`` unimportable, its generated module on the
   NPU path (``torch_npu.npu_fusion_attention``; off an NPU hyport's CPU emulation, labelled).
-* **Verdict** per case (:mod:`.port_model` builds the cases): outputs finite and within the
-  dtype's tolerance, cosine above the floor (:mod:`.tolerance`), greedy tokens identical, and
-  at least one NPU attention call per forward (a port whose attention never runs proves
-  nothing: FAIL); then the generated module's functions on their own (:func:`check_functions`).
+* **Verdict** per case: outputs within the dtype's tolerance and cosine floor
+  (:mod:`.tolerance`), greedy tokens identical, and at least one NPU attention call per
+  forward (a port whose attention never runs proves nothing: FAIL); then the generated
+  module's functions on their own (:func:`check_functions`).
 
 This runs the user's code in the calling process: callers run it in a child, only when
 asked (:mod:`hyport_lib.port.proof_run`).
@@ -45,12 +45,11 @@ FUNCTIONS = "attention functions (GQA, windows, Sq != Sk, varlen, 1.x causal, dr
 
 
 class _ProofFailure(Exception):
-    """A step of the proof that ends it with a FAIL and a reason."""
+    """Ends the proof with a FAIL and a reason."""
 
 
 class _BuildFailure(Exception):
-    """The tiny model could not be built from the config (the cause is the model code's
-    exception); ``config``: the fields it was given."""
+    """The tiny model could not be built from ``config`` (the cause: the model code's raise)."""
 
     def __init__(self, config: dict):
         super().__init__("the tiny model could not be built")
@@ -58,7 +57,7 @@ class _BuildFailure(Exception):
 
 
 def _frame(exc: BaseException, roots: dict[str, Path]) -> Optional[tuple[str, Path, int, str]]:
-    """(tree, file in it, line number, code) of the innermost frame inside the model trees."""
+    """(tree, file in it, line number, code) of the innermost frame inside the trees."""
     for frame in reversed(traceback.extract_tb(exc.__traceback__)):
         path = Path(frame.filename)
         for label, root in roots.items():
@@ -68,14 +67,13 @@ def _frame(exc: BaseException, roots: dict[str, Path]) -> Optional[tuple[str, Pa
 
 
 def _where(exc: BaseException, roots: dict[str, Path]) -> str:
-    """``<tree> file:line `code``` of the innermost frame inside the model trees."""
     found = _frame(exc, roots)
     return "" if found is None else f"{found[0]} {found[1]}:{found[2]} `{found[3]}`"
 
 
 def _nfa_source(device: torch.device) -> tuple[Optional[object], str, bool]:
-    """(callable to set on the generated module or None for its own torch_npu import,
-    description, emulated)."""
+    """(what the generated module calls, None: its own torch_npu import; what it is;
+    emulated)."""
     torch_npu, _ = import_torch_npu()
     if torch_npu is not None and device.type == "npu":
         return None, f"torch_npu.npu_fusion_attention on {device}", False
@@ -98,8 +96,6 @@ def _greedy(model, ids: torch.Tensor) -> list[int]:
 
 @dataclass
 class _Run:
-    """One proof's setting: the trees, dtype, device and seed, and who is told each step."""
-
     src: Path  # the original tree's folder
     dst: Path
     only: Optional[str]  # one file ported: that file, in both trees
@@ -135,7 +131,7 @@ def _forward(model, batch) -> torch.Tensor:
 
 
 def _expects_attention(dst: Path) -> bool:
-    """Whether the port rewrote flash-attn code (else there is no attention to count)."""
+    """The port rewrote flash-attn code (else there is no attention to count)."""
     record = dst / "port.json"
     if not record.is_file():
         return True
@@ -172,7 +168,7 @@ def _prove_in(run: _Run) -> PortProof:
 
 
 def _reference(run: _Run, proof: PortProof) -> _Reference:
-    """The original tree under the shim: its model, outputs and flash-attn calls per case."""
+    """The original tree under the shim."""
     run.on_phase(IMPORT_ORIGINAL)
     original = port_model.load_tree(run.src, "original", run.only)
     run.on_phase(RUN_ORIGINAL)
@@ -215,7 +211,7 @@ def _reference(run: _Run, proof: PortProof) -> _Reference:
 
 
 def _prove_port_side(run: _Run, proof: PortProof, ref: _Reference, expects_attention: bool) -> PortProof:
-    """The ported tree's half of the proof, run with flash_attn unimportable."""
+    """Run with flash_attn unimportable."""
     run.on_phase(IMPORT_PORTED)
     try:
         ported = port_model.load_tree(run.dst, "ported", run.only)
@@ -303,13 +299,12 @@ def prove_port(src: str | Path, dst: str | Path, *, dtype: str = "auto", seed: i
                device: str = "auto", config_overrides: Optional[dict] = None,
                on_phase: Optional[Callable[[str], None]] = None,
                config_setting: str = "--proof-config") -> PortProof:
-    """Prove the port of ``src`` in ``dst``, in this process, on ``device`` (``auto``: the NPU
-    when there is one); ``dtype="auto"``: float32, then bfloat16 when the code keeps flash
-    attention to half precision (the record says why). ``config_overrides``: config fields
-    set last, for code that needs a field its config class does not default (a build that
-    fails names ``config_setting``, what sets them, with the value to try); ``on_phase`` is
-    told each step before it starts. WARN (with ``error``) when the tree holds no model class
-    the proof can build."""
+    """In this process, on ``device`` (``auto``: the NPU when there is one); ``dtype="auto"``:
+    float32, then bfloat16 when the code keeps flash attention to half precision (the record
+    says why). ``config_overrides``: config fields set last, for code that needs a field its
+    config class does not default (a build that fails names ``config_setting``, what sets
+    them, with the value to try); ``on_phase`` is told each step before it starts. WARN
+    (with ``error``) when the tree holds no model class the proof can build."""
     if dtype != "auto" and dtype not in DTYPES:
         raise ValueError(f"dtype={dtype!r}: expected auto, {', '.join(DTYPES)}")
     backend = get_backend(device)
@@ -346,9 +341,8 @@ def prove_port(src: str | Path, dst: str | Path, *, dtype: str = "auto", seed: i
 
 
 def prove_in_child(spec: dict) -> dict:
-    """:func:`prove_port` in the child of :func:`hyport_lib.port.proof_run.prove_port_in_child`
-    (run by :func:`hyport_lib.processes.task_main`), each step written to the ``phase`` file
-    before it starts."""
+    """:func:`prove_port` in the child of :func:`hyport_lib.port.proof_run.prove_port_in_child`,
+    each step written to the ``phase`` file before it starts."""
     sys.dont_write_bytecode = True  # -B says so already; it is what keeps SRC byte-identical
     proof = prove_port(spec["src"], spec["dst"], dtype=spec["dtype"], seed=int(spec["seed"]),
                        config_overrides=spec["config_overrides"] or None,
@@ -358,10 +352,8 @@ def prove_in_child(spec: dict) -> dict:
 
 
 def check_functions(generated, name: str) -> ProofCase:
-    """The case ``name``: the generated module's functions against :class:`FlashAttnAPI`
-    (SDPA), on the NPU path, in float32: GQA, windows, fewer or more queries than keys,
-    varlen with different lengths, flash-attn 1.x's top-left causal, dropout reaching the
-    kernel as ``keep_prob``."""
+    """The generated module's functions against :class:`FlashAttnAPI` (SDPA), on the NPU path,
+    in float32, on what a tiny model's forward may not reach (:data:`FUNCTIONS`)."""
     reference = FlashAttnAPI("sdpa")
     generator = torch.Generator().manual_seed(0)
 

@@ -48,9 +48,9 @@ class NoModelClass(LookupError):
 
 
 def load_tree(root: Path, label: str, only: Optional[str] = None) -> list[types.ModuleType]:
-    """Import :func:`~.port_record.model_files` of ``root`` as modules of a fresh package
-    (relative imports between them work), with ``root`` on ``sys.path`` meanwhile for code
-    that imports its siblings by their plain names."""
+    """:func:`~.port_record.model_files` of ``root`` as modules of a fresh package (relative
+    imports between them work), ``root`` on ``sys.path`` meanwhile for code that imports its
+    siblings by their plain names."""
     name = f"_hyport_port_{label}_{next(_counter)}"
     package = types.ModuleType(name)
     package.__path__ = [str(root)]
@@ -82,16 +82,13 @@ def _input_kind(cls) -> Optional[str]:
 
 @dataclass
 class ModelChoice:
-    """The class the proof builds, and how it is fed."""
-
     class_name: str
     module: str  # file stem
-    kind: str
+    kind: str  # how it is fed: LM, NAVIT or VISION
 
 
 def pick_model(modules: list[types.ModuleType]) -> ModelChoice:
-    """The model class to prove: a causal LM head, else a packed (NaViT-style) vision model,
-    else a vision model; :class:`NoModelClass` when none."""
+    """A causal LM head, else a packed (NaViT-style) vision model, else a vision model."""
     from transformers import PreTrainedModel
 
     found = []
@@ -112,9 +109,9 @@ def pick_model(modules: list[types.ModuleType]) -> ModelChoice:
 
 def tiny_config_kwargs(config_cls, dtype: torch.dtype, base: Optional[dict] = None,
                        overrides: Optional[dict] = None) -> dict:
-    """The keyword arguments of the tiny config: ``base`` (the tree's ``config.json``: remote
-    code often reads fields only the checkpoint's config sets), sizes shrunk, flash switches
-    on, precision flags (``bf16`` / ``fp16`` / ``fp32``) following ``dtype``, then ``overrides``."""
+    """``base`` (the tree's ``config.json``: remote code often reads fields only the
+    checkpoint's config sets), sizes shrunk, flash switches on, precision flags (``bf16`` /
+    ``fp16`` / ``fp32``) following ``dtype``, then ``overrides``."""
     defaults = config_cls()
     known = set(vars(defaults)) | set(base or {})
     kwargs = {k: v for k, v in (base or {}).items()
@@ -130,8 +127,7 @@ def tiny_config_kwargs(config_cls, dtype: torch.dtype, base: Optional[dict] = No
 
 
 def read_config_json(root: Path) -> Optional[dict]:
-    """The tree's ``config.json`` as a dict, or None when it has none; ValueError naming
-    the file when it is not a JSON object."""
+    """None when the tree has none; ValueError naming the file when not a JSON object."""
     path = root / "config.json"
     if not path.is_file():
         return None
@@ -145,13 +141,13 @@ def read_config_json(root: Path) -> Optional[dict]:
 
 
 def without_flash(kwargs: dict) -> dict:
-    """The same config with every flash switch off (the model's own eager path)."""
+    """Every flash switch off: the model's own eager path."""
     off = {"use_flash_attn": False, "use_flash_attention": False, "attn_implementation": "eager"}
     return {**kwargs, **{k: v for k, v in off.items() if k in kwargs}}
 
 
 def build(modules, choice: ModelChoice, config_kwargs: dict, dtype, device, seed: int):
-    """The tiny model with seeded weights, in eval mode on ``device`` in ``dtype``."""
+    """The tiny model with seeded weights, in eval mode."""
     try:  # transformers 5
         from transformers.initialization import no_init_weights
     except ImportError:  # transformers 4
@@ -176,16 +172,13 @@ def build(modules, choice: ModelChoice, config_kwargs: dict, dtype, device, seed
 
 @dataclass
 class Batch:
-    """One input case: its name, kind and the forward's keyword arguments."""
-
     name: str
     kind: str
-    inputs: dict
+    inputs: dict  # the forward's keyword arguments
     valid: Optional[torch.Tensor] = None  # (B, S) bool of positions compared, LM only
 
 
 def batches(choice: ModelChoice, config, device, seed: int) -> list[Batch]:
-    """The cases of the proof for this kind of model."""
     generator = torch.Generator().manual_seed(seed)
     if choice.kind == LM:
         vocab = int(getattr(config, "vocab_size", 256))
@@ -219,7 +212,7 @@ def batches(choice: ModelChoice, config, device, seed: int) -> list[Batch]:
 
 
 def first_tensor(output) -> torch.Tensor:
-    """The logits of an LM output, else the first tensor of the output."""
+    """The logits of an LM output, else its first tensor."""
     logits = getattr(output, "logits", None)
     if isinstance(logits, torch.Tensor):
         return logits
@@ -245,7 +238,7 @@ class _NoFlashAttn(importlib.abc.MetaPathFinder):
 
 @contextlib.contextmanager
 def without_flash_attn():
-    """``flash_attn`` unimportable inside the block; what was loaded is put back after."""
+    """What was loaded is put back after."""
     hidden = {k: sys.modules.pop(k) for k in list(sys.modules)
               if k == "flash_attn" or k.startswith("flash_attn.")}
     blocker = _NoFlashAttn()
@@ -260,7 +253,7 @@ def without_flash_attn():
 
 
 def _import_styles(folder: Path) -> set[str]:
-    """How the files of ``folder`` import the generated module: ``relative``, ``plain``."""
+    """``relative``, ``plain``: how the files of ``folder`` import the generated module."""
     styles = set()
     for path in folder.glob("*.py"):
         try:
@@ -280,10 +273,9 @@ def _import_styles(folder: Path) -> set[str]:
 
 
 def generated_modules(dst: Path, ported) -> dict[str, object]:
-    """Every copy of the generated module in the ported tree (by its path in the tree),
-    imported now under the name the code imports it by (relatively in its package, or
-    plainly from the tree's root), so that a copy the code imports only inside a function
-    is configured too."""
+    """Every copy of the generated module (by its path in the tree), imported now under the
+    name the code imports it by, so that a copy the code imports only inside a function is
+    configured too."""
     package = ported[0].__name__.rpartition(".")[0] if ported else None
     found = {}
     for path in sorted(dst.rglob(f"{GENERATED_MODULE}.py")):

@@ -1,7 +1,6 @@
 """What the port's proof records, which files of a tree it imports, and what it says when
-the tiny model cannot be built, with no torch: ``hyport port`` without ``--proof`` names
-the files the proof would import, and the parent of a proof run reads the child's record
-back; neither should pay for importing torch (seconds and ~240 MB).
+the tiny model cannot be built, with no torch: ``hyport port`` without ``--proof`` and the
+parent of a proof run should not pay for importing torch (seconds and ~240 MB).
 
 Remote code often reads config fields its config class does not default, or in an older
 shape (InternLM2's ``config.rope_scaling['type']``, which transformers 5 fills in as
@@ -35,8 +34,6 @@ _NO_ATTRIBUTE = re.compile(r"has no attribute '(\w+)'")
 
 @dataclass
 class ProofCase:
-    """One input case of the proof."""
-
     name: str
     kind: str
     verdict: str
@@ -50,7 +47,7 @@ class ProofCase:
 
 @dataclass
 class PortProof:
-    """The proof's record (a stage-02 record in the report)."""
+    """The proof's record (part of stage 02's in the report)."""
 
     verdict: str
     model_class: str = ""
@@ -82,7 +79,7 @@ def model_files(root: Path, only: Optional[str] = None) -> list[Path]:
 
 def config_fix(exc: BaseException, line: str, config: dict) -> Optional[dict]:
     """The config override the failing ``line`` asks for (``config``: the fields the build
-    was given), or None when the line names no config field."""
+    was given); None when the line names no config field."""
     if isinstance(exc, KeyError) and exc.args and isinstance(exc.args[0], str):
         key = exc.args[0]
         match = re.search(rf"config\.(\w+)\s*\[\s*['\"]{re.escape(key)}['\"]\s*\]", line)
@@ -102,18 +99,16 @@ def config_fix(exc: BaseException, line: str, config: dict) -> Optional[dict]:
 
 
 def render(setting: str, fix: dict) -> str:
-    """``fix`` as the user writes it: ``--proof-config 'KEY=JSON'`` flags on the command
-    line, ``setting={...}`` as a parameter."""
+    """As the user writes it: ``--proof-config 'KEY=JSON'`` flags, or ``setting={...}``."""
     if setting.startswith("--"):
         return " ".join(f"{setting} '{key}={json.dumps(value)}'" for key, value in fix.items())
     return f"{setting}={fix!r}"
 
 
 def build_failure(error: str, setting: str, fix: Optional[dict], overrides: dict) -> str:
-    """The proof's one-line error when the tiny model could not be built: ``error`` (the
-    exception and where), the setting that fixes it and, where derived, the value to try:
-    ``fix`` merged into the ``overrides`` the proof was given (setting the suggested value
-    must not drop the user's other fields)."""
+    """The setting that fixes ``error`` and, where derived, the value to try: ``fix`` merged
+    into the ``overrides`` the proof was given (setting it must not drop the user's other
+    fields)."""
     text = (f"the tiny model could not be built from your config ({error}); set {setting} to "
             "override the config fields the build needs")
     if fix is None:

@@ -1,10 +1,9 @@
 """The swap proves itself on the user's model before any worker starts (:func:`prove_swap`):
 the first batch the workers will see, forward and backward (and cached decoding, for
-inference) through the model shrunk from its own config, with eager and then with
-hyport's attention on the same weights. It runs on the CPU in float32 (on an NPU host the
-swap is hyport's CPU emulation of ``npu_fusion_attention``): the planning process never
-touches a card, so workers start on clean devices. A raise in the swapped model is a
-failed proof with that line as its reason; what to do with it is the caller's decision.
+inference) through the model shrunk from its own config, eager then hyport's attention on
+the same weights. On the CPU in float32 (an NPU host proves hyport's CPU emulation of
+``npu_fusion_attention``): the planning process never touches a card, so workers start on
+clean devices. A raise in the swapped model is a failed proof with that line as its reason.
 """
 
 from __future__ import annotations
@@ -14,7 +13,7 @@ import hashlib
 import json
 import os
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Mapping, Optional, Sequence
 
@@ -24,13 +23,14 @@ from hyport_lib.models.model_cache import default_cache_root
 from hyport_lib.npu_attention import hf_integration
 from hyport_lib.npu_attention.hf_integration import REGISTERED, register_hyport_attention, sdpa_refusal
 from hyport_lib.proof import shrunk, tolerance
-from hyport_lib.proof.shrunk import KEEP_LAYERS, compact_vocabulary, shrunk_config
+from hyport_lib.proof.shrunk import compact_vocabulary, shrunk_config
 from hyport_lib.proof.tolerance import DECODING, GRADIENTS, LOGITS, LOSS, compare
 from hyport_lib.results import FAIL, PASS, REFUSED
 from hyport_lib.utils.files import atomic_write_json
-from hyport_lib.utils.typed_records import from_mapping
-from hyport_lib.utils.redact import scrub_text
 from hyport_lib.utils.imports import package_version
+from hyport_lib.utils.printable import first_line
+from hyport_lib.utils.redact import scrub_text
+from hyport_lib.utils.typed_records import from_mapping, to_mapping
 
 #: Bump when the proof's method changes: cached proofs of an older method are not reused.
 #: 3: a NaN or an Inf in logits, loss or gradients fails the proof.
@@ -82,11 +82,7 @@ class AttentionProof:
     def passed(self) -> bool:
         return self.verdict == PASS
 
-    def to_dict(self) -> dict:
-        return asdict(self)
-
     def line(self) -> str:
-        """One line: the verdict and its figures (or its reason)."""
         where = f"{self.source}{', cached' if self.cached else ''}"
         if self.verdict != PASS:
             return f"attention proof {self.verdict} ({where}): {self.reason}"
@@ -128,17 +124,14 @@ def _cache_key(model_path: str, config_dict: dict, batch: Mapping, backend: str,
 
 
 def prove_swap(model_path: str, batch: Mapping, *, backend: str, trust_remote_code: bool = False,
-               seed: int = 0, use_cache: bool = True, keep_layers: int = KEEP_LAYERS,
+               seed: int = 0, use_cache: bool = True,
                samples: Optional[Sequence[Sequence[Mapping]]] = None, decode_steps: int = 0) -> AttentionProof:
-    """Eager vs hyport's attention (``backend``: ``sdpa`` or ``npu-emulated``) on the
-    shrunk model and ``batch``; a model declaring ``_supports_sdpa = False`` is REFUSED.
-
-    ``samples``: for a packed ``batch``, each row's samples collated alone; eager runs them
-    one by one, so the reference is "each sample trained alone" whatever the model's mask
-    code makes of packed positions. ``decode_steps``: also compare this many greedy tokens
-    decoded with the KV cache (``batch`` is then a left-padded prompt batch; without
-    ``labels``, each real token's next one is its label).
-    """
+    """``backend``: ``sdpa`` or ``npu-emulated``; a model declaring ``_supports_sdpa = False``
+    is REFUSED. ``samples``: for a packed ``batch``, each row's samples collated alone; eager
+    runs them one by one, so the reference is "each sample trained alone" whatever the
+    model's mask code makes of packed positions. ``decode_steps``: also compare this many
+    greedy tokens decoded with the KV cache (``batch`` is then a left-padded prompt batch;
+    without ``labels``, each real token's next one is its label)."""
     from transformers import AutoConfig
 
     started = time.perf_counter()
@@ -149,8 +142,7 @@ def prove_swap(model_path: str, batch: Mapping, *, backend: str, trust_remote_co
     if "labels" not in batch:
         batch = {**batch, "labels": _prompt_labels(batch, config.get_text_config().vocab_size)}
     key = _cache_key(model_path, config.to_dict(), batch, backend, name,
-                     {"trust_remote_code": trust_remote_code, "seed": seed, "keep_layers": keep_layers,
-                      "samples": samples is not None,
+                     {"trust_remote_code": trust_remote_code, "seed": seed, "samples": samples is not None,
                       **({"decode_steps": decode_steps} if decode_steps else {})})
     cached = default_cache_root() / "attention-proofs" / f"{key}.json"
     if use_cache and cached.is_file():
@@ -162,12 +154,12 @@ def prove_swap(model_path: str, batch: Mapping, *, backend: str, trust_remote_co
             found.cached = True
             return found
     traits = traits_of(model_path, trust_remote_code)
-    _run_proof(proof, config, batch, samples, name, traits, trust_remote_code, seed, keep_layers, decode_steps)
+    _run_proof(proof, config, batch, samples, name, traits, trust_remote_code, seed, decode_steps)
     proof.seconds = round(time.perf_counter() - started, 2)
     try:  # best effort by design: a cache that cannot be written costs the next launch a proof
         if use_cache:
             cached.parent.mkdir(parents=True, exist_ok=True)
-            atomic_write_json(cached, proof.to_dict())
+            atomic_write_json(cached, to_mapping(proof))
     except OSError:
         pass
     return proof
@@ -185,7 +177,7 @@ def _prompt_labels(batch: Mapping, text_vocabulary: int):
 
 
 def _run_proof(proof: AttentionProof, config, batch: Mapping, samples, name: str, traits: ModelTraits,
-               trust_remote_code: bool, seed: int, keep_layers: int, decode_steps: int = 0) -> None:
+               trust_remote_code: bool, seed: int, decode_steps: int = 0) -> None:
     """One model (the slim shrink, else the layers-only one when the slim config does not
     build or run): eager forward and backward, then the same weights switched to the swap."""
     full_inputs = _model_batch(batch)
@@ -198,7 +190,7 @@ def _run_proof(proof: AttentionProof, config, batch: Mapping, samples, name: str
     cls = auto_model_class(traits)
     failure = ""
     for slim in (True, False):
-        small, proof.layers = shrunk_config(config, keep_layers, slim=slim)
+        small, proof.layers = shrunk_config(config, slim=slim)
         inputs, per_sample = full_inputs, full_samples
         if slim and not traits.multimodal:  # a VLM's code looks up its image token ids: kept
             small, inputs, per_sample = _with_compact_vocabulary(small, inputs, per_sample)
@@ -233,10 +225,9 @@ def _run_proof(proof: AttentionProof, config, batch: Mapping, samples, name: str
             running = "cached decoding with the swapped attention"
             swapped_decoding = decode_logits(model, inputs, decode_steps)
     except Exception as exc:  # noqa: BLE001 — any raise of the swapped model is the proof's finding
-        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         # The swap itself, or the model's own code on the packed rows (eager's reference ran
         # each sample alone): either way the workers would raise the same at step 1.
-        proof.reason = scrub_text(f"{running} raised {type(exc).__name__}: {first}")[:400]
+        proof.reason = scrub_text(f"{running} raised {type(exc).__name__}: {first_line(exc)}")[:400]
         return
     problems = _compare(proof, eager_out, swapped_out)
     if eager_decoding is not None:
@@ -246,7 +237,6 @@ def _run_proof(proof: AttentionProof, config, batch: Mapping, samples, name: str
 
 
 def _with_compact_vocabulary(config, inputs: dict, per_sample):
-    """``(config, inputs, per_sample)`` on the compact vocabulary of :func:`compact_vocabulary`."""
     batches = [inputs, *(one for row in per_sample or [] for one in row)]
     config, remap = compact_vocabulary(config, [b[k] for b in batches for k in _ID_KEYS if k in b])
 
@@ -298,12 +288,10 @@ def _model_batch(batch: Mapping) -> dict:
 
 
 def _forward_backward(model, inputs: dict, per_sample=None, lengths=None):
-    """``(logits of the compared tokens, loss, gradients, tokens compared per row)``.
-
-    The loss is computed here from the logits, the same way for both models, so a packed
-    row and its samples run one by one (``per_sample``) give the same number when attention
-    is exact. ``lengths``: compare only each row's first tokens (a packed row's real ones).
-    """
+    """``(logits of the compared tokens, loss, gradients, tokens compared per row)``. The
+    loss is computed from the logits, the same way for both models, so a packed row and its
+    samples run one by one (``per_sample``) give the same number when attention is exact.
+    ``lengths``: compare only each row's first tokens (a packed row's real ones)."""
     import torch
 
     model.zero_grad(set_to_none=True)
@@ -326,8 +314,7 @@ def _forward_backward(model, inputs: dict, per_sample=None, lengths=None):
 
 
 def _causal_lm_loss(rows, labels):
-    """Mean next-token cross-entropy over the label tokens of ``rows`` (row i predicts
-    ``labels[i, 1:len]``), as the models compute it."""
+    """Row i predicts ``labels[i, 1:len]``, as the models compute it."""
     import torch
 
     logits = torch.cat([row[:-1] for row in rows]).float()
@@ -336,7 +323,7 @@ def _causal_lm_loss(rows, labels):
 
 
 def _compare(proof: AttentionProof, eager_out, swapped_out) -> list[str]:
-    """The forward's figures on ``proof``; what differs from eager, in words."""
+    """The forward's figures set on ``proof``; what differs from eager, in words."""
     import torch
 
     logits_e, loss_e, grads_e, _ = eager_out
@@ -358,24 +345,21 @@ def _compare(proof: AttentionProof, eager_out, swapped_out) -> list[str]:
     elif not loss.passed:
         problems.append(f"loss {loss_s:.6f} vs eager {loss_e:.6f}")
     if not logits.passed:
-        problems.append(f"logits differ from eager by {logits.max_abs:.3g} (> {logits.bound:g})"
-                        if logits.finite else "non-finite logits (eager or swapped)")
+        problems.append(logits.differs("logits"))
     if proof.grads_only_eager or proof.grads_only_swapped:
         problems.append(f"other gradient set (only eager: {proof.grads_only_eager or 'none'}; only "
                         f"swapped: {proof.grads_only_swapped or 'none'})")
-    if not grads.passed:
+    if not grads.passed:  # relative to the largest gradient, not to a bound
         problems.append(f"gradients differ from eager by {grads.relative:.3g} of the largest"
-                        if grads.finite else "non-finite gradients (eager or swapped)")
+                        if grads.finite else grads.differs("gradients"))
     return problems
 
 
 def decode_logits(model, inputs: dict, steps: int) -> list:
-    """Each step's raw logits (rows x vocabulary, float32; step 0 is the prefill's) of
-    ``steps`` new tokens of ``model`` on ``inputs`` (a left-padded prompt batch), decoded
-    with the KV cache through ``generate``, each forced to the row's last prompt token that
-    ends no sequence: eager and the swap read the same prefixes whatever their logits. A
-    swap can be exact on the prefill and wrong here (a causal mask aligned top-left instead
-    of bottom-right masks every cached key but the first)."""
+    """Each step's raw logits (step 0: the prefill's) of ``steps`` tokens decoded with the KV
+    cache, each forced to the row's last prompt token that ends no sequence: eager and the
+    swap read the same prefixes whatever their logits. A swap can be exact on the prefill
+    and wrong here (a causal mask aligned top-left masks every cached key but the first)."""
     import torch
 
     kwargs = {k: v for k, v in inputs.items() if k not in ("labels", "use_cache")}
@@ -399,17 +383,12 @@ def _unused_pad(input_ids) -> int:
 
 
 def _compare_decoding(proof: AttentionProof, eager: list, swapped: list) -> list[str]:
-    """The cached decoding steps of two :func:`decode_logits` on ``proof`` (the prefill
-    step is the forward pass's, compared already); what differs, in words."""
+    """The steps past the prefill (the forward's, compared already)."""
     if len(eager) != len(swapped):
         return [f"cached decoding ran {len(swapped)} steps, eager {len(eager)}"]
     if len(eager) < 2:
         return ["cached decoding produced no step past the prompt to compare"]
     decoding = compare(DECODING, eager[1:], swapped[1:])
     proof.max_abs_decode_logits, proof.decode_steps = decoding.max_abs, len(eager) - 1
-    if decoding.passed:
-        return []
-    if not decoding.finite:
-        return [f"cached decoding: non-finite logits (eager or swapped) within {proof.decode_steps} step(s)"]
-    return [f"cached decoding: logits differ from eager by {decoding.max_abs:.3g} (> {decoding.bound:g}) "
-            f"within {proof.decode_steps} step(s)"]
+    return [] if decoding.passed else [
+        f"cached decoding: {decoding.differs('logits')} within {proof.decode_steps} step(s)"]

@@ -64,6 +64,12 @@ class Compared:
         within = self.finite and self.max_abs <= self.bound
         return within and (self.quantity != OUTPUTS or self.cosine >= TOLERANCE[self.dtype][COSINE])
 
+    def differs(self, what: str, note: str = "") -> str:
+        """Why ``what`` (``"logits"``) fails, as every proof says it; ``note`` follows the bound."""
+        if not self.finite:
+            return f"non-finite {what} (eager or swapped)"
+        return f"{what} differ from eager by {self.max_abs:.3g} (> {self.bound:g}{note})"
+
 
 def compare(quantity: str, reference, candidate, dtype: str = "float32", valid=None) -> Compared:
     """``candidate`` against ``reference``, in float64 on the CPU: two tensors of one shape

@@ -87,14 +87,24 @@ def scan_tables(report: ScanReport):
     return counts, lines, suggestions
 
 
-def pinned_lines(report: ScanReport, served: Optional[str] = None) -> list[str]:
-    """What the project pins of flash-attn and, given the version whose API the drop-in
-    served, whether the two differ in what ``unpad_input`` returns."""
+def pins(report: ScanReport, served: Optional[str] = None) -> list[dict]:
+    """What the project pins of flash-attn (``name``, ``spec``, ``version``) and, given the
+    version whose API the drop-in served, whether the two differ in what ``unpad_input``
+    returns (``mismatch``)."""
     out = []
-    for package, spec in report.pinned.items():
-        out.append(f"`{package}` pinned by the project: `{spec}`.")
-        pinned = pinned_version(spec)
-        if served and pinned and unpad_input_values(pinned) != unpad_input_values(served):
+    for name, spec in report.pinned.items():
+        version = pinned_version(spec)
+        out.append({"name": name, "spec": spec, "version": version, "mismatch": bool(
+            served and version and unpad_input_values(version) != unpad_input_values(served))})
+    return out
+
+
+def pinned_lines(report: ScanReport, served: Optional[str] = None) -> list[str]:
+    out = []
+    for pin in pins(report, served):
+        out.append(f"`{pin['name']}` pinned by the project: `{pin['spec']}`.")
+        if pin["mismatch"]:
+            pinned = pin["version"]
             out.append(f"**The drop-in served the flash-attn {served} API**, whose `unpad_input` returns "
                        f"{unpad_input_values(served)} values; code written for {pinned} expects "
                        f"{unpad_input_values(pinned)}: set `flash_attn_version = \"{pinned}\"`.")

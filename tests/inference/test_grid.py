@@ -1,4 +1,6 @@
-"""The N-card inference grid: preflight, isolation of failing workers, consistency, CLI.
+"""The N-card inference grid (inference/grid.py): isolation of failing workers, consistency,
+no worker outliving its launcher, no secret in what the workers write; the card choice the
+grid runs on (devices/) and the process helpers it uses.
 
 Grids of real worker processes are marked slow. The fault cases use the test-only switch
 ``HYPORT_TEST_FAULT`` (tests/fault_injection); most of them fire before the model is
@@ -9,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 import signal
 import subprocess
@@ -22,17 +23,12 @@ import psutil
 import pytest
 
 from hyport_lib.backend import Backend, CpuBackend, get_backend
-from hyport_lib.commands import main
 from hyport_lib.devices.card_plan import available_cards, plan_grid
 from hyport_lib.devices.visible_devices import inherited_card_ids
 from hyport_lib.inference import stage
-from hyport_lib.inference.grid import run_grid
+from hyport_lib.inference.grid import COLUMNS, FALLBACK_MARKER, consistency, run_grid, scan_fallbacks
 from hyport_lib.inference.params import Params
-from hyport_lib.inference.table import (
-    COLUMNS, FALLBACK_MARKER, consistency, scan_fallbacks,
-)
 from hyport_lib.models.tiny import ensure_tiny_model
-from hyport_lib.params import ParameterError, from_arguments
 from hyport_lib.utils.typed_records import to_mapping
 from hyport_lib.processes import last_exception, scrub_log
 from fault_injection.hyport_faults import FAULT_ENV, parse_faults
@@ -136,27 +132,6 @@ def test_unmappable_visible_devices_name_the_variable(var, value, says):
     assert f"{var}={value!r}" in message and says in message
 
 
-def test_the_plan_refuses_uuid_visible_devices_before_launching(monkeypatch, tmp_path):
-    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "GPU-1a2b3c4d-0000-1111-2222-333344445555")
-    monkeypatch.setattr(stage, "get_backend", lambda device, num_cards=None: _FakeCuda())
-    with pytest.raises(ValueError, match="CUDA_VISIBLE_DEVICES=.*UUID"):
-        _plan(device="cuda", model_path="never-loaded", log_dir=str(tmp_path / "logs"))
-    assert not list(tmp_path.iterdir())  # nothing was started
-
-
-def test_the_plan_writes_nothing_and_the_grid_takes_it_as_it_is(tmp_path):
-    plan = _plan(device="cpu", num_cards=1, infer_timeout_s="30", log_dir=str(tmp_path / "logs"))
-    assert plan.card_plan.to_run == [0] and plan.log_dir == tmp_path / "logs"
-    assert plan.config.model_path == "tiny" and plan.config.max_new_tokens == 4  # built when it runs
-    assert plan.params.infer_timeout_s == 30.0
-    assert not list(tmp_path.iterdir())
-    afile = tmp_path / "afile"
-    afile.write_text("x")
-    for log_dir in (afile, afile / "sub"):
-        with pytest.raises(ParameterError, match=re.escape(f"log_dir='{log_dir}': not a writable folder")):
-            _plan(device="cpu", num_cards=1, log_dir=str(log_dir))
-
-
 def test_scrub_log_rewrites_only_secret_values(tmp_path):
     environ = {"MY_API_TOKEN": "tok-4f9e1c2d", "PLAIN": "harmless-value"}
     log = tmp_path / "card0.log"
@@ -216,17 +191,6 @@ def test_last_exception_finds_the_traceback_line():
     text = "Traceback (most recent call last):\n  File x\nRuntimeError: NPU out of memory\nbye"
     assert last_exception(text) == "RuntimeError: NPU out of memory"
     assert last_exception("all fine\n") is None
-
-
-def test_cli_batch_prompts_keep_order_and_image_flags():
-    from hyport_lib.commands import build_parser
-
-    args = build_parser().parse_args(["infer", "--batch-prompts", "[[a, false], [b, true], c]",
-                                      "--max-new-tokens", "3"])
-    params = from_arguments(Params, args)
-    assert params.batch_prompts == [["a", False], ["b", True], ["c", False]]
-    assert params.max_new_tokens == 3 and params.model_path == "tiny"
-    assert stage.plan(params).config.batch_prompts == (("a", False), ("b", True), ("c", False))
 
 
 # --------------------------------------------------------------------------- real processes
@@ -351,23 +315,6 @@ def test_show_renders_table_log_tails_and_picker(eight_cards):
 
 
 @pytest.mark.slow
-def test_cli_reports_failures_with_nonzero_exit(fault_switches, monkeypatch, tmp_path, capsys):
-    monkeypatch.setenv("HYPORT_RESULTS_DIR", str(tmp_path / "results"))
-    monkeypatch.setenv(FAULT_ENV, "0:exit,1:raise")
-    code = main(["infer", "--device", "cpu", "--num-cards", "2", "--max-new-tokens", "2",
-                 "--infer-timeout-s", "60", "--log-dir", str(tmp_path / "logs")])
-    captured = capsys.readouterr()
-    assert code == 1
-    assert "exit code 3 without result" in captured.out and "RuntimeError" in captured.out
-    assert "No card finished" in captured.out
-    assert "cards" in captured.err  # the progress bar
-    recorded = json.loads((tmp_path / "results" / "03_inference.json").read_text())
-    assert recorded["verdict"] == "FAIL" and recorded["headline"]["cards ok"] == "0/2"
-    assert recorded["provenance"]["device"] == "cpu"
-    assert os.path.isfile(tmp_path / "logs" / "card0.log")
-
-
-@pytest.mark.slow
 def test_grid_returns_when_every_worker_hangs(fault_switches, tmp_path):
     started = time.monotonic()
     result = run_grid(_plan(device="cpu", num_cards=2, infer_timeout_s=3, log_dir=str(tmp_path)),
@@ -465,69 +412,6 @@ def test_workers_do_not_outlive_the_launcher(fault_switches, tmp_path, how):
         _kill_leftovers(parent, procs)
 
 
-@pytest.mark.slow
-def test_a_stopped_infer_keeps_and_records_the_cards_that_finished(fault_switches, tmp_path):
-    """Ctrl-C after card 0 finished and while card 1 hangs: the table shows card 0 ok and
-    card 1 interrupted, the result is recorded, and the command exits 130."""
-    log_dir, results = tmp_path / "logs", tmp_path / "results"
-    env = {**os.environ, FAULT_ENV: "1:hang", "HYPORT_RESULTS_DIR": str(results)}
-    cmd = [sys.executable, "-m", "hyport_lib", "infer", "--device", "cpu", "--num-cards", "2",
-           "--max-new-tokens", "2", "--infer-timeout-s", "600", "--log-dir", str(log_dir)]
-    parent = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        deadline = time.monotonic() + 120
-        while not (log_dir / "card0.json").is_file() and time.monotonic() < deadline and parent.poll() is None:
-            time.sleep(0.2)
-        assert (log_dir / "card0.json").is_file(), parent.poll()
-        time.sleep(1.0)  # the grid's next poll has seen card 0 finish
-        parent.send_signal(signal.SIGINT)
-        out, err = parent.communicate(timeout=60)
-    finally:
-        if parent.poll() is None:
-            parent.kill()
-            parent.wait(timeout=10)
-    assert parent.returncode == 130, err[-2000:]
-    assert "interrupted" in out and "logs: " in out, out
-    saved = json.loads((results / "03_inference.json").read_text())
-    statuses = {row["card"]: row["status"] for row in saved["data"]["rows"]}
-    assert statuses == {0: "ok", 1: "interrupted"} and saved["verdict"] == "INTERRUPTED"
-
-
-def test_a_log_dir_that_is_a_file_is_one_line(tmp_path, capsys):
-    afile = tmp_path / "afile"
-    afile.write_text("x")
-    assert main(["infer", "--num-cards", "1", "--no-record", "--log-dir", str(afile)]) == 2
-    err = capsys.readouterr().err
-    assert "log_dir=" in err and "not a writable folder" in err and "Traceback" not in err
-
-
-def test_too_many_cpu_workers_are_refused_with_the_figure(capsys):
-    assert main(["infer", "--num-cards", "4096", "--no-record"]) == 2
-    err = capsys.readouterr().err
-    assert "num_cards=4096: too many cpu workers" in err and "GB needed for 4096 cards" in err
-
-
-@pytest.mark.slow  # starts no process, but ~15 s of checks: kept out of the fast tier
-def test_inference_inputs_are_refused_before_any_worker_starts(tmp_path, capsys):
-    """Found by the second review: each used to start every worker, load the model and fail
-    per card; now one line and exit 2 before anything starts."""
-    listed = tmp_path / "listed"
-    shutil.copytree(ensure_tiny_model(), listed)
-    (listed / "config.json").write_text("[]")
-    untyped = tmp_path / "untyped"
-    shutil.copytree(ensure_tiny_model(), untyped)
-    config = json.loads((untyped / "config.json").read_text())
-    config.pop("model_type")
-    (untyped / "config.json").write_text(json.dumps(config))
-    for extra, words in ((["--attn-implementation", "bogus"], "attn_implementation='bogus'"),
-                         (["--image", str(tmp_path / "none.png")], "none.png"),
-                         (["--model-path", str(listed)], "holds a JSON list, not an object"),
-                         (["--model-path", str(untyped)], "names no model_type")):
-        assert main(["infer", "--num-cards", "1", "--no-record", *extra]) == 2, extra
-        err = capsys.readouterr().err
-        assert words in err and "Traceback" not in err, err
-
-
 # --------------------------------------------------------------------------- secrets
 SECRET_NAME = "HYPORT_GRID_TEST_SECRET_TOKEN"
 SECRET = "s3cr3t-9c41d7aa"
@@ -576,31 +460,3 @@ def test_secret_values_stay_out_of_logs_configs_and_results(tmp_path, monkeypatc
     (note,) = [n for n in result.notes if n.startswith("host RAM:")]
     assert "the default per-card figure" in note and "[redacted]" in note
     assert SECRET not in json.dumps(result.to_dict(), default=str)
-
-
-@pytest.mark.parametrize("name, says", [
-    ("hyport_npu_fused", "runs on an Ascend NPU only, and this run's device is cpu"),
-    ("hyport_flash", "not one of hyport's attentions"),
-])
-def test_a_hyport_attention_no_worker_could_run_is_refused_in_the_plan(name, says, tmp_path):
-    with pytest.raises(ValueError, match=says):
-        _plan(device="cpu", num_cards=1, attn_implementation=name, log_dir=str(tmp_path))
-
-
-@pytest.mark.slow
-def test_the_grid_runs_through_hyports_attention_and_answers_as_eager(tmp_path):
-    """Each worker registers the attention the plan names (it used to fail on every card with
-    "Specified attn_implementation=... is not supported"); the NPU emulation's greedy tokens
-    equal eager's, and the record shows the swapped kernel was called, not only named."""
-    eager = stage.run(_plan(device="cpu", num_cards=1, max_new_tokens=8, infer_timeout_s=240,
-                            log_dir=str(tmp_path / "eager")))
-    swapped = stage.run(_plan(device="cpu", num_cards=2, max_new_tokens=8, infer_timeout_s=240,
-                              attn_implementation="hyport_npu_emulated", log_dir=str(tmp_path / "swapped")))
-    assert (swapped.frame["status"] == "ok").all(), swapped.frame[["card", "status", "error"]]
-    assert set(swapped.frame["output_hash"]) == set(eager.frame["output_hash"])
-    for card in range(2):
-        outcome = json.loads((swapped.log_dir / f"card{card}.json").read_text())["outcome"]
-        assert outcome["attn_implementation"] == "hyport_npu_emulated"
-        assert outcome["attention_calls"] > 0
-    outcome = json.loads((eager.log_dir / "card0.json").read_text())["outcome"]
-    assert outcome["attn_implementation"] == "eager" and outcome["attention_calls"] is None

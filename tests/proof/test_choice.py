@@ -113,3 +113,30 @@ def test_a_vlm_whose_first_rows_hold_no_image_is_also_proven_on_an_image_row(zoo
     assert choice_made.proof.passed and len(choice_made.proof.also) == 1 and "PASS" in choice_made.proof.also[0]
     assert "pixel_values" not in proven[0] and "pixel_values" in proven[1]
     assert "and on an image row: attention proof PASS" in choice_made.note
+
+
+def test_auto_means_eager_in_training_and_in_the_reload(tmp_path, monkeypatch):
+    choice = choose_attention("auto", "cpu", TRAINING, "unused", lambda folder: [])
+    assert choice.attn_implementation == "eager" and choice.proof is None
+    from hyport_lib.weights import stage as weights_stage
+    from hyport_lib.weights.params import Params as WeightsParams
+
+    seen = {}
+
+    def reload_folder(folder, *, attn_implementation, **kwargs):
+        seen["attn_implementation"] = attn_implementation
+        raise RuntimeError("stop here: the reload's attention is what is checked")
+
+    monkeypatch.setattr(weights_stage, "reload", reload_folder)
+
+    with pytest.raises(RuntimeError, match="stop here"):
+        weights_stage.run(weights_stage.plan(WeightsParams(
+            weights_path=str(ensure_tiny_model()), attn_implementation="auto", full_scan=False,
+            logits_parity=False, consolidate_zero=False)))
+    assert seen == {"attn_implementation": "eager"}
+
+
+def test_a_hub_id_on_auto_keeps_eager_and_says_why_without_fetching(fake_npu, tmp_path):
+    choice = choose_attention("auto", "npu", GRID, "org/some-model", lambda folder: [])
+    assert choice.attn_implementation == "eager" and choice.proof is None
+    assert "not a local folder" in choice.note

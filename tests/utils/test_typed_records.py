@@ -61,7 +61,7 @@ def test_nested_classes_write_through_their_own_to_dict_and_read_paths_and_typed
     assert from_mapping(Checkpoint, {"path": "/c", "step": 2, "complete": True}).path == Path("/c")
     read = read_record({"data": {"diagnoses": {"0": {"notes": ["x"]}, "1": "odd"}}})
     assert read.data == {"diagnoses": {"0": {"notes": ["x"]}, "1": "odd"}}  # no type: as recorded
-    from hyport_lib.inference.table import GridResult
+    from hyport_lib.inference.grid import GridResult
     grid = read_record({"data": {"diagnoses": {"0": {"notes": ["x"]}, "1": "odd"}}}, GridResult).data
     assert grid.diagnoses == {"0": Triage(notes=["x"])}  # an item of another type is left out
 

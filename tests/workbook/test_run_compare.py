@@ -16,7 +16,7 @@ from hyport_lib.attention.compare import BackendInfo
 from hyport_lib.attention.stage import AttentionStageResult
 from hyport_lib.inference import stage as inference_stage
 from hyport_lib.inference.params import Params as InferenceParams
-from hyport_lib.inference.table import COLUMNS, GridResult
+from hyport_lib.inference.grid import COLUMNS, GridResult
 from hyport_lib.results import RESULTS_DIR_ENV, RUN_DIR_ENV, Provenance, history_dir, read_result, record
 from hyport_lib.scan.hits import ScanReport
 from hyport_lib.train import stage as train_stage

@@ -1,12 +1,13 @@
-"""03 while its cards run: each card's seconds on one line, each card's log tail live (a
-hung card shows its log at once, not at infer_timeout_s)."""
+"""Stage 03 in the notebook (inference/show.py) while its cards run: each card's seconds on
+one line, each card's log tail live (a hung card shows its log at once, not at
+infer_timeout_s)."""
 
 from __future__ import annotations
 
 import pandas as pd
 
 from hyport_lib.inference.show import grid_progress_line, live_log_tails
-from hyport_lib.inference.table import COLUMNS, GridProgress
+from hyport_lib.inference.grid import COLUMNS, GridProgress
 
 
 def _progress(tmp_path, running=True):

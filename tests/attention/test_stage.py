@@ -1,6 +1,7 @@
-"""Stage 02 with ``code_path`` naming real model code: the port and its proof are a stage
-record, on the report's index card and in both drafts. The proof runs the code: only with
-``port_proof``, in a child process (so the tests of a proven port are slow)."""
+"""Stage 02 as a whole: its summary and record, the planted scan, ``hyport attention``, and,
+with ``code_path`` naming real model code, the port and its proof as a stage record, on the
+report's index card and in both drafts. The proof runs the code: only with ``port_proof``,
+in a child process (so the tests of a proven port are slow)."""
 
 from __future__ import annotations
 
@@ -10,15 +11,78 @@ from pathlib import Path
 
 import pytest
 
+from hyport_lib.attention import compare as C
 from hyport_lib.attention import stage
+from hyport_lib.attention.implementations import nfa_mapping
 from hyport_lib.attention.params import Params
 from hyport_lib.attention.show import glance
+from hyport_lib.attention.stage import planted_example, run_scan
+from hyport_lib.npu_attention import reference as R
+from hyport_lib.npu_attention.emulation import npu_fusion_attention as emulated
+from hyport_lib.port.generated.flash_attn_ascend import compressed_causal_mask
 from hyport_lib.report.blog.writer import render_blog
 from hyport_lib.report.run import ReportRun, StageOutcome
 from hyport_lib.results import read_record, record
 from blog_drafts import english_runs, stage_draft, unsourced
 
+from .test_compare import _backend
+
 REMOTE = Path(__file__).parents[1] / "data" / "remote_code"
+
+
+def test_summary_and_record(tmp_path):
+    grid = C.run_comparison(device="cpu", dtypes=["float32"])
+    result = stage.AttentionStageResult(**vars(grid), scan=run_scan(""), flash_attn_version="2.7.4.post1")
+    record(stage, result, directory=tmp_path)
+    summary = stage.summarize(result)
+    saved = json.loads((tmp_path / "02_attention.json").read_text())
+    assert saved["verdict"] == summary.verdict == "PASS"
+    assert saved["provenance"]["emulated"] is True
+    assert len(saved["data"]["rows"]) == len(grid.rows)
+    assert saved["data"]["scan"]["path"] == saved["data"]["scan"]["root"] == result.scan.root
+    assert 0 < summary.headline["worst npu-emulated err/bound"] <= 1
+
+
+def test_planted_scan():
+    report = run_scan("")
+    assert report.root.endswith("hyport-planted-example")
+    assert report.counts().get("flash_attn", 0) >= 1
+
+
+def test_cli_writes_json_and_exit_code(tmp_path, monkeypatch, capsys):
+    from hyport_lib.commands import main
+
+    monkeypatch.setenv("HYPORT_RESULTS_DIR", str(tmp_path / "results"))
+    out = tmp_path / "rows.json"
+    rc = main(["attention", "--dtypes", "[float32]", "--model-path", "none", "--json", str(out),
+               "--code-path", str(planted_example(tmp_path / "code")), "--port", "false"])
+    text = capsys.readouterr().out
+    assert rc == 0 and "npu-emulated" in text and "PASS:" in text and "port:" not in text
+    payload = json.loads(out.read_text())
+    assert payload["verdict"] == "PASS" and {r["dtype"] for r in payload["rows"]} == {"float32"}
+    assert (tmp_path / "results" / "02_attention.json").exists()
+
+    real = C.available_implementations
+
+    def with_bug(device="auto", flash_attn_version=None):
+        def no_scale(case, data, device):
+            calls = nfa_mapping(case, data, device, compressed_causal_mask())
+            call = calls[0]
+            call.pop("rows")
+            call.pop("scale")
+            return R.to_bnsd(emulated(**call)[0], case.layout, case.nq)
+
+        return real(device, flash_attn_version) + [_backend("buggy", no_scale)]
+
+    monkeypatch.setattr(C, "available_implementations", with_bug)
+    rc = main(["attention", "--dtypes", "[float32]", "--model-path", "none"])
+    assert rc == 1 and "FAIL" in capsys.readouterr().out
+
+
+def test_the_summary_names_the_device_of_each_implementation():
+    backends = [C.BackendInfo("eager", device="cuda:0"), C.BackendInfo("sdpa", device="cuda:0"),
+                C.BackendInfo("npu-emulated", device="cpu"), C.BackendInfo("flash-api (npu-emulated)", device="cpu")]
+    assert stage.where_each_ran(backends) == "eager, sdpa on CUDA; npu-emulated, flash-api (npu-emulated) on CPU"
 
 
 @pytest.fixture(scope="module")
@@ -97,7 +161,6 @@ def test_a_port_that_cannot_be_made_is_said(tmp_path):
 
 def test_without_port_proof_the_code_is_ported_and_the_record_says_why_it_is_not_proven(
         tmp_path, monkeypatch, capsys):
-    from hyport_lib.attention.stage import planted_example
     from hyport_lib.commands import main
 
     monkeypatch.setenv("HYPORT_RESULTS_DIR", str(tmp_path / "results"))
