@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Callable, Iterable, Optional, Protocol, runtime_checkable
+from typing import Any, Callable, Iterable, Optional, Protocol, Sequence, runtime_checkable
 
 import hyport_lib
 from hyport_lib.params import StageParams
@@ -81,18 +81,28 @@ def discover_stages(notebooks_dir: Optional[Path] = None) -> list[Stage]:
     return stages
 
 
+def named_stages(wanted: Iterable[str], ids: Sequence[str]) -> tuple[list[str], list[str]]:
+    """The stage ids of ``ids`` that ``wanted`` names by number (``1``, ``01``), name
+    (``environment``) or id, in the order of ``ids``; and the words that name none."""
+    known: dict[str, str] = {}
+    for stage in ids:
+        number, _, name = stage.partition("_")
+        known.update({number: stage, name: stage, stage: stage})
+    words = [w.strip() for w in wanted if w.strip()]
+    unknown = [w for w in words if w not in known and w.zfill(2) not in known]
+    picked = {known.get(w) or known[w.zfill(2)] for w in words if w not in unknown}
+    return [s for s in ids if s in picked], unknown
+
+
 def select_stages(stages: list[Stage], only: Optional[Iterable[str]]) -> list[Stage]:
-    """Pick stages by number (``01``), name (``environment``) or id; keeps order."""
+    """``--only``'s stages (:func:`named_stages`), all of them without it."""
     if not only:
         return list(stages)
-    wanted = [w.strip() for w in only if w.strip()]
-    known = {s.number: s for s in stages} | {s.name: s for s in stages} | {s.id: s for s in stages}
-    unknown = [w for w in wanted if w.zfill(2) not in known and w not in known]
+    picked, unknown = named_stages(only, [s.id for s in stages])
     if unknown:
         names = ", ".join(s.id for s in stages)
         raise ValueError(f"--only: unknown stage(s) {', '.join(unknown)}; available: {names}")
-    picked = {known.get(w) or known[w.zfill(2)] for w in wanted}
-    return [s for s in stages if s in picked]
+    return [s for s in stages if s.id in picked]
 
 
 def stage_hook(stage_id: str, name: str) -> Optional[Callable]:

@@ -25,9 +25,9 @@ import yaml
 from hyport_lib.commands import COMMANDS, build_parser, command_target, main
 from hyport_lib.commands._stage import StageCommand
 from hyport_lib.params import ParameterError, StageParams, markdown_table, parameter_fields
-from hyport_lib.report.blog.frame import cli_value
-from hyport_lib.report.run_parameters import check_before_running, make_plans, plan_requests, resolve_parameters
-from hyport_lib.report.profiles import parse_overrides
+from hyport_lib.report.blog import cli_value
+from hyport_lib.report.run_parameters import (check_before_running, make_plans, parse_overrides, plan_requests,
+                                              resolve_parameters)
 from hyport_lib.stages import StageContract, discover_stages, params_class, stage_part
 from hyport_lib.utils.typed_records import from_mapping
 

@@ -14,7 +14,7 @@ from hyport_lib.attention.stage import GRID_STEP, AttentionStageResult, CaseProg
 from hyport_lib.attention.views import (backend_rows, behaviour_frame, behaviour_glance_row,
                                         behaviour_markdown, behaviour_values, case_tally, pairs_frame,
                                         port_glance_rows, port_kinds, proof_frame, proof_markdown)
-from hyport_lib.display import MISSING, LiveDisplay, diff_html, figure_png, fit, style_verdicts, styled
+from hyport_lib.display import MISSING, LiveDisplay, diff_html, figure_png, fit, styled
 from hyport_lib.drafting.values import fmt_value, is_number
 from hyport_lib.results import StageRecord, StageSummary, worst_verdict
 from hyport_lib.scan.hits import ScanReport
@@ -87,7 +87,7 @@ def styled_comparison(result):
     fmt = {**dict.fromkeys(("max_abs", "bound", "max_rel", "rmse"), _fmt),
            **dict.fromkeys(("rel_gt_1e-3", "rel_gt_5e-3"), _pct),
            "cosine": lambda v: MISSING if _missing(v) else f"{v:.6f}"}
-    return style_verdicts(df).format({c: f for c, f in fmt.items() if c in df.columns})
+    return styled(df, colour=("verdict", "status")).format({c: f for c, f in fmt.items() if c in df.columns})
 
 
 def provenance_note(result) -> str:
@@ -217,7 +217,7 @@ def show_comparison(result):
     """Provenance note, a per-backend summary, the failing rows, then every row (hundreds
     with ``full=True``) folded in a ``<details>`` block that travels with the HTML report."""
     _markdown(provenance_note(result))
-    summary = style_verdicts(backend_summary(result)).format(
+    summary = styled(backend_summary(result), colour=("verdict", "status")).format(
         {"worst err/bound": lambda v: MISSING if _missing(v) else f"{v:.3f}",
          "min cosine": lambda v: MISSING if _missing(v) else f"{v:.6f}"})
     _display(fit(summary))
@@ -281,7 +281,7 @@ def show_port(port, error: str = "") -> None:
         _markdown("Nothing was rewritten: there is no port to prove.")
     elif port.proof is not None:
         _markdown(proof_markdown(port.proof))
-        _display(fit(style_verdicts(proof_frame(port.proof))))
+        _display(fit(styled(proof_frame(port.proof), colour=("verdict", "status"))))
 
 
 def port_styler(port):

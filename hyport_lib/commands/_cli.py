@@ -1,6 +1,6 @@
 """How every ``hyport`` command ends: one place for usage errors and stop signals.
 
-* A usage error (:data:`~hyport_lib.utils.usage.USAGE_ERRORS`, or a full disk) prints one line,
+* A usage error (:data:`~hyport_lib.utils.printable.USAGE_ERRORS`, or a full disk) prints one line,
   ``hyport <command>: <message>`` (and an error's ``details`` below it) and exits 2;
   ``HYPORT_DEBUG=1`` shows the traceback instead.
 * Any other exception is a defect of hyport: its traceback, one line, exit 3, so that
@@ -25,7 +25,7 @@ from typing import Callable, Optional
 
 from hyport_lib.utils.redact import scrub_text
 from hyport_lib.utils.signals import Stopped, shielded, stop_signals_raise
-from hyport_lib.utils.usage import USAGE_ERRORS, one_line
+from hyport_lib.utils.printable import USAGE_ERRORS, one_line
 
 #: Exit status of a stopped command (as a shell reports Ctrl-C).
 STOPPED_EXIT = 130

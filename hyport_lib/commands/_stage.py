@@ -20,11 +20,46 @@ from typing import Any, Callable, ContextManager, Optional, Sequence, cast
 
 from hyport_lib import params
 from hyport_lib.commands._cli import run_showing_partial
-from hyport_lib.commands._progress import TerminalBar
 from hyport_lib.results import ensure_results_dir, record, recorded_data
 from hyport_lib.stages import StageContract, stage_part
 from hyport_lib.utils.files import atomic_write_text, dumps_json
 from hyport_lib.utils.redact import scrub_text
+
+Reader = Callable[[Any], Any]
+
+
+class TerminalBar:
+    """A stage's ``on_progress``: one tqdm bar on stderr. ``total``, ``done``, ``postfix``
+    and ``phase`` read the stage's progress object; a new phase starts a new bar, labelled by it."""
+
+    def __init__(self, desc: str, unit: str, *, total: Reader, done: Reader,
+                 postfix: Optional[Reader] = None, phase: Optional[Reader] = None,
+                 unit_scale: bool = False):
+        self.desc, self.unit, self.unit_scale = desc, unit, unit_scale
+        self._total, self._done, self._postfix, self._phase = total, done, postfix, phase
+        self.bar = None
+        self.current_phase = None
+
+    def __call__(self, progress) -> None:
+        from tqdm import tqdm
+
+        phase = self._phase(progress) if self._phase else None
+        if self.bar is None or phase != self.current_phase:
+            self.close()
+            self.current_phase = phase
+            self.bar = tqdm(total=self._total(progress), file=sys.stderr, desc=phase or self.desc,
+                            unit=self.unit, unit_scale=self.unit_scale)
+        if self._postfix is not None:
+            text = self._postfix(progress)
+            if text:
+                self.bar.set_postfix_str(text, refresh=False)
+        self.bar.update(self._done(progress) - self.bar.n)
+        self.bar.refresh()
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None
 
 
 @dataclass(frozen=True)

@@ -13,10 +13,9 @@ import sys
 from pathlib import Path
 
 from hyport_lib.report.bundle import zip_run
-from hyport_lib.report.cleanup import clean_runs
 from hyport_lib.report.paths import relative_text
-from hyport_lib.report.profiles import parse_overrides
-from hyport_lib.report.runner import DEFAULT_CELL_TIMEOUT_S, check_output_root, run_report
+from hyport_lib.report.run_parameters import parse_overrides
+from hyport_lib.report.runner import DEFAULT_CELL_TIMEOUT_S, check_output_root, clean_runs, run_report
 from hyport_lib.workbook.compare import compare_runs, find_run
 from hyport_lib.workbook.compare_show import COMPARE_PAGE, write_compare_page
 

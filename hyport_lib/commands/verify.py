@@ -13,8 +13,7 @@ import dataclasses
 from pathlib import Path
 
 from hyport_lib.checkpoint_files.findings import findings_frame
-from hyport_lib.commands._progress import TerminalBar
-from hyport_lib.commands._stage import StageCommand
+from hyport_lib.commands._stage import StageCommand, TerminalBar
 from hyport_lib.utils.files import ensure_writable
 from hyport_lib.weights.checksums import checksum_name
 from hyport_lib.weights.result import WeightsResult

@@ -64,13 +64,3 @@ def fmt_value(value: Any, digits: int = 4) -> str:
     if isinstance(value, float):
         return f"{value:,.1f}" if math.isfinite(value) and abs(value) >= 1000 else f"{value:.{digits}g}"
     return str(value)
-
-
-def as_list(value: Any) -> list:
-    """``value`` when it is a list, else an empty one."""
-    return value if isinstance(value, list) else []
-
-
-def as_dict(value: Any) -> dict:
-    """``value`` when it is a dict, else an empty one."""
-    return value if isinstance(value, dict) else {}

@@ -9,7 +9,7 @@ from __future__ import annotations
 import html
 from typing import Callable, Optional
 
-from hyport_lib.display import (MISSING, VERDICT_COLOURS, fit, style_verdicts, styled,
+from hyport_lib.display import (MISSING, VERDICT_COLOURS, fit, styled,
                                 verdict_label)
 from hyport_lib.drafting.values import fmt_value
 from hyport_lib.environment.collect import EnvironmentReport
@@ -62,7 +62,7 @@ def show_environment(report: EnvironmentReport, *, system: bool = True) -> None:
 
     display(HTML(summary_html(report)))
     display(Markdown("**Checks**"))
-    display(fit(style_verdicts(checks_frame(report))))
+    display(fit(styled(checks_frame(report), colour=("verdict", "status"))))
     display(Markdown(f"**Devices** (source: {report.device_source}"
                      + (f"; note: {report.device_error}" if report.device_error else "") + ")"))
     display(fit(style_devices(devices_frame(report))))

@@ -1,7 +1,9 @@
 """``index.html`` of a run: summary first, details one click away.
 
 It is plain text assembled here: no script, no external style or font, so the
-index opens offline. Every figure keeps its provenance label (CPU / emulated / NPU).
+index opens offline. Every figure keeps its provenance label (CPU / emulated / NPU). Each
+stage's card shows its recorded figures (``show.glance``, else its headline) and inline
+SVG (``show.glance_svg``), never recomputed; an odd record says so on its card.
 """
 
 from __future__ import annotations
@@ -15,10 +17,9 @@ from typing import Optional
 from hyport_lib.display import MISSING, VERDICT_COLOURS
 from hyport_lib.drafting.values import fmt_value
 from hyport_lib.params import parameter_fields
-from hyport_lib.report.glance import card_svg, figure_rows, sources
 from hyport_lib.report.paths import relative_text, shown_path, shown_profile
 from hyport_lib.report.run import NOT_RUN, PENDING, RUNNING, ReportRun, StageView, load_views
-from hyport_lib.results import INTERRUPTED, VERDICTS
+from hyport_lib.results import INTERRUPTED, VERDICTS, StageRecord
 from hyport_lib.stages import stage_part
 from hyport_lib.utils.files import atomic_write_text
 from hyport_lib.utils.redact import scrub_text
@@ -61,13 +62,57 @@ def _link(path, label) -> str:
     return f'<a href="{html.escape(path)}">{html.escape(label)}</a>' if path else ""
 
 
+# --------------------------------------------------------------------------- the cards
+Figures = list[tuple[str, str]]
+
+
+def headline_figures(record: StageRecord) -> Figures:
+    """The card of a stage without a ``glance`` of its own."""
+    return [(k, fmt_value(v)) for k, v in record.headline.items()]
+
+
+def card_figures(view: StageView) -> Figures:
+    if view.record is None:
+        return []
+    glance = view.hook("glance") or headline_figures
+    try:
+        return glance(view.record)
+    except (TypeError, ValueError, KeyError, AttributeError, ZeroDivisionError) as exc:  # an odd record: say so
+        return [("(figures unreadable)", f"{type(exc).__name__}: {exc}")]
+
+
+def card_svg(view: StageView) -> str:
+    draw = view.hook("glance_svg")
+    if view.record is None or draw is None:
+        return ""
+    try:
+        return draw(view.record)
+    except (TypeError, ValueError, KeyError, AttributeError, ZeroDivisionError) as exc:
+        return f'<p class="prov">(figure unreadable: {html.escape(type(exc).__name__)})</p>'
+
+
+def figure_rows(view: StageView) -> Optional[str]:
+    found = card_figures(view)
+    if not found:
+        return None
+    return "".join(f"<dt>{html.escape(k)}</dt><dd>{html.escape(str(v))}</dd>" for k, v in found)
+
+
+def sources(views: list[StageView]) -> dict[str, list[str]]:
+    """Provenance label -> the numbers of the stages whose recorded figures came from there."""
+    by_label: dict[str, list[str]] = {}
+    for view in views:
+        if view.record is not None and view.record.provenance is not None:
+            by_label.setdefault(view.record.provenance.label, []).append(view.number)
+    return by_label
+
+
 #: What a card without figures says, by the stage's state.
 _NO_FIGURES = {NOT_RUN: "did not run: the run stopped before this stage",
                PENDING: "not started yet", RUNNING: "running now"}
 
 
 def _glance(views: list[StageView]) -> str:
-    """One card per stage: verdict, the stage's key figures, where they came from, links."""
     cards = []
     for view in views:
         s = view.outcome
@@ -166,7 +211,7 @@ def render_index(run: ReportRun, views: Optional[list[StageView]] = None) -> str
 <body>
 <h1>hyport report</h1>
 <p class="sub">run <code>{_esc(run.run_id)}</code> · started {_esc(run.started)} · ended {_esc(run.finished or '-')}
- · status {status} · profile {_esc(shown_profile(run.profile, run.run_dir))}</p>
+ · status {status} · profile {_esc(shown_profile(run.profile, run.run_dir) or '(none: notebook defaults)')}</p>
 <p class="summary">{summary}</p>{notes}
 <p>{trust_line}. Figures measured on CPU or computed by hyport's NPU emulation are labelled
 as such in the <i>source</i> column and are not NPU measurements.</p>

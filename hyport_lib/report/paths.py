@@ -13,7 +13,7 @@ import urllib.parse
 from pathlib import Path
 from typing import Optional
 
-from hyport_lib.report.profiles import default_profiles_dir
+import hyport_lib
 
 RUN, REPO = "<run>", "<repo>"
 #: A root ends where its last folder name ends: ``/x/run-1`` is not the start of
@@ -24,6 +24,11 @@ _BEFORE, _AFTER = rf"(?<!{_NAME_CHAR})(?<!\.)", rf"(?!{_NAME_CHAR}|\.{_NAME_CHAR
 _FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})")
 #: A run of backticks, which opens or closes inline code.
 _TICKS = re.compile(r"`+")
+
+
+def default_profiles_dir() -> Path:
+    """``parameters/`` of the checkout: the bundled profiles, named by their stem."""
+    return Path(hyport_lib.__file__).resolve().parents[1] / "parameters"
 
 
 def _roots(run_dir: Path) -> list[tuple[str, str]]:
@@ -49,11 +54,12 @@ def shown_path(value: str, run_dir: Path) -> str:
     return value
 
 
-def shown_profile(profile: Optional[str], run_dir: Path) -> str:
-    """The profile by its name when bundled, else by a path under the run or the
-    repository, else by its file name: never a local absolute path."""
+def shown_profile(profile: Optional[str], run_dir: Path) -> Optional[str]:
+    """The profile as the index and the drafts name it: by its name when bundled, else by a
+    path under the run or the repository, else by its file name, never a local absolute
+    path; None without one."""
     if not profile:
-        return "(none: notebook defaults)"
+        return None
     path = Path(profile)
     if path.parent == default_profiles_dir():
         return path.stem

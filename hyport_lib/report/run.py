@@ -160,11 +160,11 @@ def new_run_dir(output_root: Path) -> tuple[str, Path]:
 
 
 @contextlib.contextmanager
-def run_folder_env(run_dir: Path, **more: str) -> Iterator[None]:
+def run_folder_env(run_dir: Path) -> Iterator[None]:
     """``run_dir`` as the run folder of what records a result inside the block (through
-    ``os.environ``, which a stage's kernel inherits), with ``more`` variables; each one put
-    back (or removed, when it was unset) afterwards, also when the block raises."""
-    values = {RUN_DIR_ENV: str(run_dir), RESULTS_DIR_ENV: str(Path(run_dir) / RESULTS_DIR), **more}
+    ``os.environ``, which a stage's kernel inherits); each variable put back (or removed,
+    when it was unset) afterwards, also when the block raises."""
+    values = {RUN_DIR_ENV: str(run_dir), RESULTS_DIR_ENV: str(Path(run_dir) / RESULTS_DIR)}
     saved = {name: os.environ.get(name) for name in values}
     os.environ.update(values)
     try:

@@ -2,7 +2,7 @@
 
 The executed notebook is saved in ``<run>/.partial/`` after every cell; only its scrubbed
 copy reaches ``notebooks/`` (a killed run's partial file is removed by
-:mod:`~hyport_lib.report.cleanup`). What the kernel writes to the terminal goes to the
+:func:`~hyport_lib.report.runner.clean_runs`). What the kernel writes to the terminal goes to the
 stage's log, scrubbed like the rest.
 """
 
@@ -138,7 +138,7 @@ def run_stage(stage: Stage, run_dir: Path, params: dict, *, cell_timeout_s: int,
     started = time.monotonic()
     error = None
     try:
-        with _stage_logging(log_out), run_folder_env(run_dir, HYPORT_STAGE=stage.id), _terminal_to_log(log_out):
+        with _stage_logging(log_out), run_folder_env(run_dir), _terminal_to_log(log_out):
             try:
                 papermill.execute_notebook(
                     str(stage.path), str(nb_partial), parameters=params, kernel_name=kernel_name,

@@ -21,7 +21,7 @@ from typing import Any, Callable, Iterable, Optional, Sequence
 import pandas as pd
 
 from hyport_lib.results import HISTORY_DIR, StageRecord, UnreadableResult, history_dir, read_result
-from hyport_lib.stages import read_stage_record, stage_hook
+from hyport_lib.stages import named_stages, read_stage_record, stage_hook
 
 #: A stage's result file: ``NN_name.json``.
 _STAGE_FILE = re.compile(r"^(\d{2}_[a-z0-9_]+)\.json$")
@@ -200,7 +200,12 @@ def compare_runs(refs: Sequence[Any], *, stages: Optional[Iterable[str]] = None,
     if len({r.folder.resolve() for r in runs}) < len(runs):
         raise ValueError(f"compare: the same run twice ({', '.join(r.id for r in runs)})")
     recorded = sorted({s for r in runs for s in r.stages})
-    wanted = _pick_stages(stages, recorded) if stages else recorded
+    wanted = recorded
+    if stages:
+        wanted, unknown = named_stages(stages, recorded)
+        if unknown or not wanted:
+            raise ValueError(f"--stage {', '.join(unknown) or repr('')}: not a stage these runs recorded "
+                             f"(recorded: {', '.join(recorded) or 'none'})")
     notes, records = [], {}
     for run in runs:
         for stage in wanted:
@@ -217,25 +222,6 @@ def compare_runs(refs: Sequence[Any], *, stages: Optional[Iterable[str]] = None,
     throughput = pd.concat(measured, ignore_index=True) if measured else pd.DataFrame(columns=THROUGHPUT_COLUMNS)
     return Comparison(runs, wanted, _overview(by_stage), _headlines(by_stage), _parameters(by_stage, notes),
                       throughput, [p for f in found for p in f.parts], notes)
-
-
-def _pick_stages(wanted: Iterable[str], recorded: Sequence[str]) -> list[str]:
-    """The stage ids of ``wanted`` (``NN``, ``N``, ``name`` or ``NN_name``, as
-    :func:`hyport_lib.stages.select_stages` reads ``--only``) among ``recorded``.
-
-    Raises:
-        ValueError: one line naming the stages no run recorded, and those there are.
-    """
-    known = {}
-    for stage in recorded:
-        number, _, name = stage.partition("_")
-        known.update({number: stage, name: stage, stage: stage})
-    wanted = [w.strip() for w in wanted if w.strip()]
-    unknown = [w for w in wanted if w not in known and w.zfill(2) not in known]
-    if unknown or not wanted:
-        raise ValueError(f"--stage {', '.join(unknown) or repr('')}: not a stage these runs recorded "
-                         f"(recorded: {', '.join(recorded) or 'none'})")
-    return sorted({known.get(w) or known[w.zfill(2)] for w in wanted})
 
 
 def _overview(by_stage: dict[str, list[RunRecord]]) -> pd.DataFrame:

@@ -7,14 +7,13 @@ from __future__ import annotations
 
 import base64
 import html
-import io
 import os
 from pathlib import Path
 from typing import Any, Callable, Optional
 
 import pandas as pd
 
-from hyport_lib.display import MISSING, VERDICT_COLOURS
+from hyport_lib.display import MISSING, VERDICT_COLOURS, png_bytes
 from hyport_lib.results import RUN_DIR_ENV
 from hyport_lib.utils.files import atomic_write_text
 from hyport_lib.workbook.compare import Comparison, Part, compare_runs, list_runs
@@ -83,11 +82,7 @@ def run_lines(c: Comparison) -> list[str]:
 def figure_png(part: Part) -> Optional[bytes]:
     """The part's figure as PNG bytes, or None when it draws none."""
     fig = part.figure() if part.figure is not None else None
-    if fig is None:
-        return None
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=100, bbox_inches="tight")
-    return buf.getvalue()
+    return None if fig is None else png_bytes(fig)
 
 
 def _colour_verdicts(value: Any) -> str:

@@ -27,9 +27,8 @@ from hyport_lib.params import Field, ParameterError, StageParams, parameter_fiel
 from hyport_lib.results import RUN_DIR_ENV, StageSummary, record
 from hyport_lib.stages import StageContract
 from hyport_lib.utils.bounded_files import read_text
-from hyport_lib.utils.printable import first_line, shortened
+from hyport_lib.utils.printable import USAGE_ERRORS, first_line, one_line, shortened
 from hyport_lib.utils.redact import scrub_text
-from hyport_lib.utils.usage import USAGE_ERRORS, one_line
 from hyport_lib.workbook.stop import StopButton, run_stoppable
 
 #: What a stage's "Run stage" button calls with the checked parameters: it runs the stage,

@@ -13,7 +13,7 @@ import pytest
 from hyport_lib.attention import stage
 from hyport_lib.attention.params import Params
 from hyport_lib.attention.show import glance
-from hyport_lib.report.blog.writer import render_blog
+from hyport_lib.report.blog import render_blog
 from hyport_lib.report.run import ReportRun, StageOutcome
 from hyport_lib.results import read_record, record
 from blog_drafts import english_runs, stage_draft, unsourced

@@ -16,7 +16,8 @@ from jinja2.ext import extract_from_ast
 
 import hyport_lib
 from hyport_lib.drafting.templates import FRAME_TEMPLATE, environment, stage_template
-from hyport_lib.report.blog.writer import DRAFTS, render_blog, write_blog_drafts
+from hyport_lib.report.blog import DRAFTS, render_blog, write_blog_drafts
+from hyport_lib.report.paths import default_profiles_dir
 from hyport_lib.report.run import NOT_RUN, ReportRun
 from hyport_lib.stages import discover_stages
 
@@ -228,7 +229,7 @@ def test_secret_values_are_scrubbed(tmp_path, monkeypatch):
 
 
 def test_the_reproduce_command_names_the_profile_and_what_differs(tmp_path):
-    from hyport_lib.report.profiles import load_profile, resolve_profile
+    from hyport_lib.report.run_parameters import load_profile, resolve_profile
 
     profile = resolve_profile("default")
     run = make_run(tmp_path, {}, parameters={**load_profile(profile), "max_steps": 7})
@@ -242,13 +243,18 @@ def test_a_profile_outside_the_project_is_never_written_by_its_local_path(tmp_pa
     profile = tmp_path / "private" / "mine.yaml"
     profile.parent.mkdir()
     profile.write_text("device: cpu\nmax_steps: 7\n")
-    run = make_run(tmp_path, {}, parameters={"device": "cpu", "max_steps": 7})
+    run = make_run(tmp_path / "run", {}, parameters={"device": "cpu", "max_steps": 7})
     run.profile = str(profile)
     for lang in ("en", "zh"):
         text = render_blog(run, lang)
         assert str(profile.parent) not in text and "…/mine.yaml" in text
         # the command still gives every parameter back, without the file
         assert "hyport report --profile none -p device=cpu -p max_steps=7" in text
+    # named as the index names it: under the run folder by <run>, a bundled one by its name
+    run.run_dir = tmp_path
+    assert "the profile `<run>/private/mine.yaml`" in render_blog(run)
+    run.profile = str(default_profiles_dir() / "default.yaml")
+    assert "the profile `default`" in render_blog(run)
 
 
 def test_without_a_profile_the_command_says_profile_none(tmp_path):

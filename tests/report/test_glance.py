@@ -15,8 +15,7 @@ from hyport_lib.attention import show as attention_show
 from hyport_lib.attention.views import backend_rows
 from hyport_lib.drafting.values import fmt_value, num
 from hyport_lib.report.bundle import render_bundle, zip_run
-from hyport_lib.report.glance import card_figures
-from hyport_lib.report.index import render_index
+from hyport_lib.report.index import card_figures, render_index
 from hyport_lib.report.run import NOT_RUN, ReportRun, StageOutcome, StageView
 from hyport_lib.stages import read_stage_record
 from hyport_lib.train import show as train_show
@@ -155,7 +154,7 @@ def test_the_bundle_inlines_every_stage_page_with_its_own_anchors(tmp_path):
 def test_the_parameters_are_every_stages_effective_values_with_paths_in_the_run(tmp_path):
     """Not only the overrides: each stage's every parameter, where it came from, the stages
     that ran with it; a path under the run folder relative to it; the profile by its name."""
-    from hyport_lib.report.profiles import default_profiles_dir
+    from hyport_lib.report.paths import default_profiles_dir
 
     run = _run(tmp_path, {"03_inference": "PASS", "04_train": "PASS"})
     run.profile = str(default_profiles_dir() / "default.yaml")

@@ -16,9 +16,9 @@ from hyport_lib.commands import main
 from hyport_lib.commands import report as report_command
 from hyport_lib.report import html as report_html
 from hyport_lib.report import runner
-from hyport_lib.report.profiles import load_profile, parse_overrides, resolve_profile
 from hyport_lib.params import Field, ParameterError, Spec
-from hyport_lib.report.run_parameters import (absolutize_paths, coerce_overrides, make_plans, plan_requests,
+from hyport_lib.report.run_parameters import (absolutize_paths, coerce_overrides, load_profile, make_plans,
+                                              parse_overrides, plan_requests, resolve_profile,
                                               resolve_parameters, safe_parameters)
 from hyport_lib.report.run import ReportRun, new_run_dir
 from hyport_lib.results import RESULTS_DIR_ENV, RUN_DIR_ENV, StageRecord, read_result, write_record
@@ -195,7 +195,7 @@ def test_cli_exit_codes_and_unknown_parameters(stage_dir, tmp_path):
 
 
 def test_blog_and_index_escape_what_they_show(tmp_path):
-    from hyport_lib.report.blog.writer import render_blog
+    from hyport_lib.report.blog import render_blog
     from hyport_lib.report.index import render_index
     from hyport_lib.report.run import ReportRun, StageOutcome
     from hyport_lib.results import Provenance
@@ -313,7 +313,7 @@ def test_a_double_ctrl_c_leaves_no_partial_notebook_nor_lock(second, stage_dir, 
 
     import papermill
 
-    from hyport_lib.report import cleanup, stage_run
+    from hyport_lib.report import stage_run
     from hyport_lib.utils.signals import stop_signals_raise
 
     monkeypatch.setenv("HF_TOKEN", "hf_doublestopsecret123")
@@ -345,7 +345,7 @@ def test_a_double_ctrl_c_leaves_no_partial_notebook_nor_lock(second, stage_dir, 
     monkeypatch.setattr(runner, "check_before_running", lambda params, stages: [])
     wrapped(stage_run, "scrub_file", "collecting")
     wrapped(runner, "write_run_files", "writing-the-report", lambda run, *_: run.status == "interrupted")
-    wrapped(cleanup, "sweep_partial", "releasing")
+    wrapped(runner, "release_run_folder", "releasing")
     with pytest.raises(KeyboardInterrupt), stop_signals_raise():
         run_report(profile=None, notebooks_dir=stage_dir, only=["01"], output_root=tmp_path / "o",
                    progress=lambda m: None)
