@@ -2,12 +2,9 @@
 
 ``hyport env | attention | infer | train | verify``: one flag per ``Params`` field, plus
 ``--json`` and ``--no-record``; then ``plan``, ``run`` (a progress bar on stderr), the
-record (:func:`hyport_lib.results.record`), and the exit status from ``summarize``:
-
-* 0: PASS or WARN; 1: FAIL;
-* 2: a bad parameter, a missing file, a device not usable here, a results folder that
-  cannot be written (named before the stage runs): one line (:mod:`._cli`);
-* 130: stopped; the partial result left on the exception is shown and recorded.
+record, and the exit status from ``summarize``: 0 PASS or WARN, 1 FAIL; 2 a bad parameter,
+a missing file, a device not usable here, a results folder that cannot be written (named
+before the stage runs); 130 stopped, the partial result shown and recorded.
 """
 
 from __future__ import annotations
@@ -65,30 +62,20 @@ class TerminalBar:
 @dataclass(frozen=True)
 class StageCommand:
     """One stage's command line: what differs between stages is how the result reads on
-    a terminal and what the progress bar counts.
+    a terminal (``text``, scrubbed when printed) and what the progress bar counts.
+    ``switches``: boolean parameters off unless given (``--reload``), where the notebook's
+    defaults are on; ``arguments``: the command's own flags, which ``adjust(plan, args)``
+    applies to the plan."""
 
-    Attributes:
-        stage: the stage's package (``"inference"``): its ``params.Params`` and ``stage``.
-        text: the result as the terminal shows it (scrubbed when printed).
-        planning: the context the plan runs in (training's dataset bar).
-        plan_lines: what the plan decided, said on stderr before it runs.
-        json: the result as ``--json`` writes it (None: as it is recorded).
-        json_file: ``--json OUT`` writes the JSON to a file as well as printing the text.
-        positional: parameters given as positional arguments (``hyport verify PATH``).
-        switches: boolean parameters off unless given (``--reload``), where the
-            notebook's defaults are on.
-        arguments: the command's own flags; ``adjust(plan, args)`` applies them to the plan.
-    """
-
-    stage: str
+    stage: str  # the stage's package ("inference")
     text: Callable[[Any], str]
     bar: Callable[[], Optional[TerminalBar]] = lambda: None
-    planning: Callable[[], ContextManager] = contextlib.nullcontext
-    plan_lines: Callable[[Any], Sequence[str]] = lambda plan: ()
-    json: Optional[Callable[[Any], Any]] = None
-    json_file: bool = False
+    planning: Callable[[], ContextManager] = contextlib.nullcontext  # around the plan (training's dataset bar)
+    plan_lines: Callable[[Any], Sequence[str]] = lambda plan: ()  # what the plan decided, said on stderr
+    json: Optional[Callable[[Any], Any]] = None  # the result as --json writes it (None: as recorded)
+    json_file: bool = False  # --json OUT: the JSON to a file, the text printed
     recording_optional: bool = True
-    positional: Sequence[str] = ()
+    positional: Sequence[str] = ()  # parameters given as positional arguments (hyport verify PATH)
     switches: Sequence[str] = ()
     arguments: Callable[[argparse.ArgumentParser], None] = lambda parser: None
     adjust: Callable[[Any, argparse.Namespace], Any] = lambda plan, args: plan

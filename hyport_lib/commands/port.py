@@ -39,7 +39,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def config_overrides(values: list[str]) -> dict:
-    """``KEY=JSON`` strings as a dict; ValueError naming the bad one."""
     out = {}
     for value in values:
         key, sep, text = value.partition("=")
@@ -53,7 +52,6 @@ def config_overrides(values: list[str]) -> dict:
 
 
 def format_text(result) -> str:
-    """The port as a reader wants it: changes, spots for a human, the proof."""
     out = [f"ported {result.src} -> {result.dst}: {len(result.changes)} change(s) in "
            f"{len(result.files_changed)} file(s), {len(result.manual)} spot(s) left for a human"]
     for change in result.changes:

@@ -2,8 +2,7 @@
 
 Exit status: 0 when every stage PASSed or WARNed, 1 when one FAILed, 2 when nothing ran
 (bad parameters, profile, ``--only`` or output folder: checked before any stage starts),
-130 when stopped (the partial report is written first: see
-:mod:`hyport_lib.report.runner`).
+130 when stopped (the partial report is written first).
 """
 
 from __future__ import annotations

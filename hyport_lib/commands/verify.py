@@ -32,8 +32,7 @@ def _log_dir_argument(parser: argparse.ArgumentParser) -> None:
 
 
 def _with_log_dir(plan: WeightsPlan, args: argparse.Namespace) -> WeightsPlan:
-    """``--log-dir``: the children's logs there, a folder that can take files (checked
-    before minutes of scanning and reloading)."""
+    """``--log-dir``, checked writable before minutes of scanning and reloading."""
     if not args.log_dir:
         return plan
     try:
@@ -45,7 +44,7 @@ def _with_log_dir(plan: WeightsPlan, args: argparse.Namespace) -> WeightsPlan:
 
 
 def _text(result: WeightsResult) -> str:
-    """The result as the terminal shows it: the seed's line first, the verdict last."""
+    """The seed's line first, the verdict last."""
     judged = summarize(result)
     n = result.counts
     out = [result.seed_line(),

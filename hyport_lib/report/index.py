@@ -136,8 +136,7 @@ _NONE_MEANS = re.compile(r"\bNone:?\s+(.+)$")
 
 
 def _none_means(stage: Optional[str], name: str) -> str:
-    """A parameter left None, as the index shows it: "–" and what the stage (``NN_name``)
-    then does, from the parameter's doc (that the stage decides, where its doc says not)."""
+    """"–" and what the stage (``NN_name``) then does, from the parameter's doc."""
     fields = ({f.name: f for f in parameter_fields(stage_part(stage.partition("_")[2], "params").Params)}
               if stage else {})
     found = _NONE_MEANS.search(fields[name].spec.doc) if name in fields else None
@@ -145,9 +144,7 @@ def _none_means(stage: Optional[str], name: str) -> str:
 
 
 def _parameter_rows(run: ReportRun) -> str:
-    """One row per parameter and value: every stage's effective parameters (given by the
-    profile or ``-p``, else the stage's default), the stages that run with it, paths
-    relative to the run folder."""
+    """One row per parameter and value, with the stages that run with it."""
     grouped: dict[tuple[str, str], list[str]] = {}
     for stage in run.stages:
         for name, value in stage.parameters.items():
@@ -167,9 +164,6 @@ def _parameter_rows(run: ReportRun) -> str:
 
 
 def render_index(run: ReportRun, views: Optional[list[StageView]] = None) -> str:
-    """The index page, paths relative to the run (:func:`~hyport_lib.report.paths.relative_text`);
-    ``views``: the stages as :func:`~hyport_lib.report.run.load_views` reads them (read
-    here when not given)."""
     views = load_views(run) if views is None else views
     counts = Counter(s.verdict for s in run.stages)
     shown = [*VERDICTS, *(v for v in (RUNNING, INTERRUPTED, PENDING, NOT_RUN) if counts.get(v))]

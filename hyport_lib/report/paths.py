@@ -40,9 +40,8 @@ def _roots(run_dir: Path) -> list[tuple[str, str]]:
 
 
 def shown_path(value: str, run_dir: Path) -> str:
-    """A path as the report shows it: under the run folder ``<run>/train/smoke``, under the
-    repository ``<repo>/parameters/x.yaml``, anything else as it is (a model folder, which
-    the reader may need to reproduce the run)."""
+    """``<run>/train/smoke``, ``<repo>/parameters/x.yaml``, anything else as it is (a model
+    folder, which the reader may need to reproduce the run)."""
     if not isinstance(value, str) or not os.path.isabs(value):
         return value
     path = Path(value)
@@ -73,14 +72,10 @@ def _pattern(forms: dict[str, str]) -> re.Pattern:
 
 
 def relative_text(text: str, run_dir: Path, markup: str) -> str:
-    """``text`` (a page, ``markup="html"``, or a draft, ``"markdown"``) with every path
-    under the run folder written ``<run>/...`` and under the repository ``<repo>/...``.
-
-    In HTML the folders are also found HTML-escaped and URL-quoted, and named in the same
-    form; relative links (``notebooks/...``) hold no folder and are left as they are. In
-    Markdown the name is ``<run>`` in code and ``\\<run>`` in prose (where ``<run>`` would
-    be read as an HTML tag).
-    """
+    """``text`` (a page, ``markup="html"``, or a draft, ``"markdown"``) with its paths named
+    ``<run>/...`` and ``<repo>/...``. In HTML the folders are also found HTML-escaped and
+    URL-quoted, and named in the same form. In Markdown the name is ``<run>`` in code and
+    ``\\<run>`` in prose (where ``<run>`` would be read as an HTML tag)."""
     if markup not in ("html", "markdown"):
         raise ValueError(f"markup must be 'html' or 'markdown', not {markup!r}")
     for root, name in _roots(run_dir):

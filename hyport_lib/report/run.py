@@ -1,8 +1,5 @@
-"""The data model of a report run: one :class:`ReportRun` with a :class:`StageOutcome` per
-stage, and each planned stage as the pages read it (:class:`StageView`). The runner fills
-the run; the index, the drafts and ``run.json`` read it (kept apart from the runner so
-that rendering a run never imports the module that executes one).
-"""
+"""A report run as the runner fills it and the index, the drafts and ``run.json`` read it
+(kept apart from the runner, so that rendering a run never imports the module that runs one)."""
 
 from __future__ import annotations
 
@@ -84,10 +81,9 @@ class ReportRun:
 
 @dataclass
 class StageView:
-    """One planned stage as the pages see it: the runner's outcome, and the stage's record
-    where it wrote one (``result``: the file's object as written, which the drafts'
-    templates read; ``record``: read as the stage's typed result, which its ``show`` hooks
-    read). A missing, half-written or odd file is no record (``problem`` says why)."""
+    """One planned stage as the pages see it. ``result``: its record as written, which the
+    drafts' templates read; ``record``: read as the stage's typed result, which its ``show``
+    hooks read; a missing, half-written or odd file is no record (``problem`` says why)."""
 
     outcome: StageOutcome
     result: Optional[dict] = None
@@ -112,7 +108,7 @@ class StageView:
 
     @property
     def has_data(self) -> bool:
-        """The stage finished and recorded data the stage's own section can show."""
+        """Finished, with data the stage's own section can show."""
         return self.finished and self.result is not None and bool(read_record(self.result).data)
 
     @property
@@ -124,12 +120,10 @@ class StageView:
         return (self.record.provenance if self.record is not None else None) or self.outcome.provenance
 
     def hook(self, name: str) -> Optional[Callable[[StageRecord], Any]]:
-        """The stage's ``show`` function ``name``, or None (:func:`~hyport_lib.stages.stage_hook`)."""
         return stage_hook(self.stage, name)
 
 
 def read_view(outcome: StageOutcome, results: Path) -> StageView:
-    """The :class:`StageView` of one planned stage, its result read from ``results``."""
     try:
         raw = read_result(result_file(results, outcome.stage))
     except FileNotFoundError:
@@ -140,7 +134,6 @@ def read_view(outcome: StageOutcome, results: Path) -> StageView:
 
 
 def load_views(run: ReportRun) -> list[StageView]:
-    """A :class:`StageView` per planned stage, in the run's order."""
     results = Path(run.run_dir) / RESULTS_DIR
     return [read_view(outcome, results) for outcome in run.stages]
 

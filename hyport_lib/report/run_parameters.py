@@ -1,12 +1,11 @@
-"""The parameters of a report run: profile + ``-p``, checked once before anything runs.
+"""The parameters of a report run: a profile (YAML) and ``-p key=value``, checked once
+before anything runs.
 
-The namespace is the union of every stage's ``Params`` fields (:mod:`hyport_lib.params`).
-:func:`resolve_parameters` reads each value once into its declared type (and absolutizes
-paths); :func:`plan_requests` builds each selected stage's ``Params`` from those values
-without converting them again; :func:`check_before_running` makes each selected stage's
-``plan`` from them (rebuilt unchecked in its child), so a wrong value stops the run before
-anything is written, in the same words as the notebook and the command line. Each stage's
-notebook then reads its injected values once more, in its own kernel.
+The namespace is the union of every stage's ``Params`` fields. :func:`resolve_parameters`
+types each value once; :func:`plan_requests` builds each selected stage's ``Params`` from
+those values without converting them again; :func:`check_before_running` makes each
+selected stage's ``plan`` from them, so a wrong value stops the run before anything is
+written, in the same words as the notebook and the command line.
 """
 
 from __future__ import annotations
@@ -39,7 +38,7 @@ from hyport_lib.utils.redact import is_secret_parameter, scrub_text
 
 
 def resolve_profile(name_or_path: Optional[str]) -> Optional[Path]:
-    """``default`` / ``ascend-910b-8card`` (a file in parameters/) or a path; None = no profile."""
+    """A bundled profile's name (``ascend-910b-8card``) or a path; None: no profile."""
     if not name_or_path:
         return None
     path = Path(name_or_path)
@@ -75,7 +74,7 @@ class _StrictLoader(yaml.SafeLoader):
 
 
 def load_profile(path: Optional[Path]) -> dict:
-    """Read a profile; errors name the file."""
+    """Errors name the file."""
     if path is None:
         return {}
     try:
@@ -93,11 +92,8 @@ def load_profile(path: Optional[Path]) -> dict:
 
 
 def parse_overrides(items: Iterable[str]) -> dict[str, str]:
-    """``["max_steps=20", "device=cpu"]`` -> ``{"max_steps": "20", ...}``, values as text.
-
-    Typing happens later (:func:`hyport_lib.report.run_parameters.coerce_overrides`), by the
-    type each stage's ``Params`` declares.
-    """
+    """``-p key=value`` items as ``{key: value}``, values as text: :func:`coerce_overrides`
+    types them, by the type each stage's ``Params`` declares."""
     result = {}
     for item in items or ():
         key, sep, raw = item.partition("=")
@@ -127,10 +123,9 @@ def coerce_overrides(raw: dict, fields: dict[str, Field]) -> dict:
 
 
 def absolutize_paths(params: dict, fields: dict[str, Field], base: Path) -> dict:
-    """Relative path values (converted: ``~`` is the home folder already) made absolute
-    against ``base`` (the caller's folder: each notebook runs in its own), existing or not,
-    so a missing file is named where the user looked; a field's ``not_paths`` (``tiny``) and
-    a hub id that is no folder stay as written."""
+    """Relative path values made absolute against ``base`` (the caller's folder: each
+    notebook runs in its own), existing or not, so that a missing file is named where the
+    user looked; a field's ``not_paths`` (``tiny``) and a hub id that is no folder stay."""
     out = {}
     for key, value in params.items():
         spec = fields[key].spec if key in fields else None
@@ -158,17 +153,15 @@ class RunParameters:
         return {k: v for k, v in self.merged.items() if k in self.declared[stage.id]}
 
     def effective(self, stage: Stage) -> dict:
-        """Every parameter the stage declares as it runs: the run's value (profile, ``-p``)
-        where given, else the declared default."""
+        """Every parameter the stage declares, given or its default."""
         return {name: self.merged.get(name, f.default) for name, f in self.declared[stage.id].items()}
 
 
 def resolve_parameters(from_profile: dict, overrides: dict, stages: list[Stage], *,
                        profile_name: str = "the profile", allow_unknown: bool = False,
                        base: Optional[Path] = None) -> RunParameters:
-    """Merge, type, convert and absolutize; a :class:`ParameterError` for bad values and for
-    keys no stage declares, naming the closest declared ones (``allow_unknown`` accepts
-    those; the index lists them as ignored)."""
+    """A :class:`ParameterError` for bad values and for keys no stage declares, naming the
+    closest declared ones (``allow_unknown`` accepts those; the index lists them as ignored)."""
     declared = {s.id: {f.name: f for f in parameter_fields(params_class(s))} for s in stages}
     fields: dict[str, Field] = {}
     for by_name in declared.values():
@@ -221,9 +214,8 @@ class PreRunCheck:
 
 
 def plan_requests(params: RunParameters, selected: list[Stage]) -> list[PlanRequest]:
-    """One request per selected stage (see :func:`check_before_running`), its ``Params``
-    built here from all its values (so that rules across them hold as given), each value as
-    :func:`resolve_parameters` typed it (:meth:`~hyport_lib.params.StageParams.from_typed`)."""
+    """Each selected stage's ``Params``, built here from all its values at once (so that rules
+    across them hold as given), typed as they are (:meth:`~hyport_lib.params.StageParams.from_typed`)."""
     requests = []
     for index, stage in enumerate(selected):
         values = params.for_stage(stage)
@@ -237,8 +229,8 @@ def plan_requests(params: RunParameters, selected: list[Stage]) -> list[PlanRequ
 
 
 def make_plans(requests: list[PlanRequest]) -> PreRunCheck:
-    """Each stage's ``plan`` made with the paths an earlier stage writes left out, from its
-    checked parameters (not checked again). Runs in the child of :func:`check_before_running`."""
+    """Each stage's ``plan``, the paths an earlier stage writes left out, its parameters not
+    checked again. Runs in the child of :func:`check_before_running`."""
     refused, host = [], []
     with _as_a_new_run():
         for request in requests:
@@ -262,19 +254,11 @@ def make_plans(requests: list[PlanRequest]) -> PreRunCheck:
 
 
 def check_before_running(params: RunParameters, selected: list[Stage]) -> list[str]:
-    """Each selected stage's ``plan`` made before any stage runs (:func:`make_plans`), in a
-    fresh child process: a plan may start the device runtime, which in the report's own
-    long-lived process would hold a card the stages then find busy. A path inside the
-    output folder of an earlier selected stage that writes it (``written_by``) is left
-    to the plan the stage makes when it runs.
-
-    Returns:
-        What the host cannot do now (said; the run goes on and stage 01 explains it).
-
-    Raises:
-        ParameterError: each refused value, naming the stage.
-        RuntimeError: the check itself could not run (its output names why).
-    """
+    """Each selected stage's ``plan`` (:func:`make_plans`), in a fresh child process: a plan
+    may start the device runtime, which in the report's own long-lived process would hold a
+    card the stages then find busy. Returns what the host cannot do now (said; the run goes
+    on and stage 01 explains it); raises a ParameterError naming each refused value and
+    its stage, a RuntimeError when the check itself could not run."""
     requests = {"requests": [dataclasses.asdict(r) for r in plan_requests(params, selected)]}
     with tempfile.TemporaryDirectory(prefix="hyport-precheck-") as folder:
         result_path, log_path = Path(folder) / "plans.json", Path(folder) / "plans.log"
@@ -293,7 +277,6 @@ def check_before_running(params: RunParameters, selected: list[Stage]) -> list[s
 
 
 def plans_in_child(spec: dict) -> dict:
-    """:func:`make_plans` in the child of :func:`check_before_running`."""
     return dataclasses.asdict(make_plans([PlanRequest(**item) for item in spec["requests"]]))
 
 

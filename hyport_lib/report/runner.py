@@ -13,20 +13,18 @@ Layout of a run folder::
       results/NN_x.json     what each notebook recorded (hyport_lib.results)
       logs/NN_x.log         cell outputs streamed by papermill, and the kernel's messages
 
-Before anything runs, the parameters are checked (:mod:`~hyport_lib.report.run_parameters`) and
-runs killed earlier are cleaned (:func:`clean_runs`). ``run.json`` and the
-index are written at the start (every stage ``PENDING``) and whenever a stage starts and
-ends, so any end of the run leaves a true picture (a SIGKILL leaves ``RUNNING``, which the
-next run marks ``INTERRUPTED``). A failed stage keeps its files and the next stages run.
-A stop signal marks the stage ``INTERRUPTED`` and writes the files, which a second signal
-does not cut short. Whatever ends the run, the folder is left with neither ``.partial/``
-nor ``.runner.lock`` (:func:`release_run_folder`).
+Before anything runs, the parameters are checked (:mod:`~hyport_lib.report.run_parameters`)
+and runs killed earlier are cleaned. ``run.json`` and the index are written at the start
+(every stage ``PENDING``) and whenever a stage starts and ends, so any end of the run
+leaves a true picture. A failed stage keeps its files and the next stages run. A stop
+signal marks the stage ``INTERRUPTED`` and writes the files, which a second signal does
+not cut short. Whatever ends the run, the folder is left with neither ``.partial/`` nor
+``.runner.lock``.
 
-A killed run's ``run.json`` still says ``RUNNING`` and its notebook sits unscrubbed in
-``.partial/``. Cleaning it removes the partial notebooks and the dead runner's lock file,
-scrubs every text file of the run of the secret values set now, marks ``RUNNING`` as
-``INTERRUPTED``, ``PENDING`` as ``NOT RUN`` and the run ``killed``, and rewrites its files.
-Only a run proven dead is touched (:func:`runner_alive`); another host's runs are left alone.
+A SIGKILL leaves ``RUNNING`` in ``run.json`` and the notebook unscrubbed in ``.partial/``:
+the next run (or ``--clean``) removes them and the lock file, scrubs every text file of
+the run of the secret values set now, marks ``RUNNING`` as ``INTERRUPTED``, ``PENDING`` as
+``NOT RUN`` and the run ``killed``. Only a run proven dead is touched (:func:`runner_alive`).
 """
 
 from __future__ import annotations
@@ -60,7 +58,7 @@ DEFAULT_CELL_TIMEOUT_S = 1800
 
 
 def check_output_root(output_root: Path) -> Path:
-    """The output root, created and writable, or a PermissionError naming it."""
+    """Created and writable, or a one-line error naming it."""
     output_root = Path(output_root).resolve()
     if output_root.exists() and not output_root.is_dir():
         raise NotADirectoryError(20, f"--output-dir {str(output_root)!r} is a file, not a folder",
@@ -93,7 +91,6 @@ def run_report(*, profile: Optional[str] = None, overrides: Optional[dict] = Non
                kernel_name: Optional[str] = None, show_inputs: bool = True,
                progress: Optional[Callable[[str], None]] = None,
                progress_bar: bool = False, allow_unknown_parameters: bool = False) -> ReportRun:
-    """Run the selected stages and write the run folder (see the module docstring)."""
     say = progress or _say
     profile_path = resolve_profile(profile)
     all_stages = discover_stages(notebooks_dir)
@@ -219,7 +216,6 @@ _TEXT_SUFFIXES = {".ipynb", ".html", ".json", ".jsonl", ".log", ".md", ".txt", "
 
 
 def process_start_time(pid: int) -> Optional[float]:
-    """When process ``pid`` started (None when there is no such process)."""
     import psutil
 
     try:
@@ -232,11 +228,8 @@ LOCK_FILE = ".runner.lock"
 
 
 def hold_run_lock(run_dir: Path):
-    """Lock the run folder for as long as the returned file stays open (the runner's life).
-
-    A pid alone proves nothing across containers (another pid namespace sharing the
-    output volume): a runner that holds this lock is alive, wherever it runs.
-    """
+    """Locked for as long as the returned file stays open (the runner's life): a pid alone
+    proves nothing across containers (another pid namespace sharing the output volume)."""
     import fcntl
 
     handle = open(Path(run_dir) / LOCK_FILE, "w")
@@ -245,13 +238,10 @@ def hold_run_lock(run_dir: Path):
 
 
 def release_run_folder(run_dir: Path, lock) -> list[str]:
-    """The last thing a run does, whatever ended it (a normal end, a failed stage, a stop
-    signal; the caller holds stop signals back meanwhile): a notebook still in ``.partial/``
-    is scrubbed into ``notebooks/`` and ``.partial/`` removed, then the lock file, then the
-    lock released. The folder then holds only the run's own files. Returns the notebooks
-    swept (none unless a stop came between a stage's end and its collection). ``lock``
-    None: a stop came before the lock was taken. A folder left empty (stopped before the
-    run wrote anything) is removed: no run to clean or to list."""
+    """The last thing a run does, whatever ended it (the caller holds stop signals back):
+    a notebook still in ``.partial/`` is scrubbed into ``notebooks/`` (a stop came between
+    a stage's end and its collection), then the lock file goes, then the lock. ``lock``
+    None: a stop came before it was taken. A folder left empty is removed: nothing to clean."""
     run_dir = Path(run_dir)
     try:
         swept = sweep_partial(run_dir)
@@ -269,8 +259,8 @@ def release_run_folder(run_dir: Path, lock) -> list[str]:
 
 
 def runner_alive(run_dir: Path, data: dict) -> bool:
-    """Could the run's runner still be running? Only a run proven dead is cleaned: its lock
-    is free, it ran on this host, and its pid is gone or belongs to a newer process."""
+    """Unless proven dead: its lock is free, it ran on this host, and its pid is gone or
+    belongs to a newer process."""
     import fcntl
 
     if data.get("host") and data.get("host") != socket.gethostname():
@@ -295,14 +285,14 @@ def runner_alive(run_dir: Path, data: dict) -> bool:
 
 
 def needs_cleaning(run_dir: Path, data: dict) -> bool:
-    """The run says it is still running (if its runner is dead, it was killed), or it left
-    a partial notebook behind (stopped in the instant before it could scrub it)."""
+    """Still ``running`` (killed, if its runner is dead), or a partial notebook left behind
+    (stopped in the instant before it could scrub it)."""
     partial = Path(run_dir) / PARTIAL_DIR
     return data.get("status") == "running" or (partial.is_dir() and any(partial.iterdir()))
 
 
 def clean_runs(output_root: Path, say: Optional[Callable[[str], None]] = None) -> list[Path]:
-    """Clean every dead, unfinished run under ``output_root``; returns their folders."""
+    """Clean every run under ``output_root`` that was killed; their folders."""
     cleaned = []
     if not Path(output_root).is_dir():
         return cleaned
@@ -321,7 +311,6 @@ def clean_runs(output_root: Path, say: Optional[Callable[[str], None]] = None) -
 
 
 def clean_run(run_dir: Path, data: dict) -> None:
-    """Clean one dead run (see the module docstring)."""
     shutil.rmtree(run_dir / PARTIAL_DIR, ignore_errors=True)
     (run_dir / LOCK_FILE).unlink(missing_ok=True)  # its runner is proven dead: nothing holds it
     for path in run_dir.rglob("*"):

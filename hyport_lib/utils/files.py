@@ -27,12 +27,9 @@ def _umask() -> int:
 
 @contextlib.contextmanager
 def atomic_target(path: str | os.PathLike, mode: Optional[int] = None) -> Iterator[str]:
-    """A temporary file beside ``path`` for the block to write; renamed onto ``path`` when
-    the block ends, removed when it raises.
-
-    The file gets ``mode``, else the permissions an ordinary ``open(path, "w")`` would give
-    (0666 less the umask), not mkstemp's 0600: reports are meant to be shared.
-    """
+    """A temporary file beside ``path`` for the block to write, renamed onto it at the end.
+    It gets ``mode``, else what ``open(path, "w")`` would give (0666 less the umask), not
+    mkstemp's 0600: reports are meant to be shared."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
@@ -47,7 +44,6 @@ def atomic_target(path: str | os.PathLike, mode: Optional[int] = None) -> Iterat
 
 
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:
-    """Write ``data`` to ``path`` through a temporary file and a rename (:func:`atomic_target`)."""
     with atomic_target(path) as tmp, open(tmp, "wb") as fh:
         fh.write(data)
         fh.flush()
@@ -56,12 +52,11 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:
 
 
 def atomic_write_text(path: str | os.PathLike, text: str, encoding: str = "utf-8") -> Path:
-    """Write ``text`` to ``path`` through a temporary file and a rename."""
     return atomic_write_bytes(path, text.encode(encoding))
 
 
 def json_ready(data: Any) -> Any:
-    """``data`` with every non-finite float (NaN, ±Inf) replaced by None, recursively."""
+    """Every non-finite float (NaN, ±Inf) as None."""
     if isinstance(data, float):
         return data if math.isfinite(data) else None
     if isinstance(data, dict):
@@ -72,7 +67,7 @@ def json_ready(data: Any) -> Any:
 
 
 def dumps_json(data: Any, **kwargs) -> str:
-    """Strict JSON text of ``data`` (non-finite floats as null, other objects as text)."""
+    """Strict JSON: non-finite floats as null, other objects as text."""
     return json.dumps(json_ready(data), allow_nan=False, default=str, **kwargs)
 
 
@@ -81,8 +76,8 @@ def atomic_write_json(path: str | os.PathLike, data: Any) -> Path:
 
 
 def ensure_writable(folder: str | os.PathLike) -> Path:
-    """Create ``folder`` and prove it writable with a private temporary file (safe when
-    several launches check the same folder at once). Raises the OSError otherwise."""
+    """Created, and proven writable with a private temporary file (safe when several
+    launches check the same folder at once)."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     fd, probe = tempfile.mkstemp(prefix=".hyport-write-test-", dir=folder)
@@ -116,7 +111,7 @@ def disk_full_error(exc: BaseException, folder: Path, needed: int) -> Optional[O
 
 
 def _device_of(folder: Path) -> str:
-    """``<device> (<mount point>)`` of the file system holding ``folder``."""
+    """``<device> (<mount point>)``."""
     import psutil
 
     best = None

@@ -1,12 +1,10 @@
 """Two (or more) recorded runs side by side: what changed between the CPU emulation run and
 an NPU run, between two profiles, between yesterday and today.
 
-A run is a folder of stage results: an interactive run kept under ``history/<run-id>/``
-(:func:`hyport_lib.results.history_dir`) or a report run's ``<run>/results/``. This module
-reads each record as its stage's typed result and compares what every record has (verdict,
-headline, parameters); what differs in a stage's own result, its ``show.compare`` hook says
-(tables, figures, throughput: a :class:`StageComparison`). A :class:`Comparison` holds it
-all; :mod:`hyport_lib.workbook.compare_show` renders it (tables, figures as PNG, an offline page).
+A run is a folder of stage results: an interactive run kept under ``history/<run-id>/`` or
+a report run's ``<run>/results/``. What every record has (verdict, headline, parameters) is
+compared here; what differs in a stage's own result, its ``show.compare`` hook says (a
+:class:`StageComparison`). :mod:`hyport_lib.workbook.compare_show` renders it.
 """
 
 from __future__ import annotations
@@ -34,22 +32,20 @@ _INTERACTIVE = "interactive"
 
 @dataclass(frozen=True)
 class Run:
-    """A folder of stage results. ``kind``: ``interactive`` (one stage run kept under
-    ``history/``) or ``report`` (a ``hyport report`` run's results)."""
+    """A folder of stage results."""
 
     id: str
-    kind: str
+    kind: str  # interactive (one stage run kept under history/) or report
     folder: Path  # holds <stage>.json
     stages: tuple[str, ...]
 
     @property
     def root(self) -> Path:
-        """The run's own folder: a report run's (its index, ``results/``), or the history one."""
+        """A report run's folder (its index, ``results/``), or the history one."""
         return self.folder.parent if self.kind == "report" and self.folder.name == _REPORT_RESULTS else self.folder
 
     def record(self, stage: str) -> StageRecord:
-        """The stage's record, its data typed (:func:`~hyport_lib.stages.read_stage_record`);
-        ValueError naming the file when unreadable."""
+        """Its data typed; ValueError naming the file when unreadable."""
         path = self.folder / f"{stage}.json"
         # The file by its name only: the message lands in compare.html, which may be sent on.
         try:
@@ -62,8 +58,7 @@ class Run:
 
 
 def default_outputs() -> Path:
-    """``outputs/`` of the checkout: the parent of the interactive folder (where a report
-    started in the checkout writes its runs)."""
+    """``outputs/`` of the checkout, where a report started in the checkout writes its runs."""
     return history_dir().parent.parent
 
 
@@ -75,9 +70,7 @@ def _stages_in(folder: Path) -> tuple[str, ...]:
 
 def list_runs(outputs: Optional[Path] = None) -> list[Run]:
     """Every recorded run, newest first (the ids begin with their local time): each report
-    run folder under ``outputs`` (the report's output root; default
-    :func:`default_outputs`) and the interactive runs where every interactive run is kept,
-    :func:`history_dir` (a report never writes into a history)."""
+    run folder under ``outputs`` and every interactive run (a report never writes into a history)."""
     history = history_dir()
     outputs = Path(outputs) if outputs else default_outputs()
     runs = []
@@ -92,11 +85,7 @@ def list_runs(outputs: Optional[Path] = None) -> list[Run]:
 
 def find_run(ref: Any, outputs: Optional[Path] = None) -> Run:
     """A run from a folder (a report run folder, its ``results/``, a history run folder)
-    or a run id (or the start of one) under ``outputs``.
-
-    Raises:
-        ValueError: one line naming ``ref`` and the runs there are.
-    """
+    or a run id (or the start of one); ValueError naming ``ref`` and the runs there are."""
     if isinstance(ref, Run):
         return ref
     path = Path(str(ref)).expanduser()
@@ -130,8 +119,7 @@ class RunRecord:
 
     @property
     def label(self) -> str:
-        """``<run id> (CPU (not an NPU measurement))``: the run and where its figures came
-        from, so a CPU or emulated run is never read as an NPU one."""
+        """``<run id> (CPU (not an NPU measurement))``: a CPU or emulated run is never read as an NPU one."""
         provenance = self.record.provenance
         return f"{self.run.id} ({provenance.label if provenance else 'provenance not recorded'})"
 
@@ -186,14 +174,9 @@ class Comparison:
 
 def compare_runs(refs: Sequence[Any], *, stages: Optional[Iterable[str]] = None,
                  outputs: Optional[Path] = None) -> Comparison:
-    """Compare the runs ``refs`` (ids or folders, see :func:`find_run`), on ``stages``
-    (by number, name or id, as ``hyport report --only`` takes them; default: every stage
-    any of them recorded).
-
-    Raises:
-        ValueError: fewer than two runs, the same run twice, a run that cannot be found, or
-            a stage none of them recorded.
-    """
+    """The runs ``refs`` (:func:`find_run`) on ``stages`` (as ``--only`` takes them; default:
+    every stage any of them recorded); ValueError for fewer than two runs, the same run
+    twice, a run that cannot be found, or a stage none of them recorded."""
     runs = [find_run(ref, outputs) for ref in refs]
     if len(runs) < 2:
         raise ValueError(f"compare: name two runs or more (got {len(runs)})")
@@ -249,10 +232,9 @@ def _parameters(by_stage: dict[str, list[RunRecord]], notes: list[str]) -> pd.Da
 
 
 def _value_text(value: Any, run: Run) -> str:
-    """A parameter as one comparable text: a path inside the run's folder as ``<run>/…``
-    (as the report's index shows it: no local folder on a page that is sent on, and two
-    runs' own folders compare equal), other strings as they are, the rest as JSON (a list
-    ``["float16"]`` and a text ``float16`` stay apart)."""
+    """A path inside the run's folder as ``<run>/…`` (no local folder on a page sent on, and
+    two runs' own folders compare equal), the rest as JSON (a list ``["float16"]`` and a text
+    ``float16`` stay apart)."""
     if isinstance(value, str) and os.path.isabs(value) and Path(value).is_relative_to(run.root):
         return Path("<run>", Path(value).relative_to(run.root)).as_posix()
     return value if isinstance(value, str) else json.dumps(value, sort_keys=True, default=str)

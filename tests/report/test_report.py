@@ -14,7 +14,7 @@ import pytest
 
 from hyport_lib.commands import main
 from hyport_lib.commands import report as report_command
-from hyport_lib.report import html as report_html
+from hyport_lib.report import stage_run as report_html
 from hyport_lib.report import runner
 from hyport_lib.params import Field, ParameterError, Spec
 from hyport_lib.report.run_parameters import (absolutize_paths, coerce_overrides, load_profile, make_plans,
@@ -376,7 +376,7 @@ def test_nbconvert_templates_are_found_wherever_pip_put_them(tmp_path, monkeypat
     import nbconvert
     from jupyter_core import paths
 
-    from hyport_lib.report.html import nbconvert_template_dirs
+    from hyport_lib.report.stage_run import nbconvert_template_dirs
 
     target = tmp_path / "target"
     fake_pkg = target / "nbconvert"
