@@ -197,14 +197,13 @@ class LiveDisplay:
         """Show ``obj``; returns True when the display was actually refreshed."""
         from IPython.display import display
 
-        now = time.monotonic()
-        if not force and self._handle is not None and now - self._last < self.min_interval_s:
+        if not force and not self.due():
             return False
         if self._handle is None:
             self._handle = display(obj, display_id=True)
         else:
             self._handle.update(obj)
-        self._last = now
+        self._last = time.monotonic()
         return True
 
 

@@ -7,7 +7,7 @@ import contextlib
 import datetime as _dt
 import os
 import secrets
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator, Optional
 
@@ -76,7 +76,7 @@ class ReportRun:
 
     @classmethod
     def from_dict(cls, data: dict) -> "ReportRun":
-        return replace(from_mapping(cls, data), run_dir=Path(data["run_dir"]))
+        return from_mapping(cls, data)
 
 
 @dataclass

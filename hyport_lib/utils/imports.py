@@ -52,21 +52,17 @@ def clear_import_caches() -> None:
     try_import.cache_clear()
 
 
-#: Report key -> distribution name, for :func:`collect_versions`.
-VERSION_PACKAGES = {
-    "torch": "torch", "torch_npu": "torch_npu", "transformers": "transformers",
-    "deepspeed": "deepspeed", "accelerate": "accelerate", "safetensors": "safetensors",
-    "tokenizers": "tokenizers", "huggingface_hub": "huggingface_hub", "papermill": "papermill",
-    "nbconvert": "nbconvert", "jupyterlab": "jupyterlab", "ipywidgets": "ipywidgets",
-    "pandas": "pandas", "numpy": "numpy", "flash_attn": "flash_attn", "hyport": "hyport",
-}
+#: The distributions whose versions a report and stage 01 list.
+VERSION_PACKAGES = ("torch", "torch_npu", "transformers", "deepspeed", "accelerate", "safetensors", "tokenizers",
+                    "huggingface_hub", "papermill", "nbconvert", "jupyterlab", "ipywidgets", "pandas", "numpy",
+                    "flash_attn", "hyport")
 
 
 def collect_versions() -> dict[str, Optional[str]]:
     """Installed versions from package metadata (imports nothing heavy)."""
     versions: dict[str, Optional[str]] = {"python": platform.python_version()}
-    for key, dist in VERSION_PACKAGES.items():
-        versions[key] = package_version(dist)
+    for dist in VERSION_PACKAGES:
+        versions[dist] = package_version(dist)
     npu = sys.modules.get("torch_npu")
     if versions["torch_npu"] is None and npu is not None:
         versions["torch_npu"] = getattr(npu, "__version__", None)  # e.g. a source build

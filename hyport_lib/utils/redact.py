@@ -238,28 +238,20 @@ def _secret_value_spans(text: str) -> list[tuple[int, int]]:
     return spans
 
 
-def _redact_assignments(text: str) -> str:
-    spans = _secret_value_spans(text)
-    if not spans:
-        return text
+def _redact_spans(text: str, spans: list[tuple[int, int]]) -> str:
     pieces, written = [], 0
     for start, end in sorted(spans):
         if end <= written:
             continue  # inside a value already redacted
         pieces += [text[written:max(start, written)], REDACTED]
         written = end
-    return "".join(pieces) + text[written:]
+    return "".join(pieces) + text[written:] if pieces else text
 
 
 def _redact_group(pattern: re.Pattern, text: str, *groups: str) -> str:
-    """``text`` with the first of ``groups`` that took part in each match of ``pattern``
-    replaced by :data:`REDACTED`."""
-    pieces, written = [], 0
-    for match in pattern.finditer(text):
-        start, end = next(match.span(g) for g in groups if match.span(g) != (-1, -1))
-        pieces += [text[written:start], REDACTED]
-        written = end
-    return "".join(pieces) + text[written:] if pieces else text
+    """``text`` with the first of ``groups`` that took part in each match of ``pattern`` redacted."""
+    return _redact_spans(text, [next(match.span(g) for g in groups if match.span(g) != (-1, -1))
+                                for match in pattern.finditer(text)])
 
 
 #: The header lines of an encrypted PEM key (RFC 1421), between its begin marker and its body.
@@ -384,7 +376,7 @@ def scrub_secret_shapes(text: str) -> str:
         text = _redact_group(_CURL_USER, text, "quoted", "value")
     if "sshpass" in text:
         text = _redact_group(_SSHPASS, text, "value")
-    return _redact_assignments(text)
+    return _redact_spans(text, _secret_value_spans(text))
 
 
 def scrub_obj(obj, environ: Mapping[str, str] | None = None):

@@ -92,13 +92,11 @@ def find_run(ref: Any, outputs: Optional[Path] = None) -> Run:
     if path.is_dir():
         path = path.resolve()  # absolute, as the records' own paths are (a run's folders compare equal)
         if stages := _stages_in(path / _REPORT_RESULTS):
-            return Run(path.resolve().name, "report", path / _REPORT_RESULTS, stages)
+            return Run(path.name, "report", path / _REPORT_RESULTS, stages)
         if stages := _stages_in(path):
-            folder = path.resolve()
-            if folder.parent.name == HISTORY_DIR:
-                return Run(folder.name, "interactive", path, stages)
-            name = folder.parent.name if folder.name == _REPORT_RESULTS else folder.name
-            return Run(name, "report", path, stages)
+            if path.parent.name == HISTORY_DIR:
+                return Run(path.name, "interactive", path, stages)
+            return Run(path.parent.name if path.name == _REPORT_RESULTS else path.name, "report", path, stages)
         raise ValueError(f"run {ref}: the folder holds no stage result (NN_stage.json, or results/NN_stage.json)")
     runs = list_runs(outputs)
     matches = [r for r in runs if r.id == str(ref)] or [r for r in runs if r.id.startswith(str(ref))]
