@@ -207,7 +207,6 @@ class LiveDisplay:
         return True
 
 
-
 # --------------------------------------------------------------------------- diffs
 _HUNK_RE = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
 _WORD_RE = re.compile(r"\w+|\s+|[^\w\s]")

@@ -13,7 +13,7 @@ import datetime as _dt
 import json
 import os
 import secrets
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, ClassVar, Generic, Iterable, Optional, TypeVar
 
@@ -184,10 +184,8 @@ def write_record(record: StageRecord, directory: Optional[os.PathLike] = None) -
         raise ValueError("stage must be a non-empty name such as '01_environment'")
     now = _dt.datetime.now(_dt.timezone.utc)
     keep = directory is None and not os.environ.get(RUN_DIR_ENV)
-    stamped = StageRecord(record.stage, verdict, record.summary, dict(record.headline), record.provenance,
-                          record.data if record.data is not None else {},
-                          now.isoformat(timespec="seconds"), dict(record.params),
-                          new_run_id(record.stage, now) if keep else "")
+    stamped = replace(record, verdict=verdict, data=record.data if record.data is not None else {},
+                      recorded_at=now.isoformat(timespec="seconds"), run_id=new_run_id(record.stage, now) if keep else "")
     # Through JSON first (default=str turns any object into text), then scrub every
     # string: no secret value survives in any field, escaped or not.
     written = scrub_obj(json.loads(json.dumps(to_mapping(stamped), default=str)))

@@ -20,7 +20,7 @@ from hyport_lib.results import StageRecord, StageSummary, worst_verdict
 from hyport_lib.scan.hits import ScanReport
 from hyport_lib.scan.show import group_hits
 from hyport_lib.workbook.compare import Part, RunRecord, StageComparison
-from hyport_lib.utils.versions import pinned_version, unpad_input_values
+from hyport_lib.utils.imports import pinned_version, unpad_input_values
 
 TABLE_COLUMNS = ("case", "backend", "source", "max_abs", "bound", "cosine", "max_rel",
                  "rel_gt_1e-3", "rel_gt_5e-3", "rmse", "empty_rows", "empty_rows_out",

@@ -23,9 +23,9 @@ import sys
 import traceback
 from typing import Callable, Optional
 
+from hyport_lib.utils.printable import USAGE_ERRORS, one_line
 from hyport_lib.utils.redact import scrub_text
 from hyport_lib.utils.signals import Stopped, shielded, stop_signals_raise
-from hyport_lib.utils.printable import USAGE_ERRORS, one_line
 
 #: Exit status of a stopped command (as a shell reports Ctrl-C).
 STOPPED_EXIT = 130

@@ -76,8 +76,7 @@ def _text(result: WeightsResult) -> str:
             out.append(f"zero_to_fp32: {result.zero_compare.reason}")
     out += ["", f"findings: {n['error']} error(s), {n['warning']} warning(s), {n['info']} note(s)"]
     if result.findings:
-        with_width = findings_frame(result.findings)
-        out.append(with_width.to_string(index=False, max_colwidth=160))
+        out.append(findings_frame(result.findings).to_string(index=False, max_colwidth=160))
     out.append(f"{judged.verdict}: {judged.why}")
     return "\n".join(out)
 

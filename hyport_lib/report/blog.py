@@ -1,13 +1,12 @@
-"""Blog-post drafts of a run: ``blog.en.md`` (also as ``blog.md``) and ``blog.zh.md``, with
+"""Blog-post drafts of a run, ``blog.en.md`` (also as ``blog.md``) and ``blog.zh.md``, and
 their figures, ``<run>/figures/<name>.png``.
 
 Shaped as the seed's write-up of a bring-up: the porting problem, one section per stage,
 the sections stages add after theirs, caveats, the commands that reproduce the run. One
-frame template (``report/templates/blog/blog.md.j2``) takes each stage's template, both
-in every language (:mod:`hyport_lib.drafting`). Every number is copied from the run's
-recorded files with its provenance; a partial run never makes the drafts raise. The
-drafts are rewritten after every stage, so a figure is drawn once its stage finished and
-redrawn only when the result file is newer.
+frame template takes each stage's template, both in every language (:mod:`hyport_lib.drafting`).
+Every number is copied from the run's recorded files with its provenance; a partial run
+never makes the drafts raise. The drafts are rewritten after every stage: a figure is
+redrawn only when its stage's result file is newer.
 """
 
 from __future__ import annotations
@@ -103,12 +102,6 @@ def _draw(run_dir: Path, relative: str, stage: str, make: Callable) -> Optional[
 
 
 # --------------------------------------------------------------------------- the templates' context
-def stage_record(view: Optional[StageView]) -> Any:
-    """The recorded result a stage's template is fed (None when there is none to show):
-    the one place the templates get it from."""
-    return view.result if view is not None and view.has_data else None
-
-
 @dataclass
 class StagePart:
     """One stage as the drafts' templates see it."""
@@ -116,7 +109,7 @@ class StagePart:
     stage: str  # NN_name
     template: Optional[str]  # its own template; None: its headline is shown as a table
     view: Optional[StageView]  # None for a stage the run left out (``--only``)
-    record: Any  # what its section is drawn from (:func:`stage_record`)
+    record: Any  # what its section is drawn from: the record as written, None with no data to show
 
     @property
     def number(self) -> str:
@@ -130,7 +123,8 @@ class StagePart:
 
 def _part(stage: str, view: Optional[StageView]) -> StagePart:
     template = stage_template(stage.partition("_")[2])
-    return StagePart(stage, template if has_template(template) else None, view, stage_record(view))
+    record = view.result if view is not None and view.has_data else None
+    return StagePart(stage, template if has_template(template) else None, view, record)
 
 
 def stage_facts(views: list[StageView]) -> tuple[dict, list[str]]:

@@ -63,15 +63,12 @@ def _link(path, label) -> str:
 
 
 # --------------------------------------------------------------------------- the cards
-Figures = list[tuple[str, str]]
-
-
-def headline_figures(record: StageRecord) -> Figures:
+def headline_figures(record: StageRecord) -> list[tuple[str, str]]:
     """The card of a stage without a ``glance`` of its own."""
     return [(k, fmt_value(v)) for k, v in record.headline.items()]
 
 
-def card_figures(view: StageView) -> Figures:
+def card_figures(view: StageView) -> list[tuple[str, str]]:
     if view.record is None:
         return []
     glance = view.hook("glance") or headline_figures
@@ -89,13 +86,6 @@ def card_svg(view: StageView) -> str:
         return draw(view.record)
     except (TypeError, ValueError, KeyError, AttributeError, ZeroDivisionError) as exc:
         return f'<p class="prov">(figure unreadable: {html.escape(type(exc).__name__)})</p>'
-
-
-def figure_rows(view: StageView) -> Optional[str]:
-    found = card_figures(view)
-    if not found:
-        return None
-    return "".join(f"<dt>{html.escape(k)}</dt><dd>{html.escape(str(v))}</dd>" for k, v in found)
 
 
 def sources(views: list[StageView]) -> dict[str, list[str]]:
@@ -116,7 +106,7 @@ def _glance(views: list[StageView]) -> str:
     cards = []
     for view in views:
         s = view.outcome
-        rows = figure_rows(view)
+        rows = "".join(f"<dt>{html.escape(k)}</dt><dd>{html.escape(str(v))}</dd>" for k, v in card_figures(view))
         colour = VERDICT_COLOURS.get(s.verdict.upper(), "#ffffff")
         body = f"<dl>{rows}</dl>" if rows else f"<p>{_esc(s.error or _NO_FIGURES.get(s.verdict, 'no figures recorded'))}</p>"
         spark = card_svg(view)

@@ -21,13 +21,7 @@ from typing import Iterable, Optional
 import yaml
 
 from hyport_lib.models.preflight import HUB_ID
-from hyport_lib.params import (
-    Field,
-    ParameterError,
-    parameter_fields,
-    parse_text,
-    unknown_parameter,
-)
+from hyport_lib.params import Field, ParameterError, parameter_fields, parse_text, unknown_parameter
 from hyport_lib.processes import (describe_exit, read_log_tail, read_task_result, run_child, task_command,
                                   task_environ)
 from hyport_lib.report.paths import default_profiles_dir

@@ -4,11 +4,10 @@ The executed notebook is saved in ``<run>/.partial/`` after every cell; only its
 copy reaches ``notebooks/`` (a killed run's is removed by the next run). What the kernel
 writes to the terminal goes to the stage's log, scrubbed like the rest.
 
-The stage's page is self-contained HTML that makes no network request. Widgets are
-rendered statically (see README): nbconvert's widget renderer comes from a CDN that
-air-gapped clusters cannot reach, and every notebook shows a static rendering next to each
-widget. Widget views become a note, widget state is dropped, and the template has no
-require.js / MathJax / mermaid / widget scripts.
+The stage's page is offline HTML: nbconvert's widget renderer comes from a CDN that
+air-gapped clusters cannot reach, so widget views become a note (every notebook shows a
+static rendering next to each widget), and the template has no require.js / MathJax /
+mermaid / widget scripts.
 """
 
 from __future__ import annotations

@@ -159,8 +159,7 @@ class Comparison:
     headlines: pd.DataFrame
     #: stage, parameter, run, value (as text): the parameters each record holds
     parameters: pd.DataFrame
-    #: run, label, stage, measure, tokens_per_s: what the stages' hooks measured
-    throughput: pd.DataFrame
+    throughput: pd.DataFrame  # THROUGHPUT_COLUMNS: what the stages' hooks measured
     #: the stages' own tables and figures, in the stages' order
     parts: list[Part] = field(default_factory=list)
     #: runs that lack a stage the others have, unreadable records
