@@ -64,11 +64,6 @@ def styled(df, colour=(), cell_colour=verdict_colour):
     return styler.map(cell_colour, subset=present) if present else styler
 
 
-def style_verdicts(df, columns=("verdict", "status")):
-    """:func:`styled` with the verdict/status cells coloured."""
-    return styled(df, colour=columns)
-
-
 class FittedTable:
     """A styled table in a box as wide as the pane that scrolls sideways when the table
     is wider still: what notebooks display, and the report keeps (its HTML)."""
@@ -168,15 +163,21 @@ def explorable_table(df, style=styled, what: str = "rows", limit: int = 10,
     return [*explorer, f"The first {limit} of {len(df)} {what} ({where}):", *shown]
 
 
+def png_bytes(fig, dpi: int = 100) -> bytes:
+    """A matplotlib figure as PNG, cropped to what it draws: every figure hyport writes or shows."""
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=dpi, bbox_inches="tight")
+    return buf.getvalue()
+
+
 def figure_png(fig, dpi: int = 100):
-    """Render a matplotlib figure to an IPython PNG image and close the figure."""
+    """A matplotlib figure as an IPython PNG image; the figure is closed (pyplot keeps it otherwise)."""
     import matplotlib.pyplot as plt
     from IPython.display import Image
 
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=dpi, bbox_inches="tight")
+    data = png_bytes(fig, dpi)
     plt.close(fig)
-    return Image(data=buf.getvalue(), format="png")
+    return Image(data=data, format="png")
 
 
 class LiveDisplay:
@@ -196,16 +197,14 @@ class LiveDisplay:
         """Show ``obj``; returns True when the display was actually refreshed."""
         from IPython.display import display
 
-        now = time.monotonic()
-        if not force and self._handle is not None and now - self._last < self.min_interval_s:
+        if not force and not self.due():
             return False
         if self._handle is None:
             self._handle = display(obj, display_id=True)
         else:
             self._handle.update(obj)
-        self._last = now
+        self._last = time.monotonic()
         return True
-
 
 
 # --------------------------------------------------------------------------- diffs

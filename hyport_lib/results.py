@@ -4,9 +4,7 @@ figure is never shown as an NPU one.
 
 Outside a report run, each record is also kept as ``history/<run-id>/<stage>.json`` beside
 the results folder (the latest stays where stage 05 and the show modules read it): an
-interactive run is never lost to the next one, and two can be compared
-(:mod:`hyport_lib.workbook.compare`). A report run folder keeps its own results, so
-nothing is duplicated there.
+interactive run is never lost to the next one, and two can be compared.
 """
 
 from __future__ import annotations
@@ -15,7 +13,7 @@ import datetime as _dt
 import json
 import os
 import secrets
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, ClassVar, Generic, Iterable, Optional, TypeVar
 
@@ -47,7 +45,7 @@ HISTORY_DIR = "history"
 
 
 def worst_verdict(verdicts: Iterable[str]) -> str:
-    """FAIL > WARN > PASS; SKIP is ignored. Only SKIPs (or nothing) gives SKIP."""
+    """FAIL > WARN > PASS; SKIP counts only when nothing else is there."""
     judged = [v for v in verdicts if v in SEVERITY]
     if not judged:
         return "SKIP"
@@ -102,8 +100,7 @@ class StageSummary:
 @dataclass
 class StageRecord(Generic[D]):
     """One stage's recorded result, ``<results>/<stage>.json``: written by :func:`record`,
-    read back by :func:`read_record` (an odd verdict shows as recorded, ``data`` is the
-    stage's result class) and checked by :func:`load_record`."""
+    read back by :func:`read_record` (an odd verdict shows as recorded)."""
 
     stage: Optional[str] = None
     verdict: Optional[str] = None
@@ -119,7 +116,7 @@ class StageRecord(Generic[D]):
     run_id: str = ""
 
     def figure(self, name: str) -> Any:
-        """The headline figure ``name``; None where the record has none."""
+        """None where the record has no such headline figure."""
         return self.headline.get(name)
 
 
@@ -150,12 +147,8 @@ def results_dir() -> Path:
 
 
 def ensure_results_dir(directory: Optional[os.PathLike] = None) -> Path:
-    """The results folder, created and writable; checked by commands before any work, so
-    that an hour's run never ends in a traceback about where to write its result.
-
-    Raises:
-        PermissionError: naming the folder (and ``HYPORT_RESULTS_DIR`` when it set it).
-    """
+    """Created and writable, or a PermissionError naming it: checked by commands before any
+    work, so that an hour's run never ends in a traceback about where to write its result."""
     folder = Path(directory) if directory else results_dir()
     try:
         ensure_writable(folder)
@@ -168,9 +161,8 @@ def ensure_results_dir(directory: Optional[os.PathLike] = None) -> Path:
 
 def record(stage: Any, result: Any, *, params: Optional[StageParams] = None,
            directory: Optional[os.PathLike] = None) -> Path:
-    """Write ``result`` as the record of ``stage`` (a stage module: its ``STAGE``, its
-    ``summarize``, its ``result_data`` where it records more than the result's fields) with
-    the result's provenance and the ``params`` it ran with; the file written."""
+    """The one writer of a stage's record: ``stage`` is its module (``STAGE``, ``summarize``,
+    and ``result_data`` where it records more than the result's fields)."""
     summary = stage.summarize(result)
     return write_record(StageRecord(stage.STAGE, summary.verdict, summary.summary, summary.headline,
                                     getattr(result, "provenance", None), recorded_data(stage, result),
@@ -178,19 +170,13 @@ def record(stage: Any, result: Any, *, params: Optional[StageParams] = None,
 
 
 def recorded_data(stage: Any, result: Any) -> Any:
-    """What ``stage`` records of ``result`` (and ``--json`` prints): its ``result_data(result)``
-    where it has one, else the result field by field."""
+    """What ``stage`` records of ``result`` (and ``--json`` prints)."""
     return getattr(stage, "result_data", to_mapping)(result)
 
 
 def write_record(record: StageRecord, directory: Optional[os.PathLike] = None) -> Path:
-    """Write ``record`` atomically, stamped now; its path. Into the default folder outside
-    a report run, the record is first kept under :func:`history_dir` too (``run_id``
-    names it).
-
-    Raises:
-        ValueError: no stage name, or a verdict not in :data:`STAGE_VERDICTS`.
-    """
+    """Atomically, stamped now. Into the default folder outside a report run, the record is
+    first kept under :func:`history_dir` too. ValueError for no stage name or an odd verdict."""
     verdict = str(record.verdict).upper()
     if verdict not in STAGE_VERDICTS:
         raise ValueError(f"verdict={record.verdict!r}: expected one of {', '.join(STAGE_VERDICTS)}")
@@ -198,10 +184,8 @@ def write_record(record: StageRecord, directory: Optional[os.PathLike] = None) -
         raise ValueError("stage must be a non-empty name such as '01_environment'")
     now = _dt.datetime.now(_dt.timezone.utc)
     keep = directory is None and not os.environ.get(RUN_DIR_ENV)
-    stamped = StageRecord(record.stage, verdict, record.summary, dict(record.headline), record.provenance,
-                          record.data if record.data is not None else {},
-                          now.isoformat(timespec="seconds"), dict(record.params),
-                          new_run_id(record.stage, now) if keep else "")
+    stamped = replace(record, verdict=verdict, data=record.data if record.data is not None else {},
+                      recorded_at=now.isoformat(timespec="seconds"), run_id=new_run_id(record.stage, now) if keep else "")
     # Through JSON first (default=str turns any object into text), then scrub every
     # string: no secret value survives in any field, escaped or not.
     written = scrub_obj(json.loads(json.dumps(to_mapping(stamped), default=str)))
@@ -218,12 +202,10 @@ def new_run_id(stage: str, when: _dt.datetime) -> str:
 
 
 def history_dir() -> Path:
-    """Where interactive runs are kept: ``history/`` beside :func:`results_dir`."""
     return results_dir().parent / HISTORY_DIR
 
 
 def result_file(directory: os.PathLike, stage: str) -> Path:
-    """Where stage ``stage`` (``"01_environment"``) records its result in ``directory``."""
     return Path(directory) / f"{stage}.json"
 
 
@@ -237,13 +219,9 @@ class UnreadableResult(ValueError):
 
 
 def read_result(path: os.PathLike) -> dict:
-    """The one reader of result files: the recorded JSON object, as written (an older or odd
-    record still shows what it holds; :func:`load_record` checks it).
-
-    Raises:
-        FileNotFoundError: no such file (the stage recorded nothing).
-        UnreadableResult: the file is there but holds no JSON object.
-    """
+    """The one reader of result files: the object as written (an older or odd record still
+    shows what it holds); FileNotFoundError when the stage recorded nothing,
+    :class:`UnreadableResult` when the file holds no JSON object."""
     path = Path(path)
     try:
         raw = json.loads(path.read_text(encoding="utf-8"))
@@ -267,7 +245,7 @@ def read_record(raw: Any, data_type: Optional[type[D]] = None) -> StageRecord[D]
 
 def load_record(path: os.PathLike, data_type: Optional[type[D]] = None) -> StageRecord[D]:
     """:func:`read_record` of a result file, checked: a ValueError naming the file when it
-    is missing, unreadable, or holds no stage name or a verdict not in :data:`STAGE_VERDICTS`."""
+    is missing, unreadable, or holds no stage name or an odd verdict."""
     path = Path(path)
     try:
         read = read_record(read_result(path), data_type)

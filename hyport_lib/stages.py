@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Callable, Iterable, Optional, Protocol, runtime_checkable
+from typing import Any, Callable, Iterable, Optional, Protocol, Sequence, runtime_checkable
 
 import hyport_lib
 from hyport_lib.params import StageParams
@@ -25,18 +25,14 @@ _STAGE_RE = re.compile(r"^(\d{2})_([a-z0-9_]+)\.ipynb$")
 @runtime_checkable
 class StageContract(Protocol):
     """What a stage's ``hyport_lib.<name>.stage`` module provides (as torchtune's recipes):
-    notebook, command and report call these and nothing else; each stage names its own
-    Plan, Result and progress types. :func:`hyport_lib.results.record` writes the result.
+    notebook, command and report call these and nothing else.
 
-    * ``RESULT``: the result's dataclass: written field by field
-      (:func:`~hyport_lib.utils.typed_records.to_mapping`, or the module's
-      ``result_data(result)`` where the record holds more), read back with
-      :func:`~hyport_lib.utils.typed_records.from_mapping`; its ``provenance`` is recorded.
+    * ``RESULT``: the result's dataclass, written field by field (or through the module's
+      ``result_data(result)`` where the record holds more) and read back with ``from_mapping``.
     * ``plan(params)``: every check, nothing written; raises on a bad parameter.
-    * ``run(plan, *, on_progress=None)``: the work; stopped, it leaves what finished on
-      the exception (``exc.partial``).
-    * ``summarize(result)``: the verdict (PASS, WARN or FAIL), one line and the index's
-      figures: the command's exit status and the report's row come from it.
+    * ``run(plan, *, on_progress=None)``: stopped, it leaves what finished on the exception
+      (``exc.partial``).
+    * ``summarize(result)``: the command's exit status and the report's row come from it.
     """
 
     STAGE: str  # "NN_name", the notebook's stem
@@ -61,7 +57,7 @@ class Stage:
 
 
 def default_notebooks_dir() -> Path:
-    """``notebooks/`` beside the package (source checkout / editable install)."""
+    """``notebooks/`` beside the package (a source checkout, an editable install)."""
     return Path(hyport_lib.__file__).resolve().parents[1] / "notebooks"
 
 
@@ -81,32 +77,40 @@ def discover_stages(notebooks_dir: Optional[Path] = None) -> list[Stage]:
     return stages
 
 
+def named_stages(wanted: Iterable[str], ids: Sequence[str]) -> tuple[list[str], list[str]]:
+    """The stage ids of ``ids`` that ``wanted`` names by number (``1``, ``01``), name
+    (``environment``) or id, in the order of ``ids``; and the words that name none."""
+    known: dict[str, str] = {}
+    for stage in ids:
+        number, _, name = stage.partition("_")
+        known.update({number: stage, name: stage, stage: stage})
+    words = [w.strip() for w in wanted if w.strip()]
+    unknown = [w for w in words if w not in known and w.zfill(2) not in known]
+    picked = {known.get(w) or known[w.zfill(2)] for w in words if w not in unknown}
+    return [s for s in ids if s in picked], unknown
+
+
 def select_stages(stages: list[Stage], only: Optional[Iterable[str]]) -> list[Stage]:
-    """Pick stages by number (``01``), name (``environment``) or id; keeps order."""
+    """``--only``'s stages (:func:`named_stages`), all of them without it."""
     if not only:
         return list(stages)
-    wanted = [w.strip() for w in only if w.strip()]
-    known = {s.number: s for s in stages} | {s.name: s for s in stages} | {s.id: s for s in stages}
-    unknown = [w for w in wanted if w.zfill(2) not in known and w not in known]
+    picked, unknown = named_stages(only, [s.id for s in stages])
     if unknown:
         names = ", ".join(s.id for s in stages)
         raise ValueError(f"--only: unknown stage(s) {', '.join(unknown)}; available: {names}")
-    picked = {known.get(w) or known[w.zfill(2)] for w in wanted}
-    return [s for s in stages if s in picked]
+    return [s for s in stages if s.id in picked]
 
 
 def stage_hook(stage_id: str, name: str) -> Optional[Callable]:
-    """The function ``name`` (``glance``, ``blog_values``, ``compare``...) of stage
-    ``NN_name``'s ``show`` module; None where the module does not define it, or the stage
-    has no package here (a record of a stage this checkout does not have)."""
+    """The function ``name`` of stage ``NN_name``'s ``show`` module; None where it has none,
+    or the stage has no package here (a record of a stage this checkout does not have)."""
     package = _package(stage_id)
     return None if package is None else getattr(importlib.import_module(f"{package}.show"), name, None)
 
 
 def read_stage_record(stage_id: str, raw: Any) -> StageRecord:
-    """``raw`` (a result file's object) as stage ``NN_name``'s :class:`StageRecord`, its
-    data read as the stage's ``RESULT`` (as recorded where it declares none, or the stage
-    has no package here)."""
+    """A result file's object, its data read as the stage's ``RESULT`` (as recorded where
+    the stage has no package here)."""
     package = _package(stage_id)
     stage = importlib.import_module(f"{package}.stage") if package else None
     return read_record(raw, getattr(stage, "RESULT", None))
@@ -119,11 +123,9 @@ def _package(stage_id: str) -> Optional[str]:
 
 
 def stage_part(stage_name: str, part: str) -> ModuleType:
-    """The module ``hyport_lib.<stage_name>.<part>`` (``stage``, ``params``, ``show``), only
-    that one imported (the others may pull in heavy libraries)."""
+    """``hyport_lib.<stage_name>.<part>`` alone (the others may pull in heavy libraries)."""
     return importlib.import_module(f"hyport_lib.{stage_name}.{part}")
 
 
 def params_class(stage: Stage) -> type:
-    """The stage's ``Params`` class."""
     return stage_part(stage.name, "params").Params

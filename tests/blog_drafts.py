@@ -10,7 +10,7 @@ import re
 from collections import defaultdict
 from pathlib import Path
 
-from hyport_lib.report.blog.writer import render_blog
+from hyport_lib.report.blog import render_blog
 from hyport_lib.report.run import PENDING, ReportRun, StageOutcome
 
 STAGES = ["01_environment", "02_attention", "03_inference", "04_train", "05_weights"]

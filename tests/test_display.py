@@ -33,7 +33,7 @@ def test_verdicts_are_coloured_text_and_no_shown_text_carries_an_emoji():
     label = D.verdict_label("warn")
     assert ">WARN<" in label and D.VERDICT_COLOURS["WARN"] in label
     assert "3 PASS" in D.verdict_label("PASS", "3 PASS")
-    assert D.VERDICT_COLOURS["FAIL"] in D.fit(D.style_verdicts(pd.DataFrame({"verdict": ["FAIL"]}))).to_html()
+    assert D.VERDICT_COLOURS["FAIL"] in D.fit(D.styled(pd.DataFrame({"verdict": ["FAIL"]}), colour=("verdict",))).to_html()
     # Without an emoji font an emoji is an empty box: nothing the workbook shows has one.
     found = [f"{path.relative_to(REPO)}:{n}" for folder in ("hyport_lib", "notebooks")
              for path in sorted((REPO / folder).rglob("*")) if path.suffix in (".py", ".ipynb", ".j2")

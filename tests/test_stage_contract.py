@@ -25,9 +25,9 @@ import yaml
 from hyport_lib.commands import COMMANDS, build_parser, command_target, main
 from hyport_lib.commands._stage import StageCommand
 from hyport_lib.params import ParameterError, StageParams, markdown_table, parameter_fields
-from hyport_lib.report.blog.frame import cli_value
-from hyport_lib.report.run_parameters import check_before_running, make_plans, plan_requests, resolve_parameters
-from hyport_lib.report.profiles import parse_overrides
+from hyport_lib.report.blog import cli_value
+from hyport_lib.report.run_parameters import (check_before_running, make_plans, parse_overrides, plan_requests,
+                                              resolve_parameters)
 from hyport_lib.stages import StageContract, discover_stages, params_class, stage_part
 from hyport_lib.utils.typed_records import from_mapping
 
@@ -131,6 +131,7 @@ def test_a_key_several_stages_declare_is_declared_alike_but_for_none():
 def test_the_docs_parameter_table_is_current():
     """docs/parameters.md is generated from the classes (scripts/write_parameter_docs.py)."""
     text = (REPO / "docs" / "parameters.md").read_text(encoding="utf-8")
+    assert {"01_environment", "05_weights"} <= {s.id for s in STAGES}
     for stage in STAGES:
         assert markdown_table(params_class(stage)) in text, \
             f"docs/parameters.md is stale for {stage.id}: run python scripts/write_parameter_docs.py"

@@ -25,8 +25,7 @@ from hyport_lib.npu_attention import reference as R
 from hyport_lib.npu_attention.flash_api import DEFAULT_VERSION, FlashAttnAPI, make_unpad_input
 from hyport_lib.port.generated.flash_attn_ascend import (compressed_causal_mask, nfa_sparse_arguments,
                                                          pad_input, repeat_kv, resolve_window, unpad_input)
-from hyport_lib.utils.imports import is_flash_attn_available
-from hyport_lib.utils.versions import legacy_unpad
+from hyport_lib.utils.imports import is_flash_attn_available, legacy_unpad
 
 
 @dataclass

@@ -8,7 +8,7 @@ from typing import Optional
 
 from hyport_lib.params import (ParameterError, StageParams, device_param, model_path_param, param,
                                trust_remote_code_param)
-from hyport_lib.utils.versions import version_tuple
+from hyport_lib.utils.imports import version_tuple
 
 #: The dtypes the grid runs its cases in.
 DTYPES = ("float16", "bfloat16", "float32")

@@ -13,7 +13,7 @@ from hyport_lib.attention.stage import GRID_STEP, AttentionStageResult, CaseProg
 from hyport_lib.attention.views import (backend_rows, behaviour_frame, behaviour_glance_row,
                                         behaviour_markdown, behaviour_values, case_tally, pairs_frame,
                                         port_glance_rows, port_kinds, proof_frame, proof_markdown)
-from hyport_lib.display import MISSING, LiveDisplay, diff_html, figure_png, fit, style_verdicts, styled
+from hyport_lib.display import MISSING, LiveDisplay, diff_html, figure_png, fit, styled
 from hyport_lib.drafting.values import fmt_value, is_number
 from hyport_lib.results import StageRecord, StageSummary
 from hyport_lib.scan.hits import ScanReport
@@ -72,7 +72,8 @@ def _text(value, spec: str = "{}") -> str:
 
 def styled_comparison(result):
     df = comparison_table(result)
-    return style_verdicts(df).format({c: f for c, f in TABLE_FORMATS.items() if c in df.columns}, na_rep=MISSING)
+    return styled(df, colour=("verdict", "status")).format(
+        {c: f for c, f in TABLE_FORMATS.items() if c in df.columns}, na_rep=MISSING)
 
 
 def provenance_note(result) -> str:
@@ -189,7 +190,7 @@ def show_comparison(result):
     """Every row (hundreds with ``full=True``) folded in a ``<details>`` block that travels
     with the HTML report, below the per-backend summary and the failing rows."""
     _markdown(provenance_note(result))
-    summary = style_verdicts(backend_summary(result)).format(
+    summary = styled(backend_summary(result), colour=("verdict", "status")).format(
         {"worst err/bound": "{:.3f}", "min cosine": "{:.6f}"}, na_rep=MISSING)
     _display(fit(summary))
     table = comparison_table(result)
@@ -252,7 +253,7 @@ def show_port(port, error: str = "") -> None:
         _markdown("Nothing was rewritten: there is no port to prove.")
     elif port.proof is not None:
         _markdown(proof_markdown(port.proof))
-        _display(fit(style_verdicts(proof_frame(port.proof))))
+        _display(fit(styled(proof_frame(port.proof), colour=("verdict", "status"))))
 
 
 def summary_markdown(summary: StageSummary, result=None) -> str:

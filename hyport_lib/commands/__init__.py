@@ -3,7 +3,7 @@
 A stage command's module declares ``COMMAND`` (a :class:`~._stage.StageCommand`); any other
 defines ``add_arguments(parser)`` and ``run(args) -> int``. Exit statuses: :mod:`._cli`.
 ``hyport --help`` imports no command module (they import torch, pandas, papermill ...);
-``hyport COMMAND`` imports that one.
+``hyport COMMAND`` imports that one only.
 """
 
 from __future__ import annotations
@@ -39,15 +39,14 @@ COMMANDS: dict[str, str] = {
 
 
 def command_target(name: str):
-    """What runs ``hyport <name>``: the module's ``COMMAND`` (a stage command), else the
-    module itself; either has ``add_arguments(parser)`` and ``run(args)``."""
+    """The module's ``COMMAND`` (a stage command), else the module itself."""
     module = importlib.import_module(f"{__name__}.{name}")
     return getattr(module, "COMMAND", module)
 
 
 def build_parser(only: Optional[Sequence[str]] = None) -> argparse.ArgumentParser:
-    """The ``hyport`` parser: every command listed with its help; only those in ``only``
-    (default: all) imported and given their arguments."""
+    """Every command listed with its help; only those in ``only`` (default: all) imported
+    and given their arguments."""
     parser = argparse.ArgumentParser(
         prog="hyport", description="Porting workbook for Hugging Face models on Ascend NPUs.")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
@@ -62,8 +61,6 @@ def build_parser(only: Optional[Sequence[str]] = None) -> argparse.ArgumentParse
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    """Parse ``argv`` (default: ``sys.argv[1:]``) and run that command through :func:`invoke`;
-    its exit status."""
     argv = list(sys.argv[1:] if argv is None else argv)
     # The top-level parser has no option but -h: the first word, when a command, is it.
     args = build_parser(only=argv[:1]).parse_args(argv)
@@ -71,8 +68,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
 
 def cli() -> None:
-    """The ``hyport`` executable: :func:`main`, then exit with its status. A stopped command
-    has written what it keeps: a further Ctrl-C at shutdown must not turn 130 into SIGINT."""
+    """The ``hyport`` executable. A stopped command has written what it keeps: a further
+    Ctrl-C at shutdown must not turn 130 into SIGINT."""
     code = main()
     if code == STOPPED_EXIT:
         for sig in (signal.SIGINT, *STOP_SIGNALS):

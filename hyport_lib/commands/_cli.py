@@ -1,6 +1,6 @@
 """How every ``hyport`` command ends: one place for usage errors and stop signals.
 
-* A usage error (:data:`~hyport_lib.utils.usage.USAGE_ERRORS`, or a full disk) prints one line,
+* A usage error (:data:`~hyport_lib.utils.printable.USAGE_ERRORS`, or a full disk) prints one line,
   ``hyport <command>: <message>`` (and an error's ``details`` below it) and exits 2;
   ``HYPORT_DEBUG=1`` shows the traceback instead.
 * Any other exception is a defect of hyport: its traceback, one line, exit 3, so that
@@ -23,9 +23,9 @@ import sys
 import traceback
 from typing import Callable, Optional
 
+from hyport_lib.utils.printable import USAGE_ERRORS, one_line
 from hyport_lib.utils.redact import scrub_text
 from hyport_lib.utils.signals import Stopped, shielded, stop_signals_raise
-from hyport_lib.utils.usage import USAGE_ERRORS, one_line
 
 #: Exit status of a stopped command (as a shell reports Ctrl-C).
 STOPPED_EXIT = 130
@@ -34,14 +34,11 @@ INTERNAL_EXIT = 3
 
 
 def invoke(name: str, run: Callable, args) -> int:
-    """Run one command's ``run(args)`` with the rules of the module docstring."""
     try:
         with stop_signals_raise():
             return int(run(args) or 0)
     except Stopped as exc:
-        print(f"hyport {name}: stopped by {signal.Signals(exc.signum).name}; "
-              f"what was finished is kept", file=sys.stderr)
-        return STOPPED_EXIT
+        return _stopped(name, exc)
     except KeyboardInterrupt:
         print(f"hyport {name}: interrupted; what was finished is kept", file=sys.stderr)
         return STOPPED_EXIT
@@ -64,17 +61,19 @@ def invoke(name: str, run: Callable, args) -> int:
         return USAGE_EXIT
     except Exception as exc:
         stop = _stop_behind(exc)
-        if stop is not None:
-            # A library's cleanup failed while the stop unwound it (libcst's codegen raises
-            # KeyError from a `finally` cut short): the stop is what happened, not a defect.
-            print(f"hyport {name}: stopped by {signal.Signals(stop.signum).name}; "
-                  f"what was finished is kept", file=sys.stderr)
-            return STOPPED_EXIT
-        return _internal(name, exc)  # a defect: keep the traceback, say what it is, exit apart
+        # A library's cleanup failed while the stop unwound it (libcst's codegen raises
+        # KeyError from a `finally` cut short): the stop is what happened, not a defect.
+        return _stopped(name, stop) if stop is not None else _internal(name, exc)
+
+
+def _stopped(name: str, stop: Stopped) -> int:
+    print(f"hyport {name}: stopped by {signal.Signals(stop.signum).name}; what was finished is kept",
+          file=sys.stderr)
+    return STOPPED_EXIT
 
 
 def _stop_behind(exc: BaseException) -> Optional[Stopped]:
-    """The stop signal an exception was raised while handling, if any."""
+    """The stop signal ``exc`` was raised while handling, if any."""
     seen = set()
     while exc is not None and id(exc) not in seen:
         seen.add(id(exc))
@@ -90,8 +89,7 @@ PIPE_CLOSED_EXIT = 128 + signal.SIGPIPE
 
 
 def _stdout_closed() -> bool:
-    """Whether standard output is a pipe or socket whose reader is gone: polling its
-    descriptor reports an error condition then (Linux: a pipe without readers)."""
+    """Whether stdout's reader is gone: polling a pipe without readers reports an error (Linux)."""
     try:
         descriptor = sys.stdout.fileno()
     except (AttributeError, OSError, ValueError):  # replaced by an object without a descriptor
@@ -102,8 +100,8 @@ def _stdout_closed() -> bool:
 
 
 def _reader_gone() -> int:
-    """The reader of the output went away: stdout to the null device, so that Python's flush
-    at exit does not fail again (the ``signal`` module documentation's recipe)."""
+    """stdout to the null device, so that Python's flush at exit does not fail again (the
+    ``signal`` module documentation's recipe)."""
     devnull = os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, sys.stdout.fileno())
     os.close(devnull)
@@ -111,8 +109,7 @@ def _reader_gone() -> int:
 
 
 def _internal(name: str, exc: BaseException) -> int:
-    """A defect: the traceback, a line saying what it is, and exit 3 (called from within
-    the ``except`` clause, so the traceback is the exception's)."""
+    """Called within the ``except`` clause, so that the traceback is the exception's."""
     if os.environ.get("HYPORT_DEBUG"):
         raise exc
     print(scrub_text(traceback.format_exc()), file=sys.stderr, end="")
@@ -123,7 +120,7 @@ def _internal(name: str, exc: BaseException) -> int:
 
 def run_showing_partial(call: Callable, bar, show: Callable):
     """``show(call())``; stopped, ``show`` the partial result the exception carries
-    (``exc.partial``) before the stop goes on; the progress bar is closed either way."""
+    (``exc.partial``) before the stop goes on."""
     try:
         result = call()
     except KeyboardInterrupt as exc:

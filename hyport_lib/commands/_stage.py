@@ -2,12 +2,9 @@
 
 ``hyport env | attention | infer | train | verify``: one flag per ``Params`` field, plus
 ``--json`` and ``--no-record``; then ``plan``, ``run`` (a progress bar on stderr), the
-record (:func:`hyport_lib.results.record`), and the exit status from ``summarize``:
-
-* 0: PASS or WARN; 1: FAIL;
-* 2: a bad parameter, a missing file, a device not usable here, a results folder that
-  cannot be written (named before the stage runs): one line (:mod:`._cli`);
-* 130: stopped; the partial result left on the exception is shown and recorded.
+record, and the exit status from ``summarize``: 0 PASS or WARN, 1 FAIL; 2 a bad parameter,
+a missing file, a device not usable here, a results folder that cannot be written (named
+before the stage runs); 130 stopped, the partial result shown and recorded.
 """
 
 from __future__ import annotations
@@ -20,40 +17,65 @@ from typing import Any, Callable, ContextManager, Optional, Sequence, cast
 
 from hyport_lib import params
 from hyport_lib.commands._cli import run_showing_partial
-from hyport_lib.commands._progress import TerminalBar
 from hyport_lib.results import ensure_results_dir, record, recorded_data
 from hyport_lib.stages import StageContract, stage_part
 from hyport_lib.utils.files import atomic_write_text, dumps_json
 from hyport_lib.utils.redact import scrub_text
 
+Reader = Callable[[Any], Any]
+
+
+class TerminalBar:
+    """A stage's ``on_progress``: one tqdm bar on stderr. ``total``, ``done``, ``postfix``
+    and ``phase`` read the stage's progress object; a new phase starts a new bar, labelled by it."""
+
+    def __init__(self, desc: str, unit: str, *, total: Reader, done: Reader,
+                 postfix: Optional[Reader] = None, phase: Optional[Reader] = None,
+                 unit_scale: bool = False):
+        self.desc, self.unit, self.unit_scale = desc, unit, unit_scale
+        self._total, self._done, self._postfix, self._phase = total, done, postfix, phase
+        self.bar = None
+        self.current_phase = None
+
+    def __call__(self, progress) -> None:
+        from tqdm import tqdm
+
+        phase = self._phase(progress) if self._phase else None
+        if self.bar is None or phase != self.current_phase:
+            self.close()
+            self.current_phase = phase
+            self.bar = tqdm(total=self._total(progress), file=sys.stderr, desc=phase or self.desc,
+                            unit=self.unit, unit_scale=self.unit_scale)
+        if self._postfix is not None:
+            text = self._postfix(progress)
+            if text:
+                self.bar.set_postfix_str(text, refresh=False)
+        self.bar.update(self._done(progress) - self.bar.n)
+        self.bar.refresh()
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None
+
 
 @dataclass(frozen=True)
 class StageCommand:
     """One stage's command line: what differs between stages is how the result reads on
-    a terminal and what the progress bar counts.
+    a terminal (``text``, scrubbed when printed) and what the progress bar counts.
+    ``switches``: boolean parameters off unless given (``--reload``), where the notebook's
+    defaults are on; ``arguments``: the command's own flags, which ``adjust(plan, args)``
+    applies to the plan."""
 
-    Attributes:
-        stage: the stage's package (``"inference"``): its ``params.Params`` and ``stage``.
-        text: the result as the terminal shows it (scrubbed when printed).
-        planning: the context the plan runs in (training's dataset bar).
-        plan_lines: what the plan decided, said on stderr before it runs.
-        json: the result as ``--json`` writes it (None: as it is recorded).
-        json_file: ``--json OUT`` writes the JSON to a file as well as printing the text.
-        positional: parameters given as positional arguments (``hyport verify PATH``).
-        switches: boolean parameters off unless given (``--reload``), where the
-            notebook's defaults are on.
-        arguments: the command's own flags; ``adjust(plan, args)`` applies them to the plan.
-    """
-
-    stage: str
+    stage: str  # the stage's package ("inference")
     text: Callable[[Any], str]
     bar: Callable[[], Optional[TerminalBar]] = lambda: None
-    planning: Callable[[], ContextManager] = contextlib.nullcontext
-    plan_lines: Callable[[Any], Sequence[str]] = lambda plan: ()
-    json: Optional[Callable[[Any], Any]] = None
-    json_file: bool = False
+    planning: Callable[[], ContextManager] = contextlib.nullcontext  # around the plan (training's dataset bar)
+    plan_lines: Callable[[Any], Sequence[str]] = lambda plan: ()  # what the plan decided, said on stderr
+    json: Optional[Callable[[Any], Any]] = None  # the result as --json writes it (None: as recorded)
+    json_file: bool = False  # --json OUT: the JSON to a file, the text printed
     recording_optional: bool = True
-    positional: Sequence[str] = ()
+    positional: Sequence[str] = ()  # parameters given as positional arguments (hyport verify PATH)
     switches: Sequence[str] = ()
     arguments: Callable[[argparse.ArgumentParser], None] = lambda parser: None
     adjust: Callable[[Any, argparse.Namespace], Any] = lambda plan, args: plan

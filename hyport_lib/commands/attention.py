@@ -7,8 +7,7 @@ from __future__ import annotations
 
 from hyport_lib.attention import stage
 from hyport_lib.attention.show import comparison_table, model_table
-from hyport_lib.commands._progress import TerminalBar
-from hyport_lib.commands._stage import StageCommand
+from hyport_lib.commands._stage import StageCommand, TerminalBar
 from hyport_lib.proof.port_record import PortProof
 from hyport_lib.utils.typed_records import to_mapping
 

@@ -1,13 +1,8 @@
-"""``hyport compare RUN OTHER [...]``: recorded runs side by side (verdicts, headline
-figures, tokens/s, 02's differing cases, 03's cards, 04's losses overlaid) as one offline
-page, ``compare.html``, written into the first run's folder (:mod:`hyport_lib.workbook.compare`).
-
-A run is a report run folder (``outputs/<run-id>``), an interactive run kept under
-``outputs/interactive/history/``, or the id (or the start of one) of either: report runs
-are looked up where ``hyport report`` writes them (``./outputs``, or ``--outputs``),
-interactive runs in the history beside the interactive results.
-Exit status: 0 when the page was written (or the runs listed), 2 for a run not found or a
-bad argument.
+"""``hyport compare RUN OTHER [...]``: recorded runs side by side as one offline page,
+``compare.html``, in the first run's folder (:mod:`hyport_lib.workbook.compare`). A run is a
+report run folder, an interactive run kept under ``outputs/interactive/history/``, or the
+id (or the start of one) of either. Exit status: 0 when the page was written (or the runs
+listed), 2 for a run not found or a bad argument.
 """
 
 from __future__ import annotations

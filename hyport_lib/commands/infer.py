@@ -5,8 +5,7 @@ is a FAIL; busy cards skipped are not.
 
 from __future__ import annotations
 
-from hyport_lib.commands._progress import TerminalBar
-from hyport_lib.commands._stage import StageCommand
+from hyport_lib.commands._stage import StageCommand, TerminalBar
 from hyport_lib.inference.grid import GridResult, InferencePlan
 from hyport_lib.inference.show import compact_frame
 

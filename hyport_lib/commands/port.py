@@ -39,7 +39,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def config_overrides(values: list[str]) -> dict:
-    """``KEY=JSON`` strings as a dict; ValueError naming the bad one."""
     out = {}
     for value in values:
         key, sep, text = value.partition("=")
@@ -53,7 +52,6 @@ def config_overrides(values: list[str]) -> dict:
 
 
 def format_text(result) -> str:
-    """The port as a reader wants it: changes, spots for a human, the proof."""
     out = [f"ported {result.src} -> {result.dst}: {len(result.changes)} change(s) in "
            f"{len(result.files_changed)} file(s), {len(result.manual)} spot(s) left for a human"]
     for change in result.changes:
@@ -73,29 +71,20 @@ def format_text(result) -> str:
         out.append(f"  LINK {path} -> {link_target} (a link inside SRC: kept as a link)")
     for path in result.removed_staging:
         out.append(f"  removed {path}: the staging folder of an earlier port that was killed")
-    proof = result.proof.to_dict() if result.proof is not None else None
-    if proof is None:
-        out.append("proof: none (nothing was rewritten)")
+    proof = result.proof
+    if proof is None or proof.error:
+        out.append(f"proof: {proof.verdict}: {proof.error}" if proof else "proof: none (nothing was rewritten)")
         return "\n".join(out)
-    if proof["error"]:
-        out.append(f"proof: {proof['verdict']}: {proof['error']}")
-        return "\n".join(out)
-    out.append(f"proof: {proof['verdict']}  {proof['model_class']} ({proof['model_kind']}), "
-               f"{proof['dtype']} on {proof['device']}")
-    out.append(f"  reference: {proof['reference']}")
-    out.append(f"  port: {proof['ported_path']}")
-    for case in proof["cases"]:
-        numbers = "" if case["max_abs"] is None else \
-            f"max|diff| {case['max_abs']:.3g} (bound {case['bound']:.3g}), "
-        if case["cosine"] is not None:
-            numbers += f"cosine {case['cosine']:.6f}, "
-        tokens = "" if case["tokens_match"] is None else \
-            f"tokens {'identical' if case['tokens_match'] else 'DIFFER'}, "
-        out.append(f"  {case['verdict']}  {case['name']}: {numbers}{tokens}"
-                   f"{case['npu_calls']} NPU attention call(s)"
-                   + (f"  [{case['detail']}]" if case["detail"] else ""))
-    for note in proof["notes"]:
-        out.append(f"  note: {note}")
+    out += [f"proof: {proof.verdict}  {proof.model_class} ({proof.model_kind}), {proof.dtype} on {proof.device}",
+            f"  reference: {proof.reference}", f"  port: {proof.ported_path}"]
+    for case in proof.cases:
+        numbers = "" if case.max_abs is None else f"max|diff| {case.max_abs:.3g} (bound {case.bound:.3g}), "
+        if case.cosine is not None:
+            numbers += f"cosine {case.cosine:.6f}, "
+        tokens = "" if case.tokens_match is None else f"tokens {'identical' if case.tokens_match else 'DIFFER'}, "
+        out.append(f"  {case.verdict}  {case.name}: {numbers}{tokens}{case.npu_calls} NPU attention call(s)"
+                   + (f"  [{case.detail}]" if case.detail else ""))
+    out += [f"  note: {note}" for note in proof.notes]
     return "\n".join(out)
 
 

@@ -2,8 +2,7 @@
 
 Exit status: 0 when every stage PASSed or WARNed, 1 when one FAILed, 2 when nothing ran
 (bad parameters, profile, ``--only`` or output folder: checked before any stage starts),
-130 when stopped (the partial report is written first: see
-:mod:`hyport_lib.report.runner`).
+130 when stopped (the partial report is written first).
 """
 
 from __future__ import annotations
@@ -13,10 +12,9 @@ import sys
 from pathlib import Path
 
 from hyport_lib.report.bundle import zip_run
-from hyport_lib.report.cleanup import clean_runs
 from hyport_lib.report.paths import relative_text
-from hyport_lib.report.profiles import parse_overrides
-from hyport_lib.report.runner import DEFAULT_CELL_TIMEOUT_S, check_output_root, run_report
+from hyport_lib.report.run_parameters import parse_overrides
+from hyport_lib.report.runner import DEFAULT_CELL_TIMEOUT_S, check_output_root, clean_runs, run_report
 from hyport_lib.workbook.compare import compare_runs, find_run
 from hyport_lib.workbook.compare_show import COMPARE_PAGE, write_compare_page
 

@@ -7,8 +7,7 @@ from __future__ import annotations
 
 import contextlib
 
-from hyport_lib.commands._progress import TerminalBar
-from hyport_lib.commands._stage import StageCommand
+from hyport_lib.commands._stage import StageCommand, TerminalBar
 from hyport_lib.train.dataset_progress import reporting_to
 from hyport_lib.train.preflight import LaunchPlan
 from hyport_lib.train.result import TrainProgress

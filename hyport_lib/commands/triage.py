@@ -1,5 +1,4 @@
-"""``hyport triage PATH [PATH ...]``: what the logs of a failed NPU job mean, and what to do
-(:mod:`hyport_lib.triage`).
+"""``hyport triage PATH [PATH ...]``: what the logs of a failed NPU job mean, and what to do.
 
 Exit status: 0 when no error line was found (a warning alone is no failure), 1 when a
 failure was found (recognised or not), 2 for a missing path, a bad argument, or when no
@@ -33,7 +32,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def parse_since(text: str) -> float:
-    """An ISO time (local when it names no zone) as seconds since the epoch; ValueError naming it."""
+    """An ISO time, local when it names no zone."""
     try:
         return datetime.fromisoformat(text.strip()).timestamp()
     except ValueError:
@@ -46,8 +45,8 @@ NO_CANN_FOLDER = ("CANN logs not read: ASCEND_PROCESS_LOG_PATH is not set and th
 
 
 def cann_choice(args: argparse.Namespace) -> tuple[Path | None, float | None, list[str]]:
-    """The CANN folder to read (None: none), the time from which its files count, and
-    notes (why a folder asked for is not read)."""
+    """The CANN folder to read (None: none), the time from which its files count, and why a
+    folder asked for is not read."""
     since = parse_since(args.since) if args.since is not None else None
     if args.cann_logs is not None:
         folder = Path(args.cann_logs).expanduser()
@@ -61,8 +60,7 @@ def cann_choice(args: argparse.Namespace) -> tuple[Path | None, float | None, li
 
 
 def nothing_read(result: Triage, paths: list[str]) -> str:
-    """The one-line error for a triage that read no file: the first reason, or what was
-    looked for."""
+    """The error for a triage that read no file: the first reason, or what was looked for."""
     if result.notes:
         more = len(result.notes) - 1
         return f"no log could be read: {result.notes[0]}" + (f" (and {more} more note(s))" if more else "")

@@ -13,8 +13,7 @@ import dataclasses
 from pathlib import Path
 
 from hyport_lib.checkpoint_files.findings import findings_frame
-from hyport_lib.commands._progress import TerminalBar
-from hyport_lib.commands._stage import StageCommand
+from hyport_lib.commands._stage import StageCommand, TerminalBar
 from hyport_lib.utils.files import ensure_writable
 from hyport_lib.weights.checksums import checksum_name
 from hyport_lib.weights.result import WeightsResult
@@ -32,8 +31,7 @@ def _log_dir_argument(parser: argparse.ArgumentParser) -> None:
 
 
 def _with_log_dir(plan: WeightsPlan, args: argparse.Namespace) -> WeightsPlan:
-    """``--log-dir``: the children's logs there, a folder that can take files (checked
-    before minutes of scanning and reloading)."""
+    """``--log-dir``, checked writable before minutes of scanning and reloading."""
     if not args.log_dir:
         return plan
     try:
@@ -45,7 +43,7 @@ def _with_log_dir(plan: WeightsPlan, args: argparse.Namespace) -> WeightsPlan:
 
 
 def _text(result: WeightsResult) -> str:
-    """The result as the terminal shows it: the seed's line first, the verdict last."""
+    """The seed's line first, the verdict last."""
     judged = summarize(result)
     n = result.counts
     out = [result.seed_line(),
@@ -77,8 +75,7 @@ def _text(result: WeightsResult) -> str:
             out.append(f"zero_to_fp32: {result.zero_compare.reason}")
     out += ["", f"findings: {n['error']} error(s), {n['warning']} warning(s), {n['info']} note(s)"]
     if result.findings:
-        with_width = findings_frame(result.findings)
-        out.append(with_width.to_string(index=False, max_colwidth=160))
+        out.append(findings_frame(result.findings).to_string(index=False, max_colwidth=160))
     out.append(f"{judged.verdict}: {judged.why}")
     return "\n".join(out)
 

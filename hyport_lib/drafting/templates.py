@@ -1,10 +1,10 @@
 """The Jinja environment of the blog drafts, their templates' filters and their catalogues.
 
 The drafts are Markdown: nothing is escaped (``autoescape`` off); recorded texts are
-marked by the filters ``code``, ``quote``, ``recorded`` and ``fenced``
-(:mod:`~hyport_lib.drafting.markdown`). A value missing from an older record is Jinja's
-chainable ``Undefined`` (``r.data.scan.hits`` when ``scan`` is), which the filters show as
-``—``. Templates are found by path under the ``hyport_lib`` package (:mod:`hyport_lib.drafting`).
+marked by the filters ``code``, ``quote``, ``recorded`` and ``fenced``, so that a reader
+tells the drafts' own sentences from what tools wrote. A value missing from an older
+record is Jinja's chainable ``Undefined`` (``r.data.scan.hits`` when ``scan`` is), which
+the filters show as ``—``. Templates are found by path under the ``hyport_lib`` package.
 
 One template serves every language (``jinja2.ext.i18n``): its text is English, and a
 language other than English reads it from the gettext catalogues ``blog.<lang>.po``
@@ -29,8 +29,7 @@ from babel.messages.mofile import write_mo
 from babel.messages.pofile import read_po
 
 import hyport_lib
-from hyport_lib.drafting.markdown import code, fenced, quote, recorded, row
-from hyport_lib.drafting.values import is_number, num, ratio
+from hyport_lib.drafting.values import MISSING, is_number, num, ratio
 
 #: The languages of the drafts: the templates' own (English), then those of the catalogues.
 LANGS = ("en", "zh")
@@ -42,8 +41,7 @@ _FENCE = re.compile(r"^(`{3,})[^`]*$")
 
 
 def stage_template(stage_name: str) -> str:
-    """The template of a stage's own part of the draft (``title``, ``section``,
-    ``appendix`` macros)."""
+    """The template of a stage's own part of the draft (macros ``title``, ``section``, ``appendix``)."""
     return f"{stage_name}/blog.md.j2"
 
 
@@ -75,6 +73,57 @@ def translations(search_path: tuple[str, ...], lang: str) -> gettext.NullTransla
 def _given(value: Any) -> Any:
     """``value``, or None where the record did not hold it."""
     return None if isinstance(value, jinja2.Undefined) else value
+
+
+def code(value: Any) -> str:
+    """``value`` as a Markdown code span (backticks inside are fenced by longer ones)."""
+    value = _given(value)
+    text = " ".join(str(value).split()) if value is not None else MISSING
+    if not text:
+        return MISSING
+    fence = "`"
+    while fence in text:
+        fence += "`"
+    pad = " " if fence != "`" or text.startswith("`") or text.endswith("`") else ""
+    return f"{fence}{pad}{text}{pad}{fence}"
+
+
+def row(*cells: Any) -> str:
+    """One Markdown table row, one line, pipes escaped (also inside code spans, as GFM
+    asks); a value the record did not hold is an empty cell."""
+    texts = (str("" if _given(c) is None else c).replace("|", "\\|").replace("\n", " ") for c in cells)
+    return "| " + " | ".join(texts) + " |"
+
+
+def header(*cells: Any) -> str:
+    """A Markdown table's header row and the rule under it."""
+    return f"{row(*cells)}\n|" + "---|" * len(cells)
+
+
+def quote(text: Any) -> str:
+    """A recorded message as a Markdown quotation (every line marked), then a blank line."""
+    body = str(_given(text) or "").strip("\n")
+    if not body:
+        return ""
+    return "\n".join([f"> {line}".rstrip() for line in body.splitlines()] + [""])
+
+
+def fenced(value: Any, info: str = "") -> str:
+    """``value`` in a fenced block long enough never to be closed by what it holds."""
+    text = str(_given(value))
+    fence = "```"
+    while fence in text:
+        fence += "`"
+    return "\n".join([f"{fence}{info}", text.rstrip("\n"), fence, ""])
+
+
+def recorded(value: Any, lang: str) -> str:
+    """A recorded free text for a table cell: plain in English, code in Chinese (so that
+    the Chinese draft holds no English outside marked recorded text)."""
+    value = _given(value)
+    if value is None or value == "":
+        return MISSING
+    return code(value) if lang == "zh" else " ".join(str(value).split())
 
 
 def is_record(value: Any) -> bool:
@@ -110,15 +159,6 @@ def attempt(part: Callable, *args: Any) -> Attempt:
         return Attempt("", f"{type(exc).__name__}: {exc}")
 
 
-def _row(*cells: Any) -> str:
-    return row(*("" if _given(c) is None else c for c in cells))
-
-
-def header(*cells: Any) -> str:
-    """A Markdown table's header row and the rule under it."""
-    return f"{_row(*cells)}\n|" + "---|" * len(cells)
-
-
 @lru_cache(maxsize=16)
 def _environment(search_path: tuple[str, ...], lang: str) -> jinja2.Environment:
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(list(search_path)),
@@ -127,13 +167,10 @@ def _environment(search_path: tuple[str, ...], lang: str) -> jinja2.Environment:
                              extensions=["jinja2.ext.do", "jinja2.ext.i18n"])
     # newstyle: _("... %(name)s ...", name=value) fills its placeholders after translating.
     env.install_gettext_translations(translations(search_path, lang), newstyle=True)
-    env.filters.update(code=lambda v: code(_given(v)), quote=lambda v: "\n".join(quote(_given(v))),
-                       fenced=lambda v, info="": "\n".join(fenced(str(_given(v)), info)),
-                       num=lambda v: num(_given(v)), ratio=ratio,
-                       recorded=lambda v, language=lang: recorded(_given(v), language),
-                       as_list=as_list, records=records)
+    env.filters.update(code=code, quote=quote, fenced=fenced, num=lambda v: num(_given(v)), ratio=ratio,
+                       recorded=lambda v, language=lang: recorded(v, language), as_list=as_list, records=records)
     env.tests.update(record=is_record, figure=lambda v: is_number(_given(v)))
-    env.globals.update(row=_row, header=header, attempt=attempt)
+    env.globals.update(row=row, header=header, attempt=attempt)
     return env
 
 

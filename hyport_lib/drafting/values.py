@@ -1,19 +1,12 @@
-"""Recorded values as the report shows them, and safe reading of recorded files.
+"""Recorded values as the report shows them: the drafts' figures (:func:`num`) and the index
+cards' (:func:`fmt_value`). The tests re-derive each number of a draft with these rules:
 
-The report copies every figure from the run's recorded files, so the formatting rules
-are few and fixed (the tests re-derive each number with them):
-
-* an integer is written as recorded, with thousands separators from 10,000 on
-  (``288536`` -> ``288,536``, as the seed wrote byte counts);
-* a float is written as recorded (``str``) when that takes at most
-  :data:`FLOAT_CHARS` characters, else rounded to 4 significant digits (``.4g``) below
-  1,000 and to one decimal with separators from 1,000 on (``12,345.7``, never
-  ``1.235e+04``);
-* a ratio the drafts derive (an error over its bound) has 3 significant digits (``.3g``);
-* a recorded text is never cut short: cutting ``2048x2048`` could leave a number that
-  was never recorded.
-
-:func:`num` writes the drafts' figures, :func:`fmt_value` the index cards'.
+* an integer as recorded, with thousands separators from 10,000 on (``288,536``);
+* a float as recorded when that takes at most :data:`FLOAT_CHARS` characters, else to 4
+  significant digits below 1,000 and to one decimal with separators from 1,000 on
+  (``12,345.7``, never ``1.235e+04``);
+* a recorded text never cut short: cutting ``2048x2048`` could leave a number that was
+  never recorded.
 """
 
 from __future__ import annotations
@@ -28,7 +21,6 @@ MISSING = "—"
 
 
 def num(value: Any) -> str:
-    """A recorded number as the drafts show it (see the module docstring)."""
     if value is None or isinstance(value, bool):
         return MISSING if value is None else str(value)
     if isinstance(value, int):
@@ -49,14 +41,14 @@ def ratio(value: float) -> str:
 
 
 def is_number(value: Any) -> bool:
-    """A JSON number (``True`` / ``False`` are not figures)."""
+    """``True`` / ``False`` are not figures."""
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def fmt_value(value: Any, digits: int = 4) -> str:
-    """A recorded value on an index card or in the stages table: ``—`` when not recorded
-    (never ``None``), bools as yes / no, floats to ``digits`` significant digits below
-    1,000 and one decimal with separators above (``12,345.7``, not ``1.235e+04``)."""
+    """On an index card or in the stages table: ``—`` when not recorded (never ``None``),
+    bools as yes / no, floats to ``digits`` significant digits below 1,000 and to one
+    decimal with separators from 1,000 on."""
     if value is None:
         return MISSING
     if isinstance(value, bool):
@@ -64,13 +56,3 @@ def fmt_value(value: Any, digits: int = 4) -> str:
     if isinstance(value, float):
         return f"{value:,.1f}" if math.isfinite(value) and abs(value) >= 1000 else f"{value:.{digits}g}"
     return str(value)
-
-
-def as_list(value: Any) -> list:
-    """``value`` when it is a list, else an empty one."""
-    return value if isinstance(value, list) else []
-
-
-def as_dict(value: Any) -> dict:
-    """``value`` when it is a dict, else an empty one."""
-    return value if isinstance(value, dict) else {}

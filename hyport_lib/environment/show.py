@@ -11,7 +11,7 @@ from typing import Callable, Optional
 
 import pandas as pd
 
-from hyport_lib.display import (MISSING, VERDICT_COLOURS, fit, style_verdicts, styled,
+from hyport_lib.display import (MISSING, VERDICT_COLOURS, fit, styled,
                                 verdict_label)
 from hyport_lib.drafting.values import fmt_value
 from hyport_lib.environment.stage import EnvironmentReport, container_facts, summarize
@@ -126,7 +126,7 @@ def show_environment(report: EnvironmentReport, *, system: bool = True) -> None:
 
     display(HTML(summary_html(report)))
     display(Markdown("**Checks**"))
-    display(fit(style_verdicts(checks_frame(report))))
+    display(fit(styled(checks_frame(report), colour=("verdict", "status"))))
     display(Markdown(f"**Devices** (source: {report.device_source}"
                      + (f"; note: {report.device_error}" if report.device_error else "") + ")"))
     display(fit(style_devices(devices_frame(report))))

@@ -11,7 +11,7 @@ from typing import Any, Callable, NamedTuple, Optional
 
 import pandas as pd
 
-from hyport_lib.display import MISSING, LiveDisplay, fit, style_verdicts, verdict_label
+from hyport_lib.display import MISSING, LiveDisplay, fit, styled, verdict_label
 from hyport_lib.devices.card_plan import GridPlan
 from hyport_lib.drafting.values import fmt_value
 from hyport_lib.inference.grid import COLUMNS, GridProgress, GridResult, consistency, figure, given, ok_median
@@ -48,7 +48,7 @@ def compact_frame(frame: pd.DataFrame) -> pd.DataFrame:
 def grid_styler(frame: pd.DataFrame):
     """Status cells coloured, disagreeing cards marked."""
     compact = compact_frame(frame)
-    styler = style_verdicts(compact, columns=("status",))
+    styler = styled(compact, colour=("status",))
     styler = styler.map(lambda v: "background-color: #ffcdd2" if v == "NO" else "",
                         subset=["same_output"])
     return styler.format(precision=3, na_rep=MISSING)
@@ -58,7 +58,7 @@ def show_plan(plan: GridPlan) -> None:
     """The preflight: which cards run, which are skipped and who holds them."""
     from IPython.display import Markdown, display
 
-    display(fit(style_verdicts(plan.frame(), columns=("status",))))
+    display(fit(styled(plan.frame(), colour=("status",))))
     if plan.preflight_error:
         display(Markdown(f"{verdict_label('WARN')} {plan.preflight_error}: the cards were not "
                          "checked for other processes."))

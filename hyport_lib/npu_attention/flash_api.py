@@ -34,8 +34,7 @@ from hyport_lib.backend import get_backend, import_torch_npu
 from hyport_lib.npu_attention import emulation
 from hyport_lib.port.generated import flash_attn_ascend
 from hyport_lib.port.generated.flash_attn_ascend import FlashAttention
-from hyport_lib.utils.imports import clear_import_caches
-from hyport_lib.utils.versions import legacy_unpad
+from hyport_lib.utils.imports import clear_import_caches, legacy_unpad
 
 BACKEND_CHOICES = ("auto", "npu", "npu-emulated", "sdpa", "cpu", "cuda")
 

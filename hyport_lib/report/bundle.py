@@ -48,13 +48,10 @@ BUNDLE_CSS = """
 
 
 def stage_page_parts(text: str, prefix: str) -> tuple[list[str], str]:
-    """A stage page (nbconvert's offline HTML) as its ``<style>`` blocks and its body.
-
-    In the body, the ids that its own links point at (its headings) and those links get
-    ``prefix``; other ids (a styled table's, which its scoped CSS names) stay as they are.
-    A table cell may break after an underscore or a slash (``decode_tokens_per_s``, a
-    path), so that a wide table fits a printed page with its words and numbers whole.
-    """
+    """A stage page's ``<style>`` blocks and its body. The ids its own links point at (its
+    headings) and those links get ``prefix``; other ids (a styled table's, which its scoped
+    CSS names) stay. A table cell may break after ``_`` or ``/`` (``decode_tokens_per_s``, a
+    path), so that a wide table fits a printed page with its words and numbers whole."""
     head, _, _ = text.partition("<body")
     body = _MAIN.search(text) or _BODY_CONTENT.search(text)
     content = body.group(1) if body else ""
@@ -68,8 +65,6 @@ def stage_page_parts(text: str, prefix: str) -> tuple[list[str], str]:
 
 
 def render_bundle(run: ReportRun, views: Optional[list[StageView]] = None) -> str:
-    """The index, then one section per stage page that exists, inline; ``views`` as for
-    :func:`~hyport_lib.report.index.render_index`."""
     index = render_index(run, views)
     index = _PAGE_LINK.sub(lambda m: f'href="#page-{m.group(1)}"', index)
     index = _FILE_LINK.sub(lambda m: f'<span title="in the run folder: {m.group(1)}">{m.group(2)}</span>',
@@ -112,9 +107,7 @@ _STORED = (".safetensors", ".pt", ".bin", ".png", ".jpg", ".zip", ".gz")
 
 
 def zip_run(run_dir: Path) -> Path:
-    """``<run-id>.zip`` beside the run folder: every file under ``<run-id>/`` except the
-    run's own lock, partial notebooks and temporary files; weights stored, not deflated.
-    Written to a temporary name, then renamed: a reader never sees half an archive."""
+    """``<run-id>.zip`` beside the run folder, written atomically."""
     run_dir = Path(run_dir)
     target = run_dir.parent / f"{run_dir.name}.zip"
     with atomic_target(target, mode=0o644) as tmp, zipfile.ZipFile(tmp, "w", allowZip64=True) as archive:

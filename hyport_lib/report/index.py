@@ -1,7 +1,9 @@
 """``index.html`` of a run: summary first, details one click away.
 
 It is plain text assembled here: no script, no external style or font, so the
-index opens offline. Every figure keeps its provenance label (CPU / emulated / NPU).
+index opens offline. Every figure keeps its provenance label (CPU / emulated / NPU). Each
+stage's card shows its recorded figures (``show.glance``, else its headline) and inline
+SVG (``show.glance_svg``), never recomputed; an odd record says so on its card.
 """
 
 from __future__ import annotations
@@ -15,10 +17,9 @@ from typing import Optional
 from hyport_lib.display import MISSING, VERDICT_COLOURS
 from hyport_lib.drafting.values import fmt_value
 from hyport_lib.params import parameter_fields
-from hyport_lib.report.glance import card_svg, figure_rows, sources
 from hyport_lib.report.paths import relative_text, shown_path, shown_profile
 from hyport_lib.report.run import NOT_RUN, PENDING, RUNNING, ReportRun, StageView, load_views
-from hyport_lib.results import INTERRUPTED, VERDICTS
+from hyport_lib.results import INTERRUPTED, VERDICTS, StageRecord
 from hyport_lib.stages import stage_part
 from hyport_lib.utils.files import atomic_write_text
 from hyport_lib.utils.redact import scrub_text
@@ -61,17 +62,51 @@ def _link(path, label) -> str:
     return f'<a href="{html.escape(path)}">{html.escape(label)}</a>' if path else ""
 
 
+# --------------------------------------------------------------------------- the cards
+def headline_figures(record: StageRecord) -> list[tuple[str, str]]:
+    """The card of a stage without a ``glance`` of its own."""
+    return [(k, fmt_value(v)) for k, v in record.headline.items()]
+
+
+def card_figures(view: StageView) -> list[tuple[str, str]]:
+    if view.record is None:
+        return []
+    glance = view.hook("glance") or headline_figures
+    try:
+        return glance(view.record)
+    except (TypeError, ValueError, KeyError, AttributeError, ZeroDivisionError) as exc:  # an odd record: say so
+        return [("(figures unreadable)", f"{type(exc).__name__}: {exc}")]
+
+
+def card_svg(view: StageView) -> str:
+    draw = view.hook("glance_svg")
+    if view.record is None or draw is None:
+        return ""
+    try:
+        return draw(view.record)
+    except (TypeError, ValueError, KeyError, AttributeError, ZeroDivisionError) as exc:
+        return f'<p class="prov">(figure unreadable: {html.escape(type(exc).__name__)})</p>'
+
+
+def sources(views: list[StageView]) -> dict[str, list[str]]:
+    """Provenance label -> the numbers of the stages whose recorded figures came from there."""
+    by_label: dict[str, list[str]] = {}
+    for view in views:
+        if view.record is not None and view.record.provenance is not None:
+            by_label.setdefault(view.record.provenance.label, []).append(view.number)
+    return by_label
+
+
 #: What a card without figures says, by the stage's state.
 _NO_FIGURES = {NOT_RUN: "did not run: the run stopped before this stage",
                PENDING: "not started yet", RUNNING: "running now"}
 
 
 def _glance(views: list[StageView]) -> str:
-    """One card per stage: verdict, the stage's key figures, where they came from, links."""
     cards = []
     for view in views:
         s = view.outcome
-        rows = figure_rows(view)
+        rows = "".join(f"<dt>{html.escape(k)}</dt><dd>{html.escape(str(v))}</dd>" for k, v in card_figures(view))
         colour = VERDICT_COLOURS.get(s.verdict.upper(), "#ffffff")
         body = f"<dl>{rows}</dl>" if rows else f"<p>{_esc(s.error or _NO_FIGURES.get(s.verdict, 'no figures recorded'))}</p>"
         spark = card_svg(view)
@@ -91,8 +126,7 @@ _NONE_MEANS = re.compile(r"\bNone:?\s+(.+)$")
 
 
 def _none_means(stage: Optional[str], name: str) -> str:
-    """A parameter left None, as the index shows it: "–" and what the stage (``NN_name``)
-    then does, from the parameter's doc (that the stage decides, where its doc says not)."""
+    """"–" and what the stage (``NN_name``) then does, from the parameter's doc."""
     fields = ({f.name: f for f in parameter_fields(stage_part(stage.partition("_")[2], "params").Params)}
               if stage else {})
     found = _NONE_MEANS.search(fields[name].spec.doc) if name in fields else None
@@ -100,9 +134,7 @@ def _none_means(stage: Optional[str], name: str) -> str:
 
 
 def _parameter_rows(run: ReportRun) -> str:
-    """One row per parameter and value: every stage's effective parameters (given by the
-    profile or ``-p``, else the stage's default), the stages that run with it, paths
-    relative to the run folder."""
+    """One row per parameter and value, with the stages that run with it."""
     grouped: dict[tuple[str, str], list[str]] = {}
     for stage in run.stages:
         for name, value in stage.parameters.items():
@@ -122,9 +154,6 @@ def _parameter_rows(run: ReportRun) -> str:
 
 
 def render_index(run: ReportRun, views: Optional[list[StageView]] = None) -> str:
-    """The index page, paths relative to the run (:func:`~hyport_lib.report.paths.relative_text`);
-    ``views``: the stages as :func:`~hyport_lib.report.run.load_views` reads them (read
-    here when not given)."""
     views = load_views(run) if views is None else views
     counts = Counter(s.verdict for s in run.stages)
     shown = [*VERDICTS, *(v for v in (RUNNING, INTERRUPTED, PENDING, NOT_RUN) if counts.get(v))]
@@ -166,7 +195,7 @@ def render_index(run: ReportRun, views: Optional[list[StageView]] = None) -> str
 <body>
 <h1>hyport report</h1>
 <p class="sub">run <code>{_esc(run.run_id)}</code> · started {_esc(run.started)} · ended {_esc(run.finished or '-')}
- · status {status} · profile {_esc(shown_profile(run.profile, run.run_dir))}</p>
+ · status {status} · profile {_esc(shown_profile(run.profile, run.run_dir) or '(none: notebook defaults)')}</p>
 <p class="summary">{summary}</p>{notes}
 <p>{trust_line}. Figures measured on CPU or computed by hyport's NPU emulation are labelled
 as such in the <i>source</i> column and are not NPU measurements.</p>

@@ -13,7 +13,7 @@ import urllib.parse
 from pathlib import Path
 from typing import Optional
 
-from hyport_lib.report.profiles import default_profiles_dir
+import hyport_lib
 
 RUN, REPO = "<run>", "<repo>"
 #: A root ends where its last folder name ends: ``/x/run-1`` is not the start of
@@ -26,6 +26,11 @@ _FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})")
 _TICKS = re.compile(r"`+")
 
 
+def default_profiles_dir() -> Path:
+    """``parameters/`` of the checkout: the bundled profiles, named by their stem."""
+    return Path(hyport_lib.__file__).resolve().parents[1] / "parameters"
+
+
 def _roots(run_dir: Path) -> list[tuple[str, str]]:
     """(folder, its name in the report), the run folder first (it may lie under the
     repository), each as written and as resolved (a symlinked /tmp)."""
@@ -35,9 +40,8 @@ def _roots(run_dir: Path) -> list[tuple[str, str]]:
 
 
 def shown_path(value: str, run_dir: Path) -> str:
-    """A path as the report shows it: under the run folder ``<run>/train/smoke``, under the
-    repository ``<repo>/parameters/x.yaml``, anything else as it is (a model folder, which
-    the reader may need to reproduce the run)."""
+    """``<run>/train/smoke``, ``<repo>/parameters/x.yaml``, anything else as it is (a model
+    folder, which the reader may need to reproduce the run)."""
     if not isinstance(value, str) or not os.path.isabs(value):
         return value
     path = Path(value)
@@ -49,11 +53,12 @@ def shown_path(value: str, run_dir: Path) -> str:
     return value
 
 
-def shown_profile(profile: Optional[str], run_dir: Path) -> str:
-    """The profile by its name when bundled, else by a path under the run or the
-    repository, else by its file name: never a local absolute path."""
+def shown_profile(profile: Optional[str], run_dir: Path) -> Optional[str]:
+    """The profile as the index and the drafts name it: by its name when bundled, else by a
+    path under the run or the repository, else by its file name, never a local absolute
+    path; None without one."""
     if not profile:
-        return "(none: notebook defaults)"
+        return None
     path = Path(profile)
     if path.parent == default_profiles_dir():
         return path.stem
@@ -67,14 +72,10 @@ def _pattern(forms: dict[str, str]) -> re.Pattern:
 
 
 def relative_text(text: str, run_dir: Path, markup: str) -> str:
-    """``text`` (a page, ``markup="html"``, or a draft, ``"markdown"``) with every path
-    under the run folder written ``<run>/...`` and under the repository ``<repo>/...``.
-
-    In HTML the folders are also found HTML-escaped and URL-quoted, and named in the same
-    form; relative links (``notebooks/...``) hold no folder and are left as they are. In
-    Markdown the name is ``<run>`` in code and ``\\<run>`` in prose (where ``<run>`` would
-    be read as an HTML tag).
-    """
+    """``text`` (a page, ``markup="html"``, or a draft, ``"markdown"``) with its paths named
+    ``<run>/...`` and ``<repo>/...``. In HTML the folders are also found HTML-escaped and
+    URL-quoted, and named in the same form. In Markdown the name is ``<run>`` in code and
+    ``\\<run>`` in prose (where ``<run>`` would be read as an HTML tag)."""
     if markup not in ("html", "markdown"):
         raise ValueError(f"markup must be 'html' or 'markdown', not {markup!r}")
     for root, name in _roots(run_dir):

@@ -1,8 +1,5 @@
-"""The data model of a report run: one :class:`ReportRun` with a :class:`StageOutcome` per
-stage, and each planned stage as the pages read it (:class:`StageView`). The runner fills
-the run; the index, the drafts and ``run.json`` read it (kept apart from the runner so
-that rendering a run never imports the module that executes one).
-"""
+"""A report run as the runner fills it and the index, the drafts and ``run.json`` read it
+(kept apart from the runner, so that rendering a run never imports the module that runs one)."""
 
 from __future__ import annotations
 
@@ -10,7 +7,7 @@ import contextlib
 import datetime as _dt
 import os
 import secrets
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator, Optional
 
@@ -79,15 +76,14 @@ class ReportRun:
 
     @classmethod
     def from_dict(cls, data: dict) -> "ReportRun":
-        return replace(from_mapping(cls, data), run_dir=Path(data["run_dir"]))
+        return from_mapping(cls, data)
 
 
 @dataclass
 class StageView:
-    """One planned stage as the pages see it: the runner's outcome, and the stage's record
-    where it wrote one (``result``: the file's object as written, which the drafts'
-    templates read; ``record``: read as the stage's typed result, which its ``show`` hooks
-    read). A missing, half-written or odd file is no record (``problem`` says why)."""
+    """One planned stage as the pages see it. ``result``: its record as written, which the
+    drafts' templates read; ``record``: read as the stage's typed result, which its ``show``
+    hooks read; a missing, half-written or odd file is no record (``problem`` says why)."""
 
     outcome: StageOutcome
     result: Optional[dict] = None
@@ -112,7 +108,7 @@ class StageView:
 
     @property
     def has_data(self) -> bool:
-        """The stage finished and recorded data the stage's own section can show."""
+        """Finished, with data the stage's own section can show."""
         return self.finished and self.result is not None and bool(read_record(self.result).data)
 
     @property
@@ -124,12 +120,10 @@ class StageView:
         return (self.record.provenance if self.record is not None else None) or self.outcome.provenance
 
     def hook(self, name: str) -> Optional[Callable[[StageRecord], Any]]:
-        """The stage's ``show`` function ``name``, or None (:func:`~hyport_lib.stages.stage_hook`)."""
         return stage_hook(self.stage, name)
 
 
 def read_view(outcome: StageOutcome, results: Path) -> StageView:
-    """The :class:`StageView` of one planned stage, its result read from ``results``."""
     try:
         raw = read_result(result_file(results, outcome.stage))
     except FileNotFoundError:
@@ -140,7 +134,6 @@ def read_view(outcome: StageOutcome, results: Path) -> StageView:
 
 
 def load_views(run: ReportRun) -> list[StageView]:
-    """A :class:`StageView` per planned stage, in the run's order."""
     results = Path(run.run_dir) / RESULTS_DIR
     return [read_view(outcome, results) for outcome in run.stages]
 
@@ -160,11 +153,11 @@ def new_run_dir(output_root: Path) -> tuple[str, Path]:
 
 
 @contextlib.contextmanager
-def run_folder_env(run_dir: Path, **more: str) -> Iterator[None]:
+def run_folder_env(run_dir: Path) -> Iterator[None]:
     """``run_dir`` as the run folder of what records a result inside the block (through
-    ``os.environ``, which a stage's kernel inherits), with ``more`` variables; each one put
-    back (or removed, when it was unset) afterwards, also when the block raises."""
-    values = {RUN_DIR_ENV: str(run_dir), RESULTS_DIR_ENV: str(Path(run_dir) / RESULTS_DIR), **more}
+    ``os.environ``, which a stage's kernel inherits); each variable put back (or removed,
+    when it was unset) afterwards, also when the block raises."""
+    values = {RUN_DIR_ENV: str(run_dir), RESULTS_DIR_ENV: str(Path(run_dir) / RESULTS_DIR)}
     saved = {name: os.environ.get(name) for name in values}
     os.environ.update(values)
     try:

@@ -1,12 +1,11 @@
-"""The parameters of a report run: profile + ``-p``, checked once before anything runs.
+"""The parameters of a report run: a profile (YAML) and ``-p key=value``, checked once
+before anything runs.
 
-The namespace is the union of every stage's ``Params`` fields (:mod:`hyport_lib.params`).
-:func:`resolve_parameters` reads each value once into its declared type (and absolutizes
-paths); :func:`plan_requests` builds each selected stage's ``Params`` from those values
-without converting them again; :func:`check_before_running` makes each selected stage's
-``plan`` from them (rebuilt unchecked in its child), so a wrong value stops the run before
-anything is written, in the same words as the notebook and the command line. Each stage's
-notebook then reads its injected values once more, in its own kernel.
+The namespace is the union of every stage's ``Params`` fields. :func:`resolve_parameters`
+types each value once; :func:`plan_requests` builds each selected stage's ``Params`` from
+those values without converting them again; :func:`check_before_running` makes each
+selected stage's ``plan`` from them, so a wrong value stops the run before anything is
+written, in the same words as the notebook and the command line.
 """
 
 from __future__ import annotations
@@ -17,23 +16,96 @@ import os
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
+from typing import Iterable, Optional
+
+import yaml
 
 from hyport_lib.models.preflight import HUB_ID
-from hyport_lib.params import (
-    Field,
-    ParameterError,
-    parameter_fields,
-    parse_text,
-    unknown_parameter,
-)
+from hyport_lib.params import Field, ParameterError, parameter_fields, parse_text, unknown_parameter
 from hyport_lib.processes import (describe_exit, read_log_tail, read_task_result, run_child, task_command,
                                   task_environ)
-from hyport_lib.report.profiles import parse_yaml_value
+from hyport_lib.report.paths import default_profiles_dir
 from hyport_lib.report.run import run_folder_env
 from hyport_lib.stages import Stage, params_class, stage_part
 from hyport_lib.utils.printable import first_line
 from hyport_lib.utils.redact import is_secret_parameter, scrub_text
+
+
+def resolve_profile(name_or_path: Optional[str]) -> Optional[Path]:
+    """A bundled profile's name (``ascend-910b-8card``) or a path; None: no profile."""
+    if not name_or_path:
+        return None
+    path = Path(name_or_path)
+    if path.suffix in (".yaml", ".yml") and path.exists():
+        return path
+    candidate = default_profiles_dir() / f"{name_or_path}.yaml"
+    if candidate.exists():
+        return candidate
+    if path.is_file():  # a profile under another suffix: read as YAML, errors name the file
+        return path
+    known = ", ".join(sorted(p.stem for p in default_profiles_dir().glob("*.yaml")))
+    raise FileNotFoundError(f"profile {name_or_path!r} not found (as a file or in parameters/: {known})")
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """YAML's safe loader, refusing a key given twice (YAML would keep the last silently:
+    ``device: cpu`` then ``device: npu`` must not quietly mean npu)."""
+
+    def construct_mapping(self, node, deep=False):
+        seen = set()
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue  # "<<: *base": what it brings in may be overridden here
+            key = self.construct_object(key_node, deep=deep)
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"key {key!r} given twice", key_node.start_mark)
+            try:
+                seen.add(key)
+            except TypeError:  # an unhashable key: the base class reports it
+                pass
+        return super().construct_mapping(node, deep=deep)
+
+
+def load_profile(path: Optional[Path]) -> dict:
+    """Errors name the file."""
+    if path is None:
+        return {}
+    try:
+        data = yaml.load(Path(path).read_text(encoding="utf-8"), Loader=_StrictLoader)
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+        raise ValueError(f"{path}: cannot read profile ({exc})") from exc
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: a profile must be a mapping of parameter: value, got {type(data).__name__}")
+    bad = [k for k in data if not isinstance(k, str) or not k.isidentifier()]
+    if bad:
+        raise ValueError(f"{path}: parameter names must be identifiers, got {bad}")
+    return data
+
+
+def parse_overrides(items: Iterable[str]) -> dict[str, str]:
+    """``-p key=value`` items as ``{key: value}``, values as text: :func:`coerce_overrides`
+    types them, by the type each stage's ``Params`` declares."""
+    result = {}
+    for item in items or ():
+        key, sep, raw = item.partition("=")
+        key = key.strip()
+        if not sep or not key.isidentifier():
+            raise ValueError(f"-p {item!r}: expected key=value with an identifier key")
+        result[key] = raw
+    return result
+
+
+def parse_yaml_value(key: str, raw: str):
+    """A ``-p`` value for a non-string parameter, parsed as YAML (``20``, ``true``, ``[1, 2]``)."""
+    if not raw.strip():
+        return None
+    try:
+        return yaml.safe_load(raw)
+    except yaml.YAMLError as exc:
+        raise ValueError(f"-p {key}={raw!r}: value is not valid YAML ({exc})") from exc
 
 
 def coerce_overrides(raw: dict, fields: dict[str, Field]) -> dict:
@@ -45,10 +117,9 @@ def coerce_overrides(raw: dict, fields: dict[str, Field]) -> dict:
 
 
 def absolutize_paths(params: dict, fields: dict[str, Field], base: Path) -> dict:
-    """Relative path values (converted: ``~`` is the home folder already) made absolute
-    against ``base`` (the caller's folder: each notebook runs in its own), existing or not,
-    so a missing file is named where the user looked; a field's ``not_paths`` (``tiny``) and
-    a hub id that is no folder stay as written."""
+    """Relative path values made absolute against ``base`` (the caller's folder: each
+    notebook runs in its own), existing or not, so that a missing file is named where the
+    user looked; a field's ``not_paths`` (``tiny``) and a hub id that is no folder stay."""
     out = {}
     for key, value in params.items():
         spec = fields[key].spec if key in fields else None
@@ -76,17 +147,15 @@ class RunParameters:
         return {k: v for k, v in self.merged.items() if k in self.declared[stage.id]}
 
     def effective(self, stage: Stage) -> dict:
-        """Every parameter the stage declares as it runs: the run's value (profile, ``-p``)
-        where given, else the declared default."""
+        """Every parameter the stage declares, given or its default."""
         return {name: self.merged.get(name, f.default) for name, f in self.declared[stage.id].items()}
 
 
 def resolve_parameters(from_profile: dict, overrides: dict, stages: list[Stage], *,
                        profile_name: str = "the profile", allow_unknown: bool = False,
                        base: Optional[Path] = None) -> RunParameters:
-    """Merge, type, convert and absolutize; a :class:`ParameterError` for bad values and for
-    keys no stage declares, naming the closest declared ones (``allow_unknown`` accepts
-    those; the index lists them as ignored)."""
+    """A :class:`ParameterError` for bad values and for keys no stage declares, naming the
+    closest declared ones (``allow_unknown`` accepts those; the index lists them as ignored)."""
     declared = {s.id: {f.name: f for f in parameter_fields(params_class(s))} for s in stages}
     fields: dict[str, Field] = {}
     for by_name in declared.values():
@@ -139,9 +208,8 @@ class PreRunCheck:
 
 
 def plan_requests(params: RunParameters, selected: list[Stage]) -> list[PlanRequest]:
-    """One request per selected stage (see :func:`check_before_running`), its ``Params``
-    built here from all its values (so that rules across them hold as given), each value as
-    :func:`resolve_parameters` typed it (:meth:`~hyport_lib.params.StageParams.from_typed`)."""
+    """Each selected stage's ``Params``, built here from all its values at once (so that rules
+    across them hold as given), typed as they are (:meth:`~hyport_lib.params.StageParams.from_typed`)."""
     requests = []
     for index, stage in enumerate(selected):
         values = params.for_stage(stage)
@@ -155,8 +223,8 @@ def plan_requests(params: RunParameters, selected: list[Stage]) -> list[PlanRequ
 
 
 def make_plans(requests: list[PlanRequest]) -> PreRunCheck:
-    """Each stage's ``plan`` made with the paths an earlier stage writes left out, from its
-    checked parameters (not checked again). Runs in the child of :func:`check_before_running`."""
+    """Each stage's ``plan``, the paths an earlier stage writes left out, its parameters not
+    checked again. Runs in the child of :func:`check_before_running`."""
     refused, host = [], []
     with _as_a_new_run():
         for request in requests:
@@ -180,19 +248,11 @@ def make_plans(requests: list[PlanRequest]) -> PreRunCheck:
 
 
 def check_before_running(params: RunParameters, selected: list[Stage]) -> list[str]:
-    """Each selected stage's ``plan`` made before any stage runs (:func:`make_plans`), in a
-    fresh child process: a plan may start the device runtime, which in the report's own
-    long-lived process would hold a card the stages then find busy. A path inside the
-    output folder of an earlier selected stage that writes it (``written_by``) is left
-    to the plan the stage makes when it runs.
-
-    Returns:
-        What the host cannot do now (said; the run goes on and stage 01 explains it).
-
-    Raises:
-        ParameterError: each refused value, naming the stage.
-        RuntimeError: the check itself could not run (its output names why).
-    """
+    """Each selected stage's ``plan`` (:func:`make_plans`), in a fresh child process: a plan
+    may start the device runtime, which in the report's own long-lived process would hold a
+    card the stages then find busy. Returns what the host cannot do now (said; the run goes
+    on and stage 01 explains it); raises a ParameterError naming each refused value and
+    its stage, a RuntimeError when the check itself could not run."""
     requests = {"requests": [dataclasses.asdict(r) for r in plan_requests(params, selected)]}
     with tempfile.TemporaryDirectory(prefix="hyport-precheck-") as folder:
         result_path, log_path = Path(folder) / "plans.json", Path(folder) / "plans.log"
@@ -211,7 +271,6 @@ def check_before_running(params: RunParameters, selected: list[Stage]) -> list[s
 
 
 def plans_in_child(spec: dict) -> dict:
-    """:func:`make_plans` in the child of :func:`check_before_running`."""
     return dataclasses.asdict(make_plans([PlanRequest(**item) for item in spec["requests"]]))
 
 

@@ -13,35 +13,44 @@ Layout of a run folder::
       results/NN_x.json     what each notebook recorded (hyport_lib.results)
       logs/NN_x.log         cell outputs streamed by papermill, and the kernel's messages
 
-Before anything runs, the parameters are checked (:mod:`~hyport_lib.report.run_parameters`) and
-runs killed earlier are cleaned (:mod:`~hyport_lib.report.cleanup`). ``run.json`` and the
-index are written at the start (every stage ``PENDING``) and whenever a stage starts and
-ends, so any end of the run leaves a true picture (a SIGKILL leaves ``RUNNING``, which the
-next run marks ``INTERRUPTED``). A failed stage keeps its files and the next stages run.
-A stop signal marks the stage ``INTERRUPTED`` and writes the files, which a second signal
-does not cut short. Whatever ends the run, the folder is left with neither ``.partial/``
-nor ``.runner.lock`` (:func:`~hyport_lib.report.cleanup.release_run_folder`).
+Before anything runs, the parameters are checked (:mod:`~hyport_lib.report.run_parameters`)
+and runs killed earlier are cleaned. ``run.json`` and the index are written at the start
+(every stage ``PENDING``) and whenever a stage starts and ends, so any end of the run
+leaves a true picture. A failed stage keeps its files and the next stages run. A stop
+signal marks the stage ``INTERRUPTED`` and writes the files, which a second signal does
+not cut short. Whatever ends the run, the folder is left with neither ``.partial/`` nor
+``.runner.lock``.
+
+A SIGKILL leaves ``RUNNING`` in ``run.json`` and the notebook unscrubbed in ``.partial/``:
+the next run (or ``--clean``) removes them and the lock file, scrubs every text file of
+the run of the secret values set now, marks ``RUNNING`` as ``INTERRUPTED``, ``PENDING`` as
+``NOT RUN`` and the run ``killed``. Only a run proven dead is touched (:func:`runner_alive`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
+import json
 import os
+import shutil
 import socket
 import sys
 from pathlib import Path
 from typing import Callable, Iterable, Optional
 
-from hyport_lib.report.cleanup import clean_runs, hold_run_lock, process_start_time, release_run_folder
-from hyport_lib.report.run_parameters import check_before_running, resolve_parameters, safe_parameters
-from hyport_lib.report.profiles import load_profile, resolve_profile
-from hyport_lib.report.run import NOT_RUN, PENDING, RUNNING, ReportRun, StageOutcome, new_run_dir
-from hyport_lib.report.run_files import write_run_files
-from hyport_lib.report.stage_run import FAILED_SUMMARY, run_stage, sweep_partial
+from hyport_lib.report.blog import write_blog_drafts
+from hyport_lib.report.bundle import write_bundle
+from hyport_lib.report.index import write_index
+from hyport_lib.report.run import NOT_RUN, PENDING, RUNNING, ReportRun, StageOutcome, load_views, new_run_dir
+from hyport_lib.report.run_parameters import (check_before_running, load_profile, resolve_parameters, resolve_profile,
+                                              safe_parameters)
+from hyport_lib.report.stage_run import FAILED_SUMMARY, PARTIAL_DIR, run_stage, scrub_file, sweep_partial
 from hyport_lib.results import INTERRUPTED
 from hyport_lib.stages import discover_stages, select_stages
-from hyport_lib.utils.files import ensure_writable
+from hyport_lib.utils.files import atomic_write_json, ensure_writable
 from hyport_lib.utils.imports import collect_versions
+from hyport_lib.utils.redact import scrub_obj
 from hyport_lib.utils.signals import shielded
 
 #: Per-cell limit; papermill would otherwise wait forever on a hung cell.
@@ -49,7 +58,7 @@ DEFAULT_CELL_TIMEOUT_S = 1800
 
 
 def check_output_root(output_root: Path) -> Path:
-    """The output root, created and writable, or a PermissionError naming it."""
+    """Created and writable, or a one-line error naming it."""
     output_root = Path(output_root).resolve()
     if output_root.exists() and not output_root.is_dir():
         raise NotADirectoryError(20, f"--output-dir {str(output_root)!r} is a file, not a folder",
@@ -82,7 +91,6 @@ def run_report(*, profile: Optional[str] = None, overrides: Optional[dict] = Non
                kernel_name: Optional[str] = None, show_inputs: bool = True,
                progress: Optional[Callable[[str], None]] = None,
                progress_bar: bool = False, allow_unknown_parameters: bool = False) -> ReportRun:
-    """Run the selected stages and write the run folder (see the module docstring)."""
     say = progress or _say
     profile_path = resolve_profile(profile)
     all_stages = discover_stages(notebooks_dir)
@@ -173,6 +181,18 @@ def _run_stages(run: ReportRun, stages, params, say, **stage_options) -> ReportR
     return run
 
 
+def write_run_files(run: ReportRun, blog: bool = True) -> None:
+    """``index.html`` and ``run.json`` from the run's state now; with ``blog``, also the
+    drafts, their figures and ``report.html`` (unchanged when a stage starts). Every
+    recorded result is read once and shared by every file."""
+    views = load_views(run)
+    write_index(run, views)
+    atomic_write_json(run.run_dir / "run.json", scrub_obj(run.to_dict()))
+    if blog:
+        write_blog_drafts(run, views)
+        write_bundle(run, views)
+
+
 _TERMINAL = {"gone": False}
 
 
@@ -189,3 +209,126 @@ def _say(message: str) -> None:
 
 def _now() -> str:
     return _dt.datetime.now().isoformat(timespec="seconds")
+
+
+# --------------------------------------------------------------------------- the lock, and runs that were killed
+_TEXT_SUFFIXES = {".ipynb", ".html", ".json", ".jsonl", ".log", ".md", ".txt", ".yaml"}
+
+
+def process_start_time(pid: int) -> Optional[float]:
+    import psutil
+
+    try:
+        return psutil.Process(pid).create_time()
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        return None
+
+
+LOCK_FILE = ".runner.lock"
+
+
+def hold_run_lock(run_dir: Path):
+    """Locked for as long as the returned file stays open (the runner's life): a pid alone
+    proves nothing across containers (another pid namespace sharing the output volume)."""
+    import fcntl
+
+    handle = open(Path(run_dir) / LOCK_FILE, "w")
+    fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    return handle
+
+
+def release_run_folder(run_dir: Path, lock) -> list[str]:
+    """The last thing a run does, whatever ended it (the caller holds stop signals back):
+    a notebook still in ``.partial/`` is scrubbed into ``notebooks/`` (a stop came between
+    a stage's end and its collection), then the lock file goes, then the lock. ``lock``
+    None: a stop came before it was taken. A folder left empty is removed: nothing to clean."""
+    run_dir = Path(run_dir)
+    try:
+        swept = sweep_partial(run_dir)
+        with contextlib.suppress(FileNotFoundError):
+            (run_dir / PARTIAL_DIR).rmdir()
+    finally:
+        # Unlinked while still held: a runner_alive() of another process that looks now
+        # finds no lock file and asks the pid, which is still this live process.
+        (run_dir / LOCK_FILE).unlink(missing_ok=True)
+        if lock is not None:
+            lock.close()
+        with contextlib.suppress(OSError):  # only when empty
+            run_dir.rmdir()
+    return swept
+
+
+def runner_alive(run_dir: Path, data: dict) -> bool:
+    """Unless proven dead: its lock is free, it ran on this host, and its pid is gone or
+    belongs to a newer process."""
+    import fcntl
+
+    if data.get("host") and data.get("host") != socket.gethostname():
+        return True  # another machine: its lock may not be visible from here
+    try:
+        # read-only: opening must never create the lock file of a run that just removed it
+        handle = open(Path(run_dir) / LOCK_FILE)
+    except FileNotFoundError:
+        handle = None
+    if handle is not None:
+        with handle:
+            try:
+                fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                return True  # held: alive (in this namespace or another)
+            fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+    pid, started = int(data.get("pid") or 0), float(data.get("pid_started") or 0)
+    if pid <= 0:
+        return False
+    now_started = process_start_time(pid)
+    return now_started is not None and abs(now_started - started) < 1.0
+
+
+def needs_cleaning(run_dir: Path, data: dict) -> bool:
+    """Still ``running`` (killed, if its runner is dead), or a partial notebook left behind
+    (stopped in the instant before it could scrub it)."""
+    partial = Path(run_dir) / PARTIAL_DIR
+    return data.get("status") == "running" or (partial.is_dir() and any(partial.iterdir()))
+
+
+def clean_runs(output_root: Path, say: Optional[Callable[[str], None]] = None) -> list[Path]:
+    """Clean every run under ``output_root`` that was killed; their folders."""
+    cleaned = []
+    if not Path(output_root).is_dir():
+        return cleaned
+    for run_json in sorted(Path(output_root).glob("*/run.json")):
+        try:
+            data = json.loads(run_json.read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError):
+            continue
+        if not needs_cleaning(run_json.parent, data) or runner_alive(run_json.parent, data):
+            continue
+        clean_run(run_json.parent, data)
+        cleaned.append(run_json.parent)
+        if say:
+            say(f"cleaned a run that was killed: {run_json.parent.name}")
+    return cleaned
+
+
+def clean_run(run_dir: Path, data: dict) -> None:
+    shutil.rmtree(run_dir / PARTIAL_DIR, ignore_errors=True)
+    (run_dir / LOCK_FILE).unlink(missing_ok=True)  # its runner is proven dead: nothing holds it
+    for path in run_dir.rglob("*"):
+        if path.is_file() and path.suffix in _TEXT_SUFFIXES and path.name != "run.json":
+            scrub_file(path)
+    when = _now()
+    run = ReportRun.from_dict({**data, "run_dir": str(run_dir)})
+    if run.status != "running":  # stopped, not killed: only its partial notebook was left
+        run.notes.append(f"a partial notebook was removed and the files scrubbed at {when}")
+        write_run_files(run)
+        return
+    for stage in run.stages:
+        if stage.verdict == RUNNING:
+            stage.verdict = INTERRUPTED
+            stage.error = (f"the run was killed during this stage (found at {when}); its "
+                           "partial notebook was removed")
+        elif stage.verdict == PENDING:
+            stage.verdict = NOT_RUN
+    run.status = "killed"
+    run.notes.append(f"the runner died without finishing (found and cleaned at {when})")
+    write_run_files(run)

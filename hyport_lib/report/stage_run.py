@@ -1,30 +1,38 @@
 """Running one stage's notebook with papermill, and collecting what it left.
 
 The executed notebook is saved in ``<run>/.partial/`` after every cell; only its scrubbed
-copy reaches ``notebooks/`` (a killed run's partial file is removed by
-:mod:`~hyport_lib.report.cleanup`). What the kernel writes to the terminal goes to the
-stage's log, scrubbed like the rest.
+copy reaches ``notebooks/`` (a killed run's is removed by the next run). What the kernel
+writes to the terminal goes to the stage's log, scrubbed like the rest.
+
+The stage's page is offline HTML: nbconvert's widget renderer comes from a CDN that
+air-gapped clusters cannot reach, so widget views become a note (every notebook shows a
+static rendering next to each widget), and the template has no require.js / MathJax /
+mermaid / widget scripts.
 """
 
 from __future__ import annotations
 
 import contextlib
+import copy
 import gc
 import logging
 import os
 import sys
 import time
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
-from hyport_lib.report.html import notebook_to_html
-from hyport_lib.report.run_parameters import safe_parameters
+from hyport_lib.report.paths import relative_text
 from hyport_lib.report.run import RESULTS_DIR, StageOutcome, run_folder_env
+from hyport_lib.report.run_parameters import safe_parameters
 from hyport_lib.results import load_record, result_file
 from hyport_lib.stages import Stage
 from hyport_lib.utils.files import atomic_write_text
 from hyport_lib.utils.redact import scrub_json_text, scrub_text
 from hyport_lib.utils.signals import shielded
+
+if TYPE_CHECKING:
+    import nbformat
 
 PARTIAL_DIR = ".partial"
 INTERRUPTED_ERROR = "KeyboardInterrupt: the run was interrupted during this stage"
@@ -64,23 +72,27 @@ def _describe_error(exc: BaseException) -> str:
 
 
 def sweep_partial(run_dir: Path) -> list[str]:
-    """Scrub every notebook left in ``<run>/.partial/`` into ``<run>/notebooks/`` and remove
-    it (a stop signal between a stage's end and its collection); the names swept."""
+    """Scrub every notebook left in ``<run>/.partial/`` (a stop signal between a stage's end
+    and its collection) into ``<run>/notebooks/``; the names swept."""
     swept = []
     for source in sorted((Path(run_dir) / PARTIAL_DIR).glob("*.ipynb")):
-        scrub_notebook(source, Path(run_dir) / "notebooks" / source.name)
+        scrub_file(source, Path(run_dir) / "notebooks" / source.name)
         source.unlink()
         swept.append(source.name)
     return swept
 
 
-def scrub_notebook(source: Path, target: Path) -> bool:
-    """Write ``source`` (an executed notebook) scrubbed to ``target`` (by structure, so it
-    stays valid JSON; as text when half-written); False when absent."""
-    if not source.exists():
+def scrub_file(path: Path, target: Optional[Path] = None) -> bool:
+    """``path`` scrubbed into ``target`` (in place by default, written only when changed):
+    JSON and notebooks by structure, so that they stay valid JSON (as text when
+    half-written), anything else as text. False when ``path`` is absent."""
+    if not path.exists():
         return False
-    text = source.read_text(encoding="utf-8", errors="replace")
-    atomic_write_text(target, scrub_json_text(text, indent=1))
+    text = path.read_text(encoding="utf-8", errors="replace")
+    clean = (scrub_json_text(text, indent=1 if path.suffix == ".ipynb" else 2)
+             if path.suffix in (".json", ".ipynb") else scrub_text(text))
+    if target is not None or clean != text:
+        atomic_write_text(target or path, clean)
     return True
 
 
@@ -104,23 +116,12 @@ def _terminal_to_log(log_path: Path):
         os.close(saved)
 
 
-def scrub_file(path: Path) -> None:
-    """Scrub a text file of a run in place: JSON (a notebook too) by structure, else as text."""
-    text = path.read_text(encoding="utf-8", errors="replace")
-    clean = (scrub_json_text(text, indent=1 if path.suffix == ".ipynb" else 2)
-             if path.suffix in (".json", ".ipynb") else scrub_text(text))
-    if clean != text:
-        atomic_write_text(path, clean)
-
-
 def run_stage(stage: Stage, run_dir: Path, params: dict, *, cell_timeout_s: int,
               kernel_name: Optional[str], show_inputs: bool, progress_bar: bool,
               outcome: Optional[StageOutcome] = None) -> StageOutcome:
-    """Execute one notebook and collect everything it left; never raises for the notebook's errors.
-
-    ``outcome`` (the run's row for this stage) is filled in place, so that the caller
-    keeps the links to the stage's files even when a further stop signal ends this call.
-    """
+    """Execute one notebook and collect everything it left; the notebook's errors are a
+    FAIL, never raised. ``outcome`` (the run's row) is filled in place, so that the caller
+    keeps the links to the stage's files even when a further stop signal ends this call."""
     import papermill
 
     nb_out = run_dir / "notebooks" / stage.path.name
@@ -138,7 +139,7 @@ def run_stage(stage: Stage, run_dir: Path, params: dict, *, cell_timeout_s: int,
     started = time.monotonic()
     error = None
     try:
-        with _stage_logging(log_out), run_folder_env(run_dir, HYPORT_STAGE=stage.id), _terminal_to_log(log_out):
+        with _stage_logging(log_out), run_folder_env(run_dir), _terminal_to_log(log_out):
             try:
                 papermill.execute_notebook(
                     str(stage.path), str(nb_partial), parameters=params, kernel_name=kernel_name,
@@ -164,9 +165,8 @@ def run_stage(stage: Stage, run_dir: Path, params: dict, *, cell_timeout_s: int,
 def _collect(stage: Stage, run_dir: Path, outcome: StageOutcome, error: Optional[str],
              nb_partial: Path, nb_out: Path, html_out: Path, log_out: Path,
              show_inputs: bool) -> StageOutcome:
-    if log_out.is_file():
-        scrub_file(log_out)
-    if scrub_notebook(nb_partial, nb_out):
+    scrub_file(log_out)
+    if scrub_file(nb_partial, nb_out):
         nb_partial.unlink()
         try:
             notebook_to_html(nb_out, html_out, run_dir=run_dir, show_inputs=show_inputs, title=stage.id)
@@ -189,3 +189,64 @@ def _collect(stage: Stage, run_dir: Path, outcome: StageOutcome, error: Optional
         outcome.verdict, outcome.error = "FAIL", error
         outcome.summary = outcome.summary or FAILED_SUMMARY
     return outcome
+
+
+# --------------------------------------------------------------------------- the stage's page
+TEMPLATE_DIR = Path(__file__).parent / "templates"
+WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
+WIDGET_NOTE = ("[interactive widget: live in JupyterLab only; "
+               "its static rendering is shown next to it]")
+
+
+def staticize_widgets(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
+    nb = copy.deepcopy(nb)
+    nb.metadata.pop("widgets", None)
+    for cell in nb.cells:
+        if cell.get("cell_type") != "code":
+            continue
+        for output in cell.get("outputs", []):
+            data = output.get("data")
+            if data and WIDGET_MIME in data:
+                output["data"] = {"text/plain": WIDGET_NOTE}
+    return nb
+
+
+def nbconvert_template_dirs() -> list[str]:
+    """Folders holding nbconvert's own templates, wherever pip put them: ``pip install
+    --target DIR`` (seen on a GPU host) puts them in ``DIR/share/jupyter``, where jupyter does
+    not look ("No template sub-directory with name 'lab' found")."""
+    import nbconvert
+    from jupyter_core.paths import jupyter_path
+
+    candidates = [Path(p) for p in jupyter_path("nbconvert", "templates")]
+    package = Path(nbconvert.__file__).resolve().parent
+    for up in (package.parent, *package.parents[:4]):  # site-packages, lib, prefix, ...
+        candidates.append(up / "share" / "jupyter" / "nbconvert" / "templates")
+    found = list(dict.fromkeys(str(c) for c in candidates if (c / "lab").is_dir()))
+    if not found:
+        raise RuntimeError("nbconvert's 'lab' template was not found next to nbconvert "
+                           f"({package}) nor on the Jupyter data path; set JUPYTER_PATH to the "
+                           "folder that holds nbconvert/templates/lab (e.g. <prefix>/share/jupyter)")
+    return found
+
+
+def notebook_to_html(notebook_path: Path, html_path: Path, *, run_dir: Path, show_inputs: bool = True,
+                     title: str | None = None) -> Path:
+    """Its paths relative to ``run_dir`` (the notebook keeps them absolute)."""
+    # Imported when a page is written, as nbconvert is: nbformat brings jsonschema, whose
+    # format checkers build an RFC 3987 grammar on import (~3 s), which a report refusing
+    # its input before any stage runs should not wait for.
+    import nbformat
+    from nbconvert import HTMLExporter
+
+    nb = nbformat.read(str(notebook_path), as_version=4)
+    nb = staticize_widgets(nb)
+    exporter = HTMLExporter(
+        template_name="hyport_offline",
+        extra_template_basedirs=[str(TEMPLATE_DIR), *nbconvert_template_dirs()],
+        exclude_input=not show_inputs,
+        exclude_input_prompt=not show_inputs,
+    )
+    resources = {"metadata": {"name": title or Path(notebook_path).stem}}
+    body, _ = exporter.from_notebook_node(nb, resources=resources)
+    return atomic_write_text(html_path, relative_text(scrub_text(body), run_dir, "html"))

@@ -11,7 +11,7 @@ from typing import Iterable, Optional
 from hyport_lib.display import fit, styled
 from hyport_lib.scan import rules
 from hyport_lib.scan.hits import Hit, ScanReport
-from hyport_lib.utils.versions import pinned_version, unpad_input_values
+from hyport_lib.utils.imports import pinned_version, unpad_input_values
 
 #: Red: blocks the port outright; yellow: a one-line change through the backend seam;
 #: grey: could not be checked; orange (default): a package to replace.

@@ -17,8 +17,7 @@ from hyport_lib.models.module_tree import retie
 from hyport_lib.models.training_inputs import IMAGE_MASK, IMAGE_STATES, image_states_of_rows, rows_seeing_images
 from hyport_lib.train.checkpoints import MARKER, SAVING_MARKER, write_marker
 from hyport_lib.train.packing import COUNT_KEYS
-from hyport_lib.utils.disk import disk_full_error
-from hyport_lib.utils.files import dumps_json
+from hyport_lib.utils.files import disk_full_error, dumps_json
 
 @dataclass
 class StepCounts:

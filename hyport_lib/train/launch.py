@@ -27,8 +27,7 @@ from hyport_lib.train.result import (RESULT_FILE, TrainProgress, TrainResult, Wo
                                      last_complete)
 from hyport_lib.train.smoke_data import write_smoke_dataset
 from hyport_lib.triage import Triage, cann_log_dir, diagnose, own_cann_log_env
-from hyport_lib.utils.disk import disk_full_error
-from hyport_lib.utils.files import atomic_write_json, atomic_write_text, ensure_writable
+from hyport_lib.utils.files import atomic_write_json, atomic_write_text, disk_full_error, ensure_writable
 from hyport_lib.utils.redact import child_environ
 from hyport_lib.utils.typed_records import from_mapping
 

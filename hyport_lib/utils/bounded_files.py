@@ -54,14 +54,13 @@ def kind_of(mode: int) -> str:
 
 
 def inside(folder: os.PathLike | str, path: os.PathLike | str) -> bool:
-    """Whether ``path``, every link on it followed, stays within ``folder`` (also resolved)."""
+    """Every link on ``path`` followed (and on ``folder``)."""
     base = os.path.realpath(folder)
     real = os.path.realpath(path)
     return real == base or real.startswith(base.rstrip(os.sep) + os.sep)
 
 
 def check_inside(folder: os.PathLike | str, path: os.PathLike | str) -> None:
-    """Raise :class:`OutsideFolder` when ``path``'s links lead out of ``folder``."""
     if not inside(folder, path):
         raise OutsideFolder(path, f"a link out of {folder} (to {os.path.realpath(path)}); "
                                   "links out of a folder hyport is given are not followed",
@@ -69,8 +68,7 @@ def check_inside(folder: os.PathLike | str, path: os.PathLike | str) -> None:
 
 
 def check_regular(path: os.PathLike | str, folder: Optional[os.PathLike | str] = None) -> os.stat_result:
-    """``path``'s ``stat`` (links followed), or :class:`UnreadableFile` when it is not a
-    regular file, does not exist, or (with ``folder``) leads out of ``folder``."""
+    """``path``'s ``stat`` (links followed), or :class:`UnreadableFile`."""
     if folder is not None:
         check_inside(folder, path)
     try:
@@ -85,11 +83,8 @@ def check_regular(path: os.PathLike | str, folder: Optional[os.PathLike | str] =
 
 
 def open_regular(path: os.PathLike | str, folder: Optional[os.PathLike | str] = None) -> BinaryIO:
-    """``path`` opened for binary reading, after :func:`check_regular`.
-
-    Opened non-blocking and checked again on the open descriptor: a file swapped for a
-    FIFO between the check and the open is still refused, and never waited on.
-    """
+    """Opened non-blocking and checked again on the open descriptor: a file swapped for a
+    FIFO between the check and the open is still refused, and never waited on."""
     check_regular(path, folder)
     try:
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0))
@@ -107,8 +102,7 @@ def open_regular(path: os.PathLike | str, folder: Optional[os.PathLike | str] = 
 
 def read_bytes(path: os.PathLike | str, max_bytes: int,
                folder: Optional[os.PathLike | str] = None) -> bytes:
-    """The whole of a regular file of at most ``max_bytes`` bytes (else :class:`FileTooLarge`;
-    :class:`UnreadableFile` as :func:`check_regular` raises it)."""
+    """The whole file, or :class:`FileTooLarge` past ``max_bytes``."""
     with open_regular(path, folder) as handle:
         data = handle.read(max_bytes + 1)
     if len(data) > max_bytes:
@@ -119,7 +113,6 @@ def read_bytes(path: os.PathLike | str, max_bytes: int,
 
 def read_text(path: os.PathLike | str, max_bytes: int, folder: Optional[os.PathLike | str] = None,
               encoding: str = "utf-8", errors: str = "replace") -> str:
-    """:func:`read_bytes` decoded (undecodable bytes replaced unless ``errors`` says otherwise)."""
     return read_bytes(path, max_bytes, folder).decode(encoding, errors=errors)
 
 

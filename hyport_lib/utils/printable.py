@@ -1,5 +1,10 @@
-"""Text from outside (a log, a model's error) made safe to print: escape sequences would act
-on the user's terminal, and NUL makes a text file binary to grep.
+"""Text made fit to print: text from outside (a log, a model's error) without what would act
+on the user's terminal (escape sequences) or make a text file binary to grep (NUL), and an
+exception said in one line.
+
+A usage error (:data:`USAGE_ERRORS`) is the user asking for something that cannot be done
+as asked: the command line says it in one line and exits 2 (``hyport_lib.commands._cli``);
+the workbook's form says the same line under the field it names.
 """
 
 from __future__ import annotations
@@ -34,3 +39,16 @@ def shortened(text, chars: int) -> str:
 def first_line(exc: BaseException) -> str:
     """The first line of an exception's message (its type's name when it has none)."""
     return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+
+
+#: Exceptions that mean "the user asked for something that cannot be done as asked".
+USAGE_ERRORS = (ValueError, TypeError, FileNotFoundError, NotADirectoryError,
+                IsADirectoryError, PermissionError, RuntimeError)
+
+
+def one_line(exc: BaseException) -> str:
+    """:func:`first_line`, but an OSError with a file says ``<why>: <file>``, not its errno."""
+    if isinstance(exc, (FileNotFoundError, PermissionError, NotADirectoryError, IsADirectoryError)) \
+            and exc.filename and exc.strerror:
+        return f"{exc.strerror}: {exc.filename}".splitlines()[0]
+    return first_line(exc)

@@ -46,15 +46,14 @@ _NOT_SECRET_VALUES = {"true", "false", "none", "null", "yes", "no", "on", "off",
 
 
 def _has_secret_part(upper: str) -> bool:
-    """Whether the upper-cased name has a part in :data:`SECRET_NAME_PARTS` (``OBS_AK``)."""
+    """``OBS_AK``, ``DB_PASS``: a part of :data:`SECRET_NAME_PARTS`, or a last one of :data:`_LAST_SECRET_PARTS`."""
     parts = [part for part in _NAME_PART_SPLIT.split(upper) if part]
     return not SECRET_NAME_PARTS.isdisjoint(parts) or (
         len(parts) > 1 and parts[-1] in _LAST_SECRET_PARTS)
 
 
 def is_secret_name(name: str) -> bool:
-    """An environment variable that holds a secret: a marker of :data:`SECRET_MARKERS` in its
-    name, or a part of :data:`SECRET_NAME_PARTS` (``HUAWEICLOUD_SDK_SK``, ``OBS_AK``)."""
+    """An environment variable that holds a secret, by its name (``HF_TOKEN``, ``HUAWEICLOUD_SDK_SK``)."""
     upper = name.upper()
     return any(marker in upper for marker in SECRET_MARKERS) or (
         upper not in _WORKING_FOLDER_NAMES and _has_secret_part(upper))
@@ -69,7 +68,7 @@ def is_secret_parameter(name: str) -> bool:
 
 
 def secret_values(environ: Mapping[str, str] | None = None) -> list[str]:
-    """Values of secret variables, longest first (for scrubbing free text)."""
+    """Longest first: a secret that holds another is scrubbed whole."""
     environ = os.environ if environ is None else environ
     values = {v for k, v in environ.items() if is_secret_name(k) and len(v) >= _MIN_SECRET_LEN
               and v.strip().lower() not in _NOT_SECRET_VALUES}
@@ -105,8 +104,7 @@ def redact_url_credentials(text: str) -> str:
 
 def filter_environ(prefixes: Iterable[str], names: Iterable[str] = (),
                    environ: Mapping[str, str] | None = None) -> dict[str, str]:
-    """Variables whose name starts with one of ``prefixes`` or is in ``names``, with every
-    secret-looking name removed and credentials inside URL values redacted."""
+    """Variables named by ``prefixes`` or ``names``, secret names dropped, URL credentials redacted."""
     environ = os.environ if environ is None else environ
     prefixes = tuple(prefixes)
     wanted = set(names)
@@ -130,8 +128,8 @@ def _scrubber(environ: Mapping[str, str] | None):
 
 
 def scrub_text(text: str, environ: Mapping[str, str] | None = None) -> str:
-    """Replace every secret value, in every encoded form, and URL credentials in ``text``
-    (logs, notebooks, HTML, exception messages: a failing command can echo its environment)."""
+    """Every secret value, in every encoded form, and URL credentials redacted (a failing
+    command can echo its environment)."""
     return _scrubber(environ)(text)
 
 
@@ -188,7 +186,7 @@ _KEY_END = re.compile(r"-----END (?:[A-Z0-9]+ ){0,4}PRIVATE KEY(?: BLOCK)?-----"
 
 
 def _secret_assignment(name: str, value: str) -> bool:
-    """Whether ``name`` (as written, dashes and quotes included) holding ``value`` is a secret."""
+    """``name`` as written, dashes and quotes included."""
     if not _secret_name(name):
         return False
     bare = name.strip("-'\"")
@@ -204,7 +202,7 @@ def _secret_assignment(name: str, value: str) -> bool:
 
 @functools.lru_cache(maxsize=4096)  # a long line repeats its names (``lib64:`` of a path list)
 def _secret_name(name: str) -> bool:
-    """Whether ``name`` (as written, dashes and quotes included) may hold a secret."""
+    """``name`` as written, dashes and quotes included."""
     bare = name.strip("-'\"")
     return is_secret_parameter(bare) and not _EXCEPTION_NAME.search(bare)
 
@@ -221,13 +219,9 @@ def _unquoted_span(match: re.Match, group) -> tuple[int, int]:
 
 
 def _secret_value_spans(text: str) -> list[tuple[int, int]]:
-    """Where the values of secret assignments lie in ``text`` (inside their quotes), in order.
-
-    Every name is looked at, also inside the value of a name that holds no secret (in
-    ``api: WANDB_API_KEY=abc``, ``api`` would hold ``WANDB_API_KEY=abc``); a name inside a
-    value already found secret is covered by it. Linear in the line's length: each value
-    is read once, and only after a secret's name.
-    """
+    """Where the values of secret assignments lie in ``text`` (inside their quotes). Every name
+    is looked at, also inside the value of a name that holds no secret (``api:
+    WANDB_API_KEY=abc``). Linear: each value is read once, and only after a secret's name."""
     spans: list[tuple[int, int]] = []
     covered = 0
     for head in _ASSIGNMENT_HEAD.finditer(text):
@@ -244,28 +238,20 @@ def _secret_value_spans(text: str) -> list[tuple[int, int]]:
     return spans
 
 
-def _redact_assignments(text: str) -> str:
-    spans = _secret_value_spans(text)
-    if not spans:
-        return text
+def _redact_spans(text: str, spans: list[tuple[int, int]]) -> str:
     pieces, written = [], 0
     for start, end in sorted(spans):
         if end <= written:
             continue  # inside a value already redacted
         pieces += [text[written:max(start, written)], REDACTED]
         written = end
-    return "".join(pieces) + text[written:]
+    return "".join(pieces) + text[written:] if pieces else text
 
 
 def _redact_group(pattern: re.Pattern, text: str, *groups: str) -> str:
-    """``text`` with the first of ``groups`` that took part in each match of ``pattern``
-    replaced by :data:`REDACTED`."""
-    pieces, written = [], 0
-    for match in pattern.finditer(text):
-        start, end = next(match.span(g) for g in groups if match.span(g) != (-1, -1))
-        pieces += [text[written:start], REDACTED]
-        written = end
-    return "".join(pieces) + text[written:] if pieces else text
+    """``text`` with the first of ``groups`` that took part in each match of ``pattern`` redacted."""
+    return _redact_spans(text, [next(match.span(g) for g in groups if match.span(g) != (-1, -1))
+                                for match in pattern.finditer(text)])
 
 
 #: The header lines of an encrypted PEM key (RFC 1421), between its begin marker and its body.
@@ -390,11 +376,11 @@ def scrub_secret_shapes(text: str) -> str:
         text = _redact_group(_CURL_USER, text, "quoted", "value")
     if "sshpass" in text:
         text = _redact_group(_SSHPASS, text, "value")
-    return _redact_assignments(text)
+    return _redact_spans(text, _secret_value_spans(text))
 
 
 def scrub_obj(obj, environ: Mapping[str, str] | None = None):
-    """``obj`` with :func:`scrub_text` applied to every string in it (keys included)."""
+    """:func:`scrub_text` of every string in ``obj``, keys included."""
     scrub = _scrubber(environ)
 
     def walk(item):
@@ -410,9 +396,8 @@ def scrub_obj(obj, environ: Mapping[str, str] | None = None):
 
 
 def scrub_json_text(text: str, indent: int = 2, environ: Mapping[str, str] | None = None) -> str:
-    """A JSON document scrubbed *by structure*: every string value (every encoded form
-    inside it included) is scrubbed, and the result is still valid JSON. Text that does
-    not parse (half-written by a dying process) is scrubbed as text."""
+    """Scrubbed *by structure*, so that it stays valid JSON; text that does not parse
+    (half-written by a dying process) is scrubbed as text."""
     try:
         data = json.loads(text)
     except json.JSONDecodeError:
@@ -421,8 +406,8 @@ def scrub_json_text(text: str, indent: int = 2, environ: Mapping[str, str] | Non
 
 
 def child_environ(extra: Mapping[str, str] | None = None) -> dict[str, str]:
-    """Environment for processes hyport starts: the parent's, plus ``extra``. Secrets pass
-    unchanged (a training job may need its token); hyport's *outputs* never hold them."""
+    """The parent's, plus ``extra``: secrets pass (a training job may need its token);
+    hyport's *outputs* never hold them."""
     env = dict(os.environ)
     env.update(extra or {})
     return env

@@ -63,7 +63,6 @@ def field_values(cls: type, data: Any) -> dict[str, Any]:
 
 
 def _read(kind: Any, value: Any) -> Any:
-    """``value`` as a ``kind``, or :data:`_WRONG`."""
     if kind is Any or isinstance(kind, TypeVar):
         return value
     origin, args = typing.get_origin(kind), typing.get_args(kind)

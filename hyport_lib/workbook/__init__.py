@@ -1,2 +1,3 @@
-"""What the notebooks add in JupyterLab and never need headless: :mod:`.form`, a form per
-stage made from its ``Params``."""
+"""What the notebooks add in JupyterLab: a form per stage made from its ``Params``
+(:mod:`.form`), the Stop button (:mod:`.stop`) and the comparison of recorded runs
+(:mod:`.compare`, which ``hyport compare`` writes as a page)."""

@@ -1,12 +1,10 @@
 """Two (or more) recorded runs side by side: what changed between the CPU emulation run and
 an NPU run, between two profiles, between yesterday and today.
 
-A run is a folder of stage results: an interactive run kept under ``history/<run-id>/``
-(:func:`hyport_lib.results.history_dir`) or a report run's ``<run>/results/``. This module
-reads each record as its stage's typed result and compares what every record has (verdict,
-headline, parameters); what differs in a stage's own result, its ``show.compare`` hook says
-(tables, figures, throughput: a :class:`StageComparison`). A :class:`Comparison` holds it
-all; :mod:`hyport_lib.workbook.compare_show` renders it (tables, figures as PNG, an offline page).
+A run is a folder of stage results: an interactive run kept under ``history/<run-id>/`` or
+a report run's ``<run>/results/``. What every record has (verdict, headline, parameters) is
+compared here; what differs in a stage's own result, its ``show.compare`` hook says (a
+:class:`StageComparison`). :mod:`hyport_lib.workbook.compare_show` renders it.
 """
 
 from __future__ import annotations
@@ -21,7 +19,7 @@ from typing import Any, Callable, Iterable, Optional, Sequence
 import pandas as pd
 
 from hyport_lib.results import HISTORY_DIR, StageRecord, UnreadableResult, history_dir, read_result
-from hyport_lib.stages import read_stage_record, stage_hook
+from hyport_lib.stages import named_stages, read_stage_record, stage_hook
 
 #: A stage's result file: ``NN_name.json``.
 _STAGE_FILE = re.compile(r"^(\d{2}_[a-z0-9_]+)\.json$")
@@ -34,22 +32,20 @@ _INTERACTIVE = "interactive"
 
 @dataclass(frozen=True)
 class Run:
-    """A folder of stage results. ``kind``: ``interactive`` (one stage run kept under
-    ``history/``) or ``report`` (a ``hyport report`` run's results)."""
+    """A folder of stage results."""
 
     id: str
-    kind: str
+    kind: str  # interactive (one stage run kept under history/) or report
     folder: Path  # holds <stage>.json
     stages: tuple[str, ...]
 
     @property
     def root(self) -> Path:
-        """The run's own folder: a report run's (its index, ``results/``), or the history one."""
+        """A report run's folder (its index, ``results/``), or the history one."""
         return self.folder.parent if self.kind == "report" and self.folder.name == _REPORT_RESULTS else self.folder
 
     def record(self, stage: str) -> StageRecord:
-        """The stage's record, its data typed (:func:`~hyport_lib.stages.read_stage_record`);
-        ValueError naming the file when unreadable."""
+        """Its data typed; ValueError naming the file when unreadable."""
         path = self.folder / f"{stage}.json"
         # The file by its name only: the message lands in compare.html, which may be sent on.
         try:
@@ -62,8 +58,7 @@ class Run:
 
 
 def default_outputs() -> Path:
-    """``outputs/`` of the checkout: the parent of the interactive folder (where a report
-    started in the checkout writes its runs)."""
+    """``outputs/`` of the checkout, where a report started in the checkout writes its runs."""
     return history_dir().parent.parent
 
 
@@ -75,9 +70,7 @@ def _stages_in(folder: Path) -> tuple[str, ...]:
 
 def list_runs(outputs: Optional[Path] = None) -> list[Run]:
     """Every recorded run, newest first (the ids begin with their local time): each report
-    run folder under ``outputs`` (the report's output root; default
-    :func:`default_outputs`) and the interactive runs where every interactive run is kept,
-    :func:`history_dir` (a report never writes into a history)."""
+    run folder under ``outputs`` and every interactive run (a report never writes into a history)."""
     history = history_dir()
     outputs = Path(outputs) if outputs else default_outputs()
     runs = []
@@ -92,24 +85,18 @@ def list_runs(outputs: Optional[Path] = None) -> list[Run]:
 
 def find_run(ref: Any, outputs: Optional[Path] = None) -> Run:
     """A run from a folder (a report run folder, its ``results/``, a history run folder)
-    or a run id (or the start of one) under ``outputs``.
-
-    Raises:
-        ValueError: one line naming ``ref`` and the runs there are.
-    """
+    or a run id (or the start of one); ValueError naming ``ref`` and the runs there are."""
     if isinstance(ref, Run):
         return ref
     path = Path(str(ref)).expanduser()
     if path.is_dir():
         path = path.resolve()  # absolute, as the records' own paths are (a run's folders compare equal)
         if stages := _stages_in(path / _REPORT_RESULTS):
-            return Run(path.resolve().name, "report", path / _REPORT_RESULTS, stages)
+            return Run(path.name, "report", path / _REPORT_RESULTS, stages)
         if stages := _stages_in(path):
-            folder = path.resolve()
-            if folder.parent.name == HISTORY_DIR:
-                return Run(folder.name, "interactive", path, stages)
-            name = folder.parent.name if folder.name == _REPORT_RESULTS else folder.name
-            return Run(name, "report", path, stages)
+            if path.parent.name == HISTORY_DIR:
+                return Run(path.name, "interactive", path, stages)
+            return Run(path.parent.name if path.name == _REPORT_RESULTS else path.name, "report", path, stages)
         raise ValueError(f"run {ref}: the folder holds no stage result (NN_stage.json, or results/NN_stage.json)")
     runs = list_runs(outputs)
     matches = [r for r in runs if r.id == str(ref)] or [r for r in runs if r.id.startswith(str(ref))]
@@ -130,8 +117,7 @@ class RunRecord:
 
     @property
     def label(self) -> str:
-        """``<run id> (CPU (not an NPU measurement))``: the run and where its figures came
-        from, so a CPU or emulated run is never read as an NPU one."""
+        """``<run id> (CPU (not an NPU measurement))``: a CPU or emulated run is never read as an NPU one."""
         provenance = self.record.provenance
         return f"{self.run.id} ({provenance.label if provenance else 'provenance not recorded'})"
 
@@ -173,8 +159,7 @@ class Comparison:
     headlines: pd.DataFrame
     #: stage, parameter, run, value (as text): the parameters each record holds
     parameters: pd.DataFrame
-    #: run, label, stage, measure, tokens_per_s: what the stages' hooks measured
-    throughput: pd.DataFrame
+    throughput: pd.DataFrame  # THROUGHPUT_COLUMNS: what the stages' hooks measured
     #: the stages' own tables and figures, in the stages' order
     parts: list[Part] = field(default_factory=list)
     #: runs that lack a stage the others have, unreadable records
@@ -186,21 +171,21 @@ class Comparison:
 
 def compare_runs(refs: Sequence[Any], *, stages: Optional[Iterable[str]] = None,
                  outputs: Optional[Path] = None) -> Comparison:
-    """Compare the runs ``refs`` (ids or folders, see :func:`find_run`), on ``stages``
-    (by number, name or id, as ``hyport report --only`` takes them; default: every stage
-    any of them recorded).
-
-    Raises:
-        ValueError: fewer than two runs, the same run twice, a run that cannot be found, or
-            a stage none of them recorded.
-    """
+    """The runs ``refs`` (:func:`find_run`) on ``stages`` (as ``--only`` takes them; default:
+    every stage any of them recorded); ValueError for fewer than two runs, the same run
+    twice, a run that cannot be found, or a stage none of them recorded."""
     runs = [find_run(ref, outputs) for ref in refs]
     if len(runs) < 2:
         raise ValueError(f"compare: name two runs or more (got {len(runs)})")
     if len({r.folder.resolve() for r in runs}) < len(runs):
         raise ValueError(f"compare: the same run twice ({', '.join(r.id for r in runs)})")
     recorded = sorted({s for r in runs for s in r.stages})
-    wanted = _pick_stages(stages, recorded) if stages else recorded
+    wanted = recorded
+    if stages:
+        wanted, unknown = named_stages(stages, recorded)
+        if unknown or not wanted:
+            raise ValueError(f"--stage {', '.join(unknown) or repr('')}: not a stage these runs recorded "
+                             f"(recorded: {', '.join(recorded) or 'none'})")
     notes, records = [], {}
     for run in runs:
         for stage in wanted:
@@ -217,25 +202,6 @@ def compare_runs(refs: Sequence[Any], *, stages: Optional[Iterable[str]] = None,
     throughput = pd.concat(measured, ignore_index=True) if measured else pd.DataFrame(columns=THROUGHPUT_COLUMNS)
     return Comparison(runs, wanted, _overview(by_stage), _headlines(by_stage), _parameters(by_stage, notes),
                       throughput, [p for f in found for p in f.parts], notes)
-
-
-def _pick_stages(wanted: Iterable[str], recorded: Sequence[str]) -> list[str]:
-    """The stage ids of ``wanted`` (``NN``, ``N``, ``name`` or ``NN_name``, as
-    :func:`hyport_lib.stages.select_stages` reads ``--only``) among ``recorded``.
-
-    Raises:
-        ValueError: one line naming the stages no run recorded, and those there are.
-    """
-    known = {}
-    for stage in recorded:
-        number, _, name = stage.partition("_")
-        known.update({number: stage, name: stage, stage: stage})
-    wanted = [w.strip() for w in wanted if w.strip()]
-    unknown = [w for w in wanted if w not in known and w.zfill(2) not in known]
-    if unknown or not wanted:
-        raise ValueError(f"--stage {', '.join(unknown) or repr('')}: not a stage these runs recorded "
-                         f"(recorded: {', '.join(recorded) or 'none'})")
-    return sorted({known.get(w) or known[w.zfill(2)] for w in wanted})
 
 
 def _overview(by_stage: dict[str, list[RunRecord]]) -> pd.DataFrame:
@@ -263,10 +229,9 @@ def _parameters(by_stage: dict[str, list[RunRecord]], notes: list[str]) -> pd.Da
 
 
 def _value_text(value: Any, run: Run) -> str:
-    """A parameter as one comparable text: a path inside the run's folder as ``<run>/…``
-    (as the report's index shows it: no local folder on a page that is sent on, and two
-    runs' own folders compare equal), other strings as they are, the rest as JSON (a list
-    ``["float16"]`` and a text ``float16`` stay apart)."""
+    """A path inside the run's folder as ``<run>/…`` (no local folder on a page sent on, and
+    two runs' own folders compare equal), the rest as JSON (a list ``["float16"]`` and a text
+    ``float16`` stay apart)."""
     if isinstance(value, str) and os.path.isabs(value) and Path(value).is_relative_to(run.root):
         return Path("<run>", Path(value).relative_to(run.root)).as_posix()
     return value if isinstance(value, str) else json.dumps(value, sort_keys=True, default=str)

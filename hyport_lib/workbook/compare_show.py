@@ -1,20 +1,18 @@
-"""Rendering a :class:`~hyport_lib.workbook.compare.Comparison`: tables with the runs as
-columns, the stages' figures as PNG (each run labelled with where its figures came from),
-one offline page for ``hyport compare``, and a run picker in JupyterLab.
+"""A :class:`~hyport_lib.workbook.compare.Comparison` shown: tables with the runs as columns,
+the stages' figures, one offline page for ``hyport compare``, and a run picker in JupyterLab.
 """
 
 from __future__ import annotations
 
 import base64
 import html
-import io
 import os
 from pathlib import Path
 from typing import Any, Callable, Optional
 
 import pandas as pd
 
-from hyport_lib.display import MISSING, VERDICT_COLOURS
+from hyport_lib.display import MISSING, png_bytes, verdict_colour
 from hyport_lib.results import RUN_DIR_ENV
 from hyport_lib.utils.files import atomic_write_text
 from hyport_lib.workbook.compare import Comparison, Part, compare_runs, list_runs
@@ -32,13 +30,18 @@ def overview_table(c: Comparison) -> pd.DataFrame:
         .fillna(MISSING).dropna(axis=1, how="all")
 
 
+def _by_run(c: Comparison, frame: pd.DataFrame, index: list[str], values: str, **options) -> pd.DataFrame:
+    """``frame`` with the runs as columns, in the comparison's order."""
+    wide = frame.pivot_table(index=index, columns="run", values=values, aggfunc="first", sort=False, **options)
+    return wide.reindex(columns=[r.id for r in c.runs if r.id in wide.columns])
+
+
 def headline_table(c: Comparison) -> pd.DataFrame:
     """(stage, figure) by run, and whether the runs differ there."""
     if c.headlines.empty:
         return pd.DataFrame()
     values = c.headlines.assign(value=c.headlines["value"].map(_text))
-    wide = values.pivot_table(index=["stage", "key"], columns="run", values="value", aggfunc="first", sort=False)
-    wide = wide.reindex(columns=[r.id for r in c.runs if r.id in wide.columns]).fillna(MISSING)
+    wide = _by_run(c, values, ["stage", "key"], "value").fillna(MISSING)
     wide["differs"] = wide.nunique(axis=1) > 1
     return wide
 
@@ -47,19 +50,14 @@ def throughput_table(c: Comparison) -> pd.DataFrame:
     """(stage, measure) by run: tokens/s."""
     if c.throughput.empty:
         return pd.DataFrame()
-    wide = c.throughput.pivot_table(index=["stage", "measure"], columns="run", values="tokens_per_s",
-                                    aggfunc="first", dropna=False, sort=False)
-    return wide.reindex(columns=[r.id for r in c.runs if r.id in wide.columns]).round(1)
+    return _by_run(c, c.throughput, ["stage", "measure"], "tokens_per_s", dropna=False).round(1)
 
 
 def parameter_table(c: Comparison) -> pd.DataFrame:
-    """(stage, parameter) by run: the parameters whose recorded value is not the same in
-    every run that recorded the stage's parameters (:data:`MISSING`: not in that record)."""
+    """(stage, parameter) by run, where the runs that recorded the stage's parameters differ."""
     if c.parameters.empty:
         return pd.DataFrame()
-    wide = c.parameters.pivot_table(index=["stage", "parameter"], columns="run", values="value",
-                                    aggfunc="first", sort=False)
-    wide = wide.reindex(columns=[r.id for r in c.runs if r.id in wide.columns])
+    wide = _by_run(c, c.parameters, ["stage", "parameter"], "value")
     # Only among the runs that recorded the stage's parameters (an older record holds none).
     recorded = c.parameters.groupby("stage")["run"].unique()
     differs = [len(set(row[recorded[stage]].fillna(MISSING))) > 1 for (stage, _), row in wide.iterrows()]
@@ -71,7 +69,7 @@ def _text(value: Any) -> str:
 
 
 def run_lines(c: Comparison) -> list[str]:
-    """One line per run: id, kind, where its figures came from (per stage when they differ)."""
+    """Id, kind, where its figures came from (per stage when they differ)."""
     lines = []
     for run in c.runs:
         labels = c.overview[c.overview["run"] == run.id]["label"].str.extract(r"\((.*)\)$")[0].dropna().unique()
@@ -81,31 +79,21 @@ def run_lines(c: Comparison) -> list[str]:
 
 
 def figure_png(part: Part) -> Optional[bytes]:
-    """The part's figure as PNG bytes, or None when it draws none."""
     fig = part.figure() if part.figure is not None else None
-    if fig is None:
-        return None
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=100, bbox_inches="tight")
-    return buf.getvalue()
-
-
-def _colour_verdicts(value: Any) -> str:
-    word = str(value).split(":", 1)[0].strip().upper()
-    colour = VERDICT_COLOURS.get(word)
-    return f"background-color: {colour}" if colour else ""
+    return None if fig is None else png_bytes(fig)
 
 
 def _table_html(frame: pd.DataFrame) -> str:
     if frame.empty:
         return "<p class='none'>nothing to compare</p>"
     # Recorded text is escaped (a parameter "<run>/train", a summary with "<"), the index too.
-    return frame.style.map(_colour_verdicts).format(na_rep=MISSING, precision=1, escape="html") \
+    # a cell "VERDICT: summary" is coloured by its verdict
+    return frame.style.map(lambda v: verdict_colour(str(v).split(":", 1)[0].strip())).format(na_rep=MISSING, precision=1, escape="html") \
         .format_index(escape="html", axis=0).to_html()
 
 
 def sections(c: Comparison) -> list[tuple[str, str]]:
-    """(title, HTML) of each part, in reading order; parts with nothing are left out."""
+    """(title, HTML) of each part with something to show, in reading order."""
     parts = [("Runs", "<ul>" + "".join(f"<li>{html.escape(line)}</li>" for line in run_lines(c)) + "</ul>"),
              ("Verdict of every stage", _table_html(overview_table(c)))]
     for part in c.parts:  # a figure first: what to look at when two runs differ
@@ -139,8 +127,7 @@ def comparison_html(c: Comparison) -> str:
 
 
 def write_compare_page(c: Comparison, path: os.PathLike, rewrite: Callable[[str], str] = str) -> Path:
-    """Write :func:`comparison_html` atomically to ``path``, through ``rewrite`` (the
-    command names local folders as the report does); its path."""
+    """Through ``rewrite``: the command names local folders as the report does."""
     return atomic_write_text(path, rewrite(comparison_html(c)))
 
 
@@ -153,16 +140,14 @@ def show_comparison(c: Comparison) -> None:
 
 
 def show_compare(*refs: Any, stages=None, outputs: Optional[os.PathLike] = None) -> Comparison:
-    """Compare runs (ids or folders) and show it; the :class:`Comparison`."""
     c = compare_runs(refs, stages=stages, outputs=Path(outputs) if outputs else None)
     show_comparison(c)
     return c
 
 
 def run_picker(outputs: Optional[os.PathLike] = None, stage: Optional[str] = None):
-    """Two run pickers, a Compare button and a Refresh button (lists the runs again: one
-    recorded since shows up); the widget to display. ``stage``: only the runs that recorded
-    it, compared on it."""
+    """Two run pickers, Compare and Refresh (a run recorded since shows up). ``stage``: only
+    the runs that recorded it, compared on it."""
     import ipywidgets as widgets
 
     first = widgets.Dropdown(description="run", layout={"width": "46em"})
@@ -200,9 +185,7 @@ def run_picker(outputs: Optional[os.PathLike] = None, stage: Optional[str] = Non
 
 
 def show_run_picker(outputs: Optional[os.PathLike] = None, stage: Optional[str] = None):
-    """Display :func:`run_picker` in JupyterLab and return it; under ``hyport report``
-    (headless, its run folder set) show nothing and return None (``hyport compare`` writes
-    the same view as a page)."""
+    """Under ``hyport report`` (headless): nothing, None (``hyport compare`` writes the same view)."""
     if os.environ.get(RUN_DIR_ENV):
         return None
     from IPython.display import display

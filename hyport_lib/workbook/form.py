@@ -1,13 +1,11 @@
 """A form per stage, made from its ``Params`` class: the workbook's interactive front door.
 
-Each field gets the control its declaration asks for (choices: a dropdown, a flag: a
-checkbox, a bounded number: a number box that keeps what is typed, a path: a text with a
-live "exists?" note, lists and dicts: YAML in a text area), its doc as the tooltip, and a
-line under it for its error. Values go through :func:`hyport_lib.params.parse_text` and the
-class itself, the one path the command line and the report use, so a bad value gets the
-same one-line error here, and so does a value the stage's plan refuses (a usage error, which
-the command line says in one line). The form starts from the notebook's namespace (the
-``parameters`` cell stays the papermill source); headless runs never build it.
+Each field gets the control its declaration asks for, its doc as the tooltip, and a line
+under it for its error. Values go through :func:`hyport_lib.params.parse_text` and the class
+itself, the one path the command line and the report use, so a bad value gets the same
+one-line error here, and so does a value the stage's plan refuses. The form starts from the
+notebook's namespace (the ``parameters`` cell stays the papermill source); headless runs
+never build it.
 """
 
 from __future__ import annotations
@@ -27,9 +25,8 @@ from hyport_lib.params import Field, ParameterError, StageParams, parameter_fiel
 from hyport_lib.results import RUN_DIR_ENV, StageSummary, record
 from hyport_lib.stages import StageContract
 from hyport_lib.utils.bounded_files import read_text
-from hyport_lib.utils.printable import first_line, shortened
+from hyport_lib.utils.printable import USAGE_ERRORS, first_line, one_line, shortened
 from hyport_lib.utils.redact import scrub_text
-from hyport_lib.utils.usage import USAGE_ERRORS, one_line
 from hyport_lib.workbook.stop import StopButton, run_stoppable
 
 #: What a stage's "Run stage" button calls with the checked parameters: it runs the stage,
@@ -53,7 +50,7 @@ _WIDE = {"width": "46em"}
 
 def model_folders(root: Path, limit: int = 200) -> list[str]:
     """Checkpoint folders (holding a ``config.json``) under ``root``, two levels deep at
-    most, links not followed out of ``root``; sorted, at most ``limit``."""
+    most, links not followed out of ``root``."""
     root = Path(root).expanduser()
     if not root.is_dir():
         return []
@@ -73,8 +70,7 @@ def model_folders(root: Path, limit: int = 200) -> list[str]:
 
 def dataset_entries(dataset_path: Any) -> list[str]:
     """The entries of the ``dataset_info.json`` that ``dataset_path`` names (the file or its
-    folder) whose data file lies beside it; none when it names none (the check says what is
-    wrong with it)."""
+    folder) whose data file lies beside it."""
     if not isinstance(dataset_path, str) or not dataset_path.strip():
         return []
     path = Path(dataset_path.strip()).expanduser()
@@ -94,7 +90,7 @@ def dataset_entries(dataset_path: Any) -> list[str]:
 
 
 def as_text(f: Field, value: Any) -> str:
-    """How a value reads in a text control: YAML for lists and dicts, ``None`` for None."""
+    """YAML for lists and dicts, ``None`` for None."""
     if value is None:
         return "None"
     if f.kind in ("list", "dict"):
@@ -103,15 +99,13 @@ def as_text(f: Field, value: Any) -> str:
 
 
 def problem_field(problem: str, names: Sequence[str]) -> Optional[str]:
-    """The parameter a :class:`ParameterError` line is about, or None (a rule across fields
-    that names no single one first)."""
+    """The parameter a :class:`ParameterError` line is about, or None (a rule across fields)."""
     match = _PROBLEM_NAME.match(problem)
     return match.group(1) if match and match.group(1) in names else None
 
 
 @dataclass
 class FormField:
-    """One parameter's row: its declaration, its control and the line for its error."""
 
     field: Field
     control: Any  # an ipywidgets control
@@ -124,13 +118,13 @@ class FormField:
         self.error.value = _error_html(problem) if problem else ""
 
     def value(self) -> Any:
-        """The control's value as the parameter class takes it (text read as the command
-        line reads it)."""
+        """Text read as the command line reads it."""
         return parse_text(self.field, self.control.value)
 
 
-def _control(f: Field, value: Any):
-    """The ipywidgets control for one parameter, showing ``value``."""
+def _control(f: Field, value: Any, presets: Optional[Sequence[str]] = None):
+    """Choices: a dropdown; a flag: a checkbox; a bounded number: a number box that keeps
+    what is typed; lists and dicts: YAML in a text area; text: a box, offering ``presets``."""
     import ipywidgets as widgets
 
     common = dict(description=f.name, tooltip=f.spec.doc,
@@ -151,6 +145,9 @@ def _control(f: Field, value: Any):
     if f.kind in ("list", "dict"):
         return widgets.Textarea(value=as_text(f, value), layout=dict(_WIDE, height="4.5em"), **common)
     placeholder = "None" if f.optional else ""
+    if presets is not None:
+        return widgets.Combobox(value=as_text(f, value), options=list(presets), ensure_option=False,
+                                placeholder=placeholder, layout=_WIDE, **common)
     return widgets.Text(value=as_text(f, value), placeholder=placeholder, layout=_WIDE if f.kind == "str" else {}, **common)
 
 
@@ -181,17 +178,11 @@ def _path_note(f: Field, text: Any) -> str:
 
 
 class StageForm:
-    """The form of one stage: build it with :func:`stage_form`.
-
-    ``namespace`` (the notebook's ``globals()``) gives the starting values; "Run stage"
-    checks every field through ``params_class`` and, when they hold, writes them back into
-    ``namespace`` (cells run later see what the form ran) and calls ``run`` with the
-    parameters, its output shown under the button and its verdict beside it.
-
-    ``presets`` offers values for text fields; they follow the form: a field of
+    """Built by :func:`stage_form`. "Run stage" checks every field and, when they hold,
+    writes them back into ``namespace`` (the notebook's ``globals()``: cells run later see
+    what the form ran) and calls ``run``. The presets follow the form: a field of
     :data:`ENTRY_OF` offers the entries of the ``dataset_info.json`` its other field names,
-    and a "models folder" box (under the first model field) adds the checkpoints under the
-    folder it names to every model field's declared presets.
+    and a "models folder" box adds the checkpoints under it to every model field's presets.
     """
 
     def __init__(self, params_class: type, namespace: MutableMapping[str, Any], run: RunStage,
@@ -206,12 +197,7 @@ class StageForm:
         self.models_folder = None  # the "models folder" box, on a form with a model field
         rows = []
         for f in parameter_fields(params_class):
-            control = _control(f, namespace.get(f.name, f.default))
-            if presets and f.name in presets and isinstance(control, widgets.Text):
-                control = widgets.Combobox(value=control.value, options=list(presets[f.name]),
-                                           ensure_option=False, placeholder=control.placeholder,
-                                           description=f.name, tooltip=f.spec.doc, style=_LABEL_STYLE,
-                                           layout=_WIDE)
+            control = _control(f, namespace.get(f.name, f.default), (presets or {}).get(f.name))
             error = widgets.HTML(value="", layout={"margin": "0 0 0 14.5em"})
             error.add_class("hyport-error")
             note = widgets.HTML(value=_path_note(f, control.value)) if f.spec.path else None
@@ -240,7 +226,7 @@ class StageForm:
         self.widget.add_class("hyport-form")
 
     def _models_folder_row(self, folder: str):
-        """The "models folder" box and its note; a folder given is offered at once."""
+        """A folder given is offered at once."""
         import ipywidgets as widgets
 
         self.models_folder = widgets.Text(value=folder, description="models folder", style=_LABEL_STYLE,
@@ -265,7 +251,6 @@ class StageForm:
             "<span style='color:#c62828'>no such folder</span>")
 
     def _offer(self, name: str, options: Sequence[str]) -> None:
-        """``options`` as the presets of field ``name`` (a field with presets)."""
         import ipywidgets as widgets
 
         control = self.fields[name].control
@@ -274,11 +259,6 @@ class StageForm:
 
     def _on_path(self, row: FormField, text: Any) -> None:
         row.note.value = _path_note(row.field, text)
-
-    def values(self) -> dict[str, Any]:
-        """name -> value as typed in the form; a text no parameter could read is a
-        :class:`ParameterError` naming it (from :func:`parse_text`)."""
-        return {name: row.value() for name, row in self.fields.items()}
 
     def check(self) -> Optional[StageParams]:
         """The parameters, or None with each problem shown under its field (a problem that
@@ -301,7 +281,7 @@ class StageForm:
         return None
 
     def _show_problems(self, problems: Sequence[str]) -> None:
-        """Each problem under the field it names; one that names none, under the button."""
+        """Each under the field it names; one that names none, under the button."""
         general = []
         for problem in problems:
             name = problem_field(problem, list(self.fields))
@@ -323,8 +303,7 @@ class StageForm:
                 print(f"  {scrub_text(str(line))}")
 
     def submit(self) -> Optional[StageSummary]:
-        """What "Run stage" does: check, write the values back, run; the recorded verdict
-        (None when a value is wrong or the run raised)."""
+        """What "Run stage" does; the recorded verdict (None when a value is wrong or the run raised)."""
         params = self.check()
         if params is None:
             return None
@@ -363,10 +342,8 @@ def is_model_field(f: Field) -> bool:
 
 def stage_form(params_class: type, namespace: MutableMapping[str, Any], run: RunStage, *,
                models_folder: str = "", title: str = "") -> StageForm:
-    """The form of ``params_class`` starting from ``namespace``; presets as each field
-    declares them (the shipped models and sample datasets), the checkpoints under
-    ``models_folder`` (a box of the form) for model folders, and a ``dataset_info.json``'s
-    entries."""
+    """Presets as each field declares them (what hyport ships), the checkpoints under
+    ``models_folder`` (a box of the form) for model folders, and a ``dataset_info.json``'s entries."""
     fields = parameter_fields(params_class)
     presets = {f.name: list(f.spec.presets) for f in fields if f.spec.presets}
     for entry, source in ENTRY_OF.items():
@@ -384,9 +361,8 @@ def stage_runner(stage: StageContract, *views: Callable[[Any], Any],
                  progress: Optional[Callable[[StageParams], Any]] = None, stop: bool = True) -> RunStage:
     """What "Run stage" does for ``stage``: plan, run (with a fresh ``progress(params)``
     display when given, under a Stop button unless ``stop`` is False: a stage that keeps
-    nothing when stopped), show the result through each of ``views``,
-    record it and print the verdict line the notebook's last cell prints; returns the
-    verdict. Stopped, the partial result is shown and recorded (INTERRUPTED)."""
+    nothing when stopped), record, show through each of ``views`` and print the verdict
+    line the notebook's last cell prints. Stopped, the partial result is recorded."""
 
     def run(params: StageParams) -> StageSummary:
         plan = stage.plan(params)
@@ -413,8 +389,7 @@ def stage_runner(stage: StageContract, *views: Callable[[Any], Any],
 
 def show_stage_form(params_class: type, namespace: MutableMapping[str, Any], run: RunStage,
                     **options: Any) -> Optional[StageForm]:
-    """Display the stage's form in JupyterLab and return it; under ``hyport report``
-    (headless, its run folder set) show nothing and return None."""
+    """Under ``hyport report`` (headless, its run folder set): nothing, None."""
     if os.environ.get(RUN_DIR_ENV):
         return None
     from IPython.display import display

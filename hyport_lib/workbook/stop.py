@@ -1,11 +1,5 @@
 """Stopping a stage from the notebook: the Stop button and Kernel → Interrupt end a run the
-same way a Ctrl-C ends ``hyport train``.
-
-A stage stopped by ``KeyboardInterrupt`` stops its processes and leaves what finished on the
-exception (``exc.partial``: the steps, cards or checks done). :func:`run_stoppable` returns
-that partial result instead of a traceback, so the notebook shows and records it
-(INTERRUPTED). Under ``hyport report`` the stop is the report's: it goes on, and the report
-records the stage.
+same way a Ctrl-C ends ``hyport train``, and the notebook shows and records what finished.
 
 The Stop button interrupts its own kernel from the browser (the Jupyter server's
 ``POST /api/kernels/<id>/interrupt``, what Kernel → Interrupt sends). A widget click the
@@ -81,19 +75,16 @@ export default {
 
 
 def run_stoppable(run: Callable[..., R], *args: Any, **kwargs: Any) -> R:
-    """``run(*args, **kwargs)``; stopped (the Stop button, Kernel → Interrupt), the partial
-    result the stage left on the exception, with no traceback. An interrupt that left no
-    partial result (it came before the stage started anything), or one under ``hyport
-    report``, goes on.
+    """``run(*args, **kwargs)``; stopped, the partial result the stage left on the exception
+    (``exc.partial``), with no traceback. An interrupt that left none (it came before the
+    stage started anything), or one under ``hyport report``, goes on.
 
-    Given an ``on_progress``, the interrupt is taken at the stage's next progress call (the
-    stage calls it between polls, every second or so): a signal raised anywhere else could
-    land in code that swallows it (a display being drawn, a message being sent) and the run
-    would go on. A second interrupt before that call stops at once. Once the interrupt is
-    raised the stage is stopping (its workers given their grace, what finished put on the
-    exception): further interrupts change nothing, since a fresh one would cut that short
-    and lose what finished; but a stage that reports running again had the interrupt
-    swallowed, and gets it again at that call.
+    Given an ``on_progress``, the interrupt is taken at the stage's next progress call (every
+    second or so): raised anywhere else, it could land in code that swallows it (a display
+    being drawn) and the run would go on. A second interrupt before that call stops at once.
+    Once raised, further interrupts change nothing (a fresh one would cut the workers' grace
+    short and lose what finished); but a stage that reports running again had it swallowed,
+    and gets it again at that call.
     """
     interactive = not os.environ.get(RUN_DIR_ENV)
     deferred = interactive and kwargs.get("on_progress") is not None \
@@ -113,9 +104,7 @@ def run_stoppable(run: Callable[..., R], *args: Any, **kwargs: Any) -> R:
 
 
 def _deferring_interrupts(on_progress: Callable[[Any], None]):
-    """``on_progress`` that raises the interrupt a SIGINT noted (from its next call while the
-    run goes on), and the SIGINT handler it replaces (installed here); once raised, later
-    SIGINTs are ignored: the stage is stopping."""
+    """``on_progress`` raising the interrupt a SIGINT noted, and the SIGINT handler it replaces."""
     asked, raised = [], []
 
     def stop(message: str) -> None:
@@ -141,8 +130,7 @@ def _deferring_interrupts(on_progress: Callable[[Any], None]):
 
 
 def kernel_id() -> str:
-    """This kernel's id, as the Jupyter server names it (from its connection file's name,
-    ``kernel-<id>.json``); empty outside a kernel."""
+    """This kernel's id, from its connection file's name (``kernel-<id>.json``); empty outside a kernel."""
     try:
         from ipykernel.connect import get_connection_file
 
@@ -154,11 +142,8 @@ def kernel_id() -> str:
 
 
 class StopButton(anywidget.AnyWidget):
-    """A Stop button for a stage run from the notebook: a click interrupts this kernel, and
-    :func:`run_stoppable` turns the interrupt into the stage's partial result.
-
-    :meth:`watch` wraps the run's ``on_progress`` display so that the button is retired
-    when the run ends (and says how)."""
+    """A click interrupts this kernel; :func:`run_stoppable` turns the interrupt into the
+    stage's partial result."""
 
     _esm = _STOP_ESM
     kernel_id = traitlets.Unicode("").tag(sync=True)
@@ -169,7 +154,7 @@ class StopButton(anywidget.AnyWidget):
         super().__init__(kernel_id=kernel_id(), **kwargs)
 
     def show(self) -> "StopButton":
-        """Display the button, except under ``hyport report`` (headless: nothing can click it)."""
+        """Displayed, except under ``hyport report`` (headless: nothing can click it)."""
         if not os.environ.get(RUN_DIR_ENV):
             from IPython.display import display
 
@@ -177,8 +162,7 @@ class StopButton(anywidget.AnyWidget):
         return self
 
     def watch(self, on_progress: Optional[Callable[[Any], None]]) -> Callable[[Any], None]:
-        """``on_progress`` that also retires the button once the run ended (``running``
-        False), saying whether it was stopped."""
+        """``on_progress`` that also retires the button once the run ended, saying how."""
 
         def watched(progress: Any) -> None:
             if not getattr(progress, "running", True):

@@ -20,7 +20,7 @@ from hyport_lib.attention.stage import planted_example, run_scan
 from hyport_lib.npu_attention import reference as R
 from hyport_lib.npu_attention.emulation import npu_fusion_attention as emulated
 from hyport_lib.port.generated.flash_attn_ascend import compressed_causal_mask
-from hyport_lib.report.blog.writer import render_blog
+from hyport_lib.report.blog import render_blog
 from hyport_lib.report.run import ReportRun, StageOutcome
 from hyport_lib.results import read_record, record
 from blog_drafts import english_runs, stage_draft, unsourced

@@ -80,15 +80,16 @@ def test_bad_values_are_refused_before_the_run(argv, words, capsys, tmp_path):
     assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
 
 
-def test_an_unwritable_results_folder_is_named_before_any_work(tmp_path, monkeypatch, capsys):
+@pytest.mark.parametrize("argv", [["env"], ["infer", "--num-cards", "1"], ["attention", "--model-path", "none"],
+                                  ["train", "--max-steps", "1"], ["verify", "."]], ids=lambda argv: argv[0])
+def test_an_unwritable_results_folder_is_named_before_any_work(argv, tmp_path, monkeypatch, capsys):
     blocker = tmp_path / "results-is-a-file"
     blocker.write_text("x")
     monkeypatch.setenv("HYPORT_RESULTS_DIR", str(blocker / "sub"))
-    for argv in (["env"], ["infer", "--num-cards", "1"], ["attention", "--model-path", "none"],
-                 ["train", "--max-steps", "1"], ["verify", str(tmp_path)]):
-        assert main(argv) == 2, argv
-        err = capsys.readouterr().err
-        assert "results folder" in err and "HYPORT_RESULTS_DIR" in err and "Traceback" not in err
+    monkeypatch.chdir(tmp_path)  # verify's PATH "." is this folder
+    assert main(argv) == 2, argv
+    err = capsys.readouterr().err
+    assert "results folder" in err and "HYPORT_RESULTS_DIR" in err and "Traceback" not in err
 
 def test_debug_shows_the_traceback(monkeypatch):
     monkeypatch.setenv("HYPORT_DEBUG", "1")

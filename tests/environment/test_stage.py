@@ -304,7 +304,7 @@ def test_env_command_names_a_missing_root(tmp_path, capsys):
 def test_the_drafts_show_the_recorded_driver_and_firmware(tmp_path):
     from blog_drafts import STAGES, english_runs, make_run, write_result
 
-    from hyport_lib.report.blog.writer import render_blog
+    from hyport_lib.report.blog import render_blog
 
     root = build_tree(tmp_path / "host", driver=DRIVER_24_1_RC3, firmware=FIRMWARE_7_5)
     report = _run(root, num_cards=2)

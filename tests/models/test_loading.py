@@ -22,7 +22,7 @@ import pytest
 import transformers
 from transformers import CONFIG_MAPPING, AutoTokenizer, PreTrainedTokenizerFast, ProcessorMixin
 
-from hyport_lib.utils.usage import USAGE_ERRORS
+from hyport_lib.utils.printable import USAGE_ERRORS
 from hyport_lib.models.families import IMAGE_TEXT_TO_TEXT, ModelTraits
 from hyport_lib.models.loading import (AbsentVideoProcessor, LoadedProcessor, ProcessorUnavailable,
                                        VideoSettingUnavailable, _attribute_names, has_torchvision,

@@ -11,101 +11,15 @@ import re
 from pathlib import Path
 
 import pytest
-from babel.messages.pofile import read_po
-from jinja2.ext import extract_from_ast
 
-import hyport_lib
-from hyport_lib.drafting.templates import FRAME_TEMPLATE, environment, stage_template
-from hyport_lib.report.blog.writer import DRAFTS, render_blog, write_blog_drafts
+from hyport_lib.report.blog import DRAFTS, render_blog, write_blog_drafts
+from hyport_lib.report.paths import default_profiles_dir
 from hyport_lib.report.run import NOT_RUN, ReportRun
-from hyport_lib.stages import discover_stages
 
 from blog_drafts import (STAGES, english_runs, figure_links, make_run, numbers_in, stage_draft, train_data,
                          unsourced, write_result)
 
 # --------------------------------------------------------------------------- fast tests
-PLACEHOLDER = re.compile(r"%\((\w+)\)s")
-
-
-def draft_templates() -> dict[str, Path]:
-    """Every template the drafts are written from, by where it lives: the frame's and each
-    stage's own (``hyport_lib/<name>/blog.md.j2``)."""
-    package = Path(hyport_lib.__file__).parent
-    found = {"report": package / FRAME_TEMPLATE}
-    for stage in discover_stages():
-        path = package / stage_template(stage.name)
-        if path.is_file():
-            found[stage.name] = path
-    return found
-
-
-def catalogue(template: Path, lang: str = "zh") -> dict:
-    """The catalogue beside ``template``: (context, English) -> its text in ``lang``."""
-    with template.with_name(f"blog.{lang}.po").open("rb") as handle:
-        return {(m.context, m.id): m.string for m in read_po(handle) if m.id}
-
-
-def template_parts(path: Path) -> tuple[list[str], set]:
-    """The fixed text of a template that no catalogue translates (its text outside tags and
-    the strings inside them, comments and the English of ``_()``/``pgettext()`` left out),
-    and the messages it translates, as the catalogues key them."""
-    env = environment("en")
-    source = path.read_text(encoding="utf-8")
-    messages = set()
-    for _, function, found in extract_from_ast(env.parse(source)):
-        strings = [text for text in ((found,) if isinstance(found, str) else found) if text is not None]
-        messages.add(tuple(strings[:2]) if function == "pgettext" else (None, strings[0]))
-    translated = {english for _, english in messages}
-    texts = [token.value for token in env.lexer.tokenize(source)
-             if token.type == "data" or (token.type == "string" and token.value not in translated)]
-    return texts, messages
-
-
-@pytest.mark.parametrize("where", sorted(draft_templates()))
-def test_fixed_sentences_hold_no_digit_and_both_languages_say_the_same_things(where):
-    path = draft_templates()[where]
-    texts, messages = template_parts(path)
-    chinese = catalogue(path)
-    assert texts and messages
-    # Every message has its Chinese beside the template, and the catalogue holds no other.
-    assert set(chinese) == messages, set(chinese) ^ messages
-    # Names such as float64 are words, not figures; a free-standing number would be one.
-    with_digits = [t for t in texts + [e for _, e in messages] + list(chinese.values()) if numbers_in(t)]
-    assert not with_digits, with_digits
-    # The same values in both, so every figure appears in both drafts; and each text is a
-    # valid format (a lone % would stop the draft).
-    for (_, english), text in chinese.items():
-        assert set(PLACEHOLDER.findall(english)) == set(PLACEHOLDER.findall(text)), (english, text)
-        values = {name: "x" for name in PLACEHOLDER.findall(english)}
-        assert english % values and text % values
-
-
-def test_no_english_sentence_in_any_chinese_text():
-    """A Chinese sentence holds no run of English words outside marked code (names such
-    as ``max_seq_len`` or ``DeepSpeed ZeRO`` stay as they are), nor does the text that every
-    language shows as it is."""
-    for where, path in draft_templates().items():
-        found = [run for text in [*template_parts(path)[0], *catalogue(path).values()]
-                 for run in english_runs(text)]
-        assert not found, (where, found)
-
-
-def test_the_catalogues_merge_and_a_language_without_text_is_refused(tmp_path, monkeypatch):
-    """One English text has one Chinese in every part of a draft: the catalogues merge, and
-    a stage whose catalogue says a shared text otherwise is named. English is the templates' own."""
-    said = '{{ _("Prompt") }} {{ pgettext("verdict", "PASS") }}'
-    assert environment("zh").from_string(said).render() == "提示 通过"
-    assert environment("en").from_string(said).render() == "Prompt PASS"
-    with pytest.raises(ValueError, match="lang='fr'"):
-        environment("fr")
-    planted = tmp_path / "extra" / "blog.zh.po"
-    planted.parent.mkdir()
-    planted.write_text('msgid "Prompt"\nmsgstr "提问"\n', encoding="utf-8")
-    monkeypatch.setattr(hyport_lib, "__path__", [*hyport_lib.__path__, str(tmp_path)])
-    with pytest.raises(ValueError, match=r"extra/blog\.zh\.po: 'Prompt' is translated otherwise in .*blog\.zh\.po"):
-        environment("zh")
-
-
 def test_the_checkers_can_fail(tmp_path):
     run = make_run(tmp_path, {"04_train": "PASS"})
     write_result(run, "04_train", "PASS", train_data())
@@ -221,14 +135,14 @@ def test_emulated_figures_are_never_called_npu_figures(tmp_path):
 def test_secret_values_are_scrubbed(tmp_path, monkeypatch):
     monkeypatch.setenv("HYPORT_TEST_SECRET_TOKEN", "s3cr3t-value-xyz")
     run = make_run(tmp_path, {"04_train": "FAIL"}, errors={"04_train": "failed with s3cr3t-value-xyz in argv"})
-    write_blog_drafts(run)
+    assert [p.name for p in write_blog_drafts(run)] == list(DRAFTS)
     for name in DRAFTS:
         text = (tmp_path / name).read_text()
         assert "s3cr3t-value-xyz" not in text and "[redacted]" in text
 
 
 def test_the_reproduce_command_names_the_profile_and_what_differs(tmp_path):
-    from hyport_lib.report.profiles import load_profile, resolve_profile
+    from hyport_lib.report.run_parameters import load_profile, resolve_profile
 
     profile = resolve_profile("default")
     run = make_run(tmp_path, {}, parameters={**load_profile(profile), "max_steps": 7})
@@ -242,13 +156,18 @@ def test_a_profile_outside_the_project_is_never_written_by_its_local_path(tmp_pa
     profile = tmp_path / "private" / "mine.yaml"
     profile.parent.mkdir()
     profile.write_text("device: cpu\nmax_steps: 7\n")
-    run = make_run(tmp_path, {}, parameters={"device": "cpu", "max_steps": 7})
+    run = make_run(tmp_path / "run", {}, parameters={"device": "cpu", "max_steps": 7})
     run.profile = str(profile)
     for lang in ("en", "zh"):
         text = render_blog(run, lang)
         assert str(profile.parent) not in text and "…/mine.yaml" in text
         # the command still gives every parameter back, without the file
         assert "hyport report --profile none -p device=cpu -p max_steps=7" in text
+    # named as the index names it: under the run folder by <run>, a bundled one by its name
+    run.run_dir = tmp_path
+    assert "the profile `<run>/private/mine.yaml`" in render_blog(run)
+    run.profile = str(default_profiles_dir() / "default.yaml")
+    assert "the profile `default`" in render_blog(run)
 
 
 def test_without_a_profile_the_command_says_profile_none(tmp_path):
@@ -338,6 +257,7 @@ def test_real_run_chinese_draft_is_chinese(real_run):
 @pytest.mark.slow
 def test_real_run_figures_exist_and_both_drafts_link_them(real_run):
     run_dir = real_run.run_dir
+    assert sorted(p.name for p in run_dir.glob("blog*.md")) == sorted(DRAFTS)
     for name in DRAFTS:
         links = figure_links((run_dir / name).read_text(encoding="utf-8"))
         assert "figures/loss.png" in links, name

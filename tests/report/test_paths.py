@@ -7,8 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from hyport_lib.report.paths import relative_text, shown_path
-from hyport_lib.report.profiles import default_profiles_dir
+from hyport_lib.report.paths import default_profiles_dir, relative_text, shown_path
 
 REPO = default_profiles_dir().parent
 _LINKS = re.compile(r'(?:href|src)="([^"]*)"')

@@ -1,5 +1,6 @@
-"""The report runner: profiles, overrides, parameter resolution and the pre-run plans, stage
-selection, failing stages, offline HTML."""
+"""``hyport report`` and its runner (hyport_lib/report/runner.py) on planted stages: stage
+selection, failing, hung and stopped stages, the files a run leaves, the command's checks
+before anything runs and its compare page."""
 
 from __future__ import annotations
 
@@ -14,13 +15,9 @@ import pytest
 
 from hyport_lib.commands import main
 from hyport_lib.commands import report as report_command
-from hyport_lib.report import html as report_html
+from hyport_lib.params import ParameterError
 from hyport_lib.report import runner
-from hyport_lib.report.profiles import load_profile, parse_overrides, resolve_profile
-from hyport_lib.params import Field, ParameterError, Spec
-from hyport_lib.report.run_parameters import (absolutize_paths, coerce_overrides, make_plans, plan_requests,
-                                              resolve_parameters, safe_parameters)
-from hyport_lib.report.run import ReportRun, new_run_dir
+from hyport_lib.report.run import ReportRun
 from hyport_lib.results import RESULTS_DIR_ENV, RUN_DIR_ENV, StageRecord, read_result, write_record
 from hyport_lib.report.runner import run_report
 from hyport_lib.stages import discover_stages, select_stages
@@ -29,6 +26,8 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
+
+
 def stage_dir(tmp_path, plant_stage):
     folder = tmp_path / "nbs"
     plant_stage(folder, "01_good", "from hyport_lib.results import Provenance, StageRecord, write_record\n"
@@ -41,69 +40,6 @@ def stage_dir(tmp_path, plant_stage):
     return folder
 
 
-def _fields(**kinds) -> dict:
-    """name -> Field of that kind ("path" for a path text), None default."""
-    return {name: Field(name, "str" if kind == "path" else kind, True, None,
-                        Spec(doc="", path="any" if kind == "path" else None,
-                             not_paths=("tiny", "auto", "none"), hub_id=name == "model_path"))
-            for name, kind in kinds.items()}
-
-
-def test_overrides_are_typed_by_the_declared_types():
-    raw = parse_overrides(["max_steps=20", "device=cpu", "flag=true", "x=", "l=[1, 2]",
-                           "single_prompt=Translate: hello", "answer=yes", "model_path=0755"])
-    assert raw["single_prompt"] == "Translate: hello"
-    fields = _fields(max_steps="int", device="str", flag="bool", x="str", l="list",
-                     single_prompt="str", answer="str", model_path="path")
-    typed = coerce_overrides(raw, fields)
-    # text stays text (a prompt "yes", a folder "0755"); lists, numbers and flags are
-    # typed as YAML types them; what they must be is checked by their field
-    assert typed == {"max_steps": 20, "device": "cpu", "flag": True, "x": "", "l": [1, 2],
-                     "single_prompt": "Translate: hello", "answer": "yes", "model_path": "0755"}
-    with pytest.raises(ValueError, match="max_steps"):
-        coerce_overrides({"max_steps": "[unclosed"}, _fields(max_steps="list"))
-    with pytest.raises(ValueError, match="max_steps"):
-        fields["max_steps"].convert("[unclosed")
-    with pytest.raises(ValueError, match="'oops'"):
-        parse_overrides(["oops"])
-    with pytest.raises(ValueError, match="'1x=2'"):
-        parse_overrides(["1x=2"])
-
-
-def test_profiles_resolve_by_name_and_errors_name_the_file(tmp_path):
-    assert resolve_profile("default").name == "default.yaml"
-    assert load_profile(resolve_profile("ascend-910b-8card"))["num_cards"] == 8
-    with pytest.raises(FileNotFoundError, match="nosuch"):
-        resolve_profile("nosuch")
-    bad = tmp_path / "bad.yaml"
-    bad.write_text("- just\n- a list\n")
-    with pytest.raises(ValueError, match="bad.yaml"):
-        load_profile(bad)
-    broken = tmp_path / "broken.yaml"
-    broken.write_text("a: [unclosed\n")
-    with pytest.raises(ValueError, match="broken.yaml"):
-        load_profile(broken)
-    twice = tmp_path / "twice.yaml"
-    twice.write_text("device: cpu\ndevice: npu\n")
-    with pytest.raises(ValueError, match="twice.yaml.*'device' given twice"):
-        load_profile(twice)
-    merged = tmp_path / "merged.yaml"  # YAML merge keys still work; overriding a merged key is no duplicate
-    merged.write_text("base: &base {device: cpu, max_steps: 5}\ntrain:\n  <<: *base\n  device: npu\n")
-    assert load_profile(merged)["train"] == {"device": "npu", "max_steps": 5}
-    other = tmp_path / "profile.txt"  # another suffix: found and read, not "not found"
-    other.write_text("num_cards: 3\n")
-    assert load_profile(resolve_profile(str(other))) == {"num_cards": 3}
-
-
-def test_seed_profile_matches_the_seed_case():
-    seed = load_profile(resolve_profile("ascend-910b-8card"))
-    assert seed["device"] == "npu" and seed["model_path"] == "/data/models/HY-Embodied-0.5"
-    assert seed["max_steps"] is None and seed["save_steps"] == 100000
-    assert seed["zero_stage"] == 2 and seed["precision"] == "bf16"
-    assert seed["per_device_train_batch_size"] == 1 and seed["gradient_accumulation_steps"] == 1
-    assert seed["gradient_checkpointing"] is True and seed["num_cards"] == 8
-
-
 def test_stage_selection(stage_dir):
     stages = discover_stages(stage_dir)
     assert [s.id for s in stages] == ["01_good", "02_boom", "03_after"]
@@ -113,46 +49,9 @@ def test_stage_selection(stage_dir):
         select_stages(stages, ["07"])
 
 
-def test_run_dirs_are_unique(tmp_path):
-    ids = {new_run_dir(tmp_path)[0] for _ in range(20)}
-    assert len(ids) == 20
-
-
-def test_relative_paths_are_made_absolute(tmp_path):
-    (tmp_path / "code").mkdir()
-    (tmp_path / "cat.png").write_bytes(b"png")
-    fields = _fields(code_path="path", model_path="path", n="int", image="path", log_dir="path", other="str",
-                     dataset_path="path", deepspeed_config="path", resume_from="path", image_root="path",
-                     weights_path="path")
-    out = absolutize_paths({"code_path": "code", "model_path": "tiny", "n": 3, "image": "cat.png",
-                            "log_dir": "not/yet", "other": "code"}, fields, tmp_path)
-    assert out == {"code_path": str((tmp_path / "code").resolve()), "model_path": "tiny", "n": 3,
-                   "image": str((tmp_path / "cat.png").resolve()),
-                   "log_dir": str((tmp_path / "not/yet").resolve()), "other": "code"}
-    # missing files are resolved where the user is (and named there when refused); names
-    # that are no files stay; path values are never parsed as numbers
-    more = absolutize_paths({"dataset_path": "mydata/train.json", "deepspeed_config": "ds.json",
-                             "resume_from": "auto", "model_path": "org/model", "image_root": "imgs"},
-                            fields, tmp_path)
-    assert more == {"dataset_path": str(tmp_path / "mydata/train.json"), "deepspeed_config": str(tmp_path / "ds.json"),
-                    "resume_from": "auto", "model_path": "org/model", "image_root": str(tmp_path / "imgs")}
-    assert coerce_overrides({"weights_path": "2024", "n": "20"}, fields) == {"weights_path": "2024", "n": 20}
-
-
-def test_widgets_are_made_static():
-    nb = nbformat.v4.new_notebook()
-    nb.metadata["widgets"] = {"application/vnd.jupyter.widget-state+json": {"state": {}}}
-    cell = nbformat.v4.new_code_cell("w")
-    cell.outputs = [nbformat.v4.new_output("display_data", data={
-        report_html.WIDGET_MIME: {"model_id": "abc"}, "text/plain": "HBox()"})]
-    nb.cells = [cell]
-    out = report_html.staticize_widgets(nb)
-    assert "widgets" not in out.metadata
-    assert out.cells[0].outputs[0]["data"] == {"text/plain": report_html.WIDGET_NOTE}
-    assert "widgets" in nb.metadata  # the input is not modified
-
-
 @pytest.mark.slow
+
+
 def test_failing_stage_is_reported_and_later_stages_run(stage_dir, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     run = run_report(profile=None, overrides={"level": 7}, notebooks_dir=stage_dir,
@@ -180,6 +79,8 @@ def test_failing_stage_is_reported_and_later_stages_run(stage_dir, tmp_path, mon
 
 
 @pytest.mark.slow
+
+
 def test_cli_exit_codes_and_unknown_parameters(stage_dir, tmp_path):
     base = [sys.executable, "-m", "hyport_lib", "report", "--profile", "none",
             "--notebooks", str(stage_dir), "--output-dir", str(tmp_path / "o")]
@@ -195,7 +96,7 @@ def test_cli_exit_codes_and_unknown_parameters(stage_dir, tmp_path):
 
 
 def test_blog_and_index_escape_what_they_show(tmp_path):
-    from hyport_lib.report.blog.writer import render_blog
+    from hyport_lib.report.blog import render_blog
     from hyport_lib.report.index import render_index
     from hyport_lib.report.run import ReportRun, StageOutcome
     from hyport_lib.results import Provenance
@@ -218,6 +119,8 @@ def test_blog_and_index_escape_what_they_show(tmp_path):
 
 
 @pytest.mark.slow
+
+
 def test_a_hung_cell_is_stopped_by_the_cell_timeout(tmp_path, plant_stage):
     folder = tmp_path / "nbs"
     plant_stage(folder, "01_hang", "import time\ntime.sleep(600)")
@@ -233,6 +136,8 @@ def test_a_hung_cell_is_stopped_by_the_cell_timeout(tmp_path, plant_stage):
 
 
 @pytest.mark.slow
+
+
 def test_relative_output_dir_and_awkward_secrets(stage_dir, tmp_path, monkeypatch, plant_stage):
     """A relative --output-dir still collects results; a secret with quotes, a backslash
     and non-ASCII characters is scrubbed from every file; files are shareable (0644)."""
@@ -255,6 +160,8 @@ def test_relative_output_dir_and_awkward_secrets(stage_dir, tmp_path, monkeypatc
 
 
 @pytest.mark.slow
+
+
 def test_unknown_profile_keys_are_refused_unless_allowed(stage_dir, tmp_path):
     profile = tmp_path / "p.yaml"
     profile.write_text("# hyport report --profile p.yaml\nmax_steps: null\nlevel: 2\nlevl: 3\n")
@@ -301,10 +208,14 @@ def test_an_interrupted_run_still_leaves_its_index(stage_dir, tmp_path, monkeypa
 
 
 #: Where the second Ctrl-C of a double Ctrl-C lands (the first stops the stage's notebook).
+
+
 SECOND_STOP = ["none", "papermill-saving", "collecting", "writing-the-report", "releasing"]
 
 
 @pytest.mark.parametrize("second", SECOND_STOP)
+
+
 def test_a_double_ctrl_c_leaves_no_partial_notebook_nor_lock(second, stage_dir, tmp_path, monkeypatch):
     """Real SIGINTs, as a terminal sends them, at each point of a stop: the run folder ends
     with the stage INTERRUPTED, its notebook scrubbed into notebooks/, and neither
@@ -313,7 +224,7 @@ def test_a_double_ctrl_c_leaves_no_partial_notebook_nor_lock(second, stage_dir, 
 
     import papermill
 
-    from hyport_lib.report import cleanup, stage_run
+    from hyport_lib.report import stage_run
     from hyport_lib.utils.signals import stop_signals_raise
 
     monkeypatch.setenv("HF_TOKEN", "hf_doublestopsecret123")
@@ -345,7 +256,7 @@ def test_a_double_ctrl_c_leaves_no_partial_notebook_nor_lock(second, stage_dir, 
     monkeypatch.setattr(runner, "check_before_running", lambda params, stages: [])
     wrapped(stage_run, "scrub_file", "collecting")
     wrapped(runner, "write_run_files", "writing-the-report", lambda run, *_: run.status == "interrupted")
-    wrapped(cleanup, "sweep_partial", "releasing")
+    wrapped(runner, "release_run_folder", "releasing")
     with pytest.raises(KeyboardInterrupt), stop_signals_raise():
         run_report(profile=None, notebooks_dir=stage_dir, only=["01"], output_root=tmp_path / "o",
                    progress=lambda m: None)
@@ -367,123 +278,6 @@ def test_an_old_parameter_name_is_refused_naming_the_new_one(tmp_path, plant_sta
         run_report(profile=str(profile), notebooks_dir=tmp_path / "nbs", output_root=tmp_path / "o",
                    progress=lambda m: None)
     assert not (tmp_path / "o").exists()
-
-
-def test_nbconvert_templates_are_found_wherever_pip_put_them(tmp_path, monkeypatch):
-    """pip install --target DIR leaves the templates in DIR/share/jupyter, off the data path."""
-    import shutil
-
-    import nbconvert
-    from jupyter_core import paths
-
-    from hyport_lib.report.html import nbconvert_template_dirs
-
-    target = tmp_path / "target"
-    fake_pkg = target / "nbconvert"
-    fake_pkg.mkdir(parents=True)
-    (fake_pkg / "__init__.py").write_text("")
-    real = Path(nbconvert_template_dirs()[0])
-    shutil.copytree(real / "lab", target / "share" / "jupyter" / "nbconvert" / "templates" / "lab")
-    monkeypatch.setattr(nbconvert, "__file__", str(fake_pkg / "__init__.py"))
-    monkeypatch.setattr(paths, "jupyter_path", lambda *parts: [str(tmp_path / "nowhere")])
-    assert nbconvert_template_dirs() == [str(target / "share" / "jupyter" / "nbconvert" / "templates")]
-    shutil.rmtree(target / "share")
-    with pytest.raises(RuntimeError, match="JUPYTER_PATH"):
-        nbconvert_template_dirs()
-
-
-def test_parameters_named_for_tokens_are_kept_and_secret_ones_dropped():
-    kept = safe_parameters({"max_new_tokens": 8, "hf_token": "x", "api_key": "y", "db_password": "z",
-                            "OPENAI_APIKEY": "w", "tokenizer_path": "/t", "num_cards": 2})
-    assert kept == {"max_new_tokens": 8, "tokenizer_path": "/t", "num_cards": 2}
-
-
-def test_a_secret_parameter_name_in_any_spelling_is_dropped():
-    # camelCase as much as snake_case; counting tokens is no secret
-    assert safe_parameters({"hfToken": "a", "wandbApiKey": "b", "secretKey": "c", "max_new_tokens": 8}) \
-        == {"max_new_tokens": 8}
-
-
-def _any_path_fields(*names: str) -> dict:
-    path = Spec(doc="", path="any")
-    return {k: Field(k, "str", True, None, path) for k in names}
-
-
-def test_a_tilde_is_the_home_folder_not_a_folder_under_the_working_directory(tmp_path, monkeypatch):
-    monkeypatch.setenv("HOME", str(tmp_path / "home"))
-    merged = resolve_parameters({"model_path": "~/mymodel"}, {}, discover_stages(), base=tmp_path / "cwd").merged
-    assert merged == {"model_path": str(tmp_path / "home" / "mymodel")}
-
-
-def test_null_for_a_path_still_means_none():
-    # -p key=null is the way to undo a profile's output_dir
-    fields = _any_path_fields("output_dir", "weights_path", "log_dir")
-    assert coerce_overrides({"output_dir": "null", "weights_path": "~", "log_dir": "2024"}, fields) == \
-        {"output_dir": None, "weights_path": None, "log_dir": "2024"}
-
-
-def test_zero_stage_2_0_is_stage_2_and_a_fraction_or_a_boolean_is_refused():
-    stages = discover_stages()
-    assert resolve_parameters({"zero_stage": 2.0}, {}, stages).merged["zero_stage"] == 2
-    for bad in (2.5, True):
-        with pytest.raises(ParameterError):
-            resolve_parameters({"zero_stage": bad}, {}, stages)
-
-
-@pytest.mark.parametrize("key, value", [("per_device_train_batch_size", 0), ("nnodes", 0),
-                                        ("master_port", 99999), ("seed", -1)])
-def test_an_out_of_range_training_value_is_refused_by_name(key, value):
-    with pytest.raises(ParameterError, match=key):
-        resolve_parameters({key: value}, {}, discover_stages())
-
-
-def test_whether_a_file_exists_is_the_selected_stages_question_not_the_namespaces():
-    merged = resolve_parameters({"image": "/nonexistent.png"}, {}, discover_stages()).merged
-    assert merged["image"] == "/nonexistent.png"
-
-
-def test_each_selected_stage_takes_the_typed_values_and_says_what_it_refuses():
-    """The namespace takes model_path=None (stage 02 skips its model check then); each stage
-    that needs a model says so, before any plan is made, in the words of its own Params."""
-    stages = discover_stages()
-    params = resolve_parameters({}, {"model_path": "null", "max_steps": "5", "image": "/nonexistent.png"}, stages)
-    assert params.merged["max_steps"] == 5 and params.merged["model_path"] is None
-    requests = {r.stage: r for r in plan_requests(params, select_stages(stages, ["01", "02", "03"]))}
-    required = "model_path=None: a value is required (a non-empty text)"
-    assert requests["environment"].refused == [f"01_environment: {required}"]
-    assert requests["attention"].refused == [] and requests["attention"].values["model_path"] is None
-    assert requests["inference"].refused == [f"03_inference: {required}",
-                                             "03_inference: image='/nonexistent.png': no such file"]
-    only_04 = plan_requests(params, select_stages(stages, ["04"]))[0]
-    assert only_04.refused == [f"04_train: {required}"]
-    assert make_plans([requests["environment"]]).refused == requests["environment"].refused  # said, not planned
-
-
-def test_stage_05_paths_may_be_written_by_the_training_stage_of_the_same_run(tmp_path):
-    """A weights_path that does not exist yet is fine when stage 04 runs first and it lies
-    inside 04's output_dir; a fractional reload_timeout_s is a number, not a type error."""
-    stages = discover_stages()
-    out = tmp_path / "train-out"
-    params = resolve_parameters({}, {"weights_path": str(out), "checkpoint_path": str(out / "checkpoint-20"),
-                                     "output_dir": str(out), "reload_timeout_s": "0.5"}, stages)
-    assert params.merged["reload_timeout_s"] == 0.5
-    after_04 = {r.stage: r for r in plan_requests(params, select_stages(stages, ["04", "05"]))}
-    assert sorted(after_04["weights"].left_to_the_run) == ["checkpoint_path", "weights_path"]
-    assert make_plans([after_04["weights"]]).refused == []  # left to 05's own plan
-    alone = {r.stage: r for r in plan_requests(params, select_stages(stages, ["05"]))}
-    assert alone["weights"].left_to_the_run == []  # no stage 04: 05's plan sees them, and refuses
-    assert any("weights_path=" in line and "no such" in line for line in make_plans([alone["weights"]]).refused)
-    # the model before fine-tuning is never written by stage 04; nor is a folder outside its
-    # output_dir, and without an output_dir no given path can be 04's (a new run folder)
-    for given in ({"base_path": str(tmp_path / "bsae")},
-                  {"weights_path": str(tmp_path / "elsewhere"), "checkpoint_path": str(tmp_path / "c"),
-                   "output_dir": str(out)},
-                  {"weights_path": str(tmp_path / "later"), "checkpoint_path": str(tmp_path / "c")}):
-        requests = {r.stage: r for r in plan_requests(resolve_parameters({}, given, stages), stages)}
-        assert requests["weights"].left_to_the_run == []
-        key = next(iter(given))
-        refused = make_plans([requests["weights"]]).refused
-        assert any(f"{key}=" in line and "no such" in line for line in refused), refused
 
 
 def test_a_typo_in_a_profile_stops_the_run_and_names_the_key(tmp_path, capsys):
@@ -519,6 +313,8 @@ def test_a_notebook_without_its_package_is_refused_naming_it(tmp_path, capsys):
 
 
 @pytest.mark.slow  # the report's pre-run plans run in a child process
+
+
 def test_output_dir_that_is_a_file_or_readonly_is_one_line(tmp_path, capsys):
     afile = tmp_path / "afile"
     afile.write_text("x")
@@ -532,6 +328,8 @@ def test_output_dir_that_is_a_file_or_readonly_is_one_line(tmp_path, capsys):
 
 
 @pytest.mark.slow  # the report's pre-run plans run in a child process
+
+
 def test_a_model_path_stage_03_would_refuse_stops_the_report_at_once(tmp_path, capsys):
     assert main(["report", "--only", "01,03", "-p", f"model_path={tmp_path / 'nope'}",
                  "--output-dir", str(tmp_path / "out")]) == 2
@@ -548,6 +346,8 @@ def test_a_run_to_compare_with_that_is_not_there_is_one_line_before_anything(tmp
 
 
 @pytest.mark.slow  # one stage of a real report run
+
+
 def test_the_report_writes_its_compare_page_beside_an_earlier_run(tmp_path, capsys):
     earlier = tmp_path / "earlier" / "20990101-000000-abcdef"
     write_record(StageRecord("01_environment", "WARN", "an earlier run"), directory=earlier / "results")

@@ -218,21 +218,6 @@ def test_a_run_still_alive_is_never_cleaned_by_another(killed_then_next):
     assert seen["alive_status"] == "finished"
 
 
-def test_a_notebook_left_in_partial_by_a_late_stop_is_scrubbed_into_notebooks(tmp_path, monkeypatch):
-    """A Ctrl-C between a stage's end and its collection left the unscrubbed notebook in .partial/
-    (seen once in CI after a double Ctrl-C in stage 03); the interrupted run sweeps it."""
-    from hyport_lib.report.stage_run import PARTIAL_DIR, sweep_partial
-
-    monkeypatch.setenv("HF_TOKEN", "hf_sweepsecret12345")
-    partial = tmp_path / PARTIAL_DIR
-    partial.mkdir()
-    (partial / "03_inference.ipynb").write_text(json.dumps({"cells": [{"source": "hf_sweepsecret12345"}]}))
-    assert sweep_partial(tmp_path) == ["03_inference.ipynb"]
-    assert not any(partial.iterdir())
-    kept = (tmp_path / "notebooks" / "03_inference.ipynb").read_text()
-    assert "hf_sweepsecret12345" not in kept and "cells" in json.loads(kept)
-
-
 @pytest.mark.parametrize("where", ["hold_run_lock", "process_start_time"])
 def test_a_stop_before_the_run_wrote_anything_leaves_no_folder(where, tmp_path, monkeypatch):
     """A Ctrl-C landing right after the run folder was made (taking its lock, or while the

@@ -474,7 +474,7 @@ def test_the_notebook_scan_names_a_pin_whose_unpad_input_differs_from_the_served
     ("=2.6.3 (environment.yml:3)", "2.6.3"), ("==2.6.3+cu122 (requirements.txt:1)", "2.6.3"),
 ])
 def test_the_api_a_pin_expects(spec, version):
-    from hyport_lib.utils.versions import pinned_version
+    from hyport_lib.utils.imports import pinned_version
 
     assert pinned_version(spec) == version
 

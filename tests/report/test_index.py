@@ -1,4 +1,5 @@
-"""The index's at-a-glance cards and the one-file bundle, on planted runs (fast).
+"""The index page (hyport_lib/report/index.py) on planted runs: its at-a-glance cards, the
+stages table, the parameters each stage ran with.
 
 Each stage draws its own card (``hyport_lib.<name>.show.glance``); the report lays the
 cards out and gives a stage without one its recorded headline.
@@ -8,15 +9,12 @@ from __future__ import annotations
 
 import json
 import re
-import zipfile
 from pathlib import Path
 
 from hyport_lib.attention import show as attention_show
 from hyport_lib.attention.views import backend_rows
 from hyport_lib.drafting.values import fmt_value, num
-from hyport_lib.report.bundle import render_bundle, zip_run
-from hyport_lib.report.glance import card_figures
-from hyport_lib.report.index import render_index
+from hyport_lib.report.index import card_figures, render_index
 from hyport_lib.report.run import NOT_RUN, ReportRun, StageOutcome, StageView
 from hyport_lib.stages import read_stage_record
 from hyport_lib.train import show as train_show
@@ -122,40 +120,10 @@ def test_a_stage_that_did_not_run_says_so_on_its_card(tmp_path):
     assert "did not run: the run stopped before this stage" in _card(index, "02_attention")
 
 
-def _page(heading: str, table: str = "") -> str:
-    return ('<html><head><style>.jp-Cell{margin:0}</style></head><body class="jp-Notebook"><main>'
-            f'<h2 id="Parameters">{heading}<a class="anchor-link" href="#Parameters">¶</a></h2>'
-            f'<a href="https://x.org/#y">out</a>{table}</main></body></html>')
-
-
-def test_the_bundle_inlines_every_stage_page_with_its_own_anchors(tmp_path):
-    """No frames: each page's body is in the file, the shared styles once, and two pages'
-    "Parameters" headings stay two anchors; a styled table keeps the ids its CSS names."""
-    run = _run(tmp_path, {"01_environment": "PASS", "03_inference": "WARN"})
-    (tmp_path / "html").mkdir()
-    styled = ('<style>#T_1_row0_col0{background:#c8e6c9}</style><table id="T_1"><tr>'
-              '<th id="T_1_h">decode_tokens_per_s</th><td id="T_1_row0_col0">/tmp/run/x</td></tr></table>')
-    for stage, table in (("01_environment", ""), ("03_inference", styled)):
-        (tmp_path / "html" / f"{stage}.html").write_text(_page(f"{stage} parameters", table))
-        run.stages[-1 if stage.startswith("03") else 0].html = f"html/{stage}.html"
-    text = render_bundle(run)
-    assert "<iframe" not in text and "srcdoc" not in text
-    assert text.count(".jp-Cell{margin:0}") == 1
-    for stage in ("01_environment", "03_inference"):
-        assert f'<section class="hy-stage" id="page-{stage}">' in text
-        assert f'id="{stage}--Parameters"' in text and f'href="#{stage}--Parameters"' in text
-        assert f"{stage} parameters" in text
-    assert 'id="T_1_row0_col0"' in text and "#T_1_row0_col0{" in text
-    assert "decode_<wbr>tokens_<wbr>per_<wbr>s" in text and "/<wbr>tmp/<wbr>run/<wbr>x" in text
-    assert "https://x.org/#y" in text
-    assert re.search(r'<body[^>]*><a id="top"></a>', text)  # "(top)" goes to the top of the file
-    assert "@media print" in text and "break-before:page" in text
-
-
 def test_the_parameters_are_every_stages_effective_values_with_paths_in_the_run(tmp_path):
     """Not only the overrides: each stage's every parameter, where it came from, the stages
     that ran with it; a path under the run folder relative to it; the profile by its name."""
-    from hyport_lib.report.profiles import default_profiles_dir
+    from hyport_lib.report.paths import default_profiles_dir
 
     run = _run(tmp_path, {"03_inference": "PASS", "04_train": "PASS"})
     run.profile = str(default_profiles_dir() / "default.yaml")
@@ -184,21 +152,6 @@ def test_the_parameters_are_every_stages_effective_values_with_paths_in_the_run(
     assert "· profile default</p>" in index
     run.profile = "/somewhere/private/mine.yaml"
     assert "· profile …/mine.yaml</p>" in render_index(run) and "/somewhere" not in render_index(run)
-
-
-def test_the_zip_leaves_out_the_lock_partial_notebooks_and_temporary_files(tmp_path):
-    run_dir = tmp_path / "20300101-000000-abcdef"
-    for name in ("index.html", "results/01.json", ".runner.lock", ".partial/01.ipynb",
-                 "results/.01.json.abc.tmp", "train/model.safetensors"):
-        (run_dir / name).parent.mkdir(parents=True, exist_ok=True)
-        (run_dir / name).write_text(json.dumps({"name": name}))
-    archive = zip_run(run_dir)
-    with zipfile.ZipFile(archive) as packed:
-        names = sorted(packed.namelist())
-        assert names == [f"{run_dir.name}/{n}" for n in ("index.html", "results/01.json",
-                                                         "train/model.safetensors")]
-        assert packed.getinfo(f"{run_dir.name}/train/model.safetensors").compress_type == zipfile.ZIP_STORED
-    assert not list(tmp_path.glob(".*.tmp"))
 
 
 def test_a_stage_draws_its_own_svg_on_its_card_and_odd_metrics_do_not_break_the_index(tmp_path):
