@@ -4,26 +4,15 @@ a terminal. Only drawing here: what was found is computed in :mod:`.scan`."""
 
 from __future__ import annotations
 
-from dataclasses import MISSING, asdict, dataclass, field, fields
-from typing import Any, Optional
+from dataclasses import asdict, dataclass, field
+from typing import Optional
 
 from hyport_lib.triage.catalogue import ERROR, WARNING
-from hyport_lib.utils.typed_records import from_mapping
+from hyport_lib.utils.typed_records import from_mapping, require_fields
 
 #: Places named in a line before "and N more".
 PLACES_SHOWN = 4
 FRAME_COLUMNS = ("kind", "title", "where", "places", "line", "meaning", "action")
-
-
-def _require_fields(cls, data: Any, what: str) -> None:
-    """A one-line ValueError naming ``what`` when ``data`` is no dict or misses a field of
-    ``cls`` that has no default (a worker's result cut short)."""
-    if not isinstance(data, dict):
-        raise ValueError(f"{what}: expected a dict, got {type(data).__name__}")
-    missing = sorted(f.name for f in fields(cls) if f.default is MISSING
-                     and f.default_factory is MISSING and f.name not in data)
-    if missing:
-        raise ValueError(f"{what}: missing field(s) {', '.join(missing)}")
 
 
 @dataclass
@@ -134,13 +123,7 @@ class Triage:
     def from_dict(cls, data: dict) -> "Triage":
         """A :class:`Triage` from :meth:`to_dict`'s output; ValueError naming a record that
         misses a field."""
-        _require_fields(cls, data, "triage")
-        for finding in data.get("findings") or []:
-            _require_fields(Finding, finding, "triage finding")
-            for place in finding.get("places") or []:
-                _require_fields(Place, place, "triage finding place")
-        for item in data.get("unrecognised") or []:
-            _require_fields(Unrecognised, item, "triage unrecognised entry")
+        require_fields(cls, data, "triage")
         return from_mapping(cls, data)
 
 

@@ -62,6 +62,28 @@ def field_values(cls: type, data: Any) -> dict[str, Any]:
     return values
 
 
+def require_fields(cls: type, data: Any, what: str) -> None:
+    """A one-line ValueError naming ``what`` when ``data`` is no mapping or misses a field of
+    ``cls`` that has no default, checked down through the dataclasses (and lists of them) its
+    fields hold: for data another process wrote, where a half-written result must be refused
+    rather than read as defaults."""
+    if not isinstance(data, Mapping):
+        raise ValueError(f"{what}: expected a dict, got {type(data).__name__}")
+    missing = sorted(f.name for f in dataclasses.fields(cls) if f.default is dataclasses.MISSING
+                     and f.default_factory is dataclasses.MISSING and f.name not in data)
+    if missing:
+        raise ValueError(f"{what}: missing field(s) {', '.join(missing)}")
+    for name, kind in typing.get_type_hints(cls).items():
+        origin, args = typing.get_origin(kind), typing.get_args(kind)
+        item = args[0] if (origin is list and args) else None
+        if item is None or not dataclasses.is_dataclass(item) or name not in data:
+            continue
+        if not isinstance(data[name], list):
+            raise ValueError(f"{what} {name}: expected a list, got {type(data[name]).__name__}")
+        for value in data[name]:
+            require_fields(item, value, f"{what} {name}")
+
+
 def _read(kind: Any, value: Any) -> Any:
     if kind is Any or isinstance(kind, TypeVar):
         return value

@@ -23,8 +23,17 @@ def test_json_round_trips_through_triage_from_dict(capsys):
     assert again.summary_line() == triage([LOGS / "hccl_connect_timeout.llama-factory-5071.log",
                                           LOGS / "npu_oom.vllm-ascend-1127.log"]).summary_line()
     broken = dict(data, findings=[{k: v for k, v in data["findings"][0].items() if k != "title"}])
-    with pytest.raises(ValueError, match="triage finding: missing field.*title"):
+    with pytest.raises(ValueError, match="triage findings: missing field.*title"):
         Triage.from_dict(broken)
+    # down to a finding's places, and the lines no entry explains
+    finding = data["findings"][0]
+    placeless = dict(data, findings=[dict(finding, places=[{"line": 1}])])
+    with pytest.raises(ValueError, match="triage findings places: missing field.*file"):
+        Triage.from_dict(placeless)
+    with pytest.raises(ValueError, match="triage unrecognised: expected a dict"):
+        Triage.from_dict(dict(data, unrecognised=["E39999"]))
+    with pytest.raises(ValueError, match="triage findings: expected a list, got str"):
+        Triage.from_dict(dict(data, findings="not a list"))
 
 
 def test_frame_and_markdown_show_findings_and_unrecognised_lines(tmp_path):
