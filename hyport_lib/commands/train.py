@@ -9,7 +9,7 @@ import contextlib
 
 from hyport_lib.commands._progress import TerminalBar
 from hyport_lib.commands._stage import StageCommand
-from hyport_lib.train.dataset_progress import reporting_to
+from hyport_lib.train.dataset import reporting_to
 from hyport_lib.train.preflight import LaunchPlan
 from hyport_lib.train.result import TrainProgress
 from hyport_lib.train.show import summary_frame

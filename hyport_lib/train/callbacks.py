@@ -1,6 +1,6 @@
 """Inside the training processes: the Trainer pieces hyport adds (imports transformers): the
 token counts and losses of each step, a blank image for text-only batches, one metrics line per
-optimizer step (:mod:`hyport_lib.train.metrics`), checkpoints marked complete."""
+optimizer step (:class:`hyport_lib.train.result.StepMetrics`), checkpoints marked complete."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from transformers import Trainer, TrainerCallback
 
 from hyport_lib.models.module_tree import retie
 from hyport_lib.models.training_inputs import IMAGE_MASK, IMAGE_STATES, image_states_of_rows, rows_seeing_images
-from hyport_lib.train.checkpoints import MARKER, SAVING_MARKER, write_marker
+from hyport_lib.train.output_dir import MARKER, SAVING_MARKER, write_marker
 from hyport_lib.train.packing import COUNT_KEYS
 from hyport_lib.utils.disk import disk_full_error
 from hyport_lib.utils.files import dumps_json

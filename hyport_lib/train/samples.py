@@ -12,10 +12,9 @@ from jinja2.exceptions import TemplateError
 from hyport_lib.models.loading import LoadedProcessor
 from hyport_lib.models.prompts import needs_image, prefix_text, render_messages
 from hyport_lib.models.training_inputs import PositionsFunction, image_processor_keys, split_processor_output
-from hyport_lib.train.dataset import Problem, Record
+from hyport_lib.train.dataset import OnProgress, Problem, ProgressTicker, Record
 from hyport_lib.train.dataset_formats import IMAGE_PLACEHOLDER
 from hyport_lib.train.dataset_images import DecodedImages, UnreadableImage
-from hyport_lib.train.dataset_progress import OnProgress, ProgressTicker
 
 IGNORE_INDEX = -100
 
@@ -292,7 +291,7 @@ def encode_records(records: list[Record], loaded: LoadedProcessor, max_seq_len: 
                    overflow: str = "truncate", on_progress: Optional[OnProgress] = None,
                    path: str = "") -> tuple[list[Sample], list[Problem]]:
     """Encode every record; the ones the model cannot take or that are too long come back as
-    problems (``on_progress``: see dataset_progress; ``path``: the data file it names)."""
+    problems (``on_progress``: as :func:`~hyport_lib.train.dataset.load_dataset`'s; ``path``: the data file it names)."""
     encoder = Encoder(loaded, max_seq_len, overflow)
     samples, problems = [], []
     ticker = ProgressTicker(on_progress, "tokenising dataset", path, len(records))

@@ -8,10 +8,9 @@ from typing import Callable, Optional
 from hyport_lib.backend import get_backend
 from hyport_lib.results import INTERRUPTED, StageSummary, TrainedWeights
 from hyport_lib.train.launch import launch
-from hyport_lib.train.metrics import loss_span
 from hyport_lib.train.params import Params
 from hyport_lib.train.preflight import LaunchPlan, prepare
-from hyport_lib.train.result import TrainProgress, TrainResult, proof_summary
+from hyport_lib.train.result import TrainProgress, TrainResult, loss_span, proof_summary
 from hyport_lib.utils.typed_records import to_mapping
 
 #: The result stage 05 reads its hand-over from (:class:`TrainedWeights`) is this stage's.

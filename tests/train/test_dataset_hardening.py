@@ -17,7 +17,7 @@ import pytest
 from hyport_lib.train import dataset_images
 from hyport_lib.train.dataset import load_dataset
 from hyport_lib.train.dataset_formats import DatasetOptions
-from hyport_lib.train.dataset_progress import reporting_to
+from hyport_lib.train.dataset import reporting_to
 from hyport_lib.train.samples import encode_records
 
 REPO = Path(__file__).resolve().parents[2]

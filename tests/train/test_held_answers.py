@@ -8,7 +8,7 @@ from transformers import LlamaConfig, LlamaForCausalLM
 
 from hyport_lib.models.tiny import RANDOM_WEIGHTS, build_tokenizer, ensure_tiny_model
 from hyport_lib.stages import read_stage_record
-from hyport_lib.train.answers_view import answers_frame, glance_row
+from hyport_lib.train.show import answers_frame, answers_glance
 from hyport_lib.train.held_answers import answer, held_prompts
 from hyport_lib.train.samples import IGNORE_INDEX, Sample
 from blog_drafts import stage_draft, train_data
@@ -73,11 +73,11 @@ def test_the_answers_are_drawn_side_by_side_and_in_both_languages(tmp_path):
     frame = answers_frame(result.worker.held_answers)
     assert list(frame.columns) == ["prompt", "taught", "before", "after"]
     assert frame.iloc[0].to_dict()["before"] == "I don't know."
-    assert glance_row(result) == [("asked", "Who built the Zorblax bridge?"), ("answer before", "I don't know."),
+    assert answers_glance(result.held_answers) == [("asked", "Who built the Zorblax bridge?"), ("answer before", "I don't know."),
                                   ("answer after", "Ada Quill built it in 1901.")]
     data = {**train_data(), "worker": record["data"]["worker"]}
     en = stage_draft(tmp_path, "04_train", data)
     assert "| Prompt | The data's answer | Before | After |" in en and "I don't know." in en
     assert "训练前" in stage_draft(tmp_path, "04_train", data, "zh")
     not_shown = {"data": {"worker": {"held_answers": {"why_not": "random weights: not meaningful (x)"}}}}
-    assert glance_row(read_stage_record("04_train", not_shown).data) == [("answers", "random weights: not meaningful (x)")]
+    assert answers_glance(read_stage_record("04_train", not_shown).data.held_answers) == [("answers", "random weights: not meaningful (x)")]

@@ -3,7 +3,7 @@ steps on it, or the whole run when its length is given."""
 
 from __future__ import annotations
 
-from hyport_lib.train.metrics import StepMetrics
+from hyport_lib.train.result import StepMetrics
 from hyport_lib.train.show import loss_figure
 
 

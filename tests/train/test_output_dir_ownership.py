@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from hyport_lib.backend import get_backend
-from hyport_lib.train import ownership, stage
-from hyport_lib.train.ownership import (RUN_MARKER, OutputDirBusy, foreign_entries, lock_file,
+from hyport_lib.train import output_dir, stage
+from hyport_lib.train.output_dir import (RUN_MARKER, OutputDirBusy, foreign_entries, lock_file,
                                         lock_output_dir, release_output_dir)
 from hyport_lib.train.params import Params
 from hyport_lib.train.preflight import prepare
@@ -89,7 +89,7 @@ def test_the_lock_dies_with_a_killed_launcher(tmp_path):
     out = tmp_path / "out"
     holder = subprocess.Popen(
         [sys.executable, "-c", "import sys, time; from pathlib import Path; "
-         "from hyport_lib.train.ownership import lock_output_dir; "
+         "from hyport_lib.train.output_dir import lock_output_dir; "
          f"lock_output_dir(Path({str(out)!r})); print('held', flush=True); time.sleep(600)"],
         cwd=REPO, stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(REPO)})
     assert holder.stdout.readline().strip() == "held"
@@ -123,7 +123,7 @@ def test_a_final_save_killed_before_its_file_list_leaves_its_files_hyports(tmp_p
     out = tmp_path / "run"
     out.mkdir()
     (out / "someone_else.bin").write_bytes(b"x")
-    (out / RUN_MARKER).write_text(json.dumps({"before": ownership._listing(out)}))
+    (out / RUN_MARKER).write_text(json.dumps({"before": output_dir._listing(out)}))
     (out / "model.safetensors").write_bytes(b"x")
     for leftover in (".hyport-write-test-ab12", ".hyport_run.json.k2j3.tmp", ".metrics.jsonl.zz.tmp"):
         (out / leftover).write_text("")
@@ -133,9 +133,9 @@ def test_a_final_save_killed_before_its_file_list_leaves_its_files_hyports(tmp_p
 def test_the_plan_keeps_no_lock_and_the_nodes_of_one_job_lock_apart(tmp_path):
     out = tmp_path / "run"
     prepare(Params(max_steps=6, num_cards=2, output_dir=str(out)), get_backend("cpu", num_cards=2))
-    assert not ownership._HELD
+    assert not output_dir._HELD
     lock_output_dir(out, node_rank=1)
     lock_output_dir(tmp_path / "other")
     release_output_dir(out)
     release_output_dir(tmp_path / "other")
-    assert not ownership._HELD
+    assert not output_dir._HELD

@@ -13,17 +13,16 @@ import pytest
 
 from hyport_lib.backend import get_backend
 from hyport_lib.models.tiny import ensure_tiny_model
-from hyport_lib.train import checkpoints as ck
+from hyport_lib.train import output_dir as ck
 from hyport_lib.train import stage
 from hyport_lib.train.dataset import DatasetError
 from hyport_lib.train.deepspeed_config import build_deepspeed_config, resolve_precision
 from hyport_lib.train.launch import first_failure
-from hyport_lib.train.metrics import (MetricsSummary, StepMetrics, ema, loss_span, spikes, summarize_metrics,
-                                      truncate_metrics)
 from hyport_lib.train.params import Params
-from hyport_lib.train.preflight import LaunchPlan, prepare
-from hyport_lib.train.rendezvous import is_local
-from hyport_lib.train.result import TrainResult, WorkerResult, final_weights
+from hyport_lib.train.preflight import LaunchPlan, is_local, prepare
+from hyport_lib.train.result import (MetricsSummary, StepMetrics, TrainResult, WorkerResult, final_weights, loss_span,
+                                     summarize_metrics, truncate_metrics)
+from hyport_lib.train.show import ema, spikes
 from hyport_lib.utils.typed_records import from_mapping, to_mapping
 
 
@@ -154,15 +153,15 @@ def test_ema_and_spikes():
 
 # --------------------------------------------------------------------------- preflight
 def test_taken_port_and_multi_node_without_port_are_refused(tmp_path):
-    from hyport_lib.train.rendezvous import rendezvous_port
+    from hyport_lib.train.preflight import rendezvous_port
 
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         sock.listen()
         taken = sock.getsockname()[1]
         with pytest.raises(ValueError, match=f"master_port={taken} is already taken"):
-            rendezvous_port(Params(master_port=taken), check=True)
-    assert rendezvous_port(Params(), check=True) > 0
+            rendezvous_port(Params(master_port=taken))
+    assert rendezvous_port(Params()) > 0
 
 
 def test_a_bad_dataset_stops_before_any_process_starts(tmp_path, monkeypatch, capsys):
@@ -424,7 +423,7 @@ def test_overflow_drop_drops_too_long_records_and_counts_them(tmp_path):
 def test_the_plan_refuses_a_locked_folder_without_taking_the_lock(tmp_path):
     import fcntl
 
-    from hyport_lib.train.ownership import OutputDirBusy, check_not_locked, lock_file
+    from hyport_lib.train.output_dir import OutputDirBusy, check_not_locked, lock_file
 
     out = tmp_path / "run"
     check_not_locked(out)  # no folder: nothing to refuse, and nothing made
