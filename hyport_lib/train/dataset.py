@@ -8,6 +8,7 @@ wraps it in ``with reporting_to(bar):``); elsewhere reading is silent.
 
 from __future__ import annotations
 
+import functools
 import os
 import time
 from contextlib import contextmanager
@@ -20,7 +21,8 @@ from hyport_lib.train.dataset_convert import convert, image_column, record_id_of
 from hyport_lib.train.dataset_files import duplicate_key_paths, iter_raw
 from hyport_lib.train.dataset_formats import (DETECT_LIMIT, IMAGE_PLACEHOLDER, DatasetLayout, DatasetOptions,
                                               UndetectedFormat, resolve_layout)
-from hyport_lib.train.dataset_images import ImageChecks
+from hyport_lib.train.dataset_images import Problem as ImageProblem
+from hyport_lib.train.dataset_images import image_problem
 from hyport_lib.train.dataset_info import read_entry
 from hyport_lib.utils.bounded_files import NotARegularFile, UnreadableFile, check_regular
 
@@ -210,11 +212,11 @@ def load_dataset(path: os.PathLike, image_root: Optional[os.PathLike] = None, ch
     problems: list[Problem] = []
     seen_ids: dict[str, int] = {}
     without_id: list[int] = []  # records with no id: a problem only where other records have one
-    image_checks = ImageChecks() if check_images else None
+    image_check = functools.cache(image_problem) if check_images else None  # each file once per reading
     ticker = ProgressTicker(on_progress, "reading dataset", str(data_file))
 
     def read(index: int, value: dict) -> None:
-        found, record = validate_record(index, value, layout, root, check_images, image_checks)
+        found, record = validate_record(index, value, layout, root, image_check)
         has_id, record_id = record_id_of(value, layout)
         if not has_id and layout.columns.get("id"):
             without_id.append(index)
@@ -286,9 +288,13 @@ def load_dataset(path: os.PathLike, image_root: Optional[os.PathLike] = None, ch
     return DatasetReport(str(data_file), records, problems, total, layout)
 
 
+ImageCheck = Callable[[Path], Optional[ImageProblem]]
+
+
 def validate_record(index: int, value: dict, layout: DatasetLayout, image_root: Path,
-                    check_images: bool = True, image_checks: Optional[ImageChecks] = None
-                    ) -> tuple[list[Problem], Record]:
+                    image_check: Optional[ImageCheck]) -> tuple[list[Problem], Record]:
+    """Every problem of one record, and the record as read (``image_check``: None, the image
+    files are not opened)."""
     problems: list[Problem] = []
     has_id, record_id = record_id_of(value, layout)
 
@@ -303,8 +309,7 @@ def validate_record(index: int, value: dict, layout: DatasetLayout, image_root: 
     unsupported_columns(value, layout, problem)
     content = convert(value, layout, problem)
     raw_images, column = image_column(value, layout, problem)
-    checks = (image_checks or ImageChecks()) if check_images else None
-    images = _check_images(raw_images, column, image_root, problem, checks)
+    images = _check_images(raw_images, column, image_root, problem, image_check)
     placeholders = sum(text.count(IMAGE_PLACEHOLDER) for role, text in content.turns if role == "user")
     if images is not None and placeholders != len(images):
         problem(column, "image_count", f"{placeholders} {IMAGE_PLACEHOLDER} placeholder(s) in the "
@@ -314,7 +319,7 @@ def validate_record(index: int, value: dict, layout: DatasetLayout, image_root: 
 
 
 def _check_images(raw: Any, column: str, image_root: Path, problem,
-                  checks: Optional[ImageChecks]) -> Optional[list[str]]:
+                  image_check: Optional[ImageCheck]) -> Optional[list[str]]:
     """The record's image paths made absolute, or None when one of them is a problem."""
     if raw is None:
         return []
@@ -344,7 +349,7 @@ def _check_images(raw: Any, column: str, image_root: Path, problem,
                     f"no such file under {image_root}")
             problem(where, "image_missing", f"{entry!r:.200}: {what}")
             continue
-        verdict = checks.problem(path) if checks is not None else None
+        verdict = image_check(path) if image_check is not None else None
         if verdict is not None:
             kind, reason = verdict
             said = "too large to decode" if kind == "image_too_large" else "not a readable image"

@@ -256,7 +256,6 @@ class TrainResult:
 
     @property
     def held_answers(self) -> Optional[HeldAnswers]:
-        """None for a run made before the answers were recorded, or whose rank 0 wrote nothing."""
         return self.worker.held_answers if self.worker is not None else None
 
     @property
@@ -265,8 +264,8 @@ class TrainResult:
 
     @property
     def trainer_loss_differs(self) -> bool:
-        """The Trainer's own train_loss is not the mean of the logged losses (it covers only a
-        resumed run's last attempt and counts a NaN step as 0)."""
+        """The Trainer's own train_loss (:attr:`WorkerResult.trainer_loss`) is not the mean of the
+        logged losses."""
         loss, mean = self.trainer_loss, self.summary.mean_loss
         return loss is not None and (mean is None or abs(float(loss) - mean) > 5e-5)
 

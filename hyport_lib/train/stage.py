@@ -89,8 +89,7 @@ def _headline(result: TrainResult) -> dict:
         "exit code": result.exit_code,
         "steps": s.steps,
         "loss first → last": loss_span(s),
-        # The mean of the logged step losses: the Trainer's own train_loss covers only the
-        # steps of its process (not those before a resume) and counts a NaN step as 0.
+        # the mean of the logged step losses, not the Trainer's own (WorkerResult.trainer_loss)
         "train_loss": round(s.mean_loss, 4) if s.mean_loss is not None else None,
         "tokens/s/p": round(s.tokens_per_s_per_card, 1) if s.tokens_per_s_per_card else None,
         "real tokens/s/p": (round(s.real_tokens_per_s_per_card, 1)

@@ -28,12 +28,11 @@ from hyport_lib.npu_attention.hf_integration import (UnsupportedAttentionArgumen
 from hyport_lib.processes import exit_without_teardown, start_guard
 from hyport_lib.train.callbacks import CountingTrainer, MetricsCallback, StepCounts, barrier, process_group
 from hyport_lib.train.dataset import load_dataset
-from hyport_lib.train.first_batch import FirstBatchRecorder, first_batch_path
+from hyport_lib.train.packing import FirstBatchRecorder, first_batch_path, make_collator, training_rows
 from hyport_lib.train.held_answers import answer, held_prompts
 from hyport_lib.train.launch import SPEC_ENV
 from hyport_lib.train.output_dir import (RESULT_FILE, check_compatible, drop_checkpoints_after, mark_final_save_start,
                                          newest_complete, resolve_resume, write_run_marker)
-from hyport_lib.train.packing import make_collator, training_rows
 from hyport_lib.train.params import Params
 from hyport_lib.train.result import WorkerResult, truncate_metrics
 from hyport_lib.train.samples import Encoder
@@ -148,7 +147,6 @@ def _dataset(spec: dict, params: Params, loaded, model):
     rows = training_rows(samples, params.max_seq_len, params.packing)
     collator = make_collator(encoder.pad_id, params.max_seq_len, params.packing,
                              mrope_text_row=loaded.traits.mrope_text_row)
-    # What each rank's model received first, decoded (logs/first_batch*.json).
     collator = FirstBatchRecorder(collator, loaded.tokenizer, first_batch_path(spec["output_dir"], _rank()),
                                   frozenset(encoder.image_token_ids))
     _say(f"dataset {report.path}: {report.layout.describe() if report.layout else 'no record read'}; "
@@ -158,8 +156,7 @@ def _dataset(spec: dict, params: Params, loaded, model):
 
 
 def _blank_image_inputs(loaded) -> Optional[dict]:
-    """The image processor's tensors for one blank image (``CountingTrainer``'s), or None for a
-    text-only model."""
+    """One blank image's tensors for ``CountingTrainer``; None for a text-only model."""
     image_processor = getattr(loaded.processor, "image_processor", None)
     if not loaded.traits.multimodal or image_processor is None:
         return None

@@ -333,7 +333,7 @@ def test_a_system_prompt_reaches_the_chat_template_and_only_answers_are_labelled
 
 
 def test_the_first_batch_is_listed_as_the_model_receives_it(processor, tmp_path):
-    from hyport_lib.train.first_batch import FirstBatchRecorder
+    from hyport_lib.train.packing import FirstBatchRecorder
     from hyport_lib.train.packing import make_collator, training_rows
     from hyport_lib.train.samples import encode_records
 
@@ -358,7 +358,7 @@ def test_the_first_batch_is_listed_as_the_model_receives_it(processor, tmp_path)
 
 
 def test_each_rank_has_its_first_batch_file_and_a_new_launch_clears_an_older_runs(tmp_path):
-    from hyport_lib.train.first_batch import clear_first_batches, first_batch_path
+    from hyport_lib.train.packing import clear_first_batches, first_batch_path
 
     assert first_batch_path(tmp_path).name == "first_batch.json"
     assert first_batch_path(tmp_path, 3) == tmp_path / "logs" / "first_batch.rank3.json"

@@ -389,7 +389,7 @@ def test_the_first_batch_reads_answers_from_the_inputs_and_counts_misplaced_labe
     """Review C10: decoding the label values would show the right answer even with labels
     shifted against the inputs (the classic collator bug); the inputs at the labelled
     positions do not, and the mismatches are counted."""
-    from hyport_lib.train.first_batch import describe_batch
+    from hyport_lib.train.packing import describe_batch
     from hyport_lib.train.samples import Sample
 
     ids = [5, 6, 7, 8, 9]
@@ -418,7 +418,7 @@ def test_a_prefix_format_model_says_which_records_learn_only_their_last_answer()
 
 
 def test_misplaced_labels_in_the_first_batch_are_said_in_the_rank_log(tmp_path, capsys):
-    from hyport_lib.train.first_batch import FirstBatchRecorder
+    from hyport_lib.train.packing import FirstBatchRecorder
     from hyport_lib.train.samples import Sample
 
     ids = [5, 6, 7]
