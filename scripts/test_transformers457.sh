@@ -29,7 +29,7 @@ exec .venv/bin/python -m pytest -n "${HYPORT_TEST_WORKERS:-auto}" tests/models/t
   tests/npu_attention/test_hf_integration.py tests/npu_attention/test_flash_api.py tests/npu_attention/test_flash_attn_ascend.py tests/attention/test_compare.py \
   tests/proof/test_model_check.py \
   tests/weights/test_weights_findings.py tests/weights/test_weights_scan.py tests/weights/test_weights_reload.py \
-  tests/train/test_training_data.py tests/port/test_codemod.py tests/port/test_tree.py tests/port/test_port_models.py tests/models/test_module_tree.py \
+  tests/train/test_dataset.py tests/train/test_samples.py tests/train/test_packing.py tests/port/test_codemod.py tests/port/test_tree.py tests/port/test_port_models.py tests/models/test_module_tree.py \
   tests/inference/test_inference_attention.py \
   --deselect tests/inference/test_inference_attention.py::test_vlm_prompts_prove_the_swap_they_used_to_fail \
   --deselect tests/proof/test_model_check.py::test_stage_02_keeps_the_padded_verdict_when_the_packed_row_raises \
