@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 import os
 import time
-from dataclasses import astuple, dataclass
+from dataclasses import astuple, dataclass, replace
 from pathlib import Path
 from typing import Optional
 
@@ -17,8 +17,11 @@ from hyport_lib.models.module_tree import retie
 from hyport_lib.models.training_inputs import IMAGE_MASK, IMAGE_STATES, image_states_of_rows, rows_seeing_images
 from hyport_lib.train.output_dir import MARKER, SAVING_MARKER, write_marker
 from hyport_lib.train.packing import COUNT_KEYS
+from hyport_lib.train.result import StepMetrics
 from hyport_lib.utils.disk import disk_full_error
 from hyport_lib.utils.files import dumps_json
+from hyport_lib.utils.typed_records import to_mapping
+
 
 @dataclass
 class StepCounts:
@@ -256,7 +259,7 @@ class MetricsCallback(TrainerCallback):
         self.marker = dict(marker)
         self.trainer: Optional[Trainer] = None  # set after the Trainer is built
         self._started = 0.0
-        self._pending: dict = {}
+        self._pending: Optional[StepMetrics] = None  # this step's line, until the Trainer logs
         self._process_steps = 0
         self._skipped_before = 0
         self._save_seen = 0.0
@@ -294,30 +297,29 @@ class MetricsCallback(TrainerCallback):
         skipped_total = self._skipped_total()
         self._process_steps += 1
         world = _world_size()
-        self._pending = {
-            "step": int(state.global_step), "loss": loss / world if not nonfinite else float("nan"),
-            "nonfinite_loss": bool(nonfinite), "real_tokens": int(real), "tokens": int(total),
-            "step_s": round(step_s, 6), "save_s": round(save_s, 6), "world_size": world,
-            "tokens_per_s_per_card": total / (world * busy_s) if step_s > 0 else None,
-            "real_tokens_per_s_per_card": real / (world * busy_s) if step_s > 0 else None,
-            "skipped": skipped_total > self._skipped_before, "skipped_total": skipped_total,
-            "peak_memory_mb": round(peak, 1), "memory_source": memory.source,
-            "epoch": state.epoch, "restart": self.restart, "process_step": self._process_steps,
-        }
+        self._pending = StepMetrics(
+            step=int(state.global_step), loss=loss / world if not nonfinite else float("nan"),
+            nonfinite_loss=bool(nonfinite), real_tokens=int(real), tokens=int(total),
+            step_s=round(step_s, 6), save_s=round(save_s, 6), world_size=world,
+            tokens_per_s_per_card=total / (world * busy_s) if step_s > 0 else None,
+            real_tokens_per_s_per_card=real / (world * busy_s) if step_s > 0 else None,
+            skipped=skipped_total > self._skipped_before, skipped_total=skipped_total,
+            peak_memory_mb=round(peak, 1), memory_source=memory.source,
+            epoch=state.epoch, restart=self.restart, process_step=self._process_steps)
         self._skipped_before = skipped_total
 
     def on_log(self, args, state, control, logs=None, **kwargs):
-        if not self._pending or logs is None or "loss" not in logs:
+        if self._pending is None or logs is None or "loss" not in logs:
             return
-        record, self._pending = self._pending, {}
         grad_norm = _number(logs.get("grad_norm"))
-        record.update(learning_rate=_number(logs.get("learning_rate")), grad_norm=grad_norm,
-                      nonfinite_grad_norm=grad_norm is not None and not math.isfinite(grad_norm),
-                      logged_loss=_number(logs.get("loss")), time=time.time())
+        record = replace(self._pending, learning_rate=_number(logs.get("learning_rate")), grad_norm=grad_norm,
+                         nonfinite_grad_norm=grad_norm is not None and not math.isfinite(grad_norm),
+                         logged_loss=_number(logs.get("loss")), time=time.time())
+        self._pending = None
         if state.is_world_process_zero:
             with open(self.metrics_path, "a", encoding="utf-8") as fh:
                 # strict JSON: a NaN / Inf is null, its flag (nonfinite_loss, ...) says which
-                fh.write(dumps_json(record) + "\n")
+                fh.write(dumps_json(to_mapping(record)) + "\n")
                 fh.flush()
 
     def on_save(self, args, state, control, **kwargs):

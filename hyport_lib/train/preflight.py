@@ -111,7 +111,7 @@ def prepare(params: Params, backend) -> LaunchPlan:
         summary, skip, attention = _check_data_and_attention(params, backend, report, model_path, world)
         if report.layout is not None:
             notes += [f"dataset {report.path}: {t}" for t in (report.layout.note(), report.layout.caveat) if t]
-    notes.extend(summary.get("notes", []))
+    notes.extend(summary["notes"])
     if skip:
         notes.append(f"{len(skip)} bad record(s) skipped (skip_bad_records=True)")
     checkpoint, resume_notes = _resume(params, output_dir, world)
