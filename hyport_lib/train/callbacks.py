@@ -242,15 +242,11 @@ def _tensors(value):
 
 
 class MetricsCallback(TrainerCallback):
-    """After every optimizer step, on every rank: the step's loss and token counts summed over
-    the ranks, the largest peak memory, DeepSpeed's skipped (overflow) steps; rank 0 appends the
-    line to ``metrics_path`` once the Trainer logged the learning rate and gradient norm, and
-    marks each saved checkpoint complete with ``marker``'s fields.
-
-    The loss is measured here, not taken from the Trainer's log: the Trainer replaces a
-    non-finite loss by the running mean (``logging_nan_inf_filter``), and a smoke run exists to
-    show exactly that step.
-    """
+    """One metrics line per optimizer step, its sums reduced over the ranks (every rank calls
+    it), appended by rank 0 once the Trainer logged the learning rate and gradient norm; each
+    saved checkpoint marked complete with ``marker``'s fields. The loss is measured here, not
+    taken from the Trainer's log: the Trainer replaces a non-finite loss by the running mean
+    (``logging_nan_inf_filter``), and a smoke run exists to show exactly that step."""
 
     def __init__(self, metrics_path: os.PathLike, backend, step_counts: StepCounts, marker: dict):
         self.metrics_path = Path(metrics_path)

@@ -100,7 +100,8 @@ class Problem:
     ``first_turn_not_human``, ``roles_not_alternating``, ``empty_value``, ``not_text``, ``bad_history``,
     ``no_answer``, ``image_in_answer``, ``image_in_system``, ``image_count``, ``image_missing``,
     ``image_embedded``, ``image_unreadable``, ``image_too_large``, ``too_long``, ``encode_failed``,
-    ``not_applicable``, ``duplicate_key``, ``unsupported_column``."""
+    ``not_applicable``, ``duplicate_key``, ``unsupported_column``. ``message``: one line a user can
+    act on, cut to :data:`MAX_MESSAGE_CHARS`."""
 
     index: int
     record_id: Optional[str]

@@ -18,9 +18,9 @@ from hyport_lib.models.model_cache import default_cache_root
 from hyport_lib.processes import (GUARDED_EXEC, describe_exit, last_exception, log_size, read_log_tail, run_child,
                                   scrub_log, task_environ)
 from hyport_lib.results import Provenance
-from hyport_lib.train.packing import clear_first_batches
 from hyport_lib.train.output_dir import (PROBLEMS_FILE, RESULT_FILE, check_foreign, list_checkpoints,
                                          lock_output_dir, read_json_object, release_output_dir)
+from hyport_lib.train.packing import clear_first_batches
 from hyport_lib.train.preflight import LaunchPlan
 from hyport_lib.train.result import (TrainProgress, TrainResult, WorkerResult, final_weights, last_complete,
                                      read_metrics, summarize_metrics)

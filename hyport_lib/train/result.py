@@ -1,10 +1,6 @@
 """What a training launch leaves behind: the metrics file (one JSON line per optimizer step,
 rank 0's) and what it sums up to, rank 0's result file, and the launch's :class:`TrainResult`
 (its verdict: :func:`hyport_lib.train.stage.summarize`).
-
-``step_s`` runs from the end of the step before (data loading, logging and checkpoint saving are
-inside it); ``process_step`` counts the steps of the process that wrote the line (after a restart
-or a resume the new processes warm up again).
 """
 
 from __future__ import annotations
@@ -42,7 +38,7 @@ class StepMetrics:
     nonfinite_loss: bool = False
     real_tokens: int = 0
     tokens: int = 0
-    step_s: Optional[float] = None
+    step_s: Optional[float] = None  # from the end of the step before: loading, logging, saving inside
     save_s: Optional[float] = None  # the checkpoint saved inside this step
     world_size: Optional[int] = None
     tokens_per_s_per_card: Optional[float] = None
@@ -53,7 +49,7 @@ class StepMetrics:
     memory_source: Optional[str] = None
     epoch: Optional[float] = None
     restart: int = 0
-    process_step: Optional[int] = None
+    process_step: Optional[int] = None  # of the process that wrote it: a restart or resume warms up again
     learning_rate: Optional[float] = None
     grad_norm: Optional[float] = None
     nonfinite_grad_norm: bool = False

@@ -28,11 +28,11 @@ from hyport_lib.npu_attention.hf_integration import (UnsupportedAttentionArgumen
 from hyport_lib.processes import exit_without_teardown, start_guard
 from hyport_lib.train.callbacks import CountingTrainer, MetricsCallback, StepCounts, barrier, process_group
 from hyport_lib.train.dataset import load_dataset
-from hyport_lib.train.packing import FirstBatchRecorder, first_batch_path, make_collator, training_rows
 from hyport_lib.train.held_answers import answer, held_prompts
 from hyport_lib.train.launch import SPEC_ENV
 from hyport_lib.train.output_dir import (RESULT_FILE, check_compatible, drop_checkpoints_after, mark_final_save_start,
                                          newest_complete, resolve_resume, write_run_marker)
+from hyport_lib.train.packing import FirstBatchRecorder, first_batch_path, make_collator, training_rows
 from hyport_lib.train.params import Params
 from hyport_lib.train.result import WorkerResult, truncate_metrics
 from hyport_lib.train.samples import Encoder
