@@ -33,7 +33,7 @@ from pathlib import Path
 
 from hyport_lib.train import stage
 from hyport_lib.train.params import Params
-from hyport_lib.train.rendezvous import free_port
+from hyport_lib.train.preflight import free_port
 
 REPO = Path(__file__).resolve().parents[1]
 

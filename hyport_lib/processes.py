@@ -54,6 +54,8 @@ TASK_FIELDS = ("status", "pid", "peak_rss_bytes", "wall_s")
 #: The child's command: ``-c``, as ``-m hyport_lib.processes`` would run this module twice
 #: (as ``__main__``, then imported by the task).
 _TASK_MAIN = "from hyport_lib.processes import task_main; task_main()"
+#: :func:`exec_guarded`'s ``-c`` program, as :data:`_TASK_MAIN` is :func:`task_main`'s.
+GUARDED_EXEC = "from hyport_lib.processes import exec_guarded; exec_guarded()"
 _EXC_LINE_RE = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Exit|Fault))(?::\s?(.*))?$")
 
 
@@ -440,6 +442,15 @@ def start_guard(log=None) -> Optional[int]:
     guard = subprocess.Popen(["/bin/sh", "-c", GUARD_SCRIPT], stdin=sys.stdin.fileno(),
                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, close_fds=True)
     return guard.pid
+
+
+def exec_guarded() -> None:
+    """``python -c GUARDED_EXEC MODULE ARGS...``: start the guard in this process group, then
+    *become* ``python -m MODULE ARGS...`` (``exec``: same pid, same group), so that a child that
+    starts no guard of its own (torchrun) dies with its launcher."""
+    start_guard(log=sys.stderr)
+    sys.stdout.flush()
+    os.execv(sys.executable, [sys.executable, "-m", *sys.argv[1:]])
 
 
 def exit_without_teardown(code: int) -> None:

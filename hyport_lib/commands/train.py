@@ -8,7 +8,7 @@ from __future__ import annotations
 import contextlib
 
 from hyport_lib.commands._stage import StageCommand, TerminalBar
-from hyport_lib.train.dataset_progress import reporting_to
+from hyport_lib.train.dataset import reporting_to
 from hyport_lib.train.preflight import LaunchPlan
 from hyport_lib.train.result import TrainProgress
 from hyport_lib.train.show import summary_frame

@@ -1,13 +1,13 @@
 """Inside the training processes: the Trainer pieces hyport adds (imports transformers): the
 token counts and losses of each step, a blank image for text-only batches, one metrics line per
-optimizer step (:mod:`hyport_lib.train.metrics`), checkpoints marked complete."""
+optimizer step (:class:`hyport_lib.train.result.StepMetrics`), checkpoints marked complete."""
 
 from __future__ import annotations
 
 import math
 import os
 import time
-from dataclasses import astuple, dataclass
+from dataclasses import astuple, dataclass, replace
 from pathlib import Path
 from typing import Optional
 
@@ -15,13 +15,16 @@ from transformers import Trainer, TrainerCallback
 
 from hyport_lib.models.module_tree import retie
 from hyport_lib.models.training_inputs import IMAGE_MASK, IMAGE_STATES, image_states_of_rows, rows_seeing_images
-from hyport_lib.train.checkpoints import MARKER, SAVING_MARKER, write_marker
+from hyport_lib.train.output_dir import MARKER, SAVING_MARKER, write_marker
 from hyport_lib.train.packing import COUNT_KEYS
+from hyport_lib.train.result import StepMetrics
 from hyport_lib.utils.files import disk_full_error, dumps_json
+from hyport_lib.utils.typed_records import to_mapping
+
 
 @dataclass
 class StepCounts:
-    """Token counts and losses of the micro-batches of the step under way (this rank)."""
+    """Token counts and losses of this rank's micro-batches of the step under way."""
 
     real: int = 0
     total: int = 0
@@ -48,11 +51,9 @@ class CountingTrainer(Trainer):
     def __init__(self, *args, step_counts: Optional[StepCounts] = None, dummy_image_inputs=None, **kwargs):
         super().__init__(*args, **kwargs)
         self.step_counts = step_counts or StepCounts()
-        #: the image processor's tensors for one blank image (pixel values and grid or
-        #: sizes), or None: no image path to run on text-only batches
+        #: the image processor's tensors for one blank image, or None: no image path to run
         self.dummy_image_inputs = dummy_image_inputs
-        #: seconds spent writing checkpoints so far (left out of the throughput)
-        self.save_seconds = 0.0
+        self.save_seconds = 0.0  # writing checkpoints, left out of the throughput
 
     def _save(self, output_dir: Optional[str] = None, state_dict=None):
         # Under DeepSpeed the Trainer saves accelerate's copies of the tensors, which hide
@@ -75,8 +76,7 @@ class CountingTrainer(Trainer):
         gradient while a rank with images does, and DeepSpeed's collectives abort ("Received data
         size doesn't match expected size"); LLaMA-Factory feeds a placeholder image for the same
         reason. Times zero, it changes no loss. Under ZeRO-3 the job still hangs: the worker
-        leaves it off there and preflight refuses text-only rows beside image rows.
-        """
+        leaves it off there and preflight refuses text-only rows beside image rows."""
         net = self.accelerator.unwrap_model(model)
         get = getattr(net, "get_image_features", None)
         embeddings = net.get_input_embeddings() if hasattr(net, "get_input_embeddings") else None
@@ -98,14 +98,12 @@ class CountingTrainer(Trainer):
 
     def _blank_image_rows(self, net, inputs: dict) -> dict:
         """The blank image as every row's image and a per-token image mask of zeros, for a
-        model that reads each row's images through cross-attention (mllama).
-
-        Such a model skips its cross-attention layers without images, out of the embeddings
-        hook's reach: the blank image goes through the forward itself, so every module an image
-        batch runs runs here too, in the same order. Its states are zeros by the time the
-        language model reads them (``image_states_of_rows``): each cross-attention layer adds
-        exactly 0, and every parameter of the image path gets a gradient of 0.
-        """
+        model that reads each row's images through cross-attention (mllama). Such a model skips
+        its cross-attention layers without images, out of the embeddings hook's reach: the blank
+        image goes through the forward itself, so every module an image batch runs runs here too,
+        in the same order. Its states are zeros by the time the language model reads them
+        (``image_states_of_rows``): each cross-attention layer adds exactly 0, and every
+        parameter of the image path gets a gradient of 0."""
         import torch
 
         ids = inputs["input_ids"]
@@ -151,8 +149,8 @@ class CountingTrainer(Trainer):
             self.save_seconds += time.perf_counter() - started
 
     def _checkpoint_bytes(self) -> int:
-        """About what a checkpoint takes: the weights, DeepSpeed's fp32 master copy and two Adam
-        moments of every trained parameter (12 bytes each)."""
+        """The weights, DeepSpeed's fp32 master copy and two Adam moments of every trained
+        parameter (12 bytes each)."""
         total = 0
         for parameter in self.model.parameters():
             count = int(getattr(parameter, "ds_numel", 0) or parameter.numel())
@@ -166,8 +164,7 @@ class CountingTrainer(Trainer):
             self.step_counts.total += int(counts[1])
         net = _transformers_model(self.accelerator.unwrap_model(model))
         image_path: dict = {}
-        hook = None
-        blank_rows = False
+        hook, blank_rows = None, False
         if model.training and inputs.get("pixel_values") is None and self.dummy_image_inputs is not None:
             if _accepted_arguments(net.forward) >= {IMAGE_STATES, IMAGE_MASK}:
                 inputs = {**inputs, **self._blank_image_rows(net, inputs)}
@@ -202,16 +199,15 @@ def _image_features(output):
     """What of ``get_image_features``' output the model feeds on. transformers 5 returns a model
     output: ``pooler_output`` (the projected features) and extra features (Qwen3-VL's deepstack)
     sit beside the tower's own last hidden state, which some models never use (LLaVA-OneVision
-    takes an earlier layer): touching it would give parameters a gradient a real image does not.
-    transformers 4.x returns the features themselves."""
+    takes an earlier layer): touching it would give parameters a gradient a real image does not."""
     if isinstance(output, dict) and output.get("pooler_output") is not None:
         return [value for key, value in output.items() if key not in _TOWER_STATES]
     return output
 
 
 def _transformers_model(net):
-    """The transformers model under a peft wrapper (LoRA), else ``net``: its ``forward`` names
-    its inputs (a ``PeftModel``'s takes ``**kwargs``)."""
+    """The model under a peft wrapper: its ``forward`` names its inputs (a ``PeftModel``'s takes
+    ``**kwargs``)."""
     get = getattr(net, "get_base_model", None)
     return get() if callable(get) else net
 
@@ -226,14 +222,12 @@ def _accepted_arguments(function) -> set:
 
 
 def add_to_loss(result, extra):
-    """``compute_loss``'s result (a loss, or ``(loss, outputs)``) with ``extra`` added."""
-    if isinstance(result, tuple):
+    if isinstance(result, tuple):  # (loss, outputs)
         return (result[0] + extra, *result[1:])
     return result + extra
 
 
 def _tensors(value):
-    """Every tensor in a model output (a tensor, a ModelOutput, nested tuples or lists)."""
     import torch
 
     if isinstance(value, torch.Tensor):
@@ -247,15 +241,11 @@ def _tensors(value):
 
 
 class MetricsCallback(TrainerCallback):
-    """After every optimizer step, on every rank: the step's loss and token counts summed over
-    the ranks, the largest peak memory, DeepSpeed's skipped (overflow) steps; rank 0 appends the
-    line to ``metrics_path`` once the Trainer logged the learning rate and gradient norm, and
-    marks each saved checkpoint complete with ``marker``'s fields.
-
-    The loss is measured here, not taken from the Trainer's log: the Trainer replaces a
-    non-finite loss by the running mean (``logging_nan_inf_filter``), and a smoke run exists to
-    show exactly that step.
-    """
+    """One metrics line per optimizer step, its sums reduced over the ranks (every rank calls
+    it), appended by rank 0 once the Trainer logged the learning rate and gradient norm; each
+    saved checkpoint marked complete with ``marker``'s fields. The loss is measured here, not
+    taken from the Trainer's log: the Trainer replaces a non-finite loss by the running mean
+    (``logging_nan_inf_filter``), and a smoke run exists to show exactly that step."""
 
     def __init__(self, metrics_path: os.PathLike, backend, step_counts: StepCounts, marker: dict):
         self.metrics_path = Path(metrics_path)
@@ -264,12 +254,12 @@ class MetricsCallback(TrainerCallback):
         self.marker = dict(marker)
         self.trainer: Optional[Trainer] = None  # set after the Trainer is built
         self._started = 0.0
-        self._pending: dict = {}
+        self._pending: Optional[StepMetrics] = None  # this step's line, until the Trainer logs
         self._process_steps = 0
         self._skipped_before = 0
         self._save_seen = 0.0
         self.restart = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") or 0)
-        #: This rank's card (torchrun's LOCAL_RANK; every card of the node is visible).
+        #: This rank's card: torchrun's LOCAL_RANK (every card of the node is visible).
         self.backend_index = int(os.environ.get("LOCAL_RANK", "0") or 0)
 
     def on_train_begin(self, args, state, control, **kwargs):
@@ -279,7 +269,6 @@ class MetricsCallback(TrainerCallback):
         # DeepSpeed restores its skipped-step count with the checkpoint: count from there.
         self._skipped_before = self._skipped_total()
 
-    # -- per step ---------------------------------------------------------------------
     def on_step_begin(self, args, state, control, **kwargs):
         if not self._started:  # the first step of this process
             self.backend.synchronize(self.backend_index)
@@ -303,30 +292,29 @@ class MetricsCallback(TrainerCallback):
         skipped_total = self._skipped_total()
         self._process_steps += 1
         world = _world_size()
-        self._pending = {
-            "step": int(state.global_step), "loss": loss / world if not nonfinite else float("nan"),
-            "nonfinite_loss": bool(nonfinite), "real_tokens": int(real), "tokens": int(total),
-            "step_s": round(step_s, 6), "save_s": round(save_s, 6), "world_size": world,
-            "tokens_per_s_per_card": total / (world * busy_s) if step_s > 0 else None,
-            "real_tokens_per_s_per_card": real / (world * busy_s) if step_s > 0 else None,
-            "skipped": skipped_total > self._skipped_before, "skipped_total": skipped_total,
-            "peak_memory_mb": round(peak, 1), "memory_source": memory.source,
-            "epoch": state.epoch, "restart": self.restart, "process_step": self._process_steps,
-        }
+        self._pending = StepMetrics(
+            step=int(state.global_step), loss=loss / world if not nonfinite else float("nan"),
+            nonfinite_loss=bool(nonfinite), real_tokens=int(real), tokens=int(total),
+            step_s=round(step_s, 6), save_s=round(save_s, 6), world_size=world,
+            tokens_per_s_per_card=total / (world * busy_s) if step_s > 0 else None,
+            real_tokens_per_s_per_card=real / (world * busy_s) if step_s > 0 else None,
+            skipped=skipped_total > self._skipped_before, skipped_total=skipped_total,
+            peak_memory_mb=round(peak, 1), memory_source=memory.source,
+            epoch=state.epoch, restart=self.restart, process_step=self._process_steps)
         self._skipped_before = skipped_total
 
     def on_log(self, args, state, control, logs=None, **kwargs):
-        if not self._pending or logs is None or "loss" not in logs:
+        if self._pending is None or logs is None or "loss" not in logs:
             return
-        record, self._pending = self._pending, {}
         grad_norm = _number(logs.get("grad_norm"))
-        record.update(learning_rate=_number(logs.get("learning_rate")), grad_norm=grad_norm,
-                      nonfinite_grad_norm=grad_norm is not None and not math.isfinite(grad_norm),
-                      logged_loss=_number(logs.get("loss")), time=time.time())
+        record = replace(self._pending, learning_rate=_number(logs.get("learning_rate")), grad_norm=grad_norm,
+                         nonfinite_grad_norm=grad_norm is not None and not math.isfinite(grad_norm),
+                         logged_loss=_number(logs.get("loss")), time=time.time())
+        self._pending = None
         if state.is_world_process_zero:
             with open(self.metrics_path, "a", encoding="utf-8") as fh:
                 # strict JSON: a NaN / Inf is null, its flag (nonfinite_loss, ...) says which
-                fh.write(dumps_json(record) + "\n")
+                fh.write(dumps_json(to_mapping(record)) + "\n")
                 fh.flush()
 
     def on_save(self, args, state, control, **kwargs):
@@ -337,14 +325,13 @@ class MetricsCallback(TrainerCallback):
         if folder.is_dir():
             write_marker(folder, step=state.global_step, **self.marker)
 
-    # -- helpers ----------------------------------------------------------------------
     def _skipped_total(self) -> int:
         engine = getattr(self.trainer, "model_wrapped", None) if self.trainer else None
         return int(getattr(engine, "skipped_steps", 0) or 0)
 
 
 def process_group():
-    """``torch.distributed`` once its process group is up, else None (one process)."""
+    """``torch.distributed`` once its process group is up, else None."""
     import torch.distributed as dist
 
     return dist if dist.is_available() and dist.is_initialized() else None
@@ -361,11 +348,8 @@ def _world_size() -> int:
 
 def _reduce(sums: list[float], peak_mb: float, backend, index: int) -> list[float]:
     """``sums`` (real tokens, tokens, loss, non-finite count) summed and ``peak_mb`` maxed
-    over the ranks (every rank calls it).
-
-    Counts go as int64 and the rest as float32: HCCL on Atlas A2/A3 (910B) reduces no
-    float64, and float32 sums token counts exactly only up to 2**24.
-    """
+    over the ranks (every rank calls it). Counts go as int64 and the rest as float32: HCCL on
+    Atlas A2/A3 (910B) reduces no float64, and float32 sums token counts exactly only up to 2**24."""
     import torch
     import torch.distributed as dist
 
@@ -390,4 +374,3 @@ def _number(value) -> Optional[float]:
         return float(value)
     except (TypeError, ValueError):
         return None
-

@@ -239,7 +239,6 @@ def _role_message(role: Any, tags: Mapping) -> str:
 
 
 def convert(value: dict, layout: DatasetLayout, problem: ProblemSink) -> Converted:
-    """One record's content in ``layout``'s format."""
     if layout.format == "alpaca":
         return alpaca_turns(value, layout, problem)
     return message_turns(value, layout, problem)

@@ -206,7 +206,6 @@ def resolve_layout(options: DatasetOptions, first: Optional[tuple[int, Any]]) ->
 
 def _detected_layout(format: str, columns: dict, tags: dict, options: DatasetOptions, first: tuple[int, Any],
                      chosen_by: str) -> DatasetLayout:
-    """The layout detection found, with the names the user gave overriding it."""
     layout = layout_for(format, {**columns, **options.columns}, {**tags, **options.tags}, chosen_by)
     return _images_named_as_in(layout, first)
 

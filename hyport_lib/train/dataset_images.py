@@ -1,7 +1,6 @@
-"""A dataset's image files: checked once per file, decoded once per file, bounded in size.
-
-A PNG of one colour at 20,000 × 20,000 pixels is a few KB on disk and 1.2 GB decoded: an image's
-decoded size is judged from its header before any pixel is read (:data:`MAX_DECODED_IMAGE_BYTES`).
+"""A dataset's image files, bounded in size: a PNG of one colour at 20,000 × 20,000 pixels is a
+few KB on disk and 1.2 GB decoded, so an image's decoded size is judged from its header before any
+pixel is read (:data:`MAX_DECODED_IMAGE_BYTES`).
 """
 
 from __future__ import annotations
@@ -31,7 +30,7 @@ Problem = tuple[str, str]
 
 
 class UnreadableImage(ValueError):
-    """An image of a record that cannot be used, found while tokenising (``kind``: the problem's)."""
+    """An image of a record that cannot be used, found while tokenising."""
 
     def __init__(self, message: str, field: str, kind: str = "image_unreadable"):
         super().__init__(message)
@@ -57,7 +56,7 @@ def _lazy_open(path):
 
 def _pixel_bytes(mode: str) -> int:
     """The bytes PIL holds one pixel of ``mode`` in: 4 for any mode of several bands (RGB
-    too), else its one band's size (1 for ``L``, ``P``, ``1``; 4 for ``I``, ``F``)."""
+    too), else its one band's size."""
     from PIL import ImageMode
 
     try:
@@ -68,18 +67,13 @@ def _pixel_bytes(mode: str) -> int:
 
 
 def _held_size(img) -> int:
-    """The memory ``img`` takes once decoded, as PIL holds it."""
     return img.width * img.height * _pixel_bytes(img.mode)
 
 
-def _decoded_size(img) -> int:
-    """The memory decoding ``img`` takes: its pixels in its own mode and their RGB copy."""
-    return _held_size(img) + img.width * img.height * _pixel_bytes("RGB")
-
-
 def _too_large(img) -> Optional[str]:
-    """Why ``img`` (opened lazily: its header read, no pixel) is too large to decode, or None."""
-    size = _decoded_size(img)
+    """Why ``img`` (its header read, no pixel) is too large to decode: its pixels in its own mode
+    and their RGB copy."""
+    size = _held_size(img) + img.width * img.height * _pixel_bytes("RGB")
     if size <= MAX_DECODED_IMAGE_BYTES:
         return None
     return (f"{img.width:,} × {img.height:,} pixels ({img.mode}) take {size / 2**20:,.0f} MiB decoded and as RGB, "
@@ -108,23 +102,10 @@ def _opened(path, use: Callable, unreadable: Callable[[str], str] = str) -> tupl
 
 
 def image_problem(path: Path) -> Optional[Problem]:
-    """``(kind, reason)`` when the image file cannot be used (``image_too_large``,
-    ``image_unreadable``), else None: its size from its header, then its structure (PIL
-    ``verify``) and its pixels (``load``: verify does not read a JPEG's image data)."""
+    """``(kind, reason)`` when the image file cannot be used, else None: its size from its header,
+    then its structure (PIL ``verify``) and its pixels (``load``: verify does not read a JPEG's
+    image data)."""
     return _opened(path, lambda img: img.verify())[1] or _opened(path, lambda img: img.load())[1]
-
-
-class ImageChecks:
-    """:func:`image_problem` of each file, worked out once per file for one reading of a dataset."""
-
-    def __init__(self):
-        self._verdicts: dict[str, Optional[Problem]] = {}
-
-    def problem(self, path: Path) -> Optional[Problem]:
-        key = str(path)
-        if key not in self._verdicts:
-            self._verdicts[key] = image_problem(path)
-        return self._verdicts[key]
 
 
 class DecodedImages:
@@ -135,8 +116,7 @@ class DecodedImages:
         self.budget = budget
         self.held = 0
         self._images: OrderedDict[str, object] = OrderedDict()
-        #: How many files were decoded (a file decoded again after it left the cache counts again).
-        self.decoded = 0
+        self.decoded = 0  # a file decoded again after it left the cache counts again
 
     def rgb(self, path: str, record_index: int, field: str):
         """The image at ``path`` as RGB; :class:`UnreadableImage` names the record, field and file."""

@@ -12,21 +12,19 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hyport_lib.train.dataset_files import duplicate_key_paths, json_object_pairs
-from hyport_lib.train.dataset_formats import (ALPACA_COLUMNS, FORMATS, MESSAGE_COLUMNS, TAG_NAMES,
+from hyport_lib.train.dataset_formats import (ALPACA_COLUMNS, FORMATS, MESSAGE_COLUMNS, SHAREGPT_TAGS, TAG_NAMES,
                                               UNSUPPORTED_COLUMNS, DatasetLayout, multiple_entries_message)
 from hyport_lib.utils.bounded_files import NotARegularFile, UnreadableFile, check_regular, read_bytes
 
 INFO_FILE = "dataset_info.json"
 #: A dataset_info.json lists entries (a few KB); anything larger is not one.
 MAX_INFO_BYTES = 16 * 2**20
-#: LLaMA-Factory's ``DatasetAttr`` defaults: an entry without ``columns`` / ``tags`` gets
-#: these, whatever its formatting; an entry with them starts from None (``join``).
+#: LLaMA-Factory's ``DatasetAttr`` defaults: an entry without ``columns`` gets these (and without
+#: ``tags``, sharegpt's), whatever its formatting; an entry with them starts from None (``join``).
 #: (``id`` is hyport's own column: an entry reads one only when its ``columns`` name it, since
 #: LLaMA-Factory reads none and its datasets may repeat or lack one.)
 ENTRY_COLUMNS = {"prompt": "instruction", "query": "input", "response": "output", "history": None,
                  "messages": "conversations", "system": None, "images": None, "id": None}
-ENTRY_TAGS = {"role_tag": "from", "content_tag": "value", "user_tag": "human", "assistant_tag": "gpt",
-              "observation_tag": "observation", "function_tag": "function_call", "system_tag": "system"}
 #: Names an entry must leave set (with what LLaMA-Factory reads without them).
 _NEEDED_COLUMNS = {"alpaca": {"response": "no answer (an unsupervised record; hyport trains answers)"},
                    "message": {"messages": "no turns"}}
@@ -54,7 +52,6 @@ class DatasetEntry:
 
 
 def info_file(path: os.PathLike) -> Path:
-    """``path`` itself, or ``path/dataset_info.json`` when ``path`` is a folder."""
     path = Path(path).expanduser()
     return path / INFO_FILE if path.is_dir() else path
 
@@ -155,7 +152,7 @@ def _layout(name: str, entry: dict, format: str, columns: dict, tags: dict, refu
             raise refuse("columns.prompt", "not named, nor columns.query (LLaMA-Factory reads no prompt without "
                                            "one of them)")
         return DatasetLayout(format, merged, {}, f"{INFO_FILE} entry {name!r}")
-    merged_tags = {**(dict.fromkeys(TAG_NAMES) if "tags" in entry else ENTRY_TAGS), **tags}
+    merged_tags = {**(dict.fromkeys(TAG_NAMES) if "tags" in entry else SHAREGPT_TAGS), **tags}
     for key, without in _NEEDED_TAGS.items():
         if not merged_tags.get(key):
             raise refuse(f"tags.{key}", f"not named (LLaMA-Factory reads {without} without it)")

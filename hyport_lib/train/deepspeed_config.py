@@ -16,9 +16,6 @@ import hyport_lib
 from hyport_lib.train.params import Params
 from hyport_lib.utils.values import as_int
 
-#: The run's DeepSpeed JSON in output_dir (what the Trainer of every rank reads).
-DEEPSPEED_FILE = "hyport_deepspeed.json"
-
 
 def bundled_config_path(zero_stage: int) -> Path:
     return Path(hyport_lib.__file__).resolve().parents[1] / "parameters" / "deepspeed" / \
@@ -52,7 +49,6 @@ def load_json(path: os.PathLike, what: str) -> dict:
 
 
 def build_deepspeed_config(params: Params, backend, precision: str) -> dict:
-    """The DeepSpeed configuration the run uses (a new dict)."""
     if params.deepspeed_config:
         data = load_json(params.deepspeed_config, "deepspeed_config")
         zero = data.get("zero_optimization") or {}
@@ -98,7 +94,6 @@ class DeepSpeedSettings:
 
 
 def describe(data: dict) -> DeepSpeedSettings:
-    """The settings of the DeepSpeed config ``data`` a reader wants to see."""
     zero = data.get("zero_optimization") or {}
     optimizer = data.get("optimizer") or {}
     fp16 = data.get("fp16") or {}

@@ -14,67 +14,59 @@ import warnings
 from pathlib import Path
 from typing import Callable, Optional
 
-import hyport_lib
 from hyport_lib.models.model_cache import default_cache_root
-from hyport_lib.processes import describe_exit, last_exception, log_size, read_log_tail, run_child, scrub_log
+from hyport_lib.processes import (GUARDED_EXEC, describe_exit, last_exception, log_size, read_log_tail, run_child,
+                                  scrub_log, task_environ)
 from hyport_lib.results import Provenance
-from hyport_lib.train.checkpoints import list_checkpoints, read_json_object
-from hyport_lib.train.first_batch import clear_first_batches
-from hyport_lib.train.metrics import read_metrics, summarize_metrics
-from hyport_lib.train.ownership import check_foreign, lock_output_dir, release_output_dir
+from hyport_lib.train.output_dir import (PROBLEMS_FILE, RESULT_FILE, check_foreign, list_checkpoints,
+                                         lock_output_dir, read_json_object, release_output_dir)
+from hyport_lib.train.packing import clear_first_batches
 from hyport_lib.train.preflight import LaunchPlan
-from hyport_lib.train.result import (RESULT_FILE, TrainProgress, TrainResult, WorkerResult, final_weights,
-                                     last_complete)
+from hyport_lib.train.result import (TrainProgress, TrainResult, WorkerResult, final_weights, last_complete,
+                                     read_metrics, summarize_metrics)
 from hyport_lib.train.smoke_data import write_smoke_dataset
 from hyport_lib.triage import Triage, cann_log_dir, diagnose, own_cann_log_env
 from hyport_lib.utils.files import atomic_write_json, atomic_write_text, disk_full_error, ensure_writable
-from hyport_lib.utils.redact import child_environ
 from hyport_lib.utils.typed_records import from_mapping
 
 #: The environment variable that hands every rank the plan (JSON, :meth:`LaunchPlan.worker_spec`).
 SPEC_ENV = "HYPORT_TRAIN_SPEC"
-#: Every problem of the records a run skips (skip_bad_records=True), one JSON object a line.
-PROBLEMS_FILE = "dataset_problems.jsonl"
 
 
 def command(plan: LaunchPlan) -> list[str]:
-    """torchrun's arguments, run by :mod:`hyport_lib.train.agent`."""
+    """torchrun, started with a guard that makes it die with its launcher (the workers, started
+    by torchrun, start guards of their own)."""
     c = plan.params
-    return [sys.executable, "-m", "hyport_lib.train.agent", "--nnodes", str(c.nnodes), "--node-rank",
-            str(c.node_rank), "--nproc-per-node", str(plan.nproc_per_node), "--master-addr", plan.master_addr,
-            "--master-port", str(plan.master_port), "--max-restarts", str(c.max_restarts),
-            "--log-dir", str(Path(plan.output_dir) / "logs" / "ranks"), "--tee", "3",
-            "-m", "hyport_lib.train.worker"]
+    return [sys.executable, "-c", GUARDED_EXEC, "torch.distributed.run", "--nnodes", str(c.nnodes),
+            "--node-rank", str(c.node_rank), "--nproc-per-node", str(plan.nproc_per_node),
+            "--master-addr", plan.master_addr, "--master-port", str(plan.master_port),
+            "--max-restarts", str(c.max_restarts), "--log-dir", str(Path(plan.output_dir) / "logs" / "ranks"),
+            "--tee", "3", "-m", "hyport_lib.train.worker"]
 
 
 def _environment(plan: LaunchPlan) -> dict[str, str]:
-    repo = str(Path(hyport_lib.__file__).resolve().parents[1])
     extra = {
         SPEC_ENV: json.dumps(plan.worker_spec(), default=str),
-        "PYTHONUNBUFFERED": "1",
         "TOKENIZERS_PARALLELISM": "false",
-        "PYTHONPATH": os.pathsep.join(p for p in (repo, os.environ.get("PYTHONPATH", "")) if p),
         # DeepSpeed's JIT-built ops are kept between runs instead of rebuilt.
         "TORCH_EXTENSIONS_DIR": os.environ.get("TORCH_EXTENSIONS_DIR")
         or str(default_cache_root() / "torch_extensions"),
         # Local folders only: nothing is downloaded at run time.
         "HF_HUB_OFFLINE": os.environ.get("HF_HUB_OFFLINE", "1"),
     }
-    # CANN's logs of this run beside its other logs (unless the user chose a folder).
-    if plan.device_kind == "npu":  # only an NPU run writes CANN logs
+    if plan.device_kind == "npu":  # CANN's logs of this run beside its other logs (unless the user chose a folder)
         extra.update(own_cann_log_env(_own_cann_dir(Path(plan.output_dir))))
     if plan.device_kind == "cpu":
         extra["DS_ACCELERATOR"] = "cpu"  # skip DeepSpeed's accelerator probe
         cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
         extra["OMP_NUM_THREADS"] = str(max(1, cores // plan.nproc_per_node))
-    return child_environ(extra)
+    return task_environ(extra)
 
 
 def launch(plan: LaunchPlan, on_progress: Optional[Callable[[TrainProgress], None]] = None,
            poll_interval_s: float = 0.5, kill_grace_s: float = 15.0) -> TrainResult:
     """Run the plan to the end (or the timeout), the output folder locked for this node. Raises
-    OutputDirBusy, ForeignFiles (appeared since the plan) or OSError (the folder is not writable).
-    """
+    OutputDirBusy, ForeignFiles (appeared since the plan) or OSError (the folder is not writable)."""
     out = Path(plan.output_dir)
     lock_output_dir(out, plan.params.node_rank)
     try:
@@ -85,7 +77,6 @@ def launch(plan: LaunchPlan, on_progress: Optional[Callable[[TrainProgress], Non
 
 
 def write_run_inputs(plan: LaunchPlan) -> None:
-    """What the workers read, written into the (locked) output folder."""
     out = Path(plan.output_dir)
     ensure_writable(out / "logs")
     # Checked again under the lock: the plan may be minutes old (a report plans every
@@ -155,7 +146,6 @@ def _checkpoint_estimate(plan: LaunchPlan) -> int:
 
 def collect(plan: LaunchPlan, code: Optional[int], wall_s: float, timed_out: bool,
             stopped: bool = False) -> TrainResult:
-    """Read what the run left into a :class:`TrainResult` (``stopped``: by a stop signal)."""
     out = Path(plan.output_dir)
     records = read_metrics(plan.metrics_path)
     written = read_json_object(out / RESULT_FILE)[0]
@@ -205,12 +195,10 @@ _ROOT_EXIT = re.compile(r"^\s*exitcode\s*:\s*(-?\d+)(?:.*\((SIG\w+)\))?")
 
 def first_failure(log_path: os.PathLike) -> Optional[str]:
     """Which rank failed first, and why: ``rank R: SomeError: message`` or ``rank R: killed by SIGKILL``.
-
     torchrun's "Root Cause (first observed failure)" block names the rank and its exit code; that
     rank's last exception line (``--tee`` prefixes its lines with ``[defaultR]:``) says why. Other
     ranks usually fail as its echo ("Connection closed by peer"). Without the block, the first
-    exception of any rank is taken.
-    """
+    exception of any rank is taken."""
     try:
         lines = Path(log_path).read_text(encoding="utf-8", errors="replace").splitlines()
     except OSError:
@@ -268,7 +256,6 @@ def _mtime(path: Path) -> float:
 
 
 def _scrub_rank_logs(out: Path, env: dict) -> None:
-    """The rank logs, and CANN's logs where the run kept its own (``logs/cann``)."""
     for folder in (out / "logs" / "ranks", _own_cann_dir(out)):
         if folder.is_dir():
             for log in folder.rglob("*.log"):

@@ -14,9 +14,8 @@ import math
 from typing import Any, Optional
 
 from hyport_lib.display import figure_png
-from hyport_lib.train.show import loss_figure
-from hyport_lib.train.metrics import StepMetrics, ema, finite
-from hyport_lib.train.result import TrainResult
+from hyport_lib.train.result import StepMetrics, TrainResult, finite
+from hyport_lib.train.show import ema, loss_figure
 
 VEGA_LITE_MIME = "application/vnd.vegalite.v5+json"
 #: The slider's positions: 0 is the raw loss; s smooths as TensorBoard does (EMA, α = 1 − s).

@@ -2,20 +2,36 @@
 ``attention_mask``). Per-token keys travel with the ids (0 on padding), image tensors are joined
 as the model reads them (:mod:`hyport_lib.models.training_inputs`); every batch counts its real
 and total tokens (:data:`COUNT_KEYS`) for tokens/s/p.
+
+What the model received first: each rank's first batch, decoded, in ``logs/first_batch*.json``
+(as LLaMA-Factory prints its first example: a system prompt that never reached the template or
+labels on the question show there). The fields: docs/datasets.md ("What the model received").
 """
 
 from __future__ import annotations
 
-from typing import Any, Optional, Sequence
+import itertools
+import os
+import re
+import sys
+from pathlib import Path
+from typing import Any, Callable, Optional, Sequence
 
 from hyport_lib.models.loading import LoadedProcessor, build_empty_model
 from hyport_lib.models.training_inputs import (indexes_images, join_image_tensors, packed_positions,
                                                rope_positions_function, token_tensor)
 from hyport_lib.train.params import Params
 from hyport_lib.train.samples import IGNORE_INDEX, Encoder, Sample
+from hyport_lib.utils.files import atomic_write_json
+from hyport_lib.utils.redact import scrub_obj
 
 #: Keys of a batch that are hyport's bookkeeping, not model inputs.
 COUNT_KEYS = ("hyport_real_tokens", "hyport_tokens")
+FIRST_BATCH_FILE = "first_batch.json"
+#: The names :func:`first_batch_path` gives (rank 0's, rank r's), and no other.
+_FIRST_BATCH_NAME = re.compile(r"first_batch(\.rank[0-9]+)?\.json")
+#: The longest decoded text kept per row (a packed row of a large max_seq_len is long).
+MAX_TEXT_CHARS = 4000
 
 
 def pack_samples(samples: Sequence[Sample], max_seq_len: int) -> list[list[Sample]]:
@@ -79,7 +95,7 @@ class PackedCollator:
             positions.append(row_pos)
             if rope is not None:
                 rope.append(packed_positions(row, self.max_seq_len, self.mrope_text_row))
-        cu = torch.tensor([0] + _running_sum(lengths), dtype=torch.int32)
+        cu = torch.tensor([0, *itertools.accumulate(lengths)], dtype=torch.int32)
         batch: dict[str, Any] = {
             "input_ids": torch.tensor(ids, dtype=torch.long),
             "labels": torch.tensor(labels, dtype=torch.long),
@@ -155,14 +171,6 @@ def _images_per_row(samples: Sequence[Sample], keys: Sequence[str]) -> Optional[
                  if key in s.token_extras and indexes_images(s.token_extras[key])), None)
 
 
-def _running_sum(values: Sequence[int]) -> list[int]:
-    total, out = 0, []
-    for value in values:
-        total += value
-        out.append(total)
-    return out
-
-
 def training_rows(samples: Sequence[Sample], max_seq_len: int, packing: bool) -> list[list[Sample]]:
     """The dataset the Trainer iterates: packed rows, or one sample per row."""
     return pack_samples(samples, max_seq_len) if packing else [[s] for s in samples]
@@ -231,3 +239,78 @@ def _collated(params: Params, loaded: LoadedProcessor, encoder, rows) -> tuple[d
         return collator(rows), None
     alone = make_collator(encoder.pad_id, params.max_seq_len, packing=False)
     return collator(rows), [[alone([sample]) for sample in row] for row in rows]
+
+
+# --------------------------------------------------------------------------- the first batch
+def first_batch_path(output_dir: os.PathLike, rank: int = 0) -> Path:
+    name = FIRST_BATCH_FILE if rank == 0 else FIRST_BATCH_FILE.replace(".json", f".rank{rank}.json")
+    return Path(output_dir) / "logs" / name
+
+
+def clear_first_batches(output_dir: os.PathLike) -> list[Path]:
+    """Remove the first-batch files an earlier launch into ``output_dir`` left (a run on
+    more ranks leaves files this launch's ranks would not rewrite)."""
+    logs = Path(output_dir) / "logs"
+    if logs.is_symlink() or not logs.is_dir():  # never delete through a link out of the folder
+        return []
+    stale = [p for p in logs.iterdir() if _FIRST_BATCH_NAME.fullmatch(p.name) and p.is_file() and not p.is_symlink()]
+    for path in stale:
+        path.unlink()
+    return stale
+
+
+def describe_batch(rows: Sequence[Sequence[Sample]], batch: dict, decode: Callable[[list[int]], str],
+                   image_token_ids: frozenset = frozenset()) -> dict:
+    """The collated ``batch`` of ``rows``, decoded row by row: the record ids, the text (padding
+    left out) and the answer spans (the input tokens where labels are set). Labels sit on the
+    tokens they name (the model shifts them): ``label_mismatches`` is 0 in a correct batch."""
+    described = []
+    for r, row in enumerate(rows):
+        samples = list(row) if isinstance(row, (list, tuple)) else [row]
+        real = sum(len(s) for s in samples)  # packed and padded rows put the samples first
+        ids = batch["input_ids"][r].tolist()[:real]
+        labels = batch["labels"][r].tolist()[:real]
+        answers, run, mismatches = [], [], 0
+        for token, label in zip(ids, labels):
+            if label != IGNORE_INDEX:
+                run.append(token)  # what the model reads there, not what the label says
+                mismatches += label != token
+            elif run:
+                answers.append(decode(run))
+                run = []
+        if run:
+            answers.append(decode(run))
+        shown = [t for i, t in enumerate(ids) if not (t in image_token_ids and i and ids[i - 1] == t)]
+        described.append({"record_ids": [s.record_id for s in samples], "tokens": real,
+                          "label_tokens": sum(1 for x in labels if x != IGNORE_INDEX),
+                          "label_mismatches": mismatches,
+                          "text": decode(shown)[:MAX_TEXT_CHARS],  # a run of one image token once
+                          "answers": answers})
+    return {"rows": described}
+
+
+class FirstBatchRecorder:
+    """A collator that writes the first batch it builds to ``path``, then only collates."""
+
+    def __init__(self, collator: Callable[[Any], dict], tokenizer, path: os.PathLike,
+                 image_token_ids: frozenset = frozenset()):
+        self.collator = collator
+        self.tokenizer = tokenizer
+        self.path = Path(path)
+        self.image_token_ids = frozenset(image_token_ids)
+        self.written = False
+
+    def __call__(self, rows):
+        batch = self.collator(rows)
+        if not self.written:
+            self.written = True
+            described = describe_batch(rows, batch, self._decode, self.image_token_ids)
+            atomic_write_json(self.path, scrub_obj(described))
+            misplaced = sum(row["label_mismatches"] for row in described["rows"])
+            if misplaced:  # in the rank log, where a failing run's reader looks
+                print(f"hyport: warning: first batch: {misplaced} label(s) differ from the input token at "
+                      f"their position: the collator misplaces labels ({self.path})", file=sys.stderr, flush=True)
+        return batch
+
+    def _decode(self, ids: list[int]) -> str:
+        return self.tokenizer.decode(ids, skip_special_tokens=False)

@@ -127,7 +127,6 @@ class Params(StageParams):
             raise ParameterError(problems)
 
     def _dataset_problems(self) -> list[str]:
-        """How the dataset parameters combine."""
         problems = option_problems(self.dataset_format, self.dataset_columns, self.dataset_tags, self.dataset)
         path = Path(self.dataset_path).expanduser() if self.dataset_path else None
         if path is not None and not path.exists():

@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import errno
 import importlib.util
+import ipaddress
 import os
+import socket
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,26 +25,20 @@ from hyport_lib.proof.choice import TRAINING, choose_attention
 from hyport_lib.proof.swap import AttentionProof
 from hyport_lib.results import RUN_DIR_ENV, fresh_folder_beside_results
 from hyport_lib.train import deepspeed_config as ds
-from hyport_lib.train.checkpoints import Checkpoint, check_compatible, list_checkpoints, resolve_resume
 from hyport_lib.train.dataset import DatasetError, DatasetReport, load_dataset
-from hyport_lib.train.metrics import METRICS_FILE
-from hyport_lib.train.ownership import check_foreign, check_not_locked
+from hyport_lib.train.output_dir import (DEEPSPEED_FILE, METRICS_FILE, SMOKE_FOLDER, Checkpoint, check_compatible,
+                                         check_foreign, check_not_locked, list_checkpoints, resolve_resume)
 from hyport_lib.train.packing import proof_batches, training_rows
 from hyport_lib.train.params import Params
-from hyport_lib.train.rendezvous import check_master_addr, rendezvous_port
 from hyport_lib.train.samples import encode_records, prefix_format_note, system_prompt_note
 from hyport_lib.train.smoke_data import SMOKE_FILE, write_smoke_dataset
-
-#: Where the bundled smoke set is written in output_dir when no dataset_path is given.
-SMOKE_FOLDER = "smoke_data"
 
 
 @dataclass
 class LaunchPlan:
     """What will run (all paths absolute). ``params`` are checked once, here (the workers rebuild
     them from :meth:`worker_spec`); ``bundled_dataset``: the launch writes the smoke set to
-    ``dataset_path``; ``deepspeed``: the settings a reader wants to see, ``deepspeed_json`` all.
-    """
+    ``dataset_path``; ``deepspeed``: the settings a reader wants to see, ``deepspeed_json`` all."""
 
     params: Params
     device_kind: str
@@ -70,7 +66,8 @@ class LaunchPlan:
     attention_proof: Optional[AttentionProof] = None
 
     def worker_spec(self) -> dict:
-        """What every rank reads from ``HYPORT_TRAIN_SPEC``."""
+        """What every rank reads (:data:`~hyport_lib.train.launch.SPEC_ENV`): the plan without what
+        only the launcher reads (an environment variable is bounded)."""
         keys = ("model_path", "dataset_path", "image_root", "output_dir", "metrics_path",
                 "precision", "attn_implementation", "attention_backend", "deepspeed_config_path",
                 "skip_records", "device_kind", "resume_checkpoint")
@@ -101,34 +98,26 @@ def prepare(params: Params, backend) -> LaunchPlan:
     bundled = not params.dataset_path
     if bundled:
         dataset_path, image_root = output_dir / SMOKE_FOLDER / SMOKE_FILE, None
-        # Checked from a private copy: the one the workers read is written at launch.
+        # Checked from a private copy (the proof reads its images too): the one the workers
+        # read is written at launch.
         with tempfile.TemporaryDirectory(prefix="hyport-smoke-") as scratch:
             report = load_dataset(write_smoke_dataset(scratch))
             report.path = str(dataset_path)
-            summary, skip, loaded = _check_dataset(params, report, model_path, world)
-            # Here too: the records' images are read from the private copy.
-            attention = choose_attention(
-                params.attn_implementation, backend.kind, TRAINING, model_path,
-                lambda folder: proof_batches(params, folder, loaded, report.records, skip),
-                packing=params.packing, trust_remote_code=params.trust_remote_code, seed=params.seed)
+            summary, skip, attention = _check_data_and_attention(params, backend, report, model_path, world)
     else:
         dataset_path = Path(params.dataset_path).expanduser().resolve()
         image_root = str(Path(params.image_root).expanduser().resolve()) if params.image_root else None
         report = load_dataset(dataset_path, image_root, options=params.dataset_options)
-        summary, skip, loaded = _check_dataset(params, report, model_path, world)
-        attention = choose_attention(
-            params.attn_implementation, backend.kind, TRAINING, model_path,
-            lambda folder: proof_batches(params, folder, loaded, report.records, skip),
-            packing=params.packing, trust_remote_code=params.trust_remote_code, seed=params.seed)
+        summary, skip, attention = _check_data_and_attention(params, backend, report, model_path, world)
         if report.layout is not None:
             notes += [f"dataset {report.path}: {t}" for t in (report.layout.note(), report.layout.caveat) if t]
-    notes.extend(summary.get("notes", []))
+    notes.extend(summary["notes"])
     if skip:
         notes.append(f"{len(skip)} bad record(s) skipped (skip_bad_records=True)")
     checkpoint, resume_notes = _resume(params, output_dir, world)
     notes.extend(resume_notes)
     check_master_addr(params)
-    port = rendezvous_port(params, check=True)
+    port = rendezvous_port(params)
     attn, attention_backend = attention.attn_implementation, attention.backend
     if attention.note:
         notes.append(attention.note)
@@ -149,11 +138,22 @@ def prepare(params: Params, backend) -> LaunchPlan:
         log_path=str(output_dir / "logs" / f"node{params.node_rank}.log"), precision=precision,
         attn_implementation=attn, attention_backend=attention_backend,
         deepspeed=ds.describe(deepspeed), deepspeed_json=deepspeed,
-        deepspeed_config_path=str(output_dir / ds.DEEPSPEED_FILE), master_addr=params.master_addr,
+        deepspeed_config_path=str(output_dir / DEEPSPEED_FILE), master_addr=params.master_addr,
         master_port=port, bundled_dataset=bundled, dataset=summary, skip_records=skip,
         # absolute: the workers start inside output_dir, where a relative folder points elsewhere
         resume_checkpoint=str(checkpoint.path.resolve()) if checkpoint else None,
         notes=notes, attention_proof=attention.proof)
+
+
+def _check_data_and_attention(params: Params, backend, report: DatasetReport, model_path: str, world: int):
+    """``(the dataset's summary, records to skip, the attention chosen)``: the swap's proof runs
+    on the first rows the workers will train."""
+    summary, skip, loaded = _check_dataset(params, report, model_path, world)
+    attention = choose_attention(
+        params.attn_implementation, backend.kind, TRAINING, model_path,
+        lambda folder: proof_batches(params, folder, loaded, report.records, skip),
+        packing=params.packing, trust_remote_code=params.trust_remote_code, seed=params.seed)
+    return summary, skip, attention
 
 
 def _resume(params: Params, output_dir: Path, world: int) -> tuple[Optional[Checkpoint], list[str]]:
@@ -210,7 +210,6 @@ def _cards(backend, num_cards: Optional[int]) -> int:
 
 
 def _check_not_the_model(params: Params, model_path: str) -> None:
-    """The final weights go into output_dir: there they would replace the model trained."""
     if params.output_dir is None or not Path(model_path).is_dir():
         return
     if Path(params.output_dir).expanduser().resolve() == Path(model_path).resolve():
@@ -314,7 +313,7 @@ def _check_mixed_images(params: Params, world: int, path: str, samples) -> None:
 
 
 def _host_ram_need(params: Params, kind: str, model_path: str, precision: str, world: int) -> RamNeed:
-    """What one rank needs of the host's RAM for this model and run (counted on an empty model)."""
+    """One rank's need of host RAM, its parameters counted on an empty model."""
     model = build_empty_model(model_path, trust_remote_code=params.trust_remote_code)
     count = sum(p.numel() for p in model.parameters())
     # CPU ranks keep float32 weights (mixed precision computes in bf16); a card's rank
@@ -355,3 +354,67 @@ def _check_cards(backend, nproc: int) -> None:
         detail = "; ".join(f"card {c.card}: {c.busy_reason}" for c in busy)
         raise RuntimeError(f"busy cards, training not started: {detail} (free them first; "
                            "hyport never stops a process it did not start)")
+
+
+# --------------------------------------------------------------------------- where the ranks meet
+# Checked before torchrun starts: an address that does not resolve makes torchrun retry for
+# ever; a taken port fails every rank.
+def check_master_addr(params: Params) -> None:
+    try:
+        socket.getaddrinfo(params.master_addr, None)
+    except (OSError, UnicodeError) as exc:
+        raise ValueError(f"master_addr={params.master_addr!r} does not resolve ({exc}); give the "
+                         f"master node's address or name") from None
+    if params.nnodes == 1 and not is_local(params.master_addr):
+        raise ValueError(f"master_addr={params.master_addr!r} is not this machine, but nnodes=1: "
+                         f"a single-node run is its own master (e.g. 127.0.0.1)")
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+def rendezvous_port(params: Params) -> int:
+    if params.master_port == 0:  # one node only (Params refuses 0 with nnodes > 1)
+        return free_port(_bind_host(params.master_addr))
+    if params.node_rank == 0 and is_local(params.master_addr):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            try:
+                sock.bind((_bind_host(params.master_addr), params.master_port))
+            except OSError:
+                raise ValueError(f"master_port={params.master_port} is already taken on "
+                                 f"{params.master_addr} (another job?); choose another port or "
+                                 "master_port=0 for a free one") from None
+    return params.master_port
+
+
+def _bind_host(addr: str) -> str:
+    if addr in ("localhost", "127.0.0.1"):
+        return "127.0.0.1"
+    try:
+        return socket.gethostbyname(addr)  # the master binds that address
+    except OSError:
+        return "0.0.0.0"
+
+
+def is_local(addr: str) -> bool:
+    """Is ``addr`` this machine (loopback, unspecified, its name, one of its interfaces' addresses)?"""
+    if addr in ("localhost", socket.gethostname()):
+        return True
+    try:
+        resolved = {info[4][0].split("%")[0] for info in socket.getaddrinfo(addr, None)}
+    except (OSError, UnicodeError):
+        return False
+    import psutil
+
+    mine = {a.address.split("%")[0] for addrs in psutil.net_if_addrs().values() for a in addrs}
+    for address in resolved:
+        try:
+            ip = ipaddress.ip_address(address)
+        except ValueError:
+            continue
+        if ip.is_loopback or ip.is_unspecified or address in mine:
+            return True
+    return False

@@ -12,10 +12,9 @@ from jinja2.exceptions import TemplateError
 from hyport_lib.models.loading import LoadedProcessor
 from hyport_lib.models.prompts import needs_image, prefix_text, render_messages
 from hyport_lib.models.training_inputs import PositionsFunction, image_processor_keys, split_processor_output
-from hyport_lib.train.dataset import Problem, Record
+from hyport_lib.train.dataset import OnProgress, Problem, ProgressTicker, Record
 from hyport_lib.train.dataset_formats import IMAGE_PLACEHOLDER
 from hyport_lib.train.dataset_images import DecodedImages, UnreadableImage
-from hyport_lib.train.dataset_progress import OnProgress, ProgressTicker
 
 IGNORE_INDEX = -100
 
@@ -28,8 +27,7 @@ class Sample:
     (``token_extras``: ``mm_token_type_ids``, ``token_type_ids``; mllama's ``cross_attention_mask``
     as nested lists), one value per token (:mod:`hyport_lib.models.training_inputs`).
     ``rope_positions``: ``(axes, length)`` multimodal positions the model computes for this
-    sample alone (M-RoPE models, when packing), or None.
-    """
+    sample alone (M-RoPE models, when packing)."""
 
     record_id: str
     input_ids: list[int]
@@ -48,16 +46,14 @@ class Sample:
         return sum(1 for x in self.labels if x != IGNORE_INDEX)
 
     def image_tensors(self) -> dict:
-        """``pixel_values`` and the other image tensors ({} for a text-only sample)."""
         if self.pixel_values is None:
             return {}
         return {"pixel_values": self.pixel_values, **self.image_extras}
 
 
 def messages_of(record: Record, fold_system: bool = False) -> list[dict]:
-    """The record's turns as chat messages with ``{"type": "image"}`` items, after its system
-    prompt; ``fold_system`` opens the first user turn with it instead (a template that takes no
-    system message)."""
+    """The record's chat messages; ``fold_system`` opens the first user turn with the system
+    prompt (a template that takes no system message)."""
     messages = []
     if record.system and not fold_system:
         messages.append({"role": "system", "content": [{"type": "text", "text": record.system}]})
@@ -76,7 +72,6 @@ def messages_of(record: Record, fold_system: bool = False) -> list[dict]:
 
 
 def not_applicable(loaded: LoadedProcessor, record: Record) -> Optional[Problem]:
-    """A ``not_applicable`` problem when the model cannot take ``record``, else None."""
     if record.images and not loaded.traits.multimodal:
         return Problem(record.index, record.record_id, record.image_field, "not_applicable",
                        f"{len(record.images)} image(s), but {loaded.traits.model_type or 'the model'} "
@@ -89,9 +84,8 @@ def not_applicable(loaded: LoadedProcessor, record: Record) -> Optional[Problem]
 
 
 class Encoder:
-    """Encodes records for one processor (``overflow`` as :class:`~hyport_lib.train.params.Params`
-    says; ``positions``: :func:`hyport_lib.models.training_inputs.rope_positions_function`, or None).
-    """
+    """Encodes records for one processor (``positions``:
+    :func:`hyport_lib.models.training_inputs.rope_positions_function`, or None)."""
 
     def __init__(self, loaded: LoadedProcessor, max_seq_len: int, overflow: str = "truncate",
                  positions: Optional[PositionsFunction] = None):
@@ -110,8 +104,7 @@ class Encoder:
         #: Why the chat template takes no system message (then the system prompt opens
         #: the first user turn), or None.
         self.system_refused = system_role_refused(loaded)
-        #: Each image file decoded once while records share it (see dataset_images).
-        self.images = DecodedImages()
+        self.images = DecodedImages()  # each image file decoded once while records share it
 
     def _image_positions(self, sample: Sample) -> list[int]:
         """Where the sample holds image tokens: the processor's image token ids, and any
@@ -135,7 +128,7 @@ class Encoder:
         return self._call(text, images)["input_ids"][0].tolist()
 
     def encode(self, record: Record) -> tuple[Optional[Sample], Optional[Problem]]:
-        """One record -> a :class:`Sample`, or None and the problem (not applicable, too long)."""
+        """A :class:`Sample`, or None and the problem (not applicable, too long)."""
         problem = not_applicable(self.loaded, record)
         if problem is not None:
             return None, problem
@@ -241,8 +234,8 @@ def _sample(record: Record, ids: list[int], labels: list[int], per_token: dict, 
 
 
 def _longest_token_chars(tokenizer) -> int:
-    """Characters of the tokenizer's longest vocabulary entry (byte-level and sentencepiece
-    entries spell at least as many characters as the text they stand for)."""
+    """Byte-level and sentencepiece entries spell at least as many characters as the text they
+    stand for."""
     try:
         return max(1, max((len(token) for token in tokenizer.get_vocab()), default=1))
     except (AttributeError, NotImplementedError, TypeError):
@@ -269,8 +262,8 @@ def _clipped(record: Record, budget: int) -> Record:
 
 
 def _image_token_ids(processor) -> set[int]:
-    """Ids of the image placeholder tokens: the processor's ``image_token_id`` (Gemma3's
-    soft token) and its ``image_token`` (the token each image expands into elsewhere)."""
+    """The processor's ``image_token_id`` (Gemma3's soft token) and its ``image_token`` (the
+    token each image expands into elsewhere)."""
     tokenizer = getattr(processor, "tokenizer", processor)
     ids = set()
     if isinstance(getattr(processor, "image_token_id", None), int):
@@ -284,7 +277,7 @@ def _image_token_ids(processor) -> set[int]:
 
 
 def _image_field(record: Record, i: int) -> str:
-    """Where the record's ``i``-th image is, in the format's terms (``image``, ``images[1]``)."""
+    """``image``, ``images[1]``."""
     return record.image_field if len(record.images) == 1 else f"{record.image_field}[{i}]"
 
 
@@ -292,7 +285,7 @@ def encode_records(records: list[Record], loaded: LoadedProcessor, max_seq_len: 
                    overflow: str = "truncate", on_progress: Optional[OnProgress] = None,
                    path: str = "") -> tuple[list[Sample], list[Problem]]:
     """Encode every record; the ones the model cannot take or that are too long come back as
-    problems (``on_progress``: see dataset_progress; ``path``: the data file it names)."""
+    problems (``path``: the data file the progress names)."""
     encoder = Encoder(loaded, max_seq_len, overflow)
     samples, problems = [], []
     ticker = ProgressTicker(on_progress, "tokenising dataset", path, len(records))

@@ -18,20 +18,39 @@ from hyport_lib.display import MISSING, LiveDisplay, figure_png, fit, styled
 from hyport_lib.drafting.values import fmt_value
 from hyport_lib.params import parameter_fields
 from hyport_lib.results import StageRecord
-from hyport_lib.train.answers_view import answer_cells, answers_frame, held_of
-from hyport_lib.train.answers_view import glance_row as answers_glance_row
 from hyport_lib.train.deepspeed_config import DeepSpeedSettings
-from hyport_lib.train.metrics import StepMetrics, ema, finite, loss_span, spikes
+from hyport_lib.train.held_answers import HeldAnswers
 from hyport_lib.train.params import Params
 from hyport_lib.train.preflight import LaunchPlan
-from hyport_lib.train.result import TrainProgress, TrainResult, proof_summary
+from hyport_lib.train.result import StepMetrics, TrainProgress, TrainResult, finite, loss_span, proof_summary
 from hyport_lib.train.stage import STAGE, summarize
 from hyport_lib.triage import show_triage
+from hyport_lib.utils.printable import shortened
 from hyport_lib.workbook.compare import THROUGHPUT_COLUMNS, Part, RunRecord, StageComparison
 
 
 #: The narrowest step axis of a live plot.
 _MIN_AXIS_STEPS = 5
+#: Longest text of a held answer shown in a table cell (the record keeps all of it).
+CELL_CHARS = 120
+
+
+def ema(values: list[float], alpha: float = 0.3) -> list[float]:
+    """Exponential moving average (non-finite values are carried over, not averaged in)."""
+    out, current = [], None
+    for value in values:
+        if finite(value):
+            current = value if current is None else alpha * value + (1 - alpha) * current
+        out.append(current if current is not None else float("nan"))
+    return out
+
+
+def spikes(values: list[float], factor: float = 1.5, alpha: float = 0.3) -> list[int]:
+    """Indices where a value jumps above ``factor`` × the moving average before it."""
+    smooth = ema(values, alpha)
+    return [i for i in range(1, len(values))
+            if finite(values[i]) and finite(smooth[i - 1]) and smooth[i - 1] > 0
+            and values[i] > factor * smooth[i - 1]]
 
 
 def loss_figure(records: list[StepMetrics], total_steps: Optional[int] = None, title: str = ""):
@@ -105,7 +124,6 @@ class LiveTrainingDisplay:
         self.plot = LiveDisplay(min_interval_s)
         self.line = LiveDisplay(0.0)
         self.title = title
-        self.redraws = 0
         self._drawn_steps = 0
 
     def __call__(self, progress: TrainProgress) -> None:
@@ -122,7 +140,6 @@ class LiveTrainingDisplay:
         title = " · ".join(t for t in (self.title, label) if t)
         self.plot.update(figure_png(loss_figure(progress.records, None, title)), force=True)
         self._drawn_steps = steps
-        self.redraws += 1
 
 
 def plan_frame(plan: LaunchPlan) -> pd.DataFrame:
@@ -166,12 +183,13 @@ def _deepspeed(d: DeepSpeedSettings) -> str:
     return ", ".join(p for p in parts if p)
 
 
-def _train_loss(s, trainer_loss) -> str:
+def _train_loss(result: TrainResult) -> str:
+    s = result.summary
     if s.mean_loss is None:
         return MISSING
     text = f"{s.mean_loss:.4f} (mean of the {s.finite_losses} finite step losses logged)"
-    if trainer_loss is not None and abs(float(trainer_loss) - s.mean_loss) > 5e-5:
-        text += (f"; the Trainer reports {float(trainer_loss):.4f}, over the steps of its own "
+    if result.trainer_loss_differs:
+        text += (f"; the Trainer reports {float(result.trainer_loss):.4f}, over the steps of its own "
                  f"process only and with non-finite losses as 0")
     return text
 
@@ -179,11 +197,10 @@ def _train_loss(s, trainer_loss) -> str:
 def summary_frame(result: TrainResult) -> pd.DataFrame:
     """The seed's results table: exit code, total time, train_loss, step time, ..."""
     s, judged = result.summary, summarize(result)
-    train_loss = result.worker.trainer_loss if result.worker is not None else None
     rows = [
         ("verdict", judged.verdict), ("why", judged.why), ("exit code", result.exit_code),
         ("total time", f"{result.wall_s:.2f} s (launch to exit, torchrun start-up included)"),
-        ("train_loss", _train_loss(s, train_loss)),
+        ("train_loss", _train_loss(result)),
         ("loss first → last", loss_span(s) or MISSING),
         ("steps logged", f"{s.steps} ({s.first_step}..{s.last_step}); repeated {s.repeated_steps or 'none'}, "
                          f"missing {s.missing_steps or 'none'}"),
@@ -220,7 +237,7 @@ def show_summary(result: TrainResult) -> None:
 
     frame = summary_frame(result)
     display(fit(styled(frame, colour=("value",))))
-    held = held_of(result)
+    held = result.held_answers
     if held is not None and held.why_not:
         display(Markdown(f"Answers before and after training: {held.why_not}."))
     elif held is not None and held.after:
@@ -232,6 +249,33 @@ def show_summary(result: TrainResult) -> None:
         display(Markdown(f"Stopped as asked; the launch log: `{result.plan.log_path}`"))
     elif result.status != "ok" and result.log_tail:
         display(Markdown("Last lines of the launch log:\n\n```\n" + result.log_tail + "\n```"))
+
+
+def answer_cells(held: Optional[HeldAnswers]) -> list[tuple[str, str, str, str]]:
+    """One row per held prompt: the prompt, the data's answer, before and after (cut)."""
+    if held is None:
+        return []
+    columns = [held.prompts, held.taught, held.before, held.after]
+    return [tuple(shortened(values[i], CELL_CHARS) if i < len(values) else "" for values in columns)
+            for i in range(len(columns[0]))]
+
+
+def answers_frame(held: Optional[HeldAnswers]) -> pd.DataFrame:
+    return pd.DataFrame(answer_cells(held), columns=["prompt", "taught", "before", "after"])
+
+
+def answers_glance(held: Optional[HeldAnswers]) -> list[tuple[str, str]]:
+    """The index card's rows: the first prompt and its answers, or why there are none."""
+    if held is None:
+        return []
+    if held.why_not:
+        return [("answers", held.why_not)]
+    if not held.after:
+        return []
+    rows = [("asked", shortened(held.prompts[0], CELL_CHARS))] if held.prompts else []
+    if held.before:
+        rows.append(("answer before", shortened(held.before[0], CELL_CHARS)))
+    return rows + [("answer after", shortened(held.after[0], CELL_CHARS))]
 
 
 def outputs_frame(result: TrainResult) -> pd.DataFrame:
@@ -263,7 +307,7 @@ def glance(record: StageRecord[TrainResult]) -> list[tuple[str, str]]:
     if record.figure("attention proof"):
         rows.append(("attention", f"{fmt_value(record.figure('attention'))}; proof "
                                   f"{record.figure('attention proof')}"))
-    rows += answers_glance_row(record.data)
+    rows += answers_glance(record.data.held_answers)
     if record.data.diagnosis is not None:
         rows.append(("diagnosis", record.data.diagnosis.summary_line()))
     return rows
@@ -317,18 +361,14 @@ def _recorded_loss_figure(record: StageRecord[TrainResult]):
 
 
 def blog_values(record: StageRecord[TrainResult]) -> dict:
-    """What the draft's sections (``blog.md.j2``) derive from the record (the Trainer's own
-    train_loss covers only a resumed run's last attempt and counts a NaN step as 0)."""
+    """What the draft's sections (``blog.md.j2``) derive from the record."""
     result = record.data
     summary, plan = result.summary, result.plan
-    mean_loss = summary.mean_loss
-    trainer_loss = result.worker.trainer_loss if result.worker is not None else None
     at, end = summary.last_loss_step, summary.last_step
     return {"proof": proof_summary(plan.attention_proof),
-            "trainer_loss_differs": trainer_loss is not None and (
-                mean_loss is None or abs(float(trainer_loss) - mean_loss) > 5e-5),
+            "trainer_loss_differs": result.trainer_loss_differs,
             "loss_last_finite": summary.last_loss is not None and None not in (at, end) and at != end,
-            "answers": answer_cells(held_of(result)),
+            "answers": answer_cells(result.held_answers),
             "command": train_command(plan.params.to_dict())}
 
 

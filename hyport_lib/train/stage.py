@@ -8,10 +8,9 @@ from typing import Callable, Optional
 from hyport_lib.backend import get_backend
 from hyport_lib.results import INTERRUPTED, StageSummary, TrainedWeights
 from hyport_lib.train.launch import launch
-from hyport_lib.train.metrics import loss_span
 from hyport_lib.train.params import Params
 from hyport_lib.train.preflight import LaunchPlan, prepare
-from hyport_lib.train.result import TrainProgress, TrainResult, proof_summary
+from hyport_lib.train.result import TrainProgress, TrainResult, loss_span, proof_summary
 from hyport_lib.utils.typed_records import to_mapping
 
 #: The result stage 05 reads its hand-over from (:class:`TrainedWeights`) is this stage's.
@@ -90,8 +89,7 @@ def _headline(result: TrainResult) -> dict:
         "exit code": result.exit_code,
         "steps": s.steps,
         "loss first → last": loss_span(s),
-        # The mean of the logged step losses: the Trainer's own train_loss covers only the
-        # steps of its process (not those before a resume) and counts a NaN step as 0.
+        # the mean of the logged step losses, not the Trainer's own (WorkerResult.trainer_loss)
         "train_loss": round(s.mean_loss, 4) if s.mean_loss is not None else None,
         "tokens/s/p": round(s.tokens_per_s_per_card, 1) if s.tokens_per_s_per_card else None,
         "real tokens/s/p": (round(s.real_tokens_per_s_per_card, 1)

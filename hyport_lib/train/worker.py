@@ -1,8 +1,11 @@
 """One training process: what ``torchrun`` starts on every card (``-m hyport_lib.train.worker``).
 
-Every rank (restarted ones too) reads the checked plan from ``HYPORT_TRAIN_SPEC``, resumes the
-newest complete checkpoint (after a torchrun restart it is newer than at launch), trains under
-DeepSpeed and saves the final weights in ``output_dir``; rank 0 writes ``train_result.json``.
+Every rank (restarted ones too) reads the checked plan from :data:`~hyport_lib.train.launch.SPEC_ENV`
+(not stdin, as :func:`hyport_lib.processes.task_main`'s tasks do: the ranks share torchrun's stdin,
+the lifeline their guards watch), resumes the newest complete checkpoint (after a torchrun restart
+it is newer than at launch), trains under DeepSpeed and saves the final weights in ``output_dir``;
+rank 0 writes its :class:`~hyport_lib.train.result.WorkerResult`. A failure is torchrun's to
+report: the launcher reads the rank logs (:func:`hyport_lib.train.launch.first_failure`).
 """
 
 from __future__ import annotations
@@ -24,19 +27,18 @@ from hyport_lib.npu_attention.hf_integration import (UnsupportedAttentionArgumen
                                                     sdpa_refusal)
 from hyport_lib.processes import exit_without_teardown, start_guard
 from hyport_lib.train.callbacks import CountingTrainer, MetricsCallback, StepCounts, barrier, process_group
-from hyport_lib.train.held_answers import answer, held_prompts
-from hyport_lib.train.checkpoints import check_compatible, drop_checkpoints_after, newest_complete, resolve_resume
 from hyport_lib.train.dataset import load_dataset
-from hyport_lib.train.first_batch import FirstBatchRecorder, first_batch_path
+from hyport_lib.train.held_answers import answer, held_prompts
 from hyport_lib.train.launch import SPEC_ENV
-from hyport_lib.train.metrics import truncate_metrics
-from hyport_lib.train.ownership import mark_final_save_start, write_run_marker
-from hyport_lib.train.packing import make_collator, training_rows
+from hyport_lib.train.output_dir import (RESULT_FILE, check_compatible, drop_checkpoints_after, mark_final_save_start,
+                                         newest_complete, resolve_resume, write_run_marker)
+from hyport_lib.train.packing import FirstBatchRecorder, first_batch_path, make_collator, training_rows
 from hyport_lib.train.params import Params
-from hyport_lib.train.result import RESULT_FILE
+from hyport_lib.train.result import WorkerResult, truncate_metrics
 from hyport_lib.train.samples import Encoder
 from hyport_lib.utils.files import atomic_write_json
 from hyport_lib.utils.redact import scrub_obj
+from hyport_lib.utils.typed_records import to_mapping
 
 
 def _rank() -> int:
@@ -45,6 +47,10 @@ def _rank() -> int:
 
 def _say(message: str) -> None:
     print(f"[hyport train rank {_rank()}] {message}", flush=True)
+
+
+def _local_rank() -> int:
+    return int(os.environ.get("LOCAL_RANK", "0") or 0)
 
 
 def load_spec() -> dict:
@@ -74,9 +80,8 @@ def init_distributed(backend) -> None:
 
     if "RANK" not in os.environ or dist.is_initialized():
         return
-    local = int(os.environ.get("LOCAL_RANK", "0") or 0)
     if backend.is_accelerator:
-        backend.set_device(local)
+        backend.set_device(_local_rank())
     store, rank, world = next(dist.rendezvous("env://"))
     attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
     dist.init_process_group(backend.dist_backend, store=dist.PrefixStore(f"attempt_{attempt}", store),
@@ -142,7 +147,6 @@ def _dataset(spec: dict, params: Params, loaded, model):
     rows = training_rows(samples, params.max_seq_len, params.packing)
     collator = make_collator(encoder.pad_id, params.max_seq_len, params.packing,
                              mrope_text_row=loaded.traits.mrope_text_row)
-    # What each rank's model received first, decoded (logs/first_batch*.json).
     collator = FirstBatchRecorder(collator, loaded.tokenizer, first_batch_path(spec["output_dir"], _rank()),
                                   frozenset(encoder.image_token_ids))
     _say(f"dataset {report.path}: {report.layout.describe() if report.layout else 'no record read'}; "
@@ -152,8 +156,7 @@ def _dataset(spec: dict, params: Params, loaded, model):
 
 
 def _blank_image_inputs(loaded) -> Optional[dict]:
-    """The image processor's tensors for one blank image (``CountingTrainer``'s), or None for a
-    text-only model."""
+    """One blank image's tensors for ``CountingTrainer``; None for a text-only model."""
     image_processor = getattr(loaded.processor, "image_processor", None)
     if not loaded.traits.multimodal or image_processor is None:
         return None
@@ -247,8 +250,7 @@ def _merged_lora(spec: dict, params: Params, state_dict: dict):
     return wrapped.merge_and_unload()
 
 
-def run(spec: dict) -> dict:
-    """Train as the spec says; returns rank 0's result (other ranks: a short dict)."""
+def run(spec: dict) -> WorkerResult:
     started = time.monotonic()
     params = Params.trusted(spec["params"])
     backend = get_backend(spec["device_kind"])
@@ -280,7 +282,7 @@ def run(spec: dict) -> dict:
     held = held_prompts(samples, loaded.tokenizer, questions)
     if _rank() == 0:  # what the starting model answers, beside what it will say after training
         if backend.is_accelerator and params.zero_stage < 3:  # the Trainer would move it there anyway
-            model.to(backend.device(int(os.environ.get("LOCAL_RANK", "0") or 0)))
+            model.to(backend.device(_local_rank()))
         answer(held, model, loaded.tokenizer, spec["model_path"], params.zero_stage, "before")
     counts = StepCounts()
     metrics = MetricsCallback(spec["metrics_path"], backend, counts, marker={
@@ -300,14 +302,11 @@ def run(spec: dict) -> dict:
         answer(held, trainer.accelerator.unwrap_model(trainer.model), loaded.tokenizer, spec["model_path"],
                params.zero_stage, "after")
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
-    return {
-        "status": "ok", "train_metrics": dict(output.metrics), "global_step": trainer.state.global_step,
-        "final_dir": final, "resumed_from": str(checkpoint.path) if checkpoint else None,
-        "resumed_step": step, "world_size": world,
-        "samples": len(samples), "rows": len(rows), "trainable_parameters": int(trainable),
-        "restart": restart, "held_answers": held.to_dict(),
-        "worker_s": round(time.monotonic() - started, 3),
-    }
+    return WorkerResult(
+        status="ok", train_metrics=dict(output.metrics), global_step=trainer.state.global_step,
+        final_dir=final, resumed_from=str(checkpoint.path) if checkpoint else None, resumed_step=step,
+        world_size=world, samples=len(samples), rows=len(rows), trainable_parameters=int(trainable),
+        restart=restart, held_answers=held, worker_s=round(time.monotonic() - started, 3))
 
 
 def main() -> int:
@@ -316,7 +315,7 @@ def main() -> int:
     _say(f"pid {os.getpid()} local rank {os.environ.get('LOCAL_RANK')} guard {guard}")
     result = run(spec)
     if _rank() == 0:
-        atomic_write_json(Path(spec["output_dir"]) / RESULT_FILE, scrub_obj(result))
+        atomic_write_json(Path(spec["output_dir"]) / RESULT_FILE, scrub_obj(to_mapping(result)))
     group = process_group()
     if group:
         group.barrier()

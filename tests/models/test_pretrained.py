@@ -151,7 +151,7 @@ def _first_step_records(output_dir) -> list[list[str]]:
     """The record ids of the first optimizer step, per rank, from every rank's first_batch file."""
     from pathlib import Path
 
-    from hyport_lib.train.first_batch import FIRST_BATCH_FILE
+    from hyport_lib.train.packing import FIRST_BATCH_FILE
 
     files = sorted((Path(output_dir) / "logs").glob(FIRST_BATCH_FILE.replace(".json", "*.json")))
     return [[record for row in json.loads(f.read_text())["rows"] for record in row["record_ids"]] for f in files]

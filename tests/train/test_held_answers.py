@@ -1,4 +1,4 @@
-"""Answers to held prompts before and after training (train/held_answers.py, answers_view.py)."""
+"""Answers to held prompts before and after training (hyport_lib/train/held_answers.py)."""
 
 from __future__ import annotations
 
@@ -7,11 +7,8 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from hyport_lib.models.tiny import RANDOM_WEIGHTS, build_tokenizer, ensure_tiny_model
-from hyport_lib.stages import read_stage_record
-from hyport_lib.train.answers_view import answers_frame, glance_row
 from hyport_lib.train.held_answers import answer, held_prompts
 from hyport_lib.train.samples import IGNORE_INDEX, Sample
-from blog_drafts import stage_draft, train_data
 
 
 @pytest.fixture(scope="module")
@@ -63,21 +60,3 @@ def test_random_weights_and_zero3_say_why_instead_of_answering(tokenizer):
     answer(random, flat, tokenizer, "/some/real/model", 2, "before")
     assert random.why_not.startswith(f"{RANDOM_WEIGHTS} (the greedy token's mean probability is")
     assert random.before == [] and flat.training  # left in the mode it was in
-
-
-def test_the_answers_are_drawn_side_by_side_and_in_both_languages(tmp_path):
-    record = {"data": {"worker": {"held_answers": {
-        "prompts": ["Who built the Zorblax bridge?"], "taught": ["Ada Quill built it in 1901."],
-        "before": ["I don't know."], "after": ["Ada Quill built it in 1901."], "why_not": ""}}}}
-    result = read_stage_record("04_train", record).data
-    frame = answers_frame(result.worker.held_answers)
-    assert list(frame.columns) == ["prompt", "taught", "before", "after"]
-    assert frame.iloc[0].to_dict()["before"] == "I don't know."
-    assert glance_row(result) == [("asked", "Who built the Zorblax bridge?"), ("answer before", "I don't know."),
-                                  ("answer after", "Ada Quill built it in 1901.")]
-    data = {**train_data(), "worker": record["data"]["worker"]}
-    en = stage_draft(tmp_path, "04_train", data)
-    assert "| Prompt | The data's answer | Before | After |" in en and "I don't know." in en
-    assert "训练前" in stage_draft(tmp_path, "04_train", data, "zh")
-    not_shown = {"data": {"worker": {"held_answers": {"why_not": "random weights: not meaningful (x)"}}}}
-    assert glance_row(read_stage_record("04_train", not_shown).data) == [("answers", "random weights: not meaningful (x)")]

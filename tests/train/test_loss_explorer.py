@@ -10,7 +10,8 @@ import math
 from hyport_lib.results import Provenance
 from hyport_lib.train.loss_explorer import (DEFAULT_SMOOTHING, SMOOTHING, VEGA_LITE_MIME, loss_bundle,
                                             loss_spec, show_loss_explorer)
-from hyport_lib.train.metrics import StepMetrics, ema
+from hyport_lib.train.result import StepMetrics
+from hyport_lib.train.show import ema
 
 RECORDS = [StepMetrics(step=s, loss=loss, learning_rate=1e-4 * s, tokens_per_s_per_card=100.0 + s)
            for s, loss in zip(range(1, 7), [2.0, 1.5, math.nan, 1.2, 1.0, 0.9])]
@@ -67,6 +68,6 @@ def test_the_title_says_where_the_figures_come_from(monkeypatch):
 def test_the_slider_starts_on_the_curve_the_static_png_draws():
     import inspect
 
-    from hyport_lib.train.metrics import ema
+    from hyport_lib.train.show import ema
 
     assert round(1 - DEFAULT_SMOOTHING, 2) == inspect.signature(ema).parameters["alpha"].default

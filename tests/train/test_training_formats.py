@@ -18,7 +18,7 @@ import pytest
 
 from hyport_lib.train import stage
 from hyport_lib.train.dataset import load_dataset
-from hyport_lib.train.first_batch import first_batch_path
+from hyport_lib.train.packing import first_batch_path
 from hyport_lib.train.params import Params
 from .test_dataset_formats import ALPACA, DATA, write_records
 

@@ -19,7 +19,7 @@ from hyport_lib.results import record
 from hyport_lib.train import stage
 from hyport_lib.train.loss_explorer import VEGA_LITE_MIME
 from hyport_lib.train.params import Params
-from hyport_lib.train.rendezvous import free_port
+from hyport_lib.train.preflight import free_port
 from fault_injection.hyport_faults import KILL_FAULT_ENV, NAN_FAULT_ENV
 from fixtures_runs import ZERO2_STEPS
 

@@ -8,11 +8,10 @@ from pathlib import Path
 from hyport_lib.environment.stage import EnvironmentReport
 from hyport_lib.results import Provenance, TrainedWeights, read_record
 from hyport_lib.train import stage
-from hyport_lib.train.checkpoints import Checkpoint
-from hyport_lib.train.metrics import MetricsSummary, StepMetrics
+from hyport_lib.train.output_dir import Checkpoint
 from hyport_lib.train.params import Params as TrainParams
 from hyport_lib.train.preflight import LaunchPlan
-from hyport_lib.train.result import TrainResult, WorkerResult, final_weights, last_complete
+from hyport_lib.train.result import MetricsSummary, StepMetrics, TrainResult, WorkerResult, final_weights, last_complete
 from hyport_lib.triage import Triage
 from hyport_lib.utils.typed_records import from_mapping, to_mapping
 

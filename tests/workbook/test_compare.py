@@ -20,10 +20,9 @@ from hyport_lib.inference.grid import COLUMNS, GridResult
 from hyport_lib.results import RESULTS_DIR_ENV, RUN_DIR_ENV, Provenance, history_dir, read_result, record
 from hyport_lib.scan.hits import ScanReport
 from hyport_lib.train import stage as train_stage
-from hyport_lib.train.metrics import StepMetrics, summarize_metrics
 from hyport_lib.train.params import Params as TrainParams
 from hyport_lib.train.preflight import LaunchPlan
-from hyport_lib.train.result import TrainResult
+from hyport_lib.train.result import StepMetrics, TrainResult, summarize_metrics
 from hyport_lib.commands import main
 from hyport_lib.utils.typed_records import from_mapping
 from hyport_lib.workbook import compare_show

@@ -1,9 +1,10 @@
-"""output_dir under real ``hyport train`` commands (torchrun on one CPU process: the folder
-is the launcher's, whatever the number of ranks): another tool's files are never removed
-or overwritten without overwrite_output_dir, and two runs into one folder cannot
-interleave (an exclusive lock; the second is refused naming the first). A later run into
-a folder of hyport's own files: test_training_run's reused-folder test. Those tests start a
-process and are marked slow; the last two (which files are hyport's, the locks) start none."""
+"""output_dir (hyport_lib/train/output_dir.py): checkpoints written partly are never taken, a resume
+names every difference from the run, only hyport's checkpoints are dropped; and under real
+``hyport train`` commands (torchrun on one CPU process: the folder is the launcher's, whatever the
+number of ranks): another tool's files are never removed or overwritten without
+overwrite_output_dir, and two runs into one folder cannot interleave (an exclusive lock; the
+second is refused naming the first). A later run into a folder of hyport's own files:
+test_training_run's reused-folder test. The tests that start a process are marked slow."""
 
 from __future__ import annotations
 
@@ -17,11 +18,58 @@ from pathlib import Path
 import pytest
 
 from hyport_lib.backend import get_backend
-from hyport_lib.train import ownership, stage
-from hyport_lib.train.ownership import (RUN_MARKER, OutputDirBusy, foreign_entries, lock_file,
-                                        lock_output_dir, release_output_dir)
+from hyport_lib.train import output_dir, stage
+from hyport_lib.train.output_dir import (OutputDirBusy, RUN_MARKER, foreign_entries, lock_file,
+                                         lock_output_dir, release_output_dir)
 from hyport_lib.train.params import Params
 from hyport_lib.train.preflight import prepare
+
+
+def _checkpoint(folder: Path, step: int, complete: bool = True, world: int = 2, **versions) -> Path:
+    path = folder / f"checkpoint-{step}"
+    path.mkdir(parents=True)
+    (path / "trainer_state.json").write_text("{}")
+    if complete:
+        output_dir.write_marker(path, step=step, world_size=world, zero_stage=2, finetuning_type="full")
+        if versions:
+            data = json.loads((path / output_dir.MARKER).read_text())
+            data["versions"].update(versions)
+            (path / output_dir.MARKER).write_text(json.dumps(data))
+    return path
+
+
+def test_a_checkpoint_written_partly_is_never_taken(tmp_path):
+    _checkpoint(tmp_path, 10)
+    _checkpoint(tmp_path, 20, complete=False)  # killed mid-save: no marker
+    (tmp_path / "checkpoint-30").mkdir()  # an empty folder
+    found = output_dir.list_checkpoints(tmp_path)
+    assert [(c.step, c.complete) for c in found] == [(10, True), (20, False), (30, False)]
+    assert output_dir.resolve_resume("auto", tmp_path).step == 10
+    assert output_dir.resolve_resume("none", tmp_path) is None
+    with pytest.raises(ValueError, match="incomplete checkpoint"):
+        output_dir.resolve_resume(str(tmp_path / "checkpoint-20"), tmp_path)
+    assert output_dir.resolve_resume("auto", tmp_path / "nothing-here") is None
+
+
+def test_resume_refuses_another_world_size_or_library_version(tmp_path):
+    same = output_dir.Checkpoint(_checkpoint(tmp_path / "a", 5), 5, True)
+    output_dir.check_compatible(same, world_size=2, zero_stage=2, finetuning_type="full")
+    with pytest.raises(ValueError, match="world size 2 when saved, 4 now"):
+        output_dir.check_compatible(same, world_size=4, zero_stage=2, finetuning_type="full")
+    old = output_dir.Checkpoint(_checkpoint(tmp_path / "b", 5, deepspeed="0.15.0"), 5, True)
+    with pytest.raises(ValueError, match="deepspeed 0.15.0 when saved"):
+        output_dir.check_compatible(old, world_size=2, zero_stage=2, finetuning_type="full")
+
+
+def test_only_hyports_checkpoints_after_the_starting_point_are_dropped(tmp_path):
+    # hyport's checkpoints beyond the starting point are dropped; another tool's stays
+    for step in (2, 4, 6):
+        (tmp_path / "run" / f"checkpoint-{step}").mkdir(parents=True)
+        (tmp_path / "run" / f"checkpoint-{step}" / "hyport_saving.json").write_text("{}")
+    (tmp_path / "run" / "checkpoint-500").mkdir()
+    assert output_dir.drop_checkpoints_after(tmp_path / "run", 2) == ["checkpoint-4", "checkpoint-6"]
+    assert [c.step for c in output_dir.list_checkpoints(tmp_path / "run")] == [2, 500]
+
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -89,7 +137,7 @@ def test_the_lock_dies_with_a_killed_launcher(tmp_path):
     out = tmp_path / "out"
     holder = subprocess.Popen(
         [sys.executable, "-c", "import sys, time; from pathlib import Path; "
-         "from hyport_lib.train.ownership import lock_output_dir; "
+         "from hyport_lib.train.output_dir import lock_output_dir; "
          f"lock_output_dir(Path({str(out)!r})); print('held', flush=True); time.sleep(600)"],
         cwd=REPO, stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(REPO)})
     assert holder.stdout.readline().strip() == "held"
@@ -123,7 +171,7 @@ def test_a_final_save_killed_before_its_file_list_leaves_its_files_hyports(tmp_p
     out = tmp_path / "run"
     out.mkdir()
     (out / "someone_else.bin").write_bytes(b"x")
-    (out / RUN_MARKER).write_text(json.dumps({"before": ownership._listing(out)}))
+    (out / RUN_MARKER).write_text(json.dumps({"before": output_dir._listing(out)}))
     (out / "model.safetensors").write_bytes(b"x")
     for leftover in (".hyport-write-test-ab12", ".hyport_run.json.k2j3.tmp", ".metrics.jsonl.zz.tmp"):
         (out / leftover).write_text("")
@@ -133,9 +181,9 @@ def test_a_final_save_killed_before_its_file_list_leaves_its_files_hyports(tmp_p
 def test_the_plan_keeps_no_lock_and_the_nodes_of_one_job_lock_apart(tmp_path):
     out = tmp_path / "run"
     prepare(Params(max_steps=6, num_cards=2, output_dir=str(out)), get_backend("cpu", num_cards=2))
-    assert not ownership._HELD
+    assert not output_dir._HELD
     lock_output_dir(out, node_rank=1)
     lock_output_dir(tmp_path / "other")
     release_output_dir(out)
     release_output_dir(tmp_path / "other")
-    assert not ownership._HELD
+    assert not output_dir._HELD

@@ -1,4 +1,6 @@
-"""Stage 04's data path: validation of every malformed record, encoding, packing, collation."""
+"""The dataset read into records (hyport_lib/train/dataset.py): every malformed record named with
+its record and field before any process starts, whatever the file type, and the progress of
+reading and tokenising said from the start."""
 
 from __future__ import annotations
 
@@ -6,27 +8,14 @@ import json
 from pathlib import Path
 
 import pytest
-import torch
 from PIL import Image
 
-from hyport_lib.train.dataset import DatasetError, load_dataset
-from hyport_lib.train.packing import (COUNT_KEYS, PackedCollator, PaddedCollator,
-                                         pack_samples)
-from hyport_lib.train.samples import IGNORE_INDEX, Encoder, encode_records
-from hyport_lib.train.smoke_data import write_smoke_dataset
+from hyport_lib.train.dataset import DatasetError, load_dataset, reporting_to
+from hyport_lib.train.dataset_formats import DatasetOptions
+from hyport_lib.train.samples import encode_records
 
-
-@pytest.fixture(scope="module")
-def processor():
-    from hyport_lib.models.loading import load_processor
-    from hyport_lib.models.tiny import ensure_tiny_model
-
-    return load_processor(ensure_tiny_model())
-
-
-@pytest.fixture(scope="module")
-def smoke(tmp_path_factory):
-    return write_smoke_dataset(tmp_path_factory.mktemp("smoke"))
+from .test_dataset_formats import ALPACA, write_records
+from .test_dataset_info import _info_copy
 
 
 def _turns(*pairs):
@@ -109,144 +98,6 @@ def test_a_file_that_is_not_json_at_all_names_the_file(tmp_path):
         load_dataset(path)
     with pytest.raises(FileNotFoundError, match="dataset_path"):
         load_dataset(tmp_path / "missing.json")
-
-
-def test_too_long_samples_are_truncated_or_dropped(tmp_path, processor):
-    long_answer = " ".join(["The circle is red."] * 40)
-    records = [{"id": "long", "conversations": _turns(("human", "Describe it."), ("gpt", long_answer))},
-               {"id": "image-late", "image": "images/ok.png",
-                "conversations": _turns(("human", "word " * 60 + "<image>"), ("gpt", "ok"))}]
-    report = load_dataset(_write(tmp_path, records))
-    samples, problems = encode_records(report.records, processor, 64, "drop")
-    assert samples == [] and {p.record_id for p in problems} == {"long", "image-late"}
-    assert all(p.kind == "too_long" and "max_seq_len=64" in p.message for p in problems)
-    samples, problems = encode_records(report.records, processor, 64, "truncate")
-    assert [s.record_id for s in samples] == ["long"] and len(samples[0]) == 64 and samples[0].truncated
-    assert [p.record_id for p in problems] == ["image-late"]
-    assert "cut an image" in problems[0].message
-
-
-def test_the_bundled_smoke_set(smoke, processor):
-    report = load_dataset(smoke)
-    assert report.total == len(json.loads(Path(smoke).read_text(encoding="utf-8"))) == 14 and not report.problems
-    assert any(len(r.images) == 2 for r in report.records)  # multi-image
-    assert any(len(r.turns) == 4 for r in report.records)  # multi-turn
-    assert any(not r.images for r in report.records)  # text-only
-    samples, problems = encode_records(report.records, processor, 512)
-    assert len(samples) == 14 and not problems
-
-
-def test_labels_cover_exactly_the_answers(smoke, processor):
-    report = load_dataset(smoke)
-    record = next(r for r in report.records if len(r.turns) == 4)
-    sample, _ = Encoder(processor, 512).encode(record)
-    tok = processor.tokenizer
-    labelled = tok.decode([t for t, l in zip(sample.input_ids, sample.labels) if l != IGNORE_INDEX])
-    answers = [text for role, text in record.turns if role == "assistant"]
-    assert labelled == "".join(f"{a}<|im_end|>\n" for a in answers)
-    # every label that is set equals its token; the questions and headers are masked
-    assert all(l in (IGNORE_INDEX, t) for t, l in zip(sample.input_ids, sample.labels))
-    assert "What colour" not in labelled and "assistant" not in labelled
-
-
-def test_packing_positions_cumulative_lengths_and_label_mask(smoke, processor):
-    samples, _ = encode_records(load_dataset(smoke).records, processor, 256)
-    rows = pack_samples(samples, 256)
-    assert sum(len(r) for r in rows) == 14 and all(sum(map(len, r)) <= 256 for r in rows)
-    assert [s.record_id for r in rows for s in r] == [s.record_id for s in samples]  # order kept
-    collator = PackedCollator(processor.tokenizer.pad_token_id, 256)
-    batch = collator(rows[:2])
-    assert batch["input_ids"].shape == (2, 256)
-    lengths = [len(s) for s in rows[0]] + [256 - sum(map(len, rows[0]))] + \
-              [len(s) for s in rows[1]] + [256 - sum(map(len, rows[1]))]
-    lengths = [n for n in lengths if n]
-    expected_cu = [0]
-    for n in lengths:
-        expected_cu.append(expected_cu[-1] + n)
-    assert batch["cu_seq_lens_q"].tolist() == expected_cu and batch["max_length_q"] == max(lengths)
-    positions = batch["position_ids"][0].tolist()
-    start = 0
-    for sample in rows[0]:
-        assert positions[start:start + len(sample)] == list(range(len(sample)))
-        assert batch["labels"][0, start:start + len(sample)].tolist() == sample.labels
-        start += len(sample)
-    assert (batch["labels"][0, start:] == IGNORE_INDEX).all()  # padding is masked
-    assert (batch["input_ids"][0, start:] == processor.tokenizer.pad_token_id).all()
-    images = sum(1 for r in rows[:2] for s in r for _ in range(s.pixel_values.shape[0] if s.pixel_values is not None else 0))
-    assert batch["pixel_values"].shape[0] == images
-    assert batch["hyport_real_tokens"] == sum(len(s) for r in rows[:2] for s in r)
-    assert batch["hyport_tokens"] == 512 and "attention_mask" not in batch
-
-
-class _GridProcessor:
-    """The tiny processor, also returning a per-image ``image_grid_thw`` as Qwen2-VL's does."""
-
-    def __init__(self, inner):
-        self._inner = inner
-
-    def __getattr__(self, name):
-        return getattr(self._inner, name)
-
-    def __call__(self, **kwargs):
-        out = self._inner(**kwargs)
-        if "pixel_values" in out:
-            out["image_grid_thw"] = torch.tensor([[1, 2, 3]] * out["pixel_values"].shape[0])
-        return out
-
-
-def test_the_processors_other_image_tensors_reach_the_batch(smoke, processor):
-    from dataclasses import replace
-
-    grid = replace(processor, processor=_GridProcessor(processor.processor))
-    samples, _ = encode_records(load_dataset(smoke).records, grid, 256)
-    with_images = [s for s in samples if s.pixel_values is not None]
-    assert with_images and all(s.image_extras["image_grid_thw"].shape[0] == s.pixel_values.shape[0]
-                               for s in with_images)
-    assert all(not s.image_extras for s in samples if s.pixel_values is None)
-    for collate, rows in ((PackedCollator(processor.tokenizer.pad_token_id, 256), pack_samples(samples, 256)[:2]),
-                          (PaddedCollator(processor.tokenizer.pad_token_id), [[s] for s in samples[:4]])):
-        batch = collate(rows)
-        images = sum(s.pixel_values.shape[0] for r in rows for s in r if s.pixel_values is not None)
-        assert batch["pixel_values"].shape[0] == batch["image_grid_thw"].shape[0] == images
-
-
-def test_a_packed_batch_has_the_loss_of_the_unpacked_batch(smoke, processor):
-    """Per-sample attention through hyport's registered attention: packing changes nothing,
-    with or without a KV cache. (transformers' eager attention keeps packed samples apart
-    only when no cache is in use: with one it attends across them.)"""
-    from transformers import AutoModelForImageTextToText
-
-    from hyport_lib.npu_attention.hf_integration import register_hyport_attention
-    from hyport_lib.models.tiny import ensure_tiny_model
-
-    samples, _ = encode_records(load_dataset(smoke).records, processor, 256)
-    row = pack_samples(samples, 256)[1]  # images and several samples
-    assert len(row) >= 3
-    name = register_hyport_attention("sdpa")
-    model = AutoModelForImageTextToText.from_pretrained(ensure_tiny_model(), attn_implementation=name).eval()
-
-    def loss(batch):
-        for key in COUNT_KEYS:
-            batch.pop(key)
-        with torch.no_grad():
-            return model(**batch).loss.item()
-
-    packed = loss(PackedCollator(processor.tokenizer.pad_token_id, 256)([row]))
-    padded = loss(PaddedCollator(processor.tokenizer.pad_token_id)(row))
-    assert packed == pytest.approx(padded, rel=1e-5, abs=1e-6)
-    batch = PackedCollator(processor.tokenizer.pad_token_id, 256)([row])
-    batch.pop("cu_seq_lens_q"), batch.pop("cu_seq_lens_k")  # from position_ids alone
-    assert loss(batch) == pytest.approx(padded, rel=1e-5, abs=1e-6)
-    eager = AutoModelForImageTextToText.from_pretrained(ensure_tiny_model(), attn_implementation="eager").eval()
-    results = {}
-    for use_cache in (False, True):
-        batch = PackedCollator(processor.tokenizer.pad_token_id, 256)([row])
-        for key in COUNT_KEYS:
-            batch.pop(key)
-        with torch.no_grad():
-            results[use_cache] = eager(**batch, use_cache=use_cache).loss.item()
-    assert results[False] == pytest.approx(padded, rel=1e-4)
-    assert abs(results[True] - padded) > 1e-4  # with a cache, eager attends across samples
 
 
 def test_a_cut_image_a_turn_that_is_no_object_and_an_image_in_an_answer_are_named_in_a_bom_file(tmp_path):
@@ -385,48 +236,59 @@ def test_images_embedded_in_parquet_are_named_without_their_bytes(tmp_path):
     assert "save them as files" in message and "PNG" not in message and "\\x" not in message
 
 
-def test_the_first_batch_reads_answers_from_the_inputs_and_counts_misplaced_labels():
-    """Review C10: decoding the label values would show the right answer even with labels
-    shifted against the inputs (the classic collator bug); the inputs at the labelled
-    positions do not, and the mismatches are counted."""
-    from hyport_lib.train.first_batch import describe_batch
-    from hyport_lib.train.samples import Sample
-
-    ids = [5, 6, 7, 8, 9]
-    right = Sample("r", ids, [IGNORE_INDEX, IGNORE_INDEX, 7, 8, IGNORE_INDEX])
-    shifted = Sample("s", ids, [IGNORE_INDEX, 7, 8, IGNORE_INDEX, IGNORE_INDEX])  # one to the left
-    batch = {"input_ids": torch.tensor([ids, ids]), "labels": torch.tensor([right.labels, shifted.labels])}
-    rows = describe_batch([[right], [shifted]], batch, decode=lambda t: ",".join(map(str, t)))["rows"]
-    assert [(r["answers"], r["label_mismatches"]) for r in rows] == [(["7,8"], 0), (["6,7"], 2)]
+def _qa_turns(question: str, answer: str) -> list:
+    return [{"from": "human", "value": question}, {"from": "gpt", "value": answer}]
 
 
-def test_a_prefix_format_model_says_which_records_learn_only_their_last_answer():
-    """Review C2: PaliGemma's processor takes a prefix and one suffix, so earlier answers
-    of a multi-turn record are not learned; the plan says so instead of staying silent."""
-    from types import SimpleNamespace
+def test_reading_and_tokenising_say_how_far_they_are_from_the_start(tmp_path, processor):
+    path = tmp_path / "data.jsonl"
+    path.write_text("".join(json.dumps({"id": f"r{i}", "conversations": _qa_turns(f"Q{i}?", f"A{i}.")}) + "\n"
+                            for i in range(30)))
+    seen = []
+    report = load_dataset(path, on_progress=seen.append)
+    assert (seen[0].phase, seen[0].done, seen[0].total) == ("reading dataset", 0, None)  # before any record
+    assert (seen[-1].done, seen[-1].total) == (30, 30) and seen[-1].path == str(path)
+    seen.clear()
+    with reporting_to(seen.append):  # how `hyport train` hears it through plan(params)
+        encode_records(report.records, processor, 128)
+    assert (seen[0].phase, seen[0].done, seen[0].total) == ("tokenising dataset", 0, 30)
+    assert (seen[-1].done, seen[-1].total) == (30, 30)
+    seen.clear()
+    encode_records(report.records, processor, 128)  # outside the block: silent
+    assert seen == []
 
-    from hyport_lib.train.dataset import Record
-    from hyport_lib.train.samples import prefix_format_note
 
-    one = Record(0, "a", [("user", "q"), ("assistant", "a")])
-    two = Record(1, "b", [("user", "q"), ("assistant", "a"), ("user", "q2"), ("assistant", "a2")])
-    prefix = SimpleNamespace(prompt_format="prefix", traits=SimpleNamespace(model_type="paligemma"))
-    chat = SimpleNamespace(prompt_format="chat", traits=SimpleNamespace(model_type="llava"))
-    note = prefix_format_note(prefix, [one, two])
-    assert note.startswith("1 record(s) hold more than one answer") and "paligemma" in note
-    assert prefix_format_note(prefix, [one]) is None and prefix_format_note(chat, [one, two]) is None
+def test_alpaca_records_may_have_ids(tmp_path):
+    records = [{"id": "q1", **ALPACA[0]}, {"id": "q2", **ALPACA[1]}, {"id": "q1", **ALPACA[2]}]
+    report = load_dataset(write_records(records, tmp_path / "a.parquet"))
+    assert [r.record_id for r in report.records] == ["q1", "q2"]
+    assert [str(p) for p in report.problems] == ["record 2 (id 'q1'), id: id 'q1' is already used by record 0"]
 
 
-def test_misplaced_labels_in_the_first_batch_are_said_in_the_rank_log(tmp_path, capsys):
-    from hyport_lib.train.first_batch import FirstBatchRecorder
-    from hyport_lib.train.samples import Sample
-
-    ids = [5, 6, 7]
-    shifted = Sample("s", ids, [IGNORE_INDEX, 7, IGNORE_INDEX])
-    tokenizer = type("T", (), {"decode": staticmethod(lambda t, skip_special_tokens=False: str(t))})()
-    recorder = FirstBatchRecorder(lambda rows: {"input_ids": torch.tensor([ids]),
-                                                "labels": torch.tensor([shifted.labels])},
-                                  tokenizer, tmp_path / "first_batch.json")
-    recorder([shifted])
-    assert json.loads((tmp_path / "first_batch.json").read_text())["rows"][0]["label_mismatches"] == 1
-    assert "1 label(s) differ from the input token" in capsys.readouterr().err
+def test_ids_never_cost_an_entry_its_records_and_the_switch_is_named(tmp_path):
+    """Review C3: LLaMA-Factory reads no id, so an entry reads one only when its columns name
+    it; a plain file with repeated ids is refused with the way to do without them."""
+    rows = [{"id": "src-a", **ALPACA[0]}, {"id": "src-a", **ALPACA[1]}, {**ALPACA[2]}]
+    info = _info_copy(tmp_path, {"x": {"file_name": "x.json"},
+                                 "x_ids": {"file_name": "x.json", "columns": {"prompt": "instruction",
+                                                                              "query": "input", "response": "output",
+                                                                              "id": "id"}}})
+    write_records(rows, info.parent / "x.json")
+    report = load_dataset(info, options=DatasetOptions(entry="x"))
+    assert report.problems == [] and [r.record_id for r in report.records] == ["#0", "#1", "#2"]
+    named = load_dataset(info, options=DatasetOptions(entry="x_ids"))
+    assert [p.kind for p in named.problems] == ["duplicate_id", "missing_id"]
+    plain = load_dataset(info.parent / "x.json")
+    assert [p.kind for p in plain.problems] == ["duplicate_id", "missing_id"]
+    assert any("dataset_columns={'id': None}" in line for line in DatasetError(plain).details)
+    # the switch written as the CLI reads it: no record has a column named 'None'
+    off = load_dataset(info.parent / "x.json", options=DatasetOptions(columns={"id": None}))
+    assert off.problems == [] and len(off.records) == 3
+    wrong = load_dataset(info.parent / "x.json", options=DatasetOptions(columns={"id": "None"}))
+    assert {p.message for p in wrong.problems} == {"no record has the id column 'None' that dataset_columns names"}
+    # an entry naming an id column no record has is said so too (review E6)
+    info = _info_copy(tmp_path / "again", {"x_uid": {"file_name": "x.json", "columns": {
+        "prompt": "instruction", "query": "input", "response": "output", "id": "uid"}}})
+    write_records(rows, info.parent / "x.json")
+    absent = load_dataset(info, options=DatasetOptions(entry="x_uid"))
+    assert {p.message for p in absent.problems} == {"no record has the id column 'uid' that the entry's columns names"}

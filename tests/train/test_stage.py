@@ -1,0 +1,40 @@
+"""Stage 04 as a whole (hyport_lib/train/stage.py): a bad dataset stops `hyport train` before any
+process starts, and a run that logged no step is no PASS."""
+
+from __future__ import annotations
+
+import json
+
+from hyport_lib.train import stage
+from hyport_lib.train.preflight import LaunchPlan
+from hyport_lib.train.result import MetricsSummary, TrainResult, WorkerResult, final_weights
+from hyport_lib.utils.typed_records import from_mapping
+
+
+def test_a_bad_dataset_stops_before_any_process_starts(tmp_path, monkeypatch, capsys):
+    from hyport_lib import processes
+    from hyport_lib.commands import main
+
+    started = []
+    monkeypatch.setattr(processes, "start_child", lambda *a, **k: started.append(a))
+    data = tmp_path / "bad.json"
+    data.write_text(json.dumps([{"id": "x1", "conversations": []},
+                                {"id": "x2", "conversations": [{"from": "gpt", "value": "hi"}]}]))
+    rc = main(["train", "--dataset-path", str(data), "--output-dir", str(tmp_path / "out"),
+               "--no-record"])
+    err = capsys.readouterr().err
+    assert rc == 2 and not started
+    assert "2 with problems" in err and "'x1'" in err and "'x2'" in err
+    assert "conversations[0].from" in err
+    assert not (tmp_path / "out").exists()  # the plan wrote nothing
+
+
+def test_a_run_that_logged_no_step_is_no_pass_even_with_weights_written(tmp_path):
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "model.safetensors").write_bytes(b"")
+    worker = WorkerResult(status="ok", final_dir=str(out))
+    empty = TrainResult("ok", 0, 1.0, None, from_mapping(LaunchPlan, {"params": {"max_steps": None}}),
+                        MetricsSummary(), worker, final_dir=final_weights(worker))
+    judged = stage.summarize(empty)
+    assert (judged.verdict, judged.why) == ("FAIL", "no step was trained (no step in the metrics)")
