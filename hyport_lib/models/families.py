@@ -87,8 +87,7 @@ def packing_refusal(data: dict) -> Optional[str]:
     name = str(data.get("model_type") or "the model")
     if any(isinstance(sub, dict) and sub.get("cross_attention_layers")
            for sub in (data, data.get("text_config"))):
-        # Cross-attention (Llama-3.2-Vision): transformers lets a token that may see no image
-        # (the prompt before it, a text-only sample) attend to every image of its row.
+        # Cross-attention: Llama-3.2-Vision (mllama; the leak is transformers issue 39379).
         return (f"{name} reads each row's images through cross-attention, and a token that may "
                 f"see no image (the prompt before its image, a text-only sample) still attends to "
                 f"every image of its row, so packed samples would read each other's images; use "

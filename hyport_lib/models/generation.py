@@ -1,9 +1,6 @@
-"""Inference as a library: the HY-Embodied reference ``inference.py`` as functions.
-
-:func:`run_single` is its one image + text prompt ("Result: ..."), :func:`run_batch` its
-left-padded mixed batch ("Batch Sample 1: ..."); :func:`run_inference` loads, runs and
-times both, :func:`run_on_card` in a grid worker. Greedy decoding of one checkpoint must
-give the same ``output_hash`` on every card.
+"""Inference as a library: the HY-Embodied reference ``inference.py`` as functions, its one
+image + text prompt ("Result: ...") and its left-padded mixed batch ("Batch Sample 1: ...").
+Greedy decoding of one checkpoint must give the same ``output_hash`` on every card.
 """
 
 from __future__ import annotations
@@ -141,8 +138,7 @@ def run_single(model, loaded: LoadedProcessor, config: InferenceConfig) -> tuple
 
 
 def run_batch(model, loaded: LoadedProcessor, config: InferenceConfig) -> list[str]:
-    """The batch's answers, prompts this model cannot take left out. Left padding:
-    generation appends on the right, so every prompt ends at the same column."""
+    """The batch's answers, prompts this model cannot take left out."""
     prompts, _ = batch_prompts(loaded, config)
     if not prompts:
         return []
@@ -153,7 +149,6 @@ def run_batch(model, loaded: LoadedProcessor, config: InferenceConfig) -> list[s
 
 def run_inference(config: InferenceConfig) -> InferenceOutcome:
     """``load_s`` leaves out the one-off import of transformers and building the tiny model's cache."""
-    # Done before the clock starts: one-off costs, not loading.
     import transformers  # noqa: F401
 
     resolve_model_path(config.model_path)

@@ -1,11 +1,9 @@
-"""Loading any checkpoint the way its family expects: :func:`load_model` and :func:`load_processor`.
-
-The Qwen-VL family, LLaVA-OneVision, InternVL, SmolVLM ... ship a video processor that
-needs torchvision in transformers 5; where torchvision is missing (the CPU stack hyport
-tests on has only a CUDA build that does not import) the processor is built without it
-(:func:`without_video`). One that cannot work without torchvision at all (Pixtral's,
-Llama-4's) is refused in one line. torch and transformers are imported inside the
-functions: a launcher can plan without importing either.
+"""Loading any checkpoint the way its family expects. The Qwen-VL family, LLaVA-OneVision,
+InternVL, SmolVLM ... ship a video processor that needs torchvision in transformers 5; where
+torchvision is missing (the CPU stack hyport tests on has only a CUDA build that does not
+import) the processor is built without it (:func:`without_video`). One that cannot work
+without torchvision at all (Pixtral's, Llama-4's) is refused in one line. torch and
+transformers are imported inside the functions: a launcher can plan without importing either.
 """
 
 from __future__ import annotations

@@ -58,9 +58,8 @@ def cache_folder(stem: str, cache_dir: Optional[Union[str, os.PathLike]] = None,
 
 
 def build_once(folder: Path, marker: str, build: Callable[[Path], None], what: str) -> Path:
-    """``folder``, built first by ``build(temporary folder)`` (which writes ``marker`` last)
-    unless it holds ``marker``; PermissionError naming ``$HYPORT_CACHE`` when the cache
-    cannot be written."""
+    """``build(temporary folder)`` writes ``marker`` last; PermissionError naming
+    ``$HYPORT_CACHE`` when the cache cannot be written."""
     if (folder / marker).is_file():
         return folder
     try:
@@ -130,7 +129,6 @@ def discard(folder: Path) -> None:
 
 @contextlib.contextmanager
 def exclusive_lock(path: Path):
-    """Where flock is unavailable, the atomic rename still keeps the race safe."""
     try:
         import fcntl
     except ImportError:  # Windows: no flock; the rename race is still safe

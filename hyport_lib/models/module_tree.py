@@ -1,9 +1,7 @@
-"""Parts found in a built model's module tree, whatever its family: the language model,
-the layers LoRA adapts, parameters tied together, the model's own rope-index function.
-
-The language model sits at a different path in every family (``model.language_model``,
-``model.text_model``, ``model``): :func:`language_model_path` finds it in the model itself,
-and the LoRA pattern names layers under it only, so the vision tower stays untouched.
+"""Parts found in a built model's module tree, whatever its family. The language model sits
+at a different path in every family (``model.language_model``, ``model.text_model``,
+``model``): :func:`language_model_path` finds it in the model itself, and the LoRA pattern
+names layers under it only, so the vision tower stays untouched.
 """
 
 from __future__ import annotations

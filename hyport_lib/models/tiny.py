@@ -3,12 +3,9 @@
 CLIP vision tower, Llama text model, random weights from a fixed seed, a byte-level BPE
 tokenizer trained offline: saved with ``save_pretrained`` and loaded like a downloaded
 checkpoint, so every stage runs end to end without network. LLaVA rather than Qwen2-VL:
-Qwen2-VL's processor needs torchvision, which does not work beside CI's CPU torch. Built
-once per cache (:func:`~hyport_lib.models.model_cache.build_once`).
-
-On random weights (this model, or flat logits under :data:`FLAT_TOP1`) a greedy token is a
-coin toss, so stages 02 and 04 say "random weights: not meaningful" instead of showing
-answers (:func:`random_weights_reason`). No torch at import: the report imports this.
+Qwen2-VL's processor needs torchvision, which does not work beside CI's CPU torch. On random
+weights a greedy token is a coin toss, so stages 02 and 04 say so instead of showing answers.
+No torch at import: the report imports this.
 """
 
 from __future__ import annotations
@@ -24,7 +21,6 @@ from hyport_lib.models.model_cache import build_once, cache_folder
 #: Bump when the architecture, tokenizer, template, weights or saved files change: the
 #: cache folder name carries it, so a new version regenerates the checkpoint.
 TINY_MODEL_VERSION = 3
-#: Seed of the random weights.
 TINY_SEED = 0
 #: The name users write in parameters to get this model.
 TINY_MODEL_NAME = "tiny"
@@ -108,8 +104,6 @@ def _build(out_dir: Path, *, max_shard_size: Optional[str]) -> None:
         bos_token_id=tokenizer.bos_token_id,
         eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id,
-        # Random weights would often pick eos or an unprintable byte first; hiding
-        # those makes every run produce max_new_tokens of visible text.
         suppress_tokens=invisible_token_ids(tokenizer),
     )
     save_kwargs = {"safe_serialization": True}
@@ -182,9 +176,8 @@ def _image_processor():
 
 
 # --- the tokenizer ---------------------------------------------------------------------
-# A small byte-level BPE trained offline: byte level, so any prompt (Chinese included)
-# encodes; trained on sentences like the workbook's prompts, so the merges form English
-# words and random weights still "say" word-like text.
+# A small byte-level BPE trained offline on sentences like the workbook's prompts, so the
+# merges form English words and random weights still "say" word-like text.
 
 #: Special tokens, in id order. ``<|im_end|>`` ends a turn (eos); ``<image>`` is the
 #: placeholder the processor expands to one token per image patch.

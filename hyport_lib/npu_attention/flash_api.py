@@ -1,14 +1,7 @@
 """flash-attn's API on hyport's backends, over the one flash-attn implementation
 (:mod:`hyport_lib.port.generated.flash_attn_ascend`, the file ``hyport port`` writes into
-ported trees): :class:`FlashAttnAPI` binds its functions to a backend, and
-:func:`install_flash_attn_shim` makes of one a ``flash_attn`` package, so that unmodified
-remote model code (``from flash_attn import flash_attn_varlen_func``, ``from
-flash_attn.bert_padding import pad_input``) imports on hosts that have none.
-
-Backends: ``npu`` (``torch_npu.npu_fusion_attention``), ``npu-emulated`` (the same argument
-conversion run by hyport's CPU emulation of that op, so the NPU mapping is checked on any
-host), ``sdpa`` (also ``cpu`` / ``cuda``), ``auto`` (``npu`` where the backend seam finds
-one, else ``sdpa``).
+ported trees), and a ``flash_attn`` package made of it, so that unmodified remote model
+code (``from flash_attn import flash_attn_varlen_func``) imports on hosts that have none.
 
 What the shim lacks (``flash_attn.ops``, ``RotaryEmbedding`` ...) fails to import, naming
 this file. transformers is *not* made to believe FlashAttention-2 is installed (its check
@@ -40,10 +33,12 @@ BACKEND_CHOICES = ("auto", "npu", "npu-emulated", "sdpa", "cpu", "cuda")
 
 
 class FlashAttnAPI(FlashAttention):
-    """flash-attn's functions on one of hyport's backends (``backend``: resolved, ``npu``,
-    ``npu-emulated`` or ``sdpa``). ``calls`` counts the attention calls served per path: a
-    "ported" model whose forward adds none never reached the swapped attention (remote code
-    that runs its flash path only ``if q.is_cuda``), which the model-level check reports."""
+    """flash-attn's functions on one of hyport's backends: ``npu``, ``npu-emulated`` (the NPU
+    argument conversion run by hyport's CPU emulation of the op, so it is checked on any host)
+    or ``sdpa`` (also ``cpu`` / ``cuda``); ``auto`` is ``npu`` where the backend seam finds one.
+    ``calls`` counts the attention calls served per path: a "ported" model whose forward adds
+    none never reached the swapped attention (remote code that runs its flash path only ``if
+    q.is_cuda``), which the model-level check reports."""
 
     def __init__(self, backend: str = "auto"):
         name = (backend or "auto").lower().strip()

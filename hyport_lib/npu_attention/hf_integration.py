@@ -1,11 +1,9 @@
-"""hyport attention as a transformers ``attn_implementation`` (transformers 4.57 and 5.x).
-
-:func:`register_hyport_attention` registers one attention function with
-``AttentionInterface`` (and the SDPA mask builder under the same name with
-``AttentionMaskInterface``, so the model hands it 4-D boolean masks); the name serves a
-text model, a vision tower, or a composite model per sub-config. The function follows
-transformers' ``sdpa_attention_forward`` contract (``attention_mask`` may come by keyword,
-as in Qwen2-VL's vision attention) and handles:
+"""hyport attention as a transformers ``attn_implementation`` (transformers 4.57 and 5.x; what
+it accepts and refuses: docs/attention_swap.md). The SDPA mask builder is registered under the
+same name, so the model hands it 4-D boolean masks; one name serves a text model, a vision
+tower, or a composite model per sub-config. The function follows transformers'
+``sdpa_attention_forward`` contract (``attention_mask`` may come by keyword, as in Qwen2-VL's
+vision attention) and handles:
 
 * padded batches: the 4-D mask (bool True = attend, or additive float) is used as is;
   for the NPU it becomes NFA's ``atten_mask`` (True = masked) in BNSD;

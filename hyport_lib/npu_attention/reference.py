@@ -4,18 +4,8 @@ Every mask built here is a **keep mask: ``True`` = attend**, the convention of
 ``torch.nn.functional.scaled_dot_product_attention``. ``torch_npu.npu_fusion_attention``
 uses the opposite one (``True`` = masked out); convert with :func:`to_npu_mask` and
 nowhere else, so that the classic porting bug (passing a keep mask to the NPU) has one
-place to be right.
-
-Alignment of causal masks when ``Sq != Skv``:
-
-- ``"top_left"``: query ``i`` attends keys ``j <= i`` (flash-attn 2.0, NPU
-  ``sparse_mode=2``).
-- ``"bottom_right"``: the last query row sees every key, i.e. ``j <= i + (Skv - Sq)``
-  (flash-attn >= 2.1 and NPU ``sparse_mode=3``). With ``Sq > Skv`` the first
-  ``Sq - Skv`` rows then see nothing.
-
-Lengths: flash-attn's ``cu_seqlens`` has a leading 0 (``[0, 2, 4, 6]``); NPU's
-``actual_seq_qlen`` is the same without it (``[2, 4, 6]``).
+place to be right. Causal alignments (``top_left`` / ``bottom_right``, the NPU's sparse
+modes 2 / 3) and the two forms of cumulative lengths: docs/npu_fusion_attention.md.
 """
 
 from __future__ import annotations

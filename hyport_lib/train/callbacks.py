@@ -1,6 +1,5 @@
-"""Inside the training processes: the Trainer pieces hyport adds (imports transformers): the
-token counts and losses of each step, a blank image for text-only batches, one metrics line per
-optimizer step (:class:`hyport_lib.train.result.StepMetrics`), checkpoints marked complete."""
+"""Inside the training processes: the Trainer pieces hyport adds (this module imports
+transformers at its top, so only the workers import it)."""
 
 from __future__ import annotations
 

@@ -28,7 +28,6 @@ from hyport_lib.utils.bounded_files import NotARegularFile, UnreadableFile, chec
 
 #: A problem's message is cut to this many characters (it may quote a value of any size).
 MAX_MESSAGE_CHARS = 240
-#: A record id is shown cut to this many characters.
 MAX_ID_CHARS = 80
 #: How to do without ids, said where they are refused (they only name records).
 NO_IDS = ("ids only name records: to name them by position instead, leave the id column out "
@@ -56,7 +55,6 @@ _REPORT_TO: ContextVar[Optional[OnProgress]] = ContextVar("hyport_dataset_progre
 
 @contextmanager
 def reporting_to(on_progress: OnProgress) -> Iterator[None]:
-    """Within the block, datasets read or tokenised without a callback of their own report to ``on_progress``."""
     token = _REPORT_TO.set(on_progress)
     try:
         yield

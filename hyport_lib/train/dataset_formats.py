@@ -81,10 +81,9 @@ class DatasetLayout:
 
     ``columns``: role -> column name (None: not read; a tuple: the first of these a record
     has). ``caveat``: where hyport reads the records differently from LLaMA-Factory (a plan
-    note). ``refused_columns``: :data:`UNSUPPORTED_COLUMNS` a record may not hold with a value
-    (read without a ``tools`` column, the training would mean something else): a file read
-    directly refuses all but those ``dataset_columns`` sets to None; a ``dataset_info.json``
-    entry none (it reads only the columns it names, as LLaMA-Factory does).
+    note). ``refused_columns``: :data:`UNSUPPORTED_COLUMNS` a record may not hold with a value:
+    a file read directly refuses all but those ``dataset_columns`` sets to None; a
+    ``dataset_info.json`` entry none (it reads only the columns it names, as LLaMA-Factory does).
     """
 
     format: str

@@ -171,9 +171,8 @@ def collect(plan: LaunchPlan, code: Optional[int], wall_s: float, timed_out: boo
             reason = f"{full.strerror}; {reason}"
     diagnosis = None
     if status in ("failed", "timeout"):
-        # This launch's logs only: torchrun's (rewritten at each launch), the rank logs it
-        # wrote (an earlier launch into the folder left its own), and the CANN logs written
-        # since it started (a margin for the file system's clock granularity).
+        # This launch's logs only (:func:`launch_logs`, CANN's too), with a margin for the
+        # file system's clock granularity.
         started_at = time.time() - wall_s - 2
         diagnosis = Triage.from_dict(diagnose(
             launch_logs(out, plan.log_path, started_at),

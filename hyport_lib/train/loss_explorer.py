@@ -1,10 +1,7 @@
-"""The loss to explore in JupyterLab: hover for a step's figures, drag and scroll to zoom,
-a slider for the smoothing; a static PNG beside it for the report and papermill.
-
-The figure is a Vega-Lite spec, which JupyterLab renders with the Vega extension it ships:
-nothing to install and nothing fetched, and a saved notebook keeps the spec and draws it
-again when opened. Where no Vega renderer exists (nbconvert's HTML, the report), the PNG
-of the same output is shown.
+"""The loss to explore in JupyterLab (hover, zoom, a smoothing slider), as a Vega-Lite spec
+JupyterLab renders with the Vega extension it ships: nothing to install and nothing fetched,
+and a saved notebook keeps the spec and draws it again when opened. Where no Vega renderer
+exists (nbconvert's HTML, the report, papermill), the static PNG of the same output is shown.
 """
 
 from __future__ import annotations

@@ -261,9 +261,8 @@ def clear_first_batches(output_dir: os.PathLike) -> list[Path]:
 
 def describe_batch(rows: Sequence[Sequence[Sample]], batch: dict, decode: Callable[[list[int]], str],
                    image_token_ids: frozenset = frozenset()) -> dict:
-    """The collated ``batch`` of ``rows``, decoded row by row: the record ids, the text (padding
-    left out) and the answer spans (the input tokens where labels are set). Labels sit on the
-    tokens they name (the model shifts them): ``label_mismatches`` is 0 in a correct batch."""
+    """The collated ``batch`` of ``rows``, decoded row by row (the fields: docs/datasets.md,
+    "What the model received")."""
     described = []
     for r, row in enumerate(rows):
         samples = list(row) if isinstance(row, (list, tuple)) else [row]

@@ -1,7 +1,6 @@
-"""Rendering of stage 04: the plan, the live loss plot, the summary tables, and what the report
-asks of the recorded result. The live plot is one display handle updated with a PNG, as
-transformers' ``NotebookProgressCallback`` does: an ``ipywidgets.Output``'s plots are lost from
-static HTML.
+"""Rendering of stage 04 for the notebook and the report. The live plot is one display handle
+updated with a PNG, as transformers' ``NotebookProgressCallback`` does: an
+``ipywidgets.Output``'s plots are lost from static HTML.
 """
 
 from __future__ import annotations
@@ -135,7 +134,6 @@ class LiveTrainingDisplay:
             return  # nothing new to draw (the launcher calls twice a second)
         if progress.running and not self.plot.due():
             return  # drawing a PNG costs more than the check: only when it will be shown
-        # The x axis grows with the steps run; the title says where the figures come from.
         label = progress.provenance.label if progress.provenance else ""
         title = " · ".join(t for t in (self.title, label) if t)
         self.plot.update(figure_png(loss_figure(progress.records, None, title)), force=True)

@@ -119,10 +119,9 @@ def _with_lora(model, params: Params):
 
 
 def without_kv_cache(model) -> None:
-    """No KV cache in training, on the model's config and every sub-config: some families
-    (Mistral, Phi-3, Qwen2, Starcoder2 in transformers 4.57) create one when ``use_cache`` is on,
-    and transformers then skips its packed-sequence mask (a sliding-window mask over a whole
-    packed row lets samples see each other). The proof before launch runs without one too."""
+    """No KV cache in training, on the model's config and every sub-config: with one, transformers
+    skips its packed-sequence mask on some families (a sliding-window mask over a whole packed row
+    lets samples see each other; docs/attention_swap.md, "The proof before launch")."""
     configs = [model.config, *(getattr(model.config, key, None) for key in ("text_config", "llm_config"))]
     for config in configs:
         if config is not None and hasattr(config, "use_cache"):
@@ -134,7 +133,6 @@ def _dataset(spec: dict, params: Params, loaded, model):
     report = load_dataset(spec["dataset_path"], spec.get("image_root"), check_images=False,
                           options=params.dataset_options)
     skip = set(spec.get("skip_records") or [])
-    # Packed rows of an M-RoPE model carry each sample's own multimodal positions.
     positions = rope_positions_function(model) if params.packing else None
     encoder = Encoder(loaded, params.max_seq_len, params.overflow, positions=positions)
     samples = []

@@ -1,13 +1,6 @@
-"""The checksums of the full scan, by the name the ``checksum`` parameter takes.
-
-* ``xxh3`` (the default): XXH3-64, seed 0 (what ``xxhsum -H3`` prints), 20-30 GB/s on one
-  core, so the scan is bound by the read. Finds corruption, not deliberate tampering.
-* ``crc32``: zlib's CRC-32, 2-4 GB/s, for comparing with scans recorded with it.
-* ``sha256``: 1.2-1.8 GB/s with SHA-NI, when a checksum must stand up to deliberate changes.
-
-``update`` must release the GIL on large buffers to overlap with the reader thread
-(:mod:`.scan`): python-xxhash 4.x does above 64 KiB (``XXHASH_DO_UPDATE`` in its
-``src/_xxhash.c``), ``zlib.crc32`` above 5 KiB, ``hashlib`` above 2 KiB.
+"""The checksums of the full scan, by the name the ``checksum`` parameter takes; speeds and
+when to pick which: docs/weights.md, "Full scan". ``update`` must release the GIL on large
+buffers to overlap with the reader thread (:mod:`.scan`).
 """
 
 from __future__ import annotations

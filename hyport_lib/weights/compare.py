@@ -1,13 +1,8 @@
-"""Two checkpoints tensor by tensor (:func:`compare_weights`): against a base (training
-must have changed it: else ``weights_unchanged``) or a checkpoint (same model expected:
-else ``checkpoint_differs``).
-
-Keys are matched by the model's names (:mod:`.names`), so folders saved by another
-transformers version or by DeepSpeed still line up. Each pair is read in chunks of whole
-elements from both files at once. Byte-identical tensors of one dtype are ``same`` with no
-arithmetic; otherwise the other side is first rounded to the weights' dtype (a float32 base
-against bfloat16 weights would count every rounding as training), then ``max |Δ|`` and
-``‖a − b‖ / ‖b‖`` are computed in float64.
+"""Two checkpoints tensor by tensor (:func:`compare_weights`), keys matched by the model's
+names (:mod:`.names`): against a base (training must have changed it: else
+``weights_unchanged``) or a checkpoint (same model expected: else ``checkpoint_differs``).
+The other side is rounded to the weights' dtype first: a float32 base against bfloat16
+weights would count every rounding as training (docs/weights.md, "Comparisons").
 """
 
 from __future__ import annotations

@@ -101,7 +101,6 @@ def resolve_paths(weights_path: Optional[os.PathLike] = None, base_path: Optiona
 
 
 def build_tiny_sources(sources: Sources) -> None:
-    """Build (or find cached) the tiny model's two folders when ``sources`` names them."""
     if sources.tiny:
         ensure_tiny_model(max_shard_size=TINY_SHARD_SIZE)
         ensure_tiny_model()

@@ -1,13 +1,7 @@
 """On-disk tensor names against the model's own names, through transformers itself
-(:func:`model_names`; docs/weights.md, "Names").
-
-transformers 5 renames weights when it loads them and reverts that when it saves: a LLaVA
-folder holds ``language_model.model.embed_tokens.weight``, the model (and DeepSpeed) calls
-it ``model.language_model.embed_tokens.weight``. A hand-written regex gets this wrong, so
-the model class is built from ``config.json`` on the ``meta`` device (no memory, no weights
-read) and its own conversion mapping renames each key (on transformers 4.57: the class's
-``_checkpoint_conversion_mapping`` regexes). The same meta model gives the expected shapes
-(ZeRO-3 placeholders) and the tied parameters.
+(:func:`model_names`): a hand-written regex gets transformers 5's load-time renaming wrong,
+so the model class is built on the ``meta`` device (no memory, no weights read) and its own
+conversion mapping renames each key (docs/weights.md, "Names").
 """
 
 from __future__ import annotations

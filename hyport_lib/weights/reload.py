@@ -1,22 +1,11 @@
-"""The checks that load the folder with transformers, each in a fresh interpreter
-(:func:`run_task`, shared with the ZeRO consolidation of :mod:`.zero`): loading a model in
+"""The checks that load the folder with transformers (the seed's reload, the logits parity),
+each in a fresh interpreter (:func:`run_task`, shared with :mod:`.zero`): loading a model in
 the verifying process would prove little (modules already imported) and could take the
 notebook's kernel down. A child has its own process group, its configuration on a stdin
 lifeline and its log scrubbed, and is killed as a group past its timeout
-(:mod:`hyport_lib.processes`); :data:`TASK_FUNCTIONS` names what each runs.
-
-The seed's reload (:func:`reload`: ``LOAD_OK <model_type> <parameters>``) loads the class
-from ``config.json`` (``local_files_only``, remote code only when asked) with
-``output_loading_info=True``: a *missing* key loads without any error and leaves that
-weight random, so missing, unexpected and mismatched keys are findings. On failure the
-log's tail is kept (transformers logs its "LOAD REPORT" table there).
-
-The logits parity (:func:`logits_parity`) loads two folders that should hold the same
-model (the last ``checkpoint-N/`` and the final folder of a run stopped at step N) in one
-child, in float32 with eager attention on the CPU, where identical weights give
-bit-identical logits; they are judged by the proofs' one tolerance table
-(:mod:`hyport_lib.proof.tolerance`). Trainer checkpoints often carry no tokenizer files
-(``AutoTokenizer`` then blames sentencepiece), so the tokenizer comes from either folder.
+(:mod:`hyport_lib.processes`). A *missing* key loads without any error and leaves that
+weight random, so missing keys are findings; the parity runs float32, eager, on the CPU,
+where identical weights give bit-identical logits (docs/weights.md, "Reload", "Comparisons").
 """
 
 from __future__ import annotations

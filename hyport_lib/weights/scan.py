@@ -1,25 +1,7 @@
 """The full scan (:func:`full_scan`): every tensor read once, checked for NaN/Inf and
 checksummed (:mod:`.checksums`), in ``buffers x chunk_bytes`` of memory whatever the
-checkpoint's size (docs/weights.md, "Full scan").
-
-One reader thread (:class:`Pipeline`) fills a fixed set of buffers with ``readinto``
-(which releases the GIL) while the caller's thread checks and hashes the chunk it was
-handed: both on one chunk in turn keep it in the core's cache, and a third thread for the
-hash cost more in hand-offs than it saved once XXH3 hashes at tens of GB/s. Three buffers
-of 2 MiB took less CPU per byte than 4-16 MiB ones: they stay in the caches.
-
-Reads follow the file, not the tensors: a run of adjacent tensors is read in chunks that
-may hold several small tensors, so those cost no read of their own. A chunk ends where
-the tensor it cuts has a multiple of 8 bytes in it, so every piece holds whole elements;
-a gap or an overlap between tensors (possible, though ``safetensors`` writes none) starts
-a new run with a seek. A file that cannot be read to the end (it may have changed since
-its header was read) costs only its own tensors (:class:`ReadFailure`).
-
-The non-finite test works on the raw bits with numpy, not ``torch.isfinite`` (20-40 times
-slower on the CPU): an element is NaN or Inf when its bits without the sign are at least
-the exponent mask. Two max reductions (the signed view's for positive values, the
-unsigned view's for negative ones) find whether any is, with no temporary array; only
-such a chunk is counted element by element.
+checkpoint's size. Why one reader thread, 2 MiB chunks cut at 8-byte groups and the
+numpy bit test: docs/weights.md, "Full scan".
 """
 
 from __future__ import annotations
@@ -190,7 +172,6 @@ class Chunk:
         return memoryview(self.buffer)[piece.start: piece.start + piece.length]
 
     def release(self) -> None:
-        """The consumer is done with the buffer: the reader may fill it again."""
         self._free.put(self.buffer)
 
 
@@ -207,7 +188,7 @@ def runs(entries: list[TensorEntry]) -> list[list[TensorEntry]]:
 
 def chunk_layout(run: list[TensorEntry], chunk_bytes: int) -> Iterator[tuple[int, int, list[tuple]]]:
     """The reads of one run: ``(first byte, end, [(entry, offset in chunk, length, last)])``,
-    offsets relative to the file's data section; see the module docstring for the cuts."""
+    offsets relative to the file's data section; the cuts: docs/weights.md, "Full scan"."""
     index, pos, run_end = 0, run[0].begin, run[-1].end
     while True:
         end = min(run_end, pos + chunk_bytes)
@@ -254,7 +235,6 @@ class Pipeline:
         return self
 
     def stop(self, timeout: float = 5.0) -> None:
-        """Stop the reader (also while it waits for a buffer) and wait for it."""
         self._stop.set()
         self._free.put(None)  # wakes a reader waiting for a buffer
         if self._thread.is_alive():

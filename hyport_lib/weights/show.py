@@ -1,7 +1,5 @@
-"""Rendering of stage 05: ``*_frame`` (DataFrames, also printed by ``hyport verify``),
-``show_*`` (the notebook), :class:`LiveScanDisplay` (the scan's progress line), and the
-report's hooks on the record (:func:`glance`, :func:`blog_values` for ``blog.md.j2``).
-"""
+"""Rendering of stage 05: tables (also printed by ``hyport verify``), the notebook's displays
+and the report's hooks on the record."""
 
 from __future__ import annotations
 
@@ -153,7 +151,6 @@ def change_figure(comparison: Comparison):
 
 
 def _show(*items) -> None:
-    """Display each item in the notebook, a ``str`` as Markdown."""
     from IPython.display import Markdown, display
 
     for item in items:

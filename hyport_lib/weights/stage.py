@@ -1,12 +1,7 @@
-"""Stage 05's contract, used by notebook 05, ``hyport verify`` and ``hyport report``:
-:func:`plan` (the folders resolved and checked, nothing written), :func:`run` (every check,
-in the notebook's order: headers, index and config (:mod:`.layout`); the full scan
-(:mod:`.scan`); the reload (:mod:`.reload`); against a base (:mod:`.compare`); against a
-checkpoint: its tensors, logits and DeepSpeed ZeRO states (:mod:`.zero`)) and
-:func:`summarize`. A Trainer checkpoint given as the weights is its own checkpoint.
-
-The verdict: FAIL on any error finding, INTERRUPTED when stopped before every check ran
-(with no error found), WARN on any warning, else PASS.
+"""Stage 05's contract, used by notebook 05, ``hyport verify`` and ``hyport report``; the
+checks run in docs/weights.md's order. A Trainer checkpoint given as the weights is its own
+checkpoint. The verdict: FAIL on any error finding, INTERRUPTED when stopped before every
+check ran (with no error found), WARN on any warning, else PASS.
 """
 
 from __future__ import annotations

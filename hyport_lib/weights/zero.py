@@ -1,17 +1,7 @@
 """DeepSpeed ZeRO states in a Trainer checkpoint: listed (:func:`list_zero`), read as little
-as possible, and consolidated (:func:`consolidate`) to be compared with the exported weights.
-
-``global_stepN/`` (named by ``latest``) holds model-states files (``mp_rank_00_model_states.pt``;
-ZeRO-3: one per rank) and one ``[bf16_|fp16_]zero_pp_rank_{r}_mp_rank_00_optim_states.pt``
-per data-parallel rank. The model-states file, read with ``torch.load(mmap=True,
-weights_only=True)`` in milliseconds and without DeepSpeed, records the world size, version,
-ZeRO stage and ``param_shapes``.
-
-The consolidation runs DeepSpeed's ``get_fp32_state_dict_from_zero_checkpoint`` (ZeRO-2
-and 3, on the CPU, reading every rank's optimizer states) in a fresh child and compares
-each consolidated tensor with the saved one, by the model's names (:mod:`.names`):
-``max |fp32 cast to the saved dtype − saved|`` must be 0 (it is for the Trainer's
-checkpoints); ``max |fp32 − saved|`` shows the rounding.
+as possible, and consolidated (:func:`consolidate`) in a fresh child to be compared with the
+exported weights: ``max |fp32 cast to the saved dtype − saved|`` must be 0. The files and
+what reads them: docs/weights.md, "DeepSpeed ZeRO checkpoints".
 """
 
 from __future__ import annotations
@@ -70,7 +60,6 @@ class ZeroListing:
 
 
 def find_tag(checkpoint: Path) -> Optional[str]:
-    """``global_stepN`` from ``latest``, else the highest-numbered one present."""
     latest = checkpoint / "latest"
     if latest.is_file():
         tag = latest.read_text(encoding="utf-8", errors="replace").strip()
