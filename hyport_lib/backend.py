@@ -5,12 +5,8 @@ Nothing else in hyport imports ``torch_npu`` or calls ``torch.cuda`` directly (a
 checks it): the torch_npu module and its ``npu_fusion_attention`` op come from
 :func:`import_torch_npu` and :func:`npu_fusion_attention_op`. Each backend is a small
 class with the same methods, so stage code asks ``backend.device(i)`` or
-``backend.memory_stats()`` and never branches on the kind.
-
-Detection order is npu, then cuda, then cpu. CUDA is only believed when the CUDA
-runtime itself reports devices: ``torch_npu.contrib.transfer_to_npu`` rewrites
-``torch.cuda.is_available`` so that it answers for the NPU, and a host that imported
-it must not be mistaken for a GPU host.
+``backend.memory_stats()`` and never branches on the kind. Detection order is npu, cuda,
+cpu (:func:`cuda_available` says why CUDA is doubted).
 """
 
 from __future__ import annotations
@@ -83,10 +79,8 @@ class Backend:
         """Start a new peak-memory window (not possible for RSS on CPU)."""
 
     def visible_devices_env(self, indices: list[int]) -> dict[str, str]:
-        """Environment that pins a fresh child process to ``indices``.
-
-        Comma-separated without spaces: on Ascend a space silently truncates the list.
-        """
+        """Environment that pins a fresh child process to ``indices``: comma-separated without
+        spaces (on Ascend a space silently truncates the list)."""
         if self.visible_devices_var is None:
             return {}
         return {self.visible_devices_var: ",".join(str(int(i)) for i in indices)}
@@ -244,7 +238,6 @@ def transfer_to_npu_active() -> bool:
 
 
 def detect_kind() -> str:
-    """The best backend kind on this host: npu, cuda or cpu."""
     if npu_available():
         return "npu"
     if cuda_available():

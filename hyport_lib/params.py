@@ -56,40 +56,25 @@ class ParameterError(ValueError):
 
 @dataclass(frozen=True)
 class Spec:
-    """What a parameter accepts and means, beyond its type.
+    """What a parameter accepts and means, beyond its type."""
 
-    Attributes:
-        doc: one line for ``--help``, the docs' table and the notebook's comment.
-        choices: the only values accepted (compared as text too: ``"2"`` is 2).
-        min, max: inclusive bounds of a number; ``min_exclusive``: an exclusive one.
-        nonempty: a text that must not be blank.
-        path: ``"file"``, ``"dir"`` or ``"any"``: the value names a path (the report makes
-            it absolute against the caller's folder; the command line takes it as text).
-        must_exist: a path that must exist when the parameters are made.
-        not_paths: values of a path parameter that name no file (``"tiny"``, ``"auto"``).
-        written_by: the stage (by name) that writes this path in the same run, so the
-            report accepts it before that stage has run when it lies inside that
-            stage's output folder.
-        output: this path is the stage's output folder (what ``written_by`` points into).
-        hub_id: a value shaped ``org/name`` that is no folder here names a model on the
-            Hugging Face hub, not a relative path.
-        presets: values the workbook's form offers (a text field becomes a combo box); what
-            hyport ships, never a test's data.
-    """
-
-    doc: str
-    choices: tuple = ()
-    min: Optional[float] = None
+    doc: str  # one line for ``--help``, the docs' table and the notebook's comment
+    choices: tuple = ()  # the only values accepted (compared as text too: ``"2"`` is 2)
+    min: Optional[float] = None  # min and max: inclusive bounds of a number
     max: Optional[float] = None
     min_exclusive: Optional[float] = None
-    nonempty: bool = False
+    nonempty: bool = False  # a text that must not be blank
+    # "file", "dir" or "any": the value names a path (the report makes it absolute against
+    # the caller's folder; the command line takes it as text)
     path: Optional[str] = None
-    must_exist: bool = False
-    not_paths: tuple = ()
+    must_exist: bool = False  # checked when the parameters are made
+    not_paths: tuple = ()  # values of a path parameter that name no file ("tiny", "auto")
+    # the stage (by name) that writes this path in the same run: the report accepts it
+    # before that stage has run when it lies inside that stage's output folder
     written_by: Optional[str] = None
-    output: bool = False
-    hub_id: bool = False
-    presets: tuple = ()
+    output: bool = False  # this path is the stage's output folder (what ``written_by`` points into)
+    hub_id: bool = False  # an ``org/name`` that is no folder here names a model on the Hugging Face hub
+    presets: tuple = ()  # what the workbook's form offers (a combo box); what hyport ships, never a test's data
 
 
 def param(default: Any, doc: str, **spec: Any) -> Any:
@@ -369,13 +354,9 @@ def from_arguments(cls: type, args: argparse.Namespace) -> "StageParams":
 
 
 def parse_text(f: Field, value: Any) -> Any:
-    """A value typed as text (``-p key=value``, a command-line flag) for parameter ``f``.
-
-    Text parameters keep the text (a prompt ``yes`` stays ``"yes"``, a folder ``2024`` a
-    path); ``null`` (and, for a number, nothing) means None where None is accepted; lists
-    and dicts are read as YAML, and so are numbers and flags when the text is one (``-3``,
-    ``true``); anything else is left to :meth:`Field.convert` to refuse.
-    """
+    """A value typed as text (``-p key=value``, a command-line flag) for parameter ``f``: text
+    parameters keep the text (a prompt ``yes`` stays ``"yes"``, a folder ``2024`` a path);
+    what is not read here is left to :meth:`Field.convert` to refuse."""
     if not isinstance(value, str):
         return value
     if f.optional and value.strip() in ("null", "~", "Null", "NULL", "None", "none"):

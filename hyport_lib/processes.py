@@ -61,11 +61,7 @@ _EXC_LINE_RE = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Exit|F
 
 @dataclass
 class Child:
-    """A process this module started, in its own process group (its pid is the group id).
-
-    ``log_tail_bytes``: once it ends, its log is cut to this many last bytes before it is
-    scrubbed (None: kept whole), so scrubbing never reads what a child printed in bulk.
-    """
+    """A process this module started, in its own process group (its pid is the group id)."""
 
     name: str  # for messages: "card 3", "torchrun"
     proc: subprocess.Popen
@@ -74,6 +70,8 @@ class Child:
     log_path: Path
     lifeline: Optional[int] = None  # write end of its stdin (see the module docstring)
     unsent: bytes = b""  # what the pipe has not taken yet of the payload
+    # once it ends, its log is cut to this many last bytes before it is scrubbed (None: kept
+    # whole), so scrubbing never reads what a child printed in bulk
     log_tail_bytes: Optional[int] = None
 
     @property
@@ -198,7 +196,6 @@ def log_size(path: os.PathLike | str) -> int:
 
 
 def _keep_tail(log_path: Path, tail_bytes: int) -> None:
-    """Replace a log longer than ``tail_bytes`` by its tail."""
     if log_size(log_path) <= tail_bytes:
         return
     with open(log_path, "rb") as log:
@@ -210,13 +207,9 @@ def _keep_tail(log_path: Path, tail_bytes: int) -> None:
 
 
 class ChildGroup:
-    """Children started together, watched to their ends, and never left behind.
-
-    Leaving the ``with`` block, however it ends, stops every child still running
-    (``stop_grace_s`` between SIGTERM and SIGKILL) and scrubs its log (secrets looked up in
-    ``environ``). What the caller keeps of an interrupted run it reads inside the block,
-    from :attr:`running`.
-    """
+    """Children started together, watched to their ends, and never left behind: leaving the
+    ``with`` block, however it ends, stops every child still running and scrubs its log. What
+    the caller keeps of an interrupted run it reads inside the block, from :attr:`running`."""
 
     def __init__(self, *, environ: Optional[Mapping[str, str]] = None, stop_grace_s: float = 0.0):
         self.environ = environ
@@ -270,8 +263,7 @@ class ChildGroup:
 
 @dataclass
 class Ended:
-    """How one child :func:`run_child` watched ended: its exit status, and whether it was
-    stopped for running past its timeout."""
+    """How one child :func:`run_child` watched ended."""
 
     child: Child
     code: int
@@ -392,11 +384,8 @@ def read_task_result(path: os.PathLike | str) -> dict:
 
 
 def task_main(argv: Optional[Sequence[str]] = None) -> None:
-    """The child side of :func:`task_command`: the spec from stdin (one line; the rest is the
-    lifeline of :func:`start_guard`), the function called with it, and ``{"status": "ok",
-    **what it returned}`` or ``{"status": "failed", "error_type", "error"}`` (its first line;
-    the traceback to the log) written atomically and scrubbed, with :data:`TASK_FIELDS`.
-    Exit status 0 or 1."""
+    """The child side of :func:`task_command`: the spec is stdin's first line (the rest is the
+    lifeline of :func:`start_guard`); every failure becomes a ``failed`` result; exit status 0 or 1."""
     parser = argparse.ArgumentParser(prog="hyport task", description="One task in a fresh interpreter.")
     parser.add_argument("target", help="module:function, called with the spec")
     parser.add_argument("--result", required=True, help="where to write the result JSON")

@@ -1,8 +1,5 @@
-"""Stages are discovered from the notebooks folder: ``NN_name.ipynb``.
-
-A stage is a notebook plus the package of its name (``stage.py`` keeping
-:class:`StageContract`, ``params.py``, ``show.py`` with its optional hooks: :func:`stage_hook`);
-adding one edits no list elsewhere but the command registry, when the stage has a command.
+"""Stages are discovered from the notebooks folder (``NN_name.ipynb``), each a notebook plus
+the package of its name (CONTRIBUTING.md, "Adding a stage"), so adding one edits no list here.
 """
 
 from __future__ import annotations
@@ -24,16 +21,9 @@ _STAGE_RE = re.compile(r"^(\d{2})_([a-z0-9_]+)\.ipynb$")
 
 @runtime_checkable
 class StageContract(Protocol):
-    """What a stage's ``hyport_lib.<name>.stage`` module provides (as torchtune's recipes):
-    notebook, command and report call these and nothing else.
-
-    * ``RESULT``: the result's dataclass, written field by field (or through the module's
-      ``result_data(result)`` where the record holds more) and read back with ``from_mapping``.
-    * ``plan(params)``: every check, nothing written; raises on a bad parameter.
-    * ``run(plan, *, on_progress=None)``: stopped, it leaves what finished on the exception
-      (``exc.partial``).
-    * ``summarize(result)``: the command's exit status and the report's row come from it.
-    """
+    """What a stage's ``hyport_lib.<name>.stage`` module provides (as torchtune's recipes;
+    CONTRIBUTING.md, "Adding a stage"): notebook, command and report call these and nothing
+    else. A stopped ``run`` leaves what finished on the exception (``exc.partial``)."""
 
     STAGE: str  # "NN_name", the notebook's stem
     RESULT: type

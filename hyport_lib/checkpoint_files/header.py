@@ -1,11 +1,7 @@
-"""The safetensors file format, read from the header alone (:func:`read_header`).
+"""The safetensors file format (docs/weights.md), read from the header alone (:func:`read_header`).
 
-A safetensors file is a little-endian u64 length ``N``, ``N`` bytes of UTF-8 JSON
-(``{"__metadata__": {...}, name: {"dtype", "shape", "data_offsets": [begin, end)}}``), then
-the data buffer, offsets relative to byte ``8 + N``. The writer packs tensors back to back,
-so a valid file's tensors cover the buffer exactly once (docs/weights.md). Every defect is a
-finding; what these checks pass is also opened with ``safetensors.safe_open``, so a defect
-they do not know still shows, in safetensors' own words.
+Every defect is a finding; what these checks pass is also opened with
+``safetensors.safe_open``, so a defect they do not know still shows, in safetensors' own words.
 """
 
 from __future__ import annotations

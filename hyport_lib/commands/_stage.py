@@ -1,10 +1,7 @@
-"""The one stage command: its flags are the stage's ``Params``, its work the stage contract.
-
-``hyport env | attention | infer | train | verify``: one flag per ``Params`` field, plus
-``--json`` and ``--no-record``; then ``plan``, ``run`` (a progress bar on stderr), the
-record, and the exit status from ``summarize``: 0 PASS or WARN, 1 FAIL; 2 a bad parameter,
-a missing file, a device not usable here, a results folder that cannot be written (named
-before the stage runs); 130 stopped, the partial result shown and recorded.
+"""The one stage command (``hyport env | attention | infer | train | verify``): its flags are
+the stage's ``Params`` plus ``--json`` and ``--no-record``, its work the stage contract. Exit
+status: 0 on PASS or WARN, 1 on FAIL, 130 stopped (the partial result shown and recorded),
+2 for a usage error (:mod:`._cli`).
 """
 
 from __future__ import annotations
@@ -26,8 +23,7 @@ Reader = Callable[[Any], Any]
 
 
 class TerminalBar:
-    """A stage's ``on_progress``: one tqdm bar on stderr. ``total``, ``done``, ``postfix``
-    and ``phase`` read the stage's progress object; a new phase starts a new bar, labelled by it."""
+    """A stage's ``on_progress``: one tqdm bar on stderr; a new phase starts a new bar, labelled by it."""
 
     def __init__(self, desc: str, unit: str, *, total: Reader, done: Reader,
                  postfix: Optional[Reader] = None, phase: Optional[Reader] = None,
@@ -62,10 +58,7 @@ class TerminalBar:
 @dataclass(frozen=True)
 class StageCommand:
     """One stage's command line: what differs between stages is how the result reads on
-    a terminal (``text``, scrubbed when printed) and what the progress bar counts.
-    ``switches``: boolean parameters off unless given (``--reload``), where the notebook's
-    defaults are on; ``arguments``: the command's own flags, which ``adjust(plan, args)``
-    applies to the plan."""
+    a terminal (``text``, scrubbed when printed) and what the progress bar counts."""
 
     stage: str  # the stage's package ("inference")
     text: Callable[[Any], str]
@@ -76,8 +69,8 @@ class StageCommand:
     json_file: bool = False  # --json OUT: the JSON to a file, the text printed
     recording_optional: bool = True
     positional: Sequence[str] = ()  # parameters given as positional arguments (hyport verify PATH)
-    switches: Sequence[str] = ()
-    arguments: Callable[[argparse.ArgumentParser], None] = lambda parser: None
+    switches: Sequence[str] = ()  # booleans off unless given (--reload) where the notebook's are on
+    arguments: Callable[[argparse.ArgumentParser], None] = lambda parser: None  # own flags, for ``adjust``
     adjust: Callable[[Any, argparse.Namespace], Any] = lambda plan, args: plan
 
     @property

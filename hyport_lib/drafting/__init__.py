@@ -1,17 +1,11 @@
 """What a stage gives the report: its index card, its draft section, its figures.
 
-The report knows no stage by name: it calls these functions of the stage's ``show`` module
-where it defines them, each given ``record`` (``results/NN_name.json`` read as its
-``RESULT``, an odd record giving defaults, never an exception); a stage without them gets
-its recorded headline as a table. An exception in one is shown in place of its output.
-
-* ``glance(record) -> list[tuple[str, str]]``: the card's figures (values through
-  :func:`~hyport_lib.drafting.values.fmt_value`); ``glance_svg(record) -> str``: an SVG under them;
-* ``blog_values(record) -> dict``: what its templates show that is derived, not recorded;
-* ``blog_figures(record) -> dict[str, Callable[[], Optional[Figure]]]``: file name (unique
-  across stages) -> a function drawing a bare matplotlib ``Figure`` (None: nothing to draw);
-* ``blog_facts(record) -> dict``: run-wide facts (``device``, ``cards``), the first stage's kept;
-* ``blog_notes(record) -> list[str]``: notes that qualify its figures, among the caveats.
+The report knows no stage by name: it calls the functions of the stage's ``show`` module
+that CONTRIBUTING.md lists (``glance``, ``blog_values``, ``blog_figures``, ...), each given
+the record read as its ``RESULT`` (an odd record gives defaults, never an exception); an
+exception in one is shown in place of its output. The cards' values go through
+:func:`~hyport_lib.drafting.values.fmt_value`; figure file names are unique across stages
+(a drawing function may return None: nothing to draw); the first stage's ``blog_facts`` win.
 
 A stage's draft part is one Jinja template beside its ``show`` module, ``blog.md.j2``,
 imported by the frame (``report/templates/blog/blog.md.j2``) with its shared macros. It

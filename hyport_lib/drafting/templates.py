@@ -4,12 +4,9 @@ The drafts are Markdown: nothing is escaped (``autoescape`` off); recorded texts
 marked by the filters ``code``, ``quote``, ``recorded`` and ``fenced``, so that a reader
 tells the drafts' own sentences from what tools wrote. A value missing from an older
 record is Jinja's chainable ``Undefined`` (``r.data.scan.hits`` when ``scan`` is), which
-the filters show as ``—``. Templates are found by path under the ``hyport_lib`` package.
-
-One template serves every language (``jinja2.ext.i18n``): its text is English, and a
-language other than English reads it from the gettext catalogues ``blog.<lang>.po``
-beside the frame and each stage's template, merged into one (the same English says the
-same thing in every part of a draft).
+the filters show as ``—``. One template serves every language (``jinja2.ext.i18n``): the
+catalogues merge (:func:`translations`), so the same English says the same thing in every
+part of a draft.
 """
 
 from __future__ import annotations

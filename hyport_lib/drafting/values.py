@@ -1,12 +1,7 @@
 """Recorded values as the report shows them: the drafts' figures (:func:`num`) and the index
-cards' (:func:`fmt_value`). The tests re-derive each number of a draft with these rules:
-
-* an integer as recorded, with thousands separators from 10,000 on (``288,536``);
-* a float as recorded when that takes at most :data:`FLOAT_CHARS` characters, else to 4
-  significant digits below 1,000 and to one decimal with separators from 1,000 on
-  (``12,345.7``, never ``1.235e+04``);
-* a recorded text never cut short: cutting ``2048x2048`` could leave a number that was
-  never recorded.
+cards' (:func:`fmt_value`). The tests re-derive each number of a draft with these rules;
+a float is never shown as ``1.235e+04``, and a recorded text is never cut short (cutting
+``2048x2048`` could leave a number that was never recorded).
 """
 
 from __future__ import annotations
@@ -46,9 +41,7 @@ def is_number(value: Any) -> bool:
 
 
 def fmt_value(value: Any, digits: int = 4) -> str:
-    """On an index card or in the stages table: ``—`` when not recorded (never ``None``),
-    bools as yes / no, floats to ``digits`` significant digits below 1,000 and to one
-    decimal with separators from 1,000 on."""
+    """On an index card or in the stages table (``—`` when not recorded, never ``None``)."""
     if value is None:
         return MISSING
     if isinstance(value, bool):

@@ -386,13 +386,10 @@ def _add_helper_imports(header: str, helpers: set[str], relative: bool) -> str:
 
 
 def port_python(source: str, rel: str, *, relative: bool) -> FileResult:
-    """Port one Python file's text, segment by segment (:mod:`hyport_lib.port.segments`).
-
-    ``rel`` is the file's path in the tree (named in changes and spots); ``relative``:
-    import the generated module relatively (the file lives in a package or is remote code
-    whose siblings it imports with ``from .x import``). ``code`` is None when nothing changed;
-    UnparsableSource (naming the line) when the file does not parse.
-    """
+    """Port one Python file's text, segment by segment (:mod:`hyport_lib.port.segments`);
+    ``relative``: import the generated module relatively (the file lives in a package or is
+    remote code whose siblings it imports with ``from .x import``). ``code`` is None when
+    nothing changed; UnparsableSource (naming the line) when the file does not parse."""
     source_plan = plan(source)
     texts, changes, manual, helpers = [], [], set(), set()
     for segment in source_plan.segments:

@@ -1,12 +1,8 @@
 """The proof of a port runs the user's code (whatever it does at import): only when asked
 (``hyport port --proof``, stage 02's ``port_proof``, as ``trust_remote_code``), and never in
 hyport's process. Without consent :func:`proof_not_run` names the files it would import.
-
-:func:`prove_port_in_child` runs it in a fresh interpreter (``proof.prove_in_child``): its own
-process group (killed past the time limit, on Ctrl-C, when the parent dies), ``-B`` so SRC
-stays byte-identical, ``-P`` and an empty working folder so no user file shadows a module;
-the child records its result and its current step in files, so a child that dies without
-a result is a FAIL naming the step; all it prints or records is scrubbed of secrets.
+How the child runs: docs/porting.md, "The proof"; it records its current step in a file,
+so a child that dies without a result is a FAIL naming the step.
 """
 
 from __future__ import annotations
@@ -131,9 +127,9 @@ def prove_port_in_child(src: os.PathLike | str, dst: os.PathLike | str, *, dtype
                         timeout_s: float = DEFAULT_TIMEOUT_S,
                         timeout_setting: str = "--proof-timeout",
                         config_setting: str = "--proof-config") -> PortProof:
-    """:func:`~hyport_lib.proof.port.prove_port` in a child process (see the module docstring);
-    past ``timeout_s`` its process group is killed and the proof is a FAIL naming
-    ``timeout_setting``; a tiny model that cannot be built names ``config_setting``."""
+    """:func:`~hyport_lib.proof.port.prove_port` in a child process; past ``timeout_s`` its
+    process group is killed and the proof is a FAIL naming ``timeout_setting``; a tiny model
+    that cannot be built names ``config_setting``."""
     if not timeout_s > 0:
         raise ValueError(f"{timeout_setting}={timeout_s!r}: expected a number of seconds > 0")
     with tempfile.TemporaryDirectory(prefix="hyport-proof-") as scratch:

@@ -130,10 +130,8 @@ def plan(source: str) -> SourcePlan:
 
 
 def _guard_positions(source: str, statements: list[ast.stmt]) -> set[tuple[int, int]]:
-    """(line, column) of each ``.is_cuda`` attribute the scan calls an attention guard.
-
-    A guard is judged by its enclosing function and class, all within its top-level
-    statement: the statements are judged as a module of their own."""
+    """(line, column) of each ``.is_cuda`` attribute the scan calls an attention guard (judged
+    by its enclosing function and class, all within its top-level statement)."""
     if not statements:
         return set()
     tree = ast.Module(body=statements, type_ignores=[])

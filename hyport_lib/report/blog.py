@@ -1,12 +1,7 @@
 """Blog-post drafts of a run, ``blog.en.md`` (also as ``blog.md``) and ``blog.zh.md``, and
-their figures, ``<run>/figures/<name>.png``.
-
-Shaped as the seed's write-up of a bring-up: the porting problem, one section per stage,
-the sections stages add after theirs, caveats, the commands that reproduce the run. One
-frame template takes each stage's template, both in every language (:mod:`hyport_lib.drafting`).
-Every number is copied from the run's recorded files with its provenance; a partial run
-never makes the drafts raise. The drafts are rewritten after every stage: a figure is
-redrawn only when its stage's result file is newer.
+their figures, ``<run>/figures/<name>.png``, shaped as the seed's write-up of a bring-up
+(the templates: :mod:`hyport_lib.drafting`). Every number is copied from the run's recorded
+files with its provenance; a partial run never makes the drafts raise.
 """
 
 from __future__ import annotations

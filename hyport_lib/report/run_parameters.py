@@ -1,11 +1,7 @@
 """The parameters of a report run: a profile (YAML) and ``-p key=value``, checked once
-before anything runs.
-
-The namespace is the union of every stage's ``Params`` fields. :func:`resolve_parameters`
-types each value once; :func:`plan_requests` builds each selected stage's ``Params`` from
-those values without converting them again; :func:`check_before_running` makes each
-selected stage's ``plan`` from them, so a wrong value stops the run before anything is
-written, in the same words as the notebook and the command line.
+before anything runs. The namespace is the union of every stage's ``Params`` fields; each
+value is typed once, and each selected stage's ``plan`` is made from them, so a wrong value
+stops the run before anything is written, in the same words as the notebook and the command line.
 """
 
 from __future__ import annotations

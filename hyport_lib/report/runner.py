@@ -1,30 +1,10 @@
-"""Run the stage notebooks with papermill and assemble ``outputs/<run-id>/``.
+"""Run the stage notebooks with papermill and assemble ``outputs/<run-id>/`` (its files:
+README, "What a report contains"; what an interruption leaves: README, "Interruption, exactly").
 
-Layout of a run folder::
-
-    outputs/<run-id>/
-      index.html            summary table, parameters, versions (self-contained)
-      run.json              the same, machine-readable
-      report.html           index and every stage page in one offline file, to send
-      blog.md, blog.en.md, blog.zh.md   blog-post drafts (English twice, Chinese) from the results
-      figures/*.png         the drafts' figures, each drawn by its stage
-      notebooks/NN_x.ipynb  executed notebooks (secrets scrubbed)
-      html/NN_x.html        offline HTML of each
-      results/NN_x.json     what each notebook recorded (hyport_lib.results)
-      logs/NN_x.log         cell outputs streamed by papermill, and the kernel's messages
-
-Before anything runs, the parameters are checked (:mod:`~hyport_lib.report.run_parameters`)
-and runs killed earlier are cleaned. ``run.json`` and the index are written at the start
-(every stage ``PENDING``) and whenever a stage starts and ends, so any end of the run
-leaves a true picture. A failed stage keeps its files and the next stages run. A stop
-signal marks the stage ``INTERRUPTED`` and writes the files, which a second signal does
-not cut short. Whatever ends the run, the folder is left with neither ``.partial/`` nor
-``.runner.lock``.
-
-A SIGKILL leaves ``RUNNING`` in ``run.json`` and the notebook unscrubbed in ``.partial/``:
-the next run (or ``--clean``) removes them and the lock file, scrubs every text file of
-the run of the secret values set now, marks ``RUNNING`` as ``INTERRUPTED``, ``PENDING`` as
-``NOT RUN`` and the run ``killed``. Only a run proven dead is touched (:func:`runner_alive`).
+``run.json`` and the index are rewritten whenever a stage starts and ends, so any end of
+the run leaves a true picture; a second stop signal does not cut that write short. Whatever
+ends the run, the folder is left with neither ``.partial/`` nor ``.runner.lock``; a SIGKILL
+leaves them to the next run's :func:`clean_run`, once :func:`runner_alive` proves it dead.
 """
 
 from __future__ import annotations

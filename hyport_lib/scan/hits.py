@@ -57,15 +57,14 @@ def hit_at(rel: str, lines: list[str], line: int, col: int, category: str, sugge
 
 @dataclass
 class ScanReport:
-    """Everything one ``scan_path`` call found. ``root``: the path as given; ``unparsable``:
-    files that could not be parsed (also ``unparsable`` hits, and scanned line by line);
-    ``skipped``: names that are not regular files, never opened."""
+    """Everything one ``scan_path`` call found."""
 
-    root: str
+    root: str  # the path as given
     hits: list[Hit] = field(default_factory=list)
+    # files that could not be parsed (also ``unparsable`` hits), scanned line by line
     unparsable: list[tuple[str, str]] = field(default_factory=list)
     files_scanned: int = 0
-    skipped: list[tuple[str, str]] = field(default_factory=list)
+    skipped: list[tuple[str, str]] = field(default_factory=list)  # not regular files: never opened
     #: ``{"flash-attn": "==2.6.3 (requirements.txt:2)"}``: the flash-attn version the
     #: project pins, so the shim can serve that version's API (``unpad_input`` returns 4
     #: values before 2.7, 5 from 2.7 on).

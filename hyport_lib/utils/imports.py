@@ -105,11 +105,9 @@ FLASH_ATTN_RELEASES = ("1.0.9", "2.0.9", "2.1.2", "2.2.5", "2.3.6", "2.4.3", "2.
 
 def pinned_version(spec: str) -> Optional[str]:
     """The flash-attn version whose API code pinned by ``spec`` expects, or None when the
-    pin does not tell (it allows versions on both sides of 2.7, or none that exist).
-
+    pin does not tell (it allows versions on both sides of 2.7, or none that exist):
     ``"==2.6.3 (requirements.txt:2)"`` -> ``"2.6.3"``; ``"<2.7"`` -> ``"2.6.3"`` (the newest
-    release it allows); ``"~=2.6"`` -> None (2.6 and 2.7 both qualify).
-    """
+    release it allows); ``"~=2.6"`` -> None (2.6 and 2.7 both qualify)."""
     text = re.sub(r"\s*\(.*\)\s*$", "", str(spec or "")).strip()
     # ==X, ===X, conda's =X, and a local build tag (==2.6.3+cu122) pin X itself
     exact = re.fullmatch(r"(?:===?|=)\s*(\d+(?:\.\d+)*(?:\.post\d+)?)(?:\+[\w.]+)?", text)

@@ -354,17 +354,10 @@ class PrivateKeyLines:
 
 
 def scrub_secret_shapes(text: str) -> str:
-    """Redact secrets recognisable by how they are written, whatever the environment.
-
-    The value of every assignment to a secret name (:func:`is_secret_parameter`:
-    ``HF_TOKEN=...``, ``"api_key": "..."``, ``--password ...``, ``HUAWEICLOUD_SDK_AK=...``),
-    ``Bearer`` and ``Authorization`` credentials, tokens with a well-known prefix (``hf_``,
-    ``ghp_``, ``glpat-``, ``sk-``, ``AKIA`` ...), the password of ``curl -u`` and
-    ``sshpass -p``, PEM private key blocks (across lines read one by one:
-    :class:`PrivateKeyLines`) and URL credentials. Exception names (``KeyError: 'x'``),
-    settings (``TOKENIZERS_PARALLELISM=false``), the shell's ``PWD=/a/folder`` and numbers
-    given to names that count tokens or keys (``pad_token_id=0``) are left alone.
-    """
+    """Redact secrets recognisable by how they are written, whatever the environment (the
+    shapes are the patterns above; across lines read one by one: :class:`PrivateKeyLines`).
+    Exception names (``KeyError: 'x'``), settings (``TOKENIZERS_PARALLELISM=false``), the
+    shell's ``PWD=/a/folder`` and counts (``pad_token_id=0``) are left alone."""
     if "://" in text:
         text = redact_url_credentials(text)
     text = _redact_key_blocks(text)[0]

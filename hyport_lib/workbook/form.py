@@ -123,8 +123,7 @@ class FormField:
 
 
 def _control(f: Field, value: Any, presets: Optional[Sequence[str]] = None):
-    """Choices: a dropdown; a flag: a checkbox; a bounded number: a number box that keeps
-    what is typed; lists and dicts: YAML in a text area; text: a box, offering ``presets``."""
+    """The widget ``f``'s declaration asks for; text offers ``presets``."""
     import ipywidgets as widgets
 
     common = dict(description=f.name, tooltip=f.spec.doc,
@@ -180,10 +179,8 @@ def _path_note(f: Field, text: Any) -> str:
 class StageForm:
     """Built by :func:`stage_form`. "Run stage" checks every field and, when they hold,
     writes them back into ``namespace`` (the notebook's ``globals()``: cells run later see
-    what the form ran) and calls ``run``. The presets follow the form: a field of
-    :data:`ENTRY_OF` offers the entries of the ``dataset_info.json`` its other field names,
-    and a "models folder" box adds the checkpoints under it to every model field's presets.
-    """
+    what the form ran) and calls ``run``. The presets (:func:`stage_form`) follow the fields
+    they come from as these change."""
 
     def __init__(self, params_class: type, namespace: MutableMapping[str, Any], run: RunStage,
                  presets: Optional[Mapping[str, Sequence[str]]] = None, title: str = "",

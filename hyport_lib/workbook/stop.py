@@ -81,10 +81,7 @@ def run_stoppable(run: Callable[..., R], *args: Any, **kwargs: Any) -> R:
 
     Given an ``on_progress``, the interrupt is taken at the stage's next progress call (every
     second or so): raised anywhere else, it could land in code that swallows it (a display
-    being drawn) and the run would go on. A second interrupt before that call stops at once.
-    Once raised, further interrupts change nothing (a fresh one would cut the workers' grace
-    short and lose what finished); but a stage that reports running again had it swallowed,
-    and gets it again at that call.
+    being drawn) and the run would go on (the later interrupts: :func:`_deferring_interrupts`).
     """
     interactive = not os.environ.get(RUN_DIR_ENV)
     deferred = interactive and kwargs.get("on_progress") is not None \
