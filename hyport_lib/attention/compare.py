@@ -2,24 +2,13 @@
 :mod:`~hyport_lib.attention.cases` run through each of
 :mod:`~hyport_lib.attention.implementations`, compared with
 :func:`~hyport_lib.npu_attention.reference.attention_reference` of the very same
-low-precision inputs, and judged.
+low-precision inputs, and judged by the numerics policy of docs/npu_fusion_attention.md
+(rules in its order; the column ``rule`` says which decided).
 
-The numerics policy of docs/npu_fusion_attention.md (last section), flash-attn's own rule
-against float64 rather than a comparison of two runs (those are :mod:`hyport_lib.proof`'s).
-Verdict per row, in order (the column ``rule`` says which decided):
-
-1. non-finite values on rows that attend something -> FAIL;
-2. flash-attn's rule: ``max|out - ref| <= 2 * max|out_eager - ref| + atol`` -> FAIL when
-   broken. ``atol`` is the dtype's rounding noise at the output's magnitude: the larger
-   of flash-attn's own estimate (``2 * max|(ref + 0.3 - 0.3) - ref|`` in the case dtype)
-   and two units in the last place at ``max|ref|`` (:func:`ulp_atol`). Without the
-   second, a kernel one float32 ulp away from an exact eager result at ``|v| = 4`` failed
-   (seen on a GPU): an exact baseline leaves no room for the candidate's rounding;
-3. cosine similarity > 0.99 (msprobe) -> FAIL when not;
-4. rows that attend nothing must be 0 (flash-attn's rule, hyport's emulation) -> WARN.
-
-Relative errors divide by ``max(|ref|, 1e-6)``; near-zero reference values make the
-max relative error large, which is why it is reported and not used to decide.
+``atol`` is the larger of flash-attn's estimate and two units in the last place at
+``max|ref|`` (:func:`ulp_atol`). Without the second, a kernel one float32 ulp away from an
+exact eager result at ``|v| = 4`` failed (seen on a GPU): an exact baseline leaves no room
+for the candidate's rounding.
 """
 
 from __future__ import annotations
@@ -115,7 +104,7 @@ def compute_metrics(out: torch.Tensor, data: CaseData, eager_out: torch.Tensor,
 
 
 def decide(m: Metrics, baseline: bool = False) -> tuple[str, str]:
-    """(verdict, the rule that decided), in the order of the module docstring."""
+    """(verdict, the rule that decided), in the order of docs/npu_fusion_attention.md."""
     if not m.finite:
         return "FAIL", "non-finite output on rows that attend keys"
     if m.max_abs > m.bound:
@@ -143,8 +132,7 @@ class BackendInfo:
 
 @dataclass
 class ComparisonResult:
-    """Rows of one grid run (one per case and implementation) and the implementations; NPU
-    figures come from the emulation when no real NPU took part."""
+    """Rows of one grid run (one per case and implementation) and the implementations."""
 
     rows: list[dict]
     backends: list[BackendInfo]

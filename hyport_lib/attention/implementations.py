@@ -1,13 +1,6 @@
-"""The attention implementations stage 02 compares, and which of them this host has.
-
-- ``eager``: plain PyTorch attention in the case's dtype, the ``out_pt`` of flash-attn's
-  rule (as flash-attn's ``attention_ref(upcast=False, reorder_ops=True)``).
-- ``sdpa``: ``torch.nn.functional.scaled_dot_product_attention`` with a bool mask.
-- ``npu-emulated``: hyport's CPU emulation of ``npu_fusion_attention``, given the calls a
-  port writes by hand (:func:`nfa_mapping`); ``npu``: the same calls to the real
-  ``torch_npu`` on an NPU.
-- ``flash-api (<backend>)``: hyport's flash-attn drop-in (``FlashAttnAPI``).
-- ``flash_attn``: the real flash-attn package on a CUDA GPU, when installed.
+"""The attention implementations stage 02 compares, and which of them this host has
+(:func:`available_implementations`). ``npu-emulated`` and ``npu`` are given the calls a port
+writes by hand (:func:`nfa_mapping`); ``flash_attn`` is the real package, on CUDA only.
 """
 
 from __future__ import annotations
@@ -51,8 +44,8 @@ def device_label(device: str) -> str:
 
 
 def eager_attention(q, k, v, keep, scale):
-    """flash-attn's ``out_pt``: scale folded into q first, softmax in the dtype, fully masked
-    rows set to 0."""
+    """flash-attn's ``out_pt`` (its ``attention_ref(upcast=False, reorder_ops=True)``): scale
+    folded into q first, softmax in the dtype, fully masked rows set to 0."""
     groups = q.shape[1] // k.shape[1]
     k, v = repeat_kv(k, groups, 1), repeat_kv(v, groups, 1)
     scores = torch.matmul(q * scale, k.transpose(-1, -2))

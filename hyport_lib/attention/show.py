@@ -270,7 +270,6 @@ def show_summary(result: AttentionStageResult):
 
 # --------------------------------------------------------------------------- the report
 def glance(record: StageRecord[AttentionStageResult]) -> list[tuple[str, str]]:
-    """A case passes when every implementation passed it."""
     result = record.data
     frame = result.frame()
     passed, cases, worst = case_tally(frame)
@@ -344,9 +343,8 @@ def _cases_by_run(runs: list[RunRecord]) -> dict[str, dict[tuple, tuple[Any, str
 
 def compare(runs: list[RunRecord]) -> StageComparison:
     """The cases whose verdict is not the same in the runs that have the backend, with what
-    computed it in each run (an emulation run paired with an NPU run says which is which);
-    apart, the backends that not every run has (the NPU kernel in an NPU run beside a CPU
-    one): not a difference of verdicts, a backend the other run could not run."""
+    computed it in each run; apart, the backends that not every run has (the NPU kernel in an
+    NPU run beside a CPU one): not a difference of verdicts, a backend the other could not run."""
     import pandas as pd
 
     cases = _cases_by_run(runs)

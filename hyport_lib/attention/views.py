@@ -1,6 +1,5 @@
-"""Parts of stage 02 as the notebook and the report both tell them: the model check's
-behaviour, the port's proof, the index card's lines, and the tallies of the grid's rows (an
-older or half-written record gives what it holds)."""
+"""Parts of stage 02 as the notebook and the report both tell them (an older or half-written
+record gives what it holds)."""
 
 from __future__ import annotations
 
@@ -132,9 +131,8 @@ def case_tally(frame) -> tuple[int, int, Optional[dict]]:
 
 
 def backend_rows(frame, by=("backend",)) -> list[dict]:
-    """Per implementation (or per ``by`` columns), in the recorded order: where it ran, its
-    rows per verdict and the worst of them, its largest ``max_abs``, its worst ``max_abs /
-    bound`` and its least cosine."""
+    """Per implementation (or per ``by`` columns), in the recorded order: where it ran and its
+    rows' figures (a non-finite output counts as an infinite ``max_abs``)."""
     import pandas as pd
 
     frame = frame[frame["backend"].notna() & (frame["backend"] != "")]

@@ -10,16 +10,9 @@ is nvidia-smi's PCI order; set ``CUDA_DEVICE_ORDER=PCI_BUS_ID`` for the CUDA run
 agree). On Ascend a card is a chip: the unit ``ASCEND_RT_VISIBLE_DEVICES`` selects.
 
 The ``npu-smi info`` table changes between releases and products
-(``docs/ascend_field_notes.md``), so its parser reads cells between ``|`` instead of fixed
-columns, and a row's content says what it is:
-
-- 24.x (910B): ``| 0  910B3 | OK | 101.8 43 0 / 0 |`` then ``| 0 | 0000:C1:00.0 | 0  0 / 0  3318 / 65536 |``
-- 25.x and Atlas A3: the second header reads ``Chip  Phy-ID``, the second row holds the
-  chip and its physical id; A3 prints two chips per NPU, the second with power ``-``.
-- 310P: the header reads ``Chip  Device``; one ``used / total`` pair (device memory), no HBM.
-- newer releases add a ``Process id in container`` column (``NA`` outside a container);
-  the process name may be empty; an idle NPU prints ``No running processes found in NPU n``.
-- Ascend 950 (``NPU ID`` header): one cell per field, second row with empty cells.
+(``docs/ascend_field_notes.md``; a sample of each layout in ``tests/data/npu_smi/``: 24.x,
+25.x, Atlas A3, 310P, Ascend 950, a container's pid column), so its parser reads cells
+between ``|`` instead of fixed columns, and a row's content says what it is.
 """
 
 from __future__ import annotations
@@ -62,7 +55,6 @@ class DeviceProcess:
 class DeviceInfo:
     """One card (on Ascend: one chip, the unit a visible-devices index selects)."""
 
-    #: The visible-devices index: the chip's position in ``npu-smi info`` (or ``nvidia-smi``) order.
     index: int
     npu_id: Optional[int]  # the NPU number npu-smi prints (GPU index on CUDA); None on CPU
     chip_id: Optional[int]  # within the NPU: 0, or 0/1 on Atlas A3 and 310P Duo

@@ -65,7 +65,6 @@ def inherited_card_ids(var: str, value: str) -> list[int]:
 
 
 def visible_devices_owner(var_name: str) -> str:
-    """The backend kind that reads ``var_name``."""
     return "npu" if _is_ascend_var(var_name) else "cuda"
 
 

@@ -1,15 +1,8 @@
 """Is this an Ascend container started with everything its jobs need? Device nodes, driver
-mounts and /dev/shm, judged against the ``docker run`` line of Huawei's cloud manuals
-(``docs/containers.md``). A missing node or mount shows up much later as an opaque
-torch_npu or HCCL error; here each is named with the one flag that adds it. Every path is
+mounts and /dev/shm, judged against the ``docker run`` line of Huawei's cloud manuals;
+``docs/containers.md`` says what is checked, which cards are needed, and why. Every path is
 read under a ``root`` (``/``: this machine), so a copy of a host's folders can be judged
 offline; under any other root (where nodes cannot be made) any file stands for a node.
-
-The card nodes needed are read from the Ascend Docker Runtime's variables as the runtime
-reads them, the npu-smi listing, ``num_cards`` and the nodes present (``docs/containers.md``,
-"Which cards", names the variables' meaning and sources). Without a variable or a listing,
-a container's cards are the nodes present: ``docker run --device=/dev/davinci4`` gives a
-one-card container whose card is 4, not 0.
 """
 
 from __future__ import annotations
@@ -194,8 +187,6 @@ def _judge_items(name: str, root: Path, items: list[Item], where: str, missing: 
 
 
 def _mount_items(root: Path) -> list[Item]:
-    """The mounts to judge: the driver's lib64 and version.info only when the driver folder
-    itself is in place (a missing or empty folder is one gap, not three)."""
     driver_ok = locate(root, DRIVER)[1] is None
     return [i for i in MOUNTS if driver_ok or i not in (DRIVER_LIB64, DRIVER_VERSION)]
 
@@ -296,11 +287,9 @@ def parse_card_list(value: str) -> list[int]:
 def needed_cards(num_cards: Optional[int], environ: Mapping[str, str],
                  listed: Optional[list[int]] = None,
                  present: Optional[list[int]] = None) -> CardNeed:
-    """The cards seen are ASCEND_VISIBLE_DEVICES's (the runtime mounts those numbers), else
-    the listing's, else the nodes present; ASCEND_RT_VISIBLE_DEVICES picks positions among
-    them; ``num_cards`` keeps the first ones, and asks for more than are seen as ``short``.
-    Without ``listed`` (npu-smi's card numbers) and ``present`` (the card nodes in the
-    container), ``0..num_cards-1`` and positions stand for the numbers, as on a bare host."""
+    """The card nodes needed, as docs/containers.md ("Which cards") reads them. Without
+    ``listed`` (npu-smi's card numbers) and ``present`` (the card nodes in the container),
+    ``0..num_cards-1`` and positions stand for the numbers, as on a bare host."""
     virtual = "VIRTUAL" in environ.get("ASCEND_RUNTIME_OPTIONS", "").upper()
     host_cards, notes, problem, no_npu = None, [], None, None
     host_var = environ.get("ASCEND_VISIBLE_DEVICES")

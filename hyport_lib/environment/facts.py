@@ -1,7 +1,5 @@
-"""The host's facts, collected without judging them: versions, OS / CPU / RAM /
-``/dev/shm``, the torch build, CANN, the driver's and firmware's version files, whether it
-is a container, relevant environment variables (at least what ``accelerate env``,
-``transformers env``, ``ds_report`` and vllm-ascend's ``collect_env`` print). Cheap on
+"""The host's facts, collected without judging them: at least what ``accelerate env``,
+``transformers env``, ``ds_report`` and vllm-ascend's ``collect_env`` print. Cheap on
 purpose: DeepSpeed is found by metadata, never imported.
 """
 
@@ -217,7 +215,6 @@ def container_evidence(root: Path, refused: Optional[list[str]] = None) -> Optio
     word = next((w for w in CGROUP_WORDS if w in (cgroup or "")), None)
     if word:
         return f"/proc/1/cgroup names {word}"
-    # cgroup v2 shows ``0::/`` inside a container; its root is then an overlay mount
     return "/ is an overlay mount (/proc/1/mountinfo)" if _root_is_overlay(root, refused) else None
 
 

@@ -1,7 +1,6 @@
-"""An :class:`EnvironmentReport` in a notebook (:func:`show_environment`: static HTML the
-report keeps; :func:`environment_widget`: a re-probe button for JupyterLab), its tables as
-pandas DataFrames, and what the report asks of the stage (:func:`glance`,
-:func:`blog_facts`; its draft section is ``blog.md.j2`` beside this module).
+"""An :class:`EnvironmentReport` in a notebook and in the report (its draft section is
+``blog.md.j2`` beside this module): static HTML the report keeps, and a re-probe button for
+JupyterLab (:func:`environment_widget`), which the report strips.
 """
 
 from __future__ import annotations

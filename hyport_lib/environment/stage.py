@@ -1,5 +1,4 @@
-"""Stage 01: the environment check, for the notebook and ``hyport env``: its report
-(:class:`EnvironmentReport`), the stage contract and the report as text. Cheap on purpose:
+"""Stage 01: the environment check, for the notebook and ``hyport env``. Cheap on purpose:
 well under 3 s on CPU."""
 
 from __future__ import annotations
@@ -93,8 +92,6 @@ class Step:
 
 
 def plan(params: Params) -> Plan:
-    """Never refuses a device: a kind that is not usable here is collected on the CPU and
-    named by the ``backend`` check."""
     try:
         return Plan(params, get_backend(params.device, params.num_cards))
     except RuntimeError as exc:

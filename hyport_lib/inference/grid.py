@@ -1,6 +1,5 @@
 """The N-card inference grid (:func:`run_grid`), one fresh worker process per card, and its
-result: one row per card (:data:`COLUMNS`; a live grid's unfinished rows say ``running``)
-and the cross-card comparison.
+result: one row per card and the cross-card comparison.
 
 Fork + exec, never a bare fork: accelerate refuses a process forked after the device was
 initialised ("Cannot re-initialize NPU in forked subprocess"). Each worker is pinned to its
@@ -387,7 +386,6 @@ def run_grid(plan: InferencePlan, *, on_progress: Optional[Callable[[GridProgres
             provenance=Provenance(device=backend.kind), plan=card_plan,
             config=InferenceConfig.from_dict(scrub_obj(inference, secrets_env)),
             attention=plan.attention, notes=list(plan.notes),  # scrubbed by the plan, which the notebook prints
-            # Full texts, not previews: what each card said, for the report.
             outputs={str(c): CardOutputs(out.get("single_output"), out.get("batch_outputs"))
                      for c, out in outcomes.items() if out},
             diagnoses={str(c): Triage.from_dict(raws[c]["diagnosis"]) for c in order

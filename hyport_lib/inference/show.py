@@ -1,7 +1,6 @@
-"""The inference grid in notebooks (table, consistency line, log tails), its record in the
-report (the draft section is ``blog.md.j2`` beside this module) and the comparison of runs.
-A widget (the card picker) always has a static twin (:func:`show_log_tails`): the report's
-HTML strips widgets.
+"""The inference grid in notebooks, its record in the report (the draft section is
+``blog.md.j2`` beside this module) and the comparison of runs. A widget (the card picker)
+always has a static twin (:func:`show_log_tails`): the report's HTML strips widgets.
 """
 
 from __future__ import annotations
@@ -233,9 +232,8 @@ def blog_values(record: StageRecord[GridResult]) -> dict:
 
 # --------------------------------------------------------------------------- compare
 def compare(runs: list[RunRecord]) -> StageComparison:
-    """Each card per run: its status, whether it agrees with its run's reference answer, its
-    tokens/s; and whether the cards answered the same across runs. Beside the other stages'
-    throughput: the median of the finished cards' tokens/s."""
+    """Each card per run, and whether the cards answered the same across runs; beside the other
+    stages' throughput, the median of the finished cards' tokens/s."""
     per_run = {r.run.id: _cards(r.record.data.frame) for r in runs}
     ids = list(per_run)
     columns = ["card", *[f"{i} {what}" for i in ids for what in ("status", "agrees", "tokens/s")], "same output"]

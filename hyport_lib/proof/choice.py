@@ -1,9 +1,6 @@
 """Which attention the workers of stage 03 (the grid) and 04 (training) run, decided before
-any worker starts. A swap first proves itself (:func:`~hyport_lib.proof.swap.prove_swap`)
-on batches the stage makes as its workers will; one that does not pass keeps eager, and the
-plan says why, or refuses packing (which needs hyport's attention to keep packed samples
-apart): never workers running an attention that computes something else, nor a launch that
-dies at step 1.
+any worker starts: a swap that does not prove itself keeps eager or refuses packing, never a
+launch that dies at step 1 (docs/attention_swap.md, "The proof before launch").
 """
 
 from __future__ import annotations
@@ -99,8 +96,7 @@ def choose_attention(asked: str, device_kind: str, runner: Runner, model_path: s
     try:
         proofs = []
         for label, batch, samples in batches(folder):
-            # The plan never touches a card: on an NPU host the proof runs hyport's CPU
-            # emulation of npu_fusion_attention, the mapping the fused kernel gets.
+            # The plan never touches a card: an NPU host proves hyport's CPU emulation.
             proof = prove_swap(folder, batch, backend="sdpa" if backend == "sdpa" else "npu-emulated",
                                trust_remote_code=trust_remote_code, seed=seed, samples=samples,
                                decode_steps=runner.decode_steps)

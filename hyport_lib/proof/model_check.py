@@ -1,7 +1,5 @@
-"""Stage 02's model check: the user's checkpoint, loaded once, run with eager attention and
-then switched to hyport's (:func:`~hyport_lib.proof.swap.switch_attention`), on a
-left-padded batch and on the packed row training sees; logits are compared on real tokens
-(:mod:`.tolerance`) and greedy generation must give the same tokens.
+"""Stage 02's model check: the user's checkpoint, eager then switched to hyport's attention
+(docs/attention_swap.md, "Stage 02 sees what training sees").
 
 Behaviour too, on pretrained weights only: their logits are peaked, so the same greedy
 answers and the same perplexity of a fixed text say that the swapped model *behaves* as the
@@ -66,8 +64,7 @@ class PairResult:
 
 @dataclass
 class Behaviour:
-    """Greedy answers and perplexity, eager vs the swap; on random weights only ``why`` it
-    is not meaningful (see the module docstring)."""
+    """Greedy answers and perplexity, eager vs the swap (on random weights only ``why`` not)."""
 
     meaningful: bool
     why: str = ""
@@ -122,8 +119,7 @@ class ModelComparison:
     model_class: str = ""  # the class that was loaded (a remote one shows its module)
     model_kind: str = ""  # image-text-to-text or text-only
     batch: str = ""  # what the compared batch holds (and which image parts do not apply)
-    # The packed row training sees: two samples packed into one row (restarting positions,
-    # cumulative lengths), the first longer than the model's smallest sliding window.
+    # The packed row training sees (:func:`_packed_row`).
     packed_tokens: Optional[int] = None
     packed_max_abs_logits: Optional[float] = None
     sliding_window: Optional[int] = None
@@ -182,13 +178,10 @@ def _quiet_loading():
 
 @contextlib.contextmanager
 def _remote_code_shim(trust_remote_code: bool, backend: str, version: Optional[str]):
-    """With remote code on, the flash_attn shim is in place while the model code is
-    imported and run (as a user porting that model would have it); yields the shim's
-    FlashAttnAPI (None: remote code off, or a real flash_attn present).
-
-    transformers keeps remote model modules in ``sys.modules``: one imported under an
-    earlier shim still holds that shim's functions (its call counter, its version's
-    ``unpad_input``). They are dropped first, so the model code imports this shim."""
+    """With remote code on, the flash_attn shim serves the model code (as a user porting that
+    model would have it); yields its FlashAttnAPI (None: remote code off, or a real flash_attn).
+    Remote modules that transformers kept in ``sys.modules`` from an earlier shim (its call
+    counter, its version's ``unpad_input``) are dropped first, so the code imports this one."""
     if not trust_remote_code:
         yield None
         return

@@ -1,13 +1,5 @@
-"""The proof of a port: the original code and the ported code, same tiny model, same inputs.
-
-* **Reference**: the original tree on hyport's ``flash_attn`` shim (SDPA); where its flash
-  path cannot run on this host (``assert q.is_cuda`` on a CPU) its own non-flash path, said so.
-* **Port**: the ported tree with ``flash_attn`` unimportable, its generated module on the
-  NPU path (``torch_npu.npu_fusion_attention``; off an NPU hyport's CPU emulation, labelled).
-* **Verdict** per case: outputs within the dtype's tolerance and cosine floor
-  (:mod:`.tolerance`), greedy tokens identical, and at least one NPU attention call per
-  forward (a port whose attention never runs proves nothing: FAIL); then the generated
-  module's functions on their own (:func:`check_functions`).
+"""The proof of a port: the original code and the ported code, same tiny model, same inputs
+(docs/porting.md, "The proof": what each side runs and what decides the verdict).
 
 This runs the user's code in the calling process: callers run it in a child, only when
 asked (:mod:`hyport_lib.port.proof_run`).
@@ -72,8 +64,7 @@ def _where(exc: BaseException, roots: dict[str, Path]) -> str:
 
 
 def _nfa_source(device: torch.device) -> tuple[Optional[object], str, bool]:
-    """(what the generated module calls, None: its own torch_npu import; what it is;
-    emulated)."""
+    """(what the generated module calls, None: its own torch_npu import; label; emulated)."""
     torch_npu, _ = import_torch_npu()
     if torch_npu is not None and device.type == "npu":
         return None, f"torch_npu.npu_fusion_attention on {device}", False
@@ -211,7 +202,6 @@ def _reference(run: _Run, proof: PortProof) -> _Reference:
 
 
 def _prove_port_side(run: _Run, proof: PortProof, ref: _Reference, expects_attention: bool) -> PortProof:
-    """Run with flash_attn unimportable."""
     run.on_phase(IMPORT_PORTED)
     try:
         ported = port_model.load_tree(run.dst, "ported", run.only)

@@ -1,6 +1,5 @@
-"""A tree of model code as a tiny random-weight model: load, pick, shrink, build, feed.
+"""A tree of model code as a tiny random-weight model, the same from the original and the port.
 
-The proof builds the same model from the original and the ported code, its config shrunk.
 Weights come from a generator seeded per parameter name, so both builds are identical
 without trusting ``_init_weights`` (remote code's often references a bigger file's classes).
 """
@@ -147,7 +146,6 @@ def without_flash(kwargs: dict) -> dict:
 
 
 def build(modules, choice: ModelChoice, config_kwargs: dict, dtype, device, seed: int):
-    """The tiny model with seeded weights, in eval mode."""
     try:  # transformers 5
         from transformers.initialization import no_init_weights
     except ImportError:  # transformers 4

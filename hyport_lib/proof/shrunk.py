@@ -19,12 +19,8 @@ _EXPERTS_PER_TOKEN = ("num_experts_per_tok", "moe_topk", "top_k")
 
 
 def shrunk_config(config, keep: int = KEEP_LAYERS, slim: bool = False) -> tuple[Any, str]:
-    """A copy of ``config`` with its decoder cut to a few layers; and what was kept, in words.
-
-    Every layer kind (``layer_types``) and a cross-attention VLM's first cross-attention
-    layer stay; per-layer lists are cut with the layers; layers reusing an earlier layer's
-    keys and values (``num_kv_shared_layers``) are not kept. ``slim``: MLPs and experts too.
-    """
+    """A copy of ``config`` with its decoder cut to a few layers (``slim``: MLPs and experts
+    too), and what was kept, in words; what stays: docs/attention_swap.md, "The proof before launch"."""
     config = copy.deepcopy(config)
     text = getattr(config, "text_config", None) or config
     total = getattr(text, "num_hidden_layers", None)

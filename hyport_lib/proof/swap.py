@@ -1,9 +1,6 @@
-"""The swap proves itself on the user's model before any worker starts (:func:`prove_swap`):
-the first batch the workers will see, forward and backward (and cached decoding, for
-inference) through the model shrunk from its own config, eager then hyport's attention on
-the same weights. On the CPU in float32 (an NPU host proves hyport's CPU emulation of
-``npu_fusion_attention``): the planning process never touches a card, so workers start on
-clean devices. A raise in the swapped model is a failed proof with that line as its reason.
+"""The swap proves itself on the user's model before any worker starts (:func:`prove_swap`;
+docs/attention_swap.md, "The proof before launch"). On the CPU in float32, also on an NPU
+host: the planning process never touches a card, so workers start on clean devices.
 """
 
 from __future__ import annotations
@@ -38,7 +35,6 @@ PROOF_VERSION = 3
 #: New tokens decoded by an inference proof: the prefill's logits, then DECODE_STEPS - 1
 #: cached decoding steps.
 DECODE_STEPS = 4
-#: The batch's keys that hold token ids.
 _ID_KEYS = ("input_ids", "labels")
 #: hyport's code a proof depends on (the swap's whole package): a change to any proves again.
 _OWN_SOURCES = (Path(__file__), Path(shrunk.__file__), Path(tolerance.__file__),
@@ -96,9 +92,7 @@ class AttentionProof:
 
 def _cache_key(model_path: str, config_dict: dict, batch: Mapping, backend: str, name: str,
                extra: Mapping) -> str:
-    """What decides a proof: the model (its config, its path, its own code files), the
-    batch's tensors, the backend, the seed and shrink, and the code that proves (torch,
-    transformers, and hyport's attention and proof modules, by their source)."""
+    """What decides a proof, hyport's own proving code included: a change to any proves again."""
     import torch
 
     digest = hashlib.sha256()
@@ -127,11 +121,10 @@ def prove_swap(model_path: str, batch: Mapping, *, backend: str, trust_remote_co
                seed: int = 0, use_cache: bool = True,
                samples: Optional[Sequence[Sequence[Mapping]]] = None, decode_steps: int = 0) -> AttentionProof:
     """``backend``: ``sdpa`` or ``npu-emulated``; a model declaring ``_supports_sdpa = False``
-    is REFUSED. ``samples``: for a packed ``batch``, each row's samples collated alone; eager
-    runs them one by one, so the reference is "each sample trained alone" whatever the
-    model's mask code makes of packed positions. ``decode_steps``: also compare this many
-    greedy tokens decoded with the KV cache (``batch`` is then a left-padded prompt batch;
-    without ``labels``, each real token's next one is its label)."""
+    is REFUSED. ``samples``: for a packed ``batch``, each row's samples collated alone (eager's
+    reference runs them one by one). ``decode_steps``: also compare this many greedy tokens
+    decoded with the KV cache (``batch`` is then a left-padded prompt batch; without
+    ``labels``, each real token's next one is its label)."""
     from transformers import AutoConfig
 
     started = time.perf_counter()
@@ -248,10 +241,9 @@ def _with_compact_vocabulary(config, inputs: dict, per_sample):
 
 def switch_attention(model, name: str, rebuild: Callable[[], object]):
     """``model``'s weights under attention ``name``: the same model switched where
-    transformers can switch it (one model in memory), else ``rebuild()`` (the model built
-    again with ``name``) given the same weights: models whose code transformers cannot tell
-    follows its AttentionInterface, remote code among them. The caller checks that the
-    model it gets runs ``name``."""
+    transformers can switch it (one model in memory), else ``rebuild()`` given the same weights
+    (code transformers cannot tell follows its AttentionInterface, remote code among them).
+    The caller checks that the model it gets runs ``name``."""
     model.set_attn_implementation(name)
     if model.config._attn_implementation == name:
         return model
@@ -365,7 +357,6 @@ def decode_logits(model, inputs: dict, steps: int) -> list:
     kwargs = {k: v for k, v in inputs.items() if k not in ("labels", "use_cache")}
     ends = model.generation_config.eos_token_id
     ends = set(ends if isinstance(ends, (list, tuple)) else [ends]) - {None}
-    # Decoding must not stop: the last prompt token that ends no sequence, row by row.
     forced = [next((t for t in reversed(row) if t not in ends), row[-1]) for row in kwargs["input_ids"].tolist()]
     with torch.no_grad():  # output_logits: the raw logits, before forcing the token
         out = model.generate(**kwargs, max_new_tokens=steps, do_sample=False, use_cache=True,

@@ -1,8 +1,8 @@
-"""The one tolerance table of hyport's proofs, and the one comparison of two runs' tensors.
+"""The one tolerance table of hyport's proofs, and the one comparison of two runs' tensors
+(eager and a swap, the original code and its port), judged by the dtype they ran in.
 
-Every proof that runs a model two ways (eager and a swap, the original code and its port)
-judges what it compares here, by the dtype it ran in. A NaN or an Inf on either side fails,
-whatever the figures: ``max_abs`` is then infinite, never a NaN that every ``>`` lets pass.
+A NaN or an Inf on either side fails, whatever the figures: ``max_abs`` is then infinite,
+never a NaN that every ``>`` lets pass.
 Stage 02's kernel grid keeps its own rule (flash-attn's, against float64:
 docs/npu_fusion_attention.md), which is not a comparison of two runs.
 """

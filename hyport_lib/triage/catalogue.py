@@ -1,12 +1,9 @@
-"""The failures hyport recognises in NPU job logs: what each looks like, means and needs.
-
-Each entry was written from real logs users posted in public issue threads of torch_npu,
-vLLM Ascend and LLaMA-Factory (vendored in ``tests/data/npu_logs/``, see ``SOURCES.md``);
-``hyport_attention_refused`` from hyport's own runs (``tests/data/hyport_logs/``).
+"""The failures hyport recognises in NPU job logs: what each looks like, means and needs
+(``docs/triage.md`` holds the table and the real logs each entry was written from).
 
 A line belongs to the first entry in :data:`CATALOGUE` order that matches, so a specific
 entry comes before a broader one. Patterns quote the phrases CANN, HCCL and torch_npu print,
-never a bare error code or a word ordinary log noise holds. The table is in ``docs/triage.md``.
+never a bare error code or a word ordinary log noise holds.
 """
 
 from __future__ import annotations
@@ -32,9 +29,7 @@ class KnownFailure:
     action: str
     sources: tuple[str, ...]  # the vendored logs the entry was built from
     severity: str = ERROR
-    #: This failure usually follows another one (a rank waiting in a collective times out
-    #: because a peer died first): a triage lists it after the causes, so that its summary
-    #: names the cause.
+    #: This failure usually follows another one (docs/triage.md): listed after the causes.
     consequence: bool = False
     compiled: tuple[tuple[str, re.Pattern], ...] = field(init=False, repr=False, compare=False)
 
@@ -101,24 +96,13 @@ def needle(pattern: str) -> str:
 
 
 CATALOGUE: tuple[KnownFailure, ...] = (
-    # First: a line that names hyport's own refusal is that refusal, whatever else it
-    # quotes, and it is a cause; the HCCL or gloo timeouts of the ranks that waited for the
-    # refusing one are its consequences (listed after it, see ``consequence``).
+    # First, a cause; what each pattern takes and leaves: docs/triage.md, on
+    # ``hyport_attention_refused``. ``: `` after a class name: its ``raise`` line or an
+    # import is not the failure; [\w-]{1,32}: a bounded backend name.
     KnownFailure("hyport_attention_refused", "hyport attention refused an argument or feature",
         patterns=(
-            # The exception's class, as a traceback's last line prints it (qualified:
-            # ``hyport_lib.npu_attention.hf_integration.UnsupportedAttentionArgument: ...``,
-            # also behind torchrun's ``[default0]:[rank0]:`` and indented in its
-            # ChildFailedError summary) and as torchrun's error.json quotes it (the bare
-            # class name). ``: `` after the name: a traceback's source line
-            # (``raise FlashAttnUnsupported(``) or an import is not the failure.
             r"\bUnsupportedAttentionArgument: ",
             r"\bFlashAttnUnsupported: ",
-            # hyport's attention messages under any other exception (a wrapper re-raising
-            # it): "<Name>: hyport attention: ..." or "... (npu): ...". Not a ValueError:
-            # hyport raises those for malformed q/k/v (a head count that does not divide),
-            # a bug to read, not a refusal; nor an INFO line or a quoted source line, which
-            # have no "<Name>: " right before the prefix. [\w-]{1,32}: a bounded backend name.
             r"\b(?!ValueError\b)\w+: hyport attention(?: \([\w-]{1,32}\))?: ",
         ),
         meaning=("The rank stopped in hyport's own attention, not on the NPU: the model asked "

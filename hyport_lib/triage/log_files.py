@@ -1,9 +1,7 @@
-"""The log files a triage reads: which (:func:`find_logs`, :func:`cann_logs`), which part
-of each fits its byte budget (:func:`plan_reading`), and their lines (:func:`read_lines`),
-as ``docs/triage.md`` ("Finding the logs") describes. A line longer than twice
-:data:`MAX_READ_BYTES` keeps its start and end, the middle read past, never held; each side
-drops the word the cut went through, so no piece of a token is shown where no redaction
-can recognise it.
+"""The log files a triage reads, and which part of each fits its byte budget, as
+``docs/triage.md`` ("Finding the logs") describes. A line longer than twice
+:data:`MAX_READ_BYTES` keeps its start and end, the middle read past, never held
+(:func:`_cut_line`: no piece of a token is shown where no redaction can recognise it).
 """
 
 from __future__ import annotations
@@ -276,7 +274,6 @@ def read_lines(path: Path, start: int = 0, limit: Optional[int] = None,
                 number += 1
                 yield number, _decode(head).rstrip("\r\n")
                 continue
-            # Longer than one read: keep the start and, of the rest, its last read.
             rest, whole, ended = bytearray(), True, False
             while not ended:
                 if _passed(deadline):

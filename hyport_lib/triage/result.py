@@ -1,6 +1,5 @@
-"""What a triage found (findings, error lines no entry explains, the files read), stored in
-the stages' JSON results, and how it reads: a table, Markdown for the report, plain text for
-a terminal. Only drawing here: what was found is computed in :mod:`.scan`."""
+"""What a triage found, stored in the stages' JSON results, and how it reads: a table,
+Markdown for the report, plain text for a terminal (what was found is computed in :mod:`.scan`)."""
 
 from __future__ import annotations
 

@@ -30,9 +30,8 @@ MAX_SECONDS = 120.0
 #: Written around the letter E so that a line is searched quickly (a plog has millions).
 ERROR_LINE = re.compile(r"E(?:rror\b|RROR\b|RR\d{5}\b|(?<=\bE)[A-Z0-9]\d{4}\b)"
                         r"|Traceback \(most recent call last\)")
-#: The first level tag of a line: a logger's, a Python warning's class or an exception's
-#: name. A line whose first tag is a warning or information is no error line, whatever it
-#: goes on to quote.
+#: The first level tag of a line (:func:`is_error_line`): a logger's, a Python warning's
+#: class or an exception's name.
 _LEVEL_TAG = re.compile(
     r"\[(?P<bracket>[WIDEF]|WARNING|WARN|INFO|DEBUG|EVENT|TRACE|ERROR|FATAL|CRITICAL)[\s\]]"
     r"|\b(?P<word>WARNING|WARN|INFO|DEBUG|EVENT|TRACE|NOTICE|ERROR|FATAL|CRITICAL)\b"
@@ -55,9 +54,7 @@ Since = Union[None, float, int, datetime]
 
 #: Error lines that only frame another error and name no cause of their own: a traceback's
 #: first line, and what torch_npu prints around any failing ACL or HCCL call (``ERR00100 PTA
-#: call acl api failed``, ``ERR02200 DIST call hccl api failed``, ``OPS function error:
-#: HcclAllreduce, error code is 6``, ``HCCL function error: HcclGetRootInfo(&hcclID), error
-#: code is 9``, ``The Inner error is reported as above``).
+#: call acl api failed``, ``HCCL function error: HcclGetRootInfo(&hcclID), error code is 9``).
 _FRAME_LINE = re.compile(r"Traceback \(most recent call last\)|\bcall (?:acl|hccl) api failed\b"
                          r"|(?:OPS|HCCL) function error: Hccl\w*(?:\([^)]*\))?, error code is \d+"
                          r"|The Inner error is reported as above")
@@ -185,10 +182,7 @@ class _Collector:
                 before.append(text)
         except DeadlinePassed as stop:
             stopped = stop.line
-        # A known error explains the file's other error lines; a warning (a CPU fallback)
-        # explains none. A consequence (an HCCL timeout) explains only the lines that frame
-        # an error: in a log holding every rank's output, an exception beside the timeout
-        # is likely the real failure the other ranks waited for.
+        # Which error lines a finding explains: docs/triage.md, "What counts as an error line".
         errors = [self.findings[key] for key in in_file if self.findings[key].severity == ERROR]
         if any(not finding.consequence for finding in errors):
             return stopped
