@@ -23,11 +23,10 @@ import torch
 from hyport_lib.attention.cases import AttentionCase, CaseData, build_grid, make_case_data
 from hyport_lib.attention.implementations import Implementation, available_implementations, eager_attention
 from hyport_lib.attention.params import DTYPES
-from hyport_lib.proof.tolerance import OUTPUTS, compare
+from hyport_lib.proof.tolerance import KERNEL_COSINE, OUTPUTS, TOLERANCE, compare
 from hyport_lib.results import Provenance
 
 REL_FLOOR = 1e-6
-COSINE_MIN = 0.99
 #: The metric columns of a comparison row (blank when a backend raised).
 METRIC_COLUMNS = ("max_abs", "rmse", "max_rel", "rel_gt_1e-3", "rel_gt_5e-3", "cosine")
 #: The columns every reader of the rows relies on (an older record's rows may lack some).
@@ -49,6 +48,7 @@ class Metrics:
     finite: bool
     empty_rows: int
     empty_rows_out: str  # "0", "NaN" or "nonzero" (what the backend left there), "-" if none
+    cosine_floor: float = TOLERANCE["float32"][KERNEL_COSINE]  # of the case's dtype
 
     def row(self) -> dict:
         return {"max_abs": self.max_abs, "eager_max_abs": self.eager_max_abs,
@@ -100,7 +100,8 @@ def compute_metrics(out: torch.Tensor, data: CaseData, eager_out: torch.Tensor,
         rel_gt_1e3=float((rel > 1e-3).sum()) / n, rel_gt_5e3=float((rel > 5e-3).sum()) / n,
         rmse=float(err.pow(2).mean().sqrt()) if err.numel() else 0.0, finite=judged.finite,
         empty_rows=int(data.empty_rows.sum()),
-        empty_rows_out=_empty_rows_out(out[data.empty_rows.expand(out.shape[:3])]))
+        empty_rows_out=_empty_rows_out(out[data.empty_rows.expand(out.shape[:3])]),
+        cosine_floor=TOLERANCE[str(dtype).removeprefix("torch.")][KERNEL_COSINE])
 
 
 def decide(m: Metrics, baseline: bool = False) -> tuple[str, str]:
@@ -110,14 +111,14 @@ def decide(m: Metrics, baseline: bool = False) -> tuple[str, str]:
     if m.max_abs > m.bound:
         return "FAIL", (f"flash-attn rule: max err {m.max_abs:.2e} > 2×eager "
                         f"{m.eager_max_abs:.2e} + atol {m.atol:.1e}")
-    if not m.cosine > COSINE_MIN:
-        return "FAIL", f"cosine {m.cosine:.5f} ≤ {COSINE_MIN}"
+    if not m.cosine > m.cosine_floor:
+        return "FAIL", f"cosine {m.cosine:.5f} ≤ {m.cosine_floor}"
     if m.empty_rows_out not in ("-", "0"):
         return "WARN", f"fully masked rows give {m.empty_rows_out} (flash-attn gives 0)"
     if baseline:
         return "PASS", "baseline (out_pt of flash-attn's rule)"
     return "PASS", (f"flash-attn rule: {m.max_abs:.2e} ≤ 2×{m.eager_max_abs:.2e} "
-                    f"+ {m.atol:.1e}; cosine > {COSINE_MIN}")
+                    f"+ {m.atol:.1e}; cosine > {m.cosine_floor}")
 
 
 @dataclass

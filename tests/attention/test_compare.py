@@ -76,6 +76,16 @@ def test_decide_order():
     assert verdict == "FAIL" and rule.startswith("cosine")
     verdict, rule = decide(dataclasses.replace(ok, empty_rows=3, empty_rows_out="NaN"))
     assert verdict == "WARN" and "NaN" in rule
+    # the cosine floor is the one tolerance table's, by the case's dtype
+    assert decide(dataclasses.replace(ok, cosine_floor=0.99995))[1] == "cosine 0.99990 ≤ 0.99995"
+
+
+def test_the_grid_reads_its_cosine_floor_from_the_one_tolerance_table(monkeypatch):
+    from hyport_lib.proof import tolerance
+
+    data = make_case_data(_case(dtype="bfloat16"), seed=0)
+    monkeypatch.setitem(tolerance.TOLERANCE["bfloat16"], tolerance.KERNEL_COSINE, 0.5)
+    assert compute_metrics(data.ref, data, data.ref, torch.bfloat16).cosine_floor == 0.5
 
 
 def test_tolerance_scales_with_the_magnitude_of_the_reference():
