@@ -38,7 +38,7 @@ from typing import Callable, Iterable, Mapping, Optional, Sequence
 
 import hyport_lib
 from hyport_lib.backend import peak_rss_bytes
-from hyport_lib.utils.bounded_files import read_text
+from hyport_lib.utils.bounded_files import UnreadableFile, read_text
 from hyport_lib.utils.files import atomic_write_json, atomic_write_text
 from hyport_lib.utils.redact import child_environ, scrub_obj, scrub_text, secret_values
 
@@ -49,6 +49,9 @@ LOG_TAIL_LINES = 8
 #: A task's result file bigger than this was not written by :func:`task_main` (the code the
 #: task ran may have planted one).
 MAX_TASK_RESULT_BYTES = 16 * 1024 * 1024
+#: How :func:`read_task_result` begins the error of a result file it cannot read (planted,
+#: cut short or too large: not what :func:`task_main` wrote).
+UNREADABLE_RESULT = "unreadable result file"
 #: What :func:`task_main` adds to the task's own result.
 TASK_FIELDS = ("status", "pid", "peak_rss_bytes", "wall_s")
 #: The child's command: ``-c``, as ``-m hyport_lib.processes`` would run this module twice
@@ -378,8 +381,8 @@ def read_task_result(path: os.PathLike | str) -> dict:
         if not isinstance(result, dict):
             raise ValueError("not a JSON object")
     except (OSError, ValueError) as exc:
-        return {"status": "failed", "error_type": type(exc).__name__,
-                "error": f"unreadable result file {path}: {exc}"}
+        said = str(exc) if isinstance(exc, UnreadableFile) else f"{path}: {exc}"  # the former names the file
+        return {"status": "failed", "error_type": type(exc).__name__, "error": f"{UNREADABLE_RESULT} {said}"}
     return result
 
 

@@ -117,3 +117,28 @@ def test_profiles_open_with_the_command_that_uses_them(path):
 def test_outputs_are_ignored_by_git():
     ignore = (REPO / ".gitignore").read_text().splitlines()
     assert "outputs/*" in ignore
+
+
+def test_the_readmes_layout_names_every_package_and_every_module_it_names_exists():
+    """The README's map is what a newcomer reads first: every package of hyport_lib is on it,
+    and every ``name.py`` it names lies in the folder it is listed under (or, said of a module
+    of hyport_lib, anywhere in it)."""
+    block = (REPO / "README.md").read_text(encoding="utf-8").split("## Layout", 1)[1].split("```")[1]
+    packages = sorted(p.name for p in (REPO / "hyport_lib").iterdir()
+                      if p.is_dir() and (p / "__init__.py").is_file())
+    assert len(packages) > 10
+    assert [p for p in packages if not re.search(rf"(?<![\w/]){p}/", block)] == []
+    folder, named, missing = REPO, [], []
+    for line in block.splitlines():
+        top = re.match(r"( {2})?(\w+)/\s", line)  # a folder's first line: what follows is in it
+        if top:
+            folder = REPO / "hyport_lib" / top.group(2) if top.group(1) else REPO / top.group(2)
+        elif re.match(r" {0,2}\S", line):  # a module of hyport_lib's top, or a file of the repository's
+            folder = REPO / "hyport_lib" if line.startswith("  ") else REPO
+        for module in re.findall(r"(?<![\w/.])(\w+\.py)\b", line):
+            named.append(module)
+            inside = folder.is_relative_to(REPO / "hyport_lib")
+            if not any(folder.rglob(module)) and not (inside and any((REPO / "hyport_lib").rglob(module))):
+                missing.append(f"{folder.relative_to(REPO)}/{module}")
+    assert len(named) > 5
+    assert missing == []

@@ -18,9 +18,9 @@ from typing import Mapping, Optional
 
 from hyport_lib.scan.rules import GENERATED_MODULE
 from hyport_lib.proof.port_record import PortProof, ProofCase, model_files
-from hyport_lib.processes import (MAX_TASK_RESULT_BYTES, TASK_FIELDS, ChildGroup, Ended, describe_exit,
-                                  last_exception, log_size, read_log_tail, read_task_result, task_command,
-                                  task_environ)
+from hyport_lib.processes import (MAX_TASK_RESULT_BYTES, TASK_FIELDS, UNREADABLE_RESULT, ChildGroup, Ended,
+                                  describe_exit, last_exception, log_size, read_log_tail, read_task_result,
+                                  task_command, task_environ)
 from hyport_lib.utils.bounded_files import UnreadableFile, read_text
 from hyport_lib.utils.printable import printable
 from hyport_lib.utils.redact import scrub_secret_shapes, scrub_text
@@ -110,6 +110,8 @@ def child_outcome(result_path: Path, phase_path: Path, log_path: Path, code: Opt
             return proof_from_dict({k: v for k, v in result.items() if k not in TASK_FIELDS}, environ)
         except (ValueError, TypeError) as exc:
             error = f"the proof's result {result_path.name} is not a proof record: {exc}"
+    elif str(result.get("error", "")).startswith(UNREADABLE_RESULT):  # what the child wrote was replaced
+        error = f"the proof's result is unreadable: {result['error']}"
     elif phase == STARTING:
         line = last_exception(read_log_tail(log_path, 40))
         error = (f"the proof's child process ended ({describe_exit(code)}) before the proof began"

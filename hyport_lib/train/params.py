@@ -5,6 +5,7 @@ training script and LLaMA-Factory's YAML where they exist.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
@@ -129,15 +130,17 @@ class Params(StageParams):
     def _dataset_problems(self) -> list[str]:
         problems = option_problems(self.dataset_format, self.dataset_columns, self.dataset_tags, self.dataset)
         path = Path(self.dataset_path).expanduser() if self.dataset_path else None
-        if path is not None and not path.exists():
+        # os.path, not Path: a path the system will not look up (permission denied, a name
+        # too long) is no such file, as Field.check_exists says it, never an OSError
+        if path is not None and not os.path.exists(path):
             problems.append(f"dataset_path={self.dataset_path!r}: no such file")
-        elif path is not None and path.is_dir() and self.dataset is None:
+        elif path is not None and os.path.isdir(path) and self.dataset is None:
             problems.append(f"dataset_path={self.dataset_path!r} is a folder: give the data file itself (JSON, "
                             "JSON Lines or parquet), or name an entry of the folder's dataset_info.json with dataset")
-        elif path is not None and path.is_dir() and not (path / INFO_FILE).is_file():
+        elif path is not None and os.path.isdir(path) and not os.path.isfile(path / INFO_FILE):
             problems.append(f"dataset_path={self.dataset_path!r}: a folder without a {INFO_FILE} (dataset="
                             f"{self.dataset!r} names an entry of one)")
-        elif path is not None and not path.is_dir() and not path.is_file():
+        elif path is not None and not os.path.isdir(path) and not os.path.isfile(path):
             problems.append(f"dataset_path={self.dataset_path!r}: not a regular file (a pipe, device or socket)")
         if self.dataset is not None and path is None:
             problems.append(f"dataset={self.dataset!r}: names an entry of a dataset_info.json; give that file "

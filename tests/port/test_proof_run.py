@@ -144,6 +144,24 @@ def test_a_result_that_is_no_proof_record_is_a_fail(tmp_path):
         proof_from_dict({"verdict": "PASS", "cases": [{"name": "x", "forged": True}]})
 
 
+def test_a_result_file_that_cannot_be_read_is_a_fail_saying_so(tmp_path):
+    """What lies at the result's place once the child ended is not what the child runner wrote
+    (a FIFO or a cut file left by what the model code started): the FAIL says the result is
+    unreadable and why, never that the model code exited before the proof wrote one."""
+    result_path = tmp_path / "proof.json"
+    os.mkfifo(result_path)  # a plain read would block
+    planted = _outcome(tmp_path, code=0, phase=IMPORT_ORIGINAL)
+    assert planted.verdict == "FAIL"
+    assert planted.error == (f"the proof's result is unreadable: unreadable result file {result_path}: "
+                             "a FIFO (named pipe), not a regular file")
+    result_path.unlink()
+    result_path.write_text('{"status": "ok", "verdict": "PA')
+    cut = _outcome(tmp_path, code=0, phase=IMPORT_ORIGINAL)
+    assert cut.verdict == "FAIL" and cut.error.startswith(
+        f"the proof's result is unreadable: unreadable result file {result_path}: Unterminated string")
+    assert "before the proof wrote its result" not in planted.error + cut.error
+
+
 def test_the_proofs_messages_hold_no_nul_no_escape_and_no_secret_in_utf16(monkeypatch):
     monkeypatch.setenv("HF_TOKEN", SECRET)
     utf16 = SECRET.encode("utf-16-le").decode("latin-1")

@@ -189,3 +189,14 @@ def test_stage_05_paths_may_be_written_by_the_training_stage_of_the_same_run(tmp
         key = next(iter(given))
         refused = make_plans([requests["weights"]]).refused
         assert any(f"{key}=" in line and "no such" in line for line in refused), refused
+
+
+def test_a_path_a_stage_cannot_look_at_is_refused_before_the_run_not_an_internal_error(tmp_path):
+    """The report builds each selected stage's Params in its own process: a dataset_path the
+    system refuses to look up is a refusal naming the stage (it was one when the pre-run
+    child built them), not an OSError that ends ``hyport report`` as an internal error."""
+    stages = discover_stages()
+    unreachable = str(tmp_path / ("a" * 300))
+    request = plan_requests(resolve_parameters({}, {"dataset_path": unreachable}, stages),
+                            select_stages(stages, ["04"]))[0]
+    assert request.refused == [f"04_train: dataset_path={unreachable!r}: no such file"]

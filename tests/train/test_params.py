@@ -39,3 +39,14 @@ def test_the_dataset_parameters_are_checked_together():
     # the command line and -p take YAML for the dicts
     tags = next(f for f in parameter_fields(Params) if f.name == "dataset_tags")
     assert parse_text(tags, "{user_tag: user}") == {"user_tag": "user"}
+
+
+def test_a_dataset_path_that_cannot_be_looked_at_is_refused_in_one_line(tmp_path):
+    """A path the system refuses to look up (a name longer than the file system allows; for
+    a user who may not enter its folder, permission denied) is no such file, as every
+    ``must_exist`` path says it: a refusal in one line from the notebook, the command line
+    and the report, never an OSError out of the check."""
+    unreachable = str(tmp_path / ("a" * 300))
+    with pytest.raises(ParameterError) as caught:
+        Params(dataset_path=unreachable)
+    assert str(caught.value) == f"dataset_path={unreachable!r}: no such file"
