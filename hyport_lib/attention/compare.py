@@ -14,7 +14,8 @@ Verdict per row, in order (the column ``rule`` says which decided):
    of flash-attn's own estimate (``2 * max|(ref + 0.3 - 0.3) - ref|`` in the case dtype)
    and two units in the last place at ``max|ref|`` (:func:`ulp_atol`). Without the
    second, a kernel one float32 ulp away from an exact eager result at ``|v| = 4`` failed
-   (seen on a GPU): an exact baseline leaves no room for the candidate's rounding;
+   (seen on a GPU): an exact baseline leaves no room for the candidate's rounding. A
+   non-finite eager output leaves no bound -> FAIL;
 3. cosine similarity > 0.99 (msprobe) -> FAIL when not;
 4. rows that attend nothing must be 0 (flash-attn's rule, hyport's emulation) -> WARN.
 
@@ -118,6 +119,8 @@ def decide(m: Metrics, baseline: bool = False) -> tuple[str, str]:
     """(verdict, the rule that decided), in the order of the module docstring."""
     if not m.finite:
         return "FAIL", "non-finite output on rows that attend keys"
+    if not math.isfinite(m.bound):  # NaN: every ``max_abs > bound`` would be false
+        return "FAIL", f"flash-attn rule: no bound, eager's output is non-finite (max err {m.eager_max_abs})"
     if m.max_abs > m.bound:
         return "FAIL", (f"flash-attn rule: max err {m.max_abs:.2e} > 2×eager "
                         f"{m.eager_max_abs:.2e} + atol {m.atol:.1e}")
