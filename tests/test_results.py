@@ -115,3 +115,35 @@ def test_an_unwritable_results_folder_is_named_with_the_variable_that_chose_it(t
         ensure_results_dir()
     assert ensure_results_dir(tmp_path / "ok") == tmp_path / "ok"
 
+
+
+def _holds(written, recorded, where: str = "data") -> list[str]:
+    """Where ``written`` (a record read back and written again) says something else than
+    ``recorded``: every key it writes with the recorded value (keys a stage derives when it
+    records, its verdict for one, may be missing)."""
+    if isinstance(written, dict) and isinstance(recorded, dict):
+        return [d for k, v in written.items() for d in ([f"{where}/{k}: not recorded"] if k not in recorded
+                                                        else _holds(v, recorded[k], f"{where}/{k}"))]
+    if isinstance(written, list) and isinstance(recorded, list):
+        if len(written) != len(recorded):
+            return [f"{where}: {len(recorded)} recorded, {len(written)} read back"]
+        return [d for i, (w, r) in enumerate(zip(written, recorded)) for d in _holds(w, r, f"{where}[{i}]")]
+    return [] if written == recorded else [f"{where}: {recorded!r} recorded, {written!r} read back"]
+
+
+@pytest.mark.slow
+def test_every_record_of_a_real_run_reads_back_as_its_stage_result_with_what_it_holds(default_report):
+    """Each stage's record, read back as its RESULT (what the report's pages and compare
+    read) and written again, holds the recorded values: a nested class that writes its
+    fields under other names must read them back (a 05 finding's ``class``)."""
+    from hyport_lib.stages import read_stage_record
+    from hyport_lib.utils.typed_records import to_mapping
+
+    _, run_dir = default_report
+    records = sorted((run_dir / "results").glob("*.json"))
+    assert len(records) == 5
+    for path in records:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+        read = read_stage_record(path.stem, raw)
+        written = json.loads(json.dumps(to_mapping(read.data), default=str))
+        assert not _holds(written, raw["data"]), (path.name, _holds(written, raw["data"])[:5])

@@ -8,7 +8,7 @@ low-precision inputs, and judged by the numerics policy of docs/npu_fusion_atten
 ``atol`` is the larger of flash-attn's estimate and two units in the last place at
 ``max|ref|`` (:func:`ulp_atol`). Without the second, a kernel one float32 ulp away from an
 exact eager result at ``|v| = 4`` failed (seen on a GPU): an exact baseline leaves no room
-for the candidate's rounding.
+for the candidate's rounding. A non-finite eager output leaves a row no bound: it fails.
 """
 
 from __future__ import annotations
@@ -108,6 +108,8 @@ def decide(m: Metrics, baseline: bool = False) -> tuple[str, str]:
     """(verdict, the rule that decided), in the order of docs/npu_fusion_attention.md."""
     if not m.finite:
         return "FAIL", "non-finite output on rows that attend keys"
+    if not math.isfinite(m.bound):  # NaN: every ``max_abs > bound`` would be false
+        return "FAIL", f"flash-attn rule: no bound, eager's output is non-finite (max err {m.eager_max_abs})"
     if m.max_abs > m.bound:
         return "FAIL", (f"flash-attn rule: max err {m.max_abs:.2e} > 2×eager "
                         f"{m.eager_max_abs:.2e} + atol {m.atol:.1e}")

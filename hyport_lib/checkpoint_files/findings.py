@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Iterable
 
+from hyport_lib.utils.typed_records import from_mapping
+
 if TYPE_CHECKING:
     import pandas as pd
 
@@ -106,6 +108,13 @@ class Finding:
         data = asdict(self)
         data["class"] = data.pop("cls")
         return data
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "Finding":
+        """A recorded finding: its class is written under ``class`` (see :meth:`to_dict`)."""
+        fields = dict(data)
+        fields["cls"] = fields.pop("class", None)
+        return from_mapping(cls, fields)
 
 
 def name_some(names: Iterable[str], limit: int = 3) -> str:

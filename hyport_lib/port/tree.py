@@ -35,6 +35,7 @@ from hyport_lib.scan.rules import FLASH_ATTN_PACKAGES, GENERATED_MODULE, normali
 from hyport_lib.scan.scanner import file_kind
 from hyport_lib.utils.bounded_files import UnreadableFile, kind_of
 from hyport_lib.utils.files import atomic_write_text
+from hyport_lib.utils.typed_records import from_mapping
 
 GENERATED_SOURCE = Path(__file__).parent / "generated" / f"{GENERATED_MODULE}.py"
 DIFF_NAME = "port.diff"
@@ -101,6 +102,11 @@ class PortError(ValueError):
     """A port that cannot start: a missing source, a destination in the way."""
 
 
+#: PortResult's (a, b) lists and the keys each pair is written under.
+_PAIRS = {"unparsable": ("file", "error"), "not_rewritten": ("file", "reason"),
+          "skipped": ("path", "reason"), "links": ("path", "target")}
+
+
 @dataclass
 class PortResult:
     """What ``port_tree`` did (paths relative to ``src``; ``port.json`` is :meth:`to_dict`)."""
@@ -127,14 +133,19 @@ class PortResult:
             "files_changed": self.files_changed, "generated": self.generated,
             "changes": [asdict(c) for c in self.changes],
             "manual": [asdict(m) for m in self.manual],
-            "unparsable": [{"file": f, "error": e} for f, e in self.unparsable],
-            "not_rewritten": [{"file": f, "reason": r} for f, r in self.not_rewritten],
-            "skipped": [{"path": p, "reason": r} for p, r in self.skipped],
-            "links": [{"path": p, "target": t} for p, t in self.links],
+            **{name: [dict(zip(keys, pair)) for pair in getattr(self, name)] for name, keys in _PAIRS.items()},
             "removed_staging": self.removed_staging,
             "flash_attn_pin": self.flash_attn_pin,
             "proof": self.proof.to_dict() if self.proof is not None else None,
         }
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "PortResult":
+        """A recorded port: its pairs are written as objects (:data:`_PAIRS`)."""
+        pairs = {name: [tuple(item[key] for key in keys) for item in data[name]
+                        if isinstance(item, dict) and all(key in item for key in keys)]
+                 for name, keys in _PAIRS.items() if isinstance(data.get(name), list)}
+        return from_mapping(cls, {**data, **pairs})
 
     def frame(self):
         """Changes and manual spots as one pandas DataFrame (file, line, kind, before,

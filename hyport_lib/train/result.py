@@ -236,7 +236,7 @@ class TrainResult:
     exit_code: Optional[int] = None
     wall_s: float = 0.0
     reason: Optional[str] = None
-    plan: LaunchPlan = None
+    plan: Optional[LaunchPlan] = None  # None in an odd record only: its show hooks read it so
     summary: MetricsSummary = field(default_factory=MetricsSummary)
     worker: Optional[WorkerResult] = None
     checkpoints: list[Checkpoint] = field(default_factory=list)

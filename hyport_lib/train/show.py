@@ -336,14 +336,15 @@ def glance_svg(record: StageRecord[TrainResult], width: int = 220, height: int =
 def blog_facts(record: StageRecord[TrainResult]) -> dict:
     """The model folder the training loaded and its processes on this node (one a card)."""
     plan = record.data.plan
-    return {"model_folder": plan.model_path, "cards": plan.nproc_per_node}
+    return {"model_folder": plan.model_path, "cards": plan.nproc_per_node} if plan is not None else {}
 
 
 def blog_notes(record: StageRecord[TrainResult]) -> list[str]:
     """The plan's notes and how tokens/s were counted."""
     result = record.data
     definition = result.summary.throughput_definition
-    return [n for n in result.plan.notes if n] + ([definition] if definition else [])
+    planned = result.plan.notes if result.plan is not None else []
+    return [n for n in planned if n] + ([definition] if definition else [])
 
 
 def blog_figures(record: StageRecord[TrainResult]) -> dict[str, Callable]:
@@ -354,7 +355,8 @@ def blog_figures(record: StageRecord[TrainResult]) -> dict[str, Callable]:
 def _recorded_loss_figure(record: StageRecord[TrainResult]):
     if not record.data.metrics:
         return None
-    return loss_figure(record.data.metrics, record.data.plan.params.max_steps,
+    plan = record.data.plan
+    return loss_figure(record.data.metrics, plan.params.max_steps if plan is not None else None,
                        title=record.provenance.label if record.provenance else "")
 
 
@@ -363,11 +365,11 @@ def blog_values(record: StageRecord[TrainResult]) -> dict:
     result = record.data
     summary, plan = result.summary, result.plan
     at, end = summary.last_loss_step, summary.last_step
-    return {"proof": proof_summary(plan.attention_proof),
+    return {"proof": proof_summary(plan.attention_proof if plan is not None else None),
             "trainer_loss_differs": result.trainer_loss_differs,
             "loss_last_finite": summary.last_loss is not None and None not in (at, end) and at != end,
             "answers": answer_cells(result.held_answers),
-            "command": train_command(plan.params.to_dict())}
+            "command": train_command(plan.params.to_dict() if plan is not None else {})}
 
 
 def train_command(params: dict) -> str:

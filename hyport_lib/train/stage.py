@@ -108,4 +108,6 @@ def _headline(result: TrainResult) -> dict:
 def result_data(result: TrainResult) -> dict:
     """The result as recorded and as ``hyport train --json`` prints it, with the verdict and why."""
     summary = summarize(result)
-    return {"verdict": summary.verdict, "why": summary.why, **to_mapping(result)}
+    data = {"verdict": summary.verdict, "why": summary.why, **to_mapping(result)}
+    data["worker"] = data["worker"] or {}  # rank 0 wrote nothing: {}, as records have always held it
+    return data

@@ -265,7 +265,8 @@ class ParityResult(ChildRun):
     @property
     def same_model(self) -> bool:
         bounds = TOLERANCE["float32"]
-        return self.status == "ok" and self.max_abs_diff <= bounds[SAME_WEIGHTS] \
+        figures = (self.max_abs_diff, self.top1_agreement)  # None: read back from a null (NaN logits)
+        return self.status == "ok" and None not in figures and self.max_abs_diff <= bounds[SAME_WEIGHTS] \
             and self.top1_agreement >= bounds[TOP1]
 
     def to_dict(self) -> dict:

@@ -63,6 +63,22 @@ def test_metrics_on_a_known_perturbation():
     assert m.finite and m.empty_rows_out == "NaN"
 
 
+def test_a_non_finite_eager_baseline_fails_the_rows_it_bounds():
+    """flash-attn's rule bounds a kernel by eager's error: a NaN or an Inf in eager's output
+    (float16 scores overflowing) makes the bound NaN, and ``max_abs > NaN`` is false for every
+    kernel. Such a row is a FAIL naming eager, never a PASS."""
+    case = _case(dtype="float32", batch="padded", lengths_q=(5, 3), lengths_kv=(11, 4))
+    data = make_case_data(case, seed=3)
+    eager = data.ref.clone()
+    first_valid = tuple(data.valid_rows.nonzero()[0].tolist())
+    for bad in (float("nan"), float("inf")):
+        eager[first_valid] = bad
+        m = compute_metrics(data.ref.clone(), data, eager, torch.float32)
+        assert m.finite and not math.isfinite(m.bound)
+        verdict, rule = decide(m)
+        assert verdict == "FAIL" and "eager" in rule, (bad, rule)
+
+
 def test_decide_order():
     ok = Metrics(max_abs=1e-3, eager_max_abs=1e-3, atol=1e-4, bound=2.1e-3, cosine=0.9999,
                    max_rel=1.0, rel_gt_1e3=0.1, rel_gt_5e3=0.0, rmse=1e-4, finite=True,

@@ -307,3 +307,26 @@ def test_a_long_stretch_without_a_unique_line_is_written_replaced(monkeypatch):
     assert lines[:3] == ["--- a/m.py\n", "+++ b/m.py\n", "@@ -1,200 +1,200 @@\n"]
     assert [line[1:] for line in lines[3:] if line[0] == "-"] == a
     assert [line[1:] for line in lines[3:] if line[0] == "+"] == b
+
+
+def test_a_recorded_port_reads_back_with_its_pairs_and_writes_again_the_same():
+    """port.json (and stage 02's record) writes the (file, why) pairs as objects; read back as
+    PortResult (in stage 02's typed record) they are pairs again, so writing the read record
+    gives the same JSON, not each object's key names in place of its values."""
+    import json
+
+    from hyport_lib.port.codemod import Change
+    from hyport_lib.port.tree import PortResult
+    from hyport_lib.stages import read_stage_record
+    from hyport_lib.utils.typed_records import to_mapping
+
+    port = PortResult("src", "dst", changes=[Change("m.py", 3, "flash_attn_import", "a", "b")],
+                      files_changed=["m.py"], unparsable=[("bad.py", "SyntaxError: x")],
+                      not_rewritten=[("big.py", "too large")], skipped=[("data.bin", "not code")],
+                      links=[("link.py", "m.py")])
+    recorded = json.loads(json.dumps(to_mapping(port)))
+    read = read_stage_record("02_attention", {"stage": "02_attention", "verdict": "PASS",
+                                              "data": {"port": recorded}}).data.port
+    assert (read.unparsable, read.not_rewritten, read.skipped, read.links) == (
+        port.unparsable, port.not_rewritten, port.skipped, port.links)
+    assert to_mapping(read) == recorded

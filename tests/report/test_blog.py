@@ -87,6 +87,17 @@ def test_odd_recorded_data_never_stops_the_drafts(tmp_path, stage):
     assert (tmp_path / "blog.zh.md").is_file()
 
 
+@pytest.mark.parametrize("stage", STAGES)
+def test_odd_recorded_data_keeps_the_caveats_of_every_stage(tmp_path, stage):
+    """The caveats (where each stage's figures come from) are drafted from every record:
+    one stage's odd record (a plan that is no plan) must not take the others' away."""
+    run = make_run(tmp_path, {s: "PASS" for s in STAGES})
+    write_result(run, stage, "PASS", {"plan": 5, "summary": "weird"})
+    draft = render_blog(run)
+    assert "## Caveats" in draft and "could not be drafted" not in draft and "could not be read" not in draft
+    assert "Figures marked as CPU or NPU-emulated were not measured on an NPU." in draft
+
+
 def test_the_loss_figure_is_drawn_once_and_linked_relatively(tmp_path):
     run = make_run(tmp_path, {"04_train": "PASS"})
     write_result(run, "04_train", "PASS", train_data())

@@ -38,3 +38,17 @@ def test_a_run_that_logged_no_step_is_no_pass_even_with_weights_written(tmp_path
                         MetricsSummary(), worker, final_dir=final_weights(worker))
     judged = stage.summarize(empty)
     assert (judged.verdict, judged.why) == ("FAIL", "no step was trained (no step in the metrics)")
+
+
+def test_a_run_whose_rank_0_wrote_nothing_records_an_empty_worker_as_before(tmp_path):
+    """A launch that died before rank 0 wrote its result (a timeout, a crash) has no worker
+    result: its record keeps the shape records had before the typed result, ``"worker": {}``
+    (the drafts and any script reading ``data.worker.<key>`` read an object there)."""
+    from hyport_lib.results import read_record, record
+
+    died = TrainResult("timeout", None, 8.0, "timeout after 8s",
+                       from_mapping(LaunchPlan, {"params": {"max_steps": 2}}), MetricsSummary(), None)
+    assert stage.result_data(died)["worker"] == {}
+    raw = json.loads(record(stage, died, directory=tmp_path).read_text(encoding="utf-8"))
+    assert raw["verdict"] == "FAIL" and raw["data"]["worker"] == {}
+    assert read_record(raw, TrainResult).data.trainer_loss is None

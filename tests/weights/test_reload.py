@@ -197,6 +197,19 @@ def test_logits_parity_is_judged_by_the_proofs_table_and_nan_never_passes():
     assert found.message == "logits parity could not run: neither holds tokenizer files"
 
 
+def test_a_recorded_parity_of_nan_logits_reads_back_as_not_the_same_model():
+    """NaN logits are recorded as nulls (strict JSON): read back from a 05 record, the
+    parity is not the same model, and writes again; no TypeError from comparing None."""
+    from hyport_lib.utils.typed_records import from_mapping, to_mapping
+
+    recorded = {"path": "/run/final", "other_path": "/run/checkpoint-2", "status": "ok", "tokens": 7,
+                "max_abs_diff": None, "mean_abs_diff": None, "top1_agreement": None, "max_kl": None,
+                "identical": False, "same_model": False}
+    read = from_mapping(ParityResult, recorded)
+    assert read.max_abs_diff is None and not read.same_model
+    assert to_mapping(read)["same_model"] is False
+
+
 def test_the_parity_child_compares_logits_and_nan_weights_are_no_figure(tmp_path):
     """In process (the child's function itself): one folder against itself is identical;
     NaN weights make the largest difference infinite (a null in the record, read as NaN)
