@@ -21,6 +21,7 @@ from hyport_lib.proof.port_record import PortProof, ProofCase, model_files
 from hyport_lib.processes import (MAX_TASK_RESULT_BYTES, TASK_FIELDS, UNREADABLE_RESULT, ChildGroup, Ended,
                                   describe_exit, last_exception, log_size, read_log_tail, read_task_result,
                                   task_command, task_environ)
+from hyport_lib.results import FAIL, SKIP
 from hyport_lib.utils.bounded_files import UnreadableFile, read_text
 from hyport_lib.utils.printable import printable
 from hyport_lib.utils.redact import scrub_secret_shapes, scrub_text
@@ -28,7 +29,6 @@ from hyport_lib.utils.redact import scrub_secret_shapes, scrub_text
 #: The proof's time limit when none is given: the three vendored models prove in 5-40 s
 #: on 2 CPU cores; ten minutes leaves room for a big config on a slow host.
 DEFAULT_TIMEOUT_S = 600.0
-SKIP = "SKIP"
 KILL_GRACE_S = 2.0
 POLL_S = 0.05
 #: The step of a child that died before the proof told its first one.
@@ -96,7 +96,7 @@ def child_outcome(result_path: Path, phase_path: Path, log_path: Path, code: Opt
     try:
         phase = (read_text(phase_path, MAX_TASK_RESULT_BYTES) if phase_path.exists() else "") or STARTING
     except UnreadableFile as exc:  # a FIFO or a huge file planted by the model code
-        return PortProof(verdict="FAIL", error=scrub(f"the proof's result is unreadable: {exc}", environ))
+        return PortProof(verdict=FAIL, error=scrub(f"the proof's result is unreadable: {exc}", environ))
     # A failed result is an exception the proof did not catch: said below as the log says it.
     result = {} if timed_out or too_loud else read_task_result(result_path)
     if too_loud:
@@ -121,7 +121,7 @@ def child_outcome(result_path: Path, phase_path: Path, log_path: Path, code: Opt
         status = describe_exit(code) if code is None or code < 0 else f"status {code}"
         error = (f"the model code exited ({status}) during {phase}, before the proof wrote its "
                  f"result" + (f"; last error: {line}" if line else ""))
-    return PortProof(verdict="FAIL", error=scrub(" ".join(error.split()), environ))
+    return PortProof(verdict=FAIL, error=scrub(" ".join(error.split()), environ))
 
 
 def prove_port_in_child(src: os.PathLike | str, dst: os.PathLike | str, *, dtype: str = "auto",

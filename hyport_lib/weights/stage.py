@@ -6,6 +6,7 @@ check ran (with no error found), WARN on any warning, else PASS.
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -48,7 +49,9 @@ def plan(params: Params) -> WeightsPlan:
     # written by stage 04 of the same run, so they are checked here, when 05 runs.
     for key in ("weights_path", "checkpoint_path"):
         value = getattr(params, key)
-        if value and not Path(value).expanduser().exists():
+        # os.path: a path the system refuses to look up (too long, a folder not entered)
+        # is no folder here, never an internal error
+        if value and not os.path.exists(os.path.expanduser(value)):
             problems.append(f"{key}={value!r}: no such file or folder")
     # Asked for and impossible: an error, never a PASS that silently left the check out.
     if params.logits_parity and not sources.checkpoint:
@@ -63,7 +66,7 @@ def plan(params: Params) -> WeightsPlan:
 
 def _trainer_checkpoint(weights: str) -> bool:
     folder = Path(weights).expanduser()
-    return folder.is_dir() and find_tag(folder) is not None
+    return os.path.isdir(folder) and find_tag(folder) is not None
 
 
 def run(plan: WeightsPlan, *,

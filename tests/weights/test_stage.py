@@ -37,6 +37,10 @@ def test_the_plan_refuses_what_cannot_be_checked_in_one_line_each(tmp_path, tiny
         stage.plan(Params(weights_path=missing, **headers_only))
     with pytest.raises(ParameterError, match=f"^checkpoint_path={re.escape(repr(missing))}: no such file or folder$"):
         stage.plan(Params(weights_path=str(tiny), checkpoint_path=missing, **headers_only))
+    # a path the system refuses to look up (ENAMETOOLONG) is no folder, never an internal error
+    too_long = str(tmp_path / ("a" * 300))
+    with pytest.raises(ParameterError, match=f"^weights_path={re.escape(repr(too_long))}: no such file or folder$"):
+        stage.plan(Params(weights_path=too_long, **headers_only))
     # a check that needs a checkpoint, without one: refused, never a PASS that left it out
     with pytest.raises(ParameterError) as caught:
         Params(weights_path=str(tiny))  # the notebook's defaults: every check on
