@@ -32,12 +32,12 @@ def resolve_profile(name_or_path: Optional[str]) -> Optional[Path]:
     if not name_or_path:
         return None
     path = Path(name_or_path)
-    if path.suffix in (".yaml", ".yml") and path.exists():
+    if path.suffix in (".yaml", ".yml") and os.path.exists(path):
         return path
     candidate = default_profiles_dir() / f"{name_or_path}.yaml"
     if candidate.exists():
         return candidate
-    if path.is_file():  # a profile under another suffix: read as YAML, errors name the file
+    if os.path.isfile(path):  # a profile under another suffix: read as YAML, errors name the file
         return path
     known = ", ".join(sorted(p.stem for p in default_profiles_dir().glob("*.yaml")))
     raise FileNotFoundError(f"profile {name_or_path!r} not found (as a file or in parameters/: {known})")
@@ -120,7 +120,7 @@ def absolutize_paths(params: dict, fields: dict[str, Field], base: Path) -> dict
     for key, value in params.items():
         spec = fields[key].spec if key in fields else None
         if spec is not None and spec.path and isinstance(value, str) and value:
-            hub_id = spec.hub_id and HUB_ID.match(value) and not (base / value).exists()
+            hub_id = spec.hub_id and HUB_ID.match(value) and not os.path.exists(base / value)
             if not os.path.isabs(value) and value.strip().lower() not in spec.not_paths and not hub_id:
                 value = str((base / value).resolve())
         out[key] = value
@@ -293,7 +293,8 @@ def _written_earlier(values: dict, fields: dict[str, Field], earlier: list[Stage
     for key, value in values.items():
         spec = fields[key].spec
         writer = writers.get(spec.written_by) if spec.written_by else None
-        if writer is None or not isinstance(value, str) or not value or Path(value).expanduser().exists():
+        # os.path: a path the system will not look up is not there, never an internal error
+        if writer is None or not isinstance(value, str) or not value or os.path.exists(os.path.expanduser(value)):
             continue
         folders = [params.merged.get(f.name) for f in params.declared[writer.id].values() if f.spec.output]
         inside = Path(value).expanduser().resolve().is_relative_to

@@ -200,3 +200,15 @@ def test_a_path_a_stage_cannot_look_at_is_refused_before_the_run_not_an_internal
     request = plan_requests(resolve_parameters({}, {"dataset_path": unreachable}, stages),
                             select_stages(stages, ["04"]))[0]
     assert request.refused == [f"04_train: dataset_path={unreachable!r}: no such file"]
+
+
+def test_a_later_stages_path_the_system_will_not_look_up_is_no_internal_error(tmp_path):
+    """05's weights_path may be written by 04 of the same run; one the system refuses to look
+    up (too long) is simply not there yet, never an OSError that ends the report."""
+    stages = discover_stages()
+    unreachable = str(tmp_path / ("a" * 300))
+    requests = plan_requests(resolve_parameters({}, {"weights_path": unreachable}, stages),
+                             select_stages(stages, ["04", "05"]))
+    assert [r.stage for r in requests] == ["train", "weights"]
+    # outside 04's output folder, so not left to the run: judged now, in its one line
+    assert requests[1].left_to_the_run == [] and all(line.startswith("05_weights: ") for line in requests[1].refused)
