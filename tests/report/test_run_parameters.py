@@ -211,4 +211,5 @@ def test_a_later_stages_path_the_system_will_not_look_up_is_no_internal_error(tm
                              select_stages(stages, ["04", "05"]))
     assert [r.stage for r in requests] == ["train", "weights"]
     # outside 04's output folder, so not left to the run: judged now, in its one line
-    assert requests[1].left_to_the_run == [] and all(line.startswith("05_weights: ") for line in requests[1].refused)
+    refused = requests[1].refused
+    assert requests[1].left_to_the_run == [] and refused and all(line.startswith("05_weights: ") for line in refused)
