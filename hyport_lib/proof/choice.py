@@ -59,6 +59,11 @@ class SwapRefused(ValueError):
     """Packing needs hyport's attention, and on this model it did not prove itself."""
 
 
+class PackingRefused(ValueError):
+    """A layer of the model lets packed samples reach one another (or reads the position in
+    the row): packing would train another model, whatever the attention."""
+
+
 def choose_attention(asked: str, device_kind: str, runner: Runner, model_path: str,
                      batches: Callable[[str], Sequence[ProofBatch]], *, packing: bool = False,
                      trust_remote_code: bool = False, seed: int = 0) -> AttentionChoice:
@@ -82,6 +87,9 @@ def choose_attention(asked: str, device_kind: str, runner: Runner, model_path: s
     backend = backend_of(name)
 
     def keep_eager(said: str, proof: Optional[AttentionProof] = None) -> AttentionChoice:
+        if packing and proof is not None and proof.packing_leak:
+            raise PackingRefused(f"packing=True: {proof.packing_leak}; train with packing=False (one "
+                                 f"sample per padded row)")
         if packing:
             raise SwapRefused(f"packing=True needs hyport's attention, which does not compute this model's "
                               f"attention exactly: {said}; train with packing=False and "

@@ -122,3 +122,15 @@ def compact_vocabulary(config, id_tensors) -> tuple[Any, Any]:
         return out
 
     return config, remap
+
+
+def special_token_ids(config) -> set[int]:
+    """The token ids ``config`` names (image placeholders, bos, pad...): ids the model's code
+    may count or look up, which a check that changes a sample's tokens leaves alone."""
+    found = set()
+    for section in (config, getattr(config, "text_config", None) or config):
+        for name, value in vars(section).items():
+            if name.endswith(_TOKEN_ID_SUFFIXES):
+                ids = value if isinstance(value, (list, tuple)) else [value]
+                found.update(i for i in ids if isinstance(i, int) and i >= 0)
+    return found

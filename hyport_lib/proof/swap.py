@@ -19,8 +19,9 @@ from hyport_lib.models.loading import auto_model_class, traits_of
 from hyport_lib.models.model_cache import default_cache_root
 from hyport_lib.npu_attention import hf_integration
 from hyport_lib.npu_attention.hf_integration import REGISTERED, register_hyport_attention, sdpa_refusal
-from hyport_lib.proof import shrunk, tolerance
-from hyport_lib.proof.shrunk import compact_vocabulary, shrunk_config
+from hyport_lib.proof import isolation, shrunk, tolerance
+from hyport_lib.proof.isolation import Isolation, check_isolation
+from hyport_lib.proof.shrunk import compact_vocabulary, shrunk_config, special_token_ids
 from hyport_lib.proof.tolerance import DECODING, GRADIENTS, LOGITS, LOSS, compare
 from hyport_lib.results import FAIL, PASS, REFUSED
 from hyport_lib.utils.files import atomic_write_json
@@ -31,13 +32,14 @@ from hyport_lib.utils.typed_records import from_mapping, to_mapping
 
 #: Bump when the proof's method changes: cached proofs of an older method are not reused.
 #: 3: a NaN or an Inf in logits, loss or gradients fails the proof.
-PROOF_VERSION = 3
+#: 4: packed rows are checked for isolation (proof/isolation.py), with eager and the swap.
+PROOF_VERSION = 4
 #: New tokens decoded by an inference proof: the prefill's logits, then DECODE_STEPS - 1
 #: cached decoding steps.
 DECODE_STEPS = 4
 _ID_KEYS = ("input_ids", "labels")
 #: hyport's code a proof depends on (the swap's whole package): a change to any proves again.
-_OWN_SOURCES = (Path(__file__), Path(shrunk.__file__), Path(tolerance.__file__),
+_OWN_SOURCES = (Path(__file__), Path(shrunk.__file__), Path(tolerance.__file__), Path(isolation.__file__),
                 *sorted(Path(hf_integration.__file__).parent.glob("*.py")))
 #: At most this much of a model's own code file goes into the cache key.
 _SOURCE_BYTES = 4 << 20
@@ -73,6 +75,10 @@ class AttentionProof:
     cached: bool = False
     #: one-line summaries of the further batches proven beside this one (a VLM's image row)
     also: list = field(default_factory=list)
+    #: a packed batch's isolation check, with eager then with the swap
+    isolation: list[Isolation] = field(default_factory=list)
+    #: why packing is refused: the layer that mixes samples ("" when they stay apart)
+    packing_leak: str = ""
 
     @property
     def passed(self) -> bool:
@@ -84,6 +90,10 @@ class AttentionProof:
             return f"attention proof {self.verdict} ({where}): {self.reason}"
         decoding = (f", {self.decode_steps} cached decoding steps: max |Δ logits| "
                     f"{self.max_abs_decode_logits:.2e}" if self.decode_steps else "")
+        if self.isolation:
+            decoding += (f", samples kept apart (max |Δ logits| when another sample changes or "
+                         f"it moves: {', '.join(i.figure() for i in self.isolation)}; float noise "
+                         f"allows {self.isolation[-1].bound:.1g})")
         return (f"attention proof PASS ({where}; {self.layers}; {self.batch}): max |Δ logits| "
                 f"{self.max_abs_logits:.2e}, loss {self.loss_eager:.6f} vs {self.loss_swapped:.6f}, "
                 f"same gradient set ({self.grad_parameters} parameters, max rel Δ grad "
@@ -197,6 +207,8 @@ def _run_proof(proof: AttentionProof, config, batch: Mapping, samples, name: str
                 return
             eager_out = _forward_backward(model, inputs, per_sample)
             eager_decoding = decode_logits(model, inputs, decode_steps) if decode_steps else None
+            if proof.packed:
+                proof.isolation = [_isolation(model, "eager", small, inputs, per_sample)]
             break
         except Exception as exc:  # noqa: BLE001 — the shrink or the model's own code: said below
             failure = f"{type(exc).__name__}: {(str(exc).strip().splitlines() or [''])[0]}"
@@ -214,6 +226,9 @@ def _run_proof(proof: AttentionProof, config, batch: Mapping, samples, name: str
     try:
         swapped_out = _forward_backward(model, inputs, None, lengths=eager_out[3] if proof.packed else None)
         proof.swapped_calls = api.calls.total() - calls
+        if proof.packed:
+            running = "the isolation check with the swapped attention"
+            proof.isolation.append(_isolation(model, name, small, inputs, per_sample))
         if eager_decoding is not None:
             running = "cached decoding with the swapped attention"
             swapped_decoding = decode_logits(model, inputs, decode_steps)
@@ -225,8 +240,18 @@ def _run_proof(proof: AttentionProof, config, batch: Mapping, samples, name: str
     problems = _compare(proof, eager_out, swapped_out)
     if eager_decoding is not None:
         problems += _compare_decoding(proof, eager_decoding, swapped_decoding)
+    if proof.isolation and not proof.isolation[-1].passed:
+        # What training would run mixes samples: that is the finding, whatever the
+        # attention's own figures (eager's row run alone differs by the same leak).
+        proof.packing_leak = proof.isolation[-1].cause()
+        problems = [proof.packing_leak]
     proof.verdict = FAIL if problems else PASS
     proof.reason = "; ".join(problems)
+
+
+def _isolation(model, attention: str, config, inputs: dict, per_sample) -> Isolation:
+    return check_isolation(model, inputs, attention, [len(row) for row in per_sample] if per_sample else None,
+                           special_token_ids(config))
 
 
 def _with_compact_vocabulary(config, inputs: dict, per_sample):
