@@ -90,6 +90,10 @@ def choose_attention(asked: str, device_kind: str, runner: Runner, model_path: s
         if packing and proof is not None and proof.packing_leak:
             raise PackingRefused(f"packing=True: {proof.packing_leak}; train with packing=False (one "
                                  f"sample per padded row)")
+        if packing and (proof is None or proof.max_abs_logits is None):
+            # Nothing was compared: the model did not run on packed rows at all.
+            raise PackingRefused(f"packing=True: this model could not be proven on packed rows: {said}; "
+                                 f"train with packing=False")
         if packing:
             raise SwapRefused(f"packing=True needs hyport's attention, which does not compute this model's "
                               f"attention exactly: {said}; train with packing=False and "

@@ -8,7 +8,7 @@ import pytest
 
 from hyport_lib.models.tiny import ensure_tiny_model
 from hyport_lib.proof import choice, swap
-from hyport_lib.proof.choice import GRID, TRAINING, SwapRefused, choose_attention
+from hyport_lib.proof.choice import GRID, TRAINING, PackingRefused, SwapRefused, choose_attention
 from hyport_lib.proof.swap import AttentionProof
 
 
@@ -71,6 +71,28 @@ def test_a_failed_proof_keeps_eager_unpacked_and_refuses_packing(proofs):
     assert grid.attn_implementation == "eager" and grid.note.startswith("hyport_npu_emulated not used: ")
     assert grid.note.endswith("; the grid keeps eager attention")
     assert not proofs
+
+
+def test_packing_refusals_say_the_true_cause(monkeypatch):
+    """A layer mixing samples is named, never blamed on the attention; a model that could not
+    run on packed rows says so; only a compared swap that differs is the attention's fault."""
+    tiny = str(ensure_tiny_model())
+    leak = "layer 0 (model.layers.0.conv, class Lfm2ShortConv) mixes tokens across samples in a packed row: ..."
+    found = {}
+    monkeypatch.setattr(choice, "prove_swap", lambda folder, batch, **kwargs: AttentionProof(
+        folder, "hyport_torch", kwargs["backend"], verdict="FAIL", reason=found["reason"],
+        packing_leak=found.get("leak", ""), max_abs_logits=found.get("logits")))
+    found.update(reason=leak, leak=leak, logits=2e-4)
+    with pytest.raises(PackingRefused) as refused:
+        choose_attention("auto", "cpu", TRAINING, tiny, _batches("the first rows"), packing=True)
+    assert str(refused.value) == f"packing=True: {leak}; train with packing=False (one sample per padded row)"
+    found.clear()
+    found.update(reason="the model with the swapped attention raised RuntimeError: shapes")
+    with pytest.raises(PackingRefused) as refused:
+        choose_attention("auto", "cpu", TRAINING, tiny, _batches("the first rows"), packing=True)
+    assert str(refused.value).startswith("packing=True: this model could not be proven on packed rows: attention "
+                                         "proof FAIL (CPU, float32): the model with the swapped attention raised")
+    assert "does not compute" not in str(refused.value)
 
 
 def test_a_proof_that_cannot_run_keeps_eager_but_never_packs(proofs):
