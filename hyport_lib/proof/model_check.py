@@ -30,6 +30,8 @@ from hyport_lib.npu_attention.hf_integration import sdpa_refusal
 from hyport_lib.npu_attention.flash_api import DEFAULT_VERSION, callers_shim_kept, install_flash_attn_shim
 from hyport_lib.port.generated.flash_attn_ascend import FlashAttnUnsupported
 from hyport_lib.proof.choice import KEPT_ON_EAGER
+from hyport_lib.proof.isolation import Isolation, check_isolation
+from hyport_lib.proof.shrunk import special_token_ids
 from hyport_lib.proof.swap import switch_attention
 from hyport_lib.proof.tolerance import LOGITS, TOLERANCE, TOP1, compare
 from hyport_lib.results import FAIL, PASS, REFUSED, SKIP, WARN
@@ -125,6 +127,9 @@ class ModelComparison:
     sliding_window: Optional[int] = None
     packed_detail: str = ""
     packed_refused: bool = False  # the packed row was refused or raised (said in packed_detail)
+    #: whether the swapped model keeps the packed row's samples apart (CPU, float32 only: its
+    #: bounds are float32 rounding; None when not checked)
+    packed_isolation: Optional[Isolation] = None
     behaviour: Optional[Behaviour] = None
 
     def to_dict(self) -> dict:
@@ -246,6 +251,9 @@ def _compare(result: ModelComparison, shim_api, max_new_tokens: int) -> ModelCom
         result.swapped_calls = sum(a.calls.total() for a in apis) - before if apis else None
         swapped_tokens = model.generate(**inputs, **generation).cpu()
         swapped_packed = None if eager_packed is None else _swapped_packed_row(result, model, row)
+        if swapped_packed is not None and result.dtype == "float32" and model.device.type == "cpu":
+            ids = special_token_ids(model.config) | set(getattr(loaded.tokenizer, "all_special_ids", []) or [])
+            result.packed_isolation = check_isolation(model, row, name, None, ids)
     logits = compare(LOGITS, eager_logits, swapped_logits, result.dtype)
     result.max_abs_logits, result.top1_agreement, result.kl_divergence = logits.max_abs, logits.top1, logits.kl
     result.greedy_identical = bool(torch.equal(eager_tokens, swapped_tokens))
@@ -417,6 +425,12 @@ def _model_verdict(result: ModelComparison, active: str, name: str, logits, pack
     if result.packed_refused:
         verdict, detail = _padded_verdict(result, active, name, logits)
         return (WARN if verdict == PASS else verdict), f"{detail}; {result.packed_detail}"
+    leak = result.packed_isolation
+    if leak is not None and not leak.passed:
+        # The model's own layers mix the packed samples (the row alone would differ from its
+        # samples whatever the attention): packing is refused, the swap is judged unpacked.
+        verdict, detail = _padded_verdict(result, active, name, logits)
+        return (WARN if verdict == PASS else verdict), f"{detail}; packed training would be refused: {leak.cause()}"
     if packed is not None and not packed.passed:
         return FAIL, f"{result.packed_detail}: {packed.differs('logits', f' for {result.dtype}')}"
     verdict, detail = _padded_verdict(result, active, name, logits)
@@ -429,6 +443,9 @@ def _model_verdict(result: ModelComparison, active: str, name: str, logits, pack
                       f"token {diff.get('token')} of prompt {diff.get('prompt')}")
     packed_said = (f"; {result.packed_detail}: max |Δ logits| {packed.max_abs:.1e}" if packed is not None
                    else f"; {result.packed_detail}" if result.packed_detail else "")
+    if leak is not None:
+        packed_said += (f", samples kept apart (a sample's logits moved by {leak.leak:.1e} when another "
+                        f"changed or it moved; float noise allows {leak.bound:.1g})")
     return PASS, detail + packed_said
 
 

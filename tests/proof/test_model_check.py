@@ -9,6 +9,7 @@ import json
 from hyport_lib.npu_attention import hf_integration
 from hyport_lib.proof import model_check
 from hyport_lib.proof.model_check import ModelComparison, compare_model
+from leaky_convolution_model import write_leaky_lfm2
 
 
 def test_model_level_tiny_model_pass(monkeypatch):
@@ -183,6 +184,26 @@ def test_stage_02_keeps_the_padded_verdict_when_the_packed_row_raises(zoo, monke
     assert result.verdict == "WARN" and result.greedy_identical and result.packed_refused
     assert result.detail.startswith("same top-1 and greedy tokens")
     assert "not compared, the model raised ValueError on the packed row" in result.detail
+
+
+def test_stage_02_says_packing_would_be_refused_for_a_layer_that_mixes_samples(zoo, tmp_path):
+    """The swap is exact (eager and the swap leak alike on the packed row): the verdict is a
+    WARN naming the convolution, never a FAIL of the attention."""
+    write_leaky_lfm2(tmp_path, zoo["llama"])
+    result = compare_model(str(tmp_path), backend="sdpa", max_new_tokens=2)
+    assert result.verdict == "WARN" and result.greedy_identical and result.max_abs_logits < 1e-5
+    isolation = result.packed_isolation
+    assert not isolation.passed and isolation.module_class == "Lfm2ShortConv"
+    assert 2e-5 < isolation.leak < 5e-4 and isolation.bound < 1e-5
+    assert ("packed training would be refused: layer 0 (model.layers.0.conv, class Lfm2ShortConv) mixes "
+            "tokens across samples") in result.detail
+
+
+def test_stage_02_says_a_model_keeps_packed_samples_apart(zoo):
+    result = compare_model(str(zoo["llama"]), backend="sdpa", max_new_tokens=2)
+    assert result.verdict == "PASS" and result.packed_isolation.passed, result.detail
+    assert result.packed_isolation.leak <= result.packed_isolation.bound
+    assert ", samples kept apart (a sample's logits moved by" in result.detail
 
 
 def test_the_model_is_loaded_once_and_switched(monkeypatch):
