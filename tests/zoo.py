@@ -90,6 +90,9 @@ class ZooEntry:
             transformers' processing module imports the torchvision image processor), so
             without it there is no processor to build or load; the folder then holds
             the files the real checkpoint ships, written by hand.
+        packing_leak: the class name of the module that mixes tokens across samples in a
+            packed row (position ids restarting per sample, no attention mask), measured
+            on the built weights; "" where every sample's logits stay its own.
     """
 
     name: str
@@ -103,10 +106,12 @@ class ZooEntry:
     video_processor: bool = False
     chat_template: bool = True
     torchvision_processor: bool = False
+    packing_leak: str = ""
 
 
 _VLM = "AutoModelForImageTextToText"
 _LM = "AutoModelForCausalLM"
+_SEQ2SEQ = "AutoModelForSeq2SeqLM"
 
 _ENTRIES = (
     ZooEntry("qwen2_vl", "Qwen2VLForConditionalGeneration", True, True,
@@ -225,6 +230,41 @@ _ENTRIES = (
              "preprocessor_config.json, tokenizer, chat template). Mistral [INST] turns, with "
              "the system prompt in the first user turn where the real one puts it in the last.",
              "llava", _VLM, "PixtralProcessor", torchvision_processor=True),
+    ZooEntry("lfm2", "Lfm2ForCausalLM", False, False,
+             "LFM2 (LiquidAI/LFM2-350M): a short-convolution hybrid; layer 0 a gated depthwise "
+             "convolution over the last 3 tokens (conv_L_cache 3), layer 1 GQA attention with q/k "
+             "norm; tied embeddings; bos then ChatML turns, eos <|im_end|>. In a packed row the "
+             "convolution reads the previous sample's last tokens.",
+             "lfm2", _LM, packing_leak="Lfm2ShortConv"),
+    ZooEntry("bamba", "BambaForCausalLM", False, False,
+             "Bamba (ibm-ai-platform/Bamba-9B): a Mamba-2 hybrid; layer 0 a Mamba-2 mixer (8 heads "
+             "of 16, state 16, conv kernel 4, chunks of 16 where the real one has 256), layer 1 "
+             "attention with half-rotary RoPE; runs on CPU through the mixer's pure-torch path "
+             "(no mamba_ssm / causal_conv1d). Llama 3 tokenizer and turns. In a packed row the "
+             "convolution and the state carry the previous sample into the next.",
+             "bamba", _LM, packing_leak="BambaMixer"),
+    ZooEntry("llama4_text", "Llama4ForCausalLM", False, False,
+             "Llama 4 text model: layer 0 RoPE with chunked attention (chunks of 16, real 8192) "
+             "and a dense MLP, layer 1 without RoPE, full attention and the query temperature "
+             "log1p(floor((i + 1) / floor_scale)) * attn_scale + 1 (floor_scale 8, real 8192), "
+             "MoE with 4 experts top-1 plus a shared expert; q/k L2 norm; <|header_start|> turns "
+             "closed by <|eot|>. Chunk edges and the temperature come from the position i in the "
+             "row, not in the sample.",
+             "llama4_text", _LM, packing_leak="Llama4TextAttention"),
+    ZooEntry("gemma3n_text", "Gemma3nForCausalLM", False, False,
+             "Gemma 3n text model: 3 layers (sliding window 16, full, and a sliding layer that "
+             "reuses layer 0's keys and values: num_kv_shared_layers 1), AltUp with 4 streams, "
+             "LAuReL, per-layer input embeddings, activation sparsity on layer 0, q/k/v norms, "
+             "final logits soft-capped at 30; gemma-3 turns with role 'model'. The shared layer's "
+             "own k/v projections are unused (no gradient).",
+             "gemma3n_text", _LM),
+    ZooEntry("bart", "BartForConditionalGeneration", False, False,
+             "BART (facebook/bart-base layout): an encoder-decoder, 1 encoder layer and 1 decoder "
+             "layer (self- and cross-attention), learned positions for 1024 tokens, tied "
+             "embeddings; every text is <s> ... </s>, generation starts from </s> "
+             "(decoder_start_token_id) and forces <s>; NO chat template (the real checkpoints "
+             "have none). is_encoder_decoder is true in config.json.",
+             "bart", _SEQ2SEQ, chat_template=False),
 )
 
 ZOO_NAMES: tuple[str, ...] = tuple(entry.name for entry in _ENTRIES)
@@ -885,6 +925,106 @@ def _recipe_mllama():
     return config, processor, MllamaForConditionalGeneration
 
 
+def _recipe_lfm2():
+    from transformers import Lfm2Config, Lfm2ForCausalLM
+
+    specials = ["<|pad|>", "<|startoftext|>", "<|endoftext|>", "<|im_start|>", "<|im_end|>",
+                "<|tool_call_start|>", "<|tool_call_end|>"]
+    tokenizer = _build_tokenizer(special=specials, bos="<|startoftext|>", eos="<|im_end|>", pad="<|pad|>",
+                                 chat_template=templates.LFM2, add_bos=True)
+    # One short-convolution layer (kernel 3, as LFM2-350M) and one attention layer: the
+    # convolution reads the previous tokens of the row, whichever sample they belong to.
+    config = Lfm2Config(**_TEXT, **_special_ids(tokenizer), layer_types=["conv", "full_attention"],
+                        conv_L_cache=3, conv_bias=False, block_auto_adjust_ff_dim=False,
+                        tie_word_embeddings=True, rope_parameters={"rope_type": "default", "rope_theta": 1000000.0})
+    return config, tokenizer, Lfm2ForCausalLM
+
+
+def _recipe_bamba():
+    from transformers import BambaConfig, BambaForCausalLM
+
+    reserved = [f"<|reserved_special_token_{i}|>" for i in range(4)]
+    # Bamba-9B uses the Llama 3 tokenizer and, for its instruct variants, the Llama 3 turns.
+    tokenizer = _build_tokenizer(special=["<|begin_of_text|>", "<|end_of_text|>", *reserved,
+                                          "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"],
+                                 bos="<|begin_of_text|>", eos="<|eot_id|>", pad="<|end_of_text|>",
+                                 chat_template=templates.LLAMA3, add_bos=True)
+    # Layer 0 a Mamba-2 mixer (8 heads of 16 over the 2x expanded width, one group, state
+    # 16, conv kernel 4), layer 1 attention. Chunks of 16 (real: 256) so that a 64-token
+    # row crosses chunk edges; the pure-torch path runs without mamba_ssm/causal_conv1d.
+    config = BambaConfig(**_TEXT, **_special_ids(tokenizer), attn_layer_indices=[1], mamba_n_heads=8,
+                         mamba_d_head=16, mamba_n_groups=1, mamba_d_state=16, mamba_d_conv=4, mamba_expand=2,
+                         mamba_chunk_size=16, tie_word_embeddings=False,
+                         rope_parameters={"rope_type": "default", "rope_theta": 10000.0,
+                                          "partial_rotary_factor": 0.5})
+    return config, tokenizer, BambaForCausalLM
+
+
+def _recipe_llama4_text():
+    from transformers import Llama4ForCausalLM, Llama4TextConfig
+
+    reserved = [f"<|reserved_special_token_{i}|>" for i in range(4)]
+    tokenizer = _build_tokenizer(special=["<|begin_of_text|>", "<|end_of_text|>", *reserved,
+                                          "<|finetune_right_pad|>", "<|header_start|>", "<|header_end|>",
+                                          "<|eom|>", "<|eot|>", "<|python_start|>", "<|python_end|>"],
+                                 bos="<|begin_of_text|>", eos="<|eot|>", pad="<|finetune_right_pad|>",
+                                 chat_template=templates.LLAMA4, add_bos=True)
+    # Layer 0: RoPE, chunked attention (chunks of 16, real 8192), dense MLP; layer 1: no
+    # RoPE, full attention with the temperature log1p(floor((i + 1) / 8)) * 0.1 + 1 on
+    # the queries (floor_scale 8, real 8192), MoE (4 experts top-1 plus the shared one),
+    # as Maverick interleaves them. Both read the position i in the row.
+    config = Llama4TextConfig(**_TEXT, intermediate_size_mlp=128, head_dim=_HEAD_DIM,
+                              **_special_ids(tokenizer), no_rope_layers=[1, 0], attention_chunk_size=16,
+                              attn_temperature_tuning=True, floor_scale=8, attn_scale=0.1,
+                              num_local_experts=4, num_experts_per_tok=1, interleave_moe_layer_step=2,
+                              use_qk_norm=True, tie_word_embeddings=False,
+                              rope_parameters={"rope_type": "default", "rope_theta": 500000.0})
+    return config, tokenizer, Llama4ForCausalLM
+
+
+def _recipe_gemma3n_text():
+    from transformers import Gemma3nForCausalLM, Gemma3nTextConfig
+
+    tokenizer = _build_tokenizer(special=["<pad>", "<eos>", "<bos>", "<unk>", "<start_of_turn>",
+                                          "<end_of_turn>"],
+                                 bos="<bos>", eos="<eos>", pad="<pad>", unk="<unk>",
+                                 chat_template=templates.GEMMA3, add_bos=True)
+    # Three layers, the fewest that show each kind: sliding (window 16, real 512), full,
+    # and a sliding layer that computes no keys and values of its own but reuses layer
+    # 0's (num_kv_shared_layers=1; a shared layer's type must have an unshared producer).
+    # AltUp (4 streams), LAuReL (rank 8, real 64), per-layer inputs (16, real 256) and
+    # the activation sparsity of the first layer as the real E2B's first layers.
+    vocab = len(tokenizer)
+    config = Gemma3nTextConfig(**_TEXT | {"num_hidden_layers": 3}, head_dim=_HEAD_DIM, **_special_ids(tokenizer),
+                               vocab_size_per_layer_input=vocab, hidden_size_per_layer_input=16,
+                               layer_types=["sliding_attention", "full_attention", "sliding_attention"],
+                               sliding_window=16, num_kv_shared_layers=1, laurel_rank=8, altup_num_inputs=4,
+                               activation_sparsity_pattern=[0.95, 0.0, 0.0], final_logit_softcapping=30.0,
+                               tie_word_embeddings=True)
+    return config, tokenizer, Gemma3nForCausalLM
+
+
+def _recipe_bart():
+    from tokenizers import processors
+    from transformers import BartConfig, BartForConditionalGeneration
+
+    tokenizer = _build_tokenizer(special=["<s>", "<pad>", "</s>", "<unk>"], bos="<s>", eos="</s>", pad="<pad>",
+                                 unk="<unk>", special_last=["<mask>"], padding_side="right")
+    # As BartTokenizer: every text is <s> ... </s>.
+    tokenizer.backend_tokenizer.post_processor = processors.TemplateProcessing(
+        single="<s> $A </s>", pair="<s> $A </s> </s> $B </s>",
+        special_tokens=[("<s>", tokenizer.bos_token_id), ("</s>", tokenizer.eos_token_id)])
+    # One encoder layer and one decoder layer (self- and cross-attention), the fewest
+    # that show each kind; learned positions for 1024 tokens as bart-base.
+    config = BartConfig(vocab_size=len(tokenizer), d_model=64, encoder_layers=1, decoder_layers=1,
+                        encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=128,
+                        decoder_ffn_dim=128, max_position_embeddings=1024, bos_token_id=tokenizer.bos_token_id,
+                        eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
+                        decoder_start_token_id=tokenizer.eos_token_id, forced_eos_token_id=tokenizer.eos_token_id,
+                        tie_word_embeddings=True)
+    return config, tokenizer, BartForConditionalGeneration
+
+
 class _ProcessorFiles:
     """Writes what a processor's ``save_pretrained`` would, for a family whose processor
     class cannot be built here (Pixtral without torchvision): the files are those the
@@ -964,6 +1104,11 @@ _RECIPES: dict[str, Callable] = {
     "deepseek_v3": _recipe_deepseek_v3,
     "mllama": _recipe_mllama,
     "pixtral": _recipe_pixtral,
+    "lfm2": _recipe_lfm2,
+    "bamba": _recipe_bamba,
+    "llama4_text": _recipe_llama4_text,
+    "gemma3n_text": _recipe_gemma3n_text,
+    "bart": _recipe_bart,
 }
 assert tuple(_RECIPES) == ZOO_NAMES
 
@@ -1000,10 +1145,15 @@ def build_checkpoint(name: str, out_dir: os.PathLike) -> Path:
         torch.manual_seed(SEED)
         model = model_class(config).eval()
     eos = tokenizer.eos_token_id
+    # An encoder-decoder's generation starts from its decoder_start_token_id (and BART
+    # forces bos first), as the hub checkpoints' generation_config.json say.
+    seq2seq = dict(decoder_start_token_id=config.decoder_start_token_id,
+                   forced_bos_token_id=tokenizer.bos_token_id) if config.is_encoder_decoder else {}
     model.generation_config = GenerationConfig(
         bos_token_id=tokenizer.bos_token_id,
         eos_token_id=_generation_eos(name, tokenizer),
         pad_token_id=tokenizer.pad_token_id,
+        **seq2seq,
     )
     model.save_pretrained(out_dir, safe_serialization=True)
     processor.save_pretrained(out_dir)

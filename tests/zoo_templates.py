@@ -10,9 +10,10 @@ They are faithful re-writings, not byte copies, of the checkpoints' own template
 (Qwen2-VL-2B-Instruct, Qwen2.5-VL, Qwen3-VL, llava-onevision-qwen2-ov-hf,
 InternVL3-hf, HunyuanOCR, SmolVLM / Idefics3, gemma-3-it, Qwen3, Llama-3.1-Instruct,
 Hunyuan-*-Instruct dense and Hunyuan-A13B MoE, gemma-2-it, gpt-oss, DeepSeek-V3,
-Llama-3.2-Vision-Instruct, pixtral-12b). Where a real template is not prefix-stable
-(gpt-oss, Llama-3.2-Vision, pixtral) the comment above the constant says what was
-changed and why.
+Llama-3.2-Vision-Instruct, pixtral-12b, LFM2, Llama-4-Instruct; Bamba and Gemma 3n
+use the Llama-3.1 and gemma-3 ones, as their checkpoints do). Where a real template is
+not prefix-stable (gpt-oss, Llama-3.2-Vision, pixtral) the comment above the constant
+says what was changed and why.
 """
 
 from __future__ import annotations
@@ -385,4 +386,34 @@ PIXTRAL = (
     "{{ raise_exception('Only user and assistant roles are supported, with the exception of an initial optional system message!') }}"
     "{% endif %}"
     "{% endfor %}"
+)
+
+# --- issue 40: hybrids, position-dependent attention, shared KV, encoder-decoder ------
+
+#: LFM2 (LiquidAI/LFM2-350M): bos, then ChatML turns; eos is ``<|im_end|>``. The real
+#: template also renders a tool list in the system turn; left out.
+LFM2 = (
+    "{{ bos_token }}"
+    "{% for message in messages %}"
+    "<|im_start|>{{ message['role'] }}\n"
+    "{% if message['content'] is string %}{{ message['content'] }}"
+    "{% else %}{% for content in message['content'] %}{% if 'text' in content %}{{ content['text'] }}{% endif %}{% endfor %}"
+    "{% endif %}"
+    "<|im_end|>\n"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+#: Llama 4 (Scout / Maverick Instruct): bos, ``<|header_start|>role<|header_end|>`` and
+#: turns closed by ``<|eot|>``. The real template's tool and image branches are left out.
+LLAMA4 = (
+    "{{ bos_token }}"
+    "{% for message in messages %}"
+    "<|header_start|>{{ message['role'] }}<|header_end|>\n\n"
+    "{% if message['content'] is string %}{{ message['content'] | trim }}"
+    "{% else %}{% for content in message['content'] %}{% if 'text' in content %}{{ content['text'] | trim }}{% endif %}{% endfor %}"
+    "{% endif %}"
+    "<|eot|>"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}<|header_start|>assistant<|header_end|>\n\n{% endif %}"
 )

@@ -13,7 +13,7 @@ from hyport_lib.attention.compare import BackendInfo, ComparisonResult, error_ra
 from hyport_lib.attention.implementations import device_label
 from hyport_lib.attention.params import Params
 from hyport_lib.backend import get_backend
-from hyport_lib.models.preflight import check_model_path
+from hyport_lib.models.preflight import check_decoder_only, check_model_path
 from hyport_lib.models.tiny import TINY_MODEL_NAME, ensure_tiny_model
 from hyport_lib.npu_attention.flash_api import DEFAULT_VERSION
 from hyport_lib.port.proof_run import SKIP, proof_not_run, prove_port_in_child
@@ -116,6 +116,7 @@ def plan(params: Params) -> Plan:
     model_path = params.model_path
     if model_path is not None and model_path != TINY_MODEL_NAME:
         model_path = check_model_path(model_path, local_only="stage 02 (the model check)")
+        check_decoder_only(model_path, "stage 02's model check")  # before the grid's minutes
     code_path = str(params.code_path or "").strip()
     port_out = None
     if params.port and code_path:

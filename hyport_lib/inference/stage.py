@@ -15,7 +15,7 @@ from hyport_lib.inference.params import Params
 from hyport_lib.models.generation import batch_prompts, check_processor, check_prompts, single_prompt
 from hyport_lib.models.generation_config import InferenceConfig
 from hyport_lib.models.loading import build_empty_model, load_processor, tokenizer_of
-from hyport_lib.models.preflight import check_model_path
+from hyport_lib.models.preflight import check_decoder_only, check_model_path
 from hyport_lib.models.prompts import PromptNotApplicable, encode_prompts
 from hyport_lib.models.tiny import TINY_MODEL_NAME
 from hyport_lib.params import ParameterError
@@ -47,6 +47,7 @@ def plan(params: Params) -> InferencePlan:
     # "tiny" is built when the grid runs, or for a swap's proof; it takes every prompt.
     if model_path != TINY_MODEL_NAME:
         model_path = check_model_path(model_path, allow_download=params.allow_download)
+        check_decoder_only(model_path, "stage 03")  # in the plan, not once per card
     # The parameters of the same name; each worker sets its own device.
     same_name = {f.name: getattr(params, f.name) for f in dataclasses.fields(InferenceConfig)
                  if f.name != "device" and hasattr(params, f.name)}

@@ -62,6 +62,12 @@ def describe_config(data: dict) -> ModelTraits:
     )
 
     model_type = str(data.get("model_type") or "")
+    if is_encoder_decoder(data):
+        # transformers maps some (bart, mbart, marian ...) to a causal LM class too: their
+        # decoder alone, with the encoder's weights dropped and nothing to cross-attend to.
+        raise ValueError(f"model_type={model_type or '?'!r} is an encoder-decoder model (is_encoder_decoder "
+                         f"in config.json): hyport loads decoder-only and image-text-to-text models, and "
+                         f"a causal-LM class would drop its encoder")
     auto_map = data.get("auto_map") if isinstance(data.get("auto_map"), dict) else {}
     if auto_map:
         loader = next((key for key in _REMOTE_LOADERS if key in auto_map), None)
@@ -79,6 +85,12 @@ def describe_config(data: dict) -> ModelTraits:
                          f"remote code)")
     return ModelTraits(model_type, multimodal, loader, _uses_mrope(data), packing_refusal(data),
                        remote_code=bool(auto_map), mrope_text_row=model_type not in _MROPE_WITHOUT_TEXT_ROW)
+
+
+def is_encoder_decoder(data: dict) -> bool:
+    """Whether config ``data`` says encoder-decoder (at the top level or in its text config)."""
+    return any(isinstance(sub, dict) and sub.get("is_encoder_decoder") is True
+               for sub in (data, data.get("text_config")))
 
 
 def packing_refusal(data: dict) -> Optional[str]:

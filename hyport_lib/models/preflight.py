@@ -11,7 +11,7 @@ import re
 from pathlib import Path
 
 from hyport_lib.checkpoint_files.header import read_header
-from hyport_lib.models.families import read_config
+from hyport_lib.models.families import is_encoder_decoder, read_config
 from hyport_lib.models.model_cache import SMOLLM2_NAME, PretrainedUnavailable, ensure_smollm2
 from hyport_lib.models.tiny import TINY_MODEL_NAME, ensure_tiny_model
 
@@ -60,6 +60,18 @@ def check_model_path(model_path: str, *, param: str = "model_path", allow_downlo
     _check_weights(path, param, text)
     # Absolute, but through the user's own links: the path they gave is the one loaded.
     return os.path.normpath(str(path.absolute()))
+
+
+def check_decoder_only(model_path: str, stage: str) -> None:
+    """ValueError in one line for a local folder whose config says encoder-decoder, named
+    before ``stage`` loads anything: hyport's loaders, prompts and training rows are a
+    decoder's (a causal-LM class would load the decoder alone and drop the encoder)."""
+    if not Path(model_path).is_dir():
+        return  # a hub id: the loader's own check (describe_config) names it
+    data = read_config(model_path)
+    if is_encoder_decoder(data):
+        raise ValueError(f"{model_path}: {data.get('model_type') or 'the model'} is an encoder-decoder model; "
+                         f"encoder-decoder models are not supported by {stage} yet")
 
 
 def _check_config(path: Path, param: str, text: str) -> None:

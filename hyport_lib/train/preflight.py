@@ -20,7 +20,7 @@ from hyport_lib.devices.host_memory import RamNeed, ram_need_per_rank, require_h
 from hyport_lib.models.loading import LoadedProcessor, ProcessorUnavailable, build_empty_model, load_processor
 from hyport_lib.models.module_tree import (fused_experts, language_model_path, leaf_names,
                                           lora_target_pattern, matched_layers)
-from hyport_lib.models.preflight import check_model_path
+from hyport_lib.models.preflight import check_decoder_only, check_model_path
 from hyport_lib.proof.choice import TRAINING, choose_attention
 from hyport_lib.proof.swap import AttentionProof
 from hyport_lib.results import RUN_DIR_ENV, fresh_folder_beside_results
@@ -89,6 +89,7 @@ def prepare(params: Params, backend) -> LaunchPlan:
     nproc = _cards(backend, params.num_cards)
     world = nproc * params.nnodes
     model_path = check_model_path(params.model_path, local_only="stage 04 (training)")
+    check_decoder_only(model_path, "stage 04")  # before the processor or the model loads
     _check_not_the_model(params, model_path)
     output_dir = _output_dir(params)
     check_not_locked(output_dir, params.node_rank)

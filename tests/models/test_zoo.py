@@ -133,12 +133,14 @@ def _generate(model, inputs):
 
 
 def test_names_and_entries():
-    assert len(ZOO_NAMES) == 19 and len(set(ZOO_NAMES)) == 19
+    assert len(ZOO_NAMES) == 24 and len(set(ZOO_NAMES)) == 24
     for name in ZOO_NAMES:
         entry = zoo_entry(name)
         assert entry.name == name and entry.architecture and entry.notes
         assert entry.multimodal == (entry.processor_class is not None)
     assert {n for n in ZOO_NAMES if zoo_entry(n).mrope} == {"qwen2_vl", "qwen2_5_vl", "qwen3_vl", "hunyuan_vl"}
+    assert {n: zoo_entry(n).packing_leak for n in ZOO_NAMES if zoo_entry(n).packing_leak} == {
+        "lfm2": "Lfm2ShortConv", "bamba": "BambaMixer", "llama4_text": "Llama4TextAttention"}
     with pytest.raises(KeyError):
         zoo_entry("gpt5")
 
@@ -171,7 +173,11 @@ def test_checkpoint_works_with_plain_transformers(zoo, name):
     assert size < 10 * 2**20, size
     config = AutoConfig.from_pretrained(folder, local_files_only=True)
     assert config.architectures == [entry.architecture] and config.model_type == entry.model_type
+    assert config.is_encoder_decoder is (entry.auto_model == "AutoModelForSeq2SeqLM")
 
+    if config.is_encoder_decoder:
+        _check_encoder_decoder(entry, folder)
+        return
     if not entry.multimodal:
         tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True)
         model = AutoModelForCausalLM.from_pretrained(folder, local_files_only=True).eval()
@@ -251,6 +257,28 @@ def test_checkpoint_works_with_plain_transformers(zoo, name):
     assert vision, "no gradient reached the vision side"
 
 
+def _check_encoder_decoder(entry, folder):
+    """BART as the hub ships it: no chat template; every text is <s> ... </s>; generation
+    starts from decoder_start_token_id; labels train encoder and decoder both."""
+    import torch
+    from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True)
+    assert not entry.chat_template and not tokenizer.chat_template
+    model = AutoModelForSeq2SeqLM.from_pretrained(folder, local_files_only=True).eval()
+    assert type(model).__name__ == entry.architecture
+    inputs = tokenizer([PROMPT], return_tensors="pt")
+    ids = inputs["input_ids"][0].tolist()
+    assert ids[0] == tokenizer.bos_token_id and ids[-1] == tokenizer.eos_token_id
+    assert model.generation_config.decoder_start_token_id == model.config.decoder_start_token_id
+    with torch.no_grad():
+        out = model.generate(**inputs, max_new_tokens=3, do_sample=False)
+    assert out[0, 0] == model.config.decoder_start_token_id and 1 < out.shape[1] <= 4
+    _, grads = _train_step(model, inputs)
+    assert any(n.startswith("model.encoder.") for n, _ in grads)
+    assert any(n.startswith("model.decoder.") for n, _ in grads)
+
+
 def test_load_processor_falls_back_without_video(zoo):
     from transformers import AutoProcessor
 
@@ -264,7 +292,7 @@ def test_load_processor_falls_back_without_video(zoo):
             continue
         processor = load_processor(zoo[name])
         if not entry.multimodal:
-            assert processor.chat_template and processor.eos_token
+            assert bool(processor.chat_template) is entry.chat_template and processor.eos_token
             continue
         assert type(processor).__name__ == entry.processor_class
         assert _no_video_processor(processor)

@@ -25,6 +25,10 @@ from hyport_lib.models.families import describe_config, read_config
 from hyport_lib.models.loading import ProcessorUnavailable, has_torchvision, load_model, load_processor
 from hyport_lib.models.module_tree import language_model_path, lora_target_pattern, matched_layers
 from hyport_lib.models.training_inputs import rope_positions_function
+from hyport_lib.attention import stage as attention_stage
+from hyport_lib.attention.params import Params as AttentionParams
+from hyport_lib.commands import main
+from hyport_lib.proof import choice
 from hyport_lib.proof.choice import SwapRefused
 from hyport_lib.proof.model_check import compare_model
 from hyport_lib.train import stage as train_stage
@@ -42,6 +46,15 @@ MROPE = [n for n in ZOO_NAMES if zoo_entry(n).mrope]
 PACKING_REFUSED = {"gemma3", "paligemma", "mllama"}
 #: The swap cannot serve these exactly (soft-capping; sinks): refused by name, kept on eager.
 SWAP_REFUSED = {"gemma2", "gpt_oss"}
+#: Refused by every stage's plan before anything loads (asserted once, in its own test):
+#: hyport's loaders, prompts and training rows are a decoder's.
+ENCODER_DECODER = {n for n in ZOO_NAMES if zoo_entry(n).auto_model == "AutoModelForSeq2SeqLM"}
+#: The families the per-family tests run on.
+DECODERS = [n for n in ZOO_NAMES if n not in ENCODER_DECODER]
+#: A module of theirs mixes tokens across the samples of a packed row (zoo.py's
+#: packing_leak: a short convolution, a Mamba-2 mixer, an attention that reads the
+#: position in the row): packing is refused, naming it.
+PACKING_LEAKS = {n for n in ZOO_NAMES if zoo_entry(n).packing_leak}
 #: Their processor class needs torchvision, which the pinned CPU stack lacks.
 NEEDS_TORCHVISION = {n for n in ZOO_NAMES if zoo_entry(n).torchvision_processor and not has_torchvision()}
 
@@ -56,7 +69,7 @@ def _by_id(records, *ids):
     return [index[i] for i in ids]
 
 
-@pytest.mark.parametrize("name", ZOO_NAMES)
+@pytest.mark.parametrize("name", DECODERS)
 def test_traits_and_processor(zoo, name):
     entry = zoo_entry(name)
     traits = describe_config(read_config(zoo[name]))
@@ -78,7 +91,7 @@ def test_traits_and_processor(zoo, name):
         assert not hasattr(loaded.processor, "image_processor")
 
 
-@pytest.mark.parametrize("name", ZOO_NAMES)
+@pytest.mark.parametrize("name", DECODERS)
 def test_inference_through_the_processors_conventions(zoo, name):
     if name in NEEDS_TORCHVISION:
         with pytest.raises(ProcessorUnavailable):
@@ -110,7 +123,7 @@ def test_an_image_for_a_text_only_model_is_refused_in_one_line(zoo, tmp_path):
         run_inference(InferenceConfig(model_path=str(zoo["qwen3"]), image=str(image), warmup_runs=0))
 
 
-@pytest.mark.parametrize("name", ZOO_NAMES)
+@pytest.mark.parametrize("name", DECODERS)
 def test_model_check_swaps_attention_on_every_family(zoo, name):
     if name in NEEDS_TORCHVISION:
         with pytest.raises(ProcessorUnavailable):
@@ -120,6 +133,12 @@ def test_model_check_swaps_attention_on_every_family(zoo, name):
     if name in SWAP_REFUSED:  # said, with the reason, instead of a wrong PASS or a traceback
         assert result.verdict == "REFUSED" and "_supports_sdpa = False" in result.detail
         assert "training keeps this model on eager attention" in result.detail
+        return
+    if name in PACKING_LEAKS:
+        # The swap itself is exact on the padded batch; the packed row, against each sample
+        # run alone, shows the model's own leak far above float noise (1e-7).
+        assert result.max_abs_logits < 1e-5 and result.greedy_identical, result.detail
+        assert result.packed_max_abs_logits > 1e-4, result.detail
         return
     assert result.verdict == "PASS", result.detail
     # the packed row training sees, compared with each sample run alone
@@ -134,7 +153,7 @@ def test_model_check_swaps_attention_on_every_family(zoo, name):
         assert "not applicable" in result.batch
 
 
-@pytest.mark.parametrize("name", ZOO_NAMES)
+@pytest.mark.parametrize("name", DECODERS)
 def test_lora_targets_are_the_language_models_layers(zoo, name):
     model = load_model(str(zoo[name]))
     prefix = language_model_path(model)
@@ -154,7 +173,7 @@ def _forward_backward(model, batch):
     return out
 
 
-@pytest.mark.parametrize("name", ZOO_NAMES)
+@pytest.mark.parametrize("name", DECODERS)
 def test_training_batches_keep_the_models_inputs(zoo, records, name):
     """Padded and packed batches carry every per-token key and image tensor the
     processor returned; one forward and backward step on each."""
@@ -307,6 +326,27 @@ def test_the_worker_builds_the_blank_image_of_any_vlm(zoo):
     assert _blank_image_inputs(load_processor(str(zoo["qwen3"]))) is None
 
 
+@pytest.mark.parametrize("name", sorted(ENCODER_DECODER))
+def test_an_encoder_decoder_is_refused_by_stages_02_03_04_before_anything_loads(zoo, tmp_path, capsys, name):
+    """Each plan says the true cause in one line (the tokenizer loads: "processor / tokenizer
+    does not load" would be false), and no loader takes its decoder alone (transformers maps
+    bart to BartForCausalLM too, dropping the encoder)."""
+    folder = str(zoo[name])
+    line = f"{folder}: {name} is an encoder-decoder model; encoder-decoder models are not supported by "
+    with pytest.raises(ValueError, match=r"is an encoder-decoder model .*would drop its encoder"):
+        describe_config(read_config(folder))
+    with pytest.raises(ValueError) as refused:
+        attention_stage.plan(AttentionParams(model_path=folder))
+    assert str(refused.value) == line + "stage 02's model check yet"
+    with pytest.raises(ValueError) as refused:
+        inference_stage.plan(InferenceParams(model_path=folder, device="cpu", num_cards=1))
+    assert str(refused.value) == line + "stage 03 yet"
+    out = tmp_path / "out"
+    assert main(["train", "--model-path", folder, "--output-dir", str(out), "--device", "cpu"]) == 2
+    assert capsys.readouterr().err.strip().endswith(line + "stage 04 yet")
+    assert not out.exists()
+
+
 def test_zoo_folders_are_checkpoints_hyport_accepts(zoo):
     from hyport_lib.models.preflight import check_model_path
 
@@ -368,6 +408,20 @@ def test_a_packed_plan_proves_the_swap_or_refuses_in_one_line(zoo, tmp_path, mon
     its config and the collator's first batch, or one line before any worker starts."""
     monkeypatch.setenv("HYPORT_CACHE", str(tmp_path / "cache"))
     params = TrainParams(model_path=str(zoo[name]), output_dir=str(tmp_path / "out"), packing=True)
+    if name in ENCODER_DECODER:
+        with pytest.raises(ValueError, match=r"is an encoder-decoder model; .* not supported by stage 04 yet$"):
+            train_stage.plan(params)
+        return
+    if name in PACKING_LEAKS:
+        # Refused before launch, naming the module, however small its leak at initialisation
+        # (LFM2's: 6e-4 on the zoo's weights; the swap is exact, so not SwapRefused).
+        with pytest.raises(choice.PackingRefused) as refused:
+            train_stage.plan(params)
+        message = str(refused.value)
+        assert "\n" not in message and "mixes tokens across samples" in message
+        assert zoo_entry(name).packing_leak in message
+        assert not (tmp_path / "out").exists()
+        return
     if name in NEEDS_TORCHVISION | PACKING_REFUSED | SWAP_REFUSED:
         expected = (ProcessorUnavailable if name in NEEDS_TORCHVISION else
                     SwapRefused if name in SWAP_REFUSED else ValueError)
