@@ -14,6 +14,7 @@ from hyport_lib.npu_attention.names import (BACKEND_OF_NAME, NAME_OF_BACKEND, ba
                                            check_runs_on)
 from hyport_lib.params import AUTO_ATTENTION
 from hyport_lib.proof.swap import DECODE_STEPS, AttentionProof, prove_swap
+from hyport_lib.results import REFUSED
 from hyport_lib.utils.printable import first_line
 from hyport_lib.utils.redact import scrub_text
 
@@ -90,8 +91,10 @@ def choose_attention(asked: str, device_kind: str, runner: Runner, model_path: s
         if packing and proof is not None and proof.packing_leak:
             raise PackingRefused(f"packing=True: {proof.packing_leak}; train with packing=False (one "
                                  f"sample per padded row)")
-        if packing and (proof is None or proof.max_abs_logits is None):
-            # Nothing was compared: the model did not run on packed rows at all.
+        if packing and (proof is None or proof.eager_non_finite or (
+                proof.verdict != REFUSED and proof.max_abs_logits is None)):
+            # Nothing was compared (the model did not run on packed rows), or eager itself
+            # is non-finite: the attention is not what failed.
             raise PackingRefused(f"packing=True: this model could not be proven on packed rows: {said}; "
                                  f"train with packing=False")
         if packing:

@@ -79,6 +79,9 @@ class AttentionProof:
     isolation: list[Isolation] = field(default_factory=list)
     #: why packing is refused: the layer that mixes samples ("" when they stay apart)
     packing_leak: str = ""
+    #: the first parameter whose gradient is non-finite with eager attention: the model's own
+    #: numerics on this batch, which no attention can prove
+    eager_non_finite: str = ""
 
     @property
     def passed(self) -> bool:
@@ -91,9 +94,11 @@ class AttentionProof:
         decoding = (f", {self.decode_steps} cached decoding steps: max |Δ logits| "
                     f"{self.max_abs_decode_logits:.2e}" if self.decode_steps else "")
         if self.isolation:
-            decoding += (f", samples kept apart (max |Δ logits| when another sample changes or "
-                         f"it moves: {', '.join(i.figure() for i in self.isolation)}; float noise "
-                         f"allows {self.isolation[-1].bound:.1g})")
+            swapped, others = self.isolation[-1], self.isolation[:-1]
+            eager = "".join(f"; {i.figure()}{'' if i.passed else ', which mixes them'}" for i in others)
+            decoding += (f", samples kept apart by {swapped.attention} (max |Δ logits| when another sample "
+                         f"changes or it moves: {swapped.leak:.1e}, float noise allows {swapped.bound:.1g}"
+                         f"{eager})")
         return (f"attention proof PASS ({where}; {self.layers}; {self.batch}): max |Δ logits| "
                 f"{self.max_abs_logits:.2e}, loss {self.loss_eager:.6f} vs {self.loss_swapped:.6f}, "
                 f"same gradient set ({self.grad_parameters} parameters, max rel Δ grad "
@@ -366,9 +371,13 @@ def _compare(proof: AttentionProof, eager_out, swapped_out) -> list[str]:
     if proof.grads_only_eager or proof.grads_only_swapped:
         problems.append(f"other gradient set (only eager: {proof.grads_only_eager or 'none'}; only "
                         f"swapped: {proof.grads_only_swapped or 'none'})")
-    if not grads.passed:  # relative to the largest gradient, not to a bound
-        problems.append(f"gradients differ from eager by {grads.relative:.3g} of the largest"
-                        if grads.finite else grads.differs("gradients"))
+    if not grads.passed and grads.finite:  # relative to the largest gradient, not to a bound
+        problems.append(f"gradients differ from eager by {grads.relative:.3g} of the largest")
+    elif not grads.passed:
+        proof.eager_non_finite = next((n for n in shared if not torch.isfinite(grads_e[n]).all()), "")
+        problems.append(f"the model's own gradients are non-finite with eager attention too (first: "
+                        f"{proof.eager_non_finite}): its layers on this batch, not the attention"
+                        if proof.eager_non_finite else grads.differs("gradients"))
     return problems
 
 
