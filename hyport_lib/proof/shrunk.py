@@ -83,14 +83,29 @@ def _slim(text) -> bool:
     return changed
 
 
+def slimmed_sizes(config, small) -> set[tuple[int, int]]:
+    """``(full, slim)`` pairs of the sizes ``_slim`` cut (MLP widths, expert counts): a
+    weight dimension of one of these sizes keeps its first ``slim`` rows (kept_weights.py)."""
+    full_text = getattr(config, "text_config", None) or config
+    small_text = getattr(small, "text_config", None) or small
+    pairs = set()
+    for name, value in vars(full_text).items():
+        if name.endswith("intermediate_size") or name in _EXPERT_COUNTS:
+            cut = getattr(small_text, name, None)
+            if isinstance(value, int) and isinstance(cut, int) and cut < value:
+                pairs.add((value, cut))
+    return pairs
+
+
 #: Config attributes that name a token id the model's code may look up.
 _TOKEN_ID_SUFFIXES = ("_token_id", "_token_ids", "_token_index")
 
 
-def compact_vocabulary(config, id_tensors) -> tuple[Any, Any]:
+def compact_vocabulary(config, id_tensors) -> tuple[Any, Any, list[int]]:
     """A copy of a text-only model's ``config`` whose vocabulary holds only the ids of
-    ``id_tensors`` (and the special ids the config names), and the function that maps a
-    tensor of old ids onto it (``-100`` kept). Attention never sees which token an id is:
+    ``id_tensors`` (and the special ids the config names), the function that maps a
+    tensor of old ids onto it (``-100`` kept), and the old ids in their new order (new id
+    ``i`` is old id ``order[i]``: the checkpoint's embedding rows the model keeps). Attention never sees which token an id is:
     a real model's 150k-row embedding and output layer (most of a small model's weights, and
     a 512 × 150k logits tensor per forward) shrink to a few hundred rows."""
     import torch
@@ -121,4 +136,4 @@ def compact_vocabulary(config, id_tensors) -> tuple[Any, Any]:
         out[keep] = lookup[tensor[keep]]
         return out
 
-    return config, remap
+    return config, remap, order
