@@ -136,3 +136,17 @@ def test_a_folder_without_safetensors_weights_leaves_them_random_and_says_so(tmp
     files = checkpoint_files(str(tmp_path))
     assert files.unused.endswith(f"holds no safetensors weights ({SINGLE_FILE} or {INDEX_FILE})")
     assert files.fingerprint() == [files.unused]
+
+
+def test_a_hugging_face_cache_snapshot_linking_to_its_blobs_is_read(llama4, tmp_path):
+    """The hub cache's layout: ``<repo>/snapshots/<rev>/model.safetensors`` links to
+    ``<repo>/blobs/<hash>``; that is the checkpoint, not a way out of it."""
+    import shutil
+
+    blobs, snapshot = tmp_path / "repo" / "blobs", tmp_path / "repo" / "snapshots" / "abc"
+    blobs.mkdir(parents=True)
+    snapshot.mkdir(parents=True)
+    shutil.copy(llama4 / SINGLE_FILE, blobs / "0123")
+    (snapshot / SINGLE_FILE).symlink_to(os.path.join("..", "..", "blobs", "0123"))
+    files = checkpoint_files(str(snapshot))
+    assert files.shards == (SINGLE_FILE,) and not files.unused
