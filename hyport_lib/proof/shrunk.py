@@ -83,16 +83,32 @@ def _slim(text) -> bool:
     return changed
 
 
+def slimmed_sizes(config, small) -> set[tuple[int, int]]:
+    """``(full, slim)`` pairs of the sizes ``_slim`` cut (MLP widths, expert counts): a
+    weight dimension of one of these sizes keeps its first ``slim`` rows (kept_weights.py)."""
+    full_text = getattr(config, "text_config", None) or config
+    small_text = getattr(small, "text_config", None) or small
+    pairs = set()
+    for name, value in vars(full_text).items():
+        if name.endswith("intermediate_size") or name in _EXPERT_COUNTS:
+            cut = getattr(small_text, name, None)
+            if isinstance(value, int) and isinstance(cut, int) and cut < value:
+                pairs.add((value, cut))
+    return pairs
+
+
 #: Config attributes that name a token id the model's code may look up.
 _TOKEN_ID_SUFFIXES = ("_token_id", "_token_ids", "_token_index")
 
 
-def compact_vocabulary(config, id_tensors) -> tuple[Any, Any]:
+def compact_vocabulary(config, id_tensors) -> tuple[Any, Any, list[int]]:
     """A copy of a text-only model's ``config`` whose vocabulary holds only the ids of
-    ``id_tensors`` (and the special ids the config names), and the function that maps a
-    tensor of old ids onto it (``-100`` kept). Attention never sees which token an id is:
-    a real model's 150k-row embedding and output layer (most of a small model's weights, and
-    a 512 × 150k logits tensor per forward) shrink to a few hundred rows."""
+    ``id_tensors`` (and the special ids the config names), the function that maps a
+    tensor of old ids onto it (``-100`` kept), and the old ids in their new order (new id
+    ``i`` is old id ``order[i]``: the checkpoint's embedding rows the model keeps). Attention
+    never sees which token an id is: a real model's 150k-row embedding and output layer (most
+    of a small model's weights, and a 512 × 150k logits tensor per forward) shrink to a few
+    hundred rows."""
     import torch
 
     config = copy.deepcopy(config)
@@ -100,13 +116,9 @@ def compact_vocabulary(config, id_tensors) -> tuple[Any, Any]:
     used = set()
     for tensor in id_tensors:
         used.update(int(i) for i in torch.unique(tensor) if int(i) >= 0)
-    specials = {}
-    for name, value in list(vars(text).items()):
-        if name.endswith(_TOKEN_ID_SUFFIXES):
-            ids = value if isinstance(value, (list, tuple)) else [value]
-            if all(isinstance(i, int) and i >= 0 for i in ids):
-                specials[name] = value
-                used.update(ids)
+    specials = _named_token_ids(text)
+    for value in specials.values():
+        used.update(value if isinstance(value, (list, tuple)) else [value])
     order = sorted(used)
     lookup = torch.full((max(order) + 1,), -1, dtype=torch.long)
     lookup[torch.tensor(order)] = torch.arange(len(order))
@@ -121,7 +133,7 @@ def compact_vocabulary(config, id_tensors) -> tuple[Any, Any]:
         out[keep] = lookup[tensor[keep]]
         return out
 
-    return config, remap
+    return config, remap, order
 
 
 def special_token_ids(config) -> set[int]:
@@ -129,8 +141,16 @@ def special_token_ids(config) -> set[int]:
     may count or look up, which a check that changes a sample's tokens leaves alone."""
     found = set()
     for section in (config, getattr(config, "text_config", None) or config):
-        for name, value in vars(section).items():
-            if name.endswith(_TOKEN_ID_SUFFIXES):
-                ids = value if isinstance(value, (list, tuple)) else [value]
-                found.update(i for i in ids if isinstance(i, int) and i >= 0)
+        for value in _named_token_ids(section).values():
+            found.update(value if isinstance(value, (list, tuple)) else [value])
     return found
+
+
+def _named_token_ids(section) -> dict:
+    """The config attributes of ``section`` that name token ids, all of them valid ids."""
+    named = {}
+    for name, value in vars(section).items():
+        ids = value if isinstance(value, (list, tuple)) else [value]
+        if name.endswith(_TOKEN_ID_SUFFIXES) and all(isinstance(i, int) and i >= 0 for i in ids):
+            named[name] = value
+    return named

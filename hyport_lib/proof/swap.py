@@ -19,8 +19,9 @@ from hyport_lib.models.loading import auto_model_class, traits_of
 from hyport_lib.models.model_cache import default_cache_root
 from hyport_lib.npu_attention import hf_integration
 from hyport_lib.npu_attention.hf_integration import REGISTERED, register_hyport_attention, sdpa_refusal
-from hyport_lib.proof import isolation, shrunk, tolerance
+from hyport_lib.proof import isolation, kept_weights, shrunk, tolerance
 from hyport_lib.proof.isolation import Isolation, check_isolation
+from hyport_lib.proof.kept_weights import checkpoint_files, keep_checkpoint_weights
 from hyport_lib.proof.shrunk import compact_vocabulary, shrunk_config, special_token_ids
 from hyport_lib.proof.tolerance import DECODING, GRADIENTS, LOGITS, LOSS, compare
 from hyport_lib.results import FAIL, PASS, REFUSED
@@ -32,14 +33,16 @@ from hyport_lib.utils.typed_records import from_mapping, to_mapping
 
 #: Bump when the proof's method changes: cached proofs of an older method are not reused.
 #: 3: a NaN or an Inf in logits, loss or gradients fails the proof.
-#: 4: packed rows are checked for isolation (proof/isolation.py), with eager and the swap.
+#: 4: the shrunk model holds the checkpoint's own weights (kept_weights.py); packed rows
+#: are checked for isolation (proof/isolation.py), with eager and the swap.
 PROOF_VERSION = 4
 #: New tokens decoded by an inference proof: the prefill's logits, then DECODE_STEPS - 1
 #: cached decoding steps.
 DECODE_STEPS = 4
 _ID_KEYS = ("input_ids", "labels")
 #: hyport's code a proof depends on (the swap's whole package): a change to any proves again.
-_OWN_SOURCES = (Path(__file__), Path(shrunk.__file__), Path(tolerance.__file__), Path(isolation.__file__),
+_OWN_SOURCES = (Path(__file__), Path(shrunk.__file__), Path(tolerance.__file__), Path(kept_weights.__file__),
+                Path(isolation.__file__),
                 *sorted(Path(hf_integration.__file__).parent.glob("*.py")))
 #: At most this much of a model's own code file goes into the cache key.
 _SOURCE_BYTES = 4 << 20
@@ -58,6 +61,8 @@ class AttentionProof:
     source: str = "CPU, float32"
     model_class: str = ""
     layers: str = ""
+    #: which weights it ran: "checkpoint weights for 212 of 212 tensors", "random weights (seeded): why"
+    weights: str = ""
     batch: str = ""
     packed: bool = False
     max_abs_logits: Optional[float] = None
@@ -90,6 +95,7 @@ class AttentionProof:
     def line(self) -> str:
         where = f"{self.source}{', cached' if self.cached else ''}"
         if self.verdict != PASS:
+            where += f"; {self.weights}" if self.weights else ""
             return f"attention proof {self.verdict} ({where}): {self.reason}"
         decoding = (f", {self.decode_steps} cached decoding steps: max |Δ logits| "
                     f"{self.max_abs_decode_logits:.2e}" if self.decode_steps else "")
@@ -99,7 +105,7 @@ class AttentionProof:
             decoding += (f", samples kept apart by {swapped.attention} (max |Δ logits| when another sample "
                          f"changes or it moves: {swapped.leak:.1e}, float noise allows {swapped.bound:.1g}"
                          f"{eager})")
-        return (f"attention proof PASS ({where}; {self.layers}; {self.batch}): max |Δ logits| "
+        return (f"attention proof PASS ({where}; {self.layers}; {self.weights}; {self.batch}): max |Δ logits| "
                 f"{self.max_abs_logits:.2e}, loss {self.loss_eager:.6f} vs {self.loss_swapped:.6f}, "
                 f"same gradient set ({self.grad_parameters} parameters, max rel Δ grad "
                 f"{self.max_rel_grad:.1e}){decoding}, {self.seconds:.1f} s")
@@ -139,7 +145,8 @@ def prove_swap(model_path: str, batch: Mapping, *, backend: str, trust_remote_co
     is REFUSED. ``samples``: for a packed ``batch``, each row's samples collated alone (eager's
     reference runs them one by one). ``decode_steps``: also compare this many greedy tokens
     decoded with the KV cache (``batch`` is then a left-padded prompt batch; without
-    ``labels``, each real token's next one is its label)."""
+    ``labels``, each real token's next one is its label). Raises
+    :class:`~hyport_lib.proof.kept_weights.UnsafeCheckpoint` for a weight file outside the folder."""
     from transformers import AutoConfig
 
     started = time.perf_counter()
@@ -149,8 +156,10 @@ def prove_swap(model_path: str, batch: Mapping, *, backend: str, trust_remote_co
     config = AutoConfig.from_pretrained(model_path, trust_remote_code=trust_remote_code)
     if "labels" not in batch:
         batch = {**batch, "labels": _prompt_labels(batch, config.get_text_config().vocab_size)}
+    weights = checkpoint_files(model_path)
     key = _cache_key(model_path, config.to_dict(), batch, backend, name,
                      {"trust_remote_code": trust_remote_code, "seed": seed, "samples": samples is not None,
+                      "weights": weights.fingerprint(),
                       **({"decode_steps": decode_steps} if decode_steps else {})})
     cached = default_cache_root() / "attention-proofs" / f"{key}.json"
     if use_cache and cached.is_file():
@@ -199,12 +208,14 @@ def _run_proof(proof: AttentionProof, config, batch: Mapping, samples, name: str
     failure = ""
     for slim in (True, False):
         small, proof.layers = shrunk_config(config, slim=slim)
-        inputs, per_sample = full_inputs, full_samples
+        inputs, per_sample, vocabulary = full_inputs, full_samples, None
         if slim and not traits.multimodal:  # a VLM's code looks up its image token ids: kept
-            small, inputs, per_sample = _with_compact_vocabulary(small, inputs, per_sample)
+            small, inputs, per_sample, vocabulary = _with_compact_vocabulary(small, inputs, per_sample)
             proof.layers += ", vocabulary cut to the batch's tokens"
         try:
             model = _build(cls, small, seed, trust_remote_code)
+            proof.weights = keep_checkpoint_weights(model, checkpoint_files(proof.model_path), config, small,
+                                                    vocabulary).line()
             proof.model_class = type(model).__name__
             refusal = sdpa_refusal(model)
             if refusal:
@@ -261,12 +272,13 @@ def _isolation(model, attention: str, config, inputs: dict, per_sample) -> Isola
 
 def _with_compact_vocabulary(config, inputs: dict, per_sample):
     batches = [inputs, *(one for row in per_sample or [] for one in row)]
-    config, remap = compact_vocabulary(config, [b[k] for b in batches for k in _ID_KEYS if k in b])
+    config, remap, order = compact_vocabulary(config, [b[k] for b in batches for k in _ID_KEYS if k in b])
 
     def mapped(batch):
         return {k: (remap(v) if k in _ID_KEYS else v) for k, v in batch.items()}
 
-    return config, mapped(inputs), [[mapped(one) for one in row] for row in per_sample] if per_sample else None
+    return (config, mapped(inputs), [[mapped(one) for one in row] for row in per_sample] if per_sample else None,
+            order)
 
 
 def switch_attention(model, name: str, rebuild: Callable[[], object]):

@@ -60,7 +60,8 @@ def test_the_compact_vocabulary_keeps_the_batchs_tokens_and_the_configs_special_
     config = LlamaConfig(vocab_size=151936, bos_token_id=151643, eos_token_id=[151645, 151643], pad_token_id=None)
     ids = torch.tensor([[5, 900, 151645, 5]])
     labels = torch.tensor([[-100, 900, 151645, -100]])
-    small, remap = compact_vocabulary(config, [ids, labels])
+    small, remap, order = compact_vocabulary(config, [ids, labels])
+    assert order == [5, 900, 151643, 151645]
     assert small.vocab_size == 4 and config.vocab_size == 151936
     assert remap(ids).tolist() == [[0, 1, 3, 0]] and remap(labels).tolist() == [[-100, 1, 3, -100]]
     assert small.bos_token_id == 2 and small.eos_token_id == [3, 2] and small.pad_token_id is None

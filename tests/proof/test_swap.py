@@ -5,6 +5,8 @@ cannot take such a kernel is refused; proofs are cached per model, batch and cod
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
 
@@ -173,3 +175,64 @@ def test_an_inf_loss_of_the_swap_fails_the_proof(zoo, proof_cache, monkeypatch):
     proof = prove_swap(str(zoo["llama"]), _text_batch(), backend="sdpa", use_cache=False)
     assert runs == [0, 1]
     assert proof.verdict == "FAIL" and "a non-finite loss (eager " in proof.reason and "swapped inf" in proof.reason
+
+
+def test_the_proof_runs_on_the_checkpoints_weights_and_says_so(zoo, proof_cache):
+    proof = prove_swap(str(zoo["llama"]), _text_batch(), backend="sdpa")
+    assert proof.weights == "checkpoint weights for 21 of 21 tensors"
+    assert f"; {proof.weights}; packed batch" in proof.line()
+
+
+@pytest.fixture(scope="module")
+def tiny_default():
+    from hyport_lib.models.tiny import ensure_tiny_model
+
+    return str(ensure_tiny_model())  # before proof_cache moves HYPORT_CACHE: the shared copy
+
+
+def test_the_tiny_default_and_a_folder_without_safetensors_say_their_weights_are_random(
+        zoo, tiny_default, proof_cache, tmp_path):
+    import shutil
+
+    tiny = prove_swap(tiny_default, _text_batch(), backend="sdpa")
+    assert tiny.verdict == "PASS", tiny.reason
+    assert tiny.weights == "random weights (seeded): the tiny default's random weights" and tiny.weights in tiny.line()
+    folder = tmp_path / "no-weights"
+    shutil.copytree(zoo["llama"], folder, ignore=shutil.ignore_patterns("*.safetensors"))
+    bare = prove_swap(str(folder), _text_batch(), backend="sdpa")
+    assert bare.verdict == "PASS", bare.reason
+    assert bare.weights == ("random weights (seeded): no-weights holds no safetensors weights "
+                            "(model.safetensors or model.safetensors.index.json)")
+
+
+def test_the_cache_follows_the_weights(zoo, proof_cache, tmp_path):
+    """Other weights are proven again, and the proof runs on them (another loss)."""
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    folder = tmp_path / "model"
+    shutil.copytree(zoo["llama"], folder)
+    first = prove_swap(str(folder), _text_batch(), backend="sdpa")
+    weights = folder / "model.safetensors"
+    save_file({k: v * 2 for k, v in load_file(weights).items()}, weights, metadata={"format": "pt"})
+    second = prove_swap(str(folder), _text_batch(), backend="sdpa")
+    assert not first.cached and not second.cached and second.verdict == "PASS", second.reason
+    assert abs(second.loss_eager - first.loss_eager) > 1e-3
+    os.utime(weights, ns=(1, 1))  # the same bytes, another mtime: proven again (cheap key, no hash)
+    assert not prove_swap(str(folder), _text_batch(), backend="sdpa").cached
+    assert prove_swap(str(folder), _text_batch(), backend="sdpa").cached
+
+
+def test_a_shard_outside_the_folder_stops_the_proof_in_one_line(zoo, proof_cache, tmp_path):
+    import json
+    import shutil
+
+    from hyport_lib.proof.kept_weights import UnsafeCheckpoint
+
+    folder = tmp_path / "model"
+    shutil.copytree(zoo["llama"], folder, ignore=shutil.ignore_patterns("*.safetensors"))
+    (folder / "model.safetensors.index.json").write_text(
+        json.dumps({"weight_map": {"lm_head.weight": "/etc/passwd"}}))
+    with pytest.raises(UnsafeCheckpoint, match="names the shard '/etc/passwd', not a file name inside"):
+        prove_swap(str(folder), _text_batch(), backend="sdpa")
