@@ -263,6 +263,9 @@ def _run_proof(proof: AttentionProof, config, batch: Mapping, samples, name: str
         problems = [proof.packing_leak]
     proof.verdict = FAIL if problems else PASS
     proof.reason = "; ".join(problems)
+    if proof.packed and not proof.eager_non_finite and _first_non_finite(swapped_out[2]):
+        _eager_on_packed_rows(proof, model, lambda: _build(cls, small, seed, trust_remote_code), inputs,
+                              eager_out[3])
 
 
 def _isolation(model, attention: str, config, inputs: dict, per_sample) -> Isolation:
@@ -386,11 +389,33 @@ def _compare(proof: AttentionProof, eager_out, swapped_out) -> list[str]:
     if not grads.passed and grads.finite:  # relative to the largest gradient, not to a bound
         problems.append(f"gradients differ from eager by {grads.relative:.3g} of the largest")
     elif not grads.passed:
-        proof.eager_non_finite = next((n for n in shared if not torch.isfinite(grads_e[n]).all()), "")
-        problems.append(f"the model's own gradients are non-finite with eager attention too (first: "
-                        f"{proof.eager_non_finite}): its layers on this batch, not the attention"
-                        if proof.eager_non_finite else grads.differs("gradients"))
+        proof.eager_non_finite = _first_non_finite(grads_e)
+        problems.append(_NON_FINITE_EAGER.format(first=proof.eager_non_finite, where="")
+                        if proof.eager_non_finite else
+                        f"non-finite gradients with the swapped attention (first: {_first_non_finite(grads_s)})")
     return problems
+
+
+_NON_FINITE_EAGER = ("the model's own gradients are non-finite{where} with eager attention too (first: "
+                     "{first}): its layers on this batch, not the attention")
+
+
+def _first_non_finite(grads: Mapping) -> str:
+    import torch
+
+    return next((name for name in sorted(grads) if not torch.isfinite(grads[name]).all()), "")
+
+
+def _eager_on_packed_rows(proof: AttentionProof, model, rebuild, inputs: dict, lengths) -> None:
+    """The swap's gradients are non-finite on the packed rows and eager's, on each sample
+    alone, are not: eager on the same rows tells the model's own numerics there (Gemma 3n's
+    AltUp divides by the root mean square of a token's state, infinite in its gradient at a
+    pad token whose embedding is zero) from the attention's."""
+    model = switch_attention(model, "eager", rebuild)
+    first = _first_non_finite(_forward_backward(model, inputs, None, lengths=lengths)[2])
+    if first:
+        proof.eager_non_finite = first
+        proof.reason = _NON_FINITE_EAGER.format(first=first, where=" on the packed rows")
 
 
 def decode_logits(model, inputs: dict, steps: int) -> list:

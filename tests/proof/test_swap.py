@@ -148,14 +148,19 @@ def _swapped_run_altered(monkeypatch, alter):
 def test_a_nan_in_one_gradient_of_the_swap_fails_the_proof(zoo, proof_cache, monkeypatch):
     """``max_rel_grad > tolerance`` is False for a NaN: the proof used to pass it."""
 
+    planted = []
+
     def nan_in_one_gradient(logits, loss, grads):
-        grads[sorted(grads)[0]].view(-1)[0] = float("nan")
+        planted.append(sorted(grads)[0])
+        grads[planted[0]].view(-1)[0] = float("nan")
         return logits, loss, grads
 
     runs = _swapped_run_altered(monkeypatch, nan_in_one_gradient)
     proof = prove_swap(str(zoo["llama"]), _text_batch(), backend="sdpa", use_cache=False)
-    assert runs == [0, 1]
-    assert proof.verdict == "FAIL" and proof.reason == "non-finite gradients (eager or swapped)"
+    # The third run: eager on the packed rows, whose gradients are finite: the NaN is the swap's.
+    assert runs == [0, 1, 2]
+    assert proof.verdict == "FAIL" and proof.reason == (
+        f"non-finite gradients with the swapped attention (first: {planted[0]})")
     assert proof.max_abs_logits < 1e-5  # the logits and the loss alone would have passed
 
 
