@@ -8,6 +8,7 @@ transformers are imported inside the functions: a launcher can plan without impo
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import functools
 import importlib.util
@@ -49,12 +50,32 @@ class VideoSettingUnavailable(AttributeError):
     not hold either (an AttributeError: ``getattr(..., default)`` and ``hasattr`` work)."""
 
 
+#: Inside :func:`answering_unset_video_settings`: the value a missing setting reads as, and
+#: the names read so far; None outside.
+_UNSET_ANSWER: contextvars.ContextVar = contextvars.ContextVar("hyport_unset_video_answer", default=None)
+
+
+@contextlib.contextmanager
+def answering_unset_video_settings(value: Any):
+    """Within: a setting the checkpoint lacks reads as ``value`` instead of raising; yields
+    the list of the names so read. Only for a caller that proves its result does not
+    depend on the value (:func:`hyport_lib.models.prompts.render_messages`)."""
+    read: list[str] = []
+    token = _UNSET_ANSWER.set((value, read))
+    try:
+        yield read
+    finally:
+        _UNSET_ANSWER.reset(token)
+
+
 class AbsentVideoProcessor:
-    """What a processor loaded by :func:`without_video` holds where its video processor
-    would be. Not None: processors read their video processor's settings outside any video
-    work (SmolVLM's ``apply_chat_template`` reads ``num_frames`` and ``fps`` for every
-    conversation). A read answers from the checkpoint's video processor config; a setting
-    it lacks is not guessed (the class default lives in a module that needs torchvision).
+    """What a processor holds where its video processor would be: not loaded
+    (:func:`without_video`), or not in the checkpoint. Not None: processors read their video
+    processor's settings outside any video work (SmolVLM's ``apply_chat_template`` reads
+    ``num_frames`` and ``fps`` for every conversation). A read answers from the checkpoint's
+    video processor config; a setting it lacks is not guessed (the class default lives in a
+    module that needs torchvision) but raises, except inside
+    :func:`answering_unset_video_settings`.
     """
 
     def __init__(self, reason: str, settings: Optional[dict] = None):
@@ -69,6 +90,11 @@ class AbsentVideoProcessor:
             raise AttributeError(name)
         if name in settings:
             return settings[name]
+        answering = _UNSET_ANSWER.get()
+        if answering is not None:
+            value, read = answering
+            read.append(name)
+            return value
         raise VideoSettingUnavailable(f"video_processor.{name}: the video processor is not loaded "
                                       f"({self.__dict__.get('_reason')}) and the checkpoint's video "
                                       f"processor config does not set {name}")
@@ -174,6 +200,7 @@ def load_processor(path: str, *, trust_remote_code: bool = False) -> LoadedProce
             processor = AutoProcessor.from_pretrained(path, **common)
         except (ImportError, AttributeError, ValueError, TypeError, OSError) as exc:
             if has_torchvision() or not _needs_torchvision(exc):
+                _refuse_missing_package(path, exc)
                 raise
             processor = _image_side_processor(path, traits, common, exc)
             if isinstance(getattr(processor, "video_processor", None), AbsentVideoProcessor):
@@ -181,8 +208,21 @@ def load_processor(path: str, *, trust_remote_code: bool = False) -> LoadedProce
                                    "images are processed, videos are not")
         else:
             if getattr(processor, "video_processor", "absent") is None:
+                # Its settings are read for every conversation (SmolVLM): the stand-in
+                # answers them from the folder, or refuses, where None would crash.
+                processor.video_processor = AbsentVideoProcessor(
+                    "not in this checkpoint", _video_settings(Path(path)) if Path(path).is_dir() else {})
                 unavailable.append("video processor: not in this checkpoint")
     return LoadedProcessor(processor, traits, unavailable, "chat" if chat_template_of(processor) else "prefix")
+
+
+def _refuse_missing_package(path: str, exc: BaseException, processor_class: Optional[type] = None) -> None:
+    """ProcessorUnavailable in one line for a processor that needs a package this stack
+    lacks, other than torchvision (SmolVLM's needs num2words): an ImportError of its own,
+    whatever failed before it."""
+    if isinstance(exc, ImportError) and "torchvision" not in str(exc).lower():
+        what = processor_class.__name__ if processor_class is not None else "its processor"
+        raise ProcessorUnavailable(f"{path}: {what} does not load on this stack: {first_line(exc)[:300]}") from None
 
 
 def _needs_torchvision(exc: BaseException, *, words=("torchvision", "video")) -> bool:
@@ -225,6 +265,8 @@ def _image_side_processor(path: str, traits: ModelTraits, common: dict, cause: B
     try:
         return subclass.from_pretrained(path, **common)
     except (ImportError, AttributeError, ValueError, TypeError, OSError) as exc:
+        # Its own message first: the torchvision error that led here is in its context.
+        _refuse_missing_package(path, exc, processor_class)
         if not _needs_torchvision(exc, words=("torchvision",)):
             raise
         raise ProcessorUnavailable(f"{path}: {processor_class.__name__} needs torchvision ({problem}) "

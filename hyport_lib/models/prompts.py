@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 from typing import Any, Optional, Sequence
 
 from hyport_lib.models.loading import (LoadedProcessor, ProcessorUnavailable, VideoSettingUnavailable,
-                                      chat_template_of, tokenizer_of)
+                                      answering_unset_video_settings, chat_template_of, tokenizer_of)
+from hyport_lib.utils.printable import first_line
 
 
 @dataclass
@@ -60,8 +61,9 @@ def prefix_text(loaded: LoadedProcessor, text: str, images: int) -> str:
 def render_messages(loaded: LoadedProcessor, messages: list[dict], *, generation_prompt: bool = False,
                     enable_thinking: Optional[bool] = None) -> str:
     """A text-only model's template gets string contents (many text templates do not read
-    content parts); one reading a setting of a video processor that was not loaded raises
-    ProcessorUnavailable."""
+    content parts). A processor may read settings its checkpoint lacks from a video
+    processor that is not there (SmolVLM's ``num_frames`` and ``fps``, read for every
+    conversation): see :func:`_render_without_video_settings`."""
     if not loaded.traits.multimodal:
         messages = [{"role": m["role"], "content": _text_of(m["content"])} for m in messages]
     extra: dict[str, Any] = {}
@@ -69,11 +71,48 @@ def render_messages(loaded: LoadedProcessor, messages: list[dict], *, generation
     # to the processor call (with a warning).
     if enable_thinking is not None and "enable_thinking" in str(chat_template_of(loaded.processor)):
         extra["enable_thinking"] = enable_thinking
-    try:
+
+    def render() -> str:
         return loaded.processor.apply_chat_template(messages, tokenize=False,
                                                     add_generation_prompt=generation_prompt, **extra)
+
+    try:
+        return render()
     except VideoSettingUnavailable as exc:
-        raise ProcessorUnavailable(f"{type(loaded.processor).__name__}'s chat template: {exc}") from None
+        refusal = f"{type(loaded.processor).__name__}'s chat template: {exc}"
+        if any(_is_video(part) for m in messages if isinstance(m.get("content"), list) for part in m["content"]):
+            raise ProcessorUnavailable(refusal) from None
+        return _render_without_video_settings(render, refusal)
+
+
+#: A value a setting the checkpoint lacks is rendered with besides None: a text that
+#: differs between the two depends on the setting.
+_PROBE_SETTING = 17
+
+
+def _render_without_video_settings(render, refusal: str) -> str:
+    """A conversation without video, whose processor reads video settings its checkpoint
+    lacks: rendered with each such setting unset (None, what transformers' video processor
+    holds for a setting its config and class leave out, as SmolVLM's without
+    ``video_sampling``) and again with another value. The same text both times does not
+    depend on them and is returned; else ProcessorUnavailable, never a guessed value."""
+    texts, read = [], []
+    for value in (None, _PROBE_SETTING):
+        with answering_unset_video_settings(value) as names:
+            try:
+                texts.append(render())
+            except Exception as exc:  # noqa: BLE001 — it could not do without the setting: refused
+                raise ProcessorUnavailable(f"{refusal} (rendered without it: {type(exc).__name__}: "
+                                           f"{first_line(exc)[:200]})") from None
+        read += [name for name in names if name not in read]
+    if texts[0] != texts[1]:
+        raise ProcessorUnavailable(f"{refusal} (the text of a conversation without video depends on "
+                                   f"{', '.join(read)})")
+    return texts[0]
+
+
+def _is_video(part) -> bool:
+    return isinstance(part, dict) and part.get("type") == "video"
 
 
 def _text_of(content) -> str:

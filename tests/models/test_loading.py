@@ -6,7 +6,8 @@
   image processor, needs it) is refused in one line naming the folder and what to
   install; one that can loses its video part only, and says so;
 * a processor that reads its video processor's settings (SmolVLM's ``num_frames``)
-  renders with the checkpoint's values, or refuses in one line where it has none.
+  renders with the checkpoint's values; where it has none, a conversation without video
+  whose text does not depend on them renders them unset, and any other refuses in one line.
 
 The fixtures are built here (tokenizers trained offline, configs from transformers'
 own classes); nothing is downloaded.
@@ -274,10 +275,10 @@ class FramesProcessor(ProcessorMixin):
 MESSAGES = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "What is this?"}]}]
 
 
-def _frames_folder(folder: Path, video_config) -> Path:
+def _frames_folder(folder: Path, video_config, template: str = FRAMES_TEMPLATE) -> Path:
     built = without_video(FramesProcessor)
     built(image_processor=_image_processor("qwen2_vl"), tokenizer=_tokenizer("<image>"),
-          chat_template=FRAMES_TEMPLATE).save_pretrained(folder)
+          chat_template=template).save_pretrained(folder)
     if video_config == "nested":  # transformers 5 saves sub-processor configs here
         config_file = folder / "processor_config.json"  # 4.x writes none for this processor
         data = json.loads(config_file.read_text(encoding="utf-8")) if config_file.is_file() else {}
@@ -318,7 +319,31 @@ def test_a_template_reading_a_video_setting_the_checkpoint_lacks_is_refused_in_o
         loaded.processor.video_processor.num_frames
     with pytest.raises(ProcessorUnavailable) as caught:
         render_messages(loaded, MESSAGES, generation_prompt=True)
-    _one_line_refusal(caught.value, "FramesProcessor's chat template", "video_processor.num_frames")
+    _one_line_refusal(caught.value, "FramesProcessor's chat template", "video_processor.num_frames",
+                      "depends on num_frames")
+
+
+@pytest.mark.parametrize("reads, refused", [
+    ("{% if num_frames is defined %}{% endif %}", None),  # read, but the text does not change
+    ("{{ num_frames + 1 }}", "rendered without it"),  # cannot do without it
+])
+def test_a_video_setting_the_text_does_not_depend_on_is_rendered_unset(tmp_path, reads, refused):
+    """A conversation without video whose processor reads a setting the checkpoint lacks
+    (SmolVLM's num_frames and fps): the text when it does not depend on the value, else one line."""
+    loaded = _loaded(_frames_folder(tmp_path, None, template=reads + TEMPLATE))
+    if refused:
+        with pytest.raises(ProcessorUnavailable) as caught:
+            render_messages(loaded, MESSAGES, generation_prompt=True)
+        _one_line_refusal(caught.value, "video_processor.num_frames", refused)
+        return
+    tokenizer = AutoTokenizer.from_pretrained(tmp_path, local_files_only=True)
+    expected = tokenizer.apply_chat_template(MESSAGES, tokenize=False, add_generation_prompt=True,
+                                             chat_template=TEMPLATE)
+    assert render_messages(loaded, MESSAGES, generation_prompt=True) == expected
+    # A video conversation is refused whatever the template does with the setting.
+    video = [{"role": "user", "content": [{"type": "video"}, {"type": "text", "text": "What happens?"}]}]
+    with pytest.raises(ProcessorUnavailable, match="video_processor.num_frames"):
+        render_messages(loaded, video, generation_prompt=True)
 
 
 def test_smolvlms_video_sampling_block_answers_num_frames_and_fps(tmp_path):
