@@ -23,7 +23,7 @@ from hyport_lib.proof import isolation, kept_weights, shrunk, tolerance
 from hyport_lib.proof.isolation import Isolation, check_isolation
 from hyport_lib.proof.kept_weights import checkpoint_files, keep_checkpoint_weights
 from hyport_lib.proof.shrunk import compact_vocabulary, shrunk_config, special_token_ids
-from hyport_lib.proof.tolerance import DECODING, GRADIENTS, LOGITS, LOSS, compare
+from hyport_lib.proof.tolerance import DECODING, GRADIENTS, LOGITS, LOSS, NOISE_MARGIN, compare, noise_bound
 from hyport_lib.results import FAIL, PASS, REFUSED
 from hyport_lib.utils.files import atomic_write_json
 from hyport_lib.utils.imports import package_version
@@ -34,7 +34,8 @@ from hyport_lib.utils.typed_records import from_mapping, to_mapping
 #: Bump when the proof's method changes: cached proofs of an older method are not reused.
 #: 3: a NaN or an Inf in logits, loss or gradients fails the proof.
 #: 4: the shrunk model holds the checkpoint's own weights (kept_weights.py); packed rows
-#: are checked for isolation (proof/isolation.py), with eager and the swap.
+#: are checked for isolation (proof/isolation.py), with eager and the swap; the logits bound
+#: is set from float32's own error on the model and batch.
 PROOF_VERSION = 4
 #: New tokens decoded by an inference proof: the prefill's logits, then DECODE_STEPS - 1
 #: cached decoding steps.
@@ -66,6 +67,10 @@ class AttentionProof:
     batch: str = ""
     packed: bool = False
     max_abs_logits: Optional[float] = None
+    #: eager's float32 logits against float64 (None: no float64 path), and the logits bound
+    #: set from it (docs/attention_swap.md, "The bound on logits")
+    float32_noise: Optional[float] = None
+    logits_bound: Optional[float] = None
     loss_eager: Optional[float] = None
     loss_swapped: Optional[float] = None
     grad_parameters: int = 0
@@ -105,8 +110,10 @@ class AttentionProof:
             decoding += (f", samples kept apart by {swapped.attention} (max |Δ logits| when another sample "
                          f"changes or it moves: {swapped.leak:.1e}, float noise allows {swapped.bound:.1g}"
                          f"{eager})")
+        bound = (f"≤ {self.logits_bound:.1e}, {NOISE_MARGIN} × float32's own error here"
+                 if self.float32_noise is not None else f"≤ {self.logits_bound:g}, no float64 run to measure by")
         return (f"attention proof PASS ({where}; {self.layers}; {self.weights}; {self.batch}): max |Δ logits| "
-                f"{self.max_abs_logits:.2e}, loss {self.loss_eager:.6f} vs {self.loss_swapped:.6f}, "
+                f"{self.max_abs_logits:.2e} ({bound}), loss {self.loss_eager:.6f} vs {self.loss_swapped:.6f}, "
                 f"same gradient set ({self.grad_parameters} parameters, max rel Δ grad "
                 f"{self.max_rel_grad:.1e}){decoding}, {self.seconds:.1f} s")
 
@@ -232,6 +239,7 @@ def _run_proof(proof: AttentionProof, config, batch: Mapping, samples, name: str
         proof.reason = scrub_text(f"the proof could not run: eager on the model shrunk from its config "
                                   f"raised {failure}")[:400]
         return
+    proof.float32_noise = _float32_noise(model, inputs, per_sample, eager_out[0])
     model = switch_attention(model, name, lambda: _build(cls, small, seed, trust_remote_code, name))
     if model.config._attn_implementation != name:
         proof.reason = f"the model runs {model.config._attn_implementation!r}, not {name!r}"
@@ -332,22 +340,53 @@ def _forward_backward(model, inputs: dict, per_sample=None, lengths=None):
     import torch
 
     model.zero_grad(set_to_none=True)
-    labels = inputs["labels"]
     with torch.enable_grad():
-        if per_sample is None:
-            logits = model(**{k: v for k, v in inputs.items() if k != "labels"}).logits
-            rows = [logits[i, :lengths[i]] if lengths else logits[i] for i in range(logits.shape[0])]
-        else:
-            rows = [torch.cat([model(**{k: v for k, v in one.items() if k != "labels"}).logits[0]
-                               for one in row]) for row in per_sample]
-        loss = _causal_lm_loss(rows, labels)
+        rows = _logit_rows(model, inputs, per_sample, lengths)
+        loss = _causal_lm_loss(rows, inputs["labels"])
         loss.backward()
     grads = {n: p.grad.detach().clone() for n, p in model.named_parameters() if p.grad is not None}
+    return _compared(rows, inputs, per_sample, lengths), float(loss.detach()), grads, [len(row) for row in rows]
+
+
+def _logit_rows(model, inputs: dict, per_sample=None, lengths=None) -> list:
+    import torch
+
+    if per_sample is None:
+        logits = model(**{k: v for k, v in inputs.items() if k != "labels"}).logits
+        return [logits[i, :lengths[i]] if lengths else logits[i] for i in range(logits.shape[0])]
+    return [torch.cat([model(**{k: v for k, v in one.items() if k != "labels"}).logits[0] for one in row])
+            for row in per_sample]
+
+
+def _compared(rows: list, inputs: dict, per_sample, lengths) -> list:
     mask = inputs.get("attention_mask")
     kept = [row.detach() for row in rows]
     if per_sample is None and lengths is None and mask is not None and mask.dim() == 2:
         kept = [row[mask[i].bool()] for i, row in enumerate(kept)]  # padding is never read
-    return kept, float(loss.detach()), grads, [len(row) for row in rows]
+    return kept
+
+
+def _float32_noise(model, inputs: dict, per_sample, eager_logits: list) -> Optional[float]:
+    """max |Δ| between eager's float32 logits and the same model's in float64: the error
+    float32 itself makes on this model and batch. None when the model does not run in float64
+    (grouped expert kernels). float32 -> float64 -> float32 is exact: the weights come back."""
+    import torch
+
+    def wider(batch: dict) -> dict:
+        return {k: (v.double() if isinstance(v, torch.Tensor) and v.is_floating_point() else v)
+                for k, v in batch.items()}
+
+    try:
+        model.double()
+        with torch.no_grad():
+            rows = _logit_rows(model, wider(inputs), [[wider(one) for one in row] for row in per_sample]
+                               if per_sample else None)
+    except Exception:  # noqa: BLE001 — no float64 path: the table's bound is used, and said
+        return None
+    finally:
+        model.float()
+    exact = _compared(rows, inputs, per_sample, None)
+    return max(float((ref.double() - out.double()).abs().max()) for ref, out in zip(exact, eager_logits))
 
 
 def _causal_lm_loss(rows, labels):
@@ -366,7 +405,10 @@ def _compare(proof: AttentionProof, eager_out, swapped_out) -> list[str]:
     logits_e, loss_e, grads_e, _ = eager_out
     logits_s, loss_s, grads_s, _ = swapped_out
     shared = sorted(set(grads_e) & set(grads_s))
-    logits = compare(LOGITS, logits_e, logits_s)
+    peak = max((float(row.nan_to_num(0.0, 0.0, 0.0).abs().max()) for row in logits_e if row.numel()), default=0.0)
+    logits = compare(LOGITS, logits_e, logits_s, measured_bound=None if proof.float32_noise is None
+                     else noise_bound(proof.float32_noise, peak))
+    proof.logits_bound = logits.bound
     loss = compare(LOSS, torch.tensor(loss_e), torch.tensor(loss_s))
     grads = compare(GRADIENTS, [grads_e[n] for n in shared], [grads_s[n] for n in shared])
     proof.max_abs_logits, proof.loss_eager, proof.loss_swapped = logits.max_abs, loss_e, loss_s

@@ -175,6 +175,35 @@ def test_nan_logits_of_the_swap_fail_the_proof(zoo, proof_cache, monkeypatch):
     assert proof.verdict == "FAIL" and "non-finite logits (eager or swapped)" in proof.reason
 
 
+def test_the_logits_bound_comes_from_float32s_own_error_not_from_1e_3(zoo, proof_cache, monkeypatch):
+    """A swap 5e-5 off on one logit passed the table's 1e-3; float32's own error on this model
+    and batch (eager against float64) is a few 1e-7, and the bound is 8 times that."""
+    exact = prove_swap(str(zoo["llama"]), _text_batch(), backend="sdpa", use_cache=False)
+    assert exact.passed and 0 < exact.float32_noise < 1e-5
+    assert exact.logits_bound == pytest.approx(max(8 * exact.float32_noise, exact.logits_bound))
+    assert exact.max_abs_logits <= exact.logits_bound < 1e-4
+    assert "8 × float32's own error here" in exact.line()
+
+    def off_by_5e_5(logits, loss, grads):
+        logits[0][0, 0] += 5e-5
+        return logits, loss, grads
+
+    _swapped_run_altered(monkeypatch, off_by_5e_5)
+    proof = prove_swap(str(zoo["llama"]), _text_batch(), backend="sdpa", use_cache=False)
+    assert proof.verdict == "FAIL"
+    assert proof.reason == f"logits differ from eager by {proof.max_abs_logits:.3g} (> {proof.logits_bound:g})"
+
+
+def test_a_model_without_a_float64_path_keeps_the_tables_bound(zoo, proof_cache, monkeypatch):
+    def no_float64(*args, **kwargs):
+        return None
+
+    monkeypatch.setattr(swap, "_float32_noise", no_float64)
+    proof = prove_swap(str(zoo["llama"]), _text_batch(), backend="sdpa", use_cache=False)
+    assert proof.passed and proof.float32_noise is None and proof.logits_bound == 1e-3
+    assert "≤ 0.001, no float64 run to measure by" in proof.line()
+
+
 def test_an_inf_loss_of_the_swap_fails_the_proof(zoo, proof_cache, monkeypatch):
     runs = _swapped_run_altered(monkeypatch, lambda logits, loss, grads: (logits, float("inf"), grads))
     proof = prove_swap(str(zoo["llama"]), _text_batch(), backend="sdpa", use_cache=False)

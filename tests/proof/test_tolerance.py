@@ -8,7 +8,8 @@ import math
 import pytest
 import torch
 
-from hyport_lib.proof.tolerance import DECODING, GRADIENTS, LOGITS, LOSS, OUTPUTS, TOLERANCE, compare
+from hyport_lib.proof.tolerance import (DECODING, GRADIENTS, LOGITS, LOSS, NOISE_FLOOR, NOISE_MARGIN, OUTPUTS,
+                                        TOLERANCE, compare, noise_bound)
 
 QUANTITIES = (LOGITS, DECODING, LOSS, GRADIENTS, OUTPUTS)
 
@@ -73,3 +74,19 @@ def test_logits_say_their_top1_agreement_and_kl():
     assert same.top1 == 1.0 and same.kl == pytest.approx(0.0, abs=1e-12)
     flipped = compare(LOGITS, ref, ref.flip(-1))
     assert flipped.top1 == 0.5 and flipped.kl > 0.1
+
+
+def test_a_measured_bound_replaces_the_tables_but_is_never_looser():
+    reference = torch.zeros(4, 8)
+    shifted = reference.clone()
+    shifted[0, 0] = 5e-5  # inside the table's 1e-3, far outside float32's own error
+    tight = compare(LOGITS, reference, shifted, measured_bound=1e-6)
+    assert not tight.passed and tight.bound == 1e-6
+    assert tight.differs("logits") == "logits differ from eager by 5e-05 (> 1e-06)"
+    loose = compare(LOGITS, reference, shifted, measured_bound=1.0)
+    assert loose.passed and loose.bound == TOLERANCE["float32"][LOGITS]
+
+
+def test_the_noise_bound_is_a_margin_over_float32s_error_with_a_floor():
+    assert noise_bound(2e-7, 1.0) == pytest.approx(NOISE_MARGIN * 2e-7)
+    assert noise_bound(0.0, 10.0) == pytest.approx(NOISE_FLOOR * 10.0) > 0
