@@ -92,9 +92,9 @@ def choose_attention(asked: str, device_kind: str, runner: Runner, model_path: s
             raise PackingRefused(f"packing=True: {proof.packing_leak}; train with packing=False (one "
                                  f"sample per padded row)")
         if packing and (proof is None or proof.eager_non_finite or (
-                proof.verdict != REFUSED and proof.max_abs_logits is None)):
-            # Nothing was compared (the model did not run on packed rows), or eager itself
-            # is non-finite: the attention is not what failed.
+                proof.verdict != REFUSED and not proof.eager_ran)):
+            # The model did not run with eager attention (on its packed rows either), or
+            # eager itself is non-finite: the attention is not what failed.
             raise PackingRefused(f"packing=True: this model could not be proven on packed rows: {said}; "
                                  f"train with packing=False")
         if packing:

@@ -89,6 +89,8 @@ class AttentionProof:
     isolation: list[Isolation] = field(default_factory=list)
     #: why packing is refused: the layer that mixes samples ("" when they stay apart)
     packing_leak: str = ""
+    #: eager ran on the batch (and, packed, on its rows): a later failure is the swap's
+    eager_ran: bool = False
     #: the first parameter whose gradient is non-finite with eager attention: the model's own
     #: numerics on this batch, which no attention can prove
     eager_non_finite: str = ""
@@ -110,10 +112,11 @@ class AttentionProof:
             decoding += (f", samples kept apart by {swapped.attention} (max |Δ logits| when another sample "
                          f"changes or it moves: {swapped.leak:.1e}, float noise allows {swapped.bound:.1g}"
                          f"{eager})")
-        bound = (f"≤ {self.logits_bound:.1e}, {NOISE_MARGIN} × float32's own error here"
-                 if self.float32_noise is not None else f"≤ {self.logits_bound:g}, no float64 run to measure by")
+        bound = ("" if self.logits_bound is None else
+                 f" (≤ {self.logits_bound:.1e}, {NOISE_MARGIN} × float32's own error here)"
+                 if self.float32_noise is not None else f" (≤ {self.logits_bound:g}, no float64 run to measure by)")
         return (f"attention proof PASS ({where}; {self.layers}; {self.weights}; {self.batch}): max |Δ logits| "
-                f"{self.max_abs_logits:.2e} ({bound}), loss {self.loss_eager:.6f} vs {self.loss_swapped:.6f}, "
+                f"{self.max_abs_logits:.2e}{bound}, loss {self.loss_eager:.6f} vs {self.loss_swapped:.6f}, "
                 f"same gradient set ({self.grad_parameters} parameters, max rel Δ grad "
                 f"{self.max_rel_grad:.1e}){decoding}, {self.seconds:.1f} s")
 
@@ -232,6 +235,7 @@ def _run_proof(proof: AttentionProof, config, batch: Mapping, samples, name: str
             eager_decoding = decode_logits(model, inputs, decode_steps) if decode_steps else None
             if proof.packed:
                 proof.isolation = [_isolation(model, "eager", small, inputs, per_sample)]
+            proof.eager_ran = True
             break
         except Exception as exc:  # noqa: BLE001 — the shrink or the model's own code: said below
             failure = f"{type(exc).__name__}: {(str(exc).strip().splitlines() or [''])[0]}"

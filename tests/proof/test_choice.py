@@ -21,7 +21,7 @@ def proofs(monkeypatch):
         verdict = verdicts.pop(0)
         return AttentionProof(folder, "hyport_torch", kwargs["backend"], verdict=verdict,
                               reason="" if verdict == "PASS" else f"planted on {batch['label']}",
-                              max_abs_logits=0.0, loss_eager=1.0, loss_swapped=1.0, max_rel_grad=0.0)
+                              max_abs_logits=0.0, loss_eager=1.0, loss_swapped=1.0, max_rel_grad=0.0, eager_ran=True)
 
     monkeypatch.setattr(choice, "prove_swap", prove)
     return verdicts
@@ -81,18 +81,24 @@ def test_packing_refusals_say_the_true_cause(monkeypatch):
     found = {}
     monkeypatch.setattr(choice, "prove_swap", lambda folder, batch, **kwargs: AttentionProof(
         folder, "hyport_torch", kwargs["backend"], verdict="FAIL", reason=found["reason"],
-        packing_leak=found.get("leak", ""), max_abs_logits=found.get("logits")))
-    found.update(reason=leak, leak=leak, logits=2e-4)
+        packing_leak=found.get("leak", ""), eager_ran=found.get("eager_ran", False)))
+    found.update(reason=leak, leak=leak, eager_ran=True)
     with pytest.raises(PackingRefused) as refused:
         choose_attention("auto", "cpu", TRAINING, tiny, _batches("the first rows"), packing=True)
     assert str(refused.value) == f"packing=True: {leak}; train with packing=False (one sample per padded row)"
     found.clear()
-    found.update(reason="the model with the swapped attention raised RuntimeError: shapes")
+    found.update(reason="the proof could not run: eager on the model shrunk from its config raised "
+                        "ValueError: cu_seq_lens")
     with pytest.raises(PackingRefused) as refused:
         choose_attention("auto", "cpu", TRAINING, tiny, _batches("the first rows"), packing=True)
     assert str(refused.value).startswith("packing=True: this model could not be proven on packed rows: attention "
-                                         "proof FAIL (CPU, float32): the model with the swapped attention raised")
+                                         "proof FAIL (CPU, float32): the proof could not run: eager")
     assert "does not compute" not in str(refused.value)
+    # eager ran, the swap raised (an argument it refuses): the attention's, said so
+    found.update(reason="the model with the swapped attention raised FlashAttnUnsupported: position_bias",
+                 eager_ran=True)
+    with pytest.raises(SwapRefused, match="^packing=True needs hyport's attention, which does not compute"):
+        choose_attention("auto", "cpu", TRAINING, tiny, _batches("the first rows"), packing=True)
 
 
 def test_a_proof_that_cannot_run_keeps_eager_but_never_packs(proofs):
