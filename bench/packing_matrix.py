@@ -37,14 +37,27 @@ def one(name: str, folder: Path, scratch: Path) -> dict:
         isolation = proof.isolation if proof else []
         row["proof"] = proof.seconds if proof else None
     except ValueError as exc:  # a plan refusal: one line, exit 2 through the CLI
-        row["verdict"] = f"refused: {str(exc)[:220]}"
-        isolation = []
+        proof = getattr(exc, "proof", None)  # PackingRefused carries the proof that found it
+        row["verdict"] = f"refused: {_reason(str(exc), proof)}"
+        isolation = proof.isolation if proof else []
+        row["proof"] = proof.seconds if proof else None
     for check in isolation:
         key = "eager" if check.attention == "eager" else "swap"
         row[key] = "not checked" if check.unchecked else f"{check.leak:.1e}"
         row["bound"] = f"{check.bound:.1e}"
     row["seconds"] = time.perf_counter() - started
     return row
+
+
+def _reason(message: str, proof) -> str:
+    """The refusal's cause, short enough for a table cell."""
+    leak = next((i for i in (proof.isolation if proof else [])[::-1] if not i.passed), None)
+    if proof is not None and proof.packing_leak and leak is not None:
+        return f"{leak.module} ({leak.module_class}) — {leak.how}"
+    if proof is not None and proof.eager_non_finite:
+        return f"the model's own gradients non-finite on packed rows with eager too ({proof.eager_non_finite})"
+    message = message.removeprefix("packing=True: ")
+    return message if len(message) <= 160 else message[:157] + "..."
 
 
 def main(argv=None) -> int:

@@ -62,7 +62,12 @@ class SwapRefused(ValueError):
 
 class PackingRefused(ValueError):
     """A layer of the model lets packed samples reach one another (or reads the position in
-    the row): packing would train another model, whatever the attention."""
+    the row), or the model did not run on packed rows: packing would train another model, or
+    none, whatever the attention. ``proof``: the proof that found it, with its figures."""
+
+    def __init__(self, message: str, proof: Optional[AttentionProof] = None):
+        super().__init__(message)
+        self.proof = proof
 
 
 def choose_attention(asked: str, device_kind: str, runner: Runner, model_path: str,
@@ -90,13 +95,13 @@ def choose_attention(asked: str, device_kind: str, runner: Runner, model_path: s
     def keep_eager(said: str, proof: Optional[AttentionProof] = None) -> AttentionChoice:
         if packing and proof is not None and proof.packing_leak:
             raise PackingRefused(f"packing=True: {proof.packing_leak}; train with packing=False (one "
-                                 f"sample per padded row)")
+                                 f"sample per padded row)", proof)
         if packing and (proof is None or proof.eager_non_finite or (
                 proof.verdict != REFUSED and not proof.eager_ran)):
             # The model did not run with eager attention (on its packed rows either), or
             # eager itself is non-finite: the attention is not what failed.
             raise PackingRefused(f"packing=True: this model could not be proven on packed rows: {said}; "
-                                 f"train with packing=False")
+                                 f"train with packing=False", proof)
         if packing:
             raise SwapRefused(f"packing=True needs hyport's attention, which does not compute this model's "
                               f"attention exactly: {said}; train with packing=False and "
