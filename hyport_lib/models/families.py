@@ -88,9 +88,23 @@ def describe_config(data: dict) -> ModelTraits:
 
 
 def is_encoder_decoder(data: dict) -> bool:
-    """Whether config ``data`` says encoder-decoder (at the top level or in its text config)."""
-    return any(isinstance(sub, dict) and sub.get("is_encoder_decoder") is True
-               for sub in (data, data.get("text_config")))
+    """Whether config ``data`` says encoder-decoder (at the top level or in its text config);
+    a file that leaves the key out means its config class's default (BartConfig's is True)."""
+    return any(_says_encoder_decoder(sub) for sub in (data, data.get("text_config")) if isinstance(sub, dict))
+
+
+def _says_encoder_decoder(section: dict) -> bool:
+    from transformers import CONFIG_MAPPING
+
+    if "is_encoder_decoder" in section:
+        return section["is_encoder_decoder"] is True
+    model_type = section.get("model_type")
+    if not isinstance(model_type, str) or model_type not in CONFIG_MAPPING:
+        return False  # remote code without a transformers class: only the file can say
+    try:
+        return CONFIG_MAPPING[model_type]().is_encoder_decoder is True
+    except Exception:  # noqa: BLE001 — a config class that cannot be built bare: the file said nothing
+        return False
 
 
 def packing_refusal(data: dict) -> Optional[str]:

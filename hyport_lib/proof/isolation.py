@@ -90,6 +90,17 @@ class Isolation:
                 f"(float noise allows {self.bound:.1g}; {self.attention} attention, CPU, float32)")
 
 
+    def swap_fault(self, eager: "Isolation") -> str:
+        """This (the swap's) check failing where ``eager`` kept the samples apart: the
+        attention's own fault, in words."""
+        if not self.finite:
+            return f"non-finite logits with {self.attention} attention on the packed rows (eager: finite)"
+        where = f" from {self.module} (class {self.module_class})" if self.module else ""
+        return (f"hyport's attention lets packed samples reach one another: a sample's logits moved by "
+                f"{self.leak:.2g}{where} when {self.how}, where eager moved them by {eager.leak:.1e} "
+                f"(float noise allows {self.bound:.1g}; {self.attention} attention, CPU, float32)")
+
+
 @dataclass(frozen=True)
 class _Segment:
     row: int
@@ -106,8 +117,13 @@ def check_isolation(model, inputs: dict, attention: str, samples_per_row: Option
     changed (image placeholders and the like, whose count the model checks)."""
     result = Isolation(attention)
     changes = _changes(inputs, _segments(inputs, samples_per_row), set(special_ids))
+    if not changes and _splittable(inputs):
+        # Every row is one sample filling it (long documents): the first row's halves are
+        # made two samples, positions restarting, as the collator would pack them.
+        inputs = _first_row_split(inputs)
+        changes = _changes(inputs, _segments(inputs, None), set(special_ids))
     if not changes:
-        result.unchecked = "no packed row holds two segments"
+        result.unchecked = "no packed row holds two segments, and an image row is not split"
         return result
     result.checked = "; ".join(change.how for change in changes)
     shape = tuple(inputs["input_ids"].shape)
@@ -211,6 +227,30 @@ def _changes(inputs: dict, segments: list[_Segment], special: set[int]) -> list[
         changes.append(_Change(CHANGED_BEFORE, rotated, tuple(shifts), {**rotated, "input_ids": filled},
                                tuple(shifts), watched))
     return changes
+
+
+def _splittable(inputs: dict) -> bool:
+    """A text row (plain positions, no images) of at least two tokens."""
+    positions = inputs.get("position_ids")
+    return (isinstance(positions, torch.Tensor) and positions.dim() == 2 and inputs["input_ids"].shape[1] >= 2
+            and not any(key.startswith(("pixel_values", "image_")) for key in inputs))
+
+
+def _first_row_split(inputs: dict) -> dict:
+    rows, length = inputs["input_ids"].shape
+    half = length // 2
+    positions = inputs["position_ids"].clone()
+    positions[0] = torch.cat([torch.arange(half), torch.arange(length - half)])
+    bounds = [0, half, *range(length, (rows + 1) * length, length)]
+    cu = torch.tensor(bounds, dtype=inputs["cu_seq_lens_q"].dtype)
+    out = {**inputs, "position_ids": positions}
+    for key in ("cu_seq_lens_q", "cu_seq_lens_k"):
+        if key in inputs:
+            out[key] = cu
+    for key in ("max_length_q", "max_length_k"):
+        if key in inputs:
+            out[key] = max(half, length - half) if rows == 1 else length
+    return out
 
 
 def _other_ids(span, ordinary: list[int], special: set[int]):

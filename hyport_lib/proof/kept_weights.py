@@ -73,14 +73,15 @@ def checkpoint_files(model_path: str) -> CheckpointFiles:
         return CheckpointFiles(folder, unused=f"{folder.name} holds no safetensors weights "
                                               f"({SINGLE_FILE} or {INDEX_FILE})")
     for name in shards:
-        _check_shard(folder, name)
+        _check_weight_file(folder, name)
     return CheckpointFiles(folder, shards, weight_map)
 
 
 def _read_index(folder: Path) -> dict:
     path = folder / INDEX_FILE
+    _check_weight_file(folder, INDEX_FILE)  # inside the folder, or its hub cache's blobs
     try:
-        raw = json.loads(read_bytes(path, _INDEX_BYTES, folder))
+        raw = json.loads(read_bytes(path, _INDEX_BYTES))
     except UnreadableFile as exc:
         raise UnsafeCheckpoint(str(exc)) from None
     except (ValueError, RecursionError) as exc:
@@ -96,7 +97,7 @@ def _read_index(folder: Path) -> dict:
     return weight_map
 
 
-def _check_shard(folder: Path, name: str) -> None:
+def _check_weight_file(folder: Path, name: str) -> None:
     path = folder / name
     if not (inside(folder, path) or _hub_blob(folder, path)):
         raise UnsafeCheckpoint(f"{path}: a link out of {folder} (to {os.path.realpath(path)}); "

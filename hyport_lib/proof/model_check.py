@@ -127,9 +127,9 @@ class ModelComparison:
     sliding_window: Optional[int] = None
     packed_detail: str = ""
     packed_refused: bool = False  # the packed row was refused or raised (said in packed_detail)
-    #: whether the swapped model keeps the packed row's samples apart (CPU, float32 only: its
-    #: bounds are float32 rounding; None when not checked)
-    packed_isolation: Optional[Isolation] = None
+    #: whether eager, then the swapped model, keep the packed row's samples apart (CPU,
+    #: float32 only: the bounds are float32 rounding; empty when not checked)
+    packed_isolation: list[Isolation] = field(default_factory=list)
     behaviour: Optional[Behaviour] = None
 
     def to_dict(self) -> dict:
@@ -236,6 +236,10 @@ def _compare(result: ModelComparison, shim_api, max_new_tokens: int) -> ModelCom
     with torch.no_grad():
         eager_logits, eager_tokens = model(**inputs).logits[real], model.generate(**inputs, **generation).cpu()
         eager_packed = _eager_packed_row(result, model, row)
+        isolating = eager_packed is not None and result.dtype == "float32" and model.device.type == "cpu"
+        special = special_token_ids(model.config) | set(getattr(loaded.tokenizer, "all_special_ids", []) or [])
+        if isolating:
+            result.packed_isolation = [check_isolation(model, row, "eager", None, special)]
         result.behaviour, reference = _behaviour(lambda: _eager_behaviour(result.model_path, model, loaded))
         model = switch_attention(model, name, lambda: load(result.dtype, name)[0])
         result.model_class = f"{type(model).__module__}.{type(model).__qualname__}"
@@ -251,9 +255,8 @@ def _compare(result: ModelComparison, shim_api, max_new_tokens: int) -> ModelCom
         result.swapped_calls = sum(a.calls.total() for a in apis) - before if apis else None
         swapped_tokens = model.generate(**inputs, **generation).cpu()
         swapped_packed = None if eager_packed is None else _swapped_packed_row(result, model, row)
-        if swapped_packed is not None and result.dtype == "float32" and model.device.type == "cpu":
-            ids = special_token_ids(model.config) | set(getattr(loaded.tokenizer, "all_special_ids", []) or [])
-            result.packed_isolation = check_isolation(model, row, name, None, ids)
+        if isolating and swapped_packed is not None:
+            result.packed_isolation.append(check_isolation(model, row, name, None, special))
     logits = compare(LOGITS, eager_logits, swapped_logits, result.dtype)
     result.max_abs_logits, result.top1_agreement, result.kl_divergence = logits.max_abs, logits.top1, logits.kl
     result.greedy_identical = bool(torch.equal(eager_tokens, swapped_tokens))
@@ -425,14 +428,18 @@ def _model_verdict(result: ModelComparison, active: str, name: str, logits, pack
     if result.packed_refused:
         verdict, detail = _padded_verdict(result, active, name, logits)
         return (WARN if verdict == PASS else verdict), f"{detail}; {result.packed_detail}"
-    leak = result.packed_isolation
-    if leak is not None and not leak.passed:
-        # The model's own layers mix the packed samples (the row alone would differ from its
-        # samples whatever the attention): packing is refused, the swap is judged unpacked.
+    eager_apart, leak = (result.packed_isolation if len(result.packed_isolation) == 2 else (None, None))
+    if leak is not None and not leak.passed and not eager_apart.passed:
+        # The model's own layers mix the packed samples, with eager as with the swap (the row
+        # alone would differ from its samples whatever the attention): packing is refused, the
+        # swap is judged unpacked.
         verdict, detail = _padded_verdict(result, active, name, logits)
         return (WARN if verdict == PASS else verdict), f"{detail}; packed training would be refused: {leak.cause()}"
-    if packed is not None and not packed.passed:
-        return FAIL, f"{result.packed_detail}: {packed.differs('logits', f' for {result.dtype}')}"
+    # Eager keeps the samples apart and the swap does not: the attention's own fault.
+    swap_fault = [leak.swap_fault(eager_apart)] if leak is not None and not leak.passed else []
+    if (packed is not None and not packed.passed) or swap_fault:
+        differs = [packed.differs("logits", f" for {result.dtype}")] if packed is not None and not packed.passed else []
+        return FAIL, f"{result.packed_detail}: {'; '.join(differs + swap_fault)}"
     verdict, detail = _padded_verdict(result, active, name, logits)
     if verdict != PASS:
         return verdict, detail

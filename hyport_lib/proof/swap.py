@@ -25,6 +25,7 @@ from hyport_lib.proof.kept_weights import checkpoint_files, keep_checkpoint_weig
 from hyport_lib.proof.shrunk import compact_vocabulary, shrunk_config, special_token_ids
 from hyport_lib.proof.tolerance import DECODING, GRADIENTS, LOGITS, LOSS, NOISE_MARGIN, compare, noise_bound
 from hyport_lib.results import FAIL, PASS, REFUSED
+from hyport_lib.utils.bounded_files import open_regular
 from hyport_lib.utils.files import atomic_write_json
 from hyport_lib.utils.imports import package_version
 from hyport_lib.utils.printable import first_line
@@ -133,8 +134,9 @@ def _cache_key(model_path: str, config_dict: dict, batch: Mapping, backend: str,
                               "path": os.path.realpath(model_path)}, sort_keys=True,
                              default=str).encode())
     for source in (*_OWN_SOURCES, *sorted(Path(model_path).glob("*.py"))):
-        try:
-            digest.update(Path(source).read_bytes()[:_SOURCE_BYTES])
+        try:  # a regular file only (a FIFO named *.py would block), its first bytes
+            with open_regular(source) as handle:
+                digest.update(handle.read(_SOURCE_BYTES))
         except OSError:
             digest.update(f"unreadable {source}".encode())
     for key in sorted(batch):
@@ -224,8 +226,17 @@ def _run_proof(proof: AttentionProof, config, batch: Mapping, samples, name: str
             proof.layers += ", vocabulary cut to the batch's tokens"
         try:
             model = _build(cls, small, seed, trust_remote_code)
+        except Exception as exc:  # noqa: BLE001 — the shrink or the model's own code: said below
+            failure = f"{type(exc).__name__}: {first_line(exc)}"
+            continue
+        try:
             proof.weights = keep_checkpoint_weights(model, checkpoint_files(proof.model_path), config, small,
                                                     vocabulary).line()
+        except Exception as exc:  # noqa: BLE001 — a weights file that does not read (cut, corrupt)
+            proof.reason = scrub_text(f"the proof could not run: the checkpoint's weights could not be read "
+                                      f"({type(exc).__name__}: {first_line(exc)})")[:400]
+            return
+        try:
             proof.model_class = type(model).__name__
             refusal = sdpa_refusal(model)
             if refusal:
@@ -238,7 +249,7 @@ def _run_proof(proof: AttentionProof, config, batch: Mapping, samples, name: str
             proof.eager_ran = True
             break
         except Exception as exc:  # noqa: BLE001 — the shrink or the model's own code: said below
-            failure = f"{type(exc).__name__}: {(str(exc).strip().splitlines() or [''])[0]}"
+            failure = f"{type(exc).__name__}: {first_line(exc)}"
     else:
         proof.reason = scrub_text(f"the proof could not run: eager on the model shrunk from its config "
                                   f"raised {failure}")[:400]
@@ -269,10 +280,14 @@ def _run_proof(proof: AttentionProof, config, batch: Mapping, samples, name: str
     if eager_decoding is not None:
         problems += _compare_decoding(proof, eager_decoding, swapped_decoding)
     if proof.isolation and not proof.isolation[-1].passed:
-        # What training would run mixes samples: that is the finding, whatever the
-        # attention's own figures (eager's row run alone differs by the same leak).
-        proof.packing_leak = proof.isolation[-1].cause()
-        problems = [proof.packing_leak]
+        eager, swapped = proof.isolation
+        if not eager.passed and eager.finite and swapped.finite:
+            # Eager mixes the samples as the swap does: the model's own layers, whatever the
+            # attention's figures (its row run alone differs by the same leak).
+            proof.packing_leak = swapped.cause()
+            problems = [proof.packing_leak]
+        else:  # eager keeps them apart and the swap does not: the attention's own fault
+            problems.append(swapped.swap_fault(eager))
     proof.verdict = FAIL if problems else PASS
     proof.reason = "; ".join(problems)
     if proof.packed and not proof.eager_non_finite and _first_non_finite(swapped_out[2]):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from hyport_lib.models.families import describe_config
+from hyport_lib.models.families import describe_config, is_encoder_decoder
 
 
 def test_remote_code_vlms_loaded_as_causal_lms_are_still_vlms():
@@ -34,3 +34,15 @@ def test_mrope_is_found_in_any_sub_config_and_hunyuan_vl_packs_without_a_text_ro
 def test_a_model_type_transformers_cannot_load_is_refused_naming_it():
     with pytest.raises(ValueError, match=r"^model_type='hyport_no_such_model': transformers has no "):
         describe_config({"model_type": "hyport_no_such_model"})
+
+
+@pytest.mark.parametrize("data, expected", [
+    ({"model_type": "bart", "is_encoder_decoder": True}, True),
+    ({"model_type": "bart"}, True),  # left out: BartConfig's own default
+    ({"model_type": "bart", "is_encoder_decoder": False}, False),  # the file's word wins
+    ({"model_type": "llava", "text_config": {"model_type": "t5"}}, True),
+    ({"model_type": "llama"}, False),
+    ({"model_type": "my_remote_model"}, False),
+])
+def test_encoder_decoder_is_read_from_the_file_else_from_its_config_class(data, expected):
+    assert is_encoder_decoder(data) is expected

@@ -123,9 +123,24 @@ def test_a_row_of_one_sample_is_moved_behind_its_padding_given_tokens(swapped):
     assert result.checked == f"{MOVED}; {CHANGED_BEFORE}"
 
 
-def test_a_full_row_of_one_sample_cannot_be_checked_and_does_not_pass(swapped):
-    result = check_isolation(_model("llama", swapped), _packed([64]), swapped, [1], [0])
-    assert not result.passed and "no packed row holds two segments" in result.unchecked
+@pytest.mark.parametrize("kind, passes", [("llama", True), ("lfm2", False)])
+def test_a_full_row_of_one_sample_is_split_into_two(swapped, kind, passes):
+    """Long documents fill every row alone: the first row's halves become two samples."""
+    result = check_isolation(_model(kind, swapped), _packed([64]), swapped, [1], [0])
+    assert not result.unchecked and result.passed is passes
+    assert result.module_class == ("" if passes else "Lfm2ShortConv")
+
+
+def test_a_full_image_row_of_one_sample_is_not_split_and_does_not_pass(swapped):
+    inputs = {**_packed([64]), "pixel_values": torch.zeros(4, 8)}
+    model = _model("llama", swapped)
+
+    def text_only(**kwargs):  # the tiny Llama takes no image: the check never gets to run it
+        raise AssertionError("no row to change, nothing should run")
+
+    model.forward = text_only
+    result = check_isolation(model, inputs, swapped, [1], [0])
+    assert not result.passed and "an image row is not split" in result.unchecked
 
 
 def test_non_finite_logits_never_pass(swapped, monkeypatch):

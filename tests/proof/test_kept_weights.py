@@ -150,3 +150,25 @@ def test_a_hugging_face_cache_snapshot_linking_to_its_blobs_is_read(llama4, tmp_
     (snapshot / SINGLE_FILE).symlink_to(os.path.join("..", "..", "blobs", "0123"))
     files = checkpoint_files(str(snapshot))
     assert files.shards == (SINGLE_FILE,) and not files.unused
+
+
+def test_a_sharded_hugging_face_cache_snapshot_is_read(llama4_shards, tmp_path):
+    """Every file of a hub snapshot links into its blobs, the index too."""
+    blobs, snapshot = tmp_path / "repo" / "blobs", tmp_path / "repo" / "snapshots" / "abc"
+    blobs.mkdir(parents=True)
+    snapshot.mkdir(parents=True)
+    names = [INDEX_FILE, *sorted(set(json.loads((llama4_shards / INDEX_FILE).read_text())["weight_map"].values()))]
+    assert len(names) > 2
+    for i, name in enumerate(names):
+        (blobs / f"blob{i}").write_bytes((llama4_shards / name).read_bytes())
+        (snapshot / name).symlink_to(os.path.join("..", "..", "blobs", f"blob{i}"))
+    files = checkpoint_files(str(snapshot))
+    assert files.shards == tuple(names[1:]) and not files.unused
+
+
+def test_an_index_linking_out_of_a_folder_that_is_no_snapshot_is_refused(llama4_shards, tmp_path):
+    folder = tmp_path / "model"
+    folder.mkdir()
+    (folder / INDEX_FILE).symlink_to(llama4_shards / INDEX_FILE)
+    with pytest.raises(UnsafeCheckpoint, match="a link out of"):
+        checkpoint_files(str(folder))

@@ -192,17 +192,34 @@ def test_stage_02_says_packing_would_be_refused_for_a_layer_that_mixes_samples(z
     write_leaky_lfm2(tmp_path, zoo["llama"])
     result = compare_model(str(tmp_path), backend="sdpa", max_new_tokens=2)
     assert result.verdict == "WARN" and result.greedy_identical and result.max_abs_logits < 1e-5
-    isolation = result.packed_isolation
+    assert [i.passed for i in result.packed_isolation] == [False, False]  # eager leaks as the swap does
+    isolation = result.packed_isolation[-1]
     assert not isolation.passed and isolation.module_class == "Lfm2ShortConv"
     assert 2e-5 < isolation.leak < 5e-4 and isolation.bound < 1e-5
     assert ("packed training would be refused: layer 0 (model.layers.0.conv, class Lfm2ShortConv) mixes "
             "tokens across samples") in result.detail
 
 
+def test_stage_02_fails_a_swap_that_lets_packed_samples_meet(zoo, monkeypatch):
+    """Eager keeps the row's samples apart and the swap does not: a FAIL of the attention,
+    never a WARN that blames a model layer."""
+    real = hf_integration._varlen_forward
+
+    def whole_row(api, query, key, value, segments, *args):
+        return real(api, query, key, value, [sum(segments)], *args)
+
+    monkeypatch.setattr(hf_integration, "_varlen_forward", whole_row)
+    result = compare_model(str(zoo["llama"]), backend="sdpa", max_new_tokens=2)
+    eager, swapped = result.packed_isolation
+    assert eager.passed and not swapped.passed
+    assert result.verdict == "FAIL" and "hyport's attention lets packed samples reach one another" in result.detail
+    assert "packed training would be refused" not in result.detail
+
+
 def test_stage_02_says_a_model_keeps_packed_samples_apart(zoo):
     result = compare_model(str(zoo["llama"]), backend="sdpa", max_new_tokens=2)
-    assert result.verdict == "PASS" and result.packed_isolation.passed, result.detail
-    assert result.packed_isolation.leak <= result.packed_isolation.bound
+    assert result.verdict == "PASS" and all(i.passed for i in result.packed_isolation), result.detail
+    assert [i.attention for i in result.packed_isolation] == ["eager", "hyport_torch"]
     assert ", samples kept apart (a sample's logits moved by" in result.detail
 
 

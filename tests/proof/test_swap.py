@@ -14,6 +14,7 @@ from hyport_lib.npu_attention import hf_integration
 from hyport_lib.proof import swap
 from hyport_lib.proof.swap import prove_swap
 from biased_attention_model import write_biased_model
+from leaky_convolution_model import write_leaky_lfm2
 
 
 @pytest.fixture(scope="module")
@@ -173,6 +174,43 @@ def test_nan_logits_of_the_swap_fail_the_proof(zoo, proof_cache, monkeypatch):
     proof = prove_swap(str(zoo["llama"]), _text_batch(), backend="sdpa", use_cache=False)
     assert runs == [0, 1]
     assert proof.verdict == "FAIL" and "non-finite logits (eager or swapped)" in proof.reason
+
+
+def test_a_swap_that_lets_packed_samples_meet_is_the_attentions_fault(zoo, proof_cache, monkeypatch):
+    """Eager keeps the samples apart, the swap attends across the row: the attention's
+    finding (packing_leak empty, so the refusal says the attention), never a model layer's."""
+    real = hf_integration._varlen_forward
+
+    def whole_row(api, query, key, value, segments, *args):
+        return real(api, query, key, value, [sum(segments)], *args)
+
+    monkeypatch.setattr(hf_integration, "_varlen_forward", whole_row)
+    proof = prove_swap(str(zoo["llama"]), _text_batch(), backend="sdpa", use_cache=False)
+    eager, swapped = proof.isolation
+    assert eager.passed and eager.leak == 0.0 and not swapped.passed
+    assert proof.verdict == "FAIL" and not proof.packing_leak and proof.eager_ran
+    assert "hyport's attention lets packed samples reach one another" in proof.reason
+    assert "from model.layers.0.self_attn (class LlamaAttention)" in proof.reason
+
+
+def test_a_layer_that_mixes_samples_with_eager_too_is_the_models(tmp_path, zoo, proof_cache):
+    write_leaky_lfm2(tmp_path, zoo["llama"])
+    proof = prove_swap(str(tmp_path), _text_batch(), backend="sdpa", use_cache=False)
+    assert [i.passed for i in proof.isolation] == [False, False]
+    assert proof.verdict == "FAIL" and proof.reason == proof.packing_leak
+    assert proof.packing_leak.startswith("layer 0 (model.layers.0.conv, class Lfm2ShortConv) mixes tokens")
+
+
+def test_a_weights_file_that_does_not_read_is_said_as_such(tmp_path, zoo, proof_cache):
+    import shutil
+
+    folder = tmp_path / "cut"
+    shutil.copytree(zoo["llama"], folder)
+    weights = folder / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:100])
+    proof = prove_swap(str(folder), _text_batch(), backend="sdpa", use_cache=False)
+    assert proof.verdict == "FAIL" and not proof.eager_ran
+    assert proof.reason.startswith("the proof could not run: the checkpoint's weights could not be read (")
 
 
 def test_the_logits_bound_comes_from_float32s_own_error_not_from_1e_3(zoo, proof_cache, monkeypatch):
