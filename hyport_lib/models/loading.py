@@ -209,9 +209,14 @@ def load_processor(path: str, *, trust_remote_code: bool = False) -> LoadedProce
         else:
             if getattr(processor, "video_processor", "absent") is None:
                 # Its settings are read for every conversation (SmolVLM): the stand-in
-                # answers them from the folder, or refuses, where None would crash.
-                processor.video_processor = AbsentVideoProcessor(
-                    "not in this checkpoint", _video_settings(Path(path)) if Path(path).is_dir() else {})
+                # answers them from the folder, or refuses, where None would crash. The
+                # processor becomes its class without the video part, so that saving it (the
+                # worker's final save, the Trainer's checkpoints) leaves the video part out.
+                processor.__dict__.pop("video_processor", None)
+                processor.__dict__["_hyport_video_settings"] = (_video_settings(Path(path))
+                                                                if Path(path).is_dir() else {})
+                processor.__dict__["_hyport_video_reason"] = "not in this checkpoint"
+                processor.__class__ = without_video(type(processor))
                 unavailable.append("video processor: not in this checkpoint")
     return LoadedProcessor(processor, traits, unavailable, "chat" if chat_template_of(processor) else "prefix")
 
@@ -329,7 +334,8 @@ def without_video(processor_class: type) -> type:
 
     def absent(self):
         problem = torchvision_problem()
-        reason = f"it needs torchvision, and {problem}" if problem else "left out by hyport"
+        reason = self.__dict__.get("_hyport_video_reason") or (
+            f"it needs torchvision, and {problem}" if problem else "left out by hyport")
         return AbsentVideoProcessor(reason, self.__dict__.get("_hyport_video_settings"))
 
     namespace: dict[str, Any] = {

@@ -85,19 +85,20 @@ def render_messages(loaded: LoadedProcessor, messages: list[dict], *, generation
         return _render_without_video_settings(render, refusal)
 
 
-#: A value a setting the checkpoint lacks is rendered with besides None: a text that
-#: differs between the two depends on the setting.
-_PROBE_SETTING = 17
+#: Values a setting the checkpoint lacks is rendered with besides None (of two types: a
+#: template testing for one value or one type shows it): a text that differs between them
+#: depends on the setting.
+_PROBE_SETTINGS = (17, 0.5)
 
 
 def _render_without_video_settings(render, refusal: str) -> str:
     """A conversation without video, whose processor reads video settings its checkpoint
     lacks: rendered with each such setting unset (None, what transformers' video processor
     holds for a setting its config and class leave out, as SmolVLM's without
-    ``video_sampling``) and again with another value. The same text both times does not
+    ``video_sampling``) and again with other values. The same text every time does not
     depend on them and is returned; else ProcessorUnavailable, never a guessed value."""
     texts, read = [], []
-    for value in (None, _PROBE_SETTING):
+    for value in (None, *_PROBE_SETTINGS):
         with answering_unset_video_settings(value) as names:
             try:
                 texts.append(render())
@@ -105,7 +106,7 @@ def _render_without_video_settings(render, refusal: str) -> str:
                 raise ProcessorUnavailable(f"{refusal} (rendered without it: {type(exc).__name__}: "
                                            f"{first_line(exc)[:200]})") from None
         read += [name for name in names if name not in read]
-    if texts[0] != texts[1]:
+    if any(text != texts[0] for text in texts[1:]):
         raise ProcessorUnavailable(f"{refusal} (the text of a conversation without video depends on "
                                    f"{', '.join(read)})")
     return texts[0]

@@ -94,11 +94,39 @@ class Isolation:
         """This (the swap's) check failing where ``eager`` kept the samples apart: the
         attention's own fault, in words."""
         if not self.finite:
-            return f"non-finite logits with {self.attention} attention on the packed rows (eager: finite)"
+            return f"non-finite logits with {self.attention} attention on the packed rows, where eager's are finite"
         where = f" from {self.module} (class {self.module_class})" if self.module else ""
         return (f"hyport's attention lets packed samples reach one another: a sample's logits moved by "
                 f"{self.leak:.2g}{where} when {self.how}, where eager moved them by {eager.leak:.1e} "
                 f"(float noise allows {self.bound:.1g}; {self.attention} attention, CPU, float32)")
+
+
+@dataclass(frozen=True)
+class Fault:
+    """Why packed samples do not stay apart under the swap: the model's own (its layers, or
+    its numerics with eager too), else the attention's; ``text`` says it."""
+
+    models: bool
+    text: str
+
+
+def packing_fault(eager: Isolation, swapped: Isolation) -> Optional[Fault]:
+    """Who is at fault when the swap's check fails (None when it passes): eager on the same
+    rows tells the model's layers from hyport's attention."""
+    if swapped.passed:
+        return None
+    if swapped.unchecked:  # the rows, not either attention: both ran on the same
+        return Fault(True, swapped.cause())
+    if not eager.finite:
+        return Fault(True, f"the model's own logits are non-finite on the packed rows with eager attention "
+                           f"({'and' if not swapped.finite else 'not'} with {swapped.attention}): its layers "
+                           f"on these rows, not the attention")
+    if eager.passed:
+        return Fault(False, swapped.swap_fault(eager))
+    if not swapped.finite:
+        return Fault(False, f"non-finite logits with {swapped.attention} attention on the packed rows, "
+                            f"where eager's are finite")
+    return Fault(True, swapped.cause())
 
 
 @dataclass(frozen=True)

@@ -30,7 +30,7 @@ from hyport_lib.npu_attention.hf_integration import sdpa_refusal
 from hyport_lib.npu_attention.flash_api import DEFAULT_VERSION, callers_shim_kept, install_flash_attn_shim
 from hyport_lib.port.generated.flash_attn_ascend import FlashAttnUnsupported
 from hyport_lib.proof.choice import KEPT_ON_EAGER
-from hyport_lib.proof.isolation import Isolation, check_isolation
+from hyport_lib.proof.isolation import Isolation, check_isolation, packing_fault
 from hyport_lib.proof.shrunk import special_token_ids
 from hyport_lib.proof.swap import switch_attention
 from hyport_lib.proof.tolerance import LOGITS, TOLERANCE, TOP1, compare
@@ -429,14 +429,15 @@ def _model_verdict(result: ModelComparison, active: str, name: str, logits, pack
         verdict, detail = _padded_verdict(result, active, name, logits)
         return (WARN if verdict == PASS else verdict), f"{detail}; {result.packed_detail}"
     eager_apart, leak = (result.packed_isolation if len(result.packed_isolation) == 2 else (None, None))
-    if leak is not None and not leak.passed and not eager_apart.passed:
+    fault = packing_fault(eager_apart, leak) if leak is not None else None
+    if fault is not None and fault.models:
         # The model's own layers mix the packed samples, with eager as with the swap (the row
         # alone would differ from its samples whatever the attention): packing is refused, the
         # swap is judged unpacked.
         verdict, detail = _padded_verdict(result, active, name, logits)
-        return (WARN if verdict == PASS else verdict), f"{detail}; packed training would be refused: {leak.cause()}"
+        return (WARN if verdict == PASS else verdict), f"{detail}; packed training would be refused: {fault.text}"
     # Eager keeps the samples apart and the swap does not: the attention's own fault.
-    swap_fault = [leak.swap_fault(eager_apart)] if leak is not None and not leak.passed else []
+    swap_fault = [fault.text] if fault is not None else []
     if (packed is not None and not packed.passed) or swap_fault:
         differs = [packed.differs("logits", f" for {result.dtype}")] if packed is not None and not packed.passed else []
         return FAIL, f"{result.packed_detail}: {'; '.join(differs + swap_fault)}"

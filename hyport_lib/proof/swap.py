@@ -20,10 +20,10 @@ from hyport_lib.models.model_cache import default_cache_root
 from hyport_lib.npu_attention import hf_integration
 from hyport_lib.npu_attention.hf_integration import REGISTERED, register_hyport_attention, sdpa_refusal
 from hyport_lib.proof import isolation, kept_weights, shrunk, tolerance
-from hyport_lib.proof.isolation import Isolation, check_isolation
+from hyport_lib.proof.isolation import Isolation, check_isolation, packing_fault
 from hyport_lib.proof.kept_weights import checkpoint_files, keep_checkpoint_weights
 from hyport_lib.proof.shrunk import compact_vocabulary, shrunk_config, special_token_ids
-from hyport_lib.proof.tolerance import DECODING, GRADIENTS, LOGITS, LOSS, NOISE_MARGIN, compare, noise_bound
+from hyport_lib.proof.tolerance import DECODING, GRADIENTS, LOGITS, LOSS, compare, noise_bound
 from hyport_lib.results import FAIL, PASS, REFUSED
 from hyport_lib.utils.bounded_files import open_regular
 from hyport_lib.utils.files import atomic_write_json
@@ -114,7 +114,7 @@ class AttentionProof:
                          f"changes or it moves: {swapped.leak:.1e}, float noise allows {swapped.bound:.1g}"
                          f"{eager})")
         bound = ("" if self.logits_bound is None else
-                 f" (≤ {self.logits_bound:.1e}, {NOISE_MARGIN} × float32's own error here)"
+                 f" (≤ {self.logits_bound:.1e}, set from float32's own error here, {self.float32_noise:.1e})"
                  if self.float32_noise is not None else f" (≤ {self.logits_bound:g}, no float64 run to measure by)")
         return (f"attention proof PASS ({where}; {self.layers}; {self.weights}; {self.batch}): max |Δ logits| "
                 f"{self.max_abs_logits:.2e}{bound}, loss {self.loss_eager:.6f} vs {self.loss_swapped:.6f}, "
@@ -279,15 +279,14 @@ def _run_proof(proof: AttentionProof, config, batch: Mapping, samples, name: str
     problems = _compare(proof, eager_out, swapped_out)
     if eager_decoding is not None:
         problems += _compare_decoding(proof, eager_decoding, swapped_decoding)
-    if proof.isolation and not proof.isolation[-1].passed:
-        eager, swapped = proof.isolation
-        if not eager.passed and eager.finite and swapped.finite:
-            # Eager mixes the samples as the swap does: the model's own layers, whatever the
-            # attention's figures (its row run alone differs by the same leak).
-            proof.packing_leak = swapped.cause()
-            problems = [proof.packing_leak]
-        else:  # eager keeps them apart and the swap does not: the attention's own fault
-            problems.append(swapped.swap_fault(eager))
+    fault = packing_fault(*proof.isolation) if proof.isolation else None
+    if fault is not None and fault.models:
+        # Eager mixes the samples as the swap does (or is non-finite there): the model's own
+        # layers, whatever the attention's figures (its row run alone differs by the same leak).
+        proof.packing_leak = fault.text
+        problems = [fault.text]
+    elif fault is not None:  # eager keeps them apart and the swap does not: the attention's
+        problems.append(fault.text)
     proof.verdict = FAIL if problems else PASS
     proof.reason = "; ".join(problems)
     if proof.packed and not proof.eager_non_finite and _first_non_finite(swapped_out[2]):

@@ -191,7 +191,8 @@ def test_a_video_is_refused_in_one_line(smolvlm, num2words_double):
     _one_line(caught.value, "SmolVLMProcessor's chat template", "video_processor.num_frames")
 
 
-def test_a_video_processor_left_none_gets_the_stand_in(smolvlm, with_settings, num2words_double, monkeypatch):
+def test_a_video_processor_left_none_gets_the_stand_in(smolvlm, with_settings, num2words_double, monkeypatch,
+                                                       tmp_path):
     """The issue's report: a SmolVLMProcessor whose ``video_processor`` is None crashed with
     AttributeError (exit 3). transformers 5 builds none here (its type check refuses None and,
     without torchvision, the video processor's class is absent), so AutoProcessor is replaced
@@ -208,12 +209,19 @@ def test_a_video_processor_left_none_gets_the_stand_in(smolvlm, with_settings, n
     with monkeypatch.context() as patch:
         patch.setattr(transformers.AutoProcessor, "from_pretrained", auto_processor)
         loaded = load_processor(str(smolvlm))
-    assert type(loaded.processor) is transformers.SmolVLMProcessor
+    assert isinstance(loaded.processor, transformers.SmolVLMProcessor)
+    assert type(loaded.processor).__name__ == "SmolVLMProcessor"  # saved folders name the real class
     assert isinstance(loaded.processor.video_processor, AbsentVideoProcessor)
+    assert "not in this checkpoint" in repr(loaded.processor.video_processor)
     assert loaded.unavailable == ["video processor: not in this checkpoint"]
     reference = load_processor(str(with_settings))
     assert render_messages(loaded, CONVERSATIONS[0], generation_prompt=True) == \
         render_messages(reference, CONVERSATIONS[0], generation_prompt=True)
+    # The worker's final save and the Trainer's checkpoints save the processor: without the
+    # video part, as the folder had it.
+    loaded.processor.save_pretrained(tmp_path / "saved")
+    assert (tmp_path / "saved" / "tokenizer_config.json").is_file()
+    assert not (tmp_path / "saved" / "video_preprocessor_config.json").exists()
 
 
 def _received(monkeypatch) -> dict[str, list]:

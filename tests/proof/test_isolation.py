@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from hyport_lib.npu_attention.hf_integration import register_hyport_attention
-from hyport_lib.proof.isolation import (CHANGED_BEFORE, MOVED, POSITION_BOUND, _rotated, _segments,
-                                        check_isolation)
+from hyport_lib.proof.isolation import (CHANGED_BEFORE, MOVED, POSITION_BOUND, Isolation, _rotated, _segments,
+                                        check_isolation, packing_fault)
 
 _BASE = dict(vocab_size=96, hidden_size=64, intermediate_size=128, num_attention_heads=4, num_key_value_heads=2,
              num_hidden_layers=2, pad_token_id=0)
@@ -178,3 +178,29 @@ def test_a_rotation_moves_every_per_token_tensor_and_the_boundaries():
     assert rotated["position_ids"][:, 0].tolist() == [[0, 1, 2, 0, 1, 2, 0, 1]] * 3
     assert rotated["input_ids"][0, 3:].tolist() == inputs["input_ids"][0, :5].tolist()
     assert rotated["cu_seq_lens_q"].tolist() == [0, 3, 6, 8] == rotated["cu_seq_lens_k"].tolist()
+
+
+def _judged(kind: str, attention: str) -> Isolation:
+    if kind == "non-finite":
+        return Isolation(attention, finite=False, checked="rows")
+    if kind == "leaks":
+        return Isolation(attention, leak=3e-3, bound=1e-6, how=CHANGED_BEFORE, module="model.layers.1.self_attn",
+                         module_class="LlamaAttention", checked="rows")
+    return Isolation(attention, leak=0.0, bound=1e-6, checked="rows")
+
+
+@pytest.mark.parametrize("eager, swap, whose, words", [
+    ("apart", "apart", None, ""),
+    ("leaks", "leaks", "model", "layer 1 (model.layers.1.self_attn, class LlamaAttention) mixes tokens"),
+    ("apart", "leaks", "attention", "hyport's attention lets packed samples reach one another"),
+    ("apart", "non-finite", "attention", "non-finite logits with hyport_torch attention on the packed rows"),
+    ("leaks", "non-finite", "attention", "where eager's are finite"),
+    ("non-finite", "non-finite", "model", "the model's own logits are non-finite on the packed rows with eager"),
+    ("leaks", "apart", None, ""),  # eager mixes them (HunYuan-VL's mask), the swap that trains does not
+])
+def test_eager_on_the_same_rows_tells_whose_fault_a_leak_is(eager, swap, whose, words):
+    fault = packing_fault(_judged(eager, "eager"), _judged(swap, "hyport_torch"))
+    if whose is None:
+        assert fault is None
+        return
+    assert fault.models is (whose == "model") and words in fault.text and "\n" not in fault.text
