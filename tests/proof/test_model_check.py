@@ -30,6 +30,8 @@ def test_model_level_tiny_model_pass(monkeypatch):
     assert m.top1_agreement == 1.0 and m.greedy_identical and m.new_tokens == 4
     assert m.max_abs_logits < 1e-3 and 0 <= m.kl_divergence < 1e-6
     assert m.positions > 0
+    # the packed row keeps its samples apart, with eager and with the swap
+    assert [(i.attention, i.passed) for i in m.packed_isolation] == [("eager", True), (m.attn_implementation, True)]
     # random weights: greedy answers and perplexity would mean nothing, and the record says so
     assert m.behaviour.meaningful is False and m.behaviour.pairs == []
     assert m.behaviour.why == "random weights: not meaningful (the embedded tiny model)"
