@@ -19,7 +19,7 @@ from hyport_lib.models.loading import auto_model_class, traits_of
 from hyport_lib.models.model_cache import default_cache_root
 from hyport_lib.npu_attention import hf_integration
 from hyport_lib.npu_attention.hf_integration import REGISTERED, register_hyport_attention, sdpa_refusal
-from hyport_lib.proof import isolation, kept_weights, shrunk, tolerance
+from hyport_lib.proof import isolation, kept_weights, runs, shrunk, tolerance
 from hyport_lib.proof.isolation import Isolation, check_isolation, packing_fault
 from hyport_lib.proof.kept_weights import checkpoint_files, keep_checkpoint_weights
 from hyport_lib.proof.shrunk import compact_vocabulary, shrunk_config, special_token_ids
@@ -44,7 +44,7 @@ DECODE_STEPS = 4
 _ID_KEYS = ("input_ids", "labels")
 #: hyport's code a proof depends on (the swap's whole package): a change to any proves again.
 _OWN_SOURCES = (Path(__file__), Path(shrunk.__file__), Path(tolerance.__file__), Path(kept_weights.__file__),
-                Path(isolation.__file__),
+                Path(isolation.__file__), Path(runs.__file__),
                 *sorted(Path(hf_integration.__file__).parent.glob("*.py")))
 #: At most this much of a model's own code file goes into the cache key.
 _SOURCE_BYTES = 4 << 20
@@ -209,9 +209,9 @@ def _run_proof(proof: AttentionProof, config, batch: Mapping, samples, name: str
                trust_remote_code: bool, seed: int, decode_steps: int = 0) -> None:
     """One model (the slim shrink, else the layers-only one when the slim config does not
     build or run): eager forward and backward, then the same weights switched to the swap."""
-    full_inputs = _model_batch(batch)
+    full_inputs = runs.model_batch(batch)
     proof.packed = "cu_seq_lens_q" in full_inputs or "attention_mask" not in full_inputs
-    full_samples = ([[_model_batch(one) for one in row] for row in samples]
+    full_samples = ([[runs.model_batch(one) for one in row] for row in samples]
                     if proof.packed and samples else None)
     proof.batch = (f"{'packed' if proof.packed else 'padded'} batch {tuple(full_inputs['input_ids'].shape)}"
                    + (f", eager on its {sum(len(r) for r in full_samples)} samples one by one"
@@ -242,8 +242,8 @@ def _run_proof(proof: AttentionProof, config, batch: Mapping, samples, name: str
             if refusal:
                 proof.verdict, proof.reason = REFUSED, refusal
                 return
-            eager_out = _forward_backward(model, inputs, per_sample)
-            eager_decoding = decode_logits(model, inputs, decode_steps) if decode_steps else None
+            eager_out = runs.forward_backward(model, inputs, per_sample)
+            eager_decoding = runs.decode_logits(model, inputs, decode_steps) if decode_steps else None
             if proof.packed:
                 proof.isolation = [_isolation(model, "eager", small, inputs, per_sample)]
             proof.eager_ran = True
@@ -254,7 +254,7 @@ def _run_proof(proof: AttentionProof, config, batch: Mapping, samples, name: str
         proof.reason = scrub_text(f"the proof could not run: eager on the model shrunk from its config "
                                   f"raised {failure}")[:400]
         return
-    proof.float32_noise = _float32_noise(model, inputs, per_sample, eager_out[0])
+    proof.float32_noise = runs.float32_noise(model, inputs, per_sample, eager_out[0])
     model = switch_attention(model, name, lambda: _build(cls, small, seed, trust_remote_code, name))
     if model.config._attn_implementation != name:
         proof.reason = f"the model runs {model.config._attn_implementation!r}, not {name!r}"
@@ -263,14 +263,14 @@ def _run_proof(proof: AttentionProof, config, batch: Mapping, samples, name: str
     calls = api.calls.total()
     running = "the model with the swapped attention"
     try:
-        swapped_out = _forward_backward(model, inputs, None, lengths=eager_out[3] if proof.packed else None)
+        swapped_out = runs.forward_backward(model, inputs, None, lengths=eager_out[3] if proof.packed else None)
         proof.swapped_calls = api.calls.total() - calls
         if proof.packed:
             running = "the isolation check with the swapped attention"
             proof.isolation.append(_isolation(model, name, small, inputs, per_sample))
         if eager_decoding is not None:
             running = "cached decoding with the swapped attention"
-            swapped_decoding = decode_logits(model, inputs, decode_steps)
+            swapped_decoding = runs.decode_logits(model, inputs, decode_steps)
     except Exception as exc:  # noqa: BLE001 — any raise of the swapped model is the proof's finding
         # The swap itself, or the model's own code on the packed rows (eager's reference ran
         # each sample alone): either way the workers would raise the same at step 1.
@@ -289,7 +289,7 @@ def _run_proof(proof: AttentionProof, config, batch: Mapping, samples, name: str
         problems.append(fault.text)
     proof.verdict = FAIL if problems else PASS
     proof.reason = "; ".join(problems)
-    if proof.packed and not proof.eager_non_finite and _first_non_finite(swapped_out[2]):
+    if proof.packed and not proof.eager_non_finite and runs.first_non_finite(swapped_out[2]):
         _eager_on_packed_rows(proof, model, lambda: _build(cls, small, seed, trust_remote_code), inputs,
                               eager_out[3])
 
@@ -332,90 +332,6 @@ def _build(cls, config, seed: int, trust_remote_code: bool, attn_implementation:
     return model.float().eval()  # eval: no dropout, so the two runs draw nothing random
 
 
-def _model_batch(batch: Mapping) -> dict:
-    """The collator's batch as the model takes it: hyport's bookkeeping keys dropped, float
-    tensors in float32 (the proof's dtype)."""
-    import torch
-
-    inputs = {}
-    for key, value in batch.items():
-        if key.startswith("hyport_"):
-            continue
-        if isinstance(value, torch.Tensor) and value.is_floating_point():
-            value = value.float()
-        inputs[key] = value
-    # No KV cache: transformers keeps packed samples apart (from the restarting positions)
-    # only without one, so that eager is the per-sample reference on packed rows.
-    inputs["use_cache"] = False
-    return inputs
-
-
-def _forward_backward(model, inputs: dict, per_sample=None, lengths=None):
-    """``(logits of the compared tokens, loss, gradients, tokens compared per row)``. The
-    loss is computed from the logits, the same way for both models, so a packed row and its
-    samples run one by one (``per_sample``) give the same number when attention is exact.
-    ``lengths``: compare only each row's first tokens (a packed row's real ones)."""
-    import torch
-
-    model.zero_grad(set_to_none=True)
-    with torch.enable_grad():
-        rows = _logit_rows(model, inputs, per_sample, lengths)
-        loss = _causal_lm_loss(rows, inputs["labels"])
-        loss.backward()
-    grads = {n: p.grad.detach().clone() for n, p in model.named_parameters() if p.grad is not None}
-    return _compared(rows, inputs, per_sample, lengths), float(loss.detach()), grads, [len(row) for row in rows]
-
-
-def _logit_rows(model, inputs: dict, per_sample=None, lengths=None) -> list:
-    import torch
-
-    if per_sample is None:
-        logits = model(**{k: v for k, v in inputs.items() if k != "labels"}).logits
-        return [logits[i, :lengths[i]] if lengths else logits[i] for i in range(logits.shape[0])]
-    return [torch.cat([model(**{k: v for k, v in one.items() if k != "labels"}).logits[0] for one in row])
-            for row in per_sample]
-
-
-def _compared(rows: list, inputs: dict, per_sample, lengths) -> list:
-    mask = inputs.get("attention_mask")
-    kept = [row.detach() for row in rows]
-    if per_sample is None and lengths is None and mask is not None and mask.dim() == 2:
-        kept = [row[mask[i].bool()] for i, row in enumerate(kept)]  # padding is never read
-    return kept
-
-
-def _float32_noise(model, inputs: dict, per_sample, eager_logits: list) -> Optional[float]:
-    """max |Δ| between eager's float32 logits and the same model's in float64: the error
-    float32 itself makes on this model and batch. None when the model does not run in float64
-    (grouped expert kernels). float32 -> float64 -> float32 is exact: the weights come back."""
-    import torch
-
-    def wider(batch: dict) -> dict:
-        return {k: (v.double() if isinstance(v, torch.Tensor) and v.is_floating_point() else v)
-                for k, v in batch.items()}
-
-    try:
-        model.double()
-        with torch.no_grad():
-            rows = _logit_rows(model, wider(inputs), [[wider(one) for one in row] for row in per_sample]
-                               if per_sample else None)
-    except Exception:  # noqa: BLE001 — no float64 path: the table's bound is used, and said
-        return None
-    finally:
-        model.float()
-    exact = _compared(rows, inputs, per_sample, None)
-    return max(float((ref.double() - out.double()).abs().max()) for ref, out in zip(exact, eager_logits))
-
-
-def _causal_lm_loss(rows, labels):
-    """Row i predicts ``labels[i, 1:len]``, as the models compute it."""
-    import torch
-
-    logits = torch.cat([row[:-1] for row in rows]).float()
-    targets = torch.cat([labels[i, 1:len(row)] for i, row in enumerate(rows)])
-    return torch.nn.functional.cross_entropy(logits, targets.to(logits.device), ignore_index=-100)
-
-
 def _compare(proof: AttentionProof, eager_out, swapped_out) -> list[str]:
     """The forward's figures set on ``proof``; what differs from eager, in words."""
     import torch
@@ -449,21 +365,15 @@ def _compare(proof: AttentionProof, eager_out, swapped_out) -> list[str]:
     if not grads.passed and grads.finite:  # relative to the largest gradient, not to a bound
         problems.append(f"gradients differ from eager by {grads.relative:.3g} of the largest")
     elif not grads.passed:
-        proof.eager_non_finite = _first_non_finite(grads_e)
+        proof.eager_non_finite = runs.first_non_finite(grads_e)
         problems.append(_NON_FINITE_EAGER.format(first=proof.eager_non_finite, where="")
                         if proof.eager_non_finite else
-                        f"non-finite gradients with the swapped attention (first: {_first_non_finite(grads_s)})")
+                        f"non-finite gradients with the swapped attention (first: {runs.first_non_finite(grads_s)})")
     return problems
 
 
 _NON_FINITE_EAGER = ("the model's own gradients are non-finite{where} with eager attention too (first: "
                      "{first}): its layers on this batch, not the attention")
-
-
-def _first_non_finite(grads: Mapping) -> str:
-    import torch
-
-    return next((name for name in sorted(grads) if not torch.isfinite(grads[name]).all()), "")
 
 
 def _eager_on_packed_rows(proof: AttentionProof, model, rebuild, inputs: dict, lengths) -> None:
@@ -472,36 +382,10 @@ def _eager_on_packed_rows(proof: AttentionProof, model, rebuild, inputs: dict, l
     AltUp divides by the root mean square of a token's state, infinite in its gradient at a
     pad token whose embedding is zero) from the attention's."""
     model = switch_attention(model, "eager", rebuild)
-    first = _first_non_finite(_forward_backward(model, inputs, None, lengths=lengths)[2])
+    first = runs.first_non_finite(runs.forward_backward(model, inputs, None, lengths=lengths)[2])
     if first:
         proof.eager_non_finite = first
         proof.reason = _NON_FINITE_EAGER.format(first=first, where=" on the packed rows")
-
-
-def decode_logits(model, inputs: dict, steps: int) -> list:
-    """Each step's raw logits (step 0: the prefill's) of ``steps`` tokens decoded with the KV
-    cache, each forced to the row's last prompt token that ends no sequence: eager and the
-    swap read the same prefixes whatever their logits. A swap can be exact on the prefill
-    and wrong here (a causal mask aligned top-left masks every cached key but the first)."""
-    import torch
-
-    kwargs = {k: v for k, v in inputs.items() if k not in ("labels", "use_cache")}
-    ends = model.generation_config.eos_token_id
-    ends = set(ends if isinstance(ends, (list, tuple)) else [ends]) - {None}
-    forced = [next((t for t in reversed(row) if t not in ends), row[-1]) for row in kwargs["input_ids"].tolist()]
-    with torch.no_grad():  # output_logits: the raw logits, before forcing the token
-        out = model.generate(**kwargs, max_new_tokens=steps, do_sample=False, use_cache=True,
-                             output_logits=True, return_dict_in_generate=True,
-                             prefix_allowed_tokens_fn=lambda row, _: [forced[row]],
-                             pad_token_id=_unused_pad(kwargs["input_ids"]))
-    return [step.float() for step in out.logits]
-
-
-def _unused_pad(input_ids) -> int:
-    """A pad id no row ends with: no row finishes, so it is never written, but transformers
-    4.x reads a prompt ending in the pad id as right padding and warns."""
-    last = set(input_ids[:, -1].tolist())
-    return next(i for i in range(len(last) + 1) if i not in last)
 
 
 def _compare_decoding(proof: AttentionProof, eager: list, swapped: list) -> list[str]:

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from hyport_lib.npu_attention import hf_integration
-from hyport_lib.proof import swap
+from hyport_lib.proof import runs, swap
 from hyport_lib.proof.swap import prove_swap
 from hyport_lib.proof.tolerance import NOISE_MARGIN
 from biased_attention_model import write_biased_model
@@ -85,7 +85,7 @@ def test_a_model_that_declares_no_sdpa_is_refused_before_running(zoo, proof_cach
     from transformers.models.llama.modeling_llama import LlamaPreTrainedModel
 
     calls = []
-    monkeypatch.setattr(swap, "_forward_backward", lambda *a, **k: calls.append(a))
+    monkeypatch.setattr(runs, "forward_backward", lambda *a, **k: calls.append(a))
     monkeypatch.setattr(LlamaPreTrainedModel, "_supports_sdpa", False)
     proof = prove_swap(str(zoo["llama"]), _text_batch(), backend="sdpa", use_cache=False)
     assert proof.verdict == "REFUSED" and "LlamaForCausalLM declares _supports_sdpa = False" in proof.reason
@@ -132,19 +132,19 @@ def test_a_model_whose_shrunk_config_cannot_run_fails_the_proof_in_one_line(zoo,
 
 
 def _swapped_run_altered(monkeypatch, alter):
-    """``_forward_backward`` with ``alter(logits, loss, grads)`` applied to the swap's run (the
+    """``runs.forward_backward`` with ``alter(logits, loss, grads)`` applied to the swap's run (the
     second); returns the list of runs made."""
-    real, runs = swap._forward_backward, []
+    real, made = runs.forward_backward, []
 
     def altered(*args, **kwargs):
         logits, loss, grads, lengths = real(*args, **kwargs)
-        runs.append(len(runs))
-        if len(runs) == 2:
+        made.append(len(made))
+        if len(made) == 2:
             logits, loss, grads = alter(logits, loss, grads)
         return logits, loss, grads, lengths
 
-    monkeypatch.setattr(swap, "_forward_backward", altered)
-    return runs
+    monkeypatch.setattr(runs, "forward_backward", altered)
+    return made
 
 
 def test_a_nan_in_one_gradient_of_the_swap_fails_the_proof(zoo, proof_cache, monkeypatch):
@@ -157,10 +157,10 @@ def test_a_nan_in_one_gradient_of_the_swap_fails_the_proof(zoo, proof_cache, mon
         grads[planted[0]].view(-1)[0] = float("nan")
         return logits, loss, grads
 
-    runs = _swapped_run_altered(monkeypatch, nan_in_one_gradient)
+    made = _swapped_run_altered(monkeypatch, nan_in_one_gradient)
     proof = prove_swap(str(zoo["llama"]), _text_batch(), backend="sdpa", use_cache=False)
     # The third run: eager on the packed rows, whose gradients are finite: the NaN is the swap's.
-    assert runs == [0, 1, 2]
+    assert made == [0, 1, 2]
     assert proof.verdict == "FAIL" and proof.reason == (
         f"non-finite gradients with the swapped attention (first: {planted[0]})")
     assert proof.max_abs_logits < 1e-5  # the logits and the loss alone would have passed
@@ -171,9 +171,9 @@ def test_nan_logits_of_the_swap_fail_the_proof(zoo, proof_cache, monkeypatch):
         logits[0][0, 0] = float("nan")
         return logits, loss, grads
 
-    runs = _swapped_run_altered(monkeypatch, nan_logits)
+    made = _swapped_run_altered(monkeypatch, nan_logits)
     proof = prove_swap(str(zoo["llama"]), _text_batch(), backend="sdpa", use_cache=False)
-    assert runs == [0, 1]
+    assert made == [0, 1]
     assert proof.verdict == "FAIL" and "non-finite logits (eager or swapped)" in proof.reason
 
 
@@ -237,16 +237,16 @@ def test_a_model_without_a_float64_path_keeps_the_tables_bound(zoo, proof_cache,
     def no_float64(*args, **kwargs):
         return None
 
-    monkeypatch.setattr(swap, "_float32_noise", no_float64)
+    monkeypatch.setattr(runs, "float32_noise", no_float64)
     proof = prove_swap(str(zoo["llama"]), _text_batch(), backend="sdpa", use_cache=False)
     assert proof.passed and proof.float32_noise is None and proof.logits_bound == 1e-3
     assert "≤ 0.001, no float64 run to measure by" in proof.line()
 
 
 def test_an_inf_loss_of_the_swap_fails_the_proof(zoo, proof_cache, monkeypatch):
-    runs = _swapped_run_altered(monkeypatch, lambda logits, loss, grads: (logits, float("inf"), grads))
+    made = _swapped_run_altered(monkeypatch, lambda logits, loss, grads: (logits, float("inf"), grads))
     proof = prove_swap(str(zoo["llama"]), _text_batch(), backend="sdpa", use_cache=False)
-    assert runs == [0, 1]
+    assert made == [0, 1]
     assert proof.verdict == "FAIL" and "a non-finite loss (eager " in proof.reason and "swapped inf" in proof.reason
 
 
