@@ -91,8 +91,10 @@ class ZooEntry:
             without it there is no processor to build or load; the folder then holds
             the files the real checkpoint ships, written by hand.
         packing_leak: the class name of the module that mixes tokens across samples in a
-            packed row (position ids restarting per sample, no attention mask), measured
-            on the built weights; "" where every sample's logits stay its own.
+            packed row (position ids restarting per sample, no attention mask); "" where
+            every sample's logits stay its own. Asserted by stage 04's packed plan on every
+            entry (tests/models/test_zoo_stages.py, slow tier) and by
+            tests/proof/test_isolation.py on the same classes built in-process.
     """
 
     name: str

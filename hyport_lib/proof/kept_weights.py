@@ -164,6 +164,7 @@ def keep_checkpoint_weights(model, files: CheckpointFiles, config, small,
         kept.unused = f"a quantised checkpoint ({method}): its weights need dequantising"
         return kept
     located = _locate(model, files)
+    renumbered = _other_token_tables(model, config) if vocabulary is not None else set()
     resize = _Resize(slimmed_sizes(config, small), getattr(config.get_text_config(), "vocab_size", None),
                      list(vocabulary) if vocabulary is not None else None)
     handles = {}
@@ -173,6 +174,10 @@ def keep_checkpoint_weights(model, files: CheckpointFiles, config, small,
                 where = located.get(name)
                 if where is None:
                     kept.leave_random(name, "not in the checkpoint")
+                    continue
+                if name in renumbered:
+                    kept.leave_random(name, "looked up by token id, and the compact vocabulary renumbers the ids "
+                                            "without cutting this table")
                     continue
                 if isinstance(where, str):
                     kept.leave_random(name, where)
@@ -191,6 +196,19 @@ def keep_checkpoint_weights(model, files: CheckpointFiles, config, small,
         handles.clear()  # safe_open handles close (and unmap) when released
     kept.seconds = round(time.perf_counter() - started, 3)
     return kept
+
+
+def _other_token_tables(model, config) -> set[str]:
+    """The weights of embeddings looked up by token id besides the input embedding (Gemma 3n's
+    per-layer inputs): a config sizes them ``vocab_size_*``. The compact vocabulary cuts only
+    ``vocab_size``, so their checkpoint rows would sit under other ids."""
+    import torch
+
+    text = config.get_text_config()
+    sizes = {v for k, v in vars(text).items() if k.startswith("vocab_size") and k != "vocab_size" and isinstance(v, int)}
+    first = model.get_input_embeddings()
+    return {f"{name}.weight" for name, module in model.named_modules()
+            if isinstance(module, torch.nn.Embedding) and module is not first and module.num_embeddings in sizes}
 
 
 def _model_tensors(model) -> dict:

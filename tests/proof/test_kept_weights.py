@@ -9,6 +9,7 @@ import os
 
 import pytest
 import safetensors
+import safetensors.torch
 import torch
 
 from hyport_lib.proof.kept_weights import (INDEX_FILE, SINGLE_FILE, UnsafeCheckpoint, checkpoint_files,
@@ -172,3 +173,27 @@ def test_an_index_linking_out_of_a_folder_that_is_no_snapshot_is_refused(llama4_
     (folder / INDEX_FILE).symlink_to(llama4_shards / INDEX_FILE)
     with pytest.raises(UnsafeCheckpoint, match="a link out of"):
         checkpoint_files(str(folder))
+
+
+def test_a_second_table_looked_up_by_token_id_is_never_copied_under_other_ids(zoo, tmp_path):
+    """Gemma 3n's per-layer embedding is looked up by token id but sized by its own
+    ``vocab_size_per_layer_input``, which the compact vocabulary does not cut: its checkpoint
+    rows would sit under the renumbered ids, so it stays random, and the proof says so."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    config = AutoConfig.from_pretrained(zoo["gemma3n_text"])
+    config.num_hidden_layers, config.num_kv_shared_layers = 2, 0  # the shrink keeps every layer
+    config.layer_types, config.activation_sparsity_pattern = ["sliding_attention", "full_attention"], [0.95, 0.0]
+    config.intermediate_size = config.intermediate_size[:2]
+    torch.manual_seed(3)
+    AutoModelForCausalLM.from_config(config).save_pretrained(tmp_path)
+    config = AutoConfig.from_pretrained(tmp_path)
+    small, _ = shrunk_config(config, slim=True)
+    small, _, order = compact_vocabulary(small, [torch.tensor([[40, 41, 300, 301, 302]])])
+    model = AutoModelForCausalLM.from_config(small).float()
+    kept = keep_checkpoint_weights(model, checkpoint_files(str(tmp_path)), config, small, order)
+    assert kept.left_random == ["model.embed_tokens_per_layer.weight"] and kept.from_checkpoint == kept.total - 1
+    assert "looked up by token id, and the compact vocabulary renumbers the ids" in kept.line()
+    checkpoint = safetensors.torch.load_file(tmp_path / SINGLE_FILE)
+    embedding = model.get_input_embeddings().weight
+    assert torch.equal(embedding[order.index(300)], checkpoint["model.embed_tokens.weight"][300].float())
