@@ -676,16 +676,21 @@ def _recipe_hunyuan_vl():
     return config, processor, HunYuanVLForConditionalGeneration
 
 
+def idefics3_tokenizer():
+    """The Idefics3 / SmolVLM tokenizer: image tokens, tile tokens, ChatML-like turns."""
+    rows_cols = [f"<row_{i + 1}_col_{j + 1}>" for i in range(6) for j in range(6)]
+    return _build_tokenizer(special=["<|endoftext|>", "<|im_start|>", "<|im_end|>",
+                                     "<fake_token_around_image>", "<image>", "<end_of_utterance>",
+                                     "<global-img>", *rows_cols],
+                            bos="<|im_start|>", eos="<end_of_utterance>", pad="<|im_end|>",
+                            unk="<|endoftext|>", chat_template=templates.IDEFICS3)
+
+
 def _recipe_idefics3():
     from transformers import (Idefics3Config, Idefics3ForConditionalGeneration,
                               Idefics3ImageProcessorPil, Idefics3Processor)
 
-    rows_cols = [f"<row_{i + 1}_col_{j + 1}>" for i in range(6) for j in range(6)]
-    tokenizer = _build_tokenizer(special=["<|endoftext|>", "<|im_start|>", "<|im_end|>",
-                                          "<fake_token_around_image>", "<image>", "<end_of_utterance>",
-                                          "<global-img>", *rows_cols],
-                                 bos="<|im_start|>", eos="<end_of_utterance>", pad="<|im_end|>",
-                                 unk="<|endoftext|>", chat_template=templates.IDEFICS3)
+    tokenizer = idefics3_tokenizer()
     image_size, patch, scale = 64, 8, 2
     image_seq_len = (image_size // patch) ** 2 // scale ** 2
     image_processor = Idefics3ImageProcessorPil(

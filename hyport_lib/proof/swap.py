@@ -21,7 +21,7 @@ from hyport_lib.npu_attention import hf_integration
 from hyport_lib.npu_attention.hf_integration import REGISTERED, register_hyport_attention, sdpa_refusal
 from hyport_lib.proof import isolation, kept_weights, runs, shrunk, tolerance
 from hyport_lib.proof.isolation import Isolation, check_isolation, packing_fault
-from hyport_lib.proof.kept_weights import checkpoint_files, keep_checkpoint_weights
+from hyport_lib.proof.kept_weights import CheckpointFiles, checkpoint_files, keep_checkpoint_weights
 from hyport_lib.proof.shrunk import compact_vocabulary, shrunk_config, special_token_ids
 from hyport_lib.proof.tolerance import DECODING, GRADIENTS, LOGITS, LOSS, compare, noise_bound
 from hyport_lib.results import FAIL, PASS, REFUSED
@@ -183,7 +183,7 @@ def prove_swap(model_path: str, batch: Mapping, *, backend: str, trust_remote_co
             found.cached = True
             return found
     traits = traits_of(model_path, trust_remote_code)
-    _run_proof(proof, config, batch, samples, name, traits, trust_remote_code, seed, decode_steps)
+    _run_proof(proof, config, batch, samples, name, traits, weights, trust_remote_code, seed, decode_steps)
     proof.seconds = round(time.perf_counter() - started, 2)
     try:  # best effort by design: a cache that cannot be written costs the next launch a proof
         if use_cache:
@@ -206,7 +206,7 @@ def _prompt_labels(batch: Mapping, text_vocabulary: int):
 
 
 def _run_proof(proof: AttentionProof, config, batch: Mapping, samples, name: str, traits: ModelTraits,
-               trust_remote_code: bool, seed: int, decode_steps: int = 0) -> None:
+               weights: CheckpointFiles, trust_remote_code: bool, seed: int, decode_steps: int = 0) -> None:
     """One model (the slim shrink, else the layers-only one when the slim config does not
     build or run): eager forward and backward, then the same weights switched to the swap."""
     full_inputs = runs.model_batch(batch)
@@ -230,8 +230,7 @@ def _run_proof(proof: AttentionProof, config, batch: Mapping, samples, name: str
             failure = f"{type(exc).__name__}: {first_line(exc)}"
             continue
         try:
-            proof.weights = keep_checkpoint_weights(model, checkpoint_files(proof.model_path), config, small,
-                                                    vocabulary).line()
+            proof.weights = keep_checkpoint_weights(model, weights, config, small, vocabulary).line()
         except Exception as exc:  # noqa: BLE001 — a weights file that does not read (cut, corrupt)
             proof.reason = scrub_text(f"the proof could not run: the checkpoint's weights could not be read "
                                       f"({type(exc).__name__}: {first_line(exc)})")[:400]

@@ -40,7 +40,7 @@ from hyport_lib.train.params import Params as TrainParams
 from hyport_lib.train.samples import Encoder
 from hyport_lib.train.smoke_data import write_smoke_dataset
 from hyport_lib.utils.printable import USAGE_ERRORS
-from zoo import _TEXT, _ProcessorFiles, _build_tokenizer, _ids, _special_ids, templates
+from zoo import _TEXT, _ProcessorFiles, _ids, _special_ids, idefics3_tokenizer
 
 IMAGE_SIZE, PATCH, SCALE = 64, 8, 2
 #: <image> tokens per picture: (64 / 8)^2 patches, pixel-shuffled by 2 in each direction.
@@ -57,12 +57,7 @@ def build_smolvlm(folder: Path) -> Path:
     SmolVLMImageProcessor without ``video_sampling``, the tokenizer and SmolVLM's template."""
     from transformers import SmolVLMConfig, SmolVLMForConditionalGeneration, SmolVLMImageProcessorPil
 
-    rows_cols = [f"<row_{i + 1}_col_{j + 1}>" for i in range(6) for j in range(6)]
-    tokenizer = _build_tokenizer(special=["<|endoftext|>", "<|im_start|>", "<|im_end|>",
-                                          "<fake_token_around_image>", "<image>", "<end_of_utterance>",
-                                          "<global-img>", *rows_cols],
-                                 bos="<|im_start|>", eos="<end_of_utterance>", pad="<|im_end|>",
-                                 unk="<|endoftext|>", chat_template=templates.IDEFICS3)
+    tokenizer = idefics3_tokenizer()
     image_processor = SmolVLMImageProcessorPil(do_image_splitting=False, size={"longest_edge": IMAGE_SIZE},
                                                max_image_size={"longest_edge": IMAGE_SIZE})
     text = dict(_TEXT, model_type="llama", **_special_ids(tokenizer), tie_word_embeddings=False)
