@@ -21,7 +21,8 @@ from hyport_lib.npu_attention import hf_integration
 from hyport_lib.npu_attention.hf_integration import REGISTERED, register_hyport_attention, sdpa_refusal
 from hyport_lib.proof import isolation, kept_weights, runs, shrunk, tolerance
 from hyport_lib.proof.isolation import Isolation, check_isolation, packing_fault
-from hyport_lib.proof.kept_weights import CheckpointFiles, checkpoint_files, keep_checkpoint_weights
+from hyport_lib.checkpoint_files.weight_files import CheckpointFiles, checkpoint_files
+from hyport_lib.proof.kept_weights import keep_checkpoint_weights
 from hyport_lib.proof.shrunk import compact_vocabulary, shrunk_config, special_token_ids
 from hyport_lib.proof.tolerance import DECODING, GRADIENTS, LOGITS, LOSS, compare, noise_bound
 from hyport_lib.results import FAIL, PASS, REFUSED

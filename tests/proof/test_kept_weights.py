@@ -12,8 +12,8 @@ import safetensors
 import safetensors.torch
 import torch
 
-from hyport_lib.proof.kept_weights import (INDEX_FILE, SINGLE_FILE, UnsafeCheckpoint, checkpoint_files,
-                                           keep_checkpoint_weights)
+from hyport_lib.checkpoint_files.weight_files import INDEX_FILE, SINGLE_FILE, UnsafeCheckpoint, checkpoint_files
+from hyport_lib.proof.kept_weights import keep_checkpoint_weights
 from hyport_lib.proof.shrunk import compact_vocabulary, shrunk_config
 
 

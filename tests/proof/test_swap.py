@@ -301,7 +301,7 @@ def test_a_shard_outside_the_folder_stops_the_proof_in_one_line(zoo, proof_cache
     import json
     import shutil
 
-    from hyport_lib.proof.kept_weights import UnsafeCheckpoint
+    from hyport_lib.checkpoint_files.weight_files import UnsafeCheckpoint
 
     folder = tmp_path / "model"
     shutil.copytree(zoo["llama"], folder, ignore=shutil.ignore_patterns("*.safetensors"))
