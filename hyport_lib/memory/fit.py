@@ -1,0 +1,175 @@
+"""Whether an estimate (:mod:`.model`) fits the card and the host, and, where it does not, the
+nearest plan that does: the answer to "does it fit on 8 x 64 GB?" before anything loads.
+
+A stage calls :func:`require_fit` in its ``plan``; the refusal is one line with the figures
+and the change that would fit (bfloat16, gradient checkpointing, ZeRO-3, offload, LoRA, fewer
+workers), each tried alone, then two at a time.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from itertools import combinations
+from typing import Callable, Optional
+
+from hyport_lib.memory.model import MemoryEstimate, Workload, estimate
+from hyport_lib.memory.shape import ModelShape, format_gib
+
+#: What a card offers a rank of a known product, in bytes, where the runtime cannot say
+#: (a laptop planning for a cluster). 910B3: 64 GiB of HBM (npu-smi's 65536 MB).
+CARD_PRODUCTS = {"910B1": 64 * 2 ** 30, "910B2": 64 * 2 ** 30, "910B3": 64 * 2 ** 30, "910B4": 32 * 2 ** 30,
+                 "910B2C": 64 * 2 ** 30, "H100": 80 * 2 ** 30, "H200": 141 * 2 ** 30, "A100": 80 * 2 ** 30}
+
+
+@dataclass(frozen=True)
+class Capacity:
+    """What one card and one host hold, and where each figure comes from; None: unknown."""
+
+    card_bytes: Optional[int] = None
+    card_source: str = "unknown"
+    host_bytes: Optional[int] = None
+    host_source: str = "unknown"
+
+
+@dataclass
+class Fit:
+    """An estimate against a capacity."""
+
+    estimate: MemoryEstimate
+    capacity: Capacity
+    #: the nearest plan that fits, when this one does not: (what to change, its fit)
+    nearest: Optional[tuple[str, "Fit"]] = field(default=None, repr=False)
+
+    @property
+    def card_fits(self) -> Optional[bool]:
+        if self.estimate.workload.kind == "cpu":
+            return None
+        cap = self.capacity.card_bytes
+        return None if cap is None else self.estimate.card_bytes <= cap
+
+    @property
+    def host_fits(self) -> Optional[bool]:
+        cap = self.capacity.host_bytes
+        return None if cap is None else self.estimate.host_bytes <= cap
+
+    @property
+    def fits(self) -> bool:
+        """False only where a known capacity is exceeded."""
+        return self.card_fits is not False and self.host_fits is not False
+
+    def card_line(self) -> str:
+        """``fits: 30.1 of 64 GiB per card (ZeRO-2, bf16, seq 2048, micro-batch 1)``."""
+        est, cap = self.estimate, self.capacity.card_bytes
+        if est.workload.kind == "cpu":
+            return ""
+        setting = est.workload.describe()
+        if cap is None:
+            return f"needs {format_gib(est.card_bytes)} per card ({setting}); the card's memory is unknown"
+        verdict = "fits" if self.card_fits else "does not fit"
+        return f"{verdict}: {format_gib(est.card_bytes).removesuffix(' GiB')} of {format_gib(cap)} per card ({setting})"
+
+    def host_line(self) -> str:
+        est, cap = self.estimate, self.capacity.host_bytes
+        ranks = est.workload.ranks_per_host
+        per = f" ({ranks} {_plural(ranks, 'rank')} x {format_gib(est.host_bytes_per_rank)})" if ranks > 1 else ""
+        if cap is None:
+            return f"needs {format_gib(est.host_bytes)} of host RAM{per}; the host's RAM is unknown"
+        verdict = "fits" if self.host_fits else "does not fit"
+        return (f"{verdict}: {format_gib(est.host_bytes).removesuffix(' GiB')} of {format_gib(cap)} host RAM"
+                f"{per} ({self.capacity.host_source})")
+
+    def lines(self) -> list[str]:
+        return [line for line in (self.card_line(), self.host_line()) if line]
+
+    def refusal(self) -> str:
+        """One line: what does not fit, by how much, and the nearest plan that does."""
+        est = self.estimate
+        short = []
+        if self.card_fits is False:
+            short.append(f"{format_gib(est.card_bytes)} per card > the card's {format_gib(self.capacity.card_bytes)} "
+                         f"({self.capacity.card_source})")
+        if self.host_fits is False:
+            ranks = est.workload.ranks_per_host
+            short.append(f"{format_gib(est.host_bytes)} of host RAM for {ranks} {_plural(ranks, 'process', 'es')} "
+                         f"> the host's {format_gib(self.capacity.host_bytes)} ({self.capacity.host_source})")
+        said = f"{est.shape.name} ({est.shape.parameters / 1e9:.3g} B parameters) does not fit for " \
+               f"{est.workload.describe()}: " + "; ".join(short)
+        if self.nearest is not None:
+            change, fit = self.nearest
+            figures = ", ".join(line.split(": ", 1)[1].split(" (")[0] for line in fit.lines()
+                                if line.startswith("fits"))
+            said += f"; nearest plan that fits: {change} ({figures})"
+        else:
+            said += "; no plan hyport knows fits (bfloat16, ZeRO-3, offload, LoRA, fewer processes tried)"
+        return said
+
+
+def _plural(count: int, word: str, suffix: str = "s") -> str:
+    return word if count == 1 else word + suffix
+
+
+#: Changes tried for the nearest plan, in the order a user would rather take them: each
+#: keeps the model and the data; the names are the stages' parameters.
+_CHANGES: tuple[tuple[str, Callable[[Workload], Optional[Workload]]], ...] = (
+    ("precision bf16", lambda w: replace(w, dtype="bfloat16") if w.dtype == "float32" else None),
+    ("gradient_checkpointing=True", lambda w: replace(w, gradient_checkpointing=True)
+        if w.stage == "training" and not w.gradient_checkpointing else None),
+    ("zero_stage=3", lambda w: replace(w, zero_stage=3) if w.stage == "training" and w.zero_stage < 3 else None),
+    ("offload_optimizer=True", lambda w: replace(w, offload_optimizer=True, zero_stage=max(w.zero_stage, 2))
+        if w.stage == "training" and not w.offload_optimizer else None),
+    ("finetuning_type=lora", lambda w: replace(w, finetuning="lora") if w.stage == "training"
+        and w.finetuning == "full" else None),
+)
+
+
+def fit(shape: ModelShape, workload: Workload, capacity: Capacity, *, search: bool = True) -> Fit:
+    """The estimate against the capacity; where it does not fit, the nearest plan that does:
+    one change, then two, then fewer processes a host (halved until one is left), alone and
+    with each single change."""
+    result = Fit(estimate(shape, workload), capacity)
+    if result.fits or not search:
+        return result
+    for name, changed in _candidates(workload):
+        candidate = Fit(estimate(shape, changed), capacity)
+        if candidate.fits:
+            result.nearest = (name, candidate)
+            return result
+    return result
+
+
+def _candidates(workload: Workload):
+    for count in (1, 2):
+        for picked in combinations(_CHANGES, count):
+            changed = workload
+            for _, change in picked:
+                changed = change(changed) if changed is not None else None
+            if changed is not None:
+                yield " + ".join(name for name, _ in picked), changed
+    ranks = workload.ranks_per_host // 2
+    while ranks >= 1:
+        # fewer processes on each host: the job's world shrinks with them
+        fewer = replace(workload, ranks_per_host=ranks,
+                        world_size=max(1, workload.world_size * ranks // workload.ranks_per_host))
+        said = f"{ranks} {_plural(ranks, 'process', 'es')} a host instead of {workload.ranks_per_host}"
+        yield said, fewer
+        for name, change in _CHANGES:
+            changed = change(fewer)
+            if changed is not None:
+                yield f"{said} + {name}", changed
+        ranks //= 2
+
+
+class DoesNotFit(ValueError):
+    """A stage's plan that the card or the host cannot hold; ``.fit`` has the figures."""
+
+    def __init__(self, fit: Fit, parameter: str):
+        self.fit = fit
+        super().__init__(f"{parameter}: {fit.refusal()}")
+
+
+def require_fit(shape: ModelShape, workload: Workload, capacity: Capacity, parameter: str) -> Fit:
+    """The fit, or :class:`DoesNotFit` naming ``parameter`` (what the user would change)."""
+    result = fit(shape, workload, capacity)
+    if not result.fits:
+        raise DoesNotFit(result, parameter)
+    return result

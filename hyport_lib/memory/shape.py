@@ -1,0 +1,153 @@
+"""What the memory model needs to know of a checkpoint, read from its safetensors headers and
+its ``config.json``, never by loading it: a 72 B model is planned on a laptop in a second.
+
+The parameter count comes from the headers (tied weights are stored once, so counted once);
+the sizes that set activations and the KV cache (layers, hidden size, heads, vocabulary)
+come from the language model's part of the config.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Mapping, Optional
+
+from hyport_lib.checkpoint_files.header import DTYPE_BITS, read_header
+from hyport_lib.checkpoint_files.weight_files import checkpoint_files
+from hyport_lib.models.families import read_config
+
+#: Where a VLM's or a wrapper's config keeps its language model's sizes.
+_TEXT_SECTIONS = ("text_config", "llm_config", "language_config", "thinker_config")
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """A checkpoint's sizes. ``parameters`` counts every tensor stored (a VLM's vision tower
+    included); the other sizes are its language model's."""
+
+    name: str
+    parameters: int
+    checkpoint_bytes: int  # of the tensors' data
+    stored_dtype: str  # the float dtype holding most bytes, as safetensors names it (BF16)
+    layers: int
+    hidden: int
+    intermediate: int  # per token: an MoE's routed experts x their width (plus a shared expert)
+    heads: int
+    kv_heads: int
+    head_dim: int
+    vocab: int
+    #: the most parameters one module holds (the embedding, mostly): ZeRO-3 gathers a whole
+    #: module at a time, so this one is on every card at its peak (DeepSpeed's largest_layer_params).
+    largest_module_parameters: int
+    source: str  # how the figures were read, for the plan's notes
+
+    @property
+    def kv_width(self) -> int:
+        """Width of one of K or V per token and layer."""
+        return self.kv_heads * self.head_dim
+
+
+def read_model_shape(model_path: str | Path) -> ModelShape:
+    """Raises ValueError (naming the file) for a folder without safetensors weights or a
+    config the memory model cannot read sizes from."""
+    folder = Path(model_path)
+    files = checkpoint_files(str(folder))
+    if not files.shards:
+        raise ValueError(f"{folder}: no memory plan without safetensors headers ({files.unused})")
+    counts: dict[str, int] = {}
+    by_module: dict[str, int] = defaultdict(int)
+    bytes_by_dtype: dict[str, int] = defaultdict(int)
+    for shard in files.shards:
+        header = read_header(folder / shard, validate=False)
+        if not header.readable:
+            problem = header.findings[0].detail if header.findings else "unreadable"
+            raise ValueError(f"{folder / shard}: its header cannot be read ({problem})")
+        for entry in header.tensors.values():
+            counts[entry.name] = entry.numel
+            by_module[entry.name.rpartition(".")[0]] += entry.numel
+            bytes_by_dtype[entry.dtype] += entry.numel * DTYPE_BITS[entry.dtype] // 8
+    config = read_config(folder)
+    return shape_from_config(config, name=folder.name, parameters=sum(counts.values()),
+                             checkpoint_bytes=sum(bytes_by_dtype.values()),
+                             stored_dtype=max(bytes_by_dtype, key=bytes_by_dtype.get) if bytes_by_dtype else "F32",
+                             largest_module_parameters=max(by_module.values(), default=0),
+                             source=f"headers of {len(files.shards)} safetensors file(s) and config.json "
+                                    f"of {folder}")
+
+
+def shape_from_config(config: Mapping, *, name: str, parameters: int, checkpoint_bytes: int, stored_dtype: str,
+                      largest_module_parameters: int, source: str) -> ModelShape:
+    """The language model's sizes from a config's dict (its text section where it has one)."""
+    text = _text_section(config)
+    hidden = _size(text, ("hidden_size", "d_model", "n_embd", "dim"), name)
+    heads = _size(text, ("num_attention_heads", "n_head", "n_heads", "num_heads"), name)
+    kv_heads = _optional(text, ("num_key_value_heads", "num_kv_heads", "n_kv_heads")) or heads
+    head_dim = _optional(text, ("head_dim",)) or hidden // heads
+    experts_per_token = _optional(text, ("num_experts_per_tok", "moe_topk", "top_k", "num_selected_experts"))
+    expert_width = _optional(text, ("moe_intermediate_size", "expert_intermediate_size"))
+    dense_width = _optional(text, ("intermediate_size", "ffn_dim", "n_inner")) or 4 * hidden
+    if experts_per_token and expert_width:
+        shared = _optional(text, ("shared_expert_intermediate_size",)) or 0
+        width = experts_per_token * expert_width + shared
+    else:
+        width = dense_width
+    return ModelShape(
+        name=name, parameters=int(parameters), checkpoint_bytes=int(checkpoint_bytes), stored_dtype=stored_dtype,
+        layers=_size(text, ("num_hidden_layers", "n_layer", "num_layers", "n_layers"), name),
+        hidden=hidden, intermediate=int(width), heads=heads, kv_heads=int(kv_heads), head_dim=int(head_dim),
+        vocab=_size(text, ("vocab_size", "padded_vocab_size"), name),
+        largest_module_parameters=int(largest_module_parameters), source=source)
+
+
+def shape_of_model(model, *, name: str, source: str) -> ModelShape:
+    """The shape of a built (empty, meta-device) model: for a checkpoint without safetensors
+    weights and for the tiny default before it is saved. Tied weights counted once."""
+    unique = {id(p): p for p in model.parameters()}
+    by_module = defaultdict(int)
+    for module_name, module in model.named_modules():
+        by_module[module_name] += sum(p.numel() for p in module.parameters(recurse=False))
+    config = model.config.to_dict()
+    dtype = str(getattr(model.config, "dtype", None) or getattr(model.config, "torch_dtype", None) or "float32")
+    stored = {"torch.bfloat16": "BF16", "bfloat16": "BF16", "torch.float16": "F16", "float16": "F16"}.get(dtype, "F32")
+    count = sum(p.numel() for p in unique.values())
+    return shape_from_config(config, name=name, parameters=count,
+                             checkpoint_bytes=count * DTYPE_BITS[stored] // 8, stored_dtype=stored,
+                             largest_module_parameters=max(by_module.values(), default=0), source=source)
+
+
+def _text_section(config: Mapping) -> Mapping:
+    for key in _TEXT_SECTIONS:
+        section = config.get(key)
+        if isinstance(section, Mapping) and any(k in section for k in ("hidden_size", "d_model")):
+            return section
+    return config
+
+
+def _optional(section: Mapping, keys: tuple[str, ...]) -> Optional[int]:
+    for key in keys:
+        value = section.get(key)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+        if isinstance(value, list) and value and all(isinstance(v, int) for v in value):
+            return max(value)  # per-layer widths (OpenELM, Gemma 3n): the widest sets the peak
+    return None
+
+
+def _size(section: Mapping, keys: tuple[str, ...], name: str) -> int:
+    value = _optional(section, keys)
+    if value is None:
+        raise ValueError(f"{name}/config.json: none of {', '.join(keys)} holds a positive number; the memory "
+                         f"model needs it for activations and the KV cache")
+    return value
+
+
+def gib(n_bytes: float) -> float:
+    return n_bytes / 2 ** 30
+
+
+def format_gib(n_bytes: float) -> str:
+    """``30.1 GiB``; three significant figures below 10 GiB."""
+    value = gib(n_bytes)
+    return f"{value:.3g} GiB" if value < 10 else f"{value:.1f} GiB" if value < 1000 else f"{math.ceil(value):,} GiB"
