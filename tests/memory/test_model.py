@@ -97,7 +97,8 @@ def test_cpu_plans_put_everything_in_host_memory(seven_b):
     workload = Workload("training", "cpu", "float32", world_size=2, ranks_per_host=2, zero_stage=2)
     found = fit(seven_b, workload, Capacity(None, "unknown", 23 * GIB, "test"))
     assert found.estimate.card_bytes == 0 and found.card_fits is None
-    assert found.host_fits is False and "no plan hyport knows fits" not in found.refusal()
+    # 28 GiB of float32 weights alone: no change or pair of changes makes room on 23 GiB
+    assert found.host_fits is False and "no plan hyport knows fits" in found.refusal()
     # bf16 halves what float32 holds, every item but the fp32 states
     half = estimate(seven_b, replace(workload, dtype="bfloat16"))
     assert half.host_bytes < found.estimate.host_bytes
