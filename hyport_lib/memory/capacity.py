@@ -42,9 +42,14 @@ def card_memory(backend: Optional[Backend], card_memory_gib: Optional[float]) ->
     return None, "unknown: no card to ask, and no card_memory_gib"
 
 
-def capacity(backend: Optional[Backend], card_memory_gib: Optional[float] = None) -> Capacity:
+def capacity(backend: Optional[Backend], card_memory_gib: Optional[float] = None,
+             host_ram_gib: Optional[float] = None) -> Capacity:
+    """``host_ram_gib``: the RAM of a host planned for from another (``hyport plan``)."""
     card, card_source = card_memory(backend, card_memory_gib)
-    host, host_source = host_ram()
+    if host_ram_gib:
+        host, host_source = int(host_ram_gib * 2 ** 30), f"host_ram_gib={host_ram_gib:g}"
+    else:
+        host, host_source = host_ram()
     return Capacity(card, card_source, host, host_source)
 
 

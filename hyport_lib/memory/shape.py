@@ -17,6 +17,7 @@ from typing import Mapping, Optional
 from hyport_lib.checkpoint_files.header import DTYPE_BITS, read_header
 from hyport_lib.checkpoint_files.weight_files import checkpoint_files
 from hyport_lib.models.families import read_config
+from hyport_lib.models.loading import build_empty_model
 
 #: Where a VLM's or a wrapper's config keeps its language model's sizes.
 _TEXT_SECTIONS = ("text_config", "llm_config", "language_config", "thinker_config")
@@ -75,6 +76,18 @@ def read_model_shape(model_path: str | Path) -> ModelShape:
                              largest_module_parameters=max(by_module.values(), default=0),
                              source=f"headers of {len(files.shards)} safetensors file(s) and config.json "
                                     f"of {folder}")
+
+
+def model_shape(model_path: str, *, trust_remote_code: bool = False) -> ModelShape:
+    """From the headers where the folder has safetensors weights; otherwise (a ``.bin``
+    checkpoint) from an empty model built on the meta device, which allocates nothing."""
+    files = checkpoint_files(str(model_path))
+    if files.shards:
+        return read_model_shape(model_path)
+    model = build_empty_model(str(model_path), trust_remote_code=trust_remote_code)
+    return shape_of_model(model, name=Path(model_path).name,
+                          source=f"an empty model built from {Path(model_path).name}/config.json "
+                                 f"({files.unused})")
 
 
 def shape_from_config(config: Mapping, *, name: str, parameters: int, checkpoint_bytes: int, stored_dtype: str,

@@ -34,10 +34,21 @@ def plan_table(shape: ModelShape, training: Workload, capacity: Capacity, *, new
 def _row(found, workload: Workload) -> dict:
     est = found.estimate
     verdict = {True: "fits", False: "does not fit", None: "unknown"}
-    return {
-        "plan": workload.describe(),
-        "card GiB": None if workload.kind == "cpu" else round(est.card_bytes / 2 ** 30, 1),
-        "host GiB": round(est.host_bytes / 2 ** 30, 1),
-        "card": "-" if workload.kind == "cpu" else verdict[found.card_fits],
-        "host": verdict[found.host_fits],
-    }
+    if workload.stage == "training":
+        offload = "optimizer" if workload.offload_optimizer else "-"
+        plan = {"stage": "training", "ZeRO": workload.zero_stage,
+                "fine-tune": "LoRA" if workload.finetuning == "lora" else "full", "offload": offload}
+    else:
+        plan = {"stage": f"inference ({workload.new_tokens} new tokens)", "ZeRO": "-", "fine-tune": "-",
+                "offload": "-"}
+    return {**plan,
+            "card GiB": None if workload.kind == "cpu" else round(est.card_bytes / 2 ** 30, 1),
+            "host GiB": round(est.host_bytes / 2 ** 30, 1),
+            "card": "-" if workload.kind == "cpu" else verdict[found.card_fits],
+            "host": verdict[found.host_fits]}
+
+
+def common_settings(workload: Workload) -> str:
+    """What every row shares: ``bf16, seq 2048, micro-batch 1, gradient checkpointing``."""
+    parts = workload.describe().split(", ")
+    return ", ".join(p for p in parts if not p.startswith(("ZeRO-", "full", "LoRA", "offload")))
