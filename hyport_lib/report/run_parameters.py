@@ -16,6 +16,7 @@ from typing import Iterable, Optional
 
 import yaml
 
+from hyport_lib.memory.fit import DoesNotFit
 from hyport_lib.models.preflight import HUB_ID
 from hyport_lib.params import Field, ParameterError, parameter_fields, parse_text, unknown_parameter
 from hyport_lib.processes import (describe_exit, read_log_tail, read_task_result, run_child, task_command,
@@ -201,6 +202,26 @@ class PreRunCheck:
 
     refused: list[str]  # values a stage refuses (a parameter, a file, a record): no run
     host: list[str]  # what the host cannot do now (busy cards): said; the run goes on
+    #: plans the cards or the host cannot hold, with the figures: no run (the memory
+    #: model's refusal, not a wrong value: said as such)
+    memory: list[str] = dataclasses.field(default_factory=list)
+
+
+class PreRunRefused(ValueError):
+    """What the pre-run plans refused: wrong values, and plans that would not fit in memory,
+    each said as what it is; ``details`` has a line per problem."""
+
+    def __init__(self, refused: list[str], memory: list[str]):
+        self.refused, self.memory = refused, memory
+        problems = refused + memory
+        self.details = problems if len(problems) > 1 else []
+        if not memory:
+            head = f"{len(refused)} parameters are wrong"
+        elif not refused:
+            head = f"{len(memory)} {'plan does' if len(memory) == 1 else 'plans do'} not fit in memory"
+        else:
+            head = f"{len(refused)} wrong value(s) and {len(memory)} plan(s) that do not fit in memory"
+        super().__init__(problems[0] if len(problems) == 1 else f"{head}: {problems[0]}")
 
 
 def plan_requests(params: RunParameters, selected: list[Stage]) -> list[PlanRequest]:
@@ -221,7 +242,7 @@ def plan_requests(params: RunParameters, selected: list[Stage]) -> list[PlanRequ
 def make_plans(requests: list[PlanRequest]) -> PreRunCheck:
     """Each stage's ``plan``, the paths an earlier stage writes left out, its parameters not
     checked again. Runs in the child of :func:`check_before_running`."""
-    refused, host = [], []
+    refused, host, memory = [], [], []
     with _as_a_new_run():
         for request in requests:
             where = request.stage_id
@@ -234,13 +255,15 @@ def make_plans(requests: list[PlanRequest]) -> PreRunCheck:
                 stage_part(request.stage, "stage").plan(planned)
             except ParameterError as exc:
                 refused += [f"{where}: {line}" for line in (exc.details or [str(exc)])]
+            except DoesNotFit as exc:
+                memory.append(f"{where}: {exc}")
             except RuntimeError as exc:
                 host.append(f"{where}: {first_line(exc)}")
             except (ValueError, OSError) as exc:
                 # a refusal with a line per record (a bad dataset) is said once, then its lines
                 refused.append(f"{where}: {first_line(exc)}")
                 refused += [f"{where}:   {line}" for line in getattr(exc, "details", None) or []]
-    return PreRunCheck(refused, host)
+    return PreRunCheck(refused, host, memory)
 
 
 def check_before_running(params: RunParameters, selected: list[Stage]) -> list[str]:
@@ -248,7 +271,8 @@ def check_before_running(params: RunParameters, selected: list[Stage]) -> list[s
     may start the device runtime, which in the report's own long-lived process would hold a
     card the stages then find busy. Returns what the host cannot do now (said; the run goes
     on and stage 01 explains it); raises a ParameterError naming each refused value and
-    its stage, a RuntimeError when the check itself could not run."""
+    its stage, :class:`PreRunRefused` when a plan would not fit in memory (with any wrong
+    values), a RuntimeError when the check itself could not run."""
     requests = {"requests": [dataclasses.asdict(r) for r in plan_requests(params, selected)]}
     with tempfile.TemporaryDirectory(prefix="hyport-precheck-") as folder:
         result_path, log_path = Path(folder) / "plans.json", Path(folder) / "plans.log"
@@ -261,8 +285,10 @@ def check_before_running(params: RunParameters, selected: list[Stage]) -> list[s
             how = f"no result after {PLAN_TIMEOUT_S} s" if ended.timed_out else describe_exit(ended.code)
             why = f"{found['error_type']}: {found['error']}" if found else read_log_tail(log_path)
             raise RuntimeError(f"the pre-run check failed ({how}): {why}")
-    if found["refused"]:
+    if found["refused"] and not found["memory"]:
         raise ParameterError(found["refused"])
+    if found["memory"]:
+        raise PreRunRefused(found["refused"], found["memory"])
     return found["host"]
 
 
