@@ -18,6 +18,10 @@ the device: "Cannot re-initialize NPU in forked subprocess"). Every launch gets:
   pass to an unrelated process while hyport may still signal the group.
 * **A watch to the end** (:class:`ChildGroup`, :func:`run_child`): deadlines enforced,
   logs scrubbed as children end, whatever still runs stopped when the caller is interrupted.
+* **The memory evidence of its end**: the memory cgroup's counters before it starts and
+  after it ends, its peak RSS (sampled with what it started, and ``wait4``'s when it is
+  reaped), so that a SIGKILL is said as out of memory only where they show it
+  (:func:`describe_exit`).
 """
 
 from __future__ import annotations
@@ -38,6 +42,8 @@ from typing import Callable, Iterable, Mapping, Optional, Sequence
 
 import hyport_lib
 from hyport_lib.backend import peak_rss_bytes
+from hyport_lib.devices.out_of_memory import (KillDiagnosis, MemoryCounters, PeakRss, diagnose_kill, memory_counters,
+                                              process_parents)
 from hyport_lib.utils.bounded_files import UnreadableFile, read_text
 from hyport_lib.utils.files import atomic_write_json, atomic_write_text
 from hyport_lib.utils.redact import child_environ, scrub_obj, scrub_text, secret_values
@@ -46,6 +52,8 @@ from hyport_lib.utils.redact import child_environ, scrub_obj, scrub_text, secret
 #: child's). ``read`` fails at end-of-file; nothing but the payload is ever written.
 GUARD_SCRIPT = "while read -r line; do :; done; kill -s KILL 0"
 LOG_TAIL_LINES = 8
+#: How often a watch samples its children's resident memory (a scan of /proc, about 1 ms).
+MEMORY_SAMPLE_S = 0.5
 #: A task's result file bigger than this was not written by :func:`task_main` (the code the
 #: task ran may have planted one).
 MAX_TASK_RESULT_BYTES = 16 * 1024 * 1024
@@ -76,10 +84,20 @@ class Child:
     # once it ends, its log is cut to this many last bytes before it is scrubbed (None: kept
     # whole), so scrubbing never reads what a child printed in bulk
     log_tail_bytes: Optional[int] = None
+    # the memory evidence of its end (see the module docstring): counters before and after
+    memory_before: Optional[MemoryCounters] = None
+    memory_after: Optional[MemoryCounters] = None
+    peak_rss: Optional[PeakRss] = None
 
     @property
     def pid(self) -> int:
         return self.proc.pid
+
+    def kill_diagnosis(self, code: Optional[int]) -> Optional[KillDiagnosis]:
+        """Whether this child, or a process it started, ended by ``code`` (-9: SIGKILL) ran
+        out of memory, with the figures; None when ``code`` is not a kill the OOM killer makes."""
+        peak = self.peak_rss.bytes if self.peak_rss is not None else 0
+        return diagnose_kill(code, self.memory_before, self.memory_after, peak or None)
 
 
 def start_child(cmd: Sequence[str], *, env: Mapping[str, str], log_path: os.PathLike,
@@ -91,6 +109,7 @@ def start_child(cmd: Sequence[str], *, env: Mapping[str, str], log_path: os.Path
     pipe does not take now, later :func:`feed` calls write); ``timeout_s`` sets the
     ``deadline`` the caller enforces."""
     log_path = Path(log_path)
+    memory_before = memory_counters()  # before it starts: a rise of oom_kill is its time
     read_end, lifeline = os.pipe()  # both non-inheritable: no other child gets the write end
     started = time.monotonic()
     try:
@@ -109,7 +128,8 @@ def start_child(cmd: Sequence[str], *, env: Mapping[str, str], log_path: os.Path
     os.set_blocking(lifeline, False)
     child = Child(name or Path(cmd[0]).name, proc, started,
                   started + float(timeout_s) if timeout_s else None, log_path,
-                  lifeline=lifeline, unsent=payload, log_tail_bytes=log_tail_bytes)
+                  lifeline=lifeline, unsent=payload, log_tail_bytes=log_tail_bytes,
+                  memory_before=memory_before, peak_rss=PeakRss(proc.pid))
     feed(child)
     return child
 
@@ -181,13 +201,32 @@ def reap_leftovers(child: Child) -> None:
 
 def finish(child: Child, environ: Optional[Mapping[str, str]] = None) -> int:
     """Reap an exited (or killed) child, cut its lifeline, scrub its log (its tail, when
-    :attr:`Child.log_tail_bytes` is set); its exit status."""
+    :attr:`Child.log_tail_bytes` is set); its exit status. Its memory evidence is taken here:
+    the counters after it, and its exact peak (:func:`_reap`)."""
+    peak = _reap(child.proc)
     code = child.proc.wait()
+    if child.peak_rss is not None and peak:
+        child.peak_rss.bytes = max(child.peak_rss.bytes, peak)
+    child.memory_after = memory_counters()
     cut_lifeline(child)
     if child.log_tail_bytes is not None:
         _keep_tail(child.log_path, child.log_tail_bytes)
     scrub_log(child.log_path, environ)
     return code
+
+
+def _reap(proc: subprocess.Popen) -> Optional[int]:
+    """Reap ``proc`` with ``wait4``, which gives the peak RSS of that child alone (and of what
+    it reaped: torchrun's ranks), exact to its last moment: ``ru_maxrss`` of ``RUSAGE_CHILDREN``
+    is the largest of every child this process ever reaped. None when already reaped."""
+    if proc.returncode is not None:
+        return None
+    try:
+        _, status, usage = os.wait4(proc.pid, 0)
+    except ChildProcessError:
+        return None  # reaped elsewhere: Popen.wait() says how it ended
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    return int(usage.ru_maxrss if sys.platform == "darwin" else usage.ru_maxrss * 1024)
 
 
 def log_size(path: os.PathLike | str) -> int:
@@ -241,9 +280,15 @@ class ChildGroup:
         """Watch until every child has ended: leftovers of an exited one killed, those past
         their deadline killed together; each then finished (:func:`finish`) and passed to
         ``on_exit(child, exit_status, timed_out)``. ``on_tick`` runs between polls."""
+        sampled = 0.0
         while self.running:
             for child in self.running:
                 feed(child)
+            if time.monotonic() - sampled >= MEMORY_SAMPLE_S:
+                sampled, parents = time.monotonic(), process_parents()
+                for child in self.running:
+                    if child.peak_rss is not None:
+                        child.peak_rss.sample(parents)
             now = time.monotonic()
             for child in [c for c in self.running if has_exited(c.proc)]:
                 reap_leftovers(child)
@@ -335,19 +380,27 @@ def last_exception(log_text: str) -> Optional[str]:
     return None
 
 
-def describe_exit(code: Optional[int]) -> str:
-    """An exit status in words: ``exit code 1`` or ``killed by signal SIGKILL (-9)``."""
+def describe_exit(code: Optional[int], child: Optional[Child] = None) -> str:
+    """An exit status in words: ``exit code 1`` or ``killed by signal SIGKILL (-9)``; a SIGKILL
+    (or 137) of ``child``, or of a process it started, with its memory diagnosis
+    (:meth:`Child.kill_diagnosis`): ``killed by signal SIGKILL (-9); out of memory: killed by
+    the Linux OOM killer (cgroup oom_kill 0 -> 1); peak RSS 22.9 GiB of the 23.5 GiB limit``."""
     if code is None:
         return "still running"
+    diagnosis = child.kill_diagnosis(code) if child is not None else None
     if code < 0:
-        hint = (" (SIGKILL is also how the out-of-memory killer ends a process)"
-                if -code == signal.SIGKILL else "")
         try:
             name = signal.Signals(-code).name
         except ValueError:
             name = f"signal {-code}"
-        return f"killed by signal {name} ({code}){hint}"
-    return f"exit code {code}"
+        said = f"killed by signal {name} ({code})"
+    else:
+        said = f"exit code {code}"
+    if diagnosis is not None:
+        return f"{said}; {diagnosis}"
+    if -code == signal.SIGKILL:
+        return f"{said} (SIGKILL is also how the out-of-memory killer ends a process)"
+    return said
 
 
 # --------------------------------------------------------------------------- child tasks

@@ -147,6 +147,30 @@ def test_describe_exit(code, words):
     assert words in P.describe_exit(code)
 
 
+#: A child that touches 96 MiB, then SIGKILLs itself: killed, as the OOM killer kills, without
+#: running out of memory.
+SELF_KILL = ("import os, signal; block = bytearray(96 << 20); block[::4096] = b'x' * len(block[::4096]); "
+             "os.kill(os.getpid(), signal.SIGKILL)")
+
+
+@pytest.mark.slow
+def test_a_child_that_sigkills_itself_is_not_said_out_of_memory(tmp_path):
+    ended = P.run_child([sys.executable, "-c", SELF_KILL], env=_env(), log_path=tmp_path / "c.log",
+                        timeout_s=60, poll_interval_s=0.02, kill_grace_s=1.0)
+    child = ended.child
+    assert ended.code == -signal.SIGKILL and not ended.timed_out
+    assert child.memory_before is not None and child.memory_after is not None
+    assert child.memory_before.oom_kills == child.memory_after.oom_kills  # None where there is no cgroup
+    assert child.peak_rss.bytes >= 96 << 20  # its exact peak, from wait4 when it was reaped
+    diagnosis = child.kill_diagnosis(ended.code)
+    assert diagnosis is not None and not diagnosis.out_of_memory
+    said = P.describe_exit(ended.code, child)
+    assert said.startswith("killed by signal SIGKILL (-9); ")
+    assert "; no sign of memory exhaustion (peak RSS " in said, said
+    assert re.search(r"peak RSS \d+\.\d GiB of (the )?\d+\.\d GiB", said), said
+    assert child.kill_diagnosis(0) is None and P.describe_exit(0, child) == "exit code 0"
+
+
 # --------------------------------------------------------------------------- child tasks
 TASKS = '''
 def echo(spec):

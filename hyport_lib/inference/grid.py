@@ -271,7 +271,7 @@ def _row_for(worker: _Worker, timed_out: bool, timeout_s: float, device: str,
     elif raw.get("status") == "failed":
         status, reason = "failed", f"{raw.get('error_type', 'Error')}: {raw.get('error', '')}"
     elif rc is not None and rc < 0:
-        status, reason = "failed", describe_exit(rc)
+        status, reason = "failed", describe_exit(rc, worker.child)
     else:
         exc_line = last_exception(tail)
         status = "failed"

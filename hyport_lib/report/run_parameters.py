@@ -282,7 +282,7 @@ def check_before_running(params: RunParameters, selected: list[Stage]) -> list[s
                           timeout_s=PLAN_TIMEOUT_S, poll_interval_s=0.05, kill_grace_s=2.0)
         found = read_task_result(result_path)
         if found.get("status") != "ok":
-            how = f"no result after {PLAN_TIMEOUT_S} s" if ended.timed_out else describe_exit(ended.code)
+            how = f"no result after {PLAN_TIMEOUT_S} s" if ended.timed_out else describe_exit(ended.code, ended.child)
             why = f"{found['error_type']}: {found['error']}" if found else read_log_tail(log_path)
             raise RuntimeError(f"the pre-run check failed ({how}): {why}")
     if found["refused"] and not found["memory"]:

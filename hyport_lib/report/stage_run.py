@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Optional
 
+from hyport_lib.devices.out_of_memory import DescendantWatch
 from hyport_lib.report.paths import relative_text
 from hyport_lib.report.run import RESULTS_DIR, StageOutcome, run_folder_env
 from hyport_lib.report.run_parameters import safe_parameters
@@ -123,6 +124,7 @@ def run_stage(stage: Stage, run_dir: Path, params: dict, *, cell_timeout_s: int,
     FAIL, never raised. ``outcome`` (the run's row) is filled in place, so that the caller
     keeps the links to the stage's files even when a further stop signal ends this call."""
     import papermill
+    from nbclient.exceptions import DeadKernelError
 
     nb_out = run_dir / "notebooks" / stage.path.name
     nb_partial = run_dir / PARTIAL_DIR / stage.path.name
@@ -139,7 +141,8 @@ def run_stage(stage: Stage, run_dir: Path, params: dict, *, cell_timeout_s: int,
     started = time.monotonic()
     error = None
     try:
-        with _stage_logging(log_out), run_folder_env(run_dir), _terminal_to_log(log_out):
+        with _stage_logging(log_out), run_folder_env(run_dir), _terminal_to_log(log_out), \
+                DescendantWatch() as memory:  # the kernel's and its workers' memory, for a dead kernel
             try:
                 papermill.execute_notebook(
                     str(stage.path), str(nb_partial), parameters=params, kernel_name=kernel_name,
@@ -150,6 +153,8 @@ def run_stage(stage: Stage, run_dir: Path, params: dict, *, cell_timeout_s: int,
                 # Keep what the stage left (scrubbed, with its HTML); the caller stops the run.
                 error = INTERRUPTED_ERROR
                 outcome.interrupted = True
+            except DeadKernelError as exc:  # killed: no traceback, so the memory evidence says why
+                error = f"{_describe_error(exc)}; {memory.diagnose()}"
             except Exception as exc:  # noqa: BLE001 — any notebook failure becomes a FAIL row
                 error = _describe_error(exc)
     except KeyboardInterrupt:

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from hyport_lib.models.model_cache import default_cache_root
-from hyport_lib.processes import (GUARDED_EXEC, describe_exit, last_exception, log_size, read_log_tail, run_child,
+from hyport_lib.processes import (GUARDED_EXEC, Child, describe_exit, last_exception, log_size, read_log_tail, run_child,
                                   scrub_log, task_environ)
 from hyport_lib.results import Provenance
 from hyport_lib.train.output_dir import (PROBLEMS_FILE, RESULT_FILE, check_foreign, list_checkpoints,
@@ -135,7 +135,7 @@ def _launch(plan: LaunchPlan, on_progress: Optional[Callable[[TrainProgress], No
         raise
     _scrub_rank_logs(out, env)
     notify(False)
-    return collect(plan, ended.code, time.monotonic() - started, ended.timed_out)
+    return collect(plan, ended.code, time.monotonic() - started, ended.timed_out, child=ended.child)
 
 
 def _checkpoint_estimate(plan: LaunchPlan) -> int:
@@ -145,7 +145,8 @@ def _checkpoint_estimate(plan: LaunchPlan) -> int:
 
 
 def collect(plan: LaunchPlan, code: Optional[int], wall_s: float, timed_out: bool,
-            stopped: bool = False) -> TrainResult:
+            stopped: bool = False, child: Optional[Child] = None) -> TrainResult:
+    """``child``: torchrun, whose memory evidence (its ranks' too) a SIGKILLed rank is judged by."""
     out = Path(plan.output_dir)
     records = read_metrics(plan.metrics_path)
     written = read_json_object(out / RESULT_FILE)[0]
@@ -162,8 +163,8 @@ def collect(plan: LaunchPlan, code: Optional[int], wall_s: float, timed_out: boo
         status, reason = "ok", None  # node rank > 0: rank 0 (elsewhere) writes the result
     else:
         status = "failed"
-        reason = f"torchrun: {describe_exit(code)}"
-        cause = first_failure(plan.log_path)
+        reason = f"torchrun: {describe_exit(code, child)}"
+        cause = first_failure(plan.log_path, child)
         if cause:
             reason += f"; first failure: {cause}"
         full = disk_full_error(RuntimeError(cause or ""), out, _checkpoint_estimate(plan))
@@ -192,12 +193,13 @@ _ROOT_RANK = re.compile(r"^\s*rank\s*:\s*(\d+)")
 _ROOT_EXIT = re.compile(r"^\s*exitcode\s*:\s*(-?\d+)(?:.*\((SIG\w+)\))?")
 
 
-def first_failure(log_path: os.PathLike) -> Optional[str]:
+def first_failure(log_path: os.PathLike, child: Optional[Child] = None) -> Optional[str]:
     """Which rank failed first, and why: ``rank R: SomeError: message`` or ``rank R: killed by SIGKILL``.
     torchrun's "Root Cause (first observed failure)" block names the rank and its exit code; that
     rank's last exception line (``--tee`` prefixes its lines with ``[defaultR]:``) says why. Other
     ranks usually fail as its echo ("Connection closed by peer"). Without the block, the first
-    exception of any rank is taken."""
+    exception of any rank is taken. A rank killed by SIGKILL is judged by the memory evidence
+    of ``child`` (torchrun, whose watch counts its ranks)."""
     try:
         lines = Path(log_path).read_text(encoding="utf-8", errors="replace").splitlines()
     except OSError:
@@ -221,7 +223,7 @@ def first_failure(log_path: os.PathLike) -> Optional[str]:
         if found and (root_exit is None or root_exit[0] >= 0):
             return f"rank {root_rank}: {found}"
         if root_exit is not None:
-            return f"rank {root_rank}: {describe_exit(root_exit[0])}"
+            return f"rank {root_rank}: {describe_exit(root_exit[0], child)}"
     for rank, rank_lines in by_rank.items():
         for line in rank_lines:
             found = last_exception(line)

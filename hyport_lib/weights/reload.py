@@ -19,7 +19,7 @@ from typing import Optional
 from hyport_lib.backend import detect_kind
 from hyport_lib.checkpoint_files.findings import Finding, name_some
 from hyport_lib.models.loading import dtype_kwarg, load_processor
-from hyport_lib.processes import (describe_exit, last_exception, read_log_tail, read_task_result, run_child,
+from hyport_lib.processes import (Child, describe_exit, last_exception, read_log_tail, read_task_result, run_child,
                                   task_command, task_environ)
 from hyport_lib.proof.tolerance import LOGITS, SAME_WEIGHTS, TOLERANCE, TOP1, compare
 from hyport_lib.results import fresh_folder_beside_results
@@ -100,11 +100,12 @@ def run_task(task: str, spec: dict, *, timeout_s: float, log_dir: Optional[os.Pa
                       timeout_s=float(timeout_s), name=name, poll_interval_s=POLL_S,
                       kill_grace_s=KILL_GRACE_S)
     return _outcome(log_path, result_path, ended.code, ended.timed_out, float(timeout_s),
-                    time.monotonic() - ended.child.started)
+                    time.monotonic() - ended.child.started, ended.child)
 
 
 def _outcome(log_path: Path, result_path: Path, code: Optional[int], timed_out: bool, timeout_s: float,
-             wall_s: float) -> ChildOutcome:
+             wall_s: float, child: Optional[Child] = None) -> ChildOutcome:
+    """``child``: the one that ended, whose memory evidence a SIGKILL is judged by."""
     # The child scrubbed what it wrote (its environment holds this one's secrets: child_env).
     result = read_task_result(result_path)
     tail = read_log_tail(log_path, 12)
@@ -116,7 +117,8 @@ def _outcome(log_path: Path, result_path: Path, code: Optional[int], timed_out: 
         status, reason = "failed", f"{result.get('error_type', 'Error')}: {result.get('error', '')}"
     else:
         line = last_exception(tail)
-        status, reason = "failed", f"{describe_exit(code)} without a result" + (f"; {line}" if line else "")
+        status = "failed"
+        reason = f"ended without a result ({describe_exit(code, child)})" + (f"; {line}" if line else "")
     reason = reason.splitlines()[0] if reason else None
     return ChildOutcome(status, result, reason, str(log_path), tail, round(wall_s, 3))
 

@@ -273,7 +273,8 @@ def test_faults_are_isolated_and_reported(eight_cards, fault_switches, tmp_path)
     assert status == {0: "ok", 1: "failed", 2: "ok", 3: "failed", 4: "timeout"}, \
         (timeout_s, result.frame[["card", "status", "wall_s", "error"]])
     assert _row(result, 1)["error"].startswith("RuntimeError: injected test fault on card 1")
-    assert _row(result, 3)["error"].startswith("killed by signal SIGKILL (-9)")
+    assert _row(result, 3)["error"].startswith("killed by signal SIGKILL (-9); ")
+    assert "no sign of memory exhaustion (peak RSS " in _row(result, 3)["error"]
     assert _row(result, 4)["error"].startswith(f"timeout after {timeout_s:g}s")
     assert result.consistent and result.differing_cards == []
     assert elapsed < timeout_s + 15, f"grid took {elapsed:.1f}s for timeout {timeout_s:.1f}s"

@@ -11,6 +11,7 @@ import pytest
 
 from hyport_lib.report import stage_run
 from hyport_lib.report.stage_run import PARTIAL_DIR, scrub_file, sweep_partial
+from hyport_lib.stages import Stage
 
 
 def test_widgets_are_made_static():
@@ -74,3 +75,23 @@ def test_a_file_is_scrubbed_in_place_or_into_a_target_and_json_stays_json(tmp_pa
     stamp = clean.stat().st_mtime_ns
     assert scrub_file(clean) and clean.stat().st_mtime_ns == stamp  # unchanged: not rewritten
     assert not scrub_file(tmp_path / "absent.ipynb")
+
+
+@pytest.mark.slow
+def test_a_kernel_killed_during_a_stage_is_a_fail_with_its_memory_diagnosis(tmp_path):
+    """The kernel SIGKILLs itself holding 96 MiB: papermill's DeadKernelError, with the
+    memory evidence beside it (this kill was no memory exhaustion), in the stage's row."""
+    notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(
+        "import os, signal\nblock = bytearray(96 << 20)\nblock[::4096] = b'x' * len(block[::4096])\n"
+        "import time; time.sleep(1.5)  # long enough for a sample of its memory\n"
+        "os.kill(os.getpid(), signal.SIGKILL)")])
+    notebook.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    path = tmp_path / "notebooks" / "09_dies.ipynb"
+    path.parent.mkdir()
+    nbformat.write(notebook, path)
+    outcome = stage_run.run_stage(Stage("09", "dies", path), tmp_path / "run", {}, cell_timeout_s=120,
+                                  kernel_name=None, show_inputs=True, progress_bar=False)
+    assert outcome.verdict == "FAIL"
+    assert outcome.error.startswith("DeadKernelError: Kernel died; "), outcome.error
+    assert "no sign of memory exhaustion (peak RSS " in outcome.error, outcome.error
+    assert "\n" not in outcome.error  # one line: the terminal shows the first

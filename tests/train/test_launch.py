@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from hyport_lib.devices.out_of_memory import GIB, MemoryCounters, PeakRss
+from hyport_lib.processes import Child
 from hyport_lib.train.launch import first_failure
 
 
@@ -14,6 +16,14 @@ def test_first_failure_names_the_root_cause_rank(tmp_path):
         "Root Cause (first observed failure):\n[0]:\n  rank      : 1 (local_rank: 1)\n"
         "  exitcode  : -9 (pid: 1)  (SIGKILL)\n")
     assert first_failure(log).startswith("rank 1: killed by signal SIGKILL")
+    # torchrun's watch saw the cgroup's oom_kill count rise while its ranks ran
+    torchrun = Child("torchrun", proc=None, started=0.0, deadline=None, log_path=log,
+                     memory_before=MemoryCounters(oom_kills=0, limit_bytes=24 * GIB),
+                     memory_after=MemoryCounters(oom_kills=1, limit_bytes=24 * GIB), peak_rss=PeakRss(1))
+    torchrun.peak_rss.bytes = int(23.4 * GIB)
+    assert first_failure(log, torchrun) == ("rank 1: killed by signal SIGKILL (-9); out of memory: killed by the "
+                                            "Linux OOM killer (cgroup oom_kill 0 -> 1); peak RSS 23.4 GiB of "
+                                            "the 24.0 GiB limit")
     log.write_text("[default0]:Traceback (most recent call last):\n"
                    "[default0]:ValueError: dataset is empty\n"
                    "Root Cause (first observed failure):\n[0]:\n  rank      : 0 (local_rank: 0)\n"

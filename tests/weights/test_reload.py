@@ -166,7 +166,7 @@ def test_a_childs_end_is_read_from_its_result_else_from_its_log(tmp_path):
     log.write_text("loading\nTraceback (most recent call last):\nValueError: bad config\n")
     out = _outcome(log, result, 1, False, 600.0, 1.23456)
     assert (out.status, out.result, out.wall_s) == ("failed", {}, 1.235)
-    assert out.reason == "exit code 1 without a result; ValueError: bad config"
+    assert out.reason == "ended without a result (exit code 1); ValueError: bad config"
     result.write_text(json.dumps({"status": "failed", "error_type": "OSError", "error": "no file\nsecond line"}))
     assert _outcome(log, result, 1, False, 600.0, 1.0).reason == "OSError: no file"  # one line
     timed_out = _outcome(log, result, None, True, 0.5, 1.0)
