@@ -8,19 +8,20 @@ from __future__ import annotations
 from typing import Optional
 
 from hyport_lib.backend import Backend
-from hyport_lib.devices.host_memory import cgroup_memory_limit_gb
+from hyport_lib.devices.out_of_memory import memory_counters
 from hyport_lib.memory.fit import Capacity
 from hyport_lib.memory.shape import format_gib
 
 
 def host_ram() -> tuple[int, str]:
-    """``(bytes, where the figure comes from)``: the RAM this process may use."""
+    """``(bytes, where the figure comes from)``: the RAM this process may use: the lowest
+    memory limit of its cgroup and their parents (a container's, a job's) where lower."""
     import psutil
 
     total = int(psutil.virtual_memory().total)
-    limit = cgroup_memory_limit_gb()
-    if limit is not None and limit * 2 ** 30 < total:
-        return int(limit * 2 ** 30), "the container's memory limit"
+    limit = memory_counters().limit_bytes
+    if limit is not None and limit < total:
+        return int(limit), "the memory cgroup's limit"
     return total, "the host's RAM"
 
 
