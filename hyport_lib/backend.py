@@ -75,10 +75,6 @@ class Backend:
     def memory_stats(self, index: int = 0) -> MemoryStats:
         raise NotImplementedError
 
-    def card_memory_bytes(self, index: int = 0) -> Optional[int]:
-        """What card ``index`` holds in all, as its runtime reports it; None on CPU."""
-        return None
-
     def reset_peak_memory(self, index: int = 0) -> None:
         """Start a new peak-memory window (not possible for RSS on CPU)."""
 
@@ -146,9 +142,6 @@ class _DeviceModuleBackend(Backend):
 
     def reset_peak_memory(self, index: int = 0) -> None:
         self._module().reset_peak_memory_stats(index)
-
-    def card_memory_bytes(self, index: int = 0) -> Optional[int]:
-        return int(self._module().get_device_properties(index).total_memory)
 
     def device_name(self, index: int = 0) -> Optional[str]:
         getter = getattr(self._module(), "get_device_name", None)

@@ -1,6 +1,6 @@
-"""What a card and a host hold: the card's memory from its runtime where it can be read
-(``torch.npu`` / ``torch.cuda``), else from the ``card_memory_gib`` parameter (a profile
-sets it: 64 for a 910B3), else unknown; the host's RAM capped by the container's limit.
+"""What a card and a host hold: the card's memory from the device tool (``npu-smi``,
+``nvidia-smi``) where it lists it, else from the ``card_memory_gib`` parameter (a profile
+sets it: 64 for a 910B3), else unknown; the host's RAM capped by its memory cgroup's limit.
 """
 
 from __future__ import annotations
@@ -9,6 +9,7 @@ from typing import Optional
 
 from hyport_lib.backend import Backend
 from hyport_lib.devices.out_of_memory import memory_counters
+from hyport_lib.devices.probe import DeviceListing, probe_devices
 from hyport_lib.memory.fit import Capacity
 from hyport_lib.memory.shape import format_gib
 
@@ -25,28 +26,31 @@ def host_ram() -> tuple[int, str]:
     return total, "the host's RAM"
 
 
-def card_memory(backend: Optional[Backend], card_memory_gib: Optional[float]) -> tuple[Optional[int], str]:
-    """``(bytes or None, source)``. The runtime's figure wins over the parameter; where both
-    are known and differ, the source says so."""
+def card_memory(backend: Optional[Backend], card_memory_gib: Optional[float],
+                listing: Optional[DeviceListing] = None) -> tuple[Optional[int], str]:
+    """``(bytes or None, source)``: the smallest card of the device tool's listing (npu-smi,
+    nvidia-smi: ``listing`` where the caller has one), else the parameter, else unknown.
+    Never the runtime (``torch.npu.get_device_properties``): asked from the launcher it
+    would open a context on card 0 and hold it through the run."""
     given = int(card_memory_gib * 2 ** 30) if card_memory_gib else None
-    read = None
     if backend is not None and backend.is_accelerator:
-        read = backend.card_memory_bytes(0)
-    if read is not None:
-        name = backend.device_name(0) or backend.kind
-        source = f"{name}, as {backend.kind} reports it"
-        if given is not None and abs(given - read) > 2 ** 30:
-            source += f"; card_memory_gib={card_memory_gib:g} set aside"
-        return read, source
+        listing = listing if listing is not None else probe_devices(backend)
+        sizes = [(d.total_mb, d.name) for d in listing.devices if d.total_mb]
+        if sizes and listing.source in ("npu-smi", "nvidia-smi"):
+            total_mb, name = min(sizes)
+            source = f"{name}, {total_mb:,} MB as {listing.source} reports it"
+            if given is not None and abs(given - total_mb * 2 ** 20) > 2 ** 30:
+                source += f"; card_memory_gib={card_memory_gib:g} set aside"
+            return total_mb * 2 ** 20, source
     if given is not None:
         return given, f"card_memory_gib={card_memory_gib:g}"
-    return None, "unknown: no card to ask, and no card_memory_gib"
+    return None, "unknown: no device tool lists the cards' memory, and no card_memory_gib"
 
 
 def capacity(backend: Optional[Backend], card_memory_gib: Optional[float] = None,
-             host_ram_gib: Optional[float] = None) -> Capacity:
+             host_ram_gib: Optional[float] = None, listing: Optional[DeviceListing] = None) -> Capacity:
     """``host_ram_gib``: the RAM of a host planned for from another (``hyport plan``)."""
-    card, card_source = card_memory(backend, card_memory_gib)
+    card, card_source = card_memory(backend, card_memory_gib, listing)
     if host_ram_gib:
         host, host_source = int(host_ram_gib * 2 ** 30), f"host_ram_gib={host_ram_gib:g}"
     else:

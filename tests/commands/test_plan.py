@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
 from hyport_lib.commands import main
 from tests.real_size import write_sparse_checkpoint
+
+DATA = Path(__file__).resolve().parents[1] / "data"
 
 
 @pytest.fixture(scope="module")
@@ -29,11 +32,14 @@ def test_plan_answers_will_it_fit_on_eight_910b3(seven_b, capsys):
     assert rows[("training", 3, "full", "-")]["card GiB"] < zero2["card GiB"]
 
 
-def test_plan_reads_the_card_from_the_fake_npu(seven_b, fake_npu, monkeypatch, capsys):
-    monkeypatch.setenv("HYPORT_FAKE_NPU_HBM_MB", "32768")
-    assert main(["plan", "--model-path", str(seven_b), "--num-cards", "8", "--host-ram-gib", "1500"]) == 0
+@pytest.mark.slow  # npu-smi is a process
+def test_plan_reads_the_card_from_npu_smi(seven_b, fake_npu, monkeypatch, capsys):
+    monkeypatch.setenv("HYPORT_FAKE_NPU_SMI_FILE", str(DATA / "npu_smi" / "910b_24x_classic.txt"))
+    assert main(["plan", "--model-path", str(seven_b), "--num-cards", "8", "--host-ram-gib", "1500",
+                 "--card-memory-gib", "32"]) == 0
     out = capsys.readouterr().out
-    assert "32.0 GiB per card (Ascend910B3, as npu reports it)" in out
+    # the tool's figure wins over the parameter, which the line says it set aside
+    assert "64.0 GiB per card (910B3, 65,536 MB as npu-smi reports it; card_memory_gib=32 set aside)" in out
     assert "8 cards;" in out and "every row: bf16, seq 2048, micro-batch 1, gradient checkpointing" in out
 
 

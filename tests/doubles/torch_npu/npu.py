@@ -58,13 +58,3 @@ def max_memory_allocated(index=None):
 def reset_peak_memory_stats(index=None):
     _peak[_check(index)] = memory_allocated(index)
 
-
-class _DeviceProperties:
-    def __init__(self, index):
-        self.name = get_device_name(index)
-        # npu-smi's "HBM-Usage(MB): ... / 65536" of a 910B3
-        self.total_memory = int(os.environ.get("HYPORT_FAKE_NPU_HBM_MB", "65536")) * 1024 * 1024
-
-
-def get_device_properties(index=None):
-    return _DeviceProperties(_check(index))
