@@ -14,6 +14,7 @@ import pytest
 
 from hyport_lib.backend import get_backend
 from hyport_lib.memory.fit import DoesNotFit
+from hyport_lib.memory.record import MemoryPlan, MemoryRow
 from hyport_lib.models.tiny import ensure_tiny_model
 from hyport_lib.stages import read_stage_record
 from hyport_lib.train import deepspeed_config as ds
@@ -72,7 +73,8 @@ def test_a_7b_zero2_plan_on_eight_910b3_fits_and_every_view_carries_the_line(sev
     # the record, read back typed; the index card and the drafts in both languages
     data = {**train_data(), "plan": {**train_data()["plan"], "memory": to_mapping(memory)}}
     record = read_stage_record("04_train", {"stage": "04_train", "data": data})
-    assert record.data.plan.memory == memory
+    read = record.data.plan.memory
+    assert isinstance(read, MemoryPlan) and read == memory and isinstance(read.rows[0], MemoryRow)
     assert ("memory", memory.card_line) in glance(record)
     en = stage_draft(tmp_path, "04_train", data)
     assert f"| Memory per card (estimated before loading) | `{memory.card_line}` |" in en
@@ -119,3 +121,19 @@ def test_a_users_deepspeed_json_sets_the_zero_stage_and_offload_that_are_counted
     plain = training_workload(Params(), "npu", "fp32", ds.build_deepspeed_config(Params(), get_backend("cpu"), "fp32"),
                               2, eager=True)
     assert (plain.zero_stage, plain.offload_optimizer, plain.dtype, plain.eager_attention) == (2, False, "float32", True)
+
+
+def test_a_swap_that_falls_back_to_eager_is_judged_again_with_its_scores(monkeypatch, tmp_path):
+    """Before the data, an unpacked sdpa run is judged without eager's score matrices; the
+    attention chosen after its proof is eager here, so the plan counts them."""
+    from hyport_lib.proof.choice import AttentionChoice
+    from hyport_lib.train.memory_plan import expects_eager
+
+    params = Params(packing=False, attn_implementation="sdpa", output_dir=str(tmp_path / "out"))
+    assert not expects_eager(params) and expects_eager(Params(packing=False))
+    monkeypatch.setattr("hyport_lib.train.preflight.choose_attention",
+                        lambda asked, *args, **kwargs: AttentionChoice(asked, "eager", "sdpa"))
+    plan = prepare(params, get_backend("cpu"))
+    activations = [row for row in plan.memory.rows if row.what == "activations"]
+    assert plan.attn_implementation == "eager" and len(activations) == 1
+    assert "(eager attention's scores included)" in activations[0].how
