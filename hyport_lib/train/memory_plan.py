@@ -8,15 +8,12 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from pathlib import Path
 from typing import Optional
 
-from hyport_lib.checkpoint_files.weight_files import checkpoint_files
 from hyport_lib.memory.capacity import capacity
 from hyport_lib.memory.fit import DoesNotFit, Fit, fit
 from hyport_lib.memory.model import DTYPE_NAMES, Workload
-from hyport_lib.memory.shape import ModelShape, read_model_shape, shape_of_model
-from hyport_lib.models.loading import build_empty_model
+from hyport_lib.memory.shape import ModelShape
 from hyport_lib.params import AUTO_ATTENTION
 from hyport_lib.train.params import Params
 from hyport_lib.utils.values import as_int
@@ -24,18 +21,6 @@ from hyport_lib.utils.values import as_int
 #: The first word of a nearest plan's change that names a parameter (``zero_stage=3``,
 #: ``precision bf16``); "2 processes a host instead of 8" names none: it is ``num_cards``.
 _CHANGED = re.compile(r"[a-z_]+(?=[= ])")
-
-
-def model_shape(model_path: str, trust_remote_code: bool = False) -> ModelShape:
-    """From the safetensors headers; a folder without them (a ``.bin`` checkpoint, the tiny
-    default's random weights) is measured on its empty (meta) model instead."""
-    files = checkpoint_files(model_path)
-    if files.shards:
-        return read_model_shape(model_path)
-    model = build_empty_model(model_path, trust_remote_code=trust_remote_code)
-    return shape_of_model(model, name=Path(model_path).name,
-                          source=f"an empty {type(model).__name__} built from the config of {model_path} "
-                                 f"({files.unused})")
 
 
 def expects_eager(params: Params) -> bool:

@@ -18,6 +18,7 @@ from typing import Optional
 from hyport_lib.devices.card_plan import plan_grid
 from hyport_lib.devices.host_memory import require_host_ram
 from hyport_lib.memory.record import MemoryPlan
+from hyport_lib.memory.shape import model_shape
 from hyport_lib.models.loading import LoadedProcessor, ProcessorUnavailable, build_empty_model, load_processor
 from hyport_lib.models.module_tree import (fused_experts, language_model_path, leaf_names,
                                           lora_target_pattern, matched_layers)
@@ -27,7 +28,7 @@ from hyport_lib.proof.swap import AttentionProof
 from hyport_lib.results import RUN_DIR_ENV, fresh_folder_beside_results
 from hyport_lib.train import deepspeed_config as ds
 from hyport_lib.train.dataset import DatasetError, DatasetReport, load_dataset
-from hyport_lib.train.memory_plan import expects_eager, judge_memory, model_shape
+from hyport_lib.train.memory_plan import expects_eager, judge_memory
 from hyport_lib.train.output_dir import (DEEPSPEED_FILE, METRICS_FILE, SMOKE_FOLDER, Checkpoint, check_compatible,
                                          check_foreign, check_not_locked, list_checkpoints, resolve_resume)
 from hyport_lib.train.packing import proof_batches, training_rows
@@ -101,7 +102,7 @@ def prepare(params: Params, backend) -> LaunchPlan:
     precision = ds.resolve_precision(params.precision, backend)
     deepspeed = ds.build_deepspeed_config(params, backend, precision)
     # Memory before the dataset: a run that cannot fit is said so before its records are read.
-    shape = model_shape(model_path, params.trust_remote_code)
+    shape = model_shape(model_path, trust_remote_code=params.trust_remote_code)
     eager = expects_eager(params)
     memory = judge_memory(params, backend, shape, precision, deepspeed, nproc, eager=eager)
     bundled = not params.dataset_path
