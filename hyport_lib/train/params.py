@@ -10,8 +10,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-from hyport_lib.params import (ParameterError, StageParams, attn_implementation_param, device_param,
-                               model_path_param, num_cards_param, param, trust_remote_code_param)
+from hyport_lib.params import (ParameterError, StageParams, attn_implementation_param, card_memory_param,
+                               device_param, model_path_param, num_cards_param, param, trust_remote_code_param)
 from hyport_lib.train.dataset_formats import FORMAT_CHOICES, DatasetOptions, option_problems
 from hyport_lib.train.dataset_info import INFO_FILE
 
@@ -32,6 +32,7 @@ class Params(StageParams):
 
     device: str = device_param()
     num_cards: Optional[int] = num_cards_param("processes per node; None: every visible card (CPU: 2 processes)")
+    card_memory_gib: Optional[float] = card_memory_param()
     model_path: str = model_path_param()
     # (must exist: checked in check(), where a folder is accepted only with dataset)
     dataset_path: str = param("", 'a data file (JSON, JSON Lines, parquet), or a LLaMA-Factory dataset_info.json '

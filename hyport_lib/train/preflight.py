@@ -16,7 +16,9 @@ from pathlib import Path
 from typing import Optional
 
 from hyport_lib.devices.card_plan import plan_grid
-from hyport_lib.devices.host_memory import RamNeed, ram_need_per_rank, require_host_ram
+from hyport_lib.devices.host_memory import require_host_ram
+from hyport_lib.memory.record import MemoryPlan
+from hyport_lib.memory.shape import model_shape
 from hyport_lib.models.loading import LoadedProcessor, ProcessorUnavailable, build_empty_model, load_processor
 from hyport_lib.models.module_tree import (fused_experts, language_model_path, leaf_names,
                                           lora_target_pattern, matched_layers)
@@ -26,6 +28,7 @@ from hyport_lib.proof.swap import AttentionProof
 from hyport_lib.results import RUN_DIR_ENV, fresh_folder_beside_results
 from hyport_lib.train import deepspeed_config as ds
 from hyport_lib.train.dataset import DatasetError, DatasetReport, load_dataset
+from hyport_lib.train.memory_plan import expects_eager, judge_memory
 from hyport_lib.train.output_dir import (DEEPSPEED_FILE, METRICS_FILE, SMOKE_FOLDER, Checkpoint, check_compatible,
                                          check_foreign, check_not_locked, list_checkpoints, resolve_resume)
 from hyport_lib.train.packing import proof_batches, training_rows
@@ -64,6 +67,8 @@ class LaunchPlan:
     resume_checkpoint: Optional[str] = None
     notes: list[str] = field(default_factory=list)
     attention_proof: Optional[AttentionProof] = None
+    #: one rank's card and host memory, judged before the dataset was read; None in older records
+    memory: Optional[MemoryPlan] = None
 
     def worker_spec(self) -> dict:
         """What every rank reads (:data:`~hyport_lib.train.launch.SPEC_ENV`): the plan without what
@@ -96,6 +101,10 @@ def prepare(params: Params, backend) -> LaunchPlan:
     notes = check_foreign(output_dir, params.overwrite_output_dir)
     precision = ds.resolve_precision(params.precision, backend)
     deepspeed = ds.build_deepspeed_config(params, backend, precision)
+    # Memory before the dataset: a run that cannot fit is said so before its records are read.
+    shape = model_shape(model_path, trust_remote_code=params.trust_remote_code)
+    eager = expects_eager(params)
+    memory = judge_memory(params, backend, shape, precision, deepspeed, nproc, eager=eager)
     bundled = not params.dataset_path
     if bundled:
         dataset_path, image_root = output_dir / SMOKE_FOLDER / SMOKE_FILE, None
@@ -125,11 +134,9 @@ def prepare(params: Params, backend) -> LaunchPlan:
     if params.packing:
         notes.append(f"packing: attention {attn} (per sample in every case; transformers' "
                      "eager and sdpa keep packed samples apart only while no KV cache is used)")
+    if (attn == "eager") != eager:  # a swap that did not prove itself keeps eager: its scores count
+        memory = judge_memory(params, backend, shape, precision, deepspeed, nproc, eager=attn == "eager")
     _check_cards(backend, nproc)
-    need = _host_ram_need(params, backend.kind, model_path, precision, world)
-    notes.append(f"host RAM: {need.how}")
-    if backend.kind == "cpu":  # an accelerator's ranks hold the model on the card, not here
-        require_host_ram("cpu", nproc, "training processes", need)
     if params.finetuning_type == "lora":
         notes.extend(_check_lora_targets(params, model_path))
     return LaunchPlan(
@@ -143,7 +150,7 @@ def prepare(params: Params, backend) -> LaunchPlan:
         master_port=port, bundled_dataset=bundled, dataset=summary, skip_records=skip,
         # absolute: the workers start inside output_dir, where a relative folder points elsewhere
         resume_checkpoint=str(checkpoint.path.resolve()) if checkpoint else None,
-        notes=notes, attention_proof=attention.proof)
+        notes=notes, attention_proof=attention.proof, memory=MemoryPlan.of(memory))
 
 
 def _check_data_and_attention(params: Params, backend, report: DatasetReport, model_path: str, world: int):
@@ -311,17 +318,6 @@ def _check_mixed_images(params: Params, world: int, path: str, samples) -> None:
             f"{text_only[0][0].record_id!r}): under zero_stage=3 on {world} processes a text-only batch "
             f"leaves the vision tower out on one rank and DeepSpeed's collectives abort; use "
             f"zero_stage=2, packing, one process, or records of one kind")
-
-
-def _host_ram_need(params: Params, kind: str, model_path: str, precision: str, world: int) -> RamNeed:
-    """One rank's need of host RAM, its parameters counted on an empty model."""
-    model = build_empty_model(model_path, trust_remote_code=params.trust_remote_code)
-    count = sum(p.numel() for p in model.parameters())
-    # CPU ranks keep float32 weights (mixed precision computes in bf16); a card's rank
-    # loads them in the run's precision.
-    dtype = "fp32" if kind == "cpu" else precision
-    return ram_need_per_rank(kind, count, params.finetuning_type, dtype=dtype,
-                             zero_stage=params.zero_stage, world_size=world)
 
 
 def _check_lora_targets(params: Params, model_path: str) -> list[str]:

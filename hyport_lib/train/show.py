@@ -15,6 +15,7 @@ import pandas as pd
 
 from hyport_lib.display import MISSING, LiveDisplay, figure_png, fit, styled
 from hyport_lib.drafting.values import fmt_value
+from hyport_lib.memory.record import MemoryPlan
 from hyport_lib.params import parameter_fields
 from hyport_lib.results import StageRecord
 from hyport_lib.train.deepspeed_config import DeepSpeedSettings
@@ -160,8 +161,32 @@ def plan_frame(plan: LaunchPlan) -> pd.DataFrame:
         ("resume", plan.resume_checkpoint or f"from scratch (resume_from={c.resume_from!r})"),
         ("output_dir", plan.output_dir),
     ]
+    if plan.memory is not None:
+        rows += [("memory per card", plan.memory.card_line)] if plan.memory.card_line else []
+        rows.append(("host memory", plan.memory.host_line))
     rows += [("note", note) for note in plan.notes]
     return pd.DataFrame(rows, columns=["setting", "value"])
+
+
+def memory_frame(memory: Optional[MemoryPlan]) -> pd.DataFrame:
+    """One rank's memory item by item (card, then host), as the plan estimated it before
+    anything loaded: what, how much, and how the figure was made."""
+    rows = [] if memory is None else sorted(memory.rows, key=lambda r: r.where != "card")
+    return pd.DataFrame([(r.where, r.what, r.gib, r.how) for r in rows], columns=["where", "what", "GiB", "how"])
+
+
+def show_memory(plan: LaunchPlan) -> None:
+    """The plan's memory lines and the table of its items."""
+    from IPython.display import Markdown, display
+
+    memory = plan.memory
+    if memory is None:
+        display(Markdown("No memory plan was recorded."))
+        return
+    said = "\n".join(f"- {line}" for line in memory.lines())
+    display(Markdown(f"{memory.model} ({memory.parameters:,} parameters; sizes from "
+                     f"{memory.shape_source}), one rank's estimate:\n\n{said}"))
+    display(fit(memory_frame(memory)))
 
 
 def _finetuning(c) -> str:
@@ -302,6 +327,9 @@ def glance(record: StageRecord[TrainResult]) -> list[tuple[str, str]]:
     """The index card (and what the logs of a failed run say)."""
     keys = ("exit code", "steps", "loss first → last", "tokens/s/p", "total s")
     rows = [(key, fmt_value(record.figure(key))) for key in keys]
+    plan = record.data.plan
+    if plan is not None and plan.memory is not None:  # the card's figure; on CPU the host's
+        rows.append(("memory", plan.memory.card_line or plan.memory.host_line))
     if record.figure("attention proof"):
         rows.append(("attention", f"{fmt_value(record.figure('attention'))}; proof "
                                   f"{record.figure('attention proof')}"))

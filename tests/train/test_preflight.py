@@ -1,6 +1,6 @@
 """Everything checked before a training process starts (hyport_lib/train/preflight.py): the
 rendezvous, the output folder, the model, the data, the resume point, LoRA targets, cards and
-host RAM, each refused in one line naming the parameter, and nothing written by the plan."""
+memory, each refused in one line naming the parameter, and nothing written by the plan."""
 
 from __future__ import annotations
 
@@ -257,26 +257,22 @@ def test_a_save_killed_half_way_is_resumed_past_and_named(tmp_path):
     assert any("checkpoint-4 (no hyport_checkpoint.json" in n for n in plan.notes), plan.notes
 
 
-def test_the_plan_reckons_host_ram_from_the_models_parameters_and_the_run(tmp_path):
-    """It assumed 1 GB per CPU rank whatever the model (a 135 M full fine-tune peaked at 4.3 GB)."""
-    from hyport_lib.devices.host_memory import ram_need_per_rank
-
-    full = ram_need_per_rank("cpu", 135_000_000, "full", zero_stage=2, world_size=2)
-    assert 3.8 < full.per_rank_gb < 4.6  # near the 4.3 GB measured
-    lora = ram_need_per_rank("cpu", 135_000_000, "lora")
-    assert lora.per_rank_gb < full.per_rank_gb
-    zero3 = ram_need_per_rank("cpu", 135_000_000, "full", zero_stage=3, world_size=2)
-    assert zero3.per_rank_gb < full.per_rank_gb and "/ 2 ranks (ZeRO-3)" in zero3.how
-    card = ram_need_per_rank("npu", 3_800_000_000, "full", dtype="bf16", zero_stage=2, world_size=8)
-    assert "x 2 B (bf16 weights)" in card.how and card.per_rank_gb > 3.8e9 * 2 / 2**30
-    with pytest.raises(ValueError, match="mode='train'"):
-        ram_need_per_rank("cpu", 1, "train")
+def test_the_plan_reckons_memory_from_the_models_parameters_and_the_run(tmp_path):
+    """It assumed 1 GB per CPU rank whatever the model; now the memory model counts the
+    tiny default (no safetensors headers: its empty model) item by item, on the host."""
+    from hyport_lib.models.loading import build_empty_model
 
     plan = prepare(Params(output_dir=str(tmp_path / "out")), get_backend("cpu"))
-    note = next(n for n in plan.notes if n.startswith("host RAM: "))
-    from hyport_lib.models.loading import build_empty_model
+    memory = plan.memory
     count = sum(p.numel() for p in build_empty_model(plan.model_path).parameters())
-    assert f"{count:,} parameters x 16 B" in note and "(full, cpu)" in note
+    assert memory.parameters == count and memory.shape_source.startswith("an empty ")
+    assert memory.card_line == "" and memory.card_gib is None  # a CPU rank holds everything on the host
+    assert memory.host_line.startswith("fits: ") and "host RAM (2 ranks x " in memory.host_line
+    assert memory.setting.startswith(f"ZeRO-2, {plan.precision}, full, seq 512, micro-batch 1")
+    rows = {row.what: row for row in memory.rows}
+    assert {"optimizer states", "activations", "runtime"} <= set(rows) and {r.where for r in memory.rows} == {"host"}
+    assert "/ 2 ranks (ZeRO-2)" in rows["optimizer states"].how
+    assert not any(note.startswith("host RAM") for note in plan.notes)
 
 
 def test_the_plan_says_how_the_dataset_was_read_and_skips_bad_records_by_position(tmp_path):
