@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 from pathlib import Path
@@ -70,6 +71,25 @@ def fake_npu(monkeypatch):
         torch.npu = old_npu
     elif hasattr(torch, "npu"):
         del torch.npu
+
+
+@pytest.fixture
+def npu_smi_cards(monkeypatch):
+    """The memory model's card figure as npu-smi would give it, in-process (the fast tier
+    starts no npu-smi): eight 910B3 of 65,536 MB, or ``set(total_mb)`` per card."""
+    from hyport_lib.devices.probe import DeviceListing, parse_npu_smi_info
+
+    sample = (Path(__file__).parent / "data" / "npu_smi" / "910b_24x_classic.txt").read_text()
+
+    def set_total(total_mb: int = 65536, count: int = 8):
+        devices = parse_npu_smi_info(sample).devices[:1]
+        listing = DeviceListing(devices=[dataclasses.replace(devices[0], index=i, hbm_total_mb=total_mb)
+                                         for i in range(count)], source="npu-smi")
+        monkeypatch.setattr("hyport_lib.memory.capacity.probe_devices", lambda backend: listing)
+        return listing
+
+    set_total()
+    return set_total
 
 
 @pytest.fixture

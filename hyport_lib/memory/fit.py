@@ -37,8 +37,8 @@ class Fit:
 
     estimate: MemoryEstimate
     capacity: Capacity
-    #: the nearest plan that fits, when this one does not: (what to change, its fit)
-    nearest: Optional[tuple[str, "Fit"]] = field(default=None, repr=False)
+    #: the nearest plan that fits, when this one does not
+    nearest: Optional["Nearest"] = field(default=None, repr=False)
 
     @property
     def card_fits(self) -> Optional[bool]:
@@ -81,6 +81,14 @@ class Fit:
     def lines(self) -> list[str]:
         return [line for line in (self.card_line(), self.host_line()) if line]
 
+    def parameter_to_change(self) -> str:
+        """The parameter the nearest plan changes first; without one, ``zero_stage`` for a
+        training whose card is short, else ``num_cards`` (processes on this host)."""
+        if self.nearest is not None:
+            return self.nearest.parameter
+        training = self.estimate.workload.stage == "training"
+        return "zero_stage" if self.card_fits is False and training else "num_cards"
+
     def refusal(self) -> str:
         """One line: what does not fit, by how much, and the nearest plan that does."""
         est = self.estimate
@@ -95,13 +103,19 @@ class Fit:
         said = f"{est.shape.name} ({est.shape.parameters / 1e9:.3g} B parameters) does not fit for " \
                f"{est.workload.describe()}: " + "; ".join(short)
         if self.nearest is not None:
-            change, fit = self.nearest
-            figures = ", ".join(line.split(": ", 1)[1].split(" (")[0] for line in fit.lines()
+            figures = ", ".join(line.split(": ", 1)[1].split(" (")[0] for line in self.nearest.fit.lines()
                                 if line.startswith("fits"))
-            said += f"; nearest plan that fits: {change} ({figures})"
+            said += f"; nearest plan that fits: {self.nearest.change} ({figures})"
         else:
             said += "; no plan hyport knows fits (bfloat16, ZeRO-3, offload, LoRA, fewer processes tried)"
         return said
+
+
+@dataclass
+class Nearest:
+    change: str  # in the stages' parameters: "zero_stage=3 + offload_optimizer=True"
+    parameter: str  # the first one changed: what a refusal names
+    fit: Fit
 
 
 def _plural(count: int, word: str, suffix: str = "s") -> str:
@@ -110,14 +124,14 @@ def _plural(count: int, word: str, suffix: str = "s") -> str:
 
 #: Changes tried for the nearest plan, in the order a user would rather take them: each
 #: keeps the model and the data; the names are the stages' parameters.
-_CHANGES: tuple[tuple[str, Callable[[Workload], Optional[Workload]]], ...] = (
-    ("precision bf16", lambda w: replace(w, dtype="bfloat16") if w.dtype == "float32" else None),
-    ("gradient_checkpointing=True", lambda w: replace(w, gradient_checkpointing=True)
+_CHANGES: tuple[tuple[str, str, Callable[[Workload], Optional[Workload]]], ...] = (
+    ("precision bf16", "precision", lambda w: replace(w, dtype="bfloat16") if w.dtype == "float32" else None),
+    ("gradient_checkpointing=True", "gradient_checkpointing", lambda w: replace(w, gradient_checkpointing=True)
         if w.stage == "training" and not w.gradient_checkpointing else None),
-    ("zero_stage=3", lambda w: replace(w, zero_stage=3) if w.stage == "training" and w.zero_stage < 3 else None),
-    ("offload_optimizer=True", lambda w: replace(w, offload_optimizer=True, zero_stage=max(w.zero_stage, 2))
+    ("zero_stage=3", "zero_stage", lambda w: replace(w, zero_stage=3) if w.stage == "training" and w.zero_stage < 3 else None),
+    ("offload_optimizer=True", "offload_optimizer", lambda w: replace(w, offload_optimizer=True, zero_stage=max(w.zero_stage, 2))
         if w.stage == "training" and not w.offload_optimizer else None),
-    ("finetuning_type=lora", lambda w: replace(w, finetuning="lora") if w.stage == "training"
+    ("finetuning_type=lora", "finetuning_type", lambda w: replace(w, finetuning="lora") if w.stage == "training"
         and w.finetuning == "full" else None),
 )
 
@@ -129,10 +143,10 @@ def fit(shape: ModelShape, workload: Workload, capacity: Capacity, *, search: bo
     result = Fit(estimate(shape, workload), capacity)
     if result.fits or not search:
         return result
-    for name, changed in _candidates(workload):
+    for said, parameter, changed in _candidates(workload):
         candidate = Fit(estimate(shape, changed), capacity)
         if candidate.fits:
-            result.nearest = (name, candidate)
+            result.nearest = Nearest(said, parameter, candidate)
             return result
     return result
 
@@ -141,21 +155,21 @@ def _candidates(workload: Workload):
     for count in (1, 2):
         for picked in combinations(_CHANGES, count):
             changed = workload
-            for _, change in picked:
+            for _, _, change in picked:
                 changed = change(changed) if changed is not None else None
             if changed is not None:
-                yield " + ".join(name for name, _ in picked), changed
+                yield " + ".join(said for said, _, _ in picked), picked[0][1], changed
     ranks = workload.ranks_per_host // 2
     while ranks >= 1:
         # fewer processes on each host: the job's world shrinks with them
         fewer = replace(workload, ranks_per_host=ranks,
                         world_size=max(1, workload.world_size * ranks // workload.ranks_per_host))
         said = f"{ranks} {_plural(ranks, 'process', 'es')} a host instead of {workload.ranks_per_host}"
-        yield said, fewer
-        for name, change in _CHANGES:
+        yield said, "num_cards", fewer
+        for name, _, change in _CHANGES:
             changed = change(fewer)
             if changed is not None:
-                yield f"{said} + {name}", changed
+                yield f"{said} + {name}", "num_cards", changed
         ranks //= 2
 
 
@@ -167,9 +181,9 @@ class DoesNotFit(ValueError):
         super().__init__(f"{parameter}: {fit.refusal()}")
 
 
-def require_fit(shape: ModelShape, workload: Workload, capacity: Capacity, parameter: str) -> Fit:
-    """The fit, or :class:`DoesNotFit` naming ``parameter`` (what the user would change)."""
+def require_fit(shape: ModelShape, workload: Workload, capacity: Capacity) -> Fit:
+    """The fit, or :class:`DoesNotFit` naming the parameter a user would change."""
     result = fit(shape, workload, capacity)
     if not result.fits:
-        raise DoesNotFit(result, parameter)
+        raise DoesNotFit(result, result.parameter_to_change())
     return result

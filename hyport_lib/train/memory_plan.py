@@ -6,22 +6,13 @@ the figures and the nearest plan that fits, naming the parameter to change.
 
 from __future__ import annotations
 
-import dataclasses
-import re
-from typing import Optional
-
 from hyport_lib.memory.capacity import capacity
-from hyport_lib.memory.fit import DoesNotFit, Fit, fit
+from hyport_lib.memory.fit import Fit, require_fit
 from hyport_lib.memory.model import DTYPE_NAMES, Workload
 from hyport_lib.memory.shape import ModelShape
 from hyport_lib.params import AUTO_ATTENTION
 from hyport_lib.train.params import Params
 from hyport_lib.utils.values import as_int
-
-#: The first word of a nearest plan's change that names a parameter (``zero_stage=3``,
-#: ``precision bf16``); "2 processes a host instead of 8" names none: it is ``num_cards``.
-_CHANGED = re.compile(r"[a-z_]+(?=[= ])")
-
 
 def expects_eager(params: Params) -> bool:
     """The attention before it is chosen (its proof runs on the dataset's rows): eager for
@@ -56,19 +47,5 @@ def judge_memory(params: Params, backend, shape: ModelShape, precision: str, dee
     """The fit of this run on ``backend``'s cards and this host; :class:`DoesNotFit` (a
     ValueError) when a known capacity is exceeded."""
     workload = training_workload(params, backend.kind, precision, deepspeed_json, nproc, eager=eager)
-    found = fit(shape, workload, capacity(backend, params.card_memory_gib))
-    if not found.fits:
-        raise DoesNotFit(found, parameter_to_change(found))
-    return found
+    return require_fit(shape, workload, capacity(backend, params.card_memory_gib))
 
-
-def parameter_to_change(found: Fit) -> str:
-    """The parameter the nearest plan changes first; without a nearest plan, ``zero_stage``
-    when the card is short, else ``num_cards`` (processes on this host)."""
-    if found.nearest is not None:
-        match = _CHANGED.match(found.nearest[0])
-        name: Optional[str] = match.group(0) if match else None
-        if name in {f.name for f in dataclasses.fields(Params)}:
-            return name
-        return "num_cards"
-    return "zero_stage" if found.card_fits is False else "num_cards"

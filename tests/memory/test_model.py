@@ -74,12 +74,12 @@ def test_lora_count_matches_peft():
 def test_a_plan_that_does_not_fit_names_figures_and_the_nearest_that_does(seven_b):
     zero0 = Workload("training", "npu", "bfloat16", world_size=8, ranks_per_host=8, zero_stage=0, sequence=2048)
     with pytest.raises(DoesNotFit) as raised:
-        require_fit(seven_b, zero0, CARD_64, "zero_stage")
+        require_fit(seven_b, zero0, CARD_64)
     line = str(raised.value)
     assert "\n" not in line and line.startswith("zero_stage: Qwen2.5-7B (7.62 B parameters) does not fit")
     assert "> the card's 64.0 GiB (910B3)" in line
     assert "nearest plan that fits: zero_stage=3" in line  # ZeRO-0 keeps every state whole
-    nearest = raised.value.fit.nearest[1]
+    nearest = raised.value.fit.nearest.fit
     assert nearest.fits and nearest.estimate.workload.zero_stage == 3
     assert fit(seven_b, replace(zero0, zero_stage=2), CARD_64).card_line().startswith("fits: 44.5 of 64.0 GiB per card")
 
@@ -90,7 +90,8 @@ def test_a_small_host_is_told_fewer_processes(seven_b):
     found = fit(seven_b, workload, small)
     assert found.host_fits is False and found.card_fits is True
     assert "nearest plan that fits: 2 processes a host instead of 8 (" in found.refusal()
-    assert found.nearest[1].estimate.host_bytes <= small.host_bytes
+    assert found.parameter_to_change() == "num_cards"
+    assert found.nearest.fit.estimate.host_bytes <= small.host_bytes
 
 
 def test_cpu_plans_put_everything_in_host_memory(seven_b):

@@ -49,8 +49,8 @@ def _eight_910b3(seven_b: Path, tmp_path: Path, **overrides) -> Params:
                   **overrides)
 
 
-def test_a_7b_zero2_plan_on_eight_910b3_fits_and_every_view_carries_the_line(seven_b, fake_npu, monkeypatch,
-                                                                              tmp_path):
+def test_a_7b_zero2_plan_on_eight_910b3_fits_and_every_view_carries_the_line(seven_b, fake_npu, npu_smi_cards,
+                                                                              monkeypatch, tmp_path):
     # The busy-card check asks npu-smi, a process the fast tier does not start (its own test:
     # test_preflight's NPU branch); the memory plan is judged before it.
     monkeypatch.setattr("hyport_lib.train.preflight._check_cards", lambda backend, nproc: None)
@@ -81,13 +81,14 @@ def test_a_7b_zero2_plan_on_eight_910b3_fits_and_every_view_carries_the_line(sev
     assert f"| 每张卡的显存（加载前估算） | `{memory.card_line}` |" in stage_draft(tmp_path, "04_train", data, "zh")
 
 
-def test_zero0_is_refused_naming_zero_stage_and_the_nearest_plan(seven_b, fake_npu, monkeypatch, tmp_path):
+def test_zero0_is_refused_naming_zero_stage_and_the_nearest_plan(seven_b, fake_npu, npu_smi_cards, monkeypatch,
+                                                                 tmp_path):
     _host(monkeypatch, 1024)
     with pytest.raises(DoesNotFit) as refused:
         prepare(_eight_910b3(seven_b, tmp_path, zero_stage=0), get_backend("npu"))
     said = str(refused.value)
     assert "\n" not in said and said.startswith("zero_stage: Qwen2.5-7B (7.62 B parameters) does not fit for ZeRO-0")
-    assert "GiB per card > the card's 64.0 GiB (Ascend910B3, as npu reports it)" in said
+    assert "GiB per card > the card's 64.0 GiB (910B3, 65,536 MB as npu-smi reports it)" in said
     assert "; nearest plan that fits: zero_stage=3 (" in said
     assert not (tmp_path / "out").exists()
 
