@@ -64,6 +64,8 @@ class LaunchPlan:
     resume_checkpoint: Optional[str] = None
     notes: list[str] = field(default_factory=list)
     attention_proof: Optional[AttentionProof] = None
+    #: why ``precision`` (the backend's words: native bf16 or not, asked or auto); "" in older records
+    precision_reason: str = ""
 
     def worker_spec(self) -> dict:
         """What every rank reads (:data:`~hyport_lib.train.launch.SPEC_ENV`): the plan without what
@@ -95,7 +97,7 @@ def prepare(params: Params, backend) -> LaunchPlan:
     check_not_locked(output_dir, params.node_rank)
     notes = check_foreign(output_dir, params.overwrite_output_dir)
     precision = ds.resolve_precision(params.precision, backend)
-    deepspeed = ds.build_deepspeed_config(params, backend, precision)
+    deepspeed = ds.build_deepspeed_config(params, backend, precision.precision)
     bundled = not params.dataset_path
     if bundled:
         dataset_path, image_root = output_dir / SMOKE_FOLDER / SMOKE_FILE, None
@@ -126,7 +128,7 @@ def prepare(params: Params, backend) -> LaunchPlan:
         notes.append(f"packing: attention {attn} (per sample in every case; transformers' "
                      "eager and sdpa keep packed samples apart only while no KV cache is used)")
     _check_cards(backend, nproc)
-    need = _host_ram_need(params, backend.kind, model_path, precision, world)
+    need = _host_ram_need(params, backend.kind, model_path, precision.precision, world)
     notes.append(f"host RAM: {need.how}")
     if backend.kind == "cpu":  # an accelerator's ranks hold the model on the card, not here
         require_host_ram("cpu", nproc, "training processes", need)
@@ -136,7 +138,8 @@ def prepare(params: Params, backend) -> LaunchPlan:
         params=params, device_kind=backend.kind, nproc_per_node=nproc, world_size=world,
         model_path=model_path, dataset_path=str(dataset_path), image_root=image_root,
         output_dir=str(output_dir), metrics_path=str(output_dir / METRICS_FILE),
-        log_path=str(output_dir / "logs" / f"node{params.node_rank}.log"), precision=precision,
+        log_path=str(output_dir / "logs" / f"node{params.node_rank}.log"), precision=precision.precision,
+        precision_reason=precision.reason,
         attn_implementation=attn, attention_backend=attention_backend,
         deepspeed=ds.describe(deepspeed), deepspeed_json=deepspeed,
         deepspeed_config_path=str(output_dir / DEEPSPEED_FILE), master_addr=params.master_addr,

@@ -148,7 +148,7 @@ def plan_frame(plan: LaunchPlan) -> pd.DataFrame:
         ("rendezvous", f"{plan.master_addr}:{plan.master_port}, node rank {c.node_rank}, "
                        f"max restarts {c.max_restarts}"),
         ("model", plan.model_path), ("finetuning", _finetuning(c)),
-        ("DeepSpeed", _deepspeed(plan.deepspeed)), ("precision", plan.precision),
+        ("DeepSpeed", _deepspeed(plan.deepspeed)), ("precision", plan.precision_reason or plan.precision),
         ("attention", plan.attn_implementation),
         ("data", f"{plan.dataset['samples']} samples ({plan.dataset['skipped']} skipped), "
                  f"{'packed' if c.packing else 'padded'} to max_seq_len {c.max_seq_len}"),
@@ -302,6 +302,9 @@ def glance(record: StageRecord[TrainResult]) -> list[tuple[str, str]]:
     """The index card (and what the logs of a failed run say)."""
     keys = ("exit code", "steps", "loss first → last", "tokens/s/p", "total s")
     rows = [(key, fmt_value(record.figure(key))) for key in keys]
+    plan = record.data.plan
+    if plan is not None:  # which precision and why: bf16 only where the device computes it natively
+        rows.append(("precision", plan.precision_reason or plan.precision))
     if record.figure("attention proof"):
         rows.append(("attention", f"{fmt_value(record.figure('attention'))}; proof "
                                   f"{record.figure('attention proof')}"))
