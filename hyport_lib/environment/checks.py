@@ -164,8 +164,10 @@ def check_bf16(backend) -> Check:
         supported = bool(backend.supports_bf16())
     except RuntimeError as exc:
         return Check("bf16", "WARN", f"could not ask the device: {exc}")
-    if backend.kind == "cpu":
-        return Check("bf16", "PASS", "CPU: bf16 is computed in software (correct, slow)")
+    if backend.kind == "cpu":  # always PASS: emulated bf16 is correct, and training's auto avoids it
+        native, why = backend.native_bf16()
+        return Check("bf16", "PASS", f"CPU: {why}" + ("" if native else f"; bf16 is {backend.emulated_bf16}, "
+                                                             "so training's precision auto uses float32"))
     if supported:
         return Check("bf16", "PASS", f"{backend.kind} supports bf16")
     return Check("bf16", "WARN", f"{backend.kind} has no bf16 (310P?): use fp16, with loss scaling "

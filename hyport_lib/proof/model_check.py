@@ -138,7 +138,8 @@ class ModelComparison:
 
 def model_check_dtype(asked: str, kind: str) -> str:
     """``auto`` is bfloat16 on an NPU (the dtype a run trains and serves in there), float32
-    elsewhere (a CPU has no fast bf16, and the emulation's exactness shows best in float32)."""
+    elsewhere: the check proves the emulated kernel's exactness, which shows best in float32,
+    so this ``auto`` follows what is proven, not whether the CPU computes bf16 natively."""
     if asked != "auto":
         return asked
     return "bfloat16" if kind == "npu" else "float32"

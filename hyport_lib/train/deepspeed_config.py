@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Optional
 
 import hyport_lib
+from hyport_lib.backend import PrecisionChoice
 from hyport_lib.train.params import Params
 from hyport_lib.utils.values import as_int
 
@@ -22,17 +23,16 @@ def bundled_config_path(zero_stage: int) -> Path:
         f"zero{int(zero_stage)}.json"
 
 
-def resolve_precision(precision: str, backend) -> str:
-    """``bf16``, ``fp16`` or ``fp32`` for this backend (``auto``: bf16 where supported)."""
-    if precision == "auto":
-        return "bf16" if backend.supports_bf16() else "fp32"
+def resolve_precision(precision: str, backend) -> PrecisionChoice:
+    """The run's precision and why: ``auto`` is the backend's choice (bf16 where the device
+    computes it natively, fp32 elsewhere); bf16 stays available where it is only emulated."""
     if precision == "fp16" and backend.kind == "cpu":
         raise ValueError("precision='fp16': DeepSpeed has no fp16 on the CPU ('Type fp16 is not "
                          "supported on your device'); use bf16 or fp32 there")
     if precision == "bf16" and not backend.supports_bf16():
         raise ValueError(f"precision='bf16': the {backend.kind} backend here has no bf16; "
                          "use precision='fp32' or 'fp16'")
-    return precision
+    return backend.choose_precision(precision)
 
 
 def load_json(path: os.PathLike, what: str) -> dict:

@@ -69,6 +69,8 @@ class LaunchPlan:
     attention_proof: Optional[AttentionProof] = None
     #: one rank's card and host memory, judged before the dataset was read; None in older records
     memory: Optional[MemoryPlan] = None
+    #: why ``precision`` (the backend's words: native bf16 or not, asked or auto); "" in older records
+    precision_reason: str = ""
 
     def worker_spec(self) -> dict:
         """What every rank reads (:data:`~hyport_lib.train.launch.SPEC_ENV`): the plan without what
@@ -100,11 +102,11 @@ def prepare(params: Params, backend) -> LaunchPlan:
     check_not_locked(output_dir, params.node_rank)
     notes = check_foreign(output_dir, params.overwrite_output_dir)
     precision = ds.resolve_precision(params.precision, backend)
-    deepspeed = ds.build_deepspeed_config(params, backend, precision)
+    deepspeed = ds.build_deepspeed_config(params, backend, precision.precision)
     # Memory before the dataset: a run that cannot fit is said so before its records are read.
     shape = model_shape(model_path, trust_remote_code=params.trust_remote_code)
     eager = expects_eager(params)
-    memory = judge_memory(params, backend, shape, precision, deepspeed, nproc, eager=eager)
+    memory = judge_memory(params, backend, shape, precision.precision, deepspeed, nproc, eager=eager)
     bundled = not params.dataset_path
     if bundled:
         dataset_path, image_root = output_dir / SMOKE_FOLDER / SMOKE_FILE, None
@@ -135,7 +137,8 @@ def prepare(params: Params, backend) -> LaunchPlan:
         notes.append(f"packing: attention {attn} (per sample in every case; transformers' "
                      "eager and sdpa keep packed samples apart only while no KV cache is used)")
     if (attn == "eager") != eager:  # a swap that did not prove itself keeps eager: its scores count
-        memory = judge_memory(params, backend, shape, precision, deepspeed, nproc, eager=attn == "eager")
+        memory = judge_memory(params, backend, shape, precision.precision, deepspeed, nproc,
+                              eager=attn == "eager")
     _check_cards(backend, nproc)
     if params.finetuning_type == "lora":
         notes.extend(_check_lora_targets(params, model_path))
@@ -143,7 +146,8 @@ def prepare(params: Params, backend) -> LaunchPlan:
         params=params, device_kind=backend.kind, nproc_per_node=nproc, world_size=world,
         model_path=model_path, dataset_path=str(dataset_path), image_root=image_root,
         output_dir=str(output_dir), metrics_path=str(output_dir / METRICS_FILE),
-        log_path=str(output_dir / "logs" / f"node{params.node_rank}.log"), precision=precision,
+        log_path=str(output_dir / "logs" / f"node{params.node_rank}.log"), precision=precision.precision,
+        precision_reason=precision.reason,
         attn_implementation=attn, attention_backend=attention_backend,
         deepspeed=ds.describe(deepspeed), deepspeed_json=deepspeed,
         deepspeed_config_path=str(output_dir / DEEPSPEED_FILE), master_addr=params.master_addr,

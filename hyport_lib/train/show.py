@@ -149,7 +149,7 @@ def plan_frame(plan: LaunchPlan) -> pd.DataFrame:
         ("rendezvous", f"{plan.master_addr}:{plan.master_port}, node rank {c.node_rank}, "
                        f"max restarts {c.max_restarts}"),
         ("model", plan.model_path), ("finetuning", _finetuning(c)),
-        ("DeepSpeed", _deepspeed(plan.deepspeed)), ("precision", plan.precision),
+        ("DeepSpeed", _deepspeed(plan.deepspeed)), ("precision", plan.precision_reason or plan.precision),
         ("attention", plan.attn_implementation),
         ("data", f"{plan.dataset['samples']} samples ({plan.dataset['skipped']} skipped), "
                  f"{'packed' if c.packing else 'padded'} to max_seq_len {c.max_seq_len}"),
@@ -328,6 +328,8 @@ def glance(record: StageRecord[TrainResult]) -> list[tuple[str, str]]:
     keys = ("exit code", "steps", "loss first → last", "tokens/s/p", "total s")
     rows = [(key, fmt_value(record.figure(key))) for key in keys]
     plan = record.data.plan
+    if plan is not None:  # which precision and why: bf16 only where the device computes it natively
+        rows.append(("precision", plan.precision_reason or plan.precision))
     if plan is not None and plan.memory is not None:  # the card's figure; on CPU the host's
         rows.append(("memory", plan.memory.card_line or plan.memory.host_line))
     if record.figure("attention proof"):

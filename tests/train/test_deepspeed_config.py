@@ -7,14 +7,30 @@ import json
 
 import pytest
 
+from hyport_lib import backend as B
 from hyport_lib.backend import get_backend
 from hyport_lib.train.deepspeed_config import build_deepspeed_config, resolve_precision
 from hyport_lib.train.params import Params
 
 
+@pytest.mark.parametrize("flags, auto", [("avx2", "fp32"), ("avx2 avx512_bf16 amx_bf16", "bf16")])
+def test_auto_precision_is_bf16_only_on_a_cpu_that_computes_it(tmp_path, monkeypatch, flags, auto):
+    """The plan's precision is the backend's choice with its reason; bf16 stays available on
+    a CPU that only emulates it (the NPU's dtype), and says so."""
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text(f"processor\t: 0\nflags\t\t: fpu sse2 {flags}\n")
+    monkeypatch.setattr(B, "CPUINFO_PATH", str(cpuinfo))
+    cpu = get_backend("cpu")
+    chosen = resolve_precision("auto", cpu)
+    assert chosen.precision == auto and chosen.reason.startswith("bf16 (auto)" if auto == "bf16" else "float32 (auto)")
+    data = build_deepspeed_config(Params(), cpu, chosen.precision)
+    assert data["bf16"]["enabled"] is (auto == "bf16") and data["fp16"]["enabled"] is False
+    asked = resolve_precision("bf16", cpu)
+    assert asked.precision == "bf16" and ("emulated in software" in asked.reason) is (auto == "fp32")
+
+
 def test_deepspeed_config_follows_precision_and_host():
     cpu = get_backend("cpu")
-    assert resolve_precision("auto", cpu) == "bf16"
     with pytest.raises(ValueError, match="no fp16 on the CPU"):
         resolve_precision("fp16", cpu)
     data = build_deepspeed_config(Params(zero_stage=3), cpu, "bf16")

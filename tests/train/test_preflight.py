@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from hyport_lib import backend
 from hyport_lib.backend import get_backend
 from hyport_lib.models.tiny import ensure_tiny_model
 from hyport_lib.train import output_dir
@@ -46,15 +47,20 @@ def test_loopback_and_unspecified_addresses_ipv6_included_are_this_machine():
     assert all(is_local(a) for a in ("::1", "0.0.0.0", "127.0.0.1", socket.gethostname()))
 
 
-def test_skip_bad_records_plans_without_them(tmp_path):
+def test_skip_bad_records_plans_without_them_and_the_plan_says_its_precision(tmp_path, monkeypatch):
     from hyport_lib.train.smoke_data import write_smoke_dataset
 
     smoke = write_smoke_dataset(tmp_path / "data")
     records = json.loads(smoke.read_text())
     records[3]["conversations"] = []
     smoke.write_text(json.dumps(records))
+    cpuinfo = tmp_path / "cpuinfo"  # a CPU without native bf16: auto plans float32 and says why
+    cpuinfo.write_text("processor\t: 0\nflags\t\t: fpu sse2 avx avx2 fma\n")
+    monkeypatch.setattr(backend, "CPUINFO_PATH", str(cpuinfo))
     plan = prepare(Params(dataset_path=str(smoke), output_dir=str(tmp_path / "out"),
                           skip_bad_records=True), get_backend("cpu"))
+    assert plan.precision == "fp32" and plan.deepspeed_json["bf16"]["enabled"] is False
+    assert plan.precision_reason.startswith("float32 (auto): this CPU has no native bf16 (no AMX, no AVX512-BF16")
     assert plan.skip_records == [3] and plan.dataset["samples"] == 13
     assert any("1 bad record(s) skipped" in note for note in plan.notes)
     assert plan.deepspeed_json["zero_optimization"]["stage"] == 2
@@ -87,6 +93,7 @@ def test_the_npu_branch_plans_hccl_tnd_attention_and_refuses_busy_cards(
     plan = prepare(Params(output_dir=str(tmp_path / "out"), num_cards=2), npu)
     assert (plan.attn_implementation, plan.attention_backend) == ("hyport_npu_fused", "npu")
     assert plan.precision == "bf16" and plan.nproc_per_node == 2
+    assert plan.precision_reason == "bf16 (auto): the NPU (Ascend910B3) computes bf16 natively"
     assert "torch_adam" not in plan.deepspeed_json["optimizer"]["params"]
     npu_smi_sample((data / "910b_24x_classic.txt").read_text())
     with pytest.raises(RuntimeError, match="busy cards, training not started: card 1: card busy: pid 576489"):

@@ -7,7 +7,7 @@ import pytest
 
 from hyport_lib.stages import read_stage_record
 from hyport_lib.train.result import StepMetrics
-from hyport_lib.train.show import answers_frame, answers_glance, ema, loss_figure, spikes
+from hyport_lib.train.show import answers_frame, answers_glance, ema, glance, loss_figure, spikes
 from blog_drafts import stage_draft, train_data
 
 
@@ -52,3 +52,17 @@ def test_the_answers_are_drawn_side_by_side_and_in_both_languages(tmp_path):
     assert "训练前" in stage_draft(tmp_path, "04_train", data, "zh")
     not_shown = {"data": {"worker": {"held_answers": {"why_not": "random weights: not meaningful (x)"}}}}
     assert answers_glance(read_stage_record("04_train", not_shown).data.held_answers) == [("answers", "random weights: not meaningful (x)")]
+
+
+def test_the_card_and_the_draft_say_which_precision_and_why(tmp_path):
+    why = ("float32 (auto): this CPU has no native bf16 (no AMX, no AVX512-BF16 in /proc/cpuinfo); bf16 "
+           "would be emulated in software, about 13x slower than float32")
+    data = train_data()
+    data["plan"] = {**data["plan"], "precision": "fp32", "precision_reason": why}
+    card = dict(glance(read_stage_record("04_train", {"headline": {}, "data": data})))
+    assert card["precision"] == why
+    en = stage_draft(tmp_path, "04_train", data)
+    assert "| Precision | fp32 |" in en and f"| Why this precision | `{why}` |" in en
+    assert f"| 选用此精度的原因 | `{why}` |" in stage_draft(tmp_path, "04_train", data, "zh")
+    older = dict(glance(read_stage_record("04_train", {"headline": {}, "data": train_data()})))
+    assert older["precision"] == "bf16"  # a record from before the reason was kept: the precision alone
