@@ -1,7 +1,5 @@
-"""Stage 03's memory plan: one worker per card holds the whole model in the grid's dtype,
-its KV cache and one forward pass's values; judged against the card and the host before
-any worker starts (:mod:`hyport_lib.memory`), refused in one line with the figures.
-"""
+"""Stage 03's memory: each card's worker holds the whole model, its KV cache and a forward
+pass; judged before any worker starts (:mod:`hyport_lib.memory`)."""
 
 from __future__ import annotations
 

@@ -1,11 +1,5 @@
-"""Stage 05's memory: the reload and the logits parity each load the whole model on this
-host's CPU in a child process (:mod:`.reload`), judged against the host's RAM from the
-folders' headers before the child starts (:mod:`hyport_lib.memory`).
-
-The parity loads its two float32 models one after the other and frees the first before the
-second loads, so it holds one at a time: measured on CPU, its child peaked at 1.45 GiB for a
-187 M-parameter pair, a float32 reload of one of them at 1.42 GiB (``copies=1``).
-"""
+"""Stage 05's memory: the reload and the logits parity load the whole model on this host's
+CPU (:mod:`.reload`), judged from the folders' headers before their child starts."""
 
 from __future__ import annotations
 
@@ -79,6 +73,8 @@ def plan_parity(folder: Path, other: Path) -> Optional[MemoryPlan]:
     if not shapes:
         return None
     shape = max(shapes, key=lambda s: s.parameters)
+    # One model at a time (copies=1): the child frees the first before the second loads;
+    # measured on CPU, it peaked at 1.45 GiB for a 187 M pair, a float32 reload at 1.42 GiB.
     found = fit(shape, Workload("reload", "cpu", "float32", sequence=len(PROMPT)), capacity(None), search=False)
     if not found.fits:
         raise ParityDoesNotFit(found)

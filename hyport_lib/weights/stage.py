@@ -43,10 +43,8 @@ class WeightsPlan:
 
 def plan(params: Params) -> WeightsPlan:
     """The folders to check: those given, else stage 04's, else the tiny model's.
-    ParameterError: a folder given that does not exist, or a check that needs a checkpoint
-    where there is none; ValueError: no folder given, and stage 04 trained none to check;
-    DoesNotFit: a reload or a logits parity this host's RAM cannot hold (the figures, and
-    the parameter to change: ``dtype``, ``reload`` or ``logits_parity``)."""
+    ParameterError: a folder given that does not exist, or a check that needs a checkpoint where
+    there is none; ValueError: stage 04 trained none to check, or (DoesNotFit) the RAM is short."""
     sources = resolve_paths(params.weights_path, params.base_path, params.checkpoint_path)
     problems = []
     # base_path is checked where it is declared (it must exist); the other two may be
