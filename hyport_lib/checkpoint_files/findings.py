@@ -55,6 +55,7 @@ CLASSES: dict[str, tuple[str, str]] = {
     "config_suspect": ("warning", "a config.json field has a type transformers does not expect"),
     # reload
     "reload_skipped": ("info", "a reload or logits check was asked for one file, not a model folder"),
+    "does_not_fit": ("warning", "a reload or logits check this host's RAM cannot hold: left out, with the figures"),
     "reload_failed": ("error", "from_pretrained failed in a fresh process"),
     "reload_missing_keys": ("error", "weights the model expects are missing (they would be random)"),
     "reload_mismatched_keys": ("error", "weights whose shape differs from what the model expects"),

@@ -6,7 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
-from hyport_lib.params import StageParams, device_param, model_path_param, num_cards_param, param
+from hyport_lib.params import (StageParams, card_memory_param, device_param, model_path_param, num_cards_param,
+                               param)
 
 
 @dataclass
@@ -14,13 +15,15 @@ class Params(StageParams):
     device: str = device_param()
     num_cards: Optional[int] = num_cards_param(
         "cards the next stages will use; None: all (2 worker processes on CPU)")
+    card_memory_gib: Optional[float] = card_memory_param()
     ram_gb_per_card: Optional[float] = param(
-        None, "host RAM needed per card; None: the backend's default", min_exclusive=0)
+        None, "host RAM needed per card, in GiB; None: the memory model's figure for model_path's inference, else the "
+              "backend's default", min_exclusive=0)
     shm_gb_per_card: Optional[float] = param(
         None, "/dev/shm needed per card; None: the backend's default", min_exclusive=0)
     check_ports: bool = param(True, "bind-test the HCCL ports (60000 upward, 16666)")
     model_path: str = model_path_param(
-        "the model the next stages load: does its processor need torchvision?")
+        "the model the next stages load: does its processor need torchvision, how much host RAM per rank?")
     host_root: str = param(
         "/", "the filesystem root the container and driver checks read; a copy of a host's "
              "folders checks them offline", nonempty=True, path="dir", must_exist=True)

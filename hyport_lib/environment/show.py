@@ -181,9 +181,14 @@ def environment_widget(probe: Callable[[], EnvironmentReport],
 def glance(record: StageRecord[EnvironmentReport]) -> list[tuple[str, str]]:
     """The index card."""
     failing = [c.name for c in record.data.checks if c.verdict in ("FAIL", "WARN")]
-    return [("verdict", fmt_value(record.verdict)), ("checks", fmt_value(record.figure("checks"))),
-            ("device", f"{fmt_value(record.figure('device'))} × {fmt_value(record.figure('cards'))}"),
-            ("to look at", ", ".join(failing) or "nothing")]
+    rows = [("verdict", fmt_value(record.verdict)), ("checks", fmt_value(record.figure("checks"))),
+            ("device", f"{fmt_value(record.figure('device'))} × {fmt_value(record.figure('cards'))}")]
+    memory = record.data.memory
+    if memory is not None and memory.line:
+        rows.append(("memory", memory.line))
+        if memory.model is not None:
+            rows.append((memory.model.model, memory.model.card_line or memory.model.host_line))
+    return rows + [("to look at", ", ".join(failing) or "nothing")]
 
 
 def blog_facts(record: StageRecord[EnvironmentReport]) -> dict:

@@ -18,6 +18,7 @@ from hyport_lib.environment.compat import check_cann_compat, check_driver_cann, 
 from hyport_lib.environment.container import ContainerFindings, ascend_signs, check_container, listed_cards
 from hyport_lib.environment.facts import (CannFacts, collect_build, collect_cann, collect_env_vars,
                                           collect_system, normalise_cann, read_driver_versions)
+from hyport_lib.environment.memory import MemoryFacts, check_card_memory, host_need_reason, memory_facts
 from hyport_lib.environment.params import Params
 from hyport_lib.environment.tree import is_machine_root
 from hyport_lib.models.loading import torchvision_problem, wants_video_processor
@@ -41,6 +42,7 @@ class EnvironmentReport:
     checks: list[Check]
     build: dict = field(default_factory=dict)  # torch build, install paths, accelerate config
     container: Optional[ContainerFindings] = None
+    memory: Optional[MemoryFacts] = None  # each card's memory, the host's RAM, model_path's need per rank
     device: str = ""
     requested_device: str = "auto"
     num_cards: int = 0
@@ -136,6 +138,7 @@ def run(plan: Plan, *, on_progress: Optional[Callable[[Step], None]] = None) -> 
     step("container and driver")
 
     wanted = params.num_cards or cards
+    memory = memory_facts(backend, listing, params.model_path, wanted, params.card_memory_gib)
     # A kind asked for that fell back to CPU keeps its variable judged strictly: an empty
     # CUDA_VISIBLE_DEVICES is then the explanation of the backend FAIL.
     judged_kind = params.device if plan.backend_error else kind
@@ -160,7 +163,8 @@ def run(plan: Plan, *, on_progress: Optional[Callable[[Step], None]] = None) -> 
         C.check_video_processors(versions.get("transformers"), torchvision_problem(),
                                  *_video_processor_wanted(params.model_path)),
         C.check_bf16(backend),
-        *check_host_memory(kind, wanted, system, params.ram_gb_per_card, params.shm_gb_per_card),
+        check_card_memory(kind, memory),
+        *_host_memory_checks(kind, wanted, system, params, memory),
         *findings.checks,
         driver_check,
     ]
@@ -168,12 +172,23 @@ def run(plan: Plan, *, on_progress: Optional[Callable[[Step], None]] = None) -> 
     return EnvironmentReport(
         system=system, versions=versions, cann=cann, devices=listing.devices,
         env_vars=collect_env_vars(environ), checks=checks, build=build,
-        container=findings, device=kind,
+        container=findings, memory=memory, device=kind,
         requested_device=params.device, num_cards=cards, device_source=listing.source,
         device_error=listing.error or listing.distrust,
         device_tool_output=scrub_text(listing.raw) if listing.raw else None,
         collected_at=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         elapsed_s=round(time.perf_counter() - started, 3))
+
+
+def _host_memory_checks(kind: str, wanted: int, system: dict, params: Params, memory: MemoryFacts) -> list[Check]:
+    """RAM and /dev/shm per card; the RAM per card is the parameter, else the memory model's
+    figure for model_path (its reason says so), else the backend's default."""
+    modelled = params.ram_gb_per_card is None and memory.host_per_rank_gib is not None
+    ram_per_card = memory.host_per_rank_gib if modelled else params.ram_gb_per_card
+    ram, shm = check_host_memory(kind, wanted, system, ram_per_card, params.shm_gb_per_card)
+    if modelled:
+        ram = Check(ram.name, ram.verdict, ram.reason + host_need_reason(memory))
+    return [ram, shm]
 
 
 def _video_processor_wanted(model_path) -> tuple[str, Optional[bool]]:
@@ -253,6 +268,8 @@ def report_text(report: EnvironmentReport) -> str:
     lines += ["", f"Devices (source: {report.device_source or '?'})"]
     if report.device_error:
         add("note", report.device_error)
+    if report.memory is not None:
+        add("memory", report.memory.line)
     for d in report.devices:
         add(f"card {d.index}", describe_device(d))
     lines += ["", "Environment variables"]

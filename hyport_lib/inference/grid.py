@@ -28,6 +28,7 @@ import pandas as pd
 from hyport_lib.backend import Backend
 from hyport_lib.devices.card_plan import CardPlan, GridPlan
 from hyport_lib.inference.params import Params
+from hyport_lib.memory.record import MemoryPlan
 from hyport_lib.models.generation_config import InferenceConfig
 from hyport_lib.models.tiny import TINY_MODEL_NAME, ensure_tiny_model
 from hyport_lib.processes import (Child, ChildGroup, describe_exit, last_exception, read_log_tail, read_task_result,
@@ -38,7 +39,7 @@ from hyport_lib.triage import Triage, cann_log_dir, diagnose, own_cann_log_env, 
 from hyport_lib.utils.files import atomic_write_json, ensure_writable
 from hyport_lib.utils.printable import shortened
 from hyport_lib.utils.redact import scrub_obj
-from hyport_lib.utils.typed_records import fields_of
+from hyport_lib.utils.typed_records import fields_of, from_mapping, to_mapping
 
 STATUSES = ("ok", "failed", "timeout", "skipped-busy", "interrupted")
 #: What torch_npu prints when an operator has no NPU kernel.
@@ -94,8 +95,10 @@ class GridResult:
     config: InferenceConfig = field(default_factory=InferenceConfig)
     #: the workers' attention as the plan chose it, with its proof
     attention: Optional[AttentionChoice] = None
-    #: the plan's notes (host RAM, attention), one line each
+    #: the plan's notes (memory, attention), one line each
     notes: list[str] = field(default_factory=list)
+    #: each card's and the host's memory as the plan estimated it (None: not planned)
+    memory: Optional[MemoryPlan] = None
     outputs: dict[str, CardOutputs] = field(default_factory=dict)
     diagnoses: dict[str, Triage] = field(default_factory=dict)
 
@@ -204,6 +207,7 @@ class InferencePlan:
     log_dir: Path
     attention: Optional[AttentionChoice] = None
     notes: list[str] = field(default_factory=list)  # what the plan decided that the reader should know
+    memory: Optional[MemoryPlan] = None  # the memory model's fit of one worker per card
 
 
 @dataclass
@@ -386,6 +390,8 @@ def run_grid(plan: InferencePlan, *, on_progress: Optional[Callable[[GridProgres
             provenance=Provenance(device=backend.kind), plan=card_plan,
             config=InferenceConfig.from_dict(scrub_obj(inference, secrets_env)),
             attention=plan.attention, notes=list(plan.notes),  # scrubbed by the plan, which the notebook prints
+            # the model's folder name and path, scrubbed as the config is (a worker's secret too)
+            memory=from_mapping(MemoryPlan, scrub_obj(to_mapping(plan.memory), secrets_env)) if plan.memory else None,
             outputs={str(c): CardOutputs(out.get("single_output"), out.get("batch_outputs"))
                      for c, out in outcomes.items() if out},
             diagnoses={str(c): Triage.from_dict(raws[c]["diagnosis"]) for c in order

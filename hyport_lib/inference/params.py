@@ -8,7 +8,7 @@ from typing import Optional
 
 from hyport_lib.models.generation_config import DEFAULT_BATCH_PROMPTS
 from hyport_lib.params import (
-    ParameterError, StageParams, attn_implementation_param, device_param, dtype_param,
+    ParameterError, StageParams, attn_implementation_param, card_memory_param, device_param, dtype_param,
     model_path_param, num_cards_param, param, trust_remote_code_param,
 )
 from hyport_lib.utils.values import as_flag
@@ -19,6 +19,7 @@ class Params(StageParams):
     device: str = device_param()
     model_path: str = model_path_param()
     num_cards: Optional[int] = num_cards_param()
+    card_memory_gib: Optional[float] = card_memory_param()
     single_prompt: str = param("Describe the image.", "the prompt of the single image + text inference",
                                nonempty=True)
     # Built from the library's default batch, not written out again: the workers fit the

@@ -202,6 +202,9 @@ def glance(record: StageRecord[GridResult]) -> list[tuple[str, str]]:
             ("cold first call s (median)", fmt_value(record.figure("cold first call s (median)")))]
     if grid.config.attn_implementation:
         rows.append(("attention", grid.config.attn_implementation))
+    if grid.memory is not None:
+        # the card's line where there are cards; on CPU the host holds everything
+        rows.append(("memory", grid.memory.card_line or grid.memory.host_line))
     sample = grid.sample_answer()
     if sample is not None:
         card, text = sample

@@ -9,15 +9,15 @@ from typing import Callable, Optional
 
 from hyport_lib.backend import get_backend
 from hyport_lib.devices.card_plan import plan_grid
-from hyport_lib.devices.host_memory import RamNeed, ram_need_per_rank, require_host_ram
 from hyport_lib.inference.grid import GridProgress, GridResult, InferencePlan, given, ok_median, run_grid
+from hyport_lib.inference.memory_plan import model_shape, plan_memory, sequence_note
 from hyport_lib.inference.params import Params
 from hyport_lib.models.generation import batch_prompts, check_processor, check_prompts, single_prompt
 from hyport_lib.models.generation_config import InferenceConfig
-from hyport_lib.models.loading import build_empty_model, load_processor, tokenizer_of
+from hyport_lib.models.loading import load_processor, tokenizer_of
 from hyport_lib.models.preflight import check_decoder_only, check_model_path
 from hyport_lib.models.prompts import PromptNotApplicable, encode_prompts
-from hyport_lib.models.tiny import TINY_MODEL_NAME
+from hyport_lib.models.tiny import MARKER_FILE, TINY_MODEL_NAME, tiny_model_dir
 from hyport_lib.params import ParameterError
 from hyport_lib.proof.choice import GRID, ProofBatch, choose_attention
 from hyport_lib.results import INTERRUPTED, StageSummary, fresh_folder_beside_results
@@ -29,13 +29,14 @@ RESULT = GridResult
 
 
 def plan(params: Params) -> InferencePlan:
-    """Every check the grid needs (cards, log folder, model, prompts, host RAM), refused here
+    """Every check the grid needs (cards, log folder, model, memory, prompts), refused here
     in one line rather than once per card; the workers' attention chosen and a swap proven.
     Nothing is written but hyport's cache (a proof, and the tiny model a proof needs).
 
     Raises:
         ParameterError: ``log_dir`` names a file, or a place no folder can be made in.
-        ValueError: a parameter (named) this host or model cannot take.
+        ValueError: a parameter (named) this host or model cannot take; DoesNotFit where the
+            cards or the host cannot hold the grid (the memory model's figures).
         RuntimeError: the device kind asked for is not usable here.
     """
     backend = get_backend(params.device, num_cards=params.num_cards)
@@ -54,18 +55,23 @@ def plan(params: Params) -> InferencePlan:
     config = InferenceConfig(**{**same_name, "model_path": model_path,
                                 "batch_prompts": tuple(map(tuple, params.batch_prompts))})
     notes = []
+    memory = None
+    folder = _planned_folder(model_path)
+    if folder is not None:
+        # Memory first: a grid the cards cannot hold is refused before its prompts are judged.
+        try:
+            shape = model_shape(folder, trust_remote_code=params.trust_remote_code)
+        except Exception as exc:  # noqa: BLE001 — a model transformers cannot build: every worker
+            # says so in its card's row (scrubbed); the plan says it could not size it.
+            notes.append(scrub_text(f"memory: not planned (the model's size could not be read: "
+                                    f"{type(exc).__name__}: {first_line(exc)})")[:400])
+        else:
+            memory = plan_memory(backend, shape, folder, config, len(card_plan.to_run),
+                                 card_memory_gib=params.card_memory_gib)
+            notes += [f"memory: {line}" for line in memory.lines()] + [sequence_note(config)]
     if Path(model_path).is_dir():
         check_prompts(config, model_path)
         check_processor(config, model_path)
-        try:
-            need = _host_ram_need(params, backend.kind, model_path)
-        except Exception as exc:  # noqa: BLE001 — a model transformers cannot build: every worker
-            # says so in its card's row (scrubbed); the plan keeps the default per-card figure.
-            notes.append(scrub_text(f"host RAM: the default per-card figure (the model's size could not be "
-                                    f"read: {type(exc).__name__}: {first_line(exc)})")[:400])
-        else:
-            require_host_ram(backend.kind, len(card_plan.to_run), need=need)
-            notes.append(f"host RAM: {need.how}")
     attention = choose_attention(params.attn_implementation, backend.kind, GRID, config.model_path,
                                  lambda folder: _proof_batches(dataclasses.replace(config, model_path=folder)),
                                  trust_remote_code=config.trust_remote_code)
@@ -73,7 +79,7 @@ def plan(params: Params) -> InferencePlan:
     if attention.note:
         notes.append(f"attention: {attention.note}")
     return InferencePlan(params=params, backend=backend, card_plan=card_plan, config=config, log_dir=log_dir,
-                         attention=attention, notes=notes)
+                         attention=attention, notes=notes, memory=memory)
 
 
 def _proof_batches(config: InferenceConfig) -> list[ProofBatch]:
@@ -93,13 +99,13 @@ def _proof_batches(config: InferenceConfig) -> list[ProofBatch]:
             for label, prompts in groups]
 
 
-def _host_ram_need(params: Params, kind: str, model_path: str) -> RamNeed:
-    """One worker's weights in the grid's dtype (counted on an empty model), and the runtime."""
-    model = build_empty_model(model_path, trust_remote_code=params.trust_remote_code)
-    count = sum(p.numel() for p in model.parameters())
-    dtype = params.dtype if params.dtype != "auto" else \
-        str(getattr(model.config, "dtype", None) or "float32").replace("torch.", "")
-    return ram_need_per_rank(kind, count, "inference", dtype=dtype)
+def _planned_folder(model_path: str) -> Optional[str]:
+    """The folder the memory plan reads: a checked folder, or the tiny model's once it is
+    built (the grid builds it; a hub id is not read before a worker downloads it)."""
+    if model_path == TINY_MODEL_NAME:
+        tiny = tiny_model_dir()
+        return str(tiny) if (tiny / MARKER_FILE).is_file() else None
+    return model_path if Path(model_path).is_dir() else None
 
 
 def _check_log_dir(log_dir: Path, *, named: bool) -> None:

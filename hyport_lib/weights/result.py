@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from hyport_lib.checkpoint_files.findings import Finding, counts
+from hyport_lib.memory.record import MemoryPlan
 from hyport_lib.results import Provenance
 from hyport_lib.utils.typed_records import fields_of
 from hyport_lib.weights.compare import Comparison
@@ -48,6 +49,9 @@ class WeightsResult:
     parity: Optional[ParityResult] = None
     zero: Optional[ZeroListing] = None
     zero_compare: Optional[ZeroComparison] = None
+    #: the host RAM the reload and the parity need, as the memory model judged it before each child
+    reload_memory: Optional[MemoryPlan] = None
+    parity_memory: Optional[MemoryPlan] = None
     wall_s: float = 0.0
     provenance: Provenance = field(default_factory=lambda: Provenance(device="cpu"))
     inspection: Optional[Inspection] = field(default=None, repr=False)

@@ -13,12 +13,14 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from hyport_lib.checkpoint_files.findings import Finding
+from hyport_lib.memory.fit import DoesNotFit
 from hyport_lib.params import AUTO_ATTENTION, ParameterError
 from hyport_lib.results import INTERRUPTED, StageSummary
 from hyport_lib.utils.typed_records import to_mapping
 from hyport_lib.weights.compare import compare_weights
 from hyport_lib.weights.defaults import Sources, build_tiny_sources, checked_label, resolve_paths
 from hyport_lib.weights.layout import Inspection, inspect_checkpoint
+from hyport_lib.weights.memory_plan import plan_parity, plan_reload
 from hyport_lib.weights.params import NO_CHECKPOINT_FOR_LOGITS, Params
 from hyport_lib.weights.reload import default_log_dir, logits_parity, parity_findings, reload, reload_findings
 from hyport_lib.weights.result import WeightsResult, inspected
@@ -41,8 +43,8 @@ class WeightsPlan:
 
 def plan(params: Params) -> WeightsPlan:
     """The folders to check: those given, else stage 04's, else the tiny model's.
-    ParameterError: a folder given that does not exist, or a check that needs a checkpoint
-    where there is none; ValueError: no folder given, and stage 04 trained none to check."""
+    ParameterError: a folder given that does not exist, or a check that needs a checkpoint where
+    there is none; ValueError: stage 04 trained none to check, or (DoesNotFit) the RAM is short."""
     sources = resolve_paths(params.weights_path, params.base_path, params.checkpoint_path)
     problems = []
     # base_path is checked where it is declared (it must exist); the other two may be
@@ -61,7 +63,21 @@ def plan(params: Params) -> WeightsPlan:
                         "none: give checkpoint_path or set consolidate_zero=False")
     if problems:
         raise ParameterError(problems)
+    _plan_memory(params, sources)
     return WeightsPlan(params, sources)
+
+
+def _plan_memory(params: Params, sources: Sources) -> None:
+    """The reload and the parity of folders that exist now, judged before anything loads;
+    stage 04's folders of the same run are judged when this stage runs (:func:`_planned`)."""
+    weights = Path(sources.weights).expanduser()
+    if sources.tiny or not weights.is_dir():
+        return  # the tiny model (a few MB), or one file: nothing to reload
+    if params.reload:
+        plan_reload(weights, params.dtype)
+    checkpoint = Path(sources.checkpoint).expanduser() if sources.checkpoint else None
+    if params.logits_parity and checkpoint is not None and checkpoint.is_dir():
+        plan_parity(weights, checkpoint)
 
 
 def _trainer_checkpoint(weights: str) -> bool:
@@ -118,7 +134,7 @@ def _checks(result: WeightsResult, insp: Inspection, plan: WeightsPlan, reload_a
     if p.full_scan:
         result.scan = full_scan(insp.shards, checksum=p.checksum, on_progress=on_progress)
         result.findings += result.scan.findings
-    if reload_asked:
+    if reload_asked and _planned(result, "reload", lambda: plan_reload(insp.folder, p.dtype)):
         _announce(on_progress, "reload: from_pretrained in a fresh process")
         attention = "eager" if p.attn_implementation == AUTO_ATTENTION else p.attn_implementation
         result.reload = reload(insp.folder, dtype=p.dtype, attn_implementation=attention, **child)
@@ -135,6 +151,18 @@ def _checks(result: WeightsResult, insp: Inspection, plan: WeightsPlan, reload_a
     if checkpoint_path:
         _checkpoint(result, Path(checkpoint_path).expanduser(), parity_asked, p.consolidate_zero,
                     child, on_progress)
+
+
+def _planned(result: WeightsResult, check: str, planner) -> bool:
+    """Whether the reload or the parity (``check``) fits this host's RAM, its plan recorded;
+    where it does not (folders written after the plan), it is left out with the figures."""
+    try:
+        setattr(result, f"{check}_memory", planner())
+    except DoesNotFit as exc:
+        what = "logits parity" if check == "parity" else check
+        result.findings.append(Finding("does_not_fit", Path(result.path).name, f"the {what} was left out: {exc}"))
+        return False
+    return True
 
 
 def _announce(on_progress, step: str) -> None:
@@ -172,7 +200,8 @@ def _checkpoint(result: WeightsResult, path: Path, parity: bool, zero: bool, chi
         comparison = compare_weights(insp, ck, role="checkpoint", on_progress=on_progress)
         result.comparisons.append(comparison)
         result.findings += comparison.findings
-        if parity and insp.kind != "file" and ck.kind != "file":
+        if parity and insp.kind != "file" and ck.kind != "file" and \
+                _planned(result, "parity", lambda: plan_parity(insp.folder, ck.folder)):
             _announce(on_progress, "logits parity: the weights against the checkpoint, in a fresh process")
             result.parity = logits_parity(insp.folder, ck.folder, **child)
             result.findings += parity_findings(result.parity)

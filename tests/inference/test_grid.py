@@ -458,6 +458,6 @@ def test_secret_values_stay_out_of_logs_configs_and_results(tmp_path, monkeypatc
     assert "Traceback" in log and "[redacted]" in log
     assert "[redacted]" in _row(result, 0)["error"] and SECRET not in _row(result, 0)["error"]
     # The plan could not size the model either: its note says so, scrubbed too.
-    (note,) = [n for n in result.notes if n.startswith("host RAM:")]
-    assert "the default per-card figure" in note and "[redacted]" in note
+    (note,) = [n for n in result.notes if n.startswith("memory:")]
+    assert "not planned (the model's size could not be read" in note and "[redacted]" in note
     assert SECRET not in json.dumps(result.to_dict(), default=str)
