@@ -11,9 +11,9 @@ from hyport_lib.backend import Backend
 from hyport_lib.devices.probe import DeviceListing
 from hyport_lib.memory.capacity import capacity, describe
 from hyport_lib.memory.fit import Capacity, fit
-from hyport_lib.memory.model import STORED_DTYPES, Workload
+from hyport_lib.memory.model import Workload
 from hyport_lib.memory.record import MemoryPlan
-from hyport_lib.memory.shape import format_gib, read_model_shape
+from hyport_lib.memory.shape import STORED_DTYPES, format_gib, read_model_shape
 from hyport_lib.results import Check
 
 MIB = 2 ** 20
@@ -33,21 +33,6 @@ class MemoryFacts:
     model: Optional[MemoryPlan] = None
     host_per_rank_gib: Optional[float] = None  # what one rank of the model needs of the host
     model_note: str = ""  # why the model was not planned, where it was not
-
-
-def card_capacity(backend: Backend, listing: DeviceListing, card_memory_gib: Optional[float]) -> Capacity:
-    """The runtime's figure first; a runtime that cannot answer (a driver problem the other
-    checks explain) leaves the device tool's listing, then the parameter."""
-    try:
-        found = capacity(backend, card_memory_gib)
-    except RuntimeError:
-        found = capacity(None, card_memory_gib)
-    totals = [d.total_mb for d in listing.devices if d.total_mb]
-    if found.card_bytes is None and totals:
-        named = next((d.name for d in listing.devices if d.total_mb), "") or "the card"
-        return Capacity(min(totals) * MIB, f"{named}, as {listing.source} lists it", found.host_bytes,
-                        found.host_source)
-    return found
 
 
 def listed_memory(listing: DeviceListing) -> list[str]:
@@ -80,7 +65,7 @@ def model_need(model_path: str, found: Capacity, kind: str, cards: int) -> tuple
         return None, None, f"model_path={model_path!r} is no folder: the backend's default per-card figure"
     try:
         shape = read_model_shape(model_path)
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError) as exc:  # a .bin checkpoint: 01 builds no model for a figure
         return None, None, f"the backend's default per-card figure ({str(exc).splitlines()[0][:200]})"
     ranks = max(1, cards)
     workload = Workload("inference", kind, STORED_DTYPES.get(shape.stored_dtype, "float32"), world_size=ranks,
@@ -91,7 +76,7 @@ def model_need(model_path: str, found: Capacity, kind: str, cards: int) -> tuple
 
 def memory_facts(backend: Backend, listing: DeviceListing, model_path: str, cards: int,
                  card_memory_gib: Optional[float]) -> MemoryFacts:
-    found = card_capacity(backend, listing, card_memory_gib)
+    found = capacity(backend, card_memory_gib, listing=listing)
     plan, per_rank, note = model_need(model_path, found, backend.kind, cards)
     return MemoryFacts(_gib(found.card_bytes), found.card_source, _gib(found.host_bytes), found.host_source,
                        describe(found), listed_memory(listing), plan, per_rank, note)

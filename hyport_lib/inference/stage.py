@@ -10,8 +10,9 @@ from typing import Callable, Optional
 from hyport_lib.backend import get_backend
 from hyport_lib.devices.card_plan import plan_grid
 from hyport_lib.inference.grid import GridProgress, GridResult, InferencePlan, given, ok_median, run_grid
-from hyport_lib.inference.memory_plan import model_shape, plan_memory, sequence_note
+from hyport_lib.inference.memory_plan import plan_memory, sequence_note
 from hyport_lib.inference.params import Params
+from hyport_lib.memory.shape import model_shape
 from hyport_lib.models.generation import batch_prompts, check_processor, check_prompts, single_prompt
 from hyport_lib.models.generation_config import InferenceConfig
 from hyport_lib.models.loading import load_processor, tokenizer_of

@@ -82,12 +82,15 @@ class Fit:
         return [line for line in (self.card_line(), self.host_line()) if line]
 
     def parameter_to_change(self) -> str:
-        """The parameter the nearest plan changes first; without one, ``zero_stage`` for a
-        training whose card is short, else ``num_cards`` (processes on this host)."""
+        """The parameter the nearest plan changes first. Without one: where the card is short,
+        ``zero_stage`` for a training, the dtype elsewhere (each card holds the whole model);
+        where the host is, ``num_cards`` (processes on it) or, for a reload, ``reload``."""
         if self.nearest is not None:
             return self.nearest.parameter
-        training = self.estimate.workload.stage == "training"
-        return "zero_stage" if self.card_fits is False and training else "num_cards"
+        stage = self.estimate.workload.stage
+        if self.card_fits is False:
+            return "zero_stage" if stage == "training" else _DTYPE_PARAMETER[stage][1]
+        return "reload" if stage == "reload" else "num_cards"
 
     def refusal(self) -> str:
         """One line: what does not fit, by how much, and the nearest plan that does."""
@@ -107,7 +110,9 @@ class Fit:
                                 if line.startswith("fits"))
             said += f"; nearest plan that fits: {self.nearest.change} ({figures})"
         else:
-            said += "; no plan hyport knows fits (bfloat16, ZeRO-3, offload, LoRA, fewer processes tried)"
+            tried = ("bfloat16, gradient checkpointing, ZeRO-3, offload, LoRA, fewer processes"
+                     if est.workload.stage == "training" else "bfloat16, fewer processes")
+            said += f"; no plan hyport knows fits ({tried} tried)"
         return said
 
 
@@ -128,12 +133,17 @@ _CHANGES: tuple[tuple[str, str, Callable[[Workload], Optional[Workload]]], ...] 
     ("precision bf16", "precision", lambda w: replace(w, dtype="bfloat16") if w.dtype == "float32" else None),
     ("gradient_checkpointing=True", "gradient_checkpointing", lambda w: replace(w, gradient_checkpointing=True)
         if w.stage == "training" and not w.gradient_checkpointing else None),
-    ("zero_stage=3", "zero_stage", lambda w: replace(w, zero_stage=3) if w.stage == "training" and w.zero_stage < 3 else None),
-    ("offload_optimizer=True", "offload_optimizer", lambda w: replace(w, offload_optimizer=True, zero_stage=max(w.zero_stage, 2))
+    ("zero_stage=3", "zero_stage", lambda w: replace(w, zero_stage=3)
+        if w.stage == "training" and w.zero_stage < 3 else None),
+    ("offload_optimizer=True", "offload_optimizer", lambda w: replace(w, offload_optimizer=True,
+                                                                      zero_stage=max(w.zero_stage, 2))
         if w.stage == "training" and not w.offload_optimizer else None),
-    ("finetuning_type=lora", "finetuning_type", lambda w: replace(w, finetuning="lora") if w.stage == "training"
-        and w.finetuning == "full" else None),
+    ("finetuning_type=lora", "finetuning_type", lambda w: replace(w, finetuning="lora")
+        if w.stage == "training" and w.finetuning == "full" else None),
 )
+#: Outside training the dtype is the stages' ``dtype`` parameter (03, 05) or ``model_dtype`` (02).
+_DTYPE_PARAMETER = {"training": ("precision bf16", "precision"), "inference": ("dtype=bfloat16", "dtype"),
+                    "reload": ("dtype=bfloat16", "dtype"), "model check": ("model_dtype=bfloat16", "model_dtype")}
 
 
 def fit(shape: ModelShape, workload: Workload, capacity: Capacity, *, search: bool = True) -> Fit:
@@ -151,9 +161,15 @@ def fit(shape: ModelShape, workload: Workload, capacity: Capacity, *, search: bo
     return result
 
 
+def _changes(stage: str):
+    said, parameter = _DTYPE_PARAMETER[stage]
+    return ((said, parameter, _CHANGES[0][2]), *_CHANGES[1:])
+
+
 def _candidates(workload: Workload):
+    changes = _changes(workload.stage)
     for count in (1, 2):
-        for picked in combinations(_CHANGES, count):
+        for picked in combinations(changes, count):
             changed = workload
             for _, _, change in picked:
                 changed = change(changed) if changed is not None else None
@@ -166,7 +182,7 @@ def _candidates(workload: Workload):
                         world_size=max(1, workload.world_size * ranks // workload.ranks_per_host))
         said = f"{ranks} {_plural(ranks, 'process', 'es')} a host instead of {workload.ranks_per_host}"
         yield said, "num_cards", fewer
-        for name, _, change in _CHANGES:
+        for name, _, change in changes:
             changed = change(fewer)
             if changed is not None:
                 yield f"{said} + {name}", "num_cards", changed

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Optional
 
-from hyport_lib.memory.shape import ModelShape, format_gib
+from hyport_lib.memory.shape import STORED_DTYPES, ModelShape, format_gib
 
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 #: The words users write for a dtype or a precision, and the dtype each means.
@@ -38,9 +38,6 @@ CARD_RUNTIME_MARGIN = {"npu": 3 * 2 ** 30, "cuda": 2 * 2 ** 30, "cpu": 0}
 CPU_TRAINING_BUFFERS = 1 * 2 ** 30
 #: The linear layers LoRA's "all" adapts in a decoder layer: (inputs, outputs) in shape units.
 _LORA_LINEARS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
-
-#: safetensors' dtype names and the torch dtype each loads as.
-STORED_DTYPES = {"F32": "float32", "BF16": "bfloat16", "F16": "float16"}
 
 STAGES = ("training", "inference", "model check", "reload")
 

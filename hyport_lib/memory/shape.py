@@ -19,6 +19,8 @@ from hyport_lib.checkpoint_files.weight_files import checkpoint_files
 from hyport_lib.models.families import read_config
 from hyport_lib.models.loading import build_empty_model
 
+#: safetensors' dtype names and the torch dtype each loads as.
+STORED_DTYPES = {"F32": "float32", "BF16": "bfloat16", "F16": "float16"}
 #: Where a VLM's or a wrapper's config keeps its language model's sizes.
 _TEXT_SECTIONS = ("text_config", "llm_config", "language_config", "thinker_config")
 
@@ -88,6 +90,18 @@ def model_shape(model_path: str, *, trust_remote_code: bool = False) -> ModelSha
     return shape_of_model(model, name=Path(model_path).name,
                           source=f"an empty model built from {Path(model_path).name}/config.json "
                                  f"({files.unused})")
+
+
+def loading_dtype(dtype: str, model_path: str, shape: ModelShape) -> str:
+    """``auto`` as ``from_pretrained`` reads it: the config's dtype, else the stored one."""
+    if dtype != "auto":
+        return dtype
+    try:
+        config = read_config(model_path)
+    except (OSError, ValueError):
+        config = {}
+    named = str(config.get("dtype") or config.get("torch_dtype") or "").replace("torch.", "")
+    return named if named in ("float32", "bfloat16", "float16") else STORED_DTYPES.get(shape.stored_dtype, "float32")
 
 
 def shape_from_config(config: Mapping, *, name: str, parameters: int, checkpoint_bytes: int, stored_dtype: str,

@@ -7,11 +7,10 @@ from pathlib import Path
 from typing import Optional
 
 from hyport_lib.memory.capacity import capacity
-from hyport_lib.memory.fit import DoesNotFit, Fit, fit
-from hyport_lib.memory.model import STORED_DTYPES, Workload
+from hyport_lib.memory.fit import DoesNotFit, Fit, fit, require_fit
+from hyport_lib.memory.model import Workload
 from hyport_lib.memory.record import MemoryPlan
-from hyport_lib.memory.shape import ModelShape, format_gib, read_model_shape
-from hyport_lib.models.families import read_config
+from hyport_lib.memory.shape import ModelShape, format_gib, loading_dtype, read_model_shape
 from hyport_lib.weights.reload import PROMPT
 
 #: The reload runs no forward pass: one token stands for none.
@@ -40,29 +39,14 @@ def shape_of(folder: Path) -> Optional[ModelShape]:
         return None
 
 
-def reload_dtype(dtype: str, folder: Path, shape: ModelShape) -> str:
-    """``auto`` as ``from_pretrained`` reads it: the config's dtype, else the stored one."""
-    if dtype != "auto":
-        return dtype
-    try:
-        config = read_config(folder)
-    except (OSError, ValueError):
-        config = {}
-    named = str(config.get("dtype") or config.get("torch_dtype") or "").replace("torch.", "")
-    return named if named in ("float32", "bfloat16", "float16") else STORED_DTYPES.get(shape.stored_dtype, "float32")
-
-
 def plan_reload(folder: Path, dtype: str) -> Optional[MemoryPlan]:
     """The reload's host RAM; DoesNotFit naming ``dtype`` where bfloat16 would fit, else
     ``reload``. None where the folder has no headers to plan from."""
     shape = shape_of(folder)
     if shape is None:
         return None
-    workload = Workload("reload", "cpu", reload_dtype(dtype, folder, shape), sequence=RELOAD_TOKENS)
-    found = fit(shape, workload, capacity(None))
-    if not found.fits:
-        raise DoesNotFit(found, "dtype" if found.nearest else "reload")
-    return MemoryPlan.of(found)
+    workload = Workload("reload", "cpu", loading_dtype(dtype, str(folder), shape), sequence=RELOAD_TOKENS)
+    return MemoryPlan.of(require_fit(shape, workload, capacity(None)))
 
 
 def plan_parity(folder: Path, other: Path) -> Optional[MemoryPlan]:

@@ -1,5 +1,5 @@
-"""Stage 01's memory facts: each card's memory from its runtime (the NPU double's 64 GiB),
-else the device tool's listing, else ``card_memory_gib``; the host's RAM; and, for a
+"""Stage 01's memory facts: each card's memory from the device tool's listing (npu-smi's
+65,536 MB), else ``card_memory_gib``; the host's RAM; and, for a
 checkpoint folder (a sparse 7 B, never loaded), the memory model's host need per rank in the
 host_ram check instead of the backend's default."""
 
@@ -12,7 +12,7 @@ import pytest
 from hyport_lib.backend import get_backend
 from hyport_lib.devices.probe import DeviceInfo, DeviceListing
 from hyport_lib.environment import stage
-from hyport_lib.environment.memory import card_capacity, check_card_memory, listed_memory, memory_facts
+from hyport_lib.environment.memory import check_card_memory, listed_memory, memory_facts
 from hyport_lib.environment.params import Params
 from hyport_lib.environment.show import glance
 from hyport_lib.results import StageRecord
@@ -30,26 +30,31 @@ def _npu_listing(*totals_mb: int) -> DeviceListing:
                                      hbm_total_mb=mb) for i, mb in enumerate(totals_mb)], source="npu-smi")
 
 
-def test_the_npu_doubles_cards_show_64_gib_from_the_runtime(fake_npu, seven_b):
+def test_npu_smis_cards_show_64_gib(fake_npu, seven_b):
     backend = get_backend("npu", 8)
-    facts = memory_facts(backend, DeviceListing(source="torch"), "tiny", 8, None)
-    assert (facts.card_gib, facts.card_source) == (64.0, "Ascend910B3, as npu reports it")
+    listing = _npu_listing(*[65536] * 8)
+    facts = memory_facts(backend, listing, "tiny", 8, None)
+    assert (facts.card_gib, facts.card_source) == (64.0, "910B3, 65,536 MB as npu-smi reports it")
     check = check_card_memory("npu", facts)
-    assert check.verdict == "PASS" and check.reason.startswith("64.0 GiB per card (Ascend910B3, as npu reports it); "
-                                                               "host RAM ")
+    assert check.verdict == "PASS" and check.reason.startswith(
+        "64.0 GiB per card (910B3, 65,536 MB as npu-smi reports it); host RAM ")
     assert facts.model is None and "no folder" in facts.model_note  # tiny: the default per-card figure
-    with_model = check_card_memory("npu", memory_facts(backend, DeviceListing(source="torch"), str(seven_b), 8, None))
+    with_model = check_card_memory("npu", memory_facts(backend, listing, str(seven_b), 8, None))
     assert with_model.verdict == "PASS" and "; Qwen2.5-7B: fits: " in with_model.reason
     assert with_model.reason.endswith("of 64.0 GiB per card (inference, bf16, seq 2048, batch 1)")
 
 
-def test_a_runtime_that_cannot_say_leaves_the_listing_then_the_parameter():
-    cpu = get_backend("cpu", 2)  # a CPU backend: no runtime to ask (torch_npu not installed yet)
-    found = card_capacity(cpu, _npu_listing(65536, 65536, 32768), None)
-    assert found.card_bytes == 32 * 2 ** 30 and found.card_source == "910B3, as npu-smi lists it"  # the smallest
+def test_the_smallest_listed_card_then_the_parameter(fake_npu):
+    npu = get_backend("npu", 3)
+    found = memory_facts(npu, _npu_listing(65536, 65536, 32768), "tiny", 3, 64)
+    # the smallest card; the parameter, which disagrees, is set aside and said so
+    assert found.card_gib == 32.0
+    assert found.card_source == "910B3, 32,768 MB as npu-smi reports it; card_memory_gib=64 set aside"
     assert listed_memory(_npu_listing(65536, 65536, 32768)) == ["cards 0-1: 64.0 GiB HBM", "card 2: 32.0 GiB HBM"]
-    given = card_capacity(cpu, DeviceListing(source="cpu"), 64)
-    assert (given.card_bytes, given.card_source) == (64 * 2 ** 30, "card_memory_gib=64")
+    # a listing from torch (npu-smi missing) has no totals: the parameter
+    given = memory_facts(npu, DeviceListing(source="torch"), "tiny", 3, 64)
+    assert (given.card_gib, given.card_source) == (64.0, "card_memory_gib=64")
+    cpu = get_backend("cpu", 2)
     unknown = memory_facts(cpu, DeviceListing(source="cpu"), "tiny", 2, None)
     assert unknown.card_gib is None and check_card_memory("npu", unknown).verdict == "SKIP"
     assert "set card_memory_gib (910B3: 64)" in check_card_memory("npu", unknown).reason

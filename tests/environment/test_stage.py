@@ -161,9 +161,10 @@ def test_collect_environment_on_fake_npu(fake_npu, npu_smi_sample, monkeypatch):
     assert stage.summarize(report).verdict == "FAIL"
     assert report.cann.driver_version == "24.1.rc1"
     assert "pid 576489 python 60703 MB" in stage.report_text(report)
-    # the runtime's figure (the double's 64 GiB), and each card as npu-smi lists it
+    # the smallest card npu-smi lists, and each card as it lists them
     memory = report.check("card_memory")
-    assert memory.verdict == "PASS" and memory.reason.startswith("64.0 GiB per card (Ascend910B3, as npu reports it)")
+    assert memory.verdict == "PASS" and memory.reason.startswith(
+        "64.0 GiB per card (910B3, 65,536 MB as npu-smi reports it)")
     assert "GiB HBM" in memory.reason
     monkeypatch.delenv("ASCEND_RT_VISIBLE_DEVICES")
     monkeypatch.setenv("HYPORT_FAKE_NPU_COUNT", "3")  # the sample's host: 3 cards

@@ -14,13 +14,13 @@ from hyport_lib.backend import get_backend
 from hyport_lib.commands import main
 from hyport_lib.inference import stage
 from hyport_lib.inference.grid import GridResult
-from hyport_lib.inference.memory_plan import model_shape, plan_memory
+from hyport_lib.inference.memory_plan import plan_memory
 from hyport_lib.inference.params import Params
 from hyport_lib.models.generation_config import InferenceConfig
 from hyport_lib.inference.show import glance
 from hyport_lib.memory import capacity as memory_capacity
 from hyport_lib.memory.fit import DoesNotFit
-from hyport_lib.memory.shape import read_model_shape
+from hyport_lib.memory.shape import model_shape, read_model_shape
 from hyport_lib.results import StageRecord
 from hyport_lib.utils.typed_records import from_mapping, to_mapping
 from tests.real_size import write_sparse_checkpoint
@@ -49,8 +49,8 @@ def _memory(folder: Path, dtype: str, cards: int = 8):
 
 
 @pytest.mark.slow  # the plan asks the npu-smi double which cards are busy
-def test_a_7b_grid_fits_8_cards_of_64_gib_in_bf16_and_every_view_says_so(fake_npu, seven_b, tmp_path,
-                                                                         monkeypatch):
+def test_a_7b_grid_fits_8_cards_of_64_gib_in_bf16_and_every_view_says_so(fake_npu, npu_smi_cards, seven_b,
+                                                                         tmp_path, monkeypatch):
     monkeypatch.setattr(memory_capacity, "host_ram", lambda: SERVER_RAM)
     plan = _plan(seven_b, tmp_path, device="npu", dtype="bfloat16")
     memory = plan.memory
@@ -73,24 +73,25 @@ def test_a_7b_grid_fits_8_cards_of_64_gib_in_bf16_and_every_view_says_so(fake_np
         assert memory.card_line in stage_draft(tmp_path / lang, stage.STAGE, data, lang)
 
 
-def test_8_gib_cards_refuse_a_7b_grid_with_the_figures(fake_npu, seven_b, tmp_path, monkeypatch):
+def test_8_gib_cards_refuse_a_7b_grid_with_the_figures(fake_npu, npu_smi_cards, seven_b, tmp_path, monkeypatch):
     monkeypatch.setattr(memory_capacity, "host_ram", lambda: SERVER_RAM)
-    monkeypatch.setenv("HYPORT_FAKE_NPU_HBM_MB", "8192")
+    npu_smi_cards(8192)
     with pytest.raises(DoesNotFit) as refused:
         _memory(seven_b, "bfloat16")
     said = str(refused.value)
     assert said.startswith("dtype: Qwen2.5-7B (7.62 B parameters) does not fit for inference, bf16")
-    assert "GiB per card > the card's 8 GiB (Ascend910B3, as npu reports it)" in said
+    assert "GiB per card > the card's 8 GiB (910B3, 8,192 MB as npu-smi reports it)" in said
     assert "no plan hyport knows fits" in said and "\n" not in said
-    monkeypatch.setenv("HYPORT_FAKE_NPU_HBM_MB", "65536")
+    npu_smi_cards(65536)
     assert _memory(seven_b, "bfloat16").card_line.startswith("fits: ")  # the same plan on a 910B3
 
 
-def test_a_float32_grid_too_big_for_the_cards_is_told_bf16_fits(fake_npu, seven_b, tmp_path, monkeypatch):
+def test_a_float32_grid_too_big_for_the_cards_is_told_bf16_fits(fake_npu, npu_smi_cards, seven_b, tmp_path,
+                                                                monkeypatch):
     monkeypatch.setattr(memory_capacity, "host_ram", lambda: SERVER_RAM)
-    monkeypatch.setenv("HYPORT_FAKE_NPU_HBM_MB", str(24 * 1024))
+    npu_smi_cards(24 * 1024)
     with pytest.raises(DoesNotFit, match=r"^dtype: .* fp32, .*GiB per card > the card's 24\.0 GiB .*"
-                                         r"nearest plan that fits: precision bf16 \(\d+\.\d of 24\.0 GiB"):
+                                         r"nearest plan that fits: dtype=bfloat16 \(\d+\.\d of 24\.0 GiB"):
         _memory(seven_b, "float32")
 
 

@@ -94,7 +94,7 @@ def test_the_plan_reckons_host_ram_from_the_model(tmp_path):
     (ram,) = [n for n in plan.notes if n.startswith("memory: fits: ")]
     assert "host RAM" in ram and "(2 ranks x" not in ram  # one worker (num_cards=1)
     assert plan.memory.setting.startswith("inference, fp32, seq ") and plan.memory.card_line == ""
-    assert "the empty model built from" in plan.memory.shape_source and plan.memory.parameters > 0
+    assert "an empty model built from" in plan.memory.shape_source and plan.memory.parameters > 0
 
 
 def test_a_tied_embedding_is_counted_once_in_the_host_ram_need(tmp_path):

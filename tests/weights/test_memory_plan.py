@@ -51,7 +51,7 @@ def test_a_float32_reload_the_host_cannot_hold_is_refused_naming_dtype(seven_b, 
     said = str(refused.value)
     assert said.startswith("dtype: Qwen2.5-7B (7.62 B parameters) does not fit for reload, fp32")
     assert "of host RAM for 1 process > the host's 23.5 GiB" in said and "\n" not in said
-    assert "nearest plan that fits: precision bf16 (" in said
+    assert "nearest plan that fits: dtype=bfloat16 (" in said
     plan = stage.plan(_params(seven_b, reload=True, dtype="auto"))  # the config's bfloat16 fits
     assert plan.sources.weights == str(seven_b)
 
@@ -69,7 +69,7 @@ def test_hyport_verify_says_the_refusal_in_one_line(seven_b, trial_host, capsys)
     assert main(["verify", str(seven_b), "--reload", "--dtype", "float32", "--no-record"]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and err.startswith("hyport verify: dtype: Qwen2.5-7B"), err
-    assert "GiB of host RAM for 1 process > the host's 23.5 GiB" in err and "precision bf16" in err
+    assert "GiB of host RAM for 1 process > the host's 23.5 GiB" in err and "dtype=bfloat16" in err
 
 
 def test_a_folder_written_after_the_plan_is_left_out_with_the_figures(seven_b, trial_host):
