@@ -7,12 +7,12 @@ from __future__ import annotations
 
 from hyport_lib.attention import stage
 from hyport_lib.attention.show import comparison_table, model_table
-from hyport_lib.commands._stage import StageCommand, TerminalBar
+from hyport_lib.commands._stage import StageCommand, ProgressWriter
 from hyport_lib.proof.port_record import PortProof
 from hyport_lib.utils.typed_records import to_mapping
 
 
-class _GridBar(TerminalBar):
+class _GridBar(ProgressWriter):
     """The comparison grid's bar, closed when the grid is done: the model check and the
     scan that follow are not the grid's time."""
 

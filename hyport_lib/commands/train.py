@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import contextlib
 
-from hyport_lib.commands._stage import StageCommand, TerminalBar
+from hyport_lib.commands._stage import StageCommand, ProgressWriter
 from hyport_lib.train.dataset import reporting_to
 from hyport_lib.train.preflight import LaunchPlan
 from hyport_lib.train.result import TrainProgress
@@ -18,7 +18,7 @@ from hyport_lib.train.show import summary_frame
 def _reading_dataset():
     """Records read and tokenised, said from the first second (100,000 records tokenise
     for minutes)."""
-    bar = TerminalBar("dataset", "record", total=lambda p: p.total, done=lambda p: p.done,
+    bar = ProgressWriter("dataset", "record", total=lambda p: p.total, done=lambda p: p.done,
                       phase=lambda p: p.phase)
     try:
         with reporting_to(bar):
@@ -42,5 +42,5 @@ def _plan_lines(plan: LaunchPlan) -> list[str]:
 COMMAND = StageCommand(
     "train", text=lambda result: summary_frame(result).to_string(index=False),
     planning=_reading_dataset, plan_lines=_plan_lines,
-    bar=lambda: TerminalBar("train", "step", total=lambda p: p.total_steps, done=lambda p: p.done_steps,
+    bar=lambda: ProgressWriter("train", "step", total=lambda p: p.total_steps, done=lambda p: p.done_steps,
                             postfix=_last_loss))

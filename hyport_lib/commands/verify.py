@@ -13,7 +13,7 @@ import dataclasses
 from pathlib import Path
 
 from hyport_lib.checkpoint_files.findings import findings_frame
-from hyport_lib.commands._stage import StageCommand, TerminalBar
+from hyport_lib.commands._stage import StageCommand, ProgressWriter
 from hyport_lib.utils.files import ensure_writable
 from hyport_lib.weights.checksums import checksum_name
 from hyport_lib.weights.result import WeightsResult
@@ -83,5 +83,5 @@ def _text(result: WeightsResult) -> str:
 COMMAND = StageCommand(
     "weights", text=_text, positional=("weights_path",), switches=SWITCHES,
     arguments=_log_dir_argument, adjust=_with_log_dir,
-    bar=lambda: TerminalBar("weights", "B", total=lambda p: p.total_bytes, done=lambda p: p.done_bytes,
+    bar=lambda: ProgressWriter("weights", "B", total=lambda p: p.total_bytes, done=lambda p: p.done_bytes,
                             phase=lambda p: p.phase, unit_scale=True))
