@@ -132,6 +132,7 @@ def prepare(params: Params, backend) -> LaunchPlan:
         require_host_ram("cpu", nproc, "training processes", need)
     if params.finetuning_type == "lora":
         notes.extend(_check_lora_targets(params, model_path))
+    notes.append(params.shard_size_note())
     return LaunchPlan(
         params=params, device_kind=backend.kind, nproc_per_node=nproc, world_size=world,
         model_path=model_path, dataset_path=str(dataset_path), image_root=image_root,

@@ -59,6 +59,8 @@ def test_skip_bad_records_plans_without_them(tmp_path):
     assert any("1 bad record(s) skipped" in note for note in plan.notes)
     assert plan.deepspeed_json["zero_optimization"]["stage"] == 2
     assert plan.worker_spec()["skip_records"] == [3]
+    assert "final weights: shards of at most 300KB (max_shard_size='auto': the embedded tiny model" in \
+        "\n".join(plan.notes)  # said in the plan, which the record keeps
     assert not (tmp_path / "out").exists()  # written by the launch, under the folder's lock
 
 
