@@ -12,6 +12,7 @@ from hyport_lib.train.dataset import reporting_to
 from hyport_lib.train.preflight import LaunchPlan
 from hyport_lib.train.result import TrainProgress
 from hyport_lib.train.show import summary_frame
+from hyport_lib.utils.wording import plural
 
 
 @contextlib.contextmanager
@@ -36,7 +37,7 @@ def _last_loss(progress: TrainProgress) -> str:
 
 def _plan_lines(plan: LaunchPlan) -> list[str]:
     return [*(f"note: {note}" for note in plan.notes),
-            f"training: {plan.world_size} {plan.device_kind} process(es) -> {plan.output_dir}"]
+            f"training: {plan.world_size} {plan.device_kind} {plural('process', plan.world_size)} -> {plan.output_dir}"]
 
 
 COMMAND = StageCommand(

@@ -19,6 +19,7 @@ from hyport_lib.weights.checksums import checksum_name
 from hyport_lib.weights.result import WeightsResult
 from hyport_lib.weights.show import comparison_frame, reload_frame, shards_frame
 from hyport_lib.weights.stage import WeightsPlan, summarize
+from hyport_lib.utils.wording import counted
 
 #: Switches here, off unless given: a bare ``hyport verify PATH`` reads the headers in
 #: milliseconds, where the notebook runs every check (the cell's defaults are on).
@@ -73,7 +74,8 @@ def _text(result: WeightsResult) -> str:
                        f"cast, max |Δ| {t['max_abs_cast']}")
         if result.zero_compare.status != "ok":
             out.append(f"zero_to_fp32: {result.zero_compare.reason}")
-    out += ["", f"findings: {n['error']} error(s), {n['warning']} warning(s), {n['info']} note(s)"]
+    out += ["", f"findings: {counted(n['error'], 'error')}, {counted(n['warning'], 'warning')}, "
+                f"{counted(n['info'], 'note')}"]
     if result.findings:
         out.append(findings_frame(result.findings).to_string(index=False, max_colwidth=160))
     out.append(f"{judged.verdict}: {judged.why}")

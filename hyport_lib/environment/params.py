@@ -15,9 +15,9 @@ class Params(StageParams):
     num_cards: Optional[int] = num_cards_param(
         "cards the next stages will use; None: all (2 worker processes on CPU)")
     ram_gb_per_card: Optional[float] = param(
-        None, "host RAM needed per card; None: the backend's default", min_exclusive=0)
+        None, "host RAM needed per card, in GiB; None: the backend's default", min_exclusive=0)
     shm_gb_per_card: Optional[float] = param(
-        None, "/dev/shm needed per card; None: the backend's default", min_exclusive=0)
+        None, "/dev/shm needed per card, in GiB; None: the backend's default", min_exclusive=0)
     check_ports: bool = param(True, "bind-test the HCCL ports (60000 upward, 16666)")
     model_path: str = model_path_param(
         "the model the next stages load: does its processor need torchvision?")
