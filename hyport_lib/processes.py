@@ -351,11 +351,12 @@ def describe_exit(code: Optional[int]) -> str:
 
 
 # --------------------------------------------------------------------------- child tasks
+#: Hugging Face's switch for transformers' bars ("Loading weights") and huggingface_hub's.
+HF_PROGRESS_BARS_OFF = {"HF_HUB_DISABLE_PROGRESS_BARS": "1"}
 #: A child's output goes to its log, never to a terminal: no progress bars there (a bar
-#: redraws itself after a carriage return, every redraw a line in the log). Hugging Face's
-#: switch covers transformers' "Loading weights" and huggingface_hub's bars; tqdm's own
-#: default covers any other library's bar.
-QUIET_PROGRESS_ENV = {"HF_HUB_DISABLE_PROGRESS_BARS": "1", "TQDM_DISABLE": "1"}
+#: redraws itself after a carriage return, every redraw a line in the log): Hugging Face's,
+#: and tqdm's default for any other library's bar.
+QUIET_PROGRESS_ENV = {**HF_PROGRESS_BARS_OFF, "TQDM_DISABLE": "1"}
 
 
 def task_environ(extra: Optional[Mapping[str, str]] = None) -> dict[str, str]:
