@@ -404,12 +404,21 @@ def describe_exit(code: Optional[int], child: Optional[Child] = None) -> str:
 
 
 # --------------------------------------------------------------------------- child tasks
+#: Hugging Face's switch for transformers' bars ("Loading weights") and huggingface_hub's.
+HF_PROGRESS_BARS_OFF = {"HF_HUB_DISABLE_PROGRESS_BARS": "1"}
+#: A child's output goes to its log, never to a terminal: no progress bars there (a bar
+#: redraws itself after a carriage return, every redraw a line in the log): Hugging Face's,
+#: and tqdm's default for any other library's bar.
+QUIET_PROGRESS_ENV = {**HF_PROGRESS_BARS_OFF, "TQDM_DISABLE": "1"}
+
+
 def task_environ(extra: Optional[Mapping[str, str]] = None) -> dict[str, str]:
     """A child's environment: this one (:func:`~hyport_lib.utils.redact.child_environ`),
-    unbuffered, hyport importable even where it is not installed, then ``extra``."""
+    unbuffered, with no progress bars (:data:`QUIET_PROGRESS_ENV`), hyport importable even
+    where it is not installed, then ``extra``."""
     root = str(Path(hyport_lib.__file__).resolve().parents[1])
     path = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH", "")) if p)
-    return child_environ({"PYTHONUNBUFFERED": "1", "PYTHONPATH": path, **(extra or {})})
+    return child_environ({"PYTHONUNBUFFERED": "1", **QUIET_PROGRESS_ENV, "PYTHONPATH": path, **(extra or {})})
 
 
 def task_command(target: str, spec: dict, result_path: os.PathLike | str, *, label: str,

@@ -179,6 +179,17 @@ def echo(spec):
 
 def fail(spec):
     raise RuntimeError(f"first line {spec['token']}\\nsecond line")
+
+
+def progress(spec):
+    from tqdm import tqdm
+    from transformers.utils import logging
+
+    for _ in tqdm(range(3), desc="plain tqdm"):
+        pass
+    for _ in logging.tqdm(range(3), desc="Loading weights"):
+        pass
+    return {"transformers_bars": logging.is_progress_bar_enabled()}
 '''
 SECRET = "tok-secret-of-the-task-123"
 
@@ -218,6 +229,13 @@ def test_a_task_that_raises_is_a_failed_result_of_one_line(tmp_path, monkeypatch
         "status": "failed", "error_type": "RuntimeError", "error": "first line [redacted]"}
     assert "Traceback" in log and "second line" in log and SECRET not in log
     assert "[hyport test] failed in " in log
+
+
+@pytest.mark.slow
+def test_a_task_writes_no_progress_bar_into_its_log(tmp_path, monkeypatch):
+    code, result, log = _run_task(tmp_path, monkeypatch, "progress", {})
+    assert code == 0 and result["transformers_bars"] is False
+    assert "\r" not in log and "plain tqdm" not in log and "Loading weights" not in log
 
 
 @pytest.mark.slow

@@ -19,6 +19,7 @@ from hyport_lib.results import StageRecord, StageSummary
 from hyport_lib.scan.hits import ScanReport
 from hyport_lib.scan.show import group_hits, pins
 from hyport_lib.workbook.compare import Part, RunRecord, StageComparison
+from hyport_lib.utils.wording import counted
 
 TABLE_COLUMNS = ("case", "backend", "source", "max_abs", "bound", "cosine", "max_rel",
                  "rel_gt_1e-3", "rel_gt_5e-3", "rmse", "empty_rows", "empty_rows_out",
@@ -196,7 +197,7 @@ def show_comparison(result):
     table = comparison_table(result)
     bad = table[table["verdict"].isin(["FAIL", "WARN"])]
     if len(bad):
-        _markdown(f"**{len(bad)} row(s) not passing:**")
+        _markdown(f"**{counted(len(bad), 'row')} not passing:**")
         _display(fit(styled_comparison(result).hide(table.index[~table["verdict"].isin(["FAIL", "WARN"])])))
     rows = fit(styled_comparison(result)).to_html()
     _display(_html(f"<details><summary>All {len(table)} rows (case × backend)</summary>{rows}</details>"))
@@ -241,8 +242,8 @@ def show_port(port, error: str = "") -> None:
         _markdown("No port: `code_path` is empty (the scan read the planted example) or "
                   "`port` is off.")
         return
-    _markdown(f"Ported `{port.src}` → `{port.dst}`: {len(port.changes)} change(s) in "
-              f"{len(port.files_changed)} file(s), {len(port.manual)} spot(s) left for a human; "
+    _markdown(f"Ported `{port.src}` → `{port.dst}`: {counted(len(port.changes), 'change')} in "
+              f"{counted(len(port.files_changed), 'file')}, {counted(len(port.manual), 'spot')} left for a human; "
               f"the diff is `{port.dst}/port.diff`, the record `{port.dst}/port.json`.")
     code = {"font-family": "monospace", "white-space": "pre-wrap", "text-align": "left"}
     _display(fit(styled(port.frame()).set_properties(subset=["before", "after"], **code)))  # code in its own lines

@@ -23,6 +23,7 @@ from hyport_lib.results import REFUSED, StageSummary, fresh_folder_beside_result
 from hyport_lib.scan.hits import ScanReport
 from hyport_lib.scan.scanner import scan_path
 from hyport_lib.utils.typed_records import to_mapping
+from hyport_lib.utils.wording import counted
 
 STAGE = "02_attention"
 #: What the static scan reads when no ``code_path`` is given.
@@ -230,7 +231,7 @@ def summarize(result: AttentionStageResult) -> StageSummary:
                 verdict = "WARN"  # a port with no model class to prove it on
             elif proof.verdict not in ("PASS", "WARN", SKIP):  # SKIP: not asked for
                 verdict = "FAIL"
-            line += (f"; port: {len(port.changes)} change(s), {len(port.manual)} left for a human, "
+            line += (f"; port: {counted(len(port.changes), 'change')}, {len(port.manual)} left for a human, "
                      f"proof {proof.verdict}" + (" (NPU path emulated on CPU)" if emulated else ""))
     return StageSummary(verdict, line, headline)
 

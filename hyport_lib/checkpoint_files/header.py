@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Optional
 
 from hyport_lib.checkpoint_files.findings import Finding, name_some
+from hyport_lib.utils.wording import counted
 
 #: Bits per element of every dtype safetensors knows (F4 and F6 are packed).
 DTYPE_BITS = {
@@ -220,7 +221,7 @@ def _layout(shard: ShardHeader) -> None:
     if wrong:
         t = wrong[0]
         add(Finding("size_mismatch", shard.label,
-                    f"{len(wrong)} tensor(s) whose dtype x shape is not their byte length, e.g. "
+                    f"{counted(len(wrong), 'tensor')} whose dtype x shape is not their byte length, e.g. "
                     f"`{t.name}`: {t.dtype} {list(t.shape)} needs {t.expected_nbytes} bytes, "
                     f"its offsets give {t.nbytes}", tensors=[w.name for w in wrong]))
     reversed_ = [t for t in entries if t.begin > t.end]
@@ -238,7 +239,7 @@ def _layout(shard: ShardHeader) -> None:
     if overlaps:
         a, b = overlaps[0]
         add(Finding("offsets_overlap", shard.label,
-                    f"{len(overlaps)} overlap(s): `{b}` starts inside `{a}`",
+                    f"{counted(len(overlaps), 'overlap')}: `{b}` starts inside `{a}`",
                     tensors=sorted({n for pair in overlaps for n in pair})))
     contiguous = not overlaps and not gaps and not reversed_
     if pos > data_len and contiguous:
@@ -246,7 +247,7 @@ def _layout(shard: ShardHeader) -> None:
         add(Finding("truncated_shard", shard.label,
                     f"the file is {shard.size:,} bytes but its header needs {shard.data_start + pos:,} "
                     f"({shard.data_start + pos - shard.size:,} bytes missing): truncated; "
-                    f"{len(cut)} tensor(s) cut: {name_some(cut)}", tensors=cut))
+                    f"{counted(len(cut), 'tensor')} cut: {name_some(cut)}", tensors=cut))
     else:
         beyond = [t.name for t in ordered if t.end > data_len]
         if reversed_ or beyond:

@@ -9,8 +9,9 @@ from __future__ import annotations
 import argparse
 import contextlib
 import sys
+import time
 from dataclasses import dataclass
-from typing import Any, Callable, ContextManager, Optional, Sequence, cast
+from typing import Any, Callable, ContextManager, Optional, Sequence, TextIO, cast
 
 from hyport_lib import params
 from hyport_lib.commands._cli import run_showing_partial
@@ -18,34 +19,52 @@ from hyport_lib.results import ensure_results_dir, record, recorded_data
 from hyport_lib.stages import StageContract, stage_part
 from hyport_lib.utils.files import atomic_write_text, dumps_json
 from hyport_lib.utils.redact import scrub_text
+from hyport_lib.utils.wording import counted
 
 Reader = Callable[[Any], Any]
 
 
-class TerminalBar:
-    """A stage's ``on_progress``: one tqdm bar on stderr; a new phase starts a new bar, labelled by it."""
+#: Seconds between two progress lines where stderr is a log, not a terminal: a bar's
+#: redraws, one per update, filled an inference log with 968 of them.
+LOG_PROGRESS_INTERVAL_S = 5.0
+
+
+class ProgressWriter:
+    """A stage's ``on_progress`` on stderr. On a terminal, one tqdm bar; a new phase starts a
+    new bar, labelled by it. Elsewhere (a log, a cluster job's output), plain lines with no
+    carriage return: the first and the last of each phase, and one every
+    :data:`LOG_PROGRESS_INTERVAL_S` between."""
 
     def __init__(self, desc: str, unit: str, *, total: Reader, done: Reader,
                  postfix: Optional[Reader] = None, phase: Optional[Reader] = None,
-                 unit_scale: bool = False):
+                 unit_scale: bool = False, stream: Optional[TextIO] = None,
+                 clock: Callable[[], float] = time.monotonic):
         self.desc, self.unit, self.unit_scale = desc, unit, unit_scale
         self._total, self._done, self._postfix, self._phase = total, done, postfix, phase
-        self.bar = None
+        self._stream, self._clock = stream, clock
+        self.bar = None  # the tqdm bar, on a terminal
         self.current_phase = None
+        self._lines: Optional[_LogLines] = None  # the phase's plain lines, elsewhere
 
     def __call__(self, progress) -> None:
-        from tqdm import tqdm
-
         phase = self._phase(progress) if self._phase else None
-        if self.bar is None or phase != self.current_phase:
+        stream = self._stream or sys.stderr  # looked up late: a test's or a redirect's stderr
+        if (self.bar is None and self._lines is None) or phase != self.current_phase:
             self.close()
             self.current_phase = phase
-            self.bar = tqdm(total=self._total(progress), file=sys.stderr, desc=phase or self.desc,
-                            unit=self.unit, unit_scale=self.unit_scale)
-        if self._postfix is not None:
-            text = self._postfix(progress)
-            if text:
-                self.bar.set_postfix_str(text, refresh=False)
+            if _is_terminal(stream):
+                from tqdm import tqdm
+
+                self.bar = tqdm(total=self._total(progress), file=stream, desc=phase or self.desc,
+                                unit=self.unit, unit_scale=self.unit_scale)
+            else:
+                self._lines = _LogLines(stream, phase or self.desc, self.unit, self.unit_scale, self._clock)
+        text = self._postfix(progress) if self._postfix is not None else ""
+        if self._lines is not None:
+            self._lines.update(self._done(progress), self._total(progress), text)
+            return
+        if text:
+            self.bar.set_postfix_str(text, refresh=False)
         self.bar.update(self._done(progress) - self.bar.n)
         self.bar.refresh()
 
@@ -53,6 +72,65 @@ class TerminalBar:
         if self.bar is not None:
             self.bar.close()
             self.bar = None
+        if self._lines is not None:
+            self._lines.close()
+            self._lines = None
+
+
+def _is_terminal(stream) -> bool:
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError):  # no isatty, or a closed file: not a terminal
+        return False
+
+
+class _LogLines:
+    """One phase's progress as plain lines: the first update, then at most one line per
+    :data:`LOG_PROGRESS_INTERVAL_S` (a heartbeat while nothing moves), and the last state,
+    at the end or at close, unless a line already said it."""
+
+    def __init__(self, stream: TextIO, label: str, unit: str, unit_scale: bool, clock: Callable[[], float]):
+        self.stream, self.label, self.unit, self.unit_scale, self.clock = stream, label, unit, unit_scale, clock
+        self.started = clock()
+        self.written_at: Optional[float] = None
+        self.written_state: Optional[tuple] = None  # (done, total, postfix) the last line said
+        self.pending: Optional[tuple] = None  # the newest state
+
+    def update(self, done, total, postfix: str) -> None:
+        now = self.clock()
+        self.pending = (done, total, postfix)
+        finished = bool(total) and done >= total and self.pending != self.written_state
+        if self.written_at is None or finished or now - self.written_at >= LOG_PROGRESS_INTERVAL_S:
+            self._write(now)
+
+    def close(self) -> None:
+        if self.pending is not None and self.pending != self.written_state:
+            self._write(self.clock())
+
+    def _write(self, now: float) -> None:
+        print(self._line(*self.pending, now - self.started), file=self.stream, flush=True)
+        self.written_at, self.written_state = now, self.pending
+
+    def _line(self, done, total, postfix: str, elapsed_s: float) -> str:
+        if not total and not done:
+            amount = ""  # a phase that counts nothing (a reload in a child process)
+        elif self.unit_scale:
+            amount = f"{_scaled(done, self.unit)} of {_scaled(total, self.unit)}" if total else _scaled(done, self.unit)
+        else:
+            amount = f"{done:,} of {counted(total, self.unit)}" if total else counted(done, self.unit)
+        share = f" ({100 * done / total:.0f}%)" if total else ""
+        said = f": {amount}{share}," if amount else ","
+        return f"{self.label}{said} {elapsed_s:.0f}s" + (f", {postfix}" if postfix else "")
+
+
+def _scaled(count: float, unit: str) -> str:
+    """``count`` of ``unit`` with a decimal prefix (1.5 GB), as tqdm's ``unit_scale`` writes it."""
+    prefix = ""
+    for larger in ("k", "M", "G", "T"):
+        if abs(count) < 1000:
+            break
+        count, prefix = count / 1000, larger
+    return f"{count:.1f} {prefix}{unit}" if prefix else f"{count:.0f} {unit}"
 
 
 @dataclass(frozen=True)
@@ -62,7 +140,7 @@ class StageCommand:
 
     stage: str  # the stage's package ("inference")
     text: Callable[[Any], str]
-    bar: Callable[[], Optional[TerminalBar]] = lambda: None
+    bar: Callable[[], Optional[ProgressWriter]] = lambda: None
     planning: Callable[[], ContextManager] = contextlib.nullcontext  # around the plan (training's dataset bar)
     plan_lines: Callable[[Any], Sequence[str]] = lambda plan: ()  # what the plan decided, said on stderr
     json: Optional[Callable[[Any], Any]] = None  # the result as --json writes it (None: as recorded)

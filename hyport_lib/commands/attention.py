@@ -7,12 +7,13 @@ from __future__ import annotations
 
 from hyport_lib.attention import stage
 from hyport_lib.attention.show import comparison_table, model_table
-from hyport_lib.commands._stage import StageCommand, TerminalBar
+from hyport_lib.commands._stage import StageCommand, ProgressWriter
 from hyport_lib.proof.port_record import PortProof
 from hyport_lib.utils.typed_records import to_mapping
+from hyport_lib.utils.wording import counted
 
 
-class _GridBar(TerminalBar):
+class _GridBar(ProgressWriter):
     """The comparison grid's bar, closed when the grid is done: the model check and the
     scan that follow are not the grid's time."""
 
@@ -41,7 +42,7 @@ def _text(result: stage.AttentionStageResult) -> str:
         out.append(f"port: not made: {result.port_error}")
     elif result.port is not None:
         proof = result.port.proof or PortProof("none (nothing was rewritten)")
-        out.append(f"port: {result.port.dst}: {len(result.port.changes)} change(s), "
+        out.append(f"port: {result.port.dst}: {counted(len(result.port.changes), 'change')}, "
                    f"{len(result.port.manual)} left for a human (port.json); proof "
                    f"{proof.verdict}{' (NPU path emulated on CPU)' if proof.emulated else ''}"
                    f"{': ' + proof.error if proof.error else ''}")

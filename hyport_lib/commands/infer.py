@@ -5,7 +5,7 @@ is a FAIL; busy cards skipped are not.
 
 from __future__ import annotations
 
-from hyport_lib.commands._stage import StageCommand, TerminalBar
+from hyport_lib.commands._stage import StageCommand, ProgressWriter
 from hyport_lib.inference.grid import GridResult, InferencePlan
 from hyport_lib.inference.show import compact_frame
 
@@ -29,5 +29,5 @@ def _text(result: GridResult) -> str:
 
 COMMAND = StageCommand(
     "inference", text=_text, plan_lines=_plan_lines,
-    bar=lambda: TerminalBar("cards", "card", total=lambda p: p.total, done=lambda p: p.done,
+    bar=lambda: ProgressWriter("cards", "card", total=lambda p: p.total, done=lambda p: p.done,
                             postfix=_status_counts))

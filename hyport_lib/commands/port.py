@@ -12,6 +12,7 @@ import json
 from hyport_lib.port.proof_run import DEFAULT_TIMEOUT_S, proof_not_run, prove_port_in_child
 from hyport_lib.port.tree import port_tree, write_record
 from hyport_lib.utils.printable import shortened
+from hyport_lib.utils.wording import counted
 
 SNIPPET_WIDTH = 70
 
@@ -52,8 +53,8 @@ def config_overrides(values: list[str]) -> dict:
 
 
 def format_text(result) -> str:
-    out = [f"ported {result.src} -> {result.dst}: {len(result.changes)} change(s) in "
-           f"{len(result.files_changed)} file(s), {len(result.manual)} spot(s) left for a human"]
+    out = [f"ported {result.src} -> {result.dst}: {counted(len(result.changes), 'change')} in "
+           f"{counted(len(result.files_changed), 'file')}, {counted(len(result.manual), 'spot')} left for a human"]
     for change in result.changes:
         out.append(f"  {change.file}:{change.line}  {change.kind}  {shortened(change.before, SNIPPET_WIDTH)}  ->  "
                    f"{shortened(change.after, SNIPPET_WIDTH)}")

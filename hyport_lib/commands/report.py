@@ -17,6 +17,7 @@ from hyport_lib.report.run_parameters import parse_overrides
 from hyport_lib.report.runner import DEFAULT_CELL_TIMEOUT_S, check_output_root, clean_runs, run_report
 from hyport_lib.workbook.compare import compare_runs, find_run
 from hyport_lib.workbook.compare_show import COMPARE_PAGE, write_compare_page
+from hyport_lib.utils.wording import counted
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -67,7 +68,7 @@ def run(args: argparse.Namespace) -> int:
     if args.clean:
         root = check_output_root(args.output_dir or Path.cwd() / "outputs")
         cleaned = clean_runs(root, lambda m: print(m, file=sys.stderr))
-        print(f"{len(cleaned)} killed run(s) cleaned under {root}")
+        print(f"{counted(len(cleaned), 'killed run')} cleaned under {root}")
         return 0
     if args.cell_timeout <= 0:
         raise ValueError(f"--cell-timeout {args.cell_timeout}: expected a positive number of seconds")

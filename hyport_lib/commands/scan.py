@@ -12,6 +12,7 @@ from hyport_lib.scan.hits import ScanReport
 from hyport_lib.scan.rules import CATEGORIES
 from hyport_lib.scan.scanner import DEFAULT_EXCLUDE, scan_path
 from hyport_lib.utils.files import dumps_json
+from hyport_lib.utils.wording import counted
 
 SNIPPET_WIDTH = 90
 
@@ -76,7 +77,7 @@ def format_text(report: ScanReport) -> str:
         out.append(f"{len(report.hits)} findings in {files_hit} of {report.files_scanned} files "
                    f"scanned ({report.root}): {counts}")
     if report.unparsable:
-        out.append(f"{len(report.unparsable)} file(s) not parsed: their lines were scanned "
+        out.append(f"{counted(len(report.unparsable), 'file')} not parsed: their lines were scanned "
                    "by pattern only, so something may be missed there")
     for file, error in report.unparsable:
         out.append(f"unparsable: {file}: {error}")

@@ -7,18 +7,19 @@ from __future__ import annotations
 
 import contextlib
 
-from hyport_lib.commands._stage import StageCommand, TerminalBar
+from hyport_lib.commands._stage import StageCommand, ProgressWriter
 from hyport_lib.train.dataset import reporting_to
 from hyport_lib.train.preflight import LaunchPlan
 from hyport_lib.train.result import TrainProgress
 from hyport_lib.train.show import summary_frame
+from hyport_lib.utils.wording import plural
 
 
 @contextlib.contextmanager
 def _reading_dataset():
     """Records read and tokenised, said from the first second (100,000 records tokenise
     for minutes)."""
-    bar = TerminalBar("dataset", "record", total=lambda p: p.total, done=lambda p: p.done,
+    bar = ProgressWriter("dataset", "record", total=lambda p: p.total, done=lambda p: p.done,
                       phase=lambda p: p.phase)
     try:
         with reporting_to(bar):
@@ -36,11 +37,11 @@ def _last_loss(progress: TrainProgress) -> str:
 
 def _plan_lines(plan: LaunchPlan) -> list[str]:
     return [*(f"note: {note}" for note in plan.notes),
-            f"training: {plan.world_size} {plan.device_kind} process(es) -> {plan.output_dir}"]
+            f"training: {plan.world_size} {plan.device_kind} {plural('process', plan.world_size)} -> {plan.output_dir}"]
 
 
 COMMAND = StageCommand(
     "train", text=lambda result: summary_frame(result).to_string(index=False),
     planning=_reading_dataset, plan_lines=_plan_lines,
-    bar=lambda: TerminalBar("train", "step", total=lambda p: p.total_steps, done=lambda p: p.done_steps,
+    bar=lambda: ProgressWriter("train", "step", total=lambda p: p.total_steps, done=lambda p: p.done_steps,
                             postfix=_last_loss))

@@ -14,6 +14,7 @@ from datetime import datetime
 from pathlib import Path
 
 from hyport_lib.triage import Triage, cann_log_dir, triage, triage_text
+from hyport_lib.utils.wording import counted
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -63,7 +64,7 @@ def nothing_read(result: Triage, paths: list[str]) -> str:
     """The error for a triage that read no file: the first reason, or what was looked for."""
     if result.notes:
         more = len(result.notes) - 1
-        return f"no log could be read: {result.notes[0]}" + (f" (and {more} more note(s))" if more else "")
+        return f"no log could be read: {result.notes[0]}" + (f" (and {counted(more, 'more note')})" if more else "")
     return (f"no log file under {', '.join(paths)} (looked for *.log, *.txt, *.out, *.err, "
             f"stdout, stderr)")
 

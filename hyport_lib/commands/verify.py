@@ -13,12 +13,13 @@ import dataclasses
 from pathlib import Path
 
 from hyport_lib.checkpoint_files.findings import findings_frame
-from hyport_lib.commands._stage import StageCommand, TerminalBar
+from hyport_lib.commands._stage import StageCommand, ProgressWriter
 from hyport_lib.utils.files import ensure_writable
 from hyport_lib.weights.checksums import checksum_name
 from hyport_lib.weights.result import WeightsResult
 from hyport_lib.weights.show import comparison_frame, reload_frame, shards_frame
 from hyport_lib.weights.stage import WeightsPlan, summarize
+from hyport_lib.utils.wording import counted
 
 #: Switches here, off unless given: a bare ``hyport verify PATH`` reads the headers in
 #: milliseconds, where the notebook runs every check (the cell's defaults are on).
@@ -73,7 +74,8 @@ def _text(result: WeightsResult) -> str:
                        f"cast, max |Δ| {t['max_abs_cast']}")
         if result.zero_compare.status != "ok":
             out.append(f"zero_to_fp32: {result.zero_compare.reason}")
-    out += ["", f"findings: {n['error']} error(s), {n['warning']} warning(s), {n['info']} note(s)"]
+    out += ["", f"findings: {counted(n['error'], 'error')}, {counted(n['warning'], 'warning')}, "
+                f"{counted(n['info'], 'note')}"]
     if result.findings:
         out.append(findings_frame(result.findings).to_string(index=False, max_colwidth=160))
     out.append(f"{judged.verdict}: {judged.why}")
@@ -83,5 +85,5 @@ def _text(result: WeightsResult) -> str:
 COMMAND = StageCommand(
     "weights", text=_text, positional=("weights_path",), switches=SWITCHES,
     arguments=_log_dir_argument, adjust=_with_log_dir,
-    bar=lambda: TerminalBar("weights", "B", total=lambda p: p.total_bytes, done=lambda p: p.done_bytes,
+    bar=lambda: ProgressWriter("weights", "B", total=lambda p: p.total_bytes, done=lambda p: p.done_bytes,
                             phase=lambda p: p.phase, unit_scale=True))

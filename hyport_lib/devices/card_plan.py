@@ -15,6 +15,7 @@ from hyport_lib.backend import Backend
 from hyport_lib.devices.host_memory import require_host_ram
 from hyport_lib.devices.probe import probe_devices
 from hyport_lib.devices.visible_devices import inherited_card_ids
+from hyport_lib.utils.wording import plural
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -75,7 +76,8 @@ def available_cards(backend: Backend, num_cards: Optional[int] = None) -> list[i
         ids = inherited_card_ids(var, inherited)[:len(ids)]
     if num_cards is not None:
         if int(num_cards) > len(ids):
-            raise ValueError(f"num_cards={num_cards}: only {len(ids)} {backend.kind} card(s) are visible")
+            raise ValueError(f"num_cards={num_cards}: only {len(ids)} {backend.kind} {plural('card', len(ids))} "
+                             f"{plural('is', len(ids), 'are')} visible")
         ids = ids[:int(num_cards)]
     return ids
 

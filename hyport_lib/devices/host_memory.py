@@ -1,6 +1,9 @@
 """Host memory against what the ranks of a stage need: RAM (capped by the container's
 cgroup limit) and /dev/shm, per card. Stage 01 shows these checks; the inference grid and
 the training launcher refuse a card count with the same figure (:func:`require_host_ram`).
+
+Every figure here is in GiB (2**30 bytes), as psutil, the cgroup files and ``--shm-size``'s
+``g`` count it; the ``_gb`` names (recorded keys, parameters users type) stay as they are.
 """
 
 from __future__ import annotations
@@ -12,21 +15,22 @@ from dataclasses import dataclass
 from typing import Mapping, Optional
 
 from hyport_lib.results import Check
+from hyport_lib.utils.wording import counted, plural
 
-#: GB per card, by backend kind, when the caller gives no requirement. Accelerator
+#: GiB per card, by backend kind, when the caller gives no requirement. Accelerator
 #: ranks each load the model on the host before moving it; CPU workers run tiny models.
 DEFAULT_RAM_GB_PER_CARD = {"npu": 16.0, "cuda": 16.0, "cpu": 1.0}
 DEFAULT_SHM_GB_PER_CARD = {"npu": 1.0, "cuda": 1.0, "cpu": 0.25}
 
-#: Host GB a rank needs besides the model: Python, torch and transformers; on an
+#: Host GiB a rank needs besides the model: Python, torch and transformers; on an
 #: accelerator also the device runtime's host side.
 RUNTIME_GB = {"npu": 3.0, "cuda": 3.0, "cpu": 1.0}
-#: Host GB a CPU training rank adds for activations and DeepSpeed's buffers.
+#: Host GiB a CPU training rank adds for activations and DeepSpeed's buffers.
 CPU_TRAINING_GB = 1.0
 #: Bytes per parameter of a full fine-tune with Adam: weights, gradients, two moments
 #: (and, in mixed precision, an fp32 master copy), the usual 16. On a CPU rank under ZeRO
 #: 1-2 DeepSpeed's flat fp32 buffers keep the peak there (SmolLM2-135M, ZeRO-2 on 2 ranks:
-#: 4.3 GB peak per rank, against 135 M x 16 B + 2 GB = 4.0 GB); ZeRO-3 divides it by the ranks.
+#: 4.3 GiB peak per rank, against 135 M x 16 B + 2 GiB = 4.0 GiB); ZeRO-3 divides it by the ranks.
 FULL_FINETUNE_BYTES = 16
 DTYPE_BYTES = {"float32": 4, "fp32": 4, "bfloat16": 2, "bf16": 2, "float16": 2, "fp16": 2}
 
@@ -55,7 +59,7 @@ def ram_need_per_rank(kind: str, num_parameters: int, mode: str, *, dtype: str =
     split = f" / {shared} ranks (ZeRO-3)" if shared > 1 else ""
     return RamNeed(round(model_gb + extra, 2),
                    f"{num_parameters:,} parameters x {per_parameter} B ({what}){split} "
-                   f"+ {extra:g} GB runtime = {model_gb + extra:.2f} GB per rank ({mode}, {kind})")
+                   f"+ {extra:g} GiB runtime = {model_gb + extra:.2f} GiB per rank ({mode}, {kind})")
 
 
 def host_memory() -> dict:
@@ -75,7 +79,7 @@ def host_memory() -> dict:
 
 
 def _cgroup_gb(names: tuple[str, ...], root: Path = Path("/sys/fs/cgroup")) -> Optional[float]:
-    """The first of the cgroup files ``names`` that holds a number, in GB."""
+    """The first of the cgroup files ``names`` that holds a number, in GiB."""
     for name in names:
         try:
             text = (root / name).read_text().strip()
@@ -108,7 +112,7 @@ def check_host_memory(kind: str, num_cards: int, system: Mapping,
 
 
 def shm_size_flag(need_gb: float) -> str:
-    """``--shm-size`` in whole GB, rounded up."""
+    """``--shm-size`` in whole GiB (docker's ``g``), rounded up."""
     return f"--shm-size={max(1, math.ceil(need_gb - 1e-9))}g"
 
 
@@ -118,7 +122,7 @@ _SIZE_UNIT_GB = {"": 1 / 2 ** 30, "k": 1 / 2 ** 20, "m": 1 / 2 ** 10, "g": 1.0}
 
 
 def shm_size_from_mounts(text: str) -> Optional[float]:
-    """The GB of the tmpfs on /dev/shm, from /proc/mounts (``shm /dev/shm tmpfs rw,...,size=65536k
+    """The GiB of the tmpfs on /dev/shm, from /proc/mounts (``shm /dev/shm tmpfs rw,...,size=65536k
     0 0``, as ``--shm-size`` sets it). A later mount on the same folder hides the earlier one
     (Kubernetes mounts a memory ``emptyDir`` over the runtime's 64 MB), so the last line is
     the one in effect. None without a line or ``size=`` (tmpfs then takes half the RAM)."""
@@ -135,26 +139,32 @@ def check_container_shm(total_gb: Optional[float], num_cards: int, per_card_gb: 
                         where: str = "") -> Check:
     """``total_gb``: the container's ``--shm-size`` (None: SKIP); ``where``: `` in TREE``."""
     need = per_card_gb * max(num_cards, 1)
-    wanted = f"{need:g} GB needed for {num_cards} cards ({per_card_gb:g} GB each)"
+    wanted = _wanted(f"{need:g}", num_cards, per_card_gb)
     if total_gb is None:
         return Check("container_shm", "SKIP", f"/dev/shm size unknown{where} (no size= on its "
                                               f"/proc/mounts line): not judged, {wanted}")
     if total_gb < need:
-        return Check("container_shm", "WARN", f"/dev/shm{where} is {total_gb:.3g} GB < {wanted}: "
+        return Check("container_shm", "WARN", f"/dev/shm{where} is {total_gb:.3g} GiB < {wanted}: "
                                               f"DataLoader workers and collectives die with 'Bus "
                                               f"error'; start the container with {shm_size_flag(need)}")
-    return Check("container_shm", "PASS", f"/dev/shm{where} is {total_gb:.3g} GB, {wanted}")
+    return Check("container_shm", "PASS", f"/dev/shm{where} is {total_gb:.3g} GiB, {wanted}")
 
 
-def require_host_ram(kind: str, num_cards: int, what: str = "workers",
-                     need: Optional[RamNeed] = None) -> None:
-    """ValueError for ``num_cards`` ranks the host's RAM cannot hold: the ``host_ram`` check's
-    figure, or ``need`` when the model is known."""
+def require_host_ram(kind: str, num_cards: int, what: str = "worker",
+                     need: Optional[RamNeed] = None, nearest_plan: Optional[str] = None) -> None:
+    """ValueError for ``num_cards`` ranks (each a ``what``, singular) the host's RAM cannot
+    hold: the ``host_ram`` check's figure, or ``need`` when the model is known. ``nearest_plan``:
+    what would fit instead (bfloat16, fewer workers ...), said last; the memory model's to say."""
     check = check_host_memory(kind, num_cards, host_memory(),
                               ram_gb_per_card=need.per_rank_gb if need else None)[0]
-    if check.verdict == "FAIL":
-        raise ValueError(f"num_cards={num_cards}: too many {kind} {what} for this host: {check.reason}"
-                         + (f" ({need.how})" if need else ""))
+    if check.verdict != "FAIL":
+        return
+    if num_cards == 1:  # one is not "too many": the model itself does not fit
+        held = f"one {kind} {what}'s model" if need else f"one {kind} {what}"
+        said = f"num_cards=1: this host cannot hold {held}: {check.reason}"
+    else:
+        said = f"num_cards={num_cards}: too many {kind} {plural(what, num_cards)} for this host: {check.reason}"
+    raise ValueError(said + (f" ({need.how})" if need else "") + (f"; {nearest_plan}" if nearest_plan else ""))
 
 
 def _room_check(name: str, label: str, total: Optional[float], free: Optional[float],
@@ -162,13 +172,17 @@ def _room_check(name: str, label: str, total: Optional[float], free: Optional[fl
     """SKIP when unknown, ``too_small`` when the total cannot hold the cards, WARN when only
     the free part falls short."""
     need = per_card * num_cards
-    wanted = f"{need:.2f} GB needed for {num_cards} cards ({per_card:g} GB each)"
+    wanted = _wanted(f"{need:.2f}", num_cards, per_card)
     if total is None:
         return Check(name, "SKIP", f"{label} size unknown")
     if total < need:
-        return Check(name, too_small, f"{label} is {total:.2f} GB < {wanted}{hint}")
+        return Check(name, too_small, f"{label} is {total:.2f} GiB < {wanted}{hint}")
     if free is not None and free < need:
-        return Check(name, "WARN", f"only {free:.2f} of {total:.2f} GB {label} free, {wanted}")
+        return Check(name, "WARN", f"only {free:.2f} of {total:.2f} GiB {label} free, {wanted}")
     shown = f"{free:.2f} of {total:.2f}" if free is not None else f"{total:.2f}"
-    return Check(name, "PASS", f"{shown} GB {label} free, {wanted}")
+    return Check(name, "PASS", f"{shown} GiB {label} free, {wanted}")
 
+
+def _wanted(need: str, num_cards: int, per_card: float) -> str:
+    each = f" ({per_card:g} GiB each)" if num_cards != 1 else ""
+    return f"{need} GiB needed for {counted(num_cards, 'card')}{each}"

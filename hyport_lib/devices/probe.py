@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from hyport_lib.utils.typed_records import fields_of
+from hyport_lib.utils.wording import counted
 
 NVIDIA_GPU_QUERY = ("--query-gpu=index,uuid,name,memory.used,memory.total",
                     "--format=csv,noheader,nounits")
@@ -347,7 +348,7 @@ def _probe_npu(backend) -> DeviceListing:
     # Compared only with every card visible: a visible-devices list shows the runtime fewer.
     if runtime is not None and not os.environ.get(backend.visible_devices_var or "") \
             and runtime != len(info.devices):
-        listing.distrust = (f"npu-smi lists {len(info.devices)} card(s) but torch_npu sees "
+        listing.distrust = (f"npu-smi lists {counted(len(info.devices), 'card')} but torch_npu sees "
                             f"{runtime}: the listing cannot be trusted (its raw output is kept "
                             "in the report)")
     return listing

@@ -14,6 +14,7 @@ from hyport_lib.devices.visible_devices import check_visible_devices, visible_ca
 from hyport_lib.environment.facts import CannFacts
 from hyport_lib.results import Check
 from hyport_lib.utils.printable import printable
+from hyport_lib.utils.wording import counted
 
 #: Packages every stage needs; a missing one FAILs the environment check.
 REQUIRED_PACKAGES = ("torch", "transformers", "accelerate", "safetensors", "tokenizers",
@@ -153,7 +154,8 @@ def check_card_health(kind: str, listing) -> Check:
         return Check(name, "SKIP", f"health not reported ({listing.source})")
     bad = [d for d in known if d.health.upper() != "OK"]
     if not bad:
-        return Check(name, "PASS", f"all {len(known)} cards report OK")
+        return Check(name, "PASS", f"all {counted(len(known), 'card')} report OK" if len(known) > 1
+                               else f"{counted(len(known), 'card')} reports OK")
     worst = "FAIL" if any(d.health.upper() in ("CRITICAL", "ALARM") for d in bad) else "WARN"
     detail = ", ".join(f"card {d.index} {d.health}" for d in bad)
     return Check(name, worst, f"{detail} (see `npu-smi info -t health -i <npu>`)")
@@ -330,6 +332,6 @@ def check_backend(requested: str, kind: str, num_cards: int, error: Optional[str
         return Check("backend", "FAIL", f"{error}; the facts below were collected on CPU")
     if kind == "cpu":
         why = "no NPU or CUDA device found" if requested == "auto" else "CPU requested"
-        return Check("backend", "PASS", f"{why}: cpu backend with {num_cards} worker processes; "
+        return Check("backend", "PASS", f"{why}: cpu backend with {counted(num_cards, 'worker process')}; "
                                         f"figures are labelled CPU, never NPU")
-    return Check("backend", "PASS", f"{kind} backend, {num_cards} cards")
+    return Check("backend", "PASS", f"{kind} backend, {counted(num_cards, 'card')}")

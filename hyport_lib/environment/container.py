@@ -21,6 +21,7 @@ from hyport_lib.environment.facts import DriverVersions, container_evidence
 from hyport_lib.environment.tree import MAX_PROC_BYTES, is_machine_root, present, read_optional, under
 from hyport_lib.utils.bounded_files import kind_of
 from hyport_lib.utils.printable import printable
+from hyport_lib.utils.wording import counted
 
 
 @dataclass(frozen=True)
@@ -423,7 +424,7 @@ def check_container(root: Path, *, kind: str, requested: str, num_cards: Optiona
         findings.shm_total_gb = shm_size_from_mounts(mounts_text or "")
         if mounts_refused:
             shm = Check("container_shm", "WARN", f"{'; '.join(mounts_refused)}: /dev/shm size not judged "
-                                                 f"({per_card * count:g} GB needed for {count} cards)")
+                                                 f"({per_card * count:g} GiB needed for {counted(count, 'card')})")
         else:
             shm = check_container_shm(findings.shm_total_gb, count, per_card, f" in {root}")
         if shm.verdict == "WARN" and not mounts_refused:

@@ -20,7 +20,7 @@ class Params(StageParams):
         None, "host RAM needed per card, in GiB; None: the memory model's figure for model_path's inference, else the "
               "backend's default", min_exclusive=0)
     shm_gb_per_card: Optional[float] = param(
-        None, "/dev/shm needed per card; None: the backend's default", min_exclusive=0)
+        None, "/dev/shm needed per card, in GiB; None: the backend's default", min_exclusive=0)
     check_ports: bool = param(True, "bind-test the HCCL ports (60000 upward, 16666)")
     model_path: str = model_path_param(
         "the model the next stages load: does its processor need torchvision, how much host RAM per rank?")

@@ -16,6 +16,7 @@ from hyport_lib.drafting.values import fmt_value
 from hyport_lib.environment.stage import EnvironmentReport, container_facts, summarize
 from hyport_lib.results import VERDICTS, StageRecord
 from hyport_lib.utils.typed_records import to_mapping
+from hyport_lib.utils.wording import counted
 
 #: Variables worth showing even when unset, with their default (docs/ascend_field_notes.md).
 NOTABLE_VARIABLES = {
@@ -91,7 +92,7 @@ def summary_html(report: EnvironmentReport) -> str:
     badges = " ".join(verdict_label(k, f"{counts[k]} {k}") for k in VERDICTS)
     return (f'<div style="padding:6px;border-left:6px solid {colour}">'
             f"<b>Environment: {verdict}</b> &nbsp; {badges} &nbsp; "
-            f"backend <code>{html.escape(report.device)}</code>, {report.num_cards} cards, "
+            f"backend <code>{html.escape(report.device)}</code>, {counted(report.num_cards, 'card')}, "
             f"collected in {report.elapsed_s:.2f} s</div>")
 
 

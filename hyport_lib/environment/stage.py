@@ -26,6 +26,7 @@ from hyport_lib.results import VERDICTS, Check, Provenance, StageSummary, worst_
 from hyport_lib.utils.imports import collect_versions, is_flash_attn_available
 from hyport_lib.utils.redact import scrub_text
 from hyport_lib.utils.typed_records import fields_of, to_mapping
+from hyport_lib.utils.wording import counted
 
 STAGE = "01_environment"
 
@@ -250,7 +251,7 @@ def report_text(report: EnvironmentReport) -> str:
         lines.append(f"- {key}: {'not found' if value is None else value}")
 
     add("verdict", f"{summarize(report).verdict} ({report.summary_line()})")
-    add("backend", f"{report.device} ({report.num_cards} cards; requested {report.requested_device})")
+    add("backend", f"{report.device} ({counted(report.num_cards, 'card')}; requested {report.requested_device})")
     for key in ("os", "kernel", "arch", "libc", "cpu_model", "cpu_count", "cpu_affinity",
                 "numa_nodes", "ram_total_gb", "ram_available_gb", "shm_total_gb", "shm_free_gb",
                 "python", "python_executable", "in_container"):
@@ -300,7 +301,7 @@ def container_facts(container: Optional[ContainerFindings]) -> list[tuple[str, s
     if container.judged:
         cards = ", ".join(str(c) for c in container.cards)
         rows.append(("card nodes needed", f"{cards or 'none'} (from {container.cards_from})"))
-        rows.append(("/dev/shm (GB)", shown(container.shm_total_gb)))
+        rows.append(("/dev/shm (GiB)", shown(container.shm_total_gb)))
     for key, label in (("driver", "driver version"), ("driver_package", "driver package"),
                        ("driver_inner", "driver inner version"),
                        ("driver_firmware_range", "driver compatible_version_fw"),

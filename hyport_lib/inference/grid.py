@@ -40,6 +40,7 @@ from hyport_lib.utils.files import atomic_write_json, ensure_writable
 from hyport_lib.utils.printable import shortened
 from hyport_lib.utils.redact import scrub_obj
 from hyport_lib.utils.typed_records import fields_of, from_mapping, to_mapping
+from hyport_lib.utils.wording import counted
 
 STATUSES = ("ok", "failed", "timeout", "skipped-busy", "interrupted")
 #: What torch_npu prints when an operator has no NPU kernel.
@@ -126,7 +127,7 @@ class GridResult:
         note = " (sampling is on, so differences may be legitimate)" if sampling else ""
         if differing:
             said = (f"Cards {', '.join(map(str, differing))} differ from the majority output "
-                    f"(hash {reference}, {len(ok) - len(differing)} of {len(ok)} cards){note}.")
+                    f"(hash {reference}, {len(ok) - len(differing)} of {counted(len(ok), 'card')}){note}.")
         elif len(ok) == 1:
             said = f"Only card {int(ok.iloc[0]['card'])} finished (output hash {reference}); nothing to compare."
         else:

@@ -14,6 +14,7 @@ from hyport_lib.checkpoint_files.header import read_header
 from hyport_lib.models.families import is_encoder_decoder, read_config
 from hyport_lib.models.model_cache import SMOLLM2_NAME, PretrainedUnavailable, ensure_smollm2
 from hyport_lib.models.tiny import TINY_MODEL_NAME, ensure_tiny_model
+from hyport_lib.utils.wording import counted, plural
 
 HUB_ID = re.compile(r"^[A-Za-z0-9][\w.\-]*/[\w.\-]+$")
 
@@ -105,8 +106,8 @@ def _check_weights(path: Path, param: str, text: str) -> None:
         shards = sorted({path / name for name in weight_map.values()})
         missing = [s.name for s in shards if not s.is_file()]
         if missing:
-            raise ModelPathError(f"{param}={text!r}: {index.name} names shard(s) that are not "
-                                 f"there: {', '.join(missing)}")
+            raise ModelPathError(f"{param}={text!r}: {index.name} names {counted(len(missing), 'shard')} that "
+                                 f"{plural('is', len(missing), 'are')} not there: {', '.join(missing)}")
     else:
         shards = sorted(path.glob("*.safetensors"))
     if not shards and not any(path.glob("pytorch_model*.bin")):

@@ -32,6 +32,7 @@ from hyport_lib.utils.imports import package_version
 from hyport_lib.utils.printable import first_line
 from hyport_lib.utils.redact import scrub_text
 from hyport_lib.utils.typed_records import from_mapping, to_mapping
+from hyport_lib.utils.wording import counted
 
 #: Bump when the proof's method changes: cached proofs of an older method are not reused.
 #: 3: a NaN or an Inf in logits, loss or gradients fails the proof.
@@ -397,4 +398,4 @@ def _compare_decoding(proof: AttentionProof, eager: list, swapped: list) -> list
     decoding = compare(DECODING, eager[1:], swapped[1:])
     proof.max_abs_decode_logits, proof.decode_steps = decoding.max_abs, len(eager) - 1
     return [] if decoding.passed else [
-        f"cached decoding: {decoding.differs('logits')} within {proof.decode_steps} step(s)"]
+        f"cached decoding: {decoding.differs('logits')} within {counted(proof.decode_steps, 'step')}"]

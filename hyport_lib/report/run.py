@@ -9,7 +9,7 @@ import os
 import secrets
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator, Optional
+from typing import Any, Callable, Iterator, Mapping, Optional
 
 from hyport_lib.results import (INTERRUPTED, RESULTS_DIR_ENV, RUN_DIR_ENV, VERDICTS, Provenance, StageRecord,
                                 UnreadableResult, read_record, read_result, result_file)
@@ -153,11 +153,11 @@ def new_run_dir(output_root: Path) -> tuple[str, Path]:
 
 
 @contextlib.contextmanager
-def run_folder_env(run_dir: Path) -> Iterator[None]:
+def run_folder_env(run_dir: Path, extra: Optional[Mapping[str, str]] = None) -> Iterator[None]:
     """``run_dir`` as the run folder of what records a result inside the block (through
-    ``os.environ``, which a stage's kernel inherits); each variable put back (or removed,
-    when it was unset) afterwards, also when the block raises."""
-    values = {RUN_DIR_ENV: str(run_dir), RESULTS_DIR_ENV: str(Path(run_dir) / RESULTS_DIR)}
+    ``os.environ``, which a stage's kernel inherits), and ``extra`` variables; each variable
+    put back (or removed, when it was unset) afterwards, also when the block raises."""
+    values = {RUN_DIR_ENV: str(run_dir), RESULTS_DIR_ENV: str(Path(run_dir) / RESULTS_DIR), **(extra or {})}
     saved = {name: os.environ.get(name) for name in values}
     os.environ.update(values)
     try:

@@ -32,6 +32,7 @@ from hyport_lib.utils.files import atomic_write_json, ensure_writable
 from hyport_lib.utils.imports import collect_versions
 from hyport_lib.utils.redact import scrub_obj
 from hyport_lib.utils.signals import shielded
+from hyport_lib.utils.wording import counted
 
 #: Per-cell limit; papermill would otherwise wait forever on a hung cell.
 DEFAULT_CELL_TIMEOUT_S = 1800
@@ -114,7 +115,7 @@ def run_report(*, profile: Optional[str] = None, overrides: Optional[dict] = Non
 def _run_stages(run: ReportRun, stages, params, say, **stage_options) -> ReportRun:
     run_dir = run.run_dir
     write_run_files(run)
-    say(f"hyport report {run.run_id}: {len(stages)} stage(s) -> {run_dir}")
+    say(f"hyport report {run.run_id}: {counted(len(stages), 'stage')} -> {run_dir}")
     current = None
     try:
         for i, stage in enumerate(stages, 1):

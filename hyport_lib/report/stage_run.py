@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Optional
 
 from hyport_lib.devices.out_of_memory import DescendantWatch
+from hyport_lib.processes import HF_PROGRESS_BARS_OFF
 from hyport_lib.report.paths import relative_text
 from hyport_lib.report.run import RESULTS_DIR, StageOutcome, run_folder_env
 from hyport_lib.report.run_parameters import safe_parameters
@@ -141,7 +142,10 @@ def run_stage(stage: Stage, run_dir: Path, params: dict, *, cell_timeout_s: int,
     started = time.monotonic()
     error = None
     try:
-        with _stage_logging(log_out), run_folder_env(run_dir), _terminal_to_log(log_out), \
+        # The kernel's output is the stage's log too (papermill logs every output): no model
+        # loading bar redraws there. Not tqdm's TQDM_DISABLE: tqdm reads it once, when first
+        # imported, so set in this process it could turn off the report's own bar for good.
+        with _stage_logging(log_out), run_folder_env(run_dir, HF_PROGRESS_BARS_OFF), _terminal_to_log(log_out), \
                 DescendantWatch() as memory:  # the kernel's and its workers' memory, for a dead kernel
             try:
                 papermill.execute_notebook(

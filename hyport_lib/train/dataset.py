@@ -25,6 +25,7 @@ from hyport_lib.train.dataset_images import Problem as ImageProblem
 from hyport_lib.train.dataset_images import image_problem
 from hyport_lib.train.dataset_info import read_entry
 from hyport_lib.utils.bounded_files import NotARegularFile, UnreadableFile, check_regular
+from hyport_lib.utils.wording import counted, plural
 
 #: A problem's message is cut to this many characters (it may quote a value of any size).
 MAX_MESSAGE_CHARS = 240
@@ -311,8 +312,8 @@ def validate_record(index: int, value: dict, layout: DatasetLayout, image_root: 
     images = _check_images(raw_images, column, image_root, problem, image_check)
     placeholders = sum(text.count(IMAGE_PLACEHOLDER) for role, text in content.turns if role == "user")
     if images is not None and placeholders != len(images):
-        problem(column, "image_count", f"{placeholders} {IMAGE_PLACEHOLDER} placeholder(s) in the "
-                                       f"user turns but {len(images)} image(s)")
+        problem(column, "image_count", f"{placeholders} {IMAGE_PLACEHOLDER} {plural('placeholder', placeholders)} "
+                                       f"in the user turns but {counted(len(images), 'image')}")
     return problems, Record(index, record_id or f"#{index}", content.turns, images or [], content.system,
                             content.text_field, content.system_field, column)
 

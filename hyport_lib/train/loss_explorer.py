@@ -13,6 +13,7 @@ from typing import Any, Optional
 from hyport_lib.display import figure_png
 from hyport_lib.train.result import StepMetrics, TrainResult, finite
 from hyport_lib.train.show import ema, loss_figure
+from hyport_lib.utils.wording import counted
 
 VEGA_LITE_MIME = "application/vnd.vegalite.v5+json"
 #: The slider's positions: 0 is the raw loss; s smooths as TensorBoard does (EMA, α = 1 − s).
@@ -70,7 +71,7 @@ def loss_bundle(records: list[StepMetrics], title: str = "") -> dict:
     png = figure_png(loss_figure(records, None, title)).data
     return {VEGA_LITE_MIME: loss_spec(records, title),
             "image/png": base64.b64encode(png).decode("ascii"),
-            "text/plain": f"<loss of {len(records)} step(s): hover, zoom and smooth in JupyterLab>"}
+            "text/plain": f"<loss of {counted(len(records), 'step')}: hover, zoom and smooth in JupyterLab>"}
 
 
 def show_loss_explorer(result: TrainResult, run_name: str = "") -> None:

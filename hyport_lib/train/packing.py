@@ -24,6 +24,7 @@ from hyport_lib.train.params import Params
 from hyport_lib.train.samples import IGNORE_INDEX, Encoder, Sample
 from hyport_lib.utils.files import atomic_write_json
 from hyport_lib.utils.redact import scrub_obj
+from hyport_lib.utils.wording import counted, plural
 
 #: Keys of a batch that are hyport's bookkeeping, not model inputs.
 COUNT_KEYS = ("hyport_real_tokens", "hyport_tokens")
@@ -307,8 +308,9 @@ class FirstBatchRecorder:
             atomic_write_json(self.path, scrub_obj(described))
             misplaced = sum(row["label_mismatches"] for row in described["rows"])
             if misplaced:  # in the rank log, where a failing run's reader looks
-                print(f"hyport: warning: first batch: {misplaced} label(s) differ from the input token at "
-                      f"their position: the collator misplaces labels ({self.path})", file=sys.stderr, flush=True)
+                print(f"hyport: warning: first batch: {counted(misplaced, 'label')} "
+                      f"{plural('differs', misplaced, 'differ')} from the input token at their position: the "
+                      f"collator misplaces labels ({self.path})", file=sys.stderr, flush=True)
         return batch
 
     def _decode(self, ids: list[int]) -> str:

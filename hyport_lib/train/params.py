@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
+from hyport_lib.models.tiny import TINY_MODEL_NAME
 from hyport_lib.params import (ParameterError, StageParams, attn_implementation_param, card_memory_param,
                                device_param, model_path_param, num_cards_param, param, trust_remote_code_param)
 from hyport_lib.train.dataset_formats import FORMAT_CHOICES, DatasetOptions, option_problems
@@ -21,6 +22,14 @@ SAMPLE_DATASETS = Path(__file__).resolve().parent / "sample_datasets"
 #: The schedules that need no ``lr_scheduler_kwargs`` (cosine_with_min_lr and
 #: warmup_stable_decay need some) and no evaluation loop (reduce_lr_on_plateau): the
 #: Trainer gets neither, so the others would fail only after every rank loaded the model.
+#: ``max_shard_size`` decided by the model (:attr:`Params.shard_size`).
+AUTO = "auto"
+#: What ``auto`` gives any model but the tiny one: the seed's final weights (3.8 B parameters
+#: in bfloat16) came in two shards of at most 5GB (transformers 4's default; 5 writes 50GB).
+AUTO_SHARD_SIZE = "5GB"
+#: What ``auto`` gives the embedded tiny model (a few MB): several shards and an index, so
+#: that stage 05 checks a sharded checkpoint in every default run.
+TINY_MODEL_SHARD_SIZE = "300KB"
 LR_SCHEDULERS = ("linear", "cosine", "cosine_with_restarts", "polynomial", "constant",
                  "constant_with_warmup", "inverse_sqrt")
 
@@ -99,8 +108,10 @@ class Params(StageParams):
     throughput_warmup_steps: int = param(2, "first steps left out of the throughput figures (operator "
                                          "compilation)", min=0)
     train_timeout_s: float = param(3600.0, "wall-clock limit of the whole launch, in seconds", min_exclusive=0)
-    max_shard_size: Optional[str] = param("5GB", 'shard the final weights (the seed\'s two shards); "300KB" '
-                                          "shards the tiny model; None: transformers' default", nonempty=True)
+    max_shard_size: Optional[str] = param(AUTO, f"the final weights' shard size: auto ({AUTO_SHARD_SIZE}, the seed's "
+                                          f"two shards; the embedded tiny model {TINY_MODEL_SHARD_SIZE}, so that "
+                                          "it too comes in shards with an index) | a size such as 5GB, for any "
+                                          "model | None: transformers' default", nonempty=True)
     trust_remote_code: bool = trust_remote_code_param()
     seed: int = param(0, "seeds the data order and new (LoRA) weights", min=0)
 
@@ -123,7 +134,7 @@ class Params(StageParams):
         problems.extend(self._dataset_problems())
         if not self.lora_targets:
             problems.append(f"lora_target={self.lora_target!r}: names no module")
-        if self.max_shard_size is not None:
+        if self.max_shard_size not in (None, AUTO):
             problems.extend(_shard_size_problems(self.max_shard_size))
         if problems:
             raise ParameterError(problems)
@@ -159,6 +170,24 @@ class Params(StageParams):
         """How :func:`hyport_lib.train.dataset.load_dataset` reads ``dataset_path``."""
         return DatasetOptions(self.dataset_format, dict(self.dataset_columns), dict(self.dataset_tags),
                               self.dataset)
+
+    @property
+    def shard_size(self) -> Optional[str]:
+        """``max_shard_size`` as the final save gets it (None: transformers' default): ``auto``
+        gives the tiny model's small shards to the tiny model only, a real model never 200 of them."""
+        if self.max_shard_size != AUTO:
+            return self.max_shard_size
+        return TINY_MODEL_SHARD_SIZE if str(self.model_path).strip() == TINY_MODEL_NAME else AUTO_SHARD_SIZE
+
+    def shard_size_note(self) -> str:
+        """What :attr:`shard_size` decided, and why, for the plan's notes."""
+        size = self.shard_size
+        if self.max_shard_size != AUTO:
+            chosen = f"shards of at most {size}" if size else "transformers' default shard size"
+            return f"final weights: {chosen} (max_shard_size={self.max_shard_size!r})"
+        why = ("the embedded tiny model, split so that its final weights come with an index to check"
+               if size == TINY_MODEL_SHARD_SIZE else "the seed's shard size")
+        return f"final weights: shards of at most {size} (max_shard_size='auto': {why})"
 
     @property
     def lora_targets(self) -> list[str]:

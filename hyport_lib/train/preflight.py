@@ -35,6 +35,7 @@ from hyport_lib.train.packing import proof_batches, training_rows
 from hyport_lib.train.params import Params
 from hyport_lib.train.samples import encode_records, prefix_format_note, system_prompt_note
 from hyport_lib.train.smoke_data import SMOKE_FILE, write_smoke_dataset
+from hyport_lib.utils.wording import counted, plural
 
 
 @dataclass
@@ -125,7 +126,7 @@ def prepare(params: Params, backend) -> LaunchPlan:
             notes += [f"dataset {report.path}: {t}" for t in (report.layout.note(), report.layout.caveat) if t]
     notes.extend(summary["notes"])
     if skip:
-        notes.append(f"{len(skip)} bad record(s) skipped (skip_bad_records=True)")
+        notes.append(f"{counted(len(skip), 'bad record')} skipped (skip_bad_records=True)")
     checkpoint, resume_notes = _resume(params, output_dir, world)
     notes.extend(resume_notes)
     check_master_addr(params)
@@ -142,6 +143,7 @@ def prepare(params: Params, backend) -> LaunchPlan:
     _check_cards(backend, nproc)
     if params.finetuning_type == "lora":
         notes.extend(_check_lora_targets(params, model_path))
+    notes.append(params.shard_size_note())
     return LaunchPlan(
         params=params, device_kind=backend.kind, nproc_per_node=nproc, world_size=world,
         model_path=model_path, dataset_path=str(dataset_path), image_root=image_root,
@@ -177,7 +179,7 @@ def _resume(params: Params, output_dir: Path, world: int) -> tuple[Optional[Chec
         if earlier:  # the workers remove them (drop_checkpoints_after): say so before they do
             why = ("none of them is complete" if params.resume_from.lower() == "auto"
                    else "resume_from='auto' would resume the newest complete one instead")
-            notes.append(f"starts from scratch in a folder with {len(earlier)} earlier checkpoint(s) "
+            notes.append(f"starts from scratch in a folder with {counted(len(earlier), 'earlier checkpoint')} "
                          f"({_first_three(earlier)}): they will be removed; {why}")
         return None, notes
     check_compatible(checkpoint, world_size=world, zero_stage=params.zero_stage,
@@ -199,7 +201,7 @@ def _resume(params: Params, output_dir: Path, world: int) -> tuple[Optional[Chec
                          "that the run would remove; resume_from='auto' takes the newest, or allow it "
                          "with overwrite_output_dir=True")
     if later:  # the workers remove them (drop_checkpoints_after): say so before they do
-        notes.append(f"{len(later)} later checkpoint(s) in output_dir ({_first_three(later)}) will be "
+        notes.append(f"{counted(len(later), 'later checkpoint')} in output_dir ({_first_three(later)}) will be "
                      f"removed: the run continues from step {checkpoint.step} and writes its own")
     return checkpoint, notes
 
@@ -211,11 +213,12 @@ def _first_three(names: list[str]) -> str:
 def _cards(backend, num_cards: Optional[int]) -> int:
     if backend.kind == "cpu":
         count = int(num_cards or backend.num_cards())
-        require_host_ram("cpu", count, "training processes")  # before the model is read: 64 "cards"
+        require_host_ram("cpu", count, "training process")  # before the model is read: 64 "cards"
         return count
     visible = backend.num_cards()
     if num_cards is not None and num_cards > visible:
-        raise ValueError(f"num_cards={num_cards}: only {visible} {backend.kind} card(s) are visible")
+        raise ValueError(f"num_cards={num_cards}: only {visible} {backend.kind} {plural('card', visible)} "
+                         f"{plural('is', visible, 'are')} visible")
     if visible < 1:
         raise RuntimeError(f"no {backend.kind} card is visible")
     return int(num_cards or visible)
@@ -282,14 +285,14 @@ def _check_dataset(params: Params, report: DatasetReport, model_path: str,
         left = [p for p in too_long if p.kind == "not_applicable"]
         too_long = [p for p in too_long if p.kind != "not_applicable"]
         if left:
-            notes.append(f"bundled smoke set: {len(left)} record(s) not applicable to this "
+            notes.append(f"bundled smoke set: {counted(len(left), 'record')} not applicable to this "
                          f"{loaded.traits.kind} model left out ({left[0].message})")
     if params.overflow == "drop":
         # Asked for: too-long samples are dropped (the workers drop them the same way), and counted.
         dropped = [p for p in too_long if p.kind == "too_long"]
         too_long = [p for p in too_long if p.kind != "too_long"]
         if dropped:
-            notes.append(f"overflow='drop': {len(dropped)} record(s) longer than max_seq_len="
+            notes.append(f"overflow='drop': {counted(len(dropped), 'record')} longer than max_seq_len="
                          f"{params.max_seq_len} dropped (first: record {dropped[0].index}, id "
                          f"{dropped[0].record_id!r}, {dropped[0].message.split(' >')[0]})")
     problems = sorted(report.problems + too_long, key=lambda p: p.index)

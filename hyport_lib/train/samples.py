@@ -15,6 +15,7 @@ from hyport_lib.models.training_inputs import PositionsFunction, image_processor
 from hyport_lib.train.dataset import OnProgress, Problem, ProgressTicker, Record
 from hyport_lib.train.dataset_formats import IMAGE_PLACEHOLDER
 from hyport_lib.train.dataset_images import DecodedImages, UnreadableImage
+from hyport_lib.utils.wording import counted, plural
 
 IGNORE_INDEX = -100
 
@@ -74,7 +75,7 @@ def messages_of(record: Record, fold_system: bool = False) -> list[dict]:
 def not_applicable(loaded: LoadedProcessor, record: Record) -> Optional[Problem]:
     if record.images and not loaded.traits.multimodal:
         return Problem(record.index, record.record_id, record.image_field, "not_applicable",
-                       f"{len(record.images)} image(s), but {loaded.traits.model_type or 'the model'} "
+                       f"{counted(len(record.images), 'image')}, but {loaded.traits.model_type or 'the model'} "
                        "is a text-only model")
     if not record.images and needs_image(loaded):
         return Problem(record.index, record.record_id, record.image_field, "not_applicable",
@@ -332,7 +333,8 @@ def system_prompt_note(loaded: LoadedProcessor, records: list[Record]) -> Option
     if why is None or not carrying:
         return None
     fields = ", ".join(sorted({r.system_field for r in carrying}))
-    return (f"{len(carrying)} record(s) carry a system prompt ({fields}), but "
+    return (f"{counted(len(carrying), 'record')} {plural('carries', len(carrying), 'carry')} a system prompt "
+            f"({fields}), but "
             f"{loaded.traits.model_type or 'the model'}'s chat template {why}: each is put at the start of "
             "the record's first user turn, followed by a blank line (as LLaMA-Factory's templates do for "
             "such models)")
@@ -347,6 +349,7 @@ def prefix_format_note(loaded: LoadedProcessor, records: list[Record]) -> Option
     several = [r for r in records if sum(role == "assistant" for role, _ in r.turns) > 1]
     if not several:
         return None
-    return (f"{len(several)} record(s) hold more than one answer (history or several turns), but "
+    return (f"{counted(len(several), 'record')} {plural('holds', len(several), 'hold')} more than one answer "
+            "(history or several turns), but "
             f"{loaded.traits.model_type or 'this model'} takes a prefix and one suffix (no chat template): "
             "each trains on its last answer only, the earlier turns being part of the unlabelled prefix")

@@ -26,6 +26,7 @@ from hyport_lib.train.result import StepMetrics, TrainProgress, TrainResult, fin
 from hyport_lib.train.stage import STAGE, summarize
 from hyport_lib.triage import show_triage
 from hyport_lib.utils.printable import shortened
+from hyport_lib.utils.wording import counted
 from hyport_lib.workbook.compare import THROUGHPUT_COLUMNS, Part, RunRecord, StageComparison
 
 
@@ -144,7 +145,7 @@ class LiveTrainingDisplay:
 def plan_frame(plan: LaunchPlan) -> pd.DataFrame:
     c = plan.params
     rows = [
-        ("processes", f"{plan.nproc_per_node} per node × {c.nnodes} node(s) = {plan.world_size} "
+        ("processes", f"{plan.nproc_per_node} per node × {counted(c.nnodes, 'node')} = {plan.world_size} "
                       f"({plan.device_kind})"),
         ("rendezvous", f"{plan.master_addr}:{plan.master_port}, node rank {c.node_rank}, "
                        f"max restarts {c.max_restarts}"),
@@ -155,7 +156,7 @@ def plan_frame(plan: LaunchPlan) -> pd.DataFrame:
                  f"{'packed' if c.packing else 'padded'} to max_seq_len {c.max_seq_len}"),
         ("steps", f"max_steps {c.max_steps if c.max_steps is not None else '(full epochs)'}, "
                   f"save_steps {c.save_steps}, batch {c.per_device_train_batch_size} × accum "
-                  f"{c.gradient_accumulation_steps} × {plan.world_size} cards"),
+                  f"{c.gradient_accumulation_steps} × {counted(plan.world_size, 'card')}"),
         ("optimizer", f"lr {c.learning_rate:g} ({c.lr_scheduler_type}, warm-up {c.warmup_steps}), "
                       f"gradient checkpointing {c.gradient_checkpointing}"),
         ("resume", plan.resume_checkpoint or f"from scratch (resume_from={c.resume_from!r})"),
@@ -227,7 +228,7 @@ def summary_frame(result: TrainResult) -> pd.DataFrame:
         ("loss first → last", loss_span(s) or MISSING),
         ("steps logged", f"{s.steps} ({s.first_step}..{s.last_step}); repeated {s.repeated_steps or 'none'}, "
                          f"missing {s.missing_steps or 'none'}"),
-        ("mean step time", (f"{s.mean_step_s:.3f} s over {s.measured_steps} step(s)"
+        ("mean step time", (f"{s.mean_step_s:.3f} s over {counted(s.measured_steps, 'step')}"
                             + (f"; {s.checkpoint_s:.2f} s of checkpoint saves left out" if s.checkpoint_s else ""))
          if s.mean_step_s else MISSING),
         ("tokens/s/p", _rate(s.tokens_per_s_per_card)), ("real tokens/s/p", _rate(s.real_tokens_per_s_per_card)),

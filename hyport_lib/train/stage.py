@@ -12,6 +12,7 @@ from hyport_lib.train.params import Params
 from hyport_lib.train.preflight import LaunchPlan, prepare
 from hyport_lib.train.result import TrainProgress, TrainResult, loss_span, proof_summary
 from hyport_lib.utils.typed_records import to_mapping
+from hyport_lib.utils.wording import counted, plural
 
 #: The result stage 05 reads its hand-over from (:class:`TrainedWeights`) is this stage's.
 STAGE = TrainedWeights.STAGE
@@ -38,7 +39,7 @@ def summarize(result: TrainResult) -> StageSummary:
     span = loss_span(s)
     loss = f"loss {span}" if span else "no loss logged"
     plan = result.plan
-    line = (f"{s.steps} steps on {plan.world_size} {plan.device_kind} process(es), "
+    line = (f"{s.steps} steps on {plan.world_size} {plan.device_kind} {plural('process', plan.world_size)}, "
             f"ZeRO-{plan.deepspeed.zero_stage}, {plan.precision}: exit {result.exit_code}, {loss}"
             # the PASS reason only repeats the steps and exit code said just before
             + ("; final weights written" if verdict == "PASS" else f"; {why}"))
@@ -77,7 +78,7 @@ def _verdict(result: TrainResult) -> tuple[str, str]:
     if s.nonfinite_grad_norm_steps:
         problems.append(f"non-finite grad norm at steps {s.nonfinite_grad_norm_steps}")
     if s.skipped_steps:
-        problems.append(f"{s.skipped_steps} step(s) skipped by the optimizer (overflow)")
+        problems.append(f"{counted(s.skipped_steps, 'step')} skipped by the optimizer (overflow)")
     if problems:
         return "WARN", "; ".join(problems)
     return "PASS", f"{s.steps} steps, exit code 0, final weights written"

@@ -191,7 +191,7 @@ def save_final(trainer, processor, spec: dict, params: Params) -> str:
         return str(out)
     model = trainer.accelerator.unwrap_model(trainer.model)
     retie(model, state_dict)  # copies hide ties from save_pretrained: a tied weight saved twice
-    sharding = {"max_shard_size": params.max_shard_size} if params.max_shard_size else {}
+    sharding = {"max_shard_size": params.shard_size} if params.shard_size else {}
     if params.finetuning_type == "lora":
         model.save_pretrained(str(out / "adapter"), state_dict=state_dict)
         with _zero3_set_aside():  # a plain model on rank 0 alone: no ZeRO-3 gathering

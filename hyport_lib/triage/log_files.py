@@ -16,6 +16,7 @@ from typing import Callable, Iterable, Iterator, Mapping, Optional, Sequence
 
 from hyport_lib.utils import bounded_files
 from hyport_lib.utils.bounded_files import inside
+from hyport_lib.utils.wording import counted
 
 LOG_SUFFIXES = (".log", ".txt", ".out", ".err")
 STREAM_NAMES = ("stdout", "stderr")
@@ -152,10 +153,10 @@ def walk_files(root: Path, wanted: Callable[[Path, bool], bool],
                 elif path.is_file() or not is_link:  # a FIFO is kept: its reading says why not
                     found.append(path)
     if too_deep:
-        notes.append(f"{root}: {len(too_deep)} folder(s) deeper than {max_depth} levels not walked: "
+        notes.append(f"{root}: {counted(len(too_deep), 'folder')} deeper than {max_depth} levels not walked: "
                      f"{named(too_deep)}")
     if outside:
-        notes.append(f"{root}: {len(outside)} link(s) out of the folder not followed: {named(outside)}")
+        notes.append(f"{root}: {counted(len(outside), 'link')} out of the folder not followed: {named(outside)}")
     return found, notes
 
 
@@ -334,6 +335,6 @@ def plan_reading(own: Sequence[Path], cann: Sequence[Path],
         else:
             unread.append(path)
     if unread:
-        notes.append(f"byte budget of {max_bytes / 2**20:.0f} MiB spent: {len(unread)} log file(s) "
+        notes.append(f"byte budget of {max_bytes / 2**20:.0f} MiB spent: {counted(len(unread), 'log file')} "
                      f"not read: {named(unread, NAMED_UNREAD)}")
     return [chosen[p] for p in [*own, *cann] if p in chosen], unread, notes

@@ -8,6 +8,7 @@ from typing import Optional
 
 from hyport_lib.triage.catalogue import ERROR, WARNING
 from hyport_lib.utils.typed_records import from_mapping, require_fields
+from hyport_lib.utils.wording import counted
 
 #: Places named in a line before "and N more".
 PLACES_SHOWN = 4
@@ -146,7 +147,7 @@ def triage_frame(triage: Triage):
                      "meaning": f.meaning, "action": f.action})
     for item in triage.unrecognised:
         first = item.lines[0] if item.lines else [None, ""]
-        rows.append({"kind": "not recognised", "title": f"{item.count} error line(s)",
+        rows.append({"kind": "not recognised", "title": f"{counted(item.count, 'error line')}",
                      "where": f"{item.file}:{first[0]}", "places": 1, "line": first[1],
                      "meaning": "", "action": ""})
     return pd.DataFrame(rows, columns=list(FRAME_COLUMNS))
@@ -182,7 +183,7 @@ def triage_markdown(triage: Triage) -> list[str]:
 
 def triage_text(triage: Triage) -> list[str]:
     """Plain lines for a terminal."""
-    out = [f"{len(triage.files_read)} file(s) read: {triage.summary_line()}"]
+    out = [f"{counted(len(triage.files_read), 'file')} read: {triage.summary_line()}"]
     for f in triage.findings:
         out.append("")
         out.append(f"{'WARNING' if f.severity == 'warning' else 'FAILURE'}: {f.title}  [{f.key}]")

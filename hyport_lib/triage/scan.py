@@ -21,6 +21,7 @@ from hyport_lib.triage.log_files import (MAX_BYTES, NAMED_UNREAD, DeadlinePassed
 from hyport_lib.triage.result import Finding, Place, Triage, Unrecognised
 from hyport_lib.utils.printable import printable
 from hyport_lib.utils.redact import PrivateKeyLines, scrub_secret_shapes, scrub_text
+from hyport_lib.utils.wording import counted
 
 #: Seconds one triage reads at most (the byte budget alone does not bound the time: a
 #: slow disk, or lines that are costly to match); notes name what was left unread.
@@ -264,7 +265,7 @@ def triage(paths: Iterable[os.PathLike | str], *, cann_log_dir: Optional[os.Path
             left = [_shown(p.path, base) for p in planned[index + 1:]]
             break
     if left:
-        notes.append(f"time limit of {max_seconds:g} s reached: {len(left)} log file(s) not read: "
+        notes.append(f"time limit of {max_seconds:g} s reached: {counted(len(left), 'log file')} not read: "
                      f"{named(left, NAMED_UNREAD)}")
     return Triage(findings=collector.ordered(), unrecognised=collector.unrecognised,
                   files_read=read, root=printable(str(base)) if base else None,

@@ -125,8 +125,9 @@ def _device_of(folder: Path) -> str:
 
 
 def human_size(count: float) -> str:
-    for unit in ("B", "KB", "MB", "GB"):
+    """Bytes in binary units (KiB, MiB, GiB: what ``df -h`` counts)."""
+    for unit in ("B", "KiB", "MiB", "GiB"):
         if count < 1024:
             return f"{count:.0f} {unit}" if unit == "B" else f"{count:.1f} {unit}"
         count /= 1024
-    return f"{count:.1f} TB"
+    return f"{count:.1f} TiB"

@@ -20,6 +20,7 @@ from hyport_lib.checkpoint_files.header import DTYPE_BITS, ShardHeader, TensorEn
 from hyport_lib.utils.typed_records import fields_of
 from hyport_lib.weights.layout import Inspection
 from hyport_lib.weights.scan import ScanProgress, read_exactly
+from hyport_lib.utils.wording import counted, plural
 
 #: Bytes read from each side per step: not the full scan's 2 MiB, measured for its reader
 #: thread; the comparison reads two files in one thread.
@@ -234,7 +235,8 @@ def _findings(result: Comparison, weights: Inspection, other: Inspection) -> Non
     if dtype_rows:
         kinds = Counter(f"{r['other dtype']} → {r['dtype']}" for r in dtype_rows)
         add(Finding("dtype_changed", other_label,
-                    f"{len(dtype_rows)} tensor(s) changed dtype ({', '.join(f'{k}: {v}' for k, v in kinds.items())}); "
+                    f"{counted(len(dtype_rows), 'tensor')} changed dtype "
+                    f"({', '.join(f'{k}: {v}' for k, v in kinds.items())}); "
                     f"values compared after rounding the {result.role} to the saved dtype",
                     tensors=[r["tensor"] for r in dtype_rows]))
     if result.role == "checkpoint":
@@ -242,7 +244,7 @@ def _findings(result: Comparison, weights: Inspection, other: Inspection) -> Non
         if differ:
             parts = [f"{len(by[s])} {s}" for s in ("changed", "added", "removed", "shape") if by[s]]
             add(Finding("checkpoint_differs", other_label,
-                        f"{', '.join(parts).replace('shape', 'shape changed')} of {len(rows)} tensor(s): "
+                        f"{', '.join(parts).replace('shape', 'shape changed')} of {counted(len(rows), 'tensor')}: "
                         f"{name_some(r['tensor'] for r in differ)}",
                         tensors=[r["tensor"] for r in differ]))
         return
@@ -253,16 +255,17 @@ def _findings(result: Comparison, weights: Inspection, other: Inspection) -> Non
                     f"only {shared} of the base's {base_tensors} tensors are in the weights: the base "
                     "is another model (or another layout); give the model training started from"))
     if by["removed"]:
-        add(Finding("key_removed", other_label, f"{len(by['removed'])} tensor(s) of the base are not in "
-                    f"the weights: {name_some(r['tensor'] for r in by['removed'])}",
+        add(Finding("key_removed", other_label, f"{counted(len(by['removed']), 'tensor')} of the base "
+                    f"{plural('is', len(by['removed']), 'are')} not in the weights: "
+                    f"{name_some(r['tensor'] for r in by['removed'])}",
                     tensors=[r["tensor"] for r in by["removed"]]))
     if by["added"]:
-        add(Finding("key_added", weights.path, f"{len(by['added'])} tensor(s) not in the base: "
+        add(Finding("key_added", weights.path, f"{counted(len(by['added']), 'tensor')} not in the base: "
                     f"{name_some(r['tensor'] for r in by['added'])}",
                     tensors=[r["tensor"] for r in by["added"]]))
     if by["shape"]:
         r = by["shape"][0]
-        add(Finding("shape_changed", weights.path, f"{len(by['shape'])} tensor(s) changed shape, e.g. "
+        add(Finding("shape_changed", weights.path, f"{counted(len(by['shape']), 'tensor')} changed shape, e.g. "
                     f"`{r['tensor']}` {r['other shape']} → {r['shape']}",
                     tensors=[r["tensor"] for r in by["shape"]]))
     if by["same"] and not by["changed"]:

@@ -20,6 +20,7 @@ from hyport_lib.checkpoint_files.findings import Finding, name_some
 from hyport_lib.checkpoint_files.header import ShardHeader, TensorEntry, read_header
 from hyport_lib.utils.bounded_files import kind_of
 from hyport_lib.weights.names import ModelNames, model_names
+from hyport_lib.utils.wording import counted, plural
 
 INDEX_FILE = "model.safetensors.index.json"
 SINGLE_FILE = "model.safetensors"
@@ -153,7 +154,7 @@ def _inspect_folder(folder: Path, validate: bool) -> Inspection:
         result = Inspection(str(folder), "sharded", shards=[read_header(p, validate=validate) for p in shards])
         result.findings.append(Finding(
             "index_missing", INDEX_FILE,
-            f"{len(shards)} shard file(s) ({name_some([p.name for p in shards])}) but no index: "
+            f"{counted(len(shards), 'shard file')} ({name_some([p.name for p in shards])}) but no index: "
             f"from_pretrained fails with 'no file named model.safetensors'"))
         return result
     result = Inspection(str(folder), "none")
@@ -187,7 +188,7 @@ def _inspect_sharded(folder: Path, index_path: Path, validate: bool) -> Inspecti
         keys = [k for k, v in index.weight_map.items() if v == name]
         if not shard_path.is_file():
             result.findings.append(Finding(
-                "shard_missing", name, f"{index.file} names {name} for {len(keys)} tensor(s) "
+                "shard_missing", name, f"{index.file} names {name} for {counted(len(keys), 'tensor')} "
                 f"({name_some(keys)}) but the file is not in the folder", tensors=keys))
             continue
         result.shards.append(read_header(shard_path, validate=validate))
@@ -259,13 +260,14 @@ def _cross_check(result: Inspection, index: IndexInfo) -> None:
         elsewhere = [k for k in keys if holders.get(k)]
         note = f" ({len(elsewhere)} of them are in another shard)" if elsewhere else ""
         add(Finding("key_missing_from_shard", shard,
-                    f"{len(keys)} key(s) the index places in {shard} are not in it{note}: "
-                    f"{name_some(keys)}", tensors=keys))
+                    f"{counted(len(keys), 'key')} the index places in {shard} "
+                    f"{plural('is', len(keys), 'are')} not in it{note}: {name_some(keys)}", tensors=keys))
     for shard in result.shards:
         extra = [k for k in shard.tensors if k not in index.weight_map]
         if extra:
             add(Finding("key_not_in_index", shard.label,
-                        f"{len(extra)} key(s) of {shard.label} are not in {index.file} "
+                        f"{counted(len(extra), 'key')} of {shard.label} {plural('is', len(extra), 'are')} "
+                        f"not in {index.file} "
                         f"(from_pretrained would not load them): {name_some(extra)}", tensors=extra))
     # A key in two shards is blamed on the copy the index does not point to.
     by_file: dict[str, list[str]] = {}
@@ -277,7 +279,7 @@ def _cross_check(result: Inspection, index: IndexInfo) -> None:
     for shard, keys in by_file.items():
         others = sorted({f for k in keys for f in holders[k]} - {shard})
         add(Finding("key_in_two_shards", shard,
-                    f"{len(keys)} key(s) also stored in {', '.join(others)}: {name_some(keys)}",
+                    f"{counted(len(keys), 'key')} also stored in {', '.join(others)}: {name_some(keys)}",
                     tensors=keys))
     if all(s.readable and not s.invalid for s in result.shards) and len(result.shards) == len(index.shards):
         tensors = result.tensors
@@ -347,7 +349,7 @@ def _placeholders(result: Inspection) -> None:
             hint = f" where the model expects {list(want)}" if want else ""
             result.findings.append(Finding(
                 "zero3_placeholder", shard.label,
-                f"{len(found)} floating tensor(s) with no elements, e.g. `{key}` "
+                f"{counted(len(found), 'floating tensor')} with no elements, e.g. `{key}` "
                 f"{entry.dtype} {list(entry.shape)}{hint}: ZeRO-3 placeholders saved instead of the "
                 f"weights (save with stage3_gather_16bit_weights_on_model_save, or consolidate "
                 f"with zero_to_fp32)", tensors=[k for k, _, _ in found]))
@@ -368,7 +370,8 @@ def _absent(result: Inspection) -> None:
     if absent:
         result.findings.append(Finding(
             "weight_missing", result.index.file if result.index else result.shards[0].label,
-            f"{len(absent)} weight(s) of {names.class_name} are in no file: {name_some(absent)} "
+            f"{counted(len(absent), 'weight')} of {names.class_name} {plural('is', len(absent), 'are')} in no file: "
+            f"{name_some(absent)} "
             f"(from_pretrained would initialise them at random)", tensors=absent))
 
 
@@ -378,7 +381,7 @@ def _tied_note(result: Inspection) -> None:
         tensors = result.tensors
         result.findings.append(Finding(
             "tied_duplicate", tensors[dups[0]][0].label,
-            f"{len(dups)} tied weight(s) saved under both names ({name_some(dups)}); the "
+            f"{counted(len(dups), 'tied weight')} saved under both names ({name_some(dups)}); the "
             f"parameter total without them is {result.unique_parameters:,}", tensors=dups))
 
 

@@ -24,6 +24,7 @@ from hyport_lib.processes import (Child, describe_exit, last_exception, read_log
 from hyport_lib.proof.tolerance import LOGITS, SAME_WEIGHTS, TOLERANCE, TOP1, compare
 from hyport_lib.results import fresh_folder_beside_results
 from hyport_lib.weights.names import model_class
+from hyport_lib.utils.wording import counted
 
 KILL_GRACE_S = 2.0
 POLL_S = 0.05
@@ -191,7 +192,7 @@ def reload_findings(result: ReloadResult) -> list[Finding]:
             ("reload_mismatched_keys", result.mismatched_keys, "have another shape than the model expects"),
             ("reload_unexpected_keys", result.unexpected_keys, "are not used by the model")):
         if keys:
-            out.append(Finding(cls, here, f"{len(keys)} weight(s) {why}: {name_some(keys)}", tensors=keys))
+            out.append(Finding(cls, here, f"{counted(len(keys), 'weight')} {why}: {name_some(keys)}", tensors=keys))
     if result.class_fallback:
         out.append(Finding("reload_class_fallback", here, result.class_fallback))
     if result.processor_error:

@@ -18,6 +18,7 @@ from hyport_lib.checkpoint_files.findings import Finding
 from hyport_lib.checkpoint_files.header import ShardHeader, TensorEntry
 from hyport_lib.utils.typed_records import fields_of
 from hyport_lib.weights.checksums import DEFAULT_CHECKSUM, new_hasher
+from hyport_lib.utils.wording import counted, plural
 
 CHUNK_BYTES = 2 << 20
 BUFFERS = 3
@@ -367,4 +368,5 @@ def _nonfinite_findings(result: ScanResult) -> None:
         shown = ", ".join(f"`{k}` ({result.tensors[k].nan} NaN, {result.tensors[k].inf} Inf)" for k in bad[:3])
         more = f" and {len(bad) - 3} more" if len(bad) > 3 else ""
         result.findings.append(Finding("non_finite", file,
-                                       f"{len(bad)} tensor(s) hold non-finite values: {shown}{more}", tensors=bad))
+                                       f"{counted(len(bad), 'tensor')} {plural('holds', len(bad), 'hold')} "
+                                       f"non-finite values: {shown}{more}", tensors=bad))

@@ -18,6 +18,7 @@ from hyport_lib.weights.defaults import Sources, checked_label
 from hyport_lib.weights.result import WeightsResult
 from hyport_lib.weights.stage import summarize
 from hyport_lib.weights.scan import ScanProgress
+from hyport_lib.utils.wording import counted, plural
 
 #: Severity -> the verdict whose colour it takes in tables.
 _SEVERITY_AS = {"error": "FAIL", "warning": "WARN", "info": "SKIP"}
@@ -174,7 +175,7 @@ def show_summary(result: WeightsResult) -> None:
 
 def show_findings(result: WeightsResult) -> None:
     n = result.counts
-    _show(f"{n['error']} error(s), {n['warning']} warning(s), {n['info']} note(s).")
+    _show(f"{counted(n['error'], 'error')}, {counted(n['warning'], 'warning')}, {counted(n['info'], 'note')}.")
     if result.findings:
         _show(*explorable_table(findings_frame(result.findings), _severity_styler, what="findings"))
 
@@ -186,8 +187,8 @@ def show_scan(result: WeightsResult) -> None:
         return
     rate = f", {s.throughput_gb_s:.2f} GB/s" if s.throughput_gb_s else ""
     _show(f"Read {len(s.tensors)} tensors, {s.bytes_read:,} bytes in {s.seconds:.2f} s{rate}; "
-          f"checksums {checksum_name(s.checksum)}; {len(s.nonfinite_tensors)} tensor(s) with NaN/Inf; "
-          f"{len(s.skipped)} tensor(s) not readable from their file.")
+          f"checksums {checksum_name(s.checksum)}; {counted(len(s.nonfinite_tensors), 'tensor')} with NaN/Inf; "
+          f"{counted(len(s.skipped), 'tensor')} not readable from their file.")
 
 
 def show_reload(result: WeightsResult) -> None:
@@ -227,7 +228,7 @@ def show_zero(result: WeightsResult) -> None:
         return
     _show(f"`{z.tag}/` of `{z.checkpoint}`: ZeRO-{z.zero_stage}, written by DeepSpeed "
           f"{z.ds_version} for {z.dp_world_size} data-parallel rank(s) "
-          f"({z.world_size} optimizer-state file(s), precision {z.precision or 'fp32'}); "
+          f"({counted(z.world_size, 'optimizer-state file')}, precision {z.precision or 'fp32'}); "
           f"{_num(z.parameters)} trainable parameters in `param_shapes`.")
     _show(*explorable_table(zero_frame(result), what="files"))
     zc = result.zero_compare
@@ -251,8 +252,9 @@ def glance(record: StageRecord[WeightsResult]) -> list[tuple[str, str]]:
     head = record.headline
     out = [("checked", checked_label(record.data.source))]
     out += [(k, fmt_value(record.figure(k))) for k in ("shards", "tensors", "parameters")]
-    out.append(("findings", f"{fmt_value(record.figure('errors'))} error(s), "
-                            f"{fmt_value(record.figure('warnings'))} warning(s)"))
+    errors, warnings = record.figure("errors"), record.figure("warnings")
+    out.append(("findings", f"{fmt_value(errors)} {plural('error', errors)}, "
+                            f"{fmt_value(warnings)} {plural('warning', warnings)}"))
     out.append(("LOAD_OK", fmt_value(head["LOAD_OK"]) if "LOAD_OK" in head else "not reloaded"))
     if "tensors changed vs base" in head:
         out.append(("vs base", f"{fmt_value(head['tensors changed vs base'])} tensors changed"))

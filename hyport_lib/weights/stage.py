@@ -26,6 +26,7 @@ from hyport_lib.weights.reload import default_log_dir, logits_parity, parity_fin
 from hyport_lib.weights.result import WeightsResult, inspected
 from hyport_lib.weights.scan import ScanProgress, full_scan
 from hyport_lib.weights.zero import ADAPTER_FILE, consolidate, find_tag, list_zero, zero_findings
+from hyport_lib.utils.wording import counted
 
 STAGE = "05_weights"
 RESULT = WeightsResult
@@ -226,7 +227,7 @@ def _checkpoint(result: WeightsResult, path: Path, parity: bool, zero: bool, chi
 def summarize(result: WeightsResult) -> StageSummary:
     verdict, why = _verdict(result)
     n = result.counts
-    line = f"{result.seed_line()}; {n['error']} error(s), {n['warning']} warning(s)"
+    line = f"{result.seed_line()}; {counted(n['error'], 'error')}, {counted(n['warning'], 'warning')}"
     if result.source.startswith("no stage 04"):  # never let the fallback read as the trained weights
         line = f"{checked_label(result.source)}: {line}"
     if verdict != "PASS":
@@ -242,11 +243,11 @@ def _verdict(result: WeightsResult) -> tuple[str, str]:
         return INTERRUPTED, stopped[0].message
     errors += stopped
     if errors:
-        more = f" (+{len(errors) - 1} more error(s))" if len(errors) > 1 else ""
+        more = f" (+{counted(len(errors) - 1, 'more error')})" if len(errors) > 1 else ""
         return "FAIL", f"{errors[0].cls} in {errors[0].file}: {errors[0].message}{more}"
     if n["warning"]:
         first = next(f for f in result.findings if f.severity == "warning")
-        return "WARN", f"{n['warning']} warning(s), first: {first.cls} in {first.file}"
+        return "WARN", f"{counted(n['warning'], 'warning')}, first: {first.cls} in {first.file}"
     return "PASS", "no error or warning"
 
 

@@ -19,6 +19,7 @@ from typing import Optional
 from hyport_lib.checkpoint_files.findings import Finding, name_some
 from hyport_lib.weights.layout import inspect_checkpoint
 from hyport_lib.weights.reload import ChildRun, run_task
+from hyport_lib.utils.wording import counted
 
 _OPTIM_RE = re.compile(r"^(?:(?P<prec>bf16|fp16)_)?zero_pp_rank_(?P<rank>\d+)_mp_rank_(?P<mp>\d+)_optim_states\.pt$")
 _MODEL_RE = re.compile(r"^(?:zero_pp_rank_(?P<rank>\d+)_)?mp_rank_(?P<mp>\d+)_model_states\.pt$")
@@ -208,7 +209,7 @@ def zero_findings(result: ZeroComparison) -> list[Finding]:
             note = "" if own else (" (expected only when training went on after this checkpoint)")
             out.append(Finding(
                 "zero_mismatch", where,
-                f"{target['differing']} of {target['compared']} tensor(s) of {where} differ from "
+                f"{target['differing']} of {counted(target['compared'], 'tensor')} of {where} differ from "
                 f"{here}'s consolidated fp32 weights cast to their dtype (worst {target['max_abs_cast']:.3g}): "
                 f"{name_some(target['differing_keys'])}{note}",
                 tensors=target["differing_keys"], severity="" if own else "warning"))
@@ -216,7 +217,7 @@ def zero_findings(result: ZeroComparison) -> list[Finding]:
         if lonely:
             out.append(Finding(
                 "zero_keys_differ", where,
-                f"{len(target['only_in_zero'])} tensor(s) only in the ZeRO states, "
+                f"{counted(len(target['only_in_zero']), 'tensor')} only in the ZeRO states, "
                 f"{len(target['only_in_file'])} only in the files: {name_some(lonely)}",
                 tensors=lonely, severity="" if own else "warning"))
     return out

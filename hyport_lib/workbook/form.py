@@ -28,6 +28,7 @@ from hyport_lib.utils.bounded_files import read_text
 from hyport_lib.utils.printable import USAGE_ERRORS, first_line, one_line, shortened
 from hyport_lib.utils.redact import scrub_text
 from hyport_lib.workbook.stop import StopButton, run_stoppable
+from hyport_lib.utils.wording import counted
 
 #: What a stage's "Run stage" button calls with the checked parameters: it runs the stage,
 #: shows and records the result, and returns the recorded verdict.
@@ -244,7 +245,7 @@ class StageForm:
                 self._offer(row.field.name, list(row.field.spec.presets) + found)
         self.models_note.value = (
             "" if not text.strip() else
-            f"<span style='color:#555'>{len(found)} checkpoint(s) offered</span>" if folder.is_dir() else
+            f"<span style='color:#555'>{counted(len(found), 'checkpoint')} offered</span>" if folder.is_dir() else
             "<span style='color:#c62828'>no such folder</span>")
 
     def _offer(self, name: str, options: Sequence[str]) -> None:
@@ -287,7 +288,7 @@ class StageForm:
             else:
                 general.append(problem)
         self.status.value = _error_html("; ".join(general) if general else
-                                        f"{len(problems)} value(s) to fix above")
+                                        f"{counted(len(problems), 'value')} to fix above")
 
     def _refused(self, exc: BaseException) -> None:
         """A value the stage refused (in its plan, mostly), as the command line says it: one

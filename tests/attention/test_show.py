@@ -64,7 +64,7 @@ def test_backend_summary_counts_and_folds_the_full_table(float32_result, monkeyp
     monkeypatch.setattr(show, "_display", shown.append)
     monkeypatch.setattr(show, "_markdown", shown.append)
     show.show_comparison(result)
-    assert "1 row(s) not passing" in shown[2]
+    assert "1 row not passing" in shown[2]
     assert shown[3].to_html().count("<tr") == 2  # header + the one failing row
     folded = shown[4].data
     assert folded.startswith("<details>") and folded.count("<tr") == len(frame) + 1

@@ -3,6 +3,8 @@ size of a container's mounts."""
 
 from __future__ import annotations
 
+import pytest
+
 from hyport_lib.devices import host_memory
 from hyport_lib.devices.host_memory import check_container_shm, shm_size_flag, shm_size_from_mounts
 
@@ -14,7 +16,7 @@ def test_host_memory_and_shm():
     assert ram.verdict == "PASS" and shm.verdict == "WARN" and "--shm-size=8g" in shm.reason
     small = {"ram_total_gb": 64.0, "ram_available_gb": 60.0, "shm_total_gb": 64.0, "shm_free_gb": 64.0}
     ram, shm = host_memory.check_host_memory("npu", 8, small)
-    assert ram.verdict == "FAIL" and "128.00 GB needed" in ram.reason and shm.verdict == "PASS"
+    assert ram.verdict == "FAIL" and "128.00 GiB needed" in ram.reason and shm.verdict == "PASS"
     ram, _ = host_memory.check_host_memory("npu", 8, small, ram_gb_per_card=4)
     assert ram.verdict == "PASS"
 
@@ -53,3 +55,21 @@ def test_the_last_dev_shm_mount_is_the_one_in_effect():
     assert shm_size_from_mounts(runtime_then_bigger) == 8.0
     # Kubernetes' memory emptyDir over the runtime's 64 MB, with no size= of its own
     assert shm_size_from_mounts(MOUNTS_DOCKER_DEFAULT + "tmpfs /dev/shm tmpfs rw,relatime 0 0\n") is None
+
+
+def test_one_worker_the_host_cannot_hold_is_said_so_with_the_figures_never_as_too_many(monkeypatch):
+    monkeypatch.setattr(host_memory, "host_memory", lambda: {"ram_total_gb": 23.5, "ram_available_gb": 20.0})
+    need = host_memory.ram_need_per_rank("cpu", 7_615_000_000, "inference")  # a 7.6 B model in float32
+    with pytest.raises(ValueError) as one:
+        host_memory.require_host_ram("cpu", 1, need=need)
+    said = str(one.value)
+    assert said.startswith("num_cards=1: this host cannot hold one cpu worker's model: RAM is 23.50 GiB < "
+                           "29.37 GiB needed for 1 card (7,615,000,000 parameters x 4 B (float32 weights)")
+    assert "too many" not in said and "1 cards" not in said and " GB" not in said
+    with pytest.raises(ValueError) as two:
+        host_memory.require_host_ram("cpu", 2, "training process", need=need,
+                                     nearest_plan="bfloat16 would fit: 15.18 GiB per rank")
+    assert str(two.value).startswith("num_cards=2: too many cpu training processes for this host: RAM is "
+                                     "23.50 GiB < 58.74 GiB needed for 2 cards (29.37 GiB each)")
+    assert str(two.value).endswith("; bfloat16 would fit: 15.18 GiB per rank")
+    host_memory.require_host_ram("cpu", 1, need=host_memory.ram_need_per_rank("cpu", 135_000_000, "inference"))

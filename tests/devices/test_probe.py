@@ -177,7 +177,7 @@ def test_env_survives_a_garbled_npu_smi_and_warns(fake_npu, npu_smi_sample, monk
     assert rc in (0, 1)
     lines = {line.split("]")[1].split(":")[0].strip(): line for line in out.splitlines()
              if line.startswith("- [")}
-    assert lines["busy_cards"].startswith("- [WARN]") and "lists 1 card(s) but torch_npu sees 8" \
+    assert lines["busy_cards"].startswith("- [WARN]") and "lists 1 card but torch_npu sees 8" \
         in lines["busy_cards"]
     assert lines["card_health"].startswith("- [WARN]") and "cannot be trusted" in lines["card_health"]
     assert "npu-smi output, as printed" in out and "stray bytes" in out

@@ -133,7 +133,7 @@ def test_a_complete_tree_passes_every_container_check(tmp_path):
     for name in ("container_devices", "container_mounts", "container_shm", "driver_cann_compat"):
         assert checks[name].verdict == "PASS", checks[name]
     assert "/dev/davinci7" in checks["container_devices"].reason
-    assert "256 GB, 8 GB needed for 8 cards" in checks["container_shm"].reason
+    assert "256 GiB, 8 GiB needed for 8 cards" in checks["container_shm"].reason
     assert "Ascend HDK 25.0.X" in checks["driver_cann_compat"].reason
     assert report.container.flags == [] and report.container.missing == []
     assert report.container.versions.firmware == "7.7.0.1.231"
@@ -203,7 +203,7 @@ def test_npu_smi_without_the_driver_names_the_manuals_rule(tmp_path):
 def test_a_small_shm_in_the_tree_gives_the_flag_for_the_cards(tmp_path):
     findings = _judge(build_tree(tmp_path, mounts=MOUNTS_DOCKER_DEFAULT), num_cards=8)
     shm = _by_name(findings.checks)["container_shm"]
-    assert shm.verdict == "WARN" and "0.0625 GB < 8 GB needed for 8 cards" in shm.reason
+    assert shm.verdict == "WARN" and "0.0625 GiB < 8 GiB needed for 8 cards" in shm.reason
     assert "--shm-size=8g" in shm.reason and findings.flags == ["--shm-size=8g"]
     unknown = _judge(build_tree(tmp_path / "b", mounts="overlay / overlay rw 0 0\n"))
     assert _by_name(unknown.checks)["container_shm"].verdict == "SKIP"

@@ -213,7 +213,7 @@ def test_a_log_dir_that_is_a_file_is_one_line(tmp_path, capsys):
 def test_too_many_cpu_workers_are_refused_with_the_figure(capsys):
     assert main(["infer", "--num-cards", "4096", "--no-record"]) == 2
     err = capsys.readouterr().err
-    assert "num_cards=4096: too many cpu workers" in err and "GB needed for 4096 cards" in err
+    assert "num_cards=4096: too many cpu workers" in err and "GiB needed for 4,096 cards" in err
 
 
 @pytest.mark.slow  # starts no process, but ~15 s of checks: kept out of the fast tier

@@ -303,7 +303,7 @@ def test_packing_is_refused_in_one_line_where_it_would_change_the_model(zoo, tmp
 def test_a_text_only_model_names_image_records_or_leaves_the_bundled_ones_out(zoo, tmp_path):
     plan = train_stage.plan(TrainParams(model_path=str(zoo["qwen3"]), output_dir=str(tmp_path / "a")))
     assert plan.dataset["samples"] == 3 and plan.dataset["model_kind"] == "text-only"
-    assert any("11 record(s) not applicable to this text-only model" in n for n in plan.notes)
+    assert any("11 records not applicable to this text-only model" in n for n in plan.notes)
     data = write_smoke_dataset(tmp_path / "data")
     with pytest.raises(DatasetError) as caught:
         train_stage.plan(TrainParams(model_path=str(zoo["qwen3"]), output_dir=str(tmp_path / "b"),

@@ -106,7 +106,7 @@ def test_the_weights_card_says_when_the_trained_weights_were_not_checked():
                 "data": {"source": "no stage 04 result in /x/results: the embedded tiny model ..."}}
     found = dict(weights_show.glance(read_stage_record("05_weights", fallback)))
     assert found["checked"] == "the embedded tiny model (no weights from stage 04 in this run)"
-    assert found["LOAD_OK"] == "yes" and found["findings"] == "0 error(s), 0 warning(s)"
+    assert found["LOAD_OK"] == "yes" and found["findings"] == "0 errors, 0 warnings"
     trained = {"headline": {}, "data": {"source": "stage 04 of this run (/r/04_train.json): ..."}}
     card = dict(weights_show.glance(read_stage_record("05_weights", trained)))
     assert card["checked"] == "stage 04's final weights" and card["LOAD_OK"] == "not reloaded"

@@ -194,7 +194,7 @@ def test_sigkill_leaves_a_true_record_that_the_next_run_cleans(killed_then_next)
         "01_environment": "PASS", "03_inference": "RUNNING"}
     assert data["status"] == "running" and data["ok"] is False
     clean = seen["clean"]
-    assert clean.returncode == 0 and "1 killed run(s) cleaned" in clean.stdout
+    assert clean.returncode == 0 and "1 killed run cleaned" in clean.stdout
     data = seen["cleaned"]
     assert {s["stage"]: s["verdict"] for s in data["stages"]} == {
         "01_environment": "PASS", "03_inference": "INTERRUPTED"}
@@ -213,7 +213,7 @@ def test_a_run_still_alive_is_never_cleaned_by_another(killed_then_next):
     seen = killed_then_next
     assert seen["alive_dir"] == seen["next_dir"] != seen["run_dir"]
     clean = seen["clean_while_alive"]
-    assert clean.returncode == 0 and "0 killed run(s) cleaned" in clean.stdout
+    assert clean.returncode == 0 and "0 killed runs cleaned" in clean.stdout
     assert seen["next_exit"] == 0
     assert seen["alive_status"] == "finished"
 

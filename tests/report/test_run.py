@@ -18,14 +18,17 @@ def test_run_dirs_are_unique(tmp_path):
 def test_the_run_folder_is_set_for_the_block_and_put_back_after_it(tmp_path, monkeypatch):
     monkeypatch.setenv(RESULTS_DIR_ENV, "/before")
     monkeypatch.delenv(RUN_DIR_ENV, raising=False)
+    monkeypatch.delenv("HYPORT_TEST_EXTRA", raising=False)
     try:
-        with run_folder_env(tmp_path):
+        with run_folder_env(tmp_path, {"HYPORT_TEST_EXTRA": "1"}):
             assert os.environ[RUN_DIR_ENV] == str(tmp_path)
             assert os.environ[RESULTS_DIR_ENV] == str(tmp_path / RESULTS_DIR)
+            assert os.environ["HYPORT_TEST_EXTRA"] == "1"
             raise KeyError("the block fails")
     except KeyError:
         pass
     assert os.environ[RESULTS_DIR_ENV] == "/before" and RUN_DIR_ENV not in os.environ
+    assert "HYPORT_TEST_EXTRA" not in os.environ
 
 
 def test_run_json_reads_back_as_the_run_and_a_finished_run_with_a_fail_is_not_ok(tmp_path):

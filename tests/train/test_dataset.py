@@ -76,7 +76,7 @@ def test_every_malformed_record_kind_is_named_with_its_record(tmp_path):
     # the unknown last role is that problem only, not also "no answer"
     assert [p.kind for p in report.problems if p.record_id == "r-role"] == ["unknown_role"]
     assert by_kind["duplicate_id"].message.endswith("record 0")
-    assert "2 image(s)" in by_kind["image_count"].message
+    assert "2 images" in by_kind["image_count"].message
 
 
 def test_json_lines_with_a_line_that_is_not_json(tmp_path):

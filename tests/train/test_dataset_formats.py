@@ -156,7 +156,7 @@ def test_images_are_read_from_images_or_the_seeds_image_column(tmp_path):
     assert [r.images for r in report.records] == [[str(tmp_path / "a.png")]] * 2
     assert [str(p) for p in report.problems] == [
         "record 2, image: both 'images' and 'image' hold images; give one",
-        "record 3, images: 1 <image> placeholder(s) in the user turns but 0 image(s)"]
+        "record 3, images: 1 <image> placeholder in the user turns but 0 images"]
 
 
 def test_one_record_that_does_not_tell_the_format_is_its_own_problem(tmp_path, monkeypatch):

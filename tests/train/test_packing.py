@@ -139,7 +139,7 @@ def test_misplaced_labels_in_the_first_batch_are_said_in_the_rank_log(tmp_path, 
                                   tokenizer, tmp_path / "first_batch.json")
     recorder([shifted])
     assert json.loads((tmp_path / "first_batch.json").read_text())["rows"][0]["label_mismatches"] == 1
-    assert "1 label(s) differ from the input token" in capsys.readouterr().err
+    assert "1 label differs from the input token" in capsys.readouterr().err
 
 
 def test_the_first_batch_is_listed_as_the_model_receives_it(processor, tmp_path):

@@ -1,11 +1,15 @@
-"""Stage 04's parameters (hyport_lib/train/params.py): the dataset parameters checked together."""
+"""Stage 04's parameters (hyport_lib/train/params.py): the dataset parameters checked together,
+the final weights' shard size by the model."""
 
 from __future__ import annotations
 
 import pytest
 
+from hyport_lib.models.tiny import ensure_tiny_model
 from hyport_lib.params import ParameterError
-from hyport_lib.train.params import Params, SAMPLE_DATASETS as DATA
+from hyport_lib.report.run_parameters import load_profile, resolve_parameters, resolve_profile
+from hyport_lib.stages import discover_stages
+from hyport_lib.train.params import AUTO, AUTO_SHARD_SIZE, TINY_MODEL_SHARD_SIZE, Params, SAMPLE_DATASETS as DATA
 
 
 def test_the_dataset_parameters_are_checked_together():
@@ -50,3 +54,29 @@ def test_a_dataset_path_that_cannot_be_looked_at_is_refused_in_one_line(tmp_path
     with pytest.raises(ParameterError) as caught:
         Params(dataset_path=unreachable)
     assert str(caught.value) == f"dataset_path={unreachable!r}: no such file"
+
+
+def _train_params_of_the_default_profile(**overrides) -> Params:
+    """Stage 04's parameters as ``hyport report --profile default -p KEY=VALUE`` builds them."""
+    stages = discover_stages()
+    train = next(s for s in stages if s.name == "train")
+    run = resolve_parameters(load_profile(resolve_profile("default")), overrides, stages)
+    return Params.from_typed(run.for_stage(train))
+
+
+def test_the_tiny_models_small_shards_are_the_tiny_models_only(zoo):
+    tiny = _train_params_of_the_default_profile()
+    assert tiny.max_shard_size == AUTO and tiny.shard_size == TINY_MODEL_SHARD_SIZE
+    assert "the embedded tiny model" in tiny.shard_size_note()
+    # a model the user brings is saved as the seed's was, never in hundreds of 300KB shards
+    other = _train_params_of_the_default_profile(model_path=str(zoo["llama"]))
+    assert other.shard_size == AUTO_SHARD_SIZE == "5GB"
+    assert other.shard_size_note() == ("final weights: shards of at most 5GB (max_shard_size='auto': "
+                                       "the seed's shard size)")
+    # a size given applies to any model, and None is transformers' own default
+    assert _train_params_of_the_default_profile(model_path=str(zoo["llama"]), max_shard_size="1MB").shard_size == "1MB"
+    assert Params(max_shard_size=None).shard_size is None
+    assert "transformers' default" in Params(max_shard_size=None).shard_size_note()
+    # the tiny model in auto's size: several shards and their index, for stage 05 to check
+    folder = ensure_tiny_model(max_shard_size=tiny.shard_size)
+    assert len(list(folder.glob("*.safetensors"))) >= 2 and (folder / "model.safetensors.index.json").is_file()

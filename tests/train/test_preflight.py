@@ -62,9 +62,11 @@ def test_skip_bad_records_plans_without_them_and_the_plan_says_its_precision(tmp
     assert plan.precision == "fp32" and plan.deepspeed_json["bf16"]["enabled"] is False
     assert plan.precision_reason.startswith("float32 (auto): this CPU has no native bf16 (no AMX, no AVX512-BF16")
     assert plan.skip_records == [3] and plan.dataset["samples"] == 13
-    assert any("1 bad record(s) skipped" in note for note in plan.notes)
+    assert any("1 bad record skipped" in note for note in plan.notes)
     assert plan.deepspeed_json["zero_optimization"]["stage"] == 2
     assert plan.worker_spec()["skip_records"] == [3]
+    assert "final weights: shards of at most 300KB (max_shard_size='auto': the embedded tiny model" in \
+        "\n".join(plan.notes)  # said in the plan, which the record keeps
     assert not (tmp_path / "out").exists()  # written by the launch, under the folder's lock
 
 
@@ -161,7 +163,7 @@ def test_a_fresh_start_says_it_removes_the_earlier_checkpoints(tmp_path):
     out = tmp_path / "run"
     _checkpoint(out, 4)
     fresh = prepare(Params(resume_from="none", max_steps=6, num_cards=2, output_dir=str(out)), get_backend("cpu"))
-    assert any("1 earlier checkpoint(s) (checkpoint-4): they will be removed" in n for n in fresh.notes)
+    assert any("1 earlier checkpoint (checkpoint-4): they will be removed" in n for n in fresh.notes)
 
 
 def test_a_model_folder_without_processor_files_is_named_before_launch(tmp_path):
@@ -199,7 +201,7 @@ def test_resuming_an_older_checkpoint_removes_the_later_ones_only_when_allowed_a
                        output_dir=str(out)), cpu)
     plan = prepare(Params(resume_from=str(out / "checkpoint-4"), max_steps=6, num_cards=2,
                           output_dir=str(out), overwrite_output_dir=True), cpu)
-    assert any("2 later checkpoint(s) in output_dir (checkpoint-6, checkpoint-8) will be removed" in n
+    assert any("2 later checkpoints in output_dir (checkpoint-6, checkpoint-8) will be removed" in n
                for n in plan.notes), plan.notes
 
 
@@ -226,7 +228,7 @@ def test_overflow_drop_drops_too_long_records_and_counts_them(tmp_path):
     plan = prepare(Params(output_dir=str(tmp_path / "o"), overflow="drop", max_seq_len=40, num_cards=2),
                    get_backend("cpu", num_cards=2))
     assert plan.dataset["samples"] == 3
-    assert any(n.startswith("overflow='drop': 11 record(s) longer than max_seq_len=40 dropped") for n in plan.notes)
+    assert any(n.startswith("overflow='drop': 11 records longer than max_seq_len=40 dropped") for n in plan.notes)
     # the bundled smoke set was checked from a private copy: the output folder is not made
     assert plan.bundled_dataset and plan.dataset_path == str(tmp_path / "o" / "smoke_data" / "smoke_data_packing.json")
     assert not (tmp_path / "o").exists()
@@ -320,6 +322,6 @@ def test_the_plan_notes_a_folded_system_prompt_and_the_openai_entrys_difference(
     path = tmp_path / "data" / "openai_messages.json"
     assert f"dataset {path}: formatting 'openai': LLaMA-Factory appends 'detailed thinking off' to every " \
            "system prompt" in "\n".join(plan.notes)
-    assert any(n.startswith("1 record(s) carry a system prompt (messages[0].content), but ") and
+    assert any(n.startswith("1 record carries a system prompt (messages[0].content), but ") and
                "refuses a system message (stand-in): each is put at the start of the record's first user turn"
                in n for n in plan.notes), plan.notes

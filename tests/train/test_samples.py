@@ -68,7 +68,7 @@ def test_a_prefix_format_model_says_which_records_learn_only_their_last_answer()
     prefix = SimpleNamespace(prompt_format="prefix", traits=SimpleNamespace(model_type="paligemma"))
     chat = SimpleNamespace(prompt_format="chat", traits=SimpleNamespace(model_type="llava"))
     note = prefix_format_note(prefix, [one, two])
-    assert note.startswith("1 record(s) hold more than one answer") and "paligemma" in note
+    assert note.startswith("1 record holds more than one answer") and "paligemma" in note
     assert prefix_format_note(prefix, [one]) is None and prefix_format_note(chat, [one, two]) is None
 
 
@@ -124,7 +124,7 @@ def test_a_template_that_refuses_a_system_role_gets_the_system_prompt_in_the_fir
                                                if l != IGNORE_INDEX])
     assert labelled == f"{records[0].turns[1][1]}<|im_end|>\n"
     note = system_prompt_note(own_processor, records)
-    assert note.startswith("1 record(s) carry a system prompt (messages[0].content), but ") and \
+    assert note.startswith("1 record carries a system prompt (messages[0].content), but ") and \
         "refuses a system message (TemplateError: System role not supported)" in note
     # a template that fails on every record is each record's encode_failed, named in its own field
     _set_template(own_processor, "{{ raise_exception('no template for you') }}")

@@ -264,7 +264,7 @@ def test_a_folder_deeper_than_pythons_recursion_is_walked_to_a_bound_with_a_note
         (_deep(run, 1100) / "deep.log").write_text("E39999: Inner Error!\n", encoding="utf-8")
         found, notes = find_logs(run)
         assert found == [run / "rank0.log"]
-        assert notes == [f"{run}: 1 folder(s) deeper than {log_files.MAX_DEPTH} levels not walked: "
+        assert notes == [f"{run}: 1 folder deeper than {log_files.MAX_DEPTH} levels not walked: "
                          f"{run / '/'.join(['d'] * (log_files.MAX_DEPTH + 1))}"]
         shallow, _ = log_files.walk_files(run, lambda path, _: path.suffix == ".log", max_depth=2000)
         assert len(shallow) == 2  # within the bound, the walk reaches the bottom
@@ -287,10 +287,10 @@ def test_a_link_out_of_the_folder_given_is_not_followed(tmp_path):
     (run / "elsewhere").symlink_to(outside.parent, target_is_directory=True)
     result = triage([run])
     assert result.files_read == ["old/rank1.txt", "rank0.log"] and not result.unrecognised
-    assert result.notes == [f"{run}: 2 link(s) out of the folder not followed: {run / 'elsewhere'}, "
+    assert result.notes == [f"{run}: 2 links out of the folder not followed: {run / 'elsewhere'}, "
                             f"{run / 'escape.log'}"]
     cann, notes = log_files.cann_logs(run)
-    assert run / "escape.log" not in cann and "link(s) out of the folder" in notes[0]
+    assert run / "escape.log" not in cann and "links out of the folder" in notes[0]
 
 
 def test_a_linked_folder_out_of_the_run_is_named_in_a_note(tmp_path):
@@ -307,7 +307,7 @@ def test_a_linked_folder_out_of_the_run_is_named_in_a_note(tmp_path):
     (run / "latest").symlink_to(run / "old", target_is_directory=True)  # inside: walked anyway
     result = triage([run])
     assert result.files_read == ["stage.log"]
-    assert result.notes == [f"{run}: 1 link(s) out of the folder not followed: {run / 'logs'}"]
+    assert result.notes == [f"{run}: 1 link out of the folder not followed: {run / 'logs'}"]
 
 
 def test_a_token_cut_by_the_long_line_split_shows_no_piece(tmp_path):

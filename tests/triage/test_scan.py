@@ -372,7 +372,7 @@ def test_a_deadline_stops_the_reading_keeps_what_was_found_and_names_what_was_le
     stopped, left = result.notes
     assert stopped.startswith("a.log: read up to line ") and "time limit of 10 s for one triage" in stopped
     assert int(stopped.split("line ")[1].split()[0]) < 101
-    assert left == "time limit of 10 s reached: 2 log file(s) not read: b.log, c.log"
+    assert left == "time limit of 10 s reached: 2 log files not read: b.log, c.log"
     monkeypatch.undo()
     assert triage([logs], max_seconds=None).unread == 0
     for bad in (0, -1, True, "5"):

@@ -27,7 +27,7 @@ def test_a_failed_save_on_a_nearly_full_disk_is_one_enospc_error_naming_the_fold
     except RuntimeError as exc:
         found = disk_full_error(exc, tmp_path, 3 * 2**20)
     assert isinstance(found, OSError) and found.errno == errno.ENOSPC and found.filename == str(tmp_path)
-    assert "512 B free, the checkpoint needs about 3.0 MB" in str(found) and "\n" not in str(found)
+    assert "512 B free, the checkpoint needs about 3.0 MiB" in str(found) and "\n" not in str(found)
     # an error that says nothing of writing is not taken for a full disk while bytes are free
     assert disk_full_error(ValueError("bad dtype"), tmp_path, 3 * 2**20) is None
 

@@ -84,7 +84,7 @@ def test_a_bad_value_shows_the_command_lines_error_under_its_field():
     assert form.fields["steps"].problem == str(cli.value)
     assert "&gt;= 1" in form.fields["steps"].error.value  # shown as text, not as markup
     assert form.fields["device"].problem == form.fields["device"].error.value == ""
-    assert "1 value(s) to fix" in form.status.value
+    assert "1 value to fix" in form.status.value
 
 
 def test_a_rule_across_fields_is_shown_under_the_field_it_names():
@@ -191,7 +191,7 @@ def test_in_a_kernel_a_refused_value_is_one_line_under_its_field(kernel_shell):
     form = stage_form(Demo, {}, _refusing(error))
     assert form.submit() is None and not form.button.disabled
     assert form.fields["device"].problem == "device='npu' requested but NPU is not usable: no NPU is visible"
-    assert "1 value(s) to fix" in form.status.value and "PASS" not in form.status.value
+    assert "1 value to fix" in form.status.value and "PASS" not in form.status.value
 
 
 def test_in_a_kernel_a_refusal_naming_no_field_is_the_status_and_its_details_are_listed(kernel_shell, capsys):
