@@ -297,10 +297,10 @@ def num_cards_param(doc: str = "cards to use; None: every visible card (CPU: 2 w
 
 
 def card_memory_param() -> Any:
-    """The card's memory where its runtime cannot say (planning for a cluster from a laptop);
-    a card that reports its own memory is taken at its word."""
-    return param(None, "GiB of memory per card where the card cannot be asked (910B3: 64); None: read "
-                       "from the card, else unknown", min_exclusive=0)
+    """The card's memory where no device tool lists it (planning for a cluster from a laptop);
+    a card the tool lists is taken at its word."""
+    return param(None, "GiB of memory per card where no npu-smi / nvidia-smi lists it (910B3: 64); None: the "
+                       "listed figure, else unknown", min_exclusive=0)
 
 
 def model_path_param(doc: str = 'a checkpoint folder, "tiny" for the embedded random-weight VLM, or '

@@ -1,6 +1,6 @@
 """Host memory against what the ranks of a stage need: RAM (capped by the container's
-cgroup limit) and /dev/shm, per card. Stage 01 shows these checks; the inference grid and
-the training launcher refuse a card count with the same figure (:func:`require_host_ram`).
+cgroup limit) and /dev/shm, per card. Stage 01 shows these checks; a CPU worker count the
+host cannot hold is refused before any model is read (:func:`require_host_ram`).
 
 Every figure here is in GiB (2**30 bytes), as psutil, the cgroup files and ``--shm-size``'s
 ``g`` count it; the ``_gb`` names (recorded keys, parameters users type) stay as they are.
@@ -11,7 +11,6 @@ from __future__ import annotations
 import math
 import re
 from pathlib import Path
-from dataclasses import dataclass
 from typing import Mapping, Optional
 
 from hyport_lib.results import Check
@@ -21,46 +20,6 @@ from hyport_lib.utils.wording import counted, plural
 #: ranks each load the model on the host before moving it; CPU workers run tiny models.
 DEFAULT_RAM_GB_PER_CARD = {"npu": 16.0, "cuda": 16.0, "cpu": 1.0}
 DEFAULT_SHM_GB_PER_CARD = {"npu": 1.0, "cuda": 1.0, "cpu": 0.25}
-
-#: Host GiB a rank needs besides the model: Python, torch and transformers; on an
-#: accelerator also the device runtime's host side.
-RUNTIME_GB = {"npu": 3.0, "cuda": 3.0, "cpu": 1.0}
-#: Host GiB a CPU training rank adds for activations and DeepSpeed's buffers.
-CPU_TRAINING_GB = 1.0
-#: Bytes per parameter of a full fine-tune with Adam: weights, gradients, two moments
-#: (and, in mixed precision, an fp32 master copy), the usual 16. On a CPU rank under ZeRO
-#: 1-2 DeepSpeed's flat fp32 buffers keep the peak there (SmolLM2-135M, ZeRO-2 on 2 ranks:
-#: 4.3 GiB peak per rank, against 135 M x 16 B + 2 GiB = 4.0 GiB); ZeRO-3 divides it by the ranks.
-FULL_FINETUNE_BYTES = 16
-DTYPE_BYTES = {"float32": 4, "fp32": 4, "bfloat16": 2, "bf16": 2, "float16": 2, "fp16": 2}
-
-
-@dataclass(frozen=True)
-class RamNeed:
-    per_rank_gb: float
-    how: str  # how the figure was made, for the plan
-
-
-def ram_need_per_rank(kind: str, num_parameters: int, mode: str, *, dtype: str = "float32",
-                      zero_stage: int = 0, world_size: int = 1) -> RamNeed:
-    """``mode``: ``inference``, ``full`` (fine-tune with Adam) or ``lora`` (frozen weights). On
-    ``cpu`` the model lives in host RAM; on an accelerator the host holds the weights while
-    they load. ZeRO-3 (``zero_stage``) splits the model itself over ``world_size`` ranks."""
-    if mode not in ("inference", "full", "lora"):
-        raise ValueError(f"mode={mode!r}: expected inference, full or lora")
-    width = DTYPE_BYTES.get(str(dtype).replace("torch.", ""), 4)
-    shared = world_size if zero_stage == 3 and mode != "inference" else 1
-    if kind == "cpu" and mode == "full":
-        per_parameter, what = FULL_FINETUNE_BYTES, "weights, gradients and Adam states"
-    else:
-        per_parameter, what = width, f"{dtype} weights"
-    model_gb = num_parameters * per_parameter / shared / 2 ** 30
-    extra = RUNTIME_GB.get(kind, 1.0) + (CPU_TRAINING_GB if kind == "cpu" and mode != "inference" else 0.0)
-    split = f" / {shared} ranks (ZeRO-3)" if shared > 1 else ""
-    return RamNeed(round(model_gb + extra, 2),
-                   f"{num_parameters:,} parameters x {per_parameter} B ({what}){split} "
-                   f"+ {extra:g} GiB runtime = {model_gb + extra:.2f} GiB per rank ({mode}, {kind})")
-
 
 def host_memory() -> dict:
     """``ram_total_gb`` and ``ram_available_gb`` this process may use: the host's, capped by
@@ -150,21 +109,19 @@ def check_container_shm(total_gb: Optional[float], num_cards: int, per_card_gb: 
     return Check("container_shm", "PASS", f"/dev/shm{where} is {total_gb:.3g} GiB, {wanted}")
 
 
-def require_host_ram(kind: str, num_cards: int, what: str = "worker",
-                     need: Optional[RamNeed] = None, nearest_plan: Optional[str] = None) -> None:
+def require_host_ram(kind: str, num_cards: int, what: str = "worker") -> None:
     """ValueError for ``num_cards`` ranks (each a ``what``, singular) the host's RAM cannot
-    hold: the ``host_ram`` check's figure, or ``need`` when the model is known. ``nearest_plan``:
-    what would fit instead (bfloat16, fewer workers ...), said last; the memory model's to say."""
-    check = check_host_memory(kind, num_cards, host_memory(),
-                              ram_gb_per_card=need.per_rank_gb if need else None)[0]
+    hold at the ``host_ram`` check's default figure: asked before the model is known (64
+    CPU "cards" would all start at once); the model's own need is the memory model's
+    (:mod:`hyport_lib.memory`)."""
+    check = check_host_memory(kind, num_cards, host_memory())[0]
     if check.verdict != "FAIL":
         return
-    if num_cards == 1:  # one is not "too many": the model itself does not fit
-        held = f"one {kind} {what}'s model" if need else f"one {kind} {what}"
-        said = f"num_cards=1: this host cannot hold {held}: {check.reason}"
+    if num_cards == 1:  # one is not "too many"
+        said = f"num_cards=1: this host cannot hold one {kind} {what}: {check.reason}"
     else:
         said = f"num_cards={num_cards}: too many {kind} {plural(what, num_cards)} for this host: {check.reason}"
-    raise ValueError(said + (f" ({need.how})" if need else "") + (f"; {nearest_plan}" if nearest_plan else ""))
+    raise ValueError(said)
 
 
 def _room_check(name: str, label: str, total: Optional[float], free: Optional[float],

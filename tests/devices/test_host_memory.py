@@ -57,19 +57,18 @@ def test_the_last_dev_shm_mount_is_the_one_in_effect():
     assert shm_size_from_mounts(MOUNTS_DOCKER_DEFAULT + "tmpfs /dev/shm tmpfs rw,relatime 0 0\n") is None
 
 
-def test_one_worker_the_host_cannot_hold_is_said_so_with_the_figures_never_as_too_many(monkeypatch):
-    monkeypatch.setattr(host_memory, "host_memory", lambda: {"ram_total_gb": 23.5, "ram_available_gb": 20.0})
-    need = host_memory.ram_need_per_rank("cpu", 7_615_000_000, "inference")  # a 7.6 B model in float32
+def test_worker_counts_the_host_cannot_hold_are_said_with_the_figures_never_1_cards(monkeypatch):
+    monkeypatch.setattr(host_memory, "host_memory", lambda: {"ram_total_gb": 0.5, "ram_available_gb": 0.4})
     with pytest.raises(ValueError) as one:
-        host_memory.require_host_ram("cpu", 1, need=need)
+        host_memory.require_host_ram("cpu", 1)
     said = str(one.value)
-    assert said.startswith("num_cards=1: this host cannot hold one cpu worker's model: RAM is 23.50 GiB < "
-                           "29.37 GiB needed for 1 card (7,615,000,000 parameters x 4 B (float32 weights)")
+    assert said.startswith("num_cards=1: this host cannot hold one cpu worker: RAM is 0.50 GiB < 1.00 GiB needed "
+                           "for 1 card")
     assert "too many" not in said and "1 cards" not in said and " GB" not in said
     with pytest.raises(ValueError) as two:
-        host_memory.require_host_ram("cpu", 2, "training process", need=need,
-                                     nearest_plan="bfloat16 would fit: 15.18 GiB per rank")
+        host_memory.require_host_ram("cpu", 2, "training process")
     assert str(two.value).startswith("num_cards=2: too many cpu training processes for this host: RAM is "
-                                     "23.50 GiB < 58.74 GiB needed for 2 cards (29.37 GiB each)")
-    assert str(two.value).endswith("; bfloat16 would fit: 15.18 GiB per rank")
-    host_memory.require_host_ram("cpu", 1, need=host_memory.ram_need_per_rank("cpu", 135_000_000, "inference"))
+                                     "0.50 GiB < 2.00 GiB needed for 2 cards (1 GiB each)")
+    monkeypatch.setattr(host_memory, "host_memory", lambda: {"ram_total_gb": 23.5, "ram_available_gb": 20.0})
+    host_memory.require_host_ram("cpu", 2)
+
