@@ -122,8 +122,10 @@ def measure(steps: int) -> None:
             print(f"{f'train ZeRO-{zero} {finetuning}, 2 ranks':<28} {peak / GIB:9.2f} {model / GIB:7.2f} "
                   f"{model / peak:6.2f}")
         logs = Path(scratch) / "infer"
+        # text prompts (SmolLM2 takes no image); the card's own record holds its peak
         subprocess.run([sys.executable, "-m", "hyport_lib", "infer", "--device", "cpu", "--num-cards", "1",
                         "--model-path", "smollm2", "--dtype", "float32", "--max-new-tokens", "32",
+                        "--single-prompt", "What is the capital of France?", "--skip-not-applicable",
                         "--log-dir", str(logs)], check=True, capture_output=True, text=True, cwd=REPO)
         card = json.loads((logs / "card0.json").read_text())
         peak = card["peak_memory_bytes"]
