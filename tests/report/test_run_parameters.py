@@ -213,3 +213,37 @@ def test_a_later_stages_path_the_system_will_not_look_up_is_no_internal_error(tm
     # outside 04's output folder, so not left to the run: judged now, in its one line
     refused = requests[1].refused
     assert requests[1].left_to_the_run == [] and refused and all(line.startswith("05_weights: ") for line in refused)
+
+
+def test_a_plan_too_big_for_the_host_is_said_as_memory_not_as_a_wrong_parameter(tmp_path, monkeypatch):
+    """A 7 B checkpoint (sparse: headers only) in float32 on a 23.5 GiB CPU host: stages 03 and
+    04 refuse before anything loads, each with its figures, as memory; stage 05's reload too."""
+    import shutil
+
+    from hyport_lib.models.tiny import ensure_tiny_model
+    from hyport_lib.report.run_parameters import PreRunRefused
+    from tests.real_size import write_sparse_checkpoint
+
+    folder = write_sparse_checkpoint(tmp_path / "Qwen2.5-7B")
+    for name in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja"):
+        shutil.copy(ensure_tiny_model() / name, folder / name)
+    monkeypatch.setattr("hyport_lib.memory.capacity.host_ram", lambda: (int(23.5 * 2 ** 30), "test host"))
+    stages = discover_stages()
+    params = resolve_parameters({}, {"device": "cpu", "model_path": str(folder), "dtype": "float32",
+                                     "precision": "fp32", "weights_path": str(folder), "logits_parity": "false",
+                                     "consolidate_zero": "false",
+                                     "output_dir": str(tmp_path / "out"), "log_dir": str(tmp_path / "logs")}, stages)
+    found = make_plans(plan_requests(params, select_stages(stages, ["03", "04", "05"])))
+    assert found.refused == [] and len(found.memory) == 3, found
+    inference, train, weights = found.memory
+    # two CPU workers of 7.6 B in bf16 would not fit either: one, in bf16
+    assert inference.startswith("03_inference: num_cards: Qwen2.5-7B (7.62 B parameters) does not fit for "
+                                "inference, fp32")
+    assert inference.endswith("nearest plan that fits: 1 process a host instead of 2 + dtype=bfloat16 "
+                              "(16.1 of 23.5 GiB host RAM)")
+    assert "> the host's 23.5 GiB (test host); nearest plan that fits: " in inference
+    assert train.startswith("04_train: ") and "does not fit for ZeRO-2, fp32" in train and "GiB of host RAM" in train
+    assert weights.startswith("05_weights: dtype: ") and "nearest plan that fits: dtype=bfloat16" in weights
+    said = PreRunRefused(found.refused, found.memory)
+    assert str(said).startswith("3 plans do not fit in memory: 03_inference: num_cards: ")
+    assert "parameters are wrong" not in str(said) and said.details == found.memory
