@@ -230,7 +230,7 @@ def summarize(result: AttentionStageResult) -> StageSummary:
             headline["greedy answers identical"] = ", ".join(
                 f"{p.dtype} {'yes' if p.identical else 'no'}" for p in model.behaviour.pairs)
         elif model.left_out:
-            line += f"; behaviour left out: {model.left_out}"
+            line += f"; left out: {model.left_out}"
             headline["behaviour check"] = "left out: the whole model does not fit"
     if result.port_error:
         verdict = "FAIL"

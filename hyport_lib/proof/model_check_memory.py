@@ -15,6 +15,7 @@ from hyport_lib.memory.shape import ModelShape, format_gib, read_model_shape, sh
 from hyport_lib.models.loading import auto_model_class, build_empty_model, traits_of
 from hyport_lib.proof.model_check import NEW_TOKENS
 from hyport_lib.proof.swap import shrunk_parameters
+from hyport_lib.utils.printable import first_line
 
 #: Tokens of the longest text the behaviour check reads: a prompt in its chat template or the
 #: perplexity text (under 100 tokens in the tokenizers hyport knows; an image's tokens on top).
@@ -65,12 +66,17 @@ def plan_check_memory(model_path: str, *, kind: str, dtype: str, capacity: Capac
     """The behaviour check's memory (the shrunk model's beside it) against ``capacity``."""
     shape = model_shape(model_path, trust_remote_code)
     multimodal = traits_of(model_path, trust_remote_code).multimodal
-    workload = Workload(stage="model check", kind=kind, dtype=dtype,
-                        extra_host_bytes=shrunk_model_bytes(model_path, trust_remote_code),
+    try:
+        shrunk = shrunk_model_bytes(model_path, trust_remote_code)
+        shrunk_said = f"numerics on the shrunk model: {format_gib(shrunk)} of host RAM"
+    except Exception as exc:  # noqa: BLE001 — the model's own code on the meta device: said, not counted
+        shrunk = 0
+        shrunk_said = (f"numerics on the shrunk model: not counted (its config does not build on the meta "
+                       f"device: {type(exc).__name__}: {first_line(exc)})")
+    workload = Workload(stage="model check", kind=kind, dtype=dtype, extra_host_bytes=shrunk,
                         new_tokens=NEW_TOKENS, sequence=BEHAVIOUR_SEQUENCE["image" if multimodal else "text"])
     found = fit(shape, workload, capacity)
-    lines = [f"behaviour check on the whole model {line}" for line in found.lines()]
-    lines.append(f"numerics on the shrunk model: {format_gib(workload.extra_host_bytes)} of host RAM")
+    lines = [f"behaviour check on the whole model {line}" for line in found.lines()] + [shrunk_said]
     if found.fits:
         return CheckMemory(lines)
     said = found.refusal()
