@@ -6,8 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
-from hyport_lib.params import (ParameterError, StageParams, device_param, model_path_param, param,
-                               trust_remote_code_param)
+from hyport_lib.params import (ParameterError, StageParams, card_memory_param, device_param, model_path_param,
+                               param, trust_remote_code_param)
 from hyport_lib.utils.imports import version_tuple
 
 #: The dtypes the grid runs its cases in.
@@ -40,6 +40,7 @@ class Params(StageParams):
                                         min_exclusive=0)
     port_proof_config: dict = param({}, "config fields of the port proof's tiny model, e.g. "
                                         "{rope_scaling: {type: dynamic, factor: 2.0}}")
+    card_memory_gib: Optional[float] = card_memory_param()
     trust_remote_code: bool = trust_remote_code_param(
         "the model check loads the checkpoint's own code (with the flash_attn shim); off unless you turn it on")
 

@@ -13,12 +13,14 @@ from hyport_lib.attention.compare import BackendInfo, ComparisonResult, error_ra
 from hyport_lib.attention.implementations import device_label
 from hyport_lib.attention.params import Params
 from hyport_lib.backend import get_backend
+from hyport_lib.memory.capacity import capacity
 from hyport_lib.models.preflight import check_decoder_only, check_model_path
 from hyport_lib.models.tiny import TINY_MODEL_NAME, ensure_tiny_model
 from hyport_lib.npu_attention.flash_api import DEFAULT_VERSION
 from hyport_lib.port.proof_run import SKIP, proof_not_run, prove_port_in_child
 from hyport_lib.port.tree import PortError, PortResult, port_tree, write_record
 from hyport_lib.proof.model_check import ModelComparison, compare_model, model_check_dtype, swapped_backend
+from hyport_lib.proof.model_check_memory import CheckMemory, plan_check_memory
 from hyport_lib.results import REFUSED, StageSummary, fresh_folder_beside_results, worst_verdict
 from hyport_lib.scan.hits import ScanReport
 from hyport_lib.scan.scanner import scan_path
@@ -75,6 +77,13 @@ class Plan:
     model_path: Optional[str]  # None: no model check
     flash_attn_version: str
     port_out: Optional[Path] = None  # a fresh folder beside the results; None: no port
+    #: the memory model's decision on the model check (None: no model, or the tiny one)
+    memory: Optional[CheckMemory] = None
+
+    @property
+    def left_out(self) -> list[str]:
+        """What the host cannot run, said before the run (the report's pre-check reads it)."""
+        return [self.memory.left_out] if self.memory is not None and self.memory.left_out else []
 
 
 #: :attr:`CaseProgress.step` while the comparison grid runs.
@@ -113,16 +122,20 @@ def plan(params: Params) -> Plan:
         RuntimeError: the device asked for is not usable here (the host, not a value).
         ModelPathError: ``model_path`` is no loadable local model folder.
     """
-    device = get_backend(params.device).kind
-    model_path = params.model_path
-    if model_path is not None and model_path != TINY_MODEL_NAME:
+    backend = get_backend(params.device)
+    device = backend.kind
+    model_path, memory = params.model_path, None
+    if model_path is not None and model_path != TINY_MODEL_NAME:  # the tiny model: a few MiB
         model_path = check_model_path(model_path, local_only="stage 02 (the model check)")
         check_decoder_only(model_path, "stage 02's model check")  # before the grid's minutes
+        memory = plan_check_memory(model_path, kind=device, dtype=model_check_dtype(params.model_dtype, device),
+                                   capacity=capacity(backend, params.card_memory_gib),
+                                   trust_remote_code=params.trust_remote_code)
     code_path = str(params.code_path or "").strip()
     port_out = None
     if params.port and code_path:
         port_out = fresh_folder_beside_results("ports", Path(code_path).resolve().name)
-    return Plan(params, device, model_path, params.flash_attn_version or DEFAULT_VERSION, port_out)
+    return Plan(params, device, model_path, params.flash_attn_version or DEFAULT_VERSION, port_out, memory)
 
 
 def run(plan: Plan, *, on_progress: Optional[Callable[[CaseProgress], None]] = None) -> AttentionStageResult:
@@ -144,7 +157,9 @@ def run(plan: Plan, *, on_progress: Optional[Callable[[CaseProgress], None]] = N
         model = compare_model(model_path, backend=backend, device=where, seed=params.seed,
                               dtype=model_check_dtype(params.model_dtype, plan.device),
                               trust_remote_code=params.trust_remote_code,
-                              flash_attn_version=plan.flash_attn_version)
+                              flash_attn_version=plan.flash_attn_version,
+                              behaviour_left_out=plan.memory.left_out if plan.memory is not None else "")
+        model.memory = plan.memory.lines if plan.memory is not None else []
     starting("scan: CUDA-only constructs in the code")
     scan = run_scan(params.code_path)
     if plan.port_out is not None:
@@ -215,6 +230,9 @@ def summarize(result: AttentionStageResult) -> StageSummary:
             line += f"; {model.behaviour.line()}"
             headline["greedy answers identical"] = ", ".join(
                 f"{p.dtype} {'yes' if p.identical else 'no'}" for p in model.behaviour.pairs)
+        elif model.left_out:
+            line += f"; left out: {model.left_out}"
+            headline["behaviour check"] = "left out: the whole model does not fit"
     if result.port_error:
         verdict = "FAIL"
         line += f"; port not made: {result.port_error}"

@@ -1,13 +1,16 @@
 """Stage 02's model check: the user's checkpoint, eager then switched to hyport's attention
 (docs/attention_swap.md, "Stage 02 sees what training sees").
 
-Behaviour too, on pretrained weights only: their logits are peaked, so the same greedy
-answers and the same perplexity of a fixed text say that the swapped model *behaves* as the
-original. Random weights give flat logits (a greedy token flips on a rounding difference, a
-perplexity is the vocabulary size): the record says why nothing is compared. Each pair runs
-one model, eager then switched, in one dtype, so that a difference is the swap's: the check's
-dtype, then bfloat16 (what an NPU runs; a late bf16 difference is bf16 accumulation).
-"""
+The numerics (logits, greedy tokens, a packed row) run on the training proof's shrunk model
+with the checkpoint's own weights for the layers it keeps (proof/swap.py), so their cost does
+not grow with the model. Behaviour runs on the whole model, on pretrained weights only: their
+logits are peaked, so the same greedy answers and the same perplexity of a fixed text say that
+the swapped model *behaves* as the original. Random weights give flat logits (a greedy token
+flips on a rounding difference, a perplexity is the vocabulary size): the record says why
+nothing is compared. The whole model is loaded once, in the check's dtype, and switched in
+place: eager, then the swap; then cast to bfloat16 (what an NPU runs), eager, then the swap.
+Where the memory model says it does not fit (model_check_memory.py), it is left out, and the
+record says why."""
 
 from __future__ import annotations
 
@@ -20,10 +23,12 @@ from typing import Optional
 
 import torch
 
+from hyport_lib.checkpoint_files.weight_files import checkpoint_files
 from hyport_lib.models.generation import greedy, load_model
 from hyport_lib.models.generation_config import InferenceConfig
+from hyport_lib.models.loading import auto_model_class, load_processor, tokenizer_of
 from hyport_lib.models.prompts import Prompt, encode_prompts, needs_image, sample_image
-from hyport_lib.models.tiny import random_weights_reason
+from hyport_lib.models.tiny import random_weights_reason, resolve_model_path
 from hyport_lib.models.training_inputs import packed_positions, rope_positions_function
 from hyport_lib.npu_attention import hf_integration
 from hyport_lib.npu_attention.hf_integration import sdpa_refusal
@@ -32,9 +37,10 @@ from hyport_lib.port.generated.flash_attn_ascend import FlashAttnUnsupported
 from hyport_lib.proof.choice import KEPT_ON_EAGER
 from hyport_lib.proof.isolation import Isolation, check_isolation, packing_fault
 from hyport_lib.proof.shrunk import special_token_ids
-from hyport_lib.proof.swap import switch_attention
+from hyport_lib.proof.swap import ShrunkModel, shrink_model, switch_attention
 from hyport_lib.proof.tolerance import LOGITS, TOLERANCE, TOP1, compare
 from hyport_lib.results import FAIL, PASS, REFUSED, SKIP, WARN
+from hyport_lib.utils.printable import first_line
 
 #: The longest packed row the check runs (a window longer than this is said, not exercised).
 PACKED_ROW_LIMIT = 1024
@@ -75,6 +81,8 @@ class Behaviour:
     eager_answers: list[str] = field(default_factory=list)
     top1_probability: Optional[float] = None
     pairs: list[PairResult] = field(default_factory=list)
+    #: the attention implementations the whole model ran, in order (switched in place)
+    ran: list[str] = field(default_factory=list)
 
     def line(self) -> str:
         if not self.meaningful:
@@ -131,6 +139,12 @@ class ModelComparison:
     #: float32 only: the bounds are float32 rounding; empty when not checked)
     packed_isolation: list[Isolation] = field(default_factory=list)
     behaviour: Optional[Behaviour] = None
+    #: the model the numerics ran on: the training proof's shrink, with the checkpoint's weights
+    numerics_model: str = ""
+    #: why the behaviour check on the whole model was left out (it does not fit), with figures
+    left_out: str = ""
+    #: the memory model's figures for the whole model and the shrunk one (stage 02's plan)
+    memory: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -201,32 +215,67 @@ def _remote_code_shim(trust_remote_code: bool, backend: str, version: Optional[s
 def compare_model(model_path: str = "tiny", backend: str = "npu-emulated",
                   dtype: str = "float32", device: str = "cpu", max_new_tokens: int = 8,
                   seed: int = 0, *, trust_remote_code: bool = False,
-                  flash_attn_version: Optional[str] = None) -> ModelComparison:
+                  flash_attn_version: Optional[str] = None, behaviour_left_out: str = "") -> ModelComparison:
     """With ``trust_remote_code`` the flash_attn shim (serving ``flash_attn_version``'s API)
-    is installed for the checkpoint's own code, and the calls it serves count as swapped."""
+    is installed for the checkpoint's own code, and the calls it serves count as swapped.
+    ``behaviour_left_out``: why the behaviour check does not run (the whole model does not
+    fit: :mod:`.model_check_memory`), said in the record."""
     result = ModelComparison(model_path=model_path, attn_implementation="", backend=backend,
                              dtype=dtype, device=device, trust_remote_code=trust_remote_code,
-                             source=f"{backend} ({str(device).split(':')[0].upper()})")
+                             source=f"{backend} ({str(device).split(':')[0].upper()})",
+                             left_out=behaviour_left_out)
     with _remote_code_shim(trust_remote_code, backend, flash_attn_version) as shim_api:
         # Looked up at call time: a test swaps the registration for a broken attention.
         result.attn_implementation = hf_integration.register_hyport_attention(backend=backend)
         torch.manual_seed(seed)
         with _quiet_loading():
-            return _compare(result, shim_api, max_new_tokens)
+            return _compare(result, shim_api, max_new_tokens, seed)
 
 
-def _compare(result: ModelComparison, shim_api, max_new_tokens: int) -> ModelComparison:
+def _shrunk_model(result: ModelComparison, loaded, path: str, seed: int, ids) -> Optional[ShrunkModel]:
+    """The training proof's shrunk model (proof/swap.py) with the checkpoint's weights for the
+    layers it keeps: slim, else layers only where the slim config does not build. None, with
+    the verdict and why set, where neither builds or the weights do not read."""
+    from transformers import AutoConfig
+
+    config = AutoConfig.from_pretrained(path, trust_remote_code=result.trust_remote_code)
+    cls = auto_model_class(loaded.traits)
+    failure = ""
+    for slim in (True, False):
+        try:
+            shrunk = shrink_model(cls, config, slim=slim, seed=seed, trust_remote_code=result.trust_remote_code,
+                                  compact_ids=ids if slim and not loaded.traits.multimodal else None)
+            break
+        except Exception as exc:  # noqa: BLE001 — the shrink or the model's own code: said
+            failure = f"{type(exc).__name__}: {first_line(exc)}"
+    else:
+        result.verdict, result.detail = FAIL, f"the model shrunk from its config does not build: {failure}"
+        return None
+    try:
+        weights = shrunk.keep_weights(checkpoint_files(path)).line()
+    except Exception as exc:  # noqa: BLE001 — a weights file that does not read (cut, corrupt)
+        result.verdict = FAIL
+        result.detail = f"the checkpoint's weights could not be read ({type(exc).__name__}: {first_line(exc)})"
+        return None
+    result.numerics_model = f"{shrunk.layers}; {weights}"
+    return shrunk
+
+
+def _compare(result: ModelComparison, shim_api, max_new_tokens: int, seed: int) -> ModelComparison:
+    """The numerics on the shrunk model, then the behaviour on the whole one (loaded once)."""
     name, generation = result.attn_implementation, {"max_new_tokens": max_new_tokens, "do_sample": False}
-
-    def load(dtype: str, attn_implementation: str):
-        return load_model(InferenceConfig(model_path=result.model_path, device=result.device, dtype=dtype,
-                                          trust_remote_code=result.trust_remote_code,
-                                          attn_implementation=attn_implementation))
-
-    model, loaded = load(result.dtype, "eager")
+    path = resolve_model_path(result.model_path)
+    loaded = load_processor(path, trust_remote_code=result.trust_remote_code)
+    tokenizer_of(loaded.processor).padding_side = "left"
     result.model_kind = loaded.traits.kind
+    full_inputs, result.batch = _model_inputs(loaded, "cpu")
+    packed_ids = torch.tensor(loaded.tokenizer(PACKED_TEXT, add_special_tokens=False)["input_ids"])
+    shrunk = _shrunk_model(result, loaded, path, seed, [full_inputs["input_ids"], packed_ids])
+    if shrunk is None:
+        return result
+    model = shrunk.model.to(device=result.device, dtype=getattr(torch, result.dtype)).eval()
     result.model_class = f"{type(model).__module__}.{type(model).__qualname__}"
-    inputs, result.batch = _model_inputs(loaded, model.device)
+    inputs = _on(shrunk.mapped(full_inputs), model.device)
     refusal = sdpa_refusal(model)
     if refusal:
         result.verdict, result.detail = REFUSED, f"{refusal}; {KEPT_ON_EAGER}"
@@ -234,15 +283,16 @@ def _compare(result: ModelComparison, shim_api, max_new_tokens: int) -> ModelCom
     real = inputs["attention_mask"].bool()
     result.sliding_window = smallest_window(model.config)
     row, result.packed_detail = _packed_row(loaded, result.sliding_window, rope_positions_function(model))
+    row = None if row is None else shrunk.mapped(row)
     with torch.no_grad():
         eager_logits, eager_tokens = model(**inputs).logits[real], model.generate(**inputs, **generation).cpu()
         eager_packed = _eager_packed_row(result, model, row)
         isolating = eager_packed is not None and result.dtype == "float32" and model.device.type == "cpu"
-        special = special_token_ids(model.config) | set(getattr(loaded.tokenizer, "all_special_ids", []) or [])
+        special = special_token_ids(model.config) | _in_vocabulary(shrunk, loaded.tokenizer)
         if isolating:
             result.packed_isolation = [check_isolation(model, row, "eager", None, special)]
-        result.behaviour, reference = _behaviour(lambda: _eager_behaviour(result.model_path, model, loaded))
-        model = switch_attention(model, name, lambda: load(result.dtype, name)[0])
+        model = switch_attention(model, name, lambda: shrunk.build(name).to(device=result.device,
+                                                                           dtype=getattr(torch, result.dtype)))
         result.model_class = f"{type(model).__module__}.{type(model).__qualname__}"
         # Swapped attention reached through transformers (the registered function) or through
         # remote code importing flash_attn (the shim); None: neither is hyport's.
@@ -258,6 +308,8 @@ def _compare(result: ModelComparison, shim_api, max_new_tokens: int) -> ModelCom
         swapped_packed = None if eager_packed is None else _swapped_packed_row(result, model, row)
         if isolating and swapped_packed is not None:
             result.packed_isolation.append(check_isolation(model, row, name, None, special))
+    active = str(getattr(model.config, "_attn_implementation", "") or "")
+    del model, shrunk  # the whole model's turn: the shrunk one is not kept beside it
     logits = compare(LOGITS, eager_logits, swapped_logits, result.dtype)
     result.max_abs_logits, result.top1_agreement, result.kl_divergence = logits.max_abs, logits.top1, logits.kl
     result.greedy_identical = bool(torch.equal(eager_tokens, swapped_tokens))
@@ -266,49 +318,71 @@ def _compare(result: ModelComparison, shim_api, max_new_tokens: int) -> ModelCom
     packed = None if swapped_packed is None else compare(LOGITS, eager_packed, swapped_packed, result.dtype)
     if packed is not None:
         result.packed_tokens, result.packed_max_abs_logits = int(row["input_ids"].shape[1]), packed.max_abs
-    if reference is not None:
-        result.behaviour, _ = _behaviour(lambda: _swapped_behaviour(result, model, loaded, reference, load))
-    active = str(getattr(model.config, "_attn_implementation", "") or "")
+    result.behaviour = _behaviour(result)
     result.verdict, result.detail = _model_verdict(result, active, name, logits, packed)
     if "not applicable" in result.batch:
         result.detail += f"; compared {result.batch}"
     return result
 
 
-def _behaviour(run):
-    """``run()``, or a behaviour that says why it is missing: the logits' verdict stands."""
+def _in_vocabulary(shrunk: ShrunkModel, tokenizer) -> set[int]:
+    """The tokenizer's special ids, as the shrunk model numbers them (those its vocabulary holds)."""
+    ids = set(getattr(tokenizer, "all_special_ids", []) or [])
+    if shrunk.vocabulary is None:
+        return ids
+    position = {old: new for new, old in enumerate(shrunk.vocabulary)}
+    return {position[i] for i in ids if i in position}
+
+
+def _behaviour(result: ModelComparison) -> Behaviour:
+    """Greedy answers and perplexity on the whole model, or a behaviour that says why they are
+    missing (random weights, left out for memory, or raised): the logits' verdict stands."""
+    reason = random_weights_reason(result.model_path)
+    if reason:
+        return Behaviour(False, reason)
+    if result.left_out:
+        return Behaviour(False, f"left out: {result.left_out}")
     try:
-        return run()
+        return _whole_model_behaviour(result)
     except Exception as exc:  # noqa: BLE001 — the record says why this part is missing
-        return Behaviour(False, f"not compared: {type(exc).__name__}: {exc}"), None
+        return Behaviour(False, f"not compared: {type(exc).__name__}: {exc}")
 
 
-def _swapped_behaviour(result: ModelComparison, model, loaded, reference, load):
-    """In the check's dtype, then in bfloat16: a second model, eager then switched."""
-    name, behaviour = result.attn_implementation, result.behaviour
+def _whole_model_behaviour(result: ModelComparison) -> Behaviour:
+    """The model loaded once, in the check's dtype: eager, then switched to the swap; where
+    that dtype is not bfloat16, then cast to it in place (what an NPU runs), eager, then the
+    swap again. Each pair runs one model, so a difference is the swap's."""
+    name = result.attn_implementation
+    model, loaded = load_model(InferenceConfig(model_path=result.model_path, device=result.device,
+                                               dtype=result.dtype, trust_remote_code=result.trust_remote_code,
+                                               attn_implementation="eager"))
+    reference, mean_top1 = _eager_reference(model, loaded)
+    reason = random_weights_reason(result.model_path, mean_top1)
+    if reason:
+        return Behaviour(False, reason, prompts=list(PROMPTS), top1_probability=mean_top1)
+    decode = loaded.tokenizer.decode
+    behaviour = Behaviour(True, prompts=list(PROMPTS), new_tokens=NEW_TOKENS, top1_probability=mean_top1,
+                          eager_answers=[decode(a, skip_special_tokens=True) for a in reference.answers])
+    behaviour.ran = ["eager", _switched(model, name)]
     behaviour.pairs.append(_swapped_pair(f"{name}, {result.dtype}", result.dtype, model, loaded, reference))
     if result.dtype != "bfloat16":
-        half, _ = load("bfloat16", "eager")
-        half_reference, _ = _eager_reference(half, loaded)
-        half = switch_attention(half, name, lambda: load("bfloat16", name)[0])
+        _switched(model, "eager")
+        model.to(torch.bfloat16)  # in place, tensor by tensor: never a second model beside the first
+        half_reference, _ = _eager_reference(model, loaded)
+        behaviour.ran += ["eager, bfloat16", f"{_switched(model, name)}, bfloat16"]
         label = f"{'npu_fusion_attention' if result.backend == 'npu' else 'NPU emulation'}, bfloat16"
-        behaviour.pairs.append(_swapped_pair(label, "bfloat16", half, loaded, half_reference))
-    return behaviour, None
+        behaviour.pairs.append(_swapped_pair(label, "bfloat16", model, loaded, half_reference))
+    return behaviour
 
 
-def _eager_behaviour(model_path: str, eager, loaded) -> tuple[Behaviour, Optional[Reference]]:
-    """Eager's half, and the reference for the swap's (None: the weights make the
-    comparison meaningless, and the behaviour says why)."""
-    reason = random_weights_reason(model_path)
-    if reason:
-        return Behaviour(False, reason), None
-    reference, mean_top1 = _eager_reference(eager, loaded)
-    reason = random_weights_reason(model_path, mean_top1)
-    if reason:
-        return Behaviour(False, reason, prompts=list(PROMPTS), top1_probability=mean_top1), None
-    decode = loaded.tokenizer.decode
-    return Behaviour(True, prompts=list(PROMPTS), new_tokens=NEW_TOKENS, top1_probability=mean_top1,
-                     eager_answers=[decode(a, skip_special_tokens=True) for a in reference.answers]), reference
+def _switched(model, name: str) -> str:
+    """``model`` switched in place to attention ``name`` (transformers' own switch); raises
+    where it cannot be, rather than loading a second model."""
+    model.set_attn_implementation(name)
+    active = str(getattr(model.config, "_attn_implementation", "") or "")
+    if active != name:
+        raise RuntimeError(f"the model cannot be switched to {name!r} in place (it runs {active!r})")
+    return active
 
 
 def _eager_reference(eager, loaded) -> tuple[Reference, float]:

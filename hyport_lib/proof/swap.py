@@ -221,18 +221,20 @@ def _run_proof(proof: AttentionProof, config, batch: Mapping, samples, name: str
     cls = auto_model_class(traits)
     failure = ""
     for slim in (True, False):
-        small, proof.layers = shrunk_config(config, slim=slim)
-        inputs, per_sample, vocabulary = full_inputs, full_samples, None
-        if slim and not traits.multimodal:  # a VLM's code looks up its image token ids: kept
-            small, inputs, per_sample, vocabulary = _with_compact_vocabulary(small, inputs, per_sample)
-            proof.layers += ", vocabulary cut to the batch's tokens"
+        compact = slim and not traits.multimodal  # a VLM's code looks up its image token ids: kept
+        batches = [full_inputs, *(one for row in full_samples or [] for one in row)]
         try:
-            model = _build(cls, small, seed, trust_remote_code)
+            shrunk = shrink_model(cls, config, slim=slim, seed=seed, trust_remote_code=trust_remote_code,
+                                  compact_ids=[b[k] for b in batches for k in _ID_KEYS if k in b] if compact
+                                  else None)
         except Exception as exc:  # noqa: BLE001 — the shrink or the model's own code: said below
             failure = f"{type(exc).__name__}: {first_line(exc)}"
             continue
+        model, small, proof.layers = shrunk.model, shrunk.config, shrunk.layers
+        inputs, per_sample = shrunk.mapped(full_inputs), ([[shrunk.mapped(one) for one in row] for row in full_samples]
+                                                          if full_samples else None)
         try:
-            proof.weights = keep_checkpoint_weights(model, weights, config, small, vocabulary).line()
+            proof.weights = shrunk.keep_weights(weights).line()
         except Exception as exc:  # noqa: BLE001 — a weights file that does not read (cut, corrupt)
             proof.reason = scrub_text(f"the proof could not run: the checkpoint's weights could not be read "
                                       f"({type(exc).__name__}: {first_line(exc)})")[:400]
@@ -256,7 +258,7 @@ def _run_proof(proof: AttentionProof, config, batch: Mapping, samples, name: str
                                   f"raised {failure}")[:400]
         return
     proof.float32_noise = runs.float32_noise(model, inputs, per_sample, eager_out[0])
-    model = switch_attention(model, name, lambda: _build(cls, small, seed, trust_remote_code, name))
+    model = switch_attention(model, name, lambda: shrunk.build(name))
     if model.config._attn_implementation != name:
         proof.reason = f"the model runs {model.config._attn_implementation!r}, not {name!r}"
         return
@@ -291,7 +293,7 @@ def _run_proof(proof: AttentionProof, config, batch: Mapping, samples, name: str
     proof.verdict = FAIL if problems else PASS
     proof.reason = "; ".join(problems)
     if proof.packed and not proof.eager_non_finite and runs.first_non_finite(swapped_out[2]):
-        _eager_on_packed_rows(proof, model, lambda: _build(cls, small, seed, trust_remote_code), inputs,
+        _eager_on_packed_rows(proof, model, lambda: shrunk.build("eager"), inputs,
                               eager_out[3])
 
 
@@ -300,15 +302,57 @@ def _isolation(model, attention: str, config, inputs: dict, per_sample) -> Isola
                            special_token_ids(config))
 
 
-def _with_compact_vocabulary(config, inputs: dict, per_sample):
-    batches = [inputs, *(one for row in per_sample or [] for one in row)]
-    config, remap, order = compact_vocabulary(config, [b[k] for b in batches for k in _ID_KEYS if k in b])
+@dataclass
+class ShrunkModel:
+    """The proof's model: ``config`` shrunk (shrunk.py), built with seeded weights until
+    :meth:`keep_weights` copies in the checkpoint's. Stage 02's numerics check runs it too."""
 
-    def mapped(batch):
-        return {k: (remap(v) if k in _ID_KEYS else v) for k, v in batch.items()}
+    model: object
+    config: object  # the shrunk config (its vocabulary compacted where ``remap`` is set)
+    full_config: object
+    layers: str  # what was kept, in words
+    build: Callable[[str], object]  # the same shrunk config built again under an attention
+    remap: Optional[Callable] = None  # checkpoint ids -> the compact vocabulary's
+    vocabulary: Optional[list] = None  # the checkpoint ids of the compact vocabulary's rows
 
-    return (config, mapped(inputs), [[mapped(one) for one in row] for row in per_sample] if per_sample else None,
-            order)
+    def mapped(self, batch: Mapping) -> dict:
+        """``batch`` with its token ids in the model's vocabulary."""
+        if self.remap is None:
+            return dict(batch)
+        return {k: (self.remap(v) if k in _ID_KEYS else v) for k, v in batch.items()}
+
+    def keep_weights(self, files: CheckpointFiles) -> kept_weights.KeptWeights:
+        """The checkpoint's values of every tensor the model keeps (raises where a file does not read)."""
+        return keep_checkpoint_weights(self.model, files, self.full_config, self.config, self.vocabulary)
+
+
+def shrink_model(cls, config, *, slim: bool, seed: int, trust_remote_code: bool,
+                 compact_ids: Optional[Sequence] = None) -> ShrunkModel:
+    """``config`` cut to a few layers (``slim``: MLPs and experts too), its vocabulary cut to
+    the ids of ``compact_ids`` (tensors) where given, built in float32 with seeded weights."""
+    small, layers = shrunk_config(config, slim=slim)
+    remap = vocabulary = None
+    if compact_ids is not None:
+        small, remap, vocabulary = compact_vocabulary(small, compact_ids)
+        layers += ", vocabulary cut to the batch's tokens"
+    model = _build(cls, small, seed, trust_remote_code)
+    return ShrunkModel(model, small, config, layers,
+                       lambda attention: _build(cls, small, seed, trust_remote_code, attention), remap, vocabulary)
+
+
+def shrunk_parameters(cls, config, *, vocabulary_rows: Optional[int], trust_remote_code: bool = False) -> int:
+    """Parameters of the slim shrink of ``config``, counted on the meta device (nothing is
+    allocated); ``vocabulary_rows``: the compact vocabulary's size at most (None: kept whole)."""
+    from accelerate import init_empty_weights
+
+    small, _ = shrunk_config(config, slim=True)
+    text = getattr(small, "text_config", None) or small
+    if vocabulary_rows is not None and isinstance(getattr(text, "vocab_size", None), int):
+        text.vocab_size = min(text.vocab_size, vocabulary_rows)
+    with init_empty_weights():
+        model = cls.from_config(small, trust_remote_code=trust_remote_code)
+    model.tie_weights()
+    return sum(p.numel() for p in {id(p): p for p in model.parameters()}.values())
 
 
 def switch_attention(model, name: str, rebuild: Callable[[], object]):

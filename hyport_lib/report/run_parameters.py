@@ -252,7 +252,9 @@ def make_plans(requests: list[PlanRequest]) -> PreRunCheck:
             try:
                 planned = stage_part(request.stage, "params").Params.trusted(
                     {**request.values, **{key: None for key in request.left_to_the_run}})
-                stage_part(request.stage, "stage").plan(planned)
+                made = stage_part(request.stage, "stage").plan(planned)
+                # what the stage leaves out for this host (a check that does not fit): said, run
+                host += [f"{where}: {line}" for line in getattr(made, "left_out", None) or []]
             except ParameterError as exc:
                 refused += [f"{where}: {line}" for line in (exc.details or [str(exc)])]
             except DoesNotFit as exc:

@@ -1,6 +1,7 @@
-"""Stage 02's model check (proof/model_check.py): the checkpoint loaded once, eager then
-switched to the swap, compared on a padded batch, a packed row, greedy tokens and (on real
-weights) greedy answers; a wrong, bypassed, refused or non-finite swap is said."""
+"""Stage 02's model check (proof/model_check.py): the numerics on the training proof's shrunk
+model (eager then switched to the swap, compared on a padded batch, a packed row, greedy tokens),
+the behaviour on the whole model loaded once (greedy answers on real weights); a wrong,
+bypassed, refused or non-finite swap is said, and so is a behaviour check left out for memory."""
 
 from __future__ import annotations
 
@@ -225,19 +226,69 @@ def test_stage_02_says_a_model_keeps_packed_samples_apart(zoo):
     assert ", samples kept apart (a sample's logits moved by" in result.detail
 
 
-def test_the_model_is_loaded_once_and_switched(monkeypatch):
-    """One load serves both runs: the eager model is switched to the swap, never loaded twice."""
+def test_the_whole_model_is_loaded_once_and_runs_eager_then_the_swap_in_each_dtype(zoo, monkeypatch):
+    """The numerics run on the training proof's shrunk model (built, never loaded); the
+    behaviour loads the whole model once, in the check's dtype, and switches it in place:
+    eager, the swap, then in bfloat16 eager and the swap, each seen calling its attention."""
+    import torch
+    from transformers import PreTrainedModel
+    from transformers.models.llama import modeling_llama
+
+    loads, whole, calls, pretrained = [], [], [], []
+    real_load, real_swap = model_check.load_model, hf_integration.attention_forward
+    real_from_pretrained = PreTrainedModel.from_pretrained.__func__
+
+    def load_counted(config):
+        model, loaded = real_load(config)
+        loads.append((config.attn_implementation, config.dtype))
+        whole.append(model)
+        return model, loaded
+
+    def from_pretrained(cls, *args, **kwargs):
+        pretrained.append(cls.__name__)
+        return real_from_pretrained(cls, *args, **kwargs)
+
+    def counting_eager(real):
+        def eager(module, query, *args, **kwargs):
+            calls.append(("eager", module, query.dtype))  # kept alive: ids stay unique
+            return real(module, query, *args, **kwargs)
+        return eager
+
+    def swap(api, module, query, *args, **kwargs):
+        calls.append(("swap", module, query.dtype))
+        return real_swap(api, module, query, *args, **kwargs)
+
+    monkeypatch.setattr(model_check, "load_model", load_counted)
+    monkeypatch.setattr(PreTrainedModel, "from_pretrained", classmethod(from_pretrained))
+    monkeypatch.setattr(modeling_llama, "eager_attention_forward",
+                        counting_eager(modeling_llama.eager_attention_forward))
+    monkeypatch.setattr(hf_integration, "attention_forward", swap)
+    # the zoo's weights are random: taken as pretrained here, so the behaviour runs whole
+    monkeypatch.setattr(model_check, "random_weights_reason", lambda path, mean_top1=None: None)
+    m = compare_model(str(zoo["llama"]), backend="sdpa", max_new_tokens=2)
+    assert loads == [("eager", "float32")] and pretrained == ["LlamaForCausalLM"], (loads, pretrained)
+    on_whole = {id(module) for module in whole[0].modules()}
+    ran = list(dict.fromkeys((kind, dtype) for kind, module, dtype in calls if id(module) in on_whole))
+    assert ran == [("eager", torch.float32), ("swap", torch.float32), ("eager", torch.bfloat16),
+                   ("swap", torch.bfloat16)]
+    # the numerics ran on another model: the shrunk one, with the checkpoint's weights
+    assert {kind for kind, module, _ in calls if id(module) not in on_whole} == {"eager", "swap"}
+    assert "checkpoint weights for" in m.numerics_model and m.swapped_calls > 0
+    name = m.attn_implementation
+    assert m.behaviour.meaningful and m.behaviour.ran == ["eager", name, "eager, bfloat16", f"{name}, bfloat16"]
+    assert [pair.dtype for pair in m.behaviour.pairs] == ["float32", "bfloat16"]
+    assert m.verdict in ("PASS", "WARN"), m.detail
+
+
+def test_a_behaviour_check_left_out_for_memory_loads_nothing_and_says_why(monkeypatch):
     loads = []
-    real = model_check.load_model
-
-    def counted(config):
-        loads.append(config.attn_implementation)
-        return real(config)
-
-    monkeypatch.setattr(model_check, "load_model", counted)
-    m = compare_model("tiny", max_new_tokens=2)
-    assert m.verdict == "PASS", m.detail
-    assert loads == ["eager"] and m.swapped_calls > 0
+    monkeypatch.setattr(model_check, "load_model", lambda config: loads.append(config) or None)
+    monkeypatch.setattr(model_check, "random_weights_reason", lambda path, mean_top1=None: None)
+    why = "30.1 GiB of host RAM for 1 process > the host's 16.0 GiB"
+    m = compare_model("tiny", max_new_tokens=2, behaviour_left_out=why)
+    assert loads == [] and m.left_out == why
+    assert not m.behaviour.meaningful and m.behaviour.line() == f"behaviour: left out: {why}"
+    assert m.verdict == "PASS" and m.max_abs_logits is not None, m.detail  # the numerics still ran
 
 
 def test_nan_logits_of_the_swap_fail_the_model_check(monkeypatch):
