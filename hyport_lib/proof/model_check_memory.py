@@ -7,12 +7,11 @@ the figures, where the card or the host cannot hold it.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from hyport_lib.memory.fit import Capacity, fit
 from hyport_lib.memory.model import Workload
-from hyport_lib.memory.shape import ModelShape, format_gib, read_model_shape, shape_of_model
-from hyport_lib.models.loading import auto_model_class, build_empty_model, traits_of
+from hyport_lib.memory.shape import format_gib, model_shape
+from hyport_lib.models.loading import auto_model_class, traits_of
 from hyport_lib.proof.model_check import NEW_TOKENS
 from hyport_lib.proof.swap import shrunk_parameters
 from hyport_lib.utils.printable import first_line
@@ -25,8 +24,6 @@ BEHAVIOUR_SEQUENCE = {"text": 256, "image": 2048}
 COMPACT_VOCABULARY_ROWS = 1024
 #: The shrunk model in float32 while building, and its switched or rebuilt copy.
 SHRUNK_COPIES = 2
-#: The fit's own name for a change, and stage 02's parameter that makes it.
-_STAGE_PARAMETER = {"precision bf16": "model_dtype=bfloat16"}
 
 
 @dataclass
@@ -36,16 +33,6 @@ class CheckMemory:
 
     lines: list[str] = field(default_factory=list)
     left_out: str = ""
-
-
-def model_shape(model_path: str, trust_remote_code: bool = False) -> ModelShape:
-    """From the safetensors headers; a checkpoint without them, from its model built empty."""
-    try:
-        return read_model_shape(model_path)
-    except ValueError:
-        model = build_empty_model(model_path, trust_remote_code=trust_remote_code)
-        return shape_of_model(model, name=Path(model_path).name,
-                              source=f"its config, built on the meta device ({model_path})")
 
 
 def shrunk_model_bytes(model_path: str, trust_remote_code: bool = False) -> int:
@@ -64,7 +51,7 @@ def shrunk_model_bytes(model_path: str, trust_remote_code: bool = False) -> int:
 def plan_check_memory(model_path: str, *, kind: str, dtype: str, capacity: Capacity,
                       trust_remote_code: bool = False) -> CheckMemory:
     """The behaviour check's memory (the shrunk model's beside it) against ``capacity``."""
-    shape = model_shape(model_path, trust_remote_code)
+    shape = model_shape(model_path, trust_remote_code=trust_remote_code)
     multimodal = traits_of(model_path, trust_remote_code).multimodal
     try:
         shrunk = shrunk_model_bytes(model_path, trust_remote_code)
@@ -79,8 +66,6 @@ def plan_check_memory(model_path: str, *, kind: str, dtype: str, capacity: Capac
     lines = [f"behaviour check on the whole model {line}" for line in found.lines()] + [shrunk_said]
     if found.fits:
         return CheckMemory(lines)
-    said = found.refusal()
-    for change, parameter in _STAGE_PARAMETER.items():
-        said = said.replace(f"nearest plan that fits: {change}", f"nearest plan that fits: {parameter}")
-    return CheckMemory(lines, f"the behaviour check (greedy answers, perplexity) on the whole model: {said}; "
+    return CheckMemory(lines, "the behaviour check (greedy answers, perplexity) on the whole model: "
+                              f"{found.refusal()}; "
                               "the numerics ran on the shrunk model")
