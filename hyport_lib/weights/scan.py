@@ -1,27 +1,34 @@
 """The full scan (:func:`full_scan`): every tensor read once, checked for NaN/Inf and
-checksummed (:mod:`.checksums`), in ``buffers x chunk_bytes`` of memory whatever the
-checkpoint's size. Why one reader thread, 2 MiB chunks cut at 8-byte groups and the
-numpy bit test: docs/weights.md, "Full scan".
+checksummed (:mod:`.checksums`), in ``workers x chunk_bytes`` of memory whatever the
+checkpoint's size. Why two workers that each read, check and hash their own 1 MiB chunk,
+hashing in file order, with the kernel asked to read ahead, and the numpy bit test:
+docs/weights.md, "Full scan".
 """
 
 from __future__ import annotations
 
+import os
 import queue
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Iterator, Optional
+from typing import Callable, Optional
 
 import numpy as np
 
 from hyport_lib.checkpoint_files.findings import Finding
-from hyport_lib.checkpoint_files.header import ShardHeader, TensorEntry
+from hyport_lib.checkpoint_files.header import ShardHeader
 from hyport_lib.utils.typed_records import fields_of
 from hyport_lib.weights.checksums import DEFAULT_CHECKSUM, new_hasher
+from hyport_lib.weights.scan_reads import Job, OpenShard, ReadFailure, plan_reads, pread_exactly, scan_jobs
 
-CHUNK_BYTES = 2 << 20
-BUFFERS = 3
-#: What the reader sends after its last chunk.
+CHUNK_BYTES = 1 << 20
+WORKERS = 2
+#: How far ahead of the chunk being read the kernel is asked to read (``POSIX_FADV_WILLNEED``).
+READ_AHEAD_BYTES = 64 << 20
+#: The most bytes hashed before the consumer hears of them (progress).
+SEND_BYTES = 16 << 20
+#: What the pipeline sends after its last chunk.
 END = object()
 
 #: dtype -> (unsigned view, signed view or None when the format has no sign bit, special
@@ -124,192 +131,169 @@ def nonfinite_counts(data, dtype: str) -> tuple[int, int]:
     return int(np.count_nonzero(is_special)) - inf, inf
 
 
-def plan_reads(shards: list[ShardHeader]) -> tuple[list[tuple[ShardHeader, list[TensorEntry]]], list[str]]:
-    """Per file, its readable tensors in offset order; and the keys that cannot be read."""
-    plan, skipped = [], []
-    for shard in shards:
-        if not shard.readable:
-            skipped.extend(shard.tensors)
-            continue
-        entries = sorted(shard.tensors.values(), key=lambda e: (e.begin, e.end))
-        ok = [e for e in entries if shard.can_read(e)]
-        skipped.extend(e.name for e in entries if not shard.can_read(e))
-        plan.append((shard, ok))
-    return plan, skipped
-
-
-@dataclass(frozen=True)
-class ReadFailure:
-    """One file failed (``error`` stopped its reading); ``unread``: its tensors whose bytes
-    were not all sent (the consumer drops what it has of the one that was cut)."""
-
-    shard: ShardHeader
-    error: OSError
-    unread: tuple[str, ...]
-
-
-@dataclass(frozen=True)
-class Piece:
-    """The part of one tensor that one chunk holds: ``start`` in the chunk's buffer,
-    ``length`` bytes (whole elements; 0 for a zero-size tensor), ``last``: the tensor's
-    last piece."""
-
-    shard: ShardHeader
-    entry: TensorEntry
-    start: int
-    length: int
-    last: bool
-
-
-class Chunk:
-    """One filled buffer and the pieces of tensors it holds, in file order; the buffer goes
-    back to ``free`` on :meth:`release`."""
-
-    def __init__(self, buffer: bytearray, pieces: list[Piece], free: queue.SimpleQueue):
-        self.buffer, self.pieces, self._free = buffer, pieces, free
-
-    def view(self, piece: Piece) -> memoryview:
-        return memoryview(self.buffer)[piece.start: piece.start + piece.length]
-
-    def release(self) -> None:
-        self._free.put(self.buffer)
-
-
-def runs(entries: list[TensorEntry]) -> list[list[TensorEntry]]:
-    """``entries`` (in offset order) cut where a tensor does not begin at the previous end."""
-    out: list[list[TensorEntry]] = []
-    for entry in entries:
-        if out and entry.begin == out[-1][-1].end:
-            out[-1].append(entry)
-        else:
-            out.append([entry])
-    return out
-
-
-def chunk_layout(run: list[TensorEntry], chunk_bytes: int) -> Iterator[tuple[int, int, list[tuple]]]:
-    """The reads of one run: ``(first byte, end, [(entry, offset in chunk, length, last)])``,
-    offsets relative to the file's data section; the cuts: docs/weights.md, "Full scan"."""
-    index, pos, run_end = 0, run[0].begin, run[-1].end
-    while True:
-        end = min(run_end, pos + chunk_bytes)
-        pieces = []
-        while index < len(run):
-            entry = run[index]
-            lo = max(entry.begin, pos)
-            if entry.end <= end:  # the tensor ends in this chunk (a zero-size one too)
-                pieces.append((entry, lo - pos, entry.end - lo, True))
-                index += 1
-                continue
-            # The chunk cuts this tensor: after a whole number of 8-byte groups of it.
-            cut = entry.begin + (end - entry.begin) // 8 * 8
-            if cut > lo:
-                pieces.append((entry, lo - pos, cut - lo, False))
-            end = max(cut, lo)  # lo > pos here unless chunk_bytes < 8: the loop advances
-            break
-        yield pos, end, pieces
-        pos = end
-        if index == len(run):
-            return
-
-
 class Pipeline:
-    """The reader thread and the buffers; the consumer takes :class:`Chunk` objects and
-    :class:`ReadFailure` records from :attr:`output` (in file order) until :data:`END` or an
-    exception (a defect of the reader). ``plan``: :func:`plan_reads`' first part."""
+    """``workers`` threads, each with one buffer of ``chunk_bytes``: a worker takes the next
+    chunk, ``pread``-s it, counts its NaN/Inf and, when every earlier chunk has been hashed
+    (``seq`` order), feeds it to its tensor's hasher, while the bytes are still in its core's
+    cache. Reads and counts run side by side, hashing in file order. The consumer takes from
+    :attr:`output`, in file order, ``(file label, {name: TensorScan}, bytes)`` and
+    :class:`ReadFailure` records until :data:`END` or an exception (raised there).
+    ``plan``: :func:`plan_reads`' first part."""
 
-    def __init__(self, plan, chunk_bytes: int = CHUNK_BYTES, buffers: int = BUFFERS):
+    def __init__(self, plan, checksum: str = DEFAULT_CHECKSUM, chunk_bytes: int = CHUNK_BYTES,
+                 workers: int = WORKERS, read_ahead_bytes: int = READ_AHEAD_BYTES):
         if chunk_bytes <= 0 or chunk_bytes % 8:
             raise ValueError(f"chunk_bytes={chunk_bytes}: expected a positive multiple of 8")
-        if buffers < 1:
-            raise ValueError(f"buffers={buffers}: expected at least 1")
-        self.plan, self.chunk_bytes, self.buffers = plan, chunk_bytes, buffers
+        if workers < 1:
+            raise ValueError(f"workers={workers}: expected at least 1")
+        new_hasher(checksum)  # an unknown name fails here, before any thread starts
+        self.checksum, self.chunk_bytes, self.read_ahead_bytes = checksum, chunk_bytes, read_ahead_bytes
         self.output: queue.SimpleQueue = queue.SimpleQueue()
-        self._free: queue.SimpleQueue = queue.SimpleQueue()
-        for _ in range(buffers):
-            self._free.put(bytearray(chunk_bytes))
+        self._jobs = scan_jobs(plan, chunk_bytes)
+        self._jobs_lock = threading.Lock()
+        self._turn, self._turn_changed = 0, threading.Condition()
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._read, name="hyport-weights-reader", daemon=True)
+        self._open: dict[int, OpenShard] = {}  # by id: closed at the end whatever happened
+        self._current: Optional[list] = None  # [entry, hasher, nan, inf] of the tensor being hashed
+        self._unsent: dict[str, TensorScan] = {}
+        self._unsent_bytes = 0
+        self._running = workers
+        self._threads = [threading.Thread(target=self._work, args=(bytearray(chunk_bytes),),
+                                          name=f"hyport-weights-{i}", daemon=True) for i in range(workers)]
 
     def start(self) -> "Pipeline":
-        self._thread.start()
+        for thread in self._threads:
+            thread.start()
         return self
 
     def stop(self, timeout: float = 5.0) -> None:
         self._stop.set()
-        self._free.put(None)  # wakes a reader waiting for a buffer
-        if self._thread.is_alive():
-            self._thread.join(timeout=timeout)
+        with self._turn_changed:
+            self._turn_changed.notify_all()
+        for thread in self._threads:  # the last one to leave closes the files
+            if thread.is_alive():
+                thread.join(timeout=timeout)
 
-    def _read(self) -> None:
+    def _next_job(self) -> tuple[Optional[Job], tuple[int, int]]:
+        """The next chunk, and the range to ask the kernel to read ahead (empty: none)."""
+        with self._jobs_lock:
+            job = None if self._stop.is_set() else next(self._jobs, None)
+            if job is None or job.file.fd is None:
+                return job, (0, 0)
+            file = job.file
+            self._open[id(file)] = file
+            end = job.offset + job.length
+            if end + self.read_ahead_bytes // 2 <= file.advised_to:
+                return job, (0, 0)
+            begin, file.advised_to = max(file.advised_to, job.offset), end + self.read_ahead_bytes
+            return job, (begin, file.advised_to - begin)
+
+    def _work(self, buffer: bytearray) -> None:
+        view = memoryview(buffer)
         try:
-            for shard, entries in self.plan:
-                if entries and not self._read_file(shard, entries):
-                    return
-            self.output.put(END)
-        except BaseException as exc:  # a defect: handed to the consumer, which raises it
+            while True:
+                job, (ahead_from, ahead_bytes) = self._next_job()
+                if job is None:
+                    break
+                if ahead_bytes:  # a hint: the kernel reads on while this thread counts and hashes
+                    os.posix_fadvise(job.file.fd, ahead_from, ahead_bytes, os.POSIX_FADV_WILLNEED)
+                error, counts = job.open_error, None
+                if error is None and not job.file.failed:
+                    try:
+                        got = pread_exactly(job.file.fd, view[: job.length], job.offset)
+                        if got < job.length:
+                            inside = next(p.entry.name for p in job.pieces if p.start + p.length > got)
+                            raise OSError(f"{job.file.shard.label}: the file ended inside `{inside}` (it changed "
+                                          f"while being read?)")
+                    except OSError as exc:
+                        error = exc
+                    else:
+                        counts = [nonfinite_counts(view[p.start: p.start + p.length], p.entry.dtype)
+                                  for p in job.pieces]
+                with self._turn_changed:
+                    while self._turn != job.seq and not self._stop.is_set():
+                        self._turn_changed.wait()
+                if self._stop.is_set():
+                    break
+                try:
+                    self._in_turn(job, view, counts, error)
+                finally:
+                    with self._turn_changed:
+                        self._turn += 1
+                        self._turn_changed.notify_all()
+        except BaseException as exc:  # a defect (the hasher's, the check's): the consumer raises it
+            self._stop.set()
             self.output.put(exc)
+        finally:
+            with self._jobs_lock:
+                self._running -= 1
+                if self._running == 0:  # the last worker out: no read can be under way any more
+                    for file in self._open.values():
+                        file.close()
+                    self._open.clear()
+                    self.output.put(END)
 
-    def _read_file(self, shard: ShardHeader, entries: list[TensorEntry]) -> bool:
-        """Send the chunks of one file; False when the pipeline was stopped meanwhile. An
-        ``OSError`` of this file is sent as a :class:`ReadFailure`, naming this file."""
-        sent_whole: set[str] = set()
-        try:
-            with open(shard.path, "rb", buffering=0) as fh:
-                for run in runs(entries):
-                    fh.seek(shard.data_start + run[0].begin)
-                    for begin, end, layout in chunk_layout(run, self.chunk_bytes):
-                        buffer = self._free.get()
-                        if buffer is None or self._stop.is_set():
-                            return False
-                        try:
-                            got = read_exactly(fh, memoryview(buffer)[: end - begin])
-                            if got < end - begin:
-                                inside = next(e.name for e, start, length, _ in layout if start + length > got)
-                                raise OSError(f"{shard.label}: the file ended inside `{inside}` (it changed "
-                                              f"while being read?)")
-                        except OSError:
-                            self._free.put(buffer)  # nothing was sent in it: it stays usable
-                            raise
-                        pieces = [Piece(shard, *p) for p in layout]
-                        self.output.put(Chunk(buffer, pieces, self._free))
-                        sent_whole.update(p.entry.name for p in pieces if p.last)
-        except OSError as exc:
-            unread = tuple(e.name for e in entries if e.name not in sent_whole)
-            self.output.put(ReadFailure(shard, exc, unread))
-        return True
+    def _in_turn(self, job: Job, view: memoryview, counts, error: Optional[OSError]) -> None:
+        """Chunk ``job.seq``, after every earlier one: one thread at a time runs this."""
+        file = job.file
+        # A file named by an earlier chunk's error: nothing more of it (no second finding).
+        if error is not None and not file.failed:
+            file.failed = True
+            self._current = None  # the tensor this file's error cut: its hasher is dropped
+            self._send(file)
+            unread = tuple(e.name for e in file.entries if e.name not in file.done)
+            self.output.put(ReadFailure(file.shard, error, unread))
+        elif not file.failed:
+            for piece, (nan, inf) in zip(job.pieces, counts):
+                current = self._current
+                if current is None or piece.entry is not current[0]:
+                    current = self._current = [piece.entry, new_hasher(self.checksum), 0, 0]
+                if piece.length:
+                    current[1].update(view[piece.start: piece.start + piece.length])
+                current[2] += nan
+                current[3] += inf
+                self._unsent_bytes += piece.length
+                if piece.last:
+                    entry, hasher, nan_total, inf_total = current
+                    self._unsent[entry.name] = TensorScan(file.shard.label, hasher.hexdigest(), nan_total,
+                                                          inf_total, algorithm=self.checksum)
+                    file.done.add(entry.name)
+                    self._current = None
+            # Sent when a tensor is done, else every SEND_BYTES: one wake-up of the consumer per
+            # chunk would cost more than the progress it shows.
+            if self._unsent or self._unsent_bytes >= SEND_BYTES or job.last:
+                self._send(file)
+        if job.last:
+            with self._jobs_lock:
+                file.close()
+                self._open.pop(id(file), None)
 
-
-def read_exactly(fh, view: memoryview) -> int:
-    """The bytes read into ``view``: fewer than its length only where the file ends."""
-    got = 0
-    while got < len(view):
-        n = fh.readinto(view[got:])
-        if not n:
-            break
-        got += n
-    return got
+    def _send(self, file: OpenShard) -> None:
+        if self._unsent or self._unsent_bytes:
+            self.output.put((file.shard.label, self._unsent, self._unsent_bytes))
+            self._unsent, self._unsent_bytes = {}, 0
 
 
 def full_scan(shards: list[ShardHeader], *, checksum: str = DEFAULT_CHECKSUM, chunk_bytes: int = CHUNK_BYTES,
-              buffers: int = BUFFERS, on_progress: Optional[Callable[[ScanProgress], None]] = None,
+              workers: int = WORKERS, on_progress: Optional[Callable[[ScanProgress], None]] = None,
               min_interval_s: float = 0.2) -> ScanResult:
-    """``on_progress`` at most every ``min_interval_s`` seconds, and at the end. Memory:
-    ``buffers * chunk_bytes``, plus the temporaries that count a chunk holding NaN/Inf.
+    """``on_progress`` (on the caller's thread) at most every ``min_interval_s`` seconds, and
+    at the end. Memory: ``workers * chunk_bytes``, plus the temporaries that count a chunk
+    holding NaN/Inf.
 
-    A file the reader cannot read (missing, unreadable, shorter than its header says) is a
+    A file that cannot be read (missing, unreadable, shorter than its header says) is a
     ``file_unreadable`` finding and the scan goes on; ``skipped`` lists the tensors not
     scanned: such a file's not read whole, and those outside their file or of the wrong byte
     length (header findings already). Whatever the hasher, the check or ``on_progress``
-    raises (an OSError too: only the reader's errors are findings) is raised unchanged once
-    the reader stopped: a scan never returns with a tensor silently left out.
+    raises (an OSError too: only the reads' errors are findings) is raised unchanged once
+    the workers stopped: a scan never returns with a tensor silently left out.
     """
-    new_hasher(checksum)  # an unknown name fails here, before the reader starts
     started = time.perf_counter()
     plan, skipped = plan_reads(shards)
+    pipeline = Pipeline(plan, checksum=checksum, chunk_bytes=chunk_bytes, workers=workers)
     result = ScanResult(checksum, skipped=skipped)
     total = sum(e.nbytes for _, entries in plan for e in entries)
     count = sum(len(entries) for _, entries in plan)
-    pipeline = Pipeline(plan, chunk_bytes=chunk_bytes, buffers=buffers)
     last_note = 0.0
 
     def note(file: str, force: bool = False) -> None:
@@ -320,39 +304,27 @@ def full_scan(shards: list[ShardHeader], *, checksum: str = DEFAULT_CHECKSUM, ch
             on_progress(ScanProgress("scan", result.bytes_read, total, len(result.tensors), count,
                                      file, now - started))
 
-    current, hasher, nan, inf, file = None, None, 0, 0, ""
+    file = ""
     pipeline.start()
     try:
         while True:
-            chunk = pipeline.output.get()
-            if chunk is END:
+            item = pipeline.output.get()
+            if item is END:
                 break
-            if isinstance(chunk, BaseException):
-                raise chunk
-            if isinstance(chunk, ReadFailure):  # that file only: the reader goes on with the next
-                current, file = None, chunk.shard.label
-                result.findings.append(Finding("file_unreadable", chunk.shard.label,
-                                               f"full scan stopped reading this file: {chunk.error}"))
-                result.skipped.extend(chunk.unread)
+            if isinstance(item, BaseException):
+                raise item
+            if isinstance(item, ReadFailure):  # that file only: the workers go on with the next
+                file = item.shard.label
+                result.findings.append(Finding("file_unreadable", file,
+                                               f"full scan stopped reading this file: {item.error}"))
+                result.skipped.extend(item.unread)
                 continue
-            for piece in chunk.pieces:
-                if piece.entry is not current:
-                    current, hasher, nan, inf, file = piece.entry, new_hasher(checksum), 0, 0, piece.shard.label
-                view = chunk.view(piece)
-                a, b = nonfinite_counts(view, piece.entry.dtype)
-                nan, inf = nan + a, inf + b
-                if piece.length:
-                    hasher.update(view)
-                result.bytes_read += piece.length
-                if piece.last:
-                    entry = piece.entry
-                    result.tensors[entry.name] = TensorScan(file, hasher.hexdigest(), nan, inf,
-                                                            algorithm=checksum)
-                    current = None
-            chunk.release()
+            file, finished, nbytes = item
+            result.tensors.update(finished)
+            result.bytes_read += nbytes
             note(file)
     finally:
-        pipeline.stop()  # also when interrupted or raising: the reader stops at its next buffer
+        pipeline.stop()  # also when interrupted or raising: the workers stop at their next chunk
     result.seconds = time.perf_counter() - started
     note(file, force=True)
     _nonfinite_findings(result)
