@@ -20,7 +20,7 @@ from hyport_lib.checkpoint_files.findings import Finding
 from hyport_lib.checkpoint_files.header import ShardHeader
 from hyport_lib.utils.typed_records import fields_of
 from hyport_lib.weights.checksums import DEFAULT_CHECKSUM, new_hasher
-from hyport_lib.weights.scan_reads import Job, OpenShard, ReadFailure, plan_reads, pread_exactly, scan_jobs
+from hyport_lib.weights.scan_reads import ReadFailure, ScanFile, ScanJob, plan_reads, pread_exactly, scan_jobs
 
 CHUNK_BYTES = 1 << 20
 WORKERS = 2
@@ -131,14 +131,23 @@ def nonfinite_counts(data, dtype: str) -> tuple[int, int]:
     return int(np.count_nonzero(is_special)) - inf, inf
 
 
+class _ReadError(Exception):
+    """A read of a weights file failed (``error``): a finding, unlike any other OSError."""
+
+    def __init__(self, error: OSError):
+        super().__init__(str(error))
+        self.error = error
+
+
 class Pipeline:
-    """``workers`` threads, each with one buffer of ``chunk_bytes``: a worker takes the next
-    chunk, ``pread``-s it, counts its NaN/Inf and, when every earlier chunk has been hashed
-    (``seq`` order), feeds it to its tensor's hasher, while the bytes are still in its core's
-    cache. Reads and counts run side by side, hashing in file order. The consumer takes from
-    :attr:`output`, in file order, ``(file label, {name: TensorScan}, bytes)`` and
-    :class:`ReadFailure` records until :data:`END` or an exception (raised there).
-    ``plan``: :func:`plan_reads`' first part."""
+    """``workers`` threads, each with one buffer of ``chunk_bytes``, take the jobs of
+    :func:`.scan_reads.scan_jobs` (largest first) and, alone on each, ``pread`` it chunk by
+    chunk, count each chunk's NaN/Inf and hash it while it is still in the core's cache: no
+    hand-off between threads, so two cores are used with nothing to wait for. The kernel is
+    asked to read ahead (``POSIX_FADV_WILLNEED``) within the job. The consumer takes from
+    :attr:`output` ``(file label, {name: TensorScan}, bytes)`` until :data:`END` or an
+    exception (raised there); :meth:`failures` then gives the files that failed.
+    ``plan``: :func:`.scan_reads.plan_reads`' first part."""
 
     def __init__(self, plan, checksum: str = DEFAULT_CHECKSUM, chunk_bytes: int = CHUNK_BYTES,
                  workers: int = WORKERS, read_ahead_bytes: int = READ_AHEAD_BYTES):
@@ -149,14 +158,9 @@ class Pipeline:
         new_hasher(checksum)  # an unknown name fails here, before any thread starts
         self.checksum, self.chunk_bytes, self.read_ahead_bytes = checksum, chunk_bytes, read_ahead_bytes
         self.output: queue.SimpleQueue = queue.SimpleQueue()
-        self._jobs = scan_jobs(plan, chunk_bytes)
-        self._jobs_lock = threading.Lock()
-        self._turn, self._turn_changed = 0, threading.Condition()
+        self.files, jobs = scan_jobs(plan, chunk_bytes)
+        self._jobs, self._jobs_lock = iter(jobs), threading.Lock()
         self._stop = threading.Event()
-        self._open: dict[int, OpenShard] = {}  # by id: closed at the end whatever happened
-        self._current: Optional[list] = None  # [entry, hasher, nan, inf] of the tensor being hashed
-        self._unsent: dict[str, TensorScan] = {}
-        self._unsent_bytes = 0
         self._running = workers
         self._threads = [threading.Thread(target=self._work, args=(bytearray(chunk_bytes),),
                                           name=f"hyport-weights-{i}", daemon=True) for i in range(workers)]
@@ -168,59 +172,31 @@ class Pipeline:
 
     def stop(self, timeout: float = 5.0) -> None:
         self._stop.set()
-        with self._turn_changed:
-            self._turn_changed.notify_all()
         for thread in self._threads:  # the last one to leave closes the files
             if thread.is_alive():
                 thread.join(timeout=timeout)
 
-    def _next_job(self) -> tuple[Optional[Job], tuple[int, int]]:
-        """The next chunk, and the range to ask the kernel to read ahead (empty: none)."""
-        with self._jobs_lock:
-            job = None if self._stop.is_set() else next(self._jobs, None)
-            if job is None or job.file.fd is None:
-                return job, (0, 0)
-            file = job.file
-            self._open[id(file)] = file
-            end = job.offset + job.length
-            if end + self.read_ahead_bytes // 2 <= file.advised_to:
-                return job, (0, 0)
-            begin, file.advised_to = max(file.advised_to, job.offset), end + self.read_ahead_bytes
-            return job, (begin, file.advised_to - begin)
+    def failures(self) -> list[ReadFailure]:
+        """The files that could not be read whole, in file order (after :data:`END`)."""
+        return [failure for file in self.files if (failure := file.failure())]
 
     def _work(self, buffer: bytearray) -> None:
         view = memoryview(buffer)
         try:
-            while True:
-                job, (ahead_from, ahead_bytes) = self._next_job()
+            while not self._stop.is_set():
+                with self._jobs_lock:
+                    job = next(self._jobs, None)
                 if job is None:
                     break
-                if ahead_bytes:  # a hint: the kernel reads on while this thread counts and hashes
-                    os.posix_fadvise(job.file.fd, ahead_from, ahead_bytes, os.POSIX_FADV_WILLNEED)
-                error, counts = job.open_error, None
-                if error is None and not job.file.failed:
-                    try:
-                        got = pread_exactly(job.file.fd, view[: job.length], job.offset)
-                        if got < job.length:
-                            inside = next(p.entry.name for p in job.pieces if p.start + p.length > got)
-                            raise OSError(f"{job.file.shard.label}: the file ended inside `{inside}` (it changed "
-                                          f"while being read?)")
-                    except OSError as exc:
-                        error = exc
-                    else:
-                        counts = [nonfinite_counts(view[p.start: p.start + p.length], p.entry.dtype)
-                                  for p in job.pieces]
-                with self._turn_changed:
-                    while self._turn != job.seq and not self._stop.is_set():
-                        self._turn_changed.wait()
-                if self._stop.is_set():
-                    break
                 try:
-                    self._in_turn(job, view, counts, error)
+                    fd = job.file.acquire()
+                    if fd is not None:
+                        self._scan(job, fd, view)
+                except _ReadError as exc:  # this job's tensors stay unread; the others go on
+                    with job.file.lock:
+                        job.file.errors[job.begin] = exc.error
                 finally:
-                    with self._turn_changed:
-                        self._turn += 1
-                        self._turn_changed.notify_all()
+                    job.file.release()
         except BaseException as exc:  # a defect (the hasher's, the check's): the consumer raises it
             self._stop.set()
             self.output.put(exc)
@@ -228,50 +204,64 @@ class Pipeline:
             with self._jobs_lock:
                 self._running -= 1
                 if self._running == 0:  # the last worker out: no read can be under way any more
-                    for file in self._open.values():
+                    for file in self.files:
                         file.close()
-                    self._open.clear()
                     self.output.put(END)
 
-    def _in_turn(self, job: Job, view: memoryview, counts, error: Optional[OSError]) -> None:
-        """Chunk ``job.seq``, after every earlier one: one thread at a time runs this."""
-        file = job.file
-        # A file named by an earlier chunk's error: nothing more of it (no second finding).
-        if error is not None and not file.failed:
-            file.failed = True
-            self._current = None  # the tensor this file's error cut: its hasher is dropped
-            self._send(file)
-            unread = tuple(e.name for e in file.entries if e.name not in file.done)
-            self.output.put(ReadFailure(file.shard, error, unread))
-        elif not file.failed:
-            for piece, (nan, inf) in zip(job.pieces, counts):
-                current = self._current
-                if current is None or piece.entry is not current[0]:
-                    current = self._current = [piece.entry, new_hasher(self.checksum), 0, 0]
-                if piece.length:
-                    current[1].update(view[piece.start: piece.start + piece.length])
-                current[2] += nan
-                current[3] += inf
-                self._unsent_bytes += piece.length
-                if piece.last:
-                    entry, hasher, nan_total, inf_total = current
-                    self._unsent[entry.name] = TensorScan(file.shard.label, hasher.hexdigest(), nan_total,
-                                                          inf_total, algorithm=self.checksum)
-                    file.done.add(entry.name)
-                    self._current = None
-            # Sent when a tensor is done, else every SEND_BYTES: one wake-up of the consumer per
-            # chunk would cost more than the progress it shows.
-            if self._unsent or self._unsent_bytes >= SEND_BYTES or job.last:
-                self._send(file)
-        if job.last:
-            with self._jobs_lock:
-                file.close()
-                self._open.pop(id(file), None)
+    def _read(self, job: ScanJob, fd: int, view: memoryview, begin: int) -> None:
+        """``view`` filled from ``begin`` (relative to the data); :class:`_ReadError` if not."""
+        shard = job.file.shard
+        try:
+            got = pread_exactly(fd, view, shard.data_start + begin)
+            # nothing to read (zero-size tensors): still cut off when past the file's end
+            cut = got < len(view) or (not len(view) and os.fstat(fd).st_size < shard.data_start + begin)
+        except OSError as exc:
+            raise _ReadError(exc) from exc
+        if cut:
+            inside = next(e.name for e in job.entries if e.end > begin + got or e.end == begin == e.begin)
+            raise _ReadError(OSError(f"{shard.label}: the file ended inside `{inside}` (it changed while "
+                                     f"being read?)"))
 
-    def _send(self, file: OpenShard) -> None:
-        if self._unsent or self._unsent_bytes:
-            self.output.put((file.shard.label, self._unsent, self._unsent_bytes))
-            self._unsent, self._unsent_bytes = {}, 0
+    def _scan(self, job: ScanJob, fd: int, view: memoryview) -> None:
+        file, label = job.file, job.file.shard.label
+        if len(job.entries) > 1 or job.nbytes <= self.chunk_bytes:  # small tensors: one read
+            self._read(job, fd, view[: job.nbytes], job.begin)
+            finished = {}
+            for entry in job.entries:
+                data = view[entry.begin - job.begin: entry.end - job.begin]
+                hasher = new_hasher(self.checksum)
+                nan, inf = nonfinite_counts(data, entry.dtype)
+                if len(data):
+                    hasher.update(data)
+                finished[entry.name] = TensorScan(label, hasher.hexdigest(), nan, inf, algorithm=self.checksum)
+            self._finish(file, finished, job.nbytes)
+            return
+        (entry,) = job.entries
+        hasher, nan, inf, unsent = new_hasher(self.checksum), 0, 0, 0
+        advised_to = entry.begin
+        for begin in range(entry.begin, entry.end, self.chunk_bytes):
+            if self._stop.is_set():
+                return
+            if begin >= advised_to - self.read_ahead_bytes // 2 and advised_to < entry.end:
+                # a hint: the kernel reads on while this thread counts and hashes
+                end = min(entry.end, begin + self.read_ahead_bytes)
+                os.posix_fadvise(fd, file.shard.data_start + advised_to, end - advised_to, os.POSIX_FADV_WILLNEED)
+                advised_to = end
+            chunk = view[: min(self.chunk_bytes, entry.end - begin)]  # whole elements: from the start, x8 bytes
+            self._read(job, fd, chunk, begin)
+            a, b = nonfinite_counts(chunk, entry.dtype)
+            hasher.update(chunk)
+            nan, inf, unsent = nan + a, inf + b, unsent + len(chunk)
+            if unsent >= SEND_BYTES:  # progress: the consumer hears of the bytes, not of every chunk
+                self.output.put((label, {}, unsent))
+                unsent = 0
+        self._finish(file, {entry.name: TensorScan(label, hasher.hexdigest(), nan, inf, algorithm=self.checksum)},
+                     unsent)
+
+    def _finish(self, file: ScanFile, finished: dict[str, TensorScan], nbytes: int) -> None:
+        with file.lock:
+            file.done.update(finished)
+        self.output.put((file.shard.label, finished, nbytes))
 
 
 def full_scan(shards: list[ShardHeader], *, checksum: str = DEFAULT_CHECKSUM, chunk_bytes: int = CHUNK_BYTES,
@@ -307,24 +297,22 @@ def full_scan(shards: list[ShardHeader], *, checksum: str = DEFAULT_CHECKSUM, ch
     file = ""
     pipeline.start()
     try:
-        while True:
-            item = pipeline.output.get()
-            if item is END:
-                break
+        while (item := pipeline.output.get()) is not END:
             if isinstance(item, BaseException):
                 raise item
-            if isinstance(item, ReadFailure):  # that file only: the workers go on with the next
-                file = item.shard.label
-                result.findings.append(Finding("file_unreadable", file,
-                                               f"full scan stopped reading this file: {item.error}"))
-                result.skipped.extend(item.unread)
-                continue
             file, finished, nbytes = item
             result.tensors.update(finished)
             result.bytes_read += nbytes
             note(file)
     finally:
         pipeline.stop()  # also when interrupted or raising: the workers stop at their next chunk
+    for failure in pipeline.failures():  # that file only: the others were read all the same
+        result.findings.append(Finding("file_unreadable", failure.shard.label,
+                                       f"full scan could not read this file whole: {failure.error}"))
+        result.skipped.extend(failure.unread)
+    # The jobs ran largest first, on two threads: the record lists the tensors in file order.
+    in_file_order = [e.name for _, entries in plan for e in entries if e.name in result.tensors]
+    result.tensors = {name: result.tensors[name] for name in in_file_order}
     result.seconds = time.perf_counter() - started
     note(file, force=True)
     _nonfinite_findings(result)

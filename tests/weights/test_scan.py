@@ -1,9 +1,9 @@
 """Stage 05's full scan (:mod:`hyport_lib.weights.scan`): chunked, pipelined reads that find
 every NaN/Inf (at chunk boundaries too), checksums of each algorithm equal to that algorithm
-applied to the tensor's bytes (in file order whatever the workers' race), one buffer per
-worker, reader errors as findings naming
-the file that failed (the next files still scanned), every other error raised (none lost, no
-tensor silently left out), scans of two algorithms never compared."""
+applied to the tensor's bytes whatever the workers' race, one buffer per worker, read
+errors as findings naming the file that failed (the next files still scanned), every other
+error raised (none lost, no tensor silently left out), scans of two algorithms never
+compared."""
 
 from __future__ import annotations
 
@@ -25,8 +25,8 @@ from hyport_lib.checkpoint_files.header import read_header
 from hyport_lib.models.tiny import ensure_tiny_model
 from hyport_lib.weights import checksums, scan
 from hyport_lib.weights.layout import inspect_checkpoint
-from hyport_lib.weights.scan import Pipeline, TensorScan, full_scan, nonfinite_counts
-from hyport_lib.weights.scan_reads import chunk_layout, plan_reads, runs
+from hyport_lib.weights.scan import TensorScan, full_scan, nonfinite_counts
+from hyport_lib.weights.scan_reads import plan_reads, scan_jobs
 
 #: Each algorithm, computed here from the bytes without the library's code.
 EXPECTED = {
@@ -143,58 +143,43 @@ def test_scan_finds_values_at_chunk_boundaries(tmp_path):
     assert result.findings[0].file == "m.safetensors" and set(result.findings[0].tensors) == {"a", "b"}
 
 
-def test_chunks_follow_the_file_and_cut_tensors_after_whole_elements(tmp_path):
+def test_jobs_cover_every_tensor_once_largest_first(tmp_path):
     path, tensors = _mixed_file(tmp_path)
-    shard = read_header(path)
-    (entries,) = [e for _, e in plan_reads([shard])[0]]
-    assert len(runs(entries)) == 1  # safetensors writes the tensors back to back
-    for chunk_bytes in (8, 40, 4096, 1 << 20):
-        covered: dict[str, int] = {}
-        for begin, end, pieces in chunk_layout(entries, chunk_bytes):
-            assert 0 <= end - begin <= chunk_bytes
-            assert sum(length for _, _, length, _ in pieces) == end - begin
-            for entry, start, length, last in pieces:
-                assert begin + start == entry.begin + covered.get(entry.name, 0)  # in order, no gap
-                covered[entry.name] = covered.get(entry.name, 0) + length
-                assert covered[entry.name] % 8 == 0 or last  # cut after whole elements of any dtype
-                assert last == (covered[entry.name] == entry.nbytes)
-        assert covered == {e.name: e.nbytes for e in entries}
-    small = [(e.name, last) for _, _, pieces in chunk_layout(entries, 1 << 20) for e, _, _, last in pieces]
-    assert len(small) == len(tensors) and all(last for _, last in small)  # one read for all of them
+    plan = plan_reads([read_header(path)])[0]
+    for chunk_bytes in (8, 64, 4096, 1 << 20):
+        (file,), jobs = scan_jobs(plan, chunk_bytes)
+        assert file.jobs_left == len(jobs) > 0
+        names = [e.name for job in jobs for e in job.entries]
+        assert sorted(names) == sorted(tensors)  # each once
+        for job in jobs:
+            for before, after in zip(job.entries, job.entries[1:]):
+                assert after.begin == before.end  # a group is one read of tensors back to back
+            assert len(job.entries) == 1 or job.nbytes <= chunk_bytes  # larger: one tensor, read in chunks
+        sizes = [job.nbytes for job in jobs]
+        assert sizes == sorted(sizes, reverse=True)  # the workers end together
+    (_,), jobs = scan_jobs(plan, 1 << 20)
+    assert len(jobs) == 1  # 36 kB of tensors: one read for all of them
 
 
-def test_workers_that_race_still_hash_in_file_order(tmp_path, monkeypatch):
-    """Chunks are read and counted side by side: a later chunk's worker finishes first (the
-    earlier one's check is slowed), yet every tensor's checksum is that of its bytes in
-    order, and the pipeline hands the tensors over in file order, each once."""
+def test_workers_that_race_still_checksum_every_tensor_and_list_them_in_file_order(tmp_path, monkeypatch):
+    """Jobs run side by side (a slow check lets the other workers run ahead): each tensor's
+    checksum is that of its bytes, and the record lists the tensors in file order."""
     path, _ = _mixed_file(tmp_path)
     on_disk = _file_tensors(path)
-    plan = plan_reads([read_header(path)])[0]
     counts, calls = scan.nonfinite_counts, []
 
-    def uneven(data, dtype):  # every other check slow: the other workers run ahead
+    def uneven(data, dtype):  # every other check slow
         calls.append(1)
         if len(calls) % 2:
             time.sleep(0.002)
         return counts(data, dtype)
 
     monkeypatch.setattr(scan, "nonfinite_counts", uneven)
-    pipeline = Pipeline(plan, chunk_bytes=64, workers=3).start()
-    handed, nbytes = [], 0
-    try:
-        while (item := pipeline.output.get(timeout=30)) is not scan.END:
-            assert not isinstance(item, BaseException), item
-            file, finished, size = item
-            assert file == "m.safetensors"
-            handed.extend(finished)
-            nbytes += size
-            for name, record in finished.items():
-                assert record.checksum == EXPECTED["xxh3"](on_disk[name]), name
-    finally:
-        pipeline.stop()
+    result = _finishes(lambda: full_scan([read_header(path)], chunk_bytes=64, workers=3))
     assert len(calls) > 100  # "big" alone spans hundreds of chunks
-    in_file_order = [e.name for e in sorted(plan[0][1], key=lambda e: e.begin)]
-    assert handed == in_file_order and nbytes == sum(map(len, on_disk.values()))
+    assert list(result.tensors) == sorted(on_disk, key=lambda k: read_header(path).tensors[k].begin)
+    assert {k: t.checksum for k, t in result.tensors.items()} == {k: EXPECTED["xxh3"](v) for k, v in on_disk.items()}
+    assert result.bytes_read == sum(map(len, on_disk.values()))
 
 
 def test_no_buffer_is_overwritten_while_a_consumer_reads_it(tmp_path, monkeypatch):
