@@ -1,7 +1,7 @@
 """The full scan (:func:`full_scan`): every tensor read once, checked for NaN/Inf and
 checksummed (:mod:`.checksums`), in ``workers x chunk_bytes`` of memory whatever the
-checkpoint's size. Why two workers that each read, check and hash their own 1 MiB chunk,
-hashing in file order, with the kernel asked to read ahead, and the numpy bit test:
+checkpoint's size. Why two workers that each read, check and hash whole tensors alone
+(largest first, 1 MiB at a time, the kernel asked to read ahead), and the numpy bit test:
 docs/weights.md, "Full scan".
 """
 
