@@ -6,7 +6,7 @@
     model class: headers, index cross-checks, safetensors' own validation). Target: the
     time ratio big / small near 1.
 (b) **The full scan keeps up with the disk.** The full scan (NaN/Inf + a checksum per
-    tensor; a reader thread fills buffers while the caller's thread checks and hashes) of the big checkpoint with
+    tensor; two workers, each reading, checking and hashing its own tensors) of the big checkpoint with
     each checksum (``xxh3``, the default; ``crc32``; ``sha256``) against a raw sequential
     read of the same files (``readinto`` of the scan's chunk size into one buffer, nothing
     done with the bytes). All are timed cold (the files dropped from the page cache with

@@ -19,8 +19,9 @@ from hyport_lib.checkpoint_files.findings import Finding, name_some
 from hyport_lib.checkpoint_files.header import DTYPE_BITS, ShardHeader, TensorEntry
 from hyport_lib.utils.typed_records import fields_of
 from hyport_lib.weights.layout import Inspection
-from hyport_lib.weights.scan import ScanProgress, read_exactly
 from hyport_lib.utils.wording import counted, plural
+from hyport_lib.weights.scan import ScanProgress
+from hyport_lib.weights.scan_reads import read_exactly
 
 #: Bytes read from each side per step: not the full scan's 2 MiB, measured for its reader
 #: thread; the comparison reads two files in one thread.

@@ -1,28 +1,35 @@
 """The full scan (:func:`full_scan`): every tensor read once, checked for NaN/Inf and
-checksummed (:mod:`.checksums`), in ``buffers x chunk_bytes`` of memory whatever the
-checkpoint's size. Why one reader thread, 2 MiB chunks cut at 8-byte groups and the
-numpy bit test: docs/weights.md, "Full scan".
+checksummed (:mod:`.checksums`), in ``workers x chunk_bytes`` of memory whatever the
+checkpoint's size. Why two workers that each read, check and hash whole tensors alone
+(largest first, 1 MiB at a time, the kernel asked to read ahead), and the numpy bit test:
+docs/weights.md, "Full scan".
 """
 
 from __future__ import annotations
 
+import os
 import queue
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Iterator, Optional
+from typing import Callable, Optional
 
 import numpy as np
 
 from hyport_lib.checkpoint_files.findings import Finding
-from hyport_lib.checkpoint_files.header import ShardHeader, TensorEntry
+from hyport_lib.checkpoint_files.header import ShardHeader
 from hyport_lib.utils.typed_records import fields_of
 from hyport_lib.weights.checksums import DEFAULT_CHECKSUM, new_hasher
 from hyport_lib.utils.wording import counted, plural
+from hyport_lib.weights.scan_reads import ReadFailure, ScanFile, ScanJob, plan_reads, pread_exactly, scan_jobs
 
-CHUNK_BYTES = 2 << 20
-BUFFERS = 3
-#: What the reader sends after its last chunk.
+CHUNK_BYTES = 1 << 20
+WORKERS = 2
+#: How far ahead of the chunk being read the kernel is asked to read (``POSIX_FADV_WILLNEED``).
+READ_AHEAD_BYTES = 64 << 20
+#: The most bytes hashed before the consumer hears of them (progress).
+SEND_BYTES = 16 << 20
+#: What the pipeline sends after its last chunk.
 END = object()
 
 #: dtype -> (unsigned view, signed view or None when the format has no sign bit, special
@@ -125,192 +132,159 @@ def nonfinite_counts(data, dtype: str) -> tuple[int, int]:
     return int(np.count_nonzero(is_special)) - inf, inf
 
 
-def plan_reads(shards: list[ShardHeader]) -> tuple[list[tuple[ShardHeader, list[TensorEntry]]], list[str]]:
-    """Per file, its readable tensors in offset order; and the keys that cannot be read."""
-    plan, skipped = [], []
-    for shard in shards:
-        if not shard.readable:
-            skipped.extend(shard.tensors)
-            continue
-        entries = sorted(shard.tensors.values(), key=lambda e: (e.begin, e.end))
-        ok = [e for e in entries if shard.can_read(e)]
-        skipped.extend(e.name for e in entries if not shard.can_read(e))
-        plan.append((shard, ok))
-    return plan, skipped
+class _ReadError(Exception):
+    """A read of a weights file failed (``error``): a finding, unlike any other OSError."""
 
-
-@dataclass(frozen=True)
-class ReadFailure:
-    """One file failed (``error`` stopped its reading); ``unread``: its tensors whose bytes
-    were not all sent (the consumer drops what it has of the one that was cut)."""
-
-    shard: ShardHeader
-    error: OSError
-    unread: tuple[str, ...]
-
-
-@dataclass(frozen=True)
-class Piece:
-    """The part of one tensor that one chunk holds: ``start`` in the chunk's buffer,
-    ``length`` bytes (whole elements; 0 for a zero-size tensor), ``last``: the tensor's
-    last piece."""
-
-    shard: ShardHeader
-    entry: TensorEntry
-    start: int
-    length: int
-    last: bool
-
-
-class Chunk:
-    """One filled buffer and the pieces of tensors it holds, in file order; the buffer goes
-    back to ``free`` on :meth:`release`."""
-
-    def __init__(self, buffer: bytearray, pieces: list[Piece], free: queue.SimpleQueue):
-        self.buffer, self.pieces, self._free = buffer, pieces, free
-
-    def view(self, piece: Piece) -> memoryview:
-        return memoryview(self.buffer)[piece.start: piece.start + piece.length]
-
-    def release(self) -> None:
-        self._free.put(self.buffer)
-
-
-def runs(entries: list[TensorEntry]) -> list[list[TensorEntry]]:
-    """``entries`` (in offset order) cut where a tensor does not begin at the previous end."""
-    out: list[list[TensorEntry]] = []
-    for entry in entries:
-        if out and entry.begin == out[-1][-1].end:
-            out[-1].append(entry)
-        else:
-            out.append([entry])
-    return out
-
-
-def chunk_layout(run: list[TensorEntry], chunk_bytes: int) -> Iterator[tuple[int, int, list[tuple]]]:
-    """The reads of one run: ``(first byte, end, [(entry, offset in chunk, length, last)])``,
-    offsets relative to the file's data section; the cuts: docs/weights.md, "Full scan"."""
-    index, pos, run_end = 0, run[0].begin, run[-1].end
-    while True:
-        end = min(run_end, pos + chunk_bytes)
-        pieces = []
-        while index < len(run):
-            entry = run[index]
-            lo = max(entry.begin, pos)
-            if entry.end <= end:  # the tensor ends in this chunk (a zero-size one too)
-                pieces.append((entry, lo - pos, entry.end - lo, True))
-                index += 1
-                continue
-            # The chunk cuts this tensor: after a whole number of 8-byte groups of it.
-            cut = entry.begin + (end - entry.begin) // 8 * 8
-            if cut > lo:
-                pieces.append((entry, lo - pos, cut - lo, False))
-            end = max(cut, lo)  # lo > pos here unless chunk_bytes < 8: the loop advances
-            break
-        yield pos, end, pieces
-        pos = end
-        if index == len(run):
-            return
+    def __init__(self, error: OSError):
+        super().__init__(str(error))
+        self.error = error
 
 
 class Pipeline:
-    """The reader thread and the buffers; the consumer takes :class:`Chunk` objects and
-    :class:`ReadFailure` records from :attr:`output` (in file order) until :data:`END` or an
-    exception (a defect of the reader). ``plan``: :func:`plan_reads`' first part."""
+    """``workers`` threads, each with one buffer of ``chunk_bytes``, take the jobs of
+    :func:`.scan_reads.scan_jobs` (largest first) and, alone on each, ``pread`` it chunk by
+    chunk, count each chunk's NaN/Inf and hash it while it is still in the core's cache: no
+    hand-off between threads, so two cores are used with nothing to wait for. The kernel is
+    asked to read ahead (``POSIX_FADV_WILLNEED``) within the job. The consumer takes from
+    :attr:`output` ``(file label, {name: TensorScan}, bytes)`` until :data:`END` or an
+    exception (raised there); :meth:`failures` then gives the files that failed.
+    ``plan``: :func:`.scan_reads.plan_reads`' first part."""
 
-    def __init__(self, plan, chunk_bytes: int = CHUNK_BYTES, buffers: int = BUFFERS):
+    def __init__(self, plan, checksum: str = DEFAULT_CHECKSUM, chunk_bytes: int = CHUNK_BYTES,
+                 workers: int = WORKERS, read_ahead_bytes: int = READ_AHEAD_BYTES):
         if chunk_bytes <= 0 or chunk_bytes % 8:
             raise ValueError(f"chunk_bytes={chunk_bytes}: expected a positive multiple of 8")
-        if buffers < 1:
-            raise ValueError(f"buffers={buffers}: expected at least 1")
-        self.plan, self.chunk_bytes, self.buffers = plan, chunk_bytes, buffers
+        if workers < 1:
+            raise ValueError(f"workers={workers}: expected at least 1")
+        new_hasher(checksum)  # an unknown name fails here, before any thread starts
+        self.checksum, self.chunk_bytes, self.read_ahead_bytes = checksum, chunk_bytes, read_ahead_bytes
         self.output: queue.SimpleQueue = queue.SimpleQueue()
-        self._free: queue.SimpleQueue = queue.SimpleQueue()
-        for _ in range(buffers):
-            self._free.put(bytearray(chunk_bytes))
+        self.files, jobs = scan_jobs(plan, chunk_bytes)
+        self._jobs, self._jobs_lock = iter(jobs), threading.Lock()
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._read, name="hyport-weights-reader", daemon=True)
+        self._running = workers
+        self._threads = [threading.Thread(target=self._work, args=(bytearray(chunk_bytes),),
+                                          name=f"hyport-weights-{i}", daemon=True) for i in range(workers)]
 
     def start(self) -> "Pipeline":
-        self._thread.start()
+        for thread in self._threads:
+            thread.start()
         return self
 
     def stop(self, timeout: float = 5.0) -> None:
         self._stop.set()
-        self._free.put(None)  # wakes a reader waiting for a buffer
-        if self._thread.is_alive():
-            self._thread.join(timeout=timeout)
+        for thread in self._threads:  # the last one to leave closes the files
+            if thread.is_alive():
+                thread.join(timeout=timeout)
 
-    def _read(self) -> None:
+    def failures(self) -> list[ReadFailure]:
+        """The files that could not be read whole, in file order (after :data:`END`)."""
+        return [failure for file in self.files if (failure := file.failure())]
+
+    def _work(self, buffer: bytearray) -> None:
+        view = memoryview(buffer)
         try:
-            for shard, entries in self.plan:
-                if entries and not self._read_file(shard, entries):
-                    return
-            self.output.put(END)
-        except BaseException as exc:  # a defect: handed to the consumer, which raises it
+            while not self._stop.is_set():
+                with self._jobs_lock:
+                    job = next(self._jobs, None)
+                if job is None:
+                    break
+                try:
+                    fd = job.file.acquire()
+                    if fd is not None:
+                        self._scan(job, fd, view)
+                except _ReadError as exc:  # this job's tensors stay unread; the others go on
+                    with job.file.lock:
+                        job.file.errors[job.begin] = exc.error
+                finally:
+                    job.file.release()
+        except BaseException as exc:  # a defect (the hasher's, the check's): the consumer raises it
+            self._stop.set()
             self.output.put(exc)
+        finally:
+            with self._jobs_lock:
+                self._running -= 1
+                if self._running == 0:  # the last worker out: no read can be under way any more
+                    for file in self.files:
+                        file.close()
+                    self.output.put(END)
 
-    def _read_file(self, shard: ShardHeader, entries: list[TensorEntry]) -> bool:
-        """Send the chunks of one file; False when the pipeline was stopped meanwhile. An
-        ``OSError`` of this file is sent as a :class:`ReadFailure`, naming this file."""
-        sent_whole: set[str] = set()
+    def _read(self, job: ScanJob, fd: int, view: memoryview, begin: int) -> None:
+        """``view`` filled from ``begin`` (relative to the data); :class:`_ReadError` if not."""
+        shard = job.file.shard
         try:
-            with open(shard.path, "rb", buffering=0) as fh:
-                for run in runs(entries):
-                    fh.seek(shard.data_start + run[0].begin)
-                    for begin, end, layout in chunk_layout(run, self.chunk_bytes):
-                        buffer = self._free.get()
-                        if buffer is None or self._stop.is_set():
-                            return False
-                        try:
-                            got = read_exactly(fh, memoryview(buffer)[: end - begin])
-                            if got < end - begin:
-                                inside = next(e.name for e, start, length, _ in layout if start + length > got)
-                                raise OSError(f"{shard.label}: the file ended inside `{inside}` (it changed "
-                                              f"while being read?)")
-                        except OSError:
-                            self._free.put(buffer)  # nothing was sent in it: it stays usable
-                            raise
-                        pieces = [Piece(shard, *p) for p in layout]
-                        self.output.put(Chunk(buffer, pieces, self._free))
-                        sent_whole.update(p.entry.name for p in pieces if p.last)
+            got = pread_exactly(fd, view, shard.data_start + begin)
+            # nothing to read (zero-size tensors): still cut off when past the file's end
+            cut = got < len(view) or (not len(view) and os.fstat(fd).st_size < shard.data_start + begin)
         except OSError as exc:
-            unread = tuple(e.name for e in entries if e.name not in sent_whole)
-            self.output.put(ReadFailure(shard, exc, unread))
-        return True
+            raise _ReadError(exc) from exc
+        if cut:
+            inside = next(e.name for e in job.entries if e.end > begin + got or e.end == begin == e.begin)
+            raise _ReadError(OSError(f"{shard.label}: the file ended inside `{inside}` (it changed while "
+                                     f"being read?)"))
 
+    def _scan(self, job: ScanJob, fd: int, view: memoryview) -> None:
+        file, label = job.file, job.file.shard.label
+        if len(job.entries) > 1 or job.nbytes <= self.chunk_bytes:  # small tensors: one read
+            self._read(job, fd, view[: job.nbytes], job.begin)
+            finished = {}
+            for entry in job.entries:
+                data = view[entry.begin - job.begin: entry.end - job.begin]
+                hasher = new_hasher(self.checksum)
+                nan, inf = nonfinite_counts(data, entry.dtype)
+                if len(data):
+                    hasher.update(data)
+                finished[entry.name] = TensorScan(label, hasher.hexdigest(), nan, inf, algorithm=self.checksum)
+            self._finish(file, finished, job.nbytes)
+            return
+        (entry,) = job.entries
+        hasher, nan, inf, unsent = new_hasher(self.checksum), 0, 0, 0
+        advised_to = entry.begin
+        for begin in range(entry.begin, entry.end, self.chunk_bytes):
+            if self._stop.is_set():
+                return
+            if begin >= advised_to - self.read_ahead_bytes // 2 and advised_to < entry.end:
+                # a hint: the kernel reads on while this thread counts and hashes
+                end = min(entry.end, begin + self.read_ahead_bytes)
+                os.posix_fadvise(fd, file.shard.data_start + advised_to, end - advised_to, os.POSIX_FADV_WILLNEED)
+                advised_to = end
+            chunk = view[: min(self.chunk_bytes, entry.end - begin)]  # whole elements: from the start, x8 bytes
+            self._read(job, fd, chunk, begin)
+            a, b = nonfinite_counts(chunk, entry.dtype)
+            hasher.update(chunk)
+            nan, inf, unsent = nan + a, inf + b, unsent + len(chunk)
+            if unsent >= SEND_BYTES:  # progress: the consumer hears of the bytes, not of every chunk
+                self.output.put((label, {}, unsent))
+                unsent = 0
+        self._finish(file, {entry.name: TensorScan(label, hasher.hexdigest(), nan, inf, algorithm=self.checksum)},
+                     unsent)
 
-def read_exactly(fh, view: memoryview) -> int:
-    """The bytes read into ``view``: fewer than its length only where the file ends."""
-    got = 0
-    while got < len(view):
-        n = fh.readinto(view[got:])
-        if not n:
-            break
-        got += n
-    return got
+    def _finish(self, file: ScanFile, finished: dict[str, TensorScan], nbytes: int) -> None:
+        with file.lock:
+            file.done.update(finished)
+        self.output.put((file.shard.label, finished, nbytes))
 
 
 def full_scan(shards: list[ShardHeader], *, checksum: str = DEFAULT_CHECKSUM, chunk_bytes: int = CHUNK_BYTES,
-              buffers: int = BUFFERS, on_progress: Optional[Callable[[ScanProgress], None]] = None,
+              workers: int = WORKERS, on_progress: Optional[Callable[[ScanProgress], None]] = None,
               min_interval_s: float = 0.2) -> ScanResult:
-    """``on_progress`` at most every ``min_interval_s`` seconds, and at the end. Memory:
-    ``buffers * chunk_bytes``, plus the temporaries that count a chunk holding NaN/Inf.
+    """``on_progress`` (on the caller's thread) at most every ``min_interval_s`` seconds, and
+    at the end. Memory: ``workers * chunk_bytes``, plus the temporaries that count a chunk
+    holding NaN/Inf.
 
-    A file the reader cannot read (missing, unreadable, shorter than its header says) is a
+    A file that cannot be read (missing, unreadable, shorter than its header says) is a
     ``file_unreadable`` finding and the scan goes on; ``skipped`` lists the tensors not
     scanned: such a file's not read whole, and those outside their file or of the wrong byte
     length (header findings already). Whatever the hasher, the check or ``on_progress``
-    raises (an OSError too: only the reader's errors are findings) is raised unchanged once
-    the reader stopped: a scan never returns with a tensor silently left out.
+    raises (an OSError too: only the reads' errors are findings) is raised unchanged once
+    the workers stopped: a scan never returns with a tensor silently left out.
     """
-    new_hasher(checksum)  # an unknown name fails here, before the reader starts
     started = time.perf_counter()
     plan, skipped = plan_reads(shards)
+    pipeline = Pipeline(plan, checksum=checksum, chunk_bytes=chunk_bytes, workers=workers)
     result = ScanResult(checksum, skipped=skipped)
     total = sum(e.nbytes for _, entries in plan for e in entries)
     count = sum(len(entries) for _, entries in plan)
-    pipeline = Pipeline(plan, chunk_bytes=chunk_bytes, buffers=buffers)
     last_note = 0.0
 
     def note(file: str, force: bool = False) -> None:
@@ -321,39 +295,25 @@ def full_scan(shards: list[ShardHeader], *, checksum: str = DEFAULT_CHECKSUM, ch
             on_progress(ScanProgress("scan", result.bytes_read, total, len(result.tensors), count,
                                      file, now - started))
 
-    current, hasher, nan, inf, file = None, None, 0, 0, ""
+    file = ""
     pipeline.start()
     try:
-        while True:
-            chunk = pipeline.output.get()
-            if chunk is END:
-                break
-            if isinstance(chunk, BaseException):
-                raise chunk
-            if isinstance(chunk, ReadFailure):  # that file only: the reader goes on with the next
-                current, file = None, chunk.shard.label
-                result.findings.append(Finding("file_unreadable", chunk.shard.label,
-                                               f"full scan stopped reading this file: {chunk.error}"))
-                result.skipped.extend(chunk.unread)
-                continue
-            for piece in chunk.pieces:
-                if piece.entry is not current:
-                    current, hasher, nan, inf, file = piece.entry, new_hasher(checksum), 0, 0, piece.shard.label
-                view = chunk.view(piece)
-                a, b = nonfinite_counts(view, piece.entry.dtype)
-                nan, inf = nan + a, inf + b
-                if piece.length:
-                    hasher.update(view)
-                result.bytes_read += piece.length
-                if piece.last:
-                    entry = piece.entry
-                    result.tensors[entry.name] = TensorScan(file, hasher.hexdigest(), nan, inf,
-                                                            algorithm=checksum)
-                    current = None
-            chunk.release()
+        while (item := pipeline.output.get()) is not END:
+            if isinstance(item, BaseException):
+                raise item
+            file, finished, nbytes = item
+            result.tensors.update(finished)
+            result.bytes_read += nbytes
             note(file)
     finally:
-        pipeline.stop()  # also when interrupted or raising: the reader stops at its next buffer
+        pipeline.stop()  # also when interrupted or raising: the workers stop at their next chunk
+    for failure in pipeline.failures():  # that file only: the others were read all the same
+        result.findings.append(Finding("file_unreadable", failure.shard.label,
+                                       f"full scan could not read this file whole: {failure.error}"))
+        result.skipped.extend(failure.unread)
+    # The jobs ran largest first, on two threads: the record lists the tensors in file order.
+    in_file_order = [e.name for _, entries in plan for e in entries if e.name in result.tensors]
+    result.tensors = {name: result.tensors[name] for name in in_file_order}
     result.seconds = time.perf_counter() - started
     note(file, force=True)
     _nonfinite_findings(result)

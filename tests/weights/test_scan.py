@@ -1,14 +1,14 @@
 """Stage 05's full scan (:mod:`hyport_lib.weights.scan`): chunked, pipelined reads that find
 every NaN/Inf (at chunk boundaries too), checksums of each algorithm equal to that algorithm
-applied to the tensor's bytes, a bounded number of buffers, reader errors as findings naming
-the file that failed (the next files still scanned), every other error raised (none lost, no
-tensor silently left out), scans of two algorithms never compared."""
+applied to the tensor's bytes whatever the workers' race, one buffer per worker, read
+errors as findings naming the file that failed (the next files still scanned), every other
+error raised (none lost, no tensor silently left out), scans of two algorithms never
+compared."""
 
 from __future__ import annotations
 
 import hashlib
 import json
-import queue
 import struct
 import threading
 import time
@@ -25,7 +25,8 @@ from hyport_lib.checkpoint_files.header import read_header
 from hyport_lib.models.tiny import ensure_tiny_model
 from hyport_lib.weights import checksums, scan
 from hyport_lib.weights.layout import inspect_checkpoint
-from hyport_lib.weights.scan import Pipeline, TensorScan, chunk_layout, full_scan, nonfinite_counts, plan_reads, runs
+from hyport_lib.weights.scan import TensorScan, full_scan, nonfinite_counts
+from hyport_lib.weights.scan_reads import plan_reads, scan_jobs
 
 #: Each algorithm, computed here from the bytes without the library's code.
 EXPECTED = {
@@ -117,7 +118,7 @@ def test_each_algorithm_checksums_the_tensors_bytes_whatever_the_chunk_size(tmp_
     whole = full_scan([shard], checksum=algorithm, chunk_bytes=1 << 20)  # every tensor in one chunk
     assert {k: t.checksum for k, t in whole.tensors.items()} == expected
     for chunk_bytes in (8, 24, 64, 4096):  # "big" (20 kB) spans 5 to 2,500 chunks
-        result = full_scan([shard], checksum=algorithm, chunk_bytes=chunk_bytes, buffers=3)
+        result = full_scan([shard], checksum=algorithm, chunk_bytes=chunk_bytes, workers=3)
         assert {k: t.checksum for k, t in result.tensors.items()} == expected, chunk_bytes
         assert {k: (t.nan, t.inf) for k, t in result.tensors.items()} == \
             {k: (t.nan, t.inf) for k, t in whole.tensors.items()}, chunk_bytes
@@ -142,39 +143,43 @@ def test_scan_finds_values_at_chunk_boundaries(tmp_path):
     assert result.findings[0].file == "m.safetensors" and set(result.findings[0].tensors) == {"a", "b"}
 
 
-def test_chunks_follow_the_file_and_cut_tensors_after_whole_elements(tmp_path):
+def test_jobs_cover_every_tensor_once_largest_first(tmp_path):
     path, tensors = _mixed_file(tmp_path)
-    shard = read_header(path)
-    (entries,) = [e for _, e in plan_reads([shard])[0]]
-    assert len(runs(entries)) == 1  # safetensors writes the tensors back to back
-    for chunk_bytes in (8, 40, 4096, 1 << 20):
-        covered: dict[str, int] = {}
-        for begin, end, pieces in chunk_layout(entries, chunk_bytes):
-            assert 0 <= end - begin <= chunk_bytes
-            assert sum(length for _, _, length, _ in pieces) == end - begin
-            for entry, start, length, last in pieces:
-                assert begin + start == entry.begin + covered.get(entry.name, 0)  # in order, no gap
-                covered[entry.name] = covered.get(entry.name, 0) + length
-                assert covered[entry.name] % 8 == 0 or last  # cut after whole elements of any dtype
-                assert last == (covered[entry.name] == entry.nbytes)
-        assert covered == {e.name: e.nbytes for e in entries}
-    small = [(e.name, last) for _, _, pieces in chunk_layout(entries, 1 << 20) for e, _, _, last in pieces]
-    assert len(small) == len(tensors) and all(last for _, last in small)  # one read for all of them
-
-
-def test_the_pipeline_keeps_its_buffers_bounded(tmp_path):
-    path, _ = _mixed_file(tmp_path)
     plan = plan_reads([read_header(path)])[0]
-    pipeline = Pipeline(plan, chunk_bytes=64, buffers=3).start()
-    try:
-        held = [pipeline.output.get(timeout=10) for _ in range(3)]
-        with pytest.raises(queue.Empty):  # three buffers in use: the reader waits
-            pipeline.output.get(timeout=0.3)
-        held[0].release()  # the reader reads into that very buffer next
-        fourth = pipeline.output.get(timeout=10)
-        assert fourth.buffer is held[0].buffer
-    finally:
-        pipeline.stop()
+    for chunk_bytes in (8, 64, 4096, 1 << 20):
+        (file,), jobs = scan_jobs(plan, chunk_bytes)
+        assert file.jobs_left == len(jobs) > 0
+        names = [e.name for job in jobs for e in job.entries]
+        assert sorted(names) == sorted(tensors)  # each once
+        for job in jobs:
+            for before, after in zip(job.entries, job.entries[1:]):
+                assert after.begin == before.end  # a group is one read of tensors back to back
+            assert len(job.entries) == 1 or job.nbytes <= chunk_bytes  # larger: one tensor, read in chunks
+        sizes = [job.nbytes for job in jobs]
+        assert sizes == sorted(sizes, reverse=True)  # the workers end together
+    (_,), jobs = scan_jobs(plan, 1 << 20)
+    assert len(jobs) == 1  # 36 kB of tensors: one read for all of them
+
+
+def test_workers_that_race_still_checksum_every_tensor_and_list_them_in_file_order(tmp_path, monkeypatch):
+    """Jobs run side by side (a slow check lets the other workers run ahead): each tensor's
+    checksum is that of its bytes, and the record lists the tensors in file order."""
+    path, _ = _mixed_file(tmp_path)
+    on_disk = _file_tensors(path)
+    counts, calls = scan.nonfinite_counts, []
+
+    def uneven(data, dtype):  # every other check slow
+        calls.append(1)
+        if len(calls) % 2:
+            time.sleep(0.002)
+        return counts(data, dtype)
+
+    monkeypatch.setattr(scan, "nonfinite_counts", uneven)
+    result = _finishes(lambda: full_scan([read_header(path)], chunk_bytes=64, workers=3))
+    assert len(calls) > 100  # "big" alone spans hundreds of chunks
+    assert list(result.tensors) == sorted(on_disk, key=lambda k: read_header(path).tensors[k].begin)
+    assert {k: t.checksum for k, t in result.tensors.items()} == {k: EXPECTED["xxh3"](v) for k, v in on_disk.items()}
+    assert result.bytes_read == sum(map(len, on_disk.values()))
 
 
 def test_no_buffer_is_overwritten_while_a_consumer_reads_it(tmp_path, monkeypatch):
@@ -204,8 +209,8 @@ def test_no_buffer_is_overwritten_while_a_consumer_reads_it(tmp_path, monkeypatc
     counts = scan.nonfinite_counts
     monkeypatch.setitem(checksums.HASHERS, "xxh3", SlowHasher)
     monkeypatch.setattr(scan, "nonfinite_counts", lambda data, dtype: (slow(data), counts(data, dtype))[1])
-    result = full_scan([shard], chunk_bytes=256, buffers=3)
-    assert not problems and len(buffers) == 3
+    result = full_scan([shard], chunk_bytes=256, workers=3)
+    assert not problems and 1 < len(buffers) <= 3  # one buffer per worker, reused
     assert result.tensors["a"].checksum == EXPECTED["xxh3"](_file_tensors(path)["a"])
     assert (result.tensors["a"].nan, result.tensors["a"].inf) == (2, 1)
 
@@ -238,7 +243,7 @@ def test_a_file_that_shrinks_under_the_scan_is_a_finding_not_a_hang(tmp_path):
     cut = next(e for e in entries if e.name == "big")
     with open(path, "r+b") as fh:
         fh.truncate(shard.data_start + cut.begin + 1000)  # ends inside "big"
-    result = _finishes(lambda: full_scan([shard], chunk_bytes=512, buffers=2))
+    result = _finishes(lambda: full_scan([shard], chunk_bytes=512, workers=2))
     assert [f.cls for f in result.findings if f.cls != "non_finite"] == ["file_unreadable"]
     unreadable = next(f for f in result.findings if f.cls == "file_unreadable")
     assert unreadable.file == "m.safetensors" and "`big`" in unreadable.message
@@ -258,7 +263,7 @@ def test_a_defect_in_the_hasher_is_raised_not_hidden(tmp_path, monkeypatch):
 
     monkeypatch.setitem(checksums.HASHERS, "crc32", Broken)
     with pytest.raises(RuntimeError, match="hasher defect"):
-        _finishes(lambda: full_scan([read_header(path)], checksum="crc32", chunk_bytes=64, buffers=2))
+        _finishes(lambda: full_scan([read_header(path)], checksum="crc32", chunk_bytes=64, workers=2))
 
 
 def test_a_hash_defect_on_the_last_tensor_is_raised_and_the_reader_stopped(tmp_path, monkeypatch):
@@ -303,7 +308,7 @@ def test_a_file_that_fails_is_named_and_the_next_files_are_still_scanned(tmp_pat
     else:
         paths[1].unlink()
         kept, lost = {"a", "c"}, [first.name, second.name]
-    result = _finishes(lambda: full_scan(shards, chunk_bytes=512, buffers=2))
+    result = _finishes(lambda: full_scan(shards, chunk_bytes=512, workers=2))
     assert [(f.cls, f.file) for f in result.findings] == [("file_unreadable", paths[1].name)]
     assert set(result.tensors) == kept and sorted(result.skipped) == sorted(lost)
     for name in kept:
@@ -333,7 +338,7 @@ def test_errors_outside_the_weights_files_are_raised_not_findings(tmp_path, monk
 
     monkeypatch.setitem(checksums.HASHERS, "xxh3", Failing)
     with pytest.raises(OSError, match="the hasher's own failure"):
-        _finishes(lambda: full_scan([shard], chunk_bytes=64, buffers=2))
+        _finishes(lambda: full_scan([shard], chunk_bytes=64, workers=2))
     assert not [t for t in threading.enumerate() if t.name.startswith("hyport-weights") and t.is_alive()]
 
 
@@ -358,8 +363,8 @@ def test_scan_bad_arguments_name_themselves(tiny):
         full_scan(shards, checksum="md5")
     with pytest.raises(ValueError, match="chunk_bytes=100"):
         full_scan(shards, chunk_bytes=100)
-    with pytest.raises(ValueError, match="buffers=0"):
-        full_scan(shards, buffers=0)
+    with pytest.raises(ValueError, match="workers=0"):
+        full_scan(shards, workers=0)
 
 
 def test_scan_skips_tensors_outside_a_truncated_file(tiny, tmp_path):
