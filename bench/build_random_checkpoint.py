@@ -105,6 +105,11 @@ def write_config(folder: Path, args, layers: int) -> None:
                 architectures=["Qwen2ForCausalLM"]).to_json_file(folder / "config.json")
 
 
+#: What a tokenizer is saved as (any of them may be absent).
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.json",
+                   "merges.txt", "chat_template.jinja", "generation_config.json")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("folder", type=Path, help="where to write it (must not exist)")
@@ -118,6 +123,9 @@ def main() -> int:
     parser.add_argument("--shards", type=int, default=4)
     parser.add_argument("--max-gb", type=float, default=None, help="the most layers whose checkpoint fits")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--tokenizer-from", type=Path, default=None,
+                        help="a model folder whose tokenizer files are copied in (the stages that encode prompts "
+                             "need one; e.g. SmolLM2's, whose ids fit this vocabulary)")
     args = parser.parse_args()
     if args.folder.exists():
         parser.error(f"{args.folder} exists: give a new folder")
@@ -159,6 +167,10 @@ def main() -> int:
     index = {"metadata": {"total_size": total}, "weight_map": dict(sorted(weight_map.items()))}
     (args.folder / "model.safetensors.index.json").write_text(json.dumps(index, indent=2))
     write_config(args.folder, args, layers)
+    if args.tokenizer_from is not None:
+        for name in TOKENIZER_FILES:
+            if (args.tokenizer_from / name).is_file():
+                shutil.copyfile(args.tokenizer_from / name, args.folder / name)
     params = total // 2
     print(f"wrote {args.folder}: {params / 1e9:.3f} B parameters, {total / 1e9:.2f} GB of bf16 in "
           f"{len(groups)} shard(s), {layers} layers, in {time.perf_counter() - started:.0f} s")

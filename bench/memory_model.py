@@ -30,11 +30,10 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from hyport_lib.memory.fit import Capacity  # noqa: E402
 from hyport_lib.memory.model import Workload, estimate  # noqa: E402
 from hyport_lib.memory.shape import model_shape, read_model_shape  # noqa: E402
 from hyport_lib.models.preflight import check_model_path  # noqa: E402
-from tests.real_size import qwen2_config, write_sparse_checkpoint  # noqa: E402
+from tests.real_size import write_sparse_checkpoint  # noqa: E402
 
 GIB = 2 ** 30
 CARDS = 8

@@ -6,10 +6,11 @@ is loaded, so it answers on any host, a laptop planning for a cluster included.
 from __future__ import annotations
 
 import argparse
+import math
 
 from hyport_lib.backend import get_backend
 from hyport_lib.memory.capacity import capacity, describe
-from hyport_lib.memory.model import DTYPE_NAMES, Workload
+from hyport_lib.memory.model import DTYPE_NAMES, LORA_LINEARS, Workload
 from hyport_lib.memory.shape import format_gib, model_shape
 from hyport_lib.memory.table import common_settings, plan_table
 from hyport_lib.models.preflight import check_model_path
@@ -45,20 +46,23 @@ def run(args: argparse.Namespace) -> int:
             raise ValueError(f"--{name.replace('_', '-')}={getattr(args, name)}: expected a positive number")
     for name in ("card_memory_gib", "host_ram_gib"):
         value = getattr(args, name)
-        if value is not None and not value > 0:
+        if value is not None and not (math.isfinite(value) and value > 0):
             raise ValueError(f"--{name.replace('_', '-')}={value:g}: expected a positive number")
     folder = check_model_path(args.model_path, param="--model-path")
     shape = model_shape(folder, trust_remote_code=args.trust_remote_code)
     found = capacity(_backend_if_here(args.device), args.card_memory_gib, args.host_ram_gib)
     targets = tuple(t.strip() for t in args.lora_target.split(",") if t.strip())
+    if not targets:
+        raise ValueError(f"--lora-target={args.lora_target!r}: expected layer names, comma-separated, or 'all'")
     workload = Workload("training", args.device, DTYPE_NAMES[args.precision],
                         world_size=args.num_cards * args.nnodes, ranks_per_host=args.num_cards,
                         sequence=args.max_seq_len, micro_batch=args.micro_batch,
                         gradient_checkpointing=not args.no_gradient_checkpointing,
-                        lora_rank=args.lora_rank, lora_targets=targets or ("q_proj", "v_proj"))
+                        lora_rank=args.lora_rank, lora_targets=targets)
     table = plan_table(shape, workload, found, new_tokens=args.new_tokens)
     if args.json:
-        print(dumps_json({"model": shape.name, "parameters": shape.parameters, "capacity": describe(found),
+        print(dumps_json({"model": shape.name, "parameters": shape.parameters,
+                          "capacity": describe(found, args.device),
                           "plans": table.to_dict(orient="records")}, indent=2))
         return 0
     hosts = f" x {args.nnodes} hosts" if args.nnodes > 1 else ""
@@ -66,9 +70,13 @@ def run(args: argparse.Namespace) -> int:
     print(f"{shape.name}: {shape.parameters / 1e9:.3g} B parameters, {format_gib(shape.checkpoint_bytes)} of "
           f"{shape.stored_dtype} ({shape.source})")
     units = unit if args.num_cards == 1 else unit + ("es" if unit == "process" else "s")
-    print(f"{args.num_cards} {units}{hosts}; {describe(found)}")
+    print(f"{args.num_cards} {units}{hosts}; {describe(found, args.device)}")
     print(f"every row: {common_settings(workload)}")
     print(table.to_string(index=False))
+    unknown = [t for t in targets if t != "all" and t not in LORA_LINEARS]
+    if unknown:
+        print(f"LoRA: {', '.join(unknown)} is no layer name the model counts by; costed as hidden x hidden")
+    print("ZeRO-1 runs through a deepspeed_config of your own (zero_stage takes 0, 2 or 3).")
     print("Estimates before loading, in GiB (docs/memory.md); a CPU host's figures are not an NPU's.")
     return 0
 

@@ -13,7 +13,7 @@ from hyport_lib.memory.capacity import capacity, describe
 from hyport_lib.memory.fit import Capacity, fit
 from hyport_lib.memory.model import Workload
 from hyport_lib.memory.record import MemoryPlan
-from hyport_lib.memory.shape import STORED_DTYPES, format_gib, read_model_shape
+from hyport_lib.memory.shape import format_gib, loading_dtype, read_model_shape
 from hyport_lib.results import Check
 
 MIB = 2 ** 20
@@ -68,7 +68,7 @@ def model_need(model_path: str, found: Capacity, kind: str, cards: int) -> tuple
     except (OSError, ValueError) as exc:  # a .bin checkpoint: 01 builds no model for a figure
         return None, None, f"the backend's default per-card figure ({str(exc).splitlines()[0][:200]})"
     ranks = max(1, cards)
-    workload = Workload("inference", kind, STORED_DTYPES.get(shape.stored_dtype, "float32"), world_size=ranks,
+    workload = Workload("inference", kind, loading_dtype("auto", model_path, shape), world_size=ranks,
                         ranks_per_host=ranks)
     found_fit = fit(shape, workload, found, search=False)
     return MemoryPlan.of(found_fit), round(found_fit.estimate.host_bytes_per_rank / 2 ** 30, 2), ""
@@ -79,7 +79,7 @@ def memory_facts(backend: Backend, listing: DeviceListing, model_path: str, card
     found = capacity(backend, card_memory_gib, listing=listing)
     plan, per_rank, note = model_need(model_path, found, backend.kind, cards)
     return MemoryFacts(_gib(found.card_bytes), found.card_source, _gib(found.host_bytes), found.host_source,
-                       describe(found), listed_memory(listing), plan, per_rank, note)
+                       describe(found, backend.kind), listed_memory(listing), plan, per_rank, note)
 
 
 def _gib(n_bytes: Optional[int]) -> Optional[float]:

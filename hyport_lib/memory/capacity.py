@@ -58,8 +58,12 @@ def capacity(backend: Optional[Backend], card_memory_gib: Optional[float] = None
     return Capacity(card, card_source, host, host_source)
 
 
-def describe(found: Capacity) -> str:
-    """One line for stage 01: ``card: 64 GiB (Ascend910B3, as npu reports it); host: ...``."""
+def describe(found: Capacity, kind: str = "npu") -> str:
+    """One line for stage 01 and ``hyport plan``: ``64.0 GiB per card (910B3, 65,536 MB as
+    npu-smi reports it); host RAM 1,511 GiB (the host's RAM)``; on CPU the host alone."""
+    host = f"host RAM {format_gib(found.host_bytes)} ({found.host_source})"
+    if kind == "cpu":
+        return host
     card = (f"{format_gib(found.card_bytes)} per card ({found.card_source})" if found.card_bytes
             else f"card memory {found.card_source}")
-    return f"{card}; host RAM {format_gib(found.host_bytes)} ({found.host_source})"
+    return f"{card}; {host}"

@@ -14,12 +14,7 @@ from typing import Callable, Optional
 
 from hyport_lib.memory.model import MemoryEstimate, Workload, estimate
 from hyport_lib.memory.shape import ModelShape, format_gib
-
-#: What a card offers a rank of a known product, in bytes, where the runtime cannot say
-#: (a laptop planning for a cluster). 910B3: 64 GiB of HBM (npu-smi's 65536 MB).
-CARD_PRODUCTS = {"910B1": 64 * 2 ** 30, "910B2": 64 * 2 ** 30, "910B3": 64 * 2 ** 30, "910B4": 32 * 2 ** 30,
-                 "910B2C": 64 * 2 ** 30, "H100": 80 * 2 ** 30, "H200": 141 * 2 ** 30, "A100": 80 * 2 ** 30}
-
+from hyport_lib.utils.wording import counted
 
 @dataclass(frozen=True)
 class Capacity:
@@ -39,6 +34,8 @@ class Fit:
     capacity: Capacity
     #: the nearest plan that fits, when this one does not
     nearest: Optional["Nearest"] = field(default=None, repr=False)
+    #: the changes the search tried (none fitted where ``nearest`` is None), in words
+    tried: list[str] = field(default_factory=list)
 
     @property
     def card_fits(self) -> Optional[bool]:
@@ -71,7 +68,7 @@ class Fit:
     def host_line(self) -> str:
         est, cap = self.estimate, self.capacity.host_bytes
         ranks = est.workload.ranks_per_host
-        per = f" ({ranks} {_plural(ranks, 'rank')} x {format_gib(est.host_bytes_per_rank)})" if ranks > 1 else ""
+        per = f" ({counted(ranks, 'rank')} x {format_gib(est.host_bytes_per_rank)})" if ranks > 1 else ""
         if cap is None:
             return f"needs {format_gib(est.host_bytes)} of host RAM{per}; the host's RAM is unknown"
         verdict = "fits" if self.host_fits else "does not fit"
@@ -82,15 +79,18 @@ class Fit:
         return [line for line in (self.card_line(), self.host_line()) if line]
 
     def parameter_to_change(self) -> str:
-        """The parameter the nearest plan changes first. Without one: where the card is short,
-        ``zero_stage`` for a training, the dtype elsewhere (each card holds the whole model);
-        where the host is, ``num_cards`` (processes on it) or, for a reload, ``reload``."""
+        """The parameter the nearest plan changes first. Without one: ``reload`` for a reload;
+        ``zero_stage`` for a training short of card below ZeRO-3; ``num_cards`` for a host
+        running several processes; else ``model_path`` (no setting of the stage helps)."""
         if self.nearest is not None:
             return self.nearest.parameter
-        stage = self.estimate.workload.stage
+        stage, workload = self.estimate.workload.stage, self.estimate.workload
+        if stage == "reload":
+            return "reload"
         if self.card_fits is False:
-            return "zero_stage" if stage == "training" else _DTYPE_PARAMETER[stage][1]
-        return "reload" if stage == "reload" else "num_cards"
+            # nothing a stage sets makes room on the card: a smaller model would
+            return "zero_stage" if stage == "training" and workload.zero_stage < 3 else "model_path"
+        return "num_cards" if workload.ranks_per_host > 1 else "model_path"
 
     def refusal(self) -> str:
         """One line: what does not fit, by how much, and the nearest plan that does."""
@@ -101,7 +101,7 @@ class Fit:
                          f"({self.capacity.card_source})")
         if self.host_fits is False:
             ranks = est.workload.ranks_per_host
-            short.append(f"{format_gib(est.host_bytes)} of host RAM for {ranks} {_plural(ranks, 'process', 'es')} "
+            short.append(f"{format_gib(est.host_bytes)} of host RAM for {counted(ranks, 'process')} "
                          f"> the host's {format_gib(self.capacity.host_bytes)} ({self.capacity.host_source})")
         said = f"{est.shape.name} ({est.shape.parameters / 1e9:.3g} B parameters) does not fit for " \
                f"{est.workload.describe()}: " + "; ".join(short)
@@ -110,40 +110,75 @@ class Fit:
                                 if line.startswith("fits"))
             said += f"; nearest plan that fits: {self.nearest.change} ({figures})"
         else:
-            tried = ("bfloat16, gradient checkpointing, ZeRO-3, offload, LoRA, fewer processes"
-                     if est.workload.stage == "training" else "bfloat16, fewer processes")
-            said += f"; no plan hyport knows fits ({tried} tried)"
+            tried = f" ({', '.join(self.tried)} tried)" if self.tried else ""
+            said += f"; no plan hyport knows fits{tried}"
+            if est.workload.stage == "reload":
+                said += "; set reload=False (the headers and the scan still run)"
         return said
 
 
 @dataclass
 class Nearest:
-    change: str  # in the stages' parameters: "zero_stage=3 + offload_optimizer=True"
+    change: str  # in the stages' parameters: "zero_stage=3 + finetuning_type=lora"
     parameter: str  # the first one changed: what a refusal names
     fit: Fit
 
 
-def _plural(count: int, word: str, suffix: str = "s") -> str:
-    return word if count == 1 else word + suffix
+@dataclass(frozen=True)
+class _Change:
+    """One change of a plan, said in the parameters a user sets (``zero_stage=2 +
+    offload_optimizer=True``: every parameter it moves), and the first of them."""
+
+    said: str
+    parameter: str
+    workload: Workload
+
+
+def _to_bf16(w: Workload) -> Optional[_Change]:
+    if w.dtype != "float32":
+        return None
+    said, parameter = _DTYPE_PARAMETER[w.stage]
+    return _Change(said, parameter, replace(w, dtype="bfloat16"))
+
+
+def _checkpointing(w: Workload) -> Optional[_Change]:
+    if w.stage != "training" or w.gradient_checkpointing:
+        return None
+    return _Change("gradient_checkpointing=True", "gradient_checkpointing", replace(w, gradient_checkpointing=True))
+
+
+def _zero3(w: Workload) -> Optional[_Change]:
+    if w.stage != "training" or w.zero_stage >= 3:
+        return None
+    return _Change("zero_stage=3", "zero_stage", replace(w, zero_stage=3))
+
+
+def _offload(w: Workload) -> Optional[_Change]:
+    if w.stage != "training" or w.offload_optimizer:
+        return None
+    if w.zero_stage >= 2:
+        return _Change("offload_optimizer=True", "offload_optimizer", replace(w, offload_optimizer=True))
+    # stage 04 offloads from ZeRO-2 on: the change moves both
+    return _Change("zero_stage=2 + offload_optimizer=True", "zero_stage",
+                   replace(w, zero_stage=2, offload_optimizer=True))
+
+
+def _lora(w: Workload) -> Optional[_Change]:
+    if w.stage != "training" or w.finetuning != "full":
+        return None
+    return _Change("finetuning_type=lora", "finetuning_type", replace(w, finetuning="lora"))
 
 
 #: Changes tried for the nearest plan, in the order a user would rather take them: each
-#: keeps the model and the data; the names are the stages' parameters.
-_CHANGES: tuple[tuple[str, str, Callable[[Workload], Optional[Workload]]], ...] = (
-    ("precision bf16", "precision", lambda w: replace(w, dtype="bfloat16") if w.dtype == "float32" else None),
-    ("gradient_checkpointing=True", "gradient_checkpointing", lambda w: replace(w, gradient_checkpointing=True)
-        if w.stage == "training" and not w.gradient_checkpointing else None),
-    ("zero_stage=3", "zero_stage", lambda w: replace(w, zero_stage=3)
-        if w.stage == "training" and w.zero_stage < 3 else None),
-    ("offload_optimizer=True", "offload_optimizer", lambda w: replace(w, offload_optimizer=True,
-                                                                      zero_stage=max(w.zero_stage, 2))
-        if w.stage == "training" and not w.offload_optimizer else None),
-    ("finetuning_type=lora", "finetuning_type", lambda w: replace(w, finetuning="lora")
-        if w.stage == "training" and w.finetuning == "full" else None),
-)
-#: Outside training the dtype is the stages' ``dtype`` parameter (03, 05) or ``model_dtype`` (02).
-_DTYPE_PARAMETER = {"training": ("precision bf16", "precision"), "inference": ("dtype=bfloat16", "dtype"),
+#: keeps the model and the data.
+_CHANGES: tuple[Callable[[Workload], Optional[_Change]], ...] = (_to_bf16, _checkpointing, _zero3, _offload, _lora)
+#: The dtype's parameter in each stage: training's ``precision``, 03's and 05's ``dtype``,
+#: 02's ``model_dtype``.
+_DTYPE_PARAMETER = {"training": ("precision=bf16", "precision"), "inference": ("dtype=bfloat16", "dtype"),
                     "reload": ("dtype=bfloat16", "dtype"), "model check": ("model_dtype=bfloat16", "model_dtype")}
+#: Each change's words in the list of what was tried.
+_TRIED = {_to_bf16: "bfloat16", _checkpointing: "gradient checkpointing", _zero3: "ZeRO-3",
+          _offload: "an offloaded optimizer", _lora: "LoRA"}
 
 
 def fit(shape: ModelShape, workload: Workload, capacity: Capacity, *, search: bool = True) -> Fit:
@@ -153,39 +188,45 @@ def fit(shape: ModelShape, workload: Workload, capacity: Capacity, *, search: bo
     result = Fit(estimate(shape, workload), capacity)
     if result.fits or not search:
         return result
-    for said, parameter, changed in _candidates(workload):
-        candidate = Fit(estimate(shape, changed), capacity)
+    result.tried = [_TRIED[change] for change in _CHANGES if change(workload) is not None]
+    if workload.ranks_per_host > 1:
+        result.tried.append("fewer processes")
+    for change in _candidates(workload):
+        candidate = Fit(estimate(shape, change.workload), capacity)
         if candidate.fits:
-            result.nearest = Nearest(said, parameter, candidate)
+            result.nearest = Nearest(change.said, change.parameter, candidate)
             return result
     return result
 
 
-def _changes(stage: str):
-    said, parameter = _DTYPE_PARAMETER[stage]
-    return ((said, parameter, _CHANGES[0][2]), *_CHANGES[1:])
+def _combined(workload: Workload, picked) -> Optional[_Change]:
+    changes, current = [], workload
+    for make in picked:
+        change = make(current)
+        if change is None:
+            return None
+        changes.append(change)
+        current = change.workload
+    return _Change(" + ".join(c.said for c in changes), changes[0].parameter, current)
 
 
 def _candidates(workload: Workload):
-    changes = _changes(workload.stage)
     for count in (1, 2):
-        for picked in combinations(changes, count):
-            changed = workload
-            for _, _, change in picked:
-                changed = change(changed) if changed is not None else None
-            if changed is not None:
-                yield " + ".join(said for said, _, _ in picked), picked[0][1], changed
+        for picked in combinations(_CHANGES, count):
+            change = _combined(workload, picked)
+            if change is not None:
+                yield change
     ranks = workload.ranks_per_host // 2
     while ranks >= 1:
         # fewer processes on each host: the job's world shrinks with them
         fewer = replace(workload, ranks_per_host=ranks,
                         world_size=max(1, workload.world_size * ranks // workload.ranks_per_host))
-        said = f"{ranks} {_plural(ranks, 'process', 'es')} a host instead of {workload.ranks_per_host}"
-        yield said, "num_cards", fewer
-        for name, _, change in changes:
-            changed = change(fewer)
-            if changed is not None:
-                yield f"{said} + {name}", "num_cards", changed
+        said = f"{counted(ranks, 'process')} a host instead of {workload.ranks_per_host}"
+        yield _Change(said, "num_cards", fewer)
+        for make in _CHANGES:
+            change = make(fewer)
+            if change is not None:
+                yield _Change(f"{said} + {change.said}", "num_cards", change.workload)
         ranks //= 2
 
 

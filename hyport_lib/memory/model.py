@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, replace
 from typing import Optional
 
 from hyport_lib.memory.shape import STORED_DTYPES, ModelShape, format_gib
+from hyport_lib.utils.wording import counted
 
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 #: The words users write for a dtype or a precision, and the dtype each means.
@@ -37,7 +38,7 @@ CARD_RUNTIME_MARGIN = {"npu": 3 * 2 ** 30, "cuda": 2 * 2 ** 30, "cpu": 0}
 #: partitioning): measured on SmolLM2-135M (docs/memory.md).
 CPU_TRAINING_BUFFERS = 1 * 2 ** 30
 #: The linear layers LoRA's "all" adapts in a decoder layer: (inputs, outputs) in shape units.
-_LORA_LINEARS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+LORA_LINEARS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
 STAGES = ("training", "inference", "model check", "reload")
 
@@ -133,9 +134,6 @@ class MemoryEstimate:
         """What one host holds: every rank it runs."""
         return self.host_bytes_per_rank * self.workload.ranks_per_host
 
-    def rows(self) -> list[dict]:
-        return [{"where": i.where, "what": i.what, "GiB": round(i.bytes / 2 ** 30, 3), "how": i.how}
-                for i in self.items]
 
 
 def estimate(shape: ModelShape, workload: Workload) -> MemoryEstimate:
@@ -231,13 +229,15 @@ def _activations(shape: ModelShape, w: Workload, device: str, add) -> None:
 
 def layer_activation_bytes(shape: ModelShape, w: Workload) -> int:
     """Bytes one decoder layer keeps per token for the backward pass: its norms' inputs and
-    the residual (4 x hidden), Q, K, V and the attention output, the MLP's gate, up and
-    product (3 x intermediate); eager attention adds scores and probabilities per head."""
+    the residual (4 x hidden) and their fp32 statistics (2 x hidden x 4 B), Q, K, V, the
+    rotated Q and K and the attention output, the MLP's gate, up, activation and product
+    (4 x intermediate); eager attention adds scores and probabilities per head. Checked
+    against what a real Qwen2 saves for backward (tests/memory)."""
     q_width = shape.heads * shape.head_dim
-    values = 4 * shape.hidden + 2 * q_width + 2 * shape.kv_width + 3 * shape.intermediate
+    values = 4 * shape.hidden + 3 * q_width + 3 * shape.kv_width + 4 * shape.intermediate
     if w.eager_attention:
         values += 2 * shape.heads * w.sequence
-    return values * w.width
+    return values * w.width + 2 * shape.hidden * 4
 
 
 def _forward_only(shape: ModelShape, w: Workload, device: str, add) -> None:
@@ -270,7 +270,7 @@ def _loading(shape: ModelShape, w: Workload, split: int) -> MemoryItem:
         shared = shape.checkpoint_bytes // w.ranks_per_host
         return MemoryItem("checkpoint pages while loading", "host", shared,
                           f"{format_gib(shape.checkpoint_bytes)} of {shape.stored_dtype} files mapped once a host, "
-                          f"shared by its {w.ranks_per_host} rank(s)")
+                          f"shared by its {counted(w.ranks_per_host, 'rank')}")
     return MemoryItem("weights while loading", "host", own,
                       f"from_pretrained converts {shape.parameters:,} {shape.stored_dtype} weights to {w.width} B "
                       + (f"/ {split} (ZeRO-3) " if split > 1 else "") + "on the host before the move to the card")
@@ -284,7 +284,7 @@ def lora_parameters(shape: ModelShape, rank: int, targets: tuple[str, ...]) -> i
              "v_proj": (shape.hidden, shape.kv_width), "o_proj": (q_width, shape.hidden),
              "gate_proj": (shape.hidden, shape.intermediate), "up_proj": (shape.hidden, shape.intermediate),
              "down_proj": (shape.intermediate, shape.hidden)}
-    names = _LORA_LINEARS if "all" in targets else [t for t in targets if t in sizes]
+    names = LORA_LINEARS if "all" in targets else [t for t in targets if t in sizes]
     # a target named otherwise (a family's own name) is counted as a hidden x hidden linear
     unknown = 0 if "all" in targets else len([t for t in targets if t not in sizes])
     per_layer = sum(rank * sum(sizes[name]) for name in names) + unknown * rank * 2 * shape.hidden

@@ -9,18 +9,22 @@ come from the language model's part of the config.
 from __future__ import annotations
 
 import math
+import re
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping, Optional
 
-from hyport_lib.checkpoint_files.header import DTYPE_BITS, read_header
+from hyport_lib.checkpoint_files.header import DTYPE_BITS, FLOAT_DTYPES, read_header
 from hyport_lib.checkpoint_files.weight_files import checkpoint_files
 from hyport_lib.models.families import read_config
 from hyport_lib.models.loading import build_empty_model
+from hyport_lib.utils.wording import counted
 
 #: safetensors' dtype names and the torch dtype each loads as.
 STORED_DTYPES = {"F32": "float32", "BF16": "bfloat16", "F16": "float16"}
+#: An expert list's tensor: ``model.layers.3.mlp.experts.7.w1.weight`` -> ``model.layers.3.mlp.experts``.
+_EXPERT = re.compile(r"^(.*\.experts)\.\d+\.")
 #: Where a VLM's or a wrapper's config keeps its language model's sizes.
 _TEXT_SECTIONS = ("text_config", "llm_config", "language_config", "thinker_config")
 
@@ -59,6 +63,8 @@ def read_model_shape(model_path: str | Path) -> ModelShape:
     files = checkpoint_files(str(folder))
     if not files.shards:
         raise ValueError(f"{folder}: no memory plan without safetensors headers ({files.unused})")
+    config = read_config(folder)
+    bits = _quantized_bits(config)
     counts: dict[str, int] = {}
     by_module: dict[str, int] = defaultdict(int)
     bytes_by_dtype: dict[str, int] = defaultdict(int)
@@ -68,16 +74,33 @@ def read_model_shape(model_path: str | Path) -> ModelShape:
             problem = header.findings[0].detail if header.findings else "unreadable"
             raise ValueError(f"{folder / shard}: its header cannot be read ({problem})")
         for entry in header.tensors.values():
-            counts[entry.name] = entry.numel
-            by_module[entry.name.rpartition(".")[0]] += entry.numel
+            # a quantised checkpoint packs several weights in one integer (GPTQ: 8 in an I32)
+            packed = bits and not entry.is_float and DTYPE_BITS[entry.dtype] > bits
+            counts[entry.name] = entry.numel * (DTYPE_BITS[entry.dtype] // bits if packed else 1)
+            by_module[_module_of(entry.name)] += counts[entry.name]
             bytes_by_dtype[entry.dtype] += entry.numel * DTYPE_BITS[entry.dtype] // 8
-    config = read_config(folder)
+    floats = {d: n for d, n in bytes_by_dtype.items() if d in FLOAT_DTYPES}
+    shards = counted(len(files.shards), "safetensors file")
     return shape_from_config(config, name=folder.name, parameters=sum(counts.values()),
                              checkpoint_bytes=sum(bytes_by_dtype.values()),
-                             stored_dtype=max(bytes_by_dtype, key=bytes_by_dtype.get) if bytes_by_dtype else "F32",
+                             stored_dtype=max(floats, key=floats.get) if floats else "F32",
                              largest_module_parameters=max(by_module.values(), default=0),
-                             source=f"headers of {len(files.shards)} safetensors file(s) and config.json "
-                                    f"of {folder}")
+                             source=f"headers of {shards} and config.json of {folder}"
+                                    + (f" ({bits}-bit packed weights counted one by one)" if bits else ""))
+
+
+def _module_of(tensor: str) -> str:
+    """The module a tensor belongs to, as ZeRO-3 gathers it: an expert list's tensors
+    (``mlp.experts.7.w1.weight``) belong to the list, which transformers builds as one module."""
+    match = _EXPERT.match(tensor)
+    return match.group(1) if match else tensor.rpartition(".")[0]
+
+
+def _quantized_bits(config: Mapping) -> int:
+    """The bits of a quantised checkpoint's packed weights (GPTQ, AWQ: 4); 0 when not packed."""
+    quantization = config.get("quantization_config")
+    bits = quantization.get("bits") if isinstance(quantization, Mapping) else None
+    return bits if isinstance(bits, int) and 0 < bits < 8 else 0
 
 
 def model_shape(model_path: str, *, trust_remote_code: bool = False) -> ModelShape:
@@ -107,17 +130,22 @@ def loading_dtype(dtype: str, model_path: str, shape: ModelShape) -> str:
 def shape_from_config(config: Mapping, *, name: str, parameters: int, checkpoint_bytes: int, stored_dtype: str,
                       largest_module_parameters: int, source: str) -> ModelShape:
     """The language model's sizes from a config's dict (its text section where it has one)."""
-    text = _text_section(config)
+    text = _text_section(_with_defaults(config))
     hidden = _size(text, ("hidden_size", "d_model", "n_embd", "dim"), name)
     heads = _size(text, ("num_attention_heads", "n_head", "n_heads", "num_heads"), name)
     kv_heads = _optional(text, ("num_key_value_heads", "num_kv_heads", "n_kv_heads")) or heads
     head_dim = _optional(text, ("head_dim",)) or hidden // heads
+    experts = _optional(text, ("num_local_experts", "num_experts", "n_routed_experts", "moe_num_experts"))
     experts_per_token = _optional(text, ("num_experts_per_tok", "moe_topk", "top_k", "num_selected_experts"))
     expert_width = _optional(text, ("moe_intermediate_size", "expert_intermediate_size"))
     dense_width = _optional(text, ("intermediate_size", "ffn_dim", "n_inner")) or 4 * hidden
-    if experts_per_token and expert_width:
-        shared = _optional(text, ("shared_expert_intermediate_size",)) or 0
-        width = experts_per_token * expert_width + shared
+    if experts and experts_per_token:
+        # each token runs its routed experts (Mixtral's are intermediate_size wide) and any
+        # shared ones (Qwen2-MoE: one of its own width; DeepSeek: n_shared_experts of the experts')
+        routed = expert_width or dense_width
+        shared = (_optional(text, ("shared_expert_intermediate_size",))
+                  or (_optional(text, ("n_shared_experts",)) or 0) * routed)
+        width = experts_per_token * routed + shared
     else:
         width = dense_width
     return ModelShape(
@@ -142,6 +170,26 @@ def shape_of_model(model, *, name: str, source: str) -> ModelShape:
     return shape_from_config(config, name=name, parameters=count,
                              checkpoint_bytes=count * DTYPE_BITS[stored] // 8, stored_dtype=stored,
                              largest_module_parameters=max(by_module.values(), default=0), source=source)
+
+
+def _with_defaults(config: Mapping) -> Mapping:
+    """The config as transformers reads it: the sizes a config.json leaves at the class's
+    defaults filled in (llava-1.5's text_config names no hidden_size). A model_type this
+    transformers does not know keeps its own words."""
+    from transformers import AutoConfig
+
+    model_type = config.get("model_type")
+    if not isinstance(model_type, str):
+        return config
+    try:
+        built = AutoConfig.for_model(model_type, **{k: v for k, v in config.items() if k != "model_type"})
+    except (KeyError, ValueError, TypeError):
+        return config
+    filled = built.to_dict()
+    text = built.get_text_config()
+    if text is not built:
+        filled["text_config"] = text.to_dict()
+    return filled
 
 
 def _text_section(config: Mapping) -> Mapping:

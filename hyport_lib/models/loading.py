@@ -22,6 +22,7 @@ from hyport_lib.models.families import ModelTraits, describe_config, read_config
 from hyport_lib.models.model_cache import SMOLLM2_NAME, transformers_major
 from hyport_lib.models.tiny import TINY_MODEL_NAME
 from hyport_lib.utils.printable import first_line
+from hyport_lib.utils.wording import counted
 
 
 @dataclass
@@ -218,7 +219,22 @@ def load_processor(path: str, *, trust_remote_code: bool = False) -> LoadedProce
                 processor.__dict__["_hyport_video_reason"] = "not in this checkpoint"
                 processor.__class__ = without_video(type(processor))
                 unavailable.append("video processor: not in this checkpoint")
+    _refuse_empty_tokenizer(path, tokenizer_of(processor))
     return LoadedProcessor(processor, traits, unavailable, "chat" if chat_template_of(processor) else "prefix")
+
+
+#: Fewer tokens than this is no vocabulary: transformers builds a tokenizer of its special
+#: tokens alone from a folder without tokenizer files (Qwen2's: one token), which turns
+#: every prompt into zero ids.
+_SMALLEST_VOCABULARY = 16
+
+
+def _refuse_empty_tokenizer(path: str, tokenizer) -> None:
+    if tokenizer is not None and len(tokenizer) < _SMALLEST_VOCABULARY:
+        raise ProcessorUnavailable(
+            f"{path}: no tokenizer files (tokenizer.json, tokenizer.model or vocab.json); transformers built an "
+            f"empty {type(tokenizer).__name__} of {counted(len(tokenizer), 'token')}, which would encode every prompt as "
+            "nothing: copy the model's tokenizer files into the folder")
 
 
 def _refuse_missing_package(path: str, exc: BaseException, processor_class: Optional[type] = None) -> None:

@@ -26,6 +26,7 @@ from hyport_lib.report.run import run_folder_env
 from hyport_lib.stages import Stage, params_class, stage_part
 from hyport_lib.utils.printable import first_line
 from hyport_lib.utils.redact import is_secret_parameter, scrub_text
+from hyport_lib.utils.wording import counted
 
 
 def resolve_profile(name_or_path: Optional[str]) -> Optional[Path]:
@@ -215,12 +216,11 @@ class PreRunRefused(ValueError):
         self.refused, self.memory = refused, memory
         problems = refused + memory
         self.details = problems if len(problems) > 1 else []
-        if not memory:
-            head = f"{len(refused)} parameters are wrong"
-        elif not refused:
-            head = f"{len(memory)} {'plan does' if len(memory) == 1 else 'plans do'} not fit in memory"
-        else:
-            head = f"{len(refused)} wrong value(s) and {len(memory)} plan(s) that do not fit in memory"
+        # a refused dataset's records are said under it, indented: not values of their own
+        values = len([line for line in refused if not line.partition(": ")[2].startswith("  ")])
+        head = f"{counted(len(memory), 'plan')} {'does' if len(memory) == 1 else 'do'} not fit in memory"
+        if values:
+            head = f"{counted(values, 'wrong value')} and {head}"
         super().__init__(problems[0] if len(problems) == 1 else f"{head}: {problems[0]}")
 
 

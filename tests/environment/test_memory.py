@@ -72,7 +72,7 @@ def test_a_checkpoint_folder_sets_the_host_ram_per_rank_and_the_index_card_says_
     assert f"({memory.host_per_rank_gib:g} GiB each)" in ram.reason.replace(" GB each", " GiB each")
     assert "(per rank: the memory model's inference, bf16" in ram.reason and "of Qwen2.5-7B" in ram.reason
     card = report.check("card_memory")
-    assert card.verdict == "SKIP" and "card_memory_gib=64" in card.reason  # on CPU nothing is judged
+    assert card.verdict == "SKIP" and card.reason.startswith("no cards on cpu")  # on CPU nothing is judged
 
     read = from_mapping(stage.EnvironmentReport, to_mapping(report))
     assert read.memory == memory

@@ -79,7 +79,7 @@ def test_8_gib_cards_refuse_a_7b_grid_with_the_figures(fake_npu, npu_smi_cards, 
     with pytest.raises(DoesNotFit) as refused:
         _memory(seven_b, "bfloat16")
     said = str(refused.value)
-    assert said.startswith("dtype: Qwen2.5-7B (7.62 B parameters) does not fit for inference, bf16")
+    assert said.startswith("model_path: Qwen2.5-7B (7.62 B parameters) does not fit for inference, bf16")
     assert "GiB per card > the card's 8 GiB (910B3, 8,192 MB as npu-smi reports it)" in said
     assert "no plan hyport knows fits" in said and "\n" not in said
     npu_smi_cards(65536)
