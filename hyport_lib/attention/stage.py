@@ -229,7 +229,8 @@ def summarize(result: AttentionStageResult) -> StageSummary:
         if model.behaviour is not None and model.behaviour.meaningful:
             line += f"; {model.behaviour.line()}"
             headline["greedy answers identical"] = ", ".join(
-                f"{p.dtype} {'yes' if p.identical else 'no'}" for p in model.behaviour.pairs)
+                f"{p.dtype} {'not compared' if p.not_compared else 'yes' if p.identical else 'no'}"
+                for p in model.behaviour.pairs)
         elif model.left_out:
             line += f"; left out: {model.left_out}"
             headline["behaviour check"] = "left out: the whole model does not fit"

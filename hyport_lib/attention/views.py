@@ -24,6 +24,8 @@ PROOF_COLUMNS = ("name", "kind", "verdict", "max_abs", "bound", "cosine", "npu_c
 
 # --- the behaviour --------------------------------------------------------------------
 def _difference(pair: PairResult) -> str:
+    if pair.not_compared:
+        return pair.not_compared
     if pair.identical:
         return ""
     diff = pair.first_difference or {}
@@ -50,7 +52,7 @@ def pairs_frame(behaviour: Behaviour):
     """One row per swapped model: identical answers, the first difference, perplexities."""
     import pandas as pd
 
-    return pd.DataFrame([{"swapped": p.label, "dtype": p.dtype, "identical": p.identical,
+    return pd.DataFrame([{"swapped": p.label, "dtype": p.dtype, "identical": None if p.not_compared else p.identical,
                           "first difference": _difference(p), "eager perplexity": p.eager_perplexity,
                           "swapped perplexity": p.perplexity} for p in behaviour.pairs])
 

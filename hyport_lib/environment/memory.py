@@ -100,7 +100,7 @@ def check_card_memory(kind: str, facts: MemoryFacts) -> Check:
         verdict = "WARN" if facts.model is not None and facts.model.card_line.startswith("does not fit") else "PASS"
         return Check("card_memory", verdict, f"{facts.line}{listed}{model}")
     return Check("card_memory", "SKIP", f"{facts.line}{listed}: set card_memory_gib (910B3: 64) for the memory "
-                                        f"plans of stages 03 and 04")
+                                        f"plans of stages 02-04")
 
 
 def host_need_reason(facts: MemoryFacts) -> str:

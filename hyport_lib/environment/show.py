@@ -195,5 +195,10 @@ def glance(record: StageRecord[EnvironmentReport]) -> list[tuple[str, str]]:
 def blog_facts(record: StageRecord[EnvironmentReport]) -> dict:
     """The backend the run used and the cards the next stages use, for the draft's title
     (none where the record does not say: a record without them must not claim the
-    reader's defaults for the run)."""
-    return {"device": record.data.device or None, "cards": record.data.num_cards or None}
+    reader's defaults for the run); the memory the stages plan with and the model's fit in
+    it, where 01 planned one, as the index card says them (issue 41: the draft carries them)."""
+    memory = record.data.memory
+    planned = memory.model if memory is not None else None
+    return {"device": record.data.device or None, "cards": record.data.num_cards or None,
+            "memory_capacity": memory.line if memory is not None and memory.line else None,
+            "model_memory": [(planned.model, line) for line in planned.lines()] if planned is not None else None}

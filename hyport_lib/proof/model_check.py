@@ -59,7 +59,8 @@ PERPLEXITY_TEXT = ("The Eiffel Tower is a wrought-iron lattice tower in Paris, F
 
 @dataclass
 class PairResult:
-    """One swapped model against eager in the same dtype."""
+    """One swapped model against eager in the same dtype; ``not_compared`` says why not
+    (the swap was never called: the answers would be eager's own)."""
 
     label: str
     dtype: str
@@ -68,6 +69,8 @@ class PairResult:
     perplexity: Optional[float] = None
     eager_perplexity: Optional[float] = None
     answers: list[str] = field(default_factory=list)
+    swapped_calls: Optional[int] = None  # calls the swap served for these answers (None: not counted)
+    not_compared: str = ""
 
 
 @dataclass
@@ -81,7 +84,8 @@ class Behaviour:
     eager_answers: list[str] = field(default_factory=list)
     top1_probability: Optional[float] = None
     pairs: list[PairResult] = field(default_factory=list)
-    #: the attention implementations the whole model ran, in order (switched in place)
+    #: the attention implementations the whole model ran, in order (switched in place); a
+    #: swap only where its calls were counted, with their number
     ran: list[str] = field(default_factory=list)
 
     def line(self) -> str:
@@ -89,7 +93,9 @@ class Behaviour:
             return f"behaviour: {self.why}"
         said = []
         for pair in self.pairs:
-            if pair.identical:
+            if pair.not_compared:
+                said.append(f"{pair.label}: {pair.not_compared}")
+            elif pair.identical:
                 said.append(f"{pair.label}: {self.new_tokens}-token answers identical")
             else:
                 diff = pair.first_difference or {}
@@ -297,13 +303,13 @@ def _compare(result: ModelComparison, shim_api, max_new_tokens: int, seed: int) 
         # Swapped attention reached through transformers (the registered function) or through
         # remote code importing flash_attn (the shim); None: neither is hyport's.
         apis = [a for a in (hf_integration.REGISTERED.get(name), shim_api) if a is not None]
-        before = sum(a.calls.total() for a in apis)
+        before = _calls(apis)
         try:
             swapped_logits = model(**inputs).logits[real]
         except FlashAttnUnsupported as exc:  # a refused argument or feature, named by the swap
             result.verdict, result.detail = REFUSED, f"{exc}; {KEPT_ON_EAGER}"
             return result
-        result.swapped_calls = sum(a.calls.total() for a in apis) - before if apis else None
+        result.swapped_calls = _calls(apis) - before if apis else None
         swapped_tokens = model.generate(**inputs, **generation).cpu()
         swapped_packed = None if eager_packed is None else _swapped_packed_row(result, model, row)
         if isolating and swapped_packed is not None:
@@ -318,7 +324,7 @@ def _compare(result: ModelComparison, shim_api, max_new_tokens: int, seed: int) 
     packed = None if swapped_packed is None else compare(LOGITS, eager_packed, swapped_packed, result.dtype)
     if packed is not None:
         result.packed_tokens, result.packed_max_abs_logits = int(row["input_ids"].shape[1]), packed.max_abs
-    result.behaviour = _behaviour(result)
+    result.behaviour = _behaviour(result, apis)
     result.verdict, result.detail = _model_verdict(result, active, name, logits, packed)
     if "not applicable" in result.batch:
         result.detail += f"; compared {result.batch}"
@@ -334,24 +340,32 @@ def _in_vocabulary(shrunk: ShrunkModel, tokenizer) -> set[int]:
     return {position[i] for i in ids if i in position}
 
 
-def _behaviour(result: ModelComparison) -> Behaviour:
+def _calls(apis: list) -> int:
+    """The calls the swap served so far: the registered implementation's and the flash_attn shim's."""
+    return sum(api.calls.total() for api in apis)
+
+
+def _behaviour(result: ModelComparison, apis: list) -> Behaviour:
     """Greedy answers and perplexity on the whole model, or a behaviour that says why they are
-    missing (random weights, left out for memory, or raised): the logits' verdict stands."""
+    missing (random weights, left out for memory, or raised): the logits' verdict stands.
+    ``apis``: the swap's call counters (:func:`_calls`)."""
     reason = random_weights_reason(result.model_path)
     if reason:
         return Behaviour(False, reason)
     if result.left_out:
         return Behaviour(False, f"left out: {result.left_out}")
     try:
-        return _whole_model_behaviour(result)
+        return _whole_model_behaviour(result, apis)
     except Exception as exc:  # noqa: BLE001 — the record says why this part is missing
         return Behaviour(False, f"not compared: {type(exc).__name__}: {exc}")
 
 
-def _whole_model_behaviour(result: ModelComparison) -> Behaviour:
+def _whole_model_behaviour(result: ModelComparison, apis: list) -> Behaviour:
     """The model loaded once, in the check's dtype: eager, then switched to the swap; where
     that dtype is not bfloat16, then cast to it in place (what an NPU runs), eager, then the
-    swap again. Each pair runs one model, so a difference is the swap's."""
+    swap again. Each pair runs one model, so a difference is the swap's; a swap is said to
+    have run only where its calls were counted (the switch alone proves nothing: the model's
+    code may bypass it)."""
     name = result.attn_implementation
     model, loaded = load_model(InferenceConfig(model_path=result.model_path, device=result.device,
                                                dtype=result.dtype, trust_remote_code=result.trust_remote_code,
@@ -363,26 +377,35 @@ def _whole_model_behaviour(result: ModelComparison) -> Behaviour:
     decode = loaded.tokenizer.decode
     behaviour = Behaviour(True, prompts=list(PROMPTS), new_tokens=NEW_TOKENS, top1_probability=mean_top1,
                           eager_answers=[decode(a, skip_special_tokens=True) for a in reference.answers])
-    behaviour.ran = ["eager", _switched(model, name)]
-    behaviour.pairs.append(_swapped_pair(f"{name}, {result.dtype}", result.dtype, model, loaded, reference))
+    behaviour.ran = ["eager"]
+    _switched(model, name)
+    _add_pair(behaviour, _swapped_pair(f"{name}, {result.dtype}", result.dtype, model, loaded, reference, apis),
+              name)
     if result.dtype != "bfloat16":
         _switched(model, "eager")
         model.to(torch.bfloat16)  # in place, tensor by tensor: never a second model beside the first
         half_reference, _ = _eager_reference(model, loaded)
-        behaviour.ran += ["eager, bfloat16", f"{_switched(model, name)}, bfloat16"]
+        behaviour.ran.append("eager, bfloat16")
+        _switched(model, name)
         label = f"{'npu_fusion_attention' if result.backend == 'npu' else 'NPU emulation'}, bfloat16"
-        behaviour.pairs.append(_swapped_pair(label, "bfloat16", model, loaded, half_reference))
+        _add_pair(behaviour, _swapped_pair(label, "bfloat16", model, loaded, half_reference, apis),
+                  f"{name}, bfloat16")
     return behaviour
 
 
-def _switched(model, name: str) -> str:
+def _add_pair(behaviour: Behaviour, pair: PairResult, ran: str) -> None:
+    behaviour.pairs.append(pair)
+    if pair.swapped_calls:
+        behaviour.ran.append(f"{ran}: {pair.swapped_calls:,} swapped calls")
+
+
+def _switched(model, name: str) -> None:
     """``model`` switched in place to attention ``name`` (transformers' own switch); raises
     where it cannot be, rather than loading a second model."""
     model.set_attn_implementation(name)
     active = str(getattr(model.config, "_attn_implementation", "") or "")
     if active != name:
         raise RuntimeError(f"the model cannot be switched to {name!r} in place (it runs {active!r})")
-    return active
 
 
 def _eager_reference(eager, loaded) -> tuple[Reference, float]:
@@ -391,12 +414,21 @@ def _eager_reference(eager, loaded) -> tuple[Reference, float]:
     return Reference(list(answers), _perplexity(eager, loaded)), sum(top1) / len(top1)
 
 
-def _swapped_pair(label: str, dtype: str, swapped, loaded, reference: Reference) -> PairResult:
+def _swapped_pair(label: str, dtype: str, swapped, loaded, reference: Reference, apis: list) -> PairResult:
+    """The swap's answers against eager's, its calls counted around them: uncalled (or not
+    hyport's, so uncounted), its answers are eager's own and say nothing of it."""
+    before = _calls(apis)
     answers = [greedy(swapped, _encode(loaded, text, swapped.device), NEW_TOKENS)[0] for text in PROMPTS]
+    perplexity = _perplexity(swapped, loaded)
+    calls = _calls(apis) - before if apis else None
+    if not calls:
+        why = ("the swap was never called" if calls == 0
+               else "the swap's calls cannot be counted (no hyport attention serves it)")
+        return PairResult(label, dtype, identical=False, swapped_calls=calls, not_compared=f"not compared: {why}")
     token = loaded.tokenizer.decode
     pair = PairResult(label, dtype, identical=all(a == b for a, b in zip(reference.answers, answers)),
-                      answers=[token(a, skip_special_tokens=True) for a in answers],
-                      perplexity=_perplexity(swapped, loaded), eager_perplexity=reference.perplexity)
+                      answers=[token(a, skip_special_tokens=True) for a in answers], swapped_calls=calls,
+                      perplexity=perplexity, eager_perplexity=reference.perplexity)
     for index, (ours, theirs) in enumerate(zip(reference.answers, answers)):
         at = next((i for i, (a, b) in enumerate(zip(ours, theirs)) if a != b),
                   None if len(ours) == len(theirs) else min(len(ours), len(theirs)))
@@ -520,6 +552,8 @@ def _model_verdict(result: ModelComparison, active: str, name: str, logits, pack
     if verdict != PASS:
         return verdict, detail
     same_dtype = result.behaviour.pairs[0] if result.behaviour and result.behaviour.pairs else None
+    if same_dtype and same_dtype.not_compared:
+        return WARN, f"{detail}; on real weights, behaviour {same_dtype.not_compared}"
     if same_dtype and not same_dtype.identical:
         diff = same_dtype.first_difference or {}
         return WARN, (f"{detail}; on real weights the swap's greedy answer differs from eager's at "

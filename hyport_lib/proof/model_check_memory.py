@@ -68,4 +68,4 @@ def plan_check_memory(model_path: str, *, kind: str, dtype: str, capacity: Capac
         return CheckMemory(lines)
     return CheckMemory(lines, "the behaviour check (greedy answers, perplexity) on the whole model: "
                               f"{found.refusal()}; "
-                              "the numerics ran on the shrunk model")
+                              "the numerics run on the shrunk model")

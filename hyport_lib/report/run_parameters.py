@@ -206,6 +206,9 @@ class PreRunCheck:
     #: plans the cards or the host cannot hold, with the figures: no run (the memory
     #: model's refusal, not a wrong value: said as such)
     memory: list[str] = dataclasses.field(default_factory=list)
+    #: checks a stage leaves out for this host (one that does not fit), with the figures:
+    #: said; the rest of that stage runs, so not a failure as ``host`` is
+    left_out: list[str] = dataclasses.field(default_factory=list)
 
 
 class PreRunRefused(ValueError):
@@ -242,7 +245,7 @@ def plan_requests(params: RunParameters, selected: list[Stage]) -> list[PlanRequ
 def make_plans(requests: list[PlanRequest]) -> PreRunCheck:
     """Each stage's ``plan``, the paths an earlier stage writes left out, its parameters not
     checked again. Runs in the child of :func:`check_before_running`."""
-    refused, host, memory = [], [], []
+    refused, host, memory, left_out = [], [], [], []
     with _as_a_new_run():
         for request in requests:
             where = request.stage_id
@@ -254,7 +257,7 @@ def make_plans(requests: list[PlanRequest]) -> PreRunCheck:
                     {**request.values, **{key: None for key in request.left_to_the_run}})
                 made = stage_part(request.stage, "stage").plan(planned)
                 # what the stage leaves out for this host (a check that does not fit): said, run
-                host += [f"{where}: {line}" for line in getattr(made, "left_out", None) or []]
+                left_out += [f"{where} leaves out {line}" for line in getattr(made, "left_out", None) or []]
             except ParameterError as exc:
                 refused += [f"{where}: {line}" for line in (exc.details or [str(exc)])]
             except DoesNotFit as exc:
@@ -265,16 +268,25 @@ def make_plans(requests: list[PlanRequest]) -> PreRunCheck:
                 # a refusal with a line per record (a bad dataset) is said once, then its lines
                 refused.append(f"{where}: {first_line(exc)}")
                 refused += [f"{where}:   {line}" for line in getattr(exc, "details", None) or []]
-    return PreRunCheck(refused, host, memory)
+    return PreRunCheck(refused, host, memory, left_out)
 
 
-def check_before_running(params: RunParameters, selected: list[Stage]) -> list[str]:
+@dataclass
+class PreRunNotes:
+    """What the pre-run plans say without stopping the run."""
+
+    host: list[str]  # what the host cannot do now: the stage fails on it, the others run
+    left_out: list[str]  # "<stage> leaves out <check>: <why>": the rest of the stage runs
+
+
+def check_before_running(params: RunParameters, selected: list[Stage]) -> PreRunNotes:
     """Each selected stage's ``plan`` (:func:`make_plans`), in a fresh child process: a plan
     may start the device runtime, which in the report's own long-lived process would hold a
     card the stages then find busy. Returns what the host cannot do now (said; the run goes
-    on and stage 01 explains it); raises a ParameterError naming each refused value and
-    its stage, :class:`PreRunRefused` when a plan would not fit in memory (with any wrong
-    values), a RuntimeError when the check itself could not run."""
+    on and stage 01 explains it) and the checks a stage leaves out (said; the rest of that
+    stage runs); raises a ParameterError naming each refused value and its stage,
+    :class:`PreRunRefused` when a plan would not fit in memory (with any wrong values), a
+    RuntimeError when the check itself could not run."""
     requests = {"requests": [dataclasses.asdict(r) for r in plan_requests(params, selected)]}
     with tempfile.TemporaryDirectory(prefix="hyport-precheck-") as folder:
         result_path, log_path = Path(folder) / "plans.json", Path(folder) / "plans.log"
@@ -291,7 +303,7 @@ def check_before_running(params: RunParameters, selected: list[Stage]) -> list[s
         raise ParameterError(found["refused"])
     if found["memory"]:
         raise PreRunRefused(found["refused"], found["memory"])
-    return found["host"]
+    return PreRunNotes(found["host"], found["left_out"])
 
 
 def plans_in_child(spec: dict) -> dict:

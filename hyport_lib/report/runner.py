@@ -83,9 +83,12 @@ def run_report(*, profile: Optional[str] = None, overrides: Optional[dict] = Non
         from_profile, overrides or {}, all_stages,
         profile_name=f"profile {profile_path.name}" if profile_path else "profile",
         allow_unknown=allow_unknown_parameters)
-    for problem in check_before_running(params, stages):
+    notes = check_before_running(params, stages)
+    for problem in notes.host:
         # the host, not a value: the stage meets it when it runs, and 01 explains it
         say(f"note: {problem} (the stage will fail on it; the others run)")
+    for check in notes.left_out:
+        say(f"note: {check}; the rest of the stage runs")
     check_kernel(kernel_name)
     output_root = check_output_root(Path(output_root) if output_root else Path.cwd() / "outputs")
     clean_runs(output_root, say)

@@ -8,7 +8,8 @@ import pytest
 from hyport_lib.attention import stage
 from hyport_lib.attention.params import Params
 from hyport_lib.memory import capacity
-from hyport_lib.report.run_parameters import make_plans, plan_requests, resolve_parameters
+from hyport_lib.report import runner
+from hyport_lib.report.run_parameters import PreRunNotes, make_plans, plan_requests, resolve_parameters
 from hyport_lib.stages import discover_stages
 from tests.real_size import write_sparse_checkpoint
 
@@ -43,7 +44,7 @@ def test_a_plan_leaves_out_the_behaviour_check_the_host_cannot_hold_with_the_fig
     assert "7.62 B parameters" in left_out and "fp32" in left_out and "32 new tokens" in left_out
     assert "> the host's 16.0 GiB (a 16 GiB test host)" in left_out
     assert "nearest plan that fits: model_dtype=bfloat16 (" in left_out
-    assert left_out.endswith("the numerics ran on the shrunk model")
+    assert left_out.endswith("the numerics run on the shrunk model")
     assert plan.memory.lines[0].startswith("behaviour check on the whole model does not fit: ")
     shrunk = plan.memory.lines[-1]
     assert shrunk.startswith("numerics on the shrunk model: ") and " GiB of host RAM" in shrunk
@@ -74,6 +75,33 @@ def test_the_report_pre_check_says_what_stage_02_leaves_out_without_refusing_the
     requests = [r for r in plan_requests(params, stages) if r.stage == "attention"]
     assert len(requests) == 1 and requests[0].refused == []
     found = make_plans(requests)
-    assert found.refused == []
-    assert len(found.host) == 1 and found.host[0].startswith("02_attention: the behaviour check ")
-    assert "> the host's 16.0 GiB" in found.host[0] and "model_dtype=bfloat16" in found.host[0]
+    assert found.refused == [] and found.host == []  # nothing the stage fails on
+    assert len(found.left_out) == 1 and found.left_out[0].startswith("02_attention leaves out the behaviour check ")
+    assert "> the host's 16.0 GiB" in found.left_out[0] and "model_dtype=bfloat16" in found.left_out[0]
+
+
+class _BeforeTheKernel(Exception):
+    pass
+
+
+def test_the_report_says_stage_02_leaves_a_check_out_and_runs_the_rest(
+        sparse_7b, small_host, never_loaded, monkeypatch, tmp_path):
+    """Once said as a failure ("the stage will fail on it") though the numerics run."""
+    def plans_here(params, selected):  # the pre-check's child would see this host, not the 16 GiB one
+        found = make_plans(plan_requests(params, selected))
+        return PreRunNotes(found.host, found.left_out)
+
+    def stop(kernel_name):
+        raise _BeforeTheKernel
+
+    monkeypatch.setattr(runner, "check_before_running", plans_here)
+    monkeypatch.setattr(runner, "check_kernel", stop)
+    said = []
+    with pytest.raises(_BeforeTheKernel):
+        runner.run_report(overrides={"model_path": str(sparse_7b), "device": "cpu", "model_dtype": "float32"},
+                          only=["02"], output_root=tmp_path / "out", progress=said.append)
+    (note,) = said
+    assert note.startswith("note: 02_attention leaves out the behaviour check (greedy answers, perplexity) "
+                           "on the whole model: Qwen2.5-7B (7.62 B parameters) does not fit ")
+    assert note.endswith("; the numerics run on the shrunk model; the rest of the stage runs")
+    assert "will fail" not in note

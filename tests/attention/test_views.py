@@ -29,3 +29,16 @@ def test_behaviour_on_flat_logits_is_not_meaningful_and_is_drawn_in_one_line(tmp
     assert "prompt 0, token 0: 'Paris' → 'Lyon'" in said
     text = stage_draft(tmp_path, "02_attention", {"model": real}, "zh")
     assert "Paris." in text and "4.82 → 4.8" in text
+
+
+def test_a_pair_whose_swap_was_never_called_is_said_not_compared(tmp_path):
+    """Not "identical": the answers of a swap never called are eager's own."""
+    record = {"behaviour": {"meaningful": True, "new_tokens": 32, "prompts": ["Capital?"],
+                            "eager_answers": ["Paris."], "top1_probability": 0.6, "pairs": [
+                                {"label": "hyport_npu_emulated, float32", "dtype": "float32", "identical": False,
+                                 "swapped_calls": 0, "not_compared": "not compared: the swap was never called"}]}}
+    said = behaviour_glance_row(from_mapping(Behaviour, record["behaviour"]))[0][1]
+    assert said == "32-token answers: hyport_npu_emulated, float32: not compared: the swap was never called"
+    text = stage_draft(tmp_path, "02_attention", {"model": record})
+    (row,) = [line for line in text.splitlines() if line.startswith("| `hyport_npu_emulated, float32`")]
+    assert "not compared: the swap was never called" in row and "| no |" not in row and "| yes |" not in row

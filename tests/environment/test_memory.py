@@ -8,6 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from blog_drafts import stage_draft
 
 from hyport_lib.backend import get_backend
 from hyport_lib.devices.probe import DeviceInfo, DeviceListing
@@ -57,11 +58,12 @@ def test_the_smallest_listed_card_then_the_parameter(fake_npu):
     cpu = get_backend("cpu", 2)
     unknown = memory_facts(cpu, DeviceListing(source="cpu"), "tiny", 2, None)
     assert unknown.card_gib is None and check_card_memory("npu", unknown).verdict == "SKIP"
-    assert "set card_memory_gib (910B3: 64)" in check_card_memory("npu", unknown).reason
+    assert check_card_memory("npu", unknown).reason.endswith(
+        ": set card_memory_gib (910B3: 64) for the memory plans of stages 02-04")
     assert check_card_memory("cpu", unknown).reason.startswith("no cards on cpu")
 
 
-def test_a_checkpoint_folder_sets_the_host_ram_per_rank_and_the_index_card_says_it(seven_b):
+def test_a_checkpoint_folder_sets_the_host_ram_per_rank_and_the_index_card_says_it(seven_b, tmp_path):
     report = stage.run(stage.plan(Params(device="cpu", num_cards=2, check_ports=False, model_path=str(seven_b),
                                          card_memory_gib=64)))
     memory = report.memory
@@ -79,6 +81,13 @@ def test_a_checkpoint_folder_sets_the_host_ram_per_rank_and_the_index_card_says_
     rows = dict(glance(StageRecord(stage=stage.STAGE, verdict="PASS", data=read)))
     assert rows["memory"] == memory.line and rows["Qwen2.5-7B"] == memory.model.host_line
     assert f"- memory: {memory.line}" in stage.report_text(report)
+    # the blog draft carries them too (issue 41), the recorded lines marked in the Chinese one
+    for lang, capacity_row, model_row in (
+            ("en", f"| Memory the stages plan with | {memory.line} |",
+             f"| Memory estimate of `Qwen2.5-7B` | {memory.model.host_line} |"),
+            ("zh", f"| 各阶段规划所依据的内存 | `{memory.line}` |", f"| `Qwen2.5-7B` 的内存估算 | `{memory.model.host_line}` |")):
+        draft = stage_draft(tmp_path / lang, stage.STAGE, to_mapping(read), lang).splitlines()
+        assert capacity_row in draft and model_row in draft, lang
     given = stage.run(stage.plan(Params(device="cpu", num_cards=2, check_ports=False, model_path=str(seven_b),
                                         ram_gb_per_card=3)))
     assert "per rank: the memory model" not in given.check("host_ram").reason  # the parameter wins

@@ -275,9 +275,39 @@ def test_the_whole_model_is_loaded_once_and_runs_eager_then_the_swap_in_each_dty
     assert {kind for kind, module, _ in calls if id(module) not in on_whole} == {"eager", "swap"}
     assert "checkpoint weights for" in m.numerics_model and m.swapped_calls > 0
     name = m.attn_implementation
-    assert m.behaviour.meaningful and m.behaviour.ran == ["eager", name, "eager, bfloat16", f"{name}, bfloat16"]
+    assert m.behaviour.meaningful and m.behaviour.ran[0::2] == ["eager", "eager, bfloat16"]
+    assert [said.split(":")[0] for said in m.behaviour.ran[1::2]] == [name, f"{name}, bfloat16"]
+    assert all(pair.swapped_calls > 0 and f"{pair.swapped_calls:,} swapped calls" in said
+               for pair, said in zip(m.behaviour.pairs, m.behaviour.ran[1::2]))
     assert [pair.dtype for pair in m.behaviour.pairs] == ["float32", "bfloat16"]
     assert m.verdict in ("PASS", "WARN"), m.detail
+
+
+def test_a_swap_the_whole_model_never_calls_is_not_said_to_have_run(monkeypatch):
+    """The behaviour's pairs once said the swap ran, and its answers were identical, from the
+    switch alone: a model whose code bypasses the registered swap answered as eager does."""
+    from transformers import AttentionInterface
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    real = hf_integration.register_hyport_attention
+
+    def bypassed(backend="auto", name=None):
+        registered = real(backend, "hyport_test_bypassed")
+        AttentionInterface.register(registered, sdpa_attention_forward)  # never calls hyport
+        return registered
+
+    monkeypatch.setattr(hf_integration, "register_hyport_attention", bypassed)
+    # the tiny model's weights are random: taken as pretrained here, so the behaviour runs whole
+    monkeypatch.setattr(model_check, "random_weights_reason", lambda path, mean_top1=None: None)
+    m = compare_model("tiny", backend="npu-emulated", device="cpu", max_new_tokens=2)
+    assert m.behaviour.meaningful and m.behaviour.ran == ["eager", "eager, bfloat16"]
+    assert len(m.behaviour.pairs) == 2
+    for pair in m.behaviour.pairs:
+        assert pair.swapped_calls == 0 and not pair.identical and pair.answers == []
+        assert pair.not_compared == "not compared: the swap was never called"
+    assert m.behaviour.line() == ("behaviour: hyport_test_bypassed, float32: not compared: the swap was never "
+                                  "called; NPU emulation, bfloat16: not compared: the swap was never called")
+    assert m.verdict == "WARN"
 
 
 def test_a_behaviour_check_left_out_for_memory_loads_nothing_and_says_why(monkeypatch):

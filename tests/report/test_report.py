@@ -18,6 +18,7 @@ from hyport_lib.commands import report as report_command
 from hyport_lib.params import ParameterError
 from hyport_lib.report import runner
 from hyport_lib.report.run import ReportRun
+from hyport_lib.report.run_parameters import PreRunNotes
 from hyport_lib.results import RESULTS_DIR_ENV, RUN_DIR_ENV, StageRecord, read_result, write_record
 from hyport_lib.report.runner import run_report
 from hyport_lib.stages import discover_stages, select_stages
@@ -193,7 +194,7 @@ def test_an_interrupted_run_still_leaves_its_index(stage_dir, tmp_path, monkeypa
 
     monkeypatch.setattr(papermill, "execute_notebook", interrupted)
     # the pre-run plans are a child process (none in the fast tier); they accept these stages
-    monkeypatch.setattr(runner, "check_before_running", lambda params, stages: [])
+    monkeypatch.setattr(runner, "check_before_running", lambda params, stages: PreRunNotes([], []))
     with pytest.raises(KeyboardInterrupt):
         run_report(profile=None, notebooks_dir=stage_dir, output_root=tmp_path / "o",
                    progress=lambda m: None)
@@ -253,7 +254,7 @@ def test_a_double_ctrl_c_leaves_no_partial_notebook_nor_lock(second, stage_dir, 
         monkeypatch.setattr(module, name, call)
 
     monkeypatch.setattr(papermill, "execute_notebook", executed)
-    monkeypatch.setattr(runner, "check_before_running", lambda params, stages: [])
+    monkeypatch.setattr(runner, "check_before_running", lambda params, stages: PreRunNotes([], []))
     wrapped(stage_run, "scrub_file", "collecting")
     wrapped(runner, "write_run_files", "writing-the-report", lambda run, *_: run.status == "interrupted")
     wrapped(runner, "release_run_folder", "releasing")
