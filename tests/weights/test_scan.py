@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import struct
 import threading
 import time
@@ -290,6 +291,27 @@ def test_a_hash_defect_on_the_last_tensor_is_raised_and_the_reader_stopped(tmp_p
         _finishes(lambda: full_scan([read_header(path)]))
     assert len(calls) == len(tensors)
     assert not [t for t in threading.enumerate() if t.name.startswith("hyport-weights")]
+
+
+@pytest.mark.parametrize("how", ["absent", "refused"])
+def test_the_read_ahead_hint_is_only_a_hint(tmp_path, monkeypatch, how):
+    """No ``posix_fadvise`` (macOS), or one that fails: the same checksums, no finding."""
+    path, _ = _mixed_file(tmp_path)
+    expected = {k: EXPECTED["xxh3"](v) for k, v in _file_tensors(path).items()}
+    asked = []
+
+    def refuse(*args):
+        asked.append(args)
+        raise OSError(29, "Illegal seek")
+
+    if how == "absent":
+        monkeypatch.delattr(os, "posix_fadvise")
+    else:
+        monkeypatch.setattr(os, "posix_fadvise", refuse)
+    result = _finishes(lambda: full_scan([read_header(path)], chunk_bytes=512, workers=2))
+    assert {k: t.checksum for k, t in result.tensors.items()} == expected
+    assert [f.cls for f in result.findings] == ["non_finite"] and not result.skipped
+    assert (how == "absent") == (not asked)  # "big" (20 kB) is read in chunks: the hint was asked
 
 
 @pytest.mark.parametrize("how", ["truncated", "deleted"])
