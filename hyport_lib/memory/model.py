@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, replace
 from typing import Optional
 
 from hyport_lib.memory.shape import STORED_DTYPES, ModelShape, format_gib
+from hyport_lib.utils.wording import counted
 
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 #: The words users write for a dtype or a precision, and the dtype each means.
@@ -270,7 +271,7 @@ def _loading(shape: ModelShape, w: Workload, split: int) -> MemoryItem:
         shared = shape.checkpoint_bytes // w.ranks_per_host
         return MemoryItem("checkpoint pages while loading", "host", shared,
                           f"{format_gib(shape.checkpoint_bytes)} of {shape.stored_dtype} files mapped once a host, "
-                          f"shared by its {w.ranks_per_host} rank(s)")
+                          f"shared by its {counted(w.ranks_per_host, 'rank')}")
     return MemoryItem("weights while loading", "host", own,
                       f"from_pretrained converts {shape.parameters:,} {shape.stored_dtype} weights to {w.width} B "
                       + (f"/ {split} (ZeRO-3) " if split > 1 else "") + "on the host before the move to the card")

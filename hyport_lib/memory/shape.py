@@ -18,6 +18,7 @@ from hyport_lib.checkpoint_files.header import DTYPE_BITS, read_header
 from hyport_lib.checkpoint_files.weight_files import checkpoint_files
 from hyport_lib.models.families import read_config
 from hyport_lib.models.loading import build_empty_model
+from hyport_lib.utils.wording import counted
 
 #: safetensors' dtype names and the torch dtype each loads as.
 STORED_DTYPES = {"F32": "float32", "BF16": "bfloat16", "F16": "float16"}
@@ -76,7 +77,7 @@ def read_model_shape(model_path: str | Path) -> ModelShape:
                              checkpoint_bytes=sum(bytes_by_dtype.values()),
                              stored_dtype=max(bytes_by_dtype, key=bytes_by_dtype.get) if bytes_by_dtype else "F32",
                              largest_module_parameters=max(by_module.values(), default=0),
-                             source=f"headers of {len(files.shards)} safetensors file(s) and config.json "
+                             source=f"headers of {counted(len(files.shards), 'safetensors file')} and config.json "
                                     f"of {folder}")
 
 

@@ -26,6 +26,7 @@ from hyport_lib.report.run import run_folder_env
 from hyport_lib.stages import Stage, params_class, stage_part
 from hyport_lib.utils.printable import first_line
 from hyport_lib.utils.redact import is_secret_parameter, scrub_text
+from hyport_lib.utils.wording import counted, plural
 
 
 def resolve_profile(name_or_path: Optional[str]) -> Optional[Path]:
@@ -220,7 +221,8 @@ class PreRunRefused(ValueError):
         elif not refused:
             head = f"{len(memory)} {'plan does' if len(memory) == 1 else 'plans do'} not fit in memory"
         else:
-            head = f"{len(refused)} wrong value(s) and {len(memory)} plan(s) that do not fit in memory"
+            head = (f"{counted(len(refused), 'wrong value')} and {counted(len(memory), 'plan')} that "
+                    f"{plural('does', len(memory), 'do')} not fit in memory")
         super().__init__(problems[0] if len(problems) == 1 else f"{head}: {problems[0]}")
 
 
