@@ -19,9 +19,9 @@ the device: "Cannot re-initialize NPU in forked subprocess"). Every launch gets:
 * **A watch to the end** (:class:`ChildGroup`, :func:`run_child`): deadlines enforced,
   logs scrubbed as children end, whatever still runs stopped when the caller is interrupted.
 * **The memory evidence of its end**: the memory cgroup's counters before it starts and
-  after it ends, its peak RSS (sampled with what it started, and ``wait4``'s when it is
-  reaped), so that a SIGKILL is said as out of memory only where they show it
-  (:func:`describe_exit`).
+  after it ends, its peak memory (the Pss of it and what it started, sampled; ``wait4``'s
+  RSS when it is reaped), so that a SIGKILL is said as out of memory only where they show
+  it (:func:`describe_exit`).
 """
 
 from __future__ import annotations
@@ -52,7 +52,8 @@ from hyport_lib.utils.redact import child_environ, scrub_obj, scrub_text, secret
 #: child's). ``read`` fails at end-of-file; nothing but the payload is ever written.
 GUARD_SCRIPT = "while read -r line; do :; done; kill -s KILL 0"
 LOG_TAIL_LINES = 8
-#: How often a watch samples its children's resident memory (a scan of /proc, about 1 ms).
+#: How often a watch samples its children's resident memory (a scan of /proc, about 1 ms; their
+#: Pss, which costs more, less often: out_of_memory.PSS_COST_SPACING).
 MEMORY_SAMPLE_S = 0.5
 #: A task's result file bigger than this was not written by :func:`task_main` (the code the
 #: task ran may have planted one).
@@ -96,8 +97,8 @@ class Child:
     def kill_diagnosis(self, code: Optional[int]) -> Optional[KillDiagnosis]:
         """Whether this child, or a process it started, ended by ``code`` (-9: SIGKILL) ran
         out of memory, with the figures; None when ``code`` is not a kill the OOM killer makes."""
-        peak = self.peak_rss.bytes if self.peak_rss is not None else 0
-        return diagnose_kill(code, self.memory_before, self.memory_after, peak or None)
+        peak, measure = (self.peak_rss.bytes, self.peak_rss.measure) if self.peak_rss is not None else (0, "RSS")
+        return diagnose_kill(code, self.memory_before, self.memory_after, peak or None, measure)
 
 
 def start_child(cmd: Sequence[str], *, env: Mapping[str, str], log_path: os.PathLike,
@@ -206,7 +207,7 @@ def finish(child: Child, environ: Optional[Mapping[str, str]] = None) -> int:
     peak = _reap(child.proc)
     code = child.proc.wait()
     if child.peak_rss is not None and peak:
-        child.peak_rss.bytes = max(child.peak_rss.bytes, peak)
+        child.peak_rss.record(peak, "RSS")
     child.memory_after = memory_counters()
     cut_lifeline(child)
     if child.log_tail_bytes is not None:
@@ -383,8 +384,8 @@ def last_exception(log_text: str) -> Optional[str]:
 def describe_exit(code: Optional[int], child: Optional[Child] = None) -> str:
     """An exit status in words: ``exit code 1`` or ``killed by signal SIGKILL (-9)``; a SIGKILL
     (or 137) of ``child``, or of a process it started, with its memory diagnosis
-    (:meth:`Child.kill_diagnosis`): ``killed by signal SIGKILL (-9); out of memory: killed by
-    the Linux OOM killer (cgroup oom_kill 0 -> 1); peak RSS 22.9 GiB of the 23.5 GiB limit``."""
+    (:meth:`Child.kill_diagnosis`): ``killed by signal SIGKILL (-9); out of memory: an OOM kill
+    in this cgroup while it ran (oom_kill 0 -> 1); peak Pss 22.9 GiB of the 23.5 GiB limit``."""
     if code is None:
         return "still running"
     diagnosis = child.kill_diagnosis(code) if child is not None else None

@@ -568,7 +568,7 @@ def test_04_stop_button_ends_the_run_and_records_interrupted(lab, tmp_path):
 
         # the line said what the run did from its first seconds, and how it ended
         lines = [s["line"] for s in page.evaluate("window.__hyportLive") if s["line"]]
-        assert lines[0].startswith("starting torchrun: 2 rank(s) (cpu)"), lines[:3]
+        assert lines[0].startswith("starting torchrun: 2 ranks (cpu)"), lines[:3]
         final = cell.locator(".jp-OutputArea-output code").text_content()  # laid out or not
         assert f"interrupted after step {steps[-1]}" in final, final
         assert cell.locator("button.hyport-stop").is_disabled()

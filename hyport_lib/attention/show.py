@@ -248,8 +248,8 @@ def show_port(port, error: str = "") -> None:
     code = {"font-family": "monospace", "white-space": "pre-wrap", "text-align": "left"}
     _display(fit(styled(port.frame()).set_properties(subset=["before", "after"], **code)))  # code in its own lines
     if port.diff:
-        _display(_html(f"<details open><summary>The changes side by side ({len(port.files_changed)} "
-                       f"file(s))</summary>{diff_html(port.diff)}</details>"))
+        _display(_html(f"<details open><summary>The changes side by side ({counted(len(port.files_changed), 'file')})"
+                       f"</summary>{diff_html(port.diff)}</details>"))
     if not port.changes:
         _markdown("Nothing was rewritten: there is no port to prove.")
     elif port.proof is not None:

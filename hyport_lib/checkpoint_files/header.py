@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Optional
 
 from hyport_lib.checkpoint_files.findings import Finding, name_some
-from hyport_lib.utils.wording import counted
+from hyport_lib.utils.wording import counted, plural
 
 #: Bits per element of every dtype safetensors knows (F4 and F6 are packed).
 DTYPE_BITS = {
@@ -269,7 +269,7 @@ def _layout(shard: ShardHeader) -> None:
         total = sum(e - b for b, e in uncovered)
         b, e = uncovered[0]
         add(Finding("offsets_not_covering", shard.label,
-                    f"{total:,} byte(s) of the data buffer belong to no tensor "
+                    f"{counted(total, 'byte')} of the data buffer {plural('belongs', total, 'belong')} to no tensor "
                     f"(first: bytes {b:,}..{e:,} of {data_len:,})"))
 
 

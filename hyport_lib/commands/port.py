@@ -83,7 +83,7 @@ def format_text(result) -> str:
         if case.cosine is not None:
             numbers += f"cosine {case.cosine:.6f}, "
         tokens = "" if case.tokens_match is None else f"tokens {'identical' if case.tokens_match else 'DIFFER'}, "
-        out.append(f"  {case.verdict}  {case.name}: {numbers}{tokens}{case.npu_calls} NPU attention call(s)"
+        out.append(f"  {case.verdict}  {case.name}: {numbers}{tokens}{counted(case.npu_calls, 'NPU attention call')}"
                    + (f"  [{case.detail}]" if case.detail else ""))
     out += [f"  note: {note}" for note in proof.notes]
     return "\n".join(out)

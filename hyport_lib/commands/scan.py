@@ -12,7 +12,7 @@ from hyport_lib.scan.hits import ScanReport
 from hyport_lib.scan.rules import CATEGORIES
 from hyport_lib.scan.scanner import DEFAULT_EXCLUDE, scan_path
 from hyport_lib.utils.files import dumps_json
-from hyport_lib.utils.wording import counted
+from hyport_lib.utils.wording import counted, plural
 
 SNIPPET_WIDTH = 90
 
@@ -77,7 +77,8 @@ def format_text(report: ScanReport) -> str:
         out.append(f"{len(report.hits)} findings in {files_hit} of {report.files_scanned} files "
                    f"scanned ({report.root}): {counts}")
     if report.unparsable:
-        out.append(f"{counted(len(report.unparsable), 'file')} not parsed: their lines were scanned "
+        n = len(report.unparsable)
+        out.append(f"{counted(n, 'file')} not parsed: {plural('its', n, 'their')} lines were scanned "
                    "by pattern only, so something may be missed there")
     for file, error in report.unparsable:
         out.append(f"unparsable: {file}: {error}")

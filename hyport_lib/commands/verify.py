@@ -66,7 +66,8 @@ def _text(result: WeightsResult) -> str:
                    f"max KL {p.max_kl}" if p.status == "ok" else f"logits parity: {p.reason}")
     if result.zero is not None and result.zero.present:
         z = result.zero
-        out.append(f"ZeRO-{z.zero_stage} states {z.tag}: {z.world_size} rank(s) "
+        ranks = counted(z.world_size, "rank") if z.world_size else "? ranks"
+        out.append(f"ZeRO-{z.zero_stage} states {z.tag}: {ranks} "
                    f"(dp_world_size {z.dp_world_size}), DeepSpeed {z.ds_version}")
     if result.zero_compare is not None:
         for t in result.zero_compare.targets:

@@ -13,6 +13,7 @@ import resource
 import signal
 import sys
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
@@ -172,16 +173,53 @@ def _status_kib(pid: int, keys: tuple[str, ...], proc: Path = PROC) -> dict[str,
     return found
 
 
+#: ``smaps_rollup`` is about 1 KB (one line per counter); a read stops here whatever it holds.
+_ROLLUP_MAX_BYTES = 16 * 1024
+#: Reading ``smaps_rollup`` walks the process's page tables (CPU: about 5 ms per GiB
+#: resident, so 150 ms for a 30 GiB rank): the Pss is read again only after this many times
+#: its last cost has passed, keeping the watch's share of a core near 5 %; RSS every sample.
+PSS_COST_SPACING = 20
+
+
+def _pss_bytes(pid: int, proc: Path = PROC) -> Optional[int]:
+    """The Pss of ``pid`` from ``/proc/<pid>/smaps_rollup`` (Linux 4.14 on); None where it is
+    unreadable (an older kernel, another user's process, one that ended)."""
+    try:
+        fd = os.open(proc / str(pid) / "smaps_rollup", os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        text = os.read(fd, _ROLLUP_MAX_BYTES)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    for line in text.splitlines():
+        key, _, value = line.partition(b":")
+        if key == b"Pss" and value.split() and value.split()[0].isdigit():
+            return int(value.split()[0]) * 1024
+    return None
+
+
 class PeakRss:
-    """The highest resident memory seen of process ``pid`` and everything it started: their
-    RSS summed at each :meth:`sample`, or one member's own high-water mark (VmHWM) where that
-    is higher. A lower bound (a spike between samples is missed), exact for a lone process
-    sampled before it ends."""
+    """The highest resident memory seen of process ``pid`` and everything it started, a lower
+    bound (a spike between samples is missed): at each :meth:`sample` the sum of their Pss,
+    which divides a shared page among the processes that map it (forked workers, ranks mapping
+    one checkpoint), where a sum of RSS would count it once per process; or one member's own
+    RSS or high-water mark (VmHWM) where that is higher, or where no Pss is readable.
+    ``measure`` names what ``bytes`` is: "Pss" or "RSS"."""
 
     def __init__(self, pid: int, *, include_root: bool = True) -> None:
         self.pid = pid
         self.include_root = include_root
         self.bytes = 0
+        self.measure = "RSS"
+        self._pss_due = 0.0  # time.monotonic() from which the Pss is read again
+
+    def record(self, value: int, measure: str) -> None:
+        """Keep ``value`` (a ``measure`` figure) where it is higher than the peak so far."""
+        if value > self.bytes:
+            self.bytes, self.measure = value, measure
 
     def sample(self, parents: Optional[dict[int, int]] = None, proc: Path = PROC) -> int:
         parents = process_parents(proc) if parents is None else parents
@@ -193,12 +231,15 @@ class PeakRss:
             pid = queue.pop()
             members.append(pid)
             queue += children.get(pid, [])
-        total = 0
-        for pid in members if self.include_root else members[1:]:
+        members = members if self.include_root else members[1:]
+        for pid in members:
             status = _status_kib(pid, ("VmRSS", "VmHWM"), proc)
-            total += status.get("VmRSS", 0)
-            self.bytes = max(self.bytes, status.get("VmHWM", 0))
-        self.bytes = max(self.bytes, total)
+            self.record(max(status.values(), default=0), "RSS")
+        started = time.monotonic()
+        if started >= self._pss_due:
+            # of the members whose Pss is readable: still a lower bound
+            self.record(sum(_pss_bytes(pid, proc) or 0 for pid in members), "Pss")
+            self._pss_due = started + PSS_COST_SPACING * (time.monotonic() - started)
         return self.bytes
 
 
@@ -230,8 +271,9 @@ class DescendantWatch:
     def diagnose(self, code: Optional[int] = None) -> Optional[KillDiagnosis]:
         """:func:`diagnose_kill` for what ended since the watch began."""
         reaped = reaped_children_peak_rss_bytes()
-        peak = max(self.peak.bytes, reaped if reaped > self.reaped_before else 0)
-        return diagnose_kill(code, self.before, memory_counters(), peak or None)
+        if reaped > self.reaped_before:
+            self.peak.record(reaped, "RSS")
+        return diagnose_kill(code, self.before, memory_counters(), self.peak.bytes or None, self.peak.measure)
 
 
 # --------------------------------------------------------------------------- the diagnosis
@@ -245,11 +287,13 @@ def _gib(value: int) -> str:
 
 
 def diagnose_kill(code: Optional[int], before: Optional[MemoryCounters], after: Optional[MemoryCounters],
-                  peak_rss_bytes: Optional[int]) -> Optional[KillDiagnosis]:
+                  peak_rss_bytes: Optional[int], peak_measure: str = "RSS") -> Optional[KillDiagnosis]:
     """Was the process that ended with ``code`` killed for want of memory? ``code`` None: it
     died with no status known (a notebook's kernel); a code other than SIGKILL: None (not a
     kill the OOM killer makes). ``before`` / ``after``: the counters around its run;
-    ``peak_rss_bytes``: its peak (with what it started), None when unknown."""
+    ``peak_rss_bytes``: its peak (with what it started), None when unknown; ``peak_measure``:
+    what that figure is, "RSS" or "Pss" (:class:`PeakRss`). A risen ``oom_kill`` count is any
+    process of the cgroup killed while it ran, not necessarily this one: said as such."""
     if code is not None and not killed_as_the_oom_killer_kills(code):
         return None
     before, after = before or MemoryCounters(), after or MemoryCounters()
@@ -260,14 +304,15 @@ def diagnose_kill(code: Optional[int], before: Optional[MemoryCounters], after: 
     counted = before.oom_kills is not None and after.oom_kills is not None
     count = f"cgroup oom_kill {before.oom_kills} -> {after.oom_kills}" if counted else None
     if peak_rss_bytes:
-        peak = f"peak RSS {_gib(peak_rss_bytes)}" + (f" of {of}" if of else "")
+        peak = f"peak {peak_measure} {_gib(peak_rss_bytes)}" + (f" of {of}" if of else "")
     elif after.peak_bytes and after.peak_bytes != before.peak_bytes:
         peak = f"cgroup peak {_gib(after.peak_bytes)}" + (f" of {of}" if of else "")
     else:
         peak = None
     near = bool(peak_rss_bytes and limit and peak_rss_bytes >= NEAR_LIMIT * limit)
     if counted and after.oom_kills > before.oom_kills:
-        return KillDiagnosis(True, f"out of memory: killed by the Linux OOM killer ({count})"
+        return KillDiagnosis(True, f"out of memory: an OOM kill in this cgroup while it ran "
+                                   f"(oom_kill {before.oom_kills} -> {after.oom_kills})"
                                    + (f"; {peak}" if peak else ""))
     if near:
         why = (f"; not by the Linux OOM killer ({count}): by a watcher such as systemd-oomd, earlyoom "

@@ -59,6 +59,18 @@ def resolve_model_path(model_path: str) -> str:
     return str(model_path)
 
 
+def is_tiny_model(model_path) -> bool:
+    """``"tiny"``, or a folder of the tiny checkpoint (its cache folder, a sharded copy): the
+    folder is known by the marker :func:`ensure_tiny_model` writes last."""
+    text = str(model_path).strip()
+    if text == TINY_MODEL_NAME:
+        return True
+    try:
+        return (Path(text).expanduser() / MARKER_FILE).is_file()
+    except OSError:  # a folder this user may not list is no tiny checkpoint of theirs
+        return False
+
+
 # --- answers on random weights --------------------------------------------------------
 
 #: Mean probability of the greedy token below which the logits are called flat.
@@ -68,7 +80,7 @@ RANDOM_WEIGHTS = "random weights: not meaningful"
 
 def random_weights_reason(model_path: str, mean_top1: Optional[float] = None) -> Optional[str]:
     """Why answers of this model mean nothing, or None when they may."""
-    if str(model_path) == TINY_MODEL_NAME or (Path(str(model_path)) / MARKER_FILE).is_file():
+    if is_tiny_model(model_path):
         return f"{RANDOM_WEIGHTS} (the embedded tiny model)"
     if mean_top1 is not None and mean_top1 < FLAT_TOP1:
         return (f"{RANDOM_WEIGHTS} (the greedy token's mean probability is {mean_top1:.2f}: "

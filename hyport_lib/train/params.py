@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-from hyport_lib.models.tiny import TINY_MODEL_NAME
+from hyport_lib.models.tiny import is_tiny_model
 from hyport_lib.params import (ParameterError, StageParams, attn_implementation_param, card_memory_param,
                                device_param, model_path_param, num_cards_param, param, trust_remote_code_param)
 from hyport_lib.train.dataset_formats import FORMAT_CHOICES, DatasetOptions, option_problems
@@ -174,10 +174,11 @@ class Params(StageParams):
     @property
     def shard_size(self) -> Optional[str]:
         """``max_shard_size`` as the final save gets it (None: transformers' default): ``auto``
-        gives the tiny model's small shards to the tiny model only, a real model never 200 of them."""
+        gives the tiny model's small shards to the tiny model only (by name or by its folder), a
+        real model never 200 of them."""
         if self.max_shard_size != AUTO:
             return self.max_shard_size
-        return TINY_MODEL_SHARD_SIZE if str(self.model_path).strip() == TINY_MODEL_NAME else AUTO_SHARD_SIZE
+        return TINY_MODEL_SHARD_SIZE if is_tiny_model(self.model_path) else AUTO_SHARD_SIZE
 
     def shard_size_note(self) -> str:
         """What :attr:`shard_size` decided, and why, for the plan's notes."""

@@ -196,7 +196,7 @@ def _resume(params: Params, output_dir: Path, world: int) -> tuple[Optional[Chec
     dropped_complete = [c.path.name for c in later_checkpoints if c.complete]
     if dropped_complete and not params.overwrite_output_dir:
         raise ValueError(f"resume_from={params.resume_from!r} resumes {checkpoint.path.name}, but "
-                         f"output_dir holds {len(dropped_complete)} later complete checkpoint(s) "
+                         f"output_dir holds {counted(len(dropped_complete), 'later complete checkpoint')} "
                          f"({_first_three(dropped_complete)}) "
                          "that the run would remove; resume_from='auto' takes the newest, or allow it "
                          "with overwrite_output_dir=True")

@@ -99,7 +99,8 @@ def progress_line(progress: TrainProgress) -> str:
     torchrun is doing; stopped, ``(interrupted after step 7: ...)``."""
     if progress.running and not progress.records:
         where = f" ({progress.device})" if progress.device else ""
-        return (f"starting torchrun: {progress.ranks or '?'} rank(s){where}, loading the model and "
+        ranks = counted(progress.ranks, "rank") if progress.ranks else "? ranks"
+        return (f"starting torchrun: {ranks}{where}, loading the model and "
                 f"the data …  {progress.elapsed_s:.0f}s")
     total = progress.total_steps or "?"
     last = progress.records[-1] if progress.records else StepMetrics()

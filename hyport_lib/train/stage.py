@@ -39,7 +39,7 @@ def summarize(result: TrainResult) -> StageSummary:
     span = loss_span(s)
     loss = f"loss {span}" if span else "no loss logged"
     plan = result.plan
-    line = (f"{s.steps} steps on {plan.world_size} {plan.device_kind} {plural('process', plan.world_size)}, "
+    line = (f"{counted(s.steps, 'step')} on {plan.world_size} {plan.device_kind} {plural('process', plan.world_size)}, "
             f"ZeRO-{plan.deepspeed.zero_stage}, {plan.precision}: exit {result.exit_code}, {loss}"
             # the PASS reason only repeats the steps and exit code said just before
             + ("; final weights written" if verdict == "PASS" else f"; {why}"))

@@ -253,7 +253,8 @@ def _findings(result: Comparison, weights: Inspection, other: Inspection) -> Non
     base_tensors = len(rows) - len(by["added"])
     if base_tensors and shared * 2 < base_tensors:
         add(Finding("base_mismatch", other_label,
-                    f"only {shared} of the base's {base_tensors} tensors are in the weights: the base "
+                    f"only {shared} of the base's {counted(base_tensors, 'tensor')} {plural('is', shared, 'are')} "
+                    "in the weights: the base "
                     "is another model (or another layout); give the model training started from"))
     if by["removed"]:
         add(Finding("key_removed", other_label, f"{counted(len(by['removed']), 'tensor')} of the base "

@@ -258,7 +258,8 @@ def _cross_check(result: Inspection, index: IndexInfo) -> None:
             missing.setdefault(shard, []).append(key)
     for shard, keys in missing.items():
         elsewhere = [k for k in keys if holders.get(k)]
-        note = f" ({len(elsewhere)} of them are in another shard)" if elsewhere else ""
+        note = ("" if not elsewhere else " (it is in another shard)" if len(keys) == 1 else
+                f" ({len(elsewhere)} of them {plural('is', len(elsewhere), 'are')} in another shard)")
         add(Finding("key_missing_from_shard", shard,
                     f"{counted(len(keys), 'key')} the index places in {shard} "
                     f"{plural('is', len(keys), 'are')} not in it{note}: {name_some(keys)}", tensors=keys))

@@ -24,7 +24,7 @@ from hyport_lib.processes import (Child, describe_exit, last_exception, read_log
 from hyport_lib.proof.tolerance import LOGITS, SAME_WEIGHTS, TOLERANCE, TOP1, compare
 from hyport_lib.results import fresh_folder_beside_results
 from hyport_lib.weights.names import model_class
-from hyport_lib.utils.wording import counted
+from hyport_lib.utils.wording import counted, plural
 
 KILL_GRACE_S = 2.0
 POLL_S = 0.05
@@ -188,11 +188,15 @@ def reload_findings(result: ReloadResult) -> list[Finding]:
         out.append(Finding("reload_failed", here, f"from_pretrained in a fresh process: {result.reason}"))
         return out
     for cls, keys, why in (
-            ("reload_missing_keys", result.missing_keys, "are missing: the model initialised them randomly"),
-            ("reload_mismatched_keys", result.mismatched_keys, "have another shape than the model expects"),
-            ("reload_unexpected_keys", result.unexpected_keys, "are not used by the model")):
+            ("reload_missing_keys", result.missing_keys,
+             lambda n: f"{plural('is', n, 'are')} missing: the model initialised {plural('it', n, 'them')} randomly"),
+            ("reload_mismatched_keys", result.mismatched_keys,
+             lambda n: f"{plural('has', n, 'have')} another shape than the model expects"),
+            ("reload_unexpected_keys", result.unexpected_keys,
+             lambda n: f"{plural('is', n, 'are')} not used by the model")):
         if keys:
-            out.append(Finding(cls, here, f"{counted(len(keys), 'weight')} {why}: {name_some(keys)}", tensors=keys))
+            out.append(Finding(cls, here, f"{counted(len(keys), 'weight')} {why(len(keys))}: {name_some(keys)}",
+                               tensors=keys))
     if result.class_fallback:
         out.append(Finding("reload_class_fallback", here, result.class_fallback))
     if result.processor_error:

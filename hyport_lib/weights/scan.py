@@ -246,7 +246,7 @@ class Pipeline:
             if begin >= advised_to - self.read_ahead_bytes // 2 and advised_to < entry.end:
                 # a hint: the kernel reads on while this thread counts and hashes
                 end = min(entry.end, begin + self.read_ahead_bytes)
-                os.posix_fadvise(fd, file.shard.data_start + advised_to, end - advised_to, os.POSIX_FADV_WILLNEED)
+                _advise_will_need(fd, file.shard.data_start + advised_to, end - advised_to)
                 advised_to = end
             chunk = view[: min(self.chunk_bytes, entry.end - begin)]  # whole elements: from the start, x8 bytes
             self._read(job, fd, chunk, begin)
@@ -263,6 +263,17 @@ class Pipeline:
         with file.lock:
             file.done.update(finished)
         self.output.put((file.shard.label, finished, nbytes))
+
+
+def _advise_will_need(fd: int, offset: int, length: int) -> None:
+    """Ask the kernel to read ahead; only a hint: where there is no ``posix_fadvise`` (macOS)
+    or it fails (a file system that refuses it), the reads come all the same, slower."""
+    if not hasattr(os, "posix_fadvise"):
+        return
+    try:
+        os.posix_fadvise(fd, offset, length, os.POSIX_FADV_WILLNEED)
+    except OSError:
+        return  # the read that follows says whatever is wrong with the file
 
 
 def full_scan(shards: list[ShardHeader], *, checksum: str = DEFAULT_CHECKSUM, chunk_bytes: int = CHUNK_BYTES,

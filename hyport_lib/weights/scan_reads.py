@@ -7,6 +7,7 @@ small tensors stored back to back (:func:`scan_jobs`), largest first. Why: docs/
 from __future__ import annotations
 
 import os
+import stat
 import threading
 from dataclasses import dataclass, field
 from typing import Optional
@@ -26,6 +27,21 @@ def plan_reads(shards: list[ShardHeader]) -> tuple[list[tuple[ShardHeader, list[
         skipped.extend(e.name for e in entries if not shard.can_read(e))
         plan.append((shard, ok))
     return plan, skipped
+
+
+def open_regular_file(shard: ShardHeader) -> int:
+    """A read descriptor on ``shard``'s file, which must still be a regular file: one swapped
+    for a FIFO since its header was read would block a plain ``open`` until a writer came,
+    so it is opened without blocking, checked, then made blocking for the reads."""
+    fd = os.open(shard.path, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(f"{shard.label} is no longer a regular file (a FIFO, socket or device now): not read")
+        os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
 
 
 @dataclass(frozen=True)
@@ -58,7 +74,7 @@ class ScanFile:
         with self.lock:
             if self.fd is None and self.open_error is None:
                 try:
-                    self.fd = os.open(self.shard.path, os.O_RDONLY)
+                    self.fd = open_regular_file(self.shard)
                 except OSError as exc:
                     self.open_error = exc
             return self.fd

@@ -19,7 +19,7 @@ from typing import Optional
 from hyport_lib.checkpoint_files.findings import Finding, name_some
 from hyport_lib.weights.layout import inspect_checkpoint
 from hyport_lib.weights.reload import ChildRun, run_task
-from hyport_lib.utils.wording import counted
+from hyport_lib.utils.wording import counted, plural
 
 _OPTIM_RE = re.compile(r"^(?:(?P<prec>bf16|fp16)_)?zero_pp_rank_(?P<rank>\d+)_mp_rank_(?P<mp>\d+)_optim_states\.pt$")
 _MODEL_RE = re.compile(r"^(?:zero_pp_rank_(?P<rank>\d+)_)?mp_rank_(?P<mp>\d+)_model_states\.pt$")
@@ -108,7 +108,8 @@ def list_zero(checkpoint: os.PathLike) -> tuple[ZeroListing, list[Finding]]:
     if missing or (expected and listing.world_size and listing.world_size > expected):
         findings.append(Finding(
             "zero_incomplete", f"{tag}/",
-            f"written for {expected} rank(s) but optimizer states exist for rank(s) {sorted(ranks)}"
+            f"written for {counted(expected, 'rank')} but optimizer states exist for "
+            f"{plural('rank', len(ranks))} {sorted(ranks)}"
             + (f": missing {missing[:8]}{' and more' if len(missing) > 8 else ''}" if missing else "") + " (a rank did not finish saving?)"))
     return listing, findings
 

@@ -70,6 +70,14 @@ def test_each_defect_is_a_finding_of_its_class_naming_the_file(tmp_path, plant, 
     assert not shard.ok and all(f.file == "model.safetensors" and f.message for f in shard.findings)
 
 
+@pytest.mark.parametrize("extra,said", [(1, "1 byte of the data buffer belongs to no tensor"),
+                                        (4, "4 bytes of the data buffer belong to no tensor")])
+def test_bytes_outside_every_tensor_are_counted_in_words(tmp_path, extra, said):
+    shard = read_header(_write(tmp_path / "m.safetensors", {"t": _entry()}, b"\0" * (8 + extra)))
+    (finding,) = [f for f in shard.findings if f.cls == "offsets_not_covering"]
+    assert finding.message.startswith(said), finding.message
+
+
 def test_a_header_past_safetensors_limit_is_refused_unread(tmp_path, monkeypatch):
     monkeypatch.setattr(H, "MAX_HEADER_BYTES", 16)
     shard = read_header(_write(tmp_path / "m.safetensors", {"t": _entry()}, b"\0" * 8))

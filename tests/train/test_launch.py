@@ -21,8 +21,8 @@ def test_first_failure_names_the_root_cause_rank(tmp_path):
                      memory_before=MemoryCounters(oom_kills=0, limit_bytes=24 * GIB),
                      memory_after=MemoryCounters(oom_kills=1, limit_bytes=24 * GIB), peak_rss=PeakRss(1))
     torchrun.peak_rss.bytes = int(23.4 * GIB)
-    assert first_failure(log, torchrun) == ("rank 1: killed by signal SIGKILL (-9); out of memory: killed by the "
-                                            "Linux OOM killer (cgroup oom_kill 0 -> 1); peak RSS 23.4 GiB of "
+    assert first_failure(log, torchrun) == ("rank 1: killed by signal SIGKILL (-9); out of memory: an OOM kill in "
+                                            "this cgroup while it ran (oom_kill 0 -> 1); peak RSS 23.4 GiB of "
                                             "the 24.0 GiB limit")
     log.write_text("[default0]:Traceback (most recent call last):\n"
                    "[default0]:ValueError: dataset is empty\n"

@@ -77,6 +77,9 @@ def test_the_tiny_models_small_shards_are_the_tiny_models_only(zoo):
     assert _train_params_of_the_default_profile(model_path=str(zoo["llama"]), max_shard_size="1MB").shard_size == "1MB"
     assert Params(max_shard_size=None).shard_size is None
     assert "transformers' default" in Params(max_shard_size=None).shard_size_note()
+    # the tiny model given as its folder (what "tiny" resolves to) is the tiny model too
+    assert Params.trusted({"model_path": str(ensure_tiny_model())}).shard_size == TINY_MODEL_SHARD_SIZE
+    assert Params.trusted({"model_path": str(zoo["llama"])}).shard_size == AUTO_SHARD_SIZE  # no marker
     # the tiny model in auto's size: several shards and their index, for stage 05 to check
     folder = ensure_tiny_model(max_shard_size=tiny.shard_size)
     assert len(list(folder.glob("*.safetensors"))) >= 2 and (folder / "model.safetensors.index.json").is_file()

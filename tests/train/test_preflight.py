@@ -195,7 +195,7 @@ def test_resuming_an_older_checkpoint_removes_the_later_ones_only_when_allowed_a
     out = tmp_path / "run"
     for step in (4, 6, 8):
         _checkpoint(out, step)
-    with pytest.raises(ValueError, match=r"2 later complete checkpoint\(s\) \(checkpoint-6, checkpoint-8\).*"
+    with pytest.raises(ValueError, match=r"2 later complete checkpoints \(checkpoint-6, checkpoint-8\).*"
                                          r"overwrite_output_dir=True"):
         prepare(Params(resume_from=str(out / "checkpoint-4"), max_steps=6, num_cards=2,
                        output_dir=str(out)), cpu)

@@ -38,6 +38,10 @@ def test_a_run_that_logged_no_step_is_no_pass_even_with_weights_written(tmp_path
                         MetricsSummary(), worker, final_dir=final_weights(worker))
     judged = stage.summarize(empty)
     assert (judged.verdict, judged.why) == ("FAIL", "no step was trained (no step in the metrics)")
+    assert judged.summary.startswith("0 steps on ")
+    one = stage.summarize(TrainResult("ok", 0, 1.0, None, empty.plan, MetricsSummary(steps=1), worker,
+                                      final_dir=final_weights(worker)))
+    assert one.summary.startswith("1 step on "), one.summary  # never "1 steps"
 
 
 def test_a_run_whose_rank_0_wrote_nothing_records_an_empty_worker_as_before(tmp_path):

@@ -17,8 +17,8 @@ from safetensors.torch import save_file
 
 from hyport_lib.models.tiny import MARKER_FILE, ensure_tiny_model
 from hyport_lib.proof.tolerance import SAME_WEIGHTS, TOLERANCE
-from hyport_lib.weights.reload import (PROMPT, ParityResult, _outcome, parity_findings, parity_in_child, reload,
-                                       reload_findings)
+from hyport_lib.weights.reload import (PROMPT, ParityResult, ReloadResult, _outcome, parity_findings, parity_in_child,
+                                       reload, reload_findings)
 
 
 @pytest.fixture(scope="module")
@@ -225,3 +225,16 @@ def test_the_parity_child_compares_logits_and_nan_weights_are_no_figure(tmp_path
                                          if k.endswith("lm_head.weight")}))
     nan = parity_in_child({**spec, "other_path": str(broken)})
     assert not nan["identical"] and nan["max_abs_diff"] == float("inf") and nan["top1_agreement"] is None
+
+
+def test_reload_findings_agree_with_their_count():
+    def said(n):
+        names = [f"layers.{i}.weight" for i in range(n)]
+        result = ReloadResult(path="/m/final", status="LOAD_OK", dtype="bfloat16", attn_implementation="sdpa",
+                              trust_remote_code=False, missing_keys=names, mismatched_keys=names, unexpected_keys=names)
+        return [f.message.rsplit(": ", 1)[0] for f in reload_findings(result)]  # less the names
+
+    assert said(1) == ["1 weight is missing: the model initialised it randomly",
+                       "1 weight has another shape than the model expects", "1 weight is not used by the model"]
+    assert said(2) == ["2 weights are missing: the model initialised them randomly",
+                       "2 weights have another shape than the model expects", "2 weights are not used by the model"]

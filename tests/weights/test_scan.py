@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import struct
 import threading
 import time
@@ -290,6 +291,41 @@ def test_a_hash_defect_on_the_last_tensor_is_raised_and_the_reader_stopped(tmp_p
         _finishes(lambda: full_scan([read_header(path)]))
     assert len(calls) == len(tensors)
     assert not [t for t in threading.enumerate() if t.name.startswith("hyport-weights")]
+
+
+def test_a_file_swapped_for_a_fifo_after_its_header_is_a_finding_not_a_hang(tmp_path):
+    paths = [tmp_path / f"model-0000{i}-of-00002.safetensors" for i in (1, 2)]
+    save_file({"a": torch.randn(1000)}, str(paths[0]))
+    save_file({"b": torch.randn(1000)}, str(paths[1]))
+    shards = [read_header(p) for p in paths]  # the headers as they were: regular files
+    expected_b = EXPECTED["xxh3"](_file_tensors(paths[1])["b"])
+    paths[0].unlink()
+    os.mkfifo(paths[0])  # no writer ever comes: a blocking open would wait for good
+    result = _finishes(lambda: full_scan(shards, chunk_bytes=512, workers=2), seconds=10)
+    assert [(f.cls, f.file) for f in result.findings] == [("file_unreadable", paths[0].name)]
+    assert "is no longer a regular file" in result.findings[0].message
+    assert result.skipped == ["a"] and result.tensors["b"].checksum == expected_b
+
+
+@pytest.mark.parametrize("how", ["absent", "refused"])
+def test_the_read_ahead_hint_is_only_a_hint(tmp_path, monkeypatch, how):
+    """No ``posix_fadvise`` (macOS), or one that fails: the same checksums, no finding."""
+    path, _ = _mixed_file(tmp_path)
+    expected = {k: EXPECTED["xxh3"](v) for k, v in _file_tensors(path).items()}
+    asked = []
+
+    def refuse(*args):
+        asked.append(args)
+        raise OSError(29, "Illegal seek")
+
+    if how == "absent":
+        monkeypatch.delattr(os, "posix_fadvise")
+    else:
+        monkeypatch.setattr(os, "posix_fadvise", refuse)
+    result = _finishes(lambda: full_scan([read_header(path)], chunk_bytes=512, workers=2))
+    assert {k: t.checksum for k, t in result.tensors.items()} == expected
+    assert [f.cls for f in result.findings] == ["non_finite"] and not result.skipped
+    assert (how == "absent") == (not asked)  # "big" (20 kB) is read in chunks: the hint was asked
 
 
 @pytest.mark.parametrize("how", ["truncated", "deleted"])
