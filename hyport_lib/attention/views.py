@@ -11,7 +11,7 @@ from hyport_lib.attention.compare import error_ratio
 from hyport_lib.attention.stage import AttentionStageResult
 from hyport_lib.drafting.values import num
 from hyport_lib.port.tree import PortResult
-from hyport_lib.proof.model_check import Behaviour, PairResult
+from hyport_lib.proof.behaviour import Behaviour, PairResult
 from hyport_lib.proof.port_record import PortProof
 from hyport_lib.results import VERDICTS, worst_verdict
 from hyport_lib.utils.printable import shortened

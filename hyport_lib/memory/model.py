@@ -12,7 +12,6 @@ ZeRO-3 (which then gathers one whole module at a time).
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Optional
 
 from hyport_lib.memory.shape import STORED_DTYPES, ModelShape, format_gib
 from hyport_lib.utils.wording import counted

@@ -12,7 +12,7 @@ from hyport_lib.memory.fit import Capacity, fit
 from hyport_lib.memory.model import Workload
 from hyport_lib.memory.shape import format_gib, model_shape
 from hyport_lib.models.loading import auto_model_class, traits_of
-from hyport_lib.proof.model_check import NEW_TOKENS
+from hyport_lib.proof.behaviour import NEW_TOKENS
 from hyport_lib.proof.swap import shrunk_parameters
 from hyport_lib.utils.printable import first_line
 

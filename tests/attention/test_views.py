@@ -6,7 +6,7 @@ from __future__ import annotations
 from blog_drafts import stage_draft
 
 from hyport_lib.attention.views import behaviour_glance_row
-from hyport_lib.proof.model_check import Behaviour
+from hyport_lib.proof.behaviour import Behaviour
 from hyport_lib.utils.typed_records import from_mapping
 
 

@@ -54,7 +54,7 @@ def test_stage_02_compares_32_token_answers_and_perplexity_on_real_weights(smoll
     The float32 swap must answer as eager; the bf16 NPU emulation is compared with eager in
     bf16 and its first difference, if any, is located."""
     from hyport_lib.attention.views import behaviour_glance_row
-    from hyport_lib.proof.model_check import NEW_TOKENS
+    from hyport_lib.proof.behaviour import NEW_TOKENS
     from hyport_lib.proof.model_check import compare_model
 
     model = compare_model(smollm2)

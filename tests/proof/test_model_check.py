@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 
 from hyport_lib.npu_attention import hf_integration
-from hyport_lib.proof import model_check
+from hyport_lib.proof import behaviour, model_check
 from hyport_lib.proof.model_check import ModelComparison, compare_model
 from leaky_convolution_model import write_leaky_lfm2
 
@@ -235,7 +235,7 @@ def test_the_whole_model_is_loaded_once_and_runs_eager_then_the_swap_in_each_dty
     from transformers.models.llama import modeling_llama
 
     loads, whole, calls, pretrained = [], [], [], []
-    real_load, real_swap = model_check.load_model, hf_integration.attention_forward
+    real_load, real_swap = behaviour.load_model, hf_integration.attention_forward
     real_from_pretrained = PreTrainedModel.from_pretrained.__func__
 
     def load_counted(config):
@@ -258,13 +258,14 @@ def test_the_whole_model_is_loaded_once_and_runs_eager_then_the_swap_in_each_dty
         calls.append(("swap", module, query.dtype))
         return real_swap(api, module, query, *args, **kwargs)
 
-    monkeypatch.setattr(model_check, "load_model", load_counted)
+    monkeypatch.setattr(behaviour, "load_model", load_counted)
     monkeypatch.setattr(PreTrainedModel, "from_pretrained", classmethod(from_pretrained))
     monkeypatch.setattr(modeling_llama, "eager_attention_forward",
                         counting_eager(modeling_llama.eager_attention_forward))
     monkeypatch.setattr(hf_integration, "attention_forward", swap)
     # the zoo's weights are random: taken as pretrained here, so the behaviour runs whole
-    monkeypatch.setattr(model_check, "random_weights_reason", lambda path, mean_top1=None: None)
+    for module in (model_check, behaviour):
+        monkeypatch.setattr(module, "random_weights_reason", lambda path, mean_top1=None: None)
     m = compare_model(str(zoo["llama"]), backend="sdpa", max_new_tokens=2)
     assert loads == [("eager", "float32")] and pretrained == ["LlamaForCausalLM"], (loads, pretrained)
     on_whole = {id(module) for module in whole[0].modules()}
@@ -298,7 +299,8 @@ def test_a_swap_the_whole_model_never_calls_is_not_said_to_have_run(monkeypatch)
 
     monkeypatch.setattr(hf_integration, "register_hyport_attention", bypassed)
     # the tiny model's weights are random: taken as pretrained here, so the behaviour runs whole
-    monkeypatch.setattr(model_check, "random_weights_reason", lambda path, mean_top1=None: None)
+    for module in (model_check, behaviour):
+        monkeypatch.setattr(module, "random_weights_reason", lambda path, mean_top1=None: None)
     m = compare_model("tiny", backend="npu-emulated", device="cpu", max_new_tokens=2)
     assert m.behaviour.meaningful and m.behaviour.ran == ["eager", "eager, bfloat16"]
     assert len(m.behaviour.pairs) == 2
@@ -312,8 +314,9 @@ def test_a_swap_the_whole_model_never_calls_is_not_said_to_have_run(monkeypatch)
 
 def test_a_behaviour_check_left_out_for_memory_loads_nothing_and_says_why(monkeypatch):
     loads = []
-    monkeypatch.setattr(model_check, "load_model", lambda config: loads.append(config) or None)
-    monkeypatch.setattr(model_check, "random_weights_reason", lambda path, mean_top1=None: None)
+    monkeypatch.setattr(behaviour, "load_model", lambda config: loads.append(config) or None)
+    for module in (model_check, behaviour):
+        monkeypatch.setattr(module, "random_weights_reason", lambda path, mean_top1=None: None)
     why = "30.1 GiB of host RAM for 1 process > the host's 16.0 GiB"
     m = compare_model("tiny", max_new_tokens=2, behaviour_left_out=why)
     assert loads == [] and m.left_out == why
