@@ -25,7 +25,7 @@ COMMANDS: dict[str, str] = {
                 "04's losses overlaid) into compare.html in the first run's folder."),
     "env": "Collect and judge this host's environment (paste the output into a bug report).",
     "infer": "run the same generation on every card, one fresh process per card, and compare",
-    "plan": ("Will it fit? Card and host memory of every ZeRO stage x full / LoRA fine-tune and of "
+    "plan": ("Will it fit? Card and host memory of ZeRO 0, 2, 3 x full / LoRA fine-tunes and of "
              "inference, from the checkpoint's headers alone (nothing is loaded)."),
     "port": ("Rewrite a copy of model code for Ascend (flash_attn -> npu_fusion_attention, .cuda(), "
              "torch.cuda, nccl, is_cuda guards), write port.diff / port.json, prove it on a tiny model."),

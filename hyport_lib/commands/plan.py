@@ -75,8 +75,8 @@ def run(args: argparse.Namespace) -> int:
     print(table.to_string(index=False))
     unknown = [t for t in targets if t != "all" and t not in LORA_LINEARS]
     if unknown:
-        print(f"LoRA: {', '.join(unknown)} is no layer name the model counts by; costed as hidden x hidden")
-    print("ZeRO-1 runs through a deepspeed_config of your own (zero_stage takes 0, 2 or 3).")
+        said = "is no layer name" if len(unknown) == 1 else "are no layer names"
+        print(f"LoRA: {', '.join(unknown)} {said} the memory model knows; costed as hidden x hidden each")
     print("Estimates before loading, in GiB (docs/memory.md); a CPU host's figures are not an NPU's.")
     return 0
 

@@ -80,17 +80,16 @@ class Fit:
 
     def parameter_to_change(self) -> str:
         """The parameter the nearest plan changes first. Without one: ``reload`` for a reload;
-        ``zero_stage`` for a training short of card below ZeRO-3; ``num_cards`` for a host
-        running several processes; else ``model_path`` (no setting of the stage helps)."""
+        ``num_cards`` for a host short of RAM running several processes; else ``model_path``
+        (no setting of the stage helps)."""
         if self.nearest is not None:
             return self.nearest.parameter
-        stage, workload = self.estimate.workload.stage, self.estimate.workload
-        if stage == "reload":
+        workload = self.estimate.workload
+        if workload.stage == "reload":
             return "reload"
-        if self.card_fits is False:
-            # nothing a stage sets makes room on the card: a smaller model would
-            return "zero_stage" if stage == "training" and workload.zero_stage < 3 else "model_path"
-        return "num_cards" if workload.ranks_per_host > 1 else "model_path"
+        # nothing this stage sets makes room (each change was tried): a smaller model would,
+        # or, where the host is short, fewer processes on it with more hosts
+        return "num_cards" if self.host_fits is False and workload.ranks_per_host > 1 else "model_path"
 
     def refusal(self) -> str:
         """One line: what does not fit, by how much, and the nearest plan that does."""

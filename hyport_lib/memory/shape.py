@@ -97,10 +97,11 @@ def _module_of(tensor: str) -> str:
 
 
 def _quantized_bits(config: Mapping) -> int:
-    """The bits of a quantised checkpoint's packed weights (GPTQ, AWQ: 4); 0 when not packed."""
+    """The bits of a quantised checkpoint's packed weights (GPTQ, AWQ: 4 or 8 in an I32); 0 when
+    not packed (a tensor whose dtype is that wide holds one weight: the caller leaves it)."""
     quantization = config.get("quantization_config")
     bits = quantization.get("bits") if isinstance(quantization, Mapping) else None
-    return bits if isinstance(bits, int) and 0 < bits < 8 else 0
+    return bits if isinstance(bits, int) and 0 < bits < 32 else 0
 
 
 def model_shape(model_path: str, *, trust_remote_code: bool = False) -> ModelShape:
@@ -177,18 +178,23 @@ def _with_defaults(config: Mapping) -> Mapping:
     defaults filled in (llava-1.5's text_config names no hidden_size). A model_type this
     transformers does not know keeps its own words."""
     from transformers import AutoConfig
+    from transformers.utils import logging as hf_logging
 
     model_type = config.get("model_type")
     if not isinstance(model_type, str):
         return config
+    verbosity = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()  # its warnings about the config's other fields are not the plan's
     try:
         built = AutoConfig.for_model(model_type, **{k: v for k, v in config.items() if k != "model_type"})
-    except (KeyError, ValueError, TypeError):
+        filled = built.to_dict()
+        text = built.get_text_config()
+        if text is not built:
+            filled["text_config"] = text.to_dict()
+    except Exception:  # noqa: BLE001 — a config transformers rejects (strict fields, several text configs): its own words
         return config
-    filled = built.to_dict()
-    text = built.get_text_config()
-    if text is not built:
-        filled["text_config"] = text.to_dict()
+    finally:
+        hf_logging.set_verbosity(verbosity)
     return filled
 
 

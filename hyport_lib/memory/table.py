@@ -1,5 +1,5 @@
-"""``hyport plan``'s table: every ZeRO stage x full / LoRA fine-tune of one model, and its
-inference, against one capacity, computed from headers only."""
+"""``hyport plan``'s table: each ZeRO stage that stage 04 runs x full / LoRA fine-tune of one
+model, and its inference, against one capacity, computed from headers only."""
 
 from __future__ import annotations
 
@@ -15,13 +15,14 @@ if TYPE_CHECKING:
 
 
 def plan_table(shape: ModelShape, training: Workload, capacity: Capacity, *, new_tokens: int = 256) -> "pd.DataFrame":
-    """One row per plan: ZeRO 0-3 x full / LoRA (with and without an offloaded optimizer
-    where ZeRO allows it) at ``training``'s other settings, then inference."""
+    """One row per plan stage 04 can run: ZeRO 0, 2 and 3 x full / LoRA (with and without an
+    offloaded optimizer where ZeRO allows it) at ``training``'s other settings, then inference.
+    (ZeRO-1, which stage 04 does not take, is in the memory model and its bench.)"""
     import pandas as pd
 
     rows = []
     for finetuning in ("full", "lora"):
-        for zero in (0, 1, 2, 3):
+        for zero in (0, 2, 3):
             for offload in ((False, True) if zero >= 1 else (False,)):
                 workload = replace(training, stage="training", finetuning=finetuning, zero_stage=zero,
                                    offload_optimizer=offload)

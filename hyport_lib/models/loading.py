@@ -230,7 +230,7 @@ _SMALLEST_VOCABULARY = 16
 
 
 def _refuse_empty_tokenizer(path: str, tokenizer) -> None:
-    if tokenizer is not None and len(tokenizer) < _SMALLEST_VOCABULARY:
+    if hasattr(tokenizer, "__len__") and len(tokenizer) < _SMALLEST_VOCABULARY:
         raise ProcessorUnavailable(
             f"{path}: no tokenizer files (tokenizer.json, tokenizer.model or vocab.json); transformers built an "
             f"empty {type(tokenizer).__name__} of {counted(len(tokenizer), 'token')}, which would encode every prompt as "

@@ -243,7 +243,7 @@ def _compare(result: ModelComparison, shim_api, max_new_tokens: int, seed: int) 
         if isolating and swapped_packed is not None:
             result.packed_isolation.append(check_isolation(model, row, name, None, special))
     active = str(getattr(model.config, "_attn_implementation", "") or "")
-    del model, shrunk  # the whole model's turn: the shrunk one is not kept beside it
+    model = shrunk = None  # the whole model's turn: the shrunk one is not kept beside it
     logits = compare(LOGITS, eager_logits, swapped_logits, result.dtype)
     result.max_abs_logits, result.top1_agreement, result.kl_divergence = logits.max_abs, logits.top1, logits.kl
     result.greedy_identical = bool(torch.equal(eager_tokens, swapped_tokens))

@@ -24,7 +24,8 @@ def test_plan_answers_will_it_fit_on_eight_910b3(seven_b, capsys):
     out = json.loads(capsys.readouterr().out)
     assert out["parameters"] == 7_615_616_512
     rows = {(r["stage"], r["ZeRO"], r["fine-tune"], r["offload"]): r for r in out["plans"]}
-    assert len(rows) == 15  # ZeRO 0-3 x full / LoRA, offload where ZeRO allows, and inference
+    # ZeRO 0, 2, 3 (stage 04's) x full / LoRA, offload where ZeRO allows, and inference
+    assert len(rows) == 11 and not any(zero == 1 for _, zero, _, _ in rows)
     zero0 = rows[("training", 0, "full", "-")]
     assert zero0["card"] == "does not fit" and zero0["card GiB"] > 64
     zero2 = rows[("training", 2, "full", "-")]

@@ -135,3 +135,29 @@ def test_activations_cover_what_a_real_qwen2_saves_for_backward(dtype):
                                                Workload("training", "cpu", dtype, sequence=128, micro_batch=2)).items}
     estimated = items["activations"] + items["logits and loss"]
     assert measured <= estimated < 1.3 * measured, (measured, estimated)
+
+
+def test_a_config_transformers_rejects_keeps_its_own_words_and_packed_8_bit_weights_are_counted(tmp_path):
+    """transformers' strict config checks raise errors of their own: the plan reads the raw
+    config then, never crashes; GPTQ 8-bit packs four weights in an I32."""
+    import json
+
+    folder = write_sparse_checkpoint(tmp_path / "q", "0.5b")
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, "layer_types": ["full_attention"]}))  # 1 of 24
+    assert read_model_shape(folder).layers == 24
+    packed = tmp_path / "gptq8"
+    write_sparse_checkpoint(packed, "0.5b")
+    header_config = {**config, "quantization_config": {"quant_method": "gptq", "bits": 8}}
+    (packed / "config.json").write_text(json.dumps(header_config))
+    shape = read_model_shape(packed)
+    assert shape.parameters == read_model_shape(folder).parameters  # no packed tensor: nothing scaled
+    assert "8-bit packed weights counted one by one" in shape.source
+
+
+def test_with_no_plan_that_fits_the_refusal_names_the_model_not_a_change_it_tried(seven_b):
+    one_small_card = Capacity(8 * GIB, "a small card", 2048 * GIB, "test host")
+    workload = Workload("training", "npu", "bfloat16", world_size=1, zero_stage=2)
+    found = fit(seven_b, workload, one_small_card)
+    assert found.nearest is None and "ZeRO-3" in found.tried
+    assert found.parameter_to_change() == "model_path"
