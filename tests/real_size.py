@@ -7,6 +7,7 @@ would see zeros, so nothing here may load it.
 from __future__ import annotations
 
 import json
+import shutil
 import struct
 from pathlib import Path
 
@@ -58,9 +59,11 @@ def parameter_count(config: dict) -> int:
     return total
 
 
-def write_sparse_checkpoint(folder: Path, size: str = "7b", shards: int = 4) -> Path:
+def write_sparse_checkpoint(folder: Path, size: str = "7b", shards: int = 4, *, tokenizer: bool = False) -> Path:
     """A bf16 checkpoint of Qwen2.5-``size``'s shape in ``shards`` files whose data are holes
-    (``truncate`` past the header): a 15 GB 7 B folder takes a few KiB of disk."""
+    (``truncate`` past the header): a 15 GB 7 B folder takes a few KiB of disk. ``tokenizer``:
+    the tiny model's tokenizer copied in, for the plans that encode prompts or records (its
+    ids fit any of these vocabularies)."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     config = qwen2_config(size)
@@ -87,4 +90,9 @@ def write_sparse_checkpoint(folder: Path, size: str = "7b", shards: int = 4) -> 
     (folder / "model.safetensors.index.json").write_text(
         json.dumps({"metadata": {"total_size": total}, "weight_map": weight_map}))
     (folder / "config.json").write_text(json.dumps(config))
+    if tokenizer:
+        from hyport_lib.models.tiny import ensure_tiny_model
+
+        for name in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja"):
+            shutil.copy(ensure_tiny_model() / name, folder / name)
     return folder

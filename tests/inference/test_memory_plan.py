@@ -34,7 +34,7 @@ TEXT_ONLY = dict(attn_implementation="eager", skip_not_applicable=True,
 
 @pytest.fixture(scope="module")
 def seven_b(tmp_path_factory) -> Path:
-    return write_sparse_checkpoint(tmp_path_factory.mktemp("q7b") / "Qwen2.5-7B")
+    return write_sparse_checkpoint(tmp_path_factory.mktemp("q7b") / "Qwen2.5-7B", tokenizer=True)
 
 
 def _plan(folder: Path, tmp_path: Path, **kw):

@@ -8,6 +8,7 @@ starts (a model_path that cannot serve: test_preflight.py)."""
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -111,7 +112,7 @@ def test_a_full_disk_during_a_checkpoint_save_is_said_with_the_free_space(tmp_pa
         assert done.returncode == 1, done.stderr[-2000:]
         reason = json.loads(done.stdout)["reason"]
         assert reason.startswith(f"no space left on tmpfs ({mount})") and "0 B free" in reason, reason
-        assert "the checkpoint needs about 3." in reason and "MB" in reason
+        assert re.search(r"the checkpoint needs about [23]\.\d MiB", reason), reason  # about 3 MB
         again = subprocess.run([sys.executable, "-m", "hyport_lib", "train", "--output-dir", str(mount / "more"),
                                 "--no-record"], cwd=REPO, capture_output=True, text=True, timeout=600)
         # the plan writes nothing, so the full disk is met when the run fills the folder

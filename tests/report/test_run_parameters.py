@@ -218,15 +218,10 @@ def test_a_later_stages_path_the_system_will_not_look_up_is_no_internal_error(tm
 def test_a_plan_too_big_for_the_host_is_said_as_memory_not_as_a_wrong_parameter(tmp_path, monkeypatch):
     """A 7 B checkpoint (sparse: headers only) in float32 on a 23.5 GiB CPU host: stages 03 and
     04 refuse before anything loads, each with its figures, as memory; stage 05's reload too."""
-    import shutil
-
-    from hyport_lib.models.tiny import ensure_tiny_model
     from hyport_lib.report.run_parameters import PreRunRefused
     from tests.real_size import write_sparse_checkpoint
 
-    folder = write_sparse_checkpoint(tmp_path / "Qwen2.5-7B")
-    for name in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja"):
-        shutil.copy(ensure_tiny_model() / name, folder / name)
+    folder = write_sparse_checkpoint(tmp_path / "Qwen2.5-7B", tokenizer=True)
     monkeypatch.setattr("hyport_lib.memory.capacity.host_ram", lambda: (int(23.5 * 2 ** 30), "test host"))
     stages = discover_stages()
     params = resolve_parameters({}, {"device": "cpu", "model_path": str(folder), "dtype": "float32",

@@ -7,7 +7,6 @@ refused for host RAM, before a bad dataset is read."""
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import pytest
@@ -15,7 +14,6 @@ import pytest
 from hyport_lib.backend import get_backend
 from hyport_lib.memory.fit import DoesNotFit
 from hyport_lib.memory.record import MemoryPlan, MemoryRow
-from hyport_lib.models.tiny import ensure_tiny_model
 from hyport_lib.stages import read_stage_record
 from hyport_lib.train import deepspeed_config as ds
 from hyport_lib.train.memory_plan import training_workload
@@ -32,10 +30,7 @@ GIB = 2 ** 30
 @pytest.fixture(scope="module")
 def seven_b(tmp_path_factory) -> Path:
     """Qwen2.5-7B's headers and config, with the tiny model's tokenizer for the dataset check."""
-    folder = write_sparse_checkpoint(tmp_path_factory.mktemp("q7b") / "Qwen2.5-7B")
-    for name in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja"):
-        shutil.copy(ensure_tiny_model() / name, folder / name)
-    return folder
+    return write_sparse_checkpoint(tmp_path_factory.mktemp("q7b") / "Qwen2.5-7B", tokenizer=True)
 
 
 def _host(monkeypatch, gib: float) -> None:

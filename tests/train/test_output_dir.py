@@ -75,8 +75,9 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def _train(out: Path, *args: str, wait: bool = True):
+    # one weights file (the tiny model's own shard size would write several)
     cmd = [sys.executable, "-m", "hyport_lib", "train", "--output-dir", str(out), "--max-steps", "2",
-           "--num-cards", "1", "--device", "cpu", "--no-record", *args]
+           "--num-cards", "1", "--device", "cpu", "--no-record", "--max-shard-size", "5GB", *args]
     if not wait:
         return subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     return subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=600)
