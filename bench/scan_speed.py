@@ -31,12 +31,13 @@ import argparse
 import json
 import os
 import resource
-import shutil
 import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+from bench_weights import drop, resident  # bench/ is this script's folder on sys.path
 
 REPO = Path(__file__).resolve().parents[1]
 RAW_BUFFER = 2 << 20
@@ -114,25 +115,7 @@ CHILDREN = {"raw": child_raw, "scan": child_scan, "naive": child_naive}
 
 
 # ---- the parent ------------------------------------------------------------------------------
-
-def drop(files: list[Path]) -> None:
-    for path in files:
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-        finally:
-            os.close(fd)
-
-
-def resident_gb(files: list[Path]) -> str:
-    if not shutil.which("fincore"):
-        return "?"
-    out = subprocess.run(["fincore", "-b", "-n", "-o", "RES", *map(str, files)], capture_output=True, text=True)
-    try:
-        return f"{sum(int(x) for x in out.stdout.split()) / 1e9:.2f} GB"
-    except ValueError:
-        return "?"
-
+# (bench_weights.py drops files from the page cache and reads what stays, for both benches)
 
 def mem_available() -> int:
     for line in Path("/proc/meminfo").read_text().splitlines():
@@ -211,11 +194,11 @@ def main() -> int:
                     drop(files)
                 else:
                     raw_read(subset)  # the first read fills the page cache; the child's is counted
-                resident = resident_gb(subset)
+                cached = resident(subset)
                 record = run_child(kind, subset, repo)
                 runs.setdefault((state, label), []).append(record)
                 print(f"  {state} {label:12s} round {round_ + 1}: {gb_s(record):6.2f} GB/s ({record['seconds']:.1f} s, "
-                      f"CPU {cpu_per_gb(record):.3f} s/GB, resident before: {resident}, "
+                      f"CPU {cpu_per_gb(record):.3f} s/GB, resident before: {cached}, "
                       f"peak RSS {record['peak_mb']:.0f} MB)", flush=True)
     for round_ in range(args.naive_rounds):
         raw_read(warm_files)

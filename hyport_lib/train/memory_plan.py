@@ -6,8 +6,7 @@ the figures and the nearest plan that fits, naming the parameter to change.
 
 from __future__ import annotations
 
-from hyport_lib.memory.capacity import capacity
-from hyport_lib.memory.fit import Fit, require_fit
+from hyport_lib.memory.fit import Capacity, Fit, require_fit
 from hyport_lib.memory.model import DTYPE_NAMES, Workload
 from hyport_lib.memory.shape import ModelShape
 from hyport_lib.params import AUTO_ATTENTION
@@ -42,10 +41,10 @@ def _offloaded(zero: dict, key: str) -> bool:
     return isinstance(section, dict) and section.get("device") in ("cpu", "nvme")
 
 
-def judge_memory(params: Params, backend, shape: ModelShape, precision: str, deepspeed_json: dict, nproc: int,
-                 *, eager: bool) -> Fit:
-    """The fit of this run on ``backend``'s cards and this host; :class:`DoesNotFit` (a
-    ValueError) when a known capacity is exceeded."""
-    workload = training_workload(params, backend.kind, precision, deepspeed_json, nproc, eager=eager)
-    return require_fit(shape, workload, capacity(backend, params.card_memory_gib))
+def judge_memory(params: Params, kind: str, shape: ModelShape, precision: str, deepspeed_json: dict, nproc: int,
+                 room: Capacity, *, eager: bool) -> Fit:
+    """The fit of this run in ``room`` (its cards and this host, read once a plan: asking
+    npu-smi takes seconds); :class:`DoesNotFit` (a ValueError) when a known capacity is exceeded."""
+    workload = training_workload(params, kind, precision, deepspeed_json, nproc, eager=eager)
+    return require_fit(shape, workload, room)
 

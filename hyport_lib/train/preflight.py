@@ -17,6 +17,7 @@ from typing import Optional
 
 from hyport_lib.devices.card_plan import plan_grid
 from hyport_lib.devices.host_memory import require_host_ram
+from hyport_lib.memory.capacity import capacity
 from hyport_lib.memory.record import MemoryPlan
 from hyport_lib.memory.shape import model_shape
 from hyport_lib.models.loading import LoadedProcessor, ProcessorUnavailable, build_empty_model, load_processor
@@ -107,7 +108,8 @@ def prepare(params: Params, backend) -> LaunchPlan:
     # Memory before the dataset: a run that cannot fit is said so before its records are read.
     shape = model_shape(model_path, trust_remote_code=params.trust_remote_code)
     eager = expects_eager(params)
-    memory = judge_memory(params, backend, shape, precision.precision, deepspeed, nproc, eager=eager)
+    room = capacity(backend, params.card_memory_gib)
+    memory = judge_memory(params, backend.kind, shape, precision.precision, deepspeed, nproc, room, eager=eager)
     bundled = not params.dataset_path
     if bundled:
         dataset_path, image_root = output_dir / SMOKE_FOLDER / SMOKE_FILE, None
@@ -138,7 +140,7 @@ def prepare(params: Params, backend) -> LaunchPlan:
         notes.append(f"packing: attention {attn} (per sample in every case; transformers' "
                      "eager and sdpa keep packed samples apart only while no KV cache is used)")
     if (attn == "eager") != eager:  # a swap that did not prove itself keeps eager: its scores count
-        memory = judge_memory(params, backend, shape, precision.precision, deepspeed, nproc,
+        memory = judge_memory(params, backend.kind, shape, precision.precision, deepspeed, nproc, room,
                               eager=attn == "eager")
     _check_cards(backend, nproc)
     if params.finetuning_type == "lora":

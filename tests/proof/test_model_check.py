@@ -57,9 +57,9 @@ def test_model_level_catches_a_broken_attention(monkeypatch):
     assert m.kl_divergence > 0
 
 
-def test_a_forward_that_never_reaches_the_swapped_attention_is_a_warn(monkeypatch):
-    """A "ported" model whose code bypasses attn_implementation (remote code running its
-    flash path only `if q.is_cuda:`) makes no swapped-attention call: WARN, naming why."""
+def _register_a_bypassed_swap(monkeypatch) -> None:
+    """The swap registered under a name whose function is plain sdpa: a model "switched" to
+    it never calls hyport (remote code that bypasses attn_implementation)."""
     from transformers import AttentionInterface
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
@@ -71,6 +71,12 @@ def test_a_forward_that_never_reaches_the_swapped_attention_is_a_warn(monkeypatc
         return registered
 
     monkeypatch.setattr(hf_integration, "register_hyport_attention", bypassed)
+
+
+def test_a_forward_that_never_reaches_the_swapped_attention_is_a_warn(monkeypatch):
+    """A "ported" model whose code bypasses attn_implementation (remote code running its
+    flash path only `if q.is_cuda:`) makes no swapped-attention call: WARN, naming why."""
+    _register_a_bypassed_swap(monkeypatch)
     m = compare_model("tiny", backend="npu-emulated", device="cpu", max_new_tokens=2)
     assert m.swapped_calls == 0 and m.verdict == "WARN" and "is_cuda" in m.detail
     monkeypatch.undo()
@@ -287,17 +293,7 @@ def test_the_whole_model_is_loaded_once_and_runs_eager_then_the_swap_in_each_dty
 def test_a_swap_the_whole_model_never_calls_is_not_said_to_have_run(monkeypatch):
     """The behaviour's pairs once said the swap ran, and its answers were identical, from the
     switch alone: a model whose code bypasses the registered swap answered as eager does."""
-    from transformers import AttentionInterface
-    from transformers.integrations.sdpa_attention import sdpa_attention_forward
-
-    real = hf_integration.register_hyport_attention
-
-    def bypassed(backend="auto", name=None):
-        registered = real(backend, "hyport_test_bypassed")
-        AttentionInterface.register(registered, sdpa_attention_forward)  # never calls hyport
-        return registered
-
-    monkeypatch.setattr(hf_integration, "register_hyport_attention", bypassed)
+    _register_a_bypassed_swap(monkeypatch)
     # the tiny model's weights are random: taken as pretrained here, so the behaviour runs whole
     for module in (model_check, behaviour):
         monkeypatch.setattr(module, "random_weights_reason", lambda path, mean_top1=None: None)
