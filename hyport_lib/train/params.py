@@ -97,6 +97,12 @@ class Params(StageParams):
     gradient_checkpointing: bool = param(True, "recompute activations in the backward pass (less memory)")
     attn_implementation: str = attn_implementation_param(doc="attention of unpacked runs (auto: eager); packed "
                                                              "runs use hyport's")
+    nodes_from: Optional[str] = param(None, '"env": nnodes, node_rank, master_addr, master_port (num_cards, '
+                                      "rdzv_id, max_restarts where said) from torchrun's PET_* variables, else "
+                                      "LLaMA-Factory's NNODES / NODE_RANK / MASTER_ADDR / MASTER_PORT, else "
+                                      "ModelArts' MA_NUM_HOSTS / VC_TASK_INDEX / VC_WORKER_HOSTS | a DeepSpeed "
+                                      "hostfile | None: the parameters as given", nonempty=True, path="file",
+                                      must_exist=True, not_paths=("env",))
     nnodes: int = param(1, "torchrun nodes", min=1)
     node_rank: int = param(0, "this node's rank, 0 .. nnodes-1", min=0)
     master_addr: str = param("127.0.0.1", "the rendezvous address (node 0's)", nonempty=True)

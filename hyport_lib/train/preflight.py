@@ -5,6 +5,7 @@ launch writes under the folder's lock.
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import importlib.util
 import ipaddress
@@ -24,6 +25,8 @@ from hyport_lib.models.loading import LoadedProcessor, ProcessorUnavailable, bui
 from hyport_lib.models.module_tree import (fused_experts, language_model_path, leaf_names,
                                           lora_target_pattern, matched_layers)
 from hyport_lib.models.preflight import check_decoder_only, check_model_path
+from hyport_lib.nodes.inputs import settle_node_parameters
+from hyport_lib.nodes.start_command import start_notes
 from hyport_lib.proof.choice import TRAINING, choose_attention
 from hyport_lib.proof.swap import AttentionProof
 from hyport_lib.results import RUN_DIR_ENV, fresh_folder_beside_results
@@ -95,6 +98,7 @@ def default_output_dir(run_name: str) -> Path:
 def prepare(params: Params, backend) -> LaunchPlan:
     """Check everything and plan the launch on ``backend``. Raises ValueError, PermissionError or
     RuntimeError naming what is wrong (:class:`~hyport_lib.train.dataset.DatasetError`: every bad record)."""
+    params, node_notes = settle_node_parameters(params)  # nodes_from first: it sets nnodes, num_cards ...
     nproc = _cards(backend, params.num_cards)
     world = nproc * params.nnodes
     model_path = check_model_path(params.model_path, local_only="stage 04 (training)")
@@ -102,7 +106,7 @@ def prepare(params: Params, backend) -> LaunchPlan:
     _check_not_the_model(params, model_path)
     output_dir = _output_dir(params)
     check_not_locked(output_dir, params.node_rank)
-    notes = check_foreign(output_dir, params.overwrite_output_dir)
+    notes = node_notes + check_foreign(output_dir, params.overwrite_output_dir)
     precision = ds.resolve_precision(params.precision, backend)
     deepspeed = ds.build_deepspeed_config(params, backend, precision.precision)
     # Memory before the dataset: a run that cannot fit is said so before its records are read.
@@ -146,6 +150,7 @@ def prepare(params: Params, backend) -> LaunchPlan:
     if params.finetuning_type == "lora":
         notes.extend(_check_lora_targets(params, model_path))
     notes.append(params.shard_size_note())
+    notes.extend(start_notes(dataclasses.replace(params, output_dir=str(output_dir))))  # the same folder on each
     return LaunchPlan(
         params=params, device_kind=backend.kind, nproc_per_node=nproc, world_size=world,
         model_path=model_path, dataset_path=str(dataset_path), image_root=image_root,
