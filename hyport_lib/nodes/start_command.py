@@ -4,9 +4,11 @@ lists them, so that starting a node is a copy and a paste.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shlex
+from typing import Optional
 
 from hyport_lib.params import Field, parameter_fields
 from hyport_lib.utils.redact import is_secret_parameter, scrub_text
@@ -32,10 +34,13 @@ def start_command(params, node_rank: int) -> str:
     return scrub_text(" ".join(shlex.quote(w) for w in words))
 
 
-def start_notes(params) -> list[str]:
-    """Node 0's notes of a multi-node run: the line for each other node."""
+def start_notes(params, output_dir: Optional[str] = None) -> list[str]:
+    """Node 0's notes of a multi-node run: the line for each other node (``output_dir``: the
+    folder the plan resolved, the same on every node)."""
     if params.nnodes < 2 or params.node_rank != 0:
         return []
+    if output_dir is not None:
+        params = dataclasses.replace(params, output_dir=output_dir)
     return [f"start node {rank} with: {start_command(params, rank)}" for rank in range(1, params.nnodes)]
 
 

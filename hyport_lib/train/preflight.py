@@ -5,7 +5,6 @@ launch writes under the folder's lock.
 
 from __future__ import annotations
 
-import dataclasses
 import errno
 import importlib.util
 import ipaddress
@@ -150,7 +149,7 @@ def prepare(params: Params, backend) -> LaunchPlan:
     if params.finetuning_type == "lora":
         notes.extend(_check_lora_targets(params, model_path))
     notes.append(params.shard_size_note())
-    notes.extend(start_notes(dataclasses.replace(params, output_dir=str(output_dir))))  # the same folder on each
+    notes.extend(start_notes(params, output_dir=str(output_dir)))
     return LaunchPlan(
         params=params, device_kind=backend.kind, nproc_per_node=nproc, world_size=world,
         model_path=model_path, dataset_path=str(dataset_path), image_root=image_root,
