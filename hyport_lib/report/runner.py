@@ -154,7 +154,8 @@ def open_node_folder(run_root: Path, place: NodePlace):
                            f"(its lock {folder / LOCK_FILE} is held)") from None
     earlier = folder / "run.json"
     if earlier.exists():
-        lock.close()  # the lock file stays: it is the earlier run's
+        (folder / LOCK_FILE).unlink(missing_ok=True)  # held by this process: ours, as in release_run_folder
+        lock.close()
         raise ValueError(f"--run-dir {str(run_root)!r} already holds {who}'s run ({earlier}); give every node "
                          "a new folder for a new run")
     return run_root.name, folder, lock
