@@ -133,6 +133,10 @@ class TrainedWeights:
     final_dir: Optional[str] = None  # None: the training wrote no final weights
     last_checkpoint: Optional[str] = None  # the last complete one
     model_path: Optional[str] = None  # the model the training started from
+    #: The job's hosts and the one that wrote this record: only node 0 holds the job's
+    #: weights and checkpoints (a node > 0 never claims them).
+    nnodes: int = 1
+    node_rank: int = 0
 
 
 def results_dir() -> Path:

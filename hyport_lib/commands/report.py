@@ -27,6 +27,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="override one parameter (repeatable); VALUE is parsed as YAML")
     parser.add_argument("--only", default=None, help="comma-separated stages, e.g. 01,04 or environment")
     parser.add_argument("--output-dir", type=_folder, default=None, help="root folder for runs (default ./outputs)")
+    parser.add_argument("--run-dir", type=_folder, default=None, metavar="PATH",
+                        help="the run folder itself (default: a new one under --output-dir); on several "
+                             "hosts (-p nnodes=N -p node_rank=K) the same folder on shared storage for "
+                             "every node: node 0 writes the index and drafts, node K its part in "
+                             "PATH/nodes/nodeK")
     parser.add_argument("--notebooks", type=Path, default=None, help="notebooks folder (default: the repo's)")
     parser.add_argument("--cell-timeout", type=int, default=DEFAULT_CELL_TIMEOUT_S,
                         help="seconds one notebook cell may run before the stage fails")
@@ -63,8 +68,9 @@ def _only(text):
 def run(args: argparse.Namespace) -> int:
     # Stop signals (Ctrl-C, SIGTERM, SIGHUP) end the run through commands._cli: the
     # runner writes the partial report, the kernel and its workers stop, exit 130.
-    if args.clean and args.zip:
-        raise ValueError("--clean only cleans killed runs and runs nothing: leave --zip out")
+    if args.clean and (args.zip or args.run_dir):
+        raise ValueError(f"--clean only cleans killed runs and runs nothing: leave "
+                         f"{'--zip' if args.zip else '--run-dir'} out")
     if args.clean:
         root = check_output_root(args.output_dir or Path.cwd() / "outputs")
         cleaned = clean_runs(root, lambda m: print(m, file=sys.stderr))
@@ -84,7 +90,7 @@ def run(args: argparse.Namespace) -> int:
         # No papermill bar: the terminal shows one line per stage, and while a stage runs
         # its stderr goes to the stage log, where a bar would only leave \r lines.
         progress_bar=False,
-        allow_unknown_parameters=args.allow_unknown_parameters,
+        allow_unknown_parameters=args.allow_unknown_parameters, run_dir=args.run_dir,
     )
     if other is not None:
         # The report is written: a run that recorded nothing to compare costs its page,

@@ -14,6 +14,7 @@ from typing import Any, Callable, NamedTuple, Optional
 
 from hyport_lib.display import png_bytes
 from hyport_lib.drafting.templates import FRAME_TEMPLATE, LANGS, environment, has_template, stage_template, tidy
+from hyport_lib.report.nodes import NODE_RANK, read_node_runs, run_shape
 from hyport_lib.report.paths import default_profiles_dir, relative_text, shown_profile
 from hyport_lib.report.run import NOT_RUN, PENDING, RESULTS_DIR, RUNNING, ReportRun, StageView, load_views
 from hyport_lib.report.run_parameters import load_profile
@@ -37,7 +38,7 @@ def render_blog(run: ReportRun, lang: str = "en", *, figures: Optional[dict] = N
     template = environment(lang).get_template(FRAME_TEMPLATE)
     views = load_views(run) if views is None else views
     text = template.render(build_context(run, views, figures or {}, notes or []))
-    return relative_text(scrub_text(tidy(text)), Path(run.run_dir), "markdown")
+    return relative_text(scrub_text(tidy(text)), run.root_dir, "markdown")
 
 
 def write_blog_drafts(run: ReportRun, views: Optional[list[StageView]] = None) -> list[Path]:
@@ -159,7 +160,10 @@ def build_context(run: ReportRun, views: list[StageView], figures: dict, notes: 
     left_out = [_part(str(stage), None) for stage in run.left_out]
     # The sections stages add after theirs, in the stages' order, a stage left out told so.
     appendices = sorted((p for p in parts + left_out if p.template), key=lambda p: p.stage)
+    # several hosts: each node's part of the run, as its run.json says now
+    nodes = read_node_runs(run.root_dir, run.nnodes, own=run.to_dict()) if run.nnodes > 1 else []
     return {"run": run, "parameters": run.parameters, "facts": facts, "host": run.host,
+            "shape": run_shape(facts, run.nnodes), "nodes": nodes,
             "versions": run.versions, "figures": dict(figures), "profile": shown_profile(run.profile, run.run_dir),
             "stages": parts, "left_out": left_out,
             "appendices": appendices, "figure_problems": list(notes), "unread_facts": unread,
@@ -195,6 +199,13 @@ class Reproduce(NamedTuple):
     command: str
     profile_read: bool
     profile_local: bool = False
+    #: Several hosts: the command is every node's, its rank and the shared run folder
+    #: left to the shell variables :data:`NODE_RANK_VARIABLE` and :data:`RUN_DIR_VARIABLE`.
+    nnodes: int = 1
+
+
+#: The shell variables of the multi-node reproduce command: each node's rank, the shared folder.
+NODE_RANK_VARIABLE, RUN_DIR_VARIABLE = "NODE_RANK", "RUN_DIR"
 
 
 def reproduce_command(run: ReportRun, parameters: dict, views: list[StageView]) -> Reproduce:
@@ -212,7 +223,10 @@ def reproduce_command(run: ReportRun, parameters: dict, views: list[StageView]) 
         except ValueError:
             read = False
             words += ["--profile", "none"]
+    several = run.nnodes > 1
     for key, value in parameters.items():
+        if several and key == NODE_RANK:
+            continue  # each node's own, below
         # 300 in the profile is 300.0 once checked: the same; True is not 1.
         same = key in base and base[key] == value and isinstance(base[key], bool) == isinstance(value, bool)
         if not same:
@@ -220,8 +234,10 @@ def reproduce_command(run: ReportRun, parameters: dict, views: list[StageView]) 
     only = _only(views)
     if only:
         words += ["--only", only]
-    return Reproduce(" ".join(shlex.quote(w) for w in words), read,
-                     profile_local=bool(run.profile) and reference is None)
+    command = " ".join(shlex.quote(w) for w in words)
+    if several:  # unquoted: the shell puts in each node's values
+        command += f' -p {NODE_RANK}="${NODE_RANK_VARIABLE}" --run-dir "${RUN_DIR_VARIABLE}"'
+    return Reproduce(command, read, profile_local=bool(run.profile) and reference is None, nnodes=run.nnodes)
 
 
 def cli_value(value) -> str:

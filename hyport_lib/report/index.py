@@ -17,6 +17,8 @@ from typing import Optional
 from hyport_lib.display import MISSING, VERDICT_COLOURS
 from hyport_lib.drafting.values import fmt_value
 from hyport_lib.params import parameter_fields
+from hyport_lib.report.blog import stage_facts
+from hyport_lib.report.nodes import read_node_runs, run_shape
 from hyport_lib.report.paths import relative_text, shown_path, shown_profile
 from hyport_lib.report.run import NOT_RUN, PENDING, RUNNING, ReportRun, StageView, load_views
 from hyport_lib.results import INTERRUPTED, VERDICTS, StageRecord
@@ -71,7 +73,8 @@ def headline_figures(record: StageRecord) -> list[tuple[str, str]]:
 def card_figures(view: StageView) -> list[tuple[str, str]]:
     if view.record is None:
         return []
-    glance = view.hook("glance") or headline_figures
+    # a record with no data (a stage a node > 0 leaves to node 0) has nothing for the stage's own card
+    glance = (view.hook("glance") if view.has_data else None) or headline_figures
     try:
         return glance(view.record)
     except (TypeError, ValueError, KeyError, AttributeError, ZeroDivisionError) as exc:  # an odd record: say so
@@ -108,7 +111,7 @@ def _glance(views: list[StageView]) -> str:
         s = view.outcome
         rows = "".join(f"<dt>{html.escape(k)}</dt><dd>{html.escape(str(v))}</dd>" for k, v in card_figures(view))
         colour = VERDICT_COLOURS.get(s.verdict.upper(), "#ffffff")
-        body = f"<dl>{rows}</dl>" if rows else f"<p>{_esc(s.error or _NO_FIGURES.get(s.verdict, 'no figures recorded'))}</p>"
+        body = f"<dl>{rows}</dl>" if rows else f"<p>{_esc(s.error or _NO_FIGURES.get(s.verdict, s.summary or 'no figures recorded'))}</p>"
         spark = card_svg(view)
         prov = s.provenance.label if s.provenance else ""
         cards.append(
@@ -138,10 +141,10 @@ def _parameter_rows(run: ReportRun) -> str:
     grouped: dict[tuple[str, str], list[str]] = {}
     for stage in run.stages:
         for name, value in stage.parameters.items():
-            shown = json.dumps(shown_path(value, run.run_dir), default=str, ensure_ascii=False)
+            shown = json.dumps(shown_path(value, run.root_dir), default=str, ensure_ascii=False)
             grouped.setdefault((name, shown), []).append(stage.stage)
     if not grouped:  # a run.json from before the effective values were recorded
-        grouped = {(k, json.dumps(shown_path(v, run.run_dir), default=str, ensure_ascii=False)): []
+        grouped = {(k, json.dumps(shown_path(v, run.root_dir), default=str, ensure_ascii=False)): []
                    for k, v in run.parameters.items()}
     rows = []
     for (name, shown), stages in sorted(grouped.items(), key=lambda item: (item[1][:1], item[0])):
@@ -151,6 +154,29 @@ def _parameter_rows(run: ReportRun) -> str:
         rows.append(f"<tr{cls}><td><code>{_esc(name)}</code></td><td><code>{_esc(shown)}</code></td>"
                     f"<td>{_esc(source)}</td><td>{_esc(', '.join(stages))}</td></tr>")
     return "".join(rows)
+
+
+def _nodes(run: ReportRun, views: list[StageView]) -> str:
+    """Several hosts: node 0's index lists each node's part (its host, status, verdicts and
+    folder) under the run's hosts × cards; another node's says whose part it holds."""
+    if run.nnodes <= 1:
+        return ""
+    shape = run_shape(stage_facts(views)[0], run.nnodes).line()
+    if run.node_rank > 0:
+        return (f'<p id="nodes">Node {run.node_rank} of {run.nnodes} ({_esc(shape)}): this folder, '
+                f'<code>&lt;run&gt;/nodes/node{run.node_rank}</code>, holds this host\'s part of the run; '
+                f'the run\'s index, drafts and report are node 0\'s: {_link("../../index.html", "index.html")}.</p>')
+    rows = []
+    for node in read_node_runs(run.root_dir, run.nnodes, own=run.to_dict()):
+        verdicts = ", ".join(f"{k} {v}" for k, v in sorted(node.verdicts.items()))
+        link = _link(node.index, "index") if node.found else _esc(node.problem)
+        rows.append(f"<tr><td>{node.rank}</td><td><code>{_esc(node.host or '?')}</code></td>"
+                    f"<td>{_esc(node.status or '-')}</td><td>{_esc(verdicts or '-')}</td>"
+                    f"<td><code>{_esc(node.shown_folder)}</code> {link}</td></tr>")
+    return (f'<h2>Nodes: {_esc(shape)}</h2><p class="prov">Each node ran its part of the run on its host; node 0 '
+            f'wrote this folder\'s results, drafts and report, each other node its own folder (as read when '
+            f'this page was written).</p><table class="hy" id="nodes"><thead><tr><th>node</th><th>host</th>'
+            f'<th>status</th><th>verdicts</th><th>its results</th></tr></thead><tbody>{"".join(rows)}</tbody></table>')
 
 
 def render_index(run: ReportRun, views: Optional[list[StageView]] = None) -> str:
@@ -195,8 +221,9 @@ def render_index(run: ReportRun, views: Optional[list[StageView]] = None) -> str
 <body>
 <h1>hyport report</h1>
 <p class="sub">run <code>{_esc(run.run_id)}</code> · started {_esc(run.started)} · ended {_esc(run.finished or '-')}
- · status {status} · profile {_esc(shown_profile(run.profile, run.run_dir) or '(none: notebook defaults)')}</p>
+ · status {status} · profile {_esc(shown_profile(run.profile, run.root_dir) or '(none: notebook defaults)')}</p>
 <p class="summary">{summary}</p>{notes}
+{_nodes(run, views)}
 <p>{trust_line}. Figures measured on CPU or computed by hyport's NPU emulation are labelled
 as such in the <i>source</i> column and are not NPU measurements.</p>
 {_glance(views)}
@@ -213,7 +240,7 @@ under the repository with <code>&lt;repo&gt;</code>; {MISSING}: none given, and 
 <h2>Versions</h2>
 <table class="hy" id="versions"><tbody>{versions}</tbody></table>
 </body></html>
-""", run.run_dir, "html")
+""", run.root_dir, "html")
 
 
 def write_index(run: ReportRun, views: Optional[list[StageView]] = None):

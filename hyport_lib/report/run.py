@@ -62,6 +62,15 @@ class ReportRun:
     #: Where each given parameter came from: ``profile`` or ``-p`` (the rest of a stage's
     #: parameters, in its ``StageOutcome.parameters``, are its declared defaults).
     parameter_sources: dict = field(default_factory=dict)
+    #: The hosts of the job and this report's node (``-p nnodes``, ``-p node_rank``): node
+    #: K > 0 writes its part in ``<run>/nodes/node<K>/`` (its ``run_dir``).
+    nnodes: int = 1
+    node_rank: int = 0
+
+    @property
+    def root_dir(self) -> Path:
+        """The run folder on the shared storage (``run_dir`` itself for node 0)."""
+        return Path(self.run_dir) if self.node_rank == 0 else Path(self.run_dir).parents[1]
 
     @property
     def ok(self) -> bool:
@@ -153,11 +162,14 @@ def new_run_dir(output_root: Path) -> tuple[str, Path]:
 
 
 @contextlib.contextmanager
-def run_folder_env(run_dir: Path, extra: Optional[Mapping[str, str]] = None) -> Iterator[None]:
+def run_folder_env(run_dir: Path, extra: Optional[Mapping[str, str]] = None, *,
+                   results: Optional[Path] = None) -> Iterator[None]:
     """``run_dir`` as the run folder of what records a result inside the block (through
-    ``os.environ``, which a stage's kernel inherits), and ``extra`` variables; each variable
+    ``os.environ``, which a stage's kernel inherits), its results in ``results`` (default
+    ``<run_dir>/results``; a node > 0 keeps its own), and ``extra`` variables; each variable
     put back (or removed, when it was unset) afterwards, also when the block raises."""
-    values = {RUN_DIR_ENV: str(run_dir), RESULTS_DIR_ENV: str(Path(run_dir) / RESULTS_DIR), **(extra or {})}
+    values = {RUN_DIR_ENV: str(run_dir), RESULTS_DIR_ENV: str(results or Path(run_dir) / RESULTS_DIR),
+              **(extra or {})}
     saved = {name: os.environ.get(name) for name in values}
     os.environ.update(values)
     try:

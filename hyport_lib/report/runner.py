@@ -22,11 +22,13 @@ from typing import Callable, Iterable, Optional
 from hyport_lib.report.blog import write_blog_drafts
 from hyport_lib.report.bundle import write_bundle
 from hyport_lib.report.index import write_index
-from hyport_lib.report.run import NOT_RUN, PENDING, RUNNING, ReportRun, StageOutcome, load_views, new_run_dir
+from hyport_lib.report.nodes import NODES_DIR, NodePlace, node_folder, node_place, runs_on_every_node, skipped_here
+from hyport_lib.report.run import (NOT_RUN, PENDING, RESULTS_DIR, RUNNING, ReportRun, StageOutcome, load_views,
+                                   new_run_dir)
 from hyport_lib.report.run_parameters import (check_before_running, load_profile, resolve_parameters, resolve_profile,
                                               safe_parameters)
 from hyport_lib.report.stage_run import FAILED_SUMMARY, PARTIAL_DIR, run_stage, scrub_file, sweep_partial
-from hyport_lib.results import INTERRUPTED
+from hyport_lib.results import INTERRUPTED, SKIP, StageRecord, write_record
 from hyport_lib.stages import discover_stages, select_stages
 from hyport_lib.utils.files import atomic_write_json, ensure_writable
 from hyport_lib.utils.imports import collect_versions
@@ -71,7 +73,12 @@ def run_report(*, profile: Optional[str] = None, overrides: Optional[dict] = Non
                notebooks_dir: Optional[Path] = None, cell_timeout_s: int = DEFAULT_CELL_TIMEOUT_S,
                kernel_name: Optional[str] = None, show_inputs: bool = True,
                progress: Optional[Callable[[str], None]] = None,
-               progress_bar: bool = False, allow_unknown_parameters: bool = False) -> ReportRun:
+               progress_bar: bool = False, allow_unknown_parameters: bool = False,
+               run_dir: Optional[Path] = None) -> ReportRun:
+    """``run_dir``: the run folder itself (``--run-dir``), e.g. one on shared storage that
+    every node of a multi-node run names; default: a new folder under ``output_root``."""
+    if run_dir is not None and output_root is not None:
+        raise ValueError("--run-dir names the run folder itself: leave --output-dir out")
     say = progress or _say
     profile_path = resolve_profile(profile)
     all_stages = discover_stages(notebooks_dir)
@@ -83,20 +90,25 @@ def run_report(*, profile: Optional[str] = None, overrides: Optional[dict] = Non
         from_profile, overrides or {}, all_stages,
         profile_name=f"profile {profile_path.name}" if profile_path else "profile",
         allow_unknown=allow_unknown_parameters)
-    notes = check_before_running(params, stages)
-    for problem in notes.host:
+    place = node_place(params.merged, run_dir_given=run_dir is not None)
+    here = [s for s in stages if runs_here(place, params.declared[s.id])]
+    notes = check_before_running(params, here) if here else None
+    for problem in notes.host if notes else ():
         # the host, not a value: the stage meets it when it runs, and 01 explains it
         say(f"note: {problem} (the stage will fail on it; the others run)")
-    for check in notes.left_out:
+    for check in notes.left_out if notes else ():
         say(f"note: {check}; the rest of the stage runs")
     check_kernel(kernel_name)
-    output_root = check_output_root(Path(output_root) if output_root else Path.cwd() / "outputs")
-    clean_runs(output_root, say)
-    versions = collect_versions()
-    run_id, run_dir = new_run_dir(output_root)
     lock = None
+    if run_dir is None:
+        output_root = check_output_root(Path(output_root) if output_root else Path.cwd() / "outputs")
+        clean_runs(output_root, say)
+        run_id, run_dir = new_run_dir(output_root)
+    else:  # a folder others may share: locked before anything is looked at or written there
+        run_id, run_dir, lock = open_node_folder(Path(run_dir), place)
+    versions = collect_versions()
     try:  # from the folder's first moment: a stop at any point below leaves no lock behind
-        lock = hold_run_lock(run_dir)  # held until this function returns: the run is alive
+        lock = lock or hold_run_lock(run_dir)  # held until this function returns: the run is alive
         run = ReportRun(
             run_id=run_id, run_dir=run_dir, profile=str(profile_path) if profile_path else None,
             parameters=safe_parameters(params.merged),
@@ -106,8 +118,9 @@ def run_report(*, profile: Optional[str] = None, overrides: Optional[dict] = Non
             pid=os.getpid(), pid_started=process_start_time(os.getpid()) or 0.0,
             host=socket.gethostname(), left_out=[s.id for s in all_stages if s not in stages],
             parameter_sources={k: "-p" if k in (overrides or {}) else "profile" for k in params.merged
-                               if k in (overrides or {}) or k in from_profile})
-        return _run_stages(run, stages, params, say, cell_timeout_s=cell_timeout_s,
+                               if k in (overrides or {}) or k in from_profile},
+            nnodes=place.nnodes, node_rank=place.node_rank)
+        return _run_stages(run, stages, params, say, place, cell_timeout_s=cell_timeout_s,
                            kernel_name=kernel_name, show_inputs=show_inputs,
                            progress_bar=progress_bar)
     finally:
@@ -115,10 +128,53 @@ def run_report(*, profile: Optional[str] = None, overrides: Optional[dict] = Non
             release_run_folder(run_dir, lock)
 
 
-def _run_stages(run: ReportRun, stages, params, say, **stage_options) -> ReportRun:
+def runs_here(place: NodePlace, declared: dict) -> bool:
+    """Node 0 runs every selected stage; another node, those that run on every node."""
+    return place.node_rank == 0 or runs_on_every_node(declared)
+
+
+def open_node_folder(run_root: Path, place: NodePlace):
+    """``--run-dir``: this node's folder in it (node 0: the run folder; node K:
+    ``nodes/node<K>``), created, locked for this node alone, and holding no earlier run of
+    it; ``(run id, folder, lock)``. A one-line error naming ``--run-dir`` otherwise."""
+    run_root = Path(run_root).expanduser().resolve()
+    if run_root.exists() and not run_root.is_dir():
+        raise NotADirectoryError(20, f"--run-dir {str(run_root)!r} is a file, not a folder", str(run_root))
+    folder = node_folder(run_root, place.node_rank)
+    who = f"node {place.node_rank}" if place.multi_node else "a report"
+    try:
+        ensure_writable(folder)
+    except OSError as exc:
+        raise PermissionError(exc.errno, f"--run-dir {str(run_root)!r}: {folder} is not writable "
+                                         f"({exc.strerror})", str(folder)) from None
+    try:
+        lock = hold_run_lock(folder)
+    except BlockingIOError:
+        raise RuntimeError(f"--run-dir {str(run_root)!r}: {who} is already running there "
+                           f"(its lock {folder / LOCK_FILE} is held)") from None
+    earlier = folder / "run.json"
+    if earlier.exists():
+        (folder / LOCK_FILE).unlink(missing_ok=True)  # held by this process: ours, as in release_run_folder
+        lock.close()
+        raise ValueError(f"--run-dir {str(run_root)!r} already holds {who}'s run ({earlier}); give every node "
+                         "a new folder for a new run")
+    return run_root.name, folder, lock
+
+
+def _skip_on_this_node(run: ReportRun, index: int, stage, place: NodePlace) -> StageOutcome:
+    """A stage that runs on node 0 only, recorded SKIP in this node's results."""
+    outcome = run.stages[index]
+    outcome.verdict, outcome.summary = SKIP, skipped_here(place)
+    write_record(StageRecord(stage.id, SKIP, outcome.summary), Path(run.run_dir) / RESULTS_DIR)
+    return outcome
+
+
+def _run_stages(run: ReportRun, stages, params, say, place: NodePlace = NodePlace(),
+                **stage_options) -> ReportRun:
     run_dir = run.run_dir
     write_run_files(run)
-    say(f"hyport report {run.run_id}: {counted(len(stages), 'stage')} -> {run_dir}")
+    where = f" (node {place.node_rank} of {place.nnodes})" if place.multi_node else ""
+    say(f"hyport report {run.run_id}{where}: {counted(len(stages), 'stage')} -> {run_dir}")
     current = None
     try:
         for i, stage in enumerate(stages, 1):
@@ -126,8 +182,11 @@ def _run_stages(run: ReportRun, stages, params, say, **stage_options) -> ReportR
             run.stages[current].verdict = RUNNING
             with shielded():
                 write_run_files(run, blog=False)
-            outcome = run_stage(stage, run_dir, params.for_stage(stage), outcome=run.stages[current],
-                                **stage_options)
+            if not runs_here(place, params.declared[stage.id]):
+                outcome = _skip_on_this_node(run, current, stage, place)
+            else:
+                outcome = run_stage(stage, run_dir, params.for_stage(stage), outcome=run.stages[current],
+                                    job_dir=run.root_dir, **stage_options)
             if outcome.interrupted:
                 outcome.verdict = INTERRUPTED
                 if outcome.summary == FAILED_SUMMARY:
@@ -167,12 +226,12 @@ def _run_stages(run: ReportRun, stages, params, say, **stage_options) -> ReportR
 
 def write_run_files(run: ReportRun, blog: bool = True) -> None:
     """``index.html`` and ``run.json`` from the run's state now; with ``blog``, also the
-    drafts, their figures and ``report.html`` (unchanged when a stage starts). Every
-    recorded result is read once and shared by every file."""
+    drafts, their figures and ``report.html`` (unchanged when a stage starts; node 0's
+    only). Every recorded result is read once and shared by every file."""
     views = load_views(run)
     write_index(run, views)
     atomic_write_json(run.run_dir / "run.json", scrub_obj(run.to_dict()))
-    if blog:
+    if blog and run.node_rank == 0:  # node 0 owns the drafts and report.html
         write_blog_drafts(run, views)
         write_bundle(run, views)
 
@@ -280,7 +339,9 @@ def clean_runs(output_root: Path, say: Optional[Callable[[str], None]] = None) -
     cleaned = []
     if not Path(output_root).is_dir():
         return cleaned
-    for run_json in sorted(Path(output_root).glob("*/run.json")):
+    # a node > 0 of a multi-node run keeps its own run.json in <run>/nodes/node<K>/
+    found = [*Path(output_root).glob("*/run.json"), *Path(output_root).glob(f"*/{NODES_DIR}/node*/run.json")]
+    for run_json in sorted(found):
         try:
             data = json.loads(run_json.read_text(encoding="utf-8"))
         except (OSError, json.JSONDecodeError):

@@ -120,10 +120,12 @@ def _terminal_to_log(log_path: Path):
 
 def run_stage(stage: Stage, run_dir: Path, params: dict, *, cell_timeout_s: int,
               kernel_name: Optional[str], show_inputs: bool, progress_bar: bool,
-              outcome: Optional[StageOutcome] = None) -> StageOutcome:
+              outcome: Optional[StageOutcome] = None, job_dir: Optional[Path] = None) -> StageOutcome:
     """Execute one notebook and collect everything it left; the notebook's errors are a
     FAIL, never raised. ``outcome`` (the run's row) is filled in place, so that the caller
-    keeps the links to the stage's files even when a further stop signal ends this call."""
+    keeps the links to the stage's files even when a further stop signal ends this call.
+    ``job_dir``: the run folder the stage sees (its outputs go under it) when this node's
+    files go elsewhere (``run_dir``: ``<run>/nodes/node<K>``); default ``run_dir``."""
     import papermill
     from nbclient.exceptions import DeadKernelError
 
@@ -145,7 +147,8 @@ def run_stage(stage: Stage, run_dir: Path, params: dict, *, cell_timeout_s: int,
         # The kernel's output is the stage's log too (papermill logs every output): no model
         # loading bar redraws there. Not tqdm's TQDM_DISABLE: tqdm reads it once, when first
         # imported, so set in this process it could turn off the report's own bar for good.
-        with _stage_logging(log_out), run_folder_env(run_dir, HF_PROGRESS_BARS_OFF), _terminal_to_log(log_out), \
+        stage_env = run_folder_env(job_dir or run_dir, HF_PROGRESS_BARS_OFF, results=run_dir / RESULTS_DIR)
+        with _stage_logging(log_out), stage_env, _terminal_to_log(log_out), \
                 DescendantWatch() as memory:  # the kernel's and its workers' memory, for a dead kernel
             try:
                 papermill.execute_notebook(
@@ -168,17 +171,17 @@ def run_stage(stage: Stage, run_dir: Path, params: dict, *, cell_timeout_s: int,
     outcome.duration_s = round(time.monotonic() - started, 2)
     with shielded():  # a second Ctrl-C does not leave the stage's files half-made
         return _collect(stage, run_dir, outcome, error, nb_partial, nb_out, html_out, log_out,
-                        show_inputs)
+                        show_inputs, job_dir or run_dir)
 
 
 def _collect(stage: Stage, run_dir: Path, outcome: StageOutcome, error: Optional[str],
              nb_partial: Path, nb_out: Path, html_out: Path, log_out: Path,
-             show_inputs: bool) -> StageOutcome:
+             show_inputs: bool, job_dir: Path) -> StageOutcome:
     scrub_file(log_out)
     if scrub_file(nb_partial, nb_out):
         nb_partial.unlink()
         try:
-            notebook_to_html(nb_out, html_out, run_dir=run_dir, show_inputs=show_inputs, title=stage.id)
+            notebook_to_html(nb_out, html_out, run_dir=job_dir, show_inputs=show_inputs, title=stage.id)
             outcome.html = str(html_out.relative_to(run_dir))
         except Exception as exc:  # noqa: BLE001 — keep the stage row even if export fails
             error = (error + "; " if error else "") + f"HTML export failed: {_describe_error(exc)}"

@@ -366,9 +366,11 @@ def glance_svg(record: StageRecord[TrainResult], width: int = 220, height: int =
 
 
 def blog_facts(record: StageRecord[TrainResult]) -> dict:
-    """The model folder the training loaded and its processes on this node (one a card)."""
+    """The model folder the training loaded, its processes on each node (one a card) and its
+    nodes (hosts)."""
     plan = record.data.plan
-    return {"model_folder": plan.model_path, "cards": plan.nproc_per_node} if plan is not None else {}
+    return ({"model_folder": plan.model_path, "cards": plan.nproc_per_node, "hosts": plan.params.nnodes}
+            if plan is not None else {})
 
 
 def blog_notes(record: StageRecord[TrainResult]) -> list[str]:

@@ -18,6 +18,8 @@ from hyport_lib.results import RUN_DIR_ENV, StageRecord, TrainedWeights, load_re
 
 #: The tiny model is about 850 KB in float32: this gives two shards.
 TINY_SHARD_SIZE = "500KB"
+#: Why stage 05 checks nothing on a node > 0 of a multi-node training.
+ON_NODE_0 = "stage 05 runs on node 0 (the job's weights and checkpoints are there)"
 _NOT_THE_TINY_MODEL = ("stage 05 does not check the embedded model instead, which would read as the trained "
                        "weights' result: set weights_path to check a folder")
 
@@ -32,6 +34,9 @@ class Sources:
     checkpoint: Optional[str]
     note: str
     tiny: bool = False
+    #: Why nothing is checked on this host ("" : checked): stage 04's hand-over here is a
+    #: node > 0's, and the job's weights and checkpoints are node 0's.
+    skip: str = ""
 
 
 def _existing(path) -> Optional[str]:
@@ -71,11 +76,16 @@ def resolve_paths(weights_path: Optional[os.PathLike] = None, base_path: Optiona
                   results: Optional[os.PathLike] = None) -> Sources:
     """The tiny model's folders are named, not built. A path given wins; with
     ``weights_path`` given nothing else is guessed. ValueError: stage 04 (of this run, or as
-    recorded) trained no weights to check."""
+    recorded) trained no weights to check. A hand-over of a node > 0 checks nothing
+    (``skip`` says why): only node 0 holds the job's weights."""
     if weights_path:
         return Sources(str(weights_path), _str(base_path), _str(checkpoint_path), "as given")
     record_path, record = _stage04_record(results)
     handed = record.data if record is not None else None
+    if handed is not None and handed.node_rank > 0:
+        return Sources("", None, None, f"stage 04 of node {handed.node_rank} ({record_path})",
+                       skip=f"{ON_NODE_0}: stage 04's record here is node {handed.node_rank}'s of "
+                            f"{handed.nnodes} ({record_path})")
     if handed is not None and not handed.final_dir:
         raise ValueError(f"stage 04 trained no weights to check ({record_path}: {record.verdict}: "
                          f"{record.summary or 'no final weights'}); {_NOT_THE_TINY_MODEL}")

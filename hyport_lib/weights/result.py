@@ -53,6 +53,8 @@ class WeightsResult:
     reload_memory: Optional[MemoryPlan] = None
     parity_memory: Optional[MemoryPlan] = None
     wall_s: float = 0.0
+    #: Why nothing was checked ("": checked): a node > 0's stage 05 (:attr:`.defaults.Sources.skip`).
+    skipped: str = ""
     provenance: Provenance = field(default_factory=lambda: Provenance(device="cpu"))
     inspection: Optional[Inspection] = field(default=None, repr=False)
 

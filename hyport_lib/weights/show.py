@@ -250,6 +250,8 @@ def show_zero(result: WeightsResult) -> None:
 
 # --------------------------------------------------------------------------- the report
 def glance(record: StageRecord[WeightsResult]) -> list[tuple[str, str]]:
+    if record.data.skipped:
+        return [("checked", "nothing"), ("why", record.data.skipped)]
     head = record.headline
     out = [("checked", checked_label(record.data.source))]
     out += [(k, fmt_value(record.figure(k))) for k in ("shards", "tensors", "parameters")]

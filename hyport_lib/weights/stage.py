@@ -15,7 +15,7 @@ from typing import Callable, Optional
 from hyport_lib.checkpoint_files.findings import Finding
 from hyport_lib.memory.fit import DoesNotFit
 from hyport_lib.params import AUTO_ATTENTION, ParameterError
-from hyport_lib.results import INTERRUPTED, StageSummary
+from hyport_lib.results import INTERRUPTED, SKIP, StageSummary
 from hyport_lib.utils.typed_records import to_mapping
 from hyport_lib.weights.compare import compare_weights
 from hyport_lib.weights.defaults import Sources, build_tiny_sources, checked_label, resolve_paths
@@ -47,6 +47,8 @@ def plan(params: Params) -> WeightsPlan:
     ParameterError: a folder given that does not exist, or a check that needs a checkpoint where
     there is none; ValueError: stage 04 trained none to check, or (DoesNotFit) the RAM is short."""
     sources = resolve_paths(params.weights_path, params.base_path, params.checkpoint_path)
+    if sources.skip:  # a node > 0: the checks are node 0's, none is refused here
+        return WeightsPlan(params, sources)
     problems = []
     # base_path is checked where it is declared (it must exist); the other two may be
     # written by stage 04 of the same run, so they are checked here, when 05 runs.
@@ -91,6 +93,8 @@ def run(plan: WeightsPlan, *,
     """Each problem a finding (the tiny model's folders are built first when they stand
     in); ``on_progress`` is called while the scan and the comparisons read. Stopped: the
     KeyboardInterrupt carries the checks that finished on ``exc.partial``."""
+    if plan.sources.skip:
+        return WeightsResult(plan.sources.note, skipped=plan.sources.skip)
     build_tiny_sources(plan.sources)
     started = time.perf_counter()
     p, sources = plan.params, plan.sources
@@ -209,8 +213,11 @@ def _checkpoint(result: WeightsResult, path: Path, parity: bool, zero: bool, chi
     if ck.kind == "file":
         return
     result.zero, found = list_zero(ck.folder)
+    incomplete = [f for f in found if f.cls == "zero_incomplete"]
+    if zero and incomplete:  # DeepSpeed would fail on it, or consolidate what is there as if whole
+        incomplete[0].message += "; not consolidated: only a complete checkpoint is"
     result.findings += found
-    if zero and result.zero.present:
+    if zero and result.zero.present and not incomplete:
         adapter = ck.folder / ADAPTER_FILE
         if (ck.folder / "adapter_config.json").is_file() and adapter.is_file():
             # LoRA: the ZeRO states hold the adapter's weights; the final folder holds them
@@ -225,6 +232,8 @@ def _checkpoint(result: WeightsResult, path: Path, parity: bool, zero: bool, chi
 
 
 def summarize(result: WeightsResult) -> StageSummary:
+    if result.skipped:
+        return StageSummary(SKIP, result.skipped, {}, result.skipped)
     verdict, why = _verdict(result)
     n = result.counts
     line = f"{result.seed_line()}; {counted(n['error'], 'error')}, {counted(n['warning'], 'warning')}"

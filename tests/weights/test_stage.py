@@ -59,3 +59,58 @@ def test_the_plan_refuses_what_cannot_be_checked_in_one_line_each(tmp_path, tiny
     (trainer_checkpoint / "global_step2").mkdir()
     plan = stage.plan(Params(weights_path=str(trainer_checkpoint), **{**headers_only, "consolidate_zero": True}))
     assert (plan.sources.weights, plan.sources.checkpoint) == (str(trainer_checkpoint), None)
+
+
+def test_on_a_node_above_0_the_stage_is_skip_and_says_node_0_has_the_weights(tmp_path, monkeypatch):
+    """Stage 04's hand-over of node 1 of 2 (no final weights: node 0 holds them): SKIP, never
+    the refusal 'stage 04 trained no weights' nor the tiny model in their place."""
+    from hyport_lib.results import StageRecord, TrainedWeights, load_record, record, write_record
+    from hyport_lib.utils.typed_records import to_mapping
+
+    results = tmp_path / "results"
+    monkeypatch.setenv("HYPORT_RESULTS_DIR", str(results))
+    handed = TrainedWeights(final_dir=None, last_checkpoint=None, model_path="/models/x", nnodes=2, node_rank=1)
+    write_record(StageRecord("04_train", "PASS", "node 1 of 2 trained", data=to_mapping(handed)), directory=results)
+    plan = stage.plan(Params())  # logits_parity and consolidate_zero on: nothing to refuse here
+    assert plan.sources.skip and not plan.sources.tiny
+    result = stage.run(plan)
+    summary = stage.summarize(result)
+    assert summary.verdict == "SKIP"
+    assert summary.summary.startswith("stage 05 runs on node 0 (the job's weights and checkpoints are there): "
+                                      "stage 04's record here is node 1's of 2")
+    recorded = load_record(record(stage, result, directory=results), stage.RESULT)
+    assert recorded.verdict == "SKIP" and recorded.data.skipped == summary.summary
+    # node 0's hand-over is checked as before
+    write_record(StageRecord("04_train", "FAIL", "no weights", data=to_mapping(TrainedWeights(nnodes=2))),
+                 directory=results)
+    with pytest.raises(ValueError, match="stage 04 trained no weights"):
+        stage.plan(Params())
+
+
+def test_an_incomplete_checkpoint_is_said_in_one_line_and_never_consolidated(tmp_path, monkeypatch):
+    """DeepSpeed's states written for 2 ranks, rank 1's optimizer file missing (a rank that did
+    not finish saving, or a node's storage not shared): no zero_to_fp32 on it."""
+    import torch
+    from safetensors.torch import save_file
+
+    checkpoint = tmp_path / "checkpoint-2"
+    states = checkpoint / "global_step2"
+    states.mkdir(parents=True)
+    (checkpoint / "latest").write_text("global_step2")
+    torch.save({"dp_world_size": 2, "mp_world_size": 1, "global_steps": 2,
+                "ds_config": {"zero_optimization": {"stage": 2}}}, states / "mp_rank_00_model_states.pt")
+    (states / "bf16_zero_pp_rank_0_mp_rank_00_optim_states.pt").write_bytes(b"")
+    save_file({"w": torch.zeros(2)}, str(checkpoint / "model.safetensors"))
+
+    def never(*args, **kwargs):
+        raise AssertionError("consolidate() was called on an incomplete checkpoint")
+
+    monkeypatch.setattr(stage, "consolidate", never)
+    params = Params(weights_path=str(checkpoint), full_scan=False, reload=False, logits_parity=False,
+                    consolidate_zero=True)
+    result = stage.run(stage.plan(params))
+    incomplete = [f for f in result.findings if f.cls == "zero_incomplete"]
+    assert len(incomplete) == 1 and "\n" not in incomplete[0].message
+    assert "missing [1]" in incomplete[0].message
+    assert incomplete[0].message.endswith("; not consolidated: only a complete checkpoint is")
+    assert result.zero_compare is None and stage.summarize(result).verdict == "FAIL"

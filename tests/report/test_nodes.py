@@ -1,0 +1,95 @@
+"""A report on several hosts (hyport_lib/report/nodes.py), from records built by hand: the
+node parameters placed or refused, node 0's index listing each node's part and the run's
+hosts × cards, the drafts saying "2 hosts × 8 cards" (one host's wording unchanged), the
+reproduce command for every node."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from hyport_lib.report.blog import render_blog
+from hyport_lib.report.index import render_index
+from hyport_lib.report.nodes import NodePlace, RunShape, node_folder, node_place, read_node_runs, run_shape
+from tests.blog_drafts import make_run, train_data, unsourced, write_result
+
+
+def test_node_parameters_place_the_report_or_are_refused_in_one_line():
+    assert node_place({}, run_dir_given=False) == NodePlace(1, 0)
+    assert node_place({"nnodes": 2, "node_rank": 1}, run_dir_given=True) == NodePlace(2, 1)
+    with pytest.raises(ValueError, match=r"^nnodes=2: a report on several hosts needs --run-dir PATH"):
+        node_place({"nnodes": 2, "node_rank": 0}, run_dir_given=False)
+    with pytest.raises(ValueError, match=r"^node_rank=2: must be 0 \.\. nnodes-1 \(nnodes=2\)$"):
+        node_place({"nnodes": 2, "node_rank": 2}, run_dir_given=True)
+
+
+def test_the_shape_counts_hosts_from_a_stage_else_the_report():
+    assert run_shape({"hosts": 2, "cards": 8}, 1).line() == "2 hosts × 8 cards"
+    assert run_shape({"cards": 8}, 3).line() == "3 hosts × 8 cards"
+    assert run_shape({}, 2).line() == "2 hosts"
+    assert RunShape(1, 8).line() == "8 cards" and RunShape(1, 1).line() == "1 card"
+
+
+def _two_node_run(tmp_path, cards=8):
+    """Node 0's run with a stage-04 record of 2 hosts × ``cards`` processes, and node 1's
+    run.json in its own folder."""
+    run = make_run(tmp_path, {"04_train": "PASS"}, parameters={"device": "npu", "nnodes": 2, "node_rank": 0})
+    run.nnodes, run.host = 2, "host-a"
+    data = train_data()
+    data["plan"]["nproc_per_node"] = cards
+    data["plan"]["world_size"] = 2 * cards
+    data["plan"]["params"]["nnodes"] = 2
+    write_result(run, "04_train", "PASS", data)
+    node1 = node_folder(tmp_path, 1)
+    node1.mkdir(parents=True)
+    (node1 / "run.json").write_text(json.dumps({"host": "host-b", "status": "finished", "node_rank": 1,
+                                                "stages": [{"stage": "04_train", "verdict": "PASS"},
+                                                           {"stage": "05_weights", "verdict": "SKIP"}]}))
+    return run
+
+
+def test_node_0s_index_lists_each_node_and_the_hosts_times_cards(tmp_path):
+    run = _two_node_run(tmp_path)
+    index = render_index(run)
+    assert "<h2>Nodes: 2 hosts × 8 cards</h2>" in index
+    assert "<code>host-a</code>" in index and "<code>host-b</code>" in index
+    assert '<code>&lt;run&gt;/nodes/node1</code> <a href="nodes/node1/index.html">index</a>' in index
+    assert "PASS 1, SKIP 1" in index  # node 1's verdicts, from its own run.json
+    (node_folder(tmp_path, 1) / "run.json").unlink()  # node 1 not started (or elsewhere): said so
+    assert "no run.json yet" in render_index(run)
+    nodes = read_node_runs(tmp_path, 2)
+    assert [n.found for n in nodes] == [True, False] and nodes[0].host == "host-a"
+
+
+def test_the_drafts_say_hosts_times_cards_and_where_each_node_wrote(tmp_path):
+    run = _two_node_run(tmp_path)
+    en, zh = render_blog(run, "en"), render_blog(run, "zh")
+    assert en.splitlines()[0] == "# Porting notes: `tiny` on 2 hosts × 8 cards (`npu`, hyport run `20300101-000000-abcdef`)"
+    assert "2 台主机 × 8 张卡" in zh.splitlines()[0]
+    assert "on 2 hosts (node 0 on `host-a`, node 1 on `host-b`)" in en
+    assert "in its folder: `<run>/nodes/node1`." in en and "节点 1 在 `host-b`" in zh
+    assert 'hyport report --profile none -p device=npu -p nnodes=2 -p node_rank="$NODE_RANK" ' \
+           '--run-dir "$RUN_DIR"' in en
+    assert "-p node_rank=0" not in en
+    assert unsourced(en, tmp_path) == [] and unsourced(zh, tmp_path) == []
+
+
+def test_one_host_keeps_its_wording(tmp_path):
+    run = make_run(tmp_path, {"04_train": "PASS"}, parameters={"device": "npu"})
+    write_result(run, "04_train", "PASS", train_data())
+    en = render_blog(run, "en")
+    assert en.splitlines()[0].startswith("# Porting notes: `tiny` on 2 `npu` card(s)")
+    assert "on the host `testhost`" in en and "hosts" not in en and "NODE_RANK" not in en
+    assert 'id="nodes"' not in render_index(run)
+
+
+def test_a_stage_left_to_node_0_shows_its_summary_on_the_node_card(tmp_path):
+    run = make_run(tmp_path / "nodes" / "node1", {"01_environment": "SKIP"}, parameters={})
+    run.nnodes, run.node_rank = 2, 1
+    run.stages[0].summary = "runs on node 0: node 1 of 2 runs only the stages that take node_rank"
+    write_result(run, "01_environment", "SKIP", {}, summary=run.stages[0].summary)
+    index = render_index(run)
+    assert "<p>runs on node 0: node 1 of 2" in index  # not the stage's own card of an empty record
+    assert "Node 1 of 2 (2 hosts)" in index and 'href="../../index.html"' in index
+    assert run.root_dir == tmp_path
