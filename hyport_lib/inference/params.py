@@ -40,7 +40,8 @@ class Params(StageParams):
     allow_busy_cards: bool = param(False, "also run on cards another process holds (nothing is ever killed)")
     trust_remote_code: bool = trust_remote_code_param()
     allow_download: bool = param(False, "a model_path that is no folder may be a hub id to download")
-    log_dir: Optional[str] = param(None, "folder for card<N>.log / card<N>.json; None: a fresh folder beside the results",
+    log_dir: Optional[str] = param(None, "folder for card<N>.log / card<N>.json; None: a fresh folder beside the "
+                                   "results (nnodes > 1: required, the folder on shared storage where the hosts meet)",
                                    path="dir", output=True)
     # Several hosts, each running its own cards (no launcher between them): they meet in log_dir.
     nnodes: int = param(1, "hosts in the job: each runs its own cards, node 0 merges their tables into one grid "

@@ -138,14 +138,18 @@ def card_log_picker(result: GridResult, lines: int = 40):
     """A Dropdown of cards above the chosen card's log tail."""
     import ipywidgets as widgets
 
-    options = [(f"card {int(c)} ({s})", int(c)) for c, s in zip(result.frame["card"], result.frame["status"])]
+    frame = result.frame
+    options = [(f"{f'{h} (node {int(n)}) ' if given(n) else ''}card {int(c)} ({s})",
+                (int(n), int(c)) if given(n) else int(c))  # a card number on one host
+               for h, n, c, s in zip(frame["host"], frame["node"], frame["card"], frame["status"])]
     picker = widgets.Dropdown(options=options, description="Card")
     out = widgets.Output()
 
-    def render(card: int) -> None:
+    def render(choice) -> None:
+        node, card = choice if isinstance(choice, tuple) else (None, choice)
         # Set the outputs directly: works in a kernel and without one (tests).
         out.outputs = ()
-        out.append_stdout((result.log_tail(card, lines) or "(empty log)") + "\n")
+        out.append_stdout((result.log_tail(card, lines, node=node) or "(empty log)") + "\n")
 
     picker.observe(lambda change: render(change["new"]), names="value")
     if options:
