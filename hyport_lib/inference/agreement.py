@@ -16,6 +16,10 @@ import pandas as pd
 from hyport_lib.utils.wording import counted
 
 
+#: The note of a node node 0 stopped waiting for: the job was interrupted, not failed.
+NOT_WAITED_FOR = "not reported when node 0 was stopped"
+
+
 @dataclass
 class NodeEntry:
     """One node of a multi-host job as node 0 saw it."""

@@ -21,11 +21,12 @@ import json
 import secrets
 import socket
 import time
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional
 
-from hyport_lib.inference.agreement import NodeEntry, host_agreement
+from hyport_lib.inference.agreement import NOT_WAITED_FOR, NodeEntry, host_agreement
 from hyport_lib.inference.grid import GridProgress, GridResult, InferencePlan, run_grid
 from hyport_lib.models.generation_config import InferenceConfig
 from hyport_lib.utils.bounded_files import read_text
@@ -84,7 +85,13 @@ def run_node(plan: InferencePlan, *, on_progress: Progress = None, host: Optiona
         folder.mkdir(parents=True, exist_ok=True)
         atomic_write_text(token_path(folder), token)
         try:
-            grid = _own_cards(own_plan, rank, host, on_progress)
+            try:
+                grid = _own_cards(own_plan, rank, host, on_progress)
+            except KeyboardInterrupt as exc:  # stopped: the job's record says whom it did not wait for
+                if getattr(exc, "partial", None) is not None:
+                    exc.partial = merge(exc.partial, {0: NodeTable(0, host, token, exc.partial)},
+                                        int(params.nnodes), folder, token, wait_s, stopped=True)
+                raise
             _write_table(folder, NodeTable(rank, host, token, grid))
             return _merge_when_reported(grid, folder, token, int(params.nnodes), wait_s, on_progress,
                                         poll_interval_s)
@@ -148,7 +155,11 @@ def _waiting(on_progress: Progress, whom: str, grid: Optional[GridResult] = None
         return
     frame = grid.frame if grid is not None else GridResult([], False, [], Path(), 0.0).frame
     done = len(frame)
-    on_progress(GridProgress(frame, done, done, running=True, waiting=whom))
+    try:
+        on_progress(GridProgress(frame, done, done, running=True, waiting=whom))
+    except Exception as exc:  # a broken display must not end the wait (as in run_grid)
+        warnings.warn(f"stage 03: on_progress failed ({type(exc).__name__}: {exc}); the wait goes on",
+                      RuntimeWarning, stacklevel=2)
 
 
 def _write_table(folder: Path, table: NodeTable) -> Path:
@@ -227,7 +238,7 @@ def merge(own: GridResult, tables: dict[int, NodeTable], nnodes: int, folder: Pa
 
 def _missing_note(rank: int, wait_s: float, other: Optional[NodeTable], token: str, stopped: bool) -> str:
     if stopped:
-        return "not reported when node 0 was stopped"
+        return NOT_WAITED_FOR
     said = f"never reported within nodes_wait_s={wait_s:g}"
     if other is not None and other.node_rank == rank and other.token != token:
         return said + " (its table there belongs to another job: it saw another token of node 0's)"

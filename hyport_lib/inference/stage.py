@@ -11,6 +11,7 @@ from typing import Callable, Optional
 
 from hyport_lib.backend import get_backend
 from hyport_lib.devices.card_plan import plan_grid
+from hyport_lib.inference.agreement import NOT_WAITED_FOR
 from hyport_lib.inference.grid import GridProgress, GridResult, InferencePlan, given, ok_median, run_grid
 from hyport_lib.inference.hosts import run_node
 from hyport_lib.inference.memory_plan import plan_memory, sequence_note
@@ -138,11 +139,12 @@ def summarize(result: GridResult) -> StageSummary:
     node never reported or ran another plan; INTERRUPTED: stopped before every card
     finished. A node > 0 judges its own cards and says the job's verdict is node 0's."""
     counts = result.counts
-    if any(entry.note for entry in result.nodes):
+    not_waited_for = any(entry.note == NOT_WAITED_FOR for entry in result.nodes)
+    if counts["failed"] or counts["timeout"]:
         verdict = "FAIL"
-    elif counts["failed"] or counts["timeout"]:
+    elif any(entry.note and entry.note != NOT_WAITED_FOR for entry in result.nodes):
         verdict = "FAIL"
-    elif counts["interrupted"]:
+    elif counts["interrupted"] or not_waited_for:
         verdict = INTERRUPTED
     elif counts["ok"] == 0:
         verdict = "FAIL"
@@ -151,7 +153,7 @@ def summarize(result: GridResult) -> StageSummary:
     else:
         verdict = "PASS"
     line = result.consistency_line
-    if result.nnodes > 1 and not result.merged:
+    if result.node_rank > 0:
         line = (f"node {result.node_rank} of {result.nnodes} (host {result.host}) ran its own cards: {line} "
                 f"The job's record, its merged grid and verdict, is node 0's.")
     return StageSummary(verdict, line, _headline(result))

@@ -20,7 +20,7 @@ from hyport_lib.inference import hosts, stage
 from hyport_lib.inference.grid import COLUMNS, CardOutputs, GridResult
 from hyport_lib.inference.hosts import NodeTable, merge, read_table, table_path, token_path
 from hyport_lib.inference.params import Params
-from hyport_lib.inference.show import blog_values, compact_frame, glance
+from hyport_lib.inference.show import blog_values, card_log_picker, compact_frame, glance, log_tails_html
 from hyport_lib.models.generation_config import InferenceConfig
 from hyport_lib.params import ParameterError
 from hyport_lib.results import read_record, record
@@ -202,8 +202,6 @@ def test_a_node_that_never_reports_is_named_within_the_wait(tmp_path):
 
 
 def test_the_merged_grids_logs_are_picked_by_host(tmp_path):
-    from hyport_lib.inference.show import card_log_picker, log_tails_html
-
     grids = [_grid(host, ["h"]) for host in ("a", "b")]
     for rank, grid in enumerate(grids):
         log = tmp_path / f"node{rank}.log"
@@ -215,3 +213,14 @@ def test_the_merged_grids_logs_are_picked_by_host(tmp_path):
     picker = card_log_picker(merged)
     picker.children[0].value = (1, 0)
     assert "the log of node 1" in picker.children[1].outputs[-1]["text"]
+
+
+def test_node_0_stopped_while_waiting_keeps_its_cards_and_is_interrupted(tmp_path):
+    def stop(progress):
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt) as stopped:
+        hosts._merge_when_reported(_grid("a", ["h"]), tmp_path, TOKEN, 2, 60, stop, 0.05)
+    partial = stopped.value.partial
+    assert list(partial.frame["host"]) == ["a"] and stage.summarize(partial).verdict == "INTERRUPTED"
+    assert partial.nodes[1].note == "not reported when node 0 was stopped"
