@@ -27,6 +27,7 @@ import pandas as pd
 
 from hyport_lib.backend import Backend
 from hyport_lib.devices.card_plan import CardPlan, GridPlan
+from hyport_lib.inference.agreement import NodeEntry, hosts_by_cards, hosts_line
 from hyport_lib.inference.params import Params
 from hyport_lib.memory.record import MemoryPlan
 from hyport_lib.models.generation_config import InferenceConfig
@@ -48,8 +49,10 @@ FALLBACK_MARKER = "will fall back to run on the CPU"
 _FALLBACK_OP_RE = re.compile(r"operator '([^']+)'[^\n]*?" + re.escape(FALLBACK_MARKER))
 PREVIEW_CHARS = 60
 
+#: ``host`` and ``node`` are given where the job has several hosts (node 0's merged grid, a
+#: node's own cards); a one-host grid leaves them empty.
 COLUMNS = [
-    "card", "device", "status", "load_s", "cold_s", "first_token_s", "tokens_per_s",
+    "host", "node", "card", "device", "status", "load_s", "cold_s", "first_token_s", "tokens_per_s",
     "decode_tokens_per_s",
     "new_tokens",
     "peak_memory_mb", "memory_source", "single_output", "batch_outputs", "output_hash",
@@ -70,6 +73,7 @@ class GridProgress:
     elapsed_s: dict = field(default_factory=dict)  # card -> seconds since its worker started
     running: bool = True
     stopped: bool = False
+    waiting: str = ""  # a multi-host job: whom this node waits for ("node 1", "node 0's token")
 
 
 @dataclass
@@ -102,6 +106,23 @@ class GridResult:
     memory: Optional[MemoryPlan] = None
     outputs: dict[str, CardOutputs] = field(default_factory=dict)
     diagnoses: dict[str, Triage] = field(default_factory=dict)
+    #: the job's hosts (1: this host alone) and this node's place in it
+    nnodes: int = 1
+    node_rank: int = 0
+    host: str = ""
+    #: node 0's merged grid only: every node of the job, each reported or not
+    nodes: list[NodeEntry] = field(default_factory=list)
+    nodes_wait_s: float = 0.0
+
+    @property
+    def merged(self) -> bool:
+        """Node 0's grid of every host's cards (its verdict is the job's)."""
+        return bool(self.nodes)
+
+    @property
+    def hosts_cards(self) -> str:
+        """``2 hosts × 8 cards`` of a merged grid; empty otherwise."""
+        return hosts_by_cards(self.nodes) if self.nodes else ""
 
     @property
     def frame(self) -> pd.DataFrame:
@@ -114,6 +135,8 @@ class GridResult:
     @property
     def consistency_line(self) -> str:
         frame = self.frame
+        if self.merged:
+            return hosts_line(frame, self.nodes, sampling=float(self.config.temperature or 0.0) > 0)
         ok = frame[frame["status"] == "ok"]
         if ok.empty:
             # Say why: the first card's error is usually every card's (a bad argument).
@@ -136,10 +159,13 @@ class GridResult:
         parts = next((list(v) for v in ok["not_applicable"] if isinstance(v, list) and v), [])
         return said + (f" Not applicable to this model: {'; '.join(parts)}." if parts else "")
 
-    def log_tail(self, card: int, lines: int = 40) -> str:
-        row = self.frame.loc[self.frame["card"] == card]
+    def log_tail(self, card: int, lines: int = 40, node: Optional[int] = None) -> str:
+        """The log tail of ``card`` (of ``node``'s host in a merged grid: its first by default)."""
+        frame = self.frame
+        row = frame.loc[(frame["card"] == card) & ((frame["node"] == node) if node is not None else True)]
         if row.empty:
-            raise KeyError(f"card={card}: not in this grid (cards {list(self.frame['card'])})")
+            where = f" of node {node}" if node is not None else ""
+            raise KeyError(f"card={card}{where}: not in this grid (cards {list(frame['card'])})")
         path = row.iloc[0]["log_path"]
         return read_log_tail(path, lines) if given(path) else "(not launched: no log)"
 

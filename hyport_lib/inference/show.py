@@ -13,6 +13,7 @@ import pandas as pd
 from hyport_lib.display import MISSING, LiveDisplay, fit, styled, verdict_label
 from hyport_lib.devices.card_plan import GridPlan
 from hyport_lib.drafting.values import fmt_value
+from hyport_lib.inference.agreement import host_agreement
 from hyport_lib.inference.grid import COLUMNS, GridProgress, GridResult, consistency, figure, given, ok_median
 from hyport_lib.inference.stage import STAGE, summarize
 from hyport_lib.models.tiny import random_weights_reason
@@ -30,18 +31,24 @@ DISPLAY_COLUMNS.insert(DISPLAY_COLUMNS.index("output_hash") + 1, "same_output")
 
 def compact_frame(frame: pd.DataFrame) -> pd.DataFrame:
     """Short hashes, joined previews, first error lines, and ``same_output`` (does this card
-    agree with the majority of ok cards)."""
+    agree with the majority of ok cards, of every host where the grid has several); the
+    ``host`` and ``node`` columns only where the rows name them."""
     out = frame.copy()
-    _, differing, _ = consistency(frame)
-    out["same_output"] = [
-        ("yes" if card not in differing else "NO") if status == "ok" else ""
-        for card, status in zip(frame["card"], frame["status"])]
+    hosts = "host" in frame and any(given(h) for h in frame["host"])
+    if hosts:
+        differing = set(host_agreement(frame).differing)
+        keys = [(int(n), int(c)) for n, c in zip(frame["node"], frame["card"])]
+    else:
+        differing, keys = set(consistency(frame)[1]), [int(c) for c in frame["card"]]
+    out["same_output"] = [("yes" if key not in differing else "NO") if status == "ok" else ""
+                          for key, status in zip(keys, frame["status"])]
     out["batch_outputs"] = [" | ".join(v) if isinstance(v, list) else "" for v in out["batch_outputs"]]
     out["output_hash"] = [str(h)[:12] if given(h) else "" for h in out["output_hash"]]
     out["error"] = [str(e).splitlines()[0] if given(e) and e else "" for e in out["error"]]
     for col in ("single_output", "fallback_ops", "diagnosis"):
         out[col] = [v if given(v) else "" for v in out[col]]
-    return out[[c for c in DISPLAY_COLUMNS if c in out.columns]]
+    shown = [c for c in DISPLAY_COLUMNS if c in out.columns and (hosts or c not in ("host", "node"))]
+    return out[shown]
 
 
 def grid_styler(frame: pd.DataFrame):
@@ -68,16 +75,25 @@ def show_summary(result: GridResult) -> None:
 
     counts = ", ".join(f"{n} {s}" for s, n in result.counts.items() if n)
     verdict = summarize(result).verdict
-    lines = [f"{verdict_label(verdict)} {result.consistency_line}",
+    lines = [f"{verdict_label(verdict)} {summarize(result).summary}",
              f"Cards: {counts}. Wall time {result.wall_s:.1f} s (timeout {result.timeout_s:g} s per card). "
              f"Logs: `{result.log_dir}`. Figures: {result.provenance.label}."]
     if result.plan and result.plan.preflight_error:
         lines.append(f"{verdict_label('WARN')} Preflight: {result.plan.preflight_error}; "
                      "cards were not checked for other processes.")
     display(Markdown("\n\n".join(lines)))
+    if result.merged:
+        display(fit(styled(hosts_frame(result), colour=())))
     for card, diagnosis in result.diagnoses.items():
         display(Markdown(f"**Card {card}: what its logs say**"))
         show_triage(diagnosis)
+
+
+def hosts_frame(result: GridResult) -> pd.DataFrame:
+    """A merged grid's nodes: each one's host, cards, and why it counts against the job."""
+    return pd.DataFrame([{"node": e.node_rank, "host": e.host or MISSING, "reported": e.reported,
+                          "cards": e.cards, "ok": e.ok, "wall_s": e.wall_s, "note": e.note, "table": e.table}
+                         for e in result.nodes])
 
 
 def show_outputs(result: GridResult) -> None:
@@ -102,9 +118,12 @@ def show_outputs(result: GridResult) -> None:
 def log_tails_html(result: GridResult, lines: int = 20) -> str:
     """Static HTML: the report keeps it."""
     parts = []
-    for card, status in zip(result.frame["card"], result.frame["status"]):
-        tail = result.log_tail(int(card), lines)
-        parts.append(f"<h4>card {int(card)} — {html.escape(str(status))}</h4>"
+    frame = result.frame
+    for host, node, card, status in zip(frame["host"], frame["node"], frame["card"], frame["status"]):
+        on_host = given(host) and given(node)
+        tail = result.log_tail(int(card), lines, node=int(node) if on_host else None)
+        where = f"{html.escape(str(host))} (node {int(node)}) " if on_host else ""
+        parts.append(f"<h4>{where}card {int(card)} — {html.escape(str(status))}</h4>"
                      f"<pre style='max-height:20em;overflow:auto'>{html.escape(tail or '(empty log)')}</pre>")
     return "\n".join(parts)
 
@@ -119,14 +138,18 @@ def card_log_picker(result: GridResult, lines: int = 40):
     """A Dropdown of cards above the chosen card's log tail."""
     import ipywidgets as widgets
 
-    options = [(f"card {int(c)} ({s})", int(c)) for c, s in zip(result.frame["card"], result.frame["status"])]
+    frame = result.frame
+    options = [(f"{f'{h} (node {int(n)}) ' if given(n) else ''}card {int(c)} ({s})",
+                (int(n), int(c)) if given(n) else int(c))  # a card number on one host
+               for h, n, c, s in zip(frame["host"], frame["node"], frame["card"], frame["status"])]
     picker = widgets.Dropdown(options=options, description="Card")
     out = widgets.Output()
 
-    def render(card: int) -> None:
+    def render(choice) -> None:
+        node, card = choice if isinstance(choice, tuple) else (None, choice)
         # Set the outputs directly: works in a kernel and without one (tests).
         out.outputs = ()
-        out.append_stdout((result.log_tail(card, lines) or "(empty log)") + "\n")
+        out.append_stdout((result.log_tail(card, lines, node=node) or "(empty log)") + "\n")
 
     picker.observe(lambda change: render(change["new"]), names="value")
     if options:
@@ -184,6 +207,8 @@ def grid_progress_line(progress: GridProgress) -> str:
     if progress.elapsed_s:
         text += "; running: " + ", ".join(f"card {card} ({seconds:.0f} s)"
                                           for card, seconds in sorted(progress.elapsed_s.items()))
+    if progress.waiting:
+        text += f"; waiting for {progress.waiting}"
     if progress.stopped:
         return text + " (interrupted: the cards that finished are kept)"
     return text + ("" if progress.running else " (finished)")
@@ -196,7 +221,10 @@ GLANCE_ANSWER_CHARS = 90
 
 def glance(record: StageRecord[GridResult]) -> list[tuple[str, str]]:
     grid, consistent = record.data, record.figure("consistent")
-    rows = [("cards ok", fmt_value(record.figure("cards ok"))),
+    rows = [("hosts × cards", grid.hosts_cards)] if grid.merged else \
+        [("node", f"{grid.node_rank} of {grid.nnodes}: its own cards (the job's record is node 0's)")] \
+        if grid.nnodes > 1 else []
+    rows += [("cards ok", fmt_value(record.figure("cards ok"))),
             ("consistent", fmt_value(consistent) if consistent is not None else "—"),
             ("warm tokens/s (median)", fmt_value(record.figure("tokens/s incl. prefill (median)"))),
             ("cold first call s (median)", fmt_value(record.figure("cold first call s (median)")))]
@@ -209,7 +237,7 @@ def glance(record: StageRecord[GridResult]) -> list[tuple[str, str]]:
     if sample is not None:
         card, text = sample
         why = random_weights_reason(grid.config.model_path)
-        rows.append((f"card {card} answered", "random weights: only shows the cards agree" if why
+        rows.append((f"{card if grid.merged else f'card {card}'} answered", "random weights: only shows the cards agree" if why
                      else shortened(text, GLANCE_ANSWER_CHARS)))
     if grid.diagnoses:
         card, first = next(iter(grid.diagnoses.items()))
@@ -228,9 +256,25 @@ def blog_values(record: StageRecord[GridResult]) -> dict:
     """``warm``: warm-up calls made and the cold one recorded apart (older records and
     ``warmup_runs=0`` timed the first call)."""
     grid = record.data
+    # several hosts: their count and each one's cards (where every host ran as many)
+    cards = {entry.cards for entry in grid.nodes if entry.reported}
     return {"warm": grid.config.warmup_runs > 0 and bool(grid.frame["cold_s"].notna().any()),
-            "sample": grid.sample_answer(),
+            "hosts": len(grid.nodes) if grid.merged else None,
+            "cards_per_host": cards.pop() if len(cards) == 1 else None,
+            "missing": [entry for entry in grid.nodes if entry.note],
+            **_sample(grid),
             "random_why": random_weights_reason(grid.config.model_path)}
+
+
+def _sample(grid: GridResult) -> dict:
+    """The answer the draft quotes: ``(card, text)``, and where several hosts ran, its host."""
+    sample = grid.sample_answer()
+    if sample is None or not grid.merged:
+        return {"sample": sample, "sample_host": None}
+    key, text = sample  # "node 1 card 0", as the merge keys the outputs
+    node, card = (int(word) for word in str(key).split()[1::2])
+    host = next((entry.host for entry in grid.nodes if entry.node_rank == node), "")
+    return {"sample": (card, text), "sample_host": f"{host} (node {node})"}
 
 
 # --------------------------------------------------------------------------- compare
@@ -241,7 +285,7 @@ def compare(runs: list[RunRecord]) -> StageComparison:
     ids = list(per_run)
     columns = ["card", *[f"{i} {what}" for i in ids for what in ("status", "agrees", "tokens/s")], "same output"]
     rows = []
-    for card in sorted({c for cards in per_run.values() for c in cards}):
+    for card in sorted({c for cards in per_run.values() for c in cards}, key=lambda c: (isinstance(c, str), str(c))):
         row = {"card": card}
         for i in ids:
             seen = per_run[i].get(card, _Card(MISSING, None, None, None))
@@ -268,10 +312,19 @@ class _Card(NamedTuple):
     hash: Optional[str]
 
 
-def _cards(frame: pd.DataFrame) -> dict[int, _Card]:
-    """One run's cards, as the grid itself judges agreement (the most common hash)."""
+def _cards(frame: pd.DataFrame) -> dict[Any, _Card]:
+    """One run's cards, as the grid itself judges agreement (the most common hash); a
+    merged grid's by node (``node 1 card 0``), judged across its hosts."""
     frame = frame[frame["card"].notna()]
-    _, differing, reference = consistency(frame)
-    return {int(row.card): _Card(row.status, int(row.card) not in differing if row.status == "ok" and reference
-                                 else None, figure(row.tokens_per_s), row.output_hash if given(row.output_hash) else None)
-            for row in frame.itertuples()}
+    if any(given(n) for n in frame["node"]):
+        agreement = host_agreement(frame)
+        reference, differing = agreement.reference, set(agreement.differing)
+        keys = [(int(n), int(c)) for n, c in zip(frame["node"], frame["card"])]
+        names = [f"node {n} card {c}" for n, c in keys]
+    else:
+        _, cards, reference = consistency(frame)
+        differing, keys = set(cards), [int(c) for c in frame["card"]]
+        names = keys
+    return {name: _Card(row.status, key not in differing if row.status == "ok" and reference else None,
+                        figure(row.tokens_per_s), row.output_hash if given(row.output_hash) else None)
+            for name, key, row in zip(names, keys, frame.itertuples())}

@@ -1,4 +1,6 @@
-"""Stage 03: inference on every card; the plan checks everything and writes nothing."""
+"""Stage 03: inference on every card, of one host or of several (``nnodes``: each host runs
+its own cards, node 0 merges them, :mod:`.hosts`); the plan checks everything and writes
+nothing."""
 
 from __future__ import annotations
 
@@ -9,7 +11,9 @@ from typing import Callable, Optional
 
 from hyport_lib.backend import get_backend
 from hyport_lib.devices.card_plan import plan_grid
+from hyport_lib.inference.agreement import NOT_WAITED_FOR
 from hyport_lib.inference.grid import GridProgress, GridResult, InferencePlan, given, ok_median, run_grid
+from hyport_lib.inference.hosts import run_node
 from hyport_lib.inference.memory_plan import plan_memory, sequence_note
 from hyport_lib.inference.params import Params
 from hyport_lib.memory.shape import model_shape
@@ -124,17 +128,23 @@ def _check_log_dir(log_dir: Path, *, named: bool) -> None:
 
 
 def run(plan: InferencePlan, *, on_progress: Optional[Callable[[GridProgress], None]] = None) -> GridResult:
+    if plan.params.nnodes > 1:
+        return run_node(plan, on_progress=on_progress)
     return run_grid(plan, on_progress=on_progress)
 
 
 def summarize(result: GridResult) -> StageSummary:
     """PASS: every launched card ok and all agree; WARN: ok but busy cards skipped or
-    outputs differ; FAIL: a card failed or timed out, or none ran; INTERRUPTED: stopped
-    before every card finished."""
+    outputs differ; FAIL: a card failed or timed out, or none ran, or (several hosts) a
+    node never reported or ran another plan; INTERRUPTED: stopped before every card
+    finished. A node > 0 judges its own cards and says the job's verdict is node 0's."""
     counts = result.counts
+    not_waited_for = any(entry.note == NOT_WAITED_FOR for entry in result.nodes)
     if counts["failed"] or counts["timeout"]:
         verdict = "FAIL"
-    elif counts["interrupted"]:
+    elif any(entry.note and entry.note != NOT_WAITED_FOR for entry in result.nodes):
+        verdict = "FAIL"
+    elif counts["interrupted"] or not_waited_for:
         verdict = INTERRUPTED
     elif counts["ok"] == 0:
         verdict = "FAIL"
@@ -142,7 +152,11 @@ def summarize(result: GridResult) -> StageSummary:
         verdict = "WARN"
     else:
         verdict = "PASS"
-    return StageSummary(verdict, result.consistency_line, _headline(result))
+    line = result.consistency_line
+    if result.node_rank > 0:
+        line = (f"node {result.node_rank} of {result.nnodes} (host {result.host}) ran its own cards: {line} "
+                f"The job's record, its merged grid and verdict, is node 0's.")
+    return StageSummary(verdict, line, _headline(result))
 
 
 def _headline(result: GridResult) -> dict:
@@ -153,7 +167,10 @@ def _headline(result: GridResult) -> dict:
         value = ok_median(result.frame, col)
         return None if value is None else round(value, 3)
 
+    hosts = {"hosts": result.hosts_cards} if result.merged else \
+        {"node": f"{result.node_rank} of {result.nnodes}"} if result.nnodes > 1 else {}
     return {
+        **hosts,
         "cards ok": f"{len(ok)}/{launched}",
         "skipped busy": result.counts["skipped-busy"],
         "consistent": bool(result.consistent),
