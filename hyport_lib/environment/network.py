@@ -109,9 +109,12 @@ def parse_socket_ifname(text: str) -> IfnameRule:
     exact = rest.startswith("=")
     rest = rest[1:] if exact else rest
     names = tuple(p.strip() for p in rest.split(","))
+    syntax = "(syntax: eth,enp | =eth0,enp0 | ^eth | ^=eth0)"
     if not rest or any(not n for n in names):
-        raise ValueError(f"HCCL_SOCKET_IFNAME={text!r} has an empty interface name (syntax: eth,enp | "
-                         "=eth0,enp0 | ^eth | ^=eth0)")
+        raise ValueError(f"HCCL_SOCKET_IFNAME={text!r} has an empty interface name {syntax}")
+    odd = next((n for n in names if n[0] in "=^" or any(c.isspace() for c in n)), None)
+    if odd is not None:
+        raise ValueError(f"HCCL_SOCKET_IFNAME={text!r}: {odd!r} is no interface name {syntax}")
     return IfnameRule(text, exclude, exact, names)
 
 
