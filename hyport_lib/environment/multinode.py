@@ -257,3 +257,35 @@ def _peers(hostfile_peers: list[Peer], table, environ: Mapping[str, str], master
         unique.setdefault(peer.name, peer)
     return list(unique.values())
 
+
+
+def node_rows(nodes: Optional[NodeFacts]) -> list[tuple[str, str]]:
+    """The report's ``Nodes`` section as (fact, value) rows."""
+    if nodes is None:
+        return [("nodes", "not collected")]
+
+    def said(key: str) -> str:
+        return f" ({nodes.sources[key]})" if key in nodes.sources else ""
+
+    rows = [("host name", nodes.host_name or "unknown"),
+            ("nodes", f"{nodes.nnodes}{said('nnodes')}" if nodes.nnodes else "one host (no node setting)")]
+    if nodes.node_rank is not None:
+        rows.append(("node rank", f"{nodes.node_rank}{said('node_rank')}"))
+    if nodes.master_addr:
+        rows.append(("master", f"{nodes.master_addr}:{nodes.master_port} ({nodes.sources.get('master_addr')}, "
+                               f"{nodes.sources.get('master_port')})"))
+    if nodes.hostfile:
+        rows.append(("hostfile", nodes.hostfile))
+    table = nodes.rank_table
+    if table is not None:
+        rows.append(("rank table", table.error or f"{table.path}: version {table.version}, {table.servers} servers, "
+                                                  f"{table.ranks} ranks, this host {table.this_server or 'not named'}"))
+    for peer in nodes.peers:
+        rows.append((f"peer {peer.name}", f"{', '.join(peer.addresses) or peer.error} ({peer.source})"))
+    for link in nodes.roce_links:
+        rows.append((f"RoCE card {link.card}", link.error or f"link {link.link}, {link.ip or 'no IP'}"
+                                                             + (f"/{link.netmask}" if link.netmask else "")))
+    for interface in nodes.interfaces:
+        state = "" if interface.up is None else (" up" if interface.up else " down")
+        rows.append((f"interface {interface.name}", f"{', '.join(interface.addresses) or 'no address'}{state}"))
+    return rows

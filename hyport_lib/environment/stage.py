@@ -19,7 +19,7 @@ from hyport_lib.environment.container import ContainerFindings, ascend_signs, ch
 from hyport_lib.environment.facts import (CannFacts, collect_build, collect_cann, collect_env_vars,
                                           collect_system, normalise_cann, read_driver_versions)
 from hyport_lib.environment.memory import MemoryFacts, check_card_memory, host_need_reason, memory_facts
-from hyport_lib.environment.multinode import NodeFacts, collect_node_facts
+from hyport_lib.environment.multinode import NodeFacts, collect_node_facts, node_rows
 from hyport_lib.environment.params import Params
 from hyport_lib.environment.tree import is_machine_root
 from hyport_lib.models.loading import torchvision_problem, wants_video_processor
@@ -276,6 +276,7 @@ def report_text(report: EnvironmentReport) -> str:
     for key in ("version", "info_file", "set_env", "nnal_set_env", "home_path", "driver_version"):
         add(key, getattr(c, key))
     lines += ["", "Container and driver"] + [f"- {k}: {v}" for k, v in container_facts(report.container)]
+    lines += ["", "Nodes"] + [f"- {k}: {v}" for k, v in node_rows(report.nodes)]
     lines += ["", f"Devices (source: {report.device_source or '?'})"]
     if report.device_error:
         add("note", report.device_error)

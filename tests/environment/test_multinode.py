@@ -146,3 +146,32 @@ def test_node_parameters_take_the_place_of_the_environment(monkeypatch, two_inte
     assert checks["node_settings"].verdict == "PASS" and "2 nodes (hostfile / rank table)" in checks["node_settings"].reason
     assert checks["peers_resolve"].verdict == "FAIL"
     assert "no-such-peer.invalid (hostfile line 2)" in checks["peers_resolve"].reason
+
+
+def test_the_nodes_reach_the_page_the_index_card_and_both_drafts(tmp_path):
+    from blog_drafts import stage_draft
+
+    from hyport_lib.environment.show import blog_facts, glance, nodes_frame
+    from hyport_lib.environment.rank_table import RankTableFacts
+    from hyport_lib.results import read_record
+
+    nodes = M.NodeFacts(host_name="node-b", nnodes=2, node_rank=1, master_addr="10.0.0.1", master_port=29500,
+                        sources={"nnodes": "NNODES", "node_rank": "NODE_RANK", "master_addr": "MASTER_ADDR",
+                                 "master_port": "torchrun's default"},
+                        rank_table=RankTableFacts("/job/hccl.json", "1.0", 2, 16, "10.0.0.2", list(range(8, 16))))
+    report = stage.EnvironmentReport(system={}, versions={}, cann=stage.CannFacts(), devices=[], env_vars={},
+                                     checks=[], nodes=nodes, device="cpu", num_cards=2)
+    data = to_mapping(report)
+    frame = nodes_frame(report)
+    assert dict(zip(frame["fact"], frame["value"]))["master"] == "10.0.0.1:29500 (MASTER_ADDR, torchrun's default)"
+    assert "this host 10.0.0.2" in dict(zip(frame["fact"], frame["value"]))["rank table"]
+    assert "- node rank: 1 (NODE_RANK)" in stage.report_text(report)
+    record = read_record({"stage": stage.STAGE, "verdict": "PASS", "data": data}, stage.EnvironmentReport)
+    assert ("nodes", "2 nodes, this one node 1; master 10.0.0.1:29500") in glance(record)
+    assert blog_facts(record)["nodes"] == "2 nodes, this one node 1; master 10.0.0.1:29500"
+    assert "| Hosts of the job | 2 nodes, this one node 1; master 10.0.0.1:29500 |" in stage_draft(tmp_path, stage.STAGE, data)
+    assert "| 作业的主机 |" in stage_draft(tmp_path, stage.STAGE, data, "zh")
+    one_host = read_record({"stage": stage.STAGE, "verdict": "PASS", "data": to_mapping(
+        stage.EnvironmentReport(system={}, versions={}, cann=stage.CannFacts(), devices=[], env_vars={}, checks=[],
+                                nodes=M.NodeFacts(host_name="h")))}, stage.EnvironmentReport)
+    assert blog_facts(one_host)["nodes"] is None and all(k != "nodes" for k, _ in glance(one_host))
