@@ -40,5 +40,5 @@ class Params(StageParams):
         None, "the rendezvous port; None: from MASTER_PORT / PET_MASTER_PORT, else torchrun's 29500",
         min=0, max=65535)
     hostfile: Optional[str] = param(
-        None, "a DeepSpeed hostfile (HOST slots=N a line) naming the job's hosts: each must resolve",
+        None, "a DeepSpeed hostfile naming the job's hosts, one host and its slots a line: each must resolve",
         path="file", must_exist=True)
