@@ -320,8 +320,10 @@ def check_hccl_env(kind: str, environ: Mapping[str, str]) -> Check:
     if problems:
         return Check(name, "WARN", "; ".join(problems))
     shown = {k: environ[k] for k in ("HCCL_CONNECT_TIMEOUT", "HCCL_EXEC_TIMEOUT") if k in environ}
-    if not shown and kind != "npu":
-        return Check(name, "SKIP", "no HCCL variables set")
+    if not shown and base is None and kind != "npu":
+        return Check(name, "SKIP", "no HCCL timeout or port variable set (HCCL_CONNECT_TIMEOUT, "
+                                   "HCCL_EXEC_TIMEOUT, HCCL_IF_BASE_PORT); the interface and address "
+                                   "variables are judged by hccl_socket_ifname and hccl_if_ip")
     connect = shown.get("HCCL_CONNECT_TIMEOUT", "120 (default)")
     execute = shown.get("HCCL_EXEC_TIMEOUT", "1836 (default on CANN 8.x)")
     return Check(name, "PASS", f"HCCL_CONNECT_TIMEOUT={connect} s, HCCL_EXEC_TIMEOUT={execute} s")

@@ -33,12 +33,17 @@ CGROUP_WORDS = ("docker", "kubepods", "containerd", "lxc", "libpod")
 DRIVER_VERSION_FILE = "usr/local/Ascend/driver/version.info"
 FIRMWARE_VERSION_FILE = "usr/local/Ascend/firmware/version.info"
 
-#: Variables collected by prefix, and by name (docs/ascend_field_notes.md).
+#: Variables collected by prefix, and by name (docs/ascend_field_notes.md); for a job of
+#: several hosts torchrun's ``PET_*``, ModelArts' ``MA_*`` / ``VC_*`` (MA_NUM_HOSTS,
+#: VC_TASK_INDEX, VC_WORKER_HOSTS ...), LLaMA-Factory's NNODES / NODE_RANK / RDZV_ID and
+#: Ascend's rank table. A secret-named one is dropped (utils/redact.py).
 ENV_PREFIXES = ("ASCEND_", "HCCL_", "PYTORCH_NPU_", "TORCH_", "NPU_", "CUDA_", "NCCL_", "DS_",
-                "MASTER_")
+                "MASTER_", "PET_", "MA_", "VC_")
 ENV_NAMES = ("TASK_QUEUE_ENABLE", "CPU_AFFINITY_CONF", "PYTORCH_CUDA_ALLOC_CONF", "WORLD_SIZE",
              "RANK", "LOCAL_RANK", "OMP_NUM_THREADS", "LD_LIBRARY_PATH", "HF_ENDPOINT",
-             "HF_HOME", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
+             "HF_HOME", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "NNODES", "NODE_RANK",
+             "NPROC_PER_NODE", "RDZV_ID", "RDZV_BACKEND", "RDZV_ENDPOINT", "GROUP_RANK",
+             "LOCAL_WORLD_SIZE", "RANK_TABLE_FILE", "RANK_SIZE", "RANK_ID")
 
 DEFAULT_ASCEND_ROOT = Path("/usr/local/Ascend")
 #: The head of /proc/cpuinfo read for the model name: it is in the first processor's block,

@@ -13,6 +13,7 @@ import pandas as pd
 from hyport_lib.display import (MISSING, VERDICT_COLOURS, fit, styled,
                                 verdict_label)
 from hyport_lib.drafting.values import fmt_value
+from hyport_lib.environment.multinode import node_rows
 from hyport_lib.environment.stage import EnvironmentReport, container_facts, summarize
 from hyport_lib.results import VERDICTS, StageRecord
 from hyport_lib.utils.typed_records import to_mapping
@@ -80,6 +81,11 @@ def system_frame(report: EnvironmentReport):
                          for k, v in report.system.items()], columns=["fact", "value"])
 
 
+def nodes_frame(report: EnvironmentReport):
+    """This host's place in a job of several hosts: settings, rank table, peers, links, interfaces."""
+    return pd.DataFrame([{"fact": k, "value": v} for k, v in node_rows(report.nodes)], columns=["fact", "value"])
+
+
 def container_frame(report: EnvironmentReport):
     return pd.DataFrame([{"fact": k, "value": v} for k, v in container_facts(report.container)],
                         columns=["fact", "value"])
@@ -137,6 +143,9 @@ def show_environment(report: EnvironmentReport, *, system: bool = True) -> None:
     display(fit(versions_frame(report)))
     display(Markdown(f"**Container and driver** (read under `{report.container.root if report.container else '/'}`)"))
     display(fit(container_frame(report)))
+    if report.nodes is not None:
+        display(Markdown(f"**Nodes** ({report.nodes.line or 'one host: no node setting'})"))
+        display(fit(nodes_frame(report)))
     display(Markdown("**Environment variables** (names that look secret are never shown)"))
     display(fit(env_vars_frame(report)))
     if system:
@@ -189,16 +198,21 @@ def glance(record: StageRecord[EnvironmentReport]) -> list[tuple[str, str]]:
         rows.append(("memory", memory.line))
         if memory.model is not None:
             rows.append((memory.model.model, memory.model.card_line or memory.model.host_line))
+    nodes = record.data.nodes
+    if nodes is not None and nodes.line:
+        rows.append(("nodes", nodes.line))
     return rows + [("to look at", ", ".join(failing) or "nothing")]
 
 
 def blog_facts(record: StageRecord[EnvironmentReport]) -> dict:
     """The backend the run used and the cards the next stages use, for the draft's title
     (none where the record does not say: a record without them must not claim the
-    reader's defaults for the run); the memory the stages plan with and the model's fit in
+    reader's defaults for the run); the job's hosts where stage 01 found several; the memory the stages plan with and the model's fit in
     it, where 01 planned one, as the index card says them (issue 41: the draft carries them)."""
     memory = record.data.memory
     planned = memory.model if memory is not None else None
+    nodes = record.data.nodes
     return {"device": record.data.device or None, "cards": record.data.num_cards or None,
+            "nodes": nodes.line or None if nodes is not None else None,
             "memory_capacity": memory.line if memory is not None and memory.line else None,
             "model_memory": [(planned.model, line) for line in planned.lines()] if planned is not None else None}

@@ -19,6 +19,7 @@ from hyport_lib.environment.container import ContainerFindings, ascend_signs, ch
 from hyport_lib.environment.facts import (CannFacts, collect_build, collect_cann, collect_env_vars,
                                           collect_system, normalise_cann, read_driver_versions)
 from hyport_lib.environment.memory import MemoryFacts, check_card_memory, host_need_reason, memory_facts
+from hyport_lib.environment.multinode import NodeFacts, collect_node_facts, node_rows
 from hyport_lib.environment.params import Params
 from hyport_lib.environment.tree import is_machine_root
 from hyport_lib.models.loading import torchvision_problem, wants_video_processor
@@ -29,6 +30,8 @@ from hyport_lib.utils.typed_records import fields_of, to_mapping
 from hyport_lib.utils.wording import counted
 
 STAGE = "01_environment"
+#: Stage 01's parameters for a job of several hosts (None: from the environment).
+NODE_PARAMETERS = ("nnodes", "node_rank", "master_addr", "master_port")
 
 
 @dataclass
@@ -44,6 +47,7 @@ class EnvironmentReport:
     build: dict = field(default_factory=dict)  # torch build, install paths, accelerate config
     container: Optional[ContainerFindings] = None
     memory: Optional[MemoryFacts] = None  # each card's memory, the host's RAM, model_path's need per rank
+    nodes: Optional[NodeFacts] = None  # this host's place in a job of several hosts, its interfaces
     device: str = ""
     requested_device: str = "auto"
     num_cards: int = 0
@@ -105,7 +109,7 @@ def run(plan: Plan, *, on_progress: Optional[Callable[[Step], None]] = None) -> 
     """The variables and the cards are read now, not when planned: a re-probe (the
     notebook's button) sees a variable set or a card freed since."""
     params, backend = plan.params, plan.backend
-    steps = ("versions", "devices", "CANN and build", "system", "container and driver", "checks")
+    steps = ("versions", "devices", "CANN and build", "system", "container and driver", "nodes", "checks")
 
     def step(name: str) -> None:
         if on_progress is not None:
@@ -137,6 +141,11 @@ def run(plan: Plan, *, on_progress: Optional[Callable[[Step], None]] = None) -> 
     step("system")
     findings, driver_check = container_and_driver(plan, environ, listing, cann, system)
     step("container and driver")
+    # hccn_tool asks a card by its physical id; the CPU backend's workers are no cards.
+    roce_cards = [d.phy_id if d.phy_id is not None else d.index for d in listing.devices] if kind == "npu" else []
+    nodes, node_checks = collect_node_facts(environ, {k: getattr(params, k) for k in NODE_PARAMETERS},
+                                            params.hostfile, kind, roce_cards)
+    step("nodes")
 
     wanted = params.num_cards or cards
     memory = memory_facts(backend, listing, params.model_path, wanted, params.card_memory_gib)
@@ -160,6 +169,7 @@ def run(plan: Plan, *, on_progress: Optional[Callable[[Step], None]] = None) -> 
         checks.append(C.check_hccl_ports(kind, wanted, environ))
     checks += [
         C.check_hccl_env(kind, environ),
+        *node_checks,
         C.check_flash_attn(kind, is_flash_attn_available(), versions["flash_attn"]),
         C.check_video_processors(versions.get("transformers"), torchvision_problem(),
                                  *_video_processor_wanted(params.model_path)),
@@ -173,7 +183,7 @@ def run(plan: Plan, *, on_progress: Optional[Callable[[Step], None]] = None) -> 
     return EnvironmentReport(
         system=system, versions=versions, cann=cann, devices=listing.devices,
         env_vars=collect_env_vars(environ), checks=checks, build=build,
-        container=findings, memory=memory, device=kind,
+        container=findings, memory=memory, nodes=nodes, device=kind,
         requested_device=params.device, num_cards=cards, device_source=listing.source,
         device_error=listing.error or listing.distrust,
         device_tool_output=scrub_text(listing.raw) if listing.raw else None,
@@ -266,6 +276,7 @@ def report_text(report: EnvironmentReport) -> str:
     for key in ("version", "info_file", "set_env", "nnal_set_env", "home_path", "driver_version"):
         add(key, getattr(c, key))
     lines += ["", "Container and driver"] + [f"- {k}: {v}" for k, v in container_facts(report.container)]
+    lines += ["", "Nodes"] + [f"- {k}: {v}" for k, v in node_rows(report.nodes)]
     lines += ["", f"Devices (source: {report.device_source or '?'})"]
     if report.device_error:
         add("note", report.device_error)

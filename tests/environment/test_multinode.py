@@ -1,0 +1,177 @@
+"""Stage 01 on a job of several hosts: the node settings from parameters, torchrun, LLaMA-Factory,
+ModelArts, a hostfile and the rank table; the whole stage judging them on CPU."""
+
+from __future__ import annotations
+
+import json
+import socket
+from collections import namedtuple
+
+import psutil
+import pytest
+
+from hyport_lib.environment import multinode as M
+from hyport_lib.environment import stage
+from hyport_lib.environment.params import Params
+from hyport_lib.utils.typed_records import from_mapping, to_mapping
+
+Addr = namedtuple("Addr", "family address netmask broadcast ptp")
+Stat = namedtuple("Stat", "isup duplex speed mtu flags")
+
+
+@pytest.fixture
+def two_interfaces(monkeypatch):
+    """This host: eth0 10.0.0.5 and lo (psutil's answer made up)."""
+    monkeypatch.setattr(psutil, "net_if_addrs", lambda: {
+        "eth0": [Addr(socket.AF_INET, "10.0.0.5", None, None, None)],
+        "lo": [Addr(socket.AF_INET, "127.0.0.1", None, None, None)]})
+    monkeypatch.setattr(psutil, "net_if_stats", lambda: {"eth0": Stat(True, 0, 0, 1500, ""),
+                                                         "lo": Stat(True, 0, 0, 65536, "")})
+
+
+def test_settings_come_from_the_parameter_first_then_the_variables_in_order():
+    env = {"NNODES": "2", "MA_NUM_HOSTS": "2", "VC_TASK_INDEX": "1", "VC_WORKER_HOSTS": "w-0.job,w-1.job",
+           "PET_MASTER_PORT": "29600"}
+    settings = M.node_settings(env, {"master_port": 29700, "nnodes": None})
+    assert (settings["nnodes"].value, settings["nnodes"].source, settings["nnodes"].others) == \
+        ("2", "NNODES", {"MA_NUM_HOSTS": "2"})
+    assert (settings["node_rank"].value, settings["node_rank"].source) == ("1", "VC_TASK_INDEX")
+    assert (settings["master_addr"].value, settings["master_addr"].source) == ("w-0.job", "VC_WORKER_HOSTS")
+    assert (settings["master_port"].value, settings["master_port"].source) == ("29700", "parameter")
+    check = M.check_node_settings(settings, None, None)
+    assert check.verdict == "FAIL" and check.reason == "master_port disagrees: parameter=29700, PET_MASTER_PORT=29600"
+
+
+@pytest.mark.parametrize("env, hostfile, table, words", [
+    ({"NNODES": "two"}, None, None, "NNODES='two' is not a number"),
+    ({"NNODES": "2", "MA_NUM_HOSTS": "4"}, None, None, "nnodes disagrees: NNODES=2, MA_NUM_HOSTS=4"),
+    ({"NNODES": "2", "NODE_RANK": "2"}, None, None, "NODE_RANK=2: must be below nnodes=2"),
+    ({"NNODES": "2"}, 3, None, "NNODES=2 but the hostfile names 3 hosts"),
+    ({"NNODES": "2"}, None, 4, "NNODES=2 but the rank table names 4 hosts"),
+    ({"MASTER_ADDR": "a", "MASTER_PORT": "70000"}, None, None, "MASTER_PORT=70000 is not a port (1-65535)"),
+])
+def test_node_settings_that_contradict_each_other_fail(env, hostfile, table, words):
+    check = M.check_node_settings(M.node_settings(env, {}), hostfile, table)
+    assert (check.name, check.verdict) == ("node_settings", "FAIL")
+    assert words in check.reason
+
+
+def test_node_settings_pass_or_skip():
+    ok = M.check_node_settings(M.node_settings({"PET_NNODES": "1:2", "NODE_RANK": "0", "MASTER_ADDR": "h0"}, {}),
+                               2, None)
+    assert ok.verdict == "PASS" and ok.reason == "2 nodes (PET_NNODES), this is node 0 (NODE_RANK), master h0 (MASTER_ADDR)"
+    assert M.check_node_settings(M.node_settings({}, {}), None, None).verdict == "SKIP"
+
+
+def test_a_hostfile_is_read_and_a_bad_line_named(tmp_path):
+    good = tmp_path / "hostfile"
+    good.write_text("# the job's hosts\nworker-0 slots=8\n\nworker-1 slots=8  # second\n")
+    assert [(p.name, p.source) for p in M.read_hostfile(str(good))] == [("worker-0", "hostfile line 2"),
+                                                                        ("worker-1", "hostfile line 4")]
+    bad = tmp_path / "bad"
+    bad.write_text("worker-0 slots=8\nworker-1 gpus=8\n")
+    with pytest.raises(ValueError, match=f"hostfile {bad} line 2: 'worker-1 gpus=8' is not 'HOST slots=N'"):
+        M.read_hostfile(str(bad))
+    with pytest.raises(ValueError, match="names no host"):
+        (tmp_path / "empty").write_text("# nothing\n")
+        M.read_hostfile(str(tmp_path / "empty"))
+
+
+def _run(monkeypatch, env: dict, **params):
+    for key in list(stage.os.environ):
+        if key.startswith(("HCCL_", "MASTER_", "PET_", "MA_", "VC_")) or key in ("NNODES", "NODE_RANK",
+                                                                                "RANK_TABLE_FILE"):
+            monkeypatch.delenv(key)
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    report = stage.run(stage.plan(Params(device="cpu", check_ports=False, **params)))
+    return report, {c.name: c for c in report.checks}
+
+
+def test_the_issue_s_case_fails_on_cpu_instead_of_skipping(monkeypatch, two_interfaces, tmp_path):
+    """HCCL_SOCKET_IFNAME naming no interface, HCCL_IF_IP not on this host and a missing
+    RANK_TABLE_FILE were a SKIP "no HCCL variables set" on CPU."""
+    report, checks = _run(monkeypatch, {"HCCL_SOCKET_IFNAME": "=ens9", "HCCL_IF_IP": "10.9.9.9",
+                                        "RANK_TABLE_FILE": str(tmp_path / "hccl.json")})
+    assert checks["hccl_socket_ifname"].verdict == "FAIL"
+    assert "selects no interface of this host (it has: eth0, lo)" in checks["hccl_socket_ifname"].reason
+    assert checks["hccl_if_ip"].verdict == "FAIL" and "not an address of this host" in checks["hccl_if_ip"].reason
+    assert checks["rank_table"].verdict == "FAIL"
+    assert checks["rank_table"].reason == f"RANK_TABLE_FILE: {tmp_path}/hccl.json: cannot be read: no such file"
+    assert "no HCCL variables set" not in checks["hccl_env"].reason
+    assert stage.summarize(report).verdict == "FAIL"
+    assert report.env_vars["RANK_TABLE_FILE"] == str(tmp_path / "hccl.json")
+
+
+def test_a_job_of_two_hosts_is_collected_and_recorded(monkeypatch, two_interfaces, tmp_path):
+    table = tmp_path / "hccl.json"
+    table.write_text(json.dumps({"version": "1.0", "status": "completed", "server_count": "2", "server_list": [
+        {"server_id": sid, "device": [{"device_id": "0", "device_ip": f"192.168.{i}.1", "rank_id": str(i)}]}
+        for i, sid in enumerate(("10.0.0.5", "127.0.0.1"))]}))
+    with socket.socket() as listening:  # node 0 already up on this host's loopback
+        listening.bind(("127.0.0.1", 0))
+        listening.listen()
+        port = listening.getsockname()[1]
+        report, checks = _run(monkeypatch, {
+            "RANK_TABLE_FILE": str(table), "MA_NUM_HOSTS": "2", "VC_TASK_INDEX": "1", "MASTER_ADDR": "127.0.0.1",
+            "MASTER_PORT": str(port), "VC_WORKER_HOSTS": "127.0.0.1,localhost", "MA_OBS_SK": "hunter2-secret",
+            "HCCL_SOCKET_IFNAME": "=eth0"})
+    nodes = report.nodes
+    assert (nodes.nnodes, nodes.node_rank, nodes.master_addr, nodes.master_port) == (2, 1, "127.0.0.1", port)
+    assert nodes.sources == {"nnodes": "MA_NUM_HOSTS", "node_rank": "VC_TASK_INDEX", "master_addr": "MASTER_ADDR",
+                             "master_port": "MASTER_PORT"}
+    assert nodes.line == f"2 nodes, this one node 1; master 127.0.0.1:{port}"
+    assert checks["node_settings"].verdict == "PASS"
+    assert checks["rank_table"].verdict == "PASS" and "this host is server 10.0.0.5 (rank 0)" in checks["rank_table"].reason
+    assert checks["master_port"].reason == f"127.0.0.1:{port} answers (node 0's rendezvous is up)"
+    assert checks["hccl_socket_ifname"].reason == "HCCL_SOCKET_IFNAME==eth0 selects eth0 (10.0.0.5)"
+    assert checks["peers_resolve"].verdict == "PASS"
+    assert [p.name for p in nodes.peers] == ["10.0.0.5", "127.0.0.1", "localhost"]
+    assert checks["roce_links"].verdict == "SKIP"  # no hccn_tool on this CPU host
+    assert report.env_vars["VC_WORKER_HOSTS"] == "127.0.0.1,localhost" and "MA_OBS_SK" not in report.env_vars
+    assert "hunter2-secret" not in stage.report_text(report)
+    again = from_mapping(stage.EnvironmentReport, json.loads(json.dumps(to_mapping(report))))
+    assert again.nodes.rank_table.this_server == "10.0.0.5" and again.nodes.interfaces[0].name == "eth0"
+
+
+def test_node_parameters_take_the_place_of_the_environment(monkeypatch, two_interfaces, tmp_path):
+    hostfile = tmp_path / "hostfile"
+    hostfile.write_text("127.0.0.1 slots=1\nno-such-peer.invalid slots=1\n")
+    with socket.socket() as held:
+        held.bind(("", 0))
+        port = held.getsockname()[1]
+        _, checks = _run(monkeypatch, {"MASTER_ADDR": "10.7.7.7"}, master_addr="127.0.0.1", master_port=port,
+                         node_rank=0, hostfile=str(hostfile))
+        assert checks["master_port"].verdict == "FAIL" and f"port {port} (parameter={port})" in checks["master_port"].reason
+    assert checks["node_settings"].verdict == "PASS" and "2 nodes (hostfile / rank table)" in checks["node_settings"].reason
+    assert checks["peers_resolve"].verdict == "FAIL"
+    assert "no-such-peer.invalid (hostfile line 2)" in checks["peers_resolve"].reason
+
+
+def test_the_nodes_reach_the_page_the_index_card_and_both_drafts(tmp_path):
+    from blog_drafts import stage_draft
+
+    from hyport_lib.environment.show import blog_facts, glance, nodes_frame
+    from hyport_lib.environment.rank_table import RankTableFacts
+    from hyport_lib.results import read_record
+
+    nodes = M.NodeFacts(host_name="node-b", nnodes=2, node_rank=1, master_addr="10.0.0.1", master_port=29500,
+                        sources={"nnodes": "NNODES", "node_rank": "NODE_RANK", "master_addr": "MASTER_ADDR",
+                                 "master_port": "torchrun's default"},
+                        rank_table=RankTableFacts("/job/hccl.json", "1.0", 2, 16, "10.0.0.2", list(range(8, 16))))
+    report = stage.EnvironmentReport(system={}, versions={}, cann=stage.CannFacts(), devices=[], env_vars={},
+                                     checks=[], nodes=nodes, device="cpu", num_cards=2)
+    data = to_mapping(report)
+    frame = nodes_frame(report)
+    assert dict(zip(frame["fact"], frame["value"]))["master"] == "10.0.0.1:29500 (MASTER_ADDR, torchrun's default)"
+    assert "this host 10.0.0.2" in dict(zip(frame["fact"], frame["value"]))["rank table"]
+    assert "- node rank: 1 (NODE_RANK)" in stage.report_text(report)
+    record = read_record({"stage": stage.STAGE, "verdict": "PASS", "data": data}, stage.EnvironmentReport)
+    assert ("nodes", "2 nodes, this one node 1; master 10.0.0.1:29500") in glance(record)
+    assert blog_facts(record)["nodes"] == "2 nodes, this one node 1; master 10.0.0.1:29500"
+    assert "| Hosts of the job | 2 nodes, this one node 1; master 10.0.0.1:29500 |" in stage_draft(tmp_path, stage.STAGE, data)
+    assert "| 作业的主机 |" in stage_draft(tmp_path, stage.STAGE, data, "zh")
+    one_host = read_record({"stage": stage.STAGE, "verdict": "PASS", "data": to_mapping(
+        stage.EnvironmentReport(system={}, versions={}, cann=stage.CannFacts(), devices=[], env_vars={}, checks=[],
+                                nodes=M.NodeFacts(host_name="h")))}, stage.EnvironmentReport)
+    assert blog_facts(one_host)["nodes"] is None and all(k != "nodes" for k, _ in glance(one_host))
