@@ -41,7 +41,8 @@ class Params(StageParams):
     trust_remote_code: bool = trust_remote_code_param()
     allow_download: bool = param(False, "a model_path that is no folder may be a hub id to download")
     log_dir: Optional[str] = param(None, "folder for card<N>.log / card<N>.json; None: a fresh folder beside the "
-                                   "results (nnodes > 1: required, the folder on shared storage where the hosts meet)",
+                                   "results (nnodes > 1: the folder on shared storage where the hosts meet, "
+                                   "required outside a report run, whose default is <run>/inference_logs)",
                                    path="dir", output=True)
     # Several hosts, each running its own cards (no launcher between them): they meet in log_dir.
     nnodes: int = param(1, "hosts in the job: each runs its own cards, node 0 merges their tables into one grid "
@@ -51,15 +52,12 @@ class Params(StageParams):
                                      "after its own cards, for the other hosts' tables", min_exclusive=0)
 
     def check(self) -> None:
-        """Several hosts need a shared ``log_dir`` and a ``node_rank`` below ``nnodes``. Each
+        """A ``node_rank`` below ``nnodes`` (the shared ``log_dir`` of several hosts: the plan). Each
         item of the batch becomes a ``[text, uses_image]`` pair: from a pair (its flag
         may be text, as YAML or papermill hand it over), a bare text (text-only) or a
         ``{"text", "image"}`` mapping; a ParameterError names the item (``batch_prompts[1]``)."""
         if self.node_rank >= self.nnodes:
             raise ParameterError([f"node_rank={self.node_rank}: must be below nnodes={self.nnodes}"])
-        if self.nnodes > 1 and self.log_dir is None:
-            raise ParameterError([f"nnodes={self.nnodes}: log_dir must name the folder every host shares "
-                                  "(the hosts meet there: storage they all see)"])
         if not self.batch_prompts:
             raise ParameterError([f"batch_prompts={self.batch_prompts!r}: expected at least one [text, uses_image] pair"])
         pairs = []

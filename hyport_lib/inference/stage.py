@@ -25,7 +25,7 @@ from hyport_lib.models.prompts import PromptNotApplicable, encode_prompts
 from hyport_lib.models.tiny import MARKER_FILE, TINY_MODEL_NAME, tiny_model_dir
 from hyport_lib.params import ParameterError
 from hyport_lib.proof.choice import GRID, ProofBatch, choose_attention
-from hyport_lib.results import INTERRUPTED, StageSummary, fresh_folder_beside_results
+from hyport_lib.results import INTERRUPTED, RUN_DIR_ENV, StageSummary, fresh_folder_beside_results
 from hyport_lib.utils.printable import first_line
 from hyport_lib.utils.redact import scrub_text
 
@@ -46,8 +46,7 @@ def plan(params: Params) -> InferencePlan:
     """
     backend = get_backend(params.device, num_cards=params.num_cards)
     card_plan = plan_grid(backend, num_cards=params.num_cards, allow_busy_cards=params.allow_busy_cards)
-    log_dir = Path(params.log_dir).expanduser().resolve() if params.log_dir \
-        else fresh_folder_beside_results("inference_logs")
+    log_dir = Path(params.log_dir).expanduser().resolve() if params.log_dir else _default_log_dir(params)
     _check_log_dir(log_dir, named=params.log_dir is not None)
     model_path = params.model_path
     # "tiny" is built when the grid runs, or for a swap's proof; it takes every prompt.
@@ -111,6 +110,19 @@ def _planned_folder(model_path: str) -> Optional[str]:
         tiny = tiny_model_dir()
         return str(tiny) if (tiny / MARKER_FILE).is_file() else None
     return model_path if Path(model_path).is_dir() else None
+
+
+def _default_log_dir(params: Params) -> Path:
+    """One host: a fresh folder beside the results. Several: the folder where the hosts meet,
+    the same on every node: ``<run>/inference_logs`` of a report run (its run folder is on shared
+    storage, given to every node), else none (it must be named)."""
+    if params.nnodes == 1:
+        return fresh_folder_beside_results("inference_logs")
+    run_dir = os.environ.get(RUN_DIR_ENV)
+    if not run_dir:
+        raise ParameterError([f"nnodes={params.nnodes}: log_dir must name the folder every host shares "
+                              "(the hosts meet there: storage they all see)"])
+    return Path(run_dir) / "inference_logs"
 
 
 def _check_log_dir(log_dir: Path, *, named: bool) -> None:

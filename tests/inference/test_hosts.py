@@ -23,7 +23,7 @@ from hyport_lib.inference.params import Params
 from hyport_lib.inference.show import blog_values, card_log_picker, compact_frame, glance, log_tails_html
 from hyport_lib.models.generation_config import InferenceConfig
 from hyport_lib.params import ParameterError
-from hyport_lib.results import read_record, record
+from hyport_lib.results import RUN_DIR_ENV, read_record, record
 from hyport_lib.utils.typed_records import to_mapping
 
 FOLDER = Path("/shared/job")
@@ -120,9 +120,13 @@ def test_a_node_that_does_not_see_node_0s_token_is_refused_in_one_line(tmp_path,
     assert "not shared storage" in err and not (tmp_path / "local" / "node1").exists()  # no card ran
 
 
-def test_several_hosts_need_a_named_shared_folder_and_a_rank_below_nnodes():
+def test_several_hosts_need_a_named_shared_folder_and_a_rank_below_nnodes(tmp_path, monkeypatch):
+    monkeypatch.delenv(RUN_DIR_ENV, raising=False)
     with pytest.raises(ParameterError, match=r"nnodes=2: log_dir must name the folder every host shares"):
-        Params(nnodes=2)
+        stage.plan(Params(nnodes=2))
+    # a report run's folder is the one every node is given: the hosts meet in it
+    monkeypatch.setenv(RUN_DIR_ENV, str(tmp_path / "run"))
+    assert stage.plan(Params(nnodes=2)).log_dir == tmp_path / "run" / "inference_logs"
     with pytest.raises(ParameterError, match=r"node_rank=2: must be below nnodes=2"):
         Params(nnodes=2, node_rank=2, log_dir="/shared")
     assert Params().nnodes == 1 and Params().node_rank == 0 and Params().nodes_wait_s == 600
