@@ -46,7 +46,7 @@ from hyport_lib.devices.out_of_memory import (KillDiagnosis, MemoryCounters, Pea
                                               process_parents)
 from hyport_lib.utils.bounded_files import UnreadableFile, read_text
 from hyport_lib.utils.files import atomic_write_json, atomic_write_text
-from hyport_lib.utils.redact import child_environ, scrub_obj, scrub_text, secret_values
+from hyport_lib.utils.redact import child_environ, scrub_obj, scrub_text
 
 #: The guard: wait for end-of-file on stdin, then SIGKILL its own process group (the
 #: child's). ``read`` fails at end-of-file; nothing but the payload is ever written.
@@ -333,10 +333,11 @@ def run_child(cmd: Sequence[str], *, poll_interval_s: float, kill_grace_s: float
 
 
 def scrub_log(path: os.PathLike | str, environ: Optional[Mapping[str, str]] = None) -> bool:
-    """Rewrite a log without secret values (atomically; a missing one is left alone); True
-    when it changed."""
+    """Rewrite a log without secret values, URL credentials and netrc passwords (atomically;
+    a missing one is left alone); True when it changed. Read even when the environment holds
+    no secret: a netrc file printed into the log is one."""
     path = Path(path)
-    if not secret_values(environ) or not path.is_file():
+    if not path.is_file():
         return False
     text = path.read_bytes().decode("utf-8", errors="replace")
     scrubbed = scrub_text(text, environ)

@@ -1,4 +1,5 @@
-"""``hyport triage PATH [PATH ...]``: what the logs of a failed NPU job mean, and what to do.
+"""``hyport triage PATH [PATH ...]``: what the logs of a failed NPU job mean, and what to do;
+with several nodes' logs (``logs/node<k>.log``, or ``--nodes``), which node stopped first.
 
 Exit status: 0 when no error line was found (a warning alone is no failure), 1 when a
 failure was found (recognised or not), 2 for a missing path, a bad argument, or when no
@@ -29,6 +30,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                            "2026-12-01T14:30")
     when.add_argument("--all", action="store_true",
                       help="read every CANN log in the folder, whatever its age")
+    parser.add_argument("--nodes", action="store_true",
+                        help="each PATH holds one node's logs, in node-rank order (hosts' log folders "
+                             "copied side by side); without it, hyport's logs/node<k>.log files name "
+                             "the nodes")
     parser.add_argument("--json", action="store_true", help="print the triage as JSON")
 
 
@@ -74,7 +79,9 @@ def run(args: argparse.Namespace) -> int:
         if not Path(path).exists():
             raise FileNotFoundError(f"{path}: no such file or folder")
     folder, since, notes = cann_choice(args)
-    result = triage(args.paths, cann_log_dir=folder, since=since)
+    if args.nodes and len(args.paths) < 2:
+        raise ValueError(f"--nodes: expected the logs of two nodes or more, got {len(args.paths)} PATH")
+    result = triage(args.paths, cann_log_dir=folder, since=since, nodes_by_path=args.nodes)
     result.notes.extend(notes)
     if not result.files_read:
         raise FileNotFoundError(nothing_read(result, args.paths))

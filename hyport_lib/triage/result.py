@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Optional
 
+from hyport_lib.triage.across_nodes import AcrossNodes, clock
 from hyport_lib.triage.catalogue import ERROR, WARNING
 from hyport_lib.utils.typed_records import from_mapping, require_fields
 from hyport_lib.utils.wording import counted
@@ -73,6 +74,7 @@ class Triage:
     since: Optional[float] = None
     notes: list[str] = field(default_factory=list)
     unread: int = 0
+    across_nodes: Optional[AcrossNodes] = None
 
     @property
     def errors(self) -> list[Finding]:
@@ -161,6 +163,11 @@ def _fence(lines: list[str]) -> list[str]:
 def triage_markdown(triage: Triage) -> list[str]:
     """Markdown lines for the report."""
     out = [f"**Log triage:** {triage.summary_line()}", ""]
+    if triage.across_nodes is not None:
+        out += [f"**Nodes:** {triage.across_nodes.verdict}", "",
+                "| " + " | ".join(NODE_COLUMNS) + " |", "|" + "---|" * len(NODE_COLUMNS),
+                *("| " + " | ".join(cell.replace("|", "\\|") for cell in row) + " |"
+                  for row in node_rows(triage.across_nodes)), ""]
     for f in triage.findings:
         label = "Warning" if f.severity == "warning" else "Failure"
         others = _places(f)
@@ -181,9 +188,45 @@ def triage_markdown(triage: Triage) -> list[str]:
     return out
 
 
+NODE_COLUMNS = ("node", "host", "first error", "at", "where", "last line at")
+
+
+def _when(seconds: Optional[float], source: str) -> str:
+    """``12:00:03``, marked when it was not written on its own line."""
+    if seconds is None:
+        return "-"
+    return clock(seconds) + {"line": "", "later line": " (by a later line)", "file mtime": " (file mtime)"}[source]
+
+
+def node_rows(across: AcrossNodes) -> list[list[str]]:
+    """One row per node, :data:`NODE_COLUMNS`."""
+    rows = []
+    for node in across.nodes:
+        first = node.first_error
+        if not node.read:
+            error = ["(log not read)", "-", "-"]
+        elif first is None:
+            error = ["none", "-", "-"]
+        else:
+            error = [f"{first.summary} ({'echo' if first.echo else 'cause'})", _when(first.time, first.time_from),
+                     f"{first.file}:{first.line}"]
+        rows.append([node.label, node.host or "?", *error, _when(node.ended, node.ended_from)])
+    return rows
+
+
+def node_text(across: AcrossNodes) -> list[str]:
+    """The nodes as an aligned table, then the verdict."""
+    rows = [list(NODE_COLUMNS), *node_rows(across)]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(NODE_COLUMNS))]
+    lines = ["  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in rows]
+    return [f"nodes ({len(across.nodes)}):", *("  " + line for line in lines), f"verdict: {across.verdict}"]
+
+
 def triage_text(triage: Triage) -> list[str]:
     """Plain lines for a terminal."""
     out = [f"{counted(len(triage.files_read), 'file')} read: {triage.summary_line()}"]
+    if triage.across_nodes is not None:
+        out += ["", *node_text(triage.across_nodes)]
     for f in triage.findings:
         out.append("")
         out.append(f"{'WARNING' if f.severity == 'warning' else 'FAILURE'}: {f.title}  [{f.key}]")

@@ -15,6 +15,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Callable, Iterable, Mapping, Optional, Sequence, Union
 
+from hyport_lib.triage.across_nodes import AcrossNodes, NodeReport, NodeWatch, judge, node_of
 from hyport_lib.triage.catalogue import ERROR, recognise
 from hyport_lib.triage.log_files import (MAX_BYTES, NAMED_UNREAD, DeadlinePassed, cann_logs, find_logs,
                                          named, plan_reading, read_lines)
@@ -150,8 +151,9 @@ class _Collector:
         return visible(text, match.start() if match else None)
 
     def read(self, path: Path, shown: str, start: int = 0, limit: Optional[int] = None,
-             deadline: Optional[float] = None) -> Optional[int]:
-        """Read one file; the last line read when ``deadline`` stopped it (None: read all)."""
+             deadline: Optional[float] = None, watch: Optional[NodeWatch] = None) -> Optional[int]:
+        """Read one file; the last line read when ``deadline`` stopped it (None: read all).
+        ``watch``: the node whose log this is sees each line too."""
         before: deque[str] = deque(maxlen=CONTEXT_BEFORE)
         pending: list[list] = []  # [finding, lines still wanted after its first line]
         in_file: set[str] = set()
@@ -168,10 +170,13 @@ class _Collector:
                     waiting[1] -= 1
                 pending = [w for w in pending if w[1] > 0]
                 entry = recognise(text)
+                error = entry is None and is_error_line(text)
+                causal = error and not is_frame_line(text)
+                if watch is not None:
+                    watch.see(number, text, entry, causal)
                 if entry is not None:
                     self._found(entry, shown, number, text, before, pending, in_file)
-                elif is_error_line(text):
-                    causal = not is_frame_line(text)
+                elif error:
                     error_count += 1
                     causal_count += causal
                     wanting = [kept for kept, wanted in ((error_lines, True), (causal_lines, causal))
@@ -222,19 +227,22 @@ class _Collector:
 def triage(paths: Iterable[os.PathLike | str], *, cann_log_dir: Optional[os.PathLike | str] = None,
            since: Since = None, environ: Optional[Mapping[str, str]] = None,
            max_bytes: Optional[int] = MAX_BYTES,
-           max_seconds: Optional[float] = MAX_SECONDS) -> Triage:
+           max_seconds: Optional[float] = MAX_SECONDS, nodes_by_path: bool = False) -> Triage:
     """What the logs under ``paths`` (run folders, log folders or files) say went wrong
     (``docs/triage.md``). ``cann_log_dir``'s logs are read from ``since`` on (``paths`` are
     not filtered); ``environ``: the failed job's variables, whose secrets must not appear
     either; ``max_bytes`` / ``max_seconds`` bound all files (None: no bound), and notes name
-    what was left unread. FileNotFoundError for a path that does not exist."""
+    what was left unread. Several nodes' logs (``node<k>.log`` files, or each of ``paths``
+    when ``nodes_by_path``) are also compared: ``across_nodes``. FileNotFoundError for a
+    path that does not exist."""
     deadline = _deadline(max_seconds)
     roots = [Path(p) for p in paths]
     seconds = _since_seconds(since)
-    files, notes = [], []
+    files, notes, by_root = [], [], []
     for root in roots:
         found, more = find_logs(root)
         files.extend(found)
+        by_root.append(found)
         notes.extend(more)
     cann_dir = Path(cann_log_dir).expanduser() if cann_log_dir is not None else None
     cann_files: list[Path] = []
@@ -249,14 +257,21 @@ def triage(paths: Iterable[os.PathLike | str], *, cann_log_dir: Optional[os.Path
     base = _common_root(roots)
     scrub = _scrubber(environ)
     collector = _Collector(scrub)
+    watches = _node_watches(_node_files(by_root, nodes_by_path), base,
+                            lambda text: collector.keep(text, ERROR_LINE.search))
     read, failed, left = [], 0, []
     for index, item in enumerate(planned):
         shown = _shown(item.path, base)
+        watch = watches.get(item.path.resolve())
+        if watch is not None:
+            watch.start(shown, _mtime(item.path))
         try:
-            stopped = collector.read(item.path, shown, item.start, item.limit, deadline)
+            stopped = collector.read(item.path, shown, item.start, item.limit, deadline, watch)
         except OSError as exc:
             notes.append(f"{shown}: not read ({exc.strerror or exc})")
             failed += 1
+            if watch is not None:
+                watch.report.read = False
             continue
         read.append(shown)
         if stopped is not None:
@@ -271,7 +286,53 @@ def triage(paths: Iterable[os.PathLike | str], *, cann_log_dir: Optional[os.Path
                   files_read=read, root=printable(str(base)) if base else None,
                   cann_log_dir=printable(str(cann_dir)) if cann_dir is not None else None,
                   since=seconds, notes=[scrub(printable(n)) for n in notes],
-                  unread=failed + len(unread) + len(left))
+                  unread=failed + len(unread) + len(left), across_nodes=_across(watches, read))
+
+
+def _node_files(by_root: Sequence[Sequence[Path]], by_path: bool) -> list[tuple[int, list[Path]]]:
+    """``(node rank, files)`` of each node: each path given when ``by_path``, else each
+    ``node<k>.log`` (hyport's launcher log of node k). Empty for fewer than two nodes."""
+    if by_path:
+        nodes = [(rank, list(found)) for rank, found in enumerate(by_root)]
+    else:
+        logs = _unique(f for found in by_root for f in found if node_of(f) is not None)
+        nodes = sorted(((node_of(f), [f]) for f in logs), key=lambda n: n[0])
+    return nodes if len(nodes) > 1 else []
+
+
+def _node_watches(nodes: list[tuple[int, list[Path]]], base: Optional[Path],
+                  keep: Callable[[str], str]) -> dict[Path, NodeWatch]:
+    """A :class:`NodeWatch` per node, by the resolved path of each of its files. Two logs of
+    the same node rank (two hosts both started as node 0) are told apart by their folder."""
+    ranks = [rank for rank, _ in nodes]
+    watches: dict[Path, NodeWatch] = {}
+    for rank, files in nodes:
+        label = f"node {rank}"
+        if ranks.count(rank) > 1 and files:
+            label += f" ({_shown(files[0].parent, base)})"
+        watch = NodeWatch(NodeReport(node=rank, label=label), keep)
+        for path in files:
+            watches.setdefault(path.resolve(), watch)
+    return watches
+
+
+def _across(watches: dict[Path, NodeWatch], read: list[str]) -> Optional[AcrossNodes]:
+    """The nodes compared; a node none of whose files was read is said to be unread."""
+    nodes = list({id(w): w for w in watches.values()}.values())
+    if not nodes:
+        return None
+    reports = [w.finish() for w in nodes]
+    for report in reports:
+        report.read = report.read and bool(report.files) and all(f in read for f in report.files)
+    return judge(reports)
+
+
+def _mtime(path: Path) -> float:
+    """``path``'s modification time; 0 when it cannot be had (reading it will say why)."""
+    try:
+        return path.stat().st_mtime
+    except OSError:
+        return 0.0
 
 
 def _deadline(max_seconds: Optional[float]) -> Optional[float]:

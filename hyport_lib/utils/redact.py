@@ -122,14 +122,15 @@ def _scrubber(environ: Mapping[str, str] | None):
         for form in forms:
             if form in text:
                 text = text.replace(form, REDACTED)
-        return redact_url_credentials(text) if "://" in text else text
+        text = redact_url_credentials(text) if "://" in text else text
+        return redact_netrc_credentials(text)
 
     return scrub
 
 
 def scrub_text(text: str, environ: Mapping[str, str] | None = None) -> str:
-    """Every secret value, in every encoded form, and URL credentials redacted (a failing
-    command can echo its environment)."""
+    """Every secret value, in every encoded form, URL credentials and netrc passwords
+    redacted (a failing command can echo its environment, or print a netrc file)."""
     return _scrubber(environ)(text)
 
 
@@ -254,6 +255,83 @@ def _redact_group(pattern: re.Pattern, text: str, *groups: str) -> str:
                                 for match in pattern.finditer(text)])
 
 
+#: A netrc pair (curl's, Python's and BSD ftp's readers: ``passwd`` is BSD's spelling,
+#: curl compares the keywords in any case): a keyword and its value, a word or a quoted
+#: string; ``default`` takes none. Not after a word character, ``-`` (``--password x`` is a
+#: flag), ``.`` or ``/``.
+_NETRC_PAIR = re.compile(
+    r"""(?i)(?<![\w.\-/])(?:(?P<key>machine|login|password|passwd|account|macdef)[ \t]+"""
+    r"""(?P<value>"[^"\n]*"?|[^\s"']+)|default(?![\w.\-]))""")
+#: The keywords whose values are secrets.
+_NETRC_SECRET_KEYS = frozenset({"password", "passwd", "account"})
+#: The keywords that make a run of pairs a netrc entry (``machine h login u password p``).
+_NETRC_ENTRY_KEYS = frozenset({"machine", "login", "default"})
+#: What may precede a netrc line printed alone (``  password p`` of a multi-line entry):
+#: indentation and bracketed tags such as torchrun's ``[default0]:[rank0]:``.
+_NETRC_LINE_PREFIX = re.compile(r"[ \t]*(?:\[[^\]\n]{0,40}\]:?[ \t]*){0,4}")
+#: How far back the start of a line is looked for (a bound keeps the scan linear).
+_NETRC_PREFIX_CHARS = 200
+
+
+def _netrc_alone(text: str, start: int, end: int) -> bool:
+    """Whether the pairs ``text[start:end]`` are all their line holds, after an indentation
+    or bracketed tags: ``password expired for user x`` and ``Error: password required``
+    are prose, a line ``  password s3cret`` is a netrc file's."""
+    line_start = text.rfind("\n", max(0, start - _NETRC_PREFIX_CHARS), start) + 1
+    if line_start == 0 and start > _NETRC_PREFIX_CHARS:
+        return False
+    if _NETRC_LINE_PREFIX.fullmatch(text, line_start, start) is None:
+        return False  # checked first: only one run on a line starts it, and looks further
+    line_end = text.find("\n", end)
+    return not text[end:line_end if line_end >= 0 else len(text)].strip()
+
+
+def _netrc_value_secret(value: str, alone: bool) -> bool:
+    """A value worth redacting: not already redacted, not a setting (``password none``) and,
+    for a pair that only its line vouches for, at least :data:`_MIN_SECRET_LEN` long."""
+    inner = value.strip('"').strip()
+    if not inner or _ALREADY_REDACTED.fullmatch(inner) or inner.lower() in _NOT_SECRET_VALUES:
+        return False
+    return not alone or len(inner) >= _MIN_SECRET_LEN
+
+
+def _netrc_spans(text: str) -> list[tuple[int, int]]:
+    """The values of netrc's ``password`` / ``passwd`` / ``account`` in ``text``: in a run of
+    pairs on one line that holds ``machine``, ``login`` or ``default`` (``login u password
+    p``), or in a run that is all its line holds (``  password p`` of a multi-line entry).
+    Each pair is read once (linear)."""
+    spans: list[tuple[int, int]] = []
+    run: list[re.Match] = []
+
+    def close() -> None:
+        keys = {(m.group("key") or "default").lower() for m in run}
+        entry = not _NETRC_ENTRY_KEYS.isdisjoint(keys)
+        if run and not _NETRC_SECRET_KEYS.isdisjoint(keys):
+            alone = not entry and _netrc_alone(text, run[0].start(), run[-1].end())
+            if entry or alone:
+                spans.extend(_unquoted_span(m, "value") for m in run
+                             if (m.group("key") or "").lower() in _NETRC_SECRET_KEYS
+                             and _netrc_value_secret(m.group("value"), alone))
+        run.clear()
+
+    for pair in _NETRC_PAIR.finditer(text):
+        if run and text[run[-1].end():pair.start()].strip(" \t"):
+            close()
+        run.append(pair)
+    close()
+    return spans
+
+
+def redact_netrc_credentials(text: str) -> str:
+    """``machine h login u password p`` -> ``machine h login u password [redacted]``; a netrc
+    file printed into a log (``cat ~/.netrc``, a ``curl --netrc`` trace). Prose that says
+    "password" (``wrong password``, ``password is required``) is left alone."""
+    lower = text.lower()
+    if "passw" not in lower and "account" not in lower:
+        return text
+    return _redact_spans(text, _netrc_spans(text))
+
+
 #: The header lines of an encrypted PEM key (RFC 1421), between its begin marker and its body.
 _KEY_HEADERS = ("Proc-Type:", "DEK-Info:")
 #: A word of a key's body: base64, at most its padding at the end.
@@ -369,6 +447,7 @@ def scrub_secret_shapes(text: str) -> str:
         text = _redact_group(_CURL_USER, text, "quoted", "value")
     if "sshpass" in text:
         text = _redact_group(_SSHPASS, text, "value")
+    text = redact_netrc_credentials(text)
     return _redact_spans(text, _secret_value_spans(text))
 
 

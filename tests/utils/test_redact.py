@@ -152,3 +152,49 @@ def test_what_looks_like_a_pass_name_but_is_no_secret_is_left_alone():
     assert is_secret_name("SSHPASS") and is_secret_name("DB_PASSWD") and is_secret_name("SMTP_PASS")
     assert not is_secret_name("PASS") and not is_secret_name("BYPASS_CACHE")
     assert scrub_text("login with abcd1234", {"DB_PASSWD": "abcd1234"}) == "login with [redacted]"
+
+
+#: (written in a log, its secrets): a netrc file printed whole, on one line or an entry's lines.
+NETRC = [
+    ("[default0]:[rank0]: machine api.wandb.ai login alice password s3cr3tWandb42", ["s3cr3tWandb42"]),
+    ("login alice password hunter2xyz", ["hunter2xyz"]),
+    ("netrc: machine obs.example.com login bob passwd Zz9secretZz account acct7", ["Zz9secretZz", "acct7"]),
+    ('default login anonymous password "two words"', ["two words"]),
+    ("LOGIN svc PASSWORD Abc", ["Abc"]),  # curl reads the keywords in any case; a short one too
+    ("machine h\n  login u\n  password p4ssw0rd\n  account acc1", ["p4ssw0rd", "acc1"]),
+    ("[default0]:[rank0]: password Sup3rS3cret", ["Sup3rS3cret"]),
+    ("\tpasswd Sup3rS3cret  ", ["Sup3rS3cret"]),
+]
+
+
+@pytest.mark.parametrize("text, secrets", NETRC, ids=[n[0][:28] for n in NETRC])
+def test_netrc_passwords_and_accounts_are_redacted_in_every_scrub(text, secrets):
+    """A netrc file printed into a log reached triage's output (issue 42): its ``password``,
+    ``passwd`` and ``account`` values are redacted by the shapes (triage) and by
+    :func:`scrub_text` (records, logs), the machine and login kept."""
+    for scrubbed in (scrub_secret_shapes(text), scrub_text(text, {})):
+        assert REDACTED in scrubbed
+        for secret in secrets:
+            assert secret not in scrubbed, scrubbed
+    assert "login u" in scrub_text(NETRC[5][0], {}) and "machine api.wandb.ai login alice" in \
+        scrub_secret_shapes(NETRC[0][0])
+
+
+@pytest.mark.parametrize("text", [
+    "password is required", "wrong password", "Error: password required", "the password was rejected",
+    "password expired for user bob", "Password reset successful", "Login failed for account alice",
+    "account disabled by admin", "[rank0]: password abc",  # alone on its line but shorter than 4
+    "password none", "machine h login u password false",  # a setting, as for variables
+    "Please enter the password:",
+])
+def test_prose_that_says_password_or_account_is_left_alone(text):
+    assert scrub_secret_shapes(text) == text
+    assert scrub_text(text, {}) == text
+
+
+def test_netrc_pairs_are_found_in_linear_time_on_a_long_line():
+    # Each run of pairs is read once and only a run that starts its line looks for the line's
+    # end: 70000 prose runs on one line would otherwise scan the rest of it each time.
+    line = "wrong password xyz1, " * 70000 + "\nlogin a password zz9-secret"
+    scrubbed = scrub_secret_shapes(line)
+    assert scrubbed.endswith("login a password [redacted]") and "xyz1" in scrubbed
