@@ -205,6 +205,8 @@ def test_the_node_parameters_are_trains_but_for_optionality():
     train = {f.name: f for f in parameter_fields(TrainParams)}
     assert mine["nodes_from"] == train["nodes_from"]  # spec, doc and default
     shared = ["nnodes", "node_rank", "master_addr", "master_port"]
+    assert set(shared) <= set(mine) and set(shared) <= set(train)
     for name in shared:
         assert mine[name].optional and mine[name].default is None
-        assert (mine[name].kind, replace(mine[name].spec, doc="")) == (train[name].kind, replace(train[name].spec, doc=""))
+        spec, train_spec = replace(mine[name].spec, doc=""), replace(train[name].spec, doc="")
+        assert (mine[name].kind, spec) == (train[name].kind, train_spec)
