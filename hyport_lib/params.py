@@ -296,6 +296,16 @@ def num_cards_param(doc: str = "cards to use; None: every visible card (CPU: 2 w
     return param(None, doc, min=1)
 
 
+def nodes_from_param() -> Any:
+    """Where the node parameters come from (:mod:`hyport_lib.nodes.inputs`), said alike by
+    every stage that has them."""
+    return param(None, '"env": nnodes, node_rank, master_addr, master_port (num_cards, rdzv_id, max_restarts '
+                       "where said) from torchrun's PET_* variables, else LLaMA-Factory's NNODES / NODE_RANK / "
+                       "MASTER_ADDR / MASTER_PORT, else ModelArts' MA_NUM_HOSTS / VC_TASK_INDEX / VC_WORKER_HOSTS "
+                       "| a DeepSpeed hostfile | None: the parameters as given", nonempty=True, path="file",
+                 must_exist=True, not_paths=("env",))
+
+
 def card_memory_param() -> Any:
     """The card's memory where no device tool lists it (planning for a cluster from a laptop);
     a card the tool lists is taken at its word."""

@@ -1,45 +1,32 @@
 """Stage 01 for a job of several hosts: the node settings as the user's launcher gives them
-(stage 01's parameters first, then torchrun's and LLaMA-Factory's ``NNODES`` / ``NODE_RANK`` /
-``MASTER_ADDR`` / ``MASTER_PORT``, torchrun's ``PET_*``, ModelArts' ``MA_NUM_HOSTS`` /
-``VC_WORKER_NUM`` / ``VC_TASK_INDEX`` / ``VC_WORKER_HOSTS``, a DeepSpeed hostfile, the rank
-table), collected as :class:`NodeFacts` and judged by the checks of :mod:`network`,
-:mod:`rank_table` and :mod:`roce`.
+(stage 01's parameters first, then every node variable :mod:`hyport_lib.nodes.inputs` reads:
+torchrun's ``PET_*``, LLaMA-Factory's ``NNODES`` / ``NODE_RANK`` / ``MASTER_ADDR`` /
+``MASTER_PORT``, ModelArts' ``MA_NUM_HOSTS`` / ``VC_WORKER_NUM`` / ``VC_TASK_INDEX`` /
+``VC_WORKER_HOSTS``; then ``nodes_from``'s DeepSpeed hostfile and the rank table), collected
+as :class:`NodeFacts` and judged by the checks of :mod:`network`, :mod:`rank_table` and
+:mod:`roce`.
 """
 
 from __future__ import annotations
 
-import ipaddress
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Mapping, Optional, Sequence
 
 from hyport_lib.environment.network import (TORCHRUN_DEFAULT_PORT, Interface, Peer, check_if_ip,
                                             check_master_port, check_peers, check_socket_ifname,
-                                            collect_interfaces, host_names, local_addresses, resolve_peers,
-                                            resolve_name)
+                                            collect_interfaces, local_addresses, resolve_peers)
 from hyport_lib.environment.rank_table import (RankTableError, RankTableFacts, check_rank_table, rank_table_facts,
                                                read_rank_table)
 from hyport_lib.environment.roce import RoceLink, check_roce_links, find_hccn_tool, query_links
+from hyport_lib.nodes.addresses import ThisMachine, host_names
+from hyport_lib.nodes.inputs import (FROM_ENVIRONMENT, HostLine, NodeInputError, NodeValue, check_rank,
+                                     environment_values, from_environment, hostfile_settings, read_hostfile,
+                                     read_value)
 from hyport_lib.results import Check
-from hyport_lib.utils.bounded_files import UnreadableFile, read_text
 from hyport_lib.utils.printable import printable
 
-#: The variables each setting is read from, in order (the first set one is used).
-SETTING_VARIABLES = {
-    "nnodes": ("NNODES", "PET_NNODES", "MA_NUM_HOSTS", "VC_WORKER_NUM"),
-    "node_rank": ("NODE_RANK", "PET_NODE_RANK", "VC_TASK_INDEX"),
-    "master_addr": ("MASTER_ADDR", "PET_MASTER_ADDR"),
-    "master_port": ("MASTER_PORT", "PET_MASTER_PORT"),
-}
-MAX_HOSTFILE_BYTES = 1 << 20
-
-
-@dataclass
-class Setting:
-    """One node setting: its value, where it came from, and every other source's value."""
-
-    value: Optional[str] = None
-    source: Optional[str] = None
-    others: dict[str, str] = field(default_factory=dict)
+#: The settings stage 01 judges (its parameters of the same names).
+NODE_FIELDS = ("nnodes", "node_rank", "master_addr", "master_port")
 
 
 @dataclass
@@ -76,105 +63,85 @@ class NodeFacts:
         return "; ".join(parts)
 
 
-def node_settings(environ: Mapping[str, str], given: Mapping[str, object]) -> dict[str, Setting]:
-    """Each setting from the parameters (``given``, None = not given), then the variables;
-    ModelArts' master is the first of VC_WORKER_HOSTS (as its documentation derives it)."""
-    settings = {}
-    for name, variables in SETTING_VARIABLES.items():
-        found = [(v, environ[v].strip()) for v in variables if environ.get(v, "").strip()]
-        if name == "master_addr" and environ.get("VC_WORKER_HOSTS", "").strip():
-            found.append(("VC_WORKER_HOSTS", environ["VC_WORKER_HOSTS"].split(",")[0].strip()))
-        if given.get(name) is not None:
-            found.insert(0, ("parameter", str(given[name])))
-        setting = Setting(value=found[0][1], source=found[0][0]) if found else Setting()
-        setting.others = {source: value for source, value in found[1:]}
-        settings[name] = setting
-    return settings
+def node_values(environ: Mapping[str, str], given: Mapping[str, object],
+                hostfile: Optional[tuple[str, list[HostLine]]] = None,
+                machine: Optional[ThisMachine] = None) -> tuple[dict[str, list[NodeValue]], Optional[str]]:
+    """Each setting's values, the first one used: the parameter (``given``, None = not given),
+    every node variable set, then the hostfile's line of this machine and its first host.
+    Also why the hostfile names no node here (None: it does, or there is none)."""
+    values: dict[str, list[NodeValue]] = {key: [] for key in NODE_FIELDS}
+    for key in NODE_FIELDS:
+        if given.get(key) is not None:
+            # read as the variables are (a problem names the parameter), said as "parameter"
+            values[key].append(replace(read_value(key, key, str(given[key])), name="parameter"))
+    for value in environment_values(environ):
+        if value.field in values:
+            values[value.field].append(value)
+    problem = None
+    if hostfile is not None:
+        path, hosts = hostfile
+        rank = given.get("node_rank")
+        try:
+            settings = hostfile_settings(path, hosts, environ, machine, rank if isinstance(rank, int) else 0)
+            for key in ("node_rank", "master_addr"):
+                values[key].append(NodeValue(key, settings.origins[key], str(getattr(settings, key)),
+                                             getattr(settings, key)))
+        except NodeInputError as exc:
+            problem = str(exc)
+    return values, problem
 
 
-def _number(text: Optional[str]) -> Optional[int]:
-    """``4``, or torchrun's elastic ``2:4`` (its most); None for anything else."""
-    if text is None:
-        return None
-    last = text.rsplit(":", 1)[-1].strip()
-    return int(last) if last.isdigit() else None
-
-
-def read_hostfile(path: str) -> list[Peer]:
-    """DeepSpeed's hostfile: ``host slots=N`` a line, ``#`` comments. ValueError naming the
-    file and line."""
-    try:
-        text = read_text(path, MAX_HOSTFILE_BYTES)
-    except UnreadableFile as exc:
-        raise ValueError(f"hostfile {exc}") from None
-    peers = []
-    for number, line in enumerate(text.splitlines(), 1):
-        words = line.split("#", 1)[0].split()
-        if not words:
-            continue
-        if any(not w.startswith("slots=") or not w[6:].isdigit() for w in words[1:]):
-            raise ValueError(f"hostfile {path} line {number}: {printable(line.strip())!r} is not 'HOST slots=N'")
-        peers.append(Peer(printable(words[0]), f"hostfile line {number}"))
-    if not peers:
-        raise ValueError(f"hostfile {path}: names no host")
-    return peers
-
-
-def check_node_settings(settings: Mapping[str, Setting], hostfile_hosts: Optional[int],
-                        rank_table_servers: Optional[int]) -> Check:
-    """The settings read as numbers and agree with each other and with the hostfile and rank table."""
+def check_node_settings(values: Mapping[str, Sequence[NodeValue]], hostfile_hosts: Optional[int],
+                        rank_table_servers: Optional[int], refusals: Sequence[str] = ()) -> Check:
+    """The settings read as numbers and agree with each other and with the hostfile and rank
+    table; ``refusals``: what else refuses them (train's reading of ``nodes_from``)."""
     name = "node_settings"
-    if not any(s.value for s in settings.values()) and hostfile_hosts is None and rank_table_servers is None:
+    if not any(values.values()) and hostfile_hosts is None and rank_table_servers is None and not refusals:
         return Check(name, "SKIP", "no node setting (NNODES, NODE_RANK, MASTER_ADDR, MA_NUM_HOSTS, "
                                    "VC_TASK_INDEX, a hostfile or a rank table): a one-host job")
     problems = []
     for key in ("nnodes", "node_rank", "master_port"):
-        s = settings[key]
-        for source, value in ((s.source, s.value), *s.others.items()):
-            if value is not None and _number(value) is None:
-                problems.append(f"{source}={printable(value)!r} is not a number")
-        values = {src: _number(v) for src, v in ((s.source, s.value), *s.others.items()) if v is not None}
-        if len(set(values.values())) > 1:
-            problems.append(f"{key} disagrees: " + ", ".join(f"{src}={v}" for src, v in values.items()))
-    nnodes = _number(settings["nnodes"].value)
+        problems += [v.problem for v in values[key] if v.problem]
+        read = {v.name: v.value for v in values[key] if v.problem is None}
+        if len(set(read.values())) > 1:
+            problems.append(f"{key} disagrees: " + ", ".join(f"{src}={printable(str(v))}" for src, v in read.items()))
+    first = {key: next(iter(values[key]), None) for key in NODE_FIELDS}
+    nnodes = first["nnodes"].value if first["nnodes"] else None
     counts = {"the hostfile": hostfile_hosts, "the rank table": rank_table_servers}
     for where, count in counts.items():
         if count is not None and nnodes is not None and count != nnodes:
-            problems.append(f"{settings['nnodes'].source}={nnodes} but {where} names {count} hosts")
-    nnodes = nnodes or next((c for c in counts.values() if c is not None), None)
-    rank = _number(settings["node_rank"].value)
-    if rank is not None and nnodes is not None and rank >= nnodes:
-        problems.append(f"{settings['node_rank'].source}={rank}: must be below nnodes={nnodes}")
-    port = _number(settings["master_port"].value)
-    if port is not None and not 1 <= port <= 65535:
-        problems.append(f"{settings['master_port'].source}={port} is not a port (1-65535)")
+            problems.append(f"{first['nnodes'].name}={nnodes} but {where} names {count} hosts")
+    count_said = f"{first['nnodes'].name}={nnodes}" if nnodes is not None else None
+    if nnodes is None:
+        nnodes = next((c for c in counts.values() if c is not None), None)
+        count_said = f"{'the hostfile' if hostfile_hosts is not None else 'the rank table'}'s {nnodes} hosts"
+    rank = first["node_rank"].value if first["node_rank"] else None
+    if rank is not None and nnodes is not None:
+        try:
+            check_rank(first["node_rank"].name, rank, count_said, nnodes)
+        except NodeInputError as exc:
+            problems.append(str(exc))
+    problems += [r for r in refusals if r not in problems]
     if problems:
         return Check(name, "FAIL", "; ".join(problems))
-    said = [f"{nnodes or '?'} nodes ({settings['nnodes'].source or 'hostfile / rank table'})"]
+    said = [f"{nnodes or '?'} nodes ({first['nnodes'].name if first['nnodes'] else 'hostfile / rank table'})"]
     if rank is not None:
-        said.append(f"this is node {rank} ({settings['node_rank'].source})")
-    if settings["master_addr"].value:
-        said.append(f"master {settings['master_addr'].value} ({settings['master_addr'].source})")
+        said.append(f"this is node {rank} ({first['node_rank'].name})")
+    if first["master_addr"] and first["master_addr"].value:
+        said.append(f"master {first['master_addr'].value} ({first['master_addr'].name})")
     return Check(name, "PASS", ", ".join(said))
 
 
-def _is_local(name: str, addresses: Sequence[str], names: Sequence[str]) -> bool:
-    """``name`` is this host: one of its names, or it resolves to one of its addresses."""
-    if name.lower() in {n.lower() for n in names} or name == "localhost":
-        return True
-    try:
-        own = {ipaddress.ip_address(a) for a in addresses}
-        return any(ipaddress.ip_address(a) in own or ipaddress.ip_address(a).is_loopback
-                   for _, a in resolve_name(name, 5.0))
-    except (OSError, ValueError):  # a name that does not resolve is not this host; master_port says so
-        return False
-
-
-def collect_node_facts(environ: Mapping[str, str], given: Mapping[str, object], hostfile: Optional[str],
+def collect_node_facts(environ: Mapping[str, str], given: Mapping[str, object], nodes_from: Optional[str],
                        kind: str, cards: Sequence[int]) -> tuple[NodeFacts, list[Check]]:
-    """The facts, and the checks in display order (every one judged on every backend)."""
+    """The facts, and the checks in display order (every one judged on every backend).
+    ``nodes_from`` as train reads it: "env" adds train's refusal of the variables to the
+    node_settings check; a hostfile's path adds its hosts."""
     interfaces = collect_interfaces()
     addresses, names = local_addresses(interfaces), host_names()
+    machine = ThisMachine.of(names, addresses)
+    by_environment = nodes_from is not None and nodes_from.strip().lower() == FROM_ENVIRONMENT
+    hostfile = nodes_from if nodes_from is not None and not by_environment else None
     facts = NodeFacts(host_name=names[0] if names else "", interfaces=interfaces, hostfile=hostfile)
     checks: list[Check] = []
 
@@ -188,28 +155,33 @@ def collect_node_facts(environ: Mapping[str, str], given: Mapping[str, object], 
             error = str(exc)
         facts.rank_table = rank_table_facts(table, error, table_path, addresses, names)
 
-    hostfile_peers: list[Peer] = []
-    hostfile_problem = None
+    hosts: list[HostLine] = []
+    refusals = []
     if hostfile:
         try:
-            hostfile_peers = read_hostfile(hostfile)
-        except ValueError as exc:
-            hostfile_problem = str(exc)
-
-    settings = node_settings(environ, given)
-    node_check = check_node_settings(settings, len(hostfile_peers) if hostfile_peers else None,
-                                     len(table.servers) if table else None)
-    if hostfile_problem:
-        node_check = Check(node_check.name, "FAIL", hostfile_problem)
-    checks.append(node_check)
-    facts.nnodes = _number(settings["nnodes"].value) or (len(hostfile_peers) or None) or (
+            hosts = read_hostfile(hostfile)
+        except NodeInputError as exc:
+            refusals.append(str(exc))
+    values, not_here = node_values(environ, given, (hostfile, hosts) if hosts else None, machine)
+    refusals += [not_here] if not_here else []
+    if by_environment:
+        try:
+            from_environment(environ)
+        except NodeInputError as exc:
+            refusals.append(str(exc))
+    checks.append(check_node_settings(values, len(hosts) if hosts else None,
+                                      len(table.servers) if table else None, refusals))
+    first = {key: next((v for v in values[key] if v.problem is None), None) for key in NODE_FIELDS}
+    facts.nnodes = (first["nnodes"].value if first["nnodes"] else None) or (len(hosts) or None) or (
         len(table.servers) if table else None)
-    facts.node_rank = _number(settings["node_rank"].value)
-    facts.master_addr = settings["master_addr"].value
-    port_text = settings["master_port"].value
-    facts.master_port = _number(port_text) if port_text else (TORCHRUN_DEFAULT_PORT if facts.master_addr else None)
-    facts.sources = {k: s.source for k, s in settings.items() if s.source}
-    if facts.master_addr and not port_text:
+    facts.node_rank = first["node_rank"].value if first["node_rank"] else None
+    facts.master_addr = first["master_addr"].value if first["master_addr"] else None
+    port_said = next(iter(values["master_port"]), None)
+    facts.master_port = port_said.value if port_said else (TORCHRUN_DEFAULT_PORT if facts.master_addr else None)
+    facts.sources = {k: v.name for k, v in first.items() if v}
+    if port_said:
+        facts.sources["master_port"] = port_said.name
+    elif facts.master_addr:
         facts.sources["master_port"] = "torchrun's default"
 
     checks.append(check_socket_ifname(kind, environ, interfaces, facts.multinode))
@@ -230,14 +202,14 @@ def collect_node_facts(environ: Mapping[str, str], given: Mapping[str, object], 
                                                   "cards (set NNODES or RANK_TABLE_FILE to check them)"))
 
     if facts.master_addr:
-        port_from = (f"{facts.sources['master_port']}" if port_text is None
-                     else f"{facts.sources['master_port']}={printable(port_text)}")
-        master_port = facts.master_port if facts.master_port and 1 <= facts.master_port <= 65535 else None
-        checks.append(check_master_port(facts.master_addr, master_port, port_from, facts.node_rank,
-                                        _is_local(facts.master_addr, addresses, names)))
+        port_from = (f"{facts.sources['master_port']}" if port_said is None
+                     else f"{port_said.name}={printable(port_said.text)}")
+        checks.append(check_master_port(facts.master_addr, facts.master_port, port_from, facts.node_rank,
+                                        machine.is_host(facts.master_addr)))
     else:
         checks.append(check_master_port(None, None, "", facts.node_rank, False))
 
+    hostfile_peers = [Peer(printable(h.host), f"hostfile line {h.number}") for h in hosts]
     facts.peers = resolve_peers(_peers(hostfile_peers, table, environ, facts.master_addr, facts.sources))
     checks.append(check_peers(facts.peers))
     return facts, checks

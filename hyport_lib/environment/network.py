@@ -14,6 +14,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Mapping, Optional, Sequence
 
+from hyport_lib.nodes.addresses import RESOLVE_TIMEOUT_S, resolve_name
 from hyport_lib.results import Check
 from hyport_lib.utils.printable import printable
 from hyport_lib.utils.wording import counted
@@ -21,7 +22,6 @@ from hyport_lib.utils.wording import counted
 #: torchrun's ``--master-port`` default, used where MASTER_ADDR is set and no port is.
 TORCHRUN_DEFAULT_PORT = 29500
 CONNECT_TIMEOUT_S = 3.0
-RESOLVE_TIMEOUT_S = 5.0
 
 
 @dataclass
@@ -47,16 +47,6 @@ def collect_interfaces() -> list[Interface]:
 
 def local_addresses(interfaces: Iterable[Interface]) -> list[str]:
     return [a for i in interfaces for a in i.addresses]
-
-
-def host_names() -> list[str]:
-    """The names this host answers to (the rank table and MASTER_ADDR may use either)."""
-    names = [socket.gethostname()]
-    try:
-        names.append(socket.getfqdn())
-    except OSError:  # no resolver: the short name is all there is
-        pass
-    return list(dict.fromkeys(n for n in names if n))
 
 
 def _family(environ: Mapping[str, str]) -> int:
@@ -280,25 +270,6 @@ class Peer:
     source: str
     addresses: list[str] = field(default_factory=list)
     error: Optional[str] = None
-
-
-def resolve_name(name: str, timeout_s: float) -> list[tuple[int, str]]:
-    """``(family, address)`` of ``name``; empty when the resolver did not answer in time
-    (getaddrinfo has no timeout of its own: it runs in a daemon thread left behind)."""
-    found: dict = {}
-
-    def ask():
-        try:
-            found["infos"] = socket.getaddrinfo(name, None, type=socket.SOCK_STREAM)
-        except OSError as exc:
-            found["error"] = exc
-
-    thread = threading.Thread(target=ask, daemon=True, name=f"resolve {name}")
-    thread.start()
-    thread.join(timeout_s)
-    if "error" in found:
-        raise found["error"]
-    return list(dict.fromkeys((i[0], i[4][0]) for i in found.get("infos", [])))
 
 
 def resolve_peers(peers: Sequence[Peer], timeout_s: float = RESOLVE_TIMEOUT_S) -> list[Peer]:

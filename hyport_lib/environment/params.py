@@ -6,8 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
-from hyport_lib.params import (StageParams, card_memory_param, device_param, model_path_param, num_cards_param,
-                               param)
+from hyport_lib.params import (StageParams, card_memory_param, device_param, model_path_param, nodes_from_param,
+                               num_cards_param, param)
 
 
 @dataclass
@@ -27,18 +27,15 @@ class Params(StageParams):
     host_root: str = param(
         "/", "the filesystem root the container and driver checks read; a copy of a host's "
              "folders checks them offline", nonempty=True, path="dir", must_exist=True)
+    nodes_from: Optional[str] = nodes_from_param()
     nnodes: Optional[int] = param(
-        None, "hosts in the job; None: from NNODES / PET_NNODES / MA_NUM_HOSTS / VC_WORKER_NUM, the hostfile or "
-              "the rank table", min=1)
+        None, "hosts in the job; None: from nodes_from, the node variables (torchrun's, LLaMA-Factory's, "
+              "ModelArts') or the rank table", min=1)
     node_rank: Optional[int] = param(
-        None, "this host's node rank; None: from NODE_RANK / PET_NODE_RANK / VC_TASK_INDEX, else node 0 where "
-              "master_addr is this host", min=0)
+        None, "this host's node rank; None: from nodes_from, the node variables, else node 0 where master_addr "
+              "is this host", min=0)
     master_addr: Optional[str] = param(
-        None, "the rendezvous host (node 0's); None: from MASTER_ADDR / PET_MASTER_ADDR / the first of "
-              "VC_WORKER_HOSTS", nonempty=True)
+        None, "the rendezvous host (node 0's); None: from nodes_from or the node variables", nonempty=True)
     master_port: Optional[int] = param(
-        None, "the rendezvous port; None: from MASTER_PORT / PET_MASTER_PORT, else torchrun's 29500",
-        min=0, max=65535)
-    hostfile: Optional[str] = param(
-        None, "a DeepSpeed hostfile naming the job's hosts, one host and its slots a line: each must resolve",
-        path="file", must_exist=True)
+        None, "the rendezvous port; None: from MASTER_PORT / PET_MASTER_PORT / PET_RDZV_ENDPOINT, else "
+              "torchrun's 29500", min=0, max=65535)

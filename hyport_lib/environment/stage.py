@@ -19,7 +19,7 @@ from hyport_lib.environment.container import ContainerFindings, ascend_signs, ch
 from hyport_lib.environment.facts import (CannFacts, collect_build, collect_cann, collect_env_vars,
                                           collect_system, normalise_cann, read_driver_versions)
 from hyport_lib.environment.memory import MemoryFacts, check_card_memory, host_need_reason, memory_facts
-from hyport_lib.environment.multinode import NodeFacts, collect_node_facts, node_rows
+from hyport_lib.environment.multinode import NODE_FIELDS, NodeFacts, collect_node_facts, node_rows
 from hyport_lib.environment.params import Params
 from hyport_lib.environment.tree import is_machine_root
 from hyport_lib.models.loading import torchvision_problem, wants_video_processor
@@ -30,8 +30,6 @@ from hyport_lib.utils.typed_records import fields_of, to_mapping
 from hyport_lib.utils.wording import counted
 
 STAGE = "01_environment"
-#: Stage 01's parameters for a job of several hosts (None: from the environment).
-NODE_PARAMETERS = ("nnodes", "node_rank", "master_addr", "master_port")
 
 
 @dataclass
@@ -143,8 +141,8 @@ def run(plan: Plan, *, on_progress: Optional[Callable[[Step], None]] = None) -> 
     step("container and driver")
     # hccn_tool asks a card by its physical id; the CPU backend's workers are no cards.
     roce_cards = [d.phy_id if d.phy_id is not None else d.index for d in listing.devices] if kind == "npu" else []
-    nodes, node_checks = collect_node_facts(environ, {k: getattr(params, k) for k in NODE_PARAMETERS},
-                                            params.hostfile, kind, roce_cards)
+    nodes, node_checks = collect_node_facts(environ, {k: getattr(params, k) for k in NODE_FIELDS},
+                                            params.nodes_from, kind, roce_cards)
     step("nodes")
 
     wanted = params.num_cards or cards

@@ -31,11 +31,11 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
-import socket
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Optional
 
+from hyport_lib.nodes.addresses import ThisMachine
 from hyport_lib.params import parameter_fields
 from hyport_lib.utils.bounded_files import UnreadableFile, read_text
 
@@ -95,6 +95,8 @@ class _Names:
 
 _TORCHRUN = _Names("torchrun's variables", "PET_NNODES", "PET_NODE_RANK", "PET_MASTER_ADDR", "PET_MASTER_PORT",
                    "PET_NPROC_PER_NODE", "PET_RDZV_ID", "PET_MAX_RESTARTS")
+#: torchrun's ``--rdzv-endpoint`` (``host:port``): the master's address and port at once.
+_RDZV_ENDPOINT = "PET_RDZV_ENDPOINT"
 _LLAMA_FACTORY = _Names("LLaMA-Factory variables", "NNODES", "NODE_RANK", "MASTER_ADDR", "MASTER_PORT",
                         "NPROC_PER_NODE", "RDZV_ID", "MAX_RESTARTS")
 
@@ -120,27 +122,20 @@ def from_environment(environ: Optional[Mapping[str, str]] = None) -> NodeSetting
 
 
 def _torchrun(environ: Mapping[str, str]) -> Optional[NodeSettings]:
-    text = environ.get(_TORCHRUN.nnodes, "").strip()
-    if not text:
-        return None
-    low, _, high = text.partition(":")
-    if high and low.strip() != high.strip():
-        raise NodeInputError(f"{_TORCHRUN.nnodes}={text!r}: an elastic node range; hyport runs a fixed number "
-                             "of nodes (PET_NNODES=N)")
-    endpoint = environ.get("PET_RDZV_ENDPOINT", "").strip()
-    return _torchrun_style(environ, _TORCHRUN, nnodes_text=low.strip(), endpoint=endpoint or None)
+    endpoint = environ.get(_RDZV_ENDPOINT, "").strip()
+    return _torchrun_style(environ, _TORCHRUN, endpoint=endpoint or None)
 
 
 def _endpoint(text: str) -> tuple[str, int]:
     """``host:port`` or ``[v6]:port`` (torchrun's ``--rdzv-endpoint``)."""
     match = re.fullmatch(r"\[([^\]]+)\]:(\d+)|([^:\[\]]+):(\d+)", text)
     if not match:
-        raise NodeInputError(f"PET_RDZV_ENDPOINT={text!r}: expected HOST:PORT")
+        raise NodeInputError(f"{_RDZV_ENDPOINT}={text!r}: expected HOST:PORT")
     host = match.group(1) or match.group(3)
-    return host, _port("PET_RDZV_ENDPOINT", match.group(2) or match.group(4))
+    return host, _port(_RDZV_ENDPOINT, match.group(2) or match.group(4))
 
 
-def _torchrun_style(environ: Mapping[str, str], names: _Names, nnodes_text: Optional[str] = None,
+def _torchrun_style(environ: Mapping[str, str], names: _Names,
                     endpoint: Optional[str] = None) -> Optional[NodeSettings]:
     """A torchrun-style source (torchrun's own or LLaMA-Factory's names); None when its node
     count is not set. ``endpoint``: torchrun's ``PET_RDZV_ENDPOINT``, the master's address and
@@ -149,19 +144,19 @@ def _torchrun_style(environ: Mapping[str, str], names: _Names, nnodes_text: Opti
         text = environ.get(name, "").strip()
         return text or None
 
-    count_text = nnodes_text if nnodes_text is not None else value(names.nnodes)
+    count_text = value(names.nnodes)
     if count_text is None:
         return None
     if names is _LLAMA_FACTORY:
         _refuse_elastic_range(environ, count_text)
-    nnodes = _whole(names.nnodes, count_text, minimum=1)
+    nnodes = _node_count(names.nnodes, count_text)
     origins = {"nnodes": f"{names.nnodes}={value(names.nnodes)}"}
     rank_text = value(names.node_rank)
     if rank_text is None and nnodes > 1:
         raise NodeInputError(f"{origins['nnodes']} but {names.node_rank} is not set: give each node its "
                              f"rank, 0 .. {nnodes - 1} (node 0 writes the job's record)")
     node_rank = _whole(names.node_rank, rank_text or "0", minimum=0)
-    _check_rank(names.node_rank, node_rank, origins["nnodes"], nnodes)
+    check_rank(names.node_rank, node_rank, origins["nnodes"], nnodes)
     addr, port_text = value(names.master_addr), value(names.master_port)
     port = _port(names.master_port, port_text) if port_text else None
     for key, text in (("node_rank", rank_text), ("master_addr", addr), ("master_port", port_text)):
@@ -171,8 +166,8 @@ def _torchrun_style(environ: Mapping[str, str], names: _Names, nnodes_text: Opti
         endpoint_addr, endpoint_port = _endpoint(endpoint)
         for key, given, said in (("master_addr", addr, endpoint_addr), ("master_port", port, endpoint_port)):
             if given is not None and given != said:
-                raise NodeInputError(f"{origins[key]} but PET_RDZV_ENDPOINT={endpoint}: they disagree; unset one")
-            origins[key] = f"PET_RDZV_ENDPOINT={endpoint}"
+                raise NodeInputError(f"{origins[key]} but {_RDZV_ENDPOINT}={endpoint}: they disagree; unset one")
+            origins[key] = f"{_RDZV_ENDPOINT}={endpoint}"
         addr, port = endpoint_addr, endpoint_port
     if addr is None and nnodes > 1:
         raise NodeInputError(f"{origins['nnodes']} but {names.master_addr} is not set: give node 0's "
@@ -182,7 +177,7 @@ def _torchrun_style(environ: Mapping[str, str], names: _Names, nnodes_text: Opti
         if text is not None:
             origins[key] = f"{getattr(names, key)}={text}"
     used = [name for name in dataclasses.astuple(names)[1:] if value(name) is not None]
-    used += ["PET_RDZV_ENDPOINT"] if endpoint is not None else []
+    used += [_RDZV_ENDPOINT] if endpoint is not None else []
     return NodeSettings(
         nnodes=nnodes, node_rank=node_rank, source=f"{names.label} {', '.join(used)}", master_addr=addr,
         master_port=port, nproc_per_node=_processes(names.nproc_per_node, procs_text) if procs_text else None,
@@ -226,7 +221,7 @@ def _modelarts(environ: Mapping[str, str]) -> Optional[NodeSettings]:
     node_rank = _whole("VC_TASK_INDEX", index_text or "0", minimum=0)
     if index_text is not None:
         origins["node_rank"] = f"VC_TASK_INDEX={index_text}"
-    _check_rank("VC_TASK_INDEX", node_rank, origins["nnodes"], nnodes)
+    check_rank("VC_TASK_INDEX", node_rank, origins["nnodes"], nnodes)
     if not hosts and nnodes > 1:
         raise NodeInputError(f"{origins['nnodes']} but VC_WORKER_HOSTS is not set: the master is its first host")
     master = hosts[0] if hosts else None
@@ -245,36 +240,78 @@ def _modelarts(environ: Mapping[str, str]) -> Optional[NodeSettings]:
                         master_addr=master, master_port=port, nproc_per_node=cards or None, origins=origins)
 
 
-# --------------------------------------------------------------------------- a hostfile
+# --------------------------------------------------------------------------- every value set
+#: ModelArts' variables, field by field (its master is the first of VC_WORKER_HOSTS).
+_MODELARTS = {"nnodes": ("MA_NUM_HOSTS", "VC_WORKER_NUM"), "node_rank": ("VC_TASK_INDEX",),
+              "master_addr": ("VC_WORKER_HOSTS",), "master_port": ("MASTER_PORT",), "nproc_per_node": ("MA_NUM_GPUS",)}
+
+
 @dataclass(frozen=True)
-class ThisMachine:
-    """What names this machine in a hostfile: its host name, its FQDN, its interfaces' addresses."""
+class NodeValue:
+    """One field as one variable (or a parameter, or a hostfile) sets it: ``value`` read as
+    the field's type, or ``problem``, the one line that says why it cannot be."""
 
-    names: frozenset
-    addresses: frozenset
-
-    @classmethod
-    def here(cls) -> "ThisMachine":
-        import psutil
-
-        addresses = {a.address.split("%")[0] for addrs in psutil.net_if_addrs().values() for a in addrs
-                     if a.family in (socket.AF_INET, socket.AF_INET6)}
-        return cls(frozenset({socket.gethostname().lower(), socket.getfqdn().lower()}), frozenset(addresses))
-
-    def is_host(self, host: str) -> bool:
-        """``host`` (a name or an address) is this machine: by name, else by what it resolves to."""
-        if host.lower() in self.names or host in self.addresses:
-            return True
-        try:
-            resolved = {info[4][0].split("%")[0] for info in socket.getaddrinfo(host, None)}
-        except (OSError, UnicodeError):
-            return False  # a peer's name this machine cannot resolve is not this machine
-        return not resolved.isdisjoint(self.addresses)
-
-    def describe(self) -> str:
-        return f"{', '.join(sorted(self.names))}; {', '.join(sorted(self.addresses))}"
+    field: str  # a NodeSettings field
+    name: str  # where it is said: NNODES, PET_RDZV_ENDPOINT, parameter ...
+    text: str
+    value: Any = None
+    problem: Optional[str] = None
 
 
+def read_value(key: str, name: str, text: str, reader: Optional[Callable[[str, str], Any]] = None) -> NodeValue:
+    """``text`` read as field ``key``, as the sources read it (``name`` is said in the problem)."""
+    readers: dict[str, Callable[[str, str], Any]] = {
+        "nnodes": _node_count, "node_rank": lambda n, t: _whole(n, t, minimum=0), "master_addr": lambda n, t: t,
+        "master_port": _port, "nproc_per_node": _processes, "rdzv_id": lambda n, t: t,
+        "max_restarts": lambda n, t: _whole(n, t, minimum=0)}
+    try:
+        return NodeValue(key, name, text, (reader or readers[key])(name, text))
+    except NodeInputError as exc:
+        return NodeValue(key, name, text, problem=str(exc))
+
+
+def environment_values(environ: Optional[Mapping[str, str]] = None) -> list[NodeValue]:
+    """Every node variable set in ``environ``, each read on its own, in :func:`from_environment`'s
+    order of the sources (torchrun's, LLaMA-Factory's, ModelArts'). Unlike it, this judges no
+    source as a whole (a count without a rank is listed as it is): stage 01 names each value,
+    and every pair that disagrees."""
+    environ = os.environ if environ is None else environ
+    found: dict[tuple[str, str], NodeValue] = {}
+
+    def add(value: NodeValue) -> None:
+        found.setdefault((value.field, value.name), value)
+
+    for names in (_TORCHRUN, _LLAMA_FACTORY):
+        for key in PARAMETER_OF:
+            text = environ.get(getattr(names, key), "").strip()
+            if text:
+                add(read_value(key, getattr(names, key), text))
+        endpoint = environ.get(_RDZV_ENDPOINT, "").strip()
+        if names is _TORCHRUN and endpoint:
+            try:
+                said = dict(zip(("master_addr", "master_port"), _endpoint(endpoint)))
+                for key, value in said.items():
+                    add(NodeValue(key, _RDZV_ENDPOINT, endpoint, value))
+            except NodeInputError as exc:
+                for key in ("master_addr", "master_port"):
+                    add(NodeValue(key, _RDZV_ENDPOINT, endpoint, problem=str(exc)))
+    for key, variables in _MODELARTS.items():
+        for name in variables:
+            text = environ.get(name, "").strip()
+            if not text:
+                continue
+            if name == "VC_WORKER_HOSTS":
+                first = text.split(",")[0].strip()
+                add(NodeValue(key, name, text, first) if first else NodeValue(
+                    key, name, text, problem=f"{name}={text!r}: an empty host name between its commas"))
+            elif name == "MA_NUM_GPUS":  # 0: a CPU flavour, not a number of processes
+                add(read_value(key, name, text, lambda n, t: _whole(n, t, minimum=0) or None))
+            else:
+                add(read_value(key, name, text))
+    return list(found.values())
+
+
+# --------------------------------------------------------------------------- a hostfile
 @dataclass(frozen=True)
 class HostLine:
     number: int  # the line in the file, from 1
@@ -314,16 +351,26 @@ def parse_hostfile(path: str, text: str) -> list[HostLine]:
     return hosts
 
 
-def from_hostfile(path: str, environ: Optional[Mapping[str, str]] = None,
-                  machine: Optional[ThisMachine] = None, node_rank: int = 0) -> NodeSettings:
-    """The nodes a hostfile lists. Where several lines are this machine (nodes started on one
-    host), ``node_rank`` picks one of them."""
-    environ = os.environ if environ is None else environ
+def read_hostfile(path: str) -> list[HostLine]:
+    """The hosts of the hostfile at ``path`` (:func:`parse_hostfile`)."""
     try:
         text = read_text(Path(path).expanduser(), HOSTFILE_MAX_BYTES)
     except UnreadableFile as exc:  # every refusal of the reader: no such file, a folder, a FIFO ...
         raise NodeInputError(f"nodes_from={path!r}: {exc.reason}") from None
-    hosts = parse_hostfile(path, text)
+    return parse_hostfile(path, text)
+
+
+def from_hostfile(path: str, environ: Optional[Mapping[str, str]] = None,
+                  machine: Optional[ThisMachine] = None, node_rank: int = 0) -> NodeSettings:
+    """The nodes the hostfile at ``path`` lists (:func:`hostfile_settings`)."""
+    return hostfile_settings(path, read_hostfile(path), environ, machine, node_rank)
+
+
+def hostfile_settings(path: str, hosts: list[HostLine], environ: Optional[Mapping[str, str]] = None,
+                      machine: Optional[ThisMachine] = None, node_rank: int = 0) -> NodeSettings:
+    """The nodes a hostfile lists. Where several lines are this machine (nodes started on one
+    host), ``node_rank`` picks one of them."""
+    environ = os.environ if environ is None else environ
     machine = machine or ThisMachine.here()
     mine = [rank for rank, h in enumerate(hosts) if machine.is_host(h.host)]
     if not mine:
@@ -394,6 +441,17 @@ def _whole(name: str, text: str, minimum: int) -> int:
     return number
 
 
+def _node_count(name: str, text: str) -> int:
+    """A number of nodes; torchrun's ``N:N`` is N, an elastic ``M:N`` is refused."""
+    low, _, high = text.partition(":")
+    if name == _TORCHRUN.nnodes and high:
+        if low.strip() != high.strip():
+            raise NodeInputError(f"{name}={text!r}: an elastic node range; hyport runs a fixed number of nodes "
+                                 f"({name}=N)")
+        text = low.strip()
+    return _whole(name, text, minimum=1)
+
+
 def _port(name: str, text: str) -> int:
     port = _whole(name, text, minimum=1)
     if port > 65535:
@@ -411,6 +469,7 @@ def _processes(name: str, text: str) -> Optional[int]:
     return _whole(name, text, minimum=1)
 
 
-def _check_rank(rank_name: str, rank: int, count_said: str, count: int) -> None:
+def check_rank(rank_name: str, rank: int, count_said: str, count: int) -> None:
+    """:class:`NodeInputError` where ``rank`` is not below the node count (``count_said``: where it came from)."""
     if rank >= count:
         raise NodeInputError(f"{rank_name}={rank} but {count_said}: {rank_name} must be 0 .. {count - 1}")

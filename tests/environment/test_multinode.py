@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import socket
 from collections import namedtuple
+from dataclasses import replace
 
 import psutil
 import pytest
@@ -32,49 +33,40 @@ def two_interfaces(monkeypatch):
 def test_settings_come_from_the_parameter_first_then_the_variables_in_order():
     env = {"NNODES": "2", "MA_NUM_HOSTS": "2", "VC_TASK_INDEX": "1", "VC_WORKER_HOSTS": "w-0.job,w-1.job",
            "PET_MASTER_PORT": "29600"}
-    settings = M.node_settings(env, {"master_port": 29700, "nnodes": None})
-    assert (settings["nnodes"].value, settings["nnodes"].source, settings["nnodes"].others) == \
-        ("2", "NNODES", {"MA_NUM_HOSTS": "2"})
-    assert (settings["node_rank"].value, settings["node_rank"].source) == ("1", "VC_TASK_INDEX")
-    assert (settings["master_addr"].value, settings["master_addr"].source) == ("w-0.job", "VC_WORKER_HOSTS")
-    assert (settings["master_port"].value, settings["master_port"].source) == ("29700", "parameter")
-    check = M.check_node_settings(settings, None, None)
+    values, _ = M.node_values(env, {"master_port": 29700, "nnodes": None})
+    said = {key: [(v.name, v.value) for v in found] for key, found in values.items()}
+    assert said["nnodes"] == [("NNODES", 2), ("MA_NUM_HOSTS", 2)]
+    assert said["node_rank"] == [("VC_TASK_INDEX", 1)]
+    assert said["master_addr"] == [("VC_WORKER_HOSTS", "w-0.job")]
+    assert said["master_port"] == [("parameter", 29700), ("PET_MASTER_PORT", 29600)]
+    check = M.check_node_settings(values, None, None)
     assert check.verdict == "FAIL" and check.reason == "master_port disagrees: parameter=29700, PET_MASTER_PORT=29600"
 
 
+# The lines of a value that is no number, a rank out of range and a port out of range are
+# hyport_lib.nodes.inputs' (train says the same); an elastic PET_NNODES, which train refuses, fails.
 @pytest.mark.parametrize("env, hostfile, table, words", [
-    ({"NNODES": "two"}, None, None, "NNODES='two' is not a number"),
+    ({"NNODES": "two"}, None, None, "NNODES='two': expected a whole number"),
     ({"NNODES": "2", "MA_NUM_HOSTS": "4"}, None, None, "nnodes disagrees: NNODES=2, MA_NUM_HOSTS=4"),
-    ({"NNODES": "2", "NODE_RANK": "2"}, None, None, "NODE_RANK=2: must be below nnodes=2"),
+    ({"NNODES": "2", "NODE_RANK": "2"}, None, None, "NODE_RANK=2 but NNODES=2: NODE_RANK must be 0 .. 1"),
     ({"NNODES": "2"}, 3, None, "NNODES=2 but the hostfile names 3 hosts"),
     ({"NNODES": "2"}, None, 4, "NNODES=2 but the rank table names 4 hosts"),
-    ({"MASTER_ADDR": "a", "MASTER_PORT": "70000"}, None, None, "MASTER_PORT=70000 is not a port (1-65535)"),
+    ({"MASTER_ADDR": "a", "MASTER_PORT": "70000"}, None, None, "MASTER_PORT='70000': a port is 1 .. 65535"),
+    ({"PET_NNODES": "1:2"}, None, None, "PET_NNODES='1:2': an elastic node range"),
+    ({"PET_RDZV_ENDPOINT": "m:1", "MASTER_PORT": "2"}, None, None, "master_port disagrees: PET_RDZV_ENDPOINT=1, "
+                                                                    "MASTER_PORT=2"),
 ])
 def test_node_settings_that_contradict_each_other_fail(env, hostfile, table, words):
-    check = M.check_node_settings(M.node_settings(env, {}), hostfile, table)
+    check = M.check_node_settings(M.node_values(env, {})[0], hostfile, table)
     assert (check.name, check.verdict) == ("node_settings", "FAIL")
     assert words in check.reason
 
 
 def test_node_settings_pass_or_skip():
-    ok = M.check_node_settings(M.node_settings({"PET_NNODES": "1:2", "NODE_RANK": "0", "MASTER_ADDR": "h0"}, {}),
+    ok = M.check_node_settings(M.node_values({"PET_NNODES": "2:2", "NODE_RANK": "0", "MASTER_ADDR": "h0"}, {})[0],
                                2, None)
     assert ok.verdict == "PASS" and ok.reason == "2 nodes (PET_NNODES), this is node 0 (NODE_RANK), master h0 (MASTER_ADDR)"
-    assert M.check_node_settings(M.node_settings({}, {}), None, None).verdict == "SKIP"
-
-
-def test_a_hostfile_is_read_and_a_bad_line_named(tmp_path):
-    good = tmp_path / "hostfile"
-    good.write_text("# the job's hosts\nworker-0 slots=8\n\nworker-1 slots=8  # second\n")
-    assert [(p.name, p.source) for p in M.read_hostfile(str(good))] == [("worker-0", "hostfile line 2"),
-                                                                        ("worker-1", "hostfile line 4")]
-    bad = tmp_path / "bad"
-    bad.write_text("worker-0 slots=8\nworker-1 gpus=8\n")
-    with pytest.raises(ValueError, match=f"hostfile {bad} line 2: 'worker-1 gpus=8' is not 'HOST slots=N'"):
-        M.read_hostfile(str(bad))
-    with pytest.raises(ValueError, match="names no host"):
-        (tmp_path / "empty").write_text("# nothing\n")
-        M.read_hostfile(str(tmp_path / "empty"))
+    assert M.check_node_settings(M.node_values({}, {})[0], None, None).verdict == "SKIP"
 
 
 def _run(monkeypatch, env: dict, **params):
@@ -141,7 +133,7 @@ def test_node_parameters_take_the_place_of_the_environment(monkeypatch, two_inte
         held.bind(("", 0))
         port = held.getsockname()[1]
         _, checks = _run(monkeypatch, {"MASTER_ADDR": "10.7.7.7"}, master_addr="127.0.0.1", master_port=port,
-                         node_rank=0, hostfile=str(hostfile))
+                         node_rank=0, nodes_from=str(hostfile))
         assert checks["master_port"].verdict == "FAIL" and f"port {port} (parameter={port})" in checks["master_port"].reason
     assert checks["node_settings"].verdict == "PASS" and "2 nodes (hostfile / rank table)" in checks["node_settings"].reason
     assert checks["peers_resolve"].verdict == "FAIL"
@@ -175,3 +167,46 @@ def test_the_nodes_reach_the_page_the_index_card_and_both_drafts(tmp_path):
         stage.EnvironmentReport(system={}, versions={}, cann=stage.CannFacts(), devices=[], env_vars={}, checks=[],
                                 nodes=M.NodeFacts(host_name="h")))}, stage.EnvironmentReport)
     assert blog_facts(one_host)["nodes"] is None and all(k != "nodes" for k, _ in glance(one_host))
+
+
+def test_nodes_from_is_read_as_train_reads_it(monkeypatch, two_interfaces, tmp_path):
+    """A hostfile as DeepSpeed reads it (this machine's line, the first host the master); "env":
+    train's refusal of the variables fails node_settings too."""
+    hostfile = tmp_path / "hostfile"
+    hostfile.write_text("# the job\n10.0.0.5 slots=1\nno-such-peer.invalid slots=1\n")
+    report, checks = _run(monkeypatch, {"MASTER_PORT": "29511"}, nodes_from=str(hostfile))
+    nodes = report.nodes
+    assert (nodes.nnodes, nodes.node_rank, nodes.master_addr, nodes.master_port) == (2, 0, "10.0.0.5", 29511)
+    assert nodes.sources["node_rank"] == f"hostfile {hostfile} line 2 (10.0.0.5: this machine)"
+    assert checks["node_settings"].verdict == "PASS" and nodes.hostfile == str(hostfile)
+    assert checks["master_port"].verdict == "PASS" and "node 0: port 29511" in checks["master_port"].reason
+    hostfile.write_text("node7 slots=1\nnode8 slots=2\n")
+    _, checks = _run(monkeypatch, {}, nodes_from=str(hostfile))
+    assert checks["node_settings"].verdict == "FAIL"
+    assert checks["node_settings"].reason == (f"hostfile {hostfile}: the slots differ (line 1: node7 slots=1, "
+                                              "line 2: node8 slots=2); hyport runs the same number of processes "
+                                              "on every node")
+    hostfile.write_text("node7 slots=1\nnode8 slots=1\n")
+    _, checks = _run(monkeypatch, {}, nodes_from=str(hostfile))
+    assert checks["node_settings"].reason.startswith("this machine (") and f"is not in hostfile {hostfile}" in \
+        checks["node_settings"].reason
+    _, checks = _run(monkeypatch, {"NNODES": "2", "NODE_RANK": "1"}, nodes_from="env")
+    assert checks["node_settings"].verdict == "FAIL"
+    assert checks["node_settings"].reason.startswith("NNODES=2 but MASTER_ADDR is not set")
+    _, checks = _run(monkeypatch, {"NNODES": "2", "NODE_RANK": "1"})  # the parameters as given: no refusal
+    assert checks["node_settings"].verdict == "PASS"
+
+
+def test_the_node_parameters_are_trains_but_for_optionality():
+    from hyport_lib.params import parameter_fields
+    from hyport_lib.train.params import Params as TrainParams
+
+    mine = {f.name: f for f in parameter_fields(Params)}
+    train = {f.name: f for f in parameter_fields(TrainParams)}
+    assert mine["nodes_from"] == train["nodes_from"]  # spec, doc and default
+    shared = ["nnodes", "node_rank", "master_addr", "master_port"]
+    assert set(shared) <= set(mine) and set(shared) <= set(train)
+    for name in shared:
+        assert mine[name].optional and mine[name].default is None
+        spec, train_spec = replace(mine[name].spec, doc=""), replace(train[name].spec, doc="")
+        assert (mine[name].kind, spec) == (train[name].kind, train_spec)

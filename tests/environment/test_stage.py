@@ -211,7 +211,7 @@ def test_collect_on_cpu_is_fast_and_complete():
                  "hccl_ports", "flash_attn", "bf16", "host_ram", "dev_shm"):
         assert name in names
     lines = stage.report_text(report).splitlines()
-    headings = {"Versions", "CANN", "Container and driver", "Environment variables", "Checks"}
+    headings = {"Versions", "CANN", "Container and driver", "Environment variables", "Nodes", "Checks"}
     body = [l for l in lines[1:] if l and l not in headings and not l.startswith("Devices (")]
     assert body and all(l.startswith("- ") and ": " in l for l in body)
     json.dumps(report.to_dict())  # serialisable as is

@@ -11,7 +11,8 @@ from typing import Optional
 
 import pytest
 
-from hyport_lib.nodes.inputs import (NodeInputError, ThisMachine, from_environment, from_hostfile, parse_hostfile,
+from hyport_lib.nodes.addresses import ThisMachine
+from hyport_lib.nodes.inputs import (NodeInputError, from_environment, from_hostfile, parse_hostfile,
                                      read_node_settings, settle_node_parameters)
 from hyport_lib.params import StageParams, param
 from hyport_lib.train.params import Params

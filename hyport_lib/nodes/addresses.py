@@ -1,0 +1,85 @@
+"""Names and addresses of hosts: a name looked up within a time limit, the names this host
+answers to, and :class:`ThisMachine`, the one notion of "this host" (a hostfile's line, the
+master's address, a rank table's server)."""
+
+from __future__ import annotations
+
+import ipaddress
+import socket
+import threading
+from dataclasses import dataclass
+from typing import Iterable
+
+#: How long a name is looked up before it counts as not resolving.
+RESOLVE_TIMEOUT_S = 5.0
+
+
+def resolve_name(name: str, timeout_s: float = RESOLVE_TIMEOUT_S) -> list[tuple[int, str]]:
+    """``(family, address)`` of ``name``; empty when the resolver did not answer in time
+    (getaddrinfo has no timeout of its own: it runs in a daemon thread left behind)."""
+    found: dict = {}
+
+    def ask():
+        try:
+            found["infos"] = socket.getaddrinfo(name, None, type=socket.SOCK_STREAM)
+        except (OSError, UnicodeError) as exc:  # UnicodeError: a label IDNA cannot encode
+            found["error"] = exc if isinstance(exc, OSError) else OSError(str(exc))
+
+    thread = threading.Thread(target=ask, daemon=True, name=f"resolve {name}")
+    thread.start()
+    thread.join(timeout_s)
+    if "error" in found:
+        raise found["error"]
+    return list(dict.fromkeys((i[0], i[4][0].split("%")[0]) for i in found.get("infos", [])))
+
+
+def host_names() -> list[str]:
+    """The names this host answers to (the rank table and MASTER_ADDR may use either)."""
+    names = [socket.gethostname()]
+    try:
+        names.append(socket.getfqdn())
+    except OSError:  # no resolver: the short name is all there is
+        pass
+    return list(dict.fromkeys(n for n in names if n))
+
+
+def _address(text: str):
+    try:
+        return ipaddress.ip_address(text.split("%")[0])
+    except ValueError:
+        return None
+
+
+@dataclass(frozen=True)
+class ThisMachine:
+    """What names this machine: its host names (lower case) and its interfaces' addresses."""
+
+    names: frozenset
+    addresses: frozenset
+
+    @classmethod
+    def of(cls, names: Iterable[str], addresses: Iterable[str]) -> "ThisMachine":
+        return cls(frozenset(n.lower() for n in names if n), frozenset(a.split("%")[0] for a in addresses))
+
+    @classmethod
+    def here(cls) -> "ThisMachine":
+        import psutil
+
+        return cls.of(host_names(), [a.address for addrs in psutil.net_if_addrs().values() for a in addrs
+                                     if a.family in (socket.AF_INET, socket.AF_INET6)])
+
+    def is_host(self, host: str, timeout_s: float = RESOLVE_TIMEOUT_S) -> bool:
+        """``host`` (a name or an address) is this machine: one of its names or addresses, or a
+        name that resolves (within ``timeout_s``) to one of them or to a loopback address."""
+        own = {a for a in map(_address, self.addresses) if a is not None}
+        literal = _address(host)
+        if host.lower() in self.names or host.lower() == "localhost" or (literal is not None and literal in own):
+            return True
+        try:
+            resolved = [_address(a) for _, a in resolve_name(host, timeout_s)]
+        except OSError:
+            return False  # a name this machine cannot resolve is not this machine
+        return any(a is not None and (a in own or a.is_loopback) for a in resolved)
+
+    def describe(self) -> str:
+        return f"{', '.join(sorted(self.names))}; {', '.join(sorted(self.addresses))}"
