@@ -32,7 +32,7 @@ FRONT_ENDS = ("hyport_lib.commands", "hyport_lib.report", "hyport_lib.__main__")
 STAGES = tuple(f"hyport_lib.{stage.name}" for stage in discover_stages())
 RUNTIME = ("hyport_lib.backend", "hyport_lib.models", "hyport_lib.npu_attention", "hyport_lib.devices",
            "hyport_lib.checkpoint_files", "hyport_lib.processes", "hyport_lib.scan",
-           "hyport_lib.port", "hyport_lib.proof", "hyport_lib.triage", "hyport_lib.memory")
+           "hyport_lib.port", "hyport_lib.proof", "hyport_lib.triage", "hyport_lib.memory", "hyport_lib.nodes")
 UTILITIES = ("hyport_lib.utils", "hyport_lib.results", "hyport_lib.display", "hyport_lib.stages", "hyport_lib.workbook",
              "hyport_lib.params", "hyport_lib.drafting")
 
