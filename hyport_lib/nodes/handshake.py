@@ -200,4 +200,4 @@ def _shown(value) -> str:
         return "not set"
     if isinstance(value, float):
         return f"{value:g}"
-    return repr(value) if isinstance(value, str) else json.dumps(value, default=str)
+    return (value or "''") if isinstance(value, str) else json.dumps(value, default=str)

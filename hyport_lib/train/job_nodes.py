@@ -189,9 +189,16 @@ class JobNodes:
             if lost:
                 return lost
             if all(k in state.exits for k in range(1, self.params.nnodes)):
-                return None
+                break
             time.sleep(0.5)
         return None
+
+    def other_failures(self) -> str:
+        """Node 0: how the other nodes' launches failed, each in its own words (the first failure
+        may be there: node 0's ranks often fail only as its echo)."""
+        exits = self.link.snapshot().exits
+        return "; ".join(f"node {k} (host {e.host}): {e.reason}" for k, e in sorted(exits.items())
+                         if k != self.node_rank and e.status != "ok" and e.reason)
 
     def ranks_note(self) -> Optional[str]:
         """Where global rank 0 ran, when not on node 0 (torchrun's c10d orders the nodes by host

@@ -195,6 +195,9 @@ def collect(plan: LaunchPlan, code: Optional[int], wall_s: float, timed_out: boo
         cause = None if by_node else first_failure(plan.log_path, child)
         if cause:
             reason += f"; first failure: {cause}"
+        others = nodes.other_failures() if nodes is not None and not by_node and job_record else ""
+        if others:
+            reason += f"; {others}"
         full = disk_full_error(RuntimeError(cause or ""), out, _checkpoint_estimate(plan))
         if full is not None:  # the rank logs on that disk may not even hold the error
             reason = f"{full.strerror}; {reason}"

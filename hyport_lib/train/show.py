@@ -225,6 +225,11 @@ def _train_loss(result: TrainResult) -> str:
 def summary_frame(result: TrainResult) -> pd.DataFrame:
     """The seed's results table: exit code, total time, train_loss, step time, ..."""
     s, judged = result.summary, summarize(result)
+    if result.plan is not None and result.plan.params.node_rank > 0:  # the job's figures are node 0's
+        rows = [("verdict", judged.verdict), ("why", judged.why), ("exit code", result.exit_code),
+                ("total time", f"{result.wall_s:.2f} s"), ("host", result.host or MISSING),
+                ("log", result.plan.log_path)]
+        return pd.DataFrame(rows, columns=["item", "value"])
     rows = [
         ("verdict", judged.verdict), ("why", judged.why), ("exit code", result.exit_code),
         ("total time", f"{result.wall_s:.2f} s (launch to exit, torchrun start-up included)"),

@@ -324,7 +324,8 @@ def run(spec: dict) -> WorkerResult:
     counts = StepCounts()
     metrics = MetricsCallback(spec["metrics_path"], backend, counts, marker={
         "world_size": world, "zero_stage": params.zero_stage,
-        "finetuning_type": params.finetuning_type, "storage": params.storage, "ranks": _ranks_here(world, params)})
+        "finetuning_type": params.finetuning_type,
+        "extra": {"storage": params.storage, "ranks": _ranks_here(world, params)}})
     trainer = CountingTrainer(model=model, args=_training_args(spec, params, backend),
                               train_dataset=rows, data_collator=collator,
                               processing_class=processor, callbacks=[metrics], step_counts=counts,
