@@ -113,8 +113,8 @@ def test_two_nodes_leave_one_record_and_node_1_claims_nothing(happy):
     assert other["verdict"] == "PASS"
     assert re.fullmatch(r"node 1 of 2 \(host .+\): 1 rank exited 0; the job's record is node 0's \(.+\)",
                         other["why"]), other["why"]
-    assert other["data"]["metrics"] == [] and other["data"]["final_dir"] is None
-    assert other["data"]["checkpoints"] == [] and "final weights" not in other["why"]
+    assert other["metrics"] == [] and other["final_dir"] is None
+    assert other["checkpoints"] == [] and "final weights" not in other["why"]
 
 
 def test_the_resume_point_is_node_0s_on_every_rank(happy, tmp_path):
@@ -122,16 +122,16 @@ def test_the_resume_point_is_node_0s_on_every_rank(happy, tmp_path):
     first, _ = happy
     out, port = Path(first.plan.output_dir), free_port()
     chosen = str(out / "checkpoint-2")
-    second = _start_node1(out, port, resume_from="auto", overwrite_output_dir=True, max_steps=4, save_steps=100)
+    second = _start_node1(out, port, resume_from="auto", overwrite_output_dir=True, max_steps=5, save_steps=100)
     try:
         again = stage.run(stage.plan(_params(out, port, resume_from=chosen, overwrite_output_dir=True,
-                                             max_steps=4, save_steps=100)))
+                                             max_steps=5, save_steps=100)))
         other = _answer(second)
     finally:
         _kill(second)
-    assert other["data"]["plan"]["resume_checkpoint"].endswith("checkpoint-4")  # node 1's own answer
+    assert other["plan"]["resume_checkpoint"].endswith("checkpoint-4")  # node 1's own answer
     assert again.status == "ok", again.reason
-    assert again.worker.resumed_step == 2 and [r.step for r in again.metrics] == [1, 2, 3, 4]
+    assert again.worker.resumed_step == 2 and [r.step for r in again.metrics] == [1, 2, 3, 4, 5]
 
 
 def _refused(tmp_path, out1=None, env=None, node1_env=None, **node1) -> tuple[str, dict]:
