@@ -11,7 +11,7 @@ from hyport_lib.commands._stage import StageCommand, ProgressWriter
 from hyport_lib.train.dataset import reporting_to
 from hyport_lib.train.preflight import LaunchPlan
 from hyport_lib.train.result import TrainProgress
-from hyport_lib.train.show import summary_frame
+from hyport_lib.train.show import nodes_frame, summary_frame
 from hyport_lib.utils.wording import plural
 
 
@@ -29,6 +29,8 @@ def _reading_dataset():
 
 
 def _last_loss(progress: TrainProgress) -> str:
+    if progress.waiting_for and not progress.records:
+        return f"waiting for node {', '.join(map(str, progress.waiting_for))}"
     last = progress.records[-1] if progress.records else None
     if last is not None and last.loss is not None:
         return f"loss {last.loss:.4f}"
@@ -40,8 +42,15 @@ def _plan_lines(plan: LaunchPlan) -> list[str]:
             f"training: {plan.world_size} {plan.device_kind} {plural('process', plan.world_size)} -> {plan.output_dir}"]
 
 
+def _text(result) -> str:
+    text = summary_frame(result).to_string(index=False)
+    if result.nodes:  # a multi-node job's table, in node 0's record
+        text += "\n\n" + nodes_frame(result).to_string(index=False)
+    return "\n".join([text, *(f"note: {note}" for note in result.node_notes)])
+
+
 COMMAND = StageCommand(
-    "train", text=lambda result: summary_frame(result).to_string(index=False),
+    "train", text=_text,
     planning=_reading_dataset, plan_lines=_plan_lines,
     bar=lambda: ProgressWriter("train", "step", total=lambda p: p.total_steps, done=lambda p: p.done_steps,
                             postfix=_last_loss))

@@ -11,7 +11,7 @@ from packaging.version import InvalidVersion, Version
 from hyport_lib.backend import CudaBackend, NpuBackend
 from hyport_lib.devices.probe import DeviceListing
 from hyport_lib.devices.visible_devices import check_visible_devices, visible_card_ids
-from hyport_lib.environment.facts import CannFacts
+from hyport_lib.devices.ascend_versions import CannFacts
 from hyport_lib.results import Check
 from hyport_lib.utils.printable import printable
 from hyport_lib.utils.wording import counted

@@ -17,7 +17,7 @@ from typing import NamedTuple, Optional
 
 from packaging.version import InvalidVersion, Version
 
-from hyport_lib.environment.facts import DriverVersions, normalise_cann
+from hyport_lib.devices.ascend_versions import DriverVersions, normalise_cann
 from hyport_lib.results import Check
 
 

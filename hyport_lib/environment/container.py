@@ -17,8 +17,9 @@ from typing import Mapping, Optional
 from hyport_lib.devices.host_memory import check_container_shm, shm_size_flag, shm_size_from_mounts
 from hyport_lib.devices.visible_devices import parse_visible_devices
 from hyport_lib.results import Check, worst_verdict
-from hyport_lib.environment.facts import DriverVersions, container_evidence
-from hyport_lib.environment.tree import MAX_PROC_BYTES, is_machine_root, present, read_optional, under
+from hyport_lib.devices.ascend_versions import DriverVersions
+from hyport_lib.environment.facts import container_evidence
+from hyport_lib.utils.file_tree import MAX_PROC_BYTES, is_machine_root, present, read_optional, under
 from hyport_lib.utils.bounded_files import kind_of
 from hyport_lib.utils.printable import printable
 from hyport_lib.utils.wording import counted

@@ -16,12 +16,12 @@ from hyport_lib.devices.probe import DeviceInfo, probe_devices
 from hyport_lib.environment import checks as C
 from hyport_lib.environment.compat import check_cann_compat, check_driver_cann, check_torch_npu_compat
 from hyport_lib.environment.container import ContainerFindings, ascend_signs, check_container, listed_cards
-from hyport_lib.environment.facts import (CannFacts, collect_build, collect_cann, collect_env_vars,
-                                          collect_system, normalise_cann, read_driver_versions)
+from hyport_lib.devices.ascend_versions import CannFacts, collect_cann, normalise_cann, read_driver_versions
+from hyport_lib.environment.facts import collect_build, collect_env_vars, collect_system
 from hyport_lib.environment.memory import MemoryFacts, check_card_memory, host_need_reason, memory_facts
 from hyport_lib.environment.multinode import NODE_FIELDS, NodeFacts, collect_node_facts, node_rows
 from hyport_lib.environment.params import Params
-from hyport_lib.environment.tree import is_machine_root
+from hyport_lib.utils.file_tree import is_machine_root
 from hyport_lib.models.loading import torchvision_problem, wants_video_processor
 from hyport_lib.results import VERDICTS, Check, Provenance, StageSummary, worst_verdict
 from hyport_lib.utils.imports import collect_versions, is_flash_attn_available

@@ -1,2 +1,4 @@
-"""Nodes: what knows several hosts and belongs to no one stage (torchrun's c10d rendezvous, the
-node parameters users already have, the command each other node runs)."""
+"""What knows several hosts and belongs to no one stage: the node parameters users already have
+(inputs), this machine's names and addresses, the handshake of a multi-node job through
+torchrun's rendezvous store, its heartbeats, the versions each node compares, and the command
+that starts another node (docs/nodes.md)."""

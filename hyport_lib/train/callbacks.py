@@ -128,7 +128,7 @@ class CountingTrainer(Trainer):
     def _save_checkpoint(self, model, trial, *args, **kwargs):
         # The folder may exist from an earlier run or attempt: until this save has
         # finished it must not look complete (on_save marks it again).
-        if self.is_world_process_zero():
+        if self.args.should_save:  # rank 0; node-local storage: each node's first process
             folder = Path(self.args.output_dir) / f"checkpoint-{self.state.global_step}"
             (folder / MARKER).unlink(missing_ok=True)
             # hyport's before the Trainer writes anything: a save killed half-way is still
@@ -318,7 +318,7 @@ class MetricsCallback(TrainerCallback):
 
     def on_save(self, args, state, control, **kwargs):
         barrier()  # every rank's part (its RNG state too) is on disk first
-        if not state.is_world_process_zero:
+        if not args.should_save:  # rank 0; node-local storage: each node's first process
             return
         folder = Path(args.output_dir) / f"checkpoint-{state.global_step}"
         if folder.is_dir():

@@ -77,6 +77,9 @@ def build_deepspeed_config(params: Params, backend, precision: str) -> dict:
     zero = data.setdefault("zero_optimization", {"stage": params.zero_stage})
     if params.offload_optimizer:
         zero["offload_optimizer"] = {"device": "cpu", "pin_memory": backend.is_accelerator}
+    if params.storage == "node_local" and params.nnodes > 1:
+        # each node saves and reads its own ranks' states in its own output_dir
+        data["checkpoint"] = {**(data.get("checkpoint") or {}), "use_node_local_storage": True}
     return data
 
 

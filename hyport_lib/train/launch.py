@@ -17,9 +17,11 @@ from typing import Callable, Optional
 from hyport_lib.models.model_cache import default_cache_root
 from hyport_lib.processes import (GUARDED_EXEC, Child, describe_exit, last_exception, log_size, read_log_tail, run_child,
                                   scrub_log, task_environ)
+from hyport_lib.nodes.heartbeat import NodeExit
 from hyport_lib.results import Provenance
 from hyport_lib.train.output_dir import (PROBLEMS_FILE, RESULT_FILE, check_foreign, list_checkpoints,
                                          lock_output_dir, read_json_object, release_output_dir)
+from hyport_lib.train.job_nodes import JobNodes, NodeStop, rendezvous_flags
 from hyport_lib.train.packing import clear_first_batches
 from hyport_lib.train.preflight import LaunchPlan
 from hyport_lib.train.result import (TrainProgress, TrainResult, WorkerResult, final_weights, last_complete,
@@ -37,10 +39,15 @@ def command(plan: LaunchPlan) -> list[str]:
     """torchrun, started with a guard that makes it die with its launcher (the workers, started
     by torchrun, start guards of their own)."""
     c = plan.params
+    logs = Path(plan.output_dir) / "logs" / "ranks"
+    if c.nnodes > 1:  # c10d on node 0's store with a join timeout; each node its own rank logs
+        where, logs = rendezvous_flags(plan), logs / f"node{c.node_rank}"
+    else:
+        where = ["--node-rank", str(c.node_rank), "--master-addr", plan.master_addr,
+                 "--master-port", str(plan.master_port)]
     return [sys.executable, "-c", GUARDED_EXEC, "torch.distributed.run", "--nnodes", str(c.nnodes),
-            "--node-rank", str(c.node_rank), "--nproc-per-node", str(plan.nproc_per_node),
-            "--master-addr", plan.master_addr, "--master-port", str(plan.master_port),
-            "--max-restarts", str(c.max_restarts), "--log-dir", str(Path(plan.output_dir) / "logs" / "ranks"),
+            *where, "--nproc-per-node", str(plan.nproc_per_node),
+            "--max-restarts", str(c.max_restarts), "--log-dir", str(logs),
             "--tee", "3", "-m", "hyport_lib.train.worker"]
 
 
@@ -97,6 +104,7 @@ def _launch(plan: LaunchPlan, on_progress: Optional[Callable[[TrainProgress], No
     out = Path(plan.output_dir)
     (out / RESULT_FILE).unlink(missing_ok=True)  # never read an earlier run's result
     env = _environment(plan)
+    nodes = JobNodes(plan) if params.nnodes > 1 else None
     started = time.monotonic()
     seen_size, records = 0, []  # the metrics file is read again only when it grew
 
@@ -106,36 +114,49 @@ def _launch(plan: LaunchPlan, on_progress: Optional[Callable[[TrainProgress], No
         nonlocal seen_size, records
         if on_progress is None:
             return
-        size = log_size(plan.metrics_path)
+        size = log_size(plan.metrics_path) if params.node_rank == 0 else 0  # node 0's to show
         if size != seen_size:
             seen_size, records = size, read_metrics(plan.metrics_path)
         progress = TrainProgress(records, params.max_steps, time.monotonic() - started, running,
-                                 ranks=plan.nproc_per_node, device=plan.device_kind, stopped=stopped)
+                                 ranks=plan.nproc_per_node, device=plan.device_kind, stopped=stopped,
+                                 waiting_for=nodes.waiting_for() if nodes and running else [])
         try:
             on_progress(progress)
         except Exception as exc:  # a broken display must not abandon a running job
             warnings.warn(f"train: on_progress failed ({type(exc).__name__}: {exc}); the run goes on",
                           RuntimeWarning, stacklevel=2)
 
+    def tick() -> None:
+        notify(True)
+        if nodes is not None:
+            nodes.check()  # a NodeStop ends the watch: torchrun's group is stopped
+
+    if nodes is not None:
+        nodes.start()  # node 0: its token, then the store torchrun's agents join
     try:
         notify(True)
         # Past train_timeout_s, and when interrupted: SIGTERM to torchrun (it stops its
         # workers), SIGKILL to its group after kill_grace_s.
         ended = run_child(command(plan), env=env, log_path=plan.log_path, timeout_s=params.train_timeout_s,
                           cwd=out, name="torchrun", environ=env, poll_interval_s=poll_interval_s,
-                          kill_grace_s=kill_grace_s, stop_grace_s=kill_grace_s,
-                          on_tick=lambda: notify(True))
+                          kill_grace_s=kill_grace_s, stop_grace_s=kill_grace_s, on_tick=tick)
+    except NodeStop as stop:
+        _scrub_rank_logs(out, env)
+        notify(False)
+        return collect(plan, None, time.monotonic() - started, False, nodes=nodes, stop=stop)
     except BaseException as exc:
         _scrub_rank_logs(out, env)
         if isinstance(exc, KeyboardInterrupt):
             # Stopped: what finished (metrics, complete checkpoints) is kept, and the caller
             # finds it on the exception to show and record; the display says it stopped.
-            exc.partial = collect(plan, None, time.monotonic() - started, False, stopped=True)
+            exc.partial = collect(plan, None, time.monotonic() - started, False, stopped=True, nodes=nodes)
             notify(False, stopped=True)
+        elif nodes is not None:
+            nodes.link.stop()
         raise
     _scrub_rank_logs(out, env)
     notify(False)
-    return collect(plan, ended.code, time.monotonic() - started, ended.timed_out, child=ended.child)
+    return collect(plan, ended.code, time.monotonic() - started, ended.timed_out, child=ended.child, nodes=nodes)
 
 
 def _checkpoint_estimate(plan: LaunchPlan) -> int:
@@ -145,33 +166,45 @@ def _checkpoint_estimate(plan: LaunchPlan) -> int:
 
 
 def collect(plan: LaunchPlan, code: Optional[int], wall_s: float, timed_out: bool,
-            stopped: bool = False, child: Optional[Child] = None) -> TrainResult:
-    """``child``: torchrun, whose memory evidence (its ranks' too) a SIGKILLed rank is judged by."""
+            stopped: bool = False, child: Optional[Child] = None, nodes: Optional[JobNodes] = None,
+            stop: Optional[NodeStop] = None) -> TrainResult:
+    """``child``: torchrun, whose memory evidence (its ranks' too) a SIGKILLed rank is judged by;
+    ``nodes``: this node's part of a multi-node job (``stop``: why its launcher stopped torchrun).
+    A node > 0 claims none of the job's metrics, checkpoints or weights: node 0's record has them."""
     out = Path(plan.output_dir)
-    records = read_metrics(plan.metrics_path)
-    written = read_json_object(out / RESULT_FILE)[0]
+    job_record = plan.params.node_rank == 0
+    records = read_metrics(plan.metrics_path) if job_record else []
+    written = read_json_object(out / RESULT_FILE)[0] if job_record else None
     worker = from_mapping(WorkerResult, written) if written else None
     tail = read_log_tail(plan.log_path, 30)
-    if stopped:
+    if stop is not None:
+        status, reason = "failed", stop.reason
+    elif stopped:
         steps = [r.step for r in records]
         status, reason = "interrupted", (f"stopped by a signal after step {steps[-1]} (metrics and complete "
                                          "checkpoints kept)" if steps else "stopped by a signal before "
                                          "the first step")
     elif timed_out:
         status, reason = "timeout", f"stopped after train_timeout_s={plan.params.train_timeout_s:g}"
-    elif code == 0 and ((worker is not None and worker.status == "ok") or plan.params.node_rank > 0):
+    elif code == 0 and ((worker is not None and worker.status == "ok") or not job_record):
         status, reason = "ok", None  # node rank > 0: rank 0 (elsewhere) writes the result
     else:
         status = "failed"
-        reason = f"torchrun: {describe_exit(code, child)}"
-        cause = first_failure(plan.log_path, child)
+        by_node = nodes.failure_reason() if nodes is not None else None
+        reason = by_node or f"torchrun: {describe_exit(code, child)}"
+        cause = None if by_node else first_failure(plan.log_path, child)
         if cause:
             reason += f"; first failure: {cause}"
+        others = nodes.other_failures() if nodes is not None and not by_node and job_record else ""
+        if others:
+            reason += f"; {others}"
         full = disk_full_error(RuntimeError(cause or ""), out, _checkpoint_estimate(plan))
         if full is not None:  # the rank logs on that disk may not even hold the error
             reason = f"{full.strerror}; {reason}"
     diagnosis = None
-    if status in ("failed", "timeout"):
+    # A node named as the cause (never joined, refused, silent): its ranks' logs hold only the echo.
+    named_node = stop is not None or (status == "failed" and nodes is not None and reason and not reason.startswith("torchrun"))
+    if status in ("failed", "timeout") and not named_node:
         # This launch's logs only (:func:`launch_logs`, CANN's too), with a margin for the
         # file system's clock granularity.
         started_at = time.time() - wall_s - 2
@@ -179,13 +212,21 @@ def collect(plan: LaunchPlan, code: Optional[int], wall_s: float, timed_out: boo
             launch_logs(out, plan.log_path, started_at),
             cann_dir=cann_log_dir(_cann_environ(out)) if plan.device_kind == "npu" else None,
             since=started_at, environ=_environment(plan)))
-    checkpoints = list_checkpoints(out)
+    checkpoints = list_checkpoints(out) if job_record else []
+    rows, notes, host = [], [], ""
+    if nodes is not None:
+        note = nodes.ranks_note()
+        notes = [note] if note else []
+        rows = nodes.finish(NodeExit(node_rank=plan.params.node_rank, status="interrupted" if stopped else status,
+                                     exit_code=code, reason=reason, log_path=str(plan.log_path),
+                                     wall_s=round(wall_s, 3)))
+        host = nodes.card.host
     return TrainResult(
         status=status, exit_code=code, wall_s=round(wall_s, 3), reason=reason, plan=plan,
         summary=summarize_metrics(records, plan.params.throughput_warmup_steps), worker=worker,
         checkpoints=checkpoints, final_dir=final_weights(worker), last_checkpoint=last_complete(checkpoints),
         model_path=plan.model_path, metrics=records, log_tail=tail, diagnosis=diagnosis,
-        provenance=Provenance(device=plan.device_kind))
+        provenance=Provenance(device=plan.device_kind), nodes=rows, host=host, node_notes=notes)
 
 
 _RANK_LINE = re.compile(r"^\[(?:default)?(\d+)\]:(?:\[rank\d+\]:\s?)?(.*)$")

@@ -37,13 +37,17 @@ PROBLEMS_FILE = "dataset_problems.jsonl"
 DEEPSPEED_FILE = "hyport_deepspeed.json"
 #: Where the bundled smoke set is written when no dataset_path is given.
 SMOKE_FOLDER = "smoke_data"
+#: Each node's exit of a multi-node job (``node<k>.json``, node 0's record reads them).
+NODES_FOLDER = "nodes"
 #: Files and folders every hyport run writes into output_dir (besides checkpoints).
-OWN_NAMES = frozenset({RUN_MARKER, "logs", SMOKE_FOLDER, METRICS_FILE, RESULT_FILE, PROBLEMS_FILE, DEEPSPEED_FILE})
+OWN_NAMES = frozenset({RUN_MARKER, "logs", SMOKE_FOLDER, METRICS_FILE, RESULT_FILE, PROBLEMS_FILE, DEEPSPEED_FILE,
+                       NODES_FOLDER})
 MARKER = "hyport_checkpoint.json"
 #: Written into ``checkpoint-N/`` before the Trainer saves there: the folder is hyport's
 #: even when the save is killed before :data:`MARKER` is written.
 SAVING_MARKER = "hyport_saving.json"
 _CHECKPOINT_RE = re.compile(r"^checkpoint-(\d+)$")
+_RANK_STATES_RE = re.compile(r"zero_pp_rank_(\d+)_")
 #: Libraries whose versions must match between the run that saved and the one resuming.
 VERSIONED = ("torch", "torch_npu", "transformers", "deepspeed", "accelerate", "peft")
 
@@ -258,11 +262,17 @@ def _why_incomplete(folder: Path, step: int) -> str:
         return f"trainer_state.json is unreadable ({why})"
     world, stage = marker.get("world_size"), marker.get("zero_stage")
     states = folder / f"global_step{step}"
-    if isinstance(world, int) and isinstance(stage, int) and stage >= 1 and states.is_dir():
-        ranks = list(states.glob("*zero_pp_rank_*_optim_states.pt"))
-        if len(ranks) < world:
-            return (f"{len(ranks)} of {world} ranks' ZeRO optimizer states in {states.name}/ "
-                    "(a rank's file is missing)")
+    if isinstance(world, int) and isinstance(stage, int) and stage >= 1:
+        # Every rank's states where they are read: all of them in a shared folder; a node's own
+        # ranks in its folder under node-local storage (the marker's "ranks").
+        expected = marker.get("ranks")
+        expected = set(expected) if isinstance(expected, list) else set(range(world))
+        found = {int(m.group(1)) for p in (states.glob("*zero_pp_rank_*_optim_states.pt") if states.is_dir() else ())
+                 if (m := _RANK_STATES_RE.search(p.name))}
+        if not expected <= found:
+            missing = sorted(expected - found)
+            return (f"{len(expected & found)} of {len(expected)} ranks' ZeRO optimizer states in {states.name}/ "
+                    f"(missing: rank {', '.join(map(str, missing[:8]))}{' ...' if len(missing) > 8 else ''})")
     return ""
 
 

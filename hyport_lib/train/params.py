@@ -11,8 +11,10 @@ from pathlib import Path
 from typing import Optional
 
 from hyport_lib.models.tiny import is_tiny_model
+from hyport_lib.nodes.handshake import STORAGE_CHOICES
 from hyport_lib.params import (ParameterError, StageParams, attn_implementation_param, card_memory_param,
-                               device_param, model_path_param, num_cards_param, param, trust_remote_code_param)
+                               device_param, model_path_param, nodes_from_param, num_cards_param, param,
+                               trust_remote_code_param)
 from hyport_lib.train.dataset_formats import FORMAT_CHOICES, DatasetOptions, option_problems
 from hyport_lib.train.dataset_info import INFO_FILE
 
@@ -97,16 +99,22 @@ class Params(StageParams):
     gradient_checkpointing: bool = param(True, "recompute activations in the backward pass (less memory)")
     attn_implementation: str = attn_implementation_param(doc="attention of unpacked runs (auto: eager); packed "
                                                              "runs use hyport's")
-    nodes_from: Optional[str] = param(None, '"env": nnodes, node_rank, master_addr, master_port (num_cards, '
-                                      "rdzv_id, max_restarts where said) from torchrun's PET_* variables, else "
-                                      "LLaMA-Factory's NNODES / NODE_RANK / MASTER_ADDR / MASTER_PORT, else "
-                                      "ModelArts' MA_NUM_HOSTS / VC_TASK_INDEX / VC_WORKER_HOSTS | a DeepSpeed "
-                                      "hostfile | None: the parameters as given", nonempty=True, path="file",
-                                      must_exist=True, not_paths=("env",))
+    nodes_from: Optional[str] = nodes_from_param()
     nnodes: int = param(1, "torchrun nodes", min=1)
     node_rank: int = param(0, "this node's rank, 0 .. nnodes-1", min=0)
     master_addr: str = param("127.0.0.1", "the rendezvous address (node 0's)", nonempty=True)
     master_port: int = param(0, "the rendezvous port; 0: a free one (one node only)", min=0, max=65535)
+    rdzv_id: Optional[str] = param(None, "the job's rendezvous id, the same on every node (LLaMA-Factory's RDZV_ID); "
+                                   "None: derived from run_name, master_addr and master_port", nonempty=True)
+    join_timeout_s: float = param(300.0, "seconds every node has to join the rendezvous (nnodes > 1)",
+                                  min_exclusive=0)
+    node_timeout_s: float = param(120.0, "a node whose heartbeat is silent this long is named and the job "
+                                  "stopped (nnodes > 1)", min_exclusive=0)
+    collective_timeout_s: float = param(1800.0, "the process group's timeout of one collective (torch's "
+                                        "init_process_group timeout, the Trainer's ddp_timeout)", min_exclusive=0)
+    storage: str = param("shared", "shared: output_dir is one folder every node sees (node 0's token must be "
+                         "there) | node_local: each node its own, DeepSpeed's node-local checkpoints",
+                         choices=STORAGE_CHOICES)
     max_restarts: int = param(0, "torchrun restarts the workers this often after a failure (they resume)", min=0)
     resume_from: str = param("auto", "auto (newest complete checkpoint in output_dir) | none | a checkpoint-N "
                              "folder", nonempty=True, path="dir", not_paths=("auto", "none"))

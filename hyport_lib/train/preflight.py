@@ -9,6 +9,7 @@ import errno
 import importlib.util
 import ipaddress
 import os
+import re
 import socket
 import tempfile
 from dataclasses import dataclass, field
@@ -75,13 +76,15 @@ class LaunchPlan:
     memory: Optional[MemoryPlan] = None
     #: why ``precision`` (the backend's words: native bf16 or not, asked or auto); "" in older records
     precision_reason: str = ""
+    #: torchrun's c10d rendezvous id (nnodes > 1; :func:`job_rdzv_id`)
+    rdzv_id: str = ""
 
     def worker_spec(self) -> dict:
         """What every rank reads (:data:`~hyport_lib.train.launch.SPEC_ENV`): the plan without what
         only the launcher reads (an environment variable is bounded)."""
         keys = ("model_path", "dataset_path", "image_root", "output_dir", "metrics_path",
                 "precision", "attn_implementation", "attention_backend", "deepspeed_config_path",
-                "skip_records", "device_kind", "resume_checkpoint")
+                "skip_records", "device_kind", "resume_checkpoint", "master_addr", "master_port", "rdzv_id")
         return {"params": self.params.to_dict(), **{k: getattr(self, k) for k in keys}}
 
 
@@ -162,7 +165,8 @@ def prepare(params: Params, backend) -> LaunchPlan:
         master_port=port, bundled_dataset=bundled, dataset=summary, skip_records=skip,
         # absolute: the workers start inside output_dir, where a relative folder points elsewhere
         resume_checkpoint=str(checkpoint.path.resolve()) if checkpoint else None,
-        notes=notes, attention_proof=attention.proof, memory=MemoryPlan.of(memory))
+        notes=notes, attention_proof=attention.proof, memory=MemoryPlan.of(memory),
+        rdzv_id=job_rdzv_id(params) if params.nnodes > 1 else "")
 
 
 def _check_data_and_attention(params: Params, backend, report: DatasetReport, model_path: str, world: int):
@@ -367,6 +371,15 @@ def _check_cards(backend, nproc: int) -> None:
 
 
 # --------------------------------------------------------------------------- where the ranks meet
+
+def job_rdzv_id(params: Params) -> str:
+    """The rendezvous id: ``rdzv_id`` as given, else the same text on every node from what every
+    node is given (run_name, master_addr, master_port)."""
+    if params.rdzv_id:
+        return params.rdzv_id
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", f"hyport-{params.run_name}-{params.master_addr}-{params.master_port}")
+
+
 # Checked before torchrun starts: an address that does not resolve makes torchrun retry for
 # ever; a taken port fails every rank.
 def check_master_addr(params: Params) -> None:

@@ -188,6 +188,7 @@ class TrainProgress:
     ranks: int = 0  # processes torchrun starts on this node
     device: str = ""  # npu | cuda | cpu
     stopped: bool = False  # ended by an interrupt (Kernel → Interrupt, a Stop button, a signal)
+    waiting_for: list[int] = field(default_factory=list)  # nodes not joined yet (nnodes > 1)
 
     @property
     def provenance(self) -> Optional[Provenance]:
@@ -196,6 +197,22 @@ class TrainProgress:
     @property
     def done_steps(self) -> int:
         return max((r.step for r in self.records), default=0)
+
+
+@dataclass
+class NodeRow:
+    """One node of the job, as node 0's record shows it."""
+
+    node_rank: int = 0
+    host: str = ""
+    ranks: list[int] = field(default_factory=list)
+    status: str = ""  # ok | failed | ... | "no report" (its launcher never said)
+    exit_code: Optional[int] = None
+    reason: Optional[str] = None
+    log_path: str = ""
+    versions: dict[str, Optional[str]] = field(default_factory=dict)
+    #: how this node's versions differ from node 0's ("CANN 8.0.RC3 -> 8.1.RC1"); [] when the same
+    versions_differ: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -249,6 +266,11 @@ class TrainResult:
     #: well; None when the run succeeded.
     diagnosis: Optional[Triage] = None
     provenance: Optional[Provenance] = None
+    #: nnodes > 1, node 0's record: a row per node of the job; [] on one node and on nodes > 0
+    nodes: list[NodeRow] = field(default_factory=list)
+    #: nnodes > 1: this node's host, and what the job's nodes said beside the table
+    host: str = ""
+    node_notes: list[str] = field(default_factory=list)
 
     @property
     def held_answers(self) -> Optional[HeldAnswers]:

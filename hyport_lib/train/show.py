@@ -97,6 +97,9 @@ def loss_figure(records: list[StepMetrics], total_steps: Optional[int] = None, t
 def progress_line(progress: TrainProgress) -> str:
     """``[####....] step 7/20  loss 1.2345  12s  (running)``; before the first step, what
     torchrun is doing; stopped, ``(interrupted after step 7: ...)``."""
+    if progress.running and progress.waiting_for and not progress.records:
+        waited = ", ".join(map(str, progress.waiting_for))
+        return f"waiting for node{'s' if len(progress.waiting_for) > 1 else ''} {waited} …  {progress.elapsed_s:.0f}s"
     if progress.running and not progress.records:
         where = f" ({progress.device})" if progress.device else ""
         ranks = counted(progress.ranks, "rank") if progress.ranks else "? ranks"
@@ -222,6 +225,11 @@ def _train_loss(result: TrainResult) -> str:
 def summary_frame(result: TrainResult) -> pd.DataFrame:
     """The seed's results table: exit code, total time, train_loss, step time, ..."""
     s, judged = result.summary, summarize(result)
+    if result.plan is not None and result.plan.params.node_rank > 0:  # the job's figures are node 0's
+        rows = [("verdict", judged.verdict), ("why", judged.why), ("exit code", result.exit_code),
+                ("total time", f"{result.wall_s:.2f} s"), ("host", result.host or MISSING),
+                ("log", result.plan.log_path)]
+        return pd.DataFrame(rows, columns=["item", "value"])
     rows = [
         ("verdict", judged.verdict), ("why", judged.why), ("exit code", result.exit_code),
         ("total time", f"{result.wall_s:.2f} s (launch to exit, torchrun start-up included)"),
@@ -247,6 +255,20 @@ def summary_frame(result: TrainResult) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["item", "value"])
 
 
+def nodes_frame(result: TrainResult) -> pd.DataFrame:
+    """A multi-node job's table (node 0's record): one row per node, its host, ranks, exit, log
+    and how its versions differ from node 0's; empty for one node."""
+    rows = [(row.node_rank, row.host, ", ".join(map(str, row.ranks)) or MISSING, row.status,
+             MISSING if row.exit_code is None else row.exit_code,
+             "; ".join(row.versions_differ) or ("node 0's" if row.node_rank else _versions(row.versions)),
+             row.log_path or MISSING) for row in result.nodes]
+    return pd.DataFrame(rows, columns=["node", "host", "ranks", "status", "exit", "versions", "log"])
+
+
+def _versions(versions: dict) -> str:
+    return ", ".join(f"{k} {v}" for k, v in versions.items() if v and not k.startswith("HCCL_")) or MISSING
+
+
 def _rate(value) -> str:
     return f"{value:,.1f}" if value and not math.isnan(value) else MISSING
 
@@ -262,6 +284,10 @@ def show_summary(result: TrainResult) -> None:
 
     frame = summary_frame(result)
     display(fit(styled(frame, colour=("value",))))
+    if result.nodes:
+        display(fit(nodes_frame(result)))
+    for note in result.node_notes:
+        display(Markdown(f"Note: {note}"))
     held = result.held_answers
     if held is not None and held.why_not:
         display(Markdown(f"Answers before and after training: {held.why_not}."))

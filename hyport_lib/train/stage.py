@@ -35,6 +35,8 @@ def summarize(result: TrainResult) -> StageSummary:
     from 1 to the last logged exactly once, no non-finite loss or gradient norm, no skipped step,
     the final weights exist; WARN: finished with non-finite values or skipped steps; else FAIL."""
     verdict, why = _verdict(result)
+    if result.plan.params.node_rank > 0:
+        return StageSummary(verdict, why if verdict != "PASS" else _node_line(result), _node_headline(result), why)
     s = result.summary
     span = loss_span(s)
     loss = f"loss {span}" if span else "no loss logged"
@@ -56,9 +58,8 @@ def _verdict(result: TrainResult) -> tuple[str, str]:
             why += f"; diagnosis: {result.diagnosis.summary_line()}"
         return "FAIL", why
     params, worker = result.plan.params, result.worker
-    if params.node_rank > 0:  # global rank 0, on node 0, writes the metrics and the weights
-        return "PASS", (f"node {params.node_rank} of {params.nnodes}: its ranks exited 0 (metrics and "
-                        f"weights are on node 0)")
+    if params.node_rank > 0:  # node 0 writes the job's record: metrics, checkpoints, weights
+        return "PASS", _node_line(result)
     if not result.final_dir:
         return "FAIL", "torchrun exited 0 but no final weights were written"
     if not s.steps:
@@ -82,6 +83,20 @@ def _verdict(result: TrainResult) -> tuple[str, str]:
     if problems:
         return "WARN", "; ".join(problems)
     return "PASS", f"{s.steps} steps, exit code 0, final weights written"
+
+
+def _node_line(result: TrainResult) -> str:
+    """A node > 0's own account: ``node 1 of 2 (host h): 1 rank exited 0; the job's record is
+    node 0's (<output_dir>)`` (it never repeats node 0's metrics or weights)."""
+    plan, params = result.plan, result.plan.params
+    ended = "exited 0" if result.status == "ok" else f"ended {result.status}"
+    return (f"node {params.node_rank} of {params.nnodes} (host {result.host or '?'}): "
+            f"{counted(plan.nproc_per_node, 'rank')} {ended}; the job's record is node 0's ({plan.output_dir})")
+
+
+def _node_headline(result: TrainResult) -> dict:
+    return {"node": f"{result.plan.params.node_rank} of {result.plan.params.nnodes}", "host": result.host,
+            "exit code": result.exit_code, "ranks": result.plan.nproc_per_node, "total s": round(result.wall_s, 1)}
 
 
 def _headline(result: TrainResult) -> dict:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import socket
 import sys
 import time
 from pathlib import Path
@@ -23,6 +24,7 @@ from hyport_lib.checkpoint_files.header import read_header
 from hyport_lib.models.loading import load_model, load_processor
 from hyport_lib.models.module_tree import language_model_path, lora_target_pattern, retie
 from hyport_lib.models.training_inputs import rope_positions_function
+from hyport_lib.nodes.heartbeat import RankCard, client_store, publish_rank, wait_verdict
 from hyport_lib.npu_attention.hf_integration import (UnsupportedAttentionArgument, register_hyport_attention,
                                                     sdpa_refusal)
 from hyport_lib.processes import exit_without_teardown, start_guard
@@ -72,10 +74,13 @@ def _quiet_deepspeed_cpu(backend) -> None:
         module.build_shm_op = lambda: None
 
 
-def init_distributed(backend) -> None:
+def init_distributed(backend, timeout_s: float) -> None:
     """The default process group, under a key prefix per torchrun attempt: torchrun keeps one
     store across ``--max-restarts`` attempts, and restarted workers could read the dead workers'
-    addresses and fail ("Gloo connectFullMesh failed ... Connection refused") or hang."""
+    addresses and fail ("Gloo connectFullMesh failed ... Connection refused") or hang.
+    ``timeout_s``: how long one collective may wait (collective_timeout_s)."""
+    import datetime
+
     import torch.distributed as dist
 
     if "RANK" not in os.environ or dist.is_initialized():
@@ -85,7 +90,38 @@ def init_distributed(backend) -> None:
     store, rank, world = next(dist.rendezvous("env://"))
     attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
     dist.init_process_group(backend.dist_backend, store=dist.PrefixStore(f"attempt_{attempt}", store),
-                            rank=rank, world_size=world)
+                            rank=rank, world_size=world, timeout=datetime.timedelta(seconds=timeout_s))
+
+
+def node_handshake(spec: dict, params: Params) -> Optional[str]:
+    """nnodes > 1: publish this rank's node and host, then wait for node 0's verdict (at most
+    join_timeout_s) before any model loads; leave with its one line when refused. The resume
+    point every rank takes: node 0's, in this node's output_dir."""
+    store = client_store(spec["master_addr"], spec["master_port"], spec["rdzv_id"],
+                         connect_s=params.join_timeout_s)
+    rank = _rank()
+    publish_rank(store, RankCard(rank=rank, local_rank=_local_rank(), node_rank=params.node_rank,
+                                 group_rank=int(os.environ.get("GROUP_RANK", "0") or 0), host=socket.gethostname()))
+    verdict = wait_verdict(store, params.join_timeout_s)
+    if not verdict.accepted:
+        _say(f"refused by node 0: {verdict.refusal}")
+        exit_without_teardown(1)
+    if params.storage == "node_local" and rank == 0 and params.node_rank != 0:
+        # Its metrics and final weights would stay on this node's own disk, out of node 0's record.
+        _say(f"storage='node_local': global rank 0 runs on node {params.node_rank}, not node 0 (torchrun's c10d "
+             "orders nodes by host name and process id): its metrics and weights would never reach node 0's "
+             "record; use storage='shared'")
+        exit_without_teardown(1)
+    return verdict.resume_path(spec["output_dir"])
+
+
+def _ranks_here(world: int, params: Params) -> list[int]:
+    """The ranks whose ZeRO states a checkpoint folder of this node holds: every rank in a shared
+    folder; this node's own under node-local storage."""
+    if params.storage != "node_local":
+        return list(range(world))
+    first = _rank() - _local_rank()
+    return list(range(first, first + int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1)))
 
 
 def _load_model(spec: dict, params: Params):
@@ -180,7 +216,9 @@ def _training_args(spec: dict, params: Params, backend):
         logging_steps=1, save_strategy="steps",
         save_steps=params.save_steps, gradient_checkpointing=params.gradient_checkpointing,
         report_to="none", dataloader_num_workers=0, remove_unused_columns=False,
-        disable_tqdm=True, seed=params.seed)
+        disable_tqdm=True, seed=params.seed, ddp_timeout=int(params.collective_timeout_s),
+        # node-local storage: each node's first process writes the Trainer's files too
+        save_on_each_node=params.storage == "node_local")
 
 
 def save_final(trainer, processor, spec: dict, params: Params) -> str:
@@ -253,12 +291,13 @@ def run(spec: dict) -> WorkerResult:
     params = Params.trusted(spec["params"])
     backend = get_backend(spec["device_kind"])
     _quiet_deepspeed_cpu(backend)
-    init_distributed(backend)
+    planned = node_handshake(spec, params) if params.nnodes > 1 else spec["resume_checkpoint"]
+    init_distributed(backend, params.collective_timeout_s)
     world = int(os.environ.get("WORLD_SIZE", "1"))
     restart = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") or 0)
     # After a fault, torchrun's restart resumes this launch's newest complete checkpoint,
     # whatever the plan resolved for the first attempt.
-    resume_from = "auto" if restart and newest_complete(spec["output_dir"]) else spec["resume_checkpoint"] or "none"
+    resume_from = "auto" if restart and newest_complete(spec["output_dir"]) else planned or "none"
     checkpoint = resolve_resume(resume_from, spec["output_dir"])
     if checkpoint is not None:
         check_compatible(checkpoint, world_size=world, zero_stage=params.zero_stage,
@@ -285,7 +324,8 @@ def run(spec: dict) -> WorkerResult:
     counts = StepCounts()
     metrics = MetricsCallback(spec["metrics_path"], backend, counts, marker={
         "world_size": world, "zero_stage": params.zero_stage,
-        "finetuning_type": params.finetuning_type})
+        "finetuning_type": params.finetuning_type,
+        "extra": {"storage": params.storage, "ranks": _ranks_here(world, params)}})
     trainer = CountingTrainer(model=model, args=_training_args(spec, params, backend),
                               train_dataset=rows, data_collator=collator,
                               processing_class=processor, callbacks=[metrics], step_counts=counts,

@@ -9,7 +9,7 @@ import pytest
 
 from hyport_lib.environment.compat import (TORCH_NPU_COMPAT, check_cann_compat, check_driver_cann,
                                            check_torch_npu_compat, releases_for_torch)
-from hyport_lib.environment.facts import DriverVersions, read_driver_versions
+from hyport_lib.devices.ascend_versions import DriverVersions, read_driver_versions
 
 from .test_container import build_tree
 

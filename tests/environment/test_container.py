@@ -13,7 +13,7 @@ import pytest
 from hyport_lib.environment import stage
 from hyport_lib.environment.compat import check_driver_cann
 from hyport_lib.environment.container import Item, check_container, locate, needed_cards, parse_card_list
-from hyport_lib.environment.facts import read_driver_versions
+from hyport_lib.devices.ascend_versions import read_driver_versions
 from hyport_lib.environment.params import Params
 
 

@@ -7,8 +7,8 @@ import pytest
 
 from hyport_lib.environment import checks as C
 from hyport_lib.environment.compat import hdk_release
-from hyport_lib.environment.facts import (collect_cann, collect_env_vars, container_evidence,
-                                          parse_version_info, read_driver_versions)
+from hyport_lib.devices.ascend_versions import collect_cann, parse_version_info, read_driver_versions
+from hyport_lib.environment.facts import collect_env_vars, container_evidence
 
 from .test_container import DRIVER_24_1_RC3, DRIVER_25_0, FIRMWARE_7_5, _by_name, _judge, _write, build_tree
 

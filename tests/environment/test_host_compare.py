@@ -6,7 +6,7 @@ import json
 
 from hyport_lib.commands import main
 from hyport_lib.environment import stage
-from hyport_lib.environment.facts import CannFacts
+from hyport_lib.devices.ascend_versions import CannFacts
 from hyport_lib.environment.host_compare import compare_hosts, read_environment_record
 from hyport_lib.environment.multinode import NodeFacts
 from hyport_lib.results import Check, record

@@ -5,7 +5,7 @@ from __future__ import annotations
 from hyport_lib import display as D
 from hyport_lib.devices.probe import DeviceInfo, DeviceProcess
 from hyport_lib.environment import show
-from hyport_lib.environment.facts import CannFacts
+from hyport_lib.devices.ascend_versions import CannFacts
 from hyport_lib.environment.stage import EnvironmentReport
 from hyport_lib.environment.show import checks_frame, devices_frame
 from hyport_lib.results import Check

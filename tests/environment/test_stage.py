@@ -14,7 +14,7 @@ from hyport_lib.backend import get_backend
 from hyport_lib.commands import main
 from hyport_lib.devices.probe import DeviceProcess, probe_devices
 from hyport_lib.environment import stage
-from hyport_lib.environment.facts import CannFacts
+from hyport_lib.devices.ascend_versions import CannFacts
 from hyport_lib.environment.params import Params
 from hyport_lib.results import Check, worst_verdict
 from hyport_lib.utils.imports import clear_import_caches, collect_versions

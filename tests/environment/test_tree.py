@@ -31,9 +31,8 @@ from .test_container import CANN_850_INFO, DRIVER_25_0, _by_name, _judge, _run, 
 from hyport_lib.environment import facts, stage
 from hyport_lib.environment.checks import check_video_processors
 from hyport_lib.environment.container import ascend_signs
-from hyport_lib.environment.facts import read_driver_versions
-from hyport_lib.environment.facts import collect_cann
-from hyport_lib.environment.tree import MAX_PROC_BYTES, MAX_VERSION_BYTES
+from hyport_lib.devices.ascend_versions import collect_cann, read_driver_versions
+from hyport_lib.utils.file_tree import MAX_PROC_BYTES, MAX_VERSION_BYTES
 from hyport_lib.models.loading import torchvision_problem
 from hyport_lib.utils.files import dumps_json
 

@@ -25,10 +25,17 @@ from hyport_lib.train.params import Params
 from hyport_lib.train.preflight import prepare
 
 
-def _checkpoint(folder: Path, step: int, complete: bool = True, world: int = 2, **versions) -> Path:
+def _checkpoint(folder: Path, step: int, complete: bool = True, world: int = 2, states: bool = True,
+                **versions) -> Path:
+    """A checkpoint folder as the Trainer and DeepSpeed leave it (``states``: every rank's ZeRO
+    optimizer states in ``global_step<N>/``)."""
     path = folder / f"checkpoint-{step}"
     path.mkdir(parents=True)
     (path / "trainer_state.json").write_text("{}")
+    if states:
+        (path / f"global_step{step}").mkdir()
+        for rank in range(world):
+            (path / f"global_step{step}" / f"bf16_zero_pp_rank_{rank}_mp_rank_00_optim_states.pt").write_bytes(b"x")
     if complete:
         output_dir.write_marker(path, step=step, world_size=world, zero_stage=2, finetuning_type="full")
         if versions:

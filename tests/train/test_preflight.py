@@ -211,13 +211,13 @@ def test_an_unreadable_marker_state_or_missing_rank_file_is_named_before_launch(
     (corrupt / output_dir.MARKER).write_text("{not json")
     state = _checkpoint(out, 4)
     (state / "trainer_state.json").write_text("[1, 2")
-    ranks = _checkpoint(out, 6)
+    ranks = _checkpoint(out, 6, states=False)
     (ranks / "global_step6").mkdir()
     (ranks / "global_step6" / "bf16_zero_pp_rank_0_mp_rank_00_optim_states.pt").write_bytes(b"x")
     reasons = {c.step: c.why_incomplete for c in output_dir.list_checkpoints(out)}
     assert reasons[2].startswith("hyport_checkpoint.json is unreadable (JSONDecodeError")
     assert reasons[4].startswith("trainer_state.json is unreadable (JSONDecodeError")
-    assert reasons[6] == "1 of 2 ranks' ZeRO optimizer states in global_step6/ (a rank's file is missing)"
+    assert reasons[6] == "1 of 2 ranks' ZeRO optimizer states in global_step6/ (missing: rank 1)"
     with pytest.raises(ValueError, match=r"resume_from=.*checkpoint-6.*incomplete checkpoint \(1 of 2 ranks'"):
         output_dir.resolve_resume(str(ranks), out)
     (ranks / "global_step6" / "bf16_zero_pp_rank_1_mp_rank_00_optim_states.pt").write_bytes(b"x")

@@ -1,5 +1,5 @@
 """Real torchrun + DeepSpeed runs on CPU processes (gloo): ZeRO-2, ZeRO-3, LoRA, a rank
-killed and resumed, a two-node launch on 127.0.0.1, an injected NaN, and the papermill
+killed and resumed, an injected NaN (two nodes: test_nodes_run.py), and the papermill
 commands of notebook 04. Two ranks where ranks meet (ZeRO partitions and reductions, a
 restarted rank, ranks with different batches); one where the behaviour is the launcher's
 or one rank's (relaunch, a reused folder, LoRA's adapter, the NaN flags): each rank is a
@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -20,7 +18,6 @@ from hyport_lib.results import record
 from hyport_lib.train import stage
 from hyport_lib.train.loss_explorer import VEGA_LITE_MIME
 from hyport_lib.train.params import Params
-from hyport_lib.train.preflight import free_port
 from fault_injection.hyport_faults import KILL_FAULT_ENV, NAN_FAULT_ENV
 from fixtures_runs import ZERO2_STEPS
 
@@ -187,31 +184,6 @@ def test_injected_nan_shows_in_the_flags(fault_switches, tmp_path, monkeypatch):
     finite = [r.loss for r in result.metrics if r.step != 2]  # not a NaN counted as 0
     assert judged.headline["train_loss"] == pytest.approx(sum(finite) / 2, abs=1e-4)
     assert result.metrics[1].skipped is True or result.metrics[1].nonfinite_grad_norm is True
-
-
-def test_two_node_launch_on_one_host(tmp_path):
-    """Two torchrun agents (nnodes=2), each started by its own hyport launch, as on two
-    machines: node 1 through ``hyport train`` in another process, node 0 here."""
-    port = free_port()
-    common = ["--max-steps", "3", "--save-steps", "3", "--num-cards", "1", "--nnodes", "2",
-              "--master-port", str(port), "--resume-from", "none", "--train-timeout-s", "240"]
-    second = subprocess.Popen(
-        [sys.executable, "-m", "hyport_lib", "train", "--node-rank", "1",
-         "--output-dir", str(tmp_path / "node1"), "--no-record", *common],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    try:
-        params = Params(output_dir=str(tmp_path / "node0"), max_steps=3, save_steps=3,
-                        num_cards=1, nnodes=2, node_rank=0, master_port=port,
-                        resume_from="none", train_timeout_s=240)
-        first = stage.run(stage.plan(params))
-        out, _ = second.communicate(timeout=300)
-    finally:
-        if second.poll() is None:
-            second.kill()
-    assert first.status == "ok", first.reason
-    assert second.returncode == 0, out[-3000:]
-    assert _steps(first) == [1, 2, 3] and first.metrics[0].world_size == 2
-    assert first.final_dir  # rank 0 (on node 0) saved the weights
 
 
 @pytest.mark.parametrize("where", ["root", "notebooks"])
