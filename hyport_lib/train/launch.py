@@ -226,7 +226,8 @@ def collect(plan: LaunchPlan, code: Optional[int], wall_s: float, timed_out: boo
         summary=summarize_metrics(records, plan.params.throughput_warmup_steps), worker=worker,
         checkpoints=checkpoints, final_dir=final_weights(worker), last_checkpoint=last_complete(checkpoints),
         model_path=plan.model_path, metrics=records, log_tail=tail, diagnosis=diagnosis,
-        provenance=Provenance(device=plan.device_kind), nodes=rows, host=host, node_notes=notes)
+        provenance=Provenance(device=plan.device_kind), nodes=rows, host=host, node_notes=notes,
+        nnodes=plan.params.nnodes, node_rank=plan.params.node_rank)
 
 
 _RANK_LINE = re.compile(r"^\[(?:default)?(\d+)\]:(?:\[rank\d+\]:\s?)?(.*)$")

@@ -268,6 +268,10 @@ class TrainResult:
     provenance: Optional[Provenance] = None
     #: nnodes > 1, node 0's record: a row per node of the job; [] on one node and on nodes > 0
     nodes: list[NodeRow] = field(default_factory=list)
+    #: the job's nodes and this one's rank, at the top of the record: stage 05's hand-over
+    #: (:class:`hyport_lib.results.TrainedWeights`) reads them there (a node > 0 checks nothing)
+    nnodes: int = 1
+    node_rank: int = 0
     #: nnodes > 1: this node's host, and what the job's nodes said beside the table
     host: str = ""
     node_notes: list[str] = field(default_factory=list)

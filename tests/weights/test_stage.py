@@ -9,6 +9,7 @@ import shutil
 import pytest
 
 from hyport_lib.models.tiny import ensure_tiny_model
+from hyport_lib.train.result import TrainResult
 from hyport_lib.weights import stage
 from hyport_lib.weights.params import Params
 
@@ -69,7 +70,8 @@ def test_on_a_node_above_0_the_stage_is_skip_and_says_node_0_has_the_weights(tmp
 
     results = tmp_path / "results"
     monkeypatch.setenv("HYPORT_RESULTS_DIR", str(results))
-    handed = TrainedWeights(final_dir=None, last_checkpoint=None, model_path="/models/x", nnodes=2, node_rank=1)
+    # stage 04's own result, as node 1 records it: the hand-over reads the keys it writes
+    handed = TrainResult(status="ok", model_path="/models/x", nnodes=2, node_rank=1)
     write_record(StageRecord("04_train", "PASS", "node 1 of 2 trained", data=to_mapping(handed)), directory=results)
     plan = stage.plan(Params())  # logits_parity and consolidate_zero on: nothing to refuse here
     assert plan.sources.skip and not plan.sources.tiny
