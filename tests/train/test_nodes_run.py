@@ -93,7 +93,11 @@ def test_a_node_that_never_joins_is_named_within_the_join_timeout(tmp_path):
     print(f"CPU: node 0's named join failure {named_after:.1f} s after start (join_timeout_s={JOIN_S})")
     assert result.status == "failed"
     assert result.reason.startswith(f"1 of 2 nodes joined within join_timeout_s={JOIN_S}: node 1 never arrived; "
-                                    "start node_rank 1 with: hyport train --nnodes 2 --node-rank 1 "), result.reason
+                                    "start node_rank 1 with: hyport train "), result.reason
+    command = result.reason.split(" with: ", 1)[1].split()
+    assert " ".join(command[command.index("--nnodes"):][:2]) == "--nnodes 2"
+    assert " ".join(command[command.index("--node-rank"):][:2]) == "--node-rank 1"
+    assert " ".join(command[command.index("--master-port"):][:2]) == f"--master-port {plan.master_port}"
     assert named_after <= JOIN_S + 30
     assert any(line.startswith("waiting for node 1") for line in lines), lines[:3]
     assert [(row.node_rank, row.status) for row in result.nodes] == [(0, "failed"), (1, "never joined")]
