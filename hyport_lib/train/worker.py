@@ -350,7 +350,9 @@ def run(spec: dict) -> WorkerResult:
 def main() -> int:
     guard = start_guard()
     spec = load_spec()
+    # "host: NAME" on a line of its own: hyport triage names each node of a job by it
     _say(f"pid {os.getpid()} local rank {os.environ.get('LOCAL_RANK')} guard {guard}")
+    _say(f"host: {socket.gethostname()}")
     result = run(spec)
     if _rank() == 0:
         atomic_write_json(Path(spec["output_dir"]) / RESULT_FILE, scrub_obj(to_mapping(result)))

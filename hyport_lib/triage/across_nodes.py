@@ -31,7 +31,8 @@ ECHOES = ("Connection closed by peer", "Connection reset by peer", "Connection r
           "Timed out waiting", "wait timeout after", "Getting socket times out")
 #: The host a node's log names: torchrun's failure summary (``host : h1``) and its
 #: rendezvous node ids (``The node 'h1_4242_0' has ...``).
-_HOST_LINE = re.compile(r"^\s*host\s*:\s*(?P<host>[\w.\-]{1,253})\s*$")
+#: torchrun's failure summary (``host : NAME``) and hyport's rank (``[hyport train rank 0] host: NAME``)
+_HOST_LINE = re.compile(r"^\s*(?:\[hyport train rank \d+\]\s*)?host\s*:\s*(?P<host>[\w.\-]{1,253})\s*$")
 _RDZV_NODE = re.compile(r"The node '(?P<host>[\w.\-]{1,253}?)_\d+_\d+'")
 #: An exception's name and message, the part of an error line a verdict quotes.
 _EXCEPTION = re.compile(r"\b[A-Za-z_][\w.]*(?:Error|Exception|Interrupt)\b:?\s?.*")

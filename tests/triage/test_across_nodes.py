@@ -236,3 +236,13 @@ def test_a_netrc_line_in_a_node_log_never_reaches_the_triage(tmp_path):
     assert "Zz9-netrc-secret" not in shown
     assert "machine obs.example.com login svc password [redacted]" in result.findings[0].context[-3]
     assert result.across_nodes.nodes[0].first_error.text.endswith("login svc passwd [redacted]")
+
+
+def test_a_killed_node_is_named_by_the_host_its_rank_said_at_start(tmp_path):
+    """hyport's rank says ``host: NAME`` when it starts: a node killed without torchrun's failure
+    summary is still named by its host."""
+    _write(tmp_path, 0, [*_steps(0, "12:00:03"), *_echo_of_a_killed_peer("h0", 0, "12:00:12")], "12:00:12.4")
+    _write(tmp_path, 1, ["[default0]:[hyport train rank 1] host: h1", *_steps(1, "12:00:03")], "12:00:03.3")
+    across = triage([tmp_path]).across_nodes
+    assert [n.host for n in across.nodes] == ["h0", "h1"]
+    assert across.first_stopped == "node 1" and across.verdict.startswith("node 1 (host h1) stopped first")
