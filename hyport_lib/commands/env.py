@@ -27,8 +27,8 @@ def comparison_text(comparison: HostComparison) -> str:
              comparison.frame().to_string(index=False), ""]
     bad = comparison.mismatched
     if bad:
-        lines.append(f"{len(bad)} of the fields every node must share differ: {', '.join(r.field for r in bad)} "
-                     "(≠; ~ marks a difference allowed between hosts)")
+        lines.append(f"{len(bad)} of the fields every node must share {'differs' if len(bad) == 1 else 'differ'}: "
+                     f"{', '.join(r.field for r in bad)} (≠; ~ marks a difference allowed between hosts)")
     else:
         shared = sum(r.must_match for r in comparison.rows)
         lines.append(f"all {shared} fields every node must share agree" +
