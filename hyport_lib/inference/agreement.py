@@ -98,9 +98,12 @@ def hosts_line(frame: pd.DataFrame, nodes: list[NodeEntry], *, sampling: bool) -
 
 
 def hosts_by_cards(nodes: list[NodeEntry]) -> str:
-    """``2 hosts × 8 cards`` (every host the same count), else ``2 hosts, 12 cards``."""
+    """``2 hosts × 8 cards`` (every host the same count), else ``2 hosts, 12 cards``; the
+    hosts that reported of the job's where one did not (``1 of 2 hosts × 8 cards``)."""
     reported = [entry.cards for entry in nodes if entry.reported]
     hosts = counted(len(nodes), "host")
+    if len(reported) < len(nodes):
+        hosts = f"{len(reported)} of {hosts}"
     if len(set(reported)) == 1:
         return f"{hosts} × {counted(reported[0], 'card')}"
     return f"{hosts}, {counted(sum(reported), 'card')}" if reported else hosts

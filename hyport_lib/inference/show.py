@@ -246,8 +246,14 @@ def glance(record: StageRecord[GridResult]) -> list[tuple[str, str]]:
 
 
 def blog_facts(record: StageRecord[GridResult]) -> dict:
-    """The model folder the workers loaded (``tiny`` resolves to a built folder)."""
+    """The model folder the workers loaded (``tiny`` resolves to a built folder); the cards
+    of this host, or where several hosts ran, the job's hosts and the cards of each one
+    that reported (``host_cards``), ``cards`` only where every one ran as many."""
     grid = record.data
+    if grid.merged:
+        host_cards = [entry.cards for entry in grid.nodes if entry.reported]
+        return {"model_folder": grid.config.model_path, "hosts": len(grid.nodes), "host_cards": host_cards or None,
+                "cards": host_cards[0] if len(set(host_cards)) == 1 else None}
     cards = [c for c in grid.plan.cards if c.run] if grid.plan else []
     return {"model_folder": grid.config.model_path, "cards": len(cards) or None}
 
@@ -256,11 +262,14 @@ def blog_values(record: StageRecord[GridResult]) -> dict:
     """``warm``: warm-up calls made and the cold one recorded apart (older records and
     ``warmup_runs=0`` timed the first call)."""
     grid = record.data
-    # several hosts: their count and each one's cards (where every host ran as many)
-    cards = {entry.cards for entry in grid.nodes if entry.reported}
+    # several hosts: their count, those that reported, and each one's cards (where every
+    # host ran as many), else the cards of all
+    cards = [entry.cards for entry in grid.nodes if entry.reported]
     return {"warm": grid.config.warmup_runs > 0 and bool(grid.frame["cold_s"].notna().any()),
             "hosts": len(grid.nodes) if grid.merged else None,
-            "cards_per_host": cards.pop() if len(cards) == 1 else None,
+            "reported_hosts": len(cards) if grid.merged and len(cards) < len(grid.nodes) else None,
+            "cards_per_host": cards[0] if len(set(cards)) == 1 else None,
+            "all_cards": sum(cards) if cards else None,
             "missing": [entry for entry in grid.nodes if entry.note],
             **_sample(grid),
             "random_why": random_weights_reason(grid.config.model_path)}

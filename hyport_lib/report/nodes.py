@@ -1,22 +1,29 @@
 """A report run on several hosts (``-p nnodes=N -p node_rank=K`` with one ``--run-dir`` on
 shared storage): node 0 owns the run folder (its index, drafts, ``report.html``, results);
 node K > 0 writes its own part under ``<run>/nodes/node<K>/`` and runs only the stages that
-take ``node_rank``. What the pages say of the nodes (hosts × cards, each node's folder) is
-read here from the nodes' own ``run.json`` and the stages' facts.
+declare ``node_rank`` (01, 03 and 04 of the notebooks; any other SKIPs there). What the pages
+say of the nodes (hosts × cards, each node's folder) is read here from the nodes' own
+``run.json`` and the stages' facts.
 """
 
 from __future__ import annotations
 
+import errno
 import json
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
+from hyport_lib.utils.bounded_files import UnreadableFile, read_text
+from hyport_lib.utils.wording import counted
+
 #: The folder of a run that holds the other nodes' parts: ``<run>/nodes/node<K>/``.
 NODES_DIR = "nodes"
 #: The parameter a stage declares when it runs on every node (the others run on node 0).
 NODE_RANK, NNODES = "node_rank", "nnodes"
+#: The most of a node's run.json node 0 reads (its stages' outcomes, a few KiB).
+MAX_RUN_JSON_BYTES = 16 * 2**20
 
 
 def node_folder(run_root: Path, rank: int) -> Path:
@@ -95,7 +102,7 @@ def read_node_runs(run_root: Path, nnodes: int, own: Optional[dict] = None) -> l
     for rank in range(nnodes):
         folder = node_folder(run_root, rank)
         shown = "." if rank == 0 else folder.relative_to(run_root).as_posix()
-        data, problem = (own, "") if rank == 0 and own is not None else _read_run(folder / "run.json")
+        data, problem = (own, "") if rank == 0 and own is not None else _read_run(folder / "run.json", run_root)
         if data is None:
             nodes.append(NodeRun(rank, shown, problem=problem))
             continue
@@ -105,35 +112,59 @@ def read_node_runs(run_root: Path, nnodes: int, own: Optional[dict] = None) -> l
     return nodes
 
 
-def _read_run(path: Path) -> tuple[Optional[dict], str]:
+def _read_run(path: Path, run_root: Path) -> tuple[Optional[dict], str]:
+    """A node's ``run.json``, read as every file of a shared folder is (a FIFO or a link out
+    of the run folder is refused, never waited on), or why not."""
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        return None, "no run.json yet (not started, or not on this storage)"
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        data = json.loads(read_text(path, MAX_RUN_JSON_BYTES, folder=run_root, errors="strict"))
+    except UnreadableFile as exc:
+        if exc.errno == errno.ENOENT:
+            return None, "no run.json yet (not started, or not on this storage)"
+        return None, f"run.json unreadable ({exc.reason})"
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         return None, f"run.json unreadable ({type(exc).__name__})"
     return (data, "") if isinstance(data, dict) else (None, "run.json holds no object")
 
 
 @dataclass(frozen=True)
 class RunShape:
-    """Hosts × cards per host, each None where nothing recorded it."""
+    """Hosts × cards per host, each None where nothing recorded it; ``reported``: the hosts
+    that reported where fewer than ``hosts`` did; ``all_cards``: every reported host's cards
+    together, where their counts differ (``cards`` None then)."""
 
     hosts: Optional[int]
     cards: Optional[int]
+    reported: Optional[int] = None
+    all_cards: Optional[int] = None
 
     def line(self) -> str:
-        """``2 hosts × 8 cards``, ``2 hosts`` where no stage recorded its cards, ``8 cards``
-        on one host (never ``1 host × …``)."""
-        cards = f"{self.cards} card{'s' if self.cards != 1 else ''}" if self.cards else ""
+        """``2 hosts × 8 cards``, ``1 of 2 hosts × 8 cards``, ``2 hosts, 12 cards``, ``2 hosts``
+        where no stage recorded its cards, ``8 cards`` on one host (never ``1 host × …``)."""
         if not self.hosts or self.hosts == 1:
-            return cards or "cards not recorded"
-        return f"{self.hosts} hosts × {cards}" if cards else f"{self.hosts} hosts"
+            return counted(self.cards, "card") if self.cards else "cards not recorded"
+        hosts = counted(self.hosts, "host")
+        if self.reported is not None:
+            hosts = f"{self.reported} of {hosts}"
+        if self.cards:
+            return f"{hosts} × {counted(self.cards, 'card')}"
+        return f"{hosts}, {counted(self.all_cards, 'card')}" if self.all_cards is not None else hosts
+
+
+def _count(value) -> Optional[int]:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
 
 
 def run_shape(facts: dict, nnodes: int) -> RunShape:
     """Hosts from a stage's recorded ``hosts`` fact (its plan's nnodes), else the report's
-    own ``nnodes``; cards per host from the stages' ``cards`` fact."""
-    hosts, cards = facts.get("hosts"), facts.get("cards")
-    hosts = hosts if isinstance(hosts, int) and not isinstance(hosts, bool) and hosts > 0 else nnodes
-    return RunShape(hosts, cards if isinstance(cards, int) and not isinstance(cards, bool) else None)
+    own ``nnodes``; cards per host from the cards of each host that reported
+    (``host_cards``, stage 03's merged grid) where a stage recorded them, else from the
+    stages' ``cards`` fact (node 0's: every host's where the hosts are alike)."""
+    hosts = _count(facts.get("hosts")) or nnodes
+    host_cards = facts.get("host_cards")
+    if isinstance(host_cards, list) and host_cards and all(_count(c) is not None for c in host_cards):
+        reported = len(host_cards) if len(host_cards) < hosts else None
+        if len(set(host_cards)) == 1:
+            return RunShape(hosts, host_cards[0] or None, reported)
+        return RunShape(hosts, None, reported, sum(host_cards))
+    cards = _count(facts.get("cards"))
+    return RunShape(hosts, cards or None)

@@ -22,7 +22,8 @@ from typing import Callable, Iterable, Optional
 from hyport_lib.report.blog import write_blog_drafts
 from hyport_lib.report.bundle import write_bundle
 from hyport_lib.report.index import write_index
-from hyport_lib.report.nodes import NODES_DIR, NodePlace, node_folder, node_place, runs_on_every_node, skipped_here
+from hyport_lib.report.nodes import (MAX_RUN_JSON_BYTES, NODES_DIR, NodePlace, node_folder, node_place,
+                                     runs_on_every_node, skipped_here)
 from hyport_lib.report.run import (NOT_RUN, PENDING, RESULTS_DIR, RUNNING, ReportRun, StageOutcome, load_views,
                                    new_run_dir)
 from hyport_lib.report.run_parameters import (check_before_running, load_profile, resolve_parameters, resolve_profile,
@@ -30,6 +31,7 @@ from hyport_lib.report.run_parameters import (check_before_running, load_profile
 from hyport_lib.report.stage_run import FAILED_SUMMARY, PARTIAL_DIR, run_stage, scrub_file, sweep_partial
 from hyport_lib.results import INTERRUPTED, SKIP, StageRecord, write_record
 from hyport_lib.stages import discover_stages, select_stages
+from hyport_lib.utils.bounded_files import UnreadableFile, read_text
 from hyport_lib.utils.files import atomic_write_json, ensure_writable
 from hyport_lib.utils.imports import collect_versions
 from hyport_lib.utils.redact import scrub_obj
@@ -355,10 +357,33 @@ def clean_runs(output_root: Path, say: Optional[Callable[[str], None]] = None) -
     return cleaned
 
 
+def _live_node_folders(run_dir: Path) -> list[Path]:
+    """The folders ``<run>/nodes/node<K>/`` (a run on several hosts) whose runner may still be
+    alive: its lock held, another host's, or its process there (:func:`runner_alive` on
+    its ``run.json``; a node that wrote none yet is judged by its lock alone)."""
+    live = []
+    for folder in sorted(Path(run_dir).glob(f"{NODES_DIR}/node*")):
+        if not folder.is_dir() or folder.is_symlink():
+            continue
+        try:
+            data = json.loads(read_text(folder / "run.json", MAX_RUN_JSON_BYTES, folder=run_dir))
+        except UnreadableFile:
+            data = {}
+        except ValueError:  # half-written: a runner writing it now
+            live.append(folder)
+            continue
+        if runner_alive(folder, data if isinstance(data, dict) else {}):
+            live.append(folder)
+    return live
+
+
 def clean_run(run_dir: Path, data: dict) -> None:
     shutil.rmtree(run_dir / PARTIAL_DIR, ignore_errors=True)
     (run_dir / LOCK_FILE).unlink(missing_ok=True)  # its runner is proven dead: nothing holds it
+    live = _live_node_folders(run_dir)
     for path in run_dir.rglob("*"):
+        if any(folder in path.parents for folder in live):
+            continue  # another node's part, which that node may be writing now
         if path.is_file() and path.suffix in _TEXT_SUFFIXES and path.name != "run.json":
             scrub_file(path)
     when = _now()

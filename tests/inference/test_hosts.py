@@ -5,8 +5,10 @@ CPU card each, loopback, one shared folder), and a node that never reports."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
+import threading
 import subprocess
 import sys
 import time
@@ -39,8 +41,11 @@ def _grid(host: str, hashes: list[str], **config) -> GridResult:
 
 
 def _merged(*grids: GridResult, nnodes: int = 0) -> GridResult:
+    """Node 0's merge of ``grids``, each stamped as its node's run stamps it."""
+    nnodes = nnodes or len(grids)
+    grids = [dataclasses.replace(grid, nnodes=nnodes, node_rank=rank) for rank, grid in enumerate(grids)]
     tables = {rank: NodeTable(rank, grid.host, TOKEN, grid) for rank, grid in enumerate(grids)}
-    return merge(grids[0], tables, nnodes or len(grids), FOLDER, TOKEN, 5.0)
+    return merge(grids[0], tables, nnodes, FOLDER, TOKEN, 5.0)
 
 
 # --------------------------------------------------------------------------- the merge
@@ -76,7 +81,7 @@ def test_a_node_that_never_reported_fails_the_job_and_the_present_hosts_are_kept
     assert "All 2 finished cards on 2 hosts produced identical outputs" in summary.summary
     assert list(merged.frame["host"]) == ["a", "b"]
     assert merged.nodes[2].table == str(FOLDER / "nodes" / "node2.json") and not merged.nodes[2].reported
-    assert merged.hosts_cards == "3 hosts × 1 card"
+    assert merged.hosts_cards == "2 of 3 hosts × 1 card"  # the hosts that reported
 
 
 def test_a_node_that_ran_another_plan_is_named_and_fails_the_job():
@@ -99,7 +104,7 @@ def test_a_table_of_another_job_is_not_merged_and_the_wait_is_bounded(tmp_path):
     """Node 1's table holds a token node 0 did not write (a previous job): node 0 waits its
     nodes_wait_s, then says so, without merging it."""
     hosts._write_table(tmp_path, NodeTable(1, "b", "old", _grid("b", ["h"])))
-    assert read_table(table_path(tmp_path, 1)).grid.rows[0]["output_hash"] == "h"  # the typed round trip
+    assert read_table(table_path(tmp_path, 1), tmp_path).grid.rows[0]["output_hash"] == "h"  # the typed round trip
     waits = []
     started = time.monotonic()
     merged = hosts._merge_when_reported(_grid("a", ["h"]), tmp_path, TOKEN, 2, 0.3, waits.append, 0.05)
@@ -228,3 +233,121 @@ def test_node_0_stopped_while_waiting_keeps_its_cards_and_is_interrupted(tmp_pat
     partial = stopped.value.partial
     assert list(partial.frame["host"]) == ["a"] and stage.summarize(partial).verdict == "INTERRUPTED"
     assert partial.nodes[1].note == "not reported when node 0 was stopped"
+
+
+# --------------------------------------------------------------------------- the review's defects
+def test_hosts_by_cards_counts_the_hosts_that_reported_and_each_ones_cards():
+    one_each = _merged(_grid("a", ["h"]), _grid("b", ["h"]))
+    assert one_each.hosts_cards == "2 hosts × 1 card"
+    uneven = _merged(_grid("a", ["h"]), _grid("b", ["h", "h", "h"]))
+    assert uneven.hosts_cards == "2 hosts, 4 cards"  # not node 0's count for every host
+    missing = _merged(_grid("a", ["h"] * 8), nnodes=2)
+    assert missing.hosts_cards == "1 of 2 hosts × 8 cards"
+    assert stage.summarize(missing).headline["hosts"] == "1 of 2 hosts × 8 cards"
+
+
+def test_the_draft_says_one_card_in_the_singular_and_the_hosts_that_reported(tmp_path):
+    one_each = to_mapping(_merged(_grid("a", ["h"]), _grid("b", ["h"])))
+    assert "The job ran on 2 hosts × 1 card:" in stage_draft(tmp_path, "03_inference", one_each)
+    assert "2 台主机 × 1 张卡" in stage_draft(tmp_path, "03_inference", one_each, lang="zh")
+    uneven = to_mapping(_merged(_grid("a", ["h"]), _grid("b", ["h", "h", "h"])))
+    assert "The job ran on 2 hosts, 4 cards:" in stage_draft(tmp_path, "03_inference", uneven)
+    missing = to_mapping(_merged(_grid("a", ["h", "h"]), nnodes=2))
+    en = stage_draft(tmp_path, "03_inference", missing)
+    assert "The job ran on 1 of 2 hosts × 2 cards:" in en
+    zh = stage_draft(tmp_path, "03_inference", missing, lang="zh")
+    assert "2 台主机中的 1 台 × 2 张卡" in zh and not english_runs(zh)
+    assert not unsourced(en, sorted(tmp_path.glob("03_inference-en-*"))[-1])
+
+
+def test_a_node_that_ran_with_another_nnodes_is_named_and_fails_the_job():
+    a = dataclasses.replace(_grid("a", ["h"]), nnodes=2)
+    b = dataclasses.replace(_grid("b", ["h"]), nnodes=3, node_rank=1)
+    merged = merge(a, {0: NodeTable(0, "a", TOKEN, a), 1: NodeTable(1, "b", TOKEN, b)}, 2, FOLDER, TOKEN, 5.0)
+    summary = stage.summarize(merged)
+    assert summary.verdict == "FAIL" and not merged.consistent
+    assert "node 1 (host b): ran another plan: nnodes=3 (node 0: 2)." in summary.summary
+
+
+def _bounded(call, seconds: float = 5.0):
+    """``call()``'s value, or a failure where it is still blocked after ``seconds``."""
+    done = {}
+    worker = threading.Thread(target=lambda: done.update(value=call()), daemon=True)
+    worker.start()
+    worker.join(seconds)
+    assert not worker.is_alive(), "blocked"
+    return done.get("value")
+
+
+def test_a_fifo_token_or_a_table_linked_out_of_the_folder_is_never_read(tmp_path):
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    os.mkfifo(token_path(shared))
+    assert _bounded(lambda: hosts._current_token(shared)) is None  # a FIFO: no token, never waited on
+    with pytest.raises(RuntimeError, match=r"does not see node 0's token"):
+        hosts._wait_for_token(shared, 1, "b", 0.2, None, 0.05)
+    hosts._write_table(tmp_path / "elsewhere", NodeTable(1, "b", TOKEN, _grid("b", ["h"])))
+    table_path(shared, 1).parent.mkdir()
+    table_path(shared, 1).symlink_to(table_path(tmp_path / "elsewhere", 1))
+    assert read_table(table_path(tmp_path / "elsewhere", 1), tmp_path / "elsewhere") is not None
+    assert read_table(table_path(shared, 1), shared) is None  # a link out of the shared folder
+
+
+def test_a_second_host_with_the_same_node_rank_is_refused_naming_both(tmp_path):
+    hosts._claim_rank(tmp_path, TOKEN, 1, "b")
+    with pytest.raises(RuntimeError) as refused:
+        hosts._claim_rank(tmp_path, TOKEN, 1, "c")
+    said = str(refused.value)
+    assert "\n" not in said and said.startswith("node 1 (host c): node_rank=1 is already taken in this job by host b")
+    hosts._claim_rank(tmp_path, "another-job", 1, "c")  # a claim is the job's: the next job's rank is free
+    # a claim of this host whose process is gone (the node restarted) is taken over
+    hosts.claim_path(tmp_path, TOKEN, 2).write_text(json.dumps({"host": "b", "pid": 2**22 + 1}))
+    hosts._claim_rank(tmp_path, TOKEN, 2, "b")
+    assert json.loads(hosts.claim_path(tmp_path, TOKEN, 2).read_text())["pid"] == os.getpid()
+
+
+def test_a_second_node_0_on_the_folder_is_refused_and_leaves_the_first_ones_token(tmp_path):
+    first = hosts._hold_node0_lock(tmp_path, "a")
+    try:
+        token_path(tmp_path).write_text(TOKEN)
+        with pytest.raises(RuntimeError, match=r"^node 0 \(host z\): another node 0 is running on .* \(host a, pid "):
+            hosts.run_node(_Plan(_Params(2, 0, 1.0), tmp_path), host="z")
+        assert token_path(tmp_path).read_text() == TOKEN  # the first node 0's token is still there
+    finally:
+        first.close()
+    hosts._hold_node0_lock(tmp_path, "z").close()  # free again once the first is done
+
+
+@dataclasses.dataclass
+class _Params:
+    nnodes: int
+    node_rank: int
+    nodes_wait_s: float
+
+
+@dataclasses.dataclass
+class _Plan:
+    params: _Params
+    log_dir: Path
+
+
+def test_node_0_stopped_during_its_cards_counts_the_tables_already_there(tmp_path, monkeypatch):
+    """Node 1 reported while node 0's own cards ran; node 0 is stopped: node 1 is merged, not
+    "not reported"; node 2, which had not reported, is said not waited for."""
+
+    def cards_then_stop(plan, on_progress=None):
+        token = token_path(tmp_path).read_text()
+        b = dataclasses.replace(_grid("b", ["h"]), nnodes=3, node_rank=1)
+        hosts._write_table(tmp_path, NodeTable(1, "b", token, b))
+        stop = KeyboardInterrupt()
+        stop.partial = _grid("a", ["h"])
+        raise stop
+
+    monkeypatch.setattr(hosts, "run_grid", cards_then_stop)
+    with pytest.raises(KeyboardInterrupt) as stopped:
+        hosts.run_node(_Plan(_Params(3, 0, 60.0), tmp_path), host="a")
+    partial = stopped.value.partial
+    assert list(partial.frame["host"]) == ["a", "b"]
+    assert [(e.reported, e.note) for e in partial.nodes] == [
+        (True, ""), (True, ""), (False, "not reported when node 0 was stopped")]
+    assert stage.summarize(partial).verdict == "INTERRUPTED" and not token_path(tmp_path).exists()

@@ -1,12 +1,14 @@
 """``hyport report`` on two "hosts" of one machine: two reports with ``-p nnodes=2``, node
 ranks 0 and 1, into one ``--run-dir``. Node 1 writes only under ``<run>/nodes/node1/``,
-runs only the stages that take node_rank (the others: SKIP "runs on node 0"), sees the
-shared run folder as its stages' run folder, and leaves no secret; node 0's index lists
-both hosts and says "2 hosts"."""
+runs the stages that declare node_rank (stage 01 among them) and SKIPs the others ("runs on
+node 0"; a planted stage that does not declare it), sees the shared run folder as its
+stages' run folder, and leaves no secret; node 0's index lists both hosts and says "2 hosts".
+"""
 
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -15,6 +17,7 @@ from hyport_lib.commands import main
 from hyport_lib.report.runner import run_report
 
 SECRET = "pa55-multi-node-7f3e"
+NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
 
 
 def _files(folder: Path) -> set[str]:
@@ -22,21 +25,29 @@ def _files(folder: Path) -> set[str]:
 
 
 @pytest.mark.slow
-def test_two_nodes_share_one_run_folder_with_stage_01(tmp_path, capsys):
+def test_two_nodes_share_one_run_folder_with_stage_01(tmp_path, capsys, plant_stage):
+    folder = tmp_path / "nbs"
+    folder.mkdir()
+    shutil.copy(NOTEBOOKS / "01_environment.ipynb", folder)  # declares nnodes and node_rank: every node
+    plant_stage(folder, "02_zeroonly", "from hyport_lib.results import StageRecord, write_record\n"
+                "write_record(StageRecord('02_zeroonly', 'PASS', summary='ran on node 0'))")
     run = tmp_path / "shared" / "run-1"
-    node = ["report", "--profile", "none", "--only", "01", "--run-dir", str(run),
+    node = ["report", "--profile", "none", "--notebooks", str(folder), "--run-dir", str(run),
             "-p", "nnodes=2", "-p", "master_addr=127.0.0.1", "-p", "master_port=29500"]
-    assert main(node + ["-p", "node_rank=1"]) == 0  # stage 01 does not take node_rank: SKIP, no kernel
+    assert main(node + ["-p", "node_rank=1"]) == 0
     node1 = _files(run)
     assert node1 and all(name.startswith("nodes/node1/") for name in node1), node1
-    skipped = json.loads((run / "nodes/node1/results/01_environment.json").read_text())
-    assert skipped["verdict"] == "SKIP" and skipped["summary"].startswith("runs on node 0")
+    checked = json.loads((run / "nodes/node1/results/01_environment.json").read_text())
+    assert checked["verdict"] in ("PASS", "WARN")  # stage 01 checks node 1's host too
+    skipped = json.loads((run / "nodes/node1/results/02_zeroonly.json").read_text())
+    assert skipped["verdict"] == "SKIP" and skipped["summary"].startswith("runs on node 0")  # no node_rank
     assert main(node + ["-p", "node_rank=1"]) == 2  # node 1's run is there: a new run, a new folder
     assert "already holds node 1's run" in capsys.readouterr().err
     assert main(node + ["-p", "node_rank=0"]) == 0
     assert {name for name in _files(run) if name.startswith("nodes/")} == node1  # node 0 wrote none of node 1's
     assert {"index.html", "run.json", "blog.md", "blog.zh.md", "report.html",
-            "results/01_environment.json"} <= _files(run)
+            "results/01_environment.json", "results/02_zeroonly.json"} <= _files(run)
+    assert json.loads((run / "results/02_zeroonly.json").read_text())["verdict"] == "PASS"
     assert json.loads((run / "results/01_environment.json").read_text())["verdict"] in ("PASS", "WARN")
     recorded = json.loads((run / "run.json").read_text())
     assert (recorded["nnodes"], recorded["node_rank"]) == (2, 0)

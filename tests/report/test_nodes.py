@@ -6,12 +6,19 @@ reproduce command for every node."""
 from __future__ import annotations
 
 import json
+import os
+import threading
+from pathlib import Path
 
 import pytest
 
+from hyport_lib.inference.agreement import NodeEntry
+from hyport_lib.inference.grid import GridResult
 from hyport_lib.report.blog import render_blog
 from hyport_lib.report.index import render_index
 from hyport_lib.report.nodes import NodePlace, RunShape, node_folder, node_place, read_node_runs, run_shape
+from hyport_lib.report.runner import clean_run, hold_run_lock
+from hyport_lib.utils.typed_records import to_mapping
 from tests.blog_drafts import make_run, train_data, unsourced, write_result
 
 
@@ -93,3 +100,81 @@ def test_a_stage_left_to_node_0_shows_its_summary_on_the_node_card(tmp_path):
     assert "<p>runs on node 0: node 1 of 2" in index  # not the stage's own card of an empty record
     assert "Node 1 of 2 (2 hosts)" in index and 'href="../../index.html"' in index
     assert run.root_dir == tmp_path
+
+
+# --------------------------------------------------------------------------- the review's defects
+def test_the_shape_takes_each_reported_hosts_cards_over_node_0s_count():
+    # stage 01's "cards" (node 0's own count) comes first; stage 03's cards of each host win
+    assert run_shape({"cards": 1, "hosts": 2, "host_cards": [1, 3]}, 2).line() == "2 hosts, 4 cards"
+    assert run_shape({"cards": 8, "hosts": 2, "host_cards": [8]}, 2).line() == "1 of 2 hosts × 8 cards"
+    assert run_shape({"cards": 1, "hosts": 2, "host_cards": [1, 1]}, 2).line() == "2 hosts × 1 card"
+    assert run_shape({"cards": 8, "host_cards": ["odd"]}, 2).line() == "2 hosts × 8 cards"  # an odd fact: ignored
+
+
+def _stage_03_run(tmp_path, cards: list, nnodes: int = 2):
+    """Node 0's run whose stage 03 merged ``len(cards)`` reported hosts of ``nnodes``, with
+    ``cards[k]`` cards on host k."""
+    run = make_run(tmp_path, {"03_inference": "PASS"}, parameters={"device": "cpu", "nnodes": nnodes, "node_rank": 0})
+    run.nnodes = nnodes
+    nodes = [NodeEntry(rank, f"host-{rank}", True, count, count) for rank, count in enumerate(cards)]
+    nodes += [NodeEntry(rank, note="never reported within nodes_wait_s=5") for rank in range(len(cards), nnodes)]
+    grid = GridResult([], True, [], Path("/shared/logs"), 1.0, nnodes=nnodes, nodes=nodes)
+    write_result(run, "03_inference", "PASS", to_mapping(grid), headline={"hosts": grid.hosts_cards})
+    return run
+
+
+@pytest.mark.parametrize(("cards", "english", "chinese"), [
+    ([1, 1], "on 2 hosts × 1 card (`cpu`", "2 台主机 × 1 张卡"),
+    ([1, 3], "on 2 hosts, 4 cards (`cpu`", "2 台主机，共 4 张卡"),
+    ([8], "on 1 of 2 hosts × 8 cards (`cpu`", "2 台主机中的 1 台 × 8 张卡")])
+def test_the_title_and_index_say_hosts_times_cards_as_the_hosts_ran_them(tmp_path, cards, english, chinese):
+    run = _stage_03_run(tmp_path, cards)
+    en, zh = render_blog(run, "en"), render_blog(run, "zh")
+    assert english in en.splitlines()[0] and chinese in zh.splitlines()[0]
+    shape = english.partition("on ")[2].partition(" (")[0]
+    assert f"<h2>Nodes: {shape}</h2>" in render_index(run)
+    assert unsourced(en.splitlines()[0], tmp_path) == []
+
+
+def _bounded(call, seconds: float = 5.0):
+    done = {}
+    worker = threading.Thread(target=lambda: done.update(value=call()), daemon=True)
+    worker.start()
+    worker.join(seconds)
+    assert not worker.is_alive(), "blocked"
+    return done["value"]
+
+
+def test_a_nodes_run_json_that_is_a_fifo_or_a_link_out_is_not_read(tmp_path):
+    run = tmp_path / "run"
+    node_folder(run, 1).mkdir(parents=True)
+    os.mkfifo(node_folder(run, 1) / "run.json")
+    nodes = _bounded(lambda: read_node_runs(run, 2, own={"host": "a", "stages": []}))
+    assert not nodes[1].found and "FIFO" in nodes[1].problem
+    node_folder(run, 2).mkdir()
+    (tmp_path / "elsewhere.json").write_text(json.dumps({"host": "x", "stages": []}))
+    (node_folder(run, 2) / "run.json").symlink_to(tmp_path / "elsewhere.json")
+    outside = read_node_runs(run, 3, own={"host": "a", "stages": []})[2]
+    assert not outside.found and "a link out of" in outside.problem
+
+
+def test_cleaning_node_0s_killed_run_leaves_a_live_nodes_files_alone(tmp_path, monkeypatch):
+    secret = "pa55-clean-node-7f3e"
+    monkeypatch.setenv("DB_PASSWORD", secret)
+    run = make_run(tmp_path, {"03_inference": "RUNNING"}, status="running")
+    (tmp_path / "run.json").write_text(json.dumps(run.to_dict(), default=str))
+    own_log, node1 = tmp_path / "logs" / "03_inference.log", node_folder(tmp_path, 1)
+    (node1 / "logs").mkdir(parents=True)
+    own_log.parent.mkdir()
+    for log in (own_log, node1 / "logs" / "03_inference.log"):
+        log.write_text(f"the secret is {secret}\n")
+    lock = hold_run_lock(node1)  # node 1's report is still running
+    try:
+        clean_run(tmp_path, run.to_dict())
+        assert secret not in own_log.read_text()
+        assert (node1 / "logs" / "03_inference.log").read_text() == f"the secret is {secret}\n"  # not rewritten
+    finally:
+        lock.close()
+        (node1 / ".runner.lock").unlink()
+    clean_run(tmp_path, run.to_dict())  # node 1's runner gone: its files are scrubbed too
+    assert secret not in (node1 / "logs" / "03_inference.log").read_text()
