@@ -15,13 +15,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
+from hyport_lib.nodes.inputs import read_node_settings
+
 from hyport_lib.utils.bounded_files import UnreadableFile, read_text
 from hyport_lib.utils.wording import counted
 
 #: The folder of a run that holds the other nodes' parts: ``<run>/nodes/node<K>/``.
 NODES_DIR = "nodes"
 #: The parameter a stage declares when it runs on every node (the others run on node 0).
-NODE_RANK, NNODES = "node_rank", "nnodes"
+NODE_RANK, NNODES, NODES_FROM = "node_rank", "nnodes", "nodes_from"
 #: The most of a node's run.json node 0 reads (its stages' outcomes, a few KiB).
 MAX_RUN_JSON_BYTES = 16 * 2**20
 
@@ -50,6 +52,15 @@ def node_place(merged: dict, *, run_dir_given: bool) -> NodePlace:
     nnodes, rank = merged.get(NNODES, 1), merged.get(NODE_RANK, 0)
     nnodes = 1 if nnodes is None else int(nnodes)
     rank = 0 if rank is None else int(rank)
+    if merged.get(NODES_FROM):
+        # the stages settle their own parameters from it (each plan says where they came from);
+        # the report needs only its place, read the same way (NodeInputError: one line)
+        settings = read_node_settings(str(merged[NODES_FROM]), node_rank=rank)
+        for name, given, said in ((NNODES, nnodes, settings.nnodes), (NODE_RANK, rank, settings.node_rank)):
+            if given not in (said, 1 if name == NNODES else 0):
+                raise ValueError(f"{name}={given} but {settings.origins.get(name, settings.source)} "
+                                 f"(nodes_from={merged[NODES_FROM]!r}): they disagree; leave {name} out")
+        nnodes, rank = settings.nnodes, settings.node_rank
     if nnodes < 1:
         raise ValueError(f"nnodes={nnodes}: expected 1 or more hosts")
     if not 0 <= rank < nnodes:

@@ -31,6 +31,24 @@ def test_node_parameters_place_the_report_or_are_refused_in_one_line():
         node_place({"nnodes": 2, "node_rank": 2}, run_dir_given=True)
 
 
+def test_nodes_from_places_the_report_as_the_stages_read_it(monkeypatch):
+    """``-p nodes_from=env``: the report's place is what the variables say (as stage 01's and
+    04's plans read them); a node_rank given against them is refused in one line."""
+    for name in ("PET_NNODES", "PET_NODE_RANK", "PET_MASTER_ADDR", "PET_MASTER_PORT", "PET_RDZV_ENDPOINT",
+                 "MA_NUM_HOSTS", "VC_TASK_INDEX", "VC_WORKER_HOSTS", "VC_WORKER_NUM"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("NNODES", "2")
+    monkeypatch.setenv("NODE_RANK", "1")
+    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+    monkeypatch.setenv("MASTER_PORT", "29500")
+    assert node_place({"nodes_from": "env"}, run_dir_given=True) == NodePlace(2, 1)
+    assert node_place({"nodes_from": "env", "node_rank": 0}, run_dir_given=True) == NodePlace(2, 1)
+    with pytest.raises(ValueError, match=r"^nnodes=3 but NNODES=2 \(nodes_from='env'\): they disagree"):
+        node_place({"nodes_from": "env", "nnodes": 3}, run_dir_given=True)
+    with pytest.raises(ValueError, match=r"^nnodes=2: a report on several hosts needs --run-dir PATH"):
+        node_place({"nodes_from": "env"}, run_dir_given=False)
+
+
 def test_the_shape_counts_hosts_from_a_stage_else_the_report():
     assert run_shape({"hosts": 2, "cards": 8}, 1).line() == "2 hosts × 8 cards"
     assert run_shape({"cards": 8}, 3).line() == "3 hosts × 8 cards"
