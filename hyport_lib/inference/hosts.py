@@ -3,7 +3,7 @@ notebook 03) runs its own cards as one host does (:func:`run_grid`: every card's
 independent), and the hosts meet in ``log_dir``, which must be storage they all see.
 
 * Node 0 holds ``<log_dir>/.hyport_node0.lock`` (a second node 0 there is refused, naming
-  the first's host), writes a fresh token, ``<log_dir>/.hyport_node_token``, and removes it
+  the first's host), writes a fresh token, ``<log_dir>/.hyport_node0_token``, and removes it
   when it is done; a node > 0 that does not see it within ``nodes_wait_s`` is refused (its
   ``log_dir`` is not node 0's: no shared storage).
 * A node > 0 claims its rank for that token (a file created exclusively,
@@ -25,7 +25,6 @@ import errno
 import fcntl
 import json
 import os
-import secrets
 import socket
 import time
 import warnings
@@ -36,12 +35,12 @@ from typing import Callable, Optional
 from hyport_lib.inference.agreement import NOT_WAITED_FOR, NodeEntry, host_agreement
 from hyport_lib.inference.grid import GridProgress, GridResult, InferencePlan, run_grid
 from hyport_lib.models.generation_config import InferenceConfig
-from hyport_lib.utils.bounded_files import UnreadableFile, read_text
+from hyport_lib.nodes.shared_folder import read_token, token_path, write_token
+from hyport_lib.utils.bounded_files import read_text
 from hyport_lib.utils.files import atomic_write_json, atomic_write_text
 from hyport_lib.utils.signals import shielded
 from hyport_lib.utils.typed_records import from_mapping, to_mapping
 
-TOKEN_FILE = ".hyport_node_token"
 NODE0_LOCK_FILE = ".hyport_node0.lock"
 TABLES_FOLDER = "nodes"
 #: How often a waiting node looks at the shared folder (an NFS lookup each time).
@@ -63,10 +62,6 @@ class NodeTable:
     host: str = ""
     token: str = ""  # node 0's token as this node read it: which job the table belongs to
     grid: Optional[GridResult] = None
-
-
-def token_path(folder: Path) -> Path:
-    return folder / TOKEN_FILE
 
 
 def table_path(folder: Path, node_rank: int) -> Path:
@@ -99,9 +94,8 @@ def run_node(plan: InferencePlan, *, on_progress: Progress = None, host: Optiona
     if rank == 0:
         folder.mkdir(parents=True, exist_ok=True)
         lock = _hold_node0_lock(folder, host)
-        token = secrets.token_hex(16)
         try:
-            atomic_write_text(token_path(folder), token)
+            token = write_token(folder)
             try:
                 grid = _own_cards(own_plan, rank, host, on_progress)
             except KeyboardInterrupt as exc:  # stopped: the job's record says whom it did not wait for
@@ -191,7 +185,7 @@ def _alive(pid) -> bool:
 
 def _token_now(folder: Path, token: str, rank: int, host: str) -> str:
     """Node 0's token now (claimed for this node where it is new), else ``token``."""
-    now = _current_token(folder) or token
+    now = read_token(folder) or token
     if now != token:
         _claim_rank(folder, now, rank, host)
     return now
@@ -220,20 +214,11 @@ def _stamped(grid: GridResult, plan: InferencePlan, rank: int, host: str) -> Gri
                                nodes_wait_s=float(plan.params.nodes_wait_s))
 
 
-def _current_token(folder: Path) -> Optional[str]:
-    """Node 0's token, or None where there is none that reads as one (a FIFO, a link out of
-    ``folder``, a file too large: never waited on)."""
-    try:
-        return read_text(token_path(folder), MAX_NOTE_BYTES, folder=folder).strip() or None
-    except UnreadableFile:
-        return None
-
-
 def _wait_for_token(folder: Path, rank: int, host: str, wait_s: float, on_progress: Progress,
                     poll_interval_s: float) -> str:
     deadline = time.monotonic() + wait_s
     while True:
-        token = _current_token(folder)
+        token = read_token(folder)
         if token:
             return token
         if time.monotonic() >= deadline:

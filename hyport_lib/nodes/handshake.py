@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import os
-import secrets
 import struct
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,11 +22,9 @@ from typing import Iterable, Optional
 import xxhash
 
 from hyport_lib.nodes.versions import differences
-from hyport_lib.utils.files import atomic_write_text
 from hyport_lib.utils.typed_records import from_mapping, to_mapping
 
 #: The file node 0 writes into ``output_dir`` before it publishes its card.
-TOKEN_FILE = ".hyport_node0_token"
 #: A file read whole for its digest; a bigger one is taken by its size and its first and last MiB.
 WHOLE_FILE_BYTES = 64 << 20
 _EDGE_BYTES = 1 << 20
@@ -132,21 +129,6 @@ def folder_digests(folder: os.PathLike, label: str) -> dict[str, str]:
 
 def plan_hash(plan: dict, files: dict[str, str]) -> str:
     return xxhash.xxh3_128_hexdigest(json.dumps([plan, files], sort_keys=True, default=str).encode())
-
-
-# --------------------------------------------------------------------------- node 0's token
-def write_token(output_dir: os.PathLike) -> str:
-    """Node 0: a fresh random token in ``output_dir`` (the other nodes look for it there)."""
-    token = secrets.token_hex(16)
-    atomic_write_text(Path(output_dir) / TOKEN_FILE, token + "\n")
-    return token
-
-
-def read_token(output_dir: os.PathLike) -> Optional[str]:
-    try:
-        return (Path(output_dir) / TOKEN_FILE).read_text(encoding="utf-8").strip() or None
-    except (OSError, UnicodeDecodeError):
-        return None
 
 
 # --------------------------------------------------------------------------- the comparison

@@ -16,7 +16,8 @@ import time
 from pathlib import Path
 from typing import Optional
 
-from hyport_lib.nodes.handshake import NodeCard, Verdict, file_digest, folder_digests, plan_hash, read_token, verdict, write_token
+from hyport_lib.nodes.handshake import NodeCard, Verdict, file_digest, folder_digests, plan_hash, verdict
+from hyport_lib.nodes.shared_folder import read_token, write_token
 from hyport_lib.nodes.heartbeat import (NodeExit, NodeLink, client_store, heartbeat_interval, host_store, job_prefix,
                                         STORE_OP_S)
 from hyport_lib.nodes.start_command import start_command

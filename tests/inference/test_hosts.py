@@ -20,7 +20,8 @@ from blog_drafts import english_runs, stage_draft, unsourced
 from hyport_lib.commands import main
 from hyport_lib.inference import hosts, stage
 from hyport_lib.inference.grid import COLUMNS, CardOutputs, GridResult
-from hyport_lib.inference.hosts import NodeTable, merge, read_table, table_path, token_path
+from hyport_lib.inference.hosts import NodeTable, merge, read_table, table_path
+from hyport_lib.nodes.shared_folder import read_token, token_path
 from hyport_lib.inference.params import Params
 from hyport_lib.inference.show import blog_values, card_log_picker, compact_frame, glance, log_tails_html
 from hyport_lib.models.generation_config import InferenceConfig
@@ -283,7 +284,7 @@ def test_a_fifo_token_or_a_table_linked_out_of_the_folder_is_never_read(tmp_path
     shared = tmp_path / "shared"
     shared.mkdir()
     os.mkfifo(token_path(shared))
-    assert _bounded(lambda: hosts._current_token(shared)) is None  # a FIFO: no token, never waited on
+    assert _bounded(lambda: read_token(shared)) is None  # a FIFO: no token, never waited on
     with pytest.raises(RuntimeError, match=r"does not see node 0's token"):
         hosts._wait_for_token(shared, 1, "b", 0.2, None, 0.05)
     hosts._write_table(tmp_path / "elsewhere", NodeTable(1, "b", TOKEN, _grid("b", ["h"])))
@@ -312,7 +313,7 @@ def test_a_second_node_0_on_the_folder_is_refused_and_leaves_the_first_ones_toke
         token_path(tmp_path).write_text(TOKEN)
         with pytest.raises(RuntimeError, match=r"^node 0 \(host z\): another node 0 is running on .* \(host a, pid "):
             hosts.run_node(_Plan(_Params(2, 0, 1.0), tmp_path), host="z")
-        assert token_path(tmp_path).read_text() == TOKEN  # the first node 0's token is still there
+        assert read_token(tmp_path) == TOKEN  # the first node 0's token is still there
     finally:
         first.close()
     hosts._hold_node0_lock(tmp_path, "z").close()  # free again once the first is done
@@ -336,7 +337,7 @@ def test_node_0_stopped_during_its_cards_counts_the_tables_already_there(tmp_pat
     "not reported"; node 2, which had not reported, is said not waited for."""
 
     def cards_then_stop(plan, on_progress=None):
-        token = token_path(tmp_path).read_text()
+        token = read_token(tmp_path)
         b = dataclasses.replace(_grid("b", ["h"]), nnodes=3, node_rank=1)
         hosts._write_table(tmp_path, NodeTable(1, "b", token, b))
         stop = KeyboardInterrupt()
