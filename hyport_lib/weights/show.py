@@ -229,7 +229,7 @@ def show_zero(result: WeightsResult) -> None:
     ranks = counted(z.dp_world_size, "data-parallel rank") if z.dp_world_size else "? data-parallel ranks"
     _show(f"`{z.tag}/` of `{z.checkpoint}`: ZeRO-{z.zero_stage}, written by DeepSpeed "
           f"{z.ds_version} for {ranks} "
-          f"({counted(z.world_size, 'optimizer-state file')}, precision {z.precision or 'fp32'}); "
+          f"({counted(len(z.ranks), 'optimizer-state file')}, precision {z.precision or 'fp32'}); "
           f"{_num(z.parameters)} trainable parameters in `param_shapes`.")
     _show(*explorable_table(zero_frame(result), what="files"))
     zc = result.zero_compare

@@ -216,6 +216,9 @@ def _checkpoint(result: WeightsResult, path: Path, parity: bool, zero: bool, chi
     incomplete = [f for f in found if f.cls == "zero_incomplete"]
     if zero and incomplete:  # DeepSpeed would fail on it, or consolidate what is there as if whole
         incomplete[0].message += "; not consolidated: only a complete checkpoint is"
+        # asked for and impossible: an error, even where the part held is all a node-local
+        # folder should hold
+        incomplete[0].severity = "error"
     result.findings += found
     if zero and result.zero.present and not incomplete:
         adapter = ck.folder / ADAPTER_FILE

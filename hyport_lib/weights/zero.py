@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
 import math
 import os
 import re
@@ -24,6 +25,10 @@ from hyport_lib.utils.wording import counted, plural
 _OPTIM_RE = re.compile(r"^(?:(?P<prec>bf16|fp16)_)?zero_pp_rank_(?P<rank>\d+)_mp_rank_(?P<mp>\d+)_optim_states\.pt$")
 _MODEL_RE = re.compile(r"^(?:zero_pp_rank_(?P<rank>\d+)_)?mp_rank_(?P<mp>\d+)_model_states\.pt$")
 _STEP_RE = re.compile(r"^global_step(\d+)$")
+#: Stage 04's checkpoint marker (hyport_lib/train/output_dir.py MARKER; a stage never imports
+#: another): its world size, its storage and, under node-local storage, the ranks the folder holds.
+HYPORT_MARKER = "hyport_checkpoint.json"
+NODE_LOCAL = "node_local"
 #: More ranks than any job has: a larger dp_world_size is a corrupt file, not a count.
 _MAX_RANKS = 1 << 20
 
@@ -44,8 +49,13 @@ class ZeroListing:
     checkpoint: str
     tag: Optional[str] = None  # global_stepN: from ``latest``, else the highest present
     files: list[ZeroFile] = field(default_factory=list)  # model states first
-    world_size: Optional[int] = None  # ranks with an optimizer-state file (highest rank + 1)
+    #: The ranks that make it whole: ``dp_world_size``, else hyport's marker's (None: neither).
+    world_size: Optional[int] = None
+    ranks: list[int] = field(default_factory=list)  # those with an optimizer-state file
     dp_world_size: Optional[int] = None
+    marker_world_size: Optional[int] = None  # hyport_checkpoint.json's
+    storage: Optional[str] = None  # hyport_checkpoint.json's: shared | node_local
+    marker_ranks: Optional[list[int]] = None  # hyport_checkpoint.json's: those this folder holds
     mp_world_size: Optional[int] = None
     zero_stage: Optional[int] = None
     ds_version: Optional[str] = None
@@ -72,7 +82,9 @@ def find_tag(checkpoint: Path) -> Optional[str]:
 
 
 def list_zero(checkpoint: os.PathLike) -> tuple[ZeroListing, list[Finding]]:
-    """List a checkpoint's ZeRO states; findings for missing ranks or unreadable files."""
+    """List a checkpoint's ZeRO states; findings for missing ranks or unreadable files. The
+    ranks that make it whole come from what was recorded (DeepSpeed's ``dp_world_size``, else
+    hyport's marker), never from the ranks present: missing high ranks leave no trace there."""
     folder = Path(checkpoint).expanduser()
     if not folder.is_dir():
         raise FileNotFoundError(f"checkpoint path {str(checkpoint)!r}: not a folder")
@@ -82,10 +94,10 @@ def list_zero(checkpoint: os.PathLike) -> tuple[ZeroListing, list[Finding]]:
         return listing, []
     listing.tag = tag
     states = folder / tag
-    ranks, model_files = [], []
+    model_files = []
     for path in sorted(states.iterdir()):
         if m := _OPTIM_RE.match(path.name):
-            ranks.append(int(m.group("rank")))
+            listing.ranks.append(int(m.group("rank")))
             listing.precision = m.group("prec") or listing.precision
             listing.files.append(ZeroFile(path.name, "optim_states", int(m.group("rank")), path.stat().st_size))
         elif m := _MODEL_RE.match(path.name):
@@ -93,7 +105,7 @@ def list_zero(checkpoint: os.PathLike) -> tuple[ZeroListing, list[Finding]]:
             model_files.append((rank or 0, path))
             listing.files.append(ZeroFile(path.name, "model_states", rank, path.stat().st_size))
     listing.files.sort(key=lambda f: (f.kind != "model_states", f.rank or 0))
-    listing.world_size = max(ranks) + 1 if ranks else None
+    listing.ranks.sort()
     findings: list[Finding] = []
     if model_files:
         _read_model_states(min(model_files)[1], listing)
@@ -102,16 +114,84 @@ def list_zero(checkpoint: os.PathLike) -> tuple[ZeroListing, list[Finding]]:
     if listing.error:
         findings.append(Finding("zero_unreadable", f"{tag}/", f"the model states could not be read: "
                                                              f"{listing.error}"))
-    expected = listing.dp_world_size or listing.world_size
-    present = set(ranks)
-    missing = [r for r in range(min(expected or 0, _MAX_RANKS)) if r not in present]
-    if missing or (expected and listing.world_size and listing.world_size > expected):
-        findings.append(Finding(
-            "zero_incomplete", f"{tag}/",
-            f"written for {counted(expected, 'rank')} but optimizer states exist for "
-            f"{plural('rank', len(ranks))} {sorted(ranks)}"
-            + (f": missing {missing[:8]}{' and more' if len(missing) > 8 else ''}" if missing else "") + " (a rank did not finish saving?)"))
+    marker_said = _read_marker(folder, listing)
+    if marker_said:
+        findings.append(Finding("zero_unreadable", HYPORT_MARKER, marker_said))
+    whole = _whole(folder.name, tag, listing)
+    if whole is not None:
+        findings.append(whole)
     return listing, findings
+
+
+def _read_marker(folder: Path, listing: ZeroListing) -> str:
+    """Stage 04's marker: its world size, storage and the ranks this folder holds; what is
+    wrong with it ("" : nothing, or no marker: not every checkpoint is hyport's)."""
+    path = folder / HYPORT_MARKER
+    if not path.is_file():
+        return ""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        return f"{HYPORT_MARKER} is unreadable ({type(exc).__name__}): its world size and ranks are not used"
+    if not isinstance(data, dict):
+        return f"{HYPORT_MARKER} holds a {type(data).__name__}, not an object: its world size and ranks are not used"
+    world, ranks, storage = data.get("world_size"), data.get("ranks"), data.get("storage")
+    if world is not None and not (isinstance(world, int) and 0 < world <= _MAX_RANKS):
+        return f"{HYPORT_MARKER}: world_size {world!r} is not a rank count"
+    if ranks is not None and not (isinstance(ranks, list) and ranks
+                                  and all(isinstance(r, int) and 0 <= r < (world or _MAX_RANKS) for r in ranks)):
+        return f"{HYPORT_MARKER}: ranks {str(ranks)[:80]} is not a list of ranks below world_size {world}"
+    listing.marker_world_size = world
+    listing.storage = storage if isinstance(storage, str) else None
+    listing.marker_ranks = sorted(set(ranks)) if ranks is not None else None
+    return ""
+
+
+def _whole(name: str, tag: str, listing: ZeroListing) -> Optional[Finding]:
+    """A ``zero_incomplete`` finding unless every rank of the recorded world has its states
+    here (None: whole). A node-local folder holding exactly its node's ranks is a warning:
+    that is how node-local storage leaves it, yet it is no checkpoint to consolidate."""
+    recorded, marker = listing.dp_world_size, listing.marker_world_size
+    model_states = next((f.file for f in listing.files if f.kind == "model_states"), "*_model_states.pt")
+    if recorded is not None and marker is not None and recorded != marker:
+        return Finding("zero_incomplete", f"{tag}/",
+                       f"{tag}/ was written for dp_world_size {recorded} ({model_states}) but {HYPORT_MARKER} "
+                       f"says world_size {marker}: which ranks make it whole cannot be told")
+    listing.world_size = recorded or marker
+    present = listing.ranks
+    if listing.world_size is None:
+        return Finding("zero_incomplete", f"{tag}/",
+                       f"{name}'s world size is recorded nowhere (no dp_world_size in {model_states}, no "
+                       f"{HYPORT_MARKER}): whether every rank's optimizer states are here cannot be told"
+                       + (f" (present: {plural('rank', len(present))} {_span(present)})" if present else ""))
+    world = listing.world_size
+    beyond = [r for r in present if r >= world]
+    if beyond:
+        return Finding("zero_incomplete", f"{tag}/",
+                       f"written for {counted(world, 'rank')} but optimizer states exist for "
+                       f"{plural('rank', len(beyond))} {_span(beyond)} beyond them (an older save left in the folder?)")
+    node_local = listing.storage == NODE_LOCAL and listing.marker_ranks is not None
+    held = set(listing.marker_ranks) if node_local else set(range(world))
+    missing = sorted(held - set(present))
+    if missing:
+        what = (f"{name} should hold the ZeRO states of ranks {_span(sorted(held))} of {world} (node-local storage)"
+                if node_local and len(held) < world else f"written for {counted(world, 'rank')}")
+        return Finding("zero_incomplete", f"{tag}/",
+                       f"{what} but optimizer states exist for {plural('rank', len(present))} "
+                       f"{_span(present) if present else 'none'}: missing {missing[:8]}"
+                       f"{' and more' if len(missing) > 8 else ''} (a rank did not finish saving?)")
+    if len(present) < world:  # node-local: every rank of this node here, the others' on their nodes
+        return Finding("zero_incomplete", f"{tag}/",
+                       f"{name} holds the ZeRO states of ranks {_span(present)} of {world} (node-local storage: "
+                       f"the other nodes keep theirs)", severity="warning")
+    return None
+
+
+def _span(ranks: list[int]) -> str:
+    """``0-3`` for consecutive ranks, else ``0, 2, 5`` (sorted, a few named)."""
+    if len(ranks) > 1 and ranks == list(range(ranks[0], ranks[-1] + 1)):
+        return f"{ranks[0]}-{ranks[-1]}"
+    return ", ".join(map(str, ranks[:8])) + (" and more" if len(ranks) > 8 else "")
 
 
 def _read_model_states(path: Path, listing: ZeroListing) -> None:

@@ -89,30 +89,130 @@ def test_on_a_node_above_0_the_stage_is_skip_and_says_node_0_has_the_weights(tmp
         stage.plan(Params())
 
 
-def test_an_incomplete_checkpoint_is_said_in_one_line_and_never_consolidated(tmp_path, monkeypatch):
-    """DeepSpeed's states written for 2 ranks, rank 1's optimizer file missing (a rank that did
-    not finish saving, or a node's storage not shared): no zero_to_fp32 on it."""
+def _zero_checkpoint(tmp_path, model_states: dict, ranks: list[int], marker: dict | None = None):
+    """``checkpoint-<step>`` as DeepSpeed and stage 04 leave it: ``latest``, the model states, one
+    (empty) optimizer-state file per rank in ``ranks``, a weight file and hyport's marker when given."""
+    import json
+
     import torch
     from safetensors.torch import save_file
 
-    checkpoint = tmp_path / "checkpoint-2"
-    states = checkpoint / "global_step2"
+    step = model_states.get("global_steps", 2)
+    checkpoint = tmp_path / f"checkpoint-{step}"
+    states = checkpoint / f"global_step{step}"
     states.mkdir(parents=True)
-    (checkpoint / "latest").write_text("global_step2")
-    torch.save({"dp_world_size": 2, "mp_world_size": 1, "global_steps": 2,
-                "ds_config": {"zero_optimization": {"stage": 2}}}, states / "mp_rank_00_model_states.pt")
-    (states / "bf16_zero_pp_rank_0_mp_rank_00_optim_states.pt").write_bytes(b"")
+    (checkpoint / "latest").write_text(f"global_step{step}")
+    torch.save(model_states, states / "mp_rank_00_model_states.pt")
+    for rank in ranks:
+        (states / f"bf16_zero_pp_rank_{rank}_mp_rank_00_optim_states.pt").write_bytes(b"")
     save_file({"w": torch.zeros(2)}, str(checkpoint / "model.safetensors"))
+    if marker is not None:
+        (checkpoint / "hyport_checkpoint.json").write_text(json.dumps(marker))
+    return checkpoint
 
+
+def _verified(checkpoint, monkeypatch, consolidate_zero=True):
+    """Stage 05 on ``checkpoint`` (headers and ZeRO states only); consolidating it fails the test."""
     def never(*args, **kwargs):
         raise AssertionError("consolidate() was called on an incomplete checkpoint")
 
     monkeypatch.setattr(stage, "consolidate", never)
     params = Params(weights_path=str(checkpoint), full_scan=False, reload=False, logits_parity=False,
-                    consolidate_zero=True)
+                    consolidate_zero=consolidate_zero)
     result = stage.run(stage.plan(params))
     incomplete = [f for f in result.findings if f.cls == "zero_incomplete"]
-    assert len(incomplete) == 1 and "\n" not in incomplete[0].message
-    assert "missing [1]" in incomplete[0].message
-    assert incomplete[0].message.endswith("; not consolidated: only a complete checkpoint is")
-    assert result.zero_compare is None and stage.summarize(result).verdict == "FAIL"
+    assert len(incomplete) == 1 and "\n" not in incomplete[0].message, [f.message for f in result.findings]
+    assert result.zero_compare is None
+    return result, incomplete[0]
+
+
+ZERO2 = {"mp_world_size": 1, "global_steps": 2, "ds_config": {"zero_optimization": {"stage": 2}}}
+
+
+def test_an_incomplete_checkpoint_is_said_in_one_line_and_never_consolidated(tmp_path, monkeypatch):
+    """DeepSpeed's states written for 2 ranks, rank 1's optimizer file missing (a rank that did
+    not finish saving, or a node's storage not shared): no zero_to_fp32 on it."""
+    checkpoint = _zero_checkpoint(tmp_path, {**ZERO2, "dp_world_size": 2}, ranks=[0])
+    result, incomplete = _verified(checkpoint, monkeypatch)
+    assert "missing [1]" in incomplete.message
+    assert incomplete.message.endswith("; not consolidated: only a complete checkpoint is")
+    assert stage.summarize(result).verdict == "FAIL"
+
+
+NODE_0_OF_2 = {"step": 4, "world_size": 4, "zero_stage": 2, "finetuning_type": "full",
+               "storage": "node_local", "ranks": [0, 1]}
+
+
+@pytest.mark.parametrize("recorded", ["dp_world_size", "marker_world_size"])
+def test_a_node_local_checkpoint_holding_part_of_the_ranks_is_never_consolidated(recorded, tmp_path, monkeypatch):
+    """Node 0's folder under storage='node_local' (2 nodes x 2 ranks): ranks 0-1 of 4, the high
+    ranks on node 1. The world size is what DeepSpeed recorded, else hyport's marker, never the
+    highest rank present + 1 (which would call ranks 0-1 whole)."""
+    model_states = {**ZERO2, "global_steps": 4}
+    if recorded == "dp_world_size":
+        model_states["dp_world_size"] = 4
+    checkpoint = _zero_checkpoint(tmp_path, model_states, ranks=[0, 1], marker=NODE_0_OF_2)
+    result, incomplete = _verified(checkpoint, monkeypatch)
+    assert incomplete.message == ("checkpoint-4 holds the ZeRO states of ranks 0-1 of 4 (node-local storage: "
+                                  "the other nodes keep theirs); not consolidated: only a complete checkpoint is")
+    assert incomplete.severity == "error" and stage.summarize(result).verdict == "FAIL"
+    assert result.zero.world_size == 4 and result.zero.ranks == [0, 1]
+    # not asked to consolidate: the folder is as node-local storage leaves it, a warning
+    (tmp_path / "again").mkdir()
+    checkpoint = _zero_checkpoint(tmp_path / "again", model_states, ranks=[0, 1], marker=NODE_0_OF_2)
+    result, incomplete = _verified(checkpoint, monkeypatch, consolidate_zero=False)
+    assert incomplete.severity == "warning" and "not consolidated" not in incomplete.message
+    assert not [f for f in result.findings if f.cls.startswith("zero") and f.severity == "error"]
+
+
+@pytest.mark.parametrize("marker, ranks, said", [
+    ({**NODE_0_OF_2, "ranks": [0, 1]}, [0], "checkpoint-4 should hold the ZeRO states of ranks 0-1 of 4 "
+                                            "(node-local storage) but optimizer states exist for rank 0: missing [1]"),
+    ({**NODE_0_OF_2, "storage": "shared", "ranks": [0, 1, 2, 3]}, [0, 1],
+     "written for 4 ranks but optimizer states exist for ranks 0-1: missing [2, 3]"),
+    (None, [0, 1], "checkpoint-4's world size is recorded nowhere (no dp_world_size in "
+                   "mp_rank_00_model_states.pt, no hyport_checkpoint.json)"),
+    ({**NODE_0_OF_2, "world_size": 2}, [0, 1], None),
+], ids=["node-local-rank-missing", "shared-high-ranks-missing", "world-size-unrecorded", "complete"])
+def test_the_world_size_is_the_recorded_one_never_the_highest_rank_present(marker, ranks, said, tmp_path,
+                                                                            monkeypatch):
+    """Without dp_world_size in the model states: the marker's world size, and the ranks it says
+    this folder holds; neither recorded: completeness cannot be told, so nothing is consolidated."""
+    checkpoint = _zero_checkpoint(tmp_path, {**ZERO2, "global_steps": 4}, ranks=ranks, marker=marker)
+    if said is None:  # a world of 2 with ranks 0-1: whole, handed to zero_to_fp32
+        handed = []
+        monkeypatch.setattr(stage, "consolidate", lambda *args, **kwargs: handed.append(args) or _Stop())
+        with pytest.raises(_Stopped):
+            stage.run(stage.plan(Params(weights_path=str(checkpoint), full_scan=False, reload=False,
+                                        logits_parity=False, consolidate_zero=True)))
+        assert len(handed) == 1
+        return
+    result, incomplete = _verified(checkpoint, monkeypatch)
+    assert incomplete.message.startswith(said), incomplete.message
+    assert incomplete.message.endswith("; not consolidated: only a complete checkpoint is")
+    assert stage.summarize(result).verdict == "FAIL"
+
+
+def test_a_marker_contradicting_deepspeeds_world_size_is_never_consolidated(tmp_path, monkeypatch):
+    checkpoint = _zero_checkpoint(tmp_path, {**ZERO2, "global_steps": 4, "dp_world_size": 2}, ranks=[0, 1],
+                                  marker=NODE_0_OF_2)
+    result, incomplete = _verified(checkpoint, monkeypatch)
+    assert incomplete.message.startswith(
+        "global_step4/ was written for dp_world_size 2 (mp_rank_00_model_states.pt) but hyport_checkpoint.json "
+        "says world_size 4: which ranks make it whole cannot be told")
+
+
+def test_the_marker_read_is_stage_04s():
+    """Stage 05 names stage 04's marker without importing stage 04."""
+    from hyport_lib.train.output_dir import MARKER
+    from hyport_lib.weights.zero import HYPORT_MARKER
+
+    assert HYPORT_MARKER == MARKER
+
+
+class _Stopped(Exception):
+    pass
+
+
+def _Stop():
+    raise _Stopped("consolidate() reached")

@@ -39,6 +39,8 @@ def test_zero_states_are_listed_with_their_world_size(trained):
     assert found == []
     assert listing.tag == _tag(trained) and listing.zero_stage == 2
     assert listing.world_size == listing.dp_world_size == trained.plan.world_size == 2
+    # stage 04's marker as a real run writes it: the world size and the ranks this folder holds
+    assert (listing.marker_world_size, listing.storage, listing.marker_ranks, listing.ranks) == (2, "shared", [0, 1], [0, 1])
     optim = [f for f in listing.files if f.kind == "optim_states"]
     assert [f.rank for f in optim] == [0, 1]
     assert all(f.file == f"bf16_zero_pp_rank_{f.rank}_mp_rank_00_optim_states.pt" for f in optim)
