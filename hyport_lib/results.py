@@ -120,6 +120,11 @@ class StageRecord(Generic[D]):
         return self.headline.get(name)
 
 
+#: The file stage 04 writes into a checkpoint folder once every rank's part is saved (its world
+#: size, storage and ranks), and stage 05 reads to tell a whole checkpoint from a part.
+CHECKPOINT_MARKER = "hyport_checkpoint.json"
+
+
 @dataclass
 class TrainedWeights:
     """What stage 04 hands to stage 05, in its result's data (stages never import one

@@ -14,7 +14,8 @@ from transformers import Trainer, TrainerCallback
 
 from hyport_lib.models.module_tree import retie
 from hyport_lib.models.training_inputs import IMAGE_MASK, IMAGE_STATES, image_states_of_rows, rows_seeing_images
-from hyport_lib.train.output_dir import MARKER, SAVING_MARKER, write_marker
+from hyport_lib.results import CHECKPOINT_MARKER
+from hyport_lib.train.output_dir import SAVING_MARKER, write_marker
 from hyport_lib.train.packing import COUNT_KEYS
 from hyport_lib.train.result import StepMetrics
 from hyport_lib.utils.files import disk_full_error, dumps_json
@@ -130,7 +131,7 @@ class CountingTrainer(Trainer):
         # finished it must not look complete (on_save marks it again).
         if self.args.should_save:  # rank 0; node-local storage: each node's first process
             folder = Path(self.args.output_dir) / f"checkpoint-{self.state.global_step}"
-            (folder / MARKER).unlink(missing_ok=True)
+            (folder / CHECKPOINT_MARKER).unlink(missing_ok=True)
             # hyport's before the Trainer writes anything: a save killed half-way is still
             # known as ours (only hyport's checkpoints are ever removed).
             folder.mkdir(parents=True, exist_ok=True)

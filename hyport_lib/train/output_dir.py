@@ -7,7 +7,7 @@ Anything else stops the run before launch unless ``overwrite_output_dir=True``.
 
 A process killed while the Trainer writes ``checkpoint-N/`` leaves a folder that looks like a
 checkpoint and is not one (transformers' ``get_last_checkpoint`` would take it): once every
-rank's part is saved, rank 0 adds :data:`MARKER`, and only such a folder is complete. Resuming
+rank's part is saved, rank 0 adds :data:`CHECKPOINT_MARKER`, and only such a folder is complete. Resuming
 names any difference from the run about to start instead of a DeepSpeed traceback mid-load.
 """
 
@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping, Optional
 
+from hyport_lib.results import CHECKPOINT_MARKER
 from hyport_lib.utils.files import atomic_write_json
 from hyport_lib.utils.imports import package_version
 
@@ -42,9 +43,8 @@ NODES_FOLDER = "nodes"
 #: Files and folders every hyport run writes into output_dir (besides checkpoints).
 OWN_NAMES = frozenset({RUN_MARKER, "logs", SMOKE_FOLDER, METRICS_FILE, RESULT_FILE, PROBLEMS_FILE, DEEPSPEED_FILE,
                        NODES_FOLDER})
-MARKER = "hyport_checkpoint.json"
 #: Written into ``checkpoint-N/`` before the Trainer saves there: the folder is hyport's
-#: even when the save is killed before :data:`MARKER` is written.
+#: even when the save is killed before :data:`CHECKPOINT_MARKER` is written.
 SAVING_MARKER = "hyport_saving.json"
 _CHECKPOINT_RE = re.compile(r"^checkpoint-(\d+)$")
 _RANK_STATES_RE = re.compile(r"zero_pp_rank_(\d+)_")
@@ -229,7 +229,7 @@ def write_marker(checkpoint_dir: os.PathLike, *, step: int, world_size: int, zer
     data = {"step": int(step), "world_size": int(world_size), "zero_stage": int(zero_stage),
             "finetuning_type": finetuning_type, "versions": library_versions(),
             **dict(extra or {})}
-    return atomic_write_json(Path(checkpoint_dir) / MARKER, data)
+    return atomic_write_json(Path(checkpoint_dir) / CHECKPOINT_MARKER, data)
 
 
 def list_checkpoints(output_dir: os.PathLike) -> list[Checkpoint]:
@@ -250,11 +250,11 @@ def list_checkpoints(output_dir: os.PathLike) -> list[Checkpoint]:
 def _why_incomplete(folder: Path, step: int) -> str:
     """Why ``folder`` cannot be resumed from ("" when it can): its marker, the Trainer's
     state and every rank's ZeRO optimizer states, checked before any process starts."""
-    if not (folder / MARKER).is_file():
-        return f"no {MARKER} (the save did not finish)"
-    marker, why = read_json_object(folder / MARKER)
+    if not (folder / CHECKPOINT_MARKER).is_file():
+        return f"no {CHECKPOINT_MARKER} (the save did not finish)"
+    marker, why = read_json_object(folder / CHECKPOINT_MARKER)
     if marker is None:
-        return f"{MARKER} is unreadable ({why})"
+        return f"{CHECKPOINT_MARKER} is unreadable ({why})"
     if not (folder / "trainer_state.json").is_file():
         return "no trainer_state.json"
     state, why = read_json_object(folder / "trainer_state.json")
@@ -302,7 +302,7 @@ def resolve_resume(resume_from: str, output_dir: os.PathLike) -> Optional[Checkp
 
 
 def is_hyport_checkpoint(folder: os.PathLike) -> bool:
-    return (Path(folder) / MARKER).is_file() or (Path(folder) / SAVING_MARKER).is_file()
+    return (Path(folder) / CHECKPOINT_MARKER).is_file() or (Path(folder) / SAVING_MARKER).is_file()
 
 
 def drop_checkpoints_after(output_dir: os.PathLike, step: int) -> list[str]:
@@ -320,7 +320,7 @@ def drop_checkpoints_after(output_dir: os.PathLike, step: int) -> list[str]:
 def check_compatible(checkpoint: Checkpoint, *, world_size: int, zero_stage: int,
                      finetuning_type: str) -> None:
     """Raise ValueError naming every difference between the checkpoint and this run."""
-    saved = read_json_object(checkpoint.path / MARKER)[0] or {}
+    saved = read_json_object(checkpoint.path / CHECKPOINT_MARKER)[0] or {}
     problems = []
     if saved.get("world_size") != world_size:
         problems.append(f"world size {saved.get('world_size')} when saved, {world_size} now "

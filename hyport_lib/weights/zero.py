@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Optional
 
 from hyport_lib.checkpoint_files.findings import Finding, name_some
+from hyport_lib.results import CHECKPOINT_MARKER
 from hyport_lib.weights.layout import inspect_checkpoint
 from hyport_lib.weights.reload import ChildRun, run_task
 from hyport_lib.utils.wording import counted, plural
@@ -25,9 +26,6 @@ from hyport_lib.utils.wording import counted, plural
 _OPTIM_RE = re.compile(r"^(?:(?P<prec>bf16|fp16)_)?zero_pp_rank_(?P<rank>\d+)_mp_rank_(?P<mp>\d+)_optim_states\.pt$")
 _MODEL_RE = re.compile(r"^(?:zero_pp_rank_(?P<rank>\d+)_)?mp_rank_(?P<mp>\d+)_model_states\.pt$")
 _STEP_RE = re.compile(r"^global_step(\d+)$")
-#: Stage 04's checkpoint marker (hyport_lib/train/output_dir.py MARKER; a stage never imports
-#: another): its world size, its storage and, under node-local storage, the ranks the folder holds.
-HYPORT_MARKER = "hyport_checkpoint.json"
 NODE_LOCAL = "node_local"
 #: More ranks than any job has: a larger dp_world_size is a corrupt file, not a count.
 _MAX_RANKS = 1 << 20
@@ -116,7 +114,7 @@ def list_zero(checkpoint: os.PathLike) -> tuple[ZeroListing, list[Finding]]:
                                                              f"{listing.error}"))
     marker_said = _read_marker(folder, listing)
     if marker_said:
-        findings.append(Finding("zero_unreadable", HYPORT_MARKER, marker_said))
+        findings.append(Finding("zero_unreadable", CHECKPOINT_MARKER, marker_said))
     whole = _whole(folder.name, tag, listing)
     if whole is not None:
         findings.append(whole)
@@ -126,21 +124,21 @@ def list_zero(checkpoint: os.PathLike) -> tuple[ZeroListing, list[Finding]]:
 def _read_marker(folder: Path, listing: ZeroListing) -> str:
     """Stage 04's marker: its world size, storage and the ranks this folder holds; what is
     wrong with it ("" : nothing, or no marker: not every checkpoint is hyport's)."""
-    path = folder / HYPORT_MARKER
+    path = folder / CHECKPOINT_MARKER
     if not path.is_file():
         return ""
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
-        return f"{HYPORT_MARKER} is unreadable ({type(exc).__name__}): its world size and ranks are not used"
+        return f"{CHECKPOINT_MARKER} is unreadable ({type(exc).__name__}): its world size and ranks are not used"
     if not isinstance(data, dict):
-        return f"{HYPORT_MARKER} holds a {type(data).__name__}, not an object: its world size and ranks are not used"
+        return f"{CHECKPOINT_MARKER} holds a {type(data).__name__}, not an object: its world size and ranks are not used"
     world, ranks, storage = data.get("world_size"), data.get("ranks"), data.get("storage")
     if world is not None and not (isinstance(world, int) and 0 < world <= _MAX_RANKS):
-        return f"{HYPORT_MARKER}: world_size {world!r} is not a rank count"
+        return f"{CHECKPOINT_MARKER}: world_size {world!r} is not a rank count"
     if ranks is not None and not (isinstance(ranks, list) and ranks
                                   and all(isinstance(r, int) and 0 <= r < (world or _MAX_RANKS) for r in ranks)):
-        return f"{HYPORT_MARKER}: ranks {str(ranks)[:80]} is not a list of ranks below world_size {world}"
+        return f"{CHECKPOINT_MARKER}: ranks {str(ranks)[:80]} is not a list of ranks below world_size {world}"
     listing.marker_world_size = world
     listing.storage = storage if isinstance(storage, str) else None
     listing.marker_ranks = sorted(set(ranks)) if ranks is not None else None
@@ -155,14 +153,14 @@ def _whole(name: str, tag: str, listing: ZeroListing) -> Optional[Finding]:
     model_states = next((f.file for f in listing.files if f.kind == "model_states"), "*_model_states.pt")
     if recorded is not None and marker is not None and recorded != marker:
         return Finding("zero_incomplete", f"{tag}/",
-                       f"{tag}/ was written for dp_world_size {recorded} ({model_states}) but {HYPORT_MARKER} "
+                       f"{tag}/ was written for dp_world_size {recorded} ({model_states}) but {CHECKPOINT_MARKER} "
                        f"says world_size {marker}: which ranks make it whole cannot be told")
     listing.world_size = recorded or marker
     present = listing.ranks
     if listing.world_size is None:
         return Finding("zero_incomplete", f"{tag}/",
                        f"{name}'s world size is recorded nowhere (no dp_world_size in {model_states}, no "
-                       f"{HYPORT_MARKER}): whether every rank's optimizer states are here cannot be told"
+                       f"{CHECKPOINT_MARKER}): whether every rank's optimizer states are here cannot be told"
                        + (f" (present: {plural('rank', len(present))} {_span(present)})" if present else ""))
     world = listing.world_size
     beyond = [r for r in present if r >= world]

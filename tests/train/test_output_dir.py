@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from hyport_lib.results import CHECKPOINT_MARKER
 from hyport_lib.backend import get_backend
 from hyport_lib.train import output_dir, stage
 from hyport_lib.train.output_dir import (OutputDirBusy, RUN_MARKER, foreign_entries, lock_file,
@@ -39,9 +40,9 @@ def _checkpoint(folder: Path, step: int, complete: bool = True, world: int = 2, 
     if complete:
         output_dir.write_marker(path, step=step, world_size=world, zero_stage=2, finetuning_type="full")
         if versions:
-            data = json.loads((path / output_dir.MARKER).read_text())
+            data = json.loads((path / CHECKPOINT_MARKER).read_text())
             data["versions"].update(versions)
-            (path / output_dir.MARKER).write_text(json.dumps(data))
+            (path / CHECKPOINT_MARKER).write_text(json.dumps(data))
     return path
 
 

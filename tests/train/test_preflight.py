@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from hyport_lib.results import CHECKPOINT_MARKER
 from hyport_lib import backend
 from hyport_lib.backend import get_backend
 from hyport_lib.models.tiny import ensure_tiny_model
@@ -208,7 +209,7 @@ def test_resuming_an_older_checkpoint_removes_the_later_ones_only_when_allowed_a
 def test_an_unreadable_marker_state_or_missing_rank_file_is_named_before_launch(tmp_path):
     out = tmp_path / "run"
     corrupt = _checkpoint(out, 2)
-    (corrupt / output_dir.MARKER).write_text("{not json")
+    (corrupt / CHECKPOINT_MARKER).write_text("{not json")
     state = _checkpoint(out, 4)
     (state / "trainer_state.json").write_text("[1, 2")
     ranks = _checkpoint(out, 6, states=False)

@@ -202,14 +202,6 @@ def test_a_marker_contradicting_deepspeeds_world_size_is_never_consolidated(tmp_
         "says world_size 4: which ranks make it whole cannot be told")
 
 
-def test_the_marker_read_is_stage_04s():
-    """Stage 05 names stage 04's marker without importing stage 04."""
-    from hyport_lib.train.output_dir import MARKER
-    from hyport_lib.weights.zero import HYPORT_MARKER
-
-    assert HYPORT_MARKER == MARKER
-
-
 class _Stopped(Exception):
     pass
 
