@@ -24,6 +24,7 @@ from hyport_lib.nodes.inputs import (FROM_ENVIRONMENT, HostLine, NodeInputError,
                                      read_value)
 from hyport_lib.results import Check
 from hyport_lib.utils.printable import printable
+from hyport_lib.utils.wording import counted, plural
 
 #: The settings stage 01 judges (its parameters of the same names).
 NODE_FIELDS = ("nnodes", "node_rank", "master_addr", "master_port")
@@ -55,7 +56,7 @@ class NodeFacts:
         """``2 nodes, this one node 1 (NODE_RANK); master 10.0.0.1:29500`` ("" for one host)."""
         if not self.nnodes and not self.master_addr:
             return ""
-        parts = [f"{self.nnodes or '?'} node{'s' if (self.nnodes or 0) != 1 else ''}"]
+        parts = [f"{self.nnodes or '?'} {plural('node', self.nnodes or 0)}"]
         if self.node_rank is not None:
             parts[0] += f", this one node {self.node_rank}"
         if self.master_addr:
@@ -110,11 +111,12 @@ def check_node_settings(values: Mapping[str, Sequence[NodeValue]], hostfile_host
     counts = {"the hostfile": hostfile_hosts, "the rank table": rank_table_servers}
     for where, count in counts.items():
         if count is not None and nnodes is not None and count != nnodes:
-            problems.append(f"{first['nnodes'].name}={nnodes} but {where} names {count} hosts")
+            problems.append(f"{first['nnodes'].name}={nnodes} but {where} names {counted(count, 'host')}")
     count_said = f"{first['nnodes'].name}={nnodes}" if nnodes is not None else None
     if nnodes is None:
         nnodes = next((c for c in counts.values() if c is not None), None)
-        count_said = f"{'the hostfile' if hostfile_hosts is not None else 'the rank table'}'s {nnodes} hosts"
+        count_said = (f"{'the hostfile' if hostfile_hosts is not None else 'the rank table'}'s "
+                      f"{counted(nnodes, 'host') if nnodes is not None else 'hosts'}")
     rank = first["node_rank"].value if first["node_rank"] else None
     if rank is not None and nnodes is not None:
         try:
@@ -124,7 +126,8 @@ def check_node_settings(values: Mapping[str, Sequence[NodeValue]], hostfile_host
     problems += [r for r in refusals if r not in problems]
     if problems:
         return Check(name, "FAIL", "; ".join(problems))
-    said = [f"{nnodes or '?'} nodes ({first['nnodes'].name if first['nnodes'] else 'hostfile / rank table'})"]
+    said = [f"{counted(nnodes, 'node') if nnodes else '? nodes'} "
+            f"({first['nnodes'].name if first['nnodes'] else 'hostfile / rank table'})"]
     if rank is not None:
         said.append(f"this is node {rank} ({first['node_rank'].name})")
     if first["master_addr"] and first["master_addr"].value:
@@ -153,7 +156,7 @@ def collect_node_facts(environ: Mapping[str, str], given: Mapping[str, object], 
             error = None
         except RankTableError as exc:
             error = str(exc)
-        facts.rank_table = rank_table_facts(table, error, table_path, addresses, names)
+        facts.rank_table = rank_table_facts(table, error, table_path, addresses, names, environ.get("RANK_ID"))
 
     hosts: list[HostLine] = []
     refusals = []
@@ -186,7 +189,6 @@ def collect_node_facts(environ: Mapping[str, str], given: Mapping[str, object], 
 
     checks.append(check_socket_ifname(kind, environ, interfaces, facts.multinode))
     checks.append(check_if_ip(environ, interfaces))
-    checks.append(check_rank_table(facts.rank_table, addresses, facts.host_name))
 
     facts.hccn_tool = find_hccn_tool(environ)
     own_cards = list(cards) or [int(d) for d in (facts.rank_table.this_device_ips if facts.rank_table else {})]
@@ -194,6 +196,11 @@ def collect_node_facts(environ: Mapping[str, str], given: Mapping[str, object], 
     # several hosts (a rank table names one).
     if facts.hccn_tool and own_cards and (facts.multinode or facts.rank_table is not None):
         facts.roce_links = query_links(facts.hccn_tool, own_cards)
+    if table is not None and facts.rank_table.this_server is None and facts.roce_links:
+        # a table of labels: this host's server is the one holding its cards' RoCE addresses
+        facts.rank_table = rank_table_facts(table, None, table_path, addresses, names, environ.get("RANK_ID"),
+                                            {link.card: link.ip for link in facts.roce_links if link.ip})
+    checks.append(check_rank_table(facts.rank_table, addresses, facts.host_name))
     if facts.roce_links or not facts.hccn_tool or not own_cards:
         checks.append(check_roce_links(kind, facts.hccn_tool, own_cards, facts.roce_links, facts.multinode,
                                        facts.rank_table.this_device_ips if facts.rank_table else None))
@@ -220,7 +227,8 @@ def _peers(hostfile_peers: list[Peer], table, environ: Mapping[str, str], master
     """Each name once, with the first place it was found."""
     found = list(hostfile_peers)
     if table is not None:
-        found += [Peer(s.address, f"rank table server {s.server_id}") for s in table.servers]
+        # a server known by a label only (CANN's node_0) has no name to resolve
+        found += [Peer(s.address, f"rank table server {s.server_id}") for s in table.servers if s.address]
     found += [Peer(h.strip(), "VC_WORKER_HOSTS") for h in environ.get("VC_WORKER_HOSTS", "").split(",") if h.strip()]
     if master_addr:
         found.append(Peer(master_addr, sources.get("master_addr", "MASTER_ADDR")))
@@ -250,8 +258,11 @@ def node_rows(nodes: Optional[NodeFacts]) -> list[tuple[str, str]]:
         rows.append(("hostfile", nodes.hostfile))
     table = nodes.rank_table
     if table is not None:
-        rows.append(("rank table", table.error or f"{table.path}: version {table.version}, {table.servers} servers, "
-                                                  f"{table.ranks} ranks, this host {table.this_server or 'not named'}"))
+        this = (table.this_server + (f" (by {table.found_by})" if table.found_by else "")
+                if table.this_server else "not known")
+        rows.append(("rank table", table.error or f"{table.path}: version {table.version}, "
+                                                  f"{counted(table.servers, 'server')}, {counted(table.ranks, 'rank')}, "
+                                                  f"this host {this}"))
     for peer in nodes.peers:
         rows.append((f"peer {peer.name}", f"{', '.join(peer.addresses) or peer.error} ({peer.source})"))
     for link in nodes.roce_links:

@@ -7,6 +7,7 @@ import json
 import socket
 from collections import namedtuple
 from dataclasses import replace
+from pathlib import Path
 
 import psutil
 import pytest
@@ -67,6 +68,10 @@ def test_node_settings_pass_or_skip():
                                2, None)
     assert ok.verdict == "PASS" and ok.reason == "2 nodes (PET_NNODES), this is node 0 (NODE_RANK), master h0 (MASTER_ADDR)"
     assert M.check_node_settings(M.node_values({}, {})[0], None, None).verdict == "SKIP"
+    one = M.check_node_settings(M.node_values({"MA_NUM_HOSTS": "1", "VC_TASK_INDEX": "0"}, {})[0], None, None)
+    assert one.reason == "1 node (MA_NUM_HOSTS), this is node 0 (VC_TASK_INDEX)"
+    assert M.check_node_settings(M.node_values({"NNODES": "2"}, {})[0], 1, None).reason == \
+        "NNODES=2 but the hostfile names 1 host"
 
 
 def _run(monkeypatch, env: dict, **params):
@@ -124,6 +129,40 @@ def test_a_job_of_two_hosts_is_collected_and_recorded(monkeypatch, two_interface
     assert "hunter2-secret" not in stage.report_text(report)
     again = from_mapping(stage.EnvironmentReport, json.loads(json.dumps(to_mapping(report))))
     assert again.nodes.rank_table.this_server == "10.0.0.5" and again.nodes.interfaces[0].name == "eth0"
+
+
+CANN_TEMPLATE = {"status": "completed", "version": "1.0", "server_count": "2", "server_list": [
+    {"server_id": f"node_{s}", "device": [{"device_id": "0", "device_ip": f"192.168.{s + 1}.8", "rank_id": str(s)}]}
+    for s in range(2)]}
+
+
+def test_cann_s_template_of_labels_is_no_failure_and_rank_id_finds_this_host(monkeypatch, two_interfaces, tmp_path):
+    """server_id node_0 / node_1 (CANN's own v1.0 template) is a label: neither resolved as a
+    peer nor matched to this host; RANK_ID says which server is this host."""
+    table = tmp_path / "hccl.json"
+    table.write_text(json.dumps(CANN_TEMPLATE))
+    monkeypatch.delenv("RANK_ID", raising=False)
+    report, checks = _run(monkeypatch, {"RANK_TABLE_FILE": str(table)})
+    assert checks["rank_table"].verdict == "WARN" and "cannot tell which server is this host" in checks["rank_table"].reason
+    assert checks["peers_resolve"].verdict == "SKIP" and report.nodes.peers == []
+    assert "this host not known" in dict(M.node_rows(report.nodes))["rank table"]
+    report, checks = _run(monkeypatch, {"RANK_TABLE_FILE": str(table), "RANK_ID": "1"})
+    assert checks["rank_table"].verdict == "PASS" and "this host is server node_1 (rank 1, by RANK_ID=1)" in \
+        checks["rank_table"].reason
+    assert dict(M.node_rows(report.nodes))["rank table"].endswith("this host node_1 (by RANK_ID=1)")
+
+
+@pytest.mark.slow
+def test_a_label_s_server_is_found_by_the_cards_device_ip_from_hccn_tool(monkeypatch, two_interfaces, tmp_path):
+    table, cards = tmp_path / "hccl.json", tmp_path / "hccn.json"
+    table.write_text(json.dumps(CANN_TEMPLATE))
+    cards.write_text(json.dumps({"0": {"link": "UP", "ipaddr": "192.168.2.8"}}))
+    monkeypatch.setenv("HYPORT_FAKE_HCCN_FILE", str(cards))
+    doubles = str(Path(__file__).resolve().parents[1] / "doubles" / "bin")
+    facts, checks = M.collect_node_facts({"RANK_TABLE_FILE": str(table), "PATH": doubles}, {}, None, "npu", [0])
+    by_name = {c.name: c for c in checks}
+    assert (facts.rank_table.this_server, facts.rank_table.found_by) == ("node_1", "card 0's device_ip 192.168.2.8")
+    assert by_name["rank_table"].verdict == "PASS" and by_name["roce_links"].verdict == "PASS"
 
 
 def test_node_parameters_take_the_place_of_the_environment(monkeypatch, two_interfaces, tmp_path):
