@@ -35,6 +35,7 @@ class NodeFacts:
     """What stage 01 records about this host's place in a job of several hosts."""
 
     host_name: str = ""
+    host_name_note: Optional[str] = None  # the full name not looked up in time
     interfaces: list[Interface] = field(default_factory=list)
     nnodes: Optional[int] = None
     node_rank: Optional[int] = None
@@ -141,11 +142,12 @@ def collect_node_facts(environ: Mapping[str, str], given: Mapping[str, object], 
     ``nodes_from`` as train reads it: "env" adds train's refusal of the variables to the
     node_settings check; a hostfile's path adds its hosts."""
     interfaces = collect_interfaces()
-    addresses, names = local_addresses(interfaces), host_names()
-    machine = ThisMachine.of(names, addresses)
+    addresses, (names, gave_up) = local_addresses(interfaces), host_names()
+    machine = ThisMachine.of(names, addresses, gave_up)
     by_environment = nodes_from is not None and nodes_from.strip().lower() == FROM_ENVIRONMENT
     hostfile = nodes_from if nodes_from is not None and not by_environment else None
-    facts = NodeFacts(host_name=names[0] if names else "", interfaces=interfaces, hostfile=hostfile)
+    facts = NodeFacts(host_name=names[0] if names else "", host_name_note=gave_up, interfaces=interfaces,
+                      hostfile=hostfile)
     checks: list[Check] = []
 
     table_path = environ.get("RANK_TABLE_FILE", "").strip()
@@ -247,7 +249,8 @@ def node_rows(nodes: Optional[NodeFacts]) -> list[tuple[str, str]]:
     def said(key: str) -> str:
         return f" ({nodes.sources[key]})" if key in nodes.sources else ""
 
-    rows = [("host name", nodes.host_name or "unknown"),
+    rows = [("host name", (nodes.host_name or "unknown") + (f" ({nodes.host_name_note})" if nodes.host_name_note
+                                                            else "")),
             ("nodes", f"{nodes.nnodes}{said('nnodes')}" if nodes.nnodes else "one host (no node setting)")]
     if nodes.node_rank is not None:
         rows.append(("node rank", f"{nodes.node_rank}{said('node_rank')}"))

@@ -249,3 +249,11 @@ def test_the_node_parameters_are_trains_but_for_optionality():
         assert mine[name].optional and mine[name].default is None
         spec, train_spec = replace(mine[name].spec, doc=""), replace(train[name].spec, doc="")
         assert (mine[name].kind, spec) == (train[name].kind, train_spec)
+
+
+def test_a_full_host_name_the_resolver_did_not_give_in_time_is_said_in_the_report(monkeypatch, two_interfaces):
+    monkeypatch.setattr(M, "host_names", lambda: (["node-b"], "full host name not known: the resolver did not "
+                                                              "answer within 5 s"))
+    report, _ = _run(monkeypatch, {})
+    assert dict(M.node_rows(report.nodes))["host name"] == ("node-b (full host name not known: the resolver did "
+                                                            "not answer within 5 s)")
