@@ -10,7 +10,7 @@ as :class:`NodeFacts` and judged by the checks of :mod:`network`, :mod:`rank_tab
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Mapping, Optional, Sequence
+from typing import Callable, Mapping, Optional, Sequence
 
 from hyport_lib.environment.network import (TORCHRUN_DEFAULT_PORT, Interface, Peer, check_if_ip,
                                             check_master_port, check_peers, check_socket_ifname,
@@ -18,7 +18,7 @@ from hyport_lib.environment.network import (TORCHRUN_DEFAULT_PORT, Interface, Pe
 from hyport_lib.environment.rank_table import (RankTableError, RankTableFacts, check_rank_table, rank_table_facts,
                                                read_rank_table)
 from hyport_lib.environment.roce import RoceLink, check_roce_links, find_hccn_tool, query_links
-from hyport_lib.nodes.addresses import ThisMachine, host_names
+from hyport_lib.nodes.addresses import RESOLVE_TIMEOUT_S, ThisMachine, host_names, resolve_name
 from hyport_lib.nodes.inputs import (FROM_ENVIRONMENT, HostLine, NodeInputError, NodeValue, check_rank,
                                      environment_values, from_environment, hostfile_settings, read_hostfile,
                                      read_value)
@@ -93,10 +93,47 @@ def node_values(environ: Mapping[str, str], given: Mapping[str, object],
     return values, problem
 
 
+def addresses_of(name: str) -> tuple[set[str], Optional[str]]:
+    """``name``'s addresses (an address: itself), or none and why: it does not resolve, or
+    not within RESOLVE_TIMEOUT_S."""
+    try:
+        found = {address for _, address in resolve_name(name)}
+    except OSError:
+        return set(), f"{name} does not resolve"
+    return found, None if found else f"{name} not resolved within {RESOLVE_TIMEOUT_S:g} s"
+
+
+def _master_addr_problem(values: Sequence[NodeValue],
+                         resolve: Callable[[str], tuple[set[str], Optional[str]]]) -> Optional[str]:
+    """Where the master's address is said more than once, each must name the same host: the
+    same text, or names that resolve to a shared address (``10.0.0.1`` and ``node0``)."""
+    said = [v for v in values if v.problem is None and v.value]
+    if len(said) < 2:
+        return None
+    found: dict[str, tuple[set[str], Optional[str]]] = {}
+
+    def same(a: str, b: str) -> bool:
+        if a.lower() == b.lower():
+            return True
+        for name in (a, b):
+            if name not in found:
+                found[name] = resolve(name)
+        return bool(found[a][0] & found[b][0])
+
+    apart = [v for v in said[1:] if not same(said[0].value, v.value)]
+    if not apart:
+        return None
+    why = sorted({found[v.value][1] for v in [said[0], *apart] if v.value in found and found[v.value][1]})
+    return ("master_addr disagrees: " + ", ".join(f"{v.name}={printable(str(v.value))}" for v in [said[0], *apart])
+            + (f" ({'; '.join(why)})" if why else " (different hosts)"))
+
+
 def check_node_settings(values: Mapping[str, Sequence[NodeValue]], hostfile_hosts: Optional[int],
-                        rank_table_servers: Optional[int], refusals: Sequence[str] = ()) -> Check:
+                        rank_table_servers: Optional[int], refusals: Sequence[str] = (),
+                        resolve: Callable[[str], tuple[set[str], Optional[str]]] = addresses_of) -> Check:
     """The settings read as numbers and agree with each other and with the hostfile and rank
-    table; ``refusals``: what else refuses them (train's reading of ``nodes_from``)."""
+    table (the master's names resolved with ``resolve``, bounded); ``refusals``: what else
+    refuses them (train's reading of ``nodes_from``)."""
     name = "node_settings"
     if not any(values.values()) and hostfile_hosts is None and rank_table_servers is None and not refusals:
         return Check(name, "SKIP", "no node setting (NNODES, NODE_RANK, MASTER_ADDR, MA_NUM_HOSTS, "
@@ -107,6 +144,9 @@ def check_node_settings(values: Mapping[str, Sequence[NodeValue]], hostfile_host
         read = {v.name: v.value for v in values[key] if v.problem is None}
         if len(set(read.values())) > 1:
             problems.append(f"{key} disagrees: " + ", ".join(f"{src}={printable(str(v))}" for src, v in read.items()))
+    problems += [v.problem for v in values["master_addr"] if v.problem]
+    master_apart = _master_addr_problem(values["master_addr"], resolve)
+    problems += [master_apart] if master_apart else []
     first = {key: next(iter(values[key]), None) for key in NODE_FIELDS}
     nnodes = first["nnodes"].value if first["nnodes"] else None
     counts = {"the hostfile": hostfile_hosts, "the rank table": rank_table_servers}

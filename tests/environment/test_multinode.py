@@ -63,6 +63,35 @@ def test_node_settings_that_contradict_each_other_fail(env, hostfile, table, wor
     assert words in check.reason
 
 
+def test_the_master_address_is_compared_by_the_host_it_names():
+    """An address and a name of the same host agree (resolved, within a time limit); another
+    host, or a name that does not resolve, disagrees and says why."""
+    known = {"node0": {"10.0.0.1"}, "node0.job": {"10.0.0.1"}, "node1": {"10.0.0.2"}, "10.0.0.1": {"10.0.0.1"},
+             "10.0.0.2": {"10.0.0.2"}}
+    asked = []
+
+    def resolve(name):
+        asked.append(name)
+        if name == "slow.job":
+            return set(), "slow.job not resolved within 5 s"
+        return (known[name], None) if name in known else (set(), f"{name} does not resolve")
+
+    def judged(env, given=None):
+        return M.check_node_settings(M.node_values(env, given or {})[0], None, None, resolve=resolve)
+
+    assert judged({"MASTER_ADDR": "node0", "PET_MASTER_ADDR": "10.0.0.1"}).verdict == "PASS"
+    assert judged({"MASTER_ADDR": "NODE0", "VC_WORKER_HOSTS": "node0,node1"}).verdict == "PASS"
+    assert sorted(asked) == ["10.0.0.1", "node0"]  # the same text, any case, is not looked up
+    apart = judged({"MASTER_ADDR": "node1", "VC_WORKER_HOSTS": "node0.job,node1"}, {"master_addr": "10.0.0.1"})
+    assert apart.verdict == "FAIL"
+    assert apart.reason == "master_addr disagrees: parameter=10.0.0.1, MASTER_ADDR=node1 (different hosts)"
+    unknown = judged({"MASTER_ADDR": "ghost", "PET_RDZV_ENDPOINT": "slow.job:29500"}, {"master_addr": "node0"})
+    assert unknown.reason == ("master_addr disagrees: parameter=node0, PET_RDZV_ENDPOINT=slow.job, MASTER_ADDR=ghost "
+                              "(ghost does not resolve; slow.job not resolved within 5 s)")
+    assert M.addresses_of("127.0.0.1") == ({"127.0.0.1"}, None)
+    assert M.addresses_of("no-such-host.invalid") == (set(), "no-such-host.invalid does not resolve")
+
+
 def test_node_settings_pass_or_skip():
     ok = M.check_node_settings(M.node_values({"PET_NNODES": "2:2", "NODE_RANK": "0", "MASTER_ADDR": "h0"}, {})[0],
                                2, None)
@@ -174,6 +203,12 @@ def test_node_parameters_take_the_place_of_the_environment(monkeypatch, two_inte
         _, checks = _run(monkeypatch, {"MASTER_ADDR": "10.7.7.7"}, master_addr="127.0.0.1", master_port=port,
                          node_rank=0, nodes_from=str(hostfile))
         assert checks["master_port"].verdict == "FAIL" and f"port {port} (parameter={port})" in checks["master_port"].reason
+    # the parameter and the hostfile's first host agree; MASTER_ADDR names another host
+    assert checks["node_settings"].verdict == "FAIL"
+    assert checks["node_settings"].reason == "master_addr disagrees: parameter=127.0.0.1, MASTER_ADDR=10.7.7.7 " \
+                                             "(different hosts)"
+    _, checks = _run(monkeypatch, {"MASTER_ADDR": "localhost"}, master_addr="127.0.0.1", master_port=port,
+                     node_rank=0, nodes_from=str(hostfile))
     assert checks["node_settings"].verdict == "PASS" and "2 nodes (hostfile / rank table)" in checks["node_settings"].reason
     assert checks["peers_resolve"].verdict == "FAIL"
     assert "no-such-peer.invalid (hostfile line 2)" in checks["peers_resolve"].reason
