@@ -67,8 +67,10 @@ def _of_family(addresses: Iterable[str], version: int) -> list[str]:
 # --- HCCL_SOCKET_IFNAME ---------------------------------------------------------------------
 @dataclass(frozen=True)
 class IfnameRule:
-    """``HCCL_SOCKET_IFNAME`` as CANN documents it: ``eth,enp`` (prefixes), ``=eth0,enp0``
-    (exact names), ``^eth`` / ``^=eth0`` (all but those); HCCL takes the first match."""
+    """``HCCL_SOCKET_IFNAME`` as CANN documents it (environment variable reference,
+    HCCL_SOCKET_IFNAME, envref_07_0075): ``eth,enp`` (prefixes), ``=eth0,enp0`` (exact names),
+    ``^eth`` / ``^=eth0`` (all but those); HCCL takes the first match, the interfaces in its
+    order of priority: all but docker and lo by name, then docker, then lo."""
 
     text: str
     exclude: bool
@@ -79,7 +81,7 @@ class IfnameRule:
         return name == entry if self.exact else name.startswith(entry)
 
     def select(self, interfaces: Sequence[str]) -> list[str]:
-        ordered = sorted(interfaces)
+        ordered = sorted(interfaces, key=hccl_priority)
         if self.exclude:
             return [n for n in ordered if not any(self.matches(n, e) for e in self.names)]
         picked: list[str] = []
@@ -89,6 +91,12 @@ class IfnameRule:
 
     def unmatched(self, interfaces: Sequence[str]) -> list[str]:
         return [e for e in self.names if not any(self.matches(n, e) for n in interfaces)]
+
+
+def hccl_priority(name: str) -> tuple[int, str]:
+    """HCCL's order among interfaces (CANN, HCCL_SOCKET_IFNAME: "docker/lo以外网卡(网卡名字典序升序)
+    > docker网卡 > lo网卡"): the others by name, then docker's, then the loopback."""
+    return (2 if name == "lo" else 1 if name.startswith("docker") else 0), name
 
 
 def parse_socket_ifname(text: str) -> IfnameRule:

@@ -3,17 +3,25 @@ write): read bounded, checked entry by entry, and whether it names this host.
 
 The format (CANN's HCCL guide, "rank table"): ``version`` ``"1.0"`` (Atlas training, A2) or
 ``"1.2"`` (A3 SuperPoD, each device with a ``super_device_id``), ``status`` ``"completed"``
-once usable, ``server_count`` and ``server_list``: each server a ``server_id`` (an address in
-1.0, a unique label in 1.2), optionally ``host_ip`` / ``container_ip``, and its ``device``
-list of ``device_id``, ``device_ip``, ``rank_id`` (strings of numbers, as the tools write them).
+once usable (``"initializing"`` while Ascend Operator still writes it), ``server_count`` and
+``server_list``: each server a ``server_id``, optionally ``host_ip`` / ``container_ip``, and
+its ``device`` list of ``device_id``, ``device_ip``, ``rank_id`` (strings of numbers, as the
+tools write them).
+
+``server_id`` is any globally unique string: Ascend Operator and MindCluster write the host's
+address, CANN's own template a label (``node_0``, hcclug_000067, "rank table configuration").
+Only an id that is an address or a host name names a host (is matched and resolved); a server
+with a label and no ``host_ip`` / ``container_ip`` is found as this host's by ``RANK_ID`` (the
+rank of a process started here) or by this host's cards' RoCE addresses (``device_ip``).
 """
 
 from __future__ import annotations
 
 import ipaddress
 import json
+import re
 from dataclasses import dataclass, field
-from typing import Iterable, Optional
+from typing import Iterable, Mapping, Optional
 
 from hyport_lib.results import Check
 from hyport_lib.utils.bounded_files import UnreadableFile, read_text
@@ -23,6 +31,8 @@ from hyport_lib.utils.wording import counted
 #: A 1 000-server table is about 1 MB; more than this is not a rank table.
 MAX_RANK_TABLE_BYTES = 16 << 20
 VERSIONS = ("1.0", "1.2")
+#: One label of a DNS host name (RFC 1123): letters, digits and hyphens, no hyphen at either end.
+_HOST_LABEL = re.compile(r"[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?")
 
 
 class RankTableError(ValueError):
@@ -45,13 +55,16 @@ class RankServer:
     devices: list[RankDevice] = field(default_factory=list)
 
     def names(self) -> list[str]:
-        """What can name the server's host: its id, host and container address."""
-        return [n for n in (self.server_id, self.host_ip, self.container_ip) if n]
+        """What names the server's host: its id where that is an address or a host name, its
+        host and container address."""
+        own_id = self.server_id if names_a_host(self.server_id) else None
+        return [n for n in (own_id, self.host_ip, self.container_ip) if n]
 
     @property
-    def address(self) -> str:
-        """The name a peer resolves: the host address where given (1.2's id is a label)."""
-        return self.host_ip or self.server_id
+    def address(self) -> Optional[str]:
+        """The name a peer resolves: the host address, else the id or the container address
+        (None: the server is known by a label only)."""
+        return next(iter(self.names()), None)
 
 
 @dataclass
@@ -71,6 +84,20 @@ class RankTable:
         return next((s for s in self.servers
                      if any(_normal_address(n) in own or n.lower() in own for n in s.names())), None)
 
+    def unnamed(self) -> list[RankServer]:
+        """The servers no name matches: a label for an id, no host or container address."""
+        return [s for s in self.servers if not s.names()]
+
+
+def names_a_host(server_id: str) -> bool:
+    """An IP address, or a host name as DNS allows it (``worker-0.job``); not a label such as
+    CANN's ``node_0`` (an underscore) or a bare number."""
+    if _is_address(server_id):
+        return True
+    labels = server_id.rstrip(".").split(".")
+    return (len(server_id) <= 253 and all(_HOST_LABEL.fullmatch(label) for label in labels)
+            and not labels[-1].isdigit())
+
 
 @dataclass
 class RankTableFacts:
@@ -80,7 +107,10 @@ class RankTableFacts:
     version: Optional[str] = None
     servers: int = 0
     ranks: int = 0
-    this_server: Optional[str] = None  # the server_id naming this host
+    this_server: Optional[str] = None  # this host's server_id
+    found_by: Optional[str] = None  # how: "its name", "RANK_ID=2", "card 0's device_ip 192.168.1.8"
+    unnamed: list[str] = field(default_factory=list)  # server_ids that are labels, without an address
+    conflict: Optional[str] = None  # RANK_ID and the cards' device_ip name different servers
     this_ranks: list[int] = field(default_factory=list)
     this_device_ips: dict[str, str] = field(default_factory=dict)  # device_id -> device_ip
     error: Optional[str] = None
@@ -105,13 +135,14 @@ def parse_rank_table(text: str, path: str) -> RankTable:
         raise RankTableError(f"{path}: not JSON a rank table could be: nested too deep") from None
     if not isinstance(raw, dict):
         raise RankTableError(f"{path}: a JSON {type(raw).__name__}, not the rank table's object")
-    version = _text(raw, "version", path, "the table")
-    if version not in VERSIONS:
-        raise RankTableError(f"{path}: version {version!r}: hyport knows {' and '.join(VERSIONS)}")
+    # The status first: the file Ascend Operator starts with is {"status": "initializing"} alone.
     status = raw.get("status")
     if status is not None and status != "completed":
         raise RankTableError(f"{path}: status {printable(str(status))!r}, not 'completed': the table is "
                              "not ready (Ascend Operator writes it while the job's pods start)")
+    version = _text(raw, "version", path, "the table")
+    if version not in VERSIONS:
+        raise RankTableError(f"{path}: version {version!r}: hyport knows {' and '.join(VERSIONS)}")
     servers_raw = raw.get("server_list")
     if not isinstance(servers_raw, list) or not servers_raw:
         raise RankTableError(f"{path}: no server_list (a list of servers) in the table")
@@ -209,6 +240,14 @@ def _address(entry: dict, key: str, path: str, where: str) -> Optional[str]:
         raise RankTableError(f"{path}: {where}: {key} {printable(str(value))!r} is not an IP address") from None
 
 
+def _is_address(text: str) -> bool:
+    try:
+        ipaddress.ip_address(text.split("%")[0])
+    except ValueError:
+        return False
+    return True
+
+
 def _normal_address(text: str) -> str:
     try:
         return str(ipaddress.ip_address(text.split("%")[0]))
@@ -217,29 +256,71 @@ def _normal_address(text: str) -> str:
 
 
 def rank_table_facts(table: Optional[RankTable], error: Optional[str], path: str,
-                     addresses: Iterable[str], host_names: Iterable[str]) -> RankTableFacts:
+                     addresses: Iterable[str], host_names: Iterable[str], rank_id: Optional[str] = None,
+                     card_ips: Optional[Mapping[int, str]] = None) -> RankTableFacts:
+    """This host's server: the one a name of this host names; else, among the servers known by
+    a label only, the one holding rank ``rank_id`` (``RANK_ID``) or the RoCE addresses of this
+    host's cards (``card_ips``, card -> its IP as hccn_tool gives it)."""
     if table is None:
         return RankTableFacts(path=path, error=error)
-    mine = table.server_naming(addresses, host_names)
-    return RankTableFacts(path, table.version, len(table.servers), table.ranks,
-                          mine.server_id if mine else None,
-                          sorted(d.rank_id for d in mine.devices) if mine else [],
-                          {str(d.device_id): d.device_ip for d in mine.devices if d.device_ip} if mine else {})
+    facts = RankTableFacts(path, table.version, len(table.servers), table.ranks,
+                           unnamed=[s.server_id for s in table.unnamed()])
+    mine, found_by = table.server_naming(addresses, host_names), "its name"
+    if mine is None:
+        by_rank = _by_rank(table, rank_id)
+        by_card = _by_card(table, card_ips or {})
+        if by_rank and by_card and by_rank[0] is not by_card[0]:
+            facts.conflict = (f"{by_rank[1]} is server {by_rank[0].server_id}'s but {by_card[1]} is server "
+                              f"{by_card[0].server_id}'s")
+            return facts
+        mine, found_by = by_rank or by_card or (None, None)
+    if mine is not None:
+        facts.this_server, facts.found_by = mine.server_id, found_by
+        facts.this_ranks = sorted(d.rank_id for d in mine.devices)
+        facts.this_device_ips = {str(d.device_id): d.device_ip for d in mine.devices if d.device_ip}
+    return facts
+
+
+def _by_rank(table: RankTable, rank_id: Optional[str]) -> Optional[tuple[RankServer, str]]:
+    text = (rank_id or "").strip()
+    if not text.isdigit():
+        return None
+    return next(((s, f"RANK_ID={text}") for s in table.unnamed() if any(d.rank_id == int(text) for d in s.devices)),
+                None)
+
+
+def _by_card(table: RankTable, card_ips: Mapping[int, str]) -> Optional[tuple[RankServer, str]]:
+    """The one label-only server holding a device_ip of this host's cards."""
+    found = [(s, f"card {card}'s device_ip {ip}") for card, ip in sorted(card_ips.items()) for s in table.unnamed()
+             if ip and any(d.device_ip and _normal_address(d.device_ip) == _normal_address(ip) for d in s.devices)]
+    return found[0] if len({id(s) for s, _ in found}) == 1 else None
 
 
 def check_rank_table(facts: Optional[RankTableFacts], addresses: Iterable[str], host_name: str) -> Check:
     """SKIP without RANK_TABLE_FILE (torchrun's rendezvous needs none); FAIL for a table that
-    does not parse or does not name this host."""
+    does not parse or names every server by address and none as this host; WARN where servers
+    are known by a label only and nothing tells which is this host."""
     name = "rank_table"
     if facts is None:
         return Check(name, "SKIP", "RANK_TABLE_FILE unset: torchrun's rendezvous needs no rank table")
     if facts.error:
         return Check(name, "FAIL", f"RANK_TABLE_FILE: {facts.error}")
+    if facts.conflict:
+        return Check(name, "FAIL", f"RANK_TABLE_FILE {facts.path}: {facts.conflict}: which server is this host?")
     if facts.this_server is None:
         shown = ", ".join(sorted(set(addresses))) or "none"
+        if facts.unnamed:
+            labels = ", ".join(facts.unnamed[:4]) + (" ..." if len(facts.unnamed) > 4 else "")
+            what = "is a label" if len(facts.unnamed) == 1 else "are labels"
+            return Check(name, "WARN", f"RANK_TABLE_FILE {facts.path}: no server names this host ({host_name}; "
+                                       f"addresses {shown}), and server_id {labels} {what} with no host_ip: "
+                                       "cannot tell which server is this host (set RANK_ID to a rank of this "
+                                       "host, or let hccn_tool give its cards' device_ip)")
         return Check(name, "FAIL", f"RANK_TABLE_FILE {facts.path}: no server_list entry names this host "
                                    f"({host_name}; addresses {shown}) by server_id, host_ip or container_ip")
     ranks = facts.this_ranks
     span = f"ranks {ranks[0]}-{ranks[-1]}" if len(ranks) > 1 else f"rank {ranks[0]}"
+    how = "" if facts.found_by in (None, "its name") else f", by {facts.found_by}"
     return Check(name, "PASS", f"{facts.path}: version {facts.version}, {counted(facts.servers, 'server')}, "
-                               f"{counted(facts.ranks, 'rank')}; this host is server {facts.this_server} ({span})")
+                               f"{counted(facts.ranks, 'rank')}; this host is server {facts.this_server} "
+                               f"({span}{how})")

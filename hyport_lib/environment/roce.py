@@ -1,11 +1,13 @@
 """Each card's RoCE link, as ``hccn_tool`` (the Ascend driver's network tool) reports it:
 ``hccn_tool -i <card> -link -g`` prints ``link status: UP``, ``hccn_tool -i <card> -ip -g``
-prints ``ipaddr:192.168.1.8`` and ``netmask:255.255.255.0``. HCCL's traffic between hosts
+prints ``ipaddr:192.168.1.8`` and ``netmask:255.255.255.0`` (both empty, ``ipaddr:``, for a card
+without an address). HCCL's traffic between hosts
 goes over these links; one down, or without an address, stops a job of several hosts.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import re
 import shutil
@@ -21,9 +23,10 @@ from hyport_lib.utils.wording import counted
 #: Where the driver installs it; not on PATH unless the user adds it.
 DRIVER_HCCN_TOOL = "/usr/local/Ascend/driver/tools/hccn_tool"
 HCCN_TIMEOUT_S = 10.0
-_LINK = re.compile(r"link status\s*:\s*(\w+)", re.IGNORECASE)
-_IP = re.compile(r"ipaddr\s*:\s*(\S+)", re.IGNORECASE)
-_NETMASK = re.compile(r"netmask\s*:\s*(\S+)", re.IGNORECASE)
+# [ \t]*, not \s*: an empty ``ipaddr:`` must not take the next line's ``netmask:`` as its value.
+_LINK = re.compile(r"link status[ \t]*:[ \t]*(\w+)", re.IGNORECASE)
+_IP = re.compile(r"ipaddr[ \t]*:[ \t]*(\S+)", re.IGNORECASE)
+_NETMASK = re.compile(r"netmask[ \t]*:[ \t]*(\S+)", re.IGNORECASE)
 
 
 @dataclass
@@ -62,8 +65,16 @@ def parse_link(text: str) -> Optional[str]:
 
 
 def parse_ip(text: str) -> tuple[Optional[str], Optional[str]]:
+    """``(ip, netmask)``; None for one not printed or not an address (``ipaddr:`` empty)."""
     ip, mask = _IP.search(text), _NETMASK.search(text)
-    return (ip.group(1) if ip else None), (mask.group(1) if mask else None)
+    return _an_address(ip.group(1) if ip else None), _an_address(mask.group(1) if mask else None)
+
+
+def _an_address(text: Optional[str]) -> Optional[str]:
+    try:
+        return str(ipaddress.ip_address(text)) if text else None
+    except ValueError:
+        return None
 
 
 def _ask(tool: str, card: int, what: str, timeout_s: float) -> tuple[Optional[str], Optional[str]]:

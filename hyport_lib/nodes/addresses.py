@@ -7,8 +7,8 @@ from __future__ import annotations
 import ipaddress
 import socket
 import threading
-from dataclasses import dataclass
-from typing import Iterable
+from dataclasses import dataclass, field
+from typing import Iterable, Optional
 
 #: How long a name is looked up before it counts as not resolving.
 RESOLVE_TIMEOUT_S = 5.0
@@ -33,14 +33,26 @@ def resolve_name(name: str, timeout_s: float = RESOLVE_TIMEOUT_S) -> list[tuple[
     return list(dict.fromkeys((i[0], i[4][0].split("%")[0]) for i in found.get("infos", [])))
 
 
-def host_names() -> list[str]:
-    """The names this host answers to (the rank table and MASTER_ADDR may use either)."""
-    names = [socket.gethostname()]
-    try:
-        names.append(socket.getfqdn())
-    except OSError:  # no resolver: the short name is all there is
-        pass
-    return list(dict.fromkeys(n for n in names if n))
+def host_names(timeout_s: float = RESOLVE_TIMEOUT_S) -> tuple[list[str], Optional[str]]:
+    """The names this host answers to (the rank table and MASTER_ADDR may use either): its
+    short name and its full one, looked up within ``timeout_s`` (getfqdn asks the resolver,
+    which has no time limit of its own: it runs in a daemon thread left behind). Also, where
+    the resolver gave no answer in time, the line that says so (else None)."""
+    found: dict = {}
+
+    def ask():
+        try:
+            found["name"] = socket.getfqdn()
+        except (OSError, UnicodeError) as exc:  # no resolver: the short name is all there is
+            found["error"] = exc
+
+    thread = threading.Thread(target=ask, daemon=True, name="getfqdn")
+    thread.start()
+    thread.join(timeout_s)
+    names = [socket.gethostname(), found.get("name", "")]
+    gave_up = f"full host name not known: the resolver did not answer within {timeout_s:g} s" \
+        if thread.is_alive() else None
+    return list(dict.fromkeys(n for n in names if n)), gave_up
 
 
 def _address(text: str):
@@ -52,21 +64,24 @@ def _address(text: str):
 
 @dataclass(frozen=True)
 class ThisMachine:
-    """What names this machine: its host names (lower case) and its interfaces' addresses."""
+    """What names this machine: its host names (lower case) and its interfaces' addresses;
+    ``note``: why a name may be missing (the resolver did not answer)."""
 
     names: frozenset
     addresses: frozenset
+    note: Optional[str] = field(default=None, compare=False)
 
     @classmethod
-    def of(cls, names: Iterable[str], addresses: Iterable[str]) -> "ThisMachine":
-        return cls(frozenset(n.lower() for n in names if n), frozenset(a.split("%")[0] for a in addresses))
+    def of(cls, names: Iterable[str], addresses: Iterable[str], note: Optional[str] = None) -> "ThisMachine":
+        return cls(frozenset(n.lower() for n in names if n), frozenset(a.split("%")[0] for a in addresses), note)
 
     @classmethod
     def here(cls) -> "ThisMachine":
         import psutil
 
-        return cls.of(host_names(), [a.address for addrs in psutil.net_if_addrs().values() for a in addrs
-                                     if a.family in (socket.AF_INET, socket.AF_INET6)])
+        names, gave_up = host_names()
+        return cls.of(names, [a.address for addrs in psutil.net_if_addrs().values() for a in addrs
+                              if a.family in (socket.AF_INET, socket.AF_INET6)], gave_up)
 
     def is_host(self, host: str, timeout_s: float = RESOLVE_TIMEOUT_S) -> bool:
         """``host`` (a name or an address) is this machine: one of its names or addresses, or a
@@ -82,4 +97,5 @@ class ThisMachine:
         return any(a is not None and (a in own or a.is_loopback) for a in resolved)
 
     def describe(self) -> str:
-        return f"{', '.join(sorted(self.names))}; {', '.join(sorted(self.addresses))}"
+        said = f"{', '.join(sorted(self.names))}; {', '.join(sorted(self.addresses))}"
+        return f"{said}; {self.note}" if self.note else said

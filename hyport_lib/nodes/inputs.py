@@ -11,7 +11,8 @@ that is set too must agree with it, field by field):
    ``PET_MAX_RESTARTS``;
 2. the torchrun-style names LLaMA-Factory's launcher reads (``src/llamafactory/launcher.py``:
    ``NNODES``, ``NODE_RANK``, ``NPROC_PER_NODE``, ``MASTER_ADDR``, ``MASTER_PORT``,
-   ``MAX_RESTARTS``, ``RDZV_ID``; ``MIN_NNODES`` / ``MAX_NNODES``, an elastic range, are refused);
+   ``MAX_RESTARTS``, ``RDZV_ID``; ``MIN_NNODES`` / ``MAX_NNODES`` as it does: an elastic
+   range only with ``RDZV_ID`` and both set, then refused unless both equal ``NNODES``, else ignored);
 3. a Huawei ModelArts training job's preset variables ("Managing Environment Variables of a
    Training Container", Table 2, https://support.huaweicloud.com/intl/en-us/usermanual-standard-modelarts/develop-modelarts-0104.html):
    ``MA_NUM_HOSTS`` and ``VC_WORKER_NUM`` (instances), ``VC_TASK_INDEX`` (this container's
@@ -51,6 +52,8 @@ PARAMETER_OF = {"nnodes": "nnodes", "node_rank": "node_rank", "master_addr": "ma
 # ``slots=8x`` would be read as 8.
 _HOSTFILE_LINE = re.compile(r"^(\S+)\s+slots=(\d+)(?=\s|$)")
 _SLOTS = re.compile(r"\bslots=(\S*)")
+#: ``slots=`` straight after the host, as DeepSpeed's pattern wants it.
+_SLOTS_AFTER_HOST = re.compile(r"^\S+\s+slots=")
 
 
 class NodeInputError(ValueError):
@@ -186,11 +189,17 @@ def _torchrun_style(environ: Mapping[str, str], names: _Names,
 
 
 def _refuse_elastic_range(environ: Mapping[str, str], count_text: str) -> None:
-    for name in ("MIN_NNODES", "MAX_NNODES"):
-        text = environ.get(name, "").strip()
-        if text and text != count_text:
-            raise NodeInputError(f"{name}={text} (an elastic node range) but NNODES={count_text}: hyport runs a "
-                                 f"fixed number of nodes; unset {name}")
+    """LLaMA-Factory's launcher (``src/llamafactory/cli.py``) gives torchrun ``--nnodes
+    MIN_NNODES:MAX_NNODES`` only where ``RDZV_ID`` is set and both are; otherwise it ignores
+    them, and so does hyport."""
+    bounds = {name: environ.get(name, "").strip() for name in ("MIN_NNODES", "MAX_NNODES")}
+    if not environ.get("RDZV_ID", "").strip() or not all(bounds.values()):
+        return
+    for name, text in bounds.items():
+        if text != count_text:
+            raise NodeInputError(f"{name}={text} with RDZV_ID (an elastic node range, MIN_NNODES:MAX_NNODES="
+                                 f"{bounds['MIN_NNODES']}:{bounds['MAX_NNODES']}) but NNODES={count_text}: hyport "
+                                 f"runs a fixed number of nodes; unset {name}")
 
 
 def _modelarts(environ: Mapping[str, str]) -> Optional[NodeSettings]:
@@ -332,8 +341,12 @@ def parse_hostfile(path: str, text: str) -> list[HostLine]:
         match = _HOSTFILE_LINE.match(line)
         if match is None:
             slots = _SLOTS.search(line)
-            why = (f"slots must be a number (slots={slots.group(1)})" if slots
-                   else "expected 'HOST slots=N' (DeepSpeed's hostfile)")
+            if slots is None:
+                why = "expected 'HOST slots=N' (DeepSpeed's hostfile)"
+            elif not _SLOTS_AFTER_HOST.match(line):
+                why = "slots= must follow the host name ('HOST slots=N', as DeepSpeed reads it)"
+            else:  # stricter than DeepSpeed, which reads slots=8x or slots=8#gpu as 8
+                why = f"slots must be a number (slots={slots.group(1)})"
             raise NodeInputError(f"{where}: {why}")
         host, slots_count = match.group(1), int(match.group(2))
         if slots_count < 1:

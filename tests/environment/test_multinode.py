@@ -7,6 +7,7 @@ import json
 import socket
 from collections import namedtuple
 from dataclasses import replace
+from pathlib import Path
 
 import psutil
 import pytest
@@ -62,11 +63,44 @@ def test_node_settings_that_contradict_each_other_fail(env, hostfile, table, wor
     assert words in check.reason
 
 
+def test_the_master_address_is_compared_by_the_host_it_names():
+    """An address and a name of the same host agree (resolved, within a time limit); another
+    host, or a name that does not resolve, disagrees and says why."""
+    known = {"node0": {"10.0.0.1"}, "node0.job": {"10.0.0.1"}, "node1": {"10.0.0.2"}, "10.0.0.1": {"10.0.0.1"},
+             "10.0.0.2": {"10.0.0.2"}}
+    asked = []
+
+    def resolve(name):
+        asked.append(name)
+        if name == "slow.job":
+            return set(), "slow.job not resolved within 5 s"
+        return (known[name], None) if name in known else (set(), f"{name} does not resolve")
+
+    def judged(env, given=None):
+        return M.check_node_settings(M.node_values(env, given or {})[0], None, None, resolve=resolve)
+
+    assert judged({"MASTER_ADDR": "node0", "PET_MASTER_ADDR": "10.0.0.1"}).verdict == "PASS"
+    assert judged({"MASTER_ADDR": "NODE0", "VC_WORKER_HOSTS": "node0,node1"}).verdict == "PASS"
+    assert sorted(asked) == ["10.0.0.1", "node0"]  # the same text, any case, is not looked up
+    apart = judged({"MASTER_ADDR": "node1", "VC_WORKER_HOSTS": "node0.job,node1"}, {"master_addr": "10.0.0.1"})
+    assert apart.verdict == "FAIL"
+    assert apart.reason == "master_addr disagrees: parameter=10.0.0.1, MASTER_ADDR=node1 (different hosts)"
+    unknown = judged({"MASTER_ADDR": "ghost", "PET_RDZV_ENDPOINT": "slow.job:29500"}, {"master_addr": "node0"})
+    assert unknown.reason == ("master_addr disagrees: parameter=node0, PET_RDZV_ENDPOINT=slow.job, MASTER_ADDR=ghost "
+                              "(ghost does not resolve; slow.job not resolved within 5 s)")
+    assert M.addresses_of("127.0.0.1") == ({"127.0.0.1"}, None)
+    assert M.addresses_of("no-such-host.invalid") == (set(), "no-such-host.invalid does not resolve")
+
+
 def test_node_settings_pass_or_skip():
     ok = M.check_node_settings(M.node_values({"PET_NNODES": "2:2", "NODE_RANK": "0", "MASTER_ADDR": "h0"}, {})[0],
                                2, None)
     assert ok.verdict == "PASS" and ok.reason == "2 nodes (PET_NNODES), this is node 0 (NODE_RANK), master h0 (MASTER_ADDR)"
     assert M.check_node_settings(M.node_values({}, {})[0], None, None).verdict == "SKIP"
+    one = M.check_node_settings(M.node_values({"MA_NUM_HOSTS": "1", "VC_TASK_INDEX": "0"}, {})[0], None, None)
+    assert one.reason == "1 node (MA_NUM_HOSTS), this is node 0 (VC_TASK_INDEX)"
+    assert M.check_node_settings(M.node_values({"NNODES": "2"}, {})[0], 1, None).reason == \
+        "NNODES=2 but the hostfile names 1 host"
 
 
 def _run(monkeypatch, env: dict, **params):
@@ -126,6 +160,40 @@ def test_a_job_of_two_hosts_is_collected_and_recorded(monkeypatch, two_interface
     assert again.nodes.rank_table.this_server == "10.0.0.5" and again.nodes.interfaces[0].name == "eth0"
 
 
+CANN_TEMPLATE = {"status": "completed", "version": "1.0", "server_count": "2", "server_list": [
+    {"server_id": f"node_{s}", "device": [{"device_id": "0", "device_ip": f"192.168.{s + 1}.8", "rank_id": str(s)}]}
+    for s in range(2)]}
+
+
+def test_cann_s_template_of_labels_is_no_failure_and_rank_id_finds_this_host(monkeypatch, two_interfaces, tmp_path):
+    """server_id node_0 / node_1 (CANN's own v1.0 template) is a label: neither resolved as a
+    peer nor matched to this host; RANK_ID says which server is this host."""
+    table = tmp_path / "hccl.json"
+    table.write_text(json.dumps(CANN_TEMPLATE))
+    monkeypatch.delenv("RANK_ID", raising=False)
+    report, checks = _run(monkeypatch, {"RANK_TABLE_FILE": str(table)})
+    assert checks["rank_table"].verdict == "WARN" and "cannot tell which server is this host" in checks["rank_table"].reason
+    assert checks["peers_resolve"].verdict == "SKIP" and report.nodes.peers == []
+    assert "this host not known" in dict(M.node_rows(report.nodes))["rank table"]
+    report, checks = _run(monkeypatch, {"RANK_TABLE_FILE": str(table), "RANK_ID": "1"})
+    assert checks["rank_table"].verdict == "PASS" and "this host is server node_1 (rank 1, by RANK_ID=1)" in \
+        checks["rank_table"].reason
+    assert dict(M.node_rows(report.nodes))["rank table"].endswith("this host node_1 (by RANK_ID=1)")
+
+
+@pytest.mark.slow
+def test_a_label_s_server_is_found_by_the_cards_device_ip_from_hccn_tool(monkeypatch, two_interfaces, tmp_path):
+    table, cards = tmp_path / "hccl.json", tmp_path / "hccn.json"
+    table.write_text(json.dumps(CANN_TEMPLATE))
+    cards.write_text(json.dumps({"0": {"link": "UP", "ipaddr": "192.168.2.8"}}))
+    monkeypatch.setenv("HYPORT_FAKE_HCCN_FILE", str(cards))
+    doubles = str(Path(__file__).resolve().parents[1] / "doubles" / "bin")
+    facts, checks = M.collect_node_facts({"RANK_TABLE_FILE": str(table), "PATH": doubles}, {}, None, "npu", [0])
+    by_name = {c.name: c for c in checks}
+    assert (facts.rank_table.this_server, facts.rank_table.found_by) == ("node_1", "card 0's device_ip 192.168.2.8")
+    assert by_name["rank_table"].verdict == "PASS" and by_name["roce_links"].verdict == "PASS"
+
+
 def test_node_parameters_take_the_place_of_the_environment(monkeypatch, two_interfaces, tmp_path):
     hostfile = tmp_path / "hostfile"
     hostfile.write_text("127.0.0.1 slots=1\nno-such-peer.invalid slots=1\n")
@@ -135,6 +203,12 @@ def test_node_parameters_take_the_place_of_the_environment(monkeypatch, two_inte
         _, checks = _run(monkeypatch, {"MASTER_ADDR": "10.7.7.7"}, master_addr="127.0.0.1", master_port=port,
                          node_rank=0, nodes_from=str(hostfile))
         assert checks["master_port"].verdict == "FAIL" and f"port {port} (parameter={port})" in checks["master_port"].reason
+    # the parameter and the hostfile's first host agree; MASTER_ADDR names another host
+    assert checks["node_settings"].verdict == "FAIL"
+    assert checks["node_settings"].reason == "master_addr disagrees: parameter=127.0.0.1, MASTER_ADDR=10.7.7.7 " \
+                                             "(different hosts)"
+    _, checks = _run(monkeypatch, {"MASTER_ADDR": "localhost"}, master_addr="127.0.0.1", master_port=port,
+                     node_rank=0, nodes_from=str(hostfile))
     assert checks["node_settings"].verdict == "PASS" and "2 nodes (hostfile / rank table)" in checks["node_settings"].reason
     assert checks["peers_resolve"].verdict == "FAIL"
     assert "no-such-peer.invalid (hostfile line 2)" in checks["peers_resolve"].reason
@@ -210,3 +284,11 @@ def test_the_node_parameters_are_trains_but_for_optionality():
         assert mine[name].optional and mine[name].default is None
         spec, train_spec = replace(mine[name].spec, doc=""), replace(train[name].spec, doc="")
         assert (mine[name].kind, spec) == (train[name].kind, train_spec)
+
+
+def test_a_full_host_name_the_resolver_did_not_give_in_time_is_said_in_the_report(monkeypatch, two_interfaces):
+    monkeypatch.setattr(M, "host_names", lambda: (["node-b"], "full host name not known: the resolver did not "
+                                                              "answer within 5 s"))
+    report, _ = _run(monkeypatch, {})
+    assert dict(M.node_rows(report.nodes))["host name"] == ("node-b (full host name not known: the resolver did "
+                                                            "not answer within 5 s)")

@@ -32,10 +32,22 @@ def test_the_interfaces_come_from_psutil(monkeypatch):
 
 @pytest.mark.parametrize("value, selected", [
     ("eth", ["eth0", "eth1"]), ("=eth0", ["eth0"]), ("=eth", []), ("enp,eth", ["enp3", "eth0", "eth1"]),
-    ("^eth,docker", ["enp3", "lo"]), ("^=eth0", ["docker0", "enp3", "eth1", "lo"]),
+    ("^eth,docker", ["enp3", "lo"]), ("^=eth0", ["enp3", "eth1", "docker0", "lo"]),
 ])
 def test_hccl_socket_ifname_follows_cann_s_syntax(value, selected):
     assert N.parse_socket_ifname(value).select([i.name for i in HOST]) == selected
+
+
+def test_an_exclusion_leaves_the_interface_hccl_picks_by_cann_s_priority():
+    """CANN (HCCL_SOCKET_IFNAME): other interfaces by name, then docker's, then lo: with eth
+    excluded HCCL takes enp1s0, not docker0, which comes first by name."""
+    host = [Interface("docker0", ["172.17.0.1"], True), Interface("enp1s0", ["10.0.0.1"], True),
+            Interface("lo", ["127.0.0.1"], True)]
+    assert sorted(["lo", "docker0", "enp1s0", "abc"], key=N.hccl_priority) == ["abc", "enp1s0", "docker0", "lo"]
+    check = N.check_socket_ifname("npu", {"HCCL_SOCKET_IFNAME": "^eth"}, host, True)
+    assert check.reason == "HCCL_SOCKET_IFNAME=^eth selects enp1s0 (10.0.0.1)"
+    check = N.check_socket_ifname("npu", {"HCCL_SOCKET_IFNAME": "^=enp1s0"}, host, True)
+    assert check.reason == "HCCL_SOCKET_IFNAME=^=enp1s0 selects docker0 (172.17.0.1)"  # docker before lo
 
 
 @pytest.mark.parametrize("value", ["", "=", "^", "eth,,enp", "^="])

@@ -20,6 +20,11 @@ def test_hccn_tool_s_output_is_parsed():
     assert parse_link("device id 9 is invalid") is None
     assert parse_ip("ipaddr:192.168.1.8\nnetmask:255.255.255.0\n") == ("192.168.1.8", "255.255.255.0")
     assert parse_ip("") == (None, None)
+    # a card without an address: both lines empty; the IP is not the next line's "netmask:"
+    assert parse_ip("ipaddr:\nnetmask:\n") == (None, None)
+    assert parse_ip("ipaddr: \t\nnetmask:255.255.0.0\n") == (None, "255.255.0.0")
+    assert parse_ip("ipaddr:fe80::1\nnetmask:ffff::\n") == ("fe80::1", "ffff::")
+    assert RoceLink(0, "UP", *parse_ip("ipaddr:\nnetmask:\n")).problem().startswith("card 0: no IP")
 
 
 UP = [RoceLink(0, "UP", "192.168.1.8", "255.255.255.0"), RoceLink(1, "UP", "192.168.1.9", "255.255.255.0")]
@@ -67,6 +72,7 @@ def test_the_hccn_tool_double_end_to_end(tmp_path, monkeypatch):
     links = query_links(tool, [0, 1, 2, 3], timeout_s=30)
     assert [(l.card, l.link, l.ip) for l in links[:3]] == [(0, "UP", "192.168.1.8"), (1, "DOWN", "192.168.1.9"),
                                                            (2, "UP", None)]
+    assert (links[2].ip, links[2].netmask) == (None, None)  # the double printed "ipaddr:" and "netmask:" empty
     assert links[0].netmask == "255.255.255.0" and links[3].error.startswith("hccn_tool -i 3 -link -g exited 1")
     check = check_roce_links("npu", tool, [0, 1, 2, 3], links, True)
     assert check.verdict == "FAIL"

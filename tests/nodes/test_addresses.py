@@ -40,5 +40,23 @@ def test_a_name_the_resolver_does_not_answer_for_is_not_this_machine_and_the_wai
 
 
 def test_the_real_host_answers_to_its_own_name():
-    assert host_names()[0] == socket.gethostname()
+    assert host_names()[0][0] == socket.gethostname()
     assert ThisMachine.here().is_host(socket.gethostname())
+
+
+def test_the_full_host_name_is_looked_up_within_a_time_limit_and_giving_up_is_said(monkeypatch):
+    release = threading.Event()
+    monkeypatch.setattr(socket, "getfqdn", lambda *a: release.wait(30) and "never.example")
+    started = time.monotonic()
+    try:
+        names, gave_up = host_names(timeout_s=0.2)
+    finally:
+        release.set()
+    assert time.monotonic() - started < 5
+    assert names == [socket.gethostname()]
+    assert gave_up == "full host name not known: the resolver did not answer within 0.2 s"
+    machine = ThisMachine.of(names, ["10.0.0.5"], gave_up)
+    assert machine.describe().endswith("; 10.0.0.5; full host name not known: the resolver did not answer within 0.2 s")
+    assert machine == ThisMachine.of(names, ["10.0.0.5"])  # the note is no part of what the machine is
+    monkeypatch.setattr(socket, "getfqdn", lambda *a: "node-b.cluster")
+    assert host_names() == ([socket.gethostname(), "node-b.cluster"], None)

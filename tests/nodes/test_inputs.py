@@ -104,7 +104,9 @@ def test_the_real_machine_is_found_by_name_and_by_loopback_and_several_lines_nee
     ({"NNODES": "0"}, "NNODES='0': expected a whole number >= 1"),
     ({"NNODES": "1", "MASTER_PORT": "70000"}, "MASTER_PORT='70000': a port is 1 .. 65535"),
     ({"NNODES": "1", "NPROC_PER_NODE": "gpu"}, "NPROC_PER_NODE='gpu': hyport needs a number of processes per node"),
-    ({**LLAMA_FACTORY, "MIN_NNODES": "1", "MAX_NNODES": "4"}, "MIN_NNODES=1 \\(an elastic node range\\) but NNODES=2"),
+    ({**LLAMA_FACTORY, "MIN_NNODES": "1", "MAX_NNODES": "4"}, "MIN_NNODES=1 with RDZV_ID \\(an elastic node range, "
+                                                               "MIN_NNODES:MAX_NNODES=1:4\\) but NNODES=2"),
+    ({**LLAMA_FACTORY, "MIN_NNODES": "2", "MAX_NNODES": "3"}, "MAX_NNODES=3 with RDZV_ID"),
     ({"PET_NNODES": "1:3"}, "PET_NNODES='1:3': an elastic node range"),
     ({"PET_NNODES": "2", "PET_NODE_RANK": "0", "PET_MASTER_PORT": "1", "PET_RDZV_ENDPOINT": "m:2"},
      "PET_MASTER_PORT=1 but PET_RDZV_ENDPOINT=m:2: they disagree"),
@@ -121,9 +123,20 @@ def test_a_bad_variable_is_named_in_one_line(environ, said):
     _refused(said, fn=from_environment, environ=environ)
 
 
+def test_min_and_max_nnodes_count_only_as_llama_factory_s_launcher_uses_them():
+    """src/llamafactory/cli.py: --nnodes MIN_NNODES:MAX_NNODES only with RDZV_ID and both set."""
+    without_rdzv = {k: v for k, v in LLAMA_FACTORY.items() if k != "RDZV_ID"}
+    for environ in ({**LLAMA_FACTORY, "MIN_NNODES": "1"}, {**LLAMA_FACTORY, "MAX_NNODES": "4"},
+                    {**without_rdzv, "MIN_NNODES": "1", "MAX_NNODES": "4"},
+                    {**LLAMA_FACTORY, "MIN_NNODES": "2", "MAX_NNODES": "2"}):
+        assert from_environment(environ).nnodes == 2, environ
+
+
 @pytest.mark.parametrize("text, said", [
     ("node1 slots=8\n\nnode2 slots=x\n", "line 3: 'node2 slots=x': slots must be a number \\(slots=x\\)"),
     ("node1 slots=8\nnode2 slots=8x\n", "line 2: 'node2 slots=8x': slots must be a number"),
+    ("node1 slots=8#gpu\n", "line 1: 'node1 slots=8#gpu': slots must be a number \\(slots=8#gpu\\)"),
+    ("worker-1 gpus=8 slots=8\n", "line 1: 'worker-1 gpus=8 slots=8': slots= must follow the host name"),
     ("node1 slots=8\nnode2\n", "line 2: 'node2': expected 'HOST slots=N'"),
     ("node1 slots=8\nnode1 slots=8\n", "line 2: 'node1 slots=8': node1 is listed already \\(line 1\\)"),
     ("node1 slots=0\n", "line 1: 'node1 slots=0': slots must be at least 1"),
