@@ -24,7 +24,7 @@ import urllib.parse
 from collections import deque
 from typing import Iterable, Mapping
 
-from hyport_lib.utils.redact_netrc import CONTEXT_LINES, SECRET_WORDS, netrc_value_spans
+from hyport_lib.utils.redact_netrc import CONTEXT_LINES, may_hold_secret, netrc_value_spans
 
 SECRET_MARKERS = ("SECRET", "TOKEN", "KEY", "PASSWORD", "PASSWD", "CREDENTIAL", "AUTH", "ACCESS")
 #: Whole name parts (between ``_``, ``-`` or ``.``) that name a secret without a marker:
@@ -271,7 +271,7 @@ def _netrc_value_secret(value: str) -> bool:
 
 def _netrc_redacted(text: str, context: str = "") -> tuple[str, list[str]]:
     """``text`` with its netrc secrets redacted (:func:`redact_netrc_credentials`), and the values redacted."""
-    if SECRET_WORDS.search(context) is None and SECRET_WORDS.search(text) is None:
+    if not may_hold_secret(text) and not may_hold_secret(context):
         return text, []
     offset = len(context) + 1 if context else 0
     whole = f"{context}\n{text}" if context else text
@@ -371,6 +371,7 @@ class PrivateKeyLines:
         self.inside = False
         self.value_next = False
         self.before: deque[str] = deque(maxlen=CONTEXT_LINES)
+        self.secret_before = False  # whether the line before may hold a netrc secret
         self.learned: list[str] = []
 
     def scrub(self, line: str) -> str:
@@ -383,12 +384,14 @@ class PrivateKeyLines:
         for value in self.learned:
             if value in line:
                 line = line.replace(value, REDACTED)
-        if self.before and SECRET_WORDS.search(self.before[-1]) is not None or SECRET_WORDS.search(line):
+        secret_here = may_hold_secret(line)
+        if secret_here or self.secret_before:  # a value may follow a line-final ``password``
             line, values = _netrc_redacted(line, "\n".join(self.before))
             self.learned.extend(v for v in dict.fromkeys(values) if len(v) >= _MIN_SECRET_LEN
                                 and v not in self.learned)
             del self.learned[self.MAX_LEARNED:]
         self.before.append(original)
+        self.secret_before = secret_here
         return self._scrub_key(line)
 
     def _scrub_key(self, line: str) -> str:
