@@ -15,6 +15,7 @@ from typing import Callable, Optional, Sequence
 
 from hyport_lib.triage.catalogue import ERROR, KnownFailure
 from hyport_lib.triage.log_times import line_time
+from hyport_lib.utils.wording import plural
 
 #: hyport's launcher log of one node (``hyport_lib/train/launch.py``: ``logs/node{node_rank}.log``),
 #: which holds every rank of that node (torchrun's ``--tee 3``).
@@ -40,6 +41,10 @@ _EXCEPTION = re.compile(r"\b[A-Za-z_][\w.]*(?:Error|Exception|Interrupt)\b:?\s?.
 _RANK_PREFIX = re.compile(r"^(?:\[(?:default)?\d+\]:)?(?:\[rank\d+\]:)?\s*")
 #: Longest quote of an error in a verdict.
 QUOTE_CHARS = 80
+#: An error that the node's normal timed lines follow for longer than this did not stop it
+#: (a retried download): a node's stop is its final error episode. Shorter, the lines are
+#: those of the node's other ranks and of torchrun's agent while it ends them.
+EPISODE_S = 60.0
 
 
 @dataclass
@@ -61,9 +66,10 @@ class NodeError:
 @dataclass
 class NodeReport:
     """One node: ``node`` its rank (from ``node<k>.log``, or the position of its path), its
-    ``host`` when a log names it, its first error (the earliest of its files'), and when its
-    last line was written (``ended_from``: ``line`` or ``file mtime``; ``last_line``:
-    ``file:line``)."""
+    ``host`` when a log names it, its first error (that of its final error episode, the
+    earliest of its files'), and when its last line was written (``ended_from``: ``line`` or
+    ``file mtime``; ``last_line``: ``file:line``). ``cut`` says how a limit cut its logs
+    (``read only up to line 58386 (past the time limit)``), empty when they were read whole."""
 
     node: int
     label: str
@@ -74,6 +80,7 @@ class NodeReport:
     ended: Optional[float] = None
     ended_from: str = "line"
     read: bool = True
+    cut: str = ""
 
     @property
     def name(self) -> str:
@@ -99,22 +106,24 @@ def node_of(path: Path) -> Optional[int]:
 class NodeWatch:
     """Sees each line of one node's logs, file by file (:meth:`start`), each line once
     (:meth:`see`), and fills the node's :class:`NodeReport` (:meth:`finish`). ``keep``
-    scrubs and cuts a line that is kept."""
+    scrubs and cuts a line that is kept. A line's time is read only where it is needed: at
+    an error, after one (until :data:`EPISODE_S` of normal lines end its episode), and at
+    the file's last line."""
 
     def __init__(self, report: NodeReport, keep: Callable[[str], str]) -> None:
         self.report = report
         self.keep = keep
         self.shown = ""
         self.mtime = 0.0
-        self.last = (0, None)  # the last non-blank line: its number and time, if it has one
-        self.error: Optional[NodeError] = None  # this file's first error
+        self.last = (0, "")  # the last non-blank line: its number and text
+        self.error: Optional[NodeError] = None  # the first error of this file's open episode
         self.after_error: Optional[float] = None  # the earliest time written after it
 
     def start(self, shown: str, mtime: float) -> None:
         """A file of the node begins (its lines' year comes from its modification time)."""
         self._close()
         self.shown, self.mtime = shown, mtime
-        self.last, self.error, self.after_error = (0, None), None, None
+        self.last, self.error, self.after_error = (0, ""), None, None
         self.report.files.append(shown)
 
     def see(self, number: int, text: str, entry: Optional[KnownFailure], error: bool) -> None:
@@ -122,15 +131,21 @@ class NodeWatch:
         error line that may name a cause (not a traceback's first line)."""
         if not text.strip():
             return
-        stamp = line_time(text, self.mtime) if self.mtime else None
-        self.last = (number, stamp)
-        if stamp is not None and self.error is not None and self.error.time is None:
-            self.after_error = stamp if self.after_error is None else min(self.after_error, stamp)
+        self.last = (number, text)
         if self.report.host is None and ("host" in text or "The node '" in text):
             found = _HOST_LINE.match(_RANK_PREFIX.sub("", text)) or _RDZV_NODE.search(text)
             self.report.host = found.group("host") if found else None
-        if self.error is None and (error or (entry is not None and entry.severity == ERROR)):
-            self.error = _error(self.shown, number, self.keep(text), entry, stamp)
+        erring = error or (entry is not None and entry.severity == ERROR)
+        if self.error is not None:
+            stamp = self._time(text)
+            if stamp is not None:
+                if self.error.time is None:
+                    self.after_error = stamp if self.after_error is None else min(self.after_error, stamp)
+                began = self.error.time if self.error.time is not None else self.after_error
+                if not erring and entry is None and stamp - began > EPISODE_S:
+                    self.error, self.after_error = None, None  # the node went on: not its stop
+        if self.error is None and erring:
+            self.error = _error(self.shown, number, self.keep(text), entry, self._time(text))
 
     def finish(self) -> NodeReport:
         """The node's files were read: times that no line gave come from its files."""
@@ -138,13 +153,17 @@ class NodeWatch:
         self.shown = ""
         return self.report
 
+    def _time(self, text: str) -> Optional[float]:
+        return line_time(text, self.mtime) if self.mtime else None
+
     def _close(self) -> None:
         """The file read last, into the report: its end, and its first error when that is the
         node's earliest."""
         if not self.shown:
             return
         report = self.report
-        number, stamp = self.last
+        number, text = self.last
+        stamp = self._time(text)
         end, source = (stamp, "line") if stamp is not None else (self.mtime or None, "file mtime")
         if end is not None and (report.ended is None or end > report.ended):
             report.ended, report.ended_from, report.last_line = end, source, f"{self.shown}:{number}"
@@ -223,22 +242,46 @@ def _stop(report: NodeReport) -> Optional[_Stop]:
     return _Stop(report, "echo" if first.echo else "error", first.time)
 
 
+def joined(labels: Sequence[str]) -> str:
+    """``node 0``, ``node 0 and node 1``, ``node 0, node 1 and node 2``."""
+    return labels[0] if len(labels) == 1 else f"{', '.join(labels[:-1])} and {labels[-1]}"
+
+
+def _unread(nodes: Sequence[NodeReport]) -> list[str]:
+    """What limits or errors left unread, by why: ``node 1's log was read only up to line
+    58386 (past the time limit)``, ``the logs of node 0 and node 1 were not read (past the
+    byte budget)``."""
+    by_reason: dict[str, list[str]] = {}
+    for report in nodes:
+        reason = report.cut or ("" if report.read else "could not be read")
+        if reason:
+            by_reason.setdefault(reason, []).append(report.label)
+    said = []
+    for reason, labels in by_reason.items():
+        logs = f"{labels[0]}'s log" if len(labels) == 1 else f"the logs of {joined(labels)}"
+        verb = "" if reason.startswith("could") else plural("was", len(labels), "were") + " "
+        said.append(f"{logs} {verb}{reason}")
+    return said
+
+
 def judge(reports: Sequence[NodeReport]) -> AcrossNodes:
     """Which node stopped first. A node that errs first with a cause, or whose log ends with no
     error, may have; a node whose first error is an echo (a peer's connection closed, a
     collective timed out) survived another's stop. The earliest candidate is named when it
     stopped at least :data:`SAME_TIME_S` before every other candidate and no later than that
-    after the first echo; otherwise no node is named, and the verdict says why."""
+    after the first echo, and, when its log only ends (a silent node), when no other node
+    errs with a cause; otherwise, or when a log was cut or not read, no node is named and
+    the verdict says why."""
     nodes = list(reports)
     result = AcrossNodes(nodes=nodes)
-    unread = [r.label for r in nodes if not r.read]
+    unread = _unread(nodes)
     if unread:
-        result.verdict = f"no node named: the log of {', '.join(unread)} could not be read"
+        result.verdict = f"no node named: {'; '.join(unread)}"
         return result
     stops = [_stop(r) for r in nodes]
     untimed = [r.label for r, s in zip(nodes, stops) if s is None]
     if untimed:
-        result.verdict = f"no node named: no time could be had for {', '.join(untimed)}"
+        result.verdict = f"no node named: no time could be had for {joined(untimed)}"
         return result
     if all(r.first_error is None for r in nodes):
         ends = sorted(s.at for s in stops)
@@ -256,15 +299,23 @@ def judge(reports: Sequence[NodeReport]) -> AcrossNodes:
     first = candidates[0]
     together = [s for s in candidates[1:] if s.at - first.at < SAME_TIME_S]
     if together:
-        result.verdict = (f"no node named: {first.report.label} and "
-                          f"{', '.join(s.report.label for s in together)} stopped within {SAME_TIME_S:g} s "
-                          f"of each other ({'; '.join(f'{s.report.label}: {s.said()}' for s in [first, *together])})")
+        result.verdict = (f"no node named: {joined([s.report.label for s in [first, *together]])} stopped "
+                          f"within {SAME_TIME_S:g} s of each other "
+                          f"({'; '.join(f'{s.report.label}: {s.said()}' for s in [first, *together])})")
         return result
     if echoes and first.at - echoes[0].at >= SAME_TIME_S:
         echo = echoes[0]
         result.verdict = (f"no node named: {echo.other()} at {clock(echo.at)} came "
                           f"{_gap(first.at - echo.at)} before any node stopped ({first.report.label}: "
                           f"{first.said()}); the node it echoes is not among these logs")
+        return result
+    cause = next((s for s in candidates if s.kind == "error"), None)
+    if first.kind == "end" and cause is not None:
+        # A node that only stopped writing may have stopped first, or waited silently in a
+        # collective after the other's own error: its last write does not tell.
+        result.verdict = (f"no node named: {first.report.label} stopped writing without an error and "
+                          f"{cause.report.label} errs with a cause ({first.report.label}: {first.said()}; "
+                          f"{cause.report.label}: {cause.said()}): either may have stopped first")
         return result
     nxt = min((s for s in stops if s is not first), key=lambda s: s.at)
     gap = nxt.at - first.at

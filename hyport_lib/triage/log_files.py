@@ -309,6 +309,11 @@ def _stat(path: Path, field: str) -> float:
         return 0
 
 
+def _size(count: int) -> str:
+    """``16.0 MiB``; a size under 1 MiB in bytes (``4,000 bytes``), never ``0.0 MiB``."""
+    return f"{count / 2**20:.1f} MiB" if count >= 2**20 else counted(int(count), "byte")
+
+
 def plan_reading(own: Sequence[Path], cann: Sequence[Path],
                  max_bytes: Optional[int]) -> tuple[list[Planned], list[Path], list[str]]:
     """``(planned, unread, notes)``: which files, and which part of each, fit in ``max_bytes``
@@ -329,12 +334,12 @@ def plan_reading(own: Sequence[Path], cann: Sequence[Path],
             left -= size
         elif left > 0:
             chosen[path] = Planned(path, size - left, left)
-            notes.append(f"{path}: only its last {left / 2**20:.1f} MiB of {size / 2**20:.1f} MiB "
-                         f"were read (byte budget {max_bytes / 2**20:.0f} MiB)")
+            notes.append(f"{path}: only its last {_size(left)} of {_size(size)} "
+                         f"were read (byte budget {_size(max_bytes)})")
             left = 0
         else:
             unread.append(path)
     if unread:
-        notes.append(f"byte budget of {max_bytes / 2**20:.0f} MiB spent: {counted(len(unread), 'log file')} "
+        notes.append(f"byte budget of {_size(max_bytes)} spent: {counted(len(unread), 'log file')} "
                      f"not read: {named(unread, NAMED_UNREAD)}")
     return [chosen[p] for p in [*own, *cann] if p in chosen], unread, notes

@@ -23,14 +23,16 @@ _GLOG = re.compile(r"(?<![\w])[IWEF](?P<mo>\d\d)(?P<d>\d\d) (?P<h>\d\d):(?P<mi>\
 #: Characters of a line looked at: a time is written near its start (after torchrun's
 #: ``[default0]:[rank0]:`` and CANN's ``EI0006: [PID: 1292363]``), not in its message.
 WINDOW = 200
-#: A time this far after the reference (the file's modification) belongs to the year before.
+#: How far after the reference (the file's modification) a line's date may lie: clocks and
+#: zones differ between a host and its file server.
 _YEAR_SLACK_S = 86400.0
 
 
 def line_time(text: str, reference: float) -> Optional[float]:
     """Seconds since the epoch at which ``text`` says it was written, or None. ``reference``
     (seconds since the epoch, the file's modification time) gives the year where the line
-    has none."""
+    has none (of the year before, its own and the year after, the date nearest it that is not
+    more than a day after it)."""
     head = text[:WINDOW]
     if ":" not in head:
         return None
@@ -39,11 +41,13 @@ def line_time(text: str, reference: float) -> Optional[float]:
         return _seconds(int(dated["y"]), dated)
     if glog is None:
         return None
+    # The year nearest the reference (a line written just after New Year on a host whose
+    # clock runs ahead of the file server's; a Feb 29 line in a file copied a year later),
+    # but not one more than a day after it: a file is modified after its lines are written.
     year = datetime.fromtimestamp(reference).year
-    seconds = _seconds(year, glog)
-    if seconds is not None and seconds > reference + _YEAR_SLACK_S:
-        seconds = _seconds(year - 1, glog)
-    return seconds
+    choices = [t for t in (_seconds(y, glog) for y in (year - 1, year, year + 1)) if t is not None]
+    possible = [t for t in choices if t <= reference + _YEAR_SLACK_S] or choices
+    return min(possible, key=lambda t: abs(t - reference), default=None)
 
 
 def _seconds(year: int, match: re.Match) -> Optional[float]:

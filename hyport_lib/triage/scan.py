@@ -17,6 +17,7 @@ from typing import Callable, Iterable, Mapping, Optional, Sequence, Union
 
 from hyport_lib.triage.across_nodes import AcrossNodes, NodeReport, NodeWatch, judge, node_of
 from hyport_lib.triage.catalogue import ERROR, recognise
+from hyport_lib.triage.log_times import line_time
 from hyport_lib.triage.log_files import (MAX_BYTES, NAMED_UNREAD, DeadlinePassed, cann_logs, find_logs,
                                          named, plan_reading, read_lines)
 from hyport_lib.triage.result import Finding, Place, Triage, Unrecognised
@@ -24,6 +25,8 @@ from hyport_lib.utils.printable import printable
 from hyport_lib.utils.redact import PrivateKeyLines, scrub_secret_shapes, scrub_text
 from hyport_lib.utils.wording import counted
 
+#: Bytes of a node log read for the time it began (:func:`_log_began`).
+_BEGAN_BYTES = 64 * 1024
 #: Seconds one triage reads at most (the byte budget alone does not bound the time: a
 #: slow disk, or lines that are costly to match); notes name what was left unread.
 MAX_SECONDS = 120.0
@@ -257,14 +260,19 @@ def triage(paths: Iterable[os.PathLike | str], *, cann_log_dir: Optional[os.Path
     base = _common_root(roots)
     scrub = _scrubber(environ)
     collector = _Collector(scrub)
-    watches = _node_watches(_node_files(by_root, nodes_by_path), base,
-                            lambda text: collector.keep(text, ERROR_LINE.search))
+    node_files, more = _node_files(by_root, nodes_by_path, base)
+    notes.extend(more)
+    watches = _node_watches(node_files, base, lambda text: collector.keep(text, ERROR_LINE.search))
+    for path in unread:
+        _cut(watches, path, "not read (past the byte budget)")
     read, failed, left = [], 0, []
     for index, item in enumerate(planned):
         shown = _shown(item.path, base)
         watch = watches.get(item.path.resolve())
         if watch is not None:
             watch.start(shown, _mtime(item.path))
+            if item.start > 0:
+                _cut(watches, item.path, "read only in part (past the byte budget)")
         try:
             stopped = collector.read(item.path, shown, item.start, item.limit, deadline, watch)
         except OSError as exc:
@@ -277,6 +285,9 @@ def triage(paths: Iterable[os.PathLike | str], *, cann_log_dir: Optional[os.Path
         if stopped is not None:
             notes.append(f"{shown}: read up to line {stopped} only: the time limit of "
                          f"{max_seconds:g} s for one triage was reached")
+            _cut(watches, item.path, f"read only up to line {stopped} (past the time limit)")
+            for rest in planned[index + 1:]:
+                _cut(watches, rest.path, "not read (past the time limit)")
             left = [_shown(p.path, base) for p in planned[index + 1:]]
             break
     if left:
@@ -289,15 +300,44 @@ def triage(paths: Iterable[os.PathLike | str], *, cann_log_dir: Optional[os.Path
                   unread=failed + len(unread) + len(left), across_nodes=_across(watches, read))
 
 
-def _node_files(by_root: Sequence[Sequence[Path]], by_path: bool) -> list[tuple[int, list[Path]]]:
-    """``(node rank, files)`` of each node: each path given when ``by_path``, else each
-    ``node<k>.log`` (hyport's launcher log of node k). Empty for fewer than two nodes."""
+def _node_files(by_root: Sequence[Sequence[Path]], by_path: bool,
+               base: Optional[Path]) -> tuple[list[tuple[int, list[Path]]], list[str]]:
+    """``(node rank, files)`` of each node, and notes: each path given when ``by_path`` (its
+    files modified before its ``node<k>.log`` began left out: an earlier launch's rank logs,
+    as ``hyport_lib/train/launch.py`` leaves them out), else each ``node<k>.log`` (hyport's
+    launcher log of node k). Empty for fewer than two nodes."""
+    notes: list[str] = []
     if by_path:
-        nodes = [(rank, list(found)) for rank, found in enumerate(by_root)]
+        nodes = []
+        for rank, found in enumerate(by_root):
+            began = min((t for t in (_log_began(f) for f in found if node_of(f) is not None) if t is not None), default=None)
+            older = [f for f in found if began is not None and node_of(f) is None and _mtime(f) < began]
+            if older:
+                notes.append(f"node {rank}: {counted(len(older), 'log file')} modified before its node log "
+                             f"began left out of the comparison of nodes: {named([_shown(f, base) for f in older])}")
+            nodes.append((rank, [f for f in found if f not in older]))
     else:
         logs = _unique(f for found in by_root for f in found if node_of(f) is not None)
         nodes = sorted(((node_of(f), [f]) for f in logs), key=lambda n: n[0])
-    return nodes if len(nodes) > 1 else []
+    return (nodes, notes) if len(nodes) > 1 else ([], [])
+
+
+def _log_began(path: Path) -> Optional[float]:
+    """The first time written in a log's first :data:`_BEGAN_BYTES` bytes, or None."""
+    try:
+        with open(path, "rb") as handle:
+            head = handle.read(_BEGAN_BYTES).decode("utf-8", errors="replace")
+    except OSError:
+        return None
+    mtime = _mtime(path)
+    return next((t for t in (line_time(line, mtime) for line in head.splitlines()) if t is not None), None)
+
+
+def _cut(watches: dict[Path, NodeWatch], path: Path, how: str) -> None:
+    """The node of ``path``, if any, is said to be cut (the first reason is kept)."""
+    watch = watches.get(path.resolve())
+    if watch is not None and not watch.report.cut:
+        watch.report.cut = how
 
 
 def _node_watches(nodes: list[tuple[int, list[Path]]], base: Optional[Path],

@@ -21,7 +21,10 @@ import os
 import re
 import shlex
 import urllib.parse
+from collections import deque
 from typing import Iterable, Mapping
+
+from hyport_lib.utils.redact_netrc import CONTEXT_LINES, may_hold_secret, netrc_value_spans
 
 SECRET_MARKERS = ("SECRET", "TOKEN", "KEY", "PASSWORD", "PASSWD", "CREDENTIAL", "AUTH", "ACCESS")
 #: Whole name parts (between ``_``, ``-`` or ``.``) that name a secret without a marker:
@@ -115,8 +118,13 @@ def filter_environ(prefixes: Iterable[str], names: Iterable[str] = (),
     }
 
 
+def secret_forms(environ: Mapping[str, str] | None = None) -> list[str]:
+    """Every encoded form (:func:`encoded_forms`) of every secret value of ``environ``, longest first."""
+    return sorted({f for v in secret_values(environ) for f in encoded_forms(v)}, key=len, reverse=True)
+
+
 def _scrubber(environ: Mapping[str, str] | None):
-    forms = sorted({f for v in secret_values(environ) for f in encoded_forms(v)}, key=len, reverse=True)
+    forms = secret_forms(environ)
 
     def scrub(text: str) -> str:
         for form in forms:
@@ -255,81 +263,30 @@ def _redact_group(pattern: re.Pattern, text: str, *groups: str) -> str:
                                 for match in pattern.finditer(text)])
 
 
-#: A netrc pair (curl's, Python's and BSD ftp's readers: ``passwd`` is BSD's spelling,
-#: curl compares the keywords in any case): a keyword and its value, a word or a quoted
-#: string; ``default`` takes none. Not after a word character, ``-`` (``--password x`` is a
-#: flag), ``.`` or ``/``.
-_NETRC_PAIR = re.compile(
-    r"""(?i)(?<![\w.\-/])(?:(?P<key>machine|login|password|passwd|account|macdef)[ \t]+"""
-    r"""(?P<value>"[^"\n]*"?|[^\s"']+)|default(?![\w.\-]))""")
-#: The keywords whose values are secrets.
-_NETRC_SECRET_KEYS = frozenset({"password", "passwd", "account"})
-#: The keywords that make a run of pairs a netrc entry (``machine h login u password p``).
-_NETRC_ENTRY_KEYS = frozenset({"machine", "login", "default"})
-#: What may precede a netrc line printed alone (``  password p`` of a multi-line entry):
-#: indentation and bracketed tags such as torchrun's ``[default0]:[rank0]:``.
-_NETRC_LINE_PREFIX = re.compile(r"[ \t]*(?:\[[^\]\n]{0,40}\]:?[ \t]*){0,4}")
-#: How far back the start of a line is looked for (a bound keeps the scan linear).
-_NETRC_PREFIX_CHARS = 200
-
-
-def _netrc_alone(text: str, start: int, end: int) -> bool:
-    """Whether the pairs ``text[start:end]`` are all their line holds, after an indentation
-    or bracketed tags: ``password expired for user x`` and ``Error: password required``
-    are prose, a line ``  password s3cret`` is a netrc file's."""
-    line_start = text.rfind("\n", max(0, start - _NETRC_PREFIX_CHARS), start) + 1
-    if line_start == 0 and start > _NETRC_PREFIX_CHARS:
-        return False
-    if _NETRC_LINE_PREFIX.fullmatch(text, line_start, start) is None:
-        return False  # checked first: only one run on a line starts it, and looks further
-    line_end = text.find("\n", end)
-    return not text[end:line_end if line_end >= 0 else len(text)].strip()
-
-
-def _netrc_value_secret(value: str, alone: bool) -> bool:
-    """A value worth redacting: not already redacted, not a setting (``password none``) and,
-    for a pair that only its line vouches for, at least :data:`_MIN_SECRET_LEN` long."""
+def _netrc_value_secret(value: str) -> bool:
+    """A value worth redacting: not already redacted, not a setting (``password none``)."""
     inner = value.strip('"').strip()
-    if not inner or _ALREADY_REDACTED.fullmatch(inner) or inner.lower() in _NOT_SECRET_VALUES:
-        return False
-    return not alone or len(inner) >= _MIN_SECRET_LEN
+    return bool(inner) and not _ALREADY_REDACTED.fullmatch(inner) and inner.lower() not in _NOT_SECRET_VALUES
 
 
-def _netrc_spans(text: str) -> list[tuple[int, int]]:
-    """The values of netrc's ``password`` / ``passwd`` / ``account`` in ``text``: in a run of
-    pairs on one line that holds ``machine``, ``login`` or ``default`` (``login u password
-    p``), or in a run that is all its line holds (``  password p`` of a multi-line entry).
-    Each pair is read once (linear)."""
-    spans: list[tuple[int, int]] = []
-    run: list[re.Match] = []
-
-    def close() -> None:
-        keys = {(m.group("key") or "default").lower() for m in run}
-        entry = not _NETRC_ENTRY_KEYS.isdisjoint(keys)
-        if run and not _NETRC_SECRET_KEYS.isdisjoint(keys):
-            alone = not entry and _netrc_alone(text, run[0].start(), run[-1].end())
-            if entry or alone:
-                spans.extend(_unquoted_span(m, "value") for m in run
-                             if (m.group("key") or "").lower() in _NETRC_SECRET_KEYS
-                             and _netrc_value_secret(m.group("value"), alone))
-        run.clear()
-
-    for pair in _NETRC_PAIR.finditer(text):
-        if run and text[run[-1].end():pair.start()].strip(" \t"):
-            close()
-        run.append(pair)
-    close()
-    return spans
+def _netrc_redacted(text: str, context: str = "") -> tuple[str, list[str]]:
+    """``text`` with its netrc secrets redacted (:func:`redact_netrc_credentials`), and the values redacted."""
+    if not may_hold_secret(text) and not may_hold_secret(context):
+        return text, []
+    offset = len(context) + 1 if context else 0
+    whole = f"{context}\n{text}" if context else text
+    spans = [(start - offset, end - offset) for start, end in netrc_value_spans(whole, offset)
+             if _netrc_value_secret(whole[start:end])]
+    return _redact_spans(text, spans), [text[start:end] for start, end in spans]
 
 
-def redact_netrc_credentials(text: str) -> str:
-    """``machine h login u password p`` -> ``machine h login u password [redacted]``; a netrc
-    file printed into a log (``cat ~/.netrc``, a ``curl --netrc`` trace). Prose that says
-    "password" (``wrong password``, ``password is required``) is left alone."""
-    lower = text.lower()
-    if "passw" not in lower and "account" not in lower:
-        return text
-    return _redact_spans(text, _netrc_spans(text))
+def redact_netrc_credentials(text: str, context: str = "") -> str:
+    """``machine h login u password p`` -> ``machine h login u password [redacted]``: a netrc
+    file printed into a log (:mod:`hyport_lib.utils.redact_netrc` says which shapes count).
+    ``context``: the lines before ``text`` (which tell whether its lines continue an entry),
+    looked at, not redacted. Prose that says "password" (``wrong password``, ``password is
+    required``) is left alone."""
+    return _netrc_redacted(text, context)[0]
 
 
 #: The header lines of an encrypted PEM key (RFC 1421), between its begin marker and its body.
@@ -403,18 +360,38 @@ def _secret_continued(line: str) -> bool:
 class PrivateKeyLines:
     """Redacts, from text read one line at a time (a log), what only the lines before say is
     a secret: the body of a PEM private key (whether a block is open is carried from line
-    to line) and a value a ``\\`` continuation moved to the next line (``sshpass -p \\``)."""
+    to line), a value a ``\\`` continuation moved to the next line (``sshpass -p \\``), a
+    netrc entry's lines (``  password p`` after ``machine h`` and ``  login u``) and, in the
+    lines after, the netrc secrets redacted so far (``upload refused: login u password p``)."""
+
+    #: Netrc secrets remembered at most (a log that prints many netrc files is no usual one).
+    MAX_LEARNED = 64
 
     def __init__(self) -> None:
         self.inside = False
         self.value_next = False
+        self.before: deque[str] = deque(maxlen=CONTEXT_LINES)
+        self.secret_before = False  # whether the line before may hold a netrc secret
+        self.learned: list[str] = []
 
     def scrub(self, line: str) -> str:
         """``line`` with what belongs to a private key, or a secret value continued from
-        the line before, replaced by :data:`REDACTED`."""
+        the line before, or a netrc secret, replaced by :data:`REDACTED`."""
+        original = line
         continued, self.value_next = self.value_next, _secret_continued(line)
         if continued and not self.inside and (word := _FIRST_WORD.match(line)) is not None:
             line = line[:word.start("word")] + REDACTED + line[word.end("word"):]
+        for value in self.learned:
+            if value in line:
+                line = line.replace(value, REDACTED)
+        secret_here = may_hold_secret(line)
+        if secret_here or self.secret_before:  # a value may follow a line-final ``password``
+            line, values = _netrc_redacted(line, "\n".join(self.before))
+            self.learned.extend(v for v in dict.fromkeys(values) if len(v) >= _MIN_SECRET_LEN
+                                and v not in self.learned)
+            del self.learned[self.MAX_LEARNED:]
+        self.before.append(original)
+        self.secret_before = secret_here
         return self._scrub_key(line)
 
     def _scrub_key(self, line: str) -> str:

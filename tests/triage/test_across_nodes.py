@@ -21,6 +21,7 @@ import pytest
 from hyport_lib.commands import main
 from hyport_lib.triage import Triage, triage, triage_text
 from hyport_lib.triage.across_nodes import SAME_TIME_S
+from hyport_lib.triage import log_files
 from hyport_lib.triage.log_times import line_time
 
 DAY = "2026-12-07"
@@ -246,3 +247,101 @@ def test_a_killed_node_is_named_by_the_host_its_rank_said_at_start(tmp_path):
     across = triage([tmp_path]).across_nodes
     assert [n.host for n in across.nodes] == ["h0", "h1"]
     assert across.first_stopped == "node 1" and across.verdict.startswith("node 1 (host h1) stopped first")
+
+
+def test_a_glog_line_takes_the_year_nearest_the_file_time():
+    """torch's lines give no year: of the year before, its own and the year after, the date
+    nearest the file's time (a host 3 s ahead of the file server across New Year; a Feb 29
+    line in a file copied the next year)."""
+    def when(line: str, reference: str) -> str:
+        return datetime.fromtimestamp(line_time(line, datetime.fromisoformat(reference).timestamp())).isoformat()
+    assert when("E0101 00:00:01.000000 1 api.py:1] failed", "2026-12-31 23:59:58") == "2027-01-01T00:00:01"
+    assert when("W1231 23:59:59.000000 1 x.py:1] y", "2027-01-01 00:00:05") == "2026-12-31T23:59:59"
+    assert when("E0229 10:00:00.000000 1 x.py:1] y", "2029-01-10 00:00:00") == "2028-02-29T10:00:00"
+
+
+def test_a_node_log_cut_by_a_limit_names_no_node(tmp_path, monkeypatch):
+    """Reading that a limit stopped is no end of the log: node 1's log read up to a line
+    (the time limit), or in part, or not at all (the byte budget), names no node."""
+    _killed(tmp_path)
+    node0_lines = len((tmp_path / "logs" / "node0.log").read_text().splitlines())
+    calls = []
+
+    def passed(deadline):  # the time limit falls 4 lines into node 1's log
+        calls.append(deadline)
+        return deadline is not None and len(calls) > node0_lines + 4
+    monkeypatch.setattr(log_files, "_passed", passed)
+    timed = triage([tmp_path], max_seconds=60).across_nodes
+    assert timed.first_stopped is None and timed.nodes[1].cut == "read only up to line 4 (past the time limit)"
+    assert timed.verdict == "no node named: node 1's log was read only up to line 4 (past the time limit)"
+    monkeypatch.undo()
+    (tmp_path / "logs" / "a_big.log").write_text("x" * 5000 + "\n")
+    budget = triage([tmp_path], max_bytes=5100).across_nodes
+    assert budget.first_stopped is None
+    assert budget.verdict == ("no node named: node 0's log was read only in part (past the byte budget); "
+                              "node 1's log was not read (past the byte budget)")
+    assert triage([tmp_path], max_bytes=4000).across_nodes.verdict == \
+        "no node named: the logs of node 0 and node 1 were not read (past the byte budget)"
+
+
+def test_three_nodes_stopping_together_are_listed_as_prose(tmp_path):
+    oom = "[default0]:[rank{r}]: RuntimeError: NPU out of memory. Tried to allocate 2.00 GiB"
+    for rank in (0, 1, 2):
+        line = oom.format(r=rank)
+        _write(tmp_path, rank, [*_steps(rank, "12:00:03"), line, *_failed_summary(f"h{rank}", rank, "12:00:04", line)],
+               "12:00:05")
+    assert triage([tmp_path]).across_nodes.verdict.startswith(
+        "no node named: node 0, node 1 and node 2 stopped within 2 s of each other (node 0: ")
+
+
+def test_an_error_the_node_ran_on_after_is_not_its_stop(tmp_path):
+    """A retried download an hour before node 1 is killed: node 0 went on training, so its
+    stop is its final error episode (the echo), and node 1 is named. Lines within
+    :data:`EPISODE_S` of an error (other ranks, torchrun's agent) leave it the stop."""
+    retry = ("[default0]:[rank0]: Error while downloading from https://cdn-lfs.hf.co/x: "
+             "HTTPSConnectionPool(host='cdn-lfs.hf.co', port=443): Read timed out. Trying to resume download...")
+    _write(tmp_path, 0, [*_steps(0, "11:00:03"), retry, *_steps(0, "11:00:06", first=4), *_steps(0, "12:00:03", first=7),
+                         *_echo_of_a_killed_peer("h0", 0, "12:00:12")], "12:00:12.4")
+    _write(tmp_path, 1, _steps(1, "12:00:03"), "12:00:03.3")
+    across = triage([tmp_path]).across_nodes
+    assert across.nodes[0].first_error.summary == "Connection closed by peer"
+    assert across.first_stopped == "node 1"
+    oom = "[default0]:[rank1]: RuntimeError: NPU out of memory. Tried to allocate 2.00 GiB"
+    _write(tmp_path, 1, [*_steps(1, "12:00:03"), oom, *_steps(1, "12:00:40", first=4)], "12:00:41")
+    _write(tmp_path, 0, [*_steps(0, "12:00:03"), *_echo_of_a_killed_peer("h0", 0, "12:00:50")], "12:00:50.4")
+    across = triage([tmp_path]).across_nodes
+    assert across.nodes[1].first_error.key == "npu_out_of_memory" and across.first_stopped == "node 1"
+
+
+def test_a_silent_node_is_named_only_when_the_others_only_echo(tmp_path):
+    """Node 0 runs out of memory at 12:00:40; node 1 waited silently in the all-reduce since
+    12:00:03 and was then killed: its last write does not say it stopped first."""
+    oom = "[default0]:[rank0]: RuntimeError: NPU out of memory. Tried to allocate 2.00 GiB"
+    _write(tmp_path, 0, [*_steps(0, "12:00:03"), oom, *_failed_summary("h0", 0, "12:00:40", oom)], "12:00:41")
+    _write(tmp_path, 1, _steps(1, "12:00:03"), "12:00:03.3")
+    across = triage([tmp_path]).across_nodes
+    assert across.first_stopped is None
+    assert across.verdict == (
+        "no node named: node 1 stopped writing without an error and node 0 errs with a cause (node 1: its log "
+        "ends at 12:00:03 (file mtime); node 0: its first error 'device out of memory' at 12:00:40 (the time of "
+        "a later line)): either may have stopped first")
+
+
+def test_with_nodes_an_earlier_launchs_rank_logs_are_left_out(tmp_path):
+    """``--nodes`` with each host's logs folder: yesterday's failed attempt under host0's
+    ``logs/ranks`` (modified before node0.log began) is no part of node 0's stop."""
+    _killed(tmp_path / "shared")
+    for rank in (0, 1):
+        logs = tmp_path / f"host{rank}" / "logs"
+        logs.mkdir(parents=True)
+        source = tmp_path / "shared" / "logs" / f"node{rank}.log"
+        (logs / source.name).write_bytes(source.read_bytes())
+        os.utime(logs / source.name, (source.stat().st_mtime,) * 2)
+    old = tmp_path / "host0" / "logs" / "ranks" / "old_run" / "attempt_0" / "0" / "stderr.log"
+    old.parent.mkdir(parents=True)
+    old.write_text("[2026-12-06 09:00:00,000] step=1\nRuntimeError: NPU out of memory. Tried to allocate 2.00 GiB\n")
+    os.utime(old, (_at("09:00:00") - 86400,) * 2)
+    result = triage([tmp_path / "host0" / "logs", tmp_path / "host1" / "logs"], nodes_by_path=True)
+    assert result.across_nodes.first_stopped == "node 1"
+    assert result.across_nodes.nodes[0].files == ["host0/logs/node0.log"]
+    assert any("node 0: 1 log file modified before its node log began" in note for note in result.notes)

@@ -162,8 +162,22 @@ NETRC = [
     ('default login anonymous password "two words"', ["two words"]),
     ("LOGIN svc PASSWORD Abc", ["Abc"]),  # curl reads the keywords in any case; a short one too
     ("machine h\n  login u\n  password p4ssw0rd\n  account acc1", ["p4ssw0rd", "acc1"]),
-    ("[default0]:[rank0]: password Sup3rS3cret", ["Sup3rS3cret"]),
-    ("\tpasswd Sup3rS3cret  ", ["Sup3rS3cret"]),
+    ("[default0]:[rank0]: machine h\n[default0]:[rank0]:   login u\n[default0]:[rank0]:   password Sup3rS3cret",
+     ["Sup3rS3cret"]),
+    ("default\n\tpasswd Sup3rS3cret  ", ["Sup3rS3cret"]),
+    # Shapes that Python's netrc and curl read too (issue 42 review): ``user`` for ``login``,
+    # quotes inside a value or starting it, an escaped quote, a trailing comment, the value on
+    # the line after a line-final ``password``, a short value inside an entry's lines.
+    ("machine h.example.com user bob password s3cretPW", ["s3cretPW"]),
+    ("machine h\n  user bob password s3cretPW", ["s3cretPW"]),
+    ("machine h login bob password s3c'retPW", ["s3c", "retPW"]),
+    ('machine h login bob password s3c"retPW', ["s3c", "retPW"]),
+    ("machine h login bob password 'retPW'", ["retPW"]),
+    ('machine h login bob password "s3c\\"retPW"', ["s3c", "retPW"]),
+    ("machine h\n  login bob\n  password s3cretPW # work", ["s3cretPW"]),
+    ("machine h login bob password\n  s3cretPW", ["s3cretPW"]),
+    ("[default0]:machine h login bob password\n[default0]:  s3cretPW", ["s3cretPW"]),
+    ("machine h\n  login bob\n  password abc", ["abc"]),
 ]
 
 
@@ -183,13 +197,32 @@ def test_netrc_passwords_and_accounts_are_redacted_in_every_scrub(text, secrets)
 @pytest.mark.parametrize("text", [
     "password is required", "wrong password", "Error: password required", "the password was rejected",
     "password expired for user bob", "Password reset successful", "Login failed for account alice",
-    "account disabled by admin", "[rank0]: password abc",  # alone on its line but shorter than 4
+    "account disabled by admin", "[rank0]: password abc",
+    # A run counts only where it starts its line or starts with ``machine``, ``default`` only
+    # as its line's first word, a line ``password x`` only inside an entry's lines.
+    "Error: login failed, password expired for user bob", "using default password policy",
+    "The default account quota is exceeded", "[rank0]: password rotated", "\tpasswd Sup3rS3cret",
+    "Invalid login or password for user bob", "login required: account suspended",
+    "step 3\n[rank0]: password rotated", "machine h login u\nstep 4\n  password rotated",
     "password none", "machine h login u password false",  # a setting, as for variables
     "Please enter the password:",
 ])
 def test_prose_that_says_password_or_account_is_left_alone(text):
     assert scrub_secret_shapes(text) == text
     assert scrub_text(text, {}) == text
+
+
+def test_netrc_lines_read_one_by_one_keep_their_entry_and_its_secrets():
+    """The triage reads a log line by line: a multi-line entry's ``password`` line, a value on
+    the next line, and a secret redacted in an entry then repeated in prose are all caught."""
+    lines = PrivateKeyLines()
+    scrubbed = [lines.scrub(line) for line in (
+        "[rank0]: machine h", "[rank0]:   login svc", "[rank0]:   password abc", "[rank0]: step 4", "[rank0]: password rotated",
+        "[rank0]: machine g login svc password", "[rank0]:   Zz9nextline",
+        "[rank0]: OSError: upload refused for login svc passwd Zz9nextline")]
+    assert scrubbed == ["[rank0]: machine h", "[rank0]:   login svc", f"[rank0]:   password {REDACTED}",
+                        "[rank0]: step 4", "[rank0]: password rotated", "[rank0]: machine g login svc password",
+                        f"[rank0]:   {REDACTED}", f"[rank0]: OSError: upload refused for login svc passwd {REDACTED}"]
 
 
 def test_netrc_pairs_are_found_in_linear_time_on_a_long_line():
