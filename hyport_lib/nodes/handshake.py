@@ -70,6 +70,7 @@ class Verdict:
     resume_checkpoint: Optional[str] = None
     output_dir: str = ""
     nodes: int = 0
+    refused_node: Optional[int] = None  # the node the refusal names (the others stop with it)
 
     @property
     def accepted(self) -> bool:
@@ -169,7 +170,8 @@ def verdict(reference: NodeCard, cards: Iterable[NodeCard], storage: str,
             continue
         refusal = compare(reference, card, storage)
         if refusal:
-            return Verdict(refusal=refusal, output_dir=reference.output_dir, nodes=len(cards))
+            return Verdict(refusal=refusal, output_dir=reference.output_dir, nodes=len(cards),
+                           refused_node=card.node_rank)
     return Verdict(resume_checkpoint=resume_checkpoint, output_dir=reference.output_dir, nodes=len(cards))
 
 
