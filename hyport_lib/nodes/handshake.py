@@ -162,9 +162,16 @@ def compare(reference: NodeCard, card: NodeCard, storage: str) -> str:
 
 
 def verdict(reference: NodeCard, cards: Iterable[NodeCard], storage: str,
-            resume_checkpoint: Optional[str]) -> Verdict:
-    """Node 0's verdict on every card (its own included: a node given the same node_rank twice)."""
+            resume_checkpoint: Optional[str], twice: Optional[dict[int, NodeCard]] = None) -> Verdict:
+    """Node 0's verdict on every card; ``twice``: node_rank -> the card of a second launcher
+    given a node_rank another holds (refused first)."""
     cards = sorted(cards, key=lambda c: c.node_rank)
+    held = {c.node_rank: c for c in cards}
+    for k, second in sorted((twice or {}).items()):
+        first = held.get(k, reference if k == reference.node_rank else None)
+        hosts = f"hosts {first.host} and {second.host}" if first is not None else f"host {second.host} and another"
+        return Verdict(refusal=f"node {k} given twice: {hosts} (give each node its own node_rank)",
+                       output_dir=reference.output_dir, nodes=len(cards), refused_node=k)
     for card in cards:
         if card.node_rank == reference.node_rank:
             continue

@@ -111,6 +111,8 @@ class LinkState:
     store_silent_s: float = 0.0
     #: node -> its hello, for a node that reached the store with another rdzv_id
     strangers: dict[int, Hello] = field(default_factory=dict)
+    #: node -> the card of a second launcher given the same node_rank
+    twice: dict[int, NodeCard] = field(default_factory=dict)
 
 
 def publish_rank(store, card: RankCard) -> None:
@@ -126,11 +128,11 @@ def wait_verdict(store, timeout_s: float) -> Verdict:
 
 class NodeLink(threading.Thread):
     """This node's side of the store, in a daemon thread. ``connect()`` gives the store (node 0:
-    the one it hosts, under the job's prefix). Node 0 also judges: once every node's card is in,
-    ``judge(cards)`` gives the verdict it publishes."""
+    the one it hosts, under the job's prefix). Node 0 also judges: once every node's card is in
+    (or a node_rank is given twice), ``judge(cards, twice)`` gives the verdict it publishes."""
 
     def __init__(self, connect: Callable[[], object], card: NodeCard, nnodes: int, world_size: int,
-                 beat_s: float, judge: Optional[Callable[[dict[int, NodeCard]], Verdict]] = None,
+                 beat_s: float, judge: Optional[Callable[[dict[int, NodeCard], dict[int, NodeCard]], Verdict]] = None,
                  rdzv_id: str = ""):
         super().__init__(name=f"hyport node {card.node_rank} link", daemon=True)
         self._connect = connect
@@ -157,7 +159,8 @@ class NodeLink(threading.Thread):
                       if k != self.card.node_rank and k not in state.exits}
             return LinkState(state.connected, dict(state.cards), state.verdict, silent, dict(state.ranks),
                              dict(state.exits), state.store_error,
-                             now - self._last_answer if state.store_error else 0.0, dict(state.strangers))
+                             now - self._last_answer if state.store_error else 0.0, dict(state.strangers),
+                             dict(state.twice))
 
     def send_exit(self, report: NodeExit, wait_s: float) -> bool:
         """Publish this node's exit (the next tick; a later one replaces it); True once it is in
@@ -182,7 +185,11 @@ class NodeLink(threading.Thread):
         while not self._stopping.is_set():
             try:
                 if not self._state.connected:
-                    store.set(f"card/{self.card.node_rank}", self.card.to_json())
+                    # The first card of a node_rank holds it: a second one (another launcher given
+                    # the same node_rank) is left beside it for node 0 to refuse.
+                    mine = self.card.to_json()
+                    if store.compare_set(f"card/{self.card.node_rank}", "", mine) != mine.encode():
+                        store.set(f"twice/{self.card.node_rank}", mine)
                     hello = Hello(self.card.node_rank, self.card.host, self.rdzv_id)
                     store.underlying_store.set(f"{HELLO_PREFIX}{self.card.node_rank}", json.dumps(to_mapping(hello)))
                     self._set(connected=True)
@@ -212,9 +219,13 @@ class NodeLink(threading.Thread):
                 hello = from_mapping(Hello, json.loads(store.underlying_store.get(f"{HELLO_PREFIX}{k}")))
                 if hello.rdzv_id != self.rdzv_id:
                     strangers[k] = hello
+        twice = dict(self._state.twice)
+        for k in nodes:
+            if k not in twice and store.check([f"twice/{k}"]):
+                twice[k] = NodeCard.from_json(store.get(f"twice/{k}"))
         verdict = self._state.verdict
-        if verdict is None and self.judge is not None and len(cards) == self.nnodes:
-            verdict = self.judge(cards)
+        if verdict is None and self.judge is not None and (len(cards) == self.nnodes or twice):
+            verdict = self.judge(cards, twice)
             store.set("verdict", verdict.to_json())
         elif verdict is None and store.check(["verdict"]):
             verdict = Verdict.from_json(store.get("verdict"))
@@ -232,7 +243,7 @@ class NodeLink(threading.Thread):
         for k in cards:
             if k not in exits and store.check([f"exit/{k}"]):
                 exits[k] = from_mapping(NodeExit, json.loads(store.get(f"exit/{k}")))
-        self._set(cards=cards, verdict=verdict, ranks=ranks, exits=exits, strangers=strangers)
+        self._set(cards=cards, verdict=verdict, ranks=ranks, exits=exits, strangers=strangers, twice=twice)
 
     def _set(self, **changes) -> None:
         with self._lock:

@@ -143,8 +143,8 @@ class JobNodes:
         self.card.token = read_token(self.plan.output_dir) or ""
         return store
 
-    def _judge(self, cards: dict[int, NodeCard]) -> Verdict:
-        return verdict(self.card, cards.values(), self.params.storage, self.plan.resume_checkpoint)
+    def _judge(self, cards: dict[int, NodeCard], twice: dict[int, NodeCard]) -> Verdict:
+        return verdict(self.card, cards.values(), self.params.storage, self.plan.resume_checkpoint, twice)
 
     # ---- the watch (the launcher's on_tick, twice a second)
     def waiting_for(self) -> list[int]:
