@@ -209,6 +209,11 @@ class NodeLink(threading.Thread):
 
     def _read(self, store) -> None:
         nodes = range(self.nnodes)
+        # A second card of a node_rank is read before the cards: the first is in by then.
+        twice = dict(self._state.twice)
+        for k in nodes:
+            if k not in twice and store.check([f"twice/{k}"]):
+                twice[k] = NodeCard.from_json(store.get(f"twice/{k}"))
         cards, strangers = dict(self._state.cards), dict(self._state.strangers)
         for k in nodes:
             if k not in cards and store.check([f"card/{k}"]):
@@ -219,10 +224,6 @@ class NodeLink(threading.Thread):
                 hello = from_mapping(Hello, json.loads(store.underlying_store.get(f"{HELLO_PREFIX}{k}")))
                 if hello.rdzv_id != self.rdzv_id:
                     strangers[k] = hello
-        twice = dict(self._state.twice)
-        for k in nodes:
-            if k not in twice and store.check([f"twice/{k}"]):
-                twice[k] = NodeCard.from_json(store.get(f"twice/{k}"))
         verdict = self._state.verdict
         if verdict is None and self.judge is not None and (len(cards) == self.nnodes or twice):
             verdict = self.judge(cards, twice)
