@@ -2,8 +2,8 @@
 :class:`NodeCard` in the rendezvous store, node 0 compares every card with its own and publishes
 a :class:`Verdict`; the workers of every node wait for it and leave with its line when refused.
 
-What is compared: the plan's values (every parameter but the node's own ``node_rank`` and
-``output_dir``, and what the plan resolved from them), the bytes of the dataset file and of the
+What is compared: the plan's values (the parameters every node is given alike, and what the
+plan resolved from them; a path is compared by the digests of what it names, never as typed), the bytes of the dataset file and of the
 model's small files (a safetensors file by its header and size), the versions fingerprint
 (:mod:`hyport_lib.nodes.versions`), and whether the node sees the token node 0 wrote into its
 ``output_dir`` (the folder is shared). The first difference is refused in one line naming the
