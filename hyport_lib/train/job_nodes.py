@@ -41,8 +41,8 @@ EXIT_WAIT_S = 30.0
 #: master_addr: a name on one node, an address on another; a path (model_path, dataset_path,
 #: image_root, deepspeed_config, output_dir): each host's own spelling or mount, compared by what
 #: the plan resolved from it (the files' digests, the DeepSpeed JSON, node 0's token).
-OWN_PARAMETERS = ("node_rank", "resume_from", "nodes_from", "master_addr",
-                  *(f.name for f in parameter_fields(Params) if f.spec.path))
+OWN_PARAMETERS = tuple(dict.fromkeys(("node_rank", "resume_from", "nodes_from", "master_addr",
+                                     *(f.name for f in parameter_fields(Params) if f.spec.path))))
 
 
 class NodeStop(Exception):
