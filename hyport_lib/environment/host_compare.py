@@ -1,6 +1,8 @@
 """Two hosts' stage-01 records side by side (``hyport env --compare A.json B.json``): the
 fields every node of one job must share (the software stack and the HCCL settings its
 ranks agree on) and, for reading, a few that may differ. Computed here; the command shows it.
+Which HCCL variables must match is :mod:`hyport_lib.nodes.versions`' list, the one stage 04's
+handshake compares by: the two never disagree.
 """
 
 from __future__ import annotations
@@ -10,15 +12,8 @@ from dataclasses import dataclass, field
 from typing import Callable, Optional
 
 from hyport_lib.environment.stage import STAGE, EnvironmentReport
+from hyport_lib.nodes.versions import HCCL_MUST_MATCH, HCCL_PER_HOST, must_match
 from hyport_lib.results import StageRecord, load_record
-
-#: Set on one node and not another, or set differently, these make ranks disagree on
-#: buffers, algorithms, address families or timeouts (a node that gives up first is blamed).
-HCCL_MUST_MATCH = ("HCCL_CONNECT_TIMEOUT", "HCCL_EXEC_TIMEOUT", "HCCL_BUFFSIZE", "HCCL_ALGO",
-                   "HCCL_DETERMINISTIC", "HCCL_INTRA_ROCE_ENABLE", "HCCL_INTRA_PCIE_ENABLE",
-                   "HCCL_SOCKET_FAMILY", "HCCL_OP_EXPANSION_MODE")
-#: Shown for reading: a host's own (its interface, its address, its OS) may differ.
-HCCL_PER_HOST = ("HCCL_SOCKET_IFNAME", "HCCL_IF_IP", "HCCL_IF_BASE_PORT")
 
 Read = Callable[[EnvironmentReport], Optional[str]]
 
@@ -109,9 +104,12 @@ def read_environment_record(path: os.PathLike | str) -> StageRecord[EnvironmentR
 
 def compare_hosts(a: StageRecord[EnvironmentReport], b: StageRecord[EnvironmentReport],
                   a_path: str = "A", b_path: str = "B") -> HostComparison:
-    """Every field of :data:`FIELDS`; a variable neither host sets is left out."""
+    """Every field of :data:`FIELDS`, then any other HCCL variable either host sets (it must
+    match, as in the handshake); a variable neither host sets is left out."""
+    listed = {name for name, _, _ in FIELDS}
+    others = sorted({k for r in (a.data, b.data) for k in r.env_vars if k.startswith("HCCL_") and k not in listed})
     rows = []
-    for name, read, must in FIELDS:
+    for name, read, must in (*FIELDS, *((k, _variable(k), must_match(k)) for k in others)):
         va, vb = read(a.data), read(b.data)
         if name.startswith("HCCL_") and va is None and vb is None:
             continue

@@ -2,8 +2,8 @@
 :class:`NodeCard` in the rendezvous store, node 0 compares every card with its own and publishes
 a :class:`Verdict`; the workers of every node wait for it and leave with its line when refused.
 
-What is compared: the plan's values (every parameter but the node's own ``node_rank`` and
-``output_dir``, and what the plan resolved from them), the bytes of the dataset file and of the
+What is compared: the plan's values (the parameters every node is given alike, and what the
+plan resolved from them; a path is compared by the digests of what it names, never as typed), the bytes of the dataset file and of the
 model's small files (a safetensors file by its header and size), the versions fingerprint
 (:mod:`hyport_lib.nodes.versions`), and whether the node sees the token node 0 wrote into its
 ``output_dir`` (the folder is shared). The first difference is refused in one line naming the
@@ -70,6 +70,7 @@ class Verdict:
     resume_checkpoint: Optional[str] = None
     output_dir: str = ""
     nodes: int = 0
+    refused_node: Optional[int] = None  # the node the refusal names (the others stop with it)
 
     @property
     def accepted(self) -> bool:
@@ -161,15 +162,23 @@ def compare(reference: NodeCard, card: NodeCard, storage: str) -> str:
 
 
 def verdict(reference: NodeCard, cards: Iterable[NodeCard], storage: str,
-            resume_checkpoint: Optional[str]) -> Verdict:
-    """Node 0's verdict on every card (its own included: a node given the same node_rank twice)."""
+            resume_checkpoint: Optional[str], twice: Optional[dict[int, NodeCard]] = None) -> Verdict:
+    """Node 0's verdict on every card; ``twice``: node_rank -> the card of a second launcher
+    given a node_rank another holds (refused first)."""
     cards = sorted(cards, key=lambda c: c.node_rank)
+    held = {c.node_rank: c for c in cards}
+    for k, second in sorted((twice or {}).items()):
+        first = held.get(k, reference if k == reference.node_rank else None)
+        hosts = f"hosts {first.host} and {second.host}" if first is not None else f"host {second.host} and another"
+        return Verdict(refusal=f"node {k} given twice: {hosts} (give each node its own node_rank)",
+                       output_dir=reference.output_dir, nodes=len(cards), refused_node=k)
     for card in cards:
         if card.node_rank == reference.node_rank:
             continue
         refusal = compare(reference, card, storage)
         if refusal:
-            return Verdict(refusal=refusal, output_dir=reference.output_dir, nodes=len(cards))
+            return Verdict(refusal=refusal, output_dir=reference.output_dir, nodes=len(cards),
+                           refused_node=card.node_rank)
     return Verdict(resume_checkpoint=resume_checkpoint, output_dir=reference.output_dir, nodes=len(cards))
 
 

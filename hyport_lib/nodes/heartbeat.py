@@ -26,6 +26,9 @@ from hyport_lib.utils.typed_records import from_mapping, to_mapping
 #: Every key hyport writes in the rendezvous store starts with this and the job's rdzv_id
 #: (torch's own keys start with ``torch.rendezvous.``).
 KEY_PREFIX = "hyport"
+#: The one key outside the job's prefix: each node's rdzv_id and host, so that a node that
+#: reached the store with another rdzv_id is named (it would otherwise never be seen).
+HELLO_PREFIX = "hyport-hello/"
 #: A store operation of the link waits at most this long (the launcher never waits on it).
 STORE_OP_S = 5.0
 
@@ -84,6 +87,15 @@ class NodeExit:
 
 
 @dataclass
+class Hello:
+    """What a node says outside the job's prefix: who it is and which rendezvous it joins."""
+
+    node_rank: int = 0
+    host: str = ""
+    rdzv_id: str = ""
+
+
+@dataclass
 class LinkState:
     """What the link knows now (a copy: the launcher reads it between polls)."""
 
@@ -97,6 +109,10 @@ class LinkState:
     #: "" while the store answers; else why it does not (a node > 0 names node 0 with it)
     store_error: str = ""
     store_silent_s: float = 0.0
+    #: node -> its hello, for a node that reached the store with another rdzv_id
+    strangers: dict[int, Hello] = field(default_factory=dict)
+    #: node -> the card of a second launcher given the same node_rank
+    twice: dict[int, NodeCard] = field(default_factory=dict)
 
 
 def publish_rank(store, card: RankCard) -> None:
@@ -112,11 +128,12 @@ def wait_verdict(store, timeout_s: float) -> Verdict:
 
 class NodeLink(threading.Thread):
     """This node's side of the store, in a daemon thread. ``connect()`` gives the store (node 0:
-    the one it hosts, under the job's prefix). Node 0 also judges: once every node's card is in,
-    ``judge(cards)`` gives the verdict it publishes."""
+    the one it hosts, under the job's prefix). Node 0 also judges: once every node's card is in
+    (or a node_rank is given twice), ``judge(cards, twice)`` gives the verdict it publishes."""
 
     def __init__(self, connect: Callable[[], object], card: NodeCard, nnodes: int, world_size: int,
-                 beat_s: float, judge: Optional[Callable[[dict[int, NodeCard]], Verdict]] = None):
+                 beat_s: float, judge: Optional[Callable[[dict[int, NodeCard], dict[int, NodeCard]], Verdict]] = None,
+                 rdzv_id: str = ""):
         super().__init__(name=f"hyport node {card.node_rank} link", daemon=True)
         self._connect = connect
         self.card = card
@@ -124,6 +141,7 @@ class NodeLink(threading.Thread):
         self.world_size = world_size
         self.beat_s = beat_s
         self.judge = judge
+        self.rdzv_id = rdzv_id
         self._state = LinkState()
         self._lock = threading.Lock()
         self._stopping = threading.Event()
@@ -141,11 +159,14 @@ class NodeLink(threading.Thread):
                       if k != self.card.node_rank and k not in state.exits}
             return LinkState(state.connected, dict(state.cards), state.verdict, silent, dict(state.ranks),
                              dict(state.exits), state.store_error,
-                             now - self._last_answer if state.store_error else 0.0)
+                             now - self._last_answer if state.store_error else 0.0, dict(state.strangers),
+                             dict(state.twice))
 
     def send_exit(self, report: NodeExit, wait_s: float) -> bool:
-        """Publish this node's exit (the next tick); True once it is in the store."""
+        """Publish this node's exit (the next tick; a later one replaces it); True once it is in
+        the store."""
         self._exit = report
+        self._exit_sent.clear()
         return self._exit_sent.wait(wait_s)
 
     def stop(self) -> None:
@@ -164,7 +185,13 @@ class NodeLink(threading.Thread):
         while not self._stopping.is_set():
             try:
                 if not self._state.connected:
-                    store.set(f"card/{self.card.node_rank}", self.card.to_json())
+                    # The first card of a node_rank holds it: a second one (another launcher given
+                    # the same node_rank) is left beside it for node 0 to refuse.
+                    mine = self.card.to_json()
+                    if store.compare_set(f"card/{self.card.node_rank}", "", mine) != mine.encode():
+                        store.set(f"twice/{self.card.node_rank}", mine)
+                    hello = Hello(self.card.node_rank, self.card.host, self.rdzv_id)
+                    store.underlying_store.set(f"{HELLO_PREFIX}{self.card.node_rank}", json.dumps(to_mapping(hello)))
                     self._set(connected=True)
                 if time.monotonic() >= next_beat:
                     counter += 1
@@ -182,14 +209,24 @@ class NodeLink(threading.Thread):
 
     def _read(self, store) -> None:
         nodes = range(self.nnodes)
-        cards = dict(self._state.cards)
+        # A second card of a node_rank is read before the cards: the first is in by then.
+        twice = dict(self._state.twice)
+        for k in nodes:
+            if k not in twice and store.check([f"twice/{k}"]):
+                twice[k] = NodeCard.from_json(store.get(f"twice/{k}"))
+        cards, strangers = dict(self._state.cards), dict(self._state.strangers)
         for k in nodes:
             if k not in cards and store.check([f"card/{k}"]):
                 cards[k] = NodeCard.from_json(store.get(f"card/{k}"))
                 self._beats.setdefault(k, (b"", time.monotonic()))
+                strangers.pop(k, None)
+            elif k not in cards and store.underlying_store.check([f"{HELLO_PREFIX}{k}"]):
+                hello = from_mapping(Hello, json.loads(store.underlying_store.get(f"{HELLO_PREFIX}{k}")))
+                if hello.rdzv_id != self.rdzv_id:
+                    strangers[k] = hello
         verdict = self._state.verdict
-        if verdict is None and self.judge is not None and len(cards) == self.nnodes:
-            verdict = self.judge(cards)
+        if verdict is None and self.judge is not None and (len(cards) == self.nnodes or twice):
+            verdict = self.judge(cards, twice)
             store.set("verdict", verdict.to_json())
         elif verdict is None and store.check(["verdict"]):
             verdict = Verdict.from_json(store.get("verdict"))
@@ -207,7 +244,7 @@ class NodeLink(threading.Thread):
         for k in cards:
             if k not in exits and store.check([f"exit/{k}"]):
                 exits[k] = from_mapping(NodeExit, json.loads(store.get(f"exit/{k}")))
-        self._set(cards=cards, verdict=verdict, ranks=ranks, exits=exits)
+        self._set(cards=cards, verdict=verdict, ranks=ranks, exits=exits, strangers=strangers, twice=twice)
 
     def _set(self, **changes) -> None:
         with self._lock:

@@ -22,10 +22,13 @@ from hyport_lib.nodes.heartbeat import (NodeExit, NodeLink, client_store, heartb
                                         STORE_OP_S)
 from hyport_lib.nodes.start_command import start_command
 from hyport_lib.nodes.versions import differences, versions_fingerprint
+from hyport_lib.params import parameter_fields
 from hyport_lib.train.output_dir import NODES_FOLDER, read_json_object
+from hyport_lib.train.params import Params
 from hyport_lib.train.preflight import LaunchPlan
 from hyport_lib.train.result import NodeRow
 from hyport_lib.utils.files import atomic_write_json
+from hyport_lib.utils.redact import scrub_obj
 from hyport_lib.utils.typed_records import from_mapping, to_mapping
 from hyport_lib.utils.wording import counted
 
@@ -33,9 +36,13 @@ from hyport_lib.utils.wording import counted
 JOIN_GRACE_S = 15.0
 #: How long node 0 waits, once its torchrun ended, for the other nodes' exits.
 EXIT_WAIT_S = 30.0
-#: Parameters every node has its own value of: never compared. resume_from: node 0 resolves
-#: the resume point once and sends it (a node's own is not used).
-OWN_PARAMETERS = ("node_rank", "output_dir", "resume_from")
+#: Parameters never compared as typed. node_rank: each node's own; resume_from: node 0 resolves
+#: the resume point once and sends it; nodes_from: node 0's start lines write out what it set;
+#: master_addr: a name on one node, an address on another; a path (model_path, dataset_path,
+#: image_root, deepspeed_config, output_dir): each host's own spelling or mount, compared by what
+#: the plan resolved from it (the files' digests, the DeepSpeed JSON, node 0's token).
+OWN_PARAMETERS = tuple(dict.fromkeys(("node_rank", "resume_from", "nodes_from", "master_addr",
+                                     *(f.name for f in parameter_fields(Params) if f.spec.path))))
 
 
 class NodeStop(Exception):
@@ -57,20 +64,26 @@ def rendezvous_flags(plan: LaunchPlan) -> list[str]:
             "--rdzv-conf", f"join_timeout={join},read_timeout={max(join, 60)},is_host=false"]
 
 
+def compared_parameters(params: Params) -> dict:
+    """The parameters every node must be given alike (:data:`OWN_PARAMETERS` left out)."""
+    return {k: v for k, v in params.to_dict().items() if k not in OWN_PARAMETERS}
+
+
 def node_card(plan: LaunchPlan, token: Optional[str]) -> NodeCard:
-    """This node's card: the plan's compared values, the digests of its input files, its versions
-    and the token it found in its output_dir (node 0: the one it wrote)."""
-    values = {k: v for k, v in plan.params.to_dict().items() if k not in OWN_PARAMETERS}
+    """This node's card: the plan's compared values, the digests of its input files (by their
+    role, not their path: each host may keep them elsewhere), its versions and the token it
+    found in its output_dir (node 0: the one it wrote)."""
+    values = compared_parameters(plan.params)
     values.update({"world size": plan.world_size, "processes per node": plan.nproc_per_node,
                    "device kind": plan.device_kind, "precision (resolved)": plan.precision,
                    "attention (resolved)": plan.attn_implementation,
                    "DeepSpeed config (resolved)": json.dumps(plan.deepspeed_json, sort_keys=True)})
     files = {}
     if not plan.bundled_dataset:
-        files[f"dataset file {Path(plan.dataset_path).name}"] = file_digest(plan.dataset_path)
+        files["dataset_path"] = file_digest(plan.dataset_path)
         data_file = plan.dataset.get("path")
         if data_file and Path(data_file).is_file() and Path(data_file) != Path(plan.dataset_path):
-            files[f"dataset file {Path(data_file).name}"] = file_digest(data_file)
+            files["dataset's data file"] = file_digest(data_file)
     files.update(folder_digests(plan.model_path, "model file"))
     return NodeCard(node_rank=plan.params.node_rank, host=socket.gethostname(), output_dir=plan.output_dir,
                     plan=values, files=files, versions=versions_fingerprint(), token=token or "",
@@ -96,14 +109,27 @@ class JobNodes:
         if self.node_rank == 0:
             token = write_token(plan.output_dir)  # before node 0's card: the others look for it
             self.card = node_card(plan, token)
-            self.store = host_store(plan.master_port, STORE_OP_S)
+            self.store = self._host_store()
             connect, judge = self._own_store, self._judge
         else:
             self.card = node_card(plan, None)  # its token is read once node 0's store answers
             connect, judge = self._node0_store, None
-        self.link = NodeLink(connect, self.card, p.nnodes, plan.world_size, beat, judge=judge)
+        self.link = NodeLink(connect, self.card, p.nnodes, plan.world_size, beat, judge=judge, rdzv_id=plan.rdzv_id)
         self.started = time.monotonic()
         self.link.start()
+
+    def _host_store(self):
+        """Node 0's store, or a :class:`NodeStop` in one line (the plan checked the port; another
+        process may have taken it since)."""
+        port = self.plan.master_port
+        try:
+            return host_store(port, STORE_OP_S)
+        except Exception as exc:  # noqa: BLE001 — torch's DistNetworkError carries a C++ trace
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+            if "in use" in str(exc).lower():
+                raise NodeStop(f"master_port={port} is already taken on this host (node 0's rendezvous store "
+                               f"cannot listen on it: {first}); choose another port") from None
+            raise NodeStop(f"master_port={port}: node 0's rendezvous store cannot listen on it ({first})") from None
 
     def _own_store(self):
         import torch.distributed as dist
@@ -117,22 +143,23 @@ class JobNodes:
         self.card.token = read_token(self.plan.output_dir) or ""
         return store
 
-    def _judge(self, cards: dict[int, NodeCard]) -> Verdict:
-        return verdict(self.card, cards.values(), self.params.storage, self.plan.resume_checkpoint)
+    def _judge(self, cards: dict[int, NodeCard], twice: dict[int, NodeCard]) -> Verdict:
+        return verdict(self.card, cards.values(), self.params.storage, self.plan.resume_checkpoint, twice)
 
     # ---- the watch (the launcher's on_tick, twice a second)
     def waiting_for(self) -> list[int]:
-        """The nodes not heard of yet (a node > 0 waits for node 0's store)."""
+        """The nodes not heard of yet (a node > 0 waits for node 0's card in its store)."""
         state = self.link.snapshot()
         if self.node_rank != 0:
-            return [] if state.connected else [0]
+            return [] if 0 in state.cards else [0]
         return [k for k in range(1, self.params.nnodes) if k not in state.cards]
 
     def check(self) -> None:
         """Raise :class:`NodeStop` when this node's torchrun must stop now."""
         p, state = self.params, self.link.snapshot()
         if state.verdict is not None and not state.verdict.accepted:
-            raise NodeStop(state.verdict.refusal, "refused")
+            refused = state.verdict.refused_node == self.node_rank
+            raise NodeStop(state.verdict.refusal, "refused" if refused else "failed")
         elapsed = time.monotonic() - self.started
         if self.waiting_for() and elapsed > p.join_timeout_s + JOIN_GRACE_S:
             raise NodeStop(self.join_reason())
@@ -140,21 +167,39 @@ class JobNodes:
             lost = self._silent(state, p.node_timeout_s)
             if lost:
                 raise NodeStop(lost)
+        elif self._node0_ended(state):
+            raise NodeStop(self._node0_ended(state))
         elif state.store_error and state.store_silent_s > p.node_timeout_s:
             raise NodeStop(self._node0_lost(state))
 
     def join_reason(self) -> str:
         p, state = self.params, self.link.snapshot()
         if self.node_rank != 0:
+            if 0 in state.strangers:
+                return self._stranger(state.strangers[0]) + " (give every node the same rdzv_id, or none)"
             return (f"node 0's rendezvous store at {self.plan.master_addr}:{self.plan.master_port} did not answer "
                     f"within join_timeout_s={p.join_timeout_s:g}: start node 0 first"
                     + (f" ({state.store_error})" if state.store_error else ""))
         missing = [k for k in range(1, p.nnodes) if k not in state.cards]
+        strangers = [self._stranger(state.strangers[k]) for k in missing if k in state.strangers]
+        if strangers:
+            return (f"{p.nnodes - len(missing)} of {p.nnodes} nodes joined within join_timeout_s="
+                    f"{p.join_timeout_s:g}: {'; '.join(strangers)} (give every node the same rdzv_id, or none)")
         starts = "; ".join(f"start node_rank {k} with: {start_command(p, k)}" for k in missing)
         never = (f"node {missing[0]} never arrived" if len(missing) == 1
                  else f"nodes {', '.join(map(str, missing))} never arrived")
         return (f"{p.nnodes - len(missing)} of {p.nnodes} nodes joined within join_timeout_s="
                 f"{p.join_timeout_s:g}: {never}; {starts}")
+
+    def _stranger(self, hello) -> str:
+        return f"node {hello.node_rank} (host {hello.host}) joined with rdzv_id={hello.rdzv_id}, not {self.plan.rdzv_id}"
+
+    def _node0_ended(self, state) -> str:
+        """A node > 0: node 0's published exit, when it did not end ok."""
+        ended = state.exits.get(0)
+        if ended is None or ended.status == "ok":
+            return ""
+        return f"node 0 (host {ended.host}) ended {ended.status}" + (f": {ended.reason}" if ended.reason else "")
 
     def _silent(self, state, limit: float) -> str:
         for k, silent in sorted(state.silent_s.items()):
@@ -172,17 +217,24 @@ class JobNodes:
                 f"{self.params.node_timeout_s:g}): its rendezvous store gives {state.store_error}")
 
     # ---- after torchrun
-    def failure_reason(self) -> Optional[str]:
+    def failure_reason(self, own: NodeExit) -> Optional[str]:
         """Why the job failed, by node, when a node says it better than the ranks' logs: a node
         that never joined, node 0's refusal, a node gone silent (node 0 waits for every other
-        node's exit or silence: a killed node's peers fail first, with "Connection closed")."""
+        node's exit or silence: a killed node's peers fail first, with "Connection closed"); on
+        a node > 0, node 0's end (this node's ``own`` exit is published first: node 0 waits for it)."""
         state = self.link.snapshot()
         if self.waiting_for():
             return self.join_reason()
         if state.verdict is not None and not state.verdict.accepted:
             return state.verdict.refusal
         if self.node_rank != 0:
-            return self._node0_lost(state) if state.store_error else None
+            self._publish(own, 0.0)
+            deadline = time.monotonic() + self.params.node_timeout_s + 2 * heartbeat_interval(self.params.node_timeout_s)
+            while not (self._node0_ended(state) or state.store_error or 0 in state.exits) \
+                    and time.monotonic() < deadline:
+                time.sleep(0.5)
+                state = self.link.snapshot()
+            return self._node0_ended(state) or (self._node0_lost(state) if state.store_error else None)
         deadline = time.monotonic() + self.params.node_timeout_s + 2 * heartbeat_interval(self.params.node_timeout_s)
         while time.monotonic() < deadline:
             state = self.link.snapshot()
@@ -211,16 +263,20 @@ class JobNodes:
                 "orders the nodes by host name and process id, not node_rank; its metrics and weights are in "
                 "the shared output_dir")
 
-    def finish(self, report: NodeExit) -> list[NodeRow]:
-        """Leave this node's exit (file and store); node 0: wait a bounded time for the others'
-        and give the job's rows. The link stops here."""
+    def _publish(self, report: NodeExit, wait_s: float) -> None:
         report.host = self.card.host
         report.versions = self.card.versions
         report.token = self.card.token
-        atomic_write_json(Path(self.plan.output_dir) / NODES_FOLDER / f"node{self.node_rank}.json", to_mapping(report))
+        self.link.send_exit(report, wait_s)
+
+    def finish(self, report: NodeExit) -> list[NodeRow]:
+        """Leave this node's exit (file and store); node 0: wait a bounded time for the others'
+        and give the job's rows. The link stops here."""
         rows: list[NodeRow] = []
         try:
-            self.link.send_exit(report, STORE_OP_S)
+            self._publish(report, STORE_OP_S)
+            atomic_write_json(Path(self.plan.output_dir) / NODES_FOLDER / f"node{self.node_rank}.json",
+                              scrub_obj(to_mapping(report)))
             if self.node_rank == 0:
                 rows = self._rows(report)
         finally:

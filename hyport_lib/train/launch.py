@@ -132,7 +132,11 @@ def _launch(plan: LaunchPlan, on_progress: Optional[Callable[[TrainProgress], No
             nodes.check()  # a NodeStop ends the watch: torchrun's group is stopped
 
     if nodes is not None:
-        nodes.start()  # node 0: its token, then the store torchrun's agents join
+        try:
+            nodes.start()  # node 0: its token, then the store torchrun's agents join
+        except NodeStop as stop:  # nothing started: the one line that says why
+            notify(False)
+            return collect(plan, None, time.monotonic() - started, False, stop=stop)
     try:
         notify(True)
         # Past train_timeout_s, and when interrupted: SIGTERM to torchrun (it stops its
@@ -179,6 +183,8 @@ def collect(plan: LaunchPlan, code: Optional[int], wall_s: float, timed_out: boo
     tail = read_log_tail(plan.log_path, 30)
     if stop is not None:
         status, reason = "failed", stop.reason
+    elif stopped and not job_record:  # this node reads no metrics: node 0 has them
+        status, reason = "interrupted", "stopped by a signal (the job's steps are in node 0's record)"
     elif stopped:
         steps = [r.step for r in records]
         status, reason = "interrupted", (f"stopped by a signal after step {steps[-1]} (metrics and complete "
@@ -190,11 +196,13 @@ def collect(plan: LaunchPlan, code: Optional[int], wall_s: float, timed_out: boo
         status, reason = "ok", None  # node rank > 0: rank 0 (elsewhere) writes the result
     else:
         status = "failed"
-        by_node = nodes.failure_reason() if nodes is not None else None
-        reason = by_node or f"torchrun: {describe_exit(code, child)}"
-        cause = None if by_node else first_failure(plan.log_path, child)
-        if cause:
-            reason += f"; first failure: {cause}"
+        cause = first_failure(plan.log_path, child)
+        own = f"torchrun: {describe_exit(code, child)}" + (f"; first failure: {cause}" if cause else "")
+        by_node = nodes.failure_reason(NodeExit(node_rank=plan.params.node_rank, status=status, exit_code=code,
+                                                reason=own, log_path=str(plan.log_path), wall_s=round(wall_s, 3))) \
+            if nodes is not None else None
+        reason = by_node or own
+        cause = None if by_node else cause
         others = nodes.other_failures() if nodes is not None and not by_node and job_record else ""
         if others:
             reason += f"; {others}"
@@ -217,7 +225,9 @@ def collect(plan: LaunchPlan, code: Optional[int], wall_s: float, timed_out: boo
     if nodes is not None:
         note = nodes.ranks_note()
         notes = [note] if note else []
-        rows = nodes.finish(NodeExit(node_rank=plan.params.node_rank, status="interrupted" if stopped else status,
+        # The node's own row says how it ended ("refused" by node 0's verdict; the job failed).
+        own_status = stop.status if stop is not None else "interrupted" if stopped else status
+        rows = nodes.finish(NodeExit(node_rank=plan.params.node_rank, status=own_status,
                                      exit_code=code, reason=reason, log_path=str(plan.log_path),
                                      wall_s=round(wall_s, 3)))
         host = nodes.card.host

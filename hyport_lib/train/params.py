@@ -105,7 +105,7 @@ class Params(StageParams):
     master_addr: str = param("127.0.0.1", "the rendezvous address (node 0's)", nonempty=True)
     master_port: int = param(0, "the rendezvous port; 0: a free one (one node only)", min=0, max=65535)
     rdzv_id: Optional[str] = param(None, "the job's rendezvous id, the same on every node (LLaMA-Factory's RDZV_ID); "
-                                   "None: derived from run_name, master_addr and master_port", nonempty=True)
+                                   "None: derived from run_name and master_port", nonempty=True)
     join_timeout_s: float = param(300.0, "seconds every node has to join the rendezvous (nnodes > 1)",
                                   min_exclusive=0)
     node_timeout_s: float = param(120.0, "a node whose heartbeat is silent this long is named and the job "

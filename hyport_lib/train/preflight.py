@@ -25,6 +25,7 @@ from hyport_lib.models.loading import LoadedProcessor, ProcessorUnavailable, bui
 from hyport_lib.models.module_tree import (fused_experts, language_model_path, leaf_names,
                                           lora_target_pattern, matched_layers)
 from hyport_lib.models.preflight import check_decoder_only, check_model_path
+from hyport_lib.nodes.addresses import RESOLVE_TIMEOUT_S, resolve_name
 from hyport_lib.nodes.inputs import settle_node_parameters
 from hyport_lib.nodes.start_command import start_notes
 from hyport_lib.proof.choice import TRAINING, choose_attention
@@ -374,20 +375,28 @@ def _check_cards(backend, nproc: int) -> None:
 
 def job_rdzv_id(params: Params) -> str:
     """The rendezvous id: ``rdzv_id`` as given, else the same text on every node from what every
-    node is given (run_name, master_addr, master_port)."""
+    node is given alike (run_name, master_port; never master_addr: a name on one node may be an
+    address on another)."""
     if params.rdzv_id:
         return params.rdzv_id
-    return re.sub(r"[^A-Za-z0-9_.-]", "_", f"hyport-{params.run_name}-{params.master_addr}-{params.master_port}")
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", f"hyport-{params.run_name}-{params.master_port}")
+
+
+#: How long master_addr is looked up (getaddrinfo has no limit of its own).
+MASTER_RESOLVE_S = RESOLVE_TIMEOUT_S
 
 
 # Checked before torchrun starts: an address that does not resolve makes torchrun retry for
 # ever; a taken port fails every rank.
 def check_master_addr(params: Params) -> None:
     try:
-        socket.getaddrinfo(params.master_addr, None)
-    except (OSError, UnicodeError) as exc:
+        found = resolve_name(params.master_addr, MASTER_RESOLVE_S)
+    except OSError as exc:
         raise ValueError(f"master_addr={params.master_addr!r} does not resolve ({exc}); give the "
                          f"master node's address or name") from None
+    if not found:
+        raise ValueError(f"master_addr={params.master_addr!r} does not resolve: the resolver gave no answer "
+                         f"within {MASTER_RESOLVE_S:g} s; give the master node's address")
     if params.nnodes == 1 and not is_local(params.master_addr):
         raise ValueError(f"master_addr={params.master_addr!r} is not this machine, but nnodes=1: "
                          f"a single-node run is its own master (e.g. 127.0.0.1)")
@@ -399,17 +408,29 @@ def free_port(host: str = "127.0.0.1") -> int:
         return int(sock.getsockname()[1])
 
 
+#: Where node 0's rendezvous store listens (:func:`~hyport_lib.nodes.heartbeat.host_store`).
+STORE_BIND = "0.0.0.0"
+
+
 def rendezvous_port(params: Params) -> int:
     if params.master_port == 0:  # one node only (Params refuses 0 with nnodes > 1)
         return free_port(_bind_host(params.master_addr))
-    if params.node_rank == 0 and is_local(params.master_addr):
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-            try:
-                sock.bind((_bind_host(params.master_addr), params.master_port))
-            except OSError:
-                raise ValueError(f"master_port={params.master_port} is already taken on "
-                                 f"{params.master_addr} (another job?); choose another port or "
-                                 "master_port=0 for a free one") from None
+    if params.node_rank != 0:
+        return params.master_port
+    if params.nnodes > 1:  # node 0's launcher hosts the store on every interface
+        where, bind = "this host", STORE_BIND
+    elif is_local(params.master_addr):  # torchrun's own store on master_addr
+        where, bind = params.master_addr, _bind_host(params.master_addr)
+    else:
+        return params.master_port
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the store binds: a closed one's TIME_WAIT is no owner
+        try:
+            sock.bind((bind, params.master_port))
+        except OSError as exc:
+            raise ValueError(f"master_port={params.master_port} is already taken on {where} ({bind}: "
+                             f"{exc.strerror or exc}; another job?); choose another port"
+                             + ("" if params.nnodes > 1 else " or master_port=0 for a free one")) from None
     return params.master_port
 
 

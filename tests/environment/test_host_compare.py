@@ -9,6 +9,7 @@ from hyport_lib.environment import stage
 from hyport_lib.devices.ascend_versions import CannFacts
 from hyport_lib.environment.host_compare import compare_hosts, read_environment_record
 from hyport_lib.environment.multinode import NodeFacts
+from hyport_lib.nodes.versions import differences
 from hyport_lib.results import Check, record
 
 
@@ -66,3 +67,17 @@ def test_a_bad_file_exits_2_with_one_line_naming_it(tmp_path, capsys):
     other.write_text(json.dumps({**raw, "stage": "04_train"}))
     assert main(["env", "--compare", str(other), a]) == 2
     assert f"{other}: a 04_train record, not 01_environment's" in capsys.readouterr().err
+
+
+def test_env_compare_and_the_handshake_read_one_list(tmp_path):
+    """Each host's own interface and address may differ; any other HCCL variable must match, in
+    ``hyport env --compare`` as in stage 04's handshake (hyport_lib/nodes/versions.py)."""
+    a_vars = {"HCCL_SOCKET_IFNAME": "=eth0", "HCCL_IF_IP": "10.0.0.1", "HCCL_RDMA_TC": "132", "HCCL_BUFFSIZE": "200"}
+    b_vars = {"HCCL_SOCKET_IFNAME": "=enp1s0", "HCCL_IF_IP": "10.0.0.2", "HCCL_RDMA_TC": "160", "HCCL_BUFFSIZE": "200"}
+    a = read_environment_record(host_record(tmp_path / "a", "node-a", "8.0.RC3", a_vars))
+    b = read_environment_record(host_record(tmp_path / "b", "node-b", "8.0.RC3", b_vars))
+    comparison = compare_hosts(a, b)
+    compared = {r.field for r in comparison.rows if r.must_match and r.field.startswith("HCCL_")}
+    assert {r.field for r in comparison.mismatched} == {"HCCL_RDMA_TC"}
+    assert [name for name, _, _ in differences(a_vars, b_vars)] == ["HCCL_RDMA_TC"]
+    assert {"HCCL_SOCKET_IFNAME", "HCCL_IF_IP"}.isdisjoint(compared) and "HCCL_BUFFSIZE" in compared

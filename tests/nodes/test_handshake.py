@@ -70,3 +70,12 @@ def test_a_safetensors_file_is_known_by_its_header_and_size(tmp_path):
     before = file_digest(text)
     text.write_text("{ }")
     assert file_digest(text) != before
+
+
+def test_a_node_rank_given_twice_is_refused_naming_both_hosts():
+    second = _card(1)
+    second.host = "h9"
+    judged = verdict(_card(), [_card(), _card(1)], "shared", None, twice={1: second})
+    assert judged.refusal == "node 1 given twice: hosts h1 and h9 (give each node its own node_rank)"
+    assert judged.refused_node == 1
+    assert verdict(_card(), [_card(), _card(1)], "shared", None).refused_node is None

@@ -149,6 +149,8 @@ def _refused(tmp_path, out1=None, env=None, node1_env=None, **node1) -> tuple[st
     assert result.status == "failed" and stage.summarize(result).verdict == "FAIL"
     assert other["verdict"] == "FAIL" and other["why"] == result.reason, (other["why"], result.reason)
     assert not result.metrics
+    # node 0's table: the refused node says so; node 0 itself failed with it
+    assert [(row.node_rank, row.status) for row in result.nodes] == [(0, "failed"), (1, "refused")]
     return result.reason, other
 
 
