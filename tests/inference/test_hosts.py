@@ -8,7 +8,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import threading
 import subprocess
 import sys
 import time
@@ -28,6 +27,7 @@ from hyport_lib.models.generation_config import InferenceConfig
 from hyport_lib.params import ParameterError
 from hyport_lib.results import RUN_DIR_ENV, read_record, record
 from hyport_lib.utils.typed_records import to_mapping
+from tests.blocking import returns_within
 
 FOLDER = Path("/shared/job")
 TOKEN = "t0k3n"
@@ -183,7 +183,7 @@ def test_two_hosts_each_run_their_card_and_node_0_records_the_merged_grid(tmp_pa
     first = _node(1, shared, tmp_path / "results1", 90)
     time.sleep(1.0)
     zero = _node(0, shared, tmp_path / "results0", 90)
-    (out0, err0), (out1, err1) = _finish(zero), _finish(first)
+    (out0, err0), (_, err1) = _finish(zero), _finish(first)
     assert zero.returncode == 0 and first.returncode == 0, (err0[-2000:], err1[-2000:])
     assert "All 2 finished cards on 2 hosts produced identical outputs" in out0
     job = json.loads((tmp_path / "results0" / "03_inference.json").read_text())
@@ -270,21 +270,11 @@ def test_a_node_that_ran_with_another_nnodes_is_named_and_fails_the_job():
     assert "node 1 (host b): ran another plan: nnodes=3 (node 0: 2)." in summary.summary
 
 
-def _bounded(call, seconds: float = 5.0):
-    """``call()``'s value, or a failure where it is still blocked after ``seconds``."""
-    done = {}
-    worker = threading.Thread(target=lambda: done.update(value=call()), daemon=True)
-    worker.start()
-    worker.join(seconds)
-    assert not worker.is_alive(), "blocked"
-    return done.get("value")
-
-
 def test_a_fifo_token_or_a_table_linked_out_of_the_folder_is_never_read(tmp_path):
     shared = tmp_path / "shared"
     shared.mkdir()
     os.mkfifo(token_path(shared))
-    assert _bounded(lambda: read_token(shared)) is None  # a FIFO: no token, never waited on
+    assert returns_within(lambda: read_token(shared)) is None  # a FIFO: no token, never waited on
     with pytest.raises(RuntimeError, match=r"does not see node 0's token"):
         hosts._wait_for_token(shared, 1, "b", 0.2, None, 0.05)
     hosts._write_table(tmp_path / "elsewhere", NodeTable(1, "b", TOKEN, _grid("b", ["h"])))

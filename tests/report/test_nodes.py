@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import threading
 from pathlib import Path
 
 import pytest
@@ -19,6 +18,7 @@ from hyport_lib.report.index import render_index
 from hyport_lib.report.nodes import NodePlace, RunShape, node_folder, node_place, read_node_runs, run_shape
 from hyport_lib.report.runner import clean_run, hold_run_lock
 from hyport_lib.utils.typed_records import to_mapping
+from tests.blocking import returns_within
 from tests.blog_drafts import make_run, train_data, unsourced, write_result
 
 
@@ -154,20 +154,11 @@ def test_the_title_and_index_say_hosts_times_cards_as_the_hosts_ran_them(tmp_pat
     assert unsourced(en.splitlines()[0], tmp_path) == []
 
 
-def _bounded(call, seconds: float = 5.0):
-    done = {}
-    worker = threading.Thread(target=lambda: done.update(value=call()), daemon=True)
-    worker.start()
-    worker.join(seconds)
-    assert not worker.is_alive(), "blocked"
-    return done["value"]
-
-
 def test_a_nodes_run_json_that_is_a_fifo_or_a_link_out_is_not_read(tmp_path):
     run = tmp_path / "run"
     node_folder(run, 1).mkdir(parents=True)
     os.mkfifo(node_folder(run, 1) / "run.json")
-    nodes = _bounded(lambda: read_node_runs(run, 2, own={"host": "a", "stages": []}))
+    nodes = returns_within(lambda: read_node_runs(run, 2, own={"host": "a", "stages": []}))
     assert not nodes[1].found and "FIFO" in nodes[1].problem
     node_folder(run, 2).mkdir()
     (tmp_path / "elsewhere.json").write_text(json.dumps({"host": "x", "stages": []}))
