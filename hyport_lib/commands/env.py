@@ -18,7 +18,7 @@ from hyport_lib.utils.redact import scrub_text
 def _compare_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--compare", nargs=2, metavar=("A.json", "B.json"),
                         help="compare two hosts' results/01_environment.json (run nothing): exit 1 when "
-                             "torch, torch_npu, CANN, driver, firmware, transformers, deepspeed, python or "
+                             "torch, torch_npu, CANN, driver, firmware, transformers, deepspeed, accelerate, python or "
                              "an HCCL setting the ranks share differs")
 
 

@@ -30,7 +30,7 @@ def _reading_dataset():
 
 def _last_loss(progress: TrainProgress) -> str:
     if progress.waiting_for and not progress.records:
-        return f"waiting for node {', '.join(map(str, progress.waiting_for))}"
+        return f"waiting for {plural('node', len(progress.waiting_for))} {', '.join(map(str, progress.waiting_for))}"
     last = progress.records[-1] if progress.records else None
     if last is not None and last.loss is not None:
         return f"loss {last.loss:.4f}"

@@ -317,4 +317,4 @@ def check_peers(peers: Sequence[Peer]) -> Check:
         return Check(name, "FAIL", "does not resolve: " + "; ".join(f"{p.name} ({p.source}): {p.error}" for p in bad))
     shown = ", ".join(f"{p.name} ({p.addresses[0]})" if p.addresses[0] != p.name else p.name for p in peers[:8])
     more = f" and {len(peers) - 8} more" if len(peers) > 8 else ""
-    return Check(name, "PASS", f"{counted(len(peers), 'peer')} resolve: {shown}{more}")
+    return Check(name, "PASS", f"{counted(len(peers), 'peer')} {'resolves' if len(peers) == 1 else 'resolve'}: {shown}{more}")

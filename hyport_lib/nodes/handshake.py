@@ -169,9 +169,15 @@ def verdict(reference: NodeCard, cards: Iterable[NodeCard], storage: str,
     held = {c.node_rank: c for c in cards}
     for k, second in sorted((twice or {}).items()):
         first = held.get(k, reference if k == reference.node_rank else None)
-        hosts = f"hosts {first.host} and {second.host}" if first is not None else f"host {second.host} and another"
-        return Verdict(refusal=f"node {k} given twice: {hosts} (give each node its own node_rank)",
-                       output_dir=reference.output_dir, nodes=len(cards), refused_node=k)
+        if first is not None and first.host == second.host:
+            # two launchers of one host: a second one started by mistake, or node k started
+            # again after a crash while the job waited (its first card still holds the rank)
+            refusal = (f"node {k} given twice on host {second.host}: two launchers of that host, or node {k} "
+                       "started again after it stopped; stop every node and start the job again")
+        else:
+            hosts = f"hosts {first.host} and {second.host}" if first is not None else f"host {second.host} and another"
+            refusal = f"node {k} given twice: {hosts} (give each node its own node_rank)"
+        return Verdict(refusal=refusal, output_dir=reference.output_dir, nodes=len(cards), refused_node=k)
     for card in cards:
         if card.node_rank == reference.node_rank:
             continue

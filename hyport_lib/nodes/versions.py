@@ -17,7 +17,7 @@ from hyport_lib.utils.imports import package_version
 from hyport_lib.utils.redact import filter_environ, scrub_text
 
 #: The packages every node must have at the same version.
-PACKAGES = ("torch", "torch_npu", "transformers", "deepspeed")
+PACKAGES = ("torch", "torch_npu", "transformers", "deepspeed", "accelerate")
 #: HCCL variables that name a host's own interface, address, ports or whitelist file: each host
 #: has its own value (shown, never compared).
 HCCL_PER_HOST = ("HCCL_SOCKET_IFNAME", "HCCL_IF_IP", "HCCL_IF_IPV6", "HCCL_IF_BASE_PORT", "HCCL_WHITELIST_FILE",

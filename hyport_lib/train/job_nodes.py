@@ -64,6 +64,12 @@ def rendezvous_flags(plan: LaunchPlan) -> list[str]:
             "--rdzv-conf", f"join_timeout={join},read_timeout={max(join, 60)},is_host=false"]
 
 
+#: What to do about a node that reached the store with another rdzv_id (hyport derives it from
+#: run_name and master_port when none is given).
+STRANGER_HINT = (" (give every node the same rdzv_id, or none and the same run_name and master_port: "
+                 "the id is derived from them)")
+
+
 def compared_parameters(params: Params) -> dict:
     """The parameters every node must be given alike (:data:`OWN_PARAMETERS` left out)."""
     return {k: v for k, v in params.to_dict().items() if k not in OWN_PARAMETERS}
@@ -77,6 +83,9 @@ def node_card(plan: LaunchPlan, token: Optional[str]) -> NodeCard:
     values.update({"world size": plan.world_size, "processes per node": plan.nproc_per_node,
                    "device kind": plan.device_kind, "precision (resolved)": plan.precision,
                    "attention (resolved)": plan.attn_implementation,
+                   # the images are not digested (a dataset may name thousands): whether each node
+                   # reads them from its own image_root or beside the data file is compared
+                   "image_root given": plan.params.image_root is not None,
                    "DeepSpeed config (resolved)": json.dumps(plan.deepspeed_json, sort_keys=True)})
     files = {}
     if not plan.bundled_dataset:
@@ -176,7 +185,7 @@ class JobNodes:
         p, state = self.params, self.link.snapshot()
         if self.node_rank != 0:
             if 0 in state.strangers:
-                return self._stranger(state.strangers[0]) + " (give every node the same rdzv_id, or none)"
+                return self._stranger(state.strangers[0]) + STRANGER_HINT
             return (f"node 0's rendezvous store at {self.plan.master_addr}:{self.plan.master_port} did not answer "
                     f"within join_timeout_s={p.join_timeout_s:g}: start node 0 first"
                     + (f" ({state.store_error})" if state.store_error else ""))
@@ -184,7 +193,7 @@ class JobNodes:
         strangers = [self._stranger(state.strangers[k]) for k in missing if k in state.strangers]
         if strangers:
             return (f"{p.nnodes - len(missing)} of {p.nnodes} nodes joined within join_timeout_s="
-                    f"{p.join_timeout_s:g}: {'; '.join(strangers)} (give every node the same rdzv_id, or none)")
+                    f"{p.join_timeout_s:g}: {'; '.join(strangers)}{STRANGER_HINT}")
         starts = "; ".join(f"start node_rank {k} with: {start_command(p, k)}" for k in missing)
         never = (f"node {missing[0]} never arrived" if len(missing) == 1
                  else f"nodes {', '.join(map(str, missing))} never arrived")
@@ -194,10 +203,15 @@ class JobNodes:
     def _stranger(self, hello) -> str:
         return f"node {hello.node_rank} (host {hello.host}) joined with rdzv_id={hello.rdzv_id}, not {self.plan.rdzv_id}"
 
-    def _node0_ended(self, state) -> str:
-        """A node > 0: node 0's published exit, when it did not end ok."""
+    def _node0_ended(self, state, by_node_only: bool = False) -> str:
+        """A node > 0: node 0's published exit, when it did not end ok. ``by_node_only``: only
+        when node 0 ended for a reason of the job's nodes (a refusal, a lost or missing node, a
+        stop), not when its own ranks failed: those usually echo this node's own first failure,
+        which this node's logs then name."""
         ended = state.exits.get(0)
         if ended is None or ended.status == "ok":
+            return ""
+        if by_node_only and ended.status == "failed" and (ended.reason or "").startswith("torchrun:"):
             return ""
         return f"node 0 (host {ended.host}) ended {ended.status}" + (f": {ended.reason}" if ended.reason else "")
 
@@ -234,7 +248,8 @@ class JobNodes:
                     and time.monotonic() < deadline:
                 time.sleep(0.5)
                 state = self.link.snapshot()
-            return self._node0_ended(state) or (self._node0_lost(state) if state.store_error else None)
+            return self._node0_ended(state, by_node_only=True) or (
+                self._node0_lost(state) if state.store_error else None)
         deadline = time.monotonic() + self.params.node_timeout_s + 2 * heartbeat_interval(self.params.node_timeout_s)
         while time.monotonic() < deadline:
             state = self.link.snapshot()

@@ -285,8 +285,9 @@ def judge(reports: Sequence[NodeReport]) -> AcrossNodes:
         return result
     if all(r.first_error is None for r in nodes):
         ends = sorted(s.at for s in stops)
-        result.verdict = (f"no node named: no node's log shows an error (their logs end between "
-                          f"{clock(ends[0])} and {clock(ends[-1])})")
+        span = (f"at {clock(ends[0])}" if clock(ends[0]) == clock(ends[-1])
+                else f"between {clock(ends[0])} and {clock(ends[-1])}")
+        result.verdict = f"no node named: no node's log shows an error (their logs end {span})"
         return result
     candidates = sorted((s for s in stops if s.kind != "echo"), key=lambda s: s.at)
     echoes = sorted((s for s in stops if s.kind == "echo"), key=lambda s: s.at)

@@ -157,7 +157,7 @@ def test_peers_resolve_within_the_time_given(monkeypatch):
     check = N.check_peers(found)
     assert check.verdict == "FAIL" and check.reason == \
         "does not resolve: ghost (VC_WORKER_HOSTS): Name or service not known"
-    assert N.check_peers(found[:1]).reason == "1 peer resolve: node-1 (10.0.0.7)"
+    assert N.check_peers(found[:1]).reason == "1 peer resolves: node-1 (10.0.0.7)"
     assert N.check_peers([]).verdict == "SKIP"
 
 

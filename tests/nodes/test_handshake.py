@@ -79,3 +79,8 @@ def test_a_node_rank_given_twice_is_refused_naming_both_hosts():
     assert judged.refusal == "node 1 given twice: hosts h1 and h9 (give each node its own node_rank)"
     assert judged.refused_node == 1
     assert verdict(_card(), [_card(), _card(1)], "shared", None).refused_node is None
+    # a second card from node 1's own host (a relaunch after a crash, or two launchers there)
+    again = _card(1)
+    same_host = verdict(_card(), [_card(), _card(1)], "shared", None, twice={1: again}).refusal
+    assert same_host.startswith(f"node 1 given twice on host {again.host}: two launchers of that host, or node 1 "
+                                "started again after it stopped")

@@ -54,7 +54,8 @@ def test_node_0_names_a_node_that_joined_its_store_with_another_rdzv_id(tmp_path
     assert 1 not in node0.cards and node0.strangers[1].rdzv_id == "job-b"
     said = _nodes(0, node0, tmp_path).join_reason()
     assert said == ("1 of 2 nodes joined within join_timeout_s=15: node 1 (host h1) joined with rdzv_id=job-b, "
-                    "not job-a (give every node the same rdzv_id, or none)")
+                    "not job-a (give every node the same rdzv_id, or none and the same run_name and master_port: "
+                    "the id is derived from them)")
     node1_nodes = _nodes(1, node1, tmp_path, rdzv_id="job-b")
     assert node1_nodes.waiting_for() == [0]
     assert node1_nodes.join_reason().startswith("node 0 (host h0) joined with rdzv_id=job-a, not job-b")
@@ -75,6 +76,20 @@ def test_a_node_stops_with_node_0s_end_when_node_0_ended_not_ok(tmp_path):
     assert nodes.link.sent == [own] and own.host == "h1"
     fine = _nodes(1, LinkState(connected=True, cards=state.cards, exits={0: NodeExit(status="ok")}), tmp_path)
     fine.check()  # node 0 ended ok: nothing to stop
+
+
+def test_a_node_whose_own_rank_failed_keeps_its_own_failure_not_node_0s_echo(tmp_path):
+    """Node 0's ranks failed as the echo of node 1's (their torchrun failure): node 1 names its
+    own first failure (and triages its own logs), never 'node 0 ended failed'."""
+    echo = NodeExit(node_rank=0, host="h0", status="failed",
+                    reason="torchrun: exit code 1; first failure: rank 0: Connection closed by peer")
+    state = LinkState(connected=True, cards={0: NodeCard(), 1: NodeCard(node_rank=1)}, exits={0: echo})
+    own = NodeExit(node_rank=1, status="failed", reason="torchrun: exit code 1; first failure: rank 1: out of memory")
+    assert _nodes(1, state, tmp_path).failure_reason(own) is None
+    # node 0 stopped for a reason of the job's nodes: that is named
+    lost = NodeExit(node_rank=0, host="h0", status="failed", reason="node 2 (host h2, rank 2) stopped answering 20 s ago")
+    state.exits = {0: lost}
+    assert _nodes(1, state, tmp_path).failure_reason(own) == f"node 0 (host h0) ended failed: {lost.reason}"
 
 
 def test_a_node_writes_its_exit_file_scrubbed(tmp_path, monkeypatch):

@@ -176,6 +176,11 @@ def test_nodes_that_stopped_alike_name_no_node_and_say_so(tmp_path):
     assert clean.first_stopped is None
     assert clean.verdict == ("no node named: no node's log shows an error (their logs end between 12:00:04 "
                              "and 12:00:05)")
+    for rank in (0, 1):  # both ended in the same second: one time, not "between t and t"
+        _write(tmp_path / "together", rank, [*_steps(rank, "12:00:03"), "[default0]:[hyport train rank 0] done"],
+               "12:00:04.2")
+    together = triage([tmp_path / "together"]).across_nodes
+    assert together.verdict == "no node named: no node's log shows an error (their logs end at 12:00:04)"
     # Only echoes: the node they echo left no log here.
     _write(tmp_path / "echoes", 0, _echo_of_a_killed_peer("h0", 0, "12:00:06"), "12:00:06.5")
     _write(tmp_path / "echoes", 2, _echo_of_a_killed_peer("h2", 2, "12:00:06"), "12:00:06.5")
