@@ -24,12 +24,14 @@ NODE_LOG = re.compile(r"^node(\d+)\.log$")
 #: clocks, and times written to the second, are not more exact.
 SAME_TIME_S = 2.0
 #: What a surviving node prints when another node stopped: gloo's and torch's sockets,
-#: torchrun's store and rendezvous, NCCL's and HCCL's watchdogs (the catalogue's HCCL
-#: timeouts and link errors are consequences too). Each is a phrase these libraries print.
+#: torchrun's store and rendezvous (its join timeout: a node waited for one that never came),
+#: NCCL's and HCCL's watchdogs (the catalogue's HCCL timeouts and link errors are
+#: consequences too). Each is a phrase these libraries print.
 ECHOES = ("Connection closed by peer", "Connection reset by peer", "Connection reset", "Broken pipe",
           "Connection was likely closed", "RendezvousConnectionError", "RendezvousClosedError",
-          "Error waiting on exit barrier", "Watchdog caught collective operation timeout",
-          "Timed out waiting", "wait timeout after", "Getting socket times out")
+          "RendezvousTimeoutError", "Error waiting on exit barrier",
+          "Watchdog caught collective operation timeout", "Timed out waiting", "wait timeout after",
+          "Getting socket times out")
 #: The host a node's log names: torchrun's failure summary (``host : h1``) and its
 #: rendezvous node ids (``The node 'h1_4242_0' has ...``).
 #: torchrun's failure summary (``host : NAME``) and hyport's rank (``[hyport train rank 0] host: NAME``)

@@ -203,6 +203,29 @@ CATALOGUE: tuple[KnownFailure, ...] = (
         sources=("hccl_exec_timeout.vllm-ascend-3413.log", "hccl_exec_timeout.vllm-ascend-382.log"),
         consequence=True,
     ),
+    # Not a consequence: in the waiting node's log it is the whole failure (its traceback's
+    # ``raise RendezvousTimeoutError`` source line would stay unexplained beside a
+    # consequence). Across nodes it is an echo (across_nodes.ECHOES): the node that printed
+    # it waited for one that never came. The qualified name: torch's last traceback line,
+    # not that source line.
+    KnownFailure("rendezvous_join_timeout", "a node never joined torchrun's rendezvous",
+        patterns=(r"elastic\.rendezvous\.api\.RendezvousTimeoutError\b",),
+        meaning=("Not every node joined torchrun's c10d rendezvous within the join timeout "
+                 "(join_timeout_s, torchrun's `--rdzv-conf join_timeout`), so torchrun on the node "
+                 "that printed this gave up before starting any rank. This node did not fail: it "
+                 "waited for a node that never arrived, one not started (or started after the "
+                 "timeout), started with another rdzv_id, nnodes or master_port, or unable to "
+                 "reach master_addr:master_port."),
+        action=("Start the missing node: node 0's record names it and gives the command "
+                "(`node K never arrived; start node_rank K with: hyport train ... --node-rank K`). "
+                "From that host, check that master_addr:master_port answers (`hyport env` with the "
+                "job's MASTER_ADDR and MASTER_PORT set checks it; a firewall or a wrong address "
+                "times out), and that it uses the same rdzv_id, nnodes and master_port as node 0. "
+                "Start every node within join_timeout_s of the first, or raise join_timeout_s "
+                "when the hosts start minutes apart. When the missing node did start, its own "
+                "log (`logs/node<K>.log`) says why it stopped."),
+        sources=("rendezvous_join_timeout.node1-never-joined.log",),
+    ),
     KnownFailure("npu_out_of_memory", "device out of memory",
         patterns=(r"NPU out of memory\. Tried to allocate",),
         meaning=("The NPU's memory (HBM) is full: the model, its activations and the optimizer "

@@ -350,3 +350,20 @@ def test_with_nodes_an_earlier_launchs_rank_logs_are_left_out(tmp_path):
     assert result.across_nodes.first_stopped == "node 1"
     assert result.across_nodes.nodes[0].files == ["host0/logs/node0.log"]
     assert any("node 0: 1 log file modified before its node log began" in note for note in result.notes)
+
+
+def test_a_join_timeout_is_an_echo_of_the_node_that_never_joined(tmp_path):
+    """Node 1 stops before joining (its log ends at 12:00:03); node 0's torchrun gives up the
+    rendezvous at 12:00:18 (the vendored log: no time on its lines, so the file's). The
+    waiting node is the echo: as a cause it would leave 'either may have stopped first'."""
+    vendored = Path(__file__).parents[1] / "data" / "hyport_logs" / "rendezvous_join_timeout.node1-never-joined.log"
+    _write(tmp_path, 0, vendored.read_text(encoding="utf-8").splitlines(), "12:00:18")
+    _write(tmp_path, 1, ["[hyport train] node 1 of 2: joining the rendezvous at 10.0.0.1:29400"], "12:00:03")
+    across = triage([tmp_path]).across_nodes
+    waiting = across.nodes[0].first_error
+    # Its first error line is the traceback's ``raise RendezvousTimeoutError`` (an error line
+    # before the one the catalogue recognises): the echo phrase marks both.
+    assert waiting.echo and waiting.summary == "RendezvousTimeoutError" and "RendezvousTimeoutError" in waiting.text
+    assert across.first_stopped == "node 1"
+    assert across.verdict == ("node 1 stopped first: its log ends at 12:00:03 (file mtime), 15 s before node 0's "
+                              "first error 'RendezvousTimeoutError' (an echo)")
