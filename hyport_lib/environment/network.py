@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Mapping, Optional, Sequence
 
-from hyport_lib.nodes.addresses import RESOLVE_TIMEOUT_S, resolve_name
+from hyport_lib.nodes.addresses import RESOLVE_TIMEOUT_S, port_taken, resolve_name
 from hyport_lib.results import Check
 from hyport_lib.utils.printable import printable
 from hyport_lib.utils.wording import counted
@@ -202,17 +202,6 @@ def _same(address: str, wanted) -> bool:
 
 
 # --- master port ------------------------------------------------------------------------------
-def port_in_use(port: int) -> Optional[str]:
-    """Why ``port`` cannot be bound on every interface, as the rendezvous store binds it (None: free)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind(("", port))
-        except OSError as exc:
-            return exc.strerror or str(exc)
-    return None
-
-
 def connect_probe(address: str, port: int, timeout_s: float = CONNECT_TIMEOUT_S) -> str:
     """``"answered"``, ``"refused"`` (the host is there, nothing listens yet), or why not:
     ``"no answer within 3 s"``, ``"network is unreachable"``, ``"does not resolve"``."""
@@ -237,7 +226,7 @@ def connect_probe(address: str, port: int, timeout_s: float = CONNECT_TIMEOUT_S)
 
 
 def check_master_port(master_addr: Optional[str], port: Optional[int], port_from: str, node_rank: Optional[int],
-                      master_is_local: bool, *, bind: Callable[[int], Optional[str]] = port_in_use,
+                      master_is_local: bool, *, bind: Callable[[int], Optional[str]] = port_taken,
                       connect: Callable[[str, int], str] = connect_probe) -> Check:
     """Node 0 hosts the rendezvous on MASTER_ADDR: its port must be free there. Every other
     node must reach it: a refused connection is a host that answers (node 0 not started

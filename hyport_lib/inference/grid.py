@@ -33,13 +33,14 @@ from hyport_lib.memory.record import MemoryPlan
 from hyport_lib.models.generation_config import InferenceConfig
 from hyport_lib.models.tiny import TINY_MODEL_NAME, ensure_tiny_model
 from hyport_lib.processes import (Child, ChildGroup, describe_exit, last_exception, read_log_tail, read_task_result,
-                                  scrub_log, task_command, task_environ)
+                                  task_command, task_environ)
 from hyport_lib.proof.choice import AttentionChoice
 from hyport_lib.results import Provenance
 from hyport_lib.triage import Triage, cann_log_dir, diagnose, own_cann_log_env, shared_cann_note
 from hyport_lib.utils.files import atomic_write_json, ensure_writable
 from hyport_lib.utils.printable import shortened
 from hyport_lib.utils.redact import scrub_obj
+from hyport_lib.utils.scrub_log import scrub_log
 from hyport_lib.utils.typed_records import fields_of, from_mapping, to_mapping
 from hyport_lib.utils.wording import counted
 

@@ -1,6 +1,6 @@
 """Names and addresses of hosts: a name looked up within a time limit, the names this host
-answers to, and :class:`ThisMachine`, the one notion of "this host" (a hostfile's line, the
-master's address, a rank table's server)."""
+answers to, :class:`ThisMachine`, the one notion of "this host" (a hostfile's line, the
+master's address, a rank table's server), and whether a port of this host is free."""
 
 from __future__ import annotations
 
@@ -94,8 +94,22 @@ class ThisMachine:
             resolved = [_address(a) for _, a in resolve_name(host, timeout_s)]
         except OSError:
             return False  # a name this machine cannot resolve is not this machine
-        return any(a is not None and (a in own or a.is_loopback) for a in resolved)
+        # 0.0.0.0 / :: (every interface) is this machine too
+        return any(a is not None and (a in own or a.is_loopback or a.is_unspecified) for a in resolved)
 
     def describe(self) -> str:
         said = f"{', '.join(sorted(self.names))}; {', '.join(sorted(self.addresses))}"
         return f"{said}; {self.note}" if self.note else said
+
+
+def port_taken(port: int, host: str = "") -> Optional[str]:
+    """Why ``port`` cannot be bound on ``host`` ("": every interface, as node 0's rendezvous
+    store binds it), None where it is free. ``SO_REUSEADDR`` as the store sets it: a closed
+    socket's TIME_WAIT owns nothing."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError as exc:
+            return exc.strerror or str(exc)
+    return None

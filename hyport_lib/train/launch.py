@@ -16,7 +16,7 @@ from typing import Callable, Optional
 
 from hyport_lib.models.model_cache import default_cache_root
 from hyport_lib.processes import (GUARDED_EXEC, Child, describe_exit, last_exception, log_size, read_log_tail, run_child,
-                                  scrub_log, task_environ)
+                                  task_environ)
 from hyport_lib.nodes.heartbeat import NodeExit
 from hyport_lib.results import Provenance
 from hyport_lib.train.output_dir import (PROBLEMS_FILE, RESULT_FILE, check_foreign, list_checkpoints,
@@ -29,6 +29,7 @@ from hyport_lib.train.result import (TrainProgress, TrainResult, WorkerResult, f
 from hyport_lib.train.smoke_data import write_smoke_dataset
 from hyport_lib.triage import Triage, cann_log_dir, diagnose, own_cann_log_env
 from hyport_lib.utils.files import atomic_write_json, atomic_write_text, disk_full_error, ensure_writable
+from hyport_lib.utils.scrub_log import scrub_log
 from hyport_lib.utils.typed_records import from_mapping
 
 #: The environment variable that hands every rank the plan (JSON, :meth:`LaunchPlan.worker_spec`).

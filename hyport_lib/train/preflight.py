@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import errno
 import importlib.util
-import ipaddress
 import os
 import re
 import socket
@@ -25,7 +24,7 @@ from hyport_lib.models.loading import LoadedProcessor, ProcessorUnavailable, bui
 from hyport_lib.models.module_tree import (fused_experts, language_model_path, leaf_names,
                                           lora_target_pattern, matched_layers)
 from hyport_lib.models.preflight import check_decoder_only, check_model_path
-from hyport_lib.nodes.addresses import RESOLVE_TIMEOUT_S, resolve_name
+from hyport_lib.nodes.addresses import RESOLVE_TIMEOUT_S, ThisMachine, port_taken, resolve_name
 from hyport_lib.nodes.inputs import settle_node_parameters
 from hyport_lib.nodes.start_command import start_notes
 from hyport_lib.proof.choice import TRAINING, choose_attention
@@ -397,7 +396,7 @@ def check_master_addr(params: Params) -> None:
     if not found:
         raise ValueError(f"master_addr={params.master_addr!r} does not resolve: the resolver gave no answer "
                          f"within {MASTER_RESOLVE_S:g} s; give the master node's address")
-    if params.nnodes == 1 and not is_local(params.master_addr):
+    if params.nnodes == 1 and not ThisMachine.here().is_host(params.master_addr):
         raise ValueError(f"master_addr={params.master_addr!r} is not this machine, but nnodes=1: "
                          f"a single-node run is its own master (e.g. 127.0.0.1)")
 
@@ -408,57 +407,29 @@ def free_port(host: str = "127.0.0.1") -> int:
         return int(sock.getsockname()[1])
 
 
-#: Where node 0's rendezvous store listens (:func:`~hyport_lib.nodes.heartbeat.host_store`).
-STORE_BIND = "0.0.0.0"
-
-
 def rendezvous_port(params: Params) -> int:
     if params.master_port == 0:  # one node only (Params refuses 0 with nnodes > 1)
         return free_port(_bind_host(params.master_addr))
     if params.node_rank != 0:
         return params.master_port
     if params.nnodes > 1:  # node 0's launcher hosts the store on every interface
-        where, bind = "this host", STORE_BIND
-    elif is_local(params.master_addr):  # torchrun's own store on master_addr
+        where, bind = "this host", "0.0.0.0"
+    elif ThisMachine.here().is_host(params.master_addr):  # torchrun's own store on master_addr
         where, bind = params.master_addr, _bind_host(params.master_addr)
     else:
         return params.master_port
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the store binds: a closed one's TIME_WAIT is no owner
-        try:
-            sock.bind((bind, params.master_port))
-        except OSError as exc:
-            raise ValueError(f"master_port={params.master_port} is already taken on {where} ({bind}: "
-                             f"{exc.strerror or exc}; another job?); choose another port"
-                             + ("" if params.nnodes > 1 else " or master_port=0 for a free one")) from None
+    taken = port_taken(params.master_port, bind)
+    if taken:
+        raise ValueError(f"master_port={params.master_port} is already taken on {where} ({bind}: {taken}; "
+                         "another job?); choose another port"
+                         + ("" if params.nnodes > 1 else " or master_port=0 for a free one"))
     return params.master_port
 
 
 def _bind_host(addr: str) -> str:
     if addr in ("localhost", "127.0.0.1"):
         return "127.0.0.1"
-    try:
-        return socket.gethostbyname(addr)  # the master binds that address
-    except OSError:
+    try:  # the master binds that address
+        return next(a for family, a in resolve_name(addr) if family == socket.AF_INET)
+    except (OSError, StopIteration):
         return "0.0.0.0"
-
-
-def is_local(addr: str) -> bool:
-    """Is ``addr`` this machine (loopback, unspecified, its name, one of its interfaces' addresses)?"""
-    if addr in ("localhost", socket.gethostname()):
-        return True
-    try:
-        resolved = {info[4][0].split("%")[0] for info in socket.getaddrinfo(addr, None)}
-    except (OSError, UnicodeError):
-        return False
-    import psutil
-
-    mine = {a.address.split("%")[0] for addrs in psutil.net_if_addrs().values() for a in addrs}
-    for address in resolved:
-        try:
-            ip = ipaddress.ip_address(address)
-        except ValueError:
-            continue
-        if ip.is_loopback or ip.is_unspecified or address in mine:
-            return True
-    return False

@@ -29,8 +29,9 @@ from hyport_lib.inference import stage
 from hyport_lib.inference.grid import COLUMNS, FALLBACK_MARKER, consistency, run_grid, scan_fallbacks
 from hyport_lib.inference.params import Params
 from hyport_lib.models.tiny import ensure_tiny_model
+from hyport_lib.utils.scrub_log import scrub_log
 from hyport_lib.utils.typed_records import to_mapping
-from hyport_lib.processes import last_exception, scrub_log
+from hyport_lib.processes import last_exception
 from fault_injection.hyport_faults import FAULT_ENV, parse_faults
 
 DATA = Path(__file__).parents[1] / "data"

@@ -6,7 +6,7 @@ import socket
 import threading
 import time
 
-from hyport_lib.nodes.addresses import ThisMachine, host_names, resolve_name
+from hyport_lib.nodes.addresses import ThisMachine, host_names, port_taken, resolve_name
 
 MACHINE = ThisMachine.of(["Node-B"], ["10.0.0.5", "fe80::1%eth0"])
 
@@ -60,3 +60,17 @@ def test_the_full_host_name_is_looked_up_within_a_time_limit_and_giving_up_is_sa
     assert machine == ThisMachine.of(names, ["10.0.0.5"])  # the note is no part of what the machine is
     monkeypatch.setattr(socket, "getfqdn", lambda *a: "node-b.cluster")
     assert host_names() == ([socket.gethostname(), "node-b.cluster"], None)
+
+
+def test_loopback_and_unspecified_addresses_ipv6_included_are_this_machine():
+    here = ThisMachine.here()
+    assert all(here.is_host(a) for a in ("::1", "0.0.0.0", "127.0.0.1", "localhost", socket.gethostname()))
+
+
+def test_a_taken_port_is_said_and_a_free_one_is_none():
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        assert port_taken(port) and port_taken(port, "127.0.0.1")
+    assert port_taken(port) is None
