@@ -1,4 +1,5 @@
-"""hyport's attention names, the backend each one means, and which names a process could load.
+"""hyport's attention names and the backend each one means (which names a device can run:
+:mod:`hyport_lib.npu_attention.runnable`).
 
 No torch here: plans import it. No "sdpa" in a name: transformers then runs its
 SDPA-support check on the model (``_supports_sdpa``), which remote-code models fail
@@ -27,22 +28,3 @@ def check_runs_on(name: str, device_kind: str) -> None:
                          f"only, and this run's device is {device_kind}; use "
                          f"{NAME_OF_BACKEND['npu-emulated']!r} (its CPU emulation) or "
                          f"{NAME_OF_BACKEND['sdpa']!r}")
-
-
-def check_attn_implementation(name: str, param: str = "attn_implementation") -> None:
-    """Refuse, before any process starts, an attention name no process could load:
-    transformers' own, one registered with its AttentionInterface, one of hyport's
-    (registered in each worker), a hub kernel (``org/repo``) or a ``paged|...`` variant of these."""
-    from transformers import AttentionInterface
-
-    known = {"eager", "sdpa", "flash_attention_2", "flash_attention_3", "flex_attention"}
-    registered = set(getattr(AttentionInterface, "_global_mapping", {}) or {})
-    text = str(name or "")
-    base = text.split("|", 1)[1] if text.startswith("paged|") else text
-    if base.startswith("hyport") and base not in registered:
-        backend_of(base)  # a name no worker registers is refused here, not on every card
-        return
-    if base in known | registered or "/" in base:
-        return
-    raise ValueError(f"{param}={name!r}: not an attention transformers knows; expected one of "
-                     f"{', '.join(sorted(known | registered))}, a hyport_* name or a hub kernel")

@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Callable, Mapping, Optional, Sequence
 
 from hyport_lib.models.tiny import resolve_model_path
-from hyport_lib.npu_attention.names import (BACKEND_OF_NAME, NAME_OF_BACKEND, backend_of, check_attn_implementation,
-                                           check_runs_on)
+from hyport_lib.npu_attention.names import BACKEND_OF_NAME, NAME_OF_BACKEND, backend_of
+from hyport_lib.npu_attention.runnable import check_attention
 from hyport_lib.params import AUTO_ATTENTION
 from hyport_lib.proof.swap import DECODE_STEPS, AttentionProof, prove_swap
 from hyport_lib.results import REFUSED
@@ -37,6 +37,11 @@ class Runner:
     who: str  # "the grid", "the run"
     passed: str  # the note of a proof that passed: ``{name}``, ``{said}``
     not_used: str  # the note of a swap not used, before "; {who} keeps eager attention"
+
+    def auto_here(self, device_kind: str) -> str:
+        """What ``auto`` runs on ``device_kind``, as a refusal names it."""
+        name = self.auto.get(device_kind)
+        return f"{name} once it proves itself on the model, else eager" if name else "eager"
 
 
 GRID = Runner(auto={"npu": NAME_OF_BACKEND["npu"]}, decode_steps=DECODE_STEPS, who="the grid",
@@ -75,7 +80,7 @@ def choose_attention(asked: str, device_kind: str, runner: Runner, model_path: s
                      trust_remote_code: bool = False, seed: int = 0) -> AttentionChoice:
     """The workers' attention for ``asked`` on ``device_kind``; ``batches(model folder)``
     makes what the swap is proven on, only when one is wanted. A hub id is never proven
-    (eager). Raises ValueError for a name no worker could load or this device cannot run,
+    (eager). Raises ParameterError for a name no worker could load or this device cannot run,
     :class:`SwapRefused` when ``packing`` and the swap does not prove itself."""
     default = "npu" if device_kind == "npu" else "sdpa"
     if packing:
@@ -85,10 +90,9 @@ def choose_attention(asked: str, device_kind: str, runner: Runner, model_path: s
         if name is None:
             return AttentionChoice(asked, "eager", default)
     else:
-        check_attn_implementation(asked)
+        check_attention(asked, device_kind, auto_here=runner.auto_here(device_kind))
         if asked not in BACKEND_OF_NAME:
             return AttentionChoice(asked, asked, default)
-        check_runs_on(asked, device_kind)
         name = asked
     backend = backend_of(name)
 

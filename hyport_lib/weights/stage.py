@@ -14,6 +14,7 @@ from typing import Callable, Optional
 
 from hyport_lib.checkpoint_files.findings import Finding
 from hyport_lib.memory.fit import DoesNotFit
+from hyport_lib.npu_attention.runnable import check_attention, resolve_kind
 from hyport_lib.params import AUTO_ATTENTION, ParameterError
 from hyport_lib.results import INTERRUPTED, SKIP, StageSummary
 from hyport_lib.utils.typed_records import to_mapping
@@ -44,8 +45,8 @@ class WeightsPlan:
 
 def plan(params: Params) -> WeightsPlan:
     """The folders to check: those given, else stage 04's, else the tiny model's.
-    ParameterError: a folder given that does not exist, or a check that needs a checkpoint where
-    there is none; ValueError: stage 04 trained none to check, or (DoesNotFit) the RAM is short."""
+    ParameterError: a folder given that does not exist, a check that needs a checkpoint where
+    there is none, or an attention this host cannot run; ValueError: stage 04 trained none to check, or (DoesNotFit) the RAM is short."""
     sources = resolve_paths(params.weights_path, params.base_path, params.checkpoint_path)
     if sources.skip:  # a node > 0: the checks are node 0's, none is refused here
         return WeightsPlan(params, sources)
@@ -64,6 +65,10 @@ def plan(params: Params) -> WeightsPlan:
     if params.consolidate_zero and not sources.checkpoint and not _trainer_checkpoint(sources.weights):
         problems.append("consolidate_zero=True consolidates a checkpoint's ZeRO states, and there is "
                         "none: give checkpoint_path or set consolidate_zero=False")
+    try:  # the reload runs on this host: its kind judges the attention
+        check_attention(params.attn_implementation, resolve_kind("auto"))
+    except ParameterError as exc:
+        problems.append(str(exc))
     if problems:
         raise ParameterError(problems)
     _plan_memory(params, sources)
