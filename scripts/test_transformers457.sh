@@ -36,6 +36,7 @@ exec .venv/bin/python -m pytest -n "${HYPORT_TEST_WORKERS:-auto}" tests/models/t
   tests/weights/test_verify.py tests/weights/test_layout.py tests/weights/test_result.py tests/weights/test_scan.py \
   tests/weights/test_compare.py tests/weights/test_names.py tests/weights/test_reload.py \
   tests/train/test_dataset.py tests/train/test_samples.py tests/train/test_packing.py tests/port/test_codemod.py tests/port/test_tree.py tests/port/test_port_models.py tests/models/test_module_tree.py \
+  tests/npu_attention/test_runnable.py tests/triage/test_catalogue.py::test_transformers_refusals_of_an_attention_are_recognised_and_the_advice_names_auto \
   tests/inference/test_stage.py::test_auto_runs_eager_off_an_npu_and_proves_nothing \
   tests/inference/test_stage.py::test_a_named_swap_proves_itself_on_prefill_and_cached_decoding \
   tests/inference/test_stage.py::test_auto_on_an_npu_runs_the_fused_kernel_once_the_emulation_proves_it \

@@ -125,6 +125,35 @@ CATALOGUE: tuple[KnownFailure, ...] = (
         sources=("unsupported_attention_argument.gemma2-torchrun.log",
                  "flash_attn_unsupported.dropin-softcap.log"),
     ),
+    # transformers' own refusals of an attn_implementation, 4.57 and 5.x alike (their
+    # exception lines: the traceback's source lines quote none of these phrases whole).
+    KnownFailure("attention_not_runnable", "an attention the device or the model cannot run",
+        patterns=(
+            r"\b(?:ImportError|ValueError): FlashAttention\d has been toggled on, but it cannot be used",
+            r"\bValueError: You are attempting to use Flash Attention \d with a model not initialized on GPU "
+            r"and with no GPU available",
+            r"\bValueError: \w{1,100} does not support (?:Flash Attention|an attention implementation through) ",
+            r"\bValueError: Specified `attn_implementation=\"[^\"]{0,200}\"` is not supported",
+            r"\bNotImplementedError: FlexAttention does not support backward on CPU",
+        ),
+        meaning=("transformers refused the attn_implementation while loading or running the model, "
+                 "before any step: FlashAttention 2, 3 and 4 need the flash-attn package on a CUDA "
+                 "GPU (FlashAttention 2 also runs on an Ascend NPU, through torch_npu), never on a "
+                 "CPU; torch's flex_attention has no backward on a CPU; sdpa and flex_attention need "
+                 "the model's support; and a name transformers does not know (a typo, or a hyport_* "
+                 "name in a process that did not register it) is not supported. hyport's plans "
+                 "refuse a name the device cannot run, so a run started by hyport meets this only "
+                 "for a model without that support, or a job started another way."),
+        action=("Use `attn_implementation=auto` (the stage chooses: eager, or on an NPU in stage 03 "
+                "hyport's fused kernel once it proves itself), or a name this device runs: on a CPU "
+                "eager, sdpa, hyport_torch, hyport_npu_emulated; on an Ascend NPU also "
+                "hyport_npu_fused and flash_attention_2; on CUDA flash_attention_2 only with "
+                "flash-attn installed. `attention_choices(device)` "
+                "(`hyport_lib.npu_attention.runnable`) lists this host's, as the form's list does; "
+                "a model without SDPA support takes eager."),
+        sources=("attention_not_runnable.infer-flash_attention_2-cpu.log",
+                 "attention_not_runnable.infer-flash_attention_2-cpu-transformers457.log"),
+    ),
     KnownFailure("hccl_port_in_use", "HCCL port already in use",
         patterns=(
             r"Failed to bind the IP port\. Reason: The IP address and port have been bound already",

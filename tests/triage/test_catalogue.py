@@ -280,3 +280,59 @@ def test_catalogue_and_redaction_stay_linear_on_megabyte_lines():
     assert recognise("[HcclSocket][Listen]" * (size // 20) + socket).key == "hccl_port_in_use"
     url = "mirror-a.example-b." * (size // 19)
     assert scrub_secret_shapes(f"ERROR {url} https://u:pw-0f-job@{url}") == f"ERROR {url} https://[redacted]@{url}"
+
+
+def _refusal_of(attn_implementation: str, model_class=None) -> str:
+    """The last line of the traceback transformers itself gives on this CPU host when a tiny
+    Llama is built (and run) with ``attn_implementation``."""
+    import traceback
+
+    import torch
+    from transformers import AutoModelForCausalLM, LlamaConfig
+
+    config = LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                         num_attention_heads=2, num_key_value_heads=2)
+    try:
+        if model_class is None:
+            model = AutoModelForCausalLM.from_config(config, attn_implementation=attn_implementation)
+        else:
+            model = model_class(config)
+        model(torch.tensor([[1, 2, 3]]))
+    except (ImportError, ValueError, NotImplementedError) as exc:
+        return traceback.format_exception(exc)[-1].strip()
+    raise AssertionError(f"{attn_implementation} ran on this CPU host")
+
+
+def test_transformers_refusals_of_an_attention_are_recognised_and_the_advice_names_auto(tmp_path, capsys):
+    """Each message made for real by the installed transformers (tests/triage runs under 4.57
+    too: scripts/test_transformers457.sh)."""
+    from transformers import LlamaForCausalLM
+
+    class NoSdpa(LlamaForCausalLM):
+        _supports_sdpa = False
+
+        def __init__(self, config):
+            config._attn_implementation = "sdpa"  # as attn_implementation="sdpa" sets it
+            super().__init__(config)
+
+    lines = [_refusal_of(name) for name in ("flash_attention_2", "flash_attention_3", "flash_attn_2")]
+    lines.append(_refusal_of("sdpa", NoSdpa))
+    assert lines[0].startswith("ImportError: FlashAttention2 has been toggled on")
+    assert "does not support an attention implementation through torch.nn" in lines[-1], lines[-1]
+    for line in lines:
+        found = recognise(line)
+        assert found is not None and found.key == "attention_not_runnable", line
+    log = tmp_path / "card0.log"
+    log.write_text("\n".join(["[hyport worker] card 0", *lines]) + "\n", encoding="utf-8")
+    code, data = _json(capsys, log)
+    assert code == 1 and data["unrecognised"] == [] and [f["key"] for f in data["findings"]] == [
+        "attention_not_runnable"]
+    assert "`attn_implementation=auto`" in data["findings"][0]["action"]
+    assert "eager, sdpa, hyport_torch, hyport_npu_emulated" in data["findings"][0]["action"]
+
+
+@pytest.mark.slow  # transformers compiles flex_attention's block mask (a C++ compiler starts)
+def test_flex_attention_refused_on_a_cpu_is_recognised():
+    line = _refusal_of("flex_attention")
+    assert line.startswith("NotImplementedError: FlexAttention does not support backward on CPU"), line
+    assert recognise(line).key == "attention_not_runnable"
