@@ -61,7 +61,7 @@ SLOW_PRECHECK = pytest.mark.slow
     (["report", "--only", "04", "-p", "loss_scale=-1"], "loss_scale=-1: expected a number >= 0"),
     (["report", "--only", "04", "-p", "master_port=70000"], "master_port=70000: expected an integer"),
     pytest.param(["report", "--only", "04", "-p", "packing=false", "-p", "attn_implementation=foo"],
-         "attn_implementation='foo': not an attention transformers knows", marks=SLOW_PRECHECK),
+         "attn_implementation='foo': not an attention transformers", marks=SLOW_PRECHECK),
     pytest.param(["report", "--only", "02", "-p", "dtypes=[float99]"], "02_attention: dtypes=['float99']", marks=SLOW_PRECHECK),
     pytest.param(["report", "--only", "02", "-p", "code_path=/nope"], "code_path='/nope': no such", marks=SLOW_PRECHECK),
     pytest.param(["report", "--only", "04", "-p", "dataset_path=/nope.json"], "dataset_path='/nope.json': no such file", marks=SLOW_PRECHECK),
@@ -78,6 +78,38 @@ def test_bad_values_are_refused_before_the_run(argv, words, capsys, tmp_path):
     err = capsys.readouterr().err
     assert words in err, err
     assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
+
+
+#: What every front end says of flash_attention_2 on this CPU host (npu_attention/runnable.py).
+NOT_ON_CPU = ("attn_implementation='flash_attention_2': cpu cannot run it (flash-attn is not installed; "
+              "transformers runs it on CUDA or an Ascend NPU only); use attn_implementation=auto (here: "
+              "eager), or one of eager, sdpa, hyport_torch, hyport_npu_emulated")
+
+
+@pytest.mark.parametrize("argv", [["infer", "--device", "cpu", "--num-cards", "1"],
+                                  ["train", "--device", "cpu", "--packing", "false", "--max-steps", "1"],
+                                  ["verify"]], ids=lambda argv: argv[0])
+def test_an_attention_the_device_cannot_run_is_refused_by_the_plan_in_one_line(argv, capsys, tmp_path,
+                                                                               monkeypatch):
+    monkeypatch.setenv("HYPORT_RESULTS_DIR", str(tmp_path))
+    monkeypatch.delenv("HYPORT_DEBUG", raising=False)
+    assert main([*argv, "--attn-implementation", "flash_attention_2", "--no-record"]) == 2
+    # after the plan's progress (04 reads its dataset first), the one line
+    assert capsys.readouterr().err.strip().splitlines()[-1] == f"hyport {argv[0]}: {NOT_ON_CPU}"
+
+
+@pytest.mark.parametrize("stage_id", ["03_inference", "04_train", "05_weights"])
+def test_the_reports_plans_refuse_it_with_the_same_line(stage_id):
+    """make_plans, which the report runs in its pre-run child, here in process."""
+    from hyport_lib.report.run_parameters import make_plans, plan_requests, resolve_parameters
+    from hyport_lib.stages import discover_stages
+
+    stages = discover_stages()
+    selected = [s for s in stages if s.id == stage_id]
+    assert selected
+    params = resolve_parameters({}, {"attn_implementation": "flash_attention_2", "device": "cpu",
+                                     "packing": False, "num_cards": 1}, stages)
+    assert make_plans(plan_requests(params, selected)).refused == [f"{stage_id}: {NOT_ON_CPU}"]
 
 
 @pytest.mark.parametrize("argv", [["env"], ["infer", "--num-cards", "1"], ["attention", "--model-path", "none"],
