@@ -56,3 +56,32 @@ def test_a_run_whose_rank_0_wrote_nothing_records_an_empty_worker_as_before(tmp_
     raw = json.loads(record(stage, died, directory=tmp_path).read_text(encoding="utf-8"))
     assert raw["verdict"] == "FAIL" and raw["data"]["worker"] == {}
     assert read_record(raw, TrainResult).data.trainer_loss is None
+
+
+def stopped_after(tmp_path, steps: int, max_steps: int = 20) -> TrainResult:
+    """What stage 04 keeps when Stop (or Ctrl-C) ends torchrun after ``steps`` logged steps:
+    the launcher's own interrupt path (``collect(..., stopped=True)``, no exit code, no final
+    weights) over a metrics file as rank 0 writes it."""
+    from hyport_lib.train.launch import collect
+    from hyport_lib.train.params import Params
+
+    plan = stage.plan(Params(output_dir=str(tmp_path / "run"), max_steps=max_steps, resume_from="none"))
+    metrics = tmp_path / "run" / "metrics.jsonl"
+    metrics.parent.mkdir(parents=True, exist_ok=True)
+    metrics.write_text("".join(json.dumps({"step": s, "loss": 6.7 - s / 10, "tokens": 64, "real_tokens": 60,
+                                           "step_s": 0.5}) + "\n" for s in range(1, steps + 1)))
+    return collect(plan, None, 3.0, False, stopped=True)
+
+
+def test_a_stopped_run_says_it_was_interrupted_before_torchrun_exited_never_exit_none(tmp_path):
+    stopped = stopped_after(tmp_path, 3)
+    assert (stopped.status, stopped.exit_code, stopped.final_dir) == ("interrupted", None, None)
+    judged = stage.summarize(stopped)
+    assert judged.verdict == "INTERRUPTED" and "exit None" not in judged.summary
+    assert ": interrupted before torchrun exited, loss " in judged.summary
+    assert judged.summary.endswith("; stopped by a signal after step 3 (metrics and complete checkpoints kept)")
+    before_any = stage.summarize(stopped_after(tmp_path / "b", 0))
+    assert "exit None" not in before_any.summary and "before the first step" in before_any.summary
+    # refused by the job's nodes (no exit code, not a Stop): no exit code said as such
+    refused = stage.summarize(TrainResult("failed", None, 1.0, "node 1 never joined", stopped.plan))
+    assert "no torchrun exit code" in refused.summary and "exit None" not in refused.summary
