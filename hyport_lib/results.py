@@ -142,6 +142,7 @@ class TrainedWeights:
     final_dir: Optional[str] = None  # None: the training wrote no final weights
     last_checkpoint: Optional[str] = None  # the last complete one
     model_path: Optional[str] = None  # the model the training started from
+    reason: Optional[str] = None  # why it ended as it did ("stopped by a signal after step 3 (...)")
     #: The job's hosts and the one that wrote this record: only node 0 holds the job's
     #: weights and checkpoints (a node > 0 never claims them).
     nnodes: int = 1

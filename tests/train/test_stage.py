@@ -9,6 +9,7 @@ from hyport_lib.train import stage
 from hyport_lib.train.preflight import LaunchPlan
 from hyport_lib.train.result import MetricsSummary, TrainResult, WorkerResult, final_weights
 from hyport_lib.utils.typed_records import from_mapping
+from stopped_training import stopped_after
 
 
 def test_a_bad_dataset_stops_before_any_process_starts(tmp_path, monkeypatch, capsys):
@@ -56,21 +57,6 @@ def test_a_run_whose_rank_0_wrote_nothing_records_an_empty_worker_as_before(tmp_
     raw = json.loads(record(stage, died, directory=tmp_path).read_text(encoding="utf-8"))
     assert raw["verdict"] == "FAIL" and raw["data"]["worker"] == {}
     assert read_record(raw, TrainResult).data.trainer_loss is None
-
-
-def stopped_after(tmp_path, steps: int, max_steps: int = 20) -> TrainResult:
-    """What stage 04 keeps when Stop (or Ctrl-C) ends torchrun after ``steps`` logged steps:
-    the launcher's own interrupt path (``collect(..., stopped=True)``, no exit code, no final
-    weights) over a metrics file as rank 0 writes it."""
-    from hyport_lib.train.launch import collect
-    from hyport_lib.train.params import Params
-
-    plan = stage.plan(Params(output_dir=str(tmp_path / "run"), max_steps=max_steps, resume_from="none"))
-    metrics = tmp_path / "run" / "metrics.jsonl"
-    metrics.parent.mkdir(parents=True, exist_ok=True)
-    metrics.write_text("".join(json.dumps({"step": s, "loss": 6.7 - s / 10, "tokens": 64, "real_tokens": 60,
-                                           "step_s": 0.5}) + "\n" for s in range(1, steps + 1)))
-    return collect(plan, None, 3.0, False, stopped=True)
 
 
 def test_a_stopped_run_says_it_was_interrupted_before_torchrun_exited_never_exit_none(tmp_path):
