@@ -1,5 +1,5 @@
 """Stage results, written to ``$HYPORT_RESULTS_DIR/<stage>.json`` (set by the report runner;
-else ``outputs/interactive/results/``) with their provenance, so that a CPU or emulated
+else ``interactive/results/`` of the outputs folder, :func:`outputs_dir`) with their provenance, so that a CPU or emulated
 figure is never shown as an NPU one.
 
 Outside a report run, each record is also kept as ``history/<run-id>/<stage>.json`` beside
@@ -37,6 +37,10 @@ REFUSED = "REFUSED"
 #: Severity used to take the worst verdict; SKIP does not count.
 SEVERITY = {"PASS": 0, "WARN": 1, "FAIL": 2}
 RESULTS_DIR_ENV = "HYPORT_RESULTS_DIR"
+#: The outputs folder (default ``./outputs``): report runs and ``interactive/`` are under it.
+OUTPUTS_ENV = "HYPORT_OUTPUTS"
+#: The folder of the outputs folder holding interactive results, logs and history.
+INTERACTIVE_DIR = "interactive"
 #: The report run's folder, set by the report runner for each stage it runs (unset in an
 #: interactive session): stages find this run's other outputs under it.
 RUN_DIR_ENV = "HYPORT_RUN_DIR"
@@ -138,21 +142,29 @@ class TrainedWeights:
     final_dir: Optional[str] = None  # None: the training wrote no final weights
     last_checkpoint: Optional[str] = None  # the last complete one
     model_path: Optional[str] = None  # the model the training started from
+    reason: Optional[str] = None  # why it ended as it did ("stopped by a signal after step 3 (...)")
     #: The job's hosts and the one that wrote this record: only node 0 holds the job's
     #: weights and checkpoints (a node > 0 never claims them).
     nnodes: int = 1
     node_rank: int = 0
 
 
+def outputs_dir() -> Path:
+    """``$HYPORT_OUTPUTS``, else ``outputs/`` of the current folder, never of the installed
+    package's checkout (``hyport env`` run elsewhere writes nothing into the repository; a
+    notebook, whose kernel runs in ``notebooks/``, writes into the ignored ``notebooks/outputs/``):
+    where ``hyport report`` makes its runs and the interactive runs keep ``interactive/``."""
+    env = os.environ.get(OUTPUTS_ENV)
+    return Path(os.path.abspath(os.path.expanduser(env))) if env else Path.cwd() / "outputs"
+
+
 def results_dir() -> Path:
-    """``$HYPORT_RESULTS_DIR``, else ``outputs/interactive/results`` of the checkout (not of
-    the working directory: a notebook in ``notebooks/`` writes into the ignored ``outputs/``)."""
+    """``$HYPORT_RESULTS_DIR`` (a report run's own), else ``interactive/results`` of
+    :func:`outputs_dir`."""
     env = os.environ.get(RESULTS_DIR_ENV)
     if env:
         return Path(env)
-    project = Path(__file__).resolve().parents[1]
-    base = project if (project / "pyproject.toml").exists() else Path.cwd()
-    return base / "outputs" / "interactive" / "results"
+    return outputs_dir() / INTERACTIVE_DIR / "results"
 
 
 def ensure_results_dir(directory: Optional[os.PathLike] = None) -> Path:

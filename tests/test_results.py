@@ -147,3 +147,38 @@ def test_every_record_of_a_real_run_reads_back_as_its_stage_result_with_what_it_
         read = read_stage_record(path.stem, raw)
         written = json.loads(json.dumps(to_mapping(read.data), default=str))
         assert not _holds(written, raw["data"]), (path.name, _holds(written, raw["data"])[:5])
+
+
+def test_interactive_results_go_under_the_current_folder_or_hyport_outputs_never_the_checkout(tmp_path,
+                                                                                                monkeypatch):
+    """``hyport env`` run from another folder writes there, not into the repository an
+    editable install lies in; ``HYPORT_OUTPUTS`` moves every interactive folder and is where
+    report runs are looked up; ``HYPORT_RESULTS_DIR`` (a report run's own) still wins."""
+    from pathlib import Path
+
+    import hyport_lib
+    from hyport_lib.results import OUTPUTS_ENV, fresh_folder_beside_results, outputs_dir, results_dir
+    from hyport_lib.workbook.compare import list_runs
+
+    checkout = Path(hyport_lib.__file__).resolve().parents[1]
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    for name in (RESULTS_DIR_ENV, RUN_DIR_ENV, OUTPUTS_ENV):
+        monkeypatch.delenv(name, raising=False)
+    assert results_dir() == elsewhere / "outputs" / "interactive" / "results"
+    assert history_dir() == elsewhere / "outputs" / "interactive" / HISTORY_DIR
+    assert not fresh_folder_beside_results("logs").is_relative_to(checkout)
+    path = write_record(StageRecord("01_environment", "PASS", "ok"))
+    assert path == elsewhere / "outputs" / "interactive" / "results" / "01_environment.json"
+    assert len(list(history_dir().iterdir())) == 1
+
+    monkeypatch.setenv(OUTPUTS_ENV, str(tmp_path / "mine"))
+    assert outputs_dir() == tmp_path / "mine"
+    assert results_dir() == tmp_path / "mine" / "interactive" / "results"
+    report = tmp_path / "mine" / "20990101-000000-x" / "results"
+    write_record(StageRecord("02_attention", "PASS", "ok"), directory=report)
+    write_record(StageRecord("02_attention", "WARN", "1 case"))
+    assert sorted(r.kind for r in list_runs()) == ["interactive", "report"]  # both under HYPORT_OUTPUTS
+    monkeypatch.setenv(RESULTS_DIR_ENV, str(tmp_path / "run" / "results"))
+    assert results_dir() == tmp_path / "run" / "results"

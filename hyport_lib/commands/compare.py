@@ -11,6 +11,7 @@ import argparse
 from pathlib import Path
 
 from hyport_lib.report.paths import relative_text
+from hyport_lib.results import outputs_dir
 from hyport_lib.workbook.compare import compare_runs, list_runs
 from hyport_lib.workbook.compare_show import COMPARE_PAGE, run_lines, write_compare_page
 
@@ -23,14 +24,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "them (04, train, 04_train; repeatable); default every stage recorded")
     parser.add_argument("--outputs", type=Path, default=None,
                         help="where report run ids are looked up, as report --output-dir "
-                             "(default ./outputs); interactive runs: their history")
+                             "(default $HYPORT_OUTPUTS, else ./outputs); interactive runs: their history")
     parser.add_argument("--out", type=Path, default=None,
                         help=f"the page to write (default: {COMPARE_PAGE} in the first run's folder)")
     parser.add_argument("--list", action="store_true", help="list the recorded runs, newest first, and exit")
 
 
 def run(args: argparse.Namespace) -> int:
-    outputs = args.outputs or Path.cwd() / "outputs"  # where hyport report writes its runs
+    outputs = args.outputs or outputs_dir()  # where hyport report writes its runs
     if args.list:
         for found in list_runs(outputs):
             print(f"{found.id}\t{found.kind}\t{','.join(found.stages)}\t{found.folder}")

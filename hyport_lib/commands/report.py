@@ -15,6 +15,7 @@ from hyport_lib.report.bundle import zip_run
 from hyport_lib.report.paths import relative_text
 from hyport_lib.report.run_parameters import parse_overrides
 from hyport_lib.report.runner import DEFAULT_CELL_TIMEOUT_S, check_output_root, clean_runs, run_report
+from hyport_lib.results import outputs_dir
 from hyport_lib.workbook.compare import compare_runs, find_run
 from hyport_lib.workbook.compare_show import COMPARE_PAGE, write_compare_page
 from hyport_lib.utils.wording import counted
@@ -26,7 +27,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-p", "--param", action="append", default=[], metavar="KEY=VALUE",
                         help="override one parameter (repeatable); VALUE is parsed as YAML")
     parser.add_argument("--only", default=None, help="comma-separated stages, e.g. 01,04 or environment")
-    parser.add_argument("--output-dir", type=_folder, default=None, help="root folder for runs (default ./outputs)")
+    parser.add_argument("--output-dir", type=_folder, default=None, help="root folder for runs (default $HYPORT_OUTPUTS, else ./outputs)")
     parser.add_argument("--run-dir", type=_folder, default=None, metavar="PATH",
                         help="the run folder itself (default: a new one under --output-dir); on several "
                              "hosts (-p nnodes=N -p node_rank=K) the same folder on shared storage for "
@@ -72,7 +73,7 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"--clean only cleans killed runs and runs nothing: leave "
                          f"{'--zip' if args.zip else '--run-dir'} out")
     if args.clean:
-        root = check_output_root(args.output_dir or Path.cwd() / "outputs")
+        root = check_output_root(args.output_dir or outputs_dir())
         cleaned = clean_runs(root, lambda m: print(m, file=sys.stderr))
         print(f"{counted(len(cleaned), 'killed run')} cleaned under {root}")
         return 0
@@ -81,7 +82,7 @@ def run(args: argparse.Namespace) -> int:
     profile = None if args.profile in ("", "none") else args.profile
     # The run to compare with is found before any stage starts (a wrong name is exit 2):
     # report runs under the root this run writes to, interactive ones in their history.
-    other = find_run(args.compare, args.output_dir or Path.cwd() / "outputs") if args.compare else None
+    other = find_run(args.compare, args.output_dir or outputs_dir()) if args.compare else None
     report = run_report(
         profile=profile, overrides=parse_overrides(args.param), only=_only(args.only),
         output_root=args.output_dir, notebooks_dir=args.notebooks,

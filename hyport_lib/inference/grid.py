@@ -44,7 +44,9 @@ from hyport_lib.utils.scrub_log import scrub_log
 from hyport_lib.utils.typed_records import fields_of, from_mapping, to_mapping
 from hyport_lib.utils.wording import counted
 
-STATUSES = ("ok", "failed", "timeout", "skipped-busy", "interrupted")
+STATUSES = ("ok", "failed", "timeout", "skipped-busy", "interrupted", "not-started")
+#: A card stopped before it ended: its worker was running, or was never started.
+STOPPED_STATUSES = ("interrupted", "not-started")
 #: What torch_npu prints when an operator has no NPU kernel.
 FALLBACK_MARKER = "will fall back to run on the CPU"
 _FALLBACK_OP_RE = re.compile(r"operator '([^']+)'[^\n]*?" + re.escape(FALLBACK_MARKER))
@@ -391,7 +393,7 @@ def run_grid(plan: InferencePlan, *, on_progress: Optional[Callable[[GridProgres
         if on_progress is None:
             return
         last_notified[0] = time.monotonic()
-        done = sum(1 for r in rows.values() if r["status"] != "running")
+        done = sum(1 for r in rows.values() if r["status"] not in ("running", *STOPPED_STATUSES))
         elapsed = {w.card: round(time.time() - w.started_at, 1) for w in workers.values()
                    if rows[w.card]["status"] == "running"}
         try:
@@ -451,8 +453,13 @@ def run_grid(plan: InferencePlan, *, on_progress: Optional[Callable[[GridProgres
             group.wait(done, poll_interval_s=0.1, kill_grace_s=kill_grace_s, on_tick=tick)
         except KeyboardInterrupt as exc:
             # Stopped: the cards that finished are kept; the caller finds them on the exception.
-            for worker in (workers[c.pid] for c in group.running if c.pid in workers):
-                rows[worker.card].update(status="interrupted", error="stopped before this card finished")
+            # A card still running is stopped; one whose worker never started says so.
+            launched = {worker.card for worker in workers.values()}
+            for card, row in rows.items():
+                if row["status"] == "running" and card in launched:
+                    row.update(status="interrupted", error="stopped before this card finished")
+                elif row["status"] == "running":
+                    row.update(status="not-started", error="stopped before this card's worker started")
             exc.partial = result()
             notify(running=False, stopped=True)
             raise

@@ -189,7 +189,7 @@ def live_log_tails(progress: GridProgress, lines: int = LIVE_LOG_LINES) -> str:
     is busy with the grid), open while the card runs."""
     parts = []
     for row in progress.frame.itertuples():
-        if row.status == "skipped-busy" or not given(row.log_path) or not row.log_path:
+        if row.status in ("skipped-busy", "not-started") or not given(row.log_path) or not row.log_path:
             continue
         card, status = row.card, row.status
         seconds = progress.elapsed_s.get(card)
@@ -204,6 +204,10 @@ def live_log_tails(progress: GridProgress, lines: int = LIVE_LOG_LINES) -> str:
 
 def grid_progress_line(progress: GridProgress) -> str:
     text = f"{progress.done}/{progress.total} cards finished"
+    if progress.stopped:  # the cards stopped running, and those never started, counted apart
+        statuses = list(progress.frame["status"])
+        text += "".join(f", {statuses.count(status)} {said}" for status, said in
+                        (("interrupted", "stopped"), ("not-started", "not started")) if statuses.count(status))
     if progress.elapsed_s:
         text += "; running: " + ", ".join(f"card {card} ({seconds:.0f} s)"
                                           for card, seconds in sorted(progress.elapsed_s.items()))

@@ -28,6 +28,7 @@ from hyport_lib.proof.choice import GRID, ProofBatch, choose_attention
 from hyport_lib.results import INTERRUPTED, RUN_DIR_ENV, StageSummary, fresh_folder_beside_results
 from hyport_lib.utils.printable import first_line
 from hyport_lib.utils.redact import scrub_text
+from hyport_lib.utils.wording import counted
 
 STAGE = "03_inference"
 RESULT = GridResult
@@ -156,7 +157,7 @@ def summarize(result: GridResult) -> StageSummary:
         verdict = "FAIL"
     elif any(entry.note and entry.note != NOT_WAITED_FOR for entry in result.nodes):
         verdict = "FAIL"
-    elif counts["interrupted"] or not_waited_for:
+    elif counts["interrupted"] or counts["not-started"] or not_waited_for:
         verdict = INTERRUPTED
     elif counts["ok"] == 0:
         verdict = "FAIL"
@@ -165,10 +166,20 @@ def summarize(result: GridResult) -> StageSummary:
     else:
         verdict = "PASS"
     line = result.consistency_line
+    if counts["interrupted"] or counts["not-started"]:
+        line = f"{_stopped_cards(counts)} {line}"
     if result.node_rank > 0:
         line = (f"node {result.node_rank} of {result.nnodes} (host {result.host}) ran its own cards: {line} "
                 f"The job's record, its merged grid and verdict, is node 0's.")
     return StageSummary(verdict, line, _headline(result))
+
+
+def _stopped_cards(counts: dict[str, int]) -> str:
+    """``Stopped: 0 of 2 cards finished (2 stopped running, 0 not started).``"""
+    ended = counts["ok"] + counts["failed"] + counts["timeout"]
+    planned = ended + counts["interrupted"] + counts["not-started"]
+    return (f"Stopped: {ended} of {counted(planned, 'card')} finished ({counts['interrupted']} stopped running, "
+            f"{counts['not-started']} not started).")
 
 
 def _headline(result: GridResult) -> dict:

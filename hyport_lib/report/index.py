@@ -234,7 +234,9 @@ as such in the <i>source</i> column and are not NPU measurements.</p>
 <h2>Parameters</h2>{unused}
 <p class="prov">What each stage ran with: every parameter it declares, given by the profile or
 <code>-p</code> (in bold) or its own default; paths under the run folder start with <code>&lt;run&gt;</code>,
-under the repository with <code>&lt;repo&gt;</code>; {MISSING}: none given, and what the stage then does.</p>
+under the repository with <code>&lt;repo&gt;</code>, under hyport's cache with <code>&lt;cache&gt;</code>,
+the Python environment <code>&lt;venv&gt;</code>, the temporary folder <code>&lt;tmp&gt;</code>, the home
+folder <code>~</code>; {MISSING}: none given, and what the stage then does.</p>
 <table class="hy" id="parameters"><thead><tr><th>parameter</th><th>value</th><th>from</th><th>stages</th></tr></thead>
 <tbody>{params or '<tr><td colspan="4">(none)</td></tr>'}</tbody></table>
 <h2>Versions</h2>

@@ -1,7 +1,10 @@
 """Paths as the report shows them: under the run folder ``<run>/...``, under the repository
-``<repo>/...``, so that a page or a draft sent elsewhere names no local folder
-(``/home/<user>/...``). The run's data (notebooks, results) keeps its absolute paths; only
-what the report writes for people is rewritten (:func:`relative_text`).
+``<repo>/...``, hyport's cache ``<cache>/...``, the Python environment ``<venv>/...``, the
+temporary folder ``<tmp>/...`` and the home folder ``~/...``, so that a page or a draft sent
+elsewhere names no local folder (``/home/<user>/...``). The run's data (notebooks, results)
+keeps its absolute paths; only what the report writes for people is rewritten, as a last
+pass over the written text (:func:`relative_text`), so a value shown anywhere (a table, a
+log tail, a figure's caption) is caught.
 """
 
 from __future__ import annotations
@@ -9,13 +12,16 @@ from __future__ import annotations
 import html
 import os
 import re
+import sys
+import tempfile
 import urllib.parse
 from pathlib import Path
 from typing import Optional
 
 import hyport_lib
+from hyport_lib.models.model_cache import default_cache_root
 
-RUN, REPO = "<run>", "<repo>"
+RUN, REPO, CACHE, VENV, TMP, HOME = "<run>", "<repo>", "<cache>", "<venv>", "<tmp>", "~"
 #: A root ends where its last folder name ends: ``/x/run-1`` is not the start of
 #: ``/x/run-10`` nor of ``/x/run-1.zip``, but is of ``/x/run-1/a`` and of "``/x/run-1``.".
 _NAME_CHAR = r"[A-Za-z0-9_\-]"
@@ -31,17 +37,30 @@ def default_profiles_dir() -> Path:
     return Path(hyport_lib.__file__).resolve().parents[1] / "parameters"
 
 
+def named_folders(run_dir: Path) -> list[tuple[Path, str]]:
+    """(folder, its name in the report): the run, the repository, hyport's cache, the virtual
+    environment (only one: a system Python's prefix, ``/usr``, is no local folder), the
+    temporary folder and the home folder. A folder that is the file system's root names
+    nothing."""
+    folders = [(run_dir, RUN), (default_profiles_dir().parent, REPO), (default_cache_root(), CACHE)]
+    if sys.prefix != sys.base_prefix:
+        folders.append((Path(sys.prefix), VENV))
+    folders += [(Path(tempfile.gettempdir()), TMP), (Path.home(), HOME)]
+    return [(folder, name) for folder, name in folders if Path(os.path.abspath(folder)).parent != Path(os.path.abspath(folder))]
+
+
 def _roots(run_dir: Path) -> list[tuple[str, str]]:
-    """(folder, its name in the report), the run folder first (it may lie under the
-    repository), each as written and as resolved (a symlinked /tmp)."""
-    roots = ((run_dir, RUN), (default_profiles_dir().parent, REPO))
-    return list(dict.fromkeys((spelled(root), name) for root, name in roots
-                              for spelled in (os.path.abspath, os.path.realpath)))
+    """(folder, its name) of :func:`named_folders`, each as written and as resolved (a
+    symlinked /tmp), the deepest first: a folder inside another (the run under the
+    repository or the temporary folder, the cache under the home folder) keeps its own name."""
+    roots = dict.fromkeys((spelled(folder), name) for folder, name in named_folders(run_dir)
+                          for spelled in (os.path.abspath, os.path.realpath))
+    return sorted(roots, key=lambda root: len(root[0]), reverse=True)
 
 
 def shown_path(value: str, run_dir: Path) -> str:
-    """``<run>/train/smoke``, ``<repo>/parameters/x.yaml``, anything else as it is (a model
-    folder, which the reader may need to reproduce the run)."""
+    """``<run>/train/smoke``, ``<repo>/parameters/x.yaml``, ``~/models/x``, anything else as
+    it is (a model folder outside them, which the reader may need to reproduce the run)."""
     if not isinstance(value, str) or not os.path.isabs(value):
         return value
     path = Path(value)
@@ -63,7 +82,7 @@ def shown_profile(profile: Optional[str], run_dir: Path) -> Optional[str]:
     if path.parent == default_profiles_dir():
         return path.stem
     shown = shown_path(str(path), run_dir)
-    return shown if shown != str(path) else f"…/{path.name}"
+    return shown if shown.startswith((RUN, REPO)) else f"…/{path.name}"
 
 
 def _pattern(forms: dict[str, str]) -> re.Pattern:
@@ -73,9 +92,9 @@ def _pattern(forms: dict[str, str]) -> re.Pattern:
 
 def relative_text(text: str, run_dir: Path, markup: str) -> str:
     """``text`` (a page, ``markup="html"``, or a draft, ``"markdown"``) with its paths named
-    ``<run>/...`` and ``<repo>/...``. In HTML the folders are also found HTML-escaped and
+    as :func:`named_folders` names them. In HTML the folders are also found HTML-escaped and
     URL-quoted, and named in the same form. In Markdown the name is ``<run>`` in code and
-    ``\\<run>`` in prose (where ``<run>`` would be read as an HTML tag)."""
+    ``\\<run>`` in prose (where ``<run>`` would be read as an HTML tag, ``~`` as a strikethrough)."""
     if markup not in ("html", "markdown"):
         raise ValueError(f"markup must be 'html' or 'markdown', not {markup!r}")
     for root, name in _roots(run_dir):

@@ -29,7 +29,7 @@ from hyport_lib.report.run import (NOT_RUN, PENDING, RESULTS_DIR, RUNNING, Repor
 from hyport_lib.report.run_parameters import (check_before_running, load_profile, resolve_parameters, resolve_profile,
                                               safe_parameters)
 from hyport_lib.report.stage_run import FAILED_SUMMARY, PARTIAL_DIR, run_stage, scrub_file, sweep_partial
-from hyport_lib.results import INTERRUPTED, SKIP, StageRecord, write_record
+from hyport_lib.results import INTERRUPTED, SKIP, StageRecord, outputs_dir, write_record
 from hyport_lib.stages import discover_stages, select_stages
 from hyport_lib.utils.bounded_files import UnreadableFile, read_text
 from hyport_lib.utils.files import atomic_write_json, ensure_writable
@@ -103,7 +103,7 @@ def run_report(*, profile: Optional[str] = None, overrides: Optional[dict] = Non
     check_kernel(kernel_name)
     lock = None
     if run_dir is None:
-        output_root = check_output_root(Path(output_root) if output_root else Path.cwd() / "outputs")
+        output_root = check_output_root(Path(output_root) if output_root else outputs_dir())
         clean_runs(output_root, say)
         run_id, run_dir = new_run_dir(output_root)
     else:  # a folder others may share: locked before anything is looked at or written there

@@ -42,10 +42,20 @@ def summarize(result: TrainResult) -> StageSummary:
     loss = f"loss {span}" if span else "no loss logged"
     plan = result.plan
     line = (f"{counted(s.steps, 'step')} on {plan.world_size} {plan.device_kind} {plural('process', plan.world_size)}, "
-            f"ZeRO-{plan.deepspeed.zero_stage}, {plan.precision}: exit {result.exit_code}, {loss}"
+            f"ZeRO-{plan.deepspeed.zero_stage}, {plan.precision}: {_how_torchrun_ended(result)}, {loss}"
             # the PASS reason only repeats the steps and exit code said just before
             + ("; final weights written" if verdict == "PASS" else f"; {why}"))
     return StageSummary(verdict, line, _headline(result), why)
+
+
+def _how_torchrun_ended(result: TrainResult) -> str:
+    """``exit 0``; without an exit code (stopped by Stop or Ctrl-C, or by the job's nodes,
+    perhaps before torchrun started) what is true, never ``exit None``: the reason follows."""
+    if result.exit_code is not None:
+        return f"exit {result.exit_code}"
+    if result.status == "interrupted":
+        return "interrupted before torchrun exited"
+    return "no torchrun exit code"
 
 
 def _verdict(result: TrainResult) -> tuple[str, str]:

@@ -2,7 +2,8 @@
 (:class:`hyport_lib.results.TrainedWeights`: final weights against its last checkpoint and
 its starting model), else the embedded tiny model in two shards against the same model in
 one file. A stage 04 that trained nothing (its record, or a report run's ``run.json``
-listing it) is an error, never the tiny model: that PASS would read as the trained weights'.
+listing it) is an error, never the tiny model: that PASS would read as the trained weights';
+one that was stopped (INTERRUPTED) makes the stage SKIP, saying what to run or give instead.
 """
 
 from __future__ import annotations
@@ -14,7 +15,9 @@ from pathlib import Path
 from typing import Optional
 
 from hyport_lib.models.tiny import ensure_tiny_model, tiny_model_dir
-from hyport_lib.results import RUN_DIR_ENV, StageRecord, TrainedWeights, load_record, result_file, results_dir
+from hyport_lib.results import (
+    INTERRUPTED, RUN_DIR_ENV, StageRecord, TrainedWeights, load_record, result_file, results_dir,
+)
 
 #: The tiny model is about 850 KB in float32: this gives two shards.
 TINY_SHARD_SIZE = "500KB"
@@ -77,7 +80,8 @@ def resolve_paths(weights_path: Optional[os.PathLike] = None, base_path: Optiona
     """The tiny model's folders are named, not built. A path given wins; with
     ``weights_path`` given nothing else is guessed. ValueError: stage 04 (of this run, or as
     recorded) trained no weights to check. A hand-over of a node > 0 checks nothing
-    (``skip`` says why): only node 0 holds the job's weights."""
+    (``skip`` says why): only node 0 holds the job's weights; nor does one of a stage 04
+    that was stopped (``skip`` says at which step, and what to do)."""
     if weights_path:
         return Sources(str(weights_path), _str(base_path), _str(checkpoint_path), "as given")
     record_path, record = _stage04_record(results)
@@ -86,6 +90,8 @@ def resolve_paths(weights_path: Optional[os.PathLike] = None, base_path: Optiona
         return Sources("", None, None, f"stage 04 of node {handed.node_rank} ({record_path})",
                        skip=f"{ON_NODE_0}: stage 04's record here is node {handed.node_rank}'s of "
                             f"{handed.nnodes} ({record_path})")
+    if handed is not None and not handed.final_dir and record.verdict == INTERRUPTED:
+        return Sources("", None, None, f"stage 04 ({record_path}): interrupted", skip=_interrupted(handed))
     if handed is not None and not handed.final_dir:
         raise ValueError(f"stage 04 trained no weights to check ({record_path}: {record.verdict}: "
                          f"{record.summary or 'no final weights'}); {_NOT_THE_TINY_MODEL}")
@@ -108,6 +114,15 @@ def resolve_paths(weights_path: Optional[os.PathLike] = None, base_path: Optiona
                    _str(checkpoint_path) or str(tiny_model_dir()),
                    f"{why}: the embedded tiny model saved in shards of {TINY_SHARD_SIZE}, checked "
                    f"against the same model saved as one file", tiny=True)
+
+
+def _interrupted(handed: TrainedWeights) -> str:
+    """Why nothing is checked after a stopped stage 04, and what to do: one line."""
+    when = (handed.reason or "").split(" (")[0] or "stopped"
+    instead = (f"set weights_path={handed.last_checkpoint!r} to check its last complete checkpoint"
+               if handed.last_checkpoint else "set weights_path to a folder to check")
+    return (f"stage 04 was interrupted ({when}): it wrote no final weights to check; run stage 04 to the end, "
+            f"or {instead}")
 
 
 def build_tiny_sources(sources: Sources) -> None:

@@ -159,6 +159,9 @@ def _show(*items) -> None:
 
 
 def show_sources(sources: Sources) -> None:
+    if sources.skip:  # nothing to check here (a stopped stage 04, a node > 0): why, in one line
+        _show(f"**SKIP**: {sources.skip}")
+        return
     lines = [f"- **weights**: `{sources.weights}`",
              f"- **checkpoint** (same model expected): `{sources.checkpoint}`" if sources.checkpoint
              else "- **checkpoint**: none",
@@ -168,12 +171,17 @@ def show_sources(sources: Sources) -> None:
 
 
 def show_summary(result: WeightsResult) -> None:
+    if result.skipped:  # nothing was checked (a stopped stage 04, a node > 0): why, in one line
+        _show(f"**SKIP**: {result.skipped}")
+        return
     _show(f"**{result.seed_line()}**")
     _show(fit(styled(summary_frame(result), colour=("value",))))
     _show(*explorable_table(shards_frame(result), what="shards"))
 
 
 def show_findings(result: WeightsResult) -> None:
+    if result.skipped:  # show_summary said why
+        return
     n = result.counts
     _show(f"{counted(n['error'], 'error')}, {counted(n['warning'], 'warning')}, {counted(n['info'], 'note')}.")
     if result.findings:
@@ -181,6 +189,8 @@ def show_findings(result: WeightsResult) -> None:
 
 
 def show_scan(result: WeightsResult) -> None:
+    if result.skipped:  # show_summary said why
+        return
     s = result.scan
     if s is None:
         _show("Full scan not run (`full_scan=False`): headers only.")
@@ -192,6 +202,8 @@ def show_scan(result: WeightsResult) -> None:
 
 
 def show_reload(result: WeightsResult) -> None:
+    if result.skipped:  # show_summary said why
+        return
     if result.reload is None:
         _show("Reload not run (`reload=False`).")
         return
@@ -201,6 +213,8 @@ def show_reload(result: WeightsResult) -> None:
 
 
 def show_comparisons(result: WeightsResult) -> None:
+    if result.skipped:  # show_summary said why
+        return
     if not result.comparisons:
         _show("No base and no checkpoint to compare with.")
     for c in result.comparisons:
@@ -222,6 +236,8 @@ def show_comparisons(result: WeightsResult) -> None:
 
 
 def show_zero(result: WeightsResult) -> None:
+    if result.skipped:  # show_summary said why
+        return
     z = result.zero
     if z is None or not z.present:
         _show("No DeepSpeed ZeRO states to check (no checkpoint, or no `global_stepN/` in it).")

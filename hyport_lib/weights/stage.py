@@ -48,7 +48,7 @@ def plan(params: Params) -> WeightsPlan:
     ParameterError: a folder given that does not exist, a check that needs a checkpoint where
     there is none, or an attention this host cannot run; ValueError: stage 04 trained none to check, or (DoesNotFit) the RAM is short."""
     sources = resolve_paths(params.weights_path, params.base_path, params.checkpoint_path)
-    if sources.skip:  # a node > 0: the checks are node 0's, none is refused here
+    if sources.skip:  # a node > 0 (the checks are node 0's) or a stopped stage 04: none is refused here
         return WeightsPlan(params, sources)
     problems = []
     # base_path is checked where it is declared (it must exist); the other two may be

@@ -18,7 +18,9 @@ from typing import Any, Callable, Iterable, Optional, Sequence
 
 import pandas as pd
 
-from hyport_lib.results import HISTORY_DIR, StageRecord, UnreadableResult, history_dir, read_result
+from hyport_lib.results import (
+    HISTORY_DIR, INTERACTIVE_DIR, StageRecord, UnreadableResult, history_dir, outputs_dir, read_result,
+)
 from hyport_lib.stages import named_stages, read_stage_record, stage_hook
 
 #: A stage's result file: ``NN_name.json``.
@@ -26,8 +28,6 @@ _STAGE_FILE = re.compile(r"^(\d{2}_[a-z0-9_]+)\.json$")
 #: The report runner's results folder inside a run folder (hyport_lib.report.run.RESULTS_DIR,
 #: which this utility layer may not import).
 _REPORT_RESULTS = "results"
-#: The folder of ``outputs/`` holding interactive results, logs and history: not a report run.
-_INTERACTIVE = "interactive"
 
 
 @dataclass(frozen=True)
@@ -57,11 +57,6 @@ class Run:
             raise ValueError(f"run {self.id}: {path.name} is not a result ({reason})") from None
 
 
-def default_outputs() -> Path:
-    """``outputs/`` of the checkout, where a report started in the checkout writes its runs."""
-    return history_dir().parent.parent
-
-
 def _stages_in(folder: Path) -> tuple[str, ...]:
     if not folder.is_dir():
         return ()
@@ -72,13 +67,13 @@ def list_runs(outputs: Optional[Path] = None) -> list[Run]:
     """Every recorded run, newest first (the ids begin with their local time): each report
     run folder under ``outputs`` and every interactive run (a report never writes into a history)."""
     history = history_dir()
-    outputs = Path(outputs) if outputs else default_outputs()
+    outputs = Path(outputs) if outputs else outputs_dir()
     runs = []
     for folder in sorted(history.iterdir()) if history.is_dir() else ():
         if stages := _stages_in(folder):
             runs.append(Run(folder.name, "interactive", folder, stages))
     for folder in sorted(outputs.iterdir()) if outputs.is_dir() else ():
-        if folder.name != _INTERACTIVE and (stages := _stages_in(folder / _REPORT_RESULTS)):
+        if folder.name != INTERACTIVE_DIR and (stages := _stages_in(folder / _REPORT_RESULTS)):
             runs.append(Run(folder.name, "report", folder / _REPORT_RESULTS, stages))
     return sorted(runs, key=lambda r: r.id, reverse=True)
 
@@ -102,7 +97,7 @@ def find_run(ref: Any, outputs: Optional[Path] = None) -> Run:
     matches = [r for r in runs if r.id == str(ref)] or [r for r in runs if r.id.startswith(str(ref))]
     if len(matches) == 1:
         return matches[0]
-    where = Path(outputs) if outputs else default_outputs()
+    where = Path(outputs) if outputs else outputs_dir()
     known = ", ".join(r.id for r in runs[:6]) + (" …" if len(runs) > 6 else "") or "none"
     what = "matches several runs" if matches else "no such run folder or run id"
     raise ValueError(f"run {ref!r}: {what} under {where} or {history_dir()} (runs: {known})")

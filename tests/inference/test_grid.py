@@ -328,6 +328,52 @@ def test_grid_returns_when_every_worker_hangs(fault_switches, tmp_path):
     assert "Card 0: " in result.consistency_line  # says why, not only that nothing finished
 
 
+@pytest.mark.slow
+def test_a_grid_stopped_before_its_cards_finished_says_none_finished(tmp_path, monkeypatch):
+    """Stop while both cards run (the interrupt arrives in the grid's first progress call),
+    then while the second card's worker is being started: the cards are counted finished,
+    stopped running and not started, never "2/2 cards finished"."""
+    from hyport_lib.inference import grid
+    from hyport_lib.inference.show import grid_progress_line
+
+    def stopped_grid(plan, **kw):
+        seen = []
+
+        def stop_once(progress):
+            seen.append(progress)
+            if progress.running and len(seen) == 1:
+                raise KeyboardInterrupt  # the Stop button's SIGINT, as the grid's wait gets it
+
+        with pytest.raises(KeyboardInterrupt) as stopped:
+            run_grid(plan, on_progress=stop_once, kill_grace_s=1.0, **kw)
+        assert seen[-1].stopped and not seen[-1].running
+        return stopped.value.partial, seen[-1]
+
+    plan = _plan(device="cpu", num_cards=2, infer_timeout_s=120, log_dir=str(tmp_path / "a"))
+    result, last = stopped_grid(plan)
+    assert _status(result) == {0: "interrupted", 1: "interrupted"}
+    assert grid_progress_line(last) == "0/2 cards finished, 2 stopped (interrupted: the cards that finished are kept)"
+    judged = stage.summarize(result)
+    assert judged.verdict == "INTERRUPTED"
+    assert judged.summary.startswith("Stopped: 0 of 2 cards finished (2 stopped running, 0 not started).")
+
+    launch = grid._launch
+
+    def stopped_at_card_1(group, backend, card, *args):
+        if card == 1:
+            raise KeyboardInterrupt
+        return launch(group, backend, card, *args)
+
+    monkeypatch.setattr(grid, "_launch", stopped_at_card_1)
+    result, last = stopped_grid(_plan(device="cpu", num_cards=2, infer_timeout_s=120, log_dir=str(tmp_path / "b")))
+    assert _status(result) == {0: "interrupted", 1: "not-started"}
+    assert grid_progress_line(last) == ("0/2 cards finished, 1 stopped, 1 not started "
+                                        "(interrupted: the cards that finished are kept)")
+    assert stage.summarize(result).summary.startswith("Stopped: 0 of 2 cards finished (1 stopped running, "
+                                                      "1 not started).")
+    assert psutil.Process().children(recursive=True) == []  # no worker left
+
+
 # --------------------------------------------------------------------------- launcher death
 _HANGING_GRID = """
 import sys

@@ -39,3 +39,13 @@ def test_the_line_names_each_running_cards_seconds_and_how_it_ended(tmp_path):
     assert grid_progress_line(ended) == "2/3 cards finished (finished)"
     stopped = GridProgress(ended.frame, 2, 3, running=False, stopped=True)
     assert grid_progress_line(stopped).endswith("(interrupted: the cards that finished are kept)")
+
+
+def test_a_stopped_grid_counts_its_finished_stopped_and_not_started_cards_apart():
+    frame = pd.DataFrame([{**{c: None for c in COLUMNS}, "card": card, "status": status}
+                          for card, status in ((0, "interrupted"), (1, "interrupted"))], columns=COLUMNS)
+    stopped = GridProgress(frame, 0, 2, running=False, stopped=True)
+    assert grid_progress_line(stopped) == "0/2 cards finished, 2 stopped (interrupted: the cards that finished are kept)"
+    frame.loc[1, "status"], frame.loc[0, "status"] = "not-started", "ok"
+    assert grid_progress_line(GridProgress(frame, 1, 2, running=False, stopped=True)) == \
+        "1/2 cards finished, 1 not started (interrupted: the cards that finished are kept)"

@@ -24,7 +24,7 @@ def test_the_bundle_inlines_every_stage_page_with_its_own_anchors(tmp_path):
     run = _run(tmp_path, {"01_environment": "PASS", "03_inference": "WARN"})
     (tmp_path / "html").mkdir()
     styled = ('<style>#T_1_row0_col0{background:#c8e6c9}</style><table id="T_1"><tr>'
-              '<th id="T_1_h">decode_tokens_per_s</th><td id="T_1_row0_col0">/tmp/run/x</td></tr></table>')
+              '<th id="T_1_h">decode_tokens_per_s</th><td id="T_1_row0_col0">/opt/run/x</td></tr></table>')
     for stage, table in (("01_environment", ""), ("03_inference", styled)):
         (tmp_path / "html" / f"{stage}.html").write_text(_page(f"{stage} parameters", table))
         run.stages[-1 if stage.startswith("03") else 0].html = f"html/{stage}.html"
@@ -36,7 +36,7 @@ def test_the_bundle_inlines_every_stage_page_with_its_own_anchors(tmp_path):
         assert f'id="{stage}--Parameters"' in text and f'href="#{stage}--Parameters"' in text
         assert f"{stage} parameters" in text
     assert 'id="T_1_row0_col0"' in text and "#T_1_row0_col0{" in text
-    assert "decode_<wbr>tokens_<wbr>per_<wbr>s" in text and "/<wbr>tmp/<wbr>run/<wbr>x" in text
+    assert "decode_<wbr>tokens_<wbr>per_<wbr>s" in text and "/<wbr>opt/<wbr>run/<wbr>x" in text
     assert "https://x.org/#y" in text
     assert re.search(r'<body[^>]*><a id="top"></a>', text)  # "(top)" goes to the top of the file
     assert "@media print" in text and "break-before:page" in text

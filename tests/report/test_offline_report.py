@@ -185,6 +185,37 @@ def test_the_pages_and_drafts_name_no_local_folder_and_their_links_still_work(fu
         assert [link for link in links if not (page / link).exists()] == [], name
 
 
+def test_no_page_draft_or_compare_page_holds_a_local_folder(full_run, tmp_path):
+    """The home folder, hyport's cache, the temporary folder, the Python environment and the
+    repository are named (``~``, ``<cache>``, ``<tmp>``, ``<venv>``, ``<repo>``) in every page,
+    draft (figure captions included) and ``hyport compare`` page of the run; the 01 page names
+    the environment's python ``<venv>/bin/python``."""
+    import shutil
+    import sys
+    import tempfile
+
+    from hyport_lib.commands import main
+    from hyport_lib.models.model_cache import default_cache_root
+    from hyport_lib.report.paths import default_profiles_dir
+
+    _, run_dir = full_run
+    other = shutil.copytree(run_dir, tmp_path / "other-run")  # a second run to compare with
+    assert main(["compare", str(run_dir), str(other), "--out", str(tmp_path / "compare.html")]) == 0
+    sent = [run_dir / name for name in ("index.html", "report.html", "blog.en.md", "blog.zh.md")]
+    sent += [*sorted((run_dir / "html").glob("*.html")), tmp_path / "compare.html"]
+    folders = {str(Path.home()), str(default_cache_root()), tempfile.gettempdir(), sys.prefix,
+               str(default_profiles_dir().parent)}
+    found = {path.name: sorted(folder for folder in folders if re.search(
+        rf"(?<![\w.-]){re.escape(folder)}(?![\w-]|\.\w)", path.read_text(encoding="utf-8")))
+        for path in sent}
+    assert len(found) == 10 and not any(found.values()), found
+    environment = (run_dir / "html" / "01_environment.html").read_text(encoding="utf-8")
+    if sys.prefix != sys.base_prefix:
+        assert "&lt;venv&gt;/bin/python" in environment
+    blog = (run_dir / "blog.en.md").read_text(encoding="utf-8")
+    assert "<cache>/tiny-vlm-v3-tf" in blog and "<tmp>/hyport-planted-example" in blog
+
+
 @pytest.mark.skipif(chromium_path() is None and not os.environ.get("CI"),
                     reason="Debian chromium not installed (scripts/setup.sh --browser installs it)")
 def test_one_file_to_send_and_the_zip(full_run, tmp_path):

@@ -64,3 +64,47 @@ def test_code_spans_and_fences_are_read_as_markdown_reads_them():
 def test_an_unknown_markup_is_refused():
     with pytest.raises(ValueError, match="markup must be 'html' or 'markdown'"):
         relative_text("x", Path("/x"), "rst")
+
+
+@pytest.fixture
+def local_folders(tmp_path, monkeypatch):
+    """A home folder holding hyport's cache, a virtual environment and a temporary folder of
+    their own (the machine's are not what a test may count on)."""
+    import sys
+    import tempfile
+
+    home = tmp_path / "home" / "someone"
+    folders = {"home": home, "cache": home / ".cache" / "hyport", "venv": home / "env", "tmp": tmp_path / "t"}
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.delenv("HYPORT_CACHE", raising=False)
+    monkeypatch.setattr(sys, "prefix", str(folders["venv"]))
+    monkeypatch.setattr(tempfile, "tempdir", str(folders["tmp"]))
+    return folders
+
+
+def test_the_cache_the_environment_the_temporary_and_the_home_folder_are_named(local_folders):
+    f = local_folders
+    run = f["home"] / "outputs" / "run-1"
+    page = (f"<td>{f['cache']}/tiny-vlm-v3-tf5</td><td>{f['tmp']}/hyport-planted-example/modeling_example.py</td>"
+            f"<td>{f['venv']}/bin/python</td><td>{f['home']}/models/x</td><td>{run}/train</td>"
+            f'<a href="figures/loss.png">l</a>')
+    shown = relative_text(page, run, "html")
+    assert ("<td>&lt;cache&gt;/tiny-vlm-v3-tf5</td><td>&lt;tmp&gt;/hyport-planted-example/modeling_example.py</td>"
+            "<td>&lt;venv&gt;/bin/python</td><td>~/models/x</td><td>&lt;run&gt;/train</td>") in shown
+    assert str(f["home"]) not in shown and _LINKS.findall(shown) == ["figures/loss.png"]
+    draft = f"The model is `{f['cache']}/tiny-vlm-v3-tf5`, in prose {f['cache']}/x and {f['home']}/models/x.\n"
+    assert relative_text(draft, run, "markdown") == (
+        "The model is `<cache>/tiny-vlm-v3-tf5`, in prose \\<cache>/x and \\~/models/x.\n")
+    # a parameter the user typed: a folder under the home folder is named from ~ in the table too
+    assert shown_path(f"{f['home']}/models/x", run) == "~/models/x"
+    assert shown_path(f"{f['cache']}", run) == "<cache>" and shown_path("/opt/models/x", run) == "/opt/models/x"
+
+
+def test_hyport_cache_set_elsewhere_is_the_cache_and_a_system_python_is_not_named(local_folders, monkeypatch):
+    import sys
+
+    monkeypatch.setenv("HYPORT_CACHE", str(local_folders["tmp"] / "c"))
+    monkeypatch.setattr(sys, "prefix", sys.base_prefix)
+    run = Path("/x/run-1")
+    assert relative_text(f"{local_folders['tmp']}/c/m {sys.base_prefix}/bin/python", run, "html") == \
+        f"&lt;cache&gt;/m {sys.base_prefix}/bin/python"

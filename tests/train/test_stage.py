@@ -9,6 +9,7 @@ from hyport_lib.train import stage
 from hyport_lib.train.preflight import LaunchPlan
 from hyport_lib.train.result import MetricsSummary, TrainResult, WorkerResult, final_weights
 from hyport_lib.utils.typed_records import from_mapping
+from stopped_training import stopped_after
 
 
 def test_a_bad_dataset_stops_before_any_process_starts(tmp_path, monkeypatch, capsys):
@@ -56,3 +57,17 @@ def test_a_run_whose_rank_0_wrote_nothing_records_an_empty_worker_as_before(tmp_
     raw = json.loads(record(stage, died, directory=tmp_path).read_text(encoding="utf-8"))
     assert raw["verdict"] == "FAIL" and raw["data"]["worker"] == {}
     assert read_record(raw, TrainResult).data.trainer_loss is None
+
+
+def test_a_stopped_run_says_it_was_interrupted_before_torchrun_exited_never_exit_none(tmp_path):
+    stopped = stopped_after(tmp_path, 3)
+    assert (stopped.status, stopped.exit_code, stopped.final_dir) == ("interrupted", None, None)
+    judged = stage.summarize(stopped)
+    assert judged.verdict == "INTERRUPTED" and "exit None" not in judged.summary
+    assert ": interrupted before torchrun exited, loss " in judged.summary
+    assert judged.summary.endswith("; stopped by a signal after step 3 (metrics and complete checkpoints kept)")
+    before_any = stage.summarize(stopped_after(tmp_path / "b", 0))
+    assert "exit None" not in before_any.summary and "before the first step" in before_any.summary
+    # refused by the job's nodes (no exit code, not a Stop): no exit code said as such
+    refused = stage.summarize(TrainResult("failed", None, 1.0, "node 1 never joined", stopped.plan))
+    assert "no torchrun exit code" in refused.summary and "exit None" not in refused.summary

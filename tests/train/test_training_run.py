@@ -247,6 +247,7 @@ def test_an_interrupt_ends_torchrun_and_records_interrupted(tmp_path):
                              save_steps=1000, resume_from="none"))
     result = run_stoppable(stage.run, plan, on_progress=stop.watch(display))
     assert result.status == "interrupted" and stage.summarize(result).verdict == "INTERRUPTED"
+    assert "interrupted before torchrun exited" in stage.summarize(result).summary  # never "exit None"
     assert 2 <= len(result.metrics) < 500 and result.reason.startswith("stopped by a signal after step")
     assert not seen[0].records and seen[0].ranks == 1 and seen[0].device == "cpu"  # from the first poll
     assert seen[-1].stopped and not seen[-1].running  # the display heard how it ended

@@ -29,7 +29,7 @@ def test_the_tensors_compared_are_explorable_in_the_lab_and_the_largest_changes_
     comparison = type("C", (), {"role": "base", "other_path": "/base", "rows": rows, "bytes_read": 1, "seconds": 0.1,
                                 "compared": 0, "to_dict": lambda self: {"statuses": {"changed": 52}},
                                 "count": lambda self, status: 0})()
-    result = type("R", (), {"comparisons": [comparison], "parity": None})()
+    result = type("R", (), {"comparisons": [comparison], "parity": None, "skipped": ""})()
     monkeypatch.delenv(RUN_DIR_ENV, raising=False)
     show.show_comparisons(result)
     explorer, static = shown[1], shown[3]
@@ -47,7 +47,7 @@ def test_the_tensors_compared_are_explorable_in_the_lab_and_the_largest_changes_
 def test_findings_are_explorable_in_the_lab_and_whole_in_the_report(shown, monkeypatch):
     findings = [Finding(cls="key_removed" if i % 2 else "shape_changed", file=f"model-{i}.safetensors",
                         message=f"finding {i}") for i in range(14)]
-    result = type("R", (), {"counts": {"error": 7, "warning": 7, "info": 0}, "findings": findings})()
+    result = type("R", (), {"counts": {"error": 7, "warning": 7, "info": 0}, "findings": findings, "skipped": ""})()
     monkeypatch.delenv(RUN_DIR_ENV, raising=False)
     show.show_findings(result)
     explorer, static = shown[1], shown[3]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 import shutil
+from pathlib import Path
 
 import pytest
 
@@ -208,3 +209,64 @@ class _Stopped(Exception):
 
 def _Stop():
     raise _Stopped("consolidate() reached")
+
+
+def test_after_a_stopped_stage_04_the_stage_is_skip_in_one_line_that_says_what_to_do(tmp_path, monkeypatch,
+                                                                                     capsys):
+    """Stage 04 stopped after step 3 (its own interrupt path, recorded as the notebook and the
+    command record it): no ValueError, a SKIP that names the step, the missing weights and
+    what to do, from the plan, the notebook's cells and ``hyport verify`` alike."""
+    from hyport_lib.commands import main
+    from hyport_lib.results import load_record, record
+    from hyport_lib.train import stage as train_stage
+    from stopped_training import stopped_after
+
+    results = tmp_path / "results"
+    monkeypatch.setenv("HYPORT_RESULTS_DIR", str(results))
+    monkeypatch.delenv("HYPORT_RUN_DIR", raising=False)
+    assert load_record(record(train_stage, stopped_after(tmp_path, 3), directory=results)).verdict == "INTERRUPTED"
+    said = ("stage 04 was interrupted (stopped by a signal after step 3): it wrote no final weights to check; "
+            "run stage 04 to the end, or set weights_path to a folder to check")
+    plan = stage.plan(Params())
+    assert plan.sources.skip == said and not plan.sources.tiny
+    summary = stage.summarize(stage.run(plan))
+    assert (summary.verdict, summary.summary) == ("SKIP", said)
+    assert main(["verify", "--no-record"]) == 0
+    out, err = capsys.readouterr()
+    assert said in out + err and "Traceback" not in out + err
+    # a last complete checkpoint is named as the folder to give instead
+    from hyport_lib.results import TrainedWeights
+    from hyport_lib.weights.defaults import _interrupted
+
+    assert _interrupted(TrainedWeights(last_checkpoint="/r/checkpoint-2", reason="stopped by a signal after "
+                                       "step 2 (metrics and complete checkpoints kept)")).endswith(
+        "or set weights_path='/r/checkpoint-2' to check its last complete checkpoint")
+
+
+@pytest.mark.slow  # papermill starts a kernel
+def test_notebook_05_run_all_after_a_stopped_stage_04_ends_in_one_skip_line(tmp_path, monkeypatch):
+    """Run All of notebook 05 (papermill, in notebooks/ as JupyterLab runs it) after stage 04
+    was stopped: no traceback, the plan cell and the summary say the one SKIP line, the
+    record is SKIP."""
+    import json
+
+    import papermill
+
+    from hyport_lib.results import record
+    from hyport_lib.train import stage as train_stage
+    from hyport_lib.weights.show import __file__ as show_file
+    from stopped_training import stopped_after
+
+    results = tmp_path / "results"
+    monkeypatch.setenv("HYPORT_RESULTS_DIR", str(results))
+    monkeypatch.delenv("HYPORT_RUN_DIR", raising=False)
+    record(train_stage, stopped_after(tmp_path, 3), directory=results)
+    notebooks = Path(show_file).resolve().parents[2] / "notebooks"
+    papermill.execute_notebook(str(notebooks / "05_weights.ipynb"), str(tmp_path / "out.ipynb"),
+                               cwd=str(notebooks), progress_bar=False, execution_timeout=300)
+    outputs = [o for c in json.loads((tmp_path / "out.ipynb").read_text())["cells"] for o in c.get("outputs", [])]
+    assert outputs and not [o for o in outputs if o["output_type"] == "error"]
+    shown = [str(o.get("data", {}).get("text/markdown") or o.get("text")) for o in outputs]
+    said = "stage 04 was interrupted (stopped by a signal after step 3): it wrote no final weights to check"
+    assert sum(said in text for text in shown) == 3  # the plan cell, the summary, the recorded line
+    assert json.loads((results / "05_weights.json").read_text())["verdict"] == "SKIP"
