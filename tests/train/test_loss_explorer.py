@@ -7,9 +7,9 @@ import base64
 import json
 import math
 
+from hyport_lib.display import VEGA_LITE_MIME
 from hyport_lib.results import Provenance
-from hyport_lib.train.loss_explorer import (DEFAULT_SMOOTHING, SMOOTHING, VEGA_LITE_MIME, loss_bundle,
-                                            loss_spec, show_loss_explorer)
+from hyport_lib.train.loss_explorer import DEFAULT_SMOOTHING, SMOOTHING, loss_bundle, loss_spec, show_loss_explorer
 from hyport_lib.train.result import StepMetrics
 from hyport_lib.train.show import ema
 
