@@ -28,7 +28,7 @@ from hyport_lib.commands import main
 from hyport_lib.utils.typed_records import from_mapping
 from hyport_lib.workbook import compare_show
 from hyport_lib.report.run import new_run_dir
-from hyport_lib.display import MISSING
+from hyport_lib.display import MISSING, VEGA_LITE_MIME
 from hyport_lib.workbook.compare import compare_runs, find_run, list_runs
 from hyport_lib.workbook.compare_show import (COMPARE_PAGE, comparison_html, headline_table, overview_table,
                                               parameter_table, run_picker, show_comparison, throughput_table)
@@ -231,6 +231,36 @@ def test_the_run_picker_offers_the_runs_and_shows_a_bad_pair_as_one_line(outputs
     second.value = first.value  # the same run twice
     button.click()
     assert "the same run twice" in picker.children[3].value
+
+
+def test_the_run_picker_names_each_run_with_its_name_time_and_verdicts_newest_first(outputs):
+    labels = [label for label, _ in run_picker(outputs).children[0].options]
+    cpu = _cpu_train(outputs)
+    when = dt.datetime.strptime(cpu.id[:15], "%Y%m%d-%H%M%S").strftime("%Y-%m-%d %H:%M:%S")
+    verdict = read_result(cpu.folder / "04_train.json")["verdict"]
+    assert len(labels) == 3
+    assert labels[0] == ("smoke · report 02 03 04 · 2099-01-01 00:00:00 · "
+                         + ", ".join(f"{s[:2]} {read_result(outputs / '20990101-000000-npu' / 'results' / f'{s}.json')['verdict']}"
+                                     for s in ("02_attention", "03_inference", "04_train")))
+    assert f"smoke · 04_train · {when} · {verdict}" in labels[1:]
+    attention = next(label for label in labels if "02_attention" in label)
+    assert attention.endswith(" · FAIL") and not attention.startswith("smoke")  # no run_name recorded: none shown
+
+
+def test_the_overlaid_losses_are_interactive_with_a_legend_per_run_and_a_fitted_axis(outputs, monkeypatch):
+    c = compare_runs([_cpu_train(outputs), "20990101"], stages=["04_train"], outputs=outputs)
+    spec = c.part("losses").spec()
+    assert spec["encoding"]["y"]["scale"]["zero"] is False and spec["mark"]["point"] is True
+    assert spec["encoding"]["color"]["field"] == "run" and "legend" in spec["encoding"]["color"]
+    assert [t["field"] for t in spec["encoding"]["tooltip"]] == ["run", "step", "loss"]
+    assert {"select": "interval", "bind": "scales"}.items() <= spec["params"][0].items()  # zoom
+    assert sorted({row["run"] for row in spec["data"]["values"]}) == sorted(c.part("losses").frame["label"].unique())
+    # in a notebook: the spec for JupyterLab's Vega renderer, the PNG beside it for everything else
+    shown = []
+    monkeypatch.setattr("IPython.display.display", lambda obj, raw=False: shown.append(obj))
+    show_comparison(c)
+    bundles = [obj for obj in shown if isinstance(obj, dict)]
+    assert len(bundles) == 1 and bundles[0][VEGA_LITE_MIME] == spec and len(bundles[0]["image/png"]) > 1000
 
 
 def test_the_run_picker_lists_a_stage_s_runs_and_refresh_finds_a_new_one(outputs, monkeypatch):
