@@ -42,7 +42,9 @@ table.hy th{background:#f3f3f3} table.hy code{word-break:break-all}
 .card h3{margin:.1em 0 .4em 0;font-size:1em} .card dl{margin:0;display:grid;
 grid-template-columns:auto 1fr;gap:.1em .6em} .card dt{color:#555} .card dd{margin:0}
 .card .prov{margin-top:.4em} .verdict-tag{padding:0 .4em;border-radius:3px;font-weight:bold}
-#parameters tr.given td{font-weight:bold}
+#parameters tr.given td{font-weight:bold} .hy-nb{white-space:nowrap}
+@media print{table.hy th,table.hy td{font-size:8pt;overflow-wrap:normal;word-break:normal;padding:.2em .35em}
+table.hy code{word-break:normal}}
 """
 
 
