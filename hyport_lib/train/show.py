@@ -469,9 +469,8 @@ def compare(runs: list[RunRecord]) -> StageComparison:
                                    ("real tokens/s per card (no padding)",
                                     r.record.data.summary.real_tokens_per_s_per_card))],
                               columns=THROUGHPUT_COLUMNS)
-    return StageComparison([Part("losses", "04 train: loss per step overlaid", losses,
-                                 lambda: overlaid_losses(losses), lambda: overlay_spec(losses, _overlay_title(losses)))],
-                           throughput)
+    return StageComparison([Part("losses", "04 train: loss per step overlaid", losses, lambda: overlaid_losses(losses),
+                                 lambda: overlay_spec(losses, _overlay_title(losses)))], throughput)
 
 
 def _overlay_title(losses: pd.DataFrame) -> str:

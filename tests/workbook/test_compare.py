@@ -239,9 +239,10 @@ def test_the_run_picker_names_each_run_with_its_name_time_and_verdicts_newest_fi
     when = dt.datetime.strptime(cpu.id[:15], "%Y%m%d-%H%M%S").strftime("%Y-%m-%d %H:%M:%S")
     verdict = read_result(cpu.folder / "04_train.json")["verdict"]
     assert len(labels) == 3
-    assert labels[0] == ("smoke · report 02 03 04 · 2099-01-01 00:00:00 · "
-                         + ", ".join(f"{s[:2]} {read_result(outputs / '20990101-000000-npu' / 'results' / f'{s}.json')['verdict']}"
-                                     for s in ("02_attention", "03_inference", "04_train")))
+    report = outputs / "20990101-000000-npu" / "results"
+    verdicts = [f"{s[:2]} {read_result(report / f'{s}.json')['verdict']}" for s in ("02_attention", "03_inference",
+                                                                                   "04_train")]
+    assert labels[0] == "smoke · report 02 03 04 · 2099-01-01 00:00:00 · " + ", ".join(verdicts)
     assert f"smoke · 04_train · {when} · {verdict}" in labels[1:]
     attention = next(label for label in labels if "02_attention" in label)
     assert attention.endswith(" · FAIL") and not attention.startswith("smoke")  # no run_name recorded: none shown
