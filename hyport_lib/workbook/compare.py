@@ -45,7 +45,7 @@ class Run:
 
     @property
     def tag(self) -> str:
-        """``A (smoke · 04_train · 2025-01-31 14:25:01)`` in a comparison, else its id."""
+        """``A (smoke · NN_stage · 2025-01-31 14:25:01)`` in a comparison, else its id."""
         return f"{self.letter} ({self.title})" if self.letter else self.id
 
     @property
@@ -78,14 +78,14 @@ class RunSummary:
 
     @property
     def title(self) -> str:
-        """``smoke · 04_train · 2025-01-31 14:25:01``; a report run names its stages by number."""
+        """``smoke · NN_stage · 2025-01-31 14:25:01``; a report run names its stages by number."""
         numbers = " ".join(s.split("_", 1)[0] for s in self.run.stages)
         held = self.run.stages[0] if self.run.kind == "interactive" else f"report {numbers}"
         return " · ".join(t for t in (self.name, held, self.when) if t)
 
     @property
     def label(self) -> str:
-        """The title and the verdicts: ``smoke · 04_train · 2025-01-31 14:25:01 · PASS``."""
+        """The title and the verdicts: ``smoke · NN_stage · 2025-01-31 14:25:01 · PASS``."""
         if len(self.verdicts) == 1:
             verdicts = self.verdicts[0][1]
         else:
@@ -195,7 +195,7 @@ class RunRecord:
 
     @property
     def label(self) -> str:
-        """``A (smoke · 04_train · 2025-01-31 14:25:01) (CPU (not an NPU measurement))`` (the run's
+        """``A (smoke · NN_stage · 2025-01-31 14:25:01) (CPU (not an NPU measurement))`` (the run's
         id outside a comparison): a CPU or emulated run is never read as an NPU one."""
         return f"{self.run.tag} ({self.source})"
 
