@@ -25,6 +25,8 @@ VERDICT_COLOURS = {
 }
 
 
+#: The MIME type of a Vega-Lite spec, which JupyterLab draws with the renderer it ships.
+VEGA_LITE_MIME = "application/vnd.vegalite.v5+json"
 #: What a missing value (None, NaN) shows as in every table: pandas would print ``None``/``nan``.
 MISSING = "–"
 #: Widest a table cell grows before its text wraps (JupyterLab's own CSS sets ``max-width: none``).

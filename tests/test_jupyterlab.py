@@ -582,18 +582,23 @@ def test_04_stop_button_ends_the_run_and_records_interrupted(lab, tmp_path):
         picker = page.locator(".widget-vbox:has(button:has-text('Compare'))").last
         picker.scroll_into_view_if_needed()
         selects = picker.locator("select")
-        # an option reads "<run id> (<kind>: <stages>)"
-        runs = [o.get_attribute("value").split(" ")[0] for o in selects.first.locator("option").all()]
-        trains = [r for r in runs if "-04_train-" in r]
-        assert len(trains) >= 2, runs
-        options = [o.get_attribute("value") for o in selects.first.locator("option").all()]
-        selects.nth(0).select_option(options[runs.index(trains[0])])  # the newest: this stopped run
-        selects.nth(1).select_option(options[runs.index(trains[-1])])  # the first: 60 steps, finished
+        # an option reads "<run_name> · <stage> · <local time> · <verdict>", newest first
+        # (ipywidgets shows each space as a no-break space)
+        labels = [o.text_content().replace("\xa0", " ") for o in selects.first.locator("option").all()]
+        trains = [label for label in labels if " · 04_train · " in label]
+        assert len(trains) >= 2, labels
+        assert trains[0].startswith("smoke · ") and trains[0].endswith(" · INTERRUPTED"), trains  # this run
+        assert trains[-1].endswith(" · PASS"), trains  # the first: 60 steps, finished
+        selects.nth(0).select_option(index=labels.index(trains[0]))
+        selects.nth(1).select_option(index=labels.index(trains[-1]))
         picker.locator("button", has_text="Compare").click()
-        picker.locator(".widget-output img").first.wait_for(state="visible", timeout=PICK_S * 1000)
-        shown = picker.locator(".widget-output").inner_text()
-        assert trains[0] in shown and trains[-1] in shown and "CPU" in shown, shown[:2000]
-        assert "INTERRUPTED" in shown and "PASS" in shown
+        # the losses overlaid, drawn by JupyterLab's Vega renderer (hover, zoom, a legend per run)
+        picker.locator(".widget-output .vega-embed").first.wait_for(state="visible", timeout=PICK_S * 1000)
+        shown = picker.locator(".widget-output").inner_text().replace("\xa0", " ")
+        # the runs named as the picker names them, lettered as the tables' headers say
+        titles = [label.rsplit(" · ", 1)[0] for label in (trains[0], trains[-1])]
+        assert f"A: {titles[0]}, run " in shown and f"B: {titles[1]}, run " in shown, shown[:2000]
+        assert "CPU" in shown and "INTERRUPTED" in shown and "PASS" in shown
         picker.evaluate("el => el.scrollIntoView({block: 'start'})")  # the pickers, verdicts, losses
         save_readme_picture(page.screenshot(), readme_picture_path(tmp_path, "jupyterlab_compare.png"))
         _assert_stayed_local(network)

@@ -18,7 +18,7 @@ from hyport_lib.drafting.values import fmt_value, is_number
 from hyport_lib.results import StageRecord, StageSummary
 from hyport_lib.scan.hits import ScanReport
 from hyport_lib.scan.show import group_hits, pins
-from hyport_lib.workbook.compare import Part, RunRecord, StageComparison
+from hyport_lib.workbook.compare import Part, RunRecord, StageComparison, presence
 from hyport_lib.utils.wording import counted
 
 TABLE_COLUMNS = ("case", "backend", "source", "max_abs", "bound", "cosine", "max_rel",
@@ -344,17 +344,23 @@ def _cases_by_run(runs: list[RunRecord]) -> dict[str, dict[tuple, tuple[Any, str
 
 def compare(runs: list[RunRecord]) -> StageComparison:
     """The cases whose verdict is not the same in the runs that have the backend, with what
-    computed it in each run; apart, the backends that not every run has (the NPU kernel in an
+    computed it in each run; apart, the cases only some runs have (``only in A (…)``) and the
+    backends that not every run has (the NPU kernel in an
     NPU run beside a CPU one): not a difference of verdicts, a backend the other could not run."""
     import pandas as pd
 
     cases = _cases_by_run(runs)
     backends = {run_id: {k[-1] for k in found} for run_id, found in cases.items()}
     shared = set.intersection(*backends.values()) if backends else set()
-    rows = []
+    by_id = {r.run.id: r.run for r in runs}
+    rows, only = [], []
     for key in dict.fromkeys(k for found in cases.values() for k in found if k[-1] in shared):
-        seen = {run_id: found.get(key, (MISSING, MISSING)) for run_id, found in cases.items()}
-        if len({verdict for verdict, _ in seen.values()}) > 1:
+        seen = {run_id: found[key] for run_id, found in cases.items() if key in found}
+        if len(seen) < len(cases):  # a case the other run did not run: not a difference
+            only.append({**dict(zip(_CASE_KEYS, key)), "in": presence([by_id[i] for i in seen], list(by_id.values())),
+                         "verdict": ", ".join(str(verdict) for verdict, _ in seen.values()),
+                         "source": ", ".join(source for _, source in seen.values())})
+        elif len({verdict for verdict, _ in seen.values()}) > 1:
             rows.append({**dict(zip(_CASE_KEYS, key)),
                          **{col: value for i, (verdict, source) in seen.items()
                             for col, value in ((i, verdict), (f"{i} source", source))}})
@@ -371,6 +377,9 @@ def compare(runs: list[RunRecord]) -> StageComparison:
     unshared = pd.DataFrame(rows, columns=["run", "backend", "source", "cases", "verdicts"])
     parts = [Part("attention", "02 attention: cases whose verdict differs (source: what computed it in each run)",
                   differs)]
+    if only:
+        parts.append(Part("attention_only", "02 attention: cases only some runs have (not differences)",
+                          pd.DataFrame(only, columns=[*_CASE_KEYS, "in", "verdict", "source"])))
     if not unshared.empty:
         parts.append(Part("attention_unshared", "02 attention: backends not every run has (not differences)",
                           unshared))

@@ -21,7 +21,7 @@ from hyport_lib.processes import read_log_tail
 from hyport_lib.results import StageRecord
 from hyport_lib.triage import show_triage
 from hyport_lib.utils.printable import shortened
-from hyport_lib.workbook.compare import THROUGHPUT_COLUMNS, Part, RunRecord, StageComparison
+from hyport_lib.workbook.compare import THROUGHPUT_COLUMNS, Part, RunRecord, StageComparison, presence
 
 #: The table shown in notebooks: the frame's columns but these, ``same_output`` after the hash.
 DISPLAY_COLUMNS = [c for c in COLUMNS if c not in ("new_tokens", "memory_source", "wall_s", "log_path",
@@ -303,9 +303,15 @@ def compare(runs: list[RunRecord]) -> StageComparison:
         for i in ids:
             seen = per_run[i].get(card, _Card(MISSING, None, None, None))
             row.update({f"{i} status": seen.status, f"{i} agrees": seen.agrees, f"{i} tokens/s": seen.tokens_per_s})
-        # Across runs only when two runs or more have the card (None: nothing to compare).
+        # Across runs when every run has the card; a card only some have is said (one run of
+        # the stage: nothing to compare, None).
         hashes = [per_run[i][card].hash for i in ids if card in per_run[i]]
-        row["same output"] = len(set(hashes)) == 1 and None not in hashes if len(hashes) > 1 else None
+        if len(ids) < 2:
+            row["same output"] = None
+        elif len(hashes) < len(ids):
+            row["same output"] = presence([r.run for r in runs if card in per_run[r.run.id]], [r.run for r in runs])
+        else:
+            row["same output"] = len(set(hashes)) == 1 and None not in hashes
         rows.append(row)
     cards = pd.DataFrame(rows, columns=columns).set_index("card")
     throughput = pd.DataFrame(

@@ -17,6 +17,7 @@ import zipfile
 from pathlib import Path
 from typing import Optional
 
+from hyport_lib.report.breaks import breakable_cells
 from hyport_lib.report.index import render_index
 from hyport_lib.report.paths import relative_text
 from hyport_lib.report.run import ReportRun, StageView
@@ -31,8 +32,6 @@ _MAIN = re.compile(r"<main>(.*)</main>", re.S)
 _BODY_CONTENT = re.compile(r"<body[^>]*>(.*)</body>", re.S)
 _IN_PAGE_LINK = re.compile(r'href="#([^"]+)"')
 _ID = re.compile(r'(?<![\w-])id="([^"]+)"')
-_CELL = re.compile(r"(<t[hd]\b[^>]*>)([^<]*)(</t[hd]>)")
-_BREAK_AFTER = re.compile(r"([_/])(?=\w)")
 
 #: The bundle's own rules: the stage pages, inlined, on screen and in print.
 BUNDLE_CSS = """
@@ -41,6 +40,10 @@ BUNDLE_CSS = """
 .hy-stage h2.hy-stage-title{margin:.2em 0 .6em 0}
 @media print{
   body{max-width:none;margin:0;padding:0}
+  /* a cell wraps at its spaces and at the <wbr> put after _ / and a dotted name's dots,
+     never inside a number or a word (a styled table's own break-word rule included) */
+  td,th,td *,th *,.hy-stage td,.hy-stage th,.hy-stage td *,.hy-stage th *{overflow-wrap:normal !important;
+    word-break:normal !important}
   .hy-stage{break-before:page;border-top:none;margin-top:0}
   .hy-top,.hy-note{display:none}
 }
@@ -50,8 +53,7 @@ BUNDLE_CSS = """
 def stage_page_parts(text: str, prefix: str) -> tuple[list[str], str]:
     """A stage page's ``<style>`` blocks and its body. The ids its own links point at (its
     headings) and those links get ``prefix``; other ids (a styled table's, which its scoped
-    CSS names) stay. A table cell may break after ``_`` or ``/`` (``decode_tokens_per_s``, a
-    path), so that a wide table fits a printed page with its words and numbers whole."""
+    CSS names) stay."""
     head, _, _ = text.partition("<body")
     body = _MAIN.search(text) or _BODY_CONTENT.search(text)
     content = body.group(1) if body else ""
@@ -59,13 +61,12 @@ def stage_page_parts(text: str, prefix: str) -> tuple[list[str], str]:
     content = _IN_PAGE_LINK.sub(lambda m: f'href="#{prefix}{m.group(1)}"', content)
     content = _ID.sub(lambda m: f'id="{prefix}{m.group(1)}"' if m.group(1) in targets else m.group(0),
                       content)
-    content = _CELL.sub(lambda m: m.group(1) + _BREAK_AFTER.sub(r"\1<wbr>", m.group(2)) + m.group(3),
-                        content)
     return _STYLE.findall(head), content
 
 
 def render_bundle(run: ReportRun, views: Optional[list[StageView]] = None) -> str:
-    index = render_index(run, views)
+    # the index's cells break as the stage pages' do (index.html itself stays plain text to read)
+    index = breakable_cells(render_index(run, views))
     index = _PAGE_LINK.sub(lambda m: f'href="#page-{m.group(1)}"', index)
     index = _FILE_LINK.sub(lambda m: f'<span title="in the run folder: {m.group(1)}">{m.group(2)}</span>',
                            index)

@@ -25,6 +25,7 @@ from hyport_lib.results import INTERRUPTED, VERDICTS, StageRecord
 from hyport_lib.stages import stage_part
 from hyport_lib.utils.files import atomic_write_text
 from hyport_lib.utils.redact import scrub_text
+from hyport_lib.workbook.compare_show import COMPARE_PAGE
 
 _CSS = """
 body{font-family:system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:2em auto;max-width:1200px;
@@ -41,7 +42,9 @@ table.hy th{background:#f3f3f3} table.hy code{word-break:break-all}
 .card h3{margin:.1em 0 .4em 0;font-size:1em} .card dl{margin:0;display:grid;
 grid-template-columns:auto 1fr;gap:.1em .6em} .card dt{color:#555} .card dd{margin:0}
 .card .prov{margin-top:.4em} .verdict-tag{padding:0 .4em;border-radius:3px;font-weight:bold}
-#parameters tr.given td{font-weight:bold}
+#parameters tr.given td{font-weight:bold} .hy-nb{white-space:nowrap}
+@media print{table.hy th,table.hy td{font-size:8pt;overflow-wrap:normal;word-break:normal;padding:.2em .35em}
+table.hy code{word-break:normal}}
 """
 
 
@@ -179,6 +182,14 @@ def _nodes(run: ReportRun, views: list[StageView]) -> str:
             f'<th>status</th><th>verdicts</th><th>its results</th></tr></thead><tbody>{"".join(rows)}</tbody></table>')
 
 
+def _compare_link(run: ReportRun) -> str:
+    """A link to the run's ``compare.html`` when ``hyport report --compare`` wrote one."""
+    if not (run.root_dir / COMPARE_PAGE).is_file():
+        return ""
+    return (f'<p class="compare">This run beside another: <a href="{COMPARE_PAGE}">{COMPARE_PAGE}</a> '
+            f'(verdicts, parameters, figures and losses side by side)</p>')
+
+
 def render_index(run: ReportRun, views: Optional[list[StageView]] = None) -> str:
     views = load_views(run) if views is None else views
     counts = Counter(s.verdict for s in run.stages)
@@ -222,7 +233,7 @@ def render_index(run: ReportRun, views: Optional[list[StageView]] = None) -> str
 <h1>hyport report</h1>
 <p class="sub">run <code>{_esc(run.run_id)}</code> · started {_esc(run.started)} · ended {_esc(run.finished or '-')}
  · status {status} · profile {_esc(shown_profile(run.profile, run.root_dir) or '(none: notebook defaults)')}</p>
-<p class="summary">{summary}</p>{notes}
+<p class="summary">{summary}</p>{_compare_link(run)}{notes}
 {_nodes(run, views)}
 <p>{trust_line}. Figures measured on CPU or computed by hyport's NPU emulation are labelled
 as such in the <i>source</i> column and are not NPU measurements.</p>

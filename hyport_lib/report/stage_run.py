@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Optional
 
 from hyport_lib.devices.out_of_memory import DescendantWatch
 from hyport_lib.processes import HF_PROGRESS_BARS_OFF
+from hyport_lib.report.breaks import breakable_cells
 from hyport_lib.report.paths import relative_text
 from hyport_lib.report.run import RESULTS_DIR, StageOutcome, run_folder_env
 from hyport_lib.report.run_parameters import safe_parameters
@@ -261,4 +262,5 @@ def notebook_to_html(notebook_path: Path, html_path: Path, *, run_dir: Path, sho
     )
     resources = {"metadata": {"name": title or Path(notebook_path).stem}}
     body, _ = exporter.from_notebook_node(nb, resources=resources)
-    return atomic_write_text(html_path, relative_text(scrub_text(body), run_dir, "html"))
+    # breakable_cells: printed, a wide table wraps between words, never inside one
+    return atomic_write_text(html_path, breakable_cells(relative_text(scrub_text(body), run_dir, "html")))

@@ -10,12 +10,12 @@ import base64
 import math
 from typing import Any, Optional
 
-from hyport_lib.display import figure_png
+from hyport_lib.display import VEGA_LITE_MIME, figure_png
 from hyport_lib.train.result import StepMetrics, TrainResult, finite
+from hyport_lib.train.loss_vega import LOSS_SCALE, SCHEMA, STEP, ZOOM
 from hyport_lib.train.show import ema, loss_figure
 from hyport_lib.utils.wording import counted
 
-VEGA_LITE_MIME = "application/vnd.vegalite.v5+json"
 #: The slider's positions: 0 is the raw loss; s smooths as TensorBoard does (EMA, α = 1 − s).
 SMOOTHING = tuple(round(0.1 * i, 1) for i in range(10))
 #: Where the slider starts: the static PNG's EMA (α = 0.3), so both first show one curve.
@@ -44,9 +44,8 @@ def loss_spec(records: list[StepMetrics], title: str = "") -> dict:
                {"field": "smoothed", "type": "quantitative", "format": ".4f"},
                {"field": "learning_rate", "type": "quantitative", "format": ".2e"},
                {"field": "tokens_per_s_per_card", "type": "quantitative", "format": ",.0f"}]
-    x = {"field": "step", "type": "quantitative", "title": "step"}
     return {
-        "$schema": "https://vega.github.io/schema/vega-lite/v5.json",
+        "$schema": SCHEMA,
         "title": title or "loss",
         "width": 640, "height": 260,
         "data": {"values": rows},
@@ -56,12 +55,14 @@ def loss_spec(records: list[StepMetrics], title: str = "") -> dict:
         "layer": [
             {"transform": [{"filter": "datum.smoothing == 0"}],
              "mark": {"type": "line", "point": True, "opacity": 0.4, "color": "#1f77b4"},
-             "params": [{"name": "zoom", "select": "interval", "bind": "scales"}],
-             "encoding": {"x": x, "y": {"field": "loss", "type": "quantitative", "title": "loss"},
+             "params": [ZOOM],
+             "encoding": {"x": STEP, "y": {"field": "loss", "type": "quantitative", "title": "loss",
+                                           "scale": LOSS_SCALE},
                           "tooltip": tooltip}},
             {"transform": [{"filter": "abs(datum.smoothing - smoothing) < 0.001"}],
              "mark": {"type": "line", "color": "#d62728"},
-             "encoding": {"x": x, "y": {"field": "smoothed", "type": "quantitative"}, "tooltip": tooltip}},
+             "encoding": {"x": STEP, "y": {"field": "smoothed", "type": "quantitative", "scale": LOSS_SCALE},
+                          "tooltip": tooltip}},
         ],
     }
 

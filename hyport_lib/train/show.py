@@ -20,6 +20,7 @@ from hyport_lib.params import parameter_fields
 from hyport_lib.results import StageRecord
 from hyport_lib.train.deepspeed_config import DeepSpeedSettings
 from hyport_lib.train.held_answers import HeldAnswers
+from hyport_lib.train.loss_vega import overlay_spec
 from hyport_lib.train.params import Params
 from hyport_lib.train.preflight import LaunchPlan
 from hyport_lib.train.result import StepMetrics, TrainProgress, TrainResult, finite, loss_span, proof_summary
@@ -468,8 +469,15 @@ def compare(runs: list[RunRecord]) -> StageComparison:
                                    ("real tokens/s per card (no padding)",
                                     r.record.data.summary.real_tokens_per_s_per_card))],
                               columns=THROUGHPUT_COLUMNS)
-    return StageComparison([Part("losses", "04 train: loss per step overlaid", losses,
-                                 lambda: overlaid_losses(losses))], throughput)
+    return StageComparison([Part("losses", "04 train: loss per step overlaid", losses, lambda: overlaid_losses(losses),
+                                 lambda: overlay_spec(losses, _overlay_title(losses)))], throughput)
+
+
+def _overlay_title(losses: pd.DataFrame) -> str:
+    measured = losses["label"].unique()
+    not_npu = [label for label in measured if "not an NPU measurement" in label]
+    note = f" ({len(not_npu)} of {len(measured)} not NPU measurements)" if not_npu else ""
+    return f"04_train loss per step, {len(measured)} runs overlaid{note}"
 
 
 def overlaid_losses(losses: pd.DataFrame):
@@ -485,10 +493,7 @@ def overlaid_losses(losses: pd.DataFrame):
         ax.plot(points["step"], points["loss"], ".-", label=label, alpha=0.8)
     ax.set_xlabel("step")
     ax.set_ylabel("loss")
-    measured = losses["label"].unique()
-    not_npu = [label for label in measured if "not an NPU measurement" in label]
-    note = f" ({len(not_npu)} of {len(measured)} not NPU measurements)" if not_npu else ""
-    ax.set_title(f"04_train loss per step, {len(measured)} runs overlaid{note}")
+    ax.set_title(_overlay_title(losses))
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3)
     return fig

@@ -9,10 +9,11 @@ compared here; what differs in a stage's own result, its ``show.compare`` hook s
 
 from __future__ import annotations
 
+import datetime as _dt
 import json
 import os
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Iterable, Optional, Sequence
 
@@ -38,6 +39,14 @@ class Run:
     kind: str  # interactive (one stage run kept under history/) or report
     folder: Path  # holds <stage>.json
     stages: tuple[str, ...]
+    #: "A", "B", ... in a comparison, with :func:`run_title`: what its tables call it
+    letter: str = field(default="", compare=False)
+    title: str = field(default="", compare=False)
+
+    @property
+    def tag(self) -> str:
+        """``A (smoke · NN_stage · 2025-01-31 14:25:01)`` in a comparison, else its id."""
+        return f"{self.letter} ({self.title})" if self.letter else self.id
 
     @property
     def root(self) -> Path:
@@ -55,6 +64,75 @@ class Run:
         except UnreadableResult as exc:
             reason = exc.reason.replace(str(path), path.name)
             raise ValueError(f"run {self.id}: {path.name} is not a result ({reason})") from None
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    """What a run is called by people: the ``run_name`` its records hold, its stages, its
+    local time and every stage's verdict (the picker's line, the compare headers)."""
+
+    run: Run
+    name: str  # "" when no record holds a run_name
+    when: str  # local time, "2025-01-31 14:25:01"; "" when neither its id nor a record says
+    verdicts: tuple[tuple[str, str], ...]  # (stage, verdict as recorded)
+
+    @property
+    def title(self) -> str:
+        """``smoke · NN_stage · 2025-01-31 14:25:01``; a report run names its stages by number."""
+        numbers = " ".join(s.split("_", 1)[0] for s in self.run.stages)
+        held = self.run.stages[0] if self.run.kind == "interactive" else f"report {numbers}"
+        return " · ".join(t for t in (self.name, held, self.when) if t)
+
+    @property
+    def label(self) -> str:
+        """The title and the verdicts: ``smoke · NN_stage · 2025-01-31 14:25:01 · PASS``."""
+        if len(self.verdicts) == 1:
+            verdicts = self.verdicts[0][1]
+        else:
+            verdicts = ", ".join(f"{stage.split('_', 1)[0]} {verdict}" for stage, verdict in self.verdicts)
+        return f"{self.title} · {verdicts}"
+
+
+#: A run id's start: its local time (``new_run_id`` and the report's run folders alike).
+_STAMP = re.compile(r"^(\d{8}-\d{6})")
+
+
+def summarize_run(run: Run) -> RunSummary:
+    """Its name, time and verdicts from its records (an unreadable one reads ``unreadable``)."""
+    names, verdicts, recorded = [], [], []
+    for stage in run.stages:
+        try:
+            raw = read_result(run.folder / f"{stage}.json")
+        except (FileNotFoundError, UnreadableResult):
+            verdicts.append((stage, "unreadable"))
+            continue
+        verdicts.append((stage, str(raw.get("verdict") or "no verdict")))
+        params = raw.get("params") if isinstance(raw.get("params"), dict) else {}
+        if isinstance(params.get("run_name"), str) and params["run_name"]:
+            names.append(params["run_name"])
+        if isinstance(raw.get("recorded_at"), str):
+            recorded.append(raw["recorded_at"])
+    return RunSummary(run, ", ".join(dict.fromkeys(names)), _local_time(run.id, recorded), tuple(verdicts))
+
+
+def _local_time(run_id: str, recorded: list[str]) -> str:
+    """The id's stamp (local already), else the first record's time made local."""
+    if m := _STAMP.match(run_id):
+        return _dt.datetime.strptime(m.group(1), "%Y%m%d-%H%M%S").strftime("%Y-%m-%d %H:%M:%S")
+    for text in sorted(recorded):
+        try:
+            return _dt.datetime.fromisoformat(text).astimezone().strftime("%Y-%m-%d %H:%M:%S")
+        except ValueError:
+            continue
+    return ""
+
+
+def presence(present: Sequence[Run], runs: Sequence[Run], values: Iterable[Any] = ()) -> str:
+    """How a row (a stage, a case, a figure) reads across ``runs``: ``only in A (smoke · …)``
+    when not every run has it, else ``differs`` or ``same`` by its ``values``."""
+    if len(present) < len(runs):
+        return "only in " + ", ".join(r.tag for r in present)
+    return "differs" if len({json.dumps(v, sort_keys=True, default=str) for v in values}) > 1 else "same"
 
 
 def _stages_in(folder: Path) -> tuple[str, ...]:
@@ -112,20 +190,29 @@ class RunRecord:
 
     @property
     def label(self) -> str:
-        """``<run id> (CPU (not an NPU measurement))``: a CPU or emulated run is never read as an NPU one."""
+        """``A (smoke · NN_stage · 2025-01-31 14:25:01) (CPU (not an NPU measurement))`` (the run's
+        id outside a comparison): a CPU or emulated run is never read as an NPU one."""
+        return f"{self.run.tag} ({self.source})"
+
+    @property
+    def source(self) -> str:
+        """Where its figures came from: ``CPU (not an NPU measurement)``."""
         provenance = self.record.provenance
-        return f"{self.run.id} ({provenance.label if provenance else 'provenance not recorded'})"
+        return provenance.label if provenance else "provenance not recorded"
 
 
 @dataclass
 class Part:
     """A table or a figure a stage's ``compare`` hook shows: ``frame`` as shown, or
-    ``figure`` drawing a matplotlib Figure on demand (None: nothing to draw)."""
+    ``figure`` drawing a matplotlib Figure on demand (None: nothing to draw), and ``spec``
+    the same figure as an interactive Vega-Lite spec where JupyterLab draws it (the page
+    and the report keep the figure's PNG)."""
 
     name: str
     title: str
     frame: pd.DataFrame
     figure: Optional[Callable[[], Any]] = None
+    spec: Optional[Callable[[], Optional[dict]]] = None
 
 
 #: The columns of :attr:`StageComparison.throughput` and :attr:`Comparison.throughput`.
@@ -148,7 +235,7 @@ class Comparison:
 
     runs: list[Run]
     stages: list[str]
-    #: stage, run, label, verdict, summary, recorded_at (every stage of every run)
+    #: stage, run, label, source, verdict, summary, recorded_at (every stage of every run)
     overview: pd.DataFrame
     #: stage, key, run, value (the index figures of every stage)
     headlines: pd.DataFrame
@@ -170,6 +257,8 @@ def compare_runs(refs: Sequence[Any], *, stages: Optional[Iterable[str]] = None,
     every stage any of them recorded); ValueError for fewer than two runs, the same run
     twice, a run that cannot be found, or a stage none of them recorded."""
     runs = [find_run(ref, outputs) for ref in refs]
+    runs = [replace(run, letter=chr(ord("A") + i) if i < 26 else str(i + 1), title=summarize_run(run).title)
+            for i, run in enumerate(runs)]
     if len(runs) < 2:
         raise ValueError(f"compare: name two runs or more (got {len(runs)})")
     if len({r.folder.resolve() for r in runs}) < len(runs):
@@ -200,10 +289,10 @@ def compare_runs(refs: Sequence[Any], *, stages: Optional[Iterable[str]] = None,
 
 
 def _overview(by_stage: dict[str, list[RunRecord]]) -> pd.DataFrame:
-    rows = [{"stage": stage, "run": r.run.id, "label": r.label, "verdict": r.record.verdict,
+    rows = [{"stage": stage, "run": r.run.id, "label": r.label, "source": r.source, "verdict": r.record.verdict,
              "summary": r.record.summary, "recorded_at": r.record.recorded_at}
             for stage, pairs in by_stage.items() for r in pairs]
-    return pd.DataFrame(rows, columns=["stage", "run", "label", "verdict", "summary", "recorded_at"])
+    return pd.DataFrame(rows, columns=["stage", "run", "label", "source", "verdict", "summary", "recorded_at"])
 
 
 def _headlines(by_stage: dict[str, list[RunRecord]]) -> pd.DataFrame:

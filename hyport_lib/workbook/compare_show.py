@@ -8,26 +8,29 @@ import base64
 import html
 import os
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Callable, NamedTuple, Optional
 
 import pandas as pd
 
-from hyport_lib.display import MISSING, png_bytes, verdict_colour
+from hyport_lib.display import MISSING, VEGA_LITE_MIME, png_bytes, verdict_colour
 from hyport_lib.results import RUN_DIR_ENV
 from hyport_lib.utils.files import atomic_write_text
-from hyport_lib.workbook.compare import Comparison, Part, compare_runs, list_runs
+from hyport_lib.workbook.compare import Comparison, Part, compare_runs, list_runs, presence, summarize_run
 
 #: The page's file name in a run folder.
 COMPARE_PAGE = "compare.html"
 
 
 def overview_table(c: Comparison) -> pd.DataFrame:
-    """Stage by run: ``VERDICT: summary``."""
+    """Stage by run: ``VERDICT: summary``; ``difference``: the verdicts differ, are the same,
+    or the stage is only in some runs (``only in A (…)``)."""
     if c.overview.empty:
         return pd.DataFrame()
     cells = c.overview.assign(cell=c.overview["verdict"].astype(str) + ": " + c.overview["summary"].astype(str))
-    return cells.pivot(index="stage", columns="run", values="cell").reindex(columns=[r.id for r in c.runs]) \
-        .fillna(MISSING).dropna(axis=1, how="all")
+    wide = _by_run(c, cells, ["stage"], "cell").fillna(MISSING)
+    verdicts = c.overview.groupby("stage", sort=False)["verdict"].apply(list)
+    return wide.assign(difference=[_presence(c, c.overview[c.overview["stage"] == stage]["run"], verdicts[stage])
+                                   for stage in wide.index])
 
 
 def _by_run(c: Comparison, frame: pd.DataFrame, index: list[str], values: str, **options) -> pd.DataFrame:
@@ -36,32 +39,53 @@ def _by_run(c: Comparison, frame: pd.DataFrame, index: list[str], values: str, *
     return wide.reindex(columns=[r.id for r in c.runs if r.id in wide.columns])
 
 
+def _presence(c: Comparison, run_ids, values) -> str:
+    """:func:`presence` of a row that the runs ``run_ids`` have (``values``: theirs)."""
+    ids = set(run_ids)
+    return presence([r for r in c.runs if r.id in ids], c.runs, values)
+
+
+def _with_difference(c: Comparison, wide: pd.DataFrame, among: Optional[list] = None,
+                     present: Optional[list] = None) -> pd.DataFrame:
+    """``wide`` (runs as columns) and its ``difference`` column. Per row, ``among``: the runs
+    that count (default every run), ``present``: those that have the row (default: not NaN)."""
+    notes = []
+    for i, (_, row) in enumerate(wide.iterrows()):
+        runs = [r for r in c.runs if among is None or r.id in among[i]]
+        have = [r for r in runs if (r.id in present[i] if present is not None else pd.notna(row.get(r.id)))]
+        notes.append(presence(have, runs, [None if pd.isna(row.get(r.id)) else row[r.id] for r in have]))
+    return wide.assign(difference=notes)
+
+
 def headline_table(c: Comparison) -> pd.DataFrame:
-    """(stage, figure) by run, and whether the runs differ there."""
+    """(stage, figure) by run, and whether the runs differ there (or only some have it)."""
     if c.headlines.empty:
         return pd.DataFrame()
     values = c.headlines.assign(value=c.headlines["value"].map(_text))
-    wide = _by_run(c, values, ["stage", "key"], "value").fillna(MISSING)
-    wide["differs"] = wide.nunique(axis=1) > 1
-    return wide
+    return _with_difference(c, _by_run(c, values, ["stage", "key"], "value")).fillna(MISSING)
 
 
 def throughput_table(c: Comparison) -> pd.DataFrame:
-    """(stage, measure) by run: tokens/s."""
+    """(stage, measure) by run: tokens/s; ``difference`` as in :func:`headline_table`."""
     if c.throughput.empty:
         return pd.DataFrame()
-    return _by_run(c, c.throughput, ["stage", "measure"], "tokens_per_s", dropna=False).round(1)
+    wide = _by_run(c, c.throughput, ["stage", "measure"], "tokens_per_s", dropna=False).round(1)
+    measured = c.throughput.groupby(["stage", "measure"], sort=False)["run"].apply(list)
+    wide = wide.loc[[key for key in wide.index if key in measured.index]]  # not every stage × every measure
+    return _with_difference(c, wide, present=[measured[key] for key in wide.index])
 
 
 def parameter_table(c: Comparison) -> pd.DataFrame:
-    """(stage, parameter) by run, where the runs that recorded the stage's parameters differ."""
+    """(stage, parameter) by run, where the runs that recorded the stage's parameters differ,
+    or a parameter is only in some of them (a stage only one run has is the verdicts' row)."""
     if c.parameters.empty:
         return pd.DataFrame()
     wide = _by_run(c, c.parameters, ["stage", "parameter"], "value")
     # Only among the runs that recorded the stage's parameters (an older record holds none).
     recorded = c.parameters.groupby("stage")["run"].unique()
-    differs = [len(set(row[recorded[stage]].fillna(MISSING))) > 1 for (stage, _), row in wide.iterrows()]
-    return wide[differs].fillna(MISSING)
+    wide = _with_difference(c, wide, [list(recorded[stage]) for stage, _ in wide.index])
+    shown = [note != "same" and len(recorded[stage]) > 1 for (stage, _), note in zip(wide.index, wide["difference"])]
+    return wide[shown].fillna(MISSING)
 
 
 def _text(value: Any) -> str:
@@ -69,12 +93,13 @@ def _text(value: Any) -> str:
 
 
 def run_lines(c: Comparison) -> list[str]:
-    """Id, kind, where its figures came from (per stage when they differ)."""
+    """Letter and name (as the tables' headers call it), id, kind, where its figures came
+    from (per stage when they differ)."""
     lines = []
     for run in c.runs:
-        labels = c.overview[c.overview["run"] == run.id]["label"].str.extract(r"\((.*)\)$")[0].dropna().unique()
+        labels = c.overview[c.overview["run"] == run.id]["source"].unique()
         where = "; ".join(labels) or "no record compared"
-        lines.append(f"{run.id} ({run.kind} run, {', '.join(run.stages)}): {where}")
+        lines.append(f"{run.letter}: {run.title}, run {run.id} ({run.kind} run, {', '.join(run.stages)}): {where}")
     return lines
 
 
@@ -83,40 +108,62 @@ def figure_png(part: Part) -> Optional[bytes]:
     return None if fig is None else png_bytes(fig)
 
 
-def _table_html(frame: pd.DataFrame) -> str:
+def _table_html(frame: pd.DataFrame, c: Comparison) -> str:
     if frame.empty:
         return "<p class='none'>nothing to compare</p>"
+    frame = frame.rename(columns=lambda col: _run_header(str(col), c))
     # Recorded text is escaped (a parameter "<run>/train", a summary with "<"), the index too.
     # a cell "VERDICT: summary" is coloured by its verdict
     return frame.style.map(lambda v: verdict_colour(str(v).split(":", 1)[0].strip())).format(na_rep=MISSING, precision=1, escape="html") \
-        .format_index(escape="html", axis=0).to_html()
+        .format_index(escape="html", axis=0).format_index(escape="html", axis=1).to_html()
 
 
-def sections(c: Comparison) -> list[tuple[str, str]]:
-    """(title, HTML) of each part with something to show, in reading order."""
-    parts = [("Runs", "<ul>" + "".join(f"<li>{html.escape(line)}</li>" for line in run_lines(c)) + "</ul>"),
-             ("Verdict of every stage", _table_html(overview_table(c)))]
+def _run_header(column: str, c: Comparison) -> str:
+    """A column named by a run id (``<id>``, ``<id> source``) named as the runs list names it."""
+    for run in c.runs:
+        if column == run.id or column.startswith(run.id + " "):
+            return run.tag + column[len(run.id):]
+    return column
+
+
+class Section(NamedTuple):
+    """A part of the view: its HTML (a figure's: its PNG, ``png`` in base64, and ``figure``
+    the stage's part, which may also hold an interactive spec)."""
+
+    title: str
+    html: str
+    figure: Optional[Part] = None
+    png: str = ""
+
+
+def sections(c: Comparison) -> list[Section]:
+    """Each part with something to show, in reading order."""
+    parts = [Section("Runs", "<ul>" + "".join(f"<li>{html.escape(line)}</li>" for line in run_lines(c)) + "</ul>"),
+             Section("Verdict of every stage", _table_html(overview_table(c), c))]
     for part in c.parts:  # a figure first: what to look at when two runs differ
         png = figure_png(part)
         if png is not None:
-            parts.append((part.title, f"<img alt='{html.escape(part.title)}' src="
-                                      f"'data:image/png;base64,{base64.b64encode(png).decode()}'>"))
+            encoded = base64.b64encode(png).decode()
+            parts.append(Section(part.title, f"<img alt='{html.escape(part.title)}' src="
+                                             f"'data:image/png;base64,{encoded}'>", part, encoded))
+    tables = []
     if not c.headlines.empty:
-        parts.append(("Headline figures (differs: not the same in every run)", _table_html(headline_table(c))))
+        tables.append(("Headline figures (difference: differs, same, or only in some runs)",
+                       _table_html(headline_table(c), c)))
     if not c.parameters.empty:
-        parts.append(("Parameters that differ", _table_html(parameter_table(c))))
+        tables.append(("Parameters that differ", _table_html(parameter_table(c), c)))
     if not c.throughput.empty:
-        parts.append(("Tokens/s side by side", _table_html(throughput_table(c))))
-    parts += [(part.title, _table_html(part.frame)) for part in c.parts if part.figure is None]
+        tables.append(("Tokens/s side by side", _table_html(throughput_table(c), c)))
+    tables += [(part.title, _table_html(part.frame, c)) for part in c.parts if part.figure is None]
     if c.notes:
-        parts.append(("Notes", "<ul>" + "".join(f"<li>{html.escape(n)}</li>" for n in c.notes) + "</ul>"))
-    return parts
+        tables.append(("Notes", "<ul>" + "".join(f"<li>{html.escape(n)}</li>" for n in c.notes) + "</ul>"))
+    return parts + [Section(title, body) for title, body in tables]
 
 
 def comparison_html(c: Comparison) -> str:
     """One offline page (no script, the figure inline): what ``hyport compare`` writes."""
-    body = "".join(f"<h2>{html.escape(title)}</h2>{part}" for title, part in sections(c))
-    title = html.escape("hyport compare: " + " vs ".join(r.id for r in c.runs))
+    body = "".join(f"<h2>{html.escape(s.title)}</h2>{s.html}" for s in sections(c))
+    title = html.escape("hyport compare: " + " vs ".join(r.tag for r in c.runs))
     style = ("body{font-family:sans-serif;margin:1.5em;max-width:80em}table{border-collapse:collapse;font-size:90%}"
              "td,th{border:1px solid #ccc;padding:2px 6px;vertical-align:top}"
              "div.wrap{overflow-x:auto}img{max-width:100%}")
@@ -132,11 +179,19 @@ def write_compare_page(c: Comparison, path: os.PathLike, rewrite: Callable[[str]
 
 
 def show_comparison(c: Comparison) -> None:
-    """In a notebook: the same parts as the page (the stages' figures after the verdicts)."""
+    """In a notebook: the same parts as the page (the stages' figures after the verdicts), a
+    figure with a Vega-Lite spec interactive in JupyterLab (hover, zoom, a legend per run),
+    its PNG wherever no Vega renderer is (nbconvert, a saved notebook elsewhere)."""
     from IPython.display import HTML, display
 
-    display(HTML("".join(f"<h4>{html.escape(title)}</h4><div style='overflow-x:auto'>{part}</div>"
-                         for title, part in sections(c))))
+    for section in sections(c):
+        spec = section.figure.spec() if section.figure is not None and section.figure.spec is not None else None
+        if spec is None:
+            display(HTML(f"<h4>{html.escape(section.title)}</h4><div style='overflow-x:auto'>{section.html}</div>"))
+            continue
+        display(HTML(f"<h4>{html.escape(section.title)}</h4>"))
+        display({VEGA_LITE_MIME: spec, "image/png": section.png,
+                 "text/plain": f"<{section.title}: hover and zoom in JupyterLab>"}, raw=True)
 
 
 def show_compare(*refs: Any, stages=None, outputs: Optional[os.PathLike] = None) -> Comparison:
@@ -160,7 +215,7 @@ def run_picker(outputs: Optional[os.PathLike] = None, stage: Optional[str] = Non
 
     def list_again(_=None) -> None:
         runs = [r for r in list_runs(Path(outputs) if outputs else None) if stage is None or stage in r.stages]
-        options = [(f"{r.id} ({r.kind}: {', '.join(r.stages)})", r.id) for r in runs]
+        options = [(summarize_run(r).label, r.id) for r in runs]
         first.options, second.options = options, options
         # The newest two: after a Refresh, the run just recorded beside the one before it.
         first.value = options[0][1] if options else None

@@ -182,3 +182,12 @@ def test_the_inference_card_names_the_attention_and_what_a_card_answered():
     record["data"]["config"]["model_path"] = str(ensure_tiny_model())
     assert dict(inference_show.glance(read_stage_record("03_inference", record)))["card 0 answered"] == \
         "random weights: only shows the cards agree"
+
+
+def test_the_index_links_its_compare_page_near_the_top_when_one_was_written(tmp_path):
+    run = _run(tmp_path, {"01_environment": "PASS"})
+    assert "compare.html" not in render_index(run, [])
+    (tmp_path / "compare.html").write_text("<html></html>")  # what report --compare writes
+    index = render_index(run, [])
+    assert index.count('<a href="compare.html">') == 1
+    assert index.index('href="compare.html"') < index.index("<h2>Stages</h2>")  # above the stages

@@ -171,7 +171,8 @@ def test_the_pages_and_drafts_name_no_local_folder_and_their_links_still_work(fu
     sent = ["index.html", "report.html", "blog.en.md", "blog.zh.md",
             *(p.relative_to(run_dir).as_posix() for p in (run_dir / "html").glob("*.html"))]
     assert len(sent) == 9
-    texts = {name: (run_dir / name).read_text(encoding="utf-8") for name in sent}
+    # read as printed: without the <wbr> and the unbreakable pieces put in table cells
+    texts = {name: _unbroken((run_dir / name).read_text(encoding="utf-8")) for name in sent}
     assert [name for name, text in texts.items() if str(run_dir) in text] == []
     assert "&lt;run&gt;/train/smoke" in texts["html/04_train.html"]
     assert "`<run>/train/smoke`" in texts["blog.en.md"] and "`<run>/train/smoke`" in texts["blog.zh.md"]
@@ -292,6 +293,55 @@ def test_report_html_printed_to_pdf_shows_every_stages_results(full_run, tmp_pat
                          || t.scrollWidth > t.parentElement.clientWidth + 1)
             .map(t => (t.closest('section') || {}).id + ': ' + t.innerText.slice(0, 60))""")
     assert cut == [], cut
+
+
+#: Every word (a run of non-space characters in one text node: a <wbr> ends one) of every
+#: table cell shown, laid out on more than one line; and every cell whose text has no space
+#: and no <wbr> (a number, a hash) not laid out on one line.
+_BROKEN_WORDS = """() => {
+  const lines = range => new Set([...range.getClientRects()].filter(r => r.width > 0)
+                                    .map(r => Math.round(r.top))).size;
+  const broken = [];
+  for (const cell of document.querySelectorAll('td, th')) {
+    if (cell.offsetParent === null) continue;
+    const walker = document.createTreeWalker(cell, NodeFilter.SHOW_TEXT);
+    for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+      for (const m of node.data.matchAll(/\\S+/g)) {
+        const range = document.createRange();
+        range.setStart(node, m.index);
+        range.setEnd(node, m.index + m[0].length);
+        if (lines(range) > 1) broken.push(m[0]);
+      }
+    }
+    const text = cell.textContent.trim();
+    if (text && !/\\s/.test(text) && !cell.querySelector('wbr')) {
+      const range = document.createRange();
+      range.selectNodeContents(cell);
+      if (lines(range) > 1) broken.push(text);
+    }
+  }
+  return broken;
+}"""
+
+
+@pytest.mark.skipif(chromium_path() is None and not os.environ.get("CI"),
+                    reason="Debian chromium not installed (scripts/setup.sh --browser installs it)")
+def test_printed_tables_wrap_at_spaces_never_inside_a_number_or_a_word(full_run):
+    """Printed at A4 width, report.html and every stage page: no table cell breaks a word
+    or a number ("11 / .5 / 92", "c ar d"); a long token breaks only at a <wbr> we put."""
+    _, run_dir = full_run
+    pages = ["report.html", *sorted(p.relative_to(run_dir).as_posix() for p in (run_dir / "html").glob("*.html"))]
+    assert len(pages) == 6
+    for name in pages:
+        with open_offline(run_dir / name, {"width": 794, "height": 1123}) as (page, _):
+            page.emulate_media(media="print")
+            assert page.evaluate("document.querySelectorAll('td').length") > 10, name
+            assert page.evaluate(_BROKEN_WORDS) == [], name
+
+
+def _unbroken(page: str) -> str:
+    """A page without what hyport_lib.report.breaks puts in its table cells."""
+    return re.sub(r'<span class="hy-nb">([^<]*)</span>', r"\1", page.replace("<wbr>", ""))
 
 
 def _flat(text: str) -> str:

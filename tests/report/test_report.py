@@ -361,6 +361,9 @@ def test_the_report_writes_its_compare_page_beside_an_earlier_run(tmp_path, caps
     assert "Verdict of every stage" in page and "01_environment" in page and "<script" not in page
     assert str(tmp_path) not in page and os.path.realpath(tmp_path) not in page  # no local folder
     assert f"compare: {run_dir / 'compare.html'}" in capsys.readouterr().err
+    # the index and report.html, written before the page, are written again to link it
+    for name in ("index.html", "report.html"):
+        assert '<a href="compare.html">' in (run_dir / name).read_text(), name
 
 
 def test_the_compare_run_is_found_where_the_report_writes_and_a_failed_compare_keeps_the_report(

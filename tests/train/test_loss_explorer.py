@@ -7,9 +7,9 @@ import base64
 import json
 import math
 
+from hyport_lib.display import VEGA_LITE_MIME
 from hyport_lib.results import Provenance
-from hyport_lib.train.loss_explorer import (DEFAULT_SMOOTHING, SMOOTHING, VEGA_LITE_MIME, loss_bundle,
-                                            loss_spec, show_loss_explorer)
+from hyport_lib.train.loss_explorer import DEFAULT_SMOOTHING, SMOOTHING, loss_bundle, loss_spec, show_loss_explorer
 from hyport_lib.train.result import StepMetrics
 from hyport_lib.train.show import ema
 
@@ -71,3 +71,18 @@ def test_the_slider_starts_on_the_curve_the_static_png_draws():
     from hyport_lib.train.show import ema
 
     assert round(1 - DEFAULT_SMOOTHING, 2) == inspect.signature(ema).parameters["alpha"].default
+
+
+def test_the_loss_axis_fits_the_data_so_the_smoothing_shows():
+    """6.71 -> 6.43 over 20 noisy steps: on an axis from 0 the line is flat and every smoothing
+    looks alike; on the data's own range the default smoothing moves the line visibly."""
+    losses = [6.71 - 0.014 * i + (0.05 if i % 2 else -0.05) for i in range(20)]
+    spec = loss_spec([StepMetrics(step=i + 1, loss=loss) for i, loss in enumerate(losses)])
+    for layer in spec["layer"]:
+        assert layer["encoding"]["y"]["scale"]["zero"] is False  # both layers: one shared axis
+    values = [r[k] for r in spec["data"]["values"] for k in ("loss", "smoothed") if r[k] is not None]
+    span = max(values) - min(values)  # the axis' range, its padding aside
+    smoothed = [r["smoothed"] for r in _rows(spec, DEFAULT_SMOOTHING)]
+    moved = max(abs(a - b) for a, b in zip(losses, smoothed)) / span
+    assert moved > 0.2, moved  # over a fifth of the plot's height (under 2% on an axis from 0)
+    assert max(abs(a - b) for a, b in zip(losses, smoothed)) / max(values) < 0.02

@@ -16,7 +16,7 @@ import pytest
 from hyport_lib.backend import get_backend
 from hyport_lib.results import record
 from hyport_lib.train import stage
-from hyport_lib.train.loss_explorer import VEGA_LITE_MIME
+from hyport_lib.display import VEGA_LITE_MIME
 from hyport_lib.train.params import Params
 from fault_injection.hyport_faults import KILL_FAULT_ENV, NAN_FAULT_ENV
 from fixtures_runs import ZERO2_STEPS

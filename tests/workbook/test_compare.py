@@ -5,6 +5,7 @@ side by side."""
 from __future__ import annotations
 
 import datetime as dt
+import html
 import os
 import time
 from pathlib import Path
@@ -27,9 +28,10 @@ from hyport_lib.commands import main
 from hyport_lib.utils.typed_records import from_mapping
 from hyport_lib.workbook import compare_show
 from hyport_lib.report.run import new_run_dir
-from hyport_lib.display import MISSING
+from hyport_lib.display import MISSING, VEGA_LITE_MIME
 from hyport_lib.workbook.compare import compare_runs, find_run, list_runs
-from hyport_lib.workbook.compare_show import COMPARE_PAGE, comparison_html, parameter_table, run_picker
+from hyport_lib.workbook.compare_show import (COMPARE_PAGE, comparison_html, headline_table, overview_table,
+                                              parameter_table, run_picker, show_comparison, throughput_table)
 
 CPU = Provenance(device="cpu")
 NPU = Provenance(device="npu")
@@ -131,11 +133,13 @@ def test_loss_curves_overlaid_and_tokens_side_by_side_with_their_provenance(outp
 def test_attention_cases_whose_verdict_differs_and_the_cards_side_by_side(outputs):
     cpu_attention = next(r for r in list_runs(outputs) if r.stages == ("02_attention",))
     c = compare_runs([cpu_attention, "20990101"], outputs=outputs)
-    # case0 PASS in both: not listed; case1 PASS vs WARN; case2 only in the CPU run
+    # case0 PASS in both: not listed; case1 PASS vs WARN; case2 only in the CPU run: apart
     diff = c.part("attention").frame.set_index("case")
-    assert list(diff.index) == ["case1", "case2"]
+    assert list(diff.index) == ["case1"]
     assert diff.loc["case1", cpu_attention.id] == "PASS" and diff.loc["case1", "20990101-000000-npu"] == "WARN"
-    assert diff.loc["case2", "20990101-000000-npu"] == MISSING
+    only = c.part("attention_only").frame
+    assert only[["case", "verdict"]].values.tolist() == [["case2", "FAIL"]]
+    assert only["in"].tolist() == [f"only in A ({c.runs[0].title})"] and c.runs[0].id == cpu_attention.id
     # the stages only one run has are said, and still shown for the run that has them
     assert f"run {cpu_attention.id} has no 03_inference result" in c.notes
     cards = c.part("cards").frame
@@ -144,6 +148,33 @@ def test_attention_cases_whose_verdict_differs_and_the_cards_side_by_side(output
     # two cards, two answers: card 0 holds the reference (tie: the lowest card), card 1 differs
     assert cards["20990101-000000-npu agrees"].tolist() == [True, False]
     assert cards["same output"].tolist() == [None, None]  # one run has cards: nothing to compare across runs
+
+
+def test_a_stage_or_figure_only_one_run_has_reads_only_in_that_run_never_differs(outputs):
+    """The CPU run has 04 only, the report run 02, 03 and 04: 02 and 03 are the report run's
+    alone; the rows that differ are 04's, which both have."""
+    c = compare_runs([_cpu_train(outputs), "20990101"], outputs=outputs)
+    a, b = c.runs
+    assert (a.letter, b.letter) == ("A", "B") and b.title == "smoke · report 02 03 04 · 2099-01-01 00:00:00"
+    only_b = f"only in B ({b.title})"
+    verdicts = overview_table(c)["difference"].to_dict()
+    assert verdicts == {"02_attention": only_b, "03_inference": only_b, "04_train": "same"}
+    headlines = headline_table(c)
+    assert "differs" not in headlines.columns
+    by_stage = headlines.reset_index().groupby("stage")["difference"].apply(set).to_dict()
+    assert by_stage["02_attention"] == by_stage["03_inference"] == {only_b}
+    assert by_stage["04_train"] <= {"differs", "same"} and "differs" in by_stage["04_train"]  # 3 vs 4 steps
+    differing = headlines[headlines["difference"] == "differs"]
+    assert len(differing) and (differing[[a.id, b.id]] != MISSING).all().all()  # both runs have them
+    tokens = throughput_table(c)["difference"].to_dict()
+    assert tokens[("04_train", "tokens/s per card")] == "differs"
+    assert {tokens[k] for k in tokens if k[0] == "03_inference"} == {only_b}
+    assert not any(stage != "04_train" for stage, _ in parameter_table(c).index)
+    # the page's headers name the runs as the runs list does
+    page = comparison_html(c)
+    assert page.count(f'class="col_heading level0 col0" >A ({html.escape(a.title)})</th>') >= 3
+    assert f"A: {html.escape(a.title)}, run {a.id}" in page and "hyport compare: A (" in page
+    assert html.escape(only_b) in page and "differs</th>" not in page
 
 
 def test_the_same_card_answering_alike_in_two_runs_is_said(outputs, tmp_path):
@@ -200,6 +231,37 @@ def test_the_run_picker_offers_the_runs_and_shows_a_bad_pair_as_one_line(outputs
     second.value = first.value  # the same run twice
     button.click()
     assert "the same run twice" in picker.children[3].value
+
+
+def test_the_run_picker_names_each_run_with_its_name_time_and_verdicts_newest_first(outputs):
+    labels = [label for label, _ in run_picker(outputs).children[0].options]
+    cpu = _cpu_train(outputs)
+    when = dt.datetime.strptime(cpu.id[:15], "%Y%m%d-%H%M%S").strftime("%Y-%m-%d %H:%M:%S")
+    verdict = read_result(cpu.folder / "04_train.json")["verdict"]
+    assert len(labels) == 3
+    report = outputs / "20990101-000000-npu" / "results"
+    verdicts = [f"{s[:2]} {read_result(report / f'{s}.json')['verdict']}" for s in ("02_attention", "03_inference",
+                                                                                   "04_train")]
+    assert labels[0] == "smoke · report 02 03 04 · 2099-01-01 00:00:00 · " + ", ".join(verdicts)
+    assert f"smoke · 04_train · {when} · {verdict}" in labels[1:]
+    attention = next(label for label in labels if "02_attention" in label)
+    assert attention.endswith(" · FAIL") and not attention.startswith("smoke")  # no run_name recorded: none shown
+
+
+def test_the_overlaid_losses_are_interactive_with_a_legend_per_run_and_a_fitted_axis(outputs, monkeypatch):
+    c = compare_runs([_cpu_train(outputs), "20990101"], stages=["04_train"], outputs=outputs)
+    spec = c.part("losses").spec()
+    assert spec["encoding"]["y"]["scale"]["zero"] is False and spec["mark"]["point"] is True
+    assert spec["encoding"]["color"]["field"] == "run" and "legend" in spec["encoding"]["color"]
+    assert [t["field"] for t in spec["encoding"]["tooltip"]] == ["run", "step", "loss"]
+    assert {"select": "interval", "bind": "scales"}.items() <= spec["params"][0].items()  # zoom
+    assert sorted({row["run"] for row in spec["data"]["values"]}) == sorted(c.part("losses").frame["label"].unique())
+    # in a notebook: the spec for JupyterLab's Vega renderer, the PNG beside it for everything else
+    shown = []
+    monkeypatch.setattr("IPython.display.display", lambda obj, raw=False: shown.append(obj))
+    show_comparison(c)
+    bundles = [obj for obj in shown if isinstance(obj, dict)]
+    assert len(bundles) == 1 and bundles[0][VEGA_LITE_MIME] == spec and len(bundles[0]["image/png"]) > 1000
 
 
 def test_the_run_picker_lists_a_stage_s_runs_and_refresh_finds_a_new_one(outputs, monkeypatch):
