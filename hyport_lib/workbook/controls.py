@@ -123,11 +123,14 @@ class FormField:
             self.none.observe(lambda _: callback(), names="value")
 
 
-def field_row(f: Field, value: Any, presets: Optional[Sequence[str]] = None) -> FormField:
-    """The row of ``f`` showing ``value``; a text offers ``presets``."""
+def field_row(f: Field, value: Any, presets: Optional[Sequence[str]] = None,
+              choices: Optional[Sequence[Any]] = None) -> FormField:
+    """The row of ``f`` showing ``value``; a text offers ``presets``. ``choices`` (known only
+    when the form is built: what this backend can run) make it a dropdown of them, as a
+    declared ``choices`` does; the check still decides what is accepted."""
     import ipywidgets as widgets
 
-    control, none = _control(f, value, presets)
+    control, none = _control(f, value, presets, tuple(choices) if choices is not None else f.spec.choices)
     label = widgets.HTML(value=label_html(f), layout={"width": LABEL_WIDTH, "flex": f"0 0 {LABEL_WIDTH}"})
     label.add_class("hyport-label")
     error = widgets.HTML(value="", layout={"margin": f"0 0 0 {LABEL_WIDTH}"})
@@ -142,19 +145,22 @@ def field_row(f: Field, value: Any, presets: Optional[Sequence[str]] = None) -> 
     return FormField(f, control, label, error, widget, note, none)
 
 
-def _control(f: Field, value: Any, presets: Optional[Sequence[str]]) -> tuple[Any, Any]:
+def _control(f: Field, value: Any, presets: Optional[Sequence[str]], choices: tuple) -> tuple[Any, Any]:
     """The control ``f``'s declaration asks for, and the "None" box beside an optional number."""
     import ipywidgets as widgets
 
     # description stays empty: the label is ours, and only then does ipywidgets put the
     # tooltip on the input itself as its ``title``
     common = dict(tooltip=f.spec.doc)
-    spec = f.spec
-    if spec.choices:
-        options = [(str(c), c) for c in spec.choices] + ([("None", None)] if f.optional else [])
-        if not any(value == c and type(value) is type(c) for _, c in options):
-            options.append((repr(value), value))  # kept as given, for the check to name it
-        return widgets.Dropdown(options=options, value=value, layout={"width": "auto"}, **common), None
+    if choices:
+        # None is offered as the text "None" (read as None, as on the command line): a None
+        # value is no choice at all to ipywidgets, and the dropdown would show blank
+        options = [(str(c), c) for c in choices if c is not None]
+        options += [("None", "None")] if f.optional or None in choices else []
+        shown = "None" if value is None else value
+        if not any(shown == c and type(shown) is type(c) for _, c in options):
+            options.append((repr(shown), shown))  # kept as given, for the check to name it
+        return widgets.Dropdown(options=options, value=shown, layout={"width": "auto"}, **common), None
     if f.kind == "bool" and not f.optional:
         flag = _as_read(f, value)
         if flag is not None:

@@ -113,13 +113,14 @@ class StageForm:
 
     def __init__(self, params_class: type, namespace: MutableMapping[str, Any], run: RunStage,
                  presets: Optional[Mapping[str, Sequence[str]]] = None, title: str = "",
-                 models_folder: str = ""):
+                 models_folder: str = "", choices: Optional[Mapping[str, Sequence[Any]]] = None):
         import ipywidgets as widgets
 
         self.params_class = params_class
         self.namespace = namespace
         self.run_stage = run
         self.presets = dict(presets or {})
+        self.choices = dict(choices or {})  # dropdowns whose options only the caller knows
         self.fields: dict[str, FormField] = {}
         self.models_folder = None  # the "models folder" box, on a form with a model field
         self._models_folder_text = models_folder
@@ -160,7 +161,7 @@ class StageForm:
         for group, fields in grouped_fields(self.params_class):
             rows = []
             for f in fields:
-                row = field_row(f, values[f.name], self.presets.get(f.name))
+                row = field_row(f, values[f.name], self.presets.get(f.name), self.choices.get(f.name))
                 self.fields[f.name] = row
                 row.on_change(lambda name=f.name: self._on_change(name))
                 rows.append(row.widget)
@@ -312,15 +313,19 @@ class StageForm:
 
 
 def stage_form(params_class: type, namespace: MutableMapping[str, Any], run: RunStage, *,
-               models_folder: str = "", title: str = "") -> StageForm:
+               models_folder: str = "", title: str = "",
+               choices: Optional[Mapping[str, Sequence[Any]]] = None) -> StageForm:
     """Presets as each field declares them (what hyport ships), the checkpoints under
-    ``models_folder`` (a box of the form) for model folders, and a ``dataset_info.json``'s entries."""
+    ``models_folder`` (a box of the form) for model folders, and a ``dataset_info.json``'s entries.
+    ``choices``: a dropdown of these values for the field so named, where they are known only
+    now (``{"attn_implementation": [...]}``: what this backend can run)."""
     fields = parameter_fields(params_class)
     presets = {f.name: list(f.spec.presets) for f in fields if f.spec.presets}
     for entry, source in ENTRY_OF.items():
         if {entry, source} <= {f.name for f in fields}:
             presets[entry] = dataset_entries(namespace.get(source, ""))
-    return StageForm(params_class, namespace, run, presets=presets, title=title, models_folder=models_folder)
+    return StageForm(params_class, namespace, run, presets=presets, title=title, models_folder=models_folder,
+                     choices=choices)
 
 
 class ViewFailed(Exception):

@@ -515,3 +515,15 @@ def test_a_kept_none_and_a_kept_optional_number():
     again = stage_form(Demo, namespace, lambda p: None)
     assert again.fields["steps"].none.value is True and namespace["steps"] is None
     assert "steps=20" in again.kept.value
+
+
+def test_choices_known_when_the_form_is_built_make_a_dropdown_and_the_check_still_decides():
+    kept = stage_form(Demo, {"note": "z"}, lambda p: None, choices={"note": ["a"]}).fields["note"].control
+    assert kept.value == "z" and kept.label == "'z'"  # a value not offered is kept as given, not replaced
+    assert stage_form(Demo, {}, lambda p: None, choices={"note": ["a"]}).fields["note"].control.label == "None"
+    form = stage_form(Demo, {"note": "b"}, lambda p: None, choices={"note": ["a", "b", None]})
+    note = form.fields["note"].control
+    assert isinstance(note, widgets.Dropdown) and [label for label, _ in note.options] == ["a", "b", "None"]
+    assert note.value == "b"
+    note.index = 2
+    assert note.label == "None" and form.check().note is None  # never a blank dropdown
