@@ -634,7 +634,9 @@ def test_04_stop_button_ends_the_run_and_records_interrupted(lab, tmp_path):
 
 
 # Every field of a form, from the page: its label's text and title, whether the label is cut
-# (wider than its box, or an ellipsis), and the title of its control.
+# (wider than its box, or an ellipsis), and the title of its control: on the input itself,
+# except a number box's, which ipywidgets 8.1 puts on the box's own <label> (hidden: the
+# label shown is ours, which carries it too).
 FIELDS_SHOWN = """(form, names) => names.map(name => {
     const field = form.querySelector('.hyport-field-' + name);
     if (!field) return {name, missing: true};
@@ -644,7 +646,9 @@ FIELDS_SHOWN = """(form, names) => names.map(name => {
     const cut = [label, label.querySelector('.widget-html-content'), text].some(el =>
         el.scrollWidth > el.clientWidth || getComputedStyle(el).textOverflow === 'ellipsis');
     return {name, text: text.textContent, title: text.getAttribute('title'), cut,
-            control_title: control && control.getAttribute('title'),
+            control_title: control.type === 'number'
+                ? control.parentElement.querySelector(':scope > label').getAttribute('title')
+                : control.getAttribute('title'),
             visible: text.getBoundingClientRect().width > 0};
 })"""
 
