@@ -236,7 +236,8 @@ def _form(page):
 def _open_section_of(form, name: str) -> None:
     """Unfold the folded section that holds the field, if it is in one."""
     field = form.locator(f".hyport-field-{name}")
-    section = form.locator(".hyport-section", has=field)
+    # ``has`` is matched inside each section: a locator of the page's, not one under the form
+    section = form.locator(".hyport-section", has=form.page.locator(f".hyport-field-{name}"))
     if section.count() and not field.is_visible():
         section.locator(".jupyter-widget-Collapse-header").click()
         field.wait_for(state="visible")

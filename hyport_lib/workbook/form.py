@@ -243,9 +243,8 @@ class StageForm:
 
     def check(self) -> Optional[StageParams]:
         """The parameters, or None with each problem shown under its field (a problem that
-        names no single field, under the button)."""
-        for row in self.fields.values():
-            row.show_problem("")
+        names no single field, under the button). A line that stays is not cleared first: a
+        check on each change, then Run's, would make it blink (and a browser read it blank)."""
         problems: list[str] = []
         values: dict[str, Any] = {}
         for name, row in self.fields.items():
@@ -255,21 +254,29 @@ class StageForm:
                 problems.append(str(exc))
         if not problems:
             try:
-                return self.params_class(**values)
+                params = self.params_class(**values)
             except ParameterError as exc:
                 problems = exc.details or [str(exc)]
+            else:
+                self._show_problems([])
+                return params
         self._show_problems(problems)
         return None
 
     def _show_problems(self, problems: Sequence[str]) -> None:
-        """Each under the field it names; one that names none, under the button."""
-        general = []
+        """Each under the field it names (every other field's line emptied); one that names
+        none, under the button."""
+        general, by_field = [], {}
         for problem in problems:
             name = problem_field(problem, list(self.fields))
             if name:
-                self.fields[name].show_problem(problem)
+                by_field[name] = problem
             else:
                 general.append(problem)
+        for name, row in self.fields.items():
+            row.show_problem(by_field.get(name, ""))
+        if not problems:
+            return
         self.status.value = self._problems_status = error_html(
             "; ".join(general) if general else f"{counted(len(problems), 'value')} to fix above")
 

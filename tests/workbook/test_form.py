@@ -527,3 +527,12 @@ def test_choices_known_when_the_form_is_built_make_a_dropdown_and_the_check_stil
     assert note.value == "b"
     note.index = 2
     assert note.label == "None" and form.check().note is None  # never a blank dropdown
+
+
+def test_a_line_that_stays_is_not_blanked_by_the_next_check():
+    form = _form()
+    form.fields["steps"].control.value = 0  # the check on the change says it
+    shown = []
+    form.fields["steps"].error.observe(lambda change: shown.append(change["new"]), names="value")
+    assert form.check() is None  # Run's check: the same line, never a blank in between
+    assert shown == [] and form.fields["steps"].problem.startswith("steps=0")
