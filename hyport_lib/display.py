@@ -125,14 +125,17 @@ def table_explorer(df, style=styled, what: str = "rows", max_height: str = "28em
     static table as well. ``style`` turns a frame into a Styler (:func:`styled`)."""
     import ipywidgets as widgets
 
-    sort = widgets.Dropdown(options=[("as listed", None)] + [(str(c), c) for c in df.columns],
-                            description="Sort by")
+    # "as listed" is an object of its own, not None: ipywidgets reads a None value as no
+    # choice at all, and the dropdown shows blank
+    as_listed = object()
+    sort = widgets.Dropdown(options=[("as listed", as_listed)] + [(str(c), c) for c in df.columns],
+                            value=as_listed, description="Sort by")
     descending = widgets.Checkbox(value=True, description="largest first", indent=False)
     query = widgets.Text(placeholder="text in any column", description="Filter")
     count, table = widgets.HTML(), widgets.HTML()
 
     def render(_=None) -> None:
-        view = explore(df, sort.value, descending.value, query.value)
+        view = explore(df, None if sort.value is as_listed else sort.value, descending.value, query.value)
         count.value = f"{len(view)} of {len(df)} {html.escape(what)}"
         table.value = (f'<div style="max-height: {max_height}; overflow-y: auto">'
                        f"{fit(style(view)).to_html()}</div>")

@@ -75,6 +75,21 @@ class Spec:
     output: bool = False  # this path is the stage's output folder (what ``written_by`` points into)
     hub_id: bool = False  # an ``org/name`` that is no folder here names a model on the Hugging Face hub
     presets: tuple = ()  # what the workbook's form offers (a combo box); what hyport ships, never a test's data
+    # the section of the form, ``--help`` and docs/parameters.md the parameter is in
+    # (one of :data:`GROUPS`; "": the main one, the few that matter first)
+    group: str = ""
+
+    def __post_init__(self) -> None:
+        if self.group not in GROUPS:
+            raise TypeError(f"group={self.group!r}: expected one of {GROUPS}")
+
+
+#: The sections parameters are shown in, in this order: "" is the main one (shown first,
+#: never folded away); each other is a folded section of the form and a group of ``--help``.
+GROUPS = ("", "Data", "Prompts", "Training", "LoRA", "DeepSpeed / memory", "Model check", "Port", "Reload",
+          "Memory", "Several hosts", "Advanced")
+#: How the main section is titled where it needs a title (``--help``, the docs).
+MAIN_GROUP_TITLE = "Main"
 
 
 def param(default: Any, doc: str, **spec: Any) -> Any:
@@ -255,6 +270,14 @@ class StageParams:
         return params
 
 
+def grouped_fields(cls: type) -> list[tuple[str, list[Field]]]:
+    """``cls``'s parameters by section (:data:`GROUPS` order, declaration order within one),
+    the empty sections left out."""
+    fields = parameter_fields(cls)
+    sections = [(group, [f for f in fields if f.spec.group == group]) for group in GROUPS]
+    return [(group, members) for group, members in sections if members]
+
+
 def unknown_parameter(key: str, known: Sequence[str], where: str = "") -> str:
     """``-p: unknown parameter 'num_card'; did you mean 'num_cards'?``."""
     near = difflib.get_close_matches(key, list(known), n=1)
@@ -303,14 +326,14 @@ def nodes_from_param() -> Any:
                        "where said) from torchrun's PET_* variables, else LLaMA-Factory's NNODES / NODE_RANK / "
                        "MASTER_ADDR / MASTER_PORT, else ModelArts' MA_NUM_HOSTS / VC_TASK_INDEX / VC_WORKER_HOSTS "
                        "| a DeepSpeed hostfile | None: the parameters as given", nonempty=True, path="file",
-                 must_exist=True, not_paths=("env",))
+                 must_exist=True, not_paths=("env",), presets=("env",), group="Several hosts")
 
 
-def card_memory_param() -> Any:
+def card_memory_param(group: str = "Advanced") -> Any:
     """The card's memory where no device tool lists it (planning for a cluster from a laptop);
     a card the tool lists is taken at its word."""
     return param(None, "GiB of memory per card where no npu-smi / nvidia-smi lists it (910B3: 64); None: the "
-                       "listed figure, else unknown", min_exclusive=0)
+                       "listed figure, else unknown", min_exclusive=0, group=group)
 
 
 def model_path_param(doc: str = 'a checkpoint folder, "tiny" for the embedded random-weight VLM, or '
@@ -319,8 +342,8 @@ def model_path_param(doc: str = 'a checkpoint folder, "tiny" for the embedded ra
     return param(default, doc, nonempty=True, path="dir", not_paths=MODEL_NAMES, hub_id=True, presets=MODEL_NAMES)
 
 
-def dtype_param(default: str, doc: str = "auto | float32 | bfloat16 | float16") -> Any:
-    return param(default, doc, choices=DTYPES)
+def dtype_param(default: str, doc: str = "auto | float32 | bfloat16 | float16", group: str = "") -> Any:
+    return param(default, doc, choices=DTYPES, group=group)
 
 
 #: ``attn_implementation="auto"``: the stage decides (stage 03: the fused kernel on an NPU
@@ -333,8 +356,9 @@ def attn_implementation_param(default: str = "eager",
     return param(default, doc, nonempty=True)
 
 
-def trust_remote_code_param(doc: str = "run the checkpoint's own model code (off unless you turn it on)") -> Any:
-    return param(False, doc)
+def trust_remote_code_param(doc: str = "run the checkpoint's own model code (off unless you turn it on)",
+                            group: str = "Advanced") -> Any:
+    return param(False, doc, group=group)
 
 
 # --------------------------------------------------------------------------- command line
@@ -343,8 +367,16 @@ def add_arguments(parser: argparse.ArgumentParser, cls: type, *, positional: Seq
     """One flag per parameter of ``cls`` (``--max-steps``), help from its doc and default;
     values stay text, converted by the class. ``positional`` parameters become optional
     positional arguments (``hyport verify PATH``); ``switches``, flags that are off unless
-    given (``--reload``), where the notebook's defaults are on."""
-    for f in parameter_fields(cls):
+    given (``--reload``), where the notebook's defaults are on. Each section of the form
+    (:attr:`Spec.group`) is a group of ``--help``; the main one, the parser's own options."""
+    for group, fields in grouped_fields(cls):
+        _add_group_arguments(parser if not group else parser.add_argument_group(group), fields,
+                             positional, switches)
+
+
+def _add_group_arguments(parser: Any, fields: Sequence[Field], positional: Sequence[str],
+                         switches: Sequence[str]) -> None:
+    for f in fields:
         if f.name in switches:
             parser.add_argument(f.flag, dest=f.name, action="store_true", help=f"{f.spec.doc} (off unless given)")
             continue
@@ -403,9 +435,14 @@ def parse_text(f: Field, value: Any) -> Any:
 
 # --------------------------------------------------------------------------- docs
 def markdown_table(cls: type) -> str:
-    """The docs' table of ``cls``: name, default, what it accepts, doc."""
-    rows = ["| parameter | default | accepts | meaning |", "|---|---|---|---|"]
-    for f in parameter_fields(cls):
-        doc = f.spec.doc.replace("|", "\\|")
-        rows.append(f"| `{f.name}` | `{f.default!r}` | {f.accepted()} | {doc} |")
-    return "\n".join(rows)
+    """The docs' tables of ``cls``, one per section of the form (:attr:`Spec.group`): name,
+    default, what it accepts, doc."""
+    tables = []
+    for group, fields in grouped_fields(cls):
+        rows = [f"**{group or MAIN_GROUP_TITLE}**", "", "| parameter | default | accepts | meaning |",
+                "|---|---|---|---|"]
+        for f in fields:
+            doc = f.spec.doc.replace("|", "\\|")
+            rows.append(f"| `{f.name}` | `{f.default!r}` | {f.accepted()} | {doc} |")
+        tables.append("\n".join(rows))
+    return "\n\n".join(tables)

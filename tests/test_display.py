@@ -83,9 +83,14 @@ def test_a_table_can_be_sorted_and_filtered_above_a_static_table():
     box = D.table_explorer(frame, what="tensors")
     sort, descending, query = box.controls
     assert box.count.value == "3 of 3 tensors" and "lm_head" in box.table.value
+    assert sort.index == 0 and sort.label == "as listed"  # never a blank dropdown
     sort.value, query.value = "relative change", "proj"  # each change redraws the table
     assert box.count.value == "2 of 3 tensors"
     assert box.table.value.index("q_proj") < box.table.value.index("k_proj") and "lm_head" not in box.table.value
+    sort.index = 0  # back to "as listed": the rows' own order, and the dropdown says so
+    assert sort.label == "as listed" and box.table.value.index("q_proj") < box.table.value.index("k_proj")
+    query.value = ""
+    assert box.table.value.index("model.layers.1") < box.table.value.index("lm_head")
 
 
 def test_a_column_of_numbers_and_text_sorts_its_missing_values_last():

@@ -233,12 +233,46 @@ def _form(page):
     return form
 
 
+def _open_section_of(form, name: str) -> None:
+    """Unfold the folded section that holds the field, if it is in one."""
+    field = form.locator(f".hyport-field-{name}")
+    # ``has`` is matched inside each section: a locator of the page's, not one under the form
+    section = form.locator(".hyport-section", has=form.page.locator(f".hyport-field-{name}"))
+    if section.count() and not field.is_visible():
+        section.locator(".jupyter-widget-Collapse-header").click()
+        field.wait_for(state="visible")
+
+
+def _open_sections(form) -> None:
+    """Unfold every folded section of the form, as a user would: a click on each header."""
+    closed = form.locator(".hyport-section .jupyter-widget-Collapse:not(.jupyter-widget-Collapse-open)"
+                          " > .jupyter-widget-Collapse-header")
+    sections = form.locator(".hyport-section").count()
+    for _ in range(sections):  # one click each; the locator lists those still closed
+        if closed.count() == 0:
+            break
+        closed.first.scroll_into_view_if_needed()
+        closed.first.click()
+    assert sections and closed.count() == 0
+
+
 def _set_field(form, name: str, value) -> None:
-    """Type ``value`` into the field's text box, or (a bool) tick or untick its checkbox."""
-    control = form.locator(f".hyport-field-{name}").locator("input, textarea, select").first
+    """Type ``value`` into the field's box, pick it in its dropdown, or (a bool) tick or
+    untick its checkbox; ``"None"`` ticks an optional number's "None" box, a number unticks it."""
+    _open_section_of(form, name)
+    field = form.locator(f".hyport-field-{name}")
+    none = field.locator(".hyport-none input")
+    if none.count():
+        none.scroll_into_view_if_needed()
+        none.set_checked(value == "None")
+        if value == "None":
+            return
+    control = field.locator("input, textarea, select").first
     control.scroll_into_view_if_needed()
     if isinstance(value, bool):
         control.set_checked(value)
+    elif control.evaluate("el => el.tagName") == "SELECT":
+        control.select_option(label=str(value))
     else:
         control.fill(str(value))
         control.press("Tab")  # the change reaches the kernel before the click
@@ -344,7 +378,7 @@ def test_02_attention_runs(lab):
         assert {r.get("dtype") for r in result["data"]["rows"]} >= {"float32", "bfloat16"}
 
         form = _form(page)
-        _refused_under_field(page, form, AttentionParams, "seed", "x")
+        _refused_under_field(page, form, AttentionParams, "seed", "-1")  # a number box: no letters
         _set_field(form, "seed", "0")
         _set_field(form, "dtypes", "[float32]")
         again = _run_form(page, lab, form, "02_attention")
@@ -603,3 +637,95 @@ def test_04_stop_button_ends_the_run_and_records_interrupted(lab, tmp_path):
         save_readme_picture(page.screenshot(), readme_picture_path(tmp_path, "jupyterlab_compare.png"))
         _assert_stayed_local(network)
 
+
+
+# Every field of a form, from the page: its label's text and title, whether the label is cut
+# (wider than its box, or an ellipsis), and the title of its control: on the input itself,
+# except a number box's, which ipywidgets 8.1 puts on the box's own <label> (hidden: the
+# label shown is ours, which carries it too).
+FIELDS_SHOWN = """(form, names) => names.map(name => {
+    const field = form.querySelector('.hyport-field-' + name);
+    if (!field) return {name, missing: true};
+    const label = field.querySelector('.hyport-label');
+    const text = label.querySelector('.hyport-label-text');
+    const control = field.querySelector('input, textarea, select');
+    const cut = [label, label.querySelector('.widget-html-content'), text].some(el =>
+        el.scrollWidth > el.clientWidth || getComputedStyle(el).textOverflow === 'ellipsis');
+    return {name, text: text.textContent, title: text.getAttribute('title'), cut,
+            control_title: control.type === 'number'
+                ? control.parentElement.querySelector(':scope > label').getAttribute('title')
+                : control.getAttribute('title'),
+            visible: text.getBoundingClientRect().width > 0};
+})"""
+
+
+def test_04_form_full_labels_tooltips_sections_and_run_all_keeps_typed_values(lab, tmp_path):
+    # relative to the notebook's folder (the kernel's): no local absolute path in the picture
+    first, second = "train-layout-1", "train-layout-2"
+    path = copy_notebook(NOTEBOOKS / "04_train.ipynb", lab.root,
+                         {"device": "cpu", "max_steps": 1, "output_dir": first})
+    fields = parameter_fields(TrainParams)
+    with notebook_page(lab, SCREENSHOT_VIEWPORT) as (page, network):
+        open_notebook(page, lab.server, path.name)
+        _run_all(page, lab, path)
+        form = _form(page)
+        _hide_left_sidebar(page)
+
+        # folded sections: Run stage in sight below the main fields, without scrolling past 53
+        form.evaluate("el => el.scrollIntoView({block: 'start'})")
+        button = form.locator("button", has_text="Run stage")
+        top, bottom = form.bounding_box()["y"], button.bounding_box()["y"] + button.bounding_box()["height"]
+        assert bottom - top < SCREENSHOT_VIEWPORT["height"], (top, bottom)
+        sections = form.locator(".hyport-section .jupyter-widget-Collapse-header").all_inner_texts()
+        assert [t.strip() for t in sections] == ["Data", "Training", "LoRA", "DeepSpeed / memory",
+                                                 "Several hosts", "Advanced"]
+        # README picture: the grouped form of 04
+        shot = save_readme_picture(form.screenshot(), readme_picture_path(tmp_path, "jupyterlab_form_04.png"))
+        assert shot.exists()
+
+        # every field, its sections unfolded: the full name, never cut; its doc as the title
+        # of the label and of the control (the tooltip the page shows)
+        _open_sections(form)
+        shown = form.element_handle().evaluate(FIELDS_SHOWN, [f.name for f in fields])
+        assert len(shown) == len(fields) >= 40
+        for f, seen in zip(fields, shown):
+            assert seen.get("missing") is None and seen["visible"], seen
+            assert seen["text"] == f.name and not seen["cut"], seen
+            assert seen["title"] == f.spec.doc and seen["control_title"] == f.spec.doc, seen
+
+        # a combination is checked as soon as it is set, with the command line's line
+        with pytest.raises(ParameterError) as refused:
+            TrainParams(zero_stage=0, offload_optimizer=True)
+        _set_field(form, "offload_optimizer", True)
+        _set_field(form, "zero_stage", "0")
+        error = form.locator(".hyport-field-offload_optimizer .hyport-error")
+        page.wait_for_function("el => el.textContent.trim().length > 0", arg=error.element_handle(),
+                               timeout=PICK_S * 1000)
+        assert error.inner_text().strip() == str(refused.value)
+        _set_field(form, "zero_stage", "2")
+        page.wait_for_function("el => el.textContent.trim() === ''", arg=error.element_handle(),
+                               timeout=PICK_S * 1000)
+        _set_field(form, "offload_optimizer", False)
+
+        # typed values survive Run All (which runs the parameters cell again), and the
+        # cells below run with them
+        _set_field(form, "max_steps", "2")
+        _set_field(form, "output_dir", second)
+        started = time.time()
+        _run_all(page, lab, path)
+        result = _recorded(lab, "04_train", started)
+        assert len(result["data"]["metrics"]) == 2
+        assert Path(result["data"]["final_dir"]).resolve().is_relative_to((lab.root / second).resolve())
+        form = _form(page)
+        kept = form.locator(".hyport-kept")
+        assert kept.is_visible()
+        assert kept.inner_text().startswith("2 values kept from the form (the parameters cell says max_steps=1, "
+                                            f"output_dir={first!r})"), kept.inner_text()
+        steps = form.locator(".hyport-field-max_steps input").first
+        assert steps.input_value() == "2"
+        kept.locator("button", has_text="Reset").click()  # back to the parameters cell
+        page.wait_for_function(  # the rows are built again: the box is looked up afresh
+            """() => { const box = document.querySelector('.hyport-form .hyport-field-max_steps input');
+                       return box !== null && box.value === '1'; }""", timeout=PICK_S * 1000)
+        kept.wait_for(state="hidden", timeout=PICK_S * 1000)
+        _assert_stayed_local(network)

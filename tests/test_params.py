@@ -125,3 +125,22 @@ def test_every_broken_rule_is_named_not_only_the_first():
     with pytest.raises(ParameterError) as info:
         TrainParams(node_rank=3, offload_optimizer=True, zero_stage=0)
     assert len(info.value.details) == 2 and "node_rank=3" in info.value.details[0]
+
+
+# --------------------------------------------------------------------------- sections
+def test_the_sections_are_shared_by_help_and_the_docs_table():
+    import argparse
+
+    from hyport_lib.params import GROUPS, add_arguments, markdown_table, param
+
+    parser = argparse.ArgumentParser(prog="hyport train")
+    add_arguments(parser, TrainParams)
+    text = parser.format_help()
+    text = text[text.index("options:"):]  # past the usage line
+    assert text.index("--max-steps") < text.index("Data:") < text.index("Several hosts:") < text.index("--nnodes")
+    table = markdown_table(TrainParams)
+    assert table.startswith("**Main**") and table.index("**LoRA**") < table.index("| `lora_rank` |")
+    assert [g for g in GROUPS if g and f"**{g}**" in table] == ["Data", "Training", "LoRA", "DeepSpeed / memory",
+                                                                  "Several hosts", "Advanced"]
+    with pytest.raises(TypeError, match="group='Trainig'"):
+        param(1, "a typo in a section's name is refused at import", group="Trainig")

@@ -23,26 +23,27 @@ class Params(StageParams):
                            path="any", must_exist=True)
     model_path: Optional[str] = model_path_param(
         'model of the eager-vs-swapped check: a checkpoint folder or "tiny"; None skips the check')
-    seed: int = param(0, "seeds the grid's inputs and the model check", min=0)
+    seed: int = param(0, "seeds the grid's inputs and the model check", min=0, group="Advanced")
     model_dtype: str = param("auto", "dtype of the model check: auto (bfloat16 on an NPU, the dtype it "
                                      "trains and serves in; float32 elsewhere), float32, bfloat16 or float16",
-                             choices=("auto", "float32", "bfloat16", "float16"))
+                             choices=("auto", "float32", "bfloat16", "float16"), group="Model check")
     flash_attn_version: Optional[str] = param(
         None, "the flash-attn API the drop-in serves (the version the model pins); None: the default",
-        nonempty=True)
+        nonempty=True, group="Advanced")
     port: bool = param(True, "when code_path names your code: port a copy of it (hyport port) beside "
-                             "the results (the port is proven only with port_proof)")
+                             "the results (the port is proven only with port_proof)", group="Port")
     port_proof: bool = param(False, "prove the port on a tiny model: imports and runs code_path's model "
                                     "code (original and ported), in a child process; off unless you "
-                                    "turn it on")
+                                    "turn it on", group="Port")
     port_proof_timeout_s: float = param(600, "the port proof's time limit in seconds; past it the "
                                              "proof's process group is killed and the proof FAILs",
-                                        min_exclusive=0)
+                                        min_exclusive=0, group="Port")
     port_proof_config: dict = param({}, "config fields of the port proof's tiny model, e.g. "
-                                        "{rope_scaling: {type: dynamic, factor: 2.0}}")
+                                        "{rope_scaling: {type: dynamic, factor: 2.0}}", group="Port")
     card_memory_gib: Optional[float] = card_memory_param()
     trust_remote_code: bool = trust_remote_code_param(
-        "the model check loads the checkpoint's own code (with the flash_attn shim); off unless you turn it on")
+        "the model check loads the checkpoint's own code (with the flash_attn shim); off unless you turn it on",
+        group="Model check")
 
     def check(self) -> None:
         """The grid's dtypes are known ones, each once; a flash-attn version reads as one

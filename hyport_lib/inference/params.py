@@ -25,31 +25,40 @@ class Params(StageParams):
     # Built from the library's default batch, not written out again: the workers fit the
     # default batch to a model that cannot take all of it, and they know it by its value.
     batch_prompts: list = param([list(pair) for pair in DEFAULT_BATCH_PROMPTS],
-                                "the batch: [text, uses_image] pairs (a bare text is a text-only prompt)")
+                                "the batch: [text, uses_image] pairs (a bare text is a text-only prompt)",
+                                group="Prompts")
     image: Optional[str] = param(None, "an image file for every image prompt; None: the built-in sample picture",
-                                 nonempty=True, path="file", must_exist=True)
+                                 nonempty=True, path="file", must_exist=True, group="Prompts")
     max_new_tokens: int = param(16, "tokens generated per answer", min=1)
-    warmup_runs: int = param(1, "untimed generate calls first: the first call measures start-up", min=0)
-    skip_not_applicable: bool = param(False, "leave out prompts this model cannot take instead of refusing them")
-    enable_thinking: bool = param(False, "passed to the chat template (models that can think before answering)")
+    warmup_runs: int = param(1, "untimed generate calls first: the first call measures start-up", min=0,
+                             group="Advanced")
+    skip_not_applicable: bool = param(False, "leave out prompts this model cannot take instead of refusing them",
+                                      group="Prompts")
+    enable_thinking: bool = param(False, "passed to the chat template (models that can think before answering)",
+                                  group="Prompts")
     dtype: str = dtype_param("float32")
     attn_implementation: str = attn_implementation_param(
         "auto", doc="auto (on an NPU hyport_npu_fused once it proves itself on this model, else eager) | "
                     "eager | sdpa | a hyport name (proven first)")
-    infer_timeout_s: float = param(300, "seconds per card; the grid returns within about this long", min_exclusive=0)
-    allow_busy_cards: bool = param(False, "also run on cards another process holds (nothing is ever killed)")
+    infer_timeout_s: float = param(300, "seconds per card; the grid returns within about this long", min_exclusive=0,
+                                   group="Advanced")
+    allow_busy_cards: bool = param(False, "also run on cards another process holds (nothing is ever killed)",
+                                   group="Advanced")
     trust_remote_code: bool = trust_remote_code_param()
-    allow_download: bool = param(False, "a model_path that is no folder may be a hub id to download")
+    allow_download: bool = param(False, "a model_path that is no folder may be a hub id to download", group="Advanced")
     log_dir: Optional[str] = param(None, "folder for card<N>.log / card<N>.json; None: a fresh folder beside the "
                                    "results (nnodes > 1: the folder on shared storage where the hosts meet, "
                                    "required outside a report run, whose default is <run>/inference_logs)",
-                                   path="dir", output=True)
+                                   path="dir", output=True, group="Advanced")
     # Several hosts, each running its own cards (no launcher between them): they meet in log_dir.
     nnodes: int = param(1, "hosts in the job: each runs its own cards, node 0 merges their tables into one grid "
-                           "(nnodes > 1: log_dir names a folder on storage every host sees)", min=1)
-    node_rank: int = param(0, "this host's place in the job, 0 .. nnodes-1: node 0 merges and records the job", min=0)
+                           "(nnodes > 1: log_dir names a folder on storage every host sees)", min=1,
+                           group="Several hosts")
+    node_rank: int = param(0, "this host's place in the job, 0 .. nnodes-1: node 0 merges and records the job", min=0,
+                           group="Several hosts")
     nodes_wait_s: float = param(600, "nnodes > 1: seconds a node waits for node 0's token in log_dir, and node 0, "
-                                     "after its own cards, for the other hosts' tables", min_exclusive=0)
+                                     "after its own cards, for the other hosts' tables", min_exclusive=0,
+                                     group="Several hosts")
 
     def check(self) -> None:
         """A ``node_rank`` below ``nnodes`` (the shared ``log_dir`` of several hosts: the plan). Each

@@ -43,7 +43,7 @@ class Params(StageParams):
 
     device: str = device_param()
     num_cards: Optional[int] = num_cards_param("processes per node; None: every visible card (CPU: 2 processes)")
-    card_memory_gib: Optional[float] = card_memory_param()
+    card_memory_gib: Optional[float] = card_memory_param(group="DeepSpeed / memory")
     model_path: str = model_path_param()
     # (must exist: checked in check(), where a folder is accepted only with dataset)
     dataset_path: str = param("", 'a data file (JSON, JSON Lines, parquet), or a LLaMA-Factory dataset_info.json '
@@ -52,82 +52,95 @@ class Params(StageParams):
     dataset: Optional[str] = param(None, "the dataset_info.json entry to train on (dataset_path names the json); "
                                    "None: dataset_path is the data file", nonempty=True)
     dataset_format: str = param("auto", "auto (detected from the first record whose keys tell it) | alpaca | "
-                                "sharegpt | openai", choices=FORMAT_CHOICES)
+                                "sharegpt | openai", choices=FORMAT_CHOICES, group="Data")
     dataset_columns: dict = param({}, "column names overriding the format's, as dataset_info.json's columns "
                                   "(prompt, query, response, history, system, messages, images, id; None, "
-                                  "null in YAML and on the command line: not read)")
+                                  "null in YAML and on the command line: not read)", group="Data")
     dataset_tags: dict = param({}, "role tags overriding the format's, as dataset_info.json's tags (role_tag, "
-                               "content_tag, user_tag, assistant_tag, system_tag)")
+                               "content_tag, user_tag, assistant_tag, system_tag)", group="Data")
     image_root: Optional[str] = param(None, "folder image paths are relative to; None: the data file's folder (a "
                                       "dataset_info.json entry: the json's folder)",
-                                      nonempty=True, path="dir", must_exist=True)
+                                      nonempty=True, path="dir", must_exist=True, group="Data")
     output_dir: Optional[str] = param(None, "checkpoints, final weights, metrics; None: <run folder>/train/"
                                       "<run_name> (a new folder per run)", nonempty=True, path="dir", output=True)
     run_name: str = param("smoke", "a label for the run (the seed's RUN_NAME); names the default output_dir",
-                          nonempty=True)
+                          nonempty=True, group="Training")
     max_steps: Optional[int] = param(20, "optimizer steps; None: full epochs (the seed's original "
                                      "configuration)", min=1)
-    num_train_epochs: float = param(1.0, "epochs, used when max_steps is None", min_exclusive=0)
+    num_train_epochs: float = param(1.0, "epochs, used when max_steps is None", min_exclusive=0, group="Training")
     save_steps: int = param(100000, "a checkpoint every N steps (the seed's 100000: only the final weights)",
-                            min=1)
+                            min=1, group="Training")
     learning_rate: float = param(1e-4, "peak learning rate", min_exclusive=0)
     lr_scheduler_type: str = param("cosine", "learning-rate schedule (transformers' SchedulerType)",
-                                   choices=LR_SCHEDULERS)
-    warmup_steps: int = param(0, "steps of learning-rate warm-up", min=0)
-    per_device_train_batch_size: int = param(1, "rows per process and micro-batch (the seed's 1)", min=1)
-    gradient_accumulation_steps: int = param(1, "micro-batches per optimizer step (the seed's 1)", min=1)
-    max_seq_len: int = param(512, "tokens per sample and per packed row (LLaMA-Factory's cutoff_len)", min=16)
+                                   choices=LR_SCHEDULERS, group="Training")
+    warmup_steps: int = param(0, "steps of learning-rate warm-up", min=0, group="Training")
+    per_device_train_batch_size: int = param(1, "rows per process and micro-batch (the seed's 1)", min=1,
+                                             group="Training")
+    gradient_accumulation_steps: int = param(1, "micro-batches per optimizer step (the seed's 1)", min=1,
+                                             group="Training")
+    max_seq_len: int = param(512, "tokens per sample and per packed row (LLaMA-Factory's cutoff_len)", min=16,
+                             group="Data")
     packing: bool = param(True, "several samples per row, attention kept per sample; False: one padded "
-                          "sample per row")
+                          "sample per row", group="Data")
     overflow: str = param("truncate", "a sample longer than max_seq_len: truncate | drop",
-                          choices=("truncate", "drop"))
+                          choices=("truncate", "drop"), group="Data")
     skip_bad_records: bool = param(False, "False: stop before launching and list every problem; True: skip "
-                                   "the bad records")
+                                   "the bad records", group="Data")
     zero_stage: int = param(2, "DeepSpeed ZeRO stage: 0 | 2 | 3", choices=(0, 2, 3))
-    offload_optimizer: bool = param(False, "ZeRO's optimizer state on the host (zero_stage 2 or 3)")
+    offload_optimizer: bool = param(False, "ZeRO's optimizer state on the host (zero_stage 2 or 3)",
+                                    group="DeepSpeed / memory")
     deepspeed_config: Optional[str] = param(None, "a DeepSpeed JSON of your own; None: "
                                             "parameters/deepspeed/zero<stage>.json",
-                                            nonempty=True, path="file", must_exist=True)
+                                            nonempty=True, path="file", must_exist=True, group="DeepSpeed / memory")
     finetuning_type: str = param("full", "full | lora", choices=("full", "lora"))
-    lora_rank: int = param(8, "LoRA rank", min=1)
-    lora_alpha: int = param(16, "LoRA alpha", min=1)
+    lora_rank: int = param(8, "LoRA rank", min=1, group="LoRA")
+    lora_alpha: int = param(16, "LoRA alpha", min=1, group="LoRA")
     lora_target: str = param("q_proj,v_proj", 'LoRA target modules, comma-separated, or "all" (every linear '
-                             'layer of the language model)', nonempty=True)
+                             'layer of the language model)', nonempty=True, presets=("q_proj,v_proj", "all"),
+                             group="LoRA")
     precision: str = param("auto", "auto (bf16 where supported, else fp32) | bf16 | fp16 | fp32",
-                           choices=("auto", "bf16", "fp16", "fp32"))
-    loss_scale: float = param(0.0, "fp16's static loss scale (precision fp16 only); 0: dynamic", min=0)
-    gradient_checkpointing: bool = param(True, "recompute activations in the backward pass (less memory)")
+                           choices=("auto", "bf16", "fp16", "fp32"), group="Training")
+    loss_scale: float = param(0.0, "fp16's static loss scale (precision fp16 only); 0: dynamic", min=0,
+                              group="Training")
+    gradient_checkpointing: bool = param(True, "recompute activations in the backward pass (less memory)",
+                                         group="DeepSpeed / memory")
     attn_implementation: str = attn_implementation_param(doc="attention of unpacked runs (auto: eager); packed "
                                                              "runs use hyport's")
     nodes_from: Optional[str] = nodes_from_param()
-    nnodes: int = param(1, "torchrun nodes", min=1)
-    node_rank: int = param(0, "this node's rank, 0 .. nnodes-1", min=0)
-    master_addr: str = param("127.0.0.1", "the rendezvous address (node 0's)", nonempty=True)
-    master_port: int = param(0, "the rendezvous port; 0: a free one (one node only)", min=0, max=65535)
+    nnodes: int = param(1, "torchrun nodes", min=1, group="Several hosts")
+    node_rank: int = param(0, "this node's rank, 0 .. nnodes-1", min=0, group="Several hosts")
+    master_addr: str = param("127.0.0.1", "the rendezvous address (node 0's)", nonempty=True, group="Several hosts")
+    master_port: int = param(0, "the rendezvous port; 0: a free one (one node only)", min=0, max=65535,
+                             group="Several hosts")
     rdzv_id: Optional[str] = param(None, "the job's rendezvous id, the same on every node (LLaMA-Factory's RDZV_ID); "
-                                   "None: derived from run_name and master_port", nonempty=True)
+                                   "None: derived from run_name and master_port", nonempty=True, group="Several hosts")
     join_timeout_s: float = param(300.0, "seconds every node has to join the rendezvous (nnodes > 1)",
-                                  min_exclusive=0)
+                                  min_exclusive=0, group="Several hosts")
     node_timeout_s: float = param(120.0, "a node whose heartbeat is silent this long is named and the job "
-                                  "stopped (nnodes > 1)", min_exclusive=0)
+                                  "stopped (nnodes > 1)", min_exclusive=0, group="Several hosts")
     collective_timeout_s: float = param(1800.0, "the process group's timeout of one collective (torch's "
-                                        "init_process_group timeout, the Trainer's ddp_timeout)", min_exclusive=0)
+                                        "init_process_group timeout, the Trainer's ddp_timeout)", min_exclusive=0,
+                                        group="Several hosts")
     storage: str = param("shared", "shared: output_dir is one folder every node sees (node 0's token must be "
                          "there) | node_local: each node its own, DeepSpeed's node-local checkpoints",
-                         choices=STORAGE_CHOICES)
-    max_restarts: int = param(0, "torchrun restarts the workers this often after a failure (they resume)", min=0)
+                         choices=STORAGE_CHOICES, group="Several hosts")
+    max_restarts: int = param(0, "torchrun restarts the workers this often after a failure (they resume)", min=0,
+                              group="Several hosts")
     resume_from: str = param("auto", "auto (newest complete checkpoint in output_dir) | none | a checkpoint-N "
-                             "folder", nonempty=True, path="dir", not_paths=("auto", "none"))
-    overwrite_output_dir: bool = param(False, "True: allow a folder with files hyport did not write")
+                             "folder", nonempty=True, path="dir", not_paths=("auto", "none"),
+                             presets=("auto", "none"), group="Training")
+    overwrite_output_dir: bool = param(False, "True: allow a folder with files hyport did not write", group="Training")
     throughput_warmup_steps: int = param(2, "first steps left out of the throughput figures (operator "
-                                         "compilation)", min=0)
-    train_timeout_s: float = param(3600.0, "wall-clock limit of the whole launch, in seconds", min_exclusive=0)
+                                         "compilation)", min=0, group="Advanced")
+    train_timeout_s: float = param(3600.0, "wall-clock limit of the whole launch, in seconds", min_exclusive=0,
+                                   group="Advanced")
     max_shard_size: Optional[str] = param(AUTO, f"the final weights' shard size: auto ({AUTO_SHARD_SIZE}, the seed's "
                                           f"two shards; the embedded tiny model {TINY_MODEL_SHARD_SIZE}, so that "
                                           "it too comes in shards with an index) | a size such as 5GB, for any "
-                                          "model | None: transformers' default", nonempty=True)
+                                          "model | None: transformers' default", nonempty=True, presets=(AUTO,),
+                                          group="Training")
     trust_remote_code: bool = trust_remote_code_param()
-    seed: int = param(0, "seeds the data order and new (LoRA) weights", min=0)
+    seed: int = param(0, "seeds the data order and new (LoRA) weights", min=0, group="Training")
 
     def check(self) -> None:
         """The rules across fields, and the single-field ones a spec cannot say."""

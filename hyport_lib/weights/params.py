@@ -33,12 +33,12 @@ class Params(StageParams):
         True, "logits of the weights against the checkpoint (loads both in float32)")
     consolidate_zero: bool = param(
         True, "DeepSpeed zero_to_fp32 on the checkpoint (loads every rank's optimizer states)")
-    dtype: str = dtype_param("bfloat16", "dtype of the reload: auto | float32 | bfloat16 | float16")
+    dtype: str = dtype_param("bfloat16", "dtype of the reload: auto | float32 | bfloat16 | float16", group="Reload")
     attn_implementation: str = attn_implementation_param(
         doc="attention of the reload (auto: eager), transformers' or hyport's")
-    trust_remote_code: bool = trust_remote_code_param()
+    trust_remote_code: bool = trust_remote_code_param(group="Reload")
     reload_timeout_s: float = param(
-        600, "limit of each child process (reload, logits parity, consolidation)", min_exclusive=0)
+        600, "limit of each child process (reload, logits parity, consolidation)", min_exclusive=0, group="Reload")
 
     def check(self) -> None:
         """A ``weights_path`` given without a checkpoint has none (nothing is guessed then):

@@ -1,11 +1,14 @@
 """A form per stage, made from its ``Params`` class: the workbook's interactive front door.
 
-Each field gets the control its declaration asks for, its doc as the tooltip, and a line
-under it for its error. Values go through :func:`hyport_lib.params.parse_text` and the class
-itself, the one path the command line and the report use, so a bad value gets the same
-one-line error here, and so does a value the stage's plan refuses. The form starts from the
-notebook's namespace (the ``parameters`` cell stays the papermill source); headless runs
-never build it.
+The few fields that matter come first; the rest are in folded sections (each field's
+``group``, as ``--help`` and docs/parameters.md group them). Each field's row
+(:mod:`hyport_lib.workbook.controls`) has its full name, its doc as the tooltip, the
+control its declaration asks for and a line under it for its error. Values go through
+:func:`hyport_lib.params.parse_text` and the class itself, the one path the command line
+and the report use, so a bad value gets the same one-line error here, as soon as it is
+typed and again on Run, and so does a value the stage's plan refuses. The form starts from
+the notebook's namespace (the ``parameters`` cell stays the papermill source) and keeps what
+was typed into it across a Run All in the same kernel; headless runs never build it.
 """
 
 from __future__ import annotations
@@ -14,19 +17,17 @@ import html
 import json
 import os
 import re
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping, MutableMapping, Optional, Sequence
 
-import yaml
-
 from hyport_lib.display import verdict_label
-from hyport_lib.params import Field, ParameterError, StageParams, parameter_fields, parse_text
+from hyport_lib.params import GROUPS, ParameterError, StageParams, grouped_fields, parameter_fields
 from hyport_lib.results import RUN_DIR_ENV, StageSummary, record
 from hyport_lib.stages import StageContract
 from hyport_lib.utils.bounded_files import read_text
 from hyport_lib.utils.printable import USAGE_ERRORS, first_line, one_line, shortened
 from hyport_lib.utils.redact import scrub_text
+from hyport_lib.workbook.controls import LABEL_WIDTH, FormField, error_html, field_row, is_model_field
 from hyport_lib.workbook.stop import StopButton, run_stoppable
 from hyport_lib.utils.wording import counted
 
@@ -44,9 +45,10 @@ _MAX_INFO_BYTES = 2**20
 #: (``max_steps=-3: expected ...``, ``dataset: no such entry``).
 _PROBLEM_NAME = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_]*)\s*[=:]")
 
-#: A number box is as wide as a short path: the labels are the field names.
-_LABEL_STYLE = {"description_width": "14em"}
-_WIDE = {"width": "46em"}
+#: What was typed into each stage's form in this kernel, by ``Params`` class and field: a
+#: Run All runs the ``parameters`` cell again, and the form built next keeps these values.
+#: A fresh kernel (and a headless run, which builds no form) starts with none.
+TYPED_VALUES: dict[type, dict[str, Any]] = {}
 
 
 def model_folders(root: Path, limit: int = 200) -> list[str]:
@@ -90,152 +92,136 @@ def dataset_entries(dataset_path: Any) -> list[str]:
                   and (info.parent / entry["file_name"]).is_file())
 
 
-def as_text(f: Field, value: Any) -> str:
-    """YAML for lists and dicts, ``None`` for None."""
-    if value is None:
-        return "None"
-    if f.kind in ("list", "dict"):
-        return yaml.safe_dump(value, default_flow_style=True, sort_keys=False).strip()
-    return str(value)
-
-
 def problem_field(problem: str, names: Sequence[str]) -> Optional[str]:
     """The parameter a :class:`ParameterError` line is about, or None (a rule across fields)."""
     match = _PROBLEM_NAME.match(problem)
     return match.group(1) if match and match.group(1) in names else None
 
 
-@dataclass
-class FormField:
-
-    field: Field
-    control: Any  # an ipywidgets control
-    error: Any  # ipywidgets.HTML under the control
-    note: Any = None  # ipywidgets.HTML beside a path ("exists" / "no such folder")
-    problem: str = ""  # the one-line error shown in ``error``, as text
-
-    def show_problem(self, problem: str) -> None:
-        self.problem = problem
-        self.error.value = _error_html(problem) if problem else ""
-
-    def value(self) -> Any:
-        """Text read as the command line reads it."""
-        return parse_text(self.field, self.control.value)
-
-
-def _control(f: Field, value: Any, presets: Optional[Sequence[str]] = None):
-    """The widget ``f``'s declaration asks for; text offers ``presets``."""
-    import ipywidgets as widgets
-
-    common = dict(description=f.name, tooltip=f.spec.doc,
-                  style=_LABEL_STYLE)
-    spec = f.spec
-    if spec.choices:
-        options = [(str(c), c) for c in spec.choices] + ([("None", None)] if f.optional else [])
-        if not any(value == c and type(value) is type(c) for _, c in options):
-            options.append((repr(value), value))  # kept as given, for the check to name it
-        return widgets.Dropdown(options=options, value=value, **common)
-    typed = _as_read(f, value) if f.kind in ("bool", "int", "float") and not f.optional else None
-    if f.kind == "bool" and typed is not None:
-        return widgets.Checkbox(value=typed, **common)
-    if f.kind in ("int", "float") and typed is not None and spec.min is not None and spec.max is not None:
-        # unbounded: a bounded box would clamp 70000 to 65535 silently; the check says the range
-        box = widgets.IntText if f.kind == "int" else widgets.FloatText
-        return box(value=typed, **common)
-    if f.kind in ("list", "dict"):
-        return widgets.Textarea(value=as_text(f, value), layout=dict(_WIDE, height="4.5em"), **common)
-    placeholder = "None" if f.optional else ""
-    if presets is not None:
-        return widgets.Combobox(value=as_text(f, value), options=list(presets), ensure_option=False,
-                                placeholder=placeholder, layout=_WIDE, **common)
-    return widgets.Text(value=as_text(f, value), placeholder=placeholder, layout=_WIDE if f.kind == "str" else {}, **common)
-
-
-def _as_read(f: Field, value: Any) -> Any:
-    """``value`` as the parameter reads it (``"false"`` is False), or None when it is not
-    one: then a text keeps it as given, for the check to name it."""
-    try:
-        return f.convert(value)
-    except ParameterError:
-        return None
-
-
-def _path_note(f: Field, text: Any) -> str:
-    """Beside a path: whether it names something here (a preset or a hub id is said so)."""
-    if not isinstance(text, str) or not text.strip() or text.strip() == "None":
-        return ""
-    value = text.strip()
-    if value.lower() in f.spec.not_paths:
-        return "<span style='color:#555'>preset</span>"
-    path = Path(value).expanduser()
-    if path.exists():
-        return "<span style='color:#2e7d32'>exists</span>"
-    if f.spec.hub_id and re.fullmatch(r"[\w.-]+/[\w.-]+", value):
-        return "<span style='color:#8d6e00'>not here: a hub id? nothing is downloaded</span>"
-    if f.spec.written_by:
-        return f"<span style='color:#555'>not yet: stage {html.escape(f.spec.written_by)} writes it</span>"
-    return "<span style='color:#c62828'>not found</span>"
+def _same(typed: Any, given: Any) -> bool:
+    """Whether a typed value is the one given (``1`` is not ``True`` here)."""
+    return typed == given and isinstance(typed, bool) == isinstance(given, bool)
 
 
 class StageForm:
     """Built by :func:`stage_form`. "Run stage" checks every field and, when they hold,
     writes them back into ``namespace`` (the notebook's ``globals()``: cells run later see
-    what the form ran) and calls ``run``. The presets (:func:`stage_form`) follow the fields
-    they come from as these change."""
+    what the form ran) and calls ``run``. Each change is checked at once, as Run checks it,
+    and remembered (:data:`TYPED_VALUES`): a form built again (Run All) keeps what was typed,
+    writes it into ``namespace`` and says so, with a Reset back to the ``parameters`` cell.
+    The presets (:func:`stage_form`) follow the fields they come from as these change."""
 
     def __init__(self, params_class: type, namespace: MutableMapping[str, Any], run: RunStage,
                  presets: Optional[Mapping[str, Sequence[str]]] = None, title: str = "",
-                 models_folder: str = ""):
+                 models_folder: str = "", choices: Optional[Mapping[str, Sequence[Any]]] = None):
         import ipywidgets as widgets
 
         self.params_class = params_class
         self.namespace = namespace
         self.run_stage = run
+        self.presets = dict(presets or {})
+        self.choices = dict(choices or {})  # dropdowns whose options only the caller knows
         self.fields: dict[str, FormField] = {}
         self.models_folder = None  # the "models folder" box, on a form with a model field
-        rows = []
-        for f in parameter_fields(params_class):
-            control = _control(f, namespace.get(f.name, f.default), (presets or {}).get(f.name))
-            error = widgets.HTML(value="", layout={"margin": "0 0 0 14.5em"})
-            error.add_class("hyport-error")
-            note = widgets.HTML(value=_path_note(f, control.value)) if f.spec.path else None
-            row = FormField(f, control, error, note)
-            if note is not None:
-                control.observe(lambda change, row=row: self._on_path(row, change["new"]), names="value")
-            self.fields[f.name] = row
-            box = widgets.VBox([widgets.HBox([control] + ([note] if note else [])), error])
-            box.add_class(f"hyport-field-{f.name}")  # for a browser to find a field by name
-            rows.append(box)
-            if is_model_field(f) and self.models_folder is None:
-                rows.append(self._models_folder_row(models_folder))
-        for entry, source in ENTRY_OF.items():
-            if entry in self.fields and source in self.fields:
-                self.fields[source].control.observe(
-                    lambda change, entry=entry: self._offer(entry, dataset_entries(change["new"])), names="value")
+        self._models_folder_text = models_folder
+        self._problems_status = None  # what the last check wrote into the status
+        cell = {f.name: namespace.get(f.name, f.default) for f in parameter_fields(params_class)}
+        typed = TYPED_VALUES.get(params_class, {})
+        kept = {name: value for name, value in typed.items() if name in cell and not _same(value, cell[name])}
+        self.cell_values = {name: cell[name] for name in kept}  # what the parameters cell says of them
+        namespace.update(kept)  # the cells below run with what the form shows
+
         self.button = widgets.Button(description="Run stage", button_style="primary", icon="play",
                                      tooltip="check the values, then run the stage with them")
         self.status = widgets.HTML(value="")
         self.status.add_class("hyport-status")
         self.output = widgets.Output()
         self.button.on_click(lambda _: self.submit())
+        self.kept = widgets.HTML()
+        self.reset_button = widgets.Button(description="Reset", icon="undo",
+                                           tooltip="back to the values of the parameters cell")
+        self.reset_button.on_click(lambda _: self.reset())
+        self.kept_line = widgets.HBox([self.kept, self.reset_button])
+        self.kept_line.add_class("hyport-kept")
+        self.body = widgets.VBox(self._build({**cell, **kept}))
+        self._say_kept()
         heading = [widgets.HTML(f"<b>{html.escape(title)}</b>")] if title else []
-        self.widget = widgets.VBox(heading + rows + [widgets.HBox([self.button, self.status]),
-                                                      self.output])
+        self.widget = widgets.VBox(heading + [self.kept_line, self.body,
+                                              widgets.HBox([self.button, self.status]), self.output])
         self.widget.add_class("hyport-form")
+        if kept:
+            self.check()  # a kept value the parameters cell now makes wrong is said at once
+
+    def _build(self, values: Mapping[str, Any]) -> list:
+        """The rows showing ``values``: the main section, then one folded section per group."""
+        import ipywidgets as widgets
+
+        self.fields = {}
+        parts = []
+        for group, fields in grouped_fields(self.params_class):
+            rows = []
+            for f in fields:
+                row = field_row(f, values[f.name], self.presets.get(f.name), self.choices.get(f.name))
+                self.fields[f.name] = row
+                row.on_change(lambda name=f.name: self._on_change(name))
+                rows.append(row.widget)
+                if is_model_field(f) and self.models_folder is None:
+                    rows.append(self._models_folder_row(self._models_folder_text))
+            if not group:
+                parts.extend(rows)
+                continue
+            section = widgets.Accordion(children=[widgets.VBox(rows)], titles=(group,), selected_index=None)
+            section.add_class(f"hyport-section-{GROUPS.index(group)}")
+            section.add_class("hyport-section")
+            parts.append(section)
+        for entry, source in ENTRY_OF.items():
+            if entry in self.fields and source in self.fields:
+                self.fields[source].control.observe(
+                    lambda change, entry=entry: self._offer(entry, dataset_entries(change["new"])), names="value")
+                self._offer(entry, dataset_entries(self.fields[source].typed()))
+        if self.models_folder is not None:
+            self._on_models_folder(self.models_folder.value)
+        return parts
+
+    def _on_change(self, name: str) -> None:
+        """Remember what was typed; check the values as Run would (the errors under their fields)."""
+        TYPED_VALUES.setdefault(self.params_class, {})[name] = self.fields[name].typed()
+        if self.check() is not None and self.status.value == self._problems_status:
+            self.status.value = ""  # the problems said there are fixed
+
+    def _say_kept(self) -> None:
+        cell = self.cell_values
+        said = ", ".join(f"{name}={value!r}" for name, value in cell.items())
+        self.kept.value = (f"{counted(len(cell), 'value')} kept from the form (the parameters cell says "
+                           f"{html.escape(said)})" if cell else "")
+        self.kept_line.layout.display = "flex" if cell else "none"
+
+    def reset(self) -> None:
+        """Back to the ``parameters`` cell's values, here and in the namespace; nothing typed is kept."""
+        TYPED_VALUES.pop(self.params_class, None)
+        self.namespace.update(self.cell_values)
+        values = {name: row.typed() for name, row in self.fields.items()}
+        values.update(self.cell_values)
+        self.cell_values = {}
+        self.body.children = self._build(values)
+        self._say_kept()
+        self.status.value = ""
 
     def _models_folder_row(self, folder: str):
         """A folder given is offered at once."""
         import ipywidgets as widgets
 
-        self.models_folder = widgets.Text(value=folder, description="models folder", style=_LABEL_STYLE,
-                                          layout=_WIDE, placeholder="a folder of checkpoints to offer",
-                                          tooltip="the checkpoint folders under it join the model presets")
-        self.models_note = widgets.HTML()
-        self.models_folder.observe(lambda change: self._on_models_folder(change["new"]), names="value")
-        self._on_models_folder(folder)
-        row = widgets.HBox([self.models_folder, self.models_note])
-        row.add_class("hyport-models-folder")
-        return row
+        if self.models_folder is None:
+            self.models_folder = widgets.Text(value=folder, placeholder="a folder of checkpoints to offer",
+                                              tooltip="the checkpoint folders under it join the model presets",
+                                              continuous_update=False, layout={"width": "36em"})
+            self.models_note = widgets.HTML()
+            self.models_folder.observe(lambda change: self._on_models_folder(change["new"]), names="value")
+            label = widgets.HTML("<span title='the checkpoint folders under it join the model presets'>"
+                                 "models folder</span>", layout={"width": LABEL_WIDTH, "flex": f"0 0 {LABEL_WIDTH}"})
+            self._models_row = widgets.HBox([label, self.models_folder, self.models_note])
+            self._models_row.add_class("hyport-models-folder")
+        return self._models_row
 
     def _on_models_folder(self, text: str) -> None:
         folder = Path(text.strip()).expanduser()
@@ -255,14 +241,10 @@ class StageForm:
         if isinstance(control, widgets.Combobox):
             control.options = list(options)
 
-    def _on_path(self, row: FormField, text: Any) -> None:
-        row.note.value = _path_note(row.field, text)
-
     def check(self) -> Optional[StageParams]:
         """The parameters, or None with each problem shown under its field (a problem that
-        names no single field, under the button)."""
-        for row in self.fields.values():
-            row.show_problem("")
+        names no single field, under the button). A line that stays is not cleared first: a
+        check on each change, then Run's, would make it blink (and a browser read it blank)."""
         problems: list[str] = []
         values: dict[str, Any] = {}
         for name, row in self.fields.items():
@@ -272,23 +254,31 @@ class StageForm:
                 problems.append(str(exc))
         if not problems:
             try:
-                return self.params_class(**values)
+                params = self.params_class(**values)
             except ParameterError as exc:
                 problems = exc.details or [str(exc)]
+            else:
+                self._show_problems([])
+                return params
         self._show_problems(problems)
         return None
 
     def _show_problems(self, problems: Sequence[str]) -> None:
-        """Each under the field it names; one that names none, under the button."""
-        general = []
+        """Each under the field it names (every other field's line emptied); one that names
+        none, under the button."""
+        general, by_field = [], {}
         for problem in problems:
             name = problem_field(problem, list(self.fields))
             if name:
-                self.fields[name].show_problem(problem)
+                by_field[name] = problem
             else:
                 general.append(problem)
-        self.status.value = _error_html("; ".join(general) if general else
-                                        f"{counted(len(problems), 'value')} to fix above")
+        for name, row in self.fields.items():
+            row.show_problem(by_field.get(name, ""))
+        if not problems:
+            return
+        self.status.value = self._problems_status = error_html(
+            "; ".join(general) if general else f"{counted(len(problems), 'value')} to fix above")
 
     def _refused(self, exc: BaseException) -> None:
         """A value the stage refused (in its plan, mostly), as the command line says it: one
@@ -319,7 +309,7 @@ class StageForm:
                     self._refused(exc)
                     return None
                 except BaseException as exc:
-                    self.status.value = _error_html(scrub_text(f"stopped: {type(exc).__name__}: {first_line(exc)}"))
+                    self.status.value = error_html(scrub_text(f"stopped: {type(exc).__name__}: {first_line(exc)}"))
                     raise  # its traceback in the output
                 self.status.value = verdict_label(summary.verdict,
                                                   f"{summary.verdict}: {shortened(summary.summary, 200)}")
@@ -329,25 +319,20 @@ class StageForm:
         return None  # the output showed the exception and swallowed it (in a kernel)
 
 
-def _error_html(text: str) -> str:
-    return f"<span style='color:#c62828'>{html.escape(text)}</span>"
-
-
-def is_model_field(f: Field) -> bool:
-    """Whether ``f`` names a model folder (or, as a folder that is not here, a hub id)."""
-    return f.spec.path == "dir" and f.spec.hub_id
-
-
 def stage_form(params_class: type, namespace: MutableMapping[str, Any], run: RunStage, *,
-               models_folder: str = "", title: str = "") -> StageForm:
+               models_folder: str = "", title: str = "",
+               choices: Optional[Mapping[str, Sequence[Any]]] = None) -> StageForm:
     """Presets as each field declares them (what hyport ships), the checkpoints under
-    ``models_folder`` (a box of the form) for model folders, and a ``dataset_info.json``'s entries."""
+    ``models_folder`` (a box of the form) for model folders, and a ``dataset_info.json``'s entries.
+    ``choices``: a dropdown of these values for the field so named, where they are known only
+    now (``{"attn_implementation": [...]}``: what this backend can run)."""
     fields = parameter_fields(params_class)
     presets = {f.name: list(f.spec.presets) for f in fields if f.spec.presets}
     for entry, source in ENTRY_OF.items():
         if {entry, source} <= {f.name for f in fields}:
             presets[entry] = dataset_entries(namespace.get(source, ""))
-    return StageForm(params_class, namespace, run, presets=presets, title=title, models_folder=models_folder)
+    return StageForm(params_class, namespace, run, presets=presets, title=title, models_folder=models_folder,
+                     choices=choices)
 
 
 class ViewFailed(Exception):

@@ -37,10 +37,20 @@ class Demo(StageParams):
     dtypes: list = param(["float16"], "dtypes")
     model_path: str = model_path_param("a model")
     note: Optional[str] = param(None, "a label")
+    rate: Optional[float] = param(None, "a rate; None: the default", min_exclusive=0, group="Training")
+    workers: int = param(2, "worker processes", min=1, group="Advanced")
 
     def check(self) -> None:
         if self.packing and self.device == "cpu":
             raise ParameterError([f"packing=True: not with device={self.device!r}"])
+
+
+@pytest.fixture(autouse=True)
+def fresh_kernel():
+    """Each test a fresh kernel: no form remembers what an earlier test typed."""
+    form_module.TYPED_VALUES.clear()
+    yield
+    form_module.TYPED_VALUES.clear()
 
 
 def _form(namespace=None, run=None) -> StageForm:
@@ -53,10 +63,12 @@ def _form(namespace=None, run=None) -> StageForm:
 def test_each_field_gets_the_control_its_declaration_asks_for():
     form = _form()
     kinds = {name: type(row.control) for name, row in form.fields.items()}
-    assert kinds == {"device": widgets.Dropdown, "steps": widgets.Text, "shards": widgets.IntText,
+    assert kinds == {"device": widgets.Dropdown, "steps": widgets.IntText, "shards": widgets.IntText,
                      "packing": widgets.Checkbox, "dtypes": widgets.Textarea,
-                     "model_path": widgets.Combobox, "note": widgets.Text}
-    assert form.fields["steps"].control.tooltip == "optimizer steps"
+                     "model_path": widgets.Combobox, "note": widgets.Text, "rate": widgets.FloatText,
+                     "workers": widgets.IntText}
+    # an optional number has its "None" box; nothing else has one
+    assert {name for name, row in form.fields.items() if row.none is not None} == {"steps", "rate"}
     assert form.fields["model_path"].control.options == ("tiny", "smollm2")
 
 
@@ -120,11 +132,16 @@ def test_controls_start_from_the_value_as_the_parameter_reads_it(given):
 
 
 def test_a_value_no_control_can_show_is_kept_for_the_check_to_name():
-    form = _form({"packing": "maybe", "shards": 70})
-    assert form.fields["packing"].control.value == "maybe" and form.fields["shards"].control.value == "70"
+    form = _form({"packing": "maybe", "shards": "many", "steps": 2.5})
+    assert isinstance(form.fields["shards"].control, widgets.Text)  # no number box for it
+    assert form.fields["packing"].control.value == "maybe" and form.fields["shards"].control.value == "many"
+    assert form.fields["steps"].control.value == "2.5"
     assert form.check() is None
     assert form.fields["packing"].problem.startswith("packing='maybe'")
-    assert form.fields["shards"].problem.startswith("shards=70: expected an integer >= 1 and <= 8")
+    assert form.fields["shards"].problem.startswith("shards='many': expected an integer >= 1 and <= 8")
+    with pytest.raises(ParameterError) as cli:
+        Demo(steps=2.5)
+    assert form.fields["steps"].problem == str(cli.value)
 
 
 def _summary(verdict, summary):
@@ -367,3 +384,155 @@ def test_a_refusal_quoting_a_secret_is_scrubbed_as_the_command_line_does(kernel_
     assert form.submit() is None
     assert "hf_SuperSecretValue12345" not in form.fields["steps"].problem
     assert "[redacted]" in form.fields["steps"].problem
+
+
+# --------------------------------------------------------------------------- the layout
+def _texts(widget) -> list:
+    """Every widget under ``widget``, depth first."""
+    found = [widget]
+    for child in getattr(widget, "children", ()):
+        found.extend(_texts(child))
+    return found
+
+
+def test_the_labels_are_the_full_names_with_the_doc_as_the_pages_tooltip():
+    import html as html_module
+    import re
+
+    checked = 0
+    for stage in discover_stages():
+        form = stage_form(params_class(stage), {}, lambda p: None)
+        for name, row in form.fields.items():
+            shown = html_module.unescape(re.sub(r"<[^>]+>", "", row.label.value))
+            assert shown == name  # the whole name, broken (if at all) only after an underscore
+            title = re.search(r"title='([^']*)'", row.label.value).group(1)
+            assert html_module.unescape(title) == row.field.spec.doc
+            # no description of ipywidgets' own (it cuts it, and then the tooltip leaves the input)
+            assert row.control.tooltip == row.field.spec.doc and getattr(row.control, "description", "") == ""
+            checked += 1
+    assert checked >= 100
+
+
+def test_the_main_fields_come_first_and_the_rest_in_folded_sections():
+    form = stage_form(TrainParams, {}, lambda p: None)
+    sections = [w for w in form.body.children if isinstance(w, widgets.Accordion)]
+    first_section = list(form.body.children).index(sections[0])
+    main = [name for name, row in form.fields.items() if row.widget in form.body.children[:first_section]]
+    assert {"model_path", "dataset_path", "max_steps", "learning_rate", "finetuning_type", "zero_stage",
+            "num_cards", "device", "output_dir"} <= set(main) and len(main) <= 12
+    assert [s.titles[0] for s in sections] == ["Data", "Training", "LoRA", "DeepSpeed / memory",
+                                               "Several hosts", "Advanced"]
+    assert all(s.selected_index is None for s in sections)  # folded: Run stage stays in sight
+    in_sections = {name for name, row in form.fields.items()
+                   if any(row.widget in _texts(s) for s in sections)}
+    assert in_sections | set(main) == set(form.fields) and not in_sections & set(main)
+    assert form.fields["offload_optimizer"].widget in _texts(sections[3])
+    # the button after every field
+    button_row = next(w for w in form.widget.children if form.button in getattr(w, "children", ()))
+    assert list(form.widget.children).index(form.body) < list(form.widget.children).index(button_row)
+
+
+@pytest.mark.parametrize("stage", discover_stages(), ids=lambda s: s.name)
+def test_every_stage_has_a_short_main_section_and_folded_ones(stage):
+    form = stage_form(params_class(stage), {}, lambda p: None)
+    sections = [w for w in form.body.children if isinstance(w, widgets.Accordion)]
+    main = [w for w in form.body.children if not isinstance(w, widgets.Accordion)]
+    assert sections and 3 <= len(main) <= 12
+
+
+def test_an_optional_number_says_none_with_the_box_beside_it():
+    form = _form({"steps": None})
+    row = form.fields["steps"]
+    assert row.none.value is True and row.control.disabled and row.value() is None
+    row.control.value = 7  # a number typed is no longer None
+    assert row.none.value is False and not row.control.disabled and row.value() == 7
+    row.none.value = True
+    assert row.control.disabled and form.check().steps is None
+    rate = form.fields["rate"]
+    rate.control.value = 0.5
+    assert form.check() == Demo(steps=None, rate=0.5)
+    rate.control.value = 0.0  # a bounded number: the check's line, never a silent clamp
+    with pytest.raises(ParameterError) as cli:
+        Demo(rate=0.0)
+    assert form.check() is None and rate.problem == str(cli.value)
+
+
+def test_a_changed_value_is_checked_at_once_with_the_command_lines_line():
+    form = stage_form(TrainParams, {}, lambda p: pytest.fail("ran"))
+    form.fields["zero_stage"].control.value = 0
+    form.fields["offload_optimizer"].control.value = True  # no check() and no Run: the change itself
+    with pytest.raises(ParameterError) as cli:
+        TrainParams(zero_stage=0, offload_optimizer=True)
+    assert form.fields["offload_optimizer"].problem == str(cli.value)
+    assert "needs zero_stage 2 or 3" in form.fields["offload_optimizer"].error.value
+    assert "1 value to fix" in form.status.value
+    form.fields["zero_stage"].control.value = 2  # fixed: the line and the status go
+    assert form.fields["offload_optimizer"].problem == "" and form.status.value == ""
+
+
+def test_a_verdict_in_the_status_stays_when_a_value_changes():
+    form = stage_form(Demo, {}, lambda p: StageSummary(verdict="PASS", summary="all good"))
+    form.submit()
+    form.fields["shards"].control.value = 3
+    assert "PASS: all good" in form.status.value
+
+
+# --------------------------------------------------------------------------- kept across Run All
+def test_values_typed_survive_a_rerun_of_the_parameters_cell_and_the_form():
+    cell = {"steps": 20, "note": None, "packing": False}
+    first = stage_form(Demo, dict(cell), lambda p: None)
+    assert first.kept_line.layout.display == "none"
+    first.fields["steps"].control.value = 7
+    first.fields["note"].control.value = "hello"
+    first.fields["packing"].control.value = True
+    first.fields["packing"].control.value = False  # typed back to what the cell says: not kept
+    namespace = dict(cell)  # Run All: the parameters cell runs again, then the form cell
+    again = stage_form(Demo, namespace, lambda p: None)
+    assert again.fields["steps"].control.value == 7 and again.fields["note"].control.value == "hello"
+    assert namespace["steps"] == 7 and namespace["note"] == "hello"  # the cells below run with them
+    assert Demo.from_namespace(namespace) == Demo(steps=7, note="hello")
+    assert again.kept_line.layout.display == "flex"
+    assert again.kept.value == "2 values kept from the form (the parameters cell says steps=20, note=None)"
+    again.reset()  # back to the parameters cell
+    assert again.fields["steps"].control.value == 20 and again.fields["note"].control.value == "None"
+    assert namespace == cell and again.kept_line.layout.display == "none"
+    assert stage_form(Demo, dict(cell), lambda p: None).fields["steps"].control.value == 20  # nothing kept
+
+
+def test_a_kept_text_that_is_no_yaml_is_kept_as_typed_and_named():
+    first = _form()
+    first.fields["dtypes"].control.value = "[float16"
+    namespace = {}
+    again = stage_form(Demo, namespace, lambda p: None)
+    assert again.fields["dtypes"].control.value == "[float16" and namespace["dtypes"] == "[float16"
+    assert again.fields["dtypes"].problem.startswith("dtypes='[float16': not valid YAML")
+
+
+def test_a_kept_none_and_a_kept_optional_number():
+    first = _form({"steps": 20})
+    first.fields["steps"].none.value = True
+    namespace = {"steps": 20}
+    again = stage_form(Demo, namespace, lambda p: None)
+    assert again.fields["steps"].none.value is True and namespace["steps"] is None
+    assert "steps=20" in again.kept.value
+
+
+def test_choices_known_when_the_form_is_built_make_a_dropdown_and_the_check_still_decides():
+    kept = stage_form(Demo, {"note": "z"}, lambda p: None, choices={"note": ["a"]}).fields["note"].control
+    assert kept.value == "z" and kept.label == "'z'"  # a value not offered is kept as given, not replaced
+    assert stage_form(Demo, {}, lambda p: None, choices={"note": ["a"]}).fields["note"].control.label == "None"
+    form = stage_form(Demo, {"note": "b"}, lambda p: None, choices={"note": ["a", "b", None]})
+    note = form.fields["note"].control
+    assert isinstance(note, widgets.Dropdown) and [label for label, _ in note.options] == ["a", "b", "None"]
+    assert note.value == "b"
+    note.index = 2
+    assert note.label == "None" and form.check().note is None  # never a blank dropdown
+
+
+def test_a_line_that_stays_is_not_blanked_by_the_next_check():
+    form = _form()
+    form.fields["steps"].control.value = 0  # the check on the change says it
+    shown = []
+    form.fields["steps"].error.observe(lambda change: shown.append(change["new"]), names="value")
+    assert form.check() is None  # Run's check: the same line, never a blank in between
+    assert shown == [] and form.fields["steps"].problem.startswith("steps=0")

@@ -1,0 +1,230 @@
+"""One row of the workbook form per parameter, made from its declaration: a label of our
+own (the full name, its doc as the page's tooltip), the control its kind asks for and a
+line under it for its error.
+
+- a ``choices`` field: a dropdown; a bool: a checkbox; a list or dict: YAML in a text area;
+- an int or a float: a number box (never a bounded one: it would clamp 70000 to 65535
+  silently, where the check says the range), with a "None" checkbox beside it when None
+  is accepted;
+- a text with presets (what hyport ships, checkpoints found, a dataset_info.json's
+  entries): a combo box; other text: a text box ("None" typed is None, as on the command
+  line).
+
+A value no control of its kind can hold (``"maybe"`` for a bool) gets a text box, kept as
+given for the check to name. Text is read as the command line reads it
+(:func:`hyport_lib.params.parse_text`).
+"""
+
+from __future__ import annotations
+
+import html
+import math
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Optional, Sequence
+
+import yaml
+
+from hyport_lib.params import Field, ParameterError, parse_text
+from hyport_lib.utils.values import as_float, as_int
+
+#: The labels' column: the longest name (``per_device_train_batch_size``) wraps once, at
+#: an underscore, never cut.
+LABEL_WIDTH = "15em"
+_TEXT_WIDTH = "36em"
+_NUMBER_WIDTH = "12em"
+#: Typed values reach the kernel (and the live check) on Enter or when the box is left,
+#: not on every key.
+_ON_BLUR = {"continuous_update": False}
+
+
+def error_html(text: str) -> str:
+    """A one-line error in red, shown as text (never as markup)."""
+    return f"<span style='color:#c62828'>{html.escape(text)}</span>"
+
+
+def as_text(f: Field, value: Any) -> str:
+    """YAML for lists and dicts (a text given for one is shown as it is: it is read as
+    YAML), ``None`` for None."""
+    if value is None:
+        return "None"
+    if f.kind in ("list", "dict") and not isinstance(value, str):
+        return yaml.safe_dump(value, default_flow_style=True, sort_keys=False).strip()
+    return str(value)
+
+
+def is_model_field(f: Field) -> bool:
+    """Whether ``f`` names a model folder (or, as a folder that is not here, a hub id)."""
+    return f.spec.path == "dir" and f.spec.hub_id
+
+
+def path_note(f: Field, text: Any) -> str:
+    """Beside a path: whether it names something here (a preset or a hub id is said so)."""
+    if not isinstance(text, str) or not text.strip() or text.strip() == "None":
+        return ""
+    value = text.strip()
+    if value.lower() in f.spec.not_paths:
+        return "<span style='color:#555'>preset</span>"
+    path = Path(value).expanduser()
+    if path.exists():
+        return "<span style='color:#2e7d32'>exists</span>"
+    if f.spec.hub_id and re.fullmatch(r"[\w.-]+/[\w.-]+", value):
+        return "<span style='color:#8d6e00'>not here: a hub id? nothing is downloaded</span>"
+    if f.spec.written_by:
+        return f"<span style='color:#555'>not yet: stage {html.escape(f.spec.written_by)} writes it</span>"
+    return "<span style='color:#c62828'>not found</span>"
+
+
+def label_html(f: Field) -> str:
+    """The field's full name, breakable after each underscore, its doc as the ``title``."""
+    name = "_<wbr>".join(html.escape(part) for part in f.name.split("_"))
+    return (f"<span class='hyport-label-text' title='{html.escape(f.spec.doc, quote=True)}' "
+            f"style='display:inline-block; line-height:1.25; overflow-wrap:normal'>{name}</span>")
+
+
+@dataclass
+class FormField:
+    """One parameter's row: ``widget`` (classed ``hyport-field-<name>``) holds ``label``,
+    ``control``, ``none`` (the "None" box of an optional number), ``note`` (beside a path)
+    and ``error`` under them."""
+
+    field: Field
+    control: Any
+    label: Any
+    error: Any
+    widget: Any
+    note: Any = None
+    none: Any = None
+    problem: str = ""  # the one-line error shown in ``error``, as text
+
+    def show_problem(self, problem: str) -> None:
+        self.problem = problem
+        self.error.value = error_html(problem) if problem else ""
+
+    def value(self) -> Any:
+        """What the row says, read as the command line reads it (a ParameterError when its
+        text is no YAML)."""
+        if self.none is not None and self.none.value:
+            return None
+        return parse_text(self.field, self.control.value)
+
+    def typed(self) -> Any:
+        """:meth:`value`, or the text itself where it cannot be read: what a person typed."""
+        try:
+            return self.value()
+        except ParameterError:
+            return self.control.value
+
+    def on_change(self, callback: Callable[[], Any]) -> None:
+        """``callback()`` after each change of the value (the control or its "None" box)."""
+        self.control.observe(lambda _: callback(), names="value")
+        if self.none is not None:
+            self.none.observe(lambda _: callback(), names="value")
+
+
+def field_row(f: Field, value: Any, presets: Optional[Sequence[str]] = None,
+              choices: Optional[Sequence[Any]] = None) -> FormField:
+    """The row of ``f`` showing ``value``; a text offers ``presets``. ``choices`` (known only
+    when the form is built: what this backend can run) make it a dropdown of them, as a
+    declared ``choices`` does; the check still decides what is accepted."""
+    import ipywidgets as widgets
+
+    control, none = _control(f, value, presets, tuple(choices) if choices is not None else f.spec.choices)
+    label = widgets.HTML(value=label_html(f), layout={"width": LABEL_WIDTH, "flex": f"0 0 {LABEL_WIDTH}"})
+    label.add_class("hyport-label")
+    error = widgets.HTML(value="", layout={"margin": f"0 0 0 {LABEL_WIDTH}"})
+    error.add_class("hyport-error")
+    note = widgets.HTML(value=path_note(f, control.value)) if f.spec.path else None
+    if note is not None:
+        control.observe(lambda change: setattr(note, "value", path_note(f, change["new"])), names="value")
+    line = widgets.HBox([label, control] + ([none] if none is not None else []) + ([note] if note else []),
+                        layout={"align_items": "center"})
+    widget = widgets.VBox([line, error])
+    widget.add_class(f"hyport-field-{f.name}")  # for a browser (and part of the tests) to find a field
+    return FormField(f, control, label, error, widget, note, none)
+
+
+def _control(f: Field, value: Any, presets: Optional[Sequence[str]], choices: tuple) -> tuple[Any, Any]:
+    """The control ``f``'s declaration asks for, and the "None" box beside an optional number."""
+    import ipywidgets as widgets
+
+    # description stays empty: the label is ours, and only then does ipywidgets put the
+    # tooltip on the input itself as its ``title``
+    common = dict(tooltip=f.spec.doc)
+    if choices:
+        # None is offered as the text "None" (read as None, as on the command line): a None
+        # value is no choice at all to ipywidgets, and the dropdown would show blank
+        options = [(str(c), c) for c in choices if c is not None]
+        options += [("None", "None")] if f.optional or None in choices else []
+        shown = "None" if value is None else value
+        if not any(shown == c and type(shown) is type(c) for _, c in options):
+            options.append((repr(shown), shown))  # kept as given, for the check to name it
+        return widgets.Dropdown(options=options, value=shown, layout={"width": "auto"}, **common), None
+    if f.kind == "bool" and not f.optional:
+        flag = _as_read(f, value)
+        if flag is not None:
+            return widgets.Checkbox(value=flag, indent=False, layout={"width": "auto"}, **common), None
+    if f.kind in ("int", "float"):
+        number = _as_number(f, value)
+        if number is not None or (value is None and f.optional):
+            return _number_box(f, number, common)
+    if f.kind in ("list", "dict"):
+        return widgets.Textarea(value=as_text(f, value), layout={"width": _TEXT_WIDTH, "height": "4.5em"},
+                                **_ON_BLUR, **common), None
+    placeholder = "None" if f.optional else ""
+    width = {"width": _TEXT_WIDTH if f.kind == "str" else _NUMBER_WIDTH}
+    if presets is not None:
+        return widgets.Combobox(value=as_text(f, value), options=list(presets), ensure_option=False,
+                                placeholder=placeholder, layout=width, **_ON_BLUR, **common), None
+    return widgets.Text(value=as_text(f, value), placeholder=placeholder, layout=width, **_ON_BLUR, **common), None
+
+
+def _number_box(f: Field, number: Any, common: dict) -> tuple[Any, Any]:
+    """An unbounded number box; for an optional number a "None" box beside it, ticked when
+    the value is None (the number box is then greyed). A number typed unticks it."""
+    import ipywidgets as widgets
+
+    box_class = widgets.IntText if f.kind == "int" else widgets.FloatText
+    shown = number if number is not None else _placeholder_number(f)
+    box = box_class(value=shown, layout={"width": _NUMBER_WIDTH}, **_ON_BLUR, **common)
+    if not f.optional:
+        return box, None
+    none = widgets.Checkbox(value=number is None, description="None", indent=False, layout={"width": "auto"})
+    none.add_class("hyport-none")
+    box.disabled = number is None
+
+    def on_none(change: dict) -> None:
+        box.disabled = change["new"]
+
+    none.observe(on_none, names="value")
+    box.observe(lambda _: setattr(none, "value", False), names="value")
+    return box, none
+
+
+def _placeholder_number(f: Field) -> Any:
+    """What an optional number's box shows while None is ticked: the lowest value it takes."""
+    spec = f.spec
+    low = spec.min if spec.min is not None else (spec.min_exclusive + 1 if spec.min_exclusive is not None else 0)
+    return int(low) if f.kind == "int" else float(low)
+
+
+def _as_number(f: Field, value: Any) -> Any:
+    """``value`` as an int or float box holds it (bounds aside: the check says them), or
+    None where it is no finite number (a bool is none either)."""
+    if value is None or isinstance(value, bool):
+        return None
+    try:
+        number = (as_int if f.kind == "int" else as_float)(f.name, value)
+    except ValueError:
+        return None
+    return number if f.kind == "int" or math.isfinite(number) else None
+
+
+def _as_read(f: Field, value: Any) -> Any:
+    """``value`` as the parameter reads it (``"false"`` is False), or None when it is not
+    one: then a text keeps it as given, for the check to name it."""
+    try:
+        return f.convert(value)
+    except ParameterError:
+        return None
