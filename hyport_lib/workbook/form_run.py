@@ -195,7 +195,7 @@ class _Interrupts:
             return
         cls.runs.add(run)
         current = signal.getsignal(signal.SIGINT)
-        if current is not cls.handle:
+        if current != cls.handle:  # a bound method: equal, not the same object, each time
             cls.previous = current
             signal.signal(signal.SIGINT, cls.handle)
 
@@ -204,7 +204,7 @@ class _Interrupts:
         cls.runs.discard(run)
         # not ours now: a message handler under way saved it, and puts it back when it
         # returns; with no run working, ours then does what the one it replaced did
-        if not cls.runs and signal.getsignal(signal.SIGINT) is cls.handle:
+        if not cls.runs and signal.getsignal(signal.SIGINT) == cls.handle:
             signal.signal(signal.SIGINT, cls.previous)
 
 
@@ -316,11 +316,11 @@ class FormRun:
                 self.stop_button.retire(self.ending())
             if publisher is not None:
                 publisher.unregister_hook(self.route.message)
-            self.done.set()
             _Streams.release()
-            if self._loop is not None:
-                self._loop.call_soon_threadsafe(_Interrupts.release, self)
+            if self._loop is not None and not self._loop.is_closed():
+                self._loop.call_soon_threadsafe(_Interrupts.release, self)  # before ``done``: waiters see it
             self._status.say("idle")
+            self.done.set()
 
     def ending(self) -> str:
         """How the run ended, in a few words (beside the retired Stop button)."""
