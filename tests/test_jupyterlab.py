@@ -667,7 +667,7 @@ def _stopped_form_run(page, lab: Lab, form, stage: str, live: str, stop) -> dict
                            timeout=FORM_RUN_S * 1000)
     page.wait_for_selector('.jp-Notebook-ExecutionIndicator[data-status="idle"]', timeout=FORM_RUN_S * 1000)
     result = _recorded(lab, stage, started)
-    assert result["verdict"] == "INTERRUPTED", result["summary"]
+    assert result["verdict"] == "INTERRUPTED", (result["summary"], [(s["kernel"], s["status"][:30], s["line"][:60]) for s in _form_history(page)])
     assert status.inner_text().strip().startswith("INTERRUPTED: "), status.inner_text()
     stop_button = form.locator("button.hyport-stop")
     assert stop_button.count() == 1 and stop_button.is_disabled()  # retired, and it looks it:

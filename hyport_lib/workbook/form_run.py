@@ -169,10 +169,13 @@ class _Streams:
 
 class _Interrupts:
     """Kernel → Interrupt during form runs: one SIGINT handler, which stops every working
-    form run. Installed from the kernel's event loop after the click's handler returned
-    (ipykernel restores the handler it saved around each message handler), and removed
-    the same way when the last run ended; with no run working it does what the handler it
-    replaced did (ipykernel ignores SIGINT between messages)."""
+    form run. Set on the kernel's main thread (the only one that gets signals), from its
+    event loop after the click's handler returned (ipykernel puts back the handler it saved
+    around each message handler), and removed the same way when the last run ended; with no
+    run working it does what the handler it replaced did (ipykernel ignores SIGINT between
+    messages). A click's handler may run on a subshell's thread: a handler set or an
+    interrupt awaited there never sees the signal (why, before, the second form run in a
+    kernel could not be stopped)."""
 
     runs: set["FormRun"] = set()
     previous: Any = signal.SIG_IGN
@@ -252,7 +255,7 @@ class FormRun:
         if stoppable:
             self.stop_button = StopButton(on_stop=lambda: self.stop("■ Stop"))
         self._status = _KernelStatus()
-        self._loop: Optional[asyncio.AbstractEventLoop] = None
+        self._on_main_thread: Optional[Callable[..., None]] = None
         self._thread = threading.Thread(target=contextvars.copy_context().run, args=(self._run,),
                                         name="hyport-form-run", daemon=True)
 
@@ -261,16 +264,14 @@ class FormRun:
         return self._thread.is_alive() and not self.done.is_set()
 
     def start(self) -> "FormRun":
-        """From the kernel's main thread (the click's handler): returns at once."""
+        """From the click's handler (the kernel's main thread, or the subshell JupyterLab
+        sends widget messages on): returns at once."""
         if self.stop_button is not None:
             self.route.show(self.stop_button)
         _Streams.take()
-        try:
-            self._loop = asyncio.get_running_loop()
-        except RuntimeError:  # no event loop (a script, a test): no kernel to interrupt
-            self._loop = None
-        if self._loop is not None and threading.current_thread() is threading.main_thread():
-            self._loop.call_soon(_Interrupts.take, self)
+        self._on_main_thread = _main_thread_scheduler(self._status.kernel)
+        if self._on_main_thread is not None:  # after the click's handler returned
+            self._on_main_thread(_Interrupts.take, self)
         self._thread.start()
         return self
 
@@ -317,8 +318,8 @@ class FormRun:
             if publisher is not None:
                 publisher.unregister_hook(self.route.message)
             _Streams.release()
-            if self._loop is not None and not self._loop.is_closed():
-                self._loop.call_soon_threadsafe(_Interrupts.release, self)  # before ``done``: waiters see it
+            if self._on_main_thread is not None:
+                self._on_main_thread(_Interrupts.release, self)  # before ``done``: waiters see it
             self._status.say("idle")
             self.done.set()
 
@@ -327,6 +328,23 @@ class FormRun:
         if self.stopping.is_set():
             return f"stopped ({self.stopped_by})"
         return "finished" if self.error is None else f"ended: {type(self.error).__name__}"
+
+
+def _main_thread_scheduler(kernel: Any) -> Optional[Callable[..., None]]:
+    """A thread-safe way to call a function on the kernel's main thread (signal handlers
+    are set there only): its event loop. JupyterLab 4.6 sends widget messages on a kernel
+    subshell, whose handlers run in a thread of their own, so the click's thread will not
+    do. Outside a kernel, the running event loop of the main thread; else None."""
+    io_loop = getattr(kernel, "io_loop", None)
+    if io_loop is not None:
+        return io_loop.add_callback
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:  # no event loop (a script): no kernel to interrupt
+        return None
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    return lambda function, *args: None if loop.is_closed() else loop.call_soon_threadsafe(function, *args)
 
 
 def _display_publisher() -> Any:

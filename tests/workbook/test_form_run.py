@@ -270,6 +270,35 @@ def test_kernel_interrupt_stops_a_form_run_and_the_sigint_handler_is_put_back(ke
         assert signal.getsignal(signal.SIGINT) is before
 
 
+def test_a_click_handled_on_a_subshell_thread_still_takes_kernel_interrupt(kernel, recorded):
+    # JupyterLab 4.6 sends widget messages on a kernel subshell: the click's handler runs in
+    # a thread of its own, and only the main thread gets SIGINT
+    from tornado.ioloop import IOLoop
+
+    gate = threading.Event()
+    form = stage_form(Demo, {}, stage_runner(_stage(gate=gate), progress=lambda p: None))
+    before = signal.getsignal(signal.SIGINT)
+
+    async def scenario():
+        InteractiveShell.instance().kernel.io_loop = IOLoop.current()  # the kernel's main loop
+        loop = asyncio.get_running_loop()
+        run = await loop.run_in_executor(None, form.submit)  # the subshell's thread
+        await loop.run_in_executor(None, gate.wait, WAIT_S)
+        assert signal.getsignal(signal.SIGINT) == _Interrupts.handle
+        signal.raise_signal(signal.SIGINT)
+        assert await loop.run_in_executor(None, run.wait, WAIT_S)
+        await asyncio.sleep(0)
+        return run
+
+    loop = asyncio.new_event_loop()
+    try:
+        run = loop.run_until_complete(scenario())
+    finally:
+        loop.close()
+    assert run.stopped_by == "Kernel → Interrupt" and len(recorded) == 1
+    assert signal.getsignal(signal.SIGINT) is before
+
+
 def test_with_no_form_run_working_the_handler_does_what_the_one_it_replaced_did(monkeypatch):
     monkeypatch.setattr(_Interrupts, "runs", set())
     _Interrupts.previous = signal.default_int_handler
