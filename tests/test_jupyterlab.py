@@ -728,6 +728,19 @@ def test_03_form_runs_in_one_kernel_are_live_and_stopped_every_time(lab):
         _assert_stayed_local(network)
 
 
+# The part of a form a run shows: from its "Run stage" row to the end of its output area,
+# brought into the viewport (the form above it is long).
+FORM_RUN_BOX = """form => {
+    const run = [...form.querySelectorAll('button')].find(b => b.textContent.includes('Run stage'));
+    const area = form.querySelector(':scope > .widget-output');
+    area.scrollIntoView({block: 'end'});
+    const top = run.getBoundingClientRect(), bottom = area.getBoundingClientRect();
+    const left = Math.max(0, Math.min(top.left, bottom.left) - 8);
+    return {x: left, y: Math.max(0, top.top - 8), width: bottom.right - left + 8,
+            height: bottom.bottom - top.top + 16};
+}"""
+
+
 #: 04's form run: far more steps than it is let run; it is stopped once the line and the
 #: plot have moved three times.
 LIVE_STEPS = 2000
@@ -749,8 +762,8 @@ def test_04_form_run_is_live_and_stopped_by_its_stop_button(lab, tmp_path):
         def picture_then_stop():
             # README picture: the live form run, its progress line, plot and Stop button
             _hide_left_sidebar(page)
-            form.locator("button.hyport-stop").scroll_into_view_if_needed()
-            save_readme_picture(form.screenshot(), readme_picture_path(tmp_path, "jupyterlab_form_live.png"))
+            box = form.evaluate(FORM_RUN_BOX)
+            save_readme_picture(page.screenshot(clip=box), readme_picture_path(tmp_path, "jupyterlab_form_live.png"))
             form.locator("button.hyport-stop").click()
 
         result = _stopped_form_run(page, lab, form, "04_train", live, picture_then_stop)
