@@ -13,7 +13,10 @@ failed; then, per notebook:
 - 02, 05: they run without an error;
 - every notebook: its form (made from the stage's Params) shows a bad value's one-line
   error under the field and runs nothing; with a changed value, "Run stage" runs the
-  stage and the recorded result reflects the value.
+  stage and the recorded result reflects the value;
+- form runs (a worker thread): three of 03 in one kernel, one finished, one ended by its Stop,
+  one by Kernel → Interrupt (INTERRUPTED, no card worker left, the kernel busy while each
+  worked); one of 04 whose progress line and plot move three times before its Stop.
 
 Every request must stay on 127.0.0.1. (The index of a real report run, opened offline in
 Chromium: test_offline_report.py, on the session's five-stage run and on an ``--only 01``
