@@ -13,7 +13,10 @@ failed; then, per notebook:
 - 02, 05: they run without an error;
 - every notebook: its form (made from the stage's Params) shows a bad value's one-line
   error under the field and runs nothing; with a changed value, "Run stage" runs the
-  stage and the recorded result reflects the value.
+  stage and the recorded result reflects the value;
+- form runs (a worker thread): three of 03 in one kernel, one finished, one ended by its Stop,
+  one by Kernel → Interrupt (INTERRUPTED, no card worker left, the kernel busy while each
+  worked); one of 04 whose progress line and plot move three times before its Stop.
 
 Every request must stay on 127.0.0.1. (The index of a real report run, opened offline in
 Chromium: test_offline_report.py, on the session's five-stage run and on an ``--only 01``
@@ -45,7 +48,7 @@ from hyport_lib.results import STAGE_VERDICTS
 from hyport_lib.results import VERDICTS as CHECK_VERDICTS
 from hyport_lib.train.params import Params as TrainParams
 from hyport_lib.weights.params import Params as WeightsParams
-from jupyterlab_session import (LabServer, NetworkGuard, copy_notebook, open_notebook,
+from jupyterlab_session import (LabServer, NetworkGuard, api, copy_notebook, open_notebook,
                                 page_errors, save_notebook, saved_errors, shutdown_kernels,
                                 start_lab, start_run_all, stop_lab, wait_for_run_all)
 
@@ -728,4 +731,180 @@ def test_04_form_full_labels_tooltips_sections_and_run_all_keeps_typed_values(la
             """() => { const box = document.querySelector('.hyport-form .hyport-field-max_steps input');
                        return box !== null && box.value === '1'; }""", timeout=PICK_S * 1000)
         kept.wait_for(state="hidden", timeout=PICK_S * 1000)
+        _assert_stayed_local(network)
+
+
+# Installed on a form before its runs: every distinct state of its output area (the progress
+# lines, the images' sources hashed), its status and the kernel's status as the notebook's
+# toolbar shows it, so that each redraw is seen though Playwright polls far less often.
+WATCH_FORM = """form => {
+    const hash = s => {  // FNV-1a over the data URI, and its length
+        let h = 0x811c9dc5;
+        for (let i = 0; i < s.length; i++) { h ^= s.charCodeAt(i); h = Math.imul(h, 0x01000193); }
+        return (h >>> 0).toString(16) + ':' + s.length;
+    };
+    window.__hyportForm = [];
+    const record = () => {
+        const area = form.querySelector(':scope > .widget-output');
+        const images = [...area.querySelectorAll('img')].map(i => hash(i.getAttribute('src') || ''));
+        const line = [...area.querySelectorAll('code')].map(c => c.textContent).join(' | ');
+        const indicator = document.querySelector('.jp-NotebookPanel .jp-Notebook-ExecutionIndicator');
+        const state = {images, line, kernel: indicator ? indicator.dataset.status : '',
+                       status: form.querySelector('.hyport-status').textContent};
+        const seen = window.__hyportForm, last = seen[seen.length - 1];
+        if (!last || JSON.stringify(last) !== JSON.stringify(state)) seen.push(state);
+    };
+    const options = {childList: true, subtree: true, characterData: true, attributes: true,
+                     attributeFilter: ['src', 'data-status']};
+    new MutationObserver(record).observe(form, options);
+    new MutationObserver(record).observe(document.querySelector('.jp-NotebookPanel .jp-Toolbar'), options);
+    record();
+}"""
+
+
+def _run_up_to_the_form(page, notebook: dict) -> None:
+    """Run the cells above the form's and the form's own (the stage itself is not run)."""
+    index = next(i for i, c in enumerate(notebook["cells"])
+                 if c["cell_type"] == "code" and "show_stage_form(" in "".join(c["source"]))
+    cell = page.locator(".jp-NotebookPanel .jp-Notebook .jp-Cell").nth(index)
+    cell.locator(".jp-InputPrompt").click()
+    for command in ("notebook:run-all-above", "notebook:run-cell"):
+        page.click('.lm-MenuBar-itemLabel:text-is("Run")')
+        page.click(f'.lm-Menu-item[data-command="{command}"]')
+        wait_for_run_all(page)
+
+
+def _form_history(page) -> list[dict]:
+    return page.evaluate("window.__hyportForm")
+
+
+def _kernel_was_busy_while_it_worked(history: list[dict]) -> None:
+    """Once the click's message was answered (the kernel idle, the form saying "running"),
+    the kernel said busy again while the run worked, and idle once it ended."""
+    states = [(s["kernel"], s["status"].startswith("running")) for s in history]
+    assert ("idle", True) in states, states
+    assert ("busy", True) in states[states.index(("idle", True)):], states
+    assert states[-1][0] == "idle", states
+
+
+def _stopped_form_run(page, lab: Lab, form, stage: str, live: str, stop) -> dict:
+    """Press "Run stage", wait until the run is live (``live``: a JS test on the recorded
+    history), call ``stop()``; the result the run recorded, which says INTERRUPTED."""
+    page.evaluate("() => { window.__hyportForm.length = 0; }")
+    started = time.time()
+    form.locator("button", has_text="Run stage").click()
+    page.wait_for_function(f"() => {{ const seen = window.__hyportForm; return {live}; }}",
+                           timeout=FORM_RUN_S * 1000)
+    stop()
+    status = form.locator(".hyport-status")
+    page.wait_for_function("el => /^\\s*([A-Z]+: |stopped)/.test(el.textContent)", arg=status.element_handle(),
+                           timeout=FORM_RUN_S * 1000)
+    page.wait_for_selector('.jp-Notebook-ExecutionIndicator[data-status="idle"]', timeout=FORM_RUN_S * 1000)
+    result = _recorded(lab, stage, started)
+    assert result["verdict"] == "INTERRUPTED", (result["summary"], [(s["kernel"], s["status"][:30], s["line"][:60]) for s in _form_history(page)])
+    assert status.inner_text().strip().startswith("INTERRUPTED: "), status.inner_text()
+    stop_button = form.locator("button.hyport-stop")
+    assert stop_button.count() == 1 and stop_button.is_disabled()  # retired, and it looks it:
+    assert float(stop_button.evaluate("b => getComputedStyle(b).opacity")) < 0.6
+    return result
+
+
+def _interrupt_from_the_kernel_menu(page) -> None:
+    page.click('.lm-MenuBar-itemLabel:text-is("Kernel")')
+    page.click('.lm-Menu-item[data-command="kernelmenu:interrupt"]')
+
+
+def _kernel_children(lab: Lab) -> list:
+    """The processes the notebook's kernel started that are still there."""
+    import psutil
+
+    (kernel,) = api(lab.server, "GET", "kernels")
+    found = [p for p in psutil.process_iter(["cmdline"])
+             if any(f"kernel-{kernel['id']}.json" in part for part in p.info["cmdline"] or [])]
+    assert len(found) == 1, found
+    return found[0].children(recursive=True)
+
+
+#: 03's cards generate this many tokens per answer in the runs that are stopped: far more
+#: than they finish before Stop, so they are stopped while running.
+LONG_ANSWERS = 4000
+
+
+def test_03_form_runs_in_one_kernel_are_live_and_stopped_every_time(lab):
+    path = copy_notebook(NOTEBOOKS / "03_inference.ipynb", lab.root, {"device": "cpu", "num_cards": 1})
+    with notebook_page(lab) as (page, network):
+        open_notebook(page, lab.server, path.name)
+        _run_up_to_the_form(page, json.loads(path.read_text()))
+        form = _form(page)
+        form.evaluate(WATCH_FORM)
+
+        # run 1 finishes, the kernel busy while it works
+        _set_field(form, "max_new_tokens", "2")
+        first = _run_form(page, lab, form, "03_inference")
+        assert first["verdict"] in ("PASS", "WARN"), first["summary"]
+        page.wait_for_selector('.jp-Notebook-ExecutionIndicator[data-status="idle"]', timeout=60_000)
+        _kernel_was_busy_while_it_worked(_form_history(page))
+        assert form.locator("button.hyport-stop").is_disabled()
+
+        # runs 2 and 3, each stopped once its line has ticked (a card running for 2 s or more):
+        # by the form's Stop, then by Kernel → Interrupt
+        _set_field(form, "max_new_tokens", str(LONG_ANSWERS))
+        ticking = "seen.some(s => /running: card 0 \\(([2-9]|\\d\\d+) s\\)/.test(s.line))"
+        for stop in (lambda: form.locator("button.hyport-stop").click(),
+                     lambda: _interrupt_from_the_kernel_menu(page)):
+            stopped = _stopped_form_run(page, lab, form, "03_inference", ticking, stop)
+            assert [r["status"] for r in stopped["data"]["rows"]] != ["ok"], stopped["data"]["rows"]
+            history = _form_history(page)
+            lines = {s["line"] for s in history if "running: card 0" in s["line"]}
+            assert len(lines) >= 2, lines  # the line ticked while the card ran
+            _kernel_was_busy_while_it_worked(history)
+            assert _kernel_children(lab) == []  # no card worker left
+        _assert_stayed_local(network)
+
+
+# The part of a form a run shows: from its "Run stage" row to the end of its output area,
+# brought into the viewport (the form above it is long).
+FORM_RUN_BOX = """form => {
+    const run = [...form.querySelectorAll('button')].find(b => b.textContent.includes('Run stage'));
+    const area = form.querySelector(':scope > .widget-output');
+    area.scrollIntoView({block: 'end'});
+    const top = run.getBoundingClientRect(), bottom = area.getBoundingClientRect();
+    const left = Math.max(0, Math.min(top.left, bottom.left) - 8);
+    return {x: left, y: Math.max(0, top.top - 8), width: bottom.right - left + 8,
+            height: bottom.bottom - top.top + 16};
+}"""
+
+
+#: 04's form run: far more steps than it is let run; it is stopped once the line and the
+#: plot have moved three times.
+LIVE_STEPS = 2000
+
+
+def test_04_form_run_is_live_and_stopped_by_its_stop_button(lab, tmp_path):
+    out = lab.scratch / "train-form-live"
+    path = copy_notebook(NOTEBOOKS / "04_train.ipynb", lab.root,
+                         {"device": "cpu", "max_steps": LIVE_STEPS, "save_steps": LIVE_STEPS,
+                          "output_dir": str(out)})
+    with notebook_page(lab, SCREENSHOT_VIEWPORT) as (page, network):
+        open_notebook(page, lab.server, path.name)
+        _run_up_to_the_form(page, json.loads(path.read_text()))
+        form = _form(page)
+        form.evaluate(WATCH_FORM)
+        live = ("new Set(seen.map(s => s.line).filter(l => /step \\d+\\/\\d+/.test(l))).size >= 3"
+                " && new Set(seen.filter(s => s.images.length).map(s => s.images[0])).size >= 3")
+
+        def picture_then_stop():
+            # README picture: the live form run, its progress line, plot and Stop button
+            _hide_left_sidebar(page)
+            box = form.evaluate(FORM_RUN_BOX)
+            save_readme_picture(page.screenshot(clip=box), readme_picture_path(tmp_path, "jupyterlab_form_live.png"))
+            form.locator("button.hyport-stop").click()
+
+        result = _stopped_form_run(page, lab, form, "04_train", live, picture_then_stop)
+        steps = [m["step"] for m in result["data"]["metrics"]]
+        assert 3 <= len(steps) < LIVE_STEPS and steps == list(range(1, len(steps) + 1))
+        history = _form_history(page)
+        assert max(len(s["images"]) for s in history) == 1  # one plot, redrawn in place
+        _kernel_was_busy_while_it_worked(history)
+        assert _kernel_children(lab) == []  # no torchrun left
         _assert_stayed_local(network)

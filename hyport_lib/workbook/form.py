@@ -22,13 +22,14 @@ from typing import Any, Callable, Mapping, MutableMapping, Optional, Sequence
 
 from hyport_lib.display import verdict_label
 from hyport_lib.params import GROUPS, ParameterError, StageParams, grouped_fields, parameter_fields
-from hyport_lib.results import RUN_DIR_ENV, StageSummary, record
+from hyport_lib.results import INTERRUPTED, RUN_DIR_ENV, StageSummary, record
 from hyport_lib.stages import StageContract
 from hyport_lib.utils.bounded_files import read_text
 from hyport_lib.utils.printable import USAGE_ERRORS, first_line, one_line, shortened
 from hyport_lib.utils.redact import scrub_text
 from hyport_lib.workbook.controls import LABEL_WIDTH, FormField, error_html, field_row, is_model_field
-from hyport_lib.workbook.stop import StopButton, run_stoppable
+from hyport_lib.workbook.form_run import FormRun
+from hyport_lib.workbook.stop import run_stoppable
 from hyport_lib.utils.wording import counted
 
 #: What a stage's "Run stage" button calls with the checked parameters: it runs the stage,
@@ -106,10 +107,13 @@ def _same(typed: Any, given: Any) -> bool:
 class StageForm:
     """Built by :func:`stage_form`. "Run stage" checks every field and, when they hold,
     writes them back into ``namespace`` (the notebook's ``globals()``: cells run later see
-    what the form ran) and calls ``run``. Each change is checked at once, as Run checks it,
-    and remembered (:data:`TYPED_VALUES`): a form built again (Run All) keeps what was typed,
-    writes it into ``namespace`` and says so, with a Reset back to the ``parameters`` cell.
+    what the form ran) and calls ``run`` in a worker thread (:meth:`submit`). Each change is
+    checked at once, as Run checks it, and remembered (:data:`TYPED_VALUES`): a form built
+    again (Run All) keeps what was typed, writes it into ``namespace`` and says so, with a
+    Reset back to the ``parameters`` cell.
     The presets (:func:`stage_form`) follow the fields they come from as these change."""
+
+    run: Optional[FormRun] = None  # the latest run started from the form
 
     def __init__(self, params_class: type, namespace: MutableMapping[str, Any], run: RunStage,
                  presets: Optional[Mapping[str, Sequence[str]]] = None, title: str = "",
@@ -290,33 +294,50 @@ class StageForm:
             for line in getattr(exc, "details", None) or ():
                 print(f"  {scrub_text(str(line))}")
 
-    def submit(self) -> Optional[StageSummary]:
-        """What "Run stage" does; the recorded verdict (None when a value is wrong or the run raised)."""
+    def submit(self) -> Optional[FormRun]:
+        """What "Run stage" does: the values checked, then the stage started in a worker thread
+        (:class:`FormRun`), returned at once: the kernel keeps serving the page meanwhile. None
+        when a value is wrong, or while a run of this form works (one at a time)."""
+        if self.run is not None and self.run.running:
+            self.status.value = error_html("a run of this form is under way: one at a time")
+            return None
         params = self.check()
         if params is None:
             return None
         self.namespace.update(params.to_dict())
         self.button.disabled = True
-        self.status.value = "running… (Stop or Kernel → Interrupt ends it; what finished is kept)"
-        self.output.clear_output()
+        self.output.outputs = ()
+        run_stage = self.run_stage
+        stoppable = isinstance(run_stage, StageRunner) and run_stage.stoppable
+        self.status.value = html.escape(running_line(run_stage))
+        work = (lambda watch: run_stage(params, watch=watch)) if stoppable else (lambda watch: run_stage(params))
+        self.run = FormRun(self.output, work, self._ended, stoppable=stoppable).start()
+        return self.run
+
+    def _ended(self, run: FormRun) -> None:
+        """In the worker, its output still routed: the status says how the run ended; a
+        defect's traceback is in the output."""
         try:
-            # Caught inside the output: in a kernel an exception leaving it is shown there and
-            # swallowed, and what follows would run as if the stage had finished.
-            with self.output:
-                try:
-                    summary = self.run_stage(params)
-                except USAGE_ERRORS as exc:  # what the command line says in one line, exit 2
-                    self._refused(exc)
-                    return None
-                except BaseException as exc:
-                    self.status.value = error_html(scrub_text(f"stopped: {type(exc).__name__}: {first_line(exc)}"))
-                    raise  # its traceback in the output
+            error = run.error
+            if error is None:
+                summary = run.result
                 self.status.value = verdict_label(summary.verdict,
                                                   f"{summary.verdict}: {shortened(summary.summary, 200)}")
-                return summary
+            elif isinstance(error, USAGE_ERRORS):  # what the command line says in one line, exit 2
+                self._refused(error)
+            else:
+                self.status.value = error_html(scrub_text(f"stopped: {type(error).__name__}: {first_line(error)}"))
+                run.route.error(error)
         finally:
             self.button.disabled = False
-        return None  # the output showed the exception and swallowed it (in a kernel)
+
+
+def running_line(run_stage: Any) -> str:
+    """The status while a form run works: how it can be ended, as far as that is true."""
+    if not (isinstance(run_stage, StageRunner) and run_stage.stoppable):
+        return "running… (this stage has no Stop: it ends by itself)"
+    kept = "what finished is kept" if run_stage.keeps_partial else "this stage keeps nothing when stopped"
+    return f"running… (■ Stop or Kernel → Interrupt ends it; {kept})"
 
 
 def stage_form(params_class: type, namespace: MutableMapping[str, Any], run: RunStage, *,
@@ -340,34 +361,61 @@ class ViewFailed(Exception):
     never said as a refused value (it is not one of the usage errors)."""
 
 
-def stage_runner(stage: StageContract, *views: Callable[[Any], Any],
-                 progress: Optional[Callable[[StageParams], Any]] = None, stop: bool = True) -> RunStage:
-    """What "Run stage" does for ``stage``: plan, run (with a fresh ``progress(params)``
-    display when given, under a Stop button unless ``stop`` is False: a stage that keeps
-    nothing when stopped), record, show through each of ``views`` and print the verdict
-    line the notebook's last cell prints. Stopped, the partial result is recorded."""
+class StageRunner:
+    """What "Run stage" does for a stage (made by :func:`stage_runner`): plan, run (with a
+    fresh ``progress(params)`` display when given), record, show through each of ``views``
+    and print the verdict line the notebook's last cell prints. Stopped, the partial result
+    is recorded; a stage that keeps none (``keeps_partial`` False) is said INTERRUPTED with
+    nothing recorded. A stage with a progress display is stoppable: its progress calls are
+    where a form run's stop is taken (``watch``, :meth:`FormRun.watch`)."""
 
-    def run(params: StageParams) -> StageSummary:
+    def __init__(self, stage: StageContract, views: Sequence[Callable[[Any], Any]],
+                 progress: Optional[Callable[[StageParams], Any]], keeps_partial: bool):
+        self.stage = stage
+        self.views = views
+        self.progress = progress
+        self.keeps_partial = keeps_partial
+
+    @property
+    def stoppable(self) -> bool:
+        return self.progress is not None
+
+    def __call__(self, params: StageParams,
+                 watch: Optional[Callable[[Any], Callable[[Any], None]]] = None) -> StageSummary:
+        stage = self.stage
         plan = stage.plan(params)
-        if progress is None:
-            result = run_stoppable(stage.run, plan)
-        else:
-            display = progress(params)
-            if stop:
-                display = StopButton().show().watch(display)
-            result = run_stoppable(stage.run, plan, on_progress=display)
+        on_progress = None
+        if self.progress is not None:
+            display = self.progress(params)
+            on_progress = watch(display) if watch is not None else display
+        try:
+            result = run_stoppable(stage.run, plan, on_progress=on_progress)
+        except KeyboardInterrupt:
+            if watch is None:
+                raise
+            number = stage.STAGE.split("_")[0]
+            why = (f"stage {number} keeps no partial result" if not self.keeps_partial
+                   else "stopped before anything finished")
+            summary = StageSummary(verdict=INTERRUPTED, summary=f"nothing kept: {why}")
+            print(f"{summary.verdict}: {summary.summary} (nothing recorded)")
+            return summary
         # Recorded before it is shown: a view that fails loses nothing.
         path = record(stage, result, params=params)
         summary = stage.summarize(result)
         try:
-            for view in views:
+            for view in self.views:
                 view(result)
         except USAGE_ERRORS as exc:  # a defect of the display, not a value to refuse
             raise ViewFailed(f"showing the result failed ({type(exc).__name__}); it is recorded: {path}") from exc
         print(f"{summary.verdict}: {summary.summary} -> {path}")
         return summary
 
-    return run
+
+def stage_runner(stage: StageContract, *views: Callable[[Any], Any],
+                 progress: Optional[Callable[[StageParams], Any]] = None,
+                 keeps_partial: bool = True) -> StageRunner:
+    """What "Run stage" does for ``stage`` (:class:`StageRunner`)."""
+    return StageRunner(stage, views, progress, keeps_partial)
 
 
 def show_stage_form(params_class: type, namespace: MutableMapping[str, Any], run: RunStage,

@@ -1,10 +1,12 @@
 """Stopping a stage from the notebook: the Stop button and Kernel → Interrupt end a run the
 same way a Ctrl-C ends ``hyport train``, and the notebook shows and records what finished.
 
-The Stop button interrupts its own kernel from the browser (the Jupyter server's
-``POST /api/kernels/<id>/interrupt``, what Kernel → Interrupt sends). A widget click the
-kernel would have to answer cannot work here: the kernel reads widget messages only between
-cells, and ipykernel 7 holds them while a cell runs, however the cell waits.
+Under a cell, the Stop button interrupts its own kernel from the browser (the Jupyter
+server's ``POST /api/kernels/<id>/interrupt``, what Kernel → Interrupt sends): a widget
+click the kernel would have to answer cannot work there, the kernel reads widget messages
+only between cells, and ipykernel 7 holds them while a cell runs. Under the form (the stage
+runs in a worker thread, :mod:`hyport_lib.workbook.form_run`) the kernel is free, so the
+click is a widget message (``mode="message"``) that the form run answers.
 """
 
 from __future__ import annotations
@@ -24,11 +26,27 @@ from hyport_lib.results import RUN_DIR_ENV
 
 R = TypeVar("R")
 
-#: The button's code in the browser: one click, one interrupt of the kernel that drew it.
+#: The button's code in the browser: one click, one stop of the run that drew it: an
+#: interrupt of the kernel (a cell's run), or a message to it (a form's run).
 _STOP_ESM = """
 function config() {
   const el = document.getElementById("jupyter-config-data");
   try { return el ? JSON.parse(el.textContent) : {}; } catch (e) { return {}; }
+}
+async function interrupt(kernel, note) {
+  const cfg = config();
+  const base = (cfg.baseUrl || "/").replace(/\\/?$/, "/");
+  const headers = {};
+  if (cfg.token) headers["Authorization"] = "token " + cfg.token;
+  const xsrf = document.cookie.match(/(?:^|;\\s*)_xsrf=([^;]+)/);
+  if (xsrf) headers["X-XSRFToken"] = decodeURIComponent(xsrf[1]);
+  try {
+    const reply = await fetch(base + "api/kernels/" + kernel + "/interrupt",
+                              { method: "POST", headers, credentials: "same-origin" });
+    if (!reply.ok) note.textContent = "the server refused the interrupt (" + reply.status + "): use Kernel → Interrupt";
+  } catch (e) {
+    note.textContent = "could not reach the server: use Kernel → Interrupt";
+  }
 }
 export default {
   render({ model, el }) {
@@ -37,32 +55,29 @@ export default {
     const note = document.createElement("span");
     note.className = "hyport-stop-note";
     note.style.marginLeft = "0.8em";
-    // "stopping" stays in the page: the kernel hears of the click as an interrupt only
+    // "stopping" stays in the page: under a cell the kernel hears of the click as an interrupt only
     let clicked = false;
     const draw = () => {
-      const done = model.get("state") === "done";
-      button.textContent = clicked && !done ? "stopping…" : "■ Stop";
-      button.disabled = clicked || done;
+      const state = model.get("state");
+      const done = state === "done";
+      button.textContent = (clicked || state === "stopping") && !done ? "stopping…" : "■ Stop";
+      button.disabled = clicked || done || state === "stopping";
+      button.title = done ? "the run has ended" : "stop the run; what finished is kept";
       note.textContent = model.get("note");
     };
     button.addEventListener("click", async () => {
+      if (clicked || model.get("state") !== "ready") return;
+      if (model.get("mode") === "message") {
+        clicked = true;
+        draw();
+        model.send({ event: "stop" });
+        return;
+      }
       const kernel = model.get("kernel_id");
-      if (!kernel || clicked || model.get("state") === "done") return;
+      if (!kernel) return;
       clicked = true;
       draw();
-      const cfg = config();
-      const base = (cfg.baseUrl || "/").replace(/\\/?$/, "/");
-      const headers = {};
-      if (cfg.token) headers["Authorization"] = "token " + cfg.token;
-      const xsrf = document.cookie.match(/(?:^|;\\s*)_xsrf=([^;]+)/);
-      if (xsrf) headers["X-XSRFToken"] = decodeURIComponent(xsrf[1]);
-      try {
-        const reply = await fetch(base + "api/kernels/" + kernel + "/interrupt",
-                                  { method: "POST", headers, credentials: "same-origin" });
-        if (!reply.ok) note.textContent = "the server refused the interrupt (" + reply.status + "): use Kernel → Interrupt";
-      } catch (e) {
-        note.textContent = "could not reach the server: use Kernel → Interrupt";
-      }
+      await interrupt(kernel, note);
     });
     model.on("change:state", draw);
     model.on("change:note", draw);
@@ -71,6 +86,14 @@ export default {
     el.appendChild(note);
   },
 };
+"""
+
+#: A retired button looks it: greyed, no hover shadow, a "not allowed" pointer
+#: (JupyterLab's button styles give a disabled ``mod-danger`` button its hover and colour).
+_STOP_CSS = """
+.hyport-stop:disabled, .hyport-stop:disabled:hover {
+  opacity: 0.45; filter: grayscale(100%); box-shadow: none; cursor: not-allowed;
+}
 """
 
 
@@ -139,16 +162,27 @@ def kernel_id() -> str:
 
 
 class StopButton(anywidget.AnyWidget):
-    """A click interrupts this kernel; :func:`run_stoppable` turns the interrupt into the
-    stage's partial result."""
+    """Under a cell (``mode="interrupt"``) a click interrupts this kernel, which
+    :func:`run_stoppable` turns into the stage's partial result; under a form
+    (``mode="message"``) it calls the ``on_stop`` given."""
 
     _esm = _STOP_ESM
+    _css = _STOP_CSS
     kernel_id = traitlets.Unicode("").tag(sync=True)
-    state = traitlets.Unicode("ready").tag(sync=True)  # ready | done (the run ended)
+    mode = traitlets.Enum(("interrupt", "message"), "interrupt").tag(sync=True)
+    state = traitlets.Unicode("ready").tag(sync=True)  # ready | stopping | done (the run ended)
     note = traitlets.Unicode("").tag(sync=True)
 
-    def __init__(self, **kwargs: Any):
-        super().__init__(kernel_id=kernel_id(), **kwargs)
+    def __init__(self, on_stop: Optional[Callable[[], None]] = None, **kwargs: Any):
+        super().__init__(kernel_id=kernel_id(), mode="message" if on_stop else "interrupt", **kwargs)
+        self._on_stop = on_stop
+        if on_stop is not None:
+            self.on_msg(self._clicked)
+
+    def _clicked(self, _widget: Any, content: Any, _buffers: Any) -> None:
+        if isinstance(content, dict) and content.get("event") == "stop" and self.state == "ready":
+            self.state = "stopping"
+            self._on_stop()
 
     def show(self) -> "StopButton":
         """Displayed, except under ``hyport report`` (headless: nothing can click it)."""
@@ -158,14 +192,18 @@ class StopButton(anywidget.AnyWidget):
             display(self)
         return self
 
+    def retire(self, note: str) -> None:
+        """The run ended: the button is disabled (and looks it), ``note`` beside it."""
+        self.state = "done"
+        self.note = note
+
     def watch(self, on_progress: Optional[Callable[[Any], None]]) -> Callable[[Any], None]:
         """``on_progress`` that also retires the button once the run ended, saying how."""
 
         def watched(progress: Any) -> None:
             if not getattr(progress, "running", True):
-                self.state = "done"
-                self.note = "stopped: what finished is kept" if getattr(progress, "stopped", False) \
-                    else "finished"
+                self.retire("stopped: what finished is kept" if getattr(progress, "stopped", False)
+                            else "finished")
             if on_progress is not None:
                 on_progress(progress)
 

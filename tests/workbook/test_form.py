@@ -148,13 +148,27 @@ def _summary(verdict, summary):
     return StageSummary(verdict=verdict, summary=summary)
 
 
+def _ran(form: StageForm):
+    """Press "Run stage" and wait for the run (a worker thread); its summary, or None."""
+    run = form.submit()
+    if run is None:
+        return None
+    assert run.wait(60), "the form run did not end"
+    return run.result
+
+
+def _shown_text(form: StageForm) -> str:
+    """The text of the form's output area (its stream outputs)."""
+    return "".join(o.get("text", "") for o in form.output.outputs if o["output_type"] == "stream")
+
+
 def test_run_writes_the_checked_values_back_and_runs_with_them():
     namespace = {"steps": 20}
     seen = []
     form = stage_form(Demo, namespace, lambda p: seen.append(p) or _summary("PASS", "all good"))
     form.fields["steps"].control.value = "7"
     form.fields["note"].control.value = "None"
-    assert form.submit() == _summary("PASS", "all good")
+    assert _ran(form) == _summary("PASS", "all good")
     assert seen == [Demo(steps=7)] and namespace["steps"] == 7 and namespace["note"] is None
     assert "PASS: all good" in form.status.value and not form.button.disabled
 
@@ -164,7 +178,7 @@ def test_run_writes_the_checked_values_back_and_runs_with_them():
                                               ("WARN", "2 checks warn")])
 def test_the_status_says_the_recorded_verdict_in_its_colour(verdict, summary):
     form = stage_form(Demo, {}, lambda p: _summary(verdict, summary))
-    form.submit()
+    _ran(form)
     assert f"{verdict}: {summary.splitlines()[0]}" in form.status.value
     assert VERDICT_COLOURS[verdict] in form.status.value and "finished" not in form.status.value
 
@@ -181,9 +195,9 @@ def test_a_run_that_raises_says_so_and_frees_the_button():
         raise KeyError("a defect")
 
     form = stage_form(Demo, {}, boom)
-    with pytest.raises(KeyError):
-        form.submit()
+    assert _ran(form) is None and isinstance(form.run.error, KeyError)
     assert "stopped: KeyError" in form.status.value and not form.button.disabled
+    assert form.output.outputs[-1]["output_type"] == "error"  # its traceback, in the form's output
 
 
 @pytest.fixture
@@ -206,25 +220,26 @@ def test_in_a_kernel_a_refused_value_is_one_line_under_its_field(kernel_shell):
     # what `hyport train --device npu` on a CPU host says: one line, exit 2
     error = RuntimeError("device='npu' requested but NPU is not usable: no NPU is visible\nmore")
     form = stage_form(Demo, {}, _refusing(error))
-    assert form.submit() is None and not form.button.disabled
+    assert _ran(form) is None and not form.button.disabled
     assert form.fields["device"].problem == "device='npu' requested but NPU is not usable: no NPU is visible"
     assert "1 value to fix" in form.status.value and "PASS" not in form.status.value
 
 
-def test_in_a_kernel_a_refusal_naming_no_field_is_the_status_and_its_details_are_listed(kernel_shell, capsys):
+def test_in_a_kernel_a_refusal_naming_no_field_is_the_status_and_its_details_are_listed(kernel_shell):
     error = ValueError("the dataset has 2 bad records")
     error.details = ["record 3: no answer", "record 9: no turns"]
     form = stage_form(Demo, {}, _refusing(error))
-    assert form.submit() is None
+    assert _ran(form) is None
     assert "the dataset has 2 bad records" in form.status.value
     assert all(row.problem == "" for row in form.fields.values())
-    assert "record 3: no answer" in capsys.readouterr().out  # printed into the output
+    assert "record 3: no answer" in _shown_text(form)  # printed into the form's output
 
 
 def test_in_a_kernel_a_defect_is_shown_and_never_reads_as_finished(kernel_shell):
     form = stage_form(Demo, {}, _refusing(KeyError("a defect")))
-    assert form.submit() is None and not form.button.disabled  # the output showed the traceback
+    assert _ran(form) is None and not form.button.disabled
     assert "stopped: KeyError" in form.status.value
+    assert form.output.outputs[-1]["ename"] == "KeyError"  # the output shows the traceback
 
 
 def test_the_runner_plans_in_the_form_so_a_plan_refusal_records_nothing(kernel_shell, monkeypatch):
@@ -242,7 +257,7 @@ def test_the_runner_plans_in_the_form_so_a_plan_refusal_records_nothing(kernel_s
         summarize = staticmethod(lambda result: pytest.fail("summarized"))
 
     form = stage_form(Demo, {}, stage_runner(Stage))
-    assert form.submit() is None and recorded == []
+    assert _ran(form) is None and recorded == []
     assert form.fields["steps"].problem == "steps=20: more than this host can do"
 
 
@@ -351,7 +366,7 @@ def test_the_runner_plans_runs_shows_records_and_says_the_verdict(capsys, monkey
             return SimpleNamespace(verdict="PASS", summary="all good")
 
     shown = []
-    run = stage_runner(Stage, shown.append, progress=lambda p: shown.append, stop=False)
+    run = stage_runner(Stage, shown.append, progress=lambda p: shown.append)
     assert run(Demo(steps=3)).verdict == "PASS"
     assert calls == [("plan", 3), ("run", "plan"), ("record", "result", 3)]  # recorded with its params
     assert shown[0].running is False and shown[1] == "result"  # the progress display, then the view
@@ -373,7 +388,7 @@ def test_a_view_that_fails_is_a_defect_with_its_traceback_and_the_result_is_reco
         return "{:.2f}".format(result)  # a display bug: ValueError, which a refusal also is
 
     form = stage_form(Demo, {}, stage_runner(Stage, broken_view))
-    assert form.submit() is None and recorded == ["result"]  # kept, though not shown
+    assert _ran(form) is None and recorded == ["result"]  # kept, though not shown
     assert "stopped: ViewFailed" in form.status.value and "/r/99_demo.json" in form.status.value
     assert all(f.problem == "" for f in form.fields.values())  # no value is blamed
 
@@ -381,7 +396,7 @@ def test_a_view_that_fails_is_a_defect_with_its_traceback_and_the_result_is_reco
 def test_a_refusal_quoting_a_secret_is_scrubbed_as_the_command_line_does(kernel_shell, monkeypatch):
     monkeypatch.setenv("HF_TOKEN", "hf_SuperSecretValue12345")
     form = stage_form(Demo, {}, _refusing(RuntimeError("steps: the hub refused token hf_SuperSecretValue12345")))
-    assert form.submit() is None
+    assert _ran(form) is None
     assert "hf_SuperSecretValue12345" not in form.fields["steps"].problem
     assert "[redacted]" in form.fields["steps"].problem
 
