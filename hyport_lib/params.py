@@ -28,7 +28,7 @@ import os
 import types
 import typing
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Optional, Sequence
+from typing import Any, Callable, Mapping, Optional, Sequence
 
 import yaml
 
@@ -75,6 +75,9 @@ class Spec:
     output: bool = False  # this path is the stage's output folder (what ``written_by`` points into)
     hub_id: bool = False  # an ``org/name`` that is no folder here names a model on the Hugging Face hub
     presets: tuple = ()  # what the workbook's form offers (a combo box); what hyport ships, never a test's data
+    # what the form offers as a dropdown where only this machine knows it (what its backend can
+    # run): called with the form's values as read so far; the check still decides what is accepted
+    offered: Optional[Callable[[Mapping[str, Any]], Sequence[Any]]] = None
     # the section of the form, ``--help`` and docs/parameters.md the parameter is in
     # (one of :data:`GROUPS`; "": the main one, the few that matter first)
     group: str = ""
@@ -351,9 +354,11 @@ def dtype_param(default: str, doc: str = "auto | float32 | bfloat16 | float16", 
 AUTO_ATTENTION = "auto"
 
 
-def attn_implementation_param(default: str = "eager",
+def attn_implementation_param(offered: Callable[[Mapping[str, Any]], Sequence[str]], default: str = "eager",
                               doc: str = "transformers' attn_implementation (eager, sdpa, or hyport's)") -> Any:
-    return param(default, doc, nonempty=True)
+    """``offered``: the names this machine's backend runs, for the form's dropdown (the stage
+    passes :func:`hyport_lib.npu_attention.runnable.attention_offered`)."""
+    return param(default, doc, nonempty=True, offered=offered)
 
 
 def trust_remote_code_param(doc: str = "run the checkpoint's own model code (off unless you turn it on)",

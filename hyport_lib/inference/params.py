@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from hyport_lib.models.generation_config import DEFAULT_BATCH_PROMPTS
+from hyport_lib.npu_attention.runnable import attention_offered
 from hyport_lib.params import (
     ParameterError, StageParams, attn_implementation_param, card_memory_param, device_param, dtype_param,
     model_path_param, num_cards_param, param, trust_remote_code_param,
@@ -38,8 +39,9 @@ class Params(StageParams):
                                   group="Prompts")
     dtype: str = dtype_param("float32")
     attn_implementation: str = attn_implementation_param(
-        "auto", doc="auto (on an NPU hyport_npu_fused once it proves itself on this model, else eager) | "
-                    "eager | sdpa | a hyport name (proven first)")
+        attention_offered, "auto",
+        doc="auto (on an NPU hyport_npu_fused once it proves itself on this model, else eager) | "
+            "eager | sdpa | a hyport name (proven first)")
     infer_timeout_s: float = param(300, "seconds per card; the grid returns within about this long", min_exclusive=0,
                                    group="Advanced")
     allow_busy_cards: bool = param(False, "also run on cards another process holds (nothing is ever killed)",

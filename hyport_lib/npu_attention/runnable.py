@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import importlib.metadata
 from dataclasses import dataclass
+from typing import Any, Mapping
 
 from hyport_lib.backend import cuda_available, detect_kind, import_torch_npu, npu_available
 from hyport_lib.npu_attention.names import NAME_OF_BACKEND
@@ -66,6 +67,16 @@ def attention_choices(device: str = "auto") -> tuple[str, ...]:
     workbook's form lists. ``device`` as the stages take it (``auto`` is this host's kind,
     ``npu:1`` the kind ``npu``)."""
     return tuple(o.name for o in attention_options(resolve_kind(device)) if o.runs)
+
+
+def attention_offered(values: Mapping[str, Any]) -> tuple[str, ...]:
+    """:func:`attention_choices` for a form's values (its ``device``, else this host's kind);
+    a device the check will refuse offers this host's."""
+    device = values.get("device")
+    try:
+        return attention_choices(device if isinstance(device, str) else "auto")
+    except ValueError:  # the device field says its own error; the list stays this host's
+        return attention_choices("auto")
 
 
 def resolve_kind(device: str) -> str:

@@ -145,6 +145,19 @@ def field_row(f: Field, value: Any, presets: Optional[Sequence[str]] = None,
     return FormField(f, control, label, error, widget, note, none)
 
 
+def dropdown_options(f: Field, choices: Sequence[Any], value: Any) -> tuple[list[tuple[str, Any]], Any]:
+    """A dropdown's (label, value) options for ``choices`` and the value it shows for ``value``.
+    None is offered as the text "None" (read as None, as on the command line): a None value is
+    no choice at all to ipywidgets, and the dropdown would show blank. A value not offered is
+    kept as given, last, for the check to name it."""
+    options = [(str(c), c) for c in choices if c is not None]
+    options += [("None", "None")] if f.optional or None in choices else []
+    shown = "None" if value is None else value
+    if not any(shown == c and type(shown) is type(c) for _, c in options):
+        options.append((repr(shown), shown))
+    return options, shown
+
+
 def _control(f: Field, value: Any, presets: Optional[Sequence[str]], choices: tuple) -> tuple[Any, Any]:
     """The control ``f``'s declaration asks for, and the "None" box beside an optional number."""
     import ipywidgets as widgets
@@ -153,13 +166,7 @@ def _control(f: Field, value: Any, presets: Optional[Sequence[str]], choices: tu
     # tooltip on the input itself as its ``title``
     common = dict(tooltip=f.spec.doc)
     if choices:
-        # None is offered as the text "None" (read as None, as on the command line): a None
-        # value is no choice at all to ipywidgets, and the dropdown would show blank
-        options = [(str(c), c) for c in choices if c is not None]
-        options += [("None", "None")] if f.optional or None in choices else []
-        shown = "None" if value is None else value
-        if not any(shown == c and type(shown) is type(c) for _, c in options):
-            options.append((repr(shown), shown))  # kept as given, for the check to name it
+        options, shown = dropdown_options(f, choices, value)
         return widgets.Dropdown(options=options, value=shown, layout={"width": "auto"}, **common), None
     if f.kind == "bool" and not f.optional:
         flag = _as_read(f, value)

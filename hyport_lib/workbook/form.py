@@ -27,7 +27,8 @@ from hyport_lib.stages import StageContract
 from hyport_lib.utils.bounded_files import read_text
 from hyport_lib.utils.printable import USAGE_ERRORS, first_line, one_line, shortened
 from hyport_lib.utils.redact import scrub_text
-from hyport_lib.workbook.controls import LABEL_WIDTH, FormField, error_html, field_row, is_model_field
+from hyport_lib.workbook.controls import (LABEL_WIDTH, FormField, dropdown_options, error_html, field_row,
+                                          is_model_field)
 from hyport_lib.workbook.form_run import FormRun
 from hyport_lib.workbook.stop import run_stoppable
 from hyport_lib.utils.wording import counted
@@ -117,14 +118,13 @@ class StageForm:
 
     def __init__(self, params_class: type, namespace: MutableMapping[str, Any], run: RunStage,
                  presets: Optional[Mapping[str, Sequence[str]]] = None, title: str = "",
-                 models_folder: str = "", choices: Optional[Mapping[str, Sequence[Any]]] = None):
+                 models_folder: str = ""):
         import ipywidgets as widgets
 
         self.params_class = params_class
         self.namespace = namespace
         self.run_stage = run
         self.presets = dict(presets or {})
-        self.choices = dict(choices or {})  # dropdowns whose options only the caller knows
         self.fields: dict[str, FormField] = {}
         self.models_folder = None  # the "models folder" box, on a form with a model field
         self._models_folder_text = models_folder
@@ -165,7 +165,8 @@ class StageForm:
         for group, fields in grouped_fields(self.params_class):
             rows = []
             for f in fields:
-                row = field_row(f, values[f.name], self.presets.get(f.name), self.choices.get(f.name))
+                offered = f.spec.offered(values) if f.spec.offered is not None else None
+                row = field_row(f, values[f.name], self.presets.get(f.name), offered)
                 self.fields[f.name] = row
                 row.on_change(lambda name=f.name: self._on_change(name))
                 rows.append(row.widget)
@@ -188,10 +189,26 @@ class StageForm:
         return parts
 
     def _on_change(self, name: str) -> None:
-        """Remember what was typed; check the values as Run would (the errors under their fields)."""
+        """Remember what was typed; offer again what follows the values (what ``device`` can
+        run); check the values as Run would (the errors under their fields)."""
         TYPED_VALUES.setdefault(self.params_class, {})[name] = self.fields[name].typed()
+        self._offer_again(name)
         if self.check() is not None and self.status.value == self._problems_status:
             self.status.value = ""  # the problems said there are fixed
+
+    def _offer_again(self, changed: str) -> None:
+        """The dropdowns whose options depend on the values (:attr:`Spec.offered`), another
+        field having changed: same value kept (said as not offered when it no longer is)."""
+        import ipywidgets as widgets
+
+        values = {name: row.typed() for name, row in self.fields.items()}
+        for name, row in self.fields.items():
+            if name == changed or row.field.spec.offered is None or not isinstance(row.control, widgets.Dropdown):
+                continue
+            options, shown = dropdown_options(row.field, row.field.spec.offered(values), row.control.value)
+            if list(row.control.options) != options:
+                row.control.options = options  # ipywidgets picks the first option here
+                row.control.value = shown
 
     def _say_kept(self) -> None:
         cell = self.cell_values
@@ -341,19 +358,17 @@ def running_line(run_stage: Any) -> str:
 
 
 def stage_form(params_class: type, namespace: MutableMapping[str, Any], run: RunStage, *,
-               models_folder: str = "", title: str = "",
-               choices: Optional[Mapping[str, Sequence[Any]]] = None) -> StageForm:
+               models_folder: str = "", title: str = "") -> StageForm:
     """Presets as each field declares them (what hyport ships), the checkpoints under
-    ``models_folder`` (a box of the form) for model folders, and a ``dataset_info.json``'s entries.
-    ``choices``: a dropdown of these values for the field so named, where they are known only
-    now (``{"attn_implementation": [...]}``: what this backend can run)."""
+    ``models_folder`` (a box of the form) for model folders, and a ``dataset_info.json``'s entries;
+    a field with :attr:`~hyport_lib.params.Spec.offered` a dropdown of what it offers (what this
+    backend can run), following the values it is given as they change."""
     fields = parameter_fields(params_class)
     presets = {f.name: list(f.spec.presets) for f in fields if f.spec.presets}
     for entry, source in ENTRY_OF.items():
         if {entry, source} <= {f.name for f in fields}:
             presets[entry] = dataset_entries(namespace.get(source, ""))
-    return StageForm(params_class, namespace, run, presets=presets, title=title, models_folder=models_folder,
-                     choices=choices)
+    return StageForm(params_class, namespace, run, presets=presets, title=title, models_folder=models_folder)
 
 
 class ViewFailed(Exception):

@@ -532,16 +532,47 @@ def test_a_kept_none_and_a_kept_optional_number():
     assert "steps=20" in again.kept.value
 
 
-def test_choices_known_when_the_form_is_built_make_a_dropdown_and_the_check_still_decides():
-    kept = stage_form(Demo, {"note": "z"}, lambda p: None, choices={"note": ["a"]}).fields["note"].control
-    assert kept.value == "z" and kept.label == "'z'"  # a value not offered is kept as given, not replaced
-    assert stage_form(Demo, {}, lambda p: None, choices={"note": ["a"]}).fields["note"].control.label == "None"
-    form = stage_form(Demo, {"note": "b"}, lambda p: None, choices={"note": ["a", "b", None]})
-    note = form.fields["note"].control
-    assert isinstance(note, widgets.Dropdown) and [label for label, _ in note.options] == ["a", "b", "None"]
-    assert note.value == "b"
-    note.index = 2
-    assert note.label == "None" and form.check().note is None  # never a blank dropdown
+def _runs_here(values) -> tuple:
+    """What a made-up backend runs: "fused" on an NPU only (as attention_offered says it)."""
+    return ("auto", "eager") + (("fused",) if values.get("device") == "npu" else ())
+
+
+@dataclass
+class Offered(StageParams):
+    device: str = param("auto", "where", choices=("auto", "npu", "cuda", "cpu"))
+    attention: str = param("eager", "the attention", offered=_runs_here)
+    note: Optional[str] = param(None, "a label", offered=lambda values: ("a", "b"))
+
+
+def test_what_a_field_offers_is_a_dropdown_that_follows_the_values_and_the_check_still_decides():
+    form = stage_form(Offered, {"attention": "fused"}, lambda p: None)
+    attention = form.fields["attention"].control
+    assert isinstance(attention, widgets.Dropdown)
+    # a value not offered here is kept as given, last, not replaced
+    assert [label for label, _ in attention.options] == ["auto", "eager", "'fused'"] and attention.value == "fused"
+    form.fields["device"].control.value = "npu"  # now it is offered, in its place
+    assert [label for label, _ in attention.options] == ["auto", "eager", "fused"] and attention.value == "fused"
+    attention.value = "auto"
+    form.fields["device"].control.value = "cpu"
+    assert [label for label, _ in attention.options] == ["auto", "eager"] and attention.value == "auto"
+    note = form.fields["note"].control  # an optional field offers None as the text "None", never blank
+    assert [label for label, _ in note.options] == ["a", "b", "None"] and note.label == "None"
+    assert form.check().note is None
+
+
+def test_the_attention_dropdown_of_each_stage_lists_what_this_backend_runs_auto_first():
+    from hyport_lib.npu_attention.runnable import attention_choices
+
+    offered = attention_choices("cpu")
+    assert offered[0] == "auto" and "eager" in offered and "flash_attention_2" not in offered
+    stages = [stage for stage in discover_stages() if stage.name in ("inference", "train", "weights")]
+    assert len(stages) == 3
+    for stage in stages:
+        name = stage.name
+        form = stage_form(params_class(stage), {"device": "cpu"}, lambda p: None)
+        control = form.fields["attn_implementation"].control
+        assert isinstance(control, widgets.Dropdown), name
+        assert [value for _, value in control.options][:len(offered)] == list(offered), name
 
 
 def test_a_line_that_stays_is_not_blanked_by_the_next_check():
