@@ -129,9 +129,7 @@ def _local_time(run_id: str, recorded: list[str]) -> str:
 
 def presence(present: Sequence[Run], runs: Sequence[Run], values: Iterable[Any] = ()) -> str:
     """How a row (a stage, a case, a figure) reads across ``runs``: ``only in A (smoke · …)``
-    when not every run has it (``in no run``: none has), else ``differs`` or ``same`` by its ``values``."""
-    if not present:
-        return "in no run"
+    when not every run has it, else ``differs`` or ``same`` by its ``values``."""
     if len(present) < len(runs):
         return "only in " + ", ".join(r.tag for r in present)
     return "differs" if len({json.dumps(v, sort_keys=True, default=str) for v in values}) > 1 else "same"

@@ -15,7 +15,7 @@ import pandas as pd
 from hyport_lib.display import MISSING, VEGA_LITE_MIME, png_bytes, verdict_colour
 from hyport_lib.results import RUN_DIR_ENV
 from hyport_lib.utils.files import atomic_write_text
-from hyport_lib.workbook.compare import Comparison, Part, compare_runs, list_runs, presence, summarize_run
+from hyport_lib.workbook.compare import Comparison, Part, Run, compare_runs, list_runs, presence, summarize_run
 
 #: The page's file name in a run folder.
 COMPARE_PAGE = "compare.html"
@@ -43,8 +43,8 @@ def overview_table(c: Comparison) -> pd.DataFrame:
     wide = _by_run(c, cells, ["stage"], "cell")
     readable = cells[cells["cell"] != UNREADABLE]
     rows = [readable[readable["stage"] == stage] for stage in wide.index]
-    return wide.assign(difference=[_difference(c, stage, r["run"], r["cell"])
-                                   for stage, r in zip(wide.index, rows)]).fillna(MISSING)
+    return wide.assign(difference=[_difference(c, stage, [run for run in c.runs if run.id in set(r["run"])], c.runs,
+                                               list(r["cell"])) for stage, r in zip(wide.index, rows)]).fillna(MISSING)
 
 
 def _by_run(c: Comparison, frame: pd.DataFrame, index: list[str], values: str) -> pd.DataFrame:
@@ -56,28 +56,27 @@ def _by_run(c: Comparison, frame: pd.DataFrame, index: list[str], values: str) -
     return wide.reindex(index=keys, columns=pd.Index([r.id for r in c.runs if r.id in ids], name="run"))
 
 
-def _difference(c: Comparison, stage: str, run_ids, values) -> str:
-    """:func:`presence` of a row of ``stage`` that the runs ``run_ids`` have (``values``:
+def _difference(c: Comparison, stage: str, have: list[Run], runs: list[Run], values: list) -> str:
+    """:func:`presence` of a row of ``stage`` that ``have`` of ``runs`` have (``values``:
     theirs); ``unreadable in A (…)`` where a run's record of the stage is there but unreadable."""
-    ids = set(run_ids)
-    unreadable = [r for r in c.runs if r.id not in ids and (r.id, stage) in c.unreadable]
+    unreadable = [r for r in runs if r not in have and (r.id, stage) in c.unreadable]
     if unreadable:
         return "unreadable in " + ", ".join(r.tag for r in unreadable)
-    return presence([r for r in c.runs if r.id in ids], c.runs, list(values))
+    return presence(have, runs, values)
 
 
-def _with_difference(c: Comparison, wide: pd.DataFrame, among: Optional[list] = None,
-                     present: Optional[list] = None) -> pd.DataFrame:
-    """``wide`` (runs as columns, the stage first in its index) and its ``difference`` column.
-    Per row, ``among``: the runs that count (default every run), ``present``: those that have
-    the row (default: not NaN)."""
+def _with_difference(c: Comparison, wide: pd.DataFrame, frame: pd.DataFrame,
+                     among: Optional[list] = None) -> pd.DataFrame:
+    """``wide`` (``frame`` by run, the stage first in its index) and its ``difference`` column.
+    Per row, ``among``: the runs that count (default every run); those that have the row: a
+    value there (None in one run is no difference: the other has it alone), else, where no
+    run has one, those that recorded it (None in every run that did: the same)."""
+    recorded = frame.groupby(list(wide.index.names), sort=False)["run"].apply(set)
     notes = []
     for i, (key, row) in enumerate(wide.iterrows()):
         runs = [r for r in c.runs if among is None or r.id in among[i]]
-        have = [r for r in runs if (r.id in present[i] if present is not None else pd.notna(row.get(r.id)))]
-        unreadable = [r for r in runs if r not in have and (r.id, key[0]) in c.unreadable]
-        notes.append("unreadable in " + ", ".join(r.tag for r in unreadable) if unreadable
-                     else presence(have, runs, [None if pd.isna(row.get(r.id)) else row[r.id] for r in have]))
+        have = [r for r in runs if pd.notna(row.get(r.id))] or [r for r in runs if r.id in recorded[key]]
+        notes.append(_difference(c, key[0], have, runs, [None if pd.isna(row.get(r.id)) else row[r.id] for r in have]))
     return wide.assign(difference=notes)
 
 
@@ -88,14 +87,14 @@ def headline_table(c: Comparison) -> pd.DataFrame:
     # None stays missing through the pivot (a figure one run lacks), "–" only once compared.
     values = c.headlines.assign(value=c.headlines["value"].map(lambda v: None if v is None else str(v)))
     wide = _by_run(c, values, ["stage", "key"], "value").astype(object)  # a figure no run has: not float NaN
-    return _with_difference(c, wide).fillna(MISSING)
+    return _with_difference(c, wide, values).fillna(MISSING)
 
 
 def throughput_table(c: Comparison) -> pd.DataFrame:
     """(stage, measure) by run: tokens/s; ``difference`` as in :func:`headline_table`."""
     if c.throughput.empty:
         return pd.DataFrame()
-    return _with_difference(c, _by_run(c, c.throughput, ["stage", "measure"], "tokens_per_s").round(1))
+    return _with_difference(c, _by_run(c, c.throughput, ["stage", "measure"], "tokens_per_s").round(1), c.throughput)
 
 
 def parameter_table(c: Comparison) -> pd.DataFrame:
@@ -106,7 +105,7 @@ def parameter_table(c: Comparison) -> pd.DataFrame:
     wide = _by_run(c, c.parameters, ["stage", "parameter"], "value")
     # Only among the runs that recorded the stage's parameters (an older record holds none).
     recorded = c.parameters.groupby("stage")["run"].unique()
-    wide = _with_difference(c, wide, [list(recorded[stage]) for stage, _ in wide.index])
+    wide = _with_difference(c, wide, c.parameters, [list(recorded[stage]) for stage, _ in wide.index])
     shown = [note != "same" and len(recorded[stage]) > 1 for (stage, _), note in zip(wide.index, wide["difference"])]
     return wide[shown].fillna(MISSING)
 

@@ -8,6 +8,7 @@ import html
 import json
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from hyport_lib.attention import stage as attention_stage
@@ -18,7 +19,8 @@ from hyport_lib.results import RESULTS_DIR_ENV, RUN_DIR_ENV, Provenance, StageRe
 from hyport_lib.scan.hits import ScanReport
 from hyport_lib.stages import none_text
 from hyport_lib.train import stage as train_stage
-from hyport_lib.train.loss_vega import STEP
+from hyport_lib.train.loss_explorer import loss_spec
+from hyport_lib.train.loss_vega import overlay_spec
 from hyport_lib.train.result import StepMetrics, TrainResult, summarize_metrics
 from hyport_lib.train.preflight import LaunchPlan
 from hyport_lib.utils.typed_records import from_mapping
@@ -75,12 +77,12 @@ def test_a_figure_none_in_one_run_reads_only_in_the_other_not_differs(outputs):
     assert "differs" not in set(tokens["difference"])
 
 
-def test_a_figure_none_in_every_run_is_a_row_said_to_be_in_no_run(outputs):
+def test_a_figure_none_in_every_run_that_recorded_it_is_a_row_alike(outputs):
     for run in (A, B):
         write_record(StageRecord("01_environment", "PASS", "same", headline={"scan findings": None}),
                      _results(outputs, run))
     headlines = headline_table(compare_runs([A, B], outputs=outputs))
-    assert headlines.loc[("01_environment", "scan findings")].tolist() == [MISSING, MISSING, "in no run"]
+    assert headlines.loc[("01_environment", "scan findings")].tolist() == [MISSING, MISSING, "same"]
 
 
 def test_a_stage_recorded_without_a_verdict_keeps_its_row(outputs):
@@ -134,4 +136,9 @@ def test_a_parameter_set_to_none_reads_as_the_index_shows_it(outputs):
 
 
 def test_the_step_axis_ticks_whole_steps():
-    assert STEP["axis"] == {"tickMinStep": 1, "format": "d"}
+    """The overlay and the loss explorer: no tick at step 2.5."""
+    metrics = _train(9.0).metrics
+    losses = pd.DataFrame([{"run": "r", "label": "A", "step": m.step, "loss": m.loss} for m in metrics])
+    explorer = loss_spec(metrics)
+    x_axes = [overlay_spec(losses)["encoding"]["x"], *(layer["encoding"]["x"] for layer in explorer["layer"])]
+    assert len(x_axes) > 1 and all(x["axis"] == {"tickMinStep": 1, "format": "d"} for x in x_axes)
