@@ -13,7 +13,8 @@ from types import ModuleType
 from typing import Any, Callable, Iterable, Optional, Protocol, Sequence, runtime_checkable
 
 import hyport_lib
-from hyport_lib.params import StageParams
+from hyport_lib.display import MISSING
+from hyport_lib.params import StageParams, parameter_fields
 from hyport_lib.results import StageRecord, StageSummary, read_record
 
 _STAGE_RE = re.compile(r"^(\d{2})_([a-z0-9_]+)\.ipynb$")
@@ -115,6 +116,19 @@ def _package(stage_id: str) -> Optional[str]:
 def stage_part(stage_name: str, part: str) -> ModuleType:
     """``hyport_lib.<stage_name>.<part>`` alone (the others may pull in heavy libraries)."""
     return importlib.import_module(f"hyport_lib.{stage_name}.{part}")
+
+
+#: What a parameter's doc says its None means: ``...; None: the built-in sample picture``.
+_NONE_MEANS = re.compile(r"\bNone:?\s+(.+)$")
+
+
+def none_text(stage_id: Optional[str], name: str) -> str:
+    """A parameter set to None as the pages show it: "–" and what stage ``NN_name`` then does,
+    from the parameter's doc (the index's parameters, the compare view's)."""
+    package = _package(stage_id) if stage_id else None
+    fields = {f.name: f for f in parameter_fields(importlib.import_module(f"{package}.params").Params)} if package else {}
+    found = _NONE_MEANS.search(fields[name].spec.doc) if name in fields else None
+    return f"{MISSING} ({found.group(1) if found else 'the stage decides'})"
 
 
 def params_class(stage: Stage) -> type:

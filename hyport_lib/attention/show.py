@@ -353,9 +353,10 @@ def compare(runs: list[RunRecord]) -> StageComparison:
     backends = {run_id: {k[-1] for k in found} for run_id, found in cases.items()}
     shared = set.intersection(*backends.values()) if backends else set()
     by_id = {r.run.id: r.run for r in runs}
-    rows, only = [], []
+    rows, only, compared = [], [], 0
     for key in dict.fromkeys(k for found in cases.values() for k in found if k[-1] in shared):
         seen = {run_id: found[key] for run_id, found in cases.items() if key in found}
+        compared += len(seen) == len(cases)
         if len(seen) < len(cases):  # a case the other run did not run: not a difference
             only.append({**dict(zip(_CASE_KEYS, key)), "in": presence([by_id[i] for i in seen], list(by_id.values())),
                          "verdict": ", ".join(str(verdict) for verdict, _ in seen.values()),
@@ -375,8 +376,9 @@ def compare(runs: list[RunRecord]) -> StageComparison:
                          "source": ", ".join(sorted({source for _, source in mine})), "cases": len(mine),
                          "verdicts": ", ".join(f"{v} {n}" for v, n in sorted(counts.items()))})
     unshared = pd.DataFrame(rows, columns=["run", "backend", "source", "cases", "verdicts"])
+    every = "both" if len(cases) == 2 else f"all {len(cases)} runs"
     parts = [Part("attention", "02 attention: cases whose verdict differs (source: what computed it in each run)",
-                  differs)]
+                  differs, empty=f"no case's verdict differs ({counted(compared, 'case')} in {every})")]
     if only:
         parts.append(Part("attention_only", "02 attention: cases only some runs have (not differences)",
                           pd.DataFrame(only, columns=[*_CASE_KEYS, "in", "verdict", "source"])))

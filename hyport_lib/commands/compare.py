@@ -1,5 +1,6 @@
 """``hyport compare RUN OTHER [...]``: recorded runs side by side as one offline page,
-``compare.html``, in the first run's folder (:mod:`hyport_lib.workbook.compare`). A run is a
+``compare.html``, in the first run's folder (:mod:`hyport_lib.workbook.compare`), a report
+run's index and ``report.html`` written again to link it. A run is a
 report run folder, an interactive run kept under ``outputs/interactive/history/``, or the
 id (or the start of one) of either. Exit status: 0 when the page was written (or the runs
 listed), 2 for a run not found or a bad argument.
@@ -8,9 +9,12 @@ listed), 2 for a run not found or a bad argument.
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
+from hyport_lib.report.bundle import write_run_pages
 from hyport_lib.report.paths import relative_text
+from hyport_lib.report.run import RUN_JSON, read_report_run
 from hyport_lib.results import outputs_dir
 from hyport_lib.workbook.compare import compare_runs, list_runs
 from hyport_lib.workbook.compare_show import COMPARE_PAGE, run_lines, write_compare_page
@@ -45,4 +49,11 @@ def run(args: argparse.Namespace) -> int:
     for line in run_lines(comparison) + comparison.notes:
         print(line)
     print(f"compare page: {path}")
+    # Into a report run's folder: its index and report.html link the page, as report --compare's.
+    if comparison.runs[0].kind == "report" and (first / RUN_JSON).is_file() \
+            and Path(path).resolve() == (first / COMPARE_PAGE).resolve():
+        try:
+            print(f"index: {write_run_pages(read_report_run(first))} (links {COMPARE_PAGE} now)")
+        except (OSError, ValueError) as exc:  # the page is written: its link is what is missing
+            print(f"index: not rewritten to link {COMPARE_PAGE}: {exc}", file=sys.stderr)
     return 0

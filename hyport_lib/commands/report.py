@@ -11,8 +11,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from hyport_lib.report.bundle import write_bundle, zip_run
-from hyport_lib.report.index import write_index
+from hyport_lib.report.bundle import write_run_pages, zip_run
 from hyport_lib.report.paths import relative_text
 from hyport_lib.report.run_parameters import parse_overrides
 from hyport_lib.report.runner import DEFAULT_CELL_TIMEOUT_S, check_output_root, clean_runs, run_report
@@ -101,8 +100,7 @@ def run(args: argparse.Namespace) -> int:
             page = write_compare_page(compare_runs([report.run_dir, other]), report.run_dir / COMPARE_PAGE,
                                       lambda text: relative_text(text, report.run_dir, "html"))
             print(f"compare: {page}", file=sys.stderr)
-            write_index(report)  # the index (and report.html's copy of it) link to the page now
-            write_bundle(report)
+            write_run_pages(report)  # the index (and report.html's copy of it) link to the page now
         except (ValueError, OSError) as exc:
             print(f"compare: not written: {exc}", file=sys.stderr)
     if args.zip:

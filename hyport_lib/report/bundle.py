@@ -18,9 +18,9 @@ from pathlib import Path
 from typing import Optional
 
 from hyport_lib.report.breaks import breakable_cells
-from hyport_lib.report.index import render_index
+from hyport_lib.report.index import render_index, write_index
 from hyport_lib.report.paths import relative_text
-from hyport_lib.report.run import ReportRun, StageView
+from hyport_lib.report.run import ReportRun, StageView, load_views
 from hyport_lib.utils.files import atomic_target, atomic_write_text
 
 BUNDLE = "report.html"
@@ -98,6 +98,15 @@ def render_bundle(run: ReportRun, views: Optional[list[StageView]] = None) -> st
 
 def write_bundle(run: ReportRun, views: Optional[list[StageView]] = None) -> Path:
     return atomic_write_text(Path(run.run_dir) / BUNDLE, render_bundle(run, views))
+
+
+def write_run_pages(run: ReportRun) -> Path:
+    """The run's ``index.html`` and ``report.html`` written again from its records (after a
+    ``compare.html`` lands in its folder: both link it now); the index."""
+    views = load_views(run)
+    index = write_index(run, views)
+    write_bundle(run, views)
+    return index
 
 
 #: Files of a run folder that are not part of the run: its lock, notebooks of a stage

@@ -10,19 +10,17 @@ from __future__ import annotations
 
 import html
 import json
-import re
 from collections import Counter
 from typing import Optional
 
 from hyport_lib.display import MISSING, VERDICT_COLOURS
 from hyport_lib.drafting.values import fmt_value
-from hyport_lib.params import parameter_fields
 from hyport_lib.report.blog import stage_facts
 from hyport_lib.report.nodes import read_node_runs, run_shape
 from hyport_lib.report.paths import relative_text, shown_path, shown_profile
 from hyport_lib.report.run import NOT_RUN, PENDING, RUNNING, ReportRun, StageView, load_views
 from hyport_lib.results import INTERRUPTED, VERDICTS, StageRecord
-from hyport_lib.stages import stage_part
+from hyport_lib.stages import none_text
 from hyport_lib.utils.files import atomic_write_text
 from hyport_lib.utils.redact import scrub_text
 from hyport_lib.workbook.compare_show import COMPARE_PAGE
@@ -127,18 +125,6 @@ def _glance(views: list[StageView]) -> str:
     return f'<h2>At a glance</h2><div class="glance">{"".join(cards)}</div>{legend}'
 
 
-#: What a parameter's doc says its None means: ``...; None: the built-in sample picture``.
-_NONE_MEANS = re.compile(r"\bNone:?\s+(.+)$")
-
-
-def _none_means(stage: Optional[str], name: str) -> str:
-    """"–" and what the stage (``NN_name``) then does, from the parameter's doc."""
-    fields = ({f.name: f for f in parameter_fields(stage_part(stage.partition("_")[2], "params").Params)}
-              if stage else {})
-    found = _NONE_MEANS.search(fields[name].spec.doc) if name in fields else None
-    return f"{MISSING} ({found.group(1) if found else 'the stage decides'})"
-
-
 def _parameter_rows(run: ReportRun) -> str:
     """One row per parameter and value, with the stages that run with it."""
     grouped: dict[tuple[str, str], list[str]] = {}
@@ -151,7 +137,7 @@ def _parameter_rows(run: ReportRun) -> str:
                    for k, v in run.parameters.items()}
     rows = []
     for (name, shown), stages in sorted(grouped.items(), key=lambda item: (item[1][:1], item[0])):
-        shown = _none_means(stages[0] if stages else None, name) if shown == "null" else shown
+        shown = none_text(stages[0] if stages else None, name) if shown == "null" else shown
         source = run.parameter_sources.get(name, "default")
         cls = ' class="given"' if source != "default" else ""
         rows.append(f"<tr{cls}><td><code>{_esc(name)}</code></td><td><code>{_esc(shown)}</code></td>"

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import contextlib
 import datetime as _dt
+import json
 import os
 import secrets
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, Optional
 
@@ -86,6 +87,21 @@ class ReportRun:
     @classmethod
     def from_dict(cls, data: dict) -> "ReportRun":
         return from_mapping(cls, data)
+
+
+#: A run folder's state, as the runner writes it.
+RUN_JSON = "run.json"
+
+
+def read_report_run(folder: Path) -> ReportRun:
+    """The report run in ``folder`` from its ``run.json``, placed where the folder is now (a
+    run folder moved or copied keeps its pages in itself); OSError or ValueError (the
+    file named) when there is none or it is no run."""
+    path = Path(folder) / RUN_JSON
+    data = json.loads(path.read_text(encoding="utf-8"))
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: holds no run")
+    return replace(ReportRun.from_dict(data), run_dir=Path(folder))
 
 
 @dataclass

@@ -14,7 +14,8 @@ SCHEMA = "https://vega.github.io/schema/vega-lite/v5.json"
 LOSS_SCALE = {"zero": False, "nice": False, "padding": 12}
 #: Drag to pan, wheel to zoom, double-click to reset: both axes.
 ZOOM = {"name": "zoom", "select": "interval", "bind": "scales"}
-STEP = {"field": "step", "type": "quantitative", "title": "step"}
+#: Steps are whole: no tick at 2.5.
+STEP = {"field": "step", "type": "quantitative", "title": "step", "axis": {"tickMinStep": 1, "format": "d"}}
 
 
 def overlay_spec(losses: pd.DataFrame, title: str = "") -> Optional[dict]:

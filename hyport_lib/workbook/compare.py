@@ -22,7 +22,7 @@ import pandas as pd
 from hyport_lib.results import (
     HISTORY_DIR, INTERACTIVE_DIR, StageRecord, UnreadableResult, history_dir, outputs_dir, read_result,
 )
-from hyport_lib.stages import named_stages, read_stage_record, stage_hook
+from hyport_lib.stages import named_stages, none_text, read_stage_record, stage_hook
 
 #: A stage's result file: ``NN_name.json``.
 _STAGE_FILE = re.compile(r"^(\d{2}_[a-z0-9_]+)\.json$")
@@ -206,13 +206,15 @@ class Part:
     """A table or a figure a stage's ``compare`` hook shows: ``frame`` as shown, or
     ``figure`` drawing a matplotlib Figure on demand (None: nothing to draw), and ``spec``
     the same figure as an interactive Vega-Lite spec where JupyterLab draws it (the page
-    and the report keep the figure's PNG)."""
+    and the report keep the figure's PNG); ``empty``: what an empty ``frame`` says (what was
+    compared), instead of "nothing to compare"."""
 
     name: str
     title: str
     frame: pd.DataFrame
     figure: Optional[Callable[[], Any]] = None
     spec: Optional[Callable[[], Optional[dict]]] = None
+    empty: str = ""
 
 
 #: The columns of :attr:`StageComparison.throughput` and :attr:`Comparison.throughput`.
@@ -246,6 +248,8 @@ class Comparison:
     parts: list[Part] = field(default_factory=list)
     #: runs that lack a stage the others have, unreadable records
     notes: list[str] = field(default_factory=list)
+    #: (run id, stage) of each record that is there but unreadable: not a stage the run lacks
+    unreadable: set[tuple[str, str]] = field(default_factory=set)
 
     def part(self, name: str) -> Optional[Part]:
         return next((p for p in self.parts if p.name == name), None)
@@ -270,7 +274,7 @@ def compare_runs(refs: Sequence[Any], *, stages: Optional[Iterable[str]] = None,
         if unknown or not wanted:
             raise ValueError(f"--stage {', '.join(unknown) or repr('')}: not a stage these runs recorded "
                              f"(recorded: {', '.join(recorded) or 'none'})")
-    notes, records = [], {}
+    notes, records, unreadable = [], {}, set()
     for run in runs:
         for stage in wanted:
             if stage not in run.stages:
@@ -280,12 +284,13 @@ def compare_runs(refs: Sequence[Any], *, stages: Optional[Iterable[str]] = None,
                 records[run.id, stage] = run.record(stage)
             except ValueError as exc:
                 notes.append(str(exc))
+                unreadable.add((run.id, stage))
     by_stage = {s: [RunRecord(r, records[r.id, s]) for r in runs if (r.id, s) in records] for s in wanted}
     found = [hook(pairs) for s, pairs in by_stage.items() if (hook := stage_hook(s, "compare"))]
     measured = [f.throughput for f in found if f.throughput is not None and not f.throughput.empty]
     throughput = pd.concat(measured, ignore_index=True) if measured else pd.DataFrame(columns=THROUGHPUT_COLUMNS)
     return Comparison(runs, wanted, _overview(by_stage), _headlines(by_stage), _parameters(by_stage, notes),
-                      throughput, [p for f in found for p in f.parts], notes)
+                      throughput, [p for f in found for p in f.parts], notes, unreadable)
 
 
 def _overview(by_stage: dict[str, list[RunRecord]]) -> pd.DataFrame:
@@ -307,15 +312,17 @@ def _parameters(by_stage: dict[str, list[RunRecord]], notes: list[str]) -> pd.Da
         for r in pairs:
             if not r.record.params:  # an older record: "–" under every parameter would read as a difference
                 notes.append(f"run {r.run.id}: its {stage} record holds no parameters")
-            rows += [{"stage": stage, "parameter": name, "run": r.run.id, "value": _value_text(value, r.run)}
+            rows += [{"stage": stage, "parameter": name, "run": r.run.id, "value": _value_text(value, r.run, stage, name)}
                      for name, value in r.record.params.items()]
     return pd.DataFrame(rows, columns=["stage", "parameter", "run", "value"])
 
 
-def _value_text(value: Any, run: Run) -> str:
+def _value_text(value: Any, run: Run, stage: str, name: str) -> str:
     """A path inside the run's folder as ``<run>/…`` (no local folder on a page sent on, and
-    two runs' own folders compare equal), the rest as JSON (a list ``["float16"]`` and a text
-    ``float16`` stay apart)."""
+    two runs' own folders compare equal), None as the index shows it (``– (what the stage then
+    does)``), the rest as JSON (a list ``["float16"]`` and a text ``float16`` stay apart)."""
+    if value is None:
+        return none_text(stage, name)
     if isinstance(value, str) and os.path.isabs(value) and Path(value).is_relative_to(run.root):
         return Path("<run>", Path(value).relative_to(run.root)).as_posix()
     return value if isinstance(value, str) else json.dumps(value, sort_keys=True, default=str)

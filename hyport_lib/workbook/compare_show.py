@@ -15,45 +15,68 @@ import pandas as pd
 from hyport_lib.display import MISSING, VEGA_LITE_MIME, png_bytes, verdict_colour
 from hyport_lib.results import RUN_DIR_ENV
 from hyport_lib.utils.files import atomic_write_text
-from hyport_lib.workbook.compare import Comparison, Part, compare_runs, list_runs, presence, summarize_run
+from hyport_lib.workbook.compare import Comparison, Part, Run, compare_runs, list_runs, presence, summarize_run
 
 #: The page's file name in a run folder.
 COMPARE_PAGE = "compare.html"
 
 
+#: A stage's cell where its record holds no verdict; where its record is unreadable.
+NO_VERDICT = "no verdict"
+UNREADABLE = "unreadable"
+
+
 def overview_table(c: Comparison) -> pd.DataFrame:
-    """Stage by run: ``VERDICT: summary``; ``difference``: the verdicts differ, are the same,
-    or the stage is only in some runs (``only in A (…)``)."""
-    if c.overview.empty:
+    """Stage by run: ``VERDICT: summary`` (``unreadable``: the record is); ``difference``: the
+    runs' verdicts and summaries differ (a stage run two ways), are the same, or the stage
+    is only in some runs (``only in A (…)``) or unreadable in one (``unreadable in A (…)``)."""
+    unreadable = pd.DataFrame([{"stage": stage, "run": run, "cell": UNREADABLE} for run, stage in c.unreadable],
+                              columns=["stage", "run", "cell"])
+    if c.overview.empty and unreadable.empty:
         return pd.DataFrame()
-    cells = c.overview.assign(cell=c.overview["verdict"].astype(str) + ": " + c.overview["summary"].astype(str))
-    wide = _by_run(c, cells, ["stage"], "cell").fillna(MISSING)
-    verdicts = c.overview.groupby("stage", sort=False)["verdict"].apply(list)
-    return wide.assign(difference=[_presence(c, c.overview[c.overview["stage"] == stage]["run"], verdicts[stage])
-                                   for stage in wide.index])
+    # Text, never a missing value: a stage whose record holds no verdict keeps its row.
+    cells = c.overview.assign(cell=c.overview["verdict"].fillna(NO_VERDICT).astype(str) + ": "
+                              + c.overview["summary"].map(_text))
+    stages = {s: i for i, s in enumerate(c.stages)}
+    cells = pd.concat([cells, unreadable], ignore_index=True).sort_values("stage", key=lambda s: s.map(stages),
+                                                                          kind="stable")
+    wide = _by_run(c, cells, ["stage"], "cell")
+    readable = cells[cells["cell"] != UNREADABLE]
+    rows = [readable[readable["stage"] == stage] for stage in wide.index]
+    return wide.assign(difference=[_difference(c, stage, [run for run in c.runs if run.id in set(r["run"])], c.runs,
+                                               list(r["cell"])) for stage, r in zip(wide.index, rows)]).fillna(MISSING)
 
 
-def _by_run(c: Comparison, frame: pd.DataFrame, index: list[str], values: str, **options) -> pd.DataFrame:
-    """``frame`` with the runs as columns, in the comparison's order."""
-    wide = frame.pivot_table(index=index, columns="run", values=values, aggfunc="first", sort=False, **options)
-    return wide.reindex(columns=[r.id for r in c.runs if r.id in wide.columns])
+def _by_run(c: Comparison, frame: pd.DataFrame, index: list[str], values: str) -> pd.DataFrame:
+    """``frame`` with the runs as columns, in the comparison's order; a row for every key
+    ``frame`` holds, a value missing in every run too (NaN where a run has none)."""
+    wide = frame.pivot_table(index=index, columns="run", values=values, aggfunc="first", sort=False)
+    keys = pd.MultiIndex.from_frame(frame[index]).unique() if len(index) > 1 else pd.Index(frame[index[0]]).unique()
+    ids = set(frame["run"])
+    return wide.reindex(index=keys, columns=pd.Index([r.id for r in c.runs if r.id in ids], name="run"))
 
 
-def _presence(c: Comparison, run_ids, values) -> str:
-    """:func:`presence` of a row that the runs ``run_ids`` have (``values``: theirs)."""
-    ids = set(run_ids)
-    return presence([r for r in c.runs if r.id in ids], c.runs, values)
+def _difference(c: Comparison, stage: str, have: list[Run], runs: list[Run], values: list) -> str:
+    """:func:`presence` of a row of ``stage`` that ``have`` of ``runs`` have (``values``:
+    theirs); ``unreadable in A (…)`` where a run's record of the stage is there but unreadable."""
+    unreadable = [r for r in runs if r not in have and (r.id, stage) in c.unreadable]
+    if unreadable:
+        return "unreadable in " + ", ".join(r.tag for r in unreadable)
+    return presence(have, runs, values)
 
 
-def _with_difference(c: Comparison, wide: pd.DataFrame, among: Optional[list] = None,
-                     present: Optional[list] = None) -> pd.DataFrame:
-    """``wide`` (runs as columns) and its ``difference`` column. Per row, ``among``: the runs
-    that count (default every run), ``present``: those that have the row (default: not NaN)."""
+def _with_difference(c: Comparison, wide: pd.DataFrame, frame: pd.DataFrame,
+                     among: Optional[list] = None) -> pd.DataFrame:
+    """``wide`` (``frame`` by run, the stage first in its index) and its ``difference`` column.
+    Per row, ``among``: the runs that count (default every run); those that have the row: a
+    value there (None in one run is no difference: the other has it alone), else, where no
+    run has one, those that recorded it (None in every run that did: the same)."""
+    recorded = frame.groupby(list(wide.index.names), sort=False)["run"].apply(set)
     notes = []
-    for i, (_, row) in enumerate(wide.iterrows()):
+    for i, (key, row) in enumerate(wide.iterrows()):
         runs = [r for r in c.runs if among is None or r.id in among[i]]
-        have = [r for r in runs if (r.id in present[i] if present is not None else pd.notna(row.get(r.id)))]
-        notes.append(presence(have, runs, [None if pd.isna(row.get(r.id)) else row[r.id] for r in have]))
+        have = [r for r in runs if pd.notna(row.get(r.id))] or [r for r in runs if r.id in recorded[key]]
+        notes.append(_difference(c, key[0], have, runs, [None if pd.isna(row.get(r.id)) else row[r.id] for r in have]))
     return wide.assign(difference=notes)
 
 
@@ -61,18 +84,17 @@ def headline_table(c: Comparison) -> pd.DataFrame:
     """(stage, figure) by run, and whether the runs differ there (or only some have it)."""
     if c.headlines.empty:
         return pd.DataFrame()
-    values = c.headlines.assign(value=c.headlines["value"].map(_text))
-    return _with_difference(c, _by_run(c, values, ["stage", "key"], "value")).fillna(MISSING)
+    # None stays missing through the pivot (a figure one run lacks), "–" only once compared.
+    values = c.headlines.assign(value=c.headlines["value"].map(lambda v: None if v is None else str(v)))
+    wide = _by_run(c, values, ["stage", "key"], "value").astype(object)  # a figure no run has: not float NaN
+    return _with_difference(c, wide, values).fillna(MISSING)
 
 
 def throughput_table(c: Comparison) -> pd.DataFrame:
     """(stage, measure) by run: tokens/s; ``difference`` as in :func:`headline_table`."""
     if c.throughput.empty:
         return pd.DataFrame()
-    wide = _by_run(c, c.throughput, ["stage", "measure"], "tokens_per_s", dropna=False).round(1)
-    measured = c.throughput.groupby(["stage", "measure"], sort=False)["run"].apply(list)
-    wide = wide.loc[[key for key in wide.index if key in measured.index]]  # not every stage × every measure
-    return _with_difference(c, wide, present=[measured[key] for key in wide.index])
+    return _with_difference(c, _by_run(c, c.throughput, ["stage", "measure"], "tokens_per_s").round(1), c.throughput)
 
 
 def parameter_table(c: Comparison) -> pd.DataFrame:
@@ -83,7 +105,7 @@ def parameter_table(c: Comparison) -> pd.DataFrame:
     wide = _by_run(c, c.parameters, ["stage", "parameter"], "value")
     # Only among the runs that recorded the stage's parameters (an older record holds none).
     recorded = c.parameters.groupby("stage")["run"].unique()
-    wide = _with_difference(c, wide, [list(recorded[stage]) for stage, _ in wide.index])
+    wide = _with_difference(c, wide, c.parameters, [list(recorded[stage]) for stage, _ in wide.index])
     shown = [note != "same" and len(recorded[stage]) > 1 for (stage, _), note in zip(wide.index, wide["difference"])]
     return wide[shown].fillna(MISSING)
 
@@ -108,9 +130,9 @@ def figure_png(part: Part) -> Optional[bytes]:
     return None if fig is None else png_bytes(fig)
 
 
-def _table_html(frame: pd.DataFrame, c: Comparison) -> str:
+def _table_html(frame: pd.DataFrame, c: Comparison, empty: str = "") -> str:
     if frame.empty:
-        return "<p class='none'>nothing to compare</p>"
+        return f"<p class='none'>{html.escape(empty or 'nothing to compare')}</p>"
     frame = frame.rename(columns=lambda col: _run_header(str(col), c))
     # Recorded text is escaped (a parameter "<run>/train", a summary with "<"), the index too.
     # a cell "VERDICT: summary" is coloured by its verdict
@@ -154,7 +176,7 @@ def sections(c: Comparison) -> list[Section]:
         tables.append(("Parameters that differ", _table_html(parameter_table(c), c)))
     if not c.throughput.empty:
         tables.append(("Tokens/s side by side", _table_html(throughput_table(c), c)))
-    tables += [(part.title, _table_html(part.frame, c)) for part in c.parts if part.figure is None]
+    tables += [(part.title, _table_html(part.frame, c, part.empty)) for part in c.parts if part.figure is None]
     if c.notes:
         tables.append(("Notes", "<ul>" + "".join(f"<li>{html.escape(n)}</li>" for n in c.notes) + "</ul>"))
     return parts + [Section(title, body) for title, body in tables]
