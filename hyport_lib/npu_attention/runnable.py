@@ -7,7 +7,8 @@ What each of transformers' names needs is read from transformers itself (4.57 an
 CUDA with the ``flash-attn`` package, or an Ascend NPU through torch_npu, where transformers
 skips the package check; 3 and 4: CUDA with ``flash-attn-3`` / ``flash-attn-4``), and
 torch's flex_attention, which has no backward on a CPU ("FlexAttention does not support
-backward on CPU" from a forward whose weights require grad). Nothing here loads a model.
+backward on CPU" from a forward whose weights require grad): a CPU runs it in stages 03 and
+05, which never train, not in stage 04 (``trains``). Nothing here loads a model.
 """
 
 from __future__ import annotations
@@ -36,9 +37,10 @@ class AttentionOption:
     why: str
 
 
-def attention_options(device_kind: str) -> tuple[AttentionOption, ...]:
+def attention_options(device_kind: str, *, trains: bool = False) -> tuple[AttentionOption, ...]:
     """Every attention hyport offers, ``auto`` first, judged for ``device_kind`` on this host
-    (transformers' flash names only where this transformers has them)."""
+    (transformers' flash names only where this transformers has them); ``trains``: for a stage
+    that trains (04), whose attention needs a backward."""
     if device_kind not in KINDS:
         raise ValueError(f"device_kind={device_kind!r}: expected one of {', '.join(KINDS)}")
     from transformers import AttentionInterface
@@ -58,25 +60,30 @@ def attention_options(device_kind: str) -> tuple[AttentionOption, ...]:
     options += [_flash(version, device_kind) for version in FLASH_PACKAGES
                 if f"flash_attention_{version}" in known]
     if "flex_attention" in known:
-        options.append(_flex(device_kind))
+        options.append(_flex(device_kind, trains))
     return tuple(options)
 
 
-def attention_choices(device: str = "auto") -> tuple[str, ...]:
+def attention_choices(device: str = "auto", *, trains: bool = False) -> tuple[str, ...]:
     """The ``attn_implementation`` values ``device`` can run here, ``auto`` first: what the
     workbook's form lists. ``device`` as the stages take it (``auto`` is this host's kind,
-    ``npu:1`` the kind ``npu``)."""
-    return tuple(o.name for o in attention_options(resolve_kind(device)) if o.runs)
+    ``npu:1`` the kind ``npu``); ``trains`` as :func:`attention_options` takes it."""
+    return tuple(o.name for o in attention_options(resolve_kind(device), trains=trains) if o.runs)
 
 
-def attention_offered(values: Mapping[str, Any]) -> tuple[str, ...]:
+def attention_offered(values: Mapping[str, Any], *, trains: bool = False) -> tuple[str, ...]:
     """:func:`attention_choices` for a form's values (its ``device``, else this host's kind);
-    a device the check will refuse offers this host's."""
+    a device the check will refuse offers this host's. Stages 03 and 05's forms."""
     device = values.get("device")
     try:
-        return attention_choices(device if isinstance(device, str) else "auto")
+        return attention_choices(device if isinstance(device, str) else "auto", trains=trains)
     except ValueError:  # the device field says its own error; the list stays this host's
-        return attention_choices("auto")
+        return attention_choices("auto", trains=trains)
+
+
+def attention_offered_to_train(values: Mapping[str, Any]) -> tuple[str, ...]:
+    """:func:`attention_offered` for stage 04's form, whose attention needs a backward."""
+    return attention_offered(values, trains=True)
 
 
 def resolve_kind(device: str) -> str:
@@ -88,13 +95,15 @@ def resolve_kind(device: str) -> str:
     return kind
 
 
-def check_attention(name: str, device_kind: str, *, auto_here: str = "eager",
+def check_attention(name: str, device_kind: str, *, trains: bool, auto_here: str = "eager",
                     param: str = "attn_implementation") -> None:
     """ParameterError, in one line naming the fix, for a name ``device_kind`` cannot run here or
-    no process could load (a typo). ``auto_here``: what ``auto`` runs in the caller's stage.
-    Beyond :func:`attention_options`: a hub kernel (``org/repo``) where the ``kernels`` package
-    is, and a name registered with transformers in this process."""
-    options = attention_options(device_kind)
+    no worker could load (a typo). ``trains``: the caller's stage trains (04); ``auto_here``:
+    what ``auto`` runs there. Beyond :func:`attention_options`: a hub kernel (``org/repo``)
+    where the ``kernels`` package is. A name registered with transformers in this process
+    alone is refused: the stages' workers are fresh processes, which register only hyport's
+    own names (:data:`~hyport_lib.npu_attention.names.BACKEND_OF_NAME`)."""
+    options = attention_options(device_kind, trains=trains)
     runnable = [o.name for o in options if o.runs and o.name != AUTO_ATTENTION]
     fix = f"use {param}={AUTO_ATTENTION} (here: {auto_here}), or one of {', '.join(runnable)}"
     text = str(name or "").strip()
@@ -113,10 +122,6 @@ def check_attention(name: str, device_kind: str, *, auto_here: str = "eager",
             return
         raise ParameterError([f"{param}={name!r}: a hub kernel needs the kernels package, which is not "
                               f"installed; {fix}"])
-    from transformers import AttentionInterface
-
-    if text in (getattr(AttentionInterface, "_global_mapping", {}) or {}):
-        return  # registered in this process (a hyport_* name under a name of its own)
     import transformers
 
     raise ParameterError([f"{param}={name!r}: not an attention transformers {transformers.__version__} "
@@ -156,13 +161,17 @@ def _flash(version: int, device_kind: str) -> AttentionOption:
                                         f"it on this GPU ({gpu})")
 
 
-def _flex(device_kind: str) -> AttentionOption:
+def _flex(device_kind: str, trains: bool) -> AttentionOption:
     if device_kind == "cuda":
         return AttentionOption("flex_attention", True, "torch's flex_attention, compiled for the GPU")
-    why = ("torch's flex_attention has no backward on a CPU, and a model's forward needs one "
-           "while its weights require grad" if device_kind == "cpu" else
-           "torch's flex_attention compiles Triton kernels, which torch_npu does not provide")
-    return AttentionOption("flex_attention", False, why)
+    if device_kind == "npu":
+        return AttentionOption("flex_attention", False, "torch's flex_attention compiles Triton kernels, "
+                                                        "which torch_npu does not provide")
+    if trains:
+        return AttentionOption("flex_attention", False, "torch's flex_attention has no backward on a CPU, "
+                                                        "which training needs")
+    return AttentionOption("flex_attention", True, "torch's flex_attention, compiled for the CPU (tens of "
+                                                   "seconds in each process, the first time)")
 
 
 def _transformers_can_use_flash(version: int) -> bool:

@@ -66,7 +66,7 @@ def plan(params: Params) -> WeightsPlan:
         problems.append("consolidate_zero=True consolidates a checkpoint's ZeRO states, and there is "
                         "none: give checkpoint_path or set consolidate_zero=False")
     try:  # the reload runs on this host: its kind judges the attention
-        check_attention(params.attn_implementation, resolve_kind("auto"))
+        check_attention(params.attn_implementation, resolve_kind("auto"), trains=False)
     except ParameterError as exc:
         problems.append(str(exc))
     if problems:
