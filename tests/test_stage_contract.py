@@ -117,7 +117,7 @@ def test_a_key_several_stages_declare_is_declared_alike_but_for_none():
     """The report types a shared key once, by one field (resolve_parameters), and each
     stage's Params takes the value as typed (StageParams.from_typed): the stages may word
     its doc their own way, place it in a section of their own (its group), offer the form's
-    dropdown what their own plan accepts (offered: stage 04 trains, 03 and 05 do not) and
+    dropdown what their own plan accepts (offered: 03 generates, 04 trains, 05 loads) and
     differ in taking None (each says so itself), nothing else."""
     by_name: dict[str, list] = {}
     for stage in STAGES:

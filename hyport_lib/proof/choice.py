@@ -11,7 +11,7 @@ from typing import Callable, Mapping, Optional, Sequence
 
 from hyport_lib.models.tiny import resolve_model_path
 from hyport_lib.npu_attention.names import BACKEND_OF_NAME, NAME_OF_BACKEND, backend_of
-from hyport_lib.npu_attention.runnable import check_attention
+from hyport_lib.npu_attention.runnable import GENERATE, TRAIN, check_attention
 from hyport_lib.params import AUTO_ATTENTION, ParameterError
 from hyport_lib.proof.swap import DECODE_STEPS, AttentionProof, prove_swap
 from hyport_lib.results import REFUSED
@@ -30,12 +30,12 @@ ProofBatch = tuple[str, Mapping, Optional[list]]
 @dataclass(frozen=True)
 class Runner:
     """Who runs the chosen attention: what ``auto`` runs on each device kind (eager where
-    absent), how many cached decoding steps its proof compares, whether it trains (its
-    attention needs a backward), and how its notes read."""
+    absent), how many cached decoding steps its proof compares, what it does with the model
+    (``work``: generate or train), and how its notes read."""
 
     auto: Mapping[str, str]
     decode_steps: int
-    trains: bool
+    work: str
     who: str  # "the grid", "the run"
     passed: str  # the note of a proof that passed: ``{name}``, ``{said}``
     not_used: str  # the note of a swap not used, before "; {who} keeps eager attention"
@@ -46,9 +46,9 @@ class Runner:
         return f"{name} once it proves itself on the model, else eager" if name else "eager"
 
 
-GRID = Runner(auto={"npu": NAME_OF_BACKEND["npu"]}, decode_steps=DECODE_STEPS, trains=False, who="the grid",
+GRID = Runner(auto={"npu": NAME_OF_BACKEND["npu"]}, decode_steps=DECODE_STEPS, work=GENERATE, who="the grid",
               passed="{name}: {said}", not_used="{name} not used: {said}")
-TRAINING = Runner(auto={}, decode_steps=0, trains=True, who="the run", passed="{said}",
+TRAINING = Runner(auto={}, decode_steps=0, work=TRAIN, who="the run", passed="{said}",
                   not_used="attn_implementation={name!r} not used: {said}")
 
 
@@ -87,7 +87,7 @@ def choose_attention(asked: str, device_kind: str, runner: Runner, model_path: s
     ``packing`` and the swap does not prove itself."""
     default = "npu" if device_kind == "npu" else "sdpa"
     if asked != AUTO_ATTENTION:
-        check_attention(asked, device_kind, trains=runner.trains, auto_here=runner.auto_here(device_kind))
+        check_attention(asked, device_kind, work=runner.work, auto_here=runner.auto_here(device_kind))
     if packing:
         name = NAME_OF_BACKEND[default]
         if asked not in (AUTO_ATTENTION, "eager", name):  # never trained silently with another

@@ -33,9 +33,9 @@ def cuda_host(monkeypatch):
 
 
 def test_a_cpu_runs_transformers_plain_attentions_and_hyports_torch_ones():
-    assert attention_choices("cpu", trains=True) == CPU_CHOICES
-    assert attention_choices("auto", trains=True) == CPU_CHOICES  # this host has no NPU or GPU
-    refused = {o.name: o.why for o in attention_options("cpu", trains=True) if not o.runs}
+    assert attention_choices("cpu", work="train") == CPU_CHOICES
+    assert attention_choices("auto", work="train") == CPU_CHOICES  # this host has no NPU or GPU
+    refused = {o.name: o.why for o in attention_options("cpu", work="train") if not o.runs}
     assert {"hyport_npu_fused", "flash_attention_2", "flash_attention_3", "flex_attention"} <= set(refused)
     assert all(refused.values())
     assert refused["flash_attention_2"] == ("flash-attn is not installed; transformers runs it on CUDA or an "
@@ -44,23 +44,29 @@ def test_a_cpu_runs_transformers_plain_attentions_and_hyports_torch_ones():
     assert refused["flex_attention"] == "torch's flex_attention has no backward on a CPU, which training needs"
 
 
-def test_a_cpu_runs_flex_attention_where_nothing_trains():
-    """Stages 03 and 05 run no backward: flex_attention compiles for the CPU and generates there."""
-    assert attention_choices("cpu") == (*CPU_CHOICES, "flex_attention")
-    assert attention_choices("cpu", trains=True) == CPU_CHOICES
-    check_attention("flex_attention", "cpu", trains=False)
-    with pytest.raises(ParameterError, match=r"^attn_implementation='flex_attention': cpu cannot run it "
-                                             r"\(torch's flex_attention has no backward on a CPU, which "
-                                             r"training needs\)"):
-        check_attention("flex_attention", "cpu", trains=True)
-    assert runnable.attention_offered({"device": "cpu"}) == (*CPU_CHOICES, "flex_attention")
+def test_flex_attention_on_a_cpu_is_refused_for_what_each_stage_does_with_it():
+    """04 needs a backward; 03's padded batch did not compile (torch 2.13); 05's reload only
+    loads the model, so it takes flex_attention."""
+    assert attention_choices("cpu") == attention_choices("cpu", work="train") == CPU_CHOICES
+    assert attention_choices("cpu", work="load") == (*CPU_CHOICES, "flex_attention")
+    check_attention("flex_attention", "cpu", work="load")
+    for work, why in (("train", "torch's flex_attention has no backward on a CPU, which training needs"),
+                      ("generate", "torch's flex_attention kernel for a CPU failed to compile for the grid's "
+                                   "left-padded batch (an inductor C++ compile error, torch 2.13)")):
+        with pytest.raises(ParameterError) as refused:
+            check_attention("flex_attention", "cpu", work=work)
+        assert str(refused.value).startswith(f"attn_implementation='flex_attention': cpu cannot run it ({why}); ")
+    assert runnable.attention_offered({"device": "cpu"}) == CPU_CHOICES
     assert runnable.attention_offered_to_train({"device": "cpu"}) == CPU_CHOICES
+    assert runnable.attention_offered_to_load({"device": "cpu"}) == (*CPU_CHOICES, "flex_attention")
+    with pytest.raises(ValueError, match="^work='infer': expected one of load, generate, train"):
+        attention_choices("cpu", work="infer")
 
 
 def test_an_npu_adds_the_fused_kernel_and_transformers_flash_attention_2(fake_npu):
     assert attention_choices("auto") == (*CPU_CHOICES, "hyport_npu_fused", "flash_attention_2")
-    assert attention_choices("npu:3") == attention_choices("auto") == attention_choices("npu", trains=True)
-    assert attention_choices("cpu", trains=True) == CPU_CHOICES  # device="cpu" on an NPU host
+    assert attention_choices("npu:3") == attention_choices("auto") == attention_choices("npu", work="train")
+    assert attention_choices("cpu", work="train") == CPU_CHOICES  # device="cpu" on an NPU host
     options = {o.name: o for o in attention_options("npu")}
     assert "torch_npu" in options["flash_attention_2"].why
     assert not options["flash_attention_3"].runs and "CUDA (Ampere or newer)" in options["flash_attention_3"].why
@@ -73,23 +79,23 @@ def test_an_npu_asked_for_where_torch_npu_is_missing_says_so():
 
 
 def test_cuda_runs_flash_attention_2_only_with_flash_attn_installed(cuda_host):
-    assert attention_choices("auto", trains=True) == (*CPU_CHOICES, "flex_attention")
+    assert attention_choices("auto", work="train") == (*CPU_CHOICES, "flex_attention")
     options = {o.name: o for o in attention_options("cuda")}
     assert options["flash_attention_2"].why == "flash-attn is not installed (transformers needs it on CUDA)"
     cuda_host(True)
     assert attention_choices("cuda") == (*CPU_CHOICES, "flash_attention_2", "flex_attention")
     assert {o.name: o for o in attention_options("cuda")}["flash_attention_2"].why == "flash-attn 2.8.3"
     with pytest.raises(ParameterError, match="^attn_implementation='hyport_npu_fused': cuda cannot run it"):
-        check_attention("hyport_npu_fused", "cuda", trains=True)
+        check_attention("hyport_npu_fused", "cuda", work="train")
 
 
 def test_an_attention_the_device_cannot_run_is_refused_in_one_line_naming_auto():
     with pytest.raises(ParameterError) as refused:
-        check_attention("flash_attention_2", "cpu", trains=True)
+        check_attention("flash_attention_2", "cpu", work="train")
     assert str(refused.value) == ("attn_implementation='flash_attention_2': cpu cannot run it (flash-attn is not "
                                   "installed; transformers runs it on CUDA or an Ascend NPU only); " + FIX_ON_CPU)
     with pytest.raises(ParameterError, match=r"\(here: hyport_npu_fused once it proves itself\), or one of "):
-        check_attention("flex_attention", "cpu", trains=True, auto_here="hyport_npu_fused once it proves itself")
+        check_attention("flex_attention", "cpu", work="train", auto_here="hyport_npu_fused once it proves itself")
 
 
 @pytest.mark.parametrize("name, why", [
@@ -103,17 +109,17 @@ def test_a_name_no_worker_could_load_is_refused_the_same_way(name, why):
     import transformers
 
     with pytest.raises(ParameterError) as refused:
-        check_attention(name, "cpu", trains=True)
+        check_attention(name, "cpu", work="train")
     assert str(refused.value) == f"attn_implementation={name!r}: {why.format(version=transformers.__version__)}; " \
                                  + FIX_ON_CPU
 
 
-@pytest.mark.parametrize("trains", [False, True], ids=["forward", "training"])
-def test_every_choice_offered_passes_the_check(trains):
-    offered = attention_choices("cpu", trains=trains)
+@pytest.mark.parametrize("work", ["load", "generate", "train"])
+def test_every_choice_offered_passes_the_check(work):
+    offered = attention_choices("cpu", work=work)
     assert offered[:len(CPU_CHOICES)] == CPU_CHOICES
     for name in offered:
-        check_attention(name, "cpu", trains=trains)
+        check_attention(name, "cpu", work=work)
 
 
 def test_a_name_registered_in_this_process_alone_is_refused():
@@ -122,7 +128,7 @@ def test_a_name_registered_in_this_process_alone_is_refused():
     register_hyport_attention("sdpa", name="hyport_runnable_test")
     with pytest.raises(ParameterError, match="^attn_implementation='hyport_runnable_test': not an attention "
                                              "transformers"):
-        check_attention("hyport_runnable_test", "cpu", trains=False)
+        check_attention("hyport_runnable_test", "cpu", work="generate")
     assert "hyport_runnable_test" not in attention_choices("cpu")
 
 

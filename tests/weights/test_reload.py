@@ -60,8 +60,8 @@ def test_every_attention_offered_for_the_reload_reloads(tiny, tmp_path):
     from hyport_lib.weights import stage
     from hyport_lib.weights.params import Params
 
-    offered = attention_choices("cpu")
-    assert {"hyport_torch", "hyport_npu_emulated"} <= set(offered)
+    offered = attention_choices("cpu", work="load")
+    assert {"hyport_torch", "hyport_npu_emulated", "flex_attention"} <= set(offered)
     for name in offered:
         stage.plan(Params(weights_path=str(tiny), attn_implementation=name, logits_parity=False,
                           consolidate_zero=False))
